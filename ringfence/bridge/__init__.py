@@ -1,0 +1,1 @@
+"""ringfence.bridge (see ARCHITECTURE.md)."""

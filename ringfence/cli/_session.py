@@ -1,0 +1,75 @@
+"""Options shared by every verb that opens a session, and the kernel they build."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from .._embed import create_kernel, workspace_roots_from_env
+from ..runtime import (
+    ApprovalAnswer,
+    Approver,
+    Kernel,
+    Posture,
+    ScriptedApprover,
+    default_approver,
+)
+
+
+def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
+    parser.add_argument(
+        "--workspace",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a workspace root (repeatable); default $RINGFENCE_WORKSPACE_ROOTS or the current directory",
+    )
+    parser.add_argument(
+        "--posture",
+        choices=[p.value for p in Posture],
+        default=os.environ.get("RINGFENCE_POSTURE", Posture.ASK.value),
+        help="how much autonomy the session grants (default: ask)",
+    )
+    parser.add_argument(
+        "--approve",
+        choices=["yes", "no"],
+        help="answer every approval question without asking (default: ask on a TTY, else no)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["local", "docker"],
+        default=None,
+        help="where run_shell runs (default $RINGFENCE_EXECUTION_BACKEND or local)",
+    )
+    if dry_run:
+        parser.add_argument(
+            "--dry-run",
+            nargs="?",
+            const="ringfence-plan.json",
+            default=None,
+            metavar="PLAN",
+            help="stage non-read calls into PLAN (default ringfence-plan.json) instead of running them",
+        )
+    parser.add_argument("--events", metavar="FILE", help="append the event stream to FILE (JSONL)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def approver_from(choice: str | None) -> Approver:
+    if choice == "yes":
+        return ScriptedApprover(lambda _r: ApprovalAnswer.once("approved by --approve yes"))
+    if choice == "no":
+        return ScriptedApprover(lambda _r: ApprovalAnswer.deny("denied by --approve no"))
+    return default_approver()
+
+
+def kernel_from_args(args: argparse.Namespace) -> Kernel:
+    dry = getattr(args, "dry_run", None)
+    return create_kernel(
+        roots=workspace_roots_from_env(args.workspace),
+        posture=args.posture,
+        approver=approver_from(args.approve),
+        backend=args.backend,
+        dry_run=dry is not None,
+        plan_path=dry,
+        events_path=args.events,
+    )

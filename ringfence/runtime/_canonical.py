@@ -1,0 +1,21 @@
+"""Canonical JSON: the one byte form that digests, intents, grants and plans agree on."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+__all__ = ["canonical_json", "digest"]
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, no insignificant whitespace, UTF-8: equal values give equal bytes."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def digest(value: Any) -> str:
+    """SHA-256 hex digest of the canonical form of ``value``."""
+    return hashlib.sha256(canonical_json(value)).hexdigest()

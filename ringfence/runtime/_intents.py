@@ -1,0 +1,123 @@
+"""Signed execution intents: the Gate's proof that one specific call may run.
+
+After the Gate allows a call it mints an :class:`Intent` (tool, SHA-256 of the
+canonical arguments, decision, nonce, expiry) signed with the kernel's Ed25519
+session key. The executor verifies it right before running and refuses a
+missing, expired, replayed or altered intent. The key lives only in memory and
+dies with the kernel; the public key is exportable for audit.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, final
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ._canonical import canonical_json, digest
+from ._errors import Denied
+
+__all__ = ["Intent", "IntentAuthority"]
+
+
+@final
+@dataclass(frozen=True)
+class Intent:
+    tool: str
+    arguments_sha256: str
+    verdict: str
+    rule: str
+    nonce: str
+    expires_at: float
+    signature: bytes
+
+    def payload(self) -> bytes:
+        return canonical_json(
+            {
+                "tool": self.tool,
+                "arguments_sha256": self.arguments_sha256,
+                "verdict": self.verdict,
+                "rule": self.rule,
+                "nonce": self.nonce,
+                "expires_at": self.expires_at,
+            }
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "arguments_sha256": self.arguments_sha256,
+            "verdict": self.verdict,
+            "rule": self.rule,
+            "nonce": self.nonce,
+            "expires_at": self.expires_at,
+            "signature": base64.b64encode(self.signature).decode(),
+        }
+
+    def altered(self, **changes: Any) -> Intent:
+        """A copy with fields changed and the old signature kept (for tamper tests)."""
+        return replace(self, **changes)
+
+
+class IntentAuthority:
+    """Mints and checks intents with one per-kernel Ed25519 key.
+
+    Nonces are remembered until their intent expires, so a replay inside the
+    validity window is refused and memory stays bounded.
+    """
+
+    def __init__(self, ttl_seconds: float = 30.0) -> None:
+        self._key = Ed25519PrivateKey.generate()
+        self._public = self._key.public_key()
+        self._ttl = ttl_seconds
+        self._spent: set[str] = set()
+        # (expiry, nonce) in issue order; expiries grow with it because the TTL is fixed.
+        self._spent_order: deque[tuple[float, str]] = deque()
+
+    def public_key_pem(self) -> str:
+        return self._public.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ).decode()
+
+    def sign_bytes(self, data: bytes) -> bytes:
+        return self._key.sign(data)
+
+    def issue(self, tool: str, arguments: dict[str, Any], verdict: str, rule: str) -> Intent:
+        unsigned = Intent(
+            tool=tool,
+            arguments_sha256=digest(arguments),
+            verdict=verdict,
+            rule=rule,
+            nonce=base64.urlsafe_b64encode(os.urandom(18)).decode(),
+            expires_at=round(time.time() + self._ttl, 6),
+            signature=b"",
+        )
+        return replace(unsigned, signature=self._key.sign(unsigned.payload()))
+
+    def redeem(self, intent: Intent | None, tool: str, arguments: dict[str, Any]) -> None:
+        """Verify ``intent`` for this exact call and spend its nonce; raise Denied otherwise."""
+        if intent is None:
+            raise Denied(f"{tool} has no signed intent; nothing ran", rule="intent")
+        try:
+            self._public.verify(intent.signature, intent.payload())
+        except InvalidSignature:
+            raise Denied(f"the intent for {tool} has a bad signature; nothing ran") from None
+        if intent.tool != tool or intent.arguments_sha256 != digest(arguments):
+            raise Denied(f"the intent does not match this call of {tool}; nothing ran")
+        if intent.verdict != "allow":
+            raise Denied(f"the intent for {tool} does not allow it; nothing ran")
+        now = time.time()
+        if intent.expires_at < now:
+            raise Denied(f"the intent for {tool} expired; nothing ran")
+        if intent.nonce in self._spent:
+            raise Denied(f"the intent for {tool} was already used (replay); nothing ran")
+        while self._spent_order and self._spent_order[0][0] < now:
+            self._spent.discard(self._spent_order.popleft()[1])
+        self._spent.add(intent.nonce)
+        self._spent_order.append((intent.expires_at, intent.nonce))

@@ -1,0 +1,411 @@
+"""The Kernel: registry, Gate and executor for one session.
+
+Every call takes the same road, one method per layer::
+
+    invoke ─► authorize ─┬─ validate arguments (schema)      invalid_arguments
+                         ├─ decide (posture, rules, residual) denied
+                         ├─ dry run? stage non-read calls      → staged placeholder
+                         ├─ ask? session grant or Approver     denied
+                         └─ sign an Intent
+           ─► execute ───┬─ redeem the Intent (signature, call, expiry, nonce)
+                         ├─ run the tool's executor
+                         └─ redact, cap, record
+
+and every step is written to the event stream. A direct call, a ``call_tool``
+from a script and a call through ``ringfence serve`` all enter at
+:meth:`Kernel.invoke`, so they get one decision function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, final
+
+import trio
+
+from ._approval import (
+    ApprovalAnswer,
+    ApprovalRequest,
+    Approver,
+    Choice,
+    HeadlessDenyApprover,
+    SessionGrants,
+)
+from ._caps import cap_text
+from ._errors import Denied, RingfenceError, ToolError
+from ._events import EventLog, EventSink, MemorySink
+from ._files import ringfence_home
+from ._intents import Intent, IntentAuthority
+from ._plan import Plan, StagedCall
+from ._policy import Decision, Posture, Rules, Verdict, decide
+from ._redact import Redactor
+from ._tools import Consequence, Registry, ToolSpec
+
+__all__ = ["Authorization", "CallContext", "Kernel", "Outcome"]
+
+# How much of a result is copied into the "finished" event (the result itself is capped separately).
+EVENT_OUTPUT_BYTES = 4096
+DEFAULT_OUTPUT_CAP = 64 * 1024
+
+AskHook = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+
+
+def new_id() -> str:
+    return secrets.token_hex(8)
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What an executor learns about the call it is running."""
+
+    kernel: Kernel
+    tool: ToolSpec
+    call_id: str
+    trace_id: str
+    origin: str
+    posture: Posture
+
+    def emit(self, kind: str, **data: Any) -> None:
+        """Add a tool-specific event (``notice``, ``output``, …) to this call's trace."""
+        self.kernel.events.emit(
+            kind, self.trace_id, call_id=self.call_id, tool=self.tool.name, **data
+        )
+
+
+@final
+@dataclass(frozen=True)
+class Authorization:
+    """The Gate's answer for one call. Only :meth:`Kernel.authorize` makes these."""
+
+    spec: ToolSpec
+    arguments: dict[str, Any]
+    decision: Decision
+    call_id: str
+    trace_id: str
+    origin: str
+    intent: Intent | None = None
+    staged: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one call: a value, a staged placeholder, or an error."""
+
+    tool: str
+    call_id: str
+    trace_id: str
+    origin: str
+    decision: Decision | None
+    value: Any = None
+    error: RingfenceError | None = None
+    staged: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def unwrap(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "tool": self.tool,
+            "call_id": self.call_id,
+            "decision": self.decision.to_dict() if self.decision else None,
+            "staged": self.staged,
+        }
+        if self.error is not None:
+            out["error"] = self.error.to_dict()
+        else:
+            out["result"] = self.value
+        return out
+
+
+@dataclass
+class Kernel:
+    """One governed session: tools, posture, approver, events, dry-run plan.
+
+    Use as ``async with Kernel(...) as kernel:`` so resources that tools
+    register (backend sessions, MCP connections) are closed, cancellation or
+    not, and the event stream is sealed.
+    """
+
+    posture: Posture = Posture.ASK
+    approver: Approver = field(default_factory=HeadlessDenyApprover)
+    rules: Rules = field(default_factory=Rules)
+    events_sink: EventSink | None = None
+    dry_run: bool = False
+    plan_path: Path | None = None
+    output_cap_bytes: int = DEFAULT_OUTPUT_CAP
+    spool_dir: Path | None = None
+    intent_ttl_seconds: float = 30.0
+    secrets: Iterable[str] = ()
+
+    def __post_init__(self) -> None:
+        self.posture = Posture.parse(self.posture)
+        self.registry = Registry()
+        self.redactor = Redactor(self.secrets)
+        self.grants = SessionGrants()
+        self.session_id = new_id()
+        self._authority = IntentAuthority(self.intent_ttl_seconds)
+        self.events = EventLog(self.events_sink or MemorySink(), self.redactor)
+        self.plan = Plan(self.plan_path)
+        self._exit = contextlib.AsyncExitStack()
+        self._closed = False
+        if self.spool_dir is None:
+            self.spool_dir = ringfence_home() / "spool" / self.session_id
+        self.events.emit(
+            "session_started",
+            self.session_id,
+            public_key=self._authority.public_key_pem(),
+            posture=self.posture.value,
+            dry_run=self.dry_run,
+        )
+
+    # -- registry and session state -------------------------------------------------
+
+    def register(self, spec: ToolSpec) -> None:
+        self.registry.add(spec)
+
+    def tools(self) -> list[ToolSpec]:
+        return list(self.registry)
+
+    def set_posture(self, posture: Posture | str) -> None:
+        """Change the session's posture; applies to the next call."""
+        new = Posture.parse(posture)
+        self.events.emit("posture_changed", self.session_id, old=self.posture.value, new=new.value)
+        self.posture = new
+
+    def register_secret(self, value: str) -> None:
+        self.redactor.register(value)
+
+    def public_key_pem(self) -> str:
+        return self._authority.public_key_pem()
+
+    def push_async_callback(self, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``fn`` when the kernel closes (last registered, first run)."""
+        self._exit.push_async_callback(fn)
+
+    async def enter_async_context(self, cm: contextlib.AbstractAsyncContextManager[Any]) -> Any:
+        return await self._exit.enter_async_context(cm)
+
+    async def __aenter__(self) -> Kernel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close registered resources, then seal the event stream. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            with trio.CancelScope(shield=True):
+                await self._exit.aclose()
+        finally:
+            self.events.seal(self._authority.sign_bytes)
+
+    # -- the road every call takes ----------------------------------------------------
+
+    async def call(self, tool: str, arguments: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        """Invoke ``tool`` and return its value, or raise its RingfenceError."""
+        return (await self.invoke(tool, arguments, **kw)).unwrap()
+
+    async def invoke(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        origin: str = "direct",
+        trace_id: str | None = None,
+        parent_id: str | None = None,
+        on_ask: AskHook | None = None,
+    ) -> Outcome:
+        """Gate and run one call. Refusals and failures come back in the Outcome.
+
+        ``on_ask`` is entered while a person is being asked (the script bridge
+        uses it to pause the script's clock). Cancellation propagates.
+        """
+        call_id = new_id()
+        trace_id = trace_id or call_id
+        args = dict(arguments) if arguments is not None else {}
+        self.events.emit(
+            "proposed",
+            trace_id,
+            call_id=call_id,
+            tool=tool,
+            arguments=args,
+            origin=origin,
+            parent_id=parent_id,
+        )
+        decision: Decision | None = None
+        try:
+            auth = await self.authorize(
+                tool, args, call_id=call_id, trace_id=trace_id, origin=origin, on_ask=on_ask
+            )
+            decision = auth.decision
+            if auth.staged:
+                return Outcome(
+                    tool, call_id, trace_id, origin, decision, self._placeholder(auth), staged=True
+                )
+            value = await self.execute(auth)
+            return Outcome(tool, call_id, trace_id, origin, decision, value)
+        except RingfenceError as exc:
+            decision = decision or exc.decision
+            exc.message = self.redactor.redact(exc.message)
+            exc.args = (exc.message,)
+            self.events.emit("failed", trace_id, call_id=call_id, tool=tool, error=exc.to_dict())
+            return Outcome(tool, call_id, trace_id, origin, decision, error=exc)
+
+    async def authorize(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        call_id: str | None = None,
+        trace_id: str | None = None,
+        origin: str = "direct",
+        on_ask: AskHook | None = None,
+    ) -> Authorization:
+        """Validate, decide, stage or ask, and sign. Raises the refusal."""
+        call_id = call_id or new_id()
+        trace_id = trace_id or call_id
+        spec = self.registry.get(tool)
+        spec.validate(arguments)
+        decision = decide(spec, self.posture, self.rules)
+        self.events.emit("decided", trace_id, call_id=call_id, tool=tool, **decision.to_dict())
+        if decision.verdict is Verdict.DENY:
+            raise Denied(
+                f"{tool} was refused: {decision.reason}", rule=decision.rule
+            ).with_decision(decision)
+        if self.dry_run and spec.consequence is not Consequence.READ:
+            staged = StagedCall(
+                call_id, trace_id, tool, arguments, spec.consequence.value, origin, time.time()
+            )
+            self.plan.stage(staged)
+            self.events.emit("staged", trace_id, call_id=call_id, tool=tool, arguments=arguments)
+            return Authorization(spec, arguments, decision, call_id, trace_id, origin, staged=True)
+        if decision.verdict is Verdict.ASK:
+            decision = await self._ask(spec, arguments, decision, call_id, trace_id, origin, on_ask)
+        intent = self._authority.issue(tool, arguments, decision.verdict.value, decision.rule)
+        return Authorization(spec, arguments, decision, call_id, trace_id, origin, intent)
+
+    async def _ask(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        decision: Decision,
+        call_id: str,
+        trace_id: str,
+        origin: str,
+        on_ask: AskHook | None,
+    ) -> Decision:
+        grant = self.grants.find(spec.name, arguments)
+        if grant is not None:
+            return Decision(
+                Verdict.ALLOW,
+                "grant:session",
+                f"approved earlier for this session ({decision.rule})",
+            )
+        request = ApprovalRequest(
+            spec.name,
+            self.redactor.redact_value(arguments),
+            spec.consequence.value,
+            decision.rule,
+            decision.reason,
+            origin,
+            trace_id,
+        )
+        self.events.emit(
+            "approval_asked", trace_id, call_id=call_id, tool=spec.name, rule=decision.rule
+        )
+        async with on_ask() if on_ask is not None else contextlib.nullcontext():
+            answer: ApprovalAnswer = await self.approver.approve(request)
+        self.events.emit(
+            "approval_answered",
+            trace_id,
+            call_id=call_id,
+            tool=spec.name,
+            choice=answer.choice.value,
+            reason=answer.reason,
+            pattern=dict(answer.pattern) if answer.pattern else None,
+        )
+        if answer.choice is Choice.DENY:
+            refused = Decision(Verdict.DENY, f"approver:{decision.rule}", answer.reason)
+            raise Denied(
+                f"{spec.name} was refused by the approver ({answer.reason}); "
+                f"it asked because {decision.reason}",
+                rule=refused.rule,
+            ).with_decision(refused)
+        if answer.choice is Choice.SESSION:
+            self.grants.add(spec.name, arguments, answer.pattern)
+            return Decision(Verdict.ALLOW, "approved:session", answer.reason)
+        return Decision(Verdict.ALLOW, "approved:once", answer.reason)
+
+    async def execute(self, auth: Authorization) -> Any:
+        """Redeem the intent, run the executor, and redact and cap its result."""
+        spec = auth.spec
+        self._authority.redeem(auth.intent, spec.name, auth.arguments)
+        self.events.emit("started", auth.trace_id, call_id=auth.call_id, tool=spec.name)
+        ctx = CallContext(self, spec, auth.call_id, auth.trace_id, auth.origin, self.posture)
+        try:
+            value = await spec.executor(auth.arguments, ctx)
+        except RingfenceError:
+            raise
+        except Exception as exc:  # a tool's own bug or failure becomes a tool_error
+            raise ToolError(f"{spec.name} failed: {type(exc).__name__}: {exc}") from exc
+        value = self._finish_value(value)
+        preview = value if isinstance(value, str) else repr(value)
+        self.events.emit(
+            "finished",
+            auth.trace_id,
+            call_id=auth.call_id,
+            tool=spec.name,
+            output=cap_text(preview, EVENT_OUTPUT_BYTES).text,
+        )
+        return value
+
+    def _finish_value(self, value: Any) -> Any:
+        """Redact every string, then cap each one that is over the output cap."""
+        value = self.redactor.redact_value(value)
+        return self._cap(value)
+
+    def _cap(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return cap_text(value, self.output_cap_bytes, self.spool_dir).text
+        if isinstance(value, dict):
+            return {k: self._cap(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._cap(v) for v in value]
+        return value
+
+    def _placeholder(self, auth: Authorization) -> dict[str, Any]:
+        where = f" in {self.plan_path}" if self.plan_path else ""
+        return {
+            "staged": True,
+            "call_id": auth.call_id,
+            "tool": auth.spec.name,
+            "message": f"dry run: {auth.spec.name} ({auth.spec.consequence.value}) was staged{where}, not run",
+        }
+
+    # -- plans ------------------------------------------------------------------------
+
+    async def apply_plan(self, plan: Plan) -> list[Outcome]:
+        """Re-enter every staged call into the Gate, in order; stop at the first failure."""
+        outcomes: list[Outcome] = []
+        for staged in plan.calls:
+            outcome = await self.invoke(
+                staged.tool, staged.arguments, origin="plan", parent_id=staged.call_id
+            )
+            outcomes.append(outcome)
+            if not outcome.ok:
+                break
+        return outcomes

@@ -1,0 +1,1 @@
+"""ringfence.serve (see ARCHITECTURE.md)."""
