@@ -1,0 +1,359 @@
+"""The ``local`` backend: commands run as child processes of the kernel, on the host.
+
+Not a sandbox: a command can do whatever the kernel's user can. What it does
+guarantee is process hygiene and a clean environment:
+
+- Every command is its own session and process group (``setsid``).
+- When the command's main process ends, its process group is killed, so
+  background jobs never outlive the command.
+- On timeout or cancellation the whole tree gets SIGTERM, then after the
+  grace period SIGKILL. Processes that left the group (``setsid``,
+  double-fork) are found too: every command's environment carries a random
+  ``RINGFENCE_RUN_ID`` and every process that still has it is part of the
+  tree, as are the live descendants :mod:`psutil` can see.
+- The environment is built from an allowlist (``PATH``, ``HOME``, ``LANG``,
+  ``TERM``, the session's ``passthrough_env``) plus what the caller passes:
+  nothing else of the kernel's environment reaches the command.
+
+Non-guarantees: a process that both leaves the group *and* scrubs
+``RINGFENCE_RUN_ID`` from its environment after its parent died escapes the
+kill; use the docker backend when that matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import psutil
+import trio
+
+from ..runtime import InvalidArguments, ToolError
+from ._output import Capture
+from ._types import (
+    Command,
+    OutputCallback,
+    SessionSpec,
+    ShellResult,
+    check_command,
+    check_env,
+    check_run_arguments,
+)
+
+__all__ = ["BASE_ENV_ALLOWLIST", "LocalSession", "start_local"]
+
+BASE_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "TERM")
+RUN_ID_VARIABLE = "RINGFENCE_RUN_ID"
+# After the main process exited and its group was killed, how long the output
+# pipes may stay open (held by an escaped process) before the tree is hunted down.
+_DRAIN_GRACE = 0.25
+_READ_SIZE = 65536
+
+
+async def start_local(spec: SessionSpec) -> LocalSession:
+    """Start a local session. Raises InvalidArguments for options it does not know."""
+    if spec.options:
+        raise InvalidArguments(
+            f"the local backend takes no options (got {sorted(spec.options)})", field="options"
+        )
+    return LocalSession(spec)
+
+
+class LocalSession:
+    """Commands as host child processes. See the module docstring for guarantees."""
+
+    name = "local"
+
+    def __init__(self, spec: SessionSpec) -> None:
+        self._spec = spec
+        self._closed = False
+        self._lock = trio.Lock()
+        names = dict.fromkeys((*BASE_ENV_ALLOWLIST, *spec.passthrough_env))
+        self._base_env = {n: os.environ[n] for n in names if n in os.environ}
+
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {**self._base_env, **check_env(env)}
+
+    async def aclose(self) -> None:
+        # Commands never outlive run(), so there is nothing left to stop.
+        self._closed = True
+
+    async def run(
+        self,
+        command: Command,
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float,
+        output_cap: int,
+        on_output: OutputCallback | None = None,
+        redact: Callable[[str], str] | None = None,
+    ) -> ShellResult:
+        cmd = check_command(command)
+        cwd = check_run_arguments(cwd, timeout, output_cap)
+        child_env = self.environment(env)
+        if not cwd.is_dir():
+            raise InvalidArguments(f"cwd {cwd} is not a directory", field="cwd")
+        if self._closed:
+            raise trio.ClosedResourceError("the local backend session is closed")
+        argv = [*self._spec.shell, cmd] if isinstance(cmd, str) else cmd
+        async with self._lock:
+            return await self._run(argv, cwd, child_env, timeout, output_cap, on_output, redact)
+
+    async def _run(
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        timeout: float,
+        output_cap: int,
+        on_output: OutputCallback | None,
+        redact: Callable[[str], str] | None,
+    ) -> ShellResult:
+        run_id = secrets.token_hex(12)
+        env = {**env, RUN_ID_VARIABLE: run_id}
+        out = Capture("stdout", on_output)
+        err = Capture("stderr", on_output)
+        started = time.monotonic()
+        try:
+            popen, out_fd, err_fd = _spawn(argv, cwd, env)
+        except _ExecFailed as exc:  # like a shell: 127 not found, 126 not executable
+            err.feed(exc.message.encode())
+            return _result(exc.code, None, started, out, err, output_cap, self._spec, redact)
+        tree = _Tree(popen, run_id, self._spec.kill_grace)
+        timed_out = False
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_pump, out_fd, out)
+                nursery.start_soon(_pump, err_fd, err)
+                with trio.move_on_after(timeout) as deadline:
+                    await tree.wait_leader()
+                if deadline.cancelled_caught:
+                    timed_out = True
+                    await tree.terminate()
+                # The main process has ended: nothing it started may outlive it.
+                tree.kill_group()
+                with trio.move_on_after(_DRAIN_GRACE) as drain:
+                    await _both_closed(out_fd, err_fd)
+                if drain.cancelled_caught:
+                    # Something that left the group still holds the pipes.
+                    await tree.terminate()
+                    with trio.move_on_after(self._spec.kill_grace + _DRAIN_GRACE):
+                        await _both_closed(out_fd, err_fd)
+                    nursery.cancel_scope.cancel()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await tree.terminate()
+            raise
+        finally:
+            tree.reap()
+        out.flush()
+        err.flush()
+        code = popen.returncode
+        sig = -code if code is not None and code < 0 else None
+        exit_code = 128 + sig if sig is not None else code
+        return _result(exit_code, sig, started, out, err, output_cap, self._spec, redact, timed_out)
+
+
+def _result(
+    exit_code: int | None,
+    sig: int | None,
+    started: float,
+    out: Capture,
+    err: Capture,
+    cap: int,
+    spec: SessionSpec,
+    redact: Callable[[str], str] | None,
+    timed_out: bool = False,
+) -> ShellResult:
+    o = out.finish(cap, spec.spool_dir, redact)
+    e = err.finish(cap, spec.spool_dir, redact)
+    return ShellResult(
+        exit_code=exit_code,
+        signal=sig,
+        duration=time.monotonic() - started,
+        stdout=o.text,
+        stderr=e.text,
+        stdout_truncated=o.truncated,
+        stderr_truncated=e.truncated,
+        stdout_bytes=o.total_bytes,
+        stderr_bytes=e.total_bytes,
+        stdout_spool=o.spool_path,
+        stderr_spool=e.spool_path,
+        timed_out=timed_out,
+    )
+
+
+class _ExecFailed(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _spawn(
+    argv: list[str], cwd: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], _PipeReader, _PipeReader]:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        # Popen is called directly (not in a thread): with vfork it takes well
+        # under a millisecond, and a thread hop would cost as much again.
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        why = "command not found" if code == 127 else "permission denied"
+        raise _ExecFailed(code, f"ringfence: {argv[0]}: {why}\n") from None
+    except OSError as exc:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise ToolError(f"could not start {argv[0]!r}: {exc}") from exc
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return popen, _PipeReader(out_r), _PipeReader(err_r)
+
+
+class _PipeReader:
+    """The read end of one output pipe, as a trio stream, with an 'ended' event."""
+
+    def __init__(self, fd: int) -> None:
+        self.stream = trio.lowlevel.FdStream(fd)
+        self.ended = trio.Event()
+
+
+async def _pump(reader: _PipeReader, capture: Capture) -> None:
+    try:
+        while True:
+            try:
+                data = await reader.stream.receive_some(_READ_SIZE)
+            except trio.ClosedResourceError:
+                break
+            if not data:
+                break
+            capture.feed(data)
+    finally:
+        reader.ended.set()
+        with trio.CancelScope(shield=True):
+            await reader.stream.aclose()
+
+
+async def _both_closed(a: _PipeReader, b: _PipeReader) -> None:
+    await a.ended.wait()
+    await b.ended.wait()
+
+
+class _Tree:
+    """The processes of one command: its group, its descendants, its marked escapees."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], run_id: str, grace: float) -> None:
+        self.popen = popen
+        self.pgid = popen.pid  # start_new_session: the leader's pid is the group id
+        self.run_id = run_id
+        self.grace = grace
+        try:
+            self._pidfd: int | None = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    def leader_exited(self) -> bool:
+        # WNOWAIT: look without reaping, so the pid (and so the group id) stays ours.
+        try:
+            info = os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    async def wait_leader(self) -> None:
+        """Return when the main process has exited; it stays unreaped (a zombie)."""
+        if self._pidfd is not None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+            return
+        # Without pidfd (old kernels): poll. Rare, so simplicity beats speed here.
+        while not self.leader_exited():
+            await trio.sleep(0.01)
+
+    def kill_group(self) -> None:
+        _killpg(self.pgid, signal.SIGKILL)
+
+    def _members(self) -> list[psutil.Process]:
+        """Live processes of the tree other than the leader."""
+        found: dict[int, psutil.Process] = {}
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(self.popen.pid).children(recursive=True):
+                found[child.pid] = child
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid in (me, self.popen.pid) or proc.pid in found:
+                continue
+            try:
+                if proc.environ().get(RUN_ID_VARIABLE) == self.run_id:
+                    found[proc.pid] = proc
+            except (psutil.Error, OSError):
+                continue
+        return list(found.values())
+
+    def _signal(self, members: list[psutil.Process], sig: int) -> None:
+        _killpg(self.pgid, sig)
+        for proc in members:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+
+    async def terminate(self) -> None:
+        """SIGTERM to the whole tree, wait up to the grace period, then SIGKILL. Shielded."""
+        with trio.CancelScope(shield=True):
+            members = await trio.to_thread.run_sync(self._members)
+            self._signal(members, signal.SIGTERM)
+            deadline = trio.current_time() + self.grace
+            with trio.move_on_at(deadline):
+                await self.wait_leader()
+            remaining = max(deadline - trio.current_time(), 0.0)
+            if members and remaining:
+                await trio.to_thread.run_sync(lambda: psutil.wait_procs(members, timeout=remaining))
+            # A fresh look: the tree may have forked during the grace period.
+            for _ in range(3):
+                members = await trio.to_thread.run_sync(self._members)
+                self._signal(members, signal.SIGKILL)
+                if not members:
+                    break
+            with trio.move_on_after(self.grace + 1.0):
+                await self.wait_leader()
+
+    def reap(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self.leader_exited():
+            self.popen.wait()
+        else:  # only on a failure path: never leave the leader running
+            _killpg(self.pgid, signal.SIGKILL)
+            self.popen.kill()
+            self.popen.wait()
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError as exc:  # the group id was reused by someone else's process
+        if exc.errno != errno.EPERM:
+            raise
