@@ -554,18 +554,31 @@ class _MarkedStream:
             self.found = True
             self._trail(buf[at + len(self.marker) :])
             return
-        keep = len(self.marker) - 1
-        if len(buf) > keep:
+        # Hold back only a tail that could be the start of the marker.
+        keep = _marker_prefix_at_end(buf, self.marker)
+        if keep:
             self.capture.feed(buf[: len(buf) - keep])
             self.pending = buf[len(buf) - keep :]
         else:
-            self.pending = buf
+            self.capture.feed(buf)
+            self.pending = b""
 
     def _trail(self, data: bytes) -> None:
         self.trailer_bytes += data
         if b"\n" in self.trailer_bytes:
             self.trailer_bytes = self.trailer_bytes.split(b"\n", 1)[0]
             self.done = True
+
+
+def _marker_prefix_at_end(buf: bytes, marker: bytes) -> int:
+    """Length of the longest suffix of ``buf`` that is a proper prefix of ``marker``."""
+    start = max(len(buf) - len(marker) + 1, 0)
+    at = buf.find(marker[:1], start)
+    while at != -1:
+        if marker.startswith(buf[at:]):
+            return len(buf) - at
+        at = buf.find(marker[:1], at + 1)
+    return 0
 
 
 def _quote(word: str) -> str:
@@ -606,6 +619,8 @@ class _Supervisor:
             mine = socket.socket(fileno=os.dup(inner.fileno()))
             with contextlib.suppress(Exception):
                 raw.close()
+            with contextlib.suppress(Exception):
+                inner.close()
             return mine
 
         with map_docker_errors():
