@@ -53,6 +53,7 @@ import contextlib
 import os
 import re
 import secrets
+import select
 import socket
 import ssl
 import struct
@@ -279,7 +280,7 @@ class DockerSession:
             if self._closed:
                 raise trio.ClosedResourceError("the docker backend session is closed")
             restarted = False
-            if self._shell is None or self._shell.dead:
+            if self._shell is None or not self._shell.alive():
                 await self._recover()
                 restarted = True
             return await self._run(
@@ -570,6 +571,15 @@ class _MarkedStream:
             self.done = True
 
 
+def _peek(fd: int) -> bytes:
+    """One byte from ``fd`` without consuming it; b"" at end of stream."""
+    with socket.socket(fileno=os.dup(fd)) as dup:
+        try:
+            return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return b"?"
+
+
 def _marker_prefix_at_end(buf: bytes, marker: bytes) -> int:
     """Length of the longest suffix of ``buf`` that is a proper prefix of ``marker``."""
     start = max(len(buf) - len(marker) + 1, 0)
@@ -590,6 +600,7 @@ class _Supervisor:
 
     def __init__(self, sock: trio.socket.SocketType, pid: int, setsid: str) -> None:
         self.sock = sock
+        self._fd = sock.fileno()
         self.pid = pid
         self.setsid = setsid
         self.dead = False
@@ -680,6 +691,23 @@ class _Supervisor:
             "else __rf_r=cwd; fi; "
             f"printf '%s%s\\n' {marker} \"$__rf_r\"; printf '%s\\n' {marker} >&2\n"
         )
+
+    def alive(self) -> bool:
+        """Whether the shell is still there, checked without blocking before a command.
+
+        Between commands the supervisor prints nothing, so a readable socket
+        means end of stream: the container or the shell died in between, and
+        the session is restored *before* the next command rather than under it.
+        """
+        if self.dead:
+            return False
+        try:
+            ready = select.select([self._fd], [], [], 0)[0]
+            if ready and not _peek(self._fd):
+                self.dead = True
+        except OSError:
+            self.dead = True
+        return not self.dead
 
     async def send(self, text: str) -> None:
         """Write to the shell's stdin; a broken connection marks the shell dead."""

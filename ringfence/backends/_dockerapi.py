@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -167,6 +168,26 @@ async def docker_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
 
+def _probe_unix_socket(url: str) -> None:
+    """Fail fast (and without leaking a descriptor) when a unix-socket daemon is absent.
+
+    docker-py leaves the socket of a failed unix connect open; probing first
+    keeps that path out of reach for the common "no daemon" case.
+    """
+    if not url.startswith(("unix://", "http+unix://")):
+        return
+    path = "/" + url.split("://", 1)[1].lstrip("/")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(CLIENT_TIMEOUT)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            raise Unavailable(
+                f"the Docker daemon is not reachable at {url} ({exc.strerror or exc}); "
+                + START_DAEMON
+            ) from None
+
+
 def connect_docker(
     base_url: str | None = None, *, timeout: float = CLIENT_TIMEOUT
 ) -> docker.DockerClient:
@@ -183,6 +204,7 @@ def connect_docker(
         kwargs = kwargs_from_env()
         if base_url is not None:
             kwargs["base_url"] = base_url
+        _probe_unix_socket(str(kwargs.get("base_url") or "unix:///var/run/docker.sock"))
         client = docker.DockerClient(version=MIN_API_VERSION, timeout=int(timeout), **kwargs)
         client.api.trust_env = False
         try:

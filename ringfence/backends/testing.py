@@ -161,9 +161,7 @@ async def cwd_and_files(c: _Ctx) -> None:
 async def environment(c: _Ctx) -> None:
     r = await c.run("env", env={"GIVEN": "a value with spaces 'and quotes'"})
     seen = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
-    _check(
-        seen.get("GIVEN") == "a value with spaces 'and quotes'", f"GIVEN missing: {r.stdout!r}"
-    )
+    _check(seen.get("GIVEN") == "a value with spaces 'and quotes'", f"GIVEN missing: {r.stdout!r}")
     _check(HOST_SECRET not in seen, "a host secret leaked into the command's environment")
     expected = c.session.environment({"GIVEN": "x"})
     for name in ("PATH", "HOME", "LANG"):
