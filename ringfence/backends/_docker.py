@@ -646,6 +646,10 @@ class _Supervisor:
             "trap '__rf_k=1; kill -TERM -1 2>/dev/null' USR1; "
             "trap '__rf_k=1; kill -KILL -1 2>/dev/null' USR2; "
             "__rf_s=$(command -v setsid); "
+            # Whether a process of this uid other than the supervisor is left (zombies count;
+            # `kill -0 -1` cannot tell: it succeeds whenever any other process exists).
+            '__rf_left() { for __rf_d in /proc/[0-9]*; do [ "${__rf_d#/proc/}" != $$ ] && '
+            '[ -O "$__rf_d" ] && return 0; done; return 1; }; '
             f"printf '%s%s %s\\n' {_quote(ready.decode())} $$ \"$__rf_s\"; "
             f"printf '%s\\n' {_quote(ready.decode())} >&2\n"
         )
@@ -688,6 +692,10 @@ class _Supervisor:
             # A trapped USR1/USR2 interrupts wait; wait again for the command's own status.
             "while [ $__rf_k = 1 ]; do __rf_k=0; wait $__rf_p 2>/dev/null; __rf_r=$?; done; "
             "kill -KILL -1 2>/dev/null; "
+            # ... and wait until they are gone (reaped by init), so nothing is left on return.
+            "__rf_i=0; while __rf_left && [ $__rf_i -lt 400 ]; do "
+            "kill -KILL -1 2>/dev/null; __rf_i=$((__rf_i+1)); [ $__rf_i -gt 100 ] && sleep 0.01; "
+            "done; "
             "else __rf_r=cwd; fi; "
             f"printf '%s%s\\n' {marker} \"$__rf_r\"; printf '%s\\n' {marker} >&2\n"
         )

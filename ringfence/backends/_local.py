@@ -154,6 +154,8 @@ class LocalSession:
             raise
         finally:
             tree.reap()
+        # SIGKILL is asynchronous: wait until the killed processes are really gone.
+        await tree.wait_gone()
         out.flush()
         err.flush()
         code = popen.returncode
@@ -309,7 +311,7 @@ class _Tree:
                     found[proc.pid] = proc
             except (psutil.Error, OSError):
                 continue
-        return list(found.values())
+        return [p for p in found.values() if _is_alive(p)]
 
     def _signal(self, members: list[psutil.Process], sig: int) -> None:
         _killpg(self.pgid, sig)
@@ -327,15 +329,34 @@ class _Tree:
                 await self.wait_leader()
             remaining = max(deadline - trio.current_time(), 0.0)
             if members and remaining:
-                await trio.to_thread.run_sync(lambda: psutil.wait_procs(members, timeout=remaining))
+                await _wait_dead(members, remaining)
             # A fresh look: the tree may have forked during the grace period.
             for _ in range(3):
                 members = await trio.to_thread.run_sync(self._members)
                 self._signal(members, signal.SIGKILL)
                 if not members:
                     break
+                await _wait_dead(members, 1.0)
             with trio.move_on_after(self.grace + 1.0):
                 await self.wait_leader()
+
+    async def wait_gone(self, limit: float = 3.0) -> None:
+        """After the leader was reaped: wait (bounded) until its group has no live member.
+
+        Dead members may linger as zombies until init reaps them (on some hosts
+        that takes seconds); a zombie runs nothing, so it does not count.
+        """
+        if not _group_exists(self.pgid):  # the common case: one syscall
+            return
+        with trio.move_on_after(limit), trio.CancelScope(shield=True):
+            while True:
+                live = await trio.to_thread.run_sync(_live_in_group, self.pgid)
+                if not live:
+                    return
+                for proc in live:
+                    with contextlib.suppress(psutil.Error):
+                        proc.kill()
+                await trio.sleep(0.005)
 
     def reap(self) -> None:
         if self._pidfd is not None:
@@ -347,6 +368,41 @@ class _Tree:
             _killpg(self.pgid, signal.SIGKILL)
             self.popen.kill()
             self.popen.wait()
+
+
+def _is_alive(proc: psutil.Process) -> bool:
+    """Running (not gone, not a zombie)."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+async def _wait_dead(procs: list[psutil.Process], limit: float) -> None:
+    with trio.move_on_after(limit):
+        while any(_is_alive(p) for p in procs):
+            await trio.sleep(0.005)
+
+
+def _live_in_group(pgid: int) -> list[psutil.Process]:
+    live = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and _is_alive(proc):
+                live.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return live
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # the id now belongs to someone else's group
+    return True
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -184,10 +184,13 @@ async def stdin_is_empty(c: _Ctx) -> None:
 
 
 async def nothing_but_files_persists(c: _Ctx) -> None:
-    await c.run(f"export LEAK_{c.tag}=1; cd /; echo kept > kept-{c.tag}")
-    r = await c.run(f'echo "[$LEAK_{c.tag}]"; pwd')
-    _check(r.stdout.splitlines()[0] == "[]", f"an exported variable persisted: {r.stdout!r}")
-    _check(not r.stdout.splitlines()[1] == "/", "cd persisted between commands")
+    await c.run(f"echo kept > kept-{c.tag}; export LEAK_{c.tag}=1; cd /")
+    r = await c.run(f'echo "[$LEAK_{c.tag}]"; pwd; cat kept-{c.tag}')
+    lines = r.stdout.splitlines()
+    _check(lines[0] == "[]", f"an exported variable persisted: {r.stdout!r}")
+    _check(lines[1] != "/", "cd persisted between commands")
+    _check(lines[2:] == ["kept"], f"a file did not persist: {r}")
+    _check((c.workspace / f"kept-{c.tag}").read_text() == "kept\n", "the file is not on the host")
 
 
 async def background_jobs_die_with_the_command(c: _Ctx) -> None:
