@@ -30,6 +30,9 @@ from ._registry import backend_names as backend_names
 from ._registry import register_backend as register_backend
 from ._registry import select_backend as select_backend
 from ._registry import start_session as start_session
+from ._tool import ShellTool as ShellTool
+from ._tool import WorkspaceLike as WorkspaceLike
+from ._tool import register_shell_tool as register_shell_tool
 from ._types import BackendSession as BackendSession
 from ._types import OutputCallback as OutputCallback
 from ._types import SessionSpec as SessionSpec

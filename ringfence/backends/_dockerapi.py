@@ -44,7 +44,8 @@ START_DAEMON = (
 )
 
 
-def _where() -> str:
+def docker_location() -> str:
+    """Where the daemon is looked for: ``DOCKER_HOST`` or the default local socket."""
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
@@ -60,14 +61,14 @@ def image_missing(reference: str) -> Unavailable:
     else:
         how = f"build or load it (`docker build -t {reference} …` or `docker load`)"
     return Unavailable(
-        f"the sandbox image {reference} is not present in the Docker daemon at {_where()}; {how}",
+        f"the sandbox image {reference} is not present in the Docker daemon at {docker_location()}; {how}",
         image=reference,
     )
 
 
 def _unreachable(exc: BaseException) -> Unavailable:
     return Unavailable(
-        f"the Docker daemon is not reachable at {_where()} ({type(exc).__name__}: {exc}); "
+        f"the Docker daemon is not reachable at {docker_location()} ({type(exc).__name__}: {exc}); "
         + START_DAEMON
     )
 
@@ -122,7 +123,7 @@ DOCKER_ERRORS: dict[type[BaseException], Callable[[BaseException], RingfenceErro
 # Transport errors below docker-py: the daemon is not there (or went away).
 TRANSPORT_ERRORS: dict[type[BaseException], Callable[[BaseException], RingfenceError]] = {
     requests.exceptions.Timeout: lambda exc: Unavailable(
-        f"the Docker daemon at {_where()} did not answer within {CLIENT_TIMEOUT:.0f} s ({exc})"
+        f"the Docker daemon at {docker_location()} did not answer within {CLIENT_TIMEOUT:.0f} s ({exc})"
     ),
     requests.exceptions.RequestException: _unreachable,
     OSError: _unreachable,
@@ -221,7 +222,7 @@ def connect_docker(
     if version_lt(negotiated, MIN_API_VERSION):
         client.close()
         raise Unavailable(
-            f"the Docker daemon at {_where()} speaks API {server_api} (Engine "
+            f"the Docker daemon at {docker_location()} speaks API {server_api} (Engine "
             f"{server.get('Version', '?')}); ringfence needs API {MIN_API_VERSION} "
             "(Docker Engine 20.10) or newer"
         )
