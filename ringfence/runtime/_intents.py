@@ -60,10 +60,6 @@ class Intent:
             "signature": base64.b64encode(self.signature).decode(),
         }
 
-    def altered(self, **changes: Any) -> Intent:
-        """A copy with fields changed and the old signature kept (for tamper tests)."""
-        return replace(self, **changes)
-
 
 class IntentAuthority:
     """Mints and checks intents with one per-kernel Ed25519 key.
