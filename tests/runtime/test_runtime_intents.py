@@ -8,7 +8,7 @@ import pytest
 import trio
 from conftest import Ledger, register_standard_tools
 
-from ringfence.runtime import Denied, Kernel, Posture
+from ringfence.runtime import Denied, Kernel, Posture, verify_intent
 
 
 @pytest.fixture
@@ -78,3 +78,10 @@ async def test_intent_from_another_kernel_is_refused(kernel: Kernel, ledger: Led
     with pytest.raises(Denied, match="signature"):
         await kernel.execute(dataclasses.replace(mine, intent=foreign.intent))
     assert ledger.runs == []
+
+
+async def test_public_key_alone_verifies_issued_intents(kernel: Kernel) -> None:
+    auth = await kernel.authorize("launch", {"x": "a"})
+    pem = kernel.public_key_pem()
+    assert verify_intent(pem, auth.intent)
+    assert not verify_intent(pem, dataclasses.replace(auth.intent, tool="peek"))
