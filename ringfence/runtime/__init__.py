@@ -93,6 +93,7 @@ from ._files import atomic_write as atomic_write
 from ._files import ringfence_home as ringfence_home
 from ._intents import Intent as Intent
 from ._intents import IntentAuthority as IntentAuthority
+from ._intents import verify_intent as verify_intent
 from ._kernel import (
     Authorization as Authorization,
 )
