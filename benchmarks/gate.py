@@ -1,23 +1,21 @@
 """Gate overhead: a no-op read tool called directly vs through the full Gate.
 
 The gated path validates arguments, decides, signs an Ed25519 intent,
-verifies and spends it, redacts and caps the result, and writes five
-hash-chained events to a file. Goal: under 100 µs per call on a 2-core machine.
+redeems it, redacts and caps the result, and writes four hash-chained events
+to a file. Goal: under 100 µs per call on a 2-core machine.
 """
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
-import trio
-
 from ringfence.runtime import CallContext, Consequence, FileSink, Kernel, ToolSpec
 
-from ._harness import Comparison, format_seconds, interleave_async
+from ._harness import interleave_async
+from ._suite import Row, Scenario
 
-GOAL = "gate < 100 µs per call"
+GOAL_SECONDS = 100e-6
 SCHEMA = {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": False}
 
 
@@ -25,7 +23,8 @@ async def _noop(args: dict, ctx: CallContext) -> str:
     return "ok"
 
 
-async def measure(rounds: int = 30, batch: int = 200) -> Comparison:
+async def run(quick: bool) -> list[Row]:
+    rounds, batch = (6, 100) if quick else (30, 200)
     with tempfile.TemporaryDirectory() as tmp:
         async with Kernel(events_sink=FileSink(Path(tmp) / "events.jsonl")) as kernel:
             spec = ToolSpec("noop", "does nothing", SCHEMA, _noop, consequence=Consequence.READ)
@@ -42,23 +41,18 @@ async def measure(rounds: int = 30, batch: int = 200) -> Comparison:
             base, subj = await interleave_async(
                 direct, gated, rounds=rounds, batch=batch, names=("direct", "gated")
             )
-    return Comparison("gate", base, subj, GOAL)
+    overhead = subj.median - base.median
+    return [
+        Row(
+            "gate",
+            "no-op read tool through the Gate",
+            subj,
+            base,
+            "overhead < 100 µs/call",
+            overhead < GOAL_SECONDS,
+            {"calls_per_second": round(subj.ops_per_second), "overhead_s": overhead},
+        )
+    ]
 
 
-def report(c: Comparison) -> str:
-    return (
-        f"{c.scenario}: direct {format_seconds(c.baseline.median)}/call, "
-        f"gated {format_seconds(c.subject.median)}/call "
-        f"({c.subject.ops_per_second:,.0f} calls/s, p99 {format_seconds(c.subject.p99)}), "
-        f"overhead {format_seconds(c.overhead_seconds)}, ratio {c.ratio:.0f}x; goal: {c.goal}"
-    )
-
-
-def main() -> None:
-    quick = "--quick" in sys.argv
-    result = trio.run(measure, 6 if quick else 30, 100 if quick else 200)
-    print(report(result))
-
-
-if __name__ == "__main__":
-    main()
+SCENARIO = Scenario("gate", "Gate overhead per call", "< 100 µs per call", run)
