@@ -6,74 +6,85 @@ Embed it::
 
     async with ringfence.create_kernel(roots=["./project"], posture="ask") as kernel:
         text = await kernel.call("read_file", {"path": "README.md"})
+
+Names are loaded on first use (PEP 562), so a process that needs one small
+module — the script runner inside its sandbox, say — does not pay for
+importing the kernel, the Docker SDK and the MCP SDK.
 """
 
-from ._embed import create_kernel as create_kernel
-from .runtime import (
-    ApprovalAnswer as ApprovalAnswer,
-)
-from .runtime import (
-    ApprovalRequest as ApprovalRequest,
-)
-from .runtime import (
-    Approver as Approver,
-)
-from .runtime import (
-    Consequence as Consequence,
-)
-from .runtime import (
-    Denied as Denied,
-)
-from .runtime import (
-    GitMetadata as GitMetadata,
-)
-from .runtime import (
-    HeadlessDenyApprover as HeadlessDenyApprover,
-)
-from .runtime import (
-    InvalidArguments as InvalidArguments,
-)
-from .runtime import (
-    Kernel as Kernel,
-)
-from .runtime import (
-    NotFound as NotFound,
-)
-from .runtime import (
-    Outcome as Outcome,
-)
-from .runtime import (
-    OutsideWorkspace as OutsideWorkspace,
-)
-from .runtime import (
-    Posture as Posture,
-)
-from .runtime import (
-    RingfenceError as RingfenceError,
-)
-from .runtime import (
-    Rules as Rules,
-)
-from .runtime import (
-    ScriptedApprover as ScriptedApprover,
-)
-from .runtime import (
-    TerminalApprover as TerminalApprover,
-)
-from .runtime import (
-    ToolError as ToolError,
-)
-from .runtime import (
-    ToolSpec as ToolSpec,
-)
-from .runtime import (
-    ToolTimeout as ToolTimeout,
-)
-from .runtime import (
-    Unavailable as Unavailable,
-)
-from .runtime import (
-    Unwritable as Unwritable,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_RUNTIME_NAMES = (
+    "ApprovalAnswer",
+    "ApprovalRequest",
+    "Approver",
+    "Consequence",
+    "Denied",
+    "GitMetadata",
+    "HeadlessDenyApprover",
+    "InvalidArguments",
+    "Kernel",
+    "NotFound",
+    "Outcome",
+    "OutsideWorkspace",
+    "Posture",
+    "RingfenceError",
+    "Rules",
+    "ScriptedApprover",
+    "TerminalApprover",
+    "ToolError",
+    "ToolSpec",
+    "ToolTimeout",
+    "Unavailable",
+    "Unwritable",
+)
+_LAZY = {name: "ringfence.runtime" for name in _RUNTIME_NAMES}
+_LAZY["create_kernel"] = "ringfence._embed"
+
+__all__ = [*_LAZY, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ringfence' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # static names for type checkers and IDEs
+    from ._embed import create_kernel as create_kernel
+    from .runtime import (
+        ApprovalAnswer as ApprovalAnswer,
+        ApprovalRequest as ApprovalRequest,
+        Approver as Approver,
+        Consequence as Consequence,
+        Denied as Denied,
+        GitMetadata as GitMetadata,
+        HeadlessDenyApprover as HeadlessDenyApprover,
+        InvalidArguments as InvalidArguments,
+        Kernel as Kernel,
+        NotFound as NotFound,
+        Outcome as Outcome,
+        OutsideWorkspace as OutsideWorkspace,
+        Posture as Posture,
+        RingfenceError as RingfenceError,
+        Rules as Rules,
+        ScriptedApprover as ScriptedApprover,
+        TerminalApprover as TerminalApprover,
+        ToolError as ToolError,
+        ToolSpec as ToolSpec,
+        ToolTimeout as ToolTimeout,
+        Unavailable as Unavailable,
+        Unwritable as Unwritable,
+    )

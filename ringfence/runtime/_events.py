@@ -73,8 +73,9 @@ class FileSink:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self._file = os.fdopen(fd, "a", encoding="utf-8")
+        self._fd: int | None = os.open(
+            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
 
     def last_record(self) -> dict[str, Any] | None:
         try:
@@ -88,13 +89,16 @@ class FileSink:
         return json.loads(last) if last else None
 
     def write(self, line: str) -> None:
-        # One write call per line, flushed, so a crash never leaves half a record
-        # in the buffer for the next writer to glue onto.
-        self._file.write(line + "\n")
-        self._file.flush()
+        # One unbuffered O_APPEND write per line: a crash never leaves half a record
+        # in a buffer for the next writer to glue onto.
+        if self._fd is None:
+            raise RuntimeError(f"event file {self.path} is closed")
+        os.write(self._fd, (line + "\n").encode("utf-8"))
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class EventLog:
@@ -123,9 +127,11 @@ class EventLog:
             **self._redactor.redact_value(data),
             "prev": self._prev,
         }
-        h = hashlib.sha256(canonical_json(record)).hexdigest()
+        body = canonical_json(record)
+        h = hashlib.sha256(body).hexdigest()
         record["hash"] = h
-        self._sink.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+        # The line is the hashed canonical form with the hash appended: one encoding per event.
+        self._sink.write(body[:-1].decode("utf-8") + f',"hash":"{h}"}}')
         self._prev = h
         self._seq += 1
         return record

@@ -236,7 +236,11 @@ class Kernel:
         """
         call_id = new_id()
         trace_id = trace_id or call_id
-        args = dict(arguments) if arguments is not None else {}
+        # Copy a mapping so the caller cannot change it after the Gate looked; anything
+        # else goes to validation as is and is refused there.
+        args: Any = dict(arguments) if isinstance(arguments, Mapping) else arguments
+        if arguments is None:
+            args = {}
         self.events.emit(
             "proposed",
             trace_id,

@@ -85,9 +85,10 @@ class ToolSpec:
                 f"not {type(arguments).__name__}",
                 field="arguments",
             )
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
-        if error is None:
+        if self._validator.is_valid(arguments):  # the common case, without error bookkeeping
             return arguments
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
+        assert error is not None
         name = _field_of(error, arguments)
         raise InvalidArguments(
             f"invalid argument {name!r} for {self.name}: {error.message}", field=name

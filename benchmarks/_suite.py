@@ -1,0 +1,152 @@
+"""The benchmark suite: scenarios, their goals, and the result table.
+
+A scenario measures ringfence against a baseline in the same run,
+interleaved, and returns one or more :class:`Row` values. A scenario whose
+prerequisite is missing raises :class:`Skip` with the reason; the suite
+reports it as skipped, never drops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._harness import Samples, format_seconds
+
+__all__ = ["Row", "Scenario", "Skip", "SuiteResult", "render_table", "run_suite"]
+
+
+class Skip(Exception):
+    """A prerequisite is missing; the message says which and how to get it."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a subject measured against a baseline."""
+
+    scenario: str
+    label: str
+    subject: Samples
+    baseline: Samples | None
+    goal: str
+    goal_met: bool | None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline is None:
+            return None
+        return self.subject.median / self.baseline.median
+
+    def to_json(self) -> dict[str, Any]:
+        def stats(s: Samples | None) -> dict[str, Any] | None:
+            if s is None:
+                return None
+            return {"name": s.name, "median_s": s.median, "p99_s": s.p99, "samples": len(s.per_op)}
+
+        return {
+            "scenario": self.scenario,
+            "label": self.label,
+            "subject": stats(self.subject),
+            "baseline": stats(self.baseline),
+            "ratio": self.ratio,
+            "goal": self.goal,
+            "goal_met": self.goal_met,
+            "notes": self.notes,
+        }
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    goal: str
+    run: Callable[[bool], Awaitable[list[Row]]]
+
+
+@dataclass
+class SuiteResult:
+    rows: list[Row] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.time)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ringfence_bench": 1,
+            "started_at": self.started_at,
+            "seconds": self.seconds,
+            "machine": {
+                "python": platform.python_version(),
+                "system": platform.platform(),
+                "cpus": os.cpu_count(),
+            },
+            "rows": [r.to_json() for r in self.rows],
+            "skipped": self.skipped,
+            "failed": self.failed,
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+async def run_suite(
+    scenarios: Sequence[Scenario],
+    *,
+    quick: bool,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> SuiteResult:
+    result = SuiteResult()
+    start = time.perf_counter()
+    for i, scenario in enumerate(scenarios, 1):
+        progress(f"[{i}/{len(scenarios)}] {scenario.name}: {scenario.title} …")
+        t0 = time.perf_counter()
+        try:
+            rows = await scenario.run(quick)
+        except Skip as skip:
+            result.skipped[scenario.name] = str(skip)
+            progress(f"    skipped: {skip}")
+            continue
+        except Exception as exc:  # one broken scenario must not hide the others' numbers
+            result.failed[scenario.name] = f"{type(exc).__name__}: {exc}"
+            progress(f"    FAILED: {type(exc).__name__}: {exc}")
+            continue
+        result.rows.extend(rows)
+        progress(f"    done in {time.perf_counter() - t0:.1f} s")
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def render_table(result: SuiteResult) -> str:
+    header = ("scenario", "measurement", "median", "p99", "baseline", "ratio", "goal", "met")
+    lines = [header]
+    for r in result.rows:
+        lines.append(
+            (
+                r.scenario,
+                r.label,
+                format_seconds(r.subject.median),
+                format_seconds(r.subject.p99),
+                format_seconds(r.baseline.median) if r.baseline else "-",
+                f"{r.ratio:.2f}x" if r.ratio is not None else "-",
+                r.goal,
+                {True: "yes", False: "NO", None: "-"}[r.goal_met],
+            )
+        )
+    widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
+    out = []
+    for n, row in enumerate(lines):
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    for name, reason in result.skipped.items():
+        out.append(f"{name}: skipped ({reason})")
+    for name, reason in result.failed.items():
+        out.append(f"{name}: FAILED ({reason})")
+    return "\n".join(out)

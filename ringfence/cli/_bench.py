@@ -1,0 +1,71 @@
+"""``ringfence bench``: the sandbox-overhead suite (from a source checkout)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from ..runtime import InvalidArguments, Unavailable, atomic_write
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="measure ringfence's overhead against baselines")
+    p.add_argument(
+        "scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (default all)"
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="fewer rounds: the whole suite in under 2 minutes"
+    )
+    p.add_argument("--json", metavar="FILE", help="write machine-readable results to FILE")
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="draw a chart (needs the 'plot' extra: matplotlib)"
+    )
+    p.add_argument("--list", action="store_true", help="list scenarios and their goals")
+    p.set_defaults(func=run)
+
+
+def _benchmarks_package() -> ModuleType:
+    """The suite lives in the source tree's ``benchmarks/``, next to the ringfence package."""
+    checkout = Path(__file__).resolve().parents[2]
+    if not (checkout / "benchmarks" / "scenarios.py").is_file():
+        raise Unavailable(
+            "ringfence bench runs from a source checkout: no benchmarks/ next to the "
+            f"ringfence package in {checkout}; clone the repository and run `make demo` first"
+        )
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    return importlib.import_module("benchmarks.scenarios")
+
+
+async def run(args: argparse.Namespace) -> int:
+    scenarios_mod = _benchmarks_package()
+    suite = importlib.import_module("benchmarks._suite")
+    if args.list:
+        for s in scenarios_mod.SCENARIOS:
+            sys.stdout.write(f"{s.name:<16} {s.title}  (goal: {s.goal})\n")
+        return 0
+    try:
+        chosen = scenarios_mod.by_name(args.scenarios)
+    except KeyError as exc:
+        raise InvalidArguments(f"unknown scenario(s): {exc.args[0]}", field="SCENARIO") from None
+    plotter = None
+    if args.plot:
+        plotter = importlib.import_module("benchmarks._plot")
+        plotter.require_matplotlib()
+
+    def progress(message: str) -> None:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+    result = await suite.run_suite(chosen, quick=args.quick, progress=progress)
+    sys.stdout.write(suite.render_table(result) + "\n")
+    sys.stdout.write(f"({result.seconds:.1f} s)\n")
+    if args.json:
+        atomic_write(Path(args.json), result.dumps().encode() + b"\n", mode=0o644)
+    if plotter is not None:
+        plotter.plot(result, Path(args.plot))
+        sys.stdout.write(f"chart written to {args.plot}\n")
+    return 1 if result.failed else 0

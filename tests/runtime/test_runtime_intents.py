@@ -1,0 +1,87 @@
+"""Signed intents: a tampered, expired, replayed or missing intent runs nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import trio
+from conftest import Ledger, register_standard_tools
+
+from ringfence.runtime import Denied, Kernel, Posture, verify_intent
+
+
+@pytest.fixture
+async def kernel(ledger: Ledger):
+    async with Kernel(posture=Posture.UNRESTRICTED, intent_ttl_seconds=5) as k:
+        register_standard_tools(k, ledger)
+        yield k
+
+
+async def test_valid_intent_runs_once(kernel: Kernel, ledger: Ledger) -> None:
+    auth = await kernel.authorize("launch", {"x": "a"})
+    await kernel.execute(auth)
+    assert ledger.names() == ["launch"]
+    with pytest.raises(Denied, match="replay"):
+        await kernel.execute(auth)
+    assert ledger.names() == ["launch"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"tool": "peek"},
+        {"arguments_sha256": "0" * 64},
+        {"rule": "deny:*"},
+        {"expires_at": 9e12},
+        {"nonce": "fresh"},
+    ],
+)
+async def test_altered_intent_is_refused(kernel: Kernel, ledger: Ledger, change: dict) -> None:
+    auth = await kernel.authorize("launch", {"x": "a"})
+    forged = dataclasses.replace(auth, intent=dataclasses.replace(auth.intent, **change))
+    with pytest.raises(Denied, match="signature"):
+        await kernel.execute(forged)
+    assert ledger.runs == []
+
+
+async def test_intent_for_other_arguments_is_refused(kernel: Kernel, ledger: Ledger) -> None:
+    auth = await kernel.authorize("launch", {"x": "harmless"})
+    swapped = dataclasses.replace(auth, arguments={"x": "rm -rf /"})
+    with pytest.raises(Denied, match="does not match"):
+        await kernel.execute(swapped)
+    assert ledger.runs == []
+
+
+async def test_missing_intent_is_refused(kernel: Kernel, ledger: Ledger) -> None:
+    auth = await kernel.authorize("launch", {})
+    with pytest.raises(Denied, match="no signed intent"):
+        await kernel.execute(dataclasses.replace(auth, intent=None))
+    assert ledger.runs == []
+
+
+async def test_expired_intent_is_refused(ledger: Ledger) -> None:
+    async with Kernel(posture=Posture.UNRESTRICTED, intent_ttl_seconds=0.01) as kernel:
+        register_standard_tools(kernel, ledger)
+        auth = await kernel.authorize("launch", {})
+        await trio.sleep(0.05)
+        with pytest.raises(Denied, match="expired"):
+            await kernel.execute(auth)
+    assert ledger.runs == []
+
+
+async def test_intent_from_another_kernel_is_refused(kernel: Kernel, ledger: Ledger) -> None:
+    async with Kernel(posture=Posture.UNRESTRICTED) as other:
+        register_standard_tools(other, ledger)
+        foreign = await other.authorize("launch", {})
+    mine = await kernel.authorize("launch", {})
+    with pytest.raises(Denied, match="signature"):
+        await kernel.execute(dataclasses.replace(mine, intent=foreign.intent))
+    assert ledger.runs == []
+
+
+async def test_public_key_alone_verifies_issued_intents(kernel: Kernel) -> None:
+    auth = await kernel.authorize("launch", {"x": "a"})
+    pem = kernel.public_key_pem()
+    assert verify_intent(pem, auth.intent)
+    assert not verify_intent(pem, dataclasses.replace(auth.intent, tool="peek"))
