@@ -8,35 +8,82 @@ hardened container per session). Select with ``--backend``,
 :func:`register_backend`.
 """
 
-from ._docker import CONTAINER_LABEL as CONTAINER_LABEL
-from ._docker import DockerOptions as DockerOptions
-from ._docker import DockerSession as DockerSession
-from ._docker import remove_stale_containers as remove_stale_containers
-from ._docker import start_docker as start_docker
-from ._dockerapi import connect_docker as connect_docker
-from ._dockerapi import map_docker_errors as map_docker_errors
-from ._dockerapi import translate_docker_error as translate_docker_error
-from ._images import IMAGES as IMAGES
-from ._images import ImageInfo as ImageInfo
-from ._images import ImageRecipe as ImageRecipe
-from ._images import build_image as build_image
-from ._images import ensure_image as ensure_image
-from ._images import list_images as list_images
-from ._local import LocalSession as LocalSession
-from ._local import start_local as start_local
-from ._registry import DEFAULT_BACKEND as DEFAULT_BACKEND
-from ._registry import ENV_VARIABLE as ENV_VARIABLE
-from ._registry import backend_names as backend_names
-from ._registry import register_backend as register_backend
-from ._registry import select_backend as select_backend
-from ._registry import start_session as start_session
-from ._tool import ShellTool as ShellTool
-from ._tool import WorkspaceLike as WorkspaceLike
-from ._tool import register_shell_tool as register_shell_tool
-from ._types import BackendSession as BackendSession
-from ._types import OutputCallback as OutputCallback
-from ._types import SessionSpec as SessionSpec
-from ._types import ShellResult as ShellResult
+from typing import TYPE_CHECKING, Any
+
+from ._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
+from ._local import LocalSession as LocalSession, start_local as start_local
+from ._registry import (
+    DEFAULT_BACKEND as DEFAULT_BACKEND,
+    ENV_VARIABLE as ENV_VARIABLE,
+    backend_names as backend_names,
+    register_backend as register_backend,
+    select_backend as select_backend,
+    start_session as start_session,
+)
+from ._tool import (
+    ShellTool as ShellTool,
+    WorkspaceLike as WorkspaceLike,
+    register_shell_tool as register_shell_tool,
+)
+from ._types import (
+    BackendSession as BackendSession,
+    OutputCallback as OutputCallback,
+    SessionSpec as SessionSpec,
+    ShellResult as ShellResult,
+)
+
+if TYPE_CHECKING:
+    from ._docker import (
+        CONTAINER_LABEL as CONTAINER_LABEL,
+        DockerOptions as DockerOptions,
+        DockerSession as DockerSession,
+        remove_stale_containers as remove_stale_containers,
+        start_docker as start_docker,
+    )
+    from ._dockerapi import (
+        connect_docker as connect_docker,
+        map_docker_errors as map_docker_errors,
+        translate_docker_error as translate_docker_error,
+    )
+    from ._images import (
+        build_image as build_image,
+        ensure_image as ensure_image,
+        list_images as list_images,
+    )
+
+# Names that need the docker SDK load it on first use (PEP 562): a kernel on the
+# local backend, or the CLI's --help, never pays for importing it.
+_LAZY = {
+    "CONTAINER_LABEL": "._docker",
+    "DockerOptions": "._docker",
+    "DockerSession": "._docker",
+    "remove_stale_containers": "._docker",
+    "start_docker": "._docker",
+    "connect_docker": "._dockerapi",
+    "map_docker_errors": "._dockerapi",
+    "translate_docker_error": "._dockerapi",
+    "build_image": "._images",
+    "ensure_image": "._images",
+    "list_images": "._images",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+async def _start_docker(spec: SessionSpec) -> BackendSession:
+    from ._docker import start_docker
+
+    return await start_docker(spec)
+
 
 register_backend("local", start_local)
-register_backend("docker", start_docker)
+register_backend("docker", _start_docker)

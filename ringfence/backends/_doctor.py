@@ -38,7 +38,9 @@ class Check:
 
 def run_checks() -> list[Check]:
     """Every check, in report order. Never raises for a missing layer: that is a failed check."""
-    checks = [Check("backend local", True, "host child processes (not a sandbox)", None, ("local",))]
+    checks = [
+        Check("backend local", True, "host child processes (not a sandbox)", None, ("local",))
+    ]
     checks += _docker_checks()
     checks += [_userns(), _landlock(), _seccomp(), _ripgrep()]
     return checks
@@ -89,7 +91,13 @@ def _docker_checks() -> list[Check]:
                 fix = f"ringfence images build {image.name}"
                 role = " (the docker backend's default)" if needed else ""
                 checks.append(
-                    Check(f"image {image.name}", False, f"{image.reference} missing{role}", fix, needed)
+                    Check(
+                        f"image {image.name}",
+                        False,
+                        f"{image.reference} missing{role}",
+                        fix,
+                        needed,
+                    )
                 )
         return checks
     except RingfenceError as exc:
@@ -113,7 +121,10 @@ def _userns() -> Check:
         )
     if limit == 0:
         return Check(
-            "user namespaces", False, "max_user_namespaces is 0", "sudo sysctl user.max_user_namespaces=15000"
+            "user namespaces",
+            False,
+            "max_user_namespaces is 0",
+            "sudo sysctl user.max_user_namespaces=15000",
         )
     return Check("user namespaces", True, f"available (max {limit})")
 
@@ -128,9 +139,14 @@ def _landlock() -> Check:
     err = ctypes.get_errno()
     if err == errno.EOPNOTSUPP:
         return Check(
-            "landlock", False, "built in but disabled", "boot with lsm=landlock,… (kernel command line)"
+            "landlock",
+            False,
+            "built in but disabled",
+            "boot with lsm=landlock,… (kernel command line)",
         )
-    return Check("landlock", False, f"not available ({errno.errorcode.get(err, err)}); needs Linux 5.13+")
+    return Check(
+        "landlock", False, f"not available ({errno.errorcode.get(err, err)}); needs Linux 5.13+"
+    )
 
 
 def _seccomp() -> Check:
@@ -156,4 +172,3 @@ def _ripgrep() -> Check:
     except (OSError, subprocess.SubprocessError) as exc:
         return Check("ripgrep", False, f"{rg} does not run: {exc}", "sudo apt-get install ripgrep")
     return Check("ripgrep", True, f"{version} at {rg}")
-

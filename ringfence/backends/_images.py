@@ -18,12 +18,12 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import docker
+from typing import TYPE_CHECKING, Any
 
 from ..runtime import InvalidArguments, ToolError, Unavailable
-from ._dockerapi import map_docker_errors
+
+if TYPE_CHECKING:
+    import docker
 
 __all__ = [
     "IMAGES",
@@ -123,6 +123,10 @@ class ImageInfo:
 
 def list_images(client: docker.DockerClient) -> list[ImageInfo]:
     """Every recipe (present or not) plus any other image labelled as ringfence's."""
+    import docker.errors
+
+    from ._dockerapi import map_docker_errors
+
     out: list[ImageInfo] = []
     seen: set[str] = set()
     with map_docker_errors():
@@ -159,6 +163,10 @@ def _info(name: str, reference: str, image: Any, description: str) -> ImageInfo:
 
 def ensure_image(client: docker.DockerClient, name: str, progress: Progress | None = None) -> bool:
     """Build recipe ``name`` unless its image is present. Returns whether it built."""
+    import docker.errors
+
+    from ._dockerapi import map_docker_errors
+
     recipe = _recipe(name)
     with map_docker_errors():
         try:
@@ -272,6 +280,8 @@ def _busybox_context(recipe: Path, binary: bytes, applets: list[str]) -> tuple[b
 def _docker_build(
     client: docker.DockerClient, recipe: ImageRecipe, context: bytes, digest: str, say: Progress
 ) -> str:
+    from ._dockerapi import map_docker_errors
+
     image_id: str | None = None
     with map_docker_errors():
         for chunk in client.api.build(
@@ -351,6 +361,8 @@ def _build_debian(client: docker.DockerClient, recipe: ImageRecipe, say: Progres
         _check(["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-cf", str(tarball), "."])
         say(f"debian: docker import as {DEBIAN_ROOTFS}")
         repository, tag = DEBIAN_ROOTFS.rsplit(":", 1)
+        from ._dockerapi import map_docker_errors
+
         with map_docker_errors():
             client.api.import_image(src=str(tarball), repository=repository, tag=tag)
     context = io.BytesIO()

@@ -8,7 +8,6 @@ import sys
 import trio
 
 from ..backends import backend_names, select_backend
-from ..backends._doctor import backend_status, run_checks
 from ._output import print_json
 
 
@@ -28,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
+    from ..backends._doctor import backend_status, run_checks
+
     backend = select_backend(args.backend)
     checks = await trio.to_thread.run_sync(run_checks)
     usable = {name: backend_status(checks, name) for name in backend_names()}

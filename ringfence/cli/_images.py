@@ -7,9 +7,7 @@ import sys
 
 import trio
 
-from ..backends import IMAGES, build_image, connect_docker, list_images
-from ..backends._docker import DockerOptions
-from ..backends._images import recipe_for
+from ..backends import IMAGES
 from ._output import print_json
 
 
@@ -19,8 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     build = isub.add_parser(
         "build",
         help="build a sandbox image from local material (no registry needed)",
-        description="Images: "
-        + "; ".join(f"{r.name}: {r.description}" for r in IMAGES.values()),
+        description="Images: " + "; ".join(f"{r.name}: {r.description}" for r in IMAGES.values()),
     )
     build.add_argument(
         "name",
@@ -36,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def run_build(args: argparse.Namespace) -> int:
+    from ..backends import build_image, connect_docker
+    from ..backends._docker import DockerOptions
+    from ..backends._images import recipe_for
+
     name = args.name
     if name is None:
         recipe = recipe_for(DockerOptions.from_mapping({}).image)
@@ -61,6 +62,8 @@ async def run_build(args: argparse.Namespace) -> int:
 
 
 async def run_list(args: argparse.Namespace) -> int:
+    from ..backends import connect_docker, list_images
+
     def listing():
         client = connect_docker()
         try:
@@ -78,5 +81,7 @@ async def run_list(args: argparse.Namespace) -> int:
         rows.append((i.name, i.reference, "yes" if i.present else "no", size, i.image_id or "-"))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     for r in rows:
-        sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+        sys.stdout.write(
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
+        )
     return 0
