@@ -439,7 +439,12 @@ class DockerSession:
         out.flush()
         err.flush()
         if run.status == "cwd":
-            raise InvalidArguments(f"cwd {where} does not exist in the container", field="cwd")
+            raise InvalidArguments(
+                f"cannot enter cwd {where} in the container as uid {self._user}: it is "
+                "missing or not accessible to that uid (a workspace root owned by root runs "
+                "commands as 65534; make it readable or pass the user option)",
+                field="cwd",
+            )
         exit_code = int(run.status) if run.done and run.status.isdigit() else None
         sig = exit_code - 128 if exit_code is not None and 128 < exit_code < 128 + 65 else None
         if timed_out and exit_code is None:
