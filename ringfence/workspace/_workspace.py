@@ -631,7 +631,7 @@ class Workspace:
         targets of ``.git`` files (``gitdir: …``) and ``.git`` links that lie
         inside a root. Linked directories are not entered; a git directory's
         contents are not searched further (mounting it covers them). Real
-        paths, sorted, without duplicates.
+        paths, sorted, none inside another.
         """
         found: set[Path] = set()
         real_roots = self.roots
@@ -641,7 +641,8 @@ class Workspace:
                     found.add(root.path)
                     continue
                 self._scan_git(root, found, real_roots)
-        return sorted(found)
+        # A directory inside another listed one is covered by that one's mount.
+        return sorted(p for p in found if not any(a in found for a in p.parents))
 
     def _scan_git(self, root: Root, found: set[Path], real_roots: list[Path]) -> None:
         top = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root.fd)
