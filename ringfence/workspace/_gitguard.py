@@ -47,6 +47,8 @@ _HEAD_READ_BYTES = 256
 _HFS_IGNORABLE = frozenset(
     [*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF]
 )
+# Every .git spelling starts with one of these characters, unless a backslash splits it.
+MAY_START_DOTGIT = frozenset(".gG") | frozenset(chr(c) for c in _HFS_IGNORABLE)
 
 
 def _only_dots_and_spaces_then_end(rest: str, *, separators: str) -> bool:
@@ -147,6 +149,8 @@ def is_dotgit(name: str) -> bool:
     ``core.protectNTFS``, so a single Linux file name like ``.\\.GIT\\foobar``
     is refused: a checkout on Windows would read it as ``.GIT/foobar``.
     """
+    if name[:1] not in MAY_START_DOTGIT and "\\" not in name:
+        return False  # the common case, decided without the full rules
     return any(is_ntfs_dotgit(seg) or is_hfs_dotgit(seg) for seg in name.split("\\"))
 
 

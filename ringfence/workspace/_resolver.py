@@ -37,7 +37,7 @@ import os
 import stat
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -92,34 +92,46 @@ _SYS_OPENAT2 = 437  # the same number on every architecture (unified syscall tab
 
 
 class _Openat2:
-    """``openat2`` via ``syscall(2)``; remembers ENOSYS for the life of the process."""
+    """``openat2`` via ``syscall(2)``; remembers ENOSYS for the life of the process.
+
+    Hot path: the ``open_how`` structs are built once per (flags, resolve)
+    and shared (the kernel only reads them), and the call goes through a
+    fixed ``CFUNCTYPE`` prototype taking the struct's address.
+    """
 
     def __init__(self) -> None:
         self.available: bool | None = None  # None: not tried yet
+        self._hows: dict[tuple[int, int], tuple[_OpenHow, int]] = {}
         try:
             libc = ctypes.CDLL(None, use_errno=True)
-            fn = libc.syscall
+            proto = ctypes.CFUNCTYPE(
+                ctypes.c_long,
+                ctypes.c_long,  # syscall number
+                ctypes.c_long,  # dirfd
+                ctypes.c_char_p,  # path
+                ctypes.c_void_p,  # struct open_how *
+                ctypes.c_long,  # sizeof(struct open_how)
+                use_errno=True,
+            )
+            self._fn = proto(("syscall", libc))
         except (OSError, AttributeError):  # pragma: no cover - no libc syscall()
             self.available = False
-            return
-        fn.restype = ctypes.c_long
-        fn.argtypes = [
-            ctypes.c_long,
-            ctypes.c_int,
-            ctypes.c_char_p,
-            ctypes.POINTER(_OpenHow),
-            ctypes.c_size_t,
-        ]
-        self._fn = fn
-        self._size = ctypes.sizeof(_OpenHow)
+
+    def _how(self, flags: int, resolve: int) -> int:
+        key = (flags, resolve)
+        found = self._hows.get(key)
+        if found is None:
+            how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)
+            found = self._hows[key] = (how, ctypes.addressof(how))
+        return found[1]
 
     def __call__(self, dirfd: int, path: bytes, flags: int, resolve: int) -> int:
         """Open ``path`` relative to ``dirfd``; raise OSError with the errno."""
         if self.available is False:
             raise OSError(errno.ENOSYS, "openat2 is not available")
-        how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)
+        how = self._how(flags, resolve)
         for _ in range(EAGAIN_RETRIES):
-            fd = self._fn(_SYS_OPENAT2, dirfd, path, ctypes.byref(how), self._size)
+            fd = self._fn(_SYS_OPENAT2, dirfd, path, how, _OPEN_HOW_SIZE)
             if fd >= 0:
                 self.available = True
                 return fd
@@ -132,6 +144,7 @@ class _Openat2:
         raise OSError(errno.EAGAIN, "openat2 kept failing with EAGAIN (concurrent renames)")
 
 
+_OPEN_HOW_SIZE = ctypes.sizeof(_OpenHow)
 openat2 = _Openat2()
 
 
@@ -247,19 +260,19 @@ class Resolver:
 
     # -- lifetime ----------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def using(self) -> Iterator[None]:
+    def __enter__(self) -> Resolver:
+        """Mark an operation in flight (``with resolver:``); refuses once closed."""
         with self._lock:
             if self._closed:
                 raise ToolError("the workspace is closed")
             self._active += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._active -= 1
-                if self._closed and self._active == 0:
-                    self._close_fds()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._closed and self._active == 0:
+                self._close_fds()
 
     def close(self) -> None:
         with self._lock:
@@ -479,6 +492,22 @@ class Resolver:
         ``openat2`` first (one syscall); anything it refuses for being outside
         the root or a link loop is resolved again by the walk, which decides.
         """
+        if (
+            not unrestricted
+            and self.use_openat2
+            and openat2.available is not False
+            and path
+            and path[0] != "/"
+            and "\x00" not in path
+        ):
+            # The common case, a relative path: straight to the first root.
+            try:
+                return openat2(self.roots[0].fd, os.fsencode(path), flags, _BENEATH)
+            except UnicodeError:
+                pass  # start() below reports it
+            except OSError as exc:
+                if exc.errno not in _SECOND_LOOK:
+                    raise translate_oserror(exc, path) from None
         roots = self.roots_for(unrestricted)
         root, pending = self.start(path, roots)
         if self.use_openat2 and openat2.available is not False and not root.is_host:
@@ -486,31 +515,41 @@ class Resolver:
             try:
                 return openat2(root.fd, os.fsencode(rel) or b".", flags, _BENEATH)
             except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.ELOOP, errno.EAGAIN, errno.ENOSYS):
+                if exc.errno not in _SECOND_LOOK:
                     raise translate_oserror(exc, display_path(root, _parts(rel))) from None
         return self.walk_from(root, pending, open_leaf(flags), roots=roots, original=path)
 
-    def open_beneath_nofollow(self, dir_fd: int, rel: Sequence[str], flags: int) -> int:
-        """Open ``rel`` below ``dir_fd`` refusing every symlink (search tools' re-open)."""
+    def open_beneath_nofollow(self, dir_fd: int, rel: str, flags: int) -> int:
+        """Open ``rel`` ("/"-joined names) below ``dir_fd`` refusing every symlink.
+
+        The search tools re-open what their walker found this way, so a
+        directory swapped for a link since is not entered. Raises OSError.
+        """
         if self.use_openat2 and openat2.available is not False:
             try:
-                return openat2(dir_fd, os.fsencode("/".join(rel)), flags, _BENEATH_NO_LINKS)
+                return openat2(dir_fd, os.fsencode(rel), flags, _BENEATH_NO_LINKS)
             except OSError as exc:
                 if exc.errno != errno.ENOSYS:
                     raise
+        names = rel.split("/")
+        if any(n in ("", ".", "..") for n in names):
+            raise OSError(errno.EINVAL, "not a plain relative path")
         fds: list[int] = []
         try:
             cur = dir_fd
-            for name in rel[:-1]:
+            for name in names[:-1]:
                 cur = os.open(name, O_PATH_DIR, dir_fd=cur)
                 fds.append(cur)
-            return os.open(rel[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+            return os.open(names[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
         finally:
             for fd in fds:
                 os.close(fd)
 
 
 _BENEATH = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+# openat2 refusals the walk must look at again: ringfence allows absolute links inside a
+# root and links between roots (EXDEV), and reports loops itself (ELOOP).
+_SECOND_LOOK = frozenset({errno.EXDEV, errno.ELOOP, errno.EAGAIN, errno.ENOSYS})
 _BENEATH_NO_LINKS = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS
 
 

@@ -40,7 +40,7 @@ from ._search import (
     compile_glob,
     compile_name_filter,
     compile_regex,
-    iter_tree,
+    list_tree,
     search_text,
 )
 from ._writer import Expected, dir_denies_create, replace_file
@@ -190,7 +190,9 @@ class Workspace:
 
         Raises OutsideWorkspace, NotFound, InvalidArguments or ToolError.
         """
-        with self._resolver.using():
+        with self._resolver as resolver:
+            if not unrestricted:
+                return resolver.open(path, flags)
             return self._open(path, flags, _Access(unrestricted))
 
     def _open(self, path: str, flags: int, access: _Access) -> int:
@@ -213,7 +215,7 @@ class Workspace:
         backend confines the process itself. Raises OutsideWorkspace,
         NotFound or InvalidArguments (not a directory).
         """
-        with self._resolver.using():
+        with self._resolver:
             fd = self._open(path, os.O_PATH, _Access(unrestricted))
             try:
                 if not stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -245,7 +247,7 @@ class Workspace:
         if limit is not None and limit < 1:
             raise InvalidArguments("limit must be at least 1 line", field="limit")
         access = _Access(unrestricted)
-        with self._resolver.using():
+        with self._resolver:
             fd = self._open(path, _READ_FLAGS, access)
             try:
                 text = _read_lines(fd, path, offset, limit)
@@ -264,7 +266,7 @@ class Workspace:
         checked like any path).
         """
         access = _Access(unrestricted)
-        with self._resolver.using():
+        with self._resolver:
             fd = self._open(path, os.O_RDONLY | os.O_DIRECTORY, access)
             try:
                 with os.scandir(fd) as it:
@@ -390,7 +392,7 @@ class Workspace:
             access.note(place)
             return {"path": display, "bytes": len(data), "created": created}
 
-        with self._resolver.using():
+        with self._resolver:
             try:
                 result = self._resolver.walk(
                     path, op, unrestricted=unrestricted, make_dir=make_dir if create else None
@@ -452,12 +454,16 @@ class Workspace:
 
         return self._resolver.walk(path, op, unrestricted=access.unrestricted)
 
-    def _link_kind(self, root: Root, rel: Sequence[str], access: _Access) -> str | None:
+    def _link_kind(self, root: Root, names: list[str], rel: str, access: _Access) -> str | None:
         """What a symlink found by a search resolves to, if inside a root: file, dir or None."""
         roots = self._resolver.roots_for(access.unrestricted)
         try:
             fd = self._resolver.walk_from(
-                root, deque(rel), open_leaf(os.O_PATH), roots=roots, original="/".join(rel)
+                root,
+                deque([*names, *rel.split("/")]),
+                open_leaf(os.O_PATH),
+                roots=roots,
+                original=rel,
             )
         except RingfenceError:
             return None
@@ -492,28 +498,27 @@ class Workspace:
         want = "dir" if compiled.dirs_only else "file"
         access = _Access(unrestricted)
         found: list[str] = []
-        with self._resolver.using():
+        with self._resolver:
             root, names, start_fd = self._start_dir(path, access)
             try:
                 base_fd = start_fd
                 if compiled.prefix:
                     try:
                         base_fd = self._resolver.open_beneath_nofollow(
-                            start_fd, compiled.prefix, os.O_PATH | os.O_DIRECTORY
+                            start_fd, "/".join(compiled.prefix), os.O_PATH | os.O_DIRECTORY
                         )
                     except OSError:
                         return []
+                base = _display_base(root, names)
+                prefix = "".join(f"{p}/" for p in compiled.prefix)
                 try:
-                    for entry in iter_tree(base_fd, max_depth=compiled.max_depth):
-                        rel = compiled.prefix + entry.rel
-                        if entry.kind not in (want, "link") or not compiled.matches(rel):
+                    for entry_rel, kind in list_tree(base_fd, max_depth=compiled.max_depth):
+                        rel = prefix + entry_rel
+                        if kind not in (want, "link") or not compiled.matches(rel):
                             continue
-                        if (
-                            entry.kind == "link"
-                            and self._link_kind(root, [*names, *rel], access) != want
-                        ):
+                        if kind == "link" and self._link_kind(root, names, rel, access) != want:
                             continue
-                        shown = display_path(root, [*names, *rel])
+                        shown = base + rel
                         found.append(shown + "/" if want == "dir" else shown)
                 finally:
                     if base_fd != start_fd:
@@ -549,17 +554,15 @@ class Workspace:
         name_filter = compile_name_filter(glob) if glob else None
         access = _Access(unrestricted)
         results: list[dict[str, Any]] = []
-        with self._resolver.using():
+        with self._resolver:
             root, names, start_fd = self._start_dir(path, access)
             rg = RipgrepRun(self.ripgrep, start_fd, pattern) if self.ripgrep else None
             try:
-                candidates: list[tuple[tuple[str, ...], bool]] = []
-                for entry in iter_tree(start_fd):
-                    if entry.kind not in ("file", "link"):
-                        continue
-                    if name_filter is not None and not name_filter(entry.rel):
-                        continue
-                    candidates.append((entry.rel, entry.kind == "link"))
+                candidates: list[tuple[str, bool]] = [
+                    (rel, kind == "link")
+                    for rel, kind in list_tree(start_fd)
+                    if kind in ("file", "link") and (name_filter is None or name_filter(rel))
+                ]
                 if rg is not None:
                     maybe = rg.finish()
                     if maybe is None:
@@ -569,11 +572,12 @@ class Workspace:
                     else:
                         candidates = [c for c in candidates if c[1] or c[0] in maybe]
                 candidates.sort()
+                base = _display_base(root, names)
                 for rel, is_link in candidates:
                     data = self._read_candidate(root, names, start_fd, rel, is_link, access)
                     if data is None:
                         continue
-                    shown = display_path(root, [*names, *rel])
+                    shown = base + rel
                     for line, text in search_text(rx, data, max_results - len(results)):
                         results.append({"path": shown, "line": line, "text": text})
                     if len(results) >= max_results:
@@ -590,7 +594,7 @@ class Workspace:
         root: Root,
         names: list[str],
         start_fd: int,
-        rel: tuple[str, ...],
+        rel: str,
         is_link: bool,
         access: _Access,
     ) -> bytes | None:
@@ -600,10 +604,10 @@ class Workspace:
                 roots = self._resolver.roots_for(access.unrestricted)
                 fd = self._resolver.walk_from(
                     root,
-                    deque([*names, *rel]),
+                    deque([*names, *rel.split("/")]),
                     open_leaf(_READ_FLAGS),
                     roots=roots,
-                    original="/".join(rel),
+                    original=rel,
                 )
             else:
                 # Found by the walker as a plain file: re-open it refusing every link on
@@ -635,7 +639,7 @@ class Workspace:
         """
         found: set[Path] = set()
         real_roots = self.roots
-        with self._resolver.using():
+        with self._resolver:
             for root in self._resolver.roots:
                 if root.git_reason is not None or is_git_directory(root.fd):
                     found.add(root.path)
@@ -738,6 +742,14 @@ def _git_reason(real: Path) -> str | None:
         finally:
             os.close(fd)
     return None
+
+
+def _display_base(root: Root, names: list[str]) -> str:
+    """What to put before a search result's relative path so tools can take it back."""
+    base = display_path(root, names)
+    if base == ".":
+        return ""
+    return base if base.endswith("/") else base + "/"
 
 
 def _add_if_inside(path: Path, roots: list[Path], found: set[Path]) -> None:
