@@ -548,8 +548,10 @@ class Resolver:
 
 _BENEATH = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
 # openat2 refusals the walk must look at again: ringfence allows absolute links inside a
-# root and links between roots (EXDEV), and reports loops itself (ELOOP).
-_SECOND_LOOK = frozenset({errno.EXDEV, errno.ELOOP, errno.EAGAIN, errno.ENOSYS})
+# root and links between roots (EXDEV), and reports loops itself (ELOOP). EPERM is what
+# older container seccomp profiles return for a syscall they do not know; a plain
+# read-only open has no other reason to fail with it, so the walk (openat) decides.
+_SECOND_LOOK = frozenset({errno.EXDEV, errno.ELOOP, errno.EAGAIN, errno.ENOSYS, errno.EPERM})
 _BENEATH_NO_LINKS = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS
 
 

@@ -817,6 +817,11 @@ def _read_lines(fd: int, display: str, offset: int, limit: int | None) -> str:
                 field="path",
             )
         data = _read_all(fd, READ_MAX_BYTES + 1)
+        if len(data) > READ_MAX_BYTES:  # it grew while being read
+            raise InvalidArguments(
+                f"{display} is over {READ_MAX_BYTES} bytes; read it in parts with offset and limit",
+                field="path",
+            )
     else:
         data = _read_range(fd, display, offset, limit)
     if b"\x00" in data:
@@ -828,21 +833,25 @@ def _read_range(fd: int, display: str, offset: int, limit: int | None) -> bytes:
     chunks: list[bytes] = []
     size = 0
     line_no = 0
+    too_much = InvalidArguments(
+        f"lines {offset}.. of {display} are more than {READ_MAX_BYTES} bytes; ask for fewer lines",
+        field="limit",
+    )
     with io.open(fd, "rb", closefd=False) as f:  # noqa: UP020 - io.open takes a descriptor
-        for line_no, line in enumerate(f, start=1):
+        while limit is None or len(chunks) < limit:
+            line = f.readline(READ_MAX_BYTES + 1)  # bounded: one huge line cannot exhaust memory
+            if not line:
+                break
+            if len(line) > READ_MAX_BYTES:
+                raise too_much
+            line_no += 1
             if line_no < offset:
                 continue
             chunks.append(line)
             size += len(line)
             if size > READ_MAX_BYTES:
-                raise InvalidArguments(
-                    f"lines {offset}.. of {display} are more than {READ_MAX_BYTES} bytes; "
-                    "ask for fewer lines",
-                    field="limit",
-                )
-            if limit is not None and len(chunks) >= limit:
-                break
-    if offset > 1 and not chunks and offset > line_no:
+                raise too_much
+    if offset > 1 and not chunks:
         raise InvalidArguments(
             f"offset {offset} is past the end of {display} ({line_no} lines)", field="offset"
         )

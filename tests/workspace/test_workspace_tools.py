@@ -173,3 +173,33 @@ async def test_dry_run_stages_writes_without_touching_disk(tree: Tree, tmp_path:
         assert out.staged
         assert await kernel.call("read_file", {"path": "hello.txt"}) == "hello\n"
     assert snapshot(tree.ws) == before
+
+
+def test_reads_are_bounded_and_never_hang(tree: Tree, monkeypatch) -> None:
+    import ringfence.workspace._workspace as impl
+
+    monkeypatch.setattr(impl, "READ_MAX_BYTES", 100)
+    (tree.ws / "big.txt").write_text("".join(f"{i:09d}\n" for i in range(30)))  # 300 bytes
+    (tree.ws / "oneline.txt").write_text("x" * 150 + "\n")
+    os.mkfifo(tree.ws / "fifo")
+    with Workspace(tree.roots()) as ws:
+        with pytest.raises(InvalidArguments) as info:
+            ws.read_text("big.txt")
+        assert "offset and limit" in info.value.message
+        assert ws.read_text("big.txt", offset=29, limit=2) == "000000028\n000000029\n"
+        with pytest.raises(InvalidArguments) as info:
+            ws.read_text("big.txt", offset=1, limit=20)
+        assert info.value.field == "limit"
+        with pytest.raises(InvalidArguments):
+            ws.read_text("oneline.txt", limit=1)
+        with pytest.raises(InvalidArguments) as info:
+            ws.read_text("fifo")  # O_NONBLOCK: refused, not blocked
+        assert "not a regular file" in info.value.message
+
+
+def test_every_exported_name_exists() -> None:
+    import ringfence.workspace as pkg
+
+    assert sorted(pkg.__all__) == sorted(set(pkg.__all__))
+    for name in pkg.__all__:
+        assert getattr(pkg, name) is not None
