@@ -343,7 +343,6 @@ class Workspace:
                 )
         access = _Access(unrestricted)
         made: list[tuple[int, str]] = []  # directories this call created: removed if it fails
-        git_cache: dict[int, bool] = {}
 
         def make_dir(place: Place, name: str) -> None:
             display = place.display(name)
@@ -351,7 +350,7 @@ class Workspace:
                 raise GitMetadata(
                     f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path"
                 )
-            self._check_git_chain(place, display, git_cache)
+            self._check_git_chain(place, display)
             if is_git_directory(place.dir_fd, {name: ("dir", None)}):
                 raise GitMetadata(
                     f"creating {display} would make {place.display() or '.'} a git directory "
@@ -375,7 +374,7 @@ class Workspace:
             display = place.display()
             if place.leaf is not None and is_dotgit(place.leaf):
                 raise GitMetadata(f"{display} is git metadata. " + _GIT_EXPLANATION, field="path")
-            self._check_git_chain(place, display, git_cache)
+            self._check_git_chain(place, display)
             if place.leaf is None:
                 raise InvalidArguments(f"{display} is a directory, not a file", field="path")
             if _is_link(place):
@@ -408,7 +407,7 @@ class Workspace:
         _pass_notices(access, notices)
         return result
 
-    def _check_git_chain(self, place: Place, display: str, cache: dict[int, bool]) -> None:
+    def _check_git_chain(self, place: Place, display: str) -> None:
         """Refuse a write below git metadata: a root inside it, a .git name, a git directory."""
         if place.root.git_reason is not None:
             raise GitMetadata(
@@ -424,9 +423,8 @@ class Workspace:
                 )
         fds = [place.root.fd, *(fd for _, fd in place.dirs)]
         for depth, fd in enumerate(fds):
-            if fd not in cache:
-                cache[fd] = is_git_directory(fd)
-            if cache[fd]:
+            # Checked on the descriptor each time: a number closed by ".." can be reused.
+            if is_git_directory(fd):
                 where = display_path(place.root, names[:depth])
                 raise GitMetadata(
                     f"{display} is inside {where}, which is a git directory (it has HEAD, "

@@ -381,3 +381,18 @@ def test_git_directories_lists_every_git_dir_for_read_only_mounts(tree: Tree, re
     )
     # ws2/wt/.git points at repo/.git/worktrees/wt: covered by repo/.git.
     assert all(not str(p).startswith(str(tree.outside)) for p in found)
+
+
+def test_dotdot_after_created_directories_still_finds_the_git_directory(
+    ws: Workspace, tree: Tree
+) -> None:
+    # Descriptors closed by ".." get reused for the next directory opened; a check
+    # remembered per descriptor number would take the git directory for "newdir".
+    bare = tree.ws / "fakebare"
+    (bare / "objects").mkdir(parents=True)
+    (bare / "refs").mkdir()
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    before = snapshot(tree.ws)
+    with pytest.raises(GitMetadata):
+        ws.write_text("newdir/sub/../../fakebare/refs/planted", "x")
+    assert snapshot(tree.ws) == before
