@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from workspace_helpers import RESOLVER_MODES, fd_target, snapshot, under
 
 from ringfence.runtime import RingfenceError
-from ringfence.workspace import Workspace
+from ringfence.workspace import Workspace, is_git_directory
 
 MARK = b"OUTSIDE"
 NAMES = ["a", "b", "c"]
@@ -26,6 +26,13 @@ PLACES = ["ws", "ws2", "out", "ws_sib"]  # ws_sib: a sibling sharing the root's 
 ANCHORS = ["ws", "ws2", "out", "ws_sib", "", "/proc/self/root", "/proc/self/cwd", "/etc", "//"]
 
 components = st.lists(st.sampled_from([*NAMES, "..", ".", ""]), max_size=5)
+# Probes also aim at git metadata and at the names that assemble a git directory.
+probe_components = st.lists(
+    st.sampled_from(
+        [*NAMES, "..", ".", "", ".git", ".GIT", "repo.git", "HEAD", "objects", "refs", "hooks", "almost"]
+    ),
+    max_size=5,
+)
 
 
 @st.composite
@@ -41,7 +48,7 @@ def entries(draw: st.DrawFn) -> tuple:
 @st.composite
 def paths(draw: st.DrawFn) -> str:
     anchor = draw(st.sampled_from(["", "", "", *ANCHORS]))
-    comps = draw(components)
+    comps = draw(probe_components)
     return anchor, "/".join(comps)
 
 
@@ -58,6 +65,16 @@ def spell(base: Path, anchor: str, rel: str) -> str:
 def build(base: Path, items: list[tuple]) -> None:
     for place in PLACES:
         (base / place).mkdir()
+    # Git metadata the probes aim at: a .git directory and a bare-style git directory.
+    for gitdir in (base / "ws" / ".git", base / "ws" / "repo.git"):
+        (gitdir / "objects").mkdir(parents=True)
+        (gitdir / "refs").mkdir()
+        (gitdir / "hooks").mkdir()
+        (gitdir / "HEAD").write_bytes(b"ref: refs/heads/main\n")
+        (gitdir / "config").write_bytes(b"[core]\n")
+    # A directory one step from being a git directory: HEAD and objects, no refs.
+    (base / "ws" / "almost" / "objects").mkdir(parents=True)
+    (base / "ws" / "almost" / "HEAD").write_bytes(b"ref: refs/heads/main\n")
     for place, rel, kind, target, anchor in items:
         p = base / place / Path(*rel)
         try:
@@ -105,6 +122,7 @@ def test_no_path_ever_leaves_the_roots(items: list[tuple], probes: list[tuple[st
         build(base, items)
         roots = [base / "ws", base / "ws2"]
         outside_before = (snapshot(base / "out"), snapshot(base / "ws_sib"))
+        git_before = [snapshot(base / "ws" / d) for d in (".git", "repo.git")]
         workspaces = []
         for mode in RESOLVER_MODES:
             w = Workspace(roots)
@@ -140,3 +158,19 @@ def test_no_path_ever_leaves_the_roots(items: list[tuple], probes: list[tuple[st
             for w in workspaces:
                 w.close()
         assert (snapshot(base / "out"), snapshot(base / "ws_sib")) == outside_before
+        assert [snapshot(base / "ws" / d) for d in (".git", "repo.git")] == git_before
+        assert_no_new_git_directories(base, {base / "ws" / ".git", base / "ws" / "repo.git"})
+
+
+def assert_no_new_git_directories(base: Path, known: set[Path]) -> None:
+    for root in (base / "ws", base / "ws2"):
+        for dirpath, dirnames, _ in os.walk(root):
+            for name in dirnames:
+                d = Path(dirpath) / name
+                if d.is_symlink() or d in known or any(k in d.parents for k in known):
+                    continue
+                fd = os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+                try:
+                    assert not is_git_directory(fd), f"a write assembled a git directory at {d}"
+                finally:
+                    os.close(fd)
