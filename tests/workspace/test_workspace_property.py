@@ -29,7 +29,20 @@ components = st.lists(st.sampled_from([*NAMES, "..", ".", ""]), max_size=5)
 # Probes also aim at git metadata and at the names that assemble a git directory.
 probe_components = st.lists(
     st.sampled_from(
-        [*NAMES, "..", ".", "", ".git", ".GIT", "repo.git", "HEAD", "objects", "refs", "hooks", "almost"]
+        [
+            *NAMES,
+            "..",
+            ".",
+            "",
+            ".git",
+            ".GIT",
+            "repo.git",
+            "HEAD",
+            "objects",
+            "refs",
+            "hooks",
+            "almost",
+        ]
     ),
     max_size=5,
 )
