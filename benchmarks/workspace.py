@@ -129,6 +129,9 @@ def bench_grep(base: Path, rounds: int, files: int) -> dict[str, float]:
         result["python fallback"] = statistics.median(
             per_call(lambda: python_ws.grep(NEEDLE, max_results=100), 1) for _ in range(3)
         )
+        result["python fallback (all)"] = statistics.median(
+            per_call(lambda: python_ws.grep(NEEDLE, max_results=10000), 1) for _ in range(3)
+        )
         return result
     finally:
         ws.close()

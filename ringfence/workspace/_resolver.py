@@ -125,6 +125,12 @@ class _Openat2:
             found = self._hows[key] = (how, ctypes.addressof(how))
         return found[1]
 
+    def quick(self, dirfd: int, path: bytes, flags: int, resolve: int) -> int:
+        """One attempt: a descriptor, or -1 on any failure (then use the call, which explains)."""
+        found = self._hows.get((flags, resolve))
+        how = found[1] if found is not None else self._how(flags, resolve)
+        return self._fn(_SYS_OPENAT2, dirfd, path, how, _OPEN_HOW_SIZE)
+
     def __call__(self, dirfd: int, path: bytes, flags: int, resolve: int) -> int:
         """Open ``path`` relative to ``dirfd``; raise OSError with the errno."""
         if self.available is False:
@@ -247,7 +253,7 @@ class Resolver:
 
     Thread-safe; :meth:`close` waits for no one but defers closing the root
     descriptors until the last operation in flight has finished, so a
-    descriptor number is never reused under a running walk.
+    descriptor number is never reused under a running walk. Idempotent.
     """
 
     def __init__(self, roots: list[Root]) -> None:
@@ -255,38 +261,39 @@ class Resolver:
         self.use_openat2 = True  # tests switch this off to exercise the walk alone
         self._host: Root | None = None
         self._lock = threading.Lock()
-        self._active = 0
+        self._inflight: list[None] = []
         self._closed = False
 
     # -- lifetime ----------------------------------------------------------------------
 
+    # In-flight accounting without a lock on the hot path: list.append and list.pop are
+    # atomic, and "closed" is checked *after* announcing, so either close() sees the
+    # operation and leaves the descriptors to its __exit__, or the operation sees closed.
+
     def __enter__(self) -> Resolver:
         """Mark an operation in flight (``with resolver:``); refuses once closed."""
-        with self._lock:
-            if self._closed:
-                raise ToolError("the workspace is closed")
-            self._active += 1
+        self._inflight.append(None)
+        if self._closed:
+            self._inflight.pop()
+            raise ToolError("the workspace is closed")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._active -= 1
-            if self._closed and self._active == 0:
-                self._close_fds()
+        self._inflight.pop()
+        if self._closed and not self._inflight:
+            self._close_fds()
 
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._active == 0:
-                self._close_fds()
+        self._closed = True
+        if not self._inflight:
+            self._close_fds()
 
     def _close_fds(self) -> None:
-        for root in [*self.roots, *([self._host] if self._host else [])]:
-            if root.fd >= 0:
-                os.close(root.fd)
-                root.fd = -1
+        with self._lock:  # idempotent: the last two to leave may both get here
+            for root in [*self.roots, *([self._host] if self._host else [])]:
+                if root.fd >= 0:
+                    os.close(root.fd)
+                    root.fd = -1
 
     def host_root(self) -> Root:
         """``/`` as a root: used only by unrestricted calls."""
@@ -500,14 +507,20 @@ class Resolver:
             and path[0] != "/"
             and "\x00" not in path
         ):
-            # The common case, a relative path: straight to the first root.
+            # The common case, a relative path: one syscall against the first root.
             try:
-                return openat2(self.roots[0].fd, os.fsencode(path), flags, _BENEATH)
+                raw = os.fsencode(path)
             except UnicodeError:
-                pass  # start() below reports it
-            except OSError as exc:
-                if exc.errno not in _SECOND_LOOK:
-                    raise translate_oserror(exc, path) from None
+                raw = None  # start() below reports it
+            if raw is not None:
+                fd = openat2.quick(self.roots[0].fd, raw, flags, _BENEATH)
+                if fd >= 0:
+                    return fd
+                try:  # the careful call: retries EAGAIN, remembers ENOSYS, raises
+                    return openat2(self.roots[0].fd, raw, flags, _BENEATH)
+                except OSError as exc:
+                    if exc.errno not in _SECOND_LOOK:
+                        raise translate_oserror(exc, path) from None
         roots = self.roots_for(unrestricted)
         root, pending = self.start(path, roots)
         if self.use_openat2 and openat2.available is not False and not root.is_host:

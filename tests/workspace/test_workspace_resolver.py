@@ -349,3 +349,30 @@ def test_relative_paths_in_a_second_root_are_shown_absolute(ws: Workspace, tree:
 def test_path_objects_are_accepted_for_roots(tree: Tree) -> None:
     with Workspace([str(tree.ws), Path(tree.ws2)]) as w:
         assert w.roots == tree.roots()
+
+
+def test_close_while_operations_are_in_flight(tree: Tree) -> None:
+    import threading
+
+    for _ in range(20):
+        w = Workspace(tree.roots())
+        unexpected: list[BaseException] = []
+
+        def reader(w: Workspace = w, unexpected: list[BaseException] = unexpected) -> None:
+            for _ in range(100):
+                try:
+                    assert w.read_text("hello.txt") == "hello\n"
+                except RingfenceError as exc:
+                    if "closed" not in exc.message:
+                        unexpected.append(exc)
+                except BaseException as exc:  # a reused descriptor would show up here
+                    unexpected.append(exc)
+
+        threads = [threading.Thread(target=reader) for _ in range(3)]
+        for t in threads:
+            t.start()
+        w.close()
+        for t in threads:
+            t.join()
+        assert unexpected == []
+        assert all(r.fd == -1 for r in w._resolver.roots)  # released by the last one out
