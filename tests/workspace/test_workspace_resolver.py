@@ -376,3 +376,32 @@ def test_close_while_operations_are_in_flight(tree: Tree) -> None:
             t.join()
         assert unexpected == []
         assert all(r.fd == -1 for r in w._resolver.roots)  # released by the last one out
+
+
+def test_enosys_is_remembered_and_the_walk_takes_over(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctypes
+    import errno
+
+    calls = []
+
+    def no_openat2(*args: object) -> int:  # what a kernel without openat2 answers
+        calls.append(args)
+        ctypes.set_errno(errno.ENOSYS)
+        return -1
+
+    monkeypatch.setattr(openat2, "_fn", no_openat2)
+    monkeypatch.setattr(openat2, "available", None)
+    (tree.ws / "abs").symlink_to(tree.ws / "hello.txt")
+    (tree.ws / "out").symlink_to(tree.outside / "secret")
+    with Workspace(tree.roots()) as w:
+        assert w.read_text("hello.txt") == "hello\n"
+        assert openat2.available is False
+        seen = len(calls)
+        assert w.read_text("abs") == "hello\n"
+        assert w.read_text("sub/../sub/inner.txt") == "inner\n"
+        with pytest.raises(OutsideWorkspace):
+            w.read_text("out")
+        assert w.grep("inner") == [{"path": "sub/inner.txt", "line": 1, "text": "inner"}]
+        assert len(calls) == seen  # never asked again
