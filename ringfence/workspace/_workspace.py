@@ -94,8 +94,11 @@ class Workspace:
           leading ``//``. NUL bytes are ``invalid_arguments``.
         * Git metadata is never written, whatever the posture: a ``.git``
           component at any depth in any spelling git protects, any git
-          directory (bare, separate, worktree, submodule), and no write may
-          assemble one. Errors say why (``git_metadata``).
+          directory (bare, separate, worktree, submodule, and so the target of
+          a ``.git`` file: git only follows ``gitdir:`` to a git directory),
+          and no write may assemble one (the write that would complete
+          ``HEAD`` + ``objects/`` + ``refs/`` or add ``commondir`` is refused,
+          in whatever order the pieces come). Errors say why (``git_metadata``).
         * Writes replace (temp file, ``fsync``, rename relative to the parent
           descriptor): hard links are replaced, not written through; owner,
           mode and extended attributes are kept or the write is
