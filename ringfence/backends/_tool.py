@@ -20,6 +20,7 @@ from ..runtime import (
     Consequence,
     Kernel,
     Posture,
+    RingfenceError,
     StreamRedactor,
     ToolSpec,
 )
@@ -91,7 +92,7 @@ class WorkspaceLike(Protocol):
     @property
     def roots(self) -> Sequence[Path]: ...
 
-    def resolve_dir(self, path: str | Path, *, unrestricted: bool = False) -> Path: ...
+    def resolve_dir(self, path: str, *, unrestricted: bool = False) -> Path: ...
 
     def git_directories(self) -> list[Path]: ...
 
@@ -153,7 +154,11 @@ class ShellTool:
 
     async def __call__(self, args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         unrestricted = ctx.posture is Posture.UNRESTRICTED
-        cwd = self.workspace.resolve_dir(args.get("cwd", "."), unrestricted=unrestricted)
+        try:
+            cwd = self.workspace.resolve_dir(args.get("cwd", "."), unrestricted=unrestricted)
+        except RingfenceError as exc:
+            exc.field = "cwd"  # the resolver names its own argument; here it is cwd
+            raise
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
         session = await self.session(ctx)
         env = dict(args.get("env") or {})
