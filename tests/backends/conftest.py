@@ -20,6 +20,7 @@ from ringfence.backends import BackendSession, DockerSession, connect_docker, en
 from ringfence.runtime import Unavailable
 
 TEST_IMAGE = "busybox"
+WORKSPACE_UID = 1000
 # Small limits keep the hardening tests fast.
 DOCKER_OPTIONS = {"image": TEST_IMAGE, "memory": "96m", "pids": 64, "cpus": 1.0}
 
@@ -51,8 +52,16 @@ def workspace(tmp_path: Path) -> Path:
     """A workspace owned by an unprivileged uid, as a developer's checkout would be."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    os.chown(ws, 1000, 1000)
+    if os.geteuid() == 0:  # as a developer, the directory is already the developer's
+        os.chown(ws, WORKSPACE_UID, WORKSPACE_UID)
     return ws
+
+
+def chown_like_workspace(workspace: Path, *paths: Path) -> None:
+    st = workspace.stat()
+    for path in paths:
+        if os.geteuid() == 0:
+            os.chown(path, st.st_uid, st.st_gid)
 
 
 async def host_processes(_session: BackendSession) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 import pytest
 import trio
-from conftest import DOCKER_OPTIONS
+from conftest import DOCKER_OPTIONS, chown_like_workspace
 
 from ringfence.backends import (
     CONTAINER_LABEL,
@@ -59,7 +59,9 @@ async def test_hardening_from_inside(docker_client, workspace: Path, monkeypatch
         assert tmp.exit_code == 126 and "Permission denied" in tmp.stderr, tmp
 
         ids = await sh(session, "id -u; id -g", workspace)
-        assert ids.stdout.split() == ["1000", "1000"]  # the workspace owner, never root
+        owner = workspace.stat()
+        assert ids.stdout.split() == [str(owner.st_uid), str(owner.st_gid)]  # never root
+        assert owner.st_uid != 0
 
         env = await sh(session, "env; cat /proc/1/environ", workspace)
         assert secret not in env.stdout + env.stderr
@@ -127,8 +129,7 @@ async def test_git_directory_is_read_only_inside(docker_client, workspace: Path)
     (git / "hooks").mkdir(parents=True)
     (git / "config").write_text("[core]\n\tbare = false\n")
     (workspace / "src").mkdir()
-    for p in (git, git / "hooks", git / "config", workspace / "src"):
-        os.chown(p, 1000, 1000)
+    chown_like_workspace(workspace, git, git / "hooks", git / "config", workspace / "src")
     session = await start(workspace, readonly_paths=(git,))
     try:
         attack = await sh(
@@ -183,19 +184,20 @@ async def test_close_removes_the_container_and_labels_find_it(docker_client, wor
         await sh(session, "true", workspace)
 
 
+def ours(client) -> set[str]:
+    """Containers this test process owns (other processes on the machine may own others)."""
+    owner = f"{CONTAINER_LABEL}.owner={socket.gethostname()}:{os.getpid()}"
+    return {c.id for c in client.containers.list(all=True, filters={"label": owner})}
+
+
 async def test_cancelled_start_leaves_no_container(docker_client, workspace: Path) -> None:
-    before = {
-        c.id for c in docker_client.containers.list(all=True, filters={"label": CONTAINER_LABEL})
-    }
+    before = ours(docker_client)
     # Cancel at successive points of start-up: every one must clean up after itself.
     for delay in (0.0, 0.05, 0.15, 0.3):
         with trio.move_on_after(delay):
             session = await start(workspace)
             await session.aclose()
-    after = {
-        c.id for c in docker_client.containers.list(all=True, filters={"label": CONTAINER_LABEL})
-    }
-    assert after <= before
+    assert ours(docker_client) <= before
 
 
 async def test_stale_containers_of_dead_owners_are_removed(docker_client) -> None:

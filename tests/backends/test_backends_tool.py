@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import docker
 import pytest
-from conftest import DOCKER_OPTIONS
+from conftest import DOCKER_OPTIONS, chown_like_workspace
 
 from ringfence import create_kernel
 from ringfence.runtime import (
@@ -140,8 +141,7 @@ async def test_docker_run_shell_mounts_git_directories_read_only(docker_client, 
     (git / "hooks").mkdir(parents=True)
     (git / "config").write_text("[core]\n")
     (workspace / "src").mkdir()
-    for p in (git, git / "hooks", git / "config", workspace / "src"):
-        os.chown(p, 1000, 1000)
+    chown_like_workspace(workspace, git, git / "hooks", git / "config", workspace / "src")
     async with kernel(workspace, backend="docker", backend_options=DOCKER_OPTIONS) as k:
         result = await k.call(
             "run_shell",
@@ -150,9 +150,9 @@ async def test_docker_run_shell_mounts_git_directories_read_only(docker_client, 
                 "cwd": "src",
             },
         )
-        container_ids = [
-            c.id for c in docker_client.containers.list(filters={"label": "ringfence=1"})
-        ]
+        owner = f"ringfence.owner={socket.gethostname()}:{os.getpid()}"
+        container_ids = [c.id for c in docker_client.containers.list(filters={"label": owner})]
+        assert len(container_ids) == 1
     assert "Read-only file system" in result["stderr"]
     assert result["stdout"] == "/workspace/src\n" and result["backend"] == "docker"
     assert (git / "config").read_text() == "[core]\n"
