@@ -80,9 +80,8 @@ async def test_secret_env_values_are_redacted_everywhere(workspace: Path, tmp_pa
         )
     assert token not in json.dumps(result) and "[REDACTED SECRET]" in result["stdout"]
     records = [json.loads(line) for line in events.read_text().splitlines()]
-    # `proposed` records the arguments before any tool code runs, so before run_shell can
-    # register the value it is given; everything from the command on is redacted.
-    leaked = [r["kind"] for r in records if token in json.dumps(r) and r["kind"] != "proposed"]
+    # Credential-named argument values are registered before `proposed` is written.
+    leaked = [r["kind"] for r in records if token in json.dumps(r)]
     assert leaked == []
     outputs = [r for r in records if r["kind"] == "output"]
     assert {r["stream"] for r in outputs} == {"stdout", "stderr"}
