@@ -36,6 +36,8 @@ def create_kernel(
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
+    mcp_manifest: Any = None,
+    mcp_options: dict[str, Any] | None = None,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -43,8 +45,25 @@ def create_kernel(
     ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``) or
     ``"docker"``; backend sessions start on first use and close with the
     kernel. Use the result as ``async with create_kernel(...) as kernel:``.
+
+    ``mcp_manifest`` (opt-in, because connecting starts server processes): a
+    ``ringfence.mcp_host.Manifest``, a path to an ``mcp.toml``, or ``True`` for
+    the user manifest plus the first root's ``.ringfence/mcp.toml``. The
+    servers connect when the kernel is entered and stop when it closes;
+    ``mcp_options`` go to ``ringfence.mcp_host.connect_servers``.
     """
-    kernel = Kernel(
+    roots = list(roots)
+    kernel_cls: type[Kernel] = Kernel
+    if mcp_manifest is not None:
+        from .mcp_host import McpKernel
+
+        kernel_cls = McpKernel
+        kernel_options.update(
+            mcp_manifest=mcp_manifest,
+            mcp_workspace=Path(roots[0]) if roots else None,
+            mcp_options=mcp_options or {},
+        )
+    kernel = kernel_cls(
         posture=Posture.parse(posture),
         approver=approver if approver is not None else default_approver(),
         rules=rules or Rules(),
