@@ -526,69 +526,90 @@ async def connect_servers(
         if s.enabled and (wanted is None or s.name in wanted)
     ]
     started: dict[str, Connector] = {}
-    async with trio.open_nursery() as nursery:
-        try:
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
 
-            async def start_one(config: ServerConfig) -> None:
-                connector = Connector(
-                    config,
-                    kernel,
-                    nursery,
-                    sampling_provider=sampling_provider,
-                    sampling_lock=lock,
-                    elicitor=elicitor,
-                    limits=limits,
-                )
-                try:
-                    await connector.start()
-                except RingfenceError as exc:
-                    await connector.pool.aclose()
-                    connectors.failures[config.name] = exc
-                    kernel.events.emit(
-                        "mcp_connect_failed",
-                        kernel.session_id,
-                        server=config.name,
-                        error=exc.to_dict(),
+                async def start_one(config: ServerConfig) -> None:
+                    connector = Connector(
+                        config,
+                        kernel,
+                        nursery,
+                        sampling_provider=sampling_provider,
+                        sampling_lock=lock,
+                        elicitor=elicitor,
+                        limits=limits,
                     )
-                    return
-                started[config.name] = connector
+                    try:
+                        await connector.start()
+                    except RingfenceError as exc:
+                        await connector.pool.aclose()
+                        connectors.failures[config.name] = exc
+                        kernel.events.emit(
+                            "mcp_connect_failed",
+                            kernel.session_id,
+                            server=config.name,
+                            error=exc.to_dict(),
+                        )
+                        return
+                    started[config.name] = connector
 
-            async with trio.open_nursery() as starters:
-                for config in configs:
-                    starters.start_soon(start_one, config)
-            if strict and connectors.failures:
-                name, error = next(iter(connectors.failures.items()))
-                raise Unavailable(
-                    f"MCP server {name!r} could not be connected: {error.message}"
-                ) from None
-            for config in configs:  # manifest order, whatever order they finished in
-                if config.name in started:
-                    connector = started[config.name]
-                    connectors._register(connector)
-                    kernel.events.emit(
-                        "mcp_connected",
-                        kernel.session_id,
-                        server=connector.name,
-                        protocol_version=connector.identity.get("protocol_version"),
-                        server_info={k: connector.identity.get(k) for k in ("name", "version")},
-                        ledger=connector.ledger.to_dict() if connector.ledger else None,
-                        tools=[s.name for s in connector.specs],
-                    )
-            connectors._add_autonomous()
-            discovery = manifest.tool_discovery if tool_discovery is None else tool_discovery
-            if discovery:
-                from ._discovery import Discovery
+                async with trio.open_nursery() as starters:
+                    for config in configs:
+                        starters.start_soon(start_one, config)
+                if strict and connectors.failures:
+                    name, error = next(iter(connectors.failures.items()))
+                    raise Unavailable(
+                        f"MCP server {name!r} could not be connected: {error.message}"
+                    ) from None
+                for config in configs:  # manifest order, whatever order they finished in
+                    if config.name in started:
+                        connector = started[config.name]
+                        connectors._register(connector)
+                        kernel.events.emit(
+                            "mcp_connected",
+                            kernel.session_id,
+                            server=connector.name,
+                            protocol_version=connector.identity.get("protocol_version"),
+                            server_info={k: connector.identity.get(k) for k in ("name", "version")},
+                            ledger=connector.ledger.to_dict() if connector.ledger else None,
+                            tools=[s.name for s in connector.specs],
+                        )
+                connectors._add_autonomous()
+                discovery = manifest.tool_discovery if tool_discovery is None else tool_discovery
+                if discovery:
+                    from ._discovery import Discovery
 
-                connectors.discovery = Discovery.install(kernel, connectors)
-            yield connectors
-        finally:
-            await connectors.aclose()
-            if connectors.discovery is not None:
-                connectors.discovery.uninstall()
-            for connector in started.values():
-                if connector.name not in connectors:
-                    await connector.pool.aclose()
-            nursery.cancel_scope.cancel()
+                    connectors.discovery = Discovery.install(kernel, connectors)
+                yield connectors
+            finally:
+                await connectors.aclose()
+                if connectors.discovery is not None:
+                    connectors.discovery.uninstall()
+                for connector in started.values():
+                    if connector.name not in connectors:
+                        await connector.pool.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The connection tasks never raise, so a group here holds one real error (the
+        # caller's body or a strict-mode failure): raise that error itself, not a group.
+        raise _single(group) from None
+
+
+def _single(group: BaseExceptionGroup) -> BaseException:
+    leaves = list(_leaves(group))
+    real = [e for e in leaves if not isinstance(e, trio.Cancelled)]
+    if len(real) == 1:
+        return real[0]
+    return group
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for e in exc.exceptions:
+            yield from _leaves(e)
+    else:
+        yield exc
 
 
 async def attach_connectors(kernel: Kernel, manifest: Manifest, **options: Any) -> Connectors:

@@ -60,9 +60,30 @@ def state(tmp_path: Path) -> Path:
     return d
 
 
+class WaitableSink(MemorySink):
+    """A MemorySink a test can wait on: ``await sink.wait_for("mcp_notification")``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = trio.Event()
+
+    def write(self, line: str) -> None:
+        super().write(line)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_for(self, kind: str, timeout: float = 10) -> dict:
+        with trio.fail_after(timeout):
+            while True:
+                found = [r for r in self.records() if r["kind"] == kind]
+                if found:
+                    return found[0]
+                await self._changed.wait()
+
+
 @pytest.fixture
-def sink() -> MemorySink:
-    return MemorySink()
+def sink() -> WaitableSink:
+    return WaitableSink()
 
 
 @pytest.fixture

@@ -73,6 +73,13 @@ def pid() -> int:
 
 
 @mcp.tool(annotations=RO)
+def request_headers(ctx: Context) -> str:
+    """Echo the credential headers this request carried (a leaky server, over HTTP)."""
+    headers = ctx.headers or {}
+    return f"authorization={headers.get('authorization')} x-api-token={headers.get('x-api-token')}"
+
+
+@mcp.tool(annotations=RO)
 def big(size: int) -> str:
     """A long text of `size` characters."""
     return "".join(chr(ord("a") + i % 26) for i in range(size))
