@@ -6,8 +6,8 @@ advertise elicitation. Otherwise:
 - ``ask`` asks the session's Approver whether to show the request at all;
   ``allow`` shows it directly. Without an :class:`Elicitor` (nobody to show it
   to) every request is declined.
-- Form mode: the schema must be a flat object of primitive fields (the spec's
-  restricted subset). A form with any field that appears to request a
+- Form mode: the schema must be a flat object of primitive fields or
+  multi-select string lists (the spec's restricted subset). A form with any field that appears to request a
   password, token, key, payment data or other credential is refused outright;
   such flows belong in URL mode.
 - Answers are validated against the form's schema before they are sent; an
@@ -61,22 +61,39 @@ _CREDENTIAL_PHRASES = re.compile(
 _PRIMITIVES = frozenset({"string", "number", "integer", "boolean"})
 
 
+def _is_multi_select(prop: Mapping[str, Any]) -> bool:
+    """2025-11-25's multi-select enum: an array of strings drawn from a fixed list."""
+    items = prop.get("items")
+    return (
+        prop.get("type") == "array"
+        and isinstance(items, Mapping)
+        and (items.get("type") == "string" or "anyOf" in items)
+        and ("enum" in items or "anyOf" in items)
+    )
+
+
 def _words(text: str) -> set[str]:
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
     return {w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w}
 
 
 def credential_fields(schema: Mapping[str, Any]) -> list[str]:
-    """Names of fields in a form schema that appear to ask for credentials or payment data."""
+    """Names of fields in a form schema that appear to ask for credentials or payment data.
+
+    A field's name and title are checked word by word (``apiKey``, ``pin``); its
+    description, which is prose ("do not give us your pin"), only for explicit
+    phrases (``password``, ``api key``, ``card number``, …).
+    """
     out = []
     for name, prop in (schema.get("properties") or {}).items():
         prop = prop if isinstance(prop, Mapping) else {}
-        label = " ".join(str(prop.get(k, "")) for k in ("title", "description"))
+        label = f"{name} {prop.get('title', '')}"
+        description = str(prop.get("description", ""))
         fmt = str(prop.get("format", "")).lower()
         if (
-            _words(str(name)) & _CREDENTIAL_WORDS
-            or _words(label) & _CREDENTIAL_WORDS
-            or _CREDENTIAL_PHRASES.search(f"{name} {label}")
+            _words(label) & _CREDENTIAL_WORDS
+            or _CREDENTIAL_PHRASES.search(label)
+            or _CREDENTIAL_PHRASES.search(description)
             or fmt in ("password", "credit-card")
         ):
             out.append(str(name))
@@ -127,8 +144,11 @@ class ElicitationGate:
         if schema.get("type") != "object" or not isinstance(schema.get("properties"), Mapping):
             return "the form schema must be an object with properties"
         for name, prop in schema["properties"].items():
-            if not isinstance(prop, Mapping) or prop.get("type") not in _PRIMITIVES:
-                return f"form field {name!r} is not a primitive (string, number, integer, boolean)"
+            if not (isinstance(prop, Mapping) and (prop.get("type") in _PRIMITIVES or _is_multi_select(prop))):
+                return (
+                    f"form field {name!r} is not a primitive (string, number, integer, boolean) "
+                    "or a multi-select list of strings"
+                )
         bad = credential_fields(schema)
         if bad:
             return (

@@ -110,14 +110,20 @@ def fail(reason: str) -> str:
 
 
 @mcp.tool(annotations=RO)
-async def sample(prompt: str, ctx: Context, max_tokens: int = 50) -> str:
-    """Ask the client's model (sampling) and return its answer."""
+async def sample(prompt: str, ctx: Context, max_tokens: int = 50, offer_tools: bool = False) -> str:
+    """Ask the client's model (sampling); record and return its answer."""
+    extra = {}
+    if offer_tools:
+        extra["tools"] = [types.Tool(name="shell", input_schema={"type": "object"})]
     result = await ctx.session.create_message(
         [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))],
         max_tokens=max_tokens,
         model_preferences=types.ModelPreferences(hints=[types.ModelHint(name="small")]),
+        **extra,
     )
-    return f"{result.model}: {result.content.text}"
+    content = result.content if not isinstance(result.content, list) else result.content[0]
+    _record("sampled.log", f"{result.model}: {content.text}")
+    return f"{result.model}: {content.text}"
 
 
 @mcp.tool(annotations=RO)
