@@ -49,7 +49,7 @@ from ._adapter import (
 from ._authority import CapabilityLedger
 from ._connection import ConnectionPool, Diagnostics, LiveConnection
 from ._elicitation import ElicitationGate, Elicitor
-from ._inventory import Listing, ListLimits, assign_names, filter_names, list_paginated
+from ._inventory import DEFAULT_LIMITS, Listing, ListLimits, assign_names, filter_names, list_paginated
 from ._manifest import Manifest, Policy, ServerConfig, Transport
 from ._sampling import SamplingGate, SamplingProvider
 from ._urls import display_url
@@ -57,7 +57,6 @@ from ._urls import display_url
 __all__ = ["Connector", "Connectors", "attach_connectors", "connect_servers"]
 
 MAX_SUBSCRIPTIONS = 100
-DEFAULT_LIMITS = ListLimits()
 MAX_INSTRUCTIONS = 4000
 # Notification methods that go to the event stream when subscriptions are enabled.
 _STREAMED = frozenset(

@@ -45,6 +45,9 @@ class ListLimits:
     max_items: int = 5000
 
 
+DEFAULT_LIMITS = ListLimits()
+
+
 @dataclass(frozen=True)
 class Listing(Generic[T]):
     items: tuple[T, ...]
@@ -64,7 +67,7 @@ class Listing(Generic[T]):
 async def list_paginated(
     kind: str,
     fetch: Callable[[str | None], Awaitable[tuple[Sequence[T], str | None]]],
-    limits: ListLimits = ListLimits(),
+    limits: ListLimits = DEFAULT_LIMITS,
 ) -> Listing[T]:
     """Follow ``next_cursor`` from the first page, within ``limits``.
 

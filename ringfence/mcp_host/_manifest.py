@@ -493,8 +493,10 @@ def parse_manifest(text: str, path: str = "<mcp.toml>") -> Manifest:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None)
-        detail = getattr(exc, "msg", None) or str(exc)
+        # Python 3.11's tomllib puts the position only in the message: "... (at line 3, column 13)".
+        found = re.search(r"\s*\(at line (\d+), column (\d+)\)", str(exc))
+        line = int(found.group(1)) if found else None
+        detail = str(exc).replace(found.group(0), f" (column {found.group(2)})") if found else str(exc)
         where = f"{path}:{line}" if line else path
         raise InvalidArguments(
             f"{where}: not valid TOML: {detail}", field="toml", file=path, line=line

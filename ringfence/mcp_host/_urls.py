@@ -81,16 +81,16 @@ def check_url(url: object, field: str = "url") -> str:
     """
     if not isinstance(url, str) or not url.strip():
         raise InvalidArguments(f"{field} must be a non-empty URL string", field=field)
-    if url != url.strip() or any(ord(c) < 0x21 or c == "\x7f" for c in url):
-        raise InvalidArguments(
-            f"{field} contains whitespace or control characters; enter the URL exactly",
-            field=field,
-        )
     if has_placeholder(url):
         raise InvalidArguments(
             f"{field} still holds {QUERY_PLACEHOLDER!r} or {FRAGMENT_PLACEHOLDER!r}: that is how "
             "ringfence displays a hidden query, not the query itself; leave the saved URL unchanged "
             "or enter the whole URL",
+            field=field,
+        )
+    if url != url.strip() or any(ord(c) < 0x21 or c == "\x7f" for c in url):
+        raise InvalidArguments(
+            f"{field} contains whitespace or control characters; enter the URL exactly",
             field=field,
         )
     try:
