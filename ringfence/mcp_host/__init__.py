@@ -17,7 +17,9 @@ from ._connector import Connector as Connector
 from ._connector import Connectors as Connectors
 from ._connector import attach_connectors as attach_connectors
 from ._connector import connect_servers as connect_servers
+from ._connector import start_connectors as start_connectors
 from ._discovery import Discovery as Discovery
+from ._inspect import inspect_server as inspect_server
 from ._elicitation import ElicitationAnswer as ElicitationAnswer
 from ._elicitation import ElicitationPrompt as ElicitationPrompt
 from ._elicitation import Elicitor as Elicitor

@@ -6,10 +6,10 @@
         async with connect_servers(kernel, load_manifests()) as connectors:
             await kernel.call("mcp.files.read_text_file", {"path": "/srv/a.txt"})
 
-or, tied to the kernel's lifetime (call it from the task that will close the
-kernel, typically right after ``async with create_kernel(...) as kernel:``)::
+or, tied to the kernel's lifetime, in a nursery the host owns::
 
-    connectors = await attach_connectors(kernel, load_manifests())
+    async with trio.open_nursery() as nursery, create_kernel(...) as kernel:
+        connectors = await attach_connectors(kernel, load_manifests(), nursery=nursery)
 
 A :class:`Connector` is one server: its pooled connection, the recorded
 initialize result (identity, negotiated protocol, capability ledger), the
@@ -54,7 +54,7 @@ from ._manifest import Manifest, Policy, ServerConfig, Transport
 from ._sampling import SamplingGate, SamplingProvider
 from ._urls import display_url
 
-__all__ = ["Connector", "Connectors", "attach_connectors", "connect_servers"]
+__all__ = ["Connector", "Connectors", "attach_connectors", "connect_servers", "start_connectors"]
 
 MAX_SUBSCRIPTIONS = 100
 MAX_INSTRUCTIONS = 4000
@@ -485,6 +485,9 @@ class Connectors:
             async with trio.open_nursery() as n:
                 for c in self._by_name.values():
                     n.start_soon(c.pool.aclose)
+        if self.discovery is not None:
+            self.discovery.uninstall()
+            self.discovery = None
         for name in self._registered:
             self.kernel.registry.remove(name)
         self._registered.clear()
@@ -495,10 +498,10 @@ class Connectors:
             self._autonomous = ()
 
 
-@contextlib.asynccontextmanager
-async def connect_servers(
+async def start_connectors(
     kernel: Kernel,
     manifest: Manifest,
+    nursery: trio.Nursery,
     *,
     workspace: str | os.PathLike[str] | None = None,
     names: Iterable[str] | None = None,
@@ -507,92 +510,120 @@ async def connect_servers(
     tool_discovery: bool | None = None,
     strict: bool = False,
     limits: ListLimits = DEFAULT_LIMITS,
-) -> AsyncIterator[Connectors]:
-    """Connect the manifest's enabled servers and register their tools into ``kernel``.
+) -> Connectors:
+    """Connect the manifest's enabled servers into ``nursery`` and register their tools.
 
-    ``workspace`` expands ``$WORKSPACE``; ``names`` restricts to some servers;
-    ``tool_discovery`` overrides the manifest's setting. On exit every server
-    is stopped (cancellation or not) and its tools are unregistered.
-
-    Raises (only with ``strict=True``) the first server's connection error.
+    The connections live in ``nursery`` until ``await connectors.aclose()``
+    (which stops every server and unregisters its tools; it may be called from
+    any task). Raises (only with ``strict=True``) the first connection error,
+    after stopping whatever did connect.
     """
     connectors = Connectors(kernel)
     lock = trio.Lock()  # one serialized sampling adapter for the whole session
     wanted = set(names) if names is not None else None
     configs = [
-        s.expanded(workspace)
-        for s in manifest.servers
-        if s.enabled and (wanted is None or s.name in wanted)
+        s.expanded(workspace) for s in manifest.servers if s.enabled and (wanted is None or s.name in wanted)
     ]
     started: dict[str, Connector] = {}
+
+    async def start_one(config: ServerConfig) -> None:
+        connector = Connector(
+            config,
+            kernel,
+            nursery,
+            sampling_provider=sampling_provider,
+            sampling_lock=lock,
+            elicitor=elicitor,
+            limits=limits,
+        )
+        try:
+            await connector.start()
+        except RingfenceError as exc:
+            await connector.pool.aclose()
+            connectors.failures[config.name] = exc
+            kernel.events.emit("mcp_connect_failed", kernel.session_id, server=config.name, error=exc.to_dict())
+            return
+        except BaseException:
+            await connector.pool.aclose()
+            raise
+        started[config.name] = connector
+
+    try:
+        async with trio.open_nursery() as starters:
+            for config in configs:
+                starters.start_soon(start_one, config)
+        if strict and connectors.failures:
+            name, error = next(iter(connectors.failures.items()))
+            raise Unavailable(f"MCP server {name!r} could not be connected: {error.message}") from None
+        for config in configs:  # manifest order, whatever order they finished in
+            if config.name in started:
+                connector = started.pop(config.name)
+                connectors._register(connector)
+                kernel.events.emit(
+                    "mcp_connected",
+                    kernel.session_id,
+                    server=connector.name,
+                    protocol_version=connector.identity.get("protocol_version"),
+                    server_info={k: connector.identity.get(k) for k in ("name", "version")},
+                    ledger=connector.ledger.to_dict() if connector.ledger else None,
+                    tools=[s.name for s in connector.specs],
+                )
+        connectors._add_autonomous()
+        discovery = manifest.tool_discovery if tool_discovery is None else tool_discovery
+        if discovery:
+            from ._discovery import Discovery
+
+            connectors.discovery = Discovery.install(kernel, connectors)
+    except BaseException as exc:
+        with trio.CancelScope(shield=True):
+            for connector in started.values():
+                await connector.pool.aclose()
+            await connectors.aclose()
+        if isinstance(exc, BaseExceptionGroup):
+            raise _single(exc) from None
+        raise
+    return connectors
+
+
+@contextlib.asynccontextmanager
+async def connect_servers(kernel: Kernel, manifest: Manifest, **options: Any) -> AsyncIterator[Connectors]:
+    """Connect the manifest's servers for the duration of the ``async with`` block.
+
+    Options are those of :func:`start_connectors` (``workspace``, ``names``,
+    ``sampling_provider``, ``elicitor``, ``tool_discovery``, ``strict``,
+    ``limits``). On exit every server is stopped (cancellation or not) and
+    its tools are unregistered. An exception from the block propagates as
+    itself, not wrapped in an exception group.
+    """
     try:
         async with trio.open_nursery() as nursery:
+            connectors = await start_connectors(kernel, manifest, nursery, **options)
             try:
-
-                async def start_one(config: ServerConfig) -> None:
-                    connector = Connector(
-                        config,
-                        kernel,
-                        nursery,
-                        sampling_provider=sampling_provider,
-                        sampling_lock=lock,
-                        elicitor=elicitor,
-                        limits=limits,
-                    )
-                    try:
-                        await connector.start()
-                    except RingfenceError as exc:
-                        await connector.pool.aclose()
-                        connectors.failures[config.name] = exc
-                        kernel.events.emit(
-                            "mcp_connect_failed",
-                            kernel.session_id,
-                            server=config.name,
-                            error=exc.to_dict(),
-                        )
-                        return
-                    started[config.name] = connector
-
-                async with trio.open_nursery() as starters:
-                    for config in configs:
-                        starters.start_soon(start_one, config)
-                if strict and connectors.failures:
-                    name, error = next(iter(connectors.failures.items()))
-                    raise Unavailable(
-                        f"MCP server {name!r} could not be connected: {error.message}"
-                    ) from None
-                for config in configs:  # manifest order, whatever order they finished in
-                    if config.name in started:
-                        connector = started[config.name]
-                        connectors._register(connector)
-                        kernel.events.emit(
-                            "mcp_connected",
-                            kernel.session_id,
-                            server=connector.name,
-                            protocol_version=connector.identity.get("protocol_version"),
-                            server_info={k: connector.identity.get(k) for k in ("name", "version")},
-                            ledger=connector.ledger.to_dict() if connector.ledger else None,
-                            tools=[s.name for s in connector.specs],
-                        )
-                connectors._add_autonomous()
-                discovery = manifest.tool_discovery if tool_discovery is None else tool_discovery
-                if discovery:
-                    from ._discovery import Discovery
-
-                    connectors.discovery = Discovery.install(kernel, connectors)
                 yield connectors
             finally:
                 await connectors.aclose()
-                if connectors.discovery is not None:
-                    connectors.discovery.uninstall()
-                for connector in started.values():
-                    if connector.name not in connectors:
-                        await connector.pool.aclose()
-                nursery.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()  # stray stderr readers
     except BaseExceptionGroup as group:
         # The connection tasks never raise, so a group here holds one real error (the
-        # caller's body or a strict-mode failure): raise that error itself, not a group.
+        # caller's block or a connect failure): raise that error itself, not a group.
         raise _single(group) from None
+
+
+async def attach_connectors(kernel: Kernel, manifest: Manifest, *, nursery: trio.Nursery, **options: Any) -> Connectors:
+    """Connect into a nursery the host owns; the servers stop when the kernel closes.
+
+    Trio-style: the connections need a nursery that outlives this call, so
+    the host passes one::
+
+        async with trio.open_nursery() as nursery, create_kernel(...) as kernel:
+            connectors = await attach_connectors(kernel, manifest, nursery=nursery)
+
+    ``kernel.aclose()`` stops every server (``connectors.aclose()`` is
+    registered with ``kernel.push_async_callback``).
+    """
+    connectors = await start_connectors(kernel, manifest, nursery, **options)
+    kernel.push_async_callback(connectors.aclose)
+    return connectors
 
 
 def _single(group: BaseExceptionGroup) -> BaseException:
@@ -609,12 +640,3 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
             yield from _leaves(e)
     else:
         yield exc
-
-
-async def attach_connectors(kernel: Kernel, manifest: Manifest, **options: Any) -> Connectors:
-    """:func:`connect_servers` tied to the kernel: its servers stop when the kernel closes.
-
-    Call it from the task that will close the kernel (trio requires the task
-    that opened the connections' nursery to close it).
-    """
-    return await kernel.enter_async_context(connect_servers(kernel, manifest, **options))
