@@ -47,7 +47,9 @@ def _toml(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-async def _interleave(arms: list[Callable[[], Awaitable[Any]]], rounds: int, batch: int) -> list[list[float]]:
+async def _interleave(
+    arms: list[Callable[[], Awaitable[Any]]], rounds: int, batch: int
+) -> list[list[float]]:
     """Per-call seconds for each arm: one batch of each per round, the order rotating every round."""
     out: list[list[float]] = [[] for _ in arms]
     for r in range(rounds):
@@ -62,10 +64,17 @@ async def _interleave(arms: list[Callable[[], Awaitable[Any]]], rounds: int, bat
 
 
 async def measure(
-    label: str, command: str, args: list[str], tool: str, arguments: dict[str, Any], *, rounds: int, batch: int
+    label: str,
+    command: str,
+    args: list[str],
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    rounds: int,
+    batch: int,
 ) -> dict[str, Any]:
     manifest = parse_manifest(
-        f"[[server]]\nname = \"bench\"\ntransport = \"stdio\"\ncommand = {_toml(command)}\n"
+        f'[[server]]\nname = "bench"\ntransport = "stdio"\ncommand = {_toml(command)}\n'
         f"args = [{', '.join(_toml(a) for a in args)}]\n",
         "bench.toml",
     )
@@ -128,7 +137,10 @@ async def run(quick: bool = False) -> list[dict[str, Any]]:
             )
         )
     else:
-        print(f"note: {EVERYTHING} is missing (npm ci --prefix tests/npm); skipping server-everything", file=sys.stderr)
+        print(
+            f"note: {EVERYTHING} is missing (npm ci --prefix tests/npm); skipping server-everything",
+            file=sys.stderr,
+        )
     rows.append(
         await measure(
             "SDK test peer read_note (stdio, python)",

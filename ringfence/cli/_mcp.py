@@ -35,7 +35,9 @@ from ._output import print_ok
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--manifest", metavar="FILE", help="the manifest to use (default $RINGFENCE_HOME/mcp.toml)")
+    p.add_argument(
+        "--manifest", metavar="FILE", help="the manifest to use (default $RINGFENCE_HOME/mcp.toml)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -51,22 +53,70 @@ def register(sub: argparse._SubParsersAction) -> None:
     add = msub.add_parser("add", help="add a server, or replace one with the same name")
     add.add_argument("name")
     add.add_argument("--transport", choices=[t.value for t in Transport], required=True)
-    add.add_argument("--command", help="stdio: the server's executable (an absolute path is safest)")
-    add.add_argument("--arg", action="append", default=[], metavar="A", help="stdio: one argument (repeatable)")
-    add.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="stdio: a non-secret variable")
-    add.add_argument("--inherit-env", action="append", default=[], metavar="NAME", help="stdio: pass this variable through")
+    add.add_argument(
+        "--command", help="stdio: the server's executable (an absolute path is safest)"
+    )
+    add.add_argument(
+        "--arg", action="append", default=[], metavar="A", help="stdio: one argument (repeatable)"
+    )
+    add.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="stdio: a non-secret variable",
+    )
+    add.add_argument(
+        "--inherit-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="stdio: pass this variable through",
+    )
     add.add_argument("--cwd", help="stdio: working directory")
     add.add_argument("--url", help="http/sse: the endpoint (https, or http to loopback)")
-    add.add_argument("--api-key-env", metavar="VAR", help="http/sse: send Authorization: Bearer $VAR")
-    add.add_argument("--header-env", action="append", default=[], metavar="HEADER=VAR", help="http/sse: send HEADER: $VAR")
-    add.add_argument("--approve-capability", action="append", default=[], metavar="C", help="approve a capability (repeatable; default tools and prompts)")
-    add.add_argument("--trusted", action="store_true", help="mark the server trusted (results are not framed as untrusted)")
-    add.add_argument("--autonomous-tool", action="append", default=[], metavar="T", help="a tool that runs without asking")
-    add.add_argument("--read-only-tool", action="append", default=[], metavar="T", help="treat this tool as read-only")
+    add.add_argument(
+        "--api-key-env", metavar="VAR", help="http/sse: send Authorization: Bearer $VAR"
+    )
+    add.add_argument(
+        "--header-env",
+        action="append",
+        default=[],
+        metavar="HEADER=VAR",
+        help="http/sse: send HEADER: $VAR",
+    )
+    add.add_argument(
+        "--approve-capability",
+        action="append",
+        default=[],
+        metavar="C",
+        help="approve a capability (repeatable; default tools and prompts)",
+    )
+    add.add_argument(
+        "--trusted",
+        action="store_true",
+        help="mark the server trusted (results are not framed as untrusted)",
+    )
+    add.add_argument(
+        "--autonomous-tool",
+        action="append",
+        default=[],
+        metavar="T",
+        help="a tool that runs without asking",
+    )
+    add.add_argument(
+        "--read-only-tool",
+        action="append",
+        default=[],
+        metavar="T",
+        help="treat this tool as read-only",
+    )
     add.add_argument("--allow-tool", action="append", default=None, metavar="GLOB")
     add.add_argument("--deny-tool", action="append", default=[], metavar="GLOB")
     add.add_argument("--timeout-seconds", type=float, help="per-call deadline (default 60)")
-    add.add_argument("--disabled", action="store_true", help="configure it but do not start it in sessions")
+    add.add_argument(
+        "--disabled", action="store_true", help="configure it but do not start it in sessions"
+    )
     _common(add)
     add.set_defaults(func=run_add)
 
@@ -75,14 +125,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(rm)
     rm.set_defaults(func=run_remove)
 
-    ins = msub.add_parser("inspect", help="START the server and report on it (identity, ledger, inventories, checks)")
+    ins = msub.add_parser(
+        "inspect", help="START the server and report on it (identity, ledger, inventories, checks)"
+    )
     ins.add_argument("name")
-    ins.add_argument("--workspace", metavar="DIR", help="expands $WORKSPACE and reads DIR/.ringfence/mcp.toml")
-    ins.add_argument("--timeout-seconds", type=float, help="override the per-call deadline for the probe")
+    ins.add_argument(
+        "--workspace", metavar="DIR", help="expands $WORKSPACE and reads DIR/.ringfence/mcp.toml"
+    )
+    ins.add_argument(
+        "--timeout-seconds", type=float, help="override the per-call deadline for the probe"
+    )
     _common(ins)
     ins.set_defaults(func=run_inspect)
 
-    imp = msub.add_parser("import", help="import the mcpServers JSON of Claude Desktop, Cursor or VS Code")
+    imp = msub.add_parser(
+        "import", help="import the mcpServers JSON of Claude Desktop, Cursor or VS Code"
+    )
     imp.add_argument("file")
     imp.add_argument("--replace", action="store_true", help="replace servers that already exist")
     _common(imp)
@@ -97,7 +155,9 @@ def _summary(s: ServerConfig) -> dict[str, Any]:
     return {
         "name": s.name,
         "transport": s.transport.value,
-        "target": " ".join([s.command or "", *s.args]) if s.transport is Transport.STDIO else display_url(s.url or ""),
+        "target": " ".join([s.command or "", *s.args])
+        if s.transport is Transport.STDIO
+        else display_url(s.url or ""),
         "enabled": s.enabled,
         "trust": s.trust.value,
         "approved_capabilities": sorted(s.approved_capabilities),
@@ -109,10 +169,7 @@ def _summary(s: ServerConfig) -> dict[str, Any]:
 
 
 async def run_list(args: argparse.Namespace) -> int:
-    if args.manifest:
-        m = load_manifest(args.manifest)
-    else:
-        m = load_manifests(workspace=args.workspace)
+    m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
     servers = [_summary(s) for s in m.servers]
     if args.json:
         return print_ok({"manifests": [str(p) for p in m.paths], "servers": servers}, True)
@@ -186,7 +243,9 @@ async def run_add(args: argparse.Namespace) -> int:
     if args.json:
         return print_ok({"manifest": str(path), "replaced": replaced, "server": summary}, True)
     verb = "replaced" if replaced else "added"
-    sys.stdout.write(f"{verb} {config.name} in {path}: {summary['transport']} {summary['target']}\n")
+    sys.stdout.write(
+        f"{verb} {config.name} in {path}: {summary['transport']} {summary['target']}\n"
+    )
     if config.transport is Transport.STDIO:
         sys.stdout.write(
             "note: a stdio server runs as your user with your file and network access; "
@@ -213,16 +272,31 @@ async def run_inspect(args: argparse.Namespace) -> int:
     if args.timeout_seconds is not None:
         from dataclasses import replace
 
-        config = replace(config, call_timeout_seconds=args.timeout_seconds, connect_timeout_seconds=args.timeout_seconds)
+        config = replace(
+            config,
+            call_timeout_seconds=args.timeout_seconds,
+            connect_timeout_seconds=args.timeout_seconds,
+        )
     target = _summary(config)["target"]
-    how = "starting its process as your user" if config.transport is Transport.STDIO else "connecting to it"
-    sys.stderr.write(f"ringfence: inspecting MCP server {config.name!r} ({config.transport.value}: {target}): {how}\n")
+    how = (
+        "starting its process as your user"
+        if config.transport is Transport.STDIO
+        else "connecting to it"
+    )
+    sys.stderr.write(
+        f"ringfence: inspecting MCP server {config.name!r} ({config.transport.value}: {target}): {how}\n"
+    )
     sys.stderr.flush()
     report = await inspect_server(config, workspace=args.workspace)
     if args.json:
         if report.get("connected"):
             return print_ok(report, True)
-        sys.stdout.write(json.dumps({"ok": False, "error": report["error"], "report": report}, indent=2, default=str) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {"ok": False, "error": report["error"], "report": report}, indent=2, default=str
+            )
+            + "\n"
+        )
         return 1
     _print_report(report)
     return 0 if report.get("connected") else 1
@@ -239,7 +313,15 @@ def _print_report(r: dict[str, Any]) -> None:
     w(f"identity   {ident.get('name')} {ident.get('version') or ''}".rstrip() + "\n")
     w(f"protocol   {ident.get('protocol_version')}\n")
     health = r.get("health", {})
-    w(f"health     {'ok' if health.get('ok') else 'failing'}" + (f" (ping {health['round_trip_ms']} ms)" if "round_trip_ms" in health else f" ({health.get('detail')})") + "\n")
+    w(
+        f"health     {'ok' if health.get('ok') else 'failing'}"
+        + (
+            f" (ping {health['round_trip_ms']} ms)"
+            if "round_trip_ms" in health
+            else f" ({health.get('detail')})"
+        )
+        + "\n"
+    )
     ledger = r["ledger"] or {}
     w("capabilities\n")
     for key in ("advertised", "approved", "pending"):
@@ -298,14 +380,18 @@ def import_entry(name: str, entry: dict[str, Any]) -> tuple[ServerConfig, list[s
     clean = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-_")[:63] or sanitize_part(name, "server")
     if clean != name:
         notes.append(f"renamed {name!r} to {clean!r}")
-    kind = str(entry.get("type") or entry.get("transport") or ("stdio" if "command" in entry else "http")).lower()
+    kind = str(
+        entry.get("type") or entry.get("transport") or ("stdio" if "command" in entry else "http")
+    ).lower()
     transport = {"stdio": Transport.STDIO, "sse": Transport.SSE}.get(kind, Transport.HTTP)
     options: dict[str, Any] = {"name": clean, "transport": transport}
     if entry.get("disabled") is True:
         options["enabled"] = False
     if transport is Transport.STDIO:
         if not isinstance(entry.get("command"), str):
-            raise InvalidArguments(f"mcpServers.{name} has no command", field=f"mcpServers.{name}.command")
+            raise InvalidArguments(
+                f"mcpServers.{name} has no command", field=f"mcpServers.{name}.command"
+            )
         options["command"] = entry["command"]
         options["args"] = tuple(str(a) for a in entry.get("args") or [])
         if isinstance(entry.get("cwd"), str):
@@ -315,7 +401,9 @@ def import_entry(name: str, entry: dict[str, Any]) -> tuple[ServerConfig, list[s
         for key, value in (entry.get("env") or {}).items():
             if is_secret_name(key) or "${" in str(value):
                 inherit.append(key)
-                notes.append(f"{key} is not copied (secrets never live in the manifest): set it in the environment")
+                notes.append(
+                    f"{key} is not copied (secrets never live in the manifest): set it in the environment"
+                )
             else:
                 env[key] = str(value)
         options["env"] = env
@@ -349,7 +437,9 @@ async def run_import(args: argparse.Namespace) -> int:
         raise InvalidArguments(f"{source} is not JSON: {exc}", field="file") from None
     servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None
     if not isinstance(servers, dict):
-        raise InvalidArguments(f"{source} has no mcpServers (or VS Code servers) object", field="file")
+        raise InvalidArguments(
+            f"{source} has no mcpServers (or VS Code servers) object", field="file"
+        )
     path = _path(args)
     existing = load_manifest(path)
     results = []
@@ -357,7 +447,13 @@ async def run_import(args: argparse.Namespace) -> int:
     for name, entry in servers.items():
         config, notes = import_entry(name, entry)  # raises before anything is written
         if config.name in existing and not args.replace:
-            results.append({"name": config.name, "status": "skipped", "notes": ["already configured (use --replace)"]})
+            results.append(
+                {
+                    "name": config.name,
+                    "status": "skipped",
+                    "notes": ["already configured (use --replace)"],
+                }
+            )
             continue
         configs.append(config)
         results.append({"name": config.name, "status": "imported", "notes": notes})
@@ -370,5 +466,7 @@ async def run_import(args: argparse.Namespace) -> int:
         for note in r["notes"]:
             sys.stdout.write(f"  note: {note}\n")
     if configs:
-        sys.stdout.write(f"wrote {path}; imported servers are untrusted and approve only tools and prompts\n")
+        sys.stdout.write(
+            f"wrote {path}; imported servers are untrusted and approve only tools and prompts\n"
+        )
     return 0

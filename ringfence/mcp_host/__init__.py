@@ -19,12 +19,12 @@ from ._connector import attach_connectors as attach_connectors
 from ._connector import connect_servers as connect_servers
 from ._connector import start_connectors as start_connectors
 from ._discovery import Discovery as Discovery
-from ._inspect import inspect_server as inspect_server
 from ._elicitation import ElicitationAnswer as ElicitationAnswer
 from ._elicitation import ElicitationPrompt as ElicitationPrompt
 from ._elicitation import Elicitor as Elicitor
 from ._elicitation import credential_fields as credential_fields
 from ._embedding import McpKernel as McpKernel
+from ._inspect import inspect_server as inspect_server
 from ._inventory import ListLimits as ListLimits
 from ._inventory import assign_names as assign_names
 from ._inventory import list_paginated as list_paginated

@@ -49,7 +49,14 @@ from ._adapter import (
 from ._authority import CapabilityLedger
 from ._connection import ConnectionPool, Diagnostics, LiveConnection
 from ._elicitation import ElicitationGate, Elicitor
-from ._inventory import DEFAULT_LIMITS, Listing, ListLimits, assign_names, filter_names, list_paginated
+from ._inventory import (
+    DEFAULT_LIMITS,
+    Listing,
+    ListLimits,
+    assign_names,
+    filter_names,
+    list_paginated,
+)
 from ._manifest import Manifest, Policy, ServerConfig, Transport
 from ._sampling import SamplingGate, SamplingProvider
 from ._urls import display_url
@@ -522,7 +529,9 @@ async def start_connectors(
     lock = trio.Lock()  # one serialized sampling adapter for the whole session
     wanted = set(names) if names is not None else None
     configs = [
-        s.expanded(workspace) for s in manifest.servers if s.enabled and (wanted is None or s.name in wanted)
+        s.expanded(workspace)
+        for s in manifest.servers
+        if s.enabled and (wanted is None or s.name in wanted)
     ]
     started: dict[str, Connector] = {}
 
@@ -541,7 +550,9 @@ async def start_connectors(
         except RingfenceError as exc:
             await connector.pool.aclose()
             connectors.failures[config.name] = exc
-            kernel.events.emit("mcp_connect_failed", kernel.session_id, server=config.name, error=exc.to_dict())
+            kernel.events.emit(
+                "mcp_connect_failed", kernel.session_id, server=config.name, error=exc.to_dict()
+            )
             return
         except BaseException:
             await connector.pool.aclose()
@@ -554,7 +565,9 @@ async def start_connectors(
                 starters.start_soon(start_one, config)
         if strict and connectors.failures:
             name, error = next(iter(connectors.failures.items()))
-            raise Unavailable(f"MCP server {name!r} could not be connected: {error.message}") from None
+            raise Unavailable(
+                f"MCP server {name!r} could not be connected: {error.message}"
+            ) from None
         for config in configs:  # manifest order, whatever order they finished in
             if config.name in started:
                 connector = started.pop(config.name)
@@ -586,7 +599,9 @@ async def start_connectors(
 
 
 @contextlib.asynccontextmanager
-async def connect_servers(kernel: Kernel, manifest: Manifest, **options: Any) -> AsyncIterator[Connectors]:
+async def connect_servers(
+    kernel: Kernel, manifest: Manifest, **options: Any
+) -> AsyncIterator[Connectors]:
     """Connect the manifest's servers for the duration of the ``async with`` block.
 
     Options are those of :func:`start_connectors` (``workspace``, ``names``,
@@ -609,7 +624,9 @@ async def connect_servers(kernel: Kernel, manifest: Manifest, **options: Any) ->
         raise _single(group) from None
 
 
-async def attach_connectors(kernel: Kernel, manifest: Manifest, *, nursery: trio.Nursery, **options: Any) -> Connectors:
+async def attach_connectors(
+    kernel: Kernel, manifest: Manifest, *, nursery: trio.Nursery, **options: Any
+) -> Connectors:
     """Connect into a nursery the host owns; the servers stop when the kernel closes.
 
     Trio-style: the connections need a nursery that outlives this call, so

@@ -144,7 +144,10 @@ class ElicitationGate:
         if schema.get("type") != "object" or not isinstance(schema.get("properties"), Mapping):
             return "the form schema must be an object with properties"
         for name, prop in schema["properties"].items():
-            if not (isinstance(prop, Mapping) and (prop.get("type") in _PRIMITIVES or _is_multi_select(prop))):
+            if not (
+                isinstance(prop, Mapping)
+                and (prop.get("type") in _PRIMITIVES or _is_multi_select(prop))
+            ):
                 return (
                     f"form field {name!r} is not a primitive (string, number, integer, boolean) "
                     "or a multi-select list of strings"

@@ -47,7 +47,9 @@ class McpKernel(Kernel):
         return load_manifest(m)
 
     async def __aenter__(self) -> McpKernel:
-        cm = connect_servers(self, self._manifest(), workspace=self.mcp_workspace, **dict(self.mcp_options))
+        cm = connect_servers(
+            self, self._manifest(), workspace=self.mcp_workspace, **dict(self.mcp_options)
+        )
         try:
             self.connectors = await cm.__aenter__()
         except BaseException:

@@ -51,9 +51,15 @@ def _transport_check(config: ServerConfig) -> dict[str, str]:
     parts = urlsplit(config.url or "")
     shown = display_url(config.url or "")
     if parts.scheme == "https":
-        return _check("transport_security", "pass", f"{config.transport.value} over https ({shown})")
+        return _check(
+            "transport_security", "pass", f"{config.transport.value} over https ({shown})"
+        )
     if is_loopback_host(parts.hostname):
-        return _check("transport_security", "warn", f"plain http to loopback ({shown}); fine for local development")
+        return _check(
+            "transport_security",
+            "warn",
+            f"plain http to loopback ({shown}); fine for local development",
+        )
     return _check("transport_security", "fail", f"plain http to a remote host ({shown})")
 
 
@@ -77,7 +83,9 @@ async def _subscription_check(connector: Connector, sink: _WatchSink) -> dict[st
     if not c.subscribe_resources:
         return _check("subscription_round_trip", "skip", "subscribe_resources is off")
     if "resources.subscribe" not in ledger.flags:
-        return _check("subscription_round_trip", "skip", "the server does not advertise resources.subscribe")
+        return _check(
+            "subscription_round_trip", "skip", "the server does not advertise resources.subscribe"
+        )
     if not connector.subscribed:
         return _check("subscription_round_trip", "fail", "no approved resource could be subscribed")
     with trio.move_on_after(SUBSCRIPTION_WAIT_SECONDS):
@@ -85,11 +93,14 @@ async def _subscription_check(connector: Connector, sink: _WatchSink) -> dict[st
     got = sink.notified.is_set()
     detail = f"subscribed to {len(connector.subscribed)} resource(s)"
     if got:
-        return _check("subscription_round_trip", "pass", detail + "; an update notification arrived")
+        return _check(
+            "subscription_round_trip", "pass", detail + "; an update notification arrived"
+        )
     return _check(
         "subscription_round_trip",
         "warn",
-        detail + f"; no update arrived within {SUBSCRIPTION_WAIT_SECONDS:g}s (the server may only send on change)",
+        detail
+        + f"; no update arrived within {SUBSCRIPTION_WAIT_SECONDS:g}s (the server may only send on change)",
     )
 
 
@@ -97,7 +108,9 @@ def _policy_check(name: str, policy: Policy, detail_allow: str, offered: bool) -
     if policy is Policy.DENY:
         return _check(name, "pass", "deny (not offered to the server)")
     if not offered:
-        return _check(name, "warn", f"{policy.value}, but nothing is attached to answer it: not offered")
+        return _check(
+            name, "warn", f"{policy.value}, but nothing is attached to answer it: not offered"
+        )
     if policy is Policy.ASK:
         return _check(name, "pass", "ask: every request goes to the approver")
     return _check(name, "pass", f"allow within {detail_allow}")
@@ -124,7 +137,11 @@ def conformance(connector: Connector) -> list[dict[str, str]]:
             )
         )
     else:
-        checks.append(_check("capability_authority", "pass", "nothing advertised beyond approved_capabilities"))
+        checks.append(
+            _check(
+                "capability_authority", "pass", "nothing advertised beyond approved_capabilities"
+            )
+        )
     problems = [v.problem for v in connector.listings.values() if v.problem]
     if problems:
         checks.append(_check("paginated_inventories", "fail", "; ".join(problems)))
@@ -166,22 +183,32 @@ async def inspect_server(
     probe = replace(config, enabled=True)
     sink = _WatchSink()
     report: dict[str, Any] = {"name": config.name, "transport": config.transport.value}
-    async with Kernel(approver=HeadlessDenyApprover(), events_sink=sink) as kernel:
-        async with connect_servers(
-            kernel, Manifest((probe,)), workspace=workspace, sampling_provider=sampling_provider, limits=limits
-        ) as connectors:
-            if config.name in connectors.failures:
-                error = connectors.failures[config.name]
-                report.update(connected=False, error=error.to_dict(), checks=[
+    manifest = Manifest((probe,))
+    options: dict[str, Any] = {
+        "workspace": workspace,
+        "sampling_provider": sampling_provider,
+        "limits": limits,
+    }
+    async with (
+        Kernel(approver=HeadlessDenyApprover(), events_sink=sink) as kernel,
+        connect_servers(kernel, manifest, **options) as connectors,
+    ):
+        if config.name in connectors.failures:
+            error = connectors.failures[config.name]
+            report.update(
+                connected=False,
+                error=error.to_dict(),
+                checks=[
                     _check("initialization", "fail", error.message),
                     _transport_check(probe),
-                ])
-                return report
-            connector = connectors[config.name]
-            report["connected"] = True
-            report["health"] = await connector.ping()
-            checks = conformance(connector)
-            checks.insert(4, await _subscription_check(connector, sink))
-            report.update(connector.describe())
-            report["checks"] = checks
+                ],
+            )
+            return report
+        connector = connectors[config.name]
+        report["connected"] = True
+        report["health"] = await connector.ping()
+        checks = conformance(connector)
+        checks.insert(4, await _subscription_check(connector, sink))
+        report.update(connector.describe())
+        report["checks"] = checks
     return report

@@ -496,7 +496,9 @@ def parse_manifest(text: str, path: str = "<mcp.toml>") -> Manifest:
         # Python 3.11's tomllib puts the position only in the message: "... (at line 3, column 13)".
         found = re.search(r"\s*\(at line (\d+), column (\d+)\)", str(exc))
         line = int(found.group(1)) if found else None
-        detail = str(exc).replace(found.group(0), f" (column {found.group(2)})") if found else str(exc)
+        detail = (
+            str(exc).replace(found.group(0), f" (column {found.group(2)})") if found else str(exc)
+        )
         where = f"{path}:{line}" if line else path
         raise InvalidArguments(
             f"{where}: not valid TOML: {detail}", field="toml", file=path, line=line

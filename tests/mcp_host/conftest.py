@@ -27,9 +27,7 @@ def npm_bin(name: str) -> Path:
     path = NPM_BIN / name
     if path.exists() and shutil.which("node"):
         return path
-    message = (
-        f"{name} is not installed; run `npm ci --prefix tests/npm` (`make test` does it when npm exists)"
-    )
+    message = f"{name} is not installed; run `npm ci --prefix tests/npm` (`make test` does it when npm exists)"
     if os.environ.get("RINGFENCE_REQUIRE_NPM") == "1":
         pytest.fail(f"RINGFENCE_REQUIRE_NPM=1 but {message}")
     pytest.skip(message)
@@ -39,12 +37,14 @@ def toml_str(value: str | Path) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def py_server(name: str, script: str, *args: str, extra: str = "", state: Path | None = None) -> str:
+def py_server(
+    name: str, script: str, *args: str, extra: str = "", state: Path | None = None
+) -> str:
     """A [[server]] block running one of the in-repo SDK test peers over stdio."""
     argv = ", ".join(toml_str(a) for a in [str(SERVERS / script), *args])
     env = f"\n[server.env]\nRF_STATE_DIR = {toml_str(state)}\n" if state is not None else ""
     return (
-        f"[[server]]\nname = {toml_str(name)}\ntransport = \"stdio\"\ncommand = {toml_str(PYTHON)}\n"
+        f'[[server]]\nname = {toml_str(name)}\ntransport = "stdio"\ncommand = {toml_str(PYTHON)}\n'
         f"args = [{argv}]\n{extra}\n{env}"
     )
 
@@ -140,6 +140,7 @@ async def sdk_http() -> AsyncIterator[Callable[[str], object]]:
         port = int((await _read_line(proc.stdout)).strip())
         return f"http://127.0.0.1:{port}/mcp"
 
+    start.procs = procs  # type: ignore[attr-defined]  # so a test can kill a server
     try:
         yield start
     finally:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import events_of, manifest, py_server
-
-from ringfence.mcp_host import CapabilityLedger, connect_servers
 from mcp import types
 
+from ringfence.mcp_host import CapabilityLedger, connect_servers
 from ringfence.runtime import MemorySink
 
 

@@ -59,7 +59,9 @@ async def test_create_kernel_connects_only_when_asked(state: Path, ringfence_hom
 
     approver = ScriptedApprover([ApprovalAnswer.once()])
     kernel = create_kernel(approver=approver, mcp_manifest=True)
-    assert isinstance(kernel, McpKernel) and "mcp.notes.pid" not in kernel.registry  # nothing started yet
+    assert (
+        isinstance(kernel, McpKernel) and "mcp.notes.pid" not in kernel.registry
+    )  # nothing started yet
     async with kernel:
         assert kernel.connectors is not None and "notes" in kernel.connectors
         assert (await kernel.invoke("mcp.notes.append_note", {"name": "e", "text": "embedded"})).ok

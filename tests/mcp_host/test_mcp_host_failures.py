@@ -39,7 +39,9 @@ async def test_calls_share_one_pooled_process(make_kernel, state: Path) -> None:
     assert not _alive(pid)
 
 
-async def test_a_hanging_call_times_out_and_the_connection_survives(make_kernel, state: Path) -> None:
+async def test_a_hanging_call_times_out_and_the_connection_survives(
+    make_kernel, state: Path
+) -> None:
     m = manifest(py_server("slow", "hang.py", extra="call_timeout_seconds = 0.5"))
     async with make_kernel() as kernel, connect_servers(kernel, m) as connectors:
         pid = (await kernel.call("mcp.slow.quick", {}))["text"].splitlines()[1]
@@ -52,7 +54,9 @@ async def test_a_hanging_call_times_out_and_the_connection_survives(make_kernel,
         assert connectors["slow"].pool.connects == 1
 
 
-async def test_a_server_that_dies_mid_call_is_not_replayed_and_reconnects(make_kernel, state: Path) -> None:
+async def test_a_server_that_dies_mid_call_is_not_replayed_and_reconnects(
+    make_kernel, state: Path
+) -> None:
     m = manifest(py_server("fragile", "dies.py", state=state))
     kernel = make_kernel(posture=Posture.ALLOW_ALL)
     async with kernel, connect_servers(kernel, m) as connectors:
@@ -71,7 +75,9 @@ async def test_a_server_that_dies_mid_call_is_not_replayed_and_reconnects(make_k
         assert "tools/call die" in failures
 
 
-async def test_a_server_that_never_answers_initialize_times_out(make_kernel, sink: MemorySink) -> None:
+async def test_a_server_that_never_answers_initialize_times_out(
+    make_kernel, sink: MemorySink
+) -> None:
     m = manifest(py_server("silent", "hang.py", "silent", extra="connect_timeout_seconds = 1"))
     async with make_kernel() as kernel:
         with trio.fail_after(15):
@@ -128,7 +134,14 @@ async def test_cancelling_the_session_stops_the_server(make_kernel, state: Path)
 
 def test_server_scripts_exist() -> None:
     # Guards the fixtures above against a renamed peer silently turning into "command not found".
-    for name in ("annotated.py", "paging.py", "unapproved.py", "secrets_echo.py", "hang.py", "dies.py"):
+    for name in (
+        "annotated.py",
+        "paging.py",
+        "unapproved.py",
+        "secrets_echo.py",
+        "hang.py",
+        "dies.py",
+    ):
         assert (SERVERS / name).is_file(), name
     assert toml_str(PYTHON)
 

@@ -39,11 +39,16 @@ async def test_http_call_deadline(make_kernel, sdk_http) -> None:
         assert (await kernel.invoke("mcp.slow.quick", {})).ok
 
 
-async def test_an_unreachable_http_server_is_unavailable_without_repeating_the_url(make_kernel) -> None:
+async def test_an_unreachable_http_server_is_unavailable_without_repeating_the_url(
+    make_kernel,
+) -> None:
     from conftest import free_port
 
     url = f"http://127.0.0.1:{free_port()}/mcp?token=hidden-query-value"
-    async with make_kernel() as kernel, connect_servers(kernel, manifest(http_block("gone", url))) as cs:
+    async with (
+        make_kernel() as kernel,
+        connect_servers(kernel, manifest(http_block("gone", url))) as cs,
+    ):
         error = cs.failures["gone"]
         assert error.code in ("unavailable", "timeout")
         assert "hidden-query-value" not in error.message and "127.0.0.1" not in error.message
@@ -69,3 +74,25 @@ async def test_server_everything_over_legacy_sse(make_kernel, everything_http) -
         assert cs["everything"].config.transport.value == "sse"
         out = await kernel.call("mcp.everything.echo", {"message": "over sse"})
         assert "Echo: over sse" in out["text"]
+
+
+async def test_a_dead_http_server_fails_fast_and_is_not_replayed(
+    make_kernel, sdk_http, state: Path
+) -> None:
+    url = await sdk_http("annotated", state)
+    kernel = make_kernel(posture="allow-all")
+    async with kernel, connect_servers(kernel, manifest(http_block("remote", url))) as cs:
+        assert (await kernel.invoke("mcp.remote.pid", {})).ok
+        proc = sdk_http.procs[-1]
+        proc.kill()
+        await proc.wait()
+        with trio.fail_after(10):
+            first = await kernel.invoke("mcp.remote.append_note", {"name": "gone", "text": "x"})
+            second = await kernel.invoke("mcp.remote.pid", {})
+        assert first.error.code == "unavailable" and "not replayed" in first.error.message
+        # The broken session was discarded; the next call tried a fresh connection.
+        assert second.error.code == "unavailable" and "could not be reached" in second.error.message
+        assert any(
+            "discarded connection #1" in f["message"] for f in cs["remote"].diagnostics.failures
+        )
+    assert not (state / "note-gone.txt").exists()

@@ -8,7 +8,13 @@ import pytest
 import trio
 from conftest import manifest, py_server
 
-from ringfence.mcp_host import ListLimits, assign_names, connect_servers, list_paginated, sanitize_part
+from ringfence.mcp_host import (
+    ListLimits,
+    assign_names,
+    connect_servers,
+    list_paginated,
+    sanitize_part,
+)
 
 
 def test_sanitize_part() -> None:
@@ -58,7 +64,11 @@ async def test_list_paginated_limits() -> None:
         return [n], str(n + 1)
 
     listing = await list_paginated("tools", endless, ListLimits(max_pages=7, max_items=100))
-    assert listing.items == tuple(range(7)) and not listing.complete and "page limit" in listing.problem
+    assert (
+        listing.items == tuple(range(7))
+        and not listing.complete
+        and "page limit" in listing.problem
+    )
 
     async def loop(cursor: str | None) -> tuple[list[int], str | None]:
         return [1], "same"
@@ -75,7 +85,12 @@ async def test_list_paginated_limits() -> None:
 
 async def test_a_paginating_server_is_listed_whole(make_kernel) -> None:
     extra = 'approved_capabilities = ["tools", "prompts", "resources"]'
-    async with make_kernel() as kernel, connect_servers(kernel, manifest(py_server("pages", "paging.py", "normal", extra=extra))) as cs:
+    async with (
+        make_kernel() as kernel,
+        connect_servers(
+            kernel, manifest(py_server("pages", "paging.py", "normal", extra=extra))
+        ) as cs,
+    ):
         c = cs["pages"]
         assert c.listings["tools/list"].pages == 5 and c.listings["tools/list"].complete
         assert len(c.tools) == 23
@@ -93,11 +108,15 @@ async def test_a_paginating_server_is_listed_whole(make_kernel) -> None:
     ("mode", "problem", "count"),
     [("loop", "cursor loop", 2), ("endless", "page limit", 4), ("flood", "item limit", 50)],
 )
-async def test_a_malformed_server_cannot_grow_discovery(make_kernel, mode: str, problem: str, count: int) -> None:
+async def test_a_malformed_server_cannot_grow_discovery(
+    make_kernel, mode: str, problem: str, count: int
+) -> None:
     limits = ListLimits(max_pages=4, max_items=50)
     async with make_kernel() as kernel:
         with trio.fail_after(20):
-            async with connect_servers(kernel, manifest(py_server("bad", "paging.py", mode)), limits=limits) as cs:
+            async with connect_servers(
+                kernel, manifest(py_server("bad", "paging.py", mode)), limits=limits
+            ) as cs:
                 c = cs["bad"]
                 listing = c.listings["tools/list"]
                 assert not listing.complete and problem in listing.problem

@@ -67,20 +67,85 @@ def test_a_good_manifest_loads_whole() -> None:
 @pytest.mark.parametrize(
     ("text", "line", "key", "words"),
     [
-        ('[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\ncall_timeout_seconds = "10"\n', 5, "call_timeout_seconds", "number"),
-        ('[[server]]\nname = "a"\ntransport = "carrier-pigeon"\ncommand = "x"\n', 3, "transport", "stdio, http, sse"),
-        ('[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\ndeny_tool = ["x"]\n', 5, "deny_tool", "unknown key"),
-        ('[[server]]\nname = "a"\ntransport = "http"\nurl = "http://example.com/mcp"\n', 4, "url", "https"),
-        ('[[server]]\nname = "a"\ntransport = "http"\nurl = "https://u:p@example.com/mcp"\n', 4, "url", "credentials"),
-        ('[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\nroots = ["relative/dir"]\n', 5, "roots", "absolute"),
-        ('[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\napproved_capabilities = ["tools", "everything"]\n', 5, "approved_capabilities", "unknown capability"),
-        ('[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\nsampling_policy = "allow"\n', 1, "sampling_allowed_models", "models"),
-        ('[[server]]\nname = "bad name!"\ntransport = "stdio"\ncommand = "x"\n', 2, "name", "letters"),
-        ('[[server]]\nname = "a"\ntransport = "http"\nurl = "https://h/mcp"\n\n[server.headers_env]\nHost = "X"\n', 7, "headers_env.Host", "transport"),
-        ('[[server]]\nname = "a"\ntransport = "http"\nurl = "https://h/mcp"\n\n[server.headers_env]\nMcp-Session-Id = "X"\n', 7, "headers_env.Mcp-Session-Id", "transport"),
-        ('[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\n\n[[server]]\nname = "A"\ntransport = "stdio"\ncommand = "y"\n', 7, "name", "collides"),
+        (
+            '[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\ncall_timeout_seconds = "10"\n',
+            5,
+            "call_timeout_seconds",
+            "number",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "carrier-pigeon"\ncommand = "x"\n',
+            3,
+            "transport",
+            "stdio, http, sse",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\ndeny_tool = ["x"]\n',
+            5,
+            "deny_tool",
+            "unknown key",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "http"\nurl = "http://example.com/mcp"\n',
+            4,
+            "url",
+            "https",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "http"\nurl = "https://u:p@example.com/mcp"\n',
+            4,
+            "url",
+            "credentials",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\nroots = ["relative/dir"]\n',
+            5,
+            "roots",
+            "absolute",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\napproved_capabilities = ["tools", "everything"]\n',
+            5,
+            "approved_capabilities",
+            "unknown capability",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\nsampling_policy = "allow"\n',
+            1,
+            "sampling_allowed_models",
+            "models",
+        ),
+        (
+            '[[server]]\nname = "bad name!"\ntransport = "stdio"\ncommand = "x"\n',
+            2,
+            "name",
+            "letters",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "http"\nurl = "https://h/mcp"\n\n[server.headers_env]\nHost = "X"\n',
+            7,
+            "headers_env.Host",
+            "transport",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "http"\nurl = "https://h/mcp"\n\n[server.headers_env]\nMcp-Session-Id = "X"\n',
+            7,
+            "headers_env.Mcp-Session-Id",
+            "transport",
+        ),
+        (
+            '[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\n\n[[server]]\nname = "A"\ntransport = "stdio"\ncommand = "y"\n',
+            7,
+            "name",
+            "collides",
+        ),
         ('[[server]]\nname = "a"\ntransport = "stdio"\n', 1, "command", "command"),
-        ('[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\nurl = "https://h"\n', 5, "url", "only applies"),
+        (
+            '[[server]]\nname = "a"\ntransport = "stdio"\ncommand = "x"\nurl = "https://h"\n',
+            5,
+            "url",
+            "only applies",
+        ),
     ],
 )
 def test_errors_name_file_line_and_key(text: str, line: int, key: str, words: str) -> None:
@@ -114,7 +179,12 @@ def test_urls_never_appear_in_url_errors() -> None:
 
 def test_url_rules() -> None:
     assert check_url("https://example.com/mcp")
-    for loopback in ("http://127.0.0.1:9/mcp", "http://localhost/mcp", "http://[::1]:8/mcp", "http://127.8.9.1/"):
+    for loopback in (
+        "http://127.0.0.1:9/mcp",
+        "http://localhost/mcp",
+        "http://[::1]:8/mcp",
+        "http://127.8.9.1/",
+    ):
         assert check_url(loopback) == loopback
     for bad in (
         "ftp://example.com/",
@@ -138,7 +208,13 @@ def test_display_url_hides_query_and_fragment() -> None:
 def test_save_and_remove_edit_in_place(tmp_path: Path) -> None:
     path = tmp_path / "mcp.toml"
     path.write_text(GOOD)
-    new = ServerConfig(name="extra", transport=Transport.STDIO, command="/bin/srv", args=("--x",), trust=Trust.TRUSTED)
+    new = ServerConfig(
+        name="extra",
+        transport=Transport.STDIO,
+        command="/bin/srv",
+        args=("--x",),
+        trust=Trust.TRUSTED,
+    )
     m = save_server(new, path)
     assert [s.name for s in m.servers] == ["files", "remote", "extra"]
     text = path.read_text()
@@ -178,12 +254,16 @@ def test_workspace_manifest_joins_and_may_not_shadow(ringfence_home: Path, tmp_p
     save_server(ServerConfig(name="x", transport=Transport.STDIO, command="/bin/x"))
     ws = tmp_path / "ws"
     (ws / ".ringfence").mkdir(parents=True)
-    (ws / ".ringfence" / "mcp.toml").write_text('[[server]]\nname = "y"\ntransport = "stdio"\ncommand = "$WORKSPACE/bin/y"\n')
+    (ws / ".ringfence" / "mcp.toml").write_text(
+        '[[server]]\nname = "y"\ntransport = "stdio"\ncommand = "$WORKSPACE/bin/y"\n'
+    )
     m = load_manifests(workspace=ws)
     assert [s.name for s in m.servers] == ["x", "y"]
     assert m.get("y").expanded(ws).command == os.path.join(str(ws), "bin/y")
     assert [s.name for s in load_manifests().servers] == ["x"]  # only when asked for
-    (ws / ".ringfence" / "mcp.toml").write_text('[[server]]\nname = "x"\ntransport = "stdio"\ncommand = "/evil"\n')
+    (ws / ".ringfence" / "mcp.toml").write_text(
+        '[[server]]\nname = "x"\ntransport = "stdio"\ncommand = "/evil"\n'
+    )
     with pytest.raises(InvalidArguments) as info:
         load_manifests(workspace=ws)
     assert "also defined" in info.value.message

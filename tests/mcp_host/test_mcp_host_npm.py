@@ -53,7 +53,9 @@ async def test_filesystem_consequences_follow_its_annotations(make_kernel, root:
         assert consequence["create_directory"] is Consequence.REVERSIBLE  # destructiveHint: false
 
 
-async def test_filesystem_write_asks_and_runs_after_approval_reads_do_not_ask(make_kernel, root: Path) -> None:
+async def test_filesystem_write_asks_and_runs_after_approval_reads_do_not_ask(
+    make_kernel, root: Path
+) -> None:
     target = root / "new.txt"
     kernel = make_kernel([ApprovalAnswer.deny("not now"), ApprovalAnswer.once("go ahead")])
     async with kernel, connect_servers(kernel, manifest(fs_block(root))):
@@ -89,7 +91,9 @@ async def test_filesystem_write_is_staged_under_dry_run_and_applied_later(
         Kernel(approver=approver, dry_run=True, plan_path=plan_path, events_sink=sink) as kernel,
         connect_servers(kernel, m),
     ):
-        out = await kernel.invoke("mcp.fs.write_file", {"path": str(target), "content": "from the plan"})
+        out = await kernel.invoke(
+            "mcp.fs.write_file", {"path": str(target), "content": "from the plan"}
+        )
         assert out.staged and not target.exists()
         assert approver.requests == []  # staging asks nobody
         # Reads still run in a dry run.
@@ -105,11 +109,16 @@ async def test_filesystem_write_is_staged_under_dry_run_and_applied_later(
     assert [r.tool for r in approver.requests] == ["mcp.fs.write_file"]
 
 
-async def test_filesystem_sees_only_the_configured_roots(make_kernel, tmp_path: Path, root: Path) -> None:
+async def test_filesystem_sees_only_the_configured_roots(
+    make_kernel, tmp_path: Path, root: Path
+) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     extra = f"roots = [{toml_str(shared)}]"
-    async with make_kernel() as kernel, connect_servers(kernel, manifest(fs_block(root, extra))) as cs:
+    async with (
+        make_kernel() as kernel,
+        connect_servers(kernel, manifest(fs_block(root, extra))) as cs,
+    ):
         out = await kernel.call("mcp.fs.list_allowed_directories", {})
         # server-filesystem replaces its argument directories with the client's roots.
         assert str(shared) in out["text"] and str(root) not in out["text"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-import pytest
 import trio
 from conftest import events_of, manifest, npm_bin, py_server, toml_str
 
@@ -32,7 +31,9 @@ async def test_sampling_within_bounds_redacted_both_ways(make_kernel, sink, stat
     kernel = make_kernel()
     kernel.register_secret(secret)
     async with kernel, connect_servers(kernel, m, sampling_provider=provider):
-        out = await kernel.invoke("mcp.notes.sample", {"prompt": f"repeat {secret}", "max_tokens": 80})
+        out = await kernel.invoke(
+            "mcp.notes.sample", {"prompt": f"repeat {secret}", "max_tokens": 80}
+        )
         assert out.ok, out.error
         (request,) = provider.requests
         # The provider got the server's message only, with the secret redacted, and the hinted model.
@@ -51,7 +52,9 @@ async def test_sampling_within_bounds_redacted_both_ways(make_kernel, sink, stat
     (requested, *_) = events_of(sink, "mcp_sampling_requested")
     (finished,) = events_of(sink, "mcp_sampling_finished")
     call_traces = {e["trace_id"] for e in events_of(sink, "proposed")}
-    assert requested["trace_id"] == finished["trace_id"] and requested["trace_id"] not in call_traces
+    assert (
+        requested["trace_id"] == finished["trace_id"] and requested["trace_id"] not in call_traces
+    )
     assert finished["model"] == "fake-small" and finished["tokens_left"] == 90
     assert len(events_of(sink, "mcp_sampling_refused")) == 2
     assert secret not in "\n".join(sink.lines)
@@ -61,7 +64,9 @@ async def test_sampling_offers_no_tools(make_kernel, state: Path) -> None:
     provider = FakeSamplingProvider()
     m = manifest(py_server("notes", "annotated.py", state=state, extra=SAMPLING))
     async with make_kernel() as kernel, connect_servers(kernel, m, sampling_provider=provider):
-        out = await kernel.invoke("mcp.notes.sample", {"prompt": "use the shell", "offer_tools": True})
+        out = await kernel.invoke(
+            "mcp.notes.sample", {"prompt": "use the shell", "offer_tools": True}
+        )
         assert out.error is not None
     assert provider.requests == []
 
@@ -98,10 +103,13 @@ async def test_sampling_runs_behind_one_lock(make_kernel, state: Path) -> None:
         py_server("a", "annotated.py", state=state, extra=SAMPLING),
         py_server("b", "annotated.py", state=state, extra=SAMPLING),
     )
-    async with make_kernel() as kernel, connect_servers(kernel, m, sampling_provider=Slow()):
-        async with trio.open_nursery() as n:
-            for server in ("a", "b", "a"):
-                n.start_soon(kernel.call, f"mcp.{server}.sample", {"prompt": "p"})
+    async with (
+        make_kernel() as kernel,
+        connect_servers(kernel, m, sampling_provider=Slow()),
+        trio.open_nursery() as n,
+    ):
+        for server in ("a", "b", "a"):
+            n.start_soon(kernel.call, f"mcp.{server}.sample", {"prompt": "p"})
     assert Slow.most == 1
     assert len((state / "sampled.log").read_text().splitlines()) == 3
 
@@ -119,25 +127,43 @@ async def test_elicitation_form_is_validated(make_kernel, sink, state: Path) -> 
     elicitor = ScriptedElicitor(
         [ElicitationAnswer("accept", {"city": "Paris"}), ElicitationAnswer("accept", {"city": 5})]
     )
-    m = manifest(py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"'))
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"')
+    )
     async with make_kernel() as kernel, connect_servers(kernel, m, elicitor=elicitor):
         ok = await kernel.call("mcp.notes.ask_form", {})
         assert "accept: {'city': 'Paris'}" in ok["text"]
         bad = await kernel.call("mcp.notes.ask_form", {})
         assert "cancel" in bad["text"]  # an answer that does not match the form is not sent
     assert elicitor.prompts[0].requested_schema["properties"]["city"]["type"] == "string"
-    assert [e["action"] for e in events_of(sink, "mcp_elicitation_answered")] == ["accept", "cancel"]
+    assert [e["action"] for e in events_of(sink, "mcp_elicitation_answered")] == [
+        "accept",
+        "cancel",
+    ]
 
 
-@pytest.mark.parametrize("field", ["password", "apiKey", "credit_card_number", "otp", "github_token"])
-async def test_elicitation_never_asks_for_credentials(make_kernel, state: Path, field: str) -> None:
-    elicitor = ScriptedElicitor([ElicitationAnswer("accept", {field: "hunter2"})])
-    m = manifest(py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"'))
+async def test_elicitation_never_asks_for_credentials(make_kernel, state: Path) -> None:
+    elicitor = ScriptedElicitor(lambda p: ElicitationAnswer("accept", {"x": "hunter2"}))
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"')
+    )
     async with make_kernel() as kernel, connect_servers(kernel, m, elicitor=elicitor) as cs:
-        out = await kernel.invoke("mcp.notes.ask_form", {"field": field})
-        assert out.error is not None
-        assert any("credentials" in f["message"] for f in cs["notes"].diagnostics.failures)
-    assert elicitor.prompts == []
+        for field in (
+            "password",
+            "apiKey",
+            "credit_card_number",
+            "otp",
+            "github_token",
+            "private_key",
+        ):
+            out = await kernel.invoke("mcp.notes.ask_form", {"field": field})
+            assert out.error is not None, field
+        failures = cs["notes"].diagnostics.failures
+        refusals = [
+            f for f in failures if f["action"] == "elicitation" and "credentials" in f["message"]
+        ]
+        assert len(refusals) == 6
+    assert elicitor.prompts == []  # none of the forms was shown
 
 
 async def test_url_elicitation_is_shown_whole_and_never_opened(make_kernel, state: Path) -> None:
@@ -150,13 +176,17 @@ async def test_url_elicitation_is_shown_whole_and_never_opened(make_kernel, stat
 
     url = f"http://127.0.0.1:{port}/consent?state=abc"
     elicitor = ScriptedElicitor([ElicitationAnswer("accept")])
-    m = manifest(py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"'))
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"')
+    )
     async with trio.open_nursery() as n:
         await n.start(trio.serve_listeners, record, listeners)
         async with make_kernel() as kernel, connect_servers(kernel, m, elicitor=elicitor):
             out = await kernel.call("mcp.notes.ask_url", {"url": url})
             assert out["text"].splitlines()[1] == "accept"
-            refused = await kernel.invoke("mcp.notes.ask_url", {"url": "https://user:pw@example.com/x"})
+            refused = await kernel.invoke(
+                "mcp.notes.ask_url", {"url": "https://user:pw@example.com/x"}
+            )
             assert refused.error is not None
         n.cancel_scope.cancel()
     (prompt,) = elicitor.prompts
@@ -166,7 +196,9 @@ async def test_url_elicitation_is_shown_whole_and_never_opened(make_kernel, stat
 
 async def test_elicitation_ask_policy_asks_first(make_kernel, state: Path) -> None:
     elicitor = ScriptedElicitor([ElicitationAnswer("accept", {"city": "Oslo"})])
-    m = manifest(py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "ask"'))
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "ask"')
+    )
     kernel = make_kernel([ApprovalAnswer.deny("not now"), ApprovalAnswer.once()])
     async with kernel, connect_servers(kernel, m, elicitor=elicitor):
         first = await kernel.call("mcp.notes.ask_form", {})
@@ -176,19 +208,28 @@ async def test_elicitation_ask_policy_asks_first(make_kernel, state: Path) -> No
     assert [r.tool for r in kernel.approver.requests] == ["mcp.notes.__elicitation"] * 2
 
 
-async def test_everything_sampling_elicitation_and_roots_round_trips(make_kernel, tmp_path: Path) -> None:
+async def test_everything_sampling_elicitation_and_roots_round_trips(
+    make_kernel, tmp_path: Path
+) -> None:
     binary = npm_bin("mcp-server-everything")
-    extra = (
-        f'{SAMPLING}\nelicitation_policy = "allow"\nroots = [{toml_str(tmp_path)}]\n'
-    )
+    extra = f'{SAMPLING}\nelicitation_policy = "allow"\nroots = [{toml_str(tmp_path)}]\n'
     block = f'[[server]]\nname = "everything"\ntransport = "stdio"\ncommand = {toml_str(binary)}\nargs = ["stdio"]\n{extra}'
     provider = FakeSamplingProvider(reply=lambda r: "sampled by the fake")
     elicitor = ScriptedElicitor(lambda p: ElicitationAnswer("decline"))
     kernel = make_kernel(posture=Posture.ALLOW_ALL)
-    async with kernel, connect_servers(kernel, manifest(block), sampling_provider=provider, elicitor=elicitor) as cs:
+    async with (
+        kernel,
+        connect_servers(
+            kernel, manifest(block), sampling_provider=provider, elicitor=elicitor
+        ) as cs,
+    ):
         remote = {t.remote_name: t.name for t in cs["everything"].tools}
-        assert {"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"} <= set(remote)
-        out = await kernel.call(remote["trigger-sampling-request"], {"prompt": "hello", "maxTokens": 20})
+        assert {"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"} <= set(
+            remote
+        )
+        out = await kernel.call(
+            remote["trigger-sampling-request"], {"prompt": "hello", "maxTokens": 20}
+        )
         assert "sampled by the fake" in out["text"]
         assert provider.requests[0].max_tokens == 20
         roots = await kernel.call(remote["get-roots-list"], {})

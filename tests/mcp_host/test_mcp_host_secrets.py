@@ -27,7 +27,9 @@ def token(monkeypatch: pytest.MonkeyPatch) -> str:
 
 async def test_stdio_servers_get_only_the_minimal_env_plus_named(make_kernel, token: str) -> None:
     extra = 'inherit_env = ["RF_TEST_API_TOKEN", "RF_TEST_REGION", "RF_UNSET_VARIABLE"]'
-    m = manifest(py_server("leaky", "secrets_echo.py", extra=extra) + '\n[server.env]\nLOG_STYLE = "plain"\n')
+    m = manifest(
+        py_server("leaky", "secrets_echo.py", extra=extra) + '\n[server.env]\nLOG_STYLE = "plain"\n'
+    )
     async with make_kernel() as kernel, connect_servers(kernel, m) as cs:
         out = await kernel.call("mcp.leaky.env_names", {})
         names = set(json.loads(out["text"].splitlines()[1]))
@@ -43,7 +45,9 @@ async def test_stdio_servers_get_only_the_minimal_env_plus_named(make_kernel, to
         assert any("RF_UNSET_VARIABLE" in f["message"] for f in cs["leaky"].diagnostics.failures)
 
 
-async def test_an_echoing_server_leaks_no_credential(make_kernel, sink: MemorySink, token: str) -> None:
+async def test_an_echoing_server_leaks_no_credential(
+    make_kernel, sink: MemorySink, token: str
+) -> None:
     extra = 'inherit_env = ["RF_TEST_API_TOKEN", "RF_TEST_REGION"]\napproved_capabilities = ["tools", "logging"]'
     m = manifest(py_server("leaky", "secrets_echo.py", extra=extra))
     async with make_kernel() as kernel, connect_servers(kernel, m) as cs:
@@ -57,7 +61,9 @@ async def test_an_echoing_server_leaks_no_credential(make_kernel, sink: MemorySi
         assert token not in echoed["text"]
         described = json.dumps(cs["leaky"].describe())
     assert token not in described
-    assert any("leaking RF_TEST_API_TOKEN=" + MARKER in e["text"] for e in cs["leaky"].diagnostics.logs)
+    assert any(
+        "leaking RF_TEST_API_TOKEN=" + MARKER in e["text"] for e in cs["leaky"].diagnostics.logs
+    )
     assert any("log leak " + MARKER in e["text"] for e in cs["leaky"].diagnostics.logs)
     assert token not in "\n".join(sink.lines)
 
@@ -71,7 +77,9 @@ def test_secrets_never_live_in_the_manifest() -> None:
     assert "ghp_abc" not in info.value.message
 
 
-async def test_http_header_credentials_are_redacted(make_kernel, sdk_http, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_http_header_credentials_are_redacted(
+    make_kernel, sdk_http, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bearer = "bearer-" + secrets.token_hex(10)
     password = "pw-" + secrets.token_hex(10)
     basic = base64.b64encode(f"ada:{password}".encode()).decode()
@@ -85,12 +93,16 @@ async def test_http_header_credentials_are_redacted(make_kernel, sdk_http, monke
     async with make_kernel() as kernel, connect_servers(kernel, manifest(text)) as cs:
         out = await kernel.call("mcp.remote.request_headers", {})
         assert f"authorization={MARKER}" in out["text"] and f"x-api-token={MARKER}" in out["text"]
-        assert bearer not in out["text"] and basic not in out["text"] and password not in out["text"]
+        assert (
+            bearer not in out["text"] and basic not in out["text"] and password not in out["text"]
+        )
         assert "<query not shown>" in cs["remote"].target
         assert "query-" not in json.dumps(cs["remote"].describe())
 
 
-async def test_a_missing_credential_variable_is_unavailable(make_kernel, sdk_http, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_missing_credential_variable_is_unavailable(
+    make_kernel, sdk_http, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("RF_TEST_MISSING", raising=False)
     url = await sdk_http("annotated")
     text = f'[[server]]\nname = "remote"\ntransport = "http"\nurl = "{url}"\napi_key_env = "RF_TEST_MISSING"\n'

@@ -81,7 +81,9 @@ async def test_dry_run_stages_instead_of_calling(make_kernel, state: Path, tmp_p
 
 
 async def test_autonomous_tools_run_without_asking(make_kernel, state: Path) -> None:
-    m = manifest(py_server("notes", "annotated.py", state=state, extra='autonomous_tools = ["append_*"]'))
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='autonomous_tools = ["append_*"]')
+    )
     kernel = make_kernel()
     async with kernel, connect_servers(kernel, m):
         out = await kernel.invoke("mcp.notes.append_note", {"name": "n", "text": "t"})
@@ -96,7 +98,10 @@ async def test_autonomous_tools_run_without_asking(make_kernel, state: Path) -> 
 
 async def test_kernel_deny_rule_beats_annotations(state: Path, sink: MemorySink) -> None:
     m = manifest(py_server("notes", "annotated.py", state=state))
-    async with Kernel(rules=Rules(deny=("mcp.notes.read_*",)), events_sink=sink) as kernel, connect_servers(kernel, m):
+    async with (
+        Kernel(rules=Rules(deny=("mcp.notes.read_*",)), events_sink=sink) as kernel,
+        connect_servers(kernel, m),
+    ):
         out = await kernel.invoke("mcp.notes.read_note", {"name": "x"})
         assert out.error is not None and out.error.code == "denied"
 
@@ -116,7 +121,9 @@ async def test_bad_arguments_never_reach_the_server(make_kernel, state: Path) ->
         assert (state / "undeclared.log").read_text() == "7\n"
 
 
-async def test_results_are_framed_capped_and_binary_is_an_attachment(make_kernel, state: Path, tmp_path: Path) -> None:
+async def test_results_are_framed_capped_and_binary_is_an_attachment(
+    make_kernel, state: Path, tmp_path: Path
+) -> None:
     m = manifest(py_server("notes", "annotated.py", state=state, extra="max_output_bytes = 1000"))
     async with make_kernel() as kernel, connect_servers(kernel, m):
         out = await kernel.call("mcp.notes.inject", {})
@@ -160,16 +167,24 @@ async def test_allow_and_deny_lists_filter_tools(make_kernel, state: Path) -> No
     extra = 'allow_tools = ["read_*", "delete_*", "pid"]\ndeny_tools = ["delete_*"]'
     m = manifest(py_server("notes", "annotated.py", state=state, extra=extra))
     async with make_kernel() as kernel, connect_servers(kernel, m) as connectors:
-        names = sorted(s.name for s in kernel.tools() if s.name.startswith("mcp.notes.") and "__" not in s.name)
+        names = sorted(
+            s.name for s in kernel.tools() if s.name.startswith("mcp.notes.") and "__" not in s.name
+        )
         assert names == ["mcp.notes.pid", "mcp.notes.read_note"]
-        assert {"remote_name": "delete_note", "reason": "allow_tools/deny_tools"} in connectors["notes"].dropped_tools
-        assert (await kernel.invoke("mcp.notes.delete_note", {"name": "x"})).error.code == "not_found"
+        assert {"remote_name": "delete_note", "reason": "allow_tools/deny_tools"} in connectors[
+            "notes"
+        ].dropped_tools
+        assert (
+            await kernel.invoke("mcp.notes.delete_note", {"name": "x"})
+        ).error.code == "not_found"
 
 
 async def test_an_explicitly_empty_allowlist_fails_closed(make_kernel, state: Path) -> None:
     m = manifest(py_server("notes", "annotated.py", state=state, extra="allow_tools = []"))
     async with make_kernel() as kernel, connect_servers(kernel, m):
-        assert [s.name for s in kernel.tools() if s.name.startswith("mcp.notes.") and "__" not in s.name] == []
+        assert [
+            s.name for s in kernel.tools() if s.name.startswith("mcp.notes.") and "__" not in s.name
+        ] == []
 
 
 async def test_resources_and_prompts_when_approved(make_kernel, state: Path) -> None:
@@ -189,7 +204,9 @@ async def test_resources_and_prompts_when_approved(make_kernel, state: Path) -> 
         out = await kernel.call("mcp.notes.__read_resource", {"uri": "note://public/readme"})
         assert out["provenance"] == "mcp:notes resource" and out["taint"] == "external"
         assert "public readme" in out["text"] and out["ref"] == c.resources[0]["ref"]
-        prompt = await kernel.call("mcp.notes.__get_prompt", {"name": "greet", "arguments": {"who": "Ada"}})
+        prompt = await kernel.call(
+            "mcp.notes.__get_prompt", {"name": "greet", "arguments": {"who": "Ada"}}
+        )
         assert "Say hello to Ada." in prompt["messages"][0]["text"]
         assert prompt["messages"][0]["role"] == "user"
 
@@ -204,7 +221,9 @@ async def test_pending_resources_are_not_registered(make_kernel, state: Path) ->
         assert "mcp.notes.__get_prompt" in kernel.registry
 
 
-async def test_events_record_connection_and_calls(make_kernel, sink: MemorySink, state: Path) -> None:
+async def test_events_record_connection_and_calls(
+    make_kernel, sink: MemorySink, state: Path
+) -> None:
     m = manifest(py_server("notes", "annotated.py", state=state))
     async with make_kernel() as kernel, connect_servers(kernel, m):
         await kernel.call("mcp.notes.pid", {})

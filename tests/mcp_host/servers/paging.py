@@ -41,22 +41,30 @@ def _page(items: list, cursor: str | None) -> tuple[list, str | None]:
 async def list_tools(ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
     cursor = params.cursor if params else None
     if MODE == "loop":
-        return types.ListToolsResult(tools=[_tool(f"loop_{cursor or 'start'}")], next_cursor="again")
+        return types.ListToolsResult(
+            tools=[_tool(f"loop_{cursor or 'start'}")], next_cursor="again"
+        )
     if MODE == "endless":
         n = int(cursor or 0)
         return types.ListToolsResult(tools=[_tool(f"endless_{n}")], next_cursor=str(n + 1))
     if MODE == "flood":
-        return types.ListToolsResult(tools=[_tool(f"flood_{i}") for i in range(300)], next_cursor=None)
+        return types.ListToolsResult(
+            tools=[_tool(f"flood_{i}") for i in range(300)], next_cursor=None
+        )
     page, nxt = _page([_tool(n) for n in NAMES], cursor)
     return types.ListToolsResult(tools=page, next_cursor=nxt)
 
 
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=f"called {params.name}")])
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"called {params.name}")]
+    )
 
 
 PROMPTS = [types.Prompt(name=f"prompt_{i}", description=f"prompt {i}") for i in range(7)]
-RESOURCES = [types.Resource(name=f"r{i}", uri=f"page://item/{i}", mime_type="text/plain") for i in range(12)]
+RESOURCES = [
+    types.Resource(name=f"r{i}", uri=f"page://item/{i}", mime_type="text/plain") for i in range(12)
+]
 
 
 async def list_prompts(ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
@@ -64,7 +72,9 @@ async def list_prompts(ctx, params: types.PaginatedRequestParams | None) -> type
     return types.ListPromptsResult(prompts=page, next_cursor=nxt)
 
 
-async def list_resources(ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+async def list_resources(
+    ctx, params: types.PaginatedRequestParams | None
+) -> types.ListResourcesResult:
     page, nxt = _page(RESOURCES, params.cursor if params else None)
     return types.ListResourcesResult(resources=page, next_cursor=nxt)
 
@@ -75,7 +85,11 @@ async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
 
 async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
     return types.ReadResourceResult(
-        contents=[types.TextResourceContents(uri=params.uri, mime_type="text/plain", text=f"content of {params.uri}")]
+        contents=[
+            types.TextResourceContents(
+                uri=params.uri, mime_type="text/plain", text=f"content of {params.uri}"
+            )
+        ]
     )
 
 

@@ -22,7 +22,11 @@ TOOLS = [
     types.Tool(
         name="echo_env",
         description="Return the value of an environment variable (and leak it to stderr and the log).",
-        input_schema={"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        input_schema={
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+        },
         annotations=types.ToolAnnotations(read_only_hint=True),
     ),
     types.Tool(
@@ -34,7 +38,11 @@ TOOLS = [
     types.Tool(
         name="echo",
         description="Echo the text back.",
-        input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
         annotations=types.ToolAnnotations(read_only_hint=True),
     ),
 ]

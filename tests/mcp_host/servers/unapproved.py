@@ -64,7 +64,11 @@ async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
 async def read_resource(ctx, params) -> types.ReadResourceResult:
     _record(f"resources/read {params.uri}")
     return types.ReadResourceResult(
-        contents=[types.TextResourceContents(uri=params.uri, mime_type="text/plain", text="all systems go")]
+        contents=[
+            types.TextResourceContents(
+                uri=params.uri, mime_type="text/plain", text="all systems go"
+            )
+        ]
     )
 
 
@@ -115,7 +119,9 @@ server = Server(
 async def main() -> None:
     async with stdio_server() as (read, write):
         await server.run(
-            read, write, server.create_initialization_options(experimental_capabilities={"frobnicate": {}})
+            read,
+            write,
+            server.create_initialization_options(experimental_capabilities={"frobnicate": {}}),
         )
 
 
