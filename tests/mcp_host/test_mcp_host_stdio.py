@@ -240,3 +240,13 @@ async def test_server_stderr_is_captured_not_printed(make_kernel, state: Path, c
         logs = connectors["notes"].diagnostics.logs
     assert any("annotated-test-server starting" in entry["text"] for entry in logs)
     assert "annotated-test-server starting" not in capfd.readouterr().err
+
+
+async def test_opting_into_the_sdks_newer_negotiation(make_kernel, state: Path) -> None:
+    m = manifest(py_server("notes", "annotated.py", state=state, extra='protocol_mode = "auto"'))
+    async with make_kernel() as kernel, connect_servers(kernel, m) as connectors:
+        c = connectors["notes"]
+        # An SDK-2 server negotiates the newer revision in auto mode; it is recorded, not assumed.
+        assert c.identity["protocol_version"] == "2026-07-28"
+        assert c.ledger.allows("tools")
+        assert (await kernel.invoke("mcp.notes.pid", {})).ok
