@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import trio
 from conftest import manifest, npm_bin, toml_str
 
 from ringfence.mcp_host import connect_servers
