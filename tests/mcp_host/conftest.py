@@ -33,6 +33,17 @@ def npm_bin(name: str) -> Path:
     pytest.skip(message)
 
 
+@pytest.fixture
+def everything_bin() -> Path:
+    """server-everything's executable, checked in a sync fixture so a skip keeps its reason."""
+    return npm_bin("mcp-server-everything")
+
+
+@pytest.fixture
+def filesystem_bin() -> Path:
+    return npm_bin("mcp-server-filesystem")
+
+
 def toml_str(value: str | Path) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -155,9 +166,9 @@ async def _drain(stream: trio.abc.ReceiveStream) -> None:
 
 
 @pytest.fixture
-async def everything_http() -> AsyncIterator[Callable[[str], object]]:
+async def everything_http(everything_bin: Path) -> AsyncIterator[Callable[[str], object]]:
     """Start @modelcontextprotocol/server-everything in ``streamableHttp`` or ``sse`` mode on a free PORT."""
-    binary = npm_bin("mcp-server-everything")
+    binary = everything_bin
     procs: list[trio.Process] = []
     async with trio.open_nursery() as nursery:
 

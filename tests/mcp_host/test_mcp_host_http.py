@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 from conftest import manifest
 
@@ -54,6 +55,7 @@ async def test_an_unreachable_http_server_is_unavailable_without_repeating_the_u
         assert "hidden-query-value" not in error.message and "127.0.0.1" not in error.message
 
 
+@pytest.mark.npm
 async def test_server_everything_over_streamable_http(make_kernel, everything_http) -> None:
     port = await everything_http("streamableHttp")
     block = http_block("everything", f"http://127.0.0.1:{port}/mcp")
@@ -67,6 +69,7 @@ async def test_server_everything_over_streamable_http(make_kernel, everything_ht
         assert "5" in total["text"]
 
 
+@pytest.mark.npm
 async def test_server_everything_over_legacy_sse(make_kernel, everything_http) -> None:
     port = await everything_http("sse")
     block = http_block("everything", f"http://127.0.0.1:{port}/sse", transport="sse")

@@ -17,7 +17,7 @@ from conftest import manifest, npm_bin, toml_str
 from ringfence.mcp_host import connect_servers
 from ringfence.runtime import ApprovalAnswer, Consequence, Kernel, Plan, Posture, ScriptedApprover
 
-pytestmark = pytest.mark.npm
+pytestmark = [pytest.mark.npm, pytest.mark.usefixtures("everything_bin", "filesystem_bin")]
 
 
 def fs_block(root: Path, extra: str = "") -> str:

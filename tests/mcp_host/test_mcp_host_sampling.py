@@ -5,8 +5,9 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+import pytest
 import trio
-from conftest import events_of, manifest, npm_bin, py_server, toml_str
+from conftest import events_of, manifest, py_server, toml_str
 
 from ringfence.mcp_host import ElicitationAnswer, connect_servers
 from ringfence.mcp_host.testing import FakeSamplingProvider, ScriptedElicitor
@@ -208,10 +209,11 @@ async def test_elicitation_ask_policy_asks_first(make_kernel, state: Path) -> No
     assert [r.tool for r in kernel.approver.requests] == ["mcp.notes.__elicitation"] * 2
 
 
+@pytest.mark.npm
 async def test_everything_sampling_elicitation_and_roots_round_trips(
-    make_kernel, tmp_path: Path
+    make_kernel, tmp_path: Path, everything_bin: Path
 ) -> None:
-    binary = npm_bin("mcp-server-everything")
+    binary = everything_bin
     extra = f'{SAMPLING}\nelicitation_policy = "allow"\nroots = [{toml_str(tmp_path)}]\n'
     block = f'[[server]]\nname = "everything"\ntransport = "stdio"\ncommand = {toml_str(binary)}\nargs = ["stdio"]\n{extra}'
     provider = FakeSamplingProvider(reply=lambda r: "sampled by the fake")
