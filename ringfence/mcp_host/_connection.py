@@ -268,11 +268,23 @@ def translate_error(exc: BaseException, config: ServerConfig, action: str) -> Ri
 
 
 def _scrub(text: str, config: ServerConfig) -> str:
+    """Take the URL (whole, displayed, without its query) and its host out of a message."""
     if config.url:
-        text = text.replace(config.url, display_url(config.url))
-        for part in url_secrets(config.url):
+        from urllib.parse import urlsplit
+
+        url = config.url
+        base = url.split("?", 1)[0].split("#", 1)[0]
+        for form in sorted({url, display_url(url), base}, key=len, reverse=True):
+            text = text.replace(form, "<server URL>")
+        for part in url_secrets(url):
             if len(part) >= 4:
                 text = text.replace(part, "<not shown>")
+        try:
+            host = urlsplit(url).hostname
+        except ValueError:
+            host = None
+        if host:
+            text = text.replace(host, "<host>")
     return text[:2000]
 
 
