@@ -4,7 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format clean
+.PHONY: demo test lint format clean npm-servers
+
+# The third-party MCP servers the tests run against (pinned in tests/npm/package-lock.json).
+NPM_DIR   := tests/npm
+NPM_STAMP := $(NPM_DIR)/node_modules/.ringfence-installed
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +21,18 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
-test: $(STAMP)
+$(NPM_STAMP): $(NPM_DIR)/package-lock.json $(NPM_DIR)/package.json
+	npm ci --prefix $(NPM_DIR) --no-audit --no-fund
+	touch $(NPM_STAMP)
+
+npm-servers:
+	@if command -v npm >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory $(NPM_STAMP); \
+	else \
+		echo "note: npm is not installed: tests that need the npm MCP reference servers will be skipped (RINGFENCE_REQUIRE_NPM=1 makes them fail)"; \
+	fi
+
+test: $(STAMP) npm-servers
 	$(BIN)/python -m pytest -q tests
 
 lint: $(STAMP)

@@ -39,6 +39,8 @@ def create_kernel(
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
+    mcp_manifest: Any = None,
+    mcp_options: Mapping[str, Any] | None = None,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -46,7 +48,15 @@ def create_kernel(
     ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``) or
     ``"docker"``; backend sessions start on first use and close with the
     kernel. ``backend_options`` go to the backend (docker: ``image``,
-    ``memory``, ``cpus``, ``pids``, ``user``). Use the result as ``async with create_kernel(...) as kernel:``.
+    ``memory``, ``cpus``, ``pids``, ``user``).
+
+    ``mcp_manifest`` (opt-in, because connecting starts server processes): a
+    ``ringfence.mcp_host.Manifest``, a path to an ``mcp.toml``, or ``True`` for
+    the user manifest plus the first root's ``.ringfence/mcp.toml``. The
+    servers connect when the kernel is entered and stop when it closes;
+    ``mcp_options`` go to ``ringfence.mcp_host.connect_servers``.
+
+    Use the result as ``async with create_kernel(...) as kernel:``.
     """
     # backends: checked before anything opens, so an unknown name leaks nothing
     backend_name = select_backend(backend)
@@ -73,4 +83,11 @@ def create_kernel(
     kernel.push_async_callback(close_workspace)
     # backends: run_shell; its session starts on the first call and closes with the kernel
     register_shell_tool(kernel, backend=backend_name, workspace=workspace, options=backend_options)
+    # mcp_host: connectors join the registry when the kernel is entered
+    if mcp_manifest is not None:
+        from .mcp_host import connect_when_entered
+
+        connect_when_entered(
+            kernel, mcp_manifest, workspace=workspace.roots[0], options=mcp_options
+        )
     return kernel
