@@ -8,11 +8,13 @@ reports it as skipped, never drops it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,15 @@ class Skip(Exception):
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the table: a subject measured against a baseline."""
+    """One line of the table: a subject measured against a baseline.
+
+    ``goal_met`` is None for an informational row (no goal of its own).
+    ``notes`` are written to the JSON as they are; ``notes["note"]`` (a short
+    sentence: what was scaled down in quick mode, where the time goes) is also
+    printed under the table as a footnote. Rows of a scaling sweep carry
+    ``notes["sweep"] = True``, ``notes["series"]``, ``notes["x"]`` and
+    ``notes["panel"]`` (the x axis they share) for the chart.
+    """
 
     scenario: str
     label: str
@@ -71,6 +81,7 @@ class Scenario:
 
 @dataclass
 class SuiteResult:
+    quick: bool = False
     rows: list[Row] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
@@ -82,6 +93,7 @@ class SuiteResult:
             "ringfence_bench": 1,
             "started_at": self.started_at,
             "seconds": self.seconds,
+            "quick": self.quick,
             "machine": {
                 "python": platform.python_version(),
                 "system": platform.platform(),
@@ -102,8 +114,35 @@ async def run_suite(
     quick: bool,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> SuiteResult:
-    result = SuiteResult()
+    result = SuiteResult(quick=quick)
     start = time.perf_counter()
+    with _scratch_home():
+        await _run_each(scenarios, quick, progress, result)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+@contextlib.contextmanager
+def _scratch_home() -> Iterator[None]:
+    """A throwaway ``RINGFENCE_HOME`` for the run: no benchmark kernel touches the operator's."""
+    saved = os.environ.get("RINGFENCE_HOME")
+    with tempfile.TemporaryDirectory(prefix="ringfence-bench-home-") as home:
+        os.environ["RINGFENCE_HOME"] = home
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("RINGFENCE_HOME", None)
+            else:
+                os.environ["RINGFENCE_HOME"] = saved
+
+
+async def _run_each(
+    scenarios: Sequence[Scenario],
+    quick: bool,
+    progress: Callable[[str], None],
+    result: SuiteResult,
+) -> None:
     for i, scenario in enumerate(scenarios, 1):
         progress(f"[{i}/{len(scenarios)}] {scenario.name}: {scenario.title} …")
         t0 = time.perf_counter()
@@ -119,18 +158,21 @@ async def run_suite(
             continue
         result.rows.extend(rows)
         progress(f"    done in {time.perf_counter() - t0:.1f} s")
-    result.seconds = time.perf_counter() - start
-    return result
 
 
 def render_table(result: SuiteResult) -> str:
     header = ("scenario", "measurement", "median", "p99", "baseline", "ratio", "goal", "met")
     lines = [header]
+    footnotes: list[str] = []
     for r in result.rows:
+        label = r.label
+        if r.notes.get("note"):
+            footnotes.append(f"[{len(footnotes) + 1}] {r.notes['note']}")
+            label = f"{label} [{len(footnotes)}]"
         lines.append(
             (
                 r.scenario,
-                r.label,
+                label,
                 format_seconds(r.subject.median),
                 format_seconds(r.subject.p99),
                 format_seconds(r.baseline.median) if r.baseline else "-",
@@ -145,6 +187,9 @@ def render_table(result: SuiteResult) -> str:
         out.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
+    if result.rows:
+        out.append("median and p99 are per operation; ratio = median / baseline median")
+    out.extend(footnotes)
     for name, reason in result.skipped.items():
         out.append(f"{name}: skipped ({reason})")
     for name, reason in result.failed.items():

@@ -12,30 +12,27 @@ Ed25519 intent signed and redeemed), events (hash-chained, to a file), the
 pooled connection's deadline, result rendering (redaction, cap, untrusted
 framing) and the kernel's own redaction and cap.
 
-Servers: @modelcontextprotocol/server-everything ``echo`` over stdio (when the
-npm servers are installed), and the in-repo SDK test peer's ``read_note``
-over stdio. Goal: ratio of medians under 1.2x.
-
-Run: ``python -m benchmarks.mcp_host [--quick]``.
+Servers: @modelcontextprotocol/server-everything ``echo`` over stdio (needs
+the npm servers: ``make npm-servers``), and the in-repo SDK test peer's
+``read_note`` over stdio. Goal (issue 6): ratio of medians under 1.2x.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
+import shutil
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import trio
 from mcp import Client, StdioServerParameters, stdio_client
 
 from ringfence.mcp_host import connect_servers, parse_manifest
 from ringfence.runtime import FileSink, Kernel
+
+from ._harness import Arm, interleave
+from ._suite import Row, Scenario, Skip
 
 ROOT = Path(__file__).resolve().parent.parent
 EVERYTHING = ROOT / "tests" / "npm" / "node_modules" / ".bin" / "mcp-server-everything"
@@ -47,42 +44,24 @@ def _toml(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-async def _interleave(
-    arms: list[Callable[[], Awaitable[Any]]], rounds: int, batch: int
-) -> list[list[float]]:
-    """Per-call seconds for each arm: one batch of each per round, the order rotating every round."""
-    out: list[list[float]] = [[] for _ in arms]
-    for r in range(rounds):
-        order = list(range(len(arms)))
-        order = order[r % len(arms) :] + order[: r % len(arms)]
-        for i in order:
-            start = time.perf_counter()
-            for _ in range(batch):
-                await arms[i]()
-            out[i].append((time.perf_counter() - start) / batch)
-    return out
-
-
 async def measure(
-    label: str,
+    scenario: str,
+    server: str,
     command: str,
     args: list[str],
     tool: str,
     arguments: dict[str, Any],
     *,
-    rounds: int,
-    batch: int,
-) -> dict[str, Any]:
+    quick: bool,
+) -> list[Row]:
+    rounds, batch = (6, 20) if quick else (20, 50)
     manifest = parse_manifest(
         f'[[server]]\nname = "bench"\ntransport = "stdio"\ncommand = {_toml(command)}\n'
         f"args = [{', '.join(_toml(a) for a in args)}]\n",
         "bench.toml",
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ.setdefault("RINGFENCE_HOME", tmp)
-        env = {"RF_STATE_DIR": tmp}
-        params = StdioServerParameters(command=command, args=args, env=env)
-        devnull = open(os.devnull, "w")  # noqa: SIM115 - closed below, after the client
+    with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
+        params = StdioServerParameters(command=command, args=args, env={"RF_STATE_DIR": tmp})
         async with (
             Kernel(events_sink=FileSink(Path(tmp) / "events.jsonl")) as kernel,
             connect_servers(kernel, manifest) as connectors,
@@ -100,82 +79,77 @@ async def measure(
             async def bare_sdk() -> Any:
                 return await client.call_tool(tool, arguments)
 
-            arms = [through_ringfence, pooled_connection_only, bare_sdk]
-            for _ in range(20):  # warm every connection (and the SDK's tool-schema cache)
-                for arm in arms:
-                    await arm()
-            rf, pooled, sdk = await _interleave(arms, rounds, batch)
-        devnull.close()
-    ratio = statistics.median(rf) / statistics.median(sdk)
-    return {
-        "scenario": label,
-        "ringfence_median_ms": round(statistics.median(rf) * 1000, 3),
-        "pool_only_median_ms": round(statistics.median(pooled) * 1000, 3),
-        "sdk_median_ms": round(statistics.median(sdk) * 1000, 3),
-        "overhead_ms": round((statistics.median(rf) - statistics.median(sdk)) * 1000, 3),
-        "ratio": round(ratio, 3),
-        "pool_only_ratio": round(statistics.median(pooled) / statistics.median(sdk), 3),
-        "goal": f"< {GOAL_RATIO}x",
-        "met": ratio < GOAL_RATIO,
-        "calls": rounds * batch,
-    }
-
-
-async def run(quick: bool = False) -> list[dict[str, Any]]:
-    rounds, batch = (6, 20) if quick else (20, 50)
-    rows = []
-    if EVERYTHING.exists():
-        rows.append(
-            await measure(
-                "server-everything echo (stdio, node)",
-                str(EVERYTHING),
-                ["stdio"],
-                "echo",
-                {"message": "hello"},
+            # warm-up: every connection, and the SDK's tool-schema cache
+            s = await interleave(
+                [
+                    Arm("ringfence", through_ringfence, batch),
+                    Arm("pool only", pooled_connection_only, batch),
+                    Arm("bare SDK client", bare_sdk, batch),
+                ],
                 rounds=rounds,
-                batch=batch,
+                warmup=1,
             )
-        )
-    else:
-        print(
-            f"note: {EVERYTHING} is missing (npm ci --prefix tests/npm); skipping server-everything",
-            file=sys.stderr,
-        )
-    rows.append(
-        await measure(
-            "SDK test peer read_note (stdio, python)",
-            sys.executable,
-            [str(PEER)],
-            "read_note",
-            {"name": "bench"},
-            rounds=rounds,
-            batch=batch,
-        )
+    rf, pooled, sdk = s["ringfence"], s["pool only"], s["bare SDK client"]
+    ratio = rf.median / sdk.median
+    return [
+        Row(
+            scenario,
+            f"{server}: call through ringfence",
+            rf,
+            sdk,
+            f"< {GOAL_RATIO:g}x bare SDK client",
+            ratio < GOAL_RATIO,
+            {"overhead_s": rf.median - sdk.median, "calls": rounds * batch},
+        ),
+        Row(
+            scenario,
+            f"{server}: pooled connection only (no Gate)",
+            pooled,
+            sdk,
+            "informational (connector without the Gate)",
+            None,
+        ),
+    ]
+
+
+async def run_everything(quick: bool) -> list[Row]:
+    if not EVERYTHING.exists():
+        raise Skip(f"npm MCP servers are not installed ({EVERYTHING} missing): make npm-servers")
+    if shutil.which("node") is None:
+        raise Skip("node is not on PATH (the npm servers need Node.js)")
+    return await measure(
+        "mcp-everything",
+        "server-everything echo (node)",
+        str(EVERYTHING),
+        ["stdio"],
+        "echo",
+        {"message": "hello"},
+        quick=quick,
     )
-    return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds")
-    args = parser.parse_args(argv)
-    rows = trio.run(run, args.quick)
-    print(
-        f"{'scenario':<40} {'ringfence':>10} {'pool only':>10} {'bare SDK':>9} {'overhead':>9} "
-        f"{'ratio':>6} {'pool/SDK':>8}  goal"
+async def run_peer(quick: bool) -> list[Row]:
+    return await measure(
+        "mcp-peer",
+        "SDK test peer read_note (python)",
+        sys.executable,
+        [str(PEER)],
+        "read_note",
+        {"name": "bench"},
+        quick=quick,
     )
-    for r in rows:
-        print(
-            f"{r['scenario']:<40} {r['ringfence_median_ms']:>8.3f}ms {r['pool_only_median_ms']:>8.3f}ms "
-            f"{r['sdk_median_ms']:>7.3f}ms {r['overhead_ms']:>7.3f}ms {r['ratio']:>5.2f}x {r['pool_only_ratio']:>7.2f}x"
-            f"  {r['goal']}: {'met' if r['met'] else 'NOT met'}"
-        )
-    print(
-        "ringfence = the whole road (Gate, intent, events, deadline, rendering); pool only = the MCP "
-        "connector without the Gate; ratios are medians over interleaved batches"
-    )
-    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+EVERYTHING_SCENARIO = Scenario(
+    "mcp-everything",
+    "MCP call (server-everything over stdio) through ringfence vs bare SDK",
+    f"< {GOAL_RATIO:g}x bare SDK client",
+    run_everything,
+)
+PEER_SCENARIO = Scenario(
+    "mcp-peer",
+    "MCP call (Python SDK peer over stdio) through ringfence vs bare SDK",
+    f"< {GOAL_RATIO:g}x bare SDK client",
+    run_peer,
+)
+SCENARIOS = [EVERYTHING_SCENARIO, PEER_SCENARIO]

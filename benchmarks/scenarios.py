@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from . import gate
+from . import backends, gate, mcp_host, workspace
 from ._suite import Scenario
 
-SCENARIOS: list[Scenario] = [gate.SCENARIO]
+SCENARIOS: list[Scenario] = [
+    gate.SCENARIO,
+    *workspace.SCENARIOS,
+    *backends.SCENARIOS,
+    *mcp_host.SCENARIOS,
+]
 
 
 def by_name(names: list[str]) -> list[Scenario]:
