@@ -36,6 +36,7 @@ def create_kernel(
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
+    script_sandbox: str | None = None,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -43,6 +44,9 @@ def create_kernel(
     ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``) or
     ``"docker"``; backend sessions start on first use and close with the
     kernel. Use the result as ``async with create_kernel(...) as kernel:``.
+    ``script_sandbox`` (default ``$RINGFENCE_SCRIPT_SANDBOX`` or ``strict``)
+    weakens ``run_tool_script``'s OS sandbox to ``best-effort`` or ``none``;
+    the level is recorded in the event stream on every run.
     """
     kernel = Kernel(
         posture=Posture.parse(posture),
@@ -53,5 +57,16 @@ def create_kernel(
         plan_path=Path(plan_path) if plan_path else None,
         **kernel_options,
     )
-    del roots, backend  # wired in by the workspace and backends packages
+    # bridge: run_tool_script (scripts run locally until a backend offers a script launcher)
+    from .bridge import ScriptConfig, register_script_tool, unavailable_backend
+
+    chosen = backend or os.environ.get("RINGFENCE_EXECUTION_BACKEND") or "local"
+    register_script_tool(
+        kernel,
+        backend_session_factory=None if chosen == "local" else unavailable_backend(chosen),
+        config=ScriptConfig(
+            sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"
+        ),
+    )
+    del roots  # wired in by the workspace package
     return kernel
