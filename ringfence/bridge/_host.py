@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -246,10 +246,24 @@ class LocalLauncher:
     The process is created by the calling thread on purpose: the runner's
     ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it exits, and
     trio's ``open_process`` forks from a worker thread that may retire.
+    ``wrapper`` is a command the runner's argv is appended to (it must pass
+    file descriptors through); with ``track_parent=False`` the runner does not
+    require this process to be its parent and relies on its bridge watchdog.
     """
 
-    python: str = sys.executable
     name = "local"
+    transport = None  # either
+
+    def __init__(
+        self,
+        python: str | None = None,
+        *,
+        wrapper: Sequence[str] = (),
+        track_parent: bool = True,
+    ) -> None:
+        self.python = python or sys.executable
+        self.wrapper = list(wrapper)
+        self.track_parent = track_parent
 
     def connect_address(self, listener: BridgeListener) -> list[Any]:
         return listener.address
@@ -271,8 +285,9 @@ class LocalLauncher:
             config["secret_fd"] = r
             config["connect"] = self.connect_address(request.listener)
             config["sys_path"] = self.sys_path()
-            config["policy"] = {**config["policy"], "parent_pid": os.getpid()}
-            argv = [self.python, "-I", "-S", str(RUNNER_PATH), _json(config)]
+            parent = os.getpid() if self.track_parent else 0
+            config["policy"] = {**config["policy"], "parent_pid": parent}
+            argv = [*self.wrapper, self.python, "-I", "-S", str(RUNNER_PATH), _json(config)]
             try:
                 popen = subprocess.Popen(
                     argv,
@@ -481,13 +496,18 @@ class _Run:
 
     async def handshake(self, stream: trio.SocketStream, peer: Any) -> None:
         conn = _Connection(stream, self.config.max_frame)
+        accepted = False
         try:
             with trio.fail_after(self.config.handshake_seconds):
                 await conn.handshake(self.secret)
+            if self.authenticated.is_set():
+                self.refuse("second_connection", peer, "another connection authenticated first")
+                return
+            self.conn = conn
+            accepted = True
+            self.authenticated.set()
         except _wire.ProtocolError as exc:
             self.refuse(f"handshake_{exc.reason}", peer, exc.message)
-            await stream.aclose()
-            return
         except (
             trio.TooSlowError,
             trio.BrokenResourceError,
@@ -495,14 +515,10 @@ class _Run:
             OSError,
         ) as exc:
             self.refuse("handshake_failed", peer, f"{type(exc).__name__}: {exc}")
-            await stream.aclose()
-            return
-        if self.authenticated.is_set():
-            self.refuse("second_connection", peer, "another connection authenticated first")
-            await stream.aclose()
-            return
-        self.conn = conn
-        self.authenticated.set()
+        finally:
+            if not accepted:
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
 
     async def serve(self, script: str) -> dict[str, Any]:
         """Run the session over the authenticated connection; return the ``done`` message."""
@@ -680,7 +696,7 @@ async def run_script(
             "script_started",
             pid=child.pid,
             launcher=getattr(launcher, "name", type(launcher).__name__),
-            transport=listener.address[0],
+            address=listener.address,
             sandbox=config.sandbox,
             timeout_seconds=timeout,
             cpu_seconds=cpu,
@@ -735,6 +751,8 @@ async def run_script(
         with trio.CancelScope(shield=True):
             if child is not None:
                 await child.aclose()
+            if run.conn is not None:
+                await run.conn.stream.aclose()
             listener.aclose_sync()
     return _result(
         run, out, err, done, serve_error, timed_out, returncode, timeout, cpu, emit,
@@ -788,6 +806,13 @@ def _result(
         emit("script_finished", status="timeout", calls=len(calls), seconds=round(seconds, 3))
         message = f"the script ran past its {timeout:g} s timeout and was killed"
         return ScriptResult("timeout", output, calls, error={"message": message}, **base)
+    if isinstance(serve_error, _wire.ProtocolError) and serve_error.reason != "closed":
+        run.refuse(f"protocol_{serve_error.reason}", "runner", serve_error.message)
+        emit("script_finished", status="bridge_failed", reason=serve_error.reason)
+        raise ToolError(
+            f"the script bridge refused a message and stopped the run: {serve_error.message}",
+            reason=serve_error.reason,
+        )
     sig = _signal_name(returncode)
     if sig is not None and report is not None:
         why = _KILL_REASONS.get(sig, f"it was killed by {sig}").format(cpu=cpu)
@@ -800,13 +825,6 @@ def _result(
         )
         error = {"message": f"the script was stopped: {why}", "signal": sig}
         return ScriptResult("killed", output, calls, error=error, **base)
-    if isinstance(serve_error, _wire.ProtocolError) and serve_error.reason != "closed":
-        run.refuse(f"protocol_{serve_error.reason}", "runner", serve_error.message)
-        emit("script_finished", status="bridge_failed", reason=serve_error.reason)
-        raise ToolError(
-            f"the script bridge refused a message and stopped the run: {serve_error.message}",
-            reason=serve_error.reason,
-        )
     detail = err.text().strip()[-2000:]
     stage = "before running the script" if report is None else "without reporting an outcome"
     emit("script_finished", status="failed", returncode=returncode, detail=detail)

@@ -89,7 +89,7 @@ def register_script_tool(
         run_config = config
         if backend_session_factory is not None:
             launcher = await backend_session_factory()
-            transport = getattr(launcher, "transport", config.transport)
+            transport = getattr(launcher, "transport", None) or config.transport
             if transport != config.transport:
                 run_config = _replace(config, transport=transport)
         result = await run_script(
