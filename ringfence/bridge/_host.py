@@ -241,18 +241,25 @@ class LaunchRequest:
 
 
 class LocalLauncher:
-    """Starts the runner as a local subprocess of this (the trio) thread.
+    """Starts the runner as a subprocess of this (the trio) thread.
 
     The process is created by the calling thread on purpose: the runner's
     ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it exits, and
     trio's ``open_process`` forks from a worker thread that may retire.
-    ``wrapper`` is a command the runner's argv is appended to (it must pass
-    file descriptors through); with ``track_parent=False`` the runner does not
-    require this process to be its parent and relies on its bridge watchdog.
+
+    The secret goes through a pipe the child inherits (``pass_fds``), or, with
+    ``secret_on_stdin``, through the child's stdin (for a wrapper such as a
+    container runtime that does not pass descriptors on). ``wrapper`` is a
+    command the runner's argv is appended to; with ``track_parent=False`` the
+    runner does not require this process to be its parent and relies on its
+    bridge watchdog. Subclasses adapt paths for another filesystem view
+    (:meth:`runner_argv`, :meth:`connect_address`, :meth:`sys_path`).
     """
 
     name = "local"
-    transport = None  # either
+    transport: str | None = None  # None: the configured one
+    bridge_parent: Path | None = None  # where a Unix listener's private directory is made
+    peer_is_child = True  # a Unix peer's pid (SO_PEERCRED) must be the child's
 
     def __init__(
         self,
@@ -260,10 +267,15 @@ class LocalLauncher:
         *,
         wrapper: Sequence[str] = (),
         track_parent: bool = True,
+        secret_on_stdin: bool = False,
     ) -> None:
         self.python = python or sys.executable
         self.wrapper = list(wrapper)
         self.track_parent = track_parent
+        self.secret_on_stdin = secret_on_stdin
+
+    def runner_argv(self, config_json: str) -> list[str]:
+        return [*self.wrapper, self.python, "-I", "-S", str(RUNNER_PATH), config_json]
 
     def connect_address(self, listener: BridgeListener) -> list[Any]:
         return listener.address
@@ -282,19 +294,19 @@ class LocalLauncher:
             os.close(w)
             w = -1
             config = dict(request.config)
-            config["secret_fd"] = r
+            config["secret_fd"] = 0 if self.secret_on_stdin else r
             config["connect"] = self.connect_address(request.listener)
             config["sys_path"] = self.sys_path()
             parent = os.getpid() if self.track_parent else 0
             config["policy"] = {**config["policy"], "parent_pid": parent}
-            argv = [*self.wrapper, self.python, "-I", "-S", str(RUNNER_PATH), _json(config)]
+            argv = self.runner_argv(_json(config))
             try:
                 popen = subprocess.Popen(
                     argv,
-                    stdin=subprocess.DEVNULL,
+                    stdin=r if self.secret_on_stdin else subprocess.DEVNULL,
                     stdout=out_w,
                     stderr=err_w,
-                    pass_fds=(r,),
+                    pass_fds=() if self.secret_on_stdin else (r,),
                     close_fds=True,
                     env=dict(request.env),
                     cwd="/",
@@ -302,7 +314,7 @@ class LocalLauncher:
                 )
             except OSError as exc:
                 raise Unavailable(
-                    f"could not start the script runner ({self.python}): {exc}", field="python"
+                    f"could not start the script runner ({argv[0]}): {exc}", field="python"
                 ) from None
         except BaseException:
             for fd in (out_r, err_r):
@@ -338,13 +350,15 @@ class BridgeListener:
         self.directory = directory
 
     @classmethod
-    async def open(cls, transport: str, owner: tuple[int, int] | None = None) -> BridgeListener:
+    async def open(
+        cls, transport: str, owner: tuple[int, int] | None = None, parent: Path | None = None
+    ) -> BridgeListener:
         if transport == "tcp":
             sock = trio.socket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
             await sock.bind(("127.0.0.1", 0))
             sock.listen(16)
             return cls(sock, ["tcp", "127.0.0.1", sock.getsockname()[1]], None)
-        directory = Path(tempfile.mkdtemp(prefix="ringfence-bridge-"))
+        directory = Path(tempfile.mkdtemp(prefix="ringfence-bridge-", dir=parent))
         path = directory / "bridge.sock"
         sock = trio.socket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
         try:
@@ -675,7 +689,11 @@ async def run_script(
         "gid": config.gid,
     }
     child: ChildProcess | None = None
-    run = _Run(kernel, config, emit, trace_id, parent_id, lambda: child.pid if child else None)
+    peer_is_child = getattr(launcher, "peer_is_child", True)
+    run = _Run(
+        kernel, config, emit, trace_id, parent_id,
+        lambda: child.pid if child is not None and peer_is_child else None,
+    )  # fmt: skip
     out = _Capture(kernel.output_cap_bytes)
     err = _Capture(STDERR_KEEP // 2)
     owner = (
@@ -686,7 +704,9 @@ async def run_script(
     serve_error: BaseException | None = None
     timed_out = False
     returncode: int | None = None
-    listener = await BridgeListener.open(config.transport, owner)
+    listener = await BridgeListener.open(
+        config.transport, owner, getattr(launcher, "bridge_parent", None)
+    )
     try:
         request = LaunchRequest(
             {"policy": policy, "max_frame": config.max_frame}, run.secret, listener, child_env()

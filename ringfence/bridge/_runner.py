@@ -414,6 +414,11 @@ def main(argv: list[str]) -> int:
     if config.get("pdeathsig", True):
         _sandbox.set_pdeathsig(parent)
     secret = _read_secret(int(config["secret_fd"]))
+    # Landlock may grant reading the interpreter's own library (lazy imports), nothing else.
+    policy = dict(config["policy"])
+    policy["read_paths"] = [
+        p for p in sys.path if p.startswith((sys.base_prefix, sys.prefix)) and os.path.isdir(p)
+    ]
     sys.path[:0] = [p for p in config.get("sys_path", ()) if p not in sys.path]
     for name in (*ALLOWED_MODULES, *_LAZY, "RestrictedPython", "operator", "types"):
         try:
@@ -430,7 +435,7 @@ def main(argv: list[str]) -> int:
         return EXIT_BRIDGE
     del secret
     try:
-        report = _sandbox.apply(config["policy"], watch_fd=sock.fileno())
+        report = _sandbox.apply(policy, watch_fd=sock.fileno())
     except _sandbox.LayerUnavailable as exc:
         channel.send({"type": "sandbox_failed", "layer": exc.layer, "reason": exc.message})
         return EXIT_SANDBOX

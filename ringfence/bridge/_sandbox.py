@@ -266,7 +266,7 @@ def apply_landlock(read_paths: list[str]) -> dict[str, Any]:
             raise LayerUnavailable("landlock", f"landlock_restrict_self: {os.strerror(err)}")
     finally:
         os.close(ruleset)
-    return {"abi": abi, "covers": covered}
+    return {"abi": abi, "covers": covered, "read": read_paths}
 
 
 # -- privileges -------------------------------------------------------------------------
