@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import secrets
 import shutil
 import signal
 import socket as stdsocket
@@ -570,7 +571,17 @@ class _Run:
                 raise _wire.ProtocolError(
                     "unexpected", f"unexpected {kind!r} message from the runner"
                 )
-            await conn.send(await self.call(message))
+            reply = await self.call(message)
+            try:
+                await conn.send(reply)
+            except _wire.ProtocolError as exc:
+                if exc.reason != "oversized":
+                    raise
+                error = {
+                    "code": "tool_error",
+                    "message": f"the result is too large for the bridge: {exc.message}",
+                }
+                await conn.send({**reply, "ok": False, "value": None, "error": error})
 
     async def call(self, message: dict[str, Any]) -> dict[str, Any]:
         call_no = message.get("id")
@@ -618,8 +629,6 @@ class _Run:
 
 
 def _wire_secret() -> bytes:
-    import secrets
-
     return secrets.token_bytes(_wire.SECRET_BYTES)
 
 

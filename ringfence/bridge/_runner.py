@@ -123,7 +123,7 @@ class Channel:
         return self.codec.decode(self._exactly(length))
 
     def handshake(self, secret: bytes) -> None:
-        nc = os.urandom(_wire.NONCE_BYTES)  # the CSPRNG secrets.token_bytes uses
+        nc = _wire.new_nonce()
         self.send({"type": "hello", "protocol": _wire.PROTOCOL, "nonce": nc.hex()})
         challenge = self.codec.expect(self.recv(), "challenge")
         nh = _wire.decode_nonce(challenge.get("nonce"))
@@ -366,6 +366,12 @@ def run_script(channel: Channel, script: dict[str, Any]) -> dict[str, Any]:
             raise ToolError(
                 "invalid_arguments", f"arguments for {tool} must be JSON values: {exc}", tool
             ) from None
+        except _wire.ProtocolError as exc:
+            if exc.reason != "oversized":
+                raise
+            raise ToolError(
+                "invalid_arguments", f"arguments for {tool}: {exc.message}", tool
+            ) from None
         reply = channel.codec.expect(channel.recv(), "reply")
         if reply.get("id") != next_id:
             raise _wire.ProtocolError("unexpected", "a reply for another call arrived")
@@ -444,7 +450,19 @@ def main(argv: list[str]) -> int:
         script = channel.codec.expect(channel.recv(), "script")
         outcome = run_script(channel, script)
         outcome["type"] = "done"
-        channel.send(outcome)
+        try:
+            channel.send(outcome)
+        except _wire.ProtocolError as exc:
+            if exc.reason != "oversized":
+                raise
+            message = f"the script's result is too large to return: {exc.message}"
+            error = {
+                "type": "ResultTooLarge",
+                "message": message,
+                "line": None,
+                "traceback": message,
+            }
+            channel.send({"type": "done", "status": "error", "error": error})
         channel.codec.expect(channel.recv(), "bye")
     except (OSError, _wire.ProtocolError) as exc:
         sys.stderr.write(f"ringfence runner: bridge failed: {exc}\n")

@@ -28,7 +28,7 @@ the child through an inherited pipe, never argv or the environment)::
 
     session key = HMAC(secret, "session" | nc | nh)
 
-Both nonces are fresh 32-byte values from :mod:`secrets`, so neither proof can
+Both nonces are fresh 32-byte values from the OS CSPRNG, so neither proof can
 be replayed into another handshake, and the labels keep the host's proof from
 being used as the child's. Comparisons use :func:`hmac.compare_digest`.
 
@@ -39,10 +39,9 @@ until the host's handshake deadline or the run's timeout.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
-import secrets
+import os
 import struct
 from typing import Any
 
@@ -92,7 +91,9 @@ class ProtocolError(Exception):
 
 
 def new_nonce() -> bytes:
-    return secrets.token_bytes(NONCE_BYTES)
+    # os.urandom is what secrets.token_bytes calls; importing secrets would cost the child
+    # (random, base64, …) at every start.
+    return os.urandom(NONCE_BYTES)
 
 
 def _mac(key: bytes, *parts: bytes) -> bytes:
@@ -202,8 +203,3 @@ class Codec:
                 "unexpected", f"expected a {kind!r} message, got {message.get('type')!r}"
             )
         return message
-
-    @staticmethod
-    def digest(data: bytes) -> str:
-        """A short fingerprint for logs (never the secret itself)."""
-        return hashlib.sha256(data).hexdigest()[:16]

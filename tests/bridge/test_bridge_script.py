@@ -219,3 +219,30 @@ async def test_unix_socket_transport_is_private_and_cleaned_up() -> None:
     if os.geteuid() == 0:
         assert seen["owner"] == 65534  # handed to the uid the child drops to
     assert not os.path.exists(os.path.dirname(seen["path"]))
+
+
+async def test_messages_over_the_frame_limit_become_errors_not_a_dead_bridge(
+    ledger: Ledger,
+) -> None:
+    async def big(args: dict, ctx: CallContext) -> list[str]:
+        return ["y" * 1000] * 10
+
+    script = """
+codes = []
+for name, kw in [("peek", {"x": "a" * 10000}), ("big", {})]:
+    try:
+        call_tool(name, **kw)
+    except ToolError as e:
+        codes.append([e.code, "too large" in e.message])
+codes.append(call_tool("peek", x="small")["tool"])
+print(codes)
+result = "b" * 10000
+"""
+    async with Kernel() as kernel:
+        register_tools(kernel, ledger)
+        kernel.register(ToolSpec("big", "b", {"type": "object"}, big, consequence=Consequence.READ))
+        result = await run(kernel, script, max_frame=4096)
+    assert result.output == "[['invalid_arguments', True], ['tool_error', True], 'peek']\n"
+    assert result.status == "error"
+    assert result.error["type"] == "ResultTooLarge"
+    assert ledger.runs == [("peek", {"x": "small"})]
