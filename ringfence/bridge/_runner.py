@@ -370,7 +370,9 @@ def run_script(channel: Channel, script: dict[str, Any]) -> dict[str, Any]:
             if exc.reason != "oversized":
                 raise
             raise ToolError(
-                "invalid_arguments", f"arguments for {tool}: {exc.message}", tool
+                "invalid_arguments",
+                f"arguments for {tool} are too large for the bridge: {exc.message}",
+                tool,
             ) from None
         reply = channel.codec.expect(channel.recv(), "reply")
         if reply.get("id") != next_id:
