@@ -248,13 +248,17 @@ class LocalLauncher:
     ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it exits, and
     trio's ``open_process`` forks from a worker thread that may retire.
 
-    The secret goes through a pipe the child inherits (``pass_fds``), or, with
-    ``secret_on_stdin``, through the child's stdin (for a wrapper such as a
-    container runtime that does not pass descriptors on). ``wrapper`` is a
-    command the runner's argv is appended to; with ``track_parent=False`` the
-    runner does not require this process to be its parent and relies on its
-    bridge watchdog. Subclasses adapt paths for another filesystem view
-    (:meth:`runner_argv`, :meth:`connect_address`, :meth:`sys_path`).
+    The secret and the run's config go through a pipe the child inherits
+    (``pass_fds``), or, with ``secret_on_stdin``, through its stdin (for a
+    wrapper such as a container runtime that does not pass descriptors on).
+    With ``spare=True`` the launcher keeps one runner started ahead of need:
+    it has done its imports and waits on its pipe, so a run skips interpreter
+    start-up; :meth:`aclose` ends it (the kernel does, when it closes).
+    ``wrapper`` is a command the runner's argv is appended to; with
+    ``track_parent=False`` the runner does not require this process to be its
+    parent and relies on its bridge watchdog. Subclasses adapt paths for
+    another filesystem view (:meth:`runner_argv`, :meth:`connect_address`,
+    :meth:`sys_path`).
     """
 
     name = "local"
@@ -269,14 +273,18 @@ class LocalLauncher:
         wrapper: Sequence[str] = (),
         track_parent: bool = True,
         secret_on_stdin: bool = False,
+        spare: bool = False,
     ) -> None:
         self.python = python or sys.executable
         self.wrapper = list(wrapper)
         self.track_parent = track_parent
         self.secret_on_stdin = secret_on_stdin
+        self.keep_spare = spare
+        self._spare: tuple[_LocalChild, int] | None = None
+        self._closed = False
 
-    def runner_argv(self, config_json: str) -> list[str]:
-        return [*self.wrapper, self.python, "-I", "-S", str(RUNNER_PATH), config_json]
+    def runner_argv(self, boot_json: str) -> list[str]:
+        return [*self.wrapper, self.python, "-I", "-S", str(RUNNER_PATH), boot_json]
 
     def connect_address(self, listener: BridgeListener) -> list[Any]:
         return listener.address
@@ -287,45 +295,70 @@ class LocalLauncher:
         return [str(Path(RestrictedPython.__file__).resolve().parent.parent)]
 
     async def launch(self, request: LaunchRequest) -> ChildProcess:
+        """Start (or activate the spare) runner for one run; raises Unavailable if it cannot start."""
+        run_config = {**request.config, "connect": self.connect_address(request.listener)}
+        activation = request.secret + _json(run_config).encode()
+        spare, self._spare = self._spare, None
+        if spare is not None and spare[0].popen.poll() is not None:
+            await _discard(spare)
+            spare = None
+        child, w = spare if spare is not None else self._spawn(request.env)
+        try:
+            view = memoryview(activation)
+            while view:
+                view = view[os.write(w, view) :]
+        finally:
+            os.close(w)
+        if self.keep_spare and not self._closed:
+            with contextlib.suppress(RingfenceError):  # the next run will say why
+                self._spare = self._spawn(request.env)
+        return child
+
+    def _spawn(self, env: Mapping[str, str]) -> tuple[_LocalChild, int]:
         r, w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        boot = {
+            "secret_fd": 0 if self.secret_on_stdin else r,
+            "parent_pid": os.getpid() if self.track_parent else 0,
+            "sys_path": self.sys_path(),
+        }
+        argv = self.runner_argv(_json(boot))
         try:
-            os.write(w, request.secret)
-            os.close(w)
-            w = -1
-            config = dict(request.config)
-            config["secret_fd"] = 0 if self.secret_on_stdin else r
-            config["connect"] = self.connect_address(request.listener)
-            config["sys_path"] = self.sys_path()
-            parent = os.getpid() if self.track_parent else 0
-            config["policy"] = {**config["policy"], "parent_pid": parent}
-            argv = self.runner_argv(_json(config))
-            try:
-                popen = subprocess.Popen(
-                    argv,
-                    stdin=r if self.secret_on_stdin else subprocess.DEVNULL,
-                    stdout=out_w,
-                    stderr=err_w,
-                    pass_fds=() if self.secret_on_stdin else (r,),
-                    close_fds=True,
-                    env=dict(request.env),
-                    cwd="/",
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise Unavailable(
-                    f"could not start the script runner ({argv[0]}): {exc}", field="python"
-                ) from None
-        except BaseException:
-            for fd in (out_r, err_r):
+            popen = subprocess.Popen(
+                argv,
+                stdin=r if self.secret_on_stdin else subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=() if self.secret_on_stdin else (r,),
+                close_fds=True,
+                env=dict(env),
+                cwd="/",
+                start_new_session=True,
+            )
+        except OSError as exc:
+            for fd in (w, out_r, err_r):
                 os.close(fd)
-            raise
+            raise Unavailable(
+                f"could not start the script runner ({argv[0]}): {exc}", field="python"
+            ) from None
         finally:
-            for fd in (r, w, out_w, err_w):
-                if fd >= 0:
-                    os.close(fd)
-        return _LocalChild(popen, out_r, err_r)
+            for fd in (r, out_w, err_w):
+                os.close(fd)
+        return _LocalChild(popen, out_r, err_r), w
+
+    async def aclose(self) -> None:
+        """End the spare runner, if any. Idempotent."""
+        self._closed = True
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await _discard(spare)
+
+
+async def _discard(spare: tuple[_LocalChild, int]) -> None:
+    child, w = spare
+    os.close(w)
+    await child.aclose()
 
 
 def _json(value: Any) -> str:

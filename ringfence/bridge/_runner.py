@@ -1,20 +1,22 @@
 """The script runner: the child process of one ``run_tool_script`` call.
 
-Executed as a file, ``python -I -S <this file> <config JSON>``, so that it needs
+Executed as a file, ``python -I -S <this file> <boot JSON>``, so that it needs
 nothing from the environment, from ``site`` or from an installed ``ringfence``
 (the same file runs inside a container, reached over a Unix socket). Its
 siblings ``_wire`` and ``_sandbox`` are imported as top-level modules from this
-file's directory; RestrictedPython's directory comes in ``config["sys_path"]``.
+file's directory; RestrictedPython's directory comes in ``boot["sys_path"]``.
 
 The order of work, and why:
 
 1. arm ``PR_SET_PDEATHSIG`` and check the parent is still the host, so a host
    that dies from here on takes the child with it;
-2. read the per-run secret from the inherited pipe (``config["secret_fd"]``)
-   and close it: the secret is never in argv or the environment;
-3. import everything the script may use (RestrictedPython, the allowed
+2. import everything the script may use (RestrictedPython, the allowed
    modules): after the sandbox there may be no filesystem access left to
    import with;
+3. read the per-run secret and the run's config from the inherited pipe
+   (``boot["secret_fd"]``) until the host closes it: the secret is never in
+   argv or the environment. A *spare* runner, started ahead of need, waits
+   here; an empty pipe means it was not needed, and it exits;
 4. connect to the bridge and run the handshake (``_wire``);
 5. apply the OS sandbox (``_sandbox.apply``, which also starts the watchdog
    thread that exits when the host's end of the bridge closes) and report it;
@@ -145,18 +147,19 @@ def _connect(where: list[Any]) -> socket.socket:
     raise ValueError(f"unknown bridge transport {where[0]!r}")
 
 
-def _read_secret(fd: int) -> bytes:
+def _read_activation(fd: int) -> tuple[bytes, dict[str, Any]] | None:
+    """The secret and the run's config from the inherited pipe; None when it closed empty."""
     chunks = []
-    while True:
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
+    while chunk := os.read(fd, 65536):
         chunks.append(chunk)
     os.close(fd)
-    secret = b"".join(chunks)
+    data = b"".join(chunks)
+    if not data:
+        return None  # a spare runner that was never needed
+    secret, rest = data[: _wire.SECRET_BYTES], data[_wire.SECRET_BYTES :]
     if len(secret) != _wire.SECRET_BYTES:
         raise _wire.ProtocolError("malformed", "the secret pipe did not hold a bridge secret")
-    return secret
+    return secret, json.loads(rest)
 
 
 # -- what the script sees ---------------------------------------------------------------
@@ -214,7 +217,12 @@ def _module_copy(name: str) -> Any:
     return copy
 
 
-def restricted_globals(call_tool: Any) -> dict[str, Any]:
+def module_copies() -> dict[str, Any]:
+    """The allowed modules as the script sees them; made once, before the run is known."""
+    return {name: _module_copy(name) for name in ALLOWED_MODULES}
+
+
+def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) -> dict[str, Any]:
     """The globals a restricted script runs with (RestrictedPython's guards plus ours)."""
     import builtins
     import operator
@@ -227,7 +235,7 @@ def restricted_globals(call_tool: Any) -> dict[str, Any]:
         safer_getattr_raise,
     )
 
-    modules = {name: _module_copy(name) for name in ALLOWED_MODULES}
+    modules = modules if modules is not None else module_copies()
 
     def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:  # fmt: skip
         if level == 0 and name in _INTERNAL and name in sys.modules:
@@ -351,7 +359,9 @@ def _jsonable(value: Any) -> tuple[Any, bool]:
         return repr(value), True
 
 
-def run_script(channel: Channel, script: dict[str, Any]) -> dict[str, Any]:
+def run_script(
+    channel: Channel, script: dict[str, Any], modules: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Compile and run one script; the outcome as the ``done`` message (without ``type``)."""
     next_id = 0
 
@@ -403,7 +413,7 @@ def run_script(channel: Channel, script: dict[str, Any]) -> dict[str, Any]:
         if compiled.errors or compiled.code is None:
             return {"status": "compile_error", "errors": list(compiled.errors)}
         code = compiled.code
-        glb = restricted_globals(call_tool)
+        glb = restricted_globals(call_tool, modules)
     try:
         exec(code, glb)
     except _wire.ProtocolError:
@@ -417,23 +427,30 @@ def run_script(channel: Channel, script: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    config = json.loads(argv[1])
-    parent = int(config["policy"].get("parent_pid") or 0)
-    if config.get("pdeathsig", True):
+    boot = json.loads(argv[1])
+    parent = int(boot.get("parent_pid") or 0)
+    if parent:
         _sandbox.set_pdeathsig(parent)
-    secret = _read_secret(int(config["secret_fd"]))
     # Landlock may grant reading the interpreter's own library (lazy imports), nothing else.
-    policy = dict(config["policy"])
-    policy["read_paths"] = [
+    stdlib = [
         p for p in sys.path if p.startswith((sys.base_prefix, sys.prefix)) and os.path.isdir(p)
     ]
-    sys.path[:0] = [p for p in config.get("sys_path", ()) if p not in sys.path]
+    sys.path[:0] = [p for p in boot.get("sys_path", ()) if p not in sys.path]
     for name in (*ALLOWED_MODULES, *_LAZY, "RestrictedPython", "operator", "types"):
         try:
             __import__(name)
         except ImportError:
             if name == "RestrictedPython":
                 raise
+    from RestrictedPython import compile_restricted_exec  # noqa: F401  (loaded now, used later)
+
+    modules = module_copies()
+    # Ready: a fresh runner finds its activation waiting; a spare blocks here until it is used.
+    activation = _read_activation(int(boot["secret_fd"]))
+    if activation is None:
+        return 0
+    secret, config = activation
+    policy = {**config["policy"], "read_paths": stdlib, "parent_pid": parent}
     try:
         sock = _connect(config["connect"])
         channel = Channel(sock, int(config.get("max_frame") or _wire.DEFAULT_MAX_FRAME))
@@ -450,7 +467,7 @@ def main(argv: list[str]) -> int:
     try:
         channel.send({"type": "sandboxed", "report": report})
         script = channel.codec.expect(channel.recv(), "script")
-        outcome = run_script(channel, script)
+        outcome = run_script(channel, script, modules)
         outcome["type"] = "done"
         try:
             channel.send(outcome)

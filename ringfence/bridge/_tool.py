@@ -67,6 +67,7 @@ def register_script_tool(
     *,
     backend_session_factory: LauncherFactory | None = None,
     config: ScriptConfig | None = None,
+    spare: bool = True,
 ) -> ToolSpec:
     """Register ``run_tool_script`` (irreversible, residual) into ``kernel``; return its spec.
 
@@ -79,13 +80,17 @@ def register_script_tool(
     launcher (an object with ``async launch(LaunchRequest) -> ChildProcess``,
     ``name`` and ``transport``; see ``_host.LocalLauncher``): the Docker
     backend provides one that runs the script inside the session's container
-    over a mounted Unix socket. Without it scripts run as local subprocesses.
+    over a mounted Unix socket. Without it scripts run as local subprocesses;
+    with ``spare`` (default) one runner is kept started ahead of need so a
+    run skips interpreter start-up, and ended when the kernel closes.
     """
     config = config or ScriptConfig()
+    local = LocalLauncher(spare=spare)
+    kernel.push_async_callback(local.aclose)
 
     async def execute(args: dict[str, Any], ctx: CallContext) -> Any:
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
-        launcher: Any = LocalLauncher()
+        launcher: Any = local
         run_config = config
         if backend_session_factory is not None:
             launcher = await backend_session_factory()

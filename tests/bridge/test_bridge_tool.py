@@ -193,3 +193,26 @@ def test_cli_run_script_exit_codes(tmp_path) -> None:
     assert too_long.returncode == 2
     missing = _cli("run-script", str(tmp_path / "nope.py"), cwd=tmp_path)
     assert missing.returncode == 2 and "cannot read the script" in missing.stderr
+
+
+async def test_a_spare_runner_is_used_replaced_and_ended_with_the_kernel() -> None:
+    from bridge_helpers import runner_processes
+
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel)
+        assert runner_processes() == []  # nothing starts before the first run
+        first = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 1"})
+        spares = runner_processes()
+        assert first.ok and len(spares) == 1  # waiting for the next run
+        second = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 2"})
+        assert second.value["result"] == 2
+        assert kinds(kernel, "script_started")[-1]["pid"] == spares[0].pid  # it ran there
+        # A spare that died is replaced, not used.
+        (spare,) = runner_processes()
+        spare.kill()
+        spare.wait(5)
+        third = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 3"})
+        assert third.value["result"] == 3
+        assert kinds(kernel, "script_started")[-1]["pid"] != spare.pid
+        assert len(runner_processes()) == 1
+    assert runner_processes() == []  # closing the kernel ended the spare
