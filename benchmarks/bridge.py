@@ -2,9 +2,9 @@
 
 1. **startup**: an empty script through ``kernel.invoke("run_tool_script")``
    (Gate, approval, listener, handshake, sandbox, compile, result) vs a bare
-   ``python -I -c pass``, with the tool's spare runner (every run after the
-   first) and cold (a new interpreter, as for the first run). Goal: within
-   2.5x. ``python -I -S -c pass`` is noted: the runner skips ``site``.
+   ``python -I -c pass``: with the tool's spare runner ready, back to back,
+   and cold. Goal: within 2.5x. ``python -I -S -c pass`` is noted: the runner
+   skips ``site``.
 2. **call_tool**: round trips on a no-op read tool from inside a script
    (timed in the script around each call) vs the same call made directly
    through the Gate (``kernel.invoke``). Goal: at least 5,000 calls/s with
@@ -35,7 +35,7 @@ from ringfence.runtime import (
     ToolSpec,
 )
 
-from ._harness import Samples, format_seconds, interleave_async
+from ._harness import Samples, format_seconds
 from ._suite import Row, Scenario
 
 STARTUP_RATIO_GOAL = 2.5
@@ -71,39 +71,42 @@ def _kernel(tmp: str) -> Kernel:
 
 
 async def startup(quick: bool) -> list[Row]:
-    """Warm (the tool's spare runner) and cold (a new interpreter per run), vs bare python."""
+    """Empty scripts end to end vs bare python, interleaved run by run.
+
+    Three ways a run can start: the tool's spare runner is ready (the usual
+    case between a model's turns; an idle gap before each run, not timed),
+    runs back to back (the spare started by one run is still importing when
+    the next arrives), and cold (no spare, as for a session's first script).
+    """
     rounds = 6 if quick else 30
-
-    def bare(*flags: str) -> object:
-        return subprocess.run([sys.executable, *flags, "-c", "pass"], check=True)
-
-    async def bare_site() -> object:
-        return bare("-I")
-
+    no_site = min(_time(lambda: _bare("-I", "-S")) for _ in range(5))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         async with _kernel(tmp) as kernel:
 
-            async def warm() -> object:
+            async def via_tool() -> None:
                 outcome = await kernel.invoke(SCRIPT_TOOL, {"script": "pass"})
                 assert outcome.ok, outcome.error
-                return outcome
 
-            async def cold() -> object:
+            async def cold() -> None:
                 result = await run_script(kernel, "pass", timeout=30, trace_id="bench")
                 assert result.status == "ok", result.error
-                return result
 
-            await warm()  # warm the page cache and start the spare
-            no_site = min(_time(lambda: bare("-I", "-S")) for _ in range(5))
-            for label, subject in (
-                ("spare runner (every run after the first)", warm),
-                ("cold start", cold),
+            await via_tool()  # warm the page cache and start the spare
+            for label, subject, gap in (
+                ("spare runner ready", via_tool, 0.3),
+                ("back to back", via_tool, 0.0),
+                ("cold start", cold, 0.0),
             ):
-                base, subj = await interleave_async(
-                    bare_site, subject, rounds=rounds, batch=1,
-                    names=("python -I -c pass", f"empty script, {label.split(' (')[0]}"),
-                )  # fmt: skip
+                base, subj = Samples("python -I -c pass"), Samples(f"empty script, {label}")
+                for i in range(rounds):
+                    await trio.sleep(gap)  # not timed: lets the spare finish its imports
+                    for fn, samples in ((_bare_async, base), (subject, subj))[
+                        :: 1 if i % 2 else -1
+                    ]:
+                        t0 = time.perf_counter()
+                        await fn()
+                        samples.per_op.append(time.perf_counter() - t0)
                 ratio = subj.median / base.median
                 rows.append(
                     Row(
@@ -117,6 +120,14 @@ async def startup(quick: bool) -> list[Row]:
                     )
                 )
     return rows
+
+
+def _bare(*flags: str) -> object:
+    return subprocess.run([sys.executable, *flags, "-c", "pass"], check=True)
+
+
+async def _bare_async() -> None:
+    _bare("-I")
 
 
 def _time(fn: Callable[[], object]) -> float:

@@ -61,6 +61,7 @@ NOT_FROM_SCRIPTS = frozenset({"run_tool_script"})
 ENV_PASSTHROUGH = ("TZ",)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 MAX_REFUSAL_EVENTS = 20
+MAX_PENDING_HANDSHAKES = 16  # connections may not queue up handshakes without bound
 STDERR_KEEP = 8192
 
 Emit = Callable[..., None]
@@ -496,6 +497,7 @@ class _Run:
         self.secret = _wire_secret()
         self.calls: list[dict[str, Any]] = []
         self.refusals = 0
+        self.pending = 0
         self.conn: _Connection | None = None
         self.authenticated = trio.Event()
         self.scope: trio.CancelScope | None = None
@@ -535,6 +537,10 @@ class _Run:
                 self.refuse("second_connection", peer, "the run's one connection is taken")
                 await stream.aclose()
                 continue
+            if self.pending >= MAX_PENDING_HANDSHAKES:
+                self.refuse("too_many_connections", peer, "too many handshakes in progress")
+                await stream.aclose()
+                continue
             expected = self._expected_peer_pid()
             if isinstance(peer, dict) and expected is not None and peer["pid"] != expected:
                 self.refuse("not_the_child", peer, f"peer pid {peer['pid']} is not the runner")
@@ -545,6 +551,7 @@ class _Run:
     async def handshake(self, stream: trio.SocketStream, peer: Any) -> None:
         conn = _Connection(stream, self.config.max_frame)
         accepted = False
+        self.pending += 1
         try:
             with trio.fail_after(self.config.handshake_seconds):
                 await conn.handshake(self.secret)
@@ -564,6 +571,7 @@ class _Run:
         ) as exc:
             self.refuse("handshake_failed", peer, f"{type(exc).__name__}: {exc}")
         finally:
+            self.pending -= 1
             if not accepted:
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
@@ -607,12 +615,13 @@ class _Run:
             reply = await self.call(message)
             try:
                 await conn.send(reply)
-            except _wire.ProtocolError as exc:
-                if exc.reason != "oversized":
+            except (_wire.ProtocolError, TypeError, ValueError) as exc:
+                if isinstance(exc, _wire.ProtocolError) and exc.reason != "oversized":
                     raise
+                why = exc.message if isinstance(exc, _wire.ProtocolError) else f"not JSON: {exc}"
                 error = {
                     "code": "tool_error",
-                    "message": f"the result is too large for the bridge: {exc.message}",
+                    "message": f"the result cannot cross the bridge: {why}",
                 }
                 await conn.send({**reply, "ok": False, "value": None, "error": error})
 
@@ -860,7 +869,13 @@ def _result(
             error = dict(done.get("error") or {})
         elif status == "compile_error":
             error = {"errors": [str(e) for e in done.get("errors") or []]}
-        emit("script_finished", status=status, calls=len(calls), seconds=round(seconds, 3))
+        emit(
+            "script_finished",
+            status=status,
+            calls=len(calls),
+            seconds=round(seconds, 3),
+            paused_seconds=round(run.paused_seconds, 3),
+        )
         return ScriptResult(
             status, output, calls, done.get("result"), bool(done.get("has_result")), error, **base
         )

@@ -156,6 +156,7 @@ async def test_the_timeout_clock_stops_while_a_person_is_asked(ledger: Ledger) -
         result = await run(kernel, 'result = call_tool("touch", x="slow")["tool"]', timeout=1.5)
     assert result.status == "ok", result.error
     assert result.result == "touch"
+    assert kinds(kernel, "script_finished")[-1]["paused_seconds"] >= 2.4
 
 
 async def test_the_timeout_still_applies_outside_of_asking(ledger: Ledger) -> None:

@@ -221,19 +221,22 @@ async def test_unix_socket_transport_is_private_and_cleaned_up() -> None:
     assert not os.path.exists(os.path.dirname(seen["path"]))
 
 
-async def test_messages_over_the_frame_limit_become_errors_not_a_dead_bridge(
+async def test_messages_the_bridge_cannot_carry_become_errors_not_a_dead_bridge(
     ledger: Ledger,
 ) -> None:
     async def big(args: dict, ctx: CallContext) -> list[str]:
         return ["y" * 1000] * 10
 
+    async def raw(args: dict, ctx: CallContext) -> bytes:
+        return b"not json"
+
     script = """
 codes = []
-for name, kw in [("peek", {"x": "a" * 10000}), ("big", {})]:
+for name, kw in [("peek", {"x": "a" * 10000}), ("big", {}), ("raw", {})]:
     try:
         call_tool(name, **kw)
     except ToolError as e:
-        codes.append([e.code, "too large" in e.message])
+        codes.append([e.code, "too large" in e.message or "cannot cross the bridge" in e.message])
 codes.append(call_tool("peek", x="small")["tool"])
 print(codes)
 result = "b" * 10000
@@ -241,8 +244,11 @@ result = "b" * 10000
     async with Kernel() as kernel:
         register_tools(kernel, ledger)
         kernel.register(ToolSpec("big", "b", {"type": "object"}, big, consequence=Consequence.READ))
+        kernel.register(ToolSpec("raw", "r", {"type": "object"}, raw, consequence=Consequence.READ))
         result = await run(kernel, script, max_frame=4096)
-    assert result.output == "[['invalid_arguments', True], ['tool_error', True], 'peek']\n"
+    assert result.output == (
+        "[['invalid_arguments', True], ['tool_error', True], ['tool_error', True], 'peek']\n"
+    )
     assert result.status == "error"
     assert result.error["type"] == "ResultTooLarge"
     assert ledger.runs == [("peek", {"x": "small"})]
