@@ -70,6 +70,8 @@ async def run(args: argparse.Namespace) -> int:
         sys.stderr.write(
             f"ringfence: dry run: {staged} call(s) staged in {args.dry_run}; "
             f"review with `ringfence plan show {args.dry_run}`\n"
+            if staged
+            else "ringfence: dry run: the script staged no calls\n"
         )
     return exit_code_for(outcome.error) if outcome.error is not None else 0
 
