@@ -19,7 +19,7 @@ def test_public_names_resolve() -> None:
 
 def test_the_child_side_imports_only_the_stdlib_and_restrictedpython() -> None:
     """The runner runs as a file under ``python -I -S`` (in containers too): no ringfence, no SDKs."""
-    allowed_third_party = {"RestrictedPython"}
+    allowed_third_party = {"RestrictedPython", "_sandbox", "_wire"}  # and its siblings
     for name in CHILD_MODULES:
         tree = ast.parse((RUNNER_PATH.parent / name).read_text())
         for node in ast.walk(tree):
