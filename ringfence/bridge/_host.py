@@ -297,6 +297,11 @@ class LocalLauncher:
 
     async def launch(self, request: LaunchRequest) -> ChildProcess:
         """Start (or activate the spare) runner for one run; raises Unavailable if it cannot start."""
+        if not hasattr(os, "pidfd_open"):
+            raise Unavailable(
+                "run_tool_script's local runner needs Linux >= 5.3 (pidfd_open, PR_SET_PDEATHSIG)",
+                field="platform",
+            )
         run_config = {**request.config, "connect": self.connect_address(request.listener)}
         activation = request.secret + _json(run_config).encode()
         spare, self._spare = self._spare, None
