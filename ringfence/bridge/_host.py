@@ -69,7 +69,7 @@ Emit = Callable[..., None]
 
 @dataclass(frozen=True)
 class ScriptLimits:
-    """Resource limits of the child. ``cpu_seconds=None`` means the run's timeout, rounded up."""
+    """Resource limits of the child. ``cpu_seconds=None``: the run's timeout rounded up, plus one."""
 
     cpu_seconds: int | None = None
     memory_bytes: int = 1024 * 1024 * 1024
@@ -734,7 +734,9 @@ async def run_script(
     )
     if config.sandbox != _sandbox.STRICT or config.mode != "restricted":
         emit("script_sandbox_level", level=config.sandbox, mode=config.mode)
-    cpu = config.limits.cpu_seconds or max(1, math.ceil(timeout))
+    # One second over the timeout: the wall clock (which reports "timeout" with the output)
+    # normally wins; start-up CPU, a spare's imports included, counts against the limit.
+    cpu = config.limits.cpu_seconds or math.ceil(timeout) + 1
     policy = {
         "level": config.sandbox,
         "cpu_seconds": cpu,

@@ -78,7 +78,7 @@ async def test_ok_value_has_output_result_and_calls(ledger: Ledger) -> None:
     assert outcome.value["result"] == "peek"
     assert [c["tool"] for c in outcome.value["calls"]] == ["peek"]
     started = kinds(kernel, "script_started")[0]
-    assert started["call_id"] == outcome.call_id and started["cpu_seconds"] == 600
+    assert started["call_id"] == outcome.call_id and started["cpu_seconds"] == 601
 
 
 async def test_a_script_error_is_a_tool_error_with_its_traceback() -> None:
