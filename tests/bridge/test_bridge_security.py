@@ -288,7 +288,10 @@ async def test_no_network_except_the_bridge() -> None:
             async with Kernel() as kernel:
                 result = await run(kernel, source, mode="plain")
                 control = await run(kernel, source, mode="plain", sandbox="none")
-            await trio.sleep(0.1)
+            with trio.move_on_after(5):  # the control's connection is in the backlog
+                while not accepted:
+                    await trio.sleep(0.01)
+            await trio.sleep(0.05)  # and nothing else arrives
             nursery.cancel_scope.cancel()
     finally:
         listener.close()
