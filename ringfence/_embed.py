@@ -7,11 +7,14 @@ workspace, backends, bridge and MCP connectors are plugged into a Kernel.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .backends import register_shell_tool, select_backend
+from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime import Approver, FileSink, Kernel, Posture, Rules, default_approver
+from .workspace import Workspace, register_file_tools
 
 __all__ = ["create_kernel", "workspace_roots_from_env"]
 
@@ -32,6 +35,7 @@ def create_kernel(
     posture: Posture | str = Posture.ASK,
     approver: Approver | None = None,
     backend: str | None = None,
+    backend_options: Mapping[str, Any] | None = None,
     rules: Rules | None = None,
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
@@ -43,30 +47,47 @@ def create_kernel(
 
     ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``) or
     ``"docker"``; backend sessions start on first use and close with the
-    kernel. Use the result as ``async with create_kernel(...) as kernel:``.
+    kernel. ``backend_options`` go to the backend (docker: ``image``,
+    ``memory``, ``cpus``, ``pids``, ``user``). Use the result as ``async with create_kernel(...) as kernel:``.
     ``script_sandbox`` (default ``$RINGFENCE_SCRIPT_SANDBOX`` or ``strict``)
     weakens ``run_tool_script``'s OS sandbox to ``best-effort`` or ``none``;
     the level is recorded in the event stream on every run.
     """
-    kernel = Kernel(
-        posture=Posture.parse(posture),
-        approver=approver if approver is not None else default_approver(),
-        rules=rules or Rules(),
-        events_sink=FileSink(events_path) if events_path else None,
-        dry_run=dry_run,
-        plan_path=Path(plan_path) if plan_path else None,
-        **kernel_options,
+    # backends: checked before anything opens, so an unknown name leaks nothing
+    backend_name = select_backend(backend)
+    # bridge: checked before anything opens, like the backend
+    script_config = ScriptConfig(
+        sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"
     )
-    # bridge: run_tool_script (scripts run locally until a backend offers a script launcher)
-    from .bridge import ScriptConfig, register_script_tool, unavailable_backend
+    # workspace: the roots file tools are confined to (opened first, so a bad root fails fast)
+    workspace = Workspace(workspace_roots_from_env(list(roots)))
+    try:
+        kernel = Kernel(
+            posture=Posture.parse(posture),
+            approver=approver if approver is not None else default_approver(),
+            rules=rules or Rules(),
+            events_sink=FileSink(events_path) if events_path else None,
+            dry_run=dry_run,
+            plan_path=Path(plan_path) if plan_path else None,
+            **kernel_options,
+        )
+    except BaseException:
+        workspace.close()
+        raise
+    register_file_tools(kernel, workspace)
 
-    chosen = backend or os.environ.get("RINGFENCE_EXECUTION_BACKEND") or "local"
+    async def close_workspace() -> None:
+        workspace.close()
+
+    kernel.push_async_callback(close_workspace)
+    # backends: run_shell; its session starts on the first call and closes with the kernel
+    register_shell_tool(kernel, backend=backend_name, workspace=workspace, options=backend_options)
+    # bridge: run_tool_script (scripts run locally until a backend offers a script launcher)
     register_script_tool(
         kernel,
-        backend_session_factory=None if chosen == "local" else unavailable_backend(chosen),
-        config=ScriptConfig(
-            sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"
-        ),
+        backend_session_factory=None
+        if backend_name == "local"
+        else unavailable_backend(backend_name),
+        config=script_config,
     )
-    del roots  # wired in by the workspace package
     return kernel
