@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from .backends import register_shell_tool, select_backend
-from .bridge import ScriptConfig, register_script_tool, unavailable_backend
+from .bridge import (
+    ScriptConfig,
+    bridge_mounts,
+    make_bridge_dir,
+    register_script_tool,
+    remove_bridge_dir,
+    unavailable_backend,
+)
 from .runtime import Approver, FileSink, Kernel, Posture, Rules, default_approver
 from .workspace import Workspace, register_file_tools
 
@@ -80,14 +87,34 @@ def create_kernel(
         workspace.close()
 
     kernel.push_async_callback(close_workspace)
+    # bridge: under docker, scripts run in the session's container, which needs the runner
+    # files and a socket directory mounted (removed after the container, hence pushed first)
+    bridge_dir = make_bridge_dir() if backend_name == "docker" else None
+    if bridge_dir is not None:
+
+        async def remove_bridges() -> None:
+            remove_bridge_dir(bridge_dir)
+
+        kernel.push_async_callback(remove_bridges)
     # backends: run_shell; its session starts on the first call and closes with the kernel
-    register_shell_tool(kernel, backend=backend_name, workspace=workspace, options=backend_options)
-    # bridge: run_tool_script (scripts run locally until a backend offers a script launcher)
+    shell = register_shell_tool(
+        kernel,
+        backend=backend_name,
+        workspace=workspace,
+        options=backend_options,
+        extra_mounts=bridge_mounts(bridge_dir) if bridge_dir is not None else (),
+    )
+    # bridge: run_tool_script, locally or in the docker session's container
     register_script_tool(
         kernel,
-        backend_session_factory=None
-        if backend_name == "local"
-        else unavailable_backend(backend_name),
+        backend_session_factory=(
+            None
+            if backend_name == "local"
+            else shell.session
+            if bridge_dir is not None
+            else unavailable_backend(backend_name)
+        ),
+        bridge_dir=bridge_dir,
         config=script_config,
     )
     return kernel

@@ -6,6 +6,12 @@ each ``call_tool`` inside it is one ``Kernel.invoke``, the same Gate as a
 direct call.
 """
 
+from ._docker import (
+    DockerScriptLauncher as DockerScriptLauncher,
+    bridge_mounts as bridge_mounts,
+    make_bridge_dir as make_bridge_dir,
+    remove_bridge_dir as remove_bridge_dir,
+)
 from ._host import (
     SANDBOX_LEVELS as SANDBOX_LEVELS,
     BridgeListener as BridgeListener,

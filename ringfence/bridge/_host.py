@@ -61,6 +61,7 @@ NOT_FROM_SCRIPTS = frozenset({"run_tool_script"})
 ENV_PASSTHROUGH = ("TZ",)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 MAX_REFUSAL_EVENTS = 20
+CHILD_EXIT_SECONDS = 5.0  # how long a killed child may take to be seen gone
 MAX_PENDING_HANDSHAKES = 16  # connections may not queue up handshakes without bound
 STDERR_KEEP = 8192
 
@@ -180,12 +181,17 @@ class _Capture:
 
 
 class ChildProcess(Protocol):
-    """A started runner, as the host sees it (local process, or a process in a container)."""
+    """A started runner, as the host sees it (a local process, or a process in a container).
+
+    ``pump`` feeds the child's stdout and stderr to the two callbacks until
+    both end; ``wait`` returns the exit status (negative: the signal);
+    ``kill`` is best effort and immediate; ``aclose`` kills, reaps and
+    releases everything, shielded, and may be called twice.
+    """
 
     pid: int | None
-    stdout: trio.abc.ReceiveStream
-    stderr: trio.abc.ReceiveStream
 
+    async def pump(self, out: Callable[[bytes], None], err: Callable[[bytes], None]) -> None: ...
     async def wait(self) -> int: ...
     def kill(self) -> None: ...
     async def aclose(self) -> None: ...
@@ -199,6 +205,11 @@ class _LocalChild:
         self.stderr = trio.lowlevel.FdStream(stderr)
         self._pidfd = os.pidfd_open(popen.pid)
         self._descendants: list[Any] = []
+
+    async def pump(self, out: Callable[[bytes], None], err: Callable[[bytes], None]) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, self.stdout, out)
+            nursery.start_soon(_drain, self.stderr, err)
 
     async def wait(self) -> int:
         if self.popen.returncode is None:
@@ -754,7 +765,7 @@ async def run_script(
     )  # fmt: skip
     out = _Capture(kernel.output_cap_bytes)
     err = _Capture(STDERR_KEEP // 2)
-    owner = (
+    owner = getattr(launcher, "socket_owner", None) or (
         (config.uid, config.gid) if os.geteuid() == 0 and config.sandbox != _sandbox.NONE else None
     )
     started = time.monotonic()
@@ -806,8 +817,7 @@ async def run_script(
             session.cancel_scope.cancel()
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_drain, child.stdout, out)
-            nursery.start_soon(_drain, child.stderr, err)
+            nursery.start_soon(_pump, child, out, err)
             nursery.start_soon(run.accept_loop, listener, nursery)
             nursery.start_soon(watch_child)
             with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
@@ -820,10 +830,14 @@ async def run_script(
                 with trio.move_on_after(2.0):
                     await exited.wait()
             child.kill()
-            await exited.wait()
-            with trio.move_on_after(1.0):  # the child is dead: the pipes reach EOF promptly
+            if run.conn is not None:  # the runner's watchdog ends it where kill() cannot reach
+                await run.conn.stream.aclose()
+            with trio.move_on_after(CHILD_EXIT_SECONDS):
+                await exited.wait()
+            if not exited.is_set():
+                emit("script_not_reaped", pid=child.pid, waited_seconds=CHILD_EXIT_SECONDS)
+            with trio.move_on_after(1.0):  # the child is dead: its output reaches EOF promptly
                 await out.eof.wait()
-                await err.eof.wait()
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
@@ -838,14 +852,20 @@ async def run_script(
     )  # fmt: skip
 
 
-async def _drain(stream: trio.abc.ReceiveStream, capture: _Capture) -> None:
+async def _drain(stream: trio.abc.ReceiveStream, feed: Callable[[bytes], None]) -> None:
     try:
         while data := await stream.receive_some(65536):
-            capture.feed(data)
+            feed(data)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
+
+
+async def _pump(child: ChildProcess, out: _Capture, err: _Capture) -> None:
+    try:
+        await child.pump(out.feed, err.feed)
     finally:
-        capture.eof.set()
+        out.eof.set()
+        err.eof.set()
 
 
 def _result(

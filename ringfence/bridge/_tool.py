@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from ..runtime import (
@@ -59,15 +60,16 @@ INPUT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-LauncherFactory = Callable[[], Awaitable[Any]]
+SessionFactory = Callable[[CallContext], Awaitable[Any]]
 
 
 def register_script_tool(
     kernel: Kernel,
     *,
-    backend_session_factory: LauncherFactory | None = None,
+    backend_session_factory: SessionFactory | None = None,
     config: ScriptConfig | None = None,
     spare: bool = True,
+    bridge_dir: Path | None = None,
 ) -> ToolSpec:
     """Register ``run_tool_script`` (irreversible, residual) into ``kernel``; return its spec.
 
@@ -75,28 +77,47 @@ def register_script_tool(
     calls are staged into the kernel's plan (``composes_dry_run``).
 
     ``config`` is the operator's choice of sandbox level, transport and
-    limits (default: strict, TCP loopback). ``backend_session_factory``, when
-    given, is awaited on each run and must return the session's script
-    launcher (an object with ``async launch(LaunchRequest) -> ChildProcess``,
-    ``name`` and ``transport``; see ``_host.LocalLauncher``): the Docker
-    backend provides one that runs the script inside the session's container
-    over a mounted Unix socket. Without it scripts run as local subprocesses;
-    with ``spare`` (default) one runner is kept started ahead of need so a
-    run skips interpreter start-up, and ended when the kernel closes.
+    limits (default: strict, TCP loopback). Without ``backend_session_factory``
+    scripts run as local subprocesses; with ``spare`` (default) one runner is
+    kept started ahead of need so a run skips interpreter start-up, and ended
+    when the kernel closes. ``backend_session_factory(ctx)`` returns the
+    session's backend session (``ShellTool.session``): a docker session runs
+    scripts in its container over the Unix socket in ``bridge_dir``, which
+    must be mounted there (:func:`bridge_mounts`); it may also return a
+    launcher (an object with ``launch``). Any other session is ``unavailable``.
     """
     config = config or ScriptConfig()
     local = LocalLauncher(spare=spare)
     kernel.push_async_callback(local.aclose)
+    docker_launchers: dict[int, Any] = {}
+
+    async def launcher_for(ctx: CallContext) -> Any:
+        if backend_session_factory is None:
+            return local
+        session = await backend_session_factory(ctx)
+        if hasattr(session, "launch"):
+            return session
+        if getattr(session, "name", None) == "docker" and bridge_dir is not None:
+            from ._docker import DockerScriptLauncher
+
+            key = id(session)  # a restarted session is a new object: a new launcher
+            if key not in docker_launchers:
+                docker_launchers.clear()
+                docker_launchers[key] = DockerScriptLauncher(session, bridge_dir)
+            return docker_launchers[key]
+        raise Unavailable(
+            f"{SCRIPT_TOOL} cannot run in the {getattr(session, 'name', '?')!r} backend's "
+            "session (no script launcher for it, or its container lacks the bridge mounts)",
+            field="backend",
+        )
 
     async def execute(args: dict[str, Any], ctx: CallContext) -> Any:
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
-        launcher: Any = local
+        launcher = await launcher_for(ctx)
         run_config = config
-        if backend_session_factory is not None:
-            launcher = await backend_session_factory()
-            transport = getattr(launcher, "transport", None) or config.transport
-            if transport != config.transport:
-                run_config = _replace(config, transport=transport)
+        transport = getattr(launcher, "transport", None) or config.transport
+        if transport != config.transport:
+            run_config = _replace(config, transport=transport)
         result = await run_script(
             ctx.kernel,
             args["script"],
@@ -167,10 +188,10 @@ def _outcome(ctx: CallContext, result: ScriptResult, timeout: float) -> Any:
     )
 
 
-def unavailable_backend(backend: str) -> LauncherFactory:
-    """A launcher factory for a backend that cannot run scripts yet: every run says so."""
+def unavailable_backend(backend: str) -> SessionFactory:
+    """A session factory for a backend that cannot host scripts: every run says so."""
 
-    async def factory() -> Any:
+    async def factory(ctx: CallContext) -> Any:
         raise Unavailable(
             f"{SCRIPT_TOOL} cannot run under the {backend!r} execution backend in this build "
             "(its script launcher is not available); use the local backend for scripts",

@@ -134,17 +134,22 @@ async def test_secrets_are_redacted_in_values_and_error_details() -> None:
     assert secret not in "\n".join(kernel.events._sink.lines)
 
 
-async def test_create_kernel_registers_it_and_the_docker_backend_says_it_cannot_yet(
-    tmp_path,
-) -> None:
+async def test_create_kernel_registers_it(tmp_path) -> None:
     async with create_kernel(roots=[tmp_path], approver=YES) as kernel:
         assert SCRIPT_TOOL in kernel.registry
         ok = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 1"})
     assert ok.value["result"] == 1
-    async with create_kernel(roots=[tmp_path], approver=YES, backend="docker") as kernel:
+
+
+async def test_a_backend_without_a_script_launcher_is_unavailable() -> None:
+    from ringfence.bridge import unavailable_backend
+
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel, backend_session_factory=unavailable_backend("remote"))
         outcome = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 1"})
     assert outcome.error.code == "unavailable"
-    assert "docker" in outcome.error.message
+    assert "'remote'" in outcome.error.message
+    assert kinds(kernel, "script_started") == []
 
 
 def _cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
