@@ -87,14 +87,18 @@ def _print_human(payload: dict[str, Any], error: RingfenceError | None = None) -
             + json.dumps(payload["result"], ensure_ascii=False, indent=2, default=str)
             + "\n"
         )
+    sys.stdout.flush()
     calls = payload.get("calls") or []
     if calls:
-        verdicts: dict[str, int] = {}
-        for c in calls:
-            word = "staged" if c.get("staged") else (c.get("error") or "ok")
-            verdicts[word] = verdicts.get(word, 0) + 1
-        summary = ", ".join(f"{n} {w}" for w, n in sorted(verdicts.items()))
-        sys.stderr.write(f"ringfence: {len(calls)} call(s): {summary}\n")
+        sys.stderr.write(f"ringfence: the script made {len(calls)} call(s):\n")
+        width = max(len(c.get("tool", "")) for c in calls)
+        for n, c in enumerate(calls, 1):
+            decision = c.get("decision") or {}
+            did = "staged" if c.get("staged") else (c.get("error") or "ok")
+            sys.stderr.write(
+                f"  {n:3}. {c.get('tool', ''):<{width}}  {decision.get('verdict', '-'):<5} "
+                f"by {decision.get('rule', '-'):<22} -> {did}\n"
+            )
     if error is not None:
         trace = (payload.get("error") or {}).get("traceback")
         if trace:
