@@ -18,8 +18,18 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The main job: a model-written pipeline (examples/pipeline.py) against a fresh copy of the
+# example project, on the local backend, answering "yes" for the operator; then the event
+# stream's chain is verified.
+DEMO_WS     := demo-workspace
+DEMO_EVENTS := demo-events.jsonl
+
 demo: $(STAMP)
-	$(BIN)/python examples/demo.py
+	$(BIN)/python examples/prepare_workspace.py $(DEMO_WS)
+	rm -f $(DEMO_EVENTS)
+	$(BIN)/ringfence run-script examples/pipeline.py --workspace $(DEMO_WS) --backend local \
+		--approve yes --events $(DEMO_EVENTS)
+	$(BIN)/ringfence events verify $(DEMO_EVENTS)
 
 $(NPM_STAMP): $(NPM_DIR)/package-lock.json $(NPM_DIR)/package.json
 	npm ci --prefix $(NPM_DIR) --no-audit --no-fund
@@ -44,4 +54,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(DEMO_WS) $(DEMO_EVENTS)

@@ -325,7 +325,7 @@ class Kernel:
             raise Denied(
                 f"{tool} was refused: {decision.reason}", rule=decision.rule
             ).with_decision(decision)
-        if self.dry_run and spec.consequence is not Consequence.READ:
+        if self.dry_run and spec.consequence is not Consequence.READ and not spec.composes_dry_run:
             staged = StagedCall(
                 call_id, trace_id, tool, arguments, spec.consequence.value, origin, time.time()
             )

@@ -317,3 +317,32 @@ def test_inspect_server_everything(capsys, ringfence_home: Path) -> None:
     assert r["identity"]["name"] == "mcp-servers/everything"
     assert "resources" in r["ledger"]["pending"] and r["resources"] == []
     assert any(e["text"].startswith("Starting default") for e in r["logs"])
+
+
+def test_cli_session_with_server_filesystem(capsys, ringfence_home: Path, tmp_path: Path) -> None:
+    """The operator's path: `call --mcp` asks for a write, stages it in a dry run, applies it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "hello.txt").write_text("hello from disk\n")
+    fs = str(npm_bin("mcp-server-filesystem"))
+    code, _, _ = run(capsys, "mcp", "add", "fs", "--transport", "stdio", "--command", fs, "--arg", str(shared), "--json")  # fmt: skip
+    assert code == 0
+    session = ["--mcp", "--workspace", str(tmp_path), "--json"]
+    target = str(shared / "new.txt")
+    write = json.dumps({"path": target, "content": "written via MCP\n"})
+
+    code, out, _ = run(capsys, "call", "mcp.fs.read_text_file", "--args", json.dumps({"path": str(shared / "hello.txt")}), "--approve", "no", *session)  # fmt: skip
+    assert code == 0 and "hello from disk" in json.dumps(out["result"])  # a read runs unasked
+
+    code, out, _ = run(capsys, "call", "mcp.fs.write_file", "--args", write, "--approve", "no", *session)  # fmt: skip
+    assert code == 3 and out["error"]["code"] == "denied"
+    assert not (shared / "new.txt").exists()
+
+    plan = tmp_path / "plan.json"
+    code, out, _ = run(capsys, "call", "mcp.fs.write_file", "--args", write, *session, "--dry-run", str(plan))  # fmt: skip
+    assert code == 0 and out["result"]["staged"] is True
+    assert not (shared / "new.txt").exists()
+
+    code, out, _ = run(capsys, "plan", "apply", str(plan), "--approve", "yes", *session)
+    assert code == 0 and out["ok"], out
+    assert (shared / "new.txt").read_text() == "written via MCP\n"
