@@ -1,16 +1,18 @@
 """run_tool_script costs, measured against their baselines in one interleaved run.
 
-1. **startup**: an empty script through ``kernel.invoke("run_tool_script")``
-   (Gate, approval, listener, handshake, sandbox, compile, result) vs a bare
-   ``python -I -c pass``: with the tool's spare runner ready, back to back,
-   and cold. Goal: within 2.5x. ``python -I -S -c pass`` is noted: the runner
-   skips ``site``.
-2. **call_tool**: round trips on a no-op read tool from inside a script
-   (timed in the script around each call) vs the same call made directly
-   through the Gate (``kernel.invoke``). Goal: at least 5,000 calls/s with
-   p99 under 1 ms.
-
-Run: ``python -m benchmarks.bridge [--quick]`` from the checkout.
+1. **startup** (``bridge-startup``): an empty script through
+   ``kernel.invoke("run_tool_script")`` (Gate, approval, listener, handshake,
+   sandbox, compile, result) vs a bare ``python -I -c pass``: with the tool's
+   spare runner ready, back to back, and cold. Goal (issue 5): within 2.5x.
+   ``python -I -S -c pass`` is noted: the runner skips ``site``.
+2. **call_tool** (``bridge-call-tool``): round trips on a no-op read tool from
+   inside a script (timed in the script around each call) vs the same call
+   made directly through the Gate (``kernel.invoke``). Goal: at least 5,000
+   calls/s with p99 under 1 ms.
+3. **scaling sweep** (``sweep-calls``, ``sweep-concurrency``): 1, 10, 100,
+   1000 ``call_tool`` calls in one script, and 1 to 8 scripts running at once
+   under the same kernel (trio nursery), each against the same calls made
+   directly through the Gate.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -35,16 +39,17 @@ from ringfence.runtime import (
     ToolSpec,
 )
 
-from ._harness import Samples, format_seconds
-from ._suite import Row, Scenario
+from ._harness import Arm, Samples, interleave
+from ._suite import Row, Scenario, Skip
 
 STARTUP_RATIO_GOAL = 2.5
 CALLS_PER_SECOND_GOAL = 5000
 P99_GOAL_SECONDS = 1e-3
 SCHEMA = {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": False}
+SPARE_SETTLE_SECONDS = 0.3  # untimed: lets the spare runner finish its imports before a round
 
 # Times each call with datetime (the only clock a restricted script has); µs resolution.
-CALLS_SCRIPT = """
+TIMED_CALLS_SCRIPT = """
 import datetime
 now = datetime.datetime.now
 laps = []
@@ -54,80 +59,70 @@ for i in range({n}):
     laps.append((now() - t0).total_seconds())
 result = laps
 """
+CALLS_SCRIPT = """
+for i in range({n}):
+    call_tool("noop", x="hello")
+"""
 
 
 async def _noop(args: dict, ctx: CallContext) -> str:
     return "ok"
 
 
-def _kernel(tmp: str) -> Kernel:
-    kernel = Kernel(
-        approver=ScriptedApprover(lambda r: ApprovalAnswer.once("bench")),
-        events_sink=FileSink(Path(tmp) / "events.jsonl"),
-    )
-    kernel.register(ToolSpec("noop", "does nothing", SCHEMA, _noop, consequence=Consequence.READ))
-    register_script_tool(kernel)
-    return kernel
+@asynccontextmanager
+async def script_kernel() -> AsyncIterator[Kernel]:
+    """A kernel with ``noop`` and ``run_tool_script``; every script approved once.
 
-
-async def startup(quick: bool) -> list[Row]:
-    """Empty scripts end to end vs bare python, interleaved run by run.
-
-    Three ways a run can start: the tool's spare runner is ready (the usual
-    case between a model's turns; an idle gap before each run, not timed),
-    runs back to back (the spare started by one run is still importing when
-    the next arrives), and cold (no spare, as for a session's first script).
+    Raises Skip when the script sandbox cannot start on this host (a layer
+    such as Landlock or seccomp is missing): the probe run says which.
     """
-    rounds = 6 if quick else 30
-    no_site = min(_time(lambda: _bare("-I", "-S")) for _ in range(5))
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        async with _kernel(tmp) as kernel:
+        kernel = Kernel(
+            approver=ScriptedApprover(lambda r: ApprovalAnswer.once("bench")),
+            events_sink=FileSink(Path(tmp) / "events.jsonl"),
+        )
+        kernel.register(
+            ToolSpec("noop", "does nothing", SCHEMA, _noop, consequence=Consequence.READ)
+        )
+        register_script_tool(kernel)
+        async with kernel:
+            # The probe also warms the page cache and starts the spare runner.
+            probe = await kernel.invoke(SCRIPT_TOOL, {"script": "pass"})
+            if probe.error is not None and probe.error.code == "unavailable":
+                raise Skip(f"run_tool_script cannot run here: {probe.error.message}")
+            if probe.error is not None:
+                raise RuntimeError(f"an empty script failed: {probe.error.message}")
+            yield kernel
 
-            async def via_tool() -> None:
-                outcome = await kernel.invoke(SCRIPT_TOOL, {"script": "pass"})
-                assert outcome.ok, outcome.error
 
-            async def cold() -> None:
-                result = await run_script(kernel, "pass", timeout=30, trace_id="bench")
-                assert result.status == "ok", result.error
+async def run_ok(kernel: Kernel, source: str) -> Any:
+    """Run a script through the Gate; its value, or RuntimeError naming the failure."""
+    outcome = await kernel.invoke(SCRIPT_TOOL, {"script": source})
+    if not outcome.ok:
+        raise RuntimeError(
+            f"benchmark script failed: {outcome.error.code}: {outcome.error.message}"
+        )
+    return outcome.value
 
-            await via_tool()  # warm the page cache and start the spare
-            for label, subject, gap in (
-                ("spare runner ready", via_tool, 0.3),
-                ("back to back", via_tool, 0.0),
-                ("cold start", cold, 0.0),
-            ):
-                base, subj = Samples("python -I -c pass"), Samples(f"empty script, {label}")
-                for i in range(rounds):
-                    await trio.sleep(gap)  # not timed: lets the spare finish its imports
-                    for fn, samples in ((_bare_async, base), (subject, subj))[
-                        :: 1 if i % 2 else -1
-                    ]:
-                        t0 = time.perf_counter()
-                        await fn()
-                        samples.per_op.append(time.perf_counter() - t0)
-                ratio = subj.median / base.median
-                rows.append(
-                    Row(
-                        "bridge-startup",
-                        f"empty run_tool_script end to end, {label}",
-                        subj,
-                        base,
-                        f"<= {STARTUP_RATIO_GOAL}x python -I -c pass",
-                        ratio <= STARTUP_RATIO_GOAL,
-                        {"ratio": round(ratio, 2), "python_-I_-S_-c_pass_s": no_site},
-                    )
-                )
-    return rows
+
+async def direct_calls(kernel: Kernel, n: int) -> list[float]:
+    """``n`` no-op calls through the Gate; the seconds each took."""
+    laps = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        outcome = await kernel.invoke("noop", {"x": "hello"})
+        laps.append(time.perf_counter() - t0)
+        if not outcome.ok:
+            raise RuntimeError(f"noop failed: {outcome.error.message}")
+    return laps
 
 
 def _bare(*flags: str) -> object:
     return subprocess.run([sys.executable, *flags, "-c", "pass"], check=True)
 
 
-async def _bare_async() -> None:
-    _bare("-I")
+async def _bare_isolated() -> None:
+    _bare("-I")  # blocking on purpose: the baseline is the plainest start
 
 
 def _time(fn: Callable[[], object]) -> float:
@@ -136,87 +131,213 @@ def _time(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-async def round_trips(quick: bool) -> Row:
+async def startup(quick: bool) -> list[Row]:
+    """Empty scripts end to end vs bare python, interleaved run by run.
+
+    Three ways a run can start: the tool's spare runner is ready (the usual
+    case between a model's turns; an idle gap before each round, not timed),
+    runs back to back (the spare started by one run is still importing when
+    the next arrives), and cold (no spare, as for a session's first script).
+    """
+    rounds = 6 if quick else 30
+    no_site = min(_time(lambda: _bare("-I", "-S")) for _ in range(5))
+    rows = []
+    async with script_kernel() as kernel:
+
+        async def via_tool() -> None:
+            await run_ok(kernel, "pass")
+
+        async def cold() -> None:
+            result = await run_script(kernel, "pass", timeout=30, trace_id="bench")
+            if result.status != "ok":
+                raise RuntimeError(f"empty script failed: {result.error}")
+
+        for label, subject, gap in (
+            ("spare runner ready", via_tool, SPARE_SETTLE_SECONDS),
+            ("back to back", via_tool, 0.0),
+            ("cold start", cold, 0.0),
+        ):
+            name = f"empty script, {label}"
+            s = await interleave(
+                [Arm("python -I -c pass", _bare_isolated), Arm(name, subject)],
+                rounds=rounds,
+                pause=gap,
+            )
+            base, subj = s["python -I -c pass"], s[name]
+            ratio = subj.median / base.median
+            rows.append(
+                Row(
+                    "bridge-startup",
+                    f"empty run_tool_script, {label}",
+                    subj,
+                    base,
+                    f"within {STARTUP_RATIO_GOAL:g}x python -I -c pass",
+                    ratio <= STARTUP_RATIO_GOAL,
+                    {"python_-I_-S_-c_pass_s": no_site},
+                )
+            )
+    return rows
+
+
+async def round_trips(quick: bool) -> list[Row]:
     rounds, n = (4, 500) if quick else (10, 2000)
-    direct = Samples("direct through the Gate")
-    script = Samples("call_tool from a script")
     script_rates: list[float] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        async with _kernel(tmp) as kernel:
-            source = CALLS_SCRIPT.format(n=n)
+    async with script_kernel() as kernel:
+        source = TIMED_CALLS_SCRIPT.format(n=n)
 
-            async def direct_batch() -> None:
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    outcome = await kernel.invoke("noop", {"x": "hello"})
-                    direct.per_op.append(time.perf_counter() - t0)
-                    assert outcome.ok
+        async def direct_batch() -> list[float]:
+            return await direct_calls(kernel, n)
 
-            async def script_batch() -> None:
-                outcome = await kernel.invoke(SCRIPT_TOOL, {"script": source})
-                assert outcome.ok, outcome.error
-                laps = outcome.value["result"]
-                script.per_op.extend(laps)
-                script_rates.append(len(laps) / sum(laps))
+        async def script_batch() -> list[float]:
+            laps = (await run_ok(kernel, source))["result"]
+            script_rates.append(len(laps) / sum(laps))
+            return laps
 
-            await direct_batch()  # warm
-            direct.per_op.clear()
-            for i in range(rounds):
-                for fn in (
-                    (direct_batch, script_batch) if i % 2 == 0 else (script_batch, direct_batch)
-                ):
-                    await fn()
+        s = await interleave(
+            [
+                Arm("direct through the Gate", direct_batch, self_timed=True),
+                Arm("call_tool from a script", script_batch, self_timed=True),
+            ],
+            rounds=rounds,
+            warmup=1,
+        )
+    direct, script = s["direct through the Gate"], s["call_tool from a script"]
     rate = script.ops_per_second
-    met = rate >= CALLS_PER_SECOND_GOAL and script.p99 < P99_GOAL_SECONDS
+    return [
+        Row(
+            "bridge-call-tool",
+            "call_tool round trip, no-op read tool",
+            script,
+            direct,
+            f">= {CALLS_PER_SECOND_GOAL:,}/s, p99 < 1 ms",
+            rate >= CALLS_PER_SECOND_GOAL and script.p99 < P99_GOAL_SECONDS,
+            {
+                "script_calls_per_second": round(rate),
+                "script_calls_per_second_sustained": round(min(script_rates)),
+                "direct_calls_per_second": round(direct.ops_per_second),
+                "bridge_overhead_s": script.median - direct.median,
+                "note": f"{round(rate):,} call_tool/s from a script (median lap); "
+                f"{round(direct.ops_per_second):,}/s direct through the Gate",
+            },
+        )
+    ]
+
+
+SWEEP_CALLS = (1, 10, 100, 1000)
+SWEEP_CONCURRENCY = (1, 2, 4, 8)
+CALLS_PER_CONCURRENT_SCRIPT = 100
+DIRECT = "same calls direct through the Gate"
+
+
+def _sweep_row(
+    scenario: str, label: str, panel: str, x: int, subject: Samples, baseline: Samples, **notes: Any
+) -> Row:
     return Row(
-        "bridge-call-tool",
-        "call_tool round trip on a no-op read tool",
-        script,
-        direct,
-        f">= {CALLS_PER_SECOND_GOAL}/s, p99 < 1 ms",
-        met,
-        {
-            "script_calls_per_second": round(rate),
-            "script_calls_per_second_sustained": round(min(script_rates)),
-            "direct_calls_per_second": round(direct.ops_per_second),
-            "bridge_overhead_s": script.median - direct.median,
-            "script_p99_s": script.p99,
-            "direct_p99_s": direct.p99,
-        },
+        scenario,
+        label,
+        subject,
+        baseline,
+        "informational (scaling)",
+        None,
+        {"sweep": True, "panel": panel, "series": "run_tool_script", "x": x, **notes},
     )
 
 
-async def run(quick: bool) -> list[Row]:
-    return [*await startup(quick), await round_trips(quick)]
+async def sweep_calls(quick: bool) -> list[Row]:
+    """Wall time of one script making N calls vs the N calls made directly, per N."""
+    rounds = 3 if quick else 10
+    rows = []
+    async with script_kernel() as kernel:
+        for n in SWEEP_CALLS:
+            source = CALLS_SCRIPT.format(n=n)
 
+            async def script(source: str = source) -> None:
+                await run_ok(kernel, source)
 
-SCENARIO = Scenario(
-    "bridge",
-    "run_tool_script: startup vs bare python, call_tool vs direct",
-    "startup <= 2.5x python -I; >= 5000 call_tool/s, p99 < 1 ms",
-    run,
-)
+            async def direct(n: int = n) -> None:
+                await direct_calls(kernel, n)
 
-
-def main(argv: list[str] | None = None) -> None:
-    quick = "--quick" in (argv if argv is not None else sys.argv[1:])
-    rows = trio.run(run, quick)
-    for row in rows:
-        print(f"{row.scenario}: {row.label}")
-        print(
-            f"  subject  {row.subject.name:28} median {format_seconds(row.subject.median):>9}"
-            f"  p99 {format_seconds(row.subject.p99):>9}  ({len(row.subject.per_op)} samples)"
-        )
-        if row.baseline is not None:
-            print(
-                f"  baseline {row.baseline.name:28} median {format_seconds(row.baseline.median):>9}"
-                f"  p99 {format_seconds(row.baseline.p99):>9}"
+            subject = f"script making {n} calls"
+            s = await interleave(
+                [Arm(DIRECT, direct), Arm(subject, script)],
+                rounds=rounds,
+                pause=SPARE_SETTLE_SECONDS,  # each script starts from a ready spare
             )
-        for key, value in row.notes.items():
-            shown = format_seconds(value) if key.endswith("_s") else value
-            print(f"  {key}: {shown}")
-        print(f"  goal {row.goal}: {'met' if row.goal_met else 'NOT met'}")
+            rows.append(
+                _sweep_row(
+                    "sweep-calls",
+                    f"{n} call_tool calls in one script (per run)",
+                    "calls per script",
+                    n,
+                    Samples("run_tool_script", s[subject].per_op),
+                    Samples(DIRECT, s[DIRECT].per_op),
+                    calls_per_second=n / s[subject].median,
+                )
+            )
+    return rows
 
 
-if __name__ == "__main__":
-    main()
+async def sweep_concurrency(quick: bool) -> list[Row]:
+    """Wall time of k scripts at once (one nursery, one kernel) vs k direct callers at once."""
+    rounds = 3 if quick else 8
+    m = CALLS_PER_CONCURRENT_SCRIPT
+    source = CALLS_SCRIPT.format(n=m)
+    rows = []
+    async with script_kernel() as kernel:
+        for k in SWEEP_CONCURRENCY:
+
+            async def scripts(k: int = k) -> None:
+                async with trio.open_nursery() as nursery:
+                    for _ in range(k):
+                        nursery.start_soon(run_ok, kernel, source)
+
+            async def direct(k: int = k) -> None:
+                async with trio.open_nursery() as nursery:
+                    for _ in range(k):
+                        nursery.start_soon(direct_calls, kernel, m)
+
+            subject = f"{k} scripts at once"
+            s = await interleave(
+                [Arm(DIRECT, direct), Arm(subject, scripts)],
+                rounds=rounds,
+                pause=SPARE_SETTLE_SECONDS,
+            )
+            rows.append(
+                _sweep_row(
+                    "sweep-concurrency",
+                    f"{k} concurrent scripts x {m} calls (all done)",
+                    "concurrent scripts",
+                    k,
+                    Samples("run_tool_script", s[subject].per_op),
+                    Samples(DIRECT, s[DIRECT].per_op),
+                    calls_per_second=k * m / s[subject].median,
+                )
+            )
+    return rows
+
+
+STARTUP = Scenario(
+    "bridge-startup",
+    "empty run_tool_script vs python -I -c pass",
+    f"within {STARTUP_RATIO_GOAL:g}x python -I -c pass",
+    startup,
+)
+CALL_TOOL = Scenario(
+    "bridge-call-tool",
+    "call_tool round trips from a script vs direct through the Gate",
+    f">= {CALLS_PER_SECOND_GOAL:,} calls/s, p99 < 1 ms",
+    round_trips,
+)
+SWEEP_CALLS_SCENARIO = Scenario(
+    "sweep-calls",
+    "scaling: 1-1000 call_tool calls per script",
+    "informational",
+    sweep_calls,
+)
+SWEEP_CONCURRENCY_SCENARIO = Scenario(
+    "sweep-concurrency",
+    f"scaling: 1-8 concurrent scripts, {CALLS_PER_CONCURRENT_SCRIPT} calls each",
+    "informational",
+    sweep_concurrency,
+)
+SCENARIOS = [STARTUP, CALL_TOOL, SWEEP_CALLS_SCENARIO, SWEEP_CONCURRENCY_SCENARIO]
