@@ -1,0 +1,103 @@
+"""``ringfence bench`` produces well-formed results (never asserts timings: those live in benchmarks/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ringfence", "bench", *args],
+        cwd=CHECKOUT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_quick_run_writes_well_formed_json(tmp_path: Path) -> None:
+    # PATH without ripgrep: workspace-grep must be reported as skipped with the reason, not dropped.
+    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}
+    out = tmp_path / "bench.json"
+    proc = bench("gate", "workspace-open", "workspace-grep", "--quick", "--json", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["ringfence_bench"] == 1
+    assert data["quick"] is True
+    assert data["failed"] == {}
+    assert data["seconds"] > 0
+    assert set(data["machine"]) == {"python", "system", "cpus"}
+
+    rows = data["rows"]
+    assert {r["scenario"] for r in rows} == {"gate", "workspace-open"}
+    for row in rows:
+        assert row["label"] and isinstance(row["label"], str)
+        assert isinstance(row["goal"], str) and row["goal"]
+        assert row["goal_met"] in (True, False, None)
+        assert row["subject"]["median_s"] > 0
+        assert row["subject"]["p99_s"] >= row["subject"]["median_s"]
+        assert row["subject"]["samples"] >= 3
+        assert row["baseline"]["median_s"] > 0
+        assert row["ratio"] == pytest.approx(
+            row["subject"]["median_s"] / row["baseline"]["median_s"]
+        )
+    # every scenario that has a goal reports whether it met it
+    assert any(r["goal_met"] is not None for r in rows if r["scenario"] == "gate")
+    assert any(r["goal_met"] is not None for r in rows if r["scenario"] == "workspace-open")
+
+    assert list(data["skipped"]) == ["workspace-grep"]
+    assert "rg" in data["skipped"]["workspace-grep"]
+
+    # the table on stdout carries each goal and names the skipped scenario with its reason
+    assert "goal" in proc.stdout.splitlines()[0]
+    assert "overhead < 100 µs/call" in proc.stdout
+    assert "workspace-grep: skipped (ripgrep (rg) is not on PATH" in proc.stdout
+    # progress goes to stderr, one line per scenario
+    assert "[1/3] gate" in proc.stderr and "[3/3] workspace-grep" in proc.stderr
+
+
+def test_list_names_every_scenario_with_its_goal() -> None:
+    proc = bench("--list")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    names = [line.split()[0] for line in lines]
+    for expected in (
+        "gate",
+        "workspace-open",
+        "workspace-grep",
+        "backends-local",
+        "backends-docker",
+        "mcp-everything",
+        "mcp-peer",
+        "bridge-startup",
+        "bridge-call-tool",
+        "sweep-calls",
+        "sweep-concurrency",
+    ):
+        assert expected in names
+    assert all("(goal: " in line for line in lines)
+
+
+def test_unknown_scenario_is_a_usage_error(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = bench("gate", "no-such-scenario", "--json", str(out))
+    assert proc.returncode == 2
+    assert "no-such-scenario" in proc.stdout + proc.stderr
+    assert not out.exists()  # nothing ran
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    chart = tmp_path / "chart.png"
+    proc = bench("workspace-open", "--quick", "--plot", str(chart))
+    assert proc.returncode == 0, proc.stderr
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
