@@ -44,8 +44,9 @@ async def run(args: argparse.Namespace) -> int:
     scenarios_mod = _benchmarks_package()
     suite = importlib.import_module("benchmarks._suite")
     if args.list:
+        width = max(len(s.name) for s in scenarios_mod.SCENARIOS)
         for s in scenarios_mod.SCENARIOS:
-            sys.stdout.write(f"{s.name:<16} {s.title}  (goal: {s.goal})\n")
+            sys.stdout.write(f"{s.name:<{width}}  {s.title}  (goal: {s.goal})\n")
         return 0
     try:
         chosen = scenarios_mod.by_name(args.scenarios)
