@@ -182,8 +182,8 @@ def render_table(result: SuiteResult) -> str:
             )
         )
     widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
-    out = []
-    for n, row in enumerate(lines):
+    out: list[str] = []
+    for n, row in enumerate(lines if result.rows else []):
         out.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))

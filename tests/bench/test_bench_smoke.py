@@ -25,10 +25,24 @@ def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 
 
 def test_quick_run_writes_well_formed_json(tmp_path: Path) -> None:
-    # PATH without ripgrep: workspace-grep must be reported as skipped with the reason, not dropped.
-    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}
+    # No ripgrep on PATH and no daemon at DOCKER_HOST: both scenarios must be reported as
+    # skipped with the reason, not dropped.
+    env = {
+        **os.environ,
+        "PATH": str(tmp_path / "empty-bin"),
+        "DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}",
+    }
     out = tmp_path / "bench.json"
-    proc = bench("gate", "workspace-open", "workspace-grep", "--quick", "--json", str(out), env=env)
+    proc = bench(
+        "gate",
+        "workspace-open",
+        "workspace-grep",
+        "backends-docker",
+        "--quick",
+        "--json",
+        str(out),
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["ringfence_bench"] == 1
@@ -54,15 +68,17 @@ def test_quick_run_writes_well_formed_json(tmp_path: Path) -> None:
     assert any(r["goal_met"] is not None for r in rows if r["scenario"] == "gate")
     assert any(r["goal_met"] is not None for r in rows if r["scenario"] == "workspace-open")
 
-    assert list(data["skipped"]) == ["workspace-grep"]
+    assert list(data["skipped"]) == ["workspace-grep", "backends-docker"]
     assert "rg" in data["skipped"]["workspace-grep"]
+    assert "Docker daemon" in data["skipped"]["backends-docker"]
+    assert "no-docker.sock" in data["skipped"]["backends-docker"]
 
-    # the table on stdout carries each goal and names the skipped scenario with its reason
+    # the table on stdout carries each goal and names the skipped scenarios with their reasons
     assert "goal" in proc.stdout.splitlines()[0]
     assert "overhead < 100 µs/call" in proc.stdout
     assert "workspace-grep: skipped (ripgrep (rg) is not on PATH" in proc.stdout
     # progress goes to stderr, one line per scenario
-    assert "[1/3] gate" in proc.stderr and "[3/3] workspace-grep" in proc.stderr
+    assert "[1/4] gate" in proc.stderr and "[4/4] backends-docker" in proc.stderr
 
 
 def test_list_names_every_scenario_with_its_goal() -> None:
