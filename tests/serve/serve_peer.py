@@ -13,10 +13,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import serve_tools  # noqa: E402
+import serve_tools
 
-import ringfence.cli._session as session  # noqa: E402
-from ringfence.cli import main  # noqa: E402
+import ringfence.cli._session as session
+from ringfence.cli import main
 
 _create_kernel = session.create_kernel
 
