@@ -260,7 +260,7 @@ class Served:
 
 @asynccontextmanager
 async def serve_in_process(
-    workspace: Path, *, posture: str = "allow-all", **options: Any
+    workspace: Path, *, posture: str = "allow-all", approver: Any = None, **options: Any
 ) -> AsyncIterator[Served]:
     from functools import partial
 
@@ -270,7 +270,8 @@ async def serve_in_process(
     from ringfence.serve import ClientApprover, HttpOptions, serve_http
 
     sink = MemorySink()
-    async with Kernel(posture=posture, approver=ClientApprover(), events_sink=sink) as kernel:
+    approver = approver if approver is not None else ClientApprover()
+    async with Kernel(posture=posture, approver=approver, events_sink=sink) as kernel:
         register_tools(kernel, workspace)
         http = HttpOptions(token=HttpOptions.generate_token(), port=0, **options)
         async with trio.open_nursery() as nursery:

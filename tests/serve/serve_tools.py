@@ -11,6 +11,7 @@ it is test scaffolding, not a confinement implementation.
 
 from __future__ import annotations
 
+import contextvars
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -50,6 +51,7 @@ BATCH_SCHEMA = {
             },
         },
         "same_trace": {"type": "boolean"},
+        "detached": {"type": "boolean"},
     },
     "required": ["calls"],
     "additionalProperties": False,
@@ -104,8 +106,23 @@ def register_tools(kernel: Kernel, root: Path) -> None:
                 )
                 results.append(outcome.to_dict())
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(one)
+            if args.get("detached"):
+                # A task that does not inherit this call's context (as if the bridge
+                # served scripts from a task started elsewhere): only the trace id
+                # can lead the approver back to the client.
+                done = trio.Event()
+
+                async def detached(one: Any = one, done: trio.Event = done) -> None:
+                    try:
+                        await one()
+                    finally:
+                        done.set()
+
+                trio.lowlevel.spawn_system_task(detached, context=contextvars.Context())
+                await done.wait()
+            else:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(one)
         return results
 
     kernel.register(
