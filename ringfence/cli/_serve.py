@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from .. import serve as _serve_pkg  # light: the heavy names load when first used
-from ..runtime import ApprovalAnswer, Approver, HeadlessDenyApprover, Kernel, ScriptedApprover
+from ..runtime import (
+    ApprovalAnswer,
+    Approver,
+    HeadlessDenyApprover,
+    Kernel,
+    RingfenceError,
+    ScriptedApprover,
+)
 from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
 from ._session import add_session_options, kernel_from_args
 
@@ -111,6 +118,21 @@ def _say(text: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
+    try:
+        return await _run(args)
+    except BaseExceptionGroup as group:
+        # Nurseries group what they raise; one ringfence error is reported as itself.
+        matched, rest = group.split(RingfenceError)
+        if matched is None or rest is not None:
+            raise
+        while isinstance(matched, BaseExceptionGroup) and len(matched.exceptions) == 1:
+            matched = matched.exceptions[0]
+        if isinstance(matched, RingfenceError):
+            raise matched from None
+        raise
+
+
+async def _run(args: argparse.Namespace) -> int:
     expose = _serve_pkg.parse_expose(args.expose)
     # Check everything that can be refused before a kernel (and its backend) starts.
     options, generated = http_options(args) if args.transport == "http" else (None, False)

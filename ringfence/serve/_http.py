@@ -219,6 +219,15 @@ class RequestGuard:
         return None
 
 
+def _only_os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
+    matched, rest = group.split(OSError)
+    if matched is None or rest is not None:
+        return None
+    while isinstance(matched, BaseExceptionGroup):
+        matched = matched.exceptions[0]
+    return matched if isinstance(matched, OSError) else None
+
+
 async def serve_http(
     kernel: Kernel,
     options: HttpOptions,
@@ -251,9 +260,13 @@ async def serve_http(
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             await hypercorn_serve(guard, config, shutdown_trigger=shutdown, task_status=task_status)  # type: ignore[arg-type]
-        except OSError as exc:
+        except BaseExceptionGroup as group:
+            # hypercorn binds inside its own nursery, so a bind failure arrives grouped.
+            failed = _only_os_error(group)
+            if failed is None:
+                raise
             raise InvalidArguments(
-                f"cannot listen on {config.bind[0]}: {exc.strerror or exc}", field="port"
+                f"cannot listen on {config.bind[0]}: {failed.strerror or failed}", field="port"
             ) from None
 
     async with trio.open_nursery() as nursery:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -192,6 +193,19 @@ def test_command_refuses_a_public_bind_before_listening(workspace: Path) -> None
     assert no_tls.returncode == 2 and "--behind-tls-proxy" in no_tls.stderr
     short = run_command("--transport", "http", "--port", "0", env={TOKEN_ENV: "short"})
     assert short.returncode == 2 and TOKEN_ENV in short.stderr
+
+
+def test_command_reports_a_port_in_use(workspace: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = run_command(
+            "--transport", "http", "--port", str(port), "--workspace", str(workspace)
+        )
+    assert busy.returncode == 2, busy.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    assert "Traceback" not in busy.stderr
 
 
 async def test_done_when_over_http_with_the_command(workspace: Path, events: Path) -> None:
