@@ -84,7 +84,8 @@ def parse_expose(value: str | Iterable[str]) -> frozenset[str]:
 def _selected(spec: ToolSpec, expose: frozenset[str]) -> bool:
     if spec.source == "native":
         return "native" in expose
-    if spec.source.startswith("mcp:"):
+    if spec.source.startswith("mcp:") or spec.source == "mcp-discovery":
+        # A connector's tools, and the tools that search and list them.
         return "connectors" in expose
     return False  # a source we do not know is not exposed (fail closed)
 
