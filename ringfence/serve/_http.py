@@ -28,7 +28,7 @@ import ipaddress
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -178,7 +178,7 @@ class RequestGuard:
     token: str
     allowed_hosts: frozenset[str] = frozenset()
     allowed_origins: frozenset[str] = frozenset()
-    refused: list[tuple[int, str]] = field(default_factory=list)
+    on_refused: Callable[[int, Scope], None] | None = None
 
     def listen_on(self, hosts: Iterable[str], origins: Iterable[str]) -> None:
         self.allowed_hosts = frozenset(hosts)
@@ -196,7 +196,8 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         status, text = refusal
-        self.refused.append(refusal)
+        if self.on_refused is not None:
+            self.on_refused(status, scope)
         headers = {"WWW-Authenticate": 'Bearer realm="ringfence"'} if status == 401 else None
         await PlainTextResponse(text, status_code=status, headers=headers)(scope, receive, send)
 
@@ -250,7 +251,19 @@ async def serve_http(
         transport_security=options.sdk_security(),
         host=options.host,
     )
-    guard = RequestGuard(app, options.token)
+
+    def audit(status: int, scope: Scope) -> None:
+        # What was refused and why, never the headers' values (one may be a token).
+        kernel.events.emit(
+            "serve_refused",
+            kernel.session_id,
+            status=status,
+            method=scope.get("method"),
+            path=scope.get("path"),
+            client=(scope.get("client") or [None])[0],
+        )
+
+    guard = RequestGuard(app, options.token, on_refused=audit)
 
     config = Config()
     config.bind = [f"{_host_literal(options.host)}:{options.port}"]

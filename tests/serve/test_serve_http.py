@@ -106,6 +106,9 @@ async def test_guard_refuses_and_nothing_runs(workspace: Path, attack: str) -> N
             assert refused.headers["www-authenticate"].startswith("Bearer")
         assert not (workspace / "attacked.txt").exists()
         assert served.proposed() == []
+        audit = [r for r in served.sink.records() if r["kind"] == "serve_refused"]
+        assert [(r["status"], r["method"], r["path"]) for r in audit] == [(status, "POST", "/mcp")]
+        assert served.token not in json.dumps(audit)
         # The same session and call with the right headers does run: the guard was the only stop.
         headers = {
             **MCP_HEADERS,
