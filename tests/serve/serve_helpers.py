@@ -28,7 +28,10 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from serve_tools import TOOL_NAMES
 
+import ringfence
+
 HERE = Path(__file__).resolve().parent
+RINGFENCE_ROOT = Path(ringfence.__file__).resolve().parents[1]
 PEER = HERE / "serve_peer.py"
 GIT_CONFIG = "[core]\n\trepositoryformatversion = 0\n"
 HELLO = "hello from the workspace\n"
@@ -61,7 +64,15 @@ class Asker:
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    env = {"RINGFENCE_HOME": os.environ["RINGFENCE_HOME"], "PYTHONUNBUFFERED": "1"}
+    """What a server subprocess needs: this test's RINGFENCE_HOME, and the same ringfence."""
+    env = {
+        "RINGFENCE_HOME": os.environ["RINGFENCE_HOME"],
+        "PYTHONUNBUFFERED": "1",
+        # Import the ringfence these tests imported, whatever the child's cwd.
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(RINGFENCE_ROOT), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
     env.update(extra)
     return env
 
@@ -145,7 +156,7 @@ async def http_serve_process(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **subprocess_env(), **(env or {})},
     )
     lines: list[str] = []
     buffer = b""

@@ -19,7 +19,15 @@ from typing import Any
 
 import pytest
 import trio
-from serve_helpers import GIT_CONFIG, HELLO, PEER, SECRET, http_serve_process, records
+from serve_helpers import (
+    GIT_CONFIG,
+    HELLO,
+    PEER,
+    SECRET,
+    http_serve_process,
+    records,
+    subprocess_env,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NPM_BIN = Path(
@@ -49,7 +57,7 @@ def run_inspector(inspector: Path, *args: str) -> tuple[int, Any, str]:
         text=True,
         timeout=90,
         cwd=inspector.parent,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, **subprocess_env()},
         stdin=subprocess.DEVNULL,
     )
     output = json.loads(done.stdout) if done.returncode == 0 else None
