@@ -208,7 +208,7 @@ async def check_test_tools_scenario(client: Client, workspace: Path, asker: Aske
     Expects posture ``ask`` and an asker that approves once.
     """
     tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert sorted(tools) == sorted(TOOL_NAMES)
+    assert set(TOOL_NAMES) <= set(tools)  # the real tools may be served alongside
     read, write, erase, batch = (
         tools[n] for n in ("peek_file", "note_file", "erase_file", "batch")
     )
