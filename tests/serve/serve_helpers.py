@@ -77,6 +77,20 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def real_command(workspace: Path, events: Path, *args: str) -> list[str]:
+    """``python -m ringfence serve`` itself: the real tools, nothing added."""
+    return [
+        "-m",
+        "ringfence",
+        "serve",
+        "--workspace",
+        str(workspace),
+        "--events",
+        str(events),
+        *args,
+    ]
+
+
 def peer_args(workspace: Path, events: Path, *args: str) -> list[str]:
     return [str(PEER), "serve", "--workspace", str(workspace), "--events", str(events), *args]
 

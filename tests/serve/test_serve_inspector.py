@@ -25,6 +25,7 @@ from serve_helpers import (
     PEER,
     SECRET,
     http_serve_process,
+    real_command,
     records,
     subprocess_env,
 )
@@ -178,3 +179,42 @@ async def test_inspector_over_http(inspector: Path, workspace: Path, events: Pat
         assert {"path": "no-token.txt", "content": "x"} not in proposed
         assert await server.stop() == 0
     assert (workspace / ".git" / "config").read_text() == GIT_CONFIG
+
+
+def test_inspector_with_the_real_tools(
+    inspector: Path, real_tools: dict[str, str], workspace: Path, events: Path
+) -> None:
+    env = [a for pair in subprocess_env().items() for a in ("-e", "=".join(pair))]
+    target = [
+        *env,
+        sys.executable,
+        *real_command(workspace, events, "--posture", "allow-reversible"),
+    ]
+    rc, listed, err = run_inspector(inspector, *target, "--method", "tools/list")
+    assert rc == 0, err
+    hints = {t["name"]: t["annotations"] for t in listed["tools"]}
+    assert set(hints) == set(real_tools)
+    for name, consequence in real_tools.items():
+        assert hints[name]["readOnlyHint"] is (consequence == "read"), name
+        assert hints[name]["destructiveHint"] is (consequence == "irreversible"), name
+
+    rc, read, err = run_inspector(inspector, *target, *call_args("read_file", path="hello.txt"))
+    assert rc == 0 and not read.get("isError"), err
+    assert HELLO.strip() in read["content"][0]["text"]
+
+    rc, outside, _ = run_inspector(
+        inspector, *target, *call_args("read_file", path="../secret.txt")
+    )
+    assert code_of(outside) == "outside_workspace"
+
+    git = call_args("write_file", path=".git/config", content="[evil]")
+    rc, refused, _ = run_inspector(inspector, *target, *git)
+    assert code_of(refused) == "git_metadata"
+    assert (workspace / ".git" / "config").read_text() == GIT_CONFIG
+
+    # run_tool_script asks first; the inspector cannot be asked, so it is refused, saying why.
+    script = 'call_tool("write_file", path="s.txt", content="s")'
+    rc, denied, _ = run_inspector(inspector, *target, *call_args("run_tool_script", script=script))
+    assert code_of(denied) == "denied"
+    assert "cannot be asked" in denied["content"][0]["text"]
+    assert not (workspace / "s.txt").exists()

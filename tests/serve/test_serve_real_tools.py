@@ -1,8 +1,8 @@
 """The Done-when list against ringfence's real tools, through ``python -m ringfence serve`` itself.
 
 read_file / write_file come from ``ringfence.workspace`` and run_tool_script
-from ``ringfence.bridge``; ``create_kernel`` registers them. These tests skip,
-saying which tool is missing, on a tree where those packages are not wired in.
+from ``ringfence.bridge``; ``create_kernel`` registers them. The ``real_tools``
+fixture skips, naming what is missing, on a tree where they are not wired in.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from mcp import Client
 from serve_helpers import (
     GIT_CONFIG,
@@ -20,27 +19,15 @@ from serve_helpers import (
     error_code,
     http_serve_process,
     http_session,
+    real_command,
     records,
     stdio_session,
     text_of,
 )
 
-from ringfence import create_kernel
 from ringfence.runtime import Consequence, verify_file
 
-NEEDED = ("read_file", "write_file", "run_tool_script")
 SCRIPT = 'call_tool("write_file", path="made/by-script.txt", content="made")\nresult = "done"\n'
-
-
-@pytest.fixture
-async def real_tools(workspace: Path) -> dict[str, str]:
-    """name → consequence of the tools the command will serve; skips when any is missing."""
-    async with create_kernel(roots=[workspace], approver=None) as kernel:
-        tools = {s.name: s.consequence.value for s in kernel.tools() if s.source == "native"}
-    missing = [n for n in NEEDED if n not in tools]
-    if missing:
-        pytest.skip(f"create_kernel does not register {', '.join(missing)} on this tree yet")
-    return tools
 
 
 def command(workspace: Path, events: Path, *args: str) -> list[str]:
@@ -105,7 +92,7 @@ async def test_real_tools_over_stdio(
 ) -> None:
     asker = Asker()
     async with stdio_session(
-        workspace, events, asker=asker, command=command(workspace, events)
+        workspace, events, asker=asker, command=real_command(workspace, events)
     ) as client:
         assert client.protocol_version == "2025-11-25"
         await check_real_tools_scenario(client, workspace, asker, real_tools)
@@ -116,7 +103,7 @@ async def test_real_tools_over_http(
     real_tools: dict[str, str], workspace: Path, events: Path
 ) -> None:
     asker = Asker()
-    argv = command(workspace, events, "--transport", "http", "--port", "0", "--json")
+    argv = real_command(workspace, events, "--transport", "http", "--port", "0", "--json")
     async with http_serve_process(argv) as server:
         assert server.token is not None
         async with http_session(server.url, server.token, asker=asker) as client:
