@@ -22,9 +22,9 @@ import trio
 from serve_helpers import (
     GIT_CONFIG,
     HELLO,
-    PEER,
     SECRET,
     http_serve_process,
+    peer_args,
     real_command,
     records,
     subprocess_env,
@@ -65,17 +65,27 @@ def run_inspector(inspector: Path, *args: str) -> tuple[int, Any, str]:
     return done.returncode, output, done.stderr
 
 
+def with_env(*command: str) -> list[str]:
+    """The inspector starts stdio servers with a minimal environment: pass what ours needs."""
+    env = [a for pair in subprocess_env().items() for a in ("-e", "=".join(pair))]
+    return [*env, *command]
+
+
 def stdio_target(workspace: Path, events: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        str(PEER),
-        "serve",
-        "--workspace",
-        str(workspace),
-        "--events",
-        str(events),
-        *args,
-    ]
+    return with_env(sys.executable, *peer_args(workspace, events, *args))
+
+
+async def inspect_all(inspector: Path, runs: dict[str, list[str]]) -> dict[str, Any]:
+    """Run the inspector once per entry, concurrently; name → (returncode, output, stderr)."""
+    out: dict[str, Any] = {}
+
+    async def one(name: str, args: list[str]) -> None:
+        out[name] = await trio.to_thread.run_sync(lambda: run_inspector(inspector, *args))
+
+    async with trio.open_nursery() as nursery:
+        for name, args in runs.items():
+            nursery.start_soon(one, name, args)
+    return out
 
 
 def call_args(tool: str, **arguments: str) -> list[str]:
@@ -101,48 +111,44 @@ def code_of(result: dict[str, Any]) -> str | None:
     return code
 
 
-def test_inspector_over_stdio(inspector: Path, workspace: Path, events: Path) -> None:
+async def test_inspector_over_stdio(inspector: Path, workspace: Path, events: Path) -> None:
     target = stdio_target(workspace, events, "--posture", "allow-all")
-    rc, listed, err = run_inspector(inspector, *target, "--method", "tools/list")
+    inner = json.dumps([{"tool": "note_file", "arguments": {"path": "s.txt", "content": "s"}}])
+    runs = await inspect_all(
+        inspector,
+        {
+            "list": [*target, "--method", "tools/list"],
+            "read": [*target, *call_args("peek_file", path="hello.txt")],
+            "outside": [*target, *call_args("peek_file", path="../secret.txt")],
+            "git": [*target, *call_args("note_file", path=".git/config", content="[evil]")],
+            "script": [*target, *call_args("batch", calls=inner)],
+        },
+    )
+    rc, listed, err = runs["list"]
     assert rc == 0, err
     check_listing(listed)
 
-    rc, read, err = run_inspector(inspector, *target, *call_args("peek_file", path="hello.txt"))
+    rc, read, err = runs["read"]
     assert rc == 0 and not read.get("isError"), err
     assert read["content"][0]["text"] == HELLO
 
-    rc, outside, _ = run_inspector(
-        inspector, *target, *call_args("peek_file", path="../secret.txt")
-    )
+    outside = runs["outside"][1]
     assert code_of(outside) == "outside_workspace"
     assert SECRET.strip() not in json.dumps(outside)
 
-    git = call_args("note_file", path=".git/config", content="[evil]")
-    rc, refused, _ = run_inspector(inspector, *target, *git)
-    assert code_of(refused) == "git_metadata"
+    assert code_of(runs["git"][1]) == "git_metadata"
     assert (workspace / ".git" / "config").read_text() == GIT_CONFIG
 
     # A residual tool asks; the inspector cannot be asked, so the headless policy refuses, saying why.
-    inner = json.dumps([{"tool": "note_file", "arguments": {"path": "s.txt", "content": "s"}}])
-    rc, script, _ = run_inspector(inspector, *target, *call_args("batch", calls=inner))
+    script = runs["script"][1]
     assert code_of(script) == "denied"
     assert "cannot be asked" in script["content"][0]["text"]
     assert not (workspace / "s.txt").exists()
 
 
 async def test_inspector_over_http(inspector: Path, workspace: Path, events: Path) -> None:
-    argv = [
-        str(PEER),
-        "serve",
-        "--transport",
-        "http",
-        "--port",
-        "0",
-        "--json",
-        "--posture",
-        "allow-all",
-    ]
-    argv += ["--workspace", str(workspace), "--events", str(events)]
+    argv = peer_args(workspace, events, "--transport", "http", "--port", "0", "--json")
+    argv += ["--posture", "allow-all"]
     async with http_serve_process(argv) as server:
         http = [server.url, "--transport", "http"]
         auth = ["--header", f"Authorization: Bearer {server.token}"]
@@ -181,16 +187,24 @@ async def test_inspector_over_http(inspector: Path, workspace: Path, events: Pat
     assert (workspace / ".git" / "config").read_text() == GIT_CONFIG
 
 
-def test_inspector_with_the_real_tools(
+async def test_inspector_with_the_real_tools(
     inspector: Path, real_tools: dict[str, str], workspace: Path, events: Path
 ) -> None:
-    env = [a for pair in subprocess_env().items() for a in ("-e", "=".join(pair))]
-    target = [
-        *env,
-        sys.executable,
-        *real_command(workspace, events, "--posture", "allow-reversible"),
-    ]
-    rc, listed, err = run_inspector(inspector, *target, "--method", "tools/list")
+    target = with_env(
+        sys.executable, *real_command(workspace, events, "--posture", "allow-reversible")
+    )
+    script = 'call_tool("write_file", path="s.txt", content="s")'
+    runs = await inspect_all(
+        inspector,
+        {
+            "list": [*target, "--method", "tools/list"],
+            "read": [*target, *call_args("read_file", path="hello.txt")],
+            "outside": [*target, *call_args("read_file", path="../secret.txt")],
+            "git": [*target, *call_args("write_file", path=".git/config", content="[evil]")],
+            "script": [*target, *call_args("run_tool_script", script=script)],
+        },
+    )
+    rc, listed, err = runs["list"]
     assert rc == 0, err
     hints = {t["name"]: t["annotations"] for t in listed["tools"]}
     assert set(hints) == set(real_tools)
@@ -198,23 +212,16 @@ def test_inspector_with_the_real_tools(
         assert hints[name]["readOnlyHint"] is (consequence == "read"), name
         assert hints[name]["destructiveHint"] is (consequence == "irreversible"), name
 
-    rc, read, err = run_inspector(inspector, *target, *call_args("read_file", path="hello.txt"))
+    rc, read, err = runs["read"]
     assert rc == 0 and not read.get("isError"), err
     assert HELLO.strip() in read["content"][0]["text"]
 
-    rc, outside, _ = run_inspector(
-        inspector, *target, *call_args("read_file", path="../secret.txt")
-    )
-    assert code_of(outside) == "outside_workspace"
-
-    git = call_args("write_file", path=".git/config", content="[evil]")
-    rc, refused, _ = run_inspector(inspector, *target, *git)
-    assert code_of(refused) == "git_metadata"
+    assert code_of(runs["outside"][1]) == "outside_workspace"
+    assert code_of(runs["git"][1]) == "git_metadata"
     assert (workspace / ".git" / "config").read_text() == GIT_CONFIG
 
     # run_tool_script asks first; the inspector cannot be asked, so it is refused, saying why.
-    script = 'call_tool("write_file", path="s.txt", content="s")'
-    rc, denied, _ = run_inspector(inspector, *target, *call_args("run_tool_script", script=script))
+    denied = runs["script"][1]
     assert code_of(denied) == "denied"
     assert "cannot be asked" in denied["content"][0]["text"]
     assert not (workspace / "s.txt").exists()
