@@ -146,13 +146,13 @@ async def _run(args: argparse.Namespace) -> int:
         count = len(_serve_pkg.exposed_tools(kernel, expose))
         posture = kernel.posture.value
         if options is None:
-            nursery.start_soon(_on_signals, nursery.cancel_scope, None)
+            await nursery.start(_on_signals, nursery.cancel_scope, None)
             _say(f"serving {count} tools over stdio (posture {posture})")
             await _serve_pkg.serve_stdio(kernel, expose=expose)  # until the client closes stdin
             nursery.cancel_scope.cancel()
         else:
             stop = trio.Event()
-            nursery.start_soon(_on_signals, nursery.cancel_scope, stop)
+            await nursery.start(_on_signals, nursery.cancel_scope, stop)
             url = await nursery.start(
                 _serve_until_stopped, kernel, options, expose, stop, nursery.cancel_scope
             )
@@ -189,9 +189,18 @@ def _announce(url: str, token: str | None, count: int, posture: str, as_json: bo
         _say(f"bearer token: the value of ${TOKEN_ENV}")
 
 
-async def _on_signals(scope: trio.CancelScope, stop: trio.Event | None) -> None:
-    """SIGINT/SIGTERM: HTTP drains in-flight requests first (a second signal cuts it short)."""
+async def _on_signals(
+    scope: trio.CancelScope,
+    stop: trio.Event | None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """SIGINT/SIGTERM: HTTP drains in-flight requests first (a second signal cuts it short).
+
+    Started (not just spawned) before the server announces itself, so a signal
+    sent right after the announcement is already ours to handle.
+    """
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
         async for _ in signals:
             if stop is None or stop.is_set():
                 scope.cancel()

@@ -42,6 +42,7 @@ from .. import __version__
 from ..runtime import Consequence, InvalidArguments, Kernel, Outcome, ToolSpec
 from ._approver import ClientApprover, ClientChannel
 from ._defaults import EXPOSE_CHOICES
+from ._stdio import claim_stdio
 
 __all__ = [
     "META_CONSEQUENCE",
@@ -229,19 +230,21 @@ def build_server(kernel: Kernel, *, expose: Iterable[str] = ("native",)) -> Serv
 async def serve_stdio(kernel: Kernel, *, expose: Iterable[str] = ("native",)) -> None:
     """Serve ``kernel`` over this process's stdin/stdout until the client closes stdin.
 
-    The SDK diverts file descriptors 0 and 1 while it serves (stdin reads
-    ``/dev/null``, stdout writes to stderr), so a child process or a stray
-    print cannot corrupt or steal the protocol stream.
+    While serving, descriptors 0 and 1 are moved off the wire (see
+    :func:`._stdio.claim_stdio`): stdin reads ``/dev/null`` and stdout writes
+    to stderr, so a child process or a stray print cannot corrupt or steal the
+    protocol stream. Cancellation ends it promptly, even mid-read.
     """
     server = build_server(kernel, expose=expose)
-    async with stdio_server() as (read_stream, write_stream):
-        # serve_loop, not Server.run: Server.run locks a stdio connection into the
-        # 2026-07-28 era on the first enveloped request, so a refused probe could
-        # not fall back to initialize on the same pipe.
-        await serve_loop(
-            server,
-            read_stream,
-            write_stream,
-            lifespan_state={},
-            init_options=server.create_initialization_options(),
-        )
+    with claim_stdio() as (lines, out):
+        async with stdio_server(stdin=lines, stdout=out) as (read_stream, write_stream):  # type: ignore[arg-type]
+            # serve_loop, not Server.run: Server.run locks a stdio connection into the
+            # 2026-07-28 era on the first enveloped request, so a refused probe could
+            # not fall back to initialize on the same pipe.
+            await serve_loop(
+                server,
+                read_stream,
+                write_stream,
+                lifespan_state={},
+                init_options=server.create_initialization_options(),
+            )

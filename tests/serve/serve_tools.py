@@ -12,6 +12,8 @@ it is test scaffolding, not a confinement implementation.
 from __future__ import annotations
 
 import contextvars
+import os
+import subprocess
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -57,7 +59,7 @@ BATCH_SCHEMA = {
     "additionalProperties": False,
 }
 
-TOOL_NAMES = ("batch", "erase_file", "note_file", "peek_file")
+TOOL_NAMES = ("batch", "erase_file", "note_file", "peek_file", "shout")
 
 
 def _resolve(root: Path, path: str, *, write: bool) -> Path:
@@ -125,6 +127,25 @@ def register_tools(kernel: Kernel, root: Path) -> None:
                     nursery.start_soon(one)
         return results
 
+    async def shout(args: dict[str, Any], ctx: CallContext) -> str:
+        # Everything a careless tool can do to a stdio server: print, write fd 1, and run
+        # a child that inherits fds 0 and 1 and reads stdin to its end.
+        print("stray print from a tool")
+        os.write(1, b"raw bytes on fd 1\n")
+        done = await trio.to_thread.run_sync(
+            lambda: subprocess.run(["sh", "-c", "cat; echo child output"], timeout=10)
+        )
+        return f"shouted; the child exited {done.returncode}"
+
+    kernel.register(
+        ToolSpec(
+            "shout",
+            "Make noise on stdout.",
+            {"type": "object"},
+            shout,
+            consequence=Consequence.READ,
+        )
+    )
     kernel.register(
         ToolSpec("peek_file", "Read a text file.", PATH_SCHEMA, peek, consequence=Consequence.READ)
     )

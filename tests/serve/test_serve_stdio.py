@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import mcp_types as types
 import pytest
+import trio
 from mcp import MCPError
 from serve_helpers import (
+    HELLO,
     Asker,
     check_test_tools_scenario,
     error_code,
+    peer_args,
     records,
     stdio_session,
+    subprocess_env,
     text_of,
 )
 
@@ -124,3 +132,41 @@ async def test_the_real_command_serves_over_stdio(workspace: Path, events: Path)
         assert client.server_capabilities.tools is not None
     assert all(t.annotations is not None for t in listed.tools)
     assert verify_file(events).sealed_sessions == 1
+
+
+async def test_sigterm_ends_a_stdio_server_cleanly(workspace: Path, events: Path) -> None:
+    process = await trio.lowlevel.open_process(
+        [sys.executable, *peer_args(workspace, events)],
+        stdin=subprocess.PIPE,  # held open: only the signal can end it
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **subprocess_env()},
+    )
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with trio.fail_after(30):
+            while b"tools over stdio" not in seen:
+                chunk = await process.stderr.receive_some(4096)
+                assert chunk, seen
+                seen += chunk
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    report = verify_file(events)
+    assert report.ok and report.sealed_sessions == 1, report.problems
+
+
+async def test_stray_output_and_children_cannot_touch_the_wire(
+    workspace: Path, events: Path
+) -> None:
+    async with stdio_session(workspace, events) as client:
+        noisy = await client.call_tool("shout", {})
+        after = await client.call_tool("peek_file", {"path": "hello.txt"})
+    assert text_of(noisy) == "shouted; the child exited 0"  # cat read /dev/null, not our requests
+    assert text_of(after) == HELLO
+    stderr = events.with_suffix(".stderr").read_text()
+    assert "stray print from a tool" in stderr and "child output" in stderr
