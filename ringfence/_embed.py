@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .runtime import Approver, FileSink, Kernel, Posture, Rules, default_approver
+from .workspace import Workspace, register_file_tools
 
 __all__ = ["create_kernel", "workspace_roots_from_env"]
 
@@ -44,14 +45,26 @@ def create_kernel(
     ``"docker"``; backend sessions start on first use and close with the
     kernel. Use the result as ``async with create_kernel(...) as kernel:``.
     """
-    kernel = Kernel(
-        posture=Posture.parse(posture),
-        approver=approver if approver is not None else default_approver(),
-        rules=rules or Rules(),
-        events_sink=FileSink(events_path) if events_path else None,
-        dry_run=dry_run,
-        plan_path=Path(plan_path) if plan_path else None,
-        **kernel_options,
-    )
-    del roots, backend  # wired in by the workspace and backends packages
+    # workspace: the roots file tools are confined to (opened first, so a bad root fails fast)
+    workspace = Workspace(workspace_roots_from_env(list(roots)))
+    try:
+        kernel = Kernel(
+            posture=Posture.parse(posture),
+            approver=approver if approver is not None else default_approver(),
+            rules=rules or Rules(),
+            events_sink=FileSink(events_path) if events_path else None,
+            dry_run=dry_run,
+            plan_path=Path(plan_path) if plan_path else None,
+            **kernel_options,
+        )
+    except BaseException:
+        workspace.close()
+        raise
+    register_file_tools(kernel, workspace)
+
+    async def close_workspace() -> None:
+        workspace.close()
+
+    kernel.push_async_callback(close_workspace)
+    del backend  # wired in by the backends package
     return kernel

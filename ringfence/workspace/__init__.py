@@ -1,1 +1,35 @@
-"""ringfence.workspace (see ARCHITECTURE.md)."""
+"""ringfence.workspace: the hardened path resolver, git-metadata guard, Windows
+spelling rules, and the native file and search tools (see ARCHITECTURE.md).
+
+Other packages use :class:`Workspace` (``resolve_dir`` for a shell's working
+directory, ``git_directories`` for read-only mounts) and
+:func:`register_file_tools`.
+"""
+
+from ._gitguard import is_dotgit as is_dotgit
+from ._gitguard import is_dotgitmodules as is_dotgitmodules
+from ._gitguard import is_git_directory as is_git_directory
+from ._gitguard import is_hfs_dotgit as is_hfs_dotgit
+from ._gitguard import is_ntfs_dotgit as is_ntfs_dotgit
+from ._resolver import openat2_available as openat2_available
+from ._tools import file_tool_specs as file_tool_specs
+from ._tools import register_file_tools as register_file_tools
+from ._windows import WindowsFileSystem as WindowsFileSystem
+from ._windows import WindowsPath as WindowsPath
+from ._windows import resolve_windows_path as resolve_windows_path
+from ._workspace import Workspace as Workspace
+
+__all__ = [
+    "WindowsFileSystem",
+    "WindowsPath",
+    "Workspace",
+    "file_tool_specs",
+    "is_dotgit",
+    "is_dotgitmodules",
+    "is_git_directory",
+    "is_hfs_dotgit",
+    "is_ntfs_dotgit",
+    "openat2_available",
+    "register_file_tools",
+    "resolve_windows_path",
+]

@@ -1,0 +1,280 @@
+"""Git metadata: which names git treats as ``.git``, and which directories are git directories.
+
+Git runs programs that its configuration and hooks name, so a file tool that
+can write ``.git/config`` or ``.git/hooks/*`` can be talked into running code.
+These checks are written from git's documented rules (``is_ntfs_dotgit``,
+``is_hfs_dotgit``, ``is_git_directory``, gitfiles), not copied from git:
+
+* ``.git`` is matched the way git matches it with ``core.protectNTFS`` and
+  ``core.protectHFS`` on (their defaults): ASCII case-insensitively, with
+  trailing dots and spaces, the ``git~1`` short name, any alternate data stream
+  (``.git::$INDEX_ALLOCATION``), backslash-separated segments, and HFS+
+  ignorable code points (U+200C, U+FEFF, …) anywhere in the name.
+* A directory is a git directory when its ``HEAD`` is a ref or an object id and
+  its common directory has ``objects/`` and ``refs/`` (git's own test).
+
+Every function here is pure or works on an open directory descriptor; the
+resolver decides *where* to look.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+
+__all__ = [
+    "GITFILE_MAX_BYTES",
+    "Overlay",
+    "is_dotgit",
+    "is_dotgitmodules",
+    "is_git_directory",
+    "is_hfs_dot_generic",
+    "is_hfs_dotgit",
+    "is_ntfs_dot_generic",
+    "is_ntfs_dotgit",
+    "parse_gitfile",
+    "read_gitfile",
+    "valid_head",
+]
+
+# git refuses to read a gitfile larger than this.
+GITFILE_MAX_BYTES = 1 << 20
+# Reading this much of HEAD is enough to validate it (git reads a ref's first line).
+_HEAD_READ_BYTES = 256
+
+# HFS+ ignores these code points when comparing names, so ".g\u200cit" is ".git" there.
+_HFS_IGNORABLE = frozenset(
+    [*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF]
+)
+# Every .git spelling starts with one of these characters, unless a backslash splits it.
+MAY_START_DOTGIT = frozenset(".gG") | frozenset(chr(c) for c in _HFS_IGNORABLE)
+
+
+def _only_dots_and_spaces_then_end(rest: str, *, separators: str) -> bool:
+    """True if ``rest`` is dots and spaces up to its end or one of ``separators``."""
+    for ch in rest:
+        if ch in separators:
+            return True
+        if ch not in ". ":
+            return False
+    return True
+
+
+def is_ntfs_dotgit(name: str) -> bool:
+    """Would NTFS open ``.git`` for this name? (git's ``is_ntfs_dotgit``.)
+
+    ``.git`` or its short name ``git~1`` (ASCII case-insensitive), followed only
+    by dots and spaces (which Windows strips) up to the end, a directory
+    separator (``/`` or ``\\``) or ``:`` (so every alternate data stream counts).
+    Only the leading segment is examined; callers split paths first.
+    """
+    lowered = name[:5].lower()
+    if lowered[:4] == ".git":
+        rest = name[4:]
+    elif lowered == "git~1":
+        rest = name[5:]
+    else:
+        return False
+    return _only_dots_and_spaces_then_end(rest, separators="/\\:")
+
+
+def is_ntfs_dot_generic(name: str, dotname: str, shortname_prefix: str) -> bool:
+    """NTFS spellings of ``.<dotname>`` (e.g. ``.gitmodules``): git's generic rule.
+
+    Matches ``.<dotname>``, the short name ``<first 6 of dotname>~1``..``~4``,
+    and the hashed short name ``<prefix>~N`` (8 characters, ``N`` not starting
+    with 0), each followed only by dots and spaces up to the end or a ``:``.
+    """
+    n = len(dotname)
+    if name[:1] == "." and name[1 : 1 + n].lower() == dotname:
+        return _only_dots_and_spaces_then_end(name[1 + n :], separators=":")
+    if len(name) >= 8 and name[:6].lower() == dotname[:6] and name[6] == "~" and name[7] in "1234":
+        return _only_dots_and_spaces_then_end(name[8:], separators=":")
+    # The hashed form: up to 6 prefix characters, "~", then digits to 8 characters.
+    if len(name) < 8:
+        return False
+    saw_tilde = False
+    i = 0
+    while i < 8:
+        ch = name[i]
+        if saw_tilde:
+            if not ch.isascii() or not ch.isdigit():
+                return False
+        elif ch == "~":
+            i += 1
+            if i >= 8 or name[i] not in "123456789":
+                return False
+            saw_tilde = True
+        elif i >= 6 or ch.lower() != shortname_prefix[i]:
+            return False
+        i += 1
+    if not saw_tilde:
+        return False
+    return _only_dots_and_spaces_then_end(name[8:], separators=":")
+
+
+def _hfs_chars(name: str):
+    for ch in name:
+        if ord(ch) not in _HFS_IGNORABLE:
+            yield ch
+
+
+def is_hfs_dot_generic(name: str, needle: str) -> bool:
+    """Would HFS+ read this name as ``.<needle>``? (git's ``is_hfs_dot_generic``.)
+
+    Ignorable code points are skipped anywhere; the rest must be ``.`` then
+    ``needle`` (ASCII case-insensitive; any other non-ASCII character means
+    "no"), then the end or ``/``.
+    """
+    chars = _hfs_chars(name)
+    if next(chars, "") != ".":
+        return False
+    for want in needle:
+        ch = next(chars, "")
+        if not ch or ord(ch) > 127 or ch.lower() != want:
+            return False
+    ch = next(chars, "")
+    return ch == "" or ch == "/"
+
+
+def is_hfs_dotgit(name: str) -> bool:
+    return is_hfs_dot_generic(name, "git")
+
+
+def is_dotgit(name: str) -> bool:
+    """Is this path component ``.git`` in any spelling git itself protects?
+
+    Backslashes count as separators here, as they do in git with
+    ``core.protectNTFS``, so a single Linux file name like ``.\\.GIT\\foobar``
+    is refused: a checkout on Windows would read it as ``.GIT/foobar``.
+    """
+    if name[:1] not in MAY_START_DOTGIT and "\\" not in name:
+        return False  # the common case, decided without the full rules
+    return any(is_ntfs_dotgit(seg) or is_hfs_dotgit(seg) for seg in name.split("\\"))
+
+
+def is_dotgitmodules(name: str) -> bool:
+    """``.gitmodules`` in any NTFS or HFS+ spelling (git's t0060 rules)."""
+    return is_ntfs_dot_generic(name, "gitmodules", "gi7eba") or is_hfs_dot_generic(
+        name, "gitmodules"
+    )
+
+
+# -- git directories ------------------------------------------------------------------
+
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def valid_head(content: bytes | None, *, symlink_target: str | None = None) -> bool:
+    """git's ``validate_headref``: is this a HEAD git would accept?
+
+    A symlink to ``refs/...``; or a file starting ``ref:`` then optional
+    whitespace then ``refs/``; or a file starting with an object id (git
+    accepts the hex prefix of any hash it knows, so 40 hex digits suffice).
+    """
+    if symlink_target is not None:
+        return symlink_target.startswith("refs/")
+    if content is None:
+        return False
+    if content.startswith(b"ref:"):
+        return content[4:].lstrip(b" \t\n\r").startswith(b"refs/")
+    return len(content) >= 40 and all(b in _HEX for b in content[:40])
+
+
+# An overlay describes entries a pending write would add to a directory:
+# name -> ("file", content bytes) or ("dir", None). It lets the same test
+# answer "would this write *assemble* a git directory?".
+Overlay = Mapping[str, tuple[str, bytes | None]]
+
+
+def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def _is_searchable_dir(name: str, dir_fd: int, overlay: Overlay) -> bool:
+    if name in overlay:
+        return overlay[name][0] == "dir"
+    try:
+        # git uses access(X_OK), which follows symlinks; so do we (only to refuse more).
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=True)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode)
+
+
+def _read_small(name: str, dir_fd: int, limit: int) -> bytes | None:
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _head_is_valid(dir_fd: int, overlay: Overlay) -> bool:
+    if "HEAD" in overlay:
+        kind, content = overlay["HEAD"]
+        return kind == "file" and valid_head(content)
+    st = _lstat("HEAD", dir_fd)
+    if st is None:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return valid_head(None, symlink_target=os.readlink("HEAD", dir_fd=dir_fd))
+        except OSError:
+            return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    return valid_head(_read_small("HEAD", dir_fd, _HEAD_READ_BYTES))
+
+
+def is_git_directory(dir_fd: int, overlay: Overlay | None = None) -> bool:
+    """git's ``is_git_directory`` for the directory open at ``dir_fd``.
+
+    True when ``HEAD`` is valid and either a ``commondir`` file is present
+    (worktree git directories; we do not chase the common directory, which may
+    lie outside the roots, and count it as a git directory: refusing more is
+    the safe side) or ``objects/`` and ``refs/`` are directories.
+
+    With ``overlay``, answers for the directory as it would be after a write
+    adds those entries: the test for "assembling" a git directory.
+    """
+    overlay = overlay or {}
+    if not _head_is_valid(dir_fd, overlay):
+        return False
+    if "commondir" in overlay or _lstat("commondir", dir_fd) is not None:
+        return True
+    return _is_searchable_dir("objects", dir_fd, overlay) and _is_searchable_dir(
+        "refs", dir_fd, overlay
+    )
+
+
+def parse_gitfile(content: bytes) -> str | None:
+    """The target of a ``.git`` file (``gitdir: PATH``), or None if it is not one."""
+    if len(content) > GITFILE_MAX_BYTES or not content.startswith(b"gitdir: "):
+        return None
+    target = content[len(b"gitdir: ") :].split(b"\n", 1)[0].rstrip(b"\r")
+    if not target:
+        return None
+    try:
+        return os.fsdecode(target)
+    except UnicodeDecodeError:  # pragma: no cover - fsdecode uses surrogateescape
+        return None
+
+
+def read_gitfile(dir_fd: int, name: str) -> str | None:
+    """Read ``name`` in ``dir_fd`` as a gitfile; its target or None."""
+    data = _read_small(name, dir_fd, GITFILE_MAX_BYTES + 1)
+    return parse_gitfile(data) if data is not None else None

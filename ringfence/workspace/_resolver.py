@@ -1,0 +1,665 @@
+"""The confined walk: every workspace operation resolves its path here.
+
+Never check-then-open. A path is resolved *through descriptors*: each root is
+held open as an ``O_PATH`` directory descriptor, every component is opened
+relative to the one before it with ``O_NOFOLLOW``, and the operation itself
+(open, list, replace) runs relative to the directory descriptor the walk
+ended on, so the file acted on is the file that was checked.
+
+* Fast path: ``openat2(root, path, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)``
+  through ``ctypes`` (syscall 437), retried on ``EAGAIN``. ``ENOSYS`` is
+  remembered and the walk below is used from then on. ``RESOLVE_BENEATH``
+  also refuses absolute symlinks that point *inside* the root and links
+  between roots, which ringfence allows, so ``EXDEV`` gets a second look
+  from the walk before it becomes ``outside_workspace``.
+* The walk (:meth:`Resolver.walk`): one component at a time; a symlink is read
+  with ``readlinkat`` and its target spliced into the remaining path, followed
+  only while the result stays inside a root (at most :data:`MAX_SYMLINKS`
+  links and :data:`MAX_STEPS` components per call). ``..`` pops the
+  directory stack the walk came down, never a string; climbing above a root
+  continues *lexically* outside the roots, where nothing is ever opened, until
+  the path re-enters a root (a link from one root into another) or runs out
+  (``outside_workspace``).
+
+Races: a directory swapped for a symlink mid-walk is caught, because no
+component is ever opened with symlinks followed; the walk reads the new link
+and checks it like any other. What the walk cannot stop is a *directory
+descriptor it already holds* being renamed out of the roots by another
+process; see the Non-guarantees in :class:`~ringfence.workspace.Workspace`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import stat
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from ..runtime import (
+    InvalidArguments,
+    NotFound,
+    OutsideWorkspace,
+    RingfenceError,
+    ToolError,
+    Unwritable,
+)
+
+__all__ = [
+    "MAX_STEPS",
+    "MAX_SYMLINKS",
+    "FollowLeaf",
+    "Place",
+    "Resolver",
+    "Root",
+    "openat2",
+    "openat2_available",
+]
+
+T = TypeVar("T")
+
+# Linux's MAXSYMLINKS; openat2 stops at the same count, so both paths agree.
+MAX_SYMLINKS = 40
+# Components processed per call, symlink expansions included (PATH_MAX / 2).
+MAX_STEPS = 2048
+# openat2 returns EAGAIN when a concurrent rename makes ".." unsafe to trust.
+EAGAIN_RETRIES = 32
+
+O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+
+# -- openat2 through ctypes -------------------------------------------------------------
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    ]
+
+
+_SYS_OPENAT2 = 437  # the same number on every architecture (unified syscall table)
+
+
+class _Openat2:
+    """``openat2`` via ``syscall(2)``; remembers ENOSYS for the life of the process.
+
+    Hot path: the ``open_how`` structs are built once per (flags, resolve)
+    and shared (the kernel only reads them), and the call goes through a
+    fixed ``CFUNCTYPE`` prototype taking the struct's address.
+    """
+
+    def __init__(self) -> None:
+        self.available: bool | None = None  # None: not tried yet
+        self._hows: dict[tuple[int, int], tuple[_OpenHow, int]] = {}
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            proto = ctypes.CFUNCTYPE(
+                ctypes.c_long,
+                ctypes.c_long,  # syscall number
+                ctypes.c_long,  # dirfd
+                ctypes.c_char_p,  # path
+                ctypes.c_void_p,  # struct open_how *
+                ctypes.c_long,  # sizeof(struct open_how)
+                use_errno=True,
+            )
+            self._fn = proto(("syscall", libc))
+        except (OSError, AttributeError):  # pragma: no cover - no libc syscall()
+            self.available = False
+
+    def _how(self, flags: int, resolve: int) -> int:
+        key = (flags, resolve)
+        found = self._hows.get(key)
+        if found is None:
+            how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)
+            found = self._hows[key] = (how, ctypes.addressof(how))
+        return found[1]
+
+    def quick(self, dirfd: int, path: bytes, flags: int, resolve: int) -> int:
+        """One attempt: a descriptor, or -1 on any failure (then use the call, which explains)."""
+        found = self._hows.get((flags, resolve))
+        how = found[1] if found is not None else self._how(flags, resolve)
+        return self._fn(_SYS_OPENAT2, dirfd, path, how, _OPEN_HOW_SIZE)
+
+    def __call__(self, dirfd: int, path: bytes, flags: int, resolve: int) -> int:
+        """Open ``path`` relative to ``dirfd``; raise OSError with the errno."""
+        if self.available is False:
+            raise OSError(errno.ENOSYS, "openat2 is not available")
+        how = self._how(flags, resolve)
+        for _ in range(EAGAIN_RETRIES):
+            fd = self._fn(_SYS_OPENAT2, dirfd, path, how, _OPEN_HOW_SIZE)
+            if fd >= 0:
+                self.available = True
+                return fd
+            err = ctypes.get_errno()
+            if err in (errno.EAGAIN, errno.EINTR):
+                continue
+            if err == errno.ENOSYS:
+                self.available = False
+            raise OSError(err, os.strerror(err))
+        raise OSError(errno.EAGAIN, "openat2 kept failing with EAGAIN (concurrent renames)")
+
+
+_OPEN_HOW_SIZE = ctypes.sizeof(_OpenHow)
+openat2 = _Openat2()
+
+
+def openat2_available() -> bool:
+    """Does this kernel have openat2? (Probes once, then remembers.)"""
+    if openat2.available is None:
+        with contextlib.suppress(OSError):
+            os.close(openat2(-100, b"/", os.O_PATH, 0))  # AT_FDCWD
+    return bool(openat2.available)
+
+
+# -- roots and places -------------------------------------------------------------------
+
+
+def _parts(path: str) -> tuple[str, ...]:
+    return tuple(p for p in path.split("/") if p not in ("", "."))
+
+
+@dataclass(eq=False)
+class Root:
+    """One workspace root, held open as an ``O_PATH`` directory descriptor."""
+
+    index: int  # position in the roots; -1 for the host root of unrestricted calls
+    path: Path  # the real path, read back from the descriptor when it was opened
+    fd: int
+    match_parts: tuple[tuple[str, ...], ...]  # spellings that name this root
+    git_reason: str | None = None  # set when the root itself lies in git metadata
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return _parts(str(self.path))
+
+    @property
+    def is_host(self) -> bool:
+        return self.index < 0
+
+
+@dataclass
+class Place:
+    """Where a walk ended: the directory descriptors from the root down, and a leaf name.
+
+    ``leaf`` is None when the path names a directory itself (``""``, ``a/..``,
+    ``dir/``). The descriptors belong to the walk and are closed when it ends.
+    """
+
+    root: Root
+    dirs: list[tuple[str, int]] = field(default_factory=list)
+    leaf: str | None = None
+
+    @property
+    def dir_fd(self) -> int:
+        return self.dirs[-1][1] if self.dirs else self.root.fd
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.dirs]
+
+    def display(self, *extra: str) -> str:
+        """The path as tools show it: relative to the first root, else absolute."""
+        names = self.names + ([self.leaf] if self.leaf is not None else []) + list(extra)
+        return display_path(self.root, names)
+
+
+def display_path(root: Root, names: Sequence[str]) -> str:
+    rel = "/".join(names)
+    if root.is_host:
+        return "/" + rel
+    if root.index == 0:
+        return rel or "."
+    return str(root.path / rel) if rel else str(root.path)
+
+
+class FollowLeaf(Exception):
+    """Raised by an operation to say "the leaf is a symlink: follow it and call me again"."""
+
+
+# -- the resolver -----------------------------------------------------------------------
+
+
+def check_path_string(path: str, name: str = "path") -> None:
+    """Refuse what no file name can hold (NUL, non-encodable text) and empty paths."""
+    if not isinstance(path, str):
+        raise InvalidArguments(f"{name} must be a string", field=name)
+    if not path:
+        raise InvalidArguments(f"{name} is empty; use '.' for the first workspace root", field=name)
+    if "\x00" in path:
+        raise InvalidArguments(
+            f"{name} contains a NUL byte, which no file name can hold", field=name
+        )
+    try:
+        os.fsencode(path)
+    except UnicodeError:
+        raise InvalidArguments(
+            f"{name} contains characters that cannot be encoded as a file name", field=name
+        ) from None
+
+
+class Resolver:
+    """Resolves paths inside a set of roots and runs operations at the place found.
+
+    Thread-safe; :meth:`close` waits for no one but defers closing the root
+    descriptors until the last operation in flight has finished, so a
+    descriptor number is never reused under a running walk. Idempotent.
+    """
+
+    def __init__(self, roots: list[Root]) -> None:
+        self.roots = roots
+        self.use_openat2 = True  # tests switch this off to exercise the walk alone
+        self._host: Root | None = None
+        self._lock = threading.Lock()
+        self._inflight: list[None] = []
+        self._closed = False
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    # In-flight accounting without a lock on the hot path: list.append and list.pop are
+    # atomic, and "closed" is checked *after* announcing, so either close() sees the
+    # operation and leaves the descriptors to its __exit__, or the operation sees closed.
+
+    def __enter__(self) -> Resolver:
+        """Mark an operation in flight (``with resolver:``); refuses once closed."""
+        self._inflight.append(None)
+        if self._closed:
+            self._inflight.pop()
+            raise ToolError("the workspace is closed")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._inflight.pop()
+        if self._closed and not self._inflight:
+            self._close_fds()
+
+    def close(self) -> None:
+        self._closed = True
+        if not self._inflight:
+            self._close_fds()
+
+    def _close_fds(self) -> None:
+        with self._lock:  # idempotent: the last two to leave may both get here
+            for root in [*self.roots, *([self._host] if self._host else [])]:
+                if root.fd >= 0:
+                    os.close(root.fd)
+                    root.fd = -1
+
+    def host_root(self) -> Root:
+        """``/`` as a root: used only by unrestricted calls."""
+        with self._lock:
+            if self._host is None:
+                fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                self._host = Root(-1, Path("/"), fd, ((),))
+            return self._host
+
+    def roots_for(self, unrestricted: bool) -> list[Root]:
+        return [*self.roots, self.host_root()] if unrestricted else list(self.roots)
+
+    # -- locating a path ---------------------------------------------------------------
+
+    def start(self, path: str, roots: Sequence[Root]) -> tuple[Root, deque[str]]:
+        """The root a path starts in and its remaining components (nothing opened yet)."""
+        check_path_string(path)
+        if path.startswith("//"):
+            # POSIX leaves a leading "//" implementation-defined (a network root on
+            # some systems): it is not a spelling of any workspace path.
+            raise OutsideWorkspace(
+                f"{path!r} starts with '//', which POSIX leaves implementation-defined; "
+                "it names no workspace root (spell absolute paths with one '/')",
+                field="path",
+            )
+        if path.startswith("/"):
+            return self.map_lexical(
+                roots, [], deque(path.split("/")), path, "it is not under any root"
+            )
+        return roots[0], deque(path.split("/"))
+
+    def map_lexical(
+        self,
+        roots: Sequence[Root],
+        parts: list[str],
+        pending: deque[str],
+        original: str,
+        why: str,
+    ) -> tuple[Root, deque[str]]:
+        """Continue a path *as spelled* from ``parts`` (outside every root) until it enters one.
+
+        Nothing outside a root is opened or followed: there the path is read
+        lexically. Raises OutsideWorkspace when it never re-enters a root.
+        """
+        while True:
+            found = _containing_root(roots, parts)
+            if found is not None:
+                root, depth = found
+                rest = deque(parts[depth:])
+                rest.extend(pending)
+                return root, rest
+            if not pending:
+                names = ", ".join(str(r.path) for r in roots if not r.is_host)
+                raise OutsideWorkspace(
+                    f"{original!r} is outside the workspace ({why}); the roots are: {names}",
+                    field="path",
+                )
+            c = pending.popleft()
+            if c in ("", "."):
+                continue
+            if c == "..":
+                if parts:
+                    parts.pop()
+                continue
+            parts.append(c)
+
+    # -- the walk ----------------------------------------------------------------------
+
+    def walk(
+        self,
+        path: str,
+        op: Callable[[Place], T],
+        *,
+        unrestricted: bool = False,
+        make_dir: Callable[[Place, str], None] | None = None,
+    ) -> T:
+        """Resolve ``path`` and run ``op(place)`` at the directory it ends in.
+
+        ``op`` raises :class:`FollowLeaf` when the leaf turns out to be a
+        symlink; the walk then reads the link, checks it and calls ``op``
+        again at the target. ``make_dir(place, name)``, when given, is called
+        for a missing intermediate directory and must create it (or raise).
+        """
+        roots = self.roots_for(unrestricted)
+        root, pending = self.start(path, roots)
+        return self.walk_from(root, pending, op, roots=roots, original=path, make_dir=make_dir)
+
+    def walk_from(
+        self,
+        root: Root,
+        pending: deque[str],
+        op: Callable[[Place], T],
+        *,
+        roots: Sequence[Root],
+        original: str,
+        make_dir: Callable[[Place, str], None] | None = None,
+    ) -> T:
+        place = Place(root)
+        links = 0
+        steps = 0
+        via = ""  # the last symlink followed, for messages
+        try:
+            while True:
+                leaf: str | None = None
+                while pending:
+                    steps += 1
+                    if steps > MAX_STEPS:
+                        raise InvalidArguments(
+                            f"{original!r} takes more than {MAX_STEPS} steps to resolve",
+                            field="path",
+                        )
+                    c = pending.popleft()
+                    if c in ("", "."):
+                        continue
+                    if c == "..":
+                        if place.dirs:
+                            os.close(place.dirs.pop()[1])
+                            continue
+                        place.root, pending = self.map_lexical(
+                            roots,
+                            list(place.root.parts[:-1]),
+                            pending,
+                            original,
+                            f"the symbolic link {via} leads out of the root"
+                            if via
+                            else "'..' climbs above the root",
+                        )
+                        continue
+                    if not pending:
+                        leaf = c
+                        break
+                    try:
+                        fd = os.open(c, O_PATH_DIR, dir_fd=place.dir_fd)
+                    except FileNotFoundError:
+                        if make_dir is None:
+                            raise NotFound(
+                                f"{place.display(c)} does not exist (resolving {original!r})",
+                                field="path",
+                            ) from None
+                        make_dir(place, c)
+                        pending.appendleft(c)
+                        continue
+                    except NotADirectoryError:
+                        # O_NOFOLLOW|O_DIRECTORY on a symlink is ENOTDIR: is it one?
+                        target = _readlink(c, place.dir_fd)
+                        if target is None:
+                            raise NotFound(
+                                f"{place.display(c)} is not a directory (resolving {original!r})",
+                                field="path",
+                            ) from None
+                        links = _count_link(links, original)
+                        via = place.display(c)
+                        pending = self._splice(place, roots, c, target, pending, original)
+                        continue
+                    except OSError as exc:
+                        raise translate_oserror(exc, place.display(c)) from None
+                    place.dirs.append((c, fd))
+                place.leaf = leaf
+                try:
+                    return op(place)
+                except FollowLeaf:
+                    assert leaf is not None
+                    target = _readlink(leaf, place.dir_fd)
+                    if target is None:  # it stopped being a link: look again
+                        pending = deque([leaf])
+                        continue
+                    links = _count_link(links, original)
+                    via = place.display()
+                    pending = self._splice(place, roots, leaf, target, deque(), original)
+        finally:
+            _close_dirs(place)
+
+    def _splice(
+        self,
+        place: Place,
+        roots: Sequence[Root],
+        name: str,
+        target: str,
+        pending: deque[str],
+        original: str,
+    ) -> deque[str]:
+        """Continue at a symlink's target: relative to the link's directory, or absolute."""
+        parts = deque(target.split("/"))
+        parts.extend(pending)
+        place.leaf = None
+        if target.startswith("/"):
+            _close_dirs(place)
+            place.root, rest = self.map_lexical(
+                roots,
+                [],
+                parts,
+                original,
+                f"the symbolic link {place.display(name)} points outside",
+            )
+            return rest
+        return parts
+
+    # -- opening -----------------------------------------------------------------------
+
+    def open(self, path: str, flags: int, *, unrestricted: bool = False) -> int:
+        """Open ``path`` with ``flags``, confined; the caller owns the descriptor.
+
+        ``openat2`` first (one syscall); anything it refuses for being outside
+        the root or a link loop is resolved again by the walk, which decides.
+        """
+        if (
+            not unrestricted
+            and self.use_openat2
+            and openat2.available is not False
+            and path
+            and path[0] != "/"
+            and "\x00" not in path
+        ):
+            # The common case, a relative path: one syscall against the first root.
+            try:
+                raw = os.fsencode(path)
+            except UnicodeError:
+                raw = None  # start() below reports it
+            if raw is not None:
+                fd = openat2.quick(self.roots[0].fd, raw, flags, _BENEATH)
+                if fd >= 0:
+                    return fd
+                try:  # the careful call: retries EAGAIN, remembers ENOSYS, raises
+                    return openat2(self.roots[0].fd, raw, flags, _BENEATH)
+                except OSError as exc:
+                    if exc.errno not in _SECOND_LOOK:
+                        raise translate_oserror(exc, path) from None
+        roots = self.roots_for(unrestricted)
+        root, pending = self.start(path, roots)
+        if self.use_openat2 and openat2.available is not False and not root.is_host:
+            rel = "/".join(pending)
+            try:
+                return openat2(root.fd, os.fsencode(rel) or b".", flags, _BENEATH)
+            except OSError as exc:
+                if exc.errno not in _SECOND_LOOK:
+                    raise translate_oserror(exc, display_path(root, _parts(rel))) from None
+        return self.walk_from(root, pending, open_leaf(flags), roots=roots, original=path)
+
+    def open_beneath_nofollow(self, dir_fd: int, rel: str, flags: int) -> int:
+        """Open ``rel`` ("/"-joined names) below ``dir_fd`` refusing every symlink.
+
+        The search tools re-open what their walker found this way, so a
+        directory swapped for a link since is not entered. Raises OSError.
+        """
+        if self.use_openat2 and openat2.available is not False:
+            try:
+                return openat2(dir_fd, os.fsencode(rel), flags, _BENEATH_NO_LINKS)
+            except OSError as exc:
+                if exc.errno != errno.ENOSYS:
+                    raise
+        names = rel.split("/")
+        if any(n in ("", ".", "..") for n in names):
+            raise OSError(errno.EINVAL, "not a plain relative path")
+        fds: list[int] = []
+        try:
+            cur = dir_fd
+            for name in names[:-1]:
+                cur = os.open(name, O_PATH_DIR, dir_fd=cur)
+                fds.append(cur)
+            return os.open(names[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+_BENEATH = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+# openat2 refusals the walk must look at again: ringfence allows absolute links inside a
+# root and links between roots (EXDEV), and reports loops itself (ELOOP). EPERM is what
+# older container seccomp profiles return for a syscall they do not know; a plain
+# read-only open has no other reason to fail with it, so the walk (openat) decides.
+_SECOND_LOOK = frozenset({errno.EXDEV, errno.ELOOP, errno.EAGAIN, errno.ENOSYS, errno.EPERM})
+_BENEATH_NO_LINKS = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS
+
+
+def open_leaf(flags: int) -> Callable[[Place], int]:
+    """An operation that opens the place's leaf (or the directory itself) with ``flags``."""
+
+    def op(place: Place) -> int:
+        if place.leaf is None:
+            try:
+                return os.open(".", flags | os.O_CLOEXEC, dir_fd=place.dir_fd)
+            except OSError as exc:
+                raise translate_oserror(exc, place.display()) from None
+        try:
+            fd = os.open(place.leaf, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=place.dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(place.leaf, place.dir_fd):
+                raise FollowLeaf from None
+            raise translate_oserror(exc, place.display()) from None
+        if flags & os.O_PATH and stat.S_ISLNK(os.fstat(fd).st_mode):
+            os.close(fd)  # O_PATH|O_NOFOLLOW opens the link itself: follow it instead
+            raise FollowLeaf
+        return fd
+
+    return op
+
+
+def _containing_root(roots: Sequence[Root], parts: Sequence[str]) -> tuple[Root, int] | None:
+    """The root whose spelling is a whole-component prefix of ``parts`` (never a string prefix)."""
+    n = len(parts)
+    for root in roots:
+        for spelled in root.match_parts:
+            k = len(spelled)
+            if k <= n and tuple(parts[:k]) == spelled:
+                return root, k
+    return None
+
+
+def _readlink(name: str, dir_fd: int) -> str | None:
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _count_link(links: int, original: str) -> int:
+    if links + 1 > MAX_SYMLINKS:
+        raise InvalidArguments(
+            f"{original!r} goes through more than {MAX_SYMLINKS} symbolic links (a loop?)",
+            field="path",
+        )
+    return links + 1
+
+
+def _close_dirs(place: Place) -> None:
+    while place.dirs:
+        os.close(place.dirs.pop()[1])
+
+
+def translate_oserror(exc: OSError, display: str, *, writing: bool = False) -> RingfenceError:
+    """One place that turns an OSError into the error a tool returns."""
+    code = exc.errno
+    reason = exc.strerror or str(exc)
+    if code == errno.ENOENT:
+        return NotFound(f"{display} does not exist", field="path")
+    if code == errno.ENOTDIR:
+        return NotFound(f"{display}: a component of the path is not a directory", field="path")
+    if code == errno.EISDIR:
+        return InvalidArguments(f"{display} is a directory", field="path")
+    if code == errno.ELOOP:
+        return InvalidArguments(f"{display}: too many levels of symbolic links", field="path")
+    if code == errno.ENAMETOOLONG:
+        return InvalidArguments(f"{display}: the name is too long", field="path")
+    if code == errno.EXDEV:
+        return OutsideWorkspace(f"{display} resolves outside the workspace", field="path")
+    if writing and code in (
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ETXTBSY,
+        errno.ENOSPC,
+        errno.EDQUOT,
+    ):
+        return Unwritable(f"{display} cannot be written: {reason}", field="path")
+    if code in (errno.EACCES, errno.EPERM):
+        return ToolError(f"{display}: permission denied", field="path")
+    return ToolError(f"{display}: {reason}", field="path")
+
+
+def fd_path(fd: int) -> Path:
+    """The path the kernel reports for an open descriptor."""
+    return Path(os.readlink(f"/proc/self/fd/{fd}"))

@@ -1,0 +1,146 @@
+"""``ringfence call <file tool> --json`` in a real subprocess, with the kernel's error codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from workspace_helpers import SECRET, Tree, snapshot
+
+
+def ringfence(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+    script = Path(sys.executable).parent / "ringfence"
+    cmd = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "import sys; from ringfence.cli import main; sys.exit(main())"]
+    )
+    proc = subprocess.run(
+        [*cmd, *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    try:
+        body = json.loads(proc.stdout) if proc.stdout.strip() else None
+    except ValueError:
+        body = None
+    return proc.returncode, body, proc.stderr
+
+
+def call(tree: Tree, tool: str, args: dict, *extra: str):
+    return ringfence(
+        "call",
+        tool,
+        "--args",
+        json.dumps(args),
+        "--json",
+        "--workspace",
+        str(tree.ws),
+        "--workspace",
+        str(tree.ws2),
+        *extra,
+    )
+
+
+def test_read_list_glob_grep(tree: Tree) -> None:
+    assert call(tree, "read_file", {"path": "hello.txt"})[:2] == (
+        0,
+        {"ok": True, "result": "hello\n"},
+    )
+    code, body, _ = call(tree, "list_directory", {"path": "sub"})
+    assert (code, body["result"]) == (0, [{"name": "inner.txt", "type": "file"}])
+    code, body, _ = call(tree, "glob_files", {"pattern": "**/*.txt"})
+    assert body["result"] == ["hello.txt", "sub/inner.txt"]
+    code, body, _ = call(tree, "grep_files", {"pattern": "inn"})
+    assert body["result"] == [{"path": "sub/inner.txt", "line": 1, "text": "inner"}]
+
+
+def test_write_and_edit_need_a_posture_that_allows_them(tree: Tree) -> None:
+    before = snapshot(tree.ws)
+    code, body, _ = call(tree, "write_file", {"path": "new.txt", "content": "x"}, "--approve", "no")
+    assert code == 3 and body["error"]["code"] == "denied"
+    assert snapshot(tree.ws) == before
+    code, body, _ = call(
+        tree, "write_file", {"path": "new.txt", "content": "x\n"}, "--posture", "allow-reversible"
+    )
+    assert (code, body) == (
+        0,
+        {"ok": True, "result": {"path": "new.txt", "bytes": 2, "created": True}},
+    )
+    code, body, _ = call(
+        tree, "edit_file", {"path": "new.txt", "old": "x", "new": "y"}, "--approve", "yes"
+    )
+    assert code == 0 and (tree.ws / "new.txt").read_text() == "y\n"
+
+
+def test_error_codes_and_exit_statuses(tree: Tree) -> None:
+    (tree.ws / "evil").symlink_to(tree.outside / "secret")
+    (tree.ws / ".git").mkdir()
+    before = (snapshot(tree.ws), snapshot(tree.outside), snapshot(tree.sibling))
+    cases = [
+        ("read_file", {"path": "evil"}, 1, "outside_workspace"),
+        ("read_file", {"path": str(tree.sibling / "secret")}, 1, "outside_workspace"),
+        ("read_file", {"path": "missing"}, 1, "not_found"),
+        ("read_file", {}, 2, "invalid_arguments"),
+        ("write_file", {"path": "evil", "content": "PWNED"}, 1, "outside_workspace"),
+        ("write_file", {"path": ".git/config", "content": "x"}, 1, "git_metadata"),
+        ("edit_file", {"path": "hello.txt", "old": "nope", "new": "x"}, 2, "invalid_arguments"),
+        ("glob_files", {"pattern": "../*"}, 2, "invalid_arguments"),
+    ]
+    for tool, args, want_exit, want_code in cases:
+        code, body, err = call(tree, tool, args, "--posture", "allow-all")
+        assert (code, body and body["error"]["code"]) == (want_exit, want_code), (
+            tool,
+            args,
+            body,
+            err,
+        )
+        assert "message" in body["error"] and body["ok"] is False
+    assert (snapshot(tree.ws), snapshot(tree.outside), snapshot(tree.sibling)) == before
+    assert (tree.outside / "secret").read_bytes() == SECRET
+
+
+def test_unrestricted_on_the_command_line(tree: Tree) -> None:
+    code, body, _ = call(
+        tree, "read_file", {"path": str(tree.outside / "secret")}, "--posture", "unrestricted"
+    )
+    assert (code, body["result"]) == (0, SECRET.decode())
+
+
+def test_roots_from_the_environment_and_a_bad_root(tree: Tree) -> None:
+    code, body, _ = ringfence(
+        "call", "read_file", "--args", '{"path": "two.txt"}', "--json",
+        env={"RINGFENCE_WORKSPACE_ROOTS": os.pathsep.join([str(tree.ws2), str(tree.ws)])},
+    )  # fmt: skip
+    assert (code, body["result"]) == (0, "two\n")
+    code, body, _ = ringfence(
+        "call",
+        "read_file",
+        "--args",
+        '{"path": "x"}',
+        "--json",
+        "--workspace",
+        str(tree.base / "missing"),
+    )
+    assert code == 2 and body["error"]["code"] == "invalid_arguments"
+    assert "missing" in body["error"]["message"]
+
+
+def test_tools_list_shows_the_file_tools(tree: Tree) -> None:
+    code, body, _ = ringfence("tools", "list", "--json", "--workspace", str(tree.ws))
+    assert code == 0
+    assert {t["name"]: t["consequence"] for t in body} == {
+        "edit_file": "reversible",
+        "glob_files": "read",
+        "grep_files": "read",
+        "list_directory": "read",
+        "read_file": "read",
+        "write_file": "reversible",
+    }
