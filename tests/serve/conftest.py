@@ -14,8 +14,6 @@ from serve_helpers import GIT_CONFIG, HELLO, SECRET
 
 from ringfence import create_kernel
 
-REAL_TOOLS = ("read_file", "write_file", "run_tool_script")
-
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
@@ -34,13 +32,19 @@ def events(tmp_path: Path) -> Path:
     return tmp_path / "events.jsonl"
 
 
-@pytest.fixture
-def real_tools(workspace: Path) -> dict[str, str]:
-    """name → consequence of the native tools ``ringfence serve`` will serve here.
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs_tools(*names): skip unless create_kernel registers these tools"
+    )
 
-    Skips, naming what is missing, until ``create_kernel`` registers the real
-    file tools and run_tool_script. (A sync fixture with its own trio.run: a
-    skip raised from an async fixture loses its reason under pytest-trio.)
+
+@pytest.fixture
+def real_tools(request: pytest.FixtureRequest, workspace: Path) -> dict[str, str]:
+    """name → consequence of the native tools ``ringfence serve`` will serve for ``workspace``.
+
+    Skips, naming what is missing, when the test's ``needs_tools`` marker names
+    a tool ``create_kernel`` does not register on this tree. (Sync, with its own
+    trio.run: a skip raised inside a trio test or fixture loses its reason.)
     """
 
     async def declared() -> dict[str, str]:
@@ -48,7 +52,8 @@ def real_tools(workspace: Path) -> dict[str, str]:
             return {s.name: s.consequence.value for s in kernel.tools() if s.source == "native"}
 
     tools = trio.run(declared)
-    missing = [n for n in REAL_TOOLS if n not in tools]
+    marker = request.node.get_closest_marker("needs_tools")
+    missing = [n for n in (marker.args if marker else ()) if n not in tools]
     if missing:
         pytest.skip(f"create_kernel does not register {', '.join(missing)} on this tree yet")
     return tools

@@ -187,13 +187,13 @@ async def test_inspector_over_http(inspector: Path, workspace: Path, events: Pat
     assert (workspace / ".git" / "config").read_text() == GIT_CONFIG
 
 
-async def test_inspector_with_the_real_tools(
+@pytest.mark.needs_tools("read_file", "write_file")
+async def test_inspector_with_the_real_file_tools(
     inspector: Path, real_tools: dict[str, str], workspace: Path, events: Path
 ) -> None:
     target = with_env(
         sys.executable, *real_command(workspace, events, "--posture", "allow-reversible")
     )
-    script = 'call_tool("write_file", path="s.txt", content="s")'
     runs = await inspect_all(
         inspector,
         {
@@ -201,7 +201,6 @@ async def test_inspector_with_the_real_tools(
             "read": [*target, *call_args("read_file", path="hello.txt")],
             "outside": [*target, *call_args("read_file", path="../secret.txt")],
             "git": [*target, *call_args("write_file", path=".git/config", content="[evil]")],
-            "script": [*target, *call_args("run_tool_script", script=script)],
         },
     )
     rc, listed, err = runs["list"]
@@ -220,8 +219,18 @@ async def test_inspector_with_the_real_tools(
     assert code_of(runs["git"][1]) == "git_metadata"
     assert (workspace / ".git" / "config").read_text() == GIT_CONFIG
 
-    # run_tool_script asks first; the inspector cannot be asked, so it is refused, saying why.
-    denied = runs["script"][1]
+
+@pytest.mark.needs_tools("run_tool_script", "write_file")
+def test_inspector_cannot_be_asked_so_a_real_script_is_refused(
+    inspector: Path, real_tools: dict[str, str], workspace: Path, events: Path
+) -> None:
+    """run_tool_script asks first; the inspector declares no elicitation, so --headless denies."""
+    target = with_env(sys.executable, *real_command(workspace, events, "--posture", "allow-all"))
+    script = 'call_tool("write_file", path="s.txt", content="s")'
+    rc, denied, err = run_inspector(
+        inspector, *target, *call_args("run_tool_script", script=script)
+    )
+    assert rc == 0, err
     assert code_of(denied) == "denied"
     assert "cannot be asked" in denied["content"][0]["text"]
     assert not (workspace / "s.txt").exists()
