@@ -7,10 +7,11 @@ workspace, backends, bridge and MCP connectors are plugged into a Kernel.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .backends import register_shell_tool, select_backend
 from .runtime import Approver, FileSink, Kernel, Posture, Rules, default_approver
 from .workspace import Workspace, register_file_tools
 
@@ -33,6 +34,7 @@ def create_kernel(
     posture: Posture | str = Posture.ASK,
     approver: Approver | None = None,
     backend: str | None = None,
+    backend_options: Mapping[str, Any] | None = None,
     rules: Rules | None = None,
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
@@ -43,8 +45,11 @@ def create_kernel(
 
     ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``) or
     ``"docker"``; backend sessions start on first use and close with the
-    kernel. Use the result as ``async with create_kernel(...) as kernel:``.
+    kernel. ``backend_options`` go to the backend (docker: ``image``,
+    ``memory``, ``cpus``, ``pids``, ``user``). Use the result as ``async with create_kernel(...) as kernel:``.
     """
+    # backends: checked before anything opens, so an unknown name leaks nothing
+    backend_name = select_backend(backend)
     # workspace: the roots file tools are confined to (opened first, so a bad root fails fast)
     workspace = Workspace(workspace_roots_from_env(list(roots)))
     try:
@@ -66,5 +71,6 @@ def create_kernel(
         workspace.close()
 
     kernel.push_async_callback(close_workspace)
-    del backend  # wired in by the backends package
+    # backends: run_shell; its session starts on the first call and closes with the kernel
+    register_shell_tool(kernel, backend=backend_name, workspace=workspace, options=backend_options)
     return kernel

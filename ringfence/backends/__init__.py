@@ -1,1 +1,89 @@
-"""ringfence.backends (see ARCHITECTURE.md)."""
+"""ringfence.backends: where ``run_shell`` runs (see ARCHITECTURE.md).
+
+A backend is started into a :class:`BackendSession` per kernel session; the
+session runs one command at a time and returns a :class:`ShellResult`.
+Built in: ``local`` (host child processes) and ``docker`` (one warm,
+hardened container per session). Select with ``--backend``,
+``$RINGFENCE_EXECUTION_BACKEND`` or :func:`select_backend`; add one with
+:func:`register_backend`.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from ._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
+from ._local import LocalSession as LocalSession, start_local as start_local
+from ._registry import (
+    DEFAULT_BACKEND as DEFAULT_BACKEND,
+    ENV_VARIABLE as ENV_VARIABLE,
+    backend_names as backend_names,
+    register_backend as register_backend,
+    select_backend as select_backend,
+    start_session as start_session,
+)
+from ._tool import (
+    ShellTool as ShellTool,
+    WorkspaceLike as WorkspaceLike,
+    register_shell_tool as register_shell_tool,
+)
+from ._types import (
+    BackendSession as BackendSession,
+    OutputCallback as OutputCallback,
+    SessionSpec as SessionSpec,
+    ShellResult as ShellResult,
+)
+
+if TYPE_CHECKING:
+    from ._docker import (
+        CONTAINER_LABEL as CONTAINER_LABEL,
+        DockerOptions as DockerOptions,
+        DockerSession as DockerSession,
+        remove_stale_containers as remove_stale_containers,
+        start_docker as start_docker,
+    )
+    from ._dockerapi import (
+        connect_docker as connect_docker,
+        map_docker_errors as map_docker_errors,
+        translate_docker_error as translate_docker_error,
+    )
+    from ._images import (
+        build_image as build_image,
+        ensure_image as ensure_image,
+        list_images as list_images,
+    )
+
+# Names that need the docker SDK load it on first use (PEP 562): a kernel on the
+# local backend, or the CLI's --help, never pays for importing it.
+_LAZY = {
+    "CONTAINER_LABEL": "._docker",
+    "DockerOptions": "._docker",
+    "DockerSession": "._docker",
+    "remove_stale_containers": "._docker",
+    "start_docker": "._docker",
+    "connect_docker": "._dockerapi",
+    "map_docker_errors": "._dockerapi",
+    "translate_docker_error": "._dockerapi",
+    "build_image": "._images",
+    "ensure_image": "._images",
+    "list_images": "._images",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+async def _start_docker(spec: SessionSpec) -> BackendSession:
+    from ._docker import start_docker
+
+    return await start_docker(spec)
+
+
+register_backend("local", start_local)
+register_backend("docker", _start_docker)

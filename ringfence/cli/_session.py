@@ -37,9 +37,9 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
     )
     parser.add_argument(
         "--backend",
-        choices=["local", "docker"],
         default=None,
-        help="where run_shell runs (default $RINGFENCE_EXECUTION_BACKEND or local)",
+        metavar="NAME",
+        help="where run_shell runs: local or docker (default $RINGFENCE_EXECUTION_BACKEND or local)",
     )
     if dry_run:
         parser.add_argument(

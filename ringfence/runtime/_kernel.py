@@ -241,6 +241,7 @@ class Kernel:
         args: Any = dict(arguments) if isinstance(arguments, Mapping) else arguments
         if arguments is None:
             args = {}
+        self.redactor.register_named_values(args)
         self.events.emit(
             "proposed",
             trace_id,

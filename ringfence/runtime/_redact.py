@@ -53,6 +53,23 @@ class Redactor:
             if is_secret_name(name):
                 self.register(value)
 
+    def register_named_values(self, value: Any) -> None:
+        """Register string values found under credential-named keys anywhere in ``value``.
+
+        A model may hand a secret to a tool in its arguments (``env: {"API_TOKEN": …}``);
+        registering it before the call is recorded keeps it out of every event.
+        """
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, str):
+                    if isinstance(key, str) and is_secret_name(key):
+                        self.register(item)
+                elif isinstance(item, dict | list):
+                    self.register_named_values(item)
+        elif isinstance(value, list):
+            for item in value:
+                self.register_named_values(item)
+
     def redact(self, text: str) -> str:
         if self._pattern is None or not text:
             return text

@@ -6,17 +6,20 @@ directory, ``git_directories`` for read-only mounts) and
 :func:`register_file_tools`.
 """
 
-from ._gitguard import is_dotgit as is_dotgit
-from ._gitguard import is_dotgitmodules as is_dotgitmodules
-from ._gitguard import is_git_directory as is_git_directory
-from ._gitguard import is_hfs_dotgit as is_hfs_dotgit
-from ._gitguard import is_ntfs_dotgit as is_ntfs_dotgit
+from ._gitguard import (
+    is_dotgit as is_dotgit,
+    is_dotgitmodules as is_dotgitmodules,
+    is_git_directory as is_git_directory,
+    is_hfs_dotgit as is_hfs_dotgit,
+    is_ntfs_dotgit as is_ntfs_dotgit,
+)
 from ._resolver import openat2_available as openat2_available
-from ._tools import file_tool_specs as file_tool_specs
-from ._tools import register_file_tools as register_file_tools
-from ._windows import WindowsFileSystem as WindowsFileSystem
-from ._windows import WindowsPath as WindowsPath
-from ._windows import resolve_windows_path as resolve_windows_path
+from ._tools import file_tool_specs as file_tool_specs, register_file_tools as register_file_tools
+from ._windows import (
+    WindowsFileSystem as WindowsFileSystem,
+    WindowsPath as WindowsPath,
+    resolve_windows_path as resolve_windows_path,
+)
 from ._workspace import Workspace as Workspace
 
 __all__ = [

@@ -103,3 +103,14 @@ async def test_kernel_caps_large_results(tmp_path: Path, ledger: Ledger) -> None
     assert len(value.encode()) < 400 and value.endswith("E")
     spooled = list(tmp_path.iterdir())
     assert len(spooled) == 1 and spooled[0].read_text() == big
+
+
+async def test_secret_named_in_arguments_is_redacted_from_the_first_event(ledger: Ledger) -> None:
+    sink = MemorySink()
+    async with Kernel(events_sink=sink, posture=Posture.ALLOW_ALL) as kernel:
+        kernel.register(make_tool("leak", Consequence.READ, ledger, output=f"echo {SECRET}"))
+        outcome = await kernel.invoke("leak", {"env": {"DEPLOY_TOKEN": SECRET, "LANG": "C.UTF-8"}})
+    assert outcome.error is not None  # the schema refuses 'env'; it was still recorded, redacted
+    assert SECRET not in "\n".join(sink.lines)
+    proposed = next(r for r in sink.records() if r["kind"] == "proposed")
+    assert proposed["arguments"]["env"] == {"DEPLOY_TOKEN": MARKER, "LANG": "C.UTF-8"}

@@ -142,5 +142,6 @@ def test_tools_list_shows_the_file_tools(tree: Tree) -> None:
         "grep_files": "read",
         "list_directory": "read",
         "read_file": "read",
+        "run_shell": "irreversible",  # wired in by the backends package
         "write_file": "reversible",
     }

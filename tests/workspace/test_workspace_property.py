@@ -13,8 +13,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from workspace_helpers import RESOLVER_MODES, fd_target, snapshot, under
 
 from ringfence.runtime import RingfenceError
@@ -89,21 +88,39 @@ def build(base: Path, items: list[tuple]) -> None:
     (base / "ws" / "almost" / "objects").mkdir(parents=True)
     (base / "ws" / "almost" / "HEAD").write_bytes(b"ref: refs/heads/main\n")
     for place, rel, kind, target, anchor in items:
-        p = base / place / Path(*rel)
+        # Build without following the links the tree itself holds: an earlier entry may have
+        # made a parent a link to /etc or /proc/self/cwd, and the builder must not write there.
+        parent = real_parent(base / place, rel[:-1])
+        if parent is None:
+            continue
+        p = parent / rel[-1]
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
             if kind == "dir":
                 p.mkdir()
             elif kind == "file":
-                p.write_bytes(
-                    MARK if place in ("out", "ws_sib") else b"inside:" + "/".join(rel).encode()
-                )
+                data = MARK if place in ("out", "ws_sib") else b"inside:" + "/".join(rel).encode()
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
             elif kind == "rel_link":
                 p.symlink_to("/".join(target) or ".")
             else:
                 p.symlink_to(spell(base, anchor, "/".join(target)))
         except OSError:
             continue  # the random tree collided with itself: skip that entry
+
+
+def real_parent(start: Path, names: tuple[str, ...]) -> Path | None:
+    """``start/names…`` made of real directories only (created as needed), or None."""
+    here = start
+    for name in names:
+        here = here / name
+        try:
+            here.mkdir()
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(here).st_mode):
+                return None  # a link or a file: never build through it
+    return here
 
 
 def outcome(w: Workspace, path: str, roots: list[Path]) -> tuple:

@@ -1,0 +1,836 @@
+"""The ``docker`` backend: one warm, hardened container per session, one shell inside it.
+
+Layout of a session (every choice below was measured; see the module notes)::
+
+    container  (labels ringfence=1, ringfence.session=…, ringfence.owner=host:pid)
+    ├─ pid 1   docker-init (--init)                          root, no capabilities
+    │  └─      sleep  (the main process: keeps the container up) root, no capabilities
+    └─ exec    env -i /bin/sh   ← the *supervisor*, stdin/stdout/stderr attached over the
+       │                          Docker socket for the whole session         uid U
+       └─      setsid <command>  one per run(), its own session and group     uid U
+
+A command is written to the supervisor's stdin as one line of shell; the
+supervisor runs it in the background with ``setsid``, waits for it, kills
+everything else of uid U (``kill -KILL -1``: the caller is spared, and the
+main process is root, so only the command's tree can be hit), then prints a
+per-command random marker carrying the exit status on stdout and stderr.
+That costs one fork and two execs in the container instead of a
+``docker exec`` (~70 ms) per command.
+
+Timeouts and cancellation: the Docker API cannot kill an exec, so a short
+``docker exec kill -USR1 <supervisor>`` makes the supervisor send SIGTERM to
+every uid-U process but itself, and after the grace period ``-USR2`` sends
+SIGKILL. If even that fails (a fork bomb can leave no pid for the exec), the
+container is replaced and the result says ``session_restarted``. The socket
+is always drained to the marker (or end of stream): on Engine 20.10 a socket
+left unread makes later execs and even ``remove`` hang.
+
+State between commands: files in ``/workspace`` (the host's) and ``/tmp``
+(a tmpfs private to the session) persist. Nothing else does: every command
+starts in the ``cwd`` it is given with exactly the environment it is given
+(plus ``PWD``/``SHLVL`` that the shell sets), and background processes die
+with the command that started them.
+
+Hardening (all on by default, none can be turned off through options):
+``cap_drop=ALL``, ``no-new-privileges``, read-only root filesystem, a sized
+``noexec`` tmpfs on ``/tmp``, ``network none`` unless the session asks for a
+network, memory (= memory+swap), CPU and pids limits, commands as a non-root
+uid (the owner of the first workspace root, or 65534 when root owns it),
+the default seccomp profile, the workspace bind-mounted at ``/workspace``
+(further roots at ``/workspace2``, …) and every ``readonly_paths`` entry
+mounted again read-only on top.
+
+Non-guarantees: a command can kill its own supervisor (it runs as the same
+uid); the session then restarts and that result says so. Markers are
+unguessable but a command that could read the supervisor's memory could fake
+its own exit status (only its own). Connections over TLS or ssh are not
+supported yet (``Unavailable``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import select
+import socket
+import ssl
+import struct
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import psutil
+import trio
+from docker.types import Mount
+
+from ..runtime import InvalidArguments, ToolError, Unavailable
+from ._dockerapi import connect_docker, docker_call, image_missing, map_docker_errors
+from ._images import resolve_image
+from ._output import Capture
+from ._types import (
+    Command,
+    OutputCallback,
+    SessionSpec,
+    ShellResult,
+    check_command,
+    check_env,
+    check_run_arguments,
+)
+
+__all__ = [
+    "CONTAINER_LABEL",
+    "DockerOptions",
+    "DockerSession",
+    "remove_stale_containers",
+    "start_docker",
+]
+
+CONTAINER_LABEL = "ringfence"
+IMAGE_VARIABLE = "RINGFENCE_DOCKER_IMAGE"
+DEFAULT_IMAGE = "debian"
+CONTAINER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+BASE_ENV = {
+    "PATH": CONTAINER_PATH.split("=", 1)[1],
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+}
+_HEADER = struct.Struct(">BxxxL")
+_READ_SIZE = 65536
+# How long stopping a command may take beyond the grace period before the
+# container is replaced instead.
+_KILL_ROUND_TRIP = 5.0
+_SIZE = re.compile(r"^\d+[bkmg]?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """Backend-specific options (``SessionSpec.options``), checked before anything starts.
+
+    ``image``: a recipe name (``busybox``, ``debian``) or an image reference;
+    default ``$RINGFENCE_DOCKER_IMAGE`` or ``debian``. ``memory`` (memory and
+    swap together) and ``tmp_size``: ``512m``-style sizes. ``cpus``: a
+    fraction of CPUs. ``pids``: the pids limit. ``user``: ``uid:gid`` for
+    commands (never 0). ``base_url``: the daemon (default ``DOCKER_HOST``).
+    """
+
+    image: str
+    memory: str = "512m"
+    cpus: float = 1.0
+    pids: int = 256
+    tmp_size: str = "64m"
+    user: str | None = None
+    base_url: str | None = None
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> DockerOptions:
+        known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InvalidArguments(
+                f"unknown docker backend option(s) {unknown}; known: {sorted(known)}",
+                field="options",
+            )
+        image = options.get("image") or os.environ.get(IMAGE_VARIABLE) or DEFAULT_IMAGE
+        opts = cls(
+            image=resolve_image(str(image)),
+            memory=str(options.get("memory", cls.memory)),
+            cpus=options.get("cpus", cls.cpus),
+            pids=options.get("pids", cls.pids),
+            tmp_size=str(options.get("tmp_size", cls.tmp_size)),
+            user=options.get("user"),
+            base_url=options.get("base_url"),
+        )
+        for name in ("memory", "tmp_size"):
+            if not _SIZE.match(getattr(opts, name)):
+                raise InvalidArguments(
+                    f"{name} must be a size like 512m, not {getattr(opts, name)!r}",
+                    field=f"options.{name}",
+                )
+        if isinstance(opts.cpus, bool) or not isinstance(opts.cpus, int | float) or opts.cpus <= 0:
+            raise InvalidArguments(
+                f"cpus must be positive, not {opts.cpus!r}", field="options.cpus"
+            )
+        if isinstance(opts.pids, bool) or not isinstance(opts.pids, int) or opts.pids < 8:
+            raise InvalidArguments(
+                f"pids must be an integer of at least 8, not {opts.pids!r}", field="options.pids"
+            )
+        if opts.user is not None:
+            _parse_user(opts.user)
+        return opts
+
+
+def _parse_user(user: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+):(\d+)", str(user))
+    if not m:
+        raise InvalidArguments(f"user must be numeric uid:gid, not {user!r}", field="options.user")
+    uid, gid = int(m.group(1)), int(m.group(2))
+    if uid == 0:
+        raise InvalidArguments(
+            "commands never run as root in the docker backend (user uid 0 refused)",
+            field="options.user",
+        )
+    return uid, gid
+
+
+async def start_docker(spec: SessionSpec) -> DockerSession:
+    """Start a docker session: connect, check the image, start the container and supervisor.
+
+    Raises Unavailable (with the command to run) when the daemon is not
+    reachable or the image is missing; InvalidArguments for bad options or
+    paths. Never falls back to another backend. A container created before a
+    failure or cancellation is removed.
+    """
+    opts = DockerOptions.from_mapping(spec.options)
+    session = DockerSession(spec, opts)
+    try:
+        await session._start()
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await session.aclose()
+        raise
+    return session
+
+
+class DockerSession:
+    """A warm container plus an attached supervisor shell. See the module docstring."""
+
+    name = "docker"
+
+    def __init__(self, spec: SessionSpec, opts: DockerOptions) -> None:
+        self._spec = spec
+        self._opts = opts
+        self.session_id = secrets.token_hex(6)
+        self._lock = trio.Lock()
+        self._closed = False
+        self._client: docker.DockerClient | None = None
+        self._container: Any = None
+        self._shell: _Supervisor | None = None
+        self._roots = _map_roots(spec.roots)
+        self._mounts = _mounts(self._roots, spec.readonly_paths)
+        self._user = opts.user or _default_user(spec.roots)
+        self._base_env = {**BASE_ENV}
+        for name in spec.passthrough_env:
+            if name in os.environ:
+                self._base_env[name] = os.environ[name]
+        self.restarts = 0
+
+    # -- public -------------------------------------------------------------------------------
+
+    @property
+    def container_id(self) -> str | None:
+        return self._container.id if self._container is not None else None
+
+    @property
+    def user(self) -> str:
+        """The ``uid:gid`` commands run as."""
+        return self._user
+
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {**self._base_env, **check_env(env)}
+
+    def container_path(self, host_path: Path) -> str:
+        """Where a host path inside a workspace root appears in the container.
+
+        Raises InvalidArguments (field ``cwd``) for a path outside every root:
+        the container cannot see it.
+        """
+        resolved = Path(host_path).resolve()
+        for root, target in self._roots:
+            if resolved == root or resolved.is_relative_to(root):
+                rel = resolved.relative_to(root)
+                return target if rel == Path(".") else f"{target}/{rel.as_posix()}"
+        raise InvalidArguments(
+            f"cwd {host_path} is not inside the docker session's workspace roots "
+            f"({', '.join(str(r) for r, _ in self._roots) or 'none'})",
+            field="cwd",
+        )
+
+    async def top(self) -> list[str]:
+        """The command lines of every process in the container (``docker top``)."""
+        container = self._require_container()
+        listing = await docker_call(container.top, ps_args="-eo pid,user,args")
+        titles = listing.get("Titles", [])
+        col = titles.index("COMMAND") if "COMMAND" in titles else len(titles) - 1
+        return [" ".join(row[col:]) for row in listing.get("Processes") or []]
+
+    async def run(
+        self,
+        command: Command,
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float,
+        output_cap: int,
+        on_output: OutputCallback | None = None,
+        redact: Callable[[str], str] | None = None,
+    ) -> ShellResult:
+        cmd = check_command(command)
+        cwd = check_run_arguments(cwd, timeout, output_cap)
+        child_env = self.environment(env)
+        where = self.container_path(cwd)
+        if self._closed:
+            raise trio.ClosedResourceError("the docker backend session is closed")
+        async with self._lock:
+            if self._closed:
+                raise trio.ClosedResourceError("the docker backend session is closed")
+            restarted = False
+            if self._shell is None or not self._shell.alive():
+                await self._recover()
+                restarted = True
+            return await self._run(
+                cmd, where, child_env, timeout, output_cap, on_output, redact, restarted
+            )
+
+    async def aclose(self) -> None:
+        """End the supervisor, remove the container. Idempotent; never raises for cleanup."""
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            if self._shell is not None:
+                await self._shell.close(graceful=True)
+                self._shell = None
+            if self._container is not None:
+                with contextlib.suppress(Exception):
+                    await docker_call(self._container.remove, force=True)
+                self._container = None
+            if self._client is not None:
+                with contextlib.suppress(Exception):
+                    await trio.to_thread.run_sync(self._client.close)
+                self._client = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        self._client = await trio.to_thread.run_sync(lambda: connect_docker(self._opts.base_url))
+        base = str(self._client.api.base_url)
+        if base.startswith("https://") or "ssh" in base:
+            raise Unavailable(
+                f"the docker backend attaches to a shell over a plain unix or tcp socket; "
+                f"{base} (TLS/ssh) is not supported yet"
+            )
+        try:
+            await docker_call(self._client.images.get, self._opts.image)
+        except Unavailable:
+            raise image_missing(self._opts.image) from None
+        with contextlib.suppress(Exception):
+            await trio.to_thread.run_sync(remove_stale_containers, self._client)
+        await self._create_container()
+        await self._start_supervisor()
+
+    async def _create_container(self) -> None:
+        client = self._client
+        assert client is not None
+        opts = self._opts
+        kwargs: dict[str, Any] = dict(
+            image=opts.image,
+            command=["sleep", "2147483647"],
+            name=f"ringfence-{self.session_id}",
+            hostname="ringfence",
+            user="0:0",
+            init=True,
+            detach=True,
+            working_dir="/workspace",
+            environment=[CONTAINER_PATH],
+            labels={
+                CONTAINER_LABEL: "1",
+                f"{CONTAINER_LABEL}.session": self.session_id,
+                f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
+            },
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges:true"],
+            read_only=True,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777"},
+            network_mode="bridge" if self._spec.network else "none",
+            mem_limit=opts.memory,
+            memswap_limit=opts.memory,
+            nano_cpus=int(float(opts.cpus) * 1e9),
+            pids_limit=opts.pids,
+            ipc_mode="private",
+            mounts=self._mounts,
+        )
+        self._container = await docker_call(client.containers.create, **kwargs)
+        await docker_call(self._container.start)
+
+    async def _start_supervisor(self) -> None:
+        client, container = self._client, self._require_container()
+        assert client is not None
+        self._shell = await _Supervisor.start(client, container.id, self._user)
+
+    async def _recover(self) -> None:
+        """Bring the session back after its supervisor died: new shell, or new container."""
+        if self._shell is not None:
+            await self._shell.close(graceful=False)
+            self._shell = None
+        self.restarts += 1
+        container = self._require_container()
+        running = False
+        with contextlib.suppress(Unavailable, ToolError):
+            await docker_call(container.reload)
+            running = container.status == "running"
+        if not running:
+            with contextlib.suppress(Exception):
+                await docker_call(container.remove, force=True)
+            self._container = None
+            await self._create_container()
+        await self._start_supervisor()
+
+    async def _replace_container(self) -> None:
+        """The last resort when a command cannot be stopped: a new container."""
+        if self._shell is not None:
+            await self._shell.close(graceful=False)
+            self._shell = None
+        if self._container is not None:
+            with contextlib.suppress(Exception):
+                await docker_call(self._container.remove, force=True)
+            self._container = None
+        self.restarts += 1
+        await self._create_container()
+        await self._start_supervisor()
+
+    def _require_container(self) -> Any:
+        if self._container is None:
+            raise Unavailable("the docker backend session has no container (it was closed)")
+        return self._container
+
+    # -- one command --------------------------------------------------------------------------
+
+    async def _run(
+        self,
+        cmd: str | list[str],
+        where: str,
+        env: dict[str, str],
+        timeout: float,
+        output_cap: int,
+        on_output: OutputCallback | None,
+        redact: Callable[[str], str] | None,
+        restarted: bool,
+    ) -> ShellResult:
+        shell = self._shell
+        assert shell is not None
+        argv = [*self._spec.shell, cmd] if isinstance(cmd, str) else cmd
+        out = Capture("stdout", on_output)
+        err = Capture("stderr", on_output)
+        run = _Run(secrets.token_hex(12), out, err)
+        started = time.monotonic()
+        timed_out = False
+        try:
+            await shell.send(shell.script(run.token, argv, where, env))
+            with trio.move_on_after(timeout) as deadline:
+                await shell.read_until_done(run)
+            if deadline.cancelled_caught:
+                timed_out = True
+                restarted |= await self._stop(run)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                if not run.done and not shell.dead:
+                    await self._stop(run)
+            raise
+        if shell.dead and not run.done and self._shell is shell:
+            # The supervisor died under the command: restart now so the next call works.
+            await self._recover()
+            restarted = True
+        out.flush()
+        err.flush()
+        if run.status == "cwd":
+            raise InvalidArguments(
+                f"cannot enter cwd {where} in the container as uid {self._user}: it is "
+                "missing or not accessible to that uid (a workspace root owned by root runs "
+                "commands as 65534; make it readable or pass the user option)",
+                field="cwd",
+            )
+        exit_code = int(run.status) if run.done and run.status.isdigit() else None
+        sig = exit_code - 128 if exit_code is not None and 128 < exit_code < 128 + 65 else None
+        if timed_out and exit_code is None:
+            exit_code, sig = 137, 9
+        o = out.finish(output_cap, self._spec.spool_dir, redact)
+        e = err.finish(output_cap, self._spec.spool_dir, redact)
+        return ShellResult(
+            exit_code=exit_code,
+            signal=sig,
+            duration=time.monotonic() - started,
+            stdout=o.text,
+            stderr=e.text,
+            stdout_truncated=o.truncated,
+            stderr_truncated=e.truncated,
+            stdout_bytes=o.total_bytes,
+            stderr_bytes=e.total_bytes,
+            stdout_spool=o.spool_path,
+            stderr_spool=e.spool_path,
+            timed_out=timed_out,
+            session_restarted=restarted,
+        )
+
+    async def _stop(self, run: _Run) -> bool:
+        """SIGTERM the command's tree, grace, SIGKILL; replace the container if that fails.
+
+        Shielded; drains the socket to the marker. Returns whether the session restarted.
+        """
+        shell = self._shell
+        assert shell is not None
+        with trio.CancelScope(shield=True):
+            for sig, wait in (("USR1", self._spec.kill_grace), ("USR2", _KILL_ROUND_TRIP)):
+                if run.done or shell.dead:
+                    break
+                if not await self._signal_supervisor(shell.pid, sig):
+                    continue
+                with trio.move_on_after(wait):
+                    await shell.read_until_done(run)
+            if run.done:
+                return False
+            await self._replace_container()
+            return True
+
+    async def _signal_supervisor(self, pid: int, sig: str) -> bool:
+        """``kill -SIG <supervisor>`` from a short exec; False if no exec could start."""
+        client, container = self._client, self._container
+        if client is None or container is None:
+            return False
+
+        def call() -> None:
+            exec_id = client.api.exec_create(
+                container.id, ["/bin/sh", "-c", f"kill -{sig} {pid}"], user=self._user
+            )["Id"]
+            client.api.exec_start(exec_id)
+
+        try:
+            await docker_call(call)
+        except (Unavailable, ToolError, InvalidArguments):
+            return False
+        return True
+
+
+# -- the supervisor shell ---------------------------------------------------------------------
+
+
+class _Run:
+    """Parsing state of one command's output: markers on both streams, then the status."""
+
+    def __init__(self, token: str, out: Capture, err: Capture) -> None:
+        self.token = token
+        self.marker = f"__rf{token}__".encode()
+        self.streams = {1: _MarkedStream(self.marker, out), 2: _MarkedStream(self.marker, err)}
+        self.status = ""
+
+    @property
+    def done(self) -> bool:
+        return all(s.done for s in self.streams.values())
+
+    def feed(self, stream_id: int, payload: bytes) -> None:
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        stream.feed(payload)
+        if stream_id == 1 and stream.done:
+            self.status = stream.trailer
+
+
+class _MarkedStream:
+    """One output stream up to its end marker; holds back bytes that may start the marker."""
+
+    def __init__(self, marker: bytes, capture: Capture) -> None:
+        self.marker = marker
+        self.capture = capture
+        self.pending = b""
+        self.found = False
+        self.trailer_bytes = b""
+        self.done = False
+
+    @property
+    def trailer(self) -> str:
+        return self.trailer_bytes.decode("ascii", "replace").strip()
+
+    def feed(self, data: bytes) -> None:
+        if self.done:
+            return
+        if self.found:
+            self._trail(data)
+            return
+        buf = self.pending + data
+        at = buf.find(self.marker)
+        if at >= 0:
+            self.capture.feed(buf[:at])
+            self.pending = b""
+            self.found = True
+            self._trail(buf[at + len(self.marker) :])
+            return
+        # Hold back only a tail that could be the start of the marker.
+        keep = _marker_prefix_at_end(buf, self.marker)
+        if keep:
+            self.capture.feed(buf[: len(buf) - keep])
+            self.pending = buf[len(buf) - keep :]
+        else:
+            self.capture.feed(buf)
+            self.pending = b""
+
+    def _trail(self, data: bytes) -> None:
+        self.trailer_bytes += data
+        if b"\n" in self.trailer_bytes:
+            self.trailer_bytes = self.trailer_bytes.split(b"\n", 1)[0]
+            self.done = True
+
+
+def _peek(fd: int) -> bytes:
+    """One byte from ``fd`` without consuming it; b"" at end of stream."""
+    with socket.socket(fileno=os.dup(fd)) as dup:
+        try:
+            return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return b"?"
+
+
+def _marker_prefix_at_end(buf: bytes, marker: bytes) -> int:
+    """Length of the longest suffix of ``buf`` that is a proper prefix of ``marker``."""
+    start = max(len(buf) - len(marker) + 1, 0)
+    at = buf.find(marker[:1], start)
+    while at != -1:
+        if marker.startswith(buf[at:]):
+            return len(buf) - at
+        at = buf.find(marker[:1], at + 1)
+    return 0
+
+
+def _quote(word: str) -> str:
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+class _Supervisor:
+    """The attached ``sh`` that runs a session's commands. Owns the socket."""
+
+    def __init__(self, sock: trio.socket.SocketType, pid: int, setsid: str) -> None:
+        self.sock = sock
+        self._fd = sock.fileno()
+        self.pid = pid
+        self.setsid = setsid
+        self.dead = False
+        self._buffer = b""
+
+    @classmethod
+    async def start(cls, client: docker.DockerClient, container_id: str, user: str) -> _Supervisor:
+        def attach() -> socket.socket:
+            exec_id = client.api.exec_create(
+                container_id,
+                ["env", "-i", "/bin/sh"],
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                user=user,
+                workdir="/",
+            )["Id"]
+            raw = client.api.exec_start(exec_id, socket=True)
+            inner = getattr(raw, "_sock", raw)
+            if isinstance(inner, ssl.SSLSocket) or not isinstance(inner, socket.socket):
+                raise Unavailable(
+                    "the Docker connection is not a plain socket (TLS or ssh); "
+                    "the docker backend does not support it yet"
+                )
+            # Our own descriptor: the HTTP machinery that produced the socket may close
+            # its copy whenever it is garbage-collected.
+            mine = socket.socket(fileno=os.dup(inner.fileno()))
+            with contextlib.suppress(Exception):
+                raw.close()
+            with contextlib.suppress(Exception):
+                inner.close()
+            return mine
+
+        with map_docker_errors():
+            raw_sock = await trio.to_thread.run_sync(attach)
+        sock = trio.socket.from_stdlib_socket(raw_sock)
+        shell = cls(sock, 0, "setsid")
+        token = secrets.token_hex(12)
+        ready = f"__rf{token}__".encode()
+        # USR1/USR2: SIGTERM/SIGKILL to every process of this uid but the supervisor itself;
+        # __rf_k tells the command loop that the signal, not the command, ended its wait.
+        preamble = (
+            "trap '__rf_k=1; kill -TERM -1 2>/dev/null' USR1; "
+            "trap '__rf_k=1; kill -KILL -1 2>/dev/null' USR2; "
+            "__rf_s=$(command -v setsid); "
+            # Whether a process of this uid other than the supervisor is left (zombies count;
+            # `kill -0 -1` cannot tell: it succeeds whenever any other process exists).
+            '__rf_left() { for __rf_d in /proc/[0-9]*; do [ "${__rf_d#/proc/}" != $$ ] && '
+            '[ -O "$__rf_d" ] && return 0; done; return 1; }; '
+            f"printf '%s%s %s\\n' {_quote(ready.decode())} $$ \"$__rf_s\"; "
+            f"printf '%s\\n' {_quote(ready.decode())} >&2\n"
+        )
+        probe_out = Capture("stdout", None)
+        probe = _Run(token, probe_out, Capture("stderr", None))
+        try:
+            await shell.send(preamble)
+            with trio.move_on_after(30):
+                await shell.read_until_done(probe)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await shell.close(graceful=False)
+            raise
+        fields = probe.status.split()
+        if not probe.done or not fields or not fields[0].isdigit():
+            await shell.close(graceful=False)
+            raise ToolError(
+                f"the sandbox shell did not start in the container (got {probe.status!r}); "
+                "the image needs /bin/sh and env"
+            )
+        # An absolute path, or a bare name when busybox runs its own applets (standalone shell).
+        if len(fields) != 2:
+            await shell.close(graceful=False)
+            raise Unavailable(
+                "the sandbox image has no setsid (util-linux or busybox); "
+                "use a ringfence image (`ringfence images build busybox`)"
+            )
+        shell.pid, shell.setsid = int(fields[0]), fields[1]
+        return shell
+
+    def script(self, token: str, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> str:
+        """One line of shell that runs ``argv`` and prints the marker with its status."""
+        marker = _quote(f"__rf{token}__")
+        assigns = " ".join(f"{k}={_quote(v)}" for k, v in env.items())
+        words = " ".join(_quote(a) for a in argv)
+        return (
+            f"if cd {_quote(cwd)} 2>/dev/null; then "
+            f"{assigns} {_quote(self.setsid)} {words} </dev/null & __rf_p=$!; __rf_k=0; "
+            "wait $__rf_p 2>/dev/null; __rf_r=$?; "
+            # A trapped USR1/USR2 interrupts wait; wait again for the command's own status.
+            "while [ $__rf_k = 1 ]; do __rf_k=0; wait $__rf_p 2>/dev/null; __rf_r=$?; done; "
+            "kill -KILL -1 2>/dev/null; "
+            # ... and wait until they are gone (reaped by init), so nothing is left on return.
+            "__rf_i=0; while __rf_left && [ $__rf_i -lt 400 ]; do "
+            "kill -KILL -1 2>/dev/null; __rf_i=$((__rf_i+1)); [ $__rf_i -gt 100 ] && sleep 0.01; "
+            "done; "
+            "else __rf_r=cwd; fi; "
+            f"printf '%s%s\\n' {marker} \"$__rf_r\"; printf '%s\\n' {marker} >&2\n"
+        )
+
+    def alive(self) -> bool:
+        """Whether the shell is still there, checked without blocking before a command.
+
+        Between commands the supervisor prints nothing, so a readable socket
+        means end of stream: the container or the shell died in between, and
+        the session is restored *before* the next command rather than under it.
+        """
+        if self.dead:
+            return False
+        try:
+            ready = select.select([self._fd], [], [], 0)[0]
+            if ready and not _peek(self._fd):
+                self.dead = True
+        except OSError:
+            self.dead = True
+        return not self.dead
+
+    async def send(self, text: str) -> None:
+        """Write to the shell's stdin; a broken connection marks the shell dead."""
+        view = memoryview(text.encode())
+        try:
+            while view:
+                sent = await self.sock.send(view)
+                view = view[sent:]
+        except OSError:
+            self.dead = True
+
+    async def read_until_done(self, run: _Run) -> None:
+        """Feed frames to ``run`` until both markers arrived or the stream ended."""
+        while True:
+            self._parse(run)
+            if run.done or self.dead:
+                return
+            try:
+                data = await self.sock.recv(_READ_SIZE)
+            except OSError:
+                data = b""
+            if not data:
+                self.dead = True
+                return
+            self._buffer += data
+
+    def _parse(self, run: _Run) -> None:
+        """Consume whole frames from the buffer (none past the end of ``run``)."""
+        buf = self._buffer
+        pos = 0
+        while len(buf) - pos >= _HEADER.size and not run.done:
+            stream_id, length = _HEADER.unpack_from(buf, pos)
+            end = pos + _HEADER.size + length
+            if end > len(buf):
+                break
+            run.feed(stream_id, buf[pos + _HEADER.size : end])
+            pos = end
+        self._buffer = buf[pos:]
+
+    async def close(self, *, graceful: bool) -> None:
+        """Ask the shell to exit and drain to end of stream (bounded), then close."""
+        with trio.CancelScope(shield=True):
+            if graceful and not self.dead:
+                with trio.move_on_after(2.0):
+                    await self.send("exit 0\n")
+                    while True:
+                        try:
+                            data = await self.sock.recv(_READ_SIZE)
+                        except OSError:
+                            break
+                        if not data:
+                            break
+            self.dead = True
+            self.sock.close()
+
+
+# -- mounts, users, stale containers ----------------------------------------------------------
+
+
+def _map_roots(roots: Sequence[Path]) -> list[tuple[Path, str]]:
+    mapped: list[tuple[Path, str]] = []
+    for i, root in enumerate(roots):
+        resolved = Path(root).resolve()
+        if not resolved.is_dir():
+            raise InvalidArguments(f"workspace root {root} is not a directory", field="roots")
+        mapped.append((resolved, "/workspace" if i == 0 else f"/workspace{i + 1}"))
+    return mapped
+
+
+def _mounts(roots: list[tuple[Path, str]], readonly: Sequence[Path]) -> list[Mount]:
+    mounts = [Mount(target, str(root), type="bind", read_only=False) for root, target in roots]
+    for path in readonly:
+        resolved = Path(path).resolve()
+        if not resolved.exists():
+            raise InvalidArguments(f"readonly path {path} does not exist", field="readonly_paths")
+        for root, target in roots:
+            if resolved != root and resolved.is_relative_to(root):
+                rel = resolved.relative_to(root).as_posix()
+                mounts.append(Mount(f"{target}/{rel}", str(resolved), type="bind", read_only=True))
+                break
+        else:
+            raise InvalidArguments(
+                f"readonly path {path} is not strictly inside a workspace root",
+                field="readonly_paths",
+            )
+    return mounts
+
+
+def _default_user(roots: Sequence[Path]) -> str:
+    """The owner of the first root, so commands can write there; 65534 when that is root."""
+    if roots:
+        st = Path(roots[0]).stat()
+        if st.st_uid != 0:
+            return f"{st.st_uid}:{st.st_gid}"
+    return "65534:65534"
+
+
+def remove_stale_containers(client: docker.DockerClient) -> int:
+    """Remove ringfence containers whose owning process on this host is gone. Blocking."""
+    host = socket.gethostname()
+    removed = 0
+    with map_docker_errors():
+        for container in client.containers.list(
+            all=True, filters={"label": CONTAINER_LABEL}, ignore_removed=True
+        ):
+            owner = container.labels.get(f"{CONTAINER_LABEL}.owner", "")
+            owner_host, _, pid = owner.rpartition(":")
+            if owner_host != host or not pid.isdigit() or psutil.pid_exists(int(pid)):
+                continue
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                container.remove(force=True)
+                removed += 1
+    return removed

@@ -1,0 +1,230 @@
+"""The one place ringfence talks to the docker SDK's client and translates its errors.
+
+Every blocking docker-py call in ringfence runs in a worker thread
+(``trio.to_thread.run_sync``) inside :func:`map_docker_errors`, which turns
+every docker-py, requests and socket exception into a
+:class:`~ringfence.runtime.RingfenceError` with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+import requests.exceptions
+import trio
+from docker.constants import DEFAULT_DOCKER_API_VERSION
+from docker.utils import kwargs_from_env, version_lt
+
+from ..runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
+
+__all__ = [
+    "MIN_API_VERSION",
+    "connect_docker",
+    "docker_call",
+    "image_missing",
+    "map_docker_errors",
+    "translate_docker_error",
+]
+
+T = TypeVar("T")
+
+# Docker Engine 20.10 (Debian 12's docker.io) speaks 1.41; nothing older is supported.
+MIN_API_VERSION = "1.41"
+CLIENT_TIMEOUT = 30.0
+
+START_DAEMON = (
+    "start it (`sudo systemctl start docker`, or `sudo dockerd &` where there is no systemd) "
+    "or point DOCKER_HOST at a running daemon; `ringfence doctor` checks it"
+)
+
+
+def docker_location() -> str:
+    """Where the daemon is looked for: ``DOCKER_HOST`` or the default local socket."""
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def image_missing(reference: str) -> Unavailable:
+    """The error for a sandbox image that is not present, naming the command that builds it."""
+    from ._images import recipe_for
+
+    recipe = recipe_for(reference)
+    if recipe is not None:
+        how = f"build it with `ringfence images build {recipe.name}`"
+        if recipe.slow:
+            how += " (debootstrap: a few minutes, needs root and the Debian mirror)"
+    else:
+        how = f"build or load it (`docker build -t {reference} …` or `docker load`)"
+    return Unavailable(
+        f"the sandbox image {reference} is not present in the Docker daemon at {docker_location()}; {how}",
+        image=reference,
+    )
+
+
+def _unreachable(exc: BaseException) -> Unavailable:
+    return Unavailable(
+        f"the Docker daemon is not reachable at {docker_location()} ({type(exc).__name__}: {exc}); "
+        + START_DAEMON
+    )
+
+
+def _tool(prefix: str) -> Callable[[BaseException], RingfenceError]:
+    return lambda exc: ToolError(f"{prefix}: {exc}")
+
+
+def _unavailable(prefix: str) -> Callable[[BaseException], RingfenceError]:
+    return lambda exc: Unavailable(f"{prefix}: {exc}")
+
+
+def _invalid(prefix: str) -> Callable[[BaseException], RingfenceError]:
+    return lambda exc: InvalidArguments(f"{prefix}: {exc}")
+
+
+def _api_error(exc: BaseException) -> RingfenceError:
+    assert isinstance(exc, docker.errors.APIError)
+    explanation = exc.explanation or str(exc)
+    if "No such image" in explanation:
+        return Unavailable(f"a sandbox image is missing: {explanation}")
+    return ToolError(f"the Docker daemon refused ({exc.status_code}): {explanation}")
+
+
+# Every exception class docker.errors defines, most specific first (a test checks
+# that none is missing). Each maps to a RingfenceError factory.
+DOCKER_ERRORS: dict[type[BaseException], Callable[[BaseException], RingfenceError]] = {
+    docker.errors.ImageNotFound: lambda exc: Unavailable(f"a sandbox image is missing: {exc}"),
+    docker.errors.NotFound: _unavailable("a Docker object ringfence needs is gone"),
+    docker.errors.APIError: _api_error,
+    docker.errors.BuildError: _tool("building the sandbox image failed"),
+    docker.errors.ContainerError: _tool("a container failed"),
+    docker.errors.ImageLoadError: _tool("loading an image failed"),
+    docker.errors.StreamParseError: _tool(
+        "the Docker daemon sent a stream ringfence could not parse"
+    ),
+    docker.errors.DeprecatedMethod: _tool("ringfence used a deprecated docker SDK method"),
+    docker.errors.InvalidArgument: _invalid("invalid Docker argument"),
+    docker.errors.InvalidRepository: _invalid("invalid image reference"),
+    docker.errors.NullResource: _invalid("empty Docker resource id"),
+    docker.errors.TLSParameterError: _unavailable("the Docker TLS settings are invalid"),
+    docker.errors.InvalidConfigFile: _unavailable("the Docker client configuration is invalid"),
+    docker.errors.InvalidVersion: _unavailable("the Docker API version is not supported"),
+    docker.errors.ContextAlreadyExists: _unavailable("Docker context error"),
+    docker.errors.ContextNotFound: _unavailable("the Docker context does not exist"),
+    docker.errors.ContextException: _unavailable("Docker context error"),
+    docker.errors.MissingContextParameter: _unavailable("the Docker context is incomplete"),
+    # Raised for "Error while fetching server API version" and friends: no daemon.
+    docker.errors.DockerException: _unreachable,
+}
+
+# Transport errors below docker-py: the daemon is not there (or went away).
+TRANSPORT_ERRORS: dict[type[BaseException], Callable[[BaseException], RingfenceError]] = {
+    requests.exceptions.Timeout: lambda exc: Unavailable(
+        f"the Docker daemon at {docker_location()} did not answer within {CLIENT_TIMEOUT:.0f} s ({exc})"
+    ),
+    requests.exceptions.RequestException: _unreachable,
+    OSError: _unreachable,
+}
+
+
+def translate_docker_error(exc: BaseException) -> RingfenceError:
+    """The RingfenceError for an exception raised by docker-py or its transport."""
+    if isinstance(exc, RingfenceError):
+        return exc
+    for table in (DOCKER_ERRORS, TRANSPORT_ERRORS):
+        for cls, make in table.items():
+            if isinstance(exc, cls):
+                return make(exc)
+    return ToolError(f"unexpected error from the docker SDK: {type(exc).__name__}: {exc}")
+
+
+_TRANSLATED: tuple[type[BaseException], ...] = (
+    docker.errors.DockerException,
+    docker.errors.StreamParseError,
+    requests.exceptions.RequestException,
+    OSError,
+)
+
+
+@contextlib.contextmanager
+def map_docker_errors() -> Iterator[None]:
+    """Translate docker-py / requests / socket exceptions raised inside into RingfenceErrors.
+
+    ``docker.errors.APIError`` is a ``requests.HTTPError`` and so an
+    ``OSError``; everything is matched most-specific-first by
+    :func:`translate_docker_error`. Other exceptions (bugs) pass through.
+    """
+    try:
+        yield
+    except _TRANSLATED as exc:
+        raise translate_docker_error(exc) from exc
+
+
+async def docker_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run one blocking docker-py call in a worker thread, errors translated."""
+    with map_docker_errors():
+        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+def _probe_unix_socket(url: str) -> None:
+    """Fail fast (and without leaking a descriptor) when a unix-socket daemon is absent.
+
+    docker-py leaves the socket of a failed unix connect open; probing first
+    keeps that path out of reach for the common "no daemon" case.
+    """
+    if not url.startswith(("unix://", "http+unix://")):
+        return
+    path = "/" + url.split("://", 1)[1].lstrip("/")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(CLIENT_TIMEOUT)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            raise Unavailable(
+                f"the Docker daemon is not reachable at {url} ({exc.strerror or exc}); "
+                + START_DAEMON
+            ) from None
+
+
+def connect_docker(
+    base_url: str | None = None, *, timeout: float = CLIENT_TIMEOUT
+) -> docker.DockerClient:
+    """A client for the daemon at ``base_url`` (default: ``DOCKER_HOST`` or the local socket).
+
+    Blocking (one ``/version`` round trip). The API version is negotiated like
+    the docker CLI does: the lower of the daemon's and the SDK's, refused below
+    :data:`MIN_API_VERSION`. ``trust_env`` is off so ``REQUESTS_CA_BUNDLE`` or a
+    proxy variable cannot redirect or re-trust the connection.
+
+    Raises Unavailable when the daemon cannot be reached or is too old.
+    """
+    with map_docker_errors():
+        kwargs = kwargs_from_env()
+        if base_url is not None:
+            kwargs["base_url"] = base_url
+        _probe_unix_socket(str(kwargs.get("base_url") or "unix:///var/run/docker.sock"))
+        client = docker.DockerClient(version=MIN_API_VERSION, timeout=int(timeout), **kwargs)
+        client.api.trust_env = False
+        try:
+            server = client.api.version(api_version=False)
+        except BaseException:
+            client.close()
+            raise
+    server_api = str(server.get("ApiVersion", "0"))
+    negotiated = (
+        server_api
+        if version_lt(server_api, DEFAULT_DOCKER_API_VERSION)
+        else DEFAULT_DOCKER_API_VERSION
+    )
+    if version_lt(negotiated, MIN_API_VERSION):
+        client.close()
+        raise Unavailable(
+            f"the Docker daemon at {docker_location()} speaks API {server_api} (Engine "
+            f"{server.get('Version', '?')}); ringfence needs API {MIN_API_VERSION} "
+            "(Docker Engine 20.10) or newer"
+        )
+    client.api._version = negotiated
+    return client

@@ -1,0 +1,174 @@
+"""What can run here, and why not: the checks behind ``ringfence doctor``. Blocking."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..runtime import RingfenceError
+from ._docker import DockerOptions
+from ._dockerapi import connect_docker, docker_location
+from ._images import IMAGES, list_images
+
+__all__ = ["Check", "backend_status", "run_checks"]
+
+SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every Linux architecture
+LANDLOCK_CREATE_RULESET_VERSION = 1
+PR_GET_SECCOMP = 21
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report. ``fix`` says what to run when ``ok`` is false."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+    backends: tuple[str, ...] = field(default=())  # the backends that need this check
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+
+
+def run_checks() -> list[Check]:
+    """Every check, in report order. Never raises for a missing layer: that is a failed check."""
+    checks = [
+        Check("backend local", True, "host child processes (not a sandbox)", None, ("local",))
+    ]
+    checks += _docker_checks()
+    checks += [_userns(), _landlock(), _seccomp(), _ripgrep()]
+    return checks
+
+
+def backend_status(checks: list[Check], backend: str) -> tuple[bool, list[Check]]:
+    """Whether ``backend`` can run, and the failed checks that stop it."""
+    needed = [c for c in checks if backend in c.backends]
+    failed = [c for c in needed if not c.ok]
+    return (bool(needed) and not failed), failed
+
+
+def _docker_checks() -> list[Check]:
+    default = DockerOptions.from_mapping({}).image
+    try:
+        client = connect_docker(timeout=10)
+    except RingfenceError as exc:
+        return [
+            Check(
+                "docker daemon",
+                False,
+                exc.message,
+                "sudo systemctl start docker (or: sudo dockerd &)",
+                ("docker",),
+            ),
+            Check("docker images", False, "not checked: no daemon", None, ()),
+        ]
+    try:
+        info = client.version()
+        url = docker_location()
+        checks = [
+            Check(
+                "docker daemon",
+                True,
+                f"Docker Engine {info.get('Version', '?')} (API {client.api.api_version}) at {url}",
+                None,
+                ("docker",),
+            )
+        ]
+        for image in list_images(client):
+            if image.name not in IMAGES:
+                continue
+            needed = ("docker",) if image.reference == default else ()
+            if image.present:
+                detail = f"{image.reference} present ({(image.size_bytes or 0) // 2**20} MiB)"
+                checks.append(Check(f"image {image.name}", True, detail, None, needed))
+            else:
+                fix = f"ringfence images build {image.name}"
+                role = " (the docker backend's default)" if needed else ""
+                checks.append(
+                    Check(
+                        f"image {image.name}",
+                        False,
+                        f"{image.reference} missing{role}",
+                        fix,
+                        needed,
+                    )
+                )
+        return checks
+    except RingfenceError as exc:
+        return [Check("docker daemon", False, exc.message, None, ("docker",))]
+    finally:
+        client.close()
+
+
+def _userns() -> Check:
+    try:
+        limit = int(Path("/proc/sys/user/max_user_namespaces").read_text())
+    except (OSError, ValueError):
+        return Check("user namespaces", False, "not supported by this kernel")
+    gate = Path("/proc/sys/kernel/unprivileged_userns_clone")
+    if gate.exists() and gate.read_text().strip() == "0":
+        return Check(
+            "user namespaces",
+            False,
+            "disabled for unprivileged users",
+            "sudo sysctl kernel.unprivileged_userns_clone=1",
+        )
+    if limit == 0:
+        return Check(
+            "user namespaces",
+            False,
+            "max_user_namespaces is 0",
+            "sudo sysctl user.max_user_namespaces=15000",
+        )
+    return Check("user namespaces", True, f"available (max {limit})")
+
+
+def _landlock() -> Check:
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = libc.syscall(
+        SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION
+    )
+    if abi >= 1:
+        return Check("landlock", True, f"ABI {abi}")
+    err = ctypes.get_errno()
+    if err == errno.EOPNOTSUPP:
+        return Check(
+            "landlock",
+            False,
+            "built in but disabled",
+            "boot with lsm=landlock,… (kernel command line)",
+        )
+    return Check(
+        "landlock", False, f"not available ({errno.errorcode.get(err, err)}); needs Linux 5.13+"
+    )
+
+
+def _seccomp() -> Check:
+    libc = ctypes.CDLL(None, use_errno=True)
+    mode = libc.prctl(PR_GET_SECCOMP, 0, 0, 0, 0)
+    if mode < 0:
+        return Check("seccomp", False, "not available in this kernel (CONFIG_SECCOMP)")
+    try:
+        actions = Path("/proc/sys/kernel/seccomp/actions_avail").read_text().split()
+    except OSError:
+        actions = []
+    filt = "filter mode" if "errno" in actions or not actions else "strict mode only"
+    return Check("seccomp", True, f"available ({filt}); this process is in mode {mode}")
+
+
+def _ripgrep() -> Check:
+    rg = shutil.which("rg")
+    if rg is None:
+        return Check("ripgrep", False, "rg not on PATH", "sudo apt-get install ripgrep")
+    try:
+        out = subprocess.run([rg, "--version"], capture_output=True, text=True, timeout=10)
+        version = out.stdout.splitlines()[0] if out.stdout else "unknown version"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("ripgrep", False, f"{rg} does not run: {exc}", "sudo apt-get install ripgrep")
+    return Check("ripgrep", True, f"{version} at {rg}")

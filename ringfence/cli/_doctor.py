@@ -1,0 +1,54 @@
+"""``ringfence doctor``: which backends can run here, and why not, one line per check."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import trio
+
+from ..backends import backend_names, select_backend
+from ._output import print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    doctor = sub.add_parser(
+        "doctor",
+        help="check what can run here (Docker, images, namespaces, Landlock, seccomp, ripgrep)",
+    )
+    doctor.add_argument(
+        "--backend",
+        choices=backend_names(),
+        default=None,
+        help="exit 1 unless this backend can run (default $RINGFENCE_EXECUTION_BACKEND or local)",
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from ..backends._doctor import backend_status, run_checks
+
+    backend = select_backend(args.backend)
+    checks = await trio.to_thread.run_sync(run_checks)
+    usable = {name: backend_status(checks, name) for name in backend_names()}
+    if args.json:
+        print_json(
+            {
+                "ok": usable[backend][0],
+                "result": {
+                    "checks": [c.to_dict() for c in checks],
+                    "backends": {n: ok for n, (ok, _) in usable.items()},
+                },
+            }
+        )
+        return 0 if usable[backend][0] else 1
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        fix = f"  → {c.fix}" if c.fix and not c.ok else ""
+        sys.stdout.write(f"{'ok  ' if c.ok else 'no  '} {c.name:<{width}}  {c.detail}{fix}\n")
+    for name, (ok, failed) in usable.items():
+        why = "" if ok else " (" + "; ".join(c.name for c in failed) + ")"
+        mark = " [selected]" if name == backend else ""
+        sys.stdout.write(f"backend {name}: {'can run' if ok else 'cannot run'}{why}{mark}\n")
+    return 0 if usable[backend][0] else 1

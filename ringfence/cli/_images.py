@@ -1,0 +1,87 @@
+"""``ringfence images build [NAME]`` and ``ringfence images list``: the docker backend's images."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import trio
+
+from ..backends import IMAGES
+from ._output import print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    images = sub.add_parser("images", help="build and list the docker backend's sandbox images")
+    isub = images.add_subparsers(dest="images_verb", required=True, metavar="ACTION")
+    build = isub.add_parser(
+        "build",
+        help="build a sandbox image from local material (no registry needed)",
+        description="Images: " + "; ".join(f"{r.name}: {r.description}" for r in IMAGES.values()),
+    )
+    build.add_argument(
+        "name",
+        nargs="?",
+        choices=list(IMAGES),
+        help="which image (default: the docker backend's default, $RINGFENCE_DOCKER_IMAGE or debian)",
+    )
+    build.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    build.set_defaults(func=run_build)
+    lst = isub.add_parser("list", help="show which sandbox images are present")
+    lst.add_argument("--json", action="store_true", help="print one JSON object")
+    lst.set_defaults(func=run_list)
+
+
+async def run_build(args: argparse.Namespace) -> int:
+    from ..backends import build_image, connect_docker
+    from ..backends._docker import DockerOptions
+    from ..backends._images import recipe_for
+
+    name = args.name
+    if name is None:
+        recipe = recipe_for(DockerOptions.from_mapping({}).image)
+        name = recipe.name if recipe else "debian"
+    # Progress goes to stderr with --json, so stdout stays one JSON object.
+    out = sys.stderr if args.json else sys.stdout
+
+    def progress(line: str) -> None:
+        out.write(f"{line}\n")
+        out.flush()
+
+    def build() -> str:
+        client = connect_docker()
+        try:
+            return build_image(client, name, progress)
+        finally:
+            client.close()
+
+    image_id = await trio.to_thread.run_sync(build)
+    if args.json:
+        print_json({"ok": True, "result": {"image": IMAGES[name].reference, "id": image_id}})
+    return 0
+
+
+async def run_list(args: argparse.Namespace) -> int:
+    from ..backends import connect_docker, list_images
+
+    def listing():
+        client = connect_docker()
+        try:
+            return list_images(client)
+        finally:
+            client.close()
+
+    images = await trio.to_thread.run_sync(listing)
+    if args.json:
+        print_json({"ok": True, "result": [i.to_dict() for i in images]})
+        return 0
+    rows = [("NAME", "REFERENCE", "PRESENT", "SIZE", "ID")]
+    for i in images:
+        size = f"{(i.size_bytes or 0) / 2**20:.1f} MiB" if i.present else "-"
+        rows.append((i.name, i.reference, "yes" if i.present else "no", size, i.image_id or "-"))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    for r in rows:
+        sys.stdout.write(
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
+        )
+    return 0

@@ -1,0 +1,48 @@
+"""``ringfence doctor`` and ``ringfence images`` as a person runs them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ringfence.cli._main import main
+
+
+def test_doctor_prints_one_line_per_check(capsys) -> None:
+    code = main(["doctor", "--backend", "local"])
+    out = capsys.readouterr().out.splitlines()
+    checks = [line for line in out if line[:4] in ("ok  ", "no  ")]
+    names = ["backend local", "docker daemon", "user namespaces", "landlock", "seccomp", "ripgrep"]
+    for name in names:
+        assert sum(line[5:].startswith(name) for line in checks) == 1, (name, out)
+    assert code == 0  # the local backend can always run
+    assert any(line.startswith("backend docker: ") for line in out)
+
+
+def test_doctor_without_a_daemon_says_docker_cannot_run(capsys, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    code = main(["doctor", "--backend", "docker", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["ok"] is False
+    daemon = next(c for c in report["result"]["checks"] if c["name"] == "docker daemon")
+    assert daemon["ok"] is False and "not reachable" in daemon["detail"]
+    assert report["result"]["backends"] == {"docker": False, "local": True}
+
+
+@pytest.mark.docker
+def test_images_build_and_list(docker_client, capsys) -> None:
+    assert main(["images", "build", "busybox"]) == 0
+    out = capsys.readouterr().out
+    assert "applets" in out and "built ringfence/busybox:latest" in out
+    assert main(["images", "list", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)["result"]
+    busybox = next(i for i in listing if i["name"] == "busybox")
+    assert busybox["present"] is True and busybox["reference"] == "ringfence/busybox:latest"
+    assert {i["name"] for i in listing} >= {"busybox", "debian"}
+
+
+def test_images_build_refuses_unknown_names(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["images", "build", "alpine"])
+    assert info.value.code == 2

@@ -1,0 +1,42 @@
+"""The same conformance suite against every built-in backend, on real processes and a real daemon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import docker.errors
+import pytest
+from conftest import DOCKER_OPTIONS, container_processes, host_processes
+
+from ringfence.backends import start_docker, start_local
+from ringfence.backends.testing import check_backend
+
+
+async def test_local_backend_conforms(workspace: Path) -> None:
+    await check_backend(start_local, workspace, processes=host_processes)
+
+
+@pytest.mark.docker
+async def test_docker_backend_conforms(docker_client, workspace: Path) -> None:
+    await check_backend(
+        start_docker, workspace, processes=container_processes, options=DOCKER_OPTIONS
+    )
+
+
+@pytest.mark.docker
+async def test_docker_backend_conforms_on_the_debian_image(docker_client, workspace: Path) -> None:
+    """The same suite on the debootstrap image (dash, util-linux setsid), when it was built.
+
+    That image is built only on demand (`ringfence images build debian`, minutes), so this
+    test skips without it, even in CI.
+    """
+    try:
+        docker_client.images.get("ringfence/debian:latest")
+    except docker.errors.ImageNotFound:
+        pytest.skip("ringfence/debian is not built here (`ringfence images build debian`)")
+    await check_backend(
+        start_docker,
+        workspace,
+        processes=container_processes,
+        options={**DOCKER_OPTIONS, "image": "debian"},
+    )
