@@ -4,7 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format clean
+.PHONY: demo test lint format clean npm-servers
+
+# The third-party MCP servers the tests run against (pinned in tests/npm/package-lock.json).
+NPM_DIR   := tests/npm
+NPM_STAMP := $(NPM_DIR)/node_modules/.ringfence-installed
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,10 +18,31 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/python examples/demo.py
+# The main job: a model-written pipeline (examples/pipeline.py) against a fresh copy of the
+# example project, on the local backend, answering "yes" for the operator; then the event
+# stream's chain is verified.
+DEMO_WS     := demo-workspace
+DEMO_EVENTS := demo-events.jsonl
 
-test: $(STAMP)
+demo: $(STAMP)
+	$(BIN)/python examples/prepare_workspace.py $(DEMO_WS)
+	rm -f $(DEMO_EVENTS)
+	$(BIN)/ringfence run-script examples/pipeline.py --workspace $(DEMO_WS) --backend local \
+		--approve yes --events $(DEMO_EVENTS)
+	$(BIN)/ringfence events verify $(DEMO_EVENTS)
+
+$(NPM_STAMP): $(NPM_DIR)/package-lock.json $(NPM_DIR)/package.json
+	npm ci --prefix $(NPM_DIR) --no-audit --no-fund
+	touch $(NPM_STAMP)
+
+npm-servers:
+	@if command -v npm >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory $(NPM_STAMP); \
+	else \
+		echo "note: npm is not installed: tests that need the npm MCP reference servers will be skipped (RINGFENCE_REQUIRE_NPM=1 makes them fail)"; \
+	fi
+
+test: $(STAMP) npm-servers
 	$(BIN)/python -m pytest -q tests
 
 lint: $(STAMP)
@@ -29,4 +54,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(DEMO_WS) $(DEMO_EVENTS)

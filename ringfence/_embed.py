@@ -12,6 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from .backends import register_shell_tool, select_backend
+from .bridge import (
+    ScriptConfig,
+    bridge_mounts,
+    make_bridge_dir,
+    register_script_tool,
+    remove_bridge_dir,
+    unavailable_backend,
+)
 from .runtime import Approver, FileSink, Kernel, Posture, Rules, default_approver
 from .workspace import Workspace, register_file_tools
 
@@ -39,6 +47,9 @@ def create_kernel(
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
+    mcp_manifest: Any = None,
+    mcp_options: Mapping[str, Any] | None = None,
+    script_sandbox: str | None = None,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -46,10 +57,26 @@ def create_kernel(
     ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``) or
     ``"docker"``; backend sessions start on first use and close with the
     kernel. ``backend_options`` go to the backend (docker: ``image``,
-    ``memory``, ``cpus``, ``pids``, ``user``). Use the result as ``async with create_kernel(...) as kernel:``.
+    ``memory``, ``cpus``, ``pids``, ``user``).
+
+    ``script_sandbox`` (default ``$RINGFENCE_SCRIPT_SANDBOX`` or ``strict``)
+    weakens ``run_tool_script``'s OS sandbox to ``best-effort`` or ``none``;
+    the level is recorded in the event stream on every run.
+
+    ``mcp_manifest`` (opt-in, because connecting starts server processes): a
+    ``ringfence.mcp_host.Manifest``, a path to an ``mcp.toml``, or ``True`` for
+    the user manifest plus the first root's ``.ringfence/mcp.toml``. The
+    servers connect when the kernel is entered and stop when it closes;
+    ``mcp_options`` go to ``ringfence.mcp_host.connect_servers``.
+
+    Use the result as ``async with create_kernel(...) as kernel:``.
     """
     # backends: checked before anything opens, so an unknown name leaks nothing
     backend_name = select_backend(backend)
+    # bridge: checked before anything opens, like the backend
+    script_config = ScriptConfig(
+        sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"
+    )
     # workspace: the roots file tools are confined to (opened first, so a bad root fails fast)
     workspace = Workspace(workspace_roots_from_env(list(roots)))
     try:
@@ -71,6 +98,41 @@ def create_kernel(
         workspace.close()
 
     kernel.push_async_callback(close_workspace)
+    # bridge: under docker, scripts run in the session's container, which needs the runner
+    # files and a socket directory mounted (removed after the container, hence pushed first)
+    bridge_dir = make_bridge_dir() if backend_name == "docker" else None
+    if bridge_dir is not None:
+
+        async def remove_bridges() -> None:
+            remove_bridge_dir(bridge_dir)
+
+        kernel.push_async_callback(remove_bridges)
     # backends: run_shell; its session starts on the first call and closes with the kernel
-    register_shell_tool(kernel, backend=backend_name, workspace=workspace, options=backend_options)
+    shell = register_shell_tool(
+        kernel,
+        backend=backend_name,
+        workspace=workspace,
+        options=backend_options,
+        extra_mounts=bridge_mounts(bridge_dir) if bridge_dir is not None else (),
+    )
+    # bridge: run_tool_script, locally or in the docker session's container
+    register_script_tool(
+        kernel,
+        backend_session_factory=(
+            None
+            if backend_name == "local"
+            else shell.session
+            if bridge_dir is not None
+            else unavailable_backend(backend_name)
+        ),
+        bridge_dir=bridge_dir,
+        config=script_config,
+    )
+    # mcp_host: connectors join the registry when the kernel is entered
+    if mcp_manifest is not None:
+        from .mcp_host import connect_when_entered
+
+        connect_when_entered(
+            kernel, mcp_manifest, workspace=workspace.roots[0], options=mcp_options
+        )
     return kernel

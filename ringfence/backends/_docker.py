@@ -212,7 +212,10 @@ class DockerSession:
         self._container: Any = None
         self._shell: _Supervisor | None = None
         self._roots = _map_roots(spec.roots)
-        self._mounts = _mounts(self._roots, spec.readonly_paths)
+        self._mounts = _mounts(self._roots, spec.readonly_paths) + [
+            Mount(target, str(host), type="bind", read_only=ro)
+            for host, target, ro in spec.extra_mounts
+        ]
         self._user = opts.user or _default_user(spec.roots)
         self._base_env = {**BASE_ENV}
         for name in spec.passthrough_env:
@@ -286,6 +289,33 @@ class DockerSession:
             return await self._run(
                 cmd, where, child_env, timeout, output_cap, on_output, redact, restarted
             )
+
+    async def exec_attached(
+        self, argv: Sequence[str], *, user: str, env: Mapping[str, str] | None = None
+    ) -> tuple[str, trio.socket.SocketType]:
+        """Start ``argv`` in the container with stdin/stdout/stderr attached; return (exec id, socket).
+
+        The socket carries Docker's multiplexed stream (8-byte frame headers)
+        out and the process's stdin in; shut down its write side for EOF on
+        stdin. The process is not stopped by closing the socket: see
+        :meth:`exec_info` for its host pid. Used by the script bridge, which
+        runs its runner here as a uid other than :attr:`user` (the supervisor
+        kills every process of that uid after each command).
+        """
+        client, container = self._client, self._require_container()
+        assert client is not None
+        environment = [f"{k}={v}" for k, v in (env or {}).items()]
+        with map_docker_errors():
+            return await trio.to_thread.run_sync(
+                _attach, client, container.id, list(argv), user, environment
+            )
+
+    async def exec_info(self, exec_id: str) -> dict[str, Any]:
+        """``Running``, ``ExitCode`` and ``Pid`` (host pid namespace) of an exec."""
+        client = self._client
+        assert client is not None
+        info = await docker_call(client.api.exec_inspect, exec_id)
+        return {k: info.get(k) for k in ("Running", "ExitCode", "Pid")}
 
     async def aclose(self) -> None:
         """End the supervisor, remove the container. Idempotent; never raises for cleanup."""
@@ -600,6 +630,41 @@ def _quote(word: str) -> str:
     return "'" + word.replace("'", "'\\''") + "'"
 
 
+def _attach(
+    client: docker.DockerClient,
+    container_id: str,
+    argv: list[str],
+    user: str,
+    environment: list[str] | None,
+) -> tuple[str, trio.socket.SocketType]:
+    """Create and start an exec with its streams attached (blocking; run in a thread)."""
+    exec_id = client.api.exec_create(
+        container_id,
+        argv,
+        stdin=True,
+        stdout=True,
+        stderr=True,
+        user=user,
+        workdir="/",
+        environment=environment,
+    )["Id"]
+    raw = client.api.exec_start(exec_id, socket=True)
+    inner = getattr(raw, "_sock", raw)
+    if isinstance(inner, ssl.SSLSocket) or not isinstance(inner, socket.socket):
+        raise Unavailable(
+            "the Docker connection is not a plain socket (TLS or ssh); "
+            "the docker backend does not support it yet"
+        )
+    # Our own descriptor: the HTTP machinery that produced the socket may close
+    # its copy whenever it is garbage-collected.
+    mine = socket.socket(fileno=os.dup(inner.fileno()))
+    with contextlib.suppress(Exception):
+        raw.close()
+    with contextlib.suppress(Exception):
+        inner.close()
+    return exec_id, trio.socket.from_stdlib_socket(mine)
+
+
 class _Supervisor:
     """The attached ``sh`` that runs a session's commands. Owns the socket."""
 
@@ -613,35 +678,10 @@ class _Supervisor:
 
     @classmethod
     async def start(cls, client: docker.DockerClient, container_id: str, user: str) -> _Supervisor:
-        def attach() -> socket.socket:
-            exec_id = client.api.exec_create(
-                container_id,
-                ["env", "-i", "/bin/sh"],
-                stdin=True,
-                stdout=True,
-                stderr=True,
-                user=user,
-                workdir="/",
-            )["Id"]
-            raw = client.api.exec_start(exec_id, socket=True)
-            inner = getattr(raw, "_sock", raw)
-            if isinstance(inner, ssl.SSLSocket) or not isinstance(inner, socket.socket):
-                raise Unavailable(
-                    "the Docker connection is not a plain socket (TLS or ssh); "
-                    "the docker backend does not support it yet"
-                )
-            # Our own descriptor: the HTTP machinery that produced the socket may close
-            # its copy whenever it is garbage-collected.
-            mine = socket.socket(fileno=os.dup(inner.fileno()))
-            with contextlib.suppress(Exception):
-                raw.close()
-            with contextlib.suppress(Exception):
-                inner.close()
-            return mine
-
         with map_docker_errors():
-            raw_sock = await trio.to_thread.run_sync(attach)
-        sock = trio.socket.from_stdlib_socket(raw_sock)
+            _exec_id, sock = await trio.to_thread.run_sync(
+                _attach, client, container_id, ["env", "-i", "/bin/sh"], user, None
+            )
         shell = cls(sock, 0, "setsid")
         token = secrets.token_hex(12)
         ready = f"__rf{token}__".encode()

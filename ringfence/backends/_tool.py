@@ -110,8 +110,10 @@ class ShellTool:
         network: bool = False,
         passthrough_env: Sequence[str] = (),
         kill_grace: float = DEFAULT_KILL_GRACE,
+        extra_mounts: Sequence[tuple[Path, str, bool]] = (),
     ) -> None:
         self.kernel = kernel
+        self._extra_mounts = tuple(extra_mounts)
         self.backend = backend
         self.workspace = workspace
         self._options = dict(options or {})
@@ -136,6 +138,7 @@ class ShellTool:
                     spool_dir=self.kernel.spool_dir,
                     kill_grace=self._grace,
                     options=self._options,
+                    extra_mounts=self._extra_mounts,
                 )
                 self._session = await start_session(self.backend, spec)
                 ctx.emit(
@@ -215,6 +218,7 @@ def register_shell_tool(
     network: bool = False,
     passthrough_env: Sequence[str] = (),
     kill_grace: float = DEFAULT_KILL_GRACE,
+    extra_mounts: Sequence[tuple[Path, str, bool]] = (),
 ) -> ShellTool:
     """Register ``run_shell`` on ``kernel``, running on ``backend``.
 
@@ -223,7 +227,7 @@ def register_shell_tool(
     starts on the first call, with the workspace's roots and, as read-only
     paths, its git directories at that moment. The session is closed when the
     kernel closes. ``options`` go to the backend (docker: ``image``,
-    ``memory``, …).
+    ``memory``, …). ``extra_mounts`` go to the session spec (docker only).
     """
     name = select_backend(backend)
     tool = ShellTool(
@@ -234,6 +238,7 @@ def register_shell_tool(
         network=network,
         passthrough_env=passthrough_env,
         kill_grace=kill_grace,
+        extra_mounts=extra_mounts,
     )
     kernel.register(
         ToolSpec(

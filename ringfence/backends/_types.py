@@ -52,6 +52,9 @@ class SessionSpec:
     ``kill_grace`` is the time between SIGTERM and SIGKILL when a command is
     stopped. ``options`` are backend-specific (docker: ``image``, ``memory``,
     ``cpus``, ``pids``, ``user``, ``tmp_size``); unknown keys are an error.
+    ``extra_mounts`` are ``(host path, container path, read_only)`` bind mounts
+    other packages need in the container (the script bridge: its runner files
+    and its socket directory); the local backend ignores them.
     """
 
     roots: tuple[Path, ...] = ()
@@ -62,9 +65,15 @@ class SessionSpec:
     kill_grace: float = DEFAULT_KILL_GRACE
     shell: tuple[str, ...] = ("/bin/sh", "-c")
     options: Mapping[str, Any] = field(default_factory=dict)
+    extra_mounts: tuple[tuple[Path, str, bool], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "roots", tuple(Path(r) for r in self.roots))
+        object.__setattr__(
+            self,
+            "extra_mounts",
+            tuple((Path(h), str(c), bool(ro)) for h, c, ro in self.extra_mounts),
+        )
         object.__setattr__(self, "readonly_paths", tuple(Path(p) for p in self.readonly_paths))
         object.__setattr__(self, "passthrough_env", tuple(self.passthrough_env))
         object.__setattr__(self, "shell", tuple(self.shell))

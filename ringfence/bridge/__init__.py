@@ -1,1 +1,36 @@
-"""ringfence.bridge (see ARCHITECTURE.md)."""
+"""ringfence.bridge: ``run_tool_script`` — model-written pipelines, every call gated.
+
+A script runs in a sandboxed child process (``_runner``, ``_sandbox``) and
+reaches the kernel only over an authenticated bridge (``_wire``, ``_host``);
+each ``call_tool`` inside it is one ``Kernel.invoke``, the same Gate as a
+direct call.
+"""
+
+from ._docker import (
+    DockerScriptLauncher as DockerScriptLauncher,
+    bridge_mounts as bridge_mounts,
+    make_bridge_dir as make_bridge_dir,
+    remove_bridge_dir as remove_bridge_dir,
+)
+from ._host import (
+    SANDBOX_LEVELS as SANDBOX_LEVELS,
+    BridgeListener as BridgeListener,
+    ChildProcess as ChildProcess,
+    LaunchRequest as LaunchRequest,
+    LocalLauncher as LocalLauncher,
+    ScriptConfig as ScriptConfig,
+    ScriptLimits as ScriptLimits,
+    ScriptResult as ScriptResult,
+    child_env as child_env,
+    run_script as run_script,
+)
+from ._runner import ALLOWED_MODULES as ALLOWED_MODULES
+from ._sandbox import landlock_abi as landlock_abi
+from ._tool import (
+    DEFAULT_TIMEOUT_SECONDS as DEFAULT_TIMEOUT_SECONDS,
+    MAX_TIMEOUT_SECONDS as MAX_TIMEOUT_SECONDS,
+    SCRIPT_TOOL as SCRIPT_TOOL,
+    register_script_tool as register_script_tool,
+    unavailable_backend as unavailable_backend,
+)
+from ._wire import ProtocolError as ProtocolError

@@ -50,6 +50,13 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
             metavar="PLAN",
             help="stage non-read calls into PLAN (default ringfence-plan.json) instead of running them",
         )
+    parser.add_argument(
+        "--mcp",
+        action="store_true",
+        default=os.environ.get("RINGFENCE_MCP") == "1",
+        help="connect the MCP servers of $RINGFENCE_HOME/mcp.toml and <first root>/.ringfence/mcp.toml "
+        "(starts their processes; default off, or RINGFENCE_MCP=1)",
+    )
     parser.add_argument("--events", metavar="FILE", help="append the event stream to FILE (JSONL)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -72,4 +79,5 @@ def kernel_from_args(args: argparse.Namespace) -> Kernel:
         dry_run=dry is not None,
         plan_path=dry,
         events_path=args.events,
+        mcp_manifest=True if getattr(args, "mcp", False) else None,
     )

@@ -158,6 +158,12 @@ class Kernel:
         self.events = EventLog(self.events_sink or MemorySink(), self.redactor)
         self.plan = Plan(self.plan_path)
         self._exit = contextlib.AsyncExitStack()
+        # Contexts entered with the kernel (nurseries, connections): exited in __aexit__,
+        # in the entering task and unshielded, so their cancel scopes nest properly.
+        self._entered: contextlib.AsyncExitStack | None = None
+        self._startups: list[Callable[[Kernel], Awaitable[None]]] = []
+        # Per-session state that client packages attach (e.g. extensions["mcp"]).
+        self.extensions: dict[str, Any] = {}
         self._closed = False
         if self.spool_dir is None:
             self.spool_dir = ringfence_home() / "spool" / self.session_id
@@ -193,14 +199,42 @@ class Kernel:
         """Run ``fn`` when the kernel closes (last registered, first run)."""
         self._exit.push_async_callback(fn)
 
+    def add_startup(self, fn: Callable[[Kernel], Awaitable[None]]) -> None:
+        """Run ``await fn(kernel)`` when the kernel is entered with ``async with``.
+
+        For work that starts processes or needs a nursery (MCP connections):
+        ``fn`` may call :meth:`enter_async_context`. If a startup raises, the
+        kernel closes and the error propagates from ``async with``.
+        """
+        self._startups.append(fn)
+
     async def enter_async_context(self, cm: contextlib.AbstractAsyncContextManager[Any]) -> Any:
-        return await self._exit.enter_async_context(cm)
+        """Enter ``cm`` for the life of this ``async with`` block; it exits first on the way out.
+
+        Only inside ``async with kernel`` (a startup, or the block itself), from
+        the task that entered the kernel. Raises RuntimeError otherwise.
+        """
+        if self._entered is None:
+            raise RuntimeError("enter_async_context needs the kernel entered with `async with`")
+        return await self._entered.enter_async_context(cm)
 
     async def __aenter__(self) -> Kernel:
+        self._entered = contextlib.AsyncExitStack()
+        try:
+            for startup in self._startups:
+                await startup(self)
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    async def __aexit__(self, *exc: Any) -> None:
+        entered, self._entered = self._entered, None
+        try:
+            if entered is not None:
+                await entered.__aexit__(*exc)
+        finally:
+            await self.aclose()
 
     async def aclose(self) -> None:
         """Close registered resources, then seal the event stream. Idempotent."""
@@ -291,7 +325,7 @@ class Kernel:
             raise Denied(
                 f"{tool} was refused: {decision.reason}", rule=decision.rule
             ).with_decision(decision)
-        if self.dry_run and spec.consequence is not Consequence.READ:
+        if self.dry_run and spec.consequence is not Consequence.READ and not spec.composes_dry_run:
             staged = StagedCall(
                 call_id, trace_id, tool, arguments, spec.consequence.value, origin, time.time()
             )

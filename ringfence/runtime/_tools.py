@@ -45,7 +45,10 @@ class ToolSpec:
     ``residual`` tools (``run_shell``, ``run_tool_script``) ask first under every
     posture short of ``unrestricted``, whatever their consequence. ``source``
     says where the tool came from (``native``, ``mcp:<server>``) for display
-    and audit; it never changes a decision.
+    and audit; it never changes a decision. ``composes_dry_run`` tools have no
+    effect of their own — every effect is a nested call that re-enters the
+    Gate (``run_tool_script``) — so a dry run runs them and stages the nested
+    calls instead.
     """
 
     name: str
@@ -56,6 +59,7 @@ class ToolSpec:
     residual: bool = False
     source: str = "native"
     meta: Mapping[str, Any] = field(default_factory=dict)
+    composes_dry_run: bool = False
     _validator: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

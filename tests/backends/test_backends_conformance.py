@@ -6,7 +6,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
-from conftest import DOCKER_OPTIONS, container_processes, host_processes
+from backends_helpers import DOCKER_OPTIONS, container_processes, host_processes
 
 from ringfence.backends import start_docker, start_local
 from ringfence.backends.testing import check_backend

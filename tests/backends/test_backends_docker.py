@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 import pytest
 import trio
-from conftest import DOCKER_OPTIONS, chown_like_workspace
+from backends_helpers import DOCKER_OPTIONS, chown_like_workspace
 
 from ringfence.backends import (
     CONTAINER_LABEL,

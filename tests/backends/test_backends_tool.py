@@ -9,7 +9,7 @@ from pathlib import Path
 
 import docker
 import pytest
-from conftest import DOCKER_OPTIONS, chown_like_workspace
+from backends_helpers import DOCKER_OPTIONS, chown_like_workspace
 
 from ringfence import create_kernel
 from ringfence.runtime import (

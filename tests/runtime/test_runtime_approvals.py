@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from conftest import Ledger, register_standard_tools
+from runtime_helpers import Ledger, register_standard_tools
 
 from ringfence.runtime import (
     ApprovalAnswer,

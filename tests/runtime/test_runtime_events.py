@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import Ledger, register_standard_tools
+from runtime_helpers import Ledger, register_standard_tools
 
 from ringfence.runtime import (
     ApprovalAnswer,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Ledger, make_tool, register_standard_tools
+from runtime_helpers import Ledger, make_tool, register_standard_tools
 
 from ringfence.runtime import (
     ApprovalAnswer,

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 import trio
-from conftest import Ledger, register_standard_tools
+from runtime_helpers import Ledger, register_standard_tools
 
 from ringfence.runtime import Denied, Kernel, Posture, verify_intent
 

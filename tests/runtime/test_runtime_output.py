@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import Ledger, make_tool
+from runtime_helpers import Ledger, make_tool
 
 from ringfence.runtime import (
     MARKER,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import Ledger, register_standard_tools
+from runtime_helpers import Ledger, register_standard_tools
 
 from ringfence.runtime import (
     ApprovalAnswer,

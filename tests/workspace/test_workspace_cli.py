@@ -143,5 +143,6 @@ def test_tools_list_shows_the_file_tools(tree: Tree) -> None:
         "list_directory": "read",
         "read_file": "read",
         "run_shell": "irreversible",  # wired in by the backends package
+        "run_tool_script": "irreversible",  # wired in by the bridge package
         "write_file": "reversible",
     }

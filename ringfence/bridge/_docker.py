@@ -1,0 +1,216 @@
+"""Scripts inside the Docker backend's session container, over a mounted Unix socket.
+
+The session container is started by the backends package with three extra
+bind mounts (:func:`bridge_mounts`): this package's directory (read-only, for
+``_runner.py`` and its siblings), RestrictedPython (read-only), and a per-kernel
+bridge directory in which each run's listener makes its private ``0700``
+directory with a ``0600`` socket. The runner is started with ``docker exec``
+(not through the session's shell: that holds the session while a command runs,
+and the script's own ``run_shell`` calls need it) as a uid that is *not* the
+shell's (the shell kills every process of its uid after each command), with
+the secret and the run's config on its stdin. Inside, the runner applies the
+same layers as on the host (Landlock, seccomp, rlimits; it is not root there,
+so there is nothing to drop), on top of the container's own hardening.
+
+A killed host leaves no runner: the bridge socket closes and the runner's
+watchdog exits. ``kill()`` sends SIGKILL to the exec's host pid (a local
+daemon, a root host); where that cannot reach, closing the bridge does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket as stdsocket
+import struct
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..runtime import Unavailable
+from ._host import RUNNER_PATH, LaunchRequest
+
+__all__ = [
+    "BRIDGE_MOUNT",
+    "DockerScriptLauncher",
+    "bridge_mounts",
+    "make_bridge_dir",
+    "remove_bridge_dir",
+]
+
+RUNNER_MOUNT = "/opt/ringfence/bridge"
+LIB_MOUNT = "/opt/ringfence/lib"
+BRIDGE_MOUNT = "/run/ringfence-bridge"
+_FRAME = struct.Struct(">BxxxL")
+
+
+def make_bridge_dir() -> Path:
+    """A fresh host directory for one kernel's listeners (0711: enter, not list)."""
+    path = Path(tempfile.mkdtemp(prefix="ringfence-bridges-"))
+    path.chmod(0o711)
+    return path
+
+
+def remove_bridge_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def bridge_mounts(bridge_dir: Path) -> list[tuple[Path, str, bool]]:
+    """The ``(host, container, read_only)`` mounts a session container needs for scripts."""
+    import RestrictedPython
+
+    restricted = Path(RestrictedPython.__file__).resolve().parent
+    return [
+        (RUNNER_PATH.parent, RUNNER_MOUNT, True),
+        (restricted, f"{LIB_MOUNT}/RestrictedPython", True),
+        (bridge_dir, BRIDGE_MOUNT, False),
+    ]
+
+
+def runner_ids(shell_user: str) -> tuple[int, int]:
+    """A uid/gid for the runner that differs from the session shell's uid."""
+    uid = int(str(shell_user).split(":")[0])
+    other = 65534 if uid != 65534 else 65533
+    return other, other
+
+
+class DockerScriptLauncher:
+    """Runs the script runner in ``session``'s container (a ``DockerSession``)."""
+
+    name = "docker"
+    transport = "unix"
+    peer_is_child = False  # the peer's pid is in the container's namespace
+
+    def __init__(self, session: Any, bridge_dir: Path, python: str = "python3") -> None:
+        self.session = session
+        self.bridge_parent = bridge_dir
+        self.python = python
+        self.socket_owner = runner_ids(session.user)
+        self._checked = False
+
+    async def _check_python(self, env: dict[str, str]) -> None:
+        if self._checked:
+            return
+        child = await self._exec([self.python, "-I", "-S", "-c", "pass"], env)
+        code = await _collect(child)
+        if code != 0:
+            raise Unavailable(
+                f"run_tool_script needs {self.python} in the docker session's image and it "
+                f"did not start there (exit {code}); use the debian image "
+                "(`ringfence images build debian`, option image=debian)",
+                field="image",
+            )
+        self._checked = True
+
+    async def _exec(self, argv: list[str], env: dict[str, str]) -> _ExecChild:
+        uid, gid = self.socket_owner
+        exec_id, sock = await self.session.exec_attached(argv, user=f"{uid}:{gid}", env=env)
+        child = _ExecChild(self.session, exec_id, sock)
+        with contextlib.suppress(Exception):
+            child.pid = (await self.session.exec_info(exec_id)).get("Pid") or None
+        return child
+
+    async def launch(self, request: LaunchRequest) -> _ExecChild:
+        if os.geteuid() != 0:
+            raise Unavailable(
+                "run_tool_script under the docker backend hands the bridge socket to a uid in "
+                "the container, which needs the host process to run as root",
+                field="backend",
+            )
+        env = dict(request.env)
+        await self._check_python(env)
+        directory = request.listener.directory
+        assert directory is not None, "the docker launcher needs the unix transport"
+        config = {
+            **request.config,
+            "connect": ["unix", f"{BRIDGE_MOUNT}/{directory.name}/bridge.sock"],
+        }
+        boot = {"secret_fd": 0, "parent_pid": 0, "sys_path": [LIB_MOUNT]}
+        argv = [self.python, "-I", "-S", f"{RUNNER_MOUNT}/_runner.py", _json(boot)]
+        child = await self._exec(argv, env)
+        try:
+            data = memoryview(request.secret + _json(config).encode())
+            while data:
+                data = data[await child.sock.send(data) :]
+            child.sock.shutdown(stdsocket.SHUT_WR)  # EOF on the runner's stdin
+        except BaseException:
+            await child.aclose()
+            raise
+        return child
+
+
+class _ExecChild:
+    """A runner started with ``docker exec``: one socket, Docker's stream frames."""
+
+    def __init__(self, session: Any, exec_id: str, sock: Any) -> None:
+        self.session = session
+        self.exec_id = exec_id
+        self.sock = sock
+        self.pid: int | None = None
+        self._eof = trio.Event()
+        self._code: int | None = None
+
+    async def pump(self, out: Callable[[bytes], None], err: Callable[[bytes], None]) -> None:
+        buf = b""
+        try:
+            while data := await self.sock.recv(65536):
+                buf += data
+                while len(buf) >= _FRAME.size:
+                    kind, size = _FRAME.unpack_from(buf)
+                    if len(buf) < _FRAME.size + size:
+                        break
+                    payload = buf[_FRAME.size : _FRAME.size + size]
+                    buf = buf[_FRAME.size + size :]
+                    (err if kind == 2 else out)(payload)
+        except OSError:
+            pass
+        finally:
+            self._eof.set()
+
+    async def wait(self) -> int:
+        if self._code is not None:
+            return self._code
+        await self._eof.wait()
+        info: dict[str, Any] = {}
+        for _ in range(100):  # the stream ends a moment before the exec is marked done
+            info = await self.session.exec_info(self.exec_id)
+            if not info.get("Running"):
+                break
+            await trio.sleep(0.02)
+        code = info.get("ExitCode")
+        code = 1 if code is None else int(code)
+        # 128+N is how a container reports death by signal N; the host convention is -N.
+        self._code = -(code - 128) if 128 < code < 128 + 65 else code
+        return self._code
+
+    def kill(self) -> None:
+        if self.pid and self._code is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            self.kill()
+            self.sock.close()
+
+
+async def _collect(child: _ExecChild) -> int:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(child.pump, lambda _b: None, lambda _b: None)
+        with trio.move_on_after(30):
+            code = await child.wait()
+            await child.aclose()
+            return code
+        nursery.cancel_scope.cancel()
+    await child.aclose()
+    return -1
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -1,0 +1,501 @@
+"""The script runner: the child process of one ``run_tool_script`` call.
+
+Executed as a file, ``python -I -S <this file> <boot JSON>``, so that it needs
+nothing from the environment, from ``site`` or from an installed ``ringfence``
+(the same file runs inside a container, reached over a Unix socket). Its
+siblings ``_wire`` and ``_sandbox`` are imported as top-level modules from this
+file's directory; RestrictedPython's directory comes in ``boot["sys_path"]``.
+
+The order of work, and why:
+
+1. arm ``PR_SET_PDEATHSIG`` and check the parent is still the host, so a host
+   that dies from here on takes the child with it;
+2. import everything the script may use (RestrictedPython, the allowed
+   modules): after the sandbox there may be no filesystem access left to
+   import with;
+3. read the per-run secret and the run's config from the inherited pipe
+   (``boot["secret_fd"]``) until the host closes it: the secret is never in
+   argv or the environment. A *spare* runner, started ahead of need, waits
+   here; an empty pipe means it was not needed, and it exits;
+4. connect to the bridge and run the handshake (``_wire``);
+5. apply the OS sandbox (``_sandbox.apply``, which also starts the watchdog
+   thread that exits when the host's end of the bridge closes) and report it;
+6. only then receive the script, compile it with RestrictedPython, and run it
+   with ``call_tool``, ``ToolError`` and a ``print`` that writes straight to
+   stdout (a pipe the host reads, so output survives a kill);
+7. report the outcome: ``result`` (the value of a top-level variable named
+   ``result``, if the script set one) or the error with a traceback in script
+   line numbers.
+
+Exit codes: 0 the script ran (it may have raised; that is in the report),
+3 the sandbox could not be applied, 4 protocol or bridge failure, 70 the host
+was already gone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":  # executed as a file: make the sibling modules importable
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    from . import _sandbox, _wire
+except ImportError:  # executed as a file (no parent package)
+    import _sandbox  # type: ignore[no-redef]
+    import _wire  # type: ignore[no-redef]
+
+import json
+import socket
+from typing import Any
+
+# What ``import`` may name inside a script. Each is loaded before the sandbox and
+# handed over as a read-only copy of its public, non-module names.
+ALLOWED_MODULES = (
+    "base64",
+    "collections",
+    "csv",
+    "datetime",
+    "functools",
+    "hashlib",
+    "itertools",
+    "json",
+    "math",
+    "re",
+    "statistics",
+    "string",
+    "textwrap",
+)
+# Names left out of those copies: each reaches around RestrictedPython's guards
+# (string.Formatter resolves "{0.__class__}"; update_wrapper/wraps assign
+# arbitrary attributes such as __code__ without the write guard).
+_HIDDEN = {
+    "string": {"Formatter"},
+    "functools": {"update_wrapper", "wraps"},
+}
+# Modules the allowed ones import lazily; loaded up front for the same reason.
+_INTERNAL = frozenset({"_strptime"})
+_LAZY = ("_strptime", "heapq", "copy", "encodings.latin_1", "encodings.ascii", "encodings.utf_16")
+
+SCRIPT_FILENAME = "<script>"
+EXIT_SANDBOX = 3
+EXIT_BRIDGE = 4
+
+
+class ToolError(Exception):
+    """Raised by ``call_tool`` when the Gate refused the call or the tool failed.
+
+    ``code`` is ringfence's error code (``denied``, ``not_found``,
+    ``invalid_arguments``, ``tool_error``, …), ``message`` says why, and
+    ``decision`` is the Gate's decision (``{verdict, rule, reason}``) or None.
+    """
+
+    def __init__(self, code: str, message: str, tool: str = "", decision: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.tool = tool
+        self.decision = decision
+
+
+class Channel:
+    """A blocking, framed, sequenced connection to the host (the child's side)."""
+
+    def __init__(self, sock: socket.socket, max_frame: int) -> None:
+        self.sock = sock
+        self.codec = _wire.Codec(_wire.TO_HOST, _wire.TO_CHILD, max_frame)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(self.codec.encode(message))
+
+    def _exactly(self, n: int) -> bytes:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if k == 0:
+                raise _wire.ProtocolError("closed", "the host closed the bridge")
+            got += k
+        return bytes(buf)
+
+    def recv(self) -> dict[str, Any]:
+        length = self.codec.frame_length(self._exactly(_wire.HEADER.size))
+        return self.codec.decode(self._exactly(length))
+
+    def handshake(self, secret: bytes) -> None:
+        nc = _wire.new_nonce()
+        self.send({"type": "hello", "protocol": _wire.PROTOCOL, "nonce": nc.hex()})
+        challenge = self.codec.expect(self.recv(), "challenge")
+        nh = _wire.decode_nonce(challenge.get("nonce"))
+        _wire.check_proof(_wire.host_proof(secret, nc, nh), challenge.get("proof"))
+        self.send({"type": "auth", "proof": _wire.child_proof(secret, nc, nh).hex()})
+        self.codec.key = _wire.session_key(secret, nc, nh)
+        self.codec.expect(self.recv(), "welcome")
+
+
+def _connect(where: list[Any]) -> socket.socket:
+    if where[0] == "tcp":
+        sock = socket.create_connection((where[1], int(where[2])))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    if where[0] == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(where[1])
+        return sock
+    raise ValueError(f"unknown bridge transport {where[0]!r}")
+
+
+def _read_activation(fd: int) -> tuple[bytes, dict[str, Any]] | None:
+    """The secret and the run's config from the inherited pipe; None when it closed empty."""
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    data = b"".join(chunks)
+    if not data:
+        return None  # a spare runner that was never needed
+    secret, rest = data[: _wire.SECRET_BYTES], data[_wire.SECRET_BYTES :]
+    if len(secret) != _wire.SECRET_BYTES:
+        raise _wire.ProtocolError("malformed", "the secret pipe did not hold a bridge secret")
+    return secret, json.loads(rest)
+
+
+# -- what the script sees ---------------------------------------------------------------
+
+
+class _Printer:
+    """RestrictedPython's ``_print_`` protocol, writing through to stdout at once.
+
+    Unbuffered on purpose: when a run is killed (timeout, CPU limit) the host
+    still has everything printed before. ``print(file=...)`` is refused; the
+    ``printed`` variable of RestrictedPython is not supported.
+    """
+
+    def __init__(self, _getattr_: Any = None) -> None:
+        pass
+
+    def _call_print(self, *objects: Any, sep: Any = " ", end: Any = "\n", **kw: Any) -> None:
+        if kw.get("file") is not None:
+            raise TypeError(
+                "print(file=...) is not available in a script; output goes to the result"
+            )
+        if sep is None:
+            sep = " "
+        if end is None:
+            end = "\n"
+        if not isinstance(sep, str) or not isinstance(end, str):
+            raise TypeError("print: sep and end must be strings")
+        _write_out((sep.join(map(str, objects)) + end).encode("utf-8", "surrogateescape"))
+
+    def __call__(self) -> str:
+        raise NotImplementedError("'printed' is not supported; set a variable named result")
+
+
+def _write_out(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(1, view)
+        view = view[n:]
+
+
+def _module_copy(name: str) -> Any:
+    import types
+
+    real = sys.modules[name]
+    copy = types.ModuleType(name)
+    names = getattr(real, "__all__", None) or [n for n in dir(real) if not n.startswith("_")]
+    hidden = _HIDDEN.get(name, set())
+    for attr in names:
+        if attr.startswith("_") or attr in hidden:
+            continue
+        value = getattr(real, attr, None)
+        if value is None or isinstance(value, types.ModuleType):
+            continue
+        setattr(copy, attr, value)
+    return copy
+
+
+def module_copies() -> dict[str, Any]:
+    """The allowed modules as the script sees them; made once, before the run is known."""
+    return {name: _module_copy(name) for name in ALLOWED_MODULES}
+
+
+def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The globals a restricted script runs with (RestrictedPython's guards plus ours)."""
+    import builtins
+    import operator
+
+    from RestrictedPython.Guards import (
+        full_write_guard,
+        guarded_iter_unpack_sequence,
+        guarded_unpack_sequence,
+        safe_builtins,
+        safer_getattr_raise,
+    )
+
+    modules = modules if modules is not None else module_copies()
+
+    def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:  # fmt: skip
+        if level == 0 and name in _INTERNAL and name in sys.modules:
+            # C code (datetime.strptime → _strptime) imports through the calling
+            # frame's __import__, i.e. this one; script source cannot spell "_" names.
+            return sys.modules[name]
+        if level != 0 or name not in modules:
+            raise ImportError(
+                f"import of {name!r} is not allowed in a script; "
+                f"allowed modules: {', '.join(ALLOWED_MODULES)}"
+            )
+        return modules[name]
+
+    def hasattr_(obj: Any, name: str) -> bool:
+        try:
+            safer_getattr_raise(obj, name)
+        except AttributeError:
+            return False
+        return True
+
+    inplace = {
+        "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+        "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow,
+        "<<=": operator.ilshift, ">>=": operator.irshift, "|=": operator.ior,
+        "^=": operator.ixor, "&=": operator.iand, "@=": operator.imatmul,
+    }  # fmt: skip
+
+    def inplacevar(op: str, x: Any, y: Any) -> Any:
+        return inplace[op](x, y)
+
+    def metaclass(name: str, bases: tuple[Any, ...], ns: dict[str, Any]) -> type:
+        # Instances of the script's own classes may be written to (full_write_guard
+        # lets objects with _guarded_writes through); nothing else may.
+        ns["_guarded_writes"] = True
+        return type(name, bases, ns)
+
+    # RestrictedPython's limited_builtins (range capped at 1000 items, no list("abc"))
+    # are left out on purpose: memory and CPU are bounded by the OS layer instead.
+    safe = dict(safe_builtins)
+    for name in (
+        "all", "any", "bytearray", "dict", "enumerate", "filter", "format", "frozenset", "iter",
+        "list", "map", "max", "min", "next", "range", "reversed", "set", "sorted", "sum", "tuple",
+        "zip",
+        "StopAsyncIteration",
+    ):  # fmt: skip
+        safe[name] = getattr(builtins, name)
+    safe.update(
+        __import__=guarded_import,
+        getattr=safer_getattr_raise,
+        hasattr=hasattr_,
+        call_tool=call_tool,
+        ToolError=ToolError,
+    )
+    return {
+        "__builtins__": safe,
+        "__name__": "__script__",
+        "__metaclass__": metaclass,
+        "_getattr_": safer_getattr_raise,
+        "_getitem_": operator.getitem,
+        "_getiter_": iter,
+        "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
+        "_unpack_sequence_": guarded_unpack_sequence,
+        "_write_": full_write_guard,
+        "_inplacevar_": inplacevar,
+        "_apply_": lambda f, *a, **kw: f(*a, **kw),
+        "_print_": _Printer,
+    }
+
+
+def plain_globals(call_tool: Any) -> dict[str, Any]:
+    """Unrestricted Python inside the OS sandbox: only for testing the OS layers alone."""
+    printer = _Printer()
+
+    def print_(*objects: Any, **kw: Any) -> None:
+        kw.pop("flush", None)
+        printer._call_print(*objects, **kw)
+
+    return {
+        "__name__": "__script__",
+        "call_tool": call_tool,
+        "ToolError": ToolError,
+        "print": print_,
+    }
+
+
+def _traceback(exc: BaseException, source: str) -> dict[str, Any]:
+    """The error as script lines only: the runner's own frames are left out."""
+    lines = source.splitlines()
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename == SCRIPT_FILENAME:
+            frames.append((tb.tb_lineno, code.co_name))
+        tb = tb.tb_next
+    if isinstance(exc, SyntaxError) and exc.filename == SCRIPT_FILENAME and exc.lineno:
+        frames.append((exc.lineno, "<module>"))
+    text = ["Traceback (most recent call last):"]
+    for lineno, func in frames:
+        text.append(f"  script line {lineno}, in {func}")
+        if 0 < lineno <= len(lines):
+            text.append(f"    {lines[lineno - 1].strip()}")
+    message = str(exc)
+    text.append(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+    out: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "message": message,
+        "line": frames[-1][0] if frames else None,
+        "traceback": "\n".join(text),
+    }
+    if isinstance(exc, ToolError):
+        out["code"] = exc.code
+    return out
+
+
+def _jsonable(value: Any) -> tuple[Any, bool]:
+    try:
+        json.dumps(value)
+        return value, False
+    except (TypeError, ValueError, RecursionError):
+        return repr(value), True
+
+
+def run_script(
+    channel: Channel, script: dict[str, Any], modules: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Compile and run one script; the outcome as the ``done`` message (without ``type``)."""
+    next_id = 0
+
+    def call_tool(tool: str, /, **arguments: Any) -> Any:
+        nonlocal next_id
+        if not isinstance(tool, str):
+            raise ToolError("invalid_arguments", "call_tool needs the tool's name as a string")
+        next_id += 1
+        try:
+            channel.send({"type": "call", "id": next_id, "tool": tool, "arguments": arguments})
+        except (TypeError, ValueError) as exc:
+            raise ToolError(
+                "invalid_arguments", f"arguments for {tool} must be JSON values: {exc}", tool
+            ) from None
+        except _wire.ProtocolError as exc:
+            if exc.reason != "oversized":
+                raise
+            raise ToolError(
+                "invalid_arguments",
+                f"arguments for {tool} are too large for the bridge: {exc.message}",
+                tool,
+            ) from None
+        reply = channel.codec.expect(channel.recv(), "reply")
+        if reply.get("id") != next_id:
+            raise _wire.ProtocolError("unexpected", "a reply for another call arrived")
+        if reply.get("ok"):
+            return reply.get("value")
+        error = reply.get("error") or {}
+        raise ToolError(
+            str(error.get("code", "tool_error")),
+            str(error.get("message", "")),
+            tool,
+            reply.get("decision"),
+        )
+
+    source = script.get("source")
+    if not isinstance(source, str):
+        raise _wire.ProtocolError("malformed", "the script message has no source")
+    if script.get("mode") == "plain":
+        try:
+            code = compile(source, SCRIPT_FILENAME, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            return {"status": "compile_error", "errors": [f"Line {exc.lineno}: {exc.msg}"]}
+        glb = plain_globals(call_tool)
+    else:
+        from RestrictedPython import compile_restricted_exec
+
+        compiled = compile_restricted_exec(source, filename=SCRIPT_FILENAME)
+        if compiled.errors or compiled.code is None:
+            return {"status": "compile_error", "errors": list(compiled.errors)}
+        code = compiled.code
+        glb = restricted_globals(call_tool, modules)
+    try:
+        exec(code, glb)
+    except _wire.ProtocolError:
+        raise
+    except BaseException as exc:  # the script's own failure, reported with its lines
+        return {"status": "error", "error": _traceback(exc, source)}
+    if "result" in glb:
+        value, as_repr = _jsonable(glb["result"])
+        return {"status": "ok", "has_result": True, "result": value, "result_repr": as_repr}
+    return {"status": "ok", "has_result": False}
+
+
+def main(argv: list[str]) -> int:
+    boot = json.loads(argv[1])
+    parent = int(boot.get("parent_pid") or 0)
+    if parent:
+        _sandbox.set_pdeathsig(parent)
+    # Landlock may grant reading the interpreter's own library (lazy imports), nothing else.
+    stdlib = [
+        p for p in sys.path if p.startswith((sys.base_prefix, sys.prefix)) and os.path.isdir(p)
+    ]
+    sys.path[:0] = [p for p in boot.get("sys_path", ()) if p not in sys.path]
+    for name in (*ALLOWED_MODULES, *_LAZY, "RestrictedPython", "operator", "types"):
+        try:
+            __import__(name)
+        except ImportError:
+            if name == "RestrictedPython":
+                raise
+    from RestrictedPython import compile_restricted_exec  # noqa: F401  (loaded now, used later)
+
+    modules = module_copies()
+    # Ready: a fresh runner finds its activation waiting; a spare blocks here until it is used.
+    activation = _read_activation(int(boot["secret_fd"]))
+    if activation is None:
+        return 0
+    secret, config = activation
+    policy = {**config["policy"], "read_paths": stdlib, "parent_pid": parent}
+    try:
+        sock = _connect(config["connect"])
+        channel = Channel(sock, int(config.get("max_frame") or _wire.DEFAULT_MAX_FRAME))
+        channel.handshake(secret)
+    except (OSError, _wire.ProtocolError) as exc:
+        sys.stderr.write(f"ringfence runner: bridge handshake failed: {exc}\n")
+        return EXIT_BRIDGE
+    del secret
+    try:
+        report = _sandbox.apply(policy, watch_fd=sock.fileno())
+    except _sandbox.LayerUnavailable as exc:
+        channel.send({"type": "sandbox_failed", "layer": exc.layer, "reason": exc.message})
+        return EXIT_SANDBOX
+    try:
+        channel.send({"type": "sandboxed", "report": report})
+        script = channel.codec.expect(channel.recv(), "script")
+        outcome = run_script(channel, script, modules)
+        outcome["type"] = "done"
+        try:
+            channel.send(outcome)
+        except _wire.ProtocolError as exc:
+            if exc.reason != "oversized":
+                raise
+            message = f"the script's result is too large to return: {exc.message}"
+            error = {
+                "type": "ResultTooLarge",
+                "message": message,
+                "line": None,
+                "traceback": message,
+            }
+            channel.send({"type": "done", "status": "error", "error": error})
+        channel.codec.expect(channel.recv(), "bye")
+    except (OSError, _wire.ProtocolError) as exc:
+        sys.stderr.write(f"ringfence runner: bridge failed: {exc}\n")
+        return EXIT_BRIDGE
+    return 0
+
+
+if __name__ == "__main__":
+    # Leave with _exit: interpreter finalization has nothing to flush (output is
+    # written unbuffered) and would race the watchdog thread.
+    try:
+        code = main(sys.argv)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    sys.stderr.flush()
+    os._exit(code)

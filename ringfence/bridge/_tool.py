@@ -1,0 +1,201 @@
+"""``run_tool_script``: the tool a model calls to run a pipeline in one turn."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from ..runtime import (
+    CallContext,
+    Consequence,
+    InvalidArguments,
+    Kernel,
+    ToolError,
+    ToolSpec,
+    ToolTimeout,
+    Unavailable,
+    cap_text,
+)
+from ._host import LocalLauncher, ScriptConfig, ScriptResult, run_script
+from ._runner import ALLOWED_MODULES
+
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "MAX_TIMEOUT_SECONDS",
+    "SCRIPT_TOOL",
+    "register_script_tool",
+]
+
+SCRIPT_TOOL = "run_tool_script"
+DEFAULT_TIMEOUT_SECONDS = 120
+MAX_TIMEOUT_SECONDS = 600
+
+DESCRIPTION = f"""Run a short Python script that calls this session's other tools, to do a
+multi-step pipeline (read, transform, act on each item) in one turn.
+
+Inside the script: call_tool(name, **arguments) returns the tool's result or
+raises ToolError (attributes .code, .message, .decision); print(...) output is
+returned; set a top-level variable named `result` to return a JSON value.
+Every call_tool passes the same approval gate as a direct call and can be
+denied individually; in a dry run, calls that change anything are staged.
+The script runs as restricted Python in a sandbox: no files, network,
+processes or environment except through call_tool; no names starting with
+an underscore; imports limited to {", ".join(ALLOWED_MODULES)}.
+Timeout: timeout_seconds (default {DEFAULT_TIMEOUT_SECONDS}, at most {MAX_TIMEOUT_SECONDS});
+the clock stops while a person is being asked to approve a call."""
+
+INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "script": {"type": "string", "minLength": 1, "description": "the Python source"},
+        "timeout_seconds": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "maximum": MAX_TIMEOUT_SECONDS,
+            "description": f"hard timeout (default {DEFAULT_TIMEOUT_SECONDS}, at most {MAX_TIMEOUT_SECONDS})",
+        },
+    },
+    "required": ["script"],
+    "additionalProperties": False,
+}
+
+SessionFactory = Callable[[CallContext], Awaitable[Any]]
+
+
+def register_script_tool(
+    kernel: Kernel,
+    *,
+    backend_session_factory: SessionFactory | None = None,
+    config: ScriptConfig | None = None,
+    spare: bool = True,
+    bridge_dir: Path | None = None,
+) -> ToolSpec:
+    """Register ``run_tool_script`` (irreversible, residual) into ``kernel``; return its spec.
+
+    It composes with a dry run: the script runs, its reads run, and its other
+    calls are staged into the kernel's plan (``composes_dry_run``).
+
+    ``config`` is the operator's choice of sandbox level, transport and
+    limits (default: strict, TCP loopback). Without ``backend_session_factory``
+    scripts run as local subprocesses; with ``spare`` (default) one runner is
+    kept started ahead of need so a run skips interpreter start-up, and ended
+    when the kernel closes. ``backend_session_factory(ctx)`` returns the
+    session's backend session (``ShellTool.session``): a docker session runs
+    scripts in its container over the Unix socket in ``bridge_dir``, which
+    must be mounted there (:func:`bridge_mounts`); it may also return a
+    launcher (an object with ``launch``). Any other session is ``unavailable``.
+    """
+    config = config or ScriptConfig()
+    local = LocalLauncher(spare=spare)
+    kernel.push_async_callback(local.aclose)
+    docker_launchers: dict[int, Any] = {}
+
+    async def launcher_for(ctx: CallContext) -> Any:
+        if backend_session_factory is None:
+            return local
+        session = await backend_session_factory(ctx)
+        if hasattr(session, "launch"):
+            return session
+        if getattr(session, "name", None) == "docker" and bridge_dir is not None:
+            from ._docker import DockerScriptLauncher
+
+            key = id(session)  # a restarted session is a new object: a new launcher
+            if key not in docker_launchers:
+                docker_launchers.clear()
+                docker_launchers[key] = DockerScriptLauncher(session, bridge_dir)
+            return docker_launchers[key]
+        raise Unavailable(
+            f"{SCRIPT_TOOL} cannot run in the {getattr(session, 'name', '?')!r} backend's "
+            "session (no script launcher for it, or its container lacks the bridge mounts)",
+            field="backend",
+        )
+
+    async def execute(args: dict[str, Any], ctx: CallContext) -> Any:
+        timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
+        launcher = await launcher_for(ctx)
+        run_config = config
+        transport = getattr(launcher, "transport", None) or config.transport
+        if transport != config.transport:
+            run_config = _replace(config, transport=transport)
+        result = await run_script(
+            ctx.kernel,
+            args["script"],
+            timeout=timeout,
+            trace_id=ctx.trace_id,
+            parent_id=ctx.call_id,
+            config=run_config,
+            launcher=launcher,
+            emit=ctx.emit,
+        )
+        return _outcome(ctx, result, timeout)
+
+    spec = ToolSpec(
+        SCRIPT_TOOL,
+        DESCRIPTION,
+        INPUT_SCHEMA,
+        execute,
+        consequence=Consequence.IRREVERSIBLE,
+        residual=True,
+        composes_dry_run=True,
+        meta={"sandbox": config.sandbox},
+    )
+    kernel.register(spec)
+    return spec
+
+
+def _replace(config: ScriptConfig, **changes: Any) -> ScriptConfig:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)
+
+
+def _outcome(ctx: CallContext, result: ScriptResult, timeout: float) -> Any:
+    """The tool's value for a script that ran, or the error for one that did not finish well.
+
+    Errors carry the output, the calls and (for a script error) the traceback
+    as details; those are redacted and capped here because the kernel only
+    does so for values and messages.
+    """
+    payload = result.to_dict()
+    if result.status == "ok":
+        return payload
+    kernel = ctx.kernel
+    details = kernel.redactor.redact_value(payload)
+    details["output"] = cap_text(details["output"], kernel.output_cap_bytes, kernel.spool_dir).text
+    error = payload.get("error") or {}
+    if result.status == "timeout":
+        raise ToolTimeout(
+            f"{SCRIPT_TOOL} ran past its {timeout:g} s timeout; the script's processes were "
+            "killed. Output so far and the calls it made are in the details",
+            field="timeout_seconds",
+            **details,
+        )
+    if result.status == "compile_error":
+        errors = "; ".join(error.get("errors", [])) or "it does not compile"
+        raise InvalidArguments(
+            f"the script was refused before it ran: {errors}", field="script", **details
+        )
+    if result.status == "error":
+        line = f" at script line {error['line']}" if error.get("line") else ""
+        message = error.get("message") or ""
+        raise ToolError(
+            f"the script raised {error.get('type', 'an error')}{line}: {message}".rstrip(": "),
+            **details,
+        )
+    raise ToolError(
+        error.get("message") or f"the script ended with status {result.status}", **details
+    )
+
+
+def unavailable_backend(backend: str) -> SessionFactory:
+    """A session factory for a backend that cannot host scripts: every run says so."""
+
+    async def factory(ctx: CallContext) -> Any:
+        raise Unavailable(
+            f"{SCRIPT_TOOL} cannot run under the {backend!r} execution backend in this build "
+            "(its script launcher is not available); use the local backend for scripts",
+            field="backend",
+        )
+
+    return factory

@@ -1,0 +1,205 @@
+"""The bridge's wire protocol: framed JSON, sequence numbers, mutual HMAC handshake.
+
+This module is imported by the host (as ``ringfence.bridge._wire``) *and* by
+the script runner, which is executed as a file with ``python -I -S`` (in a
+container, too) and imports it as a top-level module. It therefore uses the
+standard library only and does no I/O of its own: the host drives it with trio
+streams, the runner with a blocking socket.
+
+Frame::
+
+    u32 big-endian length N | N bytes: 32-byte tag | UTF-8 JSON object
+
+Every JSON object carries ``seq``: each direction counts its own messages from
+0, and a receiver accepts exactly the next number, so a replayed, dropped or
+reordered message is refused. Once the handshake is done, ``tag`` is
+HMAC-SHA256 under the session key over a direction label and the body, so a
+message reflected back to its sender, or carried over from another run, does
+not verify. During the handshake the tag is all zeros and is not checked (the
+handshake messages authenticate themselves).
+
+Handshake (the child connects; ``secret`` is 32 random bytes the host handed
+the child through an inherited pipe, never argv or the environment)::
+
+    child → host   hello      {protocol, nonce: nc}
+    host  → child  challenge  {nonce: nh, proof: HMAC(secret, "host" | nc | nh)}
+    child → host   auth       {proof: HMAC(secret, "child" | nc | nh)}
+    host  → child  welcome    (first tagged message)
+
+    session key = HMAC(secret, "session" | nc | nh)
+
+Both nonces are fresh 32-byte values from the OS CSPRNG, so neither proof can
+be replayed into another handshake, and the labels keep the host's proof from
+being used as the child's. Comparisons use :func:`hmac.compare_digest`.
+
+Non-guarantees: frames are not encrypted (the bridge is loopback or a Unix
+socket in a private directory); a peer that never sends keeps its connection
+until the host's handshake deadline or the run's timeout.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import struct
+from typing import Any
+
+PROTOCOL = "ringfence-bridge/1"
+SECRET_BYTES = 32
+NONCE_BYTES = 32
+TAG_BYTES = 32
+HEADER = struct.Struct(">I")
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+
+_ZERO_TAG = bytes(TAG_BYTES)
+_LABEL_HOST = PROTOCOL.encode() + b" host proof"
+_LABEL_CHILD = PROTOCOL.encode() + b" child proof"
+_LABEL_SESSION = PROTOCOL.encode() + b" session key"
+# Direction labels bound into every tag: a message cannot be reflected back.
+TO_HOST = b"child->host"
+TO_CHILD = b"host->child"
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "HEADER",
+    "PROTOCOL",
+    "SECRET_BYTES",
+    "TO_CHILD",
+    "TO_HOST",
+    "Codec",
+    "ProtocolError",
+    "child_proof",
+    "host_proof",
+    "new_nonce",
+    "session_key",
+]
+
+
+class ProtocolError(Exception):
+    """A frame or message the protocol refuses: bad length, tag, JSON, sequence or proof.
+
+    ``reason`` is a short stable word for the event stream (``bad_tag``,
+    ``out_of_order``, ``oversized``, ``malformed``, ``bad_proof``,
+    ``unexpected``, ``closed``).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def new_nonce() -> bytes:
+    # os.urandom is what secrets.token_bytes calls; importing secrets would cost the child
+    # (random, base64, …) at every start.
+    return os.urandom(NONCE_BYTES)
+
+
+def _mac(key: bytes, *parts: bytes) -> bytes:
+    return hmac.digest(key, b"".join(parts), "sha256")
+
+
+def host_proof(secret: bytes, nc: bytes, nh: bytes) -> bytes:
+    return _mac(secret, _LABEL_HOST, nc, nh)
+
+
+def child_proof(secret: bytes, nc: bytes, nh: bytes) -> bytes:
+    return _mac(secret, _LABEL_CHILD, nc, nh)
+
+
+def session_key(secret: bytes, nc: bytes, nh: bytes) -> bytes:
+    return _mac(secret, _LABEL_SESSION, nc, nh)
+
+
+def check_proof(expected: bytes, claimed: Any) -> None:
+    """Raise ``bad_proof`` unless ``claimed`` (hex) equals ``expected``, in constant time."""
+    try:
+        raw = bytes.fromhex(claimed) if isinstance(claimed, str) else b""
+    except ValueError:
+        raw = b""
+    if not hmac.compare_digest(raw, expected):
+        raise ProtocolError("bad_proof", "the peer's handshake proof does not verify")
+
+
+def decode_nonce(value: Any) -> bytes:
+    try:
+        raw = bytes.fromhex(value) if isinstance(value, str) else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != NONCE_BYTES:
+        raise ProtocolError("malformed", f"a handshake nonce must be {NONCE_BYTES} bytes of hex")
+    return raw
+
+
+class Codec:
+    """Encodes and checks the frames of one side of one connection. No I/O.
+
+    ``send_label`` / ``recv_label`` are :data:`TO_HOST` / :data:`TO_CHILD`
+    (swapped on the other side). :attr:`key` is ``None`` until the handshake
+    sets the session key; from then on every frame must carry a valid tag.
+    """
+
+    def __init__(
+        self, send_label: bytes, recv_label: bytes, max_frame: int = DEFAULT_MAX_FRAME
+    ) -> None:
+        self.send_label = send_label
+        self.recv_label = recv_label
+        self.max_frame = max_frame
+        self.key: bytes | None = None
+        self.sent = 0
+        self.received = 0
+
+    def encode(self, message: dict[str, Any]) -> bytes:
+        """One frame for ``message`` (a dict; ``seq`` is added). Raises ProtocolError when too big."""
+        message["seq"] = self.sent
+        body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+        if len(body) + TAG_BYTES > self.max_frame:
+            raise ProtocolError(
+                "oversized",
+                f"a message of {len(body)} bytes exceeds the {self.max_frame}-byte frame limit",
+            )
+        tag = _mac(self.key, self.send_label, body) if self.key is not None else _ZERO_TAG
+        self.sent += 1
+        return HEADER.pack(len(body) + TAG_BYTES) + tag + body
+
+    def frame_length(self, header: bytes) -> int:
+        """The payload length announced by a 4-byte header; refuses short or oversized frames."""
+        (length,) = HEADER.unpack(header)
+        if length < TAG_BYTES + 2:
+            raise ProtocolError("malformed", f"a frame of {length} bytes is too short")
+        if length > self.max_frame:
+            raise ProtocolError(
+                "oversized", f"a frame of {length} bytes exceeds the {self.max_frame}-byte limit"
+            )
+        return length
+
+    def decode(self, payload: bytes) -> dict[str, Any]:
+        """Check the tag and the sequence number of one frame's payload and parse it."""
+        tag, body = payload[:TAG_BYTES], payload[TAG_BYTES:]
+        if self.key is not None and not hmac.compare_digest(
+            tag, _mac(self.key, self.recv_label, body)
+        ):
+            raise ProtocolError("bad_tag", "a message's tag does not verify under the session key")
+        try:
+            message = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise ProtocolError("malformed", "a message is not UTF-8 JSON") from None
+        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+            raise ProtocolError("malformed", "a message must be a JSON object with a 'type'")
+        seq = message.get("seq")
+        if type(seq) is not int or seq != self.received:
+            raise ProtocolError(
+                "out_of_order",
+                f"message seq {seq!r} refused: expected {self.received} (replayed or out of order)",
+            )
+        self.received += 1
+        return message
+
+    @staticmethod
+    def expect(message: dict[str, Any], kind: str) -> dict[str, Any]:
+        if message.get("type") != kind:
+            raise ProtocolError(
+                "unexpected", f"expected a {kind!r} message, got {message.get('type')!r}"
+            )
+        return message

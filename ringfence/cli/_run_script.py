@@ -1,0 +1,106 @@
+"""``ringfence run-script FILE``: run a tool script under the session's Gate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..bridge import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
+from ..runtime import InvalidArguments, RingfenceError
+from ._output import exit_code_for, print_json
+from ._session import add_session_options, kernel_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run-script",
+        help="run a Python tool script; every call_tool inside it is gated",
+        description=(
+            "Run FILE as a run_tool_script script. The script itself asks first (it is in the "
+            "residual), and so does each call it makes that the posture does not allow. "
+            "Put FILE before --dry-run (whose PLAN argument is optional)."
+        ),
+    )
+    p.add_argument("file", metavar="FILE", help="the script (UTF-8 Python source; - for stdin)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"hard timeout in seconds (default 120, at most {MAX_TIMEOUT_SECONDS})",
+    )
+    add_session_options(p)
+    p.set_defaults(func=run)
+
+
+def read_script(name: str) -> str:
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise InvalidArguments(
+            f"cannot read the script {name}: {exc.strerror}", field="FILE"
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArguments(f"the script {name} is not UTF-8 text", field="FILE") from None
+
+
+async def run(args: argparse.Namespace) -> int:
+    arguments: dict[str, Any] = {"script": read_script(args.file)}
+    if args.timeout is not None:
+        arguments["timeout_seconds"] = args.timeout
+    async with kernel_from_args(args) as kernel:
+        outcome = await kernel.invoke(SCRIPT_TOOL, arguments, origin="cli")
+        staged = len(kernel.plan.calls)
+    if args.json:
+        if outcome.error is not None:
+            print_json({"ok": False, "error": outcome.error.to_dict()})
+        else:
+            print_json({"ok": True, "result": outcome.value})
+        return exit_code_for(outcome.error) if outcome.error is not None else 0
+    if outcome.error is not None:
+        _print_human(outcome.error.details, error=outcome.error)
+    else:
+        _print_human(outcome.value)
+    if args.dry_run is not None:
+        sys.stderr.write(
+            f"ringfence: dry run: {staged} call(s) staged in {args.dry_run}; "
+            f"review with `ringfence plan show {args.dry_run}`\n"
+            if staged
+            else "ringfence: dry run: the script staged no calls\n"
+        )
+    return exit_code_for(outcome.error) if outcome.error is not None else 0
+
+
+def _print_human(payload: dict[str, Any], error: RingfenceError | None = None) -> None:
+    """The script's output on stdout; its result, calls and any error on stderr."""
+    output = payload.get("output") or ""
+    sys.stdout.write(output)
+    sys.stdout.flush()
+    if "result" in payload:
+        sys.stdout.write(
+            ("" if not output or output.endswith("\n") else "\n")
+            + json.dumps(payload["result"], ensure_ascii=False, indent=2, default=str)
+            + "\n"
+        )
+    sys.stdout.flush()
+    calls = payload.get("calls") or []
+    if calls:
+        sys.stderr.write(f"ringfence: the script made {len(calls)} call(s):\n")
+        width = max(len(c.get("tool", "")) for c in calls)
+        for n, c in enumerate(calls, 1):
+            decision = c.get("decision") or {}
+            did = "staged" if c.get("staged") else (c.get("error") or "ok")
+            sys.stderr.write(
+                f"  {n:3}. {c.get('tool', ''):<{width}}  {decision.get('verdict', '-'):<5} "
+                f"by {decision.get('rule', '-'):<22} -> {did}\n"
+            )
+    if error is not None:
+        trace = (payload.get("error") or {}).get("traceback")
+        if trace:
+            sys.stderr.write(trace + "\n")
+        sys.stderr.write(f"ringfence: {error.code}: {error.message}\n")

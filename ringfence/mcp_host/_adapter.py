@@ -1,0 +1,244 @@
+"""MCP tools, resources and prompts as ordinary kernel ToolSpecs.
+
+Consequence comes from each tool's own annotations, never from server trust
+(a trusted server can still expose an irreversible tool):
+
+1. ``irreversible_tools`` in the manifest → irreversible (annotations cannot lower it)
+2. ``read_only_tools`` in the manifest → read
+3. ``readOnlyHint: true`` → read
+4. ``destructiveHint: false`` → reversible
+5. anything else, including a tool with no annotations → irreversible
+
+Patterns in the manifest's tool lists are globs over the names the server
+uses (``read_file``, ``Read File!``), not over registered names.
+
+Every executor goes through the connector's pool (deadline, no replay) and
+renders its result with :mod:`._results` (redacted, capped, framed).
+Arguments have already been validated against the tool's input schema by the
+Gate (``Kernel.authorize``) before the executor runs, so bad arguments never
+reach the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+from mcp import types
+
+from ..runtime import CallContext, Consequence, InvalidArguments, ToolError, ToolSpec, cap_text
+from ._manifest import ServerConfig, Trust
+from ._results import RenderContext, render_contents, render_resource_contents
+
+if TYPE_CHECKING:
+    from ._connector import Connector
+
+__all__ = [
+    "GET_PROMPT",
+    "READ_RESOURCE",
+    "RemoteTool",
+    "consequence_for",
+    "get_prompt_spec",
+    "read_resource_spec",
+    "tool_spec",
+]
+
+READ_RESOURCE = "__read_resource"
+GET_PROMPT = "__get_prompt"
+MAX_DESCRIPTION = 2000
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    """A tool as the server listed it, with the name and consequence ringfence gives it."""
+
+    remote_name: str
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    annotations: Mapping[str, Any] | None
+    consequence: Consequence
+    consequence_reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "remote_name": self.remote_name,
+            "consequence": self.consequence.value,
+            "consequence_reason": self.consequence_reason,
+            "annotations": dict(self.annotations) if self.annotations else None,
+        }
+
+
+def _matches(name: str, patterns: Sequence[str]) -> str | None:
+    return next((p for p in patterns if fnmatchcase(name, p)), None)
+
+
+def consequence_for(
+    config: ServerConfig, remote_name: str, annotations: types.ToolAnnotations | None
+) -> tuple[Consequence, str]:
+    """The consequence of one remote tool and the reason, per the module docstring.
+
+    ``config.trust`` is deliberately not consulted.
+    """
+    if (p := _matches(remote_name, config.irreversible_tools)) is not None:
+        return Consequence.IRREVERSIBLE, f"irreversible_tools {p!r} in the manifest"
+    if (p := _matches(remote_name, config.read_only_tools)) is not None:
+        return Consequence.READ, f"read_only_tools {p!r} in the manifest"
+    if annotations is not None and annotations.read_only_hint is True:
+        return Consequence.READ, "the tool's readOnlyHint is true"
+    if annotations is not None and annotations.destructive_hint is False:
+        return Consequence.REVERSIBLE, "the tool's destructiveHint is false"
+    if annotations is None:
+        return Consequence.IRREVERSIBLE, "the tool declares no annotations"
+    return Consequence.IRREVERSIBLE, "the tool does not declare itself read-only or non-destructive"
+
+
+def _describe(connector: Connector, text: str | None) -> str:
+    c = connector.config
+    label = f"[MCP server {c.name}" + ("" if c.trust is Trust.TRUSTED else ", untrusted") + "]"
+    body = connector.redactor.redact((text or "").strip())
+    return cap_text(f"{label} {body}".strip(), MAX_DESCRIPTION).text
+
+
+def _render_ctx(connector: Connector, ctx: CallContext, source: str) -> RenderContext:
+    c = connector.config
+    return RenderContext(
+        server=c.name,
+        source=source,
+        trusted=c.trust is Trust.TRUSTED,
+        max_output_bytes=c.max_output_bytes,
+        redactor=ctx.kernel.redactor,
+        spool_dir=ctx.kernel.spool_dir,
+    )
+
+
+def tool_spec(connector: Connector, tool: RemoteTool) -> ToolSpec:
+    """A ToolSpec whose executor calls ``tool`` on the connector's pooled connection."""
+    remote = tool.remote_name
+
+    async def run(args: dict[str, Any], ctx: CallContext) -> Any:
+        result: types.CallToolResult = await connector.pool.run(
+            f"tools/call {remote}", lambda client: client.call_tool(remote, args)
+        )
+        rendered = render_contents(
+            _render_ctx(connector, ctx, f"tool {remote}"), result.content, result.structured_content
+        )
+        if result.is_error:
+            raise ToolError(
+                f"{tool.name} reported an error:\n{rendered['text']}",
+                server=connector.config.name,
+                tool=remote,
+            )
+        return rendered
+
+    return ToolSpec(
+        name=tool.name,
+        description=_describe(connector, tool.description),
+        input_schema=dict(tool.input_schema),
+        executor=run,
+        consequence=tool.consequence,
+        source=f"mcp:{connector.config.name}",
+        meta={
+            "kind": "mcp_tool",
+            "server": connector.config.name,
+            "remote_name": remote,
+            "annotations": dict(tool.annotations) if tool.annotations else None,
+            "consequence_reason": tool.consequence_reason,
+            "trust": connector.config.trust.value,
+        },
+    )
+
+
+def read_resource_spec(connector: Connector, name: str) -> ToolSpec | None:
+    """``mcp.<server>.__read_resource``: reads only the approved resource inventory.
+
+    Reversible (not read): what comes back is external, untrusted context.
+    """
+    resources = connector.resources
+    if not resources:
+        return None
+    uris = [r["uri"] for r in resources]
+    listed = "\n".join(f"- {r['uri']} (ref {r['ref']})" for r in resources[:50])
+    more = f"\n… and {len(resources) - 50} more" if len(resources) > 50 else ""
+    allowed = set(uris)
+
+    async def run(args: dict[str, Any], ctx: CallContext) -> Any:
+        uri = args["uri"]
+        if (
+            uri not in allowed
+        ):  # the schema's enum already says so; this is the executor's own check
+            raise InvalidArguments(
+                f"{uri!r} is not an approved resource of {connector.config.name}", field="uri"
+            )
+        result: types.ReadResourceResult = await connector.pool.run(
+            "resources/read", lambda client: client.read_resource(uri)
+        )
+        out = render_resource_contents(
+            _render_ctx(connector, ctx, f"resource {uri}"), uri, result.contents
+        )
+        out["ref"] = connector.resource_ref(uri)
+        return out
+
+    return ToolSpec(
+        name=name,
+        description=_describe(
+            connector, f"Read one approved resource of this server by URI.\n{listed}{more}"
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"uri": {"type": "string", "enum": uris}},
+            "required": ["uri"],
+            "additionalProperties": False,
+        },
+        executor=run,
+        consequence=Consequence.REVERSIBLE,
+        source=f"mcp:{connector.config.name}",
+        meta={"kind": "mcp_resource_reader", "server": connector.config.name},
+    )
+
+
+def get_prompt_spec(connector: Connector, name: str) -> ToolSpec | None:
+    """``mcp.<server>.__get_prompt``: fetches one approved prompt, framed like any result."""
+    prompts = connector.prompts
+    if not prompts:
+        return None
+    names = [p.name for p in prompts]
+    listed = "\n".join(
+        f"- {p.name}" + (f"({', '.join(a.name for a in p.arguments or [])})" if p.arguments else "")
+        for p in prompts[:50]
+    )
+
+    async def run(args: dict[str, Any], ctx: CallContext) -> Any:
+        prompt = args["name"]
+        arguments = {str(k): str(v) for k, v in (args.get("arguments") or {}).items()}
+        result: types.GetPromptResult = await connector.pool.run(
+            f"prompts/get {prompt}", lambda client: client.get_prompt(prompt, arguments or None)
+        )
+        rctx = _render_ctx(connector, ctx, f"prompt {prompt}")
+        messages = []
+        for m in result.messages:
+            rendered = render_contents(rctx, [m.content])
+            rendered["role"] = m.role
+            messages.append(rendered)
+        return {"server": connector.config.name, "prompt": prompt, "messages": messages}
+
+    return ToolSpec(
+        name=name,
+        description=_describe(connector, f"Get one of this server's prompts by name.\n{listed}"),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "enum": names},
+                "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+        executor=run,
+        consequence=Consequence.REVERSIBLE,
+        source=f"mcp:{connector.config.name}",
+        meta={"kind": "mcp_prompt_getter", "server": connector.config.name},
+    )

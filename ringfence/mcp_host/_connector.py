@@ -1,0 +1,659 @@
+"""Connectors: configured MCP servers joined to a kernel, and the API hosts use.
+
+::
+
+    async with create_kernel(...) as kernel:
+        async with connect_servers(kernel, load_manifests()) as connectors:
+            await kernel.call("mcp.files.read_text_file", {"path": "/srv/a.txt"})
+
+or, tied to the kernel's lifetime, in a nursery the host owns::
+
+    async with trio.open_nursery() as nursery, create_kernel(...) as kernel:
+        connectors = await attach_connectors(kernel, load_manifests(), nursery=nursery)
+
+A :class:`Connector` is one server: its pooled connection, the recorded
+initialize result (identity, negotiated protocol, capability ledger), the
+inventories it was allowed to list, and bounded redacted diagnostics. Its
+tools join the kernel's registry as ``mcp.<server>.<tool>``, so every call goes
+through the same Gate as a native tool.
+
+Servers connect concurrently. A server that cannot be connected is recorded in
+``connectors.failures`` and an ``mcp_connect_failed`` event (its tools are
+simply absent); pass ``strict=True`` to make that an error instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+from collections.abc import AsyncIterator, Iterable, Iterator
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import trio
+from mcp import types
+
+from ..runtime import Kernel, RingfenceError, ToolSpec, Unavailable, cap_text
+from ._adapter import (
+    GET_PROMPT,
+    READ_RESOURCE,
+    RemoteTool,
+    consequence_for,
+    get_prompt_spec,
+    read_resource_spec,
+    tool_spec,
+)
+from ._authority import CapabilityLedger
+from ._connection import ConnectionPool, Diagnostics, LiveConnection
+from ._elicitation import ElicitationGate, Elicitor
+from ._inventory import (
+    DEFAULT_LIMITS,
+    Listing,
+    ListLimits,
+    assign_names,
+    filter_names,
+    list_paginated,
+)
+from ._manifest import Manifest, Policy, ServerConfig, Transport
+from ._sampling import SamplingGate, SamplingProvider
+from ._urls import display_url
+
+__all__ = ["Connector", "Connectors", "attach_connectors", "connect_servers", "start_connectors"]
+
+MAX_SUBSCRIPTIONS = 100
+MAX_INSTRUCTIONS = 4000
+# Notification methods that go to the event stream when subscriptions are enabled.
+_STREAMED = frozenset(
+    {
+        "notifications/resources/updated",
+        "notifications/resources/list_changed",
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+    }
+)
+
+
+class Connector:
+    """One configured server in one session. Made by :func:`connect_servers`."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        kernel: Kernel,
+        nursery: trio.Nursery,
+        *,
+        sampling_provider: SamplingProvider | None = None,
+        sampling_lock: trio.Lock | None = None,
+        elicitor: Elicitor | None = None,
+        limits: ListLimits = DEFAULT_LIMITS,
+    ) -> None:
+        self.config = config
+        self.kernel = kernel
+        self.redactor = kernel.redactor
+        self.limits = limits
+        self.diagnostics = Diagnostics(kernel.redactor)
+        self.ledger: CapabilityLedger | None = None
+        self.identity: dict[str, Any] = {}
+        self.tools: list[RemoteTool] = []
+        self.dropped_tools: list[dict[str, str]] = []
+        self.prompts: list[types.Prompt] = []
+        self.resources: list[dict[str, Any]] = []
+        self.templates: list[dict[str, Any]] = []
+        self.dropped_resources: list[str] = []
+        self.listings: dict[str, Listing[Any]] = {}
+        self.subscribed: list[str] = []
+        self.specs: list[ToolSpec] = []
+        self.sampling: SamplingGate | None = None
+        self.elicitation: ElicitationGate | None = None
+        options: dict[str, Any] = {
+            "logging_callback": self._on_log,
+            "message_handler": self._on_message,
+        }
+        if config.roots:
+            options["list_roots_callback"] = self._on_list_roots
+        if config.sampling_policy is not Policy.DENY:
+            if sampling_provider is None:
+                self.diagnostics.fail(
+                    "sampling",
+                    f"sampling_policy is {config.sampling_policy.value!r} but no sampling provider is "
+                    "attached; sampling is not offered",
+                )
+            else:
+                self.sampling = SamplingGate(
+                    config,
+                    kernel,
+                    sampling_provider,
+                    sampling_lock or trio.Lock(),
+                    self.diagnostics,
+                )
+                options["sampling_callback"] = self.sampling
+        if config.elicitation_policy is not Policy.DENY:
+            self.elicitation = ElicitationGate(config, kernel, elicitor, self.diagnostics)
+            options["elicitation_callback"] = self.elicitation
+        self.pool = ConnectionPool(config, nursery, kernel.redactor, self.diagnostics, options)
+        self.pool.on_connect = self._on_connect
+
+    # -- identity ------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def target(self) -> str:
+        """The command line or the display URL (query hidden): for messages and listings."""
+        c = self.config
+        if c.transport is Transport.STDIO:
+            return " ".join([c.command or "", *c.args])
+        return display_url(c.url or "")
+
+    def resource_ref(self, uri: str) -> str:
+        digest = hashlib.sha256(uri.encode("utf-8")).hexdigest()[:16]
+        return f"mcp-resource:{self.config.part}:{digest}"
+
+    async def _on_connect(self, live: LiveConnection) -> None:
+        client = live.client
+        info = client.server_info
+        instructions = client.instructions
+        if instructions:
+            instructions = cap_text(self.redactor.redact(instructions), MAX_INSTRUCTIONS).text
+        self.identity = {
+            "name": info.name if info else None,
+            "version": info.version if info else None,
+            "title": getattr(info, "title", None) if info else None,
+            "protocol_version": client.protocol_version,
+            "instructions": instructions,
+            "connection": live.generation,
+        }
+        ledger = CapabilityLedger.from_initialize(
+            client.server_capabilities, self.config.approved_capabilities
+        )
+        if self.ledger is None:
+            self.ledger = ledger
+        elif ledger.advertised != self.ledger.advertised:
+            # Authority was fixed at the first connection of this session; a change waits for a new one.
+            self.diagnostics.fail(
+                "capabilities",
+                f"after reconnecting the server advertises {sorted(ledger.advertised)} "
+                f"(was {sorted(self.ledger.advertised)}); this session keeps its first ledger",
+            )
+        if live.generation > 1 and self.subscribed:
+            await self._subscribe(client, self.subscribed)
+
+    # -- callbacks from the server -------------------------------------------------------------
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        if self.ledger is None or not self.ledger.allows("logging"):
+            return  # logging is pending or not advertised: not used
+        data = params.data if isinstance(params.data, str) else repr(params.data)
+        prefix = f"{params.logger}: " if params.logger else ""
+        self.diagnostics.log("server", prefix + data, str(params.level))
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            self.diagnostics.fail("transport", f"{type(message).__name__}: {message}")
+            return
+        if isinstance(message, types.LoggingMessageNotification | types.ProgressNotification):
+            return
+        method = getattr(message, "method", type(message).__name__)
+        params = getattr(message, "params", None)
+        data = (
+            params.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if params is not None
+            else {}
+        )
+        data.pop("_meta", None)
+        self.diagnostics.notify(method, params=data)
+        if not self.config.subscribe_resources or method not in _STREAMED:
+            return
+        if method == "notifications/resources/updated" and data.get("uri") not in self.subscribed:
+            return
+        self.kernel.events.emit(
+            "mcp_notification",
+            self.kernel.session_id,
+            server=self.config.name,
+            method=method,
+            params=data,
+        )
+
+    async def _on_list_roots(self, context: Any) -> types.ListRootsResult:
+        roots = [
+            types.Root(uri=Path(r).as_uri(), name=Path(r).name or r) for r in self.config.roots
+        ]
+        self.diagnostics.notify("roots/list", answered=[str(r.uri) for r in roots])
+        return types.ListRootsResult(roots=roots)
+
+    # -- start: connect, record, list ----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, record the initialize result, and list what the ledger allows.
+
+        Raises the translated error when the server cannot be connected or its
+        tools cannot be listed.
+        """
+        await self.pool.connect()
+        assert self.ledger is not None
+        if self.ledger.allows("tools"):
+            await self._list_tools()
+        if self.ledger.allows("prompts"):
+            await self._soft(self._list_prompts, "prompts/list")
+        if self.ledger.allows("resources"):
+            await self._soft(self._list_resources, "resources/list")
+            if self.config.subscribe_resources and "resources.subscribe" in self.ledger.flags:
+                live = self.pool.live
+                if live is not None:
+                    await self._soft(
+                        lambda: self._subscribe(live.client, [r["uri"] for r in self.resources]),
+                        "subscribe",
+                    )
+        self.specs = self._build_specs()
+
+    async def _soft(self, fn: Any, action: str) -> None:
+        try:
+            await fn()
+        except RingfenceError as exc:
+            self.diagnostics.fail(action, exc)
+
+    async def _paged(self, kind: str, method: Any, items_of: Any) -> Listing[Any]:
+        async def fetch(cursor: str | None) -> tuple[list[Any], str | None]:
+            page = await self.pool.run(
+                kind, lambda c: method(c)(cursor=cursor, cache_mode="bypass")
+            )
+            return list(items_of(page)), page.next_cursor
+
+        listing = await list_paginated(kind, fetch, self.limits)
+        self.listings[kind] = listing
+        if listing.problem:
+            self.diagnostics.fail(kind, listing.problem)
+        return listing
+
+    async def _list_tools(self) -> None:
+        listing = await self._paged("tools/list", lambda c: c.list_tools, lambda p: p.tools)
+        by_name: dict[str, types.Tool] = {}
+        for tool in listing.items:
+            if tool.name in by_name:
+                self.diagnostics.fail(
+                    "tools/list", f"the server listed {tool.name!r} twice; the first is used"
+                )
+                continue
+            by_name[tool.name] = tool
+        kept, dropped = filter_names(by_name, self.config.allow_tools, self.config.deny_tools)
+        self.dropped_tools = [
+            {"remote_name": n, "reason": "allow_tools/deny_tools"} for n in dropped
+        ]
+        names = assign_names(self.config.part, kept, reserved=(READ_RESOURCE, GET_PROMPT))
+        tools: list[RemoteTool] = []
+        for remote in kept:
+            t = by_name[remote]
+            consequence, reason = consequence_for(self.config, remote, t.annotations)
+            schema = dict(t.input_schema or {"type": "object"})
+            tools.append(
+                RemoteTool(
+                    remote_name=remote,
+                    name=names[remote],
+                    description=t.description or t.title or "",
+                    input_schema=schema,
+                    annotations=t.annotations.model_dump(by_alias=True, exclude_none=True)
+                    if t.annotations
+                    else None,
+                    consequence=consequence,
+                    consequence_reason=reason,
+                )
+            )
+        self.tools = sorted(tools, key=lambda t: t.name)
+
+    async def _list_prompts(self) -> None:
+        listing = await self._paged("prompts/list", lambda c: c.list_prompts, lambda p: p.prompts)
+        seen: set[str] = set()
+        self.prompts = [p for p in listing.items if not (p.name in seen or seen.add(p.name))]
+
+    async def _list_resources(self) -> None:
+        listing = await self._paged(
+            "resources/list", lambda c: c.list_resources, lambda p: p.resources
+        )
+        by_uri: dict[str, types.Resource] = {}
+        for r in listing.items:
+            by_uri.setdefault(str(r.uri), r)
+        kept, dropped = filter_names(
+            by_uri, self.config.allow_resources, self.config.deny_resources
+        )
+        self.dropped_resources = dropped
+        self.resources = [
+            {
+                "uri": uri,
+                "name": by_uri[uri].name,
+                "mime_type": by_uri[uri].mime_type,
+                "description": self.redactor.redact(by_uri[uri].description or ""),
+                "ref": self.resource_ref(uri),
+            }
+            for uri in kept
+        ]
+        templates = await self._paged(
+            "resources/templates/list",
+            lambda c: c.list_resource_templates,
+            lambda p: p.resource_templates,
+        )
+        kept_t, _ = filter_names(
+            [t.uri_template for t in templates.items],
+            self.config.allow_resources,
+            self.config.deny_resources,
+        )
+        keep = set(kept_t)
+        self.templates = [
+            {"uri_template": t.uri_template, "name": t.name, "mime_type": t.mime_type}
+            for t in templates.items
+            if t.uri_template in keep
+        ]
+
+    async def _subscribe(self, client: Any, uris: list[str]) -> None:
+        if len(uris) > MAX_SUBSCRIPTIONS:
+            self.diagnostics.fail(
+                "subscribe",
+                f"subscribing to the first {MAX_SUBSCRIPTIONS} of {len(uris)} resources",
+            )
+            uris = uris[:MAX_SUBSCRIPTIONS]
+        done: list[str] = []
+        for uri in uris:
+            request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+            await self.pool.run(
+                "resources/subscribe",
+                lambda c, r=request: c.session.send_request(r, types.EmptyResult),
+            )
+            done.append(uri)
+        self.subscribed = done
+        del client
+
+    # -- registry ------------------------------------------------------------------------------
+
+    def _build_specs(self) -> list[ToolSpec]:
+        specs: list[ToolSpec] = []
+        for tool in self.tools:
+            try:
+                specs.append(tool_spec(self, tool))
+            except RingfenceError as exc:
+                self.diagnostics.fail(
+                    "tools/list", f"{tool.remote_name!r} was not registered: {exc.message}"
+                )
+        prefix = f"mcp.{self.config.part}."
+        for spec in (
+            read_resource_spec(self, prefix + READ_RESOURCE),
+            get_prompt_spec(self, prefix + GET_PROMPT),
+        ):
+            if spec is not None:
+                specs.append(spec)
+        return specs
+
+    def autonomous_names(self) -> tuple[str, ...]:
+        """Registered names of the tools ``autonomous_tools`` lets run without asking."""
+        patterns = self.config.autonomous_tools
+        out = []
+        for spec in self.specs:
+            remote = spec.meta.get("remote_name") or spec.name.rsplit(".", 1)[-1]
+            if any(fnmatchcase(remote, p) for p in patterns):
+                out.append(spec.name)
+        return tuple(out)
+
+    # -- diagnostics ---------------------------------------------------------------------------
+
+    async def ping(self) -> dict[str, Any]:
+        """Health: a ping round trip (2025-era protocols) on the pooled connection."""
+        started = trio.current_time()
+        live = self.pool.live
+        if live is None:
+            return {"ok": False, "detail": "not connected"}
+        if not str(live.protocol_version).startswith("2025"):
+            return {"ok": True, "detail": f"connected ({live.protocol_version} has no ping)"}
+        try:
+            await self.pool.run(
+                "ping",
+                lambda c: c.session.send_ping(),
+                timeout=min(10.0, self.config.call_timeout_seconds),
+            )
+        except RingfenceError as exc:
+            return {"ok": False, "detail": exc.message}
+        return {"ok": True, "round_trip_ms": round((trio.current_time() - started) * 1000, 2)}
+
+    def describe(self) -> dict[str, Any]:
+        """Everything recorded about this server (redacted), as JSON-able data."""
+        c = self.config
+        return {
+            "name": c.name,
+            "transport": c.transport.value,
+            "target": self.target,
+            "trust": c.trust.value,
+            "identity": self.identity,
+            "ledger": self.ledger.to_dict() if self.ledger else None,
+            "tools": [t.to_dict() for t in self.tools],
+            "dropped_tools": self.dropped_tools,
+            "prompts": [
+                {"name": p.name, "arguments": [a.name for a in p.arguments or []]}
+                for p in self.prompts
+            ],
+            "resources": self.resources,
+            "dropped_resources": self.dropped_resources,
+            "resource_templates": self.templates,
+            "subscribed": self.subscribed,
+            "listings": {k: v.to_dict() for k, v in self.listings.items()},
+            "registered": [s.name for s in self.specs],
+            "connections": self.pool.connects,
+            **self.diagnostics.to_dict(),
+        }
+
+
+class Connectors:
+    """The connectors of one session, by server name, plus servers that failed to connect."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self._by_name: dict[str, Connector] = {}
+        self.failures: dict[str, RingfenceError] = {}
+        self.discovery: Any = None
+        self._registered: list[str] = []
+        self._autonomous: tuple[str, ...] = ()
+
+    def __getitem__(self, name: str) -> Connector:
+        return self._by_name[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __iter__(self) -> Iterator[Connector]:
+        return iter(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def visible_tools(self) -> list[ToolSpec]:
+        """What a host should show a model: everything, or in discovery mode the
+        discovery tools, non-MCP tools and the MCP tools already inspected."""
+        if self.discovery is None:
+            return self.kernel.tools()
+        return self.discovery.visible_tools()
+
+    def _register(self, connector: Connector) -> None:
+        for spec in connector.specs:
+            self.kernel.register(spec)
+            self._registered.append(spec.name)
+        self._by_name[connector.name] = connector
+
+    def _add_autonomous(self) -> None:
+        names = tuple(n for c in self for n in c.autonomous_names())
+        if names:
+            rules = self.kernel.rules
+            self.kernel.rules = dataclasses.replace(rules, autonomous=rules.autonomous + names)
+            self._autonomous = names
+
+    async def aclose(self) -> None:
+        """Stop every server and take their tools out of the registry. Idempotent."""
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as n:
+                for c in self._by_name.values():
+                    n.start_soon(c.pool.aclose)
+        if self.discovery is not None:
+            self.discovery.uninstall()
+            self.discovery = None
+        for name in self._registered:
+            self.kernel.registry.remove(name)
+        self._registered.clear()
+        if self._autonomous:
+            rules = self.kernel.rules
+            left = tuple(p for p in rules.autonomous if p not in self._autonomous)
+            self.kernel.rules = dataclasses.replace(rules, autonomous=left)
+            self._autonomous = ()
+
+
+async def start_connectors(
+    kernel: Kernel,
+    manifest: Manifest,
+    nursery: trio.Nursery,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    names: Iterable[str] | None = None,
+    sampling_provider: SamplingProvider | None = None,
+    elicitor: Elicitor | None = None,
+    tool_discovery: bool | None = None,
+    strict: bool = False,
+    limits: ListLimits = DEFAULT_LIMITS,
+) -> Connectors:
+    """Connect the manifest's enabled servers into ``nursery`` and register their tools.
+
+    The connections live in ``nursery`` until ``await connectors.aclose()``
+    (which stops every server and unregisters its tools; it may be called from
+    any task). Raises (only with ``strict=True``) the first connection error,
+    after stopping whatever did connect.
+    """
+    connectors = Connectors(kernel)
+    lock = trio.Lock()  # one serialized sampling adapter for the whole session
+    wanted = set(names) if names is not None else None
+    configs = [
+        s.expanded(workspace)
+        for s in manifest.servers
+        if s.enabled and (wanted is None or s.name in wanted)
+    ]
+    started: dict[str, Connector] = {}
+
+    async def start_one(config: ServerConfig) -> None:
+        connector = Connector(
+            config,
+            kernel,
+            nursery,
+            sampling_provider=sampling_provider,
+            sampling_lock=lock,
+            elicitor=elicitor,
+            limits=limits,
+        )
+        try:
+            await connector.start()
+        except RingfenceError as exc:
+            await connector.pool.aclose()
+            connectors.failures[config.name] = exc
+            kernel.events.emit(
+                "mcp_connect_failed", kernel.session_id, server=config.name, error=exc.to_dict()
+            )
+            return
+        except BaseException:
+            await connector.pool.aclose()
+            raise
+        started[config.name] = connector
+
+    try:
+        async with trio.open_nursery() as starters:
+            for config in configs:
+                starters.start_soon(start_one, config)
+        if strict and connectors.failures:
+            name, error = next(iter(connectors.failures.items()))
+            raise Unavailable(
+                f"MCP server {name!r} could not be connected: {error.message}"
+            ) from None
+        for config in configs:  # manifest order, whatever order they finished in
+            if config.name in started:
+                connector = started.pop(config.name)
+                connectors._register(connector)
+                kernel.events.emit(
+                    "mcp_connected",
+                    kernel.session_id,
+                    server=connector.name,
+                    protocol_version=connector.identity.get("protocol_version"),
+                    server_info={k: connector.identity.get(k) for k in ("name", "version")},
+                    ledger=connector.ledger.to_dict() if connector.ledger else None,
+                    tools=[s.name for s in connector.specs],
+                )
+        connectors._add_autonomous()
+        discovery = manifest.tool_discovery if tool_discovery is None else tool_discovery
+        if discovery:
+            from ._discovery import Discovery
+
+            connectors.discovery = Discovery.install(kernel, connectors)
+    except BaseException as exc:
+        with trio.CancelScope(shield=True):
+            for connector in started.values():
+                await connector.pool.aclose()
+            await connectors.aclose()
+        if isinstance(exc, BaseExceptionGroup):
+            raise _single(exc) from None
+        raise
+    return connectors
+
+
+@contextlib.asynccontextmanager
+async def connect_servers(
+    kernel: Kernel, manifest: Manifest, **options: Any
+) -> AsyncIterator[Connectors]:
+    """Connect the manifest's servers for the duration of the ``async with`` block.
+
+    Options are those of :func:`start_connectors` (``workspace``, ``names``,
+    ``sampling_provider``, ``elicitor``, ``tool_discovery``, ``strict``,
+    ``limits``). On exit every server is stopped (cancellation or not) and
+    its tools are unregistered. An exception from the block propagates as
+    itself, not wrapped in an exception group.
+    """
+    try:
+        async with trio.open_nursery() as nursery:
+            connectors = await start_connectors(kernel, manifest, nursery, **options)
+            try:
+                yield connectors
+            finally:
+                await connectors.aclose()
+                nursery.cancel_scope.cancel()  # stray stderr readers
+    except BaseExceptionGroup as group:
+        # The connection tasks never raise, so a group here holds one real error (the
+        # caller's block or a connect failure): raise that error itself, not a group.
+        raise _single(group) from None
+
+
+async def attach_connectors(
+    kernel: Kernel, manifest: Manifest, *, nursery: trio.Nursery, **options: Any
+) -> Connectors:
+    """Connect into a nursery the host owns; the servers stop when the kernel closes.
+
+    Trio-style: the connections need a nursery that outlives this call, so
+    the host passes one::
+
+        async with trio.open_nursery() as nursery, create_kernel(...) as kernel:
+            connectors = await attach_connectors(kernel, manifest, nursery=nursery)
+
+    ``kernel.aclose()`` stops every server (``connectors.aclose()`` is
+    registered with ``kernel.push_async_callback``).
+    """
+    connectors = await start_connectors(kernel, manifest, nursery, **options)
+    kernel.push_async_callback(connectors.aclose)
+    return connectors
+
+
+def _single(group: BaseExceptionGroup) -> BaseException:
+    leaves = list(_leaves(group))
+    real = [e for e in leaves if not isinstance(e, trio.Cancelled)]
+    if len(real) == 1:
+        return real[0]
+    return group
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for e in exc.exceptions:
+            yield from _leaves(e)
+    else:
+        yield exc

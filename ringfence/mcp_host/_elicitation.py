@@ -1,0 +1,243 @@
+"""Elicitation: a server asks the person at the host for input.
+
+Default deny: with ``elicitation_policy = "deny"`` the client does not
+advertise elicitation. Otherwise:
+
+- ``ask`` asks the session's Approver whether to show the request at all;
+  ``allow`` shows it directly. Without an :class:`Elicitor` (nobody to show it
+  to) every request is declined.
+- Form mode: the schema must be a flat object of primitive fields or
+  multi-select string lists (the spec's restricted subset). A form with any field that appears to request a
+  password, token, key, payment data or other credential is refused outright;
+  such flows belong in URL mode.
+- Answers are validated against the form's schema before they are sent; an
+  answer that does not validate is not sent (the request is cancelled).
+- URL mode: the URL must be https (or loopback http) without embedded
+  credentials. ringfence never opens or fetches it; the Elicitor is shown the
+  whole URL and answers only with consent.
+- Text shown to the person and answers sent back are redacted.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+import jsonschema
+from mcp import types
+
+from ..runtime import ApprovalRequest, Choice, InvalidArguments
+from ._manifest import ServerConfig
+from ._urls import check_url
+
+if TYPE_CHECKING:
+    from ..runtime import Kernel
+    from ._connection import Diagnostics
+
+__all__ = [
+    "ElicitationAnswer",
+    "ElicitationGate",
+    "ElicitationPrompt",
+    "Elicitor",
+    "credential_fields",
+]
+
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "password", "passwd", "passphrase", "pwd", "secret", "token", "apikey", "key", "keys",
+        "credential", "credentials", "auth", "authorization", "otp", "totp", "2fa", "mfa", "pin",
+        "cvv", "cvc", "card", "iban", "ssn", "privatekey", "cookie",
+    }
+)  # fmt: skip
+_CREDENTIAL_PHRASES = re.compile(
+    r"pass\s*word|pass\s*phrase|api[\s_-]*key|private[\s_-]*key|secret|access[\s_-]*token|"
+    r"bearer|credit[\s_-]*card|card[\s_-]*number|security[\s_-]*code|social[\s_-]*security|"
+    r"bank[\s_-]*account|routing[\s_-]*number|credential|one[\s_-]*time[\s_-]*(code|password)",
+    re.IGNORECASE,
+)
+_PRIMITIVES = frozenset({"string", "number", "integer", "boolean"})
+
+
+def _is_multi_select(prop: Mapping[str, Any]) -> bool:
+    """2025-11-25's multi-select enum: an array of strings drawn from a fixed list."""
+    items = prop.get("items")
+    return (
+        prop.get("type") == "array"
+        and isinstance(items, Mapping)
+        and (items.get("type") == "string" or "anyOf" in items)
+        and ("enum" in items or "anyOf" in items)
+    )
+
+
+def _words(text: str) -> set[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
+    return {w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w}
+
+
+def credential_fields(schema: Mapping[str, Any]) -> list[str]:
+    """Names of fields in a form schema that appear to ask for credentials or payment data.
+
+    A field's name and title are checked word by word (``apiKey``, ``pin``); its
+    description, which is prose ("do not give us your pin"), only for explicit
+    phrases (``password``, ``api key``, ``card number``, …).
+    """
+    out = []
+    for name, prop in (schema.get("properties") or {}).items():
+        prop = prop if isinstance(prop, Mapping) else {}
+        label = f"{name} {prop.get('title', '')}"
+        description = str(prop.get("description", ""))
+        fmt = str(prop.get("format", "")).lower()
+        if (
+            _words(label) & _CREDENTIAL_WORDS
+            or _CREDENTIAL_PHRASES.search(label)
+            or _CREDENTIAL_PHRASES.search(description)
+            or fmt in ("password", "credit-card")
+        ):
+            out.append(str(name))
+    return out
+
+
+@dataclass(frozen=True)
+class ElicitationPrompt:
+    """What the person is shown. ``url`` is the whole URL (URL mode); it is never opened."""
+
+    server: str
+    mode: Literal["form", "url"]
+    message: str
+    trace_id: str
+    requested_schema: Mapping[str, Any] | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class ElicitationAnswer:
+    action: Literal["accept", "decline", "cancel"]
+    content: Mapping[str, Any] | None = field(default=None)
+
+
+@runtime_checkable
+class Elicitor(Protocol):
+    """Shows an elicitation to a person and returns their answer."""
+
+    async def elicit(self, prompt: ElicitationPrompt) -> ElicitationAnswer: ...
+
+
+class ElicitationGate:
+    """The ``elicitation_callback`` for one server (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        kernel: Kernel,
+        elicitor: Elicitor | None,
+        diagnostics: Diagnostics,
+    ) -> None:
+        self.config = config
+        self.kernel = kernel
+        self.elicitor = elicitor
+        self.diagnostics = diagnostics
+
+    def _check_form(self, schema: Mapping[str, Any]) -> str | None:
+        if schema.get("type") != "object" or not isinstance(schema.get("properties"), Mapping):
+            return "the form schema must be an object with properties"
+        for name, prop in schema["properties"].items():
+            if not (
+                isinstance(prop, Mapping)
+                and (prop.get("type") in _PRIMITIVES or _is_multi_select(prop))
+            ):
+                return (
+                    f"form field {name!r} is not a primitive (string, number, integer, boolean) "
+                    "or a multi-select list of strings"
+                )
+        bad = credential_fields(schema)
+        if bad:
+            return (
+                f"form fields {', '.join(map(repr, bad))} appear to ask for credentials or payment data; "
+                "ringfence never collects those in a form (use a URL-mode flow instead)"
+            )
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(schema))
+        except jsonschema.SchemaError as exc:
+            return f"the form schema is invalid: {exc.message}"
+        return None
+
+    async def __call__(self, context: Any, params: Any) -> Any:
+        trace_id = secrets.token_hex(8)
+        events = self.kernel.events
+        redact = self.kernel.redactor.redact
+        mode: Literal["form", "url"] = (
+            "url" if isinstance(params, types.ElicitRequestURLParams) else "form"
+        )
+        events.emit("mcp_elicitation_requested", trace_id, server=self.config.name, mode=mode)
+
+        def refuse(message: str) -> types.ErrorData:
+            events.emit(
+                "mcp_elicitation_refused", trace_id, server=self.config.name, reason=message
+            )
+            self.diagnostics.fail("elicitation", message)
+            return types.ErrorData(code=types.INVALID_PARAMS, message=message)
+
+        def answer(
+            action: Literal["accept", "decline", "cancel"], content: Any = None
+        ) -> types.ElicitResult:
+            events.emit(
+                "mcp_elicitation_answered", trace_id, server=self.config.name, action=action
+            )
+            return types.ElicitResult(action=action, content=content)
+
+        schema: Mapping[str, Any] | None = None
+        url: str | None = None
+        if mode == "form":
+            schema = dict(params.requested_schema or {})
+            problem = self._check_form(schema)
+            if problem is not None:
+                return refuse(problem)
+        else:
+            try:
+                url = check_url(params.url, "url")
+            except InvalidArguments as exc:
+                return refuse(f"the elicitation {exc.message}; ringfence will not offer it")
+        if self.elicitor is None:
+            return answer("decline")
+        if self.config.elicitation_policy.value == "ask":
+            approval = await self.kernel.approver.approve(
+                ApprovalRequest(
+                    tool=f"mcp.{self.config.part}.__elicitation",
+                    arguments={"mode": mode, "message": redact(params.message)},
+                    consequence="reversible",
+                    rule="elicitation_policy:ask",
+                    reason=f"MCP server {self.config.name!r} asks you for input",
+                    origin="mcp-elicitation",
+                    trace_id=trace_id,
+                )
+            )
+            if approval.choice is Choice.DENY:
+                return answer("decline")
+        prompt = ElicitationPrompt(
+            server=self.config.name,
+            mode=mode,
+            message=redact(params.message),
+            trace_id=trace_id,
+            requested_schema=schema,
+            url=url,
+        )
+        reply = await self.elicitor.elicit(prompt)
+        if reply.action != "accept":
+            return answer(reply.action)
+        if mode == "url":
+            # Consent only: nothing was opened or fetched by ringfence.
+            return answer("accept")
+        content = self.kernel.redactor.redact_value(dict(reply.content or {}))
+        assert schema is not None
+        error = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(dict(schema)).iter_errors(content)
+        )
+        if error is not None:
+            self.diagnostics.fail(
+                "elicitation", f"the answer did not match the form: {error.message}"
+            )
+            return answer("cancel")
+        return answer("accept", content)

@@ -1,0 +1,56 @@
+"""Connect a kernel's MCP servers when it is entered (what ``create_kernel(mcp_manifest=…)`` does).
+
+Connecting starts server processes, so it happens only on request and only
+inside ``async with kernel``: a kernel startup opens :func:`connect_servers`
+with :meth:`Kernel.enter_async_context`, so the connections' nursery opens
+and closes in the task that entered the kernel, before the event stream is
+sealed. The :class:`Connectors` are at ``kernel.extensions["mcp"]``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..runtime import Kernel
+from ._connector import connect_servers
+from ._manifest import Manifest, load_manifest, load_manifests
+
+__all__ = ["connect_when_entered"]
+
+ManifestSource = Manifest | str | os.PathLike[str] | bool
+
+
+def _load(source: ManifestSource, workspace: str | os.PathLike[str] | None) -> Manifest:
+    if isinstance(source, Manifest):
+        return source
+    if source is True:
+        return load_manifests(workspace)
+    if source is False:
+        return Manifest()
+    return load_manifest(source)
+
+
+def connect_when_entered(
+    kernel: Kernel,
+    manifest: ManifestSource,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> None:
+    """Arrange for ``kernel`` to connect the servers of ``manifest`` on ``async with``.
+
+    ``manifest``: a :class:`Manifest`, a path to an ``mcp.toml``, or ``True``
+    for the user manifest plus ``<workspace>/.ringfence/mcp.toml``. The
+    manifest is read at entry, so a malformed file raises from ``async with``.
+    ``options`` go to :func:`connect_servers`.
+    """
+
+    async def startup(k: Kernel) -> None:
+        cm = connect_servers(
+            k, _load(manifest, workspace), workspace=workspace, **dict(options or {})
+        )
+        k.extensions["mcp"] = await k.enter_async_context(cm)
+
+    kernel.add_startup(startup)

@@ -1,0 +1,165 @@
+"""Inventories: bounded paginated listing, filtering and registered names.
+
+A malformed or hostile server must not be able to grow discovery without
+bound, so every listing stops at the first of: the end of the list, a cursor
+seen before (a loop), ``max_pages`` pages, or ``max_items`` items. Hitting a
+limit keeps what was gathered and records why the listing is incomplete.
+
+Registered names are ``mcp.<server>.<tool>``, each part sanitized to
+``[a-z0-9_]`` (``"Read File!"`` → ``read_file``). When two remote names
+sanitize to the same part, *every* member of that group gets a suffix derived
+from a hash of its own remote name (``read_file_3f2a9c``). The result does not
+depend on listing order, and a name never silently moves to a different remote
+tool: a newly appearing look-alike renames the old tool instead of taking over
+its name (and any rule or grant that named it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, Generic, TypeVar
+
+from ._manifest import sanitize_part
+
+__all__ = [
+    "ListLimits",
+    "Listing",
+    "assign_names",
+    "filter_names",
+    "list_paginated",
+]
+
+T = TypeVar("T")
+
+MAX_NAME = 128  # MCP's and the registry's limit on a tool name
+
+
+@dataclass(frozen=True)
+class ListLimits:
+    """Bounds on one listing (tools, prompts, resources or templates)."""
+
+    max_pages: int = 100
+    max_items: int = 5000
+
+
+DEFAULT_LIMITS = ListLimits()
+
+
+@dataclass(frozen=True)
+class Listing(Generic[T]):
+    items: tuple[T, ...]
+    pages: int
+    complete: bool
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "count": len(self.items),
+            "pages": self.pages,
+            "complete": self.complete,
+            "problem": self.problem,
+        }
+
+
+async def list_paginated(
+    kind: str,
+    fetch: Callable[[str | None], Awaitable[tuple[Sequence[T], str | None]]],
+    limits: ListLimits = DEFAULT_LIMITS,
+) -> Listing[T]:
+    """Follow ``next_cursor`` from the first page, within ``limits``.
+
+    ``fetch(cursor)`` returns ``(items, next_cursor)``. Errors from ``fetch``
+    propagate (the caller translates them).
+    """
+    items: list[T] = []
+    seen: set[str] = set()
+    cursor: str | None = None
+    pages = 0
+    while True:
+        if pages >= limits.max_pages:
+            return Listing(
+                tuple(items), pages, False, f"{kind}: stopped after {pages} pages (page limit)"
+            )
+        page, next_cursor = await fetch(cursor)
+        pages += 1
+        room = limits.max_items - len(items)
+        if len(page) > room:
+            items.extend(page[:room])
+            return Listing(
+                tuple(items),
+                pages,
+                False,
+                f"{kind}: stopped at {limits.max_items} items (item limit)",
+            )
+        items.extend(page)
+        if not next_cursor:
+            return Listing(tuple(items), pages, True)
+        if next_cursor in seen:
+            return Listing(
+                tuple(items),
+                pages,
+                False,
+                f"{kind}: the server repeated a cursor after {pages} pages (cursor loop)",
+            )
+        seen.add(next_cursor)
+        cursor = next_cursor
+
+
+def filter_names(
+    names: Iterable[str], allow: Sequence[str] | None, deny: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """Split ``names`` into (kept, dropped) by glob lists. Deny wins; ``allow=()`` keeps nothing."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for name in names:
+        denied = any(fnmatchcase(name, p) for p in deny)
+        allowed = allow is None or any(fnmatchcase(name, p) for p in allow)
+        (kept if allowed and not denied else dropped).append(name)
+    return kept, dropped
+
+
+def _suffix(remote: str, length: int) -> str:
+    return hashlib.sha256(remote.encode("utf-8")).hexdigest()[:length]
+
+
+def assign_names(
+    server_part: str, remote_names: Iterable[str], reserved: Iterable[str] = ()
+) -> dict[str, str]:
+    """Map each remote name to its registered name ``mcp.<server_part>.<part>``.
+
+    Deterministic and order-independent; see the module docstring for collisions.
+    ``reserved`` parts (``__read_resource``) are never produced for a remote tool.
+    """
+    prefix = f"mcp.{server_part}."
+    room = MAX_NAME - len(prefix)
+    unique = sorted(set(remote_names))
+    base: dict[str, str] = {}
+    for remote in unique:
+        part = sanitize_part(remote, "tool")
+        base[remote] = part
+    groups: dict[str, list[str]] = {}
+    for remote, part in base.items():
+        groups.setdefault(part, []).append(remote)
+    taken = set(reserved)
+    out: dict[str, str] = {}
+    for part, members in sorted(groups.items()):
+        if len(members) == 1 and len(part) <= room and part not in taken:
+            out[members[0]] = part
+            taken.add(part)
+    for part, members in sorted(groups.items()):
+        for remote in members:
+            if remote in out:
+                continue
+            length = 6
+            while True:
+                tail = "_" + _suffix(remote, length)
+                candidate = part[: room - len(tail)] + tail
+                if candidate not in taken:
+                    break
+                length += 2
+            out[remote] = candidate
+            taken.add(candidate)
+    return {remote: prefix + part for remote, part in out.items()}

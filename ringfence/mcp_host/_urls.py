@@ -1,0 +1,173 @@
+"""Remote MCP server URLs: what is accepted, and how one is shown.
+
+Rules (issue 6, "Transports"):
+
+- ``https`` everywhere; plain ``http`` only for a loopback host (``127.0.0.0/8``,
+  ``[::1]``, ``localhost``), for local development.
+- Credentials embedded in a URL (``https://user:pass@host``) are refused: secrets
+  are named as environment variables, never written into the manifest.
+- A URL's query (and fragment) is kept for the server but *displayed* as
+  ``<query not shown>`` (``<fragment not shown>``) everywhere ringfence shows or
+  logs it, because queries often carry tokens. A URL that still holds one of
+  those placeholders is refused, so a displayed form can never replace the real
+  query by accident.
+- Errors about a URL never repeat it; they name the manifest field instead.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from ..runtime import InvalidArguments
+
+__all__ = [
+    "FORBIDDEN_HEADERS",
+    "QUERY_PLACEHOLDER",
+    "check_header_name",
+    "check_url",
+    "display_url",
+    "has_placeholder",
+    "is_loopback_host",
+    "url_secrets",
+]
+
+QUERY_PLACEHOLDER = "<query not shown>"
+FRAGMENT_PLACEHOLDER = "<fragment not shown>"
+
+# Connection-control headers: the transport owns them; configuration may not set them.
+FORBIDDEN_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "transfer-encoding",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        # Hop-by-hop relatives of the above; setting them would confuse the transport too.
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+    }
+)
+
+# RFC 9110 token characters: a header name outside them is malformed.
+_TOKEN_CHARS = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+
+
+def is_loopback_host(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def has_placeholder(url: str) -> bool:
+    return QUERY_PLACEHOLDER in url or FRAGMENT_PLACEHOLDER in url
+
+
+def check_url(url: object, field: str = "url") -> str:
+    """Return ``url`` unchanged if it is acceptable; raise InvalidArguments naming ``field``.
+
+    The message never contains the URL itself (it may carry a token in its query).
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidArguments(f"{field} must be a non-empty URL string", field=field)
+    if has_placeholder(url):
+        raise InvalidArguments(
+            f"{field} still holds {QUERY_PLACEHOLDER!r} or {FRAGMENT_PLACEHOLDER!r}: that is how "
+            "ringfence displays a hidden query, not the query itself; leave the saved URL unchanged "
+            "or enter the whole URL",
+            field=field,
+        )
+    if url != url.strip() or any(ord(c) < 0x21 or c == "\x7f" for c in url):
+        raise InvalidArguments(
+            f"{field} contains whitespace or control characters; enter the URL exactly",
+            field=field,
+        )
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        port = parts.port  # raises ValueError on a malformed port
+    except ValueError:
+        raise InvalidArguments(f"{field} is not a valid URL", field=field) from None
+    del port
+    scheme = parts.scheme.lower()
+    if scheme not in ("https", "http"):
+        raise InvalidArguments(
+            f"{field} must use https (or http to a loopback host), not {scheme or 'no scheme'!r}",
+            field=field,
+        )
+    if not host:
+        raise InvalidArguments(f"{field} has no host", field=field)
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise InvalidArguments(
+            f"{field} has credentials embedded in it; name them as environment variables "
+            "with api_key_env or headers_env instead",
+            field=field,
+        )
+    if scheme == "http" and not is_loopback_host(host):
+        raise InvalidArguments(
+            f"{field} uses plain http to a host that is not loopback; remote MCP servers "
+            "must use https",
+            field=field,
+        )
+    return url
+
+
+def display_url(url: str) -> str:
+    """The URL as ringfence shows it: scheme, host, port and path; query and fragment hidden."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.hostname or ""
+        if ":" in netloc:  # IPv6 literal
+            netloc = f"[{netloc}]"
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+    except ValueError:
+        return "<malformed URL not shown>"
+    shown = f"{parts.scheme}://{netloc}{parts.path}"
+    if parts.query:
+        shown += f"?{QUERY_PLACEHOLDER}"
+    if parts.fragment:
+        shown += f"#{FRAGMENT_PLACEHOLDER}"
+    return shown
+
+
+def url_secrets(url: str) -> list[str]:
+    """Parts of ``url`` the redactor should hide: its query, fragment and each query value."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return [url]
+    out: list[str] = []
+    if parts.query:
+        out.append(parts.query)
+        for pair in parts.query.split("&"):
+            _, _, value = pair.partition("=")
+            if value:
+                out.append(value)
+    if parts.fragment:
+        out.append(parts.fragment)
+    return out
+
+
+def check_header_name(name: object, field: str) -> str:
+    """A configured header name: a valid token, and not a connection-control header."""
+    if not isinstance(name, str) or not name or not set(name) <= _TOKEN_CHARS:
+        raise InvalidArguments(f"{field}: {name!r} is not a valid HTTP header name", field=field)
+    if name.lower() in FORBIDDEN_HEADERS:
+        raise InvalidArguments(
+            f"{field}: the {name} header is controlled by the transport and cannot be set "
+            "by configuration",
+            field=field,
+        )
+    return name

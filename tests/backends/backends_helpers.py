@@ -1,0 +1,78 @@
+"""Fixtures for the backends tests: a real Docker daemon and the busybox test image.
+
+Docker tests skip with the reason when the daemon is unreachable, unless
+``RINGFENCE_REQUIRE_DOCKER=1`` (CI), which turns that into a failure. The
+busybox image is built here when it is missing, so a fresh machine where
+``.ci/run`` just started dockerd works.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import psutil
+import pytest
+
+from ringfence.backends import BackendSession, DockerSession, connect_docker, ensure_image
+from ringfence.runtime import Unavailable
+
+TEST_IMAGE = "busybox"
+WORKSPACE_UID = 1000
+# Small limits keep the hardening tests fast.
+DOCKER_OPTIONS = {"image": TEST_IMAGE, "memory": "96m", "pids": 64, "cpus": 1.0}
+
+
+def docker_required() -> bool:
+    return os.environ.get("RINGFENCE_REQUIRE_DOCKER") == "1"
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    try:
+        client = connect_docker()
+    except Unavailable as exc:
+        if docker_required():
+            pytest.fail(f"RINGFENCE_REQUIRE_DOCKER=1 but Docker is unavailable: {exc}")
+        pytest.skip(f"Docker is unavailable: {exc}")
+    try:
+        ensure_image(client, TEST_IMAGE)
+    except Unavailable as exc:
+        if docker_required():
+            pytest.fail(f"RINGFENCE_REQUIRE_DOCKER=1 but the test image cannot be built: {exc}")
+        pytest.skip(f"the busybox test image cannot be built: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A workspace owned by an unprivileged uid, as a developer's checkout would be."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    if os.geteuid() == 0:  # as a developer, the directory is already the developer's
+        os.chown(ws, WORKSPACE_UID, WORKSPACE_UID)
+    return ws
+
+
+def chown_like_workspace(workspace: Path, *paths: Path) -> None:
+    st = workspace.stat()
+    for path in paths:
+        if os.geteuid() == 0:
+            os.chown(path, st.st_uid, st.st_gid)
+
+
+async def host_processes(_session: BackendSession) -> list[str]:
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline")
+        if cmdline:
+            out.append(" ".join(cmdline))
+    return out
+
+
+async def container_processes(session: BackendSession) -> list[str]:
+    assert isinstance(session, DockerSession)
+    return await session.top()

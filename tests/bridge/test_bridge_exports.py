@@ -1,0 +1,39 @@
+"""The bridge's public names resolve, and its runner files need nothing but the stdlib."""
+
+from __future__ import annotations
+
+import ast
+
+import ringfence.bridge
+from ringfence.bridge._host import RUNNER_PATH
+
+CHILD_MODULES = ("_runner.py", "_wire.py", "_sandbox.py")
+
+
+def test_public_names_resolve() -> None:
+    public = [n for n in dir(ringfence.bridge) if not n.startswith("_")]
+    assert {"register_script_tool", "run_script", "ScriptConfig", "LocalLauncher"} <= set(public)
+    for name in public:
+        assert getattr(ringfence.bridge, name) is not None, name
+
+
+def test_the_child_side_imports_only_the_stdlib_and_restrictedpython() -> None:
+    """The runner runs as a file under ``python -I -S`` (in containers too): no ringfence, no SDKs."""
+    allowed_third_party = {"RestrictedPython", "_sandbox", "_wire"}  # and its siblings
+    for name in CHILD_MODULES:
+        tree = ast.parse((RUNNER_PATH.parent / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                roots = {(node.module or "").split(".")[0]}
+            else:
+                continue
+            for root in roots:
+                assert root in allowed_third_party or root in _stdlib(), (name, root)
+
+
+def _stdlib() -> frozenset[str]:
+    import sys
+
+    return frozenset(sys.stdlib_module_names) | {"__future__"}

@@ -1,0 +1,223 @@
+"""The run_tool_script tool, its wiring in create_kernel, and ``ringfence run-script``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bridge_helpers import Ledger, kinds, register_tools
+
+from ringfence._embed import create_kernel
+from ringfence.bridge import SCRIPT_TOOL, register_script_tool
+from ringfence.runtime import (
+    ApprovalAnswer,
+    Consequence,
+    Kernel,
+    Posture,
+    ScriptedApprover,
+    decide,
+)
+
+YES = ScriptedApprover(lambda r: ApprovalAnswer.once())
+
+
+def test_the_tool_is_irreversible_residual_and_composes_dry_runs() -> None:
+    kernel = Kernel()
+    spec = register_script_tool(kernel)
+    assert kernel.registry.get(SCRIPT_TOOL) is spec
+    assert spec.consequence is Consequence.IRREVERSIBLE
+    assert spec.residual and spec.composes_dry_run
+    for posture in Posture:
+        verdict = decide(spec, posture, kernel.rules).verdict.value
+        assert verdict == ("allow" if posture is Posture.UNRESTRICTED else "ask")
+
+
+async def test_it_asks_first_and_a_refusal_starts_nothing() -> None:
+    async with Kernel(posture=Posture.ALLOW_ALL) as kernel:  # headless approver
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": "x = 1"})
+    assert outcome.error.code == "denied"
+    assert outcome.decision.rule == "approver:residual"
+    assert kinds(kernel, "script_started") == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"script": "x = 1", "timeout_seconds": 601}, "timeout_seconds"),
+        ({"script": "x = 1", "timeout_seconds": 0}, "timeout_seconds"),
+        ({"script": ""}, "script"),
+        ({}, "script"),
+        ({"script": "x = 1", "sandbox": "none"}, "sandbox"),  # not the model's choice
+    ],
+)
+async def test_bad_arguments_are_refused_by_field(arguments: dict, field: str) -> None:
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, arguments)
+    assert outcome.error.code == "invalid_arguments"
+    assert outcome.error.field == field
+    assert kinds(kernel, "script_started") == []
+
+
+async def test_ok_value_has_output_result_and_calls(ledger: Ledger) -> None:
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, ledger)
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL,
+            {"script": 'print("hi")\nresult = call_tool("peek")["tool"]', "timeout_seconds": 600},
+        )
+    assert outcome.ok, outcome.error
+    assert outcome.value["status"] == "ok"
+    assert outcome.value["output"] == "hi\n"
+    assert outcome.value["result"] == "peek"
+    assert [c["tool"] for c in outcome.value["calls"]] == ["peek"]
+    started = kinds(kernel, "script_started")[0]
+    assert started["call_id"] == outcome.call_id and started["cpu_seconds"] == 601
+
+
+async def test_a_script_error_is_a_tool_error_with_its_traceback() -> None:
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": 'print("before")\n\n{}["k"]'})
+    assert outcome.error.code == "tool_error"
+    assert outcome.error.message == "the script raised KeyError at script line 3: 'k'"
+    details = outcome.error.details
+    assert details["output"] == "before\n"
+    assert "script line 3" in details["error"]["traceback"]
+
+
+async def test_a_compile_error_names_the_script_field() -> None:
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": "x.__dict__"})
+    assert outcome.error.code == "invalid_arguments"
+    assert outcome.error.field == "script"
+    assert "__dict__" in outcome.error.message
+
+
+async def test_a_timeout_kills_the_script_and_keeps_its_output() -> None:
+    script = 'print("started")\nwhile True:\n    pass'
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script, "timeout_seconds": 0.5})
+    assert outcome.error.code == "timeout"
+    assert outcome.error.field == "timeout_seconds"
+    assert outcome.error.details["output"] == "started\n"
+    assert kinds(kernel, "script_finished")[-1]["status"] == "timeout"
+
+
+async def test_secrets_are_redacted_in_values_and_error_details() -> None:
+    secret = "hunter2-very-secret"
+
+    async def leak(args, ctx):
+        return f"token={secret}"
+
+    async with Kernel(approver=YES, secrets=[secret]) as kernel:
+        from ringfence.runtime import ToolSpec
+
+        kernel.register(
+            ToolSpec("leak", "l", {"type": "object"}, leak, consequence=Consequence.READ)
+        )
+        register_script_tool(kernel)
+        ok = await kernel.invoke(SCRIPT_TOOL, {"script": 'print(call_tool("leak"))\nresult = "x"'})
+        bad = await kernel.invoke(
+            SCRIPT_TOOL, {"script": 'v = call_tool("leak")\nprint(v)\nraise ValueError(v)'}
+        )
+    # The tool's own result is redacted before the script sees it, and again on the way out.
+    assert secret not in json.dumps(ok.value) and secret not in json.dumps(bad.error.to_dict())
+    assert secret not in "\n".join(kernel.events._sink.lines)
+
+
+async def test_create_kernel_registers_it(tmp_path) -> None:
+    async with create_kernel(roots=[tmp_path], approver=YES) as kernel:
+        assert SCRIPT_TOOL in kernel.registry
+        ok = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 1"})
+    assert ok.value["result"] == 1
+
+
+async def test_a_backend_without_a_script_launcher_is_unavailable() -> None:
+    from ringfence.bridge import unavailable_backend
+
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel, backend_session_factory=unavailable_backend("remote"))
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 1"})
+    assert outcome.error.code == "unavailable"
+    assert "'remote'" in outcome.error.message
+    assert kinds(kernel, "script_started") == []
+
+
+def _cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGFENCE_POSTURE")}
+    return subprocess.run(
+        [sys.executable, "-m", "ringfence", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        input=stdin,
+        timeout=60,
+    )
+
+
+def test_cli_run_script(tmp_path) -> None:
+    script = tmp_path / "pipeline.py"
+    script.write_text('print("line one")\nresult = {"n": 2}\n')
+    human = _cli("run-script", str(script), "--approve", "yes", cwd=tmp_path)
+    assert human.returncode == 0, human.stderr
+    assert human.stdout == 'line one\n{\n  "n": 2\n}\n'
+    as_json = _cli(
+        "run-script", str(script), "--approve", "yes", "--json", "--timeout", "30",
+        "--events", str(tmp_path / "events.jsonl"), cwd=tmp_path,
+    )  # fmt: skip
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["result"]["result"] == {"n": 2}
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert {"script_started", "script_sandbox", "script_finished"} <= {e["kind"] for e in events}
+
+
+def test_cli_run_script_exit_codes(tmp_path) -> None:
+    failing = tmp_path / "failing.py"
+    failing.write_text("x = 1\nraise ValueError('no')\n")
+    denied = _cli("run-script", str(failing), "--approve", "no", cwd=tmp_path)
+    assert denied.returncode == 3
+    error = _cli("run-script", str(failing), "--approve", "yes", cwd=tmp_path)
+    assert error.returncode == 1
+    assert "script line 2" in error.stderr
+    assert (
+        "ringfence: tool_error: the script raised ValueError at script line 2: no" in error.stderr
+    )
+    too_long = _cli(
+        "run-script", str(failing), "--approve", "yes", "--timeout", "900", cwd=tmp_path
+    )
+    assert too_long.returncode == 2
+    missing = _cli("run-script", str(tmp_path / "nope.py"), cwd=tmp_path)
+    assert missing.returncode == 2 and "cannot read the script" in missing.stderr
+
+
+async def test_a_spare_runner_is_used_replaced_and_ended_with_the_kernel() -> None:
+    from bridge_helpers import runner_processes
+
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel)
+        assert runner_processes() == []  # nothing starts before the first run
+        first = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 1"})
+        spares = runner_processes()
+        assert first.ok and len(spares) == 1  # waiting for the next run
+        second = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 2"})
+        assert second.value["result"] == 2
+        assert kinds(kernel, "script_started")[-1]["pid"] == spares[0].pid  # it ran there
+        # A spare that died is replaced, not used.
+        (spare,) = runner_processes()
+        spare.kill()
+        spare.wait(5)
+        third = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 3"})
+        assert third.value["result"] == 3
+        assert kinds(kernel, "script_started")[-1]["pid"] != spare.pid
+        assert len(runner_processes()) == 1
+    assert runner_processes() == []  # closing the kernel ended the spare

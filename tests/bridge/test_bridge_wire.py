@@ -1,0 +1,184 @@
+"""The wire protocol: framing, sequence numbers, tags, and the mutual handshake."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+import trio.testing
+from bridge_helpers import WRONG, RawClient
+
+from ringfence.bridge import ProtocolError
+from ringfence.bridge._host import _Connection
+from ringfence.bridge._wire import (
+    HEADER,
+    TAG_BYTES,
+    TO_CHILD,
+    TO_HOST,
+    Codec,
+    check_proof,
+    child_proof,
+    host_proof,
+    new_nonce,
+    session_key,
+)
+
+KEY = b"k" * 32
+
+
+def pair() -> tuple[Codec, Codec]:
+    child, host = Codec(TO_HOST, TO_CHILD), Codec(TO_CHILD, TO_HOST)
+    child.key = host.key = KEY
+    return child, host
+
+
+def payload(frame: bytes) -> bytes:
+    (n,) = HEADER.unpack(frame[: HEADER.size])
+    assert len(frame) == HEADER.size + n
+    return frame[HEADER.size :]
+
+
+def test_round_trip_counts_each_direction() -> None:
+    child, host = pair()
+    for i in range(3):
+        msg = host.decode(payload(child.encode({"type": "call", "i": i})))
+        assert msg == {"type": "call", "i": i, "seq": i}
+    assert host.decode(payload(child.encode({"type": "done"})))["seq"] == 3
+    assert child.decode(payload(host.encode({"type": "reply"})))["seq"] == 0
+
+
+def test_replayed_message_is_refused() -> None:
+    child, host = pair()
+    frame = child.encode({"type": "call"})
+    host.decode(payload(frame))
+    with pytest.raises(ProtocolError) as info:
+        host.decode(payload(frame))
+    assert info.value.reason == "out_of_order"
+
+
+def test_out_of_order_message_is_refused() -> None:
+    child, host = pair()
+    first, second = child.encode({"type": "a"}), child.encode({"type": "b"})
+    with pytest.raises(ProtocolError) as info:
+        host.decode(payload(second))
+    assert info.value.reason == "out_of_order"
+    assert "expected 0" in info.value.message
+    assert host.decode(payload(first))["type"] == "a"  # the refusal consumed nothing
+
+
+def test_tampered_body_fails_the_tag() -> None:
+    child, host = pair()
+    data = bytearray(payload(child.encode({"type": "call", "tool": "peek"})))
+    data[-3] ^= 0x01
+    with pytest.raises(ProtocolError) as info:
+        host.decode(bytes(data))
+    assert info.value.reason == "bad_tag"
+
+
+def test_reflected_message_fails_the_tag() -> None:
+    """A host message sent back to the host does not verify (direction is in the tag)."""
+    _child, host = pair()
+    other = Codec(TO_CHILD, TO_HOST)
+    other.key = KEY
+    with pytest.raises(ProtocolError) as info:
+        host.decode(payload(other.encode({"type": "call"})))
+    assert info.value.reason == "bad_tag"
+
+
+def test_message_from_another_session_fails_the_tag() -> None:
+    child, host = pair()
+    host.key = b"x" * 32
+    with pytest.raises(ProtocolError) as info:
+        host.decode(payload(child.encode({"type": "call"})))
+    assert info.value.reason == "bad_tag"
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [(b"not json", "malformed"), (b"[1, 2]", "malformed"), (b'{"seq": 0}', "malformed")],
+)
+def test_malformed_bodies(body: bytes, reason: str) -> None:
+    host = Codec(TO_CHILD, TO_HOST)
+    with pytest.raises(ProtocolError) as info:
+        host.decode(bytes(TAG_BYTES) + body)
+    assert info.value.reason == reason
+
+
+def test_frame_length_limits() -> None:
+    codec = Codec(TO_CHILD, TO_HOST, max_frame=1024)
+    with pytest.raises(ProtocolError) as info:
+        codec.frame_length(HEADER.pack(1025))
+    assert info.value.reason == "oversized"
+    with pytest.raises(ProtocolError):
+        codec.frame_length(HEADER.pack(3))
+    with pytest.raises(ProtocolError) as info:
+        codec.encode({"type": "x", "blob": "a" * 2000})
+    assert info.value.reason == "oversized"
+    assert codec.sent == 0  # a refused message uses no sequence number
+
+
+def test_non_json_values_are_refused_before_a_sequence_number_is_used() -> None:
+    codec = Codec(TO_HOST, TO_CHILD)
+    with pytest.raises(TypeError):
+        codec.encode({"type": "call", "arguments": {"x": object()}})
+    assert codec.sent == 0
+    assert json.loads(payload(codec.encode({"type": "ok"}))[TAG_BYTES:])["seq"] == 0
+
+
+def test_proofs_are_bound_to_role_and_nonces() -> None:
+    secret, nc, nh = b"s" * 32, new_nonce(), new_nonce()
+    assert host_proof(secret, nc, nh) != child_proof(secret, nc, nh)
+    assert host_proof(secret, nc, nh) != host_proof(secret, nh, nc)
+    assert session_key(secret, nc, nh) not in (
+        host_proof(secret, nc, nh),
+        child_proof(secret, nc, nh),
+    )
+    check_proof(child_proof(secret, nc, nh), child_proof(secret, nc, nh).hex())
+    for claimed in (host_proof(secret, nc, nh).hex(), "zz", None, "", 5):
+        with pytest.raises(ProtocolError):
+            check_proof(child_proof(secret, nc, nh), claimed)
+
+
+async def _host_and_client(secret_host: bytes, secret_client: bytes):
+    a, b = trio.testing.memory_stream_pair()
+    host = _Connection(a, 1 << 20)
+    client = RawClient(b)
+    result: dict = {}
+
+    async def host_side() -> None:
+        try:
+            await host.handshake(secret_host)
+            result["host"] = "ok"
+        except ProtocolError as exc:
+            result["host"] = exc.reason
+            await a.aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host_side)
+        try:
+            result["client"] = await client.handshake(secret_client)
+        except ProtocolError as exc:
+            result["client"] = exc.reason
+            await b.aclose()
+    return host, client, result
+
+
+async def test_handshake_agrees_on_a_session_key() -> None:
+    secret = b"s" * 32
+    host, client, result = await _host_and_client(secret, secret)
+    assert result["host"] == "ok"
+    assert result["client"]["type"] == "welcome"
+    assert host.codec.key == client.codec.key is not None
+
+
+async def test_handshake_with_the_wrong_secret_is_refused_by_the_host() -> None:
+    _host, _client, result = await _host_and_client(b"s" * 32, WRONG)
+    assert result["host"] == "bad_proof"
+    assert result["client"] is None  # closed, no welcome
+
+
+async def test_child_refuses_a_host_without_the_secret() -> None:
+    """Mutual: a listener that does not know the secret cannot pass as the host."""
+    _host, _client, result = await _host_and_client(b"h" * 32, b"s" * 32)
+    assert result["client"] == "bad_proof"

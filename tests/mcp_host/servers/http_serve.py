@@ -1,0 +1,38 @@
+"""Serve one of the SDK test peers over Streamable HTTP on 127.0.0.1 with hypercorn under trio.
+
+``python http_serve.py MODULE`` binds a free port, prints it on stdout once it is
+listening, and serves until killed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+from pathlib import Path
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+warnings.simplefilter("ignore")
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+async def main(module: str) -> None:
+    mcp = importlib.import_module(module).mcp
+    config = Config()
+    config.bind = ["127.0.0.1:0"]  # hypercorn binds a free port and reports it
+    config.accesslog = None
+    config.errorlog = None
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await serve(mcp.streamable_http_app(), config, task_status=task_status)
+
+    async with trio.open_nursery() as n:
+        binds = await n.start(run)
+        print(binds[0].rsplit(":", 1)[1], flush=True)
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1])

@@ -1,0 +1,348 @@
+"""``ringfence mcp list|add|remove|inspect|import``, each with --json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mcp_host_helpers import PYTHON, SERVERS, npm_bin
+
+from ringfence.cli import main
+from ringfence.mcp_host import load_manifest
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict | str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    if "--json" in argv:
+        return code, json.loads(out), err
+    return code, out, err
+
+
+def test_add_list_remove(capsys, ringfence_home: Path) -> None:
+    code, out, _ = run(
+        capsys, "mcp", "add", "notes", "--transport", "stdio", "--command", PYTHON,
+        "--arg", str(SERVERS / "annotated.py"), "--approve-capability", "tools",
+        "--approve-capability", "resources", "--autonomous-tool", "read_*", "--json",
+    )  # fmt: skip
+    assert code == 0 and out["ok"] and out["result"]["replaced"] is False
+    assert out["result"]["server"]["approved_capabilities"] == ["resources", "tools"]
+    code, out, _ = run(
+        capsys,
+        "mcp",
+        "add",
+        "remote",
+        "--transport",
+        "http",
+        "--url",
+        "https://mcp.example.com/x?token=abc",
+        "--api-key-env",
+        "REMOTE_KEY",
+        "--json",
+    )
+    assert code == 0
+    code, out, _ = run(capsys, "mcp", "list", "--json")
+    servers = {s["name"]: s for s in out["result"]["servers"]}
+    assert list(servers) == ["notes", "remote"]
+    assert servers["remote"]["target"] == "https://mcp.example.com/x?<query not shown>"
+    assert "token=abc" not in json.dumps(out)
+    code, text, _ = run(capsys, "mcp", "list")
+    assert "notes" in text and "<query not shown>" in text and "token=abc" not in text
+    manifest = load_manifest(ringfence_home / "mcp.toml")
+    assert manifest.get("notes").autonomous_tools == ("read_*",)
+    assert (
+        manifest.get("remote").url == "https://mcp.example.com/x?token=abc"
+    )  # kept for the server
+    code, out, _ = run(capsys, "mcp", "remove", "remote", "--json")
+    assert code == 0 and out["result"]["removed"] == "remote"
+    assert [s.name for s in load_manifest(ringfence_home / "mcp.toml").servers] == ["notes"]
+    code, out, _ = run(capsys, "mcp", "remove", "remote", "--json")
+    assert code == 2 and out["ok"] is False and out["error"]["code"] == "invalid_arguments"
+
+
+def test_the_displayed_url_keeps_the_saved_query(capsys, ringfence_home: Path) -> None:
+    run(
+        capsys,
+        "mcp",
+        "add",
+        "remote",
+        "--transport",
+        "http",
+        "--url",
+        "https://h.example/mcp?key=real",
+        "--json",
+    )
+    code, out, _ = run(
+        capsys,
+        "mcp",
+        "add",
+        "remote",
+        "--transport",
+        "http",
+        "--url",
+        "https://h.example/mcp?<query not shown>",
+        "--trusted",
+        "--json",
+    )
+    assert code == 0 and out["result"]["replaced"] is True
+    saved = load_manifest(ringfence_home / "mcp.toml").get("remote")
+    assert saved.url == "https://h.example/mcp?key=real" and saved.trust.value == "trusted"
+    # The placeholder with anything else changed is refused; the saved URL is untouched.
+    code, out, _ = run(
+        capsys,
+        "mcp",
+        "add",
+        "remote",
+        "--transport",
+        "http",
+        "--url",
+        "https://other.example/mcp?<query not shown>",
+        "--json",
+    )
+    assert code == 2 and "query not shown" in out["error"]["message"]
+    assert (
+        load_manifest(ringfence_home / "mcp.toml").get("remote").url
+        == "https://h.example/mcp?key=real"
+    )
+
+
+def test_bad_add_is_refused_and_loses_nothing(capsys, ringfence_home: Path) -> None:
+    run(capsys, "mcp", "add", "a", "--transport", "stdio", "--command", "/bin/true", "--json")
+    before = (ringfence_home / "mcp.toml").read_text()
+    for argv in (
+        ["mcp", "add", "b", "--transport", "http", "--url", "http://example.com/mcp", "--json"],
+        [
+            "mcp",
+            "add",
+            "b",
+            "--transport",
+            "http",
+            "--url",
+            "https://u:p@example.com/mcp",
+            "--json",
+        ],
+        ["mcp", "add", "b", "--transport", "stdio", "--json"],
+        [
+            "mcp",
+            "add",
+            "b",
+            "--transport",
+            "stdio",
+            "--command",
+            "x",
+            "--env",
+            "API_TOKEN=abc",
+            "--json",
+        ],
+        [
+            "mcp",
+            "add",
+            "b",
+            "--transport",
+            "http",
+            "--url",
+            "https://h/x",
+            "--header-env",
+            "Host=X",
+            "--json",
+        ],
+    ):
+        code, out, _ = run(capsys, *argv)
+        assert code == 2 and out["ok"] is False, argv
+        assert "abc" not in json.dumps(out)
+    assert (ringfence_home / "mcp.toml").read_text() == before
+
+
+def test_import_claude_desktop_config_without_secrets(
+    capsys, ringfence_home: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "claude_desktop_config.json"
+    source.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "filesystem": {
+                        "command": "npx",
+                        "args": [
+                            "-y",
+                            "@modelcontextprotocol/server-filesystem",
+                            "/Users/me/Desktop",
+                        ],
+                    },
+                    "github": {
+                        "command": "docker",
+                        "args": ["run", "-i", "ghcr.io/github/github-mcp-server"],
+                        "env": {
+                            "GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_supersecret",
+                            "GITHUB_TOOLSETS": "repos",
+                        },
+                    },
+                    "Remote Docs!": {
+                        "type": "http",
+                        "url": "https://docs.example.com/mcp",
+                        "headers": {
+                            "Authorization": "Bearer sk-verysecret",
+                            "X-Team": "t-secret-team",
+                        },
+                    },
+                }
+            }
+        )
+    )
+    code, out, _ = run(capsys, "mcp", "import", str(source), "--json")
+    assert code == 0, out
+    results = {r["name"]: r for r in out["result"]["servers"]}
+    assert set(results) == {"filesystem", "github", "Remote-Docs"}
+    text = (ringfence_home / "mcp.toml").read_text()
+    for secret in ("ghp_supersecret", "sk-verysecret", "t-secret-team"):
+        assert secret not in text
+    m = load_manifest(ringfence_home / "mcp.toml")
+    gh = m.get("github")
+    assert gh.inherit_env == ("GITHUB_PERSONAL_ACCESS_TOKEN",) and gh.env == {
+        "GITHUB_TOOLSETS": "repos"
+    }
+    docs = m.get("Remote-Docs")
+    assert docs.api_key_env == "REMOTE_DOCS_TOKEN" and docs.headers_env == {
+        "X-Team": "REMOTE_DOCS_X_TEAM"
+    }
+    assert all(
+        s.trust.value == "untrusted" and s.approved_capabilities == {"tools", "prompts"}
+        for s in m.servers
+    )
+    # Importing again skips what exists.
+    code, out, _ = run(capsys, "mcp", "import", str(source), "--json")
+    assert {r["status"] for r in out["result"]["servers"]} == {"skipped"}
+
+
+def test_import_refuses_a_file_without_servers(capsys, tmp_path: Path) -> None:
+    source = tmp_path / "x.json"
+    source.write_text("{}")
+    code, out, _ = run(capsys, "mcp", "import", str(source), "--json")
+    assert code == 2 and "mcpServers" in out["error"]["message"]
+
+
+def test_inspect_prints_the_evidence(capsys, ringfence_home: Path) -> None:
+    run(
+        capsys, "mcp", "add", "status", "--transport", "stdio", "--command", PYTHON,
+        "--arg", str(SERVERS / "unapproved.py"), "--json",
+    )  # fmt: skip
+    code, out, err = run(capsys, "mcp", "inspect", "status", "--json")
+    assert code == 0, out
+    assert "starting its process" in err  # it says it starts the server
+    r = out["result"]
+    assert r["identity"]["name"] == "unapproved-test-server"
+    assert r["identity"]["protocol_version"] == "2025-11-25"
+    assert r["health"]["ok"] is True
+    assert r["ledger"]["pending"] == ["experimental.frobnicate", "logging", "resources"]
+    assert [t["name"] for t in r["tools"]] == ["mcp.status.hello"]
+    checks = {c["check"]: c["status"] for c in r["checks"]}
+    assert checks == {
+        "initialization": "pass",
+        "transport_security": "pass",
+        "capability_authority": "warn",
+        "paginated_inventories": "pass",
+        "subscription_round_trip": "skip",
+        "sampling_bounds": "pass",
+        "elicitation_bounds": "pass",
+    }
+    code, text, err = run(capsys, "mcp", "inspect", "status")
+    assert code == 0 and "pending" in text and "conformance" in text and "mcp.status.hello" in text
+
+
+def test_inspect_a_paginating_server_with_a_loop_fails_the_check(
+    capsys, ringfence_home: Path
+) -> None:
+    run(
+        capsys,
+        "mcp",
+        "add",
+        "bad",
+        "--transport",
+        "stdio",
+        "--command",
+        PYTHON,
+        "--arg",
+        str(SERVERS / "paging.py"),
+        "--arg",
+        "loop",
+        "--json",
+    )
+    _, out, _ = run(capsys, "mcp", "inspect", "bad", "--json")
+    checks = {c["check"]: c for c in out["result"]["checks"]}
+    assert checks["paginated_inventories"]["status"] == "fail"
+    assert "cursor loop" in checks["paginated_inventories"]["detail"]
+
+
+def test_inspect_a_server_that_cannot_start(capsys, ringfence_home: Path) -> None:
+    run(
+        capsys,
+        "mcp",
+        "add",
+        "ghost",
+        "--transport",
+        "stdio",
+        "--command",
+        "/nonexistent/srv",
+        "--json",
+    )
+    code, out, _ = run(capsys, "mcp", "inspect", "ghost", "--json")
+    assert code == 1 and out["ok"] is False and out["error"]["code"] == "unavailable"
+    assert out["report"]["checks"][0] == {
+        "check": "initialization",
+        "status": "fail",
+        "detail": out["error"]["message"],
+    }
+
+
+@pytest.mark.npm
+def test_inspect_server_everything(capsys, ringfence_home: Path) -> None:
+    binary = npm_bin("mcp-server-everything")
+    run(
+        capsys,
+        "mcp",
+        "add",
+        "everything",
+        "--transport",
+        "stdio",
+        "--command",
+        str(binary),
+        "--arg",
+        "stdio",
+        "--json",
+    )
+    code, out, _ = run(capsys, "mcp", "inspect", "everything", "--json")
+    assert code == 0
+    r = out["result"]
+    assert r["identity"]["name"] == "mcp-servers/everything"
+    assert "resources" in r["ledger"]["pending"] and r["resources"] == []
+    assert any(e["text"].startswith("Starting default") for e in r["logs"])
+
+
+def test_cli_session_with_server_filesystem(capsys, ringfence_home: Path, tmp_path: Path) -> None:
+    """The operator's path: `call --mcp` asks for a write, stages it in a dry run, applies it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "hello.txt").write_text("hello from disk\n")
+    fs = str(npm_bin("mcp-server-filesystem"))
+    code, _, _ = run(capsys, "mcp", "add", "fs", "--transport", "stdio", "--command", fs, "--arg", str(shared), "--json")  # fmt: skip
+    assert code == 0
+    session = ["--mcp", "--workspace", str(tmp_path), "--json"]
+    target = str(shared / "new.txt")
+    write = json.dumps({"path": target, "content": "written via MCP\n"})
+
+    code, out, _ = run(capsys, "call", "mcp.fs.read_text_file", "--args", json.dumps({"path": str(shared / "hello.txt")}), "--approve", "no", *session)  # fmt: skip
+    assert code == 0 and "hello from disk" in json.dumps(out["result"])  # a read runs unasked
+
+    code, out, _ = run(capsys, "call", "mcp.fs.write_file", "--args", write, "--approve", "no", *session)  # fmt: skip
+    assert code == 3 and out["error"]["code"] == "denied"
+    assert not (shared / "new.txt").exists()
+
+    plan = tmp_path / "plan.json"
+    code, out, _ = run(capsys, "call", "mcp.fs.write_file", "--args", write, *session, "--dry-run", str(plan))  # fmt: skip
+    assert code == 0 and out["result"]["staged"] is True
+    assert not (shared / "new.txt").exists()
+
+    code, out, _ = run(capsys, "plan", "apply", str(plan), "--approve", "yes", *session)
+    assert code == 0 and out["ok"], out
+    assert (shared / "new.txt").read_text() == "written via MCP\n"

@@ -1,0 +1,90 @@
+"""Every error from the SDK and its transports becomes a ringfence error that never repeats the URL."""
+
+from __future__ import annotations
+
+import anyio
+import httpx2
+import pydantic
+import pytest
+from mcp import MCPError, types
+
+import ringfence.mcp_host as mcp_host
+from ringfence.mcp_host import ServerConfig, Transport, translate_error
+from ringfence.runtime import RingfenceError
+
+URL = "https://mcp.example.com/mcp?token=very-secret-query"
+CONFIG = ServerConfig(name="remote", transport=Transport.HTTP, url=URL)
+
+
+def _codes() -> list[int]:
+    return sorted(
+        {v for k, v in vars(types).items() if k.isupper() and isinstance(v, int) and -33000 < v < 0}
+    )
+
+
+def _validation_error() -> pydantic.ValidationError:
+    try:
+        types.Tool.model_validate({"name": 1})
+    except pydantic.ValidationError as exc:
+        return exc
+    raise AssertionError("expected a validation error")
+
+
+@pytest.mark.parametrize("code", _codes())
+def test_every_mcp_error_code_is_translated(code: int) -> None:
+    error = translate_error(MCPError(code=code, message=f"failed at {URL}"), CONFIG, "tools/call x")
+    assert isinstance(error, RingfenceError)
+    assert "very-secret-query" not in error.message and URL not in error.message
+
+
+def test_specific_codes() -> None:
+    closed = translate_error(
+        MCPError(code=types.CONNECTION_CLOSED, message="x"), CONFIG, "tools/call x"
+    )
+    assert closed.code == "unavailable" and closed.details["broken"] is True
+    assert (
+        translate_error(MCPError(code=types.REQUEST_TIMEOUT, message="x"), CONFIG, "a").code
+        == "timeout"
+    )
+    assert (
+        translate_error(MCPError(code=types.INVALID_PARAMS, message="x"), CONFIG, "a").code
+        == "invalid_arguments"
+    )
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx2.ConnectError(f"cannot connect to {URL}"),
+        httpx2.ReadTimeout(f"timed out reading {URL}"),
+        httpx2.HTTPStatusError(
+            f"401 for {URL}",
+            request=httpx2.Request("POST", URL),
+            response=httpx2.Response(401, request=httpx2.Request("POST", URL)),
+        ),
+        anyio.ClosedResourceError(),
+        anyio.BrokenResourceError(),
+        OSError(32, "Broken pipe"),
+        _validation_error(),
+        RuntimeError(f"something about {URL}"),
+        ExceptionGroup("group", [ValueError(f"inner {URL}")]),
+    ],
+)
+def test_transport_errors_are_translated_without_the_url(exc: BaseException) -> None:
+    error = translate_error(exc, CONFIG, "connect")
+    assert isinstance(error, RingfenceError)
+    assert "very-secret-query" not in error.message and "mcp.example.com" not in error.message
+
+
+def test_exports_are_public_and_resolve() -> None:
+    names = [n for n in dir(mcp_host) if not n.startswith("_")]
+    for name in names:
+        assert getattr(mcp_host, name) is not None
+    for required in (
+        "connect_servers",
+        "attach_connectors",
+        "start_connectors",
+        "load_manifests",
+        "connect_when_entered",
+    ):
+        assert required in names

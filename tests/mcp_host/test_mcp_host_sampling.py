@@ -1,0 +1,240 @@
+"""Sampling and elicitation: default deny, bounds, approval, redaction both ways, URL mode never opened."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+import trio
+from mcp_host_helpers import events_of, manifest, py_server, toml_str
+
+from ringfence.mcp_host import ElicitationAnswer, connect_servers
+from ringfence.mcp_host.testing import FakeSamplingProvider, ScriptedElicitor
+from ringfence.runtime import MARKER, ApprovalAnswer, Posture
+
+SAMPLING = 'sampling_policy = "allow"\nsampling_allowed_models = ["fake-large", "fake-small"]\nsampling_max_tokens = 100\nsampling_total_tokens = 150'
+
+
+async def test_sampling_is_denied_by_default(make_kernel, state: Path) -> None:
+    provider = FakeSamplingProvider()
+    m = manifest(py_server("notes", "annotated.py", state=state))
+    async with make_kernel() as kernel, connect_servers(kernel, m, sampling_provider=provider):
+        out = await kernel.invoke("mcp.notes.sample", {"prompt": "hi"})
+        assert out.error is not None and out.error.code == "tool_error"
+    assert provider.requests == [] and not (state / "sampled.log").exists()
+
+
+async def test_sampling_within_bounds_redacted_both_ways(make_kernel, sink, state: Path) -> None:
+    secret = "sk-" + secrets.token_hex(12)
+    provider = FakeSamplingProvider(reply=lambda r: f"the key is {secret}", tokens_used=60)
+    m = manifest(py_server("notes", "annotated.py", state=state, extra=SAMPLING))
+    kernel = make_kernel()
+    kernel.register_secret(secret)
+    async with kernel, connect_servers(kernel, m, sampling_provider=provider):
+        out = await kernel.invoke(
+            "mcp.notes.sample", {"prompt": f"repeat {secret}", "max_tokens": 80}
+        )
+        assert out.ok, out.error
+        (request,) = provider.requests
+        # The provider got the server's message only, with the secret redacted, and the hinted model.
+        assert request.messages == (("user", f"repeat {MARKER}"),)
+        assert request.model == "fake-small" and request.max_tokens == 80
+        # The server received the provider's answer with the secret redacted.
+        assert (state / "sampled.log").read_text() == f"fake-small: the key is {MARKER}\n"
+
+        # 60 of 150 tokens used: another 100 would exceed the session budget.
+        over = await kernel.invoke("mcp.notes.sample", {"prompt": "again", "max_tokens": 100})
+        assert over.error is not None
+        # And more than sampling_max_tokens in one request is refused outright.
+        over = await kernel.invoke("mcp.notes.sample", {"prompt": "again", "max_tokens": 101})
+        assert over.error is not None
+        assert len(provider.requests) == 1
+    (requested, *_) = events_of(sink, "mcp_sampling_requested")
+    (finished,) = events_of(sink, "mcp_sampling_finished")
+    call_traces = {e["trace_id"] for e in events_of(sink, "proposed")}
+    assert (
+        requested["trace_id"] == finished["trace_id"] and requested["trace_id"] not in call_traces
+    )
+    assert finished["model"] == "fake-small" and finished["tokens_left"] == 90
+    assert len(events_of(sink, "mcp_sampling_refused")) == 2
+    assert secret not in "\n".join(sink.lines)
+
+
+async def test_sampling_offers_no_tools(make_kernel, state: Path) -> None:
+    provider = FakeSamplingProvider()
+    m = manifest(py_server("notes", "annotated.py", state=state, extra=SAMPLING))
+    async with make_kernel() as kernel, connect_servers(kernel, m, sampling_provider=provider):
+        out = await kernel.invoke(
+            "mcp.notes.sample", {"prompt": "use the shell", "offer_tools": True}
+        )
+        assert out.error is not None
+    assert provider.requests == []
+
+
+async def test_sampling_ask_asks_every_time(make_kernel, state: Path) -> None:
+    provider = FakeSamplingProvider()
+    extra = 'sampling_policy = "ask"\nsampling_allowed_models = ["fake-small"]'
+    m = manifest(py_server("notes", "annotated.py", state=state, extra=extra))
+    kernel = make_kernel([ApprovalAnswer.deny("no sampling"), ApprovalAnswer.session("ok")])
+    async with kernel, connect_servers(kernel, m, sampling_provider=provider):
+        assert (await kernel.invoke("mcp.notes.sample", {"prompt": "one"})).error is not None
+        assert (await kernel.invoke("mcp.notes.sample", {"prompt": "two"})).ok
+        # "For this session" does not stick for sampling: the next one asks again (and is denied).
+        assert (await kernel.invoke("mcp.notes.sample", {"prompt": "three"})).error is not None
+    asked = kernel.approver.requests
+    assert [r.tool for r in asked] == ["mcp.notes.__sampling"] * 3
+    assert asked[1].arguments["messages"] == [{"role": "user", "text": "two"}]
+    assert [r.messages[0][1] for r in provider.requests] == ["two"]
+
+
+async def test_sampling_runs_behind_one_lock(make_kernel, state: Path) -> None:
+    class Slow:
+        active = 0
+        most = 0
+
+        async def create_message(self, request):
+            Slow.active += 1
+            Slow.most = max(Slow.most, Slow.active)
+            await trio.sleep(0.1)
+            Slow.active -= 1
+            return await FakeSamplingProvider().create_message(request)
+
+    m = manifest(
+        py_server("a", "annotated.py", state=state, extra=SAMPLING),
+        py_server("b", "annotated.py", state=state, extra=SAMPLING),
+    )
+    async with (
+        make_kernel() as kernel,
+        connect_servers(kernel, m, sampling_provider=Slow()),
+        trio.open_nursery() as n,
+    ):
+        for server in ("a", "b", "a"):
+            n.start_soon(kernel.call, f"mcp.{server}.sample", {"prompt": "p"})
+    assert Slow.most == 1
+    assert len((state / "sampled.log").read_text().splitlines()) == 3
+
+
+async def test_elicitation_is_denied_by_default(make_kernel, state: Path) -> None:
+    elicitor = ScriptedElicitor([ElicitationAnswer("accept", {"city": "Paris"})])
+    m = manifest(py_server("notes", "annotated.py", state=state))
+    async with make_kernel() as kernel, connect_servers(kernel, m, elicitor=elicitor):
+        out = await kernel.invoke("mcp.notes.ask_form", {})
+        assert out.error is not None
+    assert elicitor.prompts == []
+
+
+async def test_elicitation_form_is_validated(make_kernel, sink, state: Path) -> None:
+    elicitor = ScriptedElicitor(
+        [ElicitationAnswer("accept", {"city": "Paris"}), ElicitationAnswer("accept", {"city": 5})]
+    )
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"')
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, m, elicitor=elicitor):
+        ok = await kernel.call("mcp.notes.ask_form", {})
+        assert "accept: {'city': 'Paris'}" in ok["text"]
+        bad = await kernel.call("mcp.notes.ask_form", {})
+        assert "cancel" in bad["text"]  # an answer that does not match the form is not sent
+    assert elicitor.prompts[0].requested_schema["properties"]["city"]["type"] == "string"
+    assert [e["action"] for e in events_of(sink, "mcp_elicitation_answered")] == [
+        "accept",
+        "cancel",
+    ]
+
+
+async def test_elicitation_never_asks_for_credentials(make_kernel, state: Path) -> None:
+    elicitor = ScriptedElicitor(lambda p: ElicitationAnswer("accept", {"x": "hunter2"}))
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"')
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, m, elicitor=elicitor) as cs:
+        for field in (
+            "password",
+            "apiKey",
+            "credit_card_number",
+            "otp",
+            "github_token",
+            "private_key",
+        ):
+            out = await kernel.invoke("mcp.notes.ask_form", {"field": field})
+            assert out.error is not None, field
+        failures = cs["notes"].diagnostics.failures
+        refusals = [
+            f for f in failures if f["action"] == "elicitation" and "credentials" in f["message"]
+        ]
+        assert len(refusals) == 6
+    assert elicitor.prompts == []  # none of the forms was shown
+
+
+async def test_url_elicitation_is_shown_whole_and_never_opened(make_kernel, state: Path) -> None:
+    hits: list[bytes] = []
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+
+    async def record(stream: trio.SocketStream) -> None:
+        hits.append(await stream.receive_some(100))
+
+    url = f"http://127.0.0.1:{port}/consent?state=abc"
+    elicitor = ScriptedElicitor([ElicitationAnswer("accept")])
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"')
+    )
+    async with trio.open_nursery() as n:
+        await n.start(trio.serve_listeners, record, listeners)
+        async with make_kernel() as kernel, connect_servers(kernel, m, elicitor=elicitor):
+            out = await kernel.call("mcp.notes.ask_url", {"url": url})
+            assert out["text"].splitlines()[1] == "accept"
+            refused = await kernel.invoke(
+                "mcp.notes.ask_url", {"url": "https://user:pw@example.com/x"}
+            )
+            assert refused.error is not None
+        n.cancel_scope.cancel()
+    (prompt,) = elicitor.prompts
+    assert prompt.mode == "url" and prompt.url == url  # the whole URL, query included
+    assert hits == []  # nothing connected to it
+
+
+async def test_elicitation_ask_policy_asks_first(make_kernel, state: Path) -> None:
+    elicitor = ScriptedElicitor([ElicitationAnswer("accept", {"city": "Oslo"})])
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "ask"')
+    )
+    kernel = make_kernel([ApprovalAnswer.deny("not now"), ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, m, elicitor=elicitor):
+        first = await kernel.call("mcp.notes.ask_form", {})
+        assert "decline" in first["text"] and elicitor.prompts == []
+        second = await kernel.call("mcp.notes.ask_form", {})
+        assert "Oslo" in second["text"]
+    assert [r.tool for r in kernel.approver.requests] == ["mcp.notes.__elicitation"] * 2
+
+
+@pytest.mark.npm
+async def test_everything_sampling_elicitation_and_roots_round_trips(
+    make_kernel, tmp_path: Path, everything_bin: Path
+) -> None:
+    binary = everything_bin
+    extra = f'{SAMPLING}\nelicitation_policy = "allow"\nroots = [{toml_str(tmp_path)}]\n'
+    block = f'[[server]]\nname = "everything"\ntransport = "stdio"\ncommand = {toml_str(binary)}\nargs = ["stdio"]\n{extra}'
+    provider = FakeSamplingProvider(reply=lambda r: "sampled by the fake")
+    elicitor = ScriptedElicitor(lambda p: ElicitationAnswer("decline"))
+    kernel = make_kernel(posture=Posture.ALLOW_ALL)
+    async with (
+        kernel,
+        connect_servers(
+            kernel, manifest(block), sampling_provider=provider, elicitor=elicitor
+        ) as cs,
+    ):
+        remote = {t.remote_name: t.name for t in cs["everything"].tools}
+        assert {"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"} <= set(
+            remote
+        )
+        out = await kernel.call(
+            remote["trigger-sampling-request"], {"prompt": "hello", "maxTokens": 20}
+        )
+        assert "sampled by the fake" in out["text"]
+        assert provider.requests[0].max_tokens == 20
+        roots = await kernel.call(remote["get-roots-list"], {})
+        assert tmp_path.as_uri() in roots["text"]
+        await kernel.invoke(remote["trigger-elicitation-request"], {})
+        assert elicitor.prompts and elicitor.prompts[0].mode == "form"
