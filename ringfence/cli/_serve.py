@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="native",
         metavar="LIST",
         help=f"which tools to serve, comma-separated from {', '.join(EXPOSE_CHOICES)} "
-        "(default native)",
+        "(default native); connectors implies --mcp",
     )
     p.add_argument(
         "--headless",
@@ -134,6 +134,8 @@ async def run(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     expose = _serve_pkg.parse_expose(args.expose)
+    if "connectors" in expose:
+        args.mcp = True  # serving connector tools needs the manifest's servers connected
     # Check everything that can be refused before a kernel (and its backend) starts.
     options, generated = http_options(args) if args.transport == "http" else (None, False)
     kernel = kernel_from_args(args)
