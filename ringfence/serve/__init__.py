@@ -11,9 +11,9 @@ the MCP SDK, Starlette and hypercorn for verbs that never serve.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
 from ._defaults import (
     DEFAULT_APPROVAL_TIMEOUT_SECONDS as DEFAULT_APPROVAL_TIMEOUT_SECONDS,
     DEFAULT_PORT as DEFAULT_PORT,
@@ -61,17 +61,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ringfence.serve' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 if TYPE_CHECKING:  # static names for type checkers and IDEs
