@@ -8,8 +8,9 @@ hardened container per session). Select with ``--backend``,
 :func:`register_backend`.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
 from ._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
 from ._local import LocalSession as LocalSession, start_local as start_local
 from ._registry import (
@@ -68,15 +69,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 async def _start_docker(spec: SessionSpec) -> BackendSession:

@@ -9,11 +9,22 @@ from collections.abc import Sequence
 import trio
 
 from ..runtime import RingfenceError
-from . import _bench, _call, _doctor, _events, _images, _mcp, _plan, _run_script, _tools
+from . import (
+    _bench,
+    _call,
+    _doctor,
+    _events,
+    _images,
+    _mcp,
+    _plan,
+    _run_script,
+    _serve,
+    _tools,
+)
 from ._output import EXIT_USAGE, UsageError, print_error
 
 # Each module adds its verbs to the parser; the order here is the order in --help.
-VERB_MODULES = [_tools, _call, _run_script, _events, _plan, _mcp, _images, _doctor, _bench]
+VERB_MODULES = [_tools, _call, _run_script, _serve, _events, _plan, _mcp, _images, _doctor, _bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,7 +28,6 @@ from ..mcp_host import (
     sanitize_part,
     save_server,
 )
-from ..mcp_host._inspect import inspect_server
 from ..mcp_host._manifest import DEFAULT_APPROVED
 from ..runtime import InvalidArguments, is_secret_name
 from ._output import print_ok
@@ -287,6 +286,8 @@ async def run_inspect(args: argparse.Namespace) -> int:
         f"ringfence: inspecting MCP server {config.name!r} ({config.transport.value}: {target}): {how}\n"
     )
     sys.stderr.flush()
+    from ..mcp_host import inspect_server  # imports the MCP SDK: only inspect needs it
+
     report = await inspect_server(config, workspace=args.workspace)
     if args.json:
         if report.get("connected"):

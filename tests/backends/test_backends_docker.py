@@ -89,7 +89,10 @@ async def test_pids_limit_stops_a_fork_bomb(docker_client, workspace: Path) -> N
             session, "bomb() { bomb | bomb & }; bomb; sleep 1; echo survived", workspace
         )
         assert "can't fork" in bomb.stderr, bomb  # the limit was hit ...
-        assert bomb.stdout == "survived\n"  # ... and held: the command itself went on
+        # ... and held. Whether the command's own shell got to `echo` depends on when its
+        # next fork came (busybox ash exits on a failed fork), so only the session's health
+        # after the bomb is asserted: nothing of it is left and the next command runs.
+        assert bomb.stdout in ("", "survived\n"), bomb
         assert len(await session.top()) == 3, await session.top()  # init, sleep, supervisor
         # A control: the same number of processes, below the limit, is fine.
         ok = await sh(

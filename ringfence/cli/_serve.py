@@ -1,0 +1,210 @@
+"""``ringfence serve``: the session's governed tools as an MCP server (stdio or Streamable HTTP)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+import trio
+
+from .. import serve as _serve_pkg  # light: the heavy names load when first used
+from ..runtime import (
+    ApprovalAnswer,
+    Approver,
+    HeadlessDenyApprover,
+    Kernel,
+    RingfenceError,
+    ScriptedApprover,
+)
+from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
+from ._session import add_session_options, kernel_from_args
+
+if TYPE_CHECKING:
+    from ..serve import HttpOptions
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve the session's governed tools to an MCP client",
+        description="Expose the session's tools as an MCP server. Every call passes the Gate; "
+        "when it asks, the calling client is asked (MCP elicitation), else --headless decides.",
+    )
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"HTTP: port (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
+    p.add_argument(
+        "--expose",
+        default="native",
+        metavar="LIST",
+        help=f"which tools to serve, comma-separated from {', '.join(EXPOSE_CHOICES)} "
+        "(default native); connectors implies --mcp",
+    )
+    p.add_argument(
+        "--headless",
+        choices=["deny", "approve"],
+        default="deny",
+        help="who answers when the calling client cannot be asked (no elicitation support): "
+        "deny (default) or approve once",
+    )
+    p.add_argument(
+        "--approval-timeout",
+        type=float,
+        default=DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=f"how long one question to the client may wait before it counts as deny "
+        f"(default {DEFAULT_APPROVAL_TIMEOUT_SECONDS:g})",
+    )
+    p.add_argument(
+        "--behind-tls-proxy",
+        action="store_true",
+        help=f"HTTP: state that TLS is terminated in front; required (with ${TOKEN_ENV}) "
+        "to bind a non-loopback address",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="HTTP: another exact Host header value to answer (repeatable)",
+    )
+    p.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="HTTP: another exact Origin to accept (repeatable)",
+    )
+    add_session_options(p)
+    p.set_defaults(func=run)
+
+
+def headless_approver(policy: str) -> Approver:
+    if policy == "approve":
+        return ScriptedApprover(lambda _r: ApprovalAnswer.once("--headless approve"))
+    return HeadlessDenyApprover()
+
+
+def http_options(args: argparse.Namespace) -> tuple[HttpOptions, bool]:
+    """Options from the command line and environment; (options, token was generated)."""
+    token = _serve_pkg.token_from_env()
+    generated = token is None
+    return (
+        _serve_pkg.HttpOptions(
+            token=token if token is not None else _serve_pkg.HttpOptions.generate_token(),
+            host=args.host,
+            port=args.port,
+            token_configured=not generated,
+            behind_tls_proxy=args.behind_tls_proxy,
+            allowed_hosts=tuple(args.allowed_host),
+            allowed_origins=tuple(args.allowed_origin),
+        ),
+        generated,
+    )
+
+
+def _say(text: str) -> None:
+    # stderr only: on stdio, stdout is the protocol stream.
+    sys.stderr.write(f"ringfence serve: {text}\n")
+    sys.stderr.flush()
+
+
+async def run(args: argparse.Namespace) -> int:
+    try:
+        return await _run(args)
+    except BaseExceptionGroup as group:
+        # Nurseries group what they raise; one ringfence error is reported as itself.
+        matched, rest = group.split(RingfenceError)
+        if matched is None or rest is not None:
+            raise
+        while isinstance(matched, BaseExceptionGroup) and len(matched.exceptions) == 1:
+            matched = matched.exceptions[0]
+        if isinstance(matched, RingfenceError):
+            raise matched from None
+        raise
+
+
+async def _run(args: argparse.Namespace) -> int:
+    expose = _serve_pkg.parse_expose(args.expose)
+    if "connectors" in expose:
+        args.mcp = True  # serving connector tools needs the manifest's servers connected
+    # Check everything that can be refused before a kernel (and its backend) starts.
+    options, generated = http_options(args) if args.transport == "http" else (None, False)
+    kernel = kernel_from_args(args)
+    if args.approve is None:
+        # --approve yes|no answers every question itself; otherwise ask the client.
+        kernel.approver = _serve_pkg.ClientApprover(
+            headless_approver(args.headless), timeout_seconds=args.approval_timeout
+        )
+    async with kernel, trio.open_nursery() as nursery:
+        count = len(_serve_pkg.exposed_tools(kernel, expose))
+        posture = kernel.posture.value
+        if options is None:
+            await nursery.start(_on_signals, nursery.cancel_scope, None)
+            _say(f"serving {count} tools over stdio (posture {posture})")
+            await _serve_pkg.serve_stdio(kernel, expose=expose)  # until the client closes stdin
+            nursery.cancel_scope.cancel()
+        else:
+            stop = trio.Event()
+            await nursery.start(_on_signals, nursery.cancel_scope, stop)
+            url = await nursery.start(
+                _serve_until_stopped, kernel, options, expose, stop, nursery.cancel_scope
+            )
+            _announce(url, options.token if generated else None, count, posture, args.json)
+    return 0
+
+
+async def _serve_until_stopped(
+    kernel: Kernel,
+    options: HttpOptions,
+    expose: frozenset[str],
+    stop: trio.Event,
+    done: trio.CancelScope,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    await _serve_pkg.serve_http(
+        kernel, options, expose=expose, shutdown=stop.wait, task_status=task_status
+    )
+    # Drained: end the signal watcher too, so the kernel closes and seals its events.
+    done.cancel()
+
+
+def _announce(url: str, token: str | None, count: int, posture: str, as_json: bool) -> None:
+    if as_json:
+        source = "generated" if token else TOKEN_ENV
+        info = {"url": url, "token": token, "token_source": source, "tools": count}
+        _say(json.dumps({**info, "posture": posture}))
+        return
+    _say(f"serving {count} tools at {url} (posture {posture})")
+    if token is not None:
+        _say(f"bearer token for this run: {token}")
+        _say(f"(set ${TOKEN_ENV} to choose your own)")
+    else:
+        _say(f"bearer token: the value of ${TOKEN_ENV}")
+
+
+async def _on_signals(
+    scope: trio.CancelScope,
+    stop: trio.Event | None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """SIGINT/SIGTERM: HTTP drains in-flight requests first (a second signal cuts it short).
+
+    Started (not just spawned) before the server announces itself, so a signal
+    sent right after the announcement is already ours to handle.
+    """
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            if stop is None or stop.is_set():
+                scope.cancel()
+                return
+            stop.set()

@@ -1,0 +1,289 @@
+"""Streamable HTTP: the SDK's app behind ringfence's request guard, served by hypercorn on trio.
+
+Checks, in this order, on every HTTP request before the MCP app sees it:
+
+1. ``Host`` must be one of the allowed values (exact ``host:port`` strings;
+   by default the loopback names with the bound port), else **421**. This is
+   what defeats DNS rebinding: a page on ``evil.example`` that re-resolves its
+   name to 127.0.0.1 still sends ``Host: evil.example:PORT``.
+2. ``Origin``, when present, must be one of the allowed origins (by default
+   ``http://<loopback name>:<port>``), else **403**. Browsers send it on
+   cross-origin requests; non-browser clients usually send none.
+3. ``Authorization: Bearer <token>`` must carry the server's token (compared in
+   constant time), else **401** with ``WWW-Authenticate: Bearer``.
+
+A refused request gets a short plain-text body and nothing else happens: no
+MCP session is created, no body is parsed, no tool is listed or called.
+
+Binding: loopback by default. A non-loopback bind is refused unless a token
+was configured explicitly (not generated for this run) *and* the operator
+states that TLS is terminated in front (``behind_tls_proxy``), because the
+bearer token would otherwise cross the network in clear text.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..runtime import InvalidArguments, Kernel
+from ._defaults import DEFAULT_PORT, MIN_TOKEN_LENGTH, TOKEN_ENV
+from ._server import build_server
+
+__all__ = [
+    "DEFAULT_PORT",
+    "TOKEN_ENV",
+    "HttpOptions",
+    "RequestGuard",
+    "check_bind",
+    "is_loopback",
+    "serve_http",
+    "token_from_env",
+]
+
+MCP_PATH = "/mcp"
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals; any other name is not (fail closed)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def token_from_env(environ: dict[str, str] | None = None) -> str | None:
+    """The operator's token from ``RINGFENCE_SERVE_TOKEN``; raises InvalidArguments if too short."""
+    value = (environ if environ is not None else os.environ).get(TOKEN_ENV)
+    if value is None or value == "":
+        return None
+    if len(value) < MIN_TOKEN_LENGTH or value.strip() != value:
+        raise InvalidArguments(
+            f"${TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters with no "
+            "surrounding whitespace",
+            field=TOKEN_ENV,
+        )
+    return value
+
+
+def check_bind(host: str, *, token_configured: bool, behind_tls_proxy: bool) -> None:
+    """Refuse a non-loopback bind unless a configured token and TLS in front are both stated."""
+    if is_loopback(host):
+        return
+    missing = []
+    if not token_configured:
+        missing.append(f"a token set in ${TOKEN_ENV}")
+    if not behind_tls_proxy:
+        missing.append("--behind-tls-proxy (TLS is terminated in front of this server)")
+    if missing:
+        raise InvalidArguments(
+            f"refusing to listen on non-loopback address {host!r}: that needs "
+            + " and ".join(missing)
+            + "; a bearer token sent over plain HTTP can be read by anyone on the path",
+            field="host",
+        )
+
+
+def _host_literal(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """How to listen. ``token`` is required; ``port`` 0 picks a free port."""
+
+    token: str
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    token_configured: bool = True
+    behind_tls_proxy: bool = False
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    graceful_timeout_seconds: float = 3.0
+
+    def __post_init__(self) -> None:
+        if len(self.token) < MIN_TOKEN_LENGTH:
+            raise InvalidArguments(
+                f"the bearer token must be at least {MIN_TOKEN_LENGTH} characters",
+                field="token",
+            )
+        if not 0 <= self.port <= 65535:
+            raise InvalidArguments(f"port {self.port} is not in 0-65535", field="port")
+        check_bind(
+            self.host,
+            token_configured=self.token_configured,
+            behind_tls_proxy=self.behind_tls_proxy,
+        )
+
+    @staticmethod
+    def generate_token() -> str:
+        return secrets.token_urlsafe(32)
+
+    def hosts_for(self, port: int) -> tuple[str, ...]:
+        names = list(_LOOPBACK_NAMES) if is_loopback(self.host) else []
+        names.append(_host_literal(self.host))
+        return (*dict.fromkeys(f"{n}:{port}" for n in names), *self.allowed_hosts)
+
+    def origins_for(self, port: int) -> tuple[str, ...]:
+        names = list(_LOOPBACK_NAMES) if is_loopback(self.host) else []
+        return (*(f"http://{n}:{port}" for n in names), *self.allowed_origins)
+
+    def sdk_security(self) -> TransportSecuritySettings:
+        """The same lists for the SDK's own check (the second layer), any port."""
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[
+                *{h.rsplit(":", 1)[0] + ":*" for h in self.hosts_for(0)},
+                *self.allowed_hosts,
+            ],
+            allowed_origins=[
+                *{o.rsplit(":", 1)[0] + ":*" for o in self.origins_for(0)},
+                *self.allowed_origins,
+            ],
+        )
+
+
+@dataclass
+class RequestGuard:
+    """ASGI middleware in front of the SDK's app: Host (421), Origin (403), bearer token (401).
+
+    Why in front of the SDK app rather than the SDK's own checks: this layer
+    sees every request first, whatever path or method, so a refused request
+    never reaches the session manager (no session, no body parsing, no tool),
+    and the token check is one constant-time comparison we own. The SDK's
+    transport-security settings are still configured with the same lists,
+    as a second layer.
+
+    ``allowed_hosts`` stays empty (everything is 421) until :meth:`listen_on`
+    learns the bound port, so there is no moment where the guard is open.
+    """
+
+    app: ASGIApp
+    token: str
+    allowed_hosts: frozenset[str] = frozenset()
+    allowed_origins: frozenset[str] = frozenset()
+    on_refused: Callable[[int, Scope], None] | None = None
+
+    def listen_on(self, hosts: Iterable[str], origins: Iterable[str]) -> None:
+        self.allowed_hosts = frozenset(hosts)
+        self.allowed_origins = frozenset(origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # websockets: nothing of ours speaks them
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        refusal = self.check(Headers(scope=scope))
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        status, text = refusal
+        if self.on_refused is not None:
+            self.on_refused(status, scope)
+        headers = {"WWW-Authenticate": 'Bearer realm="ringfence"'} if status == 401 else None
+        await PlainTextResponse(text, status_code=status, headers=headers)(scope, receive, send)
+
+    def check(self, headers: Headers) -> tuple[int, str] | None:
+        """The refusal (status, text) for a request with these headers, or None to let it in."""
+        host = headers.get("host")
+        if host is None or host not in self.allowed_hosts:
+            return (
+                421,
+                "ringfence: this server does not answer for that Host (DNS-rebinding protection)\n",
+            )
+        origin = headers.get("origin")
+        if origin is not None and origin not in self.allowed_origins:
+            return 403, "ringfence: requests from that Origin are refused\n"
+        scheme, _, given = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), self.token.encode()
+        ):
+            return 401, "ringfence: a valid bearer token is required\n"
+        return None
+
+
+def _only_os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
+    matched, rest = group.split(OSError)
+    if matched is None or rest is not None:
+        return None
+    while isinstance(matched, BaseExceptionGroup):
+        matched = matched.exceptions[0]
+    return matched if isinstance(matched, OSError) else None
+
+
+async def serve_http(
+    kernel: Kernel,
+    options: HttpOptions,
+    *,
+    expose: Iterable[str] = ("native",),
+    shutdown: Callable[[], Awaitable[Any]] | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``kernel`` over Streamable HTTP until ``shutdown`` returns (or cancellation).
+
+    ``task_status.started(url)`` reports the MCP endpoint once the socket
+    listens (with the real port when ``options.port`` is 0). Raises
+    InvalidArguments when the address cannot be bound (in use, not local),
+    naming it; refused binds are caught earlier, by :class:`HttpOptions`.
+    """
+    server = build_server(kernel, expose=expose)
+    kernel.register_secret(options.token)  # never echoed into results or events
+    app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        transport_security=options.sdk_security(),
+        host=options.host,
+    )
+
+    def audit(status: int, scope: Scope) -> None:
+        # What was refused and why, never the headers' values (one may be a token).
+        kernel.events.emit(
+            "serve_refused",
+            kernel.session_id,
+            status=status,
+            method=scope.get("method"),
+            path=scope.get("path"),
+            client=(scope.get("client") or [None])[0],
+        )
+
+    guard = RequestGuard(app, options.token, on_refused=audit)
+
+    config = Config()
+    config.bind = [f"{_host_literal(options.host)}:{options.port}"]
+    config.accesslog = None
+    config.graceful_timeout = options.graceful_timeout_seconds
+
+    async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await hypercorn_serve(guard, config, shutdown_trigger=shutdown, task_status=task_status)  # type: ignore[arg-type]
+        except BaseExceptionGroup as group:
+            # hypercorn binds inside its own nursery, so a bind failure arrives grouped.
+            failed = _only_os_error(group)
+            if failed is None:
+                raise
+            raise InvalidArguments(
+                f"cannot listen on {config.bind[0]}: {failed.strerror or failed}", field="port"
+            ) from None
+
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(started)
+        port = int(binds[0].rsplit(":", 1)[1])
+        guard.listen_on(options.hosts_for(port), options.origins_for(port))
+        task_status.started(f"http://{_host_literal(options.host)}:{port}{MCP_PATH}")

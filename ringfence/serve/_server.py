@@ -1,0 +1,250 @@
+"""The MCP server: a Kernel's tools on the wire, every call through the Gate.
+
+:func:`build_server` returns the SDK's low-level :class:`mcp.server.Server`
+whose two handlers are thin: ``tools/list`` renders the kernel's exposed
+ToolSpecs, ``tools/call`` hands the call to ``kernel.invoke(name, arguments,
+origin="mcp")`` and renders the Outcome. No decision is made here.
+
+Wire rules:
+
+* Annotations come from the declared consequence: ``read`` → ``readOnlyHint``;
+  ``reversible`` → ``destructiveHint: false``; ``irreversible`` →
+  ``destructiveHint: true``. ``_meta`` carries the consequence and whether the
+  tool is residual (asks first under every posture short of unrestricted).
+* A refusal or failure is a *tool* error (``isError``) whose text starts with
+  the ringfence error code and whose ``structuredContent`` is
+  ``{"error": {"code", "message", ...}, "decision": …}``. Protocol errors are
+  kept for protocol faults: an unknown (or unexposed) tool name is
+  ``-32602``, as the MCP specification asks.
+* Only the handshake protocol era (2025-11-25 and earlier) is served: approvals
+  need server-to-client requests in the middle of a call, which the 2026-07-28
+  era does not have. A request carrying the 2026-07-28 envelope gets
+  ``-32022`` naming the handshake versions, and SDK clients in ``auto`` mode
+  fall back to the handshake.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.runner import serve_loop
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from .. import __version__
+from ..runtime import Consequence, InvalidArguments, Kernel, Outcome, ToolSpec
+from ._approver import ClientApprover, ClientChannel
+from ._defaults import EXPOSE_CHOICES
+from ._stdio import claim_stdio
+
+__all__ = [
+    "META_CONSEQUENCE",
+    "META_RESIDUAL",
+    "build_server",
+    "exposed_tools",
+    "parse_expose",
+    "result_from_outcome",
+    "serve_stdio",
+    "tool_annotations",
+    "tool_to_mcp",
+]
+
+SERVER_NAME = "ringfence"
+META_CONSEQUENCE = "dev.ringfence/consequence"
+META_RESIDUAL = "dev.ringfence/residual"
+
+
+INSTRUCTIONS = (
+    "Tools run under ringfence: each call is checked by a policy gate (posture, rules, "
+    "approvals), confined to the workspace, and audited. A refused call returns an error "
+    "whose text starts with its code (denied, outside_workspace, git_metadata, ...) and says "
+    "why; do not retry a refused call unchanged."
+)
+
+
+def parse_expose(value: str | Iterable[str]) -> frozenset[str]:
+    """``"native,connectors"`` (or an iterable of words) → the set; unknown words raise."""
+    words = value.split(",") if isinstance(value, str) else list(value)
+    chosen = frozenset(w.strip() for w in words if w.strip())
+    unknown = sorted(chosen - set(EXPOSE_CHOICES))
+    if unknown or not chosen:
+        raise InvalidArguments(
+            f"--expose takes a comma-separated list of {', '.join(EXPOSE_CHOICES)}; got {value!r}",
+            field="expose",
+        )
+    return chosen
+
+
+def _selected(spec: ToolSpec, expose: frozenset[str]) -> bool:
+    if spec.source == "native":
+        return "native" in expose
+    if spec.source.startswith("mcp:") or spec.source == "mcp-discovery":
+        # A connector's tools, and the tools that search and list them.
+        return "connectors" in expose
+    return False  # a source we do not know is not exposed (fail closed)
+
+
+def exposed_tools(kernel: Kernel, expose: frozenset[str]) -> dict[str, ToolSpec]:
+    """The kernel's tools the server lists and accepts calls for, by name."""
+    return {s.name: s for s in kernel.tools() if _selected(s, expose)}
+
+
+def tool_annotations(spec: ToolSpec) -> types.ToolAnnotations:
+    """MCP hints from the declared consequence (undeclared tools are irreversible)."""
+    if spec.consequence is Consequence.READ:
+        return types.ToolAnnotations(read_only_hint=True, destructive_hint=False)
+    return types.ToolAnnotations(
+        read_only_hint=False,
+        destructive_hint=spec.consequence is Consequence.IRREVERSIBLE,
+    )
+
+
+def tool_to_mcp(spec: ToolSpec) -> types.Tool:
+    schema = dict(spec.input_schema)
+    return types.Tool(
+        name=spec.name,
+        description=spec.description,
+        input_schema=schema,
+        annotations=tool_annotations(spec),
+        meta={META_CONSEQUENCE: spec.consequence.value, META_RESIDUAL: spec.residual},
+    )
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def result_from_outcome(outcome: Outcome) -> types.CallToolResult:
+    """Render an Outcome: a value as text (+ structured content), an error as ``isError``."""
+    if outcome.error is not None:
+        error = outcome.error.to_dict()
+        structured: dict[str, Any] = {"error": error}
+        if outcome.decision is not None:
+            structured["decision"] = outcome.decision.to_dict()
+        return types.CallToolResult(
+            content=[types.TextContent(text=f"{error['code']}: {error['message']}")],
+            structured_content=structured,
+            is_error=True,
+        )
+    value = outcome.value
+    if isinstance(value, str):
+        return types.CallToolResult(content=[types.TextContent(text=value)])
+    # Structured content must be a JSON object through 2025-11-25; the text block
+    # carries the same JSON for clients that only read text.
+    structured = value if isinstance(value, Mapping) else {"result": value}
+    return types.CallToolResult(
+        content=[types.TextContent(text=_json(value))], structured_content=dict(structured)
+    )
+
+
+class RefuseModernEra:
+    """Server middleware: refuse requests that carry the 2026-07-28 envelope.
+
+    That era forbids server-initiated requests, so the Gate could not ask the
+    person mid-call. ``-32022`` with only handshake versions in ``supported``
+    is what makes the SDK's ``auto`` clients fall back to ``initialize``.
+    """
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        meta = ctx.params.get("_meta") if isinstance(ctx.params, Mapping) else None
+        if (
+            ctx.request_id is not None
+            and isinstance(meta, Mapping)
+            and types.PROTOCOL_VERSION_META_KEY in meta
+        ):
+            raise MCPError(
+                code=types.UNSUPPORTED_PROTOCOL_VERSION,
+                message="ringfence serve speaks the handshake protocol era (approvals need "
+                "server-to-client requests); connect with initialize",
+                data={
+                    "supported": list(HANDSHAKE_PROTOCOL_VERSIONS),
+                    "requested": str(meta.get(types.PROTOCOL_VERSION_META_KEY)),
+                },
+            )
+        return await call_next(ctx)
+
+
+def build_server(kernel: Kernel, *, expose: Iterable[str] = ("native",)) -> Server[Any]:
+    """An MCP server for ``kernel``'s exposed tools; run it on a transport.
+
+    ``expose`` selects tools by source: ``native`` (ringfence's own) and
+    ``connectors`` (tools of configured MCP servers, source ``mcp:<name>``).
+    The set is read per request, so tools registered later appear.
+
+    When ``kernel.approver`` is a :class:`ClientApprover`, every call is put
+    in flight on it, so the Gate's questions go to the calling client;
+    otherwise the kernel's approver answers as it would anywhere.
+
+    Raises InvalidArguments for an unknown ``expose`` word.
+    """
+    chosen = parse_expose(expose)
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[tool_to_mcp(s) for s in exposed_tools(kernel, chosen).values()]
+        )
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if params.name not in exposed_tools(kernel, chosen):
+            # The spec's answer to an unknown tool; nothing reaches the Gate.
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        arguments = params.arguments if params.arguments is not None else {}
+        trace_id = secrets.token_hex(8)
+        approver = kernel.approver
+        if isinstance(approver, ClientApprover):
+            channel = ClientChannel.from_session(ctx.session, ctx.request_id)
+            with approver.in_flight(channel, trace_id):
+                outcome = await kernel.invoke(
+                    params.name, arguments, origin="mcp", trace_id=trace_id
+                )
+        else:
+            outcome = await kernel.invoke(params.name, arguments, origin="mcp", trace_id=trace_id)
+        return result_from_outcome(outcome)
+
+    server: Server[Any] = Server(
+        SERVER_NAME,
+        version=__version__,
+        title="ringfence",
+        description="Governed, sandboxed tools: every call passes ringfence's Gate",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    server.middleware.insert(0, RefuseModernEra())
+    return server
+
+
+async def serve_stdio(kernel: Kernel, *, expose: Iterable[str] = ("native",)) -> None:
+    """Serve ``kernel`` over this process's stdin/stdout until the client closes stdin.
+
+    While serving, descriptors 0 and 1 are moved off the wire (see
+    :func:`._stdio.claim_stdio`): stdin reads ``/dev/null`` and stdout writes
+    to stderr, so a child process or a stray print cannot corrupt or steal the
+    protocol stream. Cancellation ends it promptly, even mid-read.
+    """
+    server = build_server(kernel, expose=expose)
+    with claim_stdio() as (lines, out):
+        async with stdio_server(stdin=lines, stdout=out) as (read_stream, write_stream):  # type: ignore[arg-type]
+            # serve_loop, not Server.run: Server.run locks a stdio connection into the
+            # 2026-07-28 era on the first enveloped request, so a refused probe could
+            # not fall back to initialize on the same pipe.
+            await serve_loop(
+                server,
+                read_stream,
+                write_stream,
+                lifespan_state={},
+                init_options=server.create_initialization_options(),
+            )

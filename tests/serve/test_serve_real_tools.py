@@ -1,0 +1,115 @@
+"""The Done-when list against ringfence's real tools, through ``python -m ringfence serve`` itself.
+
+read_file / write_file come from ``ringfence.workspace`` and run_tool_script
+from ``ringfence.bridge``; ``create_kernel`` registers them. Each test names
+the tools it needs and skips, saying which are missing, on a tree without them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from serve_helpers import (
+    GIT_CONFIG,
+    HELLO,
+    SECRET,
+    Asker,
+    error_code,
+    http_serve_process,
+    http_session,
+    real_command,
+    records,
+    stdio_session,
+    text_of,
+)
+
+from ringfence.runtime import Consequence, verify_file
+
+SCRIPT = 'call_tool("write_file", path="made/by-script.txt", content="made")\nresult = "done"\n'
+
+
+@asynccontextmanager
+async def connected(
+    transport: str, workspace: Path, events: Path, asker: Asker
+) -> AsyncIterator[Client]:
+    """``python -m ringfence serve`` over ``transport``; the kernel is closed (events sealed) after."""
+    if transport == "stdio":
+        command = real_command(workspace, events)
+        async with stdio_session(workspace, events, asker=asker, command=command) as client:
+            assert client.protocol_version == "2025-11-25"
+            yield client
+    else:
+        argv = real_command(workspace, events, "--transport", "http", "--port", "0", "--json")
+        async with http_serve_process(argv) as server:
+            assert server.token is not None
+            async with http_session(server.url, server.token, asker=asker) as client:
+                assert client.protocol_version == "2025-11-25"
+                yield client
+            assert await server.stop() == 0
+        assert server.token not in json.dumps(records(events))
+    report = verify_file(events)
+    assert report.ok and report.sealed_sessions == 1, report.problems
+
+
+TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
+
+
+@pytest.mark.needs_tools("read_file", "write_file")
+@TRANSPORTS
+async def test_real_file_tools(
+    transport: str, real_tools: dict[str, str], workspace: Path, events: Path
+) -> None:
+    """Listed with correct annotations; a read; outside_workspace; a refused .git/config write."""
+    asker = Asker()
+    async with connected(transport, workspace, events, asker) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == set(real_tools)
+        for name, tool in tools.items():  # every tool's hints follow its declared consequence
+            consequence = Consequence(real_tools[name])
+            assert tool.annotations.read_only_hint is (consequence is Consequence.READ), name
+            destructive = consequence is Consequence.IRREVERSIBLE
+            assert tool.annotations.destructive_hint is destructive, name
+        assert tools["read_file"].annotations.read_only_hint is True
+        assert tools["write_file"].annotations.destructive_hint is False
+
+        read = await client.call_tool("read_file", {"path": "hello.txt"})
+        assert not read.is_error and HELLO.strip() in text_of(read)
+        assert asker.asked == []  # reads do not ask under posture ask
+
+        outside = await client.call_tool("read_file", {"path": "../secret.txt"})
+        assert error_code(outside) == "outside_workspace"
+        assert SECRET.strip() not in text_of(outside)
+
+        # The person approves (write_file is reversible: posture ask asks); the tool refuses.
+        git = await client.call_tool("write_file", {"path": ".git/config", "content": "[evil]\n"})
+        assert error_code(git) == "git_metadata"
+        assert asker.tools_asked() == ["write_file"]
+    assert (workspace / ".git" / "config").read_text() == GIT_CONFIG
+
+
+@pytest.mark.needs_tools("run_tool_script", "write_file")
+@TRANSPORTS
+async def test_real_script_asks_through_the_client(
+    transport: str, real_tools: dict[str, str], workspace: Path, events: Path
+) -> None:
+    """A run_tool_script whose inner write_file triggers an elicitation the client answers."""
+    asker = Asker()
+    async with connected(transport, workspace, events, asker) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert tools["run_tool_script"].annotations.destructive_hint is True
+        assert tools["run_tool_script"].meta["dev.ringfence/residual"] is True
+        result = await client.call_tool("run_tool_script", {"script": SCRIPT})
+        assert not result.is_error, text_of(result)
+    assert asker.tools_asked() == ["run_tool_script", "write_file"]
+    assert "via script" in asker.asked[1].message
+    assert (workspace / "made" / "by-script.txt").read_text() == "made"
+    log = records(events)
+    outer = next(r for r in log if r["kind"] == "proposed" and r["tool"] == "run_tool_script")
+    inner = next(r for r in log if r["kind"] == "proposed" and r["origin"] == "script")
+    assert outer["origin"] == "mcp" and inner["tool"] == "write_file"
+    assert inner["parent_id"] == outer["call_id"]
