@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,plot]'
 	touch $(STAMP)
 
 # The main job: a model-written pipeline (examples/pipeline.py) against a fresh copy of the
