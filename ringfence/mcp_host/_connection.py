@@ -27,7 +27,6 @@ and network access; approval gates its tool calls, not its process.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import time
@@ -141,27 +140,6 @@ def build_stdio_env(
     return env, missing
 
 
-def _header_secrets(value: str) -> list[str]:
-    """A header value and the credential inside it (Bearer token, Basic password)."""
-    out = [value]
-    scheme, _, rest = value.partition(" ")
-    rest = rest.strip()
-    if scheme.lower() == "bearer" and rest:
-        out.append(rest)
-    elif scheme.lower() == "basic" and rest:
-        out.append(rest)
-        try:
-            decoded = base64.b64decode(rest, validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            decoded = ""
-        user, sep, password = decoded.partition(":")
-        if sep and password:
-            out.append(password)
-            out.append(decoded)
-        del user
-    return out
-
-
 def resolve_headers(
     config: ServerConfig, redactor: Redactor, environ: dict[str, str] | None = None
 ) -> dict[str, str]:
@@ -188,8 +166,7 @@ def resolve_headers(
     for header, var in config.headers_env.items():
         headers[header] = get(var, f"headers_env.{header}")
     for value in headers.values():
-        for secret in _header_secrets(value):
-            redactor.register(secret)
+        redactor.register_credential(value)
     return headers
 
 

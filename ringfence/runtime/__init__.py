@@ -63,6 +63,8 @@ from ._redact import (
     MARKER as MARKER,
     Redactor as Redactor,
     StreamRedactor as StreamRedactor,
+    credential_parts as credential_parts,
+    is_secret_key as is_secret_key,
     is_secret_name as is_secret_name,
 )
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec

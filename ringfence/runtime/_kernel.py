@@ -301,6 +301,7 @@ class Kernel:
             decision = decision or exc.decision
             exc.message = self.redactor.redact(exc.message)
             exc.args = (exc.message,)
+            exc.details = self.redactor.redact_value(exc.details)
             self.events.emit("failed", trace_id, call_id=call_id, tool=tool, error=exc.to_dict())
             return Outcome(tool, call_id, trace_id, origin, decision, error=exc)
 

@@ -9,11 +9,19 @@ that a secret split across two chunks is still caught.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MARKER", "Redactor", "StreamRedactor", "is_secret_name"]
+__all__ = [
+    "MARKER",
+    "Redactor",
+    "StreamRedactor",
+    "credential_parts",
+    "is_secret_key",
+    "is_secret_name",
+]
 
 MARKER = "[REDACTED SECRET]"
 
@@ -23,8 +31,35 @@ SECRET_NAME_SUFFIXES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PAT", "CREDENTIAL
 MIN_SECRET_LENGTH = 4
 
 
+# Header names whose whole value is a credential.
+SECRET_HEADER_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+
+
 def is_secret_name(name: str) -> bool:
     return name.upper().endswith(SECRET_NAME_SUFFIXES)
+
+
+def is_secret_key(name: str) -> bool:
+    """A credential-named variable, or a header that carries credentials."""
+    return is_secret_name(name) or name.lower() in SECRET_HEADER_NAMES
+
+
+def credential_parts(value: str) -> list[str]:
+    """A credential value and the secrets inside it (a Bearer token, a Basic password)."""
+    out = [value]
+    scheme, _, rest = value.partition(" ")
+    rest = rest.strip()
+    if scheme.lower() in ("bearer", "basic") and rest:
+        out.append(rest)
+    if scheme.lower() == "basic" and rest:
+        try:
+            decoded = base64.b64decode(rest, validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            decoded = ""
+        _user, sep, password = decoded.partition(":")
+        if sep and password:
+            out += [password, decoded]
+    return out
 
 
 class Redactor:
@@ -53,22 +88,29 @@ class Redactor:
             if is_secret_name(name):
                 self.register(value)
 
-    def register_named_values(self, value: Any) -> None:
-        """Register string values found under credential-named keys anywhere in ``value``.
+    def register_credential(self, value: str) -> None:
+        """Register a credential value and the secrets inside it (``Bearer x``, ``Basic …``)."""
+        for part in credential_parts(value):
+            self.register(part)
 
-        A model may hand a secret to a tool in its arguments (``env: {"API_TOKEN": …}``);
-        registering it before the call is recorded keeps it out of every event.
+    def register_named_values(self, value: Any, *, secret: bool = False) -> None:
+        """Register every string under a credential-named key anywhere in ``value``.
+
+        A model may hand a secret to a tool in its arguments (``env: {"API_TOKEN": …}``,
+        ``headers: {"Authorization": "Bearer …"}``); registering it before the call is
+        recorded keeps it out of every event. Everything below such a key counts.
         """
-        if isinstance(value, dict):
+        if isinstance(value, str):
+            if secret:
+                self.register_credential(value)
+        elif isinstance(value, dict):
             for key, item in value.items():
-                if isinstance(item, str):
-                    if isinstance(key, str) and is_secret_name(key):
-                        self.register(item)
-                elif isinstance(item, dict | list):
-                    self.register_named_values(item)
+                self.register_named_values(
+                    item, secret=secret or (isinstance(key, str) and is_secret_key(key))
+                )
         elif isinstance(value, list):
             for item in value:
-                self.register_named_values(item)
+                self.register_named_values(item, secret=secret)
 
     def redact(self, text: str) -> str:
         if self._pattern is None or not text:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -114,3 +115,29 @@ async def test_secret_named_in_arguments_is_redacted_from_the_first_event(ledger
     assert SECRET not in "\n".join(sink.lines)
     proposed = next(r for r in sink.records() if r["kind"] == "proposed")
     assert proposed["arguments"]["env"] == {"DEPLOY_TOKEN": MARKER, "LANG": "C.UTF-8"}
+
+
+async def test_credentials_in_headers_lists_and_error_details_never_leave(ledger: Ledger) -> None:
+    basic = base64.b64encode(b"alice:pa55-word-basic").decode()
+
+    async def fails(args, ctx):
+        raise ToolError("upstream failed", upstream_body=f"echo {SECRET}")
+
+    sink = MemorySink()
+    async with Kernel(events_sink=sink, posture=Posture.ALLOW_ALL, secrets=[SECRET]) as kernel:
+        kernel.register(ToolSpec("fails", "", {"type": "object"}, fails, consequence="read"))
+        outcome = await kernel.invoke(
+            "fails",
+            {
+                "headers": {
+                    "Authorization": "Bearer abcd-live-token",
+                    "Proxy-Authorization": f"Basic {basic}",
+                },
+                "API_TOKEN": ["list-secret-1234"],
+            },
+        )
+    wire = json.dumps(outcome.to_dict())
+    assert SECRET not in wire and outcome.error.details["upstream_body"] == f"echo {MARKER}"
+    events = "\n".join(sink.lines)
+    for leaked in ("abcd-live-token", "list-secret-1234", basic, "pa55-word-basic"):
+        assert leaked not in events and leaked not in wire, leaked
