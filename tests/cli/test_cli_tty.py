@@ -1,0 +1,104 @@
+"""The interactive approver on a real terminal: `ringfence call` asks on a pty and obeys."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def run_on_pty(args: list[str], answer: bytes, cwd: Path) -> tuple[int, str]:
+    """Run the CLI with a pty as stdin/stdout/stderr; answer the first question with ``answer``."""
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ringfence", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=cwd,
+        close_fds=True,
+        start_new_session=True,  # the pty becomes a terminal the child can prompt on
+    )
+    os.close(slave)
+    seen = b""
+    answered = False
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+                if not answered and b"[d]eny?" in seen:
+                    os.write(master, answer)
+                    answered = True
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert answered, seen.decode(errors="replace")
+    return code, seen.decode(errors="replace")
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected_code", "written"), [(b"o\n", 0, True), (b"d\n", 3, False)]
+)
+def test_terminal_prompt_decides_the_write(
+    tmp_path: Path, answer: bytes, expected_code: int, written: bool
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    args = json.dumps({"path": "note.txt", "content": "from a person\n"})
+    code, screen = run_on_pty(
+        ["call", "write_file", "--args", args, "--workspace", str(ws)], answer, tmp_path
+    )
+    assert "ringfence asks: write_file (reversible, via cli)" in screen
+    assert "posture ask asks before reversible tools" in screen
+    assert code == expected_code, screen
+    assert (ws / "note.txt").exists() is written
+    if written:
+        assert (ws / "note.txt").read_text() == "from a person\n"
+    else:
+        assert "denied" in screen and list(ws.iterdir()) == []
+
+
+def test_without_a_terminal_asking_means_no(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    args = json.dumps({"path": "note.txt", "content": "x"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ringfence",
+            "call",
+            "write_file",
+            "--args",
+            args,
+            "--workspace",
+            str(ws),
+            "--json",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 3
+    assert json.loads(result.stdout)["error"]["code"] == "denied"
+    assert "headless" in result.stdout
+    assert list(ws.iterdir()) == []
