@@ -31,6 +31,7 @@ from ._errors import (
     error_from_code as error_from_code,
 )
 from ._events import (
+    GENESIS as GENESIS,
     ChainReport as ChainReport,
     EventLog as EventLog,
     EventSink as EventSink,

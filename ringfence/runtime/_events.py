@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ._canonical import canonical_json
+from ._intents import Intent
 from ._redact import Redactor
 
 __all__ = [
@@ -162,7 +163,7 @@ def _load_key(pem: str) -> Ed25519PublicKey:
 
 
 def verify_chain(lines: Iterable[str], public_key_pem: str | None = None) -> ChainReport:
-    """Check every link, every record hash and every session seal."""
+    """Check every link, every record hash, every call's signed intent and every session seal."""
     problems: list[str] = []
     prev = GENESIS
     count = sealed = opened = 0
@@ -192,6 +193,9 @@ def verify_chain(lines: Iterable[str], public_key_pem: str | None = None) -> Cha
                 except ValueError:
                     problems.append(f"line {lineno}: session public key unreadable")
                     session_key = None
+        elif kind == "started" and record.get("intent") is not None:
+            if not _intent_verifies(record, session_key):
+                problems.append(f"line {lineno}: the call's signed intent does not verify")
         elif kind == "session_sealed":
             sealed += 1
             try:
@@ -202,6 +206,17 @@ def verify_chain(lines: Iterable[str], public_key_pem: str | None = None) -> Cha
                 problems.append(f"line {lineno}: seal signature does not verify")
         prev = claimed
     return ChainReport(not problems, count, sealed, max(opened - sealed, 0), tuple(problems))
+
+
+def _intent_verifies(record: dict[str, Any], key: Ed25519PublicKey | None) -> bool:
+    try:
+        intent = Intent.from_dict(record["intent"])
+        if key is None or intent.tool != record.get("tool") or intent.verdict != "allow":
+            return False
+        key.verify(intent.signature, intent.payload())
+    except (InvalidSignature, KeyError, ValueError, TypeError):
+        return False
+    return True
 
 
 def verify_file(path: str | os.PathLike[str], public_key_pem: str | None = None) -> ChainReport:

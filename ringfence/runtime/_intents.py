@@ -61,6 +61,19 @@ class Intent:
             "signature": base64.b64encode(self.signature).decode(),
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Intent:
+        """The inverse of :meth:`to_dict` (raises KeyError/ValueError/TypeError when malformed)."""
+        return cls(
+            tool=str(data["tool"]),
+            arguments_sha256=str(data["arguments_sha256"]),
+            verdict=str(data["verdict"]),
+            rule=str(data["rule"]),
+            nonce=str(data["nonce"]),
+            expires_at=float(data["expires_at"]),
+            signature=base64.b64decode(data["signature"], validate=True),
+        )
+
 
 class IntentAuthority:
     """Mints and checks intents with one per-kernel Ed25519 key.

@@ -394,7 +394,15 @@ class Kernel:
         """Redeem the intent, run the executor, and redact and cap its result."""
         spec = auth.spec
         self._authority.redeem(auth.intent, spec.name, auth.arguments)
-        self.events.emit("started", auth.trace_id, call_id=auth.call_id, tool=spec.name)
+        # The signed intent goes into the record, so an auditor holding only the session's
+        # public key can check that every call that ran was allowed by this kernel's Gate.
+        self.events.emit(
+            "started",
+            auth.trace_id,
+            call_id=auth.call_id,
+            tool=spec.name,
+            intent=auth.intent.to_dict() if auth.intent is not None else None,
+        )
         ctx = CallContext(self, spec, auth.call_id, auth.trace_id, auth.origin, self.posture)
         try:
             value = await spec.executor(auth.arguments, ctx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -10,12 +11,14 @@ from pathlib import Path
 from runtime_helpers import Ledger, register_standard_tools
 
 from ringfence.runtime import (
+    GENESIS,
     ApprovalAnswer,
     FileSink,
     Kernel,
     MemorySink,
     Posture,
     ScriptedApprover,
+    canonical_json,
     verify_file,
 )
 
@@ -122,3 +125,31 @@ async def test_events_of_a_posture(ledger: Ledger) -> None:
         await kernel.invoke("launch", {})
     decided = next(r for r in sink.records() if r["kind"] == "decided")
     assert decided["verdict"] == "allow" and decided["rule"] == "posture:allow-all"
+
+
+async def test_a_rewritten_chain_cannot_forge_a_calls_intent(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """Recomputing every hash makes the chain consistent again, but not the intent."""
+    path = tmp_path / "events.jsonl"
+    await write_session(path, ledger)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    started = [r for r in records if r["kind"] == "started"]
+    assert len(started) == 2 and all(r["intent"]["signature"] for r in started)
+    assert verify_file(path).ok
+
+    # The forger turns the approved launch into a call "allowed by the posture" and re-chains.
+    victim = next(r for r in started if r["tool"] == "launch")
+    victim["intent"]["rule"] = "posture:ask"
+    prev = GENESIS
+    lines = []
+    for r in records:
+        r.pop("hash")
+        r["prev"] = prev
+        prev = hashlib.sha256(canonical_json(r)).hexdigest()
+        lines.append(json.dumps({**r, "hash": prev}))
+    path.write_text("\n".join(lines) + "\n")
+    report = verify_file(path)
+    assert not report.ok
+    assert not any("hash mismatch" in p or "chain broken" in p for p in report.problems)
+    assert any("signed intent does not verify" in p for p in report.problems), report.problems
