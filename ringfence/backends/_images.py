@@ -185,11 +185,27 @@ def build_image(client: docker.DockerClient, name: str, progress: Progress | Non
     material is missing (busybox-static, debootstrap, root), ToolError when a
     build step fails.
     """
+    import docker.errors
+
     recipe = _recipe(name)
     say = progress or (lambda _line: None)
+    try:
+        previous: str | None = client.images.get(recipe.reference).id
+    except docker.errors.ImageNotFound:
+        previous = None
     if recipe.name == "busybox":
-        return _build_busybox(client, recipe, say)
-    return _build_debian(client, recipe, say)
+        built = _build_busybox(client, recipe, say)
+    else:
+        built = _build_debian(client, recipe, say)
+    if previous is not None and previous != built:
+        # A rebuild leaves the old image untagged; remove it so rebuilds (every CI run) do not
+        # pile up hundreds of MB each. An image a container still uses stays, and that is fine.
+        try:
+            client.images.remove(previous)
+            say(f"removed the superseded image {previous[7:19]}")
+        except docker.errors.APIError:
+            pass
+    return built
 
 
 def _recipe(name: str) -> ImageRecipe:

@@ -46,3 +46,23 @@ def test_images_build_refuses_unknown_names(capsys) -> None:
     with pytest.raises(SystemExit) as info:
         main(["images", "build", "alpine"])
     assert info.value.code == 2
+
+
+@pytest.mark.docker
+def test_rebuilding_removes_the_superseded_image(docker_client) -> None:
+    """A rebuild must not leave the old image behind (CI rebuilds on every run)."""
+    import io
+
+    from ringfence.backends import build_image
+
+    reference = "ringfence/busybox:latest"
+    build_image(docker_client, "busybox")
+    # Stand in for an older build: a different image under the same tag.
+    dockerfile = b"FROM ringfence/busybox:latest\nLABEL dev.ringfence.test=superseded\n"
+    older, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile), tag=reference, rm=True)
+    lines: list[str] = []
+    built = build_image(docker_client, "busybox", lines.append)
+    assert built != older.id
+    assert docker_client.images.get(reference).id == built
+    assert older.id not in {i.id for i in docker_client.images.list(all=True)}
+    assert any("removed the superseded image" in line for line in lines), lines
