@@ -23,7 +23,6 @@ __all__ = [
     "interleave",
     "interleave_async",
     "interleave_blocking",
-    "interleave_sync",
     "rotations",
 ]
 
@@ -150,24 +149,6 @@ async def interleave_async(
     """Two arms, A B / B A: (baseline samples, subject samples)."""
     s = await interleave(
         [Arm(names[0], baseline, batch), Arm(names[1], subject, batch)],
-        rounds=rounds,
-        warmup=warmup,
-    )
-    return s[names[0]], s[names[1]]
-
-
-def interleave_sync(
-    baseline: Callable[[], object],
-    subject: Callable[[], object],
-    *,
-    rounds: int,
-    batch: int,
-    names: tuple[str, str],
-    warmup: int = 0,
-) -> tuple[Samples, Samples]:
-    """Two blocking arms, A B / B A: (baseline samples, subject samples)."""
-    s = interleave_blocking(
-        [SyncArm(names[0], baseline, batch), SyncArm(names[1], subject, batch)],
         rounds=rounds,
         warmup=warmup,
     )
