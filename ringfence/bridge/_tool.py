@@ -16,6 +16,7 @@ from ..runtime import (
     ToolTimeout,
     Unavailable,
     cap_text,
+    script_credential_literals,
 )
 from ._host import LocalLauncher, ScriptConfig, ScriptResult, run_script
 from ._runner import ALLOWED_MODULES
@@ -139,6 +140,9 @@ def register_script_tool(
         residual=True,
         composes_dry_run=True,
         meta={"sandbox": config.sandbox},
+        credential_literals=lambda args, is_key: script_credential_literals(
+            args.get("script"), is_key
+        ),
     )
     kernel.register(spec)
     return spec

@@ -29,7 +29,7 @@ from ..mcp_host import (
     save_server,
 )
 from ..mcp_host._manifest import DEFAULT_APPROVED
-from ..runtime import InvalidArguments, is_secret_name
+from ..runtime import InvalidArguments, is_secret_name, mask_command_args
 from ._output import print_ok
 
 
@@ -151,10 +151,11 @@ def _path(args: argparse.Namespace) -> Path:
 
 
 def _summary(s: ServerConfig) -> dict[str, Any]:
+    # Credentials in a stdio server's arguments (--token=…, URL userinfo) are masked.
     return {
         "name": s.name,
         "transport": s.transport.value,
-        "target": " ".join([s.command or "", *s.args])
+        "target": " ".join(mask_command_args([s.command or "", *s.args]))
         if s.transport is Transport.STDIO
         else display_url(s.url or ""),
         "enabled": s.enabled,

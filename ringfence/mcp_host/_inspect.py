@@ -17,12 +17,13 @@ Checks (each ``pass``, ``warn``, ``fail`` or ``skip`` with a detail):
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from typing import Any
 
 import trio
 
-from ..runtime import HeadlessDenyApprover, Kernel, MemorySink
+from ..runtime import MARKER, HeadlessDenyApprover, Kernel, MemorySink, mask_command_args
 from ._connector import Connector, connect_servers
 from ._inventory import DEFAULT_LIMITS, ListLimits
 from ._manifest import Manifest, Policy, ServerConfig, Transport
@@ -61,6 +62,13 @@ def _transport_check(config: ServerConfig) -> dict[str, str]:
             f"plain http to loopback ({shown}); fine for local development",
         )
     return _check("transport_security", "fail", f"plain http to a remote host ({shown})")
+
+
+def _masked_parts(arg: str, shown: str) -> list[str]:
+    """The pieces of ``arg`` that ``shown`` replaced by the marker."""
+    pattern = "(.*?)".join(re.escape(piece) for piece in shown.split(MARKER))
+    match = re.fullmatch(pattern, arg, re.DOTALL)
+    return [g for g in match.groups() if g] if match else [arg]
 
 
 class _WatchSink(MemorySink):
@@ -189,8 +197,16 @@ async def inspect_server(
         "sampling_provider": sampling_provider,
         "limits": limits,
     }
+    kernel = Kernel(approver=HeadlessDenyApprover(), events_sink=sink)
+    # What the listing masks in the server's arguments is a secret for everything the
+    # probe records too (a server that echoes its --token in a log line or an error).
+    command = [config.command or "", *config.args]
+    for arg, shown in zip(command, mask_command_args(command), strict=True):
+        if shown != arg:
+            for part in _masked_parts(arg, shown):
+                kernel.redactor.register_credential(part)
     async with (
-        Kernel(approver=HeadlessDenyApprover(), events_sink=sink) as kernel,
+        kernel,
         connect_servers(kernel, manifest, **options) as connectors,
     ):
         if config.name in connectors.failures:
@@ -210,5 +226,7 @@ async def inspect_server(
         checks = conformance(connector)
         checks.insert(4, await _subscription_check(connector, sink))
         report.update(connector.describe())
+        if config.transport is Transport.STDIO:
+            report["target"] = " ".join(mask_command_args(command))
         report["checks"] = checks
     return report

@@ -67,5 +67,7 @@ from ._redact import (
     credential_parts as credential_parts,
     is_secret_key as is_secret_key,
     is_secret_name as is_secret_name,
+    mask_command_args as mask_command_args,
+    script_credential_literals as script_credential_literals,
 )
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec

@@ -147,11 +147,12 @@ class Kernel:
     spool_dir: Path | None = None
     intent_ttl_seconds: float = 30.0
     secrets: Iterable[str] = ()
+    secret_names: Iterable[str] = ()  # extra credential-name globs (ringfence.runtime._redact)
 
     def __post_init__(self) -> None:
         self.posture = Posture.parse(self.posture)
         self.registry = Registry()
-        self.redactor = Redactor(self.secrets)
+        self.redactor = Redactor(self.secrets, names=self.secret_names)
         self.grants = SessionGrants()
         self.session_id = new_id()
         self._authority = IntentAuthority(self.intent_ttl_seconds)
@@ -276,6 +277,9 @@ class Kernel:
         if arguments is None:
             args = {}
         self.redactor.register_named_values(args)
+        if tool in self.registry:  # secrets not keyed by name (a script's literals), too
+            spec = self.registry.get(tool)
+            self.redactor.register_literals(spec.literal_secrets(args, self.redactor.is_secret_key))
         self.events.emit(
             "proposed",
             trace_id,

@@ -1,47 +1,151 @@
 """The secret redactor: known secret values never leave the kernel.
 
 Secrets are registered by value (explicitly, or from environment variables
-with credential-like names that the kernel hands to a child). Every result,
-error and event passes through :meth:`Redactor.redact`; streamed output goes
-through a :class:`StreamRedactor`, which holds back just enough of each chunk
-that a secret split across two chunks is still caught.
+and arguments with credential-like names that the kernel hands to a child).
+Every result, error and event passes through :meth:`Redactor.redact`;
+streamed output goes through a :class:`StreamRedactor`, which holds back just
+enough of each chunk that a secret split across two chunks is still caught.
+
+Which names are credential-like (:func:`is_secret_name`): a name is split into
+lower-case segments at ``_``, ``-``, ``.``, spaces and camelCase humps
+(``MYSQL_PWD`` → ``mysql``, ``pwd``; ``apiKey`` → ``api``, ``key``), then it
+counts when
+
+- it ends in ``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``, ``PAT``,
+  ``CREDENTIALS`` or ``AUTH`` (the original rule, case-insensitive);
+- any segment is ``password``, ``passwd``, ``passphrase``, ``secret``,
+  ``secrets``, ``credential``, ``credentials`` or ``jwt``
+  (``SECRET_KEY_BASE``, ``db_password_file``);
+- ``pwd`` is a segment (``MYSQL_PWD``, ``pwd``, ``dbPwd``), except the
+  variables ``PWD``/``OLDPWD`` exactly (the shell's working directory: a path
+  every command sees); ``cwd`` and ``pwdx``-like words are other segments;
+- the last segment is ``pass``, ``session``, ``cookie``, ``dsn`` or ``apikey``
+  (``DB_PASS``, ``session``);
+- it is a connection string: ``database``/``db``/``connection``/``conn``
+  followed by ``url``/``uri``/``string`` (``DATABASE_URL``);
+- it matches an operator pattern: shell globs, case-insensitive, over the
+  whole name, from ``RINGFENCE_SECRET_NAMES`` (comma-separated, read on each
+  check) or from ``Redactor(names=...)`` / ``Kernel(secret_names=...)`` /
+  ``create_kernel(secret_names=...)``.
+
+Besides names, a URL with a password in its userinfo
+(``https://user:pass@host``) anywhere in arguments, environment values or
+script literals registers ``user:pass`` and the password.
+
+Not promised: a secret under an innocuous name (``{"x": "hunter2"}``) or
+computed at run time (``"ab" + "cd"``) is not known until something
+registers it; values shorter than 4 characters and placeholder words
+(``true``, ``password``, ``changeme``…) are never registered, because they
+would redact ordinary text.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
+import functools
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from fnmatch import fnmatchcase
 from typing import Any
+from urllib.parse import unquote
 
 __all__ = [
     "MARKER",
+    "SECRET_NAMES_ENV",
     "Redactor",
     "StreamRedactor",
     "credential_parts",
     "is_secret_key",
     "is_secret_name",
+    "mask_command_args",
+    "script_credential_literals",
+    "url_userinfo_secrets",
 ]
 
 MARKER = "[REDACTED SECRET]"
 
+# The environment variable with the operator's extra credential-name globs.
+SECRET_NAMES_ENV = "RINGFENCE_SECRET_NAMES"
+
 # Names whose values are treated as secrets when the kernel passes them on.
 SECRET_NAME_SUFFIXES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PAT", "CREDENTIALS", "AUTH")
+# A segment anywhere in the name makes it credential-named.
+_ANY_SEGMENT = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "secrets",
+        "credential",
+        "credentials",
+        "jwt",
+    }
+)
+# Only as the last segment: "pass_through", "session_count" and "cookie_jar_path" are not secrets.
+_LAST_SEGMENT = frozenset({"pass", "session", "cookie", "dsn", "apikey"})
+_CONNECTION_HEAD = frozenset({"database", "db", "connection", "conn"})
+_CONNECTION_TAIL = frozenset({"url", "uri", "string"})
+# The shell's working-directory variables: their values are paths, never passwords.
+_SHELL_DIRECTORY_VARIABLES = frozenset({"PWD", "OLDPWD"})
+_SEGMENTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
 # Shorter values would redact ordinary text ("no", "1"), so they are not registered.
 MIN_SECRET_LENGTH = 4
-
+# Values found under a credential name that are placeholders or flags, not secrets:
+# registering them would redact every "true" or "password" in every later output.
+_NOT_SECRETS = frozenset(
+    {"true", "false", "null", "none", "password", "passwd", "secret", "changeme", "example"}
+)
 
 # Header names whose whole value is a credential.
 SECRET_HEADER_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 
+# scheme://user:password@ — the password group stops at the first "@", "/" or whitespace.
+_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://([^\s/:@]*):([^\s/@]+)@")
 
-def is_secret_name(name: str) -> bool:
-    return name.upper().endswith(SECRET_NAME_SUFFIXES)
+
+@functools.lru_cache(maxsize=8)
+def _parse_patterns(text: str) -> tuple[str, ...]:
+    return tuple(p.strip().lower() for p in text.split(",") if p.strip())
 
 
-def is_secret_key(name: str) -> bool:
+def _builtin_secret_name(name: str) -> bool:
+    if name.upper().endswith(SECRET_NAME_SUFFIXES):
+        return True
+    segments = [s.lower() for s in _SEGMENTS.findall(name)]
+    if not segments:
+        return False
+    if _ANY_SEGMENT.intersection(segments) or segments[-1] in _LAST_SEGMENT:
+        return True
+    if "pwd" in segments and name not in _SHELL_DIRECTORY_VARIABLES:
+        return True
+    return (
+        len(segments) > 1 and segments[-1] in _CONNECTION_TAIL and segments[-2] in _CONNECTION_HEAD
+    )
+
+
+def _matches_patterns(name: str, patterns: Iterable[str]) -> bool:
+    lowered = name.lower()
+    return any(fnmatchcase(lowered, p) for p in patterns)
+
+
+def is_secret_name(name: str, extra: Iterable[str] = ()) -> bool:
+    """Whether values under ``name`` are credentials (rules in the module docstring).
+
+    ``extra`` adds glob patterns to the built-in rules and ``RINGFENCE_SECRET_NAMES``.
+    """
+    if _builtin_secret_name(name):
+        return True
+    env = _parse_patterns(os.environ.get(SECRET_NAMES_ENV, ""))
+    return _matches_patterns(name, env) or _matches_patterns(name, (p.lower() for p in extra))
+
+
+def is_secret_key(name: str, extra: Iterable[str] = ()) -> bool:
     """A credential-named variable, or a header that carries credentials."""
-    return is_secret_name(name) or name.lower() in SECRET_HEADER_NAMES
+    return is_secret_name(name, extra) or name.lower() in SECRET_HEADER_NAMES
 
 
 def credential_parts(value: str) -> list[str]:
@@ -59,19 +163,205 @@ def credential_parts(value: str) -> list[str]:
         _user, sep, password = decoded.partition(":")
         if sep and password:
             out += [password, decoded]
+    return out + url_userinfo_secrets(value)
+
+
+def url_userinfo_secrets(text: str) -> list[str]:
+    """For each ``scheme://user:password@`` in ``text``: ``user:password`` and the password.
+
+    The password is also given percent-decoded when that differs. Placeholder
+    passwords (``password``, ``changeme``…) are left out; ``user:password``
+    still hides the pair.
+    """
+    if "://" not in text or "@" not in text:  # the fast path for ordinary text
+        return []
+    out: list[str] = []
+    for match in _USERINFO.finditer(text):
+        user, password = match.group(1), match.group(2)
+        out.append(f"{user}:{password}")
+        if password.lower() not in _NOT_SECRETS:
+            out.append(password)
+            decoded = unquote(password)
+            if decoded != password:
+                out.append(decoded)
+    return out
+
+
+# -- literals in a script's source ----------------------------------------------------------
+
+
+def _target_name(node: ast.expr) -> str | None:
+    """The name an assignment binds: ``TOKEN =``, ``cfg.token =``, ``env["TOKEN"] =``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            return key.value
+    return None
+
+
+def _bound_values(tree: ast.AST) -> Iterable[tuple[str, ast.expr]]:
+    """Every (name, value expression) pair the source binds or passes by name."""
+    for node in ast.walk(tree):  # iterative: a deep tree cannot exhaust the stack here
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    yield key.value, value
+        elif isinstance(node, ast.keyword) and node.arg is not None:
+            yield node.arg, node.value
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                name = _target_name(target)
+                if name is not None:
+                    yield name, node.value
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
+            name = _target_name(node.target)
+            if name is not None and node.value is not None:
+                yield name, node.value
+
+
+def _literals_in(value: ast.expr, variables: Mapping[str, list[str]]) -> list[str]:
+    """String constants in ``value``, and those assigned to the plain names it uses.
+
+    The constant parts of an f-string (``"Bearer "`` in ``f"Bearer {tok}"``) are
+    formatting, not secrets; the names inside it still count.
+    """
+    out: list[str] = []
+    stack: list[ast.AST] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, str):
+                out.append(node.value)
+        elif isinstance(node, ast.Name):
+            out += variables.get(node.id, [])
+        elif isinstance(node, ast.JoinedStr):
+            stack += [v for v in node.values if not isinstance(v, ast.Constant)]
+        else:
+            stack += ast.iter_child_nodes(node)
+    return out
+
+
+def script_credential_literals(
+    source: object, is_key: Callable[[str], bool] = is_secret_key
+) -> list[str]:
+    """String literals a Python ``source`` binds to credential-named keys or names.
+
+    Found: dict entries (``{"API_TOKEN": "…"}``), keyword arguments
+    (``token="…"``), assignments (``PASSWORD = "…"``, ``env["DB_PASS"] = "…"``),
+    a plain variable holding a literal used under such a key
+    (``tok = "…"; env={"TOKEN": tok}``), and URL userinfo in any literal. A
+    source that does not parse yields nothing (the runner refuses it anyway).
+    Not found: secrets computed at run time or passed through functions.
+    """
+    if not isinstance(source, str):
+        return []
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    variables: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found = [
+                        n.value
+                        for n in ast.walk(node.value)
+                        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                    ]
+                    variables.setdefault(target.id, []).extend(found)
+    out: list[str] = []
+    for name, value in _bound_values(tree):
+        if is_key(name):
+            out += _literals_in(value, variables)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out += url_userinfo_secrets(node.value)
+    return out
+
+
+# -- command lines in listings ----------------------------------------------------------------
+
+# Token formats common enough to recognise without a name (GitHub, GitLab, Slack, OpenAI-style, AWS).
+_TOKEN_SHAPES = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_\-]{16,}"
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,}|sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16})\b"
+)
+
+
+def _flag_name(arg: str) -> str | None:
+    """``--api-key`` → ``api-key``; not a flag → None."""
+    if arg.startswith("-") and len(arg) > 1 and not arg[1:2].isdigit():
+        return arg.lstrip("-")
+    return None
+
+
+def mask_command_args(args: Sequence[str], extra: Iterable[str] = ()) -> list[str]:
+    """``args`` with credentials replaced by :data:`MARKER`, for listings and messages.
+
+    Masked: ``--token=xyz`` and ``--api-key xyz`` (any credential-named flag, its
+    ``=value`` or the next argument), ``NAME=value`` with a credential ``NAME``,
+    ``Authorization: Bearer …``-style header arguments, URL userinfo passwords,
+    and well-known token shapes (``ghp_…``, ``sk-…``, ``AKIA…``). Not promised:
+    a secret passed positionally with nothing marking it.
+    """
+    extra = tuple(extra)
+    out: list[str] = []
+    mask_next = False
+    for arg in args:
+        if mask_next:
+            mask_next = False
+            if not arg.startswith("-"):
+                out.append(MARKER)
+                continue
+        flag = _flag_name(arg)
+        name, sep, _value = (flag or arg).partition("=")
+        header, colon, _rest = arg.partition(":")
+        if sep and name and is_secret_key(name, extra):
+            out.append(f"{arg[: len(arg) - len(_value)]}{MARKER}")
+        elif flag is not None and not sep and is_secret_key(flag, extra):
+            out.append(arg)
+            mask_next = True
+        elif (
+            colon
+            and header.strip()
+            and " " not in header.strip()
+            and is_secret_key(header.strip(), extra)
+        ):
+            out.append(f"{header}: {MARKER}")
+        else:
+            masked = arg
+            for secret in sorted(url_userinfo_secrets(arg), key=len, reverse=True):
+                masked = masked.replace(secret, MARKER)
+            out.append(_TOKEN_SHAPES.sub(MARKER, masked))
     return out
 
 
 class Redactor:
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    """Known secrets, by value; ``names`` adds credential-name globs for this redactor."""
+
+    def __init__(self, secrets: Iterable[str] = (), *, names: Iterable[str] = ()) -> None:
         self._secrets: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
+        self.names: tuple[str, ...] = tuple(str(n) for n in names)
         for s in secrets:
             self.register(s)
 
     @property
     def longest(self) -> int:
         return max((len(s) for s in self._secrets), default=0)
+
+    def is_secret_name(self, name: str) -> bool:
+        """:func:`is_secret_name` with this redactor's extra name patterns."""
+        return is_secret_name(name, self.names)
+
+    def is_secret_key(self, name: str) -> bool:
+        """:func:`is_secret_key` with this redactor's extra name patterns."""
+        return is_secret_key(name, self.names)
 
     def register(self, secret: str) -> None:
         if not isinstance(secret, str) or len(secret) < MIN_SECRET_LENGTH:
@@ -82,11 +372,21 @@ class Redactor:
             alternatives = sorted(self._secrets, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(s) for s in alternatives))
 
+    def _register_found(self, value: str) -> None:
+        # A value found by its name, not handed over as a secret: skip placeholders.
+        if value.strip().lower() not in _NOT_SECRETS:
+            self.register_credential(value)
+
     def register_env(self, env: Mapping[str, str]) -> None:
-        """Register the values of credential-named variables in ``env``."""
+        """Register the values of credential-named variables in ``env``, and URL userinfo."""
         for name, value in env.items():
-            if is_secret_name(name):
-                self.register(value)
+            if not isinstance(value, str):
+                continue
+            if self.is_secret_name(name):
+                self._register_found(value)
+            else:
+                for part in url_userinfo_secrets(value):
+                    self.register(part)
 
     def register_credential(self, value: str) -> None:
         """Register a credential value and the secrets inside it (``Bearer x``, ``Basic …``)."""
@@ -98,19 +398,29 @@ class Redactor:
 
         A model may hand a secret to a tool in its arguments (``env: {"API_TOKEN": …}``,
         ``headers: {"Authorization": "Bearer …"}``); registering it before the call is
-        recorded keeps it out of every event. Everything below such a key counts.
+        recorded keeps it out of every event. Everything below such a key counts, and
+        so does the password of a URL with userinfo under any key.
         """
         if isinstance(value, str):
             if secret:
-                self.register_credential(value)
+                self._register_found(value)
+            else:
+                for part in url_userinfo_secrets(value):
+                    self.register(part)
         elif isinstance(value, dict):
             for key, item in value.items():
                 self.register_named_values(
-                    item, secret=secret or (isinstance(key, str) and is_secret_key(key))
+                    item, secret=secret or (isinstance(key, str) and self.is_secret_key(key))
                 )
         elif isinstance(value, list):
             for item in value:
                 self.register_named_values(item, secret=secret)
+
+    def register_literals(self, literals: Iterable[str]) -> None:
+        """Register credential literals a tool's hook found in its arguments (placeholders skipped)."""
+        for literal in literals:
+            if isinstance(literal, str):
+                self._register_found(literal)
 
     def redact(self, text: str) -> str:
         if self._pattern is None or not text:

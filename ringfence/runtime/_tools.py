@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["Consequence", "Executor", "Registry", "ToolSpec"]
 
 Executor = Callable[[dict[str, Any], "CallContext"], Awaitable[Any]]
+# (arguments, is_credential_name) -> credential literals the arguments carry in a form
+# register_named_values cannot see (a script's source); see ToolSpec.credential_literals.
+LiteralFinder = Callable[[Mapping[str, Any], Callable[[str], bool]], Iterable[str]]
 
 # MCP's rule for tool names; ringfence's own names are a subset of it.
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -48,7 +51,9 @@ class ToolSpec:
     and audit; it never changes a decision. ``composes_dry_run`` tools have no
     effect of their own — every effect is a nested call that re-enters the
     Gate (``run_tool_script``) — so a dry run runs them and stages the nested
-    calls instead.
+    calls instead. ``credential_literals`` finds secrets inside arguments
+    that are not keyed by name (``run_tool_script``: literals in the script's
+    source); the kernel registers them before the call is first recorded.
     """
 
     name: str
@@ -60,6 +65,7 @@ class ToolSpec:
     source: str = "native"
     meta: Mapping[str, Any] = field(default_factory=dict)
     composes_dry_run: bool = False
+    credential_literals: LiteralFinder | None = None
     _validator: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -80,6 +86,12 @@ class ToolSpec:
         object.__setattr__(self, "input_schema", MappingProxyType(schema))
         object.__setattr__(self, "consequence", Consequence(self.consequence))
         object.__setattr__(self, "_validator", cls(schema))
+
+    def literal_secrets(self, arguments: Any, is_key: Callable[[str], bool]) -> list[str]:
+        """What ``credential_literals`` finds in ``arguments`` (nothing without one)."""
+        if self.credential_literals is None or not isinstance(arguments, Mapping):
+            return []
+        return list(self.credential_literals(arguments, is_key))
 
     def validate(self, arguments: Any) -> dict[str, Any]:
         """Check ``arguments`` against the schema; raise InvalidArguments naming the field."""
