@@ -60,6 +60,7 @@ __all__ = [
     "is_secret_key",
     "is_secret_name",
     "mask_command_args",
+    "name_segments",
     "script_credential_literals",
     "url_userinfo_secrets",
 ]
@@ -112,10 +113,15 @@ def _parse_patterns(text: str) -> tuple[str, ...]:
     return tuple(p.strip().lower() for p in text.split(",") if p.strip())
 
 
+def name_segments(name: str) -> list[str]:
+    """``name`` in lower-case segments: ``MYSQL_PWD`` → mysql, pwd; ``apiKey`` → api, key."""
+    return [s.lower() for s in _SEGMENTS.findall(name)]
+
+
 def _builtin_secret_name(name: str) -> bool:
     if name.upper().endswith(SECRET_NAME_SUFFIXES):
         return True
-    segments = [s.lower() for s in _SEGMENTS.findall(name)]
+    segments = name_segments(name)
     if not segments:
         return False
     if _ANY_SEGMENT.intersection(segments) or segments[-1] in _LAST_SEGMENT:
