@@ -118,6 +118,7 @@ def name_segments(name: str) -> list[str]:
     return [s.lower() for s in _SEGMENTS.findall(name)]
 
 
+@functools.lru_cache(maxsize=4096)  # names repeat call after call
 def _builtin_secret_name(name: str) -> bool:
     if name.upper().endswith(SECRET_NAME_SUFFIXES):
         return True
@@ -209,9 +210,9 @@ def _target_name(node: ast.expr) -> str | None:
     return None
 
 
-def _bound_values(tree: ast.AST) -> Iterable[tuple[str, ast.expr]]:
+def _bound_values(nodes: Iterable[ast.AST]) -> Iterable[tuple[str, ast.expr]]:
     """Every (name, value expression) pair the source binds or passes by name."""
-    for node in ast.walk(tree):  # iterative: a deep tree cannot exhaust the stack here
+    for node in nodes:
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
@@ -269,8 +270,9 @@ def script_credential_literals(
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
+    nodes = list(ast.walk(tree))  # one iterative walk: a deep tree cannot exhaust the stack
     variables: dict[str, list[str]] = {}
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):
@@ -281,10 +283,10 @@ def script_credential_literals(
                     ]
                     variables.setdefault(target.id, []).extend(found)
     out: list[str] = []
-    for name, value in _bound_values(tree):
+    for name, value in _bound_values(nodes):
         if is_key(name):
             out += _literals_in(value, variables)
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             out += url_userinfo_secrets(node.value)
     return out
