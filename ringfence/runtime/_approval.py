@@ -422,9 +422,9 @@ def _render_argument(name: str, value: Any, rank: int | None) -> list[str]:
     text = _as_text(value)
     shown_name = _visible(name[:80]) + ("…" if len(name) > 80 else "")
     if rank == _RUN_RANK:
-        whole, head_tail, what = RUNS_SHOWN_WHOLE, RUNS_HEAD_TAIL, "WILL RUN"
+        whole, head_tail, what = RUNS_SHOWN_WHOLE, RUNS_HEAD_TAIL, " and WILL RUN"
     elif rank is not None:
-        whole, head_tail, what = DECISIVE_SHOWN_WHOLE, DECISIVE_HEAD_TAIL, "is part of the call"
+        whole, head_tail, what = DECISIVE_SHOWN_WHOLE, DECISIVE_HEAD_TAIL, ""
     else:
         whole, head_tail, what = OTHER_SHOWN_WHOLE, 0, ""
     if len(text) <= whole:
@@ -439,9 +439,9 @@ def _render_argument(name: str, value: Any, rank: int | None) -> list[str]:
         return _block(shown_name, body, _fingerprint(text))
     hidden = len(text) - 2 * head_tail
     warning = (
-        f"  ⚠ {shown_name.upper()} IS NOT SHOWN IN FULL: {len(text):,} characters, more than "
-        f"the {whole:,} shown whole. Only the first and last {head_tail:,} are shown; the "
-        f"{hidden:,} in between are NOT shown and {what}. Deny unless you know what it is."
+        f"  ⚠ NOT SHOWN IN FULL: {shown_name} is {len(text):,} characters, more than the "
+        f"{whole:,} shown whole. Only the first and last {head_tail:,} are shown; the "
+        f"{hidden:,} in between are NOT SHOWN{what}. Deny unless you know what it is."
     )
     body = (
         f"{_visible(text[:head_tail])}\n{_OPEN}… {hidden:,} chars NOT SHOWN …{_CLOSE}\n"
