@@ -9,6 +9,9 @@ When the Gate asks, :meth:`ClientApprover.approve` finds that channel and sends
 the person an ``elicitation/create`` (form mode: approve once / for this
 session / deny) on that same request, so the question reaches the client that
 made the call and, over Streamable HTTP, rides that call's response stream.
+The question's text is :meth:`ApprovalRequest.describe`, the renderer every
+approver shares (decisive arguments first and whole, nothing invisible; see
+:mod:`ringfence.runtime._approval`).
 
 When there is no channel, or the client did not declare form elicitation, the
 configured fallback (the *headless policy*; deny by default) answers, and the
