@@ -10,9 +10,12 @@ from ..runtime import (
     ApprovalAnswer,
     Approver,
     Kernel,
+    Policy,
     Posture,
     ScriptedApprover,
+    cli_rules,
     default_approver,
+    load_layers,
 )
 
 
@@ -59,6 +62,42 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
     )
     parser.add_argument("--events", metavar="FILE", help="append the event stream to FILE (JSONL)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_policy_options(parser)
+
+
+def add_policy_options(parser: argparse.ArgumentParser) -> None:
+    """``--policy FILE`` and ``--deny/--ask/--allow RULE``: the session layer of the policy."""
+    parser.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a policy file for this session (repeatable; on top of the managed, user and "
+        "project files)",
+    )
+    for effect, example in (
+        ("deny", "'run_shell(curl *)'"),
+        ("ask", "'write_file(path=deploy/**)'"),
+        ("allow", "'run_shell(git status*)'"),
+    ):
+        parser.add_argument(
+            f"--{effect}",
+            dest=f"policy_{effect}",
+            action="append",
+            default=[],
+            metavar="RULE",
+            help=f"a {effect} rule for this session (repeatable), e.g. {example}",
+        )
+
+
+def policy_from_args(args: argparse.Namespace) -> Policy:
+    """Every policy layer for this session; raises PolicyFileError (nothing loaded) on a bad one."""
+    roots = workspace_roots_from_env(args.workspace)
+    return load_layers(
+        roots,
+        policy_files=args.policy,
+        rules=cli_rules(args.policy_deny, args.policy_ask, args.policy_allow),
+    )
 
 
 def approver_from(choice: str | None) -> Approver:
@@ -71,7 +110,9 @@ def approver_from(choice: str | None) -> Approver:
 
 def kernel_from_args(args: argparse.Namespace) -> Kernel:
     dry = getattr(args, "dry_run", None)
+    policy = policy_from_args(args)  # before anything opens: a bad file refuses the session
     return create_kernel(
+        policy=policy,
         roots=workspace_roots_from_env(args.workspace),
         posture=args.posture,
         approver=approver_from(args.approve),

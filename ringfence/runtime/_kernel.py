@@ -324,7 +324,7 @@ class Kernel:
         trace_id = trace_id or call_id
         spec = self.registry.get(tool)
         spec.validate(arguments)
-        decision = decide(spec, self.posture, self.rules)
+        decision = decide(spec, self.posture, self.rules, arguments)
         self.events.emit("decided", trace_id, call_id=call_id, tool=tool, **decision.to_dict())
         if decision.verdict is Verdict.DENY:
             raise Denied(
