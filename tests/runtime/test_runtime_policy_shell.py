@@ -10,11 +10,9 @@ import subprocess
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ringfence.runtime import (
-    Consequence,
     Policy,
     Posture,
     Rules,
