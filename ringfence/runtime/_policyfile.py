@@ -128,7 +128,8 @@ def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
         try:
             rules.append(rule_from_table(table, source=f"{path}:{line}", layer=layer))
         except RuleError as exc:
-            raise _fail(path, line, f"rules[{index}].{exc.field}", exc.message) from None
+            at = lines.table_key_line("rules", index, str(exc.field)) or line
+            raise _fail(path, at, f"rules[{index}].{exc.field}", exc.message) from None
     trusted: tuple[str, ...] = ()
     if "trust" in data:
         trust = data["trust"]
@@ -271,6 +272,7 @@ class _Locator:
         self.keys: dict[str, int] = {}
         self.array_strings: dict[str, list[int]] = {}
         self.headers: dict[str, list[int]] = {}
+        self.table_keys: dict[tuple[str, int, str], int] = {}
         self._scan(text)
 
     def key_line(self, key: str) -> int | None:
@@ -278,6 +280,9 @@ class _Locator:
 
     def array_string_lines(self, key: str) -> list[int]:
         return self.array_strings.get(key, [])
+
+    def table_key_line(self, table: str, index: int, key: str) -> int | None:
+        return self.table_keys.get((table, index, key))
 
     def table_array_lines(self, key: str) -> list[int]:
         return self.headers.get(key, [])
@@ -336,6 +341,9 @@ class _Locator:
                 if table is None:
                     self.keys.setdefault(name, line)
                     key = name
+                else:
+                    index = len(self.headers.get(table, [])) - 1
+                    self.table_keys.setdefault((table, index, name), line)
                 i = j + 1
                 at_line_start = False
                 continue
