@@ -574,6 +574,8 @@ def _shell_pattern(spec: str) -> tuple[str, ...]:
 
 
 def _matcher(name: str, op: str, value: str) -> Matcher:
+    if not value:
+        raise RuleError(f"argument {name!r} has an empty pattern", field=name)
     if op == "~":
         return RegexMatcher(value)
     if (m := _RANGE.match(value)) and (m.group(1) or m.group(2)):
