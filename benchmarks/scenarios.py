@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from . import backends, bridge, gate, mcp_host, workspace
+from . import backends, bridge, gate, mcp_host, policy, workspace
 from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
     gate.SCENARIO,
     *workspace.SCENARIOS,
     *backends.SCENARIOS,
+    policy.SCENARIO,
     *mcp_host.SCENARIOS,
     *bridge.SCENARIOS,
 ]

@@ -338,10 +338,20 @@ class ArgvMatcher:
         return best
 
 
+# element -> its compiled glob, or None for a literal element (compared with ==)
+_ELEMENTS: dict[str, re.Pattern[str] | None] = {}
+
+
 def _element_matches(element: str, word: str) -> bool:
-    if not any(c in element for c in "*?["):
+    try:
+        rx = _ELEMENTS[element]
+    except KeyError:
+        rx = _glob_regex(element) if any(c in element for c in "*?[") else None
+        if len(_ELEMENTS) < 65536:
+            _ELEMENTS[element] = rx
+    if rx is None:
         return element == word
-    return _glob_regex(element).fullmatch(word) is not None
+    return rx.fullmatch(word) is not None
 
 
 def _match_argv(pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool) -> Tri:
@@ -352,6 +362,37 @@ def _match_argv(pattern: tuple[str, ...], command: SimpleCommand, deny_side: boo
     side the command name is compared by its last component (``/usr/bin/curl``
     is ``curl``); on the allow side exactly (``./git`` is not ``git``).
     """
+    argv = command.argv
+    # Fast paths for the usual shapes, all words literal where the pattern looks:
+    # no ** at all (exact length), or ** only at the end (a prefix).
+    tail = pattern[-1] == "**" and "**" not in pattern[:-1]
+    exact = "**" not in pattern and not command.open_tail
+    head = pattern[:-1] if tail else pattern
+    if (tail or exact) and argv and all(w.literal for w in argv[: len(head)]):
+        if exact and (len(head) != len(argv) or not all(w.literal for w in argv)):
+            return (
+                Tri.NO if all(w.literal for w in argv) else _match_slow(pattern, command, deny_side)
+            )
+        if len(argv) < len(head):
+            return (
+                Tri.NO if all(w.literal for w in argv) else _match_slow(pattern, command, deny_side)
+            )
+        if not head:
+            return Tri.YES
+        first = argv[0].text
+        if deny_side and "/" not in head[0]:
+            first = first.rsplit("/", 1)[-1]
+        if not _element_matches(head[0], first):
+            return Tri.NO
+        for element, word in zip(head[1:], argv[1:], strict=False):
+            if not _element_matches(element, word.text):
+                return Tri.NO
+        return Tri.YES
+    return _match_slow(pattern, command, deny_side)
+
+
+def _match_slow(pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool) -> Tri:
+    """The general matcher: computed words and ** anywhere (memoized, O(words * elements))."""
     words: list[Word] = list(command.argv)
     if command.open_tail:
         words.append(Word("…", False))
@@ -699,7 +740,14 @@ class Policy:
 
     rules: tuple[Rule, ...] = ()
     roots: tuple[str, ...] = ()
+    # Caches (per policy object; a Policy is immutable, so they never go stale).
     _by_tool: dict[str, tuple[Rule, ...]] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
+    _indexes: dict[str, _CommandIndex] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
+    _verdicts: dict[Any, PolicyVerdict | None] = field(
         default_factory=dict, compare=False, repr=False, hash=False
     )
 
@@ -740,22 +788,54 @@ class Policy:
     def evaluate(
         self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None = None
     ) -> PolicyVerdict | None:
-        """What the rules say about one call; None when no rule speaks."""
+        """What the rules say about one call; None when no rule speaks.
+
+        Results are cached per (tool, arguments) for hashable JSON-like
+        arguments (bounded; the same command line is judged once).
+        """
         rules = self.for_tool(name)
         if not rules:
             return None
+        key = _freeze((name, arguments))
+        if key is not None:
+            try:
+                return self._verdicts[key]
+            except KeyError:
+                pass
         command = arguments.get("command")
         if any(r.command is not None for r in rules) and isinstance(command, (str, list)):
-            return self._evaluate_shell(name, rules, arguments)
-        return self._evaluate_plain(rules, arguments)
+            verdict: PolicyVerdict | None = self._evaluate_shell(name, rules, arguments)
+        else:
+            verdict = self._evaluate_plain(self._plain(name), arguments)
+        if key is not None:
+            if len(self._verdicts) >= _VERDICT_CACHE:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
+        return verdict
+
+    def _plain(self, name: str) -> tuple[Rule, ...]:
+        """The active rules for ``name`` that have no argv matcher (cached per name)."""
+        key = "\0plain:" + name
+        found = self._by_tool.get(key)
+        if found is None:
+            found = tuple(r for r in self.for_tool(name) if r.command is None)
+            if len(self._by_tool) < 4096:
+                self._by_tool[key] = found
+        return found
+
+    def _index(self, name: str, rules: tuple[Rule, ...]) -> _CommandIndex:
+        index = self._indexes.get(name)
+        if index is None:
+            index = _CommandIndex.build(rules)
+            if len(self._indexes) < 4096:
+                self._indexes[name] = index
+        return index
 
     def _evaluate_plain(
         self, rules: tuple[Rule, ...], arguments: Mapping[str, Any]
     ) -> PolicyVerdict | None:
         best: Rule | None = None
         for rule in rules:
-            if rule.command is not None:
-                continue
             if rule.arguments and not rule.matches_arguments(arguments, self.roots):
                 continue
             if best is None or _RANK[rule.effect] < _RANK[best.effect]:
@@ -777,16 +857,16 @@ class Policy:
             parsed = parse_argv(command)
         else:
             parsed = ShellParse(unresolved=())
-        whole = self._evaluate_plain(rules, arguments)
+        whole = self._evaluate_plain(self._plain(name), arguments)
         parts: list[PartVerdict] = []
-        cmd_rules = [
-            r
-            for r in rules
-            if r.command is not None
-            and (not r.arguments or r.matches_arguments(arguments, self.roots))
-        ]
+        index = self._index(name, rules)
         for sc in parsed.commands:
-            parts.append(_judge_command(sc, cmd_rules))
+            candidates = [
+                r
+                for r in index.candidates(sc)
+                if not r.arguments or r.matches_arguments(arguments, self.roots)
+            ]
+            parts.append(_judge_command(sc, candidates))
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         for redirect in parsed.redirects:
             parts.append(self._judge_redirect(redirect, cwd, parsed.changes_directory))
@@ -824,7 +904,7 @@ class Policy:
             )
         path = normalize_path(target.text, self.roots, cwd)
         tool = SHELL_WRITE_TOOL if redirect.write else SHELL_READ_TOOL
-        verdict = self._evaluate_plain(self.for_tool(tool), {"path": path})
+        verdict = self._evaluate_plain(self._plain(tool), {"path": path})
         if verdict is None:
             if redirect.write:
                 return PartVerdict(
@@ -836,6 +916,81 @@ class Policy:
         return PartVerdict(
             kind, text, verdict.effect, verdict.rule, reason=f"judged as {tool}(path={path})"
         )
+
+
+_VERDICT_CACHE = 4096
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable stand-in for JSON-like ``value``, or None when it has other types."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return (type(value).__name__, value)
+    if isinstance(value, (list, tuple)):
+        items = [_freeze(v) for v in value]
+        return None if any(i is None for i in items) else ("l", tuple(items))
+    if isinstance(value, Mapping):
+        items = [(k, _freeze(v)) for k, v in value.items() if isinstance(k, str)]
+        if len(items) != len(value) or any(v is None for _, v in items):
+            return None
+        return ("d", tuple(sorted(items)))
+    return None
+
+
+@dataclass(frozen=True)
+class _CommandIndex:
+    """A tool's argv rules by their first word, so a command is checked against few rules."""
+
+    by_first: dict[str, tuple[tuple[int, Rule], ...]]
+    # rules whose first word is a glob, by the length and text of its literal prefix
+    wild_by_prefix: tuple[tuple[int, dict[str, tuple[tuple[int, Rule], ...]]], ...]
+    every: tuple[tuple[int, Rule], ...]
+
+    @classmethod
+    def build(cls, rules: Iterable[Rule]) -> _CommandIndex:
+        by_first: dict[str, list[tuple[int, Rule]]] = {}
+        wild: list[tuple[str, int, Rule]] = []
+        every: list[tuple[int, Rule]] = []
+        for position, rule in enumerate(rules):
+            if rule.command is None:
+                continue
+            every.append((position, rule))
+            firsts = {p[0] for p in rule.command.patterns}
+            if any(f == "**" or any(c in f for c in "*?[") for f in firsts):
+                prefix = min((re.split(r"[*?\[]", f, maxsplit=1)[0] for f in firsts), key=len)
+                wild.append((prefix, position, rule))
+                continue
+            for first in firsts:
+                by_first.setdefault(first, []).append((position, rule))
+        buckets: dict[int, dict[str, list[tuple[int, Rule]]]] = {}
+        for prefix, position, rule in wild:
+            buckets.setdefault(len(prefix), {}).setdefault(prefix, []).append((position, rule))
+        wild_by_prefix = tuple(
+            (length, {p: tuple(v) for p, v in bucket.items()})
+            for length, bucket in sorted(buckets.items())
+        )
+        return cls({k: tuple(v) for k, v in by_first.items()}, wild_by_prefix, tuple(every))
+
+    def candidates(self, command: SimpleCommand) -> list[Rule]:
+        """The rules that could match ``command``, in the policy's order."""
+        head = command.argv[0] if command.argv else None
+        if head is None or not head.literal:
+            return [r for _, r in self.every]
+        text = head.text
+        base = text.rsplit("/", 1)[-1]
+        found: list[tuple[int, Rule]] = []
+        for length, bucket in self.wild_by_prefix:
+            found.extend(bucket.get(text[:length], ()))
+            if base != text:
+                found.extend(bucket.get(base[:length], ()))
+        found.extend(self.by_first.get(text, ()))
+        if base != text:
+            found.extend(self.by_first.get(base, ()))
+        if len(found) > 1:
+            seen: set[int] = set()
+            found = [
+                t for t in sorted(found, key=lambda t: t[0]) if not (t[0] in seen or seen.add(t[0]))
+            ]
+        return [r for _, r in found]
 
 
 def _because(rule: Rule) -> str:

@@ -178,18 +178,15 @@ def _parse_into(command: str, depth: int, via: tuple[str, ...], acc: _Acc) -> No
     if _CONTINUATION.search(command):
         acc.unresolved_("contains a backslash-newline line continuation", command)
         return
-    tree = _parser().parse(command.encode("utf-8", "surrogatepass"))
+    src = command.encode("utf-8", "surrogatepass")
+    tree = _parser().parse(src)
     root = tree.root_node
     if root.has_error:
         acc.unresolved_(
             "the shell parser cannot read it (unbalanced quotes or bad syntax)", command
         )
         # Still look for commands inside, so a deny rule can see them.
-    _Walker(acc, depth, via).statement(root)
-
-
-def _text(node: Any) -> str:
-    return node.text.decode("utf-8", "surrogatepass")
+    _Walker(acc, depth, via, src).statement(root)
 
 
 # Statement-level containers whose named children are statements.
@@ -240,10 +237,15 @@ _GLOB_CHARS = frozenset("*?[")
 
 
 class _Walker:
-    def __init__(self, acc: _Acc, depth: int, via: tuple[str, ...]) -> None:
+    def __init__(self, acc: _Acc, depth: int, via: tuple[str, ...], src: bytes) -> None:
         self.acc = acc
         self.depth = depth
         self.via = via
+        self.src = src
+
+    def text(self, node: Any) -> str:
+        # Slicing our own copy of the source is much cheaper than Node.text.
+        return self.src[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
 
     # -- statements ------------------------------------------------------------------
 
@@ -252,7 +254,7 @@ class _Walker:
         if not node.is_named or kind == "comment":
             return
         if node.is_missing or kind == "ERROR":
-            self.acc.unresolved_("the shell parser cannot read this part", _text(node))
+            self.acc.unresolved_("the shell parser cannot read this part", self.text(node))
             self.search(node)
             return
         if kind == "case_item":
@@ -286,22 +288,24 @@ class _Walker:
                     self.word(child)
         elif kind == "function_definition":
             self.acc.unresolved_(
-                "defines a shell function (it can shadow any command)", _text(node)
+                "defines a shell function (it can shadow any command)", self.text(node)
             )
             self.search(node)
         elif kind == "variable_assignment":
-            self.acc.unresolved_("assigns a shell variable", _text(node))
+            self.acc.unresolved_("assigns a shell variable", self.text(node))
             self.search(node)
         elif kind in ("declaration_command", "unset_command"):
-            self.acc.unresolved_("declares or unsets shell variables", _text(node))
+            self.acc.unresolved_("declares or unsets shell variables", self.text(node))
             self.search(node)
         elif kind == "test_command":
             # [ ] / [[ ]]: no effect of its own, but arithmetic on expanded values can run code.
             if self._has_expansion(node):
-                self.acc.unresolved_("a test over expanded values", _text(node))
+                self.acc.unresolved_("a test over expanded values", self.text(node))
             self.search(node)
         else:
-            self.acc.unresolved_(f"shell syntax this matcher does not read ({kind})", _text(node))
+            self.acc.unresolved_(
+                f"shell syntax this matcher does not read ({kind})", self.text(node)
+            )
             self.search(node)
 
     def search(self, node: Any) -> None:
@@ -338,28 +342,28 @@ class _Walker:
         """The value of one word, walking any substitutions inside it as commands."""
         kind = node.type
         if kind == "word":
-            return _unquoted_word(_text(node))
+            return _unquoted_word(self.text(node))
         if kind == "number":
-            return Word(_text(node))
+            return Word(self.text(node))
         if kind == "raw_string":
-            return Word(_text(node)[1:-1])
+            return Word(self.text(node)[1:-1])
         if kind == "string":
             literal = True
             for child in node.named_children:
                 if child.type != "string_content":
                     literal = False
                     self.word(child)
-            raw = _text(node)
+            raw = self.text(node)
             if literal and len(raw) >= 2 and raw[0] == raw[-1] == '"':
                 # from the source, not string_content nodes (blank content has none)
                 return Word(_unescape_double(raw[1:-1]))
             return Word(raw, False)
         if kind == "concatenation":
             values = [self.word(c) for c in node.named_children]
-            text = _text(node)
-            braces = any(c.type == "word" and "{" in _text(c) for c in node.named_children) and (
-                "," in text or ".." in text
-            )
+            text = self.text(node)
+            braces = any(
+                c.type == "word" and "{" in self.text(c) for c in node.named_children
+            ) and ("," in text or ".." in text)
             # An unnamed child ($ before a quote, …) means a form this matcher does not read.
             if (
                 not braces
@@ -367,19 +371,19 @@ class _Walker:
                 and all(c.is_named for c in node.children)
             ):
                 return Word("".join(v.text for v in values))
-            return Word(_text(node), False)
+            return Word(self.text(node), False)
         if kind in ("command_substitution", "process_substitution"):
             for inner in node.named_children:
                 self.statement(inner)
-            return Word(_text(node), False)
+            return Word(self.text(node), False)
         if kind in ("simple_expansion", "expansion", "arithmetic_expansion"):
             self.search(node)
-            return Word(_text(node), False)
+            return Word(self.text(node), False)
         if kind in ("ansi_c_string", "translated_string", "brace_expression"):
-            return Word(_text(node), False)
+            return Word(self.text(node), False)
         # Anything else in word position: not a value this matcher can know.
         self.search(node)
-        return Word(_text(node), False)
+        return Word(self.text(node), False)
 
     # -- simple commands -------------------------------------------------------------
 
@@ -388,17 +392,17 @@ class _Walker:
         # (start, end) bytes of each word: tree-sitter-bash sometimes splits one shell word
         # in two (''\a is the single word "a"); touching words are joined back.
         spans: list[tuple[int, int]] = []
-        for index, child in enumerate(node.children):
-            if not child.is_named:
-                if child.type not in (";", "&"):
-                    self.acc.unresolved_(f"unexpected token {child.type!r}", _text(node))
-                continue
+        children = node.children
+        for child in children:
             kind = child.type
-            fieldname = node.field_name_for_child(index)
+            if not child.is_named:
+                if kind not in (";", "&"):
+                    self.acc.unresolved_(f"unexpected token {kind!r}", self.text(node))
+                continue
             if kind == "variable_assignment":
                 self.acc.unresolved_(
                     "sets an environment variable for the command (it can change what runs)",
-                    _text(child),
+                    self.text(child),
                 )
                 self.search(child)
             elif kind in _REDIRECTS:
@@ -406,19 +410,20 @@ class _Walker:
             elif kind == "command_name":
                 inner = child.named_children
                 if len(inner) != 1:
-                    self.acc.unresolved_("a command name this matcher does not read", _text(child))
+                    self.acc.unresolved_(
+                        "a command name this matcher does not read", self.text(child)
+                    )
                     self.search(child)
-                    self._append(words, spans, child, Word(_text(child), False))
+                    self._append(words, spans, child, Word(self.text(child), False))
                 else:
                     self._append(words, spans, inner[0], self.word(inner[0]))
-            elif kind == "comment":
-                continue
-            elif fieldname in ("argument", None) or kind in ("word", "string", "raw_string"):
+            elif kind != "comment":
+                # every other named child is a word (an argument); word() is a whitelist
                 self._append(words, spans, child, self.word(child))
-        if _lost_text(node):
-            self.acc.unresolved_("the shell parser dropped part of this command", _text(node))
+        if _lost_text(self.src, node, children):
+            self.acc.unresolved_("the shell parser dropped part of this command", self.text(node))
         if words:
-            _emit_command(tuple(words), self.via, self.acc, self.depth, _text(node))
+            _emit_command(tuple(words), self.via, self.acc, self.depth, self.text(node))
 
     @staticmethod
     def _append(words: list[Word], spans: list[tuple[int, int]], node: Any, word: Word) -> None:
@@ -446,9 +451,9 @@ class _Walker:
             quoted = False
             for child in node.named_children:
                 if child.type == "heredoc_start":
-                    quoted = any(q in _text(child) for q in "'\"\\")
+                    quoted = any(q in self.text(child) for q in "'\"\\")
                 elif child.type == "heredoc_body":
-                    body = _text(child)
+                    body = self.text(child)
                     if not quoted and any(s in body for s in ("`", "$(", "${")):
                         # tree-sitter-bash leaves backquotes in a body unparsed: do not rely on it
                         self.acc.unresolved_("a here-document runs substitutions", body)
@@ -476,25 +481,30 @@ class _Walker:
             self.acc.redirects.append(Redirect(target, False, operator))
         else:
             self.acc.unresolved_(
-                f"a redirection this matcher does not read ({operator})", _text(node)
+                f"a redirection this matcher does not read ({operator})", self.text(node)
             )
 
 
-def _lost_text(node: Any) -> bool:
+def _lost_text(src: bytes, node: Any, children: list[Any]) -> bool:
     """Whether anything but blanks lies between a command's parts (tree-sitter-bash drops a
     leading escaped blank, ``\\ a``, which the shell keeps as part of the word)."""
-    source = node.text
-    base = node.start_byte
-    cursor = base
-    for child in node.children:
-        if source[cursor - base : child.start_byte - base].strip(b" \t"):
+    cursor = node.start_byte
+    for child in children:
+        start = child.start_byte
+        if start > cursor and src[cursor:start].strip(b" \t"):
             return True
         cursor = child.end_byte
-    return bool(source[cursor - base :].strip(b" \t"))
+    end = node.end_byte
+    return end > cursor and bool(src[cursor:end].strip(b" \t"))
+
+
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:=@%+,^-]+")
 
 
 def _unquoted_word(raw: str) -> Word:
     """Quote removal for an unquoted ``word`` node; expansions make it non-literal."""
+    if _PLAIN_WORD.fullmatch(raw) and not raw.startswith("~"):
+        return Word(raw)  # nothing to remove or expand (the common case)
     out: list[str] = []
     i = 0
     n = len(raw)
