@@ -794,7 +794,9 @@ class Policy:
         arguments (bounded; the same command line is judged once).
         """
         rules = self.for_tool(name)
-        if not rules:
+        command = arguments.get("command")
+        shellish = isinstance(command, (str, list))
+        if not rules and not (shellish and self._has_redirect_rules()):
             return None
         key = _freeze((name, arguments))
         if key is not None:
@@ -802,11 +804,14 @@ class Policy:
                 return self._verdicts[key]
             except KeyError:
                 pass
-        command = arguments.get("command")
-        if any(r.command is not None for r in rules) and isinstance(command, (str, list)):
+        if shellish and any(r.command is not None for r in rules):
             verdict: PolicyVerdict | None = self._evaluate_shell(name, rules, arguments)
         else:
             verdict = self._evaluate_plain(self._plain(name), arguments)
+            if shellish and (verdict is None or verdict.effect is not Effect.DENY):
+                # No command rules for this tool, but its redirections still meet the
+                # write_file/read_file rules: `echo x > .env` under a write_file(.env) deny.
+                verdict = _stricter(verdict, self._redirects_only(arguments))
         if key is not None:
             if len(self._verdicts) >= _VERDICT_CACHE:
                 self._verdicts.clear()
@@ -822,6 +827,29 @@ class Policy:
             if len(self._by_tool) < 4096:
                 self._by_tool[key] = found
         return found
+
+    def _has_redirect_rules(self) -> bool:
+        return bool(self._plain(SHELL_WRITE_TOOL) or self._plain(SHELL_READ_TOOL))
+
+    def _redirects_only(self, arguments: Mapping[str, Any]) -> PolicyVerdict | None:
+        """Deny/ask that a command's redirections meet; None when they meet neither."""
+        if not self._has_redirect_rules():
+            return None
+        command = arguments["command"]
+        if not isinstance(command, str):
+            return None  # an argv list has no redirections
+        parsed = parse_command(command)
+        cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
+        parts = tuple(
+            self._judge_redirect(r, cwd, parsed.changes_directory) for r in parsed.redirects
+        )
+        for effect in (Effect.DENY, Effect.ASK):
+            for p in parts:
+                if p.effect is effect and p.rule is not None:
+                    return PolicyVerdict(
+                        effect, p.rule, f"{p.kind} `{p.text}` {_because(p.rule)}", parts
+                    )
+        return None
 
     def _index(self, name: str, rules: tuple[Rule, ...]) -> _CommandIndex:
         index = self._indexes.get(name)
@@ -919,6 +947,14 @@ class Policy:
 
 
 _VERDICT_CACHE = 4096
+
+
+def _stricter(a: PolicyVerdict | None, b: PolicyVerdict | None) -> PolicyVerdict | None:
+    if a is None or a.effect is None:
+        return b if b is not None else a
+    if b is None or b.effect is None:
+        return a
+    return a if _RANK[a.effect] <= _RANK[b.effect] else b
 
 
 def _freeze(value: Any) -> Any:

@@ -231,7 +231,7 @@ _UNRESOLVED_BUILTINS = {
     "coproc": "coproc runs a command in the background",
     "fc": "fc runs commands from history",
 }
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "rbash"})
 _CD = frozenset({"cd", "pushd", "popd"})
 _GLOB_CHARS = frozenset("*?[")
 
@@ -475,6 +475,10 @@ class _Walker:
             destination.type == "number" or (target.literal and target.text in ("-",))
         ):
             return  # descriptor duplication, not a file
+        if target.literal and target.text.startswith(("/dev/tcp/", "/dev/udp/")):
+            # bash opens a network connection for these names
+            self.acc.unresolved_("a redirection to a network connection", self.text(node))
+            return
         if operator in _WRITE_OPS:
             self.acc.redirects.append(Redirect(target, True, operator))
         elif operator in _READ_OPS:
@@ -678,8 +682,12 @@ def _timeout(
 def _shell(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, text: str) -> None:
     args = argv[1:]
     if argv[0].text.rsplit("/", 1)[-1] == "busybox":
-        if not args or not args[0].literal or args[0].text not in ("sh", "ash"):
+        # busybox APPLET args runs the applet: `busybox wget …` is wget
+        if not args:
             acc.commands.append(SimpleCommand(argv, via[:-1]))
+            return
+        if not args[0].literal or args[0].text not in ("sh", "ash"):
+            _rest(argv, 1, via, acc, depth, text)
             return
         args = args[1:]
     i = 0
@@ -813,7 +821,105 @@ def _find(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, t
             i += 1
 
 
+def _run_string(
+    script: Word, via: tuple[str, ...], acc: _Acc, depth: int, text: str, what: str
+) -> None:
+    """A wrapper that hands a string to a shell (su -c, watch, flock -c): parse it too."""
+    if not script.literal:
+        acc.unresolved_(f"{what} runs a string computed at run time", text)
+        return
+    sub = _parse_cached(script.text, depth + 1, via)
+    acc.commands.extend(sub.commands)
+    acc.redirects.extend(sub.redirects)
+    acc.unresolved.extend(sub.unresolved)
+    acc.cd = acc.cd or sub.changes_directory
+
+
+def _su(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, text: str) -> None:
+    acc.commands.append(SimpleCommand(argv, via[:-1]))  # a privilege change, like sudo
+    for i, w in enumerate(argv[1:], 1):
+        if w.literal and w.text in ("-c", "--command") and i + 1 < len(argv):
+            _run_string(argv[i + 1], via, acc, depth, text, "su -c")
+            return
+        if w.literal and w.text.startswith("--command="):
+            _run_string(Word(w.text.split("=", 1)[1]), via, acc, depth, text, "su -c")
+            return
+    acc.unresolved_("su without -c starts a shell", text)
+
+
+def _watch(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, text: str) -> None:
+    i = _options(
+        argv,
+        ("-n", "--interval", "-d", "--differences", "-q", "--equexit"),
+        (
+            "-b",
+            "--beep",
+            "-e",
+            "--errexit",
+            "-g",
+            "--chgexit",
+            "-t",
+            "--no-title",
+            "-c",
+            "--color",
+            "-p",
+            "--precise",
+            "-w",
+            "--no-wrap",
+        ),
+        acc,
+        text,
+    )
+    if i is None:
+        acc.commands.append(SimpleCommand(argv, via[:-1]))
+        return
+    words = argv[i:]
+    if any(w.literal and w.text in ("-x", "--exec") for w in argv[1:i]):
+        _rest(argv, i, via, acc, depth, text)
+        return
+    # watch joins its words with spaces and hands them to sh -c
+    if not all(w.literal for w in words):
+        acc.unresolved_("watch runs a string computed at run time", text)
+        return
+    _run_string(Word(" ".join(w.text for w in words)), via, acc, depth, text, "watch")
+
+
+def _flock(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, text: str) -> None:
+    for i, w in enumerate(argv[1:], 1):
+        if w.literal and w.text in ("-c", "--command") and i + 1 < len(argv):
+            _run_string(argv[i + 1], via, acc, depth, text, "flock -c")
+            return
+    i = _options(
+        argv,
+        ("-w", "--timeout", "-E", "--conflict-exit-code"),
+        (
+            "-s",
+            "--shared",
+            "-x",
+            "--exclusive",
+            "-u",
+            "--unlock",
+            "-n",
+            "--nonblock",
+            "-o",
+            "--close",
+            "--verbose",
+        ),
+        acc,
+        text,
+    )
+    if i is None or i + 1 >= len(argv):
+        acc.commands.append(SimpleCommand(argv, via[:-1]))
+        return
+    _rest(argv, i + 1, via, acc, depth, text)  # skip the lock file
+
+
 _WRAPPERS: dict[str, Any] = {
+    "su": _su,
+    "watch": _watch,
+    "flock": _flock,
+    "setsid": _simple_wrapper((), ("-c", "--ctty", "-f", "--fork", "-w", "--wait")),
+    "ionice": _simple_wrapper(("-c", "--class", "-n", "--classdata"), ("-t", "--ignore")),
     "env": _env,
     "command": _command,
     "builtin": _simple_wrapper((), ()),

@@ -161,6 +161,16 @@ TABLE: list[tuple[str, Verdict]] = [
     ("curl_is_not_this x", Q),
     ("xargs sh < cmds.txt", Q),
     ("cat <<EOF\n`curl x`\nEOF", Q),
+    ("cat < /dev/tcp/example.com/80", Q),
+    # more wrappers
+    ("su -c 'curl x' root", D),
+    ("watch -n 5 curl x", D),
+    ("flock /tmp/lock curl x", D),
+    ("busybox wget http://e", D),
+    ("setsid curl x", D),
+    ("ionice -c 3 curl x", D),
+    ("time curl x", D),
+    ("su -c 'git status' root", Q),
 ]
 
 
@@ -280,3 +290,20 @@ def test_literal_words_match_what_sh_passes(pieces: list[str]) -> None:
         ["/bin/sh", "-c", f"printf '%s\\0' {word}"], capture_output=True, check=True
     ).stdout.decode("utf-8", "surrogateescape")
     assert [w.text for w in argv[2:]] == real.split("\0")[:-1], word
+
+
+def test_redirections_meet_write_rules_even_without_shell_rules() -> None:
+    only_paths = Rules(
+        policy=Policy.from_strings(
+            deny=["write_file(path=.env)"], ask=["write_file(path=deploy/**)"]
+        ).with_roots(["/ws"])
+    )
+    assert (
+        decide(SHELL, Posture.UNRESTRICTED, only_paths, {"command": "echo k > .env"}).verdict is D
+    )
+    assert (
+        decide(SHELL, Posture.UNRESTRICTED, only_paths, {"command": "make > deploy/x"}).verdict is Q
+    )
+    # no shell rules: unresolved parts and plain commands are the posture's business
+    assert decide(SHELL, Posture.UNRESTRICTED, only_paths, {"command": "eval x"}).verdict is A
+    assert decide(SHELL, Posture.ASK, only_paths, {"command": "echo ok > b"}).rule == "residual"
