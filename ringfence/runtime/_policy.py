@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, final
 
@@ -81,8 +81,6 @@ class Rules:
     allow: tuple[str, ...] | None = None
     autonomous: tuple[str, ...] = ()
     policy: Policy | None = None
-    # deny/ask/allow entries written TOOL(SPEC), split out of the name globs above
-    _combined: Policy | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Entries with arguments (``run_shell(git status*)``) are policy rules; an ``allow``
@@ -107,12 +105,13 @@ class Rules:
                 object.__setattr__(self, "allow", allow + names)
             extra = Policy.from_strings(deny=deny_args, ask=ask_args, allow=allow_args)
             combined = extra if combined is None else combined + extra
-        object.__setattr__(self, "_combined", combined)
+            # kept in ``policy`` itself, so dataclasses.replace(rules, …) carries them along
+            object.__setattr__(self, "policy", combined)
 
     @property
     def effective_policy(self) -> Policy | None:
-        """The policy rules in force (``policy`` plus TOOL(SPEC) entries)."""
-        return self._combined
+        """The policy rules in force (``policy``, which includes the TOOL(SPEC) entries)."""
+        return self.policy
 
 
 @final

@@ -193,13 +193,16 @@ def load_layers(
     """The merged policy of every layer for a session over ``roots``.
 
     Raises PolicyFileError (nothing is loaded) when any file is bad. A missing
-    managed, user or project file is no layer; a missing ``--policy`` file is
-    an error.
+    user or project file, or a missing ``/etc/ringfence/policy.toml``, is no
+    layer; a missing ``--policy`` file, or a managed file named by
+    ``RINGFENCE_MANAGED_POLICY``, is an error.
     """
     managed_path = Path(managed) if managed is not None else managed_policy_path()
     user_path = Path(user) if user is not None else ringfence_home() / "policy.toml"
     files: list[PolicyFile] = []
-    if managed_path.exists():
+    if managed_path.exists() or managed_path != MANAGED_DEFAULT:
+        # A managed file someone named (RINGFENCE_MANAGED_POLICY, managed=) must be there:
+        # a missing one refuses the session rather than silently dropping the layer.
         files.append(load_policy_file(managed_path, "managed"))
     for extra in policy_files:
         files.append(load_policy_file(extra, "session"))

@@ -17,7 +17,7 @@ from ringfence.cli._main import main
 
 @pytest.fixture(autouse=True)
 def no_managed_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "managed" / "policy.toml"
+    path = _write(tmp_path / "managed" / "policy.toml", "# no managed rules\n")
     monkeypatch.setenv("RINGFENCE_MANAGED_POLICY", str(path))
     monkeypatch.delenv("RINGFENCE_POSTURE", raising=False)
     return path
@@ -219,6 +219,16 @@ def test_policy_check_and_explain(
     )
     out = capsys.readouterr().out
     assert "write_file: ask" in out and f"{good}:2" in out
+
+
+def test_a_named_managed_file_that_is_missing_refuses_the_session(
+    ws: Path, no_managed_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    no_managed_file.unlink()
+    assert _call(ws, "touch ran") == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert str(no_managed_file) in err["message"] and "cannot be read" in err["message"]
+    assert not (ws / "ran").exists()
 
 
 def test_command_line_rules_are_a_session_layer(

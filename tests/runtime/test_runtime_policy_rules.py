@@ -181,3 +181,14 @@ async def test_decided_event_names_the_rule_source_and_nothing_runs() -> None:
     decided = [r for r in sink.records() if r["kind"] == "decided"]
     assert decided[0]["source"] == "team.toml:7" and decided[0]["verdict"] == "deny"
     assert ran == ["src/ok"]
+
+
+def test_argument_rules_survive_dataclasses_replace() -> None:
+    """Connectors extend kernel.rules with dataclasses.replace: nothing may fall out."""
+    import dataclasses
+
+    rules = Rules(deny=("write_file(path=.env)", "other_tool"))
+    extended = dataclasses.replace(rules, autonomous=("mcp.x.*",))
+    assert extended.deny == ("other_tool",)
+    assert decide(WRITE, Posture.UNRESTRICTED, extended, {"path": ".env"}).verdict is Verdict.DENY
+    assert len(extended.policy.rules) == 1  # not added twice
