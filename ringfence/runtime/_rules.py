@@ -156,6 +156,11 @@ def _path_regex(pattern: str) -> re.Pattern[str]:
     if pattern.startswith("./"):
         pattern = pattern[2:]
     parts = pattern.split("/")
+    # `dir/**` is the directory and everything under it (a deny of deploy/** also covers
+    # list_directory(deploy) and run_shell(cwd=deploy))
+    under = len(parts) > 1 and parts[-1] == "**"
+    if under:
+        parts = parts[:-1]
     pieces: list[str] = []
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
@@ -163,6 +168,8 @@ def _path_regex(pattern: str) -> re.Pattern[str]:
             pieces.append(".*" if last else "(?:[^/]*/)*")
         else:
             pieces.append(_component_regex(part) + ("" if last else "/"))
+    if under:
+        pieces.append("(?:/.*)?")
     body = "".join(pieces)
     if not anchored:
         body = "(?:.*/)?" + body

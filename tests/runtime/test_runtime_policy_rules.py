@@ -60,6 +60,13 @@ def test_normalize_path(value: str, expected: str) -> None:
     [
         ("src/**", "src/a/b.py", True),
         ("src/**", "srcx/a.py", False),
+        ("src/**", "src", True),  # the directory itself, too
+        ("src/**", "src/", True),
+        ("**/.env", "a/b/.env", True),
+        ("**/.env", ".env", True),
+        ("src/**/test_*.py", "src/test_a.py", True),
+        ("src/**/test_*.py", "src/x/y/test_a.py", True),
+        ("src/*.py", "src/x/a.py", False),  # * stays inside one component
         ("src/**", "lib/src/a.py", False),  # a slash anchors at the root
         ("*.md", "docs/deep/README.md", True),  # no slash: any depth
         ("*.md", "README.md", True),
