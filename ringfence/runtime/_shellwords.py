@@ -698,6 +698,12 @@ def _shell(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, 
             acc.unresolved_("a shell option is computed at run time", text)
             return
         t = w.text
+        if t in ("-i", "-l", "--login", "--rcfile", "--init-file") or (
+            t.startswith("-") and not t.startswith("--") and ("i" in t or "l" in t)
+        ):
+            # startup files (~/.bashrc, ~/.profile) run whatever they say first
+            acc.unresolved_("a shell that reads startup files", text)
+            return
         if t in ("-o", "+o", "-O", "+O"):
             i += 2
             continue

@@ -171,6 +171,9 @@ TABLE: list[tuple[str, Verdict]] = [
     ("ionice -c 3 curl x", D),
     ("time curl x", D),
     ("su -c 'git status' root", Q),
+    ("bash -lc 'git status'", Q),
+    ("bash -i -c 'git status'", Q),
+    ("bash -ec 'git status'", A),
 ]
 
 
