@@ -110,9 +110,7 @@ def approver_from(choice: str | None) -> Approver:
 
 def kernel_from_args(args: argparse.Namespace) -> Kernel:
     dry = getattr(args, "dry_run", None)
-    policy = policy_from_args(args)  # before anything opens: a bad file refuses the session
     return create_kernel(
-        policy=policy,
         roots=workspace_roots_from_env(args.workspace),
         posture=args.posture,
         approver=approver_from(args.approve),
@@ -121,4 +119,6 @@ def kernel_from_args(args: argparse.Namespace) -> Kernel:
         plan_path=dry,
         events_path=args.events,
         mcp_manifest=True if getattr(args, "mcp", False) else None,
+        # read before create_kernel opens anything: a bad policy file refuses the session
+        policy=policy_from_args(args),
     )
