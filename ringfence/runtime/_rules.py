@@ -1105,7 +1105,11 @@ def _combine(
             Effect.ALLOW,
             first,
             f"every part of the {name} command is allowed ("
-            + "; ".join(f"`{p.text}` by {p.rule.text!r}" for p in commands if p.rule)
+            + "; ".join(
+                f"`{p.text}` by {p.rule.text!r}" + (f" ({p.rule.source})" if p.rule.source else "")
+                for p in commands
+                if p.rule
+            )
             + ")",
             parts,
         )
