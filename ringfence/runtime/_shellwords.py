@@ -251,6 +251,13 @@ class _Walker:
 
     def statement(self, node: Any) -> None:
         kind = node.type
+        if kind == "command":  # the common case first
+            self.command(node)
+            return
+        if kind in _CONTAINERS and kind != "program":
+            for child in node.named_children:
+                self.statement(child)
+            return
         if not node.is_named or kind == "comment":
             return
         if node.is_missing or kind == "ERROR":
