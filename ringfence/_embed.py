@@ -84,12 +84,15 @@ def create_kernel(
         sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"
     )
     # workspace: the roots file tools are confined to (opened first, so a bad root fails fast)
-    workspace = Workspace(workspace_roots_from_env(list(roots)))
+    root_paths = workspace_roots_from_env(list(roots))
+    workspace = Workspace(root_paths)
     rules = rules or Rules()
     if policy is not None:
-        policy = policy.with_roots(workspace.roots)
+        # Path rules see names relative to a root, in its real spelling or the one given
+        # (a root reached through a symlink), so either absolute spelling is judged alike.
+        spellings = [*workspace.roots, *(os.path.abspath(p) for p in root_paths)]
         merged = policy if rules.policy is None else rules.policy + policy
-        rules = dataclasses.replace(rules, policy=merged.with_roots(workspace.roots))
+        rules = dataclasses.replace(rules, policy=merged.with_roots(spellings))
     try:
         kernel = Kernel(
             posture=Posture.parse(posture),

@@ -247,3 +247,32 @@ def test_command_line_rules_are_a_session_layer(
     with pytest.raises(SystemExit):
         main(["call", "run_shell", "--deny"])
     assert _call(ws, "true", "--deny", "run_shell(") == 2
+
+
+def test_a_root_reached_through_a_symlink_is_judged_in_either_spelling(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(ws)
+    (ws / "deploy").mkdir()
+    for spelling in (link, ws):
+        target = spelling / "deploy" / "app.yaml"
+        args = json.dumps({"path": str(target), "content": "x"})
+        code = main(
+            [
+                "call",
+                "write_file",
+                "--args",
+                args,
+                "--workspace",
+                str(link),
+                "--json",
+                "--posture",
+                "unrestricted",
+                "--deny",
+                "write_file(path=deploy/**)",
+            ]
+        )
+        assert code == 3, capsys.readouterr()
+        capsys.readouterr()
+    assert not (ws / "deploy" / "app.yaml").exists()
