@@ -469,10 +469,19 @@ class Rule:
     def label(self) -> str:
         return f"{self.effect.value}:{self.text or self.tool}"
 
-    def matches_arguments(self, arguments: Mapping[str, Any], roots: Sequence[str]) -> bool:
+    def matches_arguments(
+        self,
+        arguments: Mapping[str, Any],
+        roots: Sequence[str],
+        path_args: frozenset[str] = frozenset(),
+    ) -> bool:
+        """Every matcher matches its argument; ``path_args`` are further path arguments the
+        tool declares (``meta["path_arguments"]``), matched as paths."""
         for name, matcher in self.arguments:
             if name not in arguments:
                 return False
+            if name in path_args and isinstance(matcher, GlobMatcher):
+                matcher = PathMatcher(matcher.patterns)
             value = arguments[name]
             if isinstance(value, list):
                 if not value:
@@ -805,16 +814,18 @@ class Policy:
         shellish = isinstance(command, (str, list))
         if not rules and not (shellish and self._has_redirect_rules()):
             return None
-        key = _freeze((name, arguments))
+        declared = (meta or {}).get("path_arguments", ())
+        path_args = frozenset(declared) if isinstance(declared, (list, tuple, set)) else frozenset()
+        key = _freeze((name, sorted(path_args), arguments))
         if key is not None:
             try:
                 return self._verdicts[key]
             except KeyError:
                 pass
         if shellish and any(r.command is not None for r in rules):
-            verdict: PolicyVerdict | None = self._evaluate_shell(name, rules, arguments)
+            verdict: PolicyVerdict | None = self._evaluate_shell(name, rules, arguments, path_args)
         else:
-            verdict = self._evaluate_plain(self._plain(name), arguments)
+            verdict = self._evaluate_plain(self._plain(name), arguments, path_args)
             if shellish and (verdict is None or verdict.effect is not Effect.DENY):
                 # No command rules for this tool, but its redirections still meet the
                 # write_file/read_file rules: `echo x > .env` under a write_file(.env) deny.
@@ -867,11 +878,14 @@ class Policy:
         return index
 
     def _evaluate_plain(
-        self, rules: tuple[Rule, ...], arguments: Mapping[str, Any]
+        self,
+        rules: tuple[Rule, ...],
+        arguments: Mapping[str, Any],
+        path_args: frozenset[str] = frozenset(),
     ) -> PolicyVerdict | None:
         best: Rule | None = None
         for rule in rules:
-            if rule.arguments and not rule.matches_arguments(arguments, self.roots):
+            if rule.arguments and not rule.matches_arguments(arguments, self.roots, path_args):
                 continue
             if best is None or _RANK[rule.effect] < _RANK[best.effect]:
                 best = rule
@@ -882,7 +896,11 @@ class Policy:
         return PolicyVerdict(best.effect, best, _because(best))
 
     def _evaluate_shell(
-        self, name: str, rules: tuple[Rule, ...], arguments: Mapping[str, Any]
+        self,
+        name: str,
+        rules: tuple[Rule, ...],
+        arguments: Mapping[str, Any],
+        path_args: frozenset[str] = frozenset(),
     ) -> PolicyVerdict:
         command = arguments["command"]
         parsed: ShellParse
@@ -892,14 +910,14 @@ class Policy:
             parsed = parse_argv(command)
         else:
             parsed = ShellParse(unresolved=())
-        whole = self._evaluate_plain(self._plain(name), arguments)
+        whole = self._evaluate_plain(self._plain(name), arguments, path_args)
         parts: list[PartVerdict] = []
         index = self._index(name, rules)
         for sc in parsed.commands:
             candidates = [
                 r
                 for r in index.candidates(sc)
-                if not r.arguments or r.matches_arguments(arguments, self.roots)
+                if not r.arguments or r.matches_arguments(arguments, self.roots, path_args)
             ]
             parts.append(_judge_command(sc, candidates))
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None

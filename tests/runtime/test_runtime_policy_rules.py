@@ -199,3 +199,14 @@ def test_argument_rules_survive_dataclasses_replace() -> None:
     assert extended.deny == ("other_tool",)
     assert decide(WRITE, Posture.UNRESTRICTED, extended, {"path": ".env"}).verdict is Verdict.DENY
     assert len(extended.policy.rules) == 1  # not added twice
+
+
+def test_a_tool_can_declare_more_path_arguments() -> None:
+    spec = ToolSpec(
+        "mcp.fs.put", "", {"type": "object"}, _ok, meta={"path_arguments": ["location"]}
+    )
+    policy = Policy.from_strings(deny=["mcp.fs.put(location=deploy/**)"]).with_roots(["/ws"])
+    args = {"location": "notes/../deploy/x"}
+    assert decide(spec, Posture.UNRESTRICTED, Rules(policy=policy), args).verdict is Verdict.DENY
+    plain = _spec("mcp.fs.put")  # undeclared: the same string is matched as a whole
+    assert decide(plain, Posture.UNRESTRICTED, Rules(policy=policy), args).verdict is Verdict.ALLOW
