@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from typing import Any
 
+from .._embed import workspace_roots_from_env
 from ..runtime import (
     Consequence,
     Posture,
@@ -61,9 +63,16 @@ def _roots_options(parser: argparse.ArgumentParser) -> None:
 async def run_show(args: argparse.Namespace) -> int:
     policy = policy_from_args(args)
     rules = [r.to_dict() for r in policy.rules]
+    project = _project_file(args)
     if args.json:
-        print_json({"roots": list(policy.roots), "rules": rules})
+        print_json({"roots": list(policy.roots), "rules": rules, "project_file": project})
         return 0
+    if project is not None:
+        sys.stdout.write(
+            f"project file {project['path']} (sha256 {project['sha256']}); to trust exactly "
+            f"this content, add to $RINGFENCE_HOME/policy.toml under [trust] projects:\n"
+            f'  {{ path = "{project["root"]}", sha256 = "{project["sha256"]}" }}\n'
+        )
     if not rules:
         sys.stdout.write("no policy rules: the posture alone decides\n")
         return 0
@@ -74,6 +83,16 @@ async def run_show(args: argparse.Namespace) -> int:
             f"{r['effect']:<5}  {r['rule']:<{width}}  {r['layer']:<8} {r['source']}{note}\n"
         )
     return 0
+
+
+def _project_file(args: argparse.Namespace) -> dict[str, str] | None:
+    root = workspace_roots_from_env(args.workspace)[0]
+    path = root / ".ringfence" / "policy.toml"
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+    return {"path": str(path), "root": str(root.resolve()), "sha256": digest}
 
 
 async def run_check(args: argparse.Namespace) -> int:

@@ -24,7 +24,9 @@ the key; nothing of it (or of any other layer) is used.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -63,8 +65,10 @@ class PolicyFile:
     path: Path
     layer: str
     rules: tuple[Rule, ...]
-    trusted_projects: tuple[str, ...] = ()
+    # (project directory, sha256 its policy.toml must have, or "" for any content)
+    trusted_projects: tuple[tuple[str, str], ...] = ()
     lock_allow: bool = False
+    sha256: str = ""
 
 
 def _fail(path: Path, line: int | None, key: str, message: str) -> PolicyFileError:
@@ -145,15 +149,16 @@ def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
             not isinstance(trust, dict)
             or set(trust) - {"projects"}
             or not isinstance(projects, list)
-            or not all(isinstance(p, str) for p in projects)
+            or not all(_trust_entry(p) is not None for p in projects)
         ):
             raise _fail(
                 path,
                 lines.key_line("trust"),
                 "trust",
-                'must be a table with projects = ["/path/to/repo", …]',
+                'must be a table with projects = ["/path/to/repo", '
+                '{ path = "/path/to/repo", sha256 = "<of its .ringfence/policy.toml>" }, …]',
             )
-        trusted = tuple(projects)
+        trusted = tuple(e for p in projects if (e := _trust_entry(p)) is not None)
     lock = data.get("lock_allow", False)
     if not isinstance(lock, bool) or (lock and layer != "managed"):
         raise _fail(
@@ -162,7 +167,21 @@ def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
             "lock_allow",
             "is true or false, and only the managed file may set it",
         )
-    return PolicyFile(path, layer, tuple(rules), trusted, lock)
+    return PolicyFile(path, layer, tuple(rules), trusted, lock, hashlib.sha256(raw).hexdigest())
+
+
+def _trust_entry(value: Any) -> tuple[str, str] | None:
+    if isinstance(value, str) and value:
+        return (value, "")
+    if (
+        isinstance(value, dict)
+        and set(value) <= {"path", "sha256"}
+        and isinstance(value.get("path"), str)
+        and isinstance(value.get("sha256", ""), str)
+        and re.fullmatch(r"[0-9a-f]{64}|", value.get("sha256", "").lower())
+    ):
+        return (value["path"], value.get("sha256", "").lower())
+    return None
 
 
 def cli_rules(
@@ -214,7 +233,10 @@ def load_layers(
         candidate = Path(roots[0]) / ".ringfence" / "policy.toml"
         if candidate.exists():
             project_file = load_policy_file(candidate, "project")
-    trusted = {_canonical(p) for f in files for p in f.trusted_projects}
+    trusted: dict[str, set[str]] = {}
+    for f in files:
+        for where, digest in f.trusted_projects:
+            trusted.setdefault(_canonical(where), set()).add(digest)
     lock = any(f.lock_allow for f in files)
     merged: list[Rule] = []
     for f in files:
@@ -227,14 +249,22 @@ def load_layers(
             session_rules = ()
     merged.extend(_lock(session_rules, lock))
     if project_file is not None:
-        is_trusted = _canonical(roots[0]) in trusted
+        pins = trusted.get(_canonical(roots[0]))
+        why = ""
+        if pins is None:
+            why = (
+                "a project may only add deny/ask rules unless $RINGFENCE_HOME/policy.toml "
+                "lists it under [trust] projects"
+            )
+        elif "" not in pins and project_file.sha256 not in pins:
+            # the file an agent can write changed since the person trusted it
+            why = (
+                f"the project's policy.toml changed since it was trusted (sha256 now "
+                f"{project_file.sha256})"
+            )
         for r in project_file.rules:
-            if r.effect is Effect.ALLOW and not is_trusted:
-                r = replace(
-                    r,
-                    inactive="a project may only add deny/ask rules unless "
-                    "$RINGFENCE_HOME/policy.toml lists it under [trust] projects",
-                )
+            if r.effect is Effect.ALLOW and why:
+                r = replace(r, inactive=why)
             elif lock and r.effect is Effect.ALLOW:
                 r = replace(r, inactive="the managed policy locks allow rules (lock_allow)")
             merged.append(r)
@@ -258,8 +288,6 @@ def _canonical(path: str | os.PathLike[str]) -> str:
 
 
 def _toml_error_line(message: str) -> int | None:
-    import re
-
     m = re.search(r"line (\d+)", message)
     return int(m.group(1)) if m else None
 

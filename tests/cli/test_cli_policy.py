@@ -103,6 +103,29 @@ def test_project_file_cannot_loosen(
     assert (ws / "made").exists()
 
 
+def test_a_pinned_trust_stops_applying_when_the_project_file_changes(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent may write the project's policy file; a trust pinned to its sha256 then lapses."""
+    project = _write(ws / ".ringfence" / "policy.toml", 'allow = ["run_shell(touch a*)"]\n')
+    assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["project_file"]
+    _write(
+        ringfence_home / "policy.toml",
+        f'[trust]\nprojects = [{{ path = "{ws}", sha256 = "{shown["sha256"]}" }}]\n',
+    )
+    assert _call(ws, "touch a1") == 0 and (ws / "a1").exists()
+    capsys.readouterr()
+    # the agent widens the project's own rules …
+    project.write_text('allow = ["run_shell(touch *)"]\n')
+    assert _call(ws, "touch b1") == 3  # … and the trust no longer applies
+    assert not (ws / "b1").exists()
+    capsys.readouterr()
+    assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
+    rule = json.loads(capsys.readouterr().out)["rules"][0]
+    assert "changed since it was trusted" in rule["inactive"]
+
+
 def test_project_file_can_tighten(
     ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -148,6 +171,7 @@ def test_managed_lock_allow_turns_off_other_layers_allows(
         ("deny = [\n", ": toml:"),
         ("mystery = 1\n", ":1: mystery:"),
         ('[trust]\nprojects = "x"\n', ":1: trust:"),
+        ('[trust]\nprojects = [{ path = "/x", sha256 = "short" }]\n', ":1: trust:"),
     ],
 )
 def test_a_bad_file_refuses_the_session_naming_file_line_and_key(
