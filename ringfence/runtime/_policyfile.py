@@ -388,28 +388,3 @@ class _Locator:
                 depth = max(0, depth - 1)
             at_line_start = False
             i += 1
-
-
-def session_policy(
-    roots: Sequence[str | os.PathLike[str]],
-    *,
-    policy_files: Iterable[str | os.PathLike[str]] = (),
-    deny: Iterable[str] = (),
-    ask: Iterable[str] = (),
-    allow: Iterable[str] = (),
-    managed: str | os.PathLike[str] | None = None,
-    user: str | os.PathLike[str] | None = None,
-) -> Policy:
-    """:func:`load_layers` with the command line's ``--deny/--ask/--allow`` values."""
-    return load_layers(
-        roots,
-        policy_files=policy_files,
-        rules=cli_rules(deny, ask, allow),
-        managed=managed,
-        user=user,
-    )
-
-
-def policy_summary(policy: Policy) -> list[dict[str, Any]]:
-    """Every rule, in order, with its file:line, layer and whether it applies."""
-    return [r.to_dict() for r in policy.rules]

@@ -36,7 +36,6 @@ from __future__ import annotations
 import enum
 import fnmatch
 import functools
-import json
 import math
 import posixpath
 import re
@@ -1139,7 +1138,3 @@ def _combine(
         + "; ".join(f"`{p.text}`" for p in unmatched),
         parts,
     )
-
-
-def describe_parts(parts: Iterable[PartVerdict]) -> str:
-    return json.dumps([p.to_dict() for p in parts], ensure_ascii=False)
