@@ -239,6 +239,23 @@ def _sweep(parent: Path) -> None:
             os.rmdir(entry.path)
 
 
+def _read(path: Path) -> str:
+    # os-level: a cgroup file is one small read; pathlib's wrappers cost as much again.
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 65536).decode()
+    finally:
+        os.close(fd)
+
+
+def _write(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
 class _Cgroup:
     """One command's cgroup. Blocking file operations, each a single small read or write."""
 
@@ -255,18 +272,18 @@ class _Cgroup:
         return cls(path, kill)
 
     def add(self, pid: int) -> None:
-        (self.path / "cgroup.procs").write_text(f"{pid}\n")
+        _write(self.path / "cgroup.procs", f"{pid}\n")
 
     def pids(self) -> list[int]:
         try:
-            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            return [int(p) for p in _read(self.path / "cgroup.procs").split()]
         except FileNotFoundError:
             return []
 
     def populated(self) -> bool:
         """Whether a live process is in the cgroup (exited ones, zombies too, are not)."""
         try:
-            return "populated 1" in (self.path / "cgroup.events").read_text()
+            return "populated 1" in _read(self.path / "cgroup.events")
         except FileNotFoundError:
             return False
 
@@ -279,15 +296,15 @@ class _Cgroup:
         """SIGKILL every member at once: no member can fork a survivor meanwhile."""
         if self._kill == "cgroup.kill":
             with contextlib.suppress(FileNotFoundError):
-                (self.path / "cgroup.kill").write_text("1")
+                _write(self.path / "cgroup.kill", "1")
             return
         # Before Linux 5.14: freeze, kill each member (a fatal signal reaches a
         # frozen task), thaw. A frozen task cannot fork, so the list is complete.
         freeze = self.path / "cgroup.freeze"
         try:
-            freeze.write_text("1")
+            _write(freeze, "1")
             for _ in range(500):  # freezing is asynchronous; bounded (about 1 s)
-                if "frozen 1" in (self.path / "cgroup.events").read_text():
+                if "frozen 1" in _read(self.path / "cgroup.events"):
                     break
                 time.sleep(_POLL)
             self.signal(signal.SIGKILL)
@@ -295,7 +312,7 @@ class _Cgroup:
             return
         finally:
             with contextlib.suppress(OSError):
-                freeze.write_text("0")
+                _write(freeze, "0")
 
     def remove(self) -> bool:
         try:
@@ -462,20 +479,31 @@ class Process:
         if self._group is not None:
             self._group.kill()
         else:
-            _killpg(self.pid, signal.SIGKILL)
+            self._killpg(signal.SIGKILL)
+
+    def _killpg(self, sig: int) -> None:
+        # Only while the leader is unreaped: then its pid, the group id, cannot be reused.
+        if self.popen.returncode is None:
+            _killpg(self.pid, sig)
 
     async def kill_rest(self) -> None:
         """After the leader exited: SIGKILL what it left behind and wait until it is gone.
 
-        Shielded and bounded. With a cgroup: one write, one read when
-        nothing is left. With the run-id fallback: the process group, then
-        a hunt (a scan of every process's environment, in a thread).
+        Shielded and bounded. With a cgroup: one write, one read when nothing
+        is left. With the run-id fallback: the process group, then a hunt for
+        the run id (one scan of ``/proc/*/environ``, in a thread), then, as
+        before cgroups, the leader is reaped and the group waited for.
         """
         with trio.CancelScope(shield=True):
             self.kill_rest_now()
             if self._group is None:
-                members = await trio.to_thread.run_sync(self._members)
-                _signal_all(members, signal.SIGKILL)
+                marked = await trio.to_thread.run_sync(_marked, self.run_id)
+                _signal_all(marked, signal.SIGKILL)
+                # Reap now: otherwise the zombie leader keeps the group "existing"
+                # and every command would pay a full process scan below.
+                self.exit_code_when_done()
+                if marked:
+                    await _wait_dead(marked, _GONE_LIMIT)
             await self._wait_gone(_GONE_LIMIT)
 
     async def terminate(self, grace: float) -> None:
@@ -504,7 +532,7 @@ class Process:
 
     async def _terminate_hunt(self, grace: float) -> None:
         members = await trio.to_thread.run_sync(self._members)
-        _killpg(self.pid, signal.SIGTERM)
+        self._killpg(signal.SIGTERM)
         _signal_all(members, signal.SIGTERM)
         deadline = trio.current_time() + grace
         with trio.move_on_at(deadline):
@@ -515,7 +543,7 @@ class Process:
         # A fresh look: the tree may have forked during the grace period.
         for _ in range(3):
             members = await trio.to_thread.run_sync(self._members)
-            _killpg(self.pid, signal.SIGKILL)
+            self._killpg(signal.SIGKILL)
             _signal_all(members, signal.SIGKILL)
             if not members:
                 break
@@ -543,15 +571,9 @@ class Process:
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(self.pid).children(recursive=True):
                 found[child.pid] = child
-        me = os.getpid()
-        for proc in psutil.process_iter():
-            if proc.pid in (me, self.pid) or proc.pid in found:
-                continue
-            try:
-                if proc.environ().get(RUN_ID_VARIABLE) == self.run_id:
-                    found[proc.pid] = proc
-            except (psutil.Error, OSError):
-                continue
+        for proc in _marked(self.run_id):
+            found.setdefault(proc.pid, proc)
+        found.pop(self.pid, None)
         return [p for p in found.values() if _is_alive(p)]
 
     def exit_code_when_done(self) -> int | None:
@@ -578,6 +600,28 @@ class Process:
             self.popen.wait()
         if self._group is not None and not self._group.remove():
             self._group.destroy()
+
+
+def _marked(run_id: str) -> list[psutil.Process]:
+    """Every other process whose environment carries ``RINGFENCE_RUN_ID=run_id``. Blocking.
+
+    Reads ``/proc/*/environ`` directly: a third of what psutil's per-process
+    objects cost, and this runs after every command under the fallback.
+    """
+    needle = f"\0{RUN_ID_VARIABLE}={run_id}\0".encode()
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = b"\0" + f.read() + b"\0"
+            if needle in environ:
+                found.append(psutil.Process(int(name)))
+        except (OSError, psutil.Error):
+            continue
+    return found
 
 
 def _signal_all(procs: list[psutil.Process], sig: int) -> None:
