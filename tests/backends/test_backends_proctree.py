@@ -8,7 +8,6 @@ fixture kills any survivor, so a failing run does not leave work on the machine.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -65,6 +64,16 @@ def method(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return request.param
 
 
+@pytest.fixture(params=["cgroup.kill", "freeze"])
+def cgroup_kill(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Cgroup tracking, killed by ``cgroup.kill`` and by the pre-5.14 freeze-and-kill path."""
+    _cgroup_only()
+    found = _proc.tracking()
+    forced = _proc.Tracking("cgroup", found.detail, found.base, request.param)
+    monkeypatch.setattr(_proc, "_tracking", forced)
+    return str(request.param)
+
+
 def _cgroup_only() -> None:
     found = _proc.tracking()
     if found.method != "cgroup":
@@ -87,9 +96,8 @@ async def test_a_daemon_with_closed_descriptors_dies_with_the_command(
 
 
 async def test_an_escape_that_scrubs_the_run_id_is_killed_at_the_timeout(
-    tmp_path: Path, tag: str
+    tmp_path: Path, tag: str, cgroup_kill: str
 ) -> None:
-    _cgroup_only()
     session = await start_local(SessionSpec(roots=(tmp_path,), kill_grace=GRACE))
     escape = (
         f"setsid -f env -u RINGFENCE_RUN_ID bash -c 'exec -a {tag}-a sleep 300'; "
@@ -103,8 +111,9 @@ async def test_an_escape_that_scrubs_the_run_id_is_killed_at_the_timeout(
     assert _settled(tag) == []
 
 
-async def test_a_fork_bomb_that_escapes_is_bounded_by_the_timeout(tmp_path: Path, tag: str) -> None:
-    _cgroup_only()
+async def test_a_fork_bomb_that_escapes_is_bounded_by_the_timeout(
+    tmp_path: Path, tag: str, cgroup_kill: str
+) -> None:
     session = await start_local(SessionSpec(roots=(tmp_path,), kill_grace=GRACE))
     # Each process starts two escaping copies (new session, no run id), up to a depth
     # that keeps a failing run humane (63 processes), then forks short-lived children
@@ -134,15 +143,31 @@ async def test_the_fallback_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert check.backends == ()  # a weaker local backend, still a working one
 
 
-def test_cgroup_tracking_is_reported_and_leaves_no_cgroup(tmp_path: Path) -> None:
+async def test_cgroup_tracking_is_reported_and_leaves_no_cgroup(tmp_path: Path) -> None:
     _cgroup_only()
     found = _proc.tracking()
     assert _process_tracking().ok and found.base is not None
     assert "cgroup" in _process_tracking().detail
-    proc = _proc.spawn(["true"], cwd=tmp_path, env={"PATH": os.defpath})
-    assert proc.method == "cgroup"
-    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-    for fd in (proc.stdout, proc.stderr):
-        os.close(fd)
-    proc.close()
+    session = await start_local(SessionSpec(roots=(tmp_path,)))
+    for argv in (["true"], ["/no/such/binary"], ["sh", "-c", "sleep 300 & exit 3"]):
+        await session.run(argv, cwd=tmp_path, env={}, timeout=5, output_cap=100)
     assert [p.name for p in Path(found.base).iterdir() if p.is_dir()] == []
+
+
+def test_what_a_crashed_kernel_left_in_its_cgroups_is_killed_by_the_next(
+    tmp_path: Path, tag: str
+) -> None:
+    _cgroup_only()
+    found = _proc.tracking()
+    assert found.base is not None
+    # A kernel process that is gone (no such pid) left a command's cgroup with a live process.
+    stale = Path(found.base).parent / "999999999-dead" / "cmd-0"
+    stale.mkdir(parents=True)
+    orphan = psutil.Popen(["bash", "-c", f"exec -a {tag} sleep 300"], start_new_session=True)
+    (stale / "cgroup.procs").write_text(str(orphan.pid))
+    probed = _proc._probe()  # what the next ringfence process does first
+    try:
+        assert probed.method == "cgroup"
+        assert orphan.wait(timeout=5) == -9 and not stale.parent.exists()
+    finally:
+        Path(probed.base or "/nonexistent").rmdir()
