@@ -122,8 +122,8 @@ def tracking() -> Tracking:
     """The tracking method of this process: probed once (blocking, a few ms), then cached.
 
     The probe finds the cgroup2 mount in ``/proc/self/mountinfo``, creates
-    ``ringfence/<pid>-<random>`` next to this process's own cgroup (else
-    under the hierarchy's root) and proves the whole cycle on a real child
+    ``ringfence/<pid>-<random>`` inside this process's own cgroup (else next
+    to it, else under the hierarchy's root) and proves the whole cycle on a real child
     (create, move, kill, remove); any failure selects ``run-id`` with the
     reason. Never raises. On the way it kills and removes what crashed
     ringfence processes left under ``ringfence/``.
@@ -142,13 +142,17 @@ def _probe() -> Tracking:
     own = _own_cgroup()
     if own is None:
         return Tracking("run-id", "this process is not in a cgroup2 group (/proc/self/cgroup)")
-    candidates = dict.fromkeys([os.path.dirname(own.rstrip("/")) or "/", "/"])
+    # Inside our own cgroup first: whatever contains this process (a systemd unit, a
+    # container, an outer ringfence command) then contains, and stops, its commands
+    # too. Next to it, then the root, where our own cgroup cannot have children.
+    candidates = dict.fromkeys([own, os.path.dirname(own.rstrip("/")) or "/", "/"])
     why: list[str] = []
     for rel in candidates:
         parent = Path(mount) / rel.lstrip("/") / _SUBTREE
         try:
             parent.mkdir(exist_ok=True)
-            _sweep(parent)
+            with contextlib.suppress(OSError):  # a failed sweep is retried by the next process
+                _sweep(parent)
             base = parent / f"{os.getpid()}-{secrets.token_hex(4)}"
             base.mkdir()
         except OSError as exc:
@@ -315,14 +319,26 @@ class _Cgroup:
                 _write(freeze, "0")
 
     def remove(self) -> bool:
+        """Remove the cgroup and any cgroups below it (a nested ringfence's); False while busy."""
         try:
             self.path.rmdir()
         except FileNotFoundError:
             return True
         except OSError as exc:
-            if exc.errno == errno.EBUSY:
-                return False
-            raise
+            if exc.errno != errno.EBUSY:
+                raise
+            # Busy: members still exiting, or child cgroups. Remove those bottom-up.
+            try:
+                for top, dirs, _files in os.walk(self.path, topdown=False):
+                    for name in dirs:
+                        os.rmdir(os.path.join(top, name))
+                self.path.rmdir()
+            except FileNotFoundError:
+                return True
+            except OSError as exc:
+                if exc.errno == errno.EBUSY:
+                    return False
+                raise
         return True
 
     def destroy(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,6 +152,20 @@ async def test_cgroup_tracking_is_reported_and_leaves_no_cgroup(tmp_path: Path) 
     session = await start_local(SessionSpec(roots=(tmp_path,)))
     for argv in (["true"], ["/no/such/binary"], ["sh", "-c", "sleep 300 & exit 3"]):
         await session.run(argv, cwd=tmp_path, env={}, timeout=5, output_cap=100)
+    assert [p.name for p in Path(found.base).iterdir() if p.is_dir()] == []
+
+
+async def test_a_ringfence_run_as_a_command_keeps_its_commands_inside_it(tmp_path: Path) -> None:
+    _cgroup_only()
+    found = _proc.tracking()
+    assert found.base is not None
+    session = await start_local(SessionSpec(roots=(tmp_path,)))
+    inner = "from ringfence import _proc; print(_proc.tracking().base)"
+    r = await session.run(
+        [sys.executable, "-c", inner], cwd=tmp_path, env={}, timeout=30, output_cap=1000
+    )
+    # Nested: killing the outer command's cgroup kills the inner kernel's commands too.
+    assert r.stdout.startswith(found.base + "/cmd-"), r
     assert [p.name for p in Path(found.base).iterdir() if p.is_dir()] == []
 
 
