@@ -386,7 +386,10 @@ def spawn(
         if gated:
             assert how.base is not None and how.kill is not None
             _check_executable(argv[0], cwd, full_env)
-            group = _Cgroup.create(how.base, how.kill)
+            try:
+                group = _Cgroup.create(how.base, how.kill)
+            except OSError as exc:
+                raise ToolError(f"could not create the command's cgroup: {exc}") from exc
             on_failure.callback(group.destroy)
             stdin, gate_w = os.pipe()
             always.callback(os.close, stdin)
