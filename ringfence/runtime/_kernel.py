@@ -43,7 +43,7 @@ from ._approval import (
     SessionGrants,
 )
 from ._caps import cap_text, escape_surrogates
-from ._errors import Denied, RingfenceError, ToolError
+from ._errors import Denied, InvalidArguments, RingfenceError, ToolError
 from ._events import KERNEL_KINDS, RECORD_FIELDS, EventLog, EventSink, MemorySink
 from ._files import ringfence_home
 from ._intents import Intent, IntentAuthority
@@ -372,6 +372,7 @@ class Kernel:
             self._open_calls[call_id] = (trace_id, tool)
         trace_id = trace_id or call_id
         spec = self.registry.get(tool)
+        _refuse_lone_surrogates(arguments)
         spec.validate(arguments)
         decision = decide(spec, self.posture, self.rules)
         self.events.emit("decided", trace_id, call_id=call_id, tool=tool, **decision.to_dict())
@@ -518,7 +519,7 @@ class Kernel:
                 trace_id,
                 "cancelled",
                 tool=tool,
-                reason=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
+                reason=type(exc).__name__,
             )
 
     def _finish_value(self, value: Any) -> Any:
@@ -567,3 +568,31 @@ def _unexpected(tool: str, exc: Exception) -> ToolError:
     error = ToolError(f"{tool} failed inside ringfence: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
+
+
+def _refuse_lone_surrogates(value: Any, where: str = "") -> None:
+    """Raise InvalidArguments naming the first argument that holds a lone surrogate.
+
+    Such a string is not Unicode text: it has no UTF-8 form to sign in an
+    intent, stage in a plan or send to a tool, so the call is refused before
+    the Gate looks (the record shows it escaped, see escape_surrogates).
+    """
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidArguments(
+                    f"argument {where or '(value)'} holds a lone surrogate "
+                    f"({escape_surrogates(value)[:200]!r}); arguments must be valid Unicode "
+                    "(a byte that is not UTF-8 cannot be passed as text)",
+                    field=where or None,
+                ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{where}.{key}" if where else str(key)
+            _refuse_lone_surrogates(key, name)
+            _refuse_lone_surrogates(item, name)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _refuse_lone_surrogates(item, f"{where}[{i}]")
