@@ -479,7 +479,7 @@ def verify_chain(
     """
     verifier = _Verifier(_public_keys(public_keys), allow_open)
     for lineno, line in enumerate(lines, start=1):
-        raw = line if isinstance(line, bytes) else line.encode("utf-8", "surrogateescape")
+        raw = line if isinstance(line, bytes) else line.encode("utf-8", "backslashreplace")
         verifier.line(lineno, raw[:-1] if raw.endswith(b"\n") else raw)
     verifier.close_session(None)
     return verifier.report()

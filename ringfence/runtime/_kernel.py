@@ -366,6 +366,7 @@ class Kernel:
             # Called directly (not from invoke): record the proposal invoke would have.
             call_id = new_id()
             trace_id = trace_id or call_id
+            self.redactor.register_named_values(arguments)
             self.events.emit(
                 "proposed", trace_id, call_id=call_id, tool=tool, arguments=arguments, origin=origin
             )
@@ -477,7 +478,8 @@ class Kernel:
             preview = value if isinstance(value, str) else repr(value)
             # Redact the preview itself before cutting it: repr() of an object the redactor
             # could not walk may still hold a secret, and a cut must not keep a prefix of it.
-            output = cap_text(preview, EVENT_OUTPUT_BYTES, redact=self.redactor.redact).text
+            redact = None if preview is value else self.redactor.redact  # a str is done
+            output = cap_text(preview, EVENT_OUTPUT_BYTES, redact=redact).text
         except RingfenceError as exc:
             self._fail(call_id, trace_id, spec.name, exc)
             raise
