@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
@@ -329,27 +329,18 @@ class Kernel:
         self._open_calls[call_id] = (trace_id, tool)
         decision: Decision | None = None
         try:
-            auth = await self.authorize(
-                tool, args, call_id=call_id, trace_id=trace_id, origin=origin, on_ask=on_ask
-            )
-            decision = auth.decision
-            if auth.staged:
-                return Outcome(
-                    tool, call_id, trace_id, origin, decision, self._placeholder(auth), staged=True
+            with self._recording_outcome(call_id, trace_id, tool):
+                auth = await self.authorize(
+                    tool, args, call_id=call_id, trace_id=trace_id, origin=origin, on_ask=on_ask
                 )
-            value = await self.execute(auth)
+                decision = auth.decision
+                if auth.staged:
+                    value = self._placeholder(auth)
+                    return Outcome(tool, call_id, trace_id, origin, decision, value, staged=True)
+                value = await self.execute(auth)
             return Outcome(tool, call_id, trace_id, origin, decision, value)
         except RingfenceError as exc:
-            error = self._fail(call_id, trace_id, tool, exc)
-            return Outcome(tool, call_id, trace_id, origin, decision or exc.decision, error=error)
-        except Exception as exc:
-            # A bug or an unexpected failure inside ringfence (an approver, a cap, a plan
-            # write): the call fails like a tool error instead of leaving the stream open.
-            error = self._fail(call_id, trace_id, tool, _unexpected(tool, exc))
-            return Outcome(tool, call_id, trace_id, origin, decision, error=error)
-        except BaseException as exc:
-            self._cancel(call_id, trace_id, tool, exc)
-            raise
+            return Outcome(tool, call_id, trace_id, origin, decision or exc.decision, error=exc)
 
     async def authorize(
         self,
@@ -361,17 +352,35 @@ class Kernel:
         origin: str = "direct",
         on_ask: AskHook | None = None,
     ) -> Authorization:
-        """Validate, decide, stage or ask, and sign. Raises the refusal."""
-        if call_id is None:
-            # Called directly (not from invoke): record the proposal invoke would have.
-            call_id = new_id()
-            trace_id = trace_id or call_id
-            self.redactor.register_named_values(arguments)
-            self.events.emit(
-                "proposed", trace_id, call_id=call_id, tool=tool, arguments=arguments, origin=origin
+        """Validate, decide, stage or ask, and sign. Raises the refusal.
+
+        Called directly (without ``call_id``), it records the ``proposed``
+        record and, on a refusal, the ``failed`` outcome that :meth:`invoke`
+        would have.
+        """
+        if call_id is not None:
+            return await self._authorize(
+                tool, arguments, call_id, trace_id or call_id, origin, on_ask
             )
-            self._open_calls[call_id] = (trace_id, tool)
+        call_id = new_id()
         trace_id = trace_id or call_id
+        self.redactor.register_named_values(arguments)
+        self.events.emit(
+            "proposed", trace_id, call_id=call_id, tool=tool, arguments=arguments, origin=origin
+        )
+        self._open_calls[call_id] = (trace_id, tool)
+        with self._recording_outcome(call_id, trace_id, tool):
+            return await self._authorize(tool, arguments, call_id, trace_id, origin, on_ask)
+
+    async def _authorize(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        call_id: str,
+        trace_id: str,
+        origin: str,
+        on_ask: AskHook | None,
+    ) -> Authorization:
         spec = self.registry.get(tool)
         _refuse_lone_surrogates(arguments)
         spec.validate(arguments)
@@ -467,7 +476,7 @@ class Kernel:
             intent=auth.intent.to_dict() if auth.intent is not None else None,
         )
         ctx = CallContext(self, spec, call_id, trace_id, auth.origin, self.posture)
-        try:
+        with self._recording_outcome(call_id, trace_id, spec.name):
             try:
                 value = await spec.executor(auth.arguments, ctx)
             except RingfenceError:
@@ -480,18 +489,32 @@ class Kernel:
             # could not walk may still hold a secret, and a cut must not keep a prefix of it.
             redact = None if preview is value else self.redactor.redact  # a str is done
             output = cap_text(preview, EVENT_OUTPUT_BYTES, redact=redact).text
-        except RingfenceError as exc:
-            self._fail(call_id, trace_id, spec.name, exc)
-            raise
-        except Exception as exc:
-            raise self._fail(call_id, trace_id, spec.name, _unexpected(spec.name, exc)) from exc
-        except BaseException as exc:
-            self._cancel(call_id, trace_id, spec.name, exc)
-            raise
         self._conclude(call_id, trace_id, "finished", tool=spec.name, output=output)
         return value
 
     # -- outcomes: exactly one per call -----------------------------------------------
+
+    @contextlib.contextmanager
+    def _recording_outcome(self, call_id: str, trace_id: str, tool: str) -> Iterator[None]:
+        """Whatever escapes the block ends the call with its one outcome record.
+
+        A RingfenceError is redacted and recorded as ``failed``; any other
+        Exception (a bug or failure inside ringfence: an approver, a cap, a
+        plan write) becomes a recorded :class:`ToolError`, raised from it; a
+        BaseException (cancellation, KeyboardInterrupt) is recorded as
+        ``cancelled`` and propagates unchanged. Nesting is safe: the innermost
+        block records, outer ones find the call ended.
+        """
+        try:
+            yield
+        except RingfenceError as exc:
+            self._fail(call_id, trace_id, tool, exc)
+            raise
+        except Exception as exc:
+            raise self._fail(call_id, trace_id, tool, _unexpected(tool, exc)) from exc
+        except BaseException as exc:
+            self._cancel(call_id, trace_id, tool, exc)
+            raise
 
     def _conclude(self, call_id: str, trace_id: str, kind: str, /, **data: Any) -> None:
         """Record the outcome ``kind`` of ``call_id``, once: later outcomes of it are no-ops."""

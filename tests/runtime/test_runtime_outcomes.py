@@ -22,10 +22,12 @@ from ringfence.runtime import (
     MARKER,
     ApprovalRequest,
     CallContext,
+    Denied,
     FileSink,
     Kernel,
     MemorySink,
     Posture,
+    Rules,
     ToolError,
     ToolSpec,
     cap_text,
@@ -134,6 +136,27 @@ async def test_an_exception_outside_the_executor_ends_in_failed() -> None:
     records = sink.records()
     assert records[-2]["kind"] == "failed" and records[-2]["error"]["code"] == "tool_error"
     assert_one_outcome_each(records)
+
+
+async def test_the_lower_level_authorize_and_execute_record_whole_calls() -> None:
+    async def boom(args: dict[str, Any], ctx: CallContext) -> str:
+        raise KeyError("inside the tool")
+
+    sink = MemorySink()
+    async with Kernel(
+        events_sink=sink, posture=Posture.ALLOW_ALL, rules=Rules(deny=("nope",))
+    ) as kernel:
+        kernel.register(tool("boom", boom))
+        kernel.register(tool("nope", boom))
+        with pytest.raises(Denied):
+            await kernel.authorize("nope", {})
+        auth = await kernel.authorize("boom", {})
+        with pytest.raises(ToolError, match="KeyError"):
+            await kernel.execute(auth)
+    records = sink.records()
+    assert [r["kind"] for r in records if r["kind"] in OUTCOMES] == ["failed", "failed"]
+    assert_one_outcome_each(records)
+    assert verify_chain(sink.lines).ok
 
 
 # -- item 11: cancellation ---------------------------------------------------------------
