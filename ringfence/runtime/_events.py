@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ._canonical import canonical_json, digest
 from ._caps import escape_surrogates
+from ._errors import Unwritable
 from ._intents import check_intent, key_fingerprint, load_public_keys
 from ._redact import MARKER, Redactor
 
@@ -125,7 +126,23 @@ class FileSink:
                         last = line
         except FileNotFoundError:
             return None
-        return json.loads(last) if last else None
+        if not last:
+            return None
+        try:
+            record = json.loads(last)
+            if not last.endswith(b"\n") or not isinstance(record, dict):
+                raise ValueError("no record")
+            if not isinstance(record.get("hash"), str) or not isinstance(record.get("seq"), int):
+                raise ValueError("no hash or seq to continue from")
+        except ValueError:
+            # Appending would chain onto a record that is not one: fail closed, say why.
+            raise Unwritable(
+                f"the event file {self.path} does not end with a whole event record "
+                "(cut mid-write, or not an event file); check it with `ringfence events "
+                "verify`, then move it away",
+                field="events",
+            ) from None
+        return record
 
     def write(self, line: str) -> None:
         # One unbuffered O_APPEND write per line: a crash never leaves half a record
@@ -153,7 +170,11 @@ class EventLog:
     def __init__(self, sink: EventSink, redactor: Redactor) -> None:
         self._sink = sink
         self._redactor = redactor
-        last = sink.last_record() if isinstance(sink, FileSink) else None
+        try:
+            last = sink.last_record() if isinstance(sink, FileSink) else None
+        except BaseException:
+            sink.close()
+            raise
         self._prev = last["hash"] if last else GENESIS
         self._seq = last["seq"] + 1 if last else 0
         self._closed = False

@@ -217,3 +217,18 @@ def test_a_key_file_without_a_key_is_a_usage_error(log: Path) -> None:
     assert result.returncode == 2
     error = json.loads(result.stdout)["error"]
     assert error["code"] == "invalid_arguments" and error["field"] == "--public-key"
+
+
+def test_a_run_does_not_append_to_a_log_cut_mid_record(log: Path) -> None:
+    data = log.read_bytes()[:-30]  # the last seal, cut mid-write
+    log.write_bytes(data)
+    result = cli("call", "read_file", "--args", '{"path": "notes.txt"}', "--json",
+                 "--workspace", str(log.parent), "--events", str(log), cwd=log.parent,
+                 home=log.parent)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert (
+        error["code"] == "unwritable"
+        and "does not end with a whole event record" in error["message"]
+    )
+    assert log.read_bytes() == data  # nothing chained onto the broken record
