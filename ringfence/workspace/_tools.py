@@ -166,6 +166,7 @@ def file_tool_specs(
     async def list_directory(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
         entries = await run(ctx, fn=workspace.list_dir, path=path_of(args))
         shown = [{**e, "name": escape_name(e["name"])} for e in entries]
+        shown.sort(key=lambda e: e["name"])  # sorted as shown (escapes change the order)
         return _cap(shown, args.get("max_entries", LIST_DEFAULT_ENTRIES), "entries", "max_entries")
 
     async def write_file(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
@@ -189,7 +190,7 @@ def file_tool_specs(
             path=path_of(args, "."),
             max_results=sys.maxsize,
         )
-        shown = [escape_name(p) for p in found]
+        shown = sorted(escape_name(p) for p in found)
         return _cap(shown, args.get("max_results", 1000), "paths", "max_results")
 
     async def grep_files(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
@@ -204,6 +205,7 @@ def file_tool_specs(
             max_results=limit + 1,
         )
         shown: list[dict[str, Any]] = [{**m, "path": escape_name(m["path"])} for m in found]
+        shown.sort(key=lambda m: (m["path"], m["line"]))
         if len(shown) <= limit:
             return shown
         return [
