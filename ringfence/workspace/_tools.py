@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -94,8 +95,16 @@ async def _run(
     deadline = Deadline(time.monotonic() + seconds, seconds, ctx.tool.name)
     done = trio.Event()
     token = trio.lowlevel.current_trio_token()
+    # "pending" until the worker starts; a call cancelled while pending marks it
+    # "abandoned" and the worker, should it still start, does nothing.
+    lock = threading.Lock()
+    state = ["pending"]
 
     def work() -> Any:
+        with lock:
+            if state[0] == "abandoned":
+                return None
+            state[0] = "running"
         try:
             with deadline.active():
                 return fn(*args, unrestricted=unrestricted, notices=notices, **kwargs)
@@ -106,9 +115,14 @@ async def _run(
     try:
         return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
     except trio.Cancelled:
-        deadline.stop.set()
-        with trio.CancelScope(shield=True):
-            await done.wait()
+        with lock:
+            running = state[0] == "running"
+            if not running:
+                state[0] = "abandoned"
+        if running:
+            deadline.stop.set()
+            with trio.CancelScope(shield=True):
+                await done.wait()
         raise
     except RingfenceError as exc:
         # A name in a message (from os, with surrogates) would break JSON and terminals.
