@@ -6,6 +6,11 @@ even one swapped in while it runs. Symlinked *files* are reported as links;
 the caller keeps one only when the confined resolver says its target is a
 regular file inside a root.
 
+Every pattern is matched with RE2 (``google-re2``), whose time is linear in
+the text whatever the pattern: a backtracking regex (``^(\\w+\\s?)*$``) or a
+glob with many stars cannot stall a call. The walker, the search loop and the
+wait for ripgrep also check the call's :class:`Deadline`.
+
 ``grep_files`` runs ripgrep, when installed, only as a *prefilter*: ``rg -l``
 names the files that might match (run without a config file, without ignore
 files, without following links and without preprocessors). Every file is then
@@ -13,7 +18,9 @@ read through the confined resolver and searched by :func:`search_text`, the
 same code the pure-Python fallback runs on every file. So the two engines
 return the same results by construction, and nothing ripgrep read along a
 path swapped under it can reach a result: result text only ever comes from a
-confined read.
+confined read. ripgrep is asked only for patterns it reads at least as widely
+as RE2 (RE2's ``\\W``, ``\\b``, ... are ASCII, ripgrep's Unicode); any other
+pattern is searched in every file.
 """
 
 from __future__ import annotations
@@ -289,6 +296,7 @@ def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
     ``O_NOFOLLOW``, so a directory swapped for a link is not entered. At most
     one descriptor per level is open. Directories that vanish, turn into links
     or cannot be read are skipped silently (the walk reports what it could see).
+    Raises ToolTimeout (or ToolError, cancelled) at the current :class:`Deadline`.
     """
     out: list[Entry] = []
     deadline = current_deadline()
