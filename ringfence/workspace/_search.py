@@ -447,9 +447,11 @@ def search_text(rx: Regex, data: bytes, limit: int) -> list[tuple[int, str]]:
     matching line (no match spans a newline), so a big file costs time linear
     in its size whatever the pattern. Honours the current :class:`Deadline`.
     """
+    deadline = current_deadline()
+    if deadline is not None:
+        deadline.check()  # once per file searched, binary or not
     if limit <= 0 or b"\x00" in data:
         return []
-    deadline = current_deadline()
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
