@@ -97,15 +97,25 @@ async def test_redos_glob_returns_quickly(tree: Tree) -> None:
 
 
 @pytest.mark.parametrize(
-    "pattern", [r"foo(?=bar)", r"(?<!x)foo", r"(a)\1", "(?>a)", "a*+", r"\Afoo", "(?-m)^x"]
+    ("pattern", "words"),
+    [
+        (r"foo(?=bar)", "RE2"),
+        (r"(?<!x)foo", "RE2"),
+        (r"(a)\1", "RE2"),
+        ("(?>a)", "RE2"),
+        ("a*+", "RE2"),
+        (r"\Afoo", "line by line"),
+        ("(?-m)^x", "multi-line"),
+    ],
 )
-async def test_grep_pattern_that_is_not_re2_is_a_clear_error(tree: Tree, pattern: str) -> None:
+async def test_grep_pattern_that_is_not_re2_is_a_clear_error(
+    tree: Tree, pattern: str, words: str
+) -> None:
     kernel, ws, sink = make_kernel(tree)
     out = await kernel.invoke("grep_files", {"pattern": pattern})
     ws.close()
     assert out.error is not None and out.error.code == "invalid_arguments"
-    assert out.error.field == "pattern"
-    assert "RE2" in out.error.message or "line by line" in out.error.message
+    assert out.error.field == "pattern" and words in out.error.message
     assert kinds(sink)[-1] == "failed"
 
 
@@ -323,3 +333,36 @@ async def test_write_file_refuses_a_path_grep_could_not_reach(
     assert {"path": longest, "line": 1, "text": "needle"} in found
     assert longest in await kernel.call("glob_files", {"pattern": "**/f*"})
     ws.close()
+
+
+@pytest.mark.skipif(RG is None, reason="ripgrep is not installed")
+def test_ripgrep_is_not_asked_for_a_pattern_it_reads_more_narrowly(tree: Tree) -> None:
+    # RE2's \b is ASCII: "é" is not a word character, so "éfoo" has a boundary before "foo";
+    # ripgrep's Unicode \b has none there and would have skipped the file.
+    (tree.ws / "u.txt").write_text("\u00e9foo\n")
+    with Workspace(tree.roots()) as ws:
+        ws.ripgrep = None
+        python = ws.grep(r"\bfoo")
+        ws.ripgrep = RG
+        notices: list[str] = []
+        assert (
+            ws.grep(r"\bfoo", notices=notices)
+            == python
+            == [{"path": "u.txt", "line": 1, "text": "\u00e9foo"}]
+        )
+        assert notices == []
+
+
+async def test_escaped_names_in_glob_filters_and_notices(odd_names: Tree, tmp_path: Path) -> None:
+    kernel, ws, sink = make_kernel(odd_names)
+    got = await kernel.call("grep_files", {"pattern": "name", "glob": "\\xff*"})
+    assert [m["path"] for m in got] == [SHOWN]
+    # Outside the roots (unrestricted posture) the notice names the directory escaped.
+    outside = os.fsencode(tmp_path) + b"/out\xfd"
+    os.mkdir(outside)
+    kernel.set_posture(Posture.UNRESTRICTED)
+    shown_dir = os.fsdecode(os.fsencode(tmp_path)) + "/out\\xfd"
+    assert await kernel.call("list_directory", {"path": shown_dir}) == []
+    ws.close()
+    notices = [r for r in sink.records() if r["kind"] == "notice"]
+    assert notices and "out\\xfd" in notices[-1]["message"]
