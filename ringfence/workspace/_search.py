@@ -364,15 +364,10 @@ _GREP_OPTIONS = re2_options(never_nl=True)
 
 @dataclass(frozen=True)
 class Regex:
-    """A compiled ``grep_files`` pattern: RE2, multi-line anchors, matches never span lines.
-
-    ``prefilter_safe``: ripgrep's reading of the pattern matches at least
-    everywhere RE2's does, so ``rg -l`` may narrow the files to read.
-    """
+    """A compiled ``grep_files`` pattern: RE2, multi-line anchors, matches never span lines."""
 
     text: str
     rx: Any  # re2._Regexp: the stubs are not a dependency
-    prefilter_safe: bool
 
 
 def _scan_escapes(pattern: str) -> tuple[str | None, bool]:
@@ -390,11 +385,20 @@ def _scan_escapes(pattern: str) -> tuple[str | None, bool]:
                 safe = False
             i += 2
             continue
-        if c == "[" and not in_class:
+        if in_class:
+            if c == "[" and pattern.startswith("[:", i):  # [:alpha:] inside a class
+                end = pattern.find(":]", i + 2)
+                i = end + 2 if end >= 0 else i + 1
+                continue
+            if c == "]":
+                in_class = False
+        elif c == "[":
             in_class = True
-            negated = pattern[i + 1 : i + 2] == "^"
-        elif c == "]" and in_class:
-            in_class = False
+            negated = pattern.startswith("^", i + 1)
+            i += 2 if negated else 1
+            if pattern.startswith("]", i):
+                i += 1  # a "]" first in a class is a literal
+            continue
         i += 1
     if _FLAGS_OFF_M.search(pattern):
         return "turning off multi-line mode (-m); ^ and $ are line anchors", False
@@ -413,7 +417,7 @@ def compile_regex(pattern: str, field: str = "pattern") -> Regex:
     """
     if not isinstance(pattern, str) or not pattern:
         raise InvalidArguments(f"{field} is empty", field=field)
-    refused, safe = _scan_escapes(pattern)
+    refused, _ = _scan_escapes(pattern)
     if refused is not None:
         raise InvalidArguments(
             f"{field} uses {refused}, which grep_files does not support (it matches line by line)",
@@ -428,7 +432,7 @@ def compile_regex(pattern: str, field: str = "pattern") -> Regex:
             "backreferences, conditionals, atomic groups or possessive quantifiers",
             field=field,
         ) from None
-    return Regex(pattern, rx, safe)
+    return Regex(pattern, rx)
 
 
 def _re2_reason(exc: BaseException) -> str:
@@ -505,9 +509,6 @@ class Deadline:
     seconds: float
     tool: str
     stop: threading.Event = field(default_factory=threading.Event)
-
-    def remaining(self) -> float:
-        return self.at - time.monotonic()
 
     def check(self) -> None:
         if self.stop.is_set():
