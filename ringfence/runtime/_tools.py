@@ -85,7 +85,15 @@ class ToolSpec:
         object.__setattr__(self, "_validator", linear(schema))
 
     def validate(self, arguments: Any) -> dict[str, Any]:
-        """Check ``arguments`` against the schema; raise InvalidArguments naming the field."""
+        """Check ``arguments`` against the schema; raise InvalidArguments naming the field.
+
+        ``pattern`` and ``patternProperties`` are matched with RE2, in time
+        linear in the argument, whoever wrote the schema. A pattern RE2 cannot
+        compile (lookaround, backreferences, ...) refuses the call with
+        ``invalid_arguments`` (field ``input_schema``) whenever validation
+        reaches it, as does ``unevaluatedProperties`` in a schema that also
+        has ``patternProperties``; nothing is matched with Python's ``re``.
+        """
         if not isinstance(arguments, dict):
             raise InvalidArguments(
                 f"arguments for {self.name!r} must be a JSON object, "
