@@ -51,7 +51,9 @@ over to the next call; files do. Output beyond the cap is cut head+tail with the
 text saved to a file named in the output. A command still running at `timeout_seconds`
 is killed with its whole process tree and the result says "timeout"."""
 
-ENV_NAME_PATTERN = "^(?!LD_|DYLD_|RINGFENCE_)[A-Za-z_][A-Za-z0-9_]*$"
+# Two patterns because schema patterns are matched with RE2, which has no lookahead.
+ENV_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
+RESERVED_ENV_PREFIXES = "^(LD_|DYLD_|RINGFENCE_)"
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -77,7 +79,10 @@ INPUT_SCHEMA: dict[str, Any] = {
             "type": "object",
             "description": "extra environment variables for this command (names: letters, "
             "digits, _; not LD_*, DYLD_* or RINGFENCE_*)",
-            "propertyNames": {"pattern": ENV_NAME_PATTERN},
+            "propertyNames": {
+                "pattern": ENV_NAME_PATTERN,
+                "not": {"pattern": RESERVED_ENV_PREFIXES},
+            },
             "additionalProperties": {"type": "string"},
         },
     },
