@@ -1,0 +1,326 @@
+"""Escapes from a script, attacked for real: each is refused and leaves no trace.
+
+Language layer: every attempt runs as a real script through the public path
+with the OS sandbox at level ``none`` (the runner stays root, no Landlock, no
+seccomp), so RestrictedPython and the runner's own guards are all that stands
+between the script and the host. A successful escape would create ``MARKER``
+(a directory under the test's tmp_path) or print a module's repr or "pwned".
+
+OS layer: what escaped code could still do inside the sandbox, run as
+unrestricted Python (``mode="plain"``) under the ``strict`` sandbox.
+"""
+
+from __future__ import annotations
+
+import pytest
+from bridge_helpers import run
+
+from ringfence.bridge import SCRIPT_TOOL, ScriptConfig, register_script_tool
+from ringfence.runtime import ApprovalAnswer, Kernel, ScriptedApprover
+
+ESCAPE = "call_tool.__globals__['os'].mkdir(MARKER)"
+SINGLEDISPATCH = f"""
+import functools
+@functools.singledispatch
+def g(x):
+    return 0
+def f(x: "{ESCAPE}"):
+    return 1
+g.register(f)
+"""
+SINGLEDISPATCH_VIA_VARIABLE = f"""
+import functools
+A = "{ESCAPE}"
+@functools.singledispatch
+def g(x):
+    return 0
+def f(x: A):
+    return 1
+g.register(f)
+"""
+SINGLEDISPATCHMETHOD = f"""
+import functools
+class C:
+    @functools.singledispatchmethod
+    def m(self, x):
+        return 0
+    def n(self, x: "{ESCAPE}"):
+        return 1
+    m.register(n)
+"""
+NOT_AVAILABLE = "is not available in a script"
+RESERVED = "cannot be changed in a script"
+
+# name: (source, error type, fragment of the error message)
+ESCAPES: dict[str, tuple[str, str, str]] = {
+    # string annotations evaluated as plain Python by typing.get_type_hints
+    "singledispatch.register": (SINGLEDISPATCH, "AttributeError", NOT_AVAILABLE),
+    "singledispatch, annotation from a variable": (
+        SINGLEDISPATCH_VIA_VARIABLE,
+        "AttributeError",
+        "evaluates string annotations",
+    ),
+    "singledispatchmethod.register": (SINGLEDISPATCHMETHOD, "AttributeError", NOT_AVAILABLE),
+    "from functools import singledispatch": (
+        "from functools import singledispatch",
+        "ImportError",
+        "functools.singledispatch is not available in a script",
+    ),
+    "from __future__ import annotations": (
+        "from __future__ import annotations\nimport functools",
+        "compile_error",
+        "from __future__ imports are not available",
+    ),
+    # format strings that walk attributes
+    'str.format "{0.__globals__}"': (
+        'print("{0.__globals__[os]}".format(call_tool))',
+        "NotImplementedError",
+        "not safe",
+    ),
+    "str.format unbound": (
+        'print(str.format("{0.__globals__[os]}", call_tool))',
+        "NotImplementedError",
+        "not safe",
+    ),
+    "str.format_map": (
+        'print("{f.__globals__[os]}".format_map({"f": call_tool}))',
+        "NotImplementedError",
+        "not safe",
+    ),
+    "str subclass format": (
+        'class S(str):\n    pass\nprint(S("{0.__globals__[os]}").format(call_tool))',
+        "NotImplementedError",
+        "not safe",
+    ),
+    "collections.UserString.format": (
+        'import collections\nprint(collections.UserString("{0.__globals__[os]}").format(call_tool))',
+        "AttributeError",
+        "UserString is not available in a script",
+    ),
+    "collections.UserString.format_map": (
+        "import collections\n"
+        'print(collections.UserString("{f.__globals__[os]}").format_map({"f": call_tool}))',
+        "AttributeError",
+        "UserString is not available in a script",
+    ),
+    "string.Formatter": (
+        'import string\nprint(string.Formatter().format("{0.__globals__[os]}", call_tool))',
+        "AttributeError",
+        "string.Formatter is not available in a script",
+    ),
+    "f-string walk": ('print(f"{call_tool.__globals__}")', "compile_error", "__globals__"),
+    # attribute names resolved without the guard
+    "operator.attrgetter": (
+        'import operator\nprint(operator.attrgetter("__globals__")(call_tool))',
+        "ImportError",
+        "'operator' is not allowed",
+    ),
+    "getattr builtin": (
+        'print(getattr(call_tool, "__globals__"))',
+        "AttributeError",
+        "__globals__",
+    ),
+    "functools.partial(getattr)": (
+        'import functools\nprint(functools.partial(getattr, call_tool, "__globals__")())',
+        "AttributeError",
+        "__globals__",
+    ),
+    "json object_pairs_hook": (
+        "import json\n"
+        "print(json.loads('{\"__globals__\": 1}', object_pairs_hook=lambda p: getattr(call_tool, p[0][0])))",
+        "AttributeError",
+        "__globals__",
+    ),
+    "generator frame": (
+        'def g():\n    yield 1\nprint(getattr(getattr(g(), "gi_frame"), "f_globals"))',
+        "AttributeError",
+        "gi_frame",
+    ),
+    "traceback frame": (
+        'try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    print(getattr(e, "__traceback__"))',
+        "AttributeError",
+        "__traceback__",
+    ),
+    "namedtuple field as code": (
+        f'import collections\ncollections.namedtuple("T", ["a=({ESCAPE})"])',
+        "ValueError",
+        "valid identifiers",
+    ),
+    # writes the guard must refuse
+    "setattr dunder on a script class": (
+        'class C:\n    pass\nsetattr(C, "__str__", lambda self: "pwned")\nprint(str(C()))',
+        "AttributeError",
+        RESERVED,
+    ),
+    "setattr __class__": (
+        'class C:\n    pass\nclass D:\n    pass\nc = C()\nsetattr(c, "__class__", D)\nprint("pwned")',
+        "AttributeError",
+        RESERVED,
+    ),
+    "setattr with a lying str subclass": (
+        "class S(str):\n    def startswith(self, p):\n        return False\n"
+        'class C:\n    pass\nsetattr(C, S("__str__"), lambda self: "pwned")\nprint(str(C()))',
+        "TypeError",
+        "must be a str",
+    ),
+    "setattr _guarded_writes": (
+        'class C:\n    pass\nsetattr(C, "_guarded_writes", 0)\nprint("pwned")',
+        "AttributeError",
+        RESERVED,
+    ),
+    "delattr dunder": (
+        'class C:\n    def __init__(self):\n        pass\ndelattr(C, "__init__")\nprint("pwned")',
+        "AttributeError",
+        RESERVED,
+    ),
+    "class decorator setting a dunder": (
+        'def deco(cls):\n    setattr(cls, "__repr__", lambda self: "pwned")\n    return cls\n'
+        "@deco\nclass C:\n    pass\nprint(repr(C()))",
+        "AttributeError",
+        RESERVED,
+    ),
+    "total_ordering on a library class": (
+        "import functools, json\nfunctools.total_ordering(json.JSONEncoder)\nprint('pwned')",
+        "TypeError",
+        "a class defined in the script",
+    ),
+    "setattr on a library class": (
+        'import json\nsetattr(json.JSONEncoder, "default", print)\nprint("pwned")',
+        "TypeError",
+        "attribute-less object",
+    ),
+    "module attribute write": (
+        "import json\njson.loads = print\nprint('pwned')",
+        "TypeError",
+        "attribute-less",
+    ),
+    "mutate a module's set": (
+        'import hashlib\nhashlib.algorithms_available.add("pwned")\nprint("pwned")',
+        "AttributeError",
+        "add",
+    ),
+    # type() with a dunder namespace, and the other ways to a class with chosen dunders
+    "type() with dunder dict": (
+        'X = type("X", (), {"__str__": lambda self: "pwned"})\nprint(str(X()))',
+        "NameError",
+        "type",
+    ),
+    "metaclass keyword": (
+        "class M:\n    pass\nclass X(metaclass=M):\n    pass",
+        "compile_error",
+        "metaclass",
+    ),
+    "dunder in a class body": (
+        'class X:\n    __str__ = lambda self: "pwned"\nprint(str(X()))',
+        "compile_error",
+        "__str__",
+    ),
+    # evaluation entry points
+    "exec": ("exec('import os')", "compile_error", "Exec calls are not allowed"),
+    "eval": ("eval('1')", "compile_error", "Eval calls are not allowed"),
+    "compile": ("compile('1', 'x', 'eval')", "NameError", "compile"),
+    "__import__": ("__import__('os')", "compile_error", "__import__"),
+    "import os": ("import os\nos.mkdir(MARKER)", "ImportError", "'os' is not allowed"),
+    "vars": ("print(vars(call_tool))", "NameError", "vars"),
+    # a compile error Python raises after parsing (it ended the runner before)
+    "return outside a function": ("return 1", "compile_error", "'return' outside function"),
+}
+
+LEAKS = ("<module", "pwned", "__builtins__")
+
+
+@pytest.mark.parametrize("name", list(ESCAPES))
+async def test_language_escapes_are_refused_without_the_os_sandbox(name: str, tmp_path) -> None:
+    source, error, fragment = ESCAPES[name]
+    marker = tmp_path / "escaped"
+    async with Kernel() as kernel:
+        result = await run(kernel, f"MARKER = {str(marker)!r}\n{source}", sandbox="none")
+    assert result.sandbox["level"] == "none"  # only the language layer stood in the way
+    if error == "compile_error":
+        assert result.status == "compile_error", result
+        assert any(fragment in e for e in result.error["errors"]), result.error
+    else:
+        assert result.status == "error", result
+        assert result.error["type"] == error, result.error
+        assert fragment in result.error["message"], result.error
+    assert not marker.exists()
+    assert not any(leak in result.output for leak in LEAKS), result.output
+
+
+async def test_a_refused_write_changes_nothing_and_the_script_goes_on() -> None:
+    script = """
+class C:
+    def __init__(self):
+        self.n = 1
+before = repr(C())[:20]
+refused = []
+for name in ["__str__", "__repr__", "__class__", "__init__", "_guarded_writes"]:
+    try:
+        setattr(C, name, lambda self: "pwned")
+    except AttributeError:
+        refused.append(name)
+try:
+    delattr(C, "__init__")
+except AttributeError:
+    refused.append("del __init__")
+c = C()
+c.m = 2
+setattr(c, "k", 3)
+result = [refused, repr(c)[:20] == before, str(c) == repr(c), c.n, c.m, c.k]
+"""
+    async with Kernel() as kernel:
+        result = await run(kernel, script, sandbox="none")
+    assert result.status == "ok", result.error
+    assert result.result == [
+        ["__str__", "__repr__", "__class__", "__init__", "_guarded_writes", "del __init__"],
+        True,
+        True,
+        1,
+        2,
+        3,
+    ]
+
+
+async def test_what_stays_available_still_works() -> None:
+    """The allowlist keeps the useful parts of the modules it narrows."""
+    script = """
+import collections, functools, re, string
+@functools.total_ordering
+class V:
+    def __init__(self, v):
+        self.v = v
+    def __eq__(self, o):
+        return self.v == o.v
+    def __lt__(self, o):
+        return self.v < o.v
+@functools.lru_cache(maxsize=None)
+def sq(n):
+    return n * n
+def f(x: int) -> int:
+    return x + 1
+Point = collections.namedtuple("Point", "x y")
+result = [
+    V(2) >= V(1), sq(4), f(1), Point(1, 2).y,
+    string.Template("$a-$b").substitute(a=1, b="x"),
+    re.sub("(?P<d>[0-9])", "<\\\\g<d>>", "a1"),
+    "%(k)s" % {"k": "v"}, f"{sq(3):>3}",
+]
+"""
+    async with Kernel() as kernel:
+        result = await run(kernel, script)
+    assert result.status == "ok", result.error
+    assert result.result == [True, 16, 2, 2, "1-x", "a<1>", "v", "  9"]
+
+
+async def test_the_singledispatch_escape_through_run_tool_script(tmp_path) -> None:
+    """The reported attack, through the Kernel's run_tool_script at sandbox level none."""
+    marker = tmp_path / "escaped"
+    approver = ScriptedApprover(lambda r: ApprovalAnswer.once())
+    async with Kernel(approver=approver) as kernel:
+        register_script_tool(kernel, config=ScriptConfig(sandbox="none"))
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": f"MARKER = {str(marker)!r}\n{SINGLEDISPATCH}"}
+        )
+    assert outcome.error is not None and outcome.error.code == "tool_error"
+    assert "functools.singledispatch is not available in a script" in outcome.error.message
+    assert not marker.exists()
