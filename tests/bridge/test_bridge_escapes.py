@@ -12,6 +12,11 @@ unrestricted Python (``mode="plain"``) under the ``strict`` sandbox.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 from bridge_helpers import run
 
@@ -324,3 +329,131 @@ async def test_the_singledispatch_escape_through_run_tool_script(tmp_path) -> No
     assert outcome.error is not None and outcome.error.code == "tool_error"
     assert "functools.singledispatch is not available in a script" in outcome.error.message
     assert not marker.exists()
+
+
+# -- the OS layers, attacked by code that escaped the language layer ----------------------
+
+LIBC = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def check(r):
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return r
+"""
+AT_FDCWD = "ctypes.c_int(-100)"
+# name: plain Python run under the strict sandbox; D is a directory outside any
+# workspace, F a file in it owned by the script's uid (65534), L a symlink.
+OS_ESCAPES: dict[str, str] = {
+    "chmod": "os.chmod(F, 0o777)",
+    "fchmodat (dir_fd)": 'os.chmod("f", 0o777, dir_fd=os.open(D, os.O_PATH))',
+    "fchmodat2 (raw)": f"check(libc.syscall(452, {AT_FDCWD}, F.encode(), 0o777, 0))",
+    "chown": "os.chown(F, 65534, 65534)",
+    "lchown": "os.lchown(F, 65534, 65534)",
+    "fchownat on an O_PATH descriptor": (
+        "check(libc.fchownat(os.open(F, os.O_PATH), b'', 65534, 65534, 0x1000))"
+    ),
+    "utimensat": "os.utime(F, (0, 0))",
+    "utime (raw)": "check(libc.syscall(132, F.encode(), None))",
+    "truncate": "os.truncate(F, 0)",
+    "setxattr": 'os.setxattr(F, "user.pwned", b"1")',
+    "removexattr": 'os.removexattr(F, "user.keep")',
+    "getxattr": 'os.getxattr(F, "user.keep")',
+    "listxattr": "os.listxattr(F)",
+    "setxattrat (raw)": (
+        "v = ctypes.create_string_buffer(b'1')\n"
+        "args = (ctypes.c_uint64 * 2)(ctypes.cast(v, ctypes.c_void_p).value, 1)\n"
+        f"check(libc.syscall(463, {AT_FDCWD}, F.encode(), 0, b'user.pwned', args, 16))"
+    ),
+    "readlink": "print(os.readlink(L))",
+    "inotify_init1": "check(libc.inotify_init1(0))",
+    "inotify_add_watch": "check(libc.inotify_add_watch(-1, D.encode(), 0xFFF))",
+    "shmget": "check(libc.shmget(0, 64 << 20, 0o1600))",
+    "msgget": "check(libc.msgget(0, 0o1600))",
+    "semget": "check(libc.semget(0, 1, 0o1600))",
+    "mq_open": "check(libc.mq_open(b'/ringfence-escape', os.O_CREAT | os.O_RDWR, 0o600, None))",
+    "renice every process of the uid": "os.setpriority(os.PRIO_USER, 0, 19)",
+    "sched_setaffinity": "os.sched_setaffinity(0, {0})",
+}
+
+
+def _sysv_ids() -> dict[str, set[int]]:
+    ids = {}
+    for kind in ("shm", "msg", "sem"):
+        lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        ids[kind] = {int(line.split()[1]) for line in lines}
+    return ids
+
+
+def _remove_new_ipc(before: dict[str, set[int]]) -> tuple[bool, bool]:
+    """Remove what a run left behind (so a failing run does not leak); report what there was."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    after = _sysv_ids()
+    for kind, remove in (
+        ("shm", lambda i: libc.shmctl(i, 0, None)),  # IPC_RMID
+        ("msg", lambda i: libc.msgctl(i, 0, None)),
+        ("sem", lambda i: libc.semctl(i, 0, 0)),
+    ):
+        for ipc_id in after[kind] - before[kind]:
+            remove(ipc_id)
+    queue = libc.mq_unlink(b"/ringfence-escape") == 0
+    return after != before, queue
+
+
+@pytest.fixture
+def outside():
+    """A directory outside any workspace, reachable by uid 65534, holding its own file."""
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="ringfence-outside-", dir="/tmp")
+    os.chmod(root, 0o755)
+    target = os.path.join(root, "f")
+    with open(target, "w") as f:
+        f.write("keep")
+    os.chmod(target, 0o644)
+    os.setxattr(target, "user.keep", b"1")
+    os.chown(target, 65534, 65534)
+    os.symlink("/secret/target", os.path.join(root, "l"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+def _snapshot(root: str) -> tuple:
+    st = os.stat(os.path.join(root, "f"))
+    xattrs = sorted(os.listxattr(os.path.join(root, "f")))
+    return (st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_ctime_ns, xattrs)
+
+
+@pytest.mark.parametrize("name", list(OS_ESCAPES))
+async def test_escaped_code_cannot_change_metadata_probe_or_leave_ipc(name: str, outside) -> None:
+    paths = f"D = {outside!r}\nF = D + '/f'\nL = D + '/l'\n"
+    before, ipc_before = _snapshot(outside), _sysv_ids()
+    try:
+        async with Kernel() as kernel:
+            result = await run(kernel, LIBC + paths + OS_ESCAPES[name], mode="plain")
+    finally:
+        left_sysv, left_queue = _remove_new_ipc(ipc_before)
+    assert result.status == "error", (name, result)
+    assert result.sandbox["missing"] == {}
+    assert result.error["type"] == "PermissionError", result.error["traceback"]
+    assert result.error["message"].startswith("[Errno 1] "), result.error  # seccomp's EPERM
+    assert _snapshot(outside) == before
+    assert not left_sysv and not left_queue
+    assert "/secret" not in result.output
+
+
+async def test_what_escaped_code_still_sees_of_host_files(outside) -> None:
+    """The documented limit: stat of a host path answers; content and listings do not."""
+    source = (
+        f"import os\nD = {outside!r}\nst = os.stat(D + '/f')\nprint(st.st_uid, st.st_size)\n"
+        "try:\n    os.listdir(D)\nexcept PermissionError:\n    print('no listing')\n"
+        "try:\n    open(D + '/f').read()\nexcept PermissionError:\n    print('no content')\n"
+    )
+    async with Kernel() as kernel:
+        result = await run(kernel, source, mode="plain")
+    assert result.status == "ok", result.error
+    assert result.output == "65534 4\nno listing\nno content\n"
