@@ -204,6 +204,11 @@ ESCAPES: dict[str, tuple[str, str, str]] = {
         "AttributeError",
         "add",
     ),
+    "time.clock_settime": (
+        "import time\ntime.clock_settime(0, 0.0)",
+        "AttributeError",
+        "has no attribute 'clock_settime' available to scripts",
+    ),
     # type() with a dunder namespace, and the other ways to a class with chosen dunders
     "type() with dunder dict": (
         'X = type("X", (), {"__str__": lambda self: "pwned"})\nprint(str(X()))',
