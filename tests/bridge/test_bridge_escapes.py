@@ -322,6 +322,82 @@ result = [
     assert result.result == [True, 16, 2, 2, "1-x", "a<1>", "v", "  9"]
 
 
+# Python functions a script can reach that mention one of these names were reviewed
+# and found to pass it nothing the script chose (see ALLOWED_NAMES in _runner).
+EVALUATING = {
+    "eval", "exec", "compile", "get_type_hints", "_getframe", "__import__", "import_module",
+    "vformat", "format_map", "attrgetter", "methodcaller", "setattr", "delattr",
+}  # fmt: skip
+REVIEWED = {
+    "collections.namedtuple": {"eval", "_getframe"},  # identifiers it checked; reads __name__
+    "functools.total_ordering": {"setattr"},  # our wrapper's callee: the script's own class
+    "string.Template.__init_subclass__": {"compile"},  # re.compile of the class's pattern
+    "csv.Sniffer._guess_quote_and_delimiter": {"compile"},  # re.compile of escaped text
+}
+
+
+def _reachable_functions() -> dict[str, set[str]]:
+    """Python functions reachable from the module copies (names, class members), and
+    the EVALUATING names their code mentions."""
+    import importlib
+    import inspect
+    import types
+
+    from ringfence.bridge import _runner
+
+    def names(code: types.CodeType) -> set[str]:
+        found = set(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                found |= names(const)
+        return found
+
+    found: dict[str, set[str]] = {}
+    seen: set[int] = set()
+
+    def visit(obj: object, path: str, depth: int) -> None:
+        if id(obj) in seen or depth > 4:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, types.FunctionType):
+            hits = names(obj.__code__) & EVALUATING
+            if hits:
+                found[path] = hits
+            for inner in ("__wrapped__",):
+                if hasattr(obj, inner):
+                    visit(getattr(obj, inner), path, depth + 1)
+            return
+        if isinstance(obj, (type, types.ModuleType)):
+            for key in dir(obj):
+                try:
+                    member = inspect.getattr_static(obj, key)
+                except AttributeError:
+                    continue
+                if isinstance(member, (staticmethod, classmethod)):
+                    member = member.__func__
+                if isinstance(member, property):
+                    member = member.fget
+                visit(member, f"{path}.{key}", depth + 1)
+
+    for module_name in _runner.ALLOWED_MODULES:
+        importlib.import_module(module_name)  # the runner imports them before the sandbox
+    for module_name, module in _runner.module_copies().items():
+        visit(module, module_name, 0)
+    return found
+
+
+def test_no_reachable_library_function_evaluates_what_a_script_chose() -> None:
+    """A guard for the allowlist: a new name that evaluates code or resolves
+    names must be reviewed (and added to REVIEWED) or left out."""
+    found = _reachable_functions()
+    unreviewed = {
+        path: hits - REVIEWED.get(path, set())
+        for path, hits in found.items()
+        if hits - REVIEWED.get(path, set())
+    }
+    assert unreviewed == {}
+
+
 async def test_the_singledispatch_escape_through_run_tool_script(tmp_path) -> None:
     """The reported attack, through the Kernel's run_tool_script at sandbox level none."""
     marker = tmp_path / "escaped"
