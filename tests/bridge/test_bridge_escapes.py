@@ -398,6 +398,18 @@ def test_no_reachable_library_function_evaluates_what_a_script_chose() -> None:
     assert unreviewed == {}
 
 
+def test_the_class_factory_refuses_dunders_the_compiler_would_have_refused() -> None:
+    """Defence in depth: no script source reaches it with such a namespace today."""
+    from ringfence.bridge._runner import restricted_globals
+
+    factory = restricted_globals(call_tool=None, modules={})["__metaclass__"]
+    for name in ("__str__", "__getattr__", "__init_subclass__", "__class_getitem__", "_x"):
+        with pytest.raises(TypeError, match="cannot be set in a script"):
+            factory("X", (), {name: len, "__module__": "__script__"})
+    made = factory("X", (), {"__init__": lambda self: None, "__module__": "__script__"})
+    assert made._guarded_writes is True
+
+
 async def test_the_singledispatch_escape_through_run_tool_script(tmp_path) -> None:
     """The reported attack, through the Kernel's run_tool_script at sandbox level none."""
     marker = tmp_path / "escaped"
