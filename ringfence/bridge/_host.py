@@ -1127,13 +1127,13 @@ async def run_script(
     try:
         output = await out.finish()
         diagnostics = await err.finish()
-    except BaseException:
+        return _result(
+            run, output, diagnostics, done, serve_error, timed_out, returncode, timeout, cpu, emit,
+            time.monotonic() - started,
+        )  # fmt: skip
+    except BaseException:  # no result names the spool file: do not leave it behind
         out.close(remove=True)
         raise
-    return _result(
-        run, output, diagnostics, done, serve_error, timed_out, returncode, timeout, cpu, emit,
-        time.monotonic() - started,
-    )  # fmt: skip
 
 
 async def _drain(stream: trio.abc.ReceiveStream, feed: Callable[[bytes], None]) -> None:
