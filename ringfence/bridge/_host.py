@@ -791,6 +791,9 @@ class _Run:
                 self.authenticated.set()
         except _wire.ProtocolError as exc:
             self.refuse(f"handshake_{exc.reason}", peer, exc.message)
+        except trio.Cancelled:  # the run ended (an eviction is caught by `scope`, above)
+            self.refuse("handshake_unfinished", peer, "the run ended before it authenticated")
+            raise
         except (
             trio.TooSlowError,
             trio.BrokenResourceError,

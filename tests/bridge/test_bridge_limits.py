@@ -144,8 +144,11 @@ async def test_silent_connections_cannot_keep_the_runner_out_over_tcp(ledger: Le
     assert ledger.names() == ["peek"]
     refused = _refused(kernel)
     evicted = 32 - MAX_PENDING_HANDSHAKES + 1  # the runner's arrival evicts one more
-    assert [r["reason"] for r in refused] == ["evicted"] * evicted
-    assert kinds(kernel, "script_finished")[0]["refused_peers"] == evicted
+    unfinished = MAX_REFUSAL_EVENTS - evicted  # the rest, closed when the run ended
+    assert [r["reason"] for r in refused] == (
+        ["evicted"] * evicted + ["handshake_unfinished"] * unfinished + ["many"]
+    )
+    assert kinds(kernel, "script_finished")[0]["refused_peers"] == 32
 
 
 async def test_by_default_foreign_peers_are_refused_by_credentials(ledger: Ledger) -> None:
@@ -204,6 +207,31 @@ async def test_too_deep_arguments_fail_the_call_and_the_script_goes_on() -> None
     assert code == "invalid_arguments" and "64-level limit" in message
     assert value == "ran"
     assert seen == [{"v": [[1]]}]  # the deep call never reached the host's tools
+
+
+async def test_a_too_deep_result_fails_the_call_and_the_script_goes_on() -> None:
+    async def deep(args: dict, ctx: Any) -> Any:
+        value: Any = 0
+        for _ in range(100):
+            value = [value]
+        return value
+
+    script = textwrap.dedent(
+        """
+        try:
+            call_tool("deep")
+        except ToolError as e:
+            result = [e.code, e.message]
+        """
+    )
+    async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
+        kernel.register(
+            ToolSpec("deep", "d", {"type": "object"}, deep, consequence=Consequence.READ)
+        )
+        result = await run(kernel, script)
+    assert result.status == "ok", result.error
+    code, message = result.result
+    assert code == "tool_error" and "cannot cross the bridge" in message and "64-level" in message
 
 
 # -- nested scripts ---------------------------------------------------------------------------
