@@ -698,10 +698,6 @@ class _Run:
         self._expected_peer_pid = expected_peer_pid
         self._expected_peer_uids = expected_peer_uids
 
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
     # on_ask: the run's deadline stops while a person is being asked.
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
