@@ -52,6 +52,8 @@ import hmac
 import json
 import os
 import struct
+from array import array
+from itertools import accumulate
 from typing import Any
 
 PROTOCOL = "ringfence-bridge/1"
@@ -110,6 +112,8 @@ class ProtocolError(Exception):
 
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
 _FOLD_BRACES = bytes.maketrans(b"{}", b"[]")
+_SIGN = bytes.maketrans(b"[]", b"\x01\xff")  # as signed bytes: +1, -1
+_PASSES = 8
 
 
 def nesting_exceeds(body: bytes, limit: int) -> bool:
@@ -117,9 +121,10 @@ def nesting_exceeds(body: bytes, limit: int) -> bool:
 
     Exact for valid JSON; for invalid JSON it may say ``True`` (a refusal
     either way), but never ``False`` where :func:`json.loads` would recurse
-    deeper than ``limit`` before finding the error. Every step is a ``bytes``
-    method (C speed, linear per pass; at most ``limit`` passes, each shrinking
-    the text): ~60 ms for a 16 MiB frame of brackets, less than parsing it.
+    deeper than ``limit`` before finding the error. Linear, in C loops
+    (``bytes`` methods, :func:`itertools.accumulate`): ~0.3 µs for a typical
+    message, ~1 s at worst for 16 MiB of crafted brackets (which take
+    :func:`json.loads` several seconds).
     """
     if body.count(b"[") + body.count(b"{") <= limit:  # nearly every message: done
         return False
@@ -131,19 +136,21 @@ def nesting_exceeds(body: bytes, limit: int) -> bool:
     text = body.translate(_FOLD_BRACES, _NOT_STRUCTURE)  # only '[', ']' and '"' remain
     if b'"' in text:
         text = b"".join(text.split(b'"')[::2])  # the even pieces are outside strings
-    run = b"[" * (limit + 1)
-    # Each pass removes the innermost pairs and lowers the depth by exactly one: a balanced
-    # text of depth <= limit is empty after `limit` passes; anything else is refused.
-    for _ in range(limit + 1):
-        if not text:
-            return False
-        if run in text:
-            return True
+    if b"[" * (limit + 1) in text:
+        return True
+    # A few passes each remove the innermost pairs, lowering the depth by exactly one (for
+    # balanced text; by at most one otherwise): ordinary data is empty after them.
+    passes = 0
+    while text and passes < _PASSES:
         shorter = text.replace(b"[]", b"")
-        if len(shorter) == len(text):  # unbalanced: never empties
+        if len(shorter) == len(text):  # non-empty with no innermost pair: unbalanced
             return True
-        text = shorter
-    return True
+        text, passes = shorter, passes + 1
+    if not text:
+        return passes > limit  # emptied by the n-th pass: the depth was exactly n
+    # What is left: the running depth, summed by C iterators (~40 ns a bracket).
+    steps = array("b", text.translate(_SIGN))
+    return max(accumulate(steps)) > limit - passes
 
 
 def new_nonce() -> bytes:

@@ -211,9 +211,9 @@ def _nested(rng: random.Random, depth: int) -> object:
 def test_the_nesting_bound_is_exact_for_json() -> None:
     rng = random.Random(11)
     for _ in range(2000):
-        value = _nested(rng, rng.randint(0, 12))
+        value = _nested(rng, rng.randint(0, 16))
         body = json.dumps(value).encode()
-        limit = rng.randint(0, 8)
+        limit = rng.randint(0, 14)
         assert nesting_exceeds(body, limit) == (_depth(value) > limit), (body, limit)
 
 
