@@ -17,6 +17,8 @@ Format::
     args = ["$WORKSPACE"]
     inherit_env = ["GITHUB_TOKEN"]    # names only; values come from the environment
     approved_capabilities = ["tools", "prompts"]
+    read_only_tools = ["read_*", "list_directory"]   # alias: read_tools
+    # trust = "trusted"               # believe the server's readOnlyHint annotations
 
     [server.env]                      # literal, non-secret values only
     LOG_LEVEL = "info"
@@ -27,6 +29,10 @@ Contract:
   :class:`~ringfence.runtime.InvalidArguments` whose message names the file, the
   line and the key (``field`` is the key). Nothing is ever half-loaded.
 - Unknown keys are errors (a typo must not silently drop a deny list).
+- A tool is ``read`` (runs without approval, and under dry run) only when the
+  operator says so: ``read_only_tools`` (or its alias ``read_tools``) names it,
+  or the server is ``trust = "trusted"`` and the tool claims ``readOnlyHint``.
+  A server's own annotations only ever raise caution (see ``_adapter``).
 - Secrets never live in the file: ``env`` refuses credential-named variables
   (``*_TOKEN``, ``*_KEY``, …); name them in ``inherit_env``, ``api_key_env`` or
   ``headers_env`` and they are resolved when the server is connected.
@@ -278,7 +284,8 @@ class _Located:
 
 # -- validation -------------------------------------------------------------------------------
 
-_SERVER_KEYS = frozenset(f.name for f in fields(ServerConfig)) - {"origin"}
+# ``read_tools`` is accepted as another spelling of ``read_only_tools`` (merged into it).
+_SERVER_KEYS = (frozenset(f.name for f in fields(ServerConfig)) - {"origin"}) | {"read_tools"}
 _TOP_KEYS = frozenset({"server", "tool_discovery"})
 
 
@@ -460,7 +467,8 @@ class _ServerReader:
             deny_tools=self.strings("deny_tools") or (),
             allow_resources=self.strings("allow_resources", optional=True),
             deny_resources=self.strings("deny_resources") or (),
-            read_only_tools=self.strings("read_only_tools") or (),
+            read_only_tools=(self.strings("read_only_tools") or ())
+            + (self.strings("read_tools") or ()),
             irreversible_tools=self.strings("irreversible_tools") or (),
             autonomous_tools=self.strings("autonomous_tools") or (),
             subscribe_resources=self.boolean("subscribe_resources", False),
