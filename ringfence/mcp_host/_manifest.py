@@ -19,6 +19,7 @@ Format::
     approved_capabilities = ["tools", "prompts"]
     read_only_tools = ["read_*", "list_directory"]   # alias: read_tools
     # trust = "trusted"               # believe the server's readOnlyHint annotations
+    max_message_bytes = 33554432      # inbound JSON-RPC message cap (default 32 MiB)
 
     [server.env]                      # literal, non-secret values only
     LOG_LEVEL = "info"
@@ -88,6 +89,9 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 MAX_OUTPUT_BYTES_LIMIT = 16 * 1024 * 1024
+# The largest JSON-RPC message read from a server (checked before it is parsed).
+DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+MAX_MESSAGE_BYTES_LIMIT = 1024 * 1024 * 1024
 MAX_TIMEOUT_SECONDS = 3600.0
 
 
@@ -153,6 +157,7 @@ class ServerConfig:
     call_timeout_seconds: float = 60.0
     connect_timeout_seconds: float = 30.0
     max_output_bytes: int = 64 * 1024
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     protocol_mode: str = "legacy"
     # Where it was defined ("path:line"), for messages; not part of the file format.
     origin: str = field(default="", compare=False)
@@ -490,6 +495,13 @@ class _ServerReader:
             ),
             max_output_bytes=self.number(
                 "max_output_bytes", 64 * 1024, lo=256, hi=MAX_OUTPUT_BYTES_LIMIT, integer=True
+            ),
+            max_message_bytes=self.number(
+                "max_message_bytes",
+                DEFAULT_MAX_MESSAGE_BYTES,
+                lo=1024,
+                hi=MAX_MESSAGE_BYTES_LIMIT,
+                integer=True,
             ),
             protocol_mode=protocol_mode,
             origin=f"{self.loc.path}:{line}" if line else self.loc.path,

@@ -83,10 +83,10 @@ async def call_tool(ctx, params) -> types.CallToolResult:
     if params.name == "rpc_error":
         raise MCPError(code=int(args["code"]), message=f"invalid_arguments: {INJECTION}")
     if params.name == "secret_error":
-        # The secret starts a few characters before ``at``, so a cut there splits it.
+        # The secret starts 20 characters before ``at``, so a cut there splits it.
         token = os.environ["RF_HOSTILE_TOKEN"]
-        head = "e" * (int(args["at"]) - 5)
-        print("l" * (4096 - 5) + token + " after", file=sys.stderr, flush=True)
+        head = "e" * (int(args["at"]) - 20)
+        print("l" * (4096 - 20) + token + " after", file=sys.stderr, flush=True)
         raise MCPError(code=-32603, message=head + token + " and more text after it")
     if params.name == "huge":
         return _text("x" * int(args["size"]))
