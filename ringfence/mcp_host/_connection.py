@@ -544,21 +544,21 @@ async def bounded_stdio_client(
     async def stdout_reader() -> None:
         reader = _LineReader(limit, params.encoding, params.encoding_error_handler)
         try:
+            # Closing read_writer (leaving this block) is what tells the session the
+            # connection ended, so it comes before the drain below, which can wait long.
             async with read_writer:
-                try:
-                    async for chunk in process.stdout:
-                        for item in reader.feed(chunk):
-                            if item is None:
-                                # An oversize message we cannot answer: end the connection.
-                                limit.closed_for = "max_message_bytes"
-                                return
-                            await read_writer.send(item)
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    return
-                finally:
-                    await sdk_stdio._drain_stdout(process)
+                async for chunk in process.stdout:
+                    for item in reader.feed(chunk):
+                        if item is None:
+                            # An oversize message we cannot answer: end the connection.
+                            limit.closed_for = "max_message_bytes"
+                            return
+                        await read_writer.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
             pass  # teardown; the session sees the read stream end
+        finally:
+            # Keep the server from blocking on a full pipe until shutdown closes it.
+            await sdk_stdio._drain_stdout(process)
 
     async def stdin_writer() -> None:
         try:

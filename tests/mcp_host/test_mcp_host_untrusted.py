@@ -194,6 +194,19 @@ async def test_an_oversize_stdio_reply_fails_unparsed_and_the_connection_survive
         assert cs["evil"].pool.connects == 1
 
 
+async def test_an_oversize_message_that_is_no_reply_closes_and_the_next_call_reconnects(
+    make_kernel, state: Path
+) -> None:
+    block = reads(state, f"max_message_bytes = {64 * 1024}")
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block)) as cs:
+        out = await kernel.invoke("mcp.evil.huge_log", {"size": 1024 * 1024})
+        assert out.error is not None and out.error.code == "tool_error", out.error
+        assert "max_message_bytes (65536 bytes)" in out.error.message
+        assert "connection was closed" in out.error.message
+        assert (await kernel.invoke("mcp.evil.huge", {"size": 10})).ok
+        assert cs["evil"].pool.connects == 2
+
+
 async def test_an_oversize_http_reply_fails_with_the_limit(make_kernel, sdk_http, state) -> None:
     url = await sdk_http("annotated", state)
     block = (

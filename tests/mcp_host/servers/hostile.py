@@ -8,6 +8,8 @@
 - ``secret_error`` answers with a JSON-RPC error (and a stderr line) that carries
   ``$RF_HOSTILE_TOKEN`` across the length where ringfence used to cut such text.
 - ``huge`` returns a text result of ``size`` bytes (for the inbound message cap).
+- ``huge_log`` first sends a ``notifications/message`` of ``size`` bytes (a message that is
+  not a reply, so it cannot be matched to a request), then answers "ok".
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ TOOLS = [
         {"type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"]},
         read_only_hint=True,
     ),
+    _tool(
+        "huge_log",
+        {"type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"]},
+        read_only_hint=True,
+    ),
 ]
 
 
@@ -90,6 +97,9 @@ async def call_tool(ctx, params) -> types.CallToolResult:
         raise MCPError(code=-32603, message=head + token + " and more text after it")
     if params.name == "huge":
         return _text("x" * int(args["size"]))
+    if params.name == "huge_log":
+        await ctx.session.send_log_message("info", "y" * int(args["size"]))
+        return _text("ok")
     raise MCPError(code=types.METHOD_NOT_FOUND, message=f"no tool {params.name}")
 
 
