@@ -207,7 +207,12 @@ async def test_an_oversize_message_that_is_no_reply_closes_and_the_next_call_rec
         assert cs["evil"].pool.connects == 2
 
 
-async def test_an_oversize_http_reply_fails_with_the_limit(make_kernel, sdk_http, state) -> None:
+@pytest.mark.parametrize("body", ["sse", "json"])
+async def test_an_oversize_http_reply_fails_with_the_limit(
+    make_kernel, sdk_http, state: Path, monkeypatch: pytest.MonkeyPatch, body: str
+) -> None:
+    if body == "json":
+        monkeypatch.setenv("RF_JSON_RESPONSE", "1")  # one JSON body, bounded while it is read
     url = await sdk_http("annotated", state)
     block = (
         f'[[server]]\nname = "remote"\ntransport = "http"\nurl = "{url}"\n'
