@@ -127,19 +127,21 @@ def _link(block: types.ResourceLink) -> dict[str, Any]:
 
 
 def _inside_frame(
-    ctx: RenderContext, texts: list[str], links: list[dict[str, Any]], structured: Any, out: dict
+    texts: list[str], links: list[dict[str, Any]], structured: Any, out: dict[str, Any]
 ) -> None:
-    """Untrusted: move links, structured content and blob URIs into the framed text."""
+    """Untrusted: move links, structured content and blob URIs into the (redacted) framed text."""
     for link in links:
         texts.append("[resource link] " + json.dumps(link, ensure_ascii=False))
     if structured is not None:
-        texts.append("[structured content] " + json.dumps(structured, ensure_ascii=False))
+        texts.append(
+            "[structured content] " + json.dumps(structured, ensure_ascii=False, default=str)
+        )
         out["structured_content_in_text"] = True
     for attachment in out.get("attachments", []):
         if "uri" in attachment:
             uri = attachment.pop("uri")
             label = attachment.get("ref") or attachment["type"]
-            texts.append(f"[attachment {label} is resource] {uri}")
+            texts.append(f"[attachment {label}: resource URI] {uri}")
 
 
 def render_contents(
@@ -176,9 +178,12 @@ def render_contents(
     }
     if attachments:
         out["attachments"] = attachments
-    s = _structured(ctx, structured)
-    if not ctx.trusted:
-        _inside_frame(ctx, texts, links, s, out)
+    if ctx.trusted:
+        s = _structured(ctx, structured)
+    else:
+        # Into the text, which is redacted and capped whole (the spool file keeps all of it).
+        s = None
+        _inside_frame(texts, links, structured, out)
     text, truncated = _finish_text(ctx, texts)
     out["text"] = text
     if truncated:
@@ -213,7 +218,7 @@ def render_resource_contents(
     if attachments:
         out["attachments"] = attachments
     if not ctx.trusted:
-        _inside_frame(ctx, texts, [], None, out)
+        _inside_frame(texts, [], None, out)
     text, truncated = _finish_text(ctx, texts)
     out["text"] = text
     if truncated:
