@@ -5,6 +5,20 @@ short of ``unrestricted``); this module only resolves the working directory
 through the workspace, builds the environment, runs the command on the
 session's backend and shapes the result. The backend session starts on the
 first call and is closed with the kernel.
+
+Git metadata (every backend): a command must not leave git metadata that was
+not there, nor change a gitfile or a file inside a git directory (a planted
+``core.fsmonitor`` or hook runs on the host at the next ``git status``). The
+tool snapshots the roots' git metadata right before each command and checks
+them right after it (also after a timeout, a failure or a cancellation):
+new metadata is moved to ``<kernel spool dir>/quarantine/<call id>/<root
+index>/<path>``, changed gitfiles and git config/hook files get their
+before-image back, and the call fails with ``git_metadata`` naming every path
+(event ``git_metadata_refused``). On docker, gitfiles and git directories
+present at session start are also mounted read-only, and setuid/setgid bits a
+command set on a file are cleared (event ``setid_cleared``). Changes that
+appeared *between* commands (the host's own git, the user) are taken as the
+new baseline; a ``notice`` names them.
 """
 
 from __future__ import annotations
@@ -18,12 +32,15 @@ import trio
 from ..runtime import (
     CallContext,
     Consequence,
+    GitMetadata,
     Kernel,
     Posture,
     RingfenceError,
     StreamRedactor,
     ToolSpec,
 )
+from ..workspace import GitReport, GitSnapshot, enforce_git_metadata, scan_git_metadata
+from ..workspace._gitscan import describe_findings, diff_git_metadata
 from ._registry import select_backend, start_session
 from ._types import DEFAULT_KILL_GRACE, BackendSession, SessionSpec
 
@@ -123,16 +140,32 @@ class ShellTool:
         self._session: BackendSession | None = None
         self._starting = trio.Lock()
         self._closed = False
+        # Setuid/setgid bits are cleared only where commands run as a sandbox uid.
+        self._clear_setid = backend != "local"
+        # The git metadata after the last checked command (for the between-commands notice).
+        self._last: GitSnapshot | None = None
 
-    async def session(self, ctx: CallContext) -> BackendSession:
-        """The backend session, started on first use. Raises what the backend's start raises."""
+    async def session(
+        self, ctx: CallContext, snapshot: GitSnapshot | None = None
+    ) -> BackendSession:
+        """The backend session, started on first use. Raises what the backend's start raises.
+
+        ``snapshot`` (the pre-command scan) adds the gitfiles it found to the
+        read-only paths a new session is started with.
+        """
         async with self._starting:
             if self._closed:
                 raise trio.ClosedResourceError("the kernel was closed")
             if self._session is None:
+                readonly = set(self.workspace.git_directories())
+                if snapshot is not None:
+                    # A gitfile is redirected by rewriting it: mount it read-only like a git dir.
+                    readonly.update(
+                        f for f in snapshot.gitfiles if not any(d in f.parents for d in readonly)
+                    )
                 spec = SessionSpec(
                     roots=tuple(self.workspace.roots),
-                    readonly_paths=tuple(self.workspace.git_directories()),
+                    readonly_paths=tuple(sorted(readonly)),
                     network=self._network,
                     passthrough_env=self._passthrough,
                     spool_dir=self.kernel.spool_dir,
@@ -163,24 +196,97 @@ class ShellTool:
             exc.field = "cwd"  # the resolver names its own argument; here it is cwd
             raise
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
-        session = await self.session(ctx)
+        before = await self._scan()
+        self._note_between_commands(before, ctx)
+        session = await self.session(ctx, before)
         env = dict(args.get("env") or {})
         # Values the child receives that look like credentials are redacted from everything.
         self.kernel.redactor.register_env(session.environment(env))
         streams = _EventStreams(ctx, self.kernel)
-        result = await session.run(
-            args["command"],
-            cwd=cwd,
-            env=env,
-            timeout=timeout,
-            output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
-            on_output=streams.feed,
-            redact=self.kernel.redactor.redact,
-        )
+        try:
+            result = await session.run(
+                args["command"],
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
+                on_output=streams.feed,
+                redact=self.kernel.redactor.redact,
+            )
+        except BaseException:
+            # The command may have written before it failed or was cancelled: check anyway.
+            with trio.CancelScope(shield=True):
+                await self._check(before, ctx)
+            raise
         streams.flush()
+        report = await self._check(before, ctx)
+        if report.refused:
+            raise GitMetadata(
+                f"the command left git metadata that was not there or changed existing git "
+                f"metadata, which could make git on the host run programs: "
+                f"{describe_findings(report.findings)}. New metadata was moved to "
+                f"{report.quarantine or 'quarantine'}; gitfiles and git config/hooks were "
+                "restored where a before-image was kept. Run git commands that write "
+                "repositories outside ringfence.",
+                field="command",
+                paths=[f.to_dict() for f in report.findings],
+                quarantine=str(report.quarantine) if report.quarantine else None,
+                exit_code=result.exit_code,
+            )
         if result.session_restarted:
             ctx.emit("notice", message=f"the {self.backend} backend session was restarted")
         return {**result.to_dict(), "backend": self.backend, "cwd": str(cwd)}
+
+    # -- git metadata ---------------------------------------------------------------------
+
+    async def _scan(self) -> GitSnapshot:
+        roots = [Path(r) for r in self.workspace.roots]
+        setid = self._clear_setid
+        return await trio.to_thread.run_sync(lambda: scan_git_metadata(roots, setid=setid))
+
+    def _note_between_commands(self, now: GitSnapshot, ctx: CallContext) -> None:
+        """Name git metadata that changed since the last command; it becomes the baseline.
+
+        Between commands only the host writes (every backend kills what a
+        command left running), so this is the user's or the host's own git.
+        """
+        last, self._last = self._last, None
+        if last is None or last.roots != now.roots:
+            return
+        changed = diff_git_metadata(last, now)
+        if changed:
+            shown = ", ".join(f"{now.path(k)} ({c})" for k, c in changed[:20])
+            ctx.emit(
+                "notice",
+                message=f"git metadata changed between commands (taken as the new baseline): "
+                f"{shown}{' …' if len(changed) > 20 else ''}",
+            )
+
+    async def _check(self, before: GitSnapshot, ctx: CallContext) -> GitReport:
+        """Scan after a command, undo what it did to git metadata, record it in the events."""
+        # The Kernel always has a spool dir ($RINGFENCE_HOME/spool/<session>), outside the roots.
+        assert self.kernel.spool_dir is not None
+        quarantine = Path(self.kernel.spool_dir) / "quarantine" / ctx.call_id
+        setid = self._clear_setid
+
+        def check() -> tuple[GitReport, GitSnapshot]:
+            after = scan_git_metadata(before.roots, setid=setid)
+            report = enforce_git_metadata(before, after, quarantine)
+            if report.refused or report.setid_cleared:
+                # What is there now, after the undo, is the next baseline.
+                after = scan_git_metadata(before.roots, setid=setid)
+            return report, after
+
+        report, self._last = await trio.to_thread.run_sync(check)
+        if report.setid_cleared:
+            ctx.emit("setid_cleared", paths=list(report.setid_cleared))
+        if report.refused:
+            ctx.emit(
+                "git_metadata_refused",
+                paths=[f.to_dict() for f in report.findings],
+                quarantine=str(report.quarantine) if report.quarantine else None,
+            )
+        return report
 
 
 class _EventStreams:

@@ -1,0 +1,555 @@
+"""Git metadata around a shell command: snapshot it, find what a command changed, undo that.
+
+A shell command is not confined by the resolver, so ``run_shell`` checks its
+*effect* instead: :func:`scan_git_metadata` before and after the command, then
+:func:`enforce_git_metadata` on the two snapshots. "Git metadata" is
+
+* every entry whose name git reads as ``.git`` (:func:`is_dotgit`: any case,
+  trailing dots/spaces, ``git~1``, HFS+ ignorables, …), whatever its type
+  (directory, gitfile, symlink), at any depth;
+* every directory git would accept as a repository (:func:`is_git_directory`:
+  bare, separate, worktree and submodule git directories, whatever their name);
+* everything inside either of those ("inside a git directory").
+
+What the enforcement promises, for two snapshots of the same roots:
+
+* **New metadata** (a ``.git`` name or a git directory that was not there) is
+  moved out of the workspace, whole, into ``quarantine`` — by ``rename`` when
+  it is on the same file system, else copied (regular files, directories and
+  symlinks; at most :data:`QUARANTINE_COPY_BYTES`) and removed.
+* **A changed or deleted gitfile or ``.git`` symlink** is quarantined and its
+  before-image put back (gitfiles up to :data:`IMAGE_MAX_BYTES`).
+* **Inside an existing git directory**, files git takes programs from
+  (``config``, ``config.worktree``, ``commondir``, ``gitdir``, ``hooks/**``)
+  are restored from their before-image or, when new, quarantined. Other
+  changes there (objects, refs, index, logs) are reported but left alone:
+  removing half of a commit would corrupt the repository.
+* Every finding is reported, with what was done to it; any finding means the
+  command is refused (``git_metadata``).
+* Optionally, setuid/setgid bits that a command added to a regular file are
+  cleared (a file created in a container must not be setuid on the host).
+
+Non-promises: the walk never follows symlinks and never enters a linked
+directory, so metadata *outside* the roots is not watched; a process that
+keeps writing while the check runs can race it (the docker backend kills every
+sandbox process before the command returns, so there is none there); a
+command may change files that git configuration already points to outside git
+metadata (``core.hooksPath = .githooks``, ``include.path``) — those are
+ordinary workspace files; an existing git directory whose before-image was not
+kept (objects, index, a config over :data:`IMAGE_MAX_BYTES`) is reported, not
+restored.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._gitguard import is_dotgit, is_git_directory
+
+__all__ = [
+    "IMAGE_MAX_BYTES",
+    "QUARANTINE_COPY_BYTES",
+    "GitFinding",
+    "GitReport",
+    "GitSnapshot",
+    "MetaEntry",
+    "describe_findings",
+    "diff_git_metadata",
+    "enforce_git_metadata",
+    "scan_git_metadata",
+]
+
+# Before-images are kept for files up to this size (a gitfile or config is a few hundred bytes).
+IMAGE_MAX_BYTES = 64 * 1024
+# ... and for at most this much per snapshot, so a huge hooks/ directory cannot make scans slow.
+IMAGE_BUDGET_BYTES = 4 * 1024 * 1024
+# When quarantine is on another file system, at most this much is copied out before removal.
+QUARANTINE_COPY_BYTES = 256 * 1024 * 1024
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Names in a git directory that git takes programs or other repositories from.
+_EXEC_NAMES = frozenset({"config", "config.worktree", "commondir", "gitdir"})
+
+
+@dataclass(frozen=True)
+class MetaEntry:
+    """One path that is or lies in git metadata, as seen by one scan.
+
+    ``kind`` is ``dir``, ``file``, ``link`` or ``other``; ``top`` is the
+    relative path of the metadata it belongs to (itself for a ``.git`` name or
+    a git directory). ``image`` is the before-image when one was kept: the
+    bytes of a small file, the target of a symlink.
+    """
+
+    kind: str
+    mode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    top: str
+    image: bytes | None = None
+
+    def same_as(self, other: MetaEntry) -> bool:
+        if self.kind != other.kind or self.mode != other.mode:
+            return False
+        if self.kind == "dir":
+            return True  # added or removed entries are found as entries
+        if self.kind == "link":
+            return self.image == other.image
+        return (self.size, self.mtime_ns, self.ctime_ns, self.ino) == (
+            other.size,
+            other.mtime_ns,
+            other.ctime_ns,
+            other.ino,
+        )
+
+
+@dataclass(frozen=True)
+class GitSnapshot:
+    """Git metadata under some roots at one moment.
+
+    ``entries`` maps ``(root index, relative path)`` to every metadata path;
+    ``tops`` are the keys that are metadata themselves (``.git`` names and git
+    directories outside other metadata); ``setid`` the regular files with a
+    setuid/setgid bit (only when scanned with ``setid=True``); ``visited`` the
+    number of directory entries the walk looked at.
+    """
+
+    roots: tuple[Path, ...]
+    entries: dict[tuple[int, str], MetaEntry]
+    tops: frozenset[tuple[int, str]]
+    setid: frozenset[tuple[int, str]] = frozenset()
+    visited: int = 0
+
+    def path(self, key: tuple[int, str]) -> Path:
+        return self.roots[key[0]] / key[1]
+
+    @property
+    def gitfiles(self) -> list[Path]:
+        """Host paths of the ``.git`` *files* (gitfiles), for read-only mounts."""
+        return sorted(
+            self.path(k) for k in self.tops if self.entries[k].kind == "file" and _leaf_dotgit(k)
+        )
+
+
+@dataclass(frozen=True)
+class GitFinding:
+    """One change to git metadata: ``new``, ``changed`` or ``deleted``, and what was done.
+
+    ``action``: ``quarantined`` (moved out of the workspace), ``restored``
+    (before-image put back; the changed version quarantined, if any),
+    ``left`` (reported only), or ``failed: <reason>``.
+    """
+
+    path: str
+    change: str
+    action: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "change": self.change, "action": self.action}
+
+
+@dataclass(frozen=True)
+class GitReport:
+    findings: tuple[GitFinding, ...] = ()
+    setid_cleared: tuple[str, ...] = ()
+    quarantine: Path | None = None
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.findings)
+
+
+# -- scanning ---------------------------------------------------------------------------
+
+
+def scan_git_metadata(roots: Sequence[Path], *, setid: bool = False) -> GitSnapshot:
+    """Walk ``roots`` (real paths) and record their git metadata. Blocking.
+
+    Never follows a symlink; unreadable directories are skipped (a command
+    cannot hide metadata in one from git either: git needs to read it).
+    """
+    entries: dict[tuple[int, str], MetaEntry] = {}
+    tops: set[tuple[int, str]] = set()
+    setids: set[tuple[int, str]] = set()
+    budget = [IMAGE_BUDGET_BYTES]
+    visited = 0
+    for index, root in enumerate(roots):
+        try:
+            top_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        # A root inside git metadata is metadata throughout (its top is the root itself).
+        inherited = "" if _root_in_git(Path(root), top_fd) else None
+        stack: list[tuple[int, str, str | None]] = [(top_fd, "", inherited)]
+        try:
+            while stack:
+                fd, rel, top = stack.pop()
+                try:
+                    visited += _scan_dir(
+                        index, fd, rel, top, entries, tops, setids if setid else None, budget, stack
+                    )
+                finally:
+                    os.close(fd)
+        finally:
+            for fd, _, _ in stack:
+                os.close(fd)
+    return GitSnapshot(
+        tuple(Path(r) for r in roots), entries, frozenset(tops), frozenset(setids), visited
+    )
+
+
+def _scan_dir(
+    index: int,
+    fd: int,
+    rel: str,
+    top: str | None,
+    entries: dict[tuple[int, str], MetaEntry],
+    tops: set[tuple[int, str]],
+    setids: set[tuple[int, str]] | None,
+    budget: list[int],
+    stack: list[tuple[int, str, str | None]],
+) -> int:
+    try:
+        with os.scandir(fd) as it:
+            listing = list(it)
+    except OSError:
+        return 0
+    names = {e.name for e in listing}
+    if top is None and rel and _may_be_git_dir(names) and is_git_directory(fd):
+        # The directory itself is a repository: record it as a top (its entry is its parent's).
+        top = rel
+        tops.add((index, rel))
+        entries[(index, rel)] = _entry(os.fstat(fd), "dir", rel)
+    for e in listing:
+        child = f"{rel}/{e.name}" if rel else e.name
+        is_dir = e.is_dir(follow_symlinks=False)
+        child_top = top
+        if top is None and is_dotgit(e.name):
+            child_top = child
+            tops.add((index, child))
+        if child_top is not None:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            kind = _kind(st.st_mode)
+            entries[(index, child)] = _entry(
+                st, kind, child_top, _image(fd, e.name, st, child, child_top, budget)
+            )
+        elif setids is not None and e.is_file(follow_symlinks=False):
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                setids.add((index, child))
+        if is_dir:
+            try:
+                sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue
+            stack.append((sub, child, child_top))
+    return len(listing)
+
+
+def _may_be_git_dir(names: set[str]) -> bool:
+    """git's test needs HEAD and either commondir or objects/ + refs/: decide most dirs by name."""
+    return "HEAD" in names and ("commondir" in names or ("objects" in names and "refs" in names))
+
+
+def _root_in_git(root: Path, fd: int) -> bool:
+    if any(is_dotgit(part) for part in root.parts[1:]) or is_git_directory(fd):
+        return True
+    for ancestor in root.parents:
+        try:
+            afd = os.open(ancestor, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if is_git_directory(afd):
+                return True
+        finally:
+            os.close(afd)
+    return False
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "link"
+    return "other"
+
+
+def _entry(st: os.stat_result, kind: str, top: str, image: bytes | None = None) -> MetaEntry:
+    return MetaEntry(
+        kind, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, top, image
+    )
+
+
+def _leaf_dotgit(key: tuple[int, str]) -> bool:
+    return is_dotgit(key[1].rsplit("/", 1)[-1])
+
+
+def _exec_relevant(rel: str, top: str) -> bool:
+    """Does git take programs (or another repository) from this path inside a git directory?"""
+    inner = rel[len(top) + 1 :].split("/") if rel != top else []
+    if not inner:
+        return False
+    return inner[-1] in _EXEC_NAMES or "hooks" in inner[:-1]
+
+
+def _image(
+    fd: int, name: str, st: os.stat_result, rel: str, top: str, budget: list[int]
+) -> bytes | None:
+    """The before-image of a gitfile, a ``.git`` symlink or an exec-relevant file, if small."""
+    kind = _kind(st.st_mode)
+    if kind == "link":
+        try:
+            return os.fsencode(os.readlink(name, dir_fd=fd))
+        except OSError:
+            return None
+    if kind != "file" or st.st_size > IMAGE_MAX_BYTES or st.st_size > budget[0]:
+        return None
+    if rel != top and not _exec_relevant(rel, top):
+        return None
+    try:
+        rfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    except OSError:
+        return None
+    try:
+        data = os.read(rfd, IMAGE_MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(rfd)
+    if len(data) > IMAGE_MAX_BYTES:
+        return None
+    budget[0] -= len(data)
+    return data
+
+
+# -- comparing and undoing -------------------------------------------------------------------
+
+
+def diff_git_metadata(before: GitSnapshot, after: GitSnapshot) -> list[tuple[tuple[int, str], str]]:
+    """``(key, change)`` for every metadata path that is new, changed or deleted.
+
+    Only the outermost path of a new or deleted subtree is listed.
+    """
+    out: list[tuple[tuple[int, str], str]] = []
+    for key in sorted(after.entries.keys() - before.entries.keys()):
+        out.append((key, "new"))
+    for key in sorted(after.entries.keys() & before.entries.keys()):
+        if not before.entries[key].same_as(after.entries[key]):
+            out.append((key, "changed"))
+    for key in sorted(before.entries.keys() - after.entries.keys()):
+        out.append((key, "deleted"))
+    # A path that is new, deleted or changed its kind (a .git directory now a gitfile)
+    # covers the new and deleted paths below it.
+    covering = {
+        k for k, c in out if c != "changed" or before.entries[k].kind != after.entries[k].kind
+    }
+    return _outermost(out, covering)
+
+
+def _outermost(
+    items: list[tuple[tuple[int, str], str]], covering: set[tuple[int, str]]
+) -> list[tuple[tuple[int, str], str]]:
+    kept = []
+    for key, change in items:
+        index, rel = key
+        parts = rel.split("/")
+        if change != "changed" and any(
+            (index, "/".join(parts[:i])) in covering for i in range(1, len(parts))
+        ):
+            continue
+        kept.append((key, change))
+    return kept
+
+
+def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Path) -> GitReport:
+    """Undo what a command did to git metadata (see the module docstring). Blocking.
+
+    ``quarantine`` (outside every root) is created only when something is
+    moved there. Never raises for a failed undo: the finding says ``failed``.
+    """
+    findings: list[GitFinding] = []
+    moved: set[tuple[int, str]] = set()
+    for key, change in diff_git_metadata(before, after):
+        index, rel = key
+        old, new = before.entries.get(key), after.entries.get(key)
+        if any(
+            (index, "/".join(rel.split("/")[:i])) in moved for i in range(1, rel.count("/") + 1)
+        ):
+            continue  # below something already moved out whole
+        display = str(after.path(key))
+        entry = new or old
+        assert entry is not None
+        is_top = key in after.tops or key in before.tops
+        # Within an existing git directory, only what git runs programs from is undone.
+        undo = is_top or entry.top == rel or _exec_relevant(rel, entry.top)
+        if not undo or (
+            old is not None and old.kind == "dir" and new is not None and new.kind == "dir"
+        ):
+            findings.append(GitFinding(display, change, "left"))
+            continue
+        action = _undo(after.roots[index], rel, old, new, quarantine / str(index))
+        if new is not None and action in ("quarantined", "restored"):
+            moved.add(key)
+        findings.append(GitFinding(display, change, action))
+    cleared = _clear_setid(before, after)
+    used = quarantine if quarantine.exists() else None
+    return GitReport(tuple(findings), tuple(cleared), used)
+
+
+def _undo(
+    root: Path, rel: str, old: MetaEntry | None, new: MetaEntry | None, quarantine: Path
+) -> str:
+    parent_rel, _, leaf = rel.rpartition("/")
+    try:
+        parent = _open_beneath(root, parent_rel)
+    except OSError as exc:
+        return f"failed: cannot open {parent_rel or '.'} ({exc.strerror})"
+    try:
+        if new is not None:
+            _quarantine(parent, leaf, quarantine / rel)
+        if old is None:
+            return "quarantined"
+        if old.image is None or old.kind not in ("file", "link"):
+            return "quarantined" if new is not None else "left (no before-image)"
+        _restore(parent, leaf, old)
+        return "restored"
+    except OSError as exc:
+        return f"failed: {exc.strerror or exc}"
+    finally:
+        os.close(parent)
+
+
+def _open_beneath(root: Path, rel: str) -> int:
+    """A directory below ``root`` opened one component at a time, never through a symlink."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for name in rel.split("/") if rel else ():
+        try:
+            nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _quarantine(parent: int, leaf: str, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    dfd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            os.rename(leaf, dest.name, src_dir_fd=parent, dst_dir_fd=dfd)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+        _copy_out(parent, leaf, dfd, dest.name, [QUARANTINE_COPY_BYTES])
+    finally:
+        os.close(dfd)
+    st = os.stat(leaf, dir_fd=parent, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(leaf, dir_fd=parent)  # fd-based on Linux: never follows a swapped symlink
+    else:
+        os.unlink(leaf, dir_fd=parent)
+
+
+def _copy_out(src_dir: int, name: str, dst_dir: int, dst_name: str, budget: list[int]) -> None:
+    """Copy one entry across file systems without following symlinks, up to ``budget`` bytes."""
+    st = os.stat(name, dir_fd=src_dir, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(name, dir_fd=src_dir), dst_name, dir_fd=dst_dir)
+    elif stat.S_ISDIR(st.st_mode):
+        os.mkdir(dst_name, 0o700, dir_fd=dst_dir)
+        sfd = os.open(name, _DIR_FLAGS, dir_fd=src_dir)
+        dfd = os.open(dst_name, _DIR_FLAGS, dir_fd=dst_dir)
+        try:
+            for child in os.listdir(sfd):
+                _copy_out(sfd, child, dfd, child, budget)
+        finally:
+            os.close(sfd)
+            os.close(dfd)
+    elif stat.S_ISREG(st.st_mode) and st.st_size <= budget[0]:
+        budget[0] -= st.st_size
+        rfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src_dir)
+        try:
+            wfd = os.open(
+                dst_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dst_dir
+            )
+            try:
+                while chunk := os.read(rfd, 1 << 20):
+                    os.write(wfd, chunk)
+            finally:
+                os.close(wfd)
+        finally:
+            os.close(rfd)
+    # FIFOs, devices, sockets and files over the budget are not copied (they are removed).
+
+
+def _restore(parent: int, leaf: str, old: MetaEntry) -> None:
+    """Put a before-image back at ``leaf`` (which is free: its occupant was quarantined)."""
+    assert old.image is not None
+    tmp = f".ringfence-restore-{os.getpid()}-{leaf[:32]}.tmp"
+    if old.kind == "link":
+        os.symlink(os.fsdecode(old.image), tmp, dir_fd=parent)
+    else:
+        wfd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=parent,
+        )
+        try:
+            os.write(wfd, old.image)
+            os.fchmod(wfd, stat.S_IMODE(old.mode) & 0o777)
+            os.fsync(wfd)
+        finally:
+            os.close(wfd)
+    os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
+
+
+def _clear_setid(before: GitSnapshot, after: GitSnapshot) -> list[str]:
+    """Clear setuid/setgid bits a command added; the host paths that were cleared."""
+    cleared: list[str] = []
+    for key in sorted(after.setid - before.setid):
+        index, rel = key
+        parent_rel, _, leaf = rel.rpartition("/")
+        try:
+            parent = _open_beneath(after.roots[index], parent_rel)
+        except OSError:
+            continue
+        try:
+            fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        except OSError:
+            os.close(parent)
+            continue
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                # chmod through the O_PATH descriptor: the file checked is the file changed.
+                os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~0o6000)
+                cleared.append(str(after.path(key)))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+            os.close(parent)
+    return cleared
+
+
+def describe_findings(findings: Iterable[GitFinding]) -> str:
+    return "; ".join(f"{f.path} ({f.change}, {f.action})" for f in findings)
