@@ -23,6 +23,7 @@ new baseline; a ``notice`` names them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,6 +57,9 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 3600.0
 # Output streamed into the event log per call and stream; the result itself carries the rest.
 EVENT_STREAM_BYTES = 16 * 1024
+# File timestamps come from a coarse clock (a tick or more behind time.time_ns()): files whose
+# status changed this long before the command started still count as changed by it.
+SETID_CTIME_SLACK_NS = 1_000_000_000
 # Room for cap_text's marker, so the kernel's own cap does not cut an already-cut text again.
 MARKER_ROOM = 1024
 
@@ -196,6 +200,7 @@ class ShellTool:
             exc.field = "cwd"  # the resolver names its own argument; here it is cwd
             raise
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
+        before_ns = time.time_ns()
         before = await self._scan()
         self._note_between_commands(before, ctx)
         session = await self.session(ctx, before)
@@ -216,10 +221,10 @@ class ShellTool:
         except BaseException:
             # The command may have written before it failed or was cancelled: check anyway.
             with trio.CancelScope(shield=True):
-                await self._check(before, ctx)
+                await self._check(before, before_ns, ctx)
             raise
         streams.flush()
-        report = await self._check(before, ctx)
+        report = await self._check(before, before_ns, ctx)
         if report.refused:
             raise GitMetadata(
                 f"the command left git metadata that was not there or changed existing git "
@@ -241,8 +246,7 @@ class ShellTool:
 
     async def _scan(self) -> GitSnapshot:
         roots = [Path(r) for r in self.workspace.roots]
-        setid = self._clear_setid
-        return await trio.to_thread.run_sync(lambda: scan_git_metadata(roots, setid=setid))
+        return await trio.to_thread.run_sync(scan_git_metadata, roots)
 
     def _note_between_commands(self, now: GitSnapshot, ctx: CallContext) -> None:
         """Name git metadata that changed since the last command; it becomes the baseline.
@@ -262,19 +266,19 @@ class ShellTool:
                 f"{shown}{' …' if len(changed) > 20 else ''}",
             )
 
-    async def _check(self, before: GitSnapshot, ctx: CallContext) -> GitReport:
+    async def _check(self, before: GitSnapshot, before_ns: int, ctx: CallContext) -> GitReport:
         """Scan after a command, undo what it did to git metadata, record it in the events."""
         # The Kernel always has a spool dir ($RINGFENCE_HOME/spool/<session>), outside the roots.
         assert self.kernel.spool_dir is not None
         quarantine = Path(self.kernel.spool_dir) / "quarantine" / ctx.call_id
-        setid = self._clear_setid
+        since = before_ns - SETID_CTIME_SLACK_NS if self._clear_setid else None
 
         def check() -> tuple[GitReport, GitSnapshot]:
-            after = scan_git_metadata(before.roots, setid=setid)
+            after = scan_git_metadata(before.roots, setid_since=since)
             report = enforce_git_metadata(before, after, quarantine)
-            if report.refused or report.setid_cleared:
+            if report.refused:
                 # What is there now, after the undo, is the next baseline.
-                after = scan_git_metadata(before.roots, setid=setid)
+                after = scan_git_metadata(before.roots)
             return report, after
 
         report, self._last = await trio.to_thread.run_sync(check)

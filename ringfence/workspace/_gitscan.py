@@ -23,11 +23,14 @@ What the enforcement promises, for two snapshots of the same roots:
   (``config``, ``config.worktree``, ``commondir``, ``gitdir``, ``hooks/**``)
   are restored from their before-image or, when new, quarantined. Other
   changes there (objects, refs, index, logs) are reported but left alone:
-  removing half of a commit would corrupt the repository.
+  removing half of a commit would corrupt the repository. Below ``objects/``
+  only names are compared (objects are named by their content; git runs
+  nothing from them), so an object rewritten in place is not noticed.
 * Every finding is reported, with what was done to it; any finding means the
   command is refused (``git_metadata``).
-* Optionally, setuid/setgid bits that a command added to a regular file are
-  cleared (a file created in a container must not be setuid on the host).
+* Optionally, setuid/setgid bits on regular files whose status changed during
+  the command are cleared (a file created in a container must not be setuid
+  on the host).
 
 Non-promises: the walk never follows symlinks and never enters a linked
 directory, so metadata *outside* the roots is not watched; a process that
@@ -43,6 +46,7 @@ restored.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import stat
@@ -72,6 +76,7 @@ IMAGE_BUDGET_BYTES = 4 * 1024 * 1024
 # When quarantine is on another file system, at most this much is copied out before removal.
 QUARANTINE_COPY_BYTES = 256 * 1024 * 1024
 
+_SETID = stat.S_ISUID | stat.S_ISGID
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Names in a git directory that git takes programs or other repositories from.
 _EXEC_NAMES = frozenset({"config", "config.worktree", "commondir", "gitdir"})
@@ -100,7 +105,8 @@ class MetaEntry:
         if self.kind != other.kind or self.mode != other.mode:
             return False
         if self.kind == "dir":
-            return True  # added or removed entries are found as entries
+            # Added or removed entries are found as entries (below objects/, by the digest).
+            return self.image == other.image
         if self.kind == "link":
             return self.image == other.image
         return (self.size, self.mtime_ns, self.ctime_ns, self.ino) == (
@@ -118,7 +124,7 @@ class GitSnapshot:
     ``entries`` maps ``(root index, relative path)`` to every metadata path;
     ``tops`` are the keys that are metadata themselves (``.git`` names and git
     directories outside other metadata); ``setid`` the regular files with a
-    setuid/setgid bit (only when scanned with ``setid=True``); ``visited`` the
+    setuid/setgid bit changed since ``setid_since`` (when scanned with it); ``visited`` the
     number of directory entries the walk looked at.
     """
 
@@ -170,11 +176,15 @@ class GitReport:
 # -- scanning ---------------------------------------------------------------------------
 
 
-def scan_git_metadata(roots: Sequence[Path], *, setid: bool = False) -> GitSnapshot:
+def scan_git_metadata(roots: Sequence[Path], *, setid_since: int | None = None) -> GitSnapshot:
     """Walk ``roots`` (real paths) and record their git metadata. Blocking.
 
     Never follows a symlink; unreadable directories are skipped (a command
     cannot hide metadata in one from git either: git needs to read it).
+    With ``setid_since`` (ns since the epoch), also list the regular files
+    with a setuid/setgid bit whose status changed since then (``ctime``: a
+    command cannot set it back, unlike ``mtime``). That costs an ``lstat``
+    per file, so it is done only after a command.
     """
     entries: dict[tuple[int, str], MetaEntry] = {}
     tops: set[tuple[int, str]] = set()
@@ -194,7 +204,7 @@ def scan_git_metadata(roots: Sequence[Path], *, setid: bool = False) -> GitSnaps
                 fd, rel, top = stack.pop()
                 try:
                     visited += _scan_dir(
-                        index, fd, rel, top, entries, tops, setids if setid else None, budget, stack
+                        index, fd, rel, top, entries, tops, setids, setid_since, budget, stack
                     )
                 finally:
                     os.close(fd)
@@ -213,7 +223,8 @@ def _scan_dir(
     top: str | None,
     entries: dict[tuple[int, str], MetaEntry],
     tops: set[tuple[int, str]],
-    setids: set[tuple[int, str]] | None,
+    setids: set[tuple[int, str]],
+    setid_since: int | None,
     budget: list[int],
     stack: list[tuple[int, str, str | None]],
 ) -> int:
@@ -222,42 +233,82 @@ def _scan_dir(
             listing = list(it)
     except OSError:
         return 0
-    names = {e.name for e in listing}
-    if top is None and rel and _may_be_git_dir(names) and is_git_directory(fd):
+    if top is None and rel and _may_be_git_dir({e.name for e in listing}) and is_git_directory(fd):
         # The directory itself is a repository: record it as a top (its entry is its parent's).
         top = rel
         tops.add((index, rel))
         entries[(index, rel)] = _entry(os.fstat(fd), "dir", rel)
+    prefix = f"{rel}/" if rel else ""
+    if top is None:
+        # The common case, kept lean: most entries are ordinary files, looked at by name only.
+        for e in listing:
+            name = e.name
+            if is_dotgit(name):
+                child = prefix + name
+                tops.add((index, child))
+                _record(index, fd, e, child, child, entries, budget, stack)
+            elif e.is_dir(follow_symlinks=False):
+                _push(fd, name, prefix + name, None, stack)
+            elif setid_since is not None and e.is_file(follow_symlinks=False):
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_mode & _SETID and st.st_ctime_ns >= setid_since:
+                    setids.add((index, prefix + name))
+        return len(listing)
+    if _in_objects(prefix, top):
+        # Loose objects and packs are named by their content and git runs nothing from them:
+        # the names in each objects/ directory are compared (one digest per directory), not
+        # each file's stat, which keeps a repository with many loose objects cheap to scan.
+        files = []
+        for e in listing:
+            if e.is_dir(follow_symlinks=False):
+                child = prefix + e.name
+                entries[(index, child)] = MetaEntry("dir", 0, 0, 0, 0, 0, top)
+                _push(fd, e.name, child, top, stack)
+            else:
+                files.append(e.name)
+        key = (index, rel)
+        if key in entries:
+            old = entries[key]
+            digest = hashlib.blake2b("\0".join(sorted(files)).encode(errors="surrogateescape"))
+            entries[key] = MetaEntry(old.kind, old.mode, 0, 0, 0, 0, top, digest.digest())
+        return len(listing)
     for e in listing:
-        child = f"{rel}/{e.name}" if rel else e.name
-        is_dir = e.is_dir(follow_symlinks=False)
-        child_top = top
-        if top is None and is_dotgit(e.name):
-            child_top = child
-            tops.add((index, child))
-        if child_top is not None:
-            try:
-                st = e.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            kind = _kind(st.st_mode)
-            entries[(index, child)] = _entry(
-                st, kind, child_top, _image(fd, e.name, st, child, child_top, budget)
-            )
-        elif setids is not None and e.is_file(follow_symlinks=False):
-            try:
-                st = e.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-                setids.add((index, child))
-        if is_dir:
-            try:
-                sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                continue
-            stack.append((sub, child, child_top))
+        _record(index, fd, e, prefix + e.name, top, entries, budget, stack)
     return len(listing)
+
+
+def _record(
+    index: int,
+    fd: int,
+    e: os.DirEntry[str],
+    child: str,
+    top: str,
+    entries: dict[tuple[int, str], MetaEntry],
+    budget: list[int],
+    stack: list[tuple[int, str, str | None]],
+) -> None:
+    """Record one entry inside git metadata; queue it when it is a directory."""
+    try:
+        st = e.stat(follow_symlinks=False)
+    except OSError:
+        return
+    kind = _kind(st.st_mode)
+    entries[(index, child)] = _entry(st, kind, top, _image(fd, e.name, st, child, top, budget))
+    if kind == "dir":
+        _push(fd, e.name, child, top, stack)
+
+
+def _push(
+    fd: int, name: str, child: str, top: str | None, stack: list[tuple[int, str, str | None]]
+) -> None:
+    try:
+        sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except OSError:
+        return
+    stack.append((sub, child, top))
 
 
 def _may_be_git_dir(names: set[str]) -> bool:
@@ -301,10 +352,22 @@ def _leaf_dotgit(key: tuple[int, str]) -> bool:
     return is_dotgit(key[1].rsplit("/", 1)[-1])
 
 
+def _inner(rel: str, top: str) -> str:
+    """``rel`` relative to the metadata ``top`` it lies in ("" for the top itself)."""
+    if rel == top:
+        return ""
+    return rel[len(top) + 1 :] if top else rel
+
+
+def _in_objects(rel: str, top: str) -> bool:
+    """Is ``rel`` below the ``objects/`` directory of the git directory ``top``?"""
+    return _inner(rel, top).startswith("objects/")
+
+
 def _exec_relevant(rel: str, top: str) -> bool:
     """Does git take programs (or another repository) from this path inside a git directory?"""
-    inner = rel[len(top) + 1 :].split("/") if rel != top else []
-    if not inner:
+    inner = _inner(rel, top).split("/")
+    if inner == [""]:
         return False
     return inner[-1] in _EXEC_NAMES or "hooks" in inner[:-1]
 
@@ -408,7 +471,7 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         if new is not None and action in ("quarantined", "restored"):
             moved.add(key)
         findings.append(GitFinding(display, change, action))
-    cleared = _clear_setid(before, after)
+    cleared = _clear_setid(after)
     used = quarantine if quarantine.exists() else None
     return GitReport(tuple(findings), tuple(cleared), used)
 
@@ -522,10 +585,10 @@ def _restore(parent: int, leaf: str, old: MetaEntry) -> None:
     os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
 
 
-def _clear_setid(before: GitSnapshot, after: GitSnapshot) -> list[str]:
-    """Clear setuid/setgid bits a command added; the host paths that were cleared."""
+def _clear_setid(after: GitSnapshot) -> list[str]:
+    """Clear the setuid/setgid bits ``after`` found; the host paths that were cleared."""
     cleared: list[str] = []
-    for key in sorted(after.setid - before.setid):
+    for key in sorted(after.setid):
         index, rel = key
         parent_rel, _, leaf = rel.rpartition("/")
         try:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -320,3 +322,34 @@ async def test_docker_setuid_and_setgid_bits_do_not_reach_the_host(
         assert mode & 0o755 == 0o755
     cleared = [r for r in events(tmp_path) if r["kind"] == "setid_cleared"]
     assert len(cleared) == 1 and len(cleared[0]["paths"]) == 3
+
+
+async def test_quarantine_on_another_file_system_copies_without_following_links(
+    workspace: Path, tmp_path: Path
+) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == workspace.stat().st_dev:
+        pytest.skip("needs /dev/shm on a file system other than the workspace's")
+    spool = Path(tempfile.mkdtemp(prefix="ringfence-test-spool-", dir=shm))
+    try:
+        script = (
+            f"{evil_gitdir_script('.git', tmp_path / 'pwned')} && ln -s / .git/root && "
+            "mkfifo .git/fifo && echo keep > kept"
+        )
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.UNRESTRICTED,
+            backend="local",
+            events_path=tmp_path / "events.jsonl",
+            spool_dir=spool,
+        ) as k:
+            outcome = await k.invoke("run_shell", {"command": script})
+        quarantine = assert_refused(outcome, tmp_path, ".git")
+        assert quarantine.is_relative_to(spool)
+        copied = quarantine / "0" / ".git"
+        assert (copied / "HEAD").read_text() == "ref: refs/heads/main\n"
+        assert os.readlink(copied / "root") == "/" and not (copied / "fifo").exists()
+        assert not os.path.lexists(workspace / ".git")
+        assert (workspace / "kept").read_text() == "keep\n"
+    finally:
+        shutil.rmtree(spool)
