@@ -60,6 +60,8 @@ EVENT_STREAM_BYTES = 16 * 1024
 # File timestamps come from a coarse clock (a tick or more behind time.time_ns()): files whose
 # status changed this long before the command started still count as changed by it.
 SETID_CTIME_SLACK_NS = 1_000_000_000
+# Findings listed in an error or event (the rest are counted): bounds what a command can log.
+MAX_REPORTED_PATHS = 200
 # Room for cap_text's marker, so the kernel's own cap does not cut an already-cut text again.
 MARKER_ROOM = 1024
 
@@ -143,6 +145,7 @@ class ShellTool:
         self._grace = kill_grace
         self._session: BackendSession | None = None
         self._starting = trio.Lock()
+        self._command_lock = trio.Lock()
         self._closed = False
         # Setuid/setgid bits are cleared only where commands run as a sandbox uid.
         self._clear_setid = backend != "local"
@@ -154,19 +157,21 @@ class ShellTool:
     ) -> BackendSession:
         """The backend session, started on first use. Raises what the backend's start raises.
 
-        ``snapshot`` (the pre-command scan) adds the gitfiles it found to the
-        read-only paths a new session is started with.
+        A new session gets the workspace's git directories and the gitfiles
+        of ``snapshot`` (the pre-command scan; scanned here when not given)
+        as read-only paths.
         """
         async with self._starting:
             if self._closed:
                 raise trio.ClosedResourceError("the kernel was closed")
             if self._session is None:
+                if snapshot is None:  # started for another tool (the script bridge)
+                    snapshot = await self._scan()
                 readonly = set(self.workspace.git_directories())
-                if snapshot is not None:
-                    # A gitfile is redirected by rewriting it: mount it read-only like a git dir.
-                    readonly.update(
-                        f for f in snapshot.gitfiles if not any(d in f.parents for d in readonly)
-                    )
+                # A gitfile is redirected by rewriting it: mount it read-only like a git dir.
+                readonly.update(
+                    f for f in snapshot.gitfiles if not any(d in f.parents for d in readonly)
+                )
                 spec = SessionSpec(
                     roots=tuple(self.workspace.roots),
                     readonly_paths=tuple(sorted(readonly)),
@@ -200,6 +205,14 @@ class ShellTool:
             exc.field = "cwd"  # the resolver names its own argument; here it is cwd
             raise
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
+        # One command at a time from scan to check: a second call's baseline must not
+        # include what the first is about to have undone.
+        async with self._command_lock:
+            return await self._run_checked(args, ctx, cwd, timeout)
+
+    async def _run_checked(
+        self, args: dict[str, Any], ctx: CallContext, cwd: Path, timeout: float
+    ) -> dict[str, Any]:
         before_ns = time.time_ns()
         before = await self._scan()
         self._note_between_commands(before, ctx)
@@ -234,7 +247,7 @@ class ShellTool:
                 "restored where a before-image was kept. Run git commands that write "
                 "repositories outside ringfence.",
                 field="command",
-                paths=[f.to_dict() for f in report.findings],
+                paths=[f.to_dict() for f in report.findings[:MAX_REPORTED_PATHS]],
                 quarantine=str(report.quarantine) if report.quarantine else None,
                 exit_code=result.exit_code,
             )
@@ -251,8 +264,10 @@ class ShellTool:
     def _note_between_commands(self, now: GitSnapshot, ctx: CallContext) -> None:
         """Name git metadata that changed since the last command; it becomes the baseline.
 
-        Between commands only the host writes (every backend kills what a
-        command left running), so this is the user's or the host's own git.
+        Between commands only the host writes: every backend kills what a
+        command left running (docker: every process of the sandbox uid, checked
+        by the supervisor; local: its process group and session, which a
+        ``setsid`` daemon can leave — issue 13), so this is the user's own git.
         """
         last, self._last = self._last, None
         if last is None or last.roots != now.roots:
@@ -287,7 +302,8 @@ class ShellTool:
         if report.refused:
             ctx.emit(
                 "git_metadata_refused",
-                paths=[f.to_dict() for f in report.findings],
+                paths=[f.to_dict() for f in report.findings[:MAX_REPORTED_PATHS]],
+                more=max(len(report.findings) - MAX_REPORTED_PATHS, 0),
                 quarantine=str(report.quarantine) if report.quarantine else None,
             )
         return report

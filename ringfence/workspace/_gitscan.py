@@ -50,7 +50,7 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -369,7 +369,7 @@ def _exec_relevant(rel: str, top: str) -> bool:
     inner = _inner(rel, top).split("/")
     if inner == [""]:
         return False
-    return inner[-1] in _EXEC_NAMES or "hooks" in inner[:-1]
+    return inner[-1] in _EXEC_NAMES or "hooks" in inner
 
 
 def _image(
@@ -460,20 +460,34 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         entry = new or old
         assert entry is not None
         is_top = key in after.tops or key in before.tops
-        # Within an existing git directory, only what git runs programs from is undone.
-        undo = is_top or entry.top == rel or _exec_relevant(rel, entry.top)
+        # Within an existing git directory, only what git runs programs from is undone
+        # (a new directory there is moved out whole when anything in it is such a file).
+        undo = (
+            is_top
+            or entry.top == rel
+            or _exec_relevant(rel, entry.top)
+            or (change == "new" and _holds_exec_relevant(after, key, entry.top))
+        )
         if not undo or (
             old is not None and old.kind == "dir" and new is not None and new.kind == "dir"
         ):
             findings.append(GitFinding(display, change, "left"))
             continue
         action = _undo(after.roots[index], rel, old, new, quarantine / str(index))
-        if new is not None and action in ("quarantined", "restored"):
+        if new is not None and not action.startswith("failed"):
             moved.add(key)
         findings.append(GitFinding(display, change, action))
     cleared = _clear_setid(after)
     used = quarantine if quarantine.exists() else None
     return GitReport(tuple(findings), tuple(cleared), used)
+
+
+def _holds_exec_relevant(snapshot: GitSnapshot, key: tuple[int, str], top: str) -> bool:
+    index, rel = key
+    below = rel + "/"
+    return any(
+        i == index and r.startswith(below) and _exec_relevant(r, top) for i, r in snapshot.entries
+    )
 
 
 def _undo(
@@ -485,12 +499,18 @@ def _undo(
     except OSError as exc:
         return f"failed: cannot open {parent_rel or '.'} ({exc.strerror})"
     try:
+        moved = "quarantined"
         if new is not None:
-            _quarantine(parent, leaf, quarantine / rel)
+            try:
+                _quarantine(parent, leaf, quarantine / rel)
+            except OSError as exc:
+                # Out of the workspace matters more than keeping a copy: remove it instead.
+                _remove(parent, leaf)
+                moved = f"removed (quarantine failed: {exc.strerror or exc})"
         if old is None:
-            return "quarantined"
+            return moved
         if old.image is None or old.kind not in ("file", "link"):
-            return "quarantined" if new is not None else "left (no before-image)"
+            return moved if new is not None else "left (no before-image)"
         _restore(parent, leaf, old)
         return "restored"
     except OSError as exc:
@@ -524,6 +544,10 @@ def _quarantine(parent: int, leaf: str, dest: Path) -> None:
         _copy_out(parent, leaf, dfd, dest.name, [QUARANTINE_COPY_BYTES])
     finally:
         os.close(dfd)
+    _remove(parent, leaf)
+
+
+def _remove(parent: int, leaf: str) -> None:
     st = os.stat(leaf, dir_fd=parent, follow_symlinks=False)
     if stat.S_ISDIR(st.st_mode):
         shutil.rmtree(leaf, dir_fd=parent)  # fd-based on Linux: never follows a swapped symlink
@@ -614,5 +638,8 @@ def _clear_setid(after: GitSnapshot) -> list[str]:
     return cleared
 
 
-def describe_findings(findings: Iterable[GitFinding]) -> str:
-    return "; ".join(f"{f.path} ({f.change}, {f.action})" for f in findings)
+def describe_findings(findings: Sequence[GitFinding], limit: int = 20) -> str:
+    """The findings for a message: at most ``limit``, then how many more."""
+    shown = "; ".join(f"{f.path} ({f.change}, {f.action})" for f in findings[:limit])
+    more = len(findings) - limit
+    return shown + (f"; and {more} more" if more > 0 else "")

@@ -353,3 +353,26 @@ async def test_quarantine_on_another_file_system_copies_without_following_links(
         assert (workspace / "kept").read_text() == "keep\n"
     finally:
         shutil.rmtree(spool)
+
+
+async def test_local_new_directories_in_a_git_directory_holding_hooks_or_config_are_moved_out(
+    workspace: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    new_repo(tmp_path, workspace)
+    shutil.rmtree(workspace / ".git" / "hooks")
+    attack = (
+        f"mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch {marker}\\n' > .git/hooks/pre-commit"
+        " && chmod +x .git/hooks/pre-commit && "
+        f"{evil_gitdir_script('.git/modules/evil', marker)}"
+    )
+    async with kernel(workspace, "local", tmp_path) as k:
+        outcome = await k.invoke("run_shell", {"command": attack})
+    quarantine = assert_refused(outcome, tmp_path, ".git/hooks", ".git/modules")
+    assert not (workspace / ".git" / "hooks").exists()
+    assert not (workspace / ".git" / "modules").exists()
+    assert (quarantine / "0" / ".git" / "hooks" / "pre-commit").is_file()
+    (workspace / "x").write_text("x\n")
+    git(tmp_path, workspace, "add", "x")
+    assert git(tmp_path, workspace, "commit", "-q", "-m", "x").returncode == 0
+    assert not marker.exists()
