@@ -59,7 +59,7 @@ MAX_TIMEOUT_SECONDS = 3600.0
 EVENT_STREAM_BYTES = 16 * 1024
 # File timestamps come from a coarse clock (a tick or more behind time.time_ns()): files whose
 # status changed this long before the command started still count as changed by it.
-SETID_CTIME_SLACK_NS = 1_000_000_000
+CTIME_SLACK_NS = 1_000_000_000
 # Findings listed in an error or event (the rest are counted): bounds what a command can log.
 MAX_REPORTED_PATHS = 200
 # Room for cap_text's marker, so the kernel's own cap does not cut an already-cut text again.
@@ -286,10 +286,11 @@ class ShellTool:
         # The Kernel always has a spool dir ($RINGFENCE_HOME/spool/<session>), outside the roots.
         assert self.kernel.spool_dir is not None
         quarantine = Path(self.kernel.spool_dir) / "quarantine" / ctx.call_id
-        since = before_ns - SETID_CTIME_SLACK_NS if self._clear_setid else None
+        since = before_ns - CTIME_SLACK_NS
+        setid = self._clear_setid
 
         def check() -> tuple[GitReport, GitSnapshot]:
-            after = scan_git_metadata(before.roots, setid_since=since)
+            after = scan_git_metadata(before.roots, since=since, setid=setid)
             report = enforce_git_metadata(before, after, quarantine)
             if report.refused:
                 # What is there now, after the undo, is the next baseline.

@@ -117,6 +117,10 @@ class MetaEntry:
         )
 
 
+# Stands for an unlistable directory in _undo (only "something is there" matters).
+_OPAQUE = MetaEntry("dir", 0, 0, 0, 0, 0, "")
+
+
 @dataclass(frozen=True)
 class GitSnapshot:
     """Git metadata under some roots at one moment.
@@ -124,8 +128,9 @@ class GitSnapshot:
     ``entries`` maps ``(root index, relative path)`` to every metadata path;
     ``tops`` are the keys that are metadata themselves (``.git`` names and git
     directories outside other metadata); ``setid`` the regular files with a
-    setuid/setgid bit changed since ``setid_since`` (when scanned with it); ``visited`` the
-    number of directory entries the walk looked at.
+    setuid/setgid bit and ``opaque`` the unlistable directories that changed
+    since the scan's ``since`` (see :func:`scan_git_metadata`); ``visited``
+    the number of directory entries the walk looked at.
     """
 
     roots: tuple[Path, ...]
@@ -133,6 +138,7 @@ class GitSnapshot:
     tops: frozenset[tuple[int, str]]
     setid: frozenset[tuple[int, str]] = frozenset()
     visited: int = 0
+    opaque: frozenset[tuple[int, str]] = frozenset()
 
     def path(self, key: tuple[int, str]) -> Path:
         return self.roots[key[0]] / key[1]
@@ -176,21 +182,22 @@ class GitReport:
 # -- scanning ---------------------------------------------------------------------------
 
 
-def scan_git_metadata(roots: Sequence[Path], *, setid_since: int | None = None) -> GitSnapshot:
+def scan_git_metadata(
+    roots: Sequence[Path], *, since: int | None = None, setid: bool = False
+) -> GitSnapshot:
     """Walk ``roots`` (real paths) and record their git metadata. Blocking.
 
-    Never follows a symlink; unreadable directories are skipped (a command
-    cannot hide metadata in one from git either: git needs to read it).
-    With ``setid_since`` (ns since the epoch), also list the regular files
-    with a setuid/setgid bit whose status changed since then (``ctime``: a
-    command cannot set it back, unlike ``mtime``). That costs an ``lstat``
-    per file, so it is done only after a command.
+    Never follows a symlink. ``since`` (ns since the epoch, the start of the
+    command being checked) adds what only a check after a command needs,
+    decided by ``ctime``, which a command cannot set back (unlike ``mtime``):
+
+    * ``opaque``: directories this process cannot open or list whose status
+      changed since then (a command could hide a ``.git`` behind ``chmod
+      311``: git on the host can still enter such a directory);
+    * with ``setid``, ``setid``: regular files with a setuid/setgid bit whose
+      status changed since then. That costs an ``lstat`` per file.
     """
-    entries: dict[tuple[int, str], MetaEntry] = {}
-    tops: set[tuple[int, str]] = set()
-    setids: set[tuple[int, str]] = set()
-    budget = [IMAGE_BUDGET_BYTES]
-    visited = 0
+    walk = _Walk(since, setid)
     for index, root in enumerate(roots):
         try:
             top_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -198,117 +205,137 @@ def scan_git_metadata(roots: Sequence[Path], *, setid_since: int | None = None) 
             continue
         # A root inside git metadata is metadata throughout (its top is the root itself).
         inherited = "" if _root_in_git(Path(root), top_fd) else None
-        stack: list[tuple[int, str, str | None]] = [(top_fd, "", inherited)]
-        try:
-            while stack:
-                fd, rel, top = stack.pop()
-                try:
-                    visited += _scan_dir(
-                        index, fd, rel, top, entries, tops, setids, setid_since, budget, stack
-                    )
-                finally:
-                    os.close(fd)
-        finally:
-            for fd, _, _ in stack:
-                os.close(fd)
+        walk.run(index, top_fd, inherited)
     return GitSnapshot(
-        tuple(Path(r) for r in roots), entries, frozenset(tops), frozenset(setids), visited
+        tuple(Path(r) for r in roots),
+        walk.entries,
+        frozenset(walk.tops),
+        frozenset(walk.setids),
+        walk.visited,
+        frozenset(walk.opaque),
     )
 
 
-def _scan_dir(
-    index: int,
-    fd: int,
-    rel: str,
-    top: str | None,
-    entries: dict[tuple[int, str], MetaEntry],
-    tops: set[tuple[int, str]],
-    setids: set[tuple[int, str]],
-    setid_since: int | None,
-    budget: list[int],
-    stack: list[tuple[int, str, str | None]],
-) -> int:
-    try:
-        with os.scandir(fd) as it:
-            listing = list(it)
-    except OSError:
-        return 0
-    if top is None and rel and _may_be_git_dir({e.name for e in listing}) and is_git_directory(fd):
-        # The directory itself is a repository: record it as a top (its entry is its parent's).
-        top = rel
-        tops.add((index, rel))
-        entries[(index, rel)] = _entry(os.fstat(fd), "dir", rel)
-    prefix = f"{rel}/" if rel else ""
-    if top is None:
-        # The common case, kept lean: most entries are ordinary files, looked at by name only.
-        for e in listing:
-            name = e.name
-            if is_dotgit(name):
-                child = prefix + name
-                tops.add((index, child))
-                _record(index, fd, e, child, child, entries, budget, stack)
-            elif e.is_dir(follow_symlinks=False):
-                _push(fd, name, prefix + name, None, stack)
-            elif setid_since is not None and e.is_file(follow_symlinks=False):
+class _Walk:
+    """One scan's state: what it found, and the directories still to list."""
+
+    def __init__(self, since: int | None, setid: bool) -> None:
+        self.since = since
+        self.setid_since = since if setid else None
+        self.entries: dict[tuple[int, str], MetaEntry] = {}
+        self.tops: set[tuple[int, str]] = set()
+        self.setids: set[tuple[int, str]] = set()
+        self.opaque: set[tuple[int, str]] = set()
+        self.budget = [IMAGE_BUDGET_BYTES]
+        self.visited = 0
+        self.index = 0
+        self.stack: list[tuple[int, str, str | None]] = []
+
+    def run(self, index: int, top_fd: int, inherited: str | None) -> None:
+        self.index = index
+        self.stack = [(top_fd, "", inherited)]
+        try:
+            while self.stack:
+                fd, rel, top = self.stack.pop()
                 try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if st.st_mode & _SETID and st.st_ctime_ns >= setid_since:
-                    setids.add((index, prefix + name))
-        return len(listing)
-    if _in_objects(prefix, top):
-        # Loose objects and packs are named by their content and git runs nothing from them:
-        # the names in each objects/ directory are compared (one digest per directory), not
-        # each file's stat, which keeps a repository with many loose objects cheap to scan.
-        files = []
+                    self.visited += self._scan_dir(fd, rel, top)
+                finally:
+                    os.close(fd)
+        finally:
+            for fd, _, _ in self.stack:
+                os.close(fd)
+
+    def _scan_dir(self, fd: int, rel: str, top: str | None) -> int:
+        index, entries = self.index, self.entries
+        try:
+            with os.scandir(fd) as it:
+                listing = list(it)
+        except OSError:
+            self._opaque(fd, rel, "")
+            return 0
+        if (
+            top is None
+            and rel
+            and _may_be_git_dir({e.name for e in listing})
+            and is_git_directory(fd)
+        ):
+            # The directory itself is a repository: a top (its entry is its parent's).
+            top = rel
+            self.tops.add((index, rel))
+            entries[(index, rel)] = _entry(os.fstat(fd), "dir", rel)
+        prefix = f"{rel}/" if rel else ""
+        if top is None:
+            # The common case, kept lean: most entries are ordinary files, seen by name only.
+            setid_since = self.setid_since
+            for e in listing:
+                name = e.name
+                if is_dotgit(name):
+                    child = prefix + name
+                    self.tops.add((index, child))
+                    self._record(fd, e, child, child)
+                elif e.is_dir(follow_symlinks=False):
+                    self._push(fd, name, prefix + name, None)
+                elif setid_since is not None and e.is_file(follow_symlinks=False):
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if st.st_mode & _SETID and st.st_ctime_ns >= setid_since:
+                        self.setids.add((index, prefix + name))
+            return len(listing)
+        if _in_objects(prefix, top):
+            # Loose objects and packs are named by their content and git runs nothing from
+            # them: the names in each objects/ directory are compared (one digest per
+            # directory), not each file's stat, so many loose objects stay cheap to scan.
+            files = []
+            for e in listing:
+                if e.is_dir(follow_symlinks=False):
+                    child = prefix + e.name
+                    entries[(index, child)] = MetaEntry("dir", 0, 0, 0, 0, 0, top)
+                    self._push(fd, e.name, child, top)
+                else:
+                    files.append(e.name)
+            key = (index, rel)
+            if key in entries:
+                old = entries[key]
+                digest = hashlib.blake2b("\0".join(sorted(files)).encode(errors="surrogateescape"))
+                entries[key] = MetaEntry(old.kind, old.mode, 0, 0, 0, 0, top, digest.digest())
+            return len(listing)
         for e in listing:
-            if e.is_dir(follow_symlinks=False):
-                child = prefix + e.name
-                entries[(index, child)] = MetaEntry("dir", 0, 0, 0, 0, 0, top)
-                _push(fd, e.name, child, top, stack)
-            else:
-                files.append(e.name)
-        key = (index, rel)
-        if key in entries:
-            old = entries[key]
-            digest = hashlib.blake2b("\0".join(sorted(files)).encode(errors="surrogateescape"))
-            entries[key] = MetaEntry(old.kind, old.mode, 0, 0, 0, 0, top, digest.digest())
+            self._record(fd, e, prefix + e.name, top)
         return len(listing)
-    for e in listing:
-        _record(index, fd, e, prefix + e.name, top, entries, budget, stack)
-    return len(listing)
 
+    def _record(self, fd: int, e: os.DirEntry[str], child: str, top: str) -> None:
+        """Record one entry inside git metadata; queue it when it is a directory."""
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            return
+        kind = _kind(st.st_mode)
+        image = _image(fd, e.name, st, child, top, self.budget)
+        self.entries[(self.index, child)] = _entry(st, kind, top, image)
+        if kind == "dir":
+            self._push(fd, e.name, child, top)
 
-def _record(
-    index: int,
-    fd: int,
-    e: os.DirEntry[str],
-    child: str,
-    top: str,
-    entries: dict[tuple[int, str], MetaEntry],
-    budget: list[int],
-    stack: list[tuple[int, str, str | None]],
-) -> None:
-    """Record one entry inside git metadata; queue it when it is a directory."""
-    try:
-        st = e.stat(follow_symlinks=False)
-    except OSError:
-        return
-    kind = _kind(st.st_mode)
-    entries[(index, child)] = _entry(st, kind, top, _image(fd, e.name, st, child, top, budget))
-    if kind == "dir":
-        _push(fd, e.name, child, top, stack)
+    def _push(self, fd: int, name: str, child: str, top: str | None) -> None:
+        try:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                self._opaque(fd, child, name)
+            return
+        self.stack.append((sub, child, top))
 
-
-def _push(
-    fd: int, name: str, child: str, top: str | None, stack: list[tuple[int, str, str | None]]
-) -> None:
-    try:
-        sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-    except OSError:
-        return
-    stack.append((sub, child, top))
+    def _opaque(self, fd: int, rel: str, name: str) -> None:
+        """A directory that cannot be listed: opaque when it changed during the command."""
+        if self.since is None or not rel:
+            return
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False) if name else os.fstat(fd)
+        except OSError:
+            return
+        if st.st_ctime_ns >= self.since:
+            self.opaque.add((self.index, rel))
 
 
 def _may_be_git_dir(names: set[str]) -> bool:
@@ -477,6 +504,15 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         if new is not None and not action.startswith("failed"):
             moved.add(key)
         findings.append(GitFinding(display, change, action))
+    for key in sorted(after.opaque):
+        index, rel = key
+        if any(
+            (index, "/".join(rel.split("/")[:i])) in moved for i in range(1, rel.count("/") + 2)
+        ):
+            continue
+        # It may hide a .git that git on the host would still find: out, whole.
+        action = _undo(after.roots[index], rel, None, _OPAQUE, quarantine / str(index))
+        findings.append(GitFinding(str(after.path(key)), "unreadable", action))
     cleared = _clear_setid(after)
     used = quarantine if quarantine.exists() else None
     return GitReport(tuple(findings), tuple(cleared), used)

@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -375,4 +376,50 @@ async def test_local_new_directories_in_a_git_directory_holding_hooks_or_config_
     (workspace / "x").write_text("x\n")
     git(tmp_path, workspace, "add", "x")
     assert git(tmp_path, workspace, "commit", "-q", "-m", "x").returncode == 0
+    assert not marker.exists()
+
+
+CHILD = """
+import json, sys, trio
+from ringfence import create_kernel
+from ringfence.runtime import Posture
+
+async def main(ws, script):
+    async with create_kernel(roots=[ws], posture=Posture.UNRESTRICTED, backend="local") as k:
+        outcome = await k.invoke("run_shell", {"command": script})
+    print(json.dumps(outcome.error.to_dict() if outcome.error else None))
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+async def test_a_dotgit_hidden_in_an_unlistable_directory_is_refused(tmp_path: Path) -> None:
+    # ringfence runs as a user that cannot list a directory mode 0311, but git can enter it.
+    # Root without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH is such a user for root's own files.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    marker = tmp_path / "pwned"
+    script = f"mkdir d && cd d && {evil_gitdir_script('.git', marker)} && chmod 311 ."
+    child = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set=-dac_override,-dac_read_search",
+            "--inh-caps=-all",
+            sys.executable,
+            "-c",
+            CHILD,
+            str(ws),
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
+    error = json.loads(child.stdout.splitlines()[-1])
+    assert error is not None and error["code"] == "git_metadata", error
+    assert "unreadable" in error["message"] and "/d " in error["message"]
+    assert not (ws / "d").exists()
+    git(tmp_path, ws, "status")
     assert not marker.exists()
