@@ -45,10 +45,10 @@ restored.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
-import shutil
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -435,37 +435,54 @@ def _image(
 def diff_git_metadata(before: GitSnapshot, after: GitSnapshot) -> list[tuple[tuple[int, str], str]]:
     """``(key, change)`` for every metadata path that is new, changed or deleted.
 
-    Only the outermost path of a new or deleted subtree is listed.
+    Sorted by key (a directory before what is in it). Only the outermost path
+    of a new or deleted subtree is listed. Linear in the number of entries
+    (times the path length), however deep the tree.
     """
-    out: list[tuple[tuple[int, str], str]] = []
-    for key in sorted(after.entries.keys() - before.entries.keys()):
-        out.append((key, "new"))
-    for key in sorted(after.entries.keys() & before.entries.keys()):
-        if not before.entries[key].same_as(after.entries[key]):
-            out.append((key, "changed"))
-    for key in sorted(before.entries.keys() - after.entries.keys()):
-        out.append((key, "deleted"))
+    b, a = before.entries, after.entries
+    out: list[tuple[tuple[int, str], str]] = [(k, "new") for k in a.keys() - b.keys()]
+    out += [(k, "changed") for k in a.keys() & b.keys() if not b[k].same_as(a[k])]
+    out += [(k, "deleted") for k in b.keys() - a.keys()]
+    out.sort()
     # A path that is new, deleted or changed its kind (a .git directory now a gitfile)
     # covers the new and deleted paths below it.
-    covering = {
-        k for k, c in out if c != "changed" or before.entries[k].kind != after.entries[k].kind
-    }
-    return _outermost(out, covering)
+    covering = {k for k, c in out if c != "changed" or b[k].kind != a[k].kind}
+    memo: dict[tuple[int, str], bool] = {}
+    return [
+        (key, change)
+        for key, change in out
+        if change == "changed" or not _below(_parent(key), covering, memo)
+    ]
 
 
-def _outermost(
-    items: list[tuple[tuple[int, str], str]], covering: set[tuple[int, str]]
-) -> list[tuple[tuple[int, str], str]]:
-    kept = []
-    for key, change in items:
-        index, rel = key
-        parts = rel.split("/")
-        if change != "changed" and any(
-            (index, "/".join(parts[:i])) in covering for i in range(1, len(parts))
-        ):
-            continue
-        kept.append((key, change))
-    return kept
+def _parent(key: tuple[int, str]) -> tuple[int, str]:
+    return (key[0], key[1].rpartition("/")[0])
+
+
+def _below(
+    key: tuple[int, str], marked: set[tuple[int, str]], memo: dict[tuple[int, str], bool]
+) -> bool:
+    """Is ``key`` or one of its ancestors in ``marked``? Memoised along the way up.
+
+    Valid while nothing is added to ``marked`` at or above a memoised path
+    (callers walk keys in sorted order and only ever mark the current one).
+    """
+    index, rel = key
+    chain: list[tuple[int, str]] = []
+    result = False
+    while rel:
+        k = (index, rel)
+        if k in memo:
+            result = memo[k]
+            break
+        if k in marked:
+            result = True
+            break
+        chain.append(k)
+        rel = rel.rpartition("/")[0]
+    for k in chain:
+        memo[k] = result
+    return result
 
 
 def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Path) -> GitReport:
@@ -476,12 +493,12 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
     """
     findings: list[GitFinding] = []
     moved: set[tuple[int, str]] = set()
+    memo: dict[tuple[int, str], bool] = {}
+    holds_exec = _exec_holders(before, after)
     for key, change in diff_git_metadata(before, after):
         index, rel = key
         old, new = before.entries.get(key), after.entries.get(key)
-        if any(
-            (index, "/".join(rel.split("/")[:i])) in moved for i in range(1, rel.count("/") + 1)
-        ):
+        if _below(_parent(key), moved, memo):
             continue  # below something already moved out whole
         display = str(after.path(key))
         entry = new or old
@@ -493,7 +510,7 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
             is_top
             or entry.top == rel
             or _exec_relevant(rel, entry.top)
-            or (change == "new" and _holds_exec_relevant(after, key, entry.top))
+            or (change == "new" and key in holds_exec)
         )
         if not undo or (
             old is not None and old.kind == "dir" and new is not None and new.kind == "dir"
@@ -504,26 +521,32 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         if new is not None and not action.startswith("failed"):
             moved.add(key)
         findings.append(GitFinding(display, change, action))
+    memo.clear()
     for key in sorted(after.opaque):
         index, rel = key
-        if any(
-            (index, "/".join(rel.split("/")[:i])) in moved for i in range(1, rel.count("/") + 2)
-        ):
+        if _below(key, moved, memo):
             continue
         # It may hide a .git that git on the host would still find: out, whole.
         action = _undo(after.roots[index], rel, None, _OPAQUE, quarantine / str(index))
+        moved.add(key)
+        memo.clear()  # a new mark: memoised answers below it are stale
         findings.append(GitFinding(str(after.path(key)), "unreadable", action))
     cleared = _clear_setid(after)
     used = quarantine if quarantine.exists() else None
     return GitReport(tuple(findings), tuple(cleared), used)
 
 
-def _holds_exec_relevant(snapshot: GitSnapshot, key: tuple[int, str], top: str) -> bool:
-    index, rel = key
-    below = rel + "/"
-    return any(
-        i == index and r.startswith(below) and _exec_relevant(r, top) for i, r in snapshot.entries
-    )
+def _exec_holders(before: GitSnapshot, after: GitSnapshot) -> set[tuple[int, str]]:
+    """New paths with a new exec-relevant file at or below them (linear, however deep)."""
+    holders: set[tuple[int, str]] = set()
+    for key in after.entries.keys() - before.entries.keys():
+        if key in holders or not _exec_relevant(key[1], after.entries[key].top):
+            continue
+        index, rel = key
+        while rel and (index, rel) not in holders:
+            holders.add((index, rel))
+            rel = rel.rpartition("/")[0]
+    return holders
 
 
 def _undo(
@@ -568,27 +591,105 @@ def _open_beneath(root: Path, rel: str) -> int:
 
 
 def _quarantine(parent: int, leaf: str, dest: Path) -> None:
+    """Move ``leaf`` to ``dest`` (outside the roots), else copy it there and remove it."""
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     dfd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
-            os.rename(leaf, dest.name, src_dir_fd=parent, dst_dir_fd=dfd)
+            _rename_out(parent, leaf, dfd, dest.name)
             return
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
-        _copy_out(parent, leaf, dfd, dest.name, [QUARANTINE_COPY_BYTES])
+        # A partial copy is kept: what matters is that it leaves the workspace.
+        with contextlib.suppress(OSError, RecursionError):
+            _copy_out(parent, leaf, dfd, dest.name, [QUARANTINE_COPY_BYTES])
     finally:
         os.close(dfd)
     _remove(parent, leaf)
 
 
+def _rename_out(parent: int, leaf: str, dfd: int, name: str) -> None:
+    try:
+        os.rename(leaf, name, src_dir_fd=parent, dst_dir_fd=dfd)
+    except PermissionError:
+        # Moving a directory to another parent needs write access to it (its ".." changes):
+        # a command can leave it mode 0555. Its owner may add that back.
+        _chmod_owner_rwx(parent, leaf)
+        os.rename(leaf, name, src_dir_fd=parent, dst_dir_fd=dfd)
+
+
+def _chmod_owner_rwx(parent: int, leaf: str) -> int | None:
+    """Give a directory's owner rwx (never through a symlink); its device+inode, or None."""
+    try:
+        fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        if st.st_mode & stat.S_IRWXU != stat.S_IRWXU:
+            # chmod through the O_PATH descriptor: the directory checked is the one changed.
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+        return st.st_ino
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _remove(parent: int, leaf: str) -> None:
+    """Remove an entry and everything below it, never following a symlink.
+
+    Iterative with one open directory at a time (it climbs back through
+    ``..`` and checks the inode it expects), so neither depth nor a
+    descriptor limit stops it; directories are made owner-rwx first, so a
+    command's ``chmod 0`` does not either.
+    """
     st = os.stat(leaf, dir_fd=parent, follow_symlinks=False)
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(leaf, dir_fd=parent)  # fd-based on Linux: never follows a swapped symlink
-    else:
+    if not stat.S_ISDIR(st.st_mode):
         os.unlink(leaf, dir_fd=parent)
+        return
+    _chmod_owner_rwx(parent, leaf)
+    fd = os.open(leaf, _DIR_FLAGS, dir_fd=parent)
+    # The inodes from the top down to the directory open at fd.
+    chain = [os.fstat(fd).st_ino]
+    try:
+        while True:
+            sub = None
+            for child in os.listdir(fd):
+                try:
+                    os.unlink(child, dir_fd=fd)
+                except IsADirectoryError:
+                    sub = child
+                    break
+                except FileNotFoundError:
+                    continue
+            if sub is not None:
+                _chmod_owner_rwx(fd, sub)
+                nxt = os.open(sub, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+                chain.append(os.fstat(fd).st_ino)
+                continue
+            chain.pop()
+            if not chain:
+                break
+            up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            name_ino = os.fstat(fd).st_ino
+            os.close(fd)
+            fd = up
+            if os.fstat(fd).st_ino != chain[-1]:
+                raise OSError(errno.ESTALE, "a directory was moved during removal")
+            for child in os.listdir(fd):
+                child_st = os.stat(child, dir_fd=fd, follow_symlinks=False)
+                if child_st.st_ino == name_ino and stat.S_ISDIR(child_st.st_mode):
+                    os.rmdir(child, dir_fd=fd)
+                    break
+    finally:
+        os.close(fd)
+    os.rmdir(leaf, dir_fd=parent)
 
 
 def _copy_out(src_dir: int, name: str, dst_dir: int, dst_name: str, budget: list[int]) -> None:

@@ -423,3 +423,38 @@ async def test_a_dotgit_hidden_in_an_unlistable_directory_is_refused(tmp_path: P
     assert not (ws / "d").exists()
     git(tmp_path, ws, "status")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("across", [False, True], ids=["same-fs", "other-fs"])
+async def test_a_locked_deep_dotgit_still_leaves_the_workspace(
+    across: bool, workspace: Path, tmp_path: Path
+) -> None:
+    spool = quarantine = None
+    if across:
+        shm = Path("/dev/shm")
+        if not shm.is_dir() or shm.stat().st_dev == workspace.stat().st_dev:
+            pytest.skip("needs /dev/shm on a file system other than the workspace's")
+        spool = Path(tempfile.mkdtemp(prefix="ringfence-test-spool-", dir=shm))
+    # 1,100 levels: deeper than Python's recursion limit; every directory locked (0555).
+    script = (
+        f"{evil_gitdir_script('.git', tmp_path / 'pwned')} && "
+        "mkdir -p .git/$(printf 'd/%.0s' $(seq 1100)) && "
+        "find .git -depth -type d -exec chmod 0555 {} +"
+    )
+    try:
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.UNRESTRICTED,
+            backend="local",
+            events_path=tmp_path / "events.jsonl",
+            **({"spool_dir": spool} if spool else {}),
+        ) as k:
+            outcome = await k.invoke("run_shell", {"command": script, "timeout_seconds": 60})
+        quarantine = assert_refused(outcome, tmp_path, ".git")
+        assert not os.path.lexists(workspace / ".git")
+    finally:
+        # pytest's own cleanup recurses and cannot remove a tree this deep.
+        for deep in (spool, quarantine):
+            if deep is not None:
+                subprocess.run(["chmod", "-R", "u+rwx", str(deep)], check=False)
+                subprocess.run(["rm", "-rf", str(deep)], check=False)
