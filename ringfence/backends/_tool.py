@@ -232,9 +232,13 @@ class ShellTool:
                 redact=self.kernel.redactor.redact,
             )
         except BaseException:
-            # The command may have written before it failed or was cancelled: check anyway.
+            # The command may have written before it failed or was cancelled: check anyway,
+            # without replacing the original exception (cancellation stays cancellation).
             with trio.CancelScope(shield=True):
-                await self._check(before, before_ns, ctx)
+                try:
+                    await self._check(before, before_ns, ctx)
+                except Exception as exc:
+                    ctx.emit("notice", message=f"the git metadata check failed: {exc!r}")
             raise
         streams.flush()
         report = await self._check(before, before_ns, ctx)

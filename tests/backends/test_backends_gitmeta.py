@@ -458,3 +458,21 @@ async def test_a_locked_deep_dotgit_still_leaves_the_workspace(
             if deep is not None:
                 subprocess.run(["chmod", "-R", "u+rwx", str(deep)], check=False)
                 subprocess.run(["rm", "-rf", str(deep)], check=False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_metadata_planted_before_a_cancellation_is_still_removed(
+    request, backend: str, workspace: Path, tmp_path: Path
+) -> None:
+    import trio
+
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
+    script = f"{evil_gitdir_script('.git', tmp_path / 'pwned')}; sleep 30"
+    async with kernel(workspace, backend, tmp_path) as k:
+        with trio.move_on_after(1.5) as scope:
+            await k.invoke("run_shell", {"command": script})
+    assert scope.cancelled_caught
+    assert not (workspace / ".git").exists()
+    refused = [r for r in events(tmp_path) if r["kind"] == "git_metadata_refused"]
+    assert len(refused) == 1 and refused[0]["paths"][0]["action"] == "quarantined"
