@@ -72,7 +72,11 @@ DESCRIPTION = """Run a command in the session's execution backend and return its
 Each call starts fresh: cwd, exported variables and background processes do not carry
 over to the next call; files do. Output beyond the cap is cut head+tail with the full
 text saved to a file named in the output. A command still running at `timeout_seconds`
-is killed with its whole process tree and the result says "timeout"."""
+is killed with its whole process tree and the result says "timeout".
+Git metadata is off limits: a command that creates a .git or a repository, or changes
+anything inside a git directory or a .git file, fails with git_metadata after it ran,
+and what it created there is moved out of the workspace (git commands that only read,
+like status, diff and log, work; add, commit, checkout, init and clone do not)."""
 
 ENV_NAME_PATTERN = "^(?!LD_|DYLD_|RINGFENCE_)[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -217,7 +221,8 @@ class ShellTool:
         before = await self._scan()
         self._note_between_commands(before, ctx)
         session = await self.session(ctx, before)
-        env = dict(args.get("env") or {})
+        # git status would refresh .git/index as a side effect: a change in a git directory.
+        env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         # Values the child receives that look like credentials are redacted from everything.
         self.kernel.redactor.register_env(session.environment(env))
         streams = _EventStreams(ctx, self.kernel)
@@ -243,13 +248,15 @@ class ShellTool:
         streams.flush()
         report = await self._check(before, before_ns, ctx)
         if report.refused:
+            moved = (
+                f" Moved out of the workspace: to {report.quarantine}." if report.quarantine else ""
+            )
             raise GitMetadata(
-                f"the command left git metadata that was not there or changed existing git "
-                f"metadata, which could make git on the host run programs: "
-                f"{describe_findings(report.findings)}. New metadata was moved to "
-                f"{report.quarantine or 'quarantine'}; gitfiles and git config/hooks were "
-                "restored where a before-image was kept. Run git commands that write "
-                "repositories outside ringfence.",
+                "the command created or changed git metadata, which could make git on the "
+                f"host run programs (it ran; exit code {result.exit_code}): "
+                f"{describe_findings(report.findings)}.{moved} 'left' means git runs no "
+                "program from that file and the change stays; run git commands that write "
+                "a repository outside ringfence.",
                 field="command",
                 paths=[f.to_dict() for f in report.findings[:MAX_REPORTED_PATHS]],
                 quarantine=str(report.quarantine) if report.quarantine else None,
