@@ -40,8 +40,14 @@ from ..runtime import (
     StreamRedactor,
     ToolSpec,
 )
-from ..workspace import GitReport, GitSnapshot, enforce_git_metadata, scan_git_metadata
-from ..workspace._gitscan import describe_findings, diff_git_metadata
+from ..workspace import (
+    GitReport,
+    GitSnapshot,
+    describe_findings,
+    diff_git_metadata,
+    enforce_git_metadata,
+    scan_git_metadata,
+)
 from ._registry import select_backend, start_session
 from ._types import DEFAULT_KILL_GRACE, BackendSession, SessionSpec
 

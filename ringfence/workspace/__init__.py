@@ -17,6 +17,8 @@ from ._gitguard import (
 from ._gitscan import (
     GitReport as GitReport,
     GitSnapshot as GitSnapshot,
+    describe_findings as describe_findings,
+    diff_git_metadata as diff_git_metadata,
     enforce_git_metadata as enforce_git_metadata,
     scan_git_metadata as scan_git_metadata,
 )
@@ -35,6 +37,8 @@ __all__ = [
     "WindowsFileSystem",
     "WindowsPath",
     "Workspace",
+    "describe_findings",
+    "diff_git_metadata",
     "enforce_git_metadata",
     "file_tool_specs",
     "is_dotgit",
