@@ -23,6 +23,8 @@ new baseline; a ``notice`` names them.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -300,9 +302,10 @@ class ShellTool:
 
     async def _check(self, before: GitSnapshot, before_ns: int, ctx: CallContext) -> GitReport:
         """Scan after a command, undo what it did to git metadata, record it in the events."""
-        # The Kernel always has a spool dir ($RINGFENCE_HOME/spool/<session>), outside the roots.
+        # The Kernel always has a spool dir ($RINGFENCE_HOME/spool/<session>).
         assert self.kernel.spool_dir is not None
-        quarantine = Path(self.kernel.spool_dir) / "quarantine" / ctx.call_id
+        quarantine = _outside(before.roots, Path(self.kernel.spool_dir)) / "quarantine"
+        quarantine = quarantine / ctx.call_id
         since = before_ns - CTIME_SLACK_NS
         setid = self._clear_setid
 
@@ -325,6 +328,17 @@ class ShellTool:
                 quarantine=str(report.quarantine) if report.quarantine else None,
             )
         return report
+
+
+def _outside(roots: Sequence[Path], spool: Path) -> Path:
+    """``spool``, or a new private temporary directory when ``spool`` lies in a root.
+
+    Quarantined git metadata inside the workspace would still be found by git.
+    """
+    real = Path(os.path.realpath(spool))
+    if any(real == r or real.is_relative_to(r) for r in roots):
+        return Path(tempfile.mkdtemp(prefix="ringfence-spool-"))
+    return spool
 
 
 class _EventStreams:

@@ -105,6 +105,8 @@ class MetaEntry:
     ino: int
     top: str
     image: bytes | None = None
+    uid: int = -1
+    gid: int = -1
 
     def same_as(self, other: MetaEntry) -> bool:
         if self.kind != other.kind or self.mode != other.mode:
@@ -376,7 +378,16 @@ def _kind(mode: int) -> str:
 
 def _entry(st: os.stat_result, kind: str, top: str, image: bytes | None = None) -> MetaEntry:
     return MetaEntry(
-        kind, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, top, image
+        kind,
+        st.st_mode,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+        st.st_ino,
+        top,
+        image,
+        st.st_uid,
+        st.st_gid,
     )
 
 
@@ -735,6 +746,8 @@ def _restore(parent: int, leaf: str, old: MetaEntry) -> None:
     tmp = f".ringfence-restore-{os.getpid()}-{leaf[:32]}.tmp"
     if old.kind == "link":
         os.symlink(os.fsdecode(old.image), tmp, dir_fd=parent)
+        with contextlib.suppress(OSError):  # only root may give it back to its owner
+            os.chown(tmp, old.uid, old.gid, dir_fd=parent, follow_symlinks=False)
     else:
         wfd = os.open(
             tmp,
@@ -743,7 +756,11 @@ def _restore(parent: int, leaf: str, old: MetaEntry) -> None:
             dir_fd=parent,
         )
         try:
-            os.write(wfd, old.image)
+            view = memoryview(old.image)
+            while view:
+                view = view[os.write(wfd, view) :]
+            with contextlib.suppress(OSError):  # only root may give it back to its owner
+                os.fchown(wfd, old.uid, old.gid)
             os.fchmod(wfd, stat.S_IMODE(old.mode) & 0o777)
             os.fsync(wfd)
         finally:

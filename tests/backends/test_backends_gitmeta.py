@@ -142,6 +142,7 @@ async def test_gitfile_redirect_is_refused_and_undone(
         target = lib
     own_tree(workspace, workspace)
     gitfile = (target / ".git").read_bytes()
+    owner = (target / ".git").stat().st_uid
     assert gitfile.startswith(b"gitdir: ")
     cwd = str(target.relative_to(workspace))
     attack = f"printf 'gitdir: .evilgit\\n' > .git; {evil_gitdir_script('.evilgit', marker)}"
@@ -149,6 +150,7 @@ async def test_gitfile_redirect_is_refused_and_undone(
         outcome = await k.invoke("run_shell", {"command": attack, "cwd": cwd})
     quarantine = assert_refused(outcome, tmp_path, ".evilgit")
     assert (target / ".git").read_bytes() == gitfile
+    assert (target / ".git").stat().st_uid == owner
     assert not (target / ".evilgit").exists()
     assert (quarantine / "0" / cwd / ".evilgit" / "config").is_file()
     status = git(tmp_path, target, "status")
@@ -488,3 +490,21 @@ async def test_local_read_only_git_commands_pass(workspace: Path, tmp_path: Path
         result = await k.call("run_shell", {"command": script, "env": env})
     assert result["exit_code"] == 0 and "init" in result["stdout"], result
     assert (workspace / ".git" / "index").read_bytes() == index
+
+
+async def test_quarantine_never_lands_inside_the_workspace(workspace: Path, tmp_path: Path) -> None:
+    spool = workspace / ".ringfence-spool"  # a spool dir configured inside the root
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        backend="local",
+        events_path=tmp_path / "events.jsonl",
+        spool_dir=spool,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "mkdir .git"})
+    quarantine = assert_refused(outcome, tmp_path, ".git")
+    try:
+        assert not quarantine.is_relative_to(workspace) and not (workspace / ".git").exists()
+        assert (quarantine / "0" / ".git").is_dir()
+    finally:
+        shutil.rmtree(quarantine.parent.parent)
