@@ -320,6 +320,12 @@ class ShellTool:
         report, self._last = await trio.to_thread.run_sync(check)
         if report.setid_cleared:
             ctx.emit("setid_cleared", paths=list(report.setid_cleared))
+        if report.index_rewritten:
+            ctx.emit(
+                "notice",
+                message="the command rewrote a git index in place (git refreshes its stat "
+                f"cache; nothing runs from it): {', '.join(report.index_rewritten[:20])}",
+            )
         if report.refused:
             ctx.emit(
                 "git_metadata_refused",

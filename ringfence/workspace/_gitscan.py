@@ -22,8 +22,11 @@ What the enforcement promises, for two snapshots of the same roots:
 * **Inside an existing git directory**, files git takes programs from
   (``config``, ``config.worktree``, ``commondir``, ``gitdir``, ``hooks/**``)
   are restored from their before-image or, when new, quarantined. Other
-  changes there (objects, refs, index, logs) are reported but left alone:
-  removing half of a commit would corrupt the repository. Below ``objects/``
+  changes there (objects, refs, logs) are reported but left alone:
+  removing half of a commit would corrupt the repository. An existing index
+  rewritten in place is only noted (``index_rewritten``): ``git diff`` does
+  that to refresh its stat cache, git runs nothing from it, and staging new
+  content needs new objects, which are found. Below ``objects/``
   only names are compared (objects are named by their content; git runs
   nothing from them), so an object rewritten in place is not noticed.
 * **A directory this process cannot list** whose status changed during the
@@ -177,9 +180,17 @@ class GitFinding:
 
 @dataclass(frozen=True)
 class GitReport:
+    """What :func:`enforce_git_metadata` found and did.
+
+    ``findings`` refuse the command; ``index_rewritten`` (an existing index
+    rewritten in place, as ``git diff`` does to refresh its stat cache) and
+    ``setid_cleared`` do not.
+    """
+
     findings: tuple[GitFinding, ...] = ()
     setid_cleared: tuple[str, ...] = ()
     quarantine: Path | None = None
+    index_rewritten: tuple[str, ...] = ()
 
     @property
     def refused(self) -> bool:
@@ -407,6 +418,11 @@ def _in_objects(rel: str, top: str) -> bool:
     return _inner(rel, top).startswith("objects/")
 
 
+def _is_index(rel: str, top: str) -> bool:
+    """The index of a git directory (``index``, ``worktrees/*/index``, ``modules/**/index``)."""
+    return rel.rpartition("/")[2] == "index" and not _exec_relevant(rel, top)
+
+
 def _exec_relevant(rel: str, top: str) -> bool:
     """Does git take programs (or another repository) from this path inside a git directory?"""
     inner = _inner(rel, top).split("/")
@@ -508,6 +524,7 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
     moved there. Never raises for a failed undo: the finding says ``failed``.
     """
     findings: list[GitFinding] = []
+    refreshed: list[str] = []
     moved: set[tuple[int, str]] = set()
     memo: dict[tuple[int, str], bool] = {}
     holds_exec = _exec_holders(before, after)
@@ -520,6 +537,11 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         entry = new or old
         assert entry is not None
         is_top = key in after.tops or key in before.tops
+        if change == "changed" and not is_top and _is_index(rel, entry.top):
+            # git diff rewrites the index's stat cache even with GIT_OPTIONAL_LOCKS=0; git
+            # runs nothing from it, and staging new content needs new objects (found).
+            refreshed.append(display)
+            continue
         # Within an existing git directory, only what git runs programs from is undone
         # (a new directory there is moved out whole when anything in it is such a file).
         undo = (
@@ -549,7 +571,7 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         findings.append(GitFinding(str(after.path(key)), "unreadable", action))
     cleared = _clear_setid(after)
     used = quarantine if quarantine.exists() else None
-    return GitReport(tuple(findings), tuple(cleared), used)
+    return GitReport(tuple(findings), tuple(cleared), used, tuple(refreshed))
 
 
 def _exec_holders(before: GitSnapshot, after: GitSnapshot) -> set[tuple[int, str]]:
