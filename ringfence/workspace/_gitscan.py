@@ -301,10 +301,11 @@ class _Walk:
                     if st.st_mode & _SETID and st.st_ctime_ns >= setid_since:
                         self.setids.add((index, prefix + name))
             return len(listing)
-        if _in_objects(prefix, top):
+        if _in_objects(prefix, top) and not _may_be_git_dir({e.name for e in listing}):
             # Loose objects and packs are named by their content and git runs nothing from
             # them: the names in each objects/ directory are compared (one digest per
             # directory), not each file's stat, so many loose objects stay cheap to scan.
+            # (A repository planted in there is recorded in full, like any other.)
             files = []
             for e in listing:
                 if e.is_dir(follow_symlinks=False):

@@ -367,13 +367,17 @@ async def test_local_new_directories_in_a_git_directory_holding_hooks_or_config_
     attack = (
         f"mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch {marker}\\n' > .git/hooks/pre-commit"
         " && chmod +x .git/hooks/pre-commit && "
-        f"{evil_gitdir_script('.git/modules/evil', marker)}"
+        f"{evil_gitdir_script('.git/modules/evil', marker)} && "
+        f"{evil_gitdir_script('.git/objects/evil', marker)}"
     )
     async with kernel(workspace, "local", tmp_path) as k:
         outcome = await k.invoke("run_shell", {"command": attack})
-    quarantine = assert_refused(outcome, tmp_path, ".git/hooks", ".git/modules")
+    quarantine = assert_refused(
+        outcome, tmp_path, ".git/hooks", ".git/modules", ".git/objects/evil"
+    )
     assert not (workspace / ".git" / "hooks").exists()
     assert not (workspace / ".git" / "modules").exists()
+    assert not (workspace / ".git" / "objects" / "evil").exists()
     assert (quarantine / "0" / ".git" / "hooks" / "pre-commit").is_file()
     (workspace / "x").write_text("x\n")
     git(tmp_path, workspace, "add", "x")
