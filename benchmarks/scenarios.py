@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import backends, bridge, gate, mcp_host, policy, workspace
+from . import backends, bridge, gate, gitscan, mcp_host, policy, workspace
 from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
@@ -10,6 +10,7 @@ SCENARIOS: list[Scenario] = [
     *workspace.SCENARIOS,
     *backends.SCENARIOS,
     policy.SCENARIO,
+    *gitscan.SCENARIOS,
     *mcp_host.SCENARIOS,
     *bridge.SCENARIOS,
 ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import _proc
 from ..runtime import RingfenceError
 from ._docker import DockerOptions
 from ._dockerapi import connect_docker, docker_location
@@ -39,7 +40,8 @@ class Check:
 def run_checks() -> list[Check]:
     """Every check, in report order. Never raises for a missing layer: that is a failed check."""
     checks = [
-        Check("backend local", True, "host child processes (not a sandbox)", None, ("local",))
+        Check("backend local", True, "host child processes (not a sandbox)", None, ("local",)),
+        _process_tracking(),
     ]
     checks += _docker_checks()
     checks += [_userns(), _landlock(), _seccomp(), _ripgrep()]
@@ -104,6 +106,26 @@ def _docker_checks() -> list[Check]:
         return [Check("docker daemon", False, exc.message, None, ("docker",))]
     finally:
         client.close()
+
+
+def _process_tracking() -> Check:
+    """How the local backend finds a command's processes; the run-id fallback is a failed check.
+
+    Not needed by any backend (``local`` runs either way), but the fallback is
+    weaker: a process that leaves the session and scrubs ``RINGFENCE_RUN_ID``
+    outlives its command.
+    """
+    found = _proc.tracking()
+    if found.method == "cgroup":
+        return Check("process tracking", True, found.detail)
+    return Check(
+        "process tracking",
+        False,
+        f"run-id hunt ({found.detail}); a process that leaves the session and scrubs "
+        "RINGFENCE_RUN_ID outlives its command",
+        "run as root, or in a delegated cgroup2 subtree "
+        "(systemd-run --user --scope -p Delegate=yes ringfence …)",
+    )
 
 
 def _userns() -> Check:

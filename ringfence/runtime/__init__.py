@@ -15,7 +15,12 @@ from ._approval import (
     default_approver as default_approver,
 )
 from ._canonical import canonical_json as canonical_json, digest as digest
-from ._caps import CappedText as CappedText, cap_text as cap_text
+from ._caps import (
+    MAX_SPOOL_BYTES as MAX_SPOOL_BYTES,
+    CappedText as CappedText,
+    cap_text as cap_text,
+    escape_surrogates as escape_surrogates,
+)
 from ._errors import (
     ERROR_CODES as ERROR_CODES,
     Denied as Denied,
@@ -44,6 +49,9 @@ from ._files import atomic_write as atomic_write, ringfence_home as ringfence_ho
 from ._intents import (
     Intent as Intent,
     IntentAuthority as IntentAuthority,
+    check_intent as check_intent,
+    key_fingerprint as key_fingerprint,
+    load_public_keys as load_public_keys,
     verify_intent as verify_intent,
 )
 from ._kernel import (

@@ -71,9 +71,11 @@ async def test_cancelled_from_outside_nothing_is_left(tmp_path: Path) -> None:
     assert left == []
 
 
-def test_capture_keeps_head_and_tail_past_its_memory_limit(tmp_path: Path) -> None:
+def test_capture_keeps_head_and_tail_past_its_spool_limit(tmp_path: Path) -> None:
     chunks: list[str] = []
-    capture = Capture("stdout", lambda s, t: chunks.append(t), memory_limit=1000)
+    capture = Capture(
+        "stdout", lambda s, t: chunks.append(t), spool_limit=1000, tail_window=1000, cut_margin=12
+    )
     data = b"".join(f"{i:05d}\n".encode() for i in range(2000))  # 12000 bytes
     for i in range(0, len(data), 333):
         capture.feed(data[i : i + 333])
@@ -83,7 +85,8 @@ def test_capture_keeps_head_and_tail_past_its_memory_limit(tmp_path: Path) -> No
     assert out.truncated and out.total_bytes == 12000
     spooled = Path(out.spool_path).read_text()
     assert spooled.startswith("00000\n") and spooled.endswith("01999\n")
-    assert "dropped 10000 bytes" in spooled
+    assert "dropped 10000 bytes" in spooled and "12 characters either side" in spooled
+    assert data.decode()[: 1000 - 12] in spooled and data.decode()[-1000 + 12 :] in spooled
     assert out.text.startswith("00000\n") and out.text.endswith("01999\n")
 
 
