@@ -981,19 +981,34 @@ def _stricter(a: PolicyVerdict | None, b: PolicyVerdict | None) -> PolicyVerdict
     return a if _RANK[a.effect] <= _RANK[b.effect] else b
 
 
+# Only calls whose arguments hold at most this many characters in all are cached: the
+# cache must not keep a write_file's megabytes alive (4096 entries of them).
+_CACHE_KEY_CHARS = 8192
+
+
 def _freeze(value: Any) -> Any:
-    """A hashable stand-in for JSON-like ``value``, or None when it has other types."""
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return (type(value).__name__, value)
-    if isinstance(value, (list, tuple)):
-        items = [_freeze(v) for v in value]
-        return None if any(i is None for i in items) else ("l", tuple(items))
-    if isinstance(value, Mapping):
-        items = [(k, _freeze(v)) for k, v in value.items() if isinstance(k, str)]
-        if len(items) != len(value) or any(v is None for _, v in items):
-            return None
-        return ("d", tuple(sorted(items)))
-    return None
+    """A small hashable stand-in for JSON-like ``value``; None when it has other types or
+    more than _CACHE_KEY_CHARS characters of strings."""
+    budget = [_CACHE_KEY_CHARS]
+
+    def go(v: Any) -> Any:
+        if isinstance(v, str):
+            budget[0] -= len(v)
+            return None if budget[0] < 0 else ("str", v)
+        if isinstance(v, (int, float, bool)) or v is None:
+            return (type(v).__name__, v)
+        if isinstance(v, (list, tuple)):
+            items = [go(x) for x in v]
+            return None if any(i is None for i in items) else ("l", tuple(items))
+        if isinstance(v, Mapping):
+            pairs = [(k, go(x)) for k, x in v.items() if isinstance(k, str)]
+            if len(pairs) != len(v) or any(x is None for _, x in pairs):
+                return None
+            budget[0] -= sum(len(k) for k, _ in pairs)
+            return None if budget[0] < 0 else ("d", tuple(sorted(pairs)))
+        return None
+
+    return go(value)
 
 
 @dataclass(frozen=True)

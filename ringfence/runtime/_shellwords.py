@@ -141,8 +141,14 @@ def _parser() -> Any:
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
+# Command lines up to this long are cached (bounded memory: 2048 entries of at most this).
+_CACHE_CHARS = 4096
+
+
 def parse_command(command: str) -> ShellParse:
     """Parse a shell command line (as ``sh -c`` would get it). Never raises."""
+    if len(command) > _CACHE_CHARS:
+        return _parse_uncached(command, 0, ())
     return _parse_cached(command, 0, ())
 
 
@@ -153,11 +159,19 @@ def parse_argv(argv: Sequence[str]) -> ShellParse:
     return acc.freeze()
 
 
-@functools.lru_cache(maxsize=2048)
-def _parse_cached(command: str, depth: int, via: tuple[str, ...]) -> ShellParse:
+def _parse_uncached(command: str, depth: int, via: tuple[str, ...]) -> ShellParse:
     acc = _Acc()
     _parse_into(command, depth, via, acc)
     return acc.freeze()
+
+
+_parse_small = functools.lru_cache(maxsize=2048)(_parse_uncached)
+
+
+def _parse_cached(command: str, depth: int, via: tuple[str, ...]) -> ShellParse:
+    if len(command) > _CACHE_CHARS:
+        return _parse_uncached(command, depth, via)
+    return _parse_small(command, depth, via)
 
 
 # A backslash-newline is removed by bash's lexer before it splits words; tree-sitter-bash

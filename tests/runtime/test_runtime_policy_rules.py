@@ -210,3 +210,12 @@ def test_a_tool_can_declare_more_path_arguments() -> None:
     assert decide(spec, Posture.UNRESTRICTED, Rules(policy=policy), args).verdict is Verdict.DENY
     plain = _spec("mcp.fs.put")  # undeclared: the same string is matched as a whole
     assert decide(plain, Posture.UNRESTRICTED, Rules(policy=policy), args).verdict is Verdict.ALLOW
+
+
+def test_the_verdict_cache_does_not_keep_large_arguments() -> None:
+    policy = Policy.from_strings(deny=["write_file(path=.env)"])
+    rules = Rules(policy=policy)
+    for i in range(3):
+        decide(WRITE, Posture.ASK, rules, {"path": f"a{i}", "content": "x" * 100_000})
+    decide(WRITE, Posture.ASK, rules, {"path": "small", "content": "x"})
+    assert len(policy._verdicts) == 1  # only the small call
