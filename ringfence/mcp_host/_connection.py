@@ -52,6 +52,7 @@ from ..runtime import (
     Unavailable,
 )
 from ._manifest import ServerConfig, Transport
+from ._oauth import build_auth
 from ._urls import display_url, url_secrets
 
 __all__ = [
@@ -451,11 +452,12 @@ class ConnectionPool:
             )
             return stdio_client(params, errlog=errlog)
         headers = resolve_headers(c, self._redactor)
+        auth = build_auth(c, self._redactor)  # None unless auth = "oauth"
         assert c.url is not None
         timeout = httpx2.Timeout(c.connect_timeout_seconds, read=max(300.0, c.call_timeout_seconds))
         if c.transport is Transport.HTTP:
             # trust_env=False: no ambient proxy or .netrc credentials reach a server.
-            http = httpx2.AsyncClient(headers=headers, timeout=timeout, trust_env=False)
+            http = httpx2.AsyncClient(headers=headers, timeout=timeout, trust_env=False, auth=auth)
             stack.push_async_callback(http.aclose)
             return streamable_http_client(c.url, http_client=http)
 
@@ -470,6 +472,7 @@ class ConnectionPool:
             timeout=c.connect_timeout_seconds,
             sse_read_timeout=max(300.0, c.call_timeout_seconds),
             httpx_client_factory=factory,
+            auth=auth,
         )
 
     async def _read_stderr(self, fd: int) -> None:
