@@ -57,7 +57,9 @@ from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
     OAuthClientMetadata,
+    OAuthMetadata,
     OAuthToken,
+    ProtectedResourceMetadata,
 )
 from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_server_url
 
@@ -170,6 +172,9 @@ class SealedTokenStorage:
         self.store = store or SealedStore.default()
         self.redirect_uri = redirect_uri
         self.preregistered = config.client_id is not None
+        # Set by the provider: the discovery results to keep with the tokens, so a refresh
+        # after a restart goes to the discovered token endpoint with the right resource.
+        self.discovered: Callable[[], dict[str, Any]] = dict
 
     async def _load(self) -> dict[str, Any] | None:
         record = await trio.to_thread.run_sync(self.store.load, self.name)
@@ -195,9 +200,12 @@ class SealedTokenStorage:
         self._register(tokens.access_token, tokens.refresh_token)
         return tokens
 
-    async def expires_at(self) -> float | None:
+    async def restore(self) -> dict[str, Any]:
+        """Expiry and discovery results kept with the tokens (empty when there are none)."""
         record = await self._load()
-        return record.get("expires_at") if record else None
+        if not record or not record.get("tokens"):
+            return {}
+        return {k: record.get(k) for k in ("expires_at", "as_metadata", "prm")}
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         self._register(tokens.access_token, tokens.refresh_token)
@@ -209,6 +217,7 @@ class SealedTokenStorage:
             )
         now = time.time()
         await self._update(
+            **self.discovered(),
             tokens=tokens.model_dump(mode="json"),
             obtained_at=now,
             expires_at=now + tokens.expires_in if tokens.expires_in else None,
@@ -249,10 +258,28 @@ class _Guarded:
     _interactive: bool
     _step_ups: int
 
+    def _discovered(self) -> dict[str, Any]:
+        ctx = self.context
+        out: dict[str, Any] = {}
+        if ctx.oauth_metadata is not None:
+            out["as_metadata"] = ctx.oauth_metadata.model_dump(mode="json", exclude_none=True)
+        if ctx.protected_resource_metadata is not None:
+            out["prm"] = ctx.protected_resource_metadata.model_dump(mode="json", exclude_none=True)
+        return out
+
     async def _initialize(self) -> None:
         await super()._initialize()  # type: ignore[misc]
-        # The SDK does not persist expiry; without it a stored expired token would be sent.
-        self.context.token_expiry_time = await self._storage.expires_at()
+        self._storage.discovered = self._discovered
+        kept = await self._storage.restore()
+        # The SDK keeps neither expiry nor discovery across processes: without them a stored
+        # expired token would be sent, and its refresh would go to the resource's own origin.
+        self.context.token_expiry_time = kept.get("expires_at")
+        if kept.get("as_metadata") and self.context.oauth_metadata is None:
+            self.context.oauth_metadata = OAuthMetadata.model_validate(kept["as_metadata"])
+        if kept.get("prm") and self.context.protected_resource_metadata is None:
+            prm = ProtectedResourceMetadata.model_validate(kept["prm"])
+            self.context.protected_resource_metadata = prm
+            self.context.auth_server_url = str(prm.authorization_servers[0])
 
     def _add_auth_header(self, request: httpx2.Request) -> None:
         tokens = self.context.current_tokens
@@ -271,6 +298,13 @@ class _Guarded:
                 response = yield outgoing
                 if outgoing is request:
                     originals += 1
+                    if originals == 1 and self._may_refresh_instead(response):
+                        # A rejected token with a refresh token: refresh once, retry once,
+                        # rather than start an authorization nobody is there to complete.
+                        refreshed = yield await self._refresh_token()  # type: ignore[attr-defined]
+                        if await self._handle_refresh_response(refreshed):  # type: ignore[attr-defined]
+                            self._add_auth_header(request)
+                            response = yield request
                     refusal = self._check_challenge(response) if originals == 1 else None
                     if refusal is not None:
                         self._answer_refusal(request, response, refusal)
@@ -312,6 +346,13 @@ class _Guarded:
         response.headers["content-type"] = "application/json"
         response._content = json.dumps(body).encode()  # read by the transport's aread()
         response.stream = httpx2.ByteStream(response._content)
+
+    def _may_refresh_instead(self, response: httpx2.Response) -> bool:
+        return (
+            response.status_code == 401
+            and not self._interactive
+            and self.context.can_refresh_token()
+        )
 
     def _check_challenge(self, response: httpx2.Response) -> Exception | None:
         """The refusal, decided before any authorization work, of what may not be done now."""

@@ -22,7 +22,7 @@ from mcp.shared.auth import AuthorizationCodeResult
 from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
 
 from ringfence.mcp_host import connect_servers
-from ringfence.mcp_host._oauth import LoginFlow, auth_status, login, login_flow
+from ringfence.mcp_host._oauth import MAX_STEP_UPS, LoginFlow, auth_status, login, login_flow
 from ringfence.mcp_host._tokens import SealedStore
 from ringfence.runtime import ApprovalAnswer, Denied, Redactor
 
@@ -223,3 +223,73 @@ async def test_a_tampered_record_does_not_open(home: Path, oauth_server, make_ke
     async with make_kernel() as kernel, connect_servers(kernel, manifest(block(url))) as cs:
         assert "do not open" in cs.failures["prot"].message
     assert len(bearer_values(await server_log(url))) == sent_at_login  # nothing more was sent
+
+
+async def test_step_ups_are_bounded(home: Path, oauth_server, make_kernel) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    browser = Browser()
+    kernel = make_kernel([ApprovalAnswer.once() for _ in range(3)])
+    with login_flow(browser.flow()):
+        async with kernel, connect_servers(kernel, manifest(block(url))):
+            outcomes = [await kernel.invoke("mcp.prot.stubborn", {}) for _ in range(3)]
+    assert not any(o.ok for o in outcomes), [(o.ok, o.error, o.value) for o in outcomes]
+    assert len(browser.urls) == MAX_STEP_UPS  # the third challenge prompted nobody
+    assert f"after {MAX_STEP_UPS} step-ups" in outcomes[2].error.message
+
+
+async def test_a_token_the_server_echoes_is_redacted(
+    home: Path, oauth_server, make_kernel, sink
+) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    (token,) = set(bearer_values(await server_log(url)))
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))):
+        out = await kernel.call("mcp.prot.echo_token", {})
+    assert "your token is" in out["text"] and token not in out["text"]
+    assert token not in json.dumps(sink.records())
+
+
+async def test_preregistered_client_does_not_register(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    url = await oauth_server()
+    config = manifest(block(url, 'client_id = "pre-public"')).servers[0]
+    browser = Browser()
+    status = await login(config, Redactor(), browser.flow())
+    assert status["logged_in"]
+    assert parse_qs(urlsplit(browser.urls[0]).query)["client_id"] == ["pre-public"]
+    assert (await server_log(url))["registrations"] == []
+
+
+async def test_client_credentials_machine_to_machine(
+    home: Path, oauth_server, make_kernel, sink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await oauth_server()
+    monkeypatch.setenv("M2M_SECRET", "m2m-secret")
+    extra = (
+        'client_id = "m2m"\nclient_secret_env = "M2M_SECRET"\n'
+        'oauth_grant = "client_credentials"\nscopes = ["read"]'
+    )
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url, extra))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    log = await server_log(url)
+    assert [g["grant"] for g in log["grants"]] == ["client_credentials"]
+    assert log["grants"][0]["resource"] == url
+    assert "m2m-secret" not in json.dumps(sink.records())
+
+
+async def test_client_credentials_with_a_missing_secret_names_the_variable(
+    home: Path, oauth_server, make_kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await oauth_server()
+    monkeypatch.delenv("M2M_SECRET", raising=False)
+    extra = (
+        'client_id = "m2m"\nclient_secret_env = "M2M_SECRET"\noauth_grant = "client_credentials"'
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block(url, extra))) as cs:
+        assert "M2M_SECRET" in cs.failures["prot"].message
+    assert (await server_log(url))["grants"] == []

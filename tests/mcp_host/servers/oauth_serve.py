@@ -12,11 +12,18 @@
   ``insufficient_scope`` with ``scope="read write"``;
 - access tokens are HS256 JWTs whose ``aud`` is the requested resource, or
   ``RF_OAUTH_AUD`` when set (to issue wrong-audience tokens); lifetime ``RF_OAUTH_TTL``;
-- ``GET /test/log`` (no auth): every Authorization header received on ``/mcp`` and every grant.
+- ``stubborn`` demands scope ``admin-only`` whatever was granted (the step-up limit);
+  ``echo_token`` returns the caller's own token (redaction);
+- pre-registered clients: ``pre-public`` (public, auth code) and ``m2m`` / ``m2m-secret``
+  (client_credentials, client_secret_basic, answered in front of the SDK's ``/token``,
+  which has no client_credentials grant);
+- ``GET /test/log`` (no auth): every Authorization header received on ``/mcp``, every
+  grant and every dynamic registration.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -24,6 +31,7 @@ import socket
 import sys
 import time
 import warnings
+from urllib.parse import parse_qs, unquote
 
 import jwt
 import trio
@@ -47,7 +55,8 @@ warnings.simplefilter("ignore")
 SIGNING_KEY = secrets.token_bytes(32)
 TTL = int(os.environ.get("RF_OAUTH_TTL", "3600"))
 AUD = os.environ.get("RF_OAUTH_AUD")
-LOG: dict[str, list] = {"authorization": [], "grants": []}
+LOG: dict[str, list] = {"authorization": [], "grants": [], "registrations": []}
+REDIRECT = "http://127.0.0.1:9/callback"
 
 
 class Provider:
@@ -58,12 +67,20 @@ class Provider:
         self.codes: dict[str, AuthorizationCode] = {}
         self.refresh: dict[str, RefreshToken] = {}
         self.access: dict[str, AccessToken] = {}
+        self.clients["pre-public"] = OAuthClientInformationFull(
+            client_id="pre-public",
+            redirect_uris=[REDIRECT],
+            token_endpoint_auth_method="none",
+            grant_types=["authorization_code", "refresh_token"],
+            scope="read write",
+        )
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         client_info.scope = "read write"  # may later step up to every scope it offers
+        LOG["registrations"].append(client_info.client_id)
         self.clients[client_info.client_id] = client_info
 
     async def authorize(
@@ -100,8 +117,13 @@ class Provider:
         if AUD or resource:
             claims["aud"] = AUD or resource
         token = jwt.encode(claims, SIGNING_KEY, algorithm="HS256")
+        # Accepted a little past the advertised expiry: the client must refresh by its own clock.
         self.access[token] = AccessToken(
-            token=token, client_id=client_id, scopes=scopes, expires_at=now + TTL, resource=resource
+            token=token,
+            client_id=client_id,
+            scopes=scopes,
+            expires_at=now + TTL + 5,
+            resource=resource,
         )
         refresh = secrets.token_urlsafe(24)
         self.refresh[refresh] = RefreshToken(
@@ -170,6 +192,19 @@ def build(port: int):
         """Needs scope write (step-up)."""
         return f"wrote {text}"
 
+    @mcp.tool()
+    def stubborn() -> str:
+        """Never satisfied (asks for scope admin-only every time)."""
+        return "unreachable"
+
+    @mcp.tool()
+    def echo_token() -> str:
+        """Returns the caller's own access token (a leak the host must redact)."""
+        from mcp.server.auth.middleware.auth_context import get_access_token
+
+        found = get_access_token()
+        return f"your token is {found.token if found else None}"
+
     @mcp.custom_route("/test/log", methods=["GET"])
     async def log(request: Request) -> JSONResponse:
         return JSONResponse(LOG)
@@ -177,48 +212,41 @@ def build(port: int):
     app = mcp.streamable_http_app()
     prm = f"{base}/.well-known/oauth-protected-resource/mcp"
 
+    async def respond(send, status: int, payload: dict, extra: list | None = None) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), *(extra or [])],
+            }
+        )
+        await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
+
+    async def client_credentials(headers: dict, body: bytes, send) -> None:
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        basic = headers.get("authorization", "")
+        user, _, secret = (
+            base64.b64decode(basic[6:]).decode().partition(":")
+            if basic.startswith("Basic ")
+            else ("", "", "")
+        )
+        if (unquote(user), unquote(secret)) != ("m2m", "m2m-secret"):
+            return await respond(send, 401, {"error": "invalid_client"})
+        token = provider._issue(
+            "m2m", (form.get("scope") or "read").split(), form.get("resource"), "client_credentials"
+        )
+        await respond(send, 200, token.model_dump(exclude_none=True))
+
     async def guarded(scope, receive, send):
-        """Record Authorization headers on /mcp; demand scope write for write_note."""
-        if scope["type"] != "http" or not scope["path"].startswith("/mcp"):
+        """Record Authorization headers on /mcp; step-up for write_note and stubborn."""
+        if scope["type"] != "http":
             return await app(scope, receive, send)
-        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        LOG["authorization"].append(headers.get("authorization"))
         body = b""
         more = True
         while more:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        try:
-            payload = json.loads(body) if body else {}
-        except ValueError:
-            payload = {}
-        if (
-            isinstance(payload, dict)
-            and payload.get("method") == "tools/call"
-            and (payload.get("params", {}).get("name") == "write_note")
-        ):
-            token = (headers.get("authorization") or "")[7:]
-            found = await provider.load_access_token(token)
-            if found is not None and "write" not in found.scopes:
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 403,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (
-                                b"www-authenticate",
-                                f'Bearer error="insufficient_scope", scope="read write", '
-                                f'resource_metadata="{prm}"'.encode(),
-                            ),
-                        ],
-                    }
-                )
-                await send(
-                    {"type": "http.response.body", "body": b'{"error":"insufficient_scope"}'}
-                )
-                return
         sent = False
 
         async def replay():
@@ -228,6 +256,33 @@ def build(port: int):
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        if scope["path"] == "/token" and b"grant_type=client_credentials" in body:
+            return await client_credentials(headers, body, send)
+        if not scope["path"].startswith("/mcp"):
+            return await app(scope, replay, send)
+        LOG["authorization"].append(headers.get("authorization"))
+        try:
+            payload = json.loads(body) if body else {}
+        except ValueError:
+            payload = {}
+        tool = (
+            payload.get("params", {}).get("name")
+            if isinstance(payload, dict) and payload.get("method") == "tools/call"
+            else None
+        )
+        found = await provider.load_access_token((headers.get("authorization") or "")[7:])
+        needed = {"write_note": "write", "stubborn": "admin-only"}.get(tool or "")
+        if found is not None and needed and needed not in found.scopes:
+            challenge = (
+                f'Bearer error="insufficient_scope", scope="read write", resource_metadata="{prm}"'
+            )
+            return await respond(
+                send,
+                403,
+                {"error": "insufficient_scope"},
+                [(b"www-authenticate", challenge.encode())],
+            )
         return await app(scope, replay, send)
 
     return guarded
