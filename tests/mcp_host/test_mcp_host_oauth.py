@@ -293,3 +293,18 @@ async def test_client_credentials_with_a_missing_secret_names_the_variable(
     async with make_kernel() as kernel, connect_servers(kernel, manifest(block(url, extra))) as cs:
         assert "M2M_SECRET" in cs.failures["prot"].message
     assert (await server_log(url))["grants"] == []
+
+
+async def test_a_rejected_token_is_refreshed_once_not_sent_to_a_login(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    async with httpx2.AsyncClient() as c:
+        await c.post(url.replace("/mcp", "/test/revoke-access"))
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    grants = [g["grant"] for g in (await server_log(url))["grants"]]
+    assert grants == ["authorization_code", "refresh_token"]

@@ -17,6 +17,7 @@
 - pre-registered clients: ``pre-public`` (public, auth code) and ``m2m`` / ``m2m-secret``
   (client_credentials, client_secret_basic, answered in front of the SDK's ``/token``,
   which has no client_credentials grant);
+- ``POST /test/revoke-access`` drops every access token (refresh tokens stay);
 - ``GET /test/log`` (no auth): every Authorization header received on ``/mcp``, every
   grant and every dynamic registration.
 """
@@ -204,6 +205,11 @@ def build(port: int):
 
         found = get_access_token()
         return f"your token is {found.token if found else None}"
+
+    @mcp.custom_route("/test/revoke-access", methods=["POST"])
+    async def revoke_access(request: Request) -> JSONResponse:
+        provider.access.clear()  # every access token now fails; refresh tokens still work
+        return JSONResponse({"ok": True})
 
     @mcp.custom_route("/test/log", methods=["GET"])
     async def log(request: Request) -> JSONResponse:
