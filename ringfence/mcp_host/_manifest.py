@@ -167,6 +167,8 @@ class ServerConfig:
     scopes: tuple[str, ...] = ()
     oauth_grant: str = "authorization_code"
     oauth_issuer: str | None = None
+    client_metadata_url: str | None = None
+    client_key_env: str | None = None
     # Where it was defined ("path:line"), for messages; not part of the file format.
     origin: str = field(default="", compare=False)
 
@@ -513,7 +515,15 @@ class _ServerReader:
     ) -> dict[str, Any]:
         """The OAuth keys, checked together (they only mean something with ``auth = "oauth"``)."""
         mode = self.choice("auth", AuthMode, AuthMode.NONE)
-        oauth_keys = ("client_id", "client_secret_env", "scopes", "oauth_grant", "oauth_issuer")
+        oauth_keys = (
+            "client_id",
+            "client_secret_env",
+            "scopes",
+            "oauth_grant",
+            "oauth_issuer",
+            "client_metadata_url",
+            "client_key_env",
+        )
         if transport is Transport.STDIO and "auth" in self.raw:
             raise self.fail("auth", "only applies to http and sse servers")
         if mode is AuthMode.BEARER and api_key_env is None:
@@ -535,6 +545,13 @@ class _ServerReader:
             raise self.fail("client_secret_env", "must name an environment variable")
         if secret_env is not None and client_id is None:
             raise self.fail("client_secret_env", "a client secret needs its client_id")
+        key_env = self.string("client_key_env")
+        if key_env is not None and not _ENV_NAME.match(key_env):
+            raise self.fail("client_key_env", "must name an environment variable")
+        if key_env is not None and (client_id is None or secret_env is not None):
+            raise self.fail(
+                "client_key_env", "a private key (private_key_jwt) needs client_id and no secret"
+            )
         scopes = self.strings("scopes") or ()
         for scope in scopes:
             if not scope or any(c.isspace() or c in '"\\' for c in scope):
@@ -544,9 +561,14 @@ class _ServerReader:
             raise self.fail(
                 "oauth_grant", f"must be one of {', '.join(OAUTH_GRANTS)}, not {grant!r}"
             )
-        if grant == "client_credentials" and secret_env is None:
+        if grant == "client_credentials" and secret_env is None and key_env is None:
             raise self.fail(
-                "oauth_grant", "client_credentials needs client_id and client_secret_env"
+                "oauth_grant",
+                "client_credentials needs client_id and client_secret_env or client_key_env",
+            )
+        if key_env is not None and grant != "client_credentials":
+            raise self.fail(
+                "client_key_env", 'only applies with oauth_grant = "client_credentials"'
             )
         issuer = self.string("oauth_issuer")
         if issuer is not None:
@@ -554,8 +576,16 @@ class _ServerReader:
                 check_url(issuer, "oauth_issuer")
             except InvalidArguments as exc:
                 raise self.fail("oauth_issuer", exc.message.removeprefix("oauth_issuer ")) from None
+        metadata_url = self.string("client_metadata_url")
+        if metadata_url is not None:
+            from mcp.client.auth.utils import is_valid_client_metadata_url
+
+            if not is_valid_client_metadata_url(metadata_url):
+                raise self.fail("client_metadata_url", "must be an https URL with a path")
         return {
             "auth": mode,
+            "client_metadata_url": metadata_url,
+            "client_key_env": key_env,
             "client_id": client_id,
             "client_secret_env": secret_env,
             "scopes": scopes,

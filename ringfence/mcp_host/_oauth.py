@@ -51,7 +51,11 @@ from mcp.client.auth import (
     OAuthRegistrationError,
     OAuthTokenError,
 )
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.auth.extensions.client_credentials import (
+    ClientCredentialsOAuthProvider,
+    PrivateKeyJWTOAuthProvider,
+    SignedJWTParameters,
+)
 from mcp.client.auth.utils import extract_field_from_www_auth
 from mcp.shared.auth import (
     AuthorizationCodeResult,
@@ -63,7 +67,7 @@ from mcp.shared.auth import (
 )
 from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_server_url
 
-from ..runtime import Denied, Redactor, Unavailable
+from ..runtime import Denied, InvalidArguments, Redactor, Unavailable
 from ._manifest import AuthMode, ServerConfig
 from ._tokens import SealedStore
 
@@ -406,6 +410,7 @@ class RingfenceOAuthProvider(_Guarded, OAuthClientProvider):
             storage,
             redirect_handler=flow.redirect if flow else None,
             callback_handler=flow.callback if flow else None,
+            client_metadata_url=config.client_metadata_url,
         )
         self._server_name = config.name
         self._storage = storage
@@ -450,15 +455,55 @@ class RingfenceClientCredentials(_Guarded, ClientCredentialsOAuthProvider):
         self._step_ups = 0
 
 
-def _client_secret(config: ServerConfig, redactor: Redactor) -> str | None:
-    if config.client_secret_env is None:
+class RingfenceClientKeyJWT(_Guarded, PrivateKeyJWTOAuthProvider):
+    """client_credentials authenticated by a signed JWT assertion (RFC 7523, private_key_jwt)."""
+
+    def __init__(self, config: ServerConfig, storage: SealedTokenStorage, key_pem: str) -> None:
+        assert config.url is not None and config.client_id is not None
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+        try:
+            key = load_pem_private_key(key_pem.encode(), password=None)
+        except (ValueError, TypeError):
+            raise InvalidArguments(
+                f"server {config.name!r}: {config.client_key_env} is not an unencrypted PEM "
+                "private key",
+                field="client_key_env",
+            ) from None
+        algorithm = "ES256" if isinstance(key, ec.EllipticCurvePrivateKey) else "RS256"
+        params = SignedJWTParameters(
+            issuer=config.client_id,
+            subject=config.client_id,
+            signing_key=key_pem,
+            signing_algorithm=algorithm,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # issuer optional (see RingfenceClientCredentials)
+            super().__init__(
+                server_url=config.url,
+                storage=storage,
+                client_id=config.client_id,
+                assertion_provider=params.create_assertion_provider(),
+                scope=" ".join(config.scopes) or None,
+                issuer=config.oauth_issuer,
+            )
+        self._server_name = config.name
+        self._storage = storage
+        self._interactive = True  # a 401 is answered by a fresh grant, no person involved
+        self._step_ups = 0
+
+
+def _from_env(config: ServerConfig, key: str, redactor: Redactor) -> str | None:
+    var = getattr(config, key)
+    if var is None:
         return None
-    value = os.environ.get(config.client_secret_env)
+    value = os.environ.get(var)
     if not value:
         raise Unavailable(
-            f"server {config.name!r}: client_secret_env names the environment variable "
-            f"{config.client_secret_env}, which is not set; set it before connecting",
-            field="client_secret_env",
+            f"server {config.name!r}: {key} names the environment variable "
+            f"{var}, which is not set; set it before connecting",
+            field=key,
         )
     redactor.register_credential(value)
     return value
@@ -474,10 +519,13 @@ def build_auth(
     """
     if config.auth is not AuthMode.OAUTH or config.url is None:
         return None
-    secret = _client_secret(config, redactor)
+    secret = _from_env(config, "client_secret_env", redactor)
     flow = _installed_flow
     storage = SealedTokenStorage(config, redactor, store, flow.redirect_uri if flow else None)
     if config.oauth_grant == "client_credentials":
+        key_pem = _from_env(config, "client_key_env", redactor)
+        if key_pem is not None:
+            return RingfenceClientKeyJWT(config, storage, key_pem)
         assert secret is not None
         return RingfenceClientCredentials(config, storage, secret)
     return RingfenceOAuthProvider(config, storage, flow, secret)
