@@ -241,7 +241,12 @@ async def run_list(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
     servers = [_summary(s) for s in m.servers]
     if args.json:
-        return print_ok({"manifests": [str(p) for p in m.paths], "servers": servers}, True)
+        from ..mcp_host._tokens import key_backend
+
+        result = {"manifests": [str(p) for p in m.paths], "servers": servers}
+        if any(s["auth"]["auth"] == "oauth" for s in servers):
+            result["token_store"] = key_backend()  # where the sealing key lives
+        return print_ok(result, True)
     if not servers:
         sys.stdout.write(f"no MCP servers configured in {', '.join(str(p) for p in m.paths)}\n")
         return 0

@@ -258,6 +258,7 @@ class _Guarded:
     context: Any
     _initialized: bool
     _server_name: str
+    _config: ServerConfig
     _storage: SealedTokenStorage
     _interactive: bool
     _step_ups: int
@@ -317,9 +318,12 @@ class _Guarded:
         except StopAsyncIteration:
             return
         except (OAuthFlowError, OAuthTokenError, OAuthRegistrationError, ValueError) as exc:
+            from ._connection import _scrub  # the server URL never appears in a message
+
             raise Unavailable(
                 f"MCP server {self._server_name!r}: OAuth authorization failed "
-                f"({type(exc).__name__}: {str(exc)[:300]}); {_login_hint(self._server_name)}",
+                f"({type(exc).__name__}: {_scrub(str(exc), self._config)[:300]}); "
+                f"{_login_hint(self._server_name)}",
                 field="auth",
             ) from None
         finally:
@@ -413,6 +417,7 @@ class RingfenceOAuthProvider(_Guarded, OAuthClientProvider):
             client_metadata_url=config.client_metadata_url,
         )
         self._server_name = config.name
+        self._config = config
         self._storage = storage
         self._interactive = flow is not None
         self._step_ups = 0
@@ -450,6 +455,7 @@ class RingfenceClientCredentials(_Guarded, ClientCredentialsOAuthProvider):
                 issuer=config.oauth_issuer,
             )
         self._server_name = config.name
+        self._config = config
         self._storage = storage
         self._interactive = True  # a 401 is answered by a fresh grant, no person involved
         self._step_ups = 0
@@ -489,6 +495,7 @@ class RingfenceClientKeyJWT(_Guarded, PrivateKeyJWTOAuthProvider):
                 issuer=config.oauth_issuer,
             )
         self._server_name = config.name
+        self._config = config
         self._storage = storage
         self._interactive = True  # a 401 is answered by a fresh grant, no person involved
         self._step_ups = 0

@@ -24,7 +24,7 @@ from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
 from ringfence.mcp_host import connect_servers
 from ringfence.mcp_host._oauth import MAX_STEP_UPS, LoginFlow, auth_status, login, login_flow
 from ringfence.mcp_host._tokens import SealedStore
-from ringfence.runtime import ApprovalAnswer, Denied, Redactor
+from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Redactor, Unavailable
 
 REDIRECT = "http://127.0.0.1:9/callback"  # never contacted: the test browser stops at the redirect
 
@@ -308,3 +308,39 @@ async def test_a_rejected_token_is_refreshed_once_not_sent_to_a_login(
         assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
     grants = [g["grant"] for g in (await server_log(url))["grants"]]
     assert grants == ["authorization_code", "refresh_token"]
+
+
+async def test_metadata_for_another_resource_is_refused_without_repeating_the_url(
+    home: Path, oauth_server
+) -> None:
+    url = await oauth_server(RF_OAUTH_PRM_RESOURCE="https://evil.example/mcp")
+    config = manifest(block(url + "?key=hunter2-query-secret")).servers[0]
+    browser = Browser()
+    with pytest.raises(Unavailable) as caught:
+        await login(config, Redactor(), browser.flow())
+    message = caught.value.message
+    assert "does not match" in message and "ringfence mcp login prot" in message
+    assert "hunter2-query-secret" not in message and "127.0.0.1" not in message
+    assert browser.urls == []  # no authorization was started for the lying server
+    assert (await server_log(url))["grants"] == []
+
+
+def test_the_auth_keys_are_checked_together() -> None:
+    base = '[[server]]\nname = "s"\ntransport = "http"\nurl = "https://x.example/mcp"\n'
+    bad = {
+        'auth = "bearer"': "needs api_key_env",
+        'auth = "oauth"\napi_key_env = "T"': "conflicts",
+        'client_id = "x"': 'only applies with auth = "oauth"',
+        'auth = "oauth"\noauth_grant = "client_credentials"': "client_credentials needs",
+        'auth = "oauth"\nclient_secret_env = "S"': "needs its client_id",
+        'auth = "oauth"\nscopes = ["a b"]': "not a scope token",
+        'auth = "oauth"\nclient_metadata_url = "http://x.example/c.json"': "https URL",
+        'auth = "oauth"\nclient_id = "c"\nclient_key_env = "K"': "only applies with oauth_grant",
+    }
+    for extra, expected in bad.items():
+        with pytest.raises(InvalidArguments) as caught:
+            manifest(base + extra)
+        assert expected in caught.value.message, (extra, caught.value.message)
+    stdio = '[[server]]\nname = "s"\ntransport = "stdio"\ncommand = "/bin/true"\nauth = "oauth"\n'
+    with pytest.raises(InvalidArguments, match="only applies to http and sse"):
+        manifest(stdio)

@@ -56,7 +56,9 @@ async def test_login_list_logout_through_the_cli(home: Path, oauth_server) -> No
 
     (token,) = set(bearer_values(await server_log(url)))
     listed = await cli(home, "mcp", "list", "--json")
-    state = json.loads(listed.stdout)["result"]["servers"][0]["auth"]
+    result = json.loads(listed.stdout)["result"]
+    assert result["token_store"] == f"key file {home / 'keys' / 'mcp-oauth.key'}"
+    state = result["servers"][0]["auth"]
     assert state["logged_in"] and state["scopes"] == ["read"] and state["refreshable"]
     text = await cli(home, "mcp", "list")
     assert b"oauth: logged in, expires" in text.stdout

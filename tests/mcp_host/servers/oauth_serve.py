@@ -12,6 +12,7 @@
   ``insufficient_scope`` with ``scope="read write"``;
 - access tokens are HS256 JWTs whose ``aud`` is the requested resource, or
   ``RF_OAUTH_AUD`` when set (to issue wrong-audience tokens); lifetime ``RF_OAUTH_TTL``;
+- ``RF_OAUTH_PRM_RESOURCE``: the protected-resource metadata names that resource instead;
 - ``stubborn`` demands scope ``admin-only`` whatever was granted (the step-up limit);
   ``echo_token`` returns the caller's own token (redaction);
 - pre-registered clients: ``pre-public`` (public, auth code) and ``m2m`` / ``m2m-secret``
@@ -56,6 +57,7 @@ warnings.simplefilter("ignore")
 SIGNING_KEY = secrets.token_bytes(32)
 TTL = int(os.environ.get("RF_OAUTH_TTL", "3600"))
 AUD = os.environ.get("RF_OAUTH_AUD")
+PRM_RESOURCE = os.environ.get("RF_OAUTH_PRM_RESOURCE")  # protected-resource metadata that lies
 LOG: dict[str, list] = {"authorization": [], "grants": [], "registrations": []}
 REDIRECT = "http://127.0.0.1:9/callback"
 
@@ -265,6 +267,10 @@ def build(port: int):
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         if scope["path"] == "/token" and b"grant_type=client_credentials" in body:
             return await client_credentials(headers, body, send)
+        if PRM_RESOURCE and scope["path"].startswith("/.well-known/oauth-protected-resource"):
+            return await respond(
+                send, 200, {"resource": PRM_RESOURCE, "authorization_servers": [base]}
+            )
         if not scope["path"].startswith("/mcp"):
             return await app(scope, replay, send)
         LOG["authorization"].append(headers.get("authorization"))
