@@ -179,9 +179,15 @@ class SealedTokenStorage:
         # Set by the provider: the discovery results to keep with the tokens, so a refresh
         # after a restart goes to the discovered token endpoint with the right resource.
         self.discovered: Callable[[], dict[str, Any]] = dict
+        self._record: dict[str, Any] | None = None
+        self._loaded = False
 
     async def _load(self) -> dict[str, Any] | None:
-        record = await trio.to_thread.run_sync(self.store.load, self.name)
+        # Read and opened once per provider (one connection); writes keep the copy current.
+        if not self._loaded:
+            self._record = await trio.to_thread.run_sync(self.store.load, self.name)
+            self._loaded = True
+        record = self._record
         if record is None or record.get("resource") != self.resource:
             return None  # another server's (or URL's) credentials are never used here
         return record
@@ -190,6 +196,7 @@ class SealedTokenStorage:
         record = await self._load() or {"v": 1, "resource": self.resource}
         record.update(changes)
         await trio.to_thread.run_sync(self.store.save, self.name, record)
+        self._record = record
 
     def _register(self, *values: str | None) -> None:
         for value in values:
