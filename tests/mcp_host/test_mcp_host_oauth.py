@@ -344,3 +344,28 @@ def test_the_auth_keys_are_checked_together() -> None:
     stdio = '[[server]]\nname = "s"\ntransport = "stdio"\ncommand = "/bin/true"\nauth = "oauth"\n'
     with pytest.raises(InvalidArguments, match="only applies to http and sse"):
         manifest(stdio)
+
+
+async def test_a_stored_token_for_another_audience_is_not_attached(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    import base64
+
+    url = await oauth_server()
+
+    def part(obj: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    foreign = ".".join(
+        [part({"alg": "none"}), part({"aud": "https://other.example/mcp", "sub": "x"}), "sig"]
+    )
+    # A record for this URL whose token names another audience (e.g. written by an older
+    # version, or a mix-up at the authorization server): the send path refuses it too.
+    SealedStore(home).save(
+        "prot",
+        {"v": 1, "resource": url, "tokens": {"access_token": foreign, "token_type": "Bearer"}},
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert "ringfence mcp login prot" in cs.failures["prot"].message
+    log = await server_log(url)
+    assert log["authorization"] and bearer_values(log) == []
