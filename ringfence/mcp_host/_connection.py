@@ -70,6 +70,7 @@ from ..runtime import (
     Unavailable,
 )
 from ._manifest import ServerConfig, Transport, Trust
+from ._oauth import build_auth
 from ._results import frame_untrusted
 from ._urls import display_url, url_secrets
 
@@ -823,6 +824,7 @@ class ConnectionPool:
             )
             return bounded_stdio_client(params, errlog, limit)
         headers = resolve_headers(c, self._redactor)
+        auth = build_auth(c, self._redactor)  # None unless auth = "oauth"
         assert c.url is not None
         timeout = httpx2.Timeout(c.connect_timeout_seconds, read=max(300.0, c.call_timeout_seconds))
         if c.transport is Transport.HTTP:
@@ -831,6 +833,7 @@ class ConnectionPool:
                 headers=headers,
                 timeout=timeout,
                 trust_env=False,
+                auth=auth,
                 transport=_BoundedTransport(httpx2.AsyncHTTPTransport(trust_env=False), limit),
             )
             stack.push_async_callback(http.aclose)
@@ -849,6 +852,7 @@ class ConnectionPool:
             timeout=c.connect_timeout_seconds,
             sse_read_timeout=max(300.0, c.call_timeout_seconds),
             httpx_client_factory=factory,
+            auth=auth,
         )
 
     async def _read_stderr(self, fd: int) -> None:
