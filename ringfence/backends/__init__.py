@@ -69,6 +69,29 @@ _LAZY = {
 }
 
 
+__all__ = [
+    "DEFAULT_BACKEND",
+    "ENV_VARIABLE",
+    "IMAGES",
+    "BackendSession",
+    "ImageInfo",
+    "ImageRecipe",
+    "LocalSession",
+    "OutputCallback",
+    "SessionSpec",
+    "ShellResult",
+    "ShellTool",
+    "WorkspaceLike",
+    "backend_names",
+    "register_backend",
+    "register_shell_tool",
+    "select_backend",
+    "start_local",
+    "start_session",
+    *_LAZY,
+]
+
+
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
