@@ -12,6 +12,8 @@
   (they never run). Known cycles are listed in :data:`KNOWN_CYCLES`.
 * **Exports**: every package's ``__all__`` is exactly what it re-exports, and
   every name in it resolves.
+* **Size**: a module over 500 lines says why in its docstring; none is over
+  700, except those listed in :data:`OVERSIZE` with the work that splits them.
 
 All checks read the source with :mod:`ast`: nothing is imported except for
 the exports test, and a failure names the file and line.
@@ -89,6 +91,7 @@ def _modules() -> list[Module]:
 
 MODULES = _modules()
 BY_NAME = {m.name: m for m in MODULES}
+BY_NAME_REL = {m.rel: m for m in MODULES}
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
@@ -600,3 +603,43 @@ def test_every_module_all_names_exist(module: Module) -> None:
                 if isinstance(t, ast.Name):
                     bound.add(t.id)
     assert sorted(set(declared) - bound) == []
+
+
+# -- module size -------------------------------------------------------------------------
+
+SOFT_LIMIT = 500  # over this, the module's docstring says why ("... lines on purpose ...")
+HARD_LIMIT = 700  # over this, only the modules below, each until the named work splits it
+
+# Modules over the soft limit without a written reason today, and what shrinks them.
+OVERSIZE: dict[str, str] = {
+    "ringfence/bridge/_host.py": "issue 12 item 3: launching, the channel, the run logic",
+    "ringfence/backends/_docker.py": "issue 12 item 3: the in-container supervisor moves out",
+    "ringfence/mcp_host/_manifest.py": "issue 12 item 3: tomlkit and a declared model",
+    "ringfence/bridge/_runner.py": "the script runner's allowlist; to be split or explained",
+    "ringfence/_proc.py": "issue 12 item 1: grows as the bridge adopts it; to be explained",
+    "ringfence/mcp_host/_connector.py": "issue 12 items 5/6: exception collapser, discovery",
+    "ringfence/runtime/_kernel.py": "issue 12 item 5: errors copied instead of mutated",
+    "ringfence/runtime/_events.py": "issue 12 item 5: intent verification once",
+    "ringfence/mcp_host/_connection.py": "issue 12 item 5: one exception-group collapser",
+}
+
+
+def test_modules_are_small_or_say_why() -> None:
+    offenders = []
+    for m in MODULES:
+        lines = len(m.path.read_text().splitlines())
+        if lines <= SOFT_LIMIT or m.rel in OVERSIZE:
+            continue
+        doc = ast.get_docstring(m.tree) or ""
+        if lines > HARD_LIMIT:
+            offenders.append(f"{m.rel}: {lines} lines (at most {HARD_LIMIT})")
+        elif "lines on purpose" not in doc:
+            offenders.append(f"{m.rel}: {lines} lines and no reason in its docstring")
+    assert offenders == []
+    shrunk = [
+        rel
+        for rel in OVERSIZE
+        if len((SRC.parent / rel).read_text().splitlines()) <= SOFT_LIMIT
+        or "lines on purpose" in (ast.get_docstring(BY_NAME_REL[rel].tree) or "")
+    ]
+    assert shrunk == [], "no longer oversize (or explained): remove from OVERSIZE"
