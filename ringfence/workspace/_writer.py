@@ -100,29 +100,30 @@ def _current_umask() -> int:
 
 def denies_write(st: os.stat_result) -> bool:
     """Do the permission bits deny *us* writing? For root: are there no write bits at all?"""
-    euid = os.geteuid()
-    mode = st.st_mode
-    if euid == 0:
-        return not mode & 0o222
-    if st.st_uid == euid:
-        return not mode & stat.S_IWUSR
-    if st.st_gid == os.getegid() or st.st_gid in os.getgroups():
-        return not mode & stat.S_IWGRP
-    return not mode & stat.S_IWOTH
+    return _bits_deny(st, stat.S_IWUSR)
 
 
 def dir_denies_create(st: os.stat_result) -> bool:
     """Does this directory's mode deny creating files (write and search bits)?"""
+    return _bits_deny(st, stat.S_IWUSR | stat.S_IXUSR)
+
+
+def _bits_deny(st: os.stat_result, need_as_owner: int) -> bool:
+    """Does the class of the mode that applies to us (owner, group, other) lack a needed bit?
+
+    Checked on the bits, so running as root does not turn "read-only" into
+    "writable": for root, a mode with no write bit at all denies.
+    """
     euid = os.geteuid()
     mode = st.st_mode
     if euid == 0:
         return not mode & 0o222
     if st.st_uid == euid:
-        need = stat.S_IWUSR | stat.S_IXUSR
+        need = need_as_owner
     elif st.st_gid == os.getegid() or st.st_gid in os.getgroups():
-        need = stat.S_IWGRP | stat.S_IXGRP
+        need = need_as_owner >> 3
     else:
-        need = stat.S_IWOTH | stat.S_IXOTH
+        need = need_as_owner >> 6
     return mode & need != need
 
 
