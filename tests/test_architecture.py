@@ -54,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
         "ringfence",
         "runtime",
         "ringfence._lazy",
+        "ringfence._proc",
         "ringfence._embed",
         "workspace",
         "backends",
