@@ -17,6 +17,9 @@ Format::
     args = ["$WORKSPACE"]
     inherit_env = ["GITHUB_TOKEN"]    # names only; values come from the environment
     approved_capabilities = ["tools", "prompts"]
+    read_only_tools = ["read_*", "list_directory"]   # alias: read_tools
+    # trust = "trusted"               # believe the server's readOnlyHint annotations
+    max_message_bytes = 33554432      # inbound JSON-RPC message cap (default 32 MiB)
 
     [server.env]                      # literal, non-secret values only
     LOG_LEVEL = "info"
@@ -27,6 +30,10 @@ Contract:
   :class:`~ringfence.runtime.InvalidArguments` whose message names the file, the
   line and the key (``field`` is the key). Nothing is ever half-loaded.
 - Unknown keys are errors (a typo must not silently drop a deny list).
+- A tool is ``read`` (runs without approval, and under dry run) only when the
+  operator says so: ``read_only_tools`` (or its alias ``read_tools``) names it,
+  or the server is ``trust = "trusted"`` and the tool claims ``readOnlyHint``.
+  A server's own annotations only ever raise caution (see ``_adapter``).
 - Secrets never live in the file: ``env`` refuses credential-named variables
   (``*_TOKEN``, ``*_KEY``, …); name them in ``inherit_env``, ``api_key_env`` or
   ``headers_env`` and they are resolved when the server is connected.
@@ -82,6 +89,9 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 MAX_OUTPUT_BYTES_LIMIT = 16 * 1024 * 1024
+# The largest JSON-RPC message read from a server (checked before it is parsed).
+DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+MAX_MESSAGE_BYTES_LIMIT = 1024 * 1024 * 1024
 MAX_TIMEOUT_SECONDS = 3600.0
 
 
@@ -147,6 +157,7 @@ class ServerConfig:
     call_timeout_seconds: float = 60.0
     connect_timeout_seconds: float = 30.0
     max_output_bytes: int = 64 * 1024
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     protocol_mode: str = "legacy"
     # Where it was defined ("path:line"), for messages; not part of the file format.
     origin: str = field(default="", compare=False)
@@ -278,7 +289,8 @@ class _Located:
 
 # -- validation -------------------------------------------------------------------------------
 
-_SERVER_KEYS = frozenset(f.name for f in fields(ServerConfig)) - {"origin"}
+# ``read_tools`` is accepted as another spelling of ``read_only_tools`` (merged into it).
+_SERVER_KEYS = (frozenset(f.name for f in fields(ServerConfig)) - {"origin"}) | {"read_tools"}
 _TOP_KEYS = frozenset({"server", "tool_discovery"})
 
 
@@ -460,7 +472,8 @@ class _ServerReader:
             deny_tools=self.strings("deny_tools") or (),
             allow_resources=self.strings("allow_resources", optional=True),
             deny_resources=self.strings("deny_resources") or (),
-            read_only_tools=self.strings("read_only_tools") or (),
+            read_only_tools=(self.strings("read_only_tools") or ())
+            + (self.strings("read_tools") or ()),
             irreversible_tools=self.strings("irreversible_tools") or (),
             autonomous_tools=self.strings("autonomous_tools") or (),
             subscribe_resources=self.boolean("subscribe_resources", False),
@@ -482,6 +495,13 @@ class _ServerReader:
             ),
             max_output_bytes=self.number(
                 "max_output_bytes", 64 * 1024, lo=256, hi=MAX_OUTPUT_BYTES_LIMIT, integer=True
+            ),
+            max_message_bytes=self.number(
+                "max_message_bytes",
+                DEFAULT_MAX_MESSAGE_BYTES,
+                lo=1024,
+                hi=MAX_MESSAGE_BYTES_LIMIT,
+                integer=True,
             ),
             protocol_mode=protocol_mode,
             origin=f"{self.loc.path}:{line}" if line else self.loc.path,

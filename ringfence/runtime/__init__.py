@@ -67,6 +67,14 @@ from ._policy import (
     Rules as Rules,
     Verdict as Verdict,
     decide as decide,
+    evaluate_policy as evaluate_policy,
+)
+from ._policyfile import (
+    PolicyFileError as PolicyFileError,
+    cli_rules as cli_rules,
+    load_layers as load_layers,
+    load_policy_file as load_policy_file,
+    managed_policy_path as managed_policy_path,
 )
 from ._redact import (
     MARKER as MARKER,
@@ -78,6 +86,16 @@ from ._redact import (
     mask_command_args as mask_command_args,
     script_credential_literals as script_credential_literals,
 )
+from ._rules import (
+    PartVerdict as PartVerdict,
+    Policy as Policy,
+    PolicyVerdict as PolicyVerdict,
+    Rule as Rule,
+    RuleError as RuleError,
+    normalize_path as normalize_path,
+    parse_rule as parse_rule,
+)
+from ._shellwords import ShellParse as ShellParse, parse_command as parse_command
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec
 
 __all__ = [

@@ -388,7 +388,7 @@ class Kernel:
         spec = self.registry.get(tool)
         _refuse_lone_surrogates(arguments)
         spec.validate(arguments)
-        decision = decide(spec, self.posture, self.rules)
+        decision = decide(spec, self.posture, self.rules, arguments)
         self.events.emit("decided", trace_id, call_id=call_id, tool=tool, **decision.to_dict())
         if decision.verdict is Verdict.DENY:
             raise Denied(
