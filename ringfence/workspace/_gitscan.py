@@ -381,11 +381,13 @@ class _Walk:
         # A replaced root (another directory at its path) is walked in full.
         self.use_base = old is not None and (old.dev, old.ino) == (st.st_dev, st.st_ino)
         if self.use_base:
+            counts = (self.visited, self.listed, self.reused, self.budget[0])
             try:
                 self._walk(inherited)
                 return
             except _Uncertain:
                 self._forget(index)
+                self.visited, self.listed, self.reused, self.budget[0] = counts
                 self.use_base = False
         self._walk(inherited)
 
