@@ -371,7 +371,9 @@ class _Walk:
         self.trusted = True
         self.index = 0
         self.root_fd = -1
-        self.use_base = False
+        # The base's tables while walking a root the base is used for, else empty.
+        self.base_dirs: Mapping[tuple[int, str], DirState] = {}
+        self.base_entries: Mapping[tuple[int, str], MetaEntry] = {}
         self.stack: list[tuple[int, str, str | None]] = []
 
     def run(self, index: int, root_fd: int, inherited: str | None) -> None:
@@ -379,16 +381,21 @@ class _Walk:
         old = self.base.dirs.get((index, "")) if self.base is not None else None
         st = os.fstat(root_fd)
         # A replaced root (another directory at its path) is walked in full.
-        self.use_base = old is not None and (old.dev, old.ino) == (st.st_dev, st.st_ino)
-        if self.use_base:
+        if (
+            old is not None
+            and self.base is not None
+            and (old.dev, old.ino) == (st.st_dev, st.st_ino)
+        ):
             counts = (self.visited, self.listed, self.reused, self.budget[0])
+            self.base_dirs, self.base_entries = self.base.dirs, self.base.entries
             try:
                 self._walk(inherited)
                 return
             except _Uncertain:
                 self._forget(index)
                 self.visited, self.listed, self.reused, self.budget[0] = counts
-                self.use_base = False
+            finally:
+                self.base_dirs, self.base_entries = {}, {}
         self._walk(inherited)
 
     def _walk(self, inherited: str | None) -> None:
@@ -430,7 +437,7 @@ class _Walk:
             st = os.fstat(fd)
         if st.st_ctime_ns > self.future_ns:
             self.trusted = False  # the file system's clock is not ours: next time, walk all
-        old = self.base.dirs.get(key) if self.use_base and self.base is not None else None
+        old = self.base_dirs.get(key)
         if (
             old is not None
             and not old.volatile
@@ -476,8 +483,15 @@ class _Walk:
                 self.stack.append((-1, child, top))
             key = (index, rel)
             if key in entries:
-                prior = entries[key]
-                entries[key] = MetaEntry(prior.kind, prior.mode, 0, 0, 0, 0, top, old.digest)
+                prior, kept = entries[key], self.base_entries.get(key)
+                if kept is None or (kept.kind, kept.mode, kept.top, kept.image) != (
+                    prior.kind,
+                    prior.mode,
+                    top,
+                    old.digest,
+                ):
+                    kept = MetaEntry(prior.kind, prior.mode, 0, 0, 0, 0, top, old.digest)
+                entries[key] = kept
             return
         for name in old.names:
             self._record(fd, name, prefix + name, top, None)
@@ -595,7 +609,7 @@ class _Walk:
                 raise _Uncertain(child) from exc
             return
         kind = _kind(st.st_mode)
-        old = self.base.entries.get(key) if self.use_base and self.base is not None else None
+        old = self.base_entries.get(key)
         image: bytes | None = None
         if not _wants_image(st, child, top):
             pass
