@@ -95,6 +95,10 @@ HOT_MARGIN_NS = 50_000_000
 # A ctime this far ahead of our clock means the file system's clock is not ours (a network file
 # system): ctimes cannot be trusted to order changes, so the next scan walks in full.
 FUTURE_SLACK_NS = 1_000_000_000
+# The wall clock stepping back by more than this since the base scan (measured against the
+# monotonic clock) means a full walk: a change could then get a ctime the base already saw.
+# Steps below the hot margin cannot do that; this leaves room for measuring jitter.
+CLOCK_STEP_NS = 10_000_000
 
 _SETID = stat.S_ISUID | stat.S_ISGID
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -183,10 +187,11 @@ class GitSnapshot:
     since the scan's ``since`` (see :func:`scan_git_metadata`); ``visited``
     the number of directory entries the walk looked at. ``dirs`` is every
     directory the walk saw (what a later scan with this one as ``base``
-    needs), ``scanned_ns`` when the scan started, ``listed`` and ``reused``
-    how many directories it listed and took unchanged from its base;
-    ``trusted`` is False when a ``ctime`` was in the future (the next scan
-    from this one walks in full).
+    needs), ``scanned_ns`` when the scan started (wall clock;
+    ``clock_offset_ns`` its offset from the monotonic clock), ``listed`` and
+    ``reused`` how many directories it listed and took unchanged from its
+    base; ``trusted`` is False when a ``ctime`` was in the future (the next
+    scan from this one walks in full).
     """
 
     roots: tuple[Path, ...]
@@ -197,6 +202,7 @@ class GitSnapshot:
     opaque: frozenset[tuple[int, str]] = frozenset()
     dirs: Mapping[tuple[int, str], DirState] = field(default_factory=dict)
     scanned_ns: int = 0
+    clock_offset_ns: int = 0
     trusted: bool = True
     listed: int = 0
     reused: int = 0
@@ -286,12 +292,15 @@ def scan_git_metadata(
     * Adding, removing or renaming an entry changes its directory's ``ctime``,
       and nobody sets a ``ctime`` back: ``utimensat`` can set ``mtime``, not
       ``ctime``. Only moving the system clock back could forge one, which
-      needs ``CAP_SYS_TIME``: no sandboxed command has it, but a command of
-      the unconfined ``local`` backend running as root does. Such a command
-      can also write the host's ``/etc/gitconfig`` or the user's
-      ``~/.gitconfig`` directly, which no scan of the workspace sees, so this
-      check is not a boundary against it either way; it keeps the
-      incremental scan.
+      needs ``CAP_SYS_TIME``: no sandboxed command has it (docker drops all;
+      the wall clock is not namespaced either way), but a command of the
+      unconfined ``local`` backend running as root does. A step back is
+      seen (see below); a root command that steps the clock back, writes,
+      and steps it forward to the same offset again is not. Such a command
+      can as well write the host's ``/etc/gitconfig`` or ``~/.gitconfig``,
+      which no scan of the workspace sees, so the check is no boundary
+      against root on the host whatever it walks: root on the host keeps
+      the incremental scan.
     * A directory changed again within the same clock tick as the scan that
       saw it can keep its ``ctime`` (git's "racily clean" problem): every
       directory and metadata file whose ``ctime`` is within
@@ -304,10 +313,12 @@ def scan_git_metadata(
 
     A full walk is also done for a root whose directory was replaced, for a
     root where an entry of an unchanged directory cannot be found (something
-    raced the scan), when the clock went back since ``base``, and when
-    ``base`` is of other roots.
+    raced the scan), when the wall clock stepped back since ``base`` (by more
+    than :data:`CLOCK_STEP_NS` against the monotonic clock: a root command
+    that moves the clock back and forth again to the same offset is not
+    seen), when ``base`` is of other roots, and with ``setid``.
     """
-    started = time.time_ns()
+    offset, started = _clock_offset()
     paths = tuple(Path(r) for r in roots)
     usable = (
         base is not None
@@ -315,6 +326,7 @@ def scan_git_metadata(
         and not setid
         and base.roots == paths
         and 0 < base.scanned_ns <= started
+        and base.clock_offset_ns - offset <= CLOCK_STEP_NS
     )
     walk = _Walk(since, setid, base if usable else None, started)
     for index, root in enumerate(paths):
@@ -337,10 +349,27 @@ def scan_git_metadata(
         frozenset(walk.opaque),
         dirs=walk.dirs,
         scanned_ns=started,
+        clock_offset_ns=offset,
         trusted=walk.trusted,
         listed=walk.listed,
         reused=walk.reused,
     )
+
+
+def _clock_offset() -> tuple[int, int]:
+    """``(wall clock - monotonic clock, wall clock)`` now, in ns: the offset moves only on a step.
+
+    The tightest of three readings, so a preemption between them does not look like a step.
+    """
+    best: tuple[int, int, int] | None = None
+    for _ in range(3):
+        before = time.monotonic_ns()
+        wall = time.time_ns()
+        spread = time.monotonic_ns() - before
+        if best is None or spread < best[0]:
+            best = (spread, wall - (before + spread // 2), wall)
+    assert best is not None
+    return best[1], best[2]
 
 
 class _Walk:

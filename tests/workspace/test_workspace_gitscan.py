@@ -234,11 +234,16 @@ def _clock_went_back(base: GitSnapshot) -> GitSnapshot:
     return dataclasses.replace(base, scanned_ns=time.time_ns() + 10**12)
 
 
+def _clock_stepped_back(base: GitSnapshot) -> GitSnapshot:
+    # The wall clock now reads a second less, against the monotonic clock, than at the base.
+    return dataclasses.replace(base, clock_offset_ns=base.clock_offset_ns + 10**9)
+
+
 def _other_roots(base: GitSnapshot) -> GitSnapshot:
     return dataclasses.replace(base, roots=(base.roots[0].parent,))
 
 
-@pytest.mark.parametrize("spoil", [_untrusted, _clock_went_back, _other_roots])
+@pytest.mark.parametrize("spoil", [_untrusted, _clock_went_back, _clock_stepped_back, _other_roots])
 def test_an_uncertain_base_means_a_full_walk(
     root: Path, spoil: Callable[[GitSnapshot], GitSnapshot]
 ) -> None:
