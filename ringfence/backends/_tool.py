@@ -18,7 +18,10 @@ before-image back, and the call fails with ``git_metadata`` naming every path
 present at session start are also mounted read-only, and setuid/setgid bits a
 command set on a file are cleared (event ``setid_cleared``). Changes that
 appeared *between* commands (the host's own git, the user) are taken as the
-new baseline; a ``notice`` names them.
+new baseline; a ``notice`` names them. Each scan starts from the previous one
+(the check after command N is the base of the scan before N+1): only
+directories whose ctime moved, or that changed too recently to tell, are
+listed again; a session's first scan walks everything.
 """
 
 from __future__ import annotations

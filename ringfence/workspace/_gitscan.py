@@ -47,8 +47,13 @@ metadata (``core.hooksPath = .githooks``, ``include.path``) — those are
 ordinary workspace files; an existing git directory whose before-image was not
 kept (objects, index, a config over :data:`IMAGE_MAX_BYTES`) is reported, not
 restored; the subtree of a directory that was already unlistable before the
-command is not watched. Scans are linear in the number of entries under the
-roots (measured: ``benchmarks/gitscan.py``).
+command is not watched. A first scan is linear in the number of entries under
+the roots; a scan from a ``base`` (the previous one) costs one ``lstat`` per
+directory, one per entry inside git metadata (below ``objects/``: per
+directory) and a listing per changed directory, on the assumptions
+:func:`scan_git_metadata` states (ctime cannot be set back, the clock is not
+stepped back, hot directories are listed again); measured:
+``benchmarks/gitscan.py``.
 """
 
 from __future__ import annotations
