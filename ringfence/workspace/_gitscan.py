@@ -438,7 +438,7 @@ class _Walk:
             while self.stack:
                 fd, rel, top = self.stack.pop()
                 try:
-                    fd = self._visit(fd, rel, top)
+                    self._visit(fd, rel, top)
                 finally:
                     if fd >= 0:
                         os.close(fd)
@@ -456,8 +456,8 @@ class _Walk:
         for found in (self.tops, self.setids, self.opaque):
             found.difference_update([k for k in found if k[0] == index])
 
-    def _visit(self, fd: int, rel: str, top: str | None) -> int:
-        """Take one directory from the base or list it. Returns the descriptor to close."""
+    def _visit(self, fd: int, rel: str, top: str | None) -> None:
+        """Take one directory from the base or list it (``fd``, when open, is the caller's)."""
         key = (self.index, rel)
         if fd < 0:
             # Its parent is unchanged, so this name is still this directory.
@@ -481,17 +481,21 @@ class _Walk:
             and old.ctime_ns < self.hot_ns
         ):
             self._replay(fd, rel, top, old)
-            return fd
-        if fd < 0:
-            try:
-                fd = _open_rel(self.root_fd, rel)
-            except OSError as exc:
-                if exc.errno not in (errno.EACCES, errno.EPERM):
-                    raise _Uncertain(rel) from exc
-                self._opaque_st(rel, st)
-                return -1
-        self.visited += self._scan_dir(fd, rel, top, st)
-        return fd
+            return
+        if fd >= 0:
+            self.visited += self._scan_dir(fd, rel, top, st)
+            return
+        try:
+            fd = _open_rel(self.root_fd, rel)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM):
+                raise _Uncertain(rel) from exc
+            self._opaque_st(rel, st)
+            return
+        try:
+            self.visited += self._scan_dir(fd, rel, top, st)
+        finally:
+            os.close(fd)
 
     def _replay(self, fd: int, rel: str, top: str | None, old: DirState) -> None:
         """An unchanged directory: its entries are the base's; only metadata is looked at."""
