@@ -9,6 +9,7 @@ from .._embed import create_kernel, workspace_roots_from_env
 from ..runtime import (
     ApprovalAnswer,
     Approver,
+    InvalidArguments,
     Kernel,
     Policy,
     Posture,
@@ -61,7 +62,9 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         "(starts their processes; default off, or RINGFENCE_MCP=1)",
     )
     parser.add_argument("--events", metavar="FILE", help="append the event stream to FILE (JSONL)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--json", action="store_true", help='print one JSON object: {"ok", "result"|"error"}'
+    )
     add_policy_options(parser)
 
 
@@ -108,8 +111,16 @@ def approver_from(choice: str | None) -> Approver:
     return default_approver()
 
 
+def _check_output_file(path: str | None, option: str) -> None:
+    """A file the session will write must not be a directory (refused before anything opens)."""
+    if path is not None and os.path.isdir(path):
+        raise InvalidArguments(f"{option} {path} is a directory, not a file", field=option)
+
+
 def kernel_from_args(args: argparse.Namespace) -> Kernel:
     dry = getattr(args, "dry_run", None)
+    _check_output_file(args.events, "--events")
+    _check_output_file(dry, "--dry-run")
     return create_kernel(
         roots=workspace_roots_from_env(args.workspace),
         posture=args.posture,
