@@ -7,6 +7,7 @@ workspace, backends, bridge and MCP connectors are plugged into a Kernel.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from .bridge import (
 from .runtime import Approver, FileSink, Kernel, Policy, Posture, Rules, default_approver
 from .workspace import Workspace, register_file_tools
 
-__all__ = ["create_kernel", "workspace_roots_from_env"]
+__all__ = ["check_approver", "create_kernel", "workspace_roots_from_env"]
 
 
 def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
@@ -35,6 +36,26 @@ def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) ->
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
     return [Path.cwd()]
+
+
+def check_approver(approver: object) -> None:
+    """Raise TypeError unless ``approver.approve`` is an ``async def`` method.
+
+    ringfence awaits ``approve(request)`` inside the Gate; a plain function would
+    only fail there, on the first call that asks. Checked here instead, when the
+    approver is handed over. A sync decision function fits ``ScriptedApprover``.
+    """
+    approve = getattr(approver, "approve", None)
+    if not callable(approve):
+        raise TypeError(
+            f"approver {approver!r} has no approve(request) method "
+            "(an Approver needs `async def approve(self, request) -> ApprovalAnswer`)"
+        )
+    if not inspect.iscoroutinefunction(approve):
+        raise TypeError(
+            f"{type(approver).__name__}.approve must be `async def` (ringfence awaits it); "
+            "for a plain function use ScriptedApprover(lambda request: ApprovalAnswer...)"
+        )
 
 
 def create_kernel(
@@ -75,8 +96,13 @@ def create_kernel(
     tool names and arguments to ``rules``; path rules are made relative to
     ``roots``. No policy file is read unless the caller loads one.
 
+    ``approver`` must have an ``async def approve(request)``; anything else
+    raises TypeError here, before anything opens.
+
     Use the result as ``async with create_kernel(...) as kernel:``.
     """
+    if approver is not None:
+        check_approver(approver)
     # backends: checked before anything opens, so an unknown name leaks nothing
     backend_name = select_backend(backend)
     # bridge: checked before anything opens, like the backend
