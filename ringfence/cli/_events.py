@@ -85,8 +85,28 @@ def _read_keys(paths: list[str]) -> list[str] | None:
     return texts
 
 
+def _looks_like_events(path: Path) -> None:
+    """Refuse a file whose first line is no JSON object (a binary, a script): not an event file.
+
+    An event file that *was* one and got damaged still goes to the verifier.
+    """
+    with open(path, "rb") as f:
+        first = f.readline(1 << 20).strip()
+    if not first:
+        return
+    try:
+        ok = isinstance(json.loads(first), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidArguments(
+            f"{path} is not an event file (line 1 is not a JSON record)", field="FILE"
+        )
+
+
 async def run_verify(args: argparse.Namespace) -> int:
     path = _event_file(args.file)
+    _looks_like_events(path)
     keys = _read_keys(args.public_key)
     try:
         report = verify_file(path, keys, allow_open=args.allow_open)
