@@ -310,10 +310,11 @@ def _render(sessions: list[SessionView]) -> str:
             f"{len(s.calls)} call(s)  {state}"
         )
         depth: dict[str, int] = {}
-        width = max((len(c.tool) for c in s.calls), default=4)
+        for c in s.calls:  # a nested call is indented under its parent
+            depth[c.call_id] = depth.get(c.parent_id, -1) + 1 if c.parent_id else 0
+        labels = {c.call_id: "  " * depth[c.call_id] + c.tool for c in s.calls}
+        width = max((len(label) for label in labels.values()), default=4)
         for c in s.calls:
-            level = depth.get(c.parent_id, -1) + 1 if c.parent_id else 0
-            depth[c.call_id] = level
             decided = f"{c.verdict} by {c.rule}" if c.verdict else "not decided"
             if c.approval:
                 decided += f", approver: {c.approval}"
@@ -321,10 +322,9 @@ def _render(sessions: list[SessionView]) -> str:
             result = c.outcome or "unfinished"
             if c.error:
                 result += f" {c.error.get('code')}: {abbreviate(str(c.error.get('message')), 160)}"
-            pad = "  " * level
             lines.append(
-                f"  {_clock(c.ts)} {pad}{c.tool:<{width}}  by {c.origin or '?':<6} "
-                f"{decided:<28} {took:>9}  {result}"
+                f"  {_clock(c.ts)} {labels[c.call_id]:<{width}}  by {c.origin or '?':<6} "
+                f"{decided:<32} {took:>9}  {result}"
             )
     return "\n".join(lines) + "\n" if lines else "no sessions\n"
 
