@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..runtime import InvalidArguments, ToolError, Unavailable, atomic_write
-from ._output import print_error, print_ok
+from ._output import print_error, print_ok, progress_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,11 +68,8 @@ async def run(args: argparse.Namespace) -> int:
         plotter = importlib.import_module("benchmarks._plot")
         plotter.require_matplotlib()
 
-    def progress(message: str) -> None:
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
-
-    result = await suite.run_suite(chosen, quick=args.quick, progress=progress)
+    with progress_lines(f"bench: {len(chosen)} scenario(s)") as progress:
+        result = await suite.run_suite(chosen, quick=args.quick, progress=progress)
     # With --json the table goes to stderr: stdout holds the one JSON object.
     table = sys.stderr if args.json else sys.stdout
     table.write(suite.render_table(result) + "\n")

@@ -9,7 +9,7 @@ import trio
 
 from ..backends import backend_names, select_backend
 from ..runtime import Unavailable
-from ._output import print_error, print_ok
+from ._output import print_error, print_ok, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,10 +45,15 @@ async def run(args: argparse.Namespace) -> int:
         error = Unavailable(f"backend {backend} cannot run here ({missing})", **report)
         print_error(error, True)
         return 1
-    width = max(len(c.name) for c in checks)
-    for c in checks:
-        fix = f"  → {c.fix}" if c.fix and not c.ok else ""
-        sys.stdout.write(f"{'ok  ' if c.ok else 'no  '} {c.name:<{width}}  {c.detail}{fix}\n")
+    rows = [
+        (
+            "ok " if c.ok else "no ",
+            c.name,
+            c.detail + (f"  → {c.fix}" if c.fix and not c.ok else ""),
+        )
+        for c in checks
+    ]
+    print_table(None, rows)
     for name, (ok, failed) in usable.items():
         why = "" if ok else " (" + "; ".join(c.name for c in failed) + ")"
         mark = " [selected]" if name == backend else ""

@@ -20,8 +20,9 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 from ..runtime import Denied, InvalidArguments, RingfenceError, ToolError
 
@@ -170,3 +171,82 @@ def error_from_exception(exc: BaseException) -> RingfenceError:
     return ToolError(
         f"unexpected error: {abbreviate(text)} (set {DEBUG_ENV}=1 to see the traceback)"
     )
+
+
+# --- terminals: tables and progress ------------------------------------------------------
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """A person is watching ``stream`` (rich output), not a pipe or file (plain lines)."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+
+
+def print_table(
+    headers: Sequence[str] | None,
+    rows: Sequence[Sequence[str]],
+    stream: TextIO | None = None,
+) -> None:
+    """Rows as a table: rich on a terminal, plain two-space-aligned columns otherwise.
+
+    The plain form is stable for scripts: one line per row (headers first when
+    given), columns left-aligned, trailing spaces stripped.
+    """
+    stream = stream if stream is not None else sys.stdout
+    if is_terminal(stream):
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(
+            box=box.SIMPLE_HEAD if headers else None,
+            show_header=headers is not None,
+            pad_edge=False,
+        )
+        for k, name in enumerate(headers or [""] * (len(rows[0]) if rows else 0)):
+            table.add_column(name, overflow="fold", style="bold" if k == 0 else None)
+        for row in rows:
+            table.add_row(*row)
+        Console(file=stream, highlight=False, soft_wrap=False).print(table)
+        return
+    lines = ([list(headers)] if headers else []) + [list(r) for r in rows]
+    if not lines:
+        return
+    widths = [max(len(line[k]) for line in lines) for k in range(len(lines[0]))]
+    for line in lines:
+        cells = [c.ljust(w) for c, w in zip(line, widths, strict=True)]
+        stream.write("  ".join(cells).rstrip() + "\n")
+    stream.flush()
+
+
+@contextmanager
+def progress_lines(title: str, stream: TextIO | None = None) -> Iterator[Callable[[str], None]]:
+    """A ``progress(line)`` callback for long work (image builds, the bench suite).
+
+    On a terminal: each line printed above a spinner that shows ``title`` and
+    the elapsed time. Otherwise: each line as it comes, flushed (logs, CI).
+    The callback may be called from a worker thread.
+    """
+    stream = stream if stream is not None else sys.stderr
+    if not is_terminal(stream):
+
+        def plain(line: str) -> None:
+            stream.write(f"{line}\n")
+            stream.flush()
+
+        yield plain
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(file=stream, highlight=False)
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+    ) as progress:
+        task = progress.add_task(title, total=None)
+
+        def fancy(line: str) -> None:
+            progress.console.print(line, markup=False)
+            progress.update(task, description=f"{title}: {abbreviate(line.strip(), 60)}")
+
+        yield fancy

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 
-from ._output import print_ok
+from ._output import print_ok, print_table
 from ._session import add_session_options, kernel_from_args
 
 
@@ -56,9 +55,13 @@ async def run_list(args: argparse.Namespace) -> int:
                 ],
                 True,
             )
-        width = max((len(s.name) for s in specs), default=4)
-        for s in specs:
-            flag = " (asks first)" if s.residual else ""
-            first = first_sentence(s.description)
-            sys.stdout.write(f"{s.name:<{width}}  {s.consequence.value:<12} {first}{flag}\n")
+        rows = [
+            (
+                s.name,
+                s.consequence.value,
+                first_sentence(s.description) + (" (asks first)" if s.residual else ""),
+            )
+            for s in specs
+        ]
+        print_table(None, rows)
         return 0
