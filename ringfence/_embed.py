@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,16 @@ from .bridge import (
     remove_bridge_dir,
     unavailable_backend,
 )
-from .runtime import Approver, FileSink, Kernel, Policy, Posture, Rules, default_approver
+from .runtime import (
+    Approver,
+    FileSink,
+    Kernel,
+    MemorySink,
+    Policy,
+    Posture,
+    Rules,
+    default_approver,
+)
 from .workspace import Workspace, register_file_tools
 
 __all__ = ["check_approver", "create_kernel", "workspace_roots_from_env"]
@@ -36,6 +45,39 @@ def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) ->
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
     return [Path.cwd()]
+
+
+EventObserver = Callable[[str], None]
+
+
+class _ObservedFileSink(FileSink):
+    """A FileSink that also hands each line to an observer (it continues the file's chain)."""
+
+    def __init__(self, path: str | os.PathLike[str], observer: EventObserver) -> None:
+        super().__init__(path)
+        self.observer = observer
+
+    def write(self, line: str) -> None:
+        super().write(line)  # the file first: an observer's failure cannot cost a record
+        self.observer(line)
+
+    def close(self) -> None:
+        super().close()
+        getattr(self.observer, "close", lambda: None)()
+
+
+class _ObservedMemorySink(MemorySink):
+    def __init__(self, observer: EventObserver) -> None:
+        super().__init__()
+        self.observer = observer
+
+    def write(self, line: str) -> None:
+        super().write(line)
+        self.observer(line)
+
+    def close(self) -> None:
+        super().close()
+        getattr(self.observer, "close", lambda: None)()
 
 
 def check_approver(approver: object) -> None:
@@ -58,6 +100,16 @@ def check_approver(approver: object) -> None:
         )
 
 
+def _events_sink(
+    events_path: str | os.PathLike[str] | None, observer: EventObserver | None
+) -> FileSink | MemorySink | None:
+    if observer is None:
+        return FileSink(events_path) if events_path else None
+    if events_path:
+        return _ObservedFileSink(events_path, observer)
+    return _ObservedMemorySink(observer)
+
+
 def create_kernel(
     *,
     roots: Iterable[str | os.PathLike[str]] = (),
@@ -73,6 +125,7 @@ def create_kernel(
     mcp_manifest: Any = None,
     mcp_options: Mapping[str, Any] | None = None,
     script_sandbox: str | None = None,
+    event_observer: EventObserver | None = None,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -95,6 +148,10 @@ def create_kernel(
     ``policy`` (e.g. from ``ringfence.runtime.load_layers``) adds rules over
     tool names and arguments to ``rules``; path rules are made relative to
     ``roots``. No policy file is read unless the caller loads one.
+
+    ``event_observer(line)`` (e.g. ``ringfence.otel.OtelObserver``) sees each
+    event line after it is written (redacted, as in the file); its ``close()``,
+    if any, is called when the stream closes.
 
     ``approver`` must have an ``async def approve(request)``; anything else
     raises TypeError here, before anything opens.
@@ -124,7 +181,7 @@ def create_kernel(
             posture=Posture.parse(posture),
             approver=approver if approver is not None else default_approver(),
             rules=rules,
-            events_sink=FileSink(events_path) if events_path else None,
+            events_sink=_events_sink(events_path, event_observer),
             dry_run=dry_run,
             plan_path=Path(plan_path) if plan_path else None,
             **kernel_options,

@@ -31,6 +31,7 @@ from ._output import (
     print_error,
     print_usage_error,
 )
+from ._session import SHUTDOWN_HOOKS
 
 # Each module adds its verbs to the parser; the order here is the order in --help.
 VERB_MODULES = [
@@ -86,7 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return print_usage_error(str(exc), as_json)
     as_json = getattr(args, "json", False) is True
     try:
-        code = trio.run(args.func, args)
+        try:
+            code = trio.run(args.func, args)
+        finally:
+            _run_shutdown_hooks()
     except UsageError as exc:
         return print_usage_error(str(exc), as_json)
     except KeyboardInterrupt:
@@ -97,6 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return print_error(error_from_exception(exc), as_json)
     return int(code or 0)
+
+
+def _run_shutdown_hooks() -> None:
+    """Flush what a verb set up to outlive its kernel (OTLP export), once."""
+    while SHUTDOWN_HOOKS:
+        SHUTDOWN_HOOKS.pop()()
 
 
 if __name__ == "__main__":
