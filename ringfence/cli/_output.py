@@ -162,7 +162,7 @@ def error_from_exception(exc: BaseException) -> RingfenceError:
     if isinstance(exc, OSError):
         where = exc.filename if exc.filename is not None else "a file"
         reason = exc.strerror or str(exc)
-        return ToolError(f"cannot use {where}: {reason}", field=str(where))
+        return ToolError(f"cannot use {where}: {reason}")
     if isinstance(exc, BaseExceptionGroup):
         kinds = ", ".join(sorted({type(e).__name__ for e in exc.exceptions}))
         text = f"{len(exc.exceptions)} errors at once ({kinds})"
