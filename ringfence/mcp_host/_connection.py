@@ -70,8 +70,9 @@ from ..runtime import (
     Unavailable,
 )
 from ._manifest import ServerConfig, Transport, Trust
+from ._oauth import build_auth
 from ._results import frame_untrusted
-from ._urls import display_url, url_secrets
+from ._urls import scrub_url, url_secrets
 
 __all__ = [
     "ConnectionPool",
@@ -230,7 +231,7 @@ def _sdk_made(exc: MCPError, kind: type[BaseException] | tuple[type[BaseExceptio
 
 def _server_text(text: str, config: ServerConfig, action: str, redactor: Redactor | None) -> str:
     """Text the server wrote: URL scrubbed, redacted, *then* cut, then framed if untrusted."""
-    text = _scrub(text, config)
+    text = scrub_url(text, config.url)
     if redactor is not None:
         text = redactor.redact(text)
     text = text[:MAX_ERROR_TEXT]
@@ -264,7 +265,7 @@ def translate_error(
         return exc
     if isinstance(exc, MCPError):
         return _translate_mcp_error(exc, config, action, redactor, closed, limit)
-    text = _scrub(str(exc), config)
+    text = scrub_url(str(exc), config.url)
     if redactor is not None:
         text = redactor.redact(text)
     text = text[:MAX_ERROR_TEXT]
@@ -363,30 +364,6 @@ def _is_limit_error(exc: MCPError, message: str, limit: InboundLimit) -> bool:
         return True
     found = _SSE_TOO_BIG.search(message) if message.startswith("SSE stream ") else None
     return found is not None and int(found.group(1)) == limit.max_bytes
-
-
-def _scrub(text: str, config: ServerConfig) -> str:
-    """Take the URL (whole, displayed, without its query) and its host out of a message.
-
-    Does not cut: callers redact first and cut after.
-    """
-    if config.url:
-        from urllib.parse import urlsplit
-
-        url = config.url
-        base = url.split("?", 1)[0].split("#", 1)[0]
-        for form in sorted({url, display_url(url), base}, key=len, reverse=True):
-            text = text.replace(form, "<server URL>")
-        for part in url_secrets(url):
-            if len(part) >= 4:
-                text = text.replace(part, "<not shown>")
-        try:
-            host = urlsplit(url).hostname
-        except ValueError:
-            host = None
-        if host:
-            text = text.replace(host, "<host>")
-    return text
 
 
 def _transport_closed(live: LiveConnection) -> bool:
@@ -823,6 +800,7 @@ class ConnectionPool:
             )
             return bounded_stdio_client(params, errlog, limit)
         headers = resolve_headers(c, self._redactor)
+        auth = build_auth(c, self._redactor)  # None unless auth = "oauth"
         assert c.url is not None
         timeout = httpx2.Timeout(c.connect_timeout_seconds, read=max(300.0, c.call_timeout_seconds))
         if c.transport is Transport.HTTP:
@@ -831,6 +809,7 @@ class ConnectionPool:
                 headers=headers,
                 timeout=timeout,
                 trust_env=False,
+                auth=auth,
                 transport=_BoundedTransport(httpx2.AsyncHTTPTransport(trust_env=False), limit),
             )
             stack.push_async_callback(http.aclose)
@@ -849,6 +828,7 @@ class ConnectionPool:
             timeout=c.connect_timeout_seconds,
             sse_read_timeout=max(300.0, c.call_timeout_seconds),
             httpx_client_factory=factory,
+            auth=auth,
         )
 
     async def _read_stderr(self, fd: int) -> None:
