@@ -177,7 +177,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     login = msub.add_parser(
         "login", help="authorize ringfence for an OAuth server (browser, PKCE, loopback redirect)"
     )
-    login.add_argument("name")
+    login.add_argument("name", help="the OAuth server to authorize")
     login.add_argument(
         "--no-browser", action="store_true", help="only print the URL; do not open a browser"
     )
@@ -189,7 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     login.set_defaults(func=run_login)
 
     logout = msub.add_parser("logout", help="delete an OAuth server's sealed tokens")
-    logout.add_argument("name")
+    logout.add_argument("name", help="the server whose tokens to delete")
     logout.add_argument("--workspace", metavar="DIR", help="also read DIR/.ringfence/mcp.toml")
     _common(logout)
     logout.set_defaults(func=run_logout)
