@@ -87,6 +87,7 @@ def create_kernel(
             events_sink=FileSink(events_path) if events_path else None,
             dry_run=dry_run,
             plan_path=Path(plan_path) if plan_path else None,
+            roots=tuple(str(r) for r in workspace.roots),  # recorded in plans
             **kernel_options,
         )
     except BaseException:

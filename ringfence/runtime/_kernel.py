@@ -177,9 +177,13 @@ class Kernel:
     intent_ttl_seconds: float = 30.0
     secrets: Iterable[str] = ()
     secret_names: Iterable[str] = ()  # extra credential-name globs (ringfence.runtime._redact)
+    # The workspace roots the session's tools are confined to, as text: recorded in a plan
+    # and compared when one is applied (the kernel itself confines nothing).
+    roots: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.posture = Posture.parse(self.posture)
+        self.roots = tuple(str(r) for r in self.roots)
         self.registry = Registry()
         self.redactor = Redactor(self.secrets, names=self.secret_names)
         self.grants = SessionGrants()
@@ -396,9 +400,17 @@ class Kernel:
             ).with_decision(decision)
         if self.dry_run and spec.consequence is not Consequence.READ and not spec.composes_dry_run:
             staged = StagedCall(
-                call_id, trace_id, tool, arguments, spec.consequence.value, origin, time.time()
+                call_id,
+                trace_id,
+                tool,
+                arguments,
+                spec.consequence.value,
+                origin,
+                time.time(),
+                session=self.session_id,
+                posture=self.posture.value,
             )
-            self.plan.stage(staged)
+            self.plan.stage(staged, self.roots)
             self._conclude(call_id, trace_id, "staged", tool=tool, arguments=arguments)
             return Authorization(spec, arguments, decision, call_id, trace_id, origin, staged=True)
         if decision.verdict is Verdict.ASK:
@@ -579,10 +591,58 @@ class Kernel:
 
     # -- plans ------------------------------------------------------------------------
 
-    async def apply_plan(self, plan: Plan) -> list[Outcome]:
-        """Re-enter every staged call into the Gate, in order; stop at the first failure."""
+    async def apply_plan(
+        self, plan: Plan, *, rebase_roots: bool = False, allow_looser_posture: bool = False
+    ) -> list[Outcome]:
+        """Re-enter every staged call into the Gate, in order; stop at the first failure.
+
+        Refused (Denied, nothing runs) when the plan was applied before (the
+        message names when and by which session), when it was staged under
+        other workspace roots than this kernel's (unless ``rebase_roots``), or
+        when this kernel's posture is looser than a call's staging posture
+        (unless ``allow_looser_posture``). Each call is marked applied in the
+        plan file before it enters the Gate, so it runs at most once.
+        """
+        first = plan.first_applied()
+        problem = None
+        if first is not None:
+            problem = (
+                f"the plan {plan.path} was already applied ({first.describe()}; "
+                f"{len(plan.applied)} of {len(plan.calls)} call(s) marked); a plan applies once"
+            )
+        elif plan.roots != self.roots and not rebase_roots:
+            problem = (
+                f"the plan was staged under the workspace roots {list(plan.roots)}, this session "
+                f"has {list(self.roots)}; pass --rebase-roots (rebase_roots=True) to apply it here"
+            )
+        elif not allow_looser_posture:
+            rank = list(Posture)
+            looser = [
+                c
+                for c in plan.calls
+                if rank.index(self.posture) > rank.index(Posture.parse(c.posture))
+            ]
+            if looser:
+                problem = (
+                    f"posture {self.posture.value} is looser than the posture "
+                    f"{looser[0].posture} {looser[0].tool} was staged under; apply under "
+                    f"{looser[0].posture} or stricter, or pass --allow-looser-posture "
+                    "(allow_looser_posture=True)"
+                )
+        self.events.emit(
+            "plan_apply",
+            self.session_id,
+            plan=str(plan.path) if plan.path else None,
+            calls=len(plan.calls),
+            refused=problem,
+            rebase_roots=rebase_roots and plan.roots != self.roots,
+            allow_looser_posture=allow_looser_posture,
+        )
+        if problem is not None:
+            raise Denied(f"plan apply refused: {problem}", rule="plan")
         outcomes: list[Outcome] = []
         for staged in plan.calls:
+            plan.mark_applied(staged.call_id, self.session_id)
             outcome = await self.invoke(
                 staged.tool, staged.arguments, origin="plan", parent_id=staged.call_id
             )
