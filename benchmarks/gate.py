@@ -40,7 +40,7 @@ async def run(quick: bool) -> list[Row]:
             spec = ToolSpec("noop", "does nothing", SCHEMA, _noop, consequence=Consequence.READ)
             kernel.register(spec)
             args = {"x": "hello"}
-            ctx = CallContext(kernel, spec, "bench", "bench", "direct", kernel.posture)
+            ctx = CallContext._create(kernel, spec, "bench", "bench", "direct")  # bench only
 
             async def direct() -> object:
                 return await spec.executor(args, ctx)

@@ -38,7 +38,14 @@ from typing import Any, Protocol
 
 import trio
 
-from ..runtime import InvalidArguments, Kernel, RingfenceError, ToolError, Unavailable
+from ..runtime import (
+    CallContext,
+    InvalidArguments,
+    Kernel,
+    RingfenceError,
+    ToolError,
+    Unavailable,
+)
 from . import _sandbox, _wire
 
 __all__ = [
@@ -498,7 +505,7 @@ class _Connection:
 class _Run:
     def __init__(
         self,
-        kernel: Kernel,
+        kernel: Kernel | CallContext,
         config: ScriptConfig,
         emit: Emit,
         trace_id: str,
@@ -718,7 +725,7 @@ _KILL_REASONS = {
 
 
 async def run_script(
-    kernel: Kernel,
+    kernel: Kernel | CallContext,
     script: str,
     *,
     timeout: float,
@@ -740,9 +747,11 @@ async def run_script(
     """
     config = config or ScriptConfig()
     launcher = launcher or LocalLauncher()
-    emit = emit or (
-        lambda kind, **data: kernel.events.emit(kind, trace_id, call_id=parent_id, **data)
-    )
+    if emit is None:
+        if not isinstance(kernel, Kernel):
+            raise TypeError("run_script: pass emit with a CallContext")
+        events = kernel.events
+        emit = lambda kind, **data: events.emit(kind, trace_id, call_id=parent_id, **data)  # noqa: E731
     if config.sandbox != _sandbox.STRICT or config.mode != "restricted":
         emit("script_sandbox_level", level=config.sandbox, mode=config.mode)
     # One second over the timeout: the wall clock (which reports "timeout" with the output)

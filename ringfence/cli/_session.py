@@ -69,12 +69,13 @@ def approver_from(choice: str | None) -> Approver:
     return default_approver()
 
 
-def kernel_from_args(args: argparse.Namespace) -> Kernel:
+def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None) -> Kernel:
+    """The session's kernel; ``approver`` (default: from ``--approve``) is set at construction."""
     dry = getattr(args, "dry_run", None)
     return create_kernel(
         roots=workspace_roots_from_env(args.workspace),
         posture=args.posture,
-        approver=approver_from(args.approve),
+        approver=approver if approver is not None else approver_from(args.approve),
         backend=args.backend,
         dry_run=dry is not None,
         plan_path=dry,

@@ -289,6 +289,10 @@ class Registry:
         except KeyError:
             raise NotFound(f"no tool named {name!r} is registered", field="tool") from None
 
+    def find(self, name: str) -> ToolSpec | None:
+        """The tool named ``name``, or None."""
+        return self._tools.get(name)
+
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
