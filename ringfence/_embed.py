@@ -47,6 +47,7 @@ def create_kernel(
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
+    events_sync: bool = False,
     mcp_manifest: Any = None,
     mcp_options: Mapping[str, Any] | None = None,
     script_sandbox: str | None = None,
@@ -84,7 +85,7 @@ def create_kernel(
             posture=Posture.parse(posture),
             approver=approver if approver is not None else default_approver(),
             rules=rules or Rules(),
-            events_sink=FileSink(events_path) if events_path else None,
+            events_sink=FileSink(events_path, sync=events_sync) if events_path else None,
             dry_run=dry_run,
             plan_path=Path(plan_path) if plan_path else None,
             roots=tuple(str(r) for r in workspace.roots),  # recorded in plans

@@ -58,6 +58,12 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         "(starts their processes; default off, or RINGFENCE_MCP=1)",
     )
     parser.add_argument("--events", metavar="FILE", help="append the event stream to FILE (JSONL)")
+    parser.add_argument(
+        "--events-sync",
+        action="store_true",
+        help="write and fsync every event record as it comes (default: a call's records are "
+        "written together at its end)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -80,5 +86,6 @@ def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None)
         dry_run=dry is not None,
         plan_path=dry,
         events_path=args.events,
+        events_sync=getattr(args, "events_sync", False),
         mcp_manifest=True if getattr(args, "mcp", False) else None,
     )
