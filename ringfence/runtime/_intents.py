@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, final
 
+import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -64,16 +65,23 @@ class Intent:
     tag: bytes = field(default=b"", repr=False, compare=False)
 
     def payload(self) -> bytes:
-        return canonical_json(
-            {
-                "tool": self.tool,
-                "arguments_sha256": self.arguments_sha256,
-                "verdict": self.verdict,
-                "rule": self.rule,
-                "nonce": self.nonce,
-                "expires_at": self.expires_at,
-            }
-        )
+        """The signed bytes: the canonical JSON of every field but the signature and tag.
+
+        Encoded with orjson (sorted keys): for these fields (text, and an expiry
+        near the current epoch) the same bytes as :func:`canonical_json`.
+        """
+        fields = {
+            "tool": self.tool,
+            "arguments_sha256": self.arguments_sha256,
+            "verdict": self.verdict,
+            "rule": self.rule,
+            "nonce": self.nonce,
+            "expires_at": self.expires_at,
+        }
+        try:
+            return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONEncodeError, TypeError):
+            return canonical_json(fields)  # raises for what JSON cannot carry
 
     def to_dict(self) -> dict[str, Any]:
         return {
