@@ -252,7 +252,7 @@ class EventLog:
             )
         record: dict[str, Any] = {
             "seq": self._seq,
-            "ts": round(time.time(), 6),
+            "ts": time.time_ns() // 1000 / 1e6,  # microseconds, as round(…, 6) but cheaper
             "kind": kind,
             "trace_id": trace_id,
             **self._redactor.redact_value(data),
