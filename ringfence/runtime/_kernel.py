@@ -311,7 +311,7 @@ class Kernel:
         self.roots = tuple(str(r) for r in roots)
         self.registry = Registry()
         self.redactor = Redactor(secrets, names=secret_names)
-        self.grants = SessionGrants()
+        self._grants = SessionGrants()
         self.session_id = new_id()
         self._authority = IntentAuthority(intent_ttl_seconds)
         self.events = EventLog(events_sink or MemorySink(), self.redactor)
@@ -658,7 +658,7 @@ class Kernel:
         origin: str,
         on_ask: AskHook | None,
     ) -> Decision:
-        grant = self.grants.find(spec.name, arguments)
+        grant = self._grants.find(spec.name, arguments)
         if grant is not None:
             return Decision(
                 Verdict.ALLOW,
@@ -696,7 +696,7 @@ class Kernel:
                 rule=refused.rule,
             ).with_decision(refused)
         if answer.choice is Choice.SESSION:
-            self.grants.add(spec.name, arguments, answer.pattern)
+            self._grants.add(spec.name, arguments, answer.pattern)
             return Decision(Verdict.ALLOW, "approved:session", answer.reason)
         return Decision(Verdict.ALLOW, "approved:once", answer.reason)
 
