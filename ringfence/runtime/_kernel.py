@@ -28,7 +28,7 @@ import contextlib
 import dataclasses
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, final
@@ -740,8 +740,7 @@ class Kernel:
 
     # -- outcomes: exactly one per call -----------------------------------------------
 
-    @contextlib.contextmanager
-    def _recording_outcome(self, call_id: str, trace_id: str, tool: str) -> Iterator[None]:
+    def _recording_outcome(self, call_id: str, trace_id: str, tool: str) -> _RecordingOutcome:
         """Whatever escapes the block ends the call with its one outcome record.
 
         A RingfenceError is redacted and recorded as ``failed``; any other
@@ -751,16 +750,7 @@ class Kernel:
         ``cancelled`` and propagates unchanged. Nesting is safe: the innermost
         block records, outer ones find the call ended.
         """
-        try:
-            yield
-        except RingfenceError as exc:
-            self._fail(call_id, trace_id, tool, exc)
-            raise
-        except Exception as exc:
-            raise self._fail(call_id, trace_id, tool, _unexpected(tool, exc)) from exc
-        except BaseException as exc:
-            self._cancel(call_id, trace_id, tool, exc)
-            raise
+        return _RecordingOutcome(self, call_id, trace_id, tool)
 
     def _conclude(self, call_id: str, trace_id: str, kind: str, /, **data: Any) -> None:
         """Record the outcome ``kind`` of ``call_id``, once: later outcomes of it are no-ops."""
@@ -880,6 +870,30 @@ class Kernel:
             if not outcome.ok:
                 break
         return outcomes
+
+
+class _RecordingOutcome:
+    """:meth:`Kernel._recording_outcome`'s context manager (a class: it is on every call's path)."""
+
+    __slots__ = ("_call_id", "_kernel", "_tool", "_trace_id")
+
+    def __init__(self, kernel: Kernel, call_id: str, trace_id: str, tool: str) -> None:
+        self._kernel, self._call_id, self._trace_id, self._tool = kernel, call_id, trace_id, tool
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None:
+            return False
+        kernel, call_id, trace_id, tool = self._kernel, self._call_id, self._trace_id, self._tool
+        if isinstance(exc, RingfenceError):
+            kernel._fail(call_id, trace_id, tool, exc)
+        elif isinstance(exc, Exception):
+            raise kernel._fail(call_id, trace_id, tool, _unexpected(tool, exc)) from exc
+        else:
+            kernel._cancel(call_id, trace_id, tool, exc)
+        return False  # the exception propagates
 
 
 def _merge_rules(sources: Mapping[str, Rules]) -> Rules:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ._canonical import canonical_json
-from ._errors import InvalidArguments
+from ._errors import InvalidArguments, Unwritable
 from ._files import atomic_write, load_or_create_key, ringfence_home
 
 __all__ = ["AppliedMark", "Plan", "StagedCall", "plan_key_path"]
@@ -163,9 +163,20 @@ class Plan:
         return min(self.applied.values(), key=lambda m: m.at, default=None)
 
     def mark_applied(self, call_id: str, session: str) -> None:
-        """Record (and write) that ``call_id`` is being applied, before it runs."""
+        """Record (and write) that ``call_id`` is being applied, before it runs.
+
+        Raises Unwritable (and the call does not run) when the mark cannot be written.
+        """
         self.applied[call_id] = AppliedMark(time.time(), session)
-        self.save()
+        try:
+            self.save()
+        except OSError as exc:
+            del self.applied[call_id]
+            raise Unwritable(
+                f"cannot mark the call applied in {self.path} ({exc.strerror or exc}); a plan "
+                "applies once, so nothing more runs until the mark can be written",
+                field="plan",
+            ) from None
 
     @classmethod
     def load(cls, path: Path, key: bytes | None = None, *, create_key: bool = True) -> Plan:
