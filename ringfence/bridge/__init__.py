@@ -34,3 +34,28 @@ from ._tool import (
     unavailable_backend as unavailable_backend,
 )
 from ._wire import ProtocolError as ProtocolError
+
+__all__ = [
+    "ALLOWED_MODULES",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "MAX_TIMEOUT_SECONDS",
+    "SANDBOX_LEVELS",
+    "SCRIPT_TOOL",
+    "BridgeListener",
+    "ChildProcess",
+    "DockerScriptLauncher",
+    "LaunchRequest",
+    "LocalLauncher",
+    "ProtocolError",
+    "ScriptConfig",
+    "ScriptLimits",
+    "ScriptResult",
+    "bridge_mounts",
+    "child_env",
+    "landlock_abi",
+    "make_bridge_dir",
+    "register_script_tool",
+    "remove_bridge_dir",
+    "run_script",
+    "unavailable_backend",
+]

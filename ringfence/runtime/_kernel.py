@@ -613,7 +613,7 @@ class Kernel:
             spec = self.registry.get(tool)  # raises NotFound
         _refuse_lone_surrogates(arguments)
         spec.validate(arguments)
-        decision = decide(spec, self.posture, self.rules)
+        decision = decide(spec, self.posture, self.rules, arguments)
         self.events.emit("decided", trace_id, call_id=call_id, tool=tool, **decision.to_dict())
         if decision.verdict is Verdict.DENY:
             raise Denied(
@@ -897,8 +897,9 @@ class _RecordingOutcome:
 
 
 def _merge_rules(sources: Mapping[str, Rules]) -> Rules:
-    """One Rules from several sources: the union of deny, ask and autonomous patterns;
-    the one allowlist, if any (ValueError for a second)."""
+    """One Rules from several sources: the union of deny, ask and autonomous patterns and
+    of the argument rules (``policy``, in source order); the one allowlist, if any
+    (ValueError for a second)."""
     allow: tuple[str, ...] | None = None
     allow_from = None
     for name, rules in sources.items():
@@ -911,11 +912,16 @@ def _merge_rules(sources: Mapping[str, Rules]) -> Rules:
     values = list(sources.values())
     if len(values) == 1:
         return values[0]  # as given, whatever else a Rules may carry
+    policy = None
+    for rules in values:  # argument rules (policy files): every source's, in order
+        if rules.policy is not None:
+            policy = rules.policy if policy is None else policy + rules.policy
     return Rules(
         deny=tuple(p for r in values for p in r.deny),
         ask=tuple(p for r in values for p in r.ask),
         allow=allow,
         autonomous=tuple(p for r in values for p in r.autonomous),
+        policy=policy,
     )
 
 

@@ -185,7 +185,7 @@ async def test_a_script_cannot_start_another_script(ledger: Ledger) -> None:
         register_script_tool(kernel)
         result = await run(kernel, script)
     assert result.result == "denied"
-    assert kinds(kernel, "bridge_refused_call")[0]["tool"] == "run_tool_script"
+    assert kinds(kernel, "bridge_refused_call")[0]["called"] == "run_tool_script"
     assert len(kinds(kernel, "script_started")) == 1
 
 
