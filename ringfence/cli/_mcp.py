@@ -380,7 +380,7 @@ async def run_login(args: argparse.Namespace) -> int:
 
     import trio
 
-    from ..mcp_host._oauth import login, loopback_flow
+    from ..mcp_host._login import login, loopback_flow
     from ..runtime import Redactor
 
     config = _load_for(args).get(args.name)

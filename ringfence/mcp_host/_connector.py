@@ -48,6 +48,7 @@ from ._adapter import (
 from ._authority import CapabilityLedger
 from ._connection import ConnectionPool, Diagnostics, LiveConnection
 from ._elicitation import ElicitationGate, Elicitor
+from ._groups import single_error
 from ._inventory import (
     DEFAULT_LIMITS,
     Listing,
@@ -596,7 +597,7 @@ async def start_connectors(
                 await connector.pool.aclose()
             await connectors.aclose()
         if isinstance(exc, BaseExceptionGroup):
-            raise _single(exc) from None
+            raise single_error(exc) from None
         raise
     return connectors
 
@@ -624,7 +625,7 @@ async def connect_servers(
     except BaseExceptionGroup as group:
         # The connection tasks never raise, so a group here holds one real error (the
         # caller's block or a connect failure): raise that error itself, not a group.
-        raise _single(group) from None
+        raise single_error(group) from None
 
 
 async def attach_connectors(
@@ -644,19 +645,3 @@ async def attach_connectors(
     connectors = await start_connectors(kernel, manifest, nursery, **options)
     kernel.push_async_callback(connectors.aclose)
     return connectors
-
-
-def _single(group: BaseExceptionGroup) -> BaseException:
-    leaves = list(_leaves(group))
-    real = [e for e in leaves if not isinstance(e, trio.Cancelled)]
-    if len(real) == 1:
-        return real[0]
-    return group
-
-
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for e in exc.exceptions:
-            yield from _leaves(e)
-    else:
-        yield exc

@@ -29,6 +29,7 @@ __all__ = [
     "display_url",
     "has_placeholder",
     "is_loopback_host",
+    "scrub_url",
     "url_secrets",
 ]
 
@@ -171,3 +172,25 @@ def check_header_name(name: object, field: str) -> str:
             field=field,
         )
     return name
+
+
+def scrub_url(text: str, url: str | None) -> str:
+    """Take ``url`` (whole, displayed, without its query), its secrets and its host out of ``text``.
+
+    Does not cut: callers redact first and cut after.
+    """
+    if not url:
+        return text
+    base = url.split("?", 1)[0].split("#", 1)[0]
+    for form in sorted({url, display_url(url), base}, key=len, reverse=True):
+        text = text.replace(form, "<server URL>")
+    for part in url_secrets(url):
+        if len(part) >= 4:
+            text = text.replace(part, "<not shown>")
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        host = None
+    if host:
+        text = text.replace(host, "<host>")
+    return text
