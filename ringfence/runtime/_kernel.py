@@ -6,14 +6,25 @@ Every call takes the same road, one method per layer::
                          ├─ decide (posture, rules, residual) denied
                          ├─ dry run? stage non-read calls      → staged placeholder
                          ├─ ask? session grant or Approver     denied
-                         └─ sign an Intent
-           ─► execute ───┬─ redeem the Intent (signature, call, expiry, nonce)
+                         └─ sign an Intent (Ed25519, for audit; HMAC tag, to redeem)
+           ─► execute ───┬─ redeem the Intent (tag, call, expiry, nonce)
                          ├─ run the tool's executor
                          └─ redact, cap, record
 
 and every step is written to the event stream. A direct call, a ``call_tool``
-from a script and a call through ``ringfence serve`` all enter at
-:meth:`Kernel.invoke`, so they get one decision function.
+from a script, a nested call from an executor (:meth:`CallContext.invoke`),
+``plan apply`` and a call through ``ringfence serve`` all enter at
+:meth:`Kernel.invoke`; a connected server's request (MCP sampling,
+elicitation) enters at :meth:`Kernel.invoke_request`, the same road under a
+name of its own. So every path gets one decision function and one sequence of
+records.
+
+What decides cannot be changed from outside: the posture, the rules and the
+approver are read-only properties, changed only by :meth:`Kernel.set_posture`,
+:meth:`Kernel.add_rules` (an owner's :class:`RulesHandle`) and
+:meth:`Kernel.set_approver`, each recorded; an executor gets a
+:class:`CallContext`, not the kernel; an :class:`Authorization` is minted only
+here.
 
 Every call that was proposed ends in exactly one outcome record: ``finished``,
 ``failed`` (a refusal, a tool's error, or an unexpected exception inside the
