@@ -148,3 +148,31 @@ async def test_an_executor_gets_a_narrow_context_not_the_kernel(ledger: Ledger) 
     (proposed,) = [r for r in sink.records() if r["kind"] == "proposed" and r["tool"] == "launch"]
     assert proposed["origin"] == "nested" and proposed["parent_id"] is not None
     assert ledger.runs == []
+
+
+async def test_requests_take_the_gates_road_under_a_name_no_agent_can_call(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    async def answer(args: dict[str, Any], ctx: CallContext) -> str:
+        ledger.runs.append(("server.__request", args))
+        return "answered"
+
+    request = ToolSpec("srv.__request", "r", {"type": "object"}, answer, Consequence.IRREVERSIBLE)
+    sink = MemorySink()
+    approver = ScriptedApprover(lambda r: ApprovalAnswer.once())
+    async with Kernel(approver=approver, events_sink=sink) as kernel:
+        register_standard_tools(kernel, ledger)
+        by_name = await kernel.invoke("srv.__request", {})
+        asked = await kernel.invoke_request(request, {}, origin="mcp-sampling")
+        with pytest.raises(ValueError, match="registered tool"):
+            await kernel.invoke_request(kernel.registry.get("launch"), {}, origin="x")
+    assert by_name.error is not None and by_name.error.code == "not_found"
+    assert asked.ok and [r.tool for r in approver.requests] == ["srv.__request"]
+    # A dry run cannot stage a server's request (nothing could apply it later): refused.
+    async with Kernel(
+        posture=Posture.ALLOW_ALL, dry_run=True, plan_path=tmp_path / "plan.json"
+    ) as kernel:
+        staged = await kernel.invoke_request(request, {}, origin="mcp-sampling")
+    assert isinstance(staged.error, Denied) and "dry run" in staged.error.message
+    assert not (tmp_path / "plan.json").exists()
+    assert ledger.runs == [("server.__request", {})]
