@@ -18,12 +18,15 @@ A plan file is JSON (version 2)::
   appends (its MAC is checked first), and only with the same roots.
 - Applying re-enters every call into the Gate (staging grants nothing): see
   :meth:`ringfence.runtime.Kernel.apply_plan`. Each call is marked applied
-  (time, session) in the file *before* it runs, so a call runs at most once
-  even if the process dies mid-apply; a plan with any applied mark is refused.
+  (time, session) *before* it runs, twice: in the plan file (MAC'd) and in
+  the ledger ``$RINGFENCE_HOME/plans/applied/<call_id>`` (created exclusively,
+  so two concurrent applies cannot both run a call, and a copy of the plan
+  taken before applying is refused too). A plan with any applied mark, in the
+  file or the ledger, is refused.
 
-Not promised: a copy of the file taken before applying is still a valid plan
-(the marks live in the file, not in a ledger elsewhere), and a call marked
-applied may not have run (the process died, or the Gate refused it).
+Not promised: someone who can delete the ledger *and* restore an old copy of
+the plan can apply it again (both live where the user can write); a call
+marked applied may not have run (the process died, or the Gate refused it).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -38,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from ._canonical import canonical_json
-from ._errors import InvalidArguments, Unwritable
+from ._errors import Denied, InvalidArguments, Unwritable
 from ._files import atomic_write, load_or_create_key, ringfence_home
 
-__all__ = ["AppliedMark", "Plan", "StagedCall", "plan_key_path"]
+__all__ = ["AppliedMark", "Plan", "StagedCall", "ledger_dir", "plan_key_path"]
 
 PLAN_VERSION = 2
 KEY_NAME = "plan.key"
@@ -64,6 +69,39 @@ def _existing_key() -> bytes | None:
     except FileNotFoundError:
         return None
     return data if len(data) == KEY_BYTES else None
+
+
+_CALL_ID = re.compile(r"[0-9a-f]{16}\Z")
+
+
+def ledger_dir() -> Path:
+    """Where applied calls are recorded: ``$RINGFENCE_HOME/plans/applied``."""
+    return ringfence_home() / "plans" / "applied"
+
+
+def _ledger_path(call_id: str) -> Path:
+    if not _CALL_ID.match(call_id):  # ids come from a MAC'd plan; still, never a path
+        raise InvalidArguments(f"a staged call id {call_id[:40]!r} is malformed", field="plan")
+    return ledger_dir() / call_id
+
+
+def _ledger_mark(call_id: str) -> AppliedMark | None:
+    try:
+        data = json.loads(_ledger_path(call_id).read_text(encoding="utf-8"))
+        return AppliedMark(float(data["at"]), str(data["session"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return AppliedMark(0.0, "unknown (unreadable ledger entry)")  # present: applied
+
+
+def _write_ledger_mark(call_id: str, mark: AppliedMark) -> None:
+    """Create the ledger entry for ``call_id``; FileExistsError when it is there already."""
+    path = _ledger_path(call_id)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(json.dumps(asdict(mark)).encode())
 
 
 @dataclass(frozen=True)
@@ -160,18 +198,40 @@ class Plan:
         self.save()
 
     def first_applied(self) -> AppliedMark | None:
-        return min(self.applied.values(), key=lambda m: m.at, default=None)
+        """The earliest applied mark of any of this plan's calls, in the file or the ledger."""
+        marks = [*self.applied.values()]
+        marks += [m for c in self.calls if (m := _ledger_mark(c.call_id)) is not None]
+        return min(marks, key=lambda m: m.at, default=None)
 
     def mark_applied(self, call_id: str, session: str) -> None:
-        """Record (and write) that ``call_id`` is being applied, before it runs.
+        """Record that ``call_id`` is being applied, before it runs: the ledger entry first
+        (exclusively), then the plan file.
 
-        Raises Unwritable (and the call does not run) when the mark cannot be written.
+        Raises Denied when the ledger already has the call (another apply got
+        there first) and Unwritable when a mark cannot be written; either way
+        the call does not run.
         """
-        self.applied[call_id] = AppliedMark(time.time(), session)
+        mark = AppliedMark(time.time(), session)
+        try:
+            _write_ledger_mark(call_id, mark)
+        except FileExistsError:
+            first = _ledger_mark(call_id)
+            when = first.describe() if first is not None else "by another apply"
+            raise Denied(
+                f"plan apply refused: the call {call_id} was already applied ({when}); "
+                "a plan applies once",
+                rule="plan",
+            ) from None
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot record the call applied in {ledger_dir()} ({exc.strerror or exc}); a "
+                "plan applies once, so nothing more runs until the mark can be written",
+                field="plan",
+            ) from None
+        self.applied[call_id] = mark
         try:
             self.save()
         except OSError as exc:
-            del self.applied[call_id]
             raise Unwritable(
                 f"cannot mark the call applied in {self.path} ({exc.strerror or exc}); a plan "
                 "applies once, so nothing more runs until the mark can be written",

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 from runtime_helpers import Ledger, register_standard_tools
 
 from ringfence.runtime import (
@@ -191,11 +192,13 @@ async def test_plan_applies_once(tmp_path: Path, ledger: Ledger) -> None:
     plan_path = tmp_path / "plan.json"
     await stage_session(plan_path, ledger)
     ledger.runs.clear()
+    unapplied = plan_path.read_text()
     approver = ScriptedApprover(lambda r: ApprovalAnswer.once())
     async with Kernel(approver=approver) as kernel:
         register_standard_tools(kernel, ledger)
         assert all(o.ok for o in await kernel.apply_plan(Plan.load(plan_path)))
         first_session = kernel.session_id
+    applied_text = plan_path.read_text()
     plan = Plan.load(plan_path)
     assert set(plan.applied) == {c.call_id for c in plan.calls}
     async with Kernel(approver=approver) as kernel:
@@ -203,7 +206,16 @@ async def test_plan_applies_once(tmp_path: Path, ledger: Ledger) -> None:
         with pytest.raises(Denied, match=f"already applied .*session {first_session}"):
             await kernel.apply_plan(Plan.load(plan_path))
     assert ledger.names() == ["touch", "launch", "run_shell"]  # each ran once
+    # A copy taken before the apply, put back: the ledger still knows its calls.
+    plan_path.write_text(unapplied)
+    assert Plan.load(plan_path).applied == {}
+    async with Kernel(approver=approver) as kernel:
+        register_standard_tools(kernel, ledger)
+        with pytest.raises(Denied, match=f"already applied .*session {first_session}"):
+            await kernel.apply_plan(Plan.load(plan_path))
+    assert ledger.names() == ["touch", "launch", "run_shell"]
     # Dropping the marks from the file is an edit the MAC catches.
+    plan_path.write_text(applied_text)
     data = json.loads(plan_path.read_text())
     data["applied"] = {}
     plan_path.write_text(json.dumps(data))
@@ -250,3 +262,28 @@ def test_cli_plan_show_apply_once_and_keys(tmp_path: Path) -> None:
     assert result.returncode != 0 and "already applied" in result.stderr
     assert "session" in result.stderr and "UTC" in result.stderr
     assert (work / "one.txt").read_text() == "changed since"  # the second apply had no effect
+
+
+async def test_two_applies_of_copies_read_before_either_ran_run_each_call_once(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    plan_path = tmp_path / "plan.json"
+    await stage_session(plan_path, ledger)
+    ledger.runs.clear()
+    refused: list[Denied] = []
+
+    async def apply_once(plan: Plan) -> None:
+        async with Kernel(approver=ScriptedApprover(lambda r: ApprovalAnswer.once())) as kernel:
+            register_standard_tools(kernel, ledger)
+            try:
+                await kernel.apply_plan(plan)
+            except Denied as exc:
+                refused.append(exc)
+
+    plans = [Plan.load(plan_path), Plan.load(plan_path)]  # both read before either applies
+    assert all(p.first_applied() is None for p in plans)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(apply_once, plans[0])
+        nursery.start_soon(apply_once, plans[1])
+    assert sorted(ledger.names()) == ["launch", "run_shell", "touch"]  # each exactly once
+    assert refused and all("already applied" in e.message for e in refused)
