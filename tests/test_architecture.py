@@ -51,12 +51,14 @@ ALLOWED: dict[str, set[str]] = {
     "mcp_host": {"runtime", "ringfence._lazy"},
     "serve": {"runtime", "ringfence._lazy", "ringfence"},  # ringfence: __version__
     "ringfence._embed": {"runtime", "workspace", "backends", "bridge", "mcp_host"},
+    "ringfence.otel": {"runtime"},  # OpenTelemetry export: reads event records only
     "cli": {
         "ringfence",
         "runtime",
         "ringfence._lazy",
         "ringfence._proc",
         "ringfence._embed",
+        "ringfence.otel",
         "workspace",
         "backends",
         "bridge",

@@ -18,7 +18,10 @@ before-image back, and the call fails with ``git_metadata`` naming every path
 present at session start are also mounted read-only, and setuid/setgid bits a
 command set on a file are cleared (event ``setid_cleared``). Changes that
 appeared *between* commands (the host's own git, the user) are taken as the
-new baseline; a ``notice`` names them.
+new baseline; a ``notice`` names them. Each scan starts from the previous one
+(the check after command N is the base of the scan before N+1): only
+directories whose ctime moved, or that changed too recently to tell, are
+listed again; a session's first scan walks everything.
 """
 
 from __future__ import annotations
@@ -282,8 +285,10 @@ class ShellTool:
     # -- git metadata ---------------------------------------------------------------------
 
     async def _scan(self) -> GitSnapshot:
+        """The roots' git metadata now: incremental from the last checked command's scan."""
         roots = [Path(r) for r in self.workspace.roots]
-        return await trio.to_thread.run_sync(scan_git_metadata, roots)
+        base = self._last
+        return await trio.to_thread.run_sync(lambda: scan_git_metadata(roots, base=base))
 
     def _note_between_commands(self, now: GitSnapshot, ctx: CallContext) -> None:
         """Name git metadata that changed since the last command; it becomes the baseline.
@@ -315,11 +320,13 @@ class ShellTool:
         setid = self._clear_setid
 
         def check() -> tuple[GitReport, GitSnapshot]:
-            after = scan_git_metadata(before.roots, since=since, setid=setid)
+            # Incremental from the pre-command scan: only directories whose ctime moved
+            # (or that were hot) are listed again.
+            after = scan_git_metadata(before.roots, since=since, setid=setid, base=before)
             report = enforce_git_metadata(before, after, quarantine)
             if report.refused:
                 # What is there now, after the undo, is the next baseline.
-                after = scan_git_metadata(before.roots)
+                after = scan_git_metadata(before.roots, base=after)
             return report, after
 
         report, self._last = await trio.to_thread.run_sync(check)

@@ -20,6 +20,7 @@ from ..runtime import (
     ScriptedApprover,
 )
 from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
+from ._output import envelope
 from ._session import add_session_options, kernel_from_args
 
 if TYPE_CHECKING:
@@ -33,7 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Expose the session's tools as an MCP server. Every call passes the Gate; "
         "when it asks, the calling client is asked (MCP elicitation), else --headless decides.",
     )
-    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio (default: the client starts ringfence) or http (Streamable HTTP on --host:--port)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)")
     p.add_argument(
         "--port",
@@ -183,9 +189,11 @@ async def _serve_until_stopped(
 
 def _announce(url: str, token: str | None, count: int, posture: str, as_json: bool) -> None:
     if as_json:
+        # HTTP leaves stdout free: the announcement is the one --json object, on one line.
         source = "generated" if token else TOKEN_ENV
         info = {"url": url, "token": token, "token_source": source, "tools": count}
-        _say(json.dumps({**info, "posture": posture}))
+        sys.stdout.write(json.dumps(envelope(True, {**info, "posture": posture})) + "\n")
+        sys.stdout.flush()
         return
     _say(f"serving {count} tools at {url} (posture {posture})")
     if token is not None:

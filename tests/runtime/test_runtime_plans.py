@@ -235,7 +235,7 @@ def test_cli_plan_show_apply_once_and_keys(tmp_path: Path) -> None:
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
     shown = cli("plan", "show", "--json", str(plan), cwd=work, home=home)
-    data = json.loads(shown.stdout)
+    data = json.loads(shown.stdout)["result"]
     assert [c["arguments"]["path"] for c in data["calls"]] == ["one.txt", "two.txt"]
     assert data["roots"] == [str(work.resolve())]
     # show under another RINGFENCE_HOME: no key is created, and the message says why.

@@ -136,7 +136,7 @@ def test_roots_from_the_environment_and_a_bad_root(tree: Tree) -> None:
 def test_tools_list_shows_the_file_tools(tree: Tree) -> None:
     code, body, _ = ringfence("tools", "list", "--json", "--workspace", str(tree.ws))
     assert code == 0
-    assert {t["name"]: t["consequence"] for t in body} == {
+    assert {t["name"]: t["consequence"] for t in body["result"]} == {
         "edit_file": "reversible",
         "glob_files": "read",
         "grep_files": "read",
