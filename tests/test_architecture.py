@@ -424,6 +424,13 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
         "a root's ancestors (outside the roots), checked for being a git directory, as "
         "the resolver's open_root does"
     ),
+    ("ringfence/workspace/_checkpoints.py", "_open_store", "os.makedirs"): (
+        "the checkpoint store under $RINGFENCE_HOME, outside every root: made by its path "
+        "once, everything below it reached by descriptor"
+    ),
+    ("ringfence/workspace/_checkpoints.py", "_open_store", "os.open"): (
+        "the same store directory, opened once by its path"
+    ),
     ("ringfence/workspace/_workspace.py", "_scan_git", "os.path.realpath"): (
         "git_directories lists read-only mount points for run_shell: a .git link's or "
         "gitfile's target is resolved by name and kept only when it lies inside a root; "

@@ -13,6 +13,7 @@ from .. import __version__
 from . import (
     _bench,
     _call,
+    _checkpoints,
     _doctor,
     _events,
     _images,
@@ -41,6 +42,7 @@ VERB_MODULES = [
     _serve,
     _events,
     _plan,
+    _checkpoints,
     _policy,
     _mcp,
     _images,

@@ -7,6 +7,20 @@ and :func:`scan_git_metadata` / :func:`enforce_git_metadata` (``run_shell``'s ch
 that a command left no new or changed git metadata).
 """
 
+from ._changes import (
+    Change as Change,
+    ChangeSet as ChangeSet,
+    Image as Image,
+    MergeReport as MergeReport,
+    merge_changes as merge_changes,
+)
+from ._checkpoints import (
+    CheckpointStore as CheckpointStore,
+    Retention as Retention,
+    register_undo_tool as register_undo_tool,
+    undo as undo,
+    workspace_id as workspace_id,
+)
 from ._gitguard import (
     is_dotgit as is_dotgit,
     is_dotgitmodules as is_dotgitmodules,
@@ -32,8 +46,14 @@ from ._windows import (
 from ._workspace import Workspace as Workspace
 
 __all__ = [
+    "Change",
+    "ChangeSet",
+    "CheckpointStore",
     "GitReport",
     "GitSnapshot",
+    "Image",
+    "MergeReport",
+    "Retention",
     "WindowsFileSystem",
     "WindowsPath",
     "Workspace",
@@ -46,8 +66,12 @@ __all__ = [
     "is_git_directory",
     "is_hfs_dotgit",
     "is_ntfs_dotgit",
+    "merge_changes",
     "openat2_available",
     "register_file_tools",
+    "register_undo_tool",
     "resolve_windows_path",
     "scan_git_metadata",
+    "undo",
+    "workspace_id",
 ]
