@@ -45,6 +45,7 @@ from ..runtime import GitMetadata, InvalidArguments, RingfenceError, ToolError
 from ._gitguard import is_dotgit, is_git_directory
 from ._names import escape_name, unescape_path
 from ._resolver import CONFINED, Place, Resolver, translate_oserror
+from ._workspace import Workspace
 from ._writer import check_git_chain, make_checked_dir, replace_file
 
 __all__ = [
@@ -378,7 +379,7 @@ def _own(leaf: str, dir_fd: int, owner: tuple[int, int]) -> None:
 
 
 def merge_changes(
-    resolver: Resolver,
+    workspace: Workspace,
     changes: Sequence[Change],
     blobs: Blobs,
     *,
@@ -394,6 +395,7 @@ def merge_changes(
     applied, each change's ``before`` being the image the path really had (so
     the report is itself an undoable change set), and the refused entries.
     """
+    resolver = workspace._resolver
     with resolver:
         roots = [str(r.path) for r in resolver.roots]
         refused: list[dict[str, Any]] = []

@@ -11,7 +11,8 @@ change sets after): keep at most ``keep`` change sets (default 500,
 ``$RINGFENCE_CHECKPOINTS_KEEP``), none older than ``max_age_days`` (default
 30, ``$RINGFENCE_CHECKPOINTS_DAYS``), and blobs totalling at most
 ``max_mib`` (default 1024, ``$RINGFENCE_CHECKPOINTS_MIB``); the oldest change
-sets go first (the newest is always kept), then blobs no set names.
+sets go first (the newest is always kept), then blobs no set names (unless
+stored in the last hour: a manifest naming them may still be on its way).
 
 Who records: ``write_file`` and ``edit_file`` through :func:`recorded`
 (before-image, after-image, directories the call made; stored before the
@@ -58,6 +59,8 @@ __all__ = [
 ]
 
 _PRUNE_EVERY = 32
+# An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
+_BLOB_GRACE_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -239,10 +242,14 @@ class CheckpointStore:
                         for im in (c.before, c.after)
                         if im is not None and im.digest
                     }
-            sizes = {}
+            sizes: dict[str, int] = {}
+            young: set[str] = set()  # stored in the last hour: maybe a manifest still to come
             for name in os.listdir(self._blobs_fd):
                 with contextlib.suppress(OSError):
-                    sizes[name] = os.stat(name, dir_fd=self._blobs_fd).st_size
+                    st = os.stat(name, dir_fd=self._blobs_fd)
+                    sizes[name] = st.st_size
+                    if st.st_mtime > time.time() - _BLOB_GRACE_SECONDS:
+                        young.add(name)
             limit = self.retention.max_mib * (1 << 20)
             oldest_kept = (time.time() - self.retention.max_age_days * 86400) * 1e6
             order = sorted(sets)
@@ -258,7 +265,7 @@ class CheckpointStore:
                     self.drop(i)
             live = set().union(*sets.values()) if sets else set()
             for name in sizes:
-                if name not in live and not name.startswith("."):
+                if name not in live and name not in young and not name.startswith("."):
                     with contextlib.suppress(OSError):
                         os.unlink(name, dir_fd=self._blobs_fd)
 
@@ -389,7 +396,7 @@ def undo(
     out = []
     for cs in sets:
         report = merge_changes(
-            store.workspace._resolver, cs.inverse_changes(), store, atomic=True, force=force
+            store.workspace, cs.inverse_changes(), store, atomic=True, force=force
         )
         done = ChangeSet(
             id=store.new_id(),
