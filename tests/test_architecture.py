@@ -44,6 +44,8 @@ ALLOWED: dict[str, set[str]] = {
     "ringfence._lazy": set(),
     "runtime": set(),
     "ringfence._proc": {"runtime"},
+    # ringfence's own git calls (hooks, filters, configured programs off), spawned by _proc
+    "ringfence._git": {"runtime", "ringfence._proc"},
     "workspace": {"runtime"},
     # workspace: run_shell's git-metadata check (scan_git_metadata, enforce_git_metadata).
     "backends": {"runtime", "workspace", "ringfence._proc", "ringfence._lazy"},
@@ -57,6 +59,7 @@ ALLOWED: dict[str, set[str]] = {
         "runtime",
         "ringfence._lazy",
         "ringfence._proc",
+        "ringfence._git",
         "ringfence._embed",
         "ringfence.otel",
         "workspace",

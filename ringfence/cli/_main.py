@@ -23,6 +23,7 @@ from . import (
     _run_script,
     _serve,
     _tools,
+    _worktree,
 )
 from ._output import (
     EXIT_CODES_HELP,
@@ -43,6 +44,7 @@ VERB_MODULES = [
     _events,
     _plan,
     _checkpoints,
+    _worktree,
     _policy,
     _mcp,
     _images,
