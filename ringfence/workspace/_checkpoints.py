@@ -14,6 +14,13 @@ change sets after): keep at most ``keep`` change sets (default 500,
 sets go first (the newest is always kept), then blobs no set names (unless
 stored in the last hour: a manifest naming them may still be on its way).
 
+Durability: blobs and manifests are renamed into place (never half-written
+under their name) but not fsynced, so a crash of ringfence loses nothing and
+a power loss may lose the last change sets or leave a blob torn; every blob
+is checked against its digest when read, so a torn one is refused, never
+restored. ``$RINGFENCE_CHECKPOINTS_FSYNC=1`` fsyncs both (about 0.3 ms more
+per write on ext4 here).
+
 Who records: ``write_file`` and ``edit_file`` through :func:`recorded`
 (before-image, after-image, directories the call made; stored before the
 write is visible, the manifest dropped again if the write fails), and
@@ -41,7 +48,15 @@ from typing import Any
 
 import trio
 
-from ..runtime import CallContext, Consequence, InvalidArguments, Kernel, NotFound, ToolSpec
+from ..runtime import (
+    CallContext,
+    Consequence,
+    InvalidArguments,
+    Kernel,
+    NotFound,
+    ToolError,
+    ToolSpec,
+)
 from ..runtime._files import ringfence_home
 from ._changes import Change, ChangeSet, Image, image_at, merge_changes
 from ._names import escape_name
@@ -70,6 +85,7 @@ class Retention:
     keep: int = 500
     max_age_days: float = 30.0
     max_mib: float = 1024.0
+    fsync: bool = False
 
     @classmethod
     def from_env(cls) -> Retention:
@@ -91,6 +107,7 @@ class Retention:
             keep=int(read("RINGFENCE_CHECKPOINTS_KEEP", cls.keep)),
             max_age_days=read("RINGFENCE_CHECKPOINTS_DAYS", cls.max_age_days),
             max_mib=read("RINGFENCE_CHECKPOINTS_MIB", cls.max_mib),
+            fsync=os.environ.get("RINGFENCE_CHECKPOINTS_FSYNC") == "1",
         )
 
 
@@ -131,7 +148,7 @@ class CheckpointStore:
             return digest  # content-addressed: already there
         except FileNotFoundError:
             pass
-        _write_atomic(self._blobs_fd, digest, data, sync=False)
+        _write_atomic(self._blobs_fd, digest, data, sync=self.retention.fsync)
         return digest
 
     def get(self, digest: str) -> bytes:
@@ -142,7 +159,11 @@ class CheckpointStore:
         except FileNotFoundError:
             raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)") from None
         with os.fdopen(fd, "rb") as f:
-            return f.read()
+            data = f.read()
+        if hashlib.sha256(data).hexdigest() != digest:
+            # Not fsynced by default: after a power loss a blob can be empty or torn.
+            raise ToolError(f"blob {digest} in {self.path} is damaged; it is not used")
+        return data
 
     # -- change sets -------------------------------------------------------------------
 
@@ -151,7 +172,7 @@ class CheckpointStore:
 
     def save(self, cs: ChangeSet) -> None:
         data = json.dumps(cs.to_json(), separators=(",", ":")).encode()
-        _write_atomic(self._sets_fd, f"{cs.id}.json", data, sync=True)
+        _write_atomic(self._sets_fd, f"{cs.id}.json", data, sync=self.retention.fsync)
         with self._lock:
             self._since_prune += 1
             due = self._since_prune >= _PRUNE_EVERY

@@ -334,3 +334,18 @@ def test_merged_entries_belong_to_the_workspace_owner(root: Path) -> None:
     for p in (root / "made", root / "made" / "f.txt"):
         st = p.lstat()
         assert (st.st_uid, st.st_gid) == (4321, 4321), p
+
+
+def test_a_damaged_blob_is_refused_never_restored(
+    capsys: pytest.CaptureFixture[str], root: Path, ringfence_home: Path
+) -> None:
+    set_id = call(capsys, root, "write_file", path="doc.txt", content="agent\n")["checkpoint"]
+    old = sha(b"alpha\nbeta\n")
+    (blob,) = ringfence_home.glob(f"checkpoints/*/blobs/{old}")
+    blob.write_bytes(b"torn")  # what a power loss can leave behind
+    before = hashes(root)
+    code, body = cli(
+        capsys, "undo", set_id, "--workspace", str(root), "--posture", "allow-reversible"
+    )
+    assert code != 0 and "damaged" in body["error"]["message"]
+    assert hashes(root) == before
