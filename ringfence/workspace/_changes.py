@@ -33,6 +33,7 @@ it is written, not locked).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import posixpath
@@ -161,6 +162,8 @@ class Blobs(Protocol):
 
     def put(self, data: bytes) -> str: ...
 
+    def put_fd(self, fd: int) -> tuple[str, int]: ...
+
 
 @dataclass(frozen=True)
 class MergeReport:
@@ -185,26 +188,31 @@ def image_at(dir_fd: int, name: str, blobs: Blobs | None) -> Image | None:
     if stat.S_ISLNK(st.st_mode):
         data = os.fsencode(os.readlink(name, dir_fd=dir_fd))
     elif stat.S_ISREG(st.st_mode):
+        # Streamed: a large before-image is copied into the store, never held in memory.
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
+            if blobs is not None:
+                digest, size = blobs.put_fd(fd)
+            else:
+                h, size = hashlib.sha256(), 0
+                while chunk := os.read(fd, 1 << 20):
+                    h.update(chunk)
+                    size += len(chunk)
+                digest = h.hexdigest()
         finally:
             os.close(fd)
-        data = b"".join(chunks)
+        return Image("file", mode, digest, size)
     else:
         kind = "fifo" if stat.S_ISFIFO(st.st_mode) else "socket"
         if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
             kind = "device"
         return Image(kind, mode)
-    kind = "symlink" if stat.S_ISLNK(st.st_mode) else "file"
     digest = blobs.put(data) if blobs is not None else hashlib.sha256(data).hexdigest()
-    return Image(kind, mode, digest, len(data))
+    return Image("symlink", mode, digest, len(data))
 
 
 def same_state(current: Image | None, wanted: Image | None) -> bool:
-    """Does the path's current image match ``wanted`` (content and kind; mode for files)?"""
+    """Does the path's current image match ``wanted``? Kind and content; modes are not compared."""
     if current is None or wanted is None:
         return current is wanted
     if current.kind != wanted.kind:
@@ -310,7 +318,11 @@ def _current(resolver: Resolver, change: Change) -> Image | None:
 
 
 def _apply_one(
-    resolver: Resolver, change: Change, blobs: Blobs, owner: tuple[int, int]
+    resolver: Resolver,
+    change: Change,
+    blobs: Blobs,
+    owner: tuple[int, int],
+    keep_full_dirs: bool = False,
 ) -> Image | None:
     """Make the path's state ``change.after``; return the image it had (stored in ``blobs``)."""
     after = change.after
@@ -325,7 +337,12 @@ def _apply_one(
         try:
             if after is None:
                 if found is not None and found.kind == "dir":
-                    os.rmdir(leaf, dir_fd=dir_fd)
+                    try:
+                        os.rmdir(leaf, dir_fd=dir_fd)
+                    except OSError as exc:
+                        if exc.errno != errno.ENOTEMPTY or not keep_full_dirs:
+                            raise
+                        # forced: entries the set did not make are never deleted with it
                 elif found is not None:
                     os.unlink(leaf, dir_fd=dir_fd)
                 return found
@@ -430,7 +447,7 @@ def merge_changes(
         applied: list[Change] = []
         try:
             for change in accepted:
-                found = _apply_one(resolver, change, blobs, owner)
+                found = _apply_one(resolver, change, blobs, owner, keep_full_dirs=force)
                 applied.append(Change(change.root, change.path, found, change.after))
         except BaseException:
             for done in reversed(applied):  # best effort: put back what this merge changed
@@ -441,17 +458,43 @@ def merge_changes(
 
 
 def _conflicts(resolver: Resolver, changes: Sequence[Change]) -> list[str]:
-    """The paths whose current state is not the before-image, in order (each once)."""
+    """The paths whose current state is not the before-image, in order (each once).
+
+    A directory to delete conflicts too when it holds an entry the set does
+    not delete before it (someone else's file would go with it).
+    """
     seen: dict[tuple[int, str], Image | None] = {}
     out: list[str] = []
     for change in changes:
         key = (change.root, change.path)
         # A path touched twice: its second before-image is the first's after-image.
         current = seen[key] if key in seen else _current(resolver, change)
-        if not same_state(current, change.before) and escape_name(change.path) not in out:
+        stale = not same_state(current, change.before)
+        if not stale and change.after is None and current is not None and current.kind == "dir":
+            gone = {k for k, v in seen.items() if v is None}  # deleted earlier in this set
+            left = [
+                n
+                for n in _entries(resolver, change)
+                if (change.root, f"{change.path}/{n}") not in gone
+            ]
+            stale = bool(left)
+        if stale and escape_name(change.path) not in out:
             out.append(escape_name(change.path))
         seen[key] = change.after
     return out
+
+
+def _entries(resolver: Resolver, change: Change) -> list[str]:
+    def op(place: Place) -> list[str]:
+        assert place.leaf is not None
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(place.leaf, flags, dir_fd=place.dir_fd)
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
+
+    return _walk_to(resolver, change, op, create=False)
 
 
 def _owner(root_fd: int) -> tuple[int, int]:

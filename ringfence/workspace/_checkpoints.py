@@ -151,6 +151,33 @@ class CheckpointStore:
         _write_atomic(self._blobs_fd, digest, data, sync=self.retention.fsync)
         return digest
 
+    def put_fd(self, fd: int) -> tuple[str, int]:
+        """Copy an open file into the store as it is read (digest, size); no full copy in memory."""
+        temp = f".in.{secrets.token_hex(6)}"
+        out = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=self._blobs_fd
+        )
+        h, size = hashlib.sha256(), 0
+        try:
+            try:
+                while chunk := os.read(fd, 1 << 20):
+                    h.update(chunk)
+                    size += len(chunk)
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(out, view) :]
+                if self.retention.fsync:
+                    os.fsync(out)
+            finally:
+                os.close(out)
+            digest = h.hexdigest()
+            os.replace(temp, digest, src_dir_fd=self._blobs_fd, dst_dir_fd=self._blobs_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=self._blobs_fd)
+            raise
+        return digest, size
+
     def get(self, digest: str) -> bytes:
         if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
             raise InvalidArguments(f"{digest!r} is not a sha256 digest", field="digest")

@@ -349,3 +349,19 @@ def test_a_damaged_blob_is_refused_never_restored(
     )
     assert code != 0 and "damaged" in body["error"]["message"]
     assert hashes(root) == before
+
+
+def test_undo_never_deletes_a_file_it_did_not_make(
+    capsys: pytest.CaptureFixture[str], root: Path
+) -> None:
+    set_id = call(capsys, root, "write_file", path="a/b/c.txt", content="c\n")["checkpoint"]
+    (root / "a" / "b" / "mine.txt").write_text("the person's\n")
+    before = hashes(root)
+    args = ("--workspace", str(root), "--posture", "allow-reversible")
+    code, body = cli(capsys, "undo", set_id, *args)
+    assert code != 0 and body["error"]["details"]["conflicts"] == ["a/b"]
+    assert hashes(root) == before
+    code, body = cli(capsys, "undo", set_id, "--force", *args)
+    assert code == 0, body
+    assert not (root / "a" / "b" / "c.txt").exists()
+    assert (root / "a" / "b" / "mine.txt").read_text() == "the person's\n"
