@@ -365,3 +365,23 @@ def test_undo_never_deletes_a_file_it_did_not_make(
     assert code == 0, body
     assert not (root / "a" / "b" / "c.txt").exists()
     assert (root / "a" / "b" / "mine.txt").read_text() == "the person's\n"
+
+
+def test_merge_refuses_assembling_a_git_directory_and_rolls_back(root: Path) -> None:
+    d = _store_with(root, {"head": b"ref: refs/heads/main\n", "cfg": b"[core]\n", "ok": b"ok\n"})
+    changes = [
+        GOOD,
+        Change(0, "evil", None, Image("dir", 0o755)),
+        Change(0, "evil/objects", None, Image("dir", 0o755)),
+        Change(0, "evil/refs", None, Image("dir", 0o755)),
+        Change(0, "evil/config", None, Image("file", 0o644, d["cfg"], 7)),
+        Change(0, "evil/HEAD", None, Image("file", 0o644, d["head"], 21)),
+    ]
+    before = hashes(root)
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        with pytest.raises(Exception) as info:
+            merge_changes(ws, changes, store)
+        store.close()
+    assert info.value.code == "git_metadata", info.value.message  # type: ignore[attr-defined]
+    assert hashes(root) == before  # what was merged before the refusal was rolled back
