@@ -380,6 +380,9 @@ class _Recorder:
             changes=tuple(changes),
             call_id=self.ctx.call_id,
         )
+        if self.saved is not None:
+            # Called again: the walk followed a leaf that became a link after the first call.
+            self.store.drop(self.saved.id)
         self.store.save(cs)
         self.saved = cs
 

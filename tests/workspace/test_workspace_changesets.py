@@ -385,3 +385,18 @@ def test_merge_refuses_assembling_a_git_directory_and_rolls_back(root: Path) -> 
         store.close()
     assert info.value.code == "git_metadata", info.value.message  # type: ignore[attr-defined]
     assert hashes(root) == before  # what was merged before the refusal was rolled back
+
+
+def test_retention_drops_the_oldest_change_sets(
+    capsys: pytest.CaptureFixture[str], root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [
+        call(capsys, root, "write_file", path="doc.txt", content=f"v{i}\n")["checkpoint"]
+        for i in range(5)
+    ]
+    monkeypatch.setenv("RINGFENCE_CHECKPOINTS_KEEP", "2")
+    code, body = cli(capsys, "checkpoints", "list", "--workspace", str(root))
+    assert [s["id"] for s in body["result"]] == ids[:2:-1]  # the newest two, newest first
+    monkeypatch.setenv("RINGFENCE_CHECKPOINTS_KEEP", "0")
+    code, body = cli(capsys, "checkpoints", "list", "--workspace", str(root))
+    assert code == 2 and body["error"]["field"] == "RINGFENCE_CHECKPOINTS_KEEP"
