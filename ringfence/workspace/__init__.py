@@ -17,8 +17,6 @@ from ._changes import (
 from ._checkpoints import (
     CheckpointStore as CheckpointStore,
     Retention as Retention,
-    register_undo_tool as register_undo_tool,
-    undo as undo,
     workspace_id as workspace_id,
 )
 from ._gitguard import (
@@ -38,6 +36,7 @@ from ._gitscan import (
 )
 from ._resolver import openat2_available as openat2_available
 from ._tools import file_tool_specs as file_tool_specs, register_file_tools as register_file_tools
+from ._undo import register_undo_tool as register_undo_tool, undo as undo
 from ._windows import (
     WindowsFileSystem as WindowsFileSystem,
     WindowsPath as WindowsPath,

@@ -443,7 +443,8 @@ def merge_changes(
                     + "; nothing was changed (--force overwrites them)",
                     conflicts=conflicts,
                 )
-        owner = _owner(resolver.roots[0].fd)
+        st = os.fstat(resolver.roots[0].fd)
+        owner = (st.st_uid, st.st_gid)
         applied: list[Change] = []
         try:
             for change in accepted:
@@ -495,8 +496,3 @@ def _entries(resolver: Resolver, change: Change) -> list[str]:
             os.close(fd)
 
     return _walk_to(resolver, change, op, create=False)
-
-
-def _owner(root_fd: int) -> tuple[int, int]:
-    st = os.fstat(root_fd)
-    return st.st_uid, st.st_gid

@@ -21,7 +21,7 @@ is checked against its digest when read, so a torn one is refused, never
 restored. ``$RINGFENCE_CHECKPOINTS_FSYNC=1`` fsyncs both (about 0.3 ms more
 per write on ext4 here).
 
-Who records: ``write_file`` and ``edit_file`` through :func:`recorded`
+Who records: ``write_file`` and ``edit_file`` through :func:`._undo.recorded`
 (before-image, after-image, directories the call made; stored before the
 write is visible, the manifest dropped again if the write fails), and
 ``undo`` (the images it found before restoring). Not recorded: writes
@@ -42,36 +42,20 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import trio
-
 from ..runtime import (
-    CallContext,
-    Consequence,
     InvalidArguments,
-    Kernel,
     NotFound,
     ToolError,
-    ToolSpec,
 )
 from ..runtime._files import ringfence_home
-from ._changes import Change, ChangeSet, Image, image_at, merge_changes
+from ._changes import ChangeSet, Image
 from ._names import escape_name
-from ._resolver import Place
 from ._workspace import Workspace
-from ._writer import _current_umask
 
-__all__ = [
-    "CheckpointStore",
-    "Retention",
-    "recorded",
-    "register_undo_tool",
-    "undo",
-    "workspace_id",
-]
+__all__ = ["CheckpointStore", "Retention", "workspace_id"]
 
 _PRUNE_EVERY = 32
 # An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
@@ -126,18 +110,46 @@ class CheckpointStore:
         self.path = ringfence_home() / "checkpoints" / workspace_id(workspace)
         self._lock = threading.Lock()
         self._since_prune = 0
-        fd = _open_store(str(self.path))
-        try:
-            self._blobs_fd = _subdir(fd, "blobs")
-            self._sets_fd = _subdir(fd, "sets")
-        finally:
-            os.close(fd)
-        self.prune()
+        self._open_lock = threading.Lock()
+        self._fds: tuple[int, int] | None = None
+        if self._open(create=False) is not None:
+            self.prune()
+
+    def _open(self, *, create: bool) -> tuple[int, int] | None:
+        """The (blobs, sets) descriptors; the store is made on its first write, not before."""
+        with self._open_lock:
+            if self._fds is None:
+                fd = _open_store(str(self.path), create=create)
+                if fd is None:
+                    return None
+                try:
+                    self._fds = (_subdir(fd, "blobs"), _subdir(fd, "sets"))
+                finally:
+                    os.close(fd)
+            return self._fds
+
+    @property
+    def _blobs_fd(self) -> int:
+        fds = self._open(create=True)
+        assert fds is not None
+        return fds[0]
+
+    @property
+    def _sets_fd(self) -> int:
+        fds = self._open(create=True)
+        assert fds is not None
+        return fds[1]
+
+    def exists(self) -> bool:
+        """Has anything been stored for this workspace yet?"""
+        return self._open(create=False) is not None
 
     def close(self) -> None:
-        for fd in (self._blobs_fd, self._sets_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with self._open_lock:
+            for fd in self._fds or ():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds = None
 
     # -- blobs -------------------------------------------------------------------------
 
@@ -207,16 +219,24 @@ class CheckpointStore:
             self.prune()
 
     def drop(self, set_id: str) -> None:
+        if not self.exists():
+            return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{set_id}.json", dir_fd=self._sets_fd)
 
     def ids(self) -> list[str]:
         """Every change set's id, oldest first."""
+        if not self.exists():
+            return []
         return sorted(n[:-5] for n in os.listdir(self._sets_fd) if n.endswith(".json"))
 
     def load(self, set_id: str) -> ChangeSet:
         if not set_id or not set_id.isalnum():
             raise InvalidArguments(f"{set_id!r} is not a change set id", field="id")
+        if not self.exists():
+            raise NotFound(
+                f"no change set {set_id}: nothing is stored for this workspace", field="id"
+            )
         try:
             fd = os.open(f"{set_id}.json", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._sets_fd)
         except FileNotFoundError:
@@ -277,6 +297,8 @@ class CheckpointStore:
 
     def prune(self) -> None:
         """Apply the retention policy: oldest change sets first, then unreferenced blobs."""
+        if not self.exists():
+            return
         with self._lock:
             self._since_prune = 0
             ids = self.ids()
@@ -318,10 +340,14 @@ class CheckpointStore:
                         os.unlink(name, dir_fd=self._blobs_fd)
 
 
-def _open_store(path: str) -> int:
-    """The store directory (outside every root), made 0700 if missing; a descriptor to it."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _open_store(path: str, *, create: bool) -> int | None:
+    """The store directory (outside every root), made 0700 if missing and ``create``."""
+    if create:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
 
 
 def _subdir(fd: int, name: str) -> int:
@@ -347,165 +373,3 @@ def _write_atomic(dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=dir_fd)
         raise
-
-
-# -- recording a file tool's write -------------------------------------------------------
-
-
-class _Recorder:
-    """The writer's ``record`` callback for one call: saves a one-write change set."""
-
-    def __init__(self, store: CheckpointStore, ctx: CallContext) -> None:
-        self.store = store
-        self.ctx = ctx
-        self.saved: ChangeSet | None = None
-
-    def __call__(self, place: Place, data: bytes, made: list[tuple[int, list[str]]]) -> None:
-        root = place.root
-        if root.is_host or place.leaf is None:
-            return  # outside the roots (unrestricted posture): not checkpointed
-        changes = [
-            Change(index, "/".join(names), None, Image("dir", 0o777 & ~_current_umask()))
-            for index, names in made
-            if index == root.index
-        ]
-        before = image_at(place.dir_fd, place.leaf, self.store)
-        mode = before.mode if before is not None else 0o666 & ~_current_umask()
-        after = Image("file", mode, self.store.put(data), len(data))
-        changes.append(Change(root.index, "/".join([*place.names, place.leaf]), before, after))
-        cs = ChangeSet(
-            id=self.store.new_id(),
-            created=time.time(),
-            tool=self.ctx.tool.name,
-            changes=tuple(changes),
-            call_id=self.ctx.call_id,
-        )
-        if self.saved is not None:
-            # Called again: the walk followed a leaf that became a link after the first call.
-            self.store.drop(self.saved.id)
-        self.store.save(cs)
-        self.saved = cs
-
-
-async def recorded(
-    ctx: CallContext,
-    store: CheckpointStore | None,
-    write: Callable[[_Recorder | None], Awaitable[dict[str, Any]]],
-) -> dict[str, Any]:
-    """Run ``write(record)``; link the change set it saved to the call (result and event).
-
-    The result gets ``"checkpoint": <id>`` and the call's events a
-    ``checkpoint`` record; if the write fails its manifest is dropped.
-    Without a store the write runs unrecorded.
-    """
-    if store is None:
-        return await write(None)
-    rec = _Recorder(store, ctx)
-    try:
-        result = await write(rec)
-    except BaseException:
-        if rec.saved is not None:
-            store.drop(rec.saved.id)
-        raise
-    if rec.saved is None:
-        return result
-    ctx.emit("checkpoint", id=rec.saved.id, paths=[escape_name(c.path) for c in rec.saved.changes])
-    return {**result, "checkpoint": rec.saved.id}
-
-
-# -- undo --------------------------------------------------------------------------------
-
-
-def undo(
-    store: CheckpointStore,
-    *,
-    ids: list[str] | None = None,
-    last: int | None = None,
-    force: bool = False,
-    tool: str = "undo",
-    call_id: str | None = None,
-) -> list[dict[str, Any]]:
-    """Restore the before-images of change sets ``ids`` (or the ``last`` N not yet undone).
-
-    Newest first; each undo is merged through :func:`merge_changes` (a path
-    that no longer has its after-image is a conflict, unless ``force``) and
-    saved as a change set of its own (``undoes`` names the one it undid), so
-    an undo can be undone. Returns ``[{"undone", "checkpoint", "paths"}]``.
-    Stops at the first refusal; the sets undone before it stay undone.
-    """
-    if (ids is None) == (last is None):
-        raise InvalidArguments("give change set ids or --last N, not both or neither", field="id")
-    if ids is None:
-        assert last is not None
-        if last < 1:
-            raise InvalidArguments("--last must be at least 1", field="last")
-        summary = store.list()
-        ids = [s["id"] for s in summary if not s["undone_by"] and not s["undoes"]][:last]
-        if not ids:
-            raise NotFound("there is no change set to undo", field="last")
-    sets = sorted((store.load(i) for i in ids), key=lambda s: s.id, reverse=True)
-    out = []
-    for cs in sets:
-        report = merge_changes(
-            store.workspace, cs.inverse_changes(), store, atomic=True, force=force
-        )
-        done = ChangeSet(
-            id=store.new_id(),
-            created=time.time(),
-            tool=tool,
-            changes=report.applied,
-            call_id=call_id,
-            undoes=cs.id,
-        )
-        store.save(done)
-        out.append(
-            {
-                "undone": cs.id,
-                "checkpoint": done.id,
-                "paths": sorted({escape_name(c.path) for c in cs.changes}),
-            }
-        )
-    return out
-
-
-def register_undo_tool(kernel: Kernel, store: CheckpointStore) -> None:
-    """Register ``undo``: a gated, evented, ``reversible`` call (its own change set is kept)."""
-
-    async def run(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
-        ids = [args["id"]] if "id" in args else None
-        last = args.get("last", None if ids else 1)
-        result = await trio.to_thread.run_sync(
-            lambda: undo(
-                store,
-                ids=ids,
-                last=last,
-                force=args.get("force", False),
-                call_id=ctx.call_id,
-            )
-        )
-        for item in result:
-            ctx.emit(
-                "checkpoint", id=item["checkpoint"], undoes=item["undone"], paths=item["paths"]
-            )
-        return result
-
-    kernel.register(
-        ToolSpec(
-            "undo",
-            "Undo file changes: restore the before-images of change set 'id' (see `ringfence "
-            "checkpoints list`), or of the last 'last' change sets not yet undone (default 1). "
-            "A file that changed since is refused unless 'force'. The undo is itself a change "
-            "set, so it can be undone.",
-            {
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"},
-                    "last": {"type": "integer", "minimum": 1, "maximum": 10000},
-                    "force": {"type": "boolean"},
-                },
-                "additionalProperties": False,
-            },
-            run,
-            consequence=Consequence.REVERSIBLE,
-        )
-    )

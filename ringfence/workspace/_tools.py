@@ -46,9 +46,10 @@ from ..runtime import (
     RingfenceError,
     ToolSpec,
 )
-from ._checkpoints import CheckpointStore, recorded
+from ._checkpoints import CheckpointStore
 from ._deadline import Deadline
 from ._names import escape_name, escape_text, unescape_path
+from ._undo import recorded
 from ._workspace import FileOps, Workspace
 
 __all__ = [
