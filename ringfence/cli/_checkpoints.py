@@ -39,7 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         q.set_defaults(func=func)
     u = sub.add_parser("undo", help="restore the before-images of change sets (a gated call)")
     u.add_argument("id", nargs="?", metavar="ID", help="the change set to undo")
-    u.add_argument("--last", type=int, metavar="N", help="undo the last N change sets not undone")
+    u.add_argument(
+        "--last",
+        type=int,
+        metavar="N",
+        help="undo the last N change sets not undone (default: the last one)",
+    )
     u.add_argument(
         "--force", action="store_true", help="also restore files that changed since the change set"
     )
