@@ -7,13 +7,7 @@ and :func:`scan_git_metadata` / :func:`enforce_git_metadata` (``run_shell``'s ch
 that a command left no new or changed git metadata).
 """
 
-from ._changes import (
-    Change as Change,
-    ChangeSet as ChangeSet,
-    Image as Image,
-    MergeReport as MergeReport,
-    merge_changes as merge_changes,
-)
+from ._changes import Change as Change, ChangeSet as ChangeSet, Image as Image
 from ._checkpoints import (
     CheckpointStore as CheckpointStore,
     Retention as Retention,
@@ -34,6 +28,7 @@ from ._gitscan import (
     enforce_git_metadata as enforce_git_metadata,
     scan_git_metadata as scan_git_metadata,
 )
+from ._merge import MergeReport as MergeReport, merge_changes as merge_changes
 from ._resolver import openat2_available as openat2_available
 from ._tools import file_tool_specs as file_tool_specs, register_file_tools as register_file_tools
 from ._undo import register_undo_tool as register_undo_tool, undo as undo

@@ -18,8 +18,9 @@ from typing import Any
 import trio
 
 from ..runtime import CallContext, Consequence, InvalidArguments, Kernel, NotFound, ToolSpec
-from ._changes import Change, ChangeSet, Image, image_at, merge_changes
+from ._changes import Change, ChangeSet, Image, image_at
 from ._checkpoints import CheckpointStore
+from ._merge import merge_changes
 from ._names import escape_name
 from ._resolver import Place
 from ._writer import _current_umask

@@ -59,6 +59,7 @@ __all__ = [
     "denies_write",
     "dir_denies_create",
     "edit_text",
+    "fsync_dir",
     "make_checked_dir",
     "replace_file",
     "write_text",
@@ -156,8 +157,12 @@ def _copy_xattrs(src_path_fd: int, dst_fd: int, display: str) -> None:
             ) from None
 
 
-def replace_file(place: Place, data: bytes, *, expected: Expected | None = None) -> bool:
+def replace_file(
+    place: Place, data: bytes, *, expected: Expected | None = None, sync_dir: bool = True
+) -> bool:
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
+
+    ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory).
 
     Raises FollowLeaf if the leaf is a symlink (the walk follows it),
     InvalidArguments if it is a directory or its path below the root is longer
@@ -250,7 +255,8 @@ def replace_file(place: Place, data: bytes, *, expected: Expected | None = None)
         except OSError as exc:
             raise translate_oserror(exc, display, writing=True) from None
         renamed = True
-        _fsync_dir(dir_fd)
+        if sync_dir:
+            fsync_dir(dir_fd)
     except OSError as exc:
         raise translate_oserror(exc, display, writing=True) from None
     finally:
@@ -285,7 +291,7 @@ def _keep_owner_and_mode(fd: int, st: os.stat_result, display: str) -> None:
         )
 
 
-def _fsync_dir(dir_fd: int) -> None:
+def fsync_dir(dir_fd: int) -> None:
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         os.fsync(fd)
@@ -395,11 +401,7 @@ def _write(
 
 
 def make_checked_dir(place: Place, name: str, made: list[tuple[int, str]]) -> bool:
-    """Create directory ``name`` in ``place`` for a write, refusing git metadata; True if made.
-
-    A directory made is appended to ``made`` as (a duplicate of its parent's
-    descriptor, its name), so a failed call can remove it again.
-    """
+    """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made."""
     display = place.display(name)
     if is_dotgit(name):
         raise GitMetadata(f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path")
