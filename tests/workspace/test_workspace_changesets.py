@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,13 @@ import pytest
 from ringfence.cli._main import main
 from ringfence.workspace import (
     Change,
+    ChangeSet,
     CheckpointStore,
     Image,
     Workspace,
+    changes_from_upper,
     merge_changes,
+    undo,
 )
 
 
@@ -400,3 +404,71 @@ def test_retention_drops_the_oldest_change_sets(
     monkeypatch.setenv("RINGFENCE_CHECKPOINTS_KEEP", "0")
     code, body = cli(capsys, "checkpoints", "list", "--workspace", str(root))
     assert code == 2 and body["error"]["field"] == "RINGFENCE_CHECKPOINTS_KEEP"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a whiteout is a 0:0 device: mknod needs root")
+def test_an_overlay_upper_directory_becomes_a_change_set_merged_and_undone(
+    root: Path, tmp_path: Path
+) -> None:
+    """The upper layer of a command that edits, creates, deletes, renames a directory,
+    deletes a directory, and replaces one opaquely: merged, the workspace is exactly
+    what the command saw; undone, it is byte for byte what it was.
+    """
+    (root / "gone.txt").write_text("gone\n")
+    (root / "olddir" / "sub").mkdir(parents=True)
+    (root / "olddir" / "a.txt").write_text("a\n")
+    (root / "olddir" / "sub" / "b.txt").write_text("b\n")
+    (root / "deldir").mkdir()
+    (root / "deldir" / "c.txt").write_text("c\n")
+    (root / "opq").mkdir()
+    (root / "opq" / "x.txt").write_text("x\n")
+    (root / "f2d").write_text("file becoming a dir\n")
+    original = hashes(root)
+
+    upper = tmp_path / "upper"
+    (upper / "newdir" / "sub").mkdir(parents=True)  # olddir renamed: copied up whole
+    (upper / "newdir" / "a.txt").write_text("a\n")
+    (upper / "newdir" / "sub" / "b.txt").write_text("b\n")
+    (upper / "doc.txt").write_text("alpha\nedited\n")
+    (upper / "new.txt").write_text("new\n")
+    for whiteout in ("gone.txt", "olddir", "deldir"):
+        os.mknod(upper / whiteout, stat.S_IFCHR | 0o000, os.makedev(0, 0))
+    (upper / "opq").mkdir()
+    os.setxattr(upper / "opq", "user.overlay.opaque", b"y")
+    (upper / "opq" / "z.txt").write_text("z\n")
+    (upper / "f2d").mkdir()
+    (upper / "f2d" / "inner.txt").write_text("inner\n")
+
+    expected = tmp_path / "expected"
+    shutil.copytree(root, expected, symlinks=True)
+    shutil.rmtree(expected / "olddir")
+    shutil.rmtree(expected / "deldir")
+    shutil.rmtree(expected / "opq")
+    (expected / "gone.txt").unlink()
+    (expected / "f2d").unlink()
+    for p in sorted(upper.rglob("*")):
+        if p.is_char_device():
+            continue
+        rel = p.relative_to(upper)
+        if p.is_dir():
+            (expected / rel).mkdir(exist_ok=True)
+        else:
+            shutil.copy2(p, expected / rel)
+
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        upper_fd = os.open(upper, os.O_RDONLY | os.O_DIRECTORY)
+        lower_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            changes = changes_from_upper(upper_fd, lower_fd, 0, store)
+        finally:
+            os.close(upper_fd)
+            os.close(lower_fd)
+        assert hashes(root) == original  # reading the upper layer changes nothing
+        report = merge_changes(ws, changes, store)
+        assert hashes(root) == hashes(expected)
+        cs = ChangeSet(store.new_id(), 0.0, "run_shell", report.applied)
+        store.save(cs)
+        undo(store, ids=[cs.id])
+        store.close()
+    assert hashes(root) == original
