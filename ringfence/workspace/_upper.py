@@ -65,14 +65,14 @@ def _deleted(
 ) -> None:
     """Deletions of ``name`` (a lower entry) and, for a directory, of all below it first."""
     if found.kind == "dir":
-        sub = os.open(name, _DIR_FLAGS, dir_fd=lower_fd)
+        sub_fd = os.open(name, _DIR_FLAGS, dir_fd=lower_fd)
         try:
-            for child in sorted(os.listdir(sub)):
-                image = image_at(sub, child, blobs)  # stored: the deletion can be undone
+            for child in sorted(os.listdir(sub_fd)):
+                image = image_at(sub_fd, child, blobs)  # stored: the deletion can be undone
                 if image is not None:
-                    _deleted(sub, child, f"{path}/{child}", image, blobs, out)
+                    _deleted(sub_fd, child, f"{path}/{child}", image, blobs, out)
         finally:
-            os.close(sub)
+            os.close(sub_fd)
     out.append(Change(-1, path, found, None))
 
 
@@ -91,40 +91,42 @@ def changes_from_upper(upper_fd: int, lower_fd: int, root: int, blobs: Blobs) ->
     return [Change(root, c.path, c.before, c.after) for c in out]
 
 
-def _walk(upper: int, lower: int | None, prefix: str, blobs: Blobs, out: list[Change]) -> None:
-    for name in sorted(os.listdir(upper)):
+def _walk(
+    upper_fd: int, lower_fd: int | None, prefix: str, blobs: Blobs, out: list[Change]
+) -> None:
+    for name in sorted(os.listdir(upper_fd)):
         path = f"{prefix}{name}"
-        st = os.stat(name, dir_fd=upper, follow_symlinks=False)
-        before = image_at(lower, name, blobs) if lower is not None else None
+        st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
+        before = image_at(lower_fd, name, blobs) if lower_fd is not None else None
         if _is_whiteout(st):
             if before is not None:
-                assert lower is not None
-                _deleted(lower, name, path, before, blobs, out)
+                assert lower_fd is not None
+                _deleted(lower_fd, name, path, before, blobs, out)
             continue
         if stat.S_ISDIR(st.st_mode):
-            sub_upper = os.open(name, _DIR_FLAGS, dir_fd=upper)
-            sub_lower = None
+            sub_upper_fd = os.open(name, _DIR_FLAGS, dir_fd=upper_fd)
+            sub_lower_fd = None
             try:
-                opaque = _is_opaque(sub_upper)
+                opaque = _is_opaque(sub_upper_fd)
                 mode = stat.S_IMODE(st.st_mode)
                 if before is not None and (before.kind != "dir" or opaque):
-                    assert lower is not None
-                    _deleted(lower, name, path, before, blobs, out)  # replaced: gone first
+                    assert lower_fd is not None
+                    _deleted(lower_fd, name, path, before, blobs, out)  # replaced: gone first
                     before = None
                 else:
-                    sub_lower = _open_dir(lower, name)
+                    sub_lower_fd = _open_dir(lower_fd, name)
                 if before is None or before.mode != mode:
                     out.append(Change(-1, path, before, Image("dir", mode)))
-                _walk(sub_upper, sub_lower, f"{path}/", blobs, out)
+                _walk(sub_upper_fd, sub_lower_fd, f"{path}/", blobs, out)
             finally:
-                os.close(sub_upper)
-                if sub_lower is not None:
-                    os.close(sub_lower)
+                os.close(sub_upper_fd)
+                if sub_lower_fd is not None:
+                    os.close(sub_lower_fd)
             continue
-        after = image_at(upper, name, blobs)
+        after = image_at(upper_fd, name, blobs)
         if before is not None and before.kind == "dir":
-            assert lower is not None
-            _deleted(lower, name, path, before, blobs, out)  # a directory replaced by a file
+            assert lower_fd is not None
+            _deleted(lower_fd, name, path, before, blobs, out)  # a directory replaced by a file
             before = None
         if before != after:
             out.append(Change(-1, path, before, after))
