@@ -32,7 +32,7 @@ from .runtime import (
     Rules,
     default_approver,
 )
-from .workspace import Workspace, register_file_tools
+from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
 
 __all__ = ["check_approver", "create_kernel", "workspace_roots_from_env"]
 
@@ -132,6 +132,7 @@ def create_kernel(
     mcp_options: Mapping[str, Any] | None = None,
     script_sandbox: str | None = None,
     event_observer: EventObserver | None = None,
+    checkpoints: bool = True,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -158,6 +159,10 @@ def create_kernel(
     ``event_observer(line)`` (e.g. ``ringfence.otel.OtelObserver``) sees each
     event line after it is written (redacted, as in the file); its ``close()``,
     if any, is called when the stream closes.
+
+    ``checkpoints`` (default on) keeps every ``write_file``/``edit_file`` change
+    as a change set under ``$RINGFENCE_HOME/checkpoints/`` and registers
+    ``undo``; ``False`` registers no ``undo`` and records nothing.
 
     ``approver`` must have an ``async def approve(request)``; anything else
     raises TypeError here, before anything opens.
@@ -196,9 +201,15 @@ def create_kernel(
     except BaseException:
         workspace.close()
         raise
-    register_file_tools(kernel, workspace)
+    # workspace: every file tool write is a change set (checkpoint) that `undo` can restore
+    store = CheckpointStore(workspace) if checkpoints else None
+    register_file_tools(kernel, workspace, checkpoints=store)
+    if store is not None:
+        register_undo_tool(kernel, store)
 
     async def close_workspace() -> None:
+        if store is not None:
+            store.close()
         workspace.close()
 
     kernel.push_async_callback(close_workspace)

@@ -44,6 +44,8 @@ ALLOWED: dict[str, set[str]] = {
     "ringfence._lazy": set(),
     "runtime": set(),
     "ringfence._proc": {"runtime"},
+    # ringfence's own git calls (hooks, filters, configured programs off), spawned by _proc
+    "ringfence._git": {"runtime", "ringfence._proc"},
     "workspace": {"runtime"},
     # workspace: run_shell's git-metadata check (scan_git_metadata, enforce_git_metadata).
     "backends": {"runtime", "workspace", "ringfence._proc", "ringfence._lazy"},
@@ -57,6 +59,7 @@ ALLOWED: dict[str, set[str]] = {
         "runtime",
         "ringfence._lazy",
         "ringfence._proc",
+        "ringfence._git",
         "ringfence._embed",
         "ringfence.otel",
         "workspace",
@@ -423,6 +426,13 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/_gitscan.py", "_root_in_git", "os.open"): (
         "a root's ancestors (outside the roots), checked for being a git directory, as "
         "the resolver's open_root does"
+    ),
+    ("ringfence/workspace/_checkpoints.py", "_open_store", "os.makedirs"): (
+        "the checkpoint store under $RINGFENCE_HOME, outside every root: made by its path "
+        "once, everything below it reached by descriptor"
+    ),
+    ("ringfence/workspace/_checkpoints.py", "_open_store", "os.open"): (
+        "the same store directory, opened once by its path"
     ),
     ("ringfence/workspace/_workspace.py", "_scan_git", "os.path.realpath"): (
         "git_directories lists read-only mount points for run_shell: a .git link's or "

@@ -13,6 +13,7 @@ from .. import __version__
 from . import (
     _bench,
     _call,
+    _checkpoints,
     _doctor,
     _events,
     _images,
@@ -22,6 +23,7 @@ from . import (
     _run_script,
     _serve,
     _tools,
+    _worktree,
 )
 from ._output import (
     EXIT_CODES_HELP,
@@ -41,6 +43,8 @@ VERB_MODULES = [
     _serve,
     _events,
     _plan,
+    _checkpoints,
+    _worktree,
     _policy,
     _mcp,
     _images,

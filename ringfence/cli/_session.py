@@ -20,6 +20,7 @@ from ..runtime import (
     default_approver,
     load_layers,
 )
+from ._worktree import add_worktree_option, session_roots
 
 
 def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
@@ -63,6 +64,7 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         help="connect the MCP servers of $RINGFENCE_HOME/mcp.toml and <first root>/.ringfence/mcp.toml "
         "(starts their processes; default off, or RINGFENCE_MCP=1)",
     )
+    add_worktree_option(parser)
     parser.add_argument("--events", metavar="FILE", help="append the event stream to FILE (JSONL)")
     parser.add_argument(
         "--events-sync",
@@ -158,8 +160,11 @@ def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None)
     _check_output_file(args.events, "--events")
     _check_output_file(dry, "--dry-run")
     observer = _otel_observer(args)
+    roots = workspace_roots_from_env(args.workspace)
+    if getattr(args, "worktree", None) is not None:
+        roots = session_roots(roots, args.worktree)
     kernel = create_kernel(
-        roots=workspace_roots_from_env(args.workspace),
+        roots=roots,
         posture=args.posture,
         approver=approver if approver is not None else approver_from(args.approve),
         backend=args.backend,

@@ -46,8 +46,10 @@ from ..runtime import (
     RingfenceError,
     ToolSpec,
 )
+from ._checkpoints import CheckpointStore
 from ._deadline import Deadline
 from ._names import escape_name, escape_text, unescape_path
+from ._undo import recorded
 from ._workspace import FileOps, Workspace
 
 __all__ = [
@@ -164,7 +166,10 @@ def _with_escaped_path(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def file_tool_specs(
-    workspace: Workspace, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    workspace: Workspace,
+    *,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    checkpoints: CheckpointStore | None = None,
 ) -> list[ToolSpec]:
     """The ToolSpecs for ``workspace`` (see :func:`register_file_tools`)."""
     if not 0 < timeout_seconds < float("inf"):
@@ -190,12 +195,20 @@ def file_tool_specs(
 
     async def write_file(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         path, content = path_of(args), args["content"]
-        result = await run(ctx, fn=lambda f, _: f.write_text(path, content))
+        result = await recorded(
+            ctx,
+            checkpoints,
+            lambda rec: run(ctx, fn=lambda f, _: f.write_text(path, content, record=rec)),
+        )
         return _with_escaped_path(result)
 
     async def edit_file(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         path, old, new = path_of(args), args["old"], args["new"]
-        result = await run(ctx, fn=lambda f, _: f.edit_text(path, old, new))
+        result = await recorded(
+            ctx,
+            checkpoints,
+            lambda rec: run(ctx, fn=lambda f, _: f.edit_text(path, old, new, record=rec)),
+        )
         return _with_escaped_path(result)
 
     async def glob_files(args: dict[str, Any], ctx: CallContext) -> list[Any]:
@@ -363,14 +376,21 @@ def file_tool_specs(
 
 
 def register_file_tools(
-    kernel: Kernel, workspace: Workspace, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    kernel: Kernel,
+    workspace: Workspace,
+    *,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    checkpoints: CheckpointStore | None = None,
 ) -> None:
     """Register read_file, list_directory, write_file, edit_file, glob_files, grep_files.
 
     read_file, list_directory, glob_files and grep_files are ``read``;
     write_file and edit_file are ``reversible``. Each call ends within
     ``timeout_seconds`` (``timeout``). Raises InvalidArguments if a tool of
-    the same name is already registered.
+    the same name is already registered. With ``checkpoints``, every write and
+    edit is a change set in that store (``"checkpoint"`` in its result).
     """
-    for spec in file_tool_specs(workspace, timeout_seconds=timeout_seconds):
+    for spec in file_tool_specs(
+        workspace, timeout_seconds=timeout_seconds, checkpoints=checkpoints
+    ):
         kernel.register(spec)

@@ -84,22 +84,28 @@ class FileOps:
 
     # -- writing -----------------------------------------------------------------------
 
-    def write_text(self, path: str, content: str) -> dict[str, Any]:
+    def write_text(
+        self, path: str, content: str, *, record: _writer.Recorder | None = None
+    ) -> dict[str, Any]:
         """Create or replace a file with ``content`` (UTF-8), creating missing directories.
 
         Returns ``{"path", "bytes", "created"}``. Raises GitMetadata,
-        OutsideWorkspace, Unwritable, InvalidArguments, NotFound.
+        OutsideWorkspace, Unwritable, InvalidArguments, NotFound. ``record`` (the
+        checkpoint recorder) is told the before- and after-image before the
+        write becomes visible; if it raises, nothing is written.
         """
-        return self._call(_writer.write_text, path, content)
+        return self._call(_writer.write_text, path, content, record=record)
 
-    def edit_text(self, path: str, old: str, new: str) -> dict[str, Any]:
+    def edit_text(
+        self, path: str, old: str, new: str, *, record: _writer.Recorder | None = None
+    ) -> dict[str, Any]:
         """Replace the one occurrence of ``old`` with ``new`` in a UTF-8 text file.
 
         Raises InvalidArguments (field ``old``) when ``old`` is missing or
         occurs more than once, and everything :meth:`write_text` raises. The
         file must not change between the read and the replace (ToolError).
         """
-        return self._call(_writer.edit_text, path, old, new)
+        return self._call(_writer.edit_text, path, old, new, record=record)
 
     # -- searching ---------------------------------------------------------------------
 

@@ -54,14 +54,21 @@ from ._resolver import (
 __all__ = [
     "MAX_PATH_BYTES",
     "Expected",
+    "Recorder",
+    "check_git_chain",
     "denies_write",
     "dir_denies_create",
     "edit_text",
+    "fsync_dir",
+    "make_checked_dir",
     "replace_file",
     "write_text",
 ]
 
 _TEMP_PREFIX = ".ringfence-"
+# Told (place, new bytes, directories this call made as (root index, names)) just before the
+# replace: the checkpoint recorder stores the before- and after-images there.
+Recorder = Callable[[Place, bytes, list[tuple[int, list[str]]]], None]
 # The longest path below its root a file tool writes: PATH_MAX (4096, with its NUL) less the
 # "./" ripgrep puts before it. read_file and grep_files open a path below the root in one
 # call, so a longer one, which a directory-by-directory walk could create, would be a file
@@ -150,8 +157,12 @@ def _copy_xattrs(src_path_fd: int, dst_fd: int, display: str) -> None:
             ) from None
 
 
-def replace_file(place: Place, data: bytes, *, expected: Expected | None = None) -> bool:
+def replace_file(
+    place: Place, data: bytes, *, expected: Expected | None = None, sync_dir: bool = True
+) -> bool:
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
+
+    ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory).
 
     Raises FollowLeaf if the leaf is a symlink (the walk follows it),
     InvalidArguments if it is a directory or its path below the root is longer
@@ -244,7 +255,8 @@ def replace_file(place: Place, data: bytes, *, expected: Expected | None = None)
         except OSError as exc:
             raise translate_oserror(exc, display, writing=True) from None
         renamed = True
-        _fsync_dir(dir_fd)
+        if sync_dir:
+            fsync_dir(dir_fd)
     except OSError as exc:
         raise translate_oserror(exc, display, writing=True) from None
     finally:
@@ -279,7 +291,7 @@ def _keep_owner_and_mode(fd: int, st: os.stat_result, display: str) -> None:
         )
 
 
-def _fsync_dir(dir_fd: int) -> None:
+def fsync_dir(dir_fd: int) -> None:
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         os.fsync(fd)
@@ -296,13 +308,23 @@ _GIT_EXPLANATION = (
 )
 
 
-def write_text(resolver: Resolver, access: Access, path: str, content: str) -> dict[str, Any]:
+def write_text(
+    resolver: Resolver, access: Access, path: str, content: str, *, record: Recorder | None = None
+) -> dict[str, Any]:
     """Create or replace a file (see :meth:`Workspace.write_text`)."""
     data = _encode(content, "content")
-    return _write(resolver, access, path, lambda place: (data, None), create=True)
+    return _write(resolver, access, path, lambda place: (data, None), create=True, record=record)
 
 
-def edit_text(resolver: Resolver, access: Access, path: str, old: str, new: str) -> dict[str, Any]:
+def edit_text(
+    resolver: Resolver,
+    access: Access,
+    path: str,
+    old: str,
+    new: str,
+    *,
+    record: Recorder | None = None,
+) -> dict[str, Any]:
     """Replace the one occurrence of ``old`` (see :meth:`Workspace.edit_text`)."""
     if not old:
         raise InvalidArguments("old is empty; give the exact text to replace", field="old")
@@ -312,7 +334,7 @@ def edit_text(resolver: Resolver, access: Access, path: str, old: str, new: str)
     def produce(place: Place) -> tuple[bytes, Expected]:
         return _edited(place, old, new)
 
-    result = _write(resolver, access, path, produce, create=False)
+    result = _write(resolver, access, path, produce, create=False, record=record)
     result.pop("created", None)
     result["replacements"] = 1
     return result
@@ -325,6 +347,7 @@ def _write(
     produce: Callable[[Place], tuple[bytes, Expected | None]],
     *,
     create: bool,
+    record: Recorder | None = None,
 ) -> dict[str, Any]:
     check_path_string(path)
     for name in path.split("/"):
@@ -335,38 +358,17 @@ def _write(
                 field="path",
             )
     made: list[tuple[int, str]] = []  # directories this call created: removed if it fails
+    made_paths: list[tuple[int, list[str]]] = []  # the same, as (root, names) for record
 
     def make_dir(place: Place, name: str) -> None:
-        display = place.display(name)
-        if is_dotgit(name):
-            raise GitMetadata(
-                f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path"
-            )
-        _check_git_chain(place, display)
-        if is_git_directory(place.dir_fd, {name: ("dir", None)}):
-            raise GitMetadata(
-                f"creating {display} would make {place.display() or '.'} a git directory "
-                "(it has a HEAD and would then have objects/ and refs/). " + _GIT_EXPLANATION,
-                field="path",
-            )
-        if dir_denies_create(os.fstat(place.dir_fd)):
-            raise Unwritable(
-                f"{display} cannot be created: its directory does not allow creating entries",
-                field="path",
-            )
-        try:
-            os.mkdir(name, 0o777, dir_fd=place.dir_fd)
-        except FileExistsError:
-            return
-        except OSError as exc:
-            raise translate_oserror(exc, display, writing=True) from None
-        made.append((os.dup(place.dir_fd), name))
+        if make_checked_dir(place, name, made):
+            made_paths.append((place.root.index, [*place.names, name]))
 
     def op(place: Place) -> dict[str, Any]:
         display = place.display()
         if place.leaf is not None and is_dotgit(place.leaf):
             raise GitMetadata(f"{display} is git metadata. " + _GIT_EXPLANATION, field="path")
-        _check_git_chain(place, display)
+        check_git_chain(place, display)
         if place.leaf is None:
             raise InvalidArguments(f"{display} is a directory, not a file", field="path")
         if is_link(place.leaf, place.dir_fd):
@@ -379,6 +381,9 @@ def _write(
                 + _GIT_EXPLANATION,
                 field="path",
             )
+        if record is not None:
+            # The before- and after-images are stored before the write becomes visible.
+            record(place, data, made_paths)
         created = replace_file(place, data, expected=expected)
         return {"path": display, "bytes": len(data), "created": created}
 
@@ -395,7 +400,34 @@ def _write(
                 os.close(dir_fd)
 
 
-def _check_git_chain(place: Place, display: str) -> None:
+def make_checked_dir(place: Place, name: str, made: list[tuple[int, str]]) -> bool:
+    """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made."""
+    display = place.display(name)
+    if is_dotgit(name):
+        raise GitMetadata(f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path")
+    check_git_chain(place, display)
+    if is_git_directory(place.dir_fd, {name: ("dir", None)}):
+        raise GitMetadata(
+            f"creating {display} would make {place.display() or '.'} a git directory "
+            "(it has a HEAD and would then have objects/ and refs/). " + _GIT_EXPLANATION,
+            field="path",
+        )
+    if dir_denies_create(os.fstat(place.dir_fd)):
+        raise Unwritable(
+            f"{display} cannot be created: its directory does not allow creating entries",
+            field="path",
+        )
+    try:
+        os.mkdir(name, 0o777, dir_fd=place.dir_fd)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise translate_oserror(exc, display, writing=True) from None
+    made.append((os.dup(place.dir_fd), name))
+    return True
+
+
+def check_git_chain(place: Place, display: str) -> None:
     """Refuse a write below git metadata: a root inside it, a .git name, a git directory."""
     if place.root.git_reason is not None:
         raise GitMetadata(f"{display}: {place.root.git_reason}. " + _GIT_EXPLANATION, field="path")

@@ -65,7 +65,7 @@ def test_tools_list_is_a_rich_table_on_a_terminal_and_plain_in_a_pipe(tmp_path: 
     ).stdout
     assert "\x1b" not in piped
     lines = piped.splitlines()
-    assert len(lines) == 8 and all(len(line.split()) >= 3 for line in lines)
+    assert len(lines) == 9 and all(len(line.split()) >= 3 for line in lines)  # undo included
     assert next(x for x in lines if x.startswith("read_file ")).split()[1] == "read"
 
 
