@@ -235,10 +235,6 @@ SPAWNERS = frozenset(
 # file -> {spawner: why it is not (yet) _proc's}. A listed spawner that is gone fails the
 # test too, so this list only shrinks.
 SPAWN_EXCEPTIONS: dict[str, dict[str, str]] = {
-    "ringfence/bridge/_host.py": {
-        "subprocess.Popen": "the script runner (LocalLauncher); moves to _proc when the "
-        "bridge adopts it (issue 12, item 1)",
-    },
     "ringfence/backends/_imagebuild.py": {
         "subprocess.Popen": "debootstrap, streamed line by line: a build tool run by the "
         "operator's `ringfence images build`, not a sandboxed child",

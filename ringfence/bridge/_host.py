@@ -43,7 +43,6 @@ import secrets
 import shutil
 import signal
 import socket as stdsocket
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +53,7 @@ from typing import Any, BinaryIO, Protocol
 
 import trio
 
+from .. import _proc
 from ..runtime import (
     Denied,
     InvalidArguments,
@@ -370,13 +370,13 @@ class ChildProcess(Protocol):
 
 
 class _LocalChild:
-    def __init__(self, popen: subprocess.Popen[bytes], stdout: int, stderr: int) -> None:
-        self.popen = popen
-        self.pid: int | None = popen.pid
-        self.stdout = trio.lowlevel.FdStream(stdout)
-        self.stderr = trio.lowlevel.FdStream(stderr)
-        self._pidfd = os.pidfd_open(popen.pid)
-        self._descendants: list[Any] = []
+    """A runner on this host: a :class:`ringfence._proc.Process` and its tree."""
+
+    def __init__(self, process: _proc.Process) -> None:
+        self.process = process
+        self.pid: int | None = process.pid
+        self.stdout = trio.lowlevel.FdStream(process.stdout)
+        self.stderr = trio.lowlevel.FdStream(process.stderr)
 
     async def pump(self, out: Callable[[bytes], None], err: Callable[[bytes], None]) -> None:
         async with trio.open_nursery() as nursery:
@@ -384,33 +384,23 @@ class _LocalChild:
             nursery.start_soon(_drain, self.stderr, err)
 
     async def wait(self) -> int:
-        if self.popen.returncode is None:
-            await trio.lowlevel.wait_readable(self._pidfd)
-            self.popen.wait()
-        return self.popen.returncode  # type: ignore[return-value]
+        await self.process.wait_leader()
+        code = self.process.exit_code_when_done()
+        assert code is not None  # the leader exited
+        return code
 
     def kill(self) -> None:
-        """SIGKILL the child's whole process group (and any descendant that left it)."""
-        if self.popen.returncode is not None:
-            return
-        with contextlib.suppress(Exception):
-            import psutil  # only on this path: the child is normally alone in its group
-
-            self._descendants = psutil.Process(self.popen.pid).children(recursive=True)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.kill()
-        for proc in self._descendants:
-            with contextlib.suppress(Exception):
-                proc.kill()
+        """SIGKILL the child's whole tree (its cgroup, else its process group); immediate."""
+        self.process.kill_rest_now()
 
     async def aclose(self) -> None:
+        """Kill the tree, wait until it is gone, reap the leader, close the pipes. Shielded."""
         with trio.CancelScope(shield=True):
-            self.kill()
-            await self.wait()
-            trio.lowlevel.notify_closing(self._pidfd)
-            os.close(self._pidfd)
+            self.process.kill_rest_now()
+            with trio.move_on_after(CHILD_EXIT_SECONDS):
+                await self.process.wait_leader()
+            await self.process.kill_rest()  # the run-id hunt too, where there is no cgroup
+            self.process.close()
             await self.stdout.aclose()
             await self.stderr.aclose()
 
@@ -487,8 +477,10 @@ class LocalLauncher:
             )
         run_config = {**request.config, "connect": self.connect_address(request.listener)}
         activation = request.secret + _json(run_config).encode()
+        # The first use probes the process tracking (blocking, a few ms): not on the trio thread.
+        await trio.to_thread.run_sync(_proc.tracking)
         spare, self._spare = self._spare, None
-        if spare is not None and spare[0].popen.poll() is not None:
+        if spare is not None and spare[0].process.leader_exited():
             await _discard(spare)
             spare = None
         child, w = spare if spare is not None else self._spawn(request.env)
@@ -504,37 +496,37 @@ class LocalLauncher:
         return child
 
     def _spawn(self, env: Mapping[str, str]) -> tuple[_LocalChild, int]:
-        r, w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        boot = {
-            "secret_fd": 0 if self.secret_on_stdin else r,
-            "parent_pid": os.getpid() if self.track_parent else 0,
-            "sys_path": self.sys_path(),
-        }
-        argv = self.runner_argv(_json(boot))
-        try:
-            popen = subprocess.Popen(
-                argv,
-                stdin=r if self.secret_on_stdin else subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=err_w,
-                pass_fds=() if self.secret_on_stdin else (r,),
-                close_fds=True,
-                env=dict(env),
-                cwd="/",
-                start_new_session=True,
-            )
-        except OSError as exc:
-            for fd in (w, out_r, err_r):
-                os.close(fd)
-            raise Unavailable(
-                f"could not start the script runner ({argv[0]}): {exc}", field="python"
-            ) from None
-        finally:
-            for fd in (r, out_w, err_w):
-                os.close(fd)
-        return _LocalChild(popen, out_r, err_r), w
+        """Start a runner (on this thread: see the class docstring); it and its secret pipe."""
+        with contextlib.ExitStack() as always, contextlib.ExitStack() as on_failure:
+            r, w = 0, -1  # secret_on_stdin: _proc's pipe, the runner's stdin after the gate
+            if not self.secret_on_stdin:
+                r, w = os.pipe()
+                always.callback(os.close, r)  # the child has its own copy once it runs
+                on_failure.callback(os.close, w)
+            boot = {
+                "secret_fd": r,
+                "parent_pid": os.getpid() if self.track_parent else 0,
+                "sys_path": self.sys_path(),
+            }
+            argv = self.runner_argv(_json(boot))
+            try:
+                process = _proc.spawn(
+                    argv,
+                    cwd=Path("/"),
+                    env=env,
+                    pass_fds=() if self.secret_on_stdin else (r,),
+                    stdin_pipe=self.secret_on_stdin,
+                    exact_env=True,  # the runner's environment is child_env(), nothing else
+                )
+            except (_proc.ExecFailed, RingfenceError) as exc:
+                raise Unavailable(
+                    f"could not start the script runner ({argv[0]}): {exc.message.strip()}",
+                    field="python",
+                ) from None
+            on_failure.pop_all()
+        if process.stdin is not None:
+            w = process.stdin
+        return _LocalChild(process), w
 
     async def aclose(self) -> None:
         """End the spare runner, if any. Idempotent."""
