@@ -52,6 +52,7 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..runtime import InvalidArguments, Kernel
+from ..runtime._groups import single_error
 from ._defaults import DEFAULT_PORT, MIN_TOKEN_LENGTH, TOKEN_ENV
 from ._server import build_server
 
@@ -330,15 +331,6 @@ class RefusalAudit:
             self.flush()
 
 
-def _only_os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
-    matched, rest = group.split(OSError)
-    if matched is None or rest is not None:
-        return None
-    while isinstance(matched, BaseExceptionGroup):
-        matched = matched.exceptions[0]
-    return matched if isinstance(matched, OSError) else None
-
-
 async def serve_http(
     kernel: Kernel,
     options: HttpOptions,
@@ -380,8 +372,8 @@ async def serve_http(
             nursery.cancel_scope.cancel()  # served: stop the audit's window timer too
         except BaseExceptionGroup as group:
             # hypercorn binds inside its own nursery, so a bind failure arrives grouped.
-            failed = _only_os_error(group)
-            if failed is None:
+            failed = single_error(group, OSError)
+            if not isinstance(failed, OSError):
                 raise
             raise InvalidArguments(
                 f"cannot listen on {config.bind[0]}: {failed.strerror or failed}", field="port"
