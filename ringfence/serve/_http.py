@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import ipaddress
 import os
 import secrets
 import unicodedata
@@ -53,6 +52,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..runtime import InvalidArguments, Kernel
 from ..runtime._groups import single_error
+from ..runtime._net import is_loopback
 from ._defaults import DEFAULT_PORT, MIN_TOKEN_LENGTH, TOKEN_ENV
 from ._server import build_server
 
@@ -70,16 +70,6 @@ __all__ = [
 
 MCP_PATH = "/mcp"
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals; any other name is not (fail closed)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def token_from_env(environ: dict[str, str] | None = None) -> str | None:
