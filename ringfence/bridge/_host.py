@@ -41,8 +41,9 @@ from typing import Any
 import trio
 
 from ..runtime import Kernel, RingfenceError, ToolError
+from ..runtime._caps import cut_bytes
 from . import _sandbox, _wire
-from ._capture import OutputCapture, cut_bytes
+from ._capture import OutputCapture
 from ._channel import BridgeListener
 from ._config import ScriptConfig, ScriptResult
 from ._launch import (
