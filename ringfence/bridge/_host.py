@@ -40,7 +40,7 @@ from typing import Any
 
 import trio
 
-from ..runtime import Kernel, RingfenceError, ToolError
+from ..runtime import CallContext, Kernel, RingfenceError, ToolError
 from ..runtime._caps import cut_bytes
 from . import _sandbox, _wire
 from ._capture import OutputCapture
@@ -80,7 +80,7 @@ _KILL_REASONS = {
 
 
 async def run_script(
-    kernel: Kernel,
+    kernel: Kernel | CallContext,
     script: str,
     *,
     timeout: float,
@@ -102,9 +102,11 @@ async def run_script(
     """
     config = config or ScriptConfig()
     launcher = launcher or LocalLauncher()
-    emit = emit or (
-        lambda kind, **data: kernel.events.emit(kind, trace_id, call_id=parent_id, **data)
-    )
+    if emit is None:
+        if not isinstance(kernel, Kernel):
+            raise TypeError("run_script: pass emit with a CallContext")
+        events = kernel.events
+        emit = lambda kind, **data: events.emit(kind, trace_id, call_id=parent_id, **data)  # noqa: E731
     if config.sandbox != _sandbox.STRICT or config.mode != "restricted":
         emit("script_sandbox_level", level=config.sandbox, mode=config.mode)
     # One second over the timeout: the wall clock (which reports "timeout" with the output)

@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from ..runtime import Denied, Kernel, Unavailable
+from ..runtime import CallContext, Denied, Kernel, Unavailable
 from . import _wire
 from ._channel import Admission
 from ._config import ScriptConfig
@@ -44,7 +44,7 @@ class ScriptSession:
 
     def __init__(
         self,
-        kernel: Kernel,
+        kernel: Kernel | CallContext,
         config: ScriptConfig,
         emit: Emit,
         trace_id: str,
