@@ -8,6 +8,8 @@ its own ``__cause__`` kept (``raise leaf from None`` would erase it).
 
 The rule: the only leaf that is not ``trio.Cancelled``, if it is an instance
 of ``of``; otherwise the group stands (two real failures are both reported).
+A caller that must turn any failure into exactly one error (an MCP
+connection's error translation) takes :func:`first_error` instead.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import NoReturn
 
 import trio
 
-__all__ = ["raise_single", "single_error"]
+__all__ = ["first_error", "raise_single", "single_error"]
 
 
 def single_error(
@@ -43,6 +45,12 @@ def raise_single(
     if error is group:
         raise group
     raise error from error.__cause__
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """``exc`` itself, or the first leaf of the group that is not ``Cancelled`` (else the first)."""
+    leaves = list(_leaves(exc))
+    return next((e for e in leaves if not isinstance(e, trio.Cancelled)), leaves[0])
 
 
 def _leaves(exc: BaseException) -> Iterator[BaseException]:

@@ -51,3 +51,13 @@ async def test_two_failures_or_another_kind_leave_the_group_standing() -> None:
         raise_single(two)
     one = await _grouped(_bind_failure)
     assert single_error(one, OSError) is one  # an InvalidArguments is not an OSError
+
+
+async def test_first_error_always_names_one_failure() -> None:
+    """For translating any failure into one error (an MCP connection's)."""
+    from ringfence.runtime._groups import first_error
+
+    two = await _grouped(_bind_failure, _tool_error)
+    assert isinstance(first_error(two), (InvalidArguments, ToolError))
+    plain = ToolError("plain")
+    assert first_error(plain) is plain
