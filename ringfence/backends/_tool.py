@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -129,13 +129,19 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class WorkspaceLike(Protocol):
+class DirResolver(Protocol):
+    """Resolves ``run_shell``'s ``cwd``: a workspace, or its host-root view."""
+
+    def resolve_dir(self, path: str) -> Path: ...
+
+
+class WorkspaceLike(DirResolver, Protocol):
     """What run_shell needs from :class:`ringfence.workspace.Workspace`."""
 
     @property
     def roots(self) -> Sequence[Path]: ...
 
-    def resolve_dir(self, path: str, *, unrestricted: bool = False) -> Path: ...
+    def with_host_root(self, on_notice: Callable[[str], None]) -> DirResolver: ...
 
     def git_directories(self) -> list[Path]: ...
 
@@ -219,11 +225,14 @@ class ShellTool:
 
     async def __call__(self, args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         unrestricted = ctx.posture is Posture.UNRESTRICTED
+        # Only the unrestricted posture may start a command outside the roots; the command
+        # is unconfined then anyway, and the call's own events record its cwd.
+        where = self.workspace.with_host_root(_no_notice) if unrestricted else self.workspace
         try:
-            cwd = self.workspace.resolve_dir(args.get("cwd", "."), unrestricted=unrestricted)
+            cwd = where.resolve_dir(args.get("cwd", "."))
         except RingfenceError as exc:
-            exc.field = "cwd"  # the resolver names its own argument; here it is cwd
-            raise
+            # The resolver names its own argument; here it is cwd.
+            raise exc.with_(field="cwd") from exc.__cause__
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
         # One command at a time from scan to check: a second call's baseline must not
         # include what the first is about to have undone.
@@ -429,3 +438,7 @@ def register_shell_tool(
     )
     kernel.push_async_callback(tool.aclose)
     return tool
+
+
+def _no_notice(_place: str) -> None:
+    """A ``cwd`` outside the roots says nothing more than the call's own events."""

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from ..runtime import Denied, InvalidArguments, RingfenceError, ToolError
+from ..runtime._groups import single_error
 
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
@@ -144,10 +145,8 @@ def print_usage_error(message: str, as_json: bool) -> int:
 
 
 def leaf_exception(exc: BaseException) -> BaseException:
-    """The one exception inside nested single-member groups (nurseries wrap what they raise)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+    """The one real failure inside nurseries' groups (``runtime._groups``' rule), else ``exc``."""
+    return single_error(exc) if isinstance(exc, BaseExceptionGroup) else exc
 
 
 def error_from_exception(exc: BaseException) -> RingfenceError:

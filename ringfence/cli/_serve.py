@@ -19,6 +19,7 @@ from ..runtime import (
     RingfenceError,
     ScriptedApprover,
 )
+from ..runtime._groups import raise_single
 from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
 from ._output import envelope
 from ._session import add_session_options, kernel_from_args
@@ -128,14 +129,7 @@ async def run(args: argparse.Namespace) -> int:
         return await _run(args)
     except BaseExceptionGroup as group:
         # Nurseries group what they raise; one ringfence error is reported as itself.
-        matched, rest = group.split(RingfenceError)
-        if matched is None or rest is not None:
-            raise
-        while isinstance(matched, BaseExceptionGroup) and len(matched.exceptions) == 1:
-            matched = matched.exceptions[0]
-        if isinstance(matched, RingfenceError):
-            raise matched from None
-        raise
+        raise_single(group, RingfenceError)
 
 
 async def _run(args: argparse.Namespace) -> int:

@@ -69,6 +69,7 @@ from ..runtime import (
     ToolTimeout,
     Unavailable,
 )
+from ..runtime._groups import first_error
 from ._manifest import ServerConfig, Transport, Trust
 from ._oauth import build_auth
 from ._results import frame_untrusted
@@ -190,14 +191,6 @@ def resolve_headers(
 # -- error translation -------------------------------------------------------------------------
 
 
-def _leaf(exc: BaseException) -> BaseException:
-    """The first interesting exception inside (nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup):
-        inner = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
-        exc = inner[0] if inner else exc.exceptions[0]
-    return exc
-
-
 @dataclass
 class InboundLimit:
     """The inbound message cap of one connection, and what happened to it.
@@ -259,7 +252,7 @@ def translate_error(
     closed connection; a server that *sends* that code gets a ToolError.
     ``limit`` recognises the errors ringfence's own inbound cap produced.
     """
-    exc = _leaf(exc)
+    exc = first_error(exc)
     who = f"MCP server {config.name!r}"
     if isinstance(exc, RingfenceError):
         return exc

@@ -36,6 +36,7 @@ import trio
 from mcp import types
 
 from ..runtime import Kernel, RingfenceError, Rules, RulesHandle, ToolSpec, Unavailable, cap_text
+from ..runtime._groups import raise_single
 from ._adapter import (
     GET_PROMPT,
     READ_RESOURCE,
@@ -48,7 +49,6 @@ from ._adapter import (
 from ._authority import CapabilityLedger
 from ._connection import ConnectionPool, Diagnostics, LiveConnection
 from ._elicitation import ElicitationGate, Elicitor
-from ._groups import single_error
 from ._inventory import (
     DEFAULT_LIMITS,
     Listing,
@@ -597,7 +597,7 @@ async def start_connectors(
                 await connector.pool.aclose()
             await connectors.aclose()
         if isinstance(exc, BaseExceptionGroup):
-            raise single_error(exc) from None
+            raise_single(exc)
         raise
     return connectors
 
@@ -625,7 +625,7 @@ async def connect_servers(
     except BaseExceptionGroup as group:
         # The connection tasks never raise, so a group here holds one real error (the
         # caller's block or a connect failure): raise that error itself, not a group.
-        raise single_error(group) from None
+        raise_single(group)
 
 
 async def attach_connectors(

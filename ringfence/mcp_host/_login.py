@@ -16,8 +16,8 @@ import trio
 from mcp.shared.auth import AuthorizationCodeResult
 
 from ..runtime import Denied, Redactor, Unavailable
+from ..runtime._groups import raise_single
 from ._connection import ConnectionPool, Diagnostics
-from ._groups import single_error
 from ._manifest import AuthMode, ServerConfig
 from ._oauth import LoginFlow, SealedTokenStorage, auth_status, login_flow
 from ._tokens import SealedStore
@@ -52,7 +52,7 @@ async def login(
                 finally:
                     await pool.aclose()
     except BaseExceptionGroup as group:
-        raise single_error(group) from None
+        raise_single(group)
     return auth_status(config, store)
 
 

@@ -16,10 +16,10 @@ Rules (issue 6, "Transports"):
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 from ..runtime import InvalidArguments
+from ..runtime._net import is_loopback
 
 __all__ = [
     "FORBIDDEN_HEADERS",
@@ -28,7 +28,6 @@ __all__ = [
     "check_url",
     "display_url",
     "has_placeholder",
-    "is_loopback_host",
     "scrub_url",
     "url_secrets",
 ]
@@ -58,17 +57,6 @@ FORBIDDEN_HEADERS = frozenset(
 _TOKEN_CHARS = frozenset(
     "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 )
-
-
-def is_loopback_host(host: str | None) -> bool:
-    if not host:
-        return False
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def has_placeholder(url: str) -> bool:
@@ -115,7 +103,7 @@ def check_url(url: object, field: str = "url") -> str:
             "with api_key_env or headers_env instead",
             field=field,
         )
-    if scheme == "http" and not is_loopback_host(host):
+    if scheme == "http" and not is_loopback(host):
         raise InvalidArguments(
             f"{field} uses plain http to a host that is not loopback; remote MCP servers "
             "must use https",

@@ -18,6 +18,7 @@ from ._canonical import canonical_json as canonical_json, digest as digest
 from ._caps import (
     MAX_SPOOL_BYTES as MAX_SPOOL_BYTES,
     CappedText as CappedText,
+    OutputBuffer as OutputBuffer,
     cap_text as cap_text,
     escape_surrogates as escape_surrogates,
 )
@@ -129,6 +130,7 @@ __all__ = [
     "NoPublicConstructor",
     "NotFound",
     "Outcome",
+    "OutputBuffer",
     "OutsideWorkspace",
     "PartVerdict",
     "Plan",

@@ -292,17 +292,6 @@ class Workspace(FileOps):
         """
         return HostRootView(self, on_notice)
 
-    def resolve_dir(self, path: str, *, unrestricted: bool = False) -> Path:
-        """See :meth:`FileOps.resolve_dir`.
-
-        ``unrestricted=True`` is kept for callers written before
-        :meth:`with_host_root` (``run_shell``); new code writes
-        ``workspace.with_host_root(...).resolve_dir(path)``.
-        """
-        if unrestricted:
-            return self.with_host_root(_ignore).resolve_dir(path)
-        return super().resolve_dir(path)
-
     # -- git directories ---------------------------------------------------------------
 
     def git_directories(self) -> list[Path]:
@@ -409,10 +398,6 @@ class HostRootView(FileOps):
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def _ignore(_: str) -> None:
-    """Notices nobody asked for (the ``resolve_dir(unrestricted=True)`` form)."""
 
 
 def _add_if_inside(path: Path, roots: list[Path], found: set[Path]) -> None:

@@ -10,9 +10,8 @@ import trio
 from kernel_helpers import TOOLS, Ledger, events, kinds, make_tool, register_standard_tools
 
 from ringfence.bridge import ScriptConfig, ScriptResult, run_script
-from ringfence.bridge._host import RUNNER_PATH
+from ringfence.bridge._launch import RUNNER_PATH
 from ringfence.bridge._wire import (
-    HEADER,
     PROTOCOL,
     TO_CHILD,
     TO_HOST,
@@ -74,7 +73,6 @@ class RawClient:
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self.codec = Codec(TO_HOST, TO_CHILD)
-        self.buf = bytearray()
 
     @classmethod
     async def connect(cls, address: list[Any]) -> RawClient:
@@ -89,20 +87,15 @@ class RawClient:
 
     async def recv(self) -> dict[str, Any] | None:
         """The next message, or None when the host closed the connection."""
-        while True:
-            if len(self.buf) >= HEADER.size:
-                (n,) = HEADER.unpack(self.buf[: HEADER.size])
-                if len(self.buf) >= HEADER.size + n:
-                    payload = bytes(self.buf[HEADER.size : HEADER.size + n])
-                    del self.buf[: HEADER.size + n]
-                    return self.codec.decode(payload)
+        while (message := self.codec.next_message()) is None:
             try:
                 chunk = await self.stream.receive_some(65536)
             except trio.BrokenResourceError:
                 return None
             if not chunk:
                 return None
-            self.buf += chunk
+            self.codec.receive_data(chunk)
+        return message
 
     async def handshake(self, secret: bytes) -> dict[str, Any] | None:
         """Run the child's side; return the host's answer to ``auth`` (None: refused)."""

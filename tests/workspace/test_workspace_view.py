@@ -49,7 +49,8 @@ def test_the_view_reaches_the_host_and_says_where_only_for_calls_that_succeed(
     assert heard == []
     with pytest.raises(OutsideWorkspace):
         ws.read_text(outside)  # the workspace itself stays confined
-    assert ws.resolve_dir(str(tree.outside), unrestricted=True) == tree.outside
+    with pytest.raises(OutsideWorkspace):
+        ws.resolve_dir(str(tree.outside))  # no flag opens it: only the view
 
 
 def test_closing_the_workspace_closes_its_views(tree: Tree) -> None:
