@@ -10,10 +10,11 @@ from types import ModuleType
 
 from ..runtime import InvalidArguments, ToolError, Unavailable, atomic_write
 from ._output import print_error, print_ok, progress_lines
+from ._verbs import add_verb_parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="measure ringfence's overhead against baselines")
+    p = add_verb_parser(sub, "bench")
     p.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (default all)"
     )
