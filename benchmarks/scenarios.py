@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import backends, bridge, gate, gitscan, mcp_host, policy, workspace
+from . import backends, bridge, gate, gitscan, latency, mcp_host, policy, workspace
 from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
@@ -13,6 +13,7 @@ SCENARIOS: list[Scenario] = [
     *gitscan.SCENARIOS,
     *mcp_host.SCENARIOS,
     *bridge.SCENARIOS,
+    *latency.SCENARIOS,
 ]
 
 
