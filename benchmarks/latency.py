@@ -219,7 +219,9 @@ async def run_serve(quick: bool) -> list[Row]:
         }
         ours = {"read_file": {"path": "small.txt"}, "list_directory": {"path": "dir"}}
         samples: dict[str, dict[str, Samples]] = {}
+        cpu: dict[str, dict[str, float]] = {}  # tool -> server -> CPU seconds per call
         async with _clients(servers, devnull) as clients:
+            procs = _server_processes(clients)
             for tool, args in ours.items():
                 arms = []
                 for name, client in clients.items():
@@ -234,7 +236,10 @@ async def run_serve(quick: bool) -> list[Row]:
                         return result
 
                     arms.append(Arm(name, call, batch))
+                before = {name: _cpu(p) for name, p in procs.items()}
                 samples[tool] = await interleave(arms, rounds=rounds, warmup=1)
+                calls_made = (rounds + 1) * batch
+                cpu[tool] = {n: (_cpu(p) - before[n]) / calls_made for n, p in procs.items()}
     load = {"load_average": os.getloadavg()}
     rows = []
     for tool, s in samples.items():
@@ -263,11 +268,48 @@ async def run_serve(quick: bool) -> list[Row]:
                     load,
                 )
             )
+        # CPU time of each server process per call: what the server itself spends,
+        # robust to a loaded machine (where wall time is mostly waiting to be scheduled).
+        c = cpu.get(tool, {})
+        if "ringfence serve" in c and "bare SDK server" in c:
+            rows.append(
+                Row(
+                    "serve-files",
+                    f"{tool}: server CPU per call, ringfence serve vs bare SDK",
+                    Samples("ringfence serve CPU", [c["ringfence serve"]]),
+                    Samples("bare SDK server CPU", [c["bare SDK server"]]),
+                    "informational (server process user+system time)",
+                    None,
+                    {"cpu_per_call_s": c},
+                )
+            )
     if not node:
         rows[0].notes["note"] = (
             f"node server-filesystem skipped: {NODE_FS} or node missing (make npm-servers)"
         )
     return rows
+
+
+def _server_processes(clients: dict[str, Any]) -> dict[str, Any]:
+    """The server process behind each client (the newest child started for it), by name."""
+    import psutil
+
+    kids = sorted(psutil.Process().children(recursive=True), key=lambda p: p.create_time())
+    # Clients connect in order; the node entry point may run as a child of a shell shim.
+    roots = [k for k in kids if k.ppid() == os.getpid()]
+    out = {}
+    for name, proc in zip(clients, roots, strict=False):
+        leaves = proc.children(recursive=True)
+        out[name] = leaves[-1] if leaves else proc
+    return out
+
+
+def _cpu(proc: Any) -> float:
+    try:
+        t = proc.cpu_times()
+    except Exception:  # the server exited: its CPU cannot be read, the row says nan
+        return float("nan")
+    return t.user + t.system
 
 
 class _clients:
