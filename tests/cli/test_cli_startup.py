@@ -77,3 +77,16 @@ def test_a_misspelt_verb_is_a_usage_error_naming_the_choices() -> None:
         [sys.executable, "-I", "-c", PROBE, "calll", "x"], capture_output=True, text=True
     )
     assert "invalid choice: 'calll'" in out.stderr and "'call'" in out.stderr
+
+
+def test_bench_peers_lists_every_peer() -> None:
+    """``ringfence bench --peers --list``: the filesystem peer and the ones still to come."""
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", PROBE, "bench", "--peers", "--list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    for name in ("peer-filesystem", "peer-llm-sandbox", "peer-smolagents", "peer-srt"):
+        assert name in out.stdout
