@@ -53,8 +53,10 @@ EventObserver = Callable[[str], None]
 class _ObservedFileSink(FileSink):
     """A FileSink that also hands each line to an observer (it continues the file's chain)."""
 
-    def __init__(self, path: str | os.PathLike[str], observer: EventObserver) -> None:
-        super().__init__(path)
+    def __init__(
+        self, path: str | os.PathLike[str], observer: EventObserver, *, sync: bool = False
+    ) -> None:
+        super().__init__(path, sync=sync)
         self.observer = observer
 
     def write(self, line: str) -> None:
@@ -101,12 +103,15 @@ def check_approver(approver: object) -> None:
 
 
 def _events_sink(
-    events_path: str | os.PathLike[str] | None, observer: EventObserver | None
+    events_path: str | os.PathLike[str] | None,
+    observer: EventObserver | None,
+    *,
+    sync: bool = False,
 ) -> FileSink | MemorySink | None:
     if observer is None:
-        return FileSink(events_path) if events_path else None
+        return FileSink(events_path, sync=sync) if events_path else None
     if events_path:
-        return _ObservedFileSink(events_path, observer)
+        return _ObservedFileSink(events_path, observer, sync=sync)
     return _ObservedMemorySink(observer)
 
 
@@ -122,6 +127,7 @@ def create_kernel(
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
+    events_sync: bool = False,
     mcp_manifest: Any = None,
     mcp_options: Mapping[str, Any] | None = None,
     script_sandbox: str | None = None,
@@ -181,9 +187,10 @@ def create_kernel(
             posture=Posture.parse(posture),
             approver=approver if approver is not None else default_approver(),
             rules=rules,
-            events_sink=_events_sink(events_path, event_observer),
+            events_sink=_events_sink(events_path, event_observer, sync=events_sync),
             dry_run=dry_run,
             plan_path=Path(plan_path) if plan_path else None,
+            roots=tuple(str(r) for r in workspace.roots),  # recorded in plans
             **kernel_options,
         )
     except BaseException:

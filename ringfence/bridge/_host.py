@@ -55,6 +55,7 @@ from typing import Any, BinaryIO, Protocol
 import trio
 
 from ..runtime import (
+    CallContext,
     Denied,
     InvalidArguments,
     Kernel,
@@ -670,7 +671,7 @@ class _Connection:
 class _Run:
     def __init__(
         self,
-        kernel: Kernel,
+        kernel: Kernel | CallContext,
         config: ScriptConfig,
         emit: Emit,
         trace_id: str,
@@ -986,7 +987,7 @@ _KILL_REASONS = {
 
 
 async def run_script(
-    kernel: Kernel,
+    kernel: Kernel | CallContext,
     script: str,
     *,
     timeout: float,
@@ -1008,9 +1009,11 @@ async def run_script(
     """
     config = config or ScriptConfig()
     launcher = launcher or LocalLauncher()
-    emit = emit or (
-        lambda kind, **data: kernel.events.emit(kind, trace_id, call_id=parent_id, **data)
-    )
+    if emit is None:
+        if not isinstance(kernel, Kernel):
+            raise TypeError("run_script: pass emit with a CallContext")
+        events = kernel.events
+        emit = lambda kind, **data: events.emit(kind, trace_id, call_id=parent_id, **data)  # noqa: E731
     if config.sandbox != _sandbox.STRICT or config.mode != "restricted":
         emit("script_sandbox_level", level=config.sandbox, mode=config.mode)
     # One second over the timeout: the wall clock (which reports "timeout" with the output)

@@ -15,7 +15,6 @@ from ..runtime import (
     ToolSpec,
     ToolTimeout,
     Unavailable,
-    cap_text,
     script_credential_literals,
 )
 from ._host import DEFAULT_MAX_CALLS, LocalLauncher, ScriptConfig, ScriptResult, run_script
@@ -133,7 +132,7 @@ def register_script_tool(
             changes["max_calls"] = int(args["max_calls"])
         run_config = _replace(config, **changes) if changes else config
         result = await run_script(
-            ctx.kernel,
+            ctx,  # its calls re-enter the Gate as this call's children
             args["script"],
             timeout=timeout,
             trace_id=ctx.trace_id,
@@ -188,9 +187,8 @@ def _outcome(ctx: CallContext, result: ScriptResult, timeout: float) -> Any:
     payload = result.to_dict()
     if result.status == "ok":
         return payload
-    kernel = ctx.kernel
-    details = kernel.redactor.redact_value(payload)
-    details["output"] = cap_text(details["output"], kernel.output_cap_bytes, kernel.spool_dir).text
+    details = ctx.redact_value(payload)
+    details["output"] = ctx.cap(details["output"])
     error = payload.get("error") or {}
     if result.status == "timeout":
         raise ToolTimeout(

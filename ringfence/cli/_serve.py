@@ -145,12 +145,16 @@ async def _run(args: argparse.Namespace) -> int:
         args.mcp = True  # serving connector tools needs the manifest's servers connected
     # Check everything that can be refused before a kernel (and its backend) starts.
     options, generated = http_options(args) if args.transport == "http" else (None, False)
-    kernel = kernel_from_args(args)
-    if args.approve is None:
-        # --approve yes|no answers every question itself; otherwise ask the client.
-        kernel.approver = _serve_pkg.ClientApprover(
+    # --approve yes|no answers every question itself; otherwise ask the client. Set when
+    # the kernel is made: nothing swaps a running kernel's approver.
+    approver = (
+        _serve_pkg.ClientApprover(
             headless_approver(args.headless), timeout_seconds=args.approval_timeout
         )
+        if args.approve is None
+        else None
+    )
+    kernel = kernel_from_args(args, approver)
     async with kernel, trio.open_nursery() as nursery:
         count = len(_serve_pkg.exposed_tools(kernel, expose))
         posture = kernel.posture.value

@@ -65,6 +65,12 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
     )
     parser.add_argument("--events", metavar="FILE", help="append the event stream to FILE (JSONL)")
     parser.add_argument(
+        "--events-sync",
+        action="store_true",
+        help="write and fsync every event record as it comes (default: a call's records are "
+        "written together at its end)",
+    )
+    parser.add_argument(
         "--otel",
         action="store_true",
         default=os.environ.get("RINGFENCE_OTEL") == "1",
@@ -146,7 +152,8 @@ def _otel_observer(args: argparse.Namespace) -> Any:
     return OtelObserver(provider, payloads=args.otel_payloads)
 
 
-def kernel_from_args(args: argparse.Namespace) -> Kernel:
+def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None) -> Kernel:
+    """The session's kernel; ``approver`` (default: from ``--approve``) is set at construction."""
     dry = getattr(args, "dry_run", None)
     _check_output_file(args.events, "--events")
     _check_output_file(dry, "--dry-run")
@@ -154,11 +161,12 @@ def kernel_from_args(args: argparse.Namespace) -> Kernel:
     kernel = create_kernel(
         roots=workspace_roots_from_env(args.workspace),
         posture=args.posture,
-        approver=approver_from(args.approve),
+        approver=approver if approver is not None else approver_from(args.approve),
         backend=args.backend,
         dry_run=dry is not None,
         plan_path=dry,
         events_path=args.events,
+        events_sync=getattr(args, "events_sync", False),
         mcp_manifest=True if getattr(args, "mcp", False) else None,
         # read before create_kernel opens anything: a bad policy file refuses the session
         policy=policy_from_args(args),

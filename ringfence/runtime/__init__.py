@@ -58,7 +58,9 @@ from ._kernel import (
     Authorization as Authorization,
     CallContext as CallContext,
     Kernel as Kernel,
+    NoPublicConstructor as NoPublicConstructor,
     Outcome as Outcome,
+    RulesHandle as RulesHandle,
 )
 from ._plan import Plan as Plan, StagedCall as StagedCall
 from ._policy import (
@@ -124,6 +126,7 @@ __all__ = [
     "InvalidArguments",
     "Kernel",
     "MemorySink",
+    "NoPublicConstructor",
     "NotFound",
     "Outcome",
     "OutsideWorkspace",
@@ -139,6 +142,7 @@ __all__ = [
     "Rule",
     "RuleError",
     "Rules",
+    "RulesHandle",
     "ScriptedApprover",
     "ShellParse",
     "StagedCall",
