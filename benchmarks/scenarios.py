@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import backends, bridge, changesets, gate, gitscan, mcp_host, policy, workspace
+from . import backends, bridge, changesets, gate, gitscan, latency, mcp_host, policy, workspace
 from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
@@ -14,6 +14,7 @@ SCENARIOS: list[Scenario] = [
     *gitscan.SCENARIOS,
     *mcp_host.SCENARIOS,
     *bridge.SCENARIOS,
+    *latency.SCENARIOS,
 ]
 
 

@@ -213,6 +213,68 @@ def test_importing_ringfence_is_light() -> None:
     assert out.stdout.strip() == "[]"
 
 
+# What `ringfence call read_file` may not import: SDKs and libraries of other verbs and
+# extras (serving, MCP, docker, OpenTelemetry, charts, terminal rendering, HTTP clients).
+# Each costs tens of milliseconds a start; the verb needs none of them.
+CALL_READ_FILE_FORBIDDEN = (
+    "anyio",
+    "docker",
+    "httpx",
+    "hypercorn",
+    "matplotlib",
+    "mcp",
+    "numpy",
+    "opentelemetry",
+    "pydantic",
+    "requests",
+    "rich",
+    "starlette",
+    "tree_sitter",
+)
+# ... nor ringfence modules only other verbs use (serving, the MCP client, benchmarks).
+CALL_READ_FILE_FORBIDDEN_OWN = (
+    "ringfence.serve",
+    "ringfence.mcp_host",
+    "ringfence.otel",
+    "ringfence.cli._serve",
+    "ringfence.cli._mcp",
+    "ringfence.cli._bench",
+    "ringfence.cli._events",
+    "ringfence.cli._images",
+    "ringfence.cli._doctor",
+    "benchmarks",
+)
+
+
+def test_call_read_file_imports_only_what_the_verb_needs(tmp_path: Path) -> None:
+    """``ringfence call read_file`` (the whole verb, run) loads no SDK and no other verb."""
+    (tmp_path / "f.txt").write_text("hello\n")
+    code = (
+        "import sys\n"
+        "from ringfence.cli import main\n"
+        "code = main(['call', 'read_file', '--args', '{\"path\": \"f.txt\"}', "
+        "'--workspace', sys.argv[1]])\n"
+        "print(sorted(sys.modules))\n"
+        "sys.exit(code)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    text, modules_line = out.stdout.rsplit("\n", 2)[-3:-1]
+    assert text == "hello"
+    loaded = set(ast.literal_eval(modules_line))
+    tops = {m.split(".")[0] for m in loaded}
+    assert sorted(tops & set(CALL_READ_FILE_FORBIDDEN)) == []
+    own = sorted(
+        m for m in loaded for f in CALL_READ_FILE_FORBIDDEN_OWN if m == f or m.startswith(f + ".")
+    )
+    assert own == []
+
+
 # -- one process supervisor --------------------------------------------------------------
 
 SPAWNERS = frozenset(

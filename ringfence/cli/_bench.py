@@ -10,10 +10,11 @@ from types import ModuleType
 
 from ..runtime import InvalidArguments, ToolError, Unavailable, atomic_write
 from ._output import print_error, print_ok, progress_lines
+from ._verbs import add_verb_parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="measure ringfence's overhead against baselines")
+    p = add_verb_parser(sub, "bench")
     p.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (default all)"
     )
@@ -30,10 +31,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--plot", metavar="FILE.png", help="draw a chart (needs the 'plot' extra: matplotlib)"
     )
     p.add_argument("--list", action="store_true", help="list scenarios and their goals")
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="run the peer scenarios instead: ringfence beside the reference MCP filesystem "
+        "server, llm-sandbox, smolagents and srt (those not installed are listed as skipped; "
+        "the 'peers' extra installs the Python ones)",
+    )
     p.set_defaults(func=run)
 
 
-def _benchmarks_package() -> ModuleType:
+def _benchmarks_package(peers: bool = False) -> ModuleType:
     """The suite lives in the source tree's ``benchmarks/``, next to the ringfence package."""
     checkout = Path(__file__).resolve().parents[2]
     if not (checkout / "benchmarks" / "scenarios.py").is_file():
@@ -43,11 +51,11 @@ def _benchmarks_package() -> ModuleType:
         )
     if str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
-    return importlib.import_module("benchmarks.scenarios")
+    return importlib.import_module("benchmarks.peers" if peers else "benchmarks.scenarios")
 
 
 async def run(args: argparse.Namespace) -> int:
-    scenarios_mod = _benchmarks_package()
+    scenarios_mod = _benchmarks_package(args.peers)
     suite = importlib.import_module("benchmarks._suite")
     if args.list:
         if args.json:

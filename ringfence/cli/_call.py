@@ -12,6 +12,7 @@ from pathlib import Path
 from ..runtime import InvalidArguments, NotFound, RingfenceError
 from ._output import print_error, print_ok
 from ._session import add_session_options, kernel_from_args
+from ._verbs import add_verb_parser
 
 ARGS_HELP = (
     "the arguments as a JSON object; @FILE reads them from FILE, - from stdin "
@@ -20,7 +21,7 @@ ARGS_HELP = (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("call", help="make one governed tool call")
+    p = add_verb_parser(sub, "call")
     p.add_argument("tool", help="the tool's name (see `ringfence tools list`)")
     p.add_argument("--args", default="{}", metavar="JSON", help=ARGS_HELP)
     add_session_options(p)

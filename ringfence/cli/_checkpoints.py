@@ -15,10 +15,11 @@ from .._embed import workspace_roots_from_env
 from ..workspace import CheckpointStore, Workspace
 from ._output import print_error, print_ok
 from ._session import add_session_options, kernel_from_args
+from ._verbs import add_verb_parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("checkpoints", help="list or show the change sets of file tool writes")
+    p = add_verb_parser(sub, "checkpoints")
     psub = p.add_subparsers(dest="checkpoints_verb", required=True, metavar="ACTION")
     for name, help_, func in (
         ("list", "the change sets, newest first", run_list),
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         )
         q.add_argument("--json", action="store_true", help="print one JSON object")
         q.set_defaults(func=func)
-    u = sub.add_parser("undo", help="restore the before-images of change sets (a gated call)")
+    u = add_verb_parser(sub, "undo")
     u.add_argument("id", nargs="?", metavar="ID", help="the change set to undo")
     u.add_argument(
         "--last",

@@ -10,13 +10,11 @@ import trio
 from ..backends import backend_names, select_backend
 from ..runtime import Unavailable
 from ._output import print_error, print_ok, print_table
+from ._verbs import add_verb_parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    doctor = sub.add_parser(
-        "doctor",
-        help="check what can run here (Docker, images, namespaces, Landlock, seccomp, ripgrep)",
-    )
+    doctor = add_verb_parser(sub, "doctor")
     doctor.add_argument(
         "--backend",
         choices=backend_names(),

@@ -12,12 +12,13 @@ from typing import Any
 
 from ..runtime import InvalidArguments, NotFound, ToolError, verify_file
 from ._output import abbreviate, print_error, print_ok
+from ._verbs import add_verb_parser
 
 OUTCOMES = ("finished", "failed", "cancelled", "staged")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("events", help="check or read event streams")
+    p = add_verb_parser(sub, "events")
     esub = p.add_subparsers(dest="events_verb", required=True, metavar="ACTION")
     v = esub.add_parser(
         "verify",

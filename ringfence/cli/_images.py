@@ -9,10 +9,11 @@ import trio
 
 from ..backends import IMAGES
 from ._output import print_json, print_table, progress_lines
+from ._verbs import add_verb_parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    images = sub.add_parser("images", help="build and list the docker backend's sandbox images")
+    images = add_verb_parser(sub, "images")
     isub = images.add_subparsers(dest="images_verb", required=True, metavar="ACTION")
     build = isub.add_parser(
         "build",

@@ -3,54 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-import trio
-
 from .. import __version__
-from . import (
-    _bench,
-    _call,
-    _checkpoints,
-    _doctor,
-    _events,
-    _images,
-    _mcp,
-    _plan,
-    _policy,
-    _run_script,
-    _serve,
-    _tools,
-    _worktree,
-)
-from ._output import (
-    EXIT_CODES_HELP,
-    UsageError,
-    debug_enabled,
-    error_from_exception,
-    print_error,
-    print_usage_error,
-)
-from ._session import SHUTDOWN_HOOKS
+from ._verbs import EXIT_CODES_HELP, VERBS, UsageError, chosen_verb, debug_enabled
 
-# Each module adds its verbs to the parser; the order here is the order in --help.
-VERB_MODULES = [
-    _tools,
-    _call,
-    _run_script,
-    _serve,
-    _events,
-    _plan,
-    _checkpoints,
-    _worktree,
-    _policy,
-    _mcp,
-    _images,
-    _doctor,
-    _bench,
-]
+# The order of VERBS is the order in --help. Only the chosen verb's module is imported
+# (with trio, the kernel and what else it needs): `ringfence --help` and `--version` stay
+# near the interpreter's own start, and `ringfence call` loads no serve, MCP or bench code.
 
 
 class Parser(argparse.ArgumentParser):
@@ -60,7 +23,13 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command's parser; complete for the verb ``argv`` names, stubs for the others.
+
+    Without ``argv`` every verb's module is loaded and registered (the whole parser,
+    for tests and documentation).
+    """
+    verb = chosen_verb(list(argv)) if argv is not None else None
     parser = Parser(
         prog="ringfence",
         description="A governed, sandboxed tool-execution runtime for AI agents.",
@@ -70,8 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action="version", version=f"ringfence {__version__}", help="print the version"
     )
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for module in VERB_MODULES:
-        module.register(sub)
+    # A module may register several verbs (checkpoints and undo): load it once, and give
+    # none of its verbs a stub.
+    wanted = VERBS[verb].module if verb is not None else None
+    loaded: set[str] = set()
+    for name, spec in VERBS.items():
+        if argv is None or spec.module == wanted:
+            if spec.module not in loaded:
+                importlib.import_module(f"{__package__}.{spec.module}").register(sub)
+                loaded.add(spec.module)
+        else:
+            sub.add_parser(name, help=spec.help, add_help=False)
     return parser
 
 
@@ -86,10 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Before parsing succeeds there is no namespace to ask: a parse error honours --json too.
     as_json = "--json" in argv
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
     except UsageError as exc:
+        from ._output import print_usage_error
+
         return print_usage_error(str(exc), as_json)
     as_json = getattr(args, "json", False) is True
+    import trio  # here, not at the top: --help and --version never start a loop
+
+    from ._output import error_from_exception, print_error, print_usage_error
+
     try:
         try:
             code = trio.run(args.func, args)
@@ -109,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_shutdown_hooks() -> None:
     """Flush what a verb set up to outlive its kernel (OTLP export), once."""
+    from ._session import SHUTDOWN_HOOKS
+
     while SHUTDOWN_HOOKS:
         SHUTDOWN_HOOKS.pop()()
 

@@ -33,6 +33,7 @@ from ..mcp_host import (
 from ..mcp_host._manifest import DEFAULT_APPROVED
 from ..runtime import InvalidArguments, is_secret_name, mask_command_args
 from ._output import print_ok
+from ._verbs import add_verb_parser
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -43,7 +44,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("mcp", help="configure and inspect MCP servers (mcp.toml)")
+    p = add_verb_parser(sub, "mcp")
     msub = p.add_subparsers(dest="mcp_verb", required=True, metavar="ACTION")
 
     lst = msub.add_parser("list", help="list the configured servers (starts nothing)")

@@ -26,30 +26,21 @@ from typing import Any, TextIO
 
 from ..runtime import Denied, InvalidArguments, RingfenceError, ToolError
 from ..runtime._groups import single_error
+from ._verbs import (  # light, for the parser; re-exported for the verbs
+    DEBUG_ENV as DEBUG_ENV,
+    EXIT_CODES_HELP as EXIT_CODES_HELP,
+    UsageError as UsageError,
+    debug_enabled as debug_enabled,
+)
 
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
 EXIT_USAGE = 2
 EXIT_DENIED = 3
 
-EXIT_CODES_HELP = (
-    "exit codes: 0 ok; 1 the tool failed, refused, or an unexpected error; "
-    "2 usage error (bad option, argument or file); 3 denied by policy or approver"
-)
-
 # An error message or detail string longer than this is shown as head…tail (and its size):
 # a 120 KB argument must not come back in the error that refuses it.
 MAX_SHOWN_CHARS = 240
-DEBUG_ENV = "RINGFENCE_DEBUG"
-
-
-class UsageError(Exception):
-    """A command-line mistake: printed without a traceback, exit 2."""
-
-
-def debug_enabled() -> bool:
-    """``RINGFENCE_DEBUG=1``: unexpected exceptions propagate with their traceback."""
-    return os.environ.get(DEBUG_ENV) == "1"
 
 
 def abbreviate(text: str, limit: int = MAX_SHOWN_CHARS) -> str:

@@ -16,10 +16,11 @@ from pathlib import Path
 from ..runtime import Plan
 from ._output import exit_code_for, print_error, print_ok
 from ._session import add_session_options, kernel_from_args
+from ._verbs import add_verb_parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="review or apply a dry run's plan")
+    p = add_verb_parser(sub, "plan")
     psub = p.add_subparsers(dest="plan_verb", required=True, metavar="ACTION")
     show = psub.add_parser("show", help="print the staged calls")
     show.add_argument("file", metavar="FILE", help="the plan a --dry-run wrote")

@@ -20,10 +20,11 @@ from ..runtime import (
 from ._call import ARGS_HELP, parse_arguments
 from ._output import print_ok
 from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args
+from ._verbs import add_verb_parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    policy = sub.add_parser("policy", help="show, check and explain deny/ask/allow rules")
+    policy = add_verb_parser(sub, "policy")
     psub = policy.add_subparsers(dest="policy_verb", required=True, metavar="ACTION")
 
     show = psub.add_parser("show", help="the merged policy, each rule with its file:line and layer")

@@ -12,12 +12,13 @@ from ..bridge import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
 from ..runtime import InvalidArguments, RingfenceError
 from ._output import exit_code_for, print_json, print_table
 from ._session import add_session_options, kernel_from_args
+from ._verbs import add_verb_parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_verb_parser(
+        sub,
         "run-script",
-        help="run a Python tool script; every call_tool inside it is gated",
         description=(
             "Run FILE as a run_tool_script script. The script itself asks first (it is in the "
             "residual), and so does each call it makes that the posture does not allow. "

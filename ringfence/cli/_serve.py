@@ -23,15 +23,16 @@ from ..runtime._groups import raise_single
 from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
 from ._output import envelope
 from ._session import add_session_options, kernel_from_args
+from ._verbs import add_verb_parser
 
 if TYPE_CHECKING:
     from ..serve import HttpOptions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_verb_parser(
+        sub,
         "serve",
-        help="serve the session's governed tools to an MCP client",
         description="Expose the session's tools as an MCP server. Every call passes the Gate; "
         "when it asks, the calling client is asked (MCP elicitation), else --headless decides.",
     )

@@ -7,10 +7,11 @@ import re
 
 from ._output import print_ok, print_table
 from ._session import add_session_options, kernel_from_args
+from ._verbs import add_verb_parser
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    tools = sub.add_parser("tools", help="list the tools a session would have")
+    tools = add_verb_parser(sub, "tools")
     tsub = tools.add_subparsers(dest="tools_verb", required=True, metavar="ACTION")
     lst = tsub.add_parser("list", help="list tools with their consequence")
     add_session_options(lst, dry_run=False)

@@ -24,12 +24,13 @@ from ..runtime import InvalidArguments, NotFound, ToolError
 from ..runtime._files import ringfence_home
 from ..workspace import Workspace, workspace_id
 from ._output import print_ok
+from ._verbs import add_verb_parser
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("worktree", help="list, diff or remove the worktrees of --worktree sessions")
+    p = add_verb_parser(sub, "worktree")
     psub = p.add_subparsers(dest="worktree_verb", required=True, metavar="ACTION")
     for name, help_ in (
         ("list", "the session worktrees of this workspace"),

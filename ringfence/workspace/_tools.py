@@ -2,9 +2,30 @@
 
 Each executor reads ``ctx.posture``: under ``unrestricted`` that one call
 runs on :meth:`Workspace.with_host_root` (so switching the session back
-restores the restriction); git metadata stays refused in every posture. File
-work runs in a worker thread; notices (paths reached outside the roots,
-ripgrep falling back to Python) are emitted afterwards, from the trio side.
+restores the restriction); git metadata stays refused in every posture. Notices
+(paths reached outside the roots, ripgrep falling back to Python) are emitted
+after the work, from the trio side.
+
+**Where the work runs** (measured, see benchmarks/README.md, "file tools: the
+thread hop"): one ``trio.to_thread.run_sync`` hop costs 55-60 µs on an idle
+2-core VM and 150-180 µs under load, while a confined read of a 64 KiB file
+costs 17 µs, of 256 KiB 36 µs, of 1 MiB 112 µs, and listing 10 entries 16 µs,
+100 entries 70 µs. So:
+
+* ``read_file`` of a regular file of at most :data:`READ_INLINE_MAX_BYTES`
+  (256 KiB) and ``list_directory`` of a directory whose ``st_size`` is at
+  most :data:`LIST_INLINE_MAX_DIR_BYTES` (4 KiB: one ext4 block, about 100
+  to 200 names; tmpfs and btrfs count similarly) run **inline** on the trio
+  thread: the work costs less than the hop would. A probe (open with
+  ``O_PATH`` through the same resolver, ``fstat``; about 5 µs) decides.
+* Larger reads and listings, ``glob_files`` and ``grep_files`` (walks of
+  unknown size) run in a **worker** thread. So do ``write_file`` and
+  ``edit_file`` at any size: they ``fsync`` the file and its directory
+  (4-12 ms here), far more than a hop.
+
+Not promised: the probe and the operation are two resolves, so a file that
+grows between them is still read inline, bounded by the 16 MiB read limit.
+An inline call is not interruptible, but a cancelled call does not start it.
 
 Contracts at this boundary (the Python :class:`Workspace` API speaks ``os``
 strings; the tools speak JSON):
@@ -28,6 +49,7 @@ strings; the tools speak JSON):
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -55,7 +77,9 @@ from ._workspace import FileOps, Workspace
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "LIST_DEFAULT_ENTRIES",
+    "LIST_INLINE_MAX_DIR_BYTES",
     "MAX_ENTRIES",
+    "READ_INLINE_MAX_BYTES",
     "file_tool_specs",
     "register_file_tools",
 ]
@@ -65,6 +89,10 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 # list_directory's default cap, and the hard cap of list_directory and glob_files.
 LIST_DEFAULT_ENTRIES = 5000
 MAX_ENTRIES = 100_000
+# Work below these sizes runs on the trio thread: it costs less than a thread hop
+# (module docstring; benchmarks/README.md has the measurements).
+READ_INLINE_MAX_BYTES = 256 * 1024
+LIST_INLINE_MAX_DIR_BYTES = 4096
 
 _PATH = {
     "type": "string",
@@ -84,18 +112,36 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     }
 
 
+def _small(files: FileOps, path: str, max_bytes: int) -> bool:
+    """Whether ``path``'s ``st_size`` is at most ``max_bytes`` (the inline probe).
+
+    Opened with ``O_PATH`` through the resolver, as the operation itself will be
+    (a FIFO does not block, nothing is read). A path the resolver refuses counts
+    as small: the operation, run inline, refuses it the same way at once.
+    """
+    try:
+        fd = files.open_fd(path, os.O_PATH | os.O_CLOEXEC)
+    except RingfenceError:
+        return True
+    try:
+        return os.fstat(fd).st_size <= max_bytes
+    finally:
+        os.close(fd)
+
+
 async def _run(
     ctx: CallContext,
     workspace: Workspace,
     seconds: float,
     fn: Callable[[FileOps, Callable[[str], None]], Any],
+    inline: Callable[[FileOps], bool] | None = None,
 ) -> Any:
-    """Run ``fn(files, on_notice)`` in a worker thread under a :class:`Deadline` of ``seconds``.
+    """Run ``fn(files, on_notice)`` under a :class:`Deadline` of ``seconds``.
 
     ``files`` is the workspace, or under the ``unrestricted`` posture its
-    host-root view. On cancellation the worker is told to stop and waited
-    for (shielded), so no file work outlives the call. Errors leave with
-    their names escaped.
+    host-root view. When ``inline(files)`` says the work is small it runs on
+    the trio thread (a cancelled call does not start it); else in a worker
+    thread (:func:`_in_worker`). Errors leave with their names escaped.
     """
     reached: list[str] = []  # places outside the roots (host-root view)
     said: list[str] = []  # what the search engine wants the session to know
@@ -103,6 +149,31 @@ async def _run(
     if ctx.posture is Posture.UNRESTRICTED:
         files = workspace.with_host_root(reached.append)
     deadline = Deadline(time.monotonic() + seconds, seconds, ctx.tool.name)
+    try:
+        if inline is not None and inline(files):
+            await trio.lowlevel.checkpoint_if_cancelled()
+            with deadline.active():
+                return fn(files, said.append)
+        return await _in_worker(deadline, partial(fn, files, said.append))
+    except RingfenceError as exc:
+        # A name in a message (from os, with surrogates) would break JSON and terminals.
+        raise exc.with_(message=escape_text(exc.message)) from exc.__cause__
+    finally:
+        for where in dict.fromkeys(reached):  # the probe and the operation reach it alike
+            ctx.emit(
+                "notice",
+                message=escape_text(f"unrestricted posture: {ctx.tool.name} reached {where}"),
+            )
+        for text in said:
+            ctx.emit("notice", message=escape_text(f"{ctx.tool.name}: {text}"))
+
+
+async def _in_worker(deadline: Deadline, fn: Callable[[], Any]) -> Any:
+    """``fn()`` in a worker thread under ``deadline``; no file work outlives the call.
+
+    On cancellation the worker is told to stop (``deadline.stop``) and waited
+    for (shielded) before the cancellation goes on.
+    """
     done = trio.Event()
     token = trio.lowlevel.current_trio_token()
     # "pending" until the worker starts; a call cancelled while pending marks it
@@ -117,7 +188,7 @@ async def _run(
             state[0] = "running"
         try:
             with deadline.active():
-                return fn(files, said.append)
+                return fn()
         finally:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(done.set)
@@ -134,17 +205,6 @@ async def _run(
             with trio.CancelScope(shield=True):
                 await done.wait()
         raise
-    except RingfenceError as exc:
-        # A name in a message (from os, with surrogates) would break JSON and terminals.
-        raise exc.with_(message=escape_text(exc.message)) from exc.__cause__
-    finally:
-        for where in reached:
-            ctx.emit(
-                "notice",
-                message=escape_text(f"unrestricted posture: {ctx.tool.name} reached {where}"),
-            )
-        for text in said:
-            ctx.emit("notice", message=escape_text(f"{ctx.tool.name}: {text}"))
 
 
 def _cap(items: list[Any], limit: int, what: str, argument: str) -> list[Any]:
@@ -184,11 +244,19 @@ def file_tool_specs(
     async def read_file(args: dict[str, Any], ctx: CallContext) -> str:
         path = path_of(args)
         offset, limit = args.get("offset", 1), args.get("limit")
-        return await run(ctx, fn=lambda f, _: f.read_text(path, offset=offset, limit=limit))
+        return await run(
+            ctx,
+            fn=lambda f, _: f.read_text(path, offset=offset, limit=limit),
+            inline=lambda f: _small(f, path, READ_INLINE_MAX_BYTES),
+        )
 
     async def list_directory(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
         path = path_of(args)
-        entries = await run(ctx, fn=lambda f, _: f.list_dir(path))
+        entries = await run(
+            ctx,
+            fn=lambda f, _: f.list_dir(path),
+            inline=lambda f: _small(f, path, LIST_INLINE_MAX_DIR_BYTES),
+        )
         shown = [{**e, "name": escape_name(e["name"])} for e in entries]
         shown.sort(key=lambda e: e["name"])  # sorted as shown (escapes change the order)
         return _cap(shown, args.get("max_entries", LIST_DEFAULT_ENTRIES), "entries", "max_entries")
