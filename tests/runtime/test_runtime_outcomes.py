@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 import trio
+from cli_helpers import ringfence_process as cli
+from kernel_helpers import event_records
 
 from ringfence import create_kernel
 from ringfence.runtime import (
@@ -39,17 +40,6 @@ OUTCOMES = {"finished", "failed", "cancelled", "staged"}
 SECRET = "Zq7Xv9Lm3Np5Rt8Wk2Hs"
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ringfence", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env=dict(os.environ),
-    )
-
-
 def outcomes_per_call(records: list[dict[str, Any]]) -> dict[str, list[str]]:
     """call_id -> the outcome kinds recorded for it, for every call that was proposed."""
     out: dict[str, list[str]] = {r["call_id"]: [] for r in records if r["kind"] == "proposed"}
@@ -64,10 +54,6 @@ def assert_one_outcome_each(records: list[dict[str, Any]]) -> None:
     per_call = outcomes_per_call(records)
     assert started <= per_call.keys()
     assert all(len(kinds) == 1 for kinds in per_call.values()), per_call
-
-
-def file_records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_bytes().splitlines()]
 
 
 def tool(name: str, executor: Any, consequence: str = "read") -> ToolSpec:
@@ -91,7 +77,7 @@ def test_a_non_utf8_file_name_is_listed_and_the_call_finishes(tmp_path: Path) ->
     assert "Traceback" not in result.stderr
     names = [e["name"] for e in json.loads(result.stdout)["result"]]
     assert names == ["caf\\xff.txt"]  # the documented escaped form of the byte 0xff
-    records = file_records(events)
+    records = event_records(events)
     assert [r["kind"] for r in records if r.get("tool") == "list_directory"][-1] == "finished"
     assert_one_outcome_each(records)
     assert cli("events", "verify", str(events), cwd=tmp_path).returncode == 0
@@ -180,7 +166,7 @@ async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path:
                     await started.wait()
                     scope.cancel()
         assert scope.cancelled_caught and not outer.cancelled_caught  # Cancelled propagated
-    records = file_records(events)
+    records = event_records(events)
     kinds = [r["kind"] for r in records]
     assert kinds[-3:] == ["started", "cancelled", "session_sealed"], kinds
     assert_one_outcome_each(records)
@@ -204,7 +190,7 @@ async def test_a_call_in_flight_when_the_kernel_closes_ends_in_cancelled(tmp_pat
         await started.wait()
         await kernel.aclose()  # shut down while the call runs in another task
         nursery.cancel_scope.cancel()
-    records = file_records(events)
+    records = event_records(events)
     assert [r["kind"] for r in records][-3:] == ["started", "cancelled", "session_sealed"]
     assert records[-2]["reason"] == "the kernel closed while the call was in flight"
     assert_one_outcome_each(records)
@@ -226,7 +212,7 @@ async def test_a_real_shell_command_cancelled_mid_run(tmp_path: Path) -> None:
                         await trio.sleep(0.01)
                 scope.cancel()
     assert scope.cancelled_caught
-    records = file_records(events)
+    records = event_records(events)
     assert [r["kind"] for r in records if r.get("tool") == "run_shell"][-1] == "cancelled"
     assert_one_outcome_each(records)
     assert verify_file(events).ok
@@ -360,7 +346,7 @@ async def test_an_mcp_client_cancelling_a_call_through_serve_ends_in_cancelled(
             # The server goes on serving after the cancellation.
             listed = await client.list_tools()
             assert any(t.name == "run_shell" for t in listed.tools)
-    records = file_records(events)
+    records = event_records(events)
     shell = [r for r in records if r.get("tool") == "run_shell"]
     assert [r["kind"] for r in shell][-1] == "cancelled", shell
     # Cancelled by the notification while the server ran on, not swept up at shutdown.
