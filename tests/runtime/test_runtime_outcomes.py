@@ -148,7 +148,8 @@ async def test_the_lower_level_authorize_and_execute_record_whole_calls() -> Non
 # -- item 11: cancellation ---------------------------------------------------------------
 
 
-async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path: Path) -> None:
+def sleepy_tool() -> tuple[ToolSpec, trio.Event]:
+    """A read tool ``sleepy`` that sleeps 30 s, and the event it sets when it has started."""
     started = trio.Event()
 
     async def sleepy(args: dict[str, Any], ctx: CallContext) -> str:
@@ -156,9 +157,21 @@ async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path:
         await trio.sleep(30)
         return "woke"
 
+    return tool("sleepy", sleepy), started
+
+
+async def wait_until_started(events: Path, seconds: float, poll: float) -> None:
+    """Poll the events file until a ``started`` record is in it (at most ``seconds``)."""
+    with trio.fail_after(seconds):
+        while b'"kind":"started"' not in events.read_bytes():
+            await trio.sleep(poll)
+
+
+async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path: Path) -> None:
+    sleepy, started = sleepy_tool()
     events = tmp_path / "events.jsonl"
     async with Kernel(events_sink=FileSink(events), posture=Posture.ALLOW_ALL) as kernel:
-        kernel.register(tool("sleepy", sleepy))
+        kernel.register(sleepy)
         with trio.move_on_after(5) as outer:
             with trio.CancelScope() as scope:
                 async with trio.open_nursery() as nursery:
@@ -175,16 +188,10 @@ async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path:
 
 
 async def test_a_call_in_flight_when_the_kernel_closes_ends_in_cancelled(tmp_path: Path) -> None:
-    started = trio.Event()
-
-    async def sleepy(args: dict[str, Any], ctx: CallContext) -> str:
-        started.set()
-        await trio.sleep(30)
-        return "woke"
-
+    sleepy, started = sleepy_tool()
     events = tmp_path / "events.jsonl"
     kernel = Kernel(events_sink=FileSink(events), posture=Posture.ALLOW_ALL)
-    kernel.register(tool("sleepy", sleepy))
+    kernel.register(sleepy)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(kernel.invoke, "sleepy", {})
         await started.wait()
@@ -207,9 +214,7 @@ async def test_a_real_shell_command_cancelled_mid_run(tmp_path: Path) -> None:
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(kernel.invoke, "run_shell", {"command": "sleep 30"})
-                with trio.fail_after(10):
-                    while b'"kind":"started"' not in events.read_bytes():
-                        await trio.sleep(0.01)
+                await wait_until_started(events, 10, 0.01)
                 scope.cancel()
     assert scope.cancelled_caught
     records = event_records(events)
@@ -338,9 +343,7 @@ async def test_an_mcp_client_cancelling_a_call_through_serve_ends_in_cancelled(
             with trio.CancelScope() as scope:  # the SDK sends notifications/cancelled
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(client.call_tool, "run_shell", {"command": "sleep 30"})
-                    with trio.fail_after(20):
-                        while b'"kind":"started"' not in events.read_bytes():
-                            await trio.sleep(0.02)
+                    await wait_until_started(events, 20, 0.02)
                     scope.cancel()
             assert scope.cancelled_caught
             # The server goes on serving after the cancellation.
