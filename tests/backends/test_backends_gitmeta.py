@@ -30,6 +30,14 @@ BACKENDS = [
 ]
 
 
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each backend in turn; ``docker`` first asks for ``docker_client`` (daemon and image)."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_client")
+    return request.param
+
+
 def git_env(tmp_path: Path) -> dict[str, str]:
     """The host user's git: no system/global config, but the repository counts as theirs."""
     home = tmp_path / "githome"
@@ -117,13 +125,10 @@ def assert_refused(outcome, tmp_path: Path, *names: str) -> Path:
 # -- (a) a gitfile redirected to a planted git directory ------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("layout", ["worktree", "submodule"])
 async def test_gitfile_redirect_is_refused_and_undone(
-    request, backend: str, layout: str, workspace: Path, tmp_path: Path
+    backend: str, layout: str, workspace: Path, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     marker = tmp_path / "pwned"
     if layout == "worktree":
         new_repo(tmp_path, workspace / "repo")
@@ -161,13 +166,10 @@ async def test_gitfile_redirect_is_refused_and_undone(
 # -- (b) a brand-new .git when the workspace is a subdirectory of a repository ------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", [".git", ".GIT", "sub/deep/.git.", "git~1", ".g\u200cit"])
 async def test_new_dotgit_in_any_spelling_is_refused_and_quarantined(
-    request, backend: str, name: str, tmp_path: Path
+    backend: str, name: str, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     marker = tmp_path / "pwned"
     outer = tmp_path / "outer"
     new_repo(tmp_path, outer)
@@ -187,12 +189,9 @@ async def test_new_dotgit_in_any_spelling_is_refused_and_quarantined(
     assert sorted(p.name for p in ws.iterdir()) == (["sub"] if "/" in name else [])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_new_gitfile_and_symlink_named_git_are_refused(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     script = (
         f"mkdir a b && {evil_gitdir_script('a/repo', tmp_path / 'pwned')} && "
         "printf 'gitdir: ../a/repo\\n' > b/.Git && ln -s a/repo .git"
@@ -204,12 +203,9 @@ async def test_new_gitfile_and_symlink_named_git_are_refused(
     assert not (workspace / "a" / "repo").exists() and (workspace / "a").is_dir()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_metadata_planted_before_a_timeout_is_still_refused(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     script = f"{evil_gitdir_script('.git', tmp_path / 'pwned')}; sleep 30"
     async with kernel(workspace, backend, tmp_path) as k:
         outcome = await k.invoke("run_shell", {"command": script, "timeout_seconds": 1})
@@ -271,12 +267,9 @@ async def test_docker_writes_into_git_directories_and_gitfiles_hit_read_only_mou
 # -- what is not refused ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_ordinary_commands_and_host_git_between_commands_pass(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     new_repo(tmp_path, workspace)
     own_tree(workspace, workspace)
     async with kernel(workspace, backend, tmp_path) as k:
@@ -466,14 +459,11 @@ async def test_a_locked_deep_dotgit_still_leaves_the_workspace(
                 subprocess.run(["rm", "-rf", str(deep)], check=False)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_metadata_planted_before_a_cancellation_is_still_removed(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
     import trio
 
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     script = f"{evil_gitdir_script('.git', tmp_path / 'pwned')}; sleep 30"
     async with kernel(workspace, backend, tmp_path) as k:
         with trio.move_on_after(1.5) as scope:
@@ -518,9 +508,8 @@ async def test_quarantine_never_lands_inside_the_workspace(workspace: Path, tmp_
 # -- the incremental scan: later commands are checked as closely as the first ------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_attacks_after_earlier_commands_are_refused(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
     """From the second command on, the scans start from the previous command's scan.
 
@@ -530,8 +519,6 @@ async def test_attacks_after_earlier_commands_are_refused(
     """
     import trio
 
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     marker = tmp_path / "pwned"
     new_repo(tmp_path, workspace / "repo")
     (workspace / "keep" / "deep" / "er").mkdir(parents=True)
