@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from backends_helpers import DOCKER_OPTIONS
+from kernel_helpers import event_records
 
 from ringfence import create_kernel
 from ringfence.runtime import Posture
@@ -91,18 +92,20 @@ def evil_gitdir_script(name: str, marker: Path) -> str:
     )
 
 
-def kernel(ws: Path, backend: str, tmp_path: Path):
+def kernel(ws: Path, backend: str, tmp_path: Path, *, spool: Path | None = None):
+    """An unrestricted kernel on ``ws``, events in ``tmp_path/events.jsonl``, quarantine in ``spool``."""
     return create_kernel(
         roots=[ws],
         posture=Posture.UNRESTRICTED,
         backend=backend,
         backend_options=DOCKER_OPTIONS if backend == "docker" else None,
         events_path=tmp_path / "events.jsonl",
+        **({"spool_dir": spool} if spool else {}),
     )
 
 
 def events(tmp_path: Path) -> list[dict]:
-    return [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    return event_records(tmp_path / "events.jsonl")
 
 
 def assert_refused(outcome, tmp_path: Path, *names: str) -> Path:
@@ -332,13 +335,7 @@ async def test_quarantine_on_another_file_system_copies_without_following_links(
             f"{evil_gitdir_script('.git', tmp_path / 'pwned')} && ln -s / .git/root && "
             "mkfifo .git/fifo && echo keep > kept"
         )
-        async with create_kernel(
-            roots=[workspace],
-            posture=Posture.UNRESTRICTED,
-            backend="local",
-            events_path=tmp_path / "events.jsonl",
-            spool_dir=spool,
-        ) as k:
+        async with kernel(workspace, "local", tmp_path, spool=spool) as k:
             outcome = await k.invoke("run_shell", {"command": script})
         quarantine = assert_refused(outcome, tmp_path, ".git")
         assert quarantine.is_relative_to(spool)
@@ -441,13 +438,7 @@ async def test_a_locked_deep_dotgit_still_leaves_the_workspace(
         "find .git -depth -type d -exec chmod 0555 {} +"
     )
     try:
-        async with create_kernel(
-            roots=[workspace],
-            posture=Posture.UNRESTRICTED,
-            backend="local",
-            events_path=tmp_path / "events.jsonl",
-            **({"spool_dir": spool} if spool else {}),
-        ) as k:
+        async with kernel(workspace, "local", tmp_path, spool=spool) as k:
             outcome = await k.invoke("run_shell", {"command": script, "timeout_seconds": 60})
         quarantine = assert_refused(outcome, tmp_path, ".git")
         assert not os.path.lexists(workspace / ".git")
@@ -489,13 +480,7 @@ async def test_local_read_only_git_commands_pass(workspace: Path, tmp_path: Path
 
 async def test_quarantine_never_lands_inside_the_workspace(workspace: Path, tmp_path: Path) -> None:
     spool = workspace / ".ringfence-spool"  # a spool dir configured inside the root
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.UNRESTRICTED,
-        backend="local",
-        events_path=tmp_path / "events.jsonl",
-        spool_dir=spool,
-    ) as k:
+    async with kernel(workspace, "local", tmp_path, spool=spool) as k:
         outcome = await k.invoke("run_shell", {"command": "mkdir .git"})
     quarantine = assert_refused(outcome, tmp_path, ".git")
     try:
