@@ -969,13 +969,10 @@ def _undo(
 def _open_beneath(root: Path, rel: str) -> int:
     """A directory below ``root`` opened one component at a time, never through a symlink."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    for name in rel.split("/") if rel else ():
-        try:
-            nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = nxt
-    return fd
+    try:
+        return _open_rel(fd, rel)
+    finally:
+        os.close(fd)
 
 
 def _quarantine(parent: int, leaf: str, dest: Path) -> None:
