@@ -744,15 +744,7 @@ def _shell(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, 
         if i >= len(args):
             acc.unresolved_("sh -c without a command", text)
             return
-        script = args[i]
-        if not script.literal:
-            acc.unresolved_("sh -c runs a string computed at run time", text)
-            return
-        sub = _parse_cached(script.text, depth + 1, via)
-        acc.commands.extend(sub.commands)
-        acc.redirects.extend(sub.redirects)
-        acc.unresolved.extend(sub.unresolved)
-        acc.cd = acc.cd or sub.changes_directory
+        _run_string(args[i], via, acc, depth, text, "sh -c")
         return
     if i >= len(args) or any(w.literal and w.text in ("-s", "-i") for w in args[:i]):
         acc.unresolved_("a shell reading commands from its input", text)
