@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from bridge_helpers import Ledger, kinds, register_tools
+from cli_helpers import ringfence_process
 
 from ringfence._embed import create_kernel
 from ringfence.bridge import SCRIPT_TOOL, register_script_tool
@@ -153,16 +153,8 @@ async def test_a_backend_without_a_script_launcher_is_unavailable() -> None:
 
 
 def _cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGFENCE_POSTURE")}
-    return subprocess.run(
-        [sys.executable, "-m", "ringfence", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        input=stdin,
-        timeout=60,
-    )
+    posture = [k for k in os.environ if k.startswith("RINGFENCE_POSTURE")]
+    return ringfence_process(*args, cwd=cwd, stdin=stdin, unset=posture)
 
 
 def test_cli_run_script(tmp_path) -> None:

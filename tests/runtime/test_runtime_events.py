@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from cli_helpers import ringfence_process as ringfence_cli
 from runtime_helpers import Ledger, rechain, register_standard_tools
 
 from ringfence.runtime import (
@@ -18,12 +17,6 @@ from ringfence.runtime import (
     ScriptedApprover,
     verify_file,
 )
-
-
-def ringfence_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ringfence", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 async def write_session(path: Path, ledger: Ledger) -> Kernel:
