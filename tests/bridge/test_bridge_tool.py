@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from bridge_helpers import Ledger, kinds, register_tools
 from cli_helpers import ringfence_process
+from kernel_helpers import event_records
 
 from ringfence._embed import create_kernel
 from ringfence.bridge import SCRIPT_TOOL, register_script_tool
@@ -169,7 +170,7 @@ def test_cli_run_script(tmp_path) -> None:
     )  # fmt: skip
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["result"]["result"] == {"n": 2}
-    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    events = event_records(tmp_path / "events.jsonl")
     assert {"script_started", "script_sandbox", "script_finished"} <= {e["kind"] for e in events}
 
 

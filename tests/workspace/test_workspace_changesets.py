@@ -22,6 +22,7 @@ from cli_helpers import (
     cli_json as cli,
     isolated,  # noqa: F401  (autouse fixture)
 )
+from kernel_helpers import event_records
 
 from ringfence.workspace import (
     Change,
@@ -136,7 +137,7 @@ def test_writes_and_edits_produce_the_exact_change_sets(
         (sha(b"alpha\ngamma\n"), sha(b"whole\n"))
     ]
     # The call's events name its change set.
-    records = [json.loads(line) for line in events.read_text().splitlines()]
+    records = event_records(events)
     linked = [r for r in records if r["kind"] == "checkpoint"]
     assert [r["id"] for r in linked] == [first]
     assert linked[0]["tool"] == "write_file"
