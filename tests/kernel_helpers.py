@@ -7,7 +7,9 @@ on ``sys.path`` for its ``conftest.py``). Package helpers (``runtime_helpers``,
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ringfence.runtime import CallContext, Consequence, Kernel, MemorySink, ToolSpec
@@ -16,6 +18,7 @@ __all__ = [
     "SCHEMA",
     "TOOLS",
     "Ledger",
+    "event_records",
     "events",
     "kinds",
     "make_tool",
@@ -78,3 +81,8 @@ def events(kernel: Kernel) -> list[dict[str, Any]]:
 def kinds(kernel: Kernel, kind: str) -> list[dict[str, Any]]:
     """The records of one kind."""
     return [e for e in events(kernel) if e["kind"] == kind]
+
+
+def event_records(path: Path) -> list[dict[str, Any]]:
+    """The records of an events file (one JSON object a line), in order; no chain check."""
+    return [json.loads(line) for line in path.read_bytes().splitlines()]

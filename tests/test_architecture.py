@@ -481,9 +481,9 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/_gitscan.py", "_quarantine", "os.open"): (
         "the quarantine directory, outside the workspace"
     ),
-    ("ringfence/workspace/_gitscan.py", "_root_in_git", "os.open"): (
-        "a root's ancestors (outside the roots), checked for being a git directory, as "
-        "the resolver's open_root does"
+    ("ringfence/workspace/_gitguard.py", "first_git_directory", "os.open"): (
+        "a root's ancestors (outside the roots), checked for being a git directory, for "
+        "the resolver's open_root and run_shell's git check alike"
     ),
     ("ringfence/workspace/_checkpoints.py", "_open_store", "os.makedirs"): (
         "the checkpoint store under $RINGFENCE_HOME, outside every root: made by its path "

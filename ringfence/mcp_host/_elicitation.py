@@ -39,9 +39,9 @@ from ..runtime import (
     Denied,
     InvalidArguments,
     Rules,
-    ToolSpec,
 )
-from ._manifest import Policy, ServerConfig
+from ._manifest import ServerConfig
+from ._requests import request_rules, request_spec
 from ._urls import check_url
 
 if TYPE_CHECKING:
@@ -164,22 +164,20 @@ class ElicitationGate:
         self.kernel = kernel
         self.elicitor = elicitor
         self.diagnostics = diagnostics
-        self.name = f"mcp.{config.part}.{REQUEST_SUFFIX}"
-        self.spec = ToolSpec(
-            self.name,
+        self.spec = request_spec(
+            config,
+            REQUEST_SUFFIX,
             f"MCP server {config.name!r} asks you for input",
             ELICITATION_SCHEMA,
             self._elicit,
             consequence=Consequence.REVERSIBLE,
-            residual=config.elicitation_policy is Policy.ASK,  # asks before its rule exists
-            source=f"mcp:{config.name}",
+            policy=config.elicitation_policy,
         )
+        self.name = self.spec.name
 
     def rules(self) -> Rules:
         """The rules ``elicitation_policy`` means, for the connector to register."""
-        if self.config.elicitation_policy is Policy.ASK:
-            return Rules(ask=(self.name,))
-        return Rules(autonomous=(self.name,))
+        return request_rules(self.config.elicitation_policy, self.name)
 
     def _check_form(self, schema: Mapping[str, Any]) -> str | None:
         if schema.get("type") != "object" or not isinstance(schema.get("properties"), Mapping):

@@ -273,6 +273,16 @@ class _Guarded:
     _interactive: bool
     _step_ups: int
 
+    def _guard(
+        self, config: ServerConfig, storage: SealedTokenStorage, *, interactive: bool
+    ) -> None:
+        """Set what the guard reads; ``interactive``: a 401 may be answered by a fresh grant."""
+        self._server_name = config.name
+        self._config = config
+        self._storage = storage
+        self._interactive = interactive
+        self._step_ups = 0
+
     def _discovered(self) -> dict[str, Any]:
         ctx = self.context
         out: dict[str, Any] = {}
@@ -424,11 +434,7 @@ class RingfenceOAuthProvider(_Guarded, OAuthClientProvider):
             callback_handler=flow.callback if flow else None,
             client_metadata_url=config.client_metadata_url,
         )
-        self._server_name = config.name
-        self._config = config
-        self._storage = storage
-        self._interactive = flow is not None
-        self._step_ups = 0
+        self._guard(config, storage, interactive=flow is not None)
         self._fixed: OAuthClientInformationFull | None = None
         if config.client_id is not None:
             self._fixed = OAuthClientInformationFull(
@@ -446,6 +452,17 @@ class RingfenceOAuthProvider(_Guarded, OAuthClientProvider):
             self.context.client_info = self._fixed  # pre-registered: never registers
 
 
+def _grant_args(config: ServerConfig, storage: SealedTokenStorage) -> dict[str, Any]:
+    """The SDK arguments the two client_credentials providers share (all but the client's proof)."""
+    return {
+        "server_url": config.url,
+        "storage": storage,
+        "client_id": config.client_id,
+        "scope": " ".join(config.scopes) or None,
+        "issuer": config.oauth_issuer,
+    }
+
+
 class RingfenceClientCredentials(_Guarded, ClientCredentialsOAuthProvider):
     """client_credentials with client_id + secret (machine to machine; never interactive)."""
 
@@ -454,19 +471,8 @@ class RingfenceClientCredentials(_Guarded, ClientCredentialsOAuthProvider):
         with warnings.catch_warnings():
             # Omitting issuer is the SDK's deprecated-but-supported mode; the manifest makes it optional.
             warnings.simplefilter("ignore")
-            super().__init__(
-                server_url=config.url,
-                storage=storage,
-                client_id=config.client_id,
-                client_secret=secret,
-                scope=" ".join(config.scopes) or None,
-                issuer=config.oauth_issuer,
-            )
-        self._server_name = config.name
-        self._config = config
-        self._storage = storage
-        self._interactive = True  # a 401 is answered by a fresh grant, no person involved
-        self._step_ups = 0
+            super().__init__(**_grant_args(config, storage), client_secret=secret)
+        self._guard(config, storage, interactive=True)  # a fresh grant needs no person
 
 
 class RingfenceClientKeyJWT(_Guarded, PrivateKeyJWTOAuthProvider):
@@ -495,18 +501,10 @@ class RingfenceClientKeyJWT(_Guarded, PrivateKeyJWTOAuthProvider):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # issuer optional (see RingfenceClientCredentials)
             super().__init__(
-                server_url=config.url,
-                storage=storage,
-                client_id=config.client_id,
+                **_grant_args(config, storage),
                 assertion_provider=params.create_assertion_provider(),
-                scope=" ".join(config.scopes) or None,
-                issuer=config.oauth_issuer,
             )
-        self._server_name = config.name
-        self._config = config
-        self._storage = storage
-        self._interactive = True  # a 401 is answered by a fresh grant, no person involved
-        self._step_ups = 0
+        self._guard(config, storage, interactive=True)  # a fresh grant needs no person
 
 
 def _from_env(config: ServerConfig, key: str, redactor: Redactor) -> str | None:

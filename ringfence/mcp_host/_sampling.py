@@ -37,10 +37,10 @@ from ..runtime import (
     Outcome,
     Rules,
     ToolError,
-    ToolSpec,
     ToolTimeout,
 )
 from ._manifest import Policy, ServerConfig
+from ._requests import request_rules, request_spec
 
 if TYPE_CHECKING:
     from ..runtime import Kernel
@@ -126,24 +126,20 @@ class SamplingGate:
         self.lock = lock
         self.diagnostics = diagnostics
         self.tokens_used = 0
-        self.name = f"mcp.{config.part}.{REQUEST_SUFFIX}"
-        self.spec = ToolSpec(
-            self.name,
+        self.spec = request_spec(
+            config,
+            REQUEST_SUFFIX,
             f"MCP server {config.name!r} asks the host's model for a completion",
             SAMPLING_SCHEMA,
             self._sample,
             consequence=Consequence.IRREVERSIBLE,
-            # "ask" asks under every posture short of unrestricted even before the
-            # connector's ask rule is registered (which covers unrestricted too).
-            residual=config.sampling_policy is Policy.ASK,
-            source=f"mcp:{config.name}",
+            policy=config.sampling_policy,
         )
+        self.name = self.spec.name
 
     def rules(self) -> Rules:
         """The rules ``sampling_policy`` means, for the connector to register."""
-        if self.config.sampling_policy is Policy.ASK:
-            return Rules(ask=(self.name,))
-        return Rules(autonomous=(self.name,))
+        return request_rules(self.config.sampling_policy, self.name)
 
     def _choose_model(self, params: types.CreateMessageRequestParams) -> str | None:
         allowed = self.config.sampling_allowed_models

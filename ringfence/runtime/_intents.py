@@ -70,20 +70,14 @@ class Intent:
         Encoded with orjson (sorted keys): for these fields (text, and an expiry
         near the current epoch) the same bytes as :func:`canonical_json`.
         """
-        fields = {
-            "tool": self.tool,
-            "arguments_sha256": self.arguments_sha256,
-            "verdict": self.verdict,
-            "rule": self.rule,
-            "nonce": self.nonce,
-            "expires_at": self.expires_at,
-        }
+        fields = self._signed_fields()
         try:
             return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
         except (orjson.JSONEncodeError, TypeError):
             return canonical_json(fields)  # raises for what JSON cannot carry
 
-    def to_dict(self) -> dict[str, Any]:
+    def _signed_fields(self) -> dict[str, Any]:
+        """Every field the signature covers, in declaration order."""
         return {
             "tool": self.tool,
             "arguments_sha256": self.arguments_sha256,
@@ -91,6 +85,11 @@ class Intent:
             "rule": self.rule,
             "nonce": self.nonce,
             "expires_at": self.expires_at,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self._signed_fields(),
             "signature": base64.b64encode(self.signature).decode(),
         }
 

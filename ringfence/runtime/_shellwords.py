@@ -642,29 +642,48 @@ def _options(
     return i
 
 
-def _simple_wrapper(with_arg: Iterable[str], flags: Iterable[str], *, digits: bool = False) -> Any:
+def _wrapped_at(
+    argv: tuple[Word, ...],
+    via: tuple[str, ...],
+    acc: _Acc,
+    text: str,
+    with_arg: Iterable[str],
+    flags: Iterable[str],
+    *,
+    digits: bool = False,
+) -> int | None:
+    """:func:`_options`; when they are not all understood, the wrapper is the command."""
+    i = _options(argv, with_arg, flags, acc, text, digits=digits)
+    if i is None:
+        acc.commands.append(SimpleCommand(argv, via[:-1]))
+    return i
+
+
+def _simple_wrapper(
+    with_arg: Iterable[str], flags: Iterable[str], *, digits: bool = False, operands: int = 0
+) -> Any:
+    """A wrapper that takes options, then ``operands`` words (timeout's DURATION), then the command."""
+
     def unwrap(
         argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, text: str
     ) -> None:
-        i = _options(argv, with_arg, flags, acc, text, digits=digits)
-        if i is None:
-            acc.commands.append(SimpleCommand(argv, via[:-1]))
-            return
-        _rest(argv, i, via, acc, depth, text)
+        i = _wrapped_at(argv, via, acc, text, with_arg, flags, digits=digits)
+        if i is not None:
+            _rest(argv, i + operands, via, acc, depth, text)
 
     return unwrap
 
 
 def _env(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, text: str) -> None:
-    i = _options(
+    i = _wrapped_at(
         argv,
-        ("-u", "--unset", "-C", "--chdir"),
-        ("-i", "--ignore-environment", "-0", "--null"),
+        via,
         acc,
         text,
+        ("-u", "--unset", "-C", "--chdir"),
+        ("-i", "--ignore-environment", "-0", "--null"),
     )
     if i is None:
-        acc.commands.append(SimpleCommand(argv, via[:-1]))
         return
     while i < len(argv) and argv[i].literal and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", argv[i].text):
         acc.unresolved_("env sets a variable for the command (it can change what runs)", text)
@@ -682,22 +701,6 @@ def _command(
         acc.commands.append(SimpleCommand(argv, via[:-1]))  # only looks a name up
         return
     _simple_wrapper((), ("-p",))(argv, via, acc, depth, text)
-
-
-def _timeout(
-    argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, text: str
-) -> None:
-    i = _options(
-        argv,
-        ("-s", "--signal", "-k", "--kill-after"),
-        ("--preserve-status", "--foreground", "-v", "--verbose"),
-        acc,
-        text,
-    )
-    if i is None:
-        acc.commands.append(SimpleCommand(argv, via[:-1]))
-        return
-    _rest(argv, i + 1, via, acc, depth, text)  # skip DURATION
 
 
 def _shell(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, text: str) -> None:
@@ -741,15 +744,7 @@ def _shell(argv: tuple[Word, ...], via: tuple[str, ...], acc: _Acc, depth: int, 
         if i >= len(args):
             acc.unresolved_("sh -c without a command", text)
             return
-        script = args[i]
-        if not script.literal:
-            acc.unresolved_("sh -c runs a string computed at run time", text)
-            return
-        sub = _parse_cached(script.text, depth + 1, via)
-        acc.commands.extend(sub.commands)
-        acc.redirects.extend(sub.redirects)
-        acc.unresolved.extend(sub.unresolved)
-        acc.cd = acc.cd or sub.changes_directory
+        _run_string(args[i], via, acc, depth, text, "sh -c")
         return
     if i >= len(args) or any(w.literal and w.text in ("-s", "-i") for w in args[:i]):
         acc.unresolved_("a shell reading commands from its input", text)
@@ -955,7 +950,11 @@ _WRAPPERS: dict[str, Any] = {
     "nohup": _simple_wrapper((), ()),
     "time": _simple_wrapper(("-f", "-o", "--format", "--output"), ("-p", "-v", "--portability")),
     "stdbuf": _simple_wrapper(("-i", "-o", "-e", "--input", "--output", "--error"), ()),
-    "timeout": _timeout,
+    "timeout": _simple_wrapper(
+        ("-s", "--signal", "-k", "--kill-after"),
+        ("--preserve-status", "--foreground", "-v", "--verbose"),
+        operands=1,  # DURATION
+    ),
     "xargs": _xargs,
     "sudo": _sudo,
     "doas": _sudo,

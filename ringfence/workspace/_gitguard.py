@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 __all__ = [
     "GITFILE_MAX_BYTES",
     "Overlay",
+    "first_git_directory",
     "is_dotgit",
     "is_dotgitmodules",
     "is_git_directory",
@@ -259,6 +261,26 @@ def is_git_directory(dir_fd: int, overlay: Overlay | None = None) -> bool:
     return _is_searchable_dir("objects", dir_fd, overlay) and _is_searchable_dir(
         "refs", dir_fd, overlay
     )
+
+
+def first_git_directory(paths: Iterable[Path]) -> Path | None:
+    """The first of ``paths`` that is a git directory (:func:`is_git_directory`), or None.
+
+    For a workspace root and its ancestors, opened by path. A path that cannot
+    be opened is passed over (not checked); the callers check the root's own
+    descriptor or a .git in its path besides.
+    """
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if is_git_directory(fd):
+                return path
+        finally:
+            os.close(fd)
+    return None
 
 
 def parse_gitfile(content: bytes) -> str | None:

@@ -68,7 +68,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._gitguard import is_dotgit, is_git_directory
+from ._gitguard import first_git_directory, is_dotgit, is_git_directory
 
 __all__ = [
     "HOT_MARGIN_NS",
@@ -713,17 +713,7 @@ def _may_be_git_dir(names: set[str]) -> bool:
 def _root_in_git(root: Path, fd: int) -> bool:
     if any(is_dotgit(part) for part in root.parts[1:]) or is_git_directory(fd):
         return True
-    for ancestor in root.parents:
-        try:
-            afd = os.open(ancestor, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            if is_git_directory(afd):
-                return True
-        finally:
-            os.close(afd)
-    return False
+    return first_git_directory(root.parents) is not None
 
 
 def _kind(mode: int) -> str:
@@ -979,13 +969,10 @@ def _undo(
 def _open_beneath(root: Path, rel: str) -> int:
     """A directory below ``root`` opened one component at a time, never through a symlink."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    for name in rel.split("/") if rel else ():
-        try:
-            nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = nxt
-    return fd
+    try:
+        return _open_rel(fd, rel)
+    finally:
+        os.close(fd)
 
 
 def _quarantine(parent: int, leaf: str, dest: Path) -> None:

@@ -53,7 +53,7 @@ from ..runtime import (
     ToolError,
     Unwritable,
 )
-from ._gitguard import is_dotgit, is_git_directory
+from ._gitguard import first_git_directory, is_dotgit
 from ._openat2 import (
     RESOLVE_BENEATH,
     RESOLVE_NO_MAGICLINKS,
@@ -178,16 +178,9 @@ def _git_reason(real: Path) -> str | None:
     for part in real.parts[1:]:
         if is_dotgit(part):
             return f"the workspace root {real} lies inside a .git directory"
-    for ancestor in [real, *real.parents]:
-        try:
-            fd = os.open(ancestor, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            if is_git_directory(fd):
-                return f"the workspace root {real} lies inside the git directory {ancestor}"
-        finally:
-            os.close(fd)
+    ancestor = first_git_directory([real, *real.parents])
+    if ancestor is not None:
+        return f"the workspace root {real} lies inside the git directory {ancestor}"
     return None
 
 

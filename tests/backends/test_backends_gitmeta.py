@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from backends_helpers import DOCKER_OPTIONS
+from kernel_helpers import event_records
 
 from ringfence import create_kernel
 from ringfence.runtime import Posture
@@ -28,6 +29,14 @@ BACKENDS = [
     pytest.param("local", id="local"),
     pytest.param("docker", id="docker", marks=pytest.mark.docker),
 ]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each backend in turn; ``docker`` first asks for ``docker_client`` (daemon and image)."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_client")
+    return request.param
 
 
 def git_env(tmp_path: Path) -> dict[str, str]:
@@ -83,18 +92,20 @@ def evil_gitdir_script(name: str, marker: Path) -> str:
     )
 
 
-def kernel(ws: Path, backend: str, tmp_path: Path):
+def kernel(ws: Path, backend: str, tmp_path: Path, *, spool: Path | None = None):
+    """An unrestricted kernel on ``ws``, events in ``tmp_path/events.jsonl``, quarantine in ``spool``."""
     return create_kernel(
         roots=[ws],
         posture=Posture.UNRESTRICTED,
         backend=backend,
         backend_options=DOCKER_OPTIONS if backend == "docker" else None,
         events_path=tmp_path / "events.jsonl",
+        **({"spool_dir": spool} if spool else {}),
     )
 
 
 def events(tmp_path: Path) -> list[dict]:
-    return [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    return event_records(tmp_path / "events.jsonl")
 
 
 def assert_refused(outcome, tmp_path: Path, *names: str) -> Path:
@@ -117,13 +128,10 @@ def assert_refused(outcome, tmp_path: Path, *names: str) -> Path:
 # -- (a) a gitfile redirected to a planted git directory ------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("layout", ["worktree", "submodule"])
 async def test_gitfile_redirect_is_refused_and_undone(
-    request, backend: str, layout: str, workspace: Path, tmp_path: Path
+    backend: str, layout: str, workspace: Path, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     marker = tmp_path / "pwned"
     if layout == "worktree":
         new_repo(tmp_path, workspace / "repo")
@@ -161,13 +169,10 @@ async def test_gitfile_redirect_is_refused_and_undone(
 # -- (b) a brand-new .git when the workspace is a subdirectory of a repository ------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", [".git", ".GIT", "sub/deep/.git.", "git~1", ".g\u200cit"])
 async def test_new_dotgit_in_any_spelling_is_refused_and_quarantined(
-    request, backend: str, name: str, tmp_path: Path
+    backend: str, name: str, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     marker = tmp_path / "pwned"
     outer = tmp_path / "outer"
     new_repo(tmp_path, outer)
@@ -187,12 +192,9 @@ async def test_new_dotgit_in_any_spelling_is_refused_and_quarantined(
     assert sorted(p.name for p in ws.iterdir()) == (["sub"] if "/" in name else [])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_new_gitfile_and_symlink_named_git_are_refused(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     script = (
         f"mkdir a b && {evil_gitdir_script('a/repo', tmp_path / 'pwned')} && "
         "printf 'gitdir: ../a/repo\\n' > b/.Git && ln -s a/repo .git"
@@ -204,12 +206,9 @@ async def test_new_gitfile_and_symlink_named_git_are_refused(
     assert not (workspace / "a" / "repo").exists() and (workspace / "a").is_dir()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_metadata_planted_before_a_timeout_is_still_refused(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     script = f"{evil_gitdir_script('.git', tmp_path / 'pwned')}; sleep 30"
     async with kernel(workspace, backend, tmp_path) as k:
         outcome = await k.invoke("run_shell", {"command": script, "timeout_seconds": 1})
@@ -271,12 +270,9 @@ async def test_docker_writes_into_git_directories_and_gitfiles_hit_read_only_mou
 # -- what is not refused ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_ordinary_commands_and_host_git_between_commands_pass(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     new_repo(tmp_path, workspace)
     own_tree(workspace, workspace)
     async with kernel(workspace, backend, tmp_path) as k:
@@ -339,13 +335,7 @@ async def test_quarantine_on_another_file_system_copies_without_following_links(
             f"{evil_gitdir_script('.git', tmp_path / 'pwned')} && ln -s / .git/root && "
             "mkfifo .git/fifo && echo keep > kept"
         )
-        async with create_kernel(
-            roots=[workspace],
-            posture=Posture.UNRESTRICTED,
-            backend="local",
-            events_path=tmp_path / "events.jsonl",
-            spool_dir=spool,
-        ) as k:
+        async with kernel(workspace, "local", tmp_path, spool=spool) as k:
             outcome = await k.invoke("run_shell", {"command": script})
         quarantine = assert_refused(outcome, tmp_path, ".git")
         assert quarantine.is_relative_to(spool)
@@ -448,13 +438,7 @@ async def test_a_locked_deep_dotgit_still_leaves_the_workspace(
         "find .git -depth -type d -exec chmod 0555 {} +"
     )
     try:
-        async with create_kernel(
-            roots=[workspace],
-            posture=Posture.UNRESTRICTED,
-            backend="local",
-            events_path=tmp_path / "events.jsonl",
-            **({"spool_dir": spool} if spool else {}),
-        ) as k:
+        async with kernel(workspace, "local", tmp_path, spool=spool) as k:
             outcome = await k.invoke("run_shell", {"command": script, "timeout_seconds": 60})
         quarantine = assert_refused(outcome, tmp_path, ".git")
         assert not os.path.lexists(workspace / ".git")
@@ -466,14 +450,11 @@ async def test_a_locked_deep_dotgit_still_leaves_the_workspace(
                 subprocess.run(["rm", "-rf", str(deep)], check=False)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_metadata_planted_before_a_cancellation_is_still_removed(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
     import trio
 
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     script = f"{evil_gitdir_script('.git', tmp_path / 'pwned')}; sleep 30"
     async with kernel(workspace, backend, tmp_path) as k:
         with trio.move_on_after(1.5) as scope:
@@ -499,13 +480,7 @@ async def test_local_read_only_git_commands_pass(workspace: Path, tmp_path: Path
 
 async def test_quarantine_never_lands_inside_the_workspace(workspace: Path, tmp_path: Path) -> None:
     spool = workspace / ".ringfence-spool"  # a spool dir configured inside the root
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.UNRESTRICTED,
-        backend="local",
-        events_path=tmp_path / "events.jsonl",
-        spool_dir=spool,
-    ) as k:
+    async with kernel(workspace, "local", tmp_path, spool=spool) as k:
         outcome = await k.invoke("run_shell", {"command": "mkdir .git"})
     quarantine = assert_refused(outcome, tmp_path, ".git")
     try:
@@ -518,9 +493,8 @@ async def test_quarantine_never_lands_inside_the_workspace(workspace: Path, tmp_
 # -- the incremental scan: later commands are checked as closely as the first ------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 async def test_attacks_after_earlier_commands_are_refused(
-    request, backend: str, workspace: Path, tmp_path: Path
+    backend: str, workspace: Path, tmp_path: Path
 ) -> None:
     """From the second command on, the scans start from the previous command's scan.
 
@@ -530,8 +504,6 @@ async def test_attacks_after_earlier_commands_are_refused(
     """
     import trio
 
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
     marker = tmp_path / "pwned"
     new_repo(tmp_path, workspace / "repo")
     (workspace / "keep" / "deep" / "er").mkdir(parents=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import docker
 import pytest
 from backends_helpers import DOCKER_OPTIONS, chown_like_workspace
+from kernel_helpers import event_records
 
 from ringfence import create_kernel
 from ringfence.runtime import (
@@ -79,7 +80,7 @@ async def test_secret_env_values_are_redacted_everywhere(workspace: Path, tmp_pa
             {"command": "echo token=$GH_TOKEN; echo $GH_TOKEN >&2", "env": {"GH_TOKEN": token}},
         )
     assert token not in json.dumps(result) and "[REDACTED SECRET]" in result["stdout"]
-    records = [json.loads(line) for line in events.read_text().splitlines()]
+    records = event_records(events)
     # Credential-named argument values are registered before `proposed` is written.
     leaked = [r["kind"] for r in records if token in json.dumps(r)]
     assert leaked == []

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from bridge_helpers import Ledger, kinds, register_tools
+from cli_helpers import ringfence_process
+from kernel_helpers import event_records
 
 from ringfence._embed import create_kernel
 from ringfence.bridge import SCRIPT_TOOL, register_script_tool
@@ -153,16 +154,8 @@ async def test_a_backend_without_a_script_launcher_is_unavailable() -> None:
 
 
 def _cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGFENCE_POSTURE")}
-    return subprocess.run(
-        [sys.executable, "-m", "ringfence", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        input=stdin,
-        timeout=60,
-    )
+    posture = [k for k in os.environ if k.startswith("RINGFENCE_POSTURE")]
+    return ringfence_process(*args, cwd=cwd, stdin=stdin, unset=posture)
 
 
 def test_cli_run_script(tmp_path) -> None:
@@ -177,7 +170,7 @@ def test_cli_run_script(tmp_path) -> None:
     )  # fmt: skip
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["result"]["result"] == {"n": 2}
-    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    events = event_records(tmp_path / "events.jsonl")
     assert {"script_started", "script_sandbox", "script_finished"} <= {e["kind"] for e in events}
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 
 from ringfence.cli._main import main
 
@@ -54,11 +55,6 @@ class Inputs:
 
 @pytest.fixture
 def inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Inputs:
-    managed = tmp_path / "managed-policy.toml"
-    managed.write_text("# no managed rules\n")
-    monkeypatch.setenv("RINGFENCE_MANAGED_POLICY", str(managed))
-    for name in ("RINGFENCE_POSTURE", "RINGFENCE_DEBUG", "RINGFENCE_WORKSPACE_ROOTS"):
-        monkeypatch.delenv(name, raising=False)
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "notes.txt").write_text("hello\n")
@@ -77,6 +73,8 @@ def inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Inputs:
     return Inputs(tmp_path, tmp_path / "missing.file", adir, binary, badjson, empty, ws, manifest)
 
 
+# ``mcp add`` of a stdio server, up to the manifest path.
+MCP_ADD_STDIO = ["mcp", "add", "x", "--transport", "stdio", "--command", "/bin/true", "--manifest"]
 # (argv template, culprit template): the culprit must appear in the one-line error.
 S = ["--workspace", "{ws}", "--backend", "local", "--approve", "no"]
 CASES: list[tuple[list[str], str]] = [
@@ -146,34 +144,8 @@ CASES: list[tuple[list[str], str]] = [
     (["mcp", "list", "--manifest", "{dir}"], "{dir}"),
     (["mcp", "list", "--manifest", "{binary}"], "{binary}"),
     (["mcp", "list", "--manifest", "{badjson}"], "{badjson}"),
-    (
-        [
-            "mcp",
-            "add",
-            "x",
-            "--transport",
-            "stdio",
-            "--command",
-            "/bin/true",
-            "--manifest",
-            "{dir}",
-        ],
-        "{dir}",
-    ),
-    (
-        [
-            "mcp",
-            "add",
-            "x",
-            "--transport",
-            "stdio",
-            "--command",
-            "/bin/true",
-            "--manifest",
-            "{binary}",
-        ],
-        "{binary}",
-    ),
+    ([*MCP_ADD_STDIO, "{dir}"], "{dir}"),
+    ([*MCP_ADD_STDIO, "{binary}"], "{binary}"),
     (
         ["mcp", "add", "x", "--transport", "carrier-pigeon", "--manifest", "{manifest}"],
         "carrier-pigeon",

@@ -10,27 +10,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import (
+    isolated,  # noqa: F401  (autouse fixture)
+    ringfence_process,
+)
 
 import ringfence
 from ringfence import create_kernel
 from ringfence.cli._main import build_parser, main
 from ringfence.runtime import ApprovalAnswer, ApprovalRequest, ScriptedApprover
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    managed = tmp_path / "managed-policy.toml"
-    managed.write_text("# no managed rules\n")
-    monkeypatch.setenv("RINGFENCE_MANAGED_POLICY", str(managed))
-    for name in ("RINGFENCE_POSTURE", "RINGFENCE_DEBUG", "RINGFENCE_WORKSPACE_ROOTS"):
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
@@ -67,26 +59,13 @@ def assert_shape(body: Any) -> None:
         assert body["warnings"] and all(isinstance(w, str) for w in body["warnings"])
 
 
-def cli_process(
-    *argv: str, stdin: bytes | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "ringfence", *argv],
-        input=stdin,
-        capture_output=True,
-        cwd=cwd,
-        timeout=60,
-        check=False,
-    )
-
-
 # --- help and version --------------------------------------------------------------------
 
 
 def test_version_prints_the_package_version() -> None:
-    result = cli_process("--version")
+    result = ringfence_process("--version")
     assert result.returncode == 0
-    assert result.stdout.decode().strip() == f"ringfence {ringfence.__version__}"
+    assert result.stdout.strip() == f"ringfence {ringfence.__version__}"
 
 
 def test_top_level_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -197,15 +176,15 @@ def test_args_from_a_file_beyond_the_os_argument_limit(ws: Path, tmp_path: Path)
     content = "x" * (200 * 1024)  # one argv string may hold at most 128 KiB on Linux
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"path": "big.txt", "content": content}))
-    result = cli_process("call", "write_file", "--args", f"@{args}", "--workspace", str(ws),
-                         "--approve", "yes", "--json", cwd=ws)  # fmt: skip
+    result = ringfence_process("call", "write_file", "--args", f"@{args}", "--workspace", str(ws),
+                               "--approve", "yes", "--json", cwd=ws)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (ws / "big.txt").read_text() == content
 
 
 def test_args_from_stdin(ws: Path) -> None:
-    result = cli_process("call", "read_file", "--args", "-", "--workspace", str(ws), "--json",
-                         stdin=b'{"path": "notes.txt"}', cwd=ws)  # fmt: skip
+    result = ringfence_process("call", "read_file", "--args", "-", "--workspace", str(ws), "--json",
+                               stdin='{"path": "notes.txt"}', cwd=ws)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "hello" in json.dumps(json.loads(result.stdout)["result"])
 
@@ -323,15 +302,8 @@ def test_events_show_of_a_script_nests_its_calls(
 def test_debug_env_shows_the_traceback_of_an_unexpected_error(tmp_path: Path) -> None:
     plan_dir = tmp_path / "plan-dir"
     plan_dir.mkdir()
-    quiet = cli_process("plan", "show", str(plan_dir))
-    assert quiet.returncode == 1 and b"Traceback" not in quiet.stderr
-    assert quiet.stderr.count(b"\n") == 1 and str(plan_dir).encode() in quiet.stderr
-    env_debug = {**os.environ, "RINGFENCE_DEBUG": "1"}
-    loud = subprocess.run(
-        [sys.executable, "-m", "ringfence", "plan", "show", str(plan_dir)],
-        capture_output=True,
-        env=env_debug,
-        timeout=60,
-        check=False,
-    )
-    assert loud.returncode == 1 and b"Traceback" in loud.stderr
+    quiet = ringfence_process("plan", "show", str(plan_dir))
+    assert quiet.returncode == 1 and "Traceback" not in quiet.stderr
+    assert quiet.stderr.count("\n") == 1 and str(plan_dir) in quiet.stderr
+    loud = ringfence_process("plan", "show", str(plan_dir), env={"RINGFENCE_DEBUG": "1"})
+    assert loud.returncode == 1 and "Traceback" in loud.stderr

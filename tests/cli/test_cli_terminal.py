@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import io
-import os
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from cli_helpers import run_on_pty
 
 from ringfence.cli._output import print_table, progress_lines
 
@@ -18,43 +17,12 @@ class FakeTerminal(io.StringIO):
         return True
 
 
-def run_on_pty(args: list[str], cwd: Path) -> str:
-    master, slave = os.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ringfence", *args],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        cwd=cwd,
-        close_fds=True,
-        env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "160"},
-    )
-    os.close(slave)
-    seen = b""
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-            elif proc.poll() is not None:
-                break
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(master)
-    return seen.decode(errors="replace")
-
-
 def test_tools_list_is_a_rich_table_on_a_terminal_and_plain_in_a_pipe(tmp_path: Path) -> None:
-    shown = run_on_pty(["tools", "list", "--backend", "local"], tmp_path)
+    shown = run_on_pty(
+        ["tools", "list", "--backend", "local"],
+        tmp_path,
+        env={"TERM": "xterm-256color", "COLUMNS": "160"},
+    ).output
     assert "\x1b[1m" in shown and "read_file" in shown  # bold names: rich rendered it
     piped = subprocess.run(
         [sys.executable, "-m", "ringfence", "tools", "list", "--backend", "local"],

@@ -3,55 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_on_pty as pty_run
 
 
 def run_on_pty(args: list[str], answer: bytes, cwd: Path) -> tuple[int, str]:
     """Run the CLI with a pty as stdin/stdout/stderr; answer the first question with ``answer``."""
-    master, slave = os.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ringfence", *args],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        cwd=cwd,
-        close_fds=True,
-        start_new_session=True,  # the pty becomes a terminal the child can prompt on
-    )
-    os.close(slave)
-    seen = b""
-    answered = False
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-                if not answered and b"[d]eny?" in seen:
-                    os.write(master, answer)
-                    answered = True
-            elif proc.poll() is not None:
-                break
-        code = proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(master)
-    assert answered, seen.decode(errors="replace")
-    return code, seen.decode(errors="replace")
+    run = pty_run(args, cwd, new_session=True, prompt=b"[d]eny?", answer=answer)
+    assert run.answered, run.output
+    return run.code, run.output
 
 
 @pytest.mark.parametrize(

@@ -16,23 +16,16 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
+from cli_helpers import (
+    cli_json as cli,
+    isolated,  # noqa: F401  (autouse fixture)
+)
 
 from ringfence._git import git_diff, run_git
-from ringfence.cli._main import main
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    managed = tmp_path / "managed-policy.toml"
-    managed.write_text("# no managed rules\n")
-    monkeypatch.setenv("RINGFENCE_MANAGED_POLICY", str(managed))
-    for name in ("RINGFENCE_POSTURE", "RINGFENCE_DEBUG", "RINGFENCE_WORKSPACE_ROOTS"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -104,44 +97,26 @@ def test_run_git_runs_no_configured_program(hostile: tuple[Path, Path]) -> None:
     assert not ran.exists(), ran.read_text()
 
 
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
-    code = main([*argv, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
 def test_worktree_session_list_diff_remove(
     capsys: pytest.CaptureFixture[str], hostile: tuple[Path, Path]
 ) -> None:
     repo, ran = hostile
-    code, body = cli(
-        capsys,
-        "call",
-        "write_file",
-        "--workspace",
-        str(repo),
-        "--worktree",
-        "feat",
-        "--posture",
-        "allow-reversible",
-        "--args",
-        json.dumps({"path": "a.txt", "content": "agent\n"}),
-    )
-    assert code == 0, body
-    assert (repo / "a.txt").read_text() == "one\n"  # the person's checkout is untouched
-    code, body = cli(
-        capsys,
-        "call",
-        "write_file",
-        "--workspace",
-        str(repo),
-        "--worktree",
-        "feat",
-        "--posture",
-        "allow-reversible",
-        "--args",
-        json.dumps({"path": "new.txt", "content": "n\n"}),
-    )
-    assert code == 0, body
+    for path, content in (("a.txt", "agent\n"), ("new.txt", "n\n")):
+        code, body = cli(
+            capsys,
+            "call",
+            "write_file",
+            "--workspace",
+            str(repo),
+            "--worktree",
+            "feat",
+            "--posture",
+            "allow-reversible",
+            "--args",
+            json.dumps({"path": path, "content": content}),
+        )
+        assert code == 0, body
+        assert (repo / "a.txt").read_text() == "one\n"  # the person's checkout is untouched
 
     code, body = cli(capsys, "worktree", "list", "--workspace", str(repo))
     assert code == 0

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import pytest
+from kernel_helpers import event_records
 from runtime_helpers import Ledger, register_standard_tools
 
 from ringfence import create_kernel
@@ -173,6 +173,6 @@ async def test_path_grant_cannot_be_walked_out_with_dotdot(tmp_path: Path) -> No
     assert isinstance(attack.error, Denied)
     assert (tmp_path / "a.txt").read_text() == "original"  # no effect on disk
     assert len(approver.requests) == 2  # the attack was asked (and denied), not granted
-    records = [json.loads(line) for line in log.read_text().splitlines()]
+    records = event_records(log)
     kinds = [r["kind"] for r in records if r.get("call_id") == attack.call_id]
     assert kinds == ["proposed", "decided", "approval_asked", "approval_answered", "failed"]

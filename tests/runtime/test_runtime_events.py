@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from cli_helpers import ringfence_process as ringfence_cli
+from kernel_helpers import event_records
 from runtime_helpers import Ledger, rechain, register_standard_tools
 
 from ringfence.runtime import (
@@ -18,12 +18,6 @@ from ringfence.runtime import (
     ScriptedApprover,
     verify_file,
 )
-
-
-def ringfence_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ringfence", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 async def write_session(path: Path, ledger: Ledger) -> Kernel:
@@ -130,7 +124,7 @@ async def test_a_rewritten_chain_cannot_forge_a_calls_intent(
     """Recomputing every hash makes the chain consistent again, but not the intent."""
     path = tmp_path / "events.jsonl"
     await write_session(path, ledger)
-    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records = event_records(path)
     started = [r for r in records if r["kind"] == "started"]
     assert len(started) == 2 and all(r["intent"]["signature"] for r in started)
     assert verify_file(path).ok

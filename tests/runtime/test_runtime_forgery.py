@@ -8,31 +8,19 @@ band (here: read from the log before the forgery, as `ringfence` printed them).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import ringfence_process
+from kernel_helpers import event_records
 from runtime_helpers import rechain
 
 
 def cli(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RINGFENCE_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "ringfence", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env=env,
-    )
-
-
-def records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_bytes().splitlines()]
+    return ringfence_process(*args, cwd=cwd, env={"RINGFENCE_HOME": str(home)})
 
 
 def verify(path: Path, *options: str) -> tuple[int, dict[str, Any]]:
@@ -78,7 +66,7 @@ def pin(path: Path, *pems: str, name: str = "keys.pem") -> str:
 
 
 def session_keys(path: Path) -> list[str]:
-    return [r["public_key"] for r in records(path) if r["kind"] == "session_started"]
+    return [r["public_key"] for r in event_records(path) if r["kind"] == "session_started"]
 
 
 def test_the_real_log_verifies_with_both_keys_pinned(log: Path) -> None:
@@ -96,7 +84,7 @@ def test_a_session_whose_key_is_not_pinned_is_refused(log: Path) -> None:
     first, _second = session_keys(log)
     code, report = verify(log, "--public-key", pin(log, first))
     assert code == 1
-    starts = [i for i, r in enumerate(records(log), 1) if r["kind"] == "session_started"]
+    starts = [i for i, r in enumerate(event_records(log), 1) if r["kind"] == "session_started"]
     assert report["problems"] == [
         f"line {starts[1]}: the session key {report['session_keys'][1]} is not one of the pinned keys"
     ]
@@ -104,7 +92,7 @@ def test_a_session_whose_key_is_not_pinned_is_refused(log: Path) -> None:
 
 def forge_allowed_write(path: Path, intent: dict[str, Any] | None) -> None:
     """Turn the refused write into one that ran: decided allow, started + finished, re-chained."""
-    rs = records(path)
+    rs = event_records(path)
     call = next(r for r in rs if r["kind"] == "proposed" and r["tool"] == "write_file")
     forged: list[dict[str, Any]] = []
     for r in rs:
@@ -133,9 +121,9 @@ def forge_allowed_write(path: Path, intent: dict[str, Any] | None) -> None:
 def test_a_refused_call_rewritten_as_allowed_is_tampering(log: Path, intent_source: str) -> None:
     first, second = session_keys(log)
     keys = pin(log, first, second)
-    read_started = next(r for r in records(log) if r["kind"] == "started")
+    read_started = next(r for r in event_records(log) if r["kind"] == "started")
     forge_allowed_write(log, None if intent_source == "none" else read_started["intent"])
-    rs = records(log)
+    rs = event_records(log)
     assert any(r["kind"] == "finished" and r["tool"] == "write_file" for r in rs)
 
     # Even accepting an open log, with both keys pinned, the forged call is caught.
@@ -201,7 +189,7 @@ def test_a_truncated_log_is_refused_unless_open_logs_are_accepted(log: Path) -> 
 
 
 def test_an_unsealed_session_followed_by_another_is_refused_even_when_open(log: Path) -> None:
-    rs = records(log)
+    rs = event_records(log)
     first_seal = next(i for i, r in enumerate(rs) if r["kind"] == "session_sealed")
     del rs[first_seal]
     log.write_bytes(rechain(rs))

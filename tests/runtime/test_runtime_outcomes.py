@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 import trio
+from cli_helpers import ringfence_process as cli
+from kernel_helpers import event_records
 
 from ringfence import create_kernel
 from ringfence.runtime import (
@@ -39,17 +40,6 @@ OUTCOMES = {"finished", "failed", "cancelled", "staged"}
 SECRET = "Zq7Xv9Lm3Np5Rt8Wk2Hs"
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ringfence", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env=dict(os.environ),
-    )
-
-
 def outcomes_per_call(records: list[dict[str, Any]]) -> dict[str, list[str]]:
     """call_id -> the outcome kinds recorded for it, for every call that was proposed."""
     out: dict[str, list[str]] = {r["call_id"]: [] for r in records if r["kind"] == "proposed"}
@@ -64,10 +54,6 @@ def assert_one_outcome_each(records: list[dict[str, Any]]) -> None:
     per_call = outcomes_per_call(records)
     assert started <= per_call.keys()
     assert all(len(kinds) == 1 for kinds in per_call.values()), per_call
-
-
-def file_records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_bytes().splitlines()]
 
 
 def tool(name: str, executor: Any, consequence: str = "read") -> ToolSpec:
@@ -91,7 +77,7 @@ def test_a_non_utf8_file_name_is_listed_and_the_call_finishes(tmp_path: Path) ->
     assert "Traceback" not in result.stderr
     names = [e["name"] for e in json.loads(result.stdout)["result"]]
     assert names == ["caf\\xff.txt"]  # the documented escaped form of the byte 0xff
-    records = file_records(events)
+    records = event_records(events)
     assert [r["kind"] for r in records if r.get("tool") == "list_directory"][-1] == "finished"
     assert_one_outcome_each(records)
     assert cli("events", "verify", str(events), cwd=tmp_path).returncode == 0
@@ -162,7 +148,8 @@ async def test_the_lower_level_authorize_and_execute_record_whole_calls() -> Non
 # -- item 11: cancellation ---------------------------------------------------------------
 
 
-async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path: Path) -> None:
+def sleepy_tool() -> tuple[ToolSpec, trio.Event]:
+    """A read tool ``sleepy`` that sleeps 30 s, and the event it sets when it has started."""
     started = trio.Event()
 
     async def sleepy(args: dict[str, Any], ctx: CallContext) -> str:
@@ -170,9 +157,21 @@ async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path:
         await trio.sleep(30)
         return "woke"
 
+    return tool("sleepy", sleepy), started
+
+
+async def wait_until_started(events: Path, seconds: float, poll: float) -> None:
+    """Poll the events file until a ``started`` record is in it (at most ``seconds``)."""
+    with trio.fail_after(seconds):
+        while b'"kind":"started"' not in events.read_bytes():
+            await trio.sleep(poll)
+
+
+async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path: Path) -> None:
+    sleepy, started = sleepy_tool()
     events = tmp_path / "events.jsonl"
     async with Kernel(events_sink=FileSink(events), posture=Posture.ALLOW_ALL) as kernel:
-        kernel.register(tool("sleepy", sleepy))
+        kernel.register(sleepy)
         with trio.move_on_after(5) as outer:
             with trio.CancelScope() as scope:
                 async with trio.open_nursery() as nursery:
@@ -180,7 +179,7 @@ async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path:
                     await started.wait()
                     scope.cancel()
         assert scope.cancelled_caught and not outer.cancelled_caught  # Cancelled propagated
-    records = file_records(events)
+    records = event_records(events)
     kinds = [r["kind"] for r in records]
     assert kinds[-3:] == ["started", "cancelled", "session_sealed"], kinds
     assert_one_outcome_each(records)
@@ -189,22 +188,16 @@ async def test_a_cancelled_call_ends_in_cancelled_and_the_log_verifies(tmp_path:
 
 
 async def test_a_call_in_flight_when_the_kernel_closes_ends_in_cancelled(tmp_path: Path) -> None:
-    started = trio.Event()
-
-    async def sleepy(args: dict[str, Any], ctx: CallContext) -> str:
-        started.set()
-        await trio.sleep(30)
-        return "woke"
-
+    sleepy, started = sleepy_tool()
     events = tmp_path / "events.jsonl"
     kernel = Kernel(events_sink=FileSink(events), posture=Posture.ALLOW_ALL)
-    kernel.register(tool("sleepy", sleepy))
+    kernel.register(sleepy)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(kernel.invoke, "sleepy", {})
         await started.wait()
         await kernel.aclose()  # shut down while the call runs in another task
         nursery.cancel_scope.cancel()
-    records = file_records(events)
+    records = event_records(events)
     assert [r["kind"] for r in records][-3:] == ["started", "cancelled", "session_sealed"]
     assert records[-2]["reason"] == "the kernel closed while the call was in flight"
     assert_one_outcome_each(records)
@@ -221,12 +214,10 @@ async def test_a_real_shell_command_cancelled_mid_run(tmp_path: Path) -> None:
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(kernel.invoke, "run_shell", {"command": "sleep 30"})
-                with trio.fail_after(10):
-                    while b'"kind":"started"' not in events.read_bytes():
-                        await trio.sleep(0.01)
+                await wait_until_started(events, 10, 0.01)
                 scope.cancel()
     assert scope.cancelled_caught
-    records = file_records(events)
+    records = event_records(events)
     assert [r["kind"] for r in records if r.get("tool") == "run_shell"][-1] == "cancelled"
     assert_one_outcome_each(records)
     assert verify_file(events).ok
@@ -352,15 +343,13 @@ async def test_an_mcp_client_cancelling_a_call_through_serve_ends_in_cancelled(
             with trio.CancelScope() as scope:  # the SDK sends notifications/cancelled
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(client.call_tool, "run_shell", {"command": "sleep 30"})
-                    with trio.fail_after(20):
-                        while b'"kind":"started"' not in events.read_bytes():
-                            await trio.sleep(0.02)
+                    await wait_until_started(events, 20, 0.02)
                     scope.cancel()
             assert scope.cancelled_caught
             # The server goes on serving after the cancellation.
             listed = await client.list_tools()
             assert any(t.name == "run_shell" for t in listed.tools)
-    records = file_records(events)
+    records = event_records(events)
     shell = [r for r in records if r.get("tool") == "run_shell"]
     assert [r["kind"] for r in shell][-1] == "cancelled", shell
     # Cancelled by the notification while the server ran on, not swept up at shutdown.

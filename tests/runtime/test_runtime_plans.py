@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import trio
+from cli_helpers import ringfence_process
 from runtime_helpers import Ledger, register_standard_tools
 
 from ringfence.runtime import (
@@ -125,16 +125,11 @@ def test_malformed_plan_names_the_file(tmp_path: Path) -> None:
 
 
 def cli(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RINGFENCE_HOME": str(home)}
-    env.pop("RINGFENCE_WORKSPACE_ROOTS", None)
-    env.pop("RINGFENCE_POSTURE", None)
-    return subprocess.run(
-        [sys.executable, "-m", "ringfence", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    return ringfence_process(
+        *args,
         cwd=cwd,
-        env=env,
+        env={"RINGFENCE_HOME": str(home)},
+        unset=("RINGFENCE_WORKSPACE_ROOTS", "RINGFENCE_POSTURE"),
     )
 
 

@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import (
+    cli_json as cli,
+    isolated,  # noqa: F401  (autouse fixture)
+)
+from kernel_helpers import event_records
 
-from ringfence.cli._main import main
 from ringfence.workspace import (
     Change,
     ChangeSet,
@@ -30,15 +34,6 @@ from ringfence.workspace import (
     merge_changes,
     undo,
 )
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    managed = tmp_path / "managed-policy.toml"
-    managed.write_text("# no managed rules\n")
-    monkeypatch.setenv("RINGFENCE_MANAGED_POLICY", str(managed))
-    for name in ("RINGFENCE_POSTURE", "RINGFENCE_DEBUG", "RINGFENCE_WORKSPACE_ROOTS"):
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
@@ -67,13 +62,6 @@ def hashes(root: Path) -> dict[str, tuple[str, str, int]]:
                 digest = hashlib.sha256(p.read_bytes()).hexdigest()
                 out[rel] = ("file", digest, stat.S_IMODE(st.st_mode))
     return out
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
-    code = main([*argv, "--json"])
-    out = capsys.readouterr().out
-    body = json.loads(out)
-    return code, body
 
 
 def call(capsys: pytest.CaptureFixture[str], root: Path, tool: str, **args: Any) -> Any:
@@ -149,7 +137,7 @@ def test_writes_and_edits_produce_the_exact_change_sets(
         (sha(b"alpha\ngamma\n"), sha(b"whole\n"))
     ]
     # The call's events name its change set.
-    records = [json.loads(line) for line in events.read_text().splitlines()]
+    records = event_records(events)
     linked = [r for r in records if r["kind"] == "checkpoint"]
     assert [r["id"] for r in linked] == [first]
     assert linked[0]["tool"] == "write_file"

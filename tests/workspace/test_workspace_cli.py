@@ -4,34 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
+from cli_helpers import ringfence_json as ringfence
 from workspace_helpers import SECRET, Tree, snapshot
-
-
-def ringfence(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
-    script = Path(sys.executable).parent / "ringfence"
-    cmd = (
-        [str(script)]
-        if script.exists()
-        else [sys.executable, "-c", "import sys; from ringfence.cli import main; sys.exit(main())"]
-    )
-    proc = subprocess.run(
-        [*cmd, *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    try:
-        body = json.loads(proc.stdout) if proc.stdout.strip() else None
-    except ValueError:
-        body = None
-    return proc.returncode, body, proc.stderr
 
 
 def call(tree: Tree, tool: str, args: dict, *extra: str):

@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from cli_helpers import ringfence_json
 from workspace_helpers import Tree, snapshot
 
 from ringfence.runtime import HeadlessDenyApprover, Kernel, MemorySink, Posture
@@ -250,33 +249,18 @@ async def test_a_path_not_in_the_escaped_form_is_refused(tree: Tree, path: str, 
     assert snapshot(tree.ws) == before
 
 
-def cli(tree: Tree, tool: str, args: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).parent / "ringfence"
-    return subprocess.run(
-        [
-            str(script),
-            "call",
-            tool,
-            "--args",
-            json.dumps(args),
-            "--json",
-            "--workspace",
-            str(tree.ws),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+def cli(tree: Tree, tool: str, args: dict[str, Any]) -> tuple[int, Any, str]:
+    return ringfence_json(
+        "call", tool, "--args", json.dumps(args), "--json", "--workspace", str(tree.ws)
     )
 
 
 def test_the_cli_lists_and_reads_undecodable_names(odd_names: Tree) -> None:
-    proc = cli(odd_names, "list_directory", {"path": "."})
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr
-    body = json.loads(proc.stdout)
+    code, body, err = cli(odd_names, "list_directory", {"path": "."})
+    assert code == 0 and "Traceback" not in err
     assert {"name": SHOWN, "type": "file"} in body["result"]
-    proc = cli(odd_names, "read_file", {"path": SHOWN})
-    assert proc.returncode == 0 and json.loads(proc.stdout)["result"] == "bytes name\n"
+    code, body, _ = cli(odd_names, "read_file", {"path": SHOWN})
+    assert code == 0 and body["result"] == "bytes name\n"
 
 
 # -- bounds --------------------------------------------------------------------------------
