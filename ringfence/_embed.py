@@ -120,7 +120,7 @@ def create_kernel(
         kernel,
         backend_session_factory=(
             None
-            if backend_name == "local"
+            if backend_name in ("local", "host")
             else shell.session
             if bridge_dir is not None
             else unavailable_backend(backend_name)

@@ -356,6 +356,8 @@ def spawn(
     cwd: Path,
     env: Mapping[str, str],
     pass_fds: Sequence[int] = (),
+    uid: int | None = None,
+    gid: int | None = None,
     _tracking: Tracking | None = None,
 ) -> Process:
     """Start ``argv`` in a new session, stdin ``/dev/null``, stdout/stderr on fresh pipes.
@@ -367,7 +369,9 @@ def spawn(
     is not found or not executable, ``ToolError`` for any other failure to
     start. On any failure nothing is left behind: no child, no cgroup, no
     descriptor. Blocking but fast (no thread hop: with vfork a spawn takes
-    well under a millisecond).
+    well under a millisecond). ``uid``/``gid`` (root only): the user and group
+    the child runs as, with no supplementary groups; the cgroup move is still
+    done by this process.
     """
     how = _tracking or tracking()
     run_id = secrets.token_hex(12)
@@ -405,6 +409,9 @@ def spawn(
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=tuple(pass_fds),
+                user=uid,
+                group=gid,
+                extra_groups=[] if uid is not None else None,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             code = 127 if isinstance(exc, FileNotFoundError) else 126

@@ -8,12 +8,18 @@ import docker.errors
 import pytest
 from backends_helpers import DOCKER_OPTIONS, container_processes, host_processes
 
-from ringfence.backends import start_docker, start_local
+from ringfence.backends import start_docker, start_host, start_local
 from ringfence.backends.testing import check_backend
 
 
 async def test_local_backend_conforms(workspace: Path) -> None:
+    """The confined local backend (bubblewrap, Landlock, seccomp; strict)."""
     await check_backend(start_local, workspace, processes=host_processes)
+
+
+async def test_host_backend_conforms(workspace: Path) -> None:
+    """The unconfined host backend keeps the same contract."""
+    await check_backend(start_host, workspace, processes=host_processes)
 
 
 @pytest.mark.docker

@@ -1,0 +1,844 @@
+"""The ``local`` backend: commands confined on this machine, in a warm sandbox per session.
+
+One sandbox is started per session (bubblewrap, then a small Python
+supervisor inside it, :mod:`._confined_supervisor`); every command is then
+one fork+exec of that supervisor, so confinement costs a one-time start, not
+a per-command namespace setup.
+
+Layers (all must apply, or the session refuses with ``unavailable`` naming
+the layer and its fix, unless the operator chose ``sandbox="best-effort"``,
+which is recorded in :attr:`ConfinedSession.metadata` and so in the
+``backend_started`` event):
+
+- **namespaces** (bubblewrap): new user, mount, PID, IPC, UTS, cgroup and
+  network namespaces; no capabilities; no further user namespaces.
+- **file system**: the host's file system read-only; the workspace roots
+  read-write at their own paths; git directories and gitfiles inside the
+  roots read-only; a private ``/tmp`` and ``/var/tmp``; a fresh ``/proc``
+  of the new PID namespace (no host process, no host ``environ``) and a
+  minimal ``/dev``; ``/home``, ``/root``, ``/run``, the kernel's ``$HOME`` and
+  ``/var/lib/docker`` hidden behind empty read-only directories (the
+  Python installation that runs the supervisor is shown again, read-only).
+- **network**: none (loopback of its own) unless the session asks for
+  ``network``.
+- **landlock**, **seccomp**, **rlimits**: applied by the supervisor to
+  itself (see its docstring); every command inherits them.
+- **uid**: when the kernel runs as root and the first root belongs to
+  another user, the sandbox runs as that user (files it makes are theirs,
+  ``RLIMIT_NPROC`` holds); otherwise as the kernel's own user.
+- **pids/memory**: a cgroup with ``pids.max``/``memory`` limits where a
+  writable hierarchy has the controllers; a session whose commands run as
+  host root (where ``RLIMIT_NPROC`` is not enforced) needs it.
+- **process tree**: the PID namespace is the tree: when a command's main
+  process ends, everything else in the namespace is killed; the whole
+  sandbox is spawned through :mod:`ringfence._proc` (its cgroup tracking),
+  so closing the session leaves nothing behind.
+
+Files persist between commands (the roots, and the private ``/tmp`` for the
+session's life); the working directory and exported variables do not.
+
+Non-guarantees: a command can read what the session's user can read outside
+the hidden directories (e.g. ``/etc``); renaming a directory that contains a
+read-only git mount moves the mount with it, and a new ``.git`` can then be
+made in its place (the same holds for the docker backend); Landlock cannot
+protect git directories beneath a writable root (their read-only mounts
+do); the seccomp filter is a deny list, x86-64 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+import shutil
+import socket
+import stat
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .. import _proc
+from ..runtime import InvalidArguments, ToolError, Unavailable
+from . import _confined_supervisor as supervisor
+from ._local import BASE_ENV_ALLOWLIST, _result, _Watch
+from ._output import Capture
+from ._types import (
+    Command,
+    OutputCallback,
+    SessionSpec,
+    ShellResult,
+    check_command,
+    check_env,
+    check_run_arguments,
+)
+
+__all__ = ["FIXES", "ConfinedOptions", "ConfinedSession", "Layer", "start_confined"]
+
+STRICT = supervisor.STRICT
+BEST_EFFORT = supervisor.BEST_EFFORT
+_START_LIMIT = 20.0  # a loaded machine can be slow; a sandbox that does not start by then is broken
+_REPLY_LIMIT = 5.0  # how long the supervisor may take to report after a kill
+_DRAIN_GRACE = 0.25
+_SIZE = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_HIDDEN = ("/home", "/root", "/run", "/var/lib/docker", "/mnt", "/media", "/srv")
+_SUPERVISOR = Path(supervisor.__file__)
+_BRIDGE_DIR = Path(__file__).resolve().parent.parent / "bridge"
+
+# Each layer's fix, for the refusal and for ``ringfence doctor``.
+FIXES = {
+    "namespaces": "install bubblewrap (sudo apt-get install bubblewrap) and allow unprivileged "
+    "user namespaces (sudo sysctl kernel.unprivileged_userns_clone=1 "
+    "user.max_user_namespaces=15000; on Ubuntu also "
+    "kernel.apparmor_restrict_unprivileged_userns=0)",
+    "landlock": "boot Linux >= 5.13 with landlock in the lsm= list",
+    "seccomp": "a Linux kernel with CONFIG_SECCOMP_FILTER on x86-64",
+    "rlimits": "raise the hard limits this process runs with (ulimit -H)",
+    "no_new_privs": "a Linux kernel >= 3.5",
+    "pids": "run ringfence as an unprivileged user, or give the workspace to one "
+    "(commands then run as its owner and RLIMIT_NPROC holds), or make a cgroup "
+    "hierarchy with the pids controller writable",
+    "pid namespace": "bubblewrap >= 0.3 (--as-pid-1)",
+}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One confinement layer of a session: applied (``ok``) or missing, and why."""
+
+    name: str
+    ok: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.name, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class ConfinedOptions:
+    """Options of the ``local`` backend (``SessionSpec.options``), checked before anything starts.
+
+    ``sandbox``: ``strict`` (default; every layer or refuse) or
+    ``best-effort`` (apply what this machine offers; the gaps are recorded).
+    ``memory``: the session's memory where a cgroup can limit it, and each
+    process's address space (``512m``-style; default ``4g``). ``pids``: the
+    session's processes (default 512). ``file_size``: the largest file a
+    command may write (default ``16g``).
+    """
+
+    sandbox: str = STRICT
+    memory: int = 4 << 30
+    pids: int = 512
+    file_size: int = 16 << 30
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> ConfinedOptions:
+        known = {"sandbox", "memory", "pids", "file_size"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InvalidArguments(
+                f"unknown local backend option(s) {unknown}; known: {sorted(known)}",
+                field="options",
+            )
+        sandbox = options.get("sandbox", STRICT)
+        if sandbox not in (STRICT, BEST_EFFORT):
+            raise InvalidArguments(
+                f"sandbox must be {STRICT!r} or {BEST_EFFORT!r}, not {sandbox!r} "
+                "(the unconfined shell is the 'host' backend)",
+                field="options.sandbox",
+            )
+        pids = options.get("pids", cls.pids)
+        if isinstance(pids, bool) or not isinstance(pids, int) or pids < 8:
+            raise InvalidArguments(
+                f"pids must be an integer of at least 8, not {pids!r}", field="options.pids"
+            )
+        return cls(
+            sandbox=sandbox,
+            memory=_size(options, "memory", cls.memory),
+            pids=pids,
+            file_size=_size(options, "file_size", cls.file_size),
+        )
+
+
+def _size(options: Mapping[str, Any], name: str, default: int) -> int:
+    value = options.get(name)
+    if value is None:
+        return default
+    m = _SIZE.match(str(value))
+    if not m or int(m.group(1)) == 0:
+        raise InvalidArguments(
+            f"{name} must be a size like 512m, not {value!r}", field=f"options.{name}"
+        )
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+async def start_confined(spec: SessionSpec) -> ConfinedSession:
+    """Start a confined session: the sandbox and its supervisor, ready for commands.
+
+    Raises InvalidArguments for bad options, Unavailable naming the layer and
+    its fix when a layer cannot be applied (strict), ToolError when the
+    sandbox fails for another reason.
+    """
+    options = ConfinedOptions.from_mapping(spec.options)
+    session = ConfinedSession(spec, options)
+    await session._start()
+    return session
+
+
+class ConfinedSession:
+    """Commands in a warm, confined sandbox. See the module docstring for the layers."""
+
+    name = "local"
+
+    def __init__(self, spec: SessionSpec, options: ConfinedOptions) -> None:
+        self._spec = spec
+        self._options = options
+        self._lock = trio.Lock()
+        self._closed = False
+        self._proc: _proc.Process | None = None
+        self._sock: socket.socket | None = None
+        self._limits: list[Path] = []
+        self.layers: list[Layer] = []
+        self.start_seconds = 0.0
+        names = dict.fromkeys((*BASE_ENV_ALLOWLIST, *spec.passthrough_env))
+        self._base_env = {n: os.environ[n] for n in names if n in os.environ}
+        self._hidden = _hidden_dirs([Path(os.path.realpath(r)) for r in spec.roots])
+        self._uid, self._gid = _session_user(spec.roots, self._hidden)
+
+    # -- what the session is ----------------------------------------------------------------
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """For the ``backend_started`` event and ``doctor``: confined, level, layers, network."""
+        missing = [layer.name for layer in self.layers if not layer.ok]
+        return {
+            "confined": True,
+            "sandbox": self._options.sandbox,
+            "network": self._spec.network,
+            "missing_layers": missing,
+            "layers": [layer.to_dict() for layer in self.layers],
+            "start_ms": round(self.start_seconds * 1000, 1),
+        }
+
+    @property
+    def process_tracking(self) -> dict[str, str]:
+        return {"method": "pid-namespace", "detail": "every process of the sandbox's PID namespace"}
+
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {**self._base_env, **check_env(env)}
+
+    # -- start ----------------------------------------------------------------------------
+
+    @property
+    def _switch_uid(self) -> bool:
+        return os.geteuid() == 0 and self._uid != 0
+
+    def _argv(self, fd: int, info_fd: int, block_fd: int) -> tuple[list[str], list[Layer]]:
+        """bubblewrap's argv and the layers it provides. Raises Unavailable when bwrap is missing."""
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise _refuse("namespaces", "bubblewrap (bwrap) is not installed")
+        spec = self._spec
+        roots = [Path(os.path.realpath(r)) for r in spec.roots]
+        argv = [
+            bwrap,
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            *([] if spec.network else ["--unshare-net"]),
+            "--die-with-parent",
+            "--as-pid-1",
+            "--new-session",
+            "--hostname",
+            "ringfence",
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/var/tmp",
+        ]
+        if self._switch_uid:
+            # bwrap runs as root and the sandbox starts as its root (host root, mapped, with
+            # capabilities in the namespace) until the supervisor becomes the roots' owner,
+            # which also drops every capability; the uid maps are written by start().
+            argv += ["--info-fd", str(info_fd), "--userns-block-fd", str(block_fd)]
+        else:  # (with the uid switch, seccomp alone stops new user namespaces)
+            argv += ["--cap-drop", "ALL", "--disable-userns"]
+        hidden = self._hidden
+        for path in hidden:
+            argv += ["--tmpfs", path]
+        masks = [Path(m) for m in (*hidden, "/tmp", "/var/tmp")]
+        made: set[Path] = set()
+        # What the supervisor needs, shown again if hidden: its interpreter and this package.
+        python = os.path.realpath(sys.executable)
+        shown = [Path(os.path.realpath(p)) for p in (sys.base_prefix, _SUPERVISOR.parent.parent)]
+        for path in [*shown, *roots]:
+            # Directories made inside a mask: searchable, so the roots' owner can reach a root
+            # whose real parents are private (bwrap would copy their modes).
+            for parent in reversed(path.parents):
+                if parent not in made and any(m in parent.parents for m in masks):
+                    made.add(parent)
+                    argv += ["--perms", "0755", "--dir", str(parent)]
+        for path in shown:
+            if any(_inside(path, Path(h)) for h in hidden):
+                argv += ["--ro-bind", str(path), str(path)]
+        for root in roots:
+            argv += ["--bind", str(root), str(root)]
+        readonly = [Path(os.path.realpath(p)) for p in spec.readonly_paths]
+        readonly += _gitfiles(roots, readonly)
+        for path in readonly:
+            if path.exists() and any(_inside(path, r) for r in roots):
+                argv += ["--ro-bind", str(path), str(path)]
+        for path in hidden:  # last: binds above needed their mount points made first
+            argv += ["--remount-ro", path]
+        argv += ["--chdir", "/", "--", python, "-I", "-S", str(_SUPERVISOR), str(_BRIDGE_DIR)]
+        limits = self._options
+        nproc = limits.pids
+        argv += [
+            str(fd),
+            f"level={limits.sandbox}",
+            f"network={int(spec.network)}",
+            f"address_space={limits.memory}",
+            f"nproc={nproc}",
+            "open_files=4096",
+            f"file_size={limits.file_size}",
+            *([f"uid={self._uid}", f"gid={self._gid}"] if self._switch_uid else []),
+            "cpu_seconds=86400",
+            *(f"write={r}" for r in (*map(str, roots), "/tmp", "/var/tmp", "/dev")),
+        ]
+        net = "host network (session option network)" if spec.network else "none (own loopback)"
+        layers = [
+            Layer(
+                "namespaces",
+                True,
+                f"bubblewrap: user, mount, pid, ipc, uts, cgroup, network; no capabilities; "
+                f"uid {self._uid}",
+            ),
+            Layer(
+                "file system",
+                True,
+                f"host read-only; {len(roots)} root(s) read-write; {len(readonly)} git "
+                f"path(s) read-only; private /tmp; hidden: {', '.join(hidden)}",
+            ),
+            Layer("network", True, net),
+        ]
+        return argv, layers
+
+    async def _start(self) -> None:
+        started = time.monotonic()
+        try:
+            await self._spawn()
+        except Unavailable as exc:
+            if self._options.sandbox == STRICT or exc.layer in ("uid", "pid namespace"):
+                raise
+            # best-effort without namespaces is not a sandbox worth the name: say so and refuse
+            raise Unavailable(
+                f"{exc.message}; the local backend cannot run without its namespaces even with "
+                "sandbox='best-effort' (use the 'host' backend for unconfined commands)",
+                field="backend",
+            ) from None
+        self.start_seconds = time.monotonic() - started
+
+    async def _spawn(self) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        try:
+            argv, layers = self._argv(child.fileno(), info_w, block_r)
+            try:
+                proc = _proc.spawn(
+                    argv,
+                    cwd=Path("/"),
+                    env={"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"},
+                    pass_fds=(child.fileno(), info_w, block_r)
+                    if self._switch_uid
+                    else (child.fileno(),),
+                )
+            except _proc.ExecFailed as exc:
+                raise _refuse("namespaces", exc.message.strip()) from None
+        finally:
+            child.close()
+            os.close(info_w)
+            os.close(block_r)
+        self._proc = proc
+        self._sock = parent
+        try:
+            try:
+                if self._switch_uid:
+                    await self._map_uid(info_r, block_w)
+            finally:
+                os.close(info_r)
+                os.close(block_w)
+            reply = await self._reply(_START_LIMIT)
+            if reply is None or not reply.startswith(b"READY\n"):
+                raise self._start_failure(reply)
+            for line in reply.decode().splitlines()[1:]:
+                sign, _, rest = line.partition("\t")
+                layers.append(Layer(sign[1:], sign[0] == "+", rest))
+            layers.append(self._apply_limits())
+            missing = [layer for layer in layers if not layer.ok]
+            if missing and self._options.sandbox == STRICT:
+                raise _refuse(missing[0].name, missing[0].detail)
+            self.layers = layers
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._kill_sandbox()
+            raise
+
+    async def _map_uid(self, info_r: int, block_w: int) -> None:
+        """Map the sandbox's root to host root and the roots' owner to itself, then release it."""
+        data = b""
+        with trio.move_on_after(_START_LIMIT):
+            while b"}" not in data:
+                await trio.lowlevel.wait_readable(info_r)
+                chunk = os.read(info_r, 4096)
+                if not chunk:
+                    break
+                data += chunk
+        m = re.search(rb'"child-pid":\s*(\d+)', data)
+        if m is None:
+            return  # bwrap failed: its stderr says why (read by the caller)
+        pid = int(m.group(1))
+        for kind, own in (("uid", self._uid), ("gid", self._gid)):
+            Path(f"/proc/{pid}/{kind}_map").write_text(f"0 0 1\n{own} {own} 1\n")
+        os.write(block_w, b"1")
+
+    def _start_failure(self, reply: bytes | None) -> Exception:
+        if reply is not None and reply.startswith(b"FAIL\n"):
+            layer, _, message = reply[5:].decode().partition("\t")
+            return _refuse(layer, message)
+        assert self._proc is not None
+        stderr = _read_available(self._proc.stderr)
+        if "bwrap" in stderr or "namespace" in stderr or not stderr:
+            why = stderr.strip() or "the sandbox exited before its supervisor started"
+            return _refuse("namespaces", why)
+        return ToolError(f"the local sandbox did not start: {stderr.strip()}")
+
+    def _apply_limits(self) -> Layer:
+        """pids/memory cgroup limits on the sandbox; RLIMIT_NPROC is enough for a non-root uid."""
+        assert self._proc is not None
+        pids = [self._proc.pid, *_children(self._proc.pid)]
+        made, detail = _limit_cgroups(pids, self._options.pids, self._options.memory)
+        self._limits = made
+        if made:
+            return Layer("pids", True, detail)
+        if self._uid != 0:
+            return Layer("pids", True, f"RLIMIT_NPROC {self._options.pids} (uid {self._uid})")
+        return Layer(
+            "pids",
+            False,
+            f"commands run as host root, where RLIMIT_NPROC is not enforced, and no cgroup "
+            f"with the pids controller is writable ({detail})",
+        )
+
+    # -- commands -------------------------------------------------------------------------
+
+    async def run(
+        self,
+        command: Command,
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float,
+        output_cap: int,
+        on_output: OutputCallback | None = None,
+        redact: Callable[[str], str] | None = None,
+    ) -> ShellResult:
+        cmd = check_command(command)
+        cwd = check_run_arguments(cwd, timeout, output_cap)
+        child_env = self.environment(env)
+        if not cwd.is_dir():
+            raise InvalidArguments(f"cwd {cwd} is not a directory", field="cwd")
+        if self._closed:
+            raise trio.ClosedResourceError("the local backend session is closed")
+        argv = [*self._spec.shell, cmd] if isinstance(cmd, str) else cmd
+        async with self._lock:
+            if self._closed:
+                raise trio.ClosedResourceError("the local backend session is closed")
+            restarted = False
+            if self._sock is None:  # the sandbox died under an earlier command
+                await self._start()
+                restarted = True
+            result = await self._run(argv, cwd, child_env, timeout, output_cap, on_output, redact)
+            if restarted and not result.session_restarted:
+                result = _replace_restarted(result)
+            return result
+
+    async def _run(
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        timeout: float,
+        output_cap: int,
+        on_output: OutputCallback | None,
+        redact: Callable[[str], str] | None,
+    ) -> ShellResult:
+        assert self._sock is not None
+        out = Capture("stdout", on_output)
+        err = Capture("stderr", on_output)
+        started = time.monotonic()
+        fields = [str(cwd), str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+        payload = b"R" + "\0".join(fields).encode("utf-8", "surrogateescape")
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            self._send(payload, (out_w, err_w))
+        except OSError:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            await self._lost()
+            return _lost_result(started, out, err, output_cap, self._spec, redact)
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        try:
+            watch = _Watch(out_r, err_r, self._sock.fileno(), out, err)
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        timed_out = False
+        status: int | None = None
+        try:
+            with trio.move_on_after(timeout) as deadline:
+                await watch.until(lambda: watch.exited)
+            if deadline.cancelled_caught:
+                timed_out = True
+                status = await self._stop(watch)
+            else:
+                status = await self._status()
+            if status is not None:
+                with trio.move_on_after(_DRAIN_GRACE):
+                    await watch.until(lambda: watch.pipes_closed)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._stop(watch)
+            raise
+        finally:
+            watch.close()
+        out.flush()
+        err.flush()
+        if status is None:  # the supervisor died or stopped answering: the sandbox is gone
+            await self._lost()
+            return _lost_result(started, out, err, output_cap, self._spec, redact, timed_out)
+        if os.WIFSIGNALED(status):
+            sig: int | None = os.WTERMSIG(status)
+            code = 128 + os.WTERMSIG(status)
+        else:
+            sig, code = None, os.WEXITSTATUS(status)
+        return _result(code, sig, started, out, err, output_cap, self._spec, redact, timed_out)
+
+    async def _stop(self, watch: _Watch) -> int | None:
+        """SIGTERM to the command's processes, the grace period, SIGKILL; its wait status."""
+        with contextlib.suppress(OSError):
+            self._send(b"T")
+        with trio.move_on_after(self._spec.kill_grace):
+            await watch.until(lambda: watch.exited)
+        if not watch.exited:
+            with contextlib.suppress(OSError):
+                self._send(b"K")
+            with trio.move_on_after(_REPLY_LIMIT):
+                await watch.until(lambda: watch.exited)
+        if not watch.exited:
+            return None
+        return await self._status()
+
+    async def _status(self) -> int | None:
+        reply = await self._reply(_REPLY_LIMIT)
+        if reply is None or not reply.startswith(b"X"):
+            return None
+        return int(reply[1:])
+
+    def _send(self, payload: bytes, fds: tuple[int, ...] = ()) -> None:
+        assert self._sock is not None
+        data = len(payload).to_bytes(4, "big") + payload
+        anc = [
+            (
+                socket.SOL_SOCKET,
+                socket.SCM_RIGHTS,
+                b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds),
+            )
+        ]
+        sent = self._sock.sendmsg([data], anc if fds else [])
+        if sent < len(data):
+            self._sock.sendall(data[sent:])
+
+    async def _reply(self, limit: float) -> bytes | None:
+        """One message from the supervisor; None at end of file or after ``limit`` seconds."""
+        assert self._sock is not None
+        sock = self._sock
+        buf = b""
+        with trio.move_on_after(limit):
+            while True:
+                if len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+                    return buf[4:]
+                await trio.lowlevel.wait_readable(sock)
+                try:
+                    chunk = sock.recv(65536, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return None
+                buf += chunk
+        return None
+
+    async def _lost(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self._kill_sandbox()
+
+    async def _kill_sandbox(self) -> None:
+        """Stop the whole sandbox (its cgroup through _proc), remove its limit cgroups. Shielded."""
+        sock, self._sock = self._sock, None
+        proc, self._proc = self._proc, None
+        with trio.CancelScope(shield=True):
+            if sock is not None:
+                sock.close()  # the supervisor kills everything and exits
+            if proc is not None:
+                with trio.move_on_after(1.0):
+                    await proc.wait_leader()
+                if not proc.leader_exited():
+                    await proc.terminate(0.2)
+                await proc.kill_rest()
+                for fd in (proc.stdout, proc.stderr):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                proc.close()
+            for path in self._limits:
+                _remove_cgroup(path)
+            self._limits = []
+
+    async def aclose(self) -> None:
+        """Stop the sandbox (idempotent; shielded); later runs raise ClosedResourceError."""
+        self._closed = True
+        await self._kill_sandbox()
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _refuse(layer: str, why: str) -> Unavailable:
+    fix = FIXES.get(layer)
+    exc = Unavailable(
+        f"the confined local backend cannot apply its {layer} layer: {why}"
+        + (f"; fix: {fix}" if fix else "")
+        + "; or choose sandbox='best-effort' (--sandbox best-effort), or the unconfined "
+        "'host' backend",
+        field="backend",
+    )
+    exc.layer = layer  # type: ignore[attr-defined]
+    return exc
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _hidden_dirs(roots: list[Path]) -> list[str]:
+    """The directories hidden behind empty read-only ones: homes, /run, docker's state."""
+    hidden = [h for h in _HIDDEN if os.path.isdir(h)]
+    home = os.environ.get("HOME")
+    if home and os.path.isdir(home):
+        real = os.path.realpath(home)
+        inside_hidden = any(_inside(Path(real), Path(h)) for h in hidden)
+        if real != "/" and not inside_hidden and not any(_inside(Path(real), r) for r in roots):
+            hidden.append(real)
+    return hidden
+
+
+def _session_user(roots: tuple[Path, ...], hidden: list[str]) -> tuple[int, int]:
+    """Whose uid the sandbox runs as.
+
+    The kernel's own, unless the kernel is root: then the first root's
+    owner, when that user can reach every root (the real parents outside the
+    sandbox's masks must be searchable by them), else root.
+    """
+    if os.geteuid() != 0 or not roots:
+        return os.geteuid(), os.getegid()
+    try:
+        st = os.stat(roots[0])
+    except OSError:
+        return 0, 0
+    masks = [Path(m) for m in (*hidden, "/tmp", "/var/tmp")]
+    for root in roots:
+        real = Path(os.path.realpath(root))
+        for part in [*reversed(real.parents), real]:
+            if any(m in part.parents for m in masks):
+                continue  # made by the sandbox, searchable
+            try:
+                mode = part.stat()
+            except OSError:
+                return 0, 0
+            bit = (
+                stat.S_IXUSR
+                if mode.st_uid == st.st_uid
+                else stat.S_IXGRP
+                if mode.st_gid == st.st_gid
+                else stat.S_IXOTH
+            )
+            if not mode.st_mode & bit:
+                return 0, 0
+    return st.st_uid, st.st_gid
+
+
+def _gitfiles(roots: list[Path], gitdirs: list[Path]) -> list[Path]:
+    """Gitfiles (``.git`` files) inside the roots, found without walking the tree.
+
+    A root's own ``.git``, and the ones the git directories point back at:
+    a linked worktree's (``<gitdir>/gitdir``, ``<gitdir>/worktrees/*/gitdir``)
+    and a submodule's (``core.worktree`` in ``<gitdir>/modules/*/config``).
+    """
+    found: list[Path] = []
+    for root in roots:
+        if (root / ".git").is_file():
+            found.append(root / ".git")
+    pointers: list[Path] = []
+    for gitdir in gitdirs:
+        pointers.append(gitdir / "gitdir")
+        with contextlib.suppress(OSError):
+            pointers += [w / "gitdir" for w in (gitdir / "worktrees").iterdir()]
+        with contextlib.suppress(OSError):
+            for module in (gitdir / "modules").iterdir():
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    text = (module / "config").read_text()
+                    m = re.search(r"^\s*worktree\s*=\s*(.+?)\s*$", text, re.MULTILINE)
+                    if m:
+                        found.append(Path(os.path.normpath(module / m.group(1))) / ".git")
+    for pointer in pointers:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            found.append(Path(pointer.read_text().strip()))
+    out = []
+    for path in found:
+        real = Path(os.path.realpath(path))
+        if real.is_file() and any(_inside(real, r) for r in roots) and real not in out:
+            out.append(real)
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    with contextlib.suppress(OSError):
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return []
+
+
+def _cgroup_mounts() -> dict[str, tuple[str, str]]:
+    """controller -> (mount point, this process's cgroup in it), for v1 pids and memory."""
+    own: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(","):
+                own[c] = path
+    found: dict[str, tuple[str, str]] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            fields, rfields = left.split(), right.split()
+            if len(rfields) < 3 or rfields[0] != "cgroup" or fields[3] != "/":
+                continue
+            for c in ("pids", "memory"):
+                if c in rfields[2].split(",") and c in own:
+                    found[c] = (fields[4], own[c])
+    return found
+
+
+def _limit_cgroups(pids: list[int], max_pids: int, memory: int) -> tuple[list[Path], str]:
+    """A cgroup per limited controller holding ``pids``; (made, detail). Never raises.
+
+    Uses cgroup v1 ``pids``/``memory`` hierarchies where they are mounted and
+    writable (hybrid hosts keep their controllers there).
+    """
+    made: list[Path] = []
+    done: list[str] = []
+    why: list[str] = []
+    name = f"ringfence-{os.getpid()}-{secrets.token_hex(4)}"
+    settings = {
+        "pids": [("pids.max", str(max_pids))],
+        "memory": [("memory.limit_in_bytes", str(memory))],
+    }
+    mounts = _cgroup_mounts()
+    for controller in ("pids", "memory"):
+        if controller not in mounts:
+            why.append(f"no writable {controller} hierarchy")
+            continue
+        mount, own = mounts[controller]
+        path = Path(mount) / own.lstrip("/") / name
+        try:
+            path.mkdir()
+        except OSError as exc:
+            why.append(f"{controller}: {exc.strerror}")
+            continue
+        try:
+            for file, value in settings[controller]:
+                (path / file).write_text(value)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    (path / "cgroup.procs").write_text(str(pid))
+        except OSError as exc:
+            why.append(f"{controller}: {exc.strerror}")
+            _remove_cgroup(path)
+            continue
+        made.append(path)
+        done.append(f"{settings[controller][0][0]}={settings[controller][0][1]}")
+    if "pids" not in " ".join(done):
+        for path in made:
+            _remove_cgroup(path)
+        return [], "; ".join(why)
+    return made, "cgroup " + ", ".join(done)
+
+
+def _remove_cgroup(path: Path) -> None:
+    for _ in range(200):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                return
+            time.sleep(0.005)
+
+
+def _read_available(fd: int) -> str:
+    os.set_blocking(fd, False)
+    chunks = []
+    with contextlib.suppress(OSError):
+        while True:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _lost_result(
+    started: float,
+    out: Capture,
+    err: Capture,
+    cap: int,
+    spec: SessionSpec,
+    redact: Callable[[str], str] | None,
+    timed_out: bool = False,
+) -> ShellResult:
+    result = _result(None, None, started, out, err, cap, spec, redact, timed_out)
+    return _replace_restarted(result)
+
+
+def _replace_restarted(result: ShellResult) -> ShellResult:
+    return replace(result, session_restarted=True)
