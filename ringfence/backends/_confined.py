@@ -130,17 +130,19 @@ class ConfinedOptions:
     ``memory``: the session's memory where a cgroup can limit it, and each
     process's address space (``512m``-style; default ``4g``). ``pids``: the
     session's processes (default 512). ``file_size``: the largest file a
-    command may write (default ``16g``).
+    command may write (default ``16g``). ``network``: ``True`` shares the
+    host's network, as ``SessionSpec.network`` does (recorded).
     """
 
     sandbox: str = STRICT
+    network: bool = False
     memory: int = 4 << 30
     pids: int = 512
     file_size: int = 16 << 30
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> ConfinedOptions:
-        known = {"sandbox", "memory", "pids", "file_size"}
+        known = {"sandbox", "memory", "pids", "file_size", "network"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise InvalidArguments(
@@ -159,8 +161,14 @@ class ConfinedOptions:
             raise InvalidArguments(
                 f"pids must be an integer of at least 8, not {pids!r}", field="options.pids"
             )
+        network = options.get("network", False)
+        if not isinstance(network, bool):
+            raise InvalidArguments(
+                f"network must be true or false, not {network!r}", field="options.network"
+            )
         return cls(
             sandbox=sandbox,
+            network=network,
             memory=_size(options, "memory", cls.memory),
             pids=pids,
             file_size=_size(options, "file_size", cls.file_size),
@@ -198,6 +206,8 @@ class ConfinedSession:
     name = "local"
 
     def __init__(self, spec: SessionSpec, options: ConfinedOptions) -> None:
+        if options.network and not spec.network:
+            spec = replace(spec, network=True)
         self._spec = spec
         self._options = options
         self._lock = trio.Lock()
