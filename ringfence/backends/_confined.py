@@ -277,8 +277,12 @@ class ConfinedSession:
             "/proc",
             "--dev",
             "/dev",
+            "--perms",
+            "1777",
             "--tmpfs",
             "/tmp",
+            "--perms",
+            "1777",
             "--tmpfs",
             "/var/tmp",
         ]
@@ -381,6 +385,11 @@ class ConfinedSession:
                 )
             except _proc.ExecFailed as exc:
                 raise _refuse("namespaces", exc.message.strip()) from None
+        except BaseException:
+            parent.close()
+            os.close(info_r)
+            os.close(block_w)
+            raise
         finally:
             child.close()
             os.close(info_w)

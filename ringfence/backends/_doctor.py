@@ -39,13 +39,80 @@ class Check:
 
 def run_checks() -> list[Check]:
     """Every check, in report order. Never raises for a missing layer: that is a failed check."""
-    checks = [
-        Check("backend local", True, "host child processes (not a sandbox)", None, ("local",)),
-        _process_tracking(),
-    ]
+    checks = [*_local_checks()]
+    checks.append(
+        Check(
+            "backend host",
+            True,
+            "UNCONFINED host child processes (not a sandbox: reads ~/.ssh, writes anywhere "
+            "the user can, reaches the network)",
+            None,
+            ("host",),
+        )
+    )
+    checks.append(_process_tracking())
     checks += _docker_checks()
-    checks += [_userns(), _landlock(), _seccomp(), _ripgrep()]
+    checks += [_bubblewrap(), _userns(), _landlock(), _seccomp(), _ripgrep()]
     return checks
+
+
+def _local_checks() -> list[Check]:
+    """Start a real confined session (strict) and report each of its layers with its fix."""
+    import tempfile
+
+    import trio
+
+    from ._confined import FIXES, start_confined
+    from ._types import SessionSpec
+
+    with tempfile.TemporaryDirectory(prefix="ringfence-doctor-") as tmp:
+
+        async def probe() -> list[Check]:
+            try:
+                session = await start_confined(SessionSpec(roots=(Path(tmp),)))
+            except RingfenceError as exc:
+                layer = getattr(exc, "layer", "sandbox")
+                return [
+                    Check("backend local", False, f"confined sandbox: {exc.message}", None, ()),
+                    Check(f"local layer {layer}", False, exc.message, FIXES.get(layer), ("local",)),
+                ]
+            try:
+                checks = [
+                    Check(
+                        "backend local",
+                        True,
+                        f"confined (strict): every layer applied; session start "
+                        f"{session.start_seconds * 1000:.0f} ms",
+                        None,
+                        ("local",),
+                    )
+                ]
+                for layer in session.layers:
+                    fix = None if layer.ok else FIXES.get(layer.name)
+                    checks.append(Check(f"local layer {layer.name}", layer.ok, layer.detail, fix))
+                return checks
+            finally:
+                await session.aclose()
+
+        return trio.run(probe)
+
+
+def _bubblewrap() -> Check:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return Check(
+            "bubblewrap",
+            False,
+            "bwrap not on PATH (the local backend's namespaces)",
+            "sudo apt-get install bubblewrap",
+            ("local",),
+        )
+    try:
+        out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10)
+        version = out.stdout.strip() or "unknown version"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("bubblewrap", False, f"{bwrap} does not run: {exc}", None, ("local",))
+    return Check("bubblewrap", True, f"{version} at {bwrap}", None, ("local",))
 
 
 def backend_status(checks: list[Check], backend: str) -> tuple[bool, list[Check]]:

@@ -39,7 +39,15 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         "--backend",
         default=None,
         metavar="NAME",
-        help="where run_shell runs: local or docker (default $RINGFENCE_EXECUTION_BACKEND or local)",
+        help="where run_shell runs: local (confined), host (unconfined) or docker "
+        "(default $RINGFENCE_EXECUTION_BACKEND or local)",
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=["strict", "best-effort"],
+        default=None,
+        help="the local backend's confinement: strict (default: every layer or refuse) or "
+        "best-effort (apply what this machine offers; the gaps are recorded in events)",
     )
     if dry_run:
         parser.add_argument(
@@ -71,7 +79,9 @@ def approver_from(choice: str | None) -> Approver:
 
 def kernel_from_args(args: argparse.Namespace) -> Kernel:
     dry = getattr(args, "dry_run", None)
+    sandbox = getattr(args, "sandbox", None)
     return create_kernel(
+        backend_options={"sandbox": sandbox} if sandbox else None,
         roots=workspace_roots_from_env(args.workspace),
         posture=args.posture,
         approver=approver_from(args.approve),

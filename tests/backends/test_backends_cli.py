@@ -27,7 +27,7 @@ def test_doctor_without_a_daemon_says_docker_cannot_run(capsys, monkeypatch, tmp
     assert code == 1 and report["ok"] is False
     daemon = next(c for c in report["result"]["checks"] if c["name"] == "docker daemon")
     assert daemon["ok"] is False and "not reachable" in daemon["detail"]
-    assert report["result"]["backends"] == {"docker": False, "local": True}
+    assert report["result"]["backends"] == {"docker": False, "host": True, "local": True}
 
 
 @pytest.mark.docker

@@ -1,0 +1,145 @@
+"""The confined local backend beyond the conformance suite: fail closed, options, the warm session."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from ringfence import create_kernel
+from ringfence.backends import SessionSpec, start_local
+from ringfence.cli._main import main
+from ringfence.runtime import ApprovalAnswer, InvalidArguments, Posture, ScriptedApprover
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def kernel(ws: Path, **kw):
+    return create_kernel(
+        roots=[ws],
+        posture=Posture.ASK,
+        approver=ScriptedApprover(lambda _r: ApprovalAnswer.once("test approves")),
+        **kw,
+    )
+
+
+def _sandbox_pids() -> list[int]:
+    return [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "bwrap"]
+
+
+async def test_a_missing_layer_refuses_naming_it_and_its_fix(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No bubblewrap on PATH: run_shell fails with unavailable, nothing runs, nothing is left."""
+    monkeypatch.setenv("PATH", str(workspace))  # a directory without bwrap
+    marker = workspace / "ran"
+    before = _sandbox_pids()
+    async with kernel(workspace) as k:
+        outcome = await k.invoke("run_shell", {"command": f"touch {marker}"})
+    assert outcome.error is not None and outcome.error.code == "unavailable"
+    message = outcome.error.message
+    assert "namespaces" in message and "apt-get install bubblewrap" in message
+    assert "host" in message and "best-effort" in message  # the ways out, named
+    assert not marker.exists() and _sandbox_pids() == before
+
+
+async def test_best_effort_is_recorded_in_the_started_event(workspace: Path, tmp_path) -> None:
+    events = tmp_path / "events.jsonl"
+    async with kernel(
+        workspace, backend_options={"sandbox": "best-effort"}, events_path=events
+    ) as k:
+        result = await k.call("run_shell", {"command": "echo hi"})
+    assert result["stdout"] == "hi\n"
+    started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
+    sandbox = started[0]["sandbox"]
+    assert sandbox["confined"] is True and sandbox["sandbox"] == "best-effort"
+    assert sandbox["missing_layers"] == []  # this machine has them all
+    assert {layer["layer"] for layer in sandbox["layers"]} >= {"namespaces", "landlock", "seccomp"}
+
+
+async def test_the_host_backend_says_it_is_unconfined(workspace: Path, tmp_path) -> None:
+    events = tmp_path / "events.jsonl"
+    async with kernel(workspace, backend="host", events_path=events) as k:
+        await k.call("run_shell", {"command": "true"})
+    started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
+    assert started[0]["backend"] == "host" and started[0]["sandbox"]["unconfined"] is True
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"sandbox": "none"}, "options.sandbox"),
+        ({"pids": 2}, "options.pids"),
+        ({"memory": "lots"}, "options.memory"),
+        ({"network": "yes"}, "options.network"),
+        ({"image": "busybox"}, "options"),
+    ],
+)
+async def test_bad_options_are_refused_before_anything_starts(
+    workspace: Path, options: dict, field: str
+) -> None:
+    before = _sandbox_pids()
+    with pytest.raises(InvalidArguments) as info:
+        await start_local(SessionSpec(roots=(workspace,), options=options))
+    assert info.value.field == field
+    assert _sandbox_pids() == before
+
+
+async def test_the_private_tmp_lasts_for_the_session_and_nothing_outlives_it(
+    workspace: Path,
+) -> None:
+    session = await start_local(SessionSpec(roots=(workspace,)))
+    kw = {"cwd": workspace, "env": {}, "timeout": 10, "output_cap": 1000}
+    try:
+        await session.run("echo kept > /tmp/scratch", **kw)
+        r = await session.run("cat /tmp/scratch; echo $$", **kw)
+        assert r.stdout.splitlines()[0] == "kept"
+        assert not Path("/tmp/scratch").exists()
+        sandbox = _sandbox_pids()
+        assert sandbox
+    finally:
+        await session.aclose()
+    with trio.fail_after(5):
+        while set(sandbox) & set(_sandbox_pids()):
+            await trio.sleep(0.01)
+    fresh = await start_local(SessionSpec(roots=(workspace,)))
+    try:
+        r = await fresh.run("cat /tmp/scratch", **kw)
+        assert r.exit_code == 1 and "No such file" in r.stderr
+    finally:
+        await fresh.aclose()
+
+
+def test_the_cli_records_the_sandbox_level(
+    workspace: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    events = tmp_path / "events.jsonl"
+    monkeypatch.chdir(workspace)
+    code = main(
+        [
+            "call",
+            "run_shell",
+            "--args",
+            json.dumps({"command": "cat /proc/1/cmdline | tr '\\0' ' '"}),
+            "--workspace",
+            str(workspace),
+            "--approve",
+            "yes",
+            "--sandbox",
+            "best-effort",
+            "--events",
+            str(events),
+            "--json",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    assert "_confined_supervisor.py" in out["result"]["stdout"]  # PID 1 is the supervisor
+    started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
+    assert started[0]["sandbox"]["sandbox"] == "best-effort"
+    assert os.environ.get("HOME") is not None
