@@ -66,7 +66,7 @@ import trio
 
 from .. import _proc
 from ..runtime import InvalidArguments, ToolError, Unavailable
-from . import _confined_supervisor as supervisor
+from ._confined_layers import DENIED_SYSCALLS, LayerUnavailable, landlock_plan, seccomp_program
 from ._local import BASE_ENV_ALLOWLIST, _result, _Watch
 from ._output import Capture
 from ._types import (
@@ -81,16 +81,15 @@ from ._types import (
 
 __all__ = ["FIXES", "ConfinedOptions", "ConfinedSession", "Layer", "start_confined"]
 
-STRICT = supervisor.STRICT
-BEST_EFFORT = supervisor.BEST_EFFORT
+STRICT = "strict"
+BEST_EFFORT = "best-effort"
 _START_LIMIT = 20.0  # a loaded machine can be slow; a sandbox that does not start by then is broken
 _REPLY_LIMIT = 5.0  # how long the supervisor may take to report after a kill
 _DRAIN_GRACE = 0.25
 _SIZE = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 _HIDDEN = ("/home", "/root", "/run", "/var/lib/docker", "/mnt", "/media", "/srv")
-_SUPERVISOR = Path(supervisor.__file__)
-_BRIDGE_DIR = Path(__file__).resolve().parent.parent / "bridge"
+_SUPERVISOR = Path(__file__).resolve().parent / "_confined_supervisor.py"
 
 # Each layer's fix, for the refusal and for ``ringfence doctor``.
 FIXES = {
@@ -219,6 +218,25 @@ class ConfinedSession:
         self.start_seconds = 0.0
         names = dict.fromkeys((*BASE_ENV_ALLOWLIST, *spec.passthrough_env))
         self._base_env = {n: os.environ[n] for n in names if n in os.environ}
+        self._kernel_layers: list[Layer] = []
+        self._landlock: str | None = None
+        self._seccomp: bytes | None = None
+        try:
+            self._landlock = landlock_plan(spec.network or options.network)
+        except LayerUnavailable as exc:
+            self._kernel_layers.append(Layer("landlock", False, exc.message))
+        try:
+            self._seccomp = seccomp_program()
+            self._kernel_layers.append(
+                Layer(
+                    "seccomp",
+                    True,
+                    f"{len(DENIED_SYSCALLS)} syscalls denied, no new namespaces, foreign ABIs "
+                    "killed (installed by bubblewrap before the supervisor starts)",
+                )
+            )
+        except LayerUnavailable as exc:
+            self._kernel_layers.append(Layer("seccomp", False, exc.message))
         self._hidden = _hidden_dirs([Path(os.path.realpath(r)) for r in spec.roots])
         self._uid, self._gid = _session_user(spec.roots, self._hidden)
 
@@ -250,7 +268,9 @@ class ConfinedSession:
     def _switch_uid(self) -> bool:
         return os.geteuid() == 0 and self._uid != 0
 
-    def _argv(self, fd: int, info_fd: int, block_fd: int) -> tuple[list[str], list[Layer]]:
+    def _argv(
+        self, fd: int, info_fd: int, block_fd: int, seccomp_fd: int | None
+    ) -> tuple[list[str], list[Layer]]:
         """bubblewrap's argv and the layers it provides. Raises Unavailable when bwrap is missing."""
         bwrap = shutil.which("bwrap")
         if bwrap is None:
@@ -320,7 +340,9 @@ class ConfinedSession:
                 argv += ["--ro-bind", str(path), str(path)]
         for path in hidden:  # last: binds above needed their mount points made first
             argv += ["--remount-ro", path]
-        argv += ["--chdir", "/", "--", python, "-I", "-S", str(_SUPERVISOR), str(_BRIDGE_DIR)]
+        if seccomp_fd is not None:
+            argv += ["--seccomp", str(seccomp_fd)]
+        argv += ["--chdir", "/", "--", python, "-I", "-S", str(_SUPERVISOR)]
         limits = self._options
         nproc = limits.pids
         argv += [
@@ -332,6 +354,7 @@ class ConfinedSession:
             "open_files=4096",
             f"file_size={limits.file_size}",
             *([f"uid={self._uid}", f"gid={self._gid}"] if self._switch_uid else []),
+            *([f"landlock={self._landlock}"] if self._landlock else []),
             "cpu_seconds=86400",
             *(f"write={r}" for r in (*map(str, roots), "/tmp", "/var/tmp", "/dev")),
         ]
@@ -350,6 +373,7 @@ class ConfinedSession:
                 f"path(s) read-only; private /tmp; hidden: {', '.join(hidden)}",
             ),
             Layer("network", True, net),
+            *self._kernel_layers,
         ]
         return argv, layers
 
@@ -369,19 +393,28 @@ class ConfinedSession:
         self.start_seconds = time.monotonic() - started
 
     async def _spawn(self) -> None:
+        missing = [layer for layer in self._kernel_layers if not layer.ok]
+        if missing and self._options.sandbox == STRICT:
+            raise _refuse(missing[0].name, missing[0].detail)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
+        seccomp_r, seccomp_w = os.pipe()
         try:
-            argv, layers = self._argv(child.fileno(), info_w, block_r)
+            if self._seccomp is not None:  # a filter is a few hundred bytes: the pipe holds it
+                os.write(seccomp_w, self._seccomp)
+            os.close(seccomp_w)
+            seccomp_fd = seccomp_r if self._seccomp is not None else None
+            argv, layers = self._argv(child.fileno(), info_w, block_r, seccomp_fd)
+            fds = [child.fileno(), seccomp_r]
+            if self._switch_uid:
+                fds += [info_w, block_r]
             try:
                 proc = _proc.spawn(
                     argv,
                     cwd=Path("/"),
                     env={"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"},
-                    pass_fds=(child.fileno(), info_w, block_r)
-                    if self._switch_uid
-                    else (child.fileno(),),
+                    pass_fds=fds,
                 )
             except _proc.ExecFailed as exc:
                 raise _refuse("namespaces", exc.message.strip()) from None
@@ -394,22 +427,35 @@ class ConfinedSession:
             child.close()
             os.close(info_w)
             os.close(block_r)
+            os.close(seccomp_r)
         self._proc = proc
         self._sock = parent
+        made: list[tuple[list[Path], str]] = []
+
+        async def make_limits() -> None:
+            # In a thread, while the sandbox starts: making and joining cgroups is slow.
+            found = await trio.to_thread.run_sync(
+                _make_limit_cgroups, self._options.pids, self._options.memory
+            )
+            self._limits = found[0]  # removed by _kill_sandbox, whatever happens next
+            made.append(await trio.to_thread.run_sync(_join_limit_cgroups, proc.pid, *found))
+
         try:
-            try:
-                if self._switch_uid:
-                    await self._map_uid(info_r, block_w)
-            finally:
-                os.close(info_r)
-                os.close(block_w)
-            reply = await self._reply(_START_LIMIT)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(make_limits)
+                try:
+                    if self._switch_uid:
+                        await self._map_uid(info_r, block_w)
+                finally:
+                    os.close(info_r)
+                    os.close(block_w)
+                reply = await self._reply(_START_LIMIT)
             if reply is None or not reply.startswith(b"READY\n"):
                 raise self._start_failure(reply)
             for line in reply.decode().splitlines()[1:]:
                 sign, _, rest = line.partition("\t")
                 layers.append(Layer(sign[1:], sign[0] == "+", rest))
-            layers.append(self._apply_limits())
+            layers.append(self._apply_limits(*made[0]))
             missing = [layer for layer in layers if not layer.ok]
             if missing and self._options.sandbox == STRICT:
                 raise _refuse(missing[0].name, missing[0].detail)
@@ -448,12 +494,8 @@ class ConfinedSession:
             return _refuse("namespaces", why)
         return ToolError(f"the local sandbox did not start: {stderr.strip()}")
 
-    def _apply_limits(self) -> Layer:
-        """pids/memory cgroup limits on the sandbox; RLIMIT_NPROC is enough for a non-root uid."""
-        assert self._proc is not None
-        pids = [self._proc.pid, *_children(self._proc.pid)]
-        made, detail = _limit_cgroups(pids, self._options.pids, self._options.memory)
-        self._limits = made
+    def _apply_limits(self, made: list[Path], detail: str) -> Layer:
+        """The pids layer: the limit cgroups, else RLIMIT_NPROC (enough for a non-root uid)."""
         if made:
             return Layer("pids", True, detail)
         if self._uid != 0:
@@ -776,22 +818,23 @@ def _cgroup_mounts() -> dict[str, tuple[str, str]]:
     return found
 
 
-def _limit_cgroups(pids: list[int], max_pids: int, memory: int) -> tuple[list[Path], str]:
-    """A cgroup per limited controller holding ``pids``; (made, detail). Never raises.
+def _make_limit_cgroups(max_pids: int, memory: int) -> tuple[list[Path], str]:
+    """A cgroup per limited controller, limits set, still empty; (made, detail). Never raises.
 
     Uses cgroup v1 ``pids``/``memory`` hierarchies where they are mounted and
-    writable (hybrid hosts keep their controllers there).
+    writable (hybrid hosts keep their controllers there). Without ``pids``
+    nothing is made.
     """
     made: list[Path] = []
     done: list[str] = []
     why: list[str] = []
     name = f"ringfence-{os.getpid()}-{secrets.token_hex(4)}"
     settings = {
-        "pids": [("pids.max", str(max_pids))],
-        "memory": [("memory.limit_in_bytes", str(memory))],
+        "pids": ("pids.max", str(max_pids)),
+        "memory": ("memory.limit_in_bytes", str(memory)),
     }
     mounts = _cgroup_mounts()
-    for controller in ("pids", "memory"):
+    for controller, (file, value) in settings.items():
         if controller not in mounts:
             why.append(f"no writable {controller} hierarchy")
             continue
@@ -803,22 +846,35 @@ def _limit_cgroups(pids: list[int], max_pids: int, memory: int) -> tuple[list[Pa
             why.append(f"{controller}: {exc.strerror}")
             continue
         try:
-            for file, value in settings[controller]:
-                (path / file).write_text(value)
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    (path / "cgroup.procs").write_text(str(pid))
+            (path / file).write_text(value)
         except OSError as exc:
             why.append(f"{controller}: {exc.strerror}")
             _remove_cgroup(path)
             continue
         made.append(path)
-        done.append(f"{settings[controller][0][0]}={settings[controller][0][1]}")
-    if "pids" not in " ".join(done):
+        done.append(f"{file}={value}")
+    if not any(d.startswith("pids.") for d in done):
         for path in made:
             _remove_cgroup(path)
         return [], "; ".join(why)
     return made, "cgroup " + ", ".join(done)
+
+
+def _join_limit_cgroups(pid: int, made: list[Path], detail: str) -> tuple[list[Path], str]:
+    """Move bubblewrap (``pid``), then its children, into ``made``; before any command runs.
+
+    bubblewrap first: a child it forks afterwards inherits the cgroups; one it
+    forked before is listed afterwards. The supervisor forks nothing until the
+    first command. Never raises.
+    """
+    try:
+        for path in made:
+            for member in (pid, *_children(pid)):
+                with contextlib.suppress(ProcessLookupError):
+                    (path / "cgroup.procs").write_text(str(member))
+    except OSError as exc:
+        return [], f"cannot join the limit cgroups: {exc.strerror}"
+    return made, detail
 
 
 def _remove_cgroup(path: Path) -> None:

@@ -1,10 +1,11 @@
 """The confined local backend's supervisor: one per session, inside the sandbox.
 
 Run by :mod:`ringfence.backends._confined` as ``python -I -S <this file>
-<bridge dir> <fd> <option>…`` inside bubblewrap's namespaces, as PID 1 of
-the new PID namespace. Standard library only, like the script runner's
-``_sandbox`` module, whose BPF and Landlock helpers it reuses (imported as a
-top-level module from the bridge directory given as the first argument).
+<fd> <option>…`` inside bubblewrap's namespaces, as PID 1 of the new PID
+namespace, already under the commands' seccomp filter (built by the kernel
+with the script runner's BPF helpers, :mod:`._confined_layers`, and
+installed by bubblewrap's ``--seccomp``). Standard library only, and few
+imports: every millisecond here is session start.
 
 At start it confines *itself* (every command is its child, so every command
 inherits all of it), in this order:
@@ -17,17 +18,12 @@ inherits all of it), in this order:
    is not root).
 2. **no_new_privs** and not dumpable (a command cannot ptrace or write the
    memory of its supervisor).
-3. **landlock** — a second wall on writes: every write-type access right
-   the ABI knows is handled and granted only beneath the workspace roots,
-   the private ``/tmp`` and ``/dev``; ABI ≥ 4 without ``network``: TCP bind
-   and connect are handled and never granted; ABI ≥ 6: signals and abstract
-   Unix sockets are scoped to the sandbox.
-4. **seccomp** — last: no ``ptrace`` or cross-process memory access, no
-   keyctl/bpf/perf/userfaultfd/io_uring, no mounts, no new namespaces
-   (``unshare``, ``setns``, ``clone`` with a namespace flag; ``clone3``
-   answers ENOSYS so libc falls back to ``clone``), no module loading,
-   reboot, clock or hostname changes. Foreign-ABI system calls kill the
-   process.
+3. **landlock** — a second wall on writes, as the kernel planned it
+   (:func:`ringfence.backends._confined_layers.landlock_plan`): every
+   write-type access right the ABI knows is handled and granted only
+   beneath the workspace roots, the private ``/tmp`` and ``/dev``; without
+   ``network``, TCP bind and connect are handled and never granted; signals
+   and abstract Unix sockets are scoped to the sandbox.
 
 Then it sends ``READY`` with its report (or ``FAIL`` naming the layer) and
 serves requests, one command at a time: ``posix_spawn`` with ``setsid``, the
@@ -48,189 +44,129 @@ End of file from the kernel: kill everything and exit.
 
 from __future__ import annotations
 
-import os
-import sys
-
-if __name__ == "__main__":  # the bridge directory holds _sandbox (standard library only)
-    sys.path.insert(0, sys.argv[1])
-
 import _signal
 import _socket
-import errno
+import ctypes
+import os
 import resource
 import select
-
-try:
-    from ..bridge import _sandbox as sb
-except ImportError:  # run as a script inside the sandbox
-    import _sandbox as sb  # type: ignore[no-redef]
+import sys
 
 STRICT = "strict"
 BEST_EFFORT = "best-effort"
 
 _SIGKILL = 9
 _SIGTERM = 15
-
-# Write-type Landlock filesystem rights (ABI 1): write_file, remove_dir, remove_file,
-# make_char, make_dir, make_reg, make_sock, make_fifo, make_block, make_sym.
-_FS_WRITES_ABI1 = (1 << 1) | sum(1 << b for b in range(4, 13))
-_FS_FILE_RIGHTS = (1 << 1) | sb._FS_TRUNCATE  # the rights a rule on a non-directory may carry
-
-# clone flags that create namespaces (CLONE_NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC,
-# NEWUSER, NEWPID, NEWNET)
-_CLONE_NEW_NAMESPACES = 0x80 | 0x20000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
-_CLONE_NEW_NAMESPACES |= 0x20000000 | 0x40000000
-_NR_CLONE = 56
-_NR_CLONE3 = 435
-_BPF_JSET_K = 0x45
-# System calls a command may not make (EPERM), by name in the script runner's table.
-DENIED_SYSCALLS = (
-    # other processes' memory
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-    # kernel facilities: keys, BPF, perf, userfaultfd, io_uring (which bypasses seccomp)
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
-    # mounts and namespaces
-    "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare", "setns",
-    # the machine
-    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
-    "swapon", "swapoff", "sethostname", "setdomainname", "iopl", "ioperm", "acct", "quotactl",
-    "syslog", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup",
-    "name_to_handle_at", "open_by_handle_at", "modify_ldt", "uselib",
-)  # fmt: skip
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_SYS_LANDLOCK_CREATE_RULESET = 444
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_RULE_PATH_BENEATH = 1
 
 
-def seccomp_program() -> bytes:
-    """The commands' BPF filter (x86-64), built from the script runner's helpers."""
-    if os.uname().machine != "x86_64":
-        raise sb.LayerUnavailable(
-            "seccomp", f"no seccomp filter is built in for {os.uname().machine} (only x86_64)"
-        )
-    ins = sb._insn
-    eperm = sb._RET_ERRNO | errno.EPERM
-    prog = [
-        ins(sb._BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
-        ins(sb._BPF_JEQ_K, 1, 0, sb._AUDIT_ARCH_X86_64),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_KILL_PROCESS),
-        ins(sb._BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
-        ins(sb._BPF_JGE_K, 0, 1, sb._X32_SYSCALL_BIT),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_KILL_PROCESS),
-        # clone3's flags sit behind a pointer a filter cannot read: ENOSYS makes libc use clone
-        ins(sb._BPF_JEQ_K, 0, 1, _NR_CLONE3),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_ERRNO | errno.ENOSYS),
-        ins(sb._BPF_JEQ_K, 0, 4, _NR_CLONE),
-        ins(sb._BPF_LD_W_ABS, 0, 0, 16),  # args[0], low half: the flags
-        ins(_BPF_JSET_K, 0, 1, _CLONE_NEW_NAMESPACES),
-        ins(sb._BPF_RET_K, 0, 0, eperm),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW),
+class LayerUnavailable(Exception):
+    def __init__(self, layer: str, message: str) -> None:
+        super().__init__(message)
+        self.layer = layer
+        self.message = message
+
+
+# The kernel's structures (the same layout as the script runner's ``_sandbox``).
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
     ]
-    for nr in sorted({sb._DENIED_X86_64[name] for name in DENIED_SYSCALLS}):
-        prog.append(ins(sb._BPF_JEQ_K, 0, 1, nr))
-        prog.append(ins(sb._BPF_RET_K, 0, 0, eperm))
-    prog.append(ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW))
-    return b"".join(prog)
 
 
-def apply_seccomp() -> str:
-    import ctypes
-
-    program = seccomp_program()
-    buf = ctypes.create_string_buffer(program, len(program))
-    fprog = sb._SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    rc = sb._c().syscall(
-        sb._SYS_SECCOMP,
-        ctypes.c_uint(sb._SECCOMP_SET_MODE_FILTER),
-        ctypes.c_uint(0),
-        ctypes.byref(fprog),
-    )
-    if rc != 0:
-        why = os.strerror(ctypes.get_errno())
-        raise sb.LayerUnavailable("seccomp", f"installing the seccomp filter failed: {why}")
-    return f"{len(DENIED_SYSCALLS)} syscalls denied, no new namespaces"
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def apply_landlock(writable: list[str], network: bool) -> str:
-    """The write wall (see the module docstring); returns what it covers."""
-    import ctypes
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
 
-    abi = sb.landlock_abi()
-    if abi < 1:
-        raise sb.LayerUnavailable(
-            "landlock",
-            "Landlock is not available (needs Linux >= 5.13 with landlock in the lsm= boot list)",
-        )
-    fs = _FS_WRITES_ABI1
-    if abi >= 2:
-        fs |= sb._FS_REFER
-    if abi >= 3:
-        fs |= sb._FS_TRUNCATE
-    attr = sb._RulesetAttr(fs, 0, 0)
-    size = 8
-    covers = [f"writes only beneath {', '.join(writable)}"]
-    if abi >= 4 and not network:
-        attr.handled_access_net = sb._NET_BIND_TCP | sb._NET_CONNECT_TCP
-        size = 16
-        covers.append("no TCP bind/connect")
-    if abi >= 6:
-        attr.scoped = sb._SCOPE_ABSTRACT_UNIX | sb._SCOPE_SIGNAL
-        size = 24
-        covers.append("signals and abstract sockets scoped")
-    libc = sb._c()
-    ruleset = libc.syscall(
-        sb._SYS_LANDLOCK_CREATE_RULESET,
-        ctypes.byref(attr),
-        ctypes.c_size_t(size),
-        ctypes.c_uint32(0),
+
+def _fail(layer: str, what: str) -> LayerUnavailable:
+    return LayerUnavailable(layer, f"{what}: {os.strerror(ctypes.get_errno())}")
+
+
+def apply_landlock(plan: str, writable: list[str]) -> str:
+    """``plan`` is ``abi,fs,net,scoped,size,file_rights`` (see ``_confined_layers``)."""
+    abi, fs, net, scoped, size, file_rights = (int(x) for x in plan.split(","))
+    attr = _RulesetAttr(fs, net, scoped)
+    ruleset = _libc.syscall(
+        _SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
     )
     if ruleset < 0:
-        err = ctypes.get_errno()
-        raise sb.LayerUnavailable("landlock", f"landlock_create_ruleset: {os.strerror(err)}")
+        raise _fail("landlock", "landlock_create_ruleset")
     try:
         for path in writable:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
                 is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
-                rule = sb._PathBeneathAttr(fs if is_dir else fs & _FS_FILE_RIGHTS, fd)
-                if libc.syscall(
-                    sb._SYS_LANDLOCK_ADD_RULE,
+                rule = _PathBeneathAttr(fs if is_dir else fs & file_rights, fd)
+                if _libc.syscall(
+                    _SYS_LANDLOCK_ADD_RULE,
                     ctypes.c_int(ruleset),
-                    ctypes.c_int(sb._LANDLOCK_RULE_PATH_BENEATH),
+                    ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
                     ctypes.byref(rule),
                     ctypes.c_uint32(0),
                 ):
-                    err = ctypes.get_errno()
-                    raise sb.LayerUnavailable(
-                        "landlock", f"landlock_add_rule({path}): {os.strerror(err)}"
-                    )
+                    raise _fail("landlock", f"landlock_add_rule({path})")
             finally:
                 os.close(fd)
-        if libc.syscall(sb._SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)):
-            err = ctypes.get_errno()
-            raise sb.LayerUnavailable("landlock", f"landlock_restrict_self: {os.strerror(err)}")
+        if _libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)):
+            raise _fail("landlock", "landlock_restrict_self")
     finally:
         os.close(ruleset)
-    return f"ABI {abi}: " + "; ".join(covers)
+    covers = [f"ABI {abi}: writes only beneath {', '.join(writable)}"]
+    if net:
+        covers.append("no TCP bind/connect")
+    if scoped:
+        covers.append("signals and abstract sockets scoped")
+    return "; ".join(covers)
+
+
+def drop_privileges(uid: int, gid: int) -> str:
+    """As the namespace's root, become ``uid``/``gid`` for good (every capability goes)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return f"uid/gid {uid}/{gid}, no capabilities"
+    raise LayerUnavailable("uid", "setuid(0) still succeeds after dropping root")
 
 
 def apply_rlimits(conf: dict[str, str]) -> str:
-    sb.apply_rlimits(
-        {
-            "cpu_seconds": conf["cpu_seconds"],
-            "memory_bytes": conf["address_space"],
-            "open_files": conf["open_files"],
-            "file_size_bytes": conf["file_size"],
-        }
-    )
-    nproc = int(conf["nproc"])
-    try:
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-    except (ValueError, OSError) as exc:
-        raise sb.LayerUnavailable("rlimits", f"setrlimit(RLIMIT_NPROC): {exc}") from None
+    cpu = int(conf["cpu_seconds"])
+    limits = [
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_AS, int(conf["address_space"]), int(conf["address_space"])),
+        (resource.RLIMIT_NOFILE, int(conf["open_files"]), int(conf["open_files"])),
+        (resource.RLIMIT_FSIZE, int(conf["file_size"]), int(conf["file_size"])),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_NPROC, int(conf["nproc"]), int(conf["nproc"])),
+    ]
+    for which, soft, hard in limits:
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError) as exc:
+            raise LayerUnavailable("rlimits", f"setrlimit({which}) failed: {exc}") from None
     return (
-        f"address space {int(conf['address_space']) >> 20} MiB, {nproc} processes, "
-        f"{conf['open_files']} files, cpu {conf['cpu_seconds']} s, no core files"
+        f"address space {int(conf['address_space']) >> 20} MiB, {conf['nproc']} processes, "
+        f"{conf['open_files']} files, cpu {cpu} s, no core files"
     )
+
+
+def _prctl(option: int, value: int) -> None:
+    if _libc.prctl(option, value, 0, 0, 0) != 0:
+        raise _fail("no_new_privs", f"prctl({option})")
 
 
 def confine(conf: dict[str, str], writable: list[str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -242,25 +178,25 @@ def confine(conf: dict[str, str], writable: list[str]) -> tuple[dict[str, str], 
     def step(layer: str, fn: object) -> None:
         try:
             applied[layer] = fn()  # type: ignore[operator]
-        except (sb.LayerUnavailable, OSError) as exc:
-            message = exc.message if isinstance(exc, sb.LayerUnavailable) else str(exc)
+        except (LayerUnavailable, OSError) as exc:
+            message = exc.message if isinstance(exc, LayerUnavailable) else str(exc)
             if level == STRICT:
-                raise sb.LayerUnavailable(layer, message) from None
+                raise LayerUnavailable(layer, message) from None
             missing[layer] = message
 
     if "uid" in conf and os.getuid() == 0:
         # First: everything after (rlimits' process count, Landlock) holds for this user.
-        step("uid", lambda: sb.drop_privileges(int(conf["uid"]), int(conf["gid"])))
+        step("uid", lambda: drop_privileges(int(conf["uid"]), int(conf["gid"])))
     step("rlimits", lambda: apply_rlimits(conf))
 
     def privs() -> str:
-        sb._prctl(sb._PR_SET_NO_NEW_PRIVS, 1)
-        sb._prctl(sb._PR_SET_DUMPABLE, 0)
+        _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+        _prctl(_PR_SET_DUMPABLE, 0)
         return "no_new_privs; supervisor not dumpable"
 
     step("no_new_privs", privs)
-    step("landlock", lambda: apply_landlock(writable, conf.get("network") == "1"))
-    step("seccomp", apply_seccomp)
+    if "landlock" in conf:
+        step("landlock", lambda: apply_landlock(conf["landlock"], writable))
     return applied, missing
 
 
@@ -456,7 +392,7 @@ def main(args: list[str]) -> int:
         return 1
     try:
         applied, missing = confine(conf, writable)
-    except sb.LayerUnavailable as exc:
+    except LayerUnavailable as exc:
         send(sock, f"FAIL\n{exc.layer}\t{exc.message}".encode())
         return 1
     lines = [f"+{k}\t{v}" for k, v in applied.items()] + [f"-{k}\t{v}" for k, v in missing.items()]
@@ -468,4 +404,4 @@ def main(args: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[2:]))
+    sys.exit(main(sys.argv[1:]))
