@@ -143,3 +143,23 @@ def test_the_cli_records_the_sandbox_level(
     started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
     assert started[0]["sandbox"]["sandbox"] == "best-effort"
     assert os.environ.get("HOME") is not None
+
+
+async def test_commands_run_as_the_workspace_owner_never_as_host_root(workspace: Path) -> None:
+    """A root kernel's sandbox becomes the first root's owner: its files are theirs, not root's."""
+    owner = workspace.stat().st_uid
+    session = await start_local(SessionSpec(roots=(workspace,)))
+    try:
+        r = await session.run(
+            "id -u; touch made; grep Cap /proc/self/status",
+            cwd=workspace,
+            env={},
+            timeout=10,
+            output_cap=4000,
+        )
+    finally:
+        await session.aclose()
+    lines = r.stdout.splitlines()
+    assert lines[0] == str(owner)
+    assert (workspace / "made").stat().st_uid == owner
+    assert all(line.split()[1] == "0000000000000000" for line in lines if "CapEff" in line)
