@@ -29,7 +29,9 @@ def kernel(ws: Path, **kw):
 
 
 def _sandbox_pids() -> list[int]:
-    return [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "bwrap"]
+    """This test process's sandboxes (bubblewrap processes among its descendants)."""
+    mine = psutil.Process(os.getpid()).children(recursive=True)
+    return [p.pid for p in mine if p.name() == "bwrap"]
 
 
 async def test_a_missing_layer_refuses_naming_it_and_its_fix(
@@ -163,3 +165,28 @@ async def test_commands_run_as_the_workspace_owner_never_as_host_root(workspace:
     assert lines[0] == str(owner)
     assert (workspace / "made").stat().st_uid == owner
     assert all(line.split()[1] == "0000000000000000" for line in lines if "CapEff" in line)
+
+
+async def test_a_sandbox_that_dies_under_a_command_is_reported_and_restarted(
+    workspace: Path,
+) -> None:
+    session = await start_local(SessionSpec(roots=(workspace,), kill_grace=0.2))
+    kw = {"cwd": workspace, "env": {}, "timeout": 10, "output_cap": 1000}
+    try:
+
+        async def kill_sandbox() -> None:
+            await trio.sleep(0.3)
+            for pid in _sandbox_pids():
+                for child in psutil.Process(pid).children():
+                    child.kill()  # the supervisor, PID 1 inside: only the host can do this
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_sandbox)
+            r = await session.run("echo before; sleep 5", **kw)
+        assert r.status == "lost" and r.session_restarted and r.stdout == "before\n"
+        r = await session.run("echo after", **kw)
+        assert r.stdout == "after\n" and r.session_restarted  # a fresh sandbox ran it
+        r = await session.run("echo again", **kw)
+        assert r.stdout == "again\n" and not r.session_restarted
+    finally:
+        await session.aclose()
