@@ -88,6 +88,7 @@ _REPLY_LIMIT = 5.0  # how long the supervisor may take to report after a kill
 _DRAIN_GRACE = 0.25
 _SIZE = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+BWRAP_VARIABLE = "RINGFENCE_BWRAP"  # where bubblewrap is, when not on PATH
 _HIDDEN = ("/home", "/root", "/run", "/var/lib/docker", "/mnt", "/media", "/srv")
 _SUPERVISOR = Path(__file__).resolve().parent / "_confined_supervisor.py"
 
@@ -218,6 +219,7 @@ class ConfinedSession:
         self.start_seconds = 0.0
         names = dict.fromkeys((*BASE_ENV_ALLOWLIST, *spec.passthrough_env))
         self._base_env = {n: os.environ[n] for n in names if n in os.environ}
+        self._degraded: str | None = None  # why the namespaces are missing (best-effort)
         self._kernel_layers: list[Layer] = []
         self._landlock: str | None = None
         self._seccomp: bytes | None = None
@@ -266,15 +268,17 @@ class ConfinedSession:
 
     @property
     def _switch_uid(self) -> bool:
-        return os.geteuid() == 0 and self._uid != 0
+        return os.geteuid() == 0 and self._uid != 0 and self._degraded is None
 
     def _argv(
         self, fd: int, info_fd: int, block_fd: int, seccomp_fd: int | None
     ) -> tuple[list[str], list[Layer]]:
         """bubblewrap's argv and the layers it provides. Raises Unavailable when bwrap is missing."""
-        bwrap = shutil.which("bwrap")
-        if bwrap is None:
-            raise _refuse("namespaces", "bubblewrap (bwrap) is not installed")
+        if self._degraded is not None:
+            return self._degraded_argv(fd, seccomp_fd)
+        bwrap = os.environ.get(BWRAP_VARIABLE) or shutil.which("bwrap")
+        if bwrap is None or not os.access(bwrap, os.X_OK):
+            raise _refuse("namespaces", f"bubblewrap ({bwrap or 'bwrap'}) is not installed")
         spec = self._spec
         roots = [Path(os.path.realpath(r)) for r in spec.roots]
         argv = [
@@ -343,21 +347,7 @@ class ConfinedSession:
         if seccomp_fd is not None:
             argv += ["--seccomp", str(seccomp_fd)]
         argv += ["--chdir", "/", "--", python, "-I", "-S", str(_SUPERVISOR)]
-        limits = self._options
-        nproc = limits.pids
-        argv += [
-            str(fd),
-            f"level={limits.sandbox}",
-            f"network={int(spec.network)}",
-            f"address_space={limits.memory}",
-            f"nproc={nproc}",
-            "open_files=4096",
-            f"file_size={limits.file_size}",
-            *([f"uid={self._uid}", f"gid={self._gid}"] if self._switch_uid else []),
-            *([f"landlock={self._landlock}"] if self._landlock else []),
-            "cpu_seconds=86400",
-            *(f"write={r}" for r in (*map(str, roots), "/tmp", "/var/tmp", "/dev")),
-        ]
+        argv += [str(fd), *self._supervisor_options([str(r) for r in roots])]
         net = "host network (session option network)" if spec.network else "none (own loopback)"
         layers = [
             Layer(
@@ -377,20 +367,71 @@ class ConfinedSession:
         ]
         return argv, layers
 
+    def _supervisor_options(self, roots: list[str]) -> list[str]:
+        limits = self._options
+        return [
+            f"level={limits.sandbox}",
+            f"network={int(self._spec.network)}",
+            f"address_space={limits.memory}",
+            f"nproc={limits.pids}",
+            "open_files=4096",
+            f"file_size={limits.file_size}",
+            "cpu_seconds=86400",
+            *([f"uid={self._uid}", f"gid={self._gid}"] if self._switch_uid else []),
+            *([f"landlock={self._landlock}"] if self._landlock else []),
+            *(f"write={r}" for r in (*roots, "/tmp", "/var/tmp", "/dev")),
+        ]
+
     async def _start(self) -> None:
         started = time.monotonic()
         try:
             await self._spawn()
         except Unavailable as exc:
-            if self._options.sandbox == STRICT or exc.layer in ("uid", "pid namespace"):
+            if self._options.sandbox == STRICT or getattr(exc, "layer", None) != "namespaces":
                 raise
-            # best-effort without namespaces is not a sandbox worth the name: say so and refuse
-            raise Unavailable(
-                f"{exc.message}; the local backend cannot run without its namespaces even with "
-                "sandbox='best-effort' (use the 'host' backend for unconfined commands)",
-                field="backend",
-            ) from None
+            # best-effort: the same supervisor without bubblewrap (see _degraded_argv)
+            self._degraded = getattr(exc, "why", exc.message)
+            await self._spawn()
         self.start_seconds = time.monotonic() - started
+
+    def _degraded_argv(self, fd: int, seccomp_fd: int | None) -> tuple[list[str], list[Layer]]:
+        """best-effort without namespaces: the supervisor on the host, as the kernel's user.
+
+        What still holds: Landlock (writes only beneath the roots, /tmp,
+        /var/tmp and /dev; no TCP without network; no signals to, and no
+        ptrace-mode access such as ``/proc/<pid>/environ`` of, processes
+        outside the sandbox, ABI >= 6), seccomp, rlimits, and the tree (a
+        child-subreaper supervisor kills every descendant). What does not: the
+        host file system is as readable as for the kernel's user (``~/.ssh``),
+        /tmp is the host's, git metadata is writable, the network is the host's
+        (UDP, Unix sockets), and a root kernel's commands run as root.
+        """
+        roots = [os.path.realpath(r) for r in self._spec.roots]
+        argv = [os.path.realpath(sys.executable), "-I", "-S", str(_SUPERVISOR), str(fd)]
+        argv += self._supervisor_options(roots)
+        argv += ["pidns=0", *([f"seccomp_fd={seccomp_fd}"] if seccomp_fd is not None else [])]
+        why = self._degraded or "no namespaces"
+        layers = [
+            Layer("namespaces", False, why),
+            Layer(
+                "file system",
+                False,
+                "no mount namespace: the host file system as the kernel's user sees it "
+                "(~/.ssh readable, the host's /tmp, git metadata writable); writes limited by "
+                "Landlock alone",
+            ),
+            Layer(
+                "network",
+                self._spec.network,
+                "host network (session option network)"
+                if self._spec.network
+                else "no network namespace: host network; Landlock blocks TCP only",
+            ),
+            *[layer for layer in self._kernel_layers if layer.name != "seccomp" or not layer.ok],
+        ]
+        if os.geteuid() == 0:
+            layers.append(Layer("uid", False, "no user namespace: commands run as root"))
+        return argv, layers
 
     async def _spawn(self) -> None:
         missing = [layer for layer in self._kernel_layers if not layer.ok]
@@ -694,6 +735,7 @@ class ConfinedSession:
 
 
 def _refuse(layer: str, why: str) -> Unavailable:
+    """``unavailable`` naming the layer, why, its fix and the ways out."""
     fix = FIXES.get(layer)
     exc = Unavailable(
         f"the confined local backend cannot apply its {layer} layer: {why}"
@@ -703,6 +745,7 @@ def _refuse(layer: str, why: str) -> Unavailable:
         field="backend",
     )
     exc.layer = layer  # type: ignore[attr-defined]
+    exc.why = why  # type: ignore[attr-defined]
     return exc
 
 

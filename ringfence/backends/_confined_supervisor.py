@@ -59,6 +59,9 @@ _SIGKILL = 9
 _SIGTERM = 15
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_CHILD_SUBREAPER = 36
+_SYS_SECCOMP = 317
+_SECCOMP_SET_MODE_FILTER = 1
 _SYS_LANDLOCK_CREATE_RULESET = 444
 _SYS_LANDLOCK_ADD_RULE = 445
 _SYS_LANDLOCK_RESTRICT_SELF = 446
@@ -197,7 +200,32 @@ def confine(conf: dict[str, str], writable: list[str]) -> tuple[dict[str, str], 
     step("no_new_privs", privs)
     if "landlock" in conf:
         step("landlock", lambda: apply_landlock(conf["landlock"], writable))
+    if "seccomp_fd" in conf:  # without bubblewrap, which installs it otherwise: last
+        step("seccomp", lambda: apply_seccomp(int(conf["seccomp_fd"])))
     return applied, missing
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def apply_seccomp(fd: int) -> str:
+    """Install the kernel-built filter read from ``fd`` (best-effort mode, without bwrap)."""
+    chunks = []
+    while True:
+        data = os.read(fd, 65536)
+        if not data:
+            break
+        chunks.append(data)
+    os.close(fd)
+    program = b"".join(chunks)
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if _libc.syscall(
+        _SYS_SECCOMP, ctypes.c_uint(_SECCOMP_SET_MODE_FILTER), ctypes.c_uint(0), ctypes.byref(fprog)
+    ):
+        raise _fail("seccomp", "seccomp(SECCOMP_SET_MODE_FILTER)")
+    return f"{len(program) // 8} instructions"
 
 
 # -- the wire ------------------------------------------------------------------------------
@@ -240,12 +268,57 @@ def recv(sock: _socket.socket) -> tuple[bytes, list[int]] | None:
 # -- commands ------------------------------------------------------------------------------
 
 
+_PIDNS = True  # PID 1 of its own PID namespace; False only in the best-effort fallback
+
+
 def kill_all(sig: int) -> None:
-    """Signal every process of the namespace but this one (PID 1 only)."""
-    try:  # noqa: SIM105 (contextlib is one import more at every session start)
-        os.kill(-1, sig)
-    except ProcessLookupError:
-        pass
+    """Signal every process of the sandbox but this one.
+
+    PID 1 of a PID namespace: ``kill(-1)`` reaches exactly the namespace's
+    other processes. Without one (best-effort): every descendant of this
+    process, found again until none is left (a child subreaper: an orphan is
+    reparented here, so no process a command starts stops being one).
+    """
+    if _PIDNS:
+        try:  # noqa: SIM105 (contextlib is one import more at every session start)
+            os.kill(-1, sig)
+        except ProcessLookupError:
+            pass
+        return
+    for _ in range(1000 if sig == _SIGKILL else 1):
+        found = descendants()
+        if not found:
+            return
+        for pid in found:
+            try:  # noqa: SIM105
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def descendants() -> list[int]:
+    """Live (not zombie) descendants of this process, from ``/proc/*/stat``."""
+    me = os.getpid()
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        state, ppid = data[data.rindex(b")") + 2 :].split()[:2]
+        if state != b"Z":
+            parent[int(name)] = int(ppid)
+    out = []
+    for pid in parent:
+        up, hops = parent[pid], 0
+        while up not in (me, 0, 1) and up in parent and hops < 4096:
+            up, hops = parent[up], hops + 1
+        if up == me and pid != me:
+            out.append(pid)
+    return out
 
 
 def reap_all() -> None:
@@ -387,10 +460,14 @@ def main(args: list[str]) -> int:
             conf[key] = value
     sock = _socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
-    if os.getpid() != 1:
+    global _PIDNS
+    _PIDNS = conf.get("pidns", "1") == "1"
+    if _PIDNS and os.getpid() != 1:
         send(sock, b"FAIL\npid namespace\tthe supervisor is not PID 1 of its own PID namespace")
         return 1
     try:
+        if not _PIDNS:  # every orphan of a command becomes ours, so it is found and killed
+            _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         applied, missing = confine(conf, writable)
     except LayerUnavailable as exc:
         send(sock, f"FAIL\n{exc.layer}\t{exc.message}".encode())

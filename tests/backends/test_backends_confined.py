@@ -38,7 +38,7 @@ async def test_a_missing_layer_refuses_naming_it_and_its_fix(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No bubblewrap on PATH: run_shell fails with unavailable, nothing runs, nothing is left."""
-    monkeypatch.setenv("PATH", str(workspace))  # a directory without bwrap
+    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))  # a missing binary
     marker = workspace / "ran"
     before = _sandbox_pids()
     async with kernel(workspace) as k:
@@ -48,6 +48,50 @@ async def test_a_missing_layer_refuses_naming_it_and_its_fix(
     assert "namespaces" in message and "apt-get install bubblewrap" in message
     assert "host" in message and "best-effort" in message  # the ways out, named
     assert not marker.exists() and _sandbox_pids() == before
+
+
+async def test_best_effort_without_namespaces_keeps_the_other_layers_and_records_the_gaps(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No bubblewrap, sandbox=best-effort: the supervisor runs without namespaces.
+
+    Landlock still refuses writes outside the roots and signals to host
+    processes; every missing layer is in the started event.
+    """
+    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))
+    events = tmp_path / "events.jsonl"
+    # Outside /tmp (the host's /tmp stays writable without a mount namespace): only Landlock
+    # stands between a root kernel's command and /usr/local here.
+    outside = Path(f"/usr/local/ringfence-attack-{os.getpid()}")
+    victim = psutil.Popen(["sleep", "300"])
+    try:
+        async with kernel(
+            workspace, backend_options={"sandbox": "best-effort"}, events_path=events
+        ) as k:
+            result = await k.call(
+                "run_shell",
+                {
+                    "command": f"touch {outside}; kill -9 {victim.pid}; "
+                    "setsid sleep 300 & touch inside",
+                    "env": {"PATH": os.defpath},
+                },
+            )
+        assert "Permission denied" in result["stderr"] and "not permitted" in result["stderr"]
+        assert not outside.exists() and (workspace / "inside").exists()
+        assert victim.is_running() and victim.status() != psutil.STATUS_ZOMBIE
+    finally:
+        victim.kill()
+        victim.wait()
+        outside.unlink(missing_ok=True)
+    started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
+    sandbox = started[0]["sandbox"]
+    assert sandbox["sandbox"] == "best-effort"
+    assert {"namespaces", "file system", "network"} <= set(sandbox["missing_layers"])
+    ok = {layer["layer"] for layer in sandbox["layers"] if layer["ok"]}
+    assert {"landlock", "seccomp", "rlimits"} <= ok
+    assert not [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]
+    ]
 
 
 async def test_best_effort_is_recorded_in_the_started_event(workspace: Path, tmp_path) -> None:
