@@ -2,8 +2,17 @@
 
 One sandbox is started per session (bubblewrap, then a small Python
 supervisor inside it, :mod:`._confined_supervisor`); every command is then
-one fork+exec of that supervisor, so confinement costs a one-time start, not
-a per-command namespace setup.
+one ``posix_spawn`` of that supervisor, so confinement costs a one-time
+start (bubblewrap ~5 ms, the supervisor's interpreter ~20 ms), not a
+per-command namespace setup.
+
+Why bubblewrap rather than ``unshare``/``clone`` from Python: the mount
+layout (a recursive read-only bind of ``/`` with every submount made
+read-only, masks, binds at their own paths, ``pivot_root``, a fresh
+``/proc`` and ``/dev``) is exactly what bubblewrap has done correctly and
+audited for years (Flatpak), it costs a few milliseconds once per session,
+it is a Debian package, and it installs a seccomp program handed to it; the
+only thing it lacks, Landlock, the supervisor adds.
 
 Layers (all must apply, or the session refuses with ``unavailable`` naming
 the layer and its fix, unless the operator chose ``sandbox="best-effort"``,
@@ -21,8 +30,10 @@ which is recorded in :attr:`ConfinedSession.metadata` and so in the
   Python installation that runs the supervisor is shown again, read-only).
 - **network**: none (loopback of its own) unless the session asks for
   ``network``.
-- **landlock**, **seccomp**, **rlimits**: applied by the supervisor to
-  itself (see its docstring); every command inherits them.
+- **seccomp**: built here (:mod:`._confined_layers`, with the script
+  runner's BPF helpers), installed by bubblewrap before the supervisor
+  starts. **landlock**, **rlimits**: applied by the supervisor to itself
+  (see its docstring). Every command inherits all three.
 - **uid**: when the kernel runs as root and the first root belongs to
   another user, the sandbox runs as that user (files it makes are theirs,
   ``RLIMIT_NPROC`` holds); otherwise as the kernel's own user.
@@ -43,6 +54,10 @@ read-only git mount moves the mount with it, and a new ``.git`` can then be
 made in its place (the same holds for the docker backend); Landlock cannot
 protect git directories beneath a writable root (their read-only mounts
 do); the seccomp filter is a deny list, x86-64 only.
+
+``sandbox="best-effort"`` on a machine without namespaces (no bubblewrap,
+or no unprivileged user namespaces): :meth:`ConfinedSession._degraded_argv`
+says what still holds and what does not; the missing layers are recorded.
 """
 
 from __future__ import annotations
