@@ -458,6 +458,10 @@ def main(args: list[str]) -> int:
             writable.append(value)
         else:
             conf[key] = value
+    # Nothing else bubblewrap or the kernel passed on may reach a command.
+    keep = sorted({0, 1, 2, fd, int(conf.get("seccomp_fd", fd))})
+    for low, high in zip(keep, [*keep[1:], 1 << 20], strict=True):
+        os.closerange(low + 1, high)
     sock = _socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
     global _PIDNS

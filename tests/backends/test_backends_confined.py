@@ -234,3 +234,19 @@ async def test_a_sandbox_that_dies_under_a_command_is_reported_and_restarted(
         assert r.stdout == "again\n" and not r.session_restarted
     finally:
         await session.aclose()
+
+
+async def test_a_command_inherits_no_descriptor_but_its_three(workspace: Path) -> None:
+    """Not the control socket, not what bubblewrap was handed (its seccomp pipe, uid-map pipes)."""
+    session = await start_local(SessionSpec(roots=(workspace,)))
+    try:
+        r = await session.run(
+            ["python3", "-c", "import os; print(sorted(os.listdir('/proc/self/fd')))"],
+            cwd=workspace,
+            env={},
+            timeout=10,
+            output_cap=1000,
+        )
+    finally:
+        await session.aclose()
+    assert r.stdout == "['0', '1', '2', '3']\n", r  # 3: the listing's own descriptor
