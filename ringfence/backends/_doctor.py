@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -72,10 +73,17 @@ def _local_checks() -> list[Check]:
                 session = await start_confined(SessionSpec(roots=(Path(tmp),)))
             except RingfenceError as exc:
                 layer = getattr(exc, "layer", "sandbox")
-                return [
+                checks = [
                     Check("backend local", False, f"confined sandbox: {exc.message}", None, ()),
-                    Check(f"local layer {layer}", False, exc.message, FIXES.get(layer), ("local",)),
+                    Check(
+                        f"local layer {layer}",
+                        False,
+                        getattr(exc, "why", exc.message),
+                        FIXES.get(layer),
+                        ("local",),
+                    ),
                 ]
+                return checks + await best_effort(layer)
             try:
                 checks = [
                     Check(
@@ -94,12 +102,35 @@ def _local_checks() -> list[Check]:
             finally:
                 await session.aclose()
 
+        async def best_effort(failed: str) -> list[Check]:
+            """Every layer as sandbox='best-effort' would run (what --sandbox best-effort gets)."""
+            spec = SessionSpec(roots=(Path(tmp),), options={"sandbox": "best-effort"})
+            try:
+                session = await start_confined(spec)
+            except RingfenceError as exc:
+                return [Check("local best-effort", False, exc.message)]
+            try:
+                return [
+                    Check(
+                        f"local layer {layer.name}",
+                        layer.ok,
+                        f"{layer.detail} (with --sandbox best-effort)",
+                        None if layer.ok else FIXES.get(layer.name),
+                    )
+                    for layer in session.layers
+                    if layer.name != failed
+                ]
+            finally:
+                await session.aclose()
+
         return trio.run(probe)
 
 
 def _bubblewrap() -> Check:
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
+    from ._confined import BWRAP_VARIABLE
+
+    bwrap = os.environ.get(BWRAP_VARIABLE) or shutil.which("bwrap")
+    if bwrap is None or not os.access(bwrap, os.X_OK):
         return Check(
             "bubblewrap",
             False,

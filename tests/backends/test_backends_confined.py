@@ -250,3 +250,20 @@ async def test_a_command_inherits_no_descriptor_but_its_three(workspace: Path) -
     finally:
         await session.aclose()
     assert r.stdout == "['0', '1', '2', '3']\n", r  # 3: the listing's own descriptor
+
+
+def test_doctor_names_each_missing_layer_with_its_fix(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RINGFENCE_BWRAP", str(tmp_path / "no-bwrap"))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")  # not what this is about
+    code = main(["doctor", "--backend", "local", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["result"]["backends"]["local"] is False
+    assert report["result"]["backends"]["host"] is True
+    checks = {c["name"]: c for c in report["result"]["checks"]}
+    assert not checks["local layer namespaces"]["ok"]
+    assert "apt-get install bubblewrap" in checks["local layer namespaces"]["fix"]
+    assert not checks["bubblewrap"]["ok"] and checks["bubblewrap"]["fix"]
+    assert checks["local layer landlock"]["ok"] and checks["local layer seccomp"]["ok"]
+    assert "UNCONFINED" in checks["backend host"]["detail"]
