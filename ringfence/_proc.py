@@ -482,6 +482,11 @@ class Process:
         self._closed = False
 
     @property
+    def cgroup(self) -> Path | None:
+        """The tree's cgroup v2 directory (``cgroup`` tracking), for limits; else None."""
+        return self._group.path if self._group is not None else None
+
+    @property
     def method(self) -> Method:
         """How this tree is tracked: ``cgroup`` or ``run-id``."""
         return "cgroup" if self._group is not None else "run-id"

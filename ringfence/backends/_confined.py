@@ -490,6 +490,11 @@ class ConfinedSession:
 
         async def make_limits() -> None:
             # In a thread, while the sandbox starts: making and joining cgroups is slow.
+            group = proc.cgroup
+            v2 = await trio.to_thread.run_sync(_v2_limits, group, self._options)
+            if v2 is not None:  # the session's own cgroup (removed by _proc) holds the limits
+                made.append(([group] if group else [], v2))
+                return
             found = await trio.to_thread.run_sync(
                 _make_limit_cgroups, self._options.pids, self._options.memory
             )
@@ -874,6 +879,35 @@ def _cgroup_mounts() -> dict[str, tuple[str, str]]:
                 if c in rfields[2].split(",") and c in own:
                     found[c] = (fields[4], own[c])
     return found
+
+
+def _v2_limits(group: Path | None, options: ConfinedOptions) -> str | None:
+    """Limits on the sandbox's own cgroup v2 (made by _proc) where the controllers can be had.
+
+    Each ancestor must delegate ``pids`` and ``memory`` to its children; one
+    that does not is enabled here when allowed (the hierarchy's root, a
+    cgroup without processes of its own). None when that fails: the caller
+    tries cgroup v1. Never raises.
+    """
+    if group is None:
+        return None
+    mount = _proc._cgroup2_mount()
+    if mount is None or Path(mount) not in group.parents:
+        return None
+    try:
+        chain = [p for p in reversed(group.parents) if Path(mount) in (p, *p.parents)]
+        for parent in chain:
+            enabled = (parent / "cgroup.subtree_control").read_text().split()
+            missing = [c for c in ("pids", "memory") if c not in enabled]
+            if missing:
+                (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in missing))
+        (group / "pids.max").write_text(str(options.pids))
+        (group / "memory.max").write_text(str(options.memory))
+        with contextlib.suppress(OSError):
+            (group / "memory.swap.max").write_text("0")
+    except OSError:
+        return None
+    return f"cgroup v2 pids.max={options.pids}, memory.max={options.memory}"
 
 
 def _make_limit_cgroups(max_pids: int, memory: int) -> tuple[list[Path], str]:
