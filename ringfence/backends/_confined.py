@@ -413,11 +413,12 @@ class ConfinedSession:
         """best-effort without namespaces: the supervisor on the host, as the kernel's user.
 
         What still holds: Landlock (writes only beneath the roots, /tmp,
-        /var/tmp and /dev; no TCP without network; no signals to, and no
-        ptrace-mode access such as ``/proc/<pid>/environ`` of, processes
-        outside the sandbox, ABI >= 6), seccomp, rlimits, and the tree (a
-        child-subreaper supervisor kills every descendant). What does not: the
-        host file system is as readable as for the kernel's user (``~/.ssh``),
+        /var/tmp and /dev; no TCP without network; no signals to processes
+        outside the sandbox, ABI >= 6), seccomp (no ptrace), rlimits, and the
+        tree (a child-subreaper supervisor kills every descendant). What does
+        not: other processes of the same user are visible in ``/proc``
+        (``/proc/<pid>/environ`` included: checked, Landlock does not stop
+        it); the host file system is as readable as for the kernel's user (``~/.ssh``),
         /tmp is the host's, git metadata is writable, the network is the host's
         (UDP, Unix sockets), and a root kernel's commands run as root.
         """
