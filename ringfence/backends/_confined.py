@@ -235,6 +235,8 @@ class ConfinedSession:
         names = dict.fromkeys((*BASE_ENV_ALLOWLIST, *spec.passthrough_env))
         self._base_env = {n: os.environ[n] for n in names if n in os.environ}
         self._degraded: str | None = None  # why the namespaces are missing (best-effort)
+        self._gitdirs: list[Path] = []
+        self._gitfiles: list[Path] = []
         self._kernel_layers: list[Layer] = []
         self._landlock: str | None = None
         self._seccomp: bytes | None = None
@@ -352,8 +354,7 @@ class ConfinedSession:
                 argv += ["--ro-bind", str(path), str(path)]
         for root in roots:
             argv += ["--bind", str(root), str(root)]
-        readonly = [Path(os.path.realpath(p)) for p in spec.readonly_paths]
-        readonly += _gitfiles(roots, readonly)
+        readonly = [*self._gitdirs, *self._gitfiles]
         for path in readonly:
             if path.exists() and any(_inside(path, r) for r in roots):
                 argv += ["--ro-bind", str(path), str(path)]
@@ -399,6 +400,9 @@ class ConfinedSession:
 
     async def _start(self) -> None:
         started = time.monotonic()
+        roots = [Path(os.path.realpath(r)) for r in self._spec.roots]
+        self._gitdirs = [Path(os.path.realpath(p)) for p in self._spec.readonly_paths]
+        self._gitfiles = await trio.to_thread.run_sync(_gitfiles, roots, self._gitdirs)
         try:
             await self._spawn()
         except Unavailable as exc:
@@ -822,37 +826,39 @@ def _session_user(roots: tuple[Path, ...], hidden: list[str]) -> tuple[int, int]
 
 
 def _gitfiles(roots: list[Path], gitdirs: list[Path]) -> list[Path]:
-    """Gitfiles (``.git`` files) inside the roots, found without walking the tree.
+    """Every gitfile (a ``.git`` *file*, any spelling git protects) inside the roots. Blocking.
 
-    A root's own ``.git``, and the ones the git directories point back at:
-    a linked worktree's (``<gitdir>/gitdir``, ``<gitdir>/worktrees/*/gitdir``)
-    and a submodule's (``core.worktree`` in ``<gitdir>/modules/*/config``).
+    One walk of the roots that does not follow symbolic links and does not
+    enter the git directories (they are mounted read-only whole). A gitfile
+    redirects git to another git directory, so one a command could rewrite
+    would let it plant hooks that a later ``git`` on the host runs. Costs
+    what the workspace's own git-directory scan costs (about 15 µs a
+    directory entry).
     """
+    # The workspace's own rule for what git treats as ``.git`` (one rule, not a copy).
+    from ..workspace._gitguard import is_dotgit
+
+    skip = set(gitdirs)
     found: list[Path] = []
-    for root in roots:
-        if (root / ".git").is_file():
-            found.append(root / ".git")
-    pointers: list[Path] = []
-    for gitdir in gitdirs:
-        pointers.append(gitdir / "gitdir")
-        with contextlib.suppress(OSError):
-            pointers += [w / "gitdir" for w in (gitdir / "worktrees").iterdir()]
-        with contextlib.suppress(OSError):
-            for module in (gitdir / "modules").iterdir():
-                with contextlib.suppress(OSError, UnicodeDecodeError):
-                    text = (module / "config").read_text()
-                    m = re.search(r"^\s*worktree\s*=\s*(.+?)\s*$", text, re.MULTILINE)
-                    if m:
-                        found.append(Path(os.path.normpath(module / m.group(1))) / ".git")
-    for pointer in pointers:
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            found.append(Path(pointer.read_text().strip()))
-    out = []
-    for path in found:
-        real = Path(os.path.realpath(path))
-        if real.is_file() and any(_inside(real, r) for r in roots) and real not in out:
-            out.append(real)
-    return out
+    stack = [r for r in roots if r not in skip]
+    while stack:
+        where = stack.pop()
+        try:
+            with os.scandir(where) as it:
+                entries = [
+                    (e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
+                    for e in it
+                ]
+        except OSError:
+            continue
+        for name, is_dir, is_file in entries:
+            path = where / name
+            if is_dotgit(name):
+                if is_file:
+                    found.append(path)
+            elif is_dir and path not in skip:
+                stack.append(path)
+    return found
 
 
 def _children(pid: int) -> list[int]:

