@@ -598,13 +598,20 @@ class ConfinedSession:
             if self._closed:
                 raise trio.ClosedResourceError("the local backend session is closed")
             restarted = False
-            if self._sock is None:  # the sandbox died under an earlier command
-                await self._start()
-                restarted = True
-            result = await self._run(argv, cwd, child_env, timeout, output_cap, on_output, redact)
-            if restarted and not result.session_restarted:
-                result = _replace_restarted(result)
-            return result
+            for _attempt in range(2):
+                if self._sock is None:  # the sandbox died under an earlier command
+                    await self._start()
+                    restarted = True
+                try:
+                    result = await self._run(
+                        argv, cwd, child_env, timeout, output_cap, on_output, redact
+                    )
+                except _NotSent:  # the sandbox was gone before the command reached it
+                    continue
+                if restarted and not result.session_restarted:
+                    result = _replace_restarted(result)
+                return result
+            raise ToolError("the local sandbox died twice before a command could reach it")
 
     async def _run(
         self,
@@ -630,7 +637,7 @@ class ConfinedSession:
             for fd in (out_r, err_r):
                 os.close(fd)
             await self._lost()
-            return _lost_result(started, out, err, output_cap, self._spec, redact)
+            raise _NotSent() from None
         finally:
             os.close(out_w)
             os.close(err_w)
@@ -655,7 +662,8 @@ class ConfinedSession:
                     await watch.until(lambda: watch.pipes_closed)
         except BaseException:
             with trio.CancelScope(shield=True):
-                await self._stop(watch)
+                if await self._stop(watch) is None:
+                    await self._lost()
             raise
         finally:
             watch.close()
@@ -757,6 +765,10 @@ class ConfinedSession:
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+class _NotSent(Exception):
+    """The command could not be handed to the supervisor (the sandbox is gone): retry once."""
 
 
 def _refuse(layer: str, why: str) -> Unavailable:

@@ -57,6 +57,7 @@ BEST_EFFORT = "best-effort"
 
 _SIGKILL = 9
 _SIGTERM = 15
+_PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
@@ -139,6 +140,8 @@ def drop_privileges(uid: int, gid: int) -> str:
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
+    # A change of credentials clears the parent-death signal bubblewrap armed: arm it again.
+    _prctl(_PR_SET_PDEATHSIG, _SIGKILL)
     try:
         os.setuid(0)
     except PermissionError:

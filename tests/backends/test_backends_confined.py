@@ -30,8 +30,14 @@ def kernel(ws: Path, **kw):
 
 def _sandbox_pids() -> list[int]:
     """This test process's sandboxes (bubblewrap processes among its descendants)."""
-    mine = psutil.Process(os.getpid()).children(recursive=True)
-    return [p.pid for p in mine if p.name() == "bwrap"]
+    found = []
+    for proc in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if proc.name() == "bwrap" and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
 
 
 async def test_a_missing_layer_refuses_naming_it_and_its_fix(
@@ -267,3 +273,23 @@ def test_doctor_names_each_missing_layer_with_its_fix(
     assert not checks["bubblewrap"]["ok"] and checks["bubblewrap"]["fix"]
     assert checks["local layer landlock"]["ok"] and checks["local layer seccomp"]["ok"]
     assert "UNCONFINED" in checks["backend host"]["detail"]
+
+
+async def test_a_sandbox_that_died_between_commands_is_restarted_for_the_next(
+    workspace: Path,
+) -> None:
+    """The command that finds the sandbox gone runs in a fresh one (and says so)."""
+    session = await start_local(SessionSpec(roots=(workspace,)))
+    kw = {"cwd": workspace, "env": {}, "timeout": 10, "output_cap": 1000}
+    try:
+        await session.run("true", **kw)
+        (bwrap,) = _sandbox_pids()
+        (supervisor,) = psutil.Process(bwrap).children()
+        supervisor.kill()  # PID 1 of the sandbox: only the host can; bubblewrap exits with it
+        with trio.fail_after(5):
+            while bwrap in _sandbox_pids():
+                await trio.sleep(0.01)
+        r = await session.run("echo ran", **kw)
+        assert r.stdout == "ran\n" and r.exit_code == 0 and r.session_restarted, r
+    finally:
+        await session.aclose()
