@@ -57,7 +57,7 @@ async def measure(
     rounds, batch = (6, 20) if quick else (20, 50)
     manifest = parse_manifest(
         f'[[server]]\nname = "bench"\ntransport = "stdio"\ncommand = {_toml(command)}\n'
-        f"args = [{', '.join(_toml(a) for a in args)}]\n",
+        f"args = [{', '.join(_toml(a) for a in args)}]\nread_only_tools = [{_toml(tool)}]\n",
         "bench.toml",
     )
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:

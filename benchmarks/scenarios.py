@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from . import backends, bridge, gate, mcp_host, workspace
+from . import backends, bridge, gate, gitscan, mcp_host, policy, workspace
 from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
     gate.SCENARIO,
     *workspace.SCENARIOS,
     *backends.SCENARIOS,
+    policy.SCENARIO,
+    *gitscan.SCENARIOS,
     *mcp_host.SCENARIOS,
     *bridge.SCENARIOS,
 ]

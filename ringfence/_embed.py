@@ -6,6 +6,7 @@ workspace, backends, bridge and MCP connectors are plugged into a Kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from .bridge import (
     remove_bridge_dir,
     unavailable_backend,
 )
-from .runtime import Approver, FileSink, Kernel, Posture, Rules, default_approver
+from .runtime import Approver, FileSink, Kernel, Policy, Posture, Rules, default_approver
 from .workspace import Workspace, register_file_tools
 
 __all__ = ["create_kernel", "workspace_roots_from_env"]
@@ -44,6 +45,7 @@ def create_kernel(
     backend: str | None = None,
     backend_options: Mapping[str, Any] | None = None,
     rules: Rules | None = None,
+    policy: Policy | None = None,
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
@@ -70,6 +72,10 @@ def create_kernel(
     servers connect when the kernel is entered and stop when it closes;
     ``mcp_options`` go to ``ringfence.mcp_host.connect_servers``.
 
+    ``policy`` (e.g. from ``ringfence.runtime.load_layers``) adds rules over
+    tool names and arguments to ``rules``; path rules are made relative to
+    ``roots``. No policy file is read unless the caller loads one.
+
     Use the result as ``async with create_kernel(...) as kernel:``.
     """
     # backends: checked before anything opens, so an unknown name leaks nothing
@@ -79,12 +85,20 @@ def create_kernel(
         sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"
     )
     # workspace: the roots file tools are confined to (opened first, so a bad root fails fast)
-    workspace = Workspace(workspace_roots_from_env(list(roots)))
+    root_paths = workspace_roots_from_env(list(roots))
+    workspace = Workspace(root_paths)
+    rules = rules or Rules()
+    if policy is not None:
+        # Path rules see names relative to a root, in its real spelling or the one given
+        # (a root reached through a symlink), so either absolute spelling is judged alike.
+        spellings = [*workspace.roots, *(os.path.abspath(p) for p in root_paths)]
+        merged = policy if rules.policy is None else rules.policy + policy
+        rules = dataclasses.replace(rules, policy=merged.with_roots(spellings))
     try:
         kernel = Kernel(
             posture=Posture.parse(posture),
             approver=approver if approver is not None else default_approver(),
-            rules=rules or Rules(),
+            rules=rules,
             events_sink=FileSink(events_path) if events_path else None,
             dry_run=dry_run,
             plan_path=Path(plan_path) if plan_path else None,

@@ -39,11 +39,22 @@ uid (the owner of the first workspace root, or 65534 when root owns it),
 the default seccomp profile, the workspace bind-mounted at ``/workspace``
 (further roots at ``/workspace2``, …) and every ``readonly_paths`` entry
 mounted again read-only on top.
+``run_shell`` passes the workspace's git directories *and* gitfiles (a
+worktree's or submodule's ``.git`` file) as ``readonly_paths``, so a command
+can neither write into them nor redirect a gitfile; git metadata a command
+*creates* (a new ``.git`` in any spelling, a new git directory) and
+setuid/setgid bits it sets are handled after the command by ``run_shell``'s
+check on the host (see ``ringfence.backends._tool``): ``nosuid`` is not
+available for bind mounts through the Engine API, and it would only stop
+``exec`` through the container's mount, not clear the bit on the host's file.
 
-Non-guarantees: a command can kill its own supervisor (it runs as the same
-uid); the session then restarts and that result says so. Markers are
-unguessable but a command that could read the supervisor's memory could fake
-its own exit status (only its own). Connections over TLS or ssh are not
+Non-guarantees: no disk quota: a command can fill the workspace's file
+system (and ``/tmp`` only up to ``tmp_size``); overlay2 on ext4 cannot size a
+bind mount (``storage_opt`` fails there), and a size-limited upper layer is
+the change-set design's job (issue 15). A command can kill its own
+supervisor (it runs as the same uid); the session then restarts and that
+result says so. Markers are unguessable but a command that could read the
+supervisor's memory could fake its own exit status (only its own). Connections over TLS or ssh are not
 supported yet (``Unavailable``).
 """
 

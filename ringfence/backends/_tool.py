@@ -5,10 +5,27 @@ short of ``unrestricted``); this module only resolves the working directory
 through the workspace, builds the environment, runs the command on the
 session's backend and shapes the result. The backend session starts on the
 first call and is closed with the kernel.
+
+Git metadata (every backend): a command must not leave git metadata that was
+not there, nor change a gitfile or a file inside a git directory (a planted
+``core.fsmonitor`` or hook runs on the host at the next ``git status``). The
+tool snapshots the roots' git metadata right before each command and checks
+them right after it (also after a timeout, a failure or a cancellation):
+new metadata is moved to ``<kernel spool dir>/quarantine/<call id>/<root
+index>/<path>``, changed gitfiles and git config/hook files get their
+before-image back, and the call fails with ``git_metadata`` naming every path
+(event ``git_metadata_refused``). On docker, gitfiles and git directories
+present at session start are also mounted read-only, and setuid/setgid bits a
+command set on a file are cleared (event ``setid_cleared``). Changes that
+appeared *between* commands (the host's own git, the user) are taken as the
+new baseline; a ``notice`` names them.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,11 +35,20 @@ import trio
 from ..runtime import (
     CallContext,
     Consequence,
+    GitMetadata,
     Kernel,
     Posture,
     RingfenceError,
     StreamRedactor,
     ToolSpec,
+)
+from ..workspace import (
+    GitReport,
+    GitSnapshot,
+    describe_findings,
+    diff_git_metadata,
+    enforce_git_metadata,
+    scan_git_metadata,
 )
 from ._registry import select_backend, start_session
 from ._types import DEFAULT_KILL_GRACE, BackendSession, SessionSpec
@@ -39,6 +65,11 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 3600.0
 # Output streamed into the event log per call and stream; the result itself carries the rest.
 EVENT_STREAM_BYTES = 16 * 1024
+# File timestamps come from a coarse clock (a tick or more behind time.time_ns()): files whose
+# status changed this long before the command started still count as changed by it.
+CTIME_SLACK_NS = 1_000_000_000
+# Findings listed in an error or event (the rest are counted): bounds what a command can log.
+MAX_REPORTED_PATHS = 200
 # Room for cap_text's marker, so the kernel's own cap does not cut an already-cut text again.
 MARKER_ROOM = 1024
 
@@ -49,9 +80,15 @@ DESCRIPTION = """Run a command in the session's execution backend and return its
 Each call starts fresh: cwd, exported variables and background processes do not carry
 over to the next call; files do. Output beyond the cap is cut head+tail with the full
 text saved to a file named in the output. A command still running at `timeout_seconds`
-is killed with its whole process tree and the result says "timeout"."""
+is killed with its whole process tree and the result says "timeout".
+Git metadata is off limits: a command that creates a .git or a repository, or changes
+anything inside a git directory or a .git file, fails with git_metadata after it ran,
+and what it created there is moved out of the workspace (git commands that only read,
+like status, diff and log, work; add, commit, checkout, init and clone do not)."""
 
-ENV_NAME_PATTERN = "^(?!LD_|DYLD_|RINGFENCE_)[A-Za-z_][A-Za-z0-9_]*$"
+# Two patterns because schema patterns are matched with RE2, which has no lookahead.
+ENV_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
+RESERVED_ENV_PREFIXES = "^(LD_|DYLD_|RINGFENCE_)"
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -77,7 +114,10 @@ INPUT_SCHEMA: dict[str, Any] = {
             "type": "object",
             "description": "extra environment variables for this command (names: letters, "
             "digits, _; not LD_*, DYLD_* or RINGFENCE_*)",
-            "propertyNames": {"pattern": ENV_NAME_PATTERN},
+            "propertyNames": {
+                "pattern": ENV_NAME_PATTERN,
+                "not": {"pattern": RESERVED_ENV_PREFIXES},
+            },
             "additionalProperties": {"type": "string"},
         },
     },
@@ -122,17 +162,36 @@ class ShellTool:
         self._grace = kill_grace
         self._session: BackendSession | None = None
         self._starting = trio.Lock()
+        self._command_lock = trio.Lock()
         self._closed = False
+        # Setuid/setgid bits are cleared only where commands run as a sandbox uid.
+        self._clear_setid = backend != "local"
+        # The git metadata after the last checked command (for the between-commands notice).
+        self._last: GitSnapshot | None = None
 
-    async def session(self, ctx: CallContext) -> BackendSession:
-        """The backend session, started on first use. Raises what the backend's start raises."""
+    async def session(
+        self, ctx: CallContext, snapshot: GitSnapshot | None = None
+    ) -> BackendSession:
+        """The backend session, started on first use. Raises what the backend's start raises.
+
+        A new session gets the workspace's git directories and the gitfiles
+        of ``snapshot`` (the pre-command scan; scanned here when not given)
+        as read-only paths.
+        """
         async with self._starting:
             if self._closed:
                 raise trio.ClosedResourceError("the kernel was closed")
             if self._session is None:
+                if snapshot is None:  # started for another tool (the script bridge)
+                    snapshot = await self._scan()
+                readonly = set(self.workspace.git_directories())
+                # A gitfile is redirected by rewriting it: mount it read-only like a git dir.
+                readonly.update(
+                    f for f in snapshot.gitfiles if not any(d in f.parents for d in readonly)
+                )
                 spec = SessionSpec(
                     roots=tuple(self.workspace.roots),
-                    readonly_paths=tuple(self.workspace.git_directories()),
+                    readonly_paths=tuple(sorted(readonly)),
                     network=self._network,
                     passthrough_env=self._passthrough,
                     spool_dir=self.kernel.spool_dir,
@@ -164,24 +223,134 @@ class ShellTool:
             exc.field = "cwd"  # the resolver names its own argument; here it is cwd
             raise
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
-        session = await self.session(ctx)
-        env = dict(args.get("env") or {})
+        # One command at a time from scan to check: a second call's baseline must not
+        # include what the first is about to have undone.
+        async with self._command_lock:
+            return await self._run_checked(args, ctx, cwd, timeout)
+
+    async def _run_checked(
+        self, args: dict[str, Any], ctx: CallContext, cwd: Path, timeout: float
+    ) -> dict[str, Any]:
+        before_ns = time.time_ns()
+        before = await self._scan()
+        self._note_between_commands(before, ctx)
+        session = await self.session(ctx, before)
+        # git status would refresh .git/index as a side effect: a change in a git directory.
+        env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         # Values the child receives that look like credentials are redacted from everything.
         self.kernel.redactor.register_env(session.environment(env))
         streams = _EventStreams(ctx, self.kernel)
-        result = await session.run(
-            args["command"],
-            cwd=cwd,
-            env=env,
-            timeout=timeout,
-            output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
-            on_output=streams.feed,
-            redact=self.kernel.redactor.redact,
-        )
+        try:
+            result = await session.run(
+                args["command"],
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
+                on_output=streams.feed,
+                redact=self.kernel.redactor.redact,
+            )
+        except BaseException:
+            # The command may have written before it failed or was cancelled: check anyway,
+            # without replacing the original exception (cancellation stays cancellation).
+            with trio.CancelScope(shield=True):
+                try:
+                    await self._check(before, before_ns, ctx)
+                except Exception as exc:
+                    ctx.emit("notice", message=f"the git metadata check failed: {exc!r}")
+            raise
         streams.flush()
+        report = await self._check(before, before_ns, ctx)
+        if report.refused:
+            moved = (
+                f" Moved out of the workspace: to {report.quarantine}." if report.quarantine else ""
+            )
+            raise GitMetadata(
+                "the command created or changed git metadata, which could make git on the "
+                f"host run programs (it ran; exit code {result.exit_code}): "
+                f"{describe_findings(report.findings)}.{moved} 'left' means git runs no "
+                "program from that file and the change stays; run git commands that write "
+                "a repository outside ringfence.",
+                field="command",
+                paths=[f.to_dict() for f in report.findings[:MAX_REPORTED_PATHS]],
+                quarantine=str(report.quarantine) if report.quarantine else None,
+                exit_code=result.exit_code,
+            )
         if result.session_restarted:
             ctx.emit("notice", message=f"the {self.backend} backend session was restarted")
         return {**result.to_dict(), "backend": self.backend, "cwd": str(cwd)}
+
+    # -- git metadata ---------------------------------------------------------------------
+
+    async def _scan(self) -> GitSnapshot:
+        roots = [Path(r) for r in self.workspace.roots]
+        return await trio.to_thread.run_sync(scan_git_metadata, roots)
+
+    def _note_between_commands(self, now: GitSnapshot, ctx: CallContext) -> None:
+        """Name git metadata that changed since the last command; it becomes the baseline.
+
+        Between commands only the host writes: every backend kills what a
+        command left running (docker: every process of the sandbox uid, checked
+        by the supervisor; local: its process group and session, which a
+        ``setsid`` daemon can leave — issue 13), so this is the user's own git.
+        """
+        last, self._last = self._last, None
+        if last is None or last.roots != now.roots:
+            return
+        changed = diff_git_metadata(last, now)
+        if changed:
+            shown = ", ".join(f"{now.path(k)} ({c})" for k, c in changed[:20])
+            ctx.emit(
+                "notice",
+                message=f"git metadata changed between commands (taken as the new baseline): "
+                f"{shown}{' …' if len(changed) > 20 else ''}",
+            )
+
+    async def _check(self, before: GitSnapshot, before_ns: int, ctx: CallContext) -> GitReport:
+        """Scan after a command, undo what it did to git metadata, record it in the events."""
+        # The Kernel always has a spool dir ($RINGFENCE_HOME/spool/<session>).
+        assert self.kernel.spool_dir is not None
+        quarantine = _outside(before.roots, Path(self.kernel.spool_dir)) / "quarantine"
+        quarantine = quarantine / ctx.call_id
+        since = before_ns - CTIME_SLACK_NS
+        setid = self._clear_setid
+
+        def check() -> tuple[GitReport, GitSnapshot]:
+            after = scan_git_metadata(before.roots, since=since, setid=setid)
+            report = enforce_git_metadata(before, after, quarantine)
+            if report.refused:
+                # What is there now, after the undo, is the next baseline.
+                after = scan_git_metadata(before.roots)
+            return report, after
+
+        report, self._last = await trio.to_thread.run_sync(check)
+        if report.setid_cleared:
+            ctx.emit("setid_cleared", paths=list(report.setid_cleared))
+        if report.index_rewritten:
+            ctx.emit(
+                "notice",
+                message="the command rewrote a git index in place (git refreshes its stat "
+                f"cache; nothing runs from it): {', '.join(report.index_rewritten[:20])}",
+            )
+        if report.refused:
+            ctx.emit(
+                "git_metadata_refused",
+                paths=[f.to_dict() for f in report.findings[:MAX_REPORTED_PATHS]],
+                more=max(len(report.findings) - MAX_REPORTED_PATHS, 0),
+                quarantine=str(report.quarantine) if report.quarantine else None,
+            )
+        return report
+
+
+def _outside(roots: Sequence[Path], spool: Path) -> Path:
+    """``spool``, or a new private temporary directory when ``spool`` lies in a root.
+
+    Quarantined git metadata inside the workspace would still be found by git.
+    """
+    real = Path(os.path.realpath(spool))
+    if any(real == r or real.is_relative_to(r) for r in roots):
+        return Path(tempfile.mkdtemp(prefix="ringfence-spool-"))
+    return spool
 
 
 class _EventStreams:

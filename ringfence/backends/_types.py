@@ -43,9 +43,10 @@ class SessionSpec:
     """What a backend session is started with.
 
     ``roots`` are the workspace roots (host paths; the docker backend
-    bind-mounts them). ``readonly_paths`` are host paths inside a root that
-    must stay read-only to commands (the wiring passes the workspace's git
-    directories). ``network`` asks for network access (docker: a bridge
+    bind-mounts them). ``readonly_paths`` are host paths (directories or
+    files) inside a root that must stay read-only to commands (the wiring
+    passes the workspace's git directories and gitfiles; the local backend
+    cannot enforce them, ``run_shell``'s git metadata check covers it). ``network`` asks for network access (docker: a bridge
     network instead of none; local: ignored, the host network is always
     there). ``passthrough_env`` names host variables copied into every
     command's environment in addition to the backend's base allowlist.

@@ -2,11 +2,17 @@
 
 :func:`run_script` is the whole lifecycle::
 
-    listen (127.0.0.1:0, or a 0600 Unix socket in a 0700 directory)
+    listen (a 0600 Unix socket in a 0700 directory, or 127.0.0.1:0)
     spawn the runner (secret through an inherited pipe; own session; pdeathsig)
-    accept → handshake (deadline) → first authenticated connection wins;
-             every other connection, and every failed handshake, is refused and
-             logged as a ``bridge_refused`` event
+    accept → a Unix peer whose pid/uid (SO_PEERCRED) is not the runner's is
+             refused at once; others handshake concurrently, each under its own
+             deadline, in frames of at most 4 KiB and bounded nesting; at most
+             MAX_PENDING_HANDSHAKES at a time, the oldest evicted for a new one
+             (a silent peer cannot hold the runner out) → the first
+             authenticated connection wins; every other connection, and every
+             failed handshake, is refused and logged as a ``bridge_refused``
+             event (the first MAX_REFUSAL_EVENTS, then one summary; the total is
+             in ``script_finished``)
     sandboxed report ─► script ─► call/reply … ─► done ─► bye
     wait for the child; kill its process group on any exit path
 
@@ -14,12 +20,22 @@ Every ``call`` becomes ``kernel.invoke(name, args, origin="script",
 trace_id=<the script's trace>, parent_id=<the run_tool_script call>,
 on_ask=<pauses the run's deadline>)``: the same Gate as a direct call.
 
+Every ``call`` counts against the run's budget (``ScriptConfig.max_calls``,
+default 10,000): the calls past it are refused (``denied``) without running,
+and without growing the result or the event stream.
+
+Output: the script's stdout is redacted as it arrives (a secret split across
+reads included), then kept whole while it fits the kernel's output cap, and
+otherwise written to a 0600 spool file (up to ``output_spool_bytes``) while
+the reply keeps a head and a tail: redact first, cut after.
+
 Cancellation: the child is killed and reaped before any exception (including
 ``Cancelled``) leaves :func:`run_script`; the kill is shielded.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import math
 import os
@@ -34,11 +50,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import trio
 
-from ..runtime import InvalidArguments, Kernel, RingfenceError, ToolError, Unavailable
+from ..runtime import (
+    Denied,
+    InvalidArguments,
+    Kernel,
+    Redactor,
+    RingfenceError,
+    ToolError,
+    Unavailable,
+)
 from . import _sandbox, _wire
 
 __all__ = [
@@ -62,8 +86,18 @@ ENV_PASSTHROUGH = ("TZ",)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 MAX_REFUSAL_EVENTS = 20
 CHILD_EXIT_SECONDS = 5.0  # how long a killed child may take to be seen gone
-MAX_PENDING_HANDSHAKES = 16  # connections may not queue up handshakes without bound
+# Handshakes in progress at once; past this the oldest is dropped for the newcomer, so
+# silent peers cannot hold the runner out (it speaks at once and finishes in ~1 ms).
+MAX_PENDING_HANDSHAKES = 16
+LISTEN_BACKLOG = 128
 STDERR_KEEP = 8192
+DEFAULT_MAX_CALLS = 10_000
+# The disk cap of one run's output spool file (the full redacted stdout, when over the cap).
+DEFAULT_SPOOL_BYTES = 64 * 1024 * 1024
+MARKER_ROOM = 512  # bytes of the reply's output cap kept for the cut marker
+# Extra characters kept around each cut, so a secret registered late (by a call made after it
+# was printed) is redacted whole before the cut is made.
+CUT_SLACK = 4096
 
 Emit = Callable[..., None]
 
@@ -87,18 +121,35 @@ class ScriptConfig:
     (rlimits only, recorded). ``transport``: ``tcp`` (127.0.0.1) or ``unix``.
     ``mode="plain"`` runs unrestricted Python inside the OS sandbox; it exists
     to test the OS layers without RestrictedPython in front of them.
+
+    ``transport`` defaults to ``unix``: a local peer is identified by its pid
+    and uid (SO_PEERCRED) before it may start a handshake. ``tcp`` offers no
+    such check (any local process may connect and must fail the handshake).
+    ``max_calls`` is the run's ``call_tool`` budget (refused past it);
+    ``output_spool_bytes`` the disk cap of the file that holds the full
+    redacted output when it is over the kernel's output cap.
     """
 
     sandbox: str = _sandbox.STRICT
-    transport: str = "tcp"
+    transport: str = "unix"
     limits: ScriptLimits = field(default_factory=ScriptLimits)
     uid: int = _sandbox.NOBODY
     gid: int = _sandbox.NOBODY
     handshake_seconds: float = 5.0
     max_frame: int = _wire.DEFAULT_MAX_FRAME
     mode: str = "restricted"
+    max_calls: int = DEFAULT_MAX_CALLS
+    output_spool_bytes: int = DEFAULT_SPOOL_BYTES
 
     def __post_init__(self) -> None:
+        for name, number in (
+            ("max_calls", self.max_calls),
+            ("output_spool_bytes", self.output_spool_bytes),
+        ):
+            if type(number) is not int or number < 1:
+                raise InvalidArguments(
+                    f"script {name} must be a positive integer, not {number!r}", field=name
+                )
         for name, value, choices in (
             ("sandbox", self.sandbox, _sandbox.LEVELS),
             ("transport", self.transport, ("tcp", "unix")),
@@ -118,8 +169,9 @@ class ScriptResult:
     ``error``), ``compile_error`` (refused before running; ``error.errors``),
     ``timeout`` (killed at the deadline), ``killed`` (a resource limit or a
     signal ended it; ``error.message`` says which). ``output`` is everything
-    printed, head and tail kept when it is longer than the cap. ``calls`` lists
-    every ``call_tool`` with its decision, in order.
+    printed, redacted; when longer than the kernel's output cap, a head and a
+    tail around a marker naming the spool file with the rest. ``calls`` lists
+    every ``call_tool`` with its decision, in order, up to the call budget.
     """
 
     status: str
@@ -146,35 +198,155 @@ class ScriptResult:
 
 
 class _Capture:
-    """Keeps the first and last ``limit`` bytes of a stream and counts the rest."""
+    """One output stream of the child: redacted as it arrives, cut only afterwards.
 
-    def __init__(self, limit: int) -> None:
-        self.limit = max(limit, 1)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
+    Bytes are decoded (UTF-8, invalid bytes replaced) and passed through a
+    :class:`~ringfence.runtime.StreamRedactor` before anything is kept, so a
+    secret can never be cut in two and leave a prefix behind. While the
+    redacted text fits ``cap`` bytes it is kept whole in memory. Past that it
+    goes to a new 0600 file in ``spool_dir`` (at most ``spool_cap`` bytes;
+    none without a ``spool_dir``) and memory keeps only a head and a tail,
+    with :data:`CUT_SLACK` characters to spare. :meth:`finish` redacts once
+    more with every secret known by then (the spool file too) and returns the
+    whole text, or head + marker + tail within ``cap`` bytes.
+
+    :meth:`feed` writes to the spool from the calling (trio) thread: appends of
+    at most one read (64 KiB) to the page cache, like :func:`cap_text`'s spool.
+    """
+
+    def __init__(
+        self,
+        redactor: Redactor,
+        cap: int,
+        spool_dir: Path | None = None,
+        spool_cap: int = 0,
+        what: str = "script output",
+    ) -> None:
+        self.cap = max(cap, 1)
+        self.room = max(self.cap - MARKER_ROOM, 2)  # head + tail when cut
+        self.total = 0  # bytes received
+        self.size = 0  # bytes of redacted text
+        self.spooled = 0
+        self.spool_path: str | None = None
         self.eof = trio.Event()
+        self._what = what
+        self._redactor = redactor
+        self._stream = redactor.stream()
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._head: list[str] = []  # everything, until it is over the cap; then frozen
+        self._head_bytes = 0
+        self._tail = ""
+        self._over = False
+        self._spool_dir = spool_dir
+        self._spool_cap = spool_cap
+        self._spool: BinaryIO | None = None
 
     def feed(self, data: bytes) -> None:
         self.total += len(data)
-        room = self.limit - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > self.limit:
-                del self.tail[: len(self.tail) - self.limit]
+        self._add(self._stream.feed(self._decoder.decode(data)))
 
-    def text(self) -> str:
-        dropped = self.total - len(self.head) - len(self.tail)
-        head = self.head.decode("utf-8", "replace")
-        tail = self.tail.decode("utf-8", "replace")
-        if dropped <= 0:
-            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace")
+    def _add(self, text: str) -> None:
+        if not text:
+            return
+        raw = text.encode()
+        self.size += len(raw)
+        self._tail = (self._tail + text)[-(self.room + CUT_SLACK) :]
+        if self._over:
+            self._write(raw)
+            return
+        self._head.append(text)
+        self._head_bytes += len(raw)
+        if self._head_bytes > self.cap:
+            self._over = True
+            self._write("".join(self._head).encode())
+
+    def _write(self, raw: bytes) -> None:
+        if self._spool_dir is None or self.spooled >= self._spool_cap:
+            return
+        try:
+            if self._spool is None:
+                self._spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fd, self.spool_path = tempfile.mkstemp(
+                    prefix="script-output-", suffix=".txt", dir=self._spool_dir
+                )
+                self._spool = os.fdopen(fd, "wb")
+            raw = raw[: self._spool_cap - self.spooled]
+            self._spool.write(raw)
+            self.spooled += len(raw)
+        except OSError:  # a full or unwritable disk loses the spool, never the run
+            self.close(remove=True)
+            self._spool_dir = None
+
+    def close(self, *, remove: bool = False) -> None:
+        """Close the spool file (and delete it with ``remove``). Idempotent."""
+        if self._spool is not None:
+            with contextlib.suppress(OSError):
+                self._spool.close()
+            self._spool = None
+        if remove and self.spool_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.spool_path)
+            self.spool_path = None
+
+    async def finish(self) -> str:
+        """End the stream; the text to report (whole, or cut within ``cap`` bytes)."""
+        self._add(self._stream.feed(self._decoder.decode(b"", final=True)))
+        self._add(self._stream.flush())
+        self.close()
+        if not self._over:
+            return self._redactor.redact("".join(self._head))
+        if self.spool_path is not None:
+            try:
+                await trio.to_thread.run_sync(self._rewrite_spool)
+            except OSError:
+                self.close(remove=True)
+        # Redact (late secrets included), then cut: never the other way round.
+        head = _cut_bytes(self._redactor.redact("".join(self._head)), self.room // 2, tail=False)
+        tail = _cut_bytes(self._redactor.redact(self._tail), self.room - self.room // 2, tail=True)
+        cut = self.size - len(head.encode()) - len(tail.encode())
+        if self.spool_path is None:
+            where = ""
+        elif self.spooled < self.size:
+            where = (
+                f"; the first {self.spooled} bytes are in {self.spool_path} "
+                f"(the {self._spool_cap}-byte spool cap)"
+            )
+        else:
+            where = f"; full output in {self.spool_path}"
         return (
-            f"{head}\n[… ringfence cut {dropped} of {self.total} bytes of script output …]\n{tail}"
+            f"{head}\n[… ringfence cut {cut} of {self.size} bytes of {self._what}{where} …]\n{tail}"
         )
+
+    def _rewrite_spool(self) -> None:
+        """Redact the spool file again with every secret known now (blocking; in a thread)."""
+        assert self.spool_path is not None
+        path = self.spool_path
+        stream = self._redactor.stream()
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        fd, fresh = tempfile.mkstemp(prefix="script-output-", suffix=".tmp", dir=Path(path).parent)
+        try:
+            with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(stream.feed(decoder.decode(chunk)).encode())
+                dst.write((stream.feed(decoder.decode(b"", final=True)) + stream.flush()).encode())
+                if self.spooled < self.size:
+                    dst.write(
+                        f"\n[… ringfence stopped spooling at the {self._spool_cap}-byte cap; "
+                        f"{self.size - self.spooled} more bytes of {self._what} not kept …]\n".encode()
+                    )
+            os.replace(fresh, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(fresh)
+            raise
+
+
+def _cut_bytes(text: str, limit: int, *, tail: bool) -> str:
+    """The first (or last) ``limit`` UTF-8 bytes of ``text``, on a character boundary."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    return (raw[-limit:] if tail else raw[:limit]).decode("utf-8", "ignore")
 
 
 # -- processes ------------------------------------------------------------------------
@@ -407,7 +579,7 @@ class BridgeListener:
         if transport == "tcp":
             sock = trio.socket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
             await sock.bind(("127.0.0.1", 0))
-            sock.listen(16)
+            sock.listen(LISTEN_BACKLOG)
             return cls(sock, ["tcp", "127.0.0.1", sock.getsockname()[1]], None)
         directory = Path(tempfile.mkdtemp(prefix="ringfence-bridge-", dir=parent))
         path = directory / "bridge.sock"
@@ -423,7 +595,7 @@ class BridgeListener:
             if owner is not None:
                 os.chown(directory, *owner)
                 os.chown(path, *owner)
-            sock.listen(16)
+            sock.listen(LISTEN_BACKLOG)
         except BaseException:
             sock.close()
             shutil.rmtree(directory, ignore_errors=True)
@@ -504,6 +676,7 @@ class _Run:
         trace_id: str,
         parent_id: str | None,
         expected_peer_pid: Callable[[], int | None],
+        expected_peer_uids: frozenset[int] | None = None,
     ) -> None:
         self.kernel = kernel
         self.config = config
@@ -512,14 +685,18 @@ class _Run:
         self.parent_id = parent_id
         self.secret = _wire_secret()
         self.calls: list[dict[str, Any]] = []
+        self.call_count = 0  # every call message, refused ones included
+        self.over_budget = 0
         self.refusals = 0
-        self.pending = 0
+        # Handshakes in progress, oldest first: their cancel scopes and peers.
+        self._pending: dict[trio.CancelScope, Any] = {}
         self.conn: _Connection | None = None
         self.authenticated = trio.Event()
         self.scope: trio.CancelScope | None = None
         self.paused_seconds = 0.0
         self.sandbox_report: dict[str, Any] | None = None
         self._expected_peer_pid = expected_peer_pid
+        self._expected_peer_uids = expected_peer_uids
 
     # on_ask: the run's deadline stops while a person is being asked.
     @contextlib.asynccontextmanager
@@ -546,6 +723,20 @@ class _Run:
                 "bridge_refused", reason="many", peer=None, detail="further refusals not logged"
             )
 
+    def peer_refusal(self, peer: Any) -> str | None:
+        """Why a Unix peer may not even start a handshake (SO_PEERCRED), or None."""
+        if not isinstance(peer, dict):
+            return None
+        expected = self._expected_peer_pid()
+        if expected is not None and not _descends_from(peer["pid"], expected):
+            return f"peer pid {peer['pid']} is not the runner ({expected}) nor its descendant"
+        uids = self._expected_peer_uids
+        if uids is not None and peer["uid"] not in uids:
+            return (
+                f"peer uid {peer['uid']} is not the runner's ({', '.join(map(str, sorted(uids)))})"
+            )
+        return None
+
     async def accept_loop(self, listener: BridgeListener, nursery: trio.Nursery) -> None:
         while True:
             stream, peer = await listener.accept()
@@ -553,32 +744,52 @@ class _Run:
                 self.refuse("second_connection", peer, "the run's one connection is taken")
                 await stream.aclose()
                 continue
-            if self.pending >= MAX_PENDING_HANDSHAKES:
-                self.refuse("too_many_connections", peer, "too many handshakes in progress")
+            why = self.peer_refusal(peer)
+            if why is not None:
+                self.refuse("not_the_child", peer, why)
                 await stream.aclose()
                 continue
-            expected = self._expected_peer_pid()
-            if isinstance(peer, dict) and expected is not None and peer["pid"] != expected:
-                self.refuse("not_the_child", peer, f"peer pid {peer['pid']} is not the runner")
-                await stream.aclose()
-                continue
-            nursery.start_soon(self.handshake, stream, peer)
+            if len(self._pending) >= MAX_PENDING_HANDSHAKES:
+                # Drop the oldest: the runner speaks at once, so only a peer that dawdles
+                # (or floods) loses its place; refusing the newcomer would let silent
+                # peers keep the runner out.
+                oldest, oldest_peer = next(iter(self._pending.items()))
+                del self._pending[oldest]
+                oldest.cancel()
+                self.refuse(
+                    "evicted",
+                    oldest_peer,
+                    f"{MAX_PENDING_HANDSHAKES} handshakes were in progress; the oldest was dropped",
+                )
+            scope = trio.CancelScope()
+            self._pending[scope] = peer
+            nursery.start_soon(self.handshake, stream, peer, scope)
 
-    async def handshake(self, stream: trio.SocketStream, peer: Any) -> None:
+    async def handshake(
+        self, stream: trio.SocketStream, peer: Any, scope: trio.CancelScope | None = None
+    ) -> None:
+        """One peer's handshake under its own deadline; refused peers are closed and logged.
+
+        Nothing a peer sends can end the run: every refusal is a ``bridge_refused``
+        event. ``scope`` is how :meth:`accept_loop` evicts it.
+        """
+        scope = scope or trio.CancelScope()
         conn = _Connection(stream, self.config.max_frame)
         accepted = False
-        self.pending += 1
         try:
-            with trio.fail_after(self.config.handshake_seconds):
+            with scope, trio.fail_after(self.config.handshake_seconds):
                 await conn.handshake(self.secret)
-            if self.authenticated.is_set():
-                self.refuse("second_connection", peer, "another connection authenticated first")
-                return
-            self.conn = conn
-            accepted = True
-            self.authenticated.set()
+                if self.authenticated.is_set():
+                    self.refuse("second_connection", peer, "another connection authenticated first")
+                    return
+                self.conn = conn
+                accepted = True
+                self.authenticated.set()
         except _wire.ProtocolError as exc:
             self.refuse(f"handshake_{exc.reason}", peer, exc.message)
+        except trio.Cancelled:  # the run ended (an eviction is caught by `scope`, above)
+            self.refuse("handshake_unfinished", peer, "the run ended before it authenticated")
+            raise
         except (
             trio.TooSlowError,
             trio.BrokenResourceError,
@@ -587,7 +798,7 @@ class _Run:
         ) as exc:
             self.refuse("handshake_failed", peer, f"{type(exc).__name__}: {exc}")
         finally:
-            self.pending -= 1
+            self._pending.pop(scope, None)
             if not accepted:
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
@@ -631,7 +842,7 @@ class _Run:
             reply = await self.call(message)
             try:
                 await conn.send(reply)
-            except (_wire.ProtocolError, TypeError, ValueError) as exc:
+            except (_wire.ProtocolError, TypeError, ValueError, RecursionError) as exc:
                 if isinstance(exc, _wire.ProtocolError) and exc.reason != "oversized":
                     raise
                 why = exc.message if isinstance(exc, _wire.ProtocolError) else f"not JSON: {exc}"
@@ -641,10 +852,35 @@ class _Run:
                 }
                 await conn.send({**reply, "ok": False, "value": None, "error": error})
 
+    def budget_refusal(self, call_no: Any, tool: Any) -> dict[str, Any] | None:
+        """The reply for a call past the run's budget, or None while it lasts.
+
+        Past the budget nothing is recorded per call (one event, a count in
+        ``script_finished``), so a script looping on refused calls grows neither
+        the result nor the event stream.
+        """
+        self.call_count += 1
+        budget = self.config.max_calls
+        if self.call_count <= budget:
+            return None
+        self.over_budget += 1
+        if self.over_budget == 1:
+            self.emit("script_call_budget", max_calls=budget, called=str(tool)[:200])
+        refusal = Denied(
+            f"call_tool refused: the script has used its budget of {budget} calls "
+            f"(max_calls={budget}); no further call runs in this run",
+            field="max_calls",
+        )
+        error = {"code": refusal.code, "message": refusal.message}
+        return {"type": "reply", "id": call_no, "ok": False, "error": error, "decision": None}
+
     async def call(self, message: dict[str, Any]) -> dict[str, Any]:
         call_no = message.get("id")
         tool = message.get("tool")
         arguments = message.get("arguments")
+        over = self.budget_refusal(call_no, tool)
+        if over is not None:
+            return over
         if not isinstance(tool, str) or not isinstance(arguments, dict):
             error = {
                 "code": "invalid_arguments",
@@ -652,11 +888,23 @@ class _Run:
             }
             return {"type": "reply", "id": call_no, "ok": False, "error": error, "decision": None}
         if tool in NOT_FROM_SCRIPTS:
-            error = {"code": "denied", "message": f"{tool} cannot be called from inside a script"}
-            self.calls.append(
-                {"tool": tool, "call_id": None, "decision": None, "ok": False, "error": "denied"}
+            refusal = Denied(
+                f"{tool} cannot be called from inside a script: scripts do not nest "
+                "(a nested run would multiply processes and escape the call budget)",
+                field="tool",
             )
-            self.emit("bridge_refused_call", tool=tool, detail=error["message"])
+            error = {"code": refusal.code, "message": refusal.message}
+            self.calls.append(
+                {
+                    "tool": tool,
+                    "call_id": None,
+                    "decision": None,
+                    "ok": False,
+                    "error": refusal.code,
+                }
+            )
+            # `called`, not `tool`: the emitter may be CallContext.emit, which sets `tool` itself.
+            self.emit("bridge_refused_call", called=tool, detail=refusal.message)
             return {"type": "reply", "id": call_no, "ok": False, "error": error, "decision": None}
         outcome = await self.kernel.invoke(
             tool,
@@ -684,6 +932,26 @@ class _Run:
             reply.update(ok=True, value=outcome.value, staged=outcome.staged)
         self.calls.append(record)
         return reply
+
+
+def _descends_from(pid: int, ancestor: int, max_depth: int = 16) -> bool:
+    """Whether ``pid`` is ``ancestor`` or below it (a wrapper such as ``sh -c`` may fork).
+
+    Reads ``/proc/<pid>/stat`` (procfs: no disk I/O) up to ``max_depth`` parents.
+    """
+    for _ in range(max_depth):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        pid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+    return False
 
 
 def _wire_secret() -> bytes:
@@ -759,12 +1027,18 @@ async def run_script(
     }
     child: ChildProcess | None = None
     peer_is_child = getattr(launcher, "peer_is_child", True)
+    # A local runner connects before it drops privileges: as this process's uid (or, when
+    # this process is root, the uid it was started as; root's own processes are root).
+    peer_uids = frozenset({os.geteuid(), os.getuid()}) if peer_is_child else None
     run = _Run(
         kernel, config, emit, trace_id, parent_id,
         lambda: child.pid if child is not None and peer_is_child else None,
+        peer_uids,
     )  # fmt: skip
-    out = _Capture(kernel.output_cap_bytes)
-    err = _Capture(STDERR_KEEP // 2)
+    out = _Capture(
+        kernel.redactor, kernel.output_cap_bytes, kernel.spool_dir, config.output_spool_bytes
+    )
+    err = _Capture(kernel.redactor, STDERR_KEEP, what="runner diagnostics")
     owner = getattr(launcher, "socket_owner", None) or (
         (config.uid, config.gid) if os.geteuid() == 0 and config.sandbox != _sandbox.NONE else None
     )
@@ -839,6 +1113,9 @@ async def run_script(
             with trio.move_on_after(1.0):  # the child is dead: its output reaches EOF promptly
                 await out.eof.wait()
             nursery.cancel_scope.cancel()
+    except BaseException:
+        out.close(remove=True)  # nobody will be told where it is
+        raise
     finally:
         with trio.CancelScope(shield=True):
             if child is not None:
@@ -846,10 +1123,16 @@ async def run_script(
             if run.conn is not None:
                 await run.conn.stream.aclose()
             listener.aclose_sync()
-    return _result(
-        run, out, err, done, serve_error, timed_out, returncode, timeout, cpu, emit,
-        time.monotonic() - started,
-    )  # fmt: skip
+    try:
+        output = await out.finish()
+        diagnostics = await err.finish()
+        return _result(
+            run, output, diagnostics, done, serve_error, timed_out, returncode, timeout, cpu, emit,
+            time.monotonic() - started,
+        )  # fmt: skip
+    except BaseException:  # no result names the spool file: do not leave it behind
+        out.close(remove=True)
+        raise
 
 
 async def _drain(stream: trio.abc.ReceiveStream, feed: Callable[[bytes], None]) -> None:
@@ -870,8 +1153,8 @@ async def _pump(child: ChildProcess, out: _Capture, err: _Capture) -> None:
 
 def _result(
     run: _Run,
-    out: _Capture,
-    err: _Capture,
+    output: str,
+    diagnostics: str,
     done: dict[str, Any] | None,
     serve_error: BaseException | None,
     timed_out: bool,
@@ -884,8 +1167,10 @@ def _result(
     """Turn how the run ended into a ScriptResult, or raise for a broken bridge or sandbox."""
     report = run.sandbox_report
     calls = tuple(run.calls)
-    output = out.text()
     base = {"sandbox": report, "returncode": returncode, "seconds": seconds}
+    # Bounded totals: the refusal events stop at MAX_REFUSAL_EVENTS, the call records at
+    # the budget; the counts are always here.
+    totals = {"refused_peers": run.refusals, "refused_over_budget": run.over_budget}
     if isinstance(serve_error, RingfenceError):  # the sandbox could not be applied
         emit("script_finished", status=serve_error.code, detail=serve_error.message)
         raise serve_error
@@ -902,12 +1187,19 @@ def _result(
             calls=len(calls),
             seconds=round(seconds, 3),
             paused_seconds=round(run.paused_seconds, 3),
+            **totals,
         )
         return ScriptResult(
             status, output, calls, done.get("result"), bool(done.get("has_result")), error, **base
         )
     if timed_out:
-        emit("script_finished", status="timeout", calls=len(calls), seconds=round(seconds, 3))
+        emit(
+            "script_finished",
+            status="timeout",
+            calls=len(calls),
+            seconds=round(seconds, 3),
+            **totals,
+        )
         message = f"the script ran past its {timeout:g} s timeout and was killed"
         return ScriptResult("timeout", output, calls, error={"message": message}, **base)
     if isinstance(serve_error, _wire.ProtocolError) and serve_error.reason != "closed":
@@ -926,10 +1218,11 @@ def _result(
             signal=sig,
             calls=len(calls),
             seconds=round(seconds, 3),
+            **totals,
         )
         error = {"message": f"the script was stopped: {why}", "signal": sig}
         return ScriptResult("killed", output, calls, error=error, **base)
-    detail = err.text().strip()[-2000:]
+    detail = _cut_bytes(diagnostics.strip(), 2000, tail=True)  # redacted already
     stage = "before running the script" if report is None else "without reporting an outcome"
     emit("script_finished", status="failed", returncode=returncode, detail=detail)
     raise ToolError(

@@ -27,6 +27,20 @@ The order of work, and why:
    ``result``, if the script set one) or the error with a traceback in script
    line numbers.
 
+The language layer (restricted mode) holds on its own, whatever the sandbox
+level: RestrictedPython's compile-time checks and guarded attribute access,
+plus the runner's own rules. Builtins and module names are allowlists
+(``ALLOWED_NAMES``): nothing a script can reach evaluates a string it supplies
+as code, resolves an attribute name it supplies without the guard, or writes
+attributes behind the write guard's back (``WITHHELD_NAMES`` says what was
+left out and why). Annotations are dropped at compile time. Attributes whose
+name starts with ``_`` can be neither read nor written (``setattr``/``delattr``
+included), so a script class cannot get new dunder methods or a new
+``__class__``; only the script's own classes and their instances can be
+written to at all. Not promised: resource use (CPU, memory, output) is bounded
+by the OS layer and the host, not here; and the guarantee is only as good as
+RestrictedPython's checks for the running CPython version.
+
 Exit codes: 0 the script ran (it may have raised; that is in the report),
 3 the sandbox could not be applied, 4 protocol or bridge failure, 70 the host
 was already gone.
@@ -48,31 +62,106 @@ except ImportError:  # executed as a file (no parent package)
 
 import json
 import socket
+import types
 from typing import Any
 
-# What ``import`` may name inside a script. Each is loaded before the sandbox and
-# handed over as a read-only copy of its public, non-module names.
-ALLOWED_MODULES = (
-    "base64",
-    "collections",
-    "csv",
-    "datetime",
-    "functools",
-    "hashlib",
-    "itertools",
-    "json",
-    "math",
-    "re",
-    "statistics",
-    "string",
-    "textwrap",
-)
-# Names left out of those copies: each reaches around RestrictedPython's guards
-# (string.Formatter resolves "{0.__class__}"; update_wrapper/wraps assign
-# arbitrary attributes such as __code__ without the write guard).
-_HIDDEN = {
-    "string": {"Formatter"},
-    "functools": {"update_wrapper", "wraps"},
+# What ``import`` may name inside a script, and the names each module copy holds.
+# An allowlist: every name was reviewed for ways around RestrictedPython's guards
+# (a name that evaluates a script-supplied string as code, resolves a
+# script-supplied attribute name, or writes attributes behind the write guard's
+# back is left out). A name added here needs the same review, and a line in
+# tests/bridge/test_bridge_escapes.py if it comes close to one of those.
+ALLOWED_NAMES: dict[str, tuple[str, ...]] = {
+    "base64": (
+        "a85decode", "a85encode", "b16decode", "b16encode", "b32decode", "b32encode",
+        "b32hexdecode", "b32hexencode", "b64decode", "b64encode", "b85decode", "b85encode",
+        "decode", "decodebytes", "encode", "encodebytes", "standard_b64decode",
+        "standard_b64encode", "urlsafe_b64decode", "urlsafe_b64encode",
+    ),
+    # namedtuple builds its class with eval(), but only from field and type names it
+    # has checked to be identifiers that are not keywords and do not start with "_".
+    "collections": (
+        "ChainMap", "Counter", "OrderedDict", "UserDict", "UserList", "defaultdict", "deque",
+        "namedtuple",
+    ),
+    "csv": (
+        "Dialect", "DictReader", "DictWriter", "Error", "QUOTE_ALL", "QUOTE_MINIMAL",
+        "QUOTE_NONE", "QUOTE_NONNUMERIC", "Sniffer", "excel", "excel_tab", "field_size_limit",
+        "get_dialect", "list_dialects", "reader", "register_dialect", "unix_dialect",
+        "unregister_dialect", "writer",
+    ),
+    "datetime": (
+        "MAXYEAR", "MINYEAR", "UTC", "date", "datetime", "time", "timedelta", "timezone",
+        "tzinfo",
+    ),
+    # total_ordering is replaced by a version that accepts the script's own classes only.
+    "functools": (
+        "cache", "cached_property", "cmp_to_key", "lru_cache", "partial", "partialmethod",
+        "reduce", "total_ordering",
+    ),
+    "hashlib": (
+        "algorithms_available", "algorithms_guaranteed", "blake2b", "blake2s", "file_digest",
+        "md5", "new", "pbkdf2_hmac", "sha1", "sha224", "sha256", "sha384", "sha3_224",
+        "sha3_256", "sha3_384", "sha3_512", "sha512", "shake_128", "shake_256",
+    ),
+    "itertools": (
+        "accumulate", "chain", "combinations", "combinations_with_replacement", "compress",
+        "count", "cycle", "dropwhile", "filterfalse", "groupby", "islice", "pairwise",
+        "permutations", "product", "repeat", "starmap", "takewhile", "tee", "zip_longest",
+    ),
+    # The hooks (object_hook, default, cls, ...) are called with data only, and a
+    # script can hand them only what it already holds: nothing unguarded.
+    "json": ("JSONDecodeError", "JSONDecoder", "JSONEncoder", "dump", "dumps", "load", "loads"),
+    "math": (
+        "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "ceil", "comb",
+        "copysign", "cos", "cosh", "degrees", "dist", "e", "erf", "erfc", "exp", "exp2",
+        "expm1", "fabs", "factorial", "floor", "fmod", "frexp", "fsum", "gamma", "gcd", "hypot",
+        "inf", "isclose", "isfinite", "isinf", "isnan", "isqrt", "lcm", "ldexp", "lgamma", "log",
+        "log10", "log1p", "log2", "modf", "nan", "nextafter", "perm", "pi", "pow", "prod",
+        "radians", "remainder", "sin", "sinh", "sqrt", "tan", "tanh", "tau", "trunc", "ulp",
+    ),
+    # Replacement templates (sub, expand) name groups only, never attributes.
+    "re": (
+        "A", "ASCII", "DOTALL", "I", "IGNORECASE", "L", "LOCALE", "M", "MULTILINE", "Match",
+        "NOFLAG", "Pattern", "S", "U", "UNICODE", "VERBOSE", "X", "compile", "error", "escape",
+        "findall", "finditer", "fullmatch", "match", "purge", "search", "split", "sub", "subn",
+    ),
+    "statistics": (
+        "NormalDist", "StatisticsError", "correlation", "covariance", "fmean", "geometric_mean",
+        "harmonic_mean", "linear_regression", "mean", "median", "median_grouped", "median_high",
+        "median_low", "mode", "multimode", "pstdev", "pvariance", "quantiles", "stdev",
+        "variance",
+    ),
+    # Template substitutes by mapping[name], never by attribute.
+    "string": (
+        "Template", "ascii_letters", "ascii_lowercase", "ascii_uppercase", "capwords", "digits",
+        "hexdigits", "octdigits", "printable", "punctuation", "whitespace",
+    ),
+    "textwrap": ("TextWrapper", "dedent", "fill", "indent", "shorten", "wrap"),
+    # Also what datetime's C code imports for strftime(): it imports through the
+    # script's __import__. Left out: clock_settime*, tzset (they change state).
+    "time": (
+        "altzone", "asctime", "ctime", "daylight", "gmtime", "localtime", "mktime",
+        "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "process_time",
+        "process_time_ns", "sleep", "strftime", "strptime", "struct_time", "time", "time_ns",
+        "timezone", "tzname",
+    ),
+}  # fmt: skip
+ALLOWED_MODULES = tuple(ALLOWED_NAMES)
+# Names left out because each is a way around the guards; a script that asks for
+# one is told why.
+WITHHELD_NAMES: dict[str, dict[str, str]] = {
+    "functools": {
+        "singledispatch": "its register() evaluates string annotations as unrestricted Python",
+        "singledispatchmethod": "its register() evaluates string annotations as unrestricted "
+        "Python",
+        "update_wrapper": "it sets arbitrary attributes (such as __code__) without the write guard",
+        "wraps": "it sets arbitrary attributes (such as __code__) without the write guard",
+    },
+    "string": {"Formatter": 'it resolves attribute names such as "{0.__class__}"'},
+    "collections": {
+        "UserString": 'its format() and format_map() resolve attribute names such as "{0.__class__}"'
+    },
 }
 # Modules the allowed ones import lazily; loaded up front for the same reason.
 _INTERNAL = frozenset({"_strptime"})
@@ -200,19 +289,50 @@ def _write_out(data: bytes) -> None:
         view = view[n:]
 
 
-def _module_copy(name: str) -> Any:
-    import types
+def _not_available(module: str, name: str) -> str:
+    why = WITHHELD_NAMES.get(module, {}).get(name)
+    if why:
+        return f"{module}.{name} is not available in a script: {why}"
+    return f"module {module!r} has no attribute {name!r} available to scripts"
 
+
+class _ScriptModule(types.ModuleType):
+    """What a script gets for an allowed module: the allowlisted names only.
+
+    Read-only to the script (RestrictedPython's write guard refuses modules). A
+    name left out raises AttributeError saying why.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(_not_available(self.__name__, name))
+
+
+def _script_total_ordering(cls: Any) -> Any:
+    """functools.total_ordering for the script's own classes only (it sets dunder methods)."""
+    import functools
+
+    if not (isinstance(cls, type) and hasattr(cls, "_guarded_writes")):
+        raise TypeError("functools.total_ordering takes a class defined in the script")
+    return functools.total_ordering(cls)
+
+
+_REPLACED = {("functools", "total_ordering"): _script_total_ordering}
+
+
+_ABSENT = object()
+
+
+def _module_copy(name: str) -> _ScriptModule:
     real = sys.modules[name]
-    copy = types.ModuleType(name)
-    names = getattr(real, "__all__", None) or [n for n in dir(real) if not n.startswith("_")]
-    hidden = _HIDDEN.get(name, set())
-    for attr in names:
-        if attr.startswith("_") or attr in hidden:
-            continue
-        value = getattr(real, attr, None)
-        if value is None or isinstance(value, types.ModuleType):
-            continue
+    copy = _ScriptModule(name)
+    for attr in ALLOWED_NAMES[name]:
+        value = _REPLACED.get((name, attr)) or getattr(real, attr, _ABSENT)
+        if value is _ABSENT:
+            continue  # an older Python (in a container) lacks it
+        if isinstance(value, (set, frozenset)):
+            value = frozenset(value)  # not the module's own set: nothing shared to mutate
+        elif isinstance(value, (list, dict, bytearray, types.ModuleType)):
+            raise TypeError(f"{name}.{attr} is mutable or a module: not for a script")
         setattr(copy, attr, value)
     return copy
 
@@ -222,6 +342,27 @@ def module_copies() -> dict[str, Any]:
     return {name: _module_copy(name) for name in ALLOWED_MODULES}
 
 
+# Dunder names a class body may hold: what Python itself puts there, and the
+# methods RestrictedPython lets a script define.
+_CLASS_DUNDERS = frozenset(
+    {
+        "__module__", "__qualname__", "__doc__", "__classcell__",
+        "__firstlineno__", "__static_attributes__",  # Python >= 3.13
+    }
+)  # fmt: skip
+
+
+def _check_write_name(name: Any, action: str) -> None:
+    """Refuse attribute writes by name that compiled code could not spell."""
+    if type(name) is not str:  # a str subclass could lie in startswith/__eq__
+        raise TypeError(f"{action}: the attribute name must be a str")
+    if name.startswith("_"):
+        raise AttributeError(
+            f'{action}: "{name}" cannot be changed in a script (names starting with "_" '
+            "are reserved: dunder methods, __class__, __dict__)"
+        )
+
+
 def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) -> dict[str, Any]:
     """The globals a restricted script runs with (RestrictedPython's guards plus ours)."""
     import builtins
@@ -229,11 +370,14 @@ def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) ->
 
     from RestrictedPython.Guards import (
         full_write_guard,
+        guarded_delattr,
         guarded_iter_unpack_sequence,
+        guarded_setattr,
         guarded_unpack_sequence,
         safe_builtins,
         safer_getattr_raise,
     )
+    from RestrictedPython.transformer import ALLOWED_FUNC_NAMES
 
     modules = modules if modules is not None else module_copies()
 
@@ -247,7 +391,11 @@ def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) ->
                 f"import of {name!r} is not allowed in a script; "
                 f"allowed modules: {', '.join(ALLOWED_MODULES)}"
             )
-        return modules[name]
+        module = modules[name]
+        for attr in fromlist or ():
+            if not hasattr(module, attr):  # say why, not just "cannot import name"
+                raise ImportError(_not_available(name, attr))
+        return module
 
     def hasattr_(obj: Any, name: str) -> bool:
         try:
@@ -266,9 +414,24 @@ def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) ->
     def inplacevar(op: str, x: Any, y: Any) -> Any:
         return inplace[op](x, y)
 
+    def setattr_(obj: Any, name: str, value: Any) -> None:
+        _check_write_name(name, "setattr")
+        guarded_setattr(obj, name, value)
+
+    def delattr_(obj: Any, name: str) -> None:
+        _check_write_name(name, "delattr")
+        guarded_delattr(obj, name)
+
+    class_dunders = _CLASS_DUNDERS | ALLOWED_FUNC_NAMES
+
     def metaclass(name: str, bases: tuple[Any, ...], ns: dict[str, Any]) -> type:
         # Instances of the script's own classes may be written to (full_write_guard
-        # lets objects with _guarded_writes through); nothing else may.
+        # lets objects with _guarded_writes through); nothing else may. The
+        # compiler already refuses other "_" names in a class body; checked again
+        # here because this is where a class gets its dunder methods.
+        odd = sorted(k for k in ns if k.startswith("_") and k not in class_dunders)
+        if odd:
+            raise TypeError(f"class {name}: {', '.join(odd)} cannot be set in a script")
         ns["_guarded_writes"] = True
         return type(name, bases, ns)
 
@@ -286,6 +449,8 @@ def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) ->
         __import__=guarded_import,
         getattr=safer_getattr_raise,
         hasattr=hasattr_,
+        setattr=setattr_,
+        delattr=delattr_,
         call_tool=call_tool,
         ToolError=ToolError,
     )
@@ -303,6 +468,43 @@ def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) ->
         "_apply_": lambda f, *a, **kw: f(*a, **kw),
         "_print_": _Printer,
     }
+
+
+def compile_script(source: str) -> tuple[list[str], Any]:
+    """Compile restricted source: ``(errors, code)``, code None when there are errors.
+
+    On top of RestrictedPython's checks: annotations are dropped (library code
+    such as ``typing.get_type_hints`` evaluates string annotations as
+    unrestricted Python; a script cannot read them anyway), and ``from
+    __future__`` imports are refused (``annotations`` would turn every
+    annotation into such a string). Errors Python's own compiler raises after
+    parsing (``return`` outside a function, a misplaced future import) are
+    reported like the others instead of ending the runner.
+    """
+    from RestrictedPython import RestrictingNodeTransformer, compile_restricted_exec
+
+    class ScriptPolicy(RestrictingNodeTransformer):
+        def visit_arg(self, node: Any) -> Any:
+            node.annotation = None
+            return super().visit_arg(node)
+
+        def visit_FunctionDef(self, node: Any) -> Any:
+            node.returns = None
+            return super().visit_FunctionDef(node)
+
+        def visit_ImportFrom(self, node: Any) -> Any:
+            if node.module == "__future__":
+                self.error(node, "from __future__ imports are not available in a script")
+            return super().visit_ImportFrom(node)
+
+    try:
+        compiled = compile_restricted_exec(source, filename=SCRIPT_FILENAME, policy=ScriptPolicy)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        return [f"Line {line}: {getattr(exc, 'msg', None) or exc}"], None
+    if compiled.errors or compiled.code is None:
+        return list(compiled.errors), None
+    return [], compiled.code
 
 
 def plain_globals(call_tool: Any) -> dict[str, Any]:
@@ -407,12 +609,10 @@ def run_script(
             return {"status": "compile_error", "errors": [f"Line {exc.lineno}: {exc.msg}"]}
         glb = plain_globals(call_tool)
     else:
-        from RestrictedPython import compile_restricted_exec
-
-        compiled = compile_restricted_exec(source, filename=SCRIPT_FILENAME)
-        if compiled.errors or compiled.code is None:
-            return {"status": "compile_error", "errors": list(compiled.errors)}
-        code = compiled.code
+        errors, restricted = compile_script(source)
+        if errors or restricted is None:
+            return {"status": "compile_error", "errors": errors}
+        code = restricted
         glb = restricted_globals(call_tool, modules)
     try:
         exec(code, glb)

@@ -38,14 +38,29 @@ script is read, in this order (each step says why it sits where it does):
    connected), no fork/clone/exec, no ptrace or cross-process memory access,
    no signals to other processes, no rlimit/uid/capability changes, no
    namespaces or mounts, no bpf/io_uring/keyctl/perf/userfaultfd/module
-   loading. Foreign-ABI syscalls (x32) kill the process. Installed with
-   ``SECCOMP_FILTER_FLAG_TSYNC`` so the watchdog thread is covered too.
+   loading; no System V IPC or POSIX message queues (they outlive the process);
+   no change to any file's metadata that Landlock leaves open — mode, owner,
+   times, extended attributes (nor reading those), truncate by path — by path
+   or descriptor; no ``readlink``, no inotify/fanotify; no change to the
+   scheduling of other processes. Foreign-ABI syscalls (x32, i386) kill the
+   process. Installed with ``SECCOMP_FILTER_FLAG_TSYNC`` so the watchdog thread
+   is covered too.
 
 Guarantees: when :func:`apply` returns with no ``missing`` layer, every step
-above is in force for the rest of the process's life. Non-guarantees: UDP is
-not a Landlock concern (seccomp's socket ban covers it); the seccomp filter is
-a deny list, not an allow list; architectures other than x86-64 get no seccomp
-filter (reported missing, so ``strict`` refuses to run there).
+above is in force for the rest of the process's life: code that escaped the
+script language can read only the standard library, write nothing, change no
+file's mode, owner, times or extended attributes (even files its uid owns),
+leave no IPC object behind, and reach no process but its own.
+
+Non-guarantees: ``stat``/``lstat``/``newfstatat``/``statx`` and ``access``
+of host paths stay allowed — Landlock does not govern metadata reads and
+seccomp cannot see a path, while the interpreter's own ``fstat`` is a
+``newfstatat`` — so escaped code learns which host paths exist, their type,
+size, mode, owner and times (never their content; directory listings and
+symlink targets are refused). UDP is not a Landlock concern (seccomp's socket
+ban covers it); the seccomp filter is a deny list, not an allow list;
+architectures other than x86-64 get no seccomp filter (reported missing, so
+``strict`` refuses to run there).
 """
 
 from __future__ import annotations
@@ -313,7 +328,33 @@ _DENIED_X86_64 = {
     # namespaces and mounts
     "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-    "fspick": 433, "mount_setattr": 442,
+    "fspick": 433, "mount_setattr": 442, "statmount": 457, "listmount": 458,
+    "open_tree_attr": 467,
+    # System V IPC and POSIX message queues: objects that outlive the process and
+    # are shared with every process of the same uid (Landlock does not cover them)
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
+    "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+    "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243,
+    "mq_notify": 244, "mq_getsetattr": 245,
+    # file metadata, which Landlock does not govern: mode, owner, times, extended
+    # attributes (read and write), by path or by descriptor; truncate by path
+    # (Landlock governs it from ABI 3 only)
+    "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93,
+    "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261,
+    "utimensat": 280, "truncate": 76,
+    "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "getxattr": 191, "lgetxattr": 192,
+    "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
+    "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463,
+    "getxattrat": 464, "listxattrat": 465, "removexattrat": 466,
+    # probes of the host's files beyond stat (see the module docstring): symlink
+    # targets, and watching files change
+    "readlink": 89, "readlinkat": 267, "inotify_init": 253, "inotify_init1": 294,
+    "inotify_add_watch": 254, "inotify_rm_watch": 255, "fanotify_init": 300,
+    "fanotify_mark": 301,
+    # scheduling of other processes of the same uid (other scripts' runners)
+    "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144,
+    "sched_setaffinity": 203, "sched_setattr": 314, "ioprio_set": 251, "migrate_pages": 256,
+    "move_pages": 279,
     # kernel facilities a script has no use for
     "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "io_uring_setup": 425,
     "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248,

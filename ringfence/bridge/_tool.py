@@ -18,7 +18,7 @@ from ..runtime import (
     cap_text,
     script_credential_literals,
 )
-from ._host import LocalLauncher, ScriptConfig, ScriptResult, run_script
+from ._host import DEFAULT_MAX_CALLS, LocalLauncher, ScriptConfig, ScriptResult, run_script
 from ._runner import ALLOWED_MODULES
 
 __all__ = [
@@ -44,7 +44,10 @@ The script runs as restricted Python in a sandbox: no files, network,
 processes or environment except through call_tool; no names starting with
 an underscore; imports limited to {", ".join(ALLOWED_MODULES)}.
 Timeout: timeout_seconds (default {DEFAULT_TIMEOUT_SECONDS}, at most {MAX_TIMEOUT_SECONDS});
-the clock stops while a person is being asked to approve a call."""
+the clock stops while a person is being asked to approve a call. At most
+max_calls call_tool calls per run (default and ceiling set by the operator,
+normally {DEFAULT_MAX_CALLS}); the calls past it raise ToolError (code denied).
+A script cannot call {SCRIPT_TOOL} (denied: scripts do not nest)."""
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -55,6 +58,12 @@ INPUT_SCHEMA: dict[str, Any] = {
             "exclusiveMinimum": 0,
             "maximum": MAX_TIMEOUT_SECONDS,
             "description": f"hard timeout (default {DEFAULT_TIMEOUT_SECONDS}, at most {MAX_TIMEOUT_SECONDS})",
+        },
+        "max_calls": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": DEFAULT_MAX_CALLS,
+            "description": f"call_tool budget of this run (default and ceiling {DEFAULT_MAX_CALLS})",
         },
     },
     "required": ["script"],
@@ -88,6 +97,7 @@ def register_script_tool(
     launcher (an object with ``launch``). Any other session is ``unavailable``.
     """
     config = config or ScriptConfig()
+    schema = _schema(config.max_calls)
     local = LocalLauncher(spare=spare)
     kernel.push_async_callback(local.aclose)
     docker_launchers: dict[int, Any] = {}
@@ -115,10 +125,13 @@ def register_script_tool(
     async def execute(args: dict[str, Any], ctx: CallContext) -> Any:
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
         launcher = await launcher_for(ctx)
-        run_config = config
+        changes: dict[str, Any] = {}
         transport = getattr(launcher, "transport", None) or config.transport
         if transport != config.transport:
-            run_config = _replace(config, transport=transport)
+            changes["transport"] = transport
+        if "max_calls" in args:  # the schema keeps it within the operator's ceiling
+            changes["max_calls"] = int(args["max_calls"])
+        run_config = _replace(config, **changes) if changes else config
         result = await run_script(
             ctx.kernel,
             args["script"],
@@ -134,7 +147,7 @@ def register_script_tool(
     spec = ToolSpec(
         SCRIPT_TOOL,
         DESCRIPTION,
-        INPUT_SCHEMA,
+        schema,
         execute,
         consequence=Consequence.IRREVERSIBLE,
         residual=True,
@@ -146,6 +159,17 @@ def register_script_tool(
     )
     kernel.register(spec)
     return spec
+
+
+def _schema(max_calls: int) -> dict[str, Any]:
+    """The input schema, with ``max_calls`` bounded by the operator's ceiling."""
+    import copy
+
+    schema = copy.deepcopy(INPUT_SCHEMA)
+    budget = schema["properties"]["max_calls"]
+    budget["maximum"] = max_calls
+    budget["description"] = f"call_tool budget of this run (default and ceiling {max_calls})"
+    return schema
 
 
 def _replace(config: ScriptConfig, **changes: Any) -> ScriptConfig:

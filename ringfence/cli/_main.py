@@ -17,6 +17,7 @@ from . import (
     _images,
     _mcp,
     _plan,
+    _policy,
     _run_script,
     _serve,
     _tools,
@@ -24,7 +25,19 @@ from . import (
 from ._output import EXIT_USAGE, UsageError, print_error
 
 # Each module adds its verbs to the parser; the order here is the order in --help.
-VERB_MODULES = [_tools, _call, _run_script, _serve, _events, _plan, _mcp, _images, _doctor, _bench]
+VERB_MODULES = [
+    _tools,
+    _call,
+    _run_script,
+    _serve,
+    _events,
+    _plan,
+    _policy,
+    _mcp,
+    _images,
+    _doctor,
+    _bench,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

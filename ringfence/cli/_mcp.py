@@ -1,8 +1,9 @@
-"""``ringfence mcp list|add|remove|inspect|import``: the MCP servers in the manifest.
+"""``ringfence mcp list|add|remove|inspect|import|login|logout``: the MCP servers in the manifest.
 
 Every command takes ``--json`` (``{"ok": true, "result": …}``) and
 ``--manifest FILE`` (default ``$RINGFENCE_HOME/mcp.toml``). Only ``inspect``
-starts a server, and it says so first.
+and ``login`` contact a server, and they say so first. ``list`` shows each
+OAuth server's login state (expiry, scopes) and never a token.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import json
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--api-key-env", metavar="VAR", help="http/sse: send Authorization: Bearer $VAR"
     )
     add.add_argument(
+        "--auth",
+        choices=["oauth", "bearer", "none"],
+        help="http/sse: OAuth 2.1 (then `mcp login`), a bearer token (--api-key-env), or none",
+    )
+    add.add_argument("--client-id", help="oauth: a pre-registered client id (default: register)")
+    add.add_argument(
+        "--client-secret-env", metavar="VAR", help="oauth: the client secret's variable"
+    )
+    add.add_argument(
+        "--scope", action="append", default=[], metavar="S", help="oauth: a scope (repeatable)"
+    )
+    add.add_argument(
+        "--oauth-grant",
+        choices=["authorization_code", "client_credentials"],
+        help="oauth: client_credentials for machine-to-machine (needs the client secret)",
+    )
+    add.add_argument("--oauth-issuer", metavar="URL", help="oauth: the expected issuer")
+    add.add_argument(
         "--header-env",
         action="append",
         default=[],
@@ -137,6 +157,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(ins)
     ins.set_defaults(func=run_inspect)
 
+    login = msub.add_parser(
+        "login", help="authorize ringfence for an OAuth server (browser, PKCE, loopback redirect)"
+    )
+    login.add_argument("name")
+    login.add_argument(
+        "--no-browser", action="store_true", help="only print the URL; do not open a browser"
+    )
+    login.add_argument(
+        "--port", type=int, default=0, help="the loopback redirect port (default: a free one)"
+    )
+    login.add_argument("--workspace", metavar="DIR", help="also read DIR/.ringfence/mcp.toml")
+    _common(login)
+    login.set_defaults(func=run_login)
+
+    logout = msub.add_parser("logout", help="delete an OAuth server's sealed tokens")
+    logout.add_argument("name")
+    logout.add_argument("--workspace", metavar="DIR", help="also read DIR/.ringfence/mcp.toml")
+    _common(logout)
+    logout.set_defaults(func=run_logout)
+
     imp = msub.add_parser(
         "import", help="import the mcpServers JSON of Claude Desktop, Cursor or VS Code"
     )
@@ -162,7 +202,36 @@ def _summary(s: ServerConfig) -> dict[str, Any]:
         "trust": s.trust.value,
         "approved_capabilities": sorted(s.approved_capabilities),
         "defined_at": s.origin,
+        "auth": _auth_state(s),
     }
+
+
+def _auth_state(s: ServerConfig) -> dict[str, Any]:
+    if s.transport is Transport.STDIO:
+        return {"auth": "none"}
+    from ..mcp_host._oauth import auth_status
+
+    return auth_status(s)
+
+
+def _auth_line(a: dict[str, Any]) -> str:
+    """``oauth: logged in, expires 2026-…, scopes read write`` — never a token."""
+    if a["auth"] != "oauth":
+        return a["auth"]
+    if a.get("problem"):
+        return f"oauth: {a['problem']}"
+    if not a.get("logged_in"):
+        return "oauth: not logged in (ringfence mcp login NAME)"
+    expires = a.get("expires_at")
+    when = (
+        "no expiry"
+        if not expires
+        else ("expired" if a.get("expired") else "expires")
+        + " "
+        + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires))
+    )
+    refresh = ", refreshable" if a.get("refreshable") else ""
+    return f"oauth: logged in, {when}{refresh}, scopes {' '.join(a.get('scopes') or []) or '-'}"
 
 
 # -- list ---------------------------------------------------------------------------------------
@@ -172,7 +241,12 @@ async def run_list(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
     servers = [_summary(s) for s in m.servers]
     if args.json:
-        return print_ok({"manifests": [str(p) for p in m.paths], "servers": servers}, True)
+        from ..mcp_host._tokens import key_backend
+
+        result = {"manifests": [str(p) for p in m.paths], "servers": servers}
+        if any(s["auth"]["auth"] == "oauth" for s in servers):
+            result["token_store"] = key_backend()  # where the sealing key lives
+        return print_ok(result, True)
     if not servers:
         sys.stdout.write(f"no MCP servers configured in {', '.join(str(p) for p in m.paths)}\n")
         return 0
@@ -183,6 +257,8 @@ async def run_list(args: argparse.Namespace) -> int:
             f"{s['name']:<{width}}  {s['transport']:<5}  {s['target']}\n"
             f"{'':<{width}}  approved: {', '.join(s['approved_capabilities'])}; {', '.join(flags)}\n"
         )
+        if s["transport"] != "stdio":
+            sys.stdout.write(f"{'':<{width}}  auth: {_auth_line(s['auth'])}\n")
     return 0
 
 
@@ -230,7 +306,34 @@ def config_from_args(args: argparse.Namespace, existing: Manifest) -> ServerConf
     }
     if args.timeout_seconds is not None:
         options["call_timeout_seconds"] = args.timeout_seconds
+    options.update(_auth_options(args))
     return ServerConfig(**options)
+
+
+def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--auth`` and the OAuth flags; the manifest check (run by save_server) judges them."""
+    from ..mcp_host._manifest import AuthMode
+
+    oauth_flags = {
+        "--client-id": args.client_id,
+        "--client-secret-env": args.client_secret_env,
+        "--scope": args.scope or None,
+        "--oauth-grant": args.oauth_grant,
+        "--oauth-issuer": args.oauth_issuer,
+    }
+    if args.auth != "oauth":
+        given = [flag for flag, value in oauth_flags.items() if value]
+        if given:
+            raise InvalidArguments(f"{given[0]} needs --auth oauth", field=given[0])
+        return {"auth": AuthMode(args.auth)} if args.auth else {}
+    return {
+        "auth": AuthMode.OAUTH,
+        "client_id": args.client_id,
+        "client_secret_env": args.client_secret_env,
+        "scopes": tuple(args.scope),
+        "oauth_grant": args.oauth_grant or "authorization_code",
+        "oauth_issuer": args.oauth_issuer,
+    }
 
 
 async def run_add(args: argparse.Namespace) -> int:
@@ -260,6 +363,64 @@ async def run_remove(args: argparse.Namespace) -> int:
     if args.json:
         return print_ok({"manifest": str(path), "removed": args.name}, True)
     sys.stdout.write(f"removed {args.name} from {path}\n")
+    return 0
+
+
+# -- login / logout -----------------------------------------------------------------------------
+
+
+def _load_for(args: argparse.Namespace) -> Manifest:
+    return (
+        load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
+    )
+
+
+async def run_login(args: argparse.Namespace) -> int:
+    import webbrowser
+
+    import trio
+
+    from ..mcp_host._oauth import login, loopback_flow
+    from ..runtime import Redactor
+
+    config = _load_for(args).get(args.name)
+    if config.oauth_grant == "client_credentials":
+        raise InvalidArguments(
+            f"server {config.name!r} uses client_credentials: it needs no login "
+            "(its client secret comes from client_secret_env)",
+            field="oauth_grant",
+        )
+    # The URL goes to stderr with --json (stdout stays one JSON object), else to stdout.
+    stream = sys.stderr if args.json else sys.stdout
+
+    async def show(url: str) -> None:
+        stream.write(
+            f"ringfence: to authorize {config.name!r}, open this URL in a browser:\n{url}\n"
+        )
+        stream.flush()
+        if not args.no_browser:
+            await trio.to_thread.run_sync(webbrowser.open, url)
+
+    sys.stderr.write(
+        f"ringfence: logging in to MCP server {config.name!r} ({display_url(config.url or '')})\n"
+    )
+    sys.stderr.flush()
+    async with loopback_flow(show, args.port) as flow:
+        status = await login(config, Redactor(), flow)
+    if args.json:
+        return print_ok({"server": config.name, "auth": status}, True)
+    sys.stdout.write(f"{config.name}: {_auth_line(status)}\n")
+    return 0 if status.get("logged_in") else 1
+
+
+async def run_logout(args: argparse.Namespace) -> int:
+    from ..mcp_host._oauth import logout
+
+    config = _load_for(args).get(args.name)
+    removed = logout(config)
+    if args.json:
+        return print_ok({"server": config.name, "removed": removed}, True)
+    sys.stdout.write(f"{config.name}: {'tokens deleted' if removed else 'was not logged in'}\n")
     return 0
 
 

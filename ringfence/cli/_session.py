@@ -10,9 +10,12 @@ from ..runtime import (
     ApprovalAnswer,
     Approver,
     Kernel,
+    Policy,
     Posture,
     ScriptedApprover,
+    cli_rules,
     default_approver,
+    load_layers,
 )
 
 
@@ -67,6 +70,42 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
     )
     parser.add_argument("--events", metavar="FILE", help="append the event stream to FILE (JSONL)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_policy_options(parser)
+
+
+def add_policy_options(parser: argparse.ArgumentParser) -> None:
+    """``--policy FILE`` and ``--deny/--ask/--allow RULE``: the session layer of the policy."""
+    parser.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a policy file for this session (repeatable; on top of the managed, user and "
+        "project files)",
+    )
+    for effect, example in (
+        ("deny", "'run_shell(curl *)'"),
+        ("ask", "'write_file(path=deploy/**)'"),
+        ("allow", "'run_shell(git status*)'"),
+    ):
+        parser.add_argument(
+            f"--{effect}",
+            dest=f"policy_{effect}",
+            action="append",
+            default=[],
+            metavar="RULE",
+            help=f"a {effect} rule for this session (repeatable), e.g. {example}",
+        )
+
+
+def policy_from_args(args: argparse.Namespace) -> Policy:
+    """Every policy layer for this session; raises PolicyFileError (nothing loaded) on a bad one."""
+    roots = workspace_roots_from_env(args.workspace)
+    return load_layers(
+        roots,
+        policy_files=args.policy,
+        rules=cli_rules(args.policy_deny, args.policy_ask, args.policy_allow),
+    )
 
 
 def approver_from(choice: str | None) -> Approver:
@@ -90,4 +129,6 @@ def kernel_from_args(args: argparse.Namespace) -> Kernel:
         plan_path=dry,
         events_path=args.events,
         mcp_manifest=True if getattr(args, "mcp", False) else None,
+        # read before create_kernel opens anything: a bad policy file refuses the session
+        policy=policy_from_args(args),
     )

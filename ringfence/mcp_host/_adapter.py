@@ -1,13 +1,20 @@
 """MCP tools, resources and prompts as ordinary kernel ToolSpecs.
 
-Consequence comes from each tool's own annotations, never from server trust
-(a trusted server can still expose an irreversible tool):
+A tool's consequence comes from the operator's manifest first; the server's
+own annotations can only ever *raise* caution, unless the operator marked the
+server ``trust = "trusted"``:
 
-1. ``irreversible_tools`` in the manifest → irreversible (annotations cannot lower it)
-2. ``read_only_tools`` in the manifest → read
-3. ``readOnlyHint: true`` → read
-4. ``destructiveHint: false`` → reversible
-5. anything else, including a tool with no annotations → irreversible
+1. ``irreversible_tools`` in the manifest → irreversible (nothing lowers it)
+2. ``read_only_tools`` (alias ``read_tools``) in the manifest → read
+3. a trusted server: ``readOnlyHint: true`` → read; ``destructiveHint: false``
+   → reversible; anything else → irreversible
+4. an untrusted server (the default): ``readOnlyHint: true`` (without an
+   explicit ``destructiveHint: true``) or ``destructiveHint: false`` →
+   reversible (a claim of read-only is not believed: the tool still asks under
+   ``ask`` and is staged under dry run); anything else, including no
+   annotations → irreversible
+
+So ``read`` (no approval, runs under dry run) comes only from the operator.
 
 Patterns in the manifest's tool lists are globs over the names the server
 uses (``read_file``, ``Read File!``), not over registered names.
@@ -81,18 +88,29 @@ def consequence_for(
 ) -> tuple[Consequence, str]:
     """The consequence of one remote tool and the reason, per the module docstring.
 
-    ``config.trust`` is deliberately not consulted.
+    Promise: for a server the operator did not mark trusted, the result is never
+    ``read`` unless ``read_only_tools`` names the tool; annotations only raise caution.
     """
     if (p := _matches(remote_name, config.irreversible_tools)) is not None:
         return Consequence.IRREVERSIBLE, f"irreversible_tools {p!r} in the manifest"
     if (p := _matches(remote_name, config.read_only_tools)) is not None:
         return Consequence.READ, f"read_only_tools {p!r} in the manifest"
-    if annotations is not None and annotations.read_only_hint is True:
-        return Consequence.READ, "the tool's readOnlyHint is true"
-    if annotations is not None and annotations.destructive_hint is False:
-        return Consequence.REVERSIBLE, "the tool's destructiveHint is false"
+    trusted = config.trust is Trust.TRUSTED
     if annotations is None:
         return Consequence.IRREVERSIBLE, "the tool declares no annotations"
+    if annotations.read_only_hint is True:
+        if trusted:
+            return Consequence.READ, "the tool's readOnlyHint is true (trusted server)"
+        if annotations.destructive_hint is True:
+            # Contradictory claims: the more cautious one counts.
+            return Consequence.IRREVERSIBLE, "the tool declares destructiveHint true"
+        return (
+            Consequence.REVERSIBLE,
+            "the tool claims readOnlyHint, which an untrusted server cannot grant; "
+            "list it in read_only_tools to treat it as read",
+        )
+    if annotations.destructive_hint is False:
+        return Consequence.REVERSIBLE, "the tool's destructiveHint is false"
     return Consequence.IRREVERSIBLE, "the tool does not declare itself read-only or non-destructive"
 
 

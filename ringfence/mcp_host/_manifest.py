@@ -17,6 +17,9 @@ Format::
     args = ["$WORKSPACE"]
     inherit_env = ["GITHUB_TOKEN"]    # names only; values come from the environment
     approved_capabilities = ["tools", "prompts"]
+    read_only_tools = ["read_*", "list_directory"]   # alias: read_tools
+    # trust = "trusted"               # believe the server's readOnlyHint annotations
+    max_message_bytes = 33554432      # inbound JSON-RPC message cap (default 32 MiB)
 
     [server.env]                      # literal, non-secret values only
     LOG_LEVEL = "info"
@@ -27,6 +30,10 @@ Contract:
   :class:`~ringfence.runtime.InvalidArguments` whose message names the file, the
   line and the key (``field`` is the key). Nothing is ever half-loaded.
 - Unknown keys are errors (a typo must not silently drop a deny list).
+- A tool is ``read`` (runs without approval, and under dry run) only when the
+  operator says so: ``read_only_tools`` (or its alias ``read_tools``) names it,
+  or the server is ``trust = "trusted"`` and the tool claims ``readOnlyHint``.
+  A server's own annotations only ever raise caution (see ``_adapter``).
 - Secrets never live in the file: ``env`` refuses credential-named variables
   (``*_TOKEN``, ``*_KEY``, …); name them in ``inherit_env``, ``api_key_env`` or
   ``headers_env`` and they are resolved when the server is connected.
@@ -56,6 +63,7 @@ from ._urls import check_header_name, check_url
 __all__ = [
     "DEFAULT_APPROVED",
     "KNOWN_CAPABILITIES",
+    "AuthMode",
     "Manifest",
     "Policy",
     "ServerConfig",
@@ -82,6 +90,9 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 MAX_OUTPUT_BYTES_LIMIT = 16 * 1024 * 1024
+# The largest JSON-RPC message read from a server (checked before it is parsed).
+DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+MAX_MESSAGE_BYTES_LIMIT = 1024 * 1024 * 1024
 MAX_TIMEOUT_SECONDS = 3600.0
 
 
@@ -94,6 +105,17 @@ class Transport(enum.StrEnum):
 class Trust(enum.StrEnum):
     UNTRUSTED = "untrusted"
     TRUSTED = "trusted"
+
+
+class AuthMode(enum.StrEnum):
+    """How an http/sse server is authenticated: nothing, a static bearer token, or OAuth 2.1."""
+
+    NONE = "none"
+    BEARER = "bearer"
+    OAUTH = "oauth"
+
+
+OAUTH_GRANTS = ("authorization_code", "client_credentials")
 
 
 class Policy(enum.StrEnum):
@@ -147,7 +169,17 @@ class ServerConfig:
     call_timeout_seconds: float = 60.0
     connect_timeout_seconds: float = 30.0
     max_output_bytes: int = 64 * 1024
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     protocol_mode: str = "legacy"
+    # OAuth 2.1 (MCP authorization); tokens live sealed in $RINGFENCE_HOME, never here.
+    auth: AuthMode = AuthMode.NONE
+    client_id: str | None = None
+    client_secret_env: str | None = None
+    scopes: tuple[str, ...] = ()
+    oauth_grant: str = "authorization_code"
+    oauth_issuer: str | None = None
+    client_metadata_url: str | None = None
+    client_key_env: str | None = None
     # Where it was defined ("path:line"), for messages; not part of the file format.
     origin: str = field(default="", compare=False)
 
@@ -278,7 +310,8 @@ class _Located:
 
 # -- validation -------------------------------------------------------------------------------
 
-_SERVER_KEYS = frozenset(f.name for f in fields(ServerConfig)) - {"origin"}
+# ``read_tools`` is accepted as another spelling of ``read_only_tools`` (merged into it).
+_SERVER_KEYS = (frozenset(f.name for f in fields(ServerConfig)) - {"origin"}) | {"read_tools"}
 _TOP_KEYS = frozenset({"server", "tool_discovery"})
 
 
@@ -441,6 +474,7 @@ class _ServerReader:
                 "protocol_mode",
                 '"legacy" (2025-11-25, the default) or "auto" (the SDK\'s newer negotiation)',
             )
+        auth = self._auth(transport, api_key_env, headers_env)
         line = self.loc.lines.line_of(self.index, None)
         return ServerConfig(
             name=self.name,
@@ -460,7 +494,8 @@ class _ServerReader:
             deny_tools=self.strings("deny_tools") or (),
             allow_resources=self.strings("allow_resources", optional=True),
             deny_resources=self.strings("deny_resources") or (),
-            read_only_tools=self.strings("read_only_tools") or (),
+            read_only_tools=(self.strings("read_only_tools") or ())
+            + (self.strings("read_tools") or ()),
             irreversible_tools=self.strings("irreversible_tools") or (),
             autonomous_tools=self.strings("autonomous_tools") or (),
             subscribe_resources=self.boolean("subscribe_resources", False),
@@ -483,9 +518,100 @@ class _ServerReader:
             max_output_bytes=self.number(
                 "max_output_bytes", 64 * 1024, lo=256, hi=MAX_OUTPUT_BYTES_LIMIT, integer=True
             ),
+            max_message_bytes=self.number(
+                "max_message_bytes",
+                DEFAULT_MAX_MESSAGE_BYTES,
+                lo=1024,
+                hi=MAX_MESSAGE_BYTES_LIMIT,
+                integer=True,
+            ),
             protocol_mode=protocol_mode,
+            **auth,
             origin=f"{self.loc.path}:{line}" if line else self.loc.path,
         )
+
+    def _auth(
+        self, transport: Transport, api_key_env: str | None, headers_env: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """The OAuth keys, checked together (they only mean something with ``auth = "oauth"``)."""
+        mode = self.choice("auth", AuthMode, AuthMode.NONE)
+        oauth_keys = (
+            "client_id",
+            "client_secret_env",
+            "scopes",
+            "oauth_grant",
+            "oauth_issuer",
+            "client_metadata_url",
+            "client_key_env",
+        )
+        if transport is Transport.STDIO and "auth" in self.raw:
+            raise self.fail("auth", "only applies to http and sse servers")
+        if mode is AuthMode.BEARER and api_key_env is None:
+            raise self.fail("auth", '"bearer" needs api_key_env naming the token\'s variable')
+        if mode is not AuthMode.OAUTH:
+            for key in oauth_keys:
+                if key in self.raw:
+                    raise self.fail(key, 'only applies with auth = "oauth"')
+            return {"auth": mode}
+        if api_key_env is not None:
+            raise self.fail(
+                "api_key_env", 'conflicts with auth = "oauth", which sets Authorization'
+            )
+        if any(h.lower() == "authorization" for h in headers_env):
+            raise self.fail("headers_env", 'Authorization conflicts with auth = "oauth"')
+        client_id = self.string("client_id")
+        secret_env = self.string("client_secret_env")
+        if secret_env is not None and not _ENV_NAME.match(secret_env):
+            raise self.fail("client_secret_env", "must name an environment variable")
+        if secret_env is not None and client_id is None:
+            raise self.fail("client_secret_env", "a client secret needs its client_id")
+        key_env = self.string("client_key_env")
+        if key_env is not None and not _ENV_NAME.match(key_env):
+            raise self.fail("client_key_env", "must name an environment variable")
+        if key_env is not None and (client_id is None or secret_env is not None):
+            raise self.fail(
+                "client_key_env", "a private key (private_key_jwt) needs client_id and no secret"
+            )
+        scopes = self.strings("scopes") or ()
+        for scope in scopes:
+            if not scope or any(c.isspace() or c in '"\\' for c in scope):
+                raise self.fail("scopes", f"{scope!r} is not a scope token")
+        grant = self.raw.get("oauth_grant", "authorization_code")
+        if grant not in OAUTH_GRANTS:
+            raise self.fail(
+                "oauth_grant", f"must be one of {', '.join(OAUTH_GRANTS)}, not {grant!r}"
+            )
+        if grant == "client_credentials" and secret_env is None and key_env is None:
+            raise self.fail(
+                "oauth_grant",
+                "client_credentials needs client_id and client_secret_env or client_key_env",
+            )
+        if key_env is not None and grant != "client_credentials":
+            raise self.fail(
+                "client_key_env", 'only applies with oauth_grant = "client_credentials"'
+            )
+        issuer = self.string("oauth_issuer")
+        if issuer is not None:
+            try:
+                check_url(issuer, "oauth_issuer")
+            except InvalidArguments as exc:
+                raise self.fail("oauth_issuer", exc.message.removeprefix("oauth_issuer ")) from None
+        metadata_url = self.string("client_metadata_url")
+        if metadata_url is not None:
+            from mcp.client.auth.utils import is_valid_client_metadata_url
+
+            if not is_valid_client_metadata_url(metadata_url):
+                raise self.fail("client_metadata_url", "must be an https URL with a path")
+        return {
+            "auth": mode,
+            "client_metadata_url": metadata_url,
+            "client_key_env": key_env,
+            "client_id": client_id,
+            "client_secret_env": secret_env,
+            "scopes": scopes,
+            "oauth_grant": grant,
+            "oauth_issuer": issuer,
+        }
 
 
 def parse_manifest(text: str, path: str = "<mcp.toml>") -> Manifest:

@@ -10,6 +10,12 @@
   SHA-256 and a reference, never copied into text as base64.
 - ``structured_content`` is kept (redacted) when it fits the cap, else replaced
   by a note.
+- Every string the server chose reaches the model inside the frame when the
+  server is untrusted: text, embedded resources, resource links (name, title,
+  description, URI), structured content (as JSON) and the URIs of blob
+  attachments. Nothing the server wrote sits outside it, except an
+  attachment's MIME type, and only when it is a plain ``type/subtype`` token.
+  From a trusted server, ``links`` and ``structured_content`` stay separate keys.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import hashlib
 import json
 import mimetypes
 import os
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +40,8 @@ from ..runtime import Redactor, cap_text
 __all__ = ["RenderContext", "frame_untrusted", "render_contents", "render_resource_contents"]
 
 MAX_ATTACHMENT_BYTES = 32 * 1024 * 1024
+# A MIME type the server names is shown outside the frame only when it is this plain.
+_MIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -59,9 +68,10 @@ def frame_untrusted(text: str, server: str, source: str) -> str:
 def _attachment(
     ctx: RenderContext, kind: str, mime: str | None, data_b64: str, uri: str | None = None
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": kind, "mime_type": mime or "application/octet-stream"}
+    plain = mime is not None and _MIME.match(mime) is not None
+    out: dict[str, Any] = {"type": kind, "mime_type": mime if plain else "application/octet-stream"}
     if uri is not None:
-        out["uri"] = uri
+        out["uri"] = ctx.redactor.redact(uri)
     if len(data_b64) > MAX_ATTACHMENT_BYTES * 4 // 3 + 4:
         out["error"] = f"larger than {MAX_ATTACHMENT_BYTES} bytes; not kept"
         return out
@@ -86,6 +96,7 @@ def _attachment(
 
 
 def _finish_text(ctx: RenderContext, texts: list[str]) -> tuple[str, bool]:
+    """Redact, then cap, then frame (untrusted): a cut never splits a secret before redaction."""
     text = ctx.redactor.redact("\n".join(texts))
     capped = cap_text(text, ctx.max_output_bytes, ctx.spool_dir)
     body = capped.text
@@ -104,10 +115,39 @@ def _structured(ctx: RenderContext, value: Any) -> Any:
     return value
 
 
+def _link(block: types.ResourceLink) -> dict[str, Any]:
+    fields = {
+        "uri": str(block.uri),
+        "name": block.name,
+        "title": block.title,
+        "description": block.description,
+        "mime_type": block.mime_type,
+    }
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _inside_frame(
+    texts: list[str], links: list[dict[str, Any]], structured: Any, out: dict[str, Any]
+) -> None:
+    """Untrusted: move links, structured content and blob URIs into the (redacted) framed text."""
+    for link in links:
+        texts.append("[resource link] " + json.dumps(link, ensure_ascii=False))
+    if structured is not None:
+        texts.append(
+            "[structured content] " + json.dumps(structured, ensure_ascii=False, default=str)
+        )
+        out["structured_content_in_text"] = True
+    for attachment in out.get("attachments", []):
+        if "uri" in attachment:
+            uri = attachment.pop("uri")
+            label = attachment.get("ref") or attachment["type"]
+            texts.append(f"[attachment {label}: resource URI] {uri}")
+
+
 def render_contents(
     ctx: RenderContext, blocks: Sequence[Any], structured: Any = None
 ) -> dict[str, Any]:
-    """Text, attachments and links from a list of MCP content blocks."""
+    """Text, attachments and links from a list of MCP content blocks (see the module docstring)."""
     texts: list[str] = []
     attachments: list[dict[str, Any]] = []
     links: list[dict[str, Any]] = []
@@ -127,30 +167,30 @@ def render_contents(
                     _attachment(ctx, "resource", res.mime_type, res.blob, str(res.uri))
                 )
         elif isinstance(block, types.ResourceLink):
-            links.append(
-                ctx.redactor.redact_value(
-                    {"uri": str(block.uri), "name": block.name, "mime_type": block.mime_type}
-                )
-            )
+            links.append(ctx.redactor.redact_value(_link(block)))
         else:
-            texts.append(
-                f"[unsupported content block {getattr(block, 'type', type(block).__name__)!r}]"
-            )
-    text, truncated = _finish_text(ctx, texts)
+            kind = getattr(block, "type", type(block).__name__)
+            texts.append(f"[unsupported content block {str(kind)[:100]!r}]")
     out: dict[str, Any] = {
         "server": ctx.server,
         "source": ctx.source,
         "trust": "trusted" if ctx.trusted else "untrusted",
-        "text": text,
     }
-    if truncated:
-        out["truncated"] = True
     if attachments:
         out["attachments"] = attachments
-    if links:
+    if ctx.trusted:
+        s = _structured(ctx, structured)
+    else:
+        # Into the text, which is redacted and capped whole (the spool file keeps all of it).
+        s = None
+        _inside_frame(texts, links, structured, out)
+    text, truncated = _finish_text(ctx, texts)
+    out["text"] = text
+    if truncated:
+        out["truncated"] = True
+    if ctx.trusted and links:
         out["links"] = links
-    s = _structured(ctx, structured)
-    if s is not None:
+    if ctx.trusted and s is not None:
         out["structured_content"] = s
     return out
 
@@ -168,16 +208,19 @@ def render_resource_contents(
             attachments.append(
                 _attachment(ctx, "resource", item.mime_type, item.blob, str(item.uri))
             )
-    text, truncated = _finish_text(ctx, texts)
+    # ``uri`` is the one the caller asked for (from the approved inventory), not the reply's.
     out: dict[str, Any] = {
         "uri": ctx.redactor.redact(uri),
         "provenance": f"mcp:{ctx.server} resource",
         "taint": "external",
         "trust": "trusted" if ctx.trusted else "untrusted",
-        "text": text,
     }
-    if truncated:
-        out["truncated"] = True
     if attachments:
         out["attachments"] = attachments
+    if not ctx.trusted:
+        _inside_frame(texts, [], None, out)
+    text, truncated = _finish_text(ctx, texts)
+    out["text"] = text
+    if truncated:
+        out["truncated"] = True
     return out

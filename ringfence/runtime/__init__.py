@@ -15,7 +15,12 @@ from ._approval import (
     default_approver as default_approver,
 )
 from ._canonical import canonical_json as canonical_json, digest as digest
-from ._caps import CappedText as CappedText, cap_text as cap_text
+from ._caps import (
+    MAX_SPOOL_BYTES as MAX_SPOOL_BYTES,
+    CappedText as CappedText,
+    cap_text as cap_text,
+    escape_surrogates as escape_surrogates,
+)
 from ._errors import (
     ERROR_CODES as ERROR_CODES,
     Denied as Denied,
@@ -44,6 +49,9 @@ from ._files import atomic_write as atomic_write, ringfence_home as ringfence_ho
 from ._intents import (
     Intent as Intent,
     IntentAuthority as IntentAuthority,
+    check_intent as check_intent,
+    key_fingerprint as key_fingerprint,
+    load_public_keys as load_public_keys,
     verify_intent as verify_intent,
 )
 from ._kernel import (
@@ -59,6 +67,14 @@ from ._policy import (
     Rules as Rules,
     Verdict as Verdict,
     decide as decide,
+    evaluate_policy as evaluate_policy,
+)
+from ._policyfile import (
+    PolicyFileError as PolicyFileError,
+    cli_rules as cli_rules,
+    load_layers as load_layers,
+    load_policy_file as load_policy_file,
+    managed_policy_path as managed_policy_path,
 )
 from ._redact import (
     MARKER as MARKER,
@@ -70,4 +86,14 @@ from ._redact import (
     mask_command_args as mask_command_args,
     script_credential_literals as script_credential_literals,
 )
+from ._rules import (
+    PartVerdict as PartVerdict,
+    Policy as Policy,
+    PolicyVerdict as PolicyVerdict,
+    Rule as Rule,
+    RuleError as RuleError,
+    normalize_path as normalize_path,
+    parse_rule as parse_rule,
+)
+from ._shellwords import ShellParse as ShellParse, parse_command as parse_command
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec

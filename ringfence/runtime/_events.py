@@ -9,8 +9,16 @@ its Ed25519 public key and closes it with a ``session_sealed`` record whose
 signature covers the head of the chain. Pin the public key (``--public-key``)
 to detect a rewrite that also replaced the key.
 
-Non-guarantee: a truncation that removes the seal and everything after some
-point leaves a valid prefix; verify reports an unsealed session as such.
+Verification (:func:`verify_chain`) hashes the exact bytes of each line, so a
+line that parses to the same record but reads differently (a duplicate key,
+other spacing) is caught; it refuses a ``started`` record without an intent
+signed by the session key, and an unsealed session unless the caller accepts
+an open log (``--allow-open``).
+
+Non-guarantees: a truncation that removes the seal and everything after some
+point leaves a valid prefix, which verifies only with ``allow_open``; without
+pinned keys, a log rewritten whole under a new key verifies; arguments that
+were redacted in the record cannot be matched to the signed argument digest.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,15 +35,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ._canonical import canonical_json
-from ._intents import Intent
-from ._redact import Redactor
+from ._canonical import canonical_json, digest
+from ._caps import escape_surrogates
+from ._errors import Unwritable
+from ._intents import check_intent, key_fingerprint, load_public_keys
+from ._redact import MARKER, Redactor
 
 __all__ = [
     "GENESIS",
+    "KERNEL_KINDS",
+    "OUTCOME_KINDS",
+    "RECORD_FIELDS",
     "ChainReport",
     "EventLog",
     "EventSink",
@@ -45,6 +58,32 @@ __all__ = [
 ]
 
 GENESIS = "0" * 64
+# Fields the log itself writes into every record; event data cannot use them.
+RECORD_FIELDS = frozenset({"seq", "ts", "kind", "trace_id", "prev", "hash"})
+# The kinds that close a call: every call that started ends in exactly one of them.
+OUTCOME_KINDS = frozenset({"finished", "failed", "cancelled", "staged"})
+# The kinds only the kernel writes (a tool's CallContext.emit cannot use them).
+KERNEL_KINDS = OUTCOME_KINDS | {
+    "session_started",
+    "session_sealed",
+    "posture_changed",
+    "proposed",
+    "decided",
+    "approval_asked",
+    "approval_answered",
+    "started",
+}
+
+
+def _escape_strings(value: Any) -> Any:
+    """``value`` with lone surrogates escaped in every string, keys included."""
+    if isinstance(value, str):
+        return escape_surrogates(value)
+    if isinstance(value, dict):
+        return {_escape_strings(k): _escape_strings(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escape_strings(v) for v in value]
+    return value
 
 
 class EventSink(Protocol):
@@ -87,7 +126,23 @@ class FileSink:
                         last = line
         except FileNotFoundError:
             return None
-        return json.loads(last) if last else None
+        if not last:
+            return None
+        try:
+            record = json.loads(last)
+            if not last.endswith(b"\n") or not isinstance(record, dict):
+                raise ValueError("no record")
+            if not isinstance(record.get("hash"), str) or not isinstance(record.get("seq"), int):
+                raise ValueError("no hash or seq to continue from")
+        except ValueError:
+            # Appending would chain onto a record that is not one: fail closed, say why.
+            raise Unwritable(
+                f"the event file {self.path} does not end with a whole event record "
+                "(cut mid-write, or not an event file); check it with `ringfence events "
+                "verify`, then move it away",
+                field="events",
+            ) from None
+        return record
 
     def write(self, line: str) -> None:
         # One unbuffered O_APPEND write per line: a crash never leaves half a record
@@ -103,12 +158,23 @@ class FileSink:
 
 
 class EventLog:
-    """Builds chained, redacted records and hands them to a sink."""
+    """Builds chained, redacted records and hands them to a sink.
+
+    Strings with lone surrogates (undecodable file-name bytes) are written in
+    the escaped form of :func:`ringfence.runtime.escape_surrogates`, so any
+    text can be recorded. Data keys that name the record's own fields
+    (:data:`RECORD_FIELDS`) are refused with ValueError: they would overwrite
+    them or put a second ``hash`` in the line.
+    """
 
     def __init__(self, sink: EventSink, redactor: Redactor) -> None:
         self._sink = sink
         self._redactor = redactor
-        last = sink.last_record() if isinstance(sink, FileSink) else None
+        try:
+            last = sink.last_record() if isinstance(sink, FileSink) else None
+        except BaseException:
+            sink.close()
+            raise
         self._prev = last["hash"] if last else GENESIS
         self._seq = last["seq"] + 1 if last else 0
         self._closed = False
@@ -117,9 +183,19 @@ class EventLog:
     def head(self) -> str:
         return self._prev
 
-    def emit(self, kind: str, trace_id: str | None = None, **data: Any) -> dict[str, Any]:
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def emit(self, kind: str, trace_id: str | None = None, /, **data: Any) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError("the event log is closed")
+        clash = RECORD_FIELDS.intersection(data)
+        if clash:
+            raise ValueError(
+                f"event {kind!r}: {', '.join(sorted(clash))} is a field every record has; "
+                "name the data otherwise"
+            )
         record: dict[str, Any] = {
             "seq": self._seq,
             "ts": round(time.time(), 6),
@@ -128,7 +204,11 @@ class EventLog:
             **self._redactor.redact_value(data),
             "prev": self._prev,
         }
-        body = canonical_json(record)
+        try:
+            body = canonical_json(record)
+        except UnicodeEncodeError:
+            record = _escape_strings(record)
+            body = canonical_json(record)
         h = hashlib.sha256(body).hexdigest()
         record["hash"] = h
         # The line is the hashed canonical form with the hash appended: one encoding per event.
@@ -148,77 +228,313 @@ class EventLog:
 
 @dataclass(frozen=True)
 class ChainReport:
+    """What :func:`verify_chain` found. ``ok`` is true only when ``problems`` is empty.
+
+    ``session_keys`` holds the fingerprint (:func:`ringfence.runtime.key_fingerprint`)
+    of each session's key, in file order. ``unsealed_sessions`` counts the
+    sessions without a seal, an allowed open last session included.
+    """
+
     ok: bool
     records: int
     sealed_sessions: int
     unsealed_sessions: int
     problems: tuple[str, ...]
+    session_keys: tuple[str, ...] = ()
 
 
-def _load_key(pem: str) -> Ed25519PublicKey:
-    key = serialization.load_pem_public_key(pem.encode())
-    if not isinstance(key, Ed25519PublicKey):
-        raise ValueError("not an Ed25519 public key")
-    return key
+class _DuplicateKey(ValueError):
+    pass
 
 
-def verify_chain(lines: Iterable[str], public_key_pem: str | None = None) -> ChainReport:
-    """Check every link, every record hash, every call's signed intent and every session seal."""
-    problems: list[str] = []
-    prev = GENESIS
-    count = sealed = opened = 0
-    session_key: Ed25519PublicKey | None = _load_key(public_key_pem) if public_key_pem else None
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        count += 1
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Two values for one key: readers disagree on which one counts (Python keeps the last,
+    # others the first), so a record could read differently from what was hashed.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# What the writer appends to the hashed canonical body: the hash, last, and nothing after it.
+_HASH_TAIL = re.compile(rb',"hash":"([0-9a-f]{64})"\}\Z')
+
+
+@dataclass
+class _Call:
+    tool: Any
+    arguments: Any
+    verdict: Any = None
+    rule: Any = None
+    answer: Any = None
+    started: int | None = None
+    outcome: str | None = None
+
+
+@dataclass
+class _Session:
+    line: int
+    key: Ed25519PublicKey | None
+    calls: dict[str, _Call] = field(default_factory=dict)
+    nonces: set[str] = field(default_factory=set)
+
+
+class _Verifier:
+    """The state of one pass over a log; :func:`verify_chain` is its only user."""
+
+    def __init__(self, pinned: list[Ed25519PublicKey] | None, allow_open: bool) -> None:
+        self.pinned = {key_fingerprint(k) for k in pinned} if pinned is not None else None
+        self.allow_open = allow_open
+        self.problems: list[str] = []
+        self.prev: str | None = GENESIS
+        self.count = self.sealed = self.unsealed = 0
+        self.session: _Session | None = None
+        self.keys: list[str] = []
+
+    def problem(self, lineno: int, text: str) -> None:
+        self.problems.append(f"line {lineno}: {text}")
+
+    def line(self, lineno: int, raw: bytes) -> None:
+        """Check one line, exactly as written (without its newline)."""
+        self.count += 1
+        tail = _HASH_TAIL.search(raw)
+        if tail is None:
+            self.problem(lineno, "not a ringfence event record")
+            self.prev = None
+            return
+        claimed = tail.group(1).decode()
+        # The hash covers the bytes on disk: the body as written, closed where the hash began.
+        body = raw[: tail.start()] + b"}"
+        if hashlib.sha256(body).hexdigest() != claimed:
+            self.problem(lineno, "record was edited (hash mismatch)")
         try:
-            record = json.loads(line)
-            claimed = record.pop("hash")
-        except (ValueError, KeyError, AttributeError):
-            problems.append(f"line {lineno}: not a ringfence event record")
-            prev = None  # type: ignore[assignment]
-            continue
-        if prev is not None and record.get("prev") != prev:
-            problems.append(f"line {lineno}: chain broken (prev does not match line before)")
-        actual = hashlib.sha256(canonical_json(record)).hexdigest()
-        if actual != claimed:
-            problems.append(f"line {lineno}: record was edited (hash mismatch)")
+            record = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        except _DuplicateKey as exc:
+            self.problem(lineno, f"duplicate key {exc} in the record (readers may disagree)")
+            record = None
+        except ValueError:
+            self.problem(lineno, "not a ringfence event record")
+            record = None
+        if not isinstance(record, dict):
+            self.prev = claimed
+            return
+        if canonical_json(record) != body:
+            self.problem(lineno, "record is not in the canonical form it was hashed in")
+        if self.prev is not None and record.get("prev") != self.prev:
+            self.problem(lineno, "chain broken (prev does not match line before)")
+        self.prev = claimed
+        self.record(lineno, record)
+
+    def record(self, lineno: int, record: dict[str, Any]) -> None:
         kind = record.get("kind")
         if kind == "session_started":
-            opened += 1
-            if public_key_pem is None:
-                try:
-                    session_key = _load_key(record.get("public_key", ""))
-                except ValueError:
-                    problems.append(f"line {lineno}: session public key unreadable")
-                    session_key = None
-        elif kind == "started" and record.get("intent") is not None:
-            if not _intent_verifies(record, session_key):
-                problems.append(f"line {lineno}: the call's signed intent does not verify")
-        elif kind == "session_sealed":
-            sealed += 1
-            try:
-                if session_key is None:
-                    raise InvalidSignature
-                session_key.verify(base64.b64decode(record["signature"]), record["prev"].encode())
-            except (InvalidSignature, KeyError, ValueError):
-                problems.append(f"line {lineno}: seal signature does not verify")
-        prev = claimed
-    return ChainReport(not problems, count, sealed, max(opened - sealed, 0), tuple(problems))
+            self.close_session(lineno)
+            self.open_session(lineno, record)
+            return
+        session = self.session
+        if session is None:
+            self.problem(lineno, f"{kind!r} record outside a session")
+            return
+        if kind == "session_sealed":
+            self.seal(lineno, record, session)
+            return
+        call_id = record.get("call_id")
+        if kind == "proposed":
+            if not isinstance(call_id, str) or call_id in session.calls:
+                self.problem(lineno, f"call {call_id!r} proposed twice or without an id")
+                return
+            session.calls[call_id] = _Call(record.get("tool"), record.get("arguments"))
+            return
+        if kind not in ("decided", "approval_answered", "started", *OUTCOME_KINDS):
+            return  # informational records (notice, output, …): the chain covers them
+        call = session.calls.get(call_id) if isinstance(call_id, str) else None
+        if call is None or record.get("tool") != call.tool:
+            self.problem(lineno, f"{kind!r} record for call {call_id!r}, which was never proposed")
+            return
+        if call.outcome is not None:
+            self.problem(lineno, f"{kind!r} record after call {call_id} ended ({call.outcome})")
+            return
+        if kind == "decided":
+            call.verdict, call.rule = record.get("verdict"), record.get("rule")
+        elif kind == "approval_answered":
+            call.answer = record.get("choice")
+        elif kind == "started":
+            self.started(lineno, record, call, session)
+        else:
+            if kind == "finished" and call.started is None:
+                self.problem(lineno, f"call {call_id} finished but never started")
+            call.outcome = kind
+
+    def started(self, lineno: int, record: dict[str, Any], call: _Call, session: _Session) -> None:
+        if call.started is not None:
+            self.problem(lineno, f"call {record.get('call_id')} started twice")
+        call.started = lineno
+        why = self.why_not_allowed(record, call, session)
+        if why is not None:
+            self.problem(lineno, f"the call's signed intent does not verify: {why}")
+
+    def why_not_allowed(self, record: dict[str, Any], call: _Call, session: _Session) -> str | None:
+        """Why this ``started`` record is not proven allowed by the session's Gate, or None."""
+        if session.key is None:
+            return "the session has no readable key"
+        intent = record.get("intent")
+        # Redacted arguments no longer hash to the signed digest; then only tool and
+        # decision are checked (the intent still proves the Gate allowed *a* call).
+        arguments = call.arguments
+        known = digest(arguments) if MARKER not in json.dumps(arguments) else None
+        why = check_intent(session.key, intent, tool=str(call.tool), arguments_sha256=known)
+        if why is not None:
+            return why
+        assert isinstance(intent, dict)  # check_intent refuses anything else
+        if intent["nonce"] in session.nonces:
+            return "its nonce was already used by another call (replayed intent)"
+        session.nonces.add(intent["nonce"])
+        rule = intent.get("rule")
+        if call.verdict == "allow" and rule == call.rule:
+            return None
+        if call.verdict == "ask" and (
+            rule == "grant:session"
+            or (
+                rule in ("approved:once", "approved:session") and call.answer in ("once", "session")
+            )
+        ):
+            return None
+        return f"the Gate decided {call.verdict!r} ({call.rule}), the intent says {rule!r}"
+
+    def open_session(self, lineno: int, record: dict[str, Any]) -> None:
+        key: Ed25519PublicKey | None = None
+        try:
+            key = load_public_keys(str(record.get("public_key", "")))[0]
+        except ValueError:
+            self.problem(lineno, "session public key unreadable")
+        if key is not None:
+            fingerprint = key_fingerprint(key)
+            self.keys.append(fingerprint)
+            if self.pinned is not None and fingerprint not in self.pinned:
+                self.problem(lineno, f"the session key {fingerprint} is not one of the pinned keys")
+        self.session = _Session(lineno, key)
+
+    def seal(self, lineno: int, record: dict[str, Any], session: _Session) -> None:
+        try:
+            if session.key is None:
+                raise InvalidSignature
+            session.key.verify(base64.b64decode(record["signature"]), record["prev"].encode())
+        except (InvalidSignature, KeyError, ValueError, TypeError, AttributeError):
+            self.problem(lineno, "seal signature does not verify")
+        for call_id, call in session.calls.items():
+            if call.started is not None and call.outcome is None:
+                self.problem(call.started, f"call {call_id} ({call.tool}) started and never ended")
+        self.sealed += 1
+        self.session = None
+
+    def close_session(self, lineno: int | None) -> None:
+        """End an unsealed session: at a later session's start, or at the end of the file."""
+        session, self.session = self.session, None
+        if session is None:
+            return
+        self.unsealed += 1
+        if lineno is not None:
+            self.problem(
+                session.line,
+                f"session is not sealed, yet another session begins at line {lineno} "
+                "(a crash, or records removed)",
+            )
+        elif not self.allow_open:
+            self.problem(
+                session.line,
+                "session is not sealed (truncated, or still being written: "
+                "verify with --allow-open to accept an open last session)",
+            )
+
+    def report(self) -> ChainReport:
+        return ChainReport(
+            not self.problems,
+            self.count,
+            self.sealed,
+            self.unsealed,
+            tuple(self.problems),
+            tuple(self.keys),
+        )
 
 
-def _intent_verifies(record: dict[str, Any], key: Ed25519PublicKey | None) -> bool:
-    try:
-        intent = Intent.from_dict(record["intent"])
-        if key is None or intent.tool != record.get("tool") or intent.verdict != "allow":
-            return False
-        key.verify(intent.signature, intent.payload())
-    except (InvalidSignature, KeyError, ValueError, TypeError):
-        return False
-    return True
+def _public_keys(public_keys: str | Iterable[str] | None) -> list[Ed25519PublicKey] | None:
+    if public_keys is None:
+        return None
+    texts = [public_keys] if isinstance(public_keys, str) else list(public_keys)
+    return [key for text in texts for key in load_public_keys(text)]
 
 
-def verify_file(path: str | os.PathLike[str], public_key_pem: str | None = None) -> ChainReport:
-    with open(path, encoding="utf-8") as f:
-        return verify_chain(f, public_key_pem)
+def verify_chain(
+    lines: Iterable[str | bytes],
+    public_keys: str | Iterable[str] | None = None,
+    *,
+    allow_open: bool = False,
+) -> ChainReport:
+    """Check a whole log: every line, link, call and session. Each item of ``lines`` is one line.
+
+    A line is checked as the exact bytes written (a ``str`` is taken as its
+    UTF-8 encoding; one trailing newline is ignored): the hash must match
+    those bytes, the record must be in canonical form with no duplicate key,
+    and its ``prev`` must name the line before. Each session must open with
+    ``session_started`` and close with a ``session_sealed`` whose signature
+    verifies with the session's key; records outside a session are refused.
+    Every ``started`` record must carry an intent signed by the session's key
+    for that tool (and, unless redacted, those arguments), used once, and
+    consistent with the recorded decision (and approval); every started call
+    in a sealed session must end in exactly one outcome.
+
+    ``public_keys``: PEM text (one or several keys) or several such texts.
+    When given, each session's key must be one of them (records are still
+    checked against the session's own key). Without it a log rewritten whole
+    with a new key verifies: pin keys to detect that.
+
+    ``allow_open`` accepts an unsealed *last* session (a log still being
+    written) and an unterminated last line; an unsealed session followed by
+    another is always a problem. Raises ValueError for unreadable keys.
+    """
+    verifier = _Verifier(_public_keys(public_keys), allow_open)
+    for lineno, line in enumerate(lines, start=1):
+        raw = line if isinstance(line, bytes) else line.encode("utf-8", "backslashreplace")
+        verifier.line(lineno, raw[:-1] if raw.endswith(b"\n") else raw)
+    verifier.close_session(None)
+    return verifier.report()
+
+
+def verify_file(
+    path: str | os.PathLike[str],
+    public_keys: str | Iterable[str] | None = None,
+    *,
+    allow_open: bool = False,
+) -> ChainReport:
+    """:func:`verify_chain` over a file's lines as bytes.
+
+    A last line without its newline was cut mid-write: a problem unless
+    ``allow_open`` (then it is skipped as not yet written). Raises OSError
+    when the file cannot be read.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    partial = lines.pop()  # b"" when the file ends with a newline, as the writer leaves it
+    if partial and allow_open:
+        partial = b""
+    report = verify_chain(
+        lines + ([partial] if partial else []), public_keys, allow_open=allow_open
+    )
+    if not partial:
+        return report
+    problem = f"line {len(lines) + 1}: the last line has no newline (cut mid-write)"
+    return ChainReport(
+        False,
+        report.records,
+        report.sealed_sessions,
+        report.unsealed_sessions,
+        (*report.problems, problem),
+        report.session_keys,
+    )

@@ -14,6 +14,12 @@ Every call takes the same road, one method per layer::
 and every step is written to the event stream. A direct call, a ``call_tool``
 from a script and a call through ``ringfence serve`` all enter at
 :meth:`Kernel.invoke`, so they get one decision function.
+
+Every call that was proposed ends in exactly one outcome record: ``finished``,
+``failed`` (a refusal, a tool's error, or an unexpected exception inside the
+kernel, reported as ``tool_error``), ``staged`` (dry run) or ``cancelled``
+(cancellation, KeyboardInterrupt, or the kernel closing while the call was in
+flight). Cancellation still propagates after its record is written.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
@@ -36,9 +42,9 @@ from ._approval import (
     HeadlessDenyApprover,
     SessionGrants,
 )
-from ._caps import cap_text
-from ._errors import Denied, RingfenceError, ToolError
-from ._events import EventLog, EventSink, MemorySink
+from ._caps import cap_text, escape_surrogates
+from ._errors import Denied, InvalidArguments, RingfenceError, ToolError
+from ._events import KERNEL_KINDS, RECORD_FIELDS, EventLog, EventSink, MemorySink
 from ._files import ringfence_home
 from ._intents import Intent, IntentAuthority
 from ._plan import Plan, StagedCall
@@ -51,6 +57,13 @@ __all__ = ["Authorization", "CallContext", "Kernel", "Outcome"]
 # How much of a result is copied into the "finished" event (the result itself is capped separately).
 EVENT_OUTPUT_BYTES = 4096
 DEFAULT_OUTPUT_CAP = 64 * 1024
+# An error message is cut (after redaction) to this many bytes, marker included, so a
+# tool cannot put megabytes into a reply and an event through its exception text.
+ERROR_MESSAGE_BYTES = 8 * 1024
+# Room for cap_text's marker: a message cut once fits the limit, so cutting is idempotent.
+_MARKER_ROOM = 256
+# The keys CallContext.emit fills in itself, on top of the log's own fields.
+_CONTEXT_FIELDS = RECORD_FIELDS | {"call_id", "tool"}
 
 AskHook = Callable[[], contextlib.AbstractAsyncContextManager[None]]
 
@@ -70,8 +83,24 @@ class CallContext:
     origin: str
     posture: Posture
 
-    def emit(self, kind: str, **data: Any) -> None:
-        """Add a tool-specific event (``notice``, ``output``, …) to this call's trace."""
+    def emit(self, kind: str, /, **data: Any) -> None:
+        """Add a tool-specific event (``notice``, ``output``, …) to this call's trace.
+
+        The record gets this call's ``call_id`` and ``tool``. Raises ValueError
+        when ``kind`` is one the kernel writes itself (``started``,
+        ``finished``, …; a tool cannot fake its own outcome) or ``data`` uses
+        a key the record already has (``tool``, ``call_id``, ``seq``, ``ts``,
+        ``kind``, ``trace_id``, ``prev``, ``hash``): name such data otherwise
+        (``nested_tool=…``).
+        """
+        if kind in KERNEL_KINDS:
+            raise ValueError(f"CallContext.emit: {kind!r} records are written by the kernel only")
+        clash = _CONTEXT_FIELDS.intersection(data)
+        if clash:
+            raise ValueError(
+                f"CallContext.emit({kind!r}): {', '.join(sorted(clash))} is filled in by the "
+                "kernel; name the data otherwise (e.g. nested_tool=…)"
+            )
         self.kernel.events.emit(
             kind, self.trace_id, call_id=self.call_id, tool=self.tool.name, **data
         )
@@ -165,6 +194,8 @@ class Kernel:
         self._startups: list[Callable[[Kernel], Awaitable[None]]] = []
         # Per-session state that client packages attach (e.g. extensions["mcp"]).
         self.extensions: dict[str, Any] = {}
+        # Calls proposed and not yet ended: call_id -> (trace_id, tool). _conclude removes.
+        self._open_calls: dict[str, tuple[str, str]] = {}
         self._closed = False
         if self.spool_dir is None:
             self.spool_dir = ringfence_home() / "spool" / self.session_id
@@ -246,6 +277,16 @@ class Kernel:
             with trio.CancelScope(shield=True):
                 await self._exit.aclose()
         finally:
+            # A call still in flight in another task ends here, before the seal; its own
+            # outcome, if it ever comes, is then a no-op (one outcome per call).
+            for call_id, (trace_id, tool) in list(self._open_calls.items()):
+                self._conclude(
+                    call_id,
+                    trace_id,
+                    "cancelled",
+                    tool=tool,
+                    reason="the kernel closed while the call was in flight",
+                )
             self.events.seal(self._authority.sign_bytes)
 
     # -- the road every call takes ----------------------------------------------------
@@ -289,25 +330,21 @@ class Kernel:
             origin=origin,
             parent_id=parent_id,
         )
+        self._open_calls[call_id] = (trace_id, tool)
         decision: Decision | None = None
         try:
-            auth = await self.authorize(
-                tool, args, call_id=call_id, trace_id=trace_id, origin=origin, on_ask=on_ask
-            )
-            decision = auth.decision
-            if auth.staged:
-                return Outcome(
-                    tool, call_id, trace_id, origin, decision, self._placeholder(auth), staged=True
+            with self._recording_outcome(call_id, trace_id, tool):
+                auth = await self.authorize(
+                    tool, args, call_id=call_id, trace_id=trace_id, origin=origin, on_ask=on_ask
                 )
-            value = await self.execute(auth)
+                decision = auth.decision
+                if auth.staged:
+                    value = self._placeholder(auth)
+                    return Outcome(tool, call_id, trace_id, origin, decision, value, staged=True)
+                value = await self.execute(auth)
             return Outcome(tool, call_id, trace_id, origin, decision, value)
         except RingfenceError as exc:
-            decision = decision or exc.decision
-            exc.message = self.redactor.redact(exc.message)
-            exc.args = (exc.message,)
-            exc.details = self.redactor.redact_value(exc.details)
-            self.events.emit("failed", trace_id, call_id=call_id, tool=tool, error=exc.to_dict())
-            return Outcome(tool, call_id, trace_id, origin, decision, error=exc)
+            return Outcome(tool, call_id, trace_id, origin, decision or exc.decision, error=exc)
 
     async def authorize(
         self,
@@ -319,12 +356,39 @@ class Kernel:
         origin: str = "direct",
         on_ask: AskHook | None = None,
     ) -> Authorization:
-        """Validate, decide, stage or ask, and sign. Raises the refusal."""
-        call_id = call_id or new_id()
+        """Validate, decide, stage or ask, and sign. Raises the refusal.
+
+        Called directly (without ``call_id``), it records the ``proposed``
+        record and, on a refusal, the ``failed`` outcome that :meth:`invoke`
+        would have.
+        """
+        if call_id is not None:
+            return await self._authorize(
+                tool, arguments, call_id, trace_id or call_id, origin, on_ask
+            )
+        call_id = new_id()
         trace_id = trace_id or call_id
+        self.redactor.register_named_values(arguments)
+        self.events.emit(
+            "proposed", trace_id, call_id=call_id, tool=tool, arguments=arguments, origin=origin
+        )
+        self._open_calls[call_id] = (trace_id, tool)
+        with self._recording_outcome(call_id, trace_id, tool):
+            return await self._authorize(tool, arguments, call_id, trace_id, origin, on_ask)
+
+    async def _authorize(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        call_id: str,
+        trace_id: str,
+        origin: str,
+        on_ask: AskHook | None,
+    ) -> Authorization:
         spec = self.registry.get(tool)
+        _refuse_lone_surrogates(arguments)
         spec.validate(arguments)
-        decision = decide(spec, self.posture, self.rules)
+        decision = decide(spec, self.posture, self.rules, arguments)
         self.events.emit("decided", trace_id, call_id=call_id, tool=tool, **decision.to_dict())
         if decision.verdict is Verdict.DENY:
             raise Denied(
@@ -335,7 +399,7 @@ class Kernel:
                 call_id, trace_id, tool, arguments, spec.consequence.value, origin, time.time()
             )
             self.plan.stage(staged)
-            self.events.emit("staged", trace_id, call_id=call_id, tool=tool, arguments=arguments)
+            self._conclude(call_id, trace_id, "staged", tool=tool, arguments=arguments)
             return Authorization(spec, arguments, decision, call_id, trace_id, origin, staged=True)
         if decision.verdict is Verdict.ASK:
             decision = await self._ask(spec, arguments, decision, call_id, trace_id, origin, on_ask)
@@ -395,35 +459,97 @@ class Kernel:
         return Decision(Verdict.ALLOW, "approved:once", answer.reason)
 
     async def execute(self, auth: Authorization) -> Any:
-        """Redeem the intent, run the executor, and redact and cap its result."""
+        """Redeem the intent, run the executor, and redact and cap its result.
+
+        Once ``started`` is recorded, exactly one outcome follows: ``finished``,
+        ``failed`` (the error is raised, redacted; an unexpected exception
+        becomes :class:`ToolError`) or ``cancelled`` (the cancellation
+        propagates).
+        """
         spec = auth.spec
         self._authority.redeem(auth.intent, spec.name, auth.arguments)
+        call_id, trace_id = auth.call_id, auth.trace_id
+        self._open_calls.setdefault(call_id, (trace_id, spec.name))
         # The signed intent goes into the record, so an auditor holding only the session's
         # public key can check that every call that ran was allowed by this kernel's Gate.
         self.events.emit(
             "started",
-            auth.trace_id,
-            call_id=auth.call_id,
+            trace_id,
+            call_id=call_id,
             tool=spec.name,
             intent=auth.intent.to_dict() if auth.intent is not None else None,
         )
-        ctx = CallContext(self, spec, auth.call_id, auth.trace_id, auth.origin, self.posture)
-        try:
-            value = await spec.executor(auth.arguments, ctx)
-        except RingfenceError:
-            raise
-        except Exception as exc:  # a tool's own bug or failure becomes a tool_error
-            raise ToolError(f"{spec.name} failed: {type(exc).__name__}: {exc}") from exc
-        value = self._finish_value(value)
-        preview = value if isinstance(value, str) else repr(value)
-        self.events.emit(
-            "finished",
-            auth.trace_id,
-            call_id=auth.call_id,
-            tool=spec.name,
-            output=cap_text(preview, EVENT_OUTPUT_BYTES).text,
-        )
+        ctx = CallContext(self, spec, call_id, trace_id, auth.origin, self.posture)
+        with self._recording_outcome(call_id, trace_id, spec.name):
+            try:
+                value = await spec.executor(auth.arguments, ctx)
+            except RingfenceError:
+                raise
+            except Exception as exc:  # a tool's own bug or failure becomes a tool_error
+                raise ToolError(f"{spec.name} failed: {type(exc).__name__}: {exc}") from exc
+            value = self._finish_value(value)
+            preview = value if isinstance(value, str) else repr(value)
+            # Redact the preview itself before cutting it: repr() of an object the redactor
+            # could not walk may still hold a secret, and a cut must not keep a prefix of it.
+            redact = None if preview is value else self.redactor.redact  # a str is done
+            output = cap_text(preview, EVENT_OUTPUT_BYTES, redact=redact).text
+        self._conclude(call_id, trace_id, "finished", tool=spec.name, output=output)
         return value
+
+    # -- outcomes: exactly one per call -----------------------------------------------
+
+    @contextlib.contextmanager
+    def _recording_outcome(self, call_id: str, trace_id: str, tool: str) -> Iterator[None]:
+        """Whatever escapes the block ends the call with its one outcome record.
+
+        A RingfenceError is redacted and recorded as ``failed``; any other
+        Exception (a bug or failure inside ringfence: an approver, a cap, a
+        plan write) becomes a recorded :class:`ToolError`, raised from it; a
+        BaseException (cancellation, KeyboardInterrupt) is recorded as
+        ``cancelled`` and propagates unchanged. Nesting is safe: the innermost
+        block records, outer ones find the call ended.
+        """
+        try:
+            yield
+        except RingfenceError as exc:
+            self._fail(call_id, trace_id, tool, exc)
+            raise
+        except Exception as exc:
+            raise self._fail(call_id, trace_id, tool, _unexpected(tool, exc)) from exc
+        except BaseException as exc:
+            self._cancel(call_id, trace_id, tool, exc)
+            raise
+
+    def _conclude(self, call_id: str, trace_id: str, kind: str, /, **data: Any) -> None:
+        """Record the outcome ``kind`` of ``call_id``, once: later outcomes of it are no-ops."""
+        if self._open_calls.pop(call_id, None) is None or self.events.closed:
+            return
+        self.events.emit(kind, trace_id, call_id=call_id, **data)
+
+    def _fail(self, call_id: str, trace_id: str, tool: str, exc: RingfenceError) -> RingfenceError:
+        """Redact ``exc`` (then cut its message), record ``failed`` once, return it."""
+        # Redact first, cut after: a secret straddling the cut is already the marker.
+        message = escape_surrogates(self.redactor.redact(exc.message))
+        if len(message.encode("utf-8")) > ERROR_MESSAGE_BYTES:
+            message = cap_text(message, ERROR_MESSAGE_BYTES - _MARKER_ROOM).text
+        exc.message = message
+        exc.args = (message,)
+        exc.details = self.redactor.redact_value(exc.details)
+        self._conclude(call_id, trace_id, "failed", tool=tool, error=exc.to_dict())
+        return exc
+
+    def _cancel(self, call_id: str, trace_id: str, tool: str, exc: BaseException) -> None:
+        """Record ``cancelled`` for a call that ends by cancellation (the caller re-raises)."""
+        # Shielded, as trio does its cleanup: the record must not be lost to the same
+        # cancellation, and stays right if writing events ever becomes async.
+        with trio.CancelScope(shield=True):
+            self._conclude(
+                call_id,
+                trace_id,
+                "cancelled",
+                tool=tool,
+                reason=type(exc).__name__,
+            )
 
     def _finish_value(self, value: Any) -> Any:
         """Redact every string, then cap each one that is over the output cap."""
@@ -434,7 +560,10 @@ class Kernel:
         if isinstance(value, str):
             return cap_text(value, self.output_cap_bytes, self.spool_dir).text
         if isinstance(value, dict):
-            return {k: self._cap(v) for k, v in value.items()}
+            return {
+                escape_surrogates(k) if isinstance(k, str) else k: self._cap(v)
+                for k, v in value.items()
+            }
         if isinstance(value, list):
             return [self._cap(v) for v in value]
         return value
@@ -461,3 +590,38 @@ class Kernel:
             if not outcome.ok:
                 break
         return outcomes
+
+
+def _unexpected(tool: str, exc: Exception) -> ToolError:
+    """An exception no layer translated, as the tool_error the caller gets."""
+    error = ToolError(f"{tool} failed inside ringfence: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _refuse_lone_surrogates(value: Any, where: str = "") -> None:
+    """Raise InvalidArguments naming the first argument that holds a lone surrogate.
+
+    Such a string is not Unicode text: it has no UTF-8 form to sign in an
+    intent, stage in a plan or send to a tool, so the call is refused before
+    the Gate looks (the record shows it escaped, see escape_surrogates).
+    """
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidArguments(
+                    f"argument {where or '(value)'} holds a lone surrogate "
+                    f"({escape_surrogates(value)[:200]!r}); arguments must be valid Unicode "
+                    "(a byte that is not UTF-8 cannot be passed as text)",
+                    field=where or None,
+                ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{where}.{key}" if where else str(key)
+            _refuse_lone_surrogates(key, name)
+            _refuse_lone_surrogates(item, name)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _refuse_lone_surrogates(item, f"{where}[{i}]")

@@ -8,6 +8,7 @@ consequence is ``irreversible``: a tool must argue its way *down* to ``read``.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -15,7 +16,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
-from jsonschema.validators import validator_for
+import re2
+from jsonschema.validators import extend, validator_for
 
 from ._errors import InvalidArguments, NotFound
 
@@ -85,7 +87,8 @@ class ToolSpec:
             ) from None
         object.__setattr__(self, "input_schema", MappingProxyType(schema))
         object.__setattr__(self, "consequence", Consequence(self.consequence))
-        object.__setattr__(self, "_validator", cls(schema))
+        linear = _linear_validator(cls, _mentions_pattern_properties(schema))
+        object.__setattr__(self, "_validator", linear(schema))
 
     def literal_secrets(self, arguments: Any, is_key: Callable[[str], bool]) -> list[str]:
         """What ``credential_literals`` finds in ``arguments`` (nothing without one)."""
@@ -94,21 +97,160 @@ class ToolSpec:
         return list(self.credential_literals(arguments, is_key))
 
     def validate(self, arguments: Any) -> dict[str, Any]:
-        """Check ``arguments`` against the schema; raise InvalidArguments naming the field."""
+        """Check ``arguments`` against the schema; raise InvalidArguments naming the field.
+
+        ``pattern`` and ``patternProperties`` are matched with RE2, in time
+        linear in the argument, whoever wrote the schema. A pattern RE2 cannot
+        compile (lookaround, backreferences, ...) refuses the call with
+        ``invalid_arguments`` (field ``input_schema``) whenever validation
+        reaches it, as does ``unevaluatedProperties`` in a schema that also
+        has ``patternProperties``; nothing is matched with Python's ``re``.
+        """
         if not isinstance(arguments, dict):
             raise InvalidArguments(
                 f"arguments for {self.name!r} must be a JSON object, "
                 f"not {type(arguments).__name__}",
                 field="arguments",
             )
-        if self._validator.is_valid(arguments):  # the common case, without error bookkeeping
-            return arguments
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
+        try:
+            if self._validator.is_valid(arguments):  # the common case, without error bookkeeping
+                return arguments
+            error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
+        except _Uncheckable as exc:
+            raise InvalidArguments(
+                f"the input schema of {self.name!r} cannot be checked safely, so the call is "
+                f"refused: {exc}",
+                field="input_schema",
+            ) from None
         assert error is not None
         name = _field_of(error, arguments)
         raise InvalidArguments(
             f"invalid argument {name!r} for {self.name}: {error.message}", field=name
         )
+
+
+# -- schema patterns in linear time -------------------------------------------------------
+#
+# jsonschema matches "pattern" and "patternProperties" with Python's backtracking ``re``: a
+# schema from an MCP server could hold a pattern that takes minutes on a short argument.
+# ToolSpec validators match them with RE2 instead (linear in the text). A pattern RE2 cannot
+# compile (lookaround, backreferences, ...) is not matched some other way: the call is refused.
+
+
+class _Uncheckable(Exception):
+    """A schema keyword ringfence will not evaluate (see ToolSpec.validate)."""
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> Any:
+    try:
+        return re2.compile(pattern.encode("utf-8"), _RE2_OPTIONS)
+    except (re2.error, UnicodeEncodeError) as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise _Uncheckable(
+            f"the pattern {pattern!r} is not RE2 syntax ({reason}); ringfence matches schema "
+            "patterns with RE2, which runs in linear time and has no lookaround, "
+            "backreferences, conditionals or atomic groups"
+        ) from None
+
+
+def _search(pattern: Any, text: str) -> bool:
+    if not isinstance(pattern, str):
+        raise _Uncheckable(f"the pattern {pattern!r} is not a string")
+    # surrogatepass: a lone surrogate in JSON text must not crash validation; it matches
+    # nothing a valid pattern names as a character.
+    return _compiled(pattern).search(text.encode("utf-8", "surrogatepass")) is not None
+
+
+def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's additionalProperties, with patternProperties matched by RE2."""
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = {
+        key
+        for key in instance
+        if key not in properties and not any(_search(p, key) for p in patterns)
+    }
+    if validator.is_type(ap, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], ap, path=extra)
+    elif not ap and extras:
+        ordered = sorted(extras, key=str)
+        if patterns:
+            verb = "does" if len(extras) == 1 else "do"
+            joined = ", ".join(repr(each) for each in ordered)
+            listed = ", ".join(repr(each) for each in sorted(patterns))
+            yield jsonschema.ValidationError(
+                f"{joined} {verb} not match any of the regexes: {listed}"
+            )
+        else:
+            verb = "was" if len(extras) == 1 else "were"
+            joined = ", ".join(repr(each) for each in ordered)
+            yield jsonschema.ValidationError(
+                f"Additional properties are not allowed ({joined} {verb} unexpected)"
+            )
+
+
+def _unevaluated_with_patterns(
+    validator: Any, value: Any, instance: Any, schema: Any
+) -> Iterator[Any]:
+    # jsonschema finds the evaluated keys through every subschema with Python's re; that
+    # walk is not reimplemented here, so the combination is refused rather than risked.
+    if validator.is_type(instance, "object") and instance:
+        raise _Uncheckable(
+            "it combines unevaluatedProperties with patternProperties, which jsonschema "
+            "evaluates with a backtracking regex engine"
+        )
+    yield from ()
+
+
+def _mentions_pattern_properties(schema: Any) -> bool:
+    """Whether ``patternProperties`` occurs as a key anywhere in ``schema`` (over-approximated)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "patternProperties" in node:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+@functools.cache
+def _linear_validator(cls: Any, pattern_properties: bool) -> Any:
+    """``cls`` with every regex keyword matched by RE2."""
+    keywords: dict[str, Any] = {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    }
+    if pattern_properties and "unevaluatedProperties" in cls.VALIDATORS:
+        keywords["unevaluatedProperties"] = _unevaluated_with_patterns
+    return extend(cls, validators=keywords)
 
 
 def _field_of(error: jsonschema.ValidationError, arguments: dict[str, Any]) -> str:

@@ -15,6 +15,15 @@ Checks, in this order, on every HTTP request before the MCP app sees it:
 A refused request gets a short plain-text body and nothing else happens: no
 MCP session is created, no body is parsed, no tool is listed or called.
 
+Refusals are audited in the event stream at a bounded cost (:class:`RefusalAudit`):
+the first ``per_window`` refusals of each window (default 20 per 60 s) become one
+``serve_refused`` record each, with the path cut to head…tail of at most 256
+characters (control and bidi characters escaped) and its full length; the rest
+of the window is counted and summed up in one ``serve_refused_summary`` record
+(count, statuses, up to 16 client addresses) when the window ends or the server
+stops. So a flood of unauthenticated requests grows the log by a bounded amount
+per window, whatever the request rate or path length.
+
 Binding: loopback by default. A non-loopback bind is refused unless a token
 was configured explicitly (not generated for this run) *and* the operator
 states that TLS is terminated in front (``behind_tls_proxy``), because the
@@ -23,12 +32,15 @@ bearer token would otherwise cross the network in clear text.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import os
 import secrets
+import unicodedata
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -47,6 +59,7 @@ __all__ = [
     "DEFAULT_PORT",
     "TOKEN_ENV",
     "HttpOptions",
+    "RefusalAudit",
     "RequestGuard",
     "check_bind",
     "is_loopback",
@@ -220,6 +233,103 @@ class RequestGuard:
         return None
 
 
+MAX_RECORDED_PATH = 256
+MAX_SUMMARY_CLIENTS = 16
+
+
+def _printable(text: str) -> str:
+    """Control, format (bidi) and other invisible characters as ``\\uXXXX``."""
+    return "".join(
+        c if c.isprintable() and unicodedata.category(c) != "Cf" else f"\\u{ord(c):04x}"
+        for c in text
+    )
+
+
+def clip_middle(text: str, limit: int = MAX_RECORDED_PATH) -> str:
+    """``text`` escaped, and cut to head…tail of at most ``limit`` characters when longer."""
+    half = (limit - 1) // 2
+    if len(text) <= limit:
+        escaped = _printable(text)
+        if len(escaped) <= limit:
+            return escaped
+        return escaped[:half] + "…" + escaped[-half:]
+    # Escape only the ends that can be kept (a path can be ~60 KB).
+    return _printable(text[:half])[:half] + "…" + _printable(text[-half:])[-half:]
+
+
+@dataclass
+class RefusalAudit:
+    """Bounded audit of refused requests: some records per window, then one summary.
+
+    ``emit(kind, **data)`` writes one event. Per window of ``window_seconds``
+    (on ``clock``), the first ``per_window`` refusals are recorded one by one
+    (path clipped by :func:`clip_middle`); later ones are only counted, and
+    :meth:`flush` writes one ``serve_refused_summary`` for them. Call
+    :meth:`flush` when the server stops; :meth:`flush_every_window` does it
+    periodically. Not promised: a record of each refused request.
+    """
+
+    emit: Callable[..., Any]
+    clock: Callable[[], float]
+    per_window: int = 20
+    window_seconds: float = 60.0
+    _window_start: float | None = None
+    _recorded: int = 0
+    _suppressed: int = 0
+    _statuses: Counter[int] = field(default_factory=Counter)
+    _clients: dict[str, None] = field(default_factory=dict)
+    _more_clients: bool = False
+
+    def refused(self, status: int, scope: Scope) -> None:
+        now = self.clock()
+        if self._window_start is None or now - self._window_start >= self.window_seconds:
+            self.flush()
+            self._window_start, self._recorded = now, 0
+        client = (scope.get("client") or [None])[0]
+        if self._recorded < self.per_window:
+            self._recorded += 1
+            path = str(scope.get("path") or "")
+            self.emit(
+                "serve_refused",
+                status=status,
+                method=clip_middle(str(scope.get("method") or ""), 32),
+                path=clip_middle(path),
+                path_length=len(path),
+                client=client,
+            )
+            return
+        self._suppressed += 1
+        self._statuses[status] += 1
+        if client is not None and str(client) not in self._clients:
+            if len(self._clients) < MAX_SUMMARY_CLIENTS:
+                self._clients[str(client)] = None
+            else:
+                self._more_clients = True
+
+    def flush(self) -> None:
+        """Write the summary of the refusals counted but not recorded, if any."""
+        if not self._suppressed:
+            return
+        self.emit(
+            "serve_refused_summary",
+            count=self._suppressed,
+            statuses={str(k): v for k, v in sorted(self._statuses.items())},
+            clients=list(self._clients),
+            more_clients=self._more_clients,
+            recorded_individually=self._recorded,
+            window_seconds=self.window_seconds,
+        )
+        self._suppressed = 0
+        self._statuses.clear()
+        self._clients.clear()
+        self._more_clients = False
+
+    async def flush_every_window(self) -> None:
+        while True:
+            await trio.sleep(self.window_seconds)
+            self.flush()
+
+
 def _only_os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
     matched, rest = group.split(OSError)
     if matched is None or rest is not None:
@@ -252,18 +362,12 @@ async def serve_http(
         host=options.host,
     )
 
-    def audit(status: int, scope: Scope) -> None:
-        # What was refused and why, never the headers' values (one may be a token).
-        kernel.events.emit(
-            "serve_refused",
-            kernel.session_id,
-            status=status,
-            method=scope.get("method"),
-            path=scope.get("path"),
-            client=(scope.get("client") or [None])[0],
-        )
-
-    guard = RequestGuard(app, options.token, on_refused=audit)
+    # What was refused and why, never the headers' values (one may be a token); bounded.
+    audit = RefusalAudit(
+        emit=lambda kind, **data: kernel.events.emit(kind, kernel.session_id, **data),
+        clock=trio.current_time,
+    )
+    guard = RequestGuard(app, options.token, on_refused=audit.refused)
 
     config = Config()
     config.bind = [f"{_host_literal(options.host)}:{options.port}"]
@@ -273,6 +377,7 @@ async def serve_http(
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             await hypercorn_serve(guard, config, shutdown_trigger=shutdown, task_status=task_status)  # type: ignore[arg-type]
+            nursery.cancel_scope.cancel()  # served: stop the audit's window timer too
         except BaseExceptionGroup as group:
             # hypercorn binds inside its own nursery, so a bind failure arrives grouped.
             failed = _only_os_error(group)
@@ -282,8 +387,14 @@ async def serve_http(
                 f"cannot listen on {config.bind[0]}: {failed.strerror or failed}", field="port"
             ) from None
 
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(started)
-        port = int(binds[0].rsplit(":", 1)[1])
-        guard.listen_on(options.hosts_for(port), options.origins_for(port))
-        task_status.started(f"http://{_host_literal(options.host)}:{port}{MCP_PATH}")
+    try:
+        async with trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(started)
+            port = int(binds[0].rsplit(":", 1)[1])
+            guard.listen_on(options.hosts_for(port), options.origins_for(port))
+            nursery.start_soon(audit.flush_every_window)
+            task_status.started(f"http://{_host_literal(options.host)}:{port}{MCP_PATH}")
+    finally:
+        # The last window's summary, before the caller closes and seals the event log.
+        with contextlib.suppress(RuntimeError):  # the log was already closed
+            audit.flush()

@@ -2,8 +2,9 @@
 spelling rules, and the native file and search tools (see ARCHITECTURE.md).
 
 Other packages use :class:`Workspace` (``resolve_dir`` for a shell's working
-directory, ``git_directories`` for read-only mounts) and
-:func:`register_file_tools`.
+directory, ``git_directories`` for read-only mounts), :func:`register_file_tools`,
+and :func:`scan_git_metadata` / :func:`enforce_git_metadata` (``run_shell``'s check
+that a command left no new or changed git metadata).
 """
 
 from ._gitguard import (
@@ -12,6 +13,14 @@ from ._gitguard import (
     is_git_directory as is_git_directory,
     is_hfs_dotgit as is_hfs_dotgit,
     is_ntfs_dotgit as is_ntfs_dotgit,
+)
+from ._gitscan import (
+    GitReport as GitReport,
+    GitSnapshot as GitSnapshot,
+    describe_findings as describe_findings,
+    diff_git_metadata as diff_git_metadata,
+    enforce_git_metadata as enforce_git_metadata,
+    scan_git_metadata as scan_git_metadata,
 )
 from ._resolver import openat2_available as openat2_available
 from ._tools import file_tool_specs as file_tool_specs, register_file_tools as register_file_tools
@@ -23,9 +32,14 @@ from ._windows import (
 from ._workspace import Workspace as Workspace
 
 __all__ = [
+    "GitReport",
+    "GitSnapshot",
     "WindowsFileSystem",
     "WindowsPath",
     "Workspace",
+    "describe_findings",
+    "diff_git_metadata",
+    "enforce_git_metadata",
     "file_tool_specs",
     "is_dotgit",
     "is_dotgitmodules",
@@ -35,4 +49,5 @@ __all__ = [
     "openat2_available",
     "register_file_tools",
     "resolve_windows_path",
+    "scan_git_metadata",
 ]

@@ -6,6 +6,11 @@ even one swapped in while it runs. Symlinked *files* are reported as links;
 the caller keeps one only when the confined resolver says its target is a
 regular file inside a root.
 
+Every pattern is matched with RE2 (``google-re2``), whose time is linear in
+the text whatever the pattern: a backtracking regex (``^(\\w+\\s?)*$``) or a
+glob with many stars cannot stall a call. The walker, the search loop and the
+wait for ripgrep also check the call's :class:`Deadline`.
+
 ``grep_files`` runs ripgrep, when installed, only as a *prefilter*: ``rg -l``
 names the files that might match (run without a config file, without ignore
 files, without following links and without preprocessors). Every file is then
@@ -13,22 +18,30 @@ read through the confined resolver and searched by :func:`search_text`, the
 same code the pure-Python fallback runs on every file. So the two engines
 return the same results by construction, and nothing ripgrep read along a
 path swapped under it can reach a result: result text only ever comes from a
-confined read.
+confined read. ripgrep is asked only for patterns it reads at least as widely
+as RE2 (RE2's ``\\W``, ``\\b``, ... are ASCII, ripgrep's Unicode); any other
+pattern is searched in every file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
-import re._constants as _sre_constants  # the parsed-pattern opcodes (stable in 3.11+)
-import re._parser as _sre_parser  # private, but the only way to see a pattern's syntax tree
 import subprocess
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Container, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..runtime import InvalidArguments
+import re2
+
+from ..runtime import InvalidArguments, ToolError, ToolTimeout
 from ._gitguard import MAY_START_DOTGIT, is_dotgit
+from ._names import escape_name, unescape_path
 
 __all__ = [
     "GREP_MAX_FILE_BYTES",
@@ -50,28 +63,104 @@ MAX_LINE_CHARS = 1000
 
 _RDDIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
+
+def re2_options(*, never_nl: bool = False) -> re2.Options:
+    """RE2 options for ringfence's patterns: UTF-8, no logging to stderr."""
+    options = re2.Options()
+    options.log_errors = False
+    options.never_nl = never_nl
+    return options
+
+
 # -- glob patterns ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class GlobPattern:
-    """A compiled ``glob_files`` pattern.
+    """A compiled ``glob_files`` pattern (RE2, so matching is linear in the path).
 
-    ``prefix``: leading components without wildcards (the walk starts there);
-    ``max_depth``: how deep below the prefix a match can be (None with ``**``).
+    ``prefix``: leading components without wildcards, as ``os`` spells them
+    (the walk starts there); ``max_depth``: how deep below the prefix a match
+    can be (None with ``**``). Patterns are written in the escaped form of
+    file names (``ringfence.workspace._names``) and are matched against the
+    escaped form of each path, so ``\\xff*`` finds names starting with the
+    byte 0xff and ``*`` matches any name.
     """
 
     text: str
-    regex: re.Pattern[str]
+    regex: Any  # re2._Regexp
     dirs_only: bool
     prefix: tuple[str, ...]
     max_depth: int | None
 
     def matches(self, rel: str) -> bool:
-        return self.regex.fullmatch(rel) is not None
+        """Whether ``rel`` (a "/"-joined path as ``os`` spells it) matches."""
+        return self.regex.fullmatch(escape_name(rel).encode("utf-8")) is not None
 
 
-def _component_regex(comp: str) -> str:
+# One character of a name's escaped form: a plain character or one escape.
+_ONE_CHAR = r"(?:[^/\\]|\\\\|\\x[0-9a-f]{2})"
+_NOTHING = r"[^\x00-\x{10FFFF}]"
+_FORBIDDEN_IN_CLASS = (ord("/"), ord("\\"))
+
+
+def _lit(c: str) -> str:
+    return c if c.isascii() and (c.isalnum() or c == "_") else f"\\x{{{ord(c):x}}}"
+
+
+def _class_regex(body: str, field: str) -> str:
+    """A ``[...]`` body (without the brackets) as RE2 over escaped names."""
+    negate = body[:1] in ("!", "^")
+    if negate:
+        body = body[1:]
+    if "\\" in body:
+        raise InvalidArguments(
+            f"{field}: a bracket expression cannot hold a backslash or a \\xHH escape; "
+            "match such a character with ? instead",
+            field=field,
+        )
+    ranges: list[tuple[int, int]] = []
+    i, n = 0, len(body)
+    while i < n:
+        if i + 2 < n and body[i + 1] == "-":
+            lo, hi = ord(body[i]), ord(body[i + 2])
+            if lo > hi:
+                raise InvalidArguments(
+                    f"{field}: the range {body[i : i + 3]!r} runs backwards", field=field
+                )
+            ranges.append((lo, hi))
+            i += 3
+        else:
+            ranges.append((ord(body[i]), ord(body[i])))
+            i += 1
+    if negate:
+        items = "".join(
+            f"\\x{{{lo:x}}}" if lo == hi else f"\\x{{{lo:x}}}-\\x{{{hi:x}}}" for lo, hi in ranges
+        )
+        return f"(?:[^/\\\\{items}]|\\\\\\\\|\\\\x[0-9a-f]{{2}})"
+    # "/" never occurs in a name, "\" only as an escape's start: cut both out of the ranges.
+    pieces: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        start = lo
+        for cut in _FORBIDDEN_IN_CLASS:
+            if start <= cut <= hi:
+                if start < cut:
+                    pieces.append((start, cut - 1))
+                start = cut + 1
+        if start <= hi:
+            pieces.append((start, hi))
+    if not pieces:
+        return _NOTHING
+    return (
+        "["
+        + "".join(
+            f"\\x{{{lo:x}}}" if lo == hi else f"\\x{{{lo:x}}}-\\x{{{hi:x}}}" for lo, hi in pieces
+        )
+        + "]"
+    )
+
+
+def _component_regex(comp: str, field: str) -> str:
     out: list[str] = []
     i, n = 0, len(comp)
     while i < n:
@@ -81,7 +170,15 @@ def _component_regex(comp: str) -> str:
                 i += 1
             out.append("[^/]*")
         elif c == "?":
-            out.append("[^/]")
+            out.append(_ONE_CHAR)
+        elif c == "\\":
+            # Validated by unescape_path: "\\" or "\xHH" (80-ff); shown in lowercase.
+            if comp[i + 1] == "\\":
+                out.append(r"\\\\")
+                i += 1
+            else:
+                out.append(r"\\x" + comp[i + 2 : i + 4].lower())
+                i += 3
         elif c == "[":
             j = i + 1
             if j < n and comp[j] in "!^":
@@ -91,22 +188,18 @@ def _component_regex(comp: str) -> str:
             while j < n and comp[j] != "]":
                 j += 1
             if j >= n:
-                out.append(re.escape(c))  # an unclosed "[" is literal
+                out.append(_lit(c))  # an unclosed "[" is literal
             else:
-                body = comp[i + 1 : j]
-                negate = body[:1] in ("!", "^")
-                if negate:
-                    body = body[1:]
-                body = "".join(ch if ch == "-" else re.escape(ch) for ch in body)
-                out.append(f"[^/{body}]" if negate else f"(?![/])[{body}]")
+                out.append(_class_regex(comp[i + 1 : j], field))
                 i = j
         else:
-            out.append(re.escape(c))
+            out.append(_lit(c))
         i += 1
     return "".join(out)
 
 
 _WILD = re.compile(r"[*?\[]")
+_GLOB_OPTIONS = re2_options()
 
 
 def compile_glob(pattern: str, field: str = "pattern") -> GlobPattern:
@@ -114,11 +207,14 @@ def compile_glob(pattern: str, field: str = "pattern") -> GlobPattern:
 
     Refuses absolute patterns and ``..`` components (choose the directory with
     ``path`` instead). A pattern ending in ``/`` matches directories only.
+    Written in the escaped form of names: ``\\\\`` is a backslash, ``\\xHH`` a
+    byte that is not UTF-8; any other backslash is refused.
     """
     if not isinstance(pattern, str) or not pattern:
         raise InvalidArguments(f"{field} is empty", field=field)
     if "\x00" in pattern:
         raise InvalidArguments(f"{field} contains a NUL byte", field=field)
+    unescape_path(pattern, field)  # refuses what is not the escaped form
     if pattern.startswith("/"):
         raise InvalidArguments(
             f"{field} {pattern!r} is absolute; patterns are relative to 'path' "
@@ -140,16 +236,20 @@ def compile_glob(pattern: str, field: str = "pattern") -> GlobPattern:
         if comp == "**":
             pieces.append(".*" if last else "(?:[^/]*/)*")
         else:
-            pieces.append(_component_regex(comp) + ("" if last else "/"))
+            pieces.append(_component_regex(comp, field) + ("" if last else "/"))
     prefix: list[str] = []
     for comp in comps[:-1]:
         if comp == "**" or _WILD.search(comp):
             break
-        prefix.append(comp)
+        prefix.append(unescape_path(comp, field))
     depth = None if "**" in comps else len(comps) - len(prefix)
-    return GlobPattern(
-        pattern, re.compile("".join(pieces), re.DOTALL), dirs_only, tuple(prefix), depth
-    )
+    try:
+        regex = re2.compile(("(?s)" + "".join(pieces)).encode("utf-8"), _GLOB_OPTIONS)
+    except re2.error as exc:
+        raise InvalidArguments(
+            f"{field} {pattern!r} cannot be compiled ({_re2_reason(exc)})", field=field
+        ) from None
+    return GlobPattern(pattern, regex, dirs_only, tuple(prefix), depth)
 
 
 def compile_name_filter(glob: str, field: str = "glob") -> Callable[[str], bool]:
@@ -157,7 +257,7 @@ def compile_name_filter(glob: str, field: str = "glob") -> Callable[[str], bool]
     compiled = compile_glob(glob, field)
     if "/" in glob.rstrip("/"):
         return compiled.matches
-    return lambda rel: compiled.regex.fullmatch(rel.rpartition("/")[2]) is not None
+    return lambda rel: compiled.matches(rel.rpartition("/")[2])
 
 
 # -- the walker -------------------------------------------------------------------------
@@ -196,8 +296,10 @@ def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
     ``O_NOFOLLOW``, so a directory swapped for a link is not entered. At most
     one descriptor per level is open. Directories that vanish, turn into links
     or cannot be read are skipped silently (the walk reports what it could see).
+    Raises ToolTimeout (or ToolError, cancelled) at the current :class:`Deadline`.
     """
     out: list[Entry] = []
+    deadline = current_deadline()
     top = os.open(".", _RDDIR, dir_fd=dir_fd)
     # Each frame: (fd, "/"-terminated prefix, depth, subdirectories still to visit).
     stack: list[tuple[int, str, int, list[str]]] = []
@@ -211,6 +313,8 @@ def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
         subdirs.reverse()
         stack.append((top, "", 1, subdirs))
         while stack:
+            if deadline is not None:
+                deadline.check()  # per directory: a huge tree ends at the call's deadline
             fd, prefix, depth, pending = stack[-1]
             if not pending:
                 stack.pop()
@@ -240,104 +344,199 @@ def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
 
 # -- regular expressions ----------------------------------------------------------------
 
-_UNSUPPORTED = {
-    _sre_constants.ASSERT: "lookahead/lookbehind",
-    _sre_constants.ASSERT_NOT: "negative lookahead/lookbehind",
-    _sre_constants.GROUPREF: "backreferences",
-    _sre_constants.GROUPREF_EXISTS: "conditional groups",
-    _sre_constants.ATOMIC_GROUP: "atomic groups",
-    _sre_constants.POSSESSIVE_REPEAT: "possessive quantifiers",
+# Refused although RE2 accepts them: the whole-text anchors (lines are matched one at a time),
+# \C (one byte, which can split a character) and turning off multi-line mode (which would
+# make ^ and $ whole-text anchors).
+_REFUSED_ESCAPES = {
+    "A": r"the whole-text anchor \A (use ^)",
+    "z": r"the whole-text anchor \z (use $)",
+    "C": r"\C (any byte)",
 }
-_OPCODE = _sre_constants._NamedIntConstant  # opcodes are named ints; plain ints are operands
-_STRING_ANCHORS = {
-    _sre_constants.AT_BEGINNING_STRING: r"\A",
-    _sre_constants.AT_END_STRING: r"\Z",
-}
+_FLAGS_OFF_M = re.compile(r"\(\?[A-Za-z]*-[A-Za-z]*m")
+# Escapes whose RE2 meaning (ASCII) matches where ripgrep's (Unicode) does not; with them
+# ripgrep could skip a file RE2 matches, so such a search reads every file itself.
+_WIDER_THAN_RG = frozenset("WDSbB")
+_PERL_CLASS = frozenset("wds")
 
 
-def _check_syntax(node: object) -> str | None:
-    if isinstance(node, _sre_parser.SubPattern):
-        node = node.data
-    if isinstance(node, (list, tuple)):
-        opcode = node[0] if len(node) == 2 and isinstance(node[0], _OPCODE) else None
-        if opcode is not None and opcode in _UNSUPPORTED:
-            return _UNSUPPORTED[opcode]
-        if opcode == _sre_constants.AT and node[1] in _STRING_ANCHORS:
-            return f"the whole-text anchor {_STRING_ANCHORS[node[1]]} (use ^ and $)"
-        for item in node:
-            if (found := _check_syntax(item)) is not None:
-                return found
-    return None
+_GREP_OPTIONS = re2_options(never_nl=True)
 
 
-def compile_regex(pattern: str, field: str = "pattern") -> re.Pattern[str]:
-    """Compile a grep pattern: the syntax ripgrep and Python's ``re`` share.
+@dataclass(frozen=True)
+class Regex:
+    """A compiled ``grep_files`` pattern: RE2, multi-line anchors, matches never span lines."""
 
-    Refused, so both engines always mean the same thing: lookaround,
-    backreferences, conditionals, atomic groups, possessive quantifiers and
-    ``\\A``/``\\Z``. Lines are matched one at a time; ``^`` and ``$`` are
-    line anchors.
+    text: str
+    rx: Any  # re2._Regexp: the stubs are not a dependency
+
+
+def _scan_escapes(pattern: str) -> tuple[str | None, bool]:
+    """(what ringfence refuses in ``pattern`` or None, whether ripgrep may prefilter it)."""
+    safe = True
+    in_class = negated = False
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            nxt = pattern[i + 1]
+            if nxt in _REFUSED_ESCAPES:
+                return _REFUSED_ESCAPES[nxt], False
+            if nxt in _WIDER_THAN_RG or (in_class and negated and nxt in _PERL_CLASS):
+                safe = False
+            i += 2
+            continue
+        if in_class:
+            if c == "[" and pattern.startswith("[:", i):  # [:alpha:] inside a class
+                end = pattern.find(":]", i + 2)
+                i = end + 2 if end >= 0 else i + 1
+                continue
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            negated = pattern.startswith("^", i + 1)
+            i += 2 if negated else 1
+            if pattern.startswith("]", i):
+                i += 1  # a "]" first in a class is a literal
+            continue
+        i += 1
+    if _FLAGS_OFF_M.search(pattern):
+        return "turning off multi-line mode (-m); ^ and $ are line anchors", False
+    return None, safe
+
+
+def compile_regex(pattern: str, field: str = "pattern") -> Regex:
+    """Compile a grep pattern with RE2, which matches in time linear in the text.
+
+    RE2 syntax (close to ripgrep's): no lookaround, backreferences,
+    conditionals, atomic groups or possessive quantifiers; ``\\w``, ``\\d``,
+    ``\\s`` and ``\\b`` are ASCII (use ``\\pL``, ``\\p{Greek}``, ... for
+    other scripts). Also refused: ``\\A``, ``\\z``, ``\\C`` and ``(?-m)``.
+    Lines are matched one at a time: ``^`` and ``$`` are line anchors and no
+    match spans a newline.
     """
     if not isinstance(pattern, str) or not pattern:
         raise InvalidArguments(f"{field} is empty", field=field)
-    try:
-        compiled = re.compile(pattern, re.MULTILINE)
-        tree = _sre_parser.parse(pattern, re.MULTILINE)
-    except (re.error, RecursionError, OverflowError) as exc:
+    refused, _ = _scan_escapes(pattern)
+    if refused is not None:
         raise InvalidArguments(
-            f"{field} is not a valid regular expression: {exc}", field=field
-        ) from None
-    if (found := _check_syntax(tree)) is not None:
-        raise InvalidArguments(
-            f"{field} uses {found}, which grep_files does not support (it matches line by "
-            "line with the syntax ripgrep and Python share)",
+            f"{field} uses {refused}, which grep_files does not support (it matches line by line)",
             field=field,
         )
-    return compiled
+    try:
+        rx = re2.compile(("(?m)" + pattern).encode("utf-8"), _GREP_OPTIONS)
+    except (re2.error, UnicodeEncodeError) as exc:
+        raise InvalidArguments(
+            f"{field} is not a valid regular expression for RE2, the linear-time engine "
+            f"grep_files uses ({_re2_reason(exc)}); RE2 has no lookahead/lookbehind, "
+            "backreferences, conditionals, atomic groups or possessive quantifiers",
+            field=field,
+        ) from None
+    return Regex(pattern, rx)
 
 
-def search_text(rx: re.Pattern[str], data: bytes, limit: int) -> list[tuple[int, str]]:
+def _re2_reason(exc: BaseException) -> str:
+    arg = exc.args[0] if exc.args else exc
+    if isinstance(arg, bytes):
+        return arg.decode("utf-8", "replace")
+    return "it is not valid UTF-8" if isinstance(exc, UnicodeError) else str(arg)
+
+
+def search_text(rx: Regex, data: bytes, limit: int) -> list[tuple[int, str]]:
     """Matching lines of ``data`` as ``(line number, text)``, at most ``limit``.
 
     A file with a NUL byte is binary and has no matching lines. Text is
-    decoded as UTF-8 (undecodable bytes become U+FFFD). A line matches when
-    the pattern matches within it; the whole text is scanned first so a big
-    file costs one regex pass, not one per line: any match inside a line is
-    also a match of the whole text at the same place (``^``/``$`` are line
-    anchors and the string anchors are refused), so no matching line is skipped.
+    UTF-8; undecodable bytes become U+FFFD before matching, so the line shown
+    is the line matched. One RE2 pass over the whole text finds every
+    matching line (no match spans a newline), so a big file costs time linear
+    in its size whatever the pattern. Honours the current :class:`Deadline`.
     """
+    deadline = current_deadline()
+    if deadline is not None:
+        deadline.check()  # once per file searched, binary or not
     if limit <= 0 or b"\x00" in data:
         return []
-    text = data.decode("utf-8", "replace")
-    n = len(text)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        data = data.decode("utf-8", "replace").encode("utf-8")
+    search = rx.rx.search
+    n = len(data)
     out: list[tuple[int, str]] = []
     pos = 0
     line_no = 1
     counted_to = 0
     while pos <= n and len(out) < limit:
-        m = rx.search(text, pos)
+        if deadline is not None:
+            deadline.check()
+        m = search(data, pos)
         if m is None:
             break
         start = m.start()
-        if start == n and (n == 0 or text[-1] == "\n"):
+        if start == n and (n == 0 or data[-1] == 0x0A):
             break  # an empty match after the final newline is not a line
-        k = text.rfind("\n", pos, start)
-        line_start = k + 1 if k >= 0 else pos
-        line_end = text.find("\n", start)
+        line_start = data.rfind(b"\n", pos, start) + 1 or pos
+        line_end = data.find(b"\n", start)
         if line_end < 0:
             line_end = n
-        line_no += text.count("\n", counted_to, line_start)
+        line_no += data.count(b"\n", counted_to, line_start)
         counted_to = line_start
-        line = text[line_start:line_end]
-        if rx.search(line) is not None:
-            shown = line[:-1] if line.endswith("\r") else line
-            if len(shown) > MAX_LINE_CHARS:
-                shown = (
-                    shown[:MAX_LINE_CHARS] + f" [… {len(shown) - MAX_LINE_CHARS} more characters]"
-                )
-            out.append((line_no, shown))
+        shown = data[line_start:line_end].decode("utf-8")
+        if shown.endswith("\r"):
+            shown = shown[:-1]
+        if len(shown) > MAX_LINE_CHARS:
+            shown = shown[:MAX_LINE_CHARS] + f" [… {len(shown) - MAX_LINE_CHARS} more characters]"
+        out.append((line_no, shown))
         pos = line_end + 1
     return out
+
+
+# -- deadlines --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When the native file tool running in this worker thread must stop.
+
+    The walker, the search loop and the wait for ripgrep call :meth:`check`
+    often (per directory, per matching line, every 50 ms); it raises
+    ToolTimeout once ``at`` (``time.monotonic()``) has passed, or ToolError
+    once ``stop`` is set (the call was cancelled). Set for the worker by
+    :meth:`active`; code outside a tool call runs without one.
+    """
+
+    at: float
+    seconds: float
+    tool: str
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def check(self) -> None:
+        if self.stop.is_set():
+            raise ToolError(f"{self.tool} was cancelled; it stopped where it was")
+        if time.monotonic() > self.at:
+            raise ToolTimeout(
+                f"{self.tool} did not finish within {self.seconds:g}s (the file tools' "
+                "deadline) and was stopped; search a smaller directory or narrow the pattern",
+                field="timeout_seconds",
+            )
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[Deadline]:
+        token = _DEADLINE.set(self)
+        try:
+            yield self
+        finally:
+            _DEADLINE.reset(token)
+
+
+_DEADLINE: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
+    "ringfence_file_tool_deadline", default=None
+)
+
+
+def current_deadline() -> Deadline | None:
+    """The deadline of the file tool call this thread runs, if any."""
+    return _DEADLINE.get()
 
 
 # -- ripgrep as a prefilter -------------------------------------------------------------
@@ -350,6 +549,18 @@ def ripgrep_env() -> dict[str, str]:
     return env
 
 
+class _Everything:
+    """Contains every path: "ripgrep was not asked, read every file"."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_EVERYTHING = _Everything()
+# How often the wait for ripgrep looks at the call's deadline.
+_RG_POLL_SECONDS = 0.05
+
+
 class RipgrepRun:
     """``rg -l`` over one directory, started now and read by :meth:`finish`.
 
@@ -360,6 +571,12 @@ class RipgrepRun:
     """
 
     def __init__(self, rg: str, dir_fd: int, pattern: str) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        # RE2 reads \W, \b, ... as ASCII, ripgrep as Unicode: ripgrep could then skip a
+        # file RE2 matches, so such a pattern is searched in every file without it.
+        self._everything = not _scan_escapes(pattern)[1]
+        if self._everything:
+            return
         self._out = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish() or kill()
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish() or kill()
         cmd = [
@@ -385,7 +602,7 @@ class RipgrepRun:
             ".",
         ]
         try:
-            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            self._proc = subprocess.Popen(
                 cmd,
                 cwd=f"/proc/{os.getpid()}/fd/{dir_fd}",
                 env=ripgrep_env(),
@@ -398,12 +615,26 @@ class RipgrepRun:
             self._out.close()
             self._err.close()
 
-    def finish(self) -> set[str] | None:
-        """Paths (relative components) ripgrep says may match; None if it could not run."""
+    def finish(self) -> Container[str] | None:
+        """Paths (relative components) ripgrep says may match; None if it could not run.
+
+        Every path "may match" when the pattern is one ripgrep reads more
+        narrowly than RE2. Waits at most until the current :class:`Deadline`
+        (ToolTimeout; the caller then calls :meth:`kill`).
+        """
+        if self._everything:
+            return _EVERYTHING
         if self._proc is None:
             return None
+        deadline = current_deadline()
+        while True:
+            try:
+                code = self._proc.wait(timeout=_RG_POLL_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                if deadline is not None:
+                    deadline.check()
         try:
-            code = self._proc.wait()
             self._out.seek(0)
             data = self._out.read()
             self._err.seek(0)
@@ -421,7 +652,9 @@ class RipgrepRun:
         return found
 
     def kill(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
         if not self._out.closed:

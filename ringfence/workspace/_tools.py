@@ -5,25 +5,71 @@ restriction for that call only (so switching the session back restores it);
 git metadata stays refused in every posture. File work runs in a worker
 thread; notices about paths outside the roots are emitted afterwards, from
 the trio side.
+
+Contracts at this boundary (the Python :class:`Workspace` API speaks ``os``
+strings; the tools speak JSON):
+
+* **Names** are shown in the escaped form of ``ringfence.workspace._names``
+  (an undecodable byte as ``\\xHH``, a backslash as ``\\\\``), in results,
+  error messages and notices, and every ``path`` (and glob) argument is read
+  in that form, so a name a tool showed can be given back to any tool.
+* **Deadline**: every call ends within ``timeout_seconds`` (default 60, as an
+  MCP call): the walk, the search and the wait for ripgrep check it and the
+  call fails with ``timeout``. A cancelled call stops its worker the same way
+  and waits for it (shielded) before the cancellation goes on.
+* **Bounds**: ``list_directory`` shows at most ``max_entries`` (default
+  5,000) and ``glob_files`` at most ``max_results`` (default 1,000), both up
+  to 100,000; ``grep_files`` at most ``max_results`` (default 100, up to
+  10,000). A cut list ends with one marker object
+  ``{"truncated": true, "shown": n, "total": m, "message": ...}`` (``total``
+  is omitted for grep, which stops searching at the cut).
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import trio
 
-from ..runtime import CallContext, Consequence, Kernel, Posture, ToolSpec
+from ..runtime import (
+    CallContext,
+    Consequence,
+    InvalidArguments,
+    Kernel,
+    Posture,
+    RingfenceError,
+    ToolSpec,
+)
+from ._names import escape_name, escape_text, unescape_path
+from ._search import Deadline
 from ._workspace import Workspace
 
-__all__ = ["file_tool_specs", "register_file_tools"]
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "LIST_DEFAULT_ENTRIES",
+    "MAX_ENTRIES",
+    "file_tool_specs",
+    "register_file_tools",
+]
+
+# Like an MCP call's call_timeout_seconds.
+DEFAULT_TIMEOUT_SECONDS = 60.0
+# list_directory's default cap, and the hard cap of list_directory and glob_files.
+LIST_DEFAULT_ENTRIES = 5000
+MAX_ENTRIES = 100_000
 
 _PATH = {
     "type": "string",
     "minLength": 1,
-    "description": "A file path: relative to the first workspace root, or absolute inside a root.",
+    "description": "A file path: relative to the first workspace root, or absolute inside a root. "
+    "Names are written as tools show them: a byte that is not UTF-8 as \\xHH, a backslash as "
+    "\\\\.",
 }
 
 
@@ -36,57 +82,155 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     }
 
 
-async def _run(ctx: CallContext, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+async def _run(
+    ctx: CallContext, seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    """Run ``fn`` in a worker thread under a :class:`Deadline` of ``seconds``.
+
+    On cancellation the worker is told to stop and waited for (shielded), so
+    no file work outlives the call. Errors leave with their names escaped.
+    """
     notices: list[str] = []
     unrestricted = ctx.posture is Posture.UNRESTRICTED
+    deadline = Deadline(time.monotonic() + seconds, seconds, ctx.tool.name)
+    done = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+    # "pending" until the worker starts; a call cancelled while pending marks it
+    # "abandoned" and the worker, should it still start, does nothing.
+    lock = threading.Lock()
+    state = ["pending"]
+
+    def work() -> Any:
+        with lock:
+            if state[0] == "abandoned":
+                return None
+            state[0] = "running"
+        try:
+            with deadline.active():
+                return fn(*args, unrestricted=unrestricted, notices=notices, **kwargs)
+        finally:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
     try:
-        return await trio.to_thread.run_sync(
-            partial(fn, *args, unrestricted=unrestricted, notices=notices, **kwargs)
-        )
+        return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+    except trio.Cancelled:
+        with lock:
+            running = state[0] == "running"
+            if not running:
+                state[0] = "abandoned"
+        if running:
+            deadline.stop.set()
+            with trio.CancelScope(shield=True):
+                await done.wait()
+        raise
+    except RingfenceError as exc:
+        # A name in a message (from os, with surrogates) would break JSON and terminals.
+        exc.message = escape_text(exc.message)
+        exc.args = (exc.message,)
+        raise
     finally:
         for where in notices:
-            ctx.emit("notice", message=f"unrestricted posture: {ctx.tool.name} reached {where}")
+            ctx.emit(
+                "notice",
+                message=escape_text(f"unrestricted posture: {ctx.tool.name} reached {where}"),
+            )
 
 
-def file_tool_specs(workspace: Workspace) -> list[ToolSpec]:
+def _cap(items: list[Any], limit: int, what: str, argument: str) -> list[Any]:
+    """``items`` cut to ``limit``, with the marker object when cut."""
+    if len(items) <= limit:
+        return items
+    marker = {
+        "truncated": True,
+        "shown": limit,
+        "total": len(items),
+        "message": f"{len(items) - limit} more {what} not shown; narrow the path or pattern, "
+        f"or raise {argument} (at most {MAX_ENTRIES})",
+    }
+    return [*items[:limit], marker]
+
+
+def _with_escaped_path(result: dict[str, Any]) -> dict[str, Any]:
+    return {**result, "path": escape_name(result["path"])}
+
+
+def file_tool_specs(
+    workspace: Workspace, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+) -> list[ToolSpec]:
     """The ToolSpecs for ``workspace`` (see :func:`register_file_tools`)."""
+    if not 0 < timeout_seconds < float("inf"):
+        raise InvalidArguments(
+            "timeout_seconds must be a positive number of seconds", field="timeout_seconds"
+        )
+    run = partial(_run, seconds=timeout_seconds)
+
+    def path_of(args: dict[str, Any], default: str | None = None) -> str:
+        return unescape_path(args.get("path", default), "path")
 
     async def read_file(args: dict[str, Any], ctx: CallContext) -> str:
-        return await _run(
+        return await run(
             ctx,
-            workspace.read_text,
-            args["path"],
+            fn=workspace.read_text,
+            path=path_of(args),
             offset=args.get("offset", 1),
             limit=args.get("limit"),
         )
 
-    async def list_directory(args: dict[str, Any], ctx: CallContext) -> list[dict[str, str]]:
-        return await _run(ctx, workspace.list_dir, args["path"])
+    async def list_directory(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
+        entries = await run(ctx, fn=workspace.list_dir, path=path_of(args))
+        shown = [{**e, "name": escape_name(e["name"])} for e in entries]
+        shown.sort(key=lambda e: e["name"])  # sorted as shown (escapes change the order)
+        return _cap(shown, args.get("max_entries", LIST_DEFAULT_ENTRIES), "entries", "max_entries")
 
     async def write_file(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
-        return await _run(ctx, workspace.write_text, args["path"], args["content"])
+        result = await run(
+            ctx, fn=workspace.write_text, path=path_of(args), content=args["content"]
+        )
+        return _with_escaped_path(result)
 
     async def edit_file(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
-        return await _run(ctx, workspace.edit_text, args["path"], args["old"], args["new"])
-
-    async def glob_files(args: dict[str, Any], ctx: CallContext) -> list[str]:
-        return await _run(
-            ctx,
-            workspace.glob,
-            args["pattern"],
-            args.get("path", "."),
-            max_results=args.get("max_results", 1000),
+        result = await run(
+            ctx, fn=workspace.edit_text, path=path_of(args), old=args["old"], new=args["new"]
         )
+        return _with_escaped_path(result)
+
+    async def glob_files(args: dict[str, Any], ctx: CallContext) -> list[Any]:
+        # Every match is collected (the walk visits them all anyway), so the total is known.
+        found = await run(
+            ctx,
+            fn=workspace.glob,
+            pattern=args["pattern"],
+            path=path_of(args, "."),
+            max_results=sys.maxsize,
+        )
+        shown = sorted(escape_name(p) for p in found)
+        return _cap(shown, args.get("max_results", 1000), "paths", "max_results")
 
     async def grep_files(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
-        return await _run(
+        limit = args.get("max_results", 100)
+        # One match more than shown says whether the list was cut, without searching on.
+        found = await run(
             ctx,
-            workspace.grep,
-            args["pattern"],
-            args.get("path", "."),
+            fn=workspace.grep,
+            pattern=args["pattern"],
+            path=path_of(args, "."),
             glob=args.get("glob"),
-            max_results=args.get("max_results", 100),
+            max_results=limit + 1,
         )
+        shown: list[dict[str, Any]] = [{**m, "path": escape_name(m["path"])} for m in found]
+        shown.sort(key=lambda m: (m["path"], m["line"]))
+        if len(shown) <= limit:
+            return shown
+        return [
+            *shown[:limit],
+            {
+                "truncated": True,
+                "shown": limit,
+                "message": f"more matches than max_results={limit}; narrow the path, glob or "
+                "pattern, or raise max_results (at most 10000)",
+            },
+        ]
 
     return [
         ToolSpec(
@@ -115,9 +259,19 @@ def file_tool_specs(workspace: Workspace) -> list[ToolSpec]:
         ToolSpec(
             "list_directory",
             "List a directory in the workspace: entries {name, type} sorted by name; "
-            "type is file, directory, symlink or other.",
+            "type is file, directory, symlink or other. At most max_entries (default 5000); "
+            "a cut list ends with {truncated: true, shown, total, message}. A name that is not "
+            "UTF-8 is shown with \\xHH escapes (a backslash as \\\\) and is taken back so.",
             _schema(
-                {"path": {**_PATH, "description": "The directory ('.' for the first root)."}},
+                {
+                    "path": {**_PATH, "description": "The directory ('.' for the first root)."},
+                    "max_entries": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_ENTRIES,
+                        "description": f"The most entries to return (default {LIST_DEFAULT_ENTRIES}).",
+                    },
+                },
                 ["path"],
             ),
             list_directory,
@@ -161,7 +315,9 @@ def file_tool_specs(workspace: Workspace) -> list[ToolSpec]:
             "glob_files",
             "Find files by a relative glob pattern under 'path' (default: the first root). "
             "'*' and '?' match within a name, '**' any number of directories; a pattern ending "
-            "in '/' matches directories only. Linked directories are never entered.",
+            "in '/' matches directories only. Linked directories are never entered. At most "
+            "max_results paths (default 1000); a cut list ends with {truncated: true, shown, "
+            "total, message}.",
             _schema(
                 {
                     "pattern": {
@@ -170,7 +326,7 @@ def file_tool_specs(workspace: Workspace) -> list[ToolSpec]:
                         "description": "A relative pattern such as 'src/**/*.py'; no '..'.",
                     },
                     "path": {**_PATH, "description": "The directory to search in (default '.')."},
-                    "max_results": {"type": "integer", "minimum": 1, "maximum": 100000},
+                    "max_results": {"type": "integer", "minimum": 1, "maximum": MAX_ENTRIES},
                 },
                 ["pattern"],
             ),
@@ -181,14 +337,17 @@ def file_tool_specs(workspace: Workspace) -> list[ToolSpec]:
             "grep_files",
             "Search file contents under 'path' for a regular expression, line by line. Returns "
             "matches {path, line, text} sorted by path and line, at most max_results "
-            "(default 100). 'glob' filters files ('*.py' matches file names). Binary files "
-            "are skipped.",
+            "(default 100; a cut list ends with {truncated: true, shown, message}). 'glob' "
+            "filters files ('*.py' matches file names). Binary files are skipped. The pattern "
+            "is RE2 syntax (linear time): no lookaround or backreferences; \\w, \\d, \\s "
+            "and \\b are ASCII.",
             _schema(
                 {
                     "pattern": {
                         "type": "string",
                         "minLength": 1,
-                        "description": "A regular expression (no lookaround or backreferences).",
+                        "description": "An RE2 regular expression (no lookaround or "
+                        "backreferences).",
                     },
                     "path": {**_PATH, "description": "The directory to search in (default '.')."},
                     "glob": {
@@ -206,12 +365,15 @@ def file_tool_specs(workspace: Workspace) -> list[ToolSpec]:
     ]
 
 
-def register_file_tools(kernel: Kernel, workspace: Workspace) -> None:
+def register_file_tools(
+    kernel: Kernel, workspace: Workspace, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+) -> None:
     """Register read_file, list_directory, write_file, edit_file, glob_files, grep_files.
 
     read_file, list_directory, glob_files and grep_files are ``read``;
-    write_file and edit_file are ``reversible``. Raises InvalidArguments if a
-    tool of the same name is already registered.
+    write_file and edit_file are ``reversible``. Each call ends within
+    ``timeout_seconds`` (``timeout``). Raises InvalidArguments if a tool of
+    the same name is already registered.
     """
-    for spec in file_tool_specs(workspace):
+    for spec in file_tool_specs(workspace, timeout_seconds=timeout_seconds):
         kernel.register(spec)

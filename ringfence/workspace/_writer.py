@@ -31,9 +31,14 @@ from dataclasses import dataclass
 from ..runtime import InvalidArguments, ToolError, Unwritable
 from ._resolver import FollowLeaf, Place, translate_oserror
 
-__all__ = ["Expected", "denies_write", "dir_denies_create", "replace_file"]
+__all__ = ["MAX_PATH_BYTES", "Expected", "denies_write", "dir_denies_create", "replace_file"]
 
 _TEMP_PREFIX = ".ringfence-"
+# The longest path below its root a file tool writes: PATH_MAX (4096, with its NUL) less the
+# "./" ripgrep puts before it. read_file and grep_files open a path below the root in one
+# call, so a longer one, which a directory-by-directory walk could create, would be a file
+# the other tools cannot find again.
+MAX_PATH_BYTES = 4096 - 1 - 2
 
 
 @dataclass(frozen=True)
@@ -121,13 +126,22 @@ def replace_file(place: Place, data: bytes, *, expected: Expected | None = None)
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
 
     Raises FollowLeaf if the leaf is a symlink (the walk follows it),
-    InvalidArguments if it is a directory, Unwritable as described in the
+    InvalidArguments if it is a directory or its path below the root is longer
+    than :data:`MAX_PATH_BYTES`, Unwritable as described in the
     module docstring, ToolError if ``expected`` no longer matches.
     """
     leaf = place.leaf
     display = place.display()
     if leaf is None:
         raise InvalidArguments(f"{display} is a directory, not a file", field="path")
+    length = len(os.fsencode("/".join([*place.names, leaf])))
+    if length > MAX_PATH_BYTES:
+        raise InvalidArguments(
+            f"the path is {length} bytes below its root; file tools write at most "
+            f"{MAX_PATH_BYTES} (PATH_MAX), so that read_file and grep_files can reach every "
+            "file they write. Nothing was written.",
+            field="path",
+        )
     dir_fd = place.dir_fd
     try:
         st: os.stat_result | None = os.stat(leaf, dir_fd=dir_fd, follow_symlinks=False)

@@ -100,7 +100,7 @@ async def test_restricted_python_refuses_at_run_time(source: str, error: str) ->
 async def test_every_allowed_module_imports_and_works() -> None:
     script = """
 import base64, collections, csv, datetime, functools, hashlib, itertools, json, math, re
-import statistics, string, textwrap
+import statistics, string, textwrap, time
 from json import dumps
 rows = list(csv.reader(["a,b", "1,2"]))
 out = [
@@ -117,6 +117,7 @@ out = [
     statistics.median([3, 1, 2]),
     string.ascii_lowercase[:3],
     textwrap.shorten("hello world again", 11),
+    time.strftime("%Y", time.gmtime(0)) + datetime.date(2024, 5, 1).strftime("-%m"),
 ]
 result = out
 """
@@ -125,9 +126,9 @@ result = out
     assert result.status == "ok", result.error
     assert result.result == [
         "aGk=", "a", "2", 2024, 6, "2d711642", [0, 1, 2], '{"k": 1}', 2, "a#b#", 2,
-        "abc", "hello [...]",
+        "abc", "hello [...]", "1970-05",
     ]  # fmt: skip
-    assert len(ALLOWED_MODULES) == 13
+    assert len(ALLOWED_MODULES) == 14
 
 
 async def test_script_classes_may_keep_state() -> None:
@@ -184,7 +185,7 @@ async def test_a_script_cannot_start_another_script(ledger: Ledger) -> None:
         register_script_tool(kernel)
         result = await run(kernel, script)
     assert result.result == "denied"
-    assert kinds(kernel, "bridge_refused_call")[0]["tool"] == "run_tool_script"
+    assert kinds(kernel, "bridge_refused_call")[0]["called"] == "run_tool_script"
     assert len(kinds(kernel, "script_started")) == 1
 
 

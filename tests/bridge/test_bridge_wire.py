@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hmac
 import json
+import random
 
 import pytest
 import trio
@@ -12,6 +14,7 @@ from bridge_helpers import WRONG, RawClient
 from ringfence.bridge import ProtocolError
 from ringfence.bridge._host import _Connection
 from ringfence.bridge._wire import (
+    HANDSHAKE_MAX_FRAME,
     HEADER,
     TAG_BYTES,
     TO_CHILD,
@@ -20,6 +23,7 @@ from ringfence.bridge._wire import (
     check_proof,
     child_proof,
     host_proof,
+    nesting_exceeds,
     new_nonce,
     session_key,
 )
@@ -182,3 +186,94 @@ async def test_child_refuses_a_host_without_the_secret() -> None:
     """Mutual: a listener that does not know the secret cannot pass as the host."""
     _host, _client, result = await _host_and_client(b"h" * 32, b"s" * 32)
     assert result["client"] == "bad_proof"
+
+
+# -- bounds checked before parsing ----------------------------------------------------------
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    return 0
+
+
+def _nested(rng: random.Random, depth: int) -> object:
+    if depth == 0 or rng.random() < 0.2:
+        # strings full of the characters the scan must not be fooled by
+        return rng.choice(['a"[\\', 1, 'x]]\\\\"{', "}{", "\\u005b[", None])
+    if rng.random() < 0.5:
+        return [_nested(rng, depth - 1) for _ in range(rng.randint(0, 3))]
+    return {f'{i}"[{{': _nested(rng, depth - 1) for i in range(rng.randint(0, 3))}
+
+
+def test_the_nesting_bound_is_exact_for_json() -> None:
+    rng = random.Random(11)
+    for _ in range(2000):
+        value = _nested(rng, rng.randint(0, 16))
+        body = json.dumps(value).encode()
+        limit = rng.randint(0, 14)
+        assert nesting_exceeds(body, limit) == (_depth(value) > limit), (body, limit)
+
+
+def test_unbalanced_or_hostile_bracket_runs_are_refused_in_linear_time() -> None:
+    import time
+
+    for body in (
+        b"[" * 100_000,
+        b"[[]" * 1_000_000,  # never empties
+        b"]" * 70 + b"[" * 70,
+        b'["' + b"[" * 1_000_000 + b'"]',  # brackets inside a string: shallow, fine
+    ):
+        started = time.perf_counter()
+        refused = nesting_exceeds(body, 64)
+        assert time.perf_counter() - started < 1.0
+        assert refused is (not body.startswith(b'["'))
+
+
+def test_a_deep_frame_is_refused_before_it_is_parsed() -> None:
+    """100,000 levels, correctly tagged: an ``oversized`` refusal, never a RecursionError."""
+    child, host = pair()
+    child.max_depth = 10**9  # a sender that ignores the bound (escaped code in the runner)
+    deep = {"type": "call", "arguments": {"x": json.loads("[" * 900 + "]" * 900)}}
+    frame = payload(child.encode(deep))
+    body = frame[TAG_BYTES:].replace(b"[" * 900, b"[" * 100_000).replace(b"]" * 900, b"]" * 100_000)
+    tag = hmac.digest(KEY, TO_HOST + body, "sha256")
+    with pytest.raises(ProtocolError) as info:
+        host.decode(tag + body)
+    assert info.value.reason == "oversized"
+    assert "64-level limit" in info.value.message
+    assert host.received == 0  # nothing was consumed
+
+
+def test_the_depth_limit_boundary_and_the_sending_side() -> None:
+    child, host = pair()
+
+    def nest(levels: int) -> object:
+        value: object = 0
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    # the message itself is one level, "arguments" another
+    ok = host.decode(payload(child.encode({"type": "call", "arguments": {"x": nest(62)}})))
+    assert _depth(ok) == 64
+    with pytest.raises(ProtocolError) as info:
+        child.encode({"type": "call", "arguments": {"x": nest(63)}})
+    assert info.value.reason == "oversized"  # the runner turns this into invalid_arguments
+    assert child.sent == 1  # the refused message used no sequence number
+
+
+def test_handshake_frames_are_limited_to_4_kib() -> None:
+    """Before the session key, a peer cannot make the host read (or buffer) a big frame."""
+    codec = Codec(TO_CHILD, TO_HOST)  # 16 MiB after the handshake
+    assert codec.frame_length(HEADER.pack(HANDSHAKE_MAX_FRAME)) == HANDSHAKE_MAX_FRAME
+    for size in (HANDSHAKE_MAX_FRAME + 1, 12 * 1024 * 1024):
+        with pytest.raises(ProtocolError) as info:
+            codec.frame_length(HEADER.pack(size))
+        assert info.value.reason == "oversized" and "before the handshake" in info.value.message
+    with pytest.raises(ProtocolError):
+        codec.decode(bytes(TAG_BYTES) + b'{"type":"hello","x":"' + b"a" * 5000 + b'"}')
+    codec.key = KEY
+    assert codec.frame_length(HEADER.pack(12 * 1024 * 1024)) == 12 * 1024 * 1024

@@ -48,15 +48,54 @@ def toml_str(value: str | Path) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# The tools each in-repo peer annotates readOnlyHint: true. A server's annotation alone no
+# longer makes a tool read (untrusted servers cannot lower caution), so the peers' blocks list
+# them in ``read_only_tools`` as an operator would; pass ``reads=()`` to test the annotations alone.
+PEER_READS: dict[str, tuple[str, ...]] = {
+    "annotated": (
+        "read_note",
+        "pid",
+        "request_headers",
+        "big",
+        "image",
+        "inject",
+        "fail",
+        "sample",
+        "ask_form",
+        "ask_url",
+        "roots",
+    ),
+    "dies": ("pid",),
+    "hang": ("hang", "quick"),
+    "paging": ("*",),
+    "secrets_echo": ("*",),
+    "unapproved": ("hello",),
+}
+
+
+def reads_line(script: str, extra: str = "", reads: tuple[str, ...] | None = None) -> str:
+    """``read_only_tools = [...]`` for a peer (its read-only tools), unless ``extra`` sets it."""
+    if reads is None:
+        reads = PEER_READS.get(Path(script).stem, ())
+    if not reads or "read_only_tools" in extra or "read_tools" in extra:
+        return ""
+    return "read_only_tools = [" + ", ".join(toml_str(r) for r in reads) + "]\n"
+
+
 def py_server(
-    name: str, script: str, *args: str, extra: str = "", state: Path | None = None
+    name: str,
+    script: str,
+    *args: str,
+    extra: str = "",
+    state: Path | None = None,
+    reads: tuple[str, ...] | None = None,
 ) -> str:
     """A [[server]] block running one of the in-repo SDK test peers over stdio."""
     argv = ", ".join(toml_str(a) for a in [str(SERVERS / script), *args])
     env = f"\n[server.env]\nRF_STATE_DIR = {toml_str(state)}\n" if state is not None else ""
     return (
         f'[[server]]\nname = {toml_str(name)}\ntransport = "stdio"\ncommand = {toml_str(PYTHON)}\n'
-        f"args = [{argv}]\n{extra}\n{env}"
+        f"args = [{argv}]\n{reads_line(script, extra, reads)}{extra}\n{env}"
     )
 
 

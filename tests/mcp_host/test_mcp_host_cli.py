@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from mcp_host_helpers import PYTHON, SERVERS, npm_bin
 
 from ringfence.cli import main
-from ringfence.mcp_host import load_manifest
+from ringfence.mcp_host import load_manifest, save_server
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict | str, str]:
@@ -327,6 +328,9 @@ def test_cli_session_with_server_filesystem(capsys, ringfence_home: Path, tmp_pa
     fs = str(npm_bin("mcp-server-filesystem"))
     code, _, _ = run(capsys, "mcp", "add", "fs", "--transport", "stdio", "--command", fs, "--arg", str(shared), "--json")  # fmt: skip
     assert code == 0
+    # The operator marks the reads (the server's own readOnlyHint is not believed).
+    added = load_manifest(ringfence_home / "mcp.toml").get("fs")
+    save_server(replace(added, read_only_tools=("read_*",)), ringfence_home / "mcp.toml")
     session = ["--mcp", "--workspace", str(tmp_path), "--json"]
     target = str(shared / "new.txt")
     write = json.dumps({"path": target, "content": "written via MCP\n"})

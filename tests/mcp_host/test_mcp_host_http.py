@@ -6,14 +6,20 @@ from pathlib import Path
 
 import pytest
 import trio
-from mcp_host_helpers import manifest
+from mcp_host_helpers import PEER_READS, manifest, reads_line
 
 from ringfence.mcp_host import connect_servers
 from ringfence.runtime import ApprovalAnswer, Consequence
 
 
-def http_block(name: str, url: str, transport: str = "http", extra: str = "") -> str:
-    return f'[[server]]\nname = "{name}"\ntransport = "{transport}"\nurl = "{url}"\n{extra}\n'
+def http_block(
+    name: str, url: str, transport: str = "http", extra: str = "", peer: str = "annotated"
+) -> str:
+    """A [[server]] block for an HTTP peer; its read-only tools listed as an operator would."""
+    reads = reads_line(peer, extra, PEER_READS.get(peer, ()))
+    return (
+        f'[[server]]\nname = "{name}"\ntransport = "{transport}"\nurl = "{url}"\n{reads}{extra}\n'
+    )
 
 
 async def test_sdk_server_over_streamable_http(make_kernel, sdk_http, state: Path) -> None:
@@ -32,7 +38,7 @@ async def test_sdk_server_over_streamable_http(make_kernel, sdk_http, state: Pat
 
 async def test_http_call_deadline(make_kernel, sdk_http) -> None:
     url = await sdk_http("hang")
-    block = http_block("slow", url, extra="call_timeout_seconds = 0.5")
+    block = http_block("slow", url, extra="call_timeout_seconds = 0.5", peer="hang")
     async with make_kernel() as kernel, connect_servers(kernel, manifest(block)):
         with trio.fail_after(10):
             out = await kernel.invoke("mcp.slow.hang", {})
@@ -58,7 +64,9 @@ async def test_an_unreachable_http_server_is_unavailable_without_repeating_the_u
 @pytest.mark.npm
 async def test_server_everything_over_streamable_http(make_kernel, everything_http) -> None:
     port = await everything_http("streamableHttp")
-    block = http_block("everything", f"http://127.0.0.1:{port}/mcp")
+    block = http_block(
+        "everything", f"http://127.0.0.1:{port}/mcp", extra='read_only_tools = ["echo", "get-sum"]'
+    )
     async with make_kernel() as kernel, connect_servers(kernel, manifest(block)) as cs:
         c = cs["everything"]
         assert c.identity["name"] == "mcp-servers/everything"
@@ -72,7 +80,9 @@ async def test_server_everything_over_streamable_http(make_kernel, everything_ht
 @pytest.mark.npm
 async def test_server_everything_over_legacy_sse(make_kernel, everything_http) -> None:
     port = await everything_http("sse")
-    block = http_block("everything", f"http://127.0.0.1:{port}/sse", transport="sse")
+    block = http_block(
+        "everything", f"http://127.0.0.1:{port}/sse", "sse", 'read_only_tools = ["echo"]'
+    )
     async with make_kernel() as kernel, connect_servers(kernel, manifest(block)) as cs:
         assert cs["everything"].config.transport.value == "sse"
         out = await kernel.call("mcp.everything.echo", {"message": "over sse"})

@@ -20,9 +20,15 @@ from ringfence.runtime import ApprovalAnswer, Consequence, Kernel, Plan, Posture
 pytestmark = [pytest.mark.npm, pytest.mark.usefixtures("everything_bin", "filesystem_bin")]
 
 
-def fs_block(root: Path, extra: str = "") -> str:
+# What the operator marks read: server-filesystem's readOnlyHint is not believed on its own.
+FS_READS = ("read_*", "list_*", "directory_tree", "search_files", "get_file_info")
+
+
+def fs_block(root: Path, extra: str = "", reads: tuple[str, ...] = FS_READS) -> str:
     binary = npm_bin("mcp-server-filesystem")
-    return f'[[server]]\nname = "fs"\ntransport = "stdio"\ncommand = {toml_str(binary)}\nargs = [{toml_str(root)}]\n{extra}\n'
+    listed = ", ".join(toml_str(r) for r in reads)
+    read_line = f"read_only_tools = [{listed}]\n" if reads else ""
+    return f'[[server]]\nname = "fs"\ntransport = "stdio"\ncommand = {toml_str(binary)}\nargs = [{toml_str(root)}]\n{read_line}{extra}\n'
 
 
 def everything_block(extra: str = "") -> str:
@@ -42,12 +48,21 @@ def root(tmp_path: Path) -> Path:
 
 
 async def test_filesystem_consequences_follow_its_annotations(make_kernel, root: Path) -> None:
-    async with make_kernel() as kernel, connect_servers(kernel, manifest(fs_block(root))) as cs:
+    m = manifest(fs_block(root, reads=()))
+    async with make_kernel() as kernel, connect_servers(kernel, m) as cs:
         c = cs["fs"]
         assert c.identity["name"] == "secure-filesystem-server"
         assert c.identity["protocol_version"] == "2025-11-25"
         consequence = {t.remote_name: t.consequence for t in c.tools}
-        assert consequence["read_text_file"] is Consequence.READ
+        # Its readOnlyHint raises nothing and lowers nothing: untrusted, so reversible.
+        assert consequence["read_text_file"] is Consequence.REVERSIBLE
+        assert consequence["list_directory"] is Consequence.REVERSIBLE
+        assert consequence["write_file"] is Consequence.IRREVERSIBLE  # destructiveHint: true
+        assert consequence["edit_file"] is Consequence.IRREVERSIBLE
+        assert consequence["create_directory"] is Consequence.REVERSIBLE  # destructiveHint: false
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(fs_block(root))) as cs:
+        consequence = {t.remote_name: t.consequence for t in cs["fs"].tools}
+        assert consequence["read_text_file"] is Consequence.READ  # the operator's read_only_tools
         assert consequence["list_directory"] is Consequence.READ
         assert consequence["write_file"] is Consequence.IRREVERSIBLE  # destructiveHint: true
         assert consequence["edit_file"] is Consequence.IRREVERSIBLE
@@ -145,7 +160,7 @@ async def test_everything_identity_ledger_and_inventories(make_kernel) -> None:
         assert {"logging", "completions"} <= c.ledger.pending
         assert c.ledger.active == {"tools", "prompts", "resources"}
         tools = {t.remote_name: t for t in c.tools}
-        assert tools["echo"].consequence is Consequence.READ
+        assert tools["echo"].consequence is Consequence.REVERSIBLE  # readOnlyHint, untrusted
         assert tools["toggle-simulated-logging"].consequence is Consequence.REVERSIBLE
         assert tools["get-tiny-image"].name == "mcp.everything.get_tiny_image"
         # Client features that are not offered are not probed for: no sampling tool without sampling.
@@ -167,7 +182,8 @@ async def test_everything_identity_ledger_and_inventories(make_kernel) -> None:
 
 async def test_everything_sees_only_the_minimal_environment(make_kernel, monkeypatch) -> None:
     monkeypatch.setenv("RF_EVERYTHING_SECRET_TOKEN", "everything-secret-value-1234")
-    async with make_kernel() as kernel, connect_servers(kernel, manifest(everything_block())):
+    block = everything_block('read_only_tools = ["get-env"]')
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block)):
         out = await kernel.call("mcp.everything.get_env", {})
         text = out["text"]
         body = text[text.index("\n") + 1 : text.rindex("\n")]

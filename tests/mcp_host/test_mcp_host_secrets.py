@@ -88,7 +88,7 @@ async def test_http_header_credentials_are_redacted(
     url = await sdk_http("annotated")
     text = (
         f'[[server]]\nname = "remote"\ntransport = "http"\nurl = "{url}?key=query-{bearer[-8:]}abc"\n'
-        'api_key_env = "RF_TEST_BEARER"\n\n[server.headers_env]\nX-Api-Token = "RF_TEST_BASIC"\n'
+        'api_key_env = "RF_TEST_BEARER"\nread_only_tools = ["request_headers"]\n\n[server.headers_env]\nX-Api-Token = "RF_TEST_BASIC"\n'
     )
     async with make_kernel() as kernel, connect_servers(kernel, manifest(text)) as cs:
         out = await kernel.call("mcp.remote.request_headers", {})

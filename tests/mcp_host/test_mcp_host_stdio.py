@@ -16,7 +16,7 @@ async def test_tools_register_with_consequence_from_annotations(make_kernel, sta
     async with make_kernel() as kernel, connect_servers(kernel, m) as connectors:
         assert not connectors.failures
         specs = {s.name: s for s in kernel.tools()}
-        assert specs["mcp.notes.read_note"].consequence is Consequence.READ
+        assert specs["mcp.notes.read_note"].consequence is Consequence.READ  # read_only_tools
         assert specs["mcp.notes.append_note"].consequence is Consequence.REVERSIBLE
         assert specs["mcp.notes.delete_note"].consequence is Consequence.IRREVERSIBLE
         assert specs["mcp.notes.undeclared"].consequence is Consequence.IRREVERSIBLE
@@ -31,11 +31,15 @@ async def test_tools_register_with_consequence_from_annotations(make_kernel, sta
 
 
 async def test_trust_never_lowers_consequence(make_kernel, state: Path) -> None:
-    m = manifest(py_server("notes", "annotated.py", state=state, extra='trust = "trusted"'))
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='trust = "trusted"', reads=())
+    )
     async with make_kernel() as kernel, connect_servers(kernel, m):
         specs = {s.name: s for s in kernel.tools()}
         assert specs["mcp.notes.undeclared"].consequence is Consequence.IRREVERSIBLE
         assert specs["mcp.notes.delete_note"].consequence is Consequence.IRREVERSIBLE
+        # Only a trusted server's readOnlyHint is believed.
+        assert specs["mcp.notes.read_note"].consequence is Consequence.READ
 
 
 async def test_operator_lists_beat_annotations(make_kernel, state: Path) -> None:

@@ -53,3 +53,23 @@ def register_standard_tools(kernel: Kernel, ledger: Ledger) -> None:
 @pytest.fixture
 def ledger() -> Ledger:
     return Ledger()
+
+
+def rechain(records: list[dict[str, Any]]) -> bytes:
+    """What a forger who knows the chain algorithm writes: records re-hashed and re-linked.
+
+    Each line is the canonical form with ``prev`` set to the line before and the
+    hash appended, byte for byte as the kernel's writer lays it out, so only
+    the signatures (intents, seals) and pinned keys can tell.
+    """
+    import hashlib
+
+    from ringfence.runtime import GENESIS, canonical_json
+
+    prev = GENESIS
+    out = b""
+    for record in records:
+        body = canonical_json({**{k: v for k, v in record.items() if k != "hash"}, "prev": prev})
+        prev = hashlib.sha256(body).hexdigest()
+        out += body[:-1] + f',"hash":"{prev}"}}\n'.encode()
+    return out

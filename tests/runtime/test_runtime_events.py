@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from runtime_helpers import Ledger, register_standard_tools
+from runtime_helpers import Ledger, rechain, register_standard_tools
 
 from ringfence.runtime import (
-    GENESIS,
     ApprovalAnswer,
     FileSink,
     Kernel,
     MemorySink,
     Posture,
     ScriptedApprover,
-    canonical_json,
     verify_file,
 )
 
@@ -101,7 +98,7 @@ async def test_rewritten_chain_fails_the_pinned_key(tmp_path: Path, ledger: Ledg
     await write_session(other, ledger)
     assert verify_file(other).ok
     result = ringfence_cli("events", "verify", "--public-key", str(pem), str(other))
-    assert result.returncode == 1 and "seal signature does not verify" in result.stdout
+    assert result.returncode == 1 and "is not one of the pinned keys" in result.stdout
 
 
 async def test_sessions_append_to_one_chain(tmp_path: Path, ledger: Ledger) -> None:
@@ -141,14 +138,7 @@ async def test_a_rewritten_chain_cannot_forge_a_calls_intent(
     # The forger turns the approved launch into a call "allowed by the posture" and re-chains.
     victim = next(r for r in started if r["tool"] == "launch")
     victim["intent"]["rule"] = "posture:ask"
-    prev = GENESIS
-    lines = []
-    for r in records:
-        r.pop("hash")
-        r["prev"] = prev
-        prev = hashlib.sha256(canonical_json(r)).hexdigest()
-        lines.append(json.dumps({**r, "hash": prev}))
-    path.write_text("\n".join(lines) + "\n")
+    path.write_bytes(rechain(records))
     report = verify_file(path)
     assert not report.ok
     assert not any("hash mismatch" in p or "chain broken" in p for p in report.problems)

@@ -36,6 +36,8 @@ def shared(tmp_path: Path, ringfence_home: Path) -> Path:
     (ringfence_home / "mcp.toml").write_text(
         f'[[server]]\nname = "fs"\ntransport = "stdio"\n'
         f'command = "{server.resolve()}"\nargs = ["{shared}"]\n'
+        # The operator marks the reads: an untrusted server's readOnlyHint alone is not believed.
+        'read_only_tools = ["read_*", "list_*"]\n'
     )
     return shared
 

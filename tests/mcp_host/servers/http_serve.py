@@ -1,12 +1,13 @@
 """Serve one of the SDK test peers over Streamable HTTP on 127.0.0.1 with hypercorn under trio.
 
 ``python http_serve.py MODULE`` binds a free port, prints it on stdout once it is
-listening, and serves until killed.
+listening, and serves until killed. ``RF_JSON_RESPONSE=1`` makes it answer with JSON bodies.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -27,7 +28,10 @@ async def main(module: str) -> None:
     config.errorlog = None
 
     async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        await serve(mcp.streamable_http_app(), config, task_status=task_status)
+        # RF_JSON_RESPONSE=1: answer requests with one JSON body instead of an SSE stream.
+        json_response = os.environ.get("RF_JSON_RESPONSE") == "1"
+        app = mcp.streamable_http_app(json_response=json_response)
+        await serve(app, config, task_status=task_status)
 
     async with trio.open_nursery() as n:
         binds = await n.start(run)

@@ -1,0 +1,157 @@
+"""``ringfence policy show|check|explain``: the merged policy, a file's validity, one decision."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from typing import Any
+
+from .._embed import workspace_roots_from_env
+from ..runtime import (
+    Consequence,
+    Posture,
+    Rules,
+    ToolSpec,
+    decide,
+    evaluate_policy,
+    load_policy_file,
+)
+from ._call import parse_arguments
+from ._output import print_json
+from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    policy = sub.add_parser("policy", help="show, check and explain deny/ask/allow rules")
+    psub = policy.add_subparsers(dest="policy_verb", required=True, metavar="ACTION")
+
+    show = psub.add_parser("show", help="the merged policy, each rule with its file:line and layer")
+    _roots_options(show)
+    show.set_defaults(func=run_show)
+
+    check = psub.add_parser(
+        "check", help="read FILE (or every layer) and report the first error, if any"
+    )
+    check.add_argument("file", nargs="?", help="a policy file (default: every layer)")
+    _roots_options(check)
+    check.set_defaults(func=run_check)
+
+    explain = psub.add_parser(
+        "explain", help="the decision for one call, the rule and layer behind it, and its parts"
+    )
+    explain.add_argument("tool", help="the tool name, e.g. run_shell or mcp.github.create_issue")
+    explain.add_argument(
+        "--args", default="{}", metavar="JSON", help="the call's arguments as a JSON object"
+    )
+    add_session_options(explain, dry_run=False)
+    explain.set_defaults(func=run_explain)
+
+
+def _roots_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workspace",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a workspace root (the project file is <first root>/.ringfence/policy.toml)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_policy_options(parser)
+
+
+async def run_show(args: argparse.Namespace) -> int:
+    policy = policy_from_args(args)
+    rules = [r.to_dict() for r in policy.rules]
+    project = _project_file(args)
+    if args.json:
+        print_json({"roots": list(policy.roots), "rules": rules, "project_file": project})
+        return 0
+    if project is not None:
+        sys.stdout.write(
+            f"project file {project['path']} (sha256 {project['sha256']}); to trust exactly "
+            f"this content, add to $RINGFENCE_HOME/policy.toml under [trust] projects:\n"
+            f'  {{ path = "{project["root"]}", sha256 = "{project["sha256"]}" }}\n'
+        )
+    if not rules:
+        sys.stdout.write("no policy rules: the posture alone decides\n")
+        return 0
+    width = max(len(r["rule"]) for r in rules)
+    for r in rules:
+        note = f"  [inactive: {r['inactive']}]" if "inactive" in r else ""
+        sys.stdout.write(
+            f"{r['effect']:<5}  {r['rule']:<{width}}  {r['layer']:<8} {r['source']}{note}\n"
+        )
+    return 0
+
+
+def _project_file(args: argparse.Namespace) -> dict[str, str] | None:
+    root = workspace_roots_from_env(args.workspace)[0]
+    path = root / ".ringfence" / "policy.toml"
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+    return {"path": str(path), "root": str(root.resolve()), "sha256": digest}
+
+
+async def run_check(args: argparse.Namespace) -> int:
+    if args.file:
+        loaded = load_policy_file(args.file, "session")
+        count = len(loaded.rules)
+        where = args.file
+    else:
+        count = len(policy_from_args(args).rules)
+        where = "every layer"
+    if args.json:
+        print_json({"ok": True, "file": where, "rules": count})
+    else:
+        sys.stdout.write(f"{where}: ok, {count} rule{'s' if count != 1 else ''}\n")
+    return 0
+
+
+async def run_explain(args: argparse.Namespace) -> int:
+    arguments = parse_arguments(args.args)
+    async with kernel_from_args(args) as kernel:
+        registered = args.tool in kernel.registry
+        spec = (
+            kernel.registry.get(args.tool)
+            if registered
+            else ToolSpec(args.tool, "", {"type": "object"}, _never, Consequence.IRREVERSIBLE)
+        )
+        rules: Rules = kernel.rules
+        posture = Posture.parse(args.posture)
+        decision = decide(spec, posture, rules, arguments)
+        verdict = evaluate_policy(spec, rules, arguments)
+    out: dict[str, Any] = {
+        "tool": args.tool,
+        "registered": registered,
+        "posture": posture.value,
+        "decision": decision.to_dict(),
+        "parts": [p.to_dict() for p in verdict.parts] if verdict is not None else [],
+    }
+    if not registered:
+        out["note"] = "not a tool of this session: judged as an irreversible tool"
+    if args.json:
+        print_json(out)
+        return 0
+    d = decision
+    sys.stdout.write(f"{args.tool}: {d.verdict.value}  (posture {posture.value})\n")
+    sys.stdout.write(f"  rule:   {d.rule}\n")
+    if d.source or d.layer:
+        sys.stdout.write(f"  from:   {d.source} ({d.layer})\n")
+    sys.stdout.write(f"  reason: {d.reason}\n")
+    if "note" in out:
+        sys.stdout.write(f"  note:   {out['note']}\n")
+    if out["parts"]:
+        sys.stdout.write("  parts:\n")
+        for p in out["parts"]:
+            rule = f"  by {p['rule']} ({p['source']})" if "rule" in p else ""
+            why = f"  — {p['reason']}" if "reason" in p else ""
+            via = f"  via {' '.join(p['via'])}" if "via" in p else ""
+            sys.stdout.write(f"    {p['verdict']:<9} {p['part']:<10} {p['text']}{via}{rule}{why}\n")
+    return 0
+
+
+async def _never(arguments: dict[str, Any], ctx: Any) -> Any:  # explain never runs a tool
+    raise AssertionError("policy explain does not run tools")

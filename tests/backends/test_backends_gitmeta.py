@@ -1,0 +1,522 @@
+"""``run_shell`` cannot leave git metadata behind (issue 11, escape 1), on local and docker.
+
+Each attack runs for real through ``create_kernel`` and ``run_shell``, then a
+real ``git status`` on the host must not run the marker program the attacker
+configured (``core.fsmonitor``), the planted files must be gone from the
+workspace (quarantined under the kernel's spool dir), and the event stream
+must record the refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from backends_helpers import DOCKER_OPTIONS
+
+from ringfence import create_kernel
+from ringfence.runtime import Posture
+
+BACKENDS = [
+    pytest.param("local", id="local"),
+    pytest.param("host", id="host"),
+    pytest.param("docker", id="docker", marks=pytest.mark.docker),
+]
+
+
+def git_env(tmp_path: Path) -> dict[str, str]:
+    """The host user's git: no system/global config, but the repository counts as theirs."""
+    home = tmp_path / "githome"
+    home.mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+
+
+def git(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=git_env(tmp_path), capture_output=True, text=True, timeout=30
+    )
+
+
+def new_repo(tmp_path: Path, path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    assert git(tmp_path, path, "init", "-q", "-b", "main").returncode == 0
+    (path / "README").write_text("hello\n")
+    git(tmp_path, path, "add", "README")
+    assert git(tmp_path, path, "commit", "-q", "-m", "init").returncode == 0
+
+
+def own_tree(workspace: Path, top: Path) -> None:
+    """Give everything under ``top`` to the workspace owner (commands in docker run as it)."""
+    if os.geteuid() != 0:
+        return
+    st = workspace.stat()
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in [*dirnames, *filenames]:
+            os.lchown(os.path.join(dirpath, name), st.st_uid, st.st_gid)
+    os.lchown(top, st.st_uid, st.st_gid)
+
+
+def evil_gitdir_script(name: str, marker: Path) -> str:
+    """Shell that assembles a git directory ``name`` whose config runs ``marker``."""
+    return (
+        f"mkdir -p '{name}/objects' '{name}/refs/heads' && "
+        f"echo 'ref: refs/heads/main' > '{name}/HEAD' && "
+        f"printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {marker}; :\"\\n'"
+        f" > '{name}/config'"
+    )
+
+
+def kernel(ws: Path, backend: str, tmp_path: Path):
+    return create_kernel(
+        roots=[ws],
+        posture=Posture.UNRESTRICTED,
+        backend=backend,
+        backend_options=DOCKER_OPTIONS if backend == "docker" else None,
+        events_path=tmp_path / "events.jsonl",
+    )
+
+
+def events(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+
+
+def assert_refused(outcome, tmp_path: Path, *names: str) -> Path:
+    """The call failed with git_metadata naming ``names``; the events say so. The quarantine."""
+    assert outcome.error is not None, outcome.value
+    assert outcome.error.code == "git_metadata", outcome.error
+    for name in names:
+        assert name in outcome.error.message, (name, outcome.error.message)
+    records = [r for r in events(tmp_path) if r.get("call_id") == outcome.call_id]
+    kinds = [r["kind"] for r in records]
+    assert "git_metadata_refused" in kinds and kinds[-1] == "failed", kinds
+    assert records[-1]["error"]["code"] == "git_metadata"
+    refused = next(r for r in records if r["kind"] == "git_metadata_refused")
+    assert all(any(n in p["path"] for p in refused["paths"]) for n in names)
+    quarantine = Path(refused["quarantine"])
+    assert quarantine.name == outcome.call_id and quarantine.is_dir()
+    return quarantine
+
+
+# -- (a) a gitfile redirected to a planted git directory ------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", ["worktree", "submodule"])
+async def test_gitfile_redirect_is_refused_and_undone(
+    request, backend: str, layout: str, workspace: Path, tmp_path: Path
+) -> None:
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
+    marker = tmp_path / "pwned"
+    if layout == "worktree":
+        new_repo(tmp_path, workspace / "repo")
+        assert git(tmp_path, workspace / "repo", "worktree", "add", "-q", "../wt").returncode == 0
+        target = workspace / "wt"
+    else:
+        new_repo(tmp_path, workspace / "proj")
+        lib = workspace / "proj" / "lib"
+        modules = workspace / "proj" / ".git" / "modules" / "lib"
+        modules.parent.mkdir()
+        made = git(
+            tmp_path, workspace / "proj", "init", "-q", "--separate-git-dir", str(modules), "lib"
+        )
+        assert made.returncode == 0, made.stderr
+        new_repo(tmp_path, lib)
+        target = lib
+    own_tree(workspace, workspace)
+    gitfile = (target / ".git").read_bytes()
+    owner = (target / ".git").stat().st_uid
+    assert gitfile.startswith(b"gitdir: ")
+    cwd = str(target.relative_to(workspace))
+    attack = f"printf 'gitdir: .evilgit\\n' > .git; {evil_gitdir_script('.evilgit', marker)}"
+    async with kernel(workspace, backend, tmp_path) as k:
+        outcome = await k.invoke("run_shell", {"command": attack, "cwd": cwd})
+    quarantine = assert_refused(outcome, tmp_path, ".evilgit")
+    assert (target / ".git").read_bytes() == gitfile
+    assert (target / ".git").stat().st_uid == owner
+    assert not (target / ".evilgit").exists()
+    assert (quarantine / "0" / cwd / ".evilgit" / "config").is_file()
+    status = git(tmp_path, target, "status")
+    assert status.returncode == 0, status.stderr
+    assert not marker.exists()
+
+
+# -- (b) a brand-new .git when the workspace is a subdirectory of a repository ------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", [".git", ".GIT", "sub/deep/.git.", "git~1", ".g\u200cit"])
+async def test_new_dotgit_in_any_spelling_is_refused_and_quarantined(
+    request, backend: str, name: str, tmp_path: Path
+) -> None:
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
+    marker = tmp_path / "pwned"
+    outer = tmp_path / "outer"
+    new_repo(tmp_path, outer)
+    ws = outer / "ws"
+    ws.mkdir()
+    if os.geteuid() == 0:
+        os.chown(ws, 1000, 1000)
+    async with kernel(ws, backend, tmp_path) as k:
+        outcome = await k.invoke("run_shell", {"command": evil_gitdir_script(name, marker)})
+    quarantine = assert_refused(outcome, tmp_path, name)
+    assert not (ws / name).exists()
+    assert (quarantine / "0" / name / "HEAD").is_file()
+    status = git(tmp_path, ws, "status")
+    assert status.returncode == 0, status.stderr
+    assert not marker.exists()
+    # The enclosing repository is untouched: the planted directory is not in the workspace.
+    assert sorted(p.name for p in ws.iterdir()) == (["sub"] if "/" in name else [])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_new_gitfile_and_symlink_named_git_are_refused(
+    request, backend: str, workspace: Path, tmp_path: Path
+) -> None:
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
+    script = (
+        f"mkdir a b && {evil_gitdir_script('a/repo', tmp_path / 'pwned')} && "
+        "printf 'gitdir: ../a/repo\\n' > b/.Git && ln -s a/repo .git"
+    )
+    async with kernel(workspace, backend, tmp_path) as k:
+        outcome = await k.invoke("run_shell", {"command": script})
+    assert_refused(outcome, tmp_path, "a/repo", "b/.Git", ".git")
+    assert not os.path.lexists(workspace / ".git") and not (workspace / "b" / ".Git").exists()
+    assert not (workspace / "a" / "repo").exists() and (workspace / "a").is_dir()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_metadata_planted_before_a_timeout_is_still_refused(
+    request, backend: str, workspace: Path, tmp_path: Path
+) -> None:
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
+    script = f"{evil_gitdir_script('.git', tmp_path / 'pwned')}; sleep 30"
+    async with kernel(workspace, backend, tmp_path) as k:
+        outcome = await k.invoke("run_shell", {"command": script, "timeout_seconds": 1})
+    assert_refused(outcome, tmp_path, ".git")
+    assert not (workspace / ".git").exists()
+
+
+# -- (c) writes into an existing git directory ------------------------------------------------
+
+
+async def test_local_writes_into_an_existing_git_directory_are_refused_and_undone(
+    workspace: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    new_repo(tmp_path, workspace)
+    config = (workspace / ".git" / "config").read_bytes()
+    attack = (
+        f"printf '\\tfsmonitor = \"touch {marker}; :\"\\n' >> .git/config; "
+        f"printf '#!/bin/sh\\ntouch {marker}\\n' > .git/hooks/pre-commit; "
+        "chmod +x .git/hooks/pre-commit"
+    )
+    # host: the write reaches the git directory and is undone; the confined local backend's
+    # read-only mount refuses it first (test_backends_confined_attacks.py).
+    async with kernel(workspace, "host", tmp_path) as k:
+        outcome = await k.invoke("run_shell", {"command": attack})
+    quarantine = assert_refused(outcome, tmp_path, ".git/config", ".git/hooks/pre-commit")
+    assert (workspace / ".git" / "config").read_bytes() == config
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+    assert (quarantine / "0" / ".git" / "hooks" / "pre-commit").is_file()
+    assert b"fsmonitor" in (quarantine / "0" / ".git" / "config").read_bytes()
+    assert git(tmp_path, workspace, "status").returncode == 0
+    (workspace / "x").write_text("x\n")
+    git(tmp_path, workspace, "add", "x")
+    assert git(tmp_path, workspace, "commit", "-q", "-m", "x").returncode == 0
+    assert not marker.exists()
+
+
+@pytest.mark.docker
+async def test_docker_writes_into_git_directories_and_gitfiles_hit_read_only_mounts(
+    docker_client, workspace: Path, tmp_path: Path
+) -> None:
+    new_repo(tmp_path, workspace / "repo")
+    assert git(tmp_path, workspace / "repo", "worktree", "add", "-q", "../wt").returncode == 0
+    own_tree(workspace, workspace)
+    config = (workspace / "repo" / ".git" / "config").read_bytes()
+    gitfile = (workspace / "wt" / ".git").read_bytes()
+    attack = (
+        "echo '[core] fsmonitor = x' >> repo/.git/config; "
+        "echo evil > repo/.git/hooks/pre-commit; echo 'gitdir: /tmp' > wt/.git; rm -f wt/.git"
+    )
+    async with kernel(workspace, "docker", tmp_path) as k:
+        result = await k.call("run_shell", {"command": attack})
+    assert result["stderr"].count("Read-only file system") >= 3, result
+    assert (workspace / "repo" / ".git" / "config").read_bytes() == config
+    assert (workspace / "wt" / ".git").read_bytes() == gitfile
+    assert not (workspace / "repo" / ".git" / "hooks" / "pre-commit").exists()
+    started = next(r for r in events(tmp_path) if r["kind"] == "backend_started")
+    assert str(workspace / "wt" / ".git") in started["readonly_paths"]
+
+
+# -- what is not refused ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_ordinary_commands_and_host_git_between_commands_pass(
+    request, backend: str, workspace: Path, tmp_path: Path
+) -> None:
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
+    new_repo(tmp_path, workspace)
+    own_tree(workspace, workspace)
+    async with kernel(workspace, backend, tmp_path) as k:
+        first = await k.call("run_shell", {"command": "mkdir -p src/.github && echo x > src/a"})
+        # The user commits on the host between two commands: that is the new baseline.
+        git(tmp_path, workspace, "add", "src")
+        assert git(tmp_path, workspace, "commit", "-q", "-m", "src").returncode == 0
+        second = await k.call("run_shell", {"command": "echo y >> src/a; cat .git/HEAD"})
+    assert first["exit_code"] == 0 and second["exit_code"] == 0
+    assert second["stdout"] == "ref: refs/heads/main\n"
+    notices = [r["message"] for r in events(tmp_path) if r["kind"] == "notice"]
+    assert any("between commands" in n for n in notices), notices
+
+
+# -- docker: background writers and setuid bits -------------------------------------------
+
+
+@pytest.mark.docker
+async def test_docker_background_writer_dies_with_its_command(
+    docker_client, workspace: Path, tmp_path: Path
+) -> None:
+    import trio
+
+    script = f"(sleep 0.5; {evil_gitdir_script('.git', tmp_path / 'pwned')}) >/dev/null 2>&1 &"
+    async with kernel(workspace, "docker", tmp_path) as k:
+        first = await k.call("run_shell", {"command": script})
+        await trio.sleep(1.5)
+        second = await k.call("run_shell", {"command": "ls -a"})
+    assert first["exit_code"] == 0 and ".git" not in second["stdout"].split()
+    assert not (workspace / ".git").exists()
+
+
+@pytest.mark.docker
+async def test_docker_setuid_and_setgid_bits_do_not_reach_the_host(
+    docker_client, workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "old").write_text("#!/bin/sh\n")
+    own_tree(workspace, workspace)
+    script = "cp /bin/busybox s && touch g && chmod 4755 s && chmod 2755 g && chmod 6755 old"
+    async with kernel(workspace, "docker", tmp_path) as k:
+        result = await k.call("run_shell", {"command": script})
+    assert result["exit_code"] == 0, result
+    for name in ("s", "g", "old"):
+        mode = (workspace / name).lstat().st_mode
+        assert not mode & (stat.S_ISUID | stat.S_ISGID), (name, oct(mode))
+        assert mode & 0o755 == 0o755
+    cleared = [r for r in events(tmp_path) if r["kind"] == "setid_cleared"]
+    assert len(cleared) == 1 and len(cleared[0]["paths"]) == 3
+
+
+async def test_quarantine_on_another_file_system_copies_without_following_links(
+    workspace: Path, tmp_path: Path
+) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == workspace.stat().st_dev:
+        pytest.skip("needs /dev/shm on a file system other than the workspace's")
+    spool = Path(tempfile.mkdtemp(prefix="ringfence-test-spool-", dir=shm))
+    try:
+        script = (
+            f"{evil_gitdir_script('.git', tmp_path / 'pwned')} && ln -s / .git/root && "
+            "mkfifo .git/fifo && echo keep > kept"
+        )
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.UNRESTRICTED,
+            backend="local",
+            events_path=tmp_path / "events.jsonl",
+            spool_dir=spool,
+        ) as k:
+            outcome = await k.invoke("run_shell", {"command": script})
+        quarantine = assert_refused(outcome, tmp_path, ".git")
+        assert quarantine.is_relative_to(spool)
+        copied = quarantine / "0" / ".git"
+        assert (copied / "HEAD").read_text() == "ref: refs/heads/main\n"
+        assert os.readlink(copied / "root") == "/" and not (copied / "fifo").exists()
+        assert not os.path.lexists(workspace / ".git")
+        assert (workspace / "kept").read_text() == "keep\n"
+    finally:
+        shutil.rmtree(spool)
+
+
+async def test_local_new_directories_in_a_git_directory_holding_hooks_or_config_are_moved_out(
+    workspace: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    new_repo(tmp_path, workspace)
+    shutil.rmtree(workspace / ".git" / "hooks")
+    attack = (
+        f"mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch {marker}\\n' > .git/hooks/pre-commit"
+        " && chmod +x .git/hooks/pre-commit && "
+        f"{evil_gitdir_script('.git/modules/evil', marker)} && "
+        f"{evil_gitdir_script('.git/objects/evil', marker)}"
+    )
+    # host: the write reaches the git directory and is undone; the confined local backend's
+    # read-only mount refuses it first (test_backends_confined_attacks.py).
+    async with kernel(workspace, "host", tmp_path) as k:
+        outcome = await k.invoke("run_shell", {"command": attack})
+    quarantine = assert_refused(
+        outcome, tmp_path, ".git/hooks", ".git/modules", ".git/objects/evil"
+    )
+    assert not (workspace / ".git" / "hooks").exists()
+    assert not (workspace / ".git" / "modules").exists()
+    assert not (workspace / ".git" / "objects" / "evil").exists()
+    assert (quarantine / "0" / ".git" / "hooks" / "pre-commit").is_file()
+    (workspace / "x").write_text("x\n")
+    git(tmp_path, workspace, "add", "x")
+    assert git(tmp_path, workspace, "commit", "-q", "-m", "x").returncode == 0
+    assert not marker.exists()
+
+
+CHILD = """
+import json, sys, trio
+from ringfence import create_kernel
+from ringfence.runtime import Posture
+
+async def main(ws, script):
+    async with create_kernel(roots=[ws], posture=Posture.UNRESTRICTED, backend="host") as k:
+        outcome = await k.invoke("run_shell", {"command": script})
+    print(json.dumps(outcome.error.to_dict() if outcome.error else None))
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+async def test_a_dotgit_hidden_in_an_unlistable_directory_is_refused(tmp_path: Path) -> None:
+    # ringfence runs as a user that cannot list a directory mode 0311, but git can enter it.
+    # Root without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH is such a user for root's own files.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    marker = tmp_path / "pwned"
+    script = f"mkdir d && cd d && {evil_gitdir_script('.git', marker)} && chmod 311 ."
+    child = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set=-dac_override,-dac_read_search",
+            "--inh-caps=-all",
+            sys.executable,
+            "-c",
+            CHILD,
+            str(ws),
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
+    error = json.loads(child.stdout.splitlines()[-1])
+    assert error is not None and error["code"] == "git_metadata", error
+    assert "unreadable" in error["message"] and "/d " in error["message"]
+    assert not (ws / "d").exists()
+    git(tmp_path, ws, "status")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("across", [False, True], ids=["same-fs", "other-fs"])
+async def test_a_locked_deep_dotgit_still_leaves_the_workspace(
+    across: bool, workspace: Path, tmp_path: Path
+) -> None:
+    spool = quarantine = None
+    if across:
+        shm = Path("/dev/shm")
+        if not shm.is_dir() or shm.stat().st_dev == workspace.stat().st_dev:
+            pytest.skip("needs /dev/shm on a file system other than the workspace's")
+        spool = Path(tempfile.mkdtemp(prefix="ringfence-test-spool-", dir=shm))
+    # 1,100 levels: deeper than Python's recursion limit; every directory locked (0555).
+    script = (
+        f"{evil_gitdir_script('.git', tmp_path / 'pwned')} && "
+        "mkdir -p .git/$(printf 'd/%.0s' $(seq 1100)) && "
+        "find .git -depth -type d -exec chmod 0555 {} +"
+    )
+    try:
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.UNRESTRICTED,
+            backend="local",
+            events_path=tmp_path / "events.jsonl",
+            **({"spool_dir": spool} if spool else {}),
+        ) as k:
+            outcome = await k.invoke("run_shell", {"command": script, "timeout_seconds": 60})
+        quarantine = assert_refused(outcome, tmp_path, ".git")
+        assert not os.path.lexists(workspace / ".git")
+    finally:
+        # pytest's own cleanup recurses and cannot remove a tree this deep.
+        for deep in (spool, quarantine):
+            if deep is not None:
+                subprocess.run(["chmod", "-R", "u+rwx", str(deep)], check=False)
+                subprocess.run(["rm", "-rf", str(deep)], check=False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_metadata_planted_before_a_cancellation_is_still_removed(
+    request, backend: str, workspace: Path, tmp_path: Path
+) -> None:
+    import trio
+
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
+    script = f"{evil_gitdir_script('.git', tmp_path / 'pwned')}; sleep 30"
+    async with kernel(workspace, backend, tmp_path) as k:
+        with trio.move_on_after(1.5) as scope:
+            await k.invoke("run_shell", {"command": script})
+    assert scope.cancelled_caught
+    assert not (workspace / ".git").exists()
+    refused = [r for r in events(tmp_path) if r["kind"] == "git_metadata_refused"]
+    assert len(refused) == 1 and refused[0]["paths"][0]["action"] == "quarantined"
+
+
+async def test_local_read_only_git_commands_pass(workspace: Path, tmp_path: Path) -> None:
+    new_repo(tmp_path, workspace)
+    # A touched tracked file makes git status refresh the index (unless optional locks are
+    # off) and git diff rewrite it (always): a stat cache, noted but not refused.
+    script = "sleep 1.1; touch README && git status --short && git diff --stat && git log --oneline"
+    # host: the index rewrite reaches the git directory (a notice); the confined local backend
+    # mounts it read-only, so git skips the rewrite there.
+    async with kernel(workspace, "host", tmp_path) as k:
+        env = {k: v for k, v in git_env(tmp_path).items() if k != "PATH"}
+        result = await k.call("run_shell", {"command": script, "env": env})
+    assert result["exit_code"] == 0 and "init" in result["stdout"], result
+    notices = [r["message"] for r in events(tmp_path) if r["kind"] == "notice"]
+    assert any("rewrote a git index" in n for n in notices), notices
+
+
+async def test_quarantine_never_lands_inside_the_workspace(workspace: Path, tmp_path: Path) -> None:
+    spool = workspace / ".ringfence-spool"  # a spool dir configured inside the root
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        backend="local",
+        events_path=tmp_path / "events.jsonl",
+        spool_dir=spool,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "mkdir .git"})
+    quarantine = assert_refused(outcome, tmp_path, ".git")
+    try:
+        assert not quarantine.is_relative_to(workspace) and not (workspace / ".git").exists()
+        assert (quarantine / "0" / ".git").is_dir()
+    finally:
+        shutil.rmtree(quarantine.parent.parent)

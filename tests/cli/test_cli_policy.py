@@ -1,0 +1,302 @@
+"""Policy files through the command line: layers, refusal of bad files, and real run_shell calls.
+
+Every call goes through ``ringfence.cli._main.main`` (the same parser and session
+set-up as the ``ringfence`` command), with the real local backend.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ringfence.cli._main import main
+
+
+@pytest.fixture(autouse=True)
+def no_managed_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = _write(tmp_path / "managed" / "policy.toml", "# no managed rules\n")
+    monkeypatch.setenv("RINGFENCE_MANAGED_POLICY", str(path))
+    monkeypatch.delenv("RINGFENCE_POSTURE", raising=False)
+    return path
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".ringfence").mkdir()
+    return root
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _call(ws: Path, command: str, *extra: str, events: Path | None = None) -> int:
+    argv = ["call", "run_shell", "--args", json.dumps({"command": command})]
+    argv += ["--workspace", str(ws), "--backend", "local", "--approve", "no", "--json"]
+    if events is not None:
+        argv += ["--events", str(events)]
+    return main(argv + list(extra))
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_policy_allows_git_status_and_denies_curl_inside_substitution(
+    ws: Path, ringfence_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Posture ask, an approver that says no: only the policy can let git status run."""
+    policy = _write(
+        ringfence_home / "policy.toml",
+        'deny = ["run_shell(curl *)"]\nallow = [\n  "run_shell(git status*)",\n]\n',
+    )
+    events = tmp_path / "events.jsonl"
+    assert _call(ws, "git status", events=events) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True and "branch" in json.dumps(out["result"])
+    decided = [e for e in _events(events) if e["kind"] == "decided"]
+    assert decided[-1]["verdict"] == "allow"
+    assert decided[-1]["source"] == f"{policy}:3" and decided[-1]["layer"] == "user"
+
+    marker = ws / "fetched"
+    events2 = tmp_path / "events2.jsonl"
+    code = _call(ws, f"echo $(curl -o {marker} http://127.0.0.1:9/)", events=events2)
+    assert code == 3
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == "denied" and "curl" in err["message"]
+    kinds = [e["kind"] for e in _events(events2)]
+    assert "decided" in kinds and "started" not in kinds
+    decided = next(e for e in _events(events2) if e["kind"] == "decided")
+    assert decided["source"] == f"{policy}:1" and decided["rule"] == "deny:run_shell(curl *)"
+    assert not marker.exists()
+
+
+def test_without_a_policy_the_same_git_status_asks_and_is_refused(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _call(ws, "git status") == 3
+    assert "approver" in json.loads(capsys.readouterr().out)["error"]["message"]
+
+
+def test_project_file_cannot_loosen(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(ws / ".ringfence" / "policy.toml", 'allow = ["run_shell(touch *)"]\n')
+    assert _call(ws, "touch made") == 3  # the project's allow is not applied
+    capsys.readouterr()
+    assert not (ws / "made").exists()
+    assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["rules"]
+    assert shown[0]["layer"] == "project" and "trust" in shown[0]["inactive"]
+
+    # Once the user trusts the project, its allow applies.
+    _write(ringfence_home / "policy.toml", f'[trust]\nprojects = ["{ws}"]\n')
+    assert _call(ws, "touch made") == 0
+    assert (ws / "made").exists()
+
+
+def test_a_pinned_trust_stops_applying_when_the_project_file_changes(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent may write the project's policy file; a trust pinned to its sha256 then lapses."""
+    project = _write(ws / ".ringfence" / "policy.toml", 'allow = ["run_shell(touch a*)"]\n')
+    assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["project_file"]
+    _write(
+        ringfence_home / "policy.toml",
+        f'[trust]\nprojects = [{{ path = "{ws}", sha256 = "{shown["sha256"]}" }}]\n',
+    )
+    assert _call(ws, "touch a1") == 0 and (ws / "a1").exists()
+    capsys.readouterr()
+    # the agent widens the project's own rules …
+    project.write_text('allow = ["run_shell(touch *)"]\n')
+    assert _call(ws, "touch b1") == 3  # … and the trust no longer applies
+    assert not (ws / "b1").exists()
+    capsys.readouterr()
+    assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
+    rule = json.loads(capsys.readouterr().out)["rules"][0]
+    assert "changed since it was trusted" in rule["inactive"]
+
+
+def test_project_file_can_tighten(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(ringfence_home / "policy.toml", 'allow = ["run_shell(touch *)"]\n')
+    project = _write(ws / ".ringfence" / "policy.toml", 'deny = ["run_shell(touch secret*)"]\n')
+    assert _call(ws, "touch fine && touch secret") == 3
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert str(project) in err["message"]
+    assert not (ws / "fine").exists() and not (ws / "secret").exists()
+
+
+def test_managed_wins_over_user_and_command_line(
+    ws: Path, ringfence_home: Path, no_managed_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    managed = _write(no_managed_file, '# org policy\ndeny = ["run_shell(touch *)"]\n')
+    _write(ringfence_home / "policy.toml", 'allow = ["run_shell(touch *)"]\n')
+    assert _call(ws, "touch x", "--allow", "run_shell(touch x)", "--posture", "unrestricted") == 3
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert f"{managed}:2" in err["message"]
+    assert not (ws / "x").exists()
+
+
+def test_managed_lock_allow_turns_off_other_layers_allows(
+    ws: Path, ringfence_home: Path, no_managed_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(no_managed_file, "lock_allow = true\n")
+    _write(ringfence_home / "policy.toml", 'allow = ["run_shell(touch *)"]\n')
+    assert _call(ws, "touch x") == 3
+    assert not (ws / "x").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('deny = [\n  "run_shell(curl *)",\n  "bad tool(x)",\n]\n', ":3: deny[1]:"),
+        (
+            'allow = ["run_shell(git status*)"]\n\n[[rules]]\neffect = "allow"\ntool = "x"\n'
+            'colour = "red"\n',
+            ":6: rules[0].colour:",
+        ),
+        ('deny = ["read_file(path~(a)\\\\1)"]\n', ":1: deny[0]:"),
+        ('deny = "run_shell(curl *)"\n', ":1: deny:"),
+        ("deny = [\n", ": toml:"),
+        ("mystery = 1\n", ":1: mystery:"),
+        ('[trust]\nprojects = "x"\n', ":1: trust:"),
+        ('[trust]\nprojects = [{ path = "/x", sha256 = "short" }]\n', ":1: trust:"),
+    ],
+)
+def test_a_bad_file_refuses_the_session_naming_file_line_and_key(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], text: str, where: str
+) -> None:
+    bad = _write(ringfence_home / "policy.toml", text)
+    events = ws.parent / "events.jsonl"
+    assert _call(ws, "touch ran", events=events) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == "invalid_arguments"
+    assert err["message"].startswith(f"{bad}{where}"), err["message"]
+    assert not (ws / "ran").exists() and not events.exists()  # no session at all
+    assert main(["policy", "check", str(bad)]) == 2
+
+
+def test_policy_check_and_explain(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _write(
+        ws.parent / "p.toml",
+        'deny = ["run_shell(curl *)"]\nask = ["write_file(path=deploy/**)"]\n'
+        'allow = ["run_shell(git status*)", "run_shell(echo *)"]\n',
+    )
+    assert main(["policy", "check", str(good)]) == 0
+    assert "ok, 4 rules" in capsys.readouterr().out
+
+    args = json.dumps({"command": "git status && echo $(curl x) > deploy/log"})
+    assert (
+        main(
+            [
+                "policy",
+                "explain",
+                "run_shell",
+                "--args",
+                args,
+                "--policy",
+                str(good),
+                "--workspace",
+                str(ws),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert report["decision"]["verdict"] == "deny"
+    assert report["decision"]["source"] == f"{good}:1" and report["decision"]["layer"] == "session"
+    parts = {(p["part"], p["text"]): p["verdict"] for p in report["parts"]}
+    assert parts[("command", "git status")] == "allow"
+    assert parts[("command", "curl x")] == "deny"
+    assert parts[("write", "> deploy/log")] == "ask"
+
+    path_args = json.dumps({"path": "notes/sub/../../deploy/x", "content": ""})
+    assert (
+        main(
+            [
+                "policy",
+                "explain",
+                "write_file",
+                "--args",
+                path_args,
+                "--policy",
+                str(good),
+                "--workspace",
+                str(ws),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "write_file: ask" in out and f"{good}:2" in out
+
+
+def test_a_named_managed_file_that_is_missing_refuses_the_session(
+    ws: Path, no_managed_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    no_managed_file.unlink()
+    assert _call(ws, "touch ran") == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert str(no_managed_file) in err["message"] and "cannot be read" in err["message"]
+    assert not (ws / "ran").exists()
+
+
+def test_command_line_rules_are_a_session_layer(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _call(ws, "touch a", "--allow", "run_shell(touch a)") == 0
+    assert (ws / "a").exists()
+    capsys.readouterr()
+    assert (
+        _call(ws, "touch b", "--allow", "run_shell(touch *)", "--deny", "run_shell(touch b)") == 3
+    )
+    assert not (ws / "b").exists()
+    capsys.readouterr()
+    assert main(["policy", "show", "--workspace", str(ws), "--deny", "run_shell(curl *)"]) == 0
+    assert "--deny" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["call", "run_shell", "--deny"])
+    assert _call(ws, "true", "--deny", "run_shell(") == 2
+
+
+def test_a_root_reached_through_a_symlink_is_judged_in_either_spelling(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(ws)
+    (ws / "deploy").mkdir()
+    for spelling in (link, ws):
+        target = spelling / "deploy" / "app.yaml"
+        args = json.dumps({"path": str(target), "content": "x"})
+        code = main(
+            [
+                "call",
+                "write_file",
+                "--args",
+                args,
+                "--workspace",
+                str(link),
+                "--json",
+                "--posture",
+                "unrestricted",
+                "--deny",
+                "write_file(path=deploy/**)",
+            ]
+        )
+        assert code == 3, capsys.readouterr()
+        capsys.readouterr()
+    assert not (ws / "deploy" / "app.yaml").exists()

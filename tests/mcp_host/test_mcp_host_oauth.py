@@ -1,0 +1,371 @@
+"""OAuth 2.1 against an in-repo authorization server + protected MCP server (the SDK's server auth).
+
+The test plays the browser: it follows the authorization URL with an HTTP client
+to the auto-approving authorization server and hands the redirect's code and
+state back. The server records every Authorization header it received, so
+"never sent" is checked on the server's side of the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import httpx2
+import pytest
+import trio
+from mcp.shared.auth import AuthorizationCodeResult
+from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
+
+from ringfence.mcp_host import connect_servers
+from ringfence.mcp_host._oauth import MAX_STEP_UPS, LoginFlow, auth_status, login, login_flow
+from ringfence.mcp_host._tokens import SealedStore
+from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Redactor, Unavailable
+
+REDIRECT = "http://127.0.0.1:9/callback"  # never contacted: the test browser stops at the redirect
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path / "rfhome"
+    monkeypatch.setenv("RINGFENCE_HOME", str(h))
+    monkeypatch.setenv("RINGFENCE_NO_KEYRING", "1")
+    return h
+
+
+@pytest.fixture
+async def oauth_server() -> AsyncIterator[Callable[..., object]]:
+    """Start tests/mcp_host/servers/oauth_serve.py; returns the MCP URL."""
+    procs: list[trio.Process] = []
+
+    async def start(**env: str) -> str:
+        proc = await trio.lowlevel.open_process(
+            [PYTHON, str(SERVERS / "oauth_serve.py")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **env},
+        )
+        procs.append(proc)
+        port = int((await _read_line(proc.stdout)).strip())
+        return f"http://127.0.0.1:{port}/mcp"
+
+    try:
+        yield start
+    finally:
+        for p in procs:
+            await _stop(p)
+
+
+async def server_log(url: str) -> dict:
+    async with httpx2.AsyncClient() as c:
+        r = await c.get(url.replace("/mcp", "/test/log"))
+    return r.json()
+
+
+class Browser:
+    """Follows the authorization URL to the auto-approving server and reads the redirect."""
+
+    def __init__(self) -> None:
+        self.urls: list[str] = []
+
+    async def redirect(self, url: str) -> None:
+        self.urls.append(url)
+
+    async def callback(self) -> AuthorizationCodeResult:
+        async with httpx2.AsyncClient() as c:
+            r = await c.get(self.urls[-1])
+        assert r.status_code == 302, r.text
+        q = parse_qs(urlsplit(r.headers["location"]).query)
+        return AuthorizationCodeResult(
+            code=q["code"][0], state=q["state"][0], iss=q.get("iss", [None])[0]
+        )
+
+    def flow(self) -> LoginFlow:
+        return LoginFlow(REDIRECT, self.redirect, self.callback)
+
+
+def block(url: str, extra: str = "") -> str:
+    return (
+        f'[[server]]\nname = "prot"\ntransport = "http"\nurl = "{url}"\nauth = "oauth"\n{extra}\n'
+    )
+
+
+def bearer_values(log: dict) -> list[str]:
+    return [h[7:] for h in log["authorization"] if h and h.startswith("Bearer ")]
+
+
+async def test_login_then_a_tool_call_with_the_sealed_token(
+    home: Path, oauth_server, make_kernel, sink
+) -> None:
+    url = await oauth_server()
+    config = manifest(block(url)).servers[0]
+    browser = Browser()
+    status = await login(config, Redactor(), browser.flow())
+    assert status["logged_in"] and status["scopes"] == ["read"] and status["refreshable"]
+    auth_url = browser.urls[0]
+    q = parse_qs(urlsplit(auth_url).query)
+    assert q["code_challenge_method"] == ["S256"] and q["resource"] == [url]  # PKCE, RFC 8707
+    # Sealed at rest: the key file is 0600; neither token appears in any file under the home.
+    (token,) = set(bearer_values(await server_log(url)))
+    assert (home / "keys" / "mcp-oauth.key").stat().st_mode & 0o777 == 0o600
+    for f in home.rglob("*"):
+        if f.is_file():
+            assert token.encode() not in f.read_bytes()
+            assert f.stat().st_mode & 0o077 == 0
+
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert not cs.failures
+        out = await kernel.call("mcp.prot.whoami", {})
+        assert "hello, authorized caller" in out["text"]
+    # The token never reaches the event stream, and no interactive login happened in the session.
+    assert token not in json.dumps(sink.records())
+    assert len(browser.urls) == 1
+
+
+async def test_a_session_without_a_login_names_the_login_command(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    url = await oauth_server()
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        error = cs.failures["prot"]
+        assert "ringfence mcp login prot" in error.message, error.message
+    assert bearer_values(await server_log(url)) == []
+
+
+async def test_an_expired_token_is_refreshed_before_use(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    url = await oauth_server(RF_OAUTH_TTL="1")
+    config = manifest(block(url)).servers[0]
+    await login(config, Redactor(), Browser().flow())
+    before = await server_log(url)
+    first = set(bearer_values(before))
+    await trio.sleep(1.2)  # the stored expiry (1 s) passes; the SDK alone would forget it
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    log = await server_log(url)
+    assert [g["grant"] for g in log["grants"]] == ["authorization_code", "refresh_token"]
+    # The expired token was never sent again after it expired: only the refreshed one was.
+    later = bearer_values({"authorization": log["authorization"][len(before["authorization"]) :]})
+    assert later and not set(later) & first
+    assert auth_status(config)["logged_in"]
+
+
+async def test_step_up_on_insufficient_scope(home: Path, oauth_server, make_kernel) -> None:
+    url = await oauth_server()
+    config = manifest(block(url)).servers[0]
+    await login(config, Redactor(), Browser().flow())
+    browser = Browser()
+    kernel = make_kernel([ApprovalAnswer.once(), ApprovalAnswer.once()])
+    with login_flow(browser.flow()):
+        async with kernel, connect_servers(kernel, manifest(block(url))):
+            out = await kernel.call("mcp.prot.write_note", {"text": "hi"})
+            assert "wrote hi" in out["text"]
+    (auth_url,) = browser.urls
+    assert parse_qs(urlsplit(auth_url).query)["scope"] == ["read write"]
+    assert auth_status(config)["scopes"] == ["read", "write"]
+
+
+async def test_step_up_without_a_login_flow_is_refused_naming_the_login(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))):
+        with trio.fail_after(20):
+            out = await kernel.invoke("mcp.prot.write_note", {"text": "hi"})
+    assert not out.ok
+    assert "ringfence mcp login prot" in out.error.message, out.error.message
+    assert [g["grant"] for g in (await server_log(url))["grants"]] == ["authorization_code"]
+
+
+async def test_a_wrong_audience_token_is_never_stored_or_sent(home: Path, oauth_server) -> None:
+    url = await oauth_server(RF_OAUTH_AUD="https://other.example/mcp")
+    config = manifest(block(url)).servers[0]
+    with pytest.raises(Denied) as caught:
+        await login(config, Redactor(), Browser().flow())
+    assert "another audience" in caught.value.message
+    log = await server_log(url)
+    assert log["grants"][0]["grant"] == "authorization_code"  # it was issued ...
+    assert bearer_values(log) == []  # ... and never presented
+    assert not auth_status(config)["logged_in"]
+
+
+async def test_a_token_for_another_url_is_never_sent(home: Path, oauth_server, make_kernel) -> None:
+    first = await oauth_server()
+    await login(manifest(block(first)).servers[0], Redactor(), Browser().flow())
+    (token,) = set(bearer_values(await server_log(first)))
+    # The manifest entry now points at another server: the sealed token is bound to the first.
+    second = await oauth_server()
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block(second))) as cs:
+        assert "ringfence mcp login prot" in cs.failures["prot"].message
+    assert bearer_values(await server_log(second)) == []
+    assert auth_status(manifest(block(second)).servers[0])["logged_in"] is False
+    assert token
+
+
+async def test_a_tampered_record_does_not_open(home: Path, oauth_server, make_kernel) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    sent_at_login = len(bearer_values(await server_log(url)))
+    path = SealedStore(home).path("prot")
+    blob = bytearray(path.read_bytes())
+    blob[-1] ^= 1
+    path.write_bytes(bytes(blob))
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert "do not open" in cs.failures["prot"].message
+    assert len(bearer_values(await server_log(url))) == sent_at_login  # nothing more was sent
+
+
+async def test_step_ups_are_bounded(home: Path, oauth_server, make_kernel) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    browser = Browser()
+    kernel = make_kernel([ApprovalAnswer.once() for _ in range(3)])
+    with login_flow(browser.flow()):
+        async with kernel, connect_servers(kernel, manifest(block(url))):
+            outcomes = [await kernel.invoke("mcp.prot.stubborn", {}) for _ in range(3)]
+    assert not any(o.ok for o in outcomes), [(o.ok, o.error, o.value) for o in outcomes]
+    assert len(browser.urls) == MAX_STEP_UPS  # the third challenge prompted nobody
+    assert f"after {MAX_STEP_UPS} step-ups" in outcomes[2].error.message
+
+
+async def test_a_token_the_server_echoes_is_redacted(
+    home: Path, oauth_server, make_kernel, sink
+) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    (token,) = set(bearer_values(await server_log(url)))
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))):
+        out = await kernel.call("mcp.prot.echo_token", {})
+    assert "your token is" in out["text"] and token not in out["text"]
+    assert token not in json.dumps(sink.records())
+
+
+async def test_preregistered_client_does_not_register(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    url = await oauth_server()
+    config = manifest(block(url, 'client_id = "pre-public"')).servers[0]
+    browser = Browser()
+    status = await login(config, Redactor(), browser.flow())
+    assert status["logged_in"]
+    assert parse_qs(urlsplit(browser.urls[0]).query)["client_id"] == ["pre-public"]
+    assert (await server_log(url))["registrations"] == []
+
+
+async def test_client_credentials_machine_to_machine(
+    home: Path, oauth_server, make_kernel, sink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await oauth_server()
+    monkeypatch.setenv("M2M_SECRET", "m2m-secret")
+    extra = (
+        'client_id = "m2m"\nclient_secret_env = "M2M_SECRET"\n'
+        'oauth_grant = "client_credentials"\nscopes = ["read"]'
+    )
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url, extra))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    log = await server_log(url)
+    assert [g["grant"] for g in log["grants"]] == ["client_credentials"]
+    assert log["grants"][0]["resource"] == url
+    assert "m2m-secret" not in json.dumps(sink.records())
+
+
+async def test_client_credentials_with_a_missing_secret_names_the_variable(
+    home: Path, oauth_server, make_kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await oauth_server()
+    monkeypatch.delenv("M2M_SECRET", raising=False)
+    extra = (
+        'client_id = "m2m"\nclient_secret_env = "M2M_SECRET"\noauth_grant = "client_credentials"'
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block(url, extra))) as cs:
+        assert "M2M_SECRET" in cs.failures["prot"].message
+    assert (await server_log(url))["grants"] == []
+
+
+async def test_a_rejected_token_is_refreshed_once_not_sent_to_a_login(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    async with httpx2.AsyncClient() as c:
+        await c.post(url.replace("/mcp", "/test/revoke-access"))
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    grants = [g["grant"] for g in (await server_log(url))["grants"]]
+    assert grants == ["authorization_code", "refresh_token"]
+
+
+async def test_metadata_for_another_resource_is_refused_without_repeating_the_url(
+    home: Path, oauth_server
+) -> None:
+    url = await oauth_server(RF_OAUTH_PRM_RESOURCE="https://evil.example/mcp")
+    config = manifest(block(url + "?key=hunter2-query-secret")).servers[0]
+    browser = Browser()
+    with pytest.raises(Unavailable) as caught:
+        await login(config, Redactor(), browser.flow())
+    message = caught.value.message
+    assert "does not match" in message and "ringfence mcp login prot" in message
+    assert "hunter2-query-secret" not in message and "127.0.0.1" not in message
+    assert browser.urls == []  # no authorization was started for the lying server
+    assert (await server_log(url))["grants"] == []
+
+
+def test_the_auth_keys_are_checked_together() -> None:
+    base = '[[server]]\nname = "s"\ntransport = "http"\nurl = "https://x.example/mcp"\n'
+    bad = {
+        'auth = "bearer"': "needs api_key_env",
+        'auth = "oauth"\napi_key_env = "T"': "conflicts",
+        'client_id = "x"': 'only applies with auth = "oauth"',
+        'auth = "oauth"\noauth_grant = "client_credentials"': "client_credentials needs",
+        'auth = "oauth"\nclient_secret_env = "S"': "needs its client_id",
+        'auth = "oauth"\nscopes = ["a b"]': "not a scope token",
+        'auth = "oauth"\nclient_metadata_url = "http://x.example/c.json"': "https URL",
+        'auth = "oauth"\nclient_id = "c"\nclient_key_env = "K"': "only applies with oauth_grant",
+    }
+    for extra, expected in bad.items():
+        with pytest.raises(InvalidArguments) as caught:
+            manifest(base + extra)
+        assert expected in caught.value.message, (extra, caught.value.message)
+    stdio = '[[server]]\nname = "s"\ntransport = "stdio"\ncommand = "/bin/true"\nauth = "oauth"\n'
+    with pytest.raises(InvalidArguments, match="only applies to http and sse"):
+        manifest(stdio)
+
+
+async def test_a_stored_token_for_another_audience_is_not_attached(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    import base64
+
+    url = await oauth_server()
+
+    def part(obj: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    foreign = ".".join(
+        [part({"alg": "none"}), part({"aud": "https://other.example/mcp", "sub": "x"}), "sig"]
+    )
+    # A record for this URL whose token names another audience (e.g. written by an older
+    # version, or a mix-up at the authorization server): the send path refuses it too.
+    SealedStore(home).save(
+        "prot",
+        {"v": 1, "resource": url, "tokens": {"access_token": foreign, "token_type": "Bearer"}},
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert "ringfence mcp login prot" in cs.failures["prot"].message
+    log = await server_log(url)
+    assert log["authorization"] and bearer_values(log) == []

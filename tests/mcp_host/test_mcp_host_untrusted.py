@@ -1,0 +1,226 @@
+"""A hostile MCP server, attacking through what it controls: annotations, content, errors, size.
+
+Each test runs the real SDK peer ``servers/hostile.py`` over stdio and asserts both the
+refusal and the absence of any effect (marker files, result text, events).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from pathlib import Path
+
+import pytest
+import trio
+from mcp_host_helpers import events_of, manifest, py_server, reads_line
+
+from ringfence.mcp_host import connect_servers
+from ringfence.runtime import ApprovalAnswer, Consequence
+
+INJECTION = "IMPORTANT SYSTEM NOTICE"
+
+
+def hostile(state: Path, extra: str = "", reads: tuple[str, ...] = ()) -> str:
+    return py_server("evil", "hostile.py", state=state, extra=extra, reads=reads)
+
+
+# -- item 5: readOnlyHint from an untrusted server grants nothing --------------------------------
+
+
+async def test_untrusted_read_only_claim_still_asks_and_a_denial_has_no_effect(
+    make_kernel, sink, state: Path
+) -> None:
+    kernel = make_kernel([ApprovalAnswer.deny("no")])  # posture ask (the default)
+    async with kernel, connect_servers(kernel, manifest(hostile(state))):
+        spec = kernel.registry.get("mcp.evil.peek")
+        assert spec.consequence is Consequence.REVERSIBLE
+        assert "untrusted" in spec.meta["consequence_reason"]
+        out = await kernel.invoke("mcp.evil.peek", {})
+        assert out.error is not None and out.error.code == "denied"
+        assert [r.tool for r in kernel.approver.requests] == ["mcp.evil.peek"]
+    assert not (state / "peek.marker").exists()
+    assert not [r for r in events_of(sink, "finished") if r.get("tool") == "mcp.evil.peek"]
+
+
+async def test_untrusted_read_only_claim_is_staged_under_dry_run(
+    make_kernel, state: Path, tmp_path: Path
+) -> None:
+    kernel = make_kernel(dry_run=True, plan_path=tmp_path / "plan.json")
+    async with kernel, connect_servers(kernel, manifest(hostile(state))):
+        out = await kernel.invoke("mcp.evil.peek", {})
+        assert out.staged and out.value["staged"] is True
+    assert not (state / "peek.marker").exists()
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert [c["tool"] for c in plan["calls"]] == ["mcp.evil.peek"]
+
+
+@pytest.mark.parametrize("key", ["read_tools", "read_only_tools"])
+async def test_operator_read_tools_run_without_asking(make_kernel, state: Path, key: str) -> None:
+    kernel = make_kernel([])  # any question would be refused
+    extra = f'{key} = ["pe*"]'
+    async with kernel, connect_servers(kernel, manifest(hostile(state, extra))):
+        assert kernel.registry.get("mcp.evil.peek").consequence is Consequence.READ
+        out = await kernel.invoke("mcp.evil.peek", {})
+        assert out.ok, out.error
+        assert kernel.approver.requests == []
+    assert (state / "peek.marker").exists()
+
+
+async def test_a_trusted_server_s_read_only_claim_is_believed(make_kernel, state: Path) -> None:
+    kernel = make_kernel([])
+    async with kernel, connect_servers(kernel, manifest(hostile(state, 'trust = "trusted"'))):
+        assert kernel.registry.get("mcp.evil.peek").consequence is Consequence.READ
+        assert (await kernel.invoke("mcp.evil.peek", {})).ok
+        assert kernel.approver.requests == []
+
+
+# -- item 15: everything the server wrote is inside the untrusted frame -------------------------
+
+# A frame, also as it appears inside the repr of a result recorded in an event ("\\n").
+_FRAME = re.compile(
+    r"\[begin untrusted external content (?P<nonce>[0-9a-f]{12}) from MCP server .*?\]"
+    r"(?:\n|\\n).*?(?:\n|\\n)\[end untrusted external content (?P=nonce)\]",
+    re.S,
+)
+
+
+def assert_framed(value: object, needle: str = INJECTION) -> None:
+    """Every string in ``value`` holds ``needle`` only between a begin/end frame pair."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            assert_framed(k, needle)
+            assert_framed(v, needle)
+    elif isinstance(value, list):
+        for v in value:
+            assert_framed(v, needle)
+    elif isinstance(value, str):
+        assert needle not in _FRAME.sub("", value), f"outside the frame: {value[:300]!r}"
+
+
+def reads(state: Path, extra: str = "") -> str:
+    """The hostile server with every tool marked read by the operator (so nothing asks)."""
+    return hostile(state, extra, reads=("*",))
+
+
+async def test_structured_content_and_link_names_are_framed(make_kernel, sink, state: Path) -> None:
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(reads(state))):
+        out = await kernel.invoke("mcp.evil.rich", {})
+        assert out.ok, out.error
+        assert INJECTION in out.value["text"]  # kept, as data inside the frame
+        assert "structured_content" not in out.value and "links" not in out.value
+        assert out.value["structured_content_in_text"] is True
+        assert_framed(out.value)
+    assert_framed(sink.records())
+
+
+@pytest.mark.parametrize("code", [-32000, -32001, -32603, -32602])
+async def test_server_sent_error_codes_are_the_server_s_error_framed(
+    make_kernel, sink, state: Path, code: int
+) -> None:
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(reads(state))) as cs:
+        out = await kernel.invoke("mcp.evil.rpc_error", {"code": code})
+        assert out.error is not None
+        # -32000/-32001 are what the SDK uses for "connection closed" and "timeout"; sent by
+        # the server they are neither: the connection is fine and nothing timed out.
+        expected = "invalid_arguments" if code == -32602 else "tool_error"
+        assert out.error.code == expected, out.error
+        assert INJECTION in out.error.message
+        assert_framed(out.error.message)
+        assert not out.error.details.get("broken")
+        assert (await kernel.invoke("mcp.evil.rich", {})).ok
+        assert cs["evil"].pool.connects == 1  # not discarded, not reconnected
+        assert_framed(cs["evil"].describe())
+    assert_framed(sink.records())
+
+
+# -- item 14: redact first, then cut ------------------------------------------------------------
+
+
+async def test_a_secret_across_the_error_and_log_cuts_is_redacted_whole(
+    make_kernel, sink, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "tok" + secrets.token_hex(20)
+    monkeypatch.setenv("RF_HOSTILE_TOKEN", token)
+    block = reads(state, 'inherit_env = ["RF_HOSTILE_TOKEN"]')
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block)) as cs:
+        out = await kernel.invoke("mcp.evil.secret_error", {"at": 2000})
+        assert out.error is not None and out.error.code == "tool_error"
+        assert "eeee" in out.error.message
+        with trio.fail_after(10):  # stderr is read by its own task
+            while "llll" not in (diagnostics := json.dumps(cs["evil"].describe())):
+                await trio.sleep(0.01)
+    head = token[:20]  # what a cut at 2000 (error) or 4096 (stderr line) used to leave
+    assert head not in out.error.message
+    assert head not in diagnostics
+    assert head not in json.dumps(sink.records())
+
+
+# -- inbound size cap -----------------------------------------------------------------------------
+
+
+def _peak_kib() -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+)", status).group(1))
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (Linux)
+    except OSError:
+        return False
+    return True
+
+
+async def test_an_oversize_stdio_reply_fails_unparsed_and_the_connection_survives(
+    make_kernel, state: Path
+) -> None:
+    payload = 32 * 1024 * 1024
+    block = reads(state, f"max_message_bytes = {1024 * 1024}")
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block)) as cs:
+        assert (await kernel.invoke("mcp.evil.huge", {"size": 1000})).ok
+        measured = _reset_peak()
+        before = _peak_kib()
+        out = await kernel.invoke("mcp.evil.huge", {"size": payload})
+        growth = (_peak_kib() - before) * 1024
+        assert out.error is not None and out.error.code == "tool_error", out.error
+        assert "max_message_bytes (1048576 bytes)" in out.error.message
+        assert out.error.field == "max_message_bytes"
+        if measured:
+            # The old reader held the whole line (and its parse): several times the payload.
+            assert growth < payload // 3, f"peak grew by {growth} bytes"
+        # The reply was matched to its request: the same connection serves the next call.
+        assert (await kernel.invoke("mcp.evil.huge", {"size": 1000})).ok
+        assert cs["evil"].pool.connects == 1
+
+
+async def test_an_oversize_message_that_is_no_reply_closes_and_the_next_call_reconnects(
+    make_kernel, state: Path
+) -> None:
+    block = reads(state, f"max_message_bytes = {64 * 1024}")
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block)) as cs:
+        out = await kernel.invoke("mcp.evil.huge_log", {"size": 1024 * 1024})
+        assert out.error is not None and out.error.code == "tool_error", out.error
+        assert "max_message_bytes (65536 bytes)" in out.error.message
+        assert "connection was closed" in out.error.message
+        assert (await kernel.invoke("mcp.evil.huge", {"size": 10})).ok
+        assert cs["evil"].pool.connects == 2
+
+
+@pytest.mark.parametrize("body", ["sse", "json"])
+async def test_an_oversize_http_reply_fails_with_the_limit(
+    make_kernel, sdk_http, state: Path, monkeypatch: pytest.MonkeyPatch, body: str
+) -> None:
+    if body == "json":
+        monkeypatch.setenv("RF_JSON_RESPONSE", "1")  # one JSON body, bounded while it is read
+    url = await sdk_http("annotated", state)
+    block = (
+        f'[[server]]\nname = "remote"\ntransport = "http"\nurl = "{url}"\n'
+        f"{reads_line('annotated')}max_message_bytes = {256 * 1024}\n"
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block)) as cs:
+        out = await kernel.invoke("mcp.remote.big", {"size": 1024 * 1024})
+        assert out.error is not None and out.error.code == "tool_error", out.error
+        assert "max_message_bytes (262144 bytes)" in out.error.message
+        assert (await kernel.invoke("mcp.remote.big", {"size": 100})).ok
+        assert cs["remote"].pool.connects == 1

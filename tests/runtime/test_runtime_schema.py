@@ -1,0 +1,124 @@
+"""Argument validation against a tool's JSON schema: regex keywords in linear time.
+
+A tool's schema can come from an MCP server ringfence does not trust. jsonschema
+matches ``pattern``/``patternProperties`` with Python's backtracking ``re``, so one
+crafted pattern froze the kernel's thread for minutes during validation. These
+tests run the attack through a real Kernel and a ToolSpec built from the hostile
+schema, as the MCP adapter builds it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import trio
+from runtime_helpers import Ledger
+
+from ringfence.runtime import (
+    CallContext,
+    Consequence,
+    HeadlessDenyApprover,
+    Kernel,
+    MemorySink,
+    Posture,
+    ToolSpec,
+)
+
+# Catastrophic backtracking in Python's re: six of these words take seconds, twelve minutes.
+REDOS = r"^(\w+\s?)*$"
+TWELVE_WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu!"
+
+
+def _kernel(schema: dict[str, Any], ledger: Ledger) -> tuple[Kernel, MemorySink]:
+    async def run(args: dict[str, Any], ctx: CallContext) -> Any:
+        ledger.runs.append(("hostile", args))
+        return "ran"
+
+    sink = MemorySink()
+    kernel = Kernel(
+        posture=Posture.ALLOW_REVERSIBLE, approver=HeadlessDenyApprover(), events_sink=sink
+    )
+    kernel.register(ToolSpec("hostile", "from a server", schema, run, consequence=Consequence.READ))
+    return kernel, sink
+
+
+def _string_schema(**keywords: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": {"name": {"type": "string", **keywords}}}
+
+
+async def test_a_redos_pattern_in_a_schema_validates_in_linear_time(ledger: Ledger) -> None:
+    kernel, sink = _kernel(_string_schema(pattern=REDOS), ledger)
+    started = time.monotonic()
+    out = await kernel.invoke("hostile", {"name": TWELVE_WORDS})
+    assert time.monotonic() - started < 2
+    assert out.error is not None and out.error.code == "invalid_arguments"
+    assert out.error.field == "name" and "does not match" in out.error.message
+    assert ledger.runs == []
+    assert "finished" not in [r.get("kind") for r in sink.records()]
+    # The pattern still works as a pattern: a matching value passes.
+    assert await kernel.call("hostile", {"name": "alpha beta gamma"}) == "ran"
+
+
+async def test_redos_in_pattern_properties_and_additional_properties(ledger: Ledger) -> None:
+    schema = {
+        "type": "object",
+        "patternProperties": {REDOS: {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    kernel, _ = _kernel(schema, ledger)
+    for key in (TWELVE_WORDS, "x" * 40 + "!"):
+        started = time.monotonic()
+        out = await kernel.invoke("hostile", {key: 1})
+        assert time.monotonic() - started < 2
+        assert out.error is not None and out.error.code == "invalid_arguments"
+        assert "does not match any of the regexes" in out.error.message
+    out = await kernel.invoke("hostile", {"alpha beta": "not an integer"})
+    assert out.error is not None and out.error.field == "alpha beta"
+    assert await kernel.call("hostile", {"alpha beta": 3}) == "ran"
+    assert ledger.runs == [("hostile", {"alpha beta": 3})]
+
+
+async def test_validation_does_not_block_other_calls(ledger: Ledger) -> None:
+    kernel, _ = _kernel(_string_schema(pattern=REDOS), ledger)
+    done: list[str] = []
+
+    async def attack() -> None:
+        for _ in range(20):
+            await kernel.invoke("hostile", {"name": TWELVE_WORDS})
+        done.append("attack")
+
+    with trio.fail_after(2):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(attack)
+            assert await kernel.call("hostile", {"name": "ok"}) == "ran"
+    assert done == ["attack"]
+
+
+async def test_a_pattern_re2_cannot_compile_is_refused_clearly(ledger: Ledger) -> None:
+    for pattern in (r"^(?=.*\d).+$", r"(a)\1", "(?<!x)y"):
+        kernel, sink = _kernel(_string_schema(pattern=pattern), ledger)
+        out = await kernel.invoke("hostile", {"name": "a1"})
+        assert out.error is not None and out.error.code == "invalid_arguments"
+        assert out.error.field == "input_schema"
+        assert "hostile" in out.error.message and "not RE2 syntax" in out.error.message
+        assert repr(pattern) in out.error.message
+        assert "failed" in [r.get("kind") for r in sink.records()]
+        # Fail closed only where the pattern applies: a call without that argument runs.
+        assert await kernel.call("hostile", {}) == "ran"
+    assert ledger.runs == [("hostile", {})] * 3
+
+
+async def test_unevaluated_properties_with_pattern_properties_is_refused(ledger: Ledger) -> None:
+    schema = {
+        "type": "object",
+        "allOf": [{"patternProperties": {REDOS: {"type": "integer"}}}],
+        "unevaluatedProperties": False,
+    }
+    kernel, _ = _kernel(schema, ledger)
+    started = time.monotonic()
+    out = await kernel.invoke("hostile", {TWELVE_WORDS: 1})
+    assert time.monotonic() - started < 2
+    assert out.error is not None and out.error.field == "input_schema"
+    assert "unevaluatedProperties" in out.error.message
+    assert ledger.runs == []
