@@ -723,10 +723,10 @@ class ConfinedSession:
             while True:
                 if len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
                     return buf[4:]
-                await trio.lowlevel.wait_readable(sock)
-                try:
+                try:  # usually already there (the exit status): no trip through the loop
                     chunk = sock.recv(65536, socket.MSG_DONTWAIT)
                 except BlockingIOError:
+                    await trio.lowlevel.wait_readable(sock)
                     continue
                 if not chunk:
                     return None
