@@ -22,8 +22,9 @@ which is recorded in :attr:`ConfinedSession.metadata` and so in the
 - **namespaces** (bubblewrap): new user, mount, PID, IPC, UTS, cgroup and
   network namespaces; no capabilities; no further user namespaces.
 - **file system**: the host's file system read-only; the workspace roots
-  read-write at their own paths; git directories and gitfiles inside the
-  roots read-only; a private ``/tmp`` and ``/var/tmp``; a fresh ``/proc``
+  read-write at their own paths; ``SessionSpec.readonly_paths`` inside the
+  roots read-only (``run_shell``'s wiring passes every git directory and
+  gitfile); a private ``/tmp`` and ``/var/tmp``; a fresh ``/proc``
   of the new PID namespace (no host process, no host ``environ``) and a
   minimal ``/dev``; ``/home``, ``/root``, ``/run``, the kernel's ``$HOME`` and
   ``/var/lib/docker`` hidden behind empty read-only directories (the
@@ -235,8 +236,7 @@ class ConfinedSession:
         names = dict.fromkeys((*BASE_ENV_ALLOWLIST, *spec.passthrough_env))
         self._base_env = {n: os.environ[n] for n in names if n in os.environ}
         self._degraded: str | None = None  # why the namespaces are missing (best-effort)
-        self._gitdirs: list[Path] = []
-        self._gitfiles: list[Path] = []
+        self._readonly: list[Path] = []
         self._kernel_layers: list[Layer] = []
         self._landlock: str | None = None
         self._seccomp: bytes | None = None
@@ -354,7 +354,7 @@ class ConfinedSession:
                 argv += ["--ro-bind", str(path), str(path)]
         for root in roots:
             argv += ["--bind", str(root), str(root)]
-        readonly = [*self._gitdirs, *self._gitfiles]
+        readonly = self._readonly
         for path in readonly:
             if path.exists() and any(_inside(path, r) for r in roots):
                 argv += ["--ro-bind", str(path), str(path)]
@@ -400,9 +400,7 @@ class ConfinedSession:
 
     async def _start(self) -> None:
         started = time.monotonic()
-        roots = [Path(os.path.realpath(r)) for r in self._spec.roots]
-        self._gitdirs = [Path(os.path.realpath(p)) for p in self._spec.readonly_paths]
-        self._gitfiles = await trio.to_thread.run_sync(_gitfiles, roots, self._gitdirs)
+        self._readonly = [Path(os.path.realpath(p)) for p in self._spec.readonly_paths]
         try:
             await self._spawn()
         except Unavailable as exc:
@@ -835,42 +833,6 @@ def _session_user(roots: tuple[Path, ...], hidden: list[str]) -> tuple[int, int]
             if not mode.st_mode & bit:
                 return 0, 0
     return st.st_uid, st.st_gid
-
-
-def _gitfiles(roots: list[Path], gitdirs: list[Path]) -> list[Path]:
-    """Every gitfile (a ``.git`` *file*, any spelling git protects) inside the roots. Blocking.
-
-    One walk of the roots that does not follow symbolic links and does not
-    enter the git directories (they are mounted read-only whole). A gitfile
-    redirects git to another git directory, so one a command could rewrite
-    would let it plant hooks that a later ``git`` on the host runs. Costs
-    what the workspace's own git-directory scan costs (about 15 µs a
-    directory entry).
-    """
-    # The workspace's own rule for what git treats as ``.git`` (one rule, not a copy).
-    from ..workspace._gitguard import is_dotgit
-
-    skip = set(gitdirs)
-    found: list[Path] = []
-    stack = [r for r in roots if r not in skip]
-    while stack:
-        where = stack.pop()
-        try:
-            with os.scandir(where) as it:
-                entries = [
-                    (e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
-                    for e in it
-                ]
-        except OSError:
-            continue
-        for name, is_dir, is_file in entries:
-            path = where / name
-            if is_dotgit(name):
-                if is_file:
-                    found.append(path)
-            elif is_dir and path not in skip:
-                stack.append(path)
-    return found
 
 
 def _children(pid: int) -> list[int]:

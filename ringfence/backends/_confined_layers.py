@@ -13,8 +13,10 @@ cross-process memory access, no keyctl/bpf/perf/userfaultfd/io_uring, no
 mounts, no new namespaces (``unshare``, ``setns``, ``clone`` with a namespace
 flag; ``clone3``, whose flags a filter cannot read, answers ENOSYS so libc
 falls back to ``clone``), no module loading, reboot, clock or hostname
-changes. Foreign-ABI (x32 or other architecture) system calls kill the
-process. A deny list, not an allow list.
+changes, no setuid/setgid bit set by ``chmod``/``fchmod``/``fchmodat``/
+``mknod``/``creat``/``open(O_CREAT)`` (``openat2``, whose mode a filter
+cannot read, answers ENOSYS). Foreign-ABI (x32 or other architecture)
+system calls kill the process. A deny list, not an allow list.
 """
 
 from __future__ import annotations
@@ -37,6 +39,21 @@ _NR_CLONE = 56
 _NR_CLONE3 = 435
 _BPF_JSET_K = 0x45
 _SECCOMP_DATA_ARG0 = 16  # offsetof(struct seccomp_data, args[0]), the low half on x86-64
+_SETID_BITS = 0o6000  # S_ISUID | S_ISGID
+_O_CREAT = 0o100
+_O_TMPFILE_BIT = 0o20000000  # __O_TMPFILE
+_NR_OPENAT2 = 437
+# System calls that set a mode: number -> which argument is the mode.
+_SETID_MODE = {90: 1, 91: 1, 268: 2, 452: 2, 85: 1, 133: 1, 259: 2}  # chmod, fchmod,
+# fchmodat, fchmodat2, creat, mknod, mknodat
+# System calls that set a mode only when creating: number -> (flags argument, mode argument).
+_SETID_CREATE = {2: (1, 2), 257: (2, 3)}  # open, openat
+
+
+def _arg(index: int) -> int:
+    """Offset of the low half of ``seccomp_data.args[index]`` (x86-64 is little-endian)."""
+    return _SECCOMP_DATA_ARG0 + 8 * index
+
 
 # System calls a command may not make (EPERM), by name in the script runner's table.
 DENIED_SYSCALLS = (
@@ -83,10 +100,35 @@ def seccomp_program() -> bytes:
         ins(sb._BPF_JEQ_K, 0, 1, _NR_CLONE3),
         ins(sb._BPF_RET_K, 0, 0, sb._RET_ERRNO | errno.ENOSYS),
         ins(sb._BPF_JEQ_K, 0, 4, _NR_CLONE),  # not clone: on to the deny list
-        ins(sb._BPF_LD_W_ABS, 0, 0, _SECCOMP_DATA_ARG0),
+        ins(sb._BPF_LD_W_ABS, 0, 0, _arg(0)),
         ins(_BPF_JSET_K, 0, 1, _CLONE_NEW_NAMESPACES),
         ins(sb._BPF_RET_K, 0, 0, eperm),
         ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW),
+    ]
+    # No setuid/setgid bit from inside: a file the sandbox's uid owns (host root's, when the
+    # workspace is root's) must not become a setuid program on the host.
+    for nr, mode_arg in _SETID_MODE.items():
+        prog += [
+            ins(sb._BPF_JEQ_K, 0, 4, nr),
+            ins(sb._BPF_LD_W_ABS, 0, 0, _arg(mode_arg)),
+            ins(_BPF_JSET_K, 0, 1, _SETID_BITS),
+            ins(sb._BPF_RET_K, 0, 0, eperm),
+            ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW),
+        ]
+    for nr, (flags_arg, mode_arg) in _SETID_CREATE.items():
+        prog += [
+            ins(sb._BPF_JEQ_K, 0, 6, nr),
+            ins(sb._BPF_LD_W_ABS, 0, 0, _arg(flags_arg)),
+            ins(_BPF_JSET_K, 0, 3, _O_CREAT | _O_TMPFILE_BIT),  # not creating: allowed
+            ins(sb._BPF_LD_W_ABS, 0, 0, _arg(mode_arg)),
+            ins(_BPF_JSET_K, 0, 1, _SETID_BITS),
+            ins(sb._BPF_RET_K, 0, 0, eperm),
+            ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW),
+        ]
+    prog += [
+        # openat2's mode sits behind a pointer: ENOSYS, and libc's openat is used instead
+        ins(sb._BPF_JEQ_K, 0, 1, _NR_OPENAT2),
+        ins(sb._BPF_RET_K, 0, 0, sb._RET_ERRNO | errno.ENOSYS),
     ]
     for nr in sorted({sb._DENIED_X86_64[name] for name in DENIED_SYSCALLS}):
         prog.append(ins(sb._BPF_JEQ_K, 0, 1, nr))

@@ -164,8 +164,9 @@ class ShellTool:
         self._starting = trio.Lock()
         self._command_lock = trio.Lock()
         self._closed = False
-        # Setuid/setgid bits are cleared only where commands run as a sandbox uid.
-        self._clear_setid = backend != "local"
+        # Setuid/setgid bits are cleared only where commands run as a sandbox uid (every
+        # backend but the unconfined host one).
+        self._clear_setid = backend != "host"
         # The git metadata after the last checked command (for the between-commands notice).
         self._last: GitSnapshot | None = None
 

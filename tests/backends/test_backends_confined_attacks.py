@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -250,3 +251,31 @@ async def test_a_daemon_does_not_outlive_its_command(workspace: Path) -> None:
     assert not marker.exists(), "the daemon outlived its command"
     left = [p for p in psutil.process_iter(["cmdline"]) if tag in " ".join(p.info["cmdline"] or [])]
     assert left == []
+
+
+@pytest.mark.parametrize("owner", ["user", "root"])
+async def test_no_setuid_or_setgid_program_can_be_made(
+    workspace: Path, tmp_path: Path, owner: str
+) -> None:
+    """Host backend (root): ``chmod 4755`` on a copy of a shell makes a setuid-root program.
+
+    With a root-owned workspace the sandbox's uid is host root (mapped, no
+    capabilities): a setuid bit it set would be a setuid-root program on the host.
+    """
+    ws = workspace
+    if owner == "root":
+        ws = tmp_path / "root-owned"
+        ws.mkdir()
+    script = (
+        "cp /bin/sh s; chmod 4755 s; chmod g+s s; install -m 6755 /bin/sh i; "
+        "python3 -c \"import os; os.close(os.open('o', os.O_CREAT | os.O_WRONLY, 0o4755))\"; "
+        "chmod 755 s && echo plain-chmod-works"
+    )
+    result = await shell(ws, script)
+    assert result["stderr"].count("Operation not permitted") >= 4, result["stderr"]
+    assert "plain-chmod-works" in result["stdout"]
+    for path in ws.iterdir():
+        assert not path.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID), (
+            path,
+            oct(path.lstat().st_mode),
+        )
