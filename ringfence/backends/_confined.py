@@ -752,9 +752,9 @@ class ConfinedSession:
                     with contextlib.suppress(OSError):
                         os.close(fd)
                 proc.close()
-            for path in self._limits:
-                _remove_cgroup(path)
-            self._limits = []
+            limits, self._limits = self._limits, []
+            for path in limits:  # waits (bounded) for the members to finish exiting
+                await trio.to_thread.run_sync(_remove_cgroup, path)
 
     async def aclose(self) -> None:
         """Stop the sandbox (idempotent; shielded); later runs raise ClosedResourceError."""
@@ -913,6 +913,7 @@ def _make_limit_cgroups(max_pids: int, memory: int) -> tuple[list[Path], str]:
             continue
         mount, own = mounts[controller]
         path = Path(mount) / own.lstrip("/") / name
+        _sweep_limit_cgroups(path.parent)
         try:
             path.mkdir()
         except OSError as exc:
@@ -948,6 +949,17 @@ def _join_limit_cgroups(pid: int, made: list[Path], detail: str) -> tuple[list[P
     except OSError as exc:
         return [], f"cannot join the limit cgroups: {exc.strerror}"
     return made, detail
+
+
+def _sweep_limit_cgroups(parent: Path) -> None:
+    """Remove the limit cgroups of ringfence processes that died (their sandboxes died too)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(parent):
+            prefix, pid, _ = (entry.name + "--").split("-", 2)
+            dead = pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+            if prefix == "ringfence" and dead:
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)
 
 
 def _remove_cgroup(path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -293,3 +294,25 @@ async def test_a_sandbox_that_died_between_commands_is_restarted_for_the_next(
         assert r.stdout == "ran\n" and r.exit_code == 0 and r.session_restarted, r
     finally:
         await session.aclose()
+
+
+async def test_limit_cgroups_of_a_dead_kernel_are_swept_and_ours_removed(workspace: Path) -> None:
+    from ringfence.backends._confined import _cgroup_mounts
+
+    mounts = _cgroup_mounts()
+    if "pids" not in mounts:
+        pytest.skip("no cgroup v1 pids hierarchy here (limits live in cgroup v2 or rlimits)")
+    mount, own = mounts["pids"]
+    parent = Path(mount) / own.lstrip("/")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = parent / f"ringfence-{dead.pid}-deadbeef"
+    stale.mkdir()
+    before = {p.name for p in parent.iterdir() if p.name.startswith("ringfence-")}
+    session = await start_local(SessionSpec(roots=(workspace.parent,)))  # root-owned: cgroups
+    try:
+        ours = {p.name for p in parent.iterdir() if p.name.startswith("ringfence-")} - before
+        assert not stale.exists() and len(ours) == 1
+    finally:
+        await session.aclose()
+    assert not (parent / ours.pop()).exists()
