@@ -40,6 +40,11 @@ kernel → supervisor: ``R`` + NUL-separated cwd, argc, argv…, ``NAME=value``�
 command), ``K`` (SIGKILL to them). supervisor → kernel: ``READY\\n`` +
 report lines, ``FAIL\\n`` + layer + tab + message, ``X`` + wait status.
 End of file from the kernel: kill everything and exit.
+
+Without namespaces (``pidns=0``, the backend's best-effort fallback) it runs
+on the host as a child subreaper, installs the seccomp filter itself (last,
+from the descriptor ``seccomp_fd``), and stops a command's processes by
+finding its descendants in ``/proc`` until none is left (see :func:`kill_all`).
 """
 
 from __future__ import annotations
