@@ -389,7 +389,7 @@ class ConfinedSession:
             f"level={limits.sandbox}",
             f"network={int(self._spec.network)}",
             f"address_space={limits.memory}",
-            f"nproc={limits.pids}",
+            f"nproc={limits.pids + (_processes_of(os.geteuid()) if self._degraded else 0)}",
             "open_files=4096",
             f"file_size={limits.file_size}",
             "cpu_seconds=86400",
@@ -949,6 +949,17 @@ def _join_limit_cgroups(pid: int, made: list[Path], detail: str) -> tuple[list[P
     except OSError as exc:
         return [], f"cannot join the limit cgroups: {exc.strerror}"
     return made, detail
+
+
+def _processes_of(uid: int) -> int:
+    """How many processes ``uid`` runs now (RLIMIT_NPROC counts them all without a user
+    namespace, so the sandbox's allowance comes on top)."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                count += entry.stat().st_uid == uid
+    return count
 
 
 def _sweep_limit_cgroups(parent: Path) -> None:
