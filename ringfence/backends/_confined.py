@@ -584,6 +584,13 @@ class ConfinedSession:
         on_output: OutputCallback | None = None,
         redact: Callable[[str], str] | None = None,
     ) -> ShellResult:
+        """Run one command in the sandbox (the :class:`BackendSession` contract).
+
+        A sandbox that died between commands is started again first, and the
+        result says ``session_restarted``; one that dies under the command
+        gives ``status == "lost"``. Raises InvalidArguments, Unavailable (a
+        restart found a layer gone), ToolError, ``trio.ClosedResourceError``.
+        """
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
         child_env = self.environment(env)
