@@ -1,8 +1,11 @@
 """Gate overhead: a no-op read tool called directly vs through the full Gate.
 
-The gated path validates arguments, decides, signs an Ed25519 intent,
-redeems it, redacts and caps the result, and writes four hash-chained events
-to a file. Goal (issue 1): under 100 µs per call on a 2-core machine.
+The gated path validates arguments (a flat schema's compiled check), decides,
+signs an Ed25519 intent (for the auditor) and tags it with HMAC-SHA256 (what
+the executor redeems), redacts and caps the result, and writes four
+hash-chained events, encoded once with orjson, to a file in one buffered write
+at the call's end. Goal (issue 13): at most 50 µs per call on a 2-core
+machine (issue 1 asked for 100 µs).
 
 The goal row times calls back to back, as a tight loop keeps them (caches
 and branch predictors warm). A second, informational row leaves the process
@@ -24,7 +27,7 @@ from ringfence.runtime import CallContext, Consequence, FileSink, Kernel, ToolSp
 from ._harness import Arm, interleave, interleave_async
 from ._suite import Row, Scenario
 
-GOAL_SECONDS = 100e-6
+GOAL_SECONDS = 50e-6
 IDLE_SECONDS = 0.5e-3
 SCHEMA = {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": False}
 
@@ -40,7 +43,7 @@ async def run(quick: bool) -> list[Row]:
             spec = ToolSpec("noop", "does nothing", SCHEMA, _noop, consequence=Consequence.READ)
             kernel.register(spec)
             args = {"x": "hello"}
-            ctx = CallContext(kernel, spec, "bench", "bench", "direct", kernel.posture)
+            ctx = CallContext._create(kernel, spec, "bench", "bench", "direct")  # bench only
 
             async def direct() -> object:
                 return await spec.executor(args, ctx)
@@ -83,8 +86,8 @@ async def run(quick: bool) -> list[Row]:
             "no-op read tool through the Gate",
             subj,
             base,
-            "overhead < 100 µs/call",
-            overhead < GOAL_SECONDS,
+            "overhead <= 50 µs/call",
+            overhead <= GOAL_SECONDS,
             {"calls_per_second": round(subj.ops_per_second), "overhead_s": overhead},
         ),
         Row(
@@ -99,4 +102,4 @@ async def run(quick: bool) -> list[Row]:
     ]
 
 
-SCENARIO = Scenario("gate", "Gate overhead per call", "< 100 µs per call", run)
+SCENARIO = Scenario("gate", "Gate overhead per call", "<= 50 µs per call", run)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from . import backends, bridge, gate, gitscan, mcp_host, policy, workspace
+from . import backends, bridge, changesets, gate, gitscan, mcp_host, policy, workspace
 from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
     gate.SCENARIO,
     *workspace.SCENARIOS,
+    *changesets.SCENARIOS,
     *backends.SCENARIOS,
     policy.SCENARIO,
     *gitscan.SCENARIOS,

@@ -7,8 +7,9 @@ workspace, backends, bridge and MCP connectors are plugged into a Kernel.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,19 @@ from .bridge import (
     remove_bridge_dir,
     unavailable_backend,
 )
-from .runtime import Approver, FileSink, Kernel, Policy, Posture, Rules, default_approver
-from .workspace import Workspace, register_file_tools
+from .runtime import (
+    Approver,
+    FileSink,
+    Kernel,
+    MemorySink,
+    Policy,
+    Posture,
+    Rules,
+    default_approver,
+)
+from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
 
-__all__ = ["create_kernel", "workspace_roots_from_env"]
+__all__ = ["check_approver", "create_kernel", "workspace_roots_from_env"]
 
 
 def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
@@ -35,6 +45,74 @@ def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) ->
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
     return [Path.cwd()]
+
+
+EventObserver = Callable[[str], None]
+
+
+class _ObservedFileSink(FileSink):
+    """A FileSink that also hands each line to an observer (it continues the file's chain)."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], observer: EventObserver, *, sync: bool = False
+    ) -> None:
+        super().__init__(path, sync=sync)
+        self.observer = observer
+
+    def write(self, line: str) -> None:
+        super().write(line)  # the file first: an observer's failure cannot cost a record
+        self.observer(line)
+
+    def close(self) -> None:
+        super().close()
+        getattr(self.observer, "close", lambda: None)()
+
+
+class _ObservedMemorySink(MemorySink):
+    def __init__(self, observer: EventObserver) -> None:
+        super().__init__()
+        self.observer = observer
+
+    def write(self, line: str) -> None:
+        super().write(line)
+        self.observer(line)
+
+    def close(self) -> None:
+        super().close()
+        getattr(self.observer, "close", lambda: None)()
+
+
+def check_approver(approver: object) -> None:
+    """Raise TypeError unless ``approver.approve`` is an ``async def`` method.
+
+    ringfence awaits ``approve(request)`` inside the Gate; a plain function would
+    only fail there, on the first call that asks. Checked here instead, when the
+    approver is handed over. A sync decision function fits ``ScriptedApprover``.
+    """
+    approve = getattr(approver, "approve", None)
+    if not callable(approve):
+        raise TypeError(
+            f"approver {approver!r} has no approve(request) method "
+            "(an Approver needs `async def approve(self, request) -> ApprovalAnswer`)"
+        )
+    if not inspect.iscoroutinefunction(approve):
+        raise TypeError(
+            f"{type(approver).__name__}.approve must be `async def` (ringfence awaits it); "
+            "for a plain function use ScriptedApprover(lambda request: ApprovalAnswer...)"
+        )
+
+
+def _events_sink(
+    events_path: str | os.PathLike[str] | None,
+    observer: EventObserver | None,
+    *,
+    sync: bool = False,
+) -> FileSink | MemorySink | None:
+    if observer is None:
+        return FileSink(events_path, sync=sync) if events_path else None
+    if events_path:
+        return _ObservedFileSink(events_path, observer, sync=sync)
+    return _ObservedMemorySink(observer)
 
 
 def create_kernel(
@@ -49,9 +127,12 @@ def create_kernel(
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
+    events_sync: bool = False,
     mcp_manifest: Any = None,
     mcp_options: Mapping[str, Any] | None = None,
     script_sandbox: str | None = None,
+    event_observer: EventObserver | None = None,
+    checkpoints: bool = True,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -76,8 +157,21 @@ def create_kernel(
     tool names and arguments to ``rules``; path rules are made relative to
     ``roots``. No policy file is read unless the caller loads one.
 
+    ``event_observer(line)`` (e.g. ``ringfence.otel.OtelObserver``) sees each
+    event line after it is written (redacted, as in the file); its ``close()``,
+    if any, is called when the stream closes.
+
+    ``checkpoints`` (default on) keeps every ``write_file``/``edit_file`` change
+    as a change set under ``$RINGFENCE_HOME/checkpoints/`` and registers
+    ``undo``; ``False`` registers no ``undo`` and records nothing.
+
+    ``approver`` must have an ``async def approve(request)``; anything else
+    raises TypeError here, before anything opens.
+
     Use the result as ``async with create_kernel(...) as kernel:``.
     """
+    if approver is not None:
+        check_approver(approver)
     # backends: checked before anything opens, so an unknown name leaks nothing
     backend_name = select_backend(backend)
     # bridge: checked before anything opens, like the backend
@@ -99,17 +193,24 @@ def create_kernel(
             posture=Posture.parse(posture),
             approver=approver if approver is not None else default_approver(),
             rules=rules,
-            events_sink=FileSink(events_path) if events_path else None,
+            events_sink=_events_sink(events_path, event_observer, sync=events_sync),
             dry_run=dry_run,
             plan_path=Path(plan_path) if plan_path else None,
+            roots=tuple(str(r) for r in workspace.roots),  # recorded in plans
             **kernel_options,
         )
     except BaseException:
         workspace.close()
         raise
-    register_file_tools(kernel, workspace)
+    # workspace: every file tool write is a change set (checkpoint) that `undo` can restore
+    store = CheckpointStore(workspace) if checkpoints else None
+    register_file_tools(kernel, workspace, checkpoints=store)
+    if store is not None:
+        register_undo_tool(kernel, store)
 
     async def close_workspace() -> None:
+        if store is not None:
+            store.close()
         workspace.close()
 
     kernel.push_async_callback(close_workspace)

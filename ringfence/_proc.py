@@ -1,7 +1,7 @@
 """The process supervisor: spawn a child, track every process it starts, stop them all.
 
-One home for what the local backend (and, next, the script bridge's local
-launcher) needs from a child process tree:
+One home for what the local backend and the script bridge's local launcher
+need from a child process tree:
 
 - :func:`spawn` starts ``argv`` as the leader of a new session with its
   output on two pipes, undoing everything it set up when any step fails
@@ -74,9 +74,22 @@ __all__ = [
 ]
 
 RUN_ID_VARIABLE = "RINGFENCE_RUN_ID"
-# The gate: blocks until released (a newline on stdin), exits 125 when its
-# spawner gave up instead (end of file), else execs the command with an empty stdin.
-_GATE = ("/bin/sh", "-c", 'read _ || exit 125; exec 0</dev/null; exec "$@"', "ringfence-gate")
+
+
+def _gate(*, keep_stdin: bool, unset_pwd: bool) -> tuple[str, ...]:
+    """The gate: blocks until released (a newline on stdin), exits 125 when its spawner
+    gave up instead (end of file), else execs the command with an empty stdin.
+
+    ``keep_stdin``: the command keeps the gate's stdin (``read`` takes bytes from a pipe
+    one at a time up to the newline, POSIX, so it reads exactly what follows the release).
+    ``unset_pwd``: the ``PWD`` the shell exports is dropped (``exact_env``).
+    """
+    script = "read _ || exit 125; "
+    script += "" if keep_stdin else "exec 0</dev/null; "
+    script += "unset PWD; " if unset_pwd else ""
+    return ("/bin/sh", "-c", script + 'exec "$@"', "ringfence-gate")
+
+
 _SUBTREE = "ringfence"
 # How long SIGKILLed members may take to be gone before we stop waiting (they
 # cannot run any more; they only have to finish exiting).
@@ -356,6 +369,8 @@ def spawn(
     cwd: Path,
     env: Mapping[str, str],
     pass_fds: Sequence[int] = (),
+    stdin_pipe: bool = False,
+    exact_env: bool = False,
     uid: int | None = None,
     gid: int | None = None,
     _tracking: Tracking | None = None,
@@ -369,13 +384,27 @@ def spawn(
     is not found or not executable, ``ToolError`` for any other failure to
     start. On any failure nothing is left behind: no child, no cgroup, no
     descriptor. Blocking but fast (no thread hop: with vfork a spawn takes
-    well under a millisecond). ``uid``/``gid`` (root only): the user and group
-    the child runs as, with no supplementary groups; the cgroup move is still
-    done by this process.
+    well under a millisecond).
+
+    ``stdin_pipe=True``: the command's stdin is a fresh pipe whose write end
+    is ``process.stdin`` (the caller's to write and close). Under the cgroup
+    gate that pipe is the gate's own stdin: the release newline goes first,
+    the gate consumes exactly it, and the command reads only what the caller
+    writes after :func:`spawn` returned (for a wrapper such as ``docker run
+    -i`` that passes stdin on but no other descriptor).
+
+    ``exact_env=True``: the command's environment is exactly ``env``: no
+    ``RINGFENCE_RUN_ID`` (the run-id fallback then finds the tree by its
+    process group and live descendants only) and no ``PWD`` from the gate's
+    shell. For a child whose environment is part of its contract (the script
+    runner).
+
+    ``uid``/``gid`` (root only): the user and group the child runs as, with
+    no supplementary groups; the cgroup move is still done by this process.
     """
     how = _tracking or tracking()
     run_id = secrets.token_hex(12)
-    full_env = {**env, RUN_ID_VARIABLE: run_id}
+    full_env = dict(env) if exact_env else {**env, RUN_ID_VARIABLE: run_id}
     gated = how.method == "cgroup"
     with contextlib.ExitStack() as always, contextlib.ExitStack() as on_failure:
         out_r, out_w = os.pipe()
@@ -387,6 +416,11 @@ def spawn(
         group = None
         stdin: int = subprocess.DEVNULL
         gate_w = -1
+        stdin_w: int | None = None
+        if stdin_pipe:
+            stdin, stdin_w = os.pipe()
+            always.callback(os.close, stdin)
+            on_failure.callback(os.close, stdin_w)  # also releases a gate we never opened
         if gated:
             assert how.base is not None and how.kill is not None
             _check_executable(argv[0], cwd, full_env)
@@ -395,12 +429,17 @@ def spawn(
             except OSError as exc:
                 raise ToolError(f"could not create the command's cgroup: {exc}") from exc
             on_failure.callback(group.destroy)
-            stdin, gate_w = os.pipe()
-            always.callback(os.close, stdin)
-            always.callback(os.close, gate_w)  # also releases a gate we never opened: it exits 125
+            if stdin_w is not None:
+                gate_w = stdin_w
+            else:
+                stdin, gate_w = os.pipe()
+                always.callback(os.close, stdin)
+                # Also releases a gate we never opened: it exits 125.
+                always.callback(os.close, gate_w)
+        gate = _gate(keep_stdin=stdin_w is not None, unset_pwd=exact_env and "PWD" not in env)
         try:
             popen = subprocess.Popen(
-                [*_GATE, *argv] if gated else list(argv),
+                [*gate, *argv] if gated else list(argv),
                 stdin=stdin,
                 stdout=out_w,
                 stderr=err_w,
@@ -428,7 +467,7 @@ def spawn(
         except OSError as exc:
             raise ToolError(f"could not track {argv[0]!r}: {exc}") from exc
         on_failure.pop_all()
-    return Process(popen, pidfd, out_r, err_r, run_id, group)
+    return Process(popen, pidfd, out_r, err_r, run_id, group, stdin_w)
 
 
 def _check_executable(name: str, cwd: Path, env: Mapping[str, str]) -> None:
@@ -460,7 +499,8 @@ class Process:
 
     ``pidfd`` becomes readable when the leader exits; the leader stays
     unreaped (a zombie) until :meth:`close`, so its pid, which is also its
-    process group id, cannot be reused meanwhile.
+    process group id, cannot be reused meanwhile. ``stdout``, ``stderr`` and
+    ``stdin`` (with ``stdin_pipe``) are the caller's descriptors to close.
     """
 
     def __init__(
@@ -471,12 +511,14 @@ class Process:
         stderr: int,
         run_id: str,
         group: _Cgroup | None,
+        stdin: int | None = None,
     ) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.pidfd = pidfd
         self.stdout = stdout
         self.stderr = stderr
+        self.stdin = stdin  # the write end of the command's stdin (``stdin_pipe``), else None
         self.run_id = run_id
         self._group = group
         self._closed = False

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
         map_docker_errors as map_docker_errors,
         translate_docker_error as translate_docker_error,
     )
-    from ._images import (
+    from ._imagebuild import (
         build_image as build_image,
         ensure_image as ensure_image,
         list_images as list_images,
@@ -71,10 +71,33 @@ _LAZY = {
     "connect_docker": "._dockerapi",
     "map_docker_errors": "._dockerapi",
     "translate_docker_error": "._dockerapi",
-    "build_image": "._images",
-    "ensure_image": "._images",
-    "list_images": "._images",
+    "build_image": "._imagebuild",
+    "ensure_image": "._imagebuild",
+    "list_images": "._imagebuild",
 }
+
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "ENV_VARIABLE",
+    "IMAGES",
+    "BackendSession",
+    "ImageInfo",
+    "ImageRecipe",
+    "LocalSession",
+    "OutputCallback",
+    "SessionSpec",
+    "ShellResult",
+    "ShellTool",
+    "WorkspaceLike",
+    "backend_names",
+    "register_backend",
+    "register_shell_tool",
+    "select_backend",
+    "start_local",
+    "start_session",
+    *_LAZY,
+]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)

@@ -9,7 +9,6 @@ every docker-py, requests and socket exception into a
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -22,6 +21,10 @@ from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.utils import kwargs_from_env, version_lt
 
 from ..runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
+
+# Re-exported for backends/_docker.py, which imports it from here, until it imports it
+# from ._images (this module no longer imports anything back from _images' importers).
+from ._images import docker_location, image_missing as image_missing
 
 __all__ = [
     "MIN_API_VERSION",
@@ -42,28 +45,6 @@ START_DAEMON = (
     "start it (`sudo systemctl start docker`, or `sudo dockerd &` where there is no systemd) "
     "or point DOCKER_HOST at a running daemon; `ringfence doctor` checks it"
 )
-
-
-def docker_location() -> str:
-    """Where the daemon is looked for: ``DOCKER_HOST`` or the default local socket."""
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-
-
-def image_missing(reference: str) -> Unavailable:
-    """The error for a sandbox image that is not present, naming the command that builds it."""
-    from ._images import recipe_for
-
-    recipe = recipe_for(reference)
-    if recipe is not None:
-        how = f"build it with `ringfence images build {recipe.name}`"
-        if recipe.slow:
-            how += " (debootstrap: a few minutes, needs root and the Debian mirror)"
-    else:
-        how = f"build or load it (`docker build -t {reference} …` or `docker load`)"
-    return Unavailable(
-        f"the sandbox image {reference} is not present in the Docker daemon at {docker_location()}; {how}",
-        image=reference,
-    )
 
 
 def _unreachable(exc: BaseException) -> Unavailable:

@@ -14,8 +14,9 @@ from typing import Any
 from .. import _proc
 from ..runtime import RingfenceError
 from ._docker import DockerOptions
-from ._dockerapi import connect_docker, docker_location
-from ._images import IMAGES, list_images
+from ._dockerapi import connect_docker
+from ._imagebuild import list_images
+from ._images import IMAGES, docker_location
 
 __all__ = ["Check", "backend_status", "run_checks"]
 

@@ -11,32 +11,25 @@ whole; where the middle was dropped, :data:`CUT_MARGIN_CHARS` of redacted
 text on either side of the gap are dropped too, so a registered secret that
 straddled the gap cannot leave a recognisable prefix or suffix behind (for
 secrets up to that length: 64 KiB). The reply's own head/tail cut
-(:func:`ringfence.runtime.cap_text`) runs on the redacted text.
+runs on the redacted text. All of it is :class:`ringfence.runtime.OutputBuffer`
+(the one head/tail buffer); this module adds the bytes, the decoding and the
+live callback.
 """
 
 from __future__ import annotations
 
 import codecs
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime import cap_text
+from ..runtime import CappedText, OutputBuffer
 from ._types import OutputCallback, Stream
 
-__all__ = ["CUT_MARGIN_CHARS", "SPOOL_LIMIT_BYTES", "TAIL_WINDOW_BYTES", "Capture", "CapturedText"]
+__all__ = ["CUT_MARGIN_CHARS", "SPOOL_LIMIT_BYTES", "TAIL_WINDOW_BYTES", "Capture"]
 
 SPOOL_LIMIT_BYTES = 64 * 1024 * 1024
 TAIL_WINDOW_BYTES = 1024 * 1024
 CUT_MARGIN_CHARS = 64 * 1024
-
-
-@dataclass(frozen=True)
-class CapturedText:
-    text: str
-    truncated: bool
-    total_bytes: int
-    spool_path: str | None
 
 
 class Capture:
@@ -44,9 +37,10 @@ class Capture:
 
     :meth:`feed` takes raw bytes as they arrive, hands decoded text to the
     callback and keeps the first ``spool_limit`` bytes plus a sliding window
-    of the last ``tail_window``; :meth:`finish` decodes, redacts, then caps
+    of the last ``tail_window`` characters; :meth:`finish` redacts, then caps
     (head + tail, full text spooled), in that order, so neither the reply
-    nor the spool holds a known secret or a cut-off piece of one.
+    nor the spool holds a known secret or a cut-off piece of one. Nothing is
+    written to disk before :meth:`finish` (the redactor is known only then).
     """
 
     def __init__(
@@ -60,62 +54,52 @@ class Capture:
     ) -> None:
         self.stream: Stream = stream
         self._on_output = on_output
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace") if on_output else None
-        self._head = bytearray()
-        self._tail = bytearray()
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._limit = spool_limit
         self._window = tail_window
         self._margin = cut_margin
+        self._buffer: OutputBuffer | None = None
+        self._pending: list[str] = []
         self.total = 0
 
     def feed(self, data: bytes) -> None:
         if not data:
             return
-        if self._decoder is not None and self._on_output is not None:
-            text = self._decoder.decode(data)
-            if text:
-                self._on_output(self.stream, text)
         self.total += len(data)
-        room = self._limit - len(self._head)
-        if room > 0:
-            self._head += data[:room]
-            data = data[room:]
-        if data:
-            # Past the spool limit only a tail window survives.
-            self._tail += data
-            if len(self._tail) > self._window:
-                del self._tail[: len(self._tail) - self._window]
+        self._text(self._decoder.decode(data))
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        if self._on_output is not None:
+            self._on_output(self.stream, text)
+        self._pending.append(text)
+        if len(self._pending) >= 64:  # batch small pieces into the buffer
+            self._drain()
+
+    def _drain(self) -> None:
+        if self._pending:
+            if self._buffer is None:
+                self._buffer = OutputBuffer(self._limit, self._window)
+            self._buffer.feed("".join(self._pending))
+            self._pending.clear()
 
     def flush(self) -> None:
         """Hand the callback any bytes held back by the decoder (end of stream)."""
-        if self._decoder is not None and self._on_output is not None:
-            text = self._decoder.decode(b"", final=True)
-            if text:
-                self._on_output(self.stream, text)
+        self._text(self._decoder.decode(b"", final=True))
 
     def finish(
         self, cap: int, spool_dir: Path | None, redact: Callable[[str], str] | None
-    ) -> CapturedText:
+    ) -> CappedText:
         """The reply text (at most ``cap`` bytes plus a marker), its spool, and the byte count."""
-        dropped = self.total - len(self._head) - len(self._tail)
-        clean = redact or (lambda text: text)
-        if dropped <= 0:  # nothing lost: one contiguous text, redacted whole
-            text = clean(bytes(self._head + self._tail).decode("utf-8", "replace"))
-        else:
-            # Redact each side whole, then drop a margin at the gap: what is left
-            # of a secret cut by the gap lies inside the margin.
-            head = clean(self._head.decode("utf-8", "replace"))
-            head = head[: max(len(head) - self._margin, 0)]
-            tail = clean(self._tail.decode("utf-8", "replace"))[self._margin :]
-            marker = (
-                f"\n[… ringfence dropped {dropped} bytes past its {self._limit}-byte spool "
-                f"limit, and {self._margin} characters either side of the gap …]\n"
-            )
-            text = head + marker + tail
-        capped = cap_text(text, cap, spool_dir)
-        return CapturedText(
-            capped.text,
-            capped.truncated or dropped > 0,
-            self.total,
-            capped.spool_path,
+        self.flush()
+        self._drain()
+        buffer = self._buffer or OutputBuffer(self._limit, self._window)
+        capped = buffer.finish(
+            cap, redact=redact or _same, margin_chars=self._margin, spool_dir=spool_dir
         )
+        return CappedText(capped.text, capped.truncated, self.total, capped.spool_path)
+
+
+def _same(text: str) -> str:
+    return text

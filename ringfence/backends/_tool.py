@@ -18,7 +18,10 @@ before-image back, and the call fails with ``git_metadata`` naming every path
 present at session start are also mounted read-only, and setuid/setgid bits a
 command set on a file are cleared (event ``setid_cleared``). Changes that
 appeared *between* commands (the host's own git, the user) are taken as the
-new baseline; a ``notice`` names them.
+new baseline; a ``notice`` names them. Each scan starts from the previous one
+(the check after command N is the base of the scan before N+1): only
+directories whose ctime moved, or that changed too recently to tell, are
+listed again; a session's first scan walks everything.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -126,13 +129,19 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class WorkspaceLike(Protocol):
+class DirResolver(Protocol):
+    """Resolves ``run_shell``'s ``cwd``: a workspace, or its host-root view."""
+
+    def resolve_dir(self, path: str) -> Path: ...
+
+
+class WorkspaceLike(DirResolver, Protocol):
     """What run_shell needs from :class:`ringfence.workspace.Workspace`."""
 
     @property
     def roots(self) -> Sequence[Path]: ...
 
-    def resolve_dir(self, path: str, *, unrestricted: bool = False) -> Path: ...
+    def with_host_root(self, on_notice: Callable[[str], None]) -> DirResolver: ...
 
     def git_directories(self) -> list[Path]: ...
 
@@ -218,11 +227,14 @@ class ShellTool:
 
     async def __call__(self, args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         unrestricted = ctx.posture is Posture.UNRESTRICTED
+        # Only the unrestricted posture may start a command outside the roots; the command
+        # is unconfined then anyway, and the call's own events record its cwd.
+        where = self.workspace.with_host_root(_no_notice) if unrestricted else self.workspace
         try:
-            cwd = self.workspace.resolve_dir(args.get("cwd", "."), unrestricted=unrestricted)
+            cwd = where.resolve_dir(args.get("cwd", "."))
         except RingfenceError as exc:
-            exc.field = "cwd"  # the resolver names its own argument; here it is cwd
-            raise
+            # The resolver names its own argument; here it is cwd.
+            raise exc.with_(field="cwd") from exc.__cause__
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
         # One command at a time from scan to check: a second call's baseline must not
         # include what the first is about to have undone.
@@ -284,8 +296,10 @@ class ShellTool:
     # -- git metadata ---------------------------------------------------------------------
 
     async def _scan(self) -> GitSnapshot:
+        """The roots' git metadata now: incremental from the last checked command's scan."""
         roots = [Path(r) for r in self.workspace.roots]
-        return await trio.to_thread.run_sync(scan_git_metadata, roots)
+        base = self._last
+        return await trio.to_thread.run_sync(lambda: scan_git_metadata(roots, base=base))
 
     def _note_between_commands(self, now: GitSnapshot, ctx: CallContext) -> None:
         """Name git metadata that changed since the last command; it becomes the baseline.
@@ -317,11 +331,13 @@ class ShellTool:
         setid = self._clear_setid
 
         def check() -> tuple[GitReport, GitSnapshot]:
-            after = scan_git_metadata(before.roots, since=since, setid=setid)
+            # Incremental from the pre-command scan: only directories whose ctime moved
+            # (or that were hot) are listed again.
+            after = scan_git_metadata(before.roots, since=since, setid=setid, base=before)
             report = enforce_git_metadata(before, after, quarantine)
             if report.refused:
                 # What is there now, after the undo, is the next baseline.
-                after = scan_git_metadata(before.roots)
+                after = scan_git_metadata(before.roots, base=after)
             return report, after
 
         report, self._last = await trio.to_thread.run_sync(check)
@@ -424,3 +440,7 @@ def register_shell_tool(
     )
     kernel.push_async_callback(tool.aclose)
     return tool
+
+
+def _no_notice(_place: str) -> None:
+    """A ``cwd`` outside the roots says nothing more than the call's own events."""

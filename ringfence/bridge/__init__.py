@@ -1,28 +1,32 @@
 """ringfence.bridge: ``run_tool_script`` — model-written pipelines, every call gated.
 
 A script runs in a sandboxed child process (``_runner``, ``_sandbox``) and
-reaches the kernel only over an authenticated bridge (``_wire``, ``_host``);
+reaches the kernel only over an authenticated bridge (``_wire``, ``_channel``);
+``_launch`` starts the runner, ``_host`` runs one script's session;
 each ``call_tool`` inside it is one ``Kernel.invoke``, the same Gate as a
 direct call.
 """
 
+from ._channel import BridgeListener as BridgeListener
+from ._config import (
+    SANDBOX_LEVELS as SANDBOX_LEVELS,
+    ScriptConfig as ScriptConfig,
+    ScriptLimits as ScriptLimits,
+    ScriptResult as ScriptResult,
+)
 from ._docker import (
     DockerScriptLauncher as DockerScriptLauncher,
     bridge_mounts as bridge_mounts,
     make_bridge_dir as make_bridge_dir,
     remove_bridge_dir as remove_bridge_dir,
 )
-from ._host import (
-    SANDBOX_LEVELS as SANDBOX_LEVELS,
-    BridgeListener as BridgeListener,
+from ._host import run_script as run_script
+from ._launch import (
     ChildProcess as ChildProcess,
+    Launcher as Launcher,
     LaunchRequest as LaunchRequest,
     LocalLauncher as LocalLauncher,
-    ScriptConfig as ScriptConfig,
-    ScriptLimits as ScriptLimits,
-    ScriptResult as ScriptResult,
     child_env as child_env,
-    run_script as run_script,
 )
 from ._runner import ALLOWED_MODULES as ALLOWED_MODULES
 from ._sandbox import landlock_abi as landlock_abi
@@ -34,3 +38,29 @@ from ._tool import (
     unavailable_backend as unavailable_backend,
 )
 from ._wire import ProtocolError as ProtocolError
+
+__all__ = [
+    "ALLOWED_MODULES",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "MAX_TIMEOUT_SECONDS",
+    "SANDBOX_LEVELS",
+    "SCRIPT_TOOL",
+    "BridgeListener",
+    "ChildProcess",
+    "DockerScriptLauncher",
+    "LaunchRequest",
+    "Launcher",
+    "LocalLauncher",
+    "ProtocolError",
+    "ScriptConfig",
+    "ScriptLimits",
+    "ScriptResult",
+    "bridge_mounts",
+    "child_env",
+    "landlock_abi",
+    "make_bridge_dir",
+    "register_script_tool",
+    "remove_bridge_dir",
+    "run_script",
+    "unavailable_backend",
+]

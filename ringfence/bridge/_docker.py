@@ -34,7 +34,7 @@ from typing import Any
 import trio
 
 from ..runtime import Unavailable
-from ._host import RUNNER_PATH, LaunchRequest
+from ._launch import RUNNER_PATH, LaunchRequest
 
 __all__ = [
     "BRIDGE_MOUNT",
@@ -84,7 +84,7 @@ class DockerScriptLauncher:
     """Runs the script runner in ``session``'s container (a ``DockerSession``)."""
 
     name = "docker"
-    transport = "unix"
+    transport: str | None = "unix"
     peer_is_child = False  # the peer's pid is in the container's namespace
 
     def __init__(self, session: Any, bridge_dir: Path, python: str = "python3") -> None:

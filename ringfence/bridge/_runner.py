@@ -198,20 +198,13 @@ class Channel:
     def send(self, message: dict[str, Any]) -> None:
         self.sock.sendall(self.codec.encode(message))
 
-    def _exactly(self, n: int) -> bytes:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:])
-            if k == 0:
-                raise _wire.ProtocolError("closed", "the host closed the bridge")
-            got += k
-        return bytes(buf)
-
     def recv(self) -> dict[str, Any]:
-        length = self.codec.frame_length(self._exactly(_wire.HEADER.size))
-        return self.codec.decode(self._exactly(length))
+        while (message := self.codec.next_message()) is None:
+            data = self.sock.recv(max(65536, self.codec.missing))
+            if not data:
+                raise _wire.ProtocolError("closed", "the host closed the bridge")
+            self.codec.receive_data(data)
+        return message
 
     def handshake(self, secret: bytes) -> None:
         nc = _wire.new_nonce()

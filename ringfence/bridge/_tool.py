@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..runtime import (
     CallContext,
@@ -15,10 +15,11 @@ from ..runtime import (
     ToolSpec,
     ToolTimeout,
     Unavailable,
-    cap_text,
     script_credential_literals,
 )
-from ._host import DEFAULT_MAX_CALLS, LocalLauncher, ScriptConfig, ScriptResult, run_script
+from ._config import DEFAULT_MAX_CALLS, ScriptConfig, ScriptResult
+from ._host import run_script
+from ._launch import Launcher, LocalLauncher
 from ._runner import ALLOWED_MODULES
 
 __all__ = [
@@ -100,14 +101,14 @@ def register_script_tool(
     schema = _schema(config.max_calls)
     local = LocalLauncher(spare=spare)
     kernel.push_async_callback(local.aclose)
-    docker_launchers: dict[int, Any] = {}
+    docker_launchers: dict[int, Launcher] = {}
 
-    async def launcher_for(ctx: CallContext) -> Any:
+    async def launcher_for(ctx: CallContext) -> Launcher:
         if backend_session_factory is None:
             return local
         session = await backend_session_factory(ctx)
-        if hasattr(session, "launch"):
-            return session
+        if hasattr(session, "launch"):  # a session that is its own launcher
+            return cast(Launcher, session)
         if getattr(session, "name", None) == "docker" and bridge_dir is not None:
             from ._docker import DockerScriptLauncher
 
@@ -126,14 +127,14 @@ def register_script_tool(
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
         launcher = await launcher_for(ctx)
         changes: dict[str, Any] = {}
-        transport = getattr(launcher, "transport", None) or config.transport
+        transport = launcher.transport or config.transport
         if transport != config.transport:
             changes["transport"] = transport
         if "max_calls" in args:  # the schema keeps it within the operator's ceiling
             changes["max_calls"] = int(args["max_calls"])
         run_config = _replace(config, **changes) if changes else config
         result = await run_script(
-            ctx.kernel,
+            ctx,  # its calls re-enter the Gate as this call's children
             args["script"],
             timeout=timeout,
             trace_id=ctx.trace_id,
@@ -188,9 +189,8 @@ def _outcome(ctx: CallContext, result: ScriptResult, timeout: float) -> Any:
     payload = result.to_dict()
     if result.status == "ok":
         return payload
-    kernel = ctx.kernel
-    details = kernel.redactor.redact_value(payload)
-    details["output"] = cap_text(details["output"], kernel.output_cap_bytes, kernel.spool_dir).text
+    details = ctx.redact_value(payload)
+    details["output"] = ctx.cap(details["output"])
     error = payload.get("error") or {}
     if result.status == "timeout":
         raise ToolTimeout(

@@ -202,6 +202,14 @@ class Codec:
     (swapped on the other side). :attr:`key` is ``None`` until the handshake
     sets the session key; from then on every frame must carry a valid tag.
     Until then frames are limited to :data:`HANDSHAKE_MAX_FRAME` bytes.
+
+    Receiving is h11-style: the caller hands over whatever it read
+    (:meth:`receive_data`) and asks for :meth:`next_message` until it says
+    ``None`` (more bytes needed; :attr:`missing` says at least how many). A
+    frame's header is checked as soon as it is complete, so an oversized
+    frame is refused before more than one read of its payload is buffered,
+    and a frame is decoded only when asked for, so a key set by the handshake
+    applies to every frame after it even if its bytes arrived early.
     """
 
     def __init__(
@@ -218,6 +226,36 @@ class Codec:
         self.key: bytes | None = None
         self.sent = 0
         self.received = 0
+        self._buffer = bytearray()
+
+    def receive_data(self, data: bytes) -> None:
+        """Buffer bytes read from the peer (any amount; nothing is parsed yet)."""
+        self._buffer += data
+
+    def next_message(self) -> dict[str, Any] | None:
+        """The next whole message, checked (:meth:`decode`), or None until more bytes arrive.
+
+        Raises :class:`ProtocolError` for a refused header or frame; the
+        connection is then unusable (its sequence is broken).
+        """
+        if len(self._buffer) < HEADER.size:
+            return None
+        length = self.frame_length(bytes(self._buffer[: HEADER.size]))
+        end = HEADER.size + length
+        if len(self._buffer) < end:
+            return None
+        payload = bytes(self._buffer[HEADER.size : end])
+        del self._buffer[:end]
+        return self.decode(payload)
+
+    @property
+    def missing(self) -> int:
+        """At least how many more bytes :meth:`next_message` needs (a hint for the read size)."""
+        have = len(self._buffer)
+        if have < HEADER.size:
+            return HEADER.size - have
+        (length,) = HEADER.unpack(self._buffer[: HEADER.size])
+        return max(HEADER.size + length - have, 0)
 
     def encode(self, message: dict[str, Any]) -> bytes:
         """One frame for ``message`` (a dict; ``seq`` is added). Raises ProtocolError when too big."""

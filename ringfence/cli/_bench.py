@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from ..runtime import InvalidArguments, Unavailable, atomic_write
+from ..runtime import InvalidArguments, ToolError, Unavailable, atomic_write
+from ._output import print_error, print_ok, progress_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quick", action="store_true", help="fewer rounds: the whole suite in under 2 minutes"
     )
-    p.add_argument("--json", metavar="FILE", help="write machine-readable results to FILE")
+    p.add_argument(
+        "--output", metavar="FILE", help="write the machine-readable results to FILE (JSON)"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object (the results) on stdout"
+    )
     p.add_argument(
         "--plot", metavar="FILE.png", help="draw a chart (needs the 'plot' extra: matplotlib)"
     )
@@ -44,6 +50,11 @@ async def run(args: argparse.Namespace) -> int:
     scenarios_mod = _benchmarks_package()
     suite = importlib.import_module("benchmarks._suite")
     if args.list:
+        if args.json:
+            listing = [
+                {"name": s.name, "title": s.title, "goal": s.goal} for s in scenarios_mod.SCENARIOS
+            ]
+            return print_ok(listing, True)
         width = max(len(s.name) for s in scenarios_mod.SCENARIOS)
         for s in scenarios_mod.SCENARIOS:
             sys.stdout.write(f"{s.name:<{width}}  {s.title}  (goal: {s.goal})\n")
@@ -57,16 +68,21 @@ async def run(args: argparse.Namespace) -> int:
         plotter = importlib.import_module("benchmarks._plot")
         plotter.require_matplotlib()
 
-    def progress(message: str) -> None:
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
-
-    result = await suite.run_suite(chosen, quick=args.quick, progress=progress)
-    sys.stdout.write(suite.render_table(result) + "\n")
-    sys.stdout.write(f"({result.seconds:.1f} s)\n")
-    if args.json:
-        atomic_write(Path(args.json), result.dumps().encode() + b"\n", mode=0o644)
+    with progress_lines(f"bench: {len(chosen)} scenario(s)") as progress:
+        result = await suite.run_suite(chosen, quick=args.quick, progress=progress)
+    # With --json the table goes to stderr: stdout holds the one JSON object.
+    table = sys.stderr if args.json else sys.stdout
+    table.write(suite.render_table(result) + "\n")
+    table.write(f"({result.seconds:.1f} s)\n")
+    if args.output:
+        atomic_write(Path(args.output), result.dumps().encode() + b"\n", mode=0o644)
     if plotter is not None:
         plotter.plot(result, Path(args.plot))
-        sys.stdout.write(f"chart written to {args.plot}\n")
+        table.write(f"chart written to {args.plot}\n")
+    if args.json:
+        data = result.to_json()
+        if result.failed:
+            failed = ", ".join(sorted(result.failed))
+            return print_error(ToolError(f"scenario(s) failed: {failed}", results=data), True)
+        return print_ok(data, True)
     return 1 if result.failed else 0

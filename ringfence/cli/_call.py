@@ -1,37 +1,81 @@
-"""``ringfence call TOOL --args JSON``."""
+"""``ringfence call TOOL --args JSON|@FILE|-``."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
 
-from ..runtime import InvalidArguments
+from ..runtime import InvalidArguments, NotFound, RingfenceError
 from ._output import print_error, print_ok
 from ._session import add_session_options, kernel_from_args
+
+ARGS_HELP = (
+    "the arguments as a JSON object; @FILE reads them from FILE, - from stdin "
+    "(for values beyond the OS's command-line limit)"
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("call", help="make one governed tool call")
     p.add_argument("tool", help="the tool's name (see `ringfence tools list`)")
-    p.add_argument("--args", default="{}", metavar="JSON", help="the arguments as a JSON object")
+    p.add_argument("--args", default="{}", metavar="JSON", help=ARGS_HELP)
     add_session_options(p)
     p.set_defaults(func=run)
 
 
-def parse_arguments(text: str) -> dict:
+def read_arguments_text(spec: str) -> str:
+    """``--args`` as given: literal JSON, ``@FILE`` (UTF-8) or ``-`` (stdin)."""
+    if spec != "-" and not spec.startswith("@"):
+        return spec
+    name = "stdin" if spec == "-" else spec[1:]
+    try:
+        data = sys.stdin.buffer.read() if spec == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise InvalidArguments(
+            f"--args: cannot read {name}: {exc.strerror or exc}", field="--args"
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArguments(f"--args: {name} is not UTF-8 text", field="--args") from None
+
+
+def parse_arguments(spec: str) -> dict:
+    """The call's arguments from ``--args``; InvalidArguments (naming --args) when not an object."""
+    text = read_arguments_text(spec)
+    source = "--args" if text is spec else f"--args {spec}"
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise InvalidArguments(f"--args is not valid JSON: {exc}", field="--args") from None
+        raise InvalidArguments(f"{source} is not valid JSON: {exc}", field="--args") from None
     if not isinstance(value, dict):
-        raise InvalidArguments("--args must be a JSON object", field="--args")
+        raise InvalidArguments(f"{source} must be a JSON object", field="--args")
     return value
+
+
+def with_suggestions(error: RingfenceError, tool: str, names: Iterable[str]) -> RingfenceError:
+    """An unknown tool's not_found, extended by the closest registered names (if any)."""
+    close = difflib.get_close_matches(tool, list(names), n=3, cutoff=0.6)
+    if not isinstance(error, NotFound) or not close:
+        return error
+    hint = " or ".join(close)
+    return NotFound(
+        f"{error.message}; did you mean {hint}?", field=error.field or "tool", suggestions=close
+    )
 
 
 async def run(args: argparse.Namespace) -> int:
     arguments = parse_arguments(args.args)
     async with kernel_from_args(args) as kernel:
         outcome = await kernel.invoke(args.tool, arguments, origin="cli")
+        names = [s.name for s in kernel.tools()]
     if outcome.error is not None:
-        return print_error(outcome.error, args.json)
+        error = outcome.error
+        if args.tool not in names:
+            error = with_suggestions(error, args.tool, names)
+        return print_error(error, args.json)
     return print_ok(outcome.value, args.json)

@@ -8,7 +8,8 @@ import sys
 import trio
 
 from ..backends import backend_names, select_backend
-from ._output import print_json
+from ..runtime import Unavailable
+from ._output import print_error, print_ok, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,20 +34,26 @@ async def run(args: argparse.Namespace) -> int:
     checks = await trio.to_thread.run_sync(run_checks)
     usable = {name: backend_status(checks, name) for name in backend_names()}
     if args.json:
-        print_json(
-            {
-                "ok": usable[backend][0],
-                "result": {
-                    "checks": [c.to_dict() for c in checks],
-                    "backends": {n: ok for n, (ok, _) in usable.items()},
-                },
-            }
+        report = {
+            "checks": [c.to_dict() for c in checks],
+            "backends": {n: ok for n, (ok, _) in usable.items()},
+        }
+        ok, failed = usable[backend]
+        if ok:
+            return print_ok(report, True)
+        missing = "; ".join(c.name for c in failed)
+        error = Unavailable(f"backend {backend} cannot run here ({missing})", **report)
+        print_error(error, True)
+        return 1
+    rows = [
+        (
+            "ok " if c.ok else "no ",
+            c.name,
+            c.detail + (f"  → {c.fix}" if c.fix and not c.ok else ""),
         )
-        return 0 if usable[backend][0] else 1
-    width = max(len(c.name) for c in checks)
-    for c in checks:
-        fix = f"  → {c.fix}" if c.fix and not c.ok else ""
-        sys.stdout.write(f"{'ok  ' if c.ok else 'no  '} {c.name:<{width}}  {c.detail}{fix}\n")
+        for c in checks
+    ]
+    print_table(None, rows)
     for name, (ok, failed) in usable.items():
         why = "" if ok else " (" + "; ".join(c.name for c in failed) + ")"
         mark = " [selected]" if name == backend else ""

@@ -1,17 +1,23 @@
-"""``ringfence events verify FILE``."""
+"""``ringfence events verify FILE`` and ``ringfence events show FILE``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ..runtime import InvalidArguments, NotFound, verify_file
-from ._output import EXIT_TOOL_ERROR, print_json
+from ..runtime import InvalidArguments, NotFound, ToolError, verify_file
+from ._output import abbreviate, print_error, print_ok
+
+OUTCOMES = ("finished", "failed", "cancelled", "staged")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("events", help="work with event streams")
+    p = sub.add_parser("events", help="check or read event streams")
     esub = p.add_subparsers(dest="events_verb", required=True, metavar="ACTION")
     v = esub.add_parser(
         "verify",
@@ -19,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Exit 0 only when every line, call and session checks out. "
         "An unsealed session fails unless --allow-open.",
     )
-    v.add_argument("file")
+    v.add_argument("file", metavar="FILE", help="the event file (JSONL, as --events writes it)")
     v.add_argument(
         "--public-key",
         action="append",
@@ -33,8 +39,35 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="accept an unsealed last session (a log still being written)",
     )
-    v.add_argument("--json", action="store_true")
+    v.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object: {"ok": true, "result": report} or {"ok": false, "error"}',
+    )
     v.set_defaults(func=run_verify)
+
+    s = esub.add_parser(
+        "show",
+        help="a readable timeline: who asked, the decision and its rule, duration, failures",
+        description="Read FILE as a timeline of sessions and calls. It does not verify the "
+        "chain: run `ringfence events verify FILE` before trusting what it shows.",
+    )
+    s.add_argument("file", metavar="FILE", help="the event file (JSONL, as --events writes it)")
+    s.add_argument(
+        "--trace",
+        metavar="ID",
+        help="only the session or call with this trace id (or call id), with its nested calls",
+    )
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=run_show)
+
+
+def _event_file(path: str) -> Path:
+    if not Path(path).exists():
+        raise NotFound(f"no event file at {path}", field="FILE")
+    if not Path(path).is_file():
+        raise InvalidArguments(f"{path} is not a regular file", field="FILE")
+    return Path(path)
 
 
 def _read_keys(paths: list[str]) -> list[str] | None:
@@ -45,37 +78,267 @@ def _read_keys(paths: list[str]) -> list[str] | None:
         try:
             texts.append(Path(path).read_text())
         except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
             raise InvalidArguments(
-                f"cannot read the public key file {path}: {exc}", field="--public-key"
+                f"--public-key: cannot read {path}: {reason}", field="--public-key"
             ) from None
     return texts
 
 
+def _looks_like_events(path: Path) -> None:
+    """Refuse a file whose first line is no JSON object (a binary, a script): not an event file.
+
+    An event file that *was* one and got damaged still goes to the verifier.
+    """
+    with open(path, "rb") as f:
+        first = f.readline(1 << 20).strip()
+    if not first:
+        return
+    try:
+        ok = isinstance(json.loads(first), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidArguments(
+            f"{path} is not an event file (line 1 is not a JSON record)", field="FILE"
+        )
+
+
 async def run_verify(args: argparse.Namespace) -> int:
-    if not Path(args.file).is_file():
-        raise NotFound(f"no event file at {args.file}", field="file")
+    path = _event_file(args.file)
+    _looks_like_events(path)
     keys = _read_keys(args.public_key)
     try:
-        report = verify_file(args.file, keys, allow_open=args.allow_open)
+        report = verify_file(path, keys, allow_open=args.allow_open)
     except ValueError as exc:
         raise InvalidArguments(f"--public-key: {exc}", field="--public-key") from None
+    summary = {
+        "file": args.file,
+        "intact": report.ok,
+        "records": report.records,
+        "sealed_sessions": report.sealed_sessions,
+        "unsealed_sessions": report.unsealed_sessions,
+        "session_keys": list(report.session_keys),
+        "problems": list(report.problems),
+    }
     if args.json:
-        print_json(
-            {
-                "ok": report.ok,
-                "records": report.records,
-                "sealed_sessions": report.sealed_sessions,
-                "unsealed_sessions": report.unsealed_sessions,
-                "session_keys": list(report.session_keys),
-                "problems": list(report.problems),
-            }
+        if report.ok:
+            return print_ok(summary, True)
+        first = report.problems[0] if report.problems else "not intact"
+        return print_error(
+            ToolError(f"{args.file} does not verify: {first}", field="FILE", report=summary), True
         )
-    else:
-        for problem in report.problems:
-            sys.stdout.write(f"{problem}\n")
-        verdict = "intact" if report.ok else "TAMPERED"
-        sys.stdout.write(
-            f"{args.file}: {verdict}: {report.records} records, "
-            f"{report.sealed_sessions} sealed session(s), {report.unsealed_sessions} unsealed\n"
+    for problem in report.problems:
+        sys.stdout.write(f"{problem}\n")
+    verdict = "intact" if report.ok else "TAMPERED"
+    sys.stdout.write(
+        f"{args.file}: {verdict}: {report.records} records, "
+        f"{report.sealed_sessions} sealed session(s), {report.unsealed_sessions} unsealed\n"
+    )
+    return 0 if report.ok else 1
+
+
+# --- events show -------------------------------------------------------------------------
+
+
+@dataclass
+class CallView:
+    """One call as the timeline shows it, folded from its records."""
+
+    call_id: str
+    trace_id: str | None
+    parent_id: str | None
+    tool: str
+    origin: str | None
+    ts: float
+    arguments: str = ""
+    verdict: str | None = None
+    rule: str | None = None
+    reason: str | None = None
+    approval: str | None = None
+    outcome: str | None = None
+    error: dict[str, Any] | None = None
+    ended: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "call_id": self.call_id,
+            "trace_id": self.trace_id,
+            "parent_id": self.parent_id,
+            "tool": self.tool,
+            "origin": self.origin,
+            "ts": self.ts,
+            "arguments": self.arguments,
+            "decision": {"verdict": self.verdict, "rule": self.rule, "reason": self.reason},
+            "approval": self.approval,
+            "outcome": self.outcome or "unfinished",
+            "duration_ms": self.duration_ms,
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    @property
+    def duration_ms(self) -> float | None:
+        return None if self.ended is None else round((self.ended - self.ts) * 1000, 3)
+
+
+@dataclass
+class SessionView:
+    trace_id: str | None
+    ts: float
+    posture: str | None
+    dry_run: bool
+    sealed: bool = False
+    calls: list[CallView] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "ts": self.ts,
+            "posture": self.posture,
+            "dry_run": self.dry_run,
+            "sealed": self.sealed,
+            "calls": [c.to_dict() for c in self.calls],
+        }
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every record of an event file; InvalidArguments naming the first line that is not one."""
+    records = []
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                raise InvalidArguments(
+                    f"{path} line {lineno} is not a JSON event record (not an event file?)",
+                    field="FILE",
+                ) from None
+            if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+                raise InvalidArguments(
+                    f"{path} line {lineno} is not an event record (no 'kind')", field="FILE"
+                )
+            records.append(record)
+    return records
+
+
+def timeline(records: list[dict[str, Any]]) -> list[SessionView]:
+    """Sessions in file order, each with its calls in the order they were proposed."""
+    sessions: list[SessionView] = []
+    calls: dict[str, CallView] = {}
+    for r in records:
+        kind = r["kind"]
+        ts = float(r.get("ts") or 0.0)
+        if kind == "session_started" or not sessions:
+            sessions.append(
+                SessionView(
+                    r.get("trace_id") if kind == "session_started" else None,
+                    ts,
+                    r.get("posture"),
+                    bool(r.get("dry_run")),
+                )
+            )
+        session = sessions[-1]
+        if kind == "session_sealed":
+            session.sealed = True
+            continue
+        call_id = r.get("call_id")
+        if not isinstance(call_id, str):
+            continue
+        call = calls.get(call_id)
+        if call is None:
+            call = CallView(
+                call_id,
+                r.get("trace_id"),
+                r.get("parent_id"),
+                str(r.get("tool", "?")),
+                r.get("origin"),
+                ts,
+            )
+            calls[call_id] = call
+            session.calls.append(call)
+        if kind == "proposed":
+            call.arguments = abbreviate(
+                json.dumps(r.get("arguments", {}), ensure_ascii=False, sort_keys=True), 120
+            )
+            call.origin = r.get("origin")
+        elif kind == "decided":
+            call.verdict, call.rule, call.reason = r.get("verdict"), r.get("rule"), r.get("reason")
+        elif kind == "approval_answered":
+            call.approval = str(r.get("choice"))
+        elif kind in OUTCOMES:
+            call.outcome, call.ended = kind, ts
+            error = r.get("error")
+            call.error = error if isinstance(error, dict) else None
+    return sessions
+
+
+def select_trace(sessions: list[SessionView], trace: str) -> list[SessionView]:
+    """The session with this trace id, or the calls with this trace/call id and their children."""
+    whole = [s for s in sessions if s.trace_id == trace]
+    if whole:
+        return whole
+    chosen: list[SessionView] = []
+    for s in sessions:
+        ids = {c.call_id for c in s.calls if trace in (c.trace_id, c.call_id)}
+        grew = True
+        while grew:  # nested calls name their parent
+            more = {c.call_id for c in s.calls if c.parent_id in ids} - ids
+            ids |= more
+            grew = bool(more)
+        if ids:
+            kept = [c for c in s.calls if c.call_id in ids]
+            chosen.append(SessionView(s.trace_id, s.ts, s.posture, s.dry_run, s.sealed, kept))
+    return chosen
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+
+
+def _render(sessions: list[SessionView]) -> str:
+    lines = []
+    for s in sessions:
+        day = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(s.ts))
+        state = "sealed" if s.sealed else "NOT SEALED"
+        dry = ", dry run" if s.dry_run else ""
+        lines.append(
+            f"session {s.trace_id or '?'}  {day}  posture {s.posture or '?'}{dry}  "
+            f"{len(s.calls)} call(s)  {state}"
         )
-    return 0 if report.ok else EXIT_TOOL_ERROR
+        depth: dict[str, int] = {}
+        for c in s.calls:  # a nested call is indented under its parent
+            depth[c.call_id] = depth.get(c.parent_id, -1) + 1 if c.parent_id else 0
+        labels = {c.call_id: "  " * depth[c.call_id] + c.tool for c in s.calls}
+        width = max((len(label) for label in labels.values()), default=4)
+        for c in s.calls:
+            decided = f"{c.verdict} by {c.rule}" if c.verdict else "not decided"
+            if c.approval:
+                decided += f", approver: {c.approval}"
+            took = f"{c.duration_ms:.1f} ms" if c.duration_ms is not None else "-"
+            result = c.outcome or "unfinished"
+            if c.error:
+                result += f" {c.error.get('code')}: {abbreviate(str(c.error.get('message')), 160)}"
+            lines.append(
+                f"  {_clock(c.ts)} {labels[c.call_id]:<{width}}  by {c.origin or '?':<6} "
+                f"{decided:<32} {took:>9}  {result}"
+            )
+    return "\n".join(lines) + "\n" if lines else "no sessions\n"
+
+
+async def run_show(args: argparse.Namespace) -> int:
+    path = _event_file(args.file)
+    sessions = timeline(read_records(path))
+    if args.trace is not None:
+        sessions = select_trace(sessions, args.trace)
+        if not sessions:
+            raise NotFound(
+                f"no session or call with id {args.trace} in {args.file}", field="--trace"
+            )
+    if args.json:
+        return print_ok({"file": args.file, "sessions": [s.to_dict() for s in sessions]}, True)
+    sys.stdout.write(_render(sessions))
+    return 0

@@ -8,7 +8,7 @@ import sys
 import trio
 
 from ..backends import IMAGES
-from ._output import print_json
+from ._output import print_json, print_table, progress_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,21 +41,20 @@ async def run_build(args: argparse.Namespace) -> int:
     if name is None:
         recipe = recipe_for(DockerOptions.from_mapping({}).image)
         name = recipe.name if recipe else "debian"
-    # Progress goes to stderr with --json, so stdout stays one JSON object.
+    # Progress goes to stderr with --json, so stdout stays one JSON object; on a terminal
+    # a spinner with the elapsed time stays under the build's lines (debootstrap takes minutes).
     out = sys.stderr if args.json else sys.stdout
 
-    def progress(line: str) -> None:
-        out.write(f"{line}\n")
-        out.flush()
+    with progress_lines(f"building {IMAGES[name].reference}", out) as progress:
 
-    def build() -> str:
-        client = connect_docker()
-        try:
-            return build_image(client, name, progress)
-        finally:
-            client.close()
+        def build() -> str:
+            client = connect_docker()
+            try:
+                return build_image(client, name, progress)
+            finally:
+                client.close()
 
-    image_id = await trio.to_thread.run_sync(build)
+        image_id = await trio.to_thread.run_sync(build)
     if args.json:
         print_json({"ok": True, "result": {"image": IMAGES[name].reference, "id": image_id}})
     return 0
@@ -75,13 +74,9 @@ async def run_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"ok": True, "result": [i.to_dict() for i in images]})
         return 0
-    rows = [("NAME", "REFERENCE", "PRESENT", "SIZE", "ID")]
+    rows = []
     for i in images:
         size = f"{(i.size_bytes or 0) / 2**20:.1f} MiB" if i.present else "-"
         rows.append((i.name, i.reference, "yes" if i.present else "no", size, i.image_id or "-"))
-    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
-    for r in rows:
-        sys.stdout.write(
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
-        )
+    print_table(("NAME", "REFERENCE", "PRESENT", "SIZE", "ID"), rows)
     return 0

@@ -52,8 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst.set_defaults(func=run_list)
 
     add = msub.add_parser("add", help="add a server, or replace one with the same name")
-    add.add_argument("name")
-    add.add_argument("--transport", choices=[t.value for t in Transport], required=True)
+    add.add_argument("name", help="the server's name (tools appear as mcp.NAME.TOOL)")
+    add.add_argument(
+        "--transport",
+        choices=[t.value for t in Transport],
+        required=True,
+        help="how to reach the server: stdio (a command) or http/sse (a URL)",
+    )
     add.add_argument(
         "--command", help="stdio: the server's executable (an absolute path is safest)"
     )
@@ -130,8 +135,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="T",
         help="treat this tool as read-only",
     )
-    add.add_argument("--allow-tool", action="append", default=None, metavar="GLOB")
-    add.add_argument("--deny-tool", action="append", default=[], metavar="GLOB")
+    add.add_argument(
+        "--allow-tool",
+        action="append",
+        default=None,
+        metavar="GLOB",
+        help="expose only the server's tools matching GLOB (repeatable; default all)",
+    )
+    add.add_argument(
+        "--deny-tool",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="hide the server's tools matching GLOB (repeatable; wins over --allow-tool)",
+    )
     add.add_argument("--timeout-seconds", type=float, help="per-call deadline (default 60)")
     add.add_argument(
         "--disabled", action="store_true", help="configure it but do not start it in sessions"
@@ -140,14 +157,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.set_defaults(func=run_add)
 
     rm = msub.add_parser("remove", help="remove a server")
-    rm.add_argument("name")
+    rm.add_argument("name", help="the server to remove")
     _common(rm)
     rm.set_defaults(func=run_remove)
 
     ins = msub.add_parser(
         "inspect", help="START the server and report on it (identity, ledger, inventories, checks)"
     )
-    ins.add_argument("name")
+    ins.add_argument("name", help="the server to start and inspect")
     ins.add_argument(
         "--workspace", metavar="DIR", help="expands $WORKSPACE and reads DIR/.ringfence/mcp.toml"
     )
@@ -160,7 +177,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     login = msub.add_parser(
         "login", help="authorize ringfence for an OAuth server (browser, PKCE, loopback redirect)"
     )
-    login.add_argument("name")
+    login.add_argument("name", help="the OAuth server to authorize")
     login.add_argument(
         "--no-browser", action="store_true", help="only print the URL; do not open a browser"
     )
@@ -172,7 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     login.set_defaults(func=run_login)
 
     logout = msub.add_parser("logout", help="delete an OAuth server's sealed tokens")
-    logout.add_argument("name")
+    logout.add_argument("name", help="the server whose tokens to delete")
     logout.add_argument("--workspace", metavar="DIR", help="also read DIR/.ringfence/mcp.toml")
     _common(logout)
     logout.set_defaults(func=run_logout)
@@ -180,7 +197,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp = msub.add_parser(
         "import", help="import the mcpServers JSON of Claude Desktop, Cursor or VS Code"
     )
-    imp.add_argument("file")
+    imp.add_argument("file", help="the client's JSON config file with mcpServers or servers")
     imp.add_argument("--replace", action="store_true", help="replace servers that already exist")
     _common(imp)
     imp.set_defaults(func=run_import)
@@ -380,7 +397,7 @@ async def run_login(args: argparse.Namespace) -> int:
 
     import trio
 
-    from ..mcp_host._oauth import login, loopback_flow
+    from ..mcp_host._login import login, loopback_flow
     from ..runtime import Redactor
 
     config = _load_for(args).get(args.name)

@@ -1,25 +1,83 @@
 """How every verb prints results and maps errors to exit codes.
 
-Exit codes: 0 ok, 1 tool error or refusal by the tool, 2 usage error,
-3 denied by policy or approver.
+Exit codes: 0 ok, 1 tool error, refusal by the tool or an unexpected failure,
+2 usage error, 3 denied by policy or approver.
+
+With ``--json`` every verb prints exactly one object on stdout::
+
+    {"ok": true,  "result": …}                 # success
+    {"ok": false, "error": {"code", "message", "field"?, "details"?}}
+    # plus "warnings": [str, …] when there are any
+
+Errors are one line on stderr without ``--json``. No verb lets a traceback
+reach the user: :func:`error_from_exception` turns anything unexpected into a
+one-line ``tool_error`` (``RINGFENCE_DEBUG=1`` re-raises it instead, for bugs).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TextIO
 
-from ..runtime import Denied, InvalidArguments, RingfenceError
+from ..runtime import Denied, InvalidArguments, RingfenceError, ToolError
+from ..runtime._groups import single_error
 
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
 EXIT_USAGE = 2
 EXIT_DENIED = 3
 
+EXIT_CODES_HELP = (
+    "exit codes: 0 ok; 1 the tool failed, refused, or an unexpected error; "
+    "2 usage error (bad option, argument or file); 3 denied by policy or approver"
+)
+
+# An error message or detail string longer than this is shown as head…tail (and its size):
+# a 120 KB argument must not come back in the error that refuses it.
+MAX_SHOWN_CHARS = 240
+DEBUG_ENV = "RINGFENCE_DEBUG"
+
 
 class UsageError(Exception):
     """A command-line mistake: printed without a traceback, exit 2."""
+
+
+def debug_enabled() -> bool:
+    """``RINGFENCE_DEBUG=1``: unexpected exceptions propagate with their traceback."""
+    return os.environ.get(DEBUG_ENV) == "1"
+
+
+def abbreviate(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """``text`` itself when short; else its head…tail and its size. Never longer than ~limit+40."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit // 2 - 10, 8)
+    return f"{text[:keep]}…{text[-keep:]} ({len(text):,} characters)"
+
+
+_LONG_RUN = re.compile(r"\S{100,}")
+
+
+def abbreviate_message(text: str) -> str:
+    """A message on one line, each very long word (an echoed value) shown as head…tail (size)."""
+    one_line = " ".join(text.split())
+    return abbreviate(_LONG_RUN.sub(lambda m: abbreviate(m.group(), 60), one_line), 1000)
+
+
+def capped(value: Any) -> Any:
+    """``value`` with every string abbreviated (dicts and lists walked); for error output."""
+    if isinstance(value, str):
+        return abbreviate(abbreviate_message(value) if "\n" not in value else value)
+    if isinstance(value, dict):
+        return {str(k): capped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [capped(v) for v in value]
+    return value
 
 
 def exit_code_for(error: RingfenceError) -> int:
@@ -32,21 +90,162 @@ def exit_code_for(error: RingfenceError) -> int:
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2, default=str) + "\n")
+    sys.stdout.flush()
 
 
-def print_ok(result: Any, as_json: bool) -> int:
+def envelope(ok: bool, payload: Any, warnings: Iterable[str] = ()) -> dict[str, Any]:
+    """The one ``--json`` shape: ``{"ok", "result"|"error", "warnings"?}``."""
+    out: dict[str, Any] = {"ok": ok, ("result" if ok else "error"): payload}
+    shown = [str(w) for w in warnings]
+    if shown:
+        out["warnings"] = shown
+    return out
+
+
+def print_warnings(warnings: Iterable[str]) -> None:
+    for w in warnings:
+        sys.stderr.write(f"ringfence: warning: {w}\n")
+
+
+def print_ok(result: Any, as_json: bool, warnings: Iterable[str] = ()) -> int:
+    warnings = list(warnings)
     if as_json:
-        print_json({"ok": True, "result": result})
-    elif isinstance(result, str):
+        print_json(envelope(True, result, warnings))
+        return EXIT_OK
+    if isinstance(result, str):
         sys.stdout.write(result if result.endswith("\n") or not result else result + "\n")
     else:
         print_json(result)
+    print_warnings(warnings)
     return EXIT_OK
 
 
-def print_error(error: RingfenceError, as_json: bool) -> int:
+def error_dict(error: RingfenceError) -> dict[str, Any]:
+    """``error.to_dict()`` with long strings abbreviated."""
+    return capped(error.to_dict())
+
+
+def print_error(error: RingfenceError, as_json: bool, warnings: Iterable[str] = ()) -> int:
+    warnings = list(warnings)
     if as_json:
-        print_json({"ok": False, "error": error.to_dict()})
+        print_json(envelope(False, error_dict(error), warnings))
     else:
-        sys.stderr.write(f"ringfence: {error.code}: {error.message}\n")
+        print_warnings(warnings)
+        sys.stderr.write(f"ringfence: {error.code}: {abbreviate_message(error.message)}\n")
     return exit_code_for(error)
+
+
+def print_usage_error(message: str, as_json: bool) -> int:
+    """An argument-parsing or other command-line mistake: exit 2, JSON too with ``--json``."""
+    if as_json:
+        print_json(envelope(False, {"code": InvalidArguments.code, "message": abbreviate(message)}))
+    else:
+        sys.stderr.write(f"ringfence: {abbreviate_message(message)}\n")
+    return EXIT_USAGE
+
+
+def leaf_exception(exc: BaseException) -> BaseException:
+    """The one real failure inside nurseries' groups (``runtime._groups``' rule), else ``exc``."""
+    return single_error(exc) if isinstance(exc, BaseExceptionGroup) else exc
+
+
+def error_from_exception(exc: BaseException) -> RingfenceError:
+    """A ringfence error for anything a verb raised; unexpected ones become ``tool_error``.
+
+    An OSError names its file and the OS's reason (``cannot use /tmp: Is a
+    directory``); anything else names its type and says how to see the traceback.
+    """
+    exc = leaf_exception(exc)
+    if isinstance(exc, RingfenceError):
+        return exc
+    if isinstance(exc, OSError):
+        where = exc.filename if exc.filename is not None else "a file"
+        reason = exc.strerror or str(exc)
+        return ToolError(f"cannot use {where}: {reason}")
+    if isinstance(exc, BaseExceptionGroup):
+        kinds = ", ".join(sorted({type(e).__name__ for e in exc.exceptions}))
+        text = f"{len(exc.exceptions)} errors at once ({kinds})"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return ToolError(
+        f"unexpected error: {abbreviate(text)} (set {DEBUG_ENV}=1 to see the traceback)"
+    )
+
+
+# --- terminals: tables and progress ------------------------------------------------------
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """A person is watching ``stream`` (rich output), not a pipe or file (plain lines)."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+
+
+def print_table(
+    headers: Sequence[str] | None,
+    rows: Sequence[Sequence[str]],
+    stream: TextIO | None = None,
+) -> None:
+    """Rows as a table: rich on a terminal, plain two-space-aligned columns otherwise.
+
+    The plain form is stable for scripts: one line per row (headers first when
+    given), columns left-aligned, trailing spaces stripped.
+    """
+    stream = stream if stream is not None else sys.stdout
+    if is_terminal(stream):
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(
+            box=box.SIMPLE_HEAD if headers else None,
+            show_header=headers is not None,
+            pad_edge=False,
+        )
+        for k, name in enumerate(headers or [""] * (len(rows[0]) if rows else 0)):
+            table.add_column(name, overflow="fold", style="bold" if k == 0 else None)
+        for row in rows:
+            table.add_row(*row)
+        Console(file=stream, highlight=False, soft_wrap=False).print(table)
+        return
+    lines = ([list(headers)] if headers else []) + [list(r) for r in rows]
+    if not lines:
+        return
+    widths = [max(len(line[k]) for line in lines) for k in range(len(lines[0]))]
+    for line in lines:
+        cells = [c.ljust(w) for c, w in zip(line, widths, strict=True)]
+        stream.write("  ".join(cells).rstrip() + "\n")
+    stream.flush()
+
+
+@contextmanager
+def progress_lines(title: str, stream: TextIO | None = None) -> Iterator[Callable[[str], None]]:
+    """A ``progress(line)`` callback for long work (image builds, the bench suite).
+
+    On a terminal: each line printed above a spinner that shows ``title`` and
+    the elapsed time. Otherwise: each line as it comes, flushed (logs, CI).
+    The callback may be called from a worker thread.
+    """
+    stream = stream if stream is not None else sys.stderr
+    if not is_terminal(stream):
+
+        def plain(line: str) -> None:
+            stream.write(f"{line}\n")
+            stream.flush()
+
+        yield plain
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(file=stream, highlight=False)
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+    ) as progress:
+        task = progress.add_task(title, total=None)
+
+        def fancy(line: str) -> None:
+            progress.console.print(line, markup=False)
+            progress.update(task, description=f"{title}: {abbreviate(line.strip(), 60)}")
+
+        yield fancy

@@ -1,14 +1,20 @@
-"""``ringfence plan show|apply FILE``."""
+"""``ringfence plan show|apply FILE``.
+
+Plans are authenticated with ``$RINGFENCE_HOME/keys/plan.key`` (see
+:mod:`ringfence.runtime._plan`): ``show`` never creates that key, and says
+whether a plan that does not check out was edited or signed with another key.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from ..runtime import Plan
-from ._output import exit_code_for, print_json
+from ._output import exit_code_for, print_error, print_ok
 from ._session import add_session_options, kernel_from_args
 
 
@@ -16,44 +22,71 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="review or apply a dry run's plan")
     psub = p.add_subparsers(dest="plan_verb", required=True, metavar="ACTION")
     show = psub.add_parser("show", help="print the staged calls")
-    show.add_argument("file")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("file", metavar="FILE", help="the plan a --dry-run wrote")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(func=run_show)
-    apply = psub.add_parser("apply", help="re-enter every staged call into the Gate")
-    apply.add_argument("file")
+    apply = psub.add_parser(
+        "apply",
+        help="re-enter every staged call into the Gate (once: a plan applied before is refused)",
+    )
+    apply.add_argument("file", metavar="FILE", help="the plan a --dry-run wrote")
+    apply.add_argument(
+        "--rebase-roots",
+        action="store_true",
+        help="apply a plan staged under other workspace roots to this session's roots",
+    )
+    apply.add_argument(
+        "--allow-looser-posture",
+        action="store_true",
+        help="apply under a posture looser than the one the calls were staged under",
+    )
     add_session_options(apply, dry_run=False)
     apply.set_defaults(func=run_apply)
 
 
 async def run_show(args: argparse.Namespace) -> int:
-    plan = Plan.load(Path(args.file))
+    plan = Plan.load(Path(args.file), create_key=False)
     if args.json:
-        print_json(plan.to_json()["calls"])
-        return 0
-    sys.stdout.write(f"{args.file}: {len(plan.calls)} staged call(s)\n")
+        shown = {
+            "roots": list(plan.roots),
+            "calls": [asdict(c) for c in plan.calls],
+            "applied": {k: asdict(v) for k, v in plan.applied.items()},
+        }
+        return print_ok(shown, True)
+    sys.stdout.write(
+        f"{args.file}: {len(plan.calls)} staged call(s) under the roots {list(plan.roots)}\n"
+    )
     for i, c in enumerate(plan.calls, 1):
         arguments = json.dumps(c.arguments, ensure_ascii=False, sort_keys=True)
-        sys.stdout.write(f"{i:3}. {c.tool} [{c.consequence}, via {c.origin}] {arguments}\n")
+        mark = plan.applied.get(c.call_id)
+        applied = f" — applied {mark.describe()}" if mark else ""
+        sys.stdout.write(
+            f"{i:3}. {c.tool} [{c.consequence}, via {c.origin}, posture {c.posture}, "
+            f"session {c.session}] {arguments}{applied}\n"
+        )
     return 0
 
 
 async def run_apply(args: argparse.Namespace) -> int:
     plan = Plan.load(Path(args.file))
     async with kernel_from_args(args) as kernel:
-        outcomes = await kernel.apply_plan(plan)
-    if args.json:
-        print_json(
-            {
-                "ok": all(o.ok for o in outcomes) and len(outcomes) == len(plan.calls),
-                "applied": [o.to_dict() for o in outcomes],
-                "not_attempted": len(plan.calls) - len(outcomes),
-            }
+        outcomes = await kernel.apply_plan(
+            plan, rebase_roots=args.rebase_roots, allow_looser_posture=args.allow_looser_posture
         )
+    failed = next((o.error for o in outcomes if o.error is not None), None)
+    if args.json:
+        report = {
+            "applied": [o.to_dict() for o in outcomes],
+            "not_attempted": len(plan.calls) - len(outcomes),
+        }
+        if failed is None:
+            return print_ok(report, True)
+        failed.details = {**failed.details, **report}  # what ran before the failure
+        return print_error(failed, True)
     else:
         for o in outcomes:
             status = "ok" if o.ok else f"{o.error.code}: {o.error.message}"
             sys.stdout.write(f"{o.tool}: {status}\n")
         if len(outcomes) < len(plan.calls):
             sys.stdout.write(f"stopped: {len(plan.calls) - len(outcomes)} call(s) not attempted\n")
-    failed = next((o.error for o in outcomes if o.error is not None), None)
     return exit_code_for(failed) if failed else 0

@@ -17,8 +17,8 @@ from ..runtime import (
     evaluate_policy,
     load_policy_file,
 )
-from ._call import parse_arguments
-from ._output import print_json
+from ._call import ARGS_HELP, parse_arguments
+from ._output import print_ok
 from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args
 
 
@@ -41,9 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "explain", help="the decision for one call, the rule and layer behind it, and its parts"
     )
     explain.add_argument("tool", help="the tool name, e.g. run_shell or mcp.github.create_issue")
-    explain.add_argument(
-        "--args", default="{}", metavar="JSON", help="the call's arguments as a JSON object"
-    )
+    explain.add_argument("--args", default="{}", metavar="JSON", help=ARGS_HELP)
     add_session_options(explain, dry_run=False)
     explain.set_defaults(func=run_explain)
 
@@ -65,8 +63,9 @@ async def run_show(args: argparse.Namespace) -> int:
     rules = [r.to_dict() for r in policy.rules]
     project = _project_file(args)
     if args.json:
-        print_json({"roots": list(policy.roots), "rules": rules, "project_file": project})
-        return 0
+        return print_ok(
+            {"roots": list(policy.roots), "rules": rules, "project_file": project}, True
+        )
     if project is not None:
         sys.stdout.write(
             f"project file {project['path']} (sha256 {project['sha256']}); to trust exactly "
@@ -104,7 +103,7 @@ async def run_check(args: argparse.Namespace) -> int:
         count = len(policy_from_args(args).rules)
         where = "every layer"
     if args.json:
-        print_json({"ok": True, "file": where, "rules": count})
+        return print_ok({"file": where, "rules": count}, True)
     else:
         sys.stdout.write(f"{where}: ok, {count} rule{'s' if count != 1 else ''}\n")
     return 0
@@ -133,8 +132,7 @@ async def run_explain(args: argparse.Namespace) -> int:
     if not registered:
         out["note"] = "not a tool of this session: judged as an irreversible tool"
     if args.json:
-        print_json(out)
-        return 0
+        return print_ok(out, True)
     d = decision
     sys.stdout.write(f"{args.tool}: {d.verdict.value}  (posture {posture.value})\n")
     sys.stdout.write(f"  rule:   {d.rule}\n")

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..bridge import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
 from ..runtime import InvalidArguments, RingfenceError
-from ._output import exit_code_for, print_json
+from ._output import exit_code_for, print_json, print_table
 from ._session import add_session_options, kernel_from_args
 
 
@@ -91,14 +91,20 @@ def _print_human(payload: dict[str, Any], error: RingfenceError | None = None) -
     calls = payload.get("calls") or []
     if calls:
         sys.stderr.write(f"ringfence: the script made {len(calls)} call(s):\n")
-        width = max(len(c.get("tool", "")) for c in calls)
+        rows = []
         for n, c in enumerate(calls, 1):
             decision = c.get("decision") or {}
             did = "staged" if c.get("staged") else (c.get("error") or "ok")
-            sys.stderr.write(
-                f"  {n:3}. {c.get('tool', ''):<{width}}  {decision.get('verdict', '-'):<5} "
-                f"by {decision.get('rule', '-'):<22} -> {did}\n"
+            rows.append(
+                (
+                    f"  {n:3}.",
+                    str(c.get("tool", "")),
+                    str(decision.get("verdict", "-")),
+                    f"by {decision.get('rule', '-')}",
+                    f"-> {did}",
+                )
             )
+        print_table(None, rows, sys.stderr)
     if error is not None:
         trace = (payload.get("error") or {}).get("traceback")
         if trace:

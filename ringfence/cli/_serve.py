@@ -19,7 +19,9 @@ from ..runtime import (
     RingfenceError,
     ScriptedApprover,
 )
+from ..runtime._groups import raise_single
 from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
+from ._output import envelope
 from ._session import add_session_options, kernel_from_args
 
 if TYPE_CHECKING:
@@ -33,7 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Expose the session's tools as an MCP server. Every call passes the Gate; "
         "when it asks, the calling client is asked (MCP elicitation), else --headless decides.",
     )
-    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio (default: the client starts ringfence) or http (Streamable HTTP on --host:--port)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)")
     p.add_argument(
         "--port",
@@ -122,14 +129,7 @@ async def run(args: argparse.Namespace) -> int:
         return await _run(args)
     except BaseExceptionGroup as group:
         # Nurseries group what they raise; one ringfence error is reported as itself.
-        matched, rest = group.split(RingfenceError)
-        if matched is None or rest is not None:
-            raise
-        while isinstance(matched, BaseExceptionGroup) and len(matched.exceptions) == 1:
-            matched = matched.exceptions[0]
-        if isinstance(matched, RingfenceError):
-            raise matched from None
-        raise
+        raise_single(group, RingfenceError)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -138,12 +138,16 @@ async def _run(args: argparse.Namespace) -> int:
         args.mcp = True  # serving connector tools needs the manifest's servers connected
     # Check everything that can be refused before a kernel (and its backend) starts.
     options, generated = http_options(args) if args.transport == "http" else (None, False)
-    kernel = kernel_from_args(args)
-    if args.approve is None:
-        # --approve yes|no answers every question itself; otherwise ask the client.
-        kernel.approver = _serve_pkg.ClientApprover(
+    # --approve yes|no answers every question itself; otherwise ask the client. Set when
+    # the kernel is made: nothing swaps a running kernel's approver.
+    approver = (
+        _serve_pkg.ClientApprover(
             headless_approver(args.headless), timeout_seconds=args.approval_timeout
         )
+        if args.approve is None
+        else None
+    )
+    kernel = kernel_from_args(args, approver)
     async with kernel, trio.open_nursery() as nursery:
         count = len(_serve_pkg.exposed_tools(kernel, expose))
         posture = kernel.posture.value
@@ -179,9 +183,11 @@ async def _serve_until_stopped(
 
 def _announce(url: str, token: str | None, count: int, posture: str, as_json: bool) -> None:
     if as_json:
+        # HTTP leaves stdout free: the announcement is the one --json object, on one line.
         source = "generated" if token else TOKEN_ENV
         info = {"url": url, "token": token, "token_source": source, "tools": count}
-        _say(json.dumps({**info, "posture": posture}))
+        sys.stdout.write(json.dumps(envelope(True, {**info, "posture": posture})) + "\n")
+        sys.stdout.flush()
         return
     _say(f"serving {count} tools at {url} (posture {posture})")
     if token is not None:

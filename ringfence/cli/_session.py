@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import Any
 
 from .._embed import create_kernel, workspace_roots_from_env
 from ..runtime import (
     ApprovalAnswer,
     Approver,
+    InvalidArguments,
     Kernel,
     Policy,
     Posture,
@@ -17,6 +20,7 @@ from ..runtime import (
     default_approver,
     load_layers,
 )
+from ._worktree import add_worktree_option, session_roots
 
 
 def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
@@ -68,8 +72,30 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         help="connect the MCP servers of $RINGFENCE_HOME/mcp.toml and <first root>/.ringfence/mcp.toml "
         "(starts their processes; default off, or RINGFENCE_MCP=1)",
     )
+    add_worktree_option(parser)
     parser.add_argument("--events", metavar="FILE", help="append the event stream to FILE (JSONL)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--events-sync",
+        action="store_true",
+        help="write and fsync every event record as it comes (default: a call's records are "
+        "written together at its end)",
+    )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        default=os.environ.get("RINGFENCE_OTEL") == "1",
+        help="export the event stream as OpenTelemetry spans over OTLP/HTTP to "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318; or RINGFENCE_OTEL=1; "
+        "needs the otel extra)",
+    )
+    parser.add_argument(
+        "--otel-payloads",
+        action="store_true",
+        help="with --otel: also export arguments and results (redacted, capped at 1024 characters)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help='print one JSON object: {"ok", "result"|"error"}'
+    )
     add_policy_options(parser)
 
 
@@ -116,19 +142,54 @@ def approver_from(choice: str | None) -> Approver:
     return default_approver()
 
 
-def kernel_from_args(args: argparse.Namespace) -> Kernel:
+def _check_output_file(path: str | None, option: str) -> None:
+    """A file the session will write must not be a directory (refused before anything opens)."""
+    if path is not None and os.path.isdir(path):
+        raise InvalidArguments(f"{option} {path} is a directory, not a file", field=option)
+
+
+# Run by ``main`` after the verb's trio.run returns (blocking flushes, e.g. OTLP export).
+SHUTDOWN_HOOKS: list[Callable[[], None]] = []
+
+
+def _otel_observer(args: argparse.Namespace) -> Any:
+    if not getattr(args, "otel", False):
+        return None
+    from ..otel import OtelObserver, otlp_tracer_provider
+
+    provider = otlp_tracer_provider()
+    SHUTDOWN_HOOKS.append(provider.shutdown)
+    return OtelObserver(provider, payloads=args.otel_payloads)
+
+
+def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None) -> Kernel:
+    """The session's kernel; ``approver`` (default: from ``--approve``) is set at construction."""
     dry = getattr(args, "dry_run", None)
     sandbox = getattr(args, "sandbox", None)
-    return create_kernel(
+    _check_output_file(args.events, "--events")
+    _check_output_file(dry, "--dry-run")
+    observer = _otel_observer(args)
+    roots = workspace_roots_from_env(args.workspace)
+    if getattr(args, "worktree", None) is not None:
+        roots = session_roots(roots, args.worktree)
+    kernel = create_kernel(
         backend_options={"sandbox": sandbox} if sandbox else None,
-        roots=workspace_roots_from_env(args.workspace),
+        roots=roots,
         posture=args.posture,
-        approver=approver_from(args.approve),
+        approver=approver if approver is not None else approver_from(args.approve),
         backend=args.backend,
         dry_run=dry is not None,
         plan_path=dry,
         events_path=args.events,
+        events_sync=getattr(args, "events_sync", False),
         mcp_manifest=True if getattr(args, "mcp", False) else None,
         # read before create_kernel opens anything: a bad policy file refuses the session
         policy=policy_from_args(args),
+        event_observer=observer,
     )
+    if observer is not None:
+        registry = kernel.registry  # the records name tools, not their consequence
+        observer.consequence_of = lambda tool: (
+            registry.get(tool).consequence.value if tool in registry else None
+        )
+    return kernel

@@ -59,6 +59,25 @@ _LAZY = {
 }
 
 
+__all__ = [
+    "Manifest",
+    "Policy",
+    "ServerConfig",
+    "Transport",
+    "Trust",
+    "check_url",
+    "display_url",
+    "load_manifest",
+    "load_manifests",
+    "manifest_path",
+    "parse_manifest",
+    "remove_server",
+    "sanitize_part",
+    "save_server",
+    *_LAZY,
+]
+
+
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 

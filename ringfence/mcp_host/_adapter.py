@@ -128,8 +128,8 @@ def _render_ctx(connector: Connector, ctx: CallContext, source: str) -> RenderCo
         source=source,
         trusted=c.trust is Trust.TRUSTED,
         max_output_bytes=c.max_output_bytes,
-        redactor=ctx.kernel.redactor,
-        spool_dir=ctx.kernel.spool_dir,
+        redactor=ctx.redactor,
+        spool_dir=ctx.spool_dir,
     )
 
 

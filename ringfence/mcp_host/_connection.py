@@ -69,10 +69,11 @@ from ..runtime import (
     ToolTimeout,
     Unavailable,
 )
+from ..runtime._groups import first_error
 from ._manifest import ServerConfig, Transport, Trust
 from ._oauth import build_auth
 from ._results import frame_untrusted
-from ._urls import display_url, url_secrets
+from ._urls import scrub_url, url_secrets
 
 __all__ = [
     "ConnectionPool",
@@ -190,14 +191,6 @@ def resolve_headers(
 # -- error translation -------------------------------------------------------------------------
 
 
-def _leaf(exc: BaseException) -> BaseException:
-    """The first interesting exception inside (nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup):
-        inner = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
-        exc = inner[0] if inner else exc.exceptions[0]
-    return exc
-
-
 @dataclass
 class InboundLimit:
     """The inbound message cap of one connection, and what happened to it.
@@ -231,7 +224,7 @@ def _sdk_made(exc: MCPError, kind: type[BaseException] | tuple[type[BaseExceptio
 
 def _server_text(text: str, config: ServerConfig, action: str, redactor: Redactor | None) -> str:
     """Text the server wrote: URL scrubbed, redacted, *then* cut, then framed if untrusted."""
-    text = _scrub(text, config)
+    text = scrub_url(text, config.url)
     if redactor is not None:
         text = redactor.redact(text)
     text = text[:MAX_ERROR_TEXT]
@@ -259,13 +252,13 @@ def translate_error(
     closed connection; a server that *sends* that code gets a ToolError.
     ``limit`` recognises the errors ringfence's own inbound cap produced.
     """
-    exc = _leaf(exc)
+    exc = first_error(exc)
     who = f"MCP server {config.name!r}"
     if isinstance(exc, RingfenceError):
         return exc
     if isinstance(exc, MCPError):
         return _translate_mcp_error(exc, config, action, redactor, closed, limit)
-    text = _scrub(str(exc), config)
+    text = scrub_url(str(exc), config.url)
     if redactor is not None:
         text = redactor.redact(text)
     text = text[:MAX_ERROR_TEXT]
@@ -364,30 +357,6 @@ def _is_limit_error(exc: MCPError, message: str, limit: InboundLimit) -> bool:
         return True
     found = _SSE_TOO_BIG.search(message) if message.startswith("SSE stream ") else None
     return found is not None and int(found.group(1)) == limit.max_bytes
-
-
-def _scrub(text: str, config: ServerConfig) -> str:
-    """Take the URL (whole, displayed, without its query) and its host out of a message.
-
-    Does not cut: callers redact first and cut after.
-    """
-    if config.url:
-        from urllib.parse import urlsplit
-
-        url = config.url
-        base = url.split("?", 1)[0].split("#", 1)[0]
-        for form in sorted({url, display_url(url), base}, key=len, reverse=True):
-            text = text.replace(form, "<server URL>")
-        for part in url_secrets(url):
-            if len(part) >= 4:
-                text = text.replace(part, "<not shown>")
-        try:
-            host = urlsplit(url).hostname
-        except ValueError:
-            host = None
-        if host:
-            text = text.replace(host, "<host>")
-    return text
 
 
 def _transport_closed(live: LiveConnection) -> bool:

@@ -25,7 +25,6 @@ simply absent); pass ``strict=True`` to make that an error instead.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import os
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -36,7 +35,8 @@ from typing import Any
 import trio
 from mcp import types
 
-from ..runtime import Kernel, RingfenceError, ToolSpec, Unavailable, cap_text
+from ..runtime import Kernel, RingfenceError, Rules, RulesHandle, ToolSpec, Unavailable, cap_text
+from ..runtime._groups import raise_single
 from ._adapter import (
     GET_PROMPT,
     READ_RESOURCE,
@@ -452,7 +452,7 @@ class Connectors:
         self.failures: dict[str, RingfenceError] = {}
         self.discovery: Any = None
         self._registered: list[str] = []
-        self._autonomous: tuple[str, ...] = ()
+        self._rule_handles: list[RulesHandle] = []
 
     def __getitem__(self, name: str) -> Connector:
         return self._by_name[name]
@@ -480,11 +480,17 @@ class Connectors:
         self._by_name[connector.name] = connector
 
     def _add_autonomous(self) -> None:
-        names = tuple(n for c in self for n in c.autonomous_names())
-        if names:
-            rules = self.kernel.rules
-            self.kernel.rules = dataclasses.replace(rules, autonomous=rules.autonomous + names)
-            self._autonomous = names
+        """Register each server's rules (autonomous tools, sampling/elicitation policy) once,
+        through the kernel's owner handle; :meth:`aclose` withdraws them."""
+        for c in self:
+            rules = [Rules(autonomous=c.autonomous_names())]
+            rules += [g.rules() for g in (c.sampling, c.elicitation) if g is not None]
+            merged = Rules(
+                ask=tuple(p for r in rules for p in r.ask),
+                autonomous=tuple(p for r in rules for p in r.autonomous),
+            )
+            if merged.ask or merged.autonomous:
+                self._rule_handles.append(self.kernel.add_rules(f"mcp:{c.name}", merged))
 
     async def aclose(self) -> None:
         """Stop every server and take their tools out of the registry. Idempotent."""
@@ -498,11 +504,9 @@ class Connectors:
         for name in self._registered:
             self.kernel.registry.remove(name)
         self._registered.clear()
-        if self._autonomous:
-            rules = self.kernel.rules
-            left = tuple(p for p in rules.autonomous if p not in self._autonomous)
-            self.kernel.rules = dataclasses.replace(rules, autonomous=left)
-            self._autonomous = ()
+        for handle in self._rule_handles:
+            handle.remove()
+        self._rule_handles.clear()
 
 
 async def start_connectors(
@@ -593,7 +597,7 @@ async def start_connectors(
                 await connector.pool.aclose()
             await connectors.aclose()
         if isinstance(exc, BaseExceptionGroup):
-            raise _single(exc) from None
+            raise_single(exc)
         raise
     return connectors
 
@@ -621,7 +625,7 @@ async def connect_servers(
     except BaseExceptionGroup as group:
         # The connection tasks never raise, so a group here holds one real error (the
         # caller's block or a connect failure): raise that error itself, not a group.
-        raise _single(group) from None
+        raise_single(group)
 
 
 async def attach_connectors(
@@ -641,19 +645,3 @@ async def attach_connectors(
     connectors = await start_connectors(kernel, manifest, nursery, **options)
     kernel.push_async_callback(connectors.aclose)
     return connectors
-
-
-def _single(group: BaseExceptionGroup) -> BaseException:
-    leaves = list(_leaves(group))
-    real = [e for e in leaves if not isinstance(e, trio.Cancelled)]
-    if len(real) == 1:
-        return real[0]
-    return group
-
-
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for e in exc.exceptions:
-            yield from _leaves(e)
-    else:
-        yield exc

@@ -3,9 +3,13 @@
 Default deny: with ``elicitation_policy = "deny"`` the client does not
 advertise elicitation. Otherwise:
 
-- ``ask`` asks the session's Approver whether to show the request at all;
-  ``allow`` shows it directly. Without an :class:`Elicitor` (nobody to show it
-  to) every request is declined.
+- A request that passes the checks below enters the Gate as a call of its own
+  kind, ``mcp.<server>.__elicitation`` (reversible; see
+  :meth:`ringfence.runtime.Kernel.invoke_request`), so the session's rules,
+  posture, grants, approver and events apply: ``elicitation_policy = "ask"`` is
+  an ask rule on that name (whether to show the request at all), ``"allow"`` an
+  autonomous rule; a deny rule refuses it (declined). Without an
+  :class:`Elicitor` (nobody to show it to) every request is declined.
 - Form mode: the schema must be a flat object of primitive fields or
   multi-select string lists (the spec's restricted subset). A form with any field that appears to request a
   password, token, key, payment data or other credential is refused outright;
@@ -29,8 +33,15 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 import jsonschema
 from mcp import types
 
-from ..runtime import ApprovalRequest, Choice, InvalidArguments
-from ._manifest import ServerConfig
+from ..runtime import (
+    CallContext,
+    Consequence,
+    Denied,
+    InvalidArguments,
+    Rules,
+    ToolSpec,
+)
+from ._manifest import Policy, ServerConfig
 from ._urls import check_url
 
 if TYPE_CHECKING:
@@ -59,6 +70,20 @@ _CREDENTIAL_PHRASES = re.compile(
     re.IGNORECASE,
 )
 _PRIMITIVES = frozenset({"string", "number", "integer", "boolean"})
+REQUEST_SUFFIX = "__elicitation"
+# What the Gate validates and records for an elicitation (the message already redacted).
+ELICITATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "server": {"type": "string"},
+        "mode": {"enum": ["form", "url"]},
+        "message": {"type": "string"},
+        "url": {"type": ["string", "null"]},
+        "requested_schema": {"type": ["object", "null"]},
+    },
+    "required": ["server", "mode", "message", "url", "requested_schema"],
+    "additionalProperties": False,
+}
 
 
 def _is_multi_select(prop: Mapping[str, Any]) -> bool:
@@ -139,6 +164,22 @@ class ElicitationGate:
         self.kernel = kernel
         self.elicitor = elicitor
         self.diagnostics = diagnostics
+        self.name = f"mcp.{config.part}.{REQUEST_SUFFIX}"
+        self.spec = ToolSpec(
+            self.name,
+            f"MCP server {config.name!r} asks you for input",
+            ELICITATION_SCHEMA,
+            self._elicit,
+            consequence=Consequence.REVERSIBLE,
+            residual=config.elicitation_policy is Policy.ASK,  # asks before its rule exists
+            source=f"mcp:{config.name}",
+        )
+
+    def rules(self) -> Rules:
+        """The rules ``elicitation_policy`` means, for the connector to register."""
+        if self.config.elicitation_policy is Policy.ASK:
+            return Rules(ask=(self.name,))
+        return Rules(autonomous=(self.name,))
 
     def _check_form(self, schema: Mapping[str, Any]) -> str | None:
         if schema.get("type") != "object" or not isinstance(schema.get("properties"), Mapping):
@@ -202,35 +243,29 @@ class ElicitationGate:
                 return refuse(f"the elicitation {exc.message}; ringfence will not offer it")
         if self.elicitor is None:
             return answer("decline")
-        if self.config.elicitation_policy.value == "ask":
-            approval = await self.kernel.approver.approve(
-                ApprovalRequest(
-                    tool=f"mcp.{self.config.part}.__elicitation",
-                    arguments={"mode": mode, "message": redact(params.message)},
-                    consequence="reversible",
-                    rule="elicitation_policy:ask",
-                    reason=f"MCP server {self.config.name!r} asks you for input",
-                    origin="mcp-elicitation",
-                    trace_id=trace_id,
-                )
-            )
-            if approval.choice is Choice.DENY:
-                return answer("decline")
-        prompt = ElicitationPrompt(
-            server=self.config.name,
-            mode=mode,
-            message=redact(params.message),
-            trace_id=trace_id,
-            requested_schema=schema,
-            url=url,
+        arguments = {
+            "server": self.config.name,
+            "mode": mode,
+            "message": redact(params.message),
+            "url": url,
+            "requested_schema": schema,
+        }
+        # The one door: decided, asked, signed and recorded like every call.
+        outcome = await self.kernel.invoke_request(
+            self.spec, arguments, origin="mcp-elicitation", trace_id=trace_id
         )
-        reply = await self.elicitor.elicit(prompt)
+        if isinstance(outcome.error, Denied):
+            return answer("decline")
+        if outcome.error is not None:
+            self.diagnostics.fail("elicitation", outcome.error.message)
+            return answer("cancel")
+        reply = ElicitationAnswer(outcome.value["action"], outcome.value["content"])
         if reply.action != "accept":
             return answer(reply.action)
         if mode == "url":
             # Consent only: nothing was opened or fetched by ringfence.
             return answer("accept")
-        content = self.kernel.redactor.redact_value(dict(reply.content or {}))
+        content = dict(reply.content or {})  # redacted by the kernel, as every result
         assert schema is not None
         error = jsonschema.exceptions.best_match(
             jsonschema.Draft202012Validator(dict(schema)).iter_errors(content)
@@ -241,3 +276,18 @@ class ElicitationGate:
             )
             return answer("cancel")
         return answer("accept", content)
+
+    async def _elicit(self, args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        """The executor: show what the Gate allowed to the person, return their answer."""
+        assert self.elicitor is not None  # checked before the request is proposed
+        prompt = ElicitationPrompt(
+            server=self.config.name,
+            mode=args["mode"],
+            message=args["message"],
+            trace_id=ctx.trace_id,
+            requested_schema=args["requested_schema"],
+            url=args["url"],
+        )
+        reply = await self.elicitor.elicit(prompt)
+        content = dict(reply.content) if reply.content is not None else None
+        return {"action": reply.action, "content": content}

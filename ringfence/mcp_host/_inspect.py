@@ -24,11 +24,12 @@ from typing import Any
 import trio
 
 from ..runtime import MARKER, HeadlessDenyApprover, Kernel, MemorySink, mask_command_args
+from ..runtime._net import is_loopback
 from ._connector import Connector, connect_servers
 from ._inventory import DEFAULT_LIMITS, ListLimits
 from ._manifest import Manifest, Policy, ServerConfig, Transport
 from ._sampling import SamplingProvider
-from ._urls import display_url, is_loopback_host
+from ._urls import display_url
 
 __all__ = ["inspect_server"]
 
@@ -55,7 +56,7 @@ def _transport_check(config: ServerConfig) -> dict[str, str]:
         return _check(
             "transport_security", "pass", f"{config.transport.value} over https ({shown})"
         )
-    if is_loopback_host(parts.hostname):
+    if is_loopback(parts.hostname):
         return _check(
             "transport_security",
             "warn",

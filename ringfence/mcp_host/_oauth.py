@@ -29,6 +29,10 @@ This module adds what a governed host needs around it:
 
 Not promised: token revocation at logout (the sealed record is deleted; the
 authorization server may still honour the token until it expires).
+
+About 580 lines on purpose: the storage adapter, the guarded provider and its
+three grant variants share one set of checks (audience, step-up, refresh before
+asking) that must not drift apart; the login command lives in :mod:`._login`.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +74,7 @@ from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_serv
 from ..runtime import Denied, InvalidArguments, Redactor, Unavailable
 from ._manifest import AuthMode, ServerConfig
 from ._tokens import SealedStore
+from ._urls import scrub_url
 
 __all__ = [
     "MAX_STEP_UPS",
@@ -77,10 +82,8 @@ __all__ = [
     "SealedTokenStorage",
     "auth_status",
     "build_auth",
-    "login",
     "login_flow",
     "logout",
-    "loopback_flow",
     "token_audience_ok",
 ]
 
@@ -325,11 +328,9 @@ class _Guarded:
         except StopAsyncIteration:
             return
         except (OAuthFlowError, OAuthTokenError, OAuthRegistrationError, ValueError) as exc:
-            from ._connection import _scrub  # the server URL never appears in a message
-
             raise Unavailable(
                 f"MCP server {self._server_name!r}: OAuth authorization failed "
-                f"({type(exc).__name__}: {_scrub(str(exc), self._config)[:300]}); "
+                f"({type(exc).__name__}: {scrub_url(str(exc), self._config.url)[:300]}); "
                 f"{_login_hint(self._server_name)}",
                 field="auth",
             ) from None
@@ -580,109 +581,3 @@ def auth_status(config: ServerConfig, store: SealedStore | None = None) -> dict[
 def logout(config: ServerConfig, store: SealedStore | None = None) -> bool:
     """Delete the server's sealed record (tokens and registration). True if there was one."""
     return (store or SealedStore.default()).delete(config.name)
-
-
-LOGIN_TIMEOUT_SECONDS = 600.0
-
-
-async def login(
-    config: ServerConfig, redactor: Redactor, flow: LoginFlow, store: SealedStore | None = None
-) -> dict[str, Any]:
-    """Authorize afresh through ``flow`` by connecting once; returns :func:`auth_status`.
-
-    The stored tokens are dropped first (the registration is kept), so the
-    server's 401 drives the SDK's full flow: discovery, registration, PKCE,
-    token exchange. The connection is closed again; the tokens stay sealed.
-    """
-    from dataclasses import replace
-
-    from ._connection import ConnectionPool, Diagnostics  # _connection imports this module
-    from ._connector import _single
-
-    if config.auth is not AuthMode.OAUTH:
-        raise Unavailable(
-            f'MCP server {config.name!r} is not configured with auth = "oauth"', field="auth"
-        )
-    await SealedTokenStorage(config, redactor, store).clear_tokens()
-    config = replace(config, connect_timeout_seconds=LOGIN_TIMEOUT_SECONDS)
-    try:
-        with login_flow(flow):
-            async with trio.open_nursery() as nursery:
-                pool = ConnectionPool(config, nursery, redactor, Diagnostics(redactor))
-                try:
-                    await pool.connect()
-                finally:
-                    await pool.aclose()
-    except BaseExceptionGroup as group:
-        raise _single(group) from None
-    return auth_status(config, store)
-
-
-# -- the loopback redirect listener (``mcp login``) -------------------------------------------
-
-_DONE_PAGE = (
-    b"<!doctype html><title>ringfence</title><p>ringfence: authorization received. "
-    b"You can close this window.</p>"
-)
-
-
-@contextlib.asynccontextmanager
-async def loopback_flow(
-    show: Callable[[str], Awaitable[None]], port: int = 0
-) -> AsyncIterator[LoginFlow]:
-    """A :class:`LoginFlow` whose redirect lands on a listener on 127.0.0.1 (RFC 8252 §7.3).
-
-    ``show(url)`` presents the authorization URL (print it, open a browser).
-    The listener answers ``GET /callback`` once: the code and state go to the
-    flow (the SDK checks the state); an ``error`` from the authorization server
-    raises ``Denied`` naming it. Only loopback is bound; ``port`` 0 picks a free one.
-    """
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import HTMLResponse, Response
-    from starlette.routing import Route
-
-    received: list[dict[str, str]] = []
-    arrived = trio.Event()
-
-    async def callback_route(request: Request) -> Response:
-        if arrived.is_set():
-            return Response("already received", status_code=409)
-        received.append(dict(request.query_params))
-        arrived.set()
-        return HTMLResponse(_DONE_PAGE)
-
-    app = Starlette(routes=[Route("/callback", callback_route, methods=["GET"])])
-    config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-
-    async def callback() -> AuthorizationCodeResult:
-        await arrived.wait()
-        params = received[0]
-        if "error" in params or "code" not in params:
-            raise Denied(
-                "the authorization server refused: "
-                f"{params.get('error', 'no code')}: {params.get('error_description', '')[:200]}",
-                field="auth",
-            )
-        return AuthorizationCodeResult(
-            code=params["code"], state=params.get("state"), iss=params.get("iss")
-        )
-
-    async with trio.open_nursery() as nursery:
-        shutdown = trio.Event()
-
-        async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-            await serve(app, config, shutdown_trigger=shutdown.wait, task_status=task_status)
-
-        binds = await nursery.start(run)
-        bound = int(str(binds[0]).rsplit(":", 1)[1])
-        try:
-            yield LoginFlow(f"http://127.0.0.1:{bound}/callback", show, callback)
-        finally:
-            shutdown.set()
-            nursery.cancel_scope.cancel()

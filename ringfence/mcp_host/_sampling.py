@@ -7,7 +7,13 @@ client does not advertise sampling at all. Otherwise every request:
 - is refused if it offers tools, carries non-text content, or asks for more
   than ``sampling_max_tokens`` or more than is left of ``sampling_total_tokens``;
 - under ``allow`` must resolve to a model in ``sampling_allowed_models``;
-  under ``ask`` goes to the session's Approver every time;
+- then enters the Gate as a call of its own kind, ``mcp.<server>.__sampling``
+  (irreversible; see :meth:`ringfence.runtime.Kernel.invoke_request`): the
+  session's deny rules, posture, grants and approver apply and it is recorded
+  like any call (``proposed`` … ``finished``). ``sampling_policy = "ask"`` is an
+  ask rule on that name (and the request is residual, so it asks even before the
+  rule is registered); ``"allow"`` an autonomous rule. A deny rule
+  (``mcp.*``) refuses it. It is never registered as a tool: no agent can call it;
 - is sent to the :class:`SamplingProvider` with the server's own messages
   only: no conversation context (``includeContext`` is ignored) and no tools;
 - runs behind one serialized lock shared by every server in the session;
@@ -24,7 +30,16 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import trio
 from mcp import types
 
-from ..runtime import ApprovalRequest, Choice
+from ..runtime import (
+    CallContext,
+    Consequence,
+    Denied,
+    Outcome,
+    Rules,
+    ToolError,
+    ToolSpec,
+    ToolTimeout,
+)
 from ._manifest import Policy, ServerConfig
 
 if TYPE_CHECKING:
@@ -34,6 +49,32 @@ if TYPE_CHECKING:
 __all__ = ["SamplingGate", "SamplingProvider", "SamplingRequest", "SamplingResponse"]
 
 USER_REJECTED = -1  # the spec's code for "the user rejected the request"
+REQUEST_SUFFIX = "__sampling"
+
+_NULLABLE_STRING = {"type": ["string", "null"]}
+# What the Gate validates and records for a sampling request (texts already redacted).
+SAMPLING_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "server": {"type": "string"},
+        "model": _NULLABLE_STRING,
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "system_prompt": _NULLABLE_STRING,
+        "messages": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"role": {"type": "string"}, "text": {"type": "string"}},
+                "required": ["role", "text"],
+                "additionalProperties": False,
+            },
+        },
+        "temperature": {"type": ["number", "null"]},
+        "stop_sequences": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["server", "model", "max_tokens", "system_prompt", "messages"],
+    "additionalProperties": False,
+}
 
 
 @dataclass(frozen=True)
@@ -85,6 +126,24 @@ class SamplingGate:
         self.lock = lock
         self.diagnostics = diagnostics
         self.tokens_used = 0
+        self.name = f"mcp.{config.part}.{REQUEST_SUFFIX}"
+        self.spec = ToolSpec(
+            self.name,
+            f"MCP server {config.name!r} asks the host's model for a completion",
+            SAMPLING_SCHEMA,
+            self._sample,
+            consequence=Consequence.IRREVERSIBLE,
+            # "ask" asks under every posture short of unrestricted even before the
+            # connector's ask rule is registered (which covers unrestricted too).
+            residual=config.sampling_policy is Policy.ASK,
+            source=f"mcp:{config.name}",
+        )
+
+    def rules(self) -> Rules:
+        """The rules ``sampling_policy`` means, for the connector to register."""
+        if self.config.sampling_policy is Policy.ASK:
+            return Rules(ask=(self.name,))
+        return Rules(autonomous=(self.name,))
 
     def _choose_model(self, params: types.CreateMessageRequestParams) -> str | None:
         allowed = self.config.sampling_allowed_models
@@ -119,13 +178,13 @@ class SamplingGate:
 
         if params.tools:
             return refuse("ringfence offers no tools to sampling requests")
-        messages: list[tuple[str, str]] = []
+        messages: list[dict[str, str]] = []
         for m in params.messages:
             blocks = m.content if isinstance(m.content, list) else [m.content]
             for block in blocks:
                 if not isinstance(block, types.TextContent):
                     return refuse("ringfence accepts only text in sampling requests")
-                messages.append((str(m.role), redact(block.text)))
+                messages.append({"role": str(m.role), "text": redact(block.text)})
         if params.max_tokens > self.config.sampling_max_tokens:
             return refuse(
                 f"maxTokens {params.max_tokens} exceeds sampling_max_tokens {self.config.sampling_max_tokens}"
@@ -139,70 +198,69 @@ class SamplingGate:
         model = self._choose_model(params)
         if self.config.sampling_policy is Policy.ALLOW and model is None:
             return refuse("no model in sampling_allowed_models")
+        arguments = {
+            "server": self.config.name,
+            "model": model,
+            "max_tokens": params.max_tokens,
+            "system_prompt": redact(params.system_prompt) if params.system_prompt else None,
+            "messages": messages,
+            "temperature": params.temperature,
+            "stop_sequences": list(params.stop_sequences or ()),
+        }
+        # The one door: decided, asked, signed and recorded like every call.
+        outcome: Outcome = await self.kernel.invoke_request(
+            self.spec, arguments, origin="mcp-sampling", trace_id=trace_id
+        )
+        if outcome.error is not None:
+            error = outcome.error
+            if isinstance(error, Denied):
+                return refuse(f"the sampling request was declined ({error.message})", USER_REJECTED)
+            if isinstance(error, ToolTimeout):
+                return refuse(error.message, types.REQUEST_TIMEOUT)
+            return refuse(error.message, types.INTERNAL_ERROR)
+        value = outcome.value
+        events.emit(
+            "mcp_sampling_finished",
+            trace_id,
+            server=self.config.name,
+            model=value["model"],
+            tokens=value["tokens"],
+            tokens_left=self.config.sampling_total_tokens - self.tokens_used,
+        )
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=value["text"]),
+            model=value["model"],
+            stop_reason=value["stop_reason"],
+        )
+
+    async def _sample(self, args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        """The executor: what the Gate allowed goes to the provider, nothing else."""
         request = SamplingRequest(
             server=self.config.name,
-            model=model,
-            system_prompt=redact(params.system_prompt) if params.system_prompt else None,
-            messages=tuple(messages),
-            max_tokens=params.max_tokens,
-            temperature=params.temperature,
-            stop_sequences=tuple(params.stop_sequences or ()),
+            model=args["model"],
+            system_prompt=args["system_prompt"],
+            messages=tuple((m["role"], m["text"]) for m in args["messages"]),
+            max_tokens=args["max_tokens"],
+            temperature=args.get("temperature"),
+            stop_sequences=tuple(args.get("stop_sequences") or ()),
         )
-        if self.config.sampling_policy is Policy.ASK:
-            answer = await self.kernel.approver.approve(
-                ApprovalRequest(
-                    tool=f"mcp.{self.config.part}.__sampling",
-                    arguments={
-                        "model": model,
-                        "max_tokens": params.max_tokens,
-                        "system_prompt": request.system_prompt,
-                        "messages": [{"role": r, "text": t} for r, t in request.messages],
-                    },
-                    consequence="irreversible",
-                    rule="sampling_policy:ask",
-                    reason=f"MCP server {self.config.name!r} asks to sample a model",
-                    origin="mcp-sampling",
-                    trace_id=trace_id,
-                )
-            )
-            events.emit(
-                "mcp_sampling_answered",
-                trace_id,
-                server=self.config.name,
-                choice=answer.choice.value,
-            )
-            if answer.choice is Choice.DENY:
-                return refuse(f"the sampling request was declined ({answer.reason})", USER_REJECTED)
         async with self.lock:
             with trio.move_on_after(self.config.call_timeout_seconds) as scope:
                 try:
                     response = await self.provider.create_message(request)
                 except Exception as exc:
-                    return refuse(
-                        f"the sampling provider failed: {type(exc).__name__}", types.INTERNAL_ERROR
-                    )
+                    raise ToolError(f"the sampling provider failed: {type(exc).__name__}") from exc
             if scope.cancelled_caught:
-                return refuse("the sampling provider did not answer in time", types.REQUEST_TIMEOUT)
-        if (
-            model is not None
-            and response.model not in self.config.sampling_allowed_models
-            and self.config.sampling_allowed_models
-        ):
-            return refuse("the provider answered with a model outside sampling_allowed_models")
-        used = response.tokens_used if response.tokens_used is not None else params.max_tokens
+                raise ToolTimeout("the sampling provider did not answer in time")
+        allowed = self.config.sampling_allowed_models
+        if request.model is not None and allowed and response.model not in allowed:
+            raise ToolError("the provider answered with a model outside sampling_allowed_models")
+        used = response.tokens_used if response.tokens_used is not None else request.max_tokens
         self.tokens_used += max(0, used)
-        text = redact(response.text)
-        events.emit(
-            "mcp_sampling_finished",
-            trace_id,
-            server=self.config.name,
-            model=response.model,
-            tokens=used,
-            tokens_left=self.config.sampling_total_tokens - self.tokens_used,
-        )
-        return types.CreateMessageResult(
-            role="assistant",
-            content=types.TextContent(type="text", text=text),
-            model=response.model,
-            stop_reason=response.stop_reason,
-        )
+        return {
+            "text": response.text,  # the kernel redacts every string of the result
+            "model": response.model,
+            "stop_reason": response.stop_reason,
+            "tokens": used,
+        }

@@ -16,10 +16,10 @@ Rules (issue 6, "Transports"):
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 from ..runtime import InvalidArguments
+from ..runtime._net import is_loopback
 
 __all__ = [
     "FORBIDDEN_HEADERS",
@@ -28,7 +28,7 @@ __all__ = [
     "check_url",
     "display_url",
     "has_placeholder",
-    "is_loopback_host",
+    "scrub_url",
     "url_secrets",
 ]
 
@@ -57,17 +57,6 @@ FORBIDDEN_HEADERS = frozenset(
 _TOKEN_CHARS = frozenset(
     "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 )
-
-
-def is_loopback_host(host: str | None) -> bool:
-    if not host:
-        return False
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def has_placeholder(url: str) -> bool:
@@ -114,7 +103,7 @@ def check_url(url: object, field: str = "url") -> str:
             "with api_key_env or headers_env instead",
             field=field,
         )
-    if scheme == "http" and not is_loopback_host(host):
+    if scheme == "http" and not is_loopback(host):
         raise InvalidArguments(
             f"{field} uses plain http to a host that is not loopback; remote MCP servers "
             "must use https",
@@ -171,3 +160,25 @@ def check_header_name(name: object, field: str) -> str:
             field=field,
         )
     return name
+
+
+def scrub_url(text: str, url: str | None) -> str:
+    """Take ``url`` (whole, displayed, without its query), its secrets and its host out of ``text``.
+
+    Does not cut: callers redact first and cut after.
+    """
+    if not url:
+        return text
+    base = url.split("?", 1)[0].split("#", 1)[0]
+    for form in sorted({url, display_url(url), base}, key=len, reverse=True):
+        text = text.replace(form, "<server URL>")
+    for part in url_secrets(url):
+        if len(part) >= 4:
+            text = text.replace(part, "<not shown>")
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        host = None
+    if host:
+        text = text.replace(host, "<host>")
+    return text

@@ -31,6 +31,10 @@ terminal prompt, the MCP elicitation of ``ringfence serve`` and any host):
   line can pose as part of the prompt. ``⟨`` and ``⟩`` inside values are
   escaped, so every ``⟨…⟩`` is the renderer's.
 
+The module is over 500 lines on purpose: the grant matcher and the one prompt renderer every
+approver shares belong with the approvers; splitting the renderer out is possible but would
+leave each half answering to the same contract above.
+
 Not promised: the shown values are the *redacted* arguments (a secret shows as
 ``[REDACTED SECRET]``); a backslash in a value is shown as is, so ``\u202e``
 may be those six characters; look-alike letters (a Cyrillic letter for a Latin
@@ -44,6 +48,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import posixpath
 import re
 import sys
 import unicodedata
@@ -101,8 +106,9 @@ class ApprovalRequest:
 class ApprovalAnswer:
     """An approver's answer. ``pattern`` widens a session grant to matching calls.
 
-    ``pattern`` maps argument names to glob patterns over the argument's string
-    form (``{"path": "src/*"}``); arguments it does not name must be equal.
+    ``pattern`` maps argument names to glob patterns (``{"path": "src/*"}``); a
+    path argument is matched per component on its normalized path, any other on
+    its string form; arguments it does not name must be equal (see :class:`Grant`).
     """
 
     choice: Choice
@@ -129,26 +135,101 @@ class Approver(Protocol):
     async def approve(self, request: ApprovalRequest) -> ApprovalAnswer: ...
 
 
+# Argument names (last segment) whose value is a path: a pattern on them is matched
+# component by component on the normalized path, never on the raw text.
+_PATH_SEGMENTS = frozenset(
+    {
+        "path", "paths", "file", "files", "filename", "destination", "dest", "target",
+        "source", "src", "cwd", "dir", "directory", "workdir", "root",
+    }
+)  # fmt: skip
+
+
+# Components a glob never matches: the root of an absolute path (""), the base itself
+# (".") and a step out of it (".."); a pattern names them literally or not at all.
+_LITERAL_ONLY = frozenset({"", ".", ".."})
+
+
+def is_path_argument(name: str) -> bool:
+    """Whether argument ``name`` holds a path, by its last name segment (``dest_path``)."""
+    segments = name_segments(name)
+    return bool(segments) and segments[-1] in _PATH_SEGMENTS
+
+
+def match_path(value: str, pattern: str) -> bool:
+    """Whether the path ``value`` matches the glob ``pattern`` per component.
+
+    ``value`` is normalized first (``notes/sub/../../a.txt`` is ``a.txt``), so a
+    ``..`` cannot walk out of what the pattern names. Each ``*``, ``?`` or
+    ``[..]`` matches within one component only; a ``**`` component matches any
+    number of whole components. A ``..`` left after normalization (the path
+    leaves its base) matches only a literal ``..`` in the pattern, an absolute
+    path only an absolute pattern, and the base itself (``.``) only ``.``.
+    """
+    parts = posixpath.normpath(value.replace("\\", "/")).split("/")
+    globs = pattern.split("/")
+
+    def walk(i: int, j: int) -> bool:
+        if j == len(globs):
+            return i == len(parts)
+        if globs[j] == "**":
+            for k in range(i, len(parts) + 1):
+                if walk(k, j + 1):
+                    return True
+                if k < len(parts) and parts[k] in _LITERAL_ONLY:
+                    return False  # ** never swallows the root, "." or a step out
+            return False
+        if i == len(parts):
+            return False
+        part, glob = parts[i], globs[j]
+        if part in _LITERAL_ONLY or glob in _LITERAL_ONLY:
+            ok = part == glob  # the root of an absolute path, or a step out: only literally
+        else:
+            ok = fnmatchcase(part, glob)
+        return ok and walk(i + 1, j + 1)
+
+    return walk(0, 0)
+
+
 @dataclass(frozen=True)
 class Grant:
-    """A "for this session" approval of one tool, for one call or a pattern of calls."""
+    """A "for this session" approval of one tool, for one call or a pattern of calls.
+
+    Without a pattern the grant covers calls whose normalized arguments equal the
+    approved call's. With one, every argument the pattern names must be present
+    and match its glob (a path argument per component on its normalized path, see
+    :func:`match_path`; any other value on its string form), and every argument
+    it does not name must be equal to the approved call's (``rest_key``): a grant
+    of ``{"cwd": "sub"}`` never covers another command. Not promised: a pattern
+    is matched on the argument as given, before any tool resolves it (symlinks).
+    """
 
     tool: str
     arguments_key: bytes | None = None
     pattern: Mapping[str, str] | None = None
+    rest_key: bytes | None = None
 
     def matches(self, tool: str, arguments: Mapping[str, Any]) -> bool:
         if tool != self.tool:
             return False
         if self.pattern is None:
             return canonical_json(dict(arguments)) == self.arguments_key
-        for name, value in arguments.items():
-            if name in self.pattern:
-                text = value if isinstance(value, str) else canonical_json(value).decode()
-                if not fnmatchcase(text, self.pattern[name]):
-                    return False
         # Every pattern key must be present; otherwise the grant says nothing about the call.
-        return all(name in arguments for name in self.pattern)
+        if not all(name in arguments for name in self.pattern):
+            return False
+        rest = {k: v for k, v in arguments.items() if k not in self.pattern}
+        if canonical_json(rest) != self.rest_key:
+            return False
+        for name, glob in self.pattern.items():
+            value = arguments[name]
+            if is_path_argument(name):
+                if not isinstance(value, str) or not match_path(value, glob):
+                    return False  # a path pattern says nothing about a list or a number
+                continue
+            text = value if isinstance(value, str) else canonical_json(value).decode()
+            if not fnmatchcase(text, glob):
+                return False
+        return True
 
 
 @dataclass
@@ -158,11 +239,11 @@ class SessionGrants:
     def add(
         self, tool: str, arguments: Mapping[str, Any], pattern: Mapping[str, str] | None
     ) -> Grant:
-        grant = (
-            Grant(tool, pattern=dict(pattern))
-            if pattern is not None
-            else Grant(tool, arguments_key=canonical_json(dict(arguments)))
-        )
+        if pattern is not None:
+            rest = {k: v for k, v in arguments.items() if k not in pattern}
+            grant = Grant(tool, pattern=dict(pattern), rest_key=canonical_json(rest))
+        else:
+            grant = Grant(tool, arguments_key=canonical_json(dict(arguments)))
         self._grants.append(grant)
         return grant
 

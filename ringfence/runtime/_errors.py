@@ -22,7 +22,7 @@ are caught; none leaks through the public API untranslated.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final, Self
 
 __all__ = [
     "ERROR_CODES",
@@ -40,6 +40,13 @@ __all__ = [
 ]
 
 
+class _Keep:
+    """The type of :data:`_KEEP`: "leave this attribute as it is" (``None`` is a value)."""
+
+
+_KEEP: Final = _Keep()
+
+
 class RingfenceError(Exception):
     """Base of every error ringfence raises on purpose."""
 
@@ -54,8 +61,40 @@ class RingfenceError(Exception):
         self.decision: Any = None
 
     def with_decision(self, decision: Any) -> RingfenceError:
+        """Attach the Gate's Decision (to an error just made, before it is raised)."""
         self.decision = decision
         return self
+
+    def with_(
+        self,
+        *,
+        message: str | None = None,
+        field: str | _Keep | None = _KEEP,
+        details: dict[str, Any] | None = None,
+    ) -> Self:
+        """A copy of this error with ``message``, ``field`` or ``details`` replaced.
+
+        The copy has the same class, code and decision, and carries this
+        error's ``__cause__``, ``__context__`` and traceback, so ``raise
+        err.with_(field="cwd") from err.__cause__`` changes what the error
+        says without losing where it came from. The original is left as it
+        was: an error that has been raised (and maybe recorded, or seen by
+        another task) is not rewritten in flight. ``field=None`` clears the
+        field; leaving it out keeps it.
+        """
+        cls = type(self)
+        copy = cls.__new__(cls)
+        copy.__dict__.update(self.__dict__)
+        copy.message = self.message if message is None else message
+        if not isinstance(field, _Keep):
+            copy.field = field
+        copy.details = dict(self.details if details is None else details)
+        copy.args = (copy.message,)
+        copy.__cause__ = self.__cause__
+        copy.__context__ = self.__context__
+        copy.__suppress_context__ = self.__suppress_context__
+        copy.__traceback__ = self.__traceback__
+        return copy
 
     def to_dict(self) -> dict[str, Any]:
         """The wire form used by ``--json``, events, the bridge and ``serve``."""

@@ -15,6 +15,16 @@ other spacing) is caught; it refuses a ``started`` record without an intent
 signed by the session key, and an unsealed session unless the caller accepts
 an open log (``--allow-open``).
 
+Writing: each record is encoded once (orjson, sorted keys: the same bytes as
+:func:`canonical_json` except that floats are written in their shortest form,
+``0.00001`` for ``1e-05``; the verifier accepts either form), hashed, and
+handed to the sink. :class:`FileSink` buffers a call's records and writes them
+with one ``write`` at the call's end (its outcome), before a person is asked,
+for every record outside a call, and every :data:`FLUSH_RECORDS` records: a
+crash loses at most the unflushed records of the calls in flight, which
+verification then reports as an open (unsealed) session. ``FileSink(sync=True)``
+(``--events-sync``) writes and fsyncs every record instead.
+
 Non-guarantees: a truncation that removes the seal and everything after some
 point leaves a valid prefix, which verifies only with ``allow_open``; without
 pinned keys, a log rewritten whole under a new key verifies; arguments that
@@ -34,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -75,6 +86,26 @@ KERNEL_KINDS = OUTCOME_KINDS | {
 }
 
 
+# A FileSink writes at the latest after this many buffered records (a call's streamed output).
+FLUSH_RECORDS = 64
+# Records of a call written while the call goes on: buffered until its outcome (or an ask).
+_BUFFERED_KINDS = frozenset({"proposed", "decided", "started", "approval_answered"})
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """The record's one written form: sorted keys, no whitespace, UTF-8.
+
+    orjson where it can (NaN and infinities become ``null``); what it refuses
+    (a lone surrogate, a non-string key, an integer beyond 64 bits) goes to
+    :func:`canonical_json`, which raises UnicodeEncodeError for a lone surrogate.
+    """
+    try:
+        return orjson.dumps(record, option=_SORTED)
+    except (orjson.JSONEncodeError, TypeError):
+        return canonical_json(record)
+
+
 def _escape_strings(value: Any) -> Any:
     """``value`` with lone surrogates escaped in every string, keys included."""
     if isinstance(value, str):
@@ -108,11 +139,19 @@ class MemorySink:
 
 
 class FileSink:
-    """Appends JSON lines to a file (0600), continuing an existing chain."""
+    """Appends JSON lines to a file (0600), continuing an existing chain.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    Lines are buffered until :meth:`flush` (the event log decides when, see the
+    module docstring) and written with one O_APPEND ``write``: whole lines
+    only, so a crash never leaves half a record for the next writer to glue
+    onto. ``sync=True`` writes and fsyncs each line as it comes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, sync: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.sync = sync
+        self._buffer: list[str] = []
         self._fd: int | None = os.open(
             self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
@@ -145,16 +184,31 @@ class FileSink:
         return record
 
     def write(self, line: str) -> None:
-        # One unbuffered O_APPEND write per line: a crash never leaves half a record
-        # in a buffer for the next writer to glue onto.
         if self._fd is None:
             raise RuntimeError(f"event file {self.path} is closed")
-        os.write(self._fd, (line + "\n").encode("utf-8"))
+        self._buffer.append(line)
+        if self.sync or len(self._buffer) >= FLUSH_RECORDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered lines with one append (and fsync when ``sync``)."""
+        if not self._buffer or self._fd is None:
+            return
+        data = ("\n".join(self._buffer) + "\n").encode("utf-8")
+        self._buffer.clear()
+        view = memoryview(data)
+        while view:  # a regular file takes it whole; a short write is finished, not lost
+            view = view[os.write(self._fd, view) :]
+        if self.sync:
+            os.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            try:
+                self.flush()
+            finally:
+                os.close(self._fd)
+                self._fd = None
 
 
 class EventLog:
@@ -198,24 +252,33 @@ class EventLog:
             )
         record: dict[str, Any] = {
             "seq": self._seq,
-            "ts": round(time.time(), 6),
+            "ts": time.time_ns() // 1000 / 1e6,  # microseconds, as round(…, 6) but cheaper
             "kind": kind,
             "trace_id": trace_id,
             **self._redactor.redact_value(data),
             "prev": self._prev,
         }
         try:
-            body = canonical_json(record)
+            body = encode_record(record)
         except UnicodeEncodeError:
             record = _escape_strings(record)
-            body = canonical_json(record)
+            body = encode_record(record)
         h = hashlib.sha256(body).hexdigest()
         record["hash"] = h
-        # The line is the hashed canonical form with the hash appended: one encoding per event.
+        # The line is the hashed form with the hash appended: one encoding per event.
         self._sink.write(body[:-1].decode("utf-8") + f',"hash":"{h}"}}')
         self._prev = h
         self._seq += 1
+        # A call's own records wait for its outcome; everything else is written now.
+        if kind not in _BUFFERED_KINDS or "call_id" not in data:
+            self.flush()
         return record
+
+    def flush(self) -> None:
+        """Hand buffered records to the file now (sinks without a buffer: nothing to do)."""
+        flush = getattr(self._sink, "flush", None)
+        if flush is not None:
+            flush()
 
     def seal(self, sign: Callable[[bytes], bytes]) -> None:
         """Write a ``session_sealed`` record signing the chain head, then close."""
@@ -324,7 +387,7 @@ class _Verifier:
         if not isinstance(record, dict):
             self.prev = claimed
             return
-        if canonical_json(record) != body:
+        if body != encode_record(record) and body != canonical_json(record):
             self.problem(lineno, "record is not in the canonical form it was hashed in")
         if self.prev is not None and record.get("prev") != self.prev:
             self.problem(lineno, "chain broken (prev does not match line before)")

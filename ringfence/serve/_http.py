@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import ipaddress
 import os
 import secrets
 import unicodedata
@@ -52,6 +51,8 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..runtime import InvalidArguments, Kernel
+from ..runtime._groups import single_error
+from ..runtime._net import is_loopback
 from ._defaults import DEFAULT_PORT, MIN_TOKEN_LENGTH, TOKEN_ENV
 from ._server import build_server
 
@@ -69,16 +70,6 @@ __all__ = [
 
 MCP_PATH = "/mcp"
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals; any other name is not (fail closed)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def token_from_env(environ: dict[str, str] | None = None) -> str | None:
@@ -330,15 +321,6 @@ class RefusalAudit:
             self.flush()
 
 
-def _only_os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
-    matched, rest = group.split(OSError)
-    if matched is None or rest is not None:
-        return None
-    while isinstance(matched, BaseExceptionGroup):
-        matched = matched.exceptions[0]
-    return matched if isinstance(matched, OSError) else None
-
-
 async def serve_http(
     kernel: Kernel,
     options: HttpOptions,
@@ -380,8 +362,8 @@ async def serve_http(
             nursery.cancel_scope.cancel()  # served: stop the audit's window timer too
         except BaseExceptionGroup as group:
             # hypercorn binds inside its own nursery, so a bind failure arrives grouped.
-            failed = _only_os_error(group)
-            if failed is None:
+            failed = single_error(group, OSError)
+            if not isinstance(failed, OSError):
                 raise
             raise InvalidArguments(
                 f"cannot listen on {config.bind[0]}: {failed.strerror or failed}", field="port"

@@ -7,6 +7,12 @@ and :func:`scan_git_metadata` / :func:`enforce_git_metadata` (``run_shell``'s ch
 that a command left no new or changed git metadata).
 """
 
+from ._changes import Change as Change, ChangeSet as ChangeSet, Image as Image
+from ._checkpoints import (
+    CheckpointStore as CheckpointStore,
+    Retention as Retention,
+    workspace_id as workspace_id,
+)
 from ._gitguard import (
     is_dotgit as is_dotgit,
     is_dotgitmodules as is_dotgitmodules,
@@ -22,8 +28,11 @@ from ._gitscan import (
     enforce_git_metadata as enforce_git_metadata,
     scan_git_metadata as scan_git_metadata,
 )
+from ._merge import MergeReport as MergeReport, merge_changes as merge_changes
 from ._resolver import openat2_available as openat2_available
 from ._tools import file_tool_specs as file_tool_specs, register_file_tools as register_file_tools
+from ._undo import register_undo_tool as register_undo_tool, undo as undo
+from ._upper import changes_from_upper as changes_from_upper
 from ._windows import (
     WindowsFileSystem as WindowsFileSystem,
     WindowsPath as WindowsPath,
@@ -32,11 +41,18 @@ from ._windows import (
 from ._workspace import Workspace as Workspace
 
 __all__ = [
+    "Change",
+    "ChangeSet",
+    "CheckpointStore",
     "GitReport",
     "GitSnapshot",
+    "Image",
+    "MergeReport",
+    "Retention",
     "WindowsFileSystem",
     "WindowsPath",
     "Workspace",
+    "changes_from_upper",
     "describe_findings",
     "diff_git_metadata",
     "enforce_git_metadata",
@@ -46,8 +62,12 @@ __all__ = [
     "is_git_directory",
     "is_hfs_dotgit",
     "is_ntfs_dotgit",
+    "merge_changes",
     "openat2_available",
     "register_file_tools",
+    "register_undo_tool",
     "resolve_windows_path",
     "scan_git_metadata",
+    "undo",
+    "workspace_id",
 ]

@@ -47,8 +47,13 @@ metadata (``core.hooksPath = .githooks``, ``include.path``) — those are
 ordinary workspace files; an existing git directory whose before-image was not
 kept (objects, index, a config over :data:`IMAGE_MAX_BYTES`) is reported, not
 restored; the subtree of a directory that was already unlistable before the
-command is not watched. Scans are linear in the number of entries under the
-roots (measured: ``benchmarks/gitscan.py``).
+command is not watched. A first scan is linear in the number of entries under
+the roots; a scan from a ``base`` (the previous one) costs one ``lstat`` per
+directory, one per entry inside git metadata (below ``objects/``: per
+directory) and a listing per changed directory, on the assumptions
+:func:`scan_git_metadata` states (ctime cannot be set back, the clock is not
+stepped back, hot directories are listed again); measured:
+``benchmarks/gitscan.py``.
 """
 
 from __future__ import annotations
@@ -58,15 +63,18 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._gitguard import is_dotgit, is_git_directory
 
 __all__ = [
+    "HOT_MARGIN_NS",
     "IMAGE_MAX_BYTES",
     "QUARANTINE_COPY_BYTES",
+    "DirState",
     "GitFinding",
     "GitReport",
     "GitSnapshot",
@@ -83,6 +91,19 @@ IMAGE_MAX_BYTES = 64 * 1024
 IMAGE_BUDGET_BYTES = 4 * 1024 * 1024
 # When quarantine is on another file system, at most this much is copied out before removal.
 QUARANTINE_COPY_BYTES = 256 * 1024 * 1024
+
+# A directory or file whose ctime is this close to the start of the scan that saw it (or later)
+# may have changed again within the same timestamp tick, keeping its ctime: the next scan reads
+# it again. Timestamps come from the kernel's coarse clock (a tick: 1-10 ms); 50 ms is 5 ticks
+# or more, and costs little (what was just written is listed once more).
+HOT_MARGIN_NS = 50_000_000
+# A ctime this far ahead of our clock means the file system's clock is not ours (a network file
+# system): ctimes cannot be trusted to order changes, so the next scan walks in full.
+FUTURE_SLACK_NS = 1_000_000_000
+# The wall clock stepping back by more than this since the base scan (measured against the
+# monotonic clock) means a full walk: a change could then get a ctime the base already saw.
+# Steps below the hot margin cannot do that; this leaves room for measuring jitter.
+CLOCK_STEP_NS = 10_000_000
 
 _SETID = stat.S_ISUID | stat.S_ISGID
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -119,6 +140,9 @@ class MetaEntry:
             return self.image == other.image
         if self.kind == "link":
             return self.image == other.image
+        # Images are compared too: a file rewritten within one timestamp tick keeps its status.
+        if self.image is not None and other.image is not None and self.image != other.image:
+            return False
         return (self.size, self.mtime_ns, self.ctime_ns, self.ino) == (
             other.size,
             other.mtime_ns,
@@ -132,6 +156,32 @@ _OPAQUE = MetaEntry("dir", 0, 0, 0, 0, 0, "")
 
 
 @dataclass(frozen=True)
+class DirState:
+    """One directory as a scan saw it: what lets the next scan skip listing it.
+
+    ``kind`` says how its entries were treated: ``plain`` (outside git
+    metadata; ``names`` are its subdirectories and ``.git`` names, the only
+    entries a scan acts on), ``meta`` (inside git metadata; ``names`` are all
+    its entries) or ``objects`` (below a git directory's ``objects/``;
+    ``names`` are its subdirectories, ``digest`` covers its file names).
+    ``top`` is the metadata it lies in (None outside). A ``volatile``
+    directory is listed by every scan: its names make it a candidate git
+    directory, and git also reads ``HEAD``'s content, which can change without
+    the directory changing. Directories that could not be listed have none.
+    """
+
+    dev: int
+    ino: int
+    ctime_ns: int
+    mtime_ns: int
+    top: str | None
+    kind: str
+    names: tuple[str, ...]
+    volatile: bool = False
+    digest: bytes | None = None
+
+
+@dataclass(frozen=True)
 class GitSnapshot:
     """Git metadata under some roots at one moment.
 
@@ -140,7 +190,13 @@ class GitSnapshot:
     directories outside other metadata); ``setid`` the regular files with a
     setuid/setgid bit and ``opaque`` the unlistable directories that changed
     since the scan's ``since`` (see :func:`scan_git_metadata`); ``visited``
-    the number of directory entries the walk looked at.
+    the number of directory entries the walk looked at. ``dirs`` is every
+    directory the walk saw (what a later scan with this one as ``base``
+    needs), ``scanned_ns`` when the scan started (wall clock;
+    ``clock_offset_ns`` its offset from the monotonic clock), ``listed`` and
+    ``reused`` how many directories it listed and took unchanged from its
+    base; ``trusted`` is False when a ``ctime`` was in the future (the next
+    scan from this one walks in full).
     """
 
     roots: tuple[Path, ...]
@@ -149,6 +205,12 @@ class GitSnapshot:
     setid: frozenset[tuple[int, str]] = frozenset()
     visited: int = 0
     opaque: frozenset[tuple[int, str]] = frozenset()
+    dirs: Mapping[tuple[int, str], DirState] = field(default_factory=dict)
+    scanned_ns: int = 0
+    clock_offset_ns: int = 0
+    trusted: bool = True
+    listed: int = 0
+    reused: int = 0
 
     def path(self, key: tuple[int, str]) -> Path:
         return self.roots[key[0]] / key[1]
@@ -200,8 +262,16 @@ class GitReport:
 # -- scanning ---------------------------------------------------------------------------
 
 
+class _Uncertain(Exception):
+    """The cheap path cannot vouch for a root (a path vanished under an unchanged parent)."""
+
+
 def scan_git_metadata(
-    roots: Sequence[Path], *, since: int | None = None, setid: bool = False
+    roots: Sequence[Path],
+    *,
+    since: int | None = None,
+    setid: bool = False,
+    base: GitSnapshot | None = None,
 ) -> GitSnapshot:
     """Walk ``roots`` (real paths) and record their git metadata. Blocking.
 
@@ -213,86 +283,291 @@ def scan_git_metadata(
       changed since then (a command could hide a ``.git`` behind ``chmod
       311``: git on the host can still enter such a directory);
     * with ``setid``, ``setid``: regular files with a setuid/setgid bit whose
-      status changed since then. That costs an ``lstat`` per file.
+      status changed since then. That costs an ``lstat`` per file (and a full
+      walk: ``base`` is not used).
+
+    ``base`` (an earlier snapshot of the same roots) makes the scan
+    incremental: a directory whose device, inode, ``ctime`` and ``mtime`` are
+    those ``base`` saw is not listed again, its entries are taken from
+    ``base`` (see :class:`DirState`): one ``lstat`` per unchanged directory,
+    plus one per entry inside git metadata and the before-images of the files
+    whose status changed. The result is the snapshot a full walk would give,
+    on these assumptions:
+
+    * Adding, removing or renaming an entry changes its directory's ``ctime``,
+      and nobody sets a ``ctime`` back: ``utimensat`` can set ``mtime``, not
+      ``ctime``. Only moving the system clock back could forge one, which
+      needs ``CAP_SYS_TIME``: no sandboxed command has it (docker drops all;
+      the wall clock is not namespaced either way), but a command of the
+      unconfined ``local`` backend running as root does. A step back is
+      seen (see below); a root command that steps the clock back, writes,
+      and steps it forward to the same offset again is not. Such a command
+      can as well write the host's ``/etc/gitconfig`` or ``~/.gitconfig``,
+      which no scan of the workspace sees, so the check is no boundary
+      against root on the host whatever it walks: root on the host keeps
+      the incremental scan.
+    * A directory changed again within the same clock tick as the scan that
+      saw it can keep its ``ctime`` (git's "racily clean" problem): every
+      directory and metadata file whose ``ctime`` is within
+      :data:`HOT_MARGIN_NS` of ``base``'s start, or later, is "hot" and read
+      again.
+    * The file system keeps ``ctime`` (every local Linux file system does) and
+      its clock is this machine's: a ``ctime`` more than
+      :data:`FUTURE_SLACK_NS` in the future marks the snapshot untrusted, and
+      the next scan from it walks in full.
+
+    A full walk is also done for a root whose directory was replaced, for a
+    root where an entry of an unchanged directory cannot be found (something
+    raced the scan), when the wall clock stepped back since ``base`` (by more
+    than :data:`CLOCK_STEP_NS` against the monotonic clock: a root command
+    that moves the clock back and forth again to the same offset is not
+    seen), when ``base`` is of other roots, and with ``setid``.
     """
-    walk = _Walk(since, setid)
-    for index, root in enumerate(roots):
+    offset, started = _clock_offset()
+    paths = tuple(Path(r) for r in roots)
+    usable = (
+        base is not None
+        and base.trusted
+        and not setid
+        and base.roots == paths
+        and 0 < base.scanned_ns <= started
+        and base.clock_offset_ns - offset <= CLOCK_STEP_NS
+    )
+    walk = _Walk(since, setid, base if usable else None, started)
+    for index, root in enumerate(paths):
         try:
             top_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             continue
-        # A root inside git metadata is metadata throughout (its top is the root itself).
-        inherited = "" if _root_in_git(Path(root), top_fd) else None
-        walk.run(index, top_fd, inherited)
+        try:
+            # A root inside git metadata is metadata throughout (its top is the root itself).
+            inherited = "" if _root_in_git(root, top_fd) else None
+            walk.run(index, top_fd, inherited)
+        finally:
+            os.close(top_fd)
     return GitSnapshot(
-        tuple(Path(r) for r in roots),
+        paths,
         walk.entries,
         frozenset(walk.tops),
         frozenset(walk.setids),
         walk.visited,
         frozenset(walk.opaque),
+        dirs=walk.dirs,
+        scanned_ns=started,
+        clock_offset_ns=offset,
+        trusted=walk.trusted,
+        listed=walk.listed,
+        reused=walk.reused,
     )
 
 
-class _Walk:
-    """One scan's state: what it found, and the directories still to list."""
+def _clock_offset() -> tuple[int, int]:
+    """``(wall clock - monotonic clock, wall clock)`` now, in ns: the offset moves only on a step.
 
-    def __init__(self, since: int | None, setid: bool) -> None:
+    The tightest of three readings, so a preemption between them does not look like a step.
+    """
+    best: tuple[int, int, int] | None = None
+    for _ in range(3):
+        before = time.monotonic_ns()
+        wall = time.time_ns()
+        spread = time.monotonic_ns() - before
+        if best is None or spread < best[0]:
+            best = (spread, wall - (before + spread // 2), wall)
+    assert best is not None
+    return best[1], best[2]
+
+
+class _Walk:
+    """One scan's state: what it found, and the directories still to visit.
+
+    A stack item is ``(fd, rel, top)``: ``fd`` is the directory opened below
+    its (listed) parent, or -1 when its parent was taken from the base
+    snapshot (it is then looked at by path, from the root).
+    """
+
+    def __init__(
+        self, since: int | None, setid: bool, base: GitSnapshot | None, started: int
+    ) -> None:
         self.since = since
         self.setid_since = since if setid else None
+        self.base = base
+        self.hot_ns = (base.scanned_ns - HOT_MARGIN_NS) if base is not None else 0
+        self.future_ns = started + FUTURE_SLACK_NS
         self.entries: dict[tuple[int, str], MetaEntry] = {}
         self.tops: set[tuple[int, str]] = set()
         self.setids: set[tuple[int, str]] = set()
         self.opaque: set[tuple[int, str]] = set()
+        self.dirs: dict[tuple[int, str], DirState] = {}
         self.budget = [IMAGE_BUDGET_BYTES]
         self.visited = 0
+        self.listed = 0
+        self.reused = 0
+        self.trusted = True
         self.index = 0
+        self.root_fd = -1
+        # The base's tables while walking a root the base is used for, else empty.
+        self.base_dirs: Mapping[tuple[int, str], DirState] = {}
+        self.base_entries: Mapping[tuple[int, str], MetaEntry] = {}
         self.stack: list[tuple[int, str, str | None]] = []
 
-    def run(self, index: int, top_fd: int, inherited: str | None) -> None:
-        self.index = index
-        self.stack = [(top_fd, "", inherited)]
+    def run(self, index: int, root_fd: int, inherited: str | None) -> None:
+        self.index, self.root_fd = index, root_fd
+        old = self.base.dirs.get((index, "")) if self.base is not None else None
+        st = os.fstat(root_fd)
+        # A replaced root (another directory at its path) is walked in full.
+        if (
+            old is not None
+            and self.base is not None
+            and (old.dev, old.ino) == (st.st_dev, st.st_ino)
+        ):
+            counts = (self.visited, self.listed, self.reused, self.budget[0])
+            self.base_dirs, self.base_entries = self.base.dirs, self.base.entries
+            try:
+                self._walk(inherited)
+                return
+            except _Uncertain:
+                self._forget(index)
+                self.visited, self.listed, self.reused, self.budget[0] = counts
+            finally:
+                self.base_dirs, self.base_entries = {}, {}
+        self._walk(inherited)
+
+    def _walk(self, inherited: str | None) -> None:
+        self.stack = [(os.dup(self.root_fd), "", inherited)]
         try:
             while self.stack:
                 fd, rel, top = self.stack.pop()
                 try:
-                    self.visited += self._scan_dir(fd, rel, top)
+                    self._visit(fd, rel, top)
                 finally:
-                    os.close(fd)
+                    if fd >= 0:
+                        os.close(fd)
         finally:
             for fd, _, _ in self.stack:
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
+            self.stack = []
 
-    def _scan_dir(self, fd: int, rel: str, top: str | None) -> int:
+    def _forget(self, index: int) -> None:
+        """Drop what a partial walk of root ``index`` recorded (it is walked again)."""
+        for table in (self.entries, self.dirs):
+            for key in [k for k in table if k[0] == index]:
+                del table[key]
+        for found in (self.tops, self.setids, self.opaque):
+            found.difference_update([k for k in found if k[0] == index])
+
+    def _visit(self, fd: int, rel: str, top: str | None) -> None:
+        """Take one directory from the base or list it (``fd``, when open, is the caller's)."""
+        key = (self.index, rel)
+        if fd < 0:
+            # Its parent is unchanged, so this name is still this directory.
+            try:
+                st = os.stat(rel, dir_fd=self.root_fd, follow_symlinks=False)
+            except OSError as exc:
+                raise _Uncertain(rel) from exc
+            if not stat.S_ISDIR(st.st_mode):
+                raise _Uncertain(rel)
+        else:
+            st = os.fstat(fd)
+        if st.st_ctime_ns > self.future_ns:
+            self.trusted = False  # the file system's clock is not ours: next time, walk all
+        old = self.base_dirs.get(key)
+        if (
+            old is not None
+            and not old.volatile
+            and old.top == top
+            and (old.dev, old.ino, old.ctime_ns, old.mtime_ns)
+            == (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
+            and old.ctime_ns < self.hot_ns
+        ):
+            self._replay(fd, rel, top, old)
+            return
+        if fd >= 0:
+            self.visited += self._scan_dir(fd, rel, top, st)
+            return
+        try:
+            fd = _open_rel(self.root_fd, rel)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM):
+                raise _Uncertain(rel) from exc
+            self._opaque_st(rel, st)
+            return
+        try:
+            self.visited += self._scan_dir(fd, rel, top, st)
+        finally:
+            os.close(fd)
+
+    def _replay(self, fd: int, rel: str, top: str | None, old: DirState) -> None:
+        """An unchanged directory: its entries are the base's; only metadata is looked at."""
+        index, entries = self.index, self.entries
+        self.reused += 1
+        self.visited += len(old.names)
+        self.dirs[(index, rel)] = old
+        prefix = f"{rel}/" if rel else ""
+        if old.kind == "plain":
+            for name in old.names:
+                child = prefix + name
+                if is_dotgit(name):
+                    self.tops.add((index, child))
+                    self._record(fd, name, child, child, None)
+                else:
+                    self.stack.append((-1, child, None))
+            return
+        assert top is not None
+        if old.kind == "objects":
+            for name in old.names:
+                child = prefix + name
+                entries[(index, child)] = MetaEntry("dir", 0, 0, 0, 0, 0, top)
+                self.stack.append((-1, child, top))
+            key = (index, rel)
+            if key in entries:
+                prior, kept = entries[key], self.base_entries.get(key)
+                if kept is None or (kept.kind, kept.mode, kept.top, kept.image) != (
+                    prior.kind,
+                    prior.mode,
+                    top,
+                    old.digest,
+                ):
+                    kept = MetaEntry(prior.kind, prior.mode, 0, 0, 0, 0, top, old.digest)
+                entries[key] = kept
+            return
+        for name in old.names:
+            self._record(fd, name, prefix + name, top, None)
+
+    def _scan_dir(self, fd: int, rel: str, top: str | None, dir_st: os.stat_result) -> int:
         index, entries = self.index, self.entries
         try:
             with os.scandir(fd) as it:
                 listing = list(it)
         except OSError:
-            self._opaque(fd, rel, "")
+            self._opaque_st(rel, dir_st)
             return 0
-        if (
-            top is None
-            and rel
-            and _may_be_git_dir({e.name for e in listing})
-            and is_git_directory(fd)
-        ):
-            # The directory itself is a repository: a top (its entry is its parent's).
-            top = rel
-            self.tops.add((index, rel))
-            entries[(index, rel)] = _entry(os.fstat(fd), "dir", rel)
+        self.listed += 1
+        volatile = False
+        if top is None and rel and _may_be_git_dir({e.name for e in listing}):
+            # git also reads HEAD's content, which changes without the directory changing:
+            # a candidate is listed and tested by every scan.
+            volatile = True
+            if is_git_directory(fd):
+                # The directory itself is a repository: a top (its entry is its parent's).
+                top = rel
+                self.tops.add((index, rel))
+                entries[(index, rel)] = _entry(dir_st, "dir", rel)
         prefix = f"{rel}/" if rel else ""
         if top is None:
             # The common case, kept lean: most entries are ordinary files, seen by name only.
             setid_since = self.setid_since
+            kept: list[str] = []
             for e in listing:
                 name = e.name
                 if is_dotgit(name):
                     child = prefix + name
                     self.tops.add((index, child))
-                    self._record(fd, e, child, child)
+                    self._record(fd, name, child, child, e)
+                    kept.append(name)
                 elif e.is_dir(follow_symlinks=False):
                     self._push(fd, name, prefix + name, None)
+                    kept.append(name)
                 elif setid_since is not None and e.is_file(follow_symlinks=False):
                     try:
                         st = e.stat(follow_symlinks=False)
@@ -300,6 +575,7 @@ class _Walk:
                         continue
                     if st.st_mode & _SETID and st.st_ctime_ns >= setid_since:
                         self.setids.add((index, prefix + name))
+            self._keep(rel, None, dir_st, "plain", kept, volatile)
             return len(listing)
         if _in_objects(prefix, top) and not _may_be_git_dir({e.name for e in listing}):
             # Loose objects and packs are named by their content and git runs nothing from
@@ -307,54 +583,126 @@ class _Walk:
             # directory), not each file's stat, so many loose objects stay cheap to scan.
             # (A repository planted in there is recorded in full, like any other.)
             files = []
+            kept = []
             for e in listing:
                 if e.is_dir(follow_symlinks=False):
                     child = prefix + e.name
                     entries[(index, child)] = MetaEntry("dir", 0, 0, 0, 0, 0, top)
                     self._push(fd, e.name, child, top)
+                    kept.append(e.name)
                 else:
                     files.append(e.name)
+            digest = hashlib.blake2b(
+                "\0".join(sorted(files)).encode(errors="surrogateescape")
+            ).digest()
             key = (index, rel)
             if key in entries:
                 old = entries[key]
-                digest = hashlib.blake2b("\0".join(sorted(files)).encode(errors="surrogateescape"))
-                entries[key] = MetaEntry(old.kind, old.mode, 0, 0, 0, 0, top, digest.digest())
+                entries[key] = MetaEntry(old.kind, old.mode, 0, 0, 0, 0, top, digest)
+            self._keep(rel, top, dir_st, "objects", kept, volatile, digest)
             return len(listing)
         for e in listing:
-            self._record(fd, e, prefix + e.name, top)
+            self._record(fd, e.name, prefix + e.name, top, e)
+        self._keep(rel, top, dir_st, "meta", [e.name for e in listing], volatile)
         return len(listing)
 
-    def _record(self, fd: int, e: os.DirEntry[str], child: str, top: str) -> None:
-        """Record one entry inside git metadata; queue it when it is a directory."""
+    def _keep(
+        self,
+        rel: str,
+        top: str | None,
+        st: os.stat_result,
+        kind: str,
+        names: list[str],
+        volatile: bool,
+        digest: bytes | None = None,
+    ) -> None:
+        self.dirs[(self.index, rel)] = DirState(
+            st.st_dev,
+            st.st_ino,
+            st.st_ctime_ns,
+            st.st_mtime_ns,
+            top,
+            kind,
+            tuple(names),
+            volatile,
+            digest,
+        )
+
+    def _record(self, fd: int, name: str, child: str, top: str, e: os.DirEntry[str] | None) -> None:
+        """Record one entry inside git metadata; queue it when it is a directory.
+
+        ``e`` is its directory entry when the parent was listed; otherwise the
+        parent is unchanged and the entry must still be there.
+        """
+        key = (self.index, child)
         try:
-            st = e.stat(follow_symlinks=False)
-        except OSError:
+            if e is not None:
+                st = e.stat(follow_symlinks=False)
+            elif fd >= 0:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            else:
+                st = os.stat(child, dir_fd=self.root_fd, follow_symlinks=False)
+        except OSError as exc:
+            if e is None:
+                raise _Uncertain(child) from exc
             return
         kind = _kind(st.st_mode)
-        image = _image(fd, e.name, st, child, top, self.budget)
-        self.entries[(self.index, child)] = _entry(st, kind, top, image)
+        old = self.base_entries.get(key)
+        image: bytes | None = None
+        if not _wants_image(st, child, top):
+            pass
+        elif (
+            old is not None
+            and old.image is not None
+            and (old.kind, old.mode, old.size, old.mtime_ns, old.ctime_ns, old.ino)
+            == (kind, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            and old.ctime_ns < self.hot_ns
+        ):
+            # Unchanged and not hot: the before-image read last time still holds.
+            image = old.image
+            if kind == "file":
+                self.budget[0] -= len(image)
+        elif fd >= 0:
+            image = _image(fd, name, st, child, top, self.budget)
+        else:
+            parent = _open_rel(self.root_fd, child.rpartition("/")[0])
+            try:
+                image = _image(parent, name, st, child, top, self.budget)
+            finally:
+                os.close(parent)
+        self.entries[key] = _entry(st, kind, top, image)
         if kind == "dir":
-            self._push(fd, e.name, child, top)
+            if fd >= 0:
+                self._push(fd, name, child, top)
+            else:
+                self.stack.append((-1, child, top))
 
     def _push(self, fd: int, name: str, child: str, top: str | None) -> None:
         try:
             sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
         except OSError as exc:
             if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
-                self._opaque(fd, child, name)
+                with contextlib.suppress(OSError):
+                    self._opaque_st(child, os.stat(name, dir_fd=fd, follow_symlinks=False))
             return
         self.stack.append((sub, child, top))
 
-    def _opaque(self, fd: int, rel: str, name: str) -> None:
+    def _opaque_st(self, rel: str, st: os.stat_result) -> None:
         """A directory that cannot be listed: opaque when it changed during the command."""
-        if self.since is None or not rel:
-            return
-        try:
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False) if name else os.fstat(fd)
-        except OSError:
-            return
-        if st.st_ctime_ns >= self.since:
+        if self.since is not None and rel and st.st_ctime_ns >= self.since:
             self.opaque.add((self.index, rel))
+
+
+def _open_rel(root_fd: int, rel: str) -> int:
+    """``rel`` below the open ``root_fd``, one component at a time, never through a symlink."""
+    fd = os.dup(root_fd)
+    for name in rel.split("/") if rel else ():
+        try:
+            nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = nxt
+    return fd
 
 
 def _may_be_git_dir(names: set[str]) -> bool:
@@ -430,6 +778,17 @@ def _exec_relevant(rel: str, top: str) -> bool:
     if inner == [""]:
         return False
     return inner[-1] in _EXEC_NAMES or "hooks" in inner
+
+
+def _wants_image(st: os.stat_result, rel: str, top: str) -> bool:
+    """Is a before-image kept for this entry (see :func:`_image`)? Decided by its status."""
+    if stat.S_ISLNK(st.st_mode):
+        return True
+    return (
+        stat.S_ISREG(st.st_mode)
+        and st.st_size <= IMAGE_MAX_BYTES
+        and (rel == top or _exec_relevant(rel, top))
+    )
 
 
 def _image(

@@ -1,5 +1,10 @@
 """The confined walk: every workspace operation resolves its path here.
 
+(About 690 lines on purpose: the walk, its lexical re-entry into a root, the
+``openat2`` fast path that must agree with it and the roots' lifetime share
+one set of invariants, and are reviewed as one. ``openat2`` itself is in
+:mod:`._openat2`.)
+
 Never check-then-open. A path is resolved *through descriptors*: each root is
 held open as an ``O_PATH`` directory descriptor, every component is opened
 relative to the one before it with ``O_NOFOLLOW``, and the operation itself
@@ -30,8 +35,6 @@ process; see the Non-guarantees in :class:`~ringfence.workspace.Workspace`.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import errno
 import os
 import stat
@@ -50,16 +53,34 @@ from ..runtime import (
     ToolError,
     Unwritable,
 )
+from ._gitguard import is_dotgit, is_git_directory
+from ._openat2 import (
+    RESOLVE_BENEATH,
+    RESOLVE_NO_MAGICLINKS,
+    RESOLVE_NO_SYMLINKS,
+    openat2,
+    openat2_available,
+)
 
 __all__ = [
+    "CONFINED",
     "MAX_STEPS",
     "MAX_SYMLINKS",
+    "Access",
     "FollowLeaf",
     "Place",
     "Resolver",
     "Root",
+    "check_path_string",
+    "display_path",
+    "fd_path",
+    "is_link",
+    "open_leaf",
+    "open_root",
     "openat2",
     "openat2_available",
+    "path_parts",
+    "translate_oserror",
 ]
 
 T = TypeVar("T")
@@ -68,104 +89,15 @@ T = TypeVar("T")
 MAX_SYMLINKS = 40
 # Components processed per call, symlink expansions included (PATH_MAX / 2).
 MAX_STEPS = 2048
-# openat2 returns EAGAIN when a concurrent rename makes ".." unsafe to trust.
-EAGAIN_RETRIES = 32
 
 O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-RESOLVE_NO_MAGICLINKS = 0x02
-RESOLVE_NO_SYMLINKS = 0x04
-RESOLVE_BENEATH = 0x08
-
-# -- openat2 through ctypes -------------------------------------------------------------
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [
-        ("flags", ctypes.c_uint64),
-        ("mode", ctypes.c_uint64),
-        ("resolve", ctypes.c_uint64),
-    ]
-
-
-_SYS_OPENAT2 = 437  # the same number on every architecture (unified syscall table)
-
-
-class _Openat2:
-    """``openat2`` via ``syscall(2)``; remembers ENOSYS for the life of the process.
-
-    Hot path: the ``open_how`` structs are built once per (flags, resolve)
-    and shared (the kernel only reads them), and the call goes through a
-    fixed ``CFUNCTYPE`` prototype taking the struct's address.
-    """
-
-    def __init__(self) -> None:
-        self.available: bool | None = None  # None: not tried yet
-        self._hows: dict[tuple[int, int], tuple[_OpenHow, int]] = {}
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            proto = ctypes.CFUNCTYPE(
-                ctypes.c_long,
-                ctypes.c_long,  # syscall number
-                ctypes.c_long,  # dirfd
-                ctypes.c_char_p,  # path
-                ctypes.c_void_p,  # struct open_how *
-                ctypes.c_long,  # sizeof(struct open_how)
-                use_errno=True,
-            )
-            self._fn = proto(("syscall", libc))
-        except (OSError, AttributeError):  # pragma: no cover - no libc syscall()
-            self.available = False
-
-    def _how(self, flags: int, resolve: int) -> int:
-        key = (flags, resolve)
-        found = self._hows.get(key)
-        if found is None:
-            how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)
-            found = self._hows[key] = (how, ctypes.addressof(how))
-        return found[1]
-
-    def quick(self, dirfd: int, path: bytes, flags: int, resolve: int) -> int:
-        """One attempt: a descriptor, or -1 on any failure (then use the call, which explains)."""
-        found = self._hows.get((flags, resolve))
-        how = found[1] if found is not None else self._how(flags, resolve)
-        return self._fn(_SYS_OPENAT2, dirfd, path, how, _OPEN_HOW_SIZE)
-
-    def __call__(self, dirfd: int, path: bytes, flags: int, resolve: int) -> int:
-        """Open ``path`` relative to ``dirfd``; raise OSError with the errno."""
-        if self.available is False:
-            raise OSError(errno.ENOSYS, "openat2 is not available")
-        how = self._how(flags, resolve)
-        for _ in range(EAGAIN_RETRIES):
-            fd = self._fn(_SYS_OPENAT2, dirfd, path, how, _OPEN_HOW_SIZE)
-            if fd >= 0:
-                self.available = True
-                return fd
-            err = ctypes.get_errno()
-            if err in (errno.EAGAIN, errno.EINTR):
-                continue
-            if err == errno.ENOSYS:
-                self.available = False
-            raise OSError(err, os.strerror(err))
-        raise OSError(errno.EAGAIN, "openat2 kept failing with EAGAIN (concurrent renames)")
-
-
-_OPEN_HOW_SIZE = ctypes.sizeof(_OpenHow)
-openat2 = _Openat2()
-
-
-def openat2_available() -> bool:
-    """Does this kernel have openat2? (Probes once, then remembers.)"""
-    if openat2.available is None:
-        with contextlib.suppress(OSError):
-            os.close(openat2(-100, b"/", os.O_PATH, 0))  # AT_FDCWD
-    return bool(openat2.available)
 
 
 # -- roots and places -------------------------------------------------------------------
 
 
-def _parts(path: str) -> tuple[str, ...]:
+def path_parts(path: str) -> tuple[str, ...]:
+    """The names of a "/"-separated path, without empty and ``.`` components (lexical only)."""
     return tuple(p for p in path.split("/") if p not in ("", "."))
 
 
@@ -173,7 +105,7 @@ def _parts(path: str) -> tuple[str, ...]:
 class Root:
     """One workspace root, held open as an ``O_PATH`` directory descriptor."""
 
-    index: int  # position in the roots; -1 for the host root of unrestricted calls
+    index: int  # position in the roots; -1 for the host root (Workspace.with_host_root)
     path: Path  # the real path, read back from the descriptor when it was opened
     fd: int
     match_parts: tuple[tuple[str, ...], ...]  # spellings that name this root
@@ -181,7 +113,7 @@ class Root:
 
     @property
     def parts(self) -> tuple[str, ...]:
-        return _parts(str(self.path))
+        return path_parts(str(self.path))
 
     @property
     def is_host(self) -> bool:
@@ -214,6 +146,51 @@ class Place:
         return display_path(self.root, names)
 
 
+def open_root(index: int, given: str | os.PathLike[str]) -> Root:
+    """Open one workspace root (position ``index``) as an ``O_PATH`` directory descriptor.
+
+    The root is the one place a path *string* is opened: the caller names
+    it. Raises InvalidArguments (field ``roots``) when it does not exist, is
+    not a directory or cannot be opened.
+    """
+    spelled = os.path.abspath(os.fspath(given))
+    try:
+        fd = os.open(spelled, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InvalidArguments(
+            f"workspace root {os.fspath(given)!r} does not exist", field="roots"
+        ) from None
+    except NotADirectoryError:
+        raise InvalidArguments(
+            f"workspace root {os.fspath(given)!r} is not a directory", field="roots"
+        ) from None
+    except OSError as exc:
+        raise InvalidArguments(
+            f"workspace root {os.fspath(given)!r} cannot be opened: {exc.strerror}", field="roots"
+        ) from None
+    real = fd_path(fd)
+    spellings = tuple(dict.fromkeys([path_parts(str(real)), path_parts(spelled)]))
+    return Root(index, real, fd, spellings, _git_reason(real))
+
+
+def _git_reason(real: Path) -> str | None:
+    """Why a root lies in git metadata (so every write in it is refused), or None."""
+    for part in real.parts[1:]:
+        if is_dotgit(part):
+            return f"the workspace root {real} lies inside a .git directory"
+    for ancestor in [real, *real.parents]:
+        try:
+            fd = os.open(ancestor, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if is_git_directory(fd):
+                return f"the workspace root {real} lies inside the git directory {ancestor}"
+        finally:
+            os.close(fd)
+    return None
+
+
 def display_path(root: Root, names: Sequence[str]) -> str:
     rel = "/".join(names)
     if root.is_host:
@@ -225,6 +202,31 @@ def display_path(root: Root, names: Sequence[str]) -> str:
 
 class FollowLeaf(Exception):
     """Raised by an operation to say "the leaf is a symlink: follow it and call me again"."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """Which roots one operation may reach, and who hears where it went outside them.
+
+    :data:`CONFINED` (the default everywhere) reaches the workspace roots
+    only. An access with ``host_root`` also has ``/`` as a last root; only
+    :meth:`ringfence.workspace.Workspace.with_host_root` makes one, so every
+    way out of the sandbox is spelled ``with_host_root`` at its call site.
+    ``note`` hears the place of each walk that ended on the host root (see
+    :meth:`Resolver.walk`); it is not told about link targets a search
+    looked at on the way.
+    """
+
+    host_root: bool = False
+    note: Callable[[str], None] | None = None
+
+    def reached(self, place: Place) -> None:
+        """Tell ``note`` about ``place`` when it lies on the host root."""
+        if self.note is not None and place.root.is_host:
+            self.note(place.display())
+
+
+CONFINED = Access()
 
 
 # -- the resolver -----------------------------------------------------------------------
@@ -261,50 +263,58 @@ class Resolver:
         self.use_openat2 = True  # tests switch this off to exercise the walk alone
         self._host: Root | None = None
         self._lock = threading.Lock()
-        self._inflight: list[None] = []
+        self._users = 0  # operations in flight (a refcount guarded by _lock)
         self._closed = False
 
     # -- lifetime ----------------------------------------------------------------------
 
-    # In-flight accounting without a lock on the hot path: list.append and list.pop are
-    # atomic, and "closed" is checked *after* announcing, so either close() sees the
-    # operation and leaves the descriptors to its __exit__, or the operation sees closed.
+    # A plain refcount under a lock (tens of nanoseconds per call): whoever brings it to
+    # zero after close() closes the descriptors, exactly once. A refused __enter__ never
+    # counts, so it cannot leave descriptors open behind a close() that saw it.
 
     def __enter__(self) -> Resolver:
         """Mark an operation in flight (``with resolver:``); refuses once closed."""
-        self._inflight.append(None)
-        if self._closed:
-            self._inflight.pop()
-            raise ToolError("the workspace is closed")
+        with self._lock:
+            if self._closed:
+                raise ToolError("the workspace is closed")
+            self._users += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._inflight.pop()
-        if self._closed and not self._inflight:
+        with self._lock:
+            self._users -= 1
+            last = self._closed and self._users == 0
+        if last:
             self._close_fds()
 
     def close(self) -> None:
-        self._closed = True
-        if not self._inflight:
+        """Refuse new operations; close the root descriptors once none is in flight."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            last = self._users == 0
+        if last:
             self._close_fds()
 
     def _close_fds(self) -> None:
-        with self._lock:  # idempotent: the last two to leave may both get here
-            for root in [*self.roots, *([self._host] if self._host else [])]:
-                if root.fd >= 0:
-                    os.close(root.fd)
-                    root.fd = -1
+        # Called once: by close() with nothing in flight, or by the last operation out.
+        for root in [*self.roots, *([self._host] if self._host else [])]:
+            if root.fd >= 0:
+                os.close(root.fd)
+                root.fd = -1
 
     def host_root(self) -> Root:
-        """``/`` as a root: used only by unrestricted calls."""
+        """``/`` as a root: used only by host-root accesses (inside an operation)."""
         with self._lock:
             if self._host is None:
                 fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
                 self._host = Root(-1, Path("/"), fd, ((),))
             return self._host
 
-    def roots_for(self, unrestricted: bool) -> list[Root]:
-        return [*self.roots, self.host_root()] if unrestricted else list(self.roots)
+    def roots_for(self, access: Access) -> list[Root]:
+        """The roots ``access`` may reach, the host root last."""
+        return [*self.roots, self.host_root()] if access.host_root else list(self.roots)
 
     # -- locating a path ---------------------------------------------------------------
 
@@ -367,7 +377,7 @@ class Resolver:
         path: str,
         op: Callable[[Place], T],
         *,
-        unrestricted: bool = False,
+        access: Access = CONFINED,
         make_dir: Callable[[Place, str], None] | None = None,
     ) -> T:
         """Resolve ``path`` and run ``op(place)`` at the directory it ends in.
@@ -376,10 +386,24 @@ class Resolver:
         symlink; the walk then reads the link, checks it and calls ``op``
         again at the target. ``make_dir(place, name)``, when given, is called
         for a missing intermediate directory and must create it (or raise).
+        When ``op`` returns at a place on the host root, ``access`` is told.
         """
-        roots = self.roots_for(unrestricted)
+        roots = self.roots_for(access)
         root, pending = self.start(path, roots)
-        return self.walk_from(root, pending, op, roots=roots, original=path, make_dir=make_dir)
+
+        def noted(place: Place) -> T:
+            result = op(place)
+            access.reached(place)
+            return result
+
+        return self.walk_from(
+            root,
+            pending,
+            noted if access.host_root else op,
+            roots=roots,
+            original=path,
+            make_dir=make_dir,
+        )
 
     def walk_from(
         self,
@@ -493,15 +517,17 @@ class Resolver:
 
     # -- opening -----------------------------------------------------------------------
 
-    def open(self, path: str, flags: int, *, unrestricted: bool = False) -> int:
-        """Open ``path`` with ``flags``, confined; the caller owns the descriptor.
+    def open(self, path: str, flags: int, *, access: Access = CONFINED) -> int:
+        """Open ``path`` with ``flags``; the caller owns the descriptor.
 
-        ``openat2`` first (one syscall); anything it refuses for being outside
-        the root or a link loop is resolved again by the walk, which decides.
+        Confined: ``openat2`` first (one syscall); anything it refuses for
+        being outside the root or a link loop is resolved again by the walk,
+        which decides. A host-root access always walks (and is noted).
         """
+        if access.host_root:
+            return self.walk(path, open_leaf(flags), access=access)
         if (
-            not unrestricted
-            and self.use_openat2
+            self.use_openat2
             and openat2.available is not False
             and path
             and path[0] != "/"
@@ -521,15 +547,15 @@ class Resolver:
                 except OSError as exc:
                     if exc.errno not in _SECOND_LOOK:
                         raise translate_oserror(exc, path) from None
-        roots = self.roots_for(unrestricted)
+        roots = self.roots
         root, pending = self.start(path, roots)
-        if self.use_openat2 and openat2.available is not False and not root.is_host:
+        if self.use_openat2 and openat2.available is not False:
             rel = "/".join(pending)
             try:
                 return openat2(root.fd, os.fsencode(rel) or b".", flags, _BENEATH)
             except OSError as exc:
                 if exc.errno not in _SECOND_LOOK:
-                    raise translate_oserror(exc, display_path(root, _parts(rel))) from None
+                    raise translate_oserror(exc, display_path(root, path_parts(rel))) from None
         return self.walk_from(root, pending, open_leaf(flags), roots=roots, original=path)
 
     def open_beneath_nofollow(self, dir_fd: int, rel: str, flags: int) -> int:
@@ -580,7 +606,7 @@ def open_leaf(flags: int) -> Callable[[Place], int]:
         try:
             fd = os.open(place.leaf, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=place.dir_fd)
         except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(place.leaf, place.dir_fd):
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and is_link(place.leaf, place.dir_fd):
                 raise FollowLeaf from None
             raise translate_oserror(exc, place.display()) from None
         if flags & os.O_PATH and stat.S_ISLNK(os.fstat(fd).st_mode):
@@ -609,7 +635,8 @@ def _readlink(name: str, dir_fd: int) -> str | None:
         return None
 
 
-def _is_link(name: str, dir_fd: int) -> bool:
+def is_link(name: str, dir_fd: int) -> bool:
+    """Is ``name`` (relative to ``dir_fd``) a symbolic link right now? False if it is gone."""
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except OSError:

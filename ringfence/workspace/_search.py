@@ -1,263 +1,48 @@
-"""The search tools' parts: glob patterns, a walker that never enters links, regex search, ripgrep.
+"""Searching through the resolver: glob_files and grep_files, a walker that never enters links, ripgrep.
 
 The walker (:func:`list_tree`) reads directories through descriptors and opens
 each subdirectory with ``O_NOFOLLOW``, so it never enters a linked directory,
 even one swapped in while it runs. Symlinked *files* are reported as links;
-the caller keeps one only when the confined resolver says its target is a
-regular file inside a root.
-
-Every pattern is matched with RE2 (``google-re2``), whose time is linear in
-the text whatever the pattern: a backtracking regex (``^(\\w+\\s?)*$``) or a
-glob with many stars cannot stall a call. The walker, the search loop and the
-wait for ripgrep also check the call's :class:`Deadline`.
+:func:`glob` and :func:`grep` keep one only when the resolver says its target
+is a regular file (or directory) inside a root. The walker, the search loop
+and the wait for ripgrep check the call's :class:`~._deadline.Deadline`;
+patterns are compiled for RE2 in :mod:`._patterns`.
 
 ``grep_files`` runs ripgrep, when installed, only as a *prefilter*: ``rg -l``
 names the files that might match (run without a config file, without ignore
 files, without following links and without preprocessors). Every file is then
-read through the confined resolver and searched by :func:`search_text`, the
-same code the pure-Python fallback runs on every file. So the two engines
-return the same results by construction, and nothing ripgrep read along a
-path swapped under it can reach a result: result text only ever comes from a
-confined read. ripgrep is asked only for patterns it reads at least as widely
-as RE2 (RE2's ``\\W``, ``\\b``, ... are ASCII, ripgrep's Unicode); any other
-pattern is searched in every file.
+read through the confined resolver and searched by
+:func:`~._patterns.search_text`, the same code the pure-Python fallback runs
+on every file. So the two engines return the same results by construction,
+and nothing ripgrep read along a path swapped under it can reach a result:
+result text only ever comes from a confined read. ripgrep is asked only for
+patterns it reads at least as widely as RE2 (RE2's ``\\W``, ``\\b``, ... are
+ASCII, ripgrep's Unicode); any other pattern is searched in every file.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
-import re
+import stat
 import subprocess
 import tempfile
-import threading
-import time
-from collections.abc import Callable, Container, Iterator
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Container
 from typing import Any
 
-import re2
-
-from ..runtime import InvalidArguments, ToolError, ToolTimeout
+from ..runtime import InvalidArguments, RingfenceError
+from ._deadline import current_deadline
 from ._gitguard import MAY_START_DOTGIT, is_dotgit
-from ._names import escape_name, unescape_path
+from ._patterns import compile_glob, compile_name_filter, compile_regex, scan_escapes, search_text
+from ._reader import READ_FLAGS, read_all
+from ._resolver import Access, Place, Resolver, Root, display_path, open_leaf
 
-__all__ = [
-    "GREP_MAX_FILE_BYTES",
-    "MAX_LINE_CHARS",
-    "Entry",
-    "GlobPattern",
-    "RipgrepRun",
-    "compile_glob",
-    "compile_name_filter",
-    "compile_regex",
-    "list_tree",
-    "search_text",
-]
+__all__ = ["GREP_MAX_FILE_BYTES", "Entry", "RipgrepRun", "glob", "grep", "list_tree"]
 
 # Files larger than this are skipped by both engines (ripgrep's --max-filesize).
 GREP_MAX_FILE_BYTES = 64 * 1024 * 1024
-# A matching line longer than this is cut in the result.
-MAX_LINE_CHARS = 1000
 
 _RDDIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-
-
-def re2_options(*, never_nl: bool = False) -> re2.Options:
-    """RE2 options for ringfence's patterns: UTF-8, no logging to stderr."""
-    options = re2.Options()
-    options.log_errors = False
-    options.never_nl = never_nl
-    return options
-
-
-# -- glob patterns ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GlobPattern:
-    """A compiled ``glob_files`` pattern (RE2, so matching is linear in the path).
-
-    ``prefix``: leading components without wildcards, as ``os`` spells them
-    (the walk starts there); ``max_depth``: how deep below the prefix a match
-    can be (None with ``**``). Patterns are written in the escaped form of
-    file names (``ringfence.workspace._names``) and are matched against the
-    escaped form of each path, so ``\\xff*`` finds names starting with the
-    byte 0xff and ``*`` matches any name.
-    """
-
-    text: str
-    regex: Any  # re2._Regexp
-    dirs_only: bool
-    prefix: tuple[str, ...]
-    max_depth: int | None
-
-    def matches(self, rel: str) -> bool:
-        """Whether ``rel`` (a "/"-joined path as ``os`` spells it) matches."""
-        return self.regex.fullmatch(escape_name(rel).encode("utf-8")) is not None
-
-
-# One character of a name's escaped form: a plain character or one escape.
-_ONE_CHAR = r"(?:[^/\\]|\\\\|\\x[0-9a-f]{2})"
-_NOTHING = r"[^\x00-\x{10FFFF}]"
-_FORBIDDEN_IN_CLASS = (ord("/"), ord("\\"))
-
-
-def _lit(c: str) -> str:
-    return c if c.isascii() and (c.isalnum() or c == "_") else f"\\x{{{ord(c):x}}}"
-
-
-def _class_regex(body: str, field: str) -> str:
-    """A ``[...]`` body (without the brackets) as RE2 over escaped names."""
-    negate = body[:1] in ("!", "^")
-    if negate:
-        body = body[1:]
-    if "\\" in body:
-        raise InvalidArguments(
-            f"{field}: a bracket expression cannot hold a backslash or a \\xHH escape; "
-            "match such a character with ? instead",
-            field=field,
-        )
-    ranges: list[tuple[int, int]] = []
-    i, n = 0, len(body)
-    while i < n:
-        if i + 2 < n and body[i + 1] == "-":
-            lo, hi = ord(body[i]), ord(body[i + 2])
-            if lo > hi:
-                raise InvalidArguments(
-                    f"{field}: the range {body[i : i + 3]!r} runs backwards", field=field
-                )
-            ranges.append((lo, hi))
-            i += 3
-        else:
-            ranges.append((ord(body[i]), ord(body[i])))
-            i += 1
-    if negate:
-        items = "".join(
-            f"\\x{{{lo:x}}}" if lo == hi else f"\\x{{{lo:x}}}-\\x{{{hi:x}}}" for lo, hi in ranges
-        )
-        return f"(?:[^/\\\\{items}]|\\\\\\\\|\\\\x[0-9a-f]{{2}})"
-    # "/" never occurs in a name, "\" only as an escape's start: cut both out of the ranges.
-    pieces: list[tuple[int, int]] = []
-    for lo, hi in ranges:
-        start = lo
-        for cut in _FORBIDDEN_IN_CLASS:
-            if start <= cut <= hi:
-                if start < cut:
-                    pieces.append((start, cut - 1))
-                start = cut + 1
-        if start <= hi:
-            pieces.append((start, hi))
-    if not pieces:
-        return _NOTHING
-    return (
-        "["
-        + "".join(
-            f"\\x{{{lo:x}}}" if lo == hi else f"\\x{{{lo:x}}}-\\x{{{hi:x}}}" for lo, hi in pieces
-        )
-        + "]"
-    )
-
-
-def _component_regex(comp: str, field: str) -> str:
-    out: list[str] = []
-    i, n = 0, len(comp)
-    while i < n:
-        c = comp[i]
-        if c == "*":
-            while i + 1 < n and comp[i + 1] == "*":
-                i += 1
-            out.append("[^/]*")
-        elif c == "?":
-            out.append(_ONE_CHAR)
-        elif c == "\\":
-            # Validated by unescape_path: "\\" or "\xHH" (80-ff); shown in lowercase.
-            if comp[i + 1] == "\\":
-                out.append(r"\\\\")
-                i += 1
-            else:
-                out.append(r"\\x" + comp[i + 2 : i + 4].lower())
-                i += 3
-        elif c == "[":
-            j = i + 1
-            if j < n and comp[j] in "!^":
-                j += 1
-            if j < n and comp[j] == "]":
-                j += 1
-            while j < n and comp[j] != "]":
-                j += 1
-            if j >= n:
-                out.append(_lit(c))  # an unclosed "[" is literal
-            else:
-                out.append(_class_regex(comp[i + 1 : j], field))
-                i = j
-        else:
-            out.append(_lit(c))
-        i += 1
-    return "".join(out)
-
-
-_WILD = re.compile(r"[*?\[]")
-_GLOB_OPTIONS = re2_options()
-
-
-def compile_glob(pattern: str, field: str = "pattern") -> GlobPattern:
-    """Compile a relative glob: ``*``, ``?``, ``[...]`` within a name, ``**`` across names.
-
-    Refuses absolute patterns and ``..`` components (choose the directory with
-    ``path`` instead). A pattern ending in ``/`` matches directories only.
-    Written in the escaped form of names: ``\\\\`` is a backslash, ``\\xHH`` a
-    byte that is not UTF-8; any other backslash is refused.
-    """
-    if not isinstance(pattern, str) or not pattern:
-        raise InvalidArguments(f"{field} is empty", field=field)
-    if "\x00" in pattern:
-        raise InvalidArguments(f"{field} contains a NUL byte", field=field)
-    unescape_path(pattern, field)  # refuses what is not the escaped form
-    if pattern.startswith("/"):
-        raise InvalidArguments(
-            f"{field} {pattern!r} is absolute; patterns are relative to 'path' "
-            "(choose the directory to search with 'path')",
-            field=field,
-        )
-    dirs_only = pattern.endswith("/")
-    comps = [c for c in pattern.split("/") if c not in ("", ".")]
-    if any(c == ".." for c in comps):
-        raise InvalidArguments(
-            f"{field} {pattern!r} contains '..'; choose the directory to search with 'path'",
-            field=field,
-        )
-    if not comps:
-        raise InvalidArguments(f"{field} {pattern!r} matches nothing", field=field)
-    pieces: list[str] = []
-    for i, comp in enumerate(comps):
-        last = i == len(comps) - 1
-        if comp == "**":
-            pieces.append(".*" if last else "(?:[^/]*/)*")
-        else:
-            pieces.append(_component_regex(comp, field) + ("" if last else "/"))
-    prefix: list[str] = []
-    for comp in comps[:-1]:
-        if comp == "**" or _WILD.search(comp):
-            break
-        prefix.append(unescape_path(comp, field))
-    depth = None if "**" in comps else len(comps) - len(prefix)
-    try:
-        regex = re2.compile(("(?s)" + "".join(pieces)).encode("utf-8"), _GLOB_OPTIONS)
-    except re2.error as exc:
-        raise InvalidArguments(
-            f"{field} {pattern!r} cannot be compiled ({_re2_reason(exc)})", field=field
-        ) from None
-    return GlobPattern(pattern, regex, dirs_only, tuple(prefix), depth)
-
-
-def compile_name_filter(glob: str, field: str = "glob") -> Callable[[str], bool]:
-    """grep's ``glob`` filter, as ripgrep's ``-g``: no ``/`` means "match the file name"."""
-    compiled = compile_glob(glob, field)
-    if "/" in glob.rstrip("/"):
-        return compiled.matches
-    return lambda rel: compiled.matches(rel.rpartition("/")[2])
 
 
 # -- the walker -------------------------------------------------------------------------
@@ -342,203 +127,6 @@ def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
     return out
 
 
-# -- regular expressions ----------------------------------------------------------------
-
-# Refused although RE2 accepts them: the whole-text anchors (lines are matched one at a time),
-# \C (one byte, which can split a character) and turning off multi-line mode (which would
-# make ^ and $ whole-text anchors).
-_REFUSED_ESCAPES = {
-    "A": r"the whole-text anchor \A (use ^)",
-    "z": r"the whole-text anchor \z (use $)",
-    "C": r"\C (any byte)",
-}
-_FLAGS_OFF_M = re.compile(r"\(\?[A-Za-z]*-[A-Za-z]*m")
-# Escapes whose RE2 meaning (ASCII) matches where ripgrep's (Unicode) does not; with them
-# ripgrep could skip a file RE2 matches, so such a search reads every file itself.
-_WIDER_THAN_RG = frozenset("WDSbB")
-_PERL_CLASS = frozenset("wds")
-
-
-_GREP_OPTIONS = re2_options(never_nl=True)
-
-
-@dataclass(frozen=True)
-class Regex:
-    """A compiled ``grep_files`` pattern: RE2, multi-line anchors, matches never span lines."""
-
-    text: str
-    rx: Any  # re2._Regexp: the stubs are not a dependency
-
-
-def _scan_escapes(pattern: str) -> tuple[str | None, bool]:
-    """(what ringfence refuses in ``pattern`` or None, whether ripgrep may prefilter it)."""
-    safe = True
-    in_class = negated = False
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\" and i + 1 < n:
-            nxt = pattern[i + 1]
-            if nxt in _REFUSED_ESCAPES:
-                return _REFUSED_ESCAPES[nxt], False
-            if nxt in _WIDER_THAN_RG or (in_class and negated and nxt in _PERL_CLASS):
-                safe = False
-            i += 2
-            continue
-        if in_class:
-            if c == "[" and pattern.startswith("[:", i):  # [:alpha:] inside a class
-                end = pattern.find(":]", i + 2)
-                i = end + 2 if end >= 0 else i + 1
-                continue
-            if c == "]":
-                in_class = False
-        elif c == "[":
-            in_class = True
-            negated = pattern.startswith("^", i + 1)
-            i += 2 if negated else 1
-            if pattern.startswith("]", i):
-                i += 1  # a "]" first in a class is a literal
-            continue
-        i += 1
-    if _FLAGS_OFF_M.search(pattern):
-        return "turning off multi-line mode (-m); ^ and $ are line anchors", False
-    return None, safe
-
-
-def compile_regex(pattern: str, field: str = "pattern") -> Regex:
-    """Compile a grep pattern with RE2, which matches in time linear in the text.
-
-    RE2 syntax (close to ripgrep's): no lookaround, backreferences,
-    conditionals, atomic groups or possessive quantifiers; ``\\w``, ``\\d``,
-    ``\\s`` and ``\\b`` are ASCII (use ``\\pL``, ``\\p{Greek}``, ... for
-    other scripts). Also refused: ``\\A``, ``\\z``, ``\\C`` and ``(?-m)``.
-    Lines are matched one at a time: ``^`` and ``$`` are line anchors and no
-    match spans a newline.
-    """
-    if not isinstance(pattern, str) or not pattern:
-        raise InvalidArguments(f"{field} is empty", field=field)
-    refused, _ = _scan_escapes(pattern)
-    if refused is not None:
-        raise InvalidArguments(
-            f"{field} uses {refused}, which grep_files does not support (it matches line by line)",
-            field=field,
-        )
-    try:
-        rx = re2.compile(("(?m)" + pattern).encode("utf-8"), _GREP_OPTIONS)
-    except (re2.error, UnicodeEncodeError) as exc:
-        raise InvalidArguments(
-            f"{field} is not a valid regular expression for RE2, the linear-time engine "
-            f"grep_files uses ({_re2_reason(exc)}); RE2 has no lookahead/lookbehind, "
-            "backreferences, conditionals, atomic groups or possessive quantifiers",
-            field=field,
-        ) from None
-    return Regex(pattern, rx)
-
-
-def _re2_reason(exc: BaseException) -> str:
-    arg = exc.args[0] if exc.args else exc
-    if isinstance(arg, bytes):
-        return arg.decode("utf-8", "replace")
-    return "it is not valid UTF-8" if isinstance(exc, UnicodeError) else str(arg)
-
-
-def search_text(rx: Regex, data: bytes, limit: int) -> list[tuple[int, str]]:
-    """Matching lines of ``data`` as ``(line number, text)``, at most ``limit``.
-
-    A file with a NUL byte is binary and has no matching lines. Text is
-    UTF-8; undecodable bytes become U+FFFD before matching, so the line shown
-    is the line matched. One RE2 pass over the whole text finds every
-    matching line (no match spans a newline), so a big file costs time linear
-    in its size whatever the pattern. Honours the current :class:`Deadline`.
-    """
-    deadline = current_deadline()
-    if deadline is not None:
-        deadline.check()  # once per file searched, binary or not
-    if limit <= 0 or b"\x00" in data:
-        return []
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        data = data.decode("utf-8", "replace").encode("utf-8")
-    search = rx.rx.search
-    n = len(data)
-    out: list[tuple[int, str]] = []
-    pos = 0
-    line_no = 1
-    counted_to = 0
-    while pos <= n and len(out) < limit:
-        if deadline is not None:
-            deadline.check()
-        m = search(data, pos)
-        if m is None:
-            break
-        start = m.start()
-        if start == n and (n == 0 or data[-1] == 0x0A):
-            break  # an empty match after the final newline is not a line
-        line_start = data.rfind(b"\n", pos, start) + 1 or pos
-        line_end = data.find(b"\n", start)
-        if line_end < 0:
-            line_end = n
-        line_no += data.count(b"\n", counted_to, line_start)
-        counted_to = line_start
-        shown = data[line_start:line_end].decode("utf-8")
-        if shown.endswith("\r"):
-            shown = shown[:-1]
-        if len(shown) > MAX_LINE_CHARS:
-            shown = shown[:MAX_LINE_CHARS] + f" [… {len(shown) - MAX_LINE_CHARS} more characters]"
-        out.append((line_no, shown))
-        pos = line_end + 1
-    return out
-
-
-# -- deadlines --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Deadline:
-    """When the native file tool running in this worker thread must stop.
-
-    The walker, the search loop and the wait for ripgrep call :meth:`check`
-    often (per directory, per matching line, every 50 ms); it raises
-    ToolTimeout once ``at`` (``time.monotonic()``) has passed, or ToolError
-    once ``stop`` is set (the call was cancelled). Set for the worker by
-    :meth:`active`; code outside a tool call runs without one.
-    """
-
-    at: float
-    seconds: float
-    tool: str
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def check(self) -> None:
-        if self.stop.is_set():
-            raise ToolError(f"{self.tool} was cancelled; it stopped where it was")
-        if time.monotonic() > self.at:
-            raise ToolTimeout(
-                f"{self.tool} did not finish within {self.seconds:g}s (the file tools' "
-                "deadline) and was stopped; search a smaller directory or narrow the pattern",
-                field="timeout_seconds",
-            )
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[Deadline]:
-        token = _DEADLINE.set(self)
-        try:
-            yield self
-        finally:
-            _DEADLINE.reset(token)
-
-
-_DEADLINE: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
-    "ringfence_file_tool_deadline", default=None
-)
-
-
-def current_deadline() -> Deadline | None:
-    """The deadline of the file tool call this thread runs, if any."""
-    return _DEADLINE.get()
-
-
 # -- ripgrep as a prefilter -------------------------------------------------------------
 
 
@@ -574,7 +162,7 @@ class RipgrepRun:
         self._proc: subprocess.Popen[bytes] | None = None
         # RE2 reads \W, \b, ... as ASCII, ripgrep as Unicode: ripgrep could then skip a
         # file RE2 matches, so such a pattern is searched in every file without it.
-        self._everything = not _scan_escapes(pattern)[1]
+        self._everything = not scan_escapes(pattern)[1]
         if self._everything:
             return
         self._out = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish() or kill()
@@ -660,3 +248,182 @@ class RipgrepRun:
         if not self._out.closed:
             self._out.close()
             self._err.close()
+
+
+# -- glob_files and grep_files ------------------------------------------------------------
+
+
+def glob(
+    resolver: Resolver, access: Access, pattern: str, path: str, *, max_results: int
+) -> list[str]:
+    """Paths matching a glob pattern (see :meth:`Workspace.glob`)."""
+    compiled = compile_glob(pattern)
+    want = "dir" if compiled.dirs_only else "file"
+    found: list[str] = []
+    with resolver:
+        root, names, start_fd = _start_dir(resolver, access, path)
+        try:
+            base_fd = start_fd
+            if compiled.prefix:
+                try:
+                    base_fd = resolver.open_beneath_nofollow(
+                        start_fd, "/".join(compiled.prefix), os.O_PATH | os.O_DIRECTORY
+                    )
+                except OSError:
+                    return []
+            base = _display_base(root, names)
+            prefix = "".join(f"{p}/" for p in compiled.prefix)
+            try:
+                for entry_rel, kind in list_tree(base_fd, max_depth=compiled.max_depth):
+                    rel = prefix + entry_rel
+                    if kind not in (want, "link") or not compiled.matches(rel):
+                        continue
+                    if kind == "link" and _link_kind(resolver, access, root, names, rel) != want:
+                        continue
+                    shown = base + rel
+                    found.append(shown + "/" if want == "dir" else shown)
+            finally:
+                if base_fd != start_fd:
+                    os.close(base_fd)
+        finally:
+            os.close(start_fd)
+    found.sort()
+    return found[:max_results]
+
+
+def grep(
+    resolver: Resolver,
+    access: Access,
+    pattern: str,
+    path: str,
+    *,
+    glob: str | None,
+    max_results: int,
+    ripgrep: str | None,
+    on_notice: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
+    """Lines matching a regular expression (see :meth:`Workspace.grep`)."""
+    if max_results < 1:
+        raise InvalidArguments("max_results must be at least 1", field="max_results")
+    rx = compile_regex(pattern)
+    name_filter = compile_name_filter(glob) if glob else None
+    results: list[dict[str, Any]] = []
+    with resolver:
+        root, names, start_fd = _start_dir(resolver, access, path)
+        rg = RipgrepRun(ripgrep, start_fd, pattern) if ripgrep else None
+        try:
+            candidates: list[tuple[str, bool]] = [
+                (rel, kind == "link")
+                for rel, kind in list_tree(start_fd)
+                if kind in ("file", "link") and (name_filter is None or name_filter(rel))
+            ]
+            if rg is not None:
+                maybe = rg.finish()
+                if maybe is None:
+                    if on_notice is not None:
+                        on_notice(
+                            "ripgrep could not run this search; every file was searched in Python"
+                        )
+                else:
+                    candidates = [c for c in candidates if c[1] or c[0] in maybe]
+            candidates.sort()
+            base = _display_base(root, names)
+            for rel, is_link in candidates:
+                data = _read_candidate(resolver, access, root, names, start_fd, rel, is_link)
+                if data is None:
+                    continue
+                shown = base + rel
+                for line, text in search_text(rx, data, max_results - len(results)):
+                    results.append({"path": shown, "line": line, "text": text})
+                if len(results) >= max_results:
+                    break
+        finally:
+            if rg is not None:
+                rg.kill()
+            os.close(start_fd)
+    return results
+
+
+def _start_dir(resolver: Resolver, access: Access, path: str) -> tuple[Root, list[str], int]:
+    """Resolve a search's starting directory: (root, names from the root, O_PATH fd)."""
+    opener = open_leaf(os.O_PATH)
+
+    def op(place: Place) -> tuple[Root, list[str], int]:
+        fd = opener(place)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise InvalidArguments(
+                f"{place.display()} is not a directory; give the directory to search",
+                field="path",
+            )
+        names = place.names + ([place.leaf] if place.leaf is not None else [])
+        return place.root, names, fd
+
+    return resolver.walk(path, op, access=access)
+
+
+def _link_kind(
+    resolver: Resolver, access: Access, root: Root, names: list[str], rel: str
+) -> str | None:
+    """What a symlink found by a search resolves to, if inside a root: file, dir or None."""
+    try:
+        fd = resolver.walk_from(
+            root,
+            deque([*names, *rel.split("/")]),
+            open_leaf(os.O_PATH),
+            roots=resolver.roots_for(access),
+            original=rel,
+        )
+    except RingfenceError:
+        return None
+    try:
+        mode = os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+    if stat.S_ISREG(mode):
+        return "file"
+    return "dir" if stat.S_ISDIR(mode) else None
+
+
+def _read_candidate(
+    resolver: Resolver,
+    access: Access,
+    root: Root,
+    names: list[str],
+    start_fd: int,
+    rel: str,
+    is_link: bool,
+) -> bytes | None:
+    """A search candidate's bytes, read confined; None to skip it silently."""
+    try:
+        if is_link:
+            fd = resolver.walk_from(
+                root,
+                deque([*names, *rel.split("/")]),
+                open_leaf(READ_FLAGS),
+                roots=resolver.roots_for(access),
+                original=rel,
+            )
+        else:
+            # Found by the walker as a plain file: re-open it refusing every link on
+            # the way, so a directory swapped for a link since is not entered.
+            fd = resolver.open_beneath_nofollow(start_fd, rel, READ_FLAGS)
+    except (OSError, RingfenceError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > GREP_MAX_FILE_BYTES:
+            return None
+        return read_all(fd, GREP_MAX_FILE_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _display_base(root: Root, names: list[str]) -> str:
+    """What to put before a search result's relative path so tools can take it back."""
+    base = display_path(root, names)
+    if base == ".":
+        return ""
+    return base if base.endswith("/") else base + "/"

@@ -1,10 +1,10 @@
 """The six native file tools, as ToolSpecs over a :class:`Workspace`.
 
-Each executor reads ``ctx.posture``: ``unrestricted`` lifts the root
-restriction for that call only (so switching the session back restores it);
-git metadata stays refused in every posture. File work runs in a worker
-thread; notices about paths outside the roots are emitted afterwards, from
-the trio side.
+Each executor reads ``ctx.posture``: under ``unrestricted`` that one call
+runs on :meth:`Workspace.with_host_root` (so switching the session back
+restores the restriction); git metadata stays refused in every posture. File
+work runs in a worker thread; notices (paths reached outside the roots,
+ripgrep falling back to Python) are emitted afterwards, from the trio side.
 
 Contracts at this boundary (the Python :class:`Workspace` API speaks ``os``
 strings; the tools speak JSON):
@@ -46,9 +46,11 @@ from ..runtime import (
     RingfenceError,
     ToolSpec,
 )
+from ._checkpoints import CheckpointStore
+from ._deadline import Deadline
 from ._names import escape_name, escape_text, unescape_path
-from ._search import Deadline
-from ._workspace import Workspace
+from ._undo import recorded
+from ._workspace import FileOps, Workspace
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -83,15 +85,23 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 async def _run(
-    ctx: CallContext, seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ctx: CallContext,
+    workspace: Workspace,
+    seconds: float,
+    fn: Callable[[FileOps, Callable[[str], None]], Any],
 ) -> Any:
-    """Run ``fn`` in a worker thread under a :class:`Deadline` of ``seconds``.
+    """Run ``fn(files, on_notice)`` in a worker thread under a :class:`Deadline` of ``seconds``.
 
-    On cancellation the worker is told to stop and waited for (shielded), so
-    no file work outlives the call. Errors leave with their names escaped.
+    ``files`` is the workspace, or under the ``unrestricted`` posture its
+    host-root view. On cancellation the worker is told to stop and waited
+    for (shielded), so no file work outlives the call. Errors leave with
+    their names escaped.
     """
-    notices: list[str] = []
-    unrestricted = ctx.posture is Posture.UNRESTRICTED
+    reached: list[str] = []  # places outside the roots (host-root view)
+    said: list[str] = []  # what the search engine wants the session to know
+    files: FileOps = workspace
+    if ctx.posture is Posture.UNRESTRICTED:
+        files = workspace.with_host_root(reached.append)
     deadline = Deadline(time.monotonic() + seconds, seconds, ctx.tool.name)
     done = trio.Event()
     token = trio.lowlevel.current_trio_token()
@@ -107,7 +117,7 @@ async def _run(
             state[0] = "running"
         try:
             with deadline.active():
-                return fn(*args, unrestricted=unrestricted, notices=notices, **kwargs)
+                return fn(files, said.append)
         finally:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(done.set)
@@ -126,15 +136,15 @@ async def _run(
         raise
     except RingfenceError as exc:
         # A name in a message (from os, with surrogates) would break JSON and terminals.
-        exc.message = escape_text(exc.message)
-        exc.args = (exc.message,)
-        raise
+        raise exc.with_(message=escape_text(exc.message)) from exc.__cause__
     finally:
-        for where in notices:
+        for where in reached:
             ctx.emit(
                 "notice",
                 message=escape_text(f"unrestricted posture: {ctx.tool.name} reached {where}"),
             )
+        for text in said:
+            ctx.emit("notice", message=escape_text(f"{ctx.tool.name}: {text}"))
 
 
 def _cap(items: list[Any], limit: int, what: str, argument: str) -> list[Any]:
@@ -156,67 +166,67 @@ def _with_escaped_path(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def file_tool_specs(
-    workspace: Workspace, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    workspace: Workspace,
+    *,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    checkpoints: CheckpointStore | None = None,
 ) -> list[ToolSpec]:
     """The ToolSpecs for ``workspace`` (see :func:`register_file_tools`)."""
     if not 0 < timeout_seconds < float("inf"):
         raise InvalidArguments(
             "timeout_seconds must be a positive number of seconds", field="timeout_seconds"
         )
-    run = partial(_run, seconds=timeout_seconds)
+    run = partial(_run, workspace=workspace, seconds=timeout_seconds)
 
     def path_of(args: dict[str, Any], default: str | None = None) -> str:
         return unescape_path(args.get("path", default), "path")
 
     async def read_file(args: dict[str, Any], ctx: CallContext) -> str:
-        return await run(
-            ctx,
-            fn=workspace.read_text,
-            path=path_of(args),
-            offset=args.get("offset", 1),
-            limit=args.get("limit"),
-        )
+        path = path_of(args)
+        offset, limit = args.get("offset", 1), args.get("limit")
+        return await run(ctx, fn=lambda f, _: f.read_text(path, offset=offset, limit=limit))
 
     async def list_directory(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
-        entries = await run(ctx, fn=workspace.list_dir, path=path_of(args))
+        path = path_of(args)
+        entries = await run(ctx, fn=lambda f, _: f.list_dir(path))
         shown = [{**e, "name": escape_name(e["name"])} for e in entries]
         shown.sort(key=lambda e: e["name"])  # sorted as shown (escapes change the order)
         return _cap(shown, args.get("max_entries", LIST_DEFAULT_ENTRIES), "entries", "max_entries")
 
     async def write_file(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
-        result = await run(
-            ctx, fn=workspace.write_text, path=path_of(args), content=args["content"]
+        path, content = path_of(args), args["content"]
+        result = await recorded(
+            ctx,
+            checkpoints,
+            lambda rec: run(ctx, fn=lambda f, _: f.write_text(path, content, record=rec)),
         )
         return _with_escaped_path(result)
 
     async def edit_file(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
-        result = await run(
-            ctx, fn=workspace.edit_text, path=path_of(args), old=args["old"], new=args["new"]
+        path, old, new = path_of(args), args["old"], args["new"]
+        result = await recorded(
+            ctx,
+            checkpoints,
+            lambda rec: run(ctx, fn=lambda f, _: f.edit_text(path, old, new, record=rec)),
         )
         return _with_escaped_path(result)
 
     async def glob_files(args: dict[str, Any], ctx: CallContext) -> list[Any]:
+        pattern, path = args["pattern"], path_of(args, ".")
         # Every match is collected (the walk visits them all anyway), so the total is known.
-        found = await run(
-            ctx,
-            fn=workspace.glob,
-            pattern=args["pattern"],
-            path=path_of(args, "."),
-            max_results=sys.maxsize,
-        )
+        found = await run(ctx, fn=lambda f, _: f.glob(pattern, path, max_results=sys.maxsize))
         shown = sorted(escape_name(p) for p in found)
         return _cap(shown, args.get("max_results", 1000), "paths", "max_results")
 
     async def grep_files(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
         limit = args.get("max_results", 100)
+        pattern, path, glob = args["pattern"], path_of(args, "."), args.get("glob")
         # One match more than shown says whether the list was cut, without searching on.
         found = await run(
             ctx,
-            fn=workspace.grep,
-            pattern=args["pattern"],
-            path=path_of(args, "."),
-            glob=args.get("glob"),
-            max_results=limit + 1,
+            fn=lambda f, on_notice: f.grep(
+                pattern, path, glob=glob, max_results=limit + 1, on_notice=on_notice
+            ),
         )
         shown: list[dict[str, Any]] = [{**m, "path": escape_name(m["path"])} for m in found]
         shown.sort(key=lambda m: (m["path"], m["line"]))
@@ -366,14 +376,21 @@ def file_tool_specs(
 
 
 def register_file_tools(
-    kernel: Kernel, workspace: Workspace, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    kernel: Kernel,
+    workspace: Workspace,
+    *,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    checkpoints: CheckpointStore | None = None,
 ) -> None:
     """Register read_file, list_directory, write_file, edit_file, glob_files, grep_files.
 
     read_file, list_directory, glob_files and grep_files are ``read``;
     write_file and edit_file are ``reversible``. Each call ends within
     ``timeout_seconds`` (``timeout``). Raises InvalidArguments if a tool of
-    the same name is already registered.
+    the same name is already registered. With ``checkpoints``, every write and
+    edit is a change set in that store (``"checkpoint"`` in its result).
     """
-    for spec in file_tool_specs(workspace, timeout_seconds=timeout_seconds):
+    for spec in file_tool_specs(
+        workspace, timeout_seconds=timeout_seconds, checkpoints=checkpoints
+    ):
         kernel.register(spec)

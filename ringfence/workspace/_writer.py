@@ -1,4 +1,11 @@
-"""Replace a file, never write into it: temp file, fsync, rename, relative to the parent fd.
+"""Writing through the resolver: write_file and edit_file, and the replace they end in.
+
+:func:`write_text` and :func:`edit_text` walk to the target with the
+resolver (creating missing directories only when writing), refuse git
+metadata at every step (a ``.git`` name, a git directory on the way, a write
+that would assemble one), and end in :func:`replace_file`.
+
+Replace a file, never write into it: temp file, fsync, rename, relative to the parent fd.
 
 Writing *into* an existing file follows hard links (the bytes land in every
 name of the inode, including one inside ``.git``) and leaves a truncated file
@@ -26,14 +33,42 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from ..runtime import InvalidArguments, ToolError, Unwritable
-from ._resolver import FollowLeaf, Place, translate_oserror
+from ..runtime import GitMetadata, InvalidArguments, ToolError, Unwritable
+from ._gitguard import is_dotgit, is_git_directory
+from ._reader import READ_FLAGS, READ_MAX_BYTES, check_regular, read_all
+from ._resolver import (
+    Access,
+    FollowLeaf,
+    Place,
+    Resolver,
+    check_path_string,
+    display_path,
+    is_link,
+    translate_oserror,
+)
 
-__all__ = ["MAX_PATH_BYTES", "Expected", "denies_write", "dir_denies_create", "replace_file"]
+__all__ = [
+    "MAX_PATH_BYTES",
+    "Expected",
+    "Recorder",
+    "check_git_chain",
+    "denies_write",
+    "dir_denies_create",
+    "edit_text",
+    "fsync_dir",
+    "make_checked_dir",
+    "replace_file",
+    "write_text",
+]
 
 _TEMP_PREFIX = ".ringfence-"
+# Told (place, new bytes, directories this call made as (root index, names)) just before the
+# replace: the checkpoint recorder stores the before- and after-images there.
+Recorder = Callable[[Place, bytes, list[tuple[int, list[str]]]], None]
 # The longest path below its root a file tool writes: PATH_MAX (4096, with its NUL) less the
 # "./" ripgrep puts before it. read_file and grep_files open a path below the root in one
 # call, so a longer one, which a directory-by-directory walk could create, would be a file
@@ -72,37 +107,37 @@ def _current_umask() -> int:
 
 def denies_write(st: os.stat_result) -> bool:
     """Do the permission bits deny *us* writing? For root: are there no write bits at all?"""
-    euid = os.geteuid()
-    mode = st.st_mode
-    if euid == 0:
-        return not mode & 0o222
-    if st.st_uid == euid:
-        return not mode & stat.S_IWUSR
-    if st.st_gid == os.getegid() or st.st_gid in os.getgroups():
-        return not mode & stat.S_IWGRP
-    return not mode & stat.S_IWOTH
+    return _bits_deny(st, stat.S_IWUSR)
 
 
 def dir_denies_create(st: os.stat_result) -> bool:
     """Does this directory's mode deny creating files (write and search bits)?"""
+    return _bits_deny(st, stat.S_IWUSR | stat.S_IXUSR)
+
+
+def _bits_deny(st: os.stat_result, need_as_owner: int) -> bool:
+    """Does the class of the mode that applies to us (owner, group, other) lack a needed bit?
+
+    Checked on the bits, so running as root does not turn "read-only" into
+    "writable": for root, a mode with no write bit at all denies.
+    """
     euid = os.geteuid()
     mode = st.st_mode
     if euid == 0:
         return not mode & 0o222
     if st.st_uid == euid:
-        need = stat.S_IWUSR | stat.S_IXUSR
+        need = need_as_owner
     elif st.st_gid == os.getegid() or st.st_gid in os.getgroups():
-        need = stat.S_IWGRP | stat.S_IXGRP
+        need = need_as_owner >> 3
     else:
-        need = stat.S_IWOTH | stat.S_IXOTH
+        need = need_as_owner >> 6
     return mode & need != need
 
 
 def _copy_xattrs(src_path_fd: int, dst_fd: int, display: str) -> None:
     """Carry extended attributes (POSIX ACLs live here) over, or refuse."""
-    proc = f"/proc/self/fd/{src_path_fd}"
     try:
-        names = os.listxattr(proc)
+        names = os.listxattr(f"/proc/self/fd/{src_path_fd}")
     except OSError as exc:
         if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
             return
@@ -113,7 +148,7 @@ def _copy_xattrs(src_path_fd: int, dst_fd: int, display: str) -> None:
         ) from None
     for name in names:
         try:
-            os.setxattr(dst_fd, name, os.getxattr(proc, name))
+            os.setxattr(dst_fd, name, os.getxattr(f"/proc/self/fd/{src_path_fd}", name))
         except OSError as exc:
             raise Unwritable(
                 f"{display}: its extended attribute {name} (an ACL or label) could not be "
@@ -122,8 +157,12 @@ def _copy_xattrs(src_path_fd: int, dst_fd: int, display: str) -> None:
             ) from None
 
 
-def replace_file(place: Place, data: bytes, *, expected: Expected | None = None) -> bool:
+def replace_file(
+    place: Place, data: bytes, *, expected: Expected | None = None, sync_dir: bool = True
+) -> bool:
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
+
+    ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory).
 
     Raises FollowLeaf if the leaf is a symlink (the walk follows it),
     InvalidArguments if it is a directory or its path below the root is longer
@@ -216,7 +255,8 @@ def replace_file(place: Place, data: bytes, *, expected: Expected | None = None)
         except OSError as exc:
             raise translate_oserror(exc, display, writing=True) from None
         renamed = True
-        _fsync_dir(dir_fd)
+        if sync_dir:
+            fsync_dir(dir_fd)
     except OSError as exc:
         raise translate_oserror(exc, display, writing=True) from None
     finally:
@@ -251,9 +291,208 @@ def _keep_owner_and_mode(fd: int, st: os.stat_result, display: str) -> None:
         )
 
 
-def _fsync_dir(dir_fd: int) -> None:
+def fsync_dir(dir_fd: int) -> None:
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# -- write_file and edit_file ---------------------------------------------------------------
+
+_GIT_EXPLANATION = (
+    "Git runs programs that its configuration and hooks name, so ringfence never writes git "
+    "metadata, in any posture. Reading it still works; change git settings with a git command "
+    "you run or approve."
+)
+
+
+def write_text(
+    resolver: Resolver, access: Access, path: str, content: str, *, record: Recorder | None = None
+) -> dict[str, Any]:
+    """Create or replace a file (see :meth:`Workspace.write_text`)."""
+    data = _encode(content, "content")
+    return _write(resolver, access, path, lambda place: (data, None), create=True, record=record)
+
+
+def edit_text(
+    resolver: Resolver,
+    access: Access,
+    path: str,
+    old: str,
+    new: str,
+    *,
+    record: Recorder | None = None,
+) -> dict[str, Any]:
+    """Replace the one occurrence of ``old`` (see :meth:`Workspace.edit_text`)."""
+    if not old:
+        raise InvalidArguments("old is empty; give the exact text to replace", field="old")
+    _encode(old, "old")
+    _encode(new, "new")
+
+    def produce(place: Place) -> tuple[bytes, Expected]:
+        return _edited(place, old, new)
+
+    result = _write(resolver, access, path, produce, create=False, record=record)
+    result.pop("created", None)
+    result["replacements"] = 1
+    return result
+
+
+def _write(
+    resolver: Resolver,
+    access: Access,
+    path: str,
+    produce: Callable[[Place], tuple[bytes, Expected | None]],
+    *,
+    create: bool,
+    record: Recorder | None = None,
+) -> dict[str, Any]:
+    check_path_string(path)
+    for name in path.split("/"):
+        if is_dotgit(name):
+            raise GitMetadata(
+                f"{path!r} is git metadata (the component {name!r} is how git spells .git). "
+                + _GIT_EXPLANATION,
+                field="path",
+            )
+    made: list[tuple[int, str]] = []  # directories this call created: removed if it fails
+    made_paths: list[tuple[int, list[str]]] = []  # the same, as (root, names) for record
+
+    def make_dir(place: Place, name: str) -> None:
+        if make_checked_dir(place, name, made):
+            made_paths.append((place.root.index, [*place.names, name]))
+
+    def op(place: Place) -> dict[str, Any]:
+        display = place.display()
+        if place.leaf is not None and is_dotgit(place.leaf):
+            raise GitMetadata(f"{display} is git metadata. " + _GIT_EXPLANATION, field="path")
+        check_git_chain(place, display)
+        if place.leaf is None:
+            raise InvalidArguments(f"{display} is a directory, not a file", field="path")
+        if is_link(place.leaf, place.dir_fd):
+            raise FollowLeaf
+        data, expected = produce(place)
+        if is_git_directory(place.dir_fd, {place.leaf: ("file", data)}):
+            raise GitMetadata(
+                f"writing {display} would make {display_path(place.root, place.names)} a git "
+                "directory (git would read it as a repository and run what its config names). "
+                + _GIT_EXPLANATION,
+                field="path",
+            )
+        if record is not None:
+            # The before- and after-images are stored before the write becomes visible.
+            record(place, data, made_paths)
+        created = replace_file(place, data, expected=expected)
+        return {"path": display, "bytes": len(data), "created": created}
+
+    with resolver:
+        try:
+            return resolver.walk(path, op, access=access, make_dir=make_dir if create else None)
+        except BaseException:
+            for dir_fd, name in reversed(made):
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=dir_fd)
+            raise
+        finally:
+            for dir_fd, _ in made:
+                os.close(dir_fd)
+
+
+def make_checked_dir(place: Place, name: str, made: list[tuple[int, str]]) -> bool:
+    """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made."""
+    display = place.display(name)
+    if is_dotgit(name):
+        raise GitMetadata(f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path")
+    check_git_chain(place, display)
+    if is_git_directory(place.dir_fd, {name: ("dir", None)}):
+        raise GitMetadata(
+            f"creating {display} would make {place.display() or '.'} a git directory "
+            "(it has a HEAD and would then have objects/ and refs/). " + _GIT_EXPLANATION,
+            field="path",
+        )
+    if dir_denies_create(os.fstat(place.dir_fd)):
+        raise Unwritable(
+            f"{display} cannot be created: its directory does not allow creating entries",
+            field="path",
+        )
+    try:
+        os.mkdir(name, 0o777, dir_fd=place.dir_fd)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise translate_oserror(exc, display, writing=True) from None
+    made.append((os.dup(place.dir_fd), name))
+    return True
+
+
+def check_git_chain(place: Place, display: str) -> None:
+    """Refuse a write below git metadata: a root inside it, a .git name, a git directory."""
+    if place.root.git_reason is not None:
+        raise GitMetadata(f"{display}: {place.root.git_reason}. " + _GIT_EXPLANATION, field="path")
+    names = place.names
+    for i, name in enumerate(names):
+        if is_dotgit(name):
+            raise GitMetadata(
+                f"{display} is inside {display_path(place.root, names[: i + 1])}, a .git "
+                "directory. " + _GIT_EXPLANATION,
+                field="path",
+            )
+    fds = [place.root.fd, *(fd for _, fd in place.dirs)]
+    for depth, fd in enumerate(fds):
+        # Checked on the descriptor each time: a number closed by ".." can be reused.
+        if is_git_directory(fd):
+            where = display_path(place.root, names[:depth])
+            raise GitMetadata(
+                f"{display} is inside {where}, which is a git directory (it has HEAD, "
+                "objects/ and refs/). " + _GIT_EXPLANATION,
+                field="path",
+            )
+
+
+def _encode(text: str, name: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArguments(
+            f"{name} contains text that cannot be encoded as UTF-8", field=name
+        ) from None
+
+
+def _edited(place: Place, old: str, new: str) -> tuple[bytes, Expected]:
+    display = place.display()
+    assert place.leaf is not None
+    try:
+        fd = os.open(place.leaf, READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=place.dir_fd)
+    except OSError as exc:
+        raise translate_oserror(exc, display) from None
+    try:
+        st = check_regular(fd, display)
+        if st.st_size > READ_MAX_BYTES:
+            raise InvalidArguments(
+                f"{display} is too large to edit ({st.st_size} bytes)", field="path"
+            )
+        data = read_all(fd, READ_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if b"\x00" in data:
+        raise InvalidArguments(f"{display} is a binary file; edit_file edits text", field="path")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArguments(
+            f"{display} is not valid UTF-8, so it cannot be edited as text without changing "
+            "other bytes; rewrite it with write_file if that is intended",
+            field="path",
+        ) from None
+    count = text.count(old)
+    if count == 0:
+        raise InvalidArguments(f"old was not found in {display}; nothing was changed", field="old")
+    if count > 1:
+        raise InvalidArguments(
+            f"old occurs {count} times in {display}; include more surrounding text so it "
+            "matches exactly once",
+            field="old",
+        )
+    return text.replace(old, new, 1).encode("utf-8"), Expected.of(st)

@@ -520,3 +520,48 @@ async def test_quarantine_never_lands_inside_the_workspace(workspace: Path, tmp_
         assert (quarantine / "0" / ".git").is_dir()
     finally:
         shutil.rmtree(quarantine.parent.parent)
+
+
+# -- the incremental scan: later commands are checked as closely as the first ------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_attacks_after_earlier_commands_are_refused(
+    request, backend: str, workspace: Path, tmp_path: Path
+) -> None:
+    """From the second command on, the scans start from the previous command's scan.
+
+    Plants in a deep directory nothing touched for a while (taken from the base
+    unless its ctime moved), twice in a row in the same directory (hot after
+    the first undo), and (local) an in-place append to an existing git config.
+    """
+    import trio
+
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
+    marker = tmp_path / "pwned"
+    new_repo(tmp_path, workspace / "repo")
+    (workspace / "keep" / "deep" / "er").mkdir(parents=True)
+    own_tree(workspace, workspace)
+    config = (workspace / "repo" / ".git" / "config").read_bytes()
+    await trio.sleep(0.1)  # older than the hot margin: the cheap path is taken for them
+    async with kernel(workspace, backend, tmp_path) as k:
+        for _ in range(2):
+            assert (await k.call("run_shell", {"command": "true"}))["exit_code"] == 0
+        for name in (".git", ".GIT"):
+            attack = evil_gitdir_script(f"keep/deep/er/{name}", marker)
+            outcome = await k.invoke("run_shell", {"command": attack})
+            assert_refused(outcome, tmp_path, f"keep/deep/er/{name}")
+            assert os.listdir(workspace / "keep" / "deep" / "er") == []
+        if backend == "local":
+            append = f"printf '\\tfsmonitor = \"touch {marker}; :\"\\n' >> repo/.git/config"
+            outcome = await k.invoke("run_shell", {"command": append})
+            assert_refused(outcome, tmp_path, "repo/.git/config")
+            assert (workspace / "repo" / ".git" / "config").read_bytes() == config
+        assert (await k.call("run_shell", {"command": "true"}))["exit_code"] == 0
+    assert (
+        "not a git repository" in git(tmp_path, workspace / "keep" / "deep" / "er", "status").stderr
+    )
+    status = git(tmp_path, workspace / "repo", "status")
+    assert status.returncode == 0, status.stderr
+    assert not marker.exists()

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 import trio
+from kernel_helpers import TOOLS, Ledger, events, kinds, make_tool, register_standard_tools
 
 from ringfence.bridge import ScriptConfig, ScriptResult, run_script
-from ringfence.bridge._host import RUNNER_PATH
+from ringfence.bridge._launch import RUNNER_PATH
 from ringfence.bridge._wire import (
-    HEADER,
     PROTOCOL,
     TO_CHILD,
     TO_HOST,
@@ -24,54 +23,24 @@ from ringfence.bridge._wire import (
     new_nonce,
     session_key,
 )
-from ringfence.runtime import CallContext, Consequence, Kernel, MemorySink, ToolSpec
+from ringfence.runtime import Kernel
 
-SCHEMA = {
-    "type": "object",
-    "properties": {"x": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
-    "additionalProperties": False,
-}
-TOOLS = ("peek", "touch", "launch", "run_shell")
+__all__ = [
+    "TOOLS",
+    "WRONG",
+    "Ledger",
+    "RawClient",
+    "dumps",
+    "events",
+    "kinds",
+    "make_tool",
+    "register_tools",
+    "run",
+    "runner_processes",
+]
+
 WRONG = b"\x01" * 32  # a secret that is not the run's
-
-
-@dataclass
-class Ledger:
-    """Every executor run, in order: the proof that something did (or did not) run."""
-
-    runs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.runs]
-
-
-def make_tool(
-    name: str, consequence: Consequence, ledger: Ledger, *, residual: bool = False
-) -> ToolSpec:
-    async def run(args: dict[str, Any], ctx: CallContext) -> Any:
-        ledger.runs.append((name, args))
-        return {"tool": name, "args": args}
-
-    return ToolSpec(
-        name, f"test tool {name}", SCHEMA, run, consequence=consequence, residual=residual
-    )
-
-
-def register_tools(kernel: Kernel, ledger: Ledger) -> None:
-    kernel.register(make_tool("peek", Consequence.READ, ledger))
-    kernel.register(make_tool("touch", Consequence.REVERSIBLE, ledger))
-    kernel.register(make_tool("launch", Consequence.IRREVERSIBLE, ledger))
-    kernel.register(make_tool("run_shell", Consequence.IRREVERSIBLE, ledger, residual=True))
-
-
-def events(kernel: Kernel) -> list[dict[str, Any]]:
-    sink = kernel.events._sink
-    assert isinstance(sink, MemorySink)
-    return sink.records()
-
-
-def kinds(kernel: Kernel, kind: str) -> list[dict[str, Any]]:
-    return [e for e in events(kernel) if e["kind"] == kind]
+register_tools = register_standard_tools
 
 
 async def run(
@@ -104,7 +73,6 @@ class RawClient:
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self.codec = Codec(TO_HOST, TO_CHILD)
-        self.buf = bytearray()
 
     @classmethod
     async def connect(cls, address: list[Any]) -> RawClient:
@@ -119,20 +87,15 @@ class RawClient:
 
     async def recv(self) -> dict[str, Any] | None:
         """The next message, or None when the host closed the connection."""
-        while True:
-            if len(self.buf) >= HEADER.size:
-                (n,) = HEADER.unpack(self.buf[: HEADER.size])
-                if len(self.buf) >= HEADER.size + n:
-                    payload = bytes(self.buf[HEADER.size : HEADER.size + n])
-                    del self.buf[: HEADER.size + n]
-                    return self.codec.decode(payload)
+        while (message := self.codec.next_message()) is None:
             try:
                 chunk = await self.stream.receive_some(65536)
             except trio.BrokenResourceError:
                 return None
             if not chunk:
                 return None
-            self.buf += chunk
+            self.codec.receive_data(chunk)
+        return message
 
     async def handshake(self, secret: bytes) -> dict[str, Any] | None:
         """Run the child's side; return the host's answer to ``auth`` (None: refused)."""

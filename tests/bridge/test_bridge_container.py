@@ -19,7 +19,7 @@ import pytest
 from bridge_helpers import Ledger, kinds, register_tools, run
 
 from ringfence.bridge import BridgeListener, LocalLauncher
-from ringfence.bridge._host import RUNNER_PATH
+from ringfence.bridge._launch import RUNNER_PATH
 from ringfence.runtime import Kernel, Posture
 
 IMAGE = os.environ.get("RINGFENCE_SCRIPT_IMAGE", "ringfence/debian")

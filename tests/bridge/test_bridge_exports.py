@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 import ringfence.bridge
-from ringfence.bridge._host import RUNNER_PATH
+from ringfence.bridge._launch import RUNNER_PATH
 
 CHILD_MODULES = ("_runner.py", "_wire.py", "_sandbox.py")
 

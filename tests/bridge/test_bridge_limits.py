@@ -19,7 +19,8 @@ import trio
 from bridge_helpers import Ledger, events, kinds, register_tools, run
 
 from ringfence.bridge import SCRIPT_TOOL, LocalLauncher, ScriptConfig, register_script_tool
-from ringfence.bridge._host import MAX_PENDING_HANDSHAKES, MAX_REFUSAL_EVENTS, LaunchRequest
+from ringfence.bridge._channel import MAX_PENDING_HANDSHAKES, MAX_REFUSAL_EVENTS
+from ringfence.bridge._launch import LaunchRequest
 from ringfence.runtime import (
     MARKER,
     ApprovalAnswer,

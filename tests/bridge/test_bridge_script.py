@@ -201,9 +201,10 @@ async def test_output_keeps_head_and_tail_past_the_cap() -> None:
 
 async def test_unix_socket_transport_is_private_and_cleaned_up() -> None:
     seen: dict = {}
+    kernels: list[Kernel] = []
 
     async def inspect(args: dict, ctx: CallContext) -> str:
-        path = kinds(ctx.kernel, "script_started")[0]["address"][1]
+        path = kinds(kernels[0], "script_started")[0]["address"][1]
         seen["path"] = path
         seen["sock"] = stat.S_IMODE(os.stat(path).st_mode)
         seen["dir"] = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
@@ -211,6 +212,7 @@ async def test_unix_socket_transport_is_private_and_cleaned_up() -> None:
         return "looked"
 
     async with Kernel() as kernel:
+        kernels.append(kernel)
         kernel.register(
             ToolSpec("inspect", "i", {"type": "object"}, inspect, consequence=Consequence.READ)
         )

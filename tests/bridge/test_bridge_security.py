@@ -27,7 +27,7 @@ from ringfence.bridge import (
     ScriptConfig,
     ScriptLimits,
 )
-from ringfence.bridge._host import _Run
+from ringfence.bridge._session import ScriptSession
 from ringfence.runtime import CallContext, Consequence, Kernel, Posture, ToolError, ToolSpec
 
 CALL = {"type": "call", "id": 1, "tool": "launch", "arguments": {"x": "pwned"}}
@@ -42,12 +42,12 @@ async def test_connections_without_the_secret_are_refused_and_call_nothing(ledge
         register_tools(kernel, ledger)
         listener = await BridgeListener.open("tcp")
         config = ScriptConfig(handshake_seconds=0.3)
-        run_ = _Run(
+        run_ = ScriptSession(
             kernel, config, lambda k, **d: kernel.events.emit(k, "t", **d), "t", "p", lambda: None
         )
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(run_.accept_loop, listener, nursery)
+                nursery.start_soon(run_.admission.accept_loop, listener, nursery)
                 # 1. straight to a call, no handshake
                 c1 = await RawClient.connect(listener.address)
                 await c1.send(CALL)
@@ -63,14 +63,14 @@ async def test_connections_without_the_secret_are_refused_and_call_nothing(ledge
                 assert await c3.recv() is None
                 # the child, which has the secret, gets in ...
                 child = await RawClient.connect(listener.address)
-                assert (await child.handshake(run_.secret))["type"] == "welcome"
+                assert (await child.handshake(run_.admission.secret))["type"] == "welcome"
                 # ... and from then on every connection is refused, even with the secret
                 c4 = await RawClient.connect(listener.address)
                 assert await c4.recv() is None
                 nursery.cancel_scope.cancel()
             for c in (c1, c2, c3, child, c4):
                 await c.stream.aclose()
-            await run_.conn.stream.aclose()
+            await run_.admission.channel.stream.aclose()
         finally:
             listener.aclose_sync()
     assert ledger.runs == []
@@ -86,7 +86,7 @@ async def test_a_replayed_call_is_refused_and_runs_once(ledger: Ledger) -> None:
     async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
         register_tools(kernel, ledger)
         listener = await BridgeListener.open("tcp")
-        run_ = _Run(kernel, ScriptConfig(), lambda k, **d: None, "t", "p", lambda: None)
+        run_ = ScriptSession(kernel, ScriptConfig(), lambda k, **d: None, "t", "p", lambda: None)
         errors: list[BaseException] = []
 
         async def serve() -> None:
@@ -97,10 +97,10 @@ async def test_a_replayed_call_is_refused_and_runs_once(ledger: Ledger) -> None:
 
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(run_.accept_loop, listener, nursery)
+                nursery.start_soon(run_.admission.accept_loop, listener, nursery)
                 nursery.start_soon(serve)
                 child = await RawClient.connect(listener.address)
-                await child.handshake(run_.secret)
+                await child.handshake(run_.admission.secret)
                 await child.send({"type": "sandboxed", "report": {}})
                 assert (await child.recv())["type"] == "script"
                 frame = await child.send({"type": "call", "id": 1, "tool": "peek", "arguments": {}})
@@ -110,7 +110,7 @@ async def test_a_replayed_call_is_refused_and_runs_once(ledger: Ledger) -> None:
                     await trio.sleep(0.01)
                 nursery.cancel_scope.cancel()
             await child.stream.aclose()
-            await run_.conn.stream.aclose()
+            await run_.admission.channel.stream.aclose()
         finally:
             listener.aclose_sync()
     assert errors[0].reason == "out_of_order"

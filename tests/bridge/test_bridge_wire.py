@@ -12,7 +12,7 @@ import trio.testing
 from bridge_helpers import WRONG, RawClient
 
 from ringfence.bridge import ProtocolError
-from ringfence.bridge._host import _Connection
+from ringfence.bridge._channel import Channel
 from ringfence.bridge._wire import (
     HANDSHAKE_MAX_FRAME,
     HEADER,
@@ -146,7 +146,7 @@ def test_proofs_are_bound_to_role_and_nonces() -> None:
 
 async def _host_and_client(secret_host: bytes, secret_client: bytes):
     a, b = trio.testing.memory_stream_pair()
-    host = _Connection(a, 1 << 20)
+    host = Channel(a, 1 << 20)
     client = RawClient(b)
     result: dict = {}
 
@@ -277,3 +277,37 @@ def test_handshake_frames_are_limited_to_4_kib() -> None:
         codec.decode(bytes(TAG_BYTES) + b'{"type":"hello","x":"' + b"a" * 5000 + b'"}')
     codec.key = KEY
     assert codec.frame_length(HEADER.pack(12 * 1024 * 1024)) == 12 * 1024 * 1024
+
+
+# -- receiving: the codec buffers, the caller only reads ------------------------------------
+
+
+def test_frames_arriving_in_any_pieces_come_out_whole_and_in_order() -> None:
+    child, host = pair()
+    data = b"".join(child.encode({"type": "call", "id": i, "pad": "x" * i * 50}) for i in range(5))
+    got = []
+    for i in range(len(data)):  # one byte at a time: the worst split there is
+        host.receive_data(data[i : i + 1])
+        while (message := host.next_message()) is not None:
+            got.append(message["id"])
+    assert got == [0, 1, 2, 3, 4]
+    assert host.next_message() is None and host.missing == HEADER.size
+
+
+def test_an_oversized_header_is_refused_before_its_payload_arrives() -> None:
+    host = Codec(TO_CHILD, TO_HOST)  # before the handshake: 4 KiB at most
+    host.receive_data(HEADER.pack(12 * 1024 * 1024))
+    with pytest.raises(ProtocolError) as info:
+        host.next_message()
+    assert info.value.reason == "oversized"
+
+
+def test_a_key_set_after_a_frame_arrived_applies_to_it() -> None:
+    """The handshake sets the key between two frames whose bytes came in one read."""
+    child, host = Codec(TO_HOST, TO_CHILD), Codec(TO_CHILD, TO_HOST)
+    first = child.encode({"type": "auth"})
+    child.key = KEY
+    host.receive_data(first + child.encode({"type": "call"}))
+    assert host.next_message()["type"] == "auth"
+    host.key = KEY
+    assert host.next_message()["type"] == "call"  # verified under the key set just now

@@ -94,7 +94,7 @@ def test_project_file_cannot_loosen(
     capsys.readouterr()
     assert not (ws / "made").exists()
     assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
-    shown = json.loads(capsys.readouterr().out)["rules"]
+    shown = json.loads(capsys.readouterr().out)["result"]["rules"]
     assert shown[0]["layer"] == "project" and "trust" in shown[0]["inactive"]
 
     # Once the user trusts the project, its allow applies.
@@ -109,7 +109,7 @@ def test_a_pinned_trust_stops_applying_when_the_project_file_changes(
     """An agent may write the project's policy file; a trust pinned to its sha256 then lapses."""
     project = _write(ws / ".ringfence" / "policy.toml", 'allow = ["run_shell(touch a*)"]\n')
     assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
-    shown = json.loads(capsys.readouterr().out)["project_file"]
+    shown = json.loads(capsys.readouterr().out)["result"]["project_file"]
     _write(
         ringfence_home / "policy.toml",
         f'[trust]\nprojects = [{{ path = "{ws}", sha256 = "{shown["sha256"]}" }}]\n',
@@ -122,7 +122,7 @@ def test_a_pinned_trust_stops_applying_when_the_project_file_changes(
     assert not (ws / "b1").exists()
     capsys.readouterr()
     assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
-    rule = json.loads(capsys.readouterr().out)["rules"][0]
+    rule = json.loads(capsys.readouterr().out)["result"]["rules"][0]
     assert "changed since it was trusted" in rule["inactive"]
 
 
@@ -216,7 +216,7 @@ def test_policy_check_and_explain(
         )
         == 0
     )
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["result"]
     assert report["decision"]["verdict"] == "deny"
     assert report["decision"]["source"] == f"{good}:1" and report["decision"]["layer"] == "session"
     parts = {(p["part"], p["text"]): p["verdict"] for p in report["parts"]}
@@ -268,8 +268,7 @@ def test_command_line_rules_are_a_session_layer(
     capsys.readouterr()
     assert main(["policy", "show", "--workspace", str(ws), "--deny", "run_shell(curl *)"]) == 0
     assert "--deny" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        main(["call", "run_shell", "--deny"])
+    assert main(["call", "run_shell", "--deny"]) == 2  # a parse error: exit 2, no SystemExit
     assert _call(ws, "true", "--deny", "run_shell(") == 2
 
 

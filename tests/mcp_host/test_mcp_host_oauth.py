@@ -22,7 +22,8 @@ from mcp.shared.auth import AuthorizationCodeResult
 from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
 
 from ringfence.mcp_host import connect_servers
-from ringfence.mcp_host._oauth import MAX_STEP_UPS, LoginFlow, auth_status, login, login_flow
+from ringfence.mcp_host._login import login
+from ringfence.mcp_host._oauth import MAX_STEP_UPS, LoginFlow, auth_status, login_flow
 from ringfence.mcp_host._tokens import SealedStore
 from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Redactor, Unavailable
 

@@ -11,7 +11,7 @@ from mcp_host_helpers import events_of, manifest, py_server, toml_str
 
 from ringfence.mcp_host import ElicitationAnswer, connect_servers
 from ringfence.mcp_host.testing import FakeSamplingProvider, ScriptedElicitor
-from ringfence.runtime import MARKER, ApprovalAnswer, Posture
+from ringfence.runtime import MARKER, ApprovalAnswer, Posture, Rules
 
 SAMPLING = 'sampling_policy = "allow"\nsampling_allowed_models = ["fake-large", "fake-small"]\nsampling_max_tokens = 100\nsampling_total_tokens = 150'
 
@@ -52,10 +52,19 @@ async def test_sampling_within_bounds_redacted_both_ways(make_kernel, sink, stat
         assert len(provider.requests) == 1
     (requested, *_) = events_of(sink, "mcp_sampling_requested")
     (finished,) = events_of(sink, "mcp_sampling_finished")
-    call_traces = {e["trace_id"] for e in events_of(sink, "proposed")}
+    # Its own trace, not the tool call's; in it the request went through the Gate as a call.
+    tool_traces = {
+        e["trace_id"] for e in events_of(sink, "proposed") if e["tool"] == "mcp.notes.sample"
+    }
     assert (
-        requested["trace_id"] == finished["trace_id"] and requested["trace_id"] not in call_traces
+        requested["trace_id"] == finished["trace_id"] and requested["trace_id"] not in tool_traces
     )
+    gated = [e for e in sink.records() if e["trace_id"] == requested["trace_id"]]
+    assert [e["kind"] for e in gated] == [
+        "mcp_sampling_requested", "proposed", "decided", "started", "finished", "mcp_sampling_finished"
+    ]  # fmt: skip
+    assert gated[1]["tool"] == "mcp.notes.__sampling" and gated[1]["origin"] == "mcp-sampling"
+    assert gated[2]["rule"] == "autonomous:mcp.notes.__sampling"
     assert finished["model"] == "fake-small" and finished["tokens_left"] == 90
     assert len(events_of(sink, "mcp_sampling_refused")) == 2
     assert secret not in "\n".join(sink.lines)
@@ -238,3 +247,50 @@ async def test_everything_sampling_elicitation_and_roots_round_trips(
         assert tmp_path.as_uri() in roots["text"]
         await kernel.invoke(remote["trigger-elicitation-request"], {})
         assert elicitor.prompts and elicitor.prompts[0].mode == "form"
+
+
+# -- one door: the session's rules, grants and dry runs apply to server requests (issue 13) --
+
+
+async def test_deny_rules_refuse_sampling_and_elicitation(make_kernel, sink, state: Path) -> None:
+    provider = FakeSamplingProvider()
+    elicitor = ScriptedElicitor([ElicitationAnswer("accept", {"city": "Paris"})])
+    extra = f'{SAMPLING}\nelicitation_policy = "allow"'
+    m = manifest(py_server("notes", "annotated.py", state=state, extra=extra))
+    # "allow" in the manifest does not outrank the operator's deny rule.
+    kernel = make_kernel(rules=Rules(deny=("*.__sampling", "*.__elicitation")))
+    async with (
+        kernel,
+        connect_servers(kernel, m, sampling_provider=provider, elicitor=elicitor),
+    ):
+        assert (await kernel.invoke("mcp.notes.sample", {"prompt": "hi"})).error is not None
+        declined = await kernel.call("mcp.notes.ask_form", {})
+        assert "decline" in declined["text"]
+    assert provider.requests == [] and elicitor.prompts == []
+    assert not (state / "sampled.log").exists()
+    decided = {e["tool"]: e for e in events_of(sink, "decided") if "__" in e["tool"]}
+    assert decided["mcp.notes.__sampling"]["rule"] == "deny:*.__sampling"
+    assert decided["mcp.notes.__elicitation"]["rule"] == "deny:*.__elicitation"
+    assert not [e for e in events_of(sink, "started") if "__" in e["tool"]]
+
+
+async def test_a_session_grant_covers_the_same_sampling_request(make_kernel, state: Path) -> None:
+    provider = FakeSamplingProvider()
+    extra = 'sampling_policy = "ask"\nsampling_allowed_models = ["fake-small"]'
+    m = manifest(py_server("notes", "annotated.py", state=state, extra=extra))
+    kernel = make_kernel([ApprovalAnswer.session("ok")])
+    async with kernel, connect_servers(kernel, m, sampling_provider=provider):
+        assert (await kernel.invoke("mcp.notes.sample", {"prompt": "same"})).ok
+        assert (await kernel.invoke("mcp.notes.sample", {"prompt": "same"})).ok  # granted
+        assert (await kernel.invoke("mcp.notes.sample", {"prompt": "other"})).error is not None
+    assert [r.tool for r in kernel.approver.requests] == ["mcp.notes.__sampling"] * 2
+    assert [r.messages[0][1] for r in provider.requests] == ["same", "same"]
+
+
+async def test_sampling_tools_are_not_callable_by_name(make_kernel, state: Path) -> None:
+    provider = FakeSamplingProvider()
+    m = manifest(py_server("notes", "annotated.py", state=state, extra=SAMPLING))
+    async with make_kernel() as kernel, connect_servers(kernel, m, sampling_provider=provider):
+        out = await kernel.invoke("mcp.notes.__sampling", {"server": "notes"})
+        assert out.error is not None and out.error.code == "not_found"
+    assert provider.requests == []

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
+import pytest
 from runtime_helpers import Ledger, register_standard_tools
 
+from ringfence import create_kernel
 from ringfence.runtime import (
     ApprovalAnswer,
+    CallContext,
     Choice,
+    Consequence,
     Denied,
     HeadlessDenyApprover,
     Kernel,
     Posture,
     ScriptedApprover,
     TerminalApprover,
+    ToolSpec,
 )
+from ringfence.runtime._approval import match_path
 
 
 async def test_once_asks_again_every_time(ledger: Ledger) -> None:
@@ -94,3 +102,77 @@ async def test_scripted_callable_sees_redacted_arguments(ledger: Ledger) -> None
         await kernel.invoke("launch", {"x": "pw=hunter2-secret"})
     assert approver.requests[0].arguments == {"x": "pw=[REDACTED SECRET]"}
     assert ledger.runs == [("launch", {"x": "pw=hunter2-secret"})]
+
+
+# -- grants mean what they say (issue 13) ---------------------------------------------------
+
+
+async def test_pattern_grant_requires_unnamed_arguments_equal(ledger: Ledger) -> None:
+    # The approver widened "cwd" only; another command in the same cwd is a new question.
+    approver = ScriptedApprover([ApprovalAnswer.session(pattern={"cwd": "sub*"})])
+    async with Kernel(approver=approver) as kernel:
+        kernel.register(_shell_like(ledger))
+        first = await kernel.invoke("shell", {"command": "ls", "cwd": "sub"})
+        same_other_cwd = await kernel.invoke("shell", {"command": "ls", "cwd": "sub2"})
+        other_command = await kernel.invoke("shell", {"command": "rm -rf x", "cwd": "sub"})
+        extra_argument = await kernel.invoke("shell", {"command": "ls", "cwd": "sub", "env": "A=1"})
+    assert first.ok and same_other_cwd.ok
+    assert same_other_cwd.decision is not None and same_other_cwd.decision.rule == "grant:session"
+    assert isinstance(other_command.error, Denied) and isinstance(extra_argument.error, Denied)
+    assert [r.arguments["command"] for r in approver.requests] == ["ls", "rm -rf x", "ls"]
+    assert [a["command"] for _, a in ledger.runs] == ["ls", "ls"]  # rm never ran
+
+
+def _shell_like(ledger: Ledger) -> ToolSpec:
+    schema = {
+        "type": "object",
+        "properties": {"command": {"type": "string"}, "cwd": {"type": "string"}, "env": {}},
+    }
+
+    async def run(args: dict, ctx: CallContext) -> str:
+        ledger.runs.append(("shell", args))
+        return "ran"
+
+    return ToolSpec("shell", "a shell-like tool", schema, run, consequence=Consequence.IRREVERSIBLE)
+
+
+@pytest.mark.parametrize(
+    ("value", "pattern", "expected"),
+    [
+        ("notes/a.txt", "notes/*", True),
+        ("notes/./a.txt", "notes/*", True),
+        ("notes/sub/../../a.txt", "notes/*", False),  # normalizes to a.txt
+        ("notes/sub/a.txt", "notes/*", False),  # * stays inside one component
+        ("notes/sub/a.txt", "notes/**", True),
+        ("notes/../../etc/passwd", "notes/**", False),
+        ("../notes/a.txt", "*/notes/*", False),  # a step out matches only a literal ..
+        ("/notes/a.txt", "notes/*", False),
+        ("/notes/a.txt", "/notes/*", True),
+        (".", "*", False),
+    ],
+)
+def test_path_patterns_match_per_component_on_the_normalized_path(
+    value: str, pattern: str, expected: bool
+) -> None:
+    assert match_path(value, pattern) is expected
+
+
+async def test_path_grant_cannot_be_walked_out_with_dotdot(tmp_path: Path) -> None:
+    """The attack of issue 13: a grant for notes/* overwrote a.txt via notes/sub/../../a.txt."""
+    (tmp_path / "notes" / "sub").mkdir(parents=True)
+    (tmp_path / "a.txt").write_text("original")
+    approver = ScriptedApprover([ApprovalAnswer.session(pattern={"path": "notes/*"})])
+    log = tmp_path.parent / f"{tmp_path.name}-events.jsonl"
+    async with create_kernel(roots=[tmp_path], approver=approver, events_path=log) as kernel:
+        ok = await kernel.invoke("write_file", {"path": "notes/n.txt", "content": "x"})
+        again = await kernel.invoke("write_file", {"path": "notes/m.txt", "content": "x"})
+        attack = await kernel.invoke(
+            "write_file", {"path": "notes/sub/../../a.txt", "content": "x"}
+        )
+    assert ok.ok and again.ok and again.decision.rule == "grant:session"
+    assert isinstance(attack.error, Denied)
+    assert (tmp_path / "a.txt").read_text() == "original"  # no effect on disk
+    assert len(approver.requests) == 2  # the attack was asked (and denied), not granted
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    kinds = [r["kind"] for r in records if r.get("call_id") == attack.call_id]
+    assert kinds == ["proposed", "decided", "approval_asked", "approval_answered", "failed"]

@@ -72,7 +72,7 @@ async def test_chain_verifies_and_catches_an_edited_line(tmp_path: Path, ledger:
     path.write_text("\n".join(lines) + "\n")
     result = ringfence_cli("events", "verify", "--json", str(path))
     assert result.returncode == 1
-    problems = json.loads(result.stdout)["problems"]
+    problems = json.loads(result.stdout)["error"]["details"]["report"]["problems"]
     assert any(p.startswith("line 6: record was edited") for p in problems)
 
 

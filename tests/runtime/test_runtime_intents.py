@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 import trio
 from runtime_helpers import Ledger, register_standard_tools
 
-from ringfence.runtime import Denied, Kernel, Posture, verify_intent
+from ringfence.runtime import Authorization, Denied, Kernel, Posture, verify_intent
 
 
 @pytest.fixture
@@ -27,6 +28,21 @@ async def test_valid_intent_runs_once(kernel: Kernel, ledger: Ledger) -> None:
     assert ledger.names() == ["launch"]
 
 
+def forge(auth: Authorization, **changes: Any) -> Authorization:
+    """What only code reaching past the Gate's mint can do: the intent must still refuse it."""
+    fields = {f.name: getattr(auth, f.name) for f in dataclasses.fields(auth)}
+    return Authorization._create(**{**fields, **changes})
+
+
+async def test_authorizations_are_minted_only_by_the_gate(kernel: Kernel, ledger: Ledger) -> None:
+    auth = await kernel.authorize("launch", {"x": "a"})
+    with pytest.raises(TypeError, match="no public constructor"):
+        dataclasses.replace(auth, arguments={"x": "rm -rf /"})
+    with pytest.raises(TypeError, match="no public constructor"):
+        Authorization(auth.spec, {"x": "b"}, auth.decision, "c", "t", "direct", auth.intent)
+    assert ledger.runs == []
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -39,7 +55,7 @@ async def test_valid_intent_runs_once(kernel: Kernel, ledger: Ledger) -> None:
 )
 async def test_altered_intent_is_refused(kernel: Kernel, ledger: Ledger, change: dict) -> None:
     auth = await kernel.authorize("launch", {"x": "a"})
-    forged = dataclasses.replace(auth, intent=dataclasses.replace(auth.intent, **change))
+    forged = forge(auth, intent=dataclasses.replace(auth.intent, **change))
     with pytest.raises(Denied, match="signature"):
         await kernel.execute(forged)
     assert ledger.runs == []
@@ -47,7 +63,7 @@ async def test_altered_intent_is_refused(kernel: Kernel, ledger: Ledger, change:
 
 async def test_intent_for_other_arguments_is_refused(kernel: Kernel, ledger: Ledger) -> None:
     auth = await kernel.authorize("launch", {"x": "harmless"})
-    swapped = dataclasses.replace(auth, arguments={"x": "rm -rf /"})
+    swapped = forge(auth, arguments={"x": "rm -rf /"})
     with pytest.raises(Denied, match="does not match"):
         await kernel.execute(swapped)
     assert ledger.runs == []
@@ -56,7 +72,7 @@ async def test_intent_for_other_arguments_is_refused(kernel: Kernel, ledger: Led
 async def test_missing_intent_is_refused(kernel: Kernel, ledger: Ledger) -> None:
     auth = await kernel.authorize("launch", {})
     with pytest.raises(Denied, match="no signed intent"):
-        await kernel.execute(dataclasses.replace(auth, intent=None))
+        await kernel.execute(forge(auth, intent=None))
     assert ledger.runs == []
 
 
@@ -76,7 +92,7 @@ async def test_intent_from_another_kernel_is_refused(kernel: Kernel, ledger: Led
         foreign = await other.authorize("launch", {})
     mine = await kernel.authorize("launch", {})
     with pytest.raises(Denied, match="signature"):
-        await kernel.execute(dataclasses.replace(mine, intent=foreign.intent))
+        await kernel.execute(forge(mine, intent=foreign.intent))
     assert ledger.runs == []
 
 

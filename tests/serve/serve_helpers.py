@@ -164,12 +164,15 @@ class ServeProcess:
 async def http_serve_process(
     argv: list[str], env: dict[str, str] | None = None
 ) -> AsyncIterator[ServeProcess]:
-    """Start the command, wait for its JSON announcement on stderr, stop it afterwards."""
+    """Start the command, wait for its JSON announcement on stdout, stop it afterwards.
+
+    stdout and stderr share one pipe: ``stderr_lines`` holds both, in order.
+    """
     process = await trio.lowlevel.open_process(
         [sys.executable, *argv],
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         env={**os.environ, **subprocess_env(), **(env or {})},
     )
     lines: list[str] = []
@@ -177,9 +180,9 @@ async def http_serve_process(
     announced: dict[str, Any] | None = None
     try:
         with trio.fail_after(30):
-            assert process.stderr is not None
+            assert process.stdout is not None
             while announced is None:
-                chunk = await process.stderr.receive_some(4096)
+                chunk = await process.stdout.receive_some(4096)
                 if not chunk:
                     raise AssertionError(f"server exited before announcing: {lines}")
                 buffer += chunk
@@ -187,8 +190,8 @@ async def http_serve_process(
                 for raw in done:
                     line = raw.decode(errors="replace")
                     lines.append(line)
-                    if line.startswith("ringfence serve: {"):
-                        announced = json.loads(line.split(": ", 1)[1])
+                    if line.startswith('{"ok": true'):
+                        announced = json.loads(line)["result"]
         yield ServeProcess(process, announced["url"], announced["token"], lines)
     finally:
         if process.returncode is None:

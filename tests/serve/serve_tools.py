@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import secrets
 import subprocess
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -95,16 +96,13 @@ def register_tools(kernel: Kernel, root: Path) -> None:
         # Like the script bridge: inner calls run in tasks this executor spawns and
         # re-enter the Gate with origin "script".
         results: list[dict[str, Any]] = []
-        trace = ctx.trace_id if args.get("same_trace") else None
+        # Without same_trace the inner calls start a trace of their own (still children).
+        trace = ctx.trace_id if args.get("same_trace") else secrets.token_hex(8)
         for call in args["calls"]:
 
             async def one(call: dict[str, Any] = call) -> None:
-                outcome = await ctx.kernel.invoke(
-                    call["tool"],
-                    call["arguments"],
-                    origin="script",
-                    trace_id=trace,
-                    parent_id=ctx.call_id,
+                outcome = await ctx.invoke(
+                    call["tool"], call["arguments"], origin="script", trace_id=trace
                 )
                 results.append(outcome.to_dict())
 

@@ -32,7 +32,10 @@ async def test_a_flood_of_refused_requests_grows_the_log_by_a_bounded_amount(
         statuses: list[int] = []
 
         async def attacker(n: int) -> None:
-            async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
+            # A new connection per request: reusing a kept-alive one races the server closing
+            # it ("Server disconnected without sending a response") on a loaded machine.
+            limits = httpx2.Limits(max_keepalive_connections=0)
+            async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0), limits=limits) as http:
                 for i in range(n, REQUESTS, 16):
                     path = f"/{i:05d}" + "A" * PATH_CHARS + "\u202e"
                     statuses.append((await http.post(base + path, content=b"{}")).status_code)

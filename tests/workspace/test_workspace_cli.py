@@ -70,10 +70,12 @@ def test_write_and_edit_need_a_posture_that_allows_them(tree: Tree) -> None:
     code, body, _ = call(
         tree, "write_file", {"path": "new.txt", "content": "x\n"}, "--posture", "allow-reversible"
     )
+    checkpoint = body.get("result", {}).pop("checkpoint", None)  # the write's change set
     assert (code, body) == (
         0,
         {"ok": True, "result": {"path": "new.txt", "bytes": 2, "created": True}},
     )
+    assert isinstance(checkpoint, str)
     code, body, _ = call(
         tree, "edit_file", {"path": "new.txt", "old": "x", "new": "y"}, "--approve", "yes"
     )
@@ -136,7 +138,7 @@ def test_roots_from_the_environment_and_a_bad_root(tree: Tree) -> None:
 def test_tools_list_shows_the_file_tools(tree: Tree) -> None:
     code, body, _ = ringfence("tools", "list", "--json", "--workspace", str(tree.ws))
     assert code == 0
-    assert {t["name"]: t["consequence"] for t in body} == {
+    assert {t["name"]: t["consequence"] for t in body["result"]} == {
         "edit_file": "reversible",
         "glob_files": "read",
         "grep_files": "read",
@@ -144,5 +146,6 @@ def test_tools_list_shows_the_file_tools(tree: Tree) -> None:
         "read_file": "read",
         "run_shell": "irreversible",  # wired in by the backends package
         "run_tool_script": "irreversible",  # wired in by the bridge package
+        "undo": "reversible",  # restores change sets (workspace checkpoints)
         "write_file": "reversible",
     }

@@ -177,7 +177,7 @@ def test_git_metadata_is_never_written_in_real_repositories(
         path = target.format(ws2=tree.ws2)
         for name, attempt in (
             ("write", lambda p=path: ws.write_text(p, "[core]\n\tfsmonitor = touch /tmp/pwned\n")),
-            ("unrestricted", lambda p=path: ws.write_text(p, "x", unrestricted=True)),
+            ("unrestricted", lambda p=path: ws.with_host_root([].append).write_text(p, "x")),
             ("edit", lambda p=path: ws.edit_text(p, "[core]", "[core]\n\thooksPath = /x")),
         ):
             try:

@@ -346,7 +346,7 @@ def test_ripgrep_is_not_asked_for_a_pattern_it_reads_more_narrowly(tree: Tree) -
         ws.ripgrep = RG
         notices: list[str] = []
         assert (
-            ws.grep(r"\bfoo", notices=notices)
+            ws.grep(r"\bfoo", on_notice=notices.append)
             == python
             == [{"path": "u.txt", "line": 1, "text": "\u00e9foo"}]
         )

@@ -230,7 +230,7 @@ def test_resolve_dir(ws: Workspace, tree: Tree) -> None:
         ws.resolve_dir("nope")
     with pytest.raises(OutsideWorkspace):
         ws.resolve_dir(str(tree.outside))
-    assert ws.resolve_dir(str(tree.outside), unrestricted=True) == tree.outside
+    assert ws.with_host_root([].append).resolve_dir(str(tree.outside)) == tree.outside
 
 
 def test_roots_must_exist_and_be_directories(tree: Tree) -> None:
@@ -330,10 +330,10 @@ def test_walk_alone_gives_the_same_answers_as_openat2(tree: Tree) -> None:
 def test_unrestricted_reaches_outside_but_only_for_that_call(ws: Workspace, tree: Tree) -> None:
     notices: list[str] = []
     path = str(tree.outside / "secret")
-    assert ws.read_text(path, unrestricted=True, notices=notices) == SECRET.decode()
+    assert ws.with_host_root(notices.append).read_text(path) == SECRET.decode()
     assert notices == [path]
     (tree.ws / "out").symlink_to(tree.outside / "secret")
-    assert ws.read_text("out", unrestricted=True) == SECRET.decode()
+    assert ws.with_host_root(notices.append).read_text("out") == SECRET.decode()
     with pytest.raises(OutsideWorkspace):
         ws.read_text(path)
     with pytest.raises(OutsideWorkspace):

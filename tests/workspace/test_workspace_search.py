@@ -276,7 +276,7 @@ def test_ripgrep_rejecting_a_pattern_falls_back_to_python_with_a_notice(
     # Python accepts a bare "{" as a literal; Rust's regex syntax does not.
     notices: list[str] = []
     ws.ripgrep = RG
-    got = ws.grep("x = {?needle", notices=notices, max_results=100)
+    got = ws.grep("x = {?needle", on_notice=notices.append, max_results=100)
     assert notices and "ripgrep" in notices[0]
     ws.ripgrep = None
     assert ws.grep("x = {?needle", max_results=100) == got

@@ -176,7 +176,7 @@ async def test_dry_run_stages_writes_without_touching_disk(tree: Tree, tmp_path:
 
 
 def test_reads_are_bounded_and_never_hang(tree: Tree, monkeypatch) -> None:
-    import ringfence.workspace._workspace as impl
+    import ringfence.workspace._reader as impl
 
     monkeypatch.setattr(impl, "READ_MAX_BYTES", 100)
     (tree.ws / "big.txt").write_text("".join(f"{i:09d}\n" for i in range(30)))  # 300 bytes

@@ -1,0 +1,314 @@
+"""The docker backend's in-container supervisor: one attached ``sh`` runs a session's commands.
+
+:class:`Supervisor` owns the exec's socket (Docker's multiplexed stream
+frames both ways). Each command is one line of shell (:meth:`Supervisor.script`)
+that runs it under ``setsid``, waits for it, kills every other process of the
+uid, and prints a per-command random marker with the exit status on stdout and
+stderr; :class:`CommandOutput` splits the frames into the two captures up to
+the markers (holding back bytes that may start a marker). How the supervisor
+is signalled and replaced is :mod:`ringfence.backends._docker`'s business.
+
+Non-guarantees: the markers are unguessable, but a command that could read the
+supervisor's memory could fake its own exit status (only its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import select
+import socket
+import ssl
+import struct
+from collections.abc import Mapping, Sequence
+
+import docker
+import trio
+
+from ..runtime import ToolError, Unavailable
+from ._dockerapi import map_docker_errors
+from ._output import Capture
+
+__all__ = ["CommandOutput", "Supervisor", "attach", "quote"]
+
+_HEADER = struct.Struct(">BxxxL")
+_READ_SIZE = 65536
+
+
+class CommandOutput:
+    """Parsing state of one command's output: markers on both streams, then the status."""
+
+    def __init__(self, token: str, out: Capture, err: Capture) -> None:
+        self.token = token
+        self.marker = f"__rf{token}__".encode()
+        self.streams = {1: _MarkedStream(self.marker, out), 2: _MarkedStream(self.marker, err)}
+        self.status = ""
+
+    @property
+    def done(self) -> bool:
+        return all(s.done for s in self.streams.values())
+
+    def feed(self, stream_id: int, payload: bytes) -> None:
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        stream.feed(payload)
+        if stream_id == 1 and stream.done:
+            self.status = stream.trailer
+
+
+class _MarkedStream:
+    """One output stream up to its end marker; holds back bytes that may start the marker."""
+
+    def __init__(self, marker: bytes, capture: Capture) -> None:
+        self.marker = marker
+        self.capture = capture
+        self.pending = b""
+        self.found = False
+        self.trailer_bytes = b""
+        self.done = False
+
+    @property
+    def trailer(self) -> str:
+        return self.trailer_bytes.decode("ascii", "replace").strip()
+
+    def feed(self, data: bytes) -> None:
+        if self.done:
+            return
+        if self.found:
+            self._trail(data)
+            return
+        buf = self.pending + data
+        at = buf.find(self.marker)
+        if at >= 0:
+            self.capture.feed(buf[:at])
+            self.pending = b""
+            self.found = True
+            self._trail(buf[at + len(self.marker) :])
+            return
+        # Hold back only a tail that could be the start of the marker.
+        keep = _marker_prefix_at_end(buf, self.marker)
+        if keep:
+            self.capture.feed(buf[: len(buf) - keep])
+            self.pending = buf[len(buf) - keep :]
+        else:
+            self.capture.feed(buf)
+            self.pending = b""
+
+    def _trail(self, data: bytes) -> None:
+        self.trailer_bytes += data
+        if b"\n" in self.trailer_bytes:
+            self.trailer_bytes = self.trailer_bytes.split(b"\n", 1)[0]
+            self.done = True
+
+
+def _peek(fd: int) -> bytes:
+    """One byte from ``fd`` without consuming it; b"" at end of stream."""
+    with socket.socket(fileno=os.dup(fd)) as dup:
+        try:
+            return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return b"?"
+
+
+def _marker_prefix_at_end(buf: bytes, marker: bytes) -> int:
+    """Length of the longest suffix of ``buf`` that is a proper prefix of ``marker``."""
+    start = max(len(buf) - len(marker) + 1, 0)
+    at = buf.find(marker[:1], start)
+    while at != -1:
+        if marker.startswith(buf[at:]):
+            return len(buf) - at
+        at = buf.find(marker[:1], at + 1)
+    return 0
+
+
+def quote(word: str) -> str:
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+def attach(
+    client: docker.DockerClient,
+    container_id: str,
+    argv: list[str],
+    user: str,
+    environment: list[str] | None,
+) -> tuple[str, trio.socket.SocketType]:
+    """Create and start an exec with its streams attached (blocking; run in a thread)."""
+    exec_id = client.api.exec_create(
+        container_id,
+        argv,
+        stdin=True,
+        stdout=True,
+        stderr=True,
+        user=user,
+        workdir="/",
+        environment=environment,
+    )["Id"]
+    raw = client.api.exec_start(exec_id, socket=True)
+    inner = getattr(raw, "_sock", raw)
+    if isinstance(inner, ssl.SSLSocket) or not isinstance(inner, socket.socket):
+        raise Unavailable(
+            "the Docker connection is not a plain socket (TLS or ssh); "
+            "the docker backend does not support it yet"
+        )
+    # Our own descriptor: the HTTP machinery that produced the socket may close
+    # its copy whenever it is garbage-collected.
+    mine = socket.socket(fileno=os.dup(inner.fileno()))
+    with contextlib.suppress(Exception):
+        raw.close()
+    with contextlib.suppress(Exception):
+        inner.close()
+    return exec_id, trio.socket.from_stdlib_socket(mine)
+
+
+class Supervisor:
+    """The attached ``sh`` that runs a session's commands. Owns the socket."""
+
+    def __init__(self, sock: trio.socket.SocketType, pid: int, setsid: str) -> None:
+        self.sock = sock
+        self._fd = sock.fileno()
+        self.pid = pid
+        self.setsid = setsid
+        self.dead = False
+        self._buffer = b""
+
+    @classmethod
+    async def start(cls, client: docker.DockerClient, container_id: str, user: str) -> Supervisor:
+        with map_docker_errors():
+            _exec_id, sock = await trio.to_thread.run_sync(
+                attach, client, container_id, ["env", "-i", "/bin/sh"], user, None
+            )
+        shell = cls(sock, 0, "setsid")
+        token = secrets.token_hex(12)
+        ready = f"__rf{token}__".encode()
+        # USR1/USR2: SIGTERM/SIGKILL to every process of this uid but the supervisor itself;
+        # __rf_k tells the command loop that the signal, not the command, ended its wait.
+        preamble = (
+            "trap '__rf_k=1; kill -TERM -1 2>/dev/null' USR1; "
+            "trap '__rf_k=1; kill -KILL -1 2>/dev/null' USR2; "
+            "__rf_s=$(command -v setsid); "
+            # Whether a process of this uid other than the supervisor is left (zombies count;
+            # `kill -0 -1` cannot tell: it succeeds whenever any other process exists).
+            '__rf_left() { for __rf_d in /proc/[0-9]*; do [ "${__rf_d#/proc/}" != $$ ] && '
+            '[ -O "$__rf_d" ] && return 0; done; return 1; }; '
+            f"printf '%s%s %s\\n' {quote(ready.decode())} $$ \"$__rf_s\"; "
+            f"printf '%s\\n' {quote(ready.decode())} >&2\n"
+        )
+        probe_out = Capture("stdout", None)
+        probe = CommandOutput(token, probe_out, Capture("stderr", None))
+        try:
+            await shell.send(preamble)
+            with trio.move_on_after(30):
+                await shell.read_until_done(probe)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await shell.close(graceful=False)
+            raise
+        fields = probe.status.split()
+        if not probe.done or not fields or not fields[0].isdigit():
+            await shell.close(graceful=False)
+            raise ToolError(
+                f"the sandbox shell did not start in the container (got {probe.status!r}); "
+                "the image needs /bin/sh and env"
+            )
+        # An absolute path, or a bare name when busybox runs its own applets (standalone shell).
+        if len(fields) != 2:
+            await shell.close(graceful=False)
+            raise Unavailable(
+                "the sandbox image has no setsid (util-linux or busybox); "
+                "use a ringfence image (`ringfence images build busybox`)"
+            )
+        shell.pid, shell.setsid = int(fields[0]), fields[1]
+        return shell
+
+    def script(self, token: str, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> str:
+        """One line of shell that runs ``argv`` and prints the marker with its status."""
+        marker = quote(f"__rf{token}__")
+        assigns = " ".join(f"{k}={quote(v)}" for k, v in env.items())
+        words = " ".join(quote(a) for a in argv)
+        return (
+            f"if cd {quote(cwd)} 2>/dev/null; then "
+            f"{assigns} {quote(self.setsid)} {words} </dev/null & __rf_p=$!; __rf_k=0; "
+            "wait $__rf_p 2>/dev/null; __rf_r=$?; "
+            # A trapped USR1/USR2 interrupts wait; wait again for the command's own status.
+            "while [ $__rf_k = 1 ]; do __rf_k=0; wait $__rf_p 2>/dev/null; __rf_r=$?; done; "
+            "kill -KILL -1 2>/dev/null; "
+            # ... and wait until they are gone (reaped by init), so nothing is left on return.
+            "__rf_i=0; while __rf_left && [ $__rf_i -lt 400 ]; do "
+            "kill -KILL -1 2>/dev/null; __rf_i=$((__rf_i+1)); [ $__rf_i -gt 100 ] && sleep 0.01; "
+            "done; "
+            "else __rf_r=cwd; fi; "
+            f"printf '%s%s\\n' {marker} \"$__rf_r\"; printf '%s\\n' {marker} >&2\n"
+        )
+
+    def alive(self) -> bool:
+        """Whether the shell is still there, checked without blocking before a command.
+
+        Between commands the supervisor prints nothing, so a readable socket
+        means end of stream: the container or the shell died in between, and
+        the session is restored *before* the next command rather than under it.
+        """
+        if self.dead:
+            return False
+        try:
+            ready = select.select([self._fd], [], [], 0)[0]
+            if ready and not _peek(self._fd):
+                self.dead = True
+        except OSError:
+            self.dead = True
+        return not self.dead
+
+    async def send(self, text: str) -> None:
+        """Write to the shell's stdin; a broken connection marks the shell dead."""
+        view = memoryview(text.encode())
+        try:
+            while view:
+                sent = await self.sock.send(view)
+                view = view[sent:]
+        except OSError:
+            self.dead = True
+
+    async def read_until_done(self, run: CommandOutput) -> None:
+        """Feed frames to ``run`` until both markers arrived or the stream ended."""
+        while True:
+            self._parse(run)
+            if run.done or self.dead:
+                return
+            try:
+                data = await self.sock.recv(_READ_SIZE)
+            except OSError:
+                data = b""
+            if not data:
+                self.dead = True
+                return
+            self._buffer += data
+
+    def _parse(self, run: CommandOutput) -> None:
+        """Consume whole frames from the buffer (none past the end of ``run``)."""
+        buf = self._buffer
+        pos = 0
+        while len(buf) - pos >= _HEADER.size and not run.done:
+            stream_id, length = _HEADER.unpack_from(buf, pos)
+            end = pos + _HEADER.size + length
+            if end > len(buf):
+                break
+            run.feed(stream_id, buf[pos + _HEADER.size : end])
+            pos = end
+        self._buffer = buf[pos:]
+
+    async def close(self, *, graceful: bool) -> None:
+        """Ask the shell to exit and drain to end of stream (bounded), then close."""
+        with trio.CancelScope(shield=True):
+            if graceful and not self.dead:
+                with trio.move_on_after(2.0):
+                    await self.send("exit 0\n")
+                    while True:
+                        try:
+                            data = await self.sock.recv(_READ_SIZE)
+                        except OSError:
+                            break
+                        if not data:
+                            break
+            self.dead = True
+            self.sock.close()

@@ -1,0 +1,119 @@
+"""How scripts run and what a run produced: the operator's configuration and the result.
+
+Values only (frozen dataclasses), checked when made: a bad configuration is
+an ``invalid_arguments`` error naming its field, before any run starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..runtime import InvalidArguments
+from . import _sandbox, _wire
+
+__all__ = [
+    "DEFAULT_MAX_CALLS",
+    "DEFAULT_SPOOL_BYTES",
+    "SANDBOX_LEVELS",
+    "ScriptConfig",
+    "ScriptLimits",
+    "ScriptResult",
+]
+
+SANDBOX_LEVELS = _sandbox.LEVELS  # strict, best-effort, none
+DEFAULT_MAX_CALLS = 10_000
+# The disk cap of one run's output spool file (the full redacted stdout, when over the cap).
+DEFAULT_SPOOL_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ScriptLimits:
+    """Resource limits of the child. ``cpu_seconds=None``: the run's timeout rounded up, plus one."""
+
+    cpu_seconds: int | None = None
+    memory_bytes: int = 1024 * 1024 * 1024
+    open_files: int = 64
+    file_size_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ScriptConfig:
+    """How scripts run; chosen by the operator, never by the script or the model.
+
+    ``sandbox``: ``strict`` (default: every layer or ``unavailable``),
+    ``best-effort`` (what the machine offers, the gaps recorded), ``none``
+    (rlimits only, recorded). ``transport``: ``tcp`` (127.0.0.1) or ``unix``.
+    ``mode="plain"`` runs unrestricted Python inside the OS sandbox; it exists
+    to test the OS layers without RestrictedPython in front of them.
+
+    ``transport`` defaults to ``unix``: a local peer is identified by its pid
+    and uid (SO_PEERCRED) before it may start a handshake. ``tcp`` offers no
+    such check (any local process may connect and must fail the handshake).
+    ``max_calls`` is the run's ``call_tool`` budget (refused past it);
+    ``output_spool_bytes`` the disk cap of the file that holds the full
+    redacted output when it is over the kernel's output cap.
+    """
+
+    sandbox: str = _sandbox.STRICT
+    transport: str = "unix"
+    limits: ScriptLimits = field(default_factory=ScriptLimits)
+    uid: int = _sandbox.NOBODY
+    gid: int = _sandbox.NOBODY
+    handshake_seconds: float = 5.0
+    max_frame: int = _wire.DEFAULT_MAX_FRAME
+    mode: str = "restricted"
+    max_calls: int = DEFAULT_MAX_CALLS
+    output_spool_bytes: int = DEFAULT_SPOOL_BYTES
+
+    def __post_init__(self) -> None:
+        for name, number in (
+            ("max_calls", self.max_calls),
+            ("output_spool_bytes", self.output_spool_bytes),
+        ):
+            if type(number) is not int or number < 1:
+                raise InvalidArguments(
+                    f"script {name} must be a positive integer, not {number!r}", field=name
+                )
+        for name, value, choices in (
+            ("sandbox", self.sandbox, _sandbox.LEVELS),
+            ("transport", self.transport, ("tcp", "unix")),
+            ("mode", self.mode, ("restricted", "plain")),
+        ):
+            if value not in choices:
+                raise InvalidArguments(
+                    f"script {name} must be one of {', '.join(choices)}, not {value!r}", field=name
+                )
+
+
+@dataclass(frozen=True)
+class ScriptResult:
+    """What one run produced.
+
+    ``status``: ``ok`` (ran to the end), ``error`` (the script raised; see
+    ``error``), ``compile_error`` (refused before running; ``error.errors``),
+    ``timeout`` (killed at the deadline), ``killed`` (a resource limit or a
+    signal ended it; ``error.message`` says which). ``output`` is everything
+    printed, redacted; when longer than the kernel's output cap, a head and a
+    tail around a marker naming the spool file with the rest. ``calls`` lists
+    every ``call_tool`` with its decision, in order, up to the call budget.
+    """
+
+    status: str
+    output: str
+    calls: tuple[dict[str, Any], ...]
+    result: Any = None
+    has_result: bool = False
+    error: dict[str, Any] | None = None
+    sandbox: dict[str, Any] | None = None
+    returncode: int | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "output": self.output}
+        if self.has_result:
+            out["result"] = self.result
+        out["calls"] = list(self.calls)
+        if self.error is not None:
+            out["error"] = self.error
+        return out

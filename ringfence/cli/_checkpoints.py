@@ -1,0 +1,102 @@
+"""``ringfence checkpoints list|show ID`` and ``ringfence undo [ID | --last N] [--force]``.
+
+``checkpoints`` reads the workspace's change sets (nothing is changed, no
+session is opened); ``undo`` is a call of the ``undo`` tool through a
+session's Gate, so it is decided, evented and itself undoable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+
+from .._embed import workspace_roots_from_env
+from ..workspace import CheckpointStore, Workspace
+from ._output import print_error, print_ok
+from ._session import add_session_options, kernel_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("checkpoints", help="list or show the change sets of file tool writes")
+    psub = p.add_subparsers(dest="checkpoints_verb", required=True, metavar="ACTION")
+    for name, help_, func in (
+        ("list", "the change sets, newest first", run_list),
+        ("show", "one change set as a unified diff", run_show),
+    ):
+        q = psub.add_parser(name, help=help_)
+        if name == "show":
+            q.add_argument("id", metavar="ID", help="a change set id (see `checkpoints list`)")
+        q.add_argument(
+            "--workspace",
+            action="append",
+            default=[],
+            metavar="DIR",
+            help="a workspace root (repeatable); default $RINGFENCE_WORKSPACE_ROOTS or the "
+            "current directory",
+        )
+        q.add_argument("--json", action="store_true", help="print one JSON object")
+        q.set_defaults(func=func)
+    u = sub.add_parser("undo", help="restore the before-images of change sets (a gated call)")
+    u.add_argument("id", nargs="?", metavar="ID", help="the change set to undo")
+    u.add_argument(
+        "--last",
+        type=int,
+        metavar="N",
+        help="undo the last N change sets not undone (default: the last one)",
+    )
+    u.add_argument(
+        "--force", action="store_true", help="also restore files that changed since the change set"
+    )
+    add_session_options(u, dry_run=False)
+    u.set_defaults(func=run_undo)
+
+
+def _store(args: argparse.Namespace) -> tuple[Workspace, CheckpointStore]:
+    workspace = Workspace(workspace_roots_from_env(args.workspace))
+    try:
+        return workspace, CheckpointStore(workspace)
+    except BaseException:
+        workspace.close()
+        raise
+
+
+async def run_list(args: argparse.Namespace) -> int:
+    workspace, store = _store(args)
+    with workspace:
+        sets = store.list()
+        store.close()
+    if args.json:
+        return print_ok(sets, True)
+    for s in sets:
+        when = datetime.datetime.fromtimestamp(s["created"]).isoformat(timespec="seconds")
+        note = f" (undoes {s['undoes']})" if s["undoes"] else ""
+        note += f" (undone by {s['undone_by']})" if s["undone_by"] else ""
+        sys.stdout.write(f"{s['id']}  {when}  {s['tool']}{note}  {' '.join(s['paths'])}\n")
+    return 0
+
+
+async def run_show(args: argparse.Namespace) -> int:
+    workspace, store = _store(args)
+    with workspace:
+        try:
+            diff = store.diff(args.id)
+        finally:
+            store.close()
+    if args.json:
+        return print_ok({"id": args.id, "diff": diff}, True)
+    sys.stdout.write(diff)
+    return 0
+
+
+async def run_undo(args: argparse.Namespace) -> int:
+    arguments: dict = {"force": args.force}
+    if args.id is not None:
+        arguments["id"] = args.id
+    if args.last is not None:
+        arguments["last"] = args.last
+    async with kernel_from_args(args) as kernel:
+        outcome = await kernel.invoke("undo", arguments, origin="cli")
+    if outcome.error is not None:
+        return print_error(outcome.error, args.json)
+    return print_ok(outcome.value, args.json)

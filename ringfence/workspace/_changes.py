@@ -1,0 +1,190 @@
+"""Change sets: what a call did to the workspace (the model and a path's current image).
+
+A :class:`ChangeSet` lists, per path below a root, the before-image (or its
+absence) and the after-image (or a deletion). An :class:`Image` is a file, a
+symlink or a directory with its permission bits and, for files and links, the
+sha256 of its content (a link's content is its target); the bytes live in a
+content-addressed blob store (:mod:`._checkpoints`). A directory rename is
+its file-level changes: every entry deleted under the old name and created
+under the new one. Changes are applied in order and undone in reverse order,
+so a set creates a directory before its files and deletes it after them.
+
+The guarded writer that merges a change set is :mod:`._merge`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ._names import escape_name, unescape_path
+
+__all__ = [
+    "KINDS",
+    "Blobs",
+    "Change",
+    "ChangeSet",
+    "Image",
+    "image_at",
+    "same_state",
+]
+
+# The kinds a change set may describe. Only the first three can be merged; the others
+# exist so that an overlay's upper directory can be described faithfully and refused.
+KINDS = ("file", "symlink", "dir", "fifo", "device", "socket")
+_SMALL = 1 << 20  # before-images up to this size are read whole, larger ones streamed
+
+
+@dataclass(frozen=True)
+class Image:
+    """One state of one path: its kind, permission bits and (file, symlink) content digest."""
+
+    kind: str
+    mode: int
+    digest: str | None = None
+    size: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": self.mode, "digest": self.digest, "size": self.size}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> Image:
+        return cls(value["kind"], int(value["mode"]), value.get("digest"), int(value["size"]))
+
+
+@dataclass(frozen=True)
+class Change:
+    """``path`` (below root ``root``, ``/``-separated) went from ``before`` to ``after``.
+
+    ``None`` is absence: ``before=None`` creates, ``after=None`` deletes.
+    """
+
+    root: int
+    path: str
+    before: Image | None
+    after: Image | None
+
+    def inverse(self) -> Change:
+        return Change(self.root, self.path, self.after, self.before)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "path": escape_name(self.path),
+            "before": self.before.to_json() if self.before else None,
+            "after": self.after.to_json() if self.after else None,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> Change:
+        before, after = value.get("before"), value.get("after")
+        return cls(
+            int(value["root"]),
+            unescape_path(value["path"]),
+            Image.from_json(before) if before else None,
+            Image.from_json(after) if after else None,
+        )
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    """One call's changes, in the order they were (or are to be) applied."""
+
+    id: str
+    created: float
+    tool: str
+    changes: tuple[Change, ...]
+    call_id: str | None = None
+    undoes: str | None = None  # set on the change set an undo made
+
+    def inverse_changes(self) -> tuple[Change, ...]:
+        """The changes that take every path back to its before-image, in undo order."""
+        return tuple(c.inverse() for c in reversed(self.changes))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "created": self.created,
+            "tool": self.tool,
+            "call_id": self.call_id,
+            "undoes": self.undoes,
+            "changes": [c.to_json() for c in self.changes],
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> ChangeSet:
+        return cls(
+            id=value["id"],
+            created=float(value["created"]),
+            tool=value["tool"],
+            changes=tuple(Change.from_json(c) for c in value["changes"]),
+            call_id=value.get("call_id"),
+            undoes=value.get("undoes"),
+        )
+
+
+class Blobs(Protocol):
+    """Where the bytes of images live (the checkpoint store)."""
+
+    def get(self, digest: str) -> bytes: ...
+
+    def put(self, data: bytes) -> str: ...
+
+    def put_fd(self, fd: int) -> tuple[str, int]: ...
+
+
+def image_at(dir_fd: int, name: str, blobs: Blobs | None) -> Image | None:
+    """The current image of ``name`` in ``dir_fd`` (None if absent); content stored in ``blobs``.
+
+    With ``blobs=None`` the digest is computed but nothing is stored.
+    """
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISDIR(st.st_mode):
+        return Image("dir", mode)
+    if stat.S_ISLNK(st.st_mode):
+        data = os.fsencode(os.readlink(name, dir_fd=dir_fd))
+    elif stat.S_ISREG(st.st_mode):
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            if blobs is not None and st.st_size <= _SMALL:
+                data = os.read(fd, _SMALL + 1)  # small: put() skips a blob it already has
+                while len(data) <= _SMALL and (more := os.read(fd, _SMALL + 1 - len(data))):
+                    data += more
+                digest, size = blobs.put(data), len(data)
+            elif blobs is not None:
+                # Streamed: a large before-image is copied into the store, never held in memory.
+                digest, size = blobs.put_fd(fd)
+            else:
+                h, size = hashlib.sha256(), 0
+                while chunk := os.read(fd, 1 << 20):
+                    h.update(chunk)
+                    size += len(chunk)
+                digest = h.hexdigest()
+        finally:
+            os.close(fd)
+        return Image("file", mode, digest, size)
+    else:
+        kind = "fifo" if stat.S_ISFIFO(st.st_mode) else "socket"
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            kind = "device"
+        return Image(kind, mode)
+    digest = blobs.put(data) if blobs is not None else hashlib.sha256(data).hexdigest()
+    return Image("symlink", mode, digest, len(data))
+
+
+def same_state(current: Image | None, wanted: Image | None) -> bool:
+    """Does the path's current image match ``wanted``? Kind and content; modes are not compared."""
+    if current is None or wanted is None:
+        return current is wanted
+    if current.kind != wanted.kind:
+        return False
+    if current.kind == "dir":
+        return True  # a directory's content is its entries, each a change of its own
+    return current.digest == wanted.digest

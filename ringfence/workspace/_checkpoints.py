@@ -1,0 +1,375 @@
+"""Checkpoints: every change set kept outside the workspace, listable, showable, undoable.
+
+Where: ``$RINGFENCE_HOME/checkpoints/<workspace id>/`` (the id is the first
+16 hex digits of the sha256 of the roots' real paths), holding ``blobs/``
+(file contents and link targets, named by their sha256, written once) and
+``sets/<id>.json`` (one manifest per change set, written to a temporary name
+and renamed, so a manifest is whole or absent). Ids sort by creation time.
+
+Retention (:class:`Retention`, checked when a store opens and every 32
+change sets after): keep at most ``keep`` change sets (default 500,
+``$RINGFENCE_CHECKPOINTS_KEEP``), none older than ``max_age_days`` (default
+30, ``$RINGFENCE_CHECKPOINTS_DAYS``), and blobs totalling at most
+``max_mib`` (default 1024, ``$RINGFENCE_CHECKPOINTS_MIB``); the oldest change
+sets go first (the newest is always kept), then blobs no set names (unless
+stored in the last hour: a manifest naming them may still be on its way).
+
+Durability: blobs and manifests are renamed into place (never half-written
+under their name) but not fsynced, so a crash of ringfence loses nothing and
+a power loss may lose the last change sets or leave a blob torn; every blob
+is checked against its digest when read, so a torn one is refused, never
+restored. ``$RINGFENCE_CHECKPOINTS_FSYNC=1`` fsyncs both (about 0.3 ms more
+per write on ext4 here).
+
+Who records: ``write_file`` and ``edit_file`` through :func:`._undo.recorded`
+(before-image, after-image, directories the call made; stored before the
+write is visible, the manifest dropped again if the write fails), and
+``undo`` (the images it found before restoring). Not recorded: writes
+outside the roots under the ``unrestricted`` posture, and shell commands
+(until their overlay capture lands, see issue 15).
+
+This module opens one path string, the store directory (outside every
+root); everything below it is reached by descriptor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import json
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime import (
+    InvalidArguments,
+    NotFound,
+    ToolError,
+)
+from ..runtime._files import ringfence_home
+from ._changes import ChangeSet, Image
+from ._names import escape_name
+from ._workspace import Workspace
+
+__all__ = ["CheckpointStore", "Retention", "workspace_id"]
+
+_PRUNE_EVERY = 32
+# An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
+_BLOB_GRACE_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How many change sets a store keeps (see the module docstring)."""
+
+    keep: int = 500
+    max_age_days: float = 30.0
+    max_mib: float = 1024.0
+    fsync: bool = False
+
+    @classmethod
+    def from_env(cls) -> Retention:
+        def read(name: str, default: float) -> float:
+            raw = os.environ.get(name)
+            if raw is None:
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                value = -1.0
+            if value <= 0:
+                raise InvalidArguments(
+                    f"${name} must be a positive number, not {raw!r}", field=name
+                )
+            return value
+
+        return cls(
+            keep=int(read("RINGFENCE_CHECKPOINTS_KEEP", cls.keep)),
+            max_age_days=read("RINGFENCE_CHECKPOINTS_DAYS", cls.max_age_days),
+            max_mib=read("RINGFENCE_CHECKPOINTS_MIB", cls.max_mib),
+            fsync=os.environ.get("RINGFENCE_CHECKPOINTS_FSYNC") == "1",
+        )
+
+
+def workspace_id(workspace: Workspace) -> str:
+    """The store's name for a workspace: a digest of its roots' real paths, in order."""
+    joined = "\0".join(str(p) for p in workspace.roots)
+    return hashlib.sha256(os.fsencode(joined)).hexdigest()[:16]
+
+
+class CheckpointStore:
+    """The change sets of one workspace (thread-safe; see the module docstring)."""
+
+    def __init__(self, workspace: Workspace, *, retention: Retention | None = None) -> None:
+        self.workspace = workspace
+        self.retention = retention or Retention.from_env()
+        self.path = ringfence_home() / "checkpoints" / workspace_id(workspace)
+        self._lock = threading.Lock()
+        self._since_prune = 0
+        self._open_lock = threading.Lock()
+        self._fds: tuple[int, int] | None = None
+        if self._open(create=False) is not None:
+            self.prune()
+
+    def _open(self, *, create: bool) -> tuple[int, int] | None:
+        """The (blobs, sets) descriptors; the store is made on its first write, not before."""
+        with self._open_lock:
+            if self._fds is None:
+                fd = _open_store(str(self.path), create=create)
+                if fd is None:
+                    return None
+                try:
+                    self._fds = (_subdir(fd, "blobs"), _subdir(fd, "sets"))
+                finally:
+                    os.close(fd)
+            return self._fds
+
+    @property
+    def _blobs_fd(self) -> int:
+        fds = self._open(create=True)
+        assert fds is not None
+        return fds[0]
+
+    @property
+    def _sets_fd(self) -> int:
+        fds = self._open(create=True)
+        assert fds is not None
+        return fds[1]
+
+    def exists(self) -> bool:
+        """Has anything been stored for this workspace yet?"""
+        return self._open(create=False) is not None
+
+    def close(self) -> None:
+        with self._open_lock:
+            for fd in self._fds or ():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds = None
+
+    # -- blobs -------------------------------------------------------------------------
+
+    def put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            os.stat(digest, dir_fd=self._blobs_fd)
+            return digest  # content-addressed: already there
+        except FileNotFoundError:
+            pass
+        _write_atomic(self._blobs_fd, digest, data, sync=self.retention.fsync)
+        return digest
+
+    def put_fd(self, fd: int) -> tuple[str, int]:
+        """Copy an open file into the store as it is read (digest, size); no full copy in memory."""
+        temp = f".in.{secrets.token_hex(6)}"
+        out = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=self._blobs_fd
+        )
+        h, size = hashlib.sha256(), 0
+        try:
+            try:
+                while chunk := os.read(fd, 1 << 20):
+                    h.update(chunk)
+                    size += len(chunk)
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(out, view) :]
+                if self.retention.fsync:
+                    os.fsync(out)
+            finally:
+                os.close(out)
+            digest = h.hexdigest()
+            os.replace(temp, digest, src_dir_fd=self._blobs_fd, dst_dir_fd=self._blobs_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=self._blobs_fd)
+            raise
+        return digest, size
+
+    def get(self, digest: str) -> bytes:
+        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+            raise InvalidArguments(f"{digest!r} is not a sha256 digest", field="digest")
+        try:
+            fd = os.open(digest, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._blobs_fd)
+        except FileNotFoundError:
+            raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)") from None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+        if hashlib.sha256(data).hexdigest() != digest:
+            # Not fsynced by default: after a power loss a blob can be empty or torn.
+            raise ToolError(f"blob {digest} in {self.path} is damaged; it is not used")
+        return data
+
+    # -- change sets -------------------------------------------------------------------
+
+    def new_id(self) -> str:
+        return f"{time.time_ns() // 1000:014x}{secrets.token_hex(3)}"
+
+    def save(self, cs: ChangeSet) -> None:
+        data = json.dumps(cs.to_json(), separators=(",", ":")).encode()
+        _write_atomic(self._sets_fd, f"{cs.id}.json", data, sync=self.retention.fsync)
+        with self._lock:
+            self._since_prune += 1
+            due = self._since_prune >= _PRUNE_EVERY
+        if due:
+            self.prune()
+
+    def drop(self, set_id: str) -> None:
+        if not self.exists():
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{set_id}.json", dir_fd=self._sets_fd)
+
+    def ids(self) -> list[str]:
+        """Every change set's id, oldest first."""
+        if not self.exists():
+            return []
+        return sorted(n[:-5] for n in os.listdir(self._sets_fd) if n.endswith(".json"))
+
+    def load(self, set_id: str) -> ChangeSet:
+        if not set_id or not set_id.isalnum():
+            raise InvalidArguments(f"{set_id!r} is not a change set id", field="id")
+        if not self.exists():
+            raise NotFound(
+                f"no change set {set_id}: nothing is stored for this workspace", field="id"
+            )
+        try:
+            fd = os.open(f"{set_id}.json", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._sets_fd)
+        except FileNotFoundError:
+            raise NotFound(
+                f"no change set {set_id} (see `ringfence checkpoints list`)", field="id"
+            ) from None
+        with os.fdopen(fd, "rb") as f:
+            return ChangeSet.from_json(json.loads(f.read()))
+
+    def list(self) -> list[dict[str, Any]]:
+        """A summary of each change set, newest first: id, created, tool, paths, undone_by."""
+        sets = [self.load(i) for i in self.ids()]
+        undone = {s.undoes: s.id for s in sets if s.undoes}
+        return [
+            {
+                "id": s.id,
+                "created": s.created,
+                "tool": s.tool,
+                "paths": sorted({escape_name(c.path) for c in s.changes}),
+                "undoes": s.undoes,
+                "undone_by": undone.get(s.id),
+            }
+            for s in reversed(sets)
+        ]
+
+    def diff(self, set_id: str) -> str:
+        """The change set as a unified diff (binary or non-UTF-8 content is named, not shown)."""
+        out: list[str] = []
+        for c in self.load(set_id).changes:
+            name = escape_name(c.path)
+            old, new = self._text(c.before), self._text(c.after)
+            if old is None or new is None:
+                out.append(f"Binary or special entry {name} changed\n")
+                continue
+            before = f"a/{name}" if c.before is not None else "/dev/null"
+            after = f"b/{name}" if c.after is not None else "/dev/null"
+            out.extend(
+                difflib.unified_diff(
+                    old.splitlines(keepends=True), new.splitlines(keepends=True), before, after
+                )
+            )
+        return "".join(line if line.endswith("\n") else line + "\n" for line in out)
+
+    def _text(self, image: Image | None) -> str | None:
+        if image is None or image.kind == "dir":
+            return ""
+        if image.kind == "symlink" and image.digest:
+            return f"-> {os.fsdecode(self.get(image.digest))}\n"
+        if image.kind != "file" or image.digest is None:
+            return None
+        data = self.get(image.digest)
+        try:
+            return None if b"\0" in data else data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    # -- retention ---------------------------------------------------------------------
+
+    def prune(self) -> None:
+        """Apply the retention policy: oldest change sets first, then unreferenced blobs."""
+        if not self.exists():
+            return
+        with self._lock:
+            self._since_prune = 0
+            ids = self.ids()
+            sets: dict[str, set[str]] = {}
+            for i in ids:
+                with contextlib.suppress(Exception):
+                    cs = self.load(i)
+                    sets[i] = {
+                        im.digest
+                        for c in cs.changes
+                        for im in (c.before, c.after)
+                        if im is not None and im.digest
+                    }
+            sizes: dict[str, int] = {}
+            young: set[str] = set()  # stored in the last hour: maybe a manifest still to come
+            for name in os.listdir(self._blobs_fd):
+                with contextlib.suppress(OSError):
+                    st = os.stat(name, dir_fd=self._blobs_fd)
+                    sizes[name] = st.st_size
+                    if st.st_mtime > time.time() - _BLOB_GRACE_SECONDS:
+                        young.add(name)
+            limit = self.retention.max_mib * (1 << 20)
+            oldest_kept = (time.time() - self.retention.max_age_days * 86400) * 1e6
+            order = sorted(sets)
+
+            def total() -> int:
+                live = set().union(*sets.values()) if sets else set()
+                return sum(sizes.get(d, 0) for d in live)
+
+            for i in order[:-1]:  # the newest is always kept
+                too_old = int(i[:14], 16) < oldest_kept
+                if len(sets) > self.retention.keep or too_old or total() > limit:
+                    del sets[i]
+                    self.drop(i)
+            live = set().union(*sets.values()) if sets else set()
+            for name in sizes:
+                if name not in live and name not in young and not name.startswith("."):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=self._blobs_fd)
+
+
+def _open_store(path: str, *, create: bool) -> int | None:
+    """The store directory (outside every root), made 0700 if missing and ``create``."""
+    if create:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+
+
+def _subdir(fd: int, name: str) -> int:
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o700, dir_fd=fd)
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+
+
+def _write_atomic(dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
+    temp = f".{name}.{secrets.token_hex(6)}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise

@@ -1,0 +1,190 @@
+"""The file tools' recorder and ``undo``: change sets made, linked to their call, undone.
+
+:func:`recorded` wraps ``write_file``/``edit_file``: the writer calls the
+recorder with the before- and after-image just before its rename, the
+change set is saved then (so it exists before the write is visible), and
+dropped again if the write fails; the call's result gets ``"checkpoint"``
+and its events a ``checkpoint`` record. :func:`undo` merges a change set's
+inverse through :func:`~._changes.merge_changes` and saves what it did as a
+change set of its own; :func:`register_undo_tool` makes it a gated tool.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ..runtime import CallContext, Consequence, InvalidArguments, Kernel, NotFound, ToolSpec
+from ._changes import Change, ChangeSet, Image, image_at
+from ._checkpoints import CheckpointStore
+from ._merge import merge_changes
+from ._names import escape_name
+from ._resolver import Place
+from ._writer import _current_umask
+
+__all__ = ["recorded", "register_undo_tool", "undo"]
+
+
+# -- recording a file tool's write -------------------------------------------------------
+
+
+class _Recorder:
+    """The writer's ``record`` callback for one call: saves a one-write change set."""
+
+    def __init__(self, store: CheckpointStore, ctx: CallContext) -> None:
+        self.store = store
+        self.ctx = ctx
+        self.saved: ChangeSet | None = None
+
+    def __call__(self, place: Place, data: bytes, made: list[tuple[int, list[str]]]) -> None:
+        root = place.root
+        if root.is_host or place.leaf is None:
+            return  # outside the roots (unrestricted posture): not checkpointed
+        changes = [
+            Change(index, "/".join(names), None, Image("dir", 0o777 & ~_current_umask()))
+            for index, names in made
+            if index == root.index
+        ]
+        before = image_at(place.dir_fd, place.leaf, self.store)
+        mode = before.mode if before is not None else 0o666 & ~_current_umask()
+        after = Image("file", mode, self.store.put(data), len(data))
+        changes.append(Change(root.index, "/".join([*place.names, place.leaf]), before, after))
+        cs = ChangeSet(
+            id=self.store.new_id(),
+            created=time.time(),
+            tool=self.ctx.tool.name,
+            changes=tuple(changes),
+            call_id=self.ctx.call_id,
+        )
+        if self.saved is not None:
+            # Called again: the walk followed a leaf that became a link after the first call.
+            self.store.drop(self.saved.id)
+        self.store.save(cs)
+        self.saved = cs
+
+
+async def recorded(
+    ctx: CallContext,
+    store: CheckpointStore | None,
+    write: Callable[[_Recorder | None], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """Run ``write(record)``; link the change set it saved to the call (result and event).
+
+    The result gets ``"checkpoint": <id>`` and the call's events a
+    ``checkpoint`` record; if the write fails its manifest is dropped.
+    Without a store the write runs unrecorded.
+    """
+    if store is None:
+        return await write(None)
+    rec = _Recorder(store, ctx)
+    try:
+        result = await write(rec)
+    except BaseException:
+        if rec.saved is not None:
+            store.drop(rec.saved.id)
+        raise
+    if rec.saved is None:
+        return result
+    ctx.emit("checkpoint", id=rec.saved.id, paths=[escape_name(c.path) for c in rec.saved.changes])
+    return {**result, "checkpoint": rec.saved.id}
+
+
+# -- undo --------------------------------------------------------------------------------
+
+
+def undo(
+    store: CheckpointStore,
+    *,
+    ids: list[str] | None = None,
+    last: int | None = None,
+    force: bool = False,
+    tool: str = "undo",
+    call_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """Restore the before-images of change sets ``ids`` (or the ``last`` N not yet undone).
+
+    Newest first; each undo is merged through :func:`merge_changes` (a path
+    that no longer has its after-image is a conflict, unless ``force``) and
+    saved as a change set of its own (``undoes`` names the one it undid), so
+    an undo can be undone. Returns ``[{"undone", "checkpoint", "paths"}]``.
+    Stops at the first refusal; the sets undone before it stay undone.
+    """
+    if (ids is None) == (last is None):
+        raise InvalidArguments("give change set ids or --last N, not both or neither", field="id")
+    if ids is None:
+        assert last is not None
+        if last < 1:
+            raise InvalidArguments("--last must be at least 1", field="last")
+        summary = store.list()
+        ids = [s["id"] for s in summary if not s["undone_by"] and not s["undoes"]][:last]
+        if not ids:
+            raise NotFound("there is no change set to undo", field="last")
+    sets = sorted((store.load(i) for i in ids), key=lambda s: s.id, reverse=True)
+    out = []
+    for cs in sets:
+        report = merge_changes(
+            store.workspace, cs.inverse_changes(), store, atomic=True, force=force
+        )
+        done = ChangeSet(
+            id=store.new_id(),
+            created=time.time(),
+            tool=tool,
+            changes=report.applied,
+            call_id=call_id,
+            undoes=cs.id,
+        )
+        store.save(done)
+        out.append(
+            {
+                "undone": cs.id,
+                "checkpoint": done.id,
+                "paths": sorted({escape_name(c.path) for c in cs.changes}),
+            }
+        )
+    return out
+
+
+def register_undo_tool(kernel: Kernel, store: CheckpointStore) -> None:
+    """Register ``undo``: a gated, evented, ``reversible`` call (its own change set is kept)."""
+
+    async def run(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
+        ids = [args["id"]] if "id" in args else None
+        last = args.get("last", None if ids else 1)
+        result = await trio.to_thread.run_sync(
+            lambda: undo(
+                store,
+                ids=ids,
+                last=last,
+                force=args.get("force", False),
+                call_id=ctx.call_id,
+            )
+        )
+        for item in result:
+            ctx.emit(
+                "checkpoint", id=item["checkpoint"], undoes=item["undone"], paths=item["paths"]
+            )
+        return result
+
+    kernel.register(
+        ToolSpec(
+            "undo",
+            "Undo file changes: restore the before-images of change set 'id' (see `ringfence "
+            "checkpoints list`), or of the last 'last' change sets not yet undone (default 1). "
+            "A file that changed since is refused unless 'force'. The undo is itself a change "
+            "set, so it can be undone.",
+            {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"},
+                    "last": {"type": "integer", "minimum": 1, "maximum": 10000},
+                    "force": {"type": "boolean"},
+                },
+                "additionalProperties": False,
+            },
+            run,
+            consequence=Consequence.REVERSIBLE,
+        )
+    )

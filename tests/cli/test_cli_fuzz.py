@@ -1,0 +1,251 @@
+"""Every verb by a table of bad inputs: a clean refusal, never a traceback, nothing changed.
+
+For each case, with and without ``--json``: the exit code is 1 or 2; without
+``--json`` stderr is exactly one line that names the culprit (the file, option,
+field or unknown name) and stdout is empty; with ``--json`` stdout is one
+``{"ok": false, "error": …}`` object naming it; no output holds "Traceback" or
+more than a few KB (a huge value is not echoed back); and no file under the
+test's directory (inputs, workspace, manifests) was created, changed or removed.
+
+The calls go through ``ringfence.cli._main.main`` in-process: the same parser and
+the same exception boundary as the installed command (``RINGFENCE_DEBUG`` unset,
+so a genuine bug would show up here as an "unexpected error" line, which fails
+the culprit check).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ringfence.cli._main import main
+
+HUGE = "z" * 150_000
+
+
+@dataclass(frozen=True)
+class Inputs:
+    base: Path
+    missing: Path
+    dir: Path
+    binary: Path
+    badjson: Path
+    empty: Path
+    ws: Path
+    manifest: Path
+
+    def fill(self, text: str) -> str:
+        return text.format(
+            missing=self.missing,
+            dir=self.dir,
+            binary=self.binary,
+            badjson=self.badjson,
+            empty=self.empty,
+            ws=self.ws,
+            manifest=self.manifest,
+            huge=HUGE,
+        )
+
+
+@pytest.fixture
+def inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Inputs:
+    managed = tmp_path / "managed-policy.toml"
+    managed.write_text("# no managed rules\n")
+    monkeypatch.setenv("RINGFENCE_MANAGED_POLICY", str(managed))
+    for name in ("RINGFENCE_POSTURE", "RINGFENCE_DEBUG", "RINGFENCE_WORKSPACE_ROOTS"):
+        monkeypatch.delenv(name, raising=False)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("hello\n")
+    monkeypatch.chdir(ws)
+    adir = tmp_path / "a-directory"
+    adir.mkdir()
+    (adir / "inside.txt").write_text("x\n")
+    binary = tmp_path / "binary.bin"
+    binary.write_bytes(bytes(range(256)) * 8)
+    badjson = tmp_path / "bad.json"
+    badjson.write_text('{"unterminated": [1, 2\n')
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    manifest = tmp_path / "mcp.toml"
+    manifest.write_text('[[server]]\nname = "keep"\ntransport = "stdio"\ncommand = "/bin/true"\n')
+    return Inputs(tmp_path, tmp_path / "missing.file", adir, binary, badjson, empty, ws, manifest)
+
+
+# (argv template, culprit template): the culprit must appear in the one-line error.
+S = ["--workspace", "{ws}", "--backend", "local", "--approve", "no"]
+CASES: list[tuple[list[str], str]] = [
+    # call
+    (["call", "no_such_tool", *S], "no_such_tool"),
+    (["call", "read_file", "--args", "{{not json", *S], "--args"),
+    (["call", "read_file", "--args", "[1, 2]", *S], "--args"),
+    (["call", "read_file", "--args", "@{missing}", *S], "{missing}"),
+    (["call", "read_file", "--args", "@{dir}", *S], "{dir}"),
+    (["call", "read_file", "--args", "@{binary}", *S], "{binary}"),
+    (["call", "read_file", "--args", "@{badjson}", *S], "--args"),
+    (["call", "read_file", "--args", '{{"path": "notes.txt", "offset": "{huge}"}}', *S], "offset"),
+    (["call", "read_file", "--args", '{{"path": "notes.txt"}}', "--events", "{dir}", *S], "{dir}"),
+    (["call", "read_file", "--events", "{binary}", *S], "{binary}"),
+    (["call", "read_file", "--events", "{badjson}", *S], "{badjson}"),
+    (["call", "read_file", "--policy", "{missing}", *S], "{missing}"),
+    (["call", "read_file", "--policy", "{dir}", *S], "{dir}"),
+    (["call", "read_file", "--policy", "{binary}", *S], "{binary}"),
+    (["call", "read_file", "--policy", "{badjson}", *S], "{badjson}"),
+    (["call", "read_file", "--deny", "run_shell(", *S], "run_shell("),
+    (["call", "read_file", "--workspace", "{missing}"], "{missing}"),
+    (["call", "read_file", "--workspace", "{binary}"], "{binary}"),
+    (["call", "write_file", "--dry-run", "{dir}", *S], "{dir}"),
+    (["call", "read_file", "--posture", "no_such_posture"], "no_such_posture"),
+    (["call", "read_file", "--backend", "no_such_backend"], "no_such_backend"),
+    # tools list
+    (["tools", "list", "--events", "{dir}", *S], "{dir}"),
+    (["tools", "list", "--policy", "{binary}", *S], "{binary}"),
+    (["tools", "list", "--workspace", "{missing}"], "{missing}"),
+    # run-script
+    (["run-script", "{missing}", *S], "{missing}"),
+    (["run-script", "{dir}", *S], "{dir}"),
+    (["run-script", "{binary}", *S], "{binary}"),
+    (["run-script", "{empty}", "--timeout", "-5", *S], "timeout"),
+    # events verify / show
+    (["events", "verify", "{missing}"], "{missing}"),
+    (["events", "verify", "{dir}"], "{dir}"),
+    (["events", "verify", "{binary}"], "{binary}"),
+    (["events", "verify", "{badjson}"], "{badjson}"),
+    (["events", "verify", "{empty}", "--public-key", "{missing}"], "{missing}"),
+    (["events", "verify", "{empty}", "--public-key", "{dir}"], "{dir}"),
+    (["events", "verify", "{empty}", "--public-key", "{binary}"], "--public-key"),
+    (["events", "verify", "{empty}", "--public-key", "{badjson}"], "--public-key"),
+    (["events", "show", "{missing}"], "{missing}"),
+    (["events", "show", "{dir}"], "{dir}"),
+    (["events", "show", "{binary}"], "{binary}"),
+    (["events", "show", "{badjson}"], "{badjson}"),
+    (["events", "show", "{empty}", "--trace", "no_such_trace"], "no_such_trace"),
+    # plan
+    (["plan", "show", "{missing}"], "{missing}"),
+    (["plan", "show", "{dir}"], "{dir}"),
+    (["plan", "show", "{binary}"], "{binary}"),
+    (["plan", "show", "{badjson}"], "{badjson}"),
+    (["plan", "apply", "{missing}", *S], "{missing}"),
+    (["plan", "apply", "{dir}", *S], "{dir}"),
+    (["plan", "apply", "{binary}", *S], "{binary}"),
+    (["plan", "apply", "{badjson}", *S], "{badjson}"),
+    # policy
+    (["policy", "check", "{missing}"], "{missing}"),
+    (["policy", "check", "{dir}"], "{dir}"),
+    (["policy", "check", "{binary}"], "{binary}"),
+    (["policy", "check", "{badjson}"], "{badjson}"),
+    (["policy", "show", "--policy", "{dir}"], "{dir}"),
+    (["policy", "explain", "read_file", "--args", "{{nope", *S], "--args"),
+    (["policy", "explain", "read_file", "--args", "@{binary}", *S], "{binary}"),
+    # mcp
+    (["mcp", "list", "--manifest", "{dir}"], "{dir}"),
+    (["mcp", "list", "--manifest", "{binary}"], "{binary}"),
+    (["mcp", "list", "--manifest", "{badjson}"], "{badjson}"),
+    (
+        [
+            "mcp",
+            "add",
+            "x",
+            "--transport",
+            "stdio",
+            "--command",
+            "/bin/true",
+            "--manifest",
+            "{dir}",
+        ],
+        "{dir}",
+    ),
+    (
+        [
+            "mcp",
+            "add",
+            "x",
+            "--transport",
+            "stdio",
+            "--command",
+            "/bin/true",
+            "--manifest",
+            "{binary}",
+        ],
+        "{binary}",
+    ),
+    (
+        ["mcp", "add", "x", "--transport", "carrier-pigeon", "--manifest", "{manifest}"],
+        "carrier-pigeon",
+    ),
+    (
+        ["mcp", "add", "x", "--transport", "http", "--url", "{huge}", "--manifest", "{manifest}"],
+        "url",
+    ),
+    (["mcp", "remove", "no_such_server", "--manifest", "{manifest}"], "no_such_server"),
+    (["mcp", "remove", "keep", "--manifest", "{badjson}"], "{badjson}"),
+    (["mcp", "inspect", "no_such_server", "--manifest", "{manifest}"], "no_such_server"),
+    (["mcp", "import", "{missing}", "--manifest", "{manifest}"], "{missing}"),
+    (["mcp", "import", "{dir}", "--manifest", "{manifest}"], "{dir}"),
+    (["mcp", "import", "{binary}", "--manifest", "{manifest}"], "{binary}"),
+    (["mcp", "import", "{badjson}", "--manifest", "{manifest}"], "{badjson}"),
+    # serve (each refused before it would read stdin)
+    (["serve", "--events", "{dir}", *S], "{dir}"),
+    (["serve", "--transport", "carrier-pigeon"], "carrier-pigeon"),
+    (["serve", "--expose", "no_such_group", *S], "no_such_group"),
+    (["serve", "--port", "{huge}"], "--port"),
+    # images, doctor, bench
+    (["images", "build", "no_such_image"], "no_such_image"),
+    (["doctor", "--backend", "no_such_backend"], "no_such_backend"),
+    (["bench", "no_such_scenario"], "no_such_scenario"),
+    (["no_such_verb"], "no_such_verb"),
+]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under root with its kind, mode and content hash."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            st = path.lstat()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "-"
+            out[str(path.relative_to(root))] = f"{st.st_mode:o}:{digest}"
+    return out
+
+
+def ids() -> list[str]:
+    return [" ".join(a[:3]) + f" [{i}]" for i, (a, _) in enumerate(CASES)]
+
+
+@pytest.mark.parametrize(("template", "culprit"), CASES, ids=ids())
+def test_bad_input_is_refused_cleanly(
+    template: list[str],
+    culprit: str,
+    inputs: Inputs,
+    ringfence_home: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [inputs.fill(a) for a in template]
+    name = inputs.fill(culprit)
+    before = snapshot(inputs.base), snapshot(ringfence_home)
+
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code in (1, 2), (argv[:4], code, out, err)
+    assert out == "", out[:500]
+    assert err.count("\n") == 1 and err.startswith("ringfence: "), err[:2000]
+    assert "Traceback" not in err and "unexpected error" not in err, err[:2000]
+    assert name in err, (name, err[:2000])
+    assert len(err) < 1500, len(err)
+
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code in (1, 2), (argv[:4], code, out, err)
+    body = json.loads(out)
+    assert set(body) == {"ok", "error"} and body["ok"] is False, body
+    assert name in json.dumps(body["error"], ensure_ascii=False), (name, body)
+    assert "Traceback" not in out + err and "unexpected error" not in out
+    assert len(out) < 4000, len(out)
+
+    assert (snapshot(inputs.base), snapshot(ringfence_home)) == before

@@ -1,0 +1,80 @@
+"""Test helpers shared by every package's tests: small real tools that record what ran.
+
+Importable from any test module as ``kernel_helpers`` (pytest puts ``tests/``
+on ``sys.path`` for its ``conftest.py``). Package helpers (``runtime_helpers``,
+``bridge_helpers``, ...) import from here rather than keeping their own copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ringfence.runtime import CallContext, Consequence, Kernel, MemorySink, ToolSpec
+
+__all__ = [
+    "SCHEMA",
+    "TOOLS",
+    "Ledger",
+    "events",
+    "kinds",
+    "make_tool",
+    "register_standard_tools",
+]
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"x": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
+    "additionalProperties": False,
+}
+# The tools register_standard_tools adds: one per consequence, and a residual one.
+TOOLS = ("peek", "touch", "launch", "run_shell")
+
+
+@dataclass
+class Ledger:
+    """Every executor run, in order: the proof that something did (or did not) run."""
+
+    runs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.runs]
+
+
+def make_tool(
+    name: str,
+    consequence: Consequence,
+    ledger: Ledger,
+    *,
+    residual: bool = False,
+    output: str | None = None,
+) -> ToolSpec:
+    """A tool that records its run in ``ledger`` and returns ``output`` or its arguments."""
+
+    async def run(args: dict[str, Any], ctx: CallContext) -> Any:
+        ledger.runs.append((name, args))
+        return output if output is not None else {"tool": name, "args": args}
+
+    return ToolSpec(
+        name, f"test tool {name}", SCHEMA, run, consequence=consequence, residual=residual
+    )
+
+
+def register_standard_tools(kernel: Kernel, ledger: Ledger) -> None:
+    """``peek`` (read), ``touch`` (reversible), ``launch`` (irreversible), ``run_shell`` (residual)."""
+    kernel.register(make_tool("peek", Consequence.READ, ledger))
+    kernel.register(make_tool("touch", Consequence.REVERSIBLE, ledger))
+    kernel.register(make_tool("launch", Consequence.IRREVERSIBLE, ledger))
+    kernel.register(make_tool("run_shell", Consequence.IRREVERSIBLE, ledger, residual=True))
+
+
+def events(kernel: Kernel) -> list[dict[str, Any]]:
+    """The records of a kernel whose event sink is a :class:`MemorySink`."""
+    sink = kernel.events._sink
+    assert isinstance(sink, MemorySink)
+    return sink.records()
+
+
+def kinds(kernel: Kernel, kind: str) -> list[dict[str, Any]]:
+    """The records of one kind."""
+    return [e for e in events(kernel) if e["kind"] == kind]
