@@ -181,6 +181,7 @@ def _docker_checks() -> list[Check]:
                 ("docker",),
             )
         ]
+        checks.append(_runsc(client.info().get("Runtimes") or {}))
         for image in list_images(client):
             if image.name not in IMAGES:
                 continue
@@ -205,6 +206,22 @@ def _docker_checks() -> list[Check]:
         return [Check("docker daemon", False, exc.message, None, ("docker",))]
     finally:
         client.close()
+
+
+def _runsc(runtimes: dict[str, Any]) -> Check:
+    """Whether the daemon has gVisor's runsc registered (the docker option runtime="runsc")."""
+    if "runsc" in runtimes:
+        path = (runtimes["runsc"] or {}).get("path", "runsc")
+        return Check("docker runtime runsc", True, f"gVisor registered ({path})")
+    return Check(
+        "docker runtime runsc",
+        False,
+        f"not registered (runtimes: {', '.join(sorted(runtimes)) or 'none'}); only the "
+        "docker option runtime='runsc' needs it",
+        "sudo apt-get install runsc; add "
+        '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}} '
+        "to /etc/docker/daemon.json and reload dockerd (sudo kill -HUP $(cat /var/run/docker.pid))",
+    )
 
 
 def _process_tracking() -> Check:

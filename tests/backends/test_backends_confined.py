@@ -266,9 +266,10 @@ def test_doctor_names_each_missing_layer_with_its_fix(
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")  # not what this is about
     code = main(["doctor", "--backend", "local", "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert code == 1 and report["result"]["backends"]["local"] is False
-    assert report["result"]["backends"]["host"] is True
-    checks = {c["name"]: c for c in report["result"]["checks"]}
+    assert code == 1 and report["error"]["code"] == "unavailable"
+    details = report["error"]["details"]
+    assert details["backends"]["local"] is False and details["backends"]["host"] is True
+    checks = {c["name"]: c for c in details["checks"]}
     assert not checks["local layer namespaces"]["ok"]
     assert "apt-get install bubblewrap" in checks["local layer namespaces"]["fix"]
     assert not checks["bubblewrap"]["ok"] and checks["bubblewrap"]["fix"]
