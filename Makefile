@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 # The main job: a model-written pipeline (examples/pipeline.py) against a fresh copy of the
-# example project, on the local backend, answering "yes" for the operator; then the event
-# stream's chain is verified.
+# example project, on the confined local backend, answering "yes" for the operator; then the
+# event stream's chain is verified and the sandbox its run_shell call ran in is shown.
 DEMO_WS     := demo-workspace
 DEMO_EVENTS := demo-events.jsonl
 
@@ -30,6 +30,7 @@ demo: $(STAMP)
 	$(BIN)/ringfence run-script examples/pipeline.py --workspace $(DEMO_WS) --backend local \
 		--approve yes --events $(DEMO_EVENTS)
 	$(BIN)/ringfence events verify $(DEMO_EVENTS)
+	@$(BIN)/python -c 'import json; e = [json.loads(x) for x in open("$(DEMO_EVENTS)") if "backend_started" in x][0]; s = e.get("sandbox") or {}; print("run_shell ran on the " + e["backend"] + " backend: " + ("confined (" + s["sandbox"] + "): " + ", ".join(x["layer"] for x in s["layers"] if x["ok"]) if s.get("confined") else "UNCONFINED"))'
 
 $(NPM_STAMP): $(NPM_DIR)/package-lock.json $(NPM_DIR)/package.json
 	npm ci --prefix $(NPM_DIR) --no-audit --no-fund

@@ -137,10 +137,11 @@ def create_kernel(
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
 
-    ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``) or
-    ``"docker"``; backend sessions start on first use and close with the
-    kernel. ``backend_options`` go to the backend (docker: ``image``,
-    ``memory``, ``cpus``, ``pids``, ``user``).
+    ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``:
+    confined), ``"host"`` (unconfined) or ``"docker"``; backend sessions start
+    on first use and close with the kernel. ``backend_options`` go to the
+    backend (local: ``sandbox``, ``memory``, ``pids``, ``network``; docker:
+    ``image``, ``memory``, ``cpus``, ``pids``, ``user``).
 
     ``script_sandbox`` (default ``$RINGFENCE_SCRIPT_SANDBOX`` or ``strict``)
     weakens ``run_tool_script``'s OS sandbox to ``best-effort`` or ``none``;
@@ -235,7 +236,7 @@ def create_kernel(
         kernel,
         backend_session_factory=(
             None
-            if backend_name == "local"
+            if backend_name in ("local", "host")
             else shell.session
             if bridge_dir is not None
             else unavailable_backend(backend_name)

@@ -371,6 +371,8 @@ def spawn(
     pass_fds: Sequence[int] = (),
     stdin_pipe: bool = False,
     exact_env: bool = False,
+    uid: int | None = None,
+    gid: int | None = None,
     _tracking: Tracking | None = None,
 ) -> Process:
     """Start ``argv`` in a new session, stdin ``/dev/null``, stdout/stderr on fresh pipes.
@@ -396,6 +398,9 @@ def spawn(
     process group and live descendants only) and no ``PWD`` from the gate's
     shell. For a child whose environment is part of its contract (the script
     runner).
+
+    ``uid``/``gid`` (root only): the user and group the child runs as, with
+    no supplementary groups; the cgroup move is still done by this process.
     """
     how = _tracking or tracking()
     run_id = secrets.token_hex(12)
@@ -443,6 +448,9 @@ def spawn(
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=tuple(pass_fds),
+                user=uid,
+                group=gid,
+                extra_groups=[] if uid is not None else None,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -514,6 +522,11 @@ class Process:
         self.run_id = run_id
         self._group = group
         self._closed = False
+
+    @property
+    def cgroup(self) -> Path | None:
+        """The tree's cgroup v2 directory (``cgroup`` tracking), for limits; else None."""
+        return self._group.path if self._group is not None else None
 
     @property
     def method(self) -> Method:

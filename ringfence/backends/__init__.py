@@ -2,8 +2,10 @@
 
 A backend is started into a :class:`BackendSession` per kernel session; the
 session runs one command at a time and returns a :class:`ShellResult`.
-Built in: ``local`` (host child processes) and ``docker`` (one warm,
-hardened container per session). Select with ``--backend``,
+Built in: ``local`` (confined: a warm bubblewrap sandbox per session with
+Landlock, seccomp and rlimits; the default), ``host`` (unconfined host child
+processes, explicitly chosen) and ``docker`` (one warm, hardened container
+per session). Select with ``--backend``,
 ``$RINGFENCE_EXECUTION_BACKEND`` or :func:`select_backend`; add one with
 :func:`register_backend`.
 """
@@ -11,8 +13,14 @@ hardened container per session). Select with ``--backend``,
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
+from ._confined import (
+    ConfinedOptions as ConfinedOptions,
+    ConfinedSession as ConfinedSession,
+    Layer as Layer,
+    start_confined as start_confined,
+)
 from ._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
-from ._local import LocalSession as LocalSession, start_local as start_local
+from ._local import HostSession as HostSession, start_host as start_host
 from ._registry import (
     DEFAULT_BACKEND as DEFAULT_BACKEND,
     ENV_VARIABLE as ENV_VARIABLE,
@@ -101,5 +109,10 @@ async def _start_docker(spec: SessionSpec) -> BackendSession:
     return await start_docker(spec)
 
 
-register_backend("local", start_local)
+# ``local`` is the confined backend; the names below keep older imports working.
+LocalSession = ConfinedSession
+start_local = start_confined
+
+register_backend("local", start_confined)
+register_backend("host", start_host)
 register_backend("docker", _start_docker)

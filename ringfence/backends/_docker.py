@@ -130,6 +130,9 @@ class DockerOptions:
     swap together) and ``tmp_size``: ``512m``-style sizes. ``cpus``: a
     fraction of CPUs. ``pids``: the pids limit. ``user``: ``uid:gid`` for
     commands (never 0). ``base_url``: the daemon (default ``DOCKER_HOST``).
+    ``runtime``: an OCI runtime registered with the daemon, e.g. ``runsc``
+    (gVisor: an application kernel between commands and the host's); a
+    runtime the daemon does not have is ``unavailable``.
     """
 
     image: str
@@ -139,10 +142,11 @@ class DockerOptions:
     tmp_size: str = "64m"
     user: str | None = None
     base_url: str | None = None
+    runtime: str | None = None
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> DockerOptions:
-        known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url"}
+        known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url", "runtime"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise InvalidArguments(
@@ -158,6 +162,7 @@ class DockerOptions:
             tmp_size=str(options.get("tmp_size", cls.tmp_size)),
             user=options.get("user"),
             base_url=options.get("base_url"),
+            runtime=options.get("runtime"),
         )
         for name in ("memory", "tmp_size"):
             if not _SIZE.match(getattr(opts, name)):
@@ -175,6 +180,13 @@ class DockerOptions:
             )
         if opts.user is not None:
             _parse_user(opts.user)
+        if opts.runtime is not None and not (
+            isinstance(opts.runtime, str) and re.fullmatch(r"[A-Za-z0-9][\w.-]*", opts.runtime)
+        ):
+            raise InvalidArguments(
+                f"runtime must be a runtime's name such as 'runsc', not {opts.runtime!r}",
+                field="options.runtime",
+            )
         return opts
 
 
@@ -362,6 +374,15 @@ class DockerSession:
             await docker_call(self._client.images.get, self._opts.image)
         except Unavailable:
             raise image_missing(self._opts.image) from None
+        if self._opts.runtime is not None:
+            info = await docker_call(self._client.info)
+            if self._opts.runtime not in (info.get("Runtimes") or {}):
+                raise Unavailable(
+                    f"the Docker daemon has no runtime {self._opts.runtime!r} "
+                    f"(it has {sorted(info.get('Runtimes') or {})}); for gVisor: apt-get install "
+                    "runsc, register it in /etc/docker/daemon.json and reload dockerd "
+                    "(`ringfence doctor` shows how)"
+                )
         with contextlib.suppress(Exception):
             await trio.to_thread.run_sync(remove_stale_containers, self._client)
         await self._create_container()
@@ -397,6 +418,7 @@ class DockerSession:
             pids_limit=opts.pids,
             ipc_mode="private",
             mounts=self._mounts,
+            **({"runtime": opts.runtime} if opts.runtime else {}),
         )
         self._container = await docker_call(client.containers.create, **kwargs)
         await docker_call(self._container.start)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -40,13 +41,110 @@ class Check:
 
 def run_checks() -> list[Check]:
     """Every check, in report order. Never raises for a missing layer: that is a failed check."""
-    checks = [
-        Check("backend local", True, "host child processes (not a sandbox)", None, ("local",)),
-        _process_tracking(),
-    ]
+    checks = [*_local_checks()]
+    checks.append(
+        Check(
+            "backend host",
+            True,
+            "UNCONFINED host child processes (not a sandbox: reads ~/.ssh, writes anywhere "
+            "the user can, reaches the network)",
+            None,
+            ("host",),
+        )
+    )
+    checks.append(_process_tracking())
     checks += _docker_checks()
-    checks += [_userns(), _landlock(), _seccomp(), _ripgrep()]
+    checks += [_bubblewrap(), _userns(), _landlock(), _seccomp(), _ripgrep()]
     return checks
+
+
+def _local_checks() -> list[Check]:
+    """Start a real confined session (strict) and report each of its layers with its fix."""
+    import tempfile
+
+    import trio
+
+    from ._confined import FIXES, start_confined
+    from ._types import SessionSpec
+
+    with tempfile.TemporaryDirectory(prefix="ringfence-doctor-") as tmp:
+
+        async def probe() -> list[Check]:
+            try:
+                session = await start_confined(SessionSpec(roots=(Path(tmp),)))
+            except RingfenceError as exc:
+                layer = getattr(exc, "layer", "sandbox")
+                checks = [
+                    Check("backend local", False, f"confined sandbox: {exc.message}", None, ()),
+                    Check(
+                        f"local layer {layer}",
+                        False,
+                        getattr(exc, "why", exc.message),
+                        FIXES.get(layer),
+                        ("local",),
+                    ),
+                ]
+                return checks + await best_effort(layer)
+            try:
+                checks = [
+                    Check(
+                        "backend local",
+                        True,
+                        f"confined (strict): every layer applied; session start "
+                        f"{session.start_seconds * 1000:.0f} ms",
+                        None,
+                        ("local",),
+                    )
+                ]
+                for layer in session.layers:
+                    fix = None if layer.ok else FIXES.get(layer.name)
+                    checks.append(Check(f"local layer {layer.name}", layer.ok, layer.detail, fix))
+                return checks
+            finally:
+                await session.aclose()
+
+        async def best_effort(failed: str) -> list[Check]:
+            """Every layer as sandbox='best-effort' would run (what --sandbox best-effort gets)."""
+            spec = SessionSpec(roots=(Path(tmp),), options={"sandbox": "best-effort"})
+            try:
+                session = await start_confined(spec)
+            except RingfenceError as exc:
+                return [Check("local best-effort", False, exc.message)]
+            try:
+                return [
+                    Check(
+                        f"local layer {layer.name}",
+                        layer.ok,
+                        f"{layer.detail} (with --sandbox best-effort)",
+                        None if layer.ok else FIXES.get(layer.name),
+                    )
+                    for layer in session.layers
+                    if layer.name != failed
+                ]
+            finally:
+                await session.aclose()
+
+        return trio.run(probe)
+
+
+def _bubblewrap() -> Check:
+    from ._confined import BWRAP_VARIABLE
+
+    bwrap = os.environ.get(BWRAP_VARIABLE) or shutil.which("bwrap")
+    if bwrap is None or not os.access(bwrap, os.X_OK):
+        return Check(
+            "bubblewrap",
+            False,
+            "bwrap not on PATH (the local backend's namespaces)",
+            "sudo apt-get install bubblewrap",
+            ("local",),
+        )
+    try:
+        out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10)
+        version = out.stdout.strip() or "unknown version"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("bubblewrap", False, f"{bwrap} does not run: {exc}", None, ("local",))
+    return Check("bubblewrap", True, f"{version} at {bwrap}", None, ("local",))
 
 
 def backend_status(checks: list[Check], backend: str) -> tuple[bool, list[Check]]:
@@ -83,6 +181,7 @@ def _docker_checks() -> list[Check]:
                 ("docker",),
             )
         ]
+        checks.append(_runsc(client.info().get("Runtimes") or {}))
         for image in list_images(client):
             if image.name not in IMAGES:
                 continue
@@ -107,6 +206,22 @@ def _docker_checks() -> list[Check]:
         return [Check("docker daemon", False, exc.message, None, ("docker",))]
     finally:
         client.close()
+
+
+def _runsc(runtimes: dict[str, Any]) -> Check:
+    """Whether the daemon has gVisor's runsc registered (the docker option runtime="runsc")."""
+    if "runsc" in runtimes:
+        path = (runtimes["runsc"] or {}).get("path", "runsc")
+        return Check("docker runtime runsc", True, f"gVisor registered ({path})")
+    return Check(
+        "docker runtime runsc",
+        False,
+        f"not registered (runtimes: {', '.join(sorted(runtimes)) or 'none'}); only the "
+        "docker option runtime='runsc' needs it",
+        "sudo apt-get install runsc; add "
+        '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}} '
+        "to /etc/docker/daemon.json and reload dockerd (sudo kill -HUP $(cat /var/run/docker.pid))",
+    )
 
 
 def _process_tracking() -> Check:

@@ -1,7 +1,10 @@
-"""The ``local`` backend: commands run as child processes of the kernel, on the host.
+"""The ``host`` backend: commands run as child processes of the kernel, unconfined.
 
-Not a sandbox: a command can do whatever the kernel's user can. What it does
-guarantee is process hygiene and a clean environment:
+Not a sandbox: a command can do whatever the kernel's user can (read
+``~/.ssh``, write anywhere that user can, reach the network, read the
+kernel's environment through ``/proc``). It is what the ``local`` backend was
+before it became confined (:mod:`._confined`), kept under an explicit name.
+What it does guarantee is process hygiene and a clean environment:
 
 - Every command is its own session and process group (``setsid``).
 - Every process a command starts belongs to its *tree*, tracked by
@@ -32,6 +35,7 @@ import select
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -48,7 +52,7 @@ from ._types import (
     check_run_arguments,
 )
 
-__all__ = ["BASE_ENV_ALLOWLIST", "LocalSession", "start_local"]
+__all__ = ["BASE_ENV_ALLOWLIST", "HostSession", "start_host"]
 
 BASE_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "TERM")
 RUN_ID_VARIABLE = _proc.RUN_ID_VARIABLE
@@ -58,8 +62,8 @@ _DRAIN_GRACE = 0.25
 _READ_SIZE = 65536
 
 
-async def start_local(spec: SessionSpec) -> LocalSession:
-    """Start a local session.
+async def start_host(spec: SessionSpec) -> HostSession:
+    """Start a host (unconfined) session.
 
     Raises InvalidArguments for options it does not know, Unavailable where
     the OS lacks process descriptors (pidfd: Linux 5.3+), which the exit
@@ -67,19 +71,19 @@ async def start_local(spec: SessionSpec) -> LocalSession:
     method on first use (a few ms, in a thread; see :func:`ringfence._proc.tracking`).
     """
     if not hasattr(os, "pidfd_open"):
-        raise Unavailable("the local backend needs pidfd (Linux 5.3 or newer)")
+        raise Unavailable("the host backend needs pidfd (Linux 5.3 or newer)")
     if spec.options:
         raise InvalidArguments(
-            f"the local backend takes no options (got {sorted(spec.options)})", field="options"
+            f"the host backend takes no options (got {sorted(spec.options)})", field="options"
         )
     tracking = await trio.to_thread.run_sync(_proc.tracking)
-    return LocalSession(spec, tracking)
+    return HostSession(spec, tracking)
 
 
-class LocalSession:
-    """Commands as host child processes. See the module docstring for guarantees."""
+class HostSession:
+    """Commands as unconfined host child processes. See the module docstring for guarantees."""
 
-    name = "local"
+    name = "host"
 
     def __init__(self, spec: SessionSpec, tracking: _proc.Tracking | None = None) -> None:
         self._spec = spec
@@ -88,6 +92,11 @@ class LocalSession:
         self._lock = trio.Lock()
         names = dict.fromkeys((*BASE_ENV_ALLOWLIST, *spec.passthrough_env))
         self._base_env = {n: os.environ[n] for n in names if n in os.environ}
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """For the ``backend_started`` event: this backend is unconfined, say so."""
+        return {"confined": False, "sandbox": "none", "network": True, "unconfined": True}
 
     @property
     def process_tracking(self) -> dict[str, str]:
@@ -122,7 +131,7 @@ class LocalSession:
         if not cwd.is_dir():
             raise InvalidArguments(f"cwd {cwd} is not a directory", field="cwd")
         if self._closed:
-            raise trio.ClosedResourceError("the local backend session is closed")
+            raise trio.ClosedResourceError("the host backend session is closed")
         argv = [*self._spec.shell, cmd] if isinstance(cmd, str) else cmd
         async with self._lock:
             return await self._run(argv, cwd, child_env, timeout, output_cap, on_output, redact)

@@ -173,8 +173,9 @@ class ShellTool:
         self._starting = trio.Lock()
         self._command_lock = trio.Lock()
         self._closed = False
-        # Setuid/setgid bits are cleared only where commands run as a sandbox uid.
-        self._clear_setid = backend != "local"
+        # Setuid/setgid bits are cleared only where commands run as a sandbox uid (every
+        # backend but the unconfined host one).
+        self._clear_setid = backend != "host"
         # The git metadata after the last checked command (for the between-commands notice).
         self._last: GitSnapshot | None = None
 
@@ -214,6 +215,7 @@ class ShellTool:
                     backend=self.backend,
                     roots=[str(r) for r in spec.roots],
                     readonly_paths=[str(p) for p in spec.readonly_paths],
+                    sandbox=getattr(self._session, "metadata", None),
                 )
             return self._session
 

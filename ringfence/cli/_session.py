@@ -46,7 +46,15 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         "--backend",
         default=None,
         metavar="NAME",
-        help="where run_shell runs: local or docker (default $RINGFENCE_EXECUTION_BACKEND or local)",
+        help="where run_shell runs: local (confined), host (unconfined) or docker "
+        "(default $RINGFENCE_EXECUTION_BACKEND or local)",
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=["strict", "best-effort"],
+        default=None,
+        help="the local backend's confinement: strict (default: every layer or refuse) or "
+        "best-effort (apply what this machine offers; the gaps are recorded in events)",
     )
     if dry_run:
         parser.add_argument(
@@ -157,6 +165,7 @@ def _otel_observer(args: argparse.Namespace) -> Any:
 def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None) -> Kernel:
     """The session's kernel; ``approver`` (default: from ``--approve``) is set at construction."""
     dry = getattr(args, "dry_run", None)
+    sandbox = getattr(args, "sandbox", None)
     _check_output_file(args.events, "--events")
     _check_output_file(dry, "--dry-run")
     observer = _otel_observer(args)
@@ -164,6 +173,7 @@ def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None)
     if getattr(args, "worktree", None) is not None:
         roots = session_roots(roots, args.worktree)
     kernel = create_kernel(
+        backend_options={"sandbox": sandbox} if sandbox else None,
         roots=roots,
         posture=args.posture,
         approver=approver if approver is not None else approver_from(args.approve),

@@ -29,7 +29,7 @@ def test_doctor_without_a_daemon_says_docker_cannot_run(capsys, monkeypatch, tmp
     details = report["error"]["details"]
     daemon = next(c for c in details["checks"] if c["name"] == "docker daemon")
     assert daemon["ok"] is False and "not reachable" in daemon["detail"]
-    assert details["backends"] == {"docker": False, "local": True}
+    assert details["backends"] == {"docker": False, "host": True, "local": True}
 
 
 @pytest.mark.docker

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import docker.errors
 import pytest
 from backends_helpers import DOCKER_OPTIONS, container_processes, host_processes
 
-from ringfence.backends import start_docker, start_local
+from ringfence.backends import SessionSpec, start_docker, start_host, start_local
 from ringfence.backends.testing import check_backend
 
 
 async def test_local_backend_conforms(workspace: Path) -> None:
+    """The confined local backend (bubblewrap, Landlock, seccomp; strict)."""
     await check_backend(start_local, workspace, processes=host_processes)
+
+
+async def test_host_backend_conforms(workspace: Path) -> None:
+    """The unconfined host backend keeps the same contract."""
+    await check_backend(start_host, workspace, processes=host_processes)
 
 
 @pytest.mark.docker
@@ -40,3 +48,49 @@ async def test_docker_backend_conforms_on_the_debian_image(docker_client, worksp
         processes=container_processes,
         options={**DOCKER_OPTIONS, "image": "debian"},
     )
+
+
+async def test_local_backend_conforms_without_namespaces_at_best_effort(
+    workspace: Path, monkeypatch
+) -> None:
+    """sandbox=best-effort where bubblewrap is missing: the same contract, a subreaper's tree."""
+    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace.parent / "no-bwrap"))
+    await check_backend(
+        start_local, workspace, processes=host_processes, options={"sandbox": "best-effort"}
+    )
+
+
+@pytest.mark.docker
+async def test_docker_backend_conforms_on_gvisor(docker_client, workspace: Path) -> None:
+    """The same suite with ``runtime="runsc"`` (gVisor's application kernel), when registered.
+
+    ``.ci/run`` installs Debian's runsc and registers it with the daemon, and
+    sets ``RINGFENCE_REQUIRE_RUNSC=1`` so that a missing runtime fails there.
+    """
+    if "runsc" not in (docker_client.info().get("Runtimes") or {}):
+        if os.environ.get("RINGFENCE_REQUIRE_RUNSC") == "1":
+            pytest.fail("RINGFENCE_REQUIRE_RUNSC=1 but runsc is not registered with the daemon")
+        pytest.skip("runsc is not registered with the Docker daemon (.ci/run registers it)")
+    # gVisor's ptrace platform needs more pids than a warm shell under runc (a low limit
+    # killed the long-lived shell).
+    await check_backend(
+        start_docker,
+        workspace,
+        processes=container_processes,
+        options={**DOCKER_OPTIONS, "runtime": "runsc", "pids": 512},
+    )
+
+
+@pytest.mark.docker
+async def test_a_runtime_the_daemon_lacks_is_unavailable(docker_client, workspace: Path) -> None:
+    from ringfence.runtime import Unavailable
+
+    owner = {"label": f"ringfence.owner={socket.gethostname()}:{os.getpid()}"}
+    before = {c.id for c in docker_client.containers.list(all=True, filters=owner)}
+    with pytest.raises(Unavailable) as info:
+        await start_docker(
+            SessionSpec(roots=(workspace,), options={**DOCKER_OPTIONS, "runtime": "no-such-rt"})
+        )
+    assert "no-such-rt" in info.value.message and "runsc" in info.value.message
+    # nothing was made
+    assert {c.id for c in docker_client.containers.list(all=True, filters=owner)} == before

@@ -27,6 +27,7 @@ from ringfence.runtime import Posture
 
 BACKENDS = [
     pytest.param("local", id="local"),
+    pytest.param("host", id="host"),
     pytest.param("docker", id="docker", marks=pytest.mark.docker),
 ]
 
@@ -230,7 +231,9 @@ async def test_local_writes_into_an_existing_git_directory_are_refused_and_undon
         f"printf '#!/bin/sh\\ntouch {marker}\\n' > .git/hooks/pre-commit; "
         "chmod +x .git/hooks/pre-commit"
     )
-    async with kernel(workspace, "local", tmp_path) as k:
+    # host: the write reaches the git directory and is undone; the confined local backend's
+    # read-only mount refuses it first (test_backends_confined_attacks.py).
+    async with kernel(workspace, "host", tmp_path) as k:
         outcome = await k.invoke("run_shell", {"command": attack})
     quarantine = assert_refused(outcome, tmp_path, ".git/config", ".git/hooks/pre-commit")
     assert (workspace / ".git" / "config").read_bytes() == config
@@ -360,7 +363,9 @@ async def test_local_new_directories_in_a_git_directory_holding_hooks_or_config_
         f"{evil_gitdir_script('.git/modules/evil', marker)} && "
         f"{evil_gitdir_script('.git/objects/evil', marker)}"
     )
-    async with kernel(workspace, "local", tmp_path) as k:
+    # host: the write reaches the git directory and is undone; the confined local backend's
+    # read-only mount refuses it first (test_backends_confined_attacks.py).
+    async with kernel(workspace, "host", tmp_path) as k:
         outcome = await k.invoke("run_shell", {"command": attack})
     quarantine = assert_refused(
         outcome, tmp_path, ".git/hooks", ".git/modules", ".git/objects/evil"
@@ -381,7 +386,7 @@ from ringfence import create_kernel
 from ringfence.runtime import Posture
 
 async def main(ws, script):
-    async with create_kernel(roots=[ws], posture=Posture.UNRESTRICTED, backend="local") as k:
+    async with create_kernel(roots=[ws], posture=Posture.UNRESTRICTED, backend="host") as k:
         outcome = await k.invoke("run_shell", {"command": script})
     print(json.dumps(outcome.error.to_dict() if outcome.error else None))
 
@@ -470,7 +475,9 @@ async def test_local_read_only_git_commands_pass(workspace: Path, tmp_path: Path
     # A touched tracked file makes git status refresh the index (unless optional locks are
     # off) and git diff rewrite it (always): a stat cache, noted but not refused.
     script = "sleep 1.1; touch README && git status --short && git diff --stat && git log --oneline"
-    async with kernel(workspace, "local", tmp_path) as k:
+    # host: the index rewrite reaches the git directory (a notice); the confined local backend
+    # mounts it read-only, so git skips the rewrite there.
+    async with kernel(workspace, "host", tmp_path) as k:
         env = {k: v for k, v in git_env(tmp_path).items() if k != "PATH"}
         result = await k.call("run_shell", {"command": script, "env": env})
     assert result["exit_code"] == 0 and "init" in result["stdout"], result
@@ -518,10 +525,14 @@ async def test_attacks_after_earlier_commands_are_refused(
             outcome = await k.invoke("run_shell", {"command": attack})
             assert_refused(outcome, tmp_path, f"keep/deep/er/{name}")
             assert os.listdir(workspace / "keep" / "deep" / "er") == []
-        if backend == "local":
+        if backend in ("local", "host"):
             append = f"printf '\\tfsmonitor = \"touch {marker}; :\"\\n' >> repo/.git/config"
             outcome = await k.invoke("run_shell", {"command": append})
-            assert_refused(outcome, tmp_path, "repo/.git/config")
+            if backend == "host":  # written, then undone by the scan
+                assert_refused(outcome, tmp_path, "repo/.git/config")
+            else:  # the confined sandbox's read-only mount refuses the write itself
+                assert outcome.error is None and outcome.value["exit_code"] != 0
+                assert "Read-only file system" in outcome.value["stderr"]
             assert (workspace / "repo" / ".git" / "config").read_bytes() == config
         assert (await k.call("run_shell", {"command": "true"}))["exit_code"] == 0
     assert (

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from ringfence import _proc
-from ringfence.backends import SessionSpec, start_local
+from ringfence.backends import SessionSpec, start_host as start_local
 from ringfence.backends._doctor import _process_tracking
 
 GRACE = 0.2

@@ -1,0 +1,319 @@
+"""The confined local backend beyond the conformance suite: fail closed, options, the warm session."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from ringfence import create_kernel
+from ringfence.backends import SessionSpec, start_local
+from ringfence.cli._main import main
+from ringfence.runtime import ApprovalAnswer, InvalidArguments, Posture, ScriptedApprover
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def kernel(ws: Path, **kw):
+    return create_kernel(
+        roots=[ws],
+        posture=Posture.ASK,
+        approver=ScriptedApprover(lambda _r: ApprovalAnswer.once("test approves")),
+        **kw,
+    )
+
+
+def _sandbox_pids() -> list[int]:
+    """This test process's sandboxes (bubblewrap processes among its descendants)."""
+    found = []
+    for proc in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if proc.name() == "bwrap" and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+async def test_a_missing_layer_refuses_naming_it_and_its_fix(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No bubblewrap on PATH: run_shell fails with unavailable, nothing runs, nothing is left."""
+    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))  # a missing binary
+    marker = workspace / "ran"
+    before = _sandbox_pids()
+    async with kernel(workspace) as k:
+        outcome = await k.invoke("run_shell", {"command": f"touch {marker}"})
+    assert outcome.error is not None and outcome.error.code == "unavailable"
+    message = outcome.error.message
+    assert "namespaces" in message and "apt-get install bubblewrap" in message
+    assert "host" in message and "best-effort" in message  # the ways out, named
+    assert not marker.exists() and _sandbox_pids() == before
+
+
+async def test_best_effort_without_namespaces_keeps_the_other_layers_and_records_the_gaps(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No bubblewrap, sandbox=best-effort: the supervisor runs without namespaces.
+
+    Landlock still refuses writes outside the roots and signals to host
+    processes; every missing layer is in the started event.
+    """
+    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))
+    events = tmp_path / "events.jsonl"
+    # Outside /tmp (the host's /tmp stays writable without a mount namespace): only Landlock
+    # stands between a root kernel's command and /usr/local here.
+    outside = Path(f"/usr/local/ringfence-attack-{os.getpid()}")
+    victim = psutil.Popen(["sleep", "300"])
+    try:
+        async with kernel(
+            workspace, backend_options={"sandbox": "best-effort"}, events_path=events
+        ) as k:
+            result = await k.call(
+                "run_shell",
+                {
+                    "command": f"touch {outside}; kill -9 {victim.pid}; "
+                    "setsid sleep 300 & touch inside",
+                    "env": {"PATH": os.defpath},
+                },
+            )
+        assert "Permission denied" in result["stderr"] and "not permitted" in result["stderr"]
+        assert not outside.exists() and (workspace / "inside").exists()
+        assert victim.is_running() and victim.status() != psutil.STATUS_ZOMBIE
+    finally:
+        victim.kill()
+        victim.wait()
+        outside.unlink(missing_ok=True)
+    started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
+    sandbox = started[0]["sandbox"]
+    assert sandbox["sandbox"] == "best-effort"
+    assert {"namespaces", "file system", "network"} <= set(sandbox["missing_layers"])
+    ok = {layer["layer"] for layer in sandbox["layers"] if layer["ok"]}
+    assert {"landlock", "seccomp", "rlimits"} <= ok
+    assert not [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]
+    ]
+
+
+async def test_best_effort_is_recorded_in_the_started_event(workspace: Path, tmp_path) -> None:
+    events = tmp_path / "events.jsonl"
+    async with kernel(
+        workspace, backend_options={"sandbox": "best-effort"}, events_path=events
+    ) as k:
+        result = await k.call("run_shell", {"command": "echo hi"})
+    assert result["stdout"] == "hi\n"
+    started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
+    sandbox = started[0]["sandbox"]
+    assert sandbox["confined"] is True and sandbox["sandbox"] == "best-effort"
+    assert sandbox["missing_layers"] == []  # this machine has them all
+    assert {layer["layer"] for layer in sandbox["layers"]} >= {"namespaces", "landlock", "seccomp"}
+
+
+async def test_the_host_backend_says_it_is_unconfined(workspace: Path, tmp_path) -> None:
+    events = tmp_path / "events.jsonl"
+    async with kernel(workspace, backend="host", events_path=events) as k:
+        await k.call("run_shell", {"command": "true"})
+    started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
+    assert started[0]["backend"] == "host" and started[0]["sandbox"]["unconfined"] is True
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"sandbox": "none"}, "options.sandbox"),
+        ({"pids": 2}, "options.pids"),
+        ({"memory": "lots"}, "options.memory"),
+        ({"network": "yes"}, "options.network"),
+        ({"image": "busybox"}, "options"),
+    ],
+)
+async def test_bad_options_are_refused_before_anything_starts(
+    workspace: Path, options: dict, field: str
+) -> None:
+    before = _sandbox_pids()
+    with pytest.raises(InvalidArguments) as info:
+        await start_local(SessionSpec(roots=(workspace,), options=options))
+    assert info.value.field == field
+    assert _sandbox_pids() == before
+
+
+async def test_the_private_tmp_lasts_for_the_session_and_nothing_outlives_it(
+    workspace: Path,
+) -> None:
+    session = await start_local(SessionSpec(roots=(workspace,)))
+    kw = {"cwd": workspace, "env": {}, "timeout": 10, "output_cap": 1000}
+    try:
+        await session.run("echo kept > /tmp/scratch", **kw)
+        r = await session.run("cat /tmp/scratch; echo $$", **kw)
+        assert r.stdout.splitlines()[0] == "kept"
+        assert not Path("/tmp/scratch").exists()
+        sandbox = _sandbox_pids()
+        assert sandbox
+    finally:
+        await session.aclose()
+    with trio.fail_after(5):
+        while set(sandbox) & set(_sandbox_pids()):
+            await trio.sleep(0.01)
+    fresh = await start_local(SessionSpec(roots=(workspace,)))
+    try:
+        r = await fresh.run("cat /tmp/scratch", **kw)
+        assert r.exit_code == 1 and "No such file" in r.stderr
+    finally:
+        await fresh.aclose()
+
+
+def test_the_cli_records_the_sandbox_level(
+    workspace: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    events = tmp_path / "events.jsonl"
+    monkeypatch.chdir(workspace)
+    code = main(
+        [
+            "call",
+            "run_shell",
+            "--args",
+            json.dumps({"command": "cat /proc/1/cmdline | tr '\\0' ' '"}),
+            "--workspace",
+            str(workspace),
+            "--approve",
+            "yes",
+            "--sandbox",
+            "best-effort",
+            "--events",
+            str(events),
+            "--json",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    assert "_confined_supervisor.py" in out["result"]["stdout"]  # PID 1 is the supervisor
+    started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
+    assert started[0]["sandbox"]["sandbox"] == "best-effort"
+    assert os.environ.get("HOME") is not None
+
+
+async def test_commands_run_as_the_workspace_owner_never_as_host_root(workspace: Path) -> None:
+    """A root kernel's sandbox becomes the first root's owner: its files are theirs, not root's."""
+    owner = workspace.stat().st_uid
+    session = await start_local(SessionSpec(roots=(workspace,)))
+    try:
+        r = await session.run(
+            "id -u; touch made; grep Cap /proc/self/status",
+            cwd=workspace,
+            env={},
+            timeout=10,
+            output_cap=4000,
+        )
+    finally:
+        await session.aclose()
+    lines = r.stdout.splitlines()
+    assert lines[0] == str(owner)
+    assert (workspace / "made").stat().st_uid == owner
+    assert all(line.split()[1] == "0000000000000000" for line in lines if "CapEff" in line)
+
+
+async def test_a_sandbox_that_dies_under_a_command_is_reported_and_restarted(
+    workspace: Path,
+) -> None:
+    session = await start_local(SessionSpec(roots=(workspace,), kill_grace=0.2))
+    kw = {"cwd": workspace, "env": {}, "timeout": 10, "output_cap": 1000}
+    try:
+
+        async def kill_sandbox() -> None:
+            await trio.sleep(0.3)
+            for pid in _sandbox_pids():
+                for child in psutil.Process(pid).children():
+                    child.kill()  # the supervisor, PID 1 inside: only the host can do this
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_sandbox)
+            r = await session.run("echo before; sleep 5", **kw)
+        assert r.status == "lost" and r.session_restarted and r.stdout == "before\n"
+        r = await session.run("echo after", **kw)
+        assert r.stdout == "after\n" and r.session_restarted  # a fresh sandbox ran it
+        r = await session.run("echo again", **kw)
+        assert r.stdout == "again\n" and not r.session_restarted
+    finally:
+        await session.aclose()
+
+
+async def test_a_command_inherits_no_descriptor_but_its_three(workspace: Path) -> None:
+    """Not the control socket, not what bubblewrap was handed (its seccomp pipe, uid-map pipes)."""
+    session = await start_local(SessionSpec(roots=(workspace,)))
+    try:
+        r = await session.run(
+            ["python3", "-c", "import os; print(sorted(os.listdir('/proc/self/fd')))"],
+            cwd=workspace,
+            env={},
+            timeout=10,
+            output_cap=1000,
+        )
+    finally:
+        await session.aclose()
+    assert r.stdout == "['0', '1', '2', '3']\n", r  # 3: the listing's own descriptor
+
+
+def test_doctor_names_each_missing_layer_with_its_fix(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RINGFENCE_BWRAP", str(tmp_path / "no-bwrap"))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")  # not what this is about
+    code = main(["doctor", "--backend", "local", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["error"]["code"] == "unavailable"
+    details = report["error"]["details"]
+    assert details["backends"]["local"] is False and details["backends"]["host"] is True
+    checks = {c["name"]: c for c in details["checks"]}
+    assert not checks["local layer namespaces"]["ok"]
+    assert "apt-get install bubblewrap" in checks["local layer namespaces"]["fix"]
+    assert not checks["bubblewrap"]["ok"] and checks["bubblewrap"]["fix"]
+    assert checks["local layer landlock"]["ok"] and checks["local layer seccomp"]["ok"]
+    assert "UNCONFINED" in checks["backend host"]["detail"]
+
+
+async def test_a_sandbox_that_died_between_commands_is_restarted_for_the_next(
+    workspace: Path,
+) -> None:
+    """The command that finds the sandbox gone runs in a fresh one (and says so)."""
+    session = await start_local(SessionSpec(roots=(workspace,)))
+    kw = {"cwd": workspace, "env": {}, "timeout": 10, "output_cap": 1000}
+    try:
+        await session.run("true", **kw)
+        (bwrap,) = _sandbox_pids()
+        (supervisor,) = psutil.Process(bwrap).children()
+        supervisor.kill()  # PID 1 of the sandbox: only the host can; bubblewrap exits with it
+        with trio.fail_after(5):
+            while bwrap in _sandbox_pids():
+                await trio.sleep(0.01)
+        r = await session.run("echo ran", **kw)
+        assert r.stdout == "ran\n" and r.exit_code == 0 and r.session_restarted, r
+    finally:
+        await session.aclose()
+
+
+async def test_limit_cgroups_of_a_dead_kernel_are_swept_and_ours_removed(workspace: Path) -> None:
+    from ringfence.backends._confined import _cgroup_mounts
+
+    mounts = _cgroup_mounts()
+    if "pids" not in mounts:
+        pytest.skip("no cgroup v1 pids hierarchy here (limits live in cgroup v2 or rlimits)")
+    mount, own = mounts["pids"]
+    parent = Path(mount) / own.lstrip("/")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = parent / f"ringfence-{dead.pid}-deadbeef"
+    stale.mkdir()
+    before = {p.name for p in parent.iterdir() if p.name.startswith("ringfence-")}
+    session = await start_local(SessionSpec(roots=(workspace.parent,)))  # root-owned: cgroups
+    try:
+        ours = {p.name for p in parent.iterdir() if p.name.startswith("ringfence-")} - before
+        assert not stale.exists() and len(ours) == 1
+    finally:
+        await session.aclose()
+    assert not (parent / ours.pop()).exists()
