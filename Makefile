@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format clean npm-servers
+.PHONY: demo test lint format clean npm-servers sandbox-tools
 
 # The third-party MCP servers the tests run against (pinned in tests/npm/package-lock.json).
 NPM_DIR   := tests/npm
@@ -24,7 +24,20 @@ $(STAMP): pyproject.toml | $(BIN)/python
 DEMO_WS     := demo-workspace
 DEMO_EVENTS := demo-events.jsonl
 
-demo: $(STAMP)
+# The confined local backend needs bubblewrap. Installed here when missing and we may
+# (root with apt-get, as on CI and this project's machines); otherwise `make demo` fails closed,
+# naming the missing layer and its fix, like every confined call.
+sandbox-tools:
+	@if ! command -v bwrap >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing bubblewrap (the local backend's namespaces)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+		else \
+			echo "note: bubblewrap is not installed: the confined local backend will refuse (apt-get install bubblewrap)"; \
+		fi; \
+	fi
+
+demo: $(STAMP) sandbox-tools
 	$(BIN)/python examples/prepare_workspace.py $(DEMO_WS)
 	rm -f $(DEMO_EVENTS)
 	$(BIN)/ringfence run-script examples/pipeline.py --workspace $(DEMO_WS) --backend local \
@@ -43,7 +56,7 @@ npm-servers:
 		echo "note: npm is not installed: tests that need the npm MCP reference servers will be skipped (RINGFENCE_REQUIRE_NPM=1 makes them fail)"; \
 	fi
 
-test: $(STAMP) npm-servers
+test: $(STAMP) npm-servers sandbox-tools
 	$(BIN)/python -m pytest -q tests
 
 lint: $(STAMP)
