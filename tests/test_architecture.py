@@ -190,14 +190,30 @@ def test_runtime_imports_no_client_package() -> None:
     assert offenders == []
 
 
+# (importer, imported) -> why one module may cross the table above. Only shrinks.
+MODULE_EDGE_EXCEPTIONS: dict[tuple[str, str], str] = {
+    (
+        "ringfence.backends._confined_layers",
+        "ringfence.bridge._sandbox",
+    ): "the confined shell reuses the script runner's seccomp/Landlock primitives; _sandbox must "
+    "stay the runner's sibling (the runner imports it as a top-level module, inside containers "
+    "too), so moving it below both is issue 12 work",
+}
+
+
 def test_imports_between_layers_point_the_way_architecture_md_draws() -> None:
     offenders = []
+    used: set[tuple[str, str]] = set()
     for m in MODULES:
         for target, line in _edges(m):
             to = BY_NAME[target].layer
             if to != m.layer and to not in ALLOWED[m.layer]:
+                if (m.name, target) in MODULE_EDGE_EXCEPTIONS:
+                    used.add((m.name, target))
+                    continue
                 offenders.append(f"{m.rel}:{line}: {m.layer} -> {to}")
     assert offenders == []
+    assert used == set(MODULE_EDGE_EXCEPTIONS), "exceptions no longer needed: remove them"
     assert {m.layer for m in MODULES} == set(ALLOWED), "a new layer: place it in ALLOWED"
 
 
@@ -307,6 +323,11 @@ SPAWN_EXCEPTIONS: dict[str, dict[str, str]] = {
     },
     "ringfence/backends/_doctor.py": {
         "subprocess.run": "`rg --version` for `ringfence doctor`: a probe with a timeout",
+    },
+    "ringfence/backends/_confined_supervisor.py": {
+        "os.posix_spawn": "the confined session's PID 1 inside the sandbox: a standalone "
+        "program that imports almost nothing (it is the session's start-up cost); the sandbox "
+        "itself is spawned through _proc",
     },
     "ringfence/workspace/_search.py": {
         "subprocess.Popen": "ripgrep as grep_files' prefilter, in a worker thread (trio's "
@@ -723,6 +744,8 @@ OVERSIZE: dict[str, str] = {
     "ringfence/runtime/_shellwords.py": "the shell-aware matcher (new): to be split or explained",
     "ringfence/workspace/_gitscan.py": "run_shell's git check (new): snapshot, diff, enforce",
     "ringfence/cli/_mcp.py": "issue 18 item 9: tomlkit and a declared model shrink the editor",
+    "ringfence/backends/_confined.py": "issue 19 (new): the session, the layer probe and the "
+    "bubblewrap argv; to be split into those three",
 }
 
 
