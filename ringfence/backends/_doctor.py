@@ -13,8 +13,8 @@ from typing import Any
 
 from .. import _proc
 from ..runtime import RingfenceError
-from ._docker import DockerOptions
-from ._dockerapi import connect_docker
+from ._docker import IMAGE_VARIABLE, DockerOptions
+from ._dockerapi import connect_docker, map_docker_errors
 from ._imagebuild import list_images
 from ._images import IMAGES, docker_location
 
@@ -182,9 +182,8 @@ def _docker_checks() -> list[Check]:
             )
         ]
         checks.append(_runsc(client.info().get("Runtimes") or {}))
-        for image in list_images(client):
-            if image.name not in IMAGES:
-                continue
+        listed = [image for image in list_images(client) if image.name in IMAGES]
+        for image in listed:
             needed = ("docker",) if image.reference == default else ()
             if image.present:
                 detail = f"{image.reference} present ({(image.size_bytes or 0) // 2**20} MiB)"
@@ -201,11 +200,37 @@ def _docker_checks() -> list[Check]:
                         needed,
                     )
                 )
+        if all(image.reference != default for image in listed):
+            checks.append(_configured_image(client, default))
         return checks
     except RingfenceError as exc:
         return [Check("docker daemon", False, exc.message, None, ("docker",))]
     finally:
         client.close()
+
+
+def _configured_image(client: Any, reference: str) -> Check:
+    """The docker backend's image when it is none of ringfence's own (``RINGFENCE_DOCKER_IMAGE``).
+
+    Without this check a missing configured image said "can run", and the
+    next call failed ``unavailable``.
+    """
+    import docker.errors
+
+    name = "image (configured)"
+    with map_docker_errors():  # anything but "not found" is the daemon's failure
+        try:
+            client.images.get(reference)
+        except docker.errors.ImageNotFound:
+            return Check(
+                name,
+                False,
+                f"{reference} missing (the docker backend's image, from {IMAGE_VARIABLE} or "
+                "the backend options)",
+                f"docker build or docker load {reference}, or unset {IMAGE_VARIABLE}",
+                ("docker",),
+            )
+    return Check(name, True, f"{reference} present (the docker backend's image)", None, ("docker",))
 
 
 def _runsc(runtimes: dict[str, Any]) -> Check:

@@ -44,6 +44,29 @@ def test_images_build_and_list(docker_client, capsys) -> None:
     assert {i["name"] for i in listing} >= {"busybox", "debian"}
 
 
+@pytest.mark.docker
+def test_doctor_checks_the_configured_image(docker_client, capsys, monkeypatch) -> None:
+    """RINGFENCE_DOCKER_IMAGE naming a missing image: doctor says docker cannot run."""
+    missing = "ringfence-test/never-built:0"
+    monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", missing)
+    assert main(["doctor", "--backend", "docker", "--json"]) == 1
+    details = json.loads(capsys.readouterr().out)["error"]["details"]
+    check = next(c for c in details["checks"] if c["name"] == "image (configured)")
+    assert check["ok"] is False and missing in check["detail"] and check["fix"]
+    assert details["backends"]["docker"] is False
+    # The same name present (a tag of the test image): docker can run.
+    present = "ringfence-test/tagged:1"
+    docker_client.images.get("ringfence/busybox:latest").tag("ringfence-test/tagged", "1")
+    try:
+        monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", present)
+        assert main(["doctor", "--backend", "docker", "--json"]) == 0
+        checks = json.loads(capsys.readouterr().out)["result"]["checks"]
+        check = next(c for c in checks if c["name"] == "image (configured)")
+        assert check["ok"] is True and present in check["detail"]
+    finally:
+        docker_client.images.remove(present)
+
+
 def test_images_build_refuses_unknown_names(capsys) -> None:
     assert main(["images", "build", "alpine"]) == 2  # a parse error: one line, no SystemExit
     assert "alpine" in capsys.readouterr().err
