@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import sys
 from collections.abc import Iterable
-from pathlib import Path
 
 from ..runtime import InvalidArguments, NotFound, RingfenceError
-from ._output import print_error, print_ok
+from ._output import print_error, print_ok, read_input_text
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser
 
@@ -32,17 +30,9 @@ def read_arguments_text(spec: str) -> str:
     """``--args`` as given: literal JSON, ``@FILE`` (UTF-8) or ``-`` (stdin)."""
     if spec != "-" and not spec.startswith("@"):
         return spec
-    name = "stdin" if spec == "-" else spec[1:]
-    try:
-        data = sys.stdin.buffer.read() if spec == "-" else Path(name).read_bytes()
-    except OSError as exc:
-        raise InvalidArguments(
-            f"--args: cannot read {name}: {exc.strerror or exc}", field="--args"
-        ) from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidArguments(f"--args: {name} is not UTF-8 text", field="--args") from None
+    name = "-" if spec == "-" else spec[1:]
+    subject = "stdin" if spec == "-" else name
+    return read_input_text(name, subject=subject, field="--args", prefix="--args: ")
 
 
 def parse_arguments(spec: str) -> dict:

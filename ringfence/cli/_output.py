@@ -43,6 +43,26 @@ EXIT_DENIED = 3
 MAX_SHOWN_CHARS = 240
 
 
+def read_input_text(name: str, *, subject: str, field: str, prefix: str = "") -> str:
+    """UTF-8 text from the file ``name``, or stdin when ``name`` is ``-``.
+
+    Errors are InvalidArguments naming ``field``: ``{prefix}cannot read {subject}: …`` and
+    ``{prefix}{subject} is not UTF-8 text``.
+    """
+    from pathlib import Path
+
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise InvalidArguments(
+            f"{prefix}cannot read {subject}: {exc.strerror or exc}", field=field
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArguments(f"{prefix}{subject} is not UTF-8 text", field=field) from None
+
+
 def abbreviate(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     """``text`` itself when short; else its head…tail and its size. Never longer than ~limit+40."""
     if len(text) <= limit:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..bridge import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
-from ..runtime import InvalidArguments, RingfenceError
-from ._output import exit_code_for, print_json, print_table
+from ..runtime import RingfenceError
+from ._output import exit_code_for, print_json, print_table, read_input_text
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser
 
@@ -38,16 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def read_script(name: str) -> str:
-    try:
-        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
-    except OSError as exc:
-        raise InvalidArguments(
-            f"cannot read the script {name}: {exc.strerror}", field="FILE"
-        ) from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidArguments(f"the script {name} is not UTF-8 text", field="FILE") from None
+    return read_input_text(name, subject=f"the script {name}", field="FILE")
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -20,19 +20,6 @@ from ringfence.serve._stdio import LineReader, WireWriter
 
 
 @pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    real = trio.to_thread.run_sync
-
-    async def spy(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append(getattr(fn, "__name__", "?"))
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(trio.to_thread, "run_sync", spy)
-    return seen
-
-
-@pytest.fixture
 def pipe() -> Iterator[tuple[int, int]]:
     r, w = os.pipe()
     yield r, w

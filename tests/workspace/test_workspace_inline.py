@@ -22,19 +22,6 @@ from ringfence.workspace._tools import LIST_INLINE_MAX_DIR_BYTES, READ_INLINE_MA
 
 
 @pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    real = trio.to_thread.run_sync
-
-    async def spy(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append(getattr(fn, "__name__", "?"))
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(trio.to_thread, "run_sync", spy)
-    return seen
-
-
-@pytest.fixture
 def kernel(tree: Tree) -> Iterator[Kernel]:
     ws = Workspace(tree.roots())
     k = Kernel(
