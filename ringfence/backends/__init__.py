@@ -39,6 +39,7 @@ from ._types import (
     OutputCallback as OutputCallback,
     SessionSpec as SessionSpec,
     ShellResult as ShellResult,
+    Upper as Upper,
 )
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ __all__ = [
     "OutputCallback",
     "SessionSpec",
     "ShellResult",
+    "Upper",
     "ShellTool",
     "WorkspaceLike",
     "backend_names",

@@ -24,6 +24,7 @@ __all__ = [
     "OutputCallback",
     "SessionSpec",
     "ShellResult",
+    "Upper",
     "check_command",
     "check_env",
     "check_run_arguments",
@@ -56,6 +57,12 @@ class SessionSpec:
     ``extra_mounts`` are ``(host path, container path, read_only)`` bind mounts
     other packages need in the container (the script bridge: its runner files
     and its socket directory); the local backend ignores them.
+    ``change_sets`` asks the backend to keep every command's writes off the
+    roots: each command runs on an overlay per root (the root its read-only
+    lower layer) and the result names the upper directories
+    (:attr:`ShellResult.uppers`) for ``run_shell`` to read as a change set and
+    merge through the guarded writer. A backend that cannot do this refuses to
+    start with ``Unavailable`` naming why; it never writes the roots instead.
     """
 
     roots: tuple[Path, ...] = ()
@@ -67,6 +74,7 @@ class SessionSpec:
     shell: tuple[str, ...] = ("/bin/sh", "-c")
     options: Mapping[str, Any] = field(default_factory=dict)
     extra_mounts: tuple[tuple[Path, str, bool], ...] = ()
+    change_sets: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "roots", tuple(Path(r) for r in self.roots))
@@ -95,6 +103,21 @@ class SessionSpec:
 
 
 @dataclass(frozen=True)
+class Upper:
+    """One root's overlay upper directory after a command (``SessionSpec.change_sets``).
+
+    ``path`` is a host path in overlayfs's encoding (whiteouts, opaque
+    directories; see :func:`ringfence.workspace.changes_from_upper`). It
+    belongs to the session: it stays as the command left it until the
+    session's next :meth:`BackendSession.run` or :meth:`BackendSession.aclose`,
+    which empty it; the caller reads it in between and never writes it.
+    """
+
+    root: Path
+    path: Path
+
+
+@dataclass(frozen=True)
 class ShellResult:
     """What one command did.
 
@@ -106,6 +129,8 @@ class ShellResult:
     are decoded UTF-8 (invalid bytes replaced), cut head+tail to the output
     cap with the full text in ``*_spool`` when cut. ``timed_out`` means the
     deadline passed and the command's whole process tree was killed.
+    ``uppers`` (only under ``SessionSpec.change_sets``) hold what the command
+    wrote, one :class:`Upper` per root; the roots themselves are unchanged.
     """
 
     exit_code: int | None
@@ -121,6 +146,7 @@ class ShellResult:
     stderr_spool: str | None = None
     timed_out: bool = False
     session_restarted: bool = False
+    uppers: tuple[Upper, ...] = ()
 
     @property
     def status(self) -> str:
