@@ -15,9 +15,9 @@ Only the filesystem peer is measured so far (issue 20, item 4: scaffolding).
 from __future__ import annotations
 
 from .._suite import Scenario
-from . import filesystem, missing
+from . import filesystem, missing, srt
 
-SCENARIOS: list[Scenario] = [filesystem.SCENARIO, *missing.SCENARIOS]
+SCENARIOS: list[Scenario] = [filesystem.SCENARIO, srt.SCENARIO, *missing.SCENARIOS]
 
 
 def by_name(names: list[str]) -> list[Scenario]:

@@ -9,7 +9,6 @@ pretending to a result.
 from __future__ import annotations
 
 import importlib.util
-import shutil
 
 from .._suite import Row, Scenario, Skip
 
@@ -36,18 +35,6 @@ async def run_smolagents(quick: bool) -> list[Row]:
     )
 
 
-async def run_srt(quick: bool) -> list[Row]:
-    if shutil.which("srt") is None:
-        raise Skip(
-            "Anthropic's srt is not on PATH (npm @anthropic-ai/sandbox-runtime is not "
-            "pinned in tests/npm yet)"
-        )
-    raise Skip(
-        "srt is present, but its scenario (per command, the confinement matrix) is not "
-        "written yet (issue 20, item 4)"
-    )
-
-
 SCENARIOS = [
     Scenario(
         "peer-llm-sandbox", "llm-sandbox vs the docker backend", "informational", run_llm_sandbox
@@ -58,5 +45,4 @@ SCENARIOS = [
         "informational",
         run_smolagents,
     ),
-    Scenario("peer-srt", "Anthropic srt vs the local backend", "informational", run_srt),
 ]
