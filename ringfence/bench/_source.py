@@ -42,19 +42,20 @@ SOURCE_TREE: Path | None = _CANDIDATE if _is_checkout(_CANDIDATE) else None
 ROOT: Path = SOURCE_TREE or _CANDIDATE
 
 
-def source_file(relative: str, *, what: str, fix: str) -> Path:
-    """``SOURCE_TREE / relative`` if it exists; else :class:`Skip` naming ``what`` is missing.
+def source_file(relative: str, *, what: str, fix: str | None = None) -> Path:
+    """``SOURCE_TREE / relative`` if it exists; else :class:`Skip` naming ``what`` and the file.
 
     ``what`` names the thing for a person ("the npm MCP servers"); ``fix`` is
-    how to get it in a checkout ("make npm-servers"); both appear in the reason.
+    how to get the file in a checkout ("make npm-servers"), None when every
+    checkout has it. Both appear in the reason.
     """
     if SOURCE_TREE is None:
+        after = f", after `{fix}`" if fix else ""
         raise Skip(
             f"{what}: {relative} is part of ringfence's source tree, and this ringfence is "
-            f"installed without one (from {_CANDIDATE}); run the suite from a checkout "
-            f"after `{fix}`"
+            f"installed without one (in {_CANDIDATE}); run the suite from a checkout{after}"
         )
     path = SOURCE_TREE / relative
     if not path.exists():
-        raise Skip(f"{what}: {path} is missing ({fix})")
+        raise Skip(f"{what}: {path} is missing" + (f" ({fix})" if fix else ""))
     return path

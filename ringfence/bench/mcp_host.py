@@ -129,7 +129,7 @@ async def run_everything(quick: bool) -> list[Row]:
 
 
 async def run_peer(quick: bool) -> list[Row]:
-    peer = source_file(PEER, what="the Python SDK test peer", fix="git checkout tests/")
+    peer = source_file(PEER, what="the Python SDK test peer")
     return await measure(
         "mcp-peer",
         "SDK test peer read_note (python)",
