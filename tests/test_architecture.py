@@ -740,7 +740,6 @@ OVERSIZE: dict[str, str] = {
     "ringfence/runtime/_kernel.py": "issue 12 item 5: errors copied instead of mutated",
     "ringfence/runtime/_events.py": "issue 12 item 5: intent verification once",
     "ringfence/mcp_host/_connection.py": "issue 12 item 5: one exception-group collapser",
-    "ringfence/runtime/_shellwords.py": "the shell-aware matcher (new): to be split or explained",
     "ringfence/workspace/_gitscan.py": "run_shell's git check (new): snapshot, diff, enforce",
     "ringfence/cli/_mcp.py": "issue 18 item 9: tomlkit and a declared model shrink the editor",
     "ringfence/backends/_confined.py": "issue 19 (new): the session, the layer probe and the "

@@ -1,4 +1,4 @@
-"""Policy rules: a deny/ask/allow :class:`Rule` over tool names and arguments, and how one is read.
+"""Policy rules: a deny/ask/allow :class:`Rule` over tool names and arguments; their syntax.
 
 A :class:`Rule` says ``deny``, ``ask`` or ``allow`` for a tool (a glob over
 names, ``mcp.<server>.<tool>`` included) and, optionally, its arguments, each
