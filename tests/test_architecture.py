@@ -496,10 +496,10 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
         "confined by the resolver): each root is opened once by its path, everything below "
         "it by descriptor with O_NOFOLLOW; could take the resolver's root descriptors"
     ),
-    ("ringfence/workspace/_gitscan.py", "_open_beneath", "os.open"): (
+    ("ringfence/workspace/_gitenforce.py", "_open_beneath", "os.open"): (
         "the same root, opened again to restore or quarantine below it by descriptor"
     ),
-    ("ringfence/workspace/_gitscan.py", "_quarantine", "os.open"): (
+    ("ringfence/workspace/_gitenforce.py", "_quarantine", "os.open"): (
         "the quarantine directory, outside the workspace"
     ),
     ("ringfence/workspace/_gitguard.py", "first_git_directory", "os.open"): (
@@ -740,7 +740,6 @@ OVERSIZE: dict[str, str] = {
     "ringfence/runtime/_kernel.py": "issue 12 item 5: errors copied instead of mutated",
     "ringfence/runtime/_events.py": "issue 12 item 5: intent verification once",
     "ringfence/mcp_host/_connection.py": "issue 12 item 5: one exception-group collapser",
-    "ringfence/workspace/_gitscan.py": "run_shell's git check (new): snapshot, diff, enforce",
     "ringfence/cli/_mcp.py": "issue 18 item 9: tomlkit and a declared model shrink the editor",
     "ringfence/backends/_confined.py": "issue 19 (new): the session, the layer probe and the "
     "bubblewrap argv; to be split into those three",
