@@ -3,7 +3,7 @@
 Each peer scenario measures the peer and ringfence in the same run and, where
 the peer has a security boundary, runs the same attacks against both and
 records what happened (refused or not, and any effect on disk), not only how
-long it took. A peer that cannot run here raises :class:`~benchmarks._suite.Skip`
+long it took. A peer that cannot run here raises :class:`~ringfence.bench.Skip`
 with the reason (not installed, no daemon), so the table lists it as skipped.
 
 Peers: the reference MCP filesystem server (``tests/npm``, ``make npm-servers``)

@@ -15,7 +15,10 @@ from .._suite import Row, Scenario, Skip
 
 def _needs_module(module: str, package: str) -> None:
     if importlib.util.find_spec(module) is None:
-        raise Skip(f"{package} is not installed: pip install -e '.[peers]'")
+        raise Skip(
+            f"{package} is not installed: pip install 'ringfence[peers]' "
+            "(in a checkout: pip install -e '.[peers]')"
+        )
 
 
 async def run_llm_sandbox(quick: bool) -> list[Row]:
