@@ -35,7 +35,9 @@ WARM_GOAL = 1.0  # at least as fast as llm-sandbox per command
 def _llm_session() -> Any:
     from llm_sandbox import SandboxSession
 
-    return SandboxSession(lang="python", image=IMAGE, keep_template=True, verbose=False, skip_environment_setup=True)
+    return SandboxSession(
+        lang="python", image=IMAGE, keep_template=True, verbose=False, skip_environment_setup=True
+    )
 
 
 def _llm_round(commands: int) -> dict[str, list[float]]:
@@ -136,7 +138,10 @@ async def run(quick: bool) -> list[Row]:
     }
     rows = []
     for key, label in labels.items():
-        subject, baseline = Samples("docker backend", ours[key]), Samples("llm-sandbox", theirs[key])
+        subject, baseline = (
+            Samples("docker backend", ours[key]),
+            Samples("llm-sandbox", theirs[key]),
+        )
         goal_met = subject.median <= baseline.median * WARM_GOAL if key == "warm" else None
         rows.append(
             Row(

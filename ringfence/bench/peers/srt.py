@@ -38,9 +38,10 @@ from pathlib import Path
 
 from .. import latency
 from .._harness import Samples
+from .._source import source_file
 from .._suite import Row, Scenario, Skip
 
-SRT = latency.ROOT / "tests" / "npm" / "node_modules" / ".bin" / "srt"
+SRT_RELATIVE = "tests/npm/node_modules/.bin/srt"
 WARM_GOAL = 50.0  # srt's time per command over the warm session's
 SECRET = "PEER-SRT-SECRET-7f3a"
 KEY = "-----BEGIN OPENSSH PRIVATE KEY----- ringfence peer fixture"
@@ -104,14 +105,14 @@ def _listener() -> Iterator[tuple[int, list[bytes]]]:
         server.close()
 
 
-def _check_prerequisites() -> None:
-    if not SRT.exists():
-        raise Skip(f"srt is not installed ({SRT} missing): make npm-servers")
+def _check_prerequisites() -> Path:
+    srt = source_file(SRT_RELATIVE, what="Anthropic's srt", fix="make npm-servers")
     missing = [tool for tool in ("bwrap", "socat", "rg", "node") if shutil.which(tool) is None]
     if missing:
         raise Skip(
             f"srt needs {', '.join(missing)} (apt-get install bubblewrap socat ripgrep nodejs)"
         )
+    return srt
 
 
 def _fixture(base: Path) -> tuple[Path, Path, Path]:
@@ -134,10 +135,10 @@ def _fixture(base: Path) -> tuple[Path, Path, Path]:
 
 
 def _srt(
-    settings: Path, ws: Path, env: dict[str, str], command: str
+    srt: Path, settings: Path, ws: Path, env: dict[str, str], command: str
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(SRT), "-s", str(settings), "-c", command],
+        [str(srt), "-s", str(settings), "-c", command],
         cwd=ws,
         env=env,
         capture_output=True,
@@ -208,7 +209,7 @@ async def _warm_laps(ws: Path, rounds: int) -> list[float]:
 
 
 async def run(quick: bool) -> list[Row]:
-    _check_prerequisites()
+    srt = _check_prerequisites()
     rounds = 3 if quick else 9
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="ringfence-peer-srt-") as tmp:
@@ -228,7 +229,7 @@ async def run(quick: bool) -> list[Row]:
             srt_s, cli_s, warm_s = Samples("srt true"), Samples("ringfence call"), Samples("warm")
             for _ in range(rounds):
                 t = time.perf_counter()
-                done = _srt(settings, ws, env, "true")
+                done = _srt(srt, settings, ws, env, "true")
                 srt_s.per_op.append(time.perf_counter() - t)
                 if done.returncode != 0:
                     raise Skip(f"srt does not run here: {done.stderr.strip()[:300]}")
@@ -267,7 +268,7 @@ async def run(quick: bool) -> list[Row]:
                     for who in ("srt", "ringfence"):
                         t = time.perf_counter()
                         done = (
-                            _srt(settings, ws, env, probe.command)
+                            _srt(srt, settings, ws, env, probe.command)
                             if who == "srt"
                             else _ringfence_call(ws, env, probe.command)
                         )
