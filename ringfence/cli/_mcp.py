@@ -18,6 +18,7 @@ from typing import Any
 
 from ..mcp_host import (
     Manifest,
+    Sandbox,
     ServerConfig,
     Transport,
     Trust,
@@ -149,6 +150,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="GLOB",
         help="hide the server's tools matching GLOB (repeatable; wins over --allow-tool)",
+    )
+    add.add_argument(
+        "--sandbox",
+        choices=["none", "local"],
+        help="stdio: run the server's process confined (local) or as your user (none, default)",
+    )
+    add.add_argument(
+        "--sandbox-network", action="store_true", help="with --sandbox local: allow the network"
+    )
+    add.add_argument(
+        "--sandbox-writable",
+        action="store_true",
+        help="with --sandbox local: the workspace is writable (default read-only)",
     )
     add.add_argument("--timeout-seconds", type=float, help="per-call deadline (default 60)")
     add.add_argument(
@@ -324,6 +338,10 @@ def config_from_args(args: argparse.Namespace, existing: Manifest) -> ServerConf
     }
     if args.timeout_seconds is not None:
         options["call_timeout_seconds"] = args.timeout_seconds
+    if args.sandbox is not None:
+        options["sandbox"] = Sandbox(args.sandbox)
+    options["sandbox_network"] = args.sandbox_network
+    options["sandbox_writable"] = args.sandbox_writable
     options.update(_auth_options(args))
     return ServerConfig(**options)
 
