@@ -32,8 +32,8 @@ from ..mcp_host import (
     save_server,
 )
 from ..mcp_host._manifest import DEFAULT_APPROVED
-from ..runtime import InvalidArguments, is_secret_name, mask_command_args
-from ._output import print_ok
+from ..runtime import InvalidArguments, is_secret_name, load_policy, mask_command_args
+from ._output import print_ok, print_warnings
 from ._verbs import add_verb_parser
 
 
@@ -278,7 +278,8 @@ async def run_list(args: argparse.Namespace) -> int:
         result = {"manifests": [str(p) for p in m.paths], "servers": servers}
         if any(s["auth"]["auth"] == "oauth" for s in servers):
             result["token_store"] = key_backend()  # where the sealing key lives
-        return print_ok(result, True)
+        return print_ok(result, True, m.warnings)
+    print_warnings(m.warnings)
     if not servers:
         sys.stdout.write(f"no MCP servers configured in {', '.join(str(p) for p in m.paths)}\n")
         return 0
@@ -380,7 +381,10 @@ async def run_add(args: argparse.Namespace) -> int:
     m = save_server(config, path)  # validates the whole resulting file before writing it
     summary = _summary(m.get(config.name))
     if args.json:
-        return print_ok({"manifest": str(path), "replaced": replaced, "server": summary}, True)
+        return print_ok(
+            {"manifest": str(path), "replaced": replaced, "server": summary}, True, m.warnings
+        )
+    print_warnings(m.warnings)
     verb = "replaced" if replaced else "added"
     sys.stdout.write(
         f"{verb} {config.name} in {path}: {summary['transport']} {summary['target']}\n"
@@ -465,7 +469,9 @@ async def run_logout(args: argparse.Namespace) -> int:
 
 async def run_inspect(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
-    config = m.get(args.name)
+    # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
+    roots = [args.workspace] if args.workspace else []
+    config = m.get(args.name).with_policy(load_policy(roots, project=bool(roots)).mcp)
     if args.timeout_seconds is not None:
         from dataclasses import replace
 

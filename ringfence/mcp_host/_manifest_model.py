@@ -179,6 +179,10 @@ _TYPE_WORDS = {
 }
 
 
+def _number(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _choices(model: type[BaseModel], key: str) -> list[str]:
     field = model.model_fields.get(key)
     if field is None:
@@ -207,7 +211,7 @@ def _describe(model: type[BaseModel], error: Any) -> tuple[tuple[str | int, ...]
         field = model.model_fields[key]
         bounds = {type(m).__name__: m for m in field.metadata}
         lo, hi = bounds["Ge"].ge, bounds["Le"].le
-        return loc[:1], f"must be between {lo:g} and {hi:g}, not {error['input']}"
+        return loc[:1], f"must be between {_number(lo)} and {_number(hi)}, not {error['input']}"
     if len(loc) > 1 and isinstance(loc[1], int):  # an element of a list
         return loc[:1], "must be a list of strings"
     if kind in ("float_type", "int_type") and isinstance(error["input"], bool):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from ..runtime import InvalidArguments, ringfence_home
+from ..runtime import InvalidArguments, McpPolicy, McpServerPolicy, McpStatement, ringfence_home
 
 __all__ = [
     "DEFAULT_APPROVED",
@@ -145,10 +145,43 @@ class ServerConfig:
     client_key_env: str | None = None
     # Where it was defined ("path:line"), for messages; not part of the file format.
     origin: str = field(default="", compare=False)
+    # What the policy layers say about it (read tools, trust), set by with_policy; None: only
+    # the manifest's own (deprecated) read_only_tools and trust count.
+    mcp_policy: McpServerPolicy | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "headers_env", MappingProxyType(dict(self.headers_env)))
+
+    def legacy_statements(self) -> tuple[McpStatement, ...]:
+        """The manifest's old policy keys as statements of layer ``manifest`` (one more release)."""
+        out = []
+        if self.read_only_tools:
+            out.append(
+                McpStatement(
+                    self.name, "read_only_tools", self.read_only_tools, "manifest", self.origin
+                )
+            )
+        if self.trust is Trust.TRUSTED:
+            out.append(McpStatement(self.name, "trusted", True, "manifest", self.origin))
+        return tuple(out)
+
+    def read_only(self, tool: str) -> tuple[bool, str]:
+        """Whether the server's ``tool`` is ``read`` by the operator's word, and why (or why not)."""
+        policy = self.mcp_policy or McpServerPolicy(self.name, self.legacy_statements())
+        return policy.read_only(tool)
+
+    def with_policy(self, policy: McpPolicy) -> ServerConfig:
+        """This server (as read from the manifest) under the policy layers' ``[mcp.<name>]``.
+
+        ``trust`` becomes what the statements decide (``runtime._mcppolicy``), and
+        :meth:`read_only` judges by them; the manifest's old keys are one more statement.
+        """
+        combined = policy.for_server(self.name, self.legacy_statements())
+        trusted, _ = combined.trusted()
+        return replace(
+            self, trust=Trust.TRUSTED if trusted else Trust.UNTRUSTED, mcp_policy=combined
+        )
 
     @property
     def part(self) -> str:

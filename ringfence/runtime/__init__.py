@@ -63,6 +63,11 @@ from ._kernel import (
     Outcome as Outcome,
     RulesHandle as RulesHandle,
 )
+from ._mcppolicy import (
+    McpPolicy as McpPolicy,
+    McpServerPolicy as McpServerPolicy,
+    McpStatement as McpStatement,
+)
 from ._plan import Plan as Plan, StagedCall as StagedCall
 from ._policy import (
     Decision as Decision,
@@ -74,8 +79,10 @@ from ._policy import (
 )
 from ._policyfile import (
     PolicyFileError as PolicyFileError,
+    PolicyLayers as PolicyLayers,
     cli_rules as cli_rules,
     load_layers as load_layers,
+    load_policy as load_policy,
     load_policy_file as load_policy_file,
     managed_policy_path as managed_policy_path,
 )
@@ -126,6 +133,9 @@ __all__ = [
     "IntentAuthority",
     "InvalidArguments",
     "Kernel",
+    "McpPolicy",
+    "McpServerPolicy",
+    "McpStatement",
     "MemorySink",
     "NoPublicConstructor",
     "NotFound",
@@ -136,6 +146,7 @@ __all__ = [
     "Plan",
     "Policy",
     "PolicyFileError",
+    "PolicyLayers",
     "PolicyVerdict",
     "Posture",
     "Redactor",
@@ -172,6 +183,7 @@ __all__ = [
     "is_secret_name",
     "key_fingerprint",
     "load_layers",
+    "load_policy",
     "load_policy_file",
     "load_public_keys",
     "managed_policy_path",
