@@ -121,7 +121,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument(
         "--trusted",
         action="store_true",
-        help="mark the server trusted (results are not framed as untrusted)",
+        help="mark the server trusted (results are not framed as untrusted); deprecated: "
+        "write trusted = true under [mcp.NAME] in policy.toml",
     )
     add.add_argument(
         "--autonomous-tool",
@@ -135,7 +136,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="T",
-        help="treat this tool as read-only",
+        help="treat this tool as read-only; deprecated: write read_only_tools under "
+        "[mcp.NAME] in policy.toml",
     )
     add.add_argument(
         "--allow-tool",

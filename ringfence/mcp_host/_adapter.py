@@ -1,8 +1,8 @@
 """MCP tools, resources and prompts as ordinary kernel ToolSpecs.
 
-A tool's consequence comes from the operator's manifest first; the server's
-own annotations can only ever *raise* caution, unless the operator marked the
-server ``trust = "trusted"``:
+A tool's consequence comes from the operator first (the manifest's
+``irreversible_tools``, the policy files' ``[mcp.<server>]``); the server's own
+annotations can only ever *raise* caution, unless the operator trusts the server:
 
 1. ``irreversible_tools`` in the manifest → irreversible (nothing lowers it)
 2. ``read_only_tools`` in the policy files' ``[mcp.<server>]`` (every layer

@@ -214,8 +214,6 @@ def _describe(model: type[BaseModel], error: Any) -> tuple[tuple[str | int, ...]
         return loc[:1], f"must be between {_number(lo)} and {_number(hi)}, not {error['input']}"
     if len(loc) > 1 and isinstance(loc[1], int):  # an element of a list
         return loc[:1], "must be a list of strings"
-    if kind in ("float_type", "int_type") and isinstance(error["input"], bool):
-        return loc, _TYPE_WORDS[kind]
     return loc, _TYPE_WORDS.get(kind, error["msg"])
 
 
@@ -285,7 +283,7 @@ def parse_manifest(text: str, path: str = "<mcp.toml>") -> Manifest:
                 warnings.append(
                     f"{path}:{at}: server {model.name!r}: {key} moves to the policy file "
                     f"([mcp.{model.name}] {'trusted' if key == 'trust' else 'read_only_tools'} "
-                    "in $RINGFENCE_HOME/policy.toml); the manifest's is read for one more release"
+                    "in $RINGFENCE_HOME/policy.toml); the manifest's key is read for one more release"
                 )
         servers.append(model.config(origin))
     return Manifest(tuple(servers), top.tool_discovery, (Path(path),), tuple(warnings))
