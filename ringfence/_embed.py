@@ -28,6 +28,7 @@ from .runtime import (
     Kernel,
     MemorySink,
     Policy,
+    PolicyLayers,
     Posture,
     Rules,
     default_approver,
@@ -123,7 +124,7 @@ def create_kernel(
     backend: str | None = None,
     backend_options: Mapping[str, Any] | None = None,
     rules: Rules | None = None,
-    policy: Policy | None = None,
+    policy: Policy | PolicyLayers | None = None,
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
@@ -155,7 +156,9 @@ def create_kernel(
 
     ``policy`` (e.g. from ``ringfence.runtime.load_layers``) adds rules over
     tool names and arguments to ``rules``; path rules are made relative to
-    ``roots``. No policy file is read unless the caller loads one.
+    ``roots``. No policy file is read unless the caller loads one. From
+    ``load_policy`` (a ``PolicyLayers``), its ``[mcp.<server>]`` statements
+    also decide the MCP servers' trust and read tools.
 
     ``event_observer(line)`` (e.g. ``ringfence.otel.OtelObserver``) sees each
     event line after it is written (redacted, as in the file); its ``close()``,
@@ -182,6 +185,9 @@ def create_kernel(
     root_paths = workspace_roots_from_env(list(roots))
     workspace = Workspace(root_paths)
     rules = rules or Rules()
+    mcp_policy = None
+    if isinstance(policy, PolicyLayers):
+        mcp_policy, policy = policy.mcp, policy.policy
     if policy is not None:
         # Path rules see names relative to a root, in its real spelling or the one given
         # (a root reached through a symlink), so either absolute spelling is judged alike.
@@ -249,6 +255,10 @@ def create_kernel(
         from .mcp_host import connect_when_entered
 
         connect_when_entered(
-            kernel, mcp_manifest, workspace=workspace.roots[0], options=mcp_options
+            kernel,
+            mcp_manifest,
+            workspace=workspace.roots[0],
+            options=mcp_options,
+            policy=mcp_policy,
         )
     return kernel

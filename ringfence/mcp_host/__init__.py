@@ -17,6 +17,7 @@ from .._lazy import lazy_exports
 from ._manifest import (
     Manifest as Manifest,
     Policy as Policy,
+    Sandbox as Sandbox,
     ServerConfig as ServerConfig,
     Transport as Transport,
     Trust as Trust,
@@ -62,6 +63,7 @@ _LAZY = {
 __all__ = [
     "Manifest",
     "Policy",
+    "Sandbox",
     "ServerConfig",
     "Transport",
     "Trust",

@@ -65,6 +65,11 @@ from ._kernel import (
     RulesHandle as RulesHandle,
 )
 from ._matchers import normalize_path as normalize_path
+from ._mcppolicy import (
+    McpPolicy as McpPolicy,
+    McpServerPolicy as McpServerPolicy,
+    McpStatement as McpStatement,
+)
 from ._plan import Plan as Plan, StagedCall as StagedCall
 from ._policy import (
     Decision as Decision,
@@ -76,8 +81,10 @@ from ._policy import (
 )
 from ._policyfile import (
     PolicyFileError as PolicyFileError,
+    PolicyLayers as PolicyLayers,
     cli_rules as cli_rules,
     load_layers as load_layers,
+    load_policy as load_policy,
     load_policy_file as load_policy_file,
     managed_policy_path as managed_policy_path,
 )
@@ -120,6 +127,9 @@ __all__ = [
     "IntentAuthority",
     "InvalidArguments",
     "Kernel",
+    "McpPolicy",
+    "McpServerPolicy",
+    "McpStatement",
     "MemorySink",
     "NoPublicConstructor",
     "NotFound",
@@ -130,6 +140,7 @@ __all__ = [
     "Plan",
     "Policy",
     "PolicyFileError",
+    "PolicyLayers",
     "PolicyVerdict",
     "Posture",
     "Redactor",
@@ -166,6 +177,7 @@ __all__ = [
     "is_secret_name",
     "key_fingerprint",
     "load_layers",
+    "load_policy",
     "load_policy_file",
     "load_public_keys",
     "managed_policy_path",
