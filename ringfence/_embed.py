@@ -14,14 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends import register_shell_tool, select_backend
-from .bridge import (
-    ScriptConfig,
-    bridge_mounts,
-    make_bridge_dir,
-    register_script_tool,
-    remove_bridge_dir,
-    unavailable_backend,
-)
+from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime import (
     Approver,
     FileSink,
@@ -216,8 +209,11 @@ def create_kernel(
     kernel.push_async_callback(close_workspace)
     # bridge: under docker, scripts run in the session's container, which needs the runner
     # files and a socket directory mounted (removed after the container, hence pushed first)
-    bridge_dir = make_bridge_dir() if backend_name == "docker" else None
-    if bridge_dir is not None:
+    bridge_dir = None
+    if backend_name == "docker":
+        from .bridge import bridge_mounts, make_bridge_dir, remove_bridge_dir
+
+        bridge_dir = make_bridge_dir()
 
         async def remove_bridges() -> None:
             remove_bridge_dir(bridge_dir)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -86,6 +85,8 @@ def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
         raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
     if len(raw) > MAX_FILE_BYTES:
         raise _fail(path, None, "file", f"larger than {MAX_FILE_BYTES} bytes")
+    import tomllib  # here: a session without policy files never parses TOML
+
     try:
         text = raw.decode("utf-8")
         data = tomllib.loads(text)
