@@ -764,7 +764,6 @@ OVERSIZE: dict[str, str] = {
     "ringfence/_proc.py": "735 lines since the bridge adopted it (stdin_pipe, exact_env): the "
     "cgroup probe and _Cgroup move to their own module",
     "ringfence/mcp_host/_connector.py": "issue 12 items 5/6: exception collapser, discovery",
-    "ringfence/runtime/_kernel.py": "issue 12 item 5: errors copied instead of mutated",
     "ringfence/runtime/_events.py": "issue 12 item 5: intent verification once",
     "ringfence/mcp_host/_connection.py": "issue 12 item 5: one exception-group collapser",
     "ringfence/runtime/_rules.py": "the policy rules (new): to be split (rule model, matcher)",

@@ -14,6 +14,12 @@ from ._approval import (
     TerminalApprover as TerminalApprover,
     default_approver as default_approver,
 )
+from ._calls import (
+    Authorization as Authorization,
+    CallContext as CallContext,
+    NoPublicConstructor as NoPublicConstructor,
+    Outcome as Outcome,
+)
 from ._canonical import canonical_json as canonical_json, digest as digest
 from ._caps import (
     MAX_SPOOL_BYTES as MAX_SPOOL_BYTES,
@@ -55,14 +61,7 @@ from ._intents import (
     load_public_keys as load_public_keys,
     verify_intent as verify_intent,
 )
-from ._kernel import (
-    Authorization as Authorization,
-    CallContext as CallContext,
-    Kernel as Kernel,
-    NoPublicConstructor as NoPublicConstructor,
-    Outcome as Outcome,
-    RulesHandle as RulesHandle,
-)
+from ._kernel import Kernel as Kernel, RulesHandle as RulesHandle
 from ._plan import Plan as Plan, StagedCall as StagedCall
 from ._policy import (
     Decision as Decision,

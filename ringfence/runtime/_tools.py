@@ -18,7 +18,7 @@ from . import _schema
 from ._errors import InvalidArguments, NotFound
 
 if TYPE_CHECKING:
-    from ._kernel import CallContext
+    from ._calls import CallContext
 
 __all__ = ["Consequence", "Executor", "Registry", "ToolSpec"]
 
