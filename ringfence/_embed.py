@@ -14,14 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends import register_shell_tool, select_backend
-from .bridge import (
-    ScriptConfig,
-    bridge_mounts,
-    make_bridge_dir,
-    register_script_tool,
-    remove_bridge_dir,
-    unavailable_backend,
-)
+from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime import (
     Approver,
     FileSink,
@@ -222,20 +215,25 @@ def create_kernel(
     kernel.push_async_callback(close_workspace)
     # bridge: under docker, scripts run in the session's container, which needs the runner
     # files and a socket directory mounted (removed after the container, hence pushed first)
-    bridge_dir = make_bridge_dir() if backend_name == "docker" else None
-    if bridge_dir is not None:
+    bridge_dir: Path | None = None
+    extra_mounts: list[tuple[Path, str, bool]] = []
+    if backend_name == "docker":  # the bridge's docker transport is imported only here
+        from .bridge import bridge_mounts, make_bridge_dir, remove_bridge_dir
+
+        bridge_dir = made = make_bridge_dir()
 
         async def remove_bridges() -> None:
-            remove_bridge_dir(bridge_dir)
+            remove_bridge_dir(made)
 
         kernel.push_async_callback(remove_bridges)
+        extra_mounts = bridge_mounts(made)
     # backends: run_shell; its session starts on the first call and closes with the kernel
     shell = register_shell_tool(
         kernel,
         backend=backend_name,
         workspace=workspace,
         options=backend_options,
-        extra_mounts=bridge_mounts(bridge_dir) if bridge_dir is not None else (),
+        extra_mounts=extra_mounts,
     )
     # bridge: run_tool_script, locally or in the docker session's container
     register_script_tool(

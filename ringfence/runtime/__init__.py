@@ -14,6 +14,12 @@ from ._approval import (
     TerminalApprover as TerminalApprover,
     default_approver as default_approver,
 )
+from ._calls import (
+    Authorization as Authorization,
+    CallContext as CallContext,
+    NoPublicConstructor as NoPublicConstructor,
+    Outcome as Outcome,
+)
 from ._canonical import canonical_json as canonical_json, digest as digest
 from ._caps import (
     MAX_SPOOL_BYTES as MAX_SPOOL_BYTES,
@@ -56,14 +62,7 @@ from ._intents import (
     verify_intent as verify_intent,
 )
 from ._judge import PartVerdict as PartVerdict, Policy as Policy, PolicyVerdict as PolicyVerdict
-from ._kernel import (
-    Authorization as Authorization,
-    CallContext as CallContext,
-    Kernel as Kernel,
-    NoPublicConstructor as NoPublicConstructor,
-    Outcome as Outcome,
-    RulesHandle as RulesHandle,
-)
+from ._kernel import Kernel as Kernel, RulesHandle as RulesHandle
 from ._matchers import normalize_path as normalize_path
 from ._mcppolicy import (
     McpPolicy as McpPolicy,

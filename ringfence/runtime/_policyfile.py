@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,7 +37,6 @@ from ._files import ringfence_home
 from ._judge import Policy
 from ._mcppolicy import McpPolicy, McpStatement, mcp_statements_from_table
 from ._rules import EFFECTS, Effect, Rule, RuleError, parse_rule, rule_from_table
-from ._tomllines import line_of, toml_error_line, toml_key_lines
 
 __all__ = [
     "LAYERS",
@@ -101,6 +99,11 @@ def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
         raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
     if len(raw) > MAX_FILE_BYTES:
         raise _fail(path, None, "file", f"larger than {MAX_FILE_BYTES} bytes")
+    # Here: a session without policy files never parses TOML.
+    import tomllib
+
+    from ._tomllines import toml_error_line, toml_key_lines
+
     try:
         text = raw.decode("utf-8")
         data = tomllib.loads(text)
@@ -200,6 +203,8 @@ class _Lines:
         self.lines = lines
 
     def line_of(self, path: tuple[str | int, ...]) -> int | None:
+        from ._tomllines import line_of  # loaded with the file that is being read
+
         return line_of(self.lines, path)
 
     def key_line(self, key: str) -> int | None:
