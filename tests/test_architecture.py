@@ -739,7 +739,6 @@ OVERSIZE: dict[str, str] = {
     "ringfence/mcp_host/_connector.py": "issue 12 items 5/6: exception collapser, discovery",
     "ringfence/runtime/_kernel.py": "issue 12 item 5: errors copied instead of mutated",
     "ringfence/runtime/_events.py": "issue 12 item 5: intent verification once",
-    "ringfence/mcp_host/_connection.py": "issue 12 item 5: one exception-group collapser",
     "ringfence/runtime/_rules.py": "the policy rules (new): to be split (rule model, matcher)",
     "ringfence/runtime/_shellwords.py": "the shell-aware matcher (new): to be split or explained",
     "ringfence/workspace/_gitscan.py": "run_shell's git check (new): snapshot, diff, enforce",

@@ -36,8 +36,8 @@ _LAZY = {
     "CapabilityLedger": "._authority",
     "advertised_capabilities": "._authority",
     "ConnectionPool": "._connection",
-    "Diagnostics": "._connection",
-    "translate_error": "._connection",
+    "Diagnostics": "._diagnostics",
+    "translate_error": "._errors",
     "Connector": "._connector",
     "Connectors": "._connector",
     "attach_connectors": "._connector",
@@ -87,11 +87,7 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         CapabilityLedger as CapabilityLedger,
         advertised_capabilities as advertised_capabilities,
     )
-    from ._connection import (
-        ConnectionPool as ConnectionPool,
-        Diagnostics as Diagnostics,
-        translate_error as translate_error,
-    )
+    from ._connection import ConnectionPool as ConnectionPool
     from ._connector import (
         Connector as Connector,
         Connectors as Connectors,
@@ -99,6 +95,7 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         connect_servers as connect_servers,
         start_connectors as start_connectors,
     )
+    from ._diagnostics import Diagnostics as Diagnostics
     from ._discovery import Discovery as Discovery
     from ._elicitation import (
         ElicitationAnswer as ElicitationAnswer,
@@ -107,6 +104,7 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         credential_fields as credential_fields,
     )
     from ._embedding import connect_when_entered as connect_when_entered
+    from ._errors import translate_error as translate_error
     from ._inspect import inspect_server as inspect_server
     from ._inventory import (
         ListLimits as ListLimits,

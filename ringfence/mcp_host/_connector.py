@@ -47,7 +47,8 @@ from ._adapter import (
     tool_spec,
 )
 from ._authority import CapabilityLedger
-from ._connection import ConnectionPool, Diagnostics, LiveConnection
+from ._connection import ConnectionPool, LiveConnection
+from ._diagnostics import Diagnostics
 from ._elicitation import ElicitationGate, Elicitor
 from ._inventory import (
     DEFAULT_LIMITS,
