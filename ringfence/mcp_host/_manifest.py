@@ -20,6 +20,9 @@ Format::
     read_only_tools = ["read_*", "list_directory"]   # alias: read_tools
     # trust = "trusted"               # believe the server's readOnlyHint annotations
     max_message_bytes = 33554432      # inbound JSON-RPC message cap (default 32 MiB)
+    # sandbox = "local"               # confined like run_shell's local backend (stdio only)
+    # sandbox_writable = true         # ... with the workspace roots writable
+    # sandbox_network = true          # ... and the host's network
 
     [server.env]                      # literal, non-secret values only
     LOG_LEVEL = "info"
@@ -171,6 +174,10 @@ class ServerConfig:
     max_output_bytes: int = 64 * 1024
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     protocol_mode: str = "legacy"
+    # Confinement of a stdio server's process: "none" or "local" (the confined local backend's).
+    sandbox: str = "none"
+    sandbox_network: bool = False
+    sandbox_writable: bool = False
     # OAuth 2.1 (MCP authorization); tokens live sealed in $RINGFENCE_HOME, never here.
     auth: AuthMode = AuthMode.NONE
     client_id: str | None = None
@@ -475,6 +482,7 @@ class _ServerReader:
                 '"legacy" (2025-11-25, the default) or "auto" (the SDK\'s newer negotiation)',
             )
         auth = self._auth(transport, api_key_env, headers_env)
+        sandbox = self._sandbox(transport)
         line = self.loc.lines.line_of(self.index, None)
         return ServerConfig(
             name=self.name,
@@ -526,9 +534,26 @@ class _ServerReader:
                 integer=True,
             ),
             protocol_mode=protocol_mode,
+            **sandbox,
             **auth,
             origin=f"{self.loc.path}:{line}" if line else self.loc.path,
         )
+
+    def _sandbox(self, transport: Transport) -> dict[str, Any]:
+        """``sandbox`` ("none" | "local") and its two grants, which mean something only with "local"."""
+        sandbox = self.raw.get("sandbox", "none")
+        if sandbox not in ("none", "local"):
+            raise self.fail(
+                "sandbox",
+                f'must be "none" or "local" (the confined local backend), not {sandbox!r}',
+            )
+        if sandbox != "none" and transport is not Transport.STDIO:
+            raise self.fail("sandbox", "only applies to stdio servers (ringfence starts those)")
+        grants = {k: self.boolean(k, False) for k in ("sandbox_network", "sandbox_writable")}
+        for key in grants:
+            if key in self.raw and sandbox != "local":
+                raise self.fail(key, 'only applies with sandbox = "local"')
+        return {"sandbox": sandbox, **grants}
 
     def _auth(
         self, transport: Transport, api_key_env: str | None, headers_env: Mapping[str, str]
