@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .backends import register_shell_tool, select_backend
+from .backends import confine_exec, register_shell_tool, select_backend
 from .bridge import (
     ScriptConfig,
     bridge_mounts,
@@ -244,11 +244,46 @@ def create_kernel(
         bridge_dir=bridge_dir,
         config=script_config,
     )
-    # mcp_host: connectors join the registry when the kernel is entered
+    # mcp_host: connectors join the registry when the kernel is entered; sandbox = "local"
+    # stdio servers start in the local backend's confinement over the workspace roots
     if mcp_manifest is not None:
         from .mcp_host import connect_when_entered
 
-        connect_when_entered(
-            kernel, mcp_manifest, workspace=workspace.roots[0], options=mcp_options
-        )
+        options = {"stdio_confiner": mcp_stdio_confiner(workspace), **(mcp_options or {})}
+        connect_when_entered(kernel, mcp_manifest, workspace=workspace.roots[0], options=options)
     return kernel
+
+
+def mcp_stdio_confiner(workspace: Workspace) -> Callable[[Any], Any]:
+    """A ``mcp_host.StdioConfiner`` over ``workspace``: the confined local backend's layers.
+
+    The glue lives here, in the assembly layer, because it is the one layer
+    that may import both sides: ``mcp_host`` declares what it needs (a
+    callable from a ``StdioCommand`` to a ``ConfinedCommand``; it imports no
+    backend), ``backends`` plans the sandbox (``confine_exec``; it imports
+    nothing of MCP). A writable server's roots keep their git directories
+    and gitfiles read-only, as ``run_shell``'s do.
+    """
+
+    def confine(server: Any) -> Any:
+        from .mcp_host import ConfinedCommand
+
+        plan = confine_exec(
+            workspace.roots,
+            server.argv,
+            cwd=server.cwd,
+            network=server.network,
+            writable=server.writable,
+            readonly_paths=workspace.git_directories() if server.writable else (),
+        )
+
+        def read_report(line: bytes) -> tuple[dict[str, Any], ...]:
+            return tuple(layer.to_dict() for layer in plan.read_report(line))
+
+        return ConfinedCommand(
+            argv=plan.argv,
+            layers=tuple(layer.to_dict() for layer in plan.layers),
+            read_report=read_report,
+        )
+
+    return confine

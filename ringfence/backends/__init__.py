@@ -19,6 +19,7 @@ from ._confined import (
     Layer as Layer,
     start_confined as start_confined,
 )
+from ._confined_exec import ConfinedExec as ConfinedExec, confine_exec as confine_exec
 from ._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
 from ._local import HostSession as HostSession, start_host as start_host
 from ._registry import (
@@ -83,6 +84,7 @@ __all__ = [
     "ENV_VARIABLE",
     "IMAGES",
     "BackendSession",
+    "ConfinedExec",
     "ConfinedOptions",
     "ConfinedSession",
     "HostSession",
@@ -97,6 +99,7 @@ __all__ = [
     "ShellTool",
     "WorkspaceLike",
     "backend_names",
+    "confine_exec",
     "register_backend",
     "register_shell_tool",
     "select_backend",

@@ -56,6 +56,9 @@ _LAZY = {
     "SamplingProvider": "._sampling",
     "SamplingRequest": "._sampling",
     "SamplingResponse": "._sampling",
+    "ConfinedCommand": "._stdio",
+    "StdioCommand": "._stdio",
+    "StdioConfiner": "._stdio",
 }
 
 
@@ -115,4 +118,9 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         SamplingProvider as SamplingProvider,
         SamplingRequest as SamplingRequest,
         SamplingResponse as SamplingResponse,
+    )
+    from ._stdio import (
+        ConfinedCommand as ConfinedCommand,
+        StdioCommand as StdioCommand,
+        StdioConfiner as StdioConfiner,
     )

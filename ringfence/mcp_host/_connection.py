@@ -58,7 +58,7 @@ from ._errors import translate_error
 from ._http import http_transport
 from ._inbound import InboundLimit
 from ._manifest import ServerConfig, Transport
-from ._stdio import read_stderr, stdio_transport
+from ._stdio import StdioConfiner, read_stderr, stdio_transport
 from ._urls import url_secrets
 
 __all__ = ["ConnectionPool", "LiveConnection"]
@@ -96,6 +96,8 @@ class LiveConnection:
     finished: trio.Event = field(default_factory=trio.Event)
     broken: str | None = None
     limit: InboundLimit | None = None
+    # stdio: {"confined": bool, and for a confined server its grants and layers}; else None
+    sandbox: dict[str, Any] | None = None
 
     @property
     def protocol_version(self) -> str:
@@ -120,8 +122,11 @@ class ConnectionPool:
         redactor: Redactor,
         diagnostics: Diagnostics,
         client_options: ClientOptions | None = None,
+        *,
+        stdio_confiner: StdioConfiner | None = None,
     ) -> None:
         self.config = config
+        self._confiner = stdio_confiner
         self._nursery = nursery
         self._redactor = redactor
         self.diagnostics = diagnostics
@@ -258,9 +263,23 @@ class ConnectionPool:
 
     # -- the runner ----------------------------------------------------------------------------
 
-    def _transport(self, stack: contextlib.AsyncExitStack, errlog: Any, limit: InboundLimit) -> Any:
+    def _transport(
+        self,
+        stack: contextlib.AsyncExitStack,
+        errlog: Any,
+        limit: InboundLimit,
+        sandbox: dict[str, Any],
+    ) -> Any:
         if self.config.transport is Transport.STDIO:
-            return stdio_transport(self.config, errlog, limit, self._redactor, self.diagnostics)
+            return stdio_transport(
+                self.config,
+                errlog,
+                limit,
+                self._redactor,
+                self.diagnostics,
+                confiner=self._confiner,
+                sandbox=sandbox,
+            )
         return http_transport(self.config, stack, limit, self._redactor)
 
     async def _runner(self, generation: int, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -269,6 +288,7 @@ class ConnectionPool:
         live: LiveConnection | None = None
         limit = InboundLimit(self.config.max_message_bytes)
         self._connecting_limit = limit
+        sandbox: dict[str, Any] = {}
         try:
             async with contextlib.AsyncExitStack() as stack:
                 errlog = None
@@ -279,7 +299,7 @@ class ConnectionPool:
                     stack.callback(errlog.close)
                     self._nursery.start_soon(read_stderr, read_fd, self.diagnostics, self._redactor)
                 client = Client(
-                    self._transport(stack, errlog, limit),
+                    self._transport(stack, errlog, limit, sandbox),
                     mode=self.config.protocol_mode,
                     cache=None,
                     client_info=CLIENT_INFO,
@@ -289,7 +309,9 @@ class ConnectionPool:
                 if errlog is not None:
                     # The child has its copy; closing ours lets the reader see EOF when it exits.
                     errlog.close()
-                live = LiveConnection(client, generation, time.time(), limit=limit)
+                live = LiveConnection(
+                    client, generation, time.time(), limit=limit, sandbox=sandbox or None
+                )
                 started = True
                 task_status.started(live)
                 await live.close_requested.wait()

@@ -6,8 +6,20 @@ bounded by the connection's :class:`~._inbound.InboundLimit` before it is
 parsed; the server's stderr is logged line by line into the bounded,
 redacted :class:`~._diagnostics.Diagnostics` and never reaches the terminal.
 
-Non-guarantees: a stdio server runs as the local user with the user's file
-and network access; approval gates its tool calls, not its process.
+A server whose manifest entry says ``sandbox = "local"`` is started through
+the :data:`StdioConfiner` the host passed in (the assembly layer,
+``ringfence._embed``, supplies the confined local backend's): the SDK spawns
+the wrapper it returns instead of the server, and the wrapper's first stdout
+line, its report, is read here before any protocol byte and checked by the
+confiner (a missing layer raises ``Unavailable`` naming it and its fix). No
+confiner means no connection: such a server is refused, never started
+unconfined. The layers are kept for the ``mcp_connected`` event.
+
+Non-guarantees: a server with ``sandbox = "none"`` (the default) runs as the
+local user with the user's file and network access; approval gates its tool
+calls, not its process. What a confined server can still do is the confiner's
+to say (the local backend's: read what the kernel's user can read outside the
+hidden directories).
 """
 
 from __future__ import annotations
@@ -15,7 +27,8 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -29,7 +42,46 @@ from ._diagnostics import MAX_LOG_LINE_BYTES, Diagnostics
 from ._inbound import InboundLimit, LineReader
 from ._manifest import ServerConfig
 
-__all__ = ["bounded_stdio_client", "build_stdio_env", "read_stderr", "stdio_transport"]
+__all__ = [
+    "ConfinedCommand",
+    "StdioCommand",
+    "StdioConfiner",
+    "bounded_stdio_client",
+    "build_stdio_env",
+    "read_stderr",
+    "stdio_transport",
+]
+
+MAX_REPORT_BYTES = 64 * 1024  # the confiner's report line; a longer first line is no report
+
+
+@dataclass(frozen=True)
+class StdioCommand:
+    """A stdio server to start confined: its argv and working directory, and its grants."""
+
+    argv: tuple[str, ...]
+    cwd: str | None
+    network: bool
+    writable: bool
+
+
+@dataclass(frozen=True)
+class ConfinedCommand:
+    """What a confiner made of a :class:`StdioCommand`.
+
+    ``argv`` is started instead of the server (it must run the server on its
+    own stdin/stdout/stderr after writing one report line to stdout);
+    ``layers`` are known before the start; ``read_report(line)`` returns
+    every layer from that line (``b""`` when stdout ended first) or raises
+    ``Unavailable`` naming the missing layer.
+    """
+
+    argv: tuple[str, ...]
+    layers: tuple[Mapping[str, Any], ...]
+    read_report: Callable[[bytes], tuple[Mapping[str, Any], ...]]
+
+
+StdioConfiner = Callable[[StdioCommand], ConfinedCommand]
 
 
 def build_stdio_env(
@@ -59,16 +111,57 @@ def stdio_transport(
     limit: InboundLimit,
     redactor: Redactor,
     diagnostics: Diagnostics,
+    *,
+    confiner: StdioConfiner | None = None,
+    sandbox: dict[str, Any] | None = None,
 ) -> Any:
-    """The SDK transport for ``config``'s stdio server (its environment's secrets registered)."""
+    """The SDK transport for ``config``'s stdio server (its environment's secrets registered).
+
+    ``sandbox = "local"`` servers are wrapped by ``confiner`` (Unavailable
+    without one); ``sandbox`` (a dict) receives what the ``mcp_connected``
+    event records: ``confined``, and for a confined server its grants and layers.
+    """
     env, missing = build_stdio_env(config)
     for name in missing:
         diagnostics.fail("connect", f"inherit_env names {name}, which is not set; not passed")
     redactor.register_env(env)
-    params = StdioServerParameters(
-        command=config.command or "", args=list(config.args), env=env, cwd=config.cwd
+    record = sandbox if sandbox is not None else {}
+    record.clear()
+    record["confined"] = False
+    command, args, cwd = config.command or "", list(config.args), config.cwd
+    confined: ConfinedCommand | None = None
+    if config.sandbox == "local":
+        if confiner is None:
+            raise Unavailable(
+                f'server {config.name!r} asks for sandbox = "local", but this host supplies no '
+                "confinement for MCP servers (connect it through create_kernel or the ringfence "
+                "CLI, or pass stdio_confiner to connect_servers); it was not started",
+                field="sandbox",
+            )
+        confined = confiner(
+            StdioCommand(
+                argv=(command, *args),
+                cwd=cwd,
+                network=config.sandbox_network,
+                writable=config.sandbox_writable,
+            )
+        )
+        command, args, cwd = confined.argv[0], list(confined.argv[1:]), None
+        record.update(
+            confined=True,
+            network=config.sandbox_network,
+            writable=config.sandbox_writable,
+            layers=[dict(layer) for layer in confined.layers],
+        )
+
+    def reported(line: bytes) -> None:
+        assert confined is not None
+        record["layers"] = [dict(layer) for layer in confined.read_report(line)]
+
+    params = StdioServerParameters(command=command, args=args, env=env, cwd=cwd)
+    return bounded_stdio_client(
+        params, errlog, limit, on_report=reported if confined is not None else None
     )
-    return bounded_stdio_client(params, errlog, limit)
 
 
 async def read_stderr(fd: int, diagnostics: Diagnostics, redactor: Redactor) -> None:
@@ -118,12 +211,20 @@ _SDK_STDIO_HELPERS = (
 
 @contextlib.asynccontextmanager
 async def bounded_stdio_client(
-    params: StdioServerParameters, errlog: Any, limit: InboundLimit
+    params: StdioServerParameters,
+    errlog: Any,
+    limit: InboundLimit,
+    *,
+    on_report: Callable[[bytes], None] | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """``mcp.stdio_client`` with every inbound line bounded by ``limit`` before it is parsed.
 
-    Raises Unavailable naming the missing helper if the installed SDK lacks one
-    of the pieces reused from ``mcp.client.stdio`` (fail closed: no unbounded reader).
+    With ``on_report``, the process's first stdout line (at most
+    ``MAX_REPORT_BYTES``, newline stripped; ``b""`` if stdout ends first) is
+    handed to it before anything is sent or parsed; what it raises stops the
+    process and propagates. Raises Unavailable naming the missing helper if
+    the installed SDK lacks one of the pieces reused from ``mcp.client.stdio``
+    (fail closed: no unbounded reader).
     """
     missing = [name for name in _SDK_STDIO_HELPERS if not hasattr(sdk_stdio, name)]
     if missing:
@@ -141,6 +242,14 @@ async def bounded_stdio_client(
         errlog=errlog,
         cwd=params.cwd,
     )
+    early = b""
+    if on_report is not None:
+        try:
+            early = await _read_report(process, on_report)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await sdk_stdio._stop_server_process(process)
+            raise
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done = anyio.Event()
@@ -151,7 +260,15 @@ async def bounded_stdio_client(
             # Closing read_writer (leaving this block) is what tells the session the
             # connection ended, so it comes before the drain below, which can wait long.
             async with read_writer:
-                async for chunk in process.stdout:
+                pending = early  # read ahead with the report
+                while True:
+                    if pending:
+                        chunk, pending = pending, b""
+                    else:
+                        try:
+                            chunk = await process.stdout.receive()
+                        except anyio.EndOfStream:
+                            break
                     for item in reader.feed(chunk):
                         if item is None:
                             # An oversize message we cannot answer: end the connection.
@@ -191,3 +308,17 @@ async def bounded_stdio_client(
                 await sdk_stdio._stop_server_process(process)
                 await sdk_stdio._aclose_all(read_stream, write_stream, read_writer, write_reader)
             tg.cancel_scope.cancel()
+
+
+async def _read_report(process: Any, on_report: Callable[[bytes], None]) -> bytes:
+    """Read the first stdout line, hand it to ``on_report``; return the bytes after it."""
+    buffer = b""
+    while b"\n" not in buffer and len(buffer) <= MAX_REPORT_BYTES:
+        try:
+            chunk = await process.stdout.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            break
+        buffer += chunk
+    line, newline, rest = buffer.partition(b"\n")
+    on_report(line if newline else buffer[:MAX_REPORT_BYTES])  # b"": stdout ended first
+    return rest
