@@ -34,7 +34,12 @@ from .runtime import (
 )
 from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
 
-__all__ = ["check_approver", "create_kernel", "workspace_roots_from_env"]
+__all__ = [
+    "check_approver",
+    "create_kernel",
+    "mcp_stdio_confiner",
+    "workspace_roots_from_env",
+]
 
 
 def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
@@ -254,8 +259,10 @@ def create_kernel(
     return kernel
 
 
-def mcp_stdio_confiner(workspace: Workspace) -> Callable[[Any], Any]:
+def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:
     """A ``mcp_host.StdioConfiner`` over ``workspace``: the confined local backend's layers.
+
+    ``None``: no roots (a server then sees none of a workspace).
 
     The glue lives here, in the assembly layer, because it is the one layer
     that may import both sides: ``mcp_host`` declares what it needs (a
@@ -269,12 +276,14 @@ def mcp_stdio_confiner(workspace: Workspace) -> Callable[[Any], Any]:
         from .mcp_host import ConfinedCommand
 
         plan = confine_exec(
-            workspace.roots,
+            workspace.roots if workspace is not None else (),
             server.argv,
             cwd=server.cwd,
             network=server.network,
             writable=server.writable,
-            readonly_paths=workspace.git_directories() if server.writable else (),
+            readonly_paths=workspace.git_directories()
+            if workspace is not None and server.writable
+            else (),
         )
 
         def read_report(line: bytes) -> tuple[dict[str, Any], ...]:

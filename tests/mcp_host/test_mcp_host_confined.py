@@ -19,8 +19,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
-from mcp_host_helpers import manifest, py_server
+import trio
+from mcp_host_helpers import manifest, py_server, toml_str
 
 from ringfence import create_kernel
 from ringfence.mcp_host import connect_servers, parse_manifest
@@ -100,7 +102,7 @@ async def test_a_confined_server_lists_and_calls_tools_and_the_event_says_confin
 ) -> None:
     async with kernel_with(workspace, tmp_path, escape_server("local")) as kernel:
         tools = sorted(s.name for s in kernel.tools() if s.name.startswith("mcp.jail."))
-        assert tools == [f"mcp.jail.{n}" for n in ("connect", "echo", "read", "write")]
+        assert tools == [f"mcp.jail.{n}" for n in ("connect", "daemon", "echo", "read", "write")]
         assert "hello from the jail" in await Session(kernel, tmp_path / "x").tool(
             "echo", text="hello from the jail"
         )
@@ -321,3 +323,98 @@ def test_the_sandbox_is_for_stdio_servers_only() -> None:
         "mcp.toml",
     ).servers
     assert server.sandbox == "local" and server.sandbox_network and not server.sandbox_writable
+
+
+def test_the_cli_inspects_a_sandboxed_server_confined(
+    capsys: pytest.CaptureFixture[str], ringfence_home: Path, workspace: Path
+) -> None:
+    """``ringfence mcp inspect`` starts a ``sandbox = "local"`` server confined, and says so."""
+    from ringfence.cli import main
+
+    (ringfence_home / "mcp.toml").write_text(escape_server("local"))
+    code = main(["mcp", "inspect", "jail", "--workspace", str(workspace), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, out
+    assert "starting its process confined (sandbox = local)" in err
+    sandbox = json.loads(out)["result"]["identity"]["sandbox"]
+    assert sandbox["confined"] is True and not sandbox["writable"]
+    assert {layer["layer"] for layer in sandbox["layers"] if layer["ok"]} >= {
+        "namespaces",
+        "landlock",
+        "seccomp",
+    }
+
+
+async def test_a_sandbox_that_does_not_start_is_refused_naming_the_layer(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bubblewrap is there but fails (here: a stand-in that exits): no report, no connection."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("RINGFENCE_BWRAP", str(fake))
+    async with kernel_with(workspace, tmp_path, escape_server("local")) as kernel:
+        error = kernel.extensions["mcp"].failures["jail"]
+        assert not [s for s in kernel.tools() if s.name.startswith("mcp.jail.")]
+    assert error.code == "unavailable" and "namespaces" in error.message
+    assert "before its supervisor reported" in error.message
+
+
+def _with_marker(marker: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if any(marker in part for part in p.info["cmdline"] or ()):
+            found.append(p)
+    return found
+
+
+async def test_a_daemon_the_server_starts_does_not_outlive_it(
+    workspace: Path, tmp_path: Path
+) -> None:
+    marker = f"ringfence-daemon-jail-{secrets.token_hex(6)}"
+    host_marker = f"ringfence-daemon-host-{secrets.token_hex(6)}"
+    try:
+        # Control: unconfined, a new session escapes the SDK's process-group kill.
+        outcomes, _ = await _outcomes(
+            workspace, tmp_path, "none", [("daemon", {"marker": host_marker})]
+        )
+        assert "ok: " in outcomes[0], outcomes
+        assert _with_marker(host_marker)  # the attack is real
+        outcomes, _ = await _outcomes(
+            workspace, tmp_path, "local", [("daemon", {"marker": marker})]
+        )
+        assert "ok: " in outcomes[0], outcomes  # it ran, inside the sandbox
+        with trio.move_on_after(5):
+            while _with_marker(marker):
+                await trio.sleep(0.05)
+        assert _with_marker(marker) == []  # gone with the server's PID namespace
+    finally:
+        for p in [*_with_marker(marker), *_with_marker(host_marker)]:
+            p.kill()
+
+
+@pytest.mark.npm
+async def test_the_npm_filesystem_server_runs_confined_and_cannot_write_a_read_only_root(
+    workspace: Path, tmp_path: Path, filesystem_bin: Path
+) -> None:
+    """The reference ``@modelcontextprotocol/server-filesystem``, allowed the workspace by its own
+    argument: confined, it lists and reads there, and its writes there fail (not granted)."""
+
+    def block(extra: str = "") -> str:
+        return (
+            f'[[server]]\nname = "fs"\ntransport = "stdio"\ncommand = {toml_str(filesystem_bin)}\n'
+            f'args = [{toml_str(workspace)}]\nsandbox = "local"\n{extra}'
+        )
+
+    target = workspace / "written.txt"
+    async with kernel_with(workspace, tmp_path, block()) as kernel:
+        assert "mcp.fs.write_file" in {s.name for s in kernel.tools()}
+        read = await kernel.call("mcp.fs.read_text_file", {"path": str(workspace / "notes.txt")})
+        assert "workspace data" in json.dumps(read)
+        wrote = await kernel.invoke("mcp.fs.write_file", {"path": str(target), "content": "x"})
+        assert not wrote.ok and "EROFS: read-only file system" in wrote.error.message, wrote
+    assert not target.exists()
+    async with kernel_with(workspace, tmp_path, block("sandbox_writable = true\n")) as kernel:
+        wrote = await kernel.invoke("mcp.fs.write_file", {"path": str(target), "content": "x"})
+        assert wrote.ok, wrote.error
+    assert target.read_text() == "x"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -61,6 +63,15 @@ def connect(port: int) -> str:
         return "connected"
 
     return _outcome(go)
+
+
+@mcp.tool(annotations=_READ)
+def daemon(marker: str) -> str:
+    """Start a process in a new session (out of the server's process group) that sleeps."""
+    code = f"import time; time.sleep(300)  # {marker}"
+    return _outcome(
+        lambda: subprocess.Popen([sys.executable, "-c", code], start_new_session=True).pid
+    )
 
 
 if __name__ == "__main__":
