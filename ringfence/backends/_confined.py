@@ -261,7 +261,9 @@ def confined_argv(
     wrapper = [*wrapper[:cut], "exec", *kept, f"seccomp_hex={session._seccomp.hex()}"]
     wrapper += [f"cwd={cwd}", "--", *argv]
     hidden = ", ".join(session._hidden)
-    access = "read-write" if writable else "read-only"
+    access = (
+        f"read-write, {len(spec.readonly_paths)} git path(s) read-only" if writable else "read-only"
+    )
     details = {
         "file system": f"host read-only; {len(roots)} root(s) {access}; private /tmp; "
         f"hidden: {hidden}",

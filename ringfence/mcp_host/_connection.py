@@ -37,7 +37,8 @@ Guarantees:
   its request, else it is closed and the next call reconnects.
 
 Non-guarantees: a stdio server runs as the local user with the user's file
-and network access; approval gates its tool calls, not its process.
+and network access, unless its entry says ``sandbox = "local"`` (then it is
+confined; see :mod:`._stdio`); approval gates its tool calls, not its process.
 """
 
 from __future__ import annotations
