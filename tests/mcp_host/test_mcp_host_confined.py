@@ -418,3 +418,36 @@ async def test_the_npm_filesystem_server_runs_confined_and_cannot_write_a_read_o
         wrote = await kernel.invoke("mcp.fs.write_file", {"path": str(target), "content": "x"})
         assert wrote.ok, wrote.error
     assert target.read_text() == "x"
+
+
+def test_a_layer_the_supervisor_cannot_apply_refuses_the_server(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A kernel whose hard file-size limit is below the sandbox's: the supervisor's rlimits
+    layer fails inside the sandbox, its report says so, and the server never starts."""
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (tmp_path / "mcp.toml").write_text(escape_server("local", state))
+    script = f"""
+import json, resource, trio
+from ringfence import create_kernel
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
+
+async def main():
+    async with create_kernel(roots=[{str(workspace)!r}], mcp_manifest={str(tmp_path / "mcp.toml")!r},
+                             checkpoints=False) as kernel:
+        print(json.dumps(kernel.extensions["mcp"].failures["jail"].to_dict()))
+
+trio.run(main)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    error = json.loads(done.stdout.strip().splitlines()[-1])
+    assert error["code"] == "unavailable", error
+    assert "rlimits" in error["message"] and "ulimit -H" in error["message"], error
+    assert not (state / "started.log").exists()
