@@ -28,7 +28,12 @@ from .runtime import (
 )
 from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
 
-__all__ = ["check_approver", "create_kernel", "workspace_roots_from_env"]
+__all__ = [
+    "check_approver",
+    "create_kernel",
+    "mcp_stdio_confiner",
+    "workspace_roots_from_env",
+]
 
 
 def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
@@ -248,7 +253,8 @@ def create_kernel(
         bridge_dir=bridge_dir,
         config=script_config,
     )
-    # mcp_host: connectors join the registry when the kernel is entered
+    # mcp_host: connectors join the registry when the kernel is entered; sandbox = "local"
+    # stdio servers start in the local backend's confinement over the workspace roots
     if mcp_manifest is not None:
         from .mcp_host import connect_when_entered
 
@@ -256,7 +262,47 @@ def create_kernel(
             kernel,
             mcp_manifest,
             workspace=workspace.roots[0],
-            options=mcp_options,
+            options={"stdio_confiner": mcp_stdio_confiner(workspace), **(mcp_options or {})},
             policy=mcp_policy,
         )
     return kernel
+
+
+def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:
+    """A ``mcp_host.StdioConfiner`` over ``workspace``: the confined local backend's layers.
+
+    ``None``: no roots (a server then sees none of a workspace).
+
+    The glue lives here, in the assembly layer, because it is the one layer
+    that may import both sides: ``mcp_host`` declares what it needs (a
+    callable from a ``StdioCommand`` to a ``ConfinedCommand``; it imports no
+    backend), ``backends`` plans the sandbox (``confine_exec``; it imports
+    nothing of MCP). A writable server's roots keep their git directories
+    and gitfiles read-only, as ``run_shell``'s do.
+    """
+
+    def confine(server: Any) -> Any:
+        from .backends import confine_exec
+        from .mcp_host import ConfinedCommand
+
+        plan = confine_exec(
+            workspace.roots if workspace is not None else (),
+            server.argv,
+            cwd=server.cwd,
+            network=server.network,
+            writable=server.writable,
+            readonly_paths=workspace.git_directories()
+            if workspace is not None and server.writable
+            else (),
+        )
+
+        def read_report(line: bytes) -> tuple[dict[str, Any], ...]:
+            return tuple(layer.to_dict() for layer in plan.read_report(line))
+
+        return ConfinedCommand(
+            argv=plan.argv,
+            layers=tuple(layer.to_dict() for layer in plan.layers),
+            read_report=read_report,
+        )
+
+    return confine

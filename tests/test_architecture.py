@@ -785,7 +785,6 @@ OVERSIZE: dict[str, str] = {
     "ringfence/bridge/_runner.py": "the script runner's allowlist; to be split or explained",
     "ringfence/mcp_host/_connector.py": "issue 12 items 5/6: exception collapser, discovery",
     "ringfence/runtime/_events.py": "issue 12 item 5: intent verification once",
-    "ringfence/mcp_host/_connection.py": "issue 12 item 5: one exception-group collapser",
     "ringfence/cli/_mcp.py": "issue 18 item 9: tomlkit and a declared model shrink the editor",
     "ringfence/backends/_confined.py": "issue 19 (new): the session, the layer probe and the "
     "bubblewrap argv; to be split into those three",

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         Layer as Layer,
         start_confined as start_confined,
     )
+    from ._confined_exec import ConfinedExec as ConfinedExec, confine_exec as confine_exec
     from ._docker import (
         CONTAINER_LABEL as CONTAINER_LABEL,
         DockerOptions as DockerOptions,
@@ -72,6 +73,8 @@ _LAZY = {
     # ``local`` is the confined backend; these two names keep older imports working.
     "LocalSession": "._confined:ConfinedSession",
     "start_local": "._confined:start_confined",
+    "ConfinedExec": "._confined_exec",
+    "confine_exec": "._confined_exec",
     "HostSession": "._local",
     "start_host": "._local",
     "IMAGES": "._images",

@@ -484,7 +484,9 @@ async def run_inspect(args: argparse.Namespace) -> int:
         )
     target = _summary(config)["target"]
     how = (
-        "starting its process as your user"
+        "starting its process confined (sandbox = local)"
+        if config.sandbox == "local"
+        else "starting its process as your user"
         if config.transport is Transport.STDIO
         else "connecting to it"
     )
@@ -492,9 +494,18 @@ async def run_inspect(args: argparse.Namespace) -> int:
         f"ringfence: inspecting MCP server {config.name!r} ({config.transport.value}: {target}): {how}\n"
     )
     sys.stderr.flush()
+    from .._embed import mcp_stdio_confiner
     from ..mcp_host import inspect_server  # imports the MCP SDK: only inspect needs it
+    from ..workspace import Workspace
 
-    report = await inspect_server(config, workspace=args.workspace)
+    # sandbox = "local": confined over the workspace, as in a session
+    workspace = Workspace([args.workspace]) if args.workspace else None
+    try:
+        confiner = mcp_stdio_confiner(workspace)
+        report = await inspect_server(config, workspace=args.workspace, stdio_confiner=confiner)
+    finally:
+        if workspace is not None:
+            workspace.close()
     if args.json:
         if report.get("connected"):
             return print_ok(report, True)
