@@ -48,6 +48,17 @@ check on the host (see ``ringfence.backends._tool``): ``nosuid`` is not
 available for bind mounts through the Engine API, and it would only stop
 ``exec`` through the container's mount, not clear the bit on the host's file.
 
+Change sets (``SessionSpec.change_sets``): the roots are mounted read-only
+(without their ``readonly_paths`` mounts: the root is read-only as a whole),
+a host directory per session (:mod:`._dockerupper`) at ``/.rf-uppers``, and
+the container gets :mod:`._dockerseccomp`'s profile. Each command runs under
+:func:`._dockershell.overlay_wrapper`: an overlay per root in a fresh user
+and mount namespace, the uppers hidden, the command as the container user
+(not root) in a nested user namespace. The result's ``uppers`` name the
+host directories; the next run (or ``aclose``) empties them. A mount that
+fails refuses the session (or the call) with ``Unavailable``; gVisor cannot
+do it and is refused up front.
+
 Non-guarantees: no disk quota: a command can fill the workspace's file
 system (and ``/tmp`` only up to ``tmp_size``); overlay2 on ext4 cannot size a
 bind mount (``storage_opt`` fails there), and a size-limited upper layer is
@@ -84,7 +95,22 @@ from docker.types import Mount
 
 from ..runtime import InvalidArguments, ToolError, Unavailable
 from ._dockerapi import connect_docker, docker_call, image_missing, map_docker_errors
-from ._dockershell import CommandOutput, Supervisor, attach
+from ._dockerseccomp import security_opt as change_set_seccomp
+from ._dockershell import (
+    OVERLAY_FAILED,
+    CommandOutput,
+    Supervisor,
+    attach,
+    overlay_unavailable,
+    overlay_wrapper,
+)
+from ._dockerupper import (
+    CONTAINER_DIR,
+    GVISOR_REFUSAL,
+    SessionUppers,
+    change_set_user,
+    uppers_base,
+)
 from ._images import resolve_image
 from ._output import Capture
 from ._types import (
@@ -237,11 +263,21 @@ class DockerSession:
         self._container: Any = None
         self._shell: Supervisor | None = None
         self._roots = _map_roots(spec.roots)
-        self._mounts = _mounts(self._roots, spec.readonly_paths) + [
+        self._mounts = _mounts(self._roots, spec.readonly_paths, spec.change_sets) + [
             Mount(target, str(host), type="bind", read_only=ro)
             for host, target, ro in spec.extra_mounts
         ]
-        self._user = opts.user or _default_user(spec.roots)
+        given = _parse_user(opts.user)[0] if opts.user else None
+        forced = change_set_user(given) if spec.change_sets else None
+        self._user = forced or opts.user or _default_user(spec.roots)
+        self._uppers: SessionUppers | None = None
+        self._overlay: str | None = None
+        if spec.change_sets:
+            uid, gid = _parse_user(self._user)
+            self._uppers = SessionUppers(
+                self.session_id, [r for r, _ in self._roots], (uid, gid), uppers_base()
+            )
+            self._mounts.append(Mount(CONTAINER_DIR, str(self._uppers.mount_source), type="bind"))
         self._base_env = {**BASE_ENV}
         for name in spec.passthrough_env:
             if name in os.environ:
@@ -359,6 +395,8 @@ class DockerSession:
                 with contextlib.suppress(Exception):
                     await trio.to_thread.run_sync(self._client.close)
                 self._client = None
+            if self._uppers is not None:
+                await trio.to_thread.run_sync(self._uppers.remove)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -383,10 +421,16 @@ class DockerSession:
                     "runsc, register it in /etc/docker/daemon.json and reload dockerd "
                     "(`ringfence doctor` shows how)"
                 )
+        if self._uppers is not None and self._opts.runtime == "runsc":
+            raise Unavailable(GVISOR_REFUSAL)
         with contextlib.suppress(Exception):
             await trio.to_thread.run_sync(remove_stale_containers, self._client)
+        if self._uppers is not None:
+            await trio.to_thread.run_sync(self._uppers.create)
         await self._create_container()
         await self._start_supervisor()
+        if self._uppers is not None and self._roots:  # fail closed here, not at the first call
+            await self.run(["true"], cwd=self._roots[0][0], env={}, timeout=30, output_cap=4096)
 
     async def _create_container(self) -> None:
         client = self._client
@@ -408,7 +452,8 @@ class DockerSession:
                 f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
             },
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges:true"],
+            security_opt=["no-new-privileges:true"]
+            + ([change_set_seccomp()] if self._uppers is not None else []),
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777"},
             network_mode="bridge" if self._spec.network else "none",
@@ -426,7 +471,16 @@ class DockerSession:
     async def _start_supervisor(self) -> None:
         client, container = self._client, self._require_container()
         assert client is not None
-        self._shell = await Supervisor.start(client, container.id, self._user)
+        self._shell = await Supervisor.start(
+            client, container.id, self._user, overlay=self._uppers is not None
+        )
+        if self._uppers is not None:
+            uid, gid = _parse_user(self._user)
+            layers = [
+                (target, *self._uppers.container_dirs(i))
+                for i, (_, target) in enumerate(self._roots)
+            ]
+            self._overlay = overlay_wrapper(layers, CONTAINER_DIR, uid, gid, self._shell)
 
     async def _recover(self) -> None:
         """Bring the session back after its supervisor died: new shell, or new container."""
@@ -485,8 +539,11 @@ class DockerSession:
         run = CommandOutput(secrets.token_hex(12), out, err)
         started = time.monotonic()
         timed_out = False
+        if self._uppers is not None:
+            # The previous command's writes were the caller's to read until now.
+            await trio.to_thread.run_sync(self._uppers.empty)
         try:
-            await shell.send(shell.script(run.token, argv, where, env))
+            await shell.send(shell.script(run.token, argv, where, env, self._overlay))
             with trio.move_on_after(timeout) as deadline:
                 await shell.read_until_done(run)
             if deadline.cancelled_caught:
@@ -510,12 +567,16 @@ class DockerSession:
                 "commands as 65534; make it readable or pass the user option)",
                 field="cwd",
             )
+        if self._uppers is not None:
+            await trio.to_thread.run_sync(self._uppers.check)
         exit_code = int(run.status) if run.done and run.status.isdigit() else None
         sig = exit_code - 128 if exit_code is not None and 128 < exit_code < 128 + 65 else None
         if timed_out and exit_code is None:
             exit_code, sig = 137, 9
         o = out.finish(output_cap, self._spec.spool_dir, redact)
         e = err.finish(output_cap, self._spec.spool_dir, redact)
+        if self._uppers is not None and exit_code == 125 and OVERLAY_FAILED in e.text:
+            raise overlay_unavailable(e.text)
         return ShellResult(
             exit_code=exit_code,
             signal=sig,
@@ -530,6 +591,7 @@ class DockerSession:
             stderr_spool=e.spool_path,
             timed_out=timed_out,
             session_restarted=restarted,
+            uppers=self._uppers.uppers() if self._uppers is not None else (),
         )
 
     async def _stop(self, run: CommandOutput) -> bool:
@@ -584,8 +646,12 @@ def _map_roots(roots: Sequence[Path]) -> list[tuple[Path, str]]:
     return mapped
 
 
-def _mounts(roots: list[tuple[Path, str]], readonly: Sequence[Path]) -> list[Mount]:
-    mounts = [Mount(target, str(root), type="bind", read_only=False) for root, target in roots]
+def _mounts(
+    roots: list[tuple[Path, str]], readonly: Sequence[Path], change_sets: bool = False
+) -> list[Mount]:
+    # Under change sets a root is an overlay's lower layer, read-only as a whole; a mount
+    # below it (locked in the command's namespace) would keep the overlay from using it.
+    mounts = [Mount(t, str(root), type="bind", read_only=change_sets) for root, t in roots]
     for path in readonly:
         resolved = Path(path).resolve()
         if not resolved.exists():
@@ -593,7 +659,10 @@ def _mounts(roots: list[tuple[Path, str]], readonly: Sequence[Path]) -> list[Mou
         for root, target in roots:
             if resolved != root and resolved.is_relative_to(root):
                 rel = resolved.relative_to(root).as_posix()
-                mounts.append(Mount(f"{target}/{rel}", str(resolved), type="bind", read_only=True))
+                if not change_sets:
+                    mounts.append(
+                        Mount(f"{target}/{rel}", str(resolved), type="bind", read_only=True)
+                    )
                 break
         else:
             raise InvalidArguments(
