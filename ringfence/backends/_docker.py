@@ -48,16 +48,14 @@ check on the host (see ``ringfence.backends._tool``): ``nosuid`` is not
 available for bind mounts through the Engine API, and it would only stop
 ``exec`` through the container's mount, not clear the bit on the host's file.
 
-Change sets (``SessionSpec.change_sets``): the roots are mounted read-only
-(without their ``readonly_paths`` mounts: the root is read-only as a whole),
-a host directory per session (:mod:`._dockerupper`) at ``/.rf-uppers``, and
-the container gets :mod:`._dockerseccomp`'s profile. Each command runs under
-:func:`._dockershell.overlay_wrapper`: an overlay per root in a fresh user
-and mount namespace, the uppers hidden, the command as the container user
-(not root) in a nested user namespace. The result's ``uppers`` name the
-host directories; the next run (or ``aclose``) empties them. A mount that
-fails refuses the session (or the call) with ``Unavailable``; gVisor cannot
-do it and is refused up front.
+Change sets (``SessionSpec.change_sets``): the roots are mounted read-only (as a
+whole: no ``readonly_paths`` mounts; a root someone else owns as an id-mapped view,
+:mod:`._idmap`), a host directory per session (:mod:`._dockerupper`) at
+``/.rf-uppers``, and :mod:`._dockerseccomp`'s profile. Each command runs under
+:func:`._dockershell.overlay_wrapper`: an overlay per root in a fresh user and mount
+namespace, the uppers hidden, the command as the container user (not root) in a
+nested user namespace. ``uppers`` name the host directories; the next run (or
+``aclose``) empties them. A failing mount is ``Unavailable``; gVisor is refused.
 
 Non-guarantees: no disk quota: a command can fill the workspace's file
 system (and ``/tmp`` only up to ``tmp_size``); overlay2 on ext4 cannot size a
@@ -427,6 +425,8 @@ class DockerSession:
             await trio.to_thread.run_sync(remove_stale_containers, self._client)
         if self._uppers is not None:
             await trio.to_thread.run_sync(self._uppers.create)
+            for i, view in self._uppers.lowers.items():  # first the roots, in order
+                self._mounts[i] = Mount(self._roots[i][1], str(view), type="bind", read_only=True)
         await self._create_container()
         await self._start_supervisor()
         if self._uppers is not None and self._roots:  # fail closed here, not at the first call

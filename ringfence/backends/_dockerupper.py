@@ -3,6 +3,7 @@
 Layout of a session's directories (``base`` is ``$RINGFENCE_HOME/docker-uppers``)::
 
     base/<session id>/          the host's; never visible in the container      0700
+    ├─ l<i>/                    root i's id-mapped read-only view, if any (:mod:`._idmap`)
     └─ c/                       bind-mounted at /.rf-uppers                      host user, 0755
        └─ <i>/                  one per root, in root order                      host user, 0755
           ├─ u/                 the overlay's upper directory: Upper.path        container user
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from ..runtime import InvalidArguments, ToolError
 from ..runtime._files import ringfence_home
+from ._idmap import idmapped_view, unmount
 from ._types import Upper
 
 __all__ = ["CONTAINER_DIR", "GVISOR_REFUSAL", "SessionUppers", "change_set_user", "uppers_base"]
@@ -89,6 +91,7 @@ class SessionUppers:
         self._roots = tuple(roots)
         self._owner = owner
         self._made: list[_Made] = []
+        self.lowers: dict[int, Path] = {}  # root index -> its id-mapped view, where one was made
         for root in self._roots:
             if base.resolve() == root or base.resolve().is_relative_to(root):
                 raise InvalidArguments(
@@ -116,6 +119,13 @@ class SessionUppers:
                         os.chown(here / name, *self._owner)
                 st = os.lstat(here / "u")
                 self._made.append(_Made(root, here / "u", st.st_dev, st.st_ino))
+                owned = os.stat(root)
+                if owned.st_uid != self._owner[0]:
+                    # Someone else's root (root's, on CI): the overlay could copy nothing up.
+                    view = self.top / f"l{i}"
+                    view.mkdir(mode=0o700)
+                    if idmapped_view(root, view, (owned.st_uid, owned.st_gid), self._owner):
+                        self.lowers[i] = view
         except OSError as exc:
             raise ToolError(
                 f"cannot make the change-set directories under {self.top}: {exc}"
@@ -151,19 +161,29 @@ class SessionUppers:
                     os.close(fd)
 
     def remove(self) -> None:
-        """Remove everything (blocking, best effort)."""
+        """Remove everything (blocking, best effort); the views are unmounted, never emptied."""
         with contextlib.suppress(OSError):
-            fd = os.open(self.top, _DIR)
+            fd = os.open(self.mount_source, _DIR)
             try:
                 _empty(fd)
             finally:
                 os.close(fd)
-            os.rmdir(self.top)
+            os.rmdir(self.mount_source)
+        for view in self.lowers.values():
+            unmount(view)
+        with contextlib.suppress(OSError):
+            for view in self.top.glob("l*"):
+                view.rmdir()  # a view still mounted stays (EBUSY), with the workspace intact
+            self.top.rmdir()
 
 
 def _empty(fd: int) -> None:
+    dev = os.fstat(fd).st_dev
     for name in os.listdir(fd):
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if st.st_dev != dev:
+            # A mount point (a view still mounted): never descend into the workspace.
+            raise OSError(f"{name} is a mount point; not emptied")
         if not stat.S_ISDIR(st.st_mode):
             os.unlink(name, dir_fd=fd)
             continue

@@ -284,48 +284,64 @@ async def test_git_metadata_writes_stay_in_the_upper_and_the_merge_refuses_them(
 
 @pytest.fixture
 def root_owned(tmp_path: Path) -> Iterator[Path]:
+    """A checkout as CI makes it: every directory and file root's, 0755 and 0644."""
     if os.geteuid() != 0:
         pytest.skip("a root-owned workspace needs the tests to run as root (as on CI)")
     ws = tmp_path / "rootws"
-    ws.mkdir(mode=0o755)
-    os.chmod(ws, 0o755)
-    (ws / "existing.txt").write_text("existing\n")
+    ws.mkdir()
+    for rel, text in {"existing.txt": "existing\n", "src/a.c": "a\n", "src/old/b.c": "b\n"}.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+    for p in [ws, *ws.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
     yield ws
 
 
 async def test_a_root_owned_workspace_is_writable_through_change_sets(
     docker_client, root_owned: Path
 ) -> None:
+    work = (
+        "echo x > f && echo more >> existing.txt && echo c > src/new.c && "
+        "echo edited > src/a.c && mv src/old src/renamed && rm src/renamed/b.c"
+    )
     # The problem: without change sets the command (never root) cannot write there.
     plain = await start_docker(
         SessionSpec(roots=(root_owned,), kill_grace=0.5, options=DOCKER_OPTIONS)
     )
     try:
-        r = await sh(plain, "echo x > f", root_owned)
+        r = await sh(plain, work, root_owned)
         assert r.exit_code != 0 and "Permission denied" in r.stderr, r
     finally:
         await plain.aclose()
+    before = tree(root_owned)
     session = await start(root_owned)
     try:
-        r = await sh(session, "id -u; echo x > f && cat existing.txt", root_owned)
-        assert r.exit_code == 0, r
-        uid = r.stdout.split()[0]
-        assert uid == "65534" and r.stdout.split()[1:] == ["existing"]
+        r = await sh(session, f"id -u; {work}", root_owned)
+        assert r.exit_code == 0 and r.stdout == "65534\n", r
         [upper] = r.uppers
-        # From the host's view the command's file belongs to its non-root user.
+        # From the host's view the command's files belong to its non-root user.
         assert (upper.path / "f").stat().st_uid == 65534
-        assert not (root_owned / "f").exists()
+        assert (upper.path / "src" / "new.c").stat().st_uid == 65534
+        assert tree(root_owned) == before
         with Workspace([root_owned]) as ws:
             store = CheckpointStore(ws)
             try:
                 report = merge_changes(ws, capture(ws, store, r), store)
             finally:
                 store.close()
-        assert [c.path for c in report.applied] == ["f"]
-        merged = (root_owned / "f").stat()
-        assert (root_owned / "f").read_text() == "x\n" and (merged.st_uid, merged.st_gid) == (0, 0)
+        assert not report.refused
+        after = tree(root_owned)
+        assert after["f"][1] == b"x\n" and after["existing.txt"][1] == b"existing\nmore\n"
+        assert after["src/a.c"][1] == b"edited\n" and after["src/new.c"][1] == b"c\n"
+        assert "src/old" not in after and after["src/renamed"][0] == "dir"
+        assert "src/renamed/b.c" not in after
+        for rel in after:  # merged entries are the workspace owner's
+            st = (root_owned / rel).lstat()
+            assert (st.st_uid, st.st_gid) == (0, 0), rel
     finally:
         await session.aclose()
+    # The id-mapped view of the root is gone with the session; the root is untouched by it.
+    assert not list((Path(os.environ["RINGFENCE_HOME"]) / "docker-uppers").iterdir())
 
 
 async def test_uppers_are_emptied_by_the_next_run_and_removed_at_close(
