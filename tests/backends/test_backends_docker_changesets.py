@@ -10,6 +10,7 @@ merges through the guarded writer. Real daemon, real overlays, real merges.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from backends_helpers import DOCKER_OPTIONS, chown_like_workspace, container_processes
 
 from ringfence.backends import DockerSession, SessionSpec, ShellResult, start_docker
+from ringfence.backends._dockerseccomp import NAMESPACE_ALLOW, profile
 from ringfence.backends.testing import check_backend
 from ringfence.runtime import RingfenceError, Unavailable
 from ringfence.workspace import (
@@ -380,3 +382,59 @@ async def test_change_sets_under_gvisor_are_refused(docker_client, workspace: Pa
         await start(workspace, options={"runtime": "runsc", "pids": 512})
     assert "gVisor" in info.value.message and "runc" in info.value.message
     assert {c.id for c in docker_client.containers.list(all=True, filters=label)} == before
+
+
+async def test_the_namespace_profile_applies_only_to_change_sets(
+    docker_client, workspace: Path
+) -> None:
+    """Without change sets Docker's own default profile still refuses namespaces and mounts."""
+    plain = await start_docker(
+        SessionSpec(roots=(workspace,), kill_grace=0.5, options=DOCKER_OPTIONS)
+    )
+    try:
+        r = await sh(plain, "unshare -Urm true", workspace)
+        assert r.exit_code != 0 and "Operation not permitted" in r.stderr, r
+    finally:
+        await plain.aclose()
+    session = await start(workspace)
+    try:
+        r = await sh(session, "unshare -Urm true && echo allowed", workspace)
+        assert r.stdout == "allowed\n", r
+        opts = docker_client.api.inspect_container(session.container_id)["HostConfig"]
+        [seccomp] = [o for o in opts["SecurityOpt"] if o.startswith("seccomp=")]
+        assert seccomp == "seccomp=" + json.dumps(profile(), separators=(",", ":"))
+    finally:
+        await session.aclose()
+
+
+def test_the_profile_is_dockers_default_plus_the_namespace_calls() -> None:
+    allowed = {
+        n
+        for rule in profile()["syscalls"]
+        if rule["action"] == "SCMP_ACT_ALLOW"
+        for n in rule["names"]
+    }
+    assert set(NAMESPACE_ALLOW) <= allowed
+    # Docker gates these on capabilities a ringfence container never holds: still refused.
+    for name in (
+        "bpf",
+        "perf_event_open",
+        "keyctl",
+        "add_key",
+        "init_module",
+        "kexec_load",
+        "open_by_handle_at",
+        "chroot",
+        "pivot_root",
+        "reboot",
+        "swapon",
+        "acct",
+        "fsopen",
+        "fsmount",
+        "move_mount",
+        "open_tree",
+        "mount_setattr",
+        "userfaultfd",
+    ):
+        assert name not in allowed, name
+    assert profile()["defaultAction"] == "SCMP_ACT_ERRNO"
