@@ -363,12 +363,18 @@ async def test_uppers_are_emptied_by_the_next_run_and_removed_at_close(
     assert os.listdir(home / "docker-uppers") == []
 
 
-async def test_docker_backend_conforms_with_change_sets(docker_client, workspace: Path) -> None:
+@pytest.mark.parametrize("image", ["busybox", "debian"])
+async def test_docker_backend_conforms_with_change_sets(
+    docker_client, workspace: Path, image: str
+) -> None:
+    """The suite on busybox's applets and on the debian image's util-linux unshare and mount."""
+    if image == "debian" and not docker_client.images.list(name="ringfence/debian"):
+        pytest.skip("ringfence/debian is not built here (`ringfence images build debian`)")
     await check_backend(
         start_docker,
         workspace,
         processes=container_processes,
-        options=DOCKER_OPTIONS,
+        options={**DOCKER_OPTIONS, "image": image},
         change_sets=True,
     )
 
@@ -438,3 +444,31 @@ def test_the_profile_is_dockers_default_plus_the_namespace_calls() -> None:
     ):
         assert name not in allowed, name
     assert profile()["defaultAction"] == "SCMP_ACT_ERRNO"
+
+
+async def test_every_root_gets_its_own_upper(
+    docker_client, workspace: Path, tmp_path: Path
+) -> None:
+    second = tmp_path / "second"
+    second.mkdir()
+    chown_like_workspace(workspace, second)
+    session = await start_docker(
+        SessionSpec(
+            roots=(workspace, second), kill_grace=0.5, options=DOCKER_OPTIONS, change_sets=True
+        )
+    )
+    try:
+        r = await sh(session, "echo one > a && echo two > /workspace2/b && pwd", workspace)
+        assert r.exit_code == 0 and r.stdout == "/workspace\n", r
+        assert [u.root for u in r.uppers] == [workspace, second]
+        assert [sorted(os.listdir(u.path)) for u in r.uppers] == [["a"], ["b"]]
+        assert os.listdir(workspace) == [] and os.listdir(second) == []
+        with Workspace([workspace, second]) as ws:
+            store = CheckpointStore(ws)
+            try:
+                changes = capture(ws, store, r)
+            finally:
+                store.close()
+        assert [(c.root, c.path) for c in changes] == [(0, "a"), (1, "b")]
+    finally:
+        await session.aclose()
