@@ -173,10 +173,13 @@ def attach(
 OVERLAY_FAILED = "ringfence: the change-set overlay could not be set up"
 
 
+_WAIT_FOR_MAP = "until read _ </proc/self/gid_map; do :; done 2>/dev/null; "
+
+
 def overlay_wrapper(
     layers: Sequence[tuple[str, str, str]], hidden: str, uid: int, gid: int, shell: Supervisor
 ) -> str:
-    """The script a command runs under in change-set mode (``sh -c SCRIPT rf CWD ENV ARGV...``).
+    """The script a command runs under in change-set mode (``sh -c SCRIPT rf CWD INNER ENV… ARGV…``).
 
     It runs as root of a fresh user namespace (``unshare -Urm``: the
     container user mapped to 0) in a fresh mount namespace, and:
@@ -208,10 +211,10 @@ def overlay_wrapper(
     lines += [
         f"{mount} -t tmpfs -o ro,mode=0,size=4k rf {quote(hidden)} || __rf_f 'hide {hidden}'",
         'cd "$1" || __rf_f cwd',
-        "__rf_e=$2; shift 2",
-        # The command waits (a builtin read, no fork) until its gid map exists.
-        f"{quote(shell.unshare)} -U /bin/sh -c "
-        '"until read _ </proc/self/gid_map; do :; done 2>/dev/null; $__rf_e" rf "$@" &',
+        "__rf_i=$2; shift 2",
+        # The command waits (a builtin read, no fork) until its gid map exists, then
+        # exports its variables (each its own argument) and becomes the command.
+        f'{quote(shell.unshare)} -U /bin/sh -c "$__rf_i" rf "$@" &',
         "__rf_c=$!",
         # Fails until the child has its own namespace (the outer map is written once).
         f'until echo "{uid} 0 1" 2>/dev/null >/proc/$__rf_c/uid_map; do '
@@ -324,11 +327,12 @@ class Supervisor:
             assigns = " ".join(f"{k}={quote(v)}" for k, v in env.items())
             job = f"{assigns} {quote(self.setsid)} {words}"
         else:
-            inner = "".join(f"{k}={quote(v)}; export {k}; " for k, v in env.items())
-            inner += 'exec "$@"'
+            # The variables are arguments, exported one by one: no value is ever parsed.
+            inner = _WAIT_FOR_MAP + 'export "$1"; shift; ' * len(env) + 'exec "$@"'
+            assigns = " ".join(quote(f"{k}={v}") for k, v in env.items())
             job = (
                 f"{quote(self.setsid)} {quote(self.unshare)} -Urm /bin/sh -c {quote(overlay)} "
-                f"rf {quote(cwd)} {quote(inner)} {words}"
+                f"rf {quote(cwd)} {quote(inner)} {assigns} {words}"
             )
         return (
             f"if cd {quote(cwd)} 2>/dev/null; then "

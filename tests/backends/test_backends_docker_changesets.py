@@ -233,6 +233,37 @@ async def test_a_command_cannot_write_the_real_workspace(docker_client, workspac
         await session.aclose()
 
 
+async def test_a_commands_environment_does_not_steer_the_wrapper(
+    docker_client, workspace: Path
+) -> None:
+    """PATH, IFS and friends reach only the command: the overlay is set up with none of them."""
+    make(
+        workspace,
+        {
+            name: "#!/bin/sh\necho hijacked > /tmp/hijacked\n"
+            for name in ("bin/mount", "bin/unshare", "bin/sh")
+        },
+    )
+    for name in ("mount", "unshare", "sh"):
+        os.chmod(workspace / "bin" / name, 0o755)
+    env = {"PATH": "/workspace/bin:/bin", "IFS": "/", "n": "0", "ENV": "/workspace/bin/sh"}
+    session = await start(workspace)
+    try:
+        r = await session.run(
+            ["/bin/sh", "-c", 'echo "$PATH|$n"; echo x > made'],
+            cwd=workspace,
+            env=env,
+            timeout=20,
+            output_cap=4096,
+        )
+        assert r.exit_code == 0 and r.stdout == "/workspace/bin:/bin|0\n", r
+        assert sorted(os.listdir(r.uppers[0].path)) == ["made"]
+        check = await sh(session, "cat /tmp/hijacked 2>&1 || echo clean", workspace)
+        assert check.stdout.strip().endswith("clean"), check
+    finally:
+        await session.aclose()
+
+
 def git(root: Path, *args: str) -> None:
     env = {"PATH": os.environ["PATH"], "HOME": str(root.parent), "GIT_CONFIG_NOSYSTEM": "1"}
     subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True)
