@@ -92,6 +92,7 @@ import trio
 from docker.types import Mount
 
 from ..runtime import InvalidArguments, ToolError, Unavailable
+from . import _dockerupper as upper
 from ._dockerapi import connect_docker, docker_call, image_missing, map_docker_errors
 from ._dockerseccomp import security_opt as change_set_seccomp
 from ._dockershell import (
@@ -101,13 +102,6 @@ from ._dockershell import (
     attach,
     overlay_unavailable,
     overlay_wrapper,
-)
-from ._dockerupper import (
-    CONTAINER_DIR,
-    GVISOR_REFUSAL,
-    SessionUppers,
-    change_set_user,
-    uppers_base,
 )
 from ._images import resolve_image
 from ._output import Capture
@@ -266,16 +260,18 @@ class DockerSession:
             for host, target, ro in spec.extra_mounts
         ]
         given = _parse_user(opts.user)[0] if opts.user else None
-        forced = change_set_user(given) if spec.change_sets else None
+        forced = upper.change_set_user(given) if spec.change_sets else None
         self._user = forced or opts.user or _default_user(spec.roots)
-        self._uppers: SessionUppers | None = None
+        self._uppers: upper.SessionUppers | None = None
         self._overlay: str | None = None
         if spec.change_sets:
             uid, gid = _parse_user(self._user)
-            self._uppers = SessionUppers(
-                self.session_id, [r for r, _ in self._roots], (uid, gid), uppers_base()
+            self._uppers = upper.SessionUppers(
+                self.session_id, [r for r, _ in self._roots], (uid, gid), upper.uppers_base()
             )
-            self._mounts.append(Mount(CONTAINER_DIR, str(self._uppers.mount_source), type="bind"))
+            self._mounts.append(
+                Mount(upper.CONTAINER_DIR, str(self._uppers.mount_source), type="bind")
+            )
         self._base_env = {**BASE_ENV}
         for name in spec.passthrough_env:
             if name in os.environ:
@@ -420,7 +416,7 @@ class DockerSession:
                     "(`ringfence doctor` shows how)"
                 )
         if self._uppers is not None and self._opts.runtime == "runsc":
-            raise Unavailable(GVISOR_REFUSAL)
+            raise Unavailable(upper.GVISOR_REFUSAL)
         with contextlib.suppress(Exception):
             await trio.to_thread.run_sync(remove_stale_containers, self._client)
         if self._uppers is not None:
@@ -480,7 +476,7 @@ class DockerSession:
                 (target, *self._uppers.container_dirs(i))
                 for i, (_, target) in enumerate(self._roots)
             ]
-            self._overlay = overlay_wrapper(layers, CONTAINER_DIR, uid, gid, self._shell)
+            self._overlay = overlay_wrapper(layers, upper.CONTAINER_DIR, uid, gid, self._shell)
 
     async def _recover(self) -> None:
         """Bring the session back after its supervisor died: new shell, or new container."""
@@ -682,7 +678,10 @@ def _default_user(roots: Sequence[Path]) -> str:
 
 
 def remove_stale_containers(client: docker.DockerClient) -> int:
-    """Remove ringfence containers whose owning process on this host is gone. Blocking."""
+    """Remove ringfence containers whose owning process on this host is gone. Blocking.
+
+    Their change-set directories go with them (:func:`._dockerupper.remove_session_dirs`).
+    """
     host = socket.gethostname()
     removed = 0
     with map_docker_errors():
@@ -696,4 +695,5 @@ def remove_stale_containers(client: docker.DockerClient) -> int:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 container.remove(force=True)
                 removed += 1
+            upper.remove_session_dirs(container.labels.get(f"{CONTAINER_LABEL}.session", ""))
     return removed

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +39,14 @@ from ..runtime._files import ringfence_home
 from ._idmap import idmapped_view, unmount
 from ._types import Upper
 
-__all__ = ["CONTAINER_DIR", "GVISOR_REFUSAL", "SessionUppers", "change_set_user", "uppers_base"]
+__all__ = [
+    "CONTAINER_DIR",
+    "GVISOR_REFUSAL",
+    "SessionUppers",
+    "change_set_user",
+    "remove_session_dirs",
+    "uppers_base",
+]
 
 CONTAINER_DIR = "/.rf-uppers"
 GVISOR_REFUSAL = (
@@ -161,20 +169,31 @@ class SessionUppers:
                     os.close(fd)
 
     def remove(self) -> None:
-        """Remove everything (blocking, best effort); the views are unmounted, never emptied."""
-        with contextlib.suppress(OSError):
-            fd = os.open(self.mount_source, _DIR)
-            try:
-                _empty(fd)
-            finally:
-                os.close(fd)
-            os.rmdir(self.mount_source)
-        for view in self.lowers.values():
+        """Remove everything (blocking, best effort); see :func:`remove_session_dirs`."""
+        remove_session_dirs(self.top.name, self.top.parent)
+
+
+def remove_session_dirs(session_id: str, base: Path | None = None) -> None:
+    """Remove a session's directories (blocking, best effort), a stale one's too.
+
+    The views are unmounted, never emptied: a view still mounted keeps its
+    directory (``rmdir`` fails), and the workspace it shows is left intact.
+    """
+    if not re.fullmatch(r"[0-9a-f]{6,64}", session_id):
+        return
+    top = (base or uppers_base()) / session_id
+    with contextlib.suppress(OSError):
+        fd = os.open(top / "c", _DIR)
+        try:
+            _empty(fd)
+        finally:
+            os.close(fd)
+        os.rmdir(top / "c")
+    with contextlib.suppress(OSError):
+        for view in top.glob("l*"):
             unmount(view)
-        with contextlib.suppress(OSError):
-            for view in self.top.glob("l*"):
-                view.rmdir()  # a view still mounted stays (EBUSY), with the workspace intact
-            self.top.rmdir()
+            view.rmdir()
+        top.rmdir()
 
 
 def _empty(fd: int) -> None:

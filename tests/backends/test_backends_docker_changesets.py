@@ -9,19 +9,36 @@ merges through the guarded writer. Real daemon, real overlays, real merges.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import secrets
+import socket
 import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker.errors
 import pytest
-from backends_helpers import DOCKER_OPTIONS, chown_like_workspace, container_processes
+from backends_helpers import (
+    DOCKER_OPTIONS,
+    WORKSPACE_UID,
+    chown_like_workspace,
+    container_processes,
+)
 
-from ringfence.backends import DockerSession, SessionSpec, ShellResult, start_docker
+from ringfence.backends import (
+    CONTAINER_LABEL,
+    DockerSession,
+    SessionSpec,
+    ShellResult,
+    remove_stale_containers,
+    start_docker,
+)
 from ringfence.backends._dockerseccomp import NAMESPACE_ALLOW, profile
+from ringfence.backends._idmap import idmapped_view
 from ringfence.backends.testing import check_backend
 from ringfence.runtime import RingfenceError, Unavailable
 from ringfence.workspace import (
@@ -503,3 +520,33 @@ async def test_every_root_gets_its_own_upper(
         assert [(c.root, c.path) for c in changes] == [(0, "a"), (1, "b")]
     finally:
         await session.aclose()
+
+
+async def test_a_dead_sessions_directories_go_with_its_container(
+    docker_client, workspace: Path, home: Path
+) -> None:
+    """Stale cleanup unmounts a left-over id-mapped view and never deletes through it."""
+    make(workspace, {"precious.txt": "keep me\n"})
+    session_id = secrets.token_hex(6)
+    top = home / "docker-uppers" / session_id
+    (top / "c" / "0" / "u" / "d").mkdir(parents=True)
+    (top / "c" / "0" / "u" / "d" / "f").write_text("left over\n")
+    (top / "l0").mkdir()
+    viewed = idmapped_view(workspace, top / "l0", (WORKSPACE_UID, WORKSPACE_UID), (1, 1))
+    assert viewed == (os.geteuid() == 0)
+    stale = docker_client.containers.create(
+        "ringfence/busybox:latest",
+        ["true"],
+        labels={
+            CONTAINER_LABEL: "1",
+            f"{CONTAINER_LABEL}.session": session_id,
+            f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{2**22 + 12345}",
+        },
+    )
+    try:
+        assert remove_stale_containers(docker_client) >= 1
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            stale.remove(force=True)
+    assert not top.exists()
+    assert (workspace / "precious.txt").read_text() == "keep me\n"
