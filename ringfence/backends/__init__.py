@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from ._confined_exec import ConfinedExec as ConfinedExec, confine_exec as confine_exec
     from ._docker import (
         CONTAINER_LABEL as CONTAINER_LABEL,
-        DockerOptions as DockerOptions,
         DockerSession as DockerSession,
         remove_stale_containers as remove_stale_containers,
         start_docker as start_docker,
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
         map_docker_errors as map_docker_errors,
         translate_docker_error as translate_docker_error,
     )
+    from ._dockeroptions import DockerOptions as DockerOptions
     from ._imagebuild import (
         build_image as build_image,
         ensure_image as ensure_image,
@@ -81,7 +81,7 @@ _LAZY = {
     "ImageInfo": "._images",
     "ImageRecipe": "._images",
     "CONTAINER_LABEL": "._docker",
-    "DockerOptions": "._docker",
+    "DockerOptions": "._dockeroptions",
     "DockerSession": "._docker",
     "remove_stale_containers": "._docker",
     "start_docker": "._docker",
