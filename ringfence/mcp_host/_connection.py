@@ -70,6 +70,7 @@ from ..runtime import (
     Unavailable,
 )
 from ..runtime._groups import first_error
+from ._failures import HttpStatusLog, explain
 from ._manifest import ServerConfig, Transport, Trust
 from ._oauth import build_auth
 from ._results import frame_untrusted
@@ -655,6 +656,7 @@ class ConnectionPool:
         self.on_connect: Callable[[LiveConnection], Awaitable[None]] | None = None
         # The inbound cap of the connection being set up (for errors during the handshake).
         self._connecting_limit: InboundLimit | None = None
+        self.http_log = HttpStatusLog()  # HTTP statuses the SDK hides, for explain()
         if config.url:
             for part in url_secrets(config.url):
                 redactor.register(part)
@@ -711,6 +713,7 @@ class ConnectionPool:
                         closed=True,
                         limit=self._connecting_limit,
                     )
+                    error = explain(error, exc, self.config, "connect", self.http_log)
                 else:
                     raise
                 self.diagnostics.fail("connect", error)
@@ -746,6 +749,7 @@ class ConnectionPool:
                 closed=_transport_closed(live),
                 limit=live.limit,
             )
+            error = explain(error, exc, self.config, action, self.http_log)
             if error.details.get("broken"):
                 self.discard(live, error.message)
             self.diagnostics.fail(action, error)
@@ -803,6 +807,7 @@ class ConnectionPool:
                 timeout=timeout,
                 trust_env=False,
                 auth=auth,
+                event_hooks=self.http_log.hooks(),
                 transport=_BoundedTransport(httpx2.AsyncHTTPTransport(trust_env=False), limit),
             )
             stack.push_async_callback(http.aclose)
@@ -813,7 +818,13 @@ class ConnectionPool:
         def factory(
             headers: Any = None, timeout: Any = None, auth: Any = None
         ) -> httpx2.AsyncClient:
-            return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, trust_env=False)
+            return httpx2.AsyncClient(
+                headers=headers,
+                timeout=timeout,
+                auth=auth,
+                trust_env=False,
+                event_hooks=self.http_log.hooks(),
+            )
 
         return sse_client(
             c.url,
