@@ -18,6 +18,7 @@ from typing import Any
 
 from ..mcp_host import (
     Manifest,
+    Policy,
     ServerConfig,
     Transport,
     Trust,
@@ -149,6 +150,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="GLOB",
         help="hide the server's tools matching GLOB (repeatable; wins over --allow-tool)",
+    )
+    add.add_argument(
+        "--elicitation",
+        choices=[p.value for p in Policy],
+        help="when the server asks you for input: deny (default: not offered), ask (the Gate "
+        "asks whether to show it, then the form is asked at the terminal) or allow (the form "
+        "is shown without asking first); without a terminal every request is declined",
     )
     add.add_argument("--timeout-seconds", type=float, help="per-call deadline (default 60)")
     add.add_argument(
@@ -324,6 +332,8 @@ def config_from_args(args: argparse.Namespace, existing: Manifest) -> ServerConf
     }
     if args.timeout_seconds is not None:
         options["call_timeout_seconds"] = args.timeout_seconds
+    if args.elicitation is not None:
+        options["elicitation_policy"] = Policy(args.elicitation)
     options.update(_auth_options(args))
     return ServerConfig(**options)
 
