@@ -169,18 +169,25 @@ def kernel_from_args(
     *,
     mcp_tool: str | None = None,
     interactive: bool = False,
+    event_observer: Any = None,
 ) -> Kernel:
     """The session's kernel; ``approver`` (default: from ``--approve``) is set at construction.
 
     ``mcp_tool``: the tool a ``call`` names; an ``mcp.<server>.…`` name connects
     that server even without ``--mcp``. ``interactive``: MCP elicitations are
     asked at the terminal (declined with a warning without one).
+    ``event_observer``: also handed every event line (before OpenTelemetry's,
+    which it must pass on through its ``next_observer``), e.g. serve's log forwarder.
     """
     dry = getattr(args, "dry_run", None)
     sandbox = getattr(args, "sandbox", None)
     _check_output_file(args.events, "--events")
     _check_output_file(dry, "--dry-run")
-    observer = _otel_observer(args)
+    otel = _otel_observer(args)
+    observer = otel
+    if event_observer is not None:
+        event_observer.next_observer = otel
+        observer = event_observer
     roots = workspace_roots_from_env(args.workspace)
     if getattr(args, "worktree", None) is not None:
         roots = session_roots(roots, args.worktree)
@@ -203,9 +210,9 @@ def kernel_from_args(
     )
     if mcp_options and "elicitor" in mcp_options:
         kernel.extensions[ELICITOR_KEY] = mcp_options["elicitor"]  # its notes become warnings
-    if observer is not None:
+    if otel is not None:
         registry = kernel.registry  # the records name tools, not their consequence
-        observer.consequence_of = lambda tool: (
+        otel.consequence_of = lambda tool: (
             registry.get(tool).consequence.value if tool in registry else None
         )
     return kernel
