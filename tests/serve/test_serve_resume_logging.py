@@ -147,3 +147,27 @@ async def test_log_notifications_follow_the_level_and_are_redacted(
         assert served.token not in shown  # redacted like the event file
         assert all(r.logger == "ringfence.events" for r in received)
         assert any(r.data.get("tool") == "read_file" for r in received if isinstance(r.data, dict))
+
+
+async def test_the_event_store_is_bounded_and_forgets_oldest_first() -> None:
+    from ringfence.serve import SessionEventStore
+    from ringfence.serve._resume import _current
+
+    _current.set("session-a")  # what the request guard sets for a request of session-a
+    store = SessionEventStore(max_events=3, max_bytes=10_000)
+    message = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/progress")
+    ids = [await store.store_event("1", message) for _ in range(5)]
+    sent: list[Any] = []
+
+    async def send(event: Any) -> None:
+        sent.append(event)
+
+    # The two oldest are gone: resuming from them replays nothing; from the third, the rest.
+    assert await store.replay_events_after(ids[0], send) is None and sent == []
+    assert await store.replay_events_after(ids[2], send) == "1"
+    assert [e.event_id for e in sent] == ids[3:]
+    small = SessionEventStore(max_events=100, max_bytes=len(message.model_dump_json()) * 2)
+    kept = [await small.store_event("1", message) for _ in range(4)]
+    assert await small.replay_events_after(kept[0], send) is None  # evicted by size
+    assert await small.replay_events_after(kept[2], send) == "1"
+    assert len(set(ids)) == 5 and all(len(i) >= 20 for i in ids)
