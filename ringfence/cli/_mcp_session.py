@@ -92,6 +92,13 @@ def session_warnings(kernel: Kernel, *, leave_out: RingfenceError | None = None)
         for name, error in failed_servers(kernel).items()
         if error is not leave_out
     ]
+    connectors = _connectors(kernel)
+    for connector in connectors if connectors is not None else ():
+        out += [
+            f"MCP server {connector.name!r} asked for input: {f['message']}"
+            for f in connector.diagnostics.failures
+            if f["action"] == "elicitation"
+        ]
     elicitor = kernel.extensions.get(ELICITOR_KEY)
     out += list(getattr(elicitor, "notes", ()))
     return out

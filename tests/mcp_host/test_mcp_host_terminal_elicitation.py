@@ -140,6 +140,18 @@ def test_without_a_terminal_the_form_is_declined_with_a_reason(
     assert any("stdin is not a terminal" in w for w in out["warnings"])
 
 
+def test_without_a_terminal_ask_is_declined_by_the_gate_with_a_reason(
+    capsys, ringfence_home: Path, tmp_path: Path, monkeypatch
+) -> None:
+    add_form_server(ringfence_home, "ask")
+    monkeypatch.setenv("RINGFENCE_WORKSPACE_ROOTS", str(tmp_path))
+    # The tool call itself may run; the elicitation asks the (headless) approver: no.
+    main(["call", "mcp.form.book", "--json", "--allow", "mcp.form.book"])
+    out = json.loads(capsys.readouterr().out)
+    assert answer_of(out)["action"] == "decline"
+    assert any("asked for input: declined" in w and "headless" in w for w in out["warnings"])
+
+
 @pytest.mark.parametrize("policy", ["deny"])
 def test_elicitation_deny_is_not_offered(
     capsys, ringfence_home: Path, tmp_path: Path, monkeypatch, policy: str

@@ -156,3 +156,15 @@ def test_a_protocol_version_mismatch_is_named(
     code, _, err = run(capsys, "call", "mcp.old.tool")
     assert code == 1
     assert "protocol version '1999-01-01'" in err and "2025-11-25" in err
+
+
+def test_run_script_with_mcp_warns_about_a_server_that_is_down(
+    capsys, ringfence_home: Path, workspace: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    add_http(capsys, "down", f"http://127.0.0.1:{port}/mcp")
+    script = tmp_path / "s.py"
+    script.write_text("print('hi')\n")
+    _, out, _ = run(capsys, "run-script", str(script), "--mcp", "--approve", "no", "--json")
+    assert isinstance(out, dict)
+    assert any(f"127.0.0.1:{port}" in w and "refused" in w for w in out["warnings"])
