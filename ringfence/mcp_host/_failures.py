@@ -124,7 +124,10 @@ def explain(
     if status is None and failure is not None and _is_status_standin(exc):
         status = failure.status
     if status is not None:
-        return _explain_status(status, failure, config, action)
+        # A status is a fact about one request, not the connection: it stays as usable as
+        # translate_error judged (an OAuth provider's step-up count lives on it).
+        broken = bool(error.details.get("broken"))
+        return _explain_status(status, failure, config, action, broken)
     if isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
         where = host_port(config.url)
         reason, fix = _connect_reason(exc)
@@ -194,12 +197,14 @@ def _credential_fix(config: ServerConfig, status: int, challenge: str) -> tuple[
 
 
 def _explain_status(
-    status: int, failure: HttpFailure | None, config: ServerConfig, action: str
+    status: int, failure: HttpFailure | None, config: ServerConfig, action: str, broken: bool
 ) -> RingfenceError:
     who = f"MCP server {config.name!r}"
     label = {401: "Unauthorized", 403: "Forbidden"}.get(status, "")
     said = f"HTTP {status}" + (f" {label}" if label else "")
-    details: dict[str, Any] = {"status": status, "broken": True}
+    details: dict[str, Any] = {"status": status}
+    if broken:
+        details["broken"] = True
     if status in (401, 403):
         fix, field = _credential_fix(config, status, failure.www_authenticate if failure else "")
         return Unavailable(f"{who} answered {said} during {action}: {fix}", field=field, **details)

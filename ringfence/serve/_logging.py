@@ -58,6 +58,7 @@ class LogForwarder:
         self._dropped = 0
         self._token: trio.lowlevel.TrioToken | None = None
         self._wake = trio.Event()
+        self._wake_pending = False  # one scheduled wake-up per batch, not one per record
         self.next_observer: Callable[[str], None] | None = None  # e.g. OpenTelemetry's
 
     # -- the observer side (any thread) ----------------------------------------------------------
@@ -78,7 +79,15 @@ class LogForwarder:
         if len(self._queue) == self._queue.maxlen:
             self._dropped += 1
         self._queue.append((record_level(record), record))
-        self._token.run_sync_soon(self._wake.set)  # thread-safe wake-up of run()
+        if not self._wake_pending:
+            self._wake_pending = True
+            self._token.run_sync_soon(self._set_wake)  # thread-safe wake-up of run()
+
+    def _set_wake(self) -> None:
+        # Runs in trio's thread. Records queued after this schedule a new wake-up; run()
+        # re-checks the queue after every wake, so none is left waiting.
+        self._wake_pending = False
+        self._wake.set()
 
     def close(self) -> None:
         close = getattr(self.next_observer, "close", None)
