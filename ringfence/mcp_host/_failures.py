@@ -118,9 +118,11 @@ def explain(
     ``log`` is the connection's :class:`HttpStatusLog` (None for stdio).
     """
     exc = first_error(exc)
+    failure = log.take() if log is not None else None  # consumed either way: never stale
+    if isinstance(exc, RingfenceError):
+        return error  # ringfence's own (e.g. the OAuth provider's): it already says why
     who = f"MCP server {config.name!r}"
     status = error.details.get("status") if isinstance(error.details.get("status"), int) else None
-    failure = log.take() if log is not None else None
     if status is None and failure is not None and _is_status_standin(exc):
         status = failure.status
     if status is not None:
