@@ -8,6 +8,7 @@ stream; logging and cursors with the SDK client against ``ringfence serve``.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import httpx2
 import mcp_types as types
 import pytest
 import trio
-from mcp import Client, MCPError
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from serve_helpers import (
     bearer_client,
@@ -23,6 +25,7 @@ from serve_helpers import (
     http_session,
     real_command,
     serve_in_process,
+    subprocess_env,
 )
 from test_serve_http import MCP_HEADERS, open_session, rpc
 
@@ -171,3 +174,33 @@ async def test_the_event_store_is_bounded_and_forgets_oldest_first() -> None:
     assert await small.replay_events_after(kept[0], send) is None  # evicted by size
     assert await small.replay_events_after(kept[2], send) == "1"
     assert len(set(ids)) == 5 and all(len(i) >= 20 for i in ids)
+
+
+@pytest.mark.filterwarnings("default::mcp.MCPDeprecationWarning")
+async def test_log_notifications_over_stdio(workspace: Path, events: Path, tmp_path: Path) -> None:
+    received: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        received.append(params)
+
+    argv = real_command(workspace, events, "--posture", "allow-all")
+    params = StdioServerParameters(command=sys.executable, args=argv, env=subprocess_env())
+    with (tmp_path / "stderr.txt").open("w") as log:
+        async with Client(
+            stdio_client(params, errlog=log),
+            mode="legacy",
+            logging_callback=on_log,
+            cache=None,
+            read_timeout_seconds=30.0,
+        ) as client:
+            await client.set_logging_level("error")
+            await client.call_tool("read_file", {"path": "hello.txt"})  # info: not sent
+            await client.call_tool("read_file", {"path": "../secret.txt"})  # refused: error
+            with trio.fail_after(10):
+                while not received:
+                    await trio.sleep(0.05)
+    assert {r.level for r in received} == {"error"}
+    assert any(
+        isinstance(r.data, dict) and r.data.get("error", {}).get("code") == "outside_workspace"
+        for r in received
+    )
