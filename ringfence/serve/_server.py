@@ -19,6 +19,9 @@ Wire rules:
 * Pagination: every list fits one page, so no cursor is ever issued; a
   request carrying one is ``-32602`` (invalid params), as the specification asks
   for a cursor the server does not recognise.
+* ``resources``: the first workspace root's files, read-only, through the
+  kernel's own ``glob_files``/``read_file`` (see :mod:`._resources`), when
+  ``native`` tools are exposed.
 * ``logging``: advertised when a :class:`~._logging.LogForwarder` is given;
   ``logging/setLevel`` subscribes the session to the event records at that level.
 * Only the handshake protocol era (2025-11-25 and earlier) is served: approvals
@@ -34,6 +37,7 @@ import json
 import secrets
 import warnings
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import mcp_types as types
@@ -51,6 +55,7 @@ from ..runtime import Consequence, InvalidArguments, Kernel, Outcome, ToolSpec
 from ._approver import ClientApprover, ClientChannel
 from ._defaults import EXPOSE_CHOICES
 from ._logging import LEVELS, LogForwarder
+from ._resources import WorkspaceResources
 from ._stdio import claim_stdio
 
 __all__ = [
@@ -227,17 +232,39 @@ def build_server(
             # The spec's answer to an unknown tool; nothing reaches the Gate.
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         arguments = params.arguments if params.arguments is not None else {}
+        return result_from_outcome(await invoke(ctx, params.name, arguments))
+
+    async def invoke(
+        ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
+    ) -> Outcome:
+        """One Gate call for this request; the Gate's questions go to this client."""
         trace_id = secrets.token_hex(8)
         approver = kernel.approver
         if isinstance(approver, ClientApprover):
             channel = ClientChannel.from_session(ctx.session, ctx.request_id)
             with approver.in_flight(channel, trace_id):
-                outcome = await kernel.invoke(
-                    params.name, arguments, origin="mcp", trace_id=trace_id
-                )
-        else:
-            outcome = await kernel.invoke(params.name, arguments, origin="mcp", trace_id=trace_id)
-        return result_from_outcome(outcome)
+                return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
+        return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
+
+    # Workspace files as resources: with ringfence's own file tools, through them.
+    files = (
+        WorkspaceResources(kernel)
+        if "native" in chosen and kernel.roots and _has_file_tools(kernel)
+        else None
+    )
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        assert files is not None
+        cursor = params.cursor if params is not None else None
+        return await files.list(partial(invoke, ctx), cursor)
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        assert files is not None
+        return await files.read(partial(invoke, ctx), str(params.uri))
 
     async def set_level(
         ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
@@ -260,9 +287,16 @@ def build_server(
             on_list_tools=list_tools,
             on_call_tool=call_tool,
             on_set_logging_level=set_level if logs is not None else None,
+            on_list_resources=list_resources if files is not None else None,
+            on_read_resource=read_resource if files is not None else None,
         )
     server.middleware.insert(0, RefuseModernEra())
     return server
+
+
+def _has_file_tools(kernel: Kernel) -> bool:
+    names = {s.name for s in kernel.tools() if s.source == "native"}
+    return {"read_file", "glob_files"} <= names
 
 
 async def serve_stdio(
