@@ -328,6 +328,9 @@ SPAWN_EXCEPTIONS: dict[str, dict[str, str]] = {
         "os.posix_spawn": "the confined session's PID 1 inside the sandbox: a standalone "
         "program that imports almost nothing (it is the session's start-up cost); the sandbox "
         "itself is spawned through _proc",
+        "os.fork": "change sets: the command's child confines itself (Landlock, capabilities, "
+        "seccomp) after the supervisor mounted its overlays, then execs",
+        "os.execve": "the end of that child",
     },
     "ringfence/workspace/_search.py": {
         "subprocess.Popen": "ripgrep as grep_files' prefilter, in a worker thread (trio's "
@@ -744,8 +747,6 @@ OVERSIZE: dict[str, str] = {
     "ringfence/runtime/_shellwords.py": "the shell-aware matcher (new): to be split or explained",
     "ringfence/workspace/_gitscan.py": "run_shell's git check (new): snapshot, diff, enforce",
     "ringfence/cli/_mcp.py": "issue 18 item 9: tomlkit and a declared model shrink the editor",
-    "ringfence/backends/_confined.py": "issue 19 (new): the session, the layer probe and the "
-    "bubblewrap argv; to be split into those three",
 }
 
 

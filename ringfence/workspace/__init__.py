@@ -31,7 +31,11 @@ from ._gitscan import (
 from ._merge import MergeReport as MergeReport, merge_changes as merge_changes
 from ._resolver import openat2_available as openat2_available
 from ._tools import file_tool_specs as file_tool_specs, register_file_tools as register_file_tools
-from ._undo import register_undo_tool as register_undo_tool, undo as undo
+from ._undo import (
+    apply_change_set as apply_change_set,
+    register_undo_tool as register_undo_tool,
+    undo as undo,
+)
 from ._upper import changes_from_upper as changes_from_upper
 from ._windows import (
     WindowsFileSystem as WindowsFileSystem,
@@ -52,6 +56,7 @@ __all__ = [
     "WindowsFileSystem",
     "WindowsPath",
     "Workspace",
+    "apply_change_set",
     "changes_from_upper",
     "describe_findings",
     "diff_git_metadata",

@@ -23,10 +23,13 @@ per write on ext4 here).
 
 Who records: ``write_file`` and ``edit_file`` through :func:`._undo.recorded`
 (before-image, after-image, directories the call made; stored before the
-write is visible, the manifest dropped again if the write fails), and
-``undo`` (the images it found before restoring). Not recorded: writes
-outside the roots under the ``unrestricted`` posture, and shell commands
-(until their overlay capture lands, see issue 15).
+write is visible, the manifest dropped again if the write fails), ``undo``
+and ``apply_changes`` (the images they found before writing), and
+``run_shell`` on a backend with change sets (read from the command's
+overlay upper directories, stored before the merge, then rewritten with
+what the merge applied; under ``--dry-run`` stored as ``staged``). Not
+recorded: writes outside the roots under the ``unrestricted`` posture, and
+shell commands without change sets.
 
 This module opens one path string, the store directory (outside every
 root); everything below it is reached by descriptor.
@@ -258,6 +261,7 @@ class CheckpointStore:
                 "paths": sorted({escape_name(c.path) for c in s.changes}),
                 "undoes": s.undoes,
                 "undone_by": undone.get(s.id),
+                "staged": s.staged,
             }
             for s in reversed(sets)
         ]
