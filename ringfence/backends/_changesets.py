@@ -33,7 +33,7 @@ __all__ = ["MAX_REPORTED", "merge_or_stage"]
 
 # Entries named in a result, an event or an error (the rest are counted).
 MAX_REPORTED = 200
-_SHOWN_IN_MESSAGE = 20
+_SHOWN_IN_MESSAGE = 5
 
 
 async def merge_or_stage(
@@ -90,16 +90,16 @@ async def merge_or_stage(
     if refused:
         error = GitMetadata if refused[0]["code"] == "git_metadata" else InvalidArguments
         shown = ", ".join(f"{r['path']} ({r['code']})" for r in refused[:_SHOWN_IN_MESSAGE])
-        more = " …" if len(refused) > _SHOWN_IN_MESSAGE else ""
+        extra = len(refused) - _SHOWN_IN_MESSAGE
+        more = f" and {extra} more (details.changes.refused)" if extra > 0 else ""
         rest = (
             f"the rest ({changes['files']} entries) was merged as change set {cs.id}"
             if report.applied
             else "nothing else was changed"
         )
         raise error(
-            "the command's changes were refused where they would plant git metadata or "
-            f"special files (it ran; exit code {result.exit_code}): {shown}{more}; none of "
-            f"these reached the workspace; {rest}",
+            f"the command ran (exit code {result.exit_code}); refused at the merge: "
+            f"{shown}{more}; none of these reached the workspace; {rest}",
             field="command",
             changes=changes,
             exit_code=result.exit_code,

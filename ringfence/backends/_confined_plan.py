@@ -404,7 +404,10 @@ class SandboxArgv:
             if not hidden:
                 raise _refuse("overlay", "no hidden directory to hold the upper directories")
             argv += ["--bind", str(self._layers_dir), f"{hidden[0]}/{_LAYERS_NAME}"]
-        readonly = self._readonly
+        # Change sets: the roots are read-only already and the merge guards git metadata;
+        # a mount inside a root would also be a locked child that overlayfs refuses to
+        # take as its lower layer.
+        readonly = [] if self._layered else self._readonly
         for path in readonly:
             if path.exists() and any(_inside(path, r) for r in roots):
                 argv += ["--ro-bind", str(path), str(path)]

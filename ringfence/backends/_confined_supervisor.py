@@ -379,6 +379,12 @@ def mount_layers() -> None:
         target = os.fsencode(root)
         if libc.mount(b"overlay", target, b"overlay", _MS_NOSUID | _MS_NODEV, os.fsencode(opts)):
             error = fail("overlay", f"mounting the overlay on {root}")
+            if error.message.endswith(os.strerror(22)):  # EINVAL
+                error = LayerUnavailable(
+                    "overlay",
+                    f"{error.message} (a mount point inside the root, whose mounts overlayfs "
+                    "cannot take as its lower layer?)",
+                )
             _MOUNTED = i > 0
             unmount_layers(i)
             raise error
