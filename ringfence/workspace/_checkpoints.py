@@ -271,6 +271,11 @@ class CheckpointStore:
         out: list[str] = []
         for c in self.load(set_id).changes:
             name = escape_name(c.path)
+            kinds = {c.before.kind if c.before else None, c.after.kind if c.after else None}
+            if "dir" in kinds and kinds <= {"dir", None}:
+                what = "new" if c.before is None else "deleted" if c.after is None else "mode of"
+                out.append(f"Directory {what} {name}/\n")
+                continue
             old, new = self._text(c.before), self._text(c.after)
             if old is None or new is None:
                 out.append(f"Binary or special entry {name} changed\n")
