@@ -133,7 +133,9 @@ def _capture(
     if staging:
         return cs, None
     try:
-        report = merge_changes(store.workspace, changes, store, atomic=not merge_rest)
+        report = merge_changes(
+            store.workspace, changes, store, atomic=not merge_rest, durable=False
+        )
     except RingfenceError as exc:
         store.drop(cs.id)
         raise exc.with_(
