@@ -34,13 +34,6 @@ __all__ = [
     "ConfinedOptions",
     "Layer",
     "SandboxArgv",
-    "_empty_uppers",
-    "_hidden_dirs",
-    "_inside",
-    "_make_layers",
-    "_refuse",
-    "_remove_tree",
-    "_session_user",
 ]
 
 STRICT = "strict"

@@ -211,7 +211,7 @@ def _apply_one(
                 os.unlink(leaf, dir_fd=dir_fd)  # replace the link itself, never its target
             if is_git_directory(dir_fd, {leaf: ("file", data)}):
                 raise GitMetadata(f"writing {display} would make its directory a git directory")
-            created = replace_file(place, data, sync_dir=False, sync=to_sync is not None)
+            created = replace_file(place, data, sync_dir=False if to_sync is not None else None)
             if to_sync is not None:
                 key = os.fstat(dir_fd)
                 if (key.st_dev, key.st_ino) not in to_sync:

@@ -158,18 +158,12 @@ def _copy_xattrs(src_path_fd: int, dst_fd: int, display: str) -> None:
 
 
 def replace_file(
-    place: Place,
-    data: bytes,
-    *,
-    expected: Expected | None = None,
-    sync_dir: bool = True,
-    sync: bool = True,
+    place: Place, data: bytes, *, expected: Expected | None = None, sync_dir: bool | None = True
 ) -> bool:
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
 
-    ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory).
-    ``sync=False``: the file is not fsynced either (a shell command's merge, as durable as
-    the command writing the workspace itself).
+    ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory);
+    ``None``: nothing is fsynced (a shell command's merge, as durable as the command itself).
 
     Raises FollowLeaf if the leaf is a symlink (the walk follows it),
     InvalidArguments if it is a directory or its path below the root is longer
@@ -248,7 +242,7 @@ def replace_file(
                 _copy_xattrs(src_path_fd, fd, display)
             else:
                 os.fchmod(fd, 0o666 & ~_current_umask())
-            if sync:
+            if sync_dir is not None:
                 os.fsync(fd)
         finally:
             os.close(fd)
