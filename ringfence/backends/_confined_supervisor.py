@@ -409,17 +409,28 @@ def unmount_layers(count: int | None = None) -> None:
         if libc.umount2(os.fsencode(_OVERLAYS[i]), 0):
             busy = True
             libc.umount2(os.fsencode(_OVERLAYS[i]), _MNT_DETACH)
-        else:  # a volatile overlay leaves this mark; the next mount refuses while it is there
-            mark = f"{_LAYERS}/{i}/work/work/incompat/volatile"
-            try:
-                for name in os.listdir(mark):
-                    os.unlink(f"{mark}/{name}")
-                os.rmdir(mark)
-            except FileNotFoundError:
-                pass
+        else:  # a volatile overlay leaves a mark the next mount refuses: the work dir goes
+            _remove(f"{_LAYERS}/{i}/work/work")
     _MOUNTED = False
     if busy:
         raise LayerUnavailable("overlay", "an overlay was still in use after its command")
+
+
+def _remove(path: str) -> None:
+    """``rm -r`` of overlayfs's own work directory (a few entries; mode 0, so capability)."""
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        os.unlink(path)
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            _remove(entry.path)
+        else:
+            os.unlink(entry.path)
+    os.rmdir(path)
 
 
 def check_layers(conf: dict[str, str]) -> str:
