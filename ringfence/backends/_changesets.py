@@ -58,7 +58,9 @@ async def merge_or_stage(
     was), and a ``checkpoint`` event names it. A refusal raises the first
     refused entry's error (``git_metadata``, ``invalid_arguments``) after the
     rest was merged, with ``details["changes"]``; a conflict (a touched file
-    changed meanwhile) raises ``tool_error`` naming the files, nothing merged.
+    changed meanwhile) raises ``tool_error`` naming the files, nothing merged
+    (then, as when the whole set is refused, the set stays in the store as
+    ``staged``, named in the error: what the command wrote is not lost).
 
     ``staging`` (a dry run): the set is saved as ``staged``, nothing is
     merged, and a nested ``apply_changes`` call for it is made, which the
@@ -137,10 +139,13 @@ def _capture(
             store.workspace, changes, store, atomic=not merge_rest, durable=False
         )
     except RingfenceError as exc:
-        store.drop(cs.id)
+        # Nothing was merged; the set stays in the store, staged, so what the command wrote
+        # is not lost with its upper directories (`checkpoints show`, `apply_changes`).
+        store.save(replace(cs, staged=True))
         raise exc.with_(
             message=f"the command ran (exit code {result.exit_code}) but its changes were not "
-            f"merged: {exc.message}"
+            f"merged: {exc.message}; they are kept as the staged change set {cs.id}",
+            details={**exc.details, "changes": {"id": cs.id, "files": 0, "staged": True}},
         ) from exc.__cause__
     except BaseException:
         store.drop(cs.id)

@@ -44,6 +44,13 @@ which is recorded in :attr:`ConfinedSession.metadata` and so in the
 - **pids/memory**: a cgroup with ``pids.max``/``memory`` limits where a
   writable hierarchy has the controllers; a session whose commands run as
   host root (where ``RLIMIT_NPROC`` is not enforced) needs it.
+- **overlay** (change sets, ``SessionSpec.change_sets``, the default
+  through ``create_kernel``): the roots read-only, each command on a
+  volatile overlay of them mounted by the supervisor; the command's child
+  drops every capability and adds a second seccomp filter (no mount,
+  umount2, unshare) and Landlock before it execs; ``ShellResult.uppers``
+  names the upper directories, emptied at the next command (see
+  :mod:`._confined_supervisor` and ARCHITECTURE.md).
 - **process tree**: the PID namespace is the tree: when a command's main
   process ends, everything else in the namespace is killed; the whole
   sandbox is spawned through :mod:`ringfence._proc` (its cgroup tracking),

@@ -228,6 +228,19 @@ async def test_the_whole_set_is_refused_when_the_operator_says_so(workspace: Pat
     assert outcome.error is not None and outcome.error.code == "git_metadata"
     assert "refused as a whole" in outcome.error.message
     assert tree_state(workspace) == before
+    kept = outcome.error.details["changes"]  # nothing lost: kept, staged, for a look
+    assert kept["staged"] is True and kept["id"] in outcome.error.message
+
+
+def test_no_change_sets_on_the_command_line_puts_run_shell_back_in_the_residual(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "no"]
+    command = json.dumps({"command": "echo hi > hi.txt"})
+    code, out = cli_json(capsys, "call", "run_shell", "--args", command, *args, "--no-change-sets")
+    assert code != 0 and out["error"]["code"] == "denied" and not (ws / "hi.txt").exists()
+    code, out = cli_json(capsys, "call", "run_shell", "--args", command, *args)
+    assert code == 0 and out["result"]["changes"]["files"] == 1 and (ws / "hi.txt").exists()
 
 
 async def test_a_command_cannot_unmount_or_remount_its_layer(workspace: Path) -> None:
