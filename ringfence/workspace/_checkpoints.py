@@ -42,6 +42,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -61,6 +62,7 @@ from ._workspace import Workspace
 __all__ = ["CheckpointStore", "Retention", "workspace_id"]
 
 _PRUNE_EVERY = 32
+_DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 # An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
 _BLOB_GRACE_SECONDS = 3600
 
@@ -166,6 +168,32 @@ class CheckpointStore:
         _write_atomic(self._blobs_fd, digest, data, sync=self.retention.fsync)
         return digest
 
+    def adopt(self, dir_fd: int, name: str, digest: str) -> bool:
+        """Take the file ``name`` in ``dir_fd`` (whose content hashes to ``digest``) into the
+        store by a hard link; False when it cannot (another file system, no permission):
+        the caller copies instead.
+
+        Only for a file nothing writes any more (an overlay's upper directory
+        after its command): the store then holds the inode's one lasting name.
+        Its mode is made 0600 (the store's own files are private).
+        """
+        try:
+            os.stat(digest, dir_fd=self._blobs_fd)
+            return True  # content-addressed: already there
+        except FileNotFoundError:
+            pass
+        try:
+            os.link(
+                name, digest, src_dir_fd=dir_fd, dst_dir_fd=self._blobs_fd, follow_symlinks=False
+            )
+        except FileExistsError:
+            return True
+        except OSError:
+            return False
+        with contextlib.suppress(OSError):
+            os.chmod(digest, 0o600, dir_fd=self._blobs_fd)
+        return True
+
     def put_fd(self, fd: int) -> tuple[str, int]:
         """Copy an open file into the store as it is read (digest, size); no full copy in memory."""
         temp = f".in.{secrets.token_hex(6)}"
@@ -194,7 +222,7 @@ class CheckpointStore:
         return digest, size
 
     def get(self, digest: str) -> bytes:
-        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        if not _DIGEST.match(digest):
             raise InvalidArguments(f"{digest!r} is not a sha256 digest", field="digest")
         try:
             fd = os.open(digest, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._blobs_fd)

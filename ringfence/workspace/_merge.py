@@ -315,11 +315,21 @@ def _conflicts(resolver: Resolver, changes: Sequence[Change]) -> list[str]:
     not delete before it (someone else's file would go with it).
     """
     seen: dict[tuple[int, str], Image | None] = {}
+    absent: set[tuple[int, str]] = set()  # paths that do not exist now, nor below them
     out: list[str] = []
     for change in changes:
         key = (change.root, change.path)
-        # A path touched twice: its second before-image is the first's after-image.
-        current = seen[key] if key in seen else _current(resolver, change)
+        parent = (change.root, posixpath.dirname(change.path))
+        # A path touched twice: its second before-image is the first's after-image. Below a
+        # path found absent nothing exists either (a new tree costs no walk per entry).
+        if key in seen:
+            current = seen[key]
+        elif parent in absent:
+            current = None
+        else:
+            current = _current(resolver, change)
+        if current is None and key not in seen:
+            absent.add(key)
         stale = not same_state(current, change.before)
         if not stale and change.after is None and current is not None and current.kind == "dir":
             gone = {k for k, v in seen.items() if v is None}  # deleted earlier in this set
