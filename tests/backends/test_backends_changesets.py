@@ -319,3 +319,20 @@ async def test_run_shell_is_reversible_only_with_change_sets_and_without_network
             outcome = await k.invoke("run_shell", {"command": "echo no > no.txt"})
         assert outcome.error is not None and outcome.error.code == "denied"
     assert not (workspace / "no.txt").exists()
+
+
+async def test_change_sets_without_namespaces_refuse_rather_than_write_the_roots(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked for change sets where the sandbox cannot have overlays: unavailable, nothing ran."""
+    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend_options={"sandbox": "best-effort"},
+        change_sets=True,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > written.txt"})
+    assert outcome.error is not None and outcome.error.code == "unavailable"
+    assert "overlay" in outcome.error.message and "--no-change-sets" in outcome.error.message
+    assert not (workspace / "written.txt").exists()
