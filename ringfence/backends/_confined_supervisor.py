@@ -41,26 +41,30 @@ Wire: each message is a 4-byte big-endian length and a payload.
 kernel → supervisor: ``R`` + NUL-separated cwd, argc, argv…, ``NAME=value``…
 (with the two pipe ends attached); ``T`` (SIGTERM to every process of the
 command), ``K`` (SIGKILL to them). supervisor → kernel: ``READY\\n`` +
-report lines, ``FAIL\\n`` + layer + tab + message, ``X`` + wait status.
+report lines, ``FAIL\\n`` + layer + tab + message, ``X`` + wait status,
+``U`` (change sets: the overlays are unmounted).
 End of file from the kernel: kill everything and exit.
 
-**Change sets** (``layers=DIR`` with ``overlay=ROOT`` options, see
-:func:`spawn_layered`): the roots are read-only in the sandbox and the
-supervisor keeps ``CAP_SYS_ADMIN`` (and, as the namespace's root, the rest
-of its capabilities) to mount; so it applies neither Landlock (a landlocked
-process may not mount) nor the uid switch to itself. Each command is then a
-``fork``: the child enters a mount namespace of its own, mounts an overlay
-on each root (lower: the root, upper and work: ``DIR/<i>/``), detaches
-``DIR`` (the command never sees an upper directory), drops every
-capability (bounding set included) or becomes the workspace owner, applies
-Landlock (writes only beneath the overlays, ``/tmp``, ``/var/tmp``,
-``/dev``) and a second seccomp filter (no ``mount``, ``umount2``,
-``unshare``: what bubblewrap's filter left to the supervisor), then execs
-the command. When the command's main process ends every other process of
-the namespace is killed, as above, so no process writes into an upper
-directory after the exit status is reported: a background process's
-writes up to that moment are in the upper directory and are merged with the
-command's; nothing it would write later exists.
+**Change sets** (``layers=DIR`` with ``overlay=ROOT`` options): the roots
+are read-only in the sandbox and ``DIR`` (the upper and work directories,
+bound inside a hidden directory where Landlock grants no write) is never
+written by a command. The supervisor keeps the capabilities overlayfs needs
+(its upper-layer writes are made with the mounter's credentials), so it
+applies neither Landlock (a landlocked process may not mount) nor the uid
+switch to itself; it enters a mount namespace of its own once and probes
+one mount (the ``overlay`` layer). Per command (:func:`spawn_layered`) it
+mounts a ``volatile`` overlay on each root (lower: the root; upper, work:
+``DIR/<i>/``), builds the Landlock ruleset on the overlays and forks;
+the child empties its bounding set, becomes the workspace owner or drops
+every capability, restricts itself, installs the second seccomp filter
+(``mount``, ``umount2``, ``unshare`` answer EPERM: what bubblewrap's filter
+left to the supervisor) and execs. When the main process ends every other
+process is killed and reaped as above, ``X`` goes out, the overlays are
+unmounted (overlayfs's work directory removed) and ``U`` follows; the kernel
+reads the upper directories meanwhile and empties them only after ``U``.
+So no process writes an upper directory after ``X``: what a background
+process wrote until the command ended is part of the command's change set,
+and it writes nothing later (it is dead).
 
 Without namespaces (``pidns=0``, the backend's best-effort fallback) it runs
 on the host as a child subreaper, installs the seccomp filter itself (last,
