@@ -194,6 +194,12 @@ def create_kernel(
             "change_sets=True needs checkpoints=True (the store change sets are kept in)",
             field="change_sets",
         )
+    if change_sets and backend_name == "host":
+        raise InvalidArguments(
+            "the host backend cannot keep change sets (it is not a sandbox); use local or "
+            "docker, or change_sets=False",
+            field="change_sets",
+        )
     # bridge: checked before anything opens, like the backend
     script_config = ScriptConfig(
         sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"

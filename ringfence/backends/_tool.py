@@ -65,6 +65,7 @@ from ..runtime import (
     CallContext,
     Consequence,
     GitMetadata,
+    InvalidArguments,
     Kernel,
     Posture,
     RingfenceError,
@@ -522,6 +523,13 @@ def register_shell_tool(
     residual.
     """
     name = select_backend(backend)
+    if change_sets is not None and name == "host":
+        # It would run the command on the host's own files: nothing to capture, nothing undone.
+        raise InvalidArguments(
+            "the host backend cannot keep change sets (it is not a sandbox); use local or "
+            "docker, or switch change sets off",
+            field="change_sets",
+        )
     tool = ShellTool(
         kernel,
         name,

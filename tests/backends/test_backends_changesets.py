@@ -21,7 +21,7 @@ from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 
 from ringfence import create_kernel
 from ringfence.cli._main import main
-from ringfence.runtime import ApprovalAnswer, Posture, ScriptedApprover
+from ringfence.runtime import ApprovalAnswer, InvalidArguments, Posture, ScriptedApprover
 from ringfence.workspace import CheckpointStore, Workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -336,3 +336,8 @@ async def test_change_sets_without_namespaces_refuse_rather_than_write_the_roots
     assert outcome.error is not None and outcome.error.code == "unavailable"
     assert "overlay" in outcome.error.message and "--no-change-sets" in outcome.error.message
     assert not (workspace / "written.txt").exists()
+
+
+def test_the_host_backend_refuses_change_sets_before_anything_opens(ws: Path) -> None:
+    with pytest.raises(InvalidArguments, match="host backend cannot keep change sets"):
+        create_kernel(roots=[ws], backend="host", change_sets=True)
