@@ -13,21 +13,17 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..runtime import CallContext, GitMetadata, InvalidArguments, RingfenceError, ToolError
-from ..workspace import (
-    Change,
-    ChangeSet,
-    CheckpointStore,
-    MergeReport,
-    changes_from_upper,
-    merge_changes,
-)
+from ..workspace import Change, ChangeSet, CheckpointStore
 from ..workspace._names import escape_name
 from ._types import ShellResult, Upper
+
+if TYPE_CHECKING:
+    from ..workspace import MergeReport
 
 __all__ = ["MAX_REPORTED", "merge_or_stage"]
 
@@ -134,6 +130,8 @@ def _capture(
     store.save(cs)  # before anything is merged: every before-image is kept
     if staging:
         return cs, None
+    from ..workspace import merge_changes  # the change-set writer, loaded by the first merge
+
     try:
         report = merge_changes(
             store.workspace, changes, store, atomic=not merge_rest, durable=False
@@ -158,6 +156,8 @@ def _capture(
 
 
 def _read_upper(upper: Upper, roots: list[Path], store: CheckpointStore) -> list[Change]:
+    from ..workspace import changes_from_upper  # loaded by the first command that wrote
+
     real = Path(os.path.realpath(upper.root))
     if real not in roots:
         raise ToolError(f"the backend reported an upper directory for {upper.root}, not a root")

@@ -1,14 +1,13 @@
 """The confined local backend's supervisor: one per session, inside the sandbox.
 
-(Over 500 lines on purpose: one standalone program whose every import is session start;
-its system calls are in :mod:`._confined_syscalls`.)
-
 Run by :mod:`ringfence.backends._confined` as ``python -I -S <this file>
 <fd> <option>…`` inside bubblewrap's namespaces, as PID 1 of the new PID
 namespace, already under the commands' seccomp filter (built by the kernel
 with the script runner's BPF helpers, :mod:`._confined_layers`, and
 installed by bubblewrap's ``--seccomp``). Standard library only, and few
-imports: every millisecond here is session start.
+imports: every millisecond here is session start. Over 500 lines on purpose:
+it is one standalone program whose two modes (a session's commands, one
+``exec``) share one ``confine``; its system calls are in :mod:`._confined_syscalls`.
 
 At start it confines *itself* (every command is its child, so every command
 inherits all of it), in this order:
@@ -44,6 +43,13 @@ command), ``K`` (SIGKILL to them). supervisor → kernel: ``READY\\n`` +
 report lines, ``FAIL\\n`` + layer + tab + message, ``X`` + wait status,
 ``U`` (change sets: the overlays are unmounted).
 End of file from the kernel: kill everything and exit.
+
+``exec`` mode (``python -I -S <this file> exec <option>… -- <argv>…``, for
+MCP stdio servers, :func:`ringfence.backends._confined_exec.confined_argv`): no
+control socket; the same confinement (the seccomp filter comes hex-encoded
+in the options and is installed here, last), a one-line report on stdout,
+then ``argv`` runs on the supervisor's own stdin/stdout/stderr; see
+:func:`run_exec`.
 
 **Change sets** (``layers=DIR`` with ``overlay=ROOT`` options): the roots
 are read-only in the sandbox and ``DIR`` (the upper and work directories,
@@ -90,14 +96,18 @@ try:
         apply_rlimits,
         apply_seccomp,
         check_landlock,
+        descendants,
         drop_capabilities,
         drop_privileges,
         fail,
+        find_program,
         install_filter,
+        install_seccomp,
         landlock_ruleset,
         libc,
         prctl,
         read_all,
+        reap_all,
         restrict_self,
         seccomp_fprog,
     )
@@ -108,14 +118,18 @@ except ImportError:  # executed as a file (no parent package)
         apply_rlimits,
         apply_seccomp,
         check_landlock,
+        descendants,
         drop_capabilities,
         drop_privileges,
         fail,
+        find_program,
         install_filter,
+        install_seccomp,
         landlock_ruleset,
         libc,
         prctl,
         read_all,
+        reap_all,
         restrict_self,
         seccomp_fprog,
     )
@@ -172,6 +186,8 @@ def confine(conf: dict[str, str], writable: list[str]) -> tuple[dict[str, str], 
         step("overlay", lambda: check_layers(conf))
     if "seccomp_fd" in conf:  # without bubblewrap, which installs it otherwise: last
         step("seccomp", lambda: apply_seccomp(int(conf["seccomp_fd"])))
+    if "seccomp_hex" in conf:  # exec mode: no descriptor reaches bubblewrap, so here, last
+        step("seccomp", lambda: install_seccomp(bytes.fromhex(conf["seccomp_hex"])))
     return applied, missing
 
 
@@ -241,59 +257,6 @@ def kill_all(sig: int) -> None:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-
-
-def descendants() -> list[int]:
-    """Live (not zombie) descendants of this process, from ``/proc/*/stat``."""
-    me = os.getpid()
-    parent: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        state, ppid = data[data.rindex(b")") + 2 :].split()[:2]
-        if state != b"Z":
-            parent[int(name)] = int(ppid)
-    out = []
-    for pid in parent:
-        up, hops = parent[pid], 0
-        while up not in (me, 0, 1) and up in parent and hops < 4096:
-            up, hops = parent[up], hops + 1
-        if up == me and pid != me:
-            out.append(pid)
-    return out
-
-
-def reap_all() -> None:
-    while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-        except InterruptedError:
-            continue
-
-
-def find_program(name: str, env: dict[str, str]) -> tuple[str | None, int]:
-    """What a shell would execute for ``name``: (path, 0), or (None, 127 not found / 126)."""
-    if "/" in name:
-        candidates = [name]
-    else:
-        candidates = [os.path.join(d or ".", name) for d in env.get("PATH", os.defpath).split(":")]
-    code = 127
-    for path in candidates:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        if (st.st_mode & 0o170000) == 0o100000 and os.access(path, os.X_OK):
-            return path, 0
-        code = 126
-    return None, code
 
 
 def spawn(cwd: str, argv: list[str], env: dict[str, str], out: int, err: int) -> tuple[int, int]:
@@ -590,7 +553,78 @@ def serve(sock: _socket.socket) -> None:
                 os.close(fd)
 
 
+# -- exec mode: one process on the caller's stdio (MCP stdio servers) ------------------------
+
+# The first line on stdout in exec mode; ringfence.backends._confined_exec reads it.
+REPORT_PREFIX = b"ringfence-sandbox:"
+
+
+def write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def run_exec(args: list[str]) -> int:
+    """``exec <option>… -- <argv>…``: confine, report, then run ``argv`` until it exits.
+
+    The report is one line on stdout, before anything else is written there:
+    ``ringfence-sandbox:READY`` or ``ringfence-sandbox:FAIL``, then per layer
+    a tab, ``+``/``-``, its name, ``\x1f`` and its detail. ``argv`` then
+    inherits stdin, stdout and stderr (the protocol's pipes) and every layer;
+    when it exits, every other process of the namespace is killed and reaped,
+    and the supervisor exits with its status.
+    """
+    split = args.index("--")
+    conf: dict[str, str] = {}
+    writable: list[str] = []
+    for arg in args[:split]:
+        key, _, value = arg.partition("=")
+        if key == "write":
+            writable.append(value)
+        else:
+            conf[key] = value
+    argv = args[split + 1 :]
+    os.closerange(3, 1 << 20)  # nothing bubblewrap passed on may reach the server
+    if os.getpid() != 1:
+        report = "FAIL\t-pid namespace\x1fthe supervisor is not PID 1 of its own PID namespace"
+        write_all(1, REPORT_PREFIX + report.encode() + b"\n")
+        return 1
+    try:
+        applied, missing = confine(conf, writable)
+    except LayerUnavailable as exc:
+        write_all(1, REPORT_PREFIX + f"FAIL\t-{exc.layer}\x1f{exc.message}\n".encode())
+        return 1
+    records = [f"\t+{k}\x1f{v}" for k, v in applied.items()]
+    records += [f"\t-{k}\x1f{v}" for k, v in missing.items()]
+    write_all(1, REPORT_PREFIX + ("READY" + "".join(records) + "\n").encode())
+    env = dict(os.environ)
+    path, code = find_program(argv[0], env)
+    try:
+        os.chdir(conf.get("cwd", "/"))
+        if path is None:
+            raise OSError(f"{argv[0]}: {'not found' if code == 127 else 'not executable'}")
+        pid = os.posix_spawn(path, argv, env, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
+    except OSError as exc:
+        write_all(2, f"ringfence: cannot start the server: {exc}\n".encode())
+        return 126
+    status = 0
+    while True:  # PID 1 reaps every orphan until the server itself exits
+        try:
+            got, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if got == pid:
+            break
+    kill_all(_SIGKILL)
+    reap_all()
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
 def main(args: list[str]) -> int:
+    if args and args[0] == "exec":
+        return run_exec(args[1:])
     fd = int(args[0])
     conf: dict[str, str] = {}
     writable: list[str] = []

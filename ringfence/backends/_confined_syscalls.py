@@ -19,16 +19,19 @@ __all__ = [
     "apply_rlimits",
     "apply_seccomp",
     "check_landlock",
+    "descendants",
     "describe_landlock",
     "drop_capabilities",
     "drop_privileges",
     "fail",
+    "find_program",
     "install_filter",
     "install_seccomp",
     "landlock_ruleset",
     "libc",
     "prctl",
     "read_all",
+    "reap_all",
     "restrict_self",
     "seccomp_fprog",
 ]
@@ -268,3 +271,59 @@ def seccomp_fprog(program: bytes) -> tuple[ctypes.Structure, object]:
 fail = _fail
 prctl = _prctl
 install_filter = _install_filter
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def descendants() -> list[int]:
+    """Live (not zombie) descendants of this process, from ``/proc/*/stat``."""
+    me = os.getpid()
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        state, ppid = data[data.rindex(b")") + 2 :].split()[:2]
+        if state != b"Z":
+            parent[int(name)] = int(ppid)
+    out = []
+    for pid in parent:
+        up, hops = parent[pid], 0
+        while up not in (me, 0, 1) and up in parent and hops < 4096:
+            up, hops = parent[up], hops + 1
+        if up == me and pid != me:
+            out.append(pid)
+    return out
+
+
+def reap_all() -> None:
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def find_program(name: str, env: dict[str, str]) -> tuple[str | None, int]:
+    """What a shell would execute for ``name``: (path, 0), or (None, 127 not found / 126)."""
+    if "/" in name:
+        candidates = [name]
+    else:
+        candidates = [os.path.join(d or ".", name) for d in env.get("PATH", os.defpath).split(":")]
+    code = 127
+    for path in candidates:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_mode & 0o170000) == 0o100000 and os.access(path, os.X_OK):
+            return path, 0
+        code = 126
+    return None, code

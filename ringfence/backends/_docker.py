@@ -48,6 +48,15 @@ check on the host (see ``ringfence.backends._tool``): ``nosuid`` is not
 available for bind mounts through the Engine API, and it would only stop
 ``exec`` through the container's mount, not clear the bit on the host's file.
 
+Change sets (``SessionSpec.change_sets``): the roots are mounted read-only (as a
+whole: no ``readonly_paths`` mounts; a root someone else owns as an id-mapped view,
+:mod:`._idmap`), a host directory per session (:mod:`._dockerupper`) at
+``/.rf-uppers``, and :mod:`._dockerseccomp`'s profile. Each command runs under
+:func:`._dockershell.overlay_wrapper`: an overlay per root in a fresh user and mount
+namespace, the uppers hidden, the command as the container user (not root) in a
+nested user namespace. ``uppers`` name the host directories; the next run (or
+``aclose``) empties them. A failing mount is ``Unavailable``; gVisor is refused.
+
 Non-guarantees: no disk quota: a command can fill the workspace's file
 system (and ``/tmp`` only up to ``tmp_size``); overlay2 on ext4 cannot size a
 bind mount (``storage_opt`` fails there), and a size-limited upper layer is
@@ -59,7 +68,7 @@ supported yet (``Unavailable``).
 
 The supervisor shell itself (its script, the stream frames, the markers) is
 :mod:`ringfence.backends._dockershell`; this module is the session around it.
-Its 600 lines on purpose: options, the container's hardened creation, and the
+Its 620 lines on purpose: the container's hardened creation and the
 session's one lifecycle (start, recover, replace, stop a command) read as one
 state machine; splitting them would scatter it.
 """
@@ -68,12 +77,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +90,18 @@ import trio
 from docker.types import Mount
 
 from ..runtime import InvalidArguments, ToolError, Unavailable
+from . import _dockerupper as upper
 from ._dockerapi import connect_docker, docker_call, image_missing, map_docker_errors
-from ._dockershell import CommandOutput, Supervisor, attach
-from ._images import resolve_image
+from ._dockeroptions import DockerOptions, parse_user
+from ._dockerseccomp import security_opt as change_set_seccomp
+from ._dockershell import (
+    OVERLAY_FAILED,
+    CommandOutput,
+    Supervisor,
+    attach,
+    overlay_unavailable,
+    overlay_wrapper,
+)
 from ._output import Capture
 from ._types import (
     Command,
@@ -106,8 +122,6 @@ __all__ = [
 ]
 
 CONTAINER_LABEL = "ringfence"
-IMAGE_VARIABLE = "RINGFENCE_DOCKER_IMAGE"
-DEFAULT_IMAGE = "debian"
 CONTAINER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {
     "PATH": CONTAINER_PATH.split("=", 1)[1],
@@ -118,89 +132,6 @@ BASE_ENV = {
 # How long stopping a command may take beyond the grace period before the
 # container is replaced instead.
 _KILL_ROUND_TRIP = 5.0
-_SIZE = re.compile(r"^\d+[bkmg]?$", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class DockerOptions:
-    """Backend-specific options (``SessionSpec.options``), checked before anything starts.
-
-    ``image``: a recipe name (``busybox``, ``debian``) or an image reference;
-    default ``$RINGFENCE_DOCKER_IMAGE`` or ``debian``. ``memory`` (memory and
-    swap together) and ``tmp_size``: ``512m``-style sizes. ``cpus``: a
-    fraction of CPUs. ``pids``: the pids limit. ``user``: ``uid:gid`` for
-    commands (never 0). ``base_url``: the daemon (default ``DOCKER_HOST``).
-    ``runtime``: an OCI runtime registered with the daemon, e.g. ``runsc``
-    (gVisor: an application kernel between commands and the host's); a
-    runtime the daemon does not have is ``unavailable``.
-    """
-
-    image: str
-    memory: str = "512m"
-    cpus: float = 1.0
-    pids: int = 256
-    tmp_size: str = "64m"
-    user: str | None = None
-    base_url: str | None = None
-    runtime: str | None = None
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> DockerOptions:
-        known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url", "runtime"}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise InvalidArguments(
-                f"unknown docker backend option(s) {unknown}; known: {sorted(known)}",
-                field="options",
-            )
-        image = options.get("image") or os.environ.get(IMAGE_VARIABLE) or DEFAULT_IMAGE
-        opts = cls(
-            image=resolve_image(str(image)),
-            memory=str(options.get("memory", cls.memory)),
-            cpus=options.get("cpus", cls.cpus),
-            pids=options.get("pids", cls.pids),
-            tmp_size=str(options.get("tmp_size", cls.tmp_size)),
-            user=options.get("user"),
-            base_url=options.get("base_url"),
-            runtime=options.get("runtime"),
-        )
-        for name in ("memory", "tmp_size"):
-            if not _SIZE.match(getattr(opts, name)):
-                raise InvalidArguments(
-                    f"{name} must be a size like 512m, not {getattr(opts, name)!r}",
-                    field=f"options.{name}",
-                )
-        if isinstance(opts.cpus, bool) or not isinstance(opts.cpus, int | float) or opts.cpus <= 0:
-            raise InvalidArguments(
-                f"cpus must be positive, not {opts.cpus!r}", field="options.cpus"
-            )
-        if isinstance(opts.pids, bool) or not isinstance(opts.pids, int) or opts.pids < 8:
-            raise InvalidArguments(
-                f"pids must be an integer of at least 8, not {opts.pids!r}", field="options.pids"
-            )
-        if opts.user is not None:
-            _parse_user(opts.user)
-        if opts.runtime is not None and not (
-            isinstance(opts.runtime, str) and re.fullmatch(r"[A-Za-z0-9][\w.-]*", opts.runtime)
-        ):
-            raise InvalidArguments(
-                f"runtime must be a runtime's name such as 'runsc', not {opts.runtime!r}",
-                field="options.runtime",
-            )
-        return opts
-
-
-def _parse_user(user: str) -> tuple[int, int]:
-    m = re.fullmatch(r"(\d+):(\d+)", str(user))
-    if not m:
-        raise InvalidArguments(f"user must be numeric uid:gid, not {user!r}", field="options.user")
-    uid, gid = int(m.group(1)), int(m.group(2))
-    if uid == 0:
-        raise InvalidArguments(
-            "commands never run as root in the docker backend (user uid 0 refused)",
-            field="options.user",
-        )
-    return uid, gid
 
 
 async def start_docker(spec: SessionSpec) -> DockerSession:
@@ -237,11 +168,23 @@ class DockerSession:
         self._container: Any = None
         self._shell: Supervisor | None = None
         self._roots = _map_roots(spec.roots)
-        self._mounts = _mounts(self._roots, spec.readonly_paths) + [
+        self._mounts = _mounts(self._roots, spec.readonly_paths, spec.change_sets) + [
             Mount(target, str(host), type="bind", read_only=ro)
             for host, target, ro in spec.extra_mounts
         ]
-        self._user = opts.user or _default_user(spec.roots)
+        given = parse_user(opts.user)[0] if opts.user else None
+        forced = upper.change_set_user(given) if spec.change_sets else None
+        self._user = forced or opts.user or _default_user(spec.roots)
+        self._uppers: upper.SessionUppers | None = None
+        self._overlay: str | None = None
+        if spec.change_sets:
+            uid, gid = parse_user(self._user)
+            self._uppers = upper.SessionUppers(
+                self.session_id, [r for r, _ in self._roots], (uid, gid), upper.uppers_base()
+            )
+            self._mounts.append(
+                Mount(upper.CONTAINER_DIR, str(self._uppers.mount_source), type="bind")
+            )
         self._base_env = {**BASE_ENV}
         for name in spec.passthrough_env:
             if name in os.environ:
@@ -258,6 +201,17 @@ class DockerSession:
     def user(self) -> str:
         """The ``uid:gid`` commands run as."""
         return self._user
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """For the ``backend_started`` event: a container, its image and OCI runtime."""
+        return {
+            "confined": True,
+            "sandbox": "docker",
+            "network": self._spec.network,
+            "image": self._opts.image,
+            "runtime": self._opts.runtime or "default",
+        }
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**self._base_env, **check_env(env)}
@@ -359,6 +313,8 @@ class DockerSession:
                 with contextlib.suppress(Exception):
                     await trio.to_thread.run_sync(self._client.close)
                 self._client = None
+            if self._uppers is not None:
+                await trio.to_thread.run_sync(self._uppers.remove)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -383,10 +339,18 @@ class DockerSession:
                     "runsc, register it in /etc/docker/daemon.json and reload dockerd "
                     "(`ringfence doctor` shows how)"
                 )
+        if self._uppers is not None and self._opts.runtime == "runsc":
+            raise Unavailable(upper.GVISOR_REFUSAL)
         with contextlib.suppress(Exception):
             await trio.to_thread.run_sync(remove_stale_containers, self._client)
+        if self._uppers is not None:
+            await trio.to_thread.run_sync(self._uppers.create)
+            for i, view in self._uppers.lowers.items():  # first the roots, in order
+                self._mounts[i] = Mount(self._roots[i][1], str(view), type="bind", read_only=True)
         await self._create_container()
         await self._start_supervisor()
+        if self._uppers is not None and self._roots:  # fail closed here, not at the first call
+            await self.run(["true"], cwd=self._roots[0][0], env={}, timeout=30, output_cap=4096)
 
     async def _create_container(self) -> None:
         client = self._client
@@ -408,7 +372,8 @@ class DockerSession:
                 f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
             },
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges:true"],
+            security_opt=["no-new-privileges:true"]
+            + ([change_set_seccomp()] if self._uppers is not None else []),
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777"},
             network_mode="bridge" if self._spec.network else "none",
@@ -426,7 +391,16 @@ class DockerSession:
     async def _start_supervisor(self) -> None:
         client, container = self._client, self._require_container()
         assert client is not None
-        self._shell = await Supervisor.start(client, container.id, self._user)
+        self._shell = await Supervisor.start(
+            client, container.id, self._user, overlay=self._uppers is not None
+        )
+        if self._uppers is not None:
+            uid, gid = parse_user(self._user)
+            layers = [
+                (target, *self._uppers.container_dirs(i))
+                for i, (_, target) in enumerate(self._roots)
+            ]
+            self._overlay = overlay_wrapper(layers, upper.CONTAINER_DIR, uid, gid, self._shell)
 
     async def _recover(self) -> None:
         """Bring the session back after its supervisor died: new shell, or new container."""
@@ -485,8 +459,11 @@ class DockerSession:
         run = CommandOutput(secrets.token_hex(12), out, err)
         started = time.monotonic()
         timed_out = False
+        if self._uppers is not None:
+            # The previous command's writes were the caller's to read until now.
+            await trio.to_thread.run_sync(self._uppers.empty)
         try:
-            await shell.send(shell.script(run.token, argv, where, env))
+            await shell.send(shell.script(run.token, argv, where, env, self._overlay))
             with trio.move_on_after(timeout) as deadline:
                 await shell.read_until_done(run)
             if deadline.cancelled_caught:
@@ -510,12 +487,16 @@ class DockerSession:
                 "commands as 65534; make it readable or pass the user option)",
                 field="cwd",
             )
+        if self._uppers is not None:
+            await trio.to_thread.run_sync(self._uppers.check)
         exit_code = int(run.status) if run.done and run.status.isdigit() else None
         sig = exit_code - 128 if exit_code is not None and 128 < exit_code < 128 + 65 else None
         if timed_out and exit_code is None:
             exit_code, sig = 137, 9
         o = out.finish(output_cap, self._spec.spool_dir, redact)
         e = err.finish(output_cap, self._spec.spool_dir, redact)
+        if self._uppers is not None and exit_code == 125 and OVERLAY_FAILED in e.text:
+            raise overlay_unavailable(e.text)
         return ShellResult(
             exit_code=exit_code,
             signal=sig,
@@ -530,6 +511,7 @@ class DockerSession:
             stderr_spool=e.spool_path,
             timed_out=timed_out,
             session_restarted=restarted,
+            uppers=self._uppers.uppers() if self._uppers is not None else (),
         )
 
     async def _stop(self, run: CommandOutput) -> bool:
@@ -584,8 +566,12 @@ def _map_roots(roots: Sequence[Path]) -> list[tuple[Path, str]]:
     return mapped
 
 
-def _mounts(roots: list[tuple[Path, str]], readonly: Sequence[Path]) -> list[Mount]:
-    mounts = [Mount(target, str(root), type="bind", read_only=False) for root, target in roots]
+def _mounts(
+    roots: list[tuple[Path, str]], readonly: Sequence[Path], change_sets: bool = False
+) -> list[Mount]:
+    # Under change sets a root is an overlay's lower layer, read-only as a whole; a mount
+    # below it (locked in the command's namespace) would keep the overlay from using it.
+    mounts = [Mount(t, str(root), type="bind", read_only=change_sets) for root, t in roots]
     for path in readonly:
         resolved = Path(path).resolve()
         if not resolved.exists():
@@ -593,7 +579,10 @@ def _mounts(roots: list[tuple[Path, str]], readonly: Sequence[Path]) -> list[Mou
         for root, target in roots:
             if resolved != root and resolved.is_relative_to(root):
                 rel = resolved.relative_to(root).as_posix()
-                mounts.append(Mount(f"{target}/{rel}", str(resolved), type="bind", read_only=True))
+                if not change_sets:
+                    mounts.append(
+                        Mount(f"{target}/{rel}", str(resolved), type="bind", read_only=True)
+                    )
                 break
         else:
             raise InvalidArguments(
@@ -613,7 +602,10 @@ def _default_user(roots: Sequence[Path]) -> str:
 
 
 def remove_stale_containers(client: docker.DockerClient) -> int:
-    """Remove ringfence containers whose owning process on this host is gone. Blocking."""
+    """Remove ringfence containers whose owning process on this host is gone. Blocking.
+
+    Their change-set directories go with them (:func:`._dockerupper.remove_session_dirs`).
+    """
     host = socket.gethostname()
     removed = 0
     with map_docker_errors():
@@ -627,4 +619,5 @@ def remove_stale_containers(client: docker.DockerClient) -> int:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 container.remove(force=True)
                 removed += 1
+            upper.remove_session_dirs(container.labels.get(f"{CONTAINER_LABEL}.session", ""))
     return removed

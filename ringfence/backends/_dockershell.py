@@ -30,7 +30,15 @@ from ..runtime import ToolError, Unavailable
 from ._dockerapi import map_docker_errors
 from ._output import Capture
 
-__all__ = ["CommandOutput", "Supervisor", "attach", "quote"]
+__all__ = [
+    "OVERLAY_FAILED",
+    "CommandOutput",
+    "Supervisor",
+    "attach",
+    "overlay_unavailable",
+    "overlay_wrapper",
+    "quote",
+]
 
 _HEADER = struct.Struct(">BxxxL")
 _READ_SIZE = 65536
@@ -162,6 +170,77 @@ def attach(
     return exec_id, trio.socket.from_stdlib_socket(mine)
 
 
+OVERLAY_FAILED = "ringfence: the change-set overlay could not be set up"
+
+
+_WAIT_FOR_MAP = "until read _ </proc/self/gid_map; do :; done 2>/dev/null; "
+
+
+def overlay_wrapper(
+    layers: Sequence[tuple[str, str, str]], hidden: str, uid: int, gid: int, shell: Supervisor
+) -> str:
+    """The script a command runs under in change-set mode (``sh -c SCRIPT rf CWD INNER ENV… ARGV…``).
+
+    It runs as root of a fresh user namespace (``unshare -Urm``: the
+    container user mapped to 0) in a fresh mount namespace, and:
+
+    1. mounts an overlay on each root's container path (``layers``: target,
+       upper, work), the read-only root its lower layer;
+    2. covers ``hidden`` (where the upper directories are mounted) with an
+       empty read-only tmpfs, so the command reaches its writes only through
+       the overlay;
+    3. enters ``CWD`` again (now on the overlay) and starts the command in a
+       *nested* user namespace where the container user is mapped to itself
+       (``uid``/``gid``): the command is not root there, has no capabilities,
+       and cannot unmount or remount what step 1 and 2 mounted (they belong to
+       the outer namespace). It waits there until its map is written.
+
+    Any failure prints :data:`OVERLAY_FAILED` and exits 125 before the
+    command runs; the command never runs on the plain root.
+    """
+    fail = f'{{ echo {quote(OVERLAY_FAILED)}: "$1" >&2; exit 125; }}'
+    mount = quote(shell.mount)
+    lines = [f"__rf_f() {fail}"]
+    for target, upper, work in layers:
+        # userxattr: opaque directories as user.overlay.opaque; a user namespace cannot set
+        # trusted.* xattrs (without it, removing a lower directory fails with EIO). No
+        # redirects, no metacopy, whatever the kernel's defaults: a renamed directory is
+        # copied up whole and every file's data is in the upper (what changes_from_upper reads).
+        opts = (
+            f"lowerdir={target},upperdir={upper},workdir={work},"
+            "userxattr,redirect_dir=nofollow,metacopy=off"
+        )
+        lines.append(
+            f"{mount} -t overlay overlay -o {quote(opts)} {quote(target)} || __rf_f 'mount {target}'"
+        )
+    lines += [
+        f"{mount} -t tmpfs -o ro,mode=0,size=4k rf {quote(hidden)} || __rf_f 'hide {hidden}'",
+        'cd "$1" || __rf_f cwd',
+        "__rf_i=$2; shift 2",
+        # The command waits (a builtin read, no fork) until its gid map exists, then
+        # exports its variables (each its own argument) and becomes the command.
+        f'{quote(shell.unshare)} -U /bin/sh -c "$__rf_i" rf "$@" &',
+        "__rf_c=$!",
+        # Fails until the child has its own namespace (the outer map is written once).
+        f'until echo "{uid} 0 1" 2>/dev/null >/proc/$__rf_c/uid_map; do '
+        "kill -0 $__rf_c 2>/dev/null || __rf_f 'user namespace'; done",
+        f'echo deny >/proc/$__rf_c/setgroups && echo "{gid} 0 1" >/proc/$__rf_c/gid_map '
+        "|| __rf_f 'group map'",
+        "wait $__rf_c",
+    ]
+    return "\n".join(lines)
+
+
+def overlay_unavailable(stderr: str) -> Unavailable:
+    """The error for a command whose overlay could not be set up (it did not run)."""
+    return Unavailable(
+        f"{stderr.strip()}; the command did not run. Change sets need an overlay in a user "
+        "namespace inside the container: Linux 5.11 or newer, unprivileged user namespaces "
+        "(on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0) and no AppArmor "
+        "profile denying mount"
+    )
+
+
 class Supervisor:
     """The attached ``sh`` that runs a session's commands. Owns the socket."""
 
@@ -170,11 +249,16 @@ class Supervisor:
         self._fd = sock.fileno()
         self.pid = pid
         self.setsid = setsid
+        self.unshare = ""
+        self.mount = ""
         self.dead = False
         self._buffer = b""
 
     @classmethod
-    async def start(cls, client: docker.DockerClient, container_id: str, user: str) -> Supervisor:
+    async def start(
+        cls, client: docker.DockerClient, container_id: str, user: str, *, overlay: bool = False
+    ) -> Supervisor:
+        """Start the shell; with ``overlay`` it must also find ``unshare`` and ``mount``."""
         with map_docker_errors():
             _exec_id, sock = await trio.to_thread.run_sync(
                 attach, client, container_id, ["env", "-i", "/bin/sh"], user, None
@@ -187,12 +271,13 @@ class Supervisor:
         preamble = (
             "trap '__rf_k=1; kill -TERM -1 2>/dev/null' USR1; "
             "trap '__rf_k=1; kill -KILL -1 2>/dev/null' USR2; "
-            "__rf_s=$(command -v setsid); "
+            "__rf_s=$(command -v setsid); __rf_u=$(command -v unshare); __rf_m=$(command -v mount); "
             # Whether a process of this uid other than the supervisor is left (zombies count;
             # `kill -0 -1` cannot tell: it succeeds whenever any other process exists).
             '__rf_left() { for __rf_d in /proc/[0-9]*; do [ "${__rf_d#/proc/}" != $$ ] && '
             '[ -O "$__rf_d" ] && return 0; done; return 1; }; '
-            f"printf '%s%s %s\\n' {quote(ready.decode())} $$ \"$__rf_s\"; "
+            f"printf '%s%s s=%s u=%s m=%s\\n' {quote(ready.decode())} $$ \"$__rf_s\" "
+            '"$__rf_u" "$__rf_m"; '
             f"printf '%s\\n' {quote(ready.decode())} >&2\n"
         )
         probe_out = Capture("stdout", None)
@@ -212,24 +297,51 @@ class Supervisor:
                 f"the sandbox shell did not start in the container (got {probe.status!r}); "
                 "the image needs /bin/sh and env"
             )
-        # An absolute path, or a bare name when busybox runs its own applets (standalone shell).
-        if len(fields) != 2:
+        # Absolute paths, or bare names when busybox runs its own applets (standalone shell).
+        tools = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
+        needed = {"s": "setsid"} | ({"u": "unshare", "m": "mount"} if overlay else {})
+        missing = [name for key, name in needed.items() if not tools.get(key)]
+        if missing:
             await shell.close(graceful=False)
             raise Unavailable(
-                "the sandbox image has no setsid (util-linux or busybox); "
-                "use a ringfence image (`ringfence images build busybox`)"
+                f"the sandbox image has no {' or '.join(missing)} (util-linux or busybox)"
+                + ("; change sets need both to mount the overlay" if overlay else "")
+                + "; use a ringfence image (`ringfence images build busybox`)"
             )
-        shell.pid, shell.setsid = int(fields[0]), fields[1]
+        shell.pid, shell.setsid = int(fields[0]), tools["s"]
+        shell.unshare, shell.mount = tools.get("u", ""), tools.get("m", "")
         return shell
 
-    def script(self, token: str, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> str:
-        """One line of shell that runs ``argv`` and prints the marker with its status."""
+    def script(
+        self,
+        token: str,
+        argv: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        overlay: str | None = None,
+    ) -> str:
+        """One line of shell that runs ``argv`` and prints the marker with its status.
+
+        With ``overlay`` (a script from :func:`overlay_wrapper`) the command
+        runs under it, and its environment is set only at its final ``exec``,
+        so nothing it is given (``PATH``, ``IFS``) steers the wrapper.
+        """
         marker = quote(f"__rf{token}__")
-        assigns = " ".join(f"{k}={quote(v)}" for k, v in env.items())
         words = " ".join(quote(a) for a in argv)
+        if overlay is None:
+            assigns = " ".join(f"{k}={quote(v)}" for k, v in env.items())
+            job = f"{assigns} {quote(self.setsid)} {words}"
+        else:
+            # The variables are arguments, exported one by one: no value is ever parsed.
+            inner = _WAIT_FOR_MAP + 'export "$1"; shift; ' * len(env) + 'exec "$@"'
+            assigns = " ".join(quote(f"{k}={v}") for k, v in env.items())
+            job = (
+                f"{quote(self.setsid)} {quote(self.unshare)} -Urm /bin/sh -c {quote(overlay)} "
+                f"rf {quote(cwd)} {quote(inner)} {assigns} {words}"
+            )
         return (
             f"if cd {quote(cwd)} 2>/dev/null; then "
-            f"{assigns} {quote(self.setsid)} {words} </dev/null & __rf_p=$!; __rf_k=0; "
+            f"{job} </dev/null & __rf_p=$!; __rf_k=0; "
             "wait $__rf_p 2>/dev/null; __rf_r=$?; "
             # A trapped USR1/USR2 interrupts wait; wait again for the command's own status.
             "while [ $__rf_k = 1 ]; do __rf_k=0; wait $__rf_p 2>/dev/null; __rf_r=$?; done; "

@@ -15,6 +15,7 @@ what the backend got wrong. Real processes only; nothing is mocked.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,7 +38,10 @@ GRACE = 0.5
 
 
 class _Ctx:
-    def __init__(self, session: BackendSession, workspace: Path, probe: Probe) -> None:
+    def __init__(
+        self, session: BackendSession, workspace: Path, probe: Probe, change_sets: bool = False
+    ) -> None:
+        self.change_sets = change_sets
         self.session = session
         self.workspace = workspace
         self.probe = probe
@@ -126,17 +130,24 @@ async def streams_incrementally(c: _Ctx) -> None:
     flag = c.workspace / f"go-{c.tag}"
     seen: list[tuple[str, str]] = []
 
+    first_at: list[float] = []
+
     def on_output(stream: str, text: str) -> None:
         seen.append((stream, text))
         if "first" in "".join(t for s, t in seen if s == "stdout"):
+            first_at.append(trio.current_time())
             flag.touch()
 
+    # Under change sets the root is an overlay's lower layer, which must not change while it
+    # is mounted (the command would not see the flag): there the arrival is timed instead.
+    wait = "sleep 1" if c.change_sets else f"while [ ! -e go-{c.tag} ]; do sleep 0.02; done"
     r = await c.run(
-        f"echo first; echo e1 >&2; while [ ! -e go-{c.tag} ]; do sleep 0.02; done; echo second",
-        on_output=on_output,
-        timeout=10,
+        f"echo first; echo e1 >&2; {wait}; echo second", on_output=on_output, timeout=10
     )
+    ended = trio.current_time()
     _check(not r.timed_out, "output was not streamed before the command ended")
+    if c.change_sets:
+        _check(first_at and first_at[0] < ended - 0.5, "output was not streamed before the end")
     _check(r.stdout == "first\nsecond\n", f"stdout {r.stdout!r}")
     _check("".join(t for s, t in seen if s == "stdout") == r.stdout, f"streamed {seen!r}")
     _check("".join(t for s, t in seen if s == "stderr") == "e1\n", f"streamed {seen!r}")
@@ -184,11 +195,21 @@ async def stdin_is_empty(c: _Ctx) -> None:
 
 
 async def nothing_but_files_persists(c: _Ctx) -> None:
-    await c.run(f"echo kept > kept-{c.tag}; export LEAK_{c.tag}=1; cd /")
+    first = await c.run(f"echo kept > kept-{c.tag}; export LEAK_{c.tag}=1; cd /")
     r = await c.run(f'echo "[$LEAK_{c.tag}]"; pwd; cat kept-{c.tag}')
     lines = r.stdout.splitlines()
     _check(lines[0] == "[]", f"an exported variable persisted: {r.stdout!r}")
     _check(lines[1] != "/", "cd persisted between commands")
+    if c.change_sets:
+        # The write is the caller's to merge: in the first command's upper, not in the root,
+        # and gone from the upper once the next command started.
+        _check([u.root for u in first.uppers] == [c.workspace], f"uppers {first.uppers}")
+        upper = first.uppers[0].path
+        _check(not (upper / f"kept-{c.tag}").exists(), "the upper was not emptied by the next run")
+        _check(r.exit_code != 0 and lines[2:] == [], f"an unmerged write was visible: {r}")
+        _check(not (c.workspace / f"kept-{c.tag}").exists(), "a change-set write reached the root")
+        return
+    _check(not first.uppers, f"uppers without change sets: {first.uppers}")
     _check(lines[2:] == ["kept"], f"a file did not persist: {r}")
     _check((c.workspace / f"kept-{c.tag}").read_text() == "kept\n", "the file is not on the host")
 
@@ -266,7 +287,20 @@ async def bad_arguments(c: _Ctx) -> None:
             raise AssertionError(f"{command!r} {kw} was accepted")
 
 
+async def metadata_says_what_the_sandbox_is(c: _Ctx) -> None:
+    """The declared ``metadata``: a JSON-serializable mapping with its three promised keys."""
+    meta = getattr(c.session, "metadata", None)  # a session without it fails here, named
+    _check(isinstance(meta, Mapping), f"metadata is {meta!r}, not a mapping")
+    for key, kind in (("confined", bool), ("sandbox", str), ("network", bool)):
+        _check(isinstance(meta.get(key), kind), f"metadata[{key!r}] is {meta.get(key)!r}")
+    try:
+        json.dumps(dict(meta))
+    except (TypeError, ValueError) as exc:
+        raise AssertionError(f"metadata is not JSON-serializable: {exc}") from None
+
+
 CHECKS: list[Callable[[_Ctx], Awaitable[None]]] = [
+    metadata_says_what_the_sandbox_is,
     exit_codes,
     stdout_and_stderr,
     argv_is_not_shell,
@@ -293,6 +327,7 @@ async def check_backend(
     processes: Probe,
     options: Mapping[str, Any] | None = None,
     spool_dir: Path | None = None,
+    change_sets: bool = False,
 ) -> None:
     """Run every conformance check against one session of the backend ``start`` makes.
 
@@ -300,13 +335,16 @@ async def check_backend(
     0.5 s and ``options``. A host variable with a secret-looking name is set
     while the session starts, to prove it never reaches a command. Ends with
     the close contract: ``aclose`` is idempotent and ``run`` afterwards raises
-    ``trio.ClosedResourceError``.
+    ``trio.ClosedResourceError``. With ``change_sets`` the session is started
+    with ``SessionSpec.change_sets`` and a command's writes must stay in its
+    upper directory until the next command empties it.
     """
     spec = SessionSpec(
         roots=(workspace,),
         kill_grace=GRACE,
         spool_dir=spool_dir or workspace.parent / f"{workspace.name}-spool",
         options=dict(options or {}),
+        change_sets=change_sets,
     )
     previous = os.environ.get(HOST_SECRET)
     os.environ[HOST_SECRET] = "do-not-leak-" + secrets.token_hex(8)
@@ -319,7 +357,7 @@ async def check_backend(
             os.environ[HOST_SECRET] = previous
     os.environ[HOST_SECRET] = "do-not-leak-either"
     try:
-        ctx = _Ctx(session, workspace, processes)
+        ctx = _Ctx(session, workspace, processes, change_sets)
         for check in CHECKS:
             try:
                 await check(ctx)

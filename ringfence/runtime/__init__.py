@@ -14,6 +14,12 @@ from ._approval import (
     TerminalApprover as TerminalApprover,
     default_approver as default_approver,
 )
+from ._calls import (
+    Authorization as Authorization,
+    CallContext as CallContext,
+    NoPublicConstructor as NoPublicConstructor,
+    Outcome as Outcome,
+)
 from ._canonical import canonical_json as canonical_json, digest as digest
 from ._caps import (
     MAX_SPOOL_BYTES as MAX_SPOOL_BYTES,
@@ -55,13 +61,13 @@ from ._intents import (
     load_public_keys as load_public_keys,
     verify_intent as verify_intent,
 )
-from ._kernel import (
-    Authorization as Authorization,
-    CallContext as CallContext,
-    Kernel as Kernel,
-    NoPublicConstructor as NoPublicConstructor,
-    Outcome as Outcome,
-    RulesHandle as RulesHandle,
+from ._judge import PartVerdict as PartVerdict, Policy as Policy, PolicyVerdict as PolicyVerdict
+from ._kernel import Kernel as Kernel, RulesHandle as RulesHandle
+from ._matchers import normalize_path as normalize_path
+from ._mcppolicy import (
+    McpPolicy as McpPolicy,
+    McpServerPolicy as McpServerPolicy,
+    McpStatement as McpStatement,
 )
 from ._plan import Plan as Plan, StagedCall as StagedCall
 from ._policy import (
@@ -74,8 +80,10 @@ from ._policy import (
 )
 from ._policyfile import (
     PolicyFileError as PolicyFileError,
+    PolicyLayers as PolicyLayers,
     cli_rules as cli_rules,
     load_layers as load_layers,
+    load_policy as load_policy,
     load_policy_file as load_policy_file,
     managed_policy_path as managed_policy_path,
 )
@@ -89,15 +97,7 @@ from ._redact import (
     mask_command_args as mask_command_args,
     script_credential_literals as script_credential_literals,
 )
-from ._rules import (
-    PartVerdict as PartVerdict,
-    Policy as Policy,
-    PolicyVerdict as PolicyVerdict,
-    Rule as Rule,
-    RuleError as RuleError,
-    normalize_path as normalize_path,
-    parse_rule as parse_rule,
-)
+from ._rules import Rule as Rule, RuleError as RuleError, parse_rule as parse_rule
 from ._shellwords import ShellParse as ShellParse, parse_command as parse_command
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec
 
@@ -126,6 +126,9 @@ __all__ = [
     "IntentAuthority",
     "InvalidArguments",
     "Kernel",
+    "McpPolicy",
+    "McpServerPolicy",
+    "McpStatement",
     "MemorySink",
     "NoPublicConstructor",
     "NotFound",
@@ -136,6 +139,7 @@ __all__ = [
     "Plan",
     "Policy",
     "PolicyFileError",
+    "PolicyLayers",
     "PolicyVerdict",
     "Posture",
     "Redactor",
@@ -172,6 +176,7 @@ __all__ = [
     "is_secret_name",
     "key_fingerprint",
     "load_layers",
+    "load_policy",
     "load_policy_file",
     "load_public_keys",
     "managed_policy_path",

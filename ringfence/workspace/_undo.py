@@ -20,7 +20,6 @@ import trio
 from ..runtime import CallContext, Consequence, InvalidArguments, Kernel, NotFound, ToolSpec
 from ._changes import Change, ChangeSet, Image, image_at
 from ._checkpoints import CheckpointStore
-from ._merge import merge_changes
 from ._names import escape_name
 from ._resolver import Place
 from ._writer import _current_umask
@@ -125,6 +124,8 @@ def undo(
         if not ids:
             raise NotFound("there is no change set to undo", field="last")
     sets = sorted((store.load(i) for i in ids), key=lambda s: s.id, reverse=True)
+    from ._merge import merge_changes  # the change-set writer, loaded by the first undo
+
     out = []
     for cs in sets:
         report = merge_changes(
@@ -166,6 +167,8 @@ def apply_change_set(
     change set of its own (undoable). Returns ``{"applied", "checkpoint",
     "files", "refused"}``.
     """
+    from ._merge import merge_changes  # the change-set writer, loaded on first use
+
     cs = store.load(set_id)
     report = merge_changes(store.workspace, cs.changes, store, atomic=atomic)
     done = ChangeSet(

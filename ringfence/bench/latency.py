@@ -1,8 +1,10 @@
 """Everyday latency (issue 20): the CLI's start, the file tools' thread hop, serve's file calls.
 
-* ``cli-start``: ``ringfence call read_file`` and ``ringfence --version`` as
-  whole processes against the interpreter's floor, ``python -I -c pass``
-  (goal: the call within 120 ms).
+* ``cli-start``: ``ringfence call read_file --workspace DIR`` and ``ringfence
+  --version``/``--help`` as whole processes against the interpreter's floor,
+  ``python -I -c pass`` (goal: the call within 120 ms), interleaved; plus the
+  floor the call cannot go below, ``import trio`` and one ``trio.run``
+  (informational: the verb runs the kernel on trio).
 * ``workspace-hop``: one ``trio.to_thread.run_sync`` hop against the confined
   reads and listings that now run inline (informational; the thresholds in
   ``ringfence/workspace/_tools.py`` come from it).
@@ -30,9 +32,9 @@ from mcp import Client, StdioServerParameters, stdio_client
 from ringfence.workspace import Workspace
 
 from ._harness import Arm, Samples, SyncArm, interleave, interleave_blocking
+from ._source import ROOT
 from ._suite import Row, Scenario
 
-ROOT = Path(__file__).resolve().parent.parent
 SDK_PEER = Path(__file__).resolve().parent / "peers" / "sdk_files.py"
 NODE_FS = ROOT / "tests" / "npm" / "node_modules" / ".bin" / "mcp-server-filesystem"
 CLI_GOAL_S = 0.120
@@ -48,6 +50,10 @@ def _ringfence_command() -> list[str]:
 
 
 # -- cli-start ---------------------------------------------------------------------------
+
+# What any verb that runs the kernel pays before ringfence's own code: trio's import and loop.
+TRIO = "import trio; trio.run(trio.sleep, 0)"
+ARGS = '{"path": "f.txt"}'
 
 
 async def run_cli(quick: bool) -> list[Row]:
@@ -68,7 +74,10 @@ async def run_cli(quick: bool) -> list[Row]:
                 SyncArm("python -I -c pass", runner([sys.executable, "-I", "-c", "pass"])),
                 SyncArm(
                     "ringfence call read_file",
-                    runner([*rf, "call", "read_file", "--args", '{"path": "f.txt"}']),
+                    runner([*rf, "call", "read_file", "--args", ARGS, "--workspace", tmp]),
+                ),
+                SyncArm(
+                    "python -I: import trio, trio.run", runner([sys.executable, "-I", "-c", TRIO])
                 ),
                 SyncArm("ringfence --version", runner([*rf, "--version"])),
                 SyncArm("ringfence --help", runner([*rf, "--help"])),
@@ -98,6 +107,14 @@ async def run_cli(quick: bool) -> list[Row]:
             None,
         ),
         Row("cli-start", "`ringfence --help`", s["ringfence --help"], floor, "near floor", None),
+        Row(
+            "cli-start",
+            "`import trio` + one `trio.run` (the call's floor)",
+            s["python -I: import trio, trio.run"],
+            floor,
+            "informational",
+            None,
+        ),
     ]
 
 

@@ -1,0 +1,217 @@
+"""The host side of the docker backend's change sets: one upper directory per workspace root.
+
+Layout of a session's directories (``base`` is ``$RINGFENCE_HOME/docker-uppers``)::
+
+    base/<session id>/          the host's; never visible in the container      0700
+    ├─ l<i>/                    root i's id-mapped read-only view, if any (:mod:`._idmap`)
+    └─ c/                       bind-mounted at /.rf-uppers                      host user, 0755
+       └─ <i>/                  one per root, in root order                      host user, 0755
+          ├─ u/                 the overlay's upper directory: Upper.path        container user
+          └─ w/                 its work directory                               container user
+
+The container user owns ``u`` and ``w`` (the overlay in its user namespace
+writes them) but, when ringfence runs as root, not ``c`` or ``<i>``: it
+cannot replace ``u`` by a link that would make the host read something
+else. When ringfence does not run as root the container user *is*
+ringfence's user (it must be, to own ``u``), so :meth:`SessionUppers.check`
+compares every ``u`` with the inode made at the start and refuses a result
+whose upper was replaced. Nothing of the container runs while the host reads
+or empties them: the supervisor kills every process of the container user
+before a command's end marker.
+
+Emptying (:meth:`SessionUppers.empty`) walks by descriptor and never follows
+a link; directories a command left unreadable (mode 000) are opened up
+first, which their owner (or root) may always do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..runtime import InvalidArguments, ToolError
+from ..runtime._files import ringfence_home
+from ._idmap import idmapped_view, unmount
+from ._types import Upper
+
+__all__ = [
+    "CONTAINER_DIR",
+    "GVISOR_REFUSAL",
+    "SessionUppers",
+    "change_set_user",
+    "remove_session_dirs",
+    "uppers_base",
+]
+
+CONTAINER_DIR = "/.rf-uppers"
+GVISOR_REFUSAL = (
+    "change sets need an overlay mounted in a user namespace inside the container, which "
+    "gVisor (runtime runsc) does not allow (no /proc/self/setgroups, mount propagation "
+    "refused); use the default runtime (runc) for change sets"
+)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def uppers_base() -> Path:
+    return ringfence_home() / "docker-uppers"
+
+
+def change_set_user(uid: int | None) -> str | None:
+    """The container user change sets force (None: the usual rule applies).
+
+    The container user must own the upper directories ringfence makes. As
+    root, ringfence gives them to any user; otherwise the user is ringfence's
+    own, and an ``options.user`` with another uid is refused.
+    """
+    if os.geteuid() == 0 or uid == os.geteuid():
+        return None
+    own = f"{os.geteuid()}:{os.getegid()}"
+    if uid is not None:
+        raise InvalidArguments(
+            f"with change sets the container user must be ringfence's own uid ({own}) when "
+            f"ringfence does not run as root (it owns the upper directories), not uid {uid}",
+            field="options.user",
+        )
+    return own
+
+
+@dataclass(frozen=True)
+class _Made:
+    root: Path
+    path: Path
+    dev: int
+    ino: int
+
+
+class SessionUppers:
+    """The upper and work directories of one docker session (see the module docstring)."""
+
+    def __init__(
+        self, session_id: str, roots: Sequence[Path], owner: tuple[int, int], base: Path
+    ) -> None:
+        self.top = base / session_id
+        self.mount_source = self.top / "c"
+        self._roots = tuple(roots)
+        self._owner = owner
+        self._made: list[_Made] = []
+        self.lowers: dict[int, Path] = {}  # root index -> its id-mapped view, where one was made
+        for root in self._roots:
+            if base.resolve() == root or base.resolve().is_relative_to(root):
+                raise InvalidArguments(
+                    f"the change-set directories ({base}) would be inside the workspace root "
+                    f"{root}; set RINGFENCE_HOME outside the workspace",
+                    field="roots",
+                )
+
+    def container_dirs(self, i: int) -> tuple[str, str]:
+        """``(upper, work)`` of root ``i`` as the container sees them."""
+        return f"{CONTAINER_DIR}/{i}/u", f"{CONTAINER_DIR}/{i}/w"
+
+    def create(self) -> None:
+        """Make the directories (blocking). Raises ToolError when they cannot be made."""
+        try:
+            self.top.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.top.mkdir(mode=0o700)
+            self.mount_source.mkdir(mode=0o755)
+            for i, root in enumerate(self._roots):
+                here = self.mount_source / str(i)
+                here.mkdir(mode=0o755)
+                for name in ("u", "w"):
+                    (here / name).mkdir(mode=0o755)
+                    if os.geteuid() == 0:
+                        os.chown(here / name, *self._owner)
+                st = os.lstat(here / "u")
+                self._made.append(_Made(root, here / "u", st.st_dev, st.st_ino))
+                owned = os.stat(root)
+                if owned.st_uid != self._owner[0]:
+                    # Someone else's root (root's, on CI): the overlay could copy nothing up.
+                    view = self.top / f"l{i}"
+                    view.mkdir(mode=0o700)
+                    if idmapped_view(root, view, (owned.st_uid, owned.st_gid), self._owner):
+                        self.lowers[i] = view
+        except OSError as exc:
+            raise ToolError(
+                f"cannot make the change-set directories under {self.top}: {exc}"
+            ) from None
+
+    def uppers(self) -> tuple[Upper, ...]:
+        return tuple(Upper(m.root, m.path) for m in self._made)
+
+    def check(self) -> None:
+        """Refuse (ToolError) when a command replaced an upper directory (see the docstring)."""
+        for made in self._made:
+            try:
+                st = os.lstat(made.path)
+            except OSError as exc:
+                raise ToolError(f"the upper directory {made.path} is gone ({exc})") from None
+            if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != (made.dev, made.ino):
+                raise ToolError(
+                    f"the command replaced its upper directory {made.path}; its writes "
+                    "were not kept"
+                )
+
+    def empty(self) -> None:
+        """Empty every upper and work directory (blocking; links are removed, never followed)."""
+        for made in self._made:
+            for path in (made.path, made.path.parent / "w"):
+                try:
+                    fd = os.open(path, _DIR)
+                except OSError:
+                    continue  # replaced or gone: check() reports it
+                try:
+                    _empty(fd)
+                finally:
+                    os.close(fd)
+
+    def remove(self) -> None:
+        """Remove everything (blocking, best effort); see :func:`remove_session_dirs`."""
+        remove_session_dirs(self.top.name, self.top.parent)
+
+
+def remove_session_dirs(session_id: str, base: Path | None = None) -> None:
+    """Remove a session's directories (blocking, best effort), a stale one's too.
+
+    The views are unmounted, never emptied: a view still mounted keeps its
+    directory (``rmdir`` fails), and the workspace it shows is left intact.
+    """
+    if not re.fullmatch(r"[0-9a-f]{6,64}", session_id):
+        return
+    top = (base or uppers_base()) / session_id
+    with contextlib.suppress(OSError):
+        fd = os.open(top / "c", _DIR)
+        try:
+            _empty(fd)
+        finally:
+            os.close(fd)
+        os.rmdir(top / "c")
+    with contextlib.suppress(OSError):
+        for view in top.glob("l*"):
+            unmount(view)
+            view.rmdir()
+        top.rmdir()
+
+
+def _empty(fd: int) -> None:
+    dev = os.fstat(fd).st_dev
+    for name in os.listdir(fd):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if st.st_dev != dev:
+            # A mount point (a view still mounted): never descend into the workspace.
+            raise OSError(f"{name} is a mount point; not emptied")
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=fd)
+            continue
+        if st.st_mode & 0o700 != 0o700:
+            # lstat said directory and nothing else runs: chmod cannot be redirected.
+            os.chmod(name, 0o700, dir_fd=fd)
+        sub = os.open(name, _DIR, dir_fd=fd)
+        try:
+            _empty(sub)
+        finally:
+            os.close(sub)
+        os.rmdir(name, dir_fd=fd)
