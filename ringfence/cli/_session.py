@@ -57,6 +57,20 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         help="the local backend's confinement: strict (default: every layer or refuse) or "
         "best-effort (apply what this machine offers; the gaps are recorded in events)",
     )
+    parser.add_argument(
+        "--no-change-sets",
+        dest="change_sets",
+        action="store_false",
+        default=None,
+        help="let run_shell write the workspace directly (default for the local backend: each "
+        "command's writes are merged as an undoable change set; run_shell is then reversible)",
+    )
+    parser.add_argument(
+        "--refuse-whole-change-set",
+        action="store_true",
+        help="refuse a command's whole change set when any entry is refused (default: merge "
+        "the rest)",
+    )
     if dry_run:
         parser.add_argument(
             "--dry-run",
@@ -207,6 +221,8 @@ def kernel_from_args(
         # read before create_kernel opens anything: a bad policy file refuses the session
         policy=policy_from_args(args),
         event_observer=observer,
+        change_sets=getattr(args, "change_sets", None),
+        merge_refused=not getattr(args, "refuse_whole_change_set", False),
     )
     if mcp_options and "elicitor" in mcp_options:
         kernel.extensions[ELICITOR_KEY] = mcp_options["elicitor"]  # its notes become warnings
