@@ -58,6 +58,15 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         "best-effort (apply what this machine offers; the gaps are recorded in events)",
     )
     parser.add_argument(
+        "--change-sets",
+        dest="change_sets",
+        action="store_true",
+        default=None,
+        help="keep run_shell's writes off the workspace and merge each command's as an undoable "
+        "change set (default for the local backend; opt-in for docker, where each command pays "
+        "an overlay mount)",
+    )
+    parser.add_argument(
         "--no-change-sets",
         dest="change_sets",
         action="store_false",
