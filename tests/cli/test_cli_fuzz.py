@@ -10,7 +10,11 @@ test's directory (inputs, workspace, manifests) was created, changed or removed.
 The calls go through ``ringfence.cli._main.main`` in-process: the same parser and
 the same exception boundary as the installed command (``RINGFENCE_DEBUG`` unset,
 so a genuine bug would show up here as an "unexpected error" line, which fails
-the culprit check).
+the culprit check). The (sub)commands come from the real parser: one without a
+case here fails :func:`test_every_command_has_bad_input_cases`. ``serve`` must
+refuse before it serves: its serving functions are replaced by a tripwire, so a
+case that got that far fails as an "unexpected error" instead of taking over
+the test's stdin/stdout.
 """
 
 from __future__ import annotations
@@ -18,11 +22,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cli_helpers import isolated  # noqa: F401  (autouse fixture)
+from cli_helpers import (
+    isolated,  # noqa: F401  (autouse fixture)
+    uncovered,
+)
 
 from ringfence.cli._main import main
 
@@ -39,6 +47,7 @@ class Inputs:
     empty: Path
     ws: Path
     manifest: Path
+    repo: Path
 
     def fill(self, text: str) -> str:
         return text.format(
@@ -49,6 +58,7 @@ class Inputs:
             empty=self.empty,
             ws=self.ws,
             manifest=self.manifest,
+            repo=self.repo,
             huge=HUGE,
         )
 
@@ -69,8 +79,26 @@ def inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Inputs:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     manifest = tmp_path / "mcp.toml"
-    manifest.write_text('[[server]]\nname = "keep"\ntransport = "stdio"\ncommand = "/bin/true"\n')
-    return Inputs(tmp_path, tmp_path / "missing.file", adir, binary, badjson, empty, ws, manifest)
+    manifest.write_text(
+        '[[server]]\nname = "keep"\ntransport = "stdio"\ncommand = "/bin/true"\n\n'
+        '[[server]]\nname = "cc"\ntransport = "http"\nurl = "https://mcp.example.com/mcp"\n'
+        'auth = "oauth"\noauth_grant = "client_credentials"\nclient_id = "x"\n'
+        'client_secret_env = "CC_SECRET"\n\n'
+        '[[server]]\nname = "oa"\ntransport = "http"\nurl = "https://mcp.example.com/mcp"\n'
+        'auth = "oauth"\n'
+    )
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+
+    def tripwire(*args: object, **kwargs: object) -> None:
+        raise AssertionError("serve got past its checks and started serving")
+
+    monkeypatch.setattr("ringfence.serve.serve_stdio", tripwire)
+    monkeypatch.setattr("ringfence.serve.serve_http", tripwire)
+    return Inputs(
+        tmp_path, tmp_path / "missing.file", adir, binary, badjson, empty, ws, manifest, repo
+    )
 
 
 # ``mcp add`` of a stdio server, up to the manifest path.
@@ -123,6 +151,8 @@ CASES: list[tuple[list[str], str]] = [
     (["events", "show", "{binary}"], "{binary}"),
     (["events", "show", "{badjson}"], "{badjson}"),
     (["events", "show", "{empty}", "--trace", "no_such_trace"], "no_such_trace"),
+    (["events", "show", "{missing}", "--trace", "t"], "{missing}"),
+    (["events", "show", "{empty}", "--trace", "{huge}"], "characters)"),
     # plan
     (["plan", "show", "{missing}"], "{missing}"),
     (["plan", "show", "{dir}"], "{dir}"),
@@ -140,6 +170,34 @@ CASES: list[tuple[list[str], str]] = [
     (["policy", "show", "--policy", "{dir}"], "{dir}"),
     (["policy", "explain", "read_file", "--args", "{{nope", *S], "--args"),
     (["policy", "explain", "read_file", "--args", "@{binary}", *S], "{binary}"),
+    (["policy", "explain", "read_file", "--args", "@{missing}", *S], "{missing}"),
+    (["policy", "explain", "read_file", "--args", "@{dir}", *S], "{dir}"),
+    (["policy", "explain", "read_file", "--args", "[1, 2]", *S], "--args"),
+    (["policy", "explain", "read_file", "--policy", "{badjson}", *S], "{badjson}"),
+    (["policy", "explain", "read_file", "--deny", "run_shell(", *S], "run_shell("),
+    (["policy", "explain", "read_file", "--workspace", "{missing}"], "{missing}"),
+    # checkpoints, undo
+    (["checkpoints", "list", "--workspace", "{missing}"], "{missing}"),
+    (["checkpoints", "list", "--workspace", "{binary}"], "{binary}"),
+    (["checkpoints", "show", "no_such_id", "--workspace", "{ws}"], "no_such_id"),
+    (["checkpoints", "show", "../../etc", "--workspace", "{ws}"], "../../etc"),
+    (["checkpoints", "show", "{huge}", "--workspace", "{ws}"], "characters)"),
+    (["checkpoints", "show", "x", "--workspace", "{missing}"], "{missing}"),
+    (["undo", "no_such_id", *S], "no_such_id"),
+    (["undo", "{huge}", *S], "characters)"),
+    (["undo", "--last", "0", *S], "last"),
+    (["undo", "--last", "{huge}", *S], "--last"),
+    (["undo", "--workspace", "{missing}"], "{missing}"),
+    (["undo", "--events", "{dir}", *S], "{dir}"),
+    # worktree
+    (["worktree", "list", "--workspace", "{missing}"], "{missing}"),
+    (["worktree", "list", "--workspace", "{ws}"], "{ws}"),
+    (["worktree", "diff", "no_such_worktree", "--workspace", "{repo}"], "no_such_worktree"),
+    (["worktree", "diff", "../up", "--workspace", "{repo}"], "../up"),
+    (["worktree", "diff", "x", "--workspace", "{ws}"], "{ws}"),
+    (["worktree", "remove", "no_such_worktree", "--workspace", "{repo}"], "no_such_worktree"),
+    (["worktree", "remove", "{huge}", "--workspace", "{repo}"], "characters)"),
+    (["worktree", "remove", "x", "--workspace", "{binary}"], "{binary}"),
     # mcp
     (["mcp", "list", "--manifest", "{dir}"], "{dir}"),
     (["mcp", "list", "--manifest", "{binary}"], "{binary}"),
@@ -157,6 +215,29 @@ CASES: list[tuple[list[str], str]] = [
     (["mcp", "remove", "no_such_server", "--manifest", "{manifest}"], "no_such_server"),
     (["mcp", "remove", "keep", "--manifest", "{badjson}"], "{badjson}"),
     (["mcp", "inspect", "no_such_server", "--manifest", "{manifest}"], "no_such_server"),
+    (["mcp", "inspect", "keep", "--manifest", "{dir}"], "{dir}"),
+    (["mcp", "inspect", "keep", "--manifest", "{binary}"], "{binary}"),
+    (
+        ["mcp", "inspect", "keep", "--timeout-seconds", "-1", "--manifest", "{manifest}"],
+        "--timeout-seconds",
+    ),
+    (
+        ["mcp", "inspect", "keep", "--timeout-seconds", "nan", "--manifest", "{manifest}"],
+        "--timeout-seconds",
+    ),
+    (
+        ["mcp", "inspect", "keep", "--workspace", "{missing}", "--manifest", "{manifest}"],
+        "{missing}",
+    ),
+    (["mcp", "login", "no_such_server", "--manifest", "{manifest}"], "no_such_server"),
+    (["mcp", "login", "keep", "--no-browser", "--manifest", "{manifest}"], "keep"),
+    (["mcp", "login", "cc", "--no-browser", "--manifest", "{manifest}"], "cc"),
+    (["mcp", "login", "keep", "--manifest", "{badjson}"], "{badjson}"),
+    (["mcp", "login", "oa", "--port", "99999", "--manifest", "{manifest}"], "--port"),
+    (["mcp", "login", "oa", "--port", "{huge}", "--manifest", "{manifest}"], "--port"),
+    (["mcp", "logout", "no_such_server", "--manifest", "{manifest}"], "no_such_server"),
+    (["mcp", "logout", "keep", "--manifest", "{dir}"], "{dir}"),
+    (["mcp", "logout", "{huge}", "--manifest", "{manifest}"], "characters)"),
     (["mcp", "import", "{missing}", "--manifest", "{manifest}"], "{missing}"),
     (["mcp", "import", "{dir}", "--manifest", "{manifest}"], "{dir}"),
     (["mcp", "import", "{binary}", "--manifest", "{manifest}"], "{binary}"),
@@ -166,10 +247,24 @@ CASES: list[tuple[list[str], str]] = [
     (["serve", "--transport", "carrier-pigeon"], "carrier-pigeon"),
     (["serve", "--expose", "no_such_group", *S], "no_such_group"),
     (["serve", "--port", "{huge}"], "--port"),
+    (["serve", "--transport", "http", "--port", "99999", *S], "--port"),
+    (["serve", "--approval-timeout", "-1", *S], "--approval-timeout"),
+    (["serve", "--approval-timeout", "nan", *S], "--approval-timeout"),
+    (["serve", "--headless", "maybe", *S], "maybe"),
+    (["serve", "--policy", "{binary}", *S], "{binary}"),
+    (["serve", "--workspace", "{missing}"], "{missing}"),
+    (["serve", "--expose", "{huge}", *S], "--expose"),
     # images, doctor, bench
     (["images", "build", "no_such_image"], "no_such_image"),
+    (["images", "build", "--no-such-option"], "--no-such-option"),
+    (["images", "list", "no_such_argument"], "no_such_argument"),
     (["doctor", "--backend", "no_such_backend"], "no_such_backend"),
     (["bench", "no_such_scenario"], "no_such_scenario"),
+    (["bench", "{huge}"], "characters)"),
+    (["bench", "--plot", "{dir}", "no_such_scenario"], "no_such_scenario"),
+    (["tools", "list", "--posture", "no_such_posture"], "no_such_posture"),
+    (["run-script", "{empty}", "--timeout", "{huge}", *S], "--timeout"),
+    (["plan", "apply", "{empty}", *S], "{empty}"),
     (["no_such_verb"], "no_such_verb"),
 ]
 
@@ -188,6 +283,10 @@ def snapshot(root: Path) -> dict[str, str]:
 
 def ids() -> list[str]:
     return [" ".join(a[:3]) + f" [{i}]" for i, (a, _) in enumerate(CASES)]
+
+
+def test_every_command_has_bad_input_cases() -> None:
+    assert uncovered(argv for argv, _ in CASES) == []
 
 
 @pytest.mark.parametrize(("template", "culprit"), CASES, ids=ids())
