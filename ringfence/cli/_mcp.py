@@ -33,7 +33,7 @@ from ..mcp_host import (
 )
 from ..mcp_host._manifest import DEFAULT_APPROVED
 from ..runtime import InvalidArguments, is_secret_name, load_policy, mask_command_args
-from ._output import print_ok, print_warnings
+from ._output import envelope, print_json, print_ok, print_warnings
 from ._verbs import add_verb_parser, port_number, positive_seconds
 
 
@@ -523,12 +523,10 @@ async def run_inspect(args: argparse.Namespace) -> int:
     if args.json:
         if report.get("connected"):
             return print_ok(report, True)
-        sys.stdout.write(
-            json.dumps(
-                {"ok": False, "error": report["error"], "report": report}, indent=2, default=str
-            )
-            + "\n"
-        )
+        # The one --json shape: the report goes with the error, under its details.
+        error = report["error"]
+        details = {**(error.get("details") or {}), "report": report}
+        print_json(envelope(False, {**error, "details": details}))
         return 1
     _print_report(report)
     return 0 if report.get("connected") else 1
