@@ -33,7 +33,7 @@ from ..mcp_host import (
 )
 from ..mcp_host._manifest import DEFAULT_APPROVED
 from ..runtime import InvalidArguments, is_secret_name, load_policy, mask_command_args
-from ._output import envelope, print_json, print_ok, print_warnings
+from ._output import envelope, naming_file, print_json, print_ok, print_warnings
 from ._verbs import add_verb_parser, port_number, positive_seconds
 
 
@@ -660,7 +660,8 @@ def import_entry(name: str, entry: dict[str, Any]) -> tuple[ServerConfig, list[s
 async def run_import(args: argparse.Namespace) -> int:
     source = Path(args.file)
     try:
-        data = json.loads(source.read_text(encoding="utf-8"))
+        with naming_file(source):
+            data = json.loads(source.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InvalidArguments(f"no file at {source}", field="file") from None
     except (ValueError, UnicodeDecodeError) as exc:

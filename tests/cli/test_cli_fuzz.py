@@ -35,6 +35,9 @@ from cli_helpers import (
 from ringfence.cli._main import main
 
 HUGE = "z" * 150_000
+# A file that exists and opens but cannot be read, even by root (read at offset 0: EIO).
+# Only ever an input that is read: nothing may open it for writing.
+UNREADABLE = "/proc/self/mem"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Inputs:
             manifest=self.manifest,
             repo=self.repo,
             huge=HUGE,
+            unreadable=UNREADABLE,
         )
 
 
@@ -113,6 +117,8 @@ CASES: list[tuple[list[str], str]] = [
     (["call", "read_file", "--args", "@{missing}", *S], "{missing}"),
     (["call", "read_file", "--args", "@{dir}", *S], "{dir}"),
     (["call", "read_file", "--args", "@{binary}", *S], "{binary}"),
+    (["call", "read_file", "--args", "@{unreadable}", *S], "{unreadable}"),
+    (["call", "read_file", "--policy", "{unreadable}", *S], "{unreadable}"),
     (["call", "read_file", "--args", "@{badjson}", *S], "--args"),
     (["call", "read_file", "--args", '{{"path": "notes.txt", "offset": "{huge}"}}', *S], "offset"),
     (["call", "read_file", "--args", '{{"path": "notes.txt"}}', "--events", "{dir}", *S], "{dir}"),
@@ -136,12 +142,15 @@ CASES: list[tuple[list[str], str]] = [
     (["run-script", "{missing}", *S], "{missing}"),
     (["run-script", "{dir}", *S], "{dir}"),
     (["run-script", "{binary}", *S], "{binary}"),
+    (["run-script", "{unreadable}", *S], "{unreadable}"),
     (["run-script", "{empty}", "--timeout", "-5", *S], "timeout"),
     # events verify / show
     (["events", "verify", "{missing}"], "{missing}"),
     (["events", "verify", "{dir}"], "{dir}"),
     (["events", "verify", "{binary}"], "{binary}"),
     (["events", "verify", "{badjson}"], "{badjson}"),
+    (["events", "verify", "{unreadable}"], "{unreadable}"),
+    (["events", "verify", "{empty}", "--public-key", "{unreadable}"], "{unreadable}"),
     (["events", "verify", "{empty}", "--public-key", "{missing}"], "{missing}"),
     (["events", "verify", "{empty}", "--public-key", "{dir}"], "{dir}"),
     (["events", "verify", "{empty}", "--public-key", "{binary}"], "--public-key"),
@@ -150,6 +159,7 @@ CASES: list[tuple[list[str], str]] = [
     (["events", "show", "{dir}"], "{dir}"),
     (["events", "show", "{binary}"], "{binary}"),
     (["events", "show", "{badjson}"], "{badjson}"),
+    (["events", "show", "{unreadable}"], "{unreadable}"),
     (["events", "show", "{empty}", "--trace", "no_such_trace"], "no_such_trace"),
     (["events", "show", "{missing}", "--trace", "t"], "{missing}"),
     (["events", "show", "{empty}", "--trace", "{huge}"], "characters)"),
@@ -158,15 +168,20 @@ CASES: list[tuple[list[str], str]] = [
     (["plan", "show", "{dir}"], "{dir}"),
     (["plan", "show", "{binary}"], "{binary}"),
     (["plan", "show", "{badjson}"], "{badjson}"),
+    (["plan", "show", "{unreadable}"], "{unreadable}"),
     (["plan", "apply", "{missing}", *S], "{missing}"),
     (["plan", "apply", "{dir}", *S], "{dir}"),
     (["plan", "apply", "{binary}", *S], "{binary}"),
     (["plan", "apply", "{badjson}", *S], "{badjson}"),
+    (["plan", "apply", "{unreadable}", *S], "{unreadable}"),
     # policy
     (["policy", "check", "{missing}"], "{missing}"),
     (["policy", "check", "{dir}"], "{dir}"),
     (["policy", "check", "{binary}"], "{binary}"),
     (["policy", "check", "{badjson}"], "{badjson}"),
+    (["policy", "check", "{unreadable}"], "{unreadable}"),
+    (["policy", "show", "--policy", "{unreadable}"], "{unreadable}"),
+    (["policy", "show", "--policy", "{missing}"], "{missing}"),
     (["policy", "show", "--policy", "{dir}"], "{dir}"),
     (["policy", "explain", "read_file", "--args", "{{nope", *S], "--args"),
     (["policy", "explain", "read_file", "--args", "@{binary}", *S], "{binary}"),
@@ -202,6 +217,7 @@ CASES: list[tuple[list[str], str]] = [
     (["mcp", "list", "--manifest", "{dir}"], "{dir}"),
     (["mcp", "list", "--manifest", "{binary}"], "{binary}"),
     (["mcp", "list", "--manifest", "{badjson}"], "{badjson}"),
+    (["mcp", "list", "--manifest", "{unreadable}"], "{unreadable}"),
     ([*MCP_ADD_STDIO, "{dir}"], "{dir}"),
     ([*MCP_ADD_STDIO, "{binary}"], "{binary}"),
     (
@@ -242,6 +258,7 @@ CASES: list[tuple[list[str], str]] = [
     (["mcp", "import", "{dir}", "--manifest", "{manifest}"], "{dir}"),
     (["mcp", "import", "{binary}", "--manifest", "{manifest}"], "{binary}"),
     (["mcp", "import", "{badjson}", "--manifest", "{manifest}"], "{badjson}"),
+    (["mcp", "import", "{unreadable}", "--manifest", "{manifest}"], "{unreadable}"),
     # serve (each refused before it would read stdin)
     (["serve", "--events", "{dir}", *S], "{dir}"),
     (["serve", "--transport", "carrier-pigeon"], "carrier-pigeon"),
