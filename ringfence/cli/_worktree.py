@@ -12,6 +12,7 @@ there stay reachable).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -105,15 +106,23 @@ def session_roots(roots: list[Path], name: str) -> list[Path]:
     if not path.exists():
         from .._git import run_git
 
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check(
             run_git(["rev-parse", "--show-toplevel"], cwd=repo), "rev-parse (is it a repo?)", repo
         )
-        _check(
-            run_git(["worktree", "add", "-b", f"ringfence/{name}", str(path)], cwd=repo),
-            "worktree add",
-            repo,
-        )
+        # A refused session leaves nothing behind: the directories made for it go again.
+        made = [p for p in (base, *base.parents) if not p.exists()]
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            _check(
+                run_git(["worktree", "add", "-b", f"ringfence/{name}", str(path)], cwd=repo),
+                "worktree add",
+                repo,
+            )
+        except BaseException:
+            for p in made:  # deepest first; rmdir only removes them while empty
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+            raise
     return [path, *roots[1:]]
 
 

@@ -213,6 +213,9 @@ CASES: list[tuple[list[str], str]] = [
     (["worktree", "remove", "no_such_worktree", "--workspace", "{repo}"], "no_such_worktree"),
     (["worktree", "remove", "{huge}", "--workspace", "{repo}"], "characters)"),
     (["worktree", "remove", "x", "--workspace", "{binary}"], "{binary}"),
+    (["tools", "list", "--worktree", "wt", "--workspace", "{ws}"], "{ws}"),
+    (["call", "read_file", "--worktree", "wt", "--workspace", "{repo}"], "{repo}"),
+    (["call", "read_file", "--worktree", "../up", "--workspace", "{repo}"], "../up"),
     # mcp
     (["mcp", "list", "--manifest", "{dir}"], "{dir}"),
     (["mcp", "list", "--manifest", "{binary}"], "{binary}"),
