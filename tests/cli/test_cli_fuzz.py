@@ -309,6 +309,74 @@ def test_every_command_has_bad_input_cases() -> None:
     assert uncovered(argv for argv, _ in CASES) == []
 
 
+# Bad input from the environment: (variables, argv template, culprit template).
+ENV_CASES: list[tuple[dict[str, str], list[str], str]] = [
+    ({"DOCKER_HOST": "unix://{missing}"}, ["images", "list"], "{missing}"),
+    ({"DOCKER_HOST": "unix://{missing}"}, ["images", "build", "busybox"], "{missing}"),
+    (
+        {"DOCKER_HOST": "unix://{missing}"},
+        [
+            "call",
+            "run_shell",
+            "--args",
+            '{{"command": "true"}}',
+            "--backend",
+            "docker",
+            "--approve",
+            "yes",
+            "--workspace",
+            "{ws}",
+        ],
+        "{missing}",
+    ),
+    (
+        {"RINGFENCE_POSTURE": "no_such_posture"},
+        ["tools", "list", "--workspace", "{ws}"],
+        "no_such_posture",
+    ),
+    (
+        {"RINGFENCE_EXECUTION_BACKEND": "no_such_backend"},
+        ["call", "read_file", "--workspace", "{ws}"],
+        "no_such_backend",
+    ),
+    ({"RINGFENCE_WORKSPACE_ROOTS": "{missing}"}, ["tools", "list"], "{missing}"),
+    ({"RINGFENCE_WORKSPACE_ROOTS": "{missing}"}, ["checkpoints", "list"], "{missing}"),
+    (
+        {"RINGFENCE_SERVE_TOKEN": "short"},
+        ["serve", "--transport", "http", *S],
+        "RINGFENCE_SERVE_TOKEN",
+    ),
+]
+
+
+def refused_cleanly(
+    argv: list[str], name: str, inputs: Inputs, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ringfence *argv`` (and with --json) refuses naming ``name``; nothing on disk changed."""
+    before = snapshot(inputs.base), snapshot(home)
+
+    code = main(argv)
+    out, err = capsys.readouterr()
+    denied = code == 3 and err.startswith("ringfence: denied:")
+    assert code in (1, 2) or denied, (argv[:4], code, out, err)
+    assert out == "", out[:500]
+    assert err.count("\n") == 1 and err.startswith("ringfence: "), err[:2000]
+    assert "Traceback" not in err and "unexpected error" not in err, err[:2000]
+    assert name in err, (name, err[:2000])
+    assert len(err) < 1500, len(err)
+
+    json_code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert json_code == code, (argv[:4], json_code, out, err)
+    body = json.loads(out)
+    assert set(body) == {"ok", "error"} and body["ok"] is False, body
+    assert name in json.dumps(body["error"], ensure_ascii=False), (name, body)
+    assert "Traceback" not in out + err and "unexpected error" not in out
+    assert len(out) < 4000, len(out)
+
+    assert (snapshot(inputs.base), snapshot(home)) == before
+
+
 @pytest.mark.parametrize(("template", "culprit"), CASES, ids=ids())
 def test_bad_input_is_refused_cleanly(
     template: list[str],
@@ -318,25 +386,22 @@ def test_bad_input_is_refused_cleanly(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = [inputs.fill(a) for a in template]
-    name = inputs.fill(culprit)
-    before = snapshot(inputs.base), snapshot(ringfence_home)
+    refused_cleanly(argv, inputs.fill(culprit), inputs, ringfence_home, capsys)
 
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert code in (1, 2), (argv[:4], code, out, err)
-    assert out == "", out[:500]
-    assert err.count("\n") == 1 and err.startswith("ringfence: "), err[:2000]
-    assert "Traceback" not in err and "unexpected error" not in err, err[:2000]
-    assert name in err, (name, err[:2000])
-    assert len(err) < 1500, len(err)
 
-    code = main([*argv, "--json"])
-    out, err = capsys.readouterr()
-    assert code in (1, 2), (argv[:4], code, out, err)
-    body = json.loads(out)
-    assert set(body) == {"ok", "error"} and body["ok"] is False, body
-    assert name in json.dumps(body["error"], ensure_ascii=False), (name, body)
-    assert "Traceback" not in out + err and "unexpected error" not in out
-    assert len(out) < 4000, len(out)
-
-    assert (snapshot(inputs.base), snapshot(ringfence_home)) == before
+@pytest.mark.parametrize(
+    ("env", "template", "culprit"), ENV_CASES, ids=[" ".join(c[1][:2]) for c in ENV_CASES]
+)
+def test_bad_environment_is_refused_cleanly(
+    env: dict[str, str],
+    template: list[str],
+    culprit: str,
+    inputs: Inputs,
+    ringfence_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for variable, value in env.items():
+        monkeypatch.setenv(variable, inputs.fill(value))
+    argv = [inputs.fill(a) for a in template]
+    refused_cleanly(argv, inputs.fill(culprit), inputs, ringfence_home, capsys)
