@@ -361,6 +361,7 @@ def refused_cleanly(
     assert code in (1, 2) or denied, (argv[:4], code, out, err)
     assert out == "", out[:500]
     assert err.count("\n") == 1 and err.startswith("ringfence: "), err[:2000]
+    assert not err.startswith("ringfence: ringfence"), err[:200]  # the prefix once
     assert "Traceback" not in err and "unexpected error" not in err, err[:2000]
     assert name in err, (name, err[:2000])
     assert len(err) < 1500, len(err)
