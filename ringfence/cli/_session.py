@@ -20,6 +20,7 @@ from ..runtime import (
     default_approver,
     load_policy,
 )
+from ._output import naming_file
 from ._worktree import add_worktree_option, session_roots
 
 
@@ -148,6 +149,23 @@ def _check_output_file(path: str | None, option: str) -> None:
         raise InvalidArguments(f"{option} {path} is a directory, not a file", field=option)
 
 
+def _check_plan_file(path: str | None) -> None:
+    """An existing ``--dry-run`` PLAN must be a plan under this RINGFENCE_HOME's key.
+
+    Staging appends to it, and would refuse every staged call (a session that
+    serves or runs a script would go on with none staged); so it is refused before
+    the session opens. Reads only: no plan key is created.
+    """
+    if path is None or not os.path.exists(path):
+        return
+    from pathlib import Path
+
+    from ..runtime import Plan
+
+    with naming_file(path):
+        Plan.load(Path(path), create_key=False)
+
+
 # Run by ``main`` after the verb's trio.run returns (blocking flushes, e.g. OTLP export).
 SHUTDOWN_HOOKS: list[Callable[[], None]] = []
 
@@ -168,6 +186,7 @@ def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None)
     sandbox = getattr(args, "sandbox", None)
     _check_output_file(args.events, "--events")
     _check_output_file(dry, "--dry-run")
+    _check_plan_file(dry)
     observer = _otel_observer(args)
     roots = workspace_roots_from_env(args.workspace)
     if getattr(args, "worktree", None) is not None:

@@ -109,6 +109,8 @@ def inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Inputs:
 MCP_ADD_STDIO = ["mcp", "add", "x", "--transport", "stdio", "--command", "/bin/true", "--manifest"]
 # (argv template, culprit template): the culprit must appear in the one-line error.
 S = ["--workspace", "{ws}", "--backend", "local", "--approve", "no"]
+# For the gated verbs whose bad input is only found once the call is approved (undo).
+YES = ["--workspace", "{ws}", "--backend", "local", "--approve", "yes"]
 CASES: list[tuple[list[str], str]] = [
     # call
     (["call", "no_such_tool", *S], "no_such_tool"),
@@ -132,6 +134,9 @@ CASES: list[tuple[list[str], str]] = [
     (["call", "read_file", "--workspace", "{missing}"], "{missing}"),
     (["call", "read_file", "--workspace", "{binary}"], "{binary}"),
     (["call", "write_file", "--dry-run", "{dir}", *S], "{dir}"),
+    (["call", "write_file", "--dry-run", "{badjson}", *S], "{badjson}"),
+    (["call", "read_file", "--dry-run", "{empty}", *S], "{empty}"),
+    (["call", "read_file", "--dry-run", "{unreadable}", *S], "{unreadable}"),
     (["call", "read_file", "--posture", "no_such_posture"], "no_such_posture"),
     (["call", "read_file", "--backend", "no_such_backend"], "no_such_backend"),
     # tools list
@@ -144,6 +149,7 @@ CASES: list[tuple[list[str], str]] = [
     (["run-script", "{binary}", *S], "{binary}"),
     (["run-script", "{unreadable}", *S], "{unreadable}"),
     (["run-script", "{empty}", "--timeout", "-5", *S], "timeout"),
+    (["run-script", "{empty}", "--dry-run", "{binary}", *S], "{binary}"),
     # events verify / show
     (["events", "verify", "{missing}"], "{missing}"),
     (["events", "verify", "{dir}"], "{dir}"),
@@ -274,6 +280,13 @@ CASES: list[tuple[list[str], str]] = [
     (["serve", "--policy", "{binary}", *S], "{binary}"),
     (["serve", "--workspace", "{missing}"], "{missing}"),
     (["serve", "--expose", "{huge}", *S], "--expose"),
+    (["serve", "--dry-run", "{dir}", *S], "{dir}"),
+    (["serve", "--dry-run", "{badjson}", *S], "{badjson}"),
+    (["serve", "--events", "{binary}", *S], "{binary}"),
+    (["serve", "--worktree", "wt", *S], "{ws}"),
+    (["undo", "abc123", "--last", "2", *YES], "last"),
+    (["undo", *YES], "undo"),
+    (["undo", "abc123", *YES], "abc123"),
     # images, doctor, bench
     (["images", "build", "no_such_image"], "no_such_image"),
     (["images", "build", "--no-such-option"], "--no-such-option"),
