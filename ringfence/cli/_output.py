@@ -63,6 +63,12 @@ def read_input_text(name: str, *, subject: str, field: str, prefix: str = "") ->
         raise InvalidArguments(f"{prefix}{subject} is not UTF-8 text", field=field) from None
 
 
+def check_output_file(path: str | None, option: str) -> None:
+    """A file a verb will write must not be a directory (refused before anything opens or runs)."""
+    if path is not None and os.path.isdir(path):
+        raise InvalidArguments(f"{option} {path} is a directory, not a file", field=option)
+
+
 @contextmanager
 def naming_file(path: object) -> Iterator[None]:
     """Inside, an OSError that names no file (a read's EIO) is given ``path`` and re-raised.

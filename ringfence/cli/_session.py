@@ -11,7 +11,6 @@ from .._embed import create_kernel, workspace_roots_from_env
 from ..runtime import (
     ApprovalAnswer,
     Approver,
-    InvalidArguments,
     Kernel,
     PolicyLayers,
     Posture,
@@ -21,7 +20,7 @@ from ..runtime import (
     load_policy,
 )
 from ._mcp_session import ELICITOR_KEY, mcp_setup
-from ._output import naming_file
+from ._output import check_output_file, naming_file
 from ._worktree import add_worktree_option, session_roots
 
 
@@ -167,12 +166,6 @@ def approver_from(choice: str | None) -> Approver:
     return default_approver()
 
 
-def _check_output_file(path: str | None, option: str) -> None:
-    """A file the session will write must not be a directory (refused before anything opens)."""
-    if path is not None and os.path.isdir(path):
-        raise InvalidArguments(f"{option} {path} is a directory, not a file", field=option)
-
-
 def _check_plan_file(path: str | None) -> None:
     """An existing ``--dry-run`` PLAN must be a plan under this RINGFENCE_HOME's key.
 
@@ -222,8 +215,8 @@ def kernel_from_args(
     """
     dry = getattr(args, "dry_run", None)
     sandbox = getattr(args, "sandbox", None)
-    _check_output_file(args.events, "--events")
-    _check_output_file(dry, "--dry-run")
+    check_output_file(args.events, "--events")
+    check_output_file(dry, "--dry-run")
     _check_plan_file(dry)
     otel = _otel_observer(args)
     observer = otel
