@@ -139,6 +139,8 @@ CASES: list[tuple[list[str], str]] = [
     (["call", "read_file", "--dry-run", "{unreadable}", *S], "{unreadable}"),
     (["call", "read_file", "--posture", "no_such_posture"], "no_such_posture"),
     (["call", "read_file", "--backend", "no_such_backend"], "no_such_backend"),
+    (["call", "read_file", "--change-sets", "--workspace", "{ws}", "--backend", "host"], "host"),
+    (["call", "mcp.no_such_server.tool", *S], "mcp.no_such_server.tool"),
     # tools list
     (["tools", "list", "--events", "{dir}", *S], "{dir}"),
     (["tools", "list", "--policy", "{binary}", *S], "{binary}"),
@@ -236,6 +238,11 @@ CASES: list[tuple[list[str], str]] = [
     (
         ["mcp", "add", "x", "--transport", "http", "--url", "{huge}", "--manifest", "{manifest}"],
         "url",
+    ),
+    (["mcp", "add", "x", "--elicitation", "sometimes", "--manifest", "{manifest}"], "sometimes"),
+    (
+        [*MCP_ADD_STDIO[:-1], "--timeout-seconds", "nan", "--manifest", "{manifest}"],
+        "timeout_seconds",
     ),
     (["mcp", "remove", "no_such_server", "--manifest", "{manifest}"], "no_such_server"),
     (["mcp", "remove", "keep", "--manifest", "{badjson}"], "{badjson}"),
