@@ -1,11 +1,17 @@
 """Every verb by a table of bad inputs: a clean refusal, never a traceback, nothing changed.
 
-For each case, with and without ``--json``: the exit code is 1 or 2; without
+For each case, with and without ``--json``: the exit code is 1 or 2 (3 for a
+denial), the same both times; without
 ``--json`` stderr is exactly one line that names the culprit (the file, option,
 field or unknown name) and stdout is empty; with ``--json`` stdout is one
 ``{"ok": false, "error": …}`` object naming it; no output holds "Traceback" or
 more than a few KB (a huge value is not echoed back); and no file under the
-test's directory (inputs, workspace, manifests) was created, changed or removed.
+test's directory (inputs, workspace, manifests) or in RINGFENCE_HOME was created,
+changed or removed. The inputs: a missing file, a directory, a binary file, bad
+JSON, an empty file, a file that opens but cannot be read (``/proc/self/mem``,
+EIO even for root; only ever read), a 150,000-character value, unknown names, a
+directory that is no git repository and one with no commit; ``ENV_CASES`` put
+the bad value in the environment instead (``DOCKER_HOST``, ``RINGFENCE_*``).
 
 The calls go through ``ringfence.cli._main.main`` in-process: the same parser and
 the same exception boundary as the installed command (``RINGFENCE_DEBUG`` unset,
