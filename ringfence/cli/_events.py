@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime import InvalidArguments, NotFound, ToolError, verify_file
-from ._output import abbreviate, print_error, print_ok
+from ._output import abbreviate, naming_file, print_error, print_ok
 from ._verbs import add_verb_parser
 
 OUTCOMES = ("finished", "failed", "cancelled", "staged")
@@ -91,7 +91,7 @@ def _looks_like_events(path: Path) -> None:
 
     An event file that *was* one and got damaged still goes to the verifier.
     """
-    with open(path, "rb") as f:
+    with naming_file(path), open(path, "rb") as f:
         first = f.readline(1 << 20).strip()
     if not first:
         return
@@ -207,7 +207,7 @@ class SessionView:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Every record of an event file; InvalidArguments naming the first line that is not one."""
     records = []
-    with open(path, "rb") as f:
+    with naming_file(path), open(path, "rb") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue

@@ -34,8 +34,8 @@ from ..mcp_host import (
 )
 from ..mcp_host._manifest import DEFAULT_APPROVED
 from ..runtime import InvalidArguments, is_secret_name, load_policy, mask_command_args
-from ._output import print_ok, print_warnings
-from ._verbs import add_verb_parser
+from ._output import envelope, naming_file, print_json, print_ok, print_warnings
+from ._verbs import add_verb_parser, port_number, positive_seconds
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -194,7 +194,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--workspace", metavar="DIR", help="expands $WORKSPACE and reads DIR/.ringfence/mcp.toml"
     )
     ins.add_argument(
-        "--timeout-seconds", type=float, help="override the per-call deadline for the probe"
+        "--timeout-seconds",
+        type=positive_seconds,
+        help="override the per-call deadline for the probe",
     )
     _common(ins)
     ins.set_defaults(func=run_inspect)
@@ -207,7 +209,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-browser", action="store_true", help="only print the URL; do not open a browser"
     )
     login.add_argument(
-        "--port", type=int, default=0, help="the loopback redirect port (default: a free one)"
+        "--port",
+        type=port_number,
+        default=0,
+        help="the loopback redirect port (default: a free one)",
     )
     login.add_argument("--workspace", metavar="DIR", help="also read DIR/.ringfence/mcp.toml")
     _common(login)
@@ -433,9 +438,16 @@ async def run_login(args: argparse.Namespace) -> int:
     import trio
 
     from ..mcp_host._login import login, loopback_flow
+    from ..mcp_host._manifest import AuthMode
     from ..runtime import Redactor
 
     config = _load_for(args).get(args.name)
+    # Refused here, before the "logging in" line: a bad name is one line of error.
+    if config.auth is not AuthMode.OAUTH:
+        raise InvalidArguments(
+            f'server {config.name!r} is not configured with auth = "oauth": it needs no login',
+            field="auth",
+        )
     if config.oauth_grant == "client_credentials":
         raise InvalidArguments(
             f"server {config.name!r} uses client_credentials: it needs no login "
@@ -500,17 +512,19 @@ async def run_inspect(args: argparse.Namespace) -> int:
         if config.transport is Transport.STDIO
         else "connecting to it"
     )
-    sys.stderr.write(
-        f"ringfence: inspecting MCP server {config.name!r} ({config.transport.value}: {target}): {how}\n"
-    )
-    sys.stderr.flush()
     from .._embed import mcp_stdio_confiner
     from ..mcp_host import inspect_server  # imports the MCP SDK: only inspect needs it
     from ..workspace import Workspace
 
-    # sandbox = "local": confined over the workspace, as in a session
+    # sandbox = "local": confined over the workspace, as in a session. Opened before the
+    # announcement, so a bad --workspace is refused with one line.
     workspace = Workspace([args.workspace]) if args.workspace else None
     try:
+        sys.stderr.write(
+            f"ringfence: inspecting MCP server {config.name!r} ({config.transport.value}: "
+            f"{target}): {how}\n"
+        )
+        sys.stderr.flush()
         confiner = mcp_stdio_confiner(workspace)
         report = await inspect_server(config, workspace=args.workspace, stdio_confiner=confiner)
     finally:
@@ -519,12 +533,10 @@ async def run_inspect(args: argparse.Namespace) -> int:
     if args.json:
         if report.get("connected"):
             return print_ok(report, True)
-        sys.stdout.write(
-            json.dumps(
-                {"ok": False, "error": report["error"], "report": report}, indent=2, default=str
-            )
-            + "\n"
-        )
+        # The one --json shape: the report goes with the error, under its details.
+        error = report["error"]
+        details = {**(error.get("details") or {}), "report": report}
+        print_json(envelope(False, {**error, "details": details}))
         return 1
     _print_report(report)
     return 0 if report.get("connected") else 1
@@ -658,7 +670,8 @@ def import_entry(name: str, entry: dict[str, Any]) -> tuple[ServerConfig, list[s
 async def run_import(args: argparse.Namespace) -> int:
     source = Path(args.file)
     try:
-        data = json.loads(source.read_text(encoding="utf-8"))
+        with naming_file(source):
+            data = json.loads(source.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InvalidArguments(f"no file at {source}", field="file") from None
     except (ValueError, UnicodeDecodeError) as exc:
