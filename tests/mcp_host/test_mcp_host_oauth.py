@@ -370,3 +370,23 @@ async def test_a_stored_token_for_another_audience_is_not_attached(
         assert "ringfence mcp login prot" in cs.failures["prot"].message
     log = await server_log(url)
     assert log["authorization"] and bearer_values(log) == []
+
+
+async def test_a_cached_token_is_sent_at_once_without_discovery_or_a_grant(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    """The path `ringfence bench mcp-oauth` measures: a later session's first request carries
+    the sealed token; no 401 round trip, no metadata discovery, no grant, no registration."""
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    before = await server_log(url)
+    assert before["discovery"]  # the login itself discovered the metadata
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    after = await server_log(url)
+    for key in ("discovery", "grants", "registrations"):
+        assert after[key] == before[key], key
+    session = after["authorization"][len(before["authorization"]) :]
+    assert session and all(h and h.startswith("Bearer ") for h in session)
