@@ -210,6 +210,8 @@ async def run(quick: bool) -> list[Row]:
     c_oauth, c_bearer = calls[OAUTH], calls[BEARER]
     ratio = f_oauth.median / f_bearer.median
     cpu_oauth, cpu_bearer = (statistics.median(cpu[n][1:]) for n in (OAUTH, BEARER))  # [0]: warm-up
+    # Each round's two samples ran back to back: their ratio cancels slower drift.
+    paired = statistics.median(o / b for o, b in zip(f_oauth.per_op, f_bearer.per_op, strict=True))
     return [
         Row(
             "mcp-oauth",
@@ -221,12 +223,13 @@ async def run(quick: bool) -> list[Row]:
             {
                 "overhead_s": f_oauth.median - f_bearer.median,
                 "samples": first_rounds,
+                "paired_ratio": paired,
                 "client_cpu_s": {"oauth": cpu_oauth, "bearer": cpu_bearer},
                 "key_backend": backend,
                 "note": "first call = Kernel + connect (initialize, tools/list) + whoami, not "
-                f"closing; client CPU per first call {format_seconds(cpu_oauth)} (OAuth) vs "
-                f"{format_seconds(cpu_bearer)} (bearer); the server saw no discovery, grant or "
-                "registration from them",
+                f"closing; median of per-round ratios {paired:.2f}x; client CPU per first call "
+                f"{format_seconds(cpu_oauth)} (OAuth) vs {format_seconds(cpu_bearer)} (bearer); "
+                "the server saw no discovery, grant or registration from them",
             },
         ),
         Row(
