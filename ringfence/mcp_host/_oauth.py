@@ -70,6 +70,7 @@ from mcp.shared.auth import (
     ProtectedResourceMetadata,
 )
 from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_server_url
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 
 from ..runtime import Denied, InvalidArguments, Redactor, Unavailable
 from ._manifest import AuthMode, ServerConfig
@@ -262,6 +263,19 @@ class SealedTokenStorage:
 # -- providers -------------------------------------------------------------------------------
 
 
+def _is_step_up(response: httpx2.Response) -> bool:
+    """A 403 ``insufficient_scope``: the server asks for more scope."""
+    return (
+        response.status_code == 403
+        and extract_field_from_www_auth(response, "error") == "insufficient_scope"
+    )
+
+
+def _asks_for_auth(response: httpx2.Response) -> bool:
+    """A 401 or a step-up: what the SDK's flow answers with auth work."""
+    return response.status_code == 401 or _is_step_up(response)
+
+
 class _Guarded:
     """What ringfence adds to the SDK providers (mixed in before them)."""
 
@@ -315,6 +329,17 @@ class _Guarded:
     async def _auth_flow(
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        if self._initialized and self.context.is_token_valid():
+            # A valid token in hand needs no auth work, so no lock: the SDK holds its context
+            # lock across the whole request, which serializes a connection's concurrent
+            # requests (the transport's GET stream and its POSTs: one more round trip per
+            # connect). Anything else the response asks for goes to the full flow below,
+            # which sends the request again under the lock (refresh, step-up, refusal).
+            self.context.protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+            self._add_auth_header(request)
+            response = yield request
+            if not _asks_for_auth(response):
+                return
         flow = super()._auth_flow(request)  # type: ignore[misc]
         originals = 0
         try:
@@ -382,10 +407,7 @@ class _Guarded:
 
     def _check_challenge(self, response: httpx2.Response) -> Exception | None:
         """The refusal, decided before any authorization work, of what may not be done now."""
-        step_up = (
-            response.status_code == 403
-            and extract_field_from_www_auth(response, "error") == "insufficient_scope"
-        )
+        step_up = _is_step_up(response)
         if step_up:
             self._step_ups += 1
             if self._step_ups > MAX_STEP_UPS:

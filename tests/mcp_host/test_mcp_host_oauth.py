@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -19,11 +20,18 @@ import httpx2
 import pytest
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
+from mcp.shared.auth_utils import resource_url_from_server_url
 from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
 
 from ringfence.mcp_host import connect_servers
 from ringfence.mcp_host._login import login
-from ringfence.mcp_host._oauth import MAX_STEP_UPS, LoginFlow, auth_status, login_flow
+from ringfence.mcp_host._oauth import (
+    MAX_STEP_UPS,
+    LoginFlow,
+    auth_status,
+    build_auth,
+    login_flow,
+)
 from ringfence.mcp_host._tokens import SealedStore
 from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Redactor, Unavailable
 
@@ -370,3 +378,83 @@ async def test_a_stored_token_for_another_audience_is_not_attached(
         assert "ringfence mcp login prot" in cs.failures["prot"].message
     log = await server_log(url)
     assert log["authorization"] and bearer_values(log) == []
+
+
+async def test_a_cached_token_is_sent_at_once_without_discovery_or_a_grant(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    """The path `ringfence bench mcp-oauth` measures: a later session's first request carries
+    the sealed token; no 401 round trip, no metadata discovery, no grant, no registration."""
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    before = await server_log(url)
+    assert before["discovery"]  # the login itself discovered the metadata
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    after = await server_log(url)
+    for key in ("discovery", "grants", "registrations"):
+        assert after[key] == before[key], key
+    session = after["authorization"][len(before["authorization"]) :]
+    assert session and all(h and h.startswith("Bearer ") for h in session)
+
+
+async def test_requests_with_a_valid_cached_token_do_not_wait_for_each_other(home: Path) -> None:
+    """With a valid token in hand no request waits for another one's response (the SDK's lock
+    alone serializes the transport's GET stream and POSTs: a round trip more per connect)."""
+    url = "http://127.0.0.1:9/mcp"  # never contacted: the test answers for the server
+    SealedStore(home).save(
+        "prot",
+        {
+            "v": 1,
+            "resource": resource_url_from_server_url(url),
+            "tokens": {"access_token": "cached-opaque", "token_type": "Bearer"},
+            "expires_at": time.time() + 3600,
+        },
+    )
+    auth = build_auth(manifest(block(url)).servers[0], Redactor())
+    assert auth is not None
+
+    def request() -> httpx2.Request:
+        return httpx2.Request("POST", url, content=b"{}")
+
+    first = auth.async_auth_flow(request())
+    with pytest.raises(StopAsyncIteration):  # the first request loads the sealed token
+        await first.asend(httpx2.Response(200, request=await first.__anext__()))
+    pending = auth.async_auth_flow(request())
+    held = await pending.__anext__()  # sent; its response has not come
+    other = auth.async_auth_flow(request())
+    got: list[httpx2.Request] = []
+
+    async def send_other() -> None:  # another task, as the transport's GET stream is
+        got.append(await other.__anext__())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send_other)
+        with trio.move_on_after(2):
+            while not got:
+                await trio.sleep(0.005)
+        nursery.cancel_scope.cancel()
+    assert got, "the second request waited for the first one's response"
+    sent = got[0]
+    assert sent.headers["authorization"] == held.headers["authorization"] == "Bearer cached-opaque"
+    for flow, req in ((other, sent), (pending, held)):
+        with pytest.raises(StopAsyncIteration):
+            await flow.asend(httpx2.Response(200, request=req))
+
+
+async def test_a_token_rejected_mid_session_is_refreshed_once(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    kernel = make_kernel([ApprovalAnswer.once(), ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+        async with httpx2.AsyncClient() as c:
+            await c.post(url.replace("/mcp", "/test/revoke-access"))
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    grants = [g["grant"] for g in (await server_log(url))["grants"]]
+    assert grants == ["authorization_code", "refresh_token"]

@@ -20,7 +20,7 @@
   which has no client_credentials grant);
 - ``POST /test/revoke-access`` drops every access token (refresh tokens stay);
 - ``GET /test/log`` (no auth): every Authorization header received on ``/mcp``, every
-  grant and every dynamic registration.
+  grant, every dynamic registration and every metadata discovery (``/.well-known/…``) path.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ SIGNING_KEY = secrets.token_bytes(32)
 TTL = int(os.environ.get("RF_OAUTH_TTL", "3600"))
 AUD = os.environ.get("RF_OAUTH_AUD")
 PRM_RESOURCE = os.environ.get("RF_OAUTH_PRM_RESOURCE")  # protected-resource metadata that lies
-LOG: dict[str, list] = {"authorization": [], "grants": [], "registrations": []}
+LOG: dict[str, list] = {"authorization": [], "grants": [], "registrations": [], "discovery": []}
 REDIRECT = "http://127.0.0.1:9/callback"
 
 
@@ -265,6 +265,8 @@ def build(port: int):
             return await receive()
 
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        if scope["path"].startswith("/.well-known/"):
+            LOG["discovery"].append(scope["path"])
         if scope["path"] == "/token" and b"grant_type=client_credentials" in body:
             return await client_credentials(headers, body, send)
         if PRM_RESOURCE and scope["path"].startswith("/.well-known/oauth-protected-resource"):
