@@ -29,14 +29,16 @@ from ._undo import register_undo_tool as register_undo_tool, undo as undo
 from ._workspace import Workspace as Workspace
 
 if TYPE_CHECKING:
-    from ._gitscan import (
+    from ._gitenforce import (
+        diff_git_metadata as diff_git_metadata,
+        enforce_git_metadata as enforce_git_metadata,
+    )
+    from ._gitmeta import (
         GitReport as GitReport,
         GitSnapshot as GitSnapshot,
         describe_findings as describe_findings,
-        diff_git_metadata as diff_git_metadata,
-        enforce_git_metadata as enforce_git_metadata,
-        scan_git_metadata as scan_git_metadata,
     )
+    from ._gitscan import scan_git_metadata as scan_git_metadata
     from ._merge import MergeReport as MergeReport, merge_changes as merge_changes
     from ._upper import changes_from_upper as changes_from_upper
     from ._windows import (
@@ -48,11 +50,11 @@ if TYPE_CHECKING:
 # What only some sessions use loads on first use (PEP 562): run_shell's git check, the
 # change-set merge (undo, overlays), overlay uppers and Windows spelling rules.
 _LAZY = {
-    "GitReport": "._gitscan",
-    "GitSnapshot": "._gitscan",
-    "describe_findings": "._gitscan",
-    "diff_git_metadata": "._gitscan",
-    "enforce_git_metadata": "._gitscan",
+    "GitReport": "._gitmeta",
+    "GitSnapshot": "._gitmeta",
+    "describe_findings": "._gitmeta",
+    "diff_git_metadata": "._gitenforce",
+    "enforce_git_metadata": "._gitenforce",
     "scan_git_metadata": "._gitscan",
     "MergeReport": "._merge",
     "merge_changes": "._merge",
