@@ -64,7 +64,7 @@ import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ._canonical import canonical_json, digest
+from ._canonical import arguments_digest, canonical_json, digest
 from ._caps import escape_surrogates
 from ._errors import Unwritable
 from ._intents import check_intent, key_fingerprint, load_public_keys
@@ -177,7 +177,7 @@ class FileSink:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.sync = sync
-        self._buffer: list[str] = []
+        self._buffer: list[bytes] = []
         self._fd: int | None = os.open(
             self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
@@ -210,6 +210,10 @@ class FileSink:
         return record
 
     def write(self, line: str) -> None:
+        self.write_bytes(line.encode("utf-8"))
+
+    def write_bytes(self, line: bytes) -> None:
+        """:meth:`write` of a line already encoded (UTF-8, no newline): the log's fast path."""
         if self._fd is None:
             raise RuntimeError(f"event file {self.path} is closed")
         self._buffer.append(line)
@@ -220,7 +224,8 @@ class FileSink:
         """Write the buffered lines with one append (and fsync when ``sync``)."""
         if not self._buffer or self._fd is None:
             return
-        data = ("\n".join(self._buffer) + "\n").encode("utf-8")
+        self._buffer.append(b"")  # the last line's newline
+        data = b"\n".join(self._buffer)
         self._buffer.clear()
         view = memoryview(data)
         while view:  # a regular file takes it whole; a short write is finished, not lost
@@ -274,6 +279,7 @@ class EventLog:
         self._unsigned_since = 0.0
         # Whether the sink buffers (FileSink): else flushing is nothing to do.
         self._flush = getattr(sink, "flush", None)
+        self._write_bytes = sink.write_bytes if isinstance(sink, FileSink) else None
 
     @property
     def head(self) -> str:
@@ -295,8 +301,8 @@ class EventLog:
     def emit(self, kind: str, trace_id: str | None = None, /, **data: Any) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError("the event log is closed")
-        clash = RECORD_FIELDS.intersection(data)
-        if clash:
+        if not RECORD_FIELDS.isdisjoint(data):
+            clash = RECORD_FIELDS.intersection(data)
             raise ValueError(
                 f"event {kind!r}: {', '.join(sorted(clash))} is a field every record has; "
                 "name the data otherwise"
@@ -325,7 +331,11 @@ class EventLog:
         h = hashlib.sha256(body).hexdigest()
         record["hash"] = h
         # The line is the hashed form with the hash appended: one encoding per event.
-        self._sink.write(body[:-1].decode("utf-8") + f',"hash":"{h}"}}')
+        line = b"".join((body[:-1], b',"hash":"', h.encode(), b'"}'))
+        if self._write_bytes is not None:
+            self._write_bytes(line)
+        else:
+            self._sink.write(line.decode("utf-8"))
         self._prev = h
         self._seq += 1
         if not self._unsigned:
@@ -577,7 +587,11 @@ class _Verifier:
             return "the intent's argument digest is not the one the Gate decided on"
         # Redacted arguments no longer hash to the digest; then the decision's digest counts.
         arguments = call.arguments
-        if MARKER not in json.dumps(arguments) and claimed != digest(arguments):
+        # Either encoding counts: orjson's (this writer) or canonical JSON (older logs).
+        if MARKER not in json.dumps(arguments) and claimed not in (
+            arguments_digest(arguments),
+            digest(arguments),
+        ):
             return "the proposed arguments do not hash to the intent's argument digest"
         if intent.get("verdict") != "allow":
             return f"the intent does not allow the call (verdict {intent.get('verdict')!r})"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._approval import ApprovalAnswer, ApprovalRequest, Choice
 from ._calls import AskHook, Authorization
-from ._canonical import digest
+from ._canonical import arguments_digest
 from ._caps import escape_surrogates
 from ._errors import Denied, InvalidArguments
 from ._plan import StagedCall
@@ -58,7 +58,7 @@ async def authorize(
     spec.validate(arguments)
     decision = decide(spec, kernel.posture, kernel.rules, arguments)
     # The digest the decision is about, computed once: recorded here, carried by the intent.
-    arguments_sha256 = digest(arguments)
+    arguments_sha256 = arguments_digest(arguments)
     kernel.events.emit(
         "decided",
         trace_id,

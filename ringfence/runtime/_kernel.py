@@ -507,11 +507,14 @@ class Kernel:
             except Exception as exc:  # a tool's own bug or failure becomes a tool_error
                 raise ToolError(f"{spec.name} failed: {type(exc).__name__}: {exc}") from exc
             value = self._finish_value(value)
-            preview = value if isinstance(value, str) else repr(value)
-            # Redact the preview itself before cutting it: repr() of an object the redactor
-            # could not walk may still hold a secret, and a cut must not keep a prefix of it.
-            redact = None if preview is value else self.redactor.redact  # a str is done
-            output = cap_text(preview, EVENT_OUTPUT_BYTES, redact=redact).text
+            if isinstance(value, str) and value.isascii() and len(value) <= EVENT_OUTPUT_BYTES:
+                output = value  # redacted and capped already, and short: the preview as is
+            else:
+                preview = value if isinstance(value, str) else repr(value)
+                # Redact the preview itself before cutting it: repr() of an object the redactor
+                # could not walk may still hold a secret, and a cut must not keep a prefix of it.
+                redact = None if preview is value else self.redactor.redact  # a str is done
+                output = cap_text(preview, EVENT_OUTPUT_BYTES, redact=redact).text
         self._conclude(call_id, trace_id, "finished", tool=spec.name, output=output)
         return value
 
@@ -542,6 +545,8 @@ class Kernel:
 
     def _cap(self, value: Any) -> Any:
         if isinstance(value, str):
+            if value.isascii() and len(value) <= self.output_cap_bytes:
+                return value  # fits, and ASCII holds no lone surrogate: as cap_text would
             return cap_text(value, self.output_cap_bytes, self.spool_dir).text
         if isinstance(value, dict):
             return {
