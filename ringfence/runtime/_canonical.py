@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["arguments_digest", "canonical_json", "digest"]
+__all__ = ["arguments_digest", "canonical_json", "digest", "orjson_digest"]
 
 # One encoder for the process: building a JSONEncoder per call costs more than encoding.
 _ENCODER = json.JSONEncoder(
@@ -40,8 +40,17 @@ def arguments_digest(arguments: Any) -> str:
     :func:`canonical_json`. Re-encoding the arguments as parsed back from a
     ``proposed`` record gives the same bytes, so a verifier recomputes it.
     """
+    fast = orjson_digest(arguments)
+    return fast if fast is not None else hashlib.sha256(canonical_json(arguments)).hexdigest()
+
+
+def orjson_digest(value: Any) -> str | None:
+    """:func:`arguments_digest` when orjson encodes ``value``, else None.
+
+    None also means "maybe not Unicode": orjson refuses a lone surrogate in any
+    string or key, so a value it encodes needs no surrogate walk.
+    """
     try:
-        body = orjson.dumps(arguments, option=_SORTED)
+        return hashlib.sha256(orjson.dumps(value, option=_SORTED)).hexdigest()
     except (orjson.JSONEncodeError, TypeError):
-        body = canonical_json(arguments)
-    return hashlib.sha256(body).hexdigest()
+        return None

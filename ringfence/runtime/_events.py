@@ -588,7 +588,9 @@ class _Verifier:
         # Redacted arguments no longer hash to the digest; then the decision's digest counts.
         arguments = call.arguments
         # Either encoding counts: orjson's (this writer) or canonical JSON (older logs).
-        if MARKER not in json.dumps(arguments) and claimed not in (
+        # A digest that holds the marker had a registered secret's text in its hex digits.
+        redacted = MARKER in json.dumps(arguments) or MARKER in str(claimed)
+        if not redacted and claimed not in (
             arguments_digest(arguments),
             digest(arguments),
         ):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._approval import ApprovalAnswer, ApprovalRequest, Choice
 from ._calls import AskHook, Authorization
-from ._canonical import arguments_digest
+from ._canonical import arguments_digest, orjson_digest
 from ._caps import escape_surrogates
 from ._errors import Denied, InvalidArguments
 from ._plan import StagedCall
@@ -54,11 +54,16 @@ async def authorize(
     """
     if spec is None:
         spec = kernel.registry.get(tool)  # raises NotFound
-    refuse_lone_surrogates(arguments)
+    # The digest the decision is about, computed once: recorded in `decided`, carried by the
+    # intent. When orjson encodes the arguments they hold no lone surrogate (it refuses one
+    # anywhere); otherwise the walk finds the field to name.
+    arguments_sha256 = orjson_digest(arguments)
+    if arguments_sha256 is None:
+        refuse_lone_surrogates(arguments)
     spec.validate(arguments)
     decision = decide(spec, kernel.posture, kernel.rules, arguments)
-    # The digest the decision is about, computed once: recorded here, carried by the intent.
-    arguments_sha256 = arguments_digest(arguments)
+    if arguments_sha256 is None:
+        arguments_sha256 = arguments_digest(arguments)
     kernel.events.emit(
         "decided",
         trace_id,

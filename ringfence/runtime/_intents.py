@@ -23,6 +23,7 @@ import binascii
 import dataclasses
 import hashlib
 import hmac
+import itertools
 import os
 import re
 import time
@@ -140,6 +141,8 @@ class IntentAuthority:
         self._public = self._key.public_key()
         self._ttl = ttl_seconds
         self._ttl_us = round(ttl_seconds * 1e6)
+        self._nonce_prefix = base64.urlsafe_b64encode(os.urandom(12)).decode() + "."
+        self._nonces = itertools.count()
         # HMAC-SHA256 (RFC 2104) with the keyed inner and outer states computed once:
         # a tag then costs two state copies and two short hashes, about half of
         # hmac.digest, which sets the key up again on every call.
@@ -182,7 +185,8 @@ class IntentAuthority:
         """
         if arguments_sha256 is None:
             arguments_sha256 = arguments_digest(arguments)
-        nonce = base64.urlsafe_b64encode(os.urandom(18)).decode()
+        # Unique per kernel is all a nonce needs (the tag is keyed): a random prefix and a count.
+        nonce = f"{self._nonce_prefix}{next(self._nonces)}"
         expires_at = (time.time_ns() // 1000 + self._ttl_us) / 1e6  # whole microseconds
         payload = _payload(
             {

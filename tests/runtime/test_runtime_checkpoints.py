@@ -245,3 +245,22 @@ async def test_a_tail_left_idle_is_checkpointed(tmp_path: Path, ledger: Ledger) 
     open_log.write_bytes(snapshot)
     report, cli, code = both(open_log, "--allow-open")
     assert code == 0 and report.unauthenticated is None, cli
+
+
+async def test_a_secret_that_happens_to_be_in_a_digest_does_not_break_verification(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """Redaction may hit a digest's hex digits (a short all-hex secret); the verifier then
+    matches the decision's digest only, and the log still verifies."""
+    from ringfence.runtime._canonical import arguments_digest
+
+    arguments = {"x": "a"}
+    secret = arguments_digest(arguments)[10:18]
+    path = tmp_path / "events.jsonl"
+    async with Kernel(events_sink=FileSink(path), secrets=[secret]) as kernel:
+        register_standard_tools(kernel, ledger)
+        assert (await kernel.invoke("peek", arguments)).ok
+    started = next(r for r in event_records(path) if r["kind"] == "started")
+    assert "[REDACTED SECRET]" in started["intent"]["arguments_sha256"]
+    report, _cli, code = both(path)
+    assert report.ok and code == 0, report.problems
