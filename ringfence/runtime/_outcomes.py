@@ -56,7 +56,9 @@ class RecordingOutcome:
         kernel, call_id, trace_id, tool = self._kernel, self._call_id, self._trace_id, self._tool
         if isinstance(exc, RingfenceError):
             safe = fail(kernel, call_id, trace_id, tool, exc)
-            if safe is not exc:  # the redacted or cut copy goes on in its place
+            if safe is not exc:
+                # The copy goes on in its place, from the original's cause; `from` also
+                # keeps the unredacted original out of any traceback shown of the copy.
                 raise safe from exc.__cause__
         elif isinstance(exc, Exception):
             raise fail(kernel, call_id, trace_id, tool, unexpected(tool, exc)) from exc

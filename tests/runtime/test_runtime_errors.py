@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 
 import ringfence
@@ -100,6 +102,8 @@ async def test_one_error_shared_by_two_sessions_keeps_its_own_text_in_each() -> 
     for error in (first, second):
         assert type(error) is ToolError and error.field == "x"
         assert isinstance(error.__cause__, KeyError)  # where it came from is kept
+    # A traceback shown of the safe copy (RINGFENCE_DEBUG) does not chain the original.
+    assert "alpha-secret-1" not in "".join(traceback.format_exception(first))
     # The object the tool raised (and may raise again, or hold elsewhere) is untouched.
     assert shared.message == "alpha-secret-1 and beta-secret-2 leaked"
     assert shared.args == ("alpha-secret-1 and beta-secret-2 leaked",)
