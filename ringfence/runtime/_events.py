@@ -279,7 +279,10 @@ class EventLog:
         self._unsigned_since = 0.0
         # Whether the sink buffers (FileSink): else flushing is nothing to do.
         self._flush = getattr(sink, "flush", None)
-        self._write_bytes = sink.write_bytes if isinstance(sink, FileSink) else None
+        # Lines as bytes only where `write` is FileSink's own: a subclass that overrides it
+        # (an observer) still sees every line through it.
+        plain = isinstance(sink, FileSink) and type(sink).write is FileSink.write
+        self._write_bytes = sink.write_bytes if plain else None
 
     @property
     def head(self) -> str:
