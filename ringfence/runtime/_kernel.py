@@ -175,7 +175,8 @@ class Kernel:
         # Calls proposed and not yet ended: call_id -> (trace_id, tool). _conclude removes.
         self._open_calls: dict[str, tuple[str, str]] = {}
         self._closed = False
-        self._ticker = trio.CancelScope()  # the idle-tail checkpoints (see __aenter__)
+        # The idle-tail checkpoint tasks' scopes (one per `async with`), cancelled at close.
+        self._tickers: list[trio.CancelScope] = []
         if spool_dir is None:
             spool_dir = ringfence_home() / "spool" / self.session_id
         self.spool_dir: Path = spool_dir
@@ -297,9 +298,14 @@ class Kernel:
             # Signs a tail of records left unsigned (a session idle after a call), so a
             # crash loses authentication for at most about two checkpoint periods. A system
             # task, not a nursery: errors in the block must leave it unwrapped.
-            trio.lowlevel.spawn_system_task(
-                self._checkpoint_idle_tail, name=f"ringfence checkpoints {self.session_id}"
-            )
+            if not self._closed:
+                ticker = trio.CancelScope()
+                self._tickers.append(ticker)
+                trio.lowlevel.spawn_system_task(
+                    self._checkpoint_idle_tail,
+                    ticker,
+                    name=f"ringfence checkpoints {self.session_id}",
+                )
             for startup in self._startups:
                 await startup(self)
         except BaseException as exc:
@@ -307,7 +313,7 @@ class Kernel:
             raise
         return self
 
-    async def _checkpoint_idle_tail(self) -> None:
+    async def _checkpoint_idle_tail(self, ticker: trio.CancelScope) -> None:
         """Checkpoint records left unsigned for a period; ends when the kernel closes.
 
         Never raises (a system task's error would end the whole trio run): a
@@ -315,7 +321,7 @@ class Kernel:
         on a call's path, where the error surfaces.
         """
         period = self.events.checkpoint_seconds
-        with self._ticker:
+        with ticker:
             while not self._closed:
                 await trio.sleep(period)
                 since = self.events.unsigned_since
@@ -339,7 +345,8 @@ class Kernel:
         if self._closed:
             return
         self._closed = True
-        self._ticker.cancel()
+        for ticker in self._tickers:
+            ticker.cancel()
         try:
             with trio.CancelScope(shield=True):
                 await self._exit.aclose()
