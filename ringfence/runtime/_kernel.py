@@ -122,6 +122,10 @@ class Kernel:
     :meth:`set_posture`, the approver through :meth:`set_approver`, and rules
     come from sources registered once with :meth:`add_rules` (the ``rules``
     given here are the source ``"session"``); each change is an event.
+
+    ``checkpoint_records`` / ``checkpoint_seconds``: how often the session key
+    signs the event chain's head (see ``_events``); the defaults bound an open
+    log's unauthenticated tail to 256 records or about half a second.
     """
 
     def __init__(
