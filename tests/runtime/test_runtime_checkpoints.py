@@ -37,7 +37,8 @@ from ringfence.runtime._events import CHECKPOINT_CONTEXT
 async def write_log(path: Path, ledger: Ledger, **kernel: Any) -> Kernel:
     """Reads that run, an approved launch, a refused launch: checkpoints every 6 records."""
     approver = ScriptedApprover([ApprovalAnswer.once(), ApprovalAnswer.deny()])
-    options = {"checkpoint_records": 6, **kernel}
+    # By count only (no time-driven checkpoint), so where they fall does not depend on load.
+    options = {"checkpoint_records": 6, "checkpoint_seconds": 3600.0, **kernel}
     async with Kernel(events_sink=FileSink(path), approver=approver, **options) as k:
         register_standard_tools(k, ledger)
         await k.invoke("peek", {"x": "a"})
@@ -73,8 +74,9 @@ async def test_checkpoints_sign_the_chain_and_started_records_carry_no_signature
     path = tmp_path / "events.jsonl"
     await write_log(path, ledger)
     records = event_records(path)
-    checkpoints = [r for r in records if r["kind"] == "chain_checkpoint"]
-    assert len(checkpoints) >= 3
+    kinds = [r["kind"] for r in records]
+    # At the first flush points after 6 records: before the approval, after reads and at the end.
+    assert kinds.count("chain_checkpoint") == 3 and kinds[-2] == "chain_checkpoint", kinds
     started = [r for r in records if r["kind"] == "started"]
     assert len(started) == 4 and not any("signature" in r["intent"] for r in started)
     decided = {r["call_id"]: r for r in records if r["kind"] == "decided"}
@@ -82,19 +84,21 @@ async def test_checkpoints_sign_the_chain_and_started_records_carry_no_signature
                for r in started)  # fmt: skip
     report, cli, code = both(path)
     assert report.ok and code == 0 and report.unauthenticated is None, report.problems
+    assert cli["unauthenticated_records"] == 0
 
-    # Open (seal cut off, as after a crash): intact, and only what follows the last
-    # checkpoint is the unauthenticated tail.
-    records = without_seal(records)
-    path.write_bytes(b"".join(line + b"\n" for line in path.read_bytes().splitlines()[:-1]))
-    last_checkpoint = max(i for i, r in enumerate(records, 1) if r["kind"] == "chain_checkpoint")
+    # A crash after the refused launch (the last read and the seal never written): intact
+    # with --allow-open, and what follows the last checkpoint is the unauthenticated tail.
+    end = max(i for i, r in enumerate(records, 1) if r["kind"] == "failed")
+    last_checkpoint = max(i for i, k in enumerate(kinds[:end], 1) if k == "chain_checkpoint")
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:end]))
     report, cli, code = both(path, "--allow-open")
     assert code == 0, cli
-    if last_checkpoint == len(records):
-        assert report.unauthenticated is None and cli["unauthenticated_records"] == 0
-    else:
-        assert report.unauthenticated == (last_checkpoint + 1, len(records))
-        assert cli["unauthenticated_lines"] == [last_checkpoint + 1, len(records)]
+    assert report.unauthenticated == (last_checkpoint + 1, end)
+    assert cli["unauthenticated_lines"] == [last_checkpoint + 1, end]
+    assert cli["unauthenticated_records"] == end - last_checkpoint == 5
+    report, cli, code = both(path)
+    assert code == 1 and any("session is not sealed" in p for p in report.problems)
 
 
 async def test_a_record_edited_before_a_checkpoint_fails_even_in_an_open_log(
