@@ -1,34 +1,50 @@
-"""The event stream: one JSON line per step, hash-chained, redacted.
+"""The event stream: one JSON line per step, hash-chained, redacted, signed at checkpoints.
 
 Each record carries ``prev`` (the hash of the record before it) and ``hash``
 (SHA-256 over its own canonical form, ``prev`` included), so editing,
 inserting or deleting a line breaks the chain at that point. A chain that is
 rewritten whole from some line on is still self-consistent; the kernel
 therefore opens each session with a ``session_started`` record that carries
-its Ed25519 public key and closes it with a ``session_sealed`` record whose
-signature covers the head of the chain. Pin the public key (``--public-key``)
-to detect a rewrite that also replaced the key.
+its Ed25519 public key, signs the chain head in ``chain_checkpoint`` records (every
+:data:`CHECKPOINT_RECORDS` records or :data:`CHECKPOINT_SECONDS`, whichever
+comes first, at the next flush point; a kernel entered with ``async with``
+also signs a tail left idle that long) and closes it with a
+``session_sealed`` record whose signature covers the final head. A verified
+checkpoint or seal vouches for every record of the session before it. Pin
+the public key (``--public-key``) to detect a rewrite that also replaced the
+key.
 
-Verification (:func:`verify_chain`) hashes the exact bytes of each line, so a
-line that parses to the same record but reads differently (a duplicate key,
-other spacing) is caught; it refuses a ``started`` record without an intent
-signed by the session key, and an unsealed session unless the caller accepts
-an open log (``--allow-open``).
+Guarantees (:func:`verify_chain`, ``ringfence events verify``), with only the
+public key: every record up to the last verified checkpoint or the seal is
+the one the session wrote (hashes over the exact bytes of each line, so a
+line that parses the same but reads differently, a duplicate key or other
+spacing, is caught); every ``started`` record matches an allowed ``decided``
+record earlier in the same session (same call id, tool and argument digest,
+not refused; an ``ask`` resolved by a grant or a recorded approval); every
+call that started in a sealed session ended once; an unsealed session fails
+unless the caller accepts an open log (``--allow-open``).
+
+Not guaranteed: the records of an unsealed session after its last checkpoint
+(a crash, or a log still being written) are an *unauthenticated tail*: they
+are checked for consistency, and reported with their line range, but anyone
+who can write the file could have written them. A truncation that removes the
+seal leaves a valid prefix, which verifies only with ``allow_open``. Without
+pinned keys, a log rewritten whole under a new key verifies. Arguments that
+were redacted in the record are matched by the decision's digest only. The
+per-call intents are not signed (an HMAC under an in-memory key redeems them
+in process, see ``_intents``): a ``started`` record is proven by the
+checkpoint after it, not by itself.
 
 Writing: each record is encoded once (orjson, sorted keys: the same bytes as
 :func:`canonical_json` except that floats are written in their shortest form,
 ``0.00001`` for ``1e-05``; the verifier accepts either form), hashed, and
 handed to the sink. :class:`FileSink` buffers a call's records and writes them
 with one ``write`` at the call's end (its outcome), before a person is asked,
-for every record outside a call, and every :data:`FLUSH_RECORDS` records: a
-crash loses at most the unflushed records of the calls in flight, which
-verification then reports as an open (unsealed) session. ``FileSink(sync=True)``
-(``--events-sync``) writes and fsyncs every record instead.
-
-Non-guarantees: a truncation that removes the seal and everything after some
-point leaves a valid prefix, which verifies only with ``allow_open``; without
-pinned keys, a log rewritten whole under a new key verifies; arguments that
-were redacted in the record cannot be matched to the signed argument digest.
+at each checkpoint, for every record outside a call, and every
+:data:`FLUSH_RECORDS` records: a crash loses at most the unflushed records of
+the calls in flight, which verification then reports as an open (unsealed)
+session. ``FileSink(sync=True)`` (``--events-sync``) writes and fsyncs every
+record instead.
 """
 
 from __future__ import annotations
@@ -48,7 +64,7 @@ import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ._canonical import canonical_json, digest
+from ._canonical import arguments_digest, canonical_json, digest
 from ._caps import escape_surrogates
 from ._errors import Unwritable
 from ._intents import check_intent, key_fingerprint, load_public_keys
@@ -77,6 +93,7 @@ OUTCOME_KINDS = frozenset({"finished", "failed", "cancelled", "staged"})
 KERNEL_KINDS = OUTCOME_KINDS | {
     "session_started",
     "session_sealed",
+    "chain_checkpoint",
     "posture_changed",
     "proposed",
     "decided",
@@ -88,6 +105,15 @@ KERNEL_KINDS = OUTCOME_KINDS | {
 
 # A FileSink writes at the latest after this many buffered records (a call's streamed output).
 FLUSH_RECORDS = 64
+# The session key signs the chain head at the first flush point (a call's end, a record
+# outside a call) after this many records or this long since the oldest unsigned record,
+# and a kernel entered with `async with` signs a tail left idle that long. One signature
+# costs 30-60 µs here: every 256 records (64 no-op calls) is under 1 µs a call, and a
+# crash leaves at most a quarter second (or 256 records) of the log unauthenticated.
+CHECKPOINT_RECORDS = 256
+CHECKPOINT_SECONDS = 0.25
+# What a checkpoint signs before the head, so a checkpoint's signature is never a seal's.
+CHECKPOINT_CONTEXT = b"ringfence checkpoint\0"
 # Records of a call written while the call goes on: buffered until its outcome (or an ask).
 _BUFFERED_KINDS = frozenset({"proposed", "decided", "started", "approval_answered"})
 _SORTED = orjson.OPT_SORT_KEYS
@@ -151,7 +177,7 @@ class FileSink:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.sync = sync
-        self._buffer: list[str] = []
+        self._buffer: list[bytes] = []
         self._fd: int | None = os.open(
             self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
@@ -184,6 +210,10 @@ class FileSink:
         return record
 
     def write(self, line: str) -> None:
+        self.write_bytes(line.encode("utf-8"))
+
+    def write_bytes(self, line: bytes) -> None:
+        """:meth:`write` of a line already encoded (UTF-8, no newline): the log's fast path."""
         if self._fd is None:
             raise RuntimeError(f"event file {self.path} is closed")
         self._buffer.append(line)
@@ -194,7 +224,8 @@ class FileSink:
         """Write the buffered lines with one append (and fsync when ``sync``)."""
         if not self._buffer or self._fd is None:
             return
-        data = ("\n".join(self._buffer) + "\n").encode("utf-8")
+        self._buffer.append(b"")  # the last line's newline
+        data = b"\n".join(self._buffer)
         self._buffer.clear()
         view = memoryview(data)
         while view:  # a regular file takes it whole; a short write is finished, not lost
@@ -221,7 +252,15 @@ class EventLog:
     them or put a second ``hash`` in the line.
     """
 
-    def __init__(self, sink: EventSink, redactor: Redactor) -> None:
+    def __init__(
+        self,
+        sink: EventSink,
+        redactor: Redactor,
+        *,
+        signer: Callable[[bytes], bytes] | None = None,
+        checkpoint_records: int = CHECKPOINT_RECORDS,
+        checkpoint_seconds: float = CHECKPOINT_SECONDS,
+    ) -> None:
         self._sink = sink
         self._redactor = redactor
         try:
@@ -232,6 +271,18 @@ class EventLog:
         self._prev = last["hash"] if last else GENESIS
         self._seq = last["seq"] + 1 if last else 0
         self._closed = False
+        self._signer = signer
+        self._checkpoint_records = checkpoint_records
+        self._checkpoint_seconds = checkpoint_seconds
+        # Records written since the last checkpoint, and when the first of them was.
+        self._unsigned = 0
+        self._unsigned_since = 0.0
+        # Whether the sink buffers (FileSink): else flushing is nothing to do.
+        self._flush = getattr(sink, "flush", None)
+        # Lines as bytes only where `write` is FileSink's own: a subclass that overrides it
+        # (an observer) still sees every line through it.
+        plain = isinstance(sink, FileSink) and type(sink).write is FileSink.write
+        self._write_bytes = sink.write_bytes if plain else None
 
     @property
     def head(self) -> str:
@@ -241,21 +292,38 @@ class EventLog:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def checkpoint_seconds(self) -> float:
+        return self._checkpoint_seconds
+
+    @property
+    def unsigned_since(self) -> float | None:
+        """``time.monotonic()`` of the oldest record no checkpoint covers yet, or None."""
+        return self._unsigned_since if self._unsigned else None
+
     def emit(self, kind: str, trace_id: str | None = None, /, **data: Any) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError("the event log is closed")
-        clash = RECORD_FIELDS.intersection(data)
-        if clash:
+        if not RECORD_FIELDS.isdisjoint(data):
+            clash = RECORD_FIELDS.intersection(data)
             raise ValueError(
                 f"event {kind!r}: {', '.join(sorted(clash))} is a field every record has; "
                 "name the data otherwise"
             )
+        record = self._append(kind, trace_id, self._redactor.redact_value(data))
+        # A call's own records wait for its outcome; everything else is written now.
+        if kind not in _BUFFERED_KINDS or "call_id" not in data:
+            self._flush_point()
+        return record
+
+    def _append(self, kind: str, trace_id: str | None, data: dict[str, Any]) -> dict[str, Any]:
+        """Chain one (already redacted) record onto the head and hand its line to the sink."""
         record: dict[str, Any] = {
             "seq": self._seq,
             "ts": time.time_ns() // 1000 / 1e6,  # microseconds, as round(…, 6) but cheaper
             "kind": kind,
             "trace_id": trace_id,
-            **self._redactor.redact_value(data),
+            **data,
             "prev": self._prev,
         }
         try:
@@ -266,25 +334,57 @@ class EventLog:
         h = hashlib.sha256(body).hexdigest()
         record["hash"] = h
         # The line is the hashed form with the hash appended: one encoding per event.
-        self._sink.write(body[:-1].decode("utf-8") + f',"hash":"{h}"}}')
+        line = b"".join((body[:-1], b',"hash":"', h.encode(), b'"}'))
+        if self._write_bytes is not None:
+            self._write_bytes(line)
+        else:
+            self._sink.write(line.decode("utf-8"))
         self._prev = h
         self._seq += 1
-        # A call's own records wait for its outcome; everything else is written now.
-        if kind not in _BUFFERED_KINDS or "call_id" not in data:
-            self.flush()
+        if not self._unsigned:
+            self._unsigned_since = time.monotonic()
+        self._unsigned += 1
         return record
+
+    def _flush_point(self) -> None:
+        """A call ended (or a record outside a call): checkpoint if one is due, then flush."""
+        if self._signer is not None and (
+            self._unsigned >= self._checkpoint_records
+            or time.monotonic() - self._unsigned_since >= self._checkpoint_seconds
+        ):
+            self.checkpoint()
+        elif self._flush is not None:
+            self._flush()
+
+    def checkpoint(self) -> None:
+        """Sign the chain head now (a ``chain_checkpoint`` record) and flush, if anything is unsigned.
+
+        The signature covers :data:`CHECKPOINT_CONTEXT` + the head hash, so it
+        vouches for every record before it and cannot stand in for a seal.
+        Without a signer (a log nobody signs): only the flush.
+        """
+        if self._signer is not None and self._unsigned and not self._closed:
+            signature = self._signer(CHECKPOINT_CONTEXT + self._prev.encode())
+            self._append(
+                "chain_checkpoint",
+                None,
+                {"records": self._unsigned, "signature": base64.b64encode(signature).decode()},
+            )
+            self._unsigned = 0
+        self.flush()
 
     def flush(self) -> None:
         """Hand buffered records to the file now (sinks without a buffer: nothing to do)."""
-        flush = getattr(self._sink, "flush", None)
-        if flush is not None:
-            flush()
+        if self._flush is not None:
+            self._flush()
 
     def seal(self, sign: Callable[[bytes], bytes]) -> None:
         """Write a ``session_sealed`` record signing the chain head, then close."""
         if self._closed:
             return
-        self.emit("session_sealed", signature=base64.b64encode(sign(self._prev.encode())).decode())
+        signature = base64.b64encode(sign(self._prev.encode())).decode()
+        self._append("session_sealed", None, {"signature": signature})
+        self._unsigned = 0
         self._closed = True
         self._sink.close()
 
@@ -296,6 +396,9 @@ class ChainReport:
     ``session_keys`` holds the fingerprint (:func:`ringfence.runtime.key_fingerprint`)
     of each session's key, in file order. ``unsealed_sessions`` counts the
     sessions without a seal, an allowed open last session included.
+    ``unauthenticated`` is the (first, last) line range of an unsealed session
+    that no checkpoint vouches for: those records are consistent, but nothing
+    proves the session's key wrote them (see the module docstring).
     """
 
     ok: bool
@@ -304,6 +407,13 @@ class ChainReport:
     unsealed_sessions: int
     problems: tuple[str, ...]
     session_keys: tuple[str, ...] = ()
+    unauthenticated: tuple[int, int] | None = None
+
+    @property
+    def unauthenticated_records(self) -> int:
+        if self.unauthenticated is None:
+            return 0
+        return self.unauthenticated[1] - self.unauthenticated[0] + 1
 
 
 class _DuplicateKey(ValueError):
@@ -335,6 +445,8 @@ class _Call:
     arguments: Any
     verdict: Any = None
     rule: Any = None
+    # The argument digest the Gate decided on (``decided``; absent in logs before checkpoints).
+    arguments_sha256: Any = None
     answer: Any = None
     started: int | None = None
     outcome: str | None = None
@@ -346,6 +458,9 @@ class _Session:
     key: Ed25519PublicKey | None
     calls: dict[str, _Call] = field(default_factory=dict)
     nonces: set[str] = field(default_factory=set)
+    # The last line a verified checkpoint (or the seal) vouches for, with everything before it.
+    authenticated: int | None = None
+    last: int = 0
 
 
 class _Verifier:
@@ -359,6 +474,8 @@ class _Verifier:
         self.count = self.sealed = self.unsealed = 0
         self.session: _Session | None = None
         self.keys: list[str] = []
+        # The lines (first, last) of an unsealed session that no checkpoint covers.
+        self.tail: tuple[int, int] | None = None
 
     def problem(self, lineno: int, text: str) -> None:
         self.problems.append(f"line {lineno}: {text}")
@@ -404,8 +521,12 @@ class _Verifier:
         if session is None:
             self.problem(lineno, f"{kind!r} record outside a session")
             return
+        session.last = lineno
         if kind == "session_sealed":
             self.seal(lineno, record, session)
+            return
+        if kind == "chain_checkpoint":
+            self.checkpoint(lineno, record, session)
             return
         call_id = record.get("call_id")
         if kind == "proposed":
@@ -424,7 +545,10 @@ class _Verifier:
             self.problem(lineno, f"{kind!r} record after call {call_id} ended ({call.outcome})")
             return
         if kind == "decided":
+            if call.verdict is not None:
+                self.problem(lineno, f"call {call_id} decided twice")
             call.verdict, call.rule = record.get("verdict"), record.get("rule")
+            call.arguments_sha256 = record.get("arguments_sha256")
         elif kind == "approval_answered":
             call.answer = record.get("choice")
         elif kind == "started":
@@ -440,24 +564,52 @@ class _Verifier:
         call.started = lineno
         why = self.why_not_allowed(record, call, session)
         if why is not None:
-            self.problem(lineno, f"the call's signed intent does not verify: {why}")
+            self.problem(lineno, f"started without an allowed decision: {why}")
 
     def why_not_allowed(self, record: dict[str, Any], call: _Call, session: _Session) -> str | None:
-        """Why this ``started`` record is not proven allowed by the session's Gate, or None."""
-        if session.key is None:
-            return "the session has no readable key"
+        """Why this ``started`` record does not match an allowed ``decided`` record before it.
+
+        The match, explicitly: the same call (``call_id``, found by the caller),
+        a ``decided`` record earlier in this session's chain, the same tool, the
+        same argument digest (the decision's, and the digest of the
+        ``proposed`` arguments unless they were redacted), and a decision that
+        allowed it: ``allow`` with the intent's rule, or ``ask`` resolved by a
+        session grant or an approval recorded for this call. Whether the
+        records themselves are authentic is the checkpoints' and the seal's
+        business (see :meth:`checkpoint`).
+        """
         intent = record.get("intent")
-        # Redacted arguments no longer hash to the signed digest; then only tool and
-        # decision are checked (the intent still proves the Gate allowed *a* call).
+        if not isinstance(intent, dict):
+            return "the record carries no intent"
+        if call.verdict is None:
+            return "no decision for this call before it started"
+        if intent.get("tool") != call.tool:
+            return f"the intent names {intent.get('tool')!r}, the call is {call.tool!r}"
+        claimed = intent.get("arguments_sha256")
+        if call.arguments_sha256 is not None and claimed != call.arguments_sha256:
+            return "the intent's argument digest is not the one the Gate decided on"
+        # Redacted arguments no longer hash to the digest; then the decision's digest counts.
         arguments = call.arguments
-        known = digest(arguments) if MARKER not in json.dumps(arguments) else None
-        why = check_intent(session.key, intent, tool=str(call.tool), arguments_sha256=known)
-        if why is not None:
-            return why
-        assert isinstance(intent, dict)  # check_intent refuses anything else
-        if intent["nonce"] in session.nonces:
-            return "its nonce was already used by another call (replayed intent)"
-        session.nonces.add(intent["nonce"])
+        # Either encoding counts: orjson's (this writer) or canonical JSON (older logs).
+        # A digest that holds the marker had a registered secret's text in its hex digits.
+        redacted = MARKER in json.dumps(arguments) or MARKER in str(claimed)
+        if not redacted and claimed not in (
+            arguments_digest(arguments),
+            digest(arguments),
+        ):
+            return "the proposed arguments do not hash to the intent's argument digest"
+        if intent.get("verdict") != "allow":
+            return f"the intent does not allow the call (verdict {intent.get('verdict')!r})"
+        if intent.get("signature"):  # an Ed25519-signed intent (older logs): check it too
+            if session.key is None:
+                return "the session has no readable key"
+            why = check_intent(session.key, intent, tool=str(call.tool), arguments_sha256=claimed)
+            if why is not None:
+                return why
+        nonce = intent.get("nonce")
+        if not isinstance(nonce, str) or nonce in session.nonces:
+            return "its nonce is missing or was already used by another call (replayed intent)"
+        session.nonces.add(nonce)
         rule = intent.get("rule")
         if call.verdict == "allow" and rule == call.rule:
             return None
@@ -469,6 +621,17 @@ class _Verifier:
         ):
             return None
         return f"the Gate decided {call.verdict!r} ({call.rule}), the intent says {rule!r}"
+
+    def checkpoint(self, lineno: int, record: dict[str, Any], session: _Session) -> None:
+        """A ``chain_checkpoint``: the session key's signature over the chain head before it.
+
+        When it verifies, every record of the session up to this line is
+        authentic (the hash chain links them to the signed head).
+        """
+        if _signed_by(session.key, record, CHECKPOINT_CONTEXT):
+            session.authenticated = lineno
+        else:
+            self.problem(lineno, "checkpoint signature does not verify")
 
     def open_session(self, lineno: int, record: dict[str, Any]) -> None:
         key: Ed25519PublicKey | None = None
@@ -484,11 +647,9 @@ class _Verifier:
         self.session = _Session(lineno, key)
 
     def seal(self, lineno: int, record: dict[str, Any], session: _Session) -> None:
-        try:
-            if session.key is None:
-                raise InvalidSignature
-            session.key.verify(base64.b64decode(record["signature"]), record["prev"].encode())
-        except (InvalidSignature, KeyError, ValueError, TypeError, AttributeError):
+        if _signed_by(session.key, record, b""):
+            session.authenticated = lineno
+        else:
             self.problem(lineno, "seal signature does not verify")
         for call_id, call in session.calls.items():
             if call.started is not None and call.outcome is None:
@@ -502,6 +663,11 @@ class _Verifier:
         if session is None:
             return
         self.unsealed += 1
+        # What no checkpoint vouches for: the records after the last one (all, if none).
+        first = (session.authenticated or session.line - 1) + 1
+        last = max(session.last, session.line)
+        if first <= last:
+            self.tail = (first, last)
         if lineno is not None:
             self.problem(
                 session.line,
@@ -523,7 +689,19 @@ class _Verifier:
             self.unsealed,
             tuple(self.problems),
             tuple(self.keys),
+            self.tail,
         )
+
+
+def _signed_by(key: Ed25519PublicKey | None, record: dict[str, Any], context: bytes) -> bool:
+    """Whether ``record["signature"]`` is ``key``'s over ``context`` + ``record["prev"]``."""
+    try:
+        if key is None:
+            return False
+        key.verify(base64.b64decode(record["signature"]), context + record["prev"].encode())
+    except (InvalidSignature, KeyError, ValueError, TypeError, AttributeError):
+        return False
+    return True
 
 
 def _public_keys(public_keys: str | Iterable[str] | None) -> list[Ed25519PublicKey] | None:
@@ -546,11 +724,13 @@ def verify_chain(
     those bytes, the record must be in canonical form with no duplicate key,
     and its ``prev`` must name the line before. Each session must open with
     ``session_started`` and close with a ``session_sealed`` whose signature
-    verifies with the session's key; records outside a session are refused.
-    Every ``started`` record must carry an intent signed by the session's key
-    for that tool (and, unless redacted, those arguments), used once, and
-    consistent with the recorded decision (and approval); every started call
-    in a sealed session must end in exactly one outcome.
+    verifies with the session's key, and every ``chain_checkpoint`` must verify
+    with it too; records outside a session are refused. Every ``started``
+    record must match an allowed ``decided`` record of the same call earlier
+    in the session (:meth:`_Verifier.why_not_allowed`: tool, argument digest,
+    verdict, approval; its intent's nonce used once; an Ed25519 signature on
+    it, as older logs have, must verify); every started call in a sealed
+    session must end in exactly one outcome.
 
     ``public_keys``: PEM text (one or several keys) or several such texts.
     When given, each session's key must be one of them (records are still
@@ -558,8 +738,10 @@ def verify_chain(
     with a new key verifies: pin keys to detect that.
 
     ``allow_open`` accepts an unsealed *last* session (a log still being
-    written) and an unterminated last line; an unsealed session followed by
-    another is always a problem. Raises ValueError for unreadable keys.
+    written) and an unterminated last line; the report's ``unauthenticated``
+    names the lines of that session after its last verified checkpoint. An
+    unsealed session followed by another is always a problem. Raises
+    ValueError for unreadable keys.
     """
     verifier = _Verifier(_public_keys(public_keys), allow_open)
     for lineno, line in enumerate(lines, start=1):
@@ -600,4 +782,5 @@ def verify_file(
         report.unsealed_sessions,
         (*report.problems, problem),
         report.session_keys,
+        report.unauthenticated,
     )
