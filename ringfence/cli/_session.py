@@ -58,6 +58,12 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         "best-effort (apply what this machine offers; the gaps are recorded in events)",
     )
     parser.add_argument(
+        "--network",
+        action="store_true",
+        help="give run_shell's sandbox the network (default: none); recorded in events and shown "
+        "in every approval, and run_shell is then no longer reversible",
+    )
+    parser.add_argument(
         "--change-sets",
         dest="change_sets",
         action="store_true",
@@ -227,8 +233,11 @@ def kernel_from_args(
     if getattr(args, "worktree", None) is not None:
         roots = session_roots(roots, args.worktree)
     mcp_manifest, mcp_options = mcp_setup(args, roots, mcp_tool, interactive=interactive)
+    backend_options: dict[str, Any] = {"sandbox": sandbox} if sandbox else {}
+    if getattr(args, "network", False):
+        backend_options["network"] = True
     kernel = create_kernel(
-        backend_options={"sandbox": sandbox} if sandbox else None,
+        backend_options=backend_options or None,
         roots=roots,
         posture=args.posture,
         approver=approver if approver is not None else approver_from(args.approve),

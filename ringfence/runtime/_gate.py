@@ -134,6 +134,7 @@ async def _ask(
         decision.reason,
         origin,
         trace_id,
+        str(spec.meta.get("runs_on", "")),
     )
     kernel.events.emit(
         "approval_asked", trace_id, call_id=call_id, tool=spec.name, rule=decision.rule
