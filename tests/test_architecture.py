@@ -360,6 +360,9 @@ SPAWN_EXCEPTIONS: dict[str, dict[str, str]] = {
     "ringfence/backends/_doctor.py": {
         "subprocess.run": "`rg --version` for `ringfence doctor`: a probe with a timeout",
     },
+    "ringfence/cli/_doctor.py": {
+        "subprocess.run": "`node --version` for `ringfence doctor`: a probe with a timeout",
+    },
     "ringfence/backends/_confined_supervisor.py": {
         "os.posix_spawn": "the confined session's PID 1 inside the sandbox: a standalone "
         "program that imports almost nothing (it is the session's start-up cost); the sandbox "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -406,3 +407,14 @@ def test_debug_env_shows_the_traceback_of_an_unexpected_error(tmp_path: Path) ->
     assert quiet.stderr.count("\n") == 1 and str(plan_dir) in quiet.stderr
     loud = ringfence_process("plan", "show", str(plan_dir), env={"RINGFENCE_DEBUG": "1"})
     assert loud.returncode == 1 and "Traceback" in loud.stderr
+
+
+def test_doctor_reports_node_and_where_oauth_tokens_are_sealed(
+    capsys: pytest.CaptureFixture[str], ringfence_home: Path
+) -> None:
+    code, body = run_json(capsys, "doctor", "--backend", "host")
+    assert code == 0, body
+    checks = {c["name"]: c for c in body["result"]["checks"]}
+    assert checks["node"]["ok"] is (shutil.which("node") is not None)
+    store = checks["mcp token store"]["detail"]
+    assert "keyring" in store or str(ringfence_home / "keys") in store
