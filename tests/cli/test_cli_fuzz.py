@@ -339,6 +339,7 @@ def test_every_command_has_bad_input_cases() -> None:
 # Bad input from the environment: (variables, argv template, culprit template).
 ENV_CASES: list[tuple[dict[str, str], list[str], str]] = [
     ({"DOCKER_HOST": "unix://{missing}"}, ["images", "list"], "{missing}"),
+    ({"DOCKER_HOST": "tcp://127.0.0.1:99999"}, ["images", "list"], "tcp://127.0.0.1:99999"),
     ({"DOCKER_HOST": "unix://{missing}"}, ["images", "build", "busybox"], "{missing}"),
     (
         {"DOCKER_HOST": "unix://{missing}"},
