@@ -609,9 +609,13 @@ class RingfenceIdentityAssertion(IdentityAssertionOAuthProvider):
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         if not self._initialized:
-            self._tokens = await self._store.get_tokens()
-            expires_at = (await self._store.restore()).get("expires_at")
-            self._expiry = expires_at if self._tokens else None
+            tokens = await self._store.get_tokens()
+            if tokens is not None and not token_audience_ok(
+                tokens.access_token, self._store.resource
+            ):
+                tokens = None  # a stored token for another audience is never sent
+            self._tokens = tokens
+            self._expiry = (await self._store.restore()).get("expires_at") if tokens else None
             self._initialized = True
         flow = super()._auth_flow(request)
         try:

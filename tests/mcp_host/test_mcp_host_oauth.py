@@ -519,6 +519,35 @@ async def test_identity_assertion_token_for_another_audience_is_never_sent(
     assert not auth_status(manifest(xaa_block(url)).servers[0])["logged_in"]
 
 
+async def test_identity_assertion_never_attaches_a_stored_token_for_another_audience(
+    home: Path, oauth_server, make_kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await oauth_server()
+    monkeypatch.setenv("XAA_SECRET", "xaa-secret")
+    monkeypatch.setenv("XAA_ID_TOKEN", ENTERPRISE_ID_TOKEN)
+    foreign = jwt_for({"aud": "https://other.example/mcp", "sub": "x"})
+    SealedStore(home).save(
+        "prot",
+        {"v": 1, "resource": url, "tokens": {"access_token": foreign, "token_type": "Bearer"}},
+    )
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(xaa_block(url))) as cs:
+        assert not cs.failures, cs.failures  # a fresh assertion replaced it
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    sent = bearer_values(await server_log(url))
+    assert sent and foreign not in sent
+
+
+def jwt_for(claims: dict) -> str:
+    """An unsigned JWT-shaped token with ``claims`` (only its audience is read)."""
+    import base64
+
+    def part(obj: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    return ".".join([part({"alg": "none"}), part(claims), "sig"])
+
+
 async def test_identity_assertion_without_the_id_token_names_the_variable(
     home: Path, oauth_server, make_kernel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
