@@ -6,7 +6,8 @@ the well-known URLs), authorization-server metadata and OIDC discovery with the
 2025-03-26 fallbacks, dynamic client registration, client ID metadata
 documents, PKCE, the ``resource`` parameter (RFC 8707), scope selection and
 step-up on ``insufficient_scope``, refresh tokens, the token-endpoint auth
-methods, and (``ClientCredentialsOAuthProvider``) the client_credentials grant.
+methods, (``ClientCredentialsOAuthProvider``) the client_credentials grant, and
+(``IdentityAssertionOAuthProvider``, in :mod:`._oauth_xaa`) SEP-990 identity assertion.
 This module adds what a governed host needs around it:
 
 - **Storage**: :class:`SealedTokenStorage` keeps tokens and client registrations
@@ -37,10 +38,8 @@ asking) that must not drift apart; the login command lives in :mod:`._login`.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
-import os
 import time
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
@@ -60,7 +59,6 @@ from mcp.client.auth.extensions.client_credentials import (
     PrivateKeyJWTOAuthProvider,
     SignedJWTParameters,
 )
-from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
 from mcp.client.auth.utils import extract_field_from_www_auth
 from mcp.shared.auth import (
     AuthorizationCodeResult,
@@ -70,12 +68,12 @@ from mcp.shared.auth import (
     OAuthToken,
     ProtectedResourceMetadata,
 )
-from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_server_url
+from mcp.shared.auth_utils import resource_url_from_server_url
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 
 from ..runtime import Denied, InvalidArguments, Redactor, Unavailable
 from ._manifest import AuthMode, ServerConfig
-from ._tokens import SealedStore
+from ._tokens import SealedStore, credential_from_env, token_audience_ok
 from ._urls import scrub_url
 
 __all__ = [
@@ -124,41 +122,6 @@ def login_flow(flow: LoginFlow) -> Iterator[None]:
 
 def _login_hint(name: str) -> str:
     return f"run `ringfence mcp login {name}`"
-
-
-# -- audience --------------------------------------------------------------------------------
-
-
-def _jwt_claims(token: str) -> dict[str, Any] | None:
-    """The claims of a JWT-shaped token, unverified (we are not its audience's verifier)."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
-        claims = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return claims if isinstance(claims, dict) else None
-
-
-def token_audience_ok(access_token: str, resource: str) -> bool:
-    """False only when the token is a JWT whose ``aud`` names another resource.
-
-    An ``aud`` matches when it is ``resource`` or a parent of it on the same
-    origin (RFC 8707 hierarchical match, the SDK's ``check_resource_allowed``).
-    Opaque tokens carry no audience we can read; their binding is the record's.
-    """
-    claims = _jwt_claims(access_token)
-    if claims is None or "aud" not in claims:
-        return True
-    aud = claims["aud"]
-    audiences = aud if isinstance(aud, list) else [aud]
-    return any(
-        isinstance(a, str)
-        and check_resource_allowed(requested_resource=resource, configured_resource=a)
-        for a in audiences
-    )
 
 
 # -- storage ---------------------------------------------------------------------------------
@@ -530,128 +493,6 @@ class RingfenceClientKeyJWT(_Guarded, PrivateKeyJWTOAuthProvider):
         self._guard(config, storage, interactive=True)  # a fresh grant needs no person
 
 
-_TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
-_ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
-_ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
-
-
-class RingfenceIdentityAssertion(IdentityAssertionOAuthProvider):
-    """SEP-990 enterprise-managed authorization: the SDK's jwt-bearer provider plus leg 1.
-
-    Leg 1 (RFC 8693 token exchange at the IdP): the user's IdP ID token (from
-    ``idp_id_token_env``) is exchanged at ``idp_token_endpoint`` for an ID-JAG
-    whose audience is the configured ``oauth_issuer`` and whose resource is this
-    server. Leg 2 is the SDK's: the ID-JAG is presented (jwt-bearer,
-    ``client_secret_basic``) only to that issuer's token endpoint, found from
-    the issuer's own metadata, never from the resource server.
-
-    What ringfence adds: the ID token, the ID-JAG, the secrets and the issued
-    tokens are registered with the redactor; a token for another audience is
-    refused and forgotten (never sent); a stored token's expiry is the stored
-    one (the SDK would recompute it from ``expires_in`` after a restart); every
-    failure is ``Unavailable`` naming the server. Not promised: obtaining the
-    ID token (the IdP login is the deployment's; it is read from the variable).
-    """
-
-    def __init__(
-        self, config: ServerConfig, storage: SealedTokenStorage, redactor: Redactor, secret: str
-    ) -> None:
-        assert config.url and config.client_id and config.oauth_issuer
-        super().__init__(
-            server_url=config.url,
-            storage=storage,
-            client_id=config.client_id,
-            client_secret=secret,
-            issuer=config.oauth_issuer,
-            assertion_provider=self._id_jag,
-            scope=" ".join(config.scopes) or None,
-            token_endpoint_auth_method="client_secret_basic",
-        )
-        self._config = config
-        self._store = storage
-        self._redactor = redactor
-
-    async def _id_jag(self, audience: str, resource: str) -> str:
-        """Leg 1: exchange the user's ID token at the IdP for an ID-JAG (audience, resource)."""
-        config = self._config
-        assert config.idp_token_endpoint and config.idp_client_id
-        id_token = _from_env(config, "idp_id_token_env", self._redactor)
-        idp_secret = _from_env(config, "idp_client_secret_env", self._redactor)
-        form = {
-            "grant_type": _TOKEN_EXCHANGE,
-            "subject_token": id_token,
-            "subject_token_type": _ID_TOKEN,
-            "requested_token_type": _ID_JAG,
-            "audience": audience,
-            "resource": resource,
-            "client_id": config.idp_client_id,
-        }
-        auth = httpx2.BasicAuth(config.idp_client_id, idp_secret) if idp_secret else None
-        timeout = config.connect_timeout_seconds
-        async with httpx2.AsyncClient(timeout=timeout, follow_redirects=False) as client:
-            response = await client.post(config.idp_token_endpoint, data=form, auth=auth)
-        try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        if response.status_code != 200 or not isinstance(body, dict):
-            error = body.get("error") if isinstance(body, dict) else None
-            raise OAuthTokenError(
-                f"the IdP token exchange answered HTTP {response.status_code} ({error or 'no error code'})"
-            )
-        jag = body.get("access_token")
-        if not isinstance(jag, str) or body.get("issued_token_type") != _ID_JAG:
-            raise OAuthTokenError("the IdP token exchange did not return an ID-JAG")
-        self._redactor.register_credential(jag)
-        return jag
-
-    async def _auth_flow(
-        self, request: httpx2.Request
-    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        if not self._initialized:
-            tokens = await self._store.get_tokens()
-            if tokens is not None and not token_audience_ok(
-                tokens.access_token, self._store.resource
-            ):
-                tokens = None  # a stored token for another audience is never sent
-            self._tokens = tokens
-            self._expiry = (await self._store.restore()).get("expires_at") if tokens else None
-            self._initialized = True
-        flow = super()._auth_flow(request)
-        try:
-            outgoing = await flow.__anext__()
-            while True:
-                outgoing = await flow.asend((yield outgoing))
-        except StopAsyncIteration:
-            return
-        except Denied:
-            self._tokens = None  # another audience's token: forgotten, never sent
-            raise
-        except (OAuthFlowError, OAuthTokenError, ValueError, httpx2.HTTPError) as exc:
-            raise Unavailable(
-                f"MCP server {self._config.name!r}: identity-assertion authorization "
-                f"failed ({type(exc).__name__}: {scrub_url(str(exc), self._config.url)[:300]})",
-                field="auth",
-            ) from None
-        finally:
-            await flow.aclose()
-
-
-def _from_env(config: ServerConfig, key: str, redactor: Redactor) -> str | None:
-    var = getattr(config, key)
-    if var is None:
-        return None
-    value = os.environ.get(var)
-    if not value:
-        raise Unavailable(
-            f"server {config.name!r}: {key} names the environment variable "
-            f"{var}, which is not set; set it before connecting",
-            field=key,
-        )
-    redactor.register_credential(value)
-    return value
-
-
 def build_auth(
     config: ServerConfig, redactor: Redactor, store: SealedStore | None = None
 ) -> httpx2.Auth | None:
@@ -662,14 +503,16 @@ def build_auth(
     """
     if config.auth is not AuthMode.OAUTH or config.url is None:
         return None
-    secret = _from_env(config, "client_secret_env", redactor)
+    secret = credential_from_env(config, "client_secret_env", redactor)
     flow = _installed_flow
     storage = SealedTokenStorage(config, redactor, store, flow.redirect_uri if flow else None)
     if config.oauth_grant == "identity_assertion":
+        from ._oauth_xaa import RingfenceIdentityAssertion  # imports this module
+
         assert secret is not None  # the manifest requires client_secret_env for this grant
         return RingfenceIdentityAssertion(config, storage, redactor, secret)
     if config.oauth_grant == "client_credentials":
-        key_pem = _from_env(config, "client_key_env", redactor)
+        key_pem = credential_from_env(config, "client_key_env", redactor)
         if key_pem is not None:
             return RingfenceClientKeyJWT(config, storage, key_pem)
         assert secret is not None
