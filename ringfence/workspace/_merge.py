@@ -211,7 +211,9 @@ def _apply_one(
                 os.unlink(leaf, dir_fd=dir_fd)  # replace the link itself, never its target
             if is_git_directory(dir_fd, {leaf: ("file", data)}):
                 raise GitMetadata(f"writing {display} would make its directory a git directory")
-            created = replace_file(place, data, sync_dir=False if to_sync is not None else None)
+            # Durable merges sync once per file system at the end (syncfs), not per file.
+            per_file = to_sync is not None and _syncfs is None
+            created = replace_file(place, data, sync_dir=False if per_file else None)
             if to_sync is not None:
                 key = os.fstat(dir_fd)
                 if (key.st_dev, key.st_ino) not in to_sync:
@@ -224,6 +226,44 @@ def _apply_one(
             raise translate_oserror(exc, display, writing=True) from None
 
     return _walk_to(resolver, change, op, create=after is not None)
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    """libc's ``syncfs`` (Linux), or None: then every file and directory is fsynced."""
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_syncfs = _load_syncfs()
+
+
+def _sync(dirs: dict[tuple[int, int], int]) -> None:
+    """Make a durable merge durable, then close ``dirs`` (the directories written into).
+
+    One ``syncfs`` per file system written to (what the per-file and
+    per-directory fsyncs achieve together) instead of one fsync per file: a
+    1,000-file undo waits for one journal commit, not a thousand. Errors
+    are passed over, as the per-directory fsyncs' always were.
+    """
+    try:
+        if _syncfs is not None:
+            for fd in {dev: fd for (dev, _), fd in dirs.items()}.values():
+                _syncfs(fd)
+        else:
+            for fd in dirs.values():
+                with contextlib.suppress(OSError):
+                    fsync_dir(fd)
+    finally:
+        for fd in dirs.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _own(leaf: str, dir_fd: int, owner: tuple[int, int]) -> None:
@@ -301,10 +341,7 @@ def merge_changes(
                     _apply_one(resolver, done.inverse(), blobs, owner, to_sync)
             raise
         finally:
-            for fd in (to_sync or {}).values():
-                with contextlib.suppress(OSError):
-                    fsync_dir(fd)
-                os.close(fd)
+            _sync(to_sync or {})
         return MergeReport(tuple(applied), tuple(refused))
 
 
