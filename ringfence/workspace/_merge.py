@@ -37,6 +37,7 @@ from ._changes import Blobs, Change, Image, image_at, same_state
 from ._gitguard import is_dotgit, is_git_directory
 from ._names import escape_name
 from ._resolver import CONFINED, Place, Resolver, translate_oserror
+from ._upper import UpperFiles
 from ._workspace import Workspace
 from ._writer import check_git_chain, fsync_dir, make_checked_dir, replace_file
 
@@ -156,6 +157,7 @@ def _apply_one(
     owner: tuple[int, int],
     to_sync: dict[tuple[int, int], int] | None,
     keep_full_dirs: bool = False,
+    sources: UpperFiles | None = None,
 ) -> Image | None:
     """Make the path's state ``change.after``; return the image it had (stored in ``blobs``)."""
     after = change.after
@@ -190,7 +192,9 @@ def _apply_one(
                 os.chmod(leaf, after.mode, dir_fd=dir_fd)
                 return found
             assert after.digest is not None
-            data = blobs.get(after.digest)
+            source = sources.take(change, after) if sources is not None else None
+            # Renamed from the upper: the bytes are only needed to judge a HEAD (the git check).
+            data = blobs.get(after.digest) if source is None or leaf == "HEAD" else b""
             if found is not None and found.kind == "dir":
                 os.rmdir(leaf, dir_fd=dir_fd)  # a directory replaced by a file: empty by now
                 found_dir = found
@@ -213,7 +217,17 @@ def _apply_one(
                 raise GitMetadata(f"writing {display} would make its directory a git directory")
             # Durable merges sync once per file system at the end (syncfs), not per file.
             per_file = to_sync is not None and _syncfs is None
-            created = replace_file(place, data, sync_dir=False if per_file else None)
+            sync = False if per_file else None
+            try:
+                created = replace_file(place, data, sync_dir=sync, source=source)
+            except OSError as exc:  # EXDEV: the upper is on another mount; copy from now on
+                assert sources is not None and exc.errno == errno.EXDEV
+                sources.disabled = True
+                data = blobs.get(after.digest)
+                created = replace_file(place, data, sync_dir=sync)
+            finally:
+                if source is not None:
+                    os.close(source[2])
             if to_sync is not None:
                 key = os.fstat(dir_fd)
                 if (key.st_dev, key.st_ino) not in to_sync:
@@ -280,6 +294,7 @@ def merge_changes(
     atomic: bool = True,
     force: bool = False,
     durable: bool = True,
+    sources: UpperFiles | None = None,
 ) -> MergeReport:
     """Apply ``changes`` to the workspace through the guarded writer (see the module docstring).
 
@@ -294,6 +309,14 @@ def merge_changes(
     ``False`` leaves that to the kernel's writeback (a shell command's merge:
     as durable as the command writing the workspace itself, and a 10,000-file
     set does not wait for 10,000 journal commits).
+
+    ``sources`` (a shell command's merge): the overlay upper directory files
+    that hold after-images; such a file is renamed into the workspace
+    instead of a copy being written, when it is still the inode that was
+    read, has one name and an owner the result may have (the store keeps its
+    own copy of the bytes, so no stored image shares an inode with the
+    workspace). Every check and refusal is the same either way. Closed
+    when the merge ends.
     """
     resolver = workspace._resolver
     with resolver:
@@ -333,7 +356,9 @@ def merge_changes(
         to_sync: dict[tuple[int, int], int] | None = {} if durable else None
         try:
             for change in accepted:
-                found = _apply_one(resolver, change, blobs, owner, to_sync, keep_full_dirs=force)
+                found = _apply_one(
+                    resolver, change, blobs, owner, to_sync, keep_full_dirs=force, sources=sources
+                )
                 applied.append(Change(change.root, change.path, found, change.after))
         except BaseException:
             for done in reversed(applied):  # best effort: put back what this merge changed
@@ -342,6 +367,8 @@ def merge_changes(
             raise
         finally:
             _sync(to_sync or {})
+            if sources is not None:
+                sources.close()
         return MergeReport(tuple(applied), tuple(refused))
 
 
