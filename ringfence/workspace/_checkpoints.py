@@ -127,6 +127,7 @@ class CheckpointStore:
         # Packed blobs: digest -> (pack name, offset, size), from the .idx files read so far.
         self._packed: dict[str, tuple[str, int, int]] = {}
         self._packs_read: set[str] = set()
+        self._packs_mtime = -1
         if self._open(create=False) is not None:
             self.prune()
 
@@ -258,16 +259,28 @@ class CheckpointStore:
         """A new pack for many small blobs (see :class:`PackWriter`)."""
         return PackWriter(self)
 
-    def _where_packed(self, digest: str) -> tuple[str, int, int] | None:
+    def _where_packed(self, digest: str, *, sure: bool = False) -> tuple[str, int, int] | None:
+        """Where a packed blob is; ``sure``: list the packs even if their directory seems
+        unchanged (a reader must not miss a pack committed within the mtime's tick; a
+        writer asking only stores a duplicate if it does)."""
         with self._lock:
             found = self._packed.get(digest)
-        if found is None and self._read_new_indexes():
+        if found is None and self._read_new_indexes(sure=sure):
             with self._lock:
                 found = self._packed.get(digest)
         return found
 
-    def _read_new_indexes(self) -> bool:
-        """Read the .idx files not read yet; True if there were any."""
+    def _read_new_indexes(self, *, sure: bool = False) -> bool:
+        """Read the .idx files not read yet; True if there were any.
+
+        Listed again only when the packs directory changed since (its mtime):
+        a pack's writer asks about each new digest, and most are absent.
+        """
+        mtime = os.fstat(self._packs_fd).st_mtime_ns
+        with self._lock:
+            if mtime == self._packs_mtime and not sure:
+                return False
+            self._packs_mtime = mtime
         new = False
         for name in os.listdir(self._packs_fd):
             if not name.endswith(".idx") or name.startswith(".") or name in self._packs_read:
@@ -282,7 +295,7 @@ class CheckpointStore:
         return new
 
     def _get_packed(self, digest: str) -> bytes:
-        found = self._where_packed(digest)
+        found = self._where_packed(digest, sure=True)
         if found is None:
             raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)")
         pack, offset, size = found
@@ -468,8 +481,8 @@ class CheckpointStore:
 class PackWriter:
     """Many small blobs appended to one new pack file (one file in the store, not one each).
 
-    :meth:`add` stores ``data`` unless the store has it already and returns
-    its digest; :meth:`commit` makes the pack's blobs readable (the pack and
+    :meth:`add` (or ``put``: a pack is a :class:`~._changes.Blobs`) stores
+    ``data`` unless the store has it already and returns its digest; :meth:`commit` makes the pack's blobs readable (the pack and
     then its index renamed into place, the index last, so an index never
     names bytes that are not there). Until then :meth:`add`'s digests are
     not in the store: commit before the manifest naming them is saved.
@@ -499,6 +512,15 @@ class PackWriter:
         self._entries[digest] = (self._offset, len(data))
         self._offset += len(data)
         return digest
+
+    # The Blobs protocol, so a pack can stand in for the store while a set is read.
+    put = add
+
+    def put_fd(self, fd: int) -> tuple[str, int]:
+        return self._store.put_fd(fd)  # large: a blob of its own, streamed
+
+    def get(self, digest: str) -> bytes:
+        return self._store.get(digest)
 
     def commit(self) -> None:
         if self._fd < 0:

@@ -36,7 +36,7 @@ from ..runtime import GitMetadata, InvalidArguments, RingfenceError, ToolError
 from ._changes import Blobs, Change, Image, image_at, same_state
 from ._gitguard import is_dotgit, is_git_directory
 from ._names import escape_name
-from ._resolver import CONFINED, Place, Resolver, translate_oserror
+from ._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
 from ._upper import UpperFiles
 from ._workspace import Workspace
 from ._writer import check_git_chain, fsync_dir, make_checked_dir, replace_file
@@ -117,6 +117,68 @@ def _link_stays_inside(root: int, path: str, target: str, roots: Sequence[str]) 
 # -- the merge ---------------------------------------------------------------------------
 
 
+class _Dirs:
+    """The directories one merge writes into, each walked once (siblings share the walk).
+
+    After a change's walk succeeds, its directory is kept (one descriptor,
+    at most :data:`_KEPT_DIRS` of them, oldest dropped); a sibling then runs
+    at that directory directly. For the merge's writes the kept chain's git
+    check is done (``chain_checked``); the conflict check uses its own. Kept
+    directories are dropped when a change could alter a chain: a directory
+    or link deleted or replaced, a link made (a merge's own writes cannot
+    make a kept directory a git directory: each write that would complete
+    one is refused where it happens).
+    """
+
+    def __init__(self, resolver: Resolver) -> None:
+        self.resolver = resolver
+        self._kept: dict[tuple[int, str], tuple[Root, list[str], int]] = {}
+
+    def walk(self, change: Change, op: Callable[[Place], Any], create: bool) -> Any:
+        key = (change.root, posixpath.dirname(change.path))
+        kept = self._kept.get(key)
+        if kept is not None:
+            root, names, fd = kept
+            # Only the last descriptor is real: the chain's git check is done (see walk_from).
+            place = Place(root, [(n, -1) for n in names[:-1]] + [(names[-1], fd)] if names else [])
+            place.leaf = posixpath.basename(change.path)
+            try:
+                return op(place)
+            except FollowLeaf:
+                pass  # not expected of a merge's ops; the full walk handles it
+
+        calls = 0
+
+        def keep(place: Place) -> Any:
+            nonlocal calls
+            calls += 1  # a second call is at a link's target: not the change's directory
+            result = op(place)
+            if calls == 1 and key not in self._kept:
+                if len(self._kept) >= _KEPT_DIRS:
+                    os.close(self._kept.pop(next(iter(self._kept)))[2])
+                self._kept[key] = (place.root, place.names, os.dup(place.dir_fd))
+            return result
+
+        return _walk_to(self.resolver, change, keep, create)
+
+    def chain_checked(self, change: Change) -> bool:
+        return (change.root, posixpath.dirname(change.path)) in self._kept
+
+    def applied(self, found: Image | None, after: Image | None) -> None:
+        """Forget every kept directory when this change could alter a chain."""
+        kinds = (found.kind if found else None, after.kind if after else None)
+        if "symlink" in kinds or (kinds[0] == "dir" and kinds[1] != "dir"):
+            self.close()
+
+    def close(self) -> None:
+        for _, _, fd in self._kept.values():
+            os.close(fd)
+        self._kept.clear()
+
+
+_KEPT_DIRS = 16
+
+
 def _walk_to(resolver: Resolver, change: Change, op: Callable[[Place], Any], create: bool) -> Any:
     """Run ``op`` at the change's place: its parent directory and leaf name.
 
@@ -137,13 +199,13 @@ def _walk_to(resolver: Resolver, change: Change, op: Callable[[Place], Any], cre
             os.close(fd)
 
 
-def _current(resolver: Resolver, change: Change) -> Image | None:
+def _current(dirs: _Dirs, change: Change) -> Image | None:
     def op(place: Place) -> Image | None:
         assert place.leaf is not None
         return image_at(place.dir_fd, place.leaf, None)
 
     try:
-        return _walk_to(resolver, change, op, create=False)
+        return dirs.walk(change, op, create=False)
     except RingfenceError as exc:
         if exc.code == "not_found":
             return None
@@ -151,7 +213,7 @@ def _current(resolver: Resolver, change: Change) -> Image | None:
 
 
 def _apply_one(
-    resolver: Resolver,
+    dirs: _Dirs,
     change: Change,
     blobs: Blobs,
     owner: tuple[int, int],
@@ -166,7 +228,8 @@ def _apply_one(
         leaf = place.leaf
         assert leaf is not None
         display = place.display()
-        check_git_chain(place, display)
+        if not chain_checked:
+            check_git_chain(place, display)
         dir_fd = place.dir_fd
         found = image_at(dir_fd, leaf, blobs)
         try:
@@ -239,7 +302,10 @@ def _apply_one(
         except OSError as exc:
             raise translate_oserror(exc, display, writing=True) from None
 
-    return _walk_to(resolver, change, op, create=after is not None)
+    chain_checked = dirs.chain_checked(change)
+    found = dirs.walk(change, op, create=after is not None)
+    dirs.applied(found, after)
+    return found
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -341,7 +407,11 @@ def merge_changes(
                 details={**first.details, "refused": refused},
             )
         if not force:
-            conflicts = _conflicts(resolver, accepted)
+            looked = _Dirs(resolver)
+            try:
+                conflicts = _conflicts(looked, accepted)
+            finally:
+                looked.close()
             if conflicts:
                 raise ToolError(
                     "conflict: these files changed since the change set was made: "
@@ -352,27 +422,30 @@ def merge_changes(
         st = os.fstat(resolver.roots[0].fd)
         owner = (st.st_uid, st.st_gid)
         applied: list[Change] = []
+        dirs = _Dirs(resolver)
         # Directories written into: fsynced once, at the end (None: not durable).
         to_sync: dict[tuple[int, int], int] | None = {} if durable else None
         try:
             for change in accepted:
                 found = _apply_one(
-                    resolver, change, blobs, owner, to_sync, keep_full_dirs=force, sources=sources
+                    dirs, change, blobs, owner, to_sync, keep_full_dirs=force, sources=sources
                 )
                 applied.append(Change(change.root, change.path, found, change.after))
         except BaseException:
+            dirs.close()
             for done in reversed(applied):  # best effort: put back what this merge changed
                 with contextlib.suppress(Exception):
-                    _apply_one(resolver, done.inverse(), blobs, owner, to_sync)
+                    _apply_one(dirs, done.inverse(), blobs, owner, to_sync)
             raise
         finally:
+            dirs.close()
             _sync(to_sync or {})
             if sources is not None:
                 sources.close()
         return MergeReport(tuple(applied), tuple(refused))
 
 
-def _conflicts(resolver: Resolver, changes: Sequence[Change]) -> list[str]:
+def _conflicts(dirs: _Dirs, changes: Sequence[Change]) -> list[str]:
     """The paths whose current state is not the before-image, in order (each once).
 
     A directory to delete conflicts too when it holds an entry the set does
@@ -391,16 +464,14 @@ def _conflicts(resolver: Resolver, changes: Sequence[Change]) -> list[str]:
         elif parent in absent:
             current = None
         else:
-            current = _current(resolver, change)
+            current = _current(dirs, change)
         if current is None and key not in seen:
             absent.add(key)
         stale = not same_state(current, change.before)
         if not stale and change.after is None and current is not None and current.kind == "dir":
             gone = {k for k, v in seen.items() if v is None}  # deleted earlier in this set
             left = [
-                n
-                for n in _entries(resolver, change)
-                if (change.root, f"{change.path}/{n}") not in gone
+                n for n in _entries(dirs, change) if (change.root, f"{change.path}/{n}") not in gone
             ]
             stale = bool(left)
         if stale and escape_name(change.path) not in out:
@@ -409,7 +480,7 @@ def _conflicts(resolver: Resolver, changes: Sequence[Change]) -> list[str]:
     return out
 
 
-def _entries(resolver: Resolver, change: Change) -> list[str]:
+def _entries(dirs: _Dirs, change: Change) -> list[str]:
     def op(place: Place) -> list[str]:
         assert place.leaf is not None
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -419,4 +490,4 @@ def _entries(resolver: Resolver, change: Change) -> list[str]:
         finally:
             os.close(fd)
 
-    return _walk_to(resolver, change, op, create=False)
+    return dirs.walk(change, op, create=False)

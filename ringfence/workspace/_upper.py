@@ -162,12 +162,14 @@ def changes_from_upper(
     a deletion before a creation at the same path, a directory before its
     entries, entries before their directory's deletion.
 
-    ``pack``: regular files' bytes are appended to it (commit it before the
-    set is saved) instead of hard-linked into the store; ``sources`` (with
+    ``pack``: every image's bytes (before-images too) are appended to it
+    (commit it before the set is saved), none hard-linked into the store; ``sources`` (with
     ``pack`` only) then names the upper files the merge may rename into the
     workspace (:class:`UpperSource`, by path below the upper directory).
     """
     out: list[Change] = []
+    if pack is not None:
+        blobs = pack  # before-images and links too: one pack, not a file each
     _walk(upper_fd, lower_fd, "", blobs, out, pack, sources if pack is not None else None)
     return [Change(root, c.path, c.before, c.after) for c in out]
 

@@ -174,7 +174,7 @@ def replace_file(
     ``source`` (a merge from an overlay's upper directory): ``(dir_fd, name,
     fd)`` of a file holding ``data`` that nothing writes any more, renamed
     into place instead of a new file being written (its extended attributes
-    dropped, owner and mode set as for a new file); a rename across file
+    dropped; a new file is 0600 until the caller sets its mode); a rename across file
     systems raises the bare ``OSError`` (``EXDEV``) with nothing changed.
 
     ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory);
@@ -304,7 +304,7 @@ def _replace_from(
             _keep_owner_and_mode(fd, st, display)
             _copy_xattrs(src_path_fd, fd, display)
         else:
-            os.fchmod(fd, 0o666 & ~_current_umask())
+            os.fchmod(fd, 0o600)  # private until the caller (the merge) sets the set's mode
         if sync_dir is not None:
             os.fsync(fd)
     except OSError as exc:
