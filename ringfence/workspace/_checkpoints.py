@@ -17,7 +17,10 @@ change sets after): keep at most ``keep`` change sets (default 500,
 30, ``$RINGFENCE_CHECKPOINTS_DAYS``), and blobs totalling at most
 ``max_mib`` (default 1024, ``$RINGFENCE_CHECKPOINTS_MIB``); the oldest change
 sets go first (the newest is always kept), then blobs no set names (unless
-stored in the last hour: a manifest naming them may still be on its way).
+stored in the last hour: a manifest naming them may still be on its way). A
+pack goes whole, once no set names any of its blobs (so the disk may hold a
+pack's dead bytes as long as one of its blobs is live; the MiB limit counts
+live blobs).
 
 Durability: blobs and manifests are renamed into place (never half-written
 under their name) but not fsynced, so a crash of ringfence loses nothing and
