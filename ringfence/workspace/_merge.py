@@ -15,6 +15,12 @@ walks every path through the resolver and refuses, naming each entry:
 refused; ``atomic=False`` merges the rest and reports the refused ones.
 Merged entries belong to the root's owner when ringfence runs as root.
 
+Speed (a shell command's merge can be 10,000 files): siblings share one walk
+(:class:`_Dirs`), a new file is renamed from the overlay's upper directory when
+it can be (``sources``), a durable merge ends in one ``syncfs``, and a replaced
+inode is freed on another thread. Over 500 lines on purpose: these are the one
+guarded writer's own steps, kept beside the checks they must not skip.
+
 Not promised: atomicity against a crash half-way (a failure while writing
 rolls back what was applied, best effort), or against another process
 writing the same paths during the merge (each entry is checked just before
@@ -27,7 +33,9 @@ import contextlib
 import errno
 import os
 import posixpath
+import queue
 import stat
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -282,12 +290,14 @@ def _apply_one(
             per_file = to_sync is not None and _syncfs is None
             sync = False if per_file else None
             try:
-                created = replace_file(place, data, sync_dir=sync, source=source)
+                created = replace_file(
+                    place, data, sync_dir=sync, source=source, release=_release_later
+                )
             except OSError as exc:  # EXDEV: the upper is on another mount; copy from now on
                 assert sources is not None and exc.errno == errno.EXDEV
                 sources.disabled = True
                 data = blobs.get(after.digest)
-                created = replace_file(place, data, sync_dir=sync)
+                created = replace_file(place, data, sync_dir=sync, release=_release_later)
             finally:
                 if source is not None:
                     os.close(source[2])
@@ -306,6 +316,36 @@ def _apply_one(
     found = dirs.walk(change, op, create=after is not None)
     dirs.applied(found, after)
     return found
+
+
+_closing: queue.SimpleQueue[int] = queue.SimpleQueue()
+_closer_lock = threading.Lock()
+_closer: list[threading.Thread] = []
+
+
+def _close_forever() -> None:
+    while True:
+        with contextlib.suppress(OSError):
+            os.close(_closing.get())
+
+
+def _release_later(fd: int) -> None:
+    """Close a replaced file's last descriptor on a thread of its own.
+
+    That close frees the old inode: on a busy ext4 ~0.3-1 ms of journal work
+    per file, which need not hold up the merge (the workspace already shows
+    the new file; only the old one's blocks are not yet free). A backlog
+    beyond 4,096 is closed here, so descriptors never pile up.
+    """
+    if _closing.qsize() > 4096:
+        os.close(fd)
+        return
+    with _closer_lock:
+        if not _closer:
+            thread = threading.Thread(target=_close_forever, name="ringfence-release", daemon=True)
+            thread.start()
+            _closer.append(thread)
+    _closing.put(fd)
 
 
 def _load_syncfs() -> Callable[[int], int] | None:

@@ -168,6 +168,7 @@ def replace_file(
     expected: Expected | None = None,
     sync_dir: bool | None = True,
     source: tuple[int, str, int] | None = None,
+    release: Callable[[int], None] = os.close,
 ) -> bool:
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
 
@@ -176,6 +177,8 @@ def replace_file(
     into place instead of a new file being written (its extended attributes
     dropped; a new file is 0600 until the caller sets its mode); a rename across file
     systems raises the bare ``OSError`` (``EXDEV``) with nothing changed.
+    ``release`` gets the replaced inode's last descriptor (the close that
+    frees it, which a merge leaves to another thread).
 
     ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory);
     ``None``: nothing is fsynced (a shell command's merge, as durable as the command itself).
@@ -229,7 +232,7 @@ def replace_file(
         )
     src_path_fd = -1
     if source is not None:
-        return _replace_from(place, st, source, sync_dir)
+        return _replace_from(place, st, source, sync_dir, release)
     if st is not None:
         try:
             # The exact inode being replaced, to copy its attributes from.
@@ -280,7 +283,7 @@ def replace_file(
         raise translate_oserror(exc, display, writing=True) from None
     finally:
         if src_path_fd >= 0:
-            os.close(src_path_fd)
+            release(src_path_fd)
         if not renamed:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=dir_fd)
@@ -288,7 +291,11 @@ def replace_file(
 
 
 def _replace_from(
-    place: Place, st: os.stat_result | None, source: tuple[int, str, int], sync_dir: bool | None
+    place: Place,
+    st: os.stat_result | None,
+    source: tuple[int, str, int],
+    sync_dir: bool | None,
+    release: Callable[[int], None],
 ) -> bool:
     """:func:`replace_file` by renaming ``source`` into place (checks done by the caller)."""
     leaf = place.leaf
@@ -307,17 +314,14 @@ def _replace_from(
             os.fchmod(fd, 0o600)  # private until the caller (the merge) sets the set's mode
         if sync_dir is not None:
             os.fsync(fd)
-    except OSError as exc:
-        raise translate_oserror(exc, display, writing=True) from None
-    finally:
-        if src_path_fd >= 0:
-            os.close(src_path_fd)
-    try:
         os.replace(src_name, leaf, src_dir_fd=src_dir, dst_dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.EXDEV:
             raise
         raise translate_oserror(exc, display, writing=True) from None
+    finally:
+        if src_path_fd >= 0:
+            release(src_path_fd)  # held across the rename: the close frees the old inode
     if sync_dir:
         fsync_dir(dir_fd)
     return st is None
