@@ -188,9 +188,9 @@ def _save_and_merge(
     except BaseException:
         store.drop(cs.id)
         raise
-    if report.applied:
+    if report.applied != cs.changes and report.applied:
         store.save(replace(cs, changes=report.applied))  # what was merged, as it was found
-    else:
+    elif not report.applied:
         store.drop(cs.id)
     return cs, report
 
