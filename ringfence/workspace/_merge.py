@@ -207,10 +207,32 @@ def _walk_to(resolver: Resolver, change: Change, op: Callable[[Place], Any], cre
             os.close(fd)
 
 
-def _current(dirs: _Dirs, change: Change) -> Image | None:
+# What the conflict check hashed, by path: the file's identity then (device, inode, size,
+# mtime, ctime) and its image. The write reuses the image while the identity is unchanged
+# (any write or chmod moves ctime), so a file is hashed once per merge, not twice.
+_Known = dict[tuple[int, str], tuple[tuple[int, ...], Image]]
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _current(dirs: _Dirs, change: Change, known: _Known | None = None) -> Image | None:
     def op(place: Place) -> Image | None:
         assert place.leaf is not None
-        return image_at(place.dir_fd, place.leaf, None)
+        if known is None:
+            return image_at(place.dir_fd, place.leaf, None)
+        try:
+            st = os.stat(place.leaf, dir_fd=place.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        image = image_at(place.dir_fd, place.leaf, None)
+        if image is not None and image.kind == "file":
+            with contextlib.suppress(OSError):
+                after = os.stat(place.leaf, dir_fd=place.dir_fd, follow_symlinks=False)
+                if _identity(after) == _identity(st):  # not changed while it was hashed
+                    known[(change.root, change.path)] = (_identity(st), image)
+        return image
 
     try:
         return dirs.walk(change, op, create=False)
@@ -228,6 +250,7 @@ def _apply_one(
     to_sync: dict[tuple[int, int], int] | None,
     keep_full_dirs: bool = False,
     sources: UpperFiles | None = None,
+    known: _Known | None = None,
 ) -> Image | None:
     """Make the path's state ``change.after``; return the image it had (stored in ``blobs``)."""
     after = change.after
@@ -239,7 +262,7 @@ def _apply_one(
         if not chain_checked:
             check_git_chain(place, display)
         dir_fd = place.dir_fd
-        found = image_at(dir_fd, leaf, blobs)
+        found = _found(dir_fd, leaf, blobs, (known or {}).pop((change.root, change.path), None))
         try:
             if after is None:
                 if found is not None and found.kind == "dir":
@@ -386,6 +409,21 @@ def _sync(dirs: dict[tuple[int, int], int]) -> None:
                 os.close(fd)
 
 
+def _found(
+    dir_fd: int, leaf: str, blobs: Blobs, known: tuple[tuple[int, ...], Image] | None
+) -> Image | None:
+    """The leaf's image, stored in ``blobs``: the conflict check's when the file is still
+    the one it hashed and the store has its bytes (it is the set's before-image), else read."""
+    if known is not None:
+        has = getattr(blobs, "has", None)
+        with contextlib.suppress(OSError):
+            st = os.stat(leaf, dir_fd=dir_fd, follow_symlinks=False)
+            image = known[1]
+            if _identity(st) == known[0] and has is not None and has(image.digest):
+                return image
+    return image_at(dir_fd, leaf, blobs)
+
+
 def _own(leaf: str, dir_fd: int, owner: tuple[int, int]) -> None:
     """Merged entries belong to the workspace owner (only root can give them away)."""
     if os.geteuid() == 0:
@@ -446,10 +484,11 @@ def merge_changes(
                 f"({len(errors)} refused entries), nothing was changed",
                 details={**first.details, "refused": refused},
             )
+        known: _Known = {}
         if not force:
             looked = _Dirs(resolver)
             try:
-                conflicts = _conflicts(looked, accepted)
+                conflicts = _conflicts(looked, accepted, known)
             finally:
                 looked.close()
             if conflicts:
@@ -468,7 +507,14 @@ def merge_changes(
         try:
             for change in accepted:
                 found = _apply_one(
-                    dirs, change, blobs, owner, to_sync, keep_full_dirs=force, sources=sources
+                    dirs,
+                    change,
+                    blobs,
+                    owner,
+                    to_sync,
+                    keep_full_dirs=force,
+                    sources=sources,
+                    known=known,
                 )
                 applied.append(Change(change.root, change.path, found, change.after))
         except BaseException:
@@ -485,11 +531,12 @@ def merge_changes(
         return MergeReport(tuple(applied), tuple(refused))
 
 
-def _conflicts(dirs: _Dirs, changes: Sequence[Change]) -> list[str]:
+def _conflicts(dirs: _Dirs, changes: Sequence[Change], known: _Known | None = None) -> list[str]:
     """The paths whose current state is not the before-image, in order (each once).
 
     A directory to delete conflicts too when it holds an entry the set does
-    not delete before it (someone else's file would go with it).
+    not delete before it (someone else's file would go with it). ``known``
+    hears the files it hashed (see :data:`_Known`).
     """
     seen: dict[tuple[int, str], Image | None] = {}
     absent: set[tuple[int, str]] = set()  # paths that do not exist now, nor below them
@@ -504,7 +551,7 @@ def _conflicts(dirs: _Dirs, changes: Sequence[Change]) -> list[str]:
         elif parent in absent:
             current = None
         else:
-            current = _current(dirs, change)
+            current = _current(dirs, change, known)
         if current is None and key not in seen:
             absent.add(key)
         stale = not same_state(current, change.before)
