@@ -267,6 +267,12 @@ class UpperFiles:
         ):
             os.close(fd)
             return None
+        try:  # the upper's own attributes (overlay's, the command's) are never merged
+            for attr in os.listxattr(fd):
+                os.removexattr(fd, attr)
+        except OSError:  # one we may not remove (e.g. a file capability): copy instead
+            os.close(fd)
+            return None
         return dir_fd, name, fd
 
     def _open_dir(self, root: int, upper_fd: int, parent: str) -> int:

@@ -174,8 +174,8 @@ def replace_file(
 
     ``source`` (a merge from an overlay's upper directory): ``(dir_fd, name,
     fd)`` of a file holding ``data`` that nothing writes any more, renamed
-    into place instead of a new file being written (its extended attributes
-    dropped; a new file is 0600 until the caller sets its mode); a rename across file
+    into place instead of a new file being written (it must have no extended
+    attributes; a new file is 0600 until the caller sets its mode); a rename across file
     systems raises the bare ``OSError`` (``EXDEV``) with nothing changed.
     ``release`` gets the replaced inode's last descriptor (the close that
     frees it, which a merge leaves to another thread).
@@ -304,8 +304,8 @@ def _replace_from(
     src_dir, src_name, fd = source
     src_path_fd = -1
     try:
-        for name in os.listxattr(fd):  # the upper's own (overlay's, the command's): not merged
-            os.removexattr(fd, name)
+        if os.listxattr(fd):  # the caller drops the upper's own (overlay's, the command's)
+            raise InvalidArguments(f"{display}: the file to rename still has extended attributes")
         if st is not None:
             src_path_fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
             _keep_owner_and_mode(fd, st, display)
