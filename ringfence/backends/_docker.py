@@ -29,7 +29,10 @@ State between commands: files in ``/workspace`` (the host's) and ``/tmp``
 (a tmpfs private to the session) persist. Nothing else does: every command
 starts in the ``cwd`` it is given with exactly the environment it is given
 (plus ``PWD``/``SHLVL`` that the shell sets), and background processes die
-with the command that started them.
+with the command that started them. Unless the option ``persist_shell_state``
+is set: then the working directory and exported variables carry over
+(:mod:`._shellstate`; captured through ``/tmp/.rf-shell-<session>``, see
+:mod:`._dockershell`, and replayed as the next command's assignments).
 
 Hardening (all on by default, none can be turned off through options):
 ``cap_drop=ALL``, ``no-new-privileges``, read-only root filesystem, a sized
@@ -103,6 +106,7 @@ from ._dockershell import (
     overlay_wrapper,
 )
 from ._output import Capture
+from ._shellstate import ShellKeeper
 from ._types import (
     Command,
     OutputCallback,
@@ -189,6 +193,9 @@ class DockerSession:
         for name in spec.passthrough_env:
             if name in os.environ:
                 self._base_env[name] = os.environ[name]
+        self._keeper: ShellKeeper | None = None
+        if opts.persist_shell_state:
+            self._keeper = ShellKeeper(spec.shell, self._base_env)
         self.restarts = 0
 
     # -- public -------------------------------------------------------------------------------
@@ -211,9 +218,12 @@ class DockerSession:
             "network": self._spec.network,
             "image": self._opts.image,
             "runtime": self._opts.runtime or "default",
+            "persist_shell_state": self._keeper is not None,
         }
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        if self._keeper is not None:  # the shell's saved exports, when it has some
+            return self._keeper.environment(env)
         return {**self._base_env, **check_env(env)}
 
     def container_path(self, host_path: Path) -> str:
@@ -251,11 +261,22 @@ class DockerSession:
         output_cap: int,
         on_output: OutputCallback | None = None,
         redact: Callable[[str], str] | None = None,
+        follow_shell: bool = False,
     ) -> ShellResult:
+        """Run one command in the container (the :class:`BackendSession` contract).
+
+        Under ``persist_shell_state``, ``follow_shell`` starts the command in
+        the shell's own directory rather than ``cwd`` (the fallback), and the
+        result's ``shell`` says what became of the state.
+        """
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
         child_env = self.environment(env)
         where = self.container_path(cwd)
+        shell_run = None
+        if self._keeper is not None:
+            shell_run = self._keeper.begin(cmd, env, follow=follow_shell)
+            cmd, child_env = shell_run.argv, shell_run.env
         if self._closed:
             raise trio.ClosedResourceError("the docker backend session is closed")
         async with self._lock:
@@ -265,9 +286,12 @@ class DockerSession:
             if self._shell is None or not self._shell.alive():
                 await self._recover()
                 restarted = True
-            return await self._run(
+            result, state = await self._run(
                 cmd, where, child_env, timeout, output_cap, on_output, redact, restarted
             )
+            if self._keeper is not None and shell_run is not None:
+                result = self._keeper.finish(shell_run, result, state)
+            return result
 
     async def exec_attached(
         self, argv: Sequence[str], *, user: str, env: Mapping[str, str] | None = None
@@ -450,20 +474,24 @@ class DockerSession:
         on_output: OutputCallback | None,
         redact: Callable[[str], str] | None,
         restarted: bool,
-    ) -> ShellResult:
+    ) -> tuple[ShellResult, bytes]:
+        """One command through the supervisor; its result and its saved shell state (b"")."""
         shell = self._shell
         assert shell is not None
         argv = [*self._spec.shell, cmd] if isinstance(cmd, str) else cmd
         out = Capture("stdout", on_output)
         err = Capture("stderr", on_output)
-        run = CommandOutput(secrets.token_hex(12), out, err)
+        keep = self._keeper is not None
+        run = CommandOutput(secrets.token_hex(12), out, err, state=keep)
+        # The command's descriptor 3 (persist_shell_state): a file in the session's private /tmp.
+        state_file = f"/tmp/.rf-shell-{self.session_id}" if keep else None
         started = time.monotonic()
         timed_out = False
         if self._uppers is not None:
             # The previous command's writes were the caller's to read until now.
             await trio.to_thread.run_sync(self._uppers.empty)
         try:
-            await shell.send(shell.script(run.token, argv, where, env, self._overlay))
+            await shell.send(shell.script(run.token, argv, where, env, self._overlay, state_file))
             with trio.move_on_after(timeout) as deadline:
                 await shell.read_until_done(run)
             if deadline.cancelled_caught:
@@ -497,7 +525,7 @@ class DockerSession:
         e = err.finish(output_cap, self._spec.spool_dir, redact)
         if self._uppers is not None and exit_code == 125 and OVERLAY_FAILED in e.text:
             raise overlay_unavailable(e.text)
-        return ShellResult(
+        result = ShellResult(
             exit_code=exit_code,
             signal=sig,
             duration=time.monotonic() - started,
@@ -513,6 +541,7 @@ class DockerSession:
             session_restarted=restarted,
             uppers=self._uppers.uppers() if self._uppers is not None else (),
         )
+        return result, run.state
 
     async def _stop(self, run: CommandOutput) -> bool:
         """SIGTERM the command's tree, grace, SIGKILL; replace the container if that fails.

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..runtime import InvalidArguments
 from ._images import resolve_image
+from ._shellstate import PERSIST_OPTION, persist_option
 
 __all__ = ["DEFAULT_IMAGE", "IMAGE_VARIABLE", "DockerOptions", "parse_user"]
 
@@ -30,6 +31,8 @@ class DockerOptions:
     ``runtime``: an OCI runtime registered with the daemon, e.g. ``runsc``
     (gVisor: an application kernel between commands and the host's); a
     runtime the daemon does not have is ``unavailable``.
+    ``persist_shell_state``: the working directory and exported variables
+    carry over between commands (:mod:`._shellstate`; default false).
     """
 
     image: str
@@ -40,11 +43,12 @@ class DockerOptions:
     user: str | None = None
     base_url: str | None = None
     runtime: str | None = None
+    persist_shell_state: bool = False
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> DockerOptions:
         known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url", "runtime"}
-        unknown = sorted(set(options) - known)
+        unknown = sorted(set(options) - known - {PERSIST_OPTION})
         if unknown:
             raise InvalidArguments(
                 f"unknown docker backend option(s) {unknown}; known: {sorted(known)}",
@@ -60,6 +64,7 @@ class DockerOptions:
             user=options.get("user"),
             base_url=options.get("base_url"),
             runtime=options.get("runtime"),
+            persist_shell_state=persist_option(options),
         )
         for name in ("memory", "tmp_size"):
             if not _SIZE.match(getattr(opts, name)):

@@ -58,6 +58,12 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         "best-effort (apply what this machine offers; the gaps are recorded in events)",
     )
     parser.add_argument(
+        "--persist-shell-state",
+        action="store_true",
+        help="run_shell keeps the shell's working directory and exported variables from one "
+        "command to the next, like one long-lived shell (local and docker backends)",
+    )
+    parser.add_argument(
         "--no-change-sets",
         dest="change_sets",
         action="store_false",
@@ -206,8 +212,11 @@ def kernel_from_args(
     if getattr(args, "worktree", None) is not None:
         roots = session_roots(roots, args.worktree)
     mcp_manifest, mcp_options = mcp_setup(args, roots, mcp_tool, interactive=interactive)
+    backend_options: dict[str, Any] = {"sandbox": sandbox} if sandbox else {}
+    if getattr(args, "persist_shell_state", False):
+        backend_options["persist_shell_state"] = True
     kernel = create_kernel(
-        backend_options={"sandbox": sandbox} if sandbox else None,
+        backend_options=backend_options or None,
         roots=roots,
         posture=args.posture,
         approver=approver if approver is not None else approver_from(args.approve),
