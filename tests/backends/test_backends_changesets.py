@@ -14,9 +14,10 @@ import os
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
-from backends_helpers import WORKSPACE_UID
+from backends_helpers import DOCKER_OPTIONS, WORKSPACE_UID
 from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 
 from ringfence import create_kernel
@@ -341,3 +342,29 @@ async def test_change_sets_without_namespaces_refuse_rather_than_write_the_roots
 def test_the_host_backend_refuses_change_sets_before_anything_opens(ws: Path) -> None:
     with pytest.raises(InvalidArguments, match="host backend cannot keep change sets"):
         create_kernel(roots=[ws], backend="host", change_sets=True)
+
+
+@pytest.mark.docker
+async def test_the_docker_backend_s_uppers_are_merged_by_the_same_gate(
+    docker_client: Any, workspace: Path
+) -> None:
+    """run_shell's capture works for any backend that fills ``uppers``: docker too."""
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "config").write_text("[core]\n")
+    (workspace / "a.txt").write_text("old\n")
+    owned(workspace, WORKSPACE_UID)
+    before = tree_state(workspace)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=DOCKER_OPTIONS,
+        change_sets=True,
+    ) as k:
+        assert k.registry.get("run_shell").consequence.value == "reversible"
+        ok = await k.call("run_shell", {"command": "echo new > a.txt"})
+        refused = await k.invoke("run_shell", {"command": "echo evil >> .git/config"})
+    assert ok["changes"]["files"] == 1 and (workspace / "a.txt").read_text() == "new\n"
+    assert refused.error is not None and refused.error.code == "git_metadata"
+    now = tree_state(workspace)
+    assert now[".git/config"] == before[".git/config"]
