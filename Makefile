@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,plot,otel]'
+	$(BIN)/pip install --quiet -e '.[test,plot,otel,peers]'
 	touch $(STAMP)
 
 # The main job: a model-written pipeline (examples/pipeline.py) against a fresh copy of the

@@ -1,4 +1,4 @@
-"""``python -m benchmarks [SCENARIO…] [--quick]``: the same suite as ``ringfence bench``."""
+"""``python -m benchmarks [SCENARIO…] [--quick] …``: exactly ``ringfence bench …`` (a shim)."""
 
 import sys
 

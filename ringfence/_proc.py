@@ -39,29 +39,34 @@ sandbox: confine commands (the docker backend) when that matters. No
 resource limit is set on the cgroup (no ``pids.max``): a fork bomb is
 bounded by the command's timeout, at which point the whole cgroup is
 killed at once.
+
+Where the parts live: this module spawns (:func:`spawn`, the gate) and
+decides how trees are tracked (:func:`tracking`, probed once);
+:mod:`ringfence._proctree` holds the :class:`Process` and the run-id hunt;
+:mod:`ringfence._cgroup` the cgroup files. Only this module starts processes.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
-import itertools
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import psutil
-import trio
-
+from ._cgroup import (
+    Cgroup,
+    cgroup2_mount as _cgroup2_mount,  # also read by backends._confined
+    own_cgroup,
+    sweep,
+)
+from ._proctree import RUN_ID_VARIABLE, Method, Process, kill_and_reap
 from .runtime import ToolError
 
 __all__ = [
@@ -72,8 +77,6 @@ __all__ = [
     "spawn",
     "tracking",
 ]
-
-RUN_ID_VARIABLE = "RINGFENCE_RUN_ID"
 
 
 def _gate(*, keep_stdin: bool, unset_pwd: bool) -> tuple[str, ...]:
@@ -91,12 +94,6 @@ def _gate(*, keep_stdin: bool, unset_pwd: bool) -> tuple[str, ...]:
 
 
 _SUBTREE = "ringfence"
-# How long SIGKILLed members may take to be gone before we stop waiting (they
-# cannot run any more; they only have to finish exiting).
-_GONE_LIMIT = 3.0
-_POLL = 0.002
-
-Method = Literal["cgroup", "run-id"]
 
 
 @dataclass(frozen=True)
@@ -152,7 +149,7 @@ def _probe() -> Tracking:
     mount = _cgroup2_mount()
     if mount is None:
         return Tracking("run-id", "no cgroup2 hierarchy is mounted")
-    own = _own_cgroup()
+    own = own_cgroup()
     if own is None:
         return Tracking("run-id", "this process is not in a cgroup2 group (/proc/self/cgroup)")
     # Inside our own cgroup first: whatever contains this process (a systemd unit, a
@@ -165,7 +162,7 @@ def _probe() -> Tracking:
         try:
             parent.mkdir(exist_ok=True)
             with contextlib.suppress(OSError):  # a failed sweep is retried by the next process
-                _sweep(parent)
+                sweep(parent)
             base = parent / f"{os.getpid()}-{secrets.token_hex(4)}"
             base.mkdir()
         except OSError as exc:
@@ -213,154 +210,6 @@ def _self_check(found: Tracking) -> str | None:
         for fd in (proc.stdout, proc.stderr):
             os.close(fd)
         proc.close()
-
-
-def _cgroup2_mount() -> str | None:
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        # "<id> <parent> <dev> <root> <mount point> <options> [optional…] - <fstype> <source> <super>"
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if right.split()[:1] == ["cgroup2"] and len(fields) >= 5 and fields[3] == "/":
-            return fields[4].replace("\\040", " ")
-    return None
-
-
-def _own_cgroup() -> str | None:
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        if line.startswith("0::"):
-            path = line[3:]
-            return None if path.endswith(" (deleted)") else path
-    return None
-
-
-def _sweep(parent: Path) -> None:
-    """Kill and remove what ringfence processes that died left under ``parent``."""
-    for entry in os.scandir(parent):
-        pid, _, _ = entry.name.partition("-")
-        if not entry.is_dir() or not pid.isdigit() or psutil.pid_exists(int(pid)):
-            continue
-        for cmd in Path(entry.path).iterdir():
-            if cmd.is_dir():
-                _Cgroup(
-                    cmd, "cgroup.kill" if (cmd / "cgroup.kill").exists() else "freeze"
-                ).destroy()
-        with contextlib.suppress(OSError):
-            os.rmdir(entry.path)
-
-
-def _read(path: Path) -> str:
-    # os-level: a cgroup file is one small read; pathlib's wrappers cost as much again.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, 65536).decode()
-    finally:
-        os.close(fd)
-
-
-def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-class _Cgroup:
-    """One command's cgroup. Blocking file operations, each a single small read or write."""
-
-    _names = itertools.count()
-
-    def __init__(self, path: Path, kill: Literal["cgroup.kill", "freeze"]) -> None:
-        self.path = path
-        self._kill = kill
-
-    @classmethod
-    def create(cls, base: str, kill: Literal["cgroup.kill", "freeze"]) -> _Cgroup:
-        path = Path(base) / f"cmd-{next(cls._names)}"
-        path.mkdir()
-        return cls(path, kill)
-
-    def add(self, pid: int) -> None:
-        _write(self.path / "cgroup.procs", f"{pid}\n")
-
-    def pids(self) -> list[int]:
-        try:
-            return [int(p) for p in _read(self.path / "cgroup.procs").split()]
-        except FileNotFoundError:
-            return []
-
-    def populated(self) -> bool:
-        """Whether a live process is in the cgroup (exited ones, zombies too, are not)."""
-        try:
-            return "populated 1" in _read(self.path / "cgroup.events")
-        except FileNotFoundError:
-            return False
-
-    def signal(self, sig: int) -> None:
-        for pid in self.pids():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL every member at once: no member can fork a survivor meanwhile."""
-        if self._kill == "cgroup.kill":
-            with contextlib.suppress(FileNotFoundError):
-                _write(self.path / "cgroup.kill", "1")
-            return
-        # Before Linux 5.14: freeze, kill each member (a fatal signal reaches a
-        # frozen task), thaw. A frozen task cannot fork, so the list is complete.
-        freeze = self.path / "cgroup.freeze"
-        try:
-            _write(freeze, "1")
-            for _ in range(500):  # freezing is asynchronous; bounded (about 1 s)
-                if "frozen 1" in _read(self.path / "cgroup.events"):
-                    break
-                time.sleep(_POLL)
-            self.signal(signal.SIGKILL)
-        except FileNotFoundError:
-            return
-        finally:
-            with contextlib.suppress(OSError):
-                _write(freeze, "0")
-
-    def remove(self) -> bool:
-        """Remove the cgroup and any cgroups below it (a nested ringfence's); False while busy."""
-        try:
-            self.path.rmdir()
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                raise
-            # Busy: members still exiting, or child cgroups. Remove those bottom-up.
-            try:
-                for top, dirs, _files in os.walk(self.path, topdown=False):
-                    for name in dirs:
-                        os.rmdir(os.path.join(top, name))
-                self.path.rmdir()
-            except FileNotFoundError:
-                return True
-            except OSError as exc:
-                if exc.errno == errno.EBUSY:
-                    return False
-                raise
-        return True
-
-    def destroy(self) -> None:
-        """Kill, wait (bounded) until empty, remove. For the sweep and the last resort."""
-        for _ in range(int(_GONE_LIMIT / _POLL)):
-            self.kill()
-            if self.remove():
-                return
-            time.sleep(_POLL)
 
 
 def spawn(
@@ -425,7 +274,7 @@ def spawn(
             assert how.base is not None and how.kill is not None
             _check_executable(argv[0], cwd, full_env)
             try:
-                group = _Cgroup.create(how.base, how.kill)
+                group = Cgroup.create(how.base, how.kill)
             except OSError as exc:
                 raise ToolError(f"could not create the command's cgroup: {exc}") from exc
             on_failure.callback(group.destroy)
@@ -458,7 +307,7 @@ def spawn(
             raise ExecFailed(code, f"ringfence: {argv[0]}: {why}\n") from None
         except OSError as exc:
             raise ToolError(f"could not start {argv[0]!r}: {exc}") from exc
-        on_failure.callback(_kill_and_reap, popen)
+        on_failure.callback(kill_and_reap, popen)
         try:
             if group is not None:
                 group.add(popen.pid)  # before the release: the command starts inside
@@ -484,265 +333,3 @@ def _check_executable(name: str, cwd: Path, env: Mapping[str, str]) -> None:
             raise ExecFailed(126, f"ringfence: {name}: permission denied\n")
     elif shutil.which(name, path=env.get("PATH", os.defpath)) is None:
         raise ExecFailed(127, f"ringfence: {name}: command not found\n")
-
-
-def _kill_and_reap(popen: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(popen.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        popen.kill()
-    popen.wait()
-
-
-class Process:
-    """A spawned child and its tree. Made by :func:`spawn` only.
-
-    ``pidfd`` becomes readable when the leader exits; the leader stays
-    unreaped (a zombie) until :meth:`close`, so its pid, which is also its
-    process group id, cannot be reused meanwhile. ``stdout``, ``stderr`` and
-    ``stdin`` (with ``stdin_pipe``) are the caller's descriptors to close.
-    """
-
-    def __init__(
-        self,
-        popen: subprocess.Popen[bytes],
-        pidfd: int,
-        stdout: int,
-        stderr: int,
-        run_id: str,
-        group: _Cgroup | None,
-        stdin: int | None = None,
-    ) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-        self.pidfd = pidfd
-        self.stdout = stdout
-        self.stderr = stderr
-        self.stdin = stdin  # the write end of the command's stdin (``stdin_pipe``), else None
-        self.run_id = run_id
-        self._group = group
-        self._closed = False
-
-    @property
-    def cgroup(self) -> Path | None:
-        """The tree's cgroup v2 directory (``cgroup`` tracking), for limits; else None."""
-        return self._group.path if self._group is not None else None
-
-    @property
-    def method(self) -> Method:
-        """How this tree is tracked: ``cgroup`` or ``run-id``."""
-        return "cgroup" if self._group is not None else "run-id"
-
-    def leader_exited(self) -> bool:
-        # WNOWAIT: look without reaping, so the pid (and so the group id) stays ours.
-        try:
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return info is not None
-
-    async def wait_leader(self) -> None:
-        """Return when the leader has exited (it stays a zombie until :meth:`close`)."""
-        if self._closed:
-            return
-        await trio.lowlevel.wait_readable(self.pidfd)
-
-    def kill_rest_now(self) -> None:
-        """SIGKILL the whole tree (blocking, fast). Does not wait for anything."""
-        if self._group is not None:
-            self._group.kill()
-        else:
-            self._killpg(signal.SIGKILL)
-
-    def _killpg(self, sig: int) -> None:
-        # Only while the leader is unreaped: then its pid, the group id, cannot be reused.
-        if self.popen.returncode is None:
-            _killpg(self.pid, sig)
-
-    async def kill_rest(self) -> None:
-        """After the leader exited: SIGKILL what it left behind and wait until it is gone.
-
-        Shielded and bounded. With a cgroup: one write, one read when nothing
-        is left. With the run-id fallback: the process group, then a hunt for
-        the run id (one scan of ``/proc/*/environ``, in a thread), then, as
-        before cgroups, the leader is reaped and the group waited for.
-        """
-        with trio.CancelScope(shield=True):
-            self.kill_rest_now()
-            if self._group is None:
-                marked = await trio.to_thread.run_sync(_marked, self.run_id)
-                _signal_all(marked, signal.SIGKILL)
-                # Reap now: otherwise the zombie leader keeps the group "existing"
-                # and every command would pay a full process scan below.
-                self.exit_code_when_done()
-                if marked:
-                    await _wait_dead(marked, _GONE_LIMIT)
-            await self._wait_gone(_GONE_LIMIT)
-
-    async def terminate(self, grace: float) -> None:
-        """SIGTERM to the whole tree, wait up to ``grace``, then SIGKILL; shielded.
-
-        Returns once the leader has exited (bounded: if even SIGKILL did not
-        end it within ``grace`` + 1 s, it returns anyway and :meth:`close`
-        finishes the job), so the caller may re-raise ``Cancelled`` next.
-        """
-        with trio.CancelScope(shield=True):
-            if self._group is not None:
-                await self._terminate_cgroup(grace)
-            else:
-                await self._terminate_hunt(grace)
-            with trio.move_on_after(grace + 1.0):
-                await self.wait_leader()
-
-    async def _terminate_cgroup(self, grace: float) -> None:
-        assert self._group is not None
-        self._group.signal(signal.SIGTERM)
-        with trio.move_on_after(grace):
-            while self._group.populated():
-                await trio.sleep(_POLL)
-        self._group.kill()
-        await self._wait_gone(_GONE_LIMIT)
-
-    async def _terminate_hunt(self, grace: float) -> None:
-        members = await trio.to_thread.run_sync(self._members)
-        self._killpg(signal.SIGTERM)
-        _signal_all(members, signal.SIGTERM)
-        deadline = trio.current_time() + grace
-        with trio.move_on_at(deadline):
-            await self.wait_leader()
-        remaining = max(deadline - trio.current_time(), 0.0)
-        if members and remaining:
-            await _wait_dead(members, remaining)
-        # A fresh look: the tree may have forked during the grace period.
-        for _ in range(3):
-            members = await trio.to_thread.run_sync(self._members)
-            self._killpg(signal.SIGKILL)
-            _signal_all(members, signal.SIGKILL)
-            if not members:
-                break
-            await _wait_dead(members, 1.0)
-
-    async def _wait_gone(self, limit: float) -> None:
-        """Wait (bounded) until no member of the tree runs; zombies do not count."""
-        with trio.move_on_after(limit):
-            if self._group is not None:
-                while self._group.populated():
-                    await trio.sleep(_POLL)
-                return
-            if not _group_exists(self.pid):  # the common case: one syscall
-                return
-            while True:
-                live = await trio.to_thread.run_sync(_live_in_group, self.pid)
-                if not live:
-                    return
-                _signal_all(live, signal.SIGKILL)
-                await trio.sleep(_POLL)
-
-    def _members(self) -> list[psutil.Process]:
-        """Live processes of the tree other than the leader (the run-id hunt). Blocking."""
-        found: dict[int, psutil.Process] = {}
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process(self.pid).children(recursive=True):
-                found[child.pid] = child
-        for proc in _marked(self.run_id):
-            found.setdefault(proc.pid, proc)
-        found.pop(self.pid, None)
-        return [p for p in found.values() if _is_alive(p)]
-
-    def exit_code_when_done(self) -> int | None:
-        """The leader's ``returncode`` once reaped (:meth:`close`), reaping it if it exited."""
-        if self.popen.returncode is None and self.leader_exited():
-            self.popen.wait()
-        return self.popen.returncode
-
-    def close(self) -> None:
-        """Reap the leader (SIGKILL to the tree first if it still runs), remove the cgroup.
-
-        Idempotent; blocking and fast on the normal path (the tree was already
-        stopped by :meth:`kill_rest` or :meth:`terminate`). Never leaves the
-        leader running.
-        """
-        if self._closed:
-            return
-        self._closed = True
-        os.close(self.pidfd)
-        if not self.leader_exited():  # only on a failure path
-            self.kill_rest_now()
-            _kill_and_reap(self.popen)
-        else:
-            self.popen.wait()
-        if self._group is not None and not self._group.remove():
-            self._group.destroy()
-
-
-def _marked(run_id: str) -> list[psutil.Process]:
-    """Every other process whose environment carries ``RINGFENCE_RUN_ID=run_id``. Blocking.
-
-    Reads ``/proc/*/environ`` directly: a third of what psutil's per-process
-    objects cost, and this runs after every command under the fallback.
-    """
-    needle = f"\0{RUN_ID_VARIABLE}={run_id}\0".encode()
-    me = os.getpid()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                environ = b"\0" + f.read() + b"\0"
-            if needle in environ:
-                found.append(psutil.Process(int(name)))
-        except (OSError, psutil.Error):
-            continue
-    return found
-
-
-def _signal_all(procs: list[psutil.Process], sig: int) -> None:
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(sig)
-
-
-def _is_alive(proc: psutil.Process) -> bool:
-    """Running (not gone, not a zombie)."""
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-async def _wait_dead(procs: list[psutil.Process], limit: float) -> None:
-    with trio.move_on_after(limit):
-        while any(_is_alive(p) for p in procs):
-            await trio.sleep(0.005)
-
-
-def _live_in_group(pgid: int) -> list[psutil.Process]:
-    live = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid and _is_alive(proc):
-                live.append(proc)
-        except (OSError, psutil.Error):
-            continue
-    return live
-
-
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False  # the id now belongs to someone else's group
-    return True
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-    except PermissionError as exc:  # the group id was reused by someone else's process
-        if exc.errno != errno.EPERM:
-            raise

@@ -14,7 +14,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,11 +105,14 @@ def run_on_pty(
     new_session: bool = False,
     prompt: bytes | None = None,
     answer: bytes = b"",
+    answers: Sequence[bytes] = (),
 ) -> PtyRun:
     """Run ``python -m ringfence *args`` with a pty as stdin, stdout and stderr.
 
     Reads until the child closes the terminal or exits (30 s at the most); the
-    first time ``prompt`` appears in the output it writes ``answer`` once.
+    first time ``prompt`` appears in the output it writes ``answer`` once; with
+    ``answers``, the n-th appearance gets the n-th answer (``d`` once they run
+    out, so an unexpected question is denied rather than left hanging).
     ``new_session`` makes the pty a terminal the child can prompt on. The child
     is killed if still running.
     """
@@ -127,6 +130,8 @@ def run_on_pty(
     os.close(slave)
     seen = b""
     answered = False
+    queue = list(answers) if answers else [answer]
+    asked = 0
     deadline = time.monotonic() + 30
     try:
         while time.monotonic() < deadline:
@@ -139,8 +144,10 @@ def run_on_pty(
                 if not chunk:
                     break
                 seen += chunk
-                if prompt is not None and not answered and prompt in seen:
-                    os.write(master, answer)
+                while prompt is not None and seen.count(prompt) > asked:
+                    if answers or not answered:
+                        os.write(master, queue[asked] if asked < len(queue) else b"d\n")
+                    asked += 1
                     answered = True
             elif proc.poll() is not None:
                 break

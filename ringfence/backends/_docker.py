@@ -289,6 +289,17 @@ class DockerSession:
         """The ``uid:gid`` commands run as."""
         return self._user
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """For the ``backend_started`` event: a container, its image and OCI runtime."""
+        return {
+            "confined": True,
+            "sandbox": "docker",
+            "network": self._spec.network,
+            "image": self._opts.image,
+            "runtime": self._opts.runtime or "default",
+        }
+
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**self._base_env, **check_env(env)}
 

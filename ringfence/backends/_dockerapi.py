@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import docker
 import docker.errors
+import docker.tls
 import requests.exceptions
 import trio
 from docker.constants import DEFAULT_DOCKER_API_VERSION
@@ -171,29 +172,43 @@ def _probe_unix_socket(url: str) -> None:
 
 
 def connect_docker(
-    base_url: str | None = None, *, timeout: float = CLIENT_TIMEOUT
+    base_url: str | None = None,
+    *,
+    tls: docker.tls.TLSConfig | None = None,
+    timeout: float = CLIENT_TIMEOUT,
 ) -> docker.DockerClient:
     """A client for the daemon at ``base_url`` (default: ``DOCKER_HOST`` or the local socket).
 
     Blocking (one ``/version`` round trip). The API version is negotiated like
     the docker CLI does: the lower of the daemon's and the SDK's, refused below
     :data:`MIN_API_VERSION`. ``trust_env`` is off so ``REQUESTS_CA_BUNDLE`` or a
-    proxy variable cannot redirect or re-trust the connection.
+    proxy variable cannot redirect or re-trust the connection. ``tls`` (an
+    engine's certificates, see :mod:`._engines`) replaces the environment's
+    ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`` for an explicit ``base_url``.
 
-    Raises Unavailable when the daemon cannot be reached or is too old.
+    Raises Unavailable when the daemon cannot be reached or is too old,
+    naming the address that was tried.
     """
-    with map_docker_errors():
-        kwargs = kwargs_from_env()
-        if base_url is not None:
-            kwargs["base_url"] = base_url
-        _probe_unix_socket(str(kwargs.get("base_url") or "unix:///var/run/docker.sock"))
-        client = docker.DockerClient(version=MIN_API_VERSION, timeout=int(timeout), **kwargs)
-        client.api.trust_env = False
-        try:
-            server = client.api.version(api_version=False)
-        except BaseException:
-            client.close()
+    try:
+        with map_docker_errors():
+            kwargs = kwargs_from_env()
+            if base_url is not None:
+                kwargs["base_url"] = base_url
+            if tls is not None:
+                kwargs["tls"] = tls
+            _probe_unix_socket(str(kwargs.get("base_url") or "unix:///var/run/docker.sock"))
+            client = docker.DockerClient(version=MIN_API_VERSION, timeout=int(timeout), **kwargs)
+            client.api.trust_env = False
+            try:
+                server = client.api.version(api_version=False)
+            except BaseException:
+                client.close()
+                raise
+    except Unavailable as exc:
+        if base_url is None or base_url in exc.message:
             raise
+        # map_docker_errors names DOCKER_HOST; the daemon tried was another one.
+        raise exc.with_(message=f"{exc.message} (engine {base_url})") from exc.__cause__
     server_api = str(server.get("ApiVersion", "0"))
     negotiated = (
         server_api

@@ -215,7 +215,7 @@ class ShellTool:
                     backend=self.backend,
                     roots=[str(r) for r in spec.roots],
                     readonly_paths=[str(p) for p in spec.readonly_paths],
-                    sandbox=getattr(self._session, "metadata", None),
+                    sandbox=self._session.metadata,
                 )
             return self._session
 

@@ -204,9 +204,27 @@ class BackendSession(Protocol):
     - Raises: ``InvalidArguments`` (bad command, cwd, env, timeout or cap,
       naming the field), ``Unavailable`` (the sandbox layer is gone),
       ``ToolError`` (the backend itself failed).
+    - :attr:`metadata` says what the sandbox is (read-only, no I/O).
     """
 
     name: str
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """What confines this session's commands: recorded in the ``backend_started`` event.
+
+        A JSON-serializable mapping, read-only and cheap (no I/O). Every session
+        has at least ``confined`` (bool: are commands kept off the host, its
+        files outside the roots and its processes), ``sandbox`` (str: what
+        confines them, in the backend's words: ``none`` for the host backend,
+        the confined backend's level ``strict``/``best-effort``, ``docker``)
+        and ``network`` (bool: can commands reach a network). A backend adds
+        its own keys: the confined backend its sandbox ``layers`` (each with
+        whether it is in force), ``missing_layers`` and ``start_ms``; the host
+        backend ``unconfined``; docker its ``image`` and ``runtime``. Not
+        promised: the keys beyond those three, or that the mapping is a copy.
+        """
+        ...
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """The exact environment a command gets when ``run`` is given ``env``."""

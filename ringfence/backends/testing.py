@@ -15,6 +15,7 @@ what the backend got wrong. Real processes only; nothing is mocked.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -286,7 +287,20 @@ async def bad_arguments(c: _Ctx) -> None:
             raise AssertionError(f"{command!r} {kw} was accepted")
 
 
+async def metadata_says_what_the_sandbox_is(c: _Ctx) -> None:
+    """The declared ``metadata``: a JSON-serializable mapping with its three promised keys."""
+    meta = getattr(c.session, "metadata", None)  # a session without it fails here, named
+    _check(isinstance(meta, Mapping), f"metadata is {meta!r}, not a mapping")
+    for key, kind in (("confined", bool), ("sandbox", str), ("network", bool)):
+        _check(isinstance(meta.get(key), kind), f"metadata[{key!r}] is {meta.get(key)!r}")
+    try:
+        json.dumps(dict(meta))
+    except (TypeError, ValueError) as exc:
+        raise AssertionError(f"metadata is not JSON-serializable: {exc}") from None
+
+
 CHECKS: list[Callable[[_Ctx], Awaitable[None]]] = [
+    metadata_says_what_the_sandbox_is,
     exit_codes,
     stdout_and_stderr,
     argv_is_not_shell,

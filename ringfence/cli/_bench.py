@@ -1,22 +1,38 @@
-"""``ringfence bench``: the sandbox-overhead suite (from a source checkout)."""
+"""``ringfence bench``: the sandbox-overhead suite (``ringfence.bench``), installed or from source.
+
+The suite ships in the package, so an installed ringfence runs it; scenarios
+that need servers from the source tree skip with the reason when there is
+none. This module only parses options and prints: selection, the run and the
+table belong to :mod:`ringfence.bench`.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
-from types import ModuleType
 
-from ..runtime import InvalidArguments, ToolError, Unavailable, atomic_write
+from ..runtime import InvalidArguments, ToolError, atomic_write
 from ._output import print_error, print_ok, progress_lines
 from ._verbs import add_verb_parser
 
+_DESCRIPTION = (
+    "Measure ringfence against the plainest way to do the same thing, in the same run, "
+    "interleaved; every row prints its goal. A scenario whose prerequisite is missing "
+    "(Docker, ripgrep, Node, or a server from ringfence's source tree when it runs "
+    "installed) is listed as skipped with the reason. Exit 1 if a scenario crashed; "
+    "missing a goal is a result, not an error. The suite is the package ringfence.bench; "
+    "from a checkout, `python -m benchmarks` runs the same command."
+)
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_verb_parser(sub, "bench")
+    p = add_verb_parser(sub, "bench", description=_DESCRIPTION)
     p.add_argument(
-        "scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (default all)"
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help="scenarios to run, by name (default all; --list names them)",
     )
     p.add_argument(
         "--quick", action="store_true", help="fewer rounds: the whole suite in under 2 minutes"
@@ -30,7 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--plot", metavar="FILE.png", help="draw a chart (needs the 'plot' extra: matplotlib)"
     )
-    p.add_argument("--list", action="store_true", help="list scenarios and their goals")
+    p.add_argument(
+        "--list", action="store_true", help="list the scenarios and their goals, run nothing"
+    )
     p.add_argument(
         "--peers",
         action="store_true",
@@ -41,51 +59,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _benchmarks_package(peers: bool = False) -> ModuleType:
-    """The suite lives in the source tree's ``benchmarks/``, next to the ringfence package."""
-    checkout = Path(__file__).resolve().parents[2]
-    if not (checkout / "benchmarks" / "scenarios.py").is_file():
-        raise Unavailable(
-            "ringfence bench runs from a source checkout: no benchmarks/ next to the "
-            f"ringfence package in {checkout}; clone the repository and run `make demo` first"
-        )
-    if str(checkout) not in sys.path:
-        sys.path.insert(0, str(checkout))
-    return importlib.import_module("benchmarks.peers" if peers else "benchmarks.scenarios")
-
-
 async def run(args: argparse.Namespace) -> int:
-    scenarios_mod = _benchmarks_package(args.peers)
-    suite = importlib.import_module("benchmarks._suite")
+    from .. import bench  # the suite: loaded only when this verb runs
+
     if args.list:
+        scenarios = bench.all_scenarios(peers=args.peers)
         if args.json:
-            listing = [
-                {"name": s.name, "title": s.title, "goal": s.goal} for s in scenarios_mod.SCENARIOS
-            ]
+            listing = [{"name": s.name, "title": s.title, "goal": s.goal} for s in scenarios]
             return print_ok(listing, True)
-        width = max(len(s.name) for s in scenarios_mod.SCENARIOS)
-        for s in scenarios_mod.SCENARIOS:
+        width = max(len(s.name) for s in scenarios)
+        for s in scenarios:
             sys.stdout.write(f"{s.name:<{width}}  {s.title}  (goal: {s.goal})\n")
         return 0
     try:
-        chosen = scenarios_mod.by_name(args.scenarios)
+        chosen = bench.select_scenarios(args.scenarios, peers=args.peers)
     except KeyError as exc:
         raise InvalidArguments(f"unknown scenario(s): {exc.args[0]}", field="SCENARIO") from None
-    plotter = None
     if args.plot:
-        plotter = importlib.import_module("benchmarks._plot")
-        plotter.require_matplotlib()
+        bench.require_matplotlib()
 
     with progress_lines(f"bench: {len(chosen)} scenario(s)") as progress:
-        result = await suite.run_suite(chosen, quick=args.quick, progress=progress)
+        result = await bench.run_suite(chosen, quick=args.quick, progress=progress)
     # With --json the table goes to stderr: stdout holds the one JSON object.
     table = sys.stderr if args.json else sys.stdout
-    table.write(suite.render_table(result) + "\n")
+    table.write(bench.render_table(result) + "\n")
     table.write(f"({result.seconds:.1f} s)\n")
     if args.output:
         atomic_write(Path(args.output), result.dumps().encode() + b"\n", mode=0o644)
-    if plotter is not None:
-        plotter.plot(result, Path(args.plot))
+    if args.plot:
+        bench.plot(result, Path(args.plot))
         table.write(f"chart written to {args.plot}\n")
     if args.json:
         data = result.to_json()

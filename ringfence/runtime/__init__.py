@@ -55,6 +55,7 @@ from ._intents import (
     load_public_keys as load_public_keys,
     verify_intent as verify_intent,
 )
+from ._judge import PartVerdict as PartVerdict, Policy as Policy, PolicyVerdict as PolicyVerdict
 from ._kernel import (
     Authorization as Authorization,
     CallContext as CallContext,
@@ -63,6 +64,7 @@ from ._kernel import (
     Outcome as Outcome,
     RulesHandle as RulesHandle,
 )
+from ._matchers import normalize_path as normalize_path
 from ._plan import Plan as Plan, StagedCall as StagedCall
 from ._policy import (
     Decision as Decision,
@@ -89,15 +91,7 @@ from ._redact import (
     mask_command_args as mask_command_args,
     script_credential_literals as script_credential_literals,
 )
-from ._rules import (
-    PartVerdict as PartVerdict,
-    Policy as Policy,
-    PolicyVerdict as PolicyVerdict,
-    Rule as Rule,
-    RuleError as RuleError,
-    normalize_path as normalize_path,
-    parse_rule as parse_rule,
-)
+from ._rules import Rule as Rule, RuleError as RuleError, parse_rule as parse_rule
 from ._shellwords import ShellParse as ShellParse, parse_command as parse_command
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec
 

@@ -304,8 +304,13 @@ _PROMPT_ANSWERS = {
 class TerminalApprover:
     """Asks a person on a terminal: [o]nce, for this [s]ession, or [d]eny (the default).
 
-    Prompts are serialized so concurrent calls never interleave their
-    questions. End of input denies.
+    A session answer may name a pattern that widens the grant to calls whose
+    named arguments match it: ``s path=notes/*`` (``NAME=GLOB`` words, each
+    ``NAME`` an argument of the call asked about; see :class:`Grant` for how
+    paths match and that every argument not named must be equal). A pattern
+    that names no argument of the call, or an answer that is not understood,
+    is asked again. Prompts are serialized so concurrent calls never
+    interleave their questions. End of input denies.
     """
 
     def __init__(self, input: TextIO | None = None, output: TextIO | None = None) -> None:
@@ -318,16 +323,39 @@ class TerminalApprover:
             while True:
                 self._output.write(
                     f"\nringfence asks: {request.describe()}\n"
-                    "  allow [o]nce, for this [s]ession, or [d]eny? "
+                    "  allow [o]nce, for this [s]ession (s NAME=GLOB widens it), or [d]eny? "
                 )
                 self._output.flush()
                 line = await trio.to_thread.run_sync(self._input.readline, abandon_on_cancel=True)
                 if line == "":
                     return ApprovalAnswer.deny("end of input at the approval prompt")
-                choice = _PROMPT_ANSWERS.get(line.strip().lower())
-                if choice is not None:
-                    return ApprovalAnswer(choice, f"answered {choice.value} at the terminal")
-                self._output.write("  please answer o, s or d\n")
+                answer = _parse_terminal_answer(line, request)
+                if isinstance(answer, ApprovalAnswer):
+                    return answer
+                self._output.write(f"  {answer}\n")
+
+
+def _parse_terminal_answer(line: str, request: ApprovalRequest) -> ApprovalAnswer | str:
+    """A typed answer as an ApprovalAnswer, or what to tell the person before asking again."""
+    words = line.split()
+    choice = _PROMPT_ANSWERS.get(words[0].lower() if words else "")
+    if choice is None:
+        return "please answer o, s or d"
+    if len(words) == 1:
+        return ApprovalAnswer(choice, f"answered {choice.value} at the terminal")
+    if choice is not Choice.SESSION:
+        return "only a session answer takes a pattern: s NAME=GLOB …"
+    pattern: dict[str, str] = {}
+    for word in words[1:]:
+        name, sep, glob = word.partition("=")
+        if not sep or not name or not glob:
+            return f"{word!r}: write a pattern as NAME=GLOB (e.g. path=src/*)"
+        if name not in request.arguments:
+            names = ", ".join(sorted(request.arguments)) or "none"
+            return f"{name!r} is not an argument of {request.tool} (its arguments: {names})"
+        pattern[name] = glob
+    shown = " ".join(f"{k}={v}" for k, v in pattern.items())
+    return ApprovalAnswer.session(f"answered session for {shown} at the terminal", pattern)
 
 
 def default_approver() -> Approver:

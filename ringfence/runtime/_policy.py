@@ -10,7 +10,7 @@ Order, first answer wins::
     → unrestricted → policy allow → residual → autonomous → posture
 
 Policy rules (:mod:`._rules`, over names *and* arguments, shell-aware for
-``command``) come from ``Rules.policy`` and from entries of ``deny``/``ask``/
+``command``; judged by :mod:`._judge`) come from ``Rules.policy`` and from entries of ``deny``/``ask``/
 ``allow`` written as ``TOOL(SPEC)``. A policy ``allow`` lets a call run
 without asking under any posture, the residual included (that is how an
 operator lets ``git status`` through ``run_shell`` under ``ask``); it never
@@ -26,7 +26,8 @@ from fnmatch import fnmatchcase
 from typing import Any, final
 
 from ._errors import InvalidArguments
-from ._rules import Effect, Policy, PolicyVerdict
+from ._judge import Policy, PolicyVerdict
+from ._rules import Effect
 from ._tools import Consequence, ToolSpec
 
 __all__ = ["Decision", "Posture", "Rules", "Verdict", "decide"]

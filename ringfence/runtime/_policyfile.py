@@ -35,7 +35,8 @@ from typing import Any
 
 from ._errors import InvalidArguments
 from ._files import ringfence_home
-from ._rules import EFFECTS, Effect, Policy, Rule, RuleError, parse_rule, rule_from_table
+from ._judge import Policy
+from ._rules import EFFECTS, Effect, Rule, RuleError, parse_rule, rule_from_table
 
 __all__ = [
     "LAYERS",

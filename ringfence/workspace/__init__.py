@@ -13,6 +13,10 @@ from ._checkpoints import (
     Retention as Retention,
     workspace_id as workspace_id,
 )
+from ._gitenforce import (
+    diff_git_metadata as diff_git_metadata,
+    enforce_git_metadata as enforce_git_metadata,
+)
 from ._gitguard import (
     is_dotgit as is_dotgit,
     is_dotgitmodules as is_dotgitmodules,
@@ -20,14 +24,12 @@ from ._gitguard import (
     is_hfs_dotgit as is_hfs_dotgit,
     is_ntfs_dotgit as is_ntfs_dotgit,
 )
-from ._gitscan import (
+from ._gitmeta import (
     GitReport as GitReport,
     GitSnapshot as GitSnapshot,
     describe_findings as describe_findings,
-    diff_git_metadata as diff_git_metadata,
-    enforce_git_metadata as enforce_git_metadata,
-    scan_git_metadata as scan_git_metadata,
 )
+from ._gitscan import scan_git_metadata as scan_git_metadata
 from ._merge import MergeReport as MergeReport, merge_changes as merge_changes
 from ._resolver import openat2_available as openat2_available
 from ._tools import file_tool_specs as file_tool_specs, register_file_tools as register_file_tools

@@ -46,6 +46,10 @@ class EchoSession:
     def __init__(self) -> None:
         self.closed = False
 
+    @property
+    def metadata(self):
+        return {"confined": False, "sandbox": "none", "network": False}
+
     def environment(self, env=None):
         return dict(env or {})
 

@@ -103,6 +103,19 @@ def test_list_names_every_scenario_with_its_goal() -> None:
     assert all("(goal: " in line for line in lines)
 
 
+def test_python_m_benchmarks_is_the_same_command() -> None:
+    """The developers' shim in a checkout: ``python -m benchmarks …`` is ``ringfence bench …``."""
+    shim = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--list"],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shim.returncode == 0, shim.stderr
+    assert shim.stdout == bench("--list").stdout
+
+
 def test_unknown_scenario_is_a_usage_error(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = bench("gate", "no-such-scenario", "--output", str(out))
@@ -117,3 +130,15 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     proc = bench("workspace-open", "--quick", "--plot", str(chart))
     assert proc.returncode == 0, proc.stderr
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_from_a_checkout_the_suite_finds_its_source_tree() -> None:
+    """In a checkout the source-tree scenarios run (their files are found, not skipped)."""
+    from ringfence.bench import SOURCE_TREE, Skip
+    from ringfence.bench._source import source_file
+
+    assert SOURCE_TREE == CHECKOUT
+    peer = source_file("tests/mcp_host/servers/annotated.py", what="the SDK test peer")
+    assert peer == CHECKOUT / "tests/mcp_host/servers/annotated.py"
+    with pytest.raises(Skip, match=r"no-such-server\.py is missing \(make npm-servers\)"):
+        source_file("tests/no-such-server.py", what="x", fix="make npm-servers")

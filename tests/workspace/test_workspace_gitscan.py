@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ringfence.workspace import GitSnapshot, diff_git_metadata, scan_git_metadata
-from ringfence.workspace._gitscan import HOT_MARGIN_NS
+from ringfence.workspace._gitwalk import HOT_MARGIN_NS
 
 GIT_ENV = {
     "PATH": os.environ["PATH"],

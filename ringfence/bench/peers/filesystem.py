@@ -23,6 +23,7 @@ from mcp import StdioServerParameters
 
 from .. import latency
 from .._harness import Samples
+from .._source import ROOT, source_file
 from .._suite import Row, Scenario, Skip
 
 SECRET = "PEER-SECRET-4b1d"
@@ -100,10 +101,10 @@ async def _attempt(client: Any, node: bool, root: Path, attack: Attack) -> tuple
 
 
 async def run(quick: bool) -> list[Row]:
-    if not latency.NODE_FS.exists() or shutil.which("node") is None:
-        raise Skip(
-            f"npm MCP servers are not installed ({latency.NODE_FS} missing): make npm-servers"
-        )
+    node_fs = latency.NODE_FS.relative_to(ROOT).as_posix()
+    source_file(node_fs, what="the npm MCP servers", fix="make npm-servers")
+    if shutil.which("node") is None:
+        raise Skip("node is not on PATH (the npm servers need Node.js)")
     rows = [
         replace(r, scenario="peer-filesystem")
         for r in await latency.run_serve(quick)

@@ -32,11 +32,12 @@ from ringfence.mcp_host import connect_servers, parse_manifest
 from ringfence.runtime import FileSink, Kernel
 
 from ._harness import Arm, interleave
+from ._source import source_file
 from ._suite import Row, Scenario, Skip
 
-ROOT = Path(__file__).resolve().parent.parent
-EVERYTHING = ROOT / "tests" / "npm" / "node_modules" / ".bin" / "mcp-server-everything"
-PEER = ROOT / "tests" / "mcp_host" / "servers" / "annotated.py"
+# Both servers live in the source tree (source_file: a Skip naming the file without it).
+EVERYTHING = "tests/npm/node_modules/.bin/mcp-server-everything"
+PEER = "tests/mcp_host/servers/annotated.py"
 GOAL_RATIO = 1.2
 
 
@@ -113,14 +114,13 @@ async def measure(
 
 
 async def run_everything(quick: bool) -> list[Row]:
-    if not EVERYTHING.exists():
-        raise Skip(f"npm MCP servers are not installed ({EVERYTHING} missing): make npm-servers")
+    everything = source_file(EVERYTHING, what="the npm MCP servers", fix="make npm-servers")
     if shutil.which("node") is None:
         raise Skip("node is not on PATH (the npm servers need Node.js)")
     return await measure(
         "mcp-everything",
         "server-everything echo (node)",
-        str(EVERYTHING),
+        str(everything),
         ["stdio"],
         "echo",
         {"message": "hello"},
@@ -129,11 +129,12 @@ async def run_everything(quick: bool) -> list[Row]:
 
 
 async def run_peer(quick: bool) -> list[Row]:
+    peer = source_file(PEER, what="the Python SDK test peer")
     return await measure(
         "mcp-peer",
         "SDK test peer read_note (python)",
         sys.executable,
-        [str(PEER)],
+        [str(peer)],
         "read_note",
         {"name": "bench"},
         quick=quick,

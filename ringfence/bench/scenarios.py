@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from . import backends, bridge, changesets, gate, gitscan, latency, mcp_host, policy, workspace
+from . import (
+    backends,
+    bridge,
+    changesets,
+    engines,
+    gate,
+    gitscan,
+    latency,
+    mcp_host,
+    policy,
+    workspace,
+)
 from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
@@ -10,6 +21,7 @@ SCENARIOS: list[Scenario] = [
     *workspace.SCENARIOS,
     *changesets.SCENARIOS,
     *backends.SCENARIOS,
+    *engines.SCENARIOS,
     policy.SCENARIO,
     *gitscan.SCENARIOS,
     *mcp_host.SCENARIOS,

@@ -30,9 +30,9 @@ from mcp import Client, StdioServerParameters, stdio_client
 from ringfence.workspace import Workspace
 
 from ._harness import Arm, Samples, SyncArm, interleave, interleave_blocking
+from ._source import ROOT
 from ._suite import Row, Scenario
 
-ROOT = Path(__file__).resolve().parent.parent
 SDK_PEER = Path(__file__).resolve().parent / "peers" / "sdk_files.py"
 NODE_FS = ROOT / "tests" / "npm" / "node_modules" / ".bin" / "mcp-server-filesystem"
 CLI_GOAL_S = 0.120

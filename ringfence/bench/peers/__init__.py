@@ -3,21 +3,26 @@
 Each peer scenario measures the peer and ringfence in the same run and, where
 the peer has a security boundary, runs the same attacks against both and
 records what happened (refused or not, and any effect on disk), not only how
-long it took. A peer that cannot run here raises :class:`~benchmarks._suite.Skip`
+long it took. A peer that cannot run here raises :class:`~ringfence.bench.Skip`
 with the reason (not installed, no daemon), so the table lists it as skipped.
 
 Peers: the reference MCP filesystem server (``tests/npm``, ``make npm-servers``)
 runs here; llm-sandbox and smolagents need the ``peers`` extra
-(``pip install -e '.[peers]'``); Anthropic's ``srt`` needs its npm package.
-Only the filesystem peer is measured so far (issue 20, item 4: scaffolding).
+(``pip install -e '.[peers]'``); Anthropic's ``srt`` is pinned in ``tests/npm`` and
+needs ``bubblewrap`` and ``socat``.
 """
 
 from __future__ import annotations
 
 from .._suite import Scenario
-from . import filesystem, missing
+from . import filesystem, llm_sandbox, smolagents, srt
 
-SCENARIOS: list[Scenario] = [filesystem.SCENARIO, *missing.SCENARIOS]
+SCENARIOS: list[Scenario] = [
+    filesystem.SCENARIO,
+    srt.SCENARIO,
+    llm_sandbox.SCENARIO,
+    smolagents.SCENARIO,
+]
 
 
 def by_name(names: list[str]) -> list[Scenario]:

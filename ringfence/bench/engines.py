@@ -1,0 +1,303 @@
+"""A pool of Docker engines, simulated from costs measured in the same run (issue 17).
+
+What it answers: as sessions spread over more engines, how many commands a
+second does one kernel drive, how long does a session wait to start, and
+where does the kernel itself (one trio thread: the Gate, events, the merge
+of each change set) become the bottleneck.
+
+The per-operation costs are measured first, on this machine's engine:
+
+* ``start``: a docker session's start (container create + start + its
+  supervisor shell);
+* ``exec``: a warm command round trip (``true``);
+* ``ship``: a 2,000-file workspace sent with ``put_archive``;
+* ``fetch``: a small change set (10 files) read back with ``get_archive``;
+* ``kernel``: the kernel's own work per command: a call through the Gate and
+  the merge of a 10-file change set through the guarded writer.
+
+Then a discrete-event model runs on trio's virtual clock (``MockClock``,
+autojump): ``M`` sessions arrive together; each is placed on the engine
+with the fewest sessions, starts (one create at a time per engine: the
+daemon serializes them), is shipped (one transfer at a time per engine
+link), then runs ``K`` commands, each an exec (at most ``cpus`` at a time
+per engine), a fetch, and the kernel's work (one at a time: the kernel is
+one thread). The rows report commands per second and session-start
+latency (median, p95) for each pool size, and the kernel's utilisation:
+when it nears 100 %, more engines add nothing.
+
+Non-claims: the model has no network latency between machines (engines are
+measured on loopback), no engine failures, and treats every session alike.
+"""
+
+from __future__ import annotations
+
+import io
+import statistics
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from ._harness import Samples
+from ._suite import Row, Scenario, Skip
+
+SESSIONS = 64
+COMMANDS = 20
+POOL_SIZES = (1, 2, 4, 8, 16, 32)
+ENGINE_CPUS = 2  # the engines are modelled on this machine class
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds per operation (medians of the measurements)."""
+
+    start: float
+    exec: float
+    ship: float
+    fetch: float
+    kernel: float
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    engines: int
+    commands_per_second: float
+    start_median: float
+    start_p95: float
+    kernel_utilisation: float
+    start_latencies: tuple[float, ...]
+
+
+async def simulate(costs: Costs, engines: int, sessions: int, commands: int) -> PoolResult:
+    """The model above, on the virtual clock of the current trio run."""
+    creates = [trio.CapacityLimiter(1) for _ in range(engines)]
+    links = [trio.CapacityLimiter(1) for _ in range(engines)]
+    cpus = [trio.CapacityLimiter(ENGINE_CPUS) for _ in range(engines)]
+    placed = [0] * engines
+    kernel = trio.CapacityLimiter(1)
+    kernel_busy = [0.0]
+    starts: list[float] = []
+    t0 = trio.current_time()
+
+    async def session() -> None:
+        engine = min(range(engines), key=lambda i: placed[i])
+        placed[engine] += 1
+        async with creates[engine]:
+            await trio.sleep(costs.start)
+        async with links[engine]:
+            await trio.sleep(costs.ship)
+        starts.append(trio.current_time() - t0)
+        for _ in range(commands):
+            async with cpus[engine]:
+                await trio.sleep(costs.exec)
+            async with links[engine]:
+                await trio.sleep(costs.fetch)
+            async with kernel:
+                kernel_busy[0] += costs.kernel
+                await trio.sleep(costs.kernel)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(sessions):
+            nursery.start_soon(session)
+    makespan = trio.current_time() - t0
+    ordered = sorted(starts)
+    return PoolResult(
+        engines=engines,
+        commands_per_second=sessions * commands / makespan,
+        start_median=statistics.median(ordered),
+        start_p95=ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))],
+        kernel_utilisation=kernel_busy[0] / makespan,
+        start_latencies=tuple(ordered),
+    )
+
+
+def run_model(
+    costs: Costs, sizes: tuple[int, ...], sessions: int, commands: int
+) -> list[PoolResult]:
+    """Every pool size, each in its own trio run on a virtual clock (blocking, milliseconds)."""
+
+    def one(n: int) -> PoolResult:
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        return trio.run(simulate, costs, n, sessions, commands, clock=clock)
+
+    return [one(n) for n in sizes]
+
+
+# -- measuring the costs --------------------------------------------------------------------------
+
+
+def _median_of(fn: Callable[[], object], n: int) -> float:
+    laps = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        laps.append(time.perf_counter() - t)
+    return statistics.median(laps)
+
+
+def _tree_tar(files: int) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for i in range(files):
+            data = (f"file {i}\n" * 8).encode()
+            info = tarfile.TarInfo(f"ws/d{i % 40}/f{i}.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+async def measure_costs(quick: bool) -> Costs:
+    """The five costs on this machine's engine; Skip when there is none."""
+    from ringfence.backends import SessionSpec, start_docker
+    from ringfence.runtime import RingfenceError
+
+    rounds = 3 if quick else 7
+    with tempfile.TemporaryDirectory(prefix="ringfence-bench-") as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)  # the container's user must be able to enter it
+        spec = SessionSpec(roots=(root,), options={"image": "busybox"})
+        start_laps: list[float] = []
+        session = None
+        try:
+            for i in range(2 if quick else 4):
+                t = time.perf_counter()
+                try:
+                    fresh = await start_docker(spec)
+                except RingfenceError as exc:
+                    raise Skip(f"no docker engine to measure: {exc.message}") from None
+                start_laps.append(time.perf_counter() - t)
+                if i == 0:
+                    session = fresh
+                else:
+                    await fresh.aclose()
+            assert session is not None
+            exec_laps = []
+            for _ in range(20 if quick else 60):
+                t = time.perf_counter()
+                await session.run("true", cwd=root, env={}, timeout=10, output_cap=4096)
+                exec_laps.append(time.perf_counter() - t)
+        finally:
+            if session is not None:
+                await session.aclose()
+        ship_s, fetch_s = await trio.to_thread.run_sync(_transfer_costs, rounds)
+        kernel_s = await _kernel_cost(root, quick)
+    return Costs(
+        start=statistics.median(start_laps),
+        exec=statistics.median(exec_laps),
+        ship=ship_s,
+        fetch=fetch_s,
+        kernel=kernel_s,
+    )
+
+
+def _transfer_costs(rounds: int) -> tuple[float, float]:
+    """``put_archive`` of 2,000 files and ``get_archive`` of 10, into a scratch container.
+
+    A scratch container because the Engine refuses archives into a container
+    whose root file system is read-only (as the sandbox's is), tmpfs or not:
+    a shipped workspace lives on a volume.
+    """
+    from ringfence.backends._dockerapi import connect_docker
+
+    client = connect_docker()
+    container = client.containers.run(
+        "ringfence/busybox:latest", ["sleep", "600"], detach=True, network_mode="none"
+    )
+    try:
+        tree, small = _tree_tar(2000), _tree_tar(10)
+        container.put_archive("/tmp", small)
+
+        def ship() -> None:
+            container.put_archive("/tmp", tree)
+
+        def fetch() -> None:
+            stream, _ = container.get_archive("/tmp/ws/d0")
+            for _chunk in stream:
+                pass
+
+        return _median_of(ship, rounds), _median_of(fetch, rounds * 3)
+    finally:
+        container.remove(force=True)
+        client.close()
+
+
+async def _kernel_cost(root: Path, quick: bool) -> float:
+    """A Gate call plus the merge of a 10-file change set, per command."""
+    from ringfence import create_kernel
+    from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
+
+    ws_root = root / "kernel"
+    ws_root.mkdir()
+    laps = []
+    async with create_kernel(roots=[ws_root], posture="allow-reversible") as kernel:
+        with Workspace([ws_root]) as ws:
+            store = CheckpointStore(ws)
+            try:
+                for n in range(5 if quick else 15):
+                    data = f"round {n}\n".encode()
+                    image = Image("file", 0o644, store.put(data), len(data))
+                    changes = [Change(0, f"m{i}.txt", None, image) for i in range(10)]
+                    t = time.perf_counter()
+                    out = await kernel.invoke(
+                        "read_file", {"path": "m0.txt"} if n else {"path": "."}
+                    )
+                    del out
+                    merge_changes(ws, changes, store, force=True)
+                    laps.append(time.perf_counter() - t)
+            finally:
+                store.close()
+    return statistics.median(laps)
+
+
+async def _pool(quick: bool) -> list[Row]:
+    costs = await measure_costs(quick)
+    sessions, commands = (32, 10) if quick else (SESSIONS, COMMANDS)
+    results = await trio.to_thread.run_sync(run_model, costs, POOL_SIZES, sessions, commands)
+    measured = {k: round(v * 1000, 3) for k, v in vars(costs).items()}
+    rows = []
+    costs_note = ", ".join(f"{k} {v:g} ms" for k, v in measured.items())
+    for i, r in enumerate(results):
+        rows.append(
+            Row(
+                "engine-pool",
+                f"{sessions} sessions x {commands} commands on {r.engines} engine(s): "
+                f"{r.commands_per_second:.0f} commands/s, kernel {r.kernel_utilisation:.0%} busy",
+                Samples(f"session start on {r.engines}", list(r.start_latencies)),
+                None,
+                "informational (model)",
+                None,
+                notes={
+                    "sweep": True,
+                    "series": "session start (median, s)",
+                    "x": r.engines,
+                    "panel": "engines in the pool",
+                    "commands_per_second": r.commands_per_second,
+                    "start_p95_s": r.start_p95,
+                    "kernel_utilisation": r.kernel_utilisation,
+                    "measured_costs_ms": measured,
+                    **(
+                        {
+                            "note": f"a model (benchmarks/engines.py) on costs measured now: {costs_note}"
+                        }
+                        if i == 0
+                        else {}
+                    ),
+                },
+            )
+        )
+    return rows
+
+
+SCENARIOS = [
+    Scenario(
+        "engine-pool",
+        "a pool of engines, simulated from measured costs: throughput and session start",
+        "informational: where the kernel becomes the bottleneck",
+        _pool,
+    ),
+]

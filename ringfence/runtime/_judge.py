@@ -1,0 +1,481 @@
+"""How a call is judged: a :class:`Policy` (an ordered set of rules) and its verdicts.
+
+:meth:`Policy.evaluate` returns a :class:`PolicyVerdict` or ``None`` (no rule
+speaks; the posture decides). Precedence is deny > ask > allow whatever the
+layer a rule came from. For a shell command, ``allow`` holds only if every
+simple command matches an allow rule and no part matches deny or ask; parts the
+parser cannot resolve, and deny/ask rules a computed word *could* match, make
+the call at least ``ask``. A redirection is judged as a ``write_file`` or
+``read_file`` call on its target would be.
+
+Rules and their syntax are :mod:`._rules`; what one pattern matches is
+:mod:`._matchers`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._matchers import Tri, element_matches, normalize_path
+from ._rules import EFFECT_RANK, Effect, Rule, parse_rule
+from ._shellwords import Redirect, ShellParse, SimpleCommand, parse_argv, parse_command
+
+__all__ = [
+    "SHELL_READ_TOOL",
+    "SHELL_WRITE_TOOL",
+    "PartVerdict",
+    "Policy",
+    "PolicyVerdict",
+]
+
+# A shell redirection is judged as a call to these tools with path=<target> would be.
+SHELL_WRITE_TOOL = "write_file"
+SHELL_READ_TOOL = "read_file"
+# Redirection targets that are not files in any sense a rule cares about.
+_NEUTRAL_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+
+
+@dataclass(frozen=True)
+class PartVerdict:
+    """One part of a shell command and what the rules say about it (None: no rule)."""
+
+    kind: str  # "command", "write", "read", "unresolved", "argument"
+    text: str
+    effect: Effect | None
+    rule: Rule | None = None
+    reason: str = ""
+    via: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "part": self.kind,
+            "text": self.text,
+            "verdict": self.effect.value if self.effect else "unmatched",
+        }
+        if self.rule is not None:
+            out["rule"] = self.rule.label()
+            out["source"] = self.rule.source
+            out["layer"] = self.rule.layer
+        if self.reason:
+            out["reason"] = self.reason
+        if self.via:
+            out["via"] = list(self.via)
+        return out
+
+
+@dataclass(frozen=True)
+class PolicyVerdict:
+    """What the rules say: ``effect`` None means no verdict (the posture decides)."""
+
+    effect: Effect | None
+    rule: Rule | None
+    reason: str
+    parts: tuple[PartVerdict, ...] = ()
+
+
+@dataclass(frozen=True)
+class Policy:
+    """An ordered set of rules and the workspace roots path rules are relative to."""
+
+    rules: tuple[Rule, ...] = ()
+    roots: tuple[str, ...] = ()
+    # Caches (per policy object; a Policy is immutable, so they never go stale).
+    _by_tool: dict[str, tuple[Rule, ...]] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
+    _indexes: dict[str, _CommandIndex] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
+    _verdicts: dict[Any, PolicyVerdict | None] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
+
+    @classmethod
+    def from_strings(
+        cls,
+        *,
+        deny: Iterable[str] = (),
+        ask: Iterable[str] = (),
+        allow: Iterable[str] = (),
+        source: str = "api",
+        layer: str = "api",
+    ) -> Policy:
+        rules = [
+            parse_rule(text, effect, source=source, layer=layer)
+            for effect, texts in (("deny", deny), ("ask", ask), ("allow", allow))
+            for text in texts
+        ]
+        return cls(tuple(rules))
+
+    def with_roots(self, roots: Iterable[Any]) -> Policy:
+        return Policy(self.rules, tuple(str(r) for r in roots))
+
+    def __add__(self, other: Policy) -> Policy:
+        return Policy(self.rules + other.rules, self.roots or other.roots)
+
+    def for_tool(self, name: str) -> tuple[Rule, ...]:
+        """The active rules whose tool glob matches ``name`` (cached per name)."""
+        found = self._by_tool.get(name)
+        if found is None:
+            found = tuple(r for r in self.rules if not r.inactive and element_matches(r.tool, name))
+            if len(self._by_tool) < 4096:
+                self._by_tool[name] = found
+        return found
+
+    def evaluate(
+        self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None = None
+    ) -> PolicyVerdict | None:
+        """What the rules say about one call; None when no rule speaks.
+
+        Results are cached per (tool, arguments) for hashable JSON-like
+        arguments (bounded; the same command line is judged once).
+        """
+        rules = self.for_tool(name)
+        command = arguments.get("command")
+        shellish = isinstance(command, (str, list))
+        if not rules and not (shellish and self._has_redirect_rules()):
+            return None
+        declared = (meta or {}).get("path_arguments", ())
+        path_args = frozenset(declared) if isinstance(declared, (list, tuple, set)) else frozenset()
+        key = _freeze((name, sorted(path_args), arguments))
+        if key is not None:
+            try:
+                return self._verdicts[key]
+            except KeyError:
+                pass
+        if shellish and any(r.command is not None for r in rules):
+            verdict: PolicyVerdict | None = self._evaluate_shell(name, rules, arguments, path_args)
+        else:
+            verdict = self._evaluate_plain(self._plain(name), arguments, path_args)
+            if shellish and (verdict is None or verdict.effect is not Effect.DENY):
+                # No command rules for this tool, but its redirections still meet the
+                # write_file/read_file rules: `echo x > .env` under a write_file(.env) deny.
+                verdict = _stricter(verdict, self._redirects_only(arguments))
+        if key is not None:
+            if len(self._verdicts) >= _VERDICT_CACHE:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
+        return verdict
+
+    def _plain(self, name: str) -> tuple[Rule, ...]:
+        """The active rules for ``name`` that have no argv matcher (cached per name)."""
+        key = "\0plain:" + name
+        found = self._by_tool.get(key)
+        if found is None:
+            found = tuple(r for r in self.for_tool(name) if r.command is None)
+            if len(self._by_tool) < 4096:
+                self._by_tool[key] = found
+        return found
+
+    def _has_redirect_rules(self) -> bool:
+        return bool(self._plain(SHELL_WRITE_TOOL) or self._plain(SHELL_READ_TOOL))
+
+    def _redirects_only(self, arguments: Mapping[str, Any]) -> PolicyVerdict | None:
+        """Deny/ask that a command's redirections meet; None when they meet neither."""
+        if not self._has_redirect_rules():
+            return None
+        command = arguments["command"]
+        if not isinstance(command, str):
+            return None  # an argv list has no redirections
+        parsed = parse_command(command)
+        cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
+        parts = tuple(
+            self._judge_redirect(r, cwd, parsed.changes_directory) for r in parsed.redirects
+        )
+        for effect in (Effect.DENY, Effect.ASK):
+            for p in parts:
+                if p.effect is effect and p.rule is not None:
+                    return PolicyVerdict(
+                        effect, p.rule, f"{p.kind} `{p.text}` {_because(p.rule)}", parts
+                    )
+        return None
+
+    def _index(self, name: str, rules: tuple[Rule, ...]) -> _CommandIndex:
+        index = self._indexes.get(name)
+        if index is None:
+            index = _CommandIndex.build(rules)
+            if len(self._indexes) < 4096:
+                self._indexes[name] = index
+        return index
+
+    def _evaluate_plain(
+        self,
+        rules: tuple[Rule, ...],
+        arguments: Mapping[str, Any],
+        path_args: frozenset[str] = frozenset(),
+    ) -> PolicyVerdict | None:
+        best: Rule | None = None
+        for rule in rules:
+            if rule.arguments and not rule.matches_arguments(arguments, self.roots, path_args):
+                continue
+            if best is None or EFFECT_RANK[rule.effect] < EFFECT_RANK[best.effect]:
+                best = rule
+                if best.effect is Effect.DENY:
+                    break
+        if best is None:
+            return None
+        return PolicyVerdict(best.effect, best, _because(best))
+
+    def _evaluate_shell(
+        self,
+        name: str,
+        rules: tuple[Rule, ...],
+        arguments: Mapping[str, Any],
+        path_args: frozenset[str] = frozenset(),
+    ) -> PolicyVerdict:
+        command = arguments["command"]
+        parsed: ShellParse
+        if isinstance(command, str):
+            parsed = parse_command(command)
+        elif all(isinstance(a, str) for a in command) and command:
+            parsed = parse_argv(command)
+        else:
+            parsed = ShellParse(unresolved=())
+        whole = self._evaluate_plain(self._plain(name), arguments, path_args)
+        parts: list[PartVerdict] = []
+        index = self._index(name, rules)
+        for sc in parsed.commands:
+            candidates = [
+                r
+                for r in index.candidates(sc)
+                if not r.arguments or r.matches_arguments(arguments, self.roots, path_args)
+            ]
+            parts.append(_judge_command(sc, candidates))
+        cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
+        for redirect in parsed.redirects:
+            parts.append(self._judge_redirect(redirect, cwd, parsed.changes_directory))
+        for u in parsed.unresolved:
+            parts.append(PartVerdict("unresolved", u.text, Effect.ASK, reason=u.reason))
+        env = arguments.get("env")
+        if isinstance(env, Mapping) and env:
+            parts.append(
+                PartVerdict(
+                    "unresolved",
+                    "env=" + ",".join(sorted(env)),
+                    Effect.ASK,
+                    reason="environment variables passed with the call can change what runs",
+                )
+            )
+        if not parsed.commands and not parsed.unresolved:
+            parts.append(
+                PartVerdict("unresolved", str(command), Effect.ASK, reason="no command found in it")
+            )
+        return _combine(name, whole, tuple(parts))
+
+    def _judge_redirect(self, redirect: Redirect, cwd: str | None, moved: bool) -> PartVerdict:
+        kind = "write" if redirect.write else "read"
+        target = redirect.path
+        text = f"{redirect.operator} {target.text}"
+        if not target.literal:
+            return PartVerdict(
+                kind, text, Effect.ASK, reason="the redirection target is computed at run time"
+            )
+        if target.text in _NEUTRAL_TARGETS:
+            return PartVerdict(kind, text, Effect.ALLOW, reason="not a file")
+        if moved and not posixpath.isabs(target.text):
+            return PartVerdict(
+                kind, text, Effect.ASK, reason="a cd earlier makes the target's directory unknown"
+            )
+        path = normalize_path(target.text, self.roots, cwd)
+        tool = SHELL_WRITE_TOOL if redirect.write else SHELL_READ_TOOL
+        verdict = self._evaluate_plain(self._plain(tool), {"path": path})
+        if verdict is None:
+            if redirect.write:
+                return PartVerdict(
+                    kind, text, None, reason=f"no rule for {tool}(path={path}) allows it"
+                )
+            return PartVerdict(kind, text, Effect.ALLOW, reason="reads are judged by deny/ask only")
+        if verdict.effect is Effect.ALLOW and not redirect.write:
+            return PartVerdict(kind, text, Effect.ALLOW, verdict.rule)
+        return PartVerdict(
+            kind, text, verdict.effect, verdict.rule, reason=f"judged as {tool}(path={path})"
+        )
+
+
+_VERDICT_CACHE = 4096
+
+
+def _stricter(a: PolicyVerdict | None, b: PolicyVerdict | None) -> PolicyVerdict | None:
+    if a is None or a.effect is None:
+        return b if b is not None else a
+    if b is None or b.effect is None:
+        return a
+    return a if EFFECT_RANK[a.effect] <= EFFECT_RANK[b.effect] else b
+
+
+# Only calls whose arguments hold at most this many characters in all are cached: the
+# cache must not keep a write_file's megabytes alive (4096 entries of them).
+_CACHE_KEY_CHARS = 8192
+
+
+def _freeze(value: Any) -> Any:
+    """A small hashable stand-in for JSON-like ``value``; None when it has other types or
+    more than _CACHE_KEY_CHARS characters of strings."""
+    budget = [_CACHE_KEY_CHARS]
+
+    def go(v: Any) -> Any:
+        if isinstance(v, str):
+            budget[0] -= len(v)
+            return None if budget[0] < 0 else ("str", v)
+        if isinstance(v, (int, float, bool)) or v is None:
+            return (type(v).__name__, v)
+        if isinstance(v, (list, tuple)):
+            items = [go(x) for x in v]
+            return None if any(i is None for i in items) else ("l", tuple(items))
+        if isinstance(v, Mapping):
+            pairs = [(k, go(x)) for k, x in v.items() if isinstance(k, str)]
+            if len(pairs) != len(v) or any(x is None for _, x in pairs):
+                return None
+            budget[0] -= sum(len(k) for k, _ in pairs)
+            return None if budget[0] < 0 else ("d", tuple(sorted(pairs)))
+        return None
+
+    return go(value)
+
+
+@dataclass(frozen=True)
+class _CommandIndex:
+    """A tool's argv rules by their first word, so a command is checked against few rules."""
+
+    by_first: dict[str, tuple[tuple[int, Rule], ...]]
+    # rules whose first word is a glob, by the length and text of its literal prefix
+    wild_by_prefix: tuple[tuple[int, dict[str, tuple[tuple[int, Rule], ...]]], ...]
+    every: tuple[tuple[int, Rule], ...]
+
+    @classmethod
+    def build(cls, rules: Iterable[Rule]) -> _CommandIndex:
+        by_first: dict[str, list[tuple[int, Rule]]] = {}
+        wild: list[tuple[str, int, Rule]] = []
+        every: list[tuple[int, Rule]] = []
+        for position, rule in enumerate(rules):
+            if rule.command is None:
+                continue
+            every.append((position, rule))
+            firsts = {p[0] for p in rule.command.patterns}
+            if any(f == "**" or any(c in f for c in "*?[") for f in firsts):
+                prefix = min((re.split(r"[*?\[]", f, maxsplit=1)[0] for f in firsts), key=len)
+                wild.append((prefix, position, rule))
+                continue
+            for first in firsts:
+                by_first.setdefault(first, []).append((position, rule))
+        buckets: dict[int, dict[str, list[tuple[int, Rule]]]] = {}
+        for prefix, position, rule in wild:
+            buckets.setdefault(len(prefix), {}).setdefault(prefix, []).append((position, rule))
+        wild_by_prefix = tuple(
+            (length, {p: tuple(v) for p, v in bucket.items()})
+            for length, bucket in sorted(buckets.items())
+        )
+        return cls({k: tuple(v) for k, v in by_first.items()}, wild_by_prefix, tuple(every))
+
+    def candidates(self, command: SimpleCommand) -> list[Rule]:
+        """The rules that could match ``command``, in the policy's order."""
+        head = command.argv[0] if command.argv else None
+        if head is None or not head.literal:
+            return [r for _, r in self.every]
+        text = head.text
+        base = text.rsplit("/", 1)[-1]
+        found: list[tuple[int, Rule]] = []
+        for length, bucket in self.wild_by_prefix:
+            found.extend(bucket.get(text[:length], ()))
+            if base != text:
+                found.extend(bucket.get(base[:length], ()))
+        found.extend(self.by_first.get(text, ()))
+        if base != text:
+            found.extend(self.by_first.get(base, ()))
+        if len(found) > 1:
+            seen: set[int] = set()
+            found = [
+                t for t in sorted(found, key=lambda t: t[0]) if not (t[0] in seen or seen.add(t[0]))
+            ]
+        return [r for _, r in found]
+
+
+def _because(rule: Rule) -> str:
+    where = f" ({rule.source})" if rule.source else ""
+    verb = {Effect.DENY: "is denied by", Effect.ASK: "asks first by", Effect.ALLOW: "is allowed by"}
+    return f"{verb[rule.effect]} the rule {rule.text or rule.tool!r}{where}"
+
+
+def _judge_command(sc: SimpleCommand, rules: Sequence[Rule]) -> PartVerdict:
+    text = sc.display()
+    maybe: Rule | None = None
+    ask: Rule | None = None
+    allow: Rule | None = None
+    for rule in rules:
+        assert rule.command is not None
+        if rule.effect is Effect.ALLOW:
+            if allow is None and rule.command.match_command(sc, deny_side=False) is Tri.YES:
+                allow = rule
+            continue
+        r = rule.command.match_command(sc, deny_side=True)
+        if r is Tri.YES:
+            if rule.effect is Effect.DENY:
+                return PartVerdict("command", text, Effect.DENY, rule, via=sc.via)
+            ask = ask or rule
+        elif r is Tri.MAYBE:
+            maybe = maybe or rule
+    if ask is not None:
+        return PartVerdict("command", text, Effect.ASK, ask, via=sc.via)
+    if maybe is not None:
+        return PartVerdict(
+            "command",
+            text,
+            Effect.ASK,
+            maybe,
+            reason=f"a word computed at run time could make it match {maybe.label()}",
+            via=sc.via,
+        )
+    if allow is not None:
+        return PartVerdict("command", text, Effect.ALLOW, allow, via=sc.via)
+    return PartVerdict("command", text, None, via=sc.via)
+
+
+def _combine(
+    name: str, whole: PolicyVerdict | None, parts: tuple[PartVerdict, ...]
+) -> PolicyVerdict:
+    if whole is not None and whole.effect is Effect.DENY:
+        return PolicyVerdict(Effect.DENY, whole.rule, whole.reason, parts)
+    for p in parts:
+        if p.effect is Effect.DENY:
+            return PolicyVerdict(
+                Effect.DENY,
+                p.rule,
+                f"{p.kind} `{p.text}` {_because(p.rule) if p.rule else 'is denied'}",
+                parts,
+            )
+    if whole is not None and whole.effect is Effect.ASK:
+        return PolicyVerdict(Effect.ASK, whole.rule, whole.reason, parts)
+    for p in parts:
+        if p.effect is Effect.ASK:
+            why = p.reason or (_because(p.rule) if p.rule else "asks first")
+            return PolicyVerdict(Effect.ASK, p.rule, f"{p.kind} `{p.text}`: {why}", parts)
+    if whole is not None and whole.effect is Effect.ALLOW:
+        return PolicyVerdict(Effect.ALLOW, whole.rule, whole.reason, parts)
+    unmatched = [p for p in parts if p.effect is None]
+    commands = [p for p in parts if p.kind == "command"]
+    if not unmatched and commands:
+        first = commands[0].rule
+        return PolicyVerdict(
+            Effect.ALLOW,
+            first,
+            f"every part of the {name} command is allowed ("
+            + "; ".join(
+                f"`{p.text}` by {p.rule.text!r}" + (f" ({p.rule.source})" if p.rule.source else "")
+                for p in commands
+                if p.rule
+            )
+            + ")",
+            parts,
+        )
+    # No verdict from the rules: the posture (and the residual) decide, but explain shows why.
+    return PolicyVerdict(
+        None,
+        None,
+        "not every part is matched by an allow rule: "
+        + "; ".join(f"`{p.text}`" for p in unmatched),
+        parts,
+    )

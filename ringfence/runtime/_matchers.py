@@ -1,0 +1,402 @@
+"""What one rule pattern matches: argument matchers and shell-aware argv patterns.
+
+=================  =====================================================================
+matcher            matches
+=================  =====================================================================
+path glob          a path argument (``path``, ``cwd``, ``*_path``, …) by component on the
+                   normalized, workspace-relative path: ``src/**``, ``*.md`` (no slash:
+                   any depth), ``./.env`` (top only), ``/etc/**`` (absolute, outside the
+                   roots), ``!pattern`` excludes
+string glob        any other string argument, whole (``fnmatch``; ``*`` crosses ``/``)
+regex              ``name~REGEX``: RE2 (linear time), found anywhere in the value
+range              ``name=LO..HI``: a number within the bounds (either may be left out)
+URL                ``name=scheme://host:port/path`` globs: scheme and host compared
+                   case-insensitively on the parsed URL (userinfo cannot fake the host)
+argv               the ``command`` argument, shell-aware: ``git status*``,
+                   ``["pytest", "**"]``; every simple command is judged on its own
+=================  =====================================================================
+
+An argv pattern answers :class:`Tri`: a word computed at run time can only
+*maybe* match. Matchers compare names, not files (see :mod:`._rules`).
+:class:`RuleError` lives here because a matcher refuses a bad pattern when it
+is built (an RE2 regex that does not compile, one that is too long).
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import functools
+import math
+import posixpath
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import re2
+
+from ._errors import InvalidArguments
+from ._shellwords import SimpleCommand, Word
+
+__all__ = [
+    "MAX_PATTERN_CHARS",
+    "ArgvMatcher",
+    "GlobMatcher",
+    "Matcher",
+    "PathMatcher",
+    "RangeMatcher",
+    "RegexMatcher",
+    "RuleError",
+    "Tri",
+    "UrlMatcher",
+    "element_matches",
+    "normalize_path",
+]
+
+MAX_PATTERN_CHARS = 4096
+
+
+class RuleError(InvalidArguments):
+    """A rule that cannot be read; ``field`` names where it came from."""
+
+
+class Tri(enum.Enum):
+    """Whether a pattern matches a value that may be only partly known."""
+
+    NO = 0
+    MAYBE = 1
+    YES = 2
+
+
+@functools.lru_cache(maxsize=4096)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(fnmatch.translate(pattern), re.DOTALL)
+
+
+def _component_regex(component: str) -> str:
+    """One path component's glob as a regex: ``*``/``?`` never cross ``/``."""
+    out: list[str] = []
+    i = 0
+    while i < len(component):
+        ch = component[i]
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "[":
+            end = component.find("]", i + 2 if component[i + 1 : i + 2] in ("!", "]") else i + 1)
+            if end == -1:
+                out.append(re.escape(ch))
+            else:
+                body = component[i + 1 : end]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\").replace("/", "") + "]")
+                i = end
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _path_regex(pattern: str) -> re.Pattern[str]:
+    anchored = "/" in pattern.rstrip("/")
+    pattern = pattern.rstrip("/") or "/"
+    if pattern.startswith("./"):
+        pattern = pattern[2:]
+    parts = pattern.split("/")
+    # `dir/**` is the directory and everything under it (a deny of deploy/** also covers
+    # list_directory(deploy) and run_shell(cwd=deploy))
+    under = len(parts) > 1 and parts[-1] == "**"
+    if under:
+        parts = parts[:-1]
+    pieces: list[str] = []
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        if part == "**":
+            pieces.append(".*" if last else "(?:[^/]*/)*")
+        else:
+            pieces.append(_component_regex(part) + ("" if last else "/"))
+    if under:
+        pieces.append("(?:/.*)?")
+    body = "".join(pieces)
+    if not anchored:
+        body = "(?:.*/)?" + body
+    return re.compile(body, re.DOTALL)
+
+
+def normalize_path(value: str, roots: Sequence[str], cwd: str | None = None) -> str:
+    """The name a path rule is matched against: workspace-relative when inside a root.
+
+    ``..`` and ``.`` are collapsed lexically (``notes/sub/../../a.txt`` is
+    ``a.txt``); a path that climbs out stays ``../…``; an absolute path inside
+    a root becomes relative to it, one outside every root stays absolute.
+    """
+    if cwd and not posixpath.isabs(value):
+        value = posixpath.join(normalize_path(cwd, roots), value)
+    norm = posixpath.normpath(value) if value else "."
+    if norm.startswith("//"):
+        norm = "/" + norm.lstrip("/")
+    if posixpath.isabs(norm):
+        for root in roots:
+            r = posixpath.normpath(root)
+            if norm == r:
+                return "."
+            if norm.startswith(r.rstrip("/") + "/"):
+                return norm[len(r.rstrip("/")) + 1 :]
+    return norm
+
+
+@dataclass(frozen=True)
+class PathMatcher:
+    patterns: tuple[str, ...]
+
+    def matches(self, value: Any, roots: Sequence[str]) -> bool:
+        if not isinstance(value, str):
+            return False
+        name = normalize_path(value, roots)
+        positives = [p for p in self.patterns if not p.startswith("!")]
+        negatives = [p[1:] for p in self.patterns if p.startswith("!")]
+        if positives and not any(_path_regex(p).fullmatch(name) for p in positives):
+            return False
+        return not any(_path_regex(p).fullmatch(name) for p in negatives)
+
+    def describe(self) -> str:
+        return ", ".join(self.patterns)
+
+
+@dataclass(frozen=True)
+class GlobMatcher:
+    patterns: tuple[str, ...]
+
+    def matches(self, value: Any, roots: Sequence[str]) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            return False
+        text = str(value)
+        positives = [p for p in self.patterns if not p.startswith("!")]
+        negatives = [p[1:] for p in self.patterns if p.startswith("!")]
+        if positives and not any(_glob_regex(p).fullmatch(text) for p in positives):
+            return False
+        return not any(_glob_regex(p).fullmatch(text) for p in negatives)
+
+    def describe(self) -> str:
+        return ", ".join(self.patterns)
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.max_mem = 8 << 20  # a pattern that needs more is refused when the rule loads
+
+
+@dataclass(frozen=True)
+class RegexMatcher:
+    pattern: str
+    _compiled: Any = field(compare=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        if len(self.pattern) > MAX_PATTERN_CHARS:
+            raise RuleError(f"regex longer than {MAX_PATTERN_CHARS} characters", field="regex")
+        try:
+            compiled = re2.compile(self.pattern, _RE2_OPTIONS)
+        except re2.error as exc:
+            raise RuleError(
+                f"regex {self.pattern!r} is not one RE2 accepts ({exc}); RE2 has no "
+                "backreferences or lookaround",
+                field="regex",
+            ) from None
+        object.__setattr__(self, "_compiled", compiled)
+
+    def matches(self, value: Any, roots: Sequence[str]) -> bool:
+        if not isinstance(value, str):
+            return False
+        return self._compiled.search(value) is not None
+
+    def describe(self) -> str:
+        return f"~{self.pattern}"
+
+
+@dataclass(frozen=True)
+class RangeMatcher:
+    low: float | None
+    high: float | None
+
+    def matches(self, value: Any, roots: Sequence[str]) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if isinstance(value, float) and math.isnan(value):
+            return False
+        if self.low is not None and value < self.low:
+            return False
+        return self.high is None or value <= self.high
+
+    def describe(self) -> str:
+        lo = "" if self.low is None else _num(self.low)
+        hi = "" if self.high is None else _num(self.high)
+        return f"{lo}..{hi}"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+@dataclass(frozen=True)
+class UrlMatcher:
+    scheme: tuple[str, ...] = ()
+    host: tuple[str, ...] = ()
+    port: tuple[int, ...] = ()
+    path: tuple[str, ...] = ()
+
+    def matches(self, value: Any, roots: Sequence[str]) -> bool:
+        if not isinstance(value, str) or any(c in value for c in "\x00\r\n\t "):
+            return False
+        try:
+            parts = urlsplit(value.strip())
+            port = parts.port
+        except ValueError:
+            return False
+        scheme = parts.scheme.lower()
+        host = (parts.hostname or "").rstrip(".").lower()
+        if port is None:
+            port = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}.get(scheme)
+        if self.scheme and scheme not in self.scheme:
+            return False
+        if self.host and not any(_glob_regex(h).fullmatch(host) for h in self.host):
+            return False
+        if self.port and port not in self.port:
+            return False
+        path = parts.path or "/"
+        return not self.path or any(_glob_regex(p).fullmatch(path) for p in self.path)
+
+    def describe(self) -> str:
+        scheme = "|".join(self.scheme) or "*"
+        host = "|".join(self.host) or "*"
+        port = (":" + "|".join(str(p) for p in self.port)) if self.port else ""
+        path = "|".join(self.path)
+        return f"{scheme}://{host}{port}{path}"
+
+
+@dataclass(frozen=True)
+class ArgvMatcher:
+    """Argv patterns over the ``command`` argument, judged per simple command."""
+
+    patterns: tuple[tuple[str, ...], ...]
+
+    def describe(self) -> str:
+        return " | ".join(" ".join(p) for p in self.patterns)
+
+    def match_command(self, command: SimpleCommand, *, deny_side: bool) -> Tri:
+        best = Tri.NO
+        for pattern in self.patterns:
+            r = _match_argv(pattern, command, deny_side)
+            if r is Tri.YES:
+                return r
+            if r is Tri.MAYBE:
+                best = Tri.MAYBE
+        return best
+
+
+# element -> its compiled glob, or None for a literal element (compared with ==)
+_ELEMENTS: dict[str, re.Pattern[str] | None] = {}
+
+
+def element_matches(element: str, word: str) -> bool:
+    try:
+        rx = _ELEMENTS[element]
+    except KeyError:
+        rx = _glob_regex(element) if any(c in element for c in "*?[") else None
+        if len(_ELEMENTS) < 65536:
+            _ELEMENTS[element] = rx
+    if rx is None:
+        return element == word
+    return rx.fullmatch(word) is not None
+
+
+def _match_argv(pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool) -> Tri:
+    """Whether ``pattern`` matches ``command``: YES surely, MAYBE if a computed word could.
+
+    A computed word may expand to any number of words of any content: it can
+    only *surely* match inside ``**``, and *maybe* matches anything. On the deny
+    side the command name is compared by its last component (``/usr/bin/curl``
+    is ``curl``); on the allow side exactly (``./git`` is not ``git``).
+    """
+    argv = command.argv
+    # Fast paths for the usual shapes, all words literal where the pattern looks:
+    # no ** at all (exact length), or ** only at the end (a prefix).
+    tail = pattern[-1] == "**" and "**" not in pattern[:-1]
+    exact = "**" not in pattern and not command.open_tail
+    head = pattern[:-1] if tail else pattern
+    if (tail or exact) and argv and all(w.literal for w in argv[: len(head)]):
+        if exact and (len(head) != len(argv) or not all(w.literal for w in argv)):
+            return (
+                Tri.NO if all(w.literal for w in argv) else _match_slow(pattern, command, deny_side)
+            )
+        if len(argv) < len(head):
+            return (
+                Tri.NO if all(w.literal for w in argv) else _match_slow(pattern, command, deny_side)
+            )
+        if not head:
+            return Tri.YES
+        first = argv[0].text
+        if deny_side and "/" not in head[0]:
+            first = first.rsplit("/", 1)[-1]
+        if not element_matches(head[0], first):
+            return Tri.NO
+        for element, word in zip(head[1:], argv[1:], strict=False):
+            if not element_matches(element, word.text):
+                return Tri.NO
+        return Tri.YES
+    return _match_slow(pattern, command, deny_side)
+
+
+def _match_slow(pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool) -> Tri:
+    """The general matcher: computed words and ** anywhere (memoized, O(words * elements))."""
+    words: list[Word] = list(command.argv)
+    if command.open_tail:
+        words.append(Word("…", False))
+    if deny_side and words and words[0].literal and "/" not in pattern[0]:
+        words[0] = Word(words[0].text.rsplit("/", 1)[-1])
+    n, m = len(words), len(pattern)
+    # best[i][j]: how well words[i:] match pattern[j:]
+    memo: dict[tuple[int, int], Tri] = {}
+
+    def go(i: int, j: int) -> Tri:
+        key = (i, j)
+        if key in memo:
+            return memo[key]
+        if j == m:
+            if i == n:
+                r = Tri.YES
+            elif all(not w.literal for w in words[i:]):
+                r = Tri.MAYBE  # computed words may expand to nothing
+            else:
+                r = Tri.NO
+        elif pattern[j] == "**":
+            r = Tri.NO
+            # ** absorbs words[i:k]
+            for k in range(i, n + 1):
+                sub = go(k, j + 1)
+                if sub is Tri.YES:
+                    r = Tri.YES
+                    break
+                if sub is Tri.MAYBE:
+                    r = Tri.MAYBE
+        elif i == n:
+            r = Tri.NO
+        elif words[i].literal:
+            r = go(i + 1, j + 1) if element_matches(pattern[j], words[i].text) else Tri.NO
+        else:
+            # a computed word may stand for zero or more pattern elements: at best MAYBE
+            r = Tri.NO
+            for k in range(j, m + 1):
+                if go(i + 1, k) is not Tri.NO:
+                    r = Tri.MAYBE
+                    break
+        memo[key] = r
+        return r
+
+    return go(0, 0)
+
+
+Matcher = PathMatcher | GlobMatcher | RegexMatcher | RangeMatcher | UrlMatcher

@@ -1,0 +1,359 @@
+"""The tree-sitter-bash walk: a parse tree's nodes read as words, commands and redirections.
+
+:class:`Walker` is a whitelist: a node type it does not know is reported
+unresolved (its insides still searched, so a deny rule can see the commands in
+them). A word is literal only when quote removal gives its exact value
+(:func:`_unquoted_word`, :func:`_unescape_double`); every command it finds goes
+to :func:`._shellwrappers.emit_command`, which looks through wrappers.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ._shellparts import Accumulator, Redirect, Word
+from ._shellwrappers import emit_command
+
+__all__ = ["Walker"]
+
+
+# Statement-level containers whose named children are statements.
+_CONTAINERS = frozenset(
+    {
+        "program",
+        "list",
+        "pipeline",
+        "subshell",
+        "compound_statement",
+        "do_group",
+        "negated_command",
+        "if_statement",
+        "elif_clause",
+        "else_clause",
+        "while_statement",
+    }
+)
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&", "&>|"})
+_READ_OPS = frozenset({"<", "<&"})
+_GLOB_CHARS = frozenset("*?[")
+
+
+class Walker:
+    """One parse tree's walk at nesting ``depth`` inside wrappers ``via``; finds go to ``acc``."""
+
+    def __init__(self, acc: Accumulator, depth: int, via: tuple[str, ...], src: bytes) -> None:
+        self.acc = acc
+        self.depth = depth
+        self.via = via
+        self.src = src
+
+    def text(self, node: Any) -> str:
+        # Slicing our own copy of the source is much cheaper than Node.text.
+        return self.src[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
+
+    # -- statements ------------------------------------------------------------------
+
+    def statement(self, node: Any) -> None:
+        kind = node.type
+        if kind == "command":  # the common case first
+            self.command(node)
+            return
+        if kind in _CONTAINERS and kind != "program":
+            for child in node.named_children:
+                self.statement(child)
+            return
+        if not node.is_named or kind == "comment":
+            return
+        if node.is_missing or kind == "ERROR":
+            self.acc.unresolved_("the shell parser cannot read this part", self.text(node))
+            self.search(node)
+            return
+        if kind == "case_item":
+            for index, child in enumerate(node.children):
+                if not child.is_named:
+                    continue
+                if node.field_name_for_child(index) == "value":
+                    self.word(child)  # a pattern is expanded: $(…) in it runs
+                else:
+                    self.statement(child)
+        elif kind in _CONTAINERS:
+            for child in node.named_children:
+                self.statement(child)
+        elif kind == "command":
+            self.command(node)
+        elif kind == "redirected_statement":
+            for child in node.named_children:
+                if child.type in _REDIRECTS:
+                    self.redirect(child)
+                else:
+                    self.statement(child)
+        elif kind in _REDIRECTS:
+            self.redirect(node)
+        elif kind in ("for_statement", "case_statement"):
+            for child in node.named_children:
+                if child.type in ("variable_name", "extglob_pattern"):
+                    continue
+                if child.type in ("do_group", "case_item"):
+                    self.statement(child)
+                else:
+                    self.word(child)
+        elif kind == "function_definition":
+            self.acc.unresolved_(
+                "defines a shell function (it can shadow any command)", self.text(node)
+            )
+            self.search(node)
+        elif kind == "variable_assignment":
+            self.acc.unresolved_("assigns a shell variable", self.text(node))
+            self.search(node)
+        elif kind in ("declaration_command", "unset_command"):
+            self.acc.unresolved_("declares or unsets shell variables", self.text(node))
+            self.search(node)
+        elif kind == "test_command":
+            # [ ] / [[ ]]: no effect of its own, but arithmetic on expanded values can run code.
+            if self._has_expansion(node):
+                self.acc.unresolved_("a test over expanded values", self.text(node))
+            self.search(node)
+        else:
+            self.acc.unresolved_(
+                f"shell syntax this matcher does not read ({kind})", self.text(node)
+            )
+            self.search(node)
+
+    def search(self, node: Any) -> None:
+        """Report the commands anywhere inside ``node`` (used where the node itself is unresolved)."""
+        for child in node.named_children:
+            if child.type == "command":
+                self.command(child)
+            elif child.type in ("command_substitution", "process_substitution"):
+                for inner in child.named_children:
+                    self.statement(inner)
+            elif child.type in _REDIRECTS:
+                self.redirect(child)
+            else:
+                self.search(child)
+
+    def _has_expansion(self, node: Any) -> bool:
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if n.type in (
+                "simple_expansion",
+                "expansion",
+                "command_substitution",
+                "process_substitution",
+                "arithmetic_expansion",
+            ):
+                return True
+            stack.extend(n.children)
+        return False
+
+    # -- words -----------------------------------------------------------------------
+
+    def word(self, node: Any) -> Word:
+        """The value of one word, walking any substitutions inside it as commands."""
+        kind = node.type
+        if kind == "word":
+            return _unquoted_word(self.text(node))
+        if kind == "number":
+            return Word(self.text(node))
+        if kind == "raw_string":
+            return Word(self.text(node)[1:-1])
+        if kind == "string":
+            literal = True
+            for child in node.named_children:
+                if child.type != "string_content":
+                    literal = False
+                    self.word(child)
+            raw = self.text(node)
+            if literal and len(raw) >= 2 and raw[0] == raw[-1] == '"':
+                # from the source, not string_content nodes (blank content has none)
+                return Word(_unescape_double(raw[1:-1]))
+            return Word(raw, False)
+        if kind == "concatenation":
+            values = [self.word(c) for c in node.named_children]
+            text = self.text(node)
+            braces = any(
+                c.type == "word" and "{" in self.text(c) for c in node.named_children
+            ) and ("," in text or ".." in text)
+            # An unnamed child ($ before a quote, …) means a form this matcher does not read.
+            if (
+                not braces
+                and all(v.literal for v in values)
+                and all(c.is_named for c in node.children)
+            ):
+                return Word("".join(v.text for v in values))
+            return Word(self.text(node), False)
+        if kind in ("command_substitution", "process_substitution"):
+            for inner in node.named_children:
+                self.statement(inner)
+            return Word(self.text(node), False)
+        if kind in ("simple_expansion", "expansion", "arithmetic_expansion"):
+            self.search(node)
+            return Word(self.text(node), False)
+        if kind in ("ansi_c_string", "translated_string", "brace_expression"):
+            return Word(self.text(node), False)
+        # Anything else in word position: not a value this matcher can know.
+        self.search(node)
+        return Word(self.text(node), False)
+
+    # -- simple commands -------------------------------------------------------------
+
+    def command(self, node: Any) -> None:
+        words: list[Word] = []
+        # (start, end) bytes of each word: tree-sitter-bash sometimes splits one shell word
+        # in two (''\a is the single word "a"); touching words are joined back.
+        spans: list[tuple[int, int]] = []
+        children = node.children
+        for child in children:
+            kind = child.type
+            if not child.is_named:
+                if kind not in (";", "&"):
+                    self.acc.unresolved_(f"unexpected token {kind!r}", self.text(node))
+                continue
+            if kind == "variable_assignment":
+                self.acc.unresolved_(
+                    "sets an environment variable for the command (it can change what runs)",
+                    self.text(child),
+                )
+                self.search(child)
+            elif kind in _REDIRECTS:
+                self.redirect(child)
+            elif kind == "command_name":
+                inner = child.named_children
+                if len(inner) != 1:
+                    self.acc.unresolved_(
+                        "a command name this matcher does not read", self.text(child)
+                    )
+                    self.search(child)
+                    self._append(words, spans, child, Word(self.text(child), False))
+                else:
+                    self._append(words, spans, inner[0], self.word(inner[0]))
+            elif kind != "comment":
+                # every other named child is a word (an argument); word() is a whitelist
+                self._append(words, spans, child, self.word(child))
+        if _lost_text(self.src, node, children):
+            self.acc.unresolved_("the shell parser dropped part of this command", self.text(node))
+        if words:
+            emit_command(tuple(words), self.via, self.acc, self.depth, self.text(node))
+
+    @staticmethod
+    def _append(words: list[Word], spans: list[tuple[int, int]], node: Any, word: Word) -> None:
+        if spans and spans[-1][1] == node.start_byte:
+            prev = words[-1]
+            if prev.literal and word.literal:
+                joined = Word(prev.text + word.text)
+            else:
+                joined = Word(prev.text + word.text, False)
+            words[-1] = joined
+            spans[-1] = (spans[-1][0], node.end_byte)
+            return
+        words.append(word)
+        spans.append((node.start_byte, node.end_byte))
+
+    # -- redirections ----------------------------------------------------------------
+
+    def redirect(self, node: Any) -> None:
+        kind = node.type
+        if kind == "herestring_redirect":
+            for child in node.named_children:
+                self.word(child)
+            return
+        if kind == "heredoc_redirect":
+            quoted = False
+            for child in node.named_children:
+                if child.type == "heredoc_start":
+                    quoted = any(q in self.text(child) for q in "'\"\\")
+                elif child.type == "heredoc_body":
+                    body = self.text(child)
+                    if not quoted and any(s in body for s in ("`", "$(", "${")):
+                        # tree-sitter-bash leaves backquotes in a body unparsed: do not rely on it
+                        self.acc.unresolved_("a here-document runs substitutions", body)
+                    if not quoted:
+                        for part in child.named_children:
+                            if part.type != "heredoc_content":
+                                self.word(part)
+                elif child.type in _REDIRECTS:
+                    self.redirect(child)
+                elif child.type not in ("heredoc_end",):
+                    self.statement(child)
+            return
+        operator = next((c.type for c in node.children if not c.is_named), "")
+        destination = node.child_by_field_name("destination")
+        if destination is None:
+            return  # >&- and friends: close a descriptor
+        target = self.word(destination)
+        if operator in (">&", "<&") and (
+            destination.type == "number" or (target.literal and target.text in ("-",))
+        ):
+            return  # descriptor duplication, not a file
+        if target.literal and target.text.startswith(("/dev/tcp/", "/dev/udp/")):
+            # bash opens a network connection for these names
+            self.acc.unresolved_("a redirection to a network connection", self.text(node))
+            return
+        if operator in _WRITE_OPS:
+            self.acc.redirects.append(Redirect(target, True, operator))
+        elif operator in _READ_OPS:
+            self.acc.redirects.append(Redirect(target, False, operator))
+        else:
+            self.acc.unresolved_(
+                f"a redirection this matcher does not read ({operator})", self.text(node)
+            )
+
+
+def _lost_text(src: bytes, node: Any, children: list[Any]) -> bool:
+    """Whether anything but blanks lies between a command's parts (tree-sitter-bash drops a
+    leading escaped blank, ``\\ a``, which the shell keeps as part of the word)."""
+    cursor = node.start_byte
+    for child in children:
+        start = child.start_byte
+        if start > cursor and src[cursor:start].strip(b" \t"):
+            return True
+        cursor = child.end_byte
+    end = node.end_byte
+    return end > cursor and bool(src[cursor:end].strip(b" \t"))
+
+
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:=@%+,^-]+")
+
+
+def _unquoted_word(raw: str) -> Word:
+    """Quote removal for an unquoted ``word`` node; expansions make it non-literal."""
+    if _PLAIN_WORD.fullmatch(raw) and not raw.startswith("~"):
+        return Word(raw)  # nothing to remove or expand (the common case)
+    out: list[str] = []
+    i = 0
+    n = len(raw)
+    while i < n:
+        ch = raw[i]
+        if ch == "\\":
+            if i + 1 < n:
+                out.append(raw[i + 1])
+            i += 2
+            continue
+        if ch in _GLOB_CHARS or ch == "$" or ch == "`":
+            return Word(raw, False)
+        if ch == "~" and i == 0:
+            return Word(raw, False)
+        if ch == "{" and ("," in raw[i:] or ".." in raw[i:]) and "}" in raw[i:]:
+            return Word(raw, False)  # brace expansion
+        out.append(ch)
+        i += 1
+    return Word("".join(out))
+
+
+def _unescape_double(raw: str) -> str:
+    """Backslash inside double quotes escapes only $ ` " \\ and newline."""
+    out: list[str] = []
+    i = 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\\" and i + 1 < len(raw) and raw[i + 1] in '$`"\\\n':
+            if raw[i + 1] != "\n":
+                out.append(raw[i + 1])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
