@@ -103,8 +103,11 @@ from ._dockershell import (
     overlay_unavailable,
     overlay_wrapper,
 )
+from ._engines import Engine, EngineLoad, parse_engines, place
 from ._images import resolve_image
 from ._output import Capture
+from ._remote import UPPERS_DIR, RemoteWorkspace, attach_tls
+from ._ship import SHIP_GIT, ShipGit
 from ._types import (
     Command,
     OutputCallback,
@@ -161,10 +164,13 @@ class DockerOptions:
     user: str | None = None
     base_url: str | None = None
     runtime: str | None = None
+    engines: tuple[Engine, ...] = ()
+    ship_git: ShipGit = "readonly"
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> DockerOptions:
         known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url", "runtime"}
+        known |= {"engines", "ship_git"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise InvalidArguments(
@@ -181,6 +187,8 @@ class DockerOptions:
             user=options.get("user"),
             base_url=options.get("base_url"),
             runtime=options.get("runtime"),
+            engines=_engines_option(options),
+            ship_git=options.get("ship_git", "readonly"),
         )
         for name in ("memory", "tmp_size"):
             if not _SIZE.match(getattr(opts, name)):
@@ -198,6 +206,11 @@ class DockerOptions:
             )
         if opts.user is not None:
             _parse_user(opts.user)
+        if opts.ship_git not in SHIP_GIT:
+            raise InvalidArguments(
+                f"ship_git must be one of {list(SHIP_GIT)}, not {opts.ship_git!r}",
+                field="options.ship_git",
+            )
         if opts.runtime is not None and not (
             isinstance(opts.runtime, str) and re.fullmatch(r"[A-Za-z0-9][\w.-]*", opts.runtime)
         ):
@@ -206,6 +219,15 @@ class DockerOptions:
                 field="options.runtime",
             )
         return opts
+
+
+def _engines_option(options: Mapping[str, Any]) -> tuple[Engine, ...]:
+    """``options.engines`` (a list of engine tables, :func:`._engines.parse_engines`), or ()."""
+    if "engines" not in options:
+        return ()
+    if options.get("base_url") is not None:
+        raise InvalidArguments("give either base_url or engines, not both", field="options.engines")
+    return parse_engines(options["engines"], field="options.engines")
 
 
 def _parse_user(user: str) -> tuple[int, int]:
@@ -230,7 +252,10 @@ async def start_docker(spec: SessionSpec) -> DockerSession:
     failure or cancellation is removed.
     """
     opts = DockerOptions.from_mapping(spec.options)
-    session = DockerSession(spec, opts)
+    engine, loads = None, []
+    if opts.engines:
+        engine, loads = await place(opts.engines)
+    session = DockerSession(spec, opts, engine, loads)
     try:
         await session._start()
     except BaseException:
@@ -245,9 +270,17 @@ class DockerSession:
 
     name = "docker"
 
-    def __init__(self, spec: SessionSpec, opts: DockerOptions) -> None:
+    def __init__(
+        self,
+        spec: SessionSpec,
+        opts: DockerOptions,
+        engine: Engine | None = None,
+        loads: Sequence[EngineLoad] = (),
+    ) -> None:
         self._spec = spec
         self._opts = opts
+        self.engine = engine
+        self._loads = list(loads)
         self.session_id = secrets.token_hex(6)
         self._lock = trio.Lock()
         self._closed = False
@@ -264,7 +297,11 @@ class DockerSession:
         self._user = forced or opts.user or _default_user(spec.roots)
         self._uppers: upper.SessionUppers | None = None
         self._overlay: str | None = None
-        if spec.change_sets:
+        self._remote: RemoteWorkspace | None = None
+        if engine is not None and not engine.local:
+            self._remote = _remote_workspace(spec, engine, self)
+            self._mounts = self._remote.mounts()
+        elif spec.change_sets:
             uid, gid = _parse_user(self._user)
             self._uppers = upper.SessionUppers(
                 self.session_id, [r for r, _ in self._roots], (uid, gid), upper.uppers_base()
@@ -298,6 +335,8 @@ class DockerSession:
             "network": self._spec.network,
             "image": self._opts.image,
             "runtime": self._opts.runtime or "default",
+            **(self.engine.describe() if self.engine is not None else {}),
+            **({"placement": [_load_json(x) for x in self._loads]} if self._loads else {}),
         }
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -345,16 +384,25 @@ class DockerSession:
         where = self.container_path(cwd)
         if self._closed:
             raise trio.ClosedResourceError("the docker backend session is closed")
-        async with self._lock:
-            if self._closed:
-                raise trio.ClosedResourceError("the docker backend session is closed")
-            restarted = False
-            if self._shell is None or not self._shell.alive():
-                await self._recover()
-                restarted = True
-            return await self._run(
-                cmd, where, child_env, timeout, output_cap, on_output, redact, restarted
-            )
+        try:
+            async with self._lock:
+                if self._closed:
+                    raise trio.ClosedResourceError("the docker backend session is closed")
+                restarted = False
+                if self._shell is None or not self._shell.alive():
+                    await self._recover()
+                    restarted = True
+                return await self._run(
+                    cmd, where, child_env, timeout, output_cap, on_output, redact, restarted
+                )
+        except Unavailable as exc:
+            engine = self.engine
+            if engine is None or f"engine {engine.name}" in exc.message:
+                raise
+            # Never a silent move: the session's sandbox is on this engine and stays there.
+            raise exc.with_(
+                message=f"engine {engine.name} ({engine.base_url}): {exc.message}"
+            ) from exc.__cause__
 
     async def exec_attached(
         self, argv: Sequence[str], *, user: str, env: Mapping[str, str] | None = None
@@ -370,6 +418,11 @@ class DockerSession:
         """
         client, container = self._client, self._require_container()
         assert client is not None
+        if self._remote is not None or (self.engine is not None and self.engine.tls):
+            raise Unavailable(
+                "the script bridge needs the engine's socket and files on this machine; "
+                f"engine {self.engine.name if self.engine else '?'} is not local"
+            )
         environment = [f"{k}={v}" for k, v in (env or {}).items()]
         with map_docker_errors():
             return await trio.to_thread.run_sync(
@@ -396,6 +449,8 @@ class DockerSession:
                 with contextlib.suppress(Exception):
                     await docker_call(self._container.remove, force=True)
                 self._container = None
+            if self._remote is not None and self._client is not None:
+                await self._remote.remove_volumes(self._client)
             if self._client is not None:
                 with contextlib.suppress(Exception):
                     await trio.to_thread.run_sync(self._client.close)
@@ -406,9 +461,18 @@ class DockerSession:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def _start(self) -> None:
-        self._client = await trio.to_thread.run_sync(lambda: connect_docker(self._opts.base_url))
+        engine = self.engine
+        if engine is not None:
+            self._client = await trio.to_thread.run_sync(
+                lambda: connect_docker(engine.base_url, tls=engine.tls_config())
+            )
+        else:
+            self._client = await trio.to_thread.run_sync(
+                lambda: connect_docker(self._opts.base_url)
+            )
         base = str(self._client.api.base_url)
-        if base.startswith("https://") or "ssh" in base:
+        tls_ok = engine is not None and engine.tls  # our own attached stream (._remote)
+        if (base.startswith("https://") and not tls_ok) or "ssh" in base:
             raise Unavailable(
                 f"the docker backend attaches to a shell over a plain unix or tcp socket; "
                 f"{base} (TLS/ssh) is not supported yet"
@@ -426,7 +490,8 @@ class DockerSession:
                     "runsc, register it in /etc/docker/daemon.json and reload dockerd "
                     "(`ringfence doctor` shows how)"
                 )
-        if self._uppers is not None and self._opts.runtime == "runsc":
+        overlay = self._uppers is not None or self._remote is not None
+        if overlay and self._opts.runtime == "runsc":
             raise Unavailable(upper.GVISOR_REFUSAL)
         with contextlib.suppress(Exception):
             await trio.to_thread.run_sync(remove_stale_containers, self._client)
@@ -434,9 +499,11 @@ class DockerSession:
             await trio.to_thread.run_sync(self._uppers.create)
             for i, view in self._uppers.lowers.items():  # first the roots, in order
                 self._mounts[i] = Mount(self._roots[i][1], str(view), type="bind", read_only=True)
+        if self._remote is not None:
+            await self._remote.create_volumes(self._client)
         await self._create_container()
         await self._start_supervisor()
-        if self._uppers is not None and self._roots:  # fail closed here, not at the first call
+        if overlay and self._roots:  # fail closed here, not at the first call (and ship)
             await self.run(["true"], cwd=self._roots[0][0], env={}, timeout=30, output_cap=4096)
 
     async def _create_container(self) -> None:
@@ -445,7 +512,7 @@ class DockerSession:
         opts = self._opts
         kwargs: dict[str, Any] = dict(
             image=opts.image,
-            command=["sleep", "2147483647"],
+            command=self._remote.main_command() if self._remote else ["sleep", "2147483647"],
             name=f"ringfence-{self.session_id}",
             hostname="ringfence",
             user="0:0",
@@ -460,9 +527,12 @@ class DockerSession:
             },
             cap_drop=["ALL"],
             security_opt=["no-new-privileges:true"]
-            + ([change_set_seccomp()] if self._uppers is not None else []),
+            + ([change_set_seccomp()] if self._uppers or self._remote else []),
             read_only=True,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777"},
+            tmpfs={
+                "/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777",
+                **(self._remote.tmpfs(opts.memory) if self._remote else {}),
+            },
             network_mode="bridge" if self._spec.network else "none",
             mem_limit=opts.memory,
             memswap_limit=opts.memory,
@@ -478,10 +548,27 @@ class DockerSession:
     async def _start_supervisor(self) -> None:
         client, container = self._client, self._require_container()
         assert client is not None
+        attacher = None
+        if self.engine is not None and self.engine.tls:
+            engine, cid = self.engine, container.id
+
+            async def attacher(argv: list[str], user: str) -> tuple[str, Any]:
+                return await attach_tls(engine, client, cid, argv, user)
+
         self._shell = await Supervisor.start(
-            client, container.id, self._user, overlay=self._uppers is not None
+            client,
+            container.id,
+            self._user,
+            overlay=self._uppers is not None or self._remote is not None,
+            attacher=attacher,
         )
-        if self._uppers is not None:
+        if self._remote is not None:
+            uid, gid = _parse_user(self._user)
+            await self._remote.prepare(self._shell)
+            self._overlay = overlay_wrapper(
+                self._remote.layers(), UPPERS_DIR, uid, gid, self._shell
+            )
+        elif self._uppers is not None:
             uid, gid = _parse_user(self._user)
             layers = [
                 (target, *self._uppers.container_dirs(i))
@@ -549,6 +636,8 @@ class DockerSession:
         if self._uppers is not None:
             # The previous command's writes were the caller's to read until now.
             await trio.to_thread.run_sync(self._uppers.empty)
+        if self._remote is not None:  # the host's files (and merged change sets) first
+            await self._remote.sync(shell, self._require_container())
         try:
             await shell.send(shell.script(run.token, argv, where, env, self._overlay))
             with trio.move_on_after(timeout) as deadline:
@@ -576,13 +665,16 @@ class DockerSession:
             )
         if self._uppers is not None:
             await trio.to_thread.run_sync(self._uppers.check)
+        uppers = self._uppers.uppers() if self._uppers is not None else ()
+        if self._remote is not None and self._shell is not None:
+            uppers = await self._remote.fetch(self._shell, self.session_id)
         exit_code = int(run.status) if run.done and run.status.isdigit() else None
         sig = exit_code - 128 if exit_code is not None and 128 < exit_code < 128 + 65 else None
         if timed_out and exit_code is None:
             exit_code, sig = 137, 9
         o = out.finish(output_cap, self._spec.spool_dir, redact)
         e = err.finish(output_cap, self._spec.spool_dir, redact)
-        if self._uppers is not None and exit_code == 125 and OVERLAY_FAILED in e.text:
+        if (self._uppers or self._remote) and exit_code == 125 and OVERLAY_FAILED in e.text:
             raise overlay_unavailable(e.text)
         return ShellResult(
             exit_code=exit_code,
@@ -598,7 +690,7 @@ class DockerSession:
             stderr_spool=e.spool_path,
             timed_out=timed_out,
             session_restarted=restarted,
-            uppers=self._uppers.uppers() if self._uppers is not None else (),
+            uppers=uppers,
         )
 
     async def _stop(self, run: CommandOutput) -> bool:
@@ -708,3 +800,36 @@ def remove_stale_containers(client: docker.DockerClient) -> int:
                 removed += 1
             upper.remove_session_dirs(container.labels.get(f"{CONTAINER_LABEL}.session", ""))
     return removed
+
+
+def _remote_workspace(spec: SessionSpec, engine: Engine, session: DockerSession) -> RemoteWorkspace:
+    """The shipped workspace of a session on a remote engine; only with change sets."""
+    if not spec.change_sets:
+        raise InvalidArguments(
+            f"engine {engine.name} is remote (the workspace is shipped, not mounted): its "
+            "commands' writes come back only as change sets; start the session with change sets",
+            field="options.engines",
+        )
+    if spec.extra_mounts:
+        raise Unavailable(
+            f"engine {engine.name} is remote: host paths ({', '.join(str(h) for h, _, _ in spec.extra_mounts)}) "
+            "cannot be mounted there"
+        )
+    return RemoteWorkspace(
+        engine,
+        session.session_id,
+        session._roots,
+        _parse_user(session.user),
+        session._opts.ship_git,
+        upper.uppers_base() / session.session_id / "r",
+    )
+
+
+def _load_json(load: EngineLoad) -> dict[str, Any]:
+    return {
+        "engine": load.engine.name,
+        "running": load.running,
+        "cpus": load.cpus,
+        "memory": load.memory,
+        **({"error": load.error} if load.error else {}),
+    }

@@ -21,7 +21,8 @@ import select
 import socket
 import ssl
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 import docker
 import trio
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 _HEADER = struct.Struct(">BxxxL")
+# (argv, user) -> (exec id, a connected socket or an object with its send/recv/fileno/close)
+Attacher = Callable[[list[str], str], Awaitable[tuple[str, Any]]]
 _READ_SIZE = 65536
 
 
@@ -251,13 +254,27 @@ class Supervisor:
 
     @classmethod
     async def start(
-        cls, client: docker.DockerClient, container_id: str, user: str, *, overlay: bool = False
+        cls,
+        client: docker.DockerClient,
+        container_id: str,
+        user: str,
+        *,
+        overlay: bool = False,
+        attacher: Attacher | None = None,
     ) -> Supervisor:
-        """Start the shell; with ``overlay`` it must also find ``unshare`` and ``mount``."""
-        with map_docker_errors():
-            _exec_id, sock = await trio.to_thread.run_sync(
-                attach, client, container_id, ["env", "-i", "/bin/sh"], user, None
-            )
+        """Start the shell; with ``overlay`` it must also find ``unshare`` and ``mount``.
+
+        ``attacher`` starts the exec attached another way than :func:`attach`
+        (a TLS engine's stream, :func:`._remote.attach_tls`).
+        """
+        argv = ["env", "-i", "/bin/sh"]
+        if attacher is not None:
+            _exec_id, sock = await attacher(argv, user)
+        else:
+            with map_docker_errors():
+                _exec_id, sock = await trio.to_thread.run_sync(
+                    attach, client, container_id, argv, user, None
+                )
         shell = cls(sock, 0, "setsid")
         token = secrets.token_hex(12)
         ready = f"__rf{token}__".encode()
