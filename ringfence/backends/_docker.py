@@ -104,7 +104,7 @@ from ._dockershell import (
     overlay_wrapper,
 )
 from ._engines import Engine, EngineLoad, parse_engines, place
-from ._images import resolve_image
+from ._images import docker_location, resolve_image
 from ._output import Capture
 from ._remote import UPPERS_DIR, RemoteWorkspace, attach_tls
 from ._ship import SHIP_GIT, ShipGit
@@ -395,13 +395,14 @@ class DockerSession:
                 return await self._run(
                     cmd, where, child_env, timeout, output_cap, on_output, redact, restarted
                 )
-        except Unavailable as exc:
+        except (Unavailable, ToolError) as exc:
             engine = self.engine
             if engine is None or f"engine {engine.name}" in exc.message:
                 raise
             # Never a silent move: the session's sandbox is on this engine and stays there.
+            text = exc.message.replace(f"at {docker_location()} ", f"at {engine.base_url} ")
             raise exc.with_(
-                message=f"engine {engine.name} ({engine.base_url}): {exc.message}"
+                message=f"engine {engine.name} ({engine.base_url}): {text}"
             ) from exc.__cause__
 
     async def exec_attached(

@@ -8,19 +8,24 @@ back over the supervisor's own stream as a change set that the host merges.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from backends_helpers import DOCKER_OPTIONS, docker_required
+import trio
+from backends_helpers import DOCKER_OPTIONS, container_processes, docker_required
 from engines_helpers import EngineProcess, can_start_engine, start_tls_engine, stop_engine
-from test_backends_docker_changesets import capture, make, summary
+from test_backends_docker_changesets import capture, line, make, summary, tree
 
 from ringfence.backends import DockerSession, SessionSpec, ShellResult, start_docker
 from ringfence.backends._dockerapi import connect_docker
 from ringfence.backends._engines import Engine
-from ringfence.workspace import CheckpointStore, Workspace
+from ringfence.backends._ship import rebuild_upper
+from ringfence.backends.testing import check_backend
+from ringfence.runtime import InvalidArguments, RingfenceError, Unavailable
+from ringfence.workspace import Change, CheckpointStore, Workspace, merge_changes
 
 pytestmark = pytest.mark.docker
 IMAGE = "ringfence/busybox:latest"
@@ -96,28 +101,249 @@ def host_binds(engine: Engine, container_id: str) -> list[dict[str, Any]]:
     return [m for m in mounts if m.get("Type") == "bind"]
 
 
-async def test_a_remote_session_ships_runs_and_names_its_engine(
+async def changes_of(workspace: Path, result: ShellResult) -> list[Change]:
+    with Workspace([workspace]) as ws:
+        store = CheckpointStore(ws)
+        try:
+            return capture(ws, store, result)
+        finally:
+            store.close()
+
+
+def merge(workspace: Path, result: ShellResult, *, atomic: bool = True) -> Any:
+    with Workspace([workspace]) as ws:
+        store = CheckpointStore(ws)
+        try:
+            return merge_changes(ws, capture(ws, store, result), store, atomic=atomic)
+        finally:
+            store.close()
+
+
+async def test_conformance_on_a_tls_engine_with_nothing_of_the_host_mounted(
     engines: list[EngineProcess], workspace: Path
 ) -> None:
     engine = engines[0].engine
-    make(workspace, {"a.txt": "from the host\n", "sub/b.txt": "b\n"})
-    session = await start_remote(workspace, engine)
-    try:
-        assert session.metadata["engine"] == engine.name
-        assert session.metadata["workspace"] == "shipped"
+    seen: list[str] = []
+
+    async def start(spec: SessionSpec) -> DockerSession:
+        session = await start_docker(spec)
         assert session.container_id is not None
-        assert host_binds(engine, session.container_id) == []
-        r = await sh(session, "cat a.txt sub/b.txt; echo new > c.txt", workspace)
-        assert r.exit_code == 0 and r.stdout == "from the host\nb\n", r
-        ws = Workspace([workspace])
-        store = CheckpointStore(ws)
-        changes = capture(ws, store, r)
-        assert summary(changes) == {("c.txt", None, "file:" + _sha("new\n"))}
+        assert host_binds(engine, session.container_id) == []  # the bind-mount path is off
+        seen.append(session.container_id)
+        return session
+
+    await check_backend(
+        start,
+        workspace,
+        processes=container_processes,
+        options=remote_options(engine),
+        change_sets=True,
+    )
+    assert len(seen) == 1
+
+
+async def test_a_remote_command_gives_the_local_change_set_and_merges(
+    docker_client: Any, engines: list[EngineProcess], tmp_path: Path
+) -> None:
+    files = {
+        "keep.txt": "keep\n",
+        "edit.txt": "old\n",
+        "gone.txt": "gone\n",
+        "old/x": "x\n",
+        "old/sub/y": "y\n",
+        "del/p": "p\n",
+        "del/q/r": "r\n",
+        "again/a": "a\n",
+        "again/b": "b\n",
+    }
+    command = (
+        "printf 'new\\n' > edit.txt && echo made > new.txt && rm gone.txt && "
+        "mv old renamed && rm -r del && mkdir -p fresh/deep && echo z > fresh/deep/z && "
+        "rm -r again && mkdir again && echo a2 > again/a && chmod 600 keep.txt && "
+        "ln -s renamed/x link"
+    )
+    results: dict[str, list[Change]] = {}
+    trees = {}
+    for kind in ("local", "remote"):
+        ws = tmp_path / kind
+        ws.mkdir()
+        os.chown(ws, 1000, 1000)
+        make(ws, files)
+        before = tree(ws)
+        if kind == "local":
+            session = await start_docker(
+                SessionSpec(roots=(ws,), options=DOCKER_OPTIONS, change_sets=True)
+            )
+        else:
+            session = await start_remote(ws, engines[0].engine)
+        try:
+            r = await sh(session, command, ws)
+            assert r.exit_code == 0, r
+            assert tree(ws) == before  # nothing reached the real workspace yet
+            results[kind] = await changes_of(ws, r)
+            report = merge(ws, r)
+            assert not report.refused
+            trees[kind] = tree(ws)
+            if kind == "remote":
+                # The copy in the sandbox now matches the host: a second command sees it all.
+                r2 = await sh(session, "cat edit.txt new.txt renamed/sub/y again/a; ls", ws)
+                assert r2.stdout.splitlines()[:4] == ["new", "made", "y", "a2"], r2
+                assert r2.stdout.splitlines()[4:] == sorted(
+                    ["again", "edit.txt", "fresh", "keep.txt", "link", "new.txt", "renamed"]
+                )
+                assert (await sh(session, "true", ws)).uppers[0].path.is_dir()
+        finally:
+            await session.aclose()
+    assert results["remote"] == results["local"]  # the same Change list, in the same order
+    assert ("again", "dir", None) in summary(results["remote"])  # the opaque directory
+    assert ("again/a", None, line("a2")) in summary(results["remote"])
+    assert trees["remote"] == trees["local"]
+
+
+async def test_refused_writes_never_reach_the_sandbox_copy(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    make(workspace, {".git/HEAD": "ref: refs/heads/main\n", "a.txt": "a\n"})
+    session = await start_remote(workspace, engines[0].engine)
+    try:
+        r = await sh(session, "echo evil > .git/hooks-x && echo ok > fine.txt", workspace)
+        assert r.exit_code == 0, r
+        report = merge(workspace, r, atomic=False)
+        assert [e["path"] for e in report.refused] == [".git/hooks-x"]
+        assert not (workspace / ".git" / "hooks-x").exists()
+        r2 = await sh(session, "cat fine.txt; ls -a .git", workspace)
+        assert r2.stdout.splitlines()[0] == "ok"
+        assert "hooks-x" not in r2.stdout and "HEAD" in r2.stdout
+        # A file tool's write on the host between commands reaches the copy too.
+        (workspace / "a.txt").write_text("changed on the host\n")
+        (workspace / "fine.txt").unlink()
+        r3 = await sh(session, "cat a.txt; ls fine.txt", workspace)
+        assert r3.stdout == "changed on the host\n" and r3.exit_code != 0
     finally:
         await session.aclose()
 
 
-def _sha(text: str) -> str:
-    import hashlib
+async def test_ship_git_skip_keeps_git_directories_off_the_engine(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    make(workspace, {".git/HEAD": "ref: refs/heads/main\n", "a.txt": "a\n"})
+    session = await start_remote(workspace, engines[0].engine, options={"ship_git": "skip"})
+    try:
+        r = await sh(session, "cat a.txt; ls -a", workspace)
+        assert r.stdout.splitlines()[0] == "a" and ".git" not in r.stdout
+    finally:
+        await session.aclose()
 
-    return hashlib.sha256(text.encode()).hexdigest()
+
+async def test_remote_options_are_checked_with_their_field(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    engine = engines[0].engine
+    cases = [
+        ({"ship_git": "sometimes"}, True, "options.ship_git"),
+        ({"base_url": engine.base_url}, True, "options.engines"),
+        ({}, False, "options.engines"),  # without change sets: writes could never come back
+    ]
+    for extra, change_sets, field in cases:
+        spec = SessionSpec(
+            roots=(workspace,),
+            options=remote_options(engine, **extra),
+            change_sets=change_sets,
+        )
+        with pytest.raises(InvalidArguments) as info:
+            await start_docker(spec)
+        assert info.value.field == field, extra
+    bad = {**remote_options(engine), "engines": [{**engine_table(engine), "tls_key": "/nope"}]}
+    with pytest.raises(InvalidArguments) as info:
+        await start_docker(SessionSpec(roots=(workspace,), options=bad, change_sets=True))
+    assert info.value.field == "options.engines[0].tls_key"
+
+
+async def test_a_pool_places_the_session_on_the_less_loaded_engine(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    a, b = engines[0].engine, engines[1].engine
+    client = connect_docker(a.base_url, tls=a.tls_config())
+    busy = [
+        client.containers.run(IMAGE, ["sleep", "300"], detach=True, network_mode="none")
+        for _ in range(2)
+    ]
+    try:
+        session = await start_remote(workspace, a, b)
+        try:
+            assert session.metadata["engine"] == "ship-b"
+            placement = {p["engine"]: p["running"] for p in session.metadata["placement"]}
+            assert placement["ship-a"] >= 2 and placement["ship-b"] == 0
+            r = await sh(session, "echo placed", workspace)
+            assert r.stdout == "placed\n"
+        finally:
+            await session.aclose()
+    finally:
+        for c in busy:
+            c.remove(force=True)
+        client.close()
+
+
+async def test_an_engine_lost_mid_command_fails_the_session_naming_it(
+    workspace: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    reason = can_start_engine()
+    if reason is not None:
+        _skip_or_fail(reason)
+    handle = start_tls_engine(
+        tmp_path_factory.mktemp("doomed"), name="doomed", load_images=(IMAGE,)
+    )
+    try:
+        make(workspace, {"a.txt": "a\n"})
+        before = tree(workspace)
+        session = await start_remote(workspace, handle.engine)
+        try:
+            assert (await sh(session, "echo ok", workspace)).stdout == "ok\n"
+
+            async def kill_soon() -> None:
+                await trio.sleep(1.0)
+                # The engine stops under the command (its containers with it), as in a restart.
+                await trio.to_thread.run_sync(stop_engine, handle)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(kill_soon)
+                with pytest.raises(RingfenceError) as info:
+                    await sh(session, "echo x > written.txt; sleep 30", workspace)
+            assert info.value.code in ("unavailable", "tool_error")
+            assert "engine doomed" in info.value.message, info.value.message
+            assert "docker.sock" not in info.value.message
+            with pytest.raises(Unavailable) as again:
+                await sh(session, "true", workspace)
+            assert "engine doomed" in again.value.message
+            assert tree(workspace) == before  # nothing of the lost command arrived
+        finally:
+            with trio.move_on_after(20):
+                await session.aclose()
+    finally:
+        stop_engine(handle)
+
+
+def test_a_change_set_that_did_not_arrive_whole_writes_nothing(tmp_path: Path) -> None:
+    import hashlib
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("big")
+        info.size = 4096
+        tar.addfile(info, io.BytesIO(b"x" * 4096))
+    whole = buf.getvalue()
+    target = tmp_path / "u"
+    for data, digest in (
+        (whole[:1000], hashlib.sha256(whole).hexdigest()),  # cut short
+        (whole[:1000], hashlib.sha256(whole[:1000]).hexdigest()),  # cut, digest of the cut
+    ):
+        target.mkdir()
+        with pytest.raises(Unavailable) as info:
+            rebuild_upper(data, digest, str(target), [], engine="e1")
+        assert "e1" in info.value.message and "unchanged" in info.value.message
+        assert not any(target.iterdir()) or info.value.message.startswith("the change set")
+        for p in target.iterdir():
+            p.unlink()
+        target.rmdir()
