@@ -784,7 +784,8 @@ def _default_user(roots: Sequence[Path]) -> str:
 def remove_stale_containers(client: docker.DockerClient) -> int:
     """Remove ringfence containers whose owning process on this host is gone. Blocking.
 
-    Their change-set directories go with them (:func:`._dockerupper.remove_session_dirs`).
+    Their change-set directories go with them (:func:`._dockerupper.remove_session_dirs`),
+    and so do a shipped workspace's volumes on that engine.
     """
     host = socket.gethostname()
     removed = 0
@@ -799,7 +800,13 @@ def remove_stale_containers(client: docker.DockerClient) -> int:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 container.remove(force=True)
                 removed += 1
-            upper.remove_session_dirs(container.labels.get(f"{CONTAINER_LABEL}.session", ""))
+            session = container.labels.get(f"{CONTAINER_LABEL}.session", "")
+            upper.remove_session_dirs(session)
+            if session:  # a shipped workspace's volumes (._remote) go with their container
+                label = f"{CONTAINER_LABEL}.session={session}"
+                for volume in client.volumes.list(filters={"label": label}):
+                    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                        volume.remove(force=True)
     return removed
 
 

@@ -237,8 +237,8 @@ class RemoteWorkspace:
             with contextlib.suppress(Exception):
                 volume = await docker_call(client.volumes.get, name)
                 await docker_call(volume.remove, force=True)
-        with contextlib.suppress(OSError):
-            await trio.to_thread.run_sync(shutil.rmtree, self.host_dir)
+        with contextlib.suppress(OSError):  # the session's directory: only ours, remote
+            await trio.to_thread.run_sync(shutil.rmtree, self.host_dir.parent)
 
     async def prepare(self, shell: Supervisor) -> None:
         """Make the upper and work directories on the tmpfs (after each new supervisor)."""
@@ -342,6 +342,7 @@ class RemoteWorkspace:
                         str(target),
                         opaque.get(i, []),
                         engine=self.engine.name,
+                        owner=self.owner,
                     )
                 )
             uppers.append(Upper(root, target))
@@ -368,9 +369,12 @@ class RemoteWorkspace:
 
 
 def _fresh_dir(path: Path) -> None:
+    """An empty directory at ``path``, its parents made private (0700) where new."""
     if path.exists():
         shutil.rmtree(path)
-    path.mkdir(parents=True, mode=0o700)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700)
 
 
 # Runs as root of a fresh user namespace (the container user) in a private mount

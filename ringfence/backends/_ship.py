@@ -231,7 +231,15 @@ def _member_parts(name: str) -> list[str] | None:
     return parts
 
 
-def rebuild_upper(data: bytes, digest: str, target: str, opaque: list[str], *, engine: str) -> None:
+def rebuild_upper(
+    data: bytes,
+    digest: str,
+    target: str,
+    opaque: list[str],
+    *,
+    engine: str,
+    owner: tuple[int, int] | None = None,
+) -> None:
     """Recreate the sandbox's upper directory from its tar in ``target`` (empty, ours). Blocking.
 
     ``digest`` is the sha256 the sandbox computed over the tar as it wrote
@@ -239,7 +247,10 @@ def rebuild_upper(data: bytes, digest: str, target: str, opaque: list[str], *, e
     ``engine`` before anything is written. ``opaque`` lists the directories
     (relative paths) the sandbox found opaque. A member that is not a
     directory, file, link, hard link, FIFO or whiteout (a device), or whose
-    name leaves the target, is a ToolError: the change set is refused whole.
+    name leaves the target, or that cannot be made (a name repeated), is a
+    ToolError: the change set is refused whole. Every entry is given to
+    ``owner`` (the container user, who owns a local overlay's upper too), so
+    a setuid bit a command set never sits on a root-owned file here.
     """
     got = hashlib.sha256(data).hexdigest()
     if got != digest:
@@ -301,7 +312,8 @@ def rebuild_upper(data: bytes, digest: str, target: str, opaque: list[str], *, e
                         follow_symlinks=False,
                     )
                 elif member.isfifo():
-                    os.mkfifo(leaf, mode, dir_fd=parent)
+                    os.mkfifo(leaf, 0o600, dir_fd=parent)
+                    os.chmod(leaf, mode, dir_fd=parent)
                 elif member.ischr() and member.devmajor == 0 and member.devminor == 0:
                     os.mknod(leaf, stat.S_IFCHR, os.makedev(0, 0), dir_fd=parent)
                 else:
@@ -309,6 +321,10 @@ def rebuild_upper(data: bytes, digest: str, target: str, opaque: list[str], *, e
                         f"the sandbox's change set holds {member.name!r}, a device or unknown "
                         "entry: refused"
                     )
+                if owner is not None:
+                    os.chown(leaf, *owner, dir_fd=parent, follow_symlinks=False)
+                    if member.isreg() and mode & 0o6000:  # chown cleared them
+                        os.chmod(leaf, mode, dir_fd=parent)
         known = {path: fd for fd, path, _ in dirs}
         for path in opaque:
             fd = known.get(path)
@@ -321,6 +337,11 @@ def rebuild_upper(data: bytes, digest: str, target: str, opaque: list[str], *, e
         raise Unavailable(
             f"the change set from engine {engine} is not a whole tar ({exc}); the workspace is "
             "unchanged"
+        ) from None
+    except OSError as exc:
+        raise ToolError(
+            f"the change set from engine {engine} cannot be rebuilt ({exc}); refused whole, the "
+            "workspace is unchanged"
         ) from None
     finally:
         for fd in opened.values():

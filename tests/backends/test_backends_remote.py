@@ -347,3 +347,57 @@ def test_a_change_set_that_did_not_arrive_whole_writes_nothing(tmp_path: Path) -
         for p in target.iterdir():
             p.unlink()
         target.rmdir()
+
+
+def _tar(*members: tuple[str, str, bytes | str]) -> bytes:
+    """A tar of (name, kind, data or link target) members, kinds: file dir symlink chr13."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                assert isinstance(data, bytes)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+                continue
+            info.type = {
+                "dir": tarfile.DIRTYPE,
+                "symlink": tarfile.SYMTYPE,
+                "chr13": tarfile.CHRTYPE,
+            }[kind]
+            if kind == "symlink":
+                info.linkname = str(data)
+            if kind == "chr13":
+                info.devmajor, info.devminor = 1, 3
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def test_a_hostile_change_set_tar_is_refused_whole_and_writes_nothing_outside(
+    tmp_path: Path,
+) -> None:
+    import hashlib
+
+    if os.geteuid() != 0:
+        pytest.skip("rebuilding a remote upper needs root (whiteouts)")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cases = {
+        "dot-dot": _tar(("../escape", "file", b"x")),
+        "absolute": _tar((f"{outside}/abs", "file", b"x")),
+        "through a link": _tar(("a", "symlink", str(outside)), ("a/x", "file", b"x")),
+        "a device": _tar(("null", "chr13", b"")),
+        "a repeated name": _tar(("f", "file", b"1"), ("f", "file", b"2")),
+    }
+    for what, data in cases.items():
+        target = tmp_path / f"u-{what.replace(' ', '-')}"
+        target.mkdir()
+        with pytest.raises(RingfenceError) as info:
+            rebuild_upper(data, hashlib.sha256(data).hexdigest(), str(target), [], engine="e1")
+        assert info.value.code == "tool_error", what
+        assert list(outside.iterdir()) == [], what
+        assert not (tmp_path / "escape").exists(), what
+        assert not (target / "null").exists(), what
