@@ -216,9 +216,10 @@ async def test_refused_writes_never_reach_the_sandbox_copy(
         assert "hooks-x" not in r2.stdout and "HEAD" in r2.stdout
         # A file tool's write on the host between commands reaches the copy too.
         (workspace / "a.txt").write_text("changed on the host\n")
+        (workspace / "a.txt").chmod(0o751)
         (workspace / "fine.txt").unlink()
-        r3 = await sh(session, "cat a.txt; ls fine.txt", workspace)
-        assert r3.stdout == "changed on the host\n" and r3.exit_code != 0
+        r3 = await sh(session, "cat a.txt; stat -c %a a.txt; ls fine.txt", workspace)
+        assert r3.stdout == "changed on the host\n751\n" and r3.exit_code != 0, r3
     finally:
         await session.aclose()
 
@@ -401,3 +402,21 @@ def test_a_hostile_change_set_tar_is_refused_whole_and_writes_nothing_outside(
         assert list(outside.iterdir()) == [], what
         assert not (tmp_path / "escape").exists(), what
         assert not (target / "null").exists(), what
+
+
+async def test_a_read_only_directory_still_syncs(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    # The container user cannot write into a 0555 directory: the shell's extraction fails
+    # and the sync falls back to put_archive (root on the engine), never to a stale copy.
+    make(workspace, {"ro/x": "one\n"})
+    (workspace / "ro").chmod(0o555)
+    session = await start_remote(workspace, engines[0].engine)
+    try:
+        assert (await sh(session, "cat ro/x", workspace)).stdout == "one\n"
+        (workspace / "ro" / "x").write_text("two\n")
+        r = await sh(session, "cat ro/x; stat -c %a ro", workspace)
+        assert r.stdout == "two\n555\n", r
+    finally:
+        await session.aclose()
+        (workspace / "ro").chmod(0o755)
