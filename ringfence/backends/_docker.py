@@ -63,8 +63,10 @@ bind mount (``storage_opt`` fails there), and a size-limited upper layer is
 the change-set design's job (issue 15). A command can kill its own
 supervisor (it runs as the same uid); the session then restarts and that
 result says so. Markers are unguessable but a command that could read the
-supervisor's memory could fake its own exit status (only its own). Connections over TLS or ssh are not
-supported yet (``Unavailable``).
+supervisor's memory could fake its own exit status (only its own). ``ssh://`` engines
+are not supported yet. ``options.engines``: placed once, never moved; on a remote
+engine the roots are shipped, not mounted, and writes come back as change sets
+(:mod:`._remote`, which also holds a TLS engine's supervisor stream).
 
 The supervisor shell itself (its script, the stream frames, the markers) is
 :mod:`ringfence.backends._dockershell`; this module is the session around it.
@@ -77,12 +79,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,11 @@ from docker.types import Mount
 from ..runtime import InvalidArguments, ToolError, Unavailable
 from . import _dockerupper as upper
 from ._dockerapi import connect_docker, docker_call, image_missing, map_docker_errors
+from ._dockeroptions import (
+    IMAGE_VARIABLE as IMAGE_VARIABLE,
+    DockerOptions,
+    parse_user as _parse_user,
+)
 from ._dockerseccomp import security_opt as change_set_seccomp
 from ._dockershell import (
     OVERLAY_FAILED,
@@ -103,11 +109,16 @@ from ._dockershell import (
     overlay_unavailable,
     overlay_wrapper,
 )
-from ._engines import Engine, EngineLoad, parse_engines, place
-from ._images import docker_location, resolve_image
+from ._engines import Engine, EngineLoad, place
 from ._output import Capture
-from ._remote import UPPERS_DIR, RemoteWorkspace, attach_tls
-from ._ship import SHIP_GIT, ShipGit
+from ._remote import (
+    UPPERS_DIR,
+    RemoteWorkspace,
+    attach_tls,
+    engine_error,
+    load_json,
+    remote_workspace,
+)
 from ._types import (
     Command,
     OutputCallback,
@@ -127,8 +138,6 @@ __all__ = [
 ]
 
 CONTAINER_LABEL = "ringfence"
-IMAGE_VARIABLE = "RINGFENCE_DOCKER_IMAGE"
-DEFAULT_IMAGE = "debian"
 CONTAINER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {
     "PATH": CONTAINER_PATH.split("=", 1)[1],
@@ -139,108 +148,6 @@ BASE_ENV = {
 # How long stopping a command may take beyond the grace period before the
 # container is replaced instead.
 _KILL_ROUND_TRIP = 5.0
-_SIZE = re.compile(r"^\d+[bkmg]?$", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class DockerOptions:
-    """Backend-specific options (``SessionSpec.options``), checked before anything starts.
-
-    ``image``: a recipe name (``busybox``, ``debian``) or an image reference;
-    default ``$RINGFENCE_DOCKER_IMAGE`` or ``debian``. ``memory`` (memory and
-    swap together) and ``tmp_size``: ``512m``-style sizes. ``cpus``: a
-    fraction of CPUs. ``pids``: the pids limit. ``user``: ``uid:gid`` for
-    commands (never 0). ``base_url``: the daemon (default ``DOCKER_HOST``).
-    ``runtime``: an OCI runtime registered with the daemon, e.g. ``runsc``
-    (gVisor: an application kernel between commands and the host's); a
-    runtime the daemon does not have is ``unavailable``.
-    """
-
-    image: str
-    memory: str = "512m"
-    cpus: float = 1.0
-    pids: int = 256
-    tmp_size: str = "64m"
-    user: str | None = None
-    base_url: str | None = None
-    runtime: str | None = None
-    engines: tuple[Engine, ...] = ()
-    ship_git: ShipGit = "readonly"
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> DockerOptions:
-        known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url", "runtime"}
-        known |= {"engines", "ship_git"}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise InvalidArguments(
-                f"unknown docker backend option(s) {unknown}; known: {sorted(known)}",
-                field="options",
-            )
-        image = options.get("image") or os.environ.get(IMAGE_VARIABLE) or DEFAULT_IMAGE
-        opts = cls(
-            image=resolve_image(str(image)),
-            memory=str(options.get("memory", cls.memory)),
-            cpus=options.get("cpus", cls.cpus),
-            pids=options.get("pids", cls.pids),
-            tmp_size=str(options.get("tmp_size", cls.tmp_size)),
-            user=options.get("user"),
-            base_url=options.get("base_url"),
-            runtime=options.get("runtime"),
-            engines=_engines_option(options),
-            ship_git=options.get("ship_git", "readonly"),
-        )
-        for name in ("memory", "tmp_size"):
-            if not _SIZE.match(getattr(opts, name)):
-                raise InvalidArguments(
-                    f"{name} must be a size like 512m, not {getattr(opts, name)!r}",
-                    field=f"options.{name}",
-                )
-        if isinstance(opts.cpus, bool) or not isinstance(opts.cpus, int | float) or opts.cpus <= 0:
-            raise InvalidArguments(
-                f"cpus must be positive, not {opts.cpus!r}", field="options.cpus"
-            )
-        if isinstance(opts.pids, bool) or not isinstance(opts.pids, int) or opts.pids < 8:
-            raise InvalidArguments(
-                f"pids must be an integer of at least 8, not {opts.pids!r}", field="options.pids"
-            )
-        if opts.user is not None:
-            _parse_user(opts.user)
-        if opts.ship_git not in SHIP_GIT:
-            raise InvalidArguments(
-                f"ship_git must be one of {list(SHIP_GIT)}, not {opts.ship_git!r}",
-                field="options.ship_git",
-            )
-        if opts.runtime is not None and not (
-            isinstance(opts.runtime, str) and re.fullmatch(r"[A-Za-z0-9][\w.-]*", opts.runtime)
-        ):
-            raise InvalidArguments(
-                f"runtime must be a runtime's name such as 'runsc', not {opts.runtime!r}",
-                field="options.runtime",
-            )
-        return opts
-
-
-def _engines_option(options: Mapping[str, Any]) -> tuple[Engine, ...]:
-    """``options.engines`` (a list of engine tables, :func:`._engines.parse_engines`), or ()."""
-    if "engines" not in options:
-        return ()
-    if options.get("base_url") is not None:
-        raise InvalidArguments("give either base_url or engines, not both", field="options.engines")
-    return parse_engines(options["engines"], field="options.engines")
-
-
-def _parse_user(user: str) -> tuple[int, int]:
-    m = re.fullmatch(r"(\d+):(\d+)", str(user))
-    if not m:
-        raise InvalidArguments(f"user must be numeric uid:gid, not {user!r}", field="options.user")
-    uid, gid = int(m.group(1)), int(m.group(2))
-    if uid == 0:
-        raise InvalidArguments(
-            "commands never run as root in the docker backend (user uid 0 refused)",
-            field="options.user",
-        )
-    return uid, gid
 
 
 async def start_docker(spec: SessionSpec) -> DockerSession:
@@ -299,7 +206,9 @@ class DockerSession:
         self._overlay: str | None = None
         self._remote: RemoteWorkspace | None = None
         if engine is not None and not engine.local:
-            self._remote = _remote_workspace(spec, engine, self)
+            self._remote = remote_workspace(
+                spec, engine, self.session_id, self._roots, _parse_user(self._user), opts.ship_git
+            )
             self._mounts = self._remote.mounts()
         elif spec.change_sets:
             uid, gid = _parse_user(self._user)
@@ -336,7 +245,7 @@ class DockerSession:
             "image": self._opts.image,
             "runtime": self._opts.runtime or "default",
             **(self.engine.describe() if self.engine is not None else {}),
-            **({"placement": [_load_json(x) for x in self._loads]} if self._loads else {}),
+            **({"placement": [load_json(x) for x in self._loads]} if self._loads else {}),
         }
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -396,14 +305,9 @@ class DockerSession:
                     cmd, where, child_env, timeout, output_cap, on_output, redact, restarted
                 )
         except (Unavailable, ToolError) as exc:
-            engine = self.engine
-            if engine is None or f"engine {engine.name}" in exc.message:
+            if self.engine is None:
                 raise
-            # Never a silent move: the session's sandbox is on this engine and stays there.
-            text = exc.message.replace(f"at {docker_location()} ", f"at {engine.base_url} ")
-            raise exc.with_(
-                message=f"engine {engine.name} ({engine.base_url}): {text}"
-            ) from exc.__cause__
+            raise engine_error(exc, self.engine) from exc.__cause__  # never a silent move
 
     async def exec_attached(
         self, argv: Sequence[str], *, user: str, env: Mapping[str, str] | None = None
@@ -419,11 +323,8 @@ class DockerSession:
         """
         client, container = self._client, self._require_container()
         assert client is not None
-        if self._remote is not None or (self.engine is not None and self.engine.tls):
-            raise Unavailable(
-                "the script bridge needs the engine's socket and files on this machine; "
-                f"engine {self.engine.name if self.engine else '?'} is not local"
-            )
+        if self.engine is not None and (self._remote is not None or self.engine.tls):
+            raise Unavailable(f"the script bridge needs a local engine, not {self.engine.name}")
         environment = [f"{k}={v}" for k, v in (env or {}).items()]
         with map_docker_errors():
             return await trio.to_thread.run_sync(
@@ -463,14 +364,8 @@ class DockerSession:
 
     async def _start(self) -> None:
         engine = self.engine
-        if engine is not None:
-            self._client = await trio.to_thread.run_sync(
-                lambda: connect_docker(engine.base_url, tls=engine.tls_config())
-            )
-        else:
-            self._client = await trio.to_thread.run_sync(
-                lambda: connect_docker(self._opts.base_url)
-            )
+        url, tls = (engine.base_url, engine.tls_config()) if engine else (self._opts.base_url, None)
+        self._client = await trio.to_thread.run_sync(lambda: connect_docker(url, tls=tls))
         base = str(self._client.api.base_url)
         tls_ok = engine is not None and engine.tls  # our own attached stream (._remote)
         if (base.startswith("https://") and not tls_ok) or "ssh" in base:
@@ -549,13 +444,8 @@ class DockerSession:
     async def _start_supervisor(self) -> None:
         client, container = self._client, self._require_container()
         assert client is not None
-        attacher = None
-        if self.engine is not None and self.engine.tls:
-            engine, cid = self.engine, container.id
-
-            async def attacher(argv: list[str], user: str) -> tuple[str, Any]:
-                return await attach_tls(engine, client, cid, argv, user)
-
+        tls = self.engine is not None and self.engine.tls
+        attacher = partial(attach_tls, self.engine, client, container.id) if tls else None
         self._shell = await Supervisor.start(
             client,
             container.id,
@@ -808,36 +698,3 @@ def remove_stale_containers(client: docker.DockerClient) -> int:
                     with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                         volume.remove(force=True)
     return removed
-
-
-def _remote_workspace(spec: SessionSpec, engine: Engine, session: DockerSession) -> RemoteWorkspace:
-    """The shipped workspace of a session on a remote engine; only with change sets."""
-    if not spec.change_sets:
-        raise InvalidArguments(
-            f"engine {engine.name} is remote (the workspace is shipped, not mounted): its "
-            "commands' writes come back only as change sets; start the session with change sets",
-            field="options.engines",
-        )
-    if spec.extra_mounts:
-        raise Unavailable(
-            f"engine {engine.name} is remote: host paths ({', '.join(str(h) for h, _, _ in spec.extra_mounts)}) "
-            "cannot be mounted there"
-        )
-    return RemoteWorkspace(
-        engine,
-        session.session_id,
-        session._roots,
-        _parse_user(session.user),
-        session._opts.ship_git,
-        upper.uppers_base() / session.session_id / "r",
-    )
-
-
-def _load_json(load: EngineLoad) -> dict[str, Any]:
-    return {
-        "engine": load.engine.name,
-        "running": load.running,
-        "cpus": load.cpus,
-        "memory": load.memory,
-        **({"error": load.error} if load.error else {}),
-    }

@@ -59,14 +59,24 @@ import docker
 import trio
 from docker.types import Mount
 
-from ..runtime import ToolError, Unavailable
+from ..runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
 from ._dockerapi import docker_call
 from ._dockershell import CommandOutput, Supervisor, quote
-from ._engines import Engine
+from ._dockerupper import uppers_base
+from ._engines import Engine, EngineLoad
+from ._images import docker_location
 from ._ship import ShipGit, ShippedRoot, rebuild_upper
-from ._types import Upper
+from ._types import SessionSpec, Upper
 
-__all__ = ["UPPERS_DIR", "RemoteWorkspace", "TLSStreamSocket", "attach_tls"]
+__all__ = [
+    "UPPERS_DIR",
+    "RemoteWorkspace",
+    "TLSStreamSocket",
+    "attach_tls",
+    "engine_error",
+    "load_json",
+    "remote_workspace",
+]
 
 UPPERS_DIR = "/.rf-uppers"
 STREAM_LIMIT = 1 << 20  # a sync up to this size goes through the shell, larger by archive
@@ -439,3 +449,47 @@ for L in "$@"; do
   i=$((i+1))
 done
 """
+
+
+def remote_workspace(
+    spec: SessionSpec,
+    engine: Engine,
+    session_id: str,
+    roots: list[tuple[Path, str]],
+    owner: tuple[int, int],
+    ship_git: ShipGit,
+) -> RemoteWorkspace:
+    """The shipped workspace of a session on a remote engine; only with change sets."""
+    if not spec.change_sets:
+        raise InvalidArguments(
+            f"engine {engine.name} is remote (the workspace is shipped, not mounted): its "
+            "commands' writes come back only as change sets; start the session with change sets",
+            field="options.engines",
+        )
+    if spec.extra_mounts:
+        raise Unavailable(
+            f"engine {engine.name} is remote: host paths ({', '.join(str(h) for h, _, _ in spec.extra_mounts)}) "
+            "cannot be mounted there"
+        )
+    return RemoteWorkspace(
+        engine, session_id, roots, owner, ship_git, uppers_base() / session_id / "r"
+    )
+
+
+def load_json(load: EngineLoad) -> dict[str, Any]:
+    return {
+        "engine": load.engine.name,
+        "running": load.running,
+        "cpus": load.cpus,
+        "memory": load.memory,
+        **({"error": load.error} if load.error else {}),
+    }
+
+
+def engine_error(exc: RingfenceError, engine: Engine) -> RingfenceError:
+    """``exc`` (from a session on ``engine``) saying which engine, and its address."""
+    if f"engine {engine.name}" in exc.message:
+        return exc
+    # map_docker_errors names DOCKER_HOST's daemon; this session's is the engine's.
+    text = exc.message.replace(f"at {docker_location()} ", f"at {engine.base_url} ")
+    return exc.with_(message=f"engine {engine.name} ({engine.base_url}): {text}")

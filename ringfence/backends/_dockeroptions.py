@@ -1,0 +1,125 @@
+"""The docker backend's options (``SessionSpec.options``), checked before anything starts."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime import InvalidArguments
+from ._engines import Engine, parse_engines
+from ._images import resolve_image
+from ._ship import SHIP_GIT, ShipGit
+
+__all__ = ["DEFAULT_IMAGE", "IMAGE_VARIABLE", "DockerOptions", "parse_user"]
+
+IMAGE_VARIABLE = "RINGFENCE_DOCKER_IMAGE"
+DEFAULT_IMAGE = "debian"
+_SIZE = re.compile(r"^\d+[bkmg]?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """Backend-specific options (``SessionSpec.options``), checked before anything starts.
+
+    ``image``: a recipe name (``busybox``, ``debian``) or an image reference;
+    default ``$RINGFENCE_DOCKER_IMAGE`` or ``debian``. ``memory`` (memory and
+    swap together) and ``tmp_size``: ``512m``-style sizes. ``cpus``: a
+    fraction of CPUs. ``pids``: the pids limit. ``user``: ``uid:gid`` for
+    commands (never 0). ``base_url``: the daemon (default ``DOCKER_HOST``).
+    ``runtime``: an OCI runtime registered with the daemon, e.g. ``runsc``
+    (gVisor: an application kernel between commands and the host's); a
+    runtime the daemon does not have is ``unavailable``. ``engines``: a list
+    of engine tables (:func:`._engines.parse_engines`; instead of
+    ``base_url``) to place the session on. ``ship_git``: on a remote engine,
+    ``readonly`` ships git directories (a command's writes to them are in its
+    change set, which the Gate refuses) or ``skip`` leaves them on the host.
+    """
+
+    image: str
+    memory: str = "512m"
+    cpus: float = 1.0
+    pids: int = 256
+    tmp_size: str = "64m"
+    user: str | None = None
+    base_url: str | None = None
+    runtime: str | None = None
+    engines: tuple[Engine, ...] = ()
+    ship_git: ShipGit = "readonly"
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> DockerOptions:
+        known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url", "runtime"}
+        known |= {"engines", "ship_git"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InvalidArguments(
+                f"unknown docker backend option(s) {unknown}; known: {sorted(known)}",
+                field="options",
+            )
+        image = options.get("image") or os.environ.get(IMAGE_VARIABLE) or DEFAULT_IMAGE
+        opts = cls(
+            image=resolve_image(str(image)),
+            memory=str(options.get("memory", cls.memory)),
+            cpus=options.get("cpus", cls.cpus),
+            pids=options.get("pids", cls.pids),
+            tmp_size=str(options.get("tmp_size", cls.tmp_size)),
+            user=options.get("user"),
+            base_url=options.get("base_url"),
+            runtime=options.get("runtime"),
+            engines=_engines_option(options),
+            ship_git=options.get("ship_git", "readonly"),
+        )
+        for name in ("memory", "tmp_size"):
+            if not _SIZE.match(getattr(opts, name)):
+                raise InvalidArguments(
+                    f"{name} must be a size like 512m, not {getattr(opts, name)!r}",
+                    field=f"options.{name}",
+                )
+        if isinstance(opts.cpus, bool) or not isinstance(opts.cpus, int | float) or opts.cpus <= 0:
+            raise InvalidArguments(
+                f"cpus must be positive, not {opts.cpus!r}", field="options.cpus"
+            )
+        if isinstance(opts.pids, bool) or not isinstance(opts.pids, int) or opts.pids < 8:
+            raise InvalidArguments(
+                f"pids must be an integer of at least 8, not {opts.pids!r}", field="options.pids"
+            )
+        if opts.user is not None:
+            parse_user(opts.user)
+        if opts.ship_git not in SHIP_GIT:
+            raise InvalidArguments(
+                f"ship_git must be one of {list(SHIP_GIT)}, not {opts.ship_git!r}",
+                field="options.ship_git",
+            )
+        if opts.runtime is not None and not (
+            isinstance(opts.runtime, str) and re.fullmatch(r"[A-Za-z0-9][\w.-]*", opts.runtime)
+        ):
+            raise InvalidArguments(
+                f"runtime must be a runtime's name such as 'runsc', not {opts.runtime!r}",
+                field="options.runtime",
+            )
+        return opts
+
+
+def _engines_option(options: Mapping[str, Any]) -> tuple[Engine, ...]:
+    """``options.engines`` (a list of engine tables, :func:`._engines.parse_engines`), or ()."""
+    if "engines" not in options:
+        return ()
+    if options.get("base_url") is not None:
+        raise InvalidArguments("give either base_url or engines, not both", field="options.engines")
+    return parse_engines(options["engines"], field="options.engines")
+
+
+def parse_user(user: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+):(\d+)", str(user))
+    if not m:
+        raise InvalidArguments(f"user must be numeric uid:gid, not {user!r}", field="options.user")
+    uid, gid = int(m.group(1)), int(m.group(2))
+    if uid == 0:
+        raise InvalidArguments(
+            "commands never run as root in the docker backend (user uid 0 refused)",
+            field="options.user",
+        )
+    return uid, gid
