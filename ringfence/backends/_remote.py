@@ -265,17 +265,24 @@ class RemoteWorkspace:
 
     async def sync(self, shell: Supervisor, container: Any) -> None:
         """Bring every root's copy up to the host's (see the module docstring)."""
-        syncs = [await trio.to_thread.run_sync(s.sync) for s in self.shipped]
         try:
+            # Inside: a sync() whose result is lost to a cancellation was still recorded.
+            syncs = [await trio.to_thread.run_sync(s.sync) for s in self.shipped]
             doomed = [
-                f"{target}/{path}"
+                quote(f"{target}/{path}")
                 for (_, target), sync in zip(self.roots, syncs, strict=True)
                 for path in sync.deletions
             ]
+            for (_, target), sync in zip(self.roots, syncs, strict=True):
+                if sync.wipe:  # a sync that may have half-arrived: start from empty
+                    doomed += [f"{quote(target)}/{g}" for g in ("*", ".[!.]*", "..?*")]
             if doomed:
-                words = " ".join(quote(p) for p in doomed)
+                words = " ".join(doomed)
+                # Directories a command made unwritable are opened first; find matches no
+                # link (chmod would follow one given by name).
                 status, _, err = await self._line(
-                    shell, f"chmod -R u+rwx {words} 2>/dev/null; rm -rf {words}"
+                    shell,
+                    f"find {words} -type d -exec chmod u+rwx {{}} + 2>/dev/null; rm -rf {words}",
                 )
                 if status != "0":
                     raise ToolError(
@@ -389,13 +396,18 @@ class RemoteWorkspace:
         out, err = _Sink(), _Sink()
         run = CommandOutput(token, out, err)  # type: ignore[arg-type]
         marker = quote(f"__rf{token}__")
-        await shell.send(
-            f"{body}; __rf_r=$?; printf '%s%s\\n' {marker} \"$__rf_r\"; "
-            f"printf '%s\\n' {marker} >&2\n{after}"
-        )
-        with trio.move_on_after(120):
-            await shell.read_until_done(run)
+        try:
+            await shell.send(
+                f"{body}; __rf_r=$?; printf '%s%s\\n' {marker} \"$__rf_r\"; "
+                f"printf '%s\\n' {marker} >&2\n{after}"
+            )
+            with trio.move_on_after(120):
+                await shell.read_until_done(run)
+        except BaseException:
+            shell.dead = True  # cut mid-line: the next call starts a fresh shell
+            raise
         if not run.done:
+            shell.dead = True
             raise Unavailable(
                 f"engine {self.engine.name} ({self.engine.base_url}) stopped answering the "
                 "sandbox shell; the workspace is unchanged"
@@ -444,7 +456,7 @@ for L in "$@"; do
   printf '@%s\n' "$i"
   { { tar -cf - -C "$U" . || echo "f $i tar" >&2; } | tee /proc/self/fd/3 | sha256sum | {
       read h _; printf 's %s %s\n' "$i" "$h" >&2; }; } 3>&1 | base64
-  chmod -R u+rwx "$b/$i" 2>/dev/null
+  find "$b/$i" -type d -exec chmod u+rwx {} + 2>/dev/null
   rm -rf "$U" "$b/$i/w" && mkdir "$U" "$b/$i/w" || { echo "f $i reset" >&2; exit 3; }
   i=$((i+1))
 done

@@ -63,13 +63,14 @@ class Sync:
     """One sync: delete ``deletions`` (sorted, no path below another), then extract ``tar``."""
 
     deletions: list[str] = field(default_factory=list)
+    wipe: bool = False  # delete everything in the copy first (the record was lost)
     tar: bytes = b""
     entries: int = 0
     size: int = 0
 
     @property
     def empty(self) -> bool:
-        return not self.deletions and not self.entries
+        return not self.deletions and not self.entries and not self.wipe
 
 
 def _kind(st: os.stat_result) -> str | None:
@@ -94,6 +95,7 @@ class ShippedRoot:
         self.owner = owner
         self.ship_git = ship_git
         self.shipped: dict[str, Shipped] = {}
+        self._wipe = False
 
     def sync(self) -> Sync:
         """What the sandbox needs to match the root now (blocking). Updates the record.
@@ -103,7 +105,8 @@ class ShippedRoot:
         """
         seen: dict[str, Shipped] = {}
         out = io.BytesIO()
-        sync = Sync()
+        sync = Sync(wipe=self._wipe)
+        self._wipe = False
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
             root_fd = os.open(self.root, _DIR)
             try:
@@ -127,8 +130,9 @@ class ShippedRoot:
         return sync
 
     def forget(self) -> None:
-        """Ship everything again next time (after a sync that did not arrive)."""
+        """Empty the copy and ship everything next time (after a sync that did not arrive)."""
         self.shipped = {}
+        self._wipe = True
 
     def _walk(self, dir_fd: int, prefix: str) -> Iterator[tuple[str, Shipped, bytes | None]]:
         with os.scandir(dir_fd) as it:

@@ -420,3 +420,35 @@ async def test_a_read_only_directory_still_syncs(
     finally:
         await session.aclose()
         (workspace / "ro").chmod(0o755)
+
+
+async def test_a_ship_cut_short_is_redone_from_empty(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    # A sync cancelled at several points on its way: the session starts a fresh shell and
+    # the next sync empties the copy and ships everything, so nothing stale or half
+    # written stays (a file deleted on the host meanwhile must be gone).
+    make(workspace, {"a.txt": "a\n"})
+    session = await start_remote(workspace, engines[0].engine)
+    try:
+        assert (await sh(session, "cat a.txt", workspace)).stdout == "a\n"
+        import hashlib
+
+        cuts = 0
+        for n, delay in enumerate((0.0005, 0.002, 0.005, 0.01, 0.03, 0.06)):
+            big = os.urandom(900_000)
+            (workspace / "big.bin").write_bytes(big)
+            (workspace / f"gone{n}.txt").write_text("shipped, then deleted on the host\n")
+            await sh(session, "true", workspace)
+            (workspace / f"gone{n}.txt").unlink()
+            big = os.urandom(900_000)
+            (workspace / "big.bin").write_bytes(big)
+            with trio.move_on_after(delay) as scope:
+                await sh(session, "true", workspace)
+            cuts += scope.cancelled_caught
+            r = await sh(session, "ls -A; sha256sum big.bin", workspace)
+            assert r.stdout.splitlines()[:-1] == ["a.txt", "big.bin"], (delay, r)
+            assert r.stdout.split()[-2] == hashlib.sha256(big).hexdigest(), (delay, r)
+        assert cuts, "no ship was caught mid-way"
+    finally:
+        await session.aclose()
