@@ -216,7 +216,7 @@ class RemoteWorkspace:
         self.labels = {"ringfence": "1", "ringfence.session": session_id}
         self.shipped = [ShippedRoot(str(r), owner, ship_git) for r, _ in roots]
         self.host_dir = host_dir
-        self.ready = False
+        self.clean = False  # the uppers in the container hold nothing unfetched
 
     # -- the container ------------------------------------------------------------------------
 
@@ -253,13 +253,22 @@ class RemoteWorkspace:
             await trio.to_thread.run_sync(shutil.rmtree, self.host_dir.parent)
 
     async def prepare(self, shell: Supervisor) -> None:
-        """Make the upper and work directories on the tmpfs (after each new supervisor)."""
+        """Make the upper and work directories on the tmpfs empty (after each new supervisor).
+
+        Also before a command whose predecessor's writes were not fetched (it was
+        cancelled, or the fetch was cut): they must not join the next change set.
+        """
         dirs = " ".join(f"{UPPERS_DIR}/{i}/u {UPPERS_DIR}/{i}/w" for i in range(len(self.roots)))
-        status, _, err = await self._line(shell, f"mkdir -p {dirs}")
+        status, _, err = await self._line(
+            shell,
+            f"find {UPPERS_DIR} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; "
+            f"rm -rf {UPPERS_DIR}/* && mkdir -p {dirs}",
+        )
         if status != "0":
             raise Unavailable(
                 f"engine {self.engine.name}: cannot make the upper directories: {err!r}"
             )
+        self.clean = True
 
     # -- before a command ---------------------------------------------------------------------
 
@@ -301,7 +310,9 @@ class RemoteWorkspace:
             for shipped in self.shipped:  # not known to have arrived: ship all next time
                 shipped.forget()
             raise
-        self.ready = True
+        if not self.clean:
+            await self.prepare(shell)
+        self.clean = False  # the command runs next; its fetch makes it clean again
 
     async def _extract(self, shell: Supervisor, target: str, tar: bytes) -> bool:
         """Extract ``tar`` at ``target`` as the container user, through the shell's stdin.
@@ -383,6 +394,7 @@ class RemoteWorkspace:
                     )
                 )
             uppers.append(Upper(root, target))
+        self.clean = True
         return tuple(uppers)
 
     async def _line(

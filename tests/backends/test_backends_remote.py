@@ -452,3 +452,30 @@ async def test_a_ship_cut_short_is_redone_from_empty(
         assert cuts, "no ship was caught mid-way"
     finally:
         await session.aclose()
+
+
+async def test_a_cancelled_commands_writes_never_join_the_next_change_set(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    session = await start_remote(workspace, engines[0].engine)
+    try:
+        with trio.CancelScope() as scope:
+
+            def on_output(stream: str, text: str) -> None:
+                if "written" in text:
+                    scope.cancel()
+
+            await session.run(
+                "echo x > cancelled.txt; echo written; sleep 30",
+                cwd=workspace,
+                env={},
+                timeout=20,
+                output_cap=4096,
+                on_output=on_output,
+            )
+        assert scope.cancelled_caught
+        r = await sh(session, "echo y > next.txt; ls", workspace)
+        assert r.stdout == "next.txt\n", r  # the cancelled write is not in the copy...
+        assert [c.path for c in await changes_of(workspace, r)] == ["next.txt"]  # ...nor here
+    finally:
+        await session.aclose()
