@@ -14,27 +14,26 @@ from pathlib import Path
 from typing import Any
 
 from .backends import register_shell_tool, select_backend
-from .bridge import (
-    ScriptConfig,
-    bridge_mounts,
-    make_bridge_dir,
-    register_script_tool,
-    remove_bridge_dir,
-    unavailable_backend,
-)
+from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime import (
     Approver,
     FileSink,
     Kernel,
     MemorySink,
     Policy,
+    PolicyLayers,
     Posture,
     Rules,
     default_approver,
 )
 from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
 
-__all__ = ["check_approver", "create_kernel", "workspace_roots_from_env"]
+__all__ = [
+    "check_approver",
+    "create_kernel",
+    "mcp_stdio_confiner",
+    "workspace_roots_from_env",
+]
 
 
 def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
@@ -123,7 +122,7 @@ def create_kernel(
     backend: str | None = None,
     backend_options: Mapping[str, Any] | None = None,
     rules: Rules | None = None,
-    policy: Policy | None = None,
+    policy: Policy | PolicyLayers | None = None,
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
@@ -155,7 +154,9 @@ def create_kernel(
 
     ``policy`` (e.g. from ``ringfence.runtime.load_layers``) adds rules over
     tool names and arguments to ``rules``; path rules are made relative to
-    ``roots``. No policy file is read unless the caller loads one.
+    ``roots``. No policy file is read unless the caller loads one. From
+    ``load_policy`` (a ``PolicyLayers``), its ``[mcp.<server>]`` statements
+    also decide the MCP servers' trust and read tools.
 
     ``event_observer(line)`` (e.g. ``ringfence.otel.OtelObserver``) sees each
     event line after it is written (redacted, as in the file); its ``close()``,
@@ -182,6 +183,9 @@ def create_kernel(
     root_paths = workspace_roots_from_env(list(roots))
     workspace = Workspace(root_paths)
     rules = rules or Rules()
+    mcp_policy = None
+    if isinstance(policy, PolicyLayers):
+        mcp_policy, policy = policy.mcp, policy.policy
     if policy is not None:
         # Path rules see names relative to a root, in its real spelling or the one given
         # (a root reached through a symlink), so either absolute spelling is judged alike.
@@ -216,20 +220,25 @@ def create_kernel(
     kernel.push_async_callback(close_workspace)
     # bridge: under docker, scripts run in the session's container, which needs the runner
     # files and a socket directory mounted (removed after the container, hence pushed first)
-    bridge_dir = make_bridge_dir() if backend_name == "docker" else None
-    if bridge_dir is not None:
+    bridge_dir: Path | None = None
+    extra_mounts: list[tuple[Path, str, bool]] = []
+    if backend_name == "docker":  # the bridge's docker transport is imported only here
+        from .bridge import bridge_mounts, make_bridge_dir, remove_bridge_dir
+
+        bridge_dir = made = make_bridge_dir()
 
         async def remove_bridges() -> None:
-            remove_bridge_dir(bridge_dir)
+            remove_bridge_dir(made)
 
         kernel.push_async_callback(remove_bridges)
+        extra_mounts = bridge_mounts(made)
     # backends: run_shell; its session starts on the first call and closes with the kernel
     shell = register_shell_tool(
         kernel,
         backend=backend_name,
         workspace=workspace,
         options=backend_options,
-        extra_mounts=bridge_mounts(bridge_dir) if bridge_dir is not None else (),
+        extra_mounts=extra_mounts,
     )
     # bridge: run_tool_script, locally or in the docker session's container
     register_script_tool(
@@ -244,11 +253,56 @@ def create_kernel(
         bridge_dir=bridge_dir,
         config=script_config,
     )
-    # mcp_host: connectors join the registry when the kernel is entered
+    # mcp_host: connectors join the registry when the kernel is entered; sandbox = "local"
+    # stdio servers start in the local backend's confinement over the workspace roots
     if mcp_manifest is not None:
         from .mcp_host import connect_when_entered
 
         connect_when_entered(
-            kernel, mcp_manifest, workspace=workspace.roots[0], options=mcp_options
+            kernel,
+            mcp_manifest,
+            workspace=workspace.roots[0],
+            options={"stdio_confiner": mcp_stdio_confiner(workspace), **(mcp_options or {})},
+            policy=mcp_policy,
         )
     return kernel
+
+
+def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:
+    """A ``mcp_host.StdioConfiner`` over ``workspace``: the confined local backend's layers.
+
+    ``None``: no roots (a server then sees none of a workspace).
+
+    The glue lives here, in the assembly layer, because it is the one layer
+    that may import both sides: ``mcp_host`` declares what it needs (a
+    callable from a ``StdioCommand`` to a ``ConfinedCommand``; it imports no
+    backend), ``backends`` plans the sandbox (``confine_exec``; it imports
+    nothing of MCP). A writable server's roots keep their git directories
+    and gitfiles read-only, as ``run_shell``'s do.
+    """
+
+    def confine(server: Any) -> Any:
+        from .backends import confine_exec
+        from .mcp_host import ConfinedCommand
+
+        plan = confine_exec(
+            workspace.roots if workspace is not None else (),
+            server.argv,
+            cwd=server.cwd,
+            network=server.network,
+            writable=server.writable,
+            readonly_paths=workspace.git_directories()
+            if workspace is not None and server.writable
+            else (),
+        )
+
+        def read_report(line: bytes) -> tuple[dict[str, Any], ...]:
+            return tuple(layer.to_dict() for layer in plan.read_report(line))
+
+        return ConfinedCommand(
+            argv=plan.argv,
+            layers=tuple(layer.to_dict() for layer in plan.layers),
+            read_report=read_report,
+        )
+
+    return confine

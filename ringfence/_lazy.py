@@ -19,14 +19,16 @@ def lazy_exports(
     """``__getattr__`` and ``__dir__`` for ``package`` that import ``names[attr]`` on first use.
 
     ``names`` maps an exported name to the module that defines it (absolute, or
-    relative to ``package``). The loaded value is cached in ``namespace``.
+    relative to ``package``), or to ``"module:attribute"`` when the export is an
+    alias of a differently named attribute. The loaded value is cached in ``namespace``.
     """
 
     def __getattr__(name: str) -> Any:
         module = names.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, package), name)
+        module, _, attribute = module.partition(":")
+        value = getattr(importlib.import_module(module, package), attribute or name)
         namespace[name] = value
         return value
 

@@ -13,14 +13,6 @@ per session). Select with ``--backend``,
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ._confined import (
-    ConfinedOptions as ConfinedOptions,
-    ConfinedSession as ConfinedSession,
-    Layer as Layer,
-    start_confined as start_confined,
-)
-from ._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
-from ._local import HostSession as HostSession, start_host as start_host
 from ._registry import (
     DEFAULT_BACKEND as DEFAULT_BACKEND,
     ENV_VARIABLE as ENV_VARIABLE,
@@ -43,9 +35,15 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
+    from ._confined import (
+        ConfinedOptions as ConfinedOptions,
+        ConfinedSession as ConfinedSession,
+        Layer as Layer,
+        start_confined as start_confined,
+    )
+    from ._confined_exec import ConfinedExec as ConfinedExec, confine_exec as confine_exec
     from ._docker import (
         CONTAINER_LABEL as CONTAINER_LABEL,
-        DockerOptions as DockerOptions,
         DockerSession as DockerSession,
         remove_stale_containers as remove_stale_containers,
         start_docker as start_docker,
@@ -55,17 +53,35 @@ if TYPE_CHECKING:
         map_docker_errors as map_docker_errors,
         translate_docker_error as translate_docker_error,
     )
+    from ._dockeroptions import DockerOptions as DockerOptions
     from ._imagebuild import (
         build_image as build_image,
         ensure_image as ensure_image,
         list_images as list_images,
     )
+    from ._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
+    from ._local import HostSession as HostSession, start_host as start_host
 
-# Names that need the docker SDK load it on first use (PEP 562): a kernel on the
-# local backend, or the CLI's --help, never pays for importing it.
+# Names load on first use (PEP 562): a kernel on the local backend, or the CLI's
+# --help, never pays for the docker SDK; a session that runs no command (`ringfence
+# call read_file`) never imports a backend's module, the process supervisor or psutil.
 _LAZY = {
+    "ConfinedOptions": "._confined",
+    "ConfinedSession": "._confined",
+    "Layer": "._confined",
+    "start_confined": "._confined",
+    # ``local`` is the confined backend; these two names keep older imports working.
+    "LocalSession": "._confined:ConfinedSession",
+    "start_local": "._confined:start_confined",
+    "ConfinedExec": "._confined_exec",
+    "confine_exec": "._confined_exec",
+    "HostSession": "._local",
+    "start_host": "._local",
+    "IMAGES": "._images",
+    "ImageInfo": "._images",
+    "ImageRecipe": "._images",
     "CONTAINER_LABEL": "._docker",
-    "DockerOptions": "._docker",
+    "DockerOptions": "._dockeroptions",
     "DockerSession": "._docker",
     "remove_stale_containers": "._docker",
     "start_docker": "._docker",
@@ -81,15 +97,7 @@ _LAZY = {
 __all__ = [
     "DEFAULT_BACKEND",
     "ENV_VARIABLE",
-    "IMAGES",
     "BackendSession",
-    "ConfinedOptions",
-    "ConfinedSession",
-    "HostSession",
-    "ImageInfo",
-    "ImageRecipe",
-    "Layer",
-    "LocalSession",
     "OutputCallback",
     "SessionSpec",
     "ShellResult",
@@ -100,9 +108,6 @@ __all__ = [
     "register_backend",
     "register_shell_tool",
     "select_backend",
-    "start_confined",
-    "start_host",
-    "start_local",
     "start_session",
     *_LAZY,
 ]
@@ -111,16 +116,27 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
+# The built-in backends, each imported when a session starts on it.
+
+
+async def _start_local(spec: SessionSpec) -> BackendSession:
+    from ._confined import start_confined
+
+    return await start_confined(spec)
+
+
+async def _start_host(spec: SessionSpec) -> BackendSession:
+    from ._local import start_host
+
+    return await start_host(spec)
+
+
 async def _start_docker(spec: SessionSpec) -> BackendSession:
     from ._docker import start_docker
 
     return await start_docker(spec)
 
 
-# ``local`` is the confined backend; the names below keep older imports working.
-LocalSession = ConfinedSession
-start_local = start_confined
-
-register_backend("local", start_confined)
-register_backend("host", start_host)
+register_backend("local", _start_local)
+register_backend("host", _start_host)
 register_backend("docker", _start_docker)

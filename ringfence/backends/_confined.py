@@ -95,7 +95,14 @@ from ._types import (
     check_run_arguments,
 )
 
-__all__ = ["FIXES", "ConfinedOptions", "ConfinedSession", "Layer", "start_confined"]
+__all__ = [
+    "FIXES",
+    "ConfinedOptions",
+    "ConfinedSession",
+    "Layer",
+    "confined_argv",
+    "start_confined",
+]
 
 STRICT = "strict"
 BEST_EFFORT = "best-effort"
@@ -214,6 +221,57 @@ async def start_confined(spec: SessionSpec) -> ConfinedSession:
     session = ConfinedSession(spec, options)
     await session._start()
     return session
+
+
+def confined_argv(
+    spec: SessionSpec,
+    argv: list[str],
+    *,
+    cwd: str = "/",
+    writable: bool = True,
+    options: ConfinedOptions | None = None,
+) -> tuple[list[str], list[Layer]]:
+    """One process confined like a session's commands, on the caller's stdin/stdout/stderr.
+
+    Returns bubblewrap's argv (then the supervisor in ``exec`` mode, then
+    ``argv``) and the layers known before it starts; the rest come in the
+    supervisor's report, its first stdout line (``_confined_exec``). For MCP
+    stdio servers, whose process the MCP SDK spawns: no descriptor can be
+    passed, so the seccomp filter travels hex-encoded in the supervisor's
+    options and is installed by it (last), and there is no uid switch (the
+    sandbox runs as the kernel's own user) and no limit cgroup (the ``pids``
+    layer is ``RLIMIT_NPROC``, which does not hold for a root kernel).
+    ``writable=False`` binds the roots read-only and leaves them out of
+    Landlock's writable paths. Strict always: raises Unavailable naming the
+    first layer the kernel cannot plan (bubblewrap, Landlock, seccomp) and its fix.
+    """
+    options = options or ConfinedOptions()
+    session = ConfinedSession(spec, options)
+    missing = [layer for layer in session._kernel_layers if not layer.ok]
+    if missing or session._seccomp is None:
+        layer = missing[0] if missing else Layer("seccomp", False, "no filter was built")
+        raise _refuse(layer.name, layer.detail)
+    session._uid, session._gid = os.geteuid(), os.getegid()  # no uid switch (needs descriptors)
+    roots = [str(Path(os.path.realpath(r))) for r in spec.roots]
+    readonly = [*spec.readonly_paths, *([] if writable else roots)]
+    session._readonly = [Path(os.path.realpath(p)) for p in readonly]
+    wrapper, layers = session._argv(-1, -1, -1, None)  # raises when bubblewrap is missing
+    cut = wrapper.index(str(_SUPERVISOR)) + 1  # the session's socket descriptor follows
+    kept = [o for o in wrapper[cut + 1 :] if writable or o.removeprefix("write=") not in roots]
+    wrapper = [*wrapper[:cut], "exec", *kept, f"seccomp_hex={session._seccomp.hex()}"]
+    wrapper += [f"cwd={cwd}", "--", *argv]
+    hidden = ", ".join(session._hidden)
+    access = (
+        f"read-write, {len(spec.readonly_paths)} git path(s) read-only" if writable else "read-only"
+    )
+    details = {
+        "file system": f"host read-only; {len(roots)} root(s) {access}; private /tmp; "
+        f"hidden: {hidden}",
+        "seccomp": f"{len(DENIED_SYSCALLS)} syscalls denied, no new namespaces, foreign ABIs "
+        "killed (installed by the supervisor, last)",
+    }
+    layers = [Layer(x.name, x.ok, details.get(x.name, x.detail)) for x in layers]
+    return wrapper, layers
 
 
 class ConfinedSession:

@@ -5,7 +5,9 @@ Run by :mod:`ringfence.backends._confined` as ``python -I -S <this file>
 namespace, already under the commands' seccomp filter (built by the kernel
 with the script runner's BPF helpers, :mod:`._confined_layers`, and
 installed by bubblewrap's ``--seccomp``). Standard library only, and few
-imports: every millisecond here is session start.
+imports: every millisecond here is session start. Over 500 lines on purpose:
+it is a standalone program (``-I`` puts no sibling module on its path), and
+its two modes (a session's commands, one ``exec``) share one ``confine``.
 
 At start it confines *itself* (every command is its child, so every command
 inherits all of it), in this order:
@@ -40,6 +42,13 @@ kernel → supervisor: ``R`` + NUL-separated cwd, argc, argv…, ``NAME=value``�
 command), ``K`` (SIGKILL to them). supervisor → kernel: ``READY\\n`` +
 report lines, ``FAIL\\n`` + layer + tab + message, ``X`` + wait status.
 End of file from the kernel: kill everything and exit.
+
+``exec`` mode (``python -I -S <this file> exec <option>… -- <argv>…``, for
+MCP stdio servers, :func:`ringfence.backends._confined.confined_argv`): no
+control socket; the same confinement (the seccomp filter comes hex-encoded
+in the options and is installed here, last), a one-line report on stdout,
+then ``argv`` runs on the supervisor's own stdin/stdout/stderr; see
+:func:`run_exec`.
 
 Without namespaces (``pidns=0``, the backend's best-effort fallback) it runs
 on the host as a child subreaper, installs the seccomp filter itself (last,
@@ -210,6 +219,8 @@ def confine(conf: dict[str, str], writable: list[str]) -> tuple[dict[str, str], 
         step("landlock", lambda: apply_landlock(conf["landlock"], writable))
     if "seccomp_fd" in conf:  # without bubblewrap, which installs it otherwise: last
         step("seccomp", lambda: apply_seccomp(int(conf["seccomp_fd"])))
+    if "seccomp_hex" in conf:  # exec mode: no descriptor reaches bubblewrap, so here, last
+        step("seccomp", lambda: install_seccomp(bytes.fromhex(conf["seccomp_hex"])))
     return applied, missing
 
 
@@ -226,7 +237,11 @@ def apply_seccomp(fd: int) -> str:
             break
         chunks.append(data)
     os.close(fd)
-    program = b"".join(chunks)
+    return install_seccomp(b"".join(chunks))
+
+
+def install_seccomp(program: bytes) -> str:
+    """Install a kernel-built filter (also ``exec`` mode's, handed over hex-encoded in argv)."""
     buf = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
     if _libc.syscall(
@@ -456,7 +471,78 @@ def serve(sock: _socket.socket) -> None:
                 os.close(fd)
 
 
+# -- exec mode: one process on the caller's stdio (MCP stdio servers) ------------------------
+
+# The first line on stdout in exec mode; ringfence.backends._confined_exec reads it.
+REPORT_PREFIX = b"ringfence-sandbox:"
+
+
+def write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def run_exec(args: list[str]) -> int:
+    """``exec <option>… -- <argv>…``: confine, report, then run ``argv`` until it exits.
+
+    The report is one line on stdout, before anything else is written there:
+    ``ringfence-sandbox:READY`` or ``ringfence-sandbox:FAIL``, then per layer
+    a tab, ``+``/``-``, its name, ``\x1f`` and its detail. ``argv`` then
+    inherits stdin, stdout and stderr (the protocol's pipes) and every layer;
+    when it exits, every other process of the namespace is killed and reaped,
+    and the supervisor exits with its status.
+    """
+    split = args.index("--")
+    conf: dict[str, str] = {}
+    writable: list[str] = []
+    for arg in args[:split]:
+        key, _, value = arg.partition("=")
+        if key == "write":
+            writable.append(value)
+        else:
+            conf[key] = value
+    argv = args[split + 1 :]
+    os.closerange(3, 1 << 20)  # nothing bubblewrap passed on may reach the server
+    if os.getpid() != 1:
+        report = "FAIL\t-pid namespace\x1fthe supervisor is not PID 1 of its own PID namespace"
+        write_all(1, REPORT_PREFIX + report.encode() + b"\n")
+        return 1
+    try:
+        applied, missing = confine(conf, writable)
+    except LayerUnavailable as exc:
+        write_all(1, REPORT_PREFIX + f"FAIL\t-{exc.layer}\x1f{exc.message}\n".encode())
+        return 1
+    records = [f"\t+{k}\x1f{v}" for k, v in applied.items()]
+    records += [f"\t-{k}\x1f{v}" for k, v in missing.items()]
+    write_all(1, REPORT_PREFIX + ("READY" + "".join(records) + "\n").encode())
+    env = dict(os.environ)
+    path, code = find_program(argv[0], env)
+    try:
+        os.chdir(conf.get("cwd", "/"))
+        if path is None:
+            raise OSError(f"{argv[0]}: {'not found' if code == 127 else 'not executable'}")
+        pid = os.posix_spawn(path, argv, env, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
+    except OSError as exc:
+        write_all(2, f"ringfence: cannot start the server: {exc}\n".encode())
+        return 126
+    status = 0
+    while True:  # PID 1 reaps every orphan until the server itself exits
+        try:
+            got, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if got == pid:
+            break
+    kill_all(_SIGKILL)
+    reap_all()
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
 def main(args: list[str]) -> int:
+    if args and args[0] == "exec":
+        return run_exec(args[1:])
     fd = int(args[0])
     conf: dict[str, str] = {}
     writable: list[str] = []

@@ -70,7 +70,7 @@ engine the roots are shipped, not mounted, and writes come back as change sets
 
 The supervisor shell itself (its script, the stream frames, the markers) is
 :mod:`ringfence.backends._dockershell`; this module is the session around it.
-Its 600 lines on purpose: options, the container's hardened creation, and the
+Its 620 lines on purpose: the container's hardened creation and the
 session's one lifecycle (start, recover, replace, stop a command) read as one
 state machine; splitting them would scatter it.
 """
@@ -95,11 +95,7 @@ from docker.types import Mount
 from ..runtime import InvalidArguments, ToolError, Unavailable
 from . import _dockerupper as upper
 from ._dockerapi import connect_docker, docker_call, image_missing, map_docker_errors
-from ._dockeroptions import (
-    IMAGE_VARIABLE as IMAGE_VARIABLE,
-    DockerOptions,
-    parse_user as _parse_user,
-)
+from ._dockeroptions import DockerOptions, parse_user
 from ._dockerseccomp import security_opt as change_set_seccomp
 from ._dockershell import (
     OVERLAY_FAILED,
@@ -109,16 +105,10 @@ from ._dockershell import (
     overlay_unavailable,
     overlay_wrapper,
 )
+from ._dockertls import attach_tls
 from ._engines import Engine, EngineLoad, place
 from ._output import Capture
-from ._remote import (
-    UPPERS_DIR,
-    RemoteWorkspace,
-    attach_tls,
-    engine_error,
-    load_json,
-    remote_workspace,
-)
+from ._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
 from ._types import (
     Command,
     OutputCallback,
@@ -199,7 +189,7 @@ class DockerSession:
             Mount(target, str(host), type="bind", read_only=ro)
             for host, target, ro in spec.extra_mounts
         ]
-        given = _parse_user(opts.user)[0] if opts.user else None
+        given = parse_user(opts.user)[0] if opts.user else None
         forced = upper.change_set_user(given) if spec.change_sets else None
         self._user = forced or opts.user or _default_user(spec.roots)
         self._uppers: upper.SessionUppers | None = None
@@ -207,11 +197,11 @@ class DockerSession:
         self._remote: RemoteWorkspace | None = None
         if engine is not None and not engine.local:
             self._remote = remote_workspace(
-                spec, engine, self.session_id, self._roots, _parse_user(self._user), opts.ship_git
+                spec, engine, self.session_id, self._roots, parse_user(self._user), opts.ship_git
             )
             self._mounts = self._remote.mounts()
         elif spec.change_sets:
-            uid, gid = _parse_user(self._user)
+            uid, gid = parse_user(self._user)
             self._uppers = upper.SessionUppers(
                 self.session_id, [r for r, _ in self._roots], (uid, gid), upper.uppers_base()
             )
@@ -454,13 +444,13 @@ class DockerSession:
             attacher=attacher,
         )
         if self._remote is not None:
-            uid, gid = _parse_user(self._user)
+            uid, gid = parse_user(self._user)
             await self._remote.prepare(self._shell)
             self._overlay = overlay_wrapper(
                 self._remote.layers(), UPPERS_DIR, uid, gid, self._shell
             )
         elif self._uppers is not None:
-            uid, gid = _parse_user(self._user)
+            uid, gid = parse_user(self._user)
             layers = [
                 (target, *self._uppers.container_dirs(i))
                 for i, (_, target) in enumerate(self._roots)

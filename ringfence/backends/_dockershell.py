@@ -206,8 +206,13 @@ def overlay_wrapper(
     lines = [f"__rf_f() {fail}"]
     for target, upper, work in layers:
         # userxattr: opaque directories as user.overlay.opaque; a user namespace cannot set
-        # trusted.* xattrs (without it, removing a lower directory fails with EIO).
-        opts = f"lowerdir={target},upperdir={upper},workdir={work},userxattr"
+        # trusted.* xattrs (without it, removing a lower directory fails with EIO). No
+        # redirects, no metacopy, whatever the kernel's defaults: a renamed directory is
+        # copied up whole and every file's data is in the upper (what changes_from_upper reads).
+        opts = (
+            f"lowerdir={target},upperdir={upper},workdir={work},"
+            "userxattr,redirect_dir=nofollow,metacopy=off"
+        )
         lines.append(
             f"{mount} -t overlay overlay -o {quote(opts)} {quote(target)} || __rf_f 'mount {target}'"
         )

@@ -13,8 +13,8 @@ from typing import Any
 
 from .. import _proc
 from ..runtime import RingfenceError
-from ._docker import IMAGE_VARIABLE, DockerOptions
 from ._dockerapi import connect_docker, map_docker_errors
+from ._dockeroptions import IMAGE_VARIABLE, DockerOptions
 from ._imagebuild import list_images
 from ._images import IMAGES, docker_location
 

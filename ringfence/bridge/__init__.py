@@ -7,26 +7,14 @@ each ``call_tool`` inside it is one ``Kernel.invoke``, the same Gate as a
 direct call.
 """
 
-from ._channel import BridgeListener as BridgeListener
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ._config import (
     SANDBOX_LEVELS as SANDBOX_LEVELS,
     ScriptConfig as ScriptConfig,
     ScriptLimits as ScriptLimits,
     ScriptResult as ScriptResult,
-)
-from ._docker import (
-    DockerScriptLauncher as DockerScriptLauncher,
-    bridge_mounts as bridge_mounts,
-    make_bridge_dir as make_bridge_dir,
-    remove_bridge_dir as remove_bridge_dir,
-)
-from ._host import run_script as run_script
-from ._launch import (
-    ChildProcess as ChildProcess,
-    Launcher as Launcher,
-    LaunchRequest as LaunchRequest,
-    LocalLauncher as LocalLauncher,
-    child_env as child_env,
 )
 from ._runner import ALLOWED_MODULES as ALLOWED_MODULES
 from ._sandbox import landlock_abi as landlock_abi
@@ -38,6 +26,40 @@ from ._tool import (
     unavailable_backend as unavailable_backend,
 )
 from ._wire import ProtocolError as ProtocolError
+
+if TYPE_CHECKING:
+    from ._channel import BridgeListener as BridgeListener
+    from ._docker import (
+        DockerScriptLauncher as DockerScriptLauncher,
+        bridge_mounts as bridge_mounts,
+        make_bridge_dir as make_bridge_dir,
+        remove_bridge_dir as remove_bridge_dir,
+    )
+    from ._host import run_script as run_script
+    from ._launch import (
+        ChildProcess as ChildProcess,
+        Launcher as Launcher,
+        LaunchRequest as LaunchRequest,
+        LocalLauncher as LocalLauncher,
+        child_env as child_env,
+    )
+
+# A script's run (listener, launcher, the process supervisor it spawns through, the
+# docker transport) loads on first use (PEP 562): registering run_tool_script into a
+# session that never runs a script costs none of it.
+_LAZY = {
+    "BridgeListener": "._channel",
+    "DockerScriptLauncher": "._docker",
+    "bridge_mounts": "._docker",
+    "make_bridge_dir": "._docker",
+    "remove_bridge_dir": "._docker",
+    "run_script": "._host",
+    "ChildProcess": "._launch",
+    "Launcher": "._launch",
+    "LaunchRequest": "._launch",
+    "LocalLauncher": "._launch",
+    "child_env": "._launch",
+}
 
 __all__ = [
     "ALLOWED_MODULES",
@@ -64,3 +86,6 @@ __all__ = [
     "run_script",
     "unavailable_backend",
 ]
+
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..runtime import (
     CallContext,
@@ -18,9 +18,14 @@ from ..runtime import (
     script_credential_literals,
 )
 from ._config import DEFAULT_MAX_CALLS, ScriptConfig, ScriptResult
-from ._host import run_script
-from ._launch import Launcher, LocalLauncher
 from ._runner import ALLOWED_MODULES
+
+if TYPE_CHECKING:
+    from ._launch import Launcher, LocalLauncher
+
+# The run's machinery (``_host``, ``_launch``, and through them the process supervisor)
+# is imported on the first run: a session that never runs a script (`ringfence call
+# read_file`) does not pay for it.
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -99,13 +104,22 @@ def register_script_tool(
     """
     config = config or ScriptConfig()
     schema = _schema(config.max_calls)
-    local = LocalLauncher(spare=spare)
-    kernel.push_async_callback(local.aclose)
+    local: list[LocalLauncher] = []  # made on the first local run, ended with the kernel
     docker_launchers: dict[int, Launcher] = {}
+
+    async def close_local() -> None:
+        while local:
+            await local.pop().aclose()
+
+    kernel.push_async_callback(close_local)
 
     async def launcher_for(ctx: CallContext) -> Launcher:
         if backend_session_factory is None:
-            return local
+            if not local:
+                from ._launch import LocalLauncher
+
+                local.append(LocalLauncher(spare=spare))
+            return local[0]
         session = await backend_session_factory(ctx)
         if hasattr(session, "launch"):  # a session that is its own launcher
             return cast(Launcher, session)
@@ -133,6 +147,8 @@ def register_script_tool(
         if "max_calls" in args:  # the schema keeps it within the operator's ceiling
             changes["max_calls"] = int(args["max_calls"])
         run_config = _replace(config, **changes) if changes else config
+        from ._host import run_script
+
         result = await run_script(
             ctx,  # its calls re-enter the Gate as this call's children
             args["script"],

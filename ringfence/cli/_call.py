@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 from collections.abc import Iterable
 
@@ -50,6 +49,8 @@ def parse_arguments(spec: str) -> dict:
 
 def with_suggestions(error: RingfenceError, tool: str, names: Iterable[str]) -> RingfenceError:
     """An unknown tool's not_found, extended by the closest registered names (if any)."""
+    import difflib  # only for a misspelt name: not on every call's start
+
     close = difflib.get_close_matches(tool, list(names), n=3, cutoff=0.6)
     if not isinstance(error, NotFound) or not close:
         return error

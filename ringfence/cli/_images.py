@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 async def run_build(args: argparse.Namespace) -> int:
     from ..backends import build_image, connect_docker
-    from ..backends._docker import DockerOptions
+    from ..backends._dockeroptions import DockerOptions
     from ..backends._images import recipe_for
 
     name = args.name

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..mcp_host import (
     Manifest,
+    Sandbox,
     ServerConfig,
     Transport,
     Trust,
@@ -31,8 +32,8 @@ from ..mcp_host import (
     save_server,
 )
 from ..mcp_host._manifest import DEFAULT_APPROVED
-from ..runtime import InvalidArguments, is_secret_name, mask_command_args
-from ._output import print_ok
+from ..runtime import InvalidArguments, is_secret_name, load_policy, mask_command_args
+from ._output import print_ok, print_warnings
 from ._verbs import add_verb_parser
 
 
@@ -120,7 +121,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument(
         "--trusted",
         action="store_true",
-        help="mark the server trusted (results are not framed as untrusted)",
+        help="mark the server trusted (results are not framed as untrusted); deprecated: "
+        "write trusted = true under [mcp.NAME] in policy.toml",
     )
     add.add_argument(
         "--autonomous-tool",
@@ -134,7 +136,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="T",
-        help="treat this tool as read-only",
+        help="treat this tool as read-only; deprecated: write read_only_tools under "
+        "[mcp.NAME] in policy.toml",
     )
     add.add_argument(
         "--allow-tool",
@@ -149,6 +152,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="GLOB",
         help="hide the server's tools matching GLOB (repeatable; wins over --allow-tool)",
+    )
+    add.add_argument(
+        "--sandbox",
+        choices=["none", "local"],
+        help="stdio: run the server's process confined (local) or as your user (none, default)",
+    )
+    add.add_argument(
+        "--sandbox-network", action="store_true", help="with --sandbox local: allow the network"
+    )
+    add.add_argument(
+        "--sandbox-writable",
+        action="store_true",
+        help="with --sandbox local: the workspace is writable (default read-only)",
     )
     add.add_argument("--timeout-seconds", type=float, help="per-call deadline (default 60)")
     add.add_argument(
@@ -264,7 +280,8 @@ async def run_list(args: argparse.Namespace) -> int:
         result = {"manifests": [str(p) for p in m.paths], "servers": servers}
         if any(s["auth"]["auth"] == "oauth" for s in servers):
             result["token_store"] = key_backend()  # where the sealing key lives
-        return print_ok(result, True)
+        return print_ok(result, True, m.warnings)
+    print_warnings(m.warnings)
     if not servers:
         sys.stdout.write(f"no MCP servers configured in {', '.join(str(p) for p in m.paths)}\n")
         return 0
@@ -324,6 +341,10 @@ def config_from_args(args: argparse.Namespace, existing: Manifest) -> ServerConf
     }
     if args.timeout_seconds is not None:
         options["call_timeout_seconds"] = args.timeout_seconds
+    if args.sandbox is not None:
+        options["sandbox"] = Sandbox(args.sandbox)
+    options["sandbox_network"] = args.sandbox_network
+    options["sandbox_writable"] = args.sandbox_writable
     options.update(_auth_options(args))
     return ServerConfig(**options)
 
@@ -362,7 +383,10 @@ async def run_add(args: argparse.Namespace) -> int:
     m = save_server(config, path)  # validates the whole resulting file before writing it
     summary = _summary(m.get(config.name))
     if args.json:
-        return print_ok({"manifest": str(path), "replaced": replaced, "server": summary}, True)
+        return print_ok(
+            {"manifest": str(path), "replaced": replaced, "server": summary}, True, m.warnings
+        )
+    print_warnings(m.warnings)
     verb = "replaced" if replaced else "added"
     sys.stdout.write(
         f"{verb} {config.name} in {path}: {summary['transport']} {summary['target']}\n"
@@ -447,7 +471,9 @@ async def run_logout(args: argparse.Namespace) -> int:
 
 async def run_inspect(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
-    config = m.get(args.name)
+    # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
+    roots = [args.workspace] if args.workspace else []
+    config = m.get(args.name).with_policy(load_policy(roots, project=bool(roots)).mcp)
     if args.timeout_seconds is not None:
         from dataclasses import replace
 
@@ -458,7 +484,9 @@ async def run_inspect(args: argparse.Namespace) -> int:
         )
     target = _summary(config)["target"]
     how = (
-        "starting its process as your user"
+        "starting its process confined (sandbox = local)"
+        if config.sandbox == "local"
+        else "starting its process as your user"
         if config.transport is Transport.STDIO
         else "connecting to it"
     )
@@ -466,9 +494,18 @@ async def run_inspect(args: argparse.Namespace) -> int:
         f"ringfence: inspecting MCP server {config.name!r} ({config.transport.value}: {target}): {how}\n"
     )
     sys.stderr.flush()
+    from .._embed import mcp_stdio_confiner
     from ..mcp_host import inspect_server  # imports the MCP SDK: only inspect needs it
+    from ..workspace import Workspace
 
-    report = await inspect_server(config, workspace=args.workspace)
+    # sandbox = "local": confined over the workspace, as in a session
+    workspace = Workspace([args.workspace]) if args.workspace else None
+    try:
+        confiner = mcp_stdio_confiner(workspace)
+        report = await inspect_server(config, workspace=args.workspace, stdio_confiner=confiner)
+    finally:
+        if workspace is not None:
+            workspace.close()
     if args.json:
         if report.get("connected"):
             return print_ok(report, True)

@@ -82,8 +82,8 @@ async def run_apply(args: argparse.Namespace) -> int:
         }
         if failed is None:
             return print_ok(report, True)
-        failed.details = {**failed.details, **report}  # what ran before the failure
-        return print_error(failed, True)
+        # what ran before the failure, on a copy: the outcome's error is not rewritten
+        return print_error(failed.with_(details={**failed.details, **report}), True)
     else:
         for o in outcomes:
             status = "ok" if o.ok else f"{o.error.code}: {o.error.message}"

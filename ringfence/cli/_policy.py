@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 from typing import Any
 
@@ -60,12 +61,15 @@ def _roots_options(parser: argparse.ArgumentParser) -> None:
 
 
 async def run_show(args: argparse.Namespace) -> int:
-    policy = policy_from_args(args)
+    layers = policy_from_args(args)
+    policy = layers.policy
     rules = [r.to_dict() for r in policy.rules]
+    mcp = [m.to_dict() for m in layers.mcp.statements]
     project = _project_file(args)
     if args.json:
         return print_ok(
-            {"roots": list(policy.roots), "rules": rules, "project_file": project}, True
+            {"roots": list(policy.roots), "rules": rules, "mcp": mcp, "project_file": project},
+            True,
         )
     if project is not None:
         sys.stdout.write(
@@ -75,13 +79,19 @@ async def run_show(args: argparse.Namespace) -> int:
         )
     if not rules:
         sys.stdout.write("no policy rules: the posture alone decides\n")
-        return 0
-    width = max(len(r["rule"]) for r in rules)
+    width = max((len(r["rule"]) for r in rules), default=0)
     for r in rules:
         note = f"  [inactive: {r['inactive']}]" if "inactive" in r else ""
         sys.stdout.write(
             f"{r['effect']:<5}  {r['rule']:<{width}}  {r['layer']:<8} {r['source']}{note}\n"
         )
+    if mcp:
+        sys.stdout.write("MCP servers ([mcp.<server>]: which tools are read, trust)\n")
+    texts = [f"{m['server']}: {m['key']} = {json.dumps(m['value'])}" for m in mcp]
+    width = max(map(len, texts), default=0)
+    for m, text in zip(mcp, texts, strict=True):
+        note = f"  [inactive: {m['inactive']}]" if "inactive" in m else ""
+        sys.stdout.write(f"mcp    {text:<{width}}  {m['layer']:<8} {m['source']}{note}\n")
     return 0
 
 
@@ -101,7 +111,7 @@ async def run_check(args: argparse.Namespace) -> int:
         count = len(loaded.rules)
         where = args.file
     else:
-        count = len(policy_from_args(args).rules)
+        count = len(policy_from_args(args).policy.rules)
         where = "every layer"
     if args.json:
         return print_ok({"file": where, "rules": count}, True)

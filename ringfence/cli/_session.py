@@ -13,12 +13,12 @@ from ..runtime import (
     Approver,
     InvalidArguments,
     Kernel,
-    Policy,
+    PolicyLayers,
     Posture,
     ScriptedApprover,
     cli_rules,
     default_approver,
-    load_layers,
+    load_policy,
 )
 from ._worktree import add_worktree_option, session_roots
 
@@ -124,10 +124,10 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def policy_from_args(args: argparse.Namespace) -> Policy:
+def policy_from_args(args: argparse.Namespace) -> PolicyLayers:
     """Every policy layer for this session; raises PolicyFileError (nothing loaded) on a bad one."""
     roots = workspace_roots_from_env(args.workspace)
-    return load_layers(
+    return load_policy(
         roots,
         policy_files=args.policy,
         rules=cli_rules(args.policy_deny, args.policy_ask, args.policy_allow),

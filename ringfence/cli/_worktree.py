@@ -17,14 +17,20 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._embed import workspace_roots_from_env
-from .._git import GitResult, git_diff, run_git
 from ..runtime import InvalidArguments, NotFound, ToolError
 from ..runtime._files import ringfence_home
 from ..workspace import Workspace, workspace_id
 from ._output import print_ok
 from ._verbs import add_verb_parser
+
+if TYPE_CHECKING:
+    from .._git import GitResult
+
+# ringfence._git (and the process supervisor it spawns through) is imported where git
+# runs: every session verb has --worktree, and most sessions never use it.
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -96,6 +102,8 @@ def session_roots(roots: list[Path], name: str) -> list[Path]:
     repo, base = _base(roots)
     path = base / name
     if not path.exists():
+        from .._git import run_git
+
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check(run_git(["rev-parse", "--show-toplevel"], cwd=repo), "rev-parse (is it a repo?)")
         _check(
@@ -106,6 +114,8 @@ def session_roots(roots: list[Path], name: str) -> list[Path]:
 
 
 def _ours(roots: list[Path]) -> tuple[Path, Path, list[dict[str, str]]]:
+    from .._git import run_git
+
     repo, base = _base(roots)
     listed = _check(run_git(["worktree", "list", "--porcelain"], cwd=repo), "worktree list")
     found: list[dict[str, str]] = []
@@ -137,6 +147,8 @@ async def run_list(args: argparse.Namespace) -> int:
 
 
 async def run_diff(args: argparse.Namespace) -> int:
+    from .._git import git_diff, run_git
+
     _, w = _find(args)
     diff = _check(git_diff(["HEAD"], cwd=w["path"]), "diff").stdout.decode("utf-8", "replace")
     new = _check(
@@ -152,6 +164,8 @@ async def run_diff(args: argparse.Namespace) -> int:
 
 
 async def run_remove(args: argparse.Namespace) -> int:
+    from .._git import run_git
+
     repo, w = _find(args)
     force = ["--force"] if args.force else []
     _check(run_git(["worktree", "remove", *force, w["path"]], cwd=repo), "worktree remove")

@@ -17,6 +17,7 @@ from .._lazy import lazy_exports
 from ._manifest import (
     Manifest as Manifest,
     Policy as Policy,
+    Sandbox as Sandbox,
     ServerConfig as ServerConfig,
     Transport as Transport,
     Trust as Trust,
@@ -36,8 +37,8 @@ _LAZY = {
     "CapabilityLedger": "._authority",
     "advertised_capabilities": "._authority",
     "ConnectionPool": "._connection",
-    "Diagnostics": "._connection",
-    "translate_error": "._connection",
+    "Diagnostics": "._diagnostics",
+    "translate_error": "._errors",
     "Connector": "._connector",
     "Connectors": "._connector",
     "attach_connectors": "._connector",
@@ -56,12 +57,16 @@ _LAZY = {
     "SamplingProvider": "._sampling",
     "SamplingRequest": "._sampling",
     "SamplingResponse": "._sampling",
+    "ConfinedCommand": "._stdio",
+    "StdioCommand": "._stdio",
+    "StdioConfiner": "._stdio",
 }
 
 
 __all__ = [
     "Manifest",
     "Policy",
+    "Sandbox",
     "ServerConfig",
     "Transport",
     "Trust",
@@ -87,11 +92,7 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         CapabilityLedger as CapabilityLedger,
         advertised_capabilities as advertised_capabilities,
     )
-    from ._connection import (
-        ConnectionPool as ConnectionPool,
-        Diagnostics as Diagnostics,
-        translate_error as translate_error,
-    )
+    from ._connection import ConnectionPool as ConnectionPool
     from ._connector import (
         Connector as Connector,
         Connectors as Connectors,
@@ -99,6 +100,7 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         connect_servers as connect_servers,
         start_connectors as start_connectors,
     )
+    from ._diagnostics import Diagnostics as Diagnostics
     from ._discovery import Discovery as Discovery
     from ._elicitation import (
         ElicitationAnswer as ElicitationAnswer,
@@ -107,6 +109,7 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         credential_fields as credential_fields,
     )
     from ._embedding import connect_when_entered as connect_when_entered
+    from ._errors import translate_error as translate_error
     from ._inspect import inspect_server as inspect_server
     from ._inventory import (
         ListLimits as ListLimits,
@@ -117,4 +120,9 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         SamplingProvider as SamplingProvider,
         SamplingRequest as SamplingRequest,
         SamplingResponse as SamplingResponse,
+    )
+    from ._stdio import (
+        ConfinedCommand as ConfinedCommand,
+        StdioCommand as StdioCommand,
+        StdioConfiner as StdioConfiner,
     )

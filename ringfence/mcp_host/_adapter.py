@@ -1,12 +1,15 @@
 """MCP tools, resources and prompts as ordinary kernel ToolSpecs.
 
-A tool's consequence comes from the operator's manifest first; the server's
-own annotations can only ever *raise* caution, unless the operator marked the
-server ``trust = "trusted"``:
+A tool's consequence comes from the operator first (the manifest's
+``irreversible_tools``, the policy files' ``[mcp.<server>]``); the server's own
+annotations can only ever *raise* caution, unless the operator trusts the server:
 
 1. ``irreversible_tools`` in the manifest → irreversible (nothing lowers it)
-2. ``read_only_tools`` (alias ``read_tools``) in the manifest → read
-3. a trusted server: ``readOnlyHint: true`` → read; ``destructiveHint: false``
+2. ``read_only_tools`` in the policy files' ``[mcp.<server>]`` (every layer
+   that lists some must name the tool; the manifest's deprecated
+   ``read_only_tools``/``read_tools`` count as one more list) → read
+3. a trusted server (``trusted = true`` in a policy file; deprecated:
+   ``trust = "trusted"`` in the manifest): ``readOnlyHint: true`` → read; ``destructiveHint: false``
    → reversible; anything else → irreversible
 4. an untrusted server (the default): ``readOnlyHint: true`` (without an
    explicit ``destructiveHint: true``) or ``destructiveHint: false`` →
@@ -89,12 +92,14 @@ def consequence_for(
     """The consequence of one remote tool and the reason, per the module docstring.
 
     Promise: for a server the operator did not mark trusted, the result is never
-    ``read`` unless ``read_only_tools`` names the tool; annotations only raise caution.
+    ``read`` unless ``read_only_tools`` names the tool (every list the policy layers
+    hold about the server, see ``runtime._mcppolicy``); annotations only raise caution.
     """
     if (p := _matches(remote_name, config.irreversible_tools)) is not None:
         return Consequence.IRREVERSIBLE, f"irreversible_tools {p!r} in the manifest"
-    if (p := _matches(remote_name, config.read_only_tools)) is not None:
-        return Consequence.READ, f"read_only_tools {p!r} in the manifest"
+    read, why = config.read_only(remote_name)
+    if read:
+        return Consequence.READ, why
     trusted = config.trust is Trust.TRUSTED
     if annotations is None:
         return Consequence.IRREVERSIBLE, "the tool declares no annotations"
@@ -107,7 +112,8 @@ def consequence_for(
         return (
             Consequence.REVERSIBLE,
             "the tool claims readOnlyHint, which an untrusted server cannot grant; "
-            "list it in read_only_tools to treat it as read",
+            f"list it in read_only_tools under [mcp.{config.name}] in a policy file to treat it "
+            "as read",
         )
     if annotations.destructive_hint is False:
         return Consequence.REVERSIBLE, "the tool's destructiveHint is false"

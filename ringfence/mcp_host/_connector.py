@@ -47,7 +47,8 @@ from ._adapter import (
     tool_spec,
 )
 from ._authority import CapabilityLedger
-from ._connection import ConnectionPool, Diagnostics, LiveConnection
+from ._connection import ConnectionPool, LiveConnection
+from ._diagnostics import Diagnostics
 from ._elicitation import ElicitationGate, Elicitor
 from ._inventory import (
     DEFAULT_LIMITS,
@@ -59,6 +60,7 @@ from ._inventory import (
 )
 from ._manifest import Manifest, Policy, ServerConfig, Transport
 from ._sampling import SamplingGate, SamplingProvider
+from ._stdio import StdioConfiner
 from ._urls import display_url
 
 __all__ = ["Connector", "Connectors", "attach_connectors", "connect_servers", "start_connectors"]
@@ -89,6 +91,7 @@ class Connector:
         sampling_lock: trio.Lock | None = None,
         elicitor: Elicitor | None = None,
         limits: ListLimits = DEFAULT_LIMITS,
+        stdio_confiner: StdioConfiner | None = None,
     ) -> None:
         self.config = config
         self.kernel = kernel
@@ -133,7 +136,14 @@ class Connector:
         if config.elicitation_policy is not Policy.DENY:
             self.elicitation = ElicitationGate(config, kernel, elicitor, self.diagnostics)
             options["elicitation_callback"] = self.elicitation
-        self.pool = ConnectionPool(config, nursery, kernel.redactor, self.diagnostics, options)
+        self.pool = ConnectionPool(
+            config,
+            nursery,
+            kernel.redactor,
+            self.diagnostics,
+            options,
+            stdio_confiner=stdio_confiner,
+        )
         self.pool.on_connect = self._on_connect
 
     # -- identity ------------------------------------------------------------------------------
@@ -167,6 +177,7 @@ class Connector:
             "protocol_version": client.protocol_version,
             "instructions": instructions,
             "connection": live.generation,
+            "sandbox": live.sandbox,
         }
         ledger = CapabilityLedger.from_initialize(
             client.server_capabilities, self.config.approved_capabilities
@@ -521,8 +532,12 @@ async def start_connectors(
     tool_discovery: bool | None = None,
     strict: bool = False,
     limits: ListLimits = DEFAULT_LIMITS,
+    stdio_confiner: StdioConfiner | None = None,
 ) -> Connectors:
     """Connect the manifest's enabled servers into ``nursery`` and register their tools.
+
+    ``stdio_confiner`` starts ``sandbox = "local"`` servers confined (``create_kernel``
+    passes the local backend's); without one such a server fails to connect.
 
     The connections live in ``nursery`` until ``await connectors.aclose()``
     (which stops every server and unregisters its tools; it may be called from
@@ -548,6 +563,7 @@ async def start_connectors(
             sampling_lock=lock,
             elicitor=elicitor,
             limits=limits,
+            stdio_confiner=stdio_confiner,
         )
         try:
             await connector.start()
@@ -584,6 +600,7 @@ async def start_connectors(
                     server_info={k: connector.identity.get(k) for k in ("name", "version")},
                     ledger=connector.ledger.to_dict() if connector.ledger else None,
                     tools=[s.name for s in connector.specs],
+                    sandbox=connector.identity.get("sandbox"),
                 )
         connectors._add_autonomous()
         discovery = manifest.tool_discovery if tool_discovery is None else tool_discovery
@@ -610,7 +627,7 @@ async def connect_servers(
 
     Options are those of :func:`start_connectors` (``workspace``, ``names``,
     ``sampling_provider``, ``elicitor``, ``tool_discovery``, ``strict``,
-    ``limits``). On exit every server is stopped (cancellation or not) and
+    ``limits``, ``stdio_confiner``). On exit every server is stopped (cancellation or not) and
     its tools are unregistered. An exception from the block propagates as
     itself, not wrapped in an exception group.
     """

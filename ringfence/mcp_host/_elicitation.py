@@ -46,7 +46,7 @@ from ._urls import check_url
 
 if TYPE_CHECKING:
     from ..runtime import Kernel
-    from ._connection import Diagnostics
+    from ._diagnostics import Diagnostics
 
 __all__ = [
     "ElicitationAnswer",

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from ..runtime import Kernel
+from ..runtime import Kernel, McpPolicy
 from ._connector import connect_servers
 from ._manifest import Manifest, load_manifest, load_manifests
 
@@ -38,19 +39,26 @@ def connect_when_entered(
     *,
     workspace: str | os.PathLike[str] | None = None,
     options: Mapping[str, Any] | None = None,
+    policy: McpPolicy | None = None,
 ) -> None:
     """Arrange for ``kernel`` to connect the servers of ``manifest`` on ``async with``.
 
     ``manifest``: a :class:`Manifest`, a path to an ``mcp.toml``, or ``True``
     for the user manifest plus ``<workspace>/.ringfence/mcp.toml``. The
     manifest is read at entry, so a malformed file raises from ``async with``.
-    ``options`` go to :func:`connect_servers`.
+    ``options`` go to :func:`connect_servers`. ``policy`` (the policy layers'
+    ``[mcp.<server>]`` statements) decides each server's trust and read tools
+    (:meth:`ServerConfig.with_policy`). The manifest's warnings (deprecated
+    keys) become ``mcp_manifest_warning`` events.
     """
 
     async def startup(k: Kernel) -> None:
-        cm = connect_servers(
-            k, _load(manifest, workspace), workspace=workspace, **dict(options or {})
-        )
+        loaded = _load(manifest, workspace)
+        if policy is not None:
+            loaded = replace(loaded, servers=tuple(s.with_policy(policy) for s in loaded.servers))
+        for warning in loaded.warnings:
+            k.events.emit("mcp_manifest_warning", k.session_id, message=warning)
+        cm = connect_servers(k, loaded, workspace=workspace, **dict(options or {}))
         k.extensions["mcp"] = await k.enter_async_context(cm)
 
     kernel.add_startup(startup)

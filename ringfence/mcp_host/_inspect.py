@@ -29,6 +29,7 @@ from ._connector import Connector, connect_servers
 from ._inventory import DEFAULT_LIMITS, ListLimits
 from ._manifest import Manifest, Policy, ServerConfig, Transport
 from ._sampling import SamplingProvider
+from ._stdio import StdioConfiner
 from ._urls import display_url
 
 __all__ = ["inspect_server"]
@@ -183,8 +184,12 @@ async def inspect_server(
     workspace: str | os.PathLike[str] | None = None,
     sampling_provider: SamplingProvider | None = None,
     limits: ListLimits = DEFAULT_LIMITS,
+    stdio_confiner: StdioConfiner | None = None,
 ) -> dict[str, Any]:
     """Connect ``config`` (even if disabled), describe it and run the checks.
+
+    ``stdio_confiner`` starts a ``sandbox = "local"`` server confined (without
+    one, such a server is reported as not connected).
 
     Never raises for a server that fails: the report says ``connected: false``
     and carries the error.
@@ -197,6 +202,7 @@ async def inspect_server(
         "workspace": workspace,
         "sampling_provider": sampling_provider,
         "limits": limits,
+        "stdio_confiner": stdio_confiner,
     }
     kernel = Kernel(approver=HeadlessDenyApprover(), events_sink=sink)
     # What the listing masks in the server's arguments is a secret for everything the

@@ -17,7 +17,8 @@ from mcp.shared.auth import AuthorizationCodeResult
 
 from ..runtime import Denied, Redactor, Unavailable
 from ..runtime._groups import raise_single
-from ._connection import ConnectionPool, Diagnostics
+from ._connection import ConnectionPool
+from ._diagnostics import Diagnostics
 from ._manifest import AuthMode, ServerConfig
 from ._oauth import LoginFlow, SealedTokenStorage, auth_status, login_flow
 from ._tokens import SealedStore

@@ -44,7 +44,7 @@ from ._requests import request_rules, request_spec
 
 if TYPE_CHECKING:
     from ..runtime import Kernel
-    from ._connection import Diagnostics
+    from ._diagnostics import Diagnostics
 
 __all__ = ["SamplingGate", "SamplingProvider", "SamplingRequest", "SamplingResponse"]
 

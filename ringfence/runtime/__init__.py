@@ -14,6 +14,12 @@ from ._approval import (
     TerminalApprover as TerminalApprover,
     default_approver as default_approver,
 )
+from ._calls import (
+    Authorization as Authorization,
+    CallContext as CallContext,
+    NoPublicConstructor as NoPublicConstructor,
+    Outcome as Outcome,
+)
 from ._canonical import canonical_json as canonical_json, digest as digest
 from ._caps import (
     MAX_SPOOL_BYTES as MAX_SPOOL_BYTES,
@@ -56,15 +62,13 @@ from ._intents import (
     verify_intent as verify_intent,
 )
 from ._judge import PartVerdict as PartVerdict, Policy as Policy, PolicyVerdict as PolicyVerdict
-from ._kernel import (
-    Authorization as Authorization,
-    CallContext as CallContext,
-    Kernel as Kernel,
-    NoPublicConstructor as NoPublicConstructor,
-    Outcome as Outcome,
-    RulesHandle as RulesHandle,
-)
+from ._kernel import Kernel as Kernel, RulesHandle as RulesHandle
 from ._matchers import normalize_path as normalize_path
+from ._mcppolicy import (
+    McpPolicy as McpPolicy,
+    McpServerPolicy as McpServerPolicy,
+    McpStatement as McpStatement,
+)
 from ._plan import Plan as Plan, StagedCall as StagedCall
 from ._policy import (
     Decision as Decision,
@@ -76,8 +80,10 @@ from ._policy import (
 )
 from ._policyfile import (
     PolicyFileError as PolicyFileError,
+    PolicyLayers as PolicyLayers,
     cli_rules as cli_rules,
     load_layers as load_layers,
+    load_policy as load_policy,
     load_policy_file as load_policy_file,
     managed_policy_path as managed_policy_path,
 )
@@ -120,6 +126,9 @@ __all__ = [
     "IntentAuthority",
     "InvalidArguments",
     "Kernel",
+    "McpPolicy",
+    "McpServerPolicy",
+    "McpStatement",
     "MemorySink",
     "NoPublicConstructor",
     "NotFound",
@@ -130,6 +139,7 @@ __all__ = [
     "Plan",
     "Policy",
     "PolicyFileError",
+    "PolicyLayers",
     "PolicyVerdict",
     "Posture",
     "Redactor",
@@ -166,6 +176,7 @@ __all__ = [
     "is_secret_name",
     "key_fingerprint",
     "load_layers",
+    "load_policy",
     "load_policy_file",
     "load_public_keys",
     "managed_policy_path",

@@ -28,7 +28,6 @@ from typing import Any, final
 
 import orjson
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
@@ -46,6 +45,11 @@ __all__ = [
     "load_public_keys",
     "verify_intent",
 ]
+
+# An Ed25519 SubjectPublicKeyInfo is this fixed DER header and the 32 raw key bytes
+# (RFC 8410), so minting a session key's PEM needs no serialization module (and the
+# ciphers, RSA, EC and SSH code it imports); reading PEM text still uses it.
+_ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")
 
 _PEM_BLOCK = re.compile(r"-----BEGIN PUBLIC KEY-----[A-Za-z0-9+/=\s]*?-----END PUBLIC KEY-----")
 
@@ -124,9 +128,9 @@ class IntentAuthority:
         self._spent_order: deque[tuple[float, str]] = deque()
 
     def public_key_pem(self) -> str:
-        return self._public.public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ).decode()
+        """The session's public key as a PEM ``PUBLIC KEY`` block (SubjectPublicKeyInfo)."""
+        der = base64.b64encode(_ED25519_SPKI_PREFIX + self._public.public_bytes_raw()).decode()
+        return f"-----BEGIN PUBLIC KEY-----\n{der}\n-----END PUBLIC KEY-----\n"
 
     def sign_bytes(self, data: bytes) -> bytes:
         return self._key.sign(data)
@@ -202,6 +206,8 @@ def load_public_keys(pem_text: str) -> list[Ed25519PublicKey]:
     Raises ValueError naming the block that is not an Ed25519 public key, or
     when the text holds no key at all.
     """
+    from cryptography.hazmat.primitives import serialization
+
     blocks = _PEM_BLOCK.findall(pem_text)
     if not blocks:
         raise ValueError("no PEM public key found")
@@ -219,7 +225,7 @@ def load_public_keys(pem_text: str) -> list[Ed25519PublicKey]:
 
 def key_fingerprint(key: Ed25519PublicKey) -> str:
     """``sha256:<hex>`` of the raw 32-byte key: a short name to compare and print."""
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    raw = key.public_bytes_raw()
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 

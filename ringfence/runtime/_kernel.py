@@ -1,5 +1,8 @@
 """The Kernel: registry, Gate and executor for one session.
 
+(Over 500 lines on purpose: one class, a session's state and the road every call
+takes; its steps are in ``_calls``, ``_gate``, ``_outcomes`` and ``_planapply``.)
+
 Every call takes the same road, one method per layer::
 
     invoke ─► authorize ─┬─ validate arguments (schema)      invalid_arguments
@@ -24,45 +27,44 @@ approver are read-only properties, changed only by :meth:`Kernel.set_posture`,
 :meth:`Kernel.add_rules` (an owner's :class:`RulesHandle`) and
 :meth:`Kernel.set_approver`, each recorded; an executor gets a
 :class:`CallContext`, not the kernel; an :class:`Authorization` is minted only
-here.
+by the Gate's authorize step.
 
 Every call that was proposed ends in exactly one outcome record: ``finished``,
 ``failed`` (a refusal, a tool's error, or an unexpected exception inside the
 kernel, reported as ``tool_error``), ``staged`` (dry run) or ``cancelled``
 (cancellation, KeyboardInterrupt, or the kernel closing while the call was in
 flight). Cancellation still propagates after its record is written.
+
+This module holds the Kernel (the session: what decides, the registry, the
+lifecycle, and the road of :meth:`Kernel.invoke`). The call's values are in
+``_calls``, the Gate's authorize step in ``_gate``, outcome records and the
+copies errors are made safe in ``_outcomes``, plan apply in ``_planapply``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import secrets
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, final
+from typing import Any
 
 import trio
 
-from ._approval import (
-    ApprovalAnswer,
-    ApprovalRequest,
-    Approver,
-    Choice,
-    HeadlessDenyApprover,
-    SessionGrants,
-)
+from . import _gate
+from ._approval import Approver, HeadlessDenyApprover, SessionGrants
+from ._calls import AskHook, Authorization, CallContext, NoPublicConstructor, Outcome, new_id
 from ._caps import cap_text, escape_surrogates
-from ._errors import Denied, InvalidArguments, RingfenceError, ToolError
-from ._events import KERNEL_KINDS, RECORD_FIELDS, EventLog, EventSink, MemorySink
+from ._errors import RingfenceError, ToolError
+from ._events import EventLog, EventSink, MemorySink
 from ._files import ringfence_home
-from ._intents import Intent, IntentAuthority
-from ._plan import Plan, StagedCall
-from ._policy import Decision, Posture, Rules, Verdict, decide
+from ._intents import IntentAuthority
+from ._outcomes import RecordingOutcome
+from ._plan import Plan
+from ._planapply import apply_plan
+from ._policy import Decision, Posture, Rules
 from ._redact import Redactor
-from ._tools import Consequence, Registry, ToolSpec
+from ._tools import Registry, ToolSpec
 
 __all__ = [
     "Authorization",
@@ -76,186 +78,6 @@ __all__ = [
 # How much of a result is copied into the "finished" event (the result itself is capped separately).
 EVENT_OUTPUT_BYTES = 4096
 DEFAULT_OUTPUT_CAP = 64 * 1024
-# An error message is cut (after redaction) to this many bytes, marker included, so a
-# tool cannot put megabytes into a reply and an event through its exception text.
-ERROR_MESSAGE_BYTES = 8 * 1024
-# Room for cap_text's marker: a message cut once fits the limit, so cutting is idempotent.
-_MARKER_ROOM = 256
-# The keys CallContext.emit fills in itself, on top of the log's own fields.
-_CONTEXT_FIELDS = RECORD_FIELDS | {"call_id", "tool"}
-
-AskHook = Callable[[], contextlib.AbstractAsyncContextManager[None]]
-
-
-def new_id() -> str:
-    return secrets.token_hex(8)
-
-
-class NoPublicConstructor(type):
-    """A metaclass that makes ``Cls(...)`` a TypeError; the owner calls ``Cls._create(...)``.
-
-    trio's pattern: authority objects (an :class:`Authorization`) can be made only
-    where the Gate decided, never by a caller holding the class.
-    """
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(f"{cls.__module__}.{cls.__qualname__} has no public constructor")
-
-    def _create(cls, *args: Any, **kwargs: Any) -> Any:
-        return super().__call__(*args, **kwargs)
-
-
-class CallContext(metaclass=NoPublicConstructor):
-    """What an executor learns about, and may do for, the call it is running.
-
-    Narrow on purpose: the call's identity (``tool``, ``call_id``,
-    ``trace_id``, ``origin``, ``posture``), its own events (:meth:`emit`),
-    redaction and the output cap/spool (:meth:`redact`, :meth:`cap`), and
-    nested calls that re-enter the Gate as children of this one
-    (:meth:`invoke`). It is not the kernel: an executor cannot change the
-    posture, the rules, the approver or the grants, and cannot run a tool
-    past the Gate. Made only by the kernel.
-    """
-
-    __slots__ = ("_kernel", "call_id", "origin", "posture", "tool", "trace_id")
-
-    def __init__(
-        self, kernel: Kernel, tool: ToolSpec, call_id: str, trace_id: str, origin: str
-    ) -> None:
-        self._kernel = kernel
-        self.tool = tool
-        self.call_id = call_id
-        self.trace_id = trace_id
-        self.origin = origin
-        self.posture = kernel.posture
-
-    def emit(self, kind: str, /, **data: Any) -> None:
-        """Add a tool-specific event (``notice``, ``output``, …) to this call's trace.
-
-        The record gets this call's ``call_id`` and ``tool``. Raises ValueError
-        when ``kind`` is one the kernel writes itself (``started``,
-        ``finished``, …; a tool cannot fake its own outcome) or ``data`` uses
-        a key the record already has (``tool``, ``call_id``, ``seq``, ``ts``,
-        ``kind``, ``trace_id``, ``prev``, ``hash``): name such data otherwise
-        (``nested_tool=…``).
-        """
-        if kind in KERNEL_KINDS:
-            raise ValueError(f"CallContext.emit: {kind!r} records are written by the kernel only")
-        clash = _CONTEXT_FIELDS.intersection(data)
-        if clash:
-            raise ValueError(
-                f"CallContext.emit({kind!r}): {', '.join(sorted(clash))} is filled in by the "
-                "kernel; name the data otherwise (e.g. nested_tool=…)"
-            )
-        self._kernel.events.emit(
-            kind, self.trace_id, call_id=self.call_id, tool=self.tool.name, **data
-        )
-
-    # -- redaction and output ----------------------------------------------------------
-
-    @property
-    def redactor(self) -> Redactor:
-        """The session's redactor (registering a secret only ever hides more)."""
-        return self._kernel.redactor
-
-    def redact(self, text: str) -> str:
-        return self._kernel.redactor.redact(text)
-
-    def redact_value(self, value: Any) -> Any:
-        return self._kernel.redactor.redact_value(value)
-
-    @property
-    def output_cap_bytes(self) -> int:
-        return self._kernel.output_cap_bytes
-
-    @property
-    def spool_dir(self) -> Path | None:
-        return self._kernel.spool_dir
-
-    def cap(self, text: str) -> str:
-        """``text`` cut to the session's output cap, the whole of it spooled to a file."""
-        return cap_text(text, self._kernel.output_cap_bytes, self._kernel.spool_dir).text
-
-    # -- nested calls ------------------------------------------------------------------
-
-    async def invoke(
-        self,
-        tool: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        origin: str = "nested",
-        trace_id: str | None = None,
-        parent_id: str | None = None,
-        on_ask: AskHook | None = None,
-    ) -> Outcome:
-        """A call made by this one: it re-enters the Gate (decided, asked, recorded) as a
-        child of this call (``parent_id``), in this call's trace unless ``trace_id``
-        names another. ``parent_id``, if given, must be this call's id."""
-        if parent_id is not None and parent_id != self.call_id:
-            raise ValueError("CallContext.invoke: a nested call's parent is the calling call")
-        return await self._kernel.invoke(
-            tool,
-            arguments,
-            origin=origin,
-            trace_id=trace_id or self.trace_id,
-            parent_id=self.call_id,
-            on_ask=on_ask,
-        )
-
-    def __repr__(self) -> str:
-        return f"CallContext({self.tool.name!r}, call_id={self.call_id!r}, origin={self.origin!r})"
-
-
-@final
-@dataclass(frozen=True)
-class Authorization(metaclass=NoPublicConstructor):
-    """The Gate's answer for one call. Only :meth:`Kernel.authorize` makes these
-    (``Authorization(...)`` is a TypeError)."""
-
-    spec: ToolSpec
-    arguments: dict[str, Any]
-    decision: Decision
-    call_id: str
-    trace_id: str
-    origin: str
-    intent: Intent | None = None
-    staged: bool = False
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The result of one call: a value, a staged placeholder, or an error."""
-
-    tool: str
-    call_id: str
-    trace_id: str
-    origin: str
-    decision: Decision | None
-    value: Any = None
-    error: RingfenceError | None = None
-    staged: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def unwrap(self) -> Any:
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "tool": self.tool,
-            "call_id": self.call_id,
-            "decision": self.decision.to_dict() if self.decision else None,
-            "staged": self.staged,
-        }
-        if self.error is not None:
-            out["error"] = self.error.to_dict()
-        else:
-            out["result"] = self.value
-        return out
 
 
 class RulesHandle:
@@ -570,7 +392,9 @@ class Kernel:
         decision: Decision | None = None
         try:
             with self._recording_outcome(call_id, trace_id, tool):
-                auth = await self._authorize(tool, args, call_id, trace_id, origin, on_ask, spec)
+                auth = await _gate.authorize(
+                    self, tool, args, call_id, trace_id, origin, on_ask, spec
+                )
                 decision = auth.decision
                 if auth.staged:
                     value = self._placeholder(auth)
@@ -597,8 +421,8 @@ class Kernel:
         would have.
         """
         if call_id is not None:
-            return await self._authorize(
-                tool, arguments, call_id, trace_id or call_id, origin, on_ask
+            return await _gate.authorize(
+                self, tool, arguments, call_id, trace_id or call_id, origin, on_ask
             )
         call_id = new_id()
         trace_id = trace_id or call_id
@@ -608,108 +432,7 @@ class Kernel:
         )
         self._open_calls[call_id] = (trace_id, tool)
         with self._recording_outcome(call_id, trace_id, tool):
-            return await self._authorize(tool, arguments, call_id, trace_id, origin, on_ask)
-
-    async def _authorize(
-        self,
-        tool: str,
-        arguments: dict[str, Any],
-        call_id: str,
-        trace_id: str,
-        origin: str,
-        on_ask: AskHook | None,
-        spec: ToolSpec | None = None,
-    ) -> Authorization:
-        if spec is None:
-            spec = self.registry.get(tool)  # raises NotFound
-        _refuse_lone_surrogates(arguments)
-        spec.validate(arguments)
-        decision = decide(spec, self.posture, self.rules, arguments)
-        self.events.emit("decided", trace_id, call_id=call_id, tool=tool, **decision.to_dict())
-        if decision.verdict is Verdict.DENY:
-            raise Denied(
-                f"{tool} was refused: {decision.reason}", rule=decision.rule
-            ).with_decision(decision)
-        if self.dry_run and spec.consequence is not Consequence.READ and not spec.composes_dry_run:
-            if self.registry.find(tool) is not spec:  # a request (invoke_request): no plan can
-                refused = Decision(Verdict.DENY, "dry-run", "a dry run answers no requests")
-                raise Denied(
-                    f"{tool} was refused: a dry run stages calls, and a request from a "
-                    "connected server cannot be staged or applied later",
-                    rule="dry-run",
-                ).with_decision(refused)
-            staged = StagedCall(
-                call_id,
-                trace_id,
-                tool,
-                arguments,
-                spec.consequence.value,
-                origin,
-                time.time(),
-                session=self.session_id,
-                posture=self.posture.value,
-            )
-            self.plan.stage(staged, self.roots)
-            self._conclude(call_id, trace_id, "staged", tool=tool, arguments=arguments)
-            return Authorization._create(
-                spec, arguments, decision, call_id, trace_id, origin, staged=True
-            )
-        if decision.verdict is Verdict.ASK:
-            decision = await self._ask(spec, arguments, decision, call_id, trace_id, origin, on_ask)
-        intent = self._authority.issue(tool, arguments, decision.verdict.value, decision.rule)
-        return Authorization._create(spec, arguments, decision, call_id, trace_id, origin, intent)
-
-    async def _ask(
-        self,
-        spec: ToolSpec,
-        arguments: dict[str, Any],
-        decision: Decision,
-        call_id: str,
-        trace_id: str,
-        origin: str,
-        on_ask: AskHook | None,
-    ) -> Decision:
-        grant = self._grants.find(spec.name, arguments)
-        if grant is not None:
-            return Decision(
-                Verdict.ALLOW,
-                "grant:session",
-                f"approved earlier for this session ({decision.rule})",
-            )
-        request = ApprovalRequest(
-            spec.name,
-            self.redactor.redact_value(arguments),
-            spec.consequence.value,
-            decision.rule,
-            decision.reason,
-            origin,
-            trace_id,
-        )
-        self.events.emit(
-            "approval_asked", trace_id, call_id=call_id, tool=spec.name, rule=decision.rule
-        )
-        async with on_ask() if on_ask is not None else contextlib.nullcontext():
-            answer: ApprovalAnswer = await self.approver.approve(request)
-        self.events.emit(
-            "approval_answered",
-            trace_id,
-            call_id=call_id,
-            tool=spec.name,
-            choice=answer.choice.value,
-            reason=answer.reason,
-            pattern=dict(answer.pattern) if answer.pattern else None,
-        )
-        if answer.choice is Choice.DENY:
-            refused = Decision(Verdict.DENY, f"approver:{decision.rule}", answer.reason)
-            raise Denied(
-                f"{spec.name} was refused by the approver ({answer.reason}); "
-                f"it asked because {decision.reason}",
-                rule=refused.rule,
-            ).with_decision(refused)
-        if answer.choice is Choice.SESSION:
-            self._grants.add(spec.name, arguments, answer.pattern)
-            return Decision(Verdict.ALLOW, "approved:session", answer.reason)
-        return Decision(Verdict.ALLOW, "approved:once", answer.reason)
+            return await _gate.authorize(self, tool, arguments, call_id, trace_id, origin, on_ask)
 
     async def execute(self, auth: Authorization) -> Any:
         """Redeem the intent, run the executor, and redact and cap its result.
@@ -751,7 +474,7 @@ class Kernel:
 
     # -- outcomes: exactly one per call -----------------------------------------------
 
-    def _recording_outcome(self, call_id: str, trace_id: str, tool: str) -> _RecordingOutcome:
+    def _recording_outcome(self, call_id: str, trace_id: str, tool: str) -> RecordingOutcome:
         """Whatever escapes the block ends the call with its one outcome record.
 
         A RingfenceError is redacted and recorded as ``failed``; any other
@@ -761,38 +484,13 @@ class Kernel:
         ``cancelled`` and propagates unchanged. Nesting is safe: the innermost
         block records, outer ones find the call ended.
         """
-        return _RecordingOutcome(self, call_id, trace_id, tool)
+        return RecordingOutcome(self, call_id, trace_id, tool)
 
     def _conclude(self, call_id: str, trace_id: str, kind: str, /, **data: Any) -> None:
         """Record the outcome ``kind`` of ``call_id``, once: later outcomes of it are no-ops."""
         if self._open_calls.pop(call_id, None) is None or self.events.closed:
             return
         self.events.emit(kind, trace_id, call_id=call_id, **data)
-
-    def _fail(self, call_id: str, trace_id: str, tool: str, exc: RingfenceError) -> RingfenceError:
-        """Redact ``exc`` (then cut its message), record ``failed`` once, return it."""
-        # Redact first, cut after: a secret straddling the cut is already the marker.
-        message = escape_surrogates(self.redactor.redact(exc.message))
-        if len(message.encode("utf-8")) > ERROR_MESSAGE_BYTES:
-            message = cap_text(message, ERROR_MESSAGE_BYTES - _MARKER_ROOM).text
-        exc.message = message
-        exc.args = (message,)
-        exc.details = self.redactor.redact_value(exc.details)
-        self._conclude(call_id, trace_id, "failed", tool=tool, error=exc.to_dict())
-        return exc
-
-    def _cancel(self, call_id: str, trace_id: str, tool: str, exc: BaseException) -> None:
-        """Record ``cancelled`` for a call that ends by cancellation (the caller re-raises)."""
-        # Shielded, as trio does its cleanup: the record must not be lost to the same
-        # cancellation, and stays right if writing events ever becomes async.
-        with trio.CancelScope(shield=True):
-            self._conclude(
-                call_id,
-                trace_id,
-                "cancelled",
-                tool=tool,
-                reason=type(exc).__name__,
-            )
 
     def _finish_value(self, value: Any) -> Any:
         """Redact every string, then cap each one that is over the output cap."""
@@ -827,84 +525,14 @@ class Kernel:
     ) -> list[Outcome]:
         """Re-enter every staged call into the Gate, in order; stop at the first failure.
 
-        Refused (Denied, nothing runs) when the plan was applied before (the
-        message names when and by which session), when it was staged under
-        other workspace roots than this kernel's (unless ``rebase_roots``), or
-        when this kernel's posture is looser than a call's staging posture
-        (unless ``allow_looser_posture``). Each call is marked applied in the
-        plan file before it enters the Gate, so it runs at most once.
+        Refused (Denied, nothing runs) when the plan was applied before, staged
+        under other workspace roots (unless ``rebase_roots``) or under a stricter
+        posture than this kernel's (unless ``allow_looser_posture``); see
+        :func:`._planapply.apply_plan`. Each call runs at most once.
         """
-        first = plan.first_applied()
-        problem = None
-        if first is not None:
-            problem = (
-                f"the plan {plan.path} was already applied ({first.describe()}; "
-                f"{len(plan.applied)} of {len(plan.calls)} call(s) marked); a plan applies once"
-            )
-        elif plan.roots != self.roots and not rebase_roots:
-            problem = (
-                f"the plan was staged under the workspace roots {list(plan.roots)}, this session "
-                f"has {list(self.roots)}; pass --rebase-roots (rebase_roots=True) to apply it here"
-            )
-        elif not allow_looser_posture:
-            rank = list(Posture)
-            looser = [
-                c
-                for c in plan.calls
-                if rank.index(self.posture) > rank.index(Posture.parse(c.posture))
-            ]
-            if looser:
-                problem = (
-                    f"posture {self.posture.value} is looser than the posture "
-                    f"{looser[0].posture} {looser[0].tool} was staged under; apply under "
-                    f"{looser[0].posture} or stricter, or pass --allow-looser-posture "
-                    "(allow_looser_posture=True)"
-                )
-        self.events.emit(
-            "plan_apply",
-            self.session_id,
-            plan=str(plan.path) if plan.path else None,
-            calls=len(plan.calls),
-            refused=problem,
-            rebase_roots=rebase_roots and plan.roots != self.roots,
-            allow_looser_posture=allow_looser_posture,
+        return await apply_plan(
+            self, plan, rebase_roots=rebase_roots, allow_looser_posture=allow_looser_posture
         )
-        if problem is not None:
-            raise Denied(f"plan apply refused: {problem}", rule="plan")
-        outcomes: list[Outcome] = []
-        for staged in plan.calls:
-            plan.mark_applied(staged.call_id, self.session_id)
-            outcome = await self.invoke(
-                staged.tool, staged.arguments, origin="plan", parent_id=staged.call_id
-            )
-            outcomes.append(outcome)
-            if not outcome.ok:
-                break
-        return outcomes
-
-
-class _RecordingOutcome:
-    """:meth:`Kernel._recording_outcome`'s context manager (a class: it is on every call's path)."""
-
-    __slots__ = ("_call_id", "_kernel", "_tool", "_trace_id")
-
-    def __init__(self, kernel: Kernel, call_id: str, trace_id: str, tool: str) -> None:
-        self._kernel, self._call_id, self._trace_id, self._tool = kernel, call_id, trace_id, tool
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is None:
-            return False
-        kernel, call_id, trace_id, tool = self._kernel, self._call_id, self._trace_id, self._tool
-        if isinstance(exc, RingfenceError):
-            kernel._fail(call_id, trace_id, tool, exc)
-        elif isinstance(exc, Exception):
-            raise kernel._fail(call_id, trace_id, tool, _unexpected(tool, exc)) from exc
-        else:
-            kernel._cancel(call_id, trace_id, tool, exc)
-        return False  # the exception propagates
 
 
 def _merge_rules(sources: Mapping[str, Rules]) -> Rules:
@@ -934,38 +562,3 @@ def _merge_rules(sources: Mapping[str, Rules]) -> Rules:
         autonomous=tuple(p for r in values for p in r.autonomous),
         policy=policy,
     )
-
-
-def _unexpected(tool: str, exc: Exception) -> ToolError:
-    """An exception no layer translated, as the tool_error the caller gets."""
-    error = ToolError(f"{tool} failed inside ringfence: {type(exc).__name__}: {exc}")
-    error.__cause__ = exc
-    return error
-
-
-def _refuse_lone_surrogates(value: Any, where: str = "") -> None:
-    """Raise InvalidArguments naming the first argument that holds a lone surrogate.
-
-    Such a string is not Unicode text: it has no UTF-8 form to sign in an
-    intent, stage in a plan or send to a tool, so the call is refused before
-    the Gate looks (the record shows it escaped, see escape_surrogates).
-    """
-    if isinstance(value, str):
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidArguments(
-                    f"argument {where or '(value)'} holds a lone surrogate "
-                    f"({escape_surrogates(value)[:200]!r}); arguments must be valid Unicode "
-                    "(a byte that is not UTF-8 cannot be passed as text)",
-                    field=where or None,
-                ) from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            name = f"{where}.{key}" if where else str(key)
-            _refuse_lone_surrogates(key, name)
-            _refuse_lone_surrogates(item, name)
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _refuse_lone_surrogates(item, f"{where}[{i}]")

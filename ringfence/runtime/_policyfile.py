@@ -27,21 +27,23 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ._errors import InvalidArguments
 from ._files import ringfence_home
 from ._judge import Policy
+from ._mcppolicy import McpPolicy, McpStatement, mcp_statements_from_table
 from ._rules import EFFECTS, Effect, Rule, RuleError, parse_rule, rule_from_table
 
 __all__ = [
     "LAYERS",
     "PolicyFileError",
+    "PolicyLayers",
     "load_layers",
+    "load_policy",
     "load_policy_file",
     "managed_policy_path",
 ]
@@ -49,7 +51,8 @@ __all__ = [
 LAYERS = ("managed", "session", "user", "project")
 MANAGED_DEFAULT = Path("/etc/ringfence/policy.toml")
 MAX_FILE_BYTES = 1 << 20
-_TOP_KEYS = frozenset({"version", "deny", "ask", "allow", "rules", "trust", "lock_allow"})
+_TOP_KEYS = frozenset({"version", "deny", "ask", "allow", "rules", "trust", "lock_allow", "mcp"})
+_LOCKED = "the managed policy locks allow rules (lock_allow)"
 
 
 class PolicyFileError(InvalidArguments):
@@ -70,6 +73,15 @@ class PolicyFile:
     trusted_projects: tuple[tuple[str, str], ...] = ()
     lock_allow: bool = False
     sha256: str = ""
+    mcp: tuple[McpStatement, ...] = ()
+
+
+@dataclass(frozen=True)
+class PolicyLayers:
+    """Every layer merged: the rules (``policy``) and the per-server MCP statements (``mcp``)."""
+
+    policy: Policy
+    mcp: McpPolicy = field(default_factory=McpPolicy)
 
 
 def _fail(path: Path, line: int | None, key: str, message: str) -> PolicyFileError:
@@ -87,15 +99,20 @@ def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
         raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
     if len(raw) > MAX_FILE_BYTES:
         raise _fail(path, None, "file", f"larger than {MAX_FILE_BYTES} bytes")
+    # Here: a session without policy files never parses TOML.
+    import tomllib
+
+    from ._tomllines import toml_error_line, toml_key_lines
+
     try:
         text = raw.decode("utf-8")
         data = tomllib.loads(text)
     except UnicodeDecodeError as exc:
         raise _fail(path, None, "file", f"is not UTF-8 ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
-        line = _toml_error_line(str(exc))
-        raise _fail(path, line, "toml", str(exc)) from None
-    lines = _Locator(text)
+        line, message = toml_error_line(exc)
+        raise _fail(path, line, "toml", message) from None
+    lines = _Lines(toml_key_lines(text))
     for key in data:
         if key not in _TOP_KEYS:
             raise _fail(
@@ -168,7 +185,42 @@ def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
             "lock_allow",
             "is true or false, and only the managed file may set it",
         )
-    return PolicyFile(path, layer, tuple(rules), trusted, lock, hashlib.sha256(raw).hexdigest())
+    try:
+        mcp = mcp_statements_from_table(
+            data.get("mcp", {}), layer=layer, line_of=lines.line_of, source_file=str(path)
+        )
+    except ValueError as exc:
+        where, message = exc.args
+        raise _fail(path, lines.line_of(where), ".".join(where), message) from None
+    digest = hashlib.sha256(raw).hexdigest()
+    return PolicyFile(path, layer, tuple(rules), trusted, lock, digest, tuple(mcp))
+
+
+class _Lines:
+    """The policy file's key lines, asked the way the reader needs them."""
+
+    def __init__(self, lines: dict[tuple[str | int, ...], int]) -> None:
+        self.lines = lines
+
+    def line_of(self, path: tuple[str | int, ...]) -> int | None:
+        from ._tomllines import line_of  # loaded with the file that is being read
+
+        return line_of(self.lines, path)
+
+    def key_line(self, key: str) -> int | None:
+        return self.lines.get((key,))
+
+    def array_string_lines(self, key: str) -> list[int]:
+        """The line of each element of ``key = [...]`` (or of each ``[[key]]`` header)."""
+        out: list[int] = []
+        while (key, len(out)) in self.lines:
+            out.append(self.lines[(key, len(out))])
+        return out
+
+    def table_key_line(self, table: str, index: int, key: str) -> int | None:
+        return self.lines.get((table, index, key))
+
+    table_array_lines = array_string_lines
 
 
 def _trust_entry(value: Any) -> tuple[str, str] | None:
@@ -210,12 +262,29 @@ def load_layers(
     user: str | os.PathLike[str] | None = None,
     project: bool = True,
 ) -> Policy:
-    """The merged policy of every layer for a session over ``roots``.
+    """The merged rules of every layer (:func:`load_policy`'s ``policy``)."""
+    return load_policy(
+        roots, policy_files=policy_files, rules=rules, managed=managed, user=user, project=project
+    ).policy
+
+
+def load_policy(
+    roots: Sequence[str | os.PathLike[str]],
+    *,
+    policy_files: Iterable[str | os.PathLike[str]] = (),
+    rules: Iterable[Rule] = (),
+    managed: str | os.PathLike[str] | None = None,
+    user: str | os.PathLike[str] | None = None,
+    project: bool = True,
+) -> PolicyLayers:
+    """The merged policy of every layer for a session over ``roots``: rules and MCP statements.
 
     Raises PolicyFileError (nothing is loaded) when any file is bad. A missing
     user or project file, or a missing ``/etc/ringfence/policy.toml``, is no
     layer; a missing ``--policy`` file, or a managed file named by
-    ``RINGFENCE_MANAGED_POLICY``, is an error.
+    ``RINGFENCE_MANAGED_POLICY``, is an error. MCP statements that would
+    loosen (``read_only_tools``, ``trusted = true``) are inactive exactly where
+    an allow rule would be: in an untrusted project, and under ``lock_allow``.
     """
     managed_path = Path(managed) if managed is not None else managed_policy_path()
     user_path = Path(user) if user is not None else ringfence_home() / "policy.toml"
@@ -240,11 +309,14 @@ def load_layers(
             trusted.setdefault(_canonical(where), set()).add(digest)
     lock = any(f.lock_allow for f in files)
     merged: list[Rule] = []
+    mcp: list[McpStatement] = []
     for f in files:
         for r in f.rules:
             if lock and f.layer != "managed" and r.effect is Effect.ALLOW:
-                r = replace(r, inactive="the managed policy locks allow rules (lock_allow)")
+                r = replace(r, inactive=_LOCKED)
             merged.append(r)
+        locked = lock and f.layer != "managed"
+        mcp.extend(replace(m, inactive=_LOCKED) if locked and m.loosens else m for m in f.mcp)
         if f.layer == "managed":
             merged.extend(_lock(session_rules, lock))
             session_rules = ()
@@ -267,18 +339,22 @@ def load_layers(
             if r.effect is Effect.ALLOW and why:
                 r = replace(r, inactive=why)
             elif lock and r.effect is Effect.ALLOW:
-                r = replace(r, inactive="the managed policy locks allow rules (lock_allow)")
+                r = replace(r, inactive=_LOCKED)
             merged.append(r)
-    return Policy(tuple(merged), tuple(str(r) for r in roots))
+        if pins is None:
+            why = (
+                "a project may only take MCP read_only_tools/trust away unless "
+                "$RINGFENCE_HOME/policy.toml lists it under [trust] projects"
+            )
+        for m in project_file.mcp:
+            if m.loosens and (why or lock):
+                m = replace(m, inactive=why or _LOCKED)
+            mcp.append(m)
+    return PolicyLayers(Policy(tuple(merged), tuple(str(r) for r in roots)), McpPolicy(tuple(mcp)))
 
 
 def _lock(rules: Iterable[Rule], lock: bool) -> list[Rule]:
-    return [
-        replace(r, inactive="the managed policy locks allow rules (lock_allow)")
-        if lock and r.effect is Effect.ALLOW
-        else r
-        for r in rules
-    ]
+    return [replace(r, inactive=_LOCKED) if lock and r.effect is Effect.ALLOW else r for r in rules]
 
 
 def _canonical(path: str | os.PathLike[str]) -> str:
@@ -286,106 +362,3 @@ def _canonical(path: str | os.PathLike[str]) -> str:
         return str(Path(path).expanduser().resolve())
     except OSError:
         return str(Path(path).expanduser().absolute())
-
-
-def _toml_error_line(message: str) -> int | None:
-    m = re.search(r"line (\d+)", message)
-    return int(m.group(1)) if m else None
-
-
-class _Locator:
-    """Line numbers of keys, array strings and [[table]] headers (tomllib gives none).
-
-    A small scanner that knows TOML's strings and comments well enough to
-    find where a value starts; it is used for messages only, never for values.
-    """
-
-    def __init__(self, text: str) -> None:
-        self.keys: dict[str, int] = {}
-        self.array_strings: dict[str, list[int]] = {}
-        self.headers: dict[str, list[int]] = {}
-        self.table_keys: dict[tuple[str, int, str], int] = {}
-        self._scan(text)
-
-    def key_line(self, key: str) -> int | None:
-        return self.keys.get(key) or (self.headers.get(key) or [None])[0]
-
-    def array_string_lines(self, key: str) -> list[int]:
-        return self.array_strings.get(key, [])
-
-    def table_key_line(self, table: str, index: int, key: str) -> int | None:
-        return self.table_keys.get((table, index, key))
-
-    def table_array_lines(self, key: str) -> list[int]:
-        return self.headers.get(key, [])
-
-    def _scan(self, text: str) -> None:
-        i, n, line = 0, len(text), 1
-        table: str | None = None  # None: the root table
-        key: str | None = None
-        depth = 0
-        at_line_start = True
-        while i < n:
-            ch = text[i]
-            if ch == "\n":
-                line += 1
-                i += 1
-                at_line_start = True
-                continue
-            if ch in " \t\r":
-                i += 1
-                continue
-            if ch == "#":
-                while i < n and text[i] != "\n":
-                    i += 1
-                continue
-            if ch in "\"'":
-                triple = text[i : i + 3] in ('"""', "'''")
-                if depth == 1 and table is None and key is not None:
-                    self.array_strings.setdefault(key, []).append(line)
-                quote = text[i : i + 3] if triple else ch
-                i += len(quote)
-                while i < n and text[i : i + len(quote)] != quote:
-                    if text[i] == "\\" and quote[0] == '"':
-                        i += 1
-                    if i < n and text[i] == "\n":
-                        line += 1
-                    i += 1
-                i += len(quote)
-                at_line_start = False
-                continue
-            if at_line_start and depth == 0 and ch == "[":
-                end = text.find("\n", i)
-                header = text[i : end if end != -1 else n].split("#", 1)[0].strip()
-                name = header.strip("[] ")
-                if header.startswith("[["):
-                    self.headers.setdefault(name, []).append(line)
-                else:
-                    self.headers.setdefault(name, []).append(line)
-                table = name
-                i = end if end != -1 else n
-                continue
-            if at_line_start and depth == 0:
-                j = i
-                while j < n and text[j] not in "=\n":
-                    j += 1
-                name = text[i:j].strip().strip("\"'")
-                if table is None:
-                    self.keys.setdefault(name, line)
-                    key = name
-                else:
-                    index = len(self.headers.get(table, [])) - 1
-                    self.table_keys.setdefault((table, index, name), line)
-                i = j + 1
-                at_line_start = False
-                continue
-            if ch == "[":
-                depth += 1
-            elif ch == "]":
-                depth = max(0, depth - 1)
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth = max(0, depth - 1)
-            at_line_start = False
-            i += 1

@@ -35,7 +35,6 @@ root); everything below it is reached by descriptor.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import json
 import os
@@ -264,6 +263,8 @@ class CheckpointStore:
 
     def diff(self, set_id: str) -> str:
         """The change set as a unified diff (binary or non-UTF-8 content is named, not shown)."""
+        import difflib  # here: a session that never shows a diff does not import it
+
         out: list[str] = []
         for c in self.load(set_id).changes:
             name = escape_name(c.path)

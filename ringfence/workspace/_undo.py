@@ -20,7 +20,6 @@ import trio
 from ..runtime import CallContext, Consequence, InvalidArguments, Kernel, NotFound, ToolSpec
 from ._changes import Change, ChangeSet, Image, image_at
 from ._checkpoints import CheckpointStore
-from ._merge import merge_changes
 from ._names import escape_name
 from ._resolver import Place
 from ._writer import _current_umask
@@ -123,6 +122,8 @@ def undo(
         if not ids:
             raise NotFound("there is no change set to undo", field="last")
     sets = sorted((store.load(i) for i in ids), key=lambda s: s.id, reverse=True)
+    from ._merge import merge_changes  # the change-set writer, loaded by the first undo
+
     out = []
     for cs in sets:
         report = merge_changes(

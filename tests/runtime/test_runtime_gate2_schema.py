@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ringfence.runtime import CallContext, InvalidArguments, ToolSpec
-from ringfence.runtime._tools import _compile_simple
+from ringfence.runtime._schema import compile_simple as _compile_simple
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": False},
@@ -72,3 +72,84 @@ def test_a_refusal_still_names_the_field() -> None:
     with pytest.raises(InvalidArguments, match="'n'") as info:
         spec.validate({"n": True})
     assert info.value.field == "n"
+
+
+# -- the meta-schema check without jsonschema --------------------------------------------
+
+_any = st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-3, 3) | st.text(max_size=3)
+_keyword_values = {
+    "type": st.sampled_from(["string", "integer", "nope", ["string", "null"], ["a"], [], 1])
+    | st.lists(st.sampled_from(["string", "number", "string"]), max_size=3),
+    "required": st.lists(st.sampled_from(["a", "b", 1]), max_size=3),
+    "minLength": st.integers(-2, 3) | st.floats(-1, 2) | st.booleans(),
+    "maxItems": st.integers(-2, 3) | st.text(max_size=1),
+    "minimum": _any,
+    "exclusiveMinimum": _any,
+    "multipleOf": st.integers(-1, 2) | st.floats(-1, 1),
+    "pattern": st.sampled_from(["^a+$", "([", "(?=x)", "\\d", 5]),
+    "description": _any,
+    "format": _any,
+    "examples": _any | st.lists(_any, max_size=2),
+    "enum": _any | st.lists(_any, max_size=2),
+    "uniqueItems": _any,
+    "default": _any,
+    "$ref": st.just("#/nowhere"),
+    "frobnicate": _any,
+}
+
+
+def _schemas(depth: int) -> st.SearchStrategy[Any]:
+    flat = st.dictionaries(
+        st.sampled_from(sorted(_keyword_values)), st.just(None), max_size=4
+    ).flatmap(lambda keys: st.fixed_dictionaries({k: _keyword_values[k] for k in keys}))
+    if depth == 0:
+        return flat | st.booleans()
+    inner = _schemas(depth - 1)
+    nested = st.fixed_dictionaries(
+        {},
+        optional={
+            "properties": st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2),
+            "items": inner | _any,
+            "oneOf": st.lists(inner, max_size=2),
+            "not": inner,
+            "additionalProperties": inner,
+            "propertyNames": inner,
+        },
+    )
+    return st.builds(lambda a, b: {**a, **b}, flat, nested) | _any
+
+
+@settings(max_examples=400, deadline=None)
+@given(_schemas(2))
+def test_the_meta_schema_check_without_jsonschema_never_accepts_an_invalid_schema(
+    schema: Any,
+) -> None:
+    """What ringfence decides without jsonschema, jsonschema's check_schema also accepts."""
+    from ringfence.runtime._schema import _schema_ok
+
+    if _schema_ok(schema):
+        jsonschema.Draft202012Validator.check_schema(schema)
+
+
+@pytest.mark.parametrize(
+    "prop",
+    [
+        {"type": "strnig"},
+        {"type": ["string", "string"]},
+        {"type": "string", "minLength": -1},
+        {"type": "string", "pattern": "(["},
+        {"type": "string", "description": 3},
+        {"oneOf": []},
+        {"type": "number", "multipleOf": 0},
+    ],
+)
+def test_a_tool_with_an_invalid_schema_is_refused_when_it_is_made(prop: dict[str, Any]) -> None:
+    """The meta-schema check still runs at construction, however the schema is decided."""
+
+    async def run(args: dict[str, Any], ctx: CallContext) -> str:
+        return "ran"
+
+    schema = {"type": "object", "properties": {"x": prop}, "required": ["x"]}
+    with pytest.raises(InvalidArguments) as info:
+        ToolSpec("t", "d", schema, run)
+    assert info.value.field == "input_schema" and "'t'" in info.value.message

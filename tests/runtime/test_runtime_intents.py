@@ -101,3 +101,21 @@ async def test_public_key_alone_verifies_issued_intents(kernel: Kernel) -> None:
     pem = kernel.public_key_pem()
     assert verify_intent(pem, auth.intent)
     assert not verify_intent(pem, dataclasses.replace(auth.intent, tool="peek"))
+
+
+def test_the_session_key_pem_is_what_cryptography_writes_and_reads() -> None:
+    """public_key_pem builds the SubjectPublicKeyInfo itself (no serialization import on the
+    call path); it must be byte for byte cryptography's PEM, and load back as the same key."""
+    from cryptography.hazmat.primitives import serialization
+
+    from ringfence.runtime import IntentAuthority, key_fingerprint, load_public_keys
+
+    for _ in range(20):
+        authority = IntentAuthority()
+        public = authority._public
+        expected = public.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ).decode()
+        assert authority.public_key_pem() == expected
+        (loaded,) = load_public_keys(expected)
+        assert key_fingerprint(loaded) == key_fingerprint(public)

@@ -1,0 +1,92 @@
+"""The HTTP transports (Streamable HTTP, SSE): their headers, credentials and bounded bodies.
+
+Guarantees: header secrets come from the environment variables the manifest
+names (``api_key_env``, ``headers_env``), resolved at connect and registered
+with the redactor; ``trust_env=False``, so no ambient proxy or ``.netrc``
+credentials reach a server; every non-SSE body is bounded by the
+connection's :class:`~._inbound.InboundLimit` (SSE events by the SDK's cap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import httpx2
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+from ..runtime import Redactor, Unavailable
+from ._inbound import BoundedTransport, InboundLimit
+from ._manifest import ServerConfig, Transport
+from ._oauth import build_auth
+
+__all__ = ["http_transport", "resolve_headers"]
+
+
+def resolve_headers(
+    config: ServerConfig, redactor: Redactor, environ: dict[str, str] | None = None
+) -> dict[str, str]:
+    """HTTP headers from ``api_key_env`` / ``headers_env``, resolved now; secrets registered.
+
+    Raises Unavailable naming the variable when one is not set.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    headers: dict[str, str] = {}
+
+    def get(var: str, key: str) -> str:
+        value = environ.get(var)
+        if not value:
+            raise Unavailable(
+                f"server {config.name!r}: {key} names the environment variable {var}, which is not set; "
+                "set it before connecting",
+                field=key,
+            )
+        return value
+
+    if config.api_key_env:
+        token = get(config.api_key_env, "api_key_env")
+        headers["Authorization"] = f"Bearer {token}"
+    for header, var in config.headers_env.items():
+        headers[header] = get(var, f"headers_env.{header}")
+    for value in headers.values():
+        redactor.register_credential(value)
+    return headers
+
+
+def http_transport(
+    config: ServerConfig,
+    stack: contextlib.AsyncExitStack,
+    limit: InboundLimit,
+    redactor: Redactor,
+) -> Any:
+    """The SDK transport for ``config``'s Streamable HTTP or SSE server; its client closes with ``stack``."""
+    c = config
+    headers = resolve_headers(c, redactor)
+    auth = build_auth(c, redactor)  # None unless auth = "oauth"
+    assert c.url is not None
+    timeout = httpx2.Timeout(c.connect_timeout_seconds, read=max(300.0, c.call_timeout_seconds))
+    if c.transport is Transport.HTTP:
+        # trust_env=False: no ambient proxy or .netrc credentials reach a server.
+        http = httpx2.AsyncClient(
+            headers=headers,
+            timeout=timeout,
+            trust_env=False,
+            auth=auth,
+            transport=BoundedTransport(httpx2.AsyncHTTPTransport(trust_env=False), limit),
+        )
+        stack.push_async_callback(http.aclose)
+        return streamable_http_client(c.url, http_client=http, max_sse_event_size=limit.max_bytes)
+
+    def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, trust_env=False)
+
+    return sse_client(
+        c.url,
+        headers=headers,
+        timeout=c.connect_timeout_seconds,
+        sse_read_timeout=max(300.0, c.call_timeout_seconds),
+        httpx_client_factory=factory,
+        auth=auth,
+    )

@@ -1,0 +1,184 @@
+"""The inbound message cap: no JSON-RPC message larger than ``max_message_bytes`` is parsed.
+
+Over stdio each line is bounded before it is decoded (:class:`LineReader`);
+over Streamable HTTP a JSON body is bounded while it is read
+(:class:`BoundedTransport`); an SSE event is bounded by the SDK's own
+event-size cap. An oversize *response* whose id can be read from its first or
+last bytes becomes a synthesized error for that request (marked with a value
+only ringfence knows, so a server cannot forge one); anything else oversize
+closes the connection.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import pydantic
+from mcp import types
+from mcp.client import stdio as sdk_stdio
+from mcp.shared.message import SessionMessage
+
+__all__ = ["BoundedTransport", "InboundLimit", "LineReader"]
+
+
+@dataclass
+class InboundLimit:
+    """The inbound message cap of one connection, and what happened to it.
+
+    ``marker`` is a random value only ringfence knows: an error ringfence
+    synthesizes for an oversize reply carries it, so a server cannot forge one.
+    ``closed_for`` says why the transport was closed by the cap, if it was.
+    """
+
+    max_bytes: int
+    marker: str = field(default_factory=lambda: secrets.token_hex(12))
+    closed_for: str | None = None
+
+    def message(self, who: str, action: str) -> str:
+        return (
+            f"{who}: the reply to {action} is larger than max_message_bytes "
+            f"({self.max_bytes} bytes); it was discarded unread. Raise max_message_bytes for this "
+            "server in the manifest if such replies are expected."
+        )
+
+
+# A JSON-RPC *response* whose id can be read from its first or last bytes without parsing it:
+# ``{"jsonrpc":"2.0","id":7,"result":…`` (Python SDK) or ``{"result":…,"jsonrpc":"2.0","id":7}``
+# (TypeScript SDK). Anything else that is too large closes the connection instead.
+_ID = rb'(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")'
+_HEAD_ID = re.compile(
+    rb'^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*' + _ID + rb'\s*,\s*"(?:result|error)"\s*:'
+)
+_HEAD_RESULT = re.compile(rb'^\s*\{\s*"(?:result|error)"\s*:')
+_TAIL_ID = re.compile(rb'"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*' + _ID + rb"\s*\}\s*$")
+_PEEK = 512
+
+
+def _oversize_reply_id(head: bytes, tail: bytes) -> int | str | None:
+    """The id of an oversize response, if its first or last bytes show it unambiguously."""
+    found = _HEAD_ID.match(head)
+    if found is None and _HEAD_RESULT.match(head):
+        found = _TAIL_ID.search(tail)
+    if found is None:
+        return None
+    raw = found.group(1)
+    if raw.startswith(b'"'):
+        try:
+            value = types.jsonrpc_message_adapter.validate_json(
+                b'{"jsonrpc":"2.0","id":' + raw + b',"result":{}}'
+            )
+        except pydantic.ValidationError:
+            return None
+        return value.id  # type: ignore[union-attr]
+    return int(raw)
+
+
+def _limit_error(request_id: int | str, limit: InboundLimit) -> SessionMessage:
+    error = types.ErrorData(
+        code=types.INTERNAL_ERROR,
+        message=f"reply larger than max_message_bytes ({limit.max_bytes} bytes)",
+        data={"ringfence_inbound_limit": limit.marker},
+    )
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+class LineReader:
+    """Splits a byte stream into lines of at most ``limit.max_bytes``, never buffering more.
+
+    An oversize line is dropped as it streams past (only its first and last
+    bytes are kept, to find the response id). ``feed`` returns what to hand to
+    the SDK for each finished line: a parsed message, a parse error, a
+    synthesized limit error, or ``None`` when the connection must be closed.
+    """
+
+    def __init__(self, limit: InboundLimit, encoding: str, errors: str) -> None:
+        self.limit = limit
+        self.encoding = encoding
+        self.errors = errors
+        self.buffer = bytearray()
+        self.dropping = False
+        self.head = b""
+        self.tail = b""
+
+    def feed(self, chunk: bytes) -> list[SessionMessage | Exception | None]:
+        out: list[SessionMessage | Exception | None] = []
+        start = 0
+        while True:
+            newline = chunk.find(b"\n", start)
+            piece = chunk[start:] if newline == -1 else chunk[start:newline]
+            if self.dropping:
+                self.tail = (self.tail + piece)[-_PEEK:]
+            elif len(self.buffer) + len(piece) > self.limit.max_bytes:
+                joined = bytes(self.buffer[:_PEEK]) + piece[:_PEEK]
+                self.head = joined[:_PEEK]
+                self.tail = (bytes(self.buffer[-_PEEK:]) + piece)[-_PEEK:]
+                self.buffer = bytearray()
+                self.dropping = True
+            else:
+                self.buffer += piece
+            if newline == -1:
+                return out
+            out.append(self._line())
+            start = newline + 1
+
+    def _line(self) -> SessionMessage | Exception | None:
+        if self.dropping:
+            self.dropping = False
+            request_id = _oversize_reply_id(self.head, self.tail)
+            self.head = self.tail = b""
+            return None if request_id is None else _limit_error(request_id, self.limit)
+        raw, self.buffer = bytes(self.buffer), bytearray()
+        try:
+            line = raw.decode(self.encoding, self.errors)
+        except UnicodeDecodeError as exc:
+            return exc
+        return sdk_stdio._parse_line(line)
+
+
+class _BoundedBody(httpx2.AsyncByteStream):
+    """A response body that stops with a StreamError once it passes ``limit.max_bytes``."""
+
+    def __init__(self, inner: Any, limit: InboundLimit) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit.max_bytes:
+                # The marker lets translate_error tell this from a server's own error text.
+                raise httpx2.StreamError(
+                    f"response body over {self._limit.max_bytes} bytes [{self._limit.marker}]"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BoundedTransport(httpx2.AsyncBaseTransport):
+    """Bounds every non-SSE response body (SSE events are bounded by the SDK per event)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: InboundLimit) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            return response
+        return httpx2.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=_BoundedBody(response.stream, self._limit),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

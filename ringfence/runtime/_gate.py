@@ -1,0 +1,172 @@
+"""The Gate's authorize step: from a proposed call to a signed Intent, or a refusal.
+
+The one decision road every path takes (a direct call, a script's
+``call_tool``, a nested call, ``plan apply``, ``serve``, a connected
+server's request): :func:`authorize` validates the arguments, asks the
+decision function (``_policy.decide``), stages a dry run's calls, resolves an
+``ask`` through session grants or the approver, and mints the Intent the
+executor redeems. It raises the refusal; the kernel (``_kernel``) records the
+outcome and runs what was authorized.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from ._approval import ApprovalAnswer, ApprovalRequest, Choice
+from ._calls import AskHook, Authorization
+from ._caps import escape_surrogates
+from ._errors import Denied, InvalidArguments
+from ._plan import StagedCall
+from ._policy import Decision, Verdict, decide
+from ._tools import Consequence, ToolSpec
+
+if TYPE_CHECKING:
+    from ._kernel import Kernel
+
+__all__ = ["authorize", "refuse_lone_surrogates"]
+
+
+async def authorize(
+    kernel: Kernel,
+    tool: str,
+    arguments: dict[str, Any],
+    call_id: str,
+    trace_id: str,
+    origin: str,
+    on_ask: AskHook | None,
+    spec: ToolSpec | None = None,
+) -> Authorization:
+    """The Gate for one call: validate, decide, stage or ask, and sign. Raises the refusal.
+
+    In order: the tool (``spec``, else the registered one: ``not_found``),
+    arguments that are valid Unicode and match the schema
+    (``invalid_arguments``), the decision (posture, rules, residual; a deny is
+    ``denied``), a dry run's staging of a non-read call (a staged
+    Authorization, no intent), an ``ask`` answered by a session grant or the
+    approver (a refusal is ``denied``), and last an Intent signed for exactly
+    this call. Every step is recorded by the kernel's event log; the caller
+    records the outcome.
+    """
+    if spec is None:
+        spec = kernel.registry.get(tool)  # raises NotFound
+    refuse_lone_surrogates(arguments)
+    spec.validate(arguments)
+    decision = decide(spec, kernel.posture, kernel.rules, arguments)
+    kernel.events.emit("decided", trace_id, call_id=call_id, tool=tool, **decision.to_dict())
+    if decision.verdict is Verdict.DENY:
+        raise Denied(f"{tool} was refused: {decision.reason}", rule=decision.rule).with_decision(
+            decision
+        )
+    if kernel.dry_run and spec.consequence is not Consequence.READ and not spec.composes_dry_run:
+        if kernel.registry.find(tool) is not spec:  # a request (invoke_request): no plan can
+            refused = Decision(Verdict.DENY, "dry-run", "a dry run answers no requests")
+            raise Denied(
+                f"{tool} was refused: a dry run stages calls, and a request from a "
+                "connected server cannot be staged or applied later",
+                rule="dry-run",
+            ).with_decision(refused)
+        staged = StagedCall(
+            call_id,
+            trace_id,
+            tool,
+            arguments,
+            spec.consequence.value,
+            origin,
+            time.time(),
+            session=kernel.session_id,
+            posture=kernel.posture.value,
+        )
+        kernel.plan.stage(staged, kernel.roots)
+        kernel._conclude(call_id, trace_id, "staged", tool=tool, arguments=arguments)
+        return Authorization._create(
+            spec, arguments, decision, call_id, trace_id, origin, staged=True
+        )
+    if decision.verdict is Verdict.ASK:
+        decision = await _ask(kernel, spec, arguments, decision, call_id, trace_id, origin, on_ask)
+    intent = kernel._authority.issue(tool, arguments, decision.verdict.value, decision.rule)
+    return Authorization._create(spec, arguments, decision, call_id, trace_id, origin, intent)
+
+
+async def _ask(
+    kernel: Kernel,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    decision: Decision,
+    call_id: str,
+    trace_id: str,
+    origin: str,
+    on_ask: AskHook | None,
+) -> Decision:
+    """An ``ask`` decision resolved: a session grant, else the approver's answer."""
+    grant = kernel._grants.find(spec.name, arguments)
+    if grant is not None:
+        return Decision(
+            Verdict.ALLOW,
+            "grant:session",
+            f"approved earlier for this session ({decision.rule})",
+        )
+    request = ApprovalRequest(
+        spec.name,
+        kernel.redactor.redact_value(arguments),
+        spec.consequence.value,
+        decision.rule,
+        decision.reason,
+        origin,
+        trace_id,
+    )
+    kernel.events.emit(
+        "approval_asked", trace_id, call_id=call_id, tool=spec.name, rule=decision.rule
+    )
+    async with on_ask() if on_ask is not None else contextlib.nullcontext():
+        answer: ApprovalAnswer = await kernel.approver.approve(request)
+    kernel.events.emit(
+        "approval_answered",
+        trace_id,
+        call_id=call_id,
+        tool=spec.name,
+        choice=answer.choice.value,
+        reason=answer.reason,
+        pattern=dict(answer.pattern) if answer.pattern else None,
+    )
+    if answer.choice is Choice.DENY:
+        refused = Decision(Verdict.DENY, f"approver:{decision.rule}", answer.reason)
+        raise Denied(
+            f"{spec.name} was refused by the approver ({answer.reason}); "
+            f"it asked because {decision.reason}",
+            rule=refused.rule,
+        ).with_decision(refused)
+    if answer.choice is Choice.SESSION:
+        kernel._grants.add(spec.name, arguments, answer.pattern)
+        return Decision(Verdict.ALLOW, "approved:session", answer.reason)
+    return Decision(Verdict.ALLOW, "approved:once", answer.reason)
+
+
+def refuse_lone_surrogates(value: Any, where: str = "") -> None:
+    """Raise InvalidArguments naming the first argument that holds a lone surrogate.
+
+    Such a string is not Unicode text: it has no UTF-8 form to sign in an
+    intent, stage in a plan or send to a tool, so the call is refused before
+    the Gate looks (the record shows it escaped, see escape_surrogates).
+    """
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidArguments(
+                    f"argument {where or '(value)'} holds a lone surrogate "
+                    f"({escape_surrogates(value)[:200]!r}); arguments must be valid Unicode "
+                    "(a byte that is not UTF-8 cannot be passed as text)",
+                    field=where or None,
+                ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{where}.{key}" if where else str(key)
+            refuse_lone_surrogates(key, name)
+            refuse_lone_surrogates(item, name)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            refuse_lone_surrogates(item, f"{where}[{i}]")

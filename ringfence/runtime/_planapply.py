@@ -1,0 +1,84 @@
+"""Applying a dry run's plan: every staged call re-enters the Gate, at most once.
+
+:func:`apply_plan` (behind :meth:`Kernel.apply_plan` and ``ringfence plan
+apply``) refuses a plan applied before, staged under other workspace roots,
+or staged under a stricter posture than the applying session's (each unless
+explicitly allowed), records ``plan_apply``, then invokes each staged call in
+order through :meth:`Kernel.invoke` (origin ``plan``): the same Gate, rules,
+approver and events as the call would have had, never a shortcut.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._calls import Outcome
+from ._errors import Denied
+from ._plan import Plan
+from ._policy import Posture
+
+if TYPE_CHECKING:
+    from ._kernel import Kernel
+
+__all__ = ["apply_plan"]
+
+
+async def apply_plan(
+    kernel: Kernel, plan: Plan, *, rebase_roots: bool = False, allow_looser_posture: bool = False
+) -> list[Outcome]:
+    """Re-enter every staged call into the Gate, in order; stop at the first failure.
+
+    Refused (Denied, nothing runs) when the plan was applied before (the
+    message names when and by which session), when it was staged under
+    other workspace roots than this kernel's (unless ``rebase_roots``), or
+    when this kernel's posture is looser than a call's staging posture
+    (unless ``allow_looser_posture``). Each call is marked applied in the
+    plan file before it enters the Gate, so it runs at most once.
+    """
+    first = plan.first_applied()
+    problem = None
+    if first is not None:
+        problem = (
+            f"the plan {plan.path} was already applied ({first.describe()}; "
+            f"{len(plan.applied)} of {len(plan.calls)} call(s) marked); a plan applies once"
+        )
+    elif plan.roots != kernel.roots and not rebase_roots:
+        problem = (
+            f"the plan was staged under the workspace roots {list(plan.roots)}, this session "
+            f"has {list(kernel.roots)}; pass --rebase-roots (rebase_roots=True) to apply it here"
+        )
+    elif not allow_looser_posture:
+        rank = list(Posture)
+        looser = [
+            c
+            for c in plan.calls
+            if rank.index(kernel.posture) > rank.index(Posture.parse(c.posture))
+        ]
+        if looser:
+            problem = (
+                f"posture {kernel.posture.value} is looser than the posture "
+                f"{looser[0].posture} {looser[0].tool} was staged under; apply under "
+                f"{looser[0].posture} or stricter, or pass --allow-looser-posture "
+                "(allow_looser_posture=True)"
+            )
+    kernel.events.emit(
+        "plan_apply",
+        kernel.session_id,
+        plan=str(plan.path) if plan.path else None,
+        calls=len(plan.calls),
+        refused=problem,
+        rebase_roots=rebase_roots and plan.roots != kernel.roots,
+        allow_looser_posture=allow_looser_posture,
+    )
+    if problem is not None:
+        raise Denied(f"plan apply refused: {problem}", rule="plan")
+    outcomes: list[Outcome] = []
+    for staged in plan.calls:
+        plan.mark_applied(staged.call_id, kernel.session_id)
+        outcome = await kernel.invoke(
+            staged.tool, staged.arguments, origin="plan", parent_id=staged.call_id
+        )
+        outcomes.append(outcome)
+        if not outcome.ok:
+            break
+    return outcomes

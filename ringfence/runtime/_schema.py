@@ -1,0 +1,427 @@
+"""Input schemas: the meta-schema check, the flat fast path, RE2-matched validation.
+
+What :class:`~._tools.ToolSpec` promises about its schema lives here:
+
+* ``check_schema``: a tool's schema is valid under its meta-schema, checked when
+  the tool is made. For the keywords ringfence's own tools use that is decided
+  without jsonschema (``_schema_ok``, conservative); anything else goes to
+  jsonschema's ``check_schema``.
+* ``compile_simple``: a flat object schema compiled into a closure that says
+  "valid" in about a microsecond, and is never more lenient than jsonschema.
+* ``linear_validator``: jsonschema's validator with ``pattern`` and
+  ``patternProperties`` matched by RE2 (linear time), for every other case.
+
+jsonschema (with the referencing machinery under it, tens of milliseconds to
+import) is imported only by the last two steps' slow paths: a session whose
+schemas are all in the known subset and whose calls all pass the flat check
+(``ringfence call read_file``) never loads it. The checks are the same either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import re2
+
+from ._errors import InvalidArguments
+
+if TYPE_CHECKING:
+    import jsonschema
+
+__all__ = ["Uncheckable", "best_error", "check_schema", "compile_simple", "linear_validator"]
+
+
+# -- schema patterns in linear time -------------------------------------------------------
+#
+# jsonschema matches "pattern" and "patternProperties" with Python's backtracking ``re``: a
+# schema from an MCP server could hold a pattern that takes minutes on a short argument.
+# ToolSpec validators match them with RE2 instead (linear in the text). A pattern RE2 cannot
+# compile (lookaround, backreferences, ...) is not matched some other way: the call is refused.
+
+
+class Uncheckable(Exception):
+    """A schema keyword ringfence will not evaluate (see ToolSpec.validate)."""
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> Any:
+    try:
+        return re2.compile(pattern.encode("utf-8"), _RE2_OPTIONS)
+    except (re2.error, UnicodeEncodeError) as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise Uncheckable(
+            f"the pattern {pattern!r} is not RE2 syntax ({reason}); ringfence matches schema "
+            "patterns with RE2, which runs in linear time and has no lookaround, "
+            "backreferences, conditionals or atomic groups"
+        ) from None
+
+
+def _search(pattern: Any, text: str) -> bool:
+    if not isinstance(pattern, str):
+        raise Uncheckable(f"the pattern {pattern!r} is not a string")
+    # surrogatepass: a lone surrogate in JSON text must not crash validation; it matches
+    # nothing a valid pattern names as a character.
+    return _compiled(pattern).search(text.encode("utf-8", "surrogatepass")) is not None
+
+
+def _validator_class(schema: Mapping[str, Any]) -> Any:
+    """The jsonschema validator class ``schema`` names (default: draft 2020-12)."""
+    import jsonschema
+    from jsonschema.validators import validator_for
+
+    return validator_for(schema, default=jsonschema.Draft202012Validator)
+
+
+def check_schema(tool: str, schema: Mapping[str, Any]) -> None:
+    """Refuse a schema the 2020-12 meta-schema (or the one ``$schema`` names) rejects.
+
+    Decided by :func:`_schema_ok` when it can (no jsonschema import), else by
+    jsonschema's ``check_schema``; InvalidArguments (``input_schema``) naming
+    ``tool`` and the fault.
+    """
+    if _schema_ok(schema):
+        return
+    import jsonschema
+
+    try:
+        _validator_class(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise InvalidArguments(
+            f"tool {tool!r} has an invalid input schema: {exc.message}",
+            field="input_schema",
+        ) from None
+
+
+def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    import jsonschema
+
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's additionalProperties, with patternProperties matched by RE2."""
+    import jsonschema
+
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = {
+        key
+        for key in instance
+        if key not in properties and not any(_search(p, key) for p in patterns)
+    }
+    if validator.is_type(ap, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], ap, path=extra)
+    elif not ap and extras:
+        ordered = sorted(extras, key=str)
+        if patterns:
+            verb = "does" if len(extras) == 1 else "do"
+            joined = ", ".join(repr(each) for each in ordered)
+            listed = ", ".join(repr(each) for each in sorted(patterns))
+            yield jsonschema.ValidationError(
+                f"{joined} {verb} not match any of the regexes: {listed}"
+            )
+        else:
+            verb = "was" if len(extras) == 1 else "were"
+            joined = ", ".join(repr(each) for each in ordered)
+            yield jsonschema.ValidationError(
+                f"Additional properties are not allowed ({joined} {verb} unexpected)"
+            )
+
+
+def _unevaluated_with_patterns(
+    validator: Any, value: Any, instance: Any, schema: Any
+) -> Iterator[Any]:
+    # jsonschema finds the evaluated keys through every subschema with Python's re; that
+    # walk is not reimplemented here, so the combination is refused rather than risked.
+    if validator.is_type(instance, "object") and instance:
+        raise Uncheckable(
+            "it combines unevaluatedProperties with patternProperties, which jsonschema "
+            "evaluates with a backtracking regex engine"
+        )
+    yield from ()
+
+
+def _mentions_pattern_properties(schema: Any) -> bool:
+    """Whether ``patternProperties`` occurs as a key anywhere in ``schema`` (over-approximated)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "patternProperties" in node:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+@functools.cache
+def _linear_validator(cls: Any, pattern_properties: bool) -> Any:
+    """``cls`` with every regex keyword matched by RE2."""
+    from jsonschema.validators import extend
+
+    keywords: dict[str, Any] = {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    }
+    if pattern_properties and "unevaluatedProperties" in cls.VALIDATORS:
+        keywords["unevaluatedProperties"] = _unevaluated_with_patterns
+    return extend(cls, validators=keywords)
+
+
+def linear_validator(schema: dict[str, Any]) -> Any:
+    """jsonschema's validator for ``schema`` with every regex keyword matched by RE2."""
+    cls = _validator_class(schema)
+    return _linear_validator(cls, _mentions_pattern_properties(schema))(schema)
+
+
+def best_error(validator: Any, arguments: dict[str, Any]) -> tuple[str, str]:
+    """(field, message) of the error jsonschema ranks first, for arguments it refuses."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    assert error is not None
+    return _field_of(error, arguments), error.message
+
+
+def _field_of(error: jsonschema.ValidationError, arguments: dict[str, Any]) -> str:
+    """The dotted path of the offending field, or the missing/extra property."""
+    path = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "required" and not path:
+        missing = [k for k in error.validator_value if k not in arguments]
+        return missing[0] if missing else "arguments"
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in allowed)
+        if extra:
+            return ".".join([path, extra[0]]) if path else extra[0]
+    return path or "arguments"
+
+
+# -- flat schemas compiled once -----------------------------------------------------------
+#
+# Most tool schemas are a flat object of typed properties. For those, a closure built once
+# answers "valid" in about a microsecond; jsonschema then runs only for a call it would refuse
+# (to name the error) and for every schema outside this subset. The subset is chosen so the
+# closure is never more lenient than jsonschema: a keyword it does not know makes the whole
+# schema uncompiled.
+
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "format", "$comment"})
+_TOP_KEYS = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties", "$schema"}
+_PROP_KEYS = _ANNOTATIONS | {
+    "type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
+    "maxLength", "enum",
+}  # fmt: skip
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if name == "string":
+        return isinstance(value, str)
+    if name == "boolean":
+        return isinstance(value, bool)
+    if name == "null":
+        return value is None
+    if isinstance(value, bool):
+        return False  # JSON Schema: true is not a number
+    if name == "integer":
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if name == "number":
+        return isinstance(value, int | float)
+    if name == "array":
+        return isinstance(value, list)
+    if name == "object":
+        return isinstance(value, dict)
+    return False
+
+
+def _compile_property(schema: Any) -> Callable[[Any], bool] | None:
+    if not isinstance(schema, Mapping) or not set(schema) <= _PROP_KEYS:
+        return None
+    kind = schema.get("type")
+    types = [kind] if isinstance(kind, str) else kind
+    if types is not None and (
+        not isinstance(types, list) or not all(isinstance(t, str) for t in types)
+    ):
+        return None
+    enum = schema.get("enum")
+    if enum is not None and not (isinstance(enum, list) and all(isinstance(e, str) for e in enum)):
+        return None  # JSON equality (1 == 1.0, true != 1) is jsonschema's to judge
+    bounds = {
+        k: schema[k]
+        for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+        if k in schema
+    }
+    lengths = {k: schema[k] for k in ("minLength", "maxLength") if k in schema}
+    for v in bounds.values():
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return None
+    for v in lengths.values():
+        if isinstance(v, bool) or not isinstance(v, int):
+            return None
+    allowed = frozenset(enum) if enum is not None else None
+
+    def check(value: Any) -> bool:
+        if types is not None and not any(_is_type(value, t) for t in types):
+            return False
+        if allowed is not None and not (isinstance(value, str) and value in allowed):
+            return False
+        if bounds and isinstance(value, int | float) and not isinstance(value, bool):
+            if "minimum" in bounds and value < bounds["minimum"]:
+                return False
+            if "maximum" in bounds and value > bounds["maximum"]:
+                return False
+            if "exclusiveMinimum" in bounds and value <= bounds["exclusiveMinimum"]:
+                return False
+            if "exclusiveMaximum" in bounds and value >= bounds["exclusiveMaximum"]:
+                return False
+        if lengths and isinstance(value, str):
+            if "minLength" in lengths and len(value) < lengths["minLength"]:
+                return False
+            if "maxLength" in lengths and len(value) > lengths["maxLength"]:
+                return False
+        return True
+
+    return check
+
+
+# -- meta-schema check without jsonschema -----------------------------------------------
+#
+# Every input schema is checked against the 2020-12 meta-schema when its tool is made.
+# For the keywords ringfence's own tools use, _schema_ok decides that here, so a session
+# that registers only those never imports jsonschema. It is conservative: it says True
+# only for what the meta-schema accepts; any other schema (an unknown keyword, a $ref, a
+# value of an unexpected shape) goes to jsonschema's check_schema, which also names the
+# fault. tests/runtime/test_runtime_gate2_schema.py holds it against check_schema.
+
+_SIMPLE_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
+_STRING_KEYWORDS = frozenset({"description", "title", "format", "$comment"})
+_BOOL_KEYWORDS = frozenset({"deprecated", "readOnly", "writeOnly", "uniqueItems"})
+_NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+_COUNT_KEYWORDS = frozenset(
+    {"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"}
+)
+_SCHEMA_KEYWORDS = frozenset({"additionalProperties", "items", "not", "propertyNames", "contains"})
+_LIST_KEYWORDS = frozenset({"allOf", "anyOf", "oneOf"})
+_ANY_KEYWORDS = frozenset({"default", "const"})
+_DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _unique_strings(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and all(isinstance(v, str) for v in value)
+        and len(set(value)) == len(value)
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _keyword_ok(key: Any, value: Any) -> bool:
+    if key in _STRING_KEYWORDS:
+        return isinstance(value, str)
+    if key in _BOOL_KEYWORDS:
+        return isinstance(value, bool)
+    if key in _NUMBER_KEYWORDS:
+        return _is_number(value)
+    if key in _COUNT_KEYWORDS:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if key in _SCHEMA_KEYWORDS:
+        return _schema_ok(value, root=False)
+    if key in _LIST_KEYWORDS:
+        return isinstance(value, list) and bool(value) and all(_schema_ok(v, False) for v in value)
+    if key in _ANY_KEYWORDS:
+        return True
+    if key == "type":
+        kinds = [value] if isinstance(value, str) else value
+        return bool(kinds) and _unique_strings(kinds) and set(kinds) <= _SIMPLE_TYPES
+    if key in ("enum", "examples"):
+        return isinstance(value, list)
+    if key == "required":
+        return _unique_strings(value)
+    if key == "multipleOf":
+        return _is_number(value) and value > 0
+    if key == "properties":
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and _schema_ok(v, root=False) for k, v in value.items()
+        )
+    if key == "pattern":  # the meta-schema's "regex" format, as check_schema judges it
+        try:
+            re.compile(value)
+        except Exception:  # re.error, TypeError, ...: jsonschema decides and names it
+            return False
+        return True
+    return False  # a keyword outside this subset: jsonschema decides
+
+
+def _schema_ok(schema: Any, root: bool = True) -> bool:
+    """True only if ``schema`` is valid under the 2020-12 meta-schema (see above)."""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict):
+        return False
+    if root and schema.get("$schema", _DRAFT_2020_12) != _DRAFT_2020_12:
+        return False  # another draft: its own meta-schema, jsonschema's to apply
+    return all((k == "$schema" and root) or _keyword_ok(k, v) for k, v in schema.items())
+
+
+def compile_simple(schema: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    """A closure that says True only for arguments jsonschema would accept, or None when
+    the schema is outside the flat subset (see above)."""
+    if not set(schema) <= _TOP_KEYS or schema.get("type", "object") != "object":
+        return None
+    if schema.get("$schema") not in (None, "https://json-schema.org/draft/2020-12/schema"):
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if not isinstance(properties, Mapping) or not isinstance(extra, bool):
+        return None
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return None
+    checks: dict[str, Callable[[Any], bool]] = {}
+    for name, prop in properties.items():
+        check = _compile_property(prop)
+        if check is None:
+            return None
+        checks[name] = check
+    needed = tuple(required)
+
+    def valid(arguments: dict[str, Any]) -> bool:
+        for name in needed:
+            if name not in arguments:
+                return False
+        for name, value in arguments.items():
+            check = checks.get(name)
+            if check is None:
+                if not extra:
+                    return False
+            elif not check(value):
+                return False
+        return True
+
+    return valid
