@@ -107,7 +107,9 @@ class ShippedRoot:
         out = io.BytesIO()
         sync = Sync(wipe=self._wipe)
         self._wipe = False
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        with tarfile.open(
+            fileobj=out, mode="w", format=tarfile.GNU_FORMAT, errors="surrogateescape"
+        ) as tar:
             root_fd = os.open(self.root, _DIR)
             try:
                 for path, entry, data in self._walk(root_fd, ""):

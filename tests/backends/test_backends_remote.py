@@ -8,6 +8,7 @@ back over the supervisor's own stream as a change set that the host merges.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -325,7 +326,6 @@ async def test_an_engine_lost_mid_command_fails_the_session_naming_it(
 
 
 def test_a_change_set_that_did_not_arrive_whole_writes_nothing(tmp_path: Path) -> None:
-    import hashlib
     import io
     import tarfile
 
@@ -380,7 +380,6 @@ def _tar(*members: tuple[str, str, bytes | str]) -> bytes:
 def test_a_hostile_change_set_tar_is_refused_whole_and_writes_nothing_outside(
     tmp_path: Path,
 ) -> None:
-    import hashlib
 
     if os.geteuid() != 0:
         pytest.skip("rebuilding a remote upper needs root (whiteouts)")
@@ -432,8 +431,6 @@ async def test_a_ship_cut_short_is_redone_from_empty(
     session = await start_remote(workspace, engines[0].engine)
     try:
         assert (await sh(session, "cat a.txt", workspace)).stdout == "a\n"
-        import hashlib
-
         cuts = 0
         for n, delay in enumerate((0.0005, 0.002, 0.005, 0.01, 0.03, 0.06)):
             big = os.urandom(900_000)
@@ -477,5 +474,23 @@ async def test_a_cancelled_commands_writes_never_join_the_next_change_set(
         r = await sh(session, "echo y > next.txt; ls", workspace)
         assert r.stdout == "next.txt\n", r  # the cancelled write is not in the copy...
         assert [c.path for c in await changes_of(workspace, r)] == ["next.txt"]  # ...nor here
+    finally:
+        await session.aclose()
+
+
+async def test_names_that_are_not_utf8_travel_both_ways(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    raw = os.fsdecode(b"caf\xe9.txt")  # Latin-1, not UTF-8
+    (workspace / raw).write_text("old\n")
+    (workspace / "日本.txt").write_text("jp\n")
+    session = await start_remote(workspace, engines[0].engine)
+    try:
+        r = await sh(session, 'cat 日本.txt; for f in caf*; do echo new > "$f"; done', workspace)
+        assert r.stdout == "jp\n", r
+        changes = await changes_of(workspace, r)
+        assert [(c.path, c.after and c.after.digest) for c in changes] == [
+            (raw, hashlib.sha256(b"new\n").hexdigest())
+        ]
     finally:
         await session.aclose()
