@@ -494,3 +494,33 @@ async def test_names_that_are_not_utf8_travel_both_ways(
         ]
     finally:
         await session.aclose()
+
+
+async def test_undo_of_a_remote_change_set_restores_the_host_and_the_copy(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    import time
+
+    from ringfence.workspace import ChangeSet, undo
+
+    make(workspace, {"edit.txt": "old\n", "old/x": "x\n", "gone.txt": "gone\n"})
+    before = tree(workspace)
+    session = await start_remote(workspace, engines[0].engine)
+    try:
+        r = await sh(
+            session, "echo new > edit.txt; mv old renamed; rm gone.txt; echo n > n.txt", workspace
+        )
+        with Workspace([workspace]) as ws:
+            store = CheckpointStore(ws)
+            try:
+                report = merge_changes(ws, capture(ws, store, r), store)
+                store.save(ChangeSet(store.new_id(), time.time(), "run_shell", report.applied))
+                assert tree(workspace) != before
+                undo(store, last=1)
+            finally:
+                store.close()
+        assert tree(workspace) == before  # byte for byte, modes too
+        r2 = await sh(session, "cat edit.txt old/x gone.txt; ls", workspace)
+        assert r2.stdout == "old\nx\ngone\nedit.txt\ngone.txt\nold\n", r2
+    finally:
+        await session.aclose()
