@@ -524,3 +524,57 @@ async def test_undo_of_a_remote_change_set_restores_the_host_and_the_copy(
         assert r2.stdout == "old\nx\ngone\nedit.txt\ngone.txt\nold\n", r2
     finally:
         await session.aclose()
+
+
+async def test_a_tls_engine_that_shares_our_files_bind_mounts_them(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    # ship = "never": the operator says the engine sees this machine's paths (here it
+    # does: loopback). The supervisor's stream is still our own TLS connection.
+    engine = engines[0].engine
+    options = {**DOCKER_OPTIONS, "engines": [engine_table(engine, ship="never")]}
+    session = await start_docker(SessionSpec(roots=(workspace,), options=options))
+    try:
+        assert session.metadata["workspace"] == "bind-mount" and session.metadata["tls"]
+        r = await sh(session, "echo direct > f.txt; cat f.txt", workspace)
+        assert r.stdout == "direct\n" and not r.uppers
+        assert (workspace / "f.txt").read_text() == "direct\n"
+    finally:
+        await session.aclose()
+
+
+async def test_a_fetch_cut_short_loses_nothing_and_leaks_nothing(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    # The caller gives up while the change set is on its way back (after the command's
+    # end marker): no partial set reaches it, the workspace is unchanged, and the next
+    # command's change set holds only its own writes.
+    before = tree(workspace)
+    session = await start_remote(workspace, engines[0].engine, options={"memory": "256m"})
+    try:
+        caught = False
+        for delay in (0.0, 0.005, 0.02):
+            with trio.CancelScope() as scope:
+
+                def on_output(
+                    stream: str, text: str, scope: trio.CancelScope = scope, delay: float = delay
+                ) -> None:
+                    if "done" in text:
+                        scope.deadline = trio.current_time() + delay
+
+                await session.run(
+                    "head -c 8000000 /dev/urandom > big.bin; echo done",
+                    cwd=workspace,
+                    env={},
+                    timeout=30,
+                    output_cap=4096,
+                    on_output=on_output,
+                )
+            caught |= scope.cancelled_caught
+            assert tree(workspace) == before
+            r = await sh(session, "echo mine > mine.txt; ls", workspace)
+            assert r.stdout == "mine.txt\n", r
+            assert [c.path for c in await changes_of(workspace, r)] == ["mine.txt"]
+        assert caught, "no fetch was caught mid-way"
+    finally:
+        await session.aclose()
