@@ -578,3 +578,84 @@ async def test_a_fetch_cut_short_loses_nothing_and_leaks_nothing(
         assert caught, "no fetch was caught mid-way"
     finally:
         await session.aclose()
+
+
+_AS_NOBODY = r"""
+import hashlib, io, json, os, sys, tarfile
+from ringfence.backends._ship import rebuild_upper
+from ringfence.workspace import changes_from_upper
+
+lower, upper = sys.argv[1], sys.argv[2]
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w") as tar:
+    for name, kind in (("gone.txt", "wh"), ("d", "dir"), ("d/new", "file")):
+        info = tarfile.TarInfo(name)
+        if kind == "wh":
+            info.type, info.devmajor, info.devminor, info.mode = tarfile.CHRTYPE, 0, 0, 0
+        elif kind == "dir":
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+        else:
+            info.size, info.mode = 2, 0o644
+        tar.addfile(info, io.BytesIO(b"n\n") if kind == "file" else None)
+data = buf.getvalue()
+rebuild_upper(data, hashlib.sha256(data).hexdigest(), upper, ["d"], engine="e1")
+
+
+class Blobs:
+    def put(self, data):
+        return hashlib.sha256(data).hexdigest()
+
+    def put_fd(self, fd):
+        data = os.read(fd, 1 << 20)
+        return hashlib.sha256(data).hexdigest(), len(data)
+
+    def __getattr__(self, name):
+        raise AttributeError(name)
+
+
+u, l = os.open(upper, os.O_RDONLY | os.O_DIRECTORY), os.open(lower, os.O_RDONLY | os.O_DIRECTORY)
+print(json.dumps([[c.path, c.before and c.before.kind, c.after and c.after.kind]
+                  for c in changes_from_upper(u, l, 0, Blobs())]))
+"""
+
+
+def test_a_change_set_is_rebuilt_without_root() -> None:
+    # Whiteouts (character devices 0:0) need no privilege on Linux 5.8+, the opaque mark
+    # is a user xattr: a kernel not running as root reads a remote change set too.
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to an unprivileged uid for the check")
+    tmp_path = Path(tempfile.mkdtemp(prefix="rf-nobody-"))  # pytest's own is root's, 0700
+    try:
+        _rebuild_as_nobody(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _rebuild_as_nobody(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    (lower / "d").mkdir(parents=True)
+    (lower / "d" / "old").write_text("o\n")
+    (lower / "gone.txt").write_text("g\n")
+    upper.mkdir()
+    for p in (tmp_path, lower, lower / "d", lower / "d" / "old", lower / "gone.txt", upper):
+        os.chown(p, 65534, 65534)
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+         _AS_NOBODY, str(lower), str(upper)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [
+        ["d/old", "file", None],  # the opaque directory replaced the lower one...
+        ["d", "dir", None],
+        ["d", None, "dir"],
+        ["d/new", None, "file"],
+        ["gone.txt", "file", None],  # ...and the whiteout deleted gone.txt
+    ]
