@@ -18,6 +18,7 @@ from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime import (
     Approver,
     FileSink,
+    InvalidArguments,
     Kernel,
     MemorySink,
     Policy,
@@ -132,6 +133,8 @@ def create_kernel(
     script_sandbox: str | None = None,
     event_observer: EventObserver | None = None,
     checkpoints: bool = True,
+    change_sets: bool | None = None,
+    merge_refused: bool = True,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -166,6 +169,15 @@ def create_kernel(
     as a change set under ``$RINGFENCE_HOME/checkpoints/`` and registers
     ``undo``; ``False`` registers no ``undo`` and records nothing.
 
+    ``change_sets`` (default: on for the ``local`` backend when
+    ``checkpoints`` is on and its sandbox is ``strict``, off otherwise): each ``run_shell`` command runs on
+    an overlay of the roots and its writes reach them only through the
+    guarded merge, as an undoable change set (``run_shell`` is then
+    ``reversible`` without network); ``False`` lets commands write the roots
+    directly (``--no-change-sets``). ``True`` on a backend that cannot
+    refuses at its start. ``merge_refused`` (default True): a set with
+    refused entries (git metadata, …) merges the rest; False refuses it whole.
+
     ``approver`` must have an ``async def approve(request)``; anything else
     raises TypeError here, before anything opens.
 
@@ -175,6 +187,20 @@ def create_kernel(
         check_approver(approver)
     # backends: checked before anything opens, so an unknown name leaks nothing
     backend_name = select_backend(backend)
+    if change_sets is None:  # best-effort sandboxes may lack the namespaces overlays need
+        strict = (backend_options or {}).get("sandbox", "strict") == "strict"
+        change_sets = backend_name == "local" and checkpoints and strict
+    if change_sets and not checkpoints:
+        raise InvalidArguments(
+            "change_sets=True needs checkpoints=True (the store change sets are kept in)",
+            field="change_sets",
+        )
+    if change_sets and backend_name == "host":
+        raise InvalidArguments(
+            "the host backend cannot keep change sets (it is not a sandbox); use local or "
+            "docker, or change_sets=False",
+            field="change_sets",
+        )
     # bridge: checked before anything opens, like the backend
     script_config = ScriptConfig(
         sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"
@@ -210,7 +236,7 @@ def create_kernel(
     store = CheckpointStore(workspace) if checkpoints else None
     register_file_tools(kernel, workspace, checkpoints=store)
     if store is not None:
-        register_undo_tool(kernel, store)
+        register_undo_tool(kernel, store, atomic_apply=not merge_refused)
 
     async def close_workspace() -> None:
         if store is not None:
@@ -239,6 +265,8 @@ def create_kernel(
         workspace=workspace,
         options=backend_options,
         extra_mounts=extra_mounts,
+        change_sets=store if change_sets else None,
+        merge_refused=merge_refused,
     )
     # bridge: run_tool_script, locally or in the docker session's container
     register_script_tool(

@@ -2,7 +2,7 @@
 
 For MCP stdio servers (``sandbox = "local"`` in ``mcp.toml``): the MCP SDK
 spawns the process and talks JSON-RPC over its stdin/stdout, so the whole
-sandbox is one argv (:func:`ringfence.backends._confined.confined_argv`:
+sandbox is one argv (:func:`confined_argv`:
 bubblewrap, then the supervisor in ``exec`` mode, then the server) and the
 supervisor's report arrives as the first stdout line, before any protocol
 byte. :func:`confine_exec` plans it; :meth:`ConfinedExec.read_report` checks
@@ -31,13 +31,66 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._confined import ConfinedOptions, Layer, _refuse, confined_argv
+from ._confined import ConfinedSession
+from ._confined_layers import DENIED_SYSCALLS
+from ._confined_plan import _SUPERVISOR, ConfinedOptions, Layer, _refuse
 from ._types import SessionSpec
 
-__all__ = ["ConfinedExec", "confine_exec"]
+__all__ = ["ConfinedExec", "confine_exec", "confined_argv"]
 
 # The supervisor writes it (``_confined_supervisor.REPORT_PREFIX``; it imports nothing of ours).
 REPORT_PREFIX = b"ringfence-sandbox:"
+
+
+def confined_argv(
+    spec: SessionSpec,
+    argv: list[str],
+    *,
+    cwd: str = "/",
+    writable: bool = True,
+    options: ConfinedOptions | None = None,
+) -> tuple[list[str], list[Layer]]:
+    """One process confined like a session's commands, on the caller's stdin/stdout/stderr.
+
+    Returns bubblewrap's argv (then the supervisor in ``exec`` mode, then
+    ``argv``) and the layers known before it starts; the rest come in the
+    supervisor's report, its first stdout line (``_confined_exec``). For MCP
+    stdio servers, whose process the MCP SDK spawns: no descriptor can be
+    passed, so the seccomp filter travels hex-encoded in the supervisor's
+    options and is installed by it (last), and there is no uid switch (the
+    sandbox runs as the kernel's own user) and no limit cgroup (the ``pids``
+    layer is ``RLIMIT_NPROC``, which does not hold for a root kernel).
+    ``writable=False`` binds the roots read-only and leaves them out of
+    Landlock's writable paths. Strict always: raises Unavailable naming the
+    first layer the kernel cannot plan (bubblewrap, Landlock, seccomp) and its fix.
+    """
+    options = options or ConfinedOptions()
+    session = ConfinedSession(spec, options)
+    missing = [layer for layer in session._kernel_layers if not layer.ok]
+    if missing or session._seccomp is None:
+        layer = missing[0] if missing else Layer("seccomp", False, "no filter was built")
+        raise _refuse(layer.name, layer.detail)
+    session._uid, session._gid = os.geteuid(), os.getegid()  # no uid switch (needs descriptors)
+    roots = [str(Path(os.path.realpath(r))) for r in spec.roots]
+    readonly = [*spec.readonly_paths, *([] if writable else roots)]
+    session._readonly = [Path(os.path.realpath(p)) for p in readonly]
+    wrapper, layers = session._argv(-1, -1, -1, None)  # raises when bubblewrap is missing
+    cut = wrapper.index(str(_SUPERVISOR)) + 1  # the session's socket descriptor follows
+    kept = [o for o in wrapper[cut + 1 :] if writable or o.removeprefix("write=") not in roots]
+    wrapper = [*wrapper[:cut], "exec", *kept, f"seccomp_hex={session._seccomp.hex()}"]
+    wrapper += [f"cwd={cwd}", "--", *argv]
+    hidden = ", ".join(session._hidden)
+    access = (
+        f"read-write, {len(spec.readonly_paths)} git path(s) read-only" if writable else "read-only"
+    )
+    details = {
+        "file system": f"host read-only; {len(roots)} root(s) {access}; private /tmp; "
+        f"hidden: {hidden}",
+        "seccomp": f"{len(DENIED_SYSCALLS)} syscalls denied, no new namespaces, foreign ABIs "
+        "killed (installed by the supervisor, last)",
+    }
+    layers = [Layer(x.name, x.ok, details.get(x.name, x.detail)) for x in layers]
+    return wrapper, layers
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,14 @@ import os
 
 from ..bridge import _sandbox as sb
 
-__all__ = ["DENIED_SYSCALLS", "LayerUnavailable", "landlock_plan", "seccomp_program"]
+__all__ = [
+    "DENIED_SYSCALLS",
+    "LAYER_SYSCALLS",
+    "LayerUnavailable",
+    "landlock_plan",
+    "layer_filter",
+    "seccomp_program",
+]
 
 LayerUnavailable = sb.LayerUnavailable
 
@@ -72,6 +79,10 @@ DENIED_SYSCALLS = (
     "name_to_handle_at", "open_by_handle_at", "modify_ldt", "uselib",
 )  # fmt: skip
 
+# What the supervisor itself needs under change sets (an overlay per command): bubblewrap's
+# filter leaves them out and each command's child installs :func:`layer_filter` before exec.
+LAYER_SYSCALLS = ("mount", "umount2", "unshare")
+
 # Write-type Landlock filesystem rights (ABI 1): write_file, remove_dir, remove_file,
 # make_char, make_dir, make_reg, make_sock, make_fifo, make_block, make_sym. Reading and
 # executing are not handled: the mount layout decides what is visible.
@@ -79,15 +90,42 @@ _FS_WRITE_FILE = 1 << 1
 _FS_WRITES_ABI1 = _FS_WRITE_FILE | sum(1 << bit for bit in range(4, 13))
 
 
-def seccomp_program() -> bytes:
-    """The commands' BPF filter as raw ``sock_filter`` instructions (bubblewrap's format).
-
-    Raises LayerUnavailable on an architecture without a built-in filter.
-    """
+def _check_arch() -> None:
     if os.uname().machine != "x86_64":
         raise LayerUnavailable(
             "seccomp", f"no seccomp filter is built in for {os.uname().machine} (only x86_64)"
         )
+
+
+def layer_filter() -> bytes:
+    """The second filter of a change-set command: ``LAYER_SYSCALLS`` answer EPERM.
+
+    Stacked on bubblewrap's (seccomp filters only add up), installed by the
+    command's child after its overlays are mounted. Raises LayerUnavailable.
+    """
+    _check_arch()
+    ins = sb._insn
+    prog = [
+        ins(sb._BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        ins(sb._BPF_JEQ_K, 1, 0, sb._AUDIT_ARCH_X86_64),
+        ins(sb._BPF_RET_K, 0, 0, sb._RET_KILL_PROCESS),
+        ins(sb._BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+    ]
+    for nr in sorted(sb._DENIED_X86_64[name] for name in LAYER_SYSCALLS):
+        prog.append(ins(sb._BPF_JEQ_K, 0, 1, nr))
+        prog.append(ins(sb._BPF_RET_K, 0, 0, sb._RET_ERRNO | errno.EPERM))
+    prog.append(ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW))
+    return b"".join(prog)
+
+
+def seccomp_program(layered: bool = False) -> bytes:
+    """The commands' BPF filter as raw ``sock_filter`` instructions (bubblewrap's format).
+
+    ``layered`` (change sets): without ``LAYER_SYSCALLS``, which the
+    supervisor needs and :func:`layer_filter` denies to each command.
+    Raises LayerUnavailable on an architecture without a built-in filter.
+    """
+    _check_arch()
     ins = sb._insn
     eperm = sb._RET_ERRNO | errno.EPERM
     prog = [
@@ -130,7 +168,8 @@ def seccomp_program() -> bytes:
         ins(sb._BPF_JEQ_K, 0, 1, _NR_OPENAT2),
         ins(sb._BPF_RET_K, 0, 0, sb._RET_ERRNO | errno.ENOSYS),
     ]
-    for nr in sorted({sb._DENIED_X86_64[name] for name in DENIED_SYSCALLS}):
+    denied = [n for n in DENIED_SYSCALLS if not (layered and n in LAYER_SYSCALLS)]
+    for nr in sorted({sb._DENIED_X86_64[name] for name in denied}):
         prog.append(ins(sb._BPF_JEQ_K, 0, 1, nr))
         prog.append(ins(sb._BPF_RET_K, 0, 0, eperm))
     prog.append(ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW))

@@ -1,5 +1,9 @@
 """The ``run_shell`` tool: a kernel tool on top of a lazily started backend session.
 
+(Over 500 lines on purpose: the model-facing descriptions and schema, and the git
+metadata check around commands without change sets; the change-set merge is
+:mod:`._changesets`.)
+
 The Gate decides (``run_shell`` is residual: it asks first under every posture
 short of ``unrestricted``); this module only resolves the working directory
 through the workspace, builds the environment, runs the command on the
@@ -22,6 +26,28 @@ new baseline; a ``notice`` names them. Each scan starts from the previous one
 (the check after command N is the base of the scan before N+1): only
 directories whose ctime moved, or that changed too recently to tell, are
 listed again; a session's first scan walks everything.
+
+Change sets (a backend that fills ``ShellResult.uppers``, see
+``SessionSpec.change_sets``; the default of ``local``): the command wrote
+nothing into the roots, only into its overlay's upper directories. After
+it ends (exited, signaled or timed out; a cancelled or failed call merges
+nothing and its writes are discarded with the upper directories) each upper
+is read as a change set (:func:`ringfence.workspace.changes_from_upper`),
+saved in the checkpoint store with every before-image, and merged through
+the guarded writer (:func:`ringfence.workspace.merge_changes`): git metadata
+in any spelling, a changed gitfile, a new ``.git``, devices, FIFOs,
+sockets, set-id bits and links leaving the roots are refused and named
+(``git_metadata``, ``invalid_arguments``); the rest is merged (the default)
+or, with ``merge_refused=False``, the whole set is refused. The call's
+result and a ``checkpoint`` event carry ``changes: {id, files, refused}``;
+a refusal fails the call with the first refused entry's code after the
+rest was merged. The git metadata scan is skipped (nothing reaches the
+roots but through the merge). Under ``--dry-run`` the set is staged
+instead: saved as ``staged`` and a nested ``apply_changes`` call for it
+goes into the plan (``plan apply`` merges it if every touched file still
+has its before-image). With change sets and no network, ``run_shell`` is
+``reversible`` and leaves the residual (everything it does can be listed
+and undone); otherwise it stays ``irreversible`` and residual.
 """
 
 from __future__ import annotations
@@ -39,13 +65,16 @@ from ..runtime import (
     CallContext,
     Consequence,
     GitMetadata,
+    InvalidArguments,
     Kernel,
     Posture,
     RingfenceError,
     StreamRedactor,
+    ToolError,
     ToolSpec,
 )
 from ..workspace import (
+    CheckpointStore,
     GitReport,
     GitSnapshot,
     describe_findings,
@@ -53,6 +82,7 @@ from ..workspace import (
     enforce_git_metadata,
     scan_git_metadata,
 )
+from ._changesets import merge_or_stage
 from ._registry import select_backend, start_session
 from ._types import DEFAULT_KILL_GRACE, BackendSession, SessionSpec
 
@@ -88,6 +118,21 @@ Git metadata is off limits: a command that creates a .git or a repository, or ch
 anything inside a git directory or a .git file, fails with git_metadata after it ran,
 and what it created there is moved out of the workspace (git commands that only read,
 like status, diff and log, work; add, commit, checkout, init and clone do not)."""
+
+DESCRIPTION_CHANGE_SETS = """Run a command in the session's execution backend and return its exit code and output.
+
+`command` is a shell string (run with /bin/sh -c) or an argv list (run without a shell).
+`cwd` is a directory inside the workspace (default: the first workspace root).
+Each call starts fresh: cwd, exported variables and background processes do not carry
+over to the next call; files do. Output beyond the cap is cut head+tail with the full
+text saved to a file named in the output. A command still running at `timeout_seconds`
+is killed with its whole process tree and the result says "timeout".
+The command writes to a layer over the workspace; when it ends, its changes are merged
+into the workspace as one change set (result "changes": id, files, refused) that can be
+listed and undone. Git metadata (.git, gitfiles, a new repository), device nodes, FIFOs,
+sockets, set-id bits and links leaving the workspace are refused at the merge, and the
+call fails naming them (git commands that only read work; add, commit, init do not).
+A directory rename inside the workspace is a copy (the layer has no directory rename)."""
 
 # Two patterns because schema patterns are matched with RE2, which has no lookahead.
 ENV_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
@@ -160,8 +205,13 @@ class ShellTool:
         passthrough_env: Sequence[str] = (),
         kill_grace: float = DEFAULT_KILL_GRACE,
         extra_mounts: Sequence[tuple[Path, str, bool]] = (),
+        change_sets: CheckpointStore | None = None,
+        merge_refused: bool = True,
     ) -> None:
         self.kernel = kernel
+        # Where the commands' change sets go; None: the backend writes the roots directly.
+        self.store = change_sets
+        self._merge_rest = merge_refused
         self._extra_mounts = tuple(extra_mounts)
         self.backend = backend
         self.workspace = workspace
@@ -208,6 +258,7 @@ class ShellTool:
                     kill_grace=self._grace,
                     options=self._options,
                     extra_mounts=self._extra_mounts,
+                    change_sets=self.store is not None,
                 )
                 self._session = await start_session(self.backend, spec)
                 ctx.emit(
@@ -239,7 +290,53 @@ class ShellTool:
         # One command at a time from scan to check: a second call's baseline must not
         # include what the first is about to have undone.
         async with self._command_lock:
+            if self.store is not None:
+                return await self._run_layered(args, ctx, cwd, timeout, self.store)
             return await self._run_checked(args, ctx, cwd, timeout)
+
+    # -- change sets ----------------------------------------------------------------------
+
+    async def _run_layered(
+        self,
+        args: dict[str, Any],
+        ctx: CallContext,
+        cwd: Path,
+        timeout: float,
+        store: CheckpointStore,
+    ) -> dict[str, Any]:
+        """The command on its overlays, then its change set captured and merged (or staged)."""
+        session = await self.session(ctx)
+        env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
+        self.kernel.redactor.register_env(session.environment(env))
+        streams = _EventStreams(ctx, self.kernel)
+        # Cancelled or failed: nothing is merged; the session discards the upper directories.
+        result = await session.run(
+            args["command"],
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
+            on_output=streams.feed,
+            redact=self.kernel.redactor.redact,
+        )
+        streams.flush()
+        if not result.uppers:
+            raise ToolError(
+                f"the {self.backend} backend was asked for change sets and reported no upper "
+                "directory; nothing was merged"
+            )
+        out = {**result.to_dict(), "backend": self.backend, "cwd": str(cwd)}
+        if result.session_restarted:
+            ctx.emit("notice", message=f"the {self.backend} backend session was restarted")
+        return await merge_or_stage(
+            result,
+            out,
+            ctx,
+            store,
+            roots=[Path(os.path.realpath(r)) for r in self.workspace.roots],
+            merge_rest=self._merge_rest,
+            staging=self.kernel.dry_run,
+        )
 
     async def _run_checked(
         self, args: dict[str, Any], ctx: CallContext, cwd: Path, timeout: float
@@ -406,6 +503,8 @@ def register_shell_tool(
     passthrough_env: Sequence[str] = (),
     kill_grace: float = DEFAULT_KILL_GRACE,
     extra_mounts: Sequence[tuple[Path, str, bool]] = (),
+    change_sets: CheckpointStore | None = None,
+    merge_refused: bool = True,
 ) -> ShellTool:
     """Register ``run_shell`` on ``kernel``, running on ``backend``.
 
@@ -415,8 +514,22 @@ def register_shell_tool(
     paths, its git directories at that moment. The session is closed when the
     kernel closes. ``options`` go to the backend (docker: ``image``,
     ``memory``, …). ``extra_mounts`` go to the session spec (docker only).
+
+    ``change_sets`` (a checkpoint store): every command runs on overlays and
+    its writes reach the roots only through the guarded merge, recorded in
+    the store (see the module docstring); ``merge_refused=False`` refuses a
+    whole set when any entry is refused. On a confined backend (not
+    ``host``) without network, ``run_shell`` is then ``reversible`` and not
+    residual.
     """
     name = select_backend(backend)
+    if change_sets is not None and name == "host":
+        # It would run the command on the host's own files: nothing to capture, nothing undone.
+        raise InvalidArguments(
+            "the host backend cannot keep change sets (it is not a sandbox); use local or "
+            "docker, or switch change sets off",
+            field="change_sets",
+        )
     tool = ShellTool(
         kernel,
         name,
@@ -426,16 +539,23 @@ def register_shell_tool(
         passthrough_env=passthrough_env,
         kill_grace=kill_grace,
         extra_mounts=extra_mounts,
+        change_sets=change_sets,
+        merge_refused=merge_refused,
     )
+    networked = network or bool((options or {}).get("network"))
+    # Its only effect is an undoable change set: reversible, out of the residual.
+    reversible = change_sets is not None and name != "host" and not networked
     kernel.register(
         ToolSpec(
             "run_shell",
-            DESCRIPTION,
+            DESCRIPTION if change_sets is None else DESCRIPTION_CHANGE_SETS,
             INPUT_SCHEMA,
             tool,
-            consequence=Consequence.IRREVERSIBLE,
-            residual=True,
-            meta={"backend": name},
+            consequence=Consequence.REVERSIBLE if reversible else Consequence.IRREVERSIBLE,
+            residual=not reversible,
+            meta={"backend": name, "change_sets": change_sets is not None},
+            # A dry run runs it on the layer and stages its change set (apply_changes).
+            composes_dry_run=change_sets is not None,
         )
     )
     kernel.push_async_callback(tool.aclose)

@@ -1,7 +1,8 @@
 """ringfence.bridge: ``run_tool_script`` — model-written pipelines, every call gated.
 
-A script runs in a sandboxed child process (``_runner``, ``_sandbox``) and
-reaches the kernel only over an authenticated bridge (``_wire``, ``_channel``);
+A script runs in a sandboxed child process (``_runner``, with ``_restricted``,
+``_allowlist`` and ``_sandbox``) and reaches the kernel only over an
+authenticated bridge (``_wire``, ``_channel``);
 ``_launch`` starts the runner, ``_host`` runs one script's session;
 each ``call_tool`` inside it is one ``Kernel.invoke``, the same Gate as a
 direct call.
@@ -10,13 +11,13 @@ direct call.
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
+from ._allowlist import ALLOWED_MODULES as ALLOWED_MODULES
 from ._config import (
     SANDBOX_LEVELS as SANDBOX_LEVELS,
     ScriptConfig as ScriptConfig,
     ScriptLimits as ScriptLimits,
     ScriptResult as ScriptResult,
 )
-from ._runner import ALLOWED_MODULES as ALLOWED_MODULES
 from ._sandbox import landlock_abi as landlock_abi
 from ._tool import (
     DEFAULT_TIMEOUT_SECONDS as DEFAULT_TIMEOUT_SECONDS,

@@ -17,8 +17,8 @@ from ..runtime import (
     Unavailable,
     script_credential_literals,
 )
+from ._allowlist import ALLOWED_MODULES
 from ._config import DEFAULT_MAX_CALLS, ScriptConfig, ScriptResult
-from ._runner import ALLOWED_MODULES
 
 if TYPE_CHECKING:
     from ._launch import Launcher, LocalLauncher

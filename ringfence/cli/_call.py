@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 
 from ..runtime import InvalidArguments, NotFound, RingfenceError
+from ._mcp_session import mcp_failure_for, session_warnings
 from ._output import print_error, print_ok, read_input_text
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser
@@ -62,12 +63,17 @@ def with_suggestions(error: RingfenceError, tool: str, names: Iterable[str]) -> 
 
 async def run(args: argparse.Namespace) -> int:
     arguments = parse_arguments(args.args)
-    async with kernel_from_args(args) as kernel:
+    async with kernel_from_args(args, mcp_tool=args.tool, interactive=True) as kernel:
         outcome = await kernel.invoke(args.tool, arguments, origin="cli")
         names = [s.name for s in kernel.tools()]
+        # An mcp.<server>.… tool whose server did not connect: its cause is the error.
+        failed = mcp_failure_for(kernel, args.tool) if args.tool not in names else None
+        warnings = session_warnings(kernel, leave_out=failed)
     if outcome.error is not None:
         error = outcome.error
-        if args.tool not in names:
+        if failed is not None:
+            error = failed.with_(message=f"{args.tool} is not available: {failed.message}")
+        elif args.tool not in names:
             error = with_suggestions(error, args.tool, names)
-        return print_error(error, args.json)
-    return print_ok(outcome.value, args.json)
+        return print_error(error, args.json, warnings)
+    return print_ok(outcome.value, args.json, warnings)

@@ -73,6 +73,7 @@ async def run_list(args: argparse.Namespace) -> int:
         when = datetime.datetime.fromtimestamp(s["created"]).isoformat(timespec="seconds")
         note = f" (undoes {s['undoes']})" if s["undoes"] else ""
         note += f" (undone by {s['undone_by']})" if s["undone_by"] else ""
+        note += " (staged, not applied)" if s.get("staged") else ""
         sys.stdout.write(f"{s['id']}  {when}  {s['tool']}{note}  {' '.join(s['paths'])}\n")
     return 0
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..mcp_host import (
     Manifest,
+    Policy,
     Sandbox,
     ServerConfig,
     Transport,
@@ -165,6 +166,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sandbox-writable",
         action="store_true",
         help="with --sandbox local: the workspace is writable (default read-only)",
+    )
+    add.add_argument(
+        "--elicitation",
+        choices=[p.value for p in Policy],
+        help="when the server asks you for input: deny (default: not offered), ask (the Gate "
+        "asks whether to show it, then the form is asked at the terminal) or allow (the form "
+        "is shown without asking first); without a terminal every request is declined",
     )
     add.add_argument("--timeout-seconds", type=float, help="per-call deadline (default 60)")
     add.add_argument(
@@ -345,6 +353,8 @@ def config_from_args(args: argparse.Namespace, existing: Manifest) -> ServerConf
         options["sandbox"] = Sandbox(args.sandbox)
     options["sandbox_network"] = args.sandbox_network
     options["sandbox_writable"] = args.sandbox_writable
+    if args.elicitation is not None:
+        options["elicitation_policy"] = Policy(args.elicitation)
     options.update(_auth_options(args))
     return ServerConfig(**options)
 

@@ -65,7 +65,26 @@ async def run_show(args: argparse.Namespace) -> int:
             f"{i:3}. {c.tool} [{c.consequence}, via {c.origin}, posture {c.posture}, "
             f"session {c.session}] {arguments}{applied}\n"
         )
+        if c.tool == "apply_changes" and isinstance(c.arguments.get("id"), str):
+            sys.stdout.write(_staged_diff(plan.roots, c.arguments["id"]))
     return 0
+
+
+def _staged_diff(roots: tuple[str, ...], set_id: str) -> str:
+    """A staged change set (a dry run's shell command) as a diff, indented under its call."""
+    from ..runtime import RingfenceError
+    from ..workspace import CheckpointStore, Workspace
+
+    try:
+        with Workspace(list(roots)) as workspace:
+            store = CheckpointStore(workspace)
+            try:
+                diff = store.diff(set_id)
+            finally:
+                store.close()
+    except RingfenceError as exc:
+        return f"     (change set {set_id} cannot be shown: {exc.message})\n"
+    return "".join(f"     {line}\n" for line in diff.splitlines())
 
 
 async def run_apply(args: argparse.Namespace) -> int:

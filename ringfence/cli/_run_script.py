@@ -9,7 +9,15 @@ from typing import Any
 
 from ..bridge import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
 from ..runtime import RingfenceError
-from ._output import exit_code_for, print_json, print_table, read_input_text
+from ._mcp_session import session_warnings
+from ._output import (
+    envelope,
+    exit_code_for,
+    print_json,
+    print_table,
+    print_warnings,
+    read_input_text,
+)
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser
 
@@ -44,15 +52,17 @@ async def run(args: argparse.Namespace) -> int:
     arguments: dict[str, Any] = {"script": read_script(args.file)}
     if args.timeout is not None:
         arguments["timeout_seconds"] = args.timeout
-    async with kernel_from_args(args) as kernel:
+    async with kernel_from_args(args, interactive=True) as kernel:
         outcome = await kernel.invoke(SCRIPT_TOOL, arguments, origin="cli")
         staged = len(kernel.plan.calls)
+        warnings = session_warnings(kernel)  # MCP servers that did not connect, and why
     if args.json:
         if outcome.error is not None:
-            print_json({"ok": False, "error": outcome.error.to_dict()})
+            print_json(envelope(False, outcome.error.to_dict(), warnings))
         else:
-            print_json({"ok": True, "result": outcome.value})
+            print_json(envelope(True, outcome.value, warnings))
         return exit_code_for(outcome.error) if outcome.error is not None else 0
+    print_warnings(warnings)
     if outcome.error is not None:
         _print_human(outcome.error.details, error=outcome.error)
     else:

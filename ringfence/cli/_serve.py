@@ -26,7 +26,7 @@ from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser
 
 if TYPE_CHECKING:
-    from ..serve import HttpOptions
+    from ..serve import HttpOptions, LogForwarder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -148,20 +148,22 @@ async def _run(args: argparse.Namespace) -> int:
         if args.approve is None
         else None
     )
-    kernel = kernel_from_args(args, approver)
+    # ringfence's events as MCP log notifications, for clients that set a level.
+    logs = _serve_pkg.LogForwarder()
+    kernel = kernel_from_args(args, approver, event_observer=logs)
     async with kernel, trio.open_nursery() as nursery:
         count = len(_serve_pkg.exposed_tools(kernel, expose))
         posture = kernel.posture.value
         if options is None:
             await nursery.start(_on_signals, nursery.cancel_scope, None)
             _say(f"serving {count} tools over stdio (posture {posture})")
-            await _serve_pkg.serve_stdio(kernel, expose=expose)  # until the client closes stdin
+            await _serve_pkg.serve_stdio(kernel, expose=expose, logs=logs)  # until stdin closes
             nursery.cancel_scope.cancel()
         else:
             stop = trio.Event()
             await nursery.start(_on_signals, nursery.cancel_scope, stop)
             url = await nursery.start(
-                _serve_until_stopped, kernel, options, expose, stop, nursery.cancel_scope
+                _serve_until_stopped, kernel, options, expose, stop, nursery.cancel_scope, logs
             )
             _announce(url, options.token if generated else None, count, posture, args.json)
     return 0
@@ -173,10 +175,11 @@ async def _serve_until_stopped(
     expose: frozenset[str],
     stop: trio.Event,
     done: trio.CancelScope,
+    logs: LogForwarder,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     await _serve_pkg.serve_http(
-        kernel, options, expose=expose, shutdown=stop.wait, task_status=task_status
+        kernel, options, expose=expose, shutdown=stop.wait, logs=logs, task_status=task_status
     )
     # Drained: end the signal watcher too, so the kernel closes and seals its events.
     done.cancel()

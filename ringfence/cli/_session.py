@@ -20,6 +20,7 @@ from ..runtime import (
     default_approver,
     load_policy,
 )
+from ._mcp_session import ELICITOR_KEY, mcp_setup
 from ._worktree import add_worktree_option, session_roots
 
 
@@ -55,6 +56,20 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         default=None,
         help="the local backend's confinement: strict (default: every layer or refuse) or "
         "best-effort (apply what this machine offers; the gaps are recorded in events)",
+    )
+    parser.add_argument(
+        "--no-change-sets",
+        dest="change_sets",
+        action="store_false",
+        default=None,
+        help="let run_shell write the workspace directly (default for the local backend: each "
+        "command's writes are merged as an undoable change set; run_shell is then reversible)",
+    )
+    parser.add_argument(
+        "--refuse-whole-change-set",
+        action="store_true",
+        help="refuse a command's whole change set when any entry is refused (default: merge "
+        "the rest)",
     )
     if dry_run:
         parser.add_argument(
@@ -162,16 +177,35 @@ def _otel_observer(args: argparse.Namespace) -> Any:
     return OtelObserver(provider, payloads=args.otel_payloads)
 
 
-def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None) -> Kernel:
-    """The session's kernel; ``approver`` (default: from ``--approve``) is set at construction."""
+def kernel_from_args(
+    args: argparse.Namespace,
+    approver: Approver | None = None,
+    *,
+    mcp_tool: str | None = None,
+    interactive: bool = False,
+    event_observer: Any = None,
+) -> Kernel:
+    """The session's kernel; ``approver`` (default: from ``--approve``) is set at construction.
+
+    ``mcp_tool``: the tool a ``call`` names; an ``mcp.<server>.…`` name connects
+    that server even without ``--mcp``. ``interactive``: MCP elicitations are
+    asked at the terminal (declined with a warning without one).
+    ``event_observer``: also handed every event line (before OpenTelemetry's,
+    which it must pass on through its ``next_observer``), e.g. serve's log forwarder.
+    """
     dry = getattr(args, "dry_run", None)
     sandbox = getattr(args, "sandbox", None)
     _check_output_file(args.events, "--events")
     _check_output_file(dry, "--dry-run")
-    observer = _otel_observer(args)
+    otel = _otel_observer(args)
+    observer = otel
+    if event_observer is not None:
+        event_observer.next_observer = otel
+        observer = event_observer
     roots = workspace_roots_from_env(args.workspace)
     if getattr(args, "worktree", None) is not None:
         roots = session_roots(roots, args.worktree)
+    mcp_manifest, mcp_options = mcp_setup(args, roots, mcp_tool, interactive=interactive)
     kernel = create_kernel(
         backend_options={"sandbox": sandbox} if sandbox else None,
         roots=roots,
@@ -182,14 +216,19 @@ def kernel_from_args(args: argparse.Namespace, approver: Approver | None = None)
         plan_path=dry,
         events_path=args.events,
         events_sync=getattr(args, "events_sync", False),
-        mcp_manifest=True if getattr(args, "mcp", False) else None,
+        mcp_manifest=mcp_manifest,
+        mcp_options=mcp_options,
         # read before create_kernel opens anything: a bad policy file refuses the session
         policy=policy_from_args(args),
         event_observer=observer,
+        change_sets=getattr(args, "change_sets", None),
+        merge_refused=not getattr(args, "refuse_whole_change_set", False),
     )
-    if observer is not None:
+    if mcp_options and "elicitor" in mcp_options:
+        kernel.extensions[ELICITOR_KEY] = mcp_options["elicitor"]  # its notes become warnings
+    if otel is not None:
         registry = kernel.registry  # the records name tools, not their consequence
-        observer.consequence_of = lambda tool: (
+        otel.consequence_of = lambda tool: (
             registry.get(tool).consequence.value if tool in registry else None
         )
     return kernel

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from ._output import print_ok, print_table
+from ._mcp_session import failed_servers, session_warnings
+from ._output import print_ok, print_table, print_warnings
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser
 
@@ -41,6 +42,8 @@ def first_sentence(description: str, limit: int = SUMMARY_CHARS) -> str:
 async def run_list(args: argparse.Namespace) -> int:
     async with kernel_from_args(args) as kernel:
         specs = kernel.tools()
+        warnings = session_warnings(kernel)
+        failed = failed_servers(kernel)
         if args.json:
             return print_ok(
                 [
@@ -55,6 +58,7 @@ async def run_list(args: argparse.Namespace) -> int:
                     for s in specs
                 ],
                 True,
+                warnings,
             )
         rows = [
             (
@@ -64,5 +68,14 @@ async def run_list(args: argparse.Namespace) -> int:
             )
             for s in specs
         ]
+        # A server that did not connect is listed, with why, where its tools would be.
+        if failed:
+            from ..mcp_host import sanitize_part
+
+            rows += [
+                (f"mcp.{sanitize_part(name, 'server')}.*", "failed", f"{e.code}: {e.message}")
+                for name, e in failed.items()
+            ]
         print_table(None, rows)
+        print_warnings(warnings)
         return 0

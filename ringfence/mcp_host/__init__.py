@@ -40,10 +40,10 @@ _LAZY = {
     "Diagnostics": "._diagnostics",
     "translate_error": "._errors",
     "Connector": "._connector",
-    "Connectors": "._connector",
-    "attach_connectors": "._connector",
-    "connect_servers": "._connector",
-    "start_connectors": "._connector",
+    "Connectors": "._connect",
+    "attach_connectors": "._connect",
+    "connect_servers": "._connect",
+    "start_connectors": "._connect",
     "Discovery": "._discovery",
     "ElicitationAnswer": "._elicitation",
     "ElicitationPrompt": "._elicitation",
@@ -92,14 +92,14 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         CapabilityLedger as CapabilityLedger,
         advertised_capabilities as advertised_capabilities,
     )
-    from ._connection import ConnectionPool as ConnectionPool
-    from ._connector import (
-        Connector as Connector,
+    from ._connect import (
         Connectors as Connectors,
         attach_connectors as attach_connectors,
         connect_servers as connect_servers,
         start_connectors as start_connectors,
     )
+    from ._connection import ConnectionPool as ConnectionPool
+    from ._connector import Connector as Connector
     from ._diagnostics import Diagnostics as Diagnostics
     from ._discovery import Discovery as Discovery
     from ._elicitation import (

@@ -56,6 +56,7 @@ from mcp import Client, types
 from ..runtime import Redactor, RingfenceError, ToolTimeout, Unavailable
 from ._diagnostics import Diagnostics
 from ._errors import translate_error
+from ._failures import HttpStatusLog, explain
 from ._http import http_transport
 from ._inbound import InboundLimit
 from ._manifest import ServerConfig, Transport
@@ -140,6 +141,7 @@ class ConnectionPool:
         self.on_connect: Callable[[LiveConnection], Awaitable[None]] | None = None
         # The inbound cap of the connection being set up (for errors during the handshake).
         self._connecting_limit: InboundLimit | None = None
+        self.http_log = HttpStatusLog()  # HTTP statuses the SDK hides, for explain()
         if config.url:
             for part in url_secrets(config.url):
                 redactor.register(part)
@@ -196,6 +198,7 @@ class ConnectionPool:
                         closed=True,
                         limit=self._connecting_limit,
                     )
+                    error = explain(error, exc, self.config, "connect", self.http_log)
                 else:
                     raise
                 self.diagnostics.fail("connect", error)
@@ -231,6 +234,7 @@ class ConnectionPool:
                 closed=_transport_closed(live),
                 limit=live.limit,
             )
+            error = explain(error, exc, self.config, action, self.http_log)
             if error.details.get("broken"):
                 self.discard(live, error.message)
             self.diagnostics.fail(action, error)
@@ -281,7 +285,7 @@ class ConnectionPool:
                 confiner=self._confiner,
                 sandbox=sandbox,
             )
-        return http_transport(self.config, stack, limit, self._redactor)
+        return http_transport(self.config, stack, limit, self._redactor, self.http_log.hooks())
 
     async def _runner(self, generation: int, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Own one SDK client from connect to close. Never raises after start()."""

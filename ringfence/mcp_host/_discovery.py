@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..runtime import CallContext, Consequence, Kernel, NotFound, ToolSpec
 
 if TYPE_CHECKING:
-    from ._connector import Connectors
+    from ._connect import Connectors
 
 __all__ = ["DISCOVERY_TOOLS", "Discovery"]
 

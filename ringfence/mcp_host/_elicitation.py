@@ -253,6 +253,8 @@ class ElicitationGate:
             self.spec, arguments, origin="mcp-elicitation", trace_id=trace_id
         )
         if isinstance(outcome.error, Denied):
+            # Say why (e.g. no terminal to ask at): a host shows its diagnostics.
+            self.diagnostics.fail("elicitation", f"declined: {outcome.error.message}")
             return answer("decline")
         if outcome.error is not None:
             self.diagnostics.fail("elicitation", outcome.error.message)

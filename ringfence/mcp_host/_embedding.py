@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..runtime import Kernel, McpPolicy
-from ._connector import connect_servers
+from ._connect import connect_servers
 from ._manifest import Manifest, load_manifest, load_manifests
 
 __all__ = ["connect_when_entered"]

@@ -60,6 +60,7 @@ def http_transport(
     stack: contextlib.AsyncExitStack,
     limit: InboundLimit,
     redactor: Redactor,
+    event_hooks: dict[str, list[Any]] | None = None,
 ) -> Any:
     """The SDK transport for ``config``'s Streamable HTTP or SSE server; its client closes with ``stack``."""
     c = config
@@ -74,13 +75,20 @@ def http_transport(
             timeout=timeout,
             trust_env=False,
             auth=auth,
+            event_hooks=event_hooks,
             transport=BoundedTransport(httpx2.AsyncHTTPTransport(trust_env=False), limit),
         )
         stack.push_async_callback(http.aclose)
         return streamable_http_client(c.url, http_client=http, max_sse_event_size=limit.max_bytes)
 
     def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, trust_env=False)
+        return httpx2.AsyncClient(
+            headers=headers,
+            timeout=timeout,
+            auth=auth,
+            trust_env=False,
+            event_hooks=event_hooks,
+        )
 
     return sse_client(
         c.url,

@@ -25,7 +25,8 @@ import trio
 
 from ..runtime import MARKER, HeadlessDenyApprover, Kernel, MemorySink, mask_command_args
 from ..runtime._net import is_loopback
-from ._connector import Connector, connect_servers
+from ._connect import connect_servers
+from ._connector import Connector
 from ._inventory import DEFAULT_LIMITS, ListLimits
 from ._manifest import Manifest, Policy, ServerConfig, Transport
 from ._sampling import SamplingProvider

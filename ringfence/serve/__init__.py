@@ -36,6 +36,8 @@ _LAZY = {
         ),
         "._http",
     ),
+    "LogForwarder": "._logging",
+    "SessionEventStore": "._resume",
     **dict.fromkeys(
         (
             "META_CONSEQUENCE",
@@ -79,6 +81,8 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         serve_http as serve_http,
         token_from_env as token_from_env,
     )
+    from ._logging import LogForwarder as LogForwarder
+    from ._resume import SessionEventStore as SessionEventStore
     from ._server import (
         META_CONSEQUENCE as META_CONSEQUENCE,
         META_RESIDUAL as META_RESIDUAL,

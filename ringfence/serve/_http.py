@@ -54,6 +54,8 @@ from ..runtime import InvalidArguments, Kernel
 from ..runtime._groups import single_error
 from ..runtime._net import is_loopback
 from ._defaults import DEFAULT_PORT, MIN_TOKEN_LENGTH, TOKEN_ENV
+from ._logging import LogForwarder
+from ._resume import RETRY_MILLISECONDS, SessionEventStore, track_request
 from ._server import build_server
 
 __all__ = [
@@ -183,6 +185,8 @@ class RequestGuard:
     allowed_hosts: frozenset[str] = frozenset()
     allowed_origins: frozenset[str] = frozenset()
     on_refused: Callable[[int, Scope], None] | None = None
+    # Set: each admitted request runs with its MCP session's key (resumption is per session).
+    sessions: SessionEventStore | None = None
 
     def listen_on(self, hosts: Iterable[str], origins: Iterable[str]) -> None:
         self.allowed_hosts = frozenset(hosts)
@@ -195,9 +199,17 @@ class RequestGuard:
         if scope["type"] != "http":  # websockets: nothing of ours speaks them
             await send({"type": "websocket.close", "code": 1008})
             return
-        refusal = self.check(Headers(scope=scope))
+        headers = Headers(scope=scope)
+        refusal = self.check(headers)
         if refusal is None:
-            await self.app(scope, receive, send)
+            if self.sessions is None:
+                await self.app(scope, receive, send)
+                return
+            token, send = track_request(self.sessions, headers, send)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                token.var.reset(token)
             return
         status, text = refusal
         if self.on_refused is not None:
@@ -327,21 +339,29 @@ async def serve_http(
     *,
     expose: Iterable[str] = ("native",),
     shutdown: Callable[[], Awaitable[Any]] | None = None,
+    logs: LogForwarder | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``kernel`` over Streamable HTTP until ``shutdown`` returns (or cancellation).
+
+    Streams are resumable (:mod:`._resume`: a priming event with an id and a
+    ``retry`` of RETRY_MILLISECONDS, ``Last-Event-ID`` replays within the same
+    session). ``logs`` turns on the ``logging`` capability (see :func:`build_server`).
 
     ``task_status.started(url)`` reports the MCP endpoint once the socket
     listens (with the real port when ``options.port`` is 0). Raises
     InvalidArguments when the address cannot be bound (in use, not local),
     naming it; refused binds are caught earlier, by :class:`HttpOptions`.
     """
-    server = build_server(kernel, expose=expose)
+    server = build_server(kernel, expose=expose, logs=logs)
     kernel.register_secret(options.token)  # never echoed into results or events
+    events = SessionEventStore()
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         transport_security=options.sdk_security(),
         host=options.host,
+        event_store=events,
+        retry_interval=RETRY_MILLISECONDS,
     )
 
     # What was refused and why, never the headers' values (one may be a token); bounded.
@@ -349,7 +369,7 @@ async def serve_http(
         emit=lambda kind, **data: kernel.events.emit(kind, kernel.session_id, **data),
         clock=trio.current_time,
     )
-    guard = RequestGuard(app, options.token, on_refused=audit.refused)
+    guard = RequestGuard(app, options.token, on_refused=audit.refused, sessions=events)
 
     config = Config()
     config.bind = [f"{_host_literal(options.host)}:{options.port}"]
@@ -375,6 +395,8 @@ async def serve_http(
             port = int(binds[0].rsplit(":", 1)[1])
             guard.listen_on(options.hosts_for(port), options.origins_for(port))
             nursery.start_soon(audit.flush_every_window)
+            if logs is not None:
+                nursery.start_soon(logs.run)
             task_status.started(f"http://{_host_literal(options.host)}:{port}{MCP_PATH}")
     finally:
         # The last window's summary, before the caller closes and seals the event log.

@@ -16,6 +16,14 @@ Wire rules:
   ``{"error": {"code", "message", ...}, "decision": …}``. Protocol errors are
   kept for protocol faults: an unknown (or unexposed) tool name is
   ``-32602``, as the MCP specification asks.
+* Pagination: every list fits one page, so no cursor is ever issued; a
+  request carrying one is ``-32602`` (invalid params), as the specification asks
+  for a cursor the server does not recognise.
+* ``resources``: the first workspace root's files, read-only, through the
+  kernel's own ``glob_files``/``read_file`` (see :mod:`._resources`), when
+  ``native`` tools are exposed.
+* ``logging``: advertised when a :class:`~._logging.LogForwarder` is given;
+  ``logging/setLevel`` subscribes the session to the event records at that level.
 * Only the handshake protocol era (2025-11-25 and earlier) is served: approvals
   need server-to-client requests in the middle of a call, which the 2026-07-28
   era does not have. A request carrying the 2026-07-28 envelope gets
@@ -27,10 +35,14 @@ from __future__ import annotations
 
 import json
 import secrets
+import warnings
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import mcp_types as types
+import trio
+from mcp import MCPDeprecationWarning
 from mcp.server import Server
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.runner import serve_loop
@@ -42,6 +54,8 @@ from .. import __version__
 from ..runtime import Consequence, InvalidArguments, Kernel, Outcome, ToolSpec
 from ._approver import ClientApprover, ClientChannel
 from ._defaults import EXPOSE_CHOICES
+from ._logging import LEVELS, LogForwarder
+from ._resources import WorkspaceResources
 from ._stdio import claim_stdio
 
 __all__ = [
@@ -173,7 +187,19 @@ class RefuseModernEra:
         return await call_next(ctx)
 
 
-def build_server(kernel: Kernel, *, expose: Iterable[str] = ("native",)) -> Server[Any]:
+def check_no_cursor(params: types.PaginatedRequestParams | None) -> None:
+    """Raise -32602 for any cursor: this server lists everything on one page and issues none."""
+    if params is not None and params.cursor is not None:
+        raise MCPError(
+            code=types.INVALID_PARAMS,
+            message="invalid cursor: ringfence serve lists everything on one page and issued no "
+            "cursor; list again without one",
+        )
+
+
+def build_server(
+    kernel: Kernel, *, expose: Iterable[str] = ("native",), logs: LogForwarder | None = None
+) -> Server[Any]:
     """An MCP server for ``kernel``'s exposed tools; run it on a transport.
 
     ``expose`` selects tools by source: ``native`` (ringfence's own) and
@@ -184,6 +210,9 @@ def build_server(kernel: Kernel, *, expose: Iterable[str] = ("native",)) -> Serv
     in flight on it, so the Gate's questions go to the calling client;
     otherwise the kernel's approver answers as it would anywhere.
 
+    ``logs`` (the forwarder observing ``kernel``'s events) turns on the
+    ``logging`` capability; someone must run ``logs.run()`` while serving.
+
     Raises InvalidArguments for an unknown ``expose`` word.
     """
     chosen = parse_expose(expose)
@@ -191,6 +220,7 @@ def build_server(kernel: Kernel, *, expose: Iterable[str] = ("native",)) -> Serv
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        check_no_cursor(params)
         return types.ListToolsResult(
             tools=[tool_to_mcp(s) for s in exposed_tools(kernel, chosen).values()]
         )
@@ -202,32 +232,76 @@ def build_server(kernel: Kernel, *, expose: Iterable[str] = ("native",)) -> Serv
             # The spec's answer to an unknown tool; nothing reaches the Gate.
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         arguments = params.arguments if params.arguments is not None else {}
+        return result_from_outcome(await invoke(ctx, params.name, arguments))
+
+    async def invoke(
+        ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
+    ) -> Outcome:
+        """One Gate call for this request; the Gate's questions go to this client."""
         trace_id = secrets.token_hex(8)
         approver = kernel.approver
         if isinstance(approver, ClientApprover):
             channel = ClientChannel.from_session(ctx.session, ctx.request_id)
             with approver.in_flight(channel, trace_id):
-                outcome = await kernel.invoke(
-                    params.name, arguments, origin="mcp", trace_id=trace_id
-                )
-        else:
-            outcome = await kernel.invoke(params.name, arguments, origin="mcp", trace_id=trace_id)
-        return result_from_outcome(outcome)
+                return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
+        return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
 
-    server: Server[Any] = Server(
-        SERVER_NAME,
-        version=__version__,
-        title="ringfence",
-        description="Governed, sandboxed tools: every call passes ringfence's Gate",
-        instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
+    # Workspace files as resources: with ringfence's own file tools, through them.
+    files = (
+        WorkspaceResources(kernel)
+        if "native" in chosen and kernel.roots and _has_file_tools(kernel)
+        else None
     )
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        assert files is not None
+        cursor = params.cursor if params is not None else None
+        return await files.list(partial(invoke, ctx), cursor)
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        assert files is not None
+        return await files.read(partial(invoke, ctx), str(params.uri))
+
+    async def set_level(
+        ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        assert logs is not None
+        if params.level not in LEVELS:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"unknown level {params.level!r}")
+        logs.set_level(ctx.session, params.level)
+        return types.EmptyResult()
+
+    with warnings.catch_warnings():
+        # Logging is deprecated only in the 2026-07-28 era, which this server does not serve.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server: Server[Any] = Server(
+            SERVER_NAME,
+            version=__version__,
+            title="ringfence",
+            description="Governed, sandboxed tools: every call passes ringfence's Gate",
+            instructions=INSTRUCTIONS,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            on_set_logging_level=set_level if logs is not None else None,
+            on_list_resources=list_resources if files is not None else None,
+            on_read_resource=read_resource if files is not None else None,
+        )
     server.middleware.insert(0, RefuseModernEra())
     return server
 
 
-async def serve_stdio(kernel: Kernel, *, expose: Iterable[str] = ("native",)) -> None:
+def _has_file_tools(kernel: Kernel) -> bool:
+    names = {s.name for s in kernel.tools() if s.source == "native"}
+    return {"read_file", "glob_files"} <= names
+
+
+async def serve_stdio(
+    kernel: Kernel, *, expose: Iterable[str] = ("native",), logs: LogForwarder | None = None
+) -> None:
     """Serve ``kernel`` over this process's stdin/stdout until the client closes stdin.
 
     While serving, descriptors 0 and 1 are moved off the wire (see
@@ -235,9 +309,14 @@ async def serve_stdio(kernel: Kernel, *, expose: Iterable[str] = ("native",)) ->
     to stderr, so a child process or a stray print cannot corrupt or steal the
     protocol stream. Cancellation ends it promptly, even mid-read.
     """
-    server = build_server(kernel, expose=expose)
+    server = build_server(kernel, expose=expose, logs=logs)
     with claim_stdio() as (lines, out):
-        async with stdio_server(stdin=lines, stdout=out) as (read_stream, write_stream):  # type: ignore[arg-type]
+        async with (
+            trio.open_nursery() as nursery,
+            stdio_server(stdin=lines, stdout=out) as (read_stream, write_stream),  # type: ignore[arg-type]
+        ):
+            if logs is not None:
+                nursery.start_soon(logs.run)
             # serve_loop, not Server.run: Server.run locks a stdio connection into the
             # 2026-07-28 era on the first enveloped request, so a refused probe could
             # not fall back to initialize on the same pipe.
@@ -248,3 +327,4 @@ async def serve_stdio(kernel: Kernel, *, expose: Iterable[str] = ("native",)) ->
                 lifespan_state={},
                 init_options=server.create_initialization_options(),
             )
+            nursery.cancel_scope.cancel()  # the client is gone: stop forwarding logs

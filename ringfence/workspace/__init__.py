@@ -25,7 +25,11 @@ from ._gitguard import (
 )
 from ._resolver import openat2_available as openat2_available
 from ._tools import file_tool_specs as file_tool_specs, register_file_tools as register_file_tools
-from ._undo import register_undo_tool as register_undo_tool, undo as undo
+from ._undo import (
+    apply_change_set as apply_change_set,
+    register_undo_tool as register_undo_tool,
+    undo as undo,
+)
 from ._workspace import Workspace as Workspace
 
 if TYPE_CHECKING:
@@ -76,6 +80,7 @@ __all__ = [
     "WindowsFileSystem",
     "WindowsPath",
     "Workspace",
+    "apply_change_set",
     "changes_from_upper",
     "describe_findings",
     "diff_git_metadata",

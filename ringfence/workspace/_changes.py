@@ -91,7 +91,11 @@ class Change:
 
 @dataclass(frozen=True)
 class ChangeSet:
-    """One call's changes, in the order they were (or are to be) applied."""
+    """One call's changes, in the order they were (or are to be) applied.
+
+    ``staged``: made by a dry run and not applied (``plan apply`` merges it
+    through the ``apply_changes`` tool); ``undo --last`` passes over it.
+    """
 
     id: str
     created: float
@@ -99,6 +103,7 @@ class ChangeSet:
     changes: tuple[Change, ...]
     call_id: str | None = None
     undoes: str | None = None  # set on the change set an undo made
+    staged: bool = False
 
     def inverse_changes(self) -> tuple[Change, ...]:
         """The changes that take every path back to its before-image, in undo order."""
@@ -111,6 +116,7 @@ class ChangeSet:
             "tool": self.tool,
             "call_id": self.call_id,
             "undoes": self.undoes,
+            **({"staged": True} if self.staged else {}),
             "changes": [c.to_json() for c in self.changes],
         }
 
@@ -123,6 +129,7 @@ class ChangeSet:
             changes=tuple(Change.from_json(c) for c in value["changes"]),
             call_id=value.get("call_id"),
             undoes=value.get("undoes"),
+            staged=bool(value.get("staged", False)),
         )
 
 

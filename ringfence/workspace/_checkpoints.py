@@ -23,10 +23,13 @@ per write on ext4 here).
 
 Who records: ``write_file`` and ``edit_file`` through :func:`._undo.recorded`
 (before-image, after-image, directories the call made; stored before the
-write is visible, the manifest dropped again if the write fails), and
-``undo`` (the images it found before restoring). Not recorded: writes
-outside the roots under the ``unrestricted`` posture, and shell commands
-(until their overlay capture lands, see issue 15).
+write is visible, the manifest dropped again if the write fails), ``undo``
+and ``apply_changes`` (the images they found before writing), and
+``run_shell`` on a backend with change sets (read from the command's
+overlay upper directories, stored before the merge, then rewritten with
+what the merge applied; under ``--dry-run`` stored as ``staged``). Not
+recorded: writes outside the roots under the ``unrestricted`` posture, and
+shell commands without change sets.
 
 This module opens one path string, the store directory (outside every
 root); everything below it is reached by descriptor.
@@ -38,6 +41,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -57,6 +61,7 @@ from ._workspace import Workspace
 __all__ = ["CheckpointStore", "Retention", "workspace_id"]
 
 _PRUNE_EVERY = 32
+_DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 # An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
 _BLOB_GRACE_SECONDS = 3600
 
@@ -162,6 +167,32 @@ class CheckpointStore:
         _write_atomic(self._blobs_fd, digest, data, sync=self.retention.fsync)
         return digest
 
+    def adopt(self, dir_fd: int, name: str, digest: str) -> bool:
+        """Take the file ``name`` in ``dir_fd`` (whose content hashes to ``digest``) into the
+        store by a hard link; False when it cannot (another file system, no permission):
+        the caller copies instead.
+
+        Only for a file nothing writes any more (an overlay's upper directory
+        after its command): the store then holds the inode's one lasting name.
+        Its mode is made 0600 (the store's own files are private).
+        """
+        try:
+            os.stat(digest, dir_fd=self._blobs_fd)
+            return True  # content-addressed: already there
+        except FileNotFoundError:
+            pass
+        try:
+            os.link(
+                name, digest, src_dir_fd=dir_fd, dst_dir_fd=self._blobs_fd, follow_symlinks=False
+            )
+        except FileExistsError:
+            return True
+        except OSError:
+            return False
+        with contextlib.suppress(OSError):
+            os.chmod(digest, 0o600, dir_fd=self._blobs_fd)
+        return True
+
     def put_fd(self, fd: int) -> tuple[str, int]:
         """Copy an open file into the store as it is read (digest, size); no full copy in memory."""
         temp = f".in.{secrets.token_hex(6)}"
@@ -190,7 +221,7 @@ class CheckpointStore:
         return digest, size
 
     def get(self, digest: str) -> bytes:
-        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        if not _DIGEST.match(digest):
             raise InvalidArguments(f"{digest!r} is not a sha256 digest", field="digest")
         try:
             fd = os.open(digest, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._blobs_fd)
@@ -257,6 +288,7 @@ class CheckpointStore:
                 "paths": sorted({escape_name(c.path) for c in s.changes}),
                 "undoes": s.undoes,
                 "undone_by": undone.get(s.id),
+                "staged": s.staged,
             }
             for s in reversed(sets)
         ]
@@ -268,6 +300,11 @@ class CheckpointStore:
         out: list[str] = []
         for c in self.load(set_id).changes:
             name = escape_name(c.path)
+            kinds = {c.before.kind if c.before else None, c.after.kind if c.after else None}
+            if "dir" in kinds and kinds <= {"dir", None}:
+                what = "new" if c.before is None else "deleted" if c.after is None else "mode of"
+                out.append(f"Directory {what} {name}/\n")
+                continue
             old, new = self._text(c.before), self._text(c.after)
             if old is None or new is None:
                 out.append(f"Binary or special entry {name} changed\n")

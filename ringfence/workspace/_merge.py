@@ -154,7 +154,7 @@ def _apply_one(
     change: Change,
     blobs: Blobs,
     owner: tuple[int, int],
-    to_sync: dict[tuple[int, int], int],
+    to_sync: dict[tuple[int, int], int] | None,
     keep_full_dirs: bool = False,
 ) -> Image | None:
     """Make the path's state ``change.after``; return the image it had (stored in ``blobs``)."""
@@ -211,10 +211,11 @@ def _apply_one(
                 os.unlink(leaf, dir_fd=dir_fd)  # replace the link itself, never its target
             if is_git_directory(dir_fd, {leaf: ("file", data)}):
                 raise GitMetadata(f"writing {display} would make its directory a git directory")
-            created = replace_file(place, data, sync_dir=False)
-            key = os.fstat(dir_fd)
-            if (key.st_dev, key.st_ino) not in to_sync:
-                to_sync[(key.st_dev, key.st_ino)] = os.dup(dir_fd)
+            created = replace_file(place, data, sync_dir=False if to_sync is not None else None)
+            if to_sync is not None:
+                key = os.fstat(dir_fd)
+                if (key.st_dev, key.st_ino) not in to_sync:
+                    to_sync[(key.st_dev, key.st_ino)] = os.dup(dir_fd)
             if created:
                 _own(leaf, dir_fd, owner)
             os.chmod(leaf, after.mode, dir_fd=dir_fd)
@@ -238,6 +239,7 @@ def merge_changes(
     *,
     atomic: bool = True,
     force: bool = False,
+    durable: bool = True,
 ) -> MergeReport:
     """Apply ``changes`` to the workspace through the guarded writer (see the module docstring).
 
@@ -247,6 +249,11 @@ def merge_changes(
     not ``force``); in both cases nothing was changed. Returns what was
     applied, each change's ``before`` being the image the path really had (so
     the report is itself an undoable change set), and the refused entries.
+
+    ``durable`` (default): every file and directory written is fsynced;
+    ``False`` leaves that to the kernel's writeback (a shell command's merge:
+    as durable as the command writing the workspace itself, and a 10,000-file
+    set does not wait for 10,000 journal commits).
     """
     resolver = workspace._resolver
     with resolver:
@@ -282,9 +289,8 @@ def merge_changes(
         st = os.fstat(resolver.roots[0].fd)
         owner = (st.st_uid, st.st_gid)
         applied: list[Change] = []
-        to_sync: dict[
-            tuple[int, int], int
-        ] = {}  # directories written into: fsynced once, at the end
+        # Directories written into: fsynced once, at the end (None: not durable).
+        to_sync: dict[tuple[int, int], int] | None = {} if durable else None
         try:
             for change in accepted:
                 found = _apply_one(resolver, change, blobs, owner, to_sync, keep_full_dirs=force)
@@ -295,7 +301,7 @@ def merge_changes(
                     _apply_one(resolver, done.inverse(), blobs, owner, to_sync)
             raise
         finally:
-            for fd in to_sync.values():
+            for fd in (to_sync or {}).values():
                 with contextlib.suppress(OSError):
                     fsync_dir(fd)
                 os.close(fd)
@@ -309,11 +315,21 @@ def _conflicts(resolver: Resolver, changes: Sequence[Change]) -> list[str]:
     not delete before it (someone else's file would go with it).
     """
     seen: dict[tuple[int, str], Image | None] = {}
+    absent: set[tuple[int, str]] = set()  # paths that do not exist now, nor below them
     out: list[str] = []
     for change in changes:
         key = (change.root, change.path)
-        # A path touched twice: its second before-image is the first's after-image.
-        current = seen[key] if key in seen else _current(resolver, change)
+        parent = (change.root, posixpath.dirname(change.path))
+        # A path touched twice: its second before-image is the first's after-image. Below a
+        # path found absent nothing exists either (a new tree costs no walk per entry).
+        if key in seen:
+            current = seen[key]
+        elif parent in absent:
+            current = None
+        else:
+            current = _current(resolver, change)
+        if current is None and key not in seen:
+            absent.add(key)
         stale = not same_state(current, change.before)
         if not stale and change.after is None and current is not None and current.kind == "dir":
             gone = {k for k, v in seen.items() if v is None}  # deleted earlier in this set

@@ -24,7 +24,7 @@ from ._names import escape_name
 from ._resolver import Place
 from ._writer import _current_umask
 
-__all__ = ["recorded", "register_undo_tool", "undo"]
+__all__ = ["apply_change_set", "recorded", "register_undo_tool", "undo"]
 
 
 # -- recording a file tool's write -------------------------------------------------------
@@ -118,7 +118,9 @@ def undo(
         if last < 1:
             raise InvalidArguments("--last must be at least 1", field="last")
         summary = store.list()
-        ids = [s["id"] for s in summary if not s["undone_by"] and not s["undoes"]][:last]
+        ids = [
+            s["id"] for s in summary if not s["undone_by"] and not s["undoes"] and not s["staged"]
+        ][:last]
         if not ids:
             raise NotFound("there is no change set to undo", field="last")
     sets = sorted((store.load(i) for i in ids), key=lambda s: s.id, reverse=True)
@@ -148,8 +150,76 @@ def undo(
     return out
 
 
-def register_undo_tool(kernel: Kernel, store: CheckpointStore) -> None:
-    """Register ``undo``: a gated, evented, ``reversible`` call (its own change set is kept)."""
+def apply_change_set(
+    store: CheckpointStore,
+    set_id: str,
+    *,
+    atomic: bool = True,
+    tool: str = "apply_changes",
+    call_id: str | None = None,
+) -> dict[str, Any]:
+    """Merge a stored change set (a dry run's staged one) into the workspace.
+
+    Through :func:`merge_changes`: a path that no longer has its
+    before-image is a conflict naming the files and nothing is changed;
+    refusals (git metadata, …) refuse the whole set when ``atomic``, else
+    the rest is merged and they are listed. What was applied is saved as a
+    change set of its own (undoable). Returns ``{"applied", "checkpoint",
+    "files", "refused"}``.
+    """
+    from ._merge import merge_changes  # the change-set writer, loaded on first use
+
+    cs = store.load(set_id)
+    report = merge_changes(store.workspace, cs.changes, store, atomic=atomic)
+    done = ChangeSet(
+        id=store.new_id(),
+        created=time.time(),
+        tool=tool,
+        changes=report.applied,
+        call_id=call_id,
+    )
+    if report.applied:
+        store.save(done)
+    return {
+        "applied": cs.id,
+        "checkpoint": done.id if report.applied else None,
+        "files": len(report.applied),
+        "refused": list(report.refused),
+    }
+
+
+def register_undo_tool(
+    kernel: Kernel, store: CheckpointStore, *, atomic_apply: bool = False
+) -> None:
+    """Register ``undo`` and ``apply_changes``: gated, evented, ``reversible`` calls (their own
+    change sets are kept). ``atomic_apply``: ``apply_changes`` refuses a whole set when any
+    entry is refused (else it merges the rest)."""
+
+    async def apply(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        result = await trio.to_thread.run_sync(
+            lambda: apply_change_set(store, args["id"], atomic=atomic_apply, call_id=ctx.call_id)
+        )
+        if result["checkpoint"]:
+            ctx.emit("checkpoint", id=result["checkpoint"], applies=result["applied"])
+        return result
+
+    kernel.register(
+        ToolSpec(
+            "apply_changes",
+            "Merge a stored change set into the workspace (what `plan apply` does with a dry "
+            "run's staged shell command): only if every touched file still has its "
+            "before-image, else a conflict naming the files and nothing changes. Git "
+            "metadata, devices, FIFOs, set-id bits and links leaving the workspace are refused.",
+            {
+                "type": "object",
+                "properties": {"id": {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"}},
+                "required": ["id"],
+                "additionalProperties": False,
+            },
+            apply,
+            consequence=Consequence.REVERSIBLE,
+        )
+    )
 
     async def run(args: dict[str, Any], ctx: CallContext) -> list[dict[str, Any]]:
         ids = [args["id"]] if "id" in args else None

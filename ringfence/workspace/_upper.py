@@ -24,6 +24,7 @@ them, so a rename is a copy-up and every file's data is in the upper layer).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import stat
 
@@ -76,6 +77,31 @@ def _deleted(
     out.append(Change(-1, path, found, None))
 
 
+def _after_image(upper_fd: int, name: str, st: os.stat_result, blobs: Blobs) -> Image | None:
+    """The upper entry's image; a regular file's bytes go into the store by a hard link
+    when the store can take one (``adopt``: same file system), else by copy.
+
+    Safe to link: the upper directory is never written again (its command's
+    processes are gone, the overlay unmounted) and is only emptied, so the
+    store's link is the inode's one remaining name.
+    """
+    adopt = getattr(blobs, "adopt", None)
+    if adopt is None or not stat.S_ISREG(st.st_mode):
+        return image_at(upper_fd, name, blobs)
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=upper_fd)
+    try:
+        h, size = hashlib.sha256(), 0
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    digest = h.hexdigest()
+    if not adopt(upper_fd, name, digest):
+        return image_at(upper_fd, name, blobs)
+    return Image("file", stat.S_IMODE(st.st_mode), digest, size)
+
+
 def changes_from_upper(upper_fd: int, lower_fd: int, root: int, blobs: Blobs) -> list[Change]:
     """The changes an overlay's upper directory (``upper_fd``) makes to ``lower_fd``.
 
@@ -123,7 +149,7 @@ def _walk(
                 if sub_lower_fd is not None:
                     os.close(sub_lower_fd)
             continue
-        after = image_at(upper_fd, name, blobs)
+        after = _after_image(upper_fd, name, st, blobs)
         if before is not None and before.kind == "dir":
             assert lower_fd is not None
             _deleted(lower_fd, name, path, before, blobs, out)  # a directory replaced by a file

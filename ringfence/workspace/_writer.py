@@ -158,11 +158,12 @@ def _copy_xattrs(src_path_fd: int, dst_fd: int, display: str) -> None:
 
 
 def replace_file(
-    place: Place, data: bytes, *, expected: Expected | None = None, sync_dir: bool = True
+    place: Place, data: bytes, *, expected: Expected | None = None, sync_dir: bool | None = True
 ) -> bool:
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
 
-    ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory).
+    ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory);
+    ``None``: nothing is fsynced (a shell command's merge, as durable as the command itself).
 
     Raises FollowLeaf if the leaf is a symlink (the walk follows it),
     InvalidArguments if it is a directory or its path below the root is longer
@@ -241,7 +242,8 @@ def replace_file(
                 _copy_xattrs(src_path_fd, fd, display)
             else:
                 os.fchmod(fd, 0o666 & ~_current_umask())
-            os.fsync(fd)
+            if sync_dir is not None:
+                os.fsync(fd)
         finally:
             os.close(fd)
         if st is not None and expected is not None:

@@ -298,7 +298,7 @@ async def test_a_sandbox_that_died_between_commands_is_restarted_for_the_next(
 
 
 async def test_limit_cgroups_of_a_dead_kernel_are_swept_and_ours_removed(workspace: Path) -> None:
-    from ringfence.backends._confined import _cgroup_mounts
+    from ringfence.backends._confined_limits import _cgroup_mounts
 
     mounts = _cgroup_mounts()
     if "pids" not in mounts:

@@ -101,6 +101,9 @@ def kernel(ws: Path, backend: str, tmp_path: Path, *, spool: Path | None = None)
         backend=backend,
         backend_options=DOCKER_OPTIONS if backend == "docker" else None,
         events_path=tmp_path / "events.jsonl",
+        # The scan-and-quarantine path (host, docker, --no-change-sets); the change-set merge
+        # is tested in tests/backends/test_backends_changesets.py.
+        change_sets=False,
         **({"spool_dir": spool} if spool else {}),
     )
 

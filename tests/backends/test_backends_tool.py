@@ -35,7 +35,9 @@ async def test_run_shell_is_residual_and_asks_even_when_reversible_calls_are_all
 ) -> None:
     marker = workspace / "ran"
     approver = ScriptedApprover([])  # runs out at once: every question is denied
-    async with kernel(workspace, posture=Posture.ALLOW_ALL, approver=approver) as k:
+    async with kernel(
+        workspace, posture=Posture.ALLOW_ALL, approver=approver, change_sets=False
+    ) as k:
         spec = k.registry.get("run_shell")
         assert spec.residual and spec.consequence.value == "irreversible"
         outcome = await k.invoke("run_shell", {"command": f"touch {marker}"})
@@ -118,7 +120,8 @@ async def test_timeout_is_a_result_that_says_timeout(workspace: Path) -> None:
 
 async def test_dry_run_stages_run_shell_without_running_it(workspace: Path, tmp_path) -> None:
     marker = workspace / "ran"
-    async with kernel(workspace, dry_run=True, plan_path=tmp_path / "plan.json") as k:
+    plan = tmp_path / "plan.json"
+    async with kernel(workspace, dry_run=True, plan_path=plan, change_sets=False) as k:
         value = await k.call("run_shell", {"command": f"touch {marker}"})
     assert value["staged"] is True and not marker.exists()
 

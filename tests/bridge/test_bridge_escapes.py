@@ -323,7 +323,7 @@ result = [
 
 
 # Python functions a script can reach that mention one of these names were reviewed
-# and found to pass it nothing the script chose (see ALLOWED_NAMES in _runner).
+# and found to pass it nothing the script chose (see ALLOWED_NAMES in _allowlist).
 EVALUATING = {
     "eval", "exec", "compile", "get_type_hints", "_getframe", "__import__", "import_module",
     "vformat", "format_map", "attrgetter", "methodcaller", "setattr", "delattr",
@@ -343,7 +343,7 @@ def _reachable_functions() -> dict[str, set[str]]:
     import inspect
     import types
 
-    from ringfence.bridge import _runner
+    from ringfence.bridge import _allowlist
 
     def names(code: types.CodeType) -> set[str]:
         found = set(code.co_names)
@@ -379,9 +379,9 @@ def _reachable_functions() -> dict[str, set[str]]:
                     member = member.fget
                 visit(member, f"{path}.{key}", depth + 1)
 
-    for module_name in _runner.ALLOWED_MODULES:
+    for module_name in _allowlist.ALLOWED_MODULES:
         importlib.import_module(module_name)  # the runner imports them before the sandbox
-    for module_name, module in _runner.module_copies().items():
+    for module_name, module in _allowlist.module_copies().items():
         visit(module, module_name, 0)
     return found
 
@@ -400,7 +400,7 @@ def test_no_reachable_library_function_evaluates_what_a_script_chose() -> None:
 
 def test_the_class_factory_refuses_dunders_the_compiler_would_have_refused() -> None:
     """Defence in depth: no script source reaches it with such a namespace today."""
-    from ringfence.bridge._runner import restricted_globals
+    from ringfence.bridge._restricted import restricted_globals
 
     factory = restricted_globals(call_tool=None, modules={})["__metaclass__"]
     for name in ("__str__", "__getattr__", "__init_subclass__", "__class_getitem__", "_x"):

@@ -119,7 +119,8 @@ def test_tools_list_shows_the_file_tools(tree: Tree) -> None:
         "grep_files": "read",
         "list_directory": "read",
         "read_file": "read",
-        "run_shell": "irreversible",  # wired in by the backends package
+        "apply_changes": "reversible",  # merges a staged change set (plan apply)
+        "run_shell": "reversible",  # local with change sets: every write is an undoable set
         "run_tool_script": "irreversible",  # wired in by the bridge package
         "undo": "reversible",  # restores change sets (workspace checkpoints)
         "write_file": "reversible",

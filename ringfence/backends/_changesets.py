@@ -1,0 +1,182 @@
+"""A command's change set: its overlay upper directories read, saved, merged or staged.
+
+``run_shell`` (:mod:`._tool`) hands over a finished command's
+:class:`~._types.ShellResult` whose ``uppers`` hold everything it wrote
+(any backend that honours ``SessionSpec.change_sets``). Here they become one
+change set in the checkpoint store and reach the workspace only through the
+guarded writer; see :func:`merge_or_stage` for the contract.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..runtime import CallContext, GitMetadata, InvalidArguments, RingfenceError, ToolError
+from ..workspace import Change, ChangeSet, CheckpointStore
+from ..workspace._names import escape_name
+from ._types import ShellResult, Upper
+
+if TYPE_CHECKING:
+    from ..workspace import MergeReport
+
+__all__ = ["MAX_REPORTED", "merge_or_stage"]
+
+# Entries named in a result, an event or an error (the rest are counted).
+MAX_REPORTED = 200
+_SHOWN_IN_MESSAGE = 5
+
+
+async def merge_or_stage(
+    result: ShellResult,
+    out: dict[str, Any],
+    ctx: CallContext,
+    store: CheckpointStore,
+    *,
+    roots: list[Path],
+    merge_rest: bool,
+    staging: bool,
+) -> dict[str, Any]:
+    """``out`` (the call's result) with ``changes: {id, files, refused}``, after the merge.
+
+    Nothing written: ``changes`` is None (checked without a thread hop).
+    Otherwise the uppers are read into a change set that is saved with every
+    before-image *before* anything is merged, then merged through
+    :func:`~ringfence.workspace.merge_changes`: refused entries (git
+    metadata, special files, set-id bits, links leaving the roots) are left
+    out and the rest merged (``merge_rest``), or the whole set is refused.
+    The saved set is rewritten with what was applied (dropped if nothing
+    was), and a ``checkpoint`` event names it. A refusal raises the first
+    refused entry's error (``git_metadata``, ``invalid_arguments``) after the
+    rest was merged, with ``details["changes"]``; a conflict (a touched file
+    changed meanwhile) raises ``tool_error`` naming the files, nothing merged
+    (then, as when the whole set is refused, the set stays in the store as
+    ``staged``, named in the error: what the command wrote is not lost).
+
+    ``staging`` (a dry run): the set is saved as ``staged``, nothing is
+    merged, and a nested ``apply_changes`` call for it is made, which the
+    Gate stages into the plan; ``changes`` says ``staged``.
+    """
+    if not any(_has_entries(u.path) for u in result.uppers):
+        return {**out, "changes": None}
+    cs, report = await trio.to_thread.run_sync(
+        lambda: _capture(result, ctx, store, roots, merge_rest, staging)
+    )
+    if cs is None:
+        return {**out, "changes": None}
+    if report is None:  # staged
+        outcome = await ctx.invoke("apply_changes", {"id": cs.id})
+        if outcome.error is not None:
+            raise outcome.error
+        ctx.emit("checkpoint", id=cs.id, staged=True, paths=_paths(cs.changes))
+        changes = {"id": cs.id, "files": len(cs.changes), "refused": [], "staged": True}
+        return {**out, "changes": changes}
+    refused = list(report.refused)
+    changes = {
+        "id": cs.id if report.applied else None,
+        "files": len(report.applied),
+        "refused": refused[:MAX_REPORTED],
+    }
+    ctx.emit(
+        "checkpoint", id=changes["id"], paths=_paths(report.applied), refused=refused[:MAX_REPORTED]
+    )
+    if refused:
+        error = GitMetadata if refused[0]["code"] == "git_metadata" else InvalidArguments
+        shown = ", ".join(f"{r['path']} ({r['code']})" for r in refused[:_SHOWN_IN_MESSAGE])
+        extra = len(refused) - _SHOWN_IN_MESSAGE
+        more = f" and {extra} more (details.changes.refused)" if extra > 0 else ""
+        rest = (
+            f"the rest ({changes['files']} entries) was merged as change set {cs.id}"
+            if report.applied
+            else "nothing else was changed"
+        )
+        raise error(
+            f"the command ran (exit code {result.exit_code}); refused at the merge: "
+            f"{shown}{more}; none of these reached the workspace; {rest}",
+            field="command",
+            changes=changes,
+            exit_code=result.exit_code,
+        )
+    return {**out, "changes": changes}
+
+
+def _capture(
+    result: ShellResult,
+    ctx: CallContext,
+    store: CheckpointStore,
+    roots: list[Path],
+    merge_rest: bool,
+    staging: bool,
+) -> tuple[ChangeSet | None, MergeReport | None]:
+    """Read, save, then merge (unless ``staging``): (the set, the merge report or None)."""
+    changes: list[Change] = []
+    for upper in result.uppers:
+        changes += _read_upper(upper, roots, store)
+    if not changes:
+        return None, None
+    cs = ChangeSet(
+        id=store.new_id(),
+        created=time.time(),
+        tool=ctx.tool.name,
+        changes=tuple(changes),
+        call_id=ctx.call_id,
+        staged=staging,
+    )
+    store.save(cs)  # before anything is merged: every before-image is kept
+    if staging:
+        return cs, None
+    from ..workspace import merge_changes  # the change-set writer, loaded by the first merge
+
+    try:
+        report = merge_changes(
+            store.workspace, changes, store, atomic=not merge_rest, durable=False
+        )
+    except RingfenceError as exc:
+        # Nothing was merged; the set stays in the store, staged, so what the command wrote
+        # is not lost with its upper directories (`checkpoints show`, `apply_changes`).
+        store.save(replace(cs, staged=True))
+        raise exc.with_(
+            message=f"the command ran (exit code {result.exit_code}) but its changes were not "
+            f"merged: {exc.message}; they are kept as the staged change set {cs.id}",
+            details={**exc.details, "changes": {"id": cs.id, "files": 0, "staged": True}},
+        ) from exc.__cause__
+    except BaseException:
+        store.drop(cs.id)
+        raise
+    if report.applied:
+        store.save(replace(cs, changes=report.applied))  # what was merged, as it was found
+    else:
+        store.drop(cs.id)
+    return cs, report
+
+
+def _read_upper(upper: Upper, roots: list[Path], store: CheckpointStore) -> list[Change]:
+    from ..workspace import changes_from_upper  # loaded by the first command that wrote
+
+    real = Path(os.path.realpath(upper.root))
+    if real not in roots:
+        raise ToolError(f"the backend reported an upper directory for {upper.root}, not a root")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    upper_fd = os.open(upper.path, flags)
+    try:
+        lower_fd = os.open(real, flags)
+        try:
+            return changes_from_upper(upper_fd, lower_fd, roots.index(real), store)
+        finally:
+            os.close(lower_fd)
+    finally:
+        os.close(upper_fd)
+
+
+def _has_entries(path: Path) -> bool:
+    with os.scandir(path) as it:
+        return next(it, None) is not None
+
+
+def _paths(changes: tuple[Change, ...]) -> list[str]:
+    return [escape_name(c.path) for c in changes[:MAX_REPORTED]]
