@@ -388,11 +388,8 @@ def remote_workspace(
             "commands' writes come back only as change sets; start the session with change sets",
             field="options.engines",
         )
-    if spec.extra_mounts:
-        raise Unavailable(
-            f"engine {engine.name} is remote: host paths ({', '.join(str(h) for h, _, _ in spec.extra_mounts)}) "
-            "cannot be mounted there"
-        )
+    # spec.extra_mounts (the script bridge's files and socket) are host paths: never
+    # mounted there; the bridge's exec is refused at use (DockerSession.exec_attached).
     return RemoteWorkspace(
         engine, session_id, roots, owner, ship_git, uppers_base() / session_id / "r"
     )

@@ -278,6 +278,9 @@ async def test_a_pool_places_the_session_on_the_less_loaded_engine(
             assert placement["ship-a"] >= 2 and placement["ship-b"] == 0
             r = await sh(session, "echo placed", workspace)
             assert r.stdout == "placed\n"
+            # The script bridge needs its files and socket mounted: refused, naming the engine.
+            with pytest.raises(Unavailable, match="ship-b"):
+                await session.exec_attached(["true"], user="1000:1000")
         finally:
             await session.aclose()
     finally:
@@ -659,3 +662,38 @@ def _rebuild_as_nobody(tmp_path: Path) -> None:
         ["d/new", None, "file"],
         ["gone.txt", "file", None],  # ...and the whiteout deleted gone.txt
     ]
+
+
+async def test_run_shell_on_a_remote_engine_merges_through_the_gate(
+    engines: list[EngineProcess], workspace: Path, tmp_path: Path
+) -> None:
+    """Through the public kernel: writes merge, git metadata is refused, events name the engine."""
+    import json
+
+    from ringfence import create_kernel
+    from ringfence.runtime import Posture
+
+    make(workspace, {".git/config": "[core]\n", "a.txt": "old\n"})
+    before = tree(workspace)
+    events = tmp_path / "events.jsonl"
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=remote_options(engines[0].engine),
+        change_sets=True,
+        events_path=events,
+    ) as k:
+        ok = await k.call("run_shell", {"command": "echo new > a.txt"})
+        refused = await k.invoke(
+            "run_shell", {"command": "echo '[core] fsmonitor = evil' >> .git/config"}
+        )
+        seen = await k.call("run_shell", {"command": "cat a.txt .git/config"})
+    assert ok["changes"]["files"] == 1 and (workspace / "a.txt").read_text() == "new\n"
+    assert refused.error is not None and refused.error.code == "git_metadata"
+    assert tree(workspace)[".git/config"] == before[".git/config"]  # nothing on the host
+    assert seen["stdout"] == "new\n[core]\n"  # ...nor in the sandbox's copy
+    started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
+    sandbox = started[0]["sandbox"]
+    assert sandbox["engine"] == engines[0].engine.name and sandbox["workspace"] == "shipped"
+    assert sandbox["tls"] is True and [p["engine"] for p in sandbox["placement"]] == ["ship-a"]
