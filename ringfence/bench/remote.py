@@ -96,6 +96,15 @@ async def run_warm(quick: bool) -> list[Row]:
                 async def remote_true() -> object:
                     return await remote.run(["true"], cwd=root, env={}, timeout=30, output_cap=4096)
 
+                # One file written: its change set read back (the fetch, on the remote side).
+                async def local_write() -> object:
+                    return await local.run("echo x > w.txt", cwd=root, env={}, timeout=30,
+                                           output_cap=4096)  # fmt: skip
+
+                async def remote_write() -> object:
+                    return await remote.run("echo x > w.txt", cwd=root, env={}, timeout=30,
+                                            output_cap=4096)  # fmt: skip
+
                 s = await interleave(
                     [
                         Arm("docker backend, local engine (change sets, warm)", local_true, batch),
@@ -105,6 +114,8 @@ async def run_warm(quick: bool) -> list[Row]:
                         Arm(
                             "docker backend, remote engine (TLS, shipped, warm)", remote_true, batch
                         ),
+                        Arm("local engine, a command writing one file", local_write, batch),
+                        Arm("remote engine, a command writing one file", remote_write, batch),
                     ],
                     rounds=rounds,
                     warmup=1,
@@ -117,6 +128,8 @@ async def run_warm(quick: bool) -> list[Row]:
     plain_s = s["docker backend, local engine (no change sets, warm)"]
     base = s["docker backend, local engine (change sets, warm)"]
     subject = s["docker backend, remote engine (TLS, shipped, warm)"]
+    writes = (s["remote engine, a command writing one file"],
+              s["local engine, a command writing one file"])  # fmt: skip
     return [
         Row(
             "engine-remote",
@@ -135,6 +148,15 @@ async def run_warm(quick: bool) -> list[Row]:
             "informational (the remote path always captures a change set)",
             None,
             {"overhead_s": subject.median - plain_s.median},
+        ),
+        Row(
+            "engine-remote",
+            "a command writing one file: remote (its change set fetched) vs local docker",
+            writes[0],
+            writes[1],
+            "informational (the fetch: tar + sha256 + base64 over the stream)",
+            None,
+            {"fetch_overhead_s": writes[0].median - writes[1].median},
         ),
     ]
 
