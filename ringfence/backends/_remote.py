@@ -28,7 +28,8 @@ Around each command (:class:`RemoteWorkspace`):
 * **after**: one line to the supervisor: when an upper is not empty, a
   ``unshare -Urm`` helper lists its opaque directories (each tested with a
   read-only overlay whose lower layers are the upper's parent directory and a
-  sentinel: an opaque directory hides the sentinel; busybox has no getfattr),
+  sentinel named by a fresh token: an opaque directory hides the sentinel; busybox
+  has no getfattr),
   writes the upper as a tar, base64, with the tar's sha256, and empties the
   upper. The host checks the digest, rebuilds the upper in its own directory
   (:func:`._ship.rebuild_upper`) and returns that as :attr:`ShellResult.uppers`,
@@ -234,11 +235,12 @@ class RemoteWorkspace:
         n = len(self.roots)
         nonempty = " || ".join(f"__rf_ne {UPPERS_DIR}/{i}/u" for i in range(n))
         targets = " ".join(quote(t) for _, t in self.roots)
+        token = secrets.token_hex(12)
         line = (
             '__rf_ne() { for __rf_e in "$1"/* "$1"/.[!.]* "$1"/..?*; do '
             '[ -e "$__rf_e" ] || [ -L "$__rf_e" ] && return 0; done; return 1; }; '
             f"if {nonempty}; then {quote(shell.unshare)} -Urm /bin/sh -c {quote(_FETCH)} rf "
-            f"{quote(shell.mount)} {UPPERS_DIR} {targets}; fi"
+            f"{quote(shell.mount)} {UPPERS_DIR} {token} {targets}; fi"
         )
         status, out, err = await self._line(shell, line)
         if shell.dead:
@@ -246,7 +248,9 @@ class RemoteWorkspace:
                 f"engine {self.engine.name} ({self.engine.base_url}) went away while the "
                 "change set was fetched; the workspace is unchanged"
             )
-        if status != "0" or any(ln.startswith(b"f ") for ln in err.splitlines()):
+        ours = [ln.split()[1:] for ln in err.decode("ascii", "replace").splitlines()
+                if ln.startswith(f"{token} ")]  # fmt: skip
+        if status != "0" or any(f[:1] == ["f"] for f in ours):
             raise ToolError(
                 f"engine {self.engine.name}: fetching the change set failed (status {status}): "
                 f"{err.decode(errors='replace')[-500:]!r}; the workspace is unchanged"
@@ -261,8 +265,7 @@ class RemoteWorkspace:
                 tars[current].append(raw.strip())
         digests: dict[int, str] = {}
         opaque: dict[int, list[str]] = {}
-        for raw in err.splitlines():
-            fields = raw.decode("ascii", "replace").split()
+        for fields in ours:
             if len(fields) == 3 and fields[0] == "s":
                 digests[int(fields[1])] = fields[2]
             elif len(fields) == 3 and fields[0] == "o":
@@ -335,12 +338,14 @@ def _fresh_dir(path: Path) -> None:
 
 
 # Runs as root of a fresh user namespace (the container user) in a private mount
-# namespace: $1 mount, $2 the uppers' directory, then the roots' container paths.
-# Per non-empty upper: "@<i>" and its tar in base64 on stdout; "s <i> <sha256>",
-# "o <i> <hex path>" per opaque directory, "f <i> <what>" on failure on stderr.
+# namespace: $1 mount, $2 the uppers' directory, $3 a fresh token, then the roots'
+# container paths. Per upper: "@<i>" and its tar in base64 on stdout; on stderr,
+# each line starting with the token (tar's own warnings, which can quote a file's
+# name, cannot pass for one): "s <i> <sha256>", "o <i> <hex path>" per opaque
+# directory, "f <i> <what>" on failure.
 _FETCH = r"""
-m=$1; b=$2; shift 2
-"$m" -t tmpfs -o size=1m,mode=0700 rf /tmp || { echo "f - tmpfs" >&2; exit 3; }
+m=$1; b=$2; t=$3; shift 3
+"$m" -t tmpfs -o size=1m,mode=0700 rf /tmp || { echo "$t f - tmpfs" >&2; exit 3; }
 S=/tmp/s; M=/tmp/m; mkdir "$S" "$M" || exit 3
 w() {
   local e n r
@@ -348,12 +353,12 @@ w() {
     [ -d "$e" ] && [ ! -L "$e" ] || continue
     n=${e##*/}; r="$1$n"
     if [ -d "$L/$r" ] && [ ! -L "$L/$r" ]; then
-      mkdir "$S/$n" && : > "$S/$n/.rf-s" || { echo "f $i sentinel" >&2; exit 3; }
+      mkdir "$S/$n" && : > "$S/$n/.rf-$t" || { echo "$t f $i sentinel" >&2; exit 3; }
       (cd "$U/$1" && "$m" -t overlay -o "lowerdir=.:$S,userxattr" rf "$M") || {
-        echo "f $i opaque-probe" >&2; exit 3; }
-      [ -e "$M/$n/.rf-s" ] || printf 'o %s %s\n' "$i" \
+        echo "$t f $i opaque-probe" >&2; exit 3; }
+      [ -e "$M/$n/.rf-$t" ] || printf '%s o %s %s\n' "$t" "$i" \
         "$(printf %s "$r" | od -An -tx1 | tr -d ' \n')" >&2
-      umount "$M" || { echo "f $i umount" >&2; exit 3; }
+      umount "$M" || { echo "$t f $i umount" >&2; exit 3; }
       rm -rf "$S/$n"
     fi
     w "$r/"
@@ -364,10 +369,10 @@ for L in "$@"; do
   U="$b/$i/u"
   w ""
   printf '@%s\n' "$i"
-  { { tar -cf - -C "$U" . || echo "f $i tar" >&2; } | tee /proc/self/fd/3 | sha256sum | {
-      read h _; printf 's %s %s\n' "$i" "$h" >&2; }; } 3>&1 | base64
+  { { tar -cf - -C "$U" . || echo "$t f $i tar" >&2; } | tee /proc/self/fd/3 | sha256sum | {
+      read h _; printf '%s s %s %s\n' "$t" "$i" "$h" >&2; }; } 3>&1 | base64
   find "$b/$i" -type d -exec chmod u+rwx {} + 2>/dev/null
-  rm -rf "$U" "$b/$i/w" && mkdir "$U" "$b/$i/w" || { echo "f $i reset" >&2; exit 3; }
+  rm -rf "$U" "$b/$i/w" && mkdir "$U" "$b/$i/w" || { echo "$t f $i reset" >&2; exit 3; }
   i=$((i+1))
 done
 """

@@ -156,12 +156,15 @@ async def test_a_remote_command_gives_the_local_change_set_and_merges(
         "del/q/r": "r\n",
         "again/a": "a\n",
         "again/b": "b\n",
+        "trick/old": "o\n",
     }
     command = (
         "printf 'new\\n' > edit.txt && echo made > new.txt && rm gone.txt && "
         "mv old renamed && rm -r del && mkdir -p fresh/deep && echo z > fresh/deep/z && "
         "rm -r again && mkdir again && echo a2 > again/a && chmod 600 keep.txt && "
-        "ln -s renamed/x link"
+        "ln -s renamed/x link && "
+        # An opaque directory holding what a fixed probe name or a protocol line would be.
+        "rm -r trick && mkdir trick && touch trick/.rf-s \"trick/$(printf 'x\\n0 s 0 ff')\""
     )
     results: dict[str, list[Change]] = {}
     trees = {}
@@ -190,7 +193,16 @@ async def test_a_remote_command_gives_the_local_change_set_and_merges(
                 r2 = await sh(session, "cat edit.txt new.txt renamed/sub/y again/a; ls", ws)
                 assert r2.stdout.splitlines()[:4] == ["new", "made", "y", "a2"], r2
                 assert r2.stdout.splitlines()[4:] == sorted(
-                    ["again", "edit.txt", "fresh", "keep.txt", "link", "new.txt", "renamed"]
+                    [
+                        "again",
+                        "edit.txt",
+                        "fresh",
+                        "keep.txt",
+                        "link",
+                        "new.txt",
+                        "renamed",
+                        "trick",
+                    ]
                 )
                 assert (await sh(session, "true", ws)).uppers[0].path.is_dir()
         finally:
@@ -198,6 +210,7 @@ async def test_a_remote_command_gives_the_local_change_set_and_merges(
     assert results["remote"] == results["local"]  # the same Change list, in the same order
     assert ("again", "dir", None) in summary(results["remote"])  # the opaque directory
     assert ("again/a", None, line("a2")) in summary(results["remote"])
+    assert ("trick/old", line("o"), None) in summary(results["remote"])
     assert trees["remote"] == trees["local"]
 
 
