@@ -19,7 +19,7 @@ name is checked (relative, no ``..``), and everything is created by
 descriptor below the target directory.
 
 Not shipped: FIFOs, sockets and devices (a sandbox never needs them from the
-host), and with ``ship_git="skip"`` every entry named ``.git`` (any case) and
+host), files ringfence cannot read, and with ``ship_git="skip"`` every entry named ``.git`` (any case) and
 what is below it. Not guaranteed: a file changed *while* it is read is shipped
 as read (its digest is of those bytes); the tar is built in memory (a very
 large workspace costs its size in memory once, at the first ship).
@@ -169,7 +169,10 @@ class ShippedRoot:
                 if old is not None and old.kind == "file" and old.signature == _signature(st):
                     yield path, Shipped("file", mode, old.signature, old.digest), None
                     continue
-                data, st = _read(dir_fd, name)
+                try:
+                    data, st = _read(dir_fd, name)
+                except OSError:
+                    continue  # unreadable to us (or gone): the sandbox's user could not either
                 digest = hashlib.sha256(data).hexdigest()
                 yield path, Shipped("file", stat.S_IMODE(st.st_mode), _signature(st), digest), data
 
