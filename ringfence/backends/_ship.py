@@ -110,7 +110,12 @@ class ShippedRoot:
         with tarfile.open(
             fileobj=out, mode="w", format=tarfile.GNU_FORMAT, errors="surrogateescape"
         ) as tar:
-            root_fd = os.open(self.root, _DIR)
+            try:
+                root_fd = os.open(self.root, _DIR)
+            except OSError as exc:
+                raise ToolError(
+                    f"cannot read workspace root {self.root} to ship it ({exc.strerror or exc})"
+                ) from None
             try:
                 for path, entry, data in self._walk(root_fd, ""):
                     seen[path] = entry
@@ -162,7 +167,10 @@ class ShippedRoot:
                 finally:
                     os.close(sub)
             elif kind == "symlink":
-                target = os.readlink(name, dir_fd=dir_fd)
+                try:
+                    target = os.readlink(name, dir_fd=dir_fd)
+                except OSError:
+                    continue  # replaced while walking: the next sync sees what it became
                 yield path, Shipped("symlink", 0o777, _signature(st), target), None
             else:
                 old = self.shipped.get(path)
