@@ -128,7 +128,6 @@ from ._types import (
     ShellResult,
     Upper,
     check_command,
-    check_env,
     check_run_arguments,
 )
 
@@ -207,9 +206,7 @@ class ConfinedSession(SandboxArgv):
             )
         except LayerUnavailable as exc:
             self._kernel_layers.append(Layer("seccomp", False, exc.message))
-        self._keeper: ShellKeeper | None = None
-        if options.persist_shell_state:
-            self._keeper = ShellKeeper(spec.shell, self._base_env)
+        self._keeper = ShellKeeper(spec.shell, self._base_env, enabled=options.persist_shell_state)
         self._hidden = _hidden_dirs([Path(os.path.realpath(r)) for r in spec.roots])
         self._uid, self._gid = _session_user(spec.roots, self._hidden)
 
@@ -226,7 +223,7 @@ class ConfinedSession(SandboxArgv):
             "missing_layers": missing,
             "layers": [layer.to_dict() for layer in self.layers],
             "start_ms": round(self.start_seconds * 1000, 1),
-            "persist_shell_state": self._keeper is not None,
+            "persist_shell_state": self._keeper.enabled,
         }
 
     @property
@@ -234,9 +231,7 @@ class ConfinedSession(SandboxArgv):
         return {"method": "pid-namespace", "detail": "every process of the sandbox's PID namespace"}
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        if self._keeper is not None:  # the shell's saved exports, when it has some
-            return self._keeper.environment(env)
-        return {**self._base_env, **check_env(env)}
+        return self._keeper.environment(env)  # under persist_shell_state: the shell's exports
 
     # -- start ----------------------------------------------------------------------------
 
@@ -422,16 +417,11 @@ class ConfinedSession(SandboxArgv):
         """
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
-        child_env = self.environment(env)
+        shell_run = self._keeper.begin(cmd, env, follow=follow_shell)
         if not cwd.is_dir():
             raise InvalidArguments(f"cwd {cwd} is not a directory", field="cwd")
         if self._closed:
             raise trio.ClosedResourceError("the local backend session is closed")
-        argv = [*self._spec.shell, cmd] if isinstance(cmd, str) else cmd
-        keeper = self._keeper
-        shell_run = keeper.begin(cmd, env, follow=follow_shell) if keeper is not None else None
-        if shell_run is not None:
-            argv, child_env = shell_run.argv, shell_run.env
         async with self._lock:
             if self._closed:
                 raise trio.ClosedResourceError("the local backend session is closed")
@@ -443,14 +433,15 @@ class ConfinedSession(SandboxArgv):
                 if self._sock is None:  # the sandbox died under an earlier command
                     await self._start()
                     restarted = True
-                state = os.memfd_create("ringfence-shell-state") if shell_run else None
+                keep = self._keeper.enabled  # the state comes back through a memfd
+                state = os.memfd_create("ringfence-shell-state") if keep else None
                 try:
                     result = await self._run(
-                        argv, cwd, child_env, timeout, output_cap, on_output, redact, state
-                    )
-                    if keeper is not None and shell_run is not None and state is not None:
-                        data = os.pread(state, STATE_LIMIT + 1, 0)
-                        result = keeper.finish(shell_run, result, data)
+                        shell_run.argv, cwd, shell_run.env, timeout, output_cap, on_output,
+                        redact, state,
+                    )  # fmt: skip
+                    data = os.pread(state, STATE_LIMIT + 1, 0) if state is not None else b""
+                    result = self._keeper.finish(shell_run, result, data)
                 except _NotSent:  # the sandbox was gone before the command reached it
                     continue
                 finally:

@@ -9,10 +9,9 @@ the markers (holding back bytes that may start a marker). How the supervisor
 is signalled and replaced is :mod:`ringfence.backends._docker`'s business.
 
 Under ``persist_shell_state`` (:mod:`._shellstate`) the command's descriptor 3
-is a file in the container's private ``/tmp`` that its shell writes its state
-to; after the command the supervisor prints that file between the stdout
-status line and a second marker, and :class:`CommandOutput` keeps it (at most
-``STATE_LIMIT`` + 1 bytes) as :attr:`CommandOutput.state`.
+is a file in the container's private ``/tmp`` its shell writes its state to;
+the supervisor prints it between the stdout status line and a second marker,
+and :class:`CommandOutput` keeps it (at most ``STATE_LIMIT`` + 1 bytes).
 
 Non-guarantees: the markers are unguessable, but a command that could read the
 supervisor's memory could fake its own exit status (only its own).
@@ -27,7 +26,8 @@ import select
 import socket
 import ssl
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 import docker
 import trio
@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 _HEADER = struct.Struct(">BxxxL")
+# (argv, user) -> (exec id, a connected socket or an object with its send/recv/fileno/close)
+Attacher = Callable[[list[str], str], Awaitable[tuple[str, Any]]]
 _READ_SIZE = 65536
 
 
@@ -305,13 +307,27 @@ class Supervisor:
 
     @classmethod
     async def start(
-        cls, client: docker.DockerClient, container_id: str, user: str, *, overlay: bool = False
+        cls,
+        client: docker.DockerClient,
+        container_id: str,
+        user: str,
+        *,
+        overlay: bool = False,
+        attacher: Attacher | None = None,
     ) -> Supervisor:
-        """Start the shell; with ``overlay`` it must also find ``unshare`` and ``mount``."""
-        with map_docker_errors():
-            _exec_id, sock = await trio.to_thread.run_sync(
-                attach, client, container_id, ["env", "-i", "/bin/sh"], user, None
-            )
+        """Start the shell; with ``overlay`` it must also find ``unshare`` and ``mount``.
+
+        ``attacher`` starts the exec attached another way than :func:`attach`
+        (a TLS engine's stream, :func:`._remote.attach_tls`).
+        """
+        argv = ["env", "-i", "/bin/sh"]
+        if attacher is not None:
+            _exec_id, sock = await attacher(argv, user)
+        else:
+            with map_docker_errors():
+                _exec_id, sock = await trio.to_thread.run_sync(
+                    attach, client, container_id, argv, user, None
+                )
         shell = cls(sock, 0, "setsid")
         token = secrets.token_hex(12)
         ready = f"__rf{token}__".encode()

@@ -182,10 +182,16 @@ class ShellKeeper:
     Held by the backend session, changed only by :meth:`finish` (commands of a
     session run one at a time). ``base_env`` is the environment a fresh shell
     gets (the backend's allowlist); ``shell`` the session's ``… -c`` prefix.
+    Not ``enabled`` (the option off, the default): every command is fresh,
+    ``begin`` gives today's ``<shell> -c <command>`` and ``finish`` the
+    result as it came, so a backend calls the keeper either way.
     """
 
-    def __init__(self, shell: Sequence[str], base_env: Mapping[str, str]) -> None:
-        if not _SHELL_FLAG.fullmatch(shell[-1]):
+    def __init__(
+        self, shell: Sequence[str], base_env: Mapping[str, str], *, enabled: bool = True
+    ) -> None:
+        self.enabled = enabled
+        if enabled and not _SHELL_FLAG.fullmatch(shell[-1]):
             raise InvalidArguments(
                 f"{PERSIST_OPTION} needs a POSIX shell run as '<shell> -c' (SessionSpec.shell), "
                 f"not {list(shell)!r}",
@@ -212,6 +218,9 @@ class ShellKeeper:
         ``cwd`` of its own); otherwise the backend's ``cwd`` wins.
         """
         given = check_env(env)
+        if not self.enabled:
+            argv = [*self._shell, command] if isinstance(command, str) else list(command)
+            return ShellRun(argv, self.environment(given), given, captures=False)
         where = self.cwd if follow and self.cwd is not None else ""
         if isinstance(command, str):
             argv = [*self._shell, WRAPPER, self._shell[0], where, command]
@@ -223,6 +232,8 @@ class ShellKeeper:
 
     def finish(self, run: ShellRun, result: ShellResult, data: bytes) -> ShellResult:
         """Save (or keep, or reset) the state from what descriptor 3 held; say so in the result."""
+        if not self.enabled:
+            return result
         if not run.captures:
             return replace(result, shell=ShellState("kept", self.cwd, "an argv command"))
         if result.timed_out:

@@ -12,6 +12,7 @@ from . import (
     latency,
     mcp_host,
     policy,
+    remote,
     workspace,
 )
 from ._suite import Scenario
@@ -22,6 +23,7 @@ SCENARIOS: list[Scenario] = [
     *changesets.SCENARIOS,
     *backends.SCENARIOS,
     *engines.SCENARIOS,
+    *remote.SCENARIOS,
     policy.SCENARIO,
     *gitscan.SCENARIOS,
     *mcp_host.SCENARIOS,
