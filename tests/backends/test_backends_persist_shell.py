@@ -308,3 +308,31 @@ async def test_reserved_names_are_not_carried_over(backend: str, workspace: Path
         assert r.shell.status == "saved" and "LD_PRELOAD, RINGFENCE_X" in r.shell.note
         r = await run(s, 'echo "[${LD_PRELOAD-}][${RINGFENCE_X-}][$OK]"', workspace)
         assert r.stdout == "[][][1]\n" and "LD_PRELOAD" not in s.environment({})
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+async def test_a_vanished_directory_falls_back_to_the_given_cwd_and_says_so(
+    backend: str, workspace: Path
+) -> None:
+    gone = workspace / "gone"
+    gone.mkdir()
+    chown_like_workspace(workspace, gone)
+    async with session(backend, workspace) as s:
+        await run(s, "cd gone", workspace)
+        gone.rmdir()  # the host removes it between two commands
+        r = await run(s, "pwd", workspace)
+        assert r.stdout == _where(backend, workspace) + "\n" and r.exit_code == 0
+        assert "directory" in r.stderr and "is gone" in r.stderr
+        assert r.shell.status == "saved" and r.shell.cwd == _where(backend, workspace)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+async def test_a_cancelled_command_leaves_the_state_as_it_was(
+    backend: str, workspace: Path
+) -> None:
+    async with session(backend, workspace) as s:
+        await run(s, "export KEEP=1", workspace)
+        with trio.move_on_after(1.0):
+            await run(s, "export KEEP=2 GONE=1; sleep 30", workspace)
+        r = await run(s, 'echo "[$KEEP][${GONE-}]"', workspace)
+        assert r.stdout == "[1][]\n" and r.shell.status == "saved"
