@@ -32,18 +32,19 @@ serves requests, one command at a time: ``posix_spawn`` with ``setsid``, the
 command's stdout/stderr are the pipes the kernel sent along
 (``SCM_RIGHTS``), stdin is ``/dev/null``; a third descriptor, when sent
 (``persist_shell_state``: a memfd the shell state is written to, see
-:mod:`._shellstate`), becomes the command's descriptor 3. When the command's main process exits, every other
-process of the namespace is SIGKILLed at once (``kill(-1)`` from PID 1
-reaches every process of the namespace and nothing outside it; a task
-being forked when the signal lands never appears) and reaped; only then is
-the exit status reported, so nothing a command starts outlives it.
+:mod:`._shellstate`), becomes the command's descriptor 3. When the command's
+main process exits, every other process of the namespace is SIGKILLed at
+once (``kill(-1)`` from PID 1 reaches every process of the namespace and
+nothing outside it; a task being forked when the signal lands never
+appears) and reaped; only then is the exit status reported, so nothing a
+command starts outlives it.
 
 Wire: each message is a 4-byte big-endian length and a payload.
 kernel → supervisor: ``R`` + NUL-separated cwd, argc, argv…, ``NAME=value``…
-(with the two pipe ends, and maybe the state descriptor, attached); ``T`` (SIGTERM to every process of the
-command), ``K`` (SIGKILL to them). supervisor → kernel: ``READY\\n`` +
-report lines, ``FAIL\\n`` + layer + tab + message, ``X`` + wait status,
-``U`` (change sets: the overlays are unmounted).
+(with the two pipe ends, and the state descriptor if any, attached); ``T``
+(SIGTERM to every process of the command), ``K`` (SIGKILL to them).
+supervisor → kernel: ``READY\\n`` + report lines, ``FAIL\\n`` + layer + tab
++ message, ``X`` + wait status, ``U`` (change sets: the overlays are unmounted).
 End of file from the kernel: kill everything and exit.
 
 ``exec`` mode (``python -I -S <this file> exec <option>… -- <argv>…``, for

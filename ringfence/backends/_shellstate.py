@@ -31,8 +31,10 @@ byte for byte and is never executed.
 The rules (:class:`ShellKeeper`):
 
 - **cwd**: the shell's directory wins when the caller follows the shell
-  (``run_shell`` without a ``cwd`` argument); a ``cwd`` given explicitly
-  moves the shell there first, like a ``cd`` before the command. A saved
+  (``run_shell`` without a ``cwd`` argument; a session's ``run(…,
+  follow_shell=True)``); a ``cwd`` given explicitly (``follow_shell=False``,
+  the session API's default) moves the shell there first, like a ``cd``
+  before the command. A saved
   directory that is gone: the command runs in the given ``cwd`` and stderr
   says so.
 - **environment**: the saved exports replace the session's base environment
