@@ -417,7 +417,7 @@ class ConfinedSession(SandboxArgv):
         """
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
-        shell_run = self._keeper.begin(cmd, env, follow=follow_shell)
+        self.environment(env)  # env checked before the queue
         if not cwd.is_dir():
             raise InvalidArguments(f"cwd {cwd} is not a directory", field="cwd")
         if self._closed:
@@ -425,6 +425,7 @@ class ConfinedSession(SandboxArgv):
         async with self._lock:
             if self._closed:
                 raise trio.ClosedResourceError("the local backend session is closed")
+            shell_run = self._keeper.begin(cmd, env, follow=follow_shell)  # the state now
             if self._layers_dir is not None:  # the last command's writes: read by now
                 await self._layers_unmounted()
                 await trio.to_thread.run_sync(_empty_uppers, self._layers_dir, self._spec.roots)

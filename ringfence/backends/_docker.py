@@ -286,7 +286,7 @@ class DockerSession:
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
         where = self.container_path(cwd)
-        shell_run = self._keeper.begin(cmd, env, follow=follow_shell)
+        self.environment(env)  # env checked before the queue
         if self._closed:
             raise trio.ClosedResourceError("the docker backend session is closed")
         try:
@@ -297,10 +297,9 @@ class DockerSession:
                 if self._shell is None or not self._shell.alive():
                     await self._recover()
                     restarted = True
-                ran = await self._run(
-                    shell_run.argv, where, shell_run.env, timeout, output_cap, on_output, redact,
-                    restarted,
-                )  # fmt: skip
+                shell_run = self._keeper.begin(cmd, env, follow=follow_shell)  # the state now
+                ran = await self._run(shell_run.argv, where, shell_run.env, timeout, output_cap,
+                                      on_output, redact, restarted)  # fmt: skip
                 return self._keeper.finish(shell_run, *ran)
         except (Unavailable, ToolError) as exc:
             if self.engine is None:

@@ -336,3 +336,24 @@ async def test_a_cancelled_command_leaves_the_state_as_it_was(
             await run(s, "export KEEP=2 GONE=1; sleep 30", workspace)
         r = await run(s, 'echo "[$KEEP][${GONE-}]"', workspace)
         assert r.stdout == "[1][]\n" and r.shell.status == "saved"
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+async def test_queued_commands_see_the_state_of_those_before_them(
+    backend: str, workspace: Path
+) -> None:
+    (workspace / "sub").mkdir()
+    chown_like_workspace(workspace, workspace / "sub")
+    results: dict[int, Any] = {}
+    async with session(backend, workspace) as s:
+
+        async def one(i: int, command: str) -> None:
+            results[i] = await run(s, command, workspace)
+
+        async with trio.open_nursery() as nursery:  # trio's lock is fair: they run in order
+            for i, command in enumerate(
+                ["cd sub; export N=1; sleep 0.3", "export N=$((N+1))", "pwd; echo $N"]
+            ):
+                nursery.start_soon(one, i, command)
+                await trio.sleep(0.01)
+    assert results[2].stdout == f"{_where(backend, workspace, 'sub')}\n2\n"
