@@ -357,3 +357,27 @@ async def test_queued_commands_see_the_state_of_those_before_them(
                 nursery.start_soon(one, i, command)
                 await trio.sleep(0.01)
     assert results[2].stdout == f"{_where(backend, workspace, 'sub')}\n2\n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+async def test_an_exported_credential_is_redacted_from_later_output(
+    backend: str, workspace: Path, tmp_path: Path
+) -> None:
+    """The saved exports are part of what the next command is given, so the kernel registers
+    credential-named ones with its redactor like any env it passes."""
+    secret = "sk-" + secrets.token_hex(16)
+    events = tmp_path / "events.jsonl"
+    options = {**PERSIST, **(DOCKER_OPTIONS if backend == "docker" else {})}
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        backend=backend,
+        backend_options=options,
+        events_path=events,
+    ) as k:
+        await k.call("run_shell", {"command": f"export API_TOKEN={secret}"})
+        r = await k.call("run_shell", {"command": 'echo "token: $API_TOKEN"'})
+    assert r["stdout"].startswith("token: ") and secret not in r["stdout"]
+    lines = [line for line in events.read_text().splitlines() if "token: " in line]
+    assert lines and not [line for line in lines if secret in line]  # output events, result
+    assert '"persist_shell_state":true' in events.read_text()  # backend_started says so
