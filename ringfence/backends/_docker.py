@@ -29,7 +29,8 @@ State between commands: files in ``/workspace`` (the host's) and ``/tmp``
 (a tmpfs private to the session) persist. Nothing else does: every command
 starts in the ``cwd`` it is given with exactly the environment it is given
 (plus ``PWD``/``SHLVL`` that the shell sets), and background processes die
-with the command that started them.
+with the command that started them (unless ``persist_shell_state``: cwd and
+exports carry over, :mod:`._shellstate`, through a file in ``/tmp``).
 
 Hardening (all on by default, none can be turned off through options):
 ``cap_drop=ALL``, ``no-new-privileges``, read-only root filesystem, a sized
@@ -63,8 +64,10 @@ bind mount (``storage_opt`` fails there), and a size-limited upper layer is
 the change-set design's job (issue 15). A command can kill its own
 supervisor (it runs as the same uid); the session then restarts and that
 result says so. Markers are unguessable but a command that could read the
-supervisor's memory could fake its own exit status (only its own). Connections over TLS or ssh are not
-supported yet (``Unavailable``).
+supervisor's memory could fake its own exit status (only its own). ``ssh://`` engines
+are not supported yet. ``options.engines``: placed once, never moved; on a remote
+engine the roots are shipped, not mounted, and writes come back as change sets
+(:mod:`._remote`, which also holds a TLS engine's supervisor stream).
 
 The supervisor shell itself (its script, the stream frames, the markers) is
 :mod:`ringfence.backends._dockershell`; this module is the session around it.
@@ -81,6 +84,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,14 +106,17 @@ from ._dockershell import (
     overlay_unavailable,
     overlay_wrapper,
 )
+from ._dockertls import attach_tls
+from ._engines import Engine, EngineLoad, place
 from ._output import Capture
+from ._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
+from ._shellstate import ShellKeeper
 from ._types import (
     Command,
     OutputCallback,
     SessionSpec,
     ShellResult,
     check_command,
-    check_env,
     check_run_arguments,
 )
 
@@ -143,7 +150,10 @@ async def start_docker(spec: SessionSpec) -> DockerSession:
     failure or cancellation is removed.
     """
     opts = DockerOptions.from_mapping(spec.options)
-    session = DockerSession(spec, opts)
+    engine, loads = None, []
+    if opts.engines:
+        engine, loads = await place(opts.engines)
+    session = DockerSession(spec, opts, engine, loads)
     try:
         await session._start()
     except BaseException:
@@ -158,9 +168,17 @@ class DockerSession:
 
     name = "docker"
 
-    def __init__(self, spec: SessionSpec, opts: DockerOptions) -> None:
+    def __init__(
+        self,
+        spec: SessionSpec,
+        opts: DockerOptions,
+        engine: Engine | None = None,
+        loads: Sequence[EngineLoad] = (),
+    ) -> None:
         self._spec = spec
         self._opts = opts
+        self.engine = engine
+        self._loads = list(loads)
         self.session_id = secrets.token_hex(6)
         self._lock = trio.Lock()
         self._closed = False
@@ -177,7 +195,13 @@ class DockerSession:
         self._user = forced or opts.user or _default_user(spec.roots)
         self._uppers: upper.SessionUppers | None = None
         self._overlay: str | None = None
-        if spec.change_sets:
+        self._remote: RemoteWorkspace | None = None
+        if engine is not None and not engine.local:
+            self._remote = remote_workspace(
+                spec, engine, self.session_id, self._roots, parse_user(self._user), opts.ship_git
+            )
+            self._mounts = self._remote.mounts()
+        elif spec.change_sets:
             uid, gid = parse_user(self._user)
             self._uppers = upper.SessionUppers(
                 self.session_id, [r for r, _ in self._roots], (uid, gid), upper.uppers_base()
@@ -189,6 +213,7 @@ class DockerSession:
         for name in spec.passthrough_env:
             if name in os.environ:
                 self._base_env[name] = os.environ[name]
+        self._keeper = ShellKeeper(spec.shell, self._base_env, enabled=opts.persist_shell_state)
         self.restarts = 0
 
     # -- public -------------------------------------------------------------------------------
@@ -211,10 +236,13 @@ class DockerSession:
             "network": self._spec.network,
             "image": self._opts.image,
             "runtime": self._opts.runtime or "default",
+            "persist_shell_state": self._keeper.enabled,
+            **(self.engine.describe() if self.engine is not None else {}),
+            **({"placement": [load_json(x) for x in self._loads]} if self._loads else {}),
         }
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        return {**self._base_env, **check_env(env)}
+        return self._keeper.environment(env)  # under persist_shell_state: the shell's exports
 
     def container_path(self, host_path: Path) -> str:
         """Where a host path inside a workspace root appears in the container.
@@ -251,23 +279,32 @@ class DockerSession:
         output_cap: int,
         on_output: OutputCallback | None = None,
         redact: Callable[[str], str] | None = None,
+        follow_shell: bool = False,
     ) -> ShellResult:
+        """The :class:`BackendSession` contract; ``follow_shell`` (persist_shell_state): start
+        where the shell is, ``cwd`` the fallback; the result's ``shell`` says what was kept."""
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
-        child_env = self.environment(env)
         where = self.container_path(cwd)
+        self.environment(env)  # env checked before the queue
         if self._closed:
             raise trio.ClosedResourceError("the docker backend session is closed")
-        async with self._lock:
-            if self._closed:
-                raise trio.ClosedResourceError("the docker backend session is closed")
-            restarted = False
-            if self._shell is None or not self._shell.alive():
-                await self._recover()
-                restarted = True
-            return await self._run(
-                cmd, where, child_env, timeout, output_cap, on_output, redact, restarted
-            )
+        try:
+            async with self._lock:
+                if self._closed:
+                    raise trio.ClosedResourceError("the docker backend session is closed")
+                restarted = False
+                if self._shell is None or not self._shell.alive():
+                    await self._recover()
+                    restarted = True
+                shell_run = self._keeper.begin(cmd, env, follow=follow_shell)  # the state now
+                ran = await self._run(shell_run.argv, where, shell_run.env, timeout, output_cap,
+                                      on_output, redact, restarted)  # fmt: skip
+                return self._keeper.finish(shell_run, *ran)
+        except (Unavailable, ToolError) as exc:
+            if self.engine is None:
+                raise
+            raise engine_error(exc, self.engine) from exc.__cause__  # never a silent move
 
     async def exec_attached(
         self, argv: Sequence[str], *, user: str, env: Mapping[str, str] | None = None
@@ -283,6 +320,8 @@ class DockerSession:
         """
         client, container = self._client, self._require_container()
         assert client is not None
+        if self.engine is not None and (self._remote is not None or self.engine.tls):
+            raise Unavailable(f"the script bridge needs a local engine, not {self.engine.name}")
         environment = [f"{k}={v}" for k, v in (env or {}).items()]
         with map_docker_errors():
             return await trio.to_thread.run_sync(
@@ -309,6 +348,8 @@ class DockerSession:
                 with contextlib.suppress(Exception):
                     await docker_call(self._container.remove, force=True)
                 self._container = None
+            if self._remote is not None and self._client is not None:
+                await self._remote.remove_volumes(self._client)
             if self._client is not None:
                 with contextlib.suppress(Exception):
                     await trio.to_thread.run_sync(self._client.close)
@@ -319,9 +360,12 @@ class DockerSession:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def _start(self) -> None:
-        self._client = await trio.to_thread.run_sync(lambda: connect_docker(self._opts.base_url))
+        engine = self.engine
+        url, tls = (engine.base_url, engine.tls_config()) if engine else (self._opts.base_url, None)
+        self._client = await trio.to_thread.run_sync(lambda: connect_docker(url, tls=tls))
         base = str(self._client.api.base_url)
-        if base.startswith("https://") or "ssh" in base:
+        tls_ok = engine is not None and engine.tls  # our own attached stream (._remote)
+        if (base.startswith("https://") and not tls_ok) or "ssh" in base:
             raise Unavailable(
                 f"the docker backend attaches to a shell over a plain unix or tcp socket; "
                 f"{base} (TLS/ssh) is not supported yet"
@@ -339,7 +383,8 @@ class DockerSession:
                     "runsc, register it in /etc/docker/daemon.json and reload dockerd "
                     "(`ringfence doctor` shows how)"
                 )
-        if self._uppers is not None and self._opts.runtime == "runsc":
+        overlay = self._uppers is not None or self._remote is not None
+        if overlay and self._opts.runtime == "runsc":
             raise Unavailable(upper.GVISOR_REFUSAL)
         with contextlib.suppress(Exception):
             await trio.to_thread.run_sync(remove_stale_containers, self._client)
@@ -347,9 +392,11 @@ class DockerSession:
             await trio.to_thread.run_sync(self._uppers.create)
             for i, view in self._uppers.lowers.items():  # first the roots, in order
                 self._mounts[i] = Mount(self._roots[i][1], str(view), type="bind", read_only=True)
+        if self._remote is not None:
+            await self._remote.create_volumes(self._client)
         await self._create_container()
         await self._start_supervisor()
-        if self._uppers is not None and self._roots:  # fail closed here, not at the first call
+        if overlay and self._roots:  # fail closed here, not at the first call (and ship)
             await self.run(["true"], cwd=self._roots[0][0], env={}, timeout=30, output_cap=4096)
 
     async def _create_container(self) -> None:
@@ -358,7 +405,7 @@ class DockerSession:
         opts = self._opts
         kwargs: dict[str, Any] = dict(
             image=opts.image,
-            command=["sleep", "2147483647"],
+            command=self._remote.main_command() if self._remote else ["sleep", "2147483647"],
             name=f"ringfence-{self.session_id}",
             hostname="ringfence",
             user="0:0",
@@ -373,9 +420,12 @@ class DockerSession:
             },
             cap_drop=["ALL"],
             security_opt=["no-new-privileges:true"]
-            + ([change_set_seccomp()] if self._uppers is not None else []),
+            + ([change_set_seccomp()] if self._uppers or self._remote else []),
             read_only=True,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777"},
+            tmpfs={
+                "/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777",
+                **(self._remote.tmpfs(opts.memory) if self._remote else {}),
+            },
             network_mode="bridge" if self._spec.network else "none",
             mem_limit=opts.memory,
             memswap_limit=opts.memory,
@@ -391,10 +441,22 @@ class DockerSession:
     async def _start_supervisor(self) -> None:
         client, container = self._client, self._require_container()
         assert client is not None
+        tls = self.engine is not None and self.engine.tls
+        attacher = partial(attach_tls, self.engine, client, container.id) if tls else None
         self._shell = await Supervisor.start(
-            client, container.id, self._user, overlay=self._uppers is not None
+            client,
+            container.id,
+            self._user,
+            overlay=self._uppers is not None or self._remote is not None,
+            attacher=attacher,
         )
-        if self._uppers is not None:
+        if self._remote is not None:
+            uid, gid = parse_user(self._user)
+            await self._remote.prepare(self._shell)
+            self._overlay = overlay_wrapper(
+                self._remote.layers(), UPPERS_DIR, uid, gid, self._shell
+            )
+        elif self._uppers is not None:
             uid, gid = parse_user(self._user)
             layers = [
                 (target, *self._uppers.container_dirs(i))
@@ -442,7 +504,7 @@ class DockerSession:
 
     async def _run(
         self,
-        cmd: str | list[str],
+        argv: list[str],
         where: str,
         env: dict[str, str],
         timeout: float,
@@ -450,20 +512,24 @@ class DockerSession:
         on_output: OutputCallback | None,
         redact: Callable[[str], str] | None,
         restarted: bool,
-    ) -> ShellResult:
+    ) -> tuple[ShellResult, bytes]:
+        """One command through the supervisor; its result and its saved shell state (b"")."""
         shell = self._shell
         assert shell is not None
-        argv = [*self._spec.shell, cmd] if isinstance(cmd, str) else cmd
         out = Capture("stdout", on_output)
         err = Capture("stderr", on_output)
-        run = CommandOutput(secrets.token_hex(12), out, err)
+        keep = self._keeper.enabled  # the command's descriptor 3: a file in the private /tmp
+        run = CommandOutput(secrets.token_hex(12), out, err, state=keep)
+        state_file = f"/tmp/.rf-shell-{self.session_id}" if keep else None
         started = time.monotonic()
         timed_out = False
         if self._uppers is not None:
             # The previous command's writes were the caller's to read until now.
             await trio.to_thread.run_sync(self._uppers.empty)
+        if self._remote is not None:  # the host's files (and merged change sets) first
+            await self._remote.sync(shell, self._require_container())
         try:
-            await shell.send(shell.script(run.token, argv, where, env, self._overlay))
+            await shell.send(shell.script(run.token, argv, where, env, self._overlay, state_file))
             with trio.move_on_after(timeout) as deadline:
                 await shell.read_until_done(run)
             if deadline.cancelled_caught:
@@ -489,13 +555,16 @@ class DockerSession:
             )
         if self._uppers is not None:
             await trio.to_thread.run_sync(self._uppers.check)
+        uppers = self._uppers.uppers() if self._uppers is not None else ()
+        if self._remote is not None and self._shell is not None:
+            uppers = await self._remote.fetch(self._shell, self.session_id)
         exit_code = int(run.status) if run.done and run.status.isdigit() else None
         sig = exit_code - 128 if exit_code is not None and 128 < exit_code < 128 + 65 else None
         if timed_out and exit_code is None:
             exit_code, sig = 137, 9
         o = out.finish(output_cap, self._spec.spool_dir, redact)
         e = err.finish(output_cap, self._spec.spool_dir, redact)
-        if self._uppers is not None and exit_code == 125 and OVERLAY_FAILED in e.text:
+        if (self._uppers or self._remote) and exit_code == 125 and OVERLAY_FAILED in e.text:
             raise overlay_unavailable(e.text)
         return ShellResult(
             exit_code=exit_code,
@@ -511,8 +580,8 @@ class DockerSession:
             stderr_spool=e.spool_path,
             timed_out=timed_out,
             session_restarted=restarted,
-            uppers=self._uppers.uppers() if self._uppers is not None else (),
-        )
+            uppers=uppers,
+        ), run.state
 
     async def _stop(self, run: CommandOutput) -> bool:
         """SIGTERM the command's tree, grace, SIGKILL; replace the container if that fails.
@@ -604,7 +673,8 @@ def _default_user(roots: Sequence[Path]) -> str:
 def remove_stale_containers(client: docker.DockerClient) -> int:
     """Remove ringfence containers whose owning process on this host is gone. Blocking.
 
-    Their change-set directories go with them (:func:`._dockerupper.remove_session_dirs`).
+    Their change-set directories go with them (:func:`._dockerupper.remove_session_dirs`),
+    and so do a shipped workspace's volumes on that engine.
     """
     host = socket.gethostname()
     removed = 0
@@ -619,5 +689,11 @@ def remove_stale_containers(client: docker.DockerClient) -> int:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 container.remove(force=True)
                 removed += 1
-            upper.remove_session_dirs(container.labels.get(f"{CONTAINER_LABEL}.session", ""))
+            session = container.labels.get(f"{CONTAINER_LABEL}.session", "")
+            upper.remove_session_dirs(session)
+            if session:  # a shipped workspace's volumes (._remote) go with their container
+                label = f"{CONTAINER_LABEL}.session={session}"
+                for volume in client.volumes.list(filters={"label": label}):
+                    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                        volume.remove(force=True)
     return removed

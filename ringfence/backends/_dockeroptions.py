@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime import InvalidArguments
+from ._engines import Engine, parse_engines
 from ._images import resolve_image
+from ._shellstate import PERSIST_OPTION, persist_option
+from ._ship import SHIP_GIT, ShipGit
 
 __all__ = ["DEFAULT_IMAGE", "IMAGE_VARIABLE", "DockerOptions", "parse_user"]
 
@@ -29,7 +32,13 @@ class DockerOptions:
     commands (never 0). ``base_url``: the daemon (default ``DOCKER_HOST``).
     ``runtime``: an OCI runtime registered with the daemon, e.g. ``runsc``
     (gVisor: an application kernel between commands and the host's); a
-    runtime the daemon does not have is ``unavailable``.
+    runtime the daemon does not have is ``unavailable``. ``engines``: a list
+    of engine tables (:func:`._engines.parse_engines`; instead of
+    ``base_url``) to place the session on. ``ship_git``: on a remote engine,
+    ``readonly`` ships git directories (a command's writes to them are in its
+    change set, which the Gate refuses) or ``skip`` leaves them on the host.
+    ``persist_shell_state``: the working directory and exported variables
+    carry over between commands (:mod:`._shellstate`; default false).
     """
 
     image: str
@@ -40,10 +49,14 @@ class DockerOptions:
     user: str | None = None
     base_url: str | None = None
     runtime: str | None = None
+    engines: tuple[Engine, ...] = ()
+    ship_git: ShipGit = "readonly"
+    persist_shell_state: bool = False
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> DockerOptions:
         known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url", "runtime"}
+        known |= {"engines", "ship_git", PERSIST_OPTION}
         unknown = sorted(set(options) - known)
         if unknown:
             raise InvalidArguments(
@@ -60,6 +73,9 @@ class DockerOptions:
             user=options.get("user"),
             base_url=options.get("base_url"),
             runtime=options.get("runtime"),
+            engines=_engines_option(options),
+            ship_git=options.get("ship_git", "readonly"),
+            persist_shell_state=persist_option(options),
         )
         for name in ("memory", "tmp_size"):
             if not _SIZE.match(getattr(opts, name)):
@@ -77,6 +93,11 @@ class DockerOptions:
             )
         if opts.user is not None:
             parse_user(opts.user)
+        if opts.ship_git not in SHIP_GIT:
+            raise InvalidArguments(
+                f"ship_git must be one of {list(SHIP_GIT)}, not {opts.ship_git!r}",
+                field="options.ship_git",
+            )
         if opts.runtime is not None and not (
             isinstance(opts.runtime, str) and re.fullmatch(r"[A-Za-z0-9][\w.-]*", opts.runtime)
         ):
@@ -85,6 +106,15 @@ class DockerOptions:
                 field="options.runtime",
             )
         return opts
+
+
+def _engines_option(options: Mapping[str, Any]) -> tuple[Engine, ...]:
+    """``options.engines`` (a list of engine tables, :func:`._engines.parse_engines`), or ()."""
+    if "engines" not in options:
+        return ()
+    if options.get("base_url") is not None:
+        raise InvalidArguments("give either base_url or engines, not both", field="options.engines")
+    return parse_engines(options["engines"], field="options.engines")
 
 
 def parse_user(user: str) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from . import (
     mcp_host,
     mcp_oauth,
     policy,
+    remote,
     workspace,
 )
 from ._suite import Scenario
@@ -23,6 +24,7 @@ SCENARIOS: list[Scenario] = [
     *changesets.SCENARIOS,
     *backends.SCENARIOS,
     *engines.SCENARIOS,
+    *remote.SCENARIOS,
     policy.SCENARIO,
     *gitscan.SCENARIOS,
     *mcp_host.SCENARIOS,

@@ -1,0 +1,419 @@
+"""The docker backend on an engine that does not share our file system (a *remote* engine).
+
+Nothing of the host is mounted. Layout of a remote session's container::
+
+    /workspace, /workspace2, …   a named volume per root (local driver, on that engine):
+                                 the root's copy, files owned by the container user
+    /.rf-uppers                  a tmpfs owned by the container user (sized like the
+                                 memory limit, whose cgroup its pages are charged to)
+    └─ <i>/u, <i>/w              root i's overlay upper and work directories
+    /tmp                         the session's tmpfs, as on a local engine
+    rootfs                       read-only, as on a local engine
+
+Every command runs under the same overlay wrapper as a local change-set session
+(:func:`._dockershell.overlay_wrapper`): the volume is the lower layer, the
+upper is on the tmpfs, and ``/.rf-uppers`` is hidden from the command.
+
+Around each command (:class:`RemoteWorkspace`):
+
+* **before**: the host walks each root and syncs the copy (:mod:`._ship`): paths
+  gone or changed in kind are deleted by the supervisor, new and changed entries
+  arrive as one tar: up to :data:`STREAM_LIMIT` through the supervisor's stdin
+  (a here-document into ``tar``, ~5 ms), larger ones (the first ship of a big
+  workspace) by one ``put_archive`` into the volume (~100 ms and up; the Engine
+  refuses an archive anywhere else in a read-only-rootfs container). Nothing
+  changed, nothing sent. This is how file tools' writes and merged change sets
+  reach the copy; a command's refused writes never do (they were only in its
+  upper). A sync cut short empties the copy and ships it all next time.
+* **after**: one line to the supervisor: when an upper is not empty, a
+  ``unshare -Urm`` helper lists its opaque directories (each tested with a
+  read-only overlay whose lower layers are the upper's parent directory and a
+  sentinel named by a fresh token: an opaque directory hides the sentinel; busybox
+  has no getfattr),
+  writes the upper as a tar, base64, with the tar's sha256, and empties the
+  upper. The host checks the digest, rebuilds the upper in its own directory
+  (:func:`._ship.rebuild_upper`) and returns that as :attr:`ShellResult.uppers`,
+  so the caller's capture and merge are the local ones. ``get_archive`` (~100 ms
+  a call on Engine 20.10) is never used.
+
+The supervisor's stream to a TLS engine is :func:`._dockertls.attach_tls`.
+
+Non-guarantees: the engine's operator (root on that machine) sees the shipped
+workspace and every command's output; the volume outlives a kernel that is
+killed (labelled ``ringfence.session``; removed by ``aclose``, or with the stale
+container by the next session from this host on that engine). The host walks
+every root before every command (~10 µs a file: 2,000 files ~20 ms). A command's
+writes live in memory on the engine until fetched (the uppers' tmpfs).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import os
+import secrets
+import shutil
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import docker
+import trio
+from docker.types import Mount
+
+from ..runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
+from ._dockerapi import docker_call
+from ._dockershell import CommandOutput, Supervisor, quote
+from ._dockerupper import uppers_base
+from ._engines import Engine, EngineLoad
+from ._images import docker_location
+from ._ship import ShipGit, ShippedRoot, rebuild_upper
+from ._types import SessionSpec, Upper
+
+__all__ = [
+    "UPPERS_DIR",
+    "RemoteWorkspace",
+    "engine_error",
+    "load_json",
+    "remote_workspace",
+]
+
+UPPERS_DIR = "/.rf-uppers"
+STREAM_LIMIT = 1 << 20  # a sync up to this size goes through the shell, larger by archive
+
+
+class _Sink:
+    """Raw bytes of one stream of an internal supervisor line (no decoding, no cap)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.data += data
+
+
+# -- the shipped workspace --------------------------------------------------------------------
+
+
+class RemoteWorkspace:
+    """A remote session's shipped roots and the per-command sync and fetch. See the module doc."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        session_id: str,
+        roots: list[tuple[Path, str]],
+        owner: tuple[int, int],
+        ship_git: ShipGit,
+        host_dir: Path,
+    ) -> None:
+        self.engine = engine
+        self.roots = roots
+        self.owner = owner
+        self.volumes = [f"ringfence-{session_id}-{i}" for i in range(len(roots))]
+        self.labels = {"ringfence": "1", "ringfence.session": session_id}
+        self.shipped = [ShippedRoot(str(r), owner, ship_git) for r, _ in roots]
+        self.host_dir = host_dir
+        self.clean = False  # the uppers in the container hold nothing unfetched
+
+    # -- the container ------------------------------------------------------------------------
+
+    def mounts(self) -> list[Mount]:
+        return [
+            Mount(t, v, type="volume") for (_, t), v in zip(self.roots, self.volumes, strict=True)
+        ]
+
+    def tmpfs(self, memory: str) -> dict[str, str]:
+        uid, gid = self.owner
+        return {UPPERS_DIR: f"rw,nosuid,nodev,size={memory},mode=0700,uid={uid},gid={gid}"}
+
+    def main_command(self) -> list[str]:
+        # The volumes' own directories are root's; the container user deletes entries
+        # there when the host's are gone (every entry below is the container user's).
+        targets = " ".join(quote(t) for _, t in self.roots)
+        return ["/bin/sh", "-c", f"chmod 1777 {targets} && exec sleep 2147483647"]
+
+    def layers(self) -> list[tuple[str, str, str]]:
+        return [
+            (t, f"{UPPERS_DIR}/{i}/u", f"{UPPERS_DIR}/{i}/w") for i, (_, t) in enumerate(self.roots)
+        ]
+
+    async def create_volumes(self, client: docker.DockerClient) -> None:
+        for name in self.volumes:
+            await docker_call(client.volumes.create, name=name, driver="local", labels=self.labels)
+
+    async def remove_volumes(self, client: docker.DockerClient) -> None:
+        for name in self.volumes:
+            with contextlib.suppress(Exception):
+                volume = await docker_call(client.volumes.get, name)
+                await docker_call(volume.remove, force=True)
+        with contextlib.suppress(OSError):  # the session's directory: only ours, remote
+            await trio.to_thread.run_sync(shutil.rmtree, self.host_dir.parent)
+
+    async def prepare(self, shell: Supervisor) -> None:
+        """Make the upper and work directories on the tmpfs empty (after each new supervisor).
+
+        Also before a command whose predecessor's writes were not fetched (it was
+        cancelled, or the fetch was cut): they must not join the next change set.
+        """
+        dirs = " ".join(f"{UPPERS_DIR}/{i}/u {UPPERS_DIR}/{i}/w" for i in range(len(self.roots)))
+        status, _, err = await self._line(
+            shell,
+            f"find {UPPERS_DIR} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; "
+            f"rm -rf {UPPERS_DIR}/* && mkdir -p {dirs}",
+        )
+        if status != "0":
+            raise Unavailable(
+                f"engine {self.engine.name}: cannot make the upper directories: {err!r}"
+            )
+        self.clean = True
+
+    # -- before a command ---------------------------------------------------------------------
+
+    async def sync(self, shell: Supervisor, container: Any) -> None:
+        """Bring every root's copy up to the host's (see the module docstring)."""
+        try:
+            # Inside: a sync() whose result is lost to a cancellation was still recorded.
+            syncs = [await trio.to_thread.run_sync(s.sync) for s in self.shipped]
+            doomed = [
+                quote(f"{target}/{path}")
+                for (_, target), sync in zip(self.roots, syncs, strict=True)
+                for path in sync.deletions
+            ]
+            for (_, target), sync in zip(self.roots, syncs, strict=True):
+                if sync.wipe:  # a sync that may have half-arrived: start from empty
+                    doomed += [f"{quote(target)}/{g}" for g in ("*", ".[!.]*", "..?*")]
+            if doomed:
+                words = " ".join(doomed)
+                # Directories a command made unwritable are opened first; find matches no
+                # link (chmod would follow one given by name).
+                status, _, err = await self._line(
+                    shell,
+                    f"find {words} -type d -exec chmod u+rwx {{}} + 2>/dev/null; rm -rf {words}",
+                )
+                if status != "0":
+                    raise ToolError(
+                        f"engine {self.engine.name}: removing deleted paths from the shipped "
+                        f"workspace failed: {err.decode(errors='replace')!r}"
+                    )
+            for (_, target), sync in zip(self.roots, syncs, strict=True):
+                if not sync.entries:
+                    continue
+                if len(sync.tar) <= STREAM_LIMIT and await self._extract(shell, target, sync.tar):
+                    continue  # a small sync through the shell: no ~100 ms archive call
+                ok = await docker_call(container.put_archive, target, sync.tar)
+                if not ok:
+                    raise Unavailable(f"engine {self.engine.name} refused the workspace copy")
+        except BaseException:
+            for shipped in self.shipped:  # not known to have arrived: ship all next time
+                shipped.forget()
+            raise
+        if not self.clean:
+            await self.prepare(shell)
+        self.clean = False  # the command runs next; its fetch makes it clean again
+
+    async def _extract(self, shell: Supervisor, target: str, tar: bytes) -> bool:
+        """Extract ``tar`` at ``target`` as the container user, through the shell's stdin.
+
+        The shell reads a here-document itself (a child would race it for
+        stdin). ``umask 0`` and ``-o``: the modes are the tar's, the owner the
+        container user (as ``put_archive`` would make it). False when tar
+        failed (say, a directory its owner made read-only): the caller falls
+        back to ``put_archive``, which extracts as root on the engine.
+        """
+        end = f"__rf_end_{secrets.token_hex(12)}"
+        data = base64.encodebytes(tar).decode("ascii")
+        body = f"(umask 0; base64 -d | tar -xof - -C {quote(target)}) <<'{end}'"
+        status, _, _ = await self._line(shell, body, after=f"{data}{end}\n")
+        return status == "0"
+
+    # -- after a command ----------------------------------------------------------------------
+
+    async def fetch(self, shell: Supervisor, session_id: str) -> tuple[Upper, ...]:
+        """Every root's upper, brought back and rebuilt on the host; the sandbox's emptied."""
+        n = len(self.roots)
+        nonempty = " || ".join(f"__rf_ne {UPPERS_DIR}/{i}/u" for i in range(n))
+        targets = " ".join(quote(t) for _, t in self.roots)
+        token = secrets.token_hex(12)
+        line = (
+            '__rf_ne() { for __rf_e in "$1"/* "$1"/.[!.]* "$1"/..?*; do '
+            '[ -e "$__rf_e" ] || [ -L "$__rf_e" ] && return 0; done; return 1; }; '
+            f"if {nonempty}; then {quote(shell.unshare)} -Urm /bin/sh -c {quote(_FETCH)} rf "
+            f"{quote(shell.mount)} {UPPERS_DIR} {token} {targets}; fi"
+        )
+        status, out, err = await self._line(shell, line)
+        if shell.dead:
+            raise Unavailable(
+                f"engine {self.engine.name} ({self.engine.base_url}) went away while the "
+                "change set was fetched; the workspace is unchanged"
+            )
+        ours = [ln.split()[1:] for ln in err.decode("ascii", "replace").splitlines()
+                if ln.startswith(f"{token} ")]  # fmt: skip
+        if status != "0" or any(f[:1] == ["f"] for f in ours):
+            raise ToolError(
+                f"engine {self.engine.name}: fetching the change set failed (status {status}): "
+                f"{err.decode(errors='replace')[-500:]!r}; the workspace is unchanged"
+            )
+        tars: dict[int, list[bytes]] = {}
+        current: int | None = None
+        for raw in bytes(out).splitlines():
+            if raw.startswith(b"@"):
+                current = int(raw[1:])
+                tars[current] = []
+            elif raw.strip() and current is not None:
+                tars[current].append(raw.strip())
+        digests: dict[int, str] = {}
+        opaque: dict[int, list[str]] = {}
+        for fields in ours:
+            if len(fields) == 3 and fields[0] == "s":
+                digests[int(fields[1])] = fields[2]
+            elif len(fields) == 3 and fields[0] == "o":
+                name = os.fsdecode(binascii.unhexlify(fields[2]))
+                opaque.setdefault(int(fields[1]), []).append(name)
+        uppers: list[Upper] = []
+        for i, (root, _) in enumerate(self.roots):
+            target = self.host_dir / str(i)
+            await trio.to_thread.run_sync(_fresh_dir, target)
+            if i in tars:
+                try:
+                    data = binascii.a2b_base64(b"".join(tars[i]), strict_mode=True)
+                except binascii.Error as exc:
+                    raise Unavailable(
+                        f"the change set from engine {self.engine.name} is damaged ({exc}); "
+                        "the workspace is unchanged"
+                    ) from None
+                await trio.to_thread.run_sync(
+                    partial(
+                        rebuild_upper,
+                        data,
+                        digests.get(i, ""),
+                        str(target),
+                        opaque.get(i, []),
+                        engine=self.engine.name,
+                        owner=self.owner,
+                    )
+                )
+            uppers.append(Upper(root, target))
+        self.clean = True
+        return tuple(uppers)
+
+    async def _line(
+        self, shell: Supervisor, body: str, *, after: str = ""
+    ) -> tuple[str, bytes, bytes]:
+        """Run one line of our own shell in the supervisor (not a command); its status and output.
+
+        ``after`` follows the line (a here-document's text and its end word).
+        """
+        token = secrets.token_hex(12)
+        out, err = _Sink(), _Sink()
+        run = CommandOutput(token, out, err)  # type: ignore[arg-type]
+        marker = quote(f"__rf{token}__")
+        try:
+            await shell.send(
+                f"{body}; __rf_r=$?; printf '%s%s\\n' {marker} \"$__rf_r\"; "
+                f"printf '%s\\n' {marker} >&2\n{after}"
+            )
+            with trio.move_on_after(120):
+                await shell.read_until_done(run)
+        except BaseException:
+            shell.dead = True  # cut mid-line: the next call starts a fresh shell
+            raise
+        if not run.done:
+            shell.dead = True
+            raise Unavailable(
+                f"engine {self.engine.name} ({self.engine.base_url}) stopped answering the "
+                "sandbox shell; the workspace is unchanged"
+            )
+        return run.status, bytes(out.data), bytes(err.data)
+
+
+def _fresh_dir(path: Path) -> None:
+    """An empty directory at ``path``, its parents made private (0700) where new."""
+    if path.exists():
+        shutil.rmtree(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700)
+
+
+# Runs as root of a fresh user namespace (the container user) in a private mount
+# namespace: $1 mount, $2 the uppers' directory, $3 a fresh token, then the roots'
+# container paths. Per upper: "@<i>" and its tar in base64 on stdout; on stderr,
+# each line starting with the token (tar's own warnings, which can quote a file's
+# name, cannot pass for one): "s <i> <sha256>", "o <i> <hex path>" per opaque
+# directory, "f <i> <what>" on failure.
+_FETCH = r"""
+m=$1; b=$2; t=$3; shift 3
+"$m" -t tmpfs -o size=1m,mode=0700 rf /tmp || { echo "$t f - tmpfs" >&2; exit 3; }
+S=/tmp/s; M=/tmp/m; mkdir "$S" "$M" || exit 3
+w() {
+  local e n r
+  for e in "$U/$1"* "$U/$1".[!.]* "$U/$1"..?*; do
+    [ -d "$e" ] && [ ! -L "$e" ] || continue
+    n=${e##*/}; r="$1$n"
+    if [ -d "$L/$r" ] && [ ! -L "$L/$r" ]; then
+      mkdir "$S/$n" && : > "$S/$n/.rf-$t" || { echo "$t f $i sentinel" >&2; exit 3; }
+      (cd "$U/$1" && "$m" -t overlay -o "lowerdir=.:$S,userxattr" rf "$M") || {
+        echo "$t f $i opaque-probe" >&2; exit 3; }
+      [ -e "$M/$n/.rf-$t" ] || printf '%s o %s %s\n' "$t" "$i" \
+        "$(printf %s "$r" | od -An -tx1 | tr -d ' \n')" >&2
+      umount "$M" || { echo "$t f $i umount" >&2; exit 3; }
+      rm -rf "$S/$n"
+    fi
+    w "$r/"
+  done
+}
+i=0
+for L in "$@"; do
+  U="$b/$i/u"
+  w ""
+  printf '@%s\n' "$i"
+  { { tar -cf - -C "$U" . || echo "$t f $i tar" >&2; } | tee /proc/self/fd/3 | sha256sum | {
+      read h _; printf '%s s %s %s\n' "$t" "$i" "$h" >&2; }; } 3>&1 | base64
+  find "$b/$i" -type d -exec chmod u+rwx {} + 2>/dev/null
+  rm -rf "$U" "$b/$i/w" && mkdir "$U" "$b/$i/w" || { echo "$t f $i reset" >&2; exit 3; }
+  i=$((i+1))
+done
+"""
+
+
+def remote_workspace(
+    spec: SessionSpec,
+    engine: Engine,
+    session_id: str,
+    roots: list[tuple[Path, str]],
+    owner: tuple[int, int],
+    ship_git: ShipGit,
+) -> RemoteWorkspace:
+    """The shipped workspace of a session on a remote engine; only with change sets."""
+    if not spec.change_sets:
+        raise InvalidArguments(
+            f"engine {engine.name} is remote (the workspace is shipped, not mounted): its "
+            "commands' writes come back only as change sets; start the session with change sets",
+            field="options.engines",
+        )
+    # spec.extra_mounts (the script bridge's files and socket) are host paths: never
+    # mounted there; the bridge's exec is refused at use (DockerSession.exec_attached).
+    return RemoteWorkspace(
+        engine, session_id, roots, owner, ship_git, uppers_base() / session_id / "r"
+    )
+
+
+def load_json(load: EngineLoad) -> dict[str, Any]:
+    return {
+        "engine": load.engine.name,
+        "running": load.running,
+        "cpus": load.cpus,
+        "memory": load.memory,
+        **({"error": load.error} if load.error else {}),
+    }
+
+
+def engine_error(exc: RingfenceError, engine: Engine) -> RingfenceError:
+    """``exc`` (from a session on ``engine``) saying which engine, and its address."""
+    if f"engine {engine.name}" in exc.message:
+        return exc
+    # map_docker_errors names DOCKER_HOST's daemon; this session's is the engine's.
+    text = exc.message.replace(f"at {docker_location()} ", f"at {engine.base_url} ")
+    return exc.with_(message=f"engine {engine.name} ({engine.base_url}): {text}")

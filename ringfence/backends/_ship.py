@@ -1,0 +1,380 @@
+"""Shipping a workspace root to a remote engine, and a command's upper directory back.
+
+Host side only (no docker SDK here): :class:`ShippedRoot` remembers what was
+shipped of one root (a :class:`Shipped` per path: kind, mode, the stat
+signature it was read with, the content's sha256) and :meth:`ShippedRoot.sync`
+walks the root again (by descriptor, ``O_NOFOLLOW``: a link is shipped as a
+link, never followed) and returns what changed since as a :class:`Sync`: a
+tar of the new or changed entries and the paths to delete first. A file whose
+stat signature is unchanged is not read again; one whose signature changed
+is read and hashed, and shipped only if its content or mode changed.
+
+:func:`rebuild_upper` turns the tar of an overlay upper directory that the
+sandbox sent back into the same upper directory on the host, in overlayfs's
+encoding (whiteouts as character devices 0:0, opaque directories marked with
+``user.overlay.opaque``), so :func:`ringfence.workspace.changes_from_upper`
+reads it exactly as it reads a local overlay's. The tar is checked against the
+sha256 the sandbox computed before a single entry is written, every member
+name is checked (relative, no ``..``), and everything is created by
+descriptor below the target directory.
+
+Not shipped: FIFOs, sockets and devices (a sandbox never needs them from the
+host), files ringfence cannot read, and with ``ship_git="skip"`` every entry named ``.git`` (any case) and
+what is below it. Not guaranteed: a file changed *while* it is read is shipped
+as read (its digest is of those bytes); the tar is built in memory (a very
+large workspace costs its size in memory once, at the first ship).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import stat
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..runtime import ToolError, Unavailable
+
+__all__ = ["OPAQUE_XATTR", "ShipGit", "Shipped", "ShippedRoot", "Sync", "rebuild_upper"]
+
+ShipGit = Literal["readonly", "skip"]
+SHIP_GIT: tuple[ShipGit, ...] = ("readonly", "skip")
+OPAQUE_XATTR = "user.overlay.opaque"
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """What the sandbox's copy of one path is: kind, mode, and the content it was shipped with."""
+
+    kind: str  # "file", "symlink" or "dir"
+    mode: int
+    signature: tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode as read
+    digest: str = ""  # sha256 of a file's bytes, a link's target; "" for a directory
+
+
+@dataclass
+class Sync:
+    """One sync: delete ``deletions`` (sorted, no path below another), then extract ``tar``."""
+
+    deletions: list[str] = field(default_factory=list)
+    wipe: bool = False  # delete everything in the copy first (the record was lost)
+    tar: bytes = b""
+    entries: int = 0
+    size: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not self.deletions and not self.entries and not self.wipe
+
+
+def _kind(st: os.stat_result) -> str | None:
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink"
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
+    return None  # FIFOs, sockets, devices: never shipped
+
+
+def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+class ShippedRoot:
+    """The host's record of one root's copy in the sandbox. Not thread-safe: one sync at a time."""
+
+    def __init__(self, root: str, owner: tuple[int, int], ship_git: ShipGit = "readonly") -> None:
+        self.root = root
+        self.owner = owner
+        self.ship_git = ship_git
+        self.shipped: dict[str, Shipped] = {}
+        self._wipe = False
+
+    def sync(self) -> Sync:
+        """What the sandbox needs to match the root now (blocking). Updates the record.
+
+        The record is updated as if the sync was applied: a caller whose
+        sync fails must :meth:`forget` before trying again.
+        """
+        seen: dict[str, Shipped] = {}
+        out = io.BytesIO()
+        sync = Sync(wipe=self._wipe)
+        self._wipe = False
+        with tarfile.open(
+            fileobj=out, mode="w", format=tarfile.GNU_FORMAT, errors="surrogateescape"
+        ) as tar:
+            try:
+                root_fd = os.open(self.root, _DIR)
+            except OSError as exc:
+                raise ToolError(
+                    f"cannot read workspace root {self.root} to ship it ({exc.strerror or exc})"
+                ) from None
+            try:
+                for path, entry, data in self._walk(root_fd, ""):
+                    seen[path] = entry
+                    old = self.shipped.get(path)
+                    if old is not None and old.kind == entry.kind:
+                        if old.digest == entry.digest and old.mode == entry.mode:
+                            continue  # same content and mode: nothing to send
+                    elif old is not None:
+                        sync.deletions.append(path)  # a directory became a file, or back
+                    self._add(tar, path, entry, data)
+                    sync.entries += 1
+                    sync.size += entry.signature[0] if entry.kind == "file" else 0
+            finally:
+                os.close(root_fd)
+        gone = sorted(p for p in self.shipped if p not in seen)
+        sync.deletions = _outermost(sorted(set(sync.deletions) | set(gone)))
+        sync.tar = out.getvalue() if sync.entries else b""
+        self.shipped = seen
+        return sync
+
+    def forget(self) -> None:
+        """Empty the copy and ship everything next time (after a sync that did not arrive)."""
+        self.shipped = {}
+        self._wipe = True
+
+    def _walk(self, dir_fd: int, prefix: str) -> Iterator[tuple[str, Shipped, bytes | None]]:
+        with os.scandir(dir_fd) as it:
+            names = sorted(e.name for e in it)
+        for name in names:
+            if self.ship_git == "skip" and name.lower() == ".git":
+                continue
+            path = f"{prefix}{name}"
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone while walking
+            kind = _kind(st)
+            if kind is None:
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if kind == "dir":
+                yield path, Shipped("dir", mode, _signature(st)), None
+                try:
+                    sub = os.open(name, _DIR, dir_fd=dir_fd)
+                except OSError:
+                    continue  # replaced or unreadable: its entries are not shipped
+                try:
+                    yield from self._walk(sub, f"{path}/")
+                finally:
+                    os.close(sub)
+            elif kind == "symlink":
+                try:
+                    target = os.readlink(name, dir_fd=dir_fd)
+                except OSError:
+                    continue  # replaced while walking: the next sync sees what it became
+                yield path, Shipped("symlink", 0o777, _signature(st), target), None
+            else:
+                old = self.shipped.get(path)
+                if old is not None and old.kind == "file" and old.signature == _signature(st):
+                    yield path, Shipped("file", mode, old.signature, old.digest), None
+                    continue
+                try:
+                    data, st = _read(dir_fd, name)
+                except OSError:
+                    continue  # unreadable to us (or gone): the sandbox's user could not either
+                digest = hashlib.sha256(data).hexdigest()
+                yield path, Shipped("file", stat.S_IMODE(st.st_mode), _signature(st), digest), data
+
+    def _add(self, tar: tarfile.TarFile, path: str, entry: Shipped, data: bytes | None) -> None:
+        info = tarfile.TarInfo(path)
+        info.uid, info.gid = self.owner
+        info.mode = entry.mode
+        if entry.kind == "dir":
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        elif entry.kind == "symlink":
+            info.type = tarfile.SYMTYPE
+            info.linkname = entry.digest
+            tar.addfile(info)
+        else:
+            if data is None:  # unchanged bytes, changed mode: read again
+                data = _read_at(self.root, path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _read(dir_fd: int, name: str) -> tuple[bytes, os.stat_result]:
+    fd = os.open(name, _FILE, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+def _read_at(root: str, path: str) -> bytes:
+    parts = path.split("/")
+    fd = os.open(root, _DIR)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return _read(fd, parts[-1])[0]
+    finally:
+        os.close(fd)
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Drop every path below another one of the list (deleting the parent deletes it)."""
+    out: list[str] = []
+    for path in paths:  # sorted: a parent comes before its entries
+        if out and (path == out[-1] or path.startswith(out[-1] + "/")):
+            continue
+        out.append(path)
+    return out
+
+
+# -- the way back: an upper directory from the sandbox's tar ----------------------------------
+
+
+def _member_parts(name: str) -> list[str] | None:
+    """The components of a member name (``./a/b`` → ``[a, b]``; ``.`` → ``[]``), or None if bad."""
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if name.startswith("/") or any(p == ".." or "\0" in p for p in parts):
+        return None
+    return parts
+
+
+def rebuild_upper(
+    data: bytes,
+    digest: str,
+    target: str,
+    opaque: list[str],
+    *,
+    engine: str,
+    owner: tuple[int, int] | None = None,
+) -> None:
+    """Recreate the sandbox's upper directory from its tar in ``target`` (empty, ours). Blocking.
+
+    Needs root, or Linux 5.8 or newer (an unprivileged whiteout), and user
+    extended attributes on ``target``'s file system (the opaque mark).
+
+    ``digest`` is the sha256 the sandbox computed over the tar as it wrote
+    it; a mismatch (a cut or altered stream) is ``Unavailable`` naming
+    ``engine`` before anything is written. ``opaque`` lists the directories
+    (relative paths) the sandbox found opaque. A member that is not a
+    directory, file, link, hard link, FIFO or whiteout (a device), or whose
+    name leaves the target, or that cannot be made (a name repeated), is a
+    ToolError: the change set is refused whole. Every entry is given to
+    ``owner`` (the container user, who owns a local overlay's upper too), so
+    a setuid bit a command set never sits on a root-owned file here.
+    """
+    got = hashlib.sha256(data).hexdigest()
+    if got != digest:
+        raise Unavailable(
+            f"the change set from engine {engine} did not arrive whole ({len(data)} bytes, "
+            f"sha256 {got[:12]}…, the sandbox sent {digest[:12] or 'nothing'}…); "
+            "the workspace is unchanged"
+        )
+    if os.geteuid() != 0:
+        owner = None  # only root gives entries away; ours are ringfence's user's then
+    top = os.open(target, _DIR)
+    dirs: list[tuple[int, str, int]] = []  # modes applied last: a 000 directory blocks entries
+    opened: dict[tuple[str, ...], int] = {(): top}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            for member in tar:
+                parts = _member_parts(member.name)
+                if parts is None:
+                    raise ToolError(f"the sandbox's change set names {member.name!r}: refused")
+                if not parts:
+                    continue
+                parent = opened.get(tuple(parts[:-1]))
+                if parent is None:
+                    raise ToolError(f"the sandbox's change set has {member.name!r} before its dir")
+                leaf = parts[-1]
+                mode = stat.S_IMODE(member.mode)
+                if member.isdir():
+                    os.mkdir(leaf, 0o700, dir_fd=parent)
+                    fd = os.open(leaf, _DIR, dir_fd=parent)
+                    opened[tuple(parts)] = fd
+                    dirs.append((fd, "/".join(parts), mode))
+                elif member.isreg():
+                    src = tar.extractfile(member)
+                    assert src is not None
+                    fd = os.open(
+                        leaf,
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                        0o600,
+                        dir_fd=parent,
+                    )
+                    try:
+                        while chunk := src.read(1 << 20):
+                            os.write(fd, chunk)
+                        os.fchmod(fd, mode)
+                    finally:
+                        os.close(fd)
+                elif member.issym():
+                    os.symlink(member.linkname, leaf, dir_fd=parent)
+                elif member.islnk():
+                    src_parts = _member_parts(member.linkname)
+                    src_dir = opened.get(tuple(src_parts[:-1])) if src_parts else None
+                    if not src_parts or src_dir is None:
+                        raise ToolError(f"the sandbox's change set links to {member.linkname!r}")
+                    os.link(
+                        src_parts[-1],
+                        leaf,
+                        src_dir_fd=src_dir,
+                        dst_dir_fd=parent,
+                        follow_symlinks=False,
+                    )
+                elif member.isfifo():
+                    os.mkfifo(leaf, 0o600, dir_fd=parent)
+                    os.chmod(leaf, mode, dir_fd=parent)
+                elif member.ischr() and member.devmajor == 0 and member.devminor == 0:
+                    _whiteout(leaf, parent)
+                else:
+                    raise ToolError(
+                        f"the sandbox's change set holds {member.name!r}, a device or unknown "
+                        "entry: refused"
+                    )
+                if owner is not None:
+                    os.chown(leaf, *owner, dir_fd=parent, follow_symlinks=False)
+                    if member.isreg() and mode & 0o6000:  # chown cleared them
+                        os.chmod(leaf, mode, dir_fd=parent)
+        known = {path: fd for fd, path, _ in dirs}
+        for path in opaque:
+            fd = known.get(path)
+            if fd is None:
+                raise ToolError(f"the sandbox reported {path!r} opaque, not a directory it sent")
+            os.setxattr(fd, OPAQUE_XATTR, b"y")
+        for fd, _path, mode in reversed(dirs):
+            os.fchmod(fd, mode)
+    except tarfile.TarError as exc:
+        raise Unavailable(
+            f"the change set from engine {engine} is not a whole tar ({exc}); the workspace is "
+            "unchanged"
+        ) from None
+    except OSError as exc:
+        raise ToolError(
+            f"the change set from engine {engine} cannot be rebuilt ({exc}); refused whole, the "
+            "workspace is unchanged"
+        ) from None
+    finally:
+        for fd in opened.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _whiteout(leaf: str, parent: int) -> None:
+    """An overlay whiteout (character device 0:0): root, or anyone on Linux 5.8 and newer."""
+    try:
+        os.mknod(leaf, stat.S_IFCHR, os.makedev(0, 0), dir_fd=parent)
+    except PermissionError:
+        raise Unavailable(
+            "a remote change set's deletions are whiteouts (character devices 0:0), which "
+            "this kernel lets only root make (unprivileged whiteouts need Linux 5.8)"
+        ) from None
