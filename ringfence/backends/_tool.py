@@ -107,7 +107,7 @@ MAX_REPORTED_PATHS = 200
 # Room for cap_text's marker, so the kernel's own cap does not cut an already-cut text again.
 MARKER_ROOM = 1024
 
-DESCRIPTION = """Run a command in the session's execution backend and return its exit code and output.
+_HEAD = """Run a command in the session's execution backend and return its exit code and output.
 
 `command` is a shell string (run with /bin/sh -c) or an argv list (run without a shell).
 `cwd` is a directory inside the workspace (default: the first workspace root).
@@ -115,20 +115,14 @@ Each call starts fresh: cwd, exported variables and background processes do not 
 over to the next call; files do. Output beyond the cap is cut head+tail with the full
 text saved to a file named in the output. A command still running at `timeout_seconds`
 is killed with its whole process tree and the result says "timeout".
-Git metadata is off limits: a command that creates a .git or a repository, or changes
+"""
+
+DESCRIPTION = _HEAD + """Git metadata is off limits: a command that creates a .git or a repository, or changes
 anything inside a git directory or a .git file, fails with git_metadata after it ran,
 and what it created there is moved out of the workspace (git commands that only read,
 like status, diff and log, work; add, commit, checkout, init and clone do not)."""
 
-DESCRIPTION_CHANGE_SETS = """Run a command in the session's execution backend and return its exit code and output.
-
-`command` is a shell string (run with /bin/sh -c) or an argv list (run without a shell).
-`cwd` is a directory inside the workspace (default: the first workspace root).
-Each call starts fresh: cwd, exported variables and background processes do not carry
-over to the next call; files do. Output beyond the cap is cut head+tail with the full
-text saved to a file named in the output. A command still running at `timeout_seconds`
-is killed with its whole process tree and the result says "timeout".
-The command writes to a layer over the workspace; when it ends, its changes are merged
+DESCRIPTION_CHANGE_SETS = _HEAD + """The command writes to a layer over the workspace; when it ends, its changes are merged
 into the workspace as one change set (result "changes": id, files, refused) that can be
 listed and undone. Git metadata (.git, gitfiles, a new repository), device nodes, FIFOs,
 sockets, set-id bits and links leaving the workspace are refused at the merge, and the
