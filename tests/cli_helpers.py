@@ -8,6 +8,7 @@ wants the :func:`isolated` fixture imports it by name; pytest then applies it
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import select
@@ -26,10 +27,12 @@ from ringfence.cli._main import main
 __all__ = [
     "PtyRun",
     "cli_json",
+    "commands",
     "isolated",
     "ringfence_json",
     "ringfence_process",
     "run_on_pty",
+    "uncovered",
 ]
 
 
@@ -41,6 +44,34 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RINGFENCE_MANAGED_POLICY", str(managed))
     for name in ("RINGFENCE_POSTURE", "RINGFENCE_DEBUG", "RINGFENCE_WORKSPACE_ROOTS"):
         monkeypatch.delenv(name, raising=False)
+
+
+def commands(parser: argparse.ArgumentParser | None = None) -> list[tuple[str, ...]]:
+    """Every runnable (sub)command of the real parser, as its words: ``("mcp", "login")``.
+
+    Walks the subparsers of :func:`ringfence.cli._main.build_parser` (all verbs
+    loaded), so a verb or subcommand added there appears here without a list to update.
+    """
+    from ringfence.cli._main import build_parser
+
+    def walk(p: argparse.ArgumentParser, words: tuple[str, ...]) -> list[tuple[str, ...]]:
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return [words]
+        return [
+            c
+            for a in subs
+            for name, child in a.choices.items()
+            for c in walk(child, (*words, name))
+        ]
+
+    return walk(parser or build_parser(), ())
+
+
+def uncovered(argvs: Iterable[Sequence[str]]) -> list[str]:
+    """The commands of :func:`commands` that none of ``argvs`` runs (its first words)."""
+    seen = [tuple(argv) for argv in argvs]
+    return [" ".join(c) for c in commands() if not any(argv[: len(c)] == c for argv in seen)]
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:

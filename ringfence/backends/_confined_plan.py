@@ -388,8 +388,8 @@ class SandboxArgv:
                 if parent not in made and any(m in parent.parents for m in masks):
                     made.add(parent)
                     argv += ["--perms", "0755", "--dir", str(parent)]
-        for path in shown:
-            if any(_inside(path, Path(h)) for h in hidden):
+        for path in shown:  # under a hidden directory or the private /tmp (a venv in /tmp)
+            if any(_inside(path, m) for m in masks):
                 argv += ["--ro-bind", str(path), str(path)]
         for root in roots:  # change sets: read-only, each command's overlay takes the writes
             argv += ["--ro-bind" if self._layered else "--bind", str(root), str(root)]

@@ -209,6 +209,13 @@ def connect_docker(
             raise
         # map_docker_errors names DOCKER_HOST; the daemon tried was another one.
         raise exc.with_(message=f"{exc.message} (engine {base_url})") from exc.__cause__
+    except ValueError as exc:  # a malformed address (bad port, scheme) before any connection
+        where = base_url if base_url is not None else docker_location()
+        raise InvalidArguments(
+            f"{where!r} is not a Docker daemon address ({exc}); use unix:///path/docker.sock, "
+            "tcp://host:port or ssh://user@host",
+            field="DOCKER_HOST" if base_url is None else "options.base_url",
+        ) from None
     server_api = str(server.get("ApiVersion", "0"))
     negotiated = (
         server_api

@@ -553,13 +553,32 @@ def register_shell_tool(
             tool,
             consequence=Consequence.REVERSIBLE if reversible else Consequence.IRREVERSIBLE,
             residual=not reversible,
-            meta={"backend": name, "change_sets": change_sets is not None},
+            meta={
+                "backend": name,
+                "change_sets": change_sets is not None,
+                "runs_on": runs_on(name, networked, change_sets is not None),
+            },
             # A dry run runs it on the layer and stages its change set (apply_changes).
             composes_dry_run=change_sets is not None,
         )
     )
     kernel.push_async_callback(tool.aclose)
     return tool
+
+
+def runs_on(backend: str, network: bool, change_sets: bool) -> str:
+    """One line for an approval prompt: where a command runs, what confines it, its network."""
+    if backend == "host":
+        return "host: UNCONFINED (your user's files, processes and network)"
+    where = {
+        "local": "local: confined (namespaces, Landlock, seccomp)",
+        "docker": "docker: a container",
+    }
+    text = where.get(backend, f"{backend} backend")
+    text += "; NETWORK ON" if network else "; no network"
+    if change_sets:
+        text += "; writes become an undoable change set"
+    return text
 
 
 def _no_notice(_place: str) -> None:

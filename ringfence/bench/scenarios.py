@@ -11,6 +11,7 @@ from . import (
     gitscan,
     latency,
     mcp_host,
+    mcp_oauth,
     policy,
     remote,
     workspace,
@@ -27,6 +28,7 @@ SCENARIOS: list[Scenario] = [
     policy.SCENARIO,
     *gitscan.SCENARIOS,
     *mcp_host.SCENARIOS,
+    *mcp_oauth.SCENARIOS,
     *bridge.SCENARIOS,
     *latency.SCENARIOS,
 ]

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..runtime import InvalidArguments, ToolError, atomic_write
-from ._output import print_error, print_ok, progress_lines
+from ._output import check_output_file, print_error, print_ok, progress_lines
 from ._verbs import add_verb_parser
 
 _DESCRIPTION = (
@@ -61,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     from .. import bench  # the suite: loaded only when this verb runs
+
+    # Before a run of minutes, not after it: where the results go must be writable.
+    check_output_file(args.output, "--output")
+    check_output_file(args.plot, "--plot")
 
     if args.list:
         scenarios = bench.all_scenarios(peers=args.peers)

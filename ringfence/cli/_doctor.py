@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import trio
 
@@ -25,11 +26,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     doctor.set_defaults(func=run)
 
 
+def _mcp_checks() -> list[Any]:
+    """What MCP servers need here: Node for the npm ones, and where OAuth tokens are sealed."""
+    import shutil
+    import subprocess
+
+    from ..backends._doctor import Check
+    from ..mcp_host._tokens import key_backend
+
+    checks = []
+    node = shutil.which("node")
+    if node is None:
+        checks.append(
+            Check(
+                "node",
+                False,
+                "not on PATH: MCP servers from npm (npx …) cannot start",
+                "sudo apt-get install nodejs npm",
+            )
+        )
+    else:
+        try:
+            version = subprocess.run(
+                [node, "--version"], capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
+            checks.append(Check("node", True, f"{version} at {node} (MCP servers from npm)"))
+        except (OSError, subprocess.SubprocessError) as exc:
+            checks.append(Check("node", False, f"{node} does not run: {exc}", "reinstall nodejs"))
+    checks.append(
+        Check("mcp token store", True, f"OAuth tokens sealed with a key in {key_backend()}")
+    )
+    return checks
+
+
 async def run(args: argparse.Namespace) -> int:
     from ..backends._doctor import backend_status, run_checks
 
     backend = select_backend(args.backend)
     checks = await trio.to_thread.run_sync(run_checks)
+    checks += await trio.to_thread.run_sync(_mcp_checks)
     usable = {name: backend_status(checks, name) for name in backend_names()}
     if args.json:
         report = {

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime import InvalidArguments, NotFound, ToolError, verify_file
-from ._output import abbreviate, print_error, print_ok
+from ._output import abbreviate, naming_file, print_error, print_ok
 from ._verbs import add_verb_parser
 
 OUTCOMES = ("finished", "failed", "cancelled", "staged")
@@ -22,9 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     esub = p.add_subparsers(dest="events_verb", required=True, metavar="ACTION")
     v = esub.add_parser(
         "verify",
-        help="check an event file's hash chain, signed intents and seals",
-        description="Exit 0 only when every line, call and session checks out. "
-        "An unsealed session fails unless --allow-open.",
+        help="check an event file's hash chain, signed checkpoints and seals, and that every "
+        "call that started was allowed",
+        description="Exit 0 only when every line, call and session checks out: the hash "
+        "chain, each checkpoint's and seal's signature by the session key, and each started "
+        "call against an allowed decision for it earlier in the chain. An unsealed session "
+        "fails unless --allow-open; then the records after its last checkpoint are reported "
+        "as an unauthenticated tail (consistent, but not proven written by the session key).",
     )
     v.add_argument("file", metavar="FILE", help="the event file (JSONL, as --events writes it)")
     v.add_argument(
@@ -38,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument(
         "--allow-open",
         action="store_true",
-        help="accept an unsealed last session (a log still being written)",
+        help="accept an unsealed last session (a log still being written, or a crash); its "
+        "records after the last checkpoint are reported as unauthenticated",
     )
     v.add_argument(
         "--json",
@@ -91,7 +96,7 @@ def _looks_like_events(path: Path) -> None:
 
     An event file that *was* one and got damaged still goes to the verifier.
     """
-    with open(path, "rb") as f:
+    with naming_file(path), open(path, "rb") as f:
         first = f.readline(1 << 20).strip()
     if not first:
         return
@@ -121,6 +126,8 @@ async def run_verify(args: argparse.Namespace) -> int:
         "unsealed_sessions": report.unsealed_sessions,
         "session_keys": list(report.session_keys),
         "problems": list(report.problems),
+        "unauthenticated_records": report.unauthenticated_records,
+        "unauthenticated_lines": list(report.unauthenticated) if report.unauthenticated else None,
     }
     if args.json:
         if report.ok:
@@ -131,6 +138,13 @@ async def run_verify(args: argparse.Namespace) -> int:
         )
     for problem in report.problems:
         sys.stdout.write(f"{problem}\n")
+    if report.unauthenticated is not None:
+        first, last = report.unauthenticated
+        sys.stdout.write(
+            f"unauthenticated tail: lines {first}-{last} ({report.unauthenticated_records} "
+            "records after the last checkpoint of the open session: consistent, not proven "
+            "written by the session key)\n"
+        )
     verdict = "intact" if report.ok else "TAMPERED"
     sys.stdout.write(
         f"{args.file}: {verdict}: {report.records} records, "
@@ -207,7 +221,7 @@ class SessionView:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Every record of an event file; InvalidArguments naming the first line that is not one."""
     records = []
-    with open(path, "rb") as f:
+    with naming_file(path), open(path, "rb") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue

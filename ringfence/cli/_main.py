@@ -20,7 +20,9 @@ class Parser(argparse.ArgumentParser):
     """Parse errors raise UsageError (one line, JSON too with --json) instead of exiting."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+        # The error line already starts "ringfence: "; a subcommand's words follow it.
+        where = self.prog.removeprefix("ringfence").strip()
+        raise UsageError(f"{where + ': ' if where else ''}{message} (see `{self.prog} --help`)")
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:

@@ -9,11 +9,7 @@ OAuth server's login state (expiry, scopes) and never a token.
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 from ..mcp_host import (
@@ -27,15 +23,16 @@ from ..mcp_host import (
     display_url,
     load_manifest,
     load_manifests,
-    manifest_path,
     remove_server,
-    sanitize_part,
     save_server,
 )
 from ..mcp_host._manifest import DEFAULT_APPROVED
-from ..runtime import InvalidArguments, is_secret_name, load_policy, mask_command_args
+from ..runtime import InvalidArguments
+from ._mcp_import import run_import
+from ._mcp_inspect import run_inspect
+from ._mcp_show import auth_line, manifest_file, server_summary
 from ._output import print_ok, print_warnings
-from ._verbs import add_verb_parser
+from ._verbs import add_verb_parser, port_number, positive_seconds
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -194,7 +191,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--workspace", metavar="DIR", help="expands $WORKSPACE and reads DIR/.ringfence/mcp.toml"
     )
     ins.add_argument(
-        "--timeout-seconds", type=float, help="override the per-call deadline for the probe"
+        "--timeout-seconds",
+        type=positive_seconds,
+        help="override the per-call deadline for the probe",
     )
     _common(ins)
     ins.set_defaults(func=run_inspect)
@@ -207,7 +206,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-browser", action="store_true", help="only print the URL; do not open a browser"
     )
     login.add_argument(
-        "--port", type=int, default=0, help="the loopback redirect port (default: a free one)"
+        "--port",
+        type=port_number,
+        default=0,
+        help="the loopback redirect port (default: a free one)",
     )
     login.add_argument("--workspace", metavar="DIR", help="also read DIR/.ringfence/mcp.toml")
     _common(login)
@@ -228,60 +230,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.set_defaults(func=run_import)
 
 
-def _path(args: argparse.Namespace) -> Path:
-    return Path(args.manifest) if args.manifest else manifest_path()
-
-
-def _summary(s: ServerConfig) -> dict[str, Any]:
-    # Credentials in a stdio server's arguments (--token=…, URL userinfo) are masked.
-    return {
-        "name": s.name,
-        "transport": s.transport.value,
-        "target": " ".join(mask_command_args([s.command or "", *s.args]))
-        if s.transport is Transport.STDIO
-        else display_url(s.url or ""),
-        "enabled": s.enabled,
-        "trust": s.trust.value,
-        "approved_capabilities": sorted(s.approved_capabilities),
-        "defined_at": s.origin,
-        "auth": _auth_state(s),
-    }
-
-
-def _auth_state(s: ServerConfig) -> dict[str, Any]:
-    if s.transport is Transport.STDIO:
-        return {"auth": "none"}
-    from ..mcp_host._oauth import auth_status
-
-    return auth_status(s)
-
-
-def _auth_line(a: dict[str, Any]) -> str:
-    """``oauth: logged in, expires 2026-…, scopes read write`` — never a token."""
-    if a["auth"] != "oauth":
-        return a["auth"]
-    if a.get("problem"):
-        return f"oauth: {a['problem']}"
-    if not a.get("logged_in"):
-        return "oauth: not logged in (ringfence mcp login NAME)"
-    expires = a.get("expires_at")
-    when = (
-        "no expiry"
-        if not expires
-        else ("expired" if a.get("expired") else "expires")
-        + " "
-        + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires))
-    )
-    refresh = ", refreshable" if a.get("refreshable") else ""
-    return f"oauth: logged in, {when}{refresh}, scopes {' '.join(a.get('scopes') or []) or '-'}"
-
-
 # -- list ---------------------------------------------------------------------------------------
 
 
 async def run_list(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
-    servers = [_summary(s) for s in m.servers]
+    servers = [server_summary(s) for s in m.servers]
     if args.json:
         from ..mcp_host._tokens import key_backend
 
@@ -301,7 +255,7 @@ async def run_list(args: argparse.Namespace) -> int:
             f"{'':<{width}}  approved: {', '.join(s['approved_capabilities'])}; {', '.join(flags)}\n"
         )
         if s["transport"] != "stdio":
-            sys.stdout.write(f"{'':<{width}}  auth: {_auth_line(s['auth'])}\n")
+            sys.stdout.write(f"{'':<{width}}  auth: {auth_line(s['auth'])}\n")
     return 0
 
 
@@ -386,12 +340,12 @@ def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def run_add(args: argparse.Namespace) -> int:
-    path = _path(args)
+    path = manifest_file(args)
     existing = load_manifest(path)
     config = config_from_args(args, existing)
     replaced = config.name in existing
     m = save_server(config, path)  # validates the whole resulting file before writing it
-    summary = _summary(m.get(config.name))
+    summary = server_summary(m.get(config.name))
     if args.json:
         return print_ok(
             {"manifest": str(path), "replaced": replaced, "server": summary}, True, m.warnings
@@ -410,7 +364,7 @@ async def run_add(args: argparse.Namespace) -> int:
 
 
 async def run_remove(args: argparse.Namespace) -> int:
-    path = _path(args)
+    path = manifest_file(args)
     remove_server(args.name, path)
     if args.json:
         return print_ok({"manifest": str(path), "removed": args.name}, True)
@@ -433,9 +387,16 @@ async def run_login(args: argparse.Namespace) -> int:
     import trio
 
     from ..mcp_host._login import login, loopback_flow
+    from ..mcp_host._manifest import AuthMode
     from ..runtime import Redactor
 
     config = _load_for(args).get(args.name)
+    # Refused here, before the "logging in" line: a bad name is one line of error.
+    if config.auth is not AuthMode.OAUTH:
+        raise InvalidArguments(
+            f'server {config.name!r} is not configured with auth = "oauth": it needs no login',
+            field="auth",
+        )
     if config.oauth_grant == "client_credentials":
         raise InvalidArguments(
             f"server {config.name!r} uses client_credentials: it needs no login "
@@ -461,7 +422,7 @@ async def run_login(args: argparse.Namespace) -> int:
         status = await login(config, Redactor(), flow)
     if args.json:
         return print_ok({"server": config.name, "auth": status}, True)
-    sys.stdout.write(f"{config.name}: {_auth_line(status)}\n")
+    sys.stdout.write(f"{config.name}: {auth_line(status)}\n")
     return 0 if status.get("logged_in") else 1
 
 
@@ -473,228 +434,4 @@ async def run_logout(args: argparse.Namespace) -> int:
     if args.json:
         return print_ok({"server": config.name, "removed": removed}, True)
     sys.stdout.write(f"{config.name}: {'tokens deleted' if removed else 'was not logged in'}\n")
-    return 0
-
-
-# -- inspect ------------------------------------------------------------------------------------
-
-
-async def run_inspect(args: argparse.Namespace) -> int:
-    m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
-    # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
-    roots = [args.workspace] if args.workspace else []
-    config = m.get(args.name).with_policy(load_policy(roots, project=bool(roots)).mcp)
-    if args.timeout_seconds is not None:
-        from dataclasses import replace
-
-        config = replace(
-            config,
-            call_timeout_seconds=args.timeout_seconds,
-            connect_timeout_seconds=args.timeout_seconds,
-        )
-    target = _summary(config)["target"]
-    how = (
-        "starting its process confined (sandbox = local)"
-        if config.sandbox == "local"
-        else "starting its process as your user"
-        if config.transport is Transport.STDIO
-        else "connecting to it"
-    )
-    sys.stderr.write(
-        f"ringfence: inspecting MCP server {config.name!r} ({config.transport.value}: {target}): {how}\n"
-    )
-    sys.stderr.flush()
-    from .._embed import mcp_stdio_confiner
-    from ..mcp_host import inspect_server  # imports the MCP SDK: only inspect needs it
-    from ..workspace import Workspace
-
-    # sandbox = "local": confined over the workspace, as in a session
-    workspace = Workspace([args.workspace]) if args.workspace else None
-    try:
-        confiner = mcp_stdio_confiner(workspace)
-        report = await inspect_server(config, workspace=args.workspace, stdio_confiner=confiner)
-    finally:
-        if workspace is not None:
-            workspace.close()
-    if args.json:
-        if report.get("connected"):
-            return print_ok(report, True)
-        sys.stdout.write(
-            json.dumps(
-                {"ok": False, "error": report["error"], "report": report}, indent=2, default=str
-            )
-            + "\n"
-        )
-        return 1
-    _print_report(report)
-    return 0 if report.get("connected") else 1
-
-
-def _print_report(r: dict[str, Any]) -> None:
-    w = sys.stdout.write
-    w(f"server     {r['name']} ({r['transport']})\n")
-    if not r.get("connected"):
-        w(f"connected  no: {r['error']['code']}: {r['error']['message']}\n")
-        _print_checks(r["checks"])
-        return
-    ident = r["identity"]
-    w(f"identity   {ident.get('name')} {ident.get('version') or ''}".rstrip() + "\n")
-    w(f"protocol   {ident.get('protocol_version')}\n")
-    health = r.get("health", {})
-    w(
-        f"health     {'ok' if health.get('ok') else 'failing'}"
-        + (
-            f" (ping {health['round_trip_ms']} ms)"
-            if "round_trip_ms" in health
-            else f" ({health.get('detail')})"
-        )
-        + "\n"
-    )
-    ledger = r["ledger"] or {}
-    w("capabilities\n")
-    for key in ("advertised", "approved", "pending"):
-        w(f"  {key:<10} {', '.join(ledger.get(key, [])) or '-'}\n")
-    w(f"tools ({len(r['tools'])})\n")
-    for t in r["tools"]:
-        w(f"  {t['name']:<48} {t['consequence']:<12} ({t['consequence_reason']})\n")
-    for d in r["dropped_tools"]:
-        w(f"  [not registered] {d['remote_name']} ({d['reason']})\n")
-    w(f"prompts ({len(r['prompts'])})\n")
-    for p in r["prompts"]:
-        w(f"  {p['name']}\n")
-    w(f"resources ({len(r['resources'])}) and templates ({len(r['resource_templates'])})\n")
-    for res in r["resources"]:
-        w(f"  {res['uri']}  {res['ref']}\n")
-    for t in r["resource_templates"]:
-        w(f"  {t['uri_template']}  (template)\n")
-    if ident.get("instructions"):
-        first = ident["instructions"].strip().splitlines()[0]
-        w(f"instructions (untrusted, first line): {first[:200]}\n")
-    w(f"server logs ({len(r['logs'])}, redacted)\n")
-    for entry in r["logs"][-20:]:
-        w(f"  [{entry['source']}/{entry['level']}] {entry['text']}\n")
-    w(f"notifications ({len(r['notifications'])})\n")
-    for n in r["notifications"][-20:]:
-        w(f"  {n['method']}\n")
-    w(f"failures ({len(r['failures'])})\n")
-    for f in r["failures"]:
-        w(f"  {f['action']}: {f['message']}\n")
-    _print_checks(r["checks"])
-
-
-def _print_checks(checks: list[dict[str, str]]) -> None:
-    sys.stdout.write("conformance\n")
-    for c in checks:
-        sys.stdout.write(f"  [{c['status']:<4}] {c['check']:<24} {c['detail']}\n")
-
-
-# -- import -------------------------------------------------------------------------------------
-
-
-def _env_var_for(server: str, header: str) -> str:
-    return re.sub(r"[^A-Z0-9]+", "_", f"{server}_{header}".upper()).strip("_")
-
-
-def import_entry(name: str, entry: dict[str, Any]) -> tuple[ServerConfig, list[str]]:
-    """One ``mcpServers`` entry as a ServerConfig, plus notes for the operator.
-
-    Secret values are never written: credential-named env variables become
-    ``inherit_env`` names and header values become ``headers_env`` variables
-    the operator must set.
-    """
-    notes: list[str] = []
-    if not isinstance(entry, dict):
-        raise InvalidArguments(f"mcpServers.{name} is not an object", field=f"mcpServers.{name}")
-    clean = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-_")[:63] or sanitize_part(name, "server")
-    if clean != name:
-        notes.append(f"renamed {name!r} to {clean!r}")
-    kind = str(
-        entry.get("type") or entry.get("transport") or ("stdio" if "command" in entry else "http")
-    ).lower()
-    transport = {"stdio": Transport.STDIO, "sse": Transport.SSE}.get(kind, Transport.HTTP)
-    options: dict[str, Any] = {"name": clean, "transport": transport}
-    if entry.get("disabled") is True:
-        options["enabled"] = False
-    if transport is Transport.STDIO:
-        if not isinstance(entry.get("command"), str):
-            raise InvalidArguments(
-                f"mcpServers.{name} has no command", field=f"mcpServers.{name}.command"
-            )
-        options["command"] = entry["command"]
-        options["args"] = tuple(str(a) for a in entry.get("args") or [])
-        if isinstance(entry.get("cwd"), str):
-            options["cwd"] = entry["cwd"]
-        env: dict[str, str] = {}
-        inherit: list[str] = []
-        for key, value in (entry.get("env") or {}).items():
-            if is_secret_name(key) or "${" in str(value):
-                inherit.append(key)
-                notes.append(
-                    f"{key} is not copied (secrets never live in the manifest): set it in the environment"
-                )
-            else:
-                env[key] = str(value)
-        options["env"] = env
-        options["inherit_env"] = tuple(inherit)
-    else:
-        url = entry.get("url") or entry.get("serverUrl")
-        if not isinstance(url, str):
-            raise InvalidArguments(f"mcpServers.{name} has no url", field=f"mcpServers.{name}.url")
-        options["url"] = check_url(url, f"mcpServers.{name}.url")
-        headers_env: dict[str, str] = {}
-        for header, value in (entry.get("headers") or {}).items():
-            if header.lower() == "authorization" and str(value).lower().startswith("bearer "):
-                var = _env_var_for(clean, "token")
-                options["api_key_env"] = var
-                notes.append(f"the bearer token is not copied: set {var} to it")
-            else:
-                var = _env_var_for(clean, header)
-                headers_env[header] = var
-                notes.append(f"the {header} header value is not copied: set {var} to it")
-        options["headers_env"] = headers_env
-    return ServerConfig(**options), notes
-
-
-async def run_import(args: argparse.Namespace) -> int:
-    source = Path(args.file)
-    try:
-        data = json.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidArguments(f"no file at {source}", field="file") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidArguments(f"{source} is not JSON: {exc}", field="file") from None
-    servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None
-    if not isinstance(servers, dict):
-        raise InvalidArguments(
-            f"{source} has no mcpServers (or VS Code servers) object", field="file"
-        )
-    path = _path(args)
-    existing = load_manifest(path)
-    results = []
-    configs = []
-    for name, entry in servers.items():
-        config, notes = import_entry(name, entry)  # raises before anything is written
-        if config.name in existing and not args.replace:
-            results.append(
-                {
-                    "name": config.name,
-                    "status": "skipped",
-                    "notes": ["already configured (use --replace)"],
-                }
-            )
-            continue
-        configs.append(config)
-        results.append({"name": config.name, "status": "imported", "notes": notes})
-    for config in configs:
-        save_server(config, path)
-    if args.json:
-        return print_ok({"manifest": str(path), "servers": results}, True)
-    for r in results:
-        sys.stdout.write(f"{r['status']} {r['name']}\n")
-        for note in r["notes"]:
-            sys.stdout.write(f"  note: {note}\n")
-    if configs:
-        sys.stdout.write(
-            f"wrote {path}; imported servers are untrusted and approve only tools and prompts\n"
-        )
     return 0

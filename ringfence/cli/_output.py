@@ -63,6 +63,27 @@ def read_input_text(name: str, *, subject: str, field: str, prefix: str = "") ->
         raise InvalidArguments(f"{prefix}{subject} is not UTF-8 text", field=field) from None
 
 
+def check_output_file(path: str | None, option: str) -> None:
+    """A file a verb will write must not be a directory (refused before anything opens or runs)."""
+    if path is not None and os.path.isdir(path):
+        raise InvalidArguments(f"{option} {path} is a directory, not a file", field=option)
+
+
+@contextmanager
+def naming_file(path: object) -> Iterator[None]:
+    """Inside, an OSError that names no file (a read's EIO) is given ``path`` and re-raised.
+
+    Only open() puts the file name into an OSError; a failed read() does not, and
+    :func:`error_from_exception` could only say "cannot use a file".
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
+
+
 def abbreviate(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     """``text`` itself when short; else its head…tail and its size. Never longer than ~limit+40."""
     if len(text) <= limit:

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..runtime import Plan
-from ._output import exit_code_for, print_error, print_ok
+from ._output import exit_code_for, naming_file, print_error, print_ok
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser
 
@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def run_show(args: argparse.Namespace) -> int:
-    plan = Plan.load(Path(args.file), create_key=False)
+    with naming_file(args.file):
+        plan = Plan.load(Path(args.file), create_key=False)
     if args.json:
         shown = {
             "roots": list(plan.roots),
@@ -88,7 +89,8 @@ def _staged_diff(roots: tuple[str, ...], set_id: str) -> str:
 
 
 async def run_apply(args: argparse.Namespace) -> int:
-    plan = Plan.load(Path(args.file))
+    with naming_file(args.file):
+        plan = Plan.load(Path(args.file))
     async with kernel_from_args(args) as kernel:
         outcomes = await kernel.apply_plan(
             plan, rebase_roots=args.rebase_roots, allow_looser_posture=args.allow_looser_posture

@@ -23,7 +23,7 @@ from ..runtime._groups import raise_single
 from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
 from ._output import envelope
 from ._session import add_session_options, kernel_from_args
-from ._verbs import add_verb_parser
+from ._verbs import add_verb_parser, port_number, positive_seconds
 
 if TYPE_CHECKING:
     from ..serve import HttpOptions, LogForwarder
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)")
     p.add_argument(
         "--port",
-        type=int,
+        type=port_number,
         default=DEFAULT_PORT,
         help=f"HTTP: port (default {DEFAULT_PORT}; 0 picks a free one)",
     )
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--approval-timeout",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_APPROVAL_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help=f"how long one question to the client may wait before it counts as deny "

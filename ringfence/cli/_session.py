@@ -11,7 +11,6 @@ from .._embed import create_kernel, workspace_roots_from_env
 from ..runtime import (
     ApprovalAnswer,
     Approver,
-    InvalidArguments,
     Kernel,
     PolicyLayers,
     Posture,
@@ -21,6 +20,7 @@ from ..runtime import (
     load_policy,
 )
 from ._mcp_session import ELICITOR_KEY, mcp_setup
+from ._output import check_output_file, naming_file
 from ._worktree import add_worktree_option, session_roots
 
 
@@ -56,6 +56,21 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         default=None,
         help="the local backend's confinement: strict (default: every layer or refuse) or "
         "best-effort (apply what this machine offers; the gaps are recorded in events)",
+    )
+    parser.add_argument(
+        "--network",
+        action="store_true",
+        help="give run_shell's sandbox the network (default: none); recorded in events and shown "
+        "in every approval, and run_shell is then no longer reversible",
+    )
+    parser.add_argument(
+        "--change-sets",
+        dest="change_sets",
+        action="store_true",
+        default=None,
+        help="keep run_shell's writes off the workspace and merge each command's as an undoable "
+        "change set (default for the local backend; opt-in for docker, where each command pays "
+        "an overlay mount)",
     )
     parser.add_argument(
         "--no-change-sets",
@@ -157,10 +172,21 @@ def approver_from(choice: str | None) -> Approver:
     return default_approver()
 
 
-def _check_output_file(path: str | None, option: str) -> None:
-    """A file the session will write must not be a directory (refused before anything opens)."""
-    if path is not None and os.path.isdir(path):
-        raise InvalidArguments(f"{option} {path} is a directory, not a file", field=option)
+def _check_plan_file(path: str | None) -> None:
+    """An existing ``--dry-run`` PLAN must be a plan under this RINGFENCE_HOME's key.
+
+    Staging appends to it, and would refuse every staged call (a session that
+    serves or runs a script would go on with none staged); so it is refused before
+    the session opens. Reads only: no plan key is created.
+    """
+    if path is None or not os.path.exists(path):
+        return
+    from pathlib import Path
+
+    from ..runtime import Plan
+
+    with naming_file(path):
+        Plan.load(Path(path), create_key=False)
 
 
 # Run by ``main`` after the verb's trio.run returns (blocking flushes, e.g. OTLP export).
@@ -195,8 +221,9 @@ def kernel_from_args(
     """
     dry = getattr(args, "dry_run", None)
     sandbox = getattr(args, "sandbox", None)
-    _check_output_file(args.events, "--events")
-    _check_output_file(dry, "--dry-run")
+    check_output_file(args.events, "--events")
+    check_output_file(dry, "--dry-run")
+    _check_plan_file(dry)
     otel = _otel_observer(args)
     observer = otel
     if event_observer is not None:
@@ -206,8 +233,11 @@ def kernel_from_args(
     if getattr(args, "worktree", None) is not None:
         roots = session_roots(roots, args.worktree)
     mcp_manifest, mcp_options = mcp_setup(args, roots, mcp_tool, interactive=interactive)
+    backend_options: dict[str, Any] = {"sandbox": sandbox} if sandbox else {}
+    if getattr(args, "network", False):
+        backend_options["network"] = True
     kernel = create_kernel(
-        backend_options={"sandbox": sandbox} if sandbox else None,
+        backend_options=backend_options or None,
         roots=roots,
         posture=args.posture,
         approver=approver if approver is not None else approver_from(args.approve),

@@ -78,6 +78,28 @@ def add_verb_parser(
     return sub.add_parser(name, help=VERBS[name].help, **kwargs)
 
 
+def port_number(text: str) -> int:
+    """An argparse ``type``: a TCP port, 0-65535 (0: a free one), refused at parse time."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is not in 0-65535")
+    return port
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type``: a duration in seconds, finite and above 0, refused at parse time."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < seconds < float("inf"):  # also false for NaN
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds above 0")
+    return seconds
+
+
 def chosen_verb(argv: list[str]) -> str | None:
     """The verb ``argv`` names (its first word not starting with ``-``), if it is one of ours.
 

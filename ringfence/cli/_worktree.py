@@ -12,6 +12,7 @@ there stay reachable).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -79,10 +80,11 @@ def _base(roots: list[Path]) -> tuple[Path, Path]:
     return repo, ringfence_home() / "worktrees" / wsid
 
 
-def _check(result: GitResult, what: str) -> GitResult:
+def _check(result: GitResult, what: str, where: Path | str) -> GitResult:
+    """``result`` if git succeeded; else a ToolError naming the command, the directory, git's words."""
     if result.code != 0:
         text = result.stderr.decode("utf-8", "replace").strip()
-        raise ToolError(f"git {what} failed (exit {result.code}): {text}")
+        raise ToolError(f"git {what} in {where} failed (exit {result.code}): {text}")
     return result
 
 
@@ -104,12 +106,23 @@ def session_roots(roots: list[Path], name: str) -> list[Path]:
     if not path.exists():
         from .._git import run_git
 
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _check(run_git(["rev-parse", "--show-toplevel"], cwd=repo), "rev-parse (is it a repo?)")
         _check(
-            run_git(["worktree", "add", "-b", f"ringfence/{name}", str(path)], cwd=repo),
-            "worktree add",
+            run_git(["rev-parse", "--show-toplevel"], cwd=repo), "rev-parse (is it a repo?)", repo
         )
+        # A refused session leaves nothing behind: the directories made for it go again.
+        made = [p for p in (base, *base.parents) if not p.exists()]
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            _check(
+                run_git(["worktree", "add", "-b", f"ringfence/{name}", str(path)], cwd=repo),
+                "worktree add",
+                repo,
+            )
+        except BaseException:
+            for p in made:  # deepest first; rmdir only removes them while empty
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+            raise
     return [path, *roots[1:]]
 
 
@@ -117,7 +130,7 @@ def _ours(roots: list[Path]) -> tuple[Path, Path, list[dict[str, str]]]:
     from .._git import run_git
 
     repo, base = _base(roots)
-    listed = _check(run_git(["worktree", "list", "--porcelain"], cwd=repo), "worktree list")
+    listed = _check(run_git(["worktree", "list", "--porcelain"], cwd=repo), "worktree list", repo)
     found: list[dict[str, str]] = []
     for block in listed.stdout.decode("utf-8", "surrogateescape").split("\n\n"):
         fields = dict(line.partition(" ")[::2] for line in block.splitlines() if line)
@@ -150,9 +163,13 @@ async def run_diff(args: argparse.Namespace) -> int:
     from .._git import git_diff, run_git
 
     _, w = _find(args)
-    diff = _check(git_diff(["HEAD"], cwd=w["path"]), "diff").stdout.decode("utf-8", "replace")
+    diff = _check(git_diff(["HEAD"], cwd=w["path"]), "diff", w["path"]).stdout.decode(
+        "utf-8", "replace"
+    )
     new = _check(
-        run_git(["ls-files", "-z", "--others", "--exclude-standard"], cwd=w["path"]), "ls-files"
+        run_git(["ls-files", "-z", "--others", "--exclude-standard"], cwd=w["path"]),
+        "ls-files",
+        w["path"],
     )
     untracked = [n for n in new.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
     if args.json:
@@ -168,7 +185,7 @@ async def run_remove(args: argparse.Namespace) -> int:
 
     repo, w = _find(args)
     force = ["--force"] if args.force else []
-    _check(run_git(["worktree", "remove", *force, w["path"]], cwd=repo), "worktree remove")
+    _check(run_git(["worktree", "remove", *force, w["path"]], cwd=repo), "worktree remove", repo)
     if args.json:
         return print_ok({"removed": w["name"], "branch_kept": w["branch"]}, True)
     sys.stdout.write(f"removed {w['name']} (branch {w['branch']} kept)\n")

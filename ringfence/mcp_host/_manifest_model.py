@@ -98,10 +98,16 @@ class ServerModel(BaseModel):
     client_id: str | None = Field(None, min_length=1)
     client_secret_env: str | None = Field(None, min_length=1)
     scopes: list[str] = []
-    oauth_grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    oauth_grant: Literal["authorization_code", "client_credentials", "identity_assertion"] = (
+        "authorization_code"
+    )
     oauth_issuer: str | None = Field(None, min_length=1)
     client_metadata_url: str | None = Field(None, min_length=1)
     client_key_env: str | None = Field(None, min_length=1)
+    idp_token_endpoint: str | None = Field(None, min_length=1)
+    idp_client_id: str | None = Field(None, min_length=1)
+    idp_client_secret_env: str | None = Field(None, min_length=1)
+    idp_id_token_env: str | None = Field(None, min_length=1)
 
     def config(self, origin: str) -> ServerConfig:
         """The validated value the rest of ``mcp_host`` reads."""
@@ -362,6 +368,7 @@ def _check(m: ServerModel) -> None:
     _check_auth(m, given)
 
 
+_IDP_KEYS = ("idp_token_endpoint", "idp_client_id", "idp_client_secret_env", "idp_id_token_env")
 _OAUTH_KEYS = (
     "client_id",
     "client_secret_env",
@@ -370,6 +377,7 @@ _OAUTH_KEYS = (
     "oauth_issuer",
     "client_metadata_url",
     "client_key_env",
+    *_IDP_KEYS,
 )
 
 
@@ -409,6 +417,7 @@ def _check_auth(m: ServerModel, given: set[str]) -> None:
         )
     if key_env is not None and m.oauth_grant != "client_credentials":
         raise _Bad("client_key_env", 'only applies with oauth_grant = "client_credentials"')
+    _check_identity_assertion(m, given)
     if m.oauth_issuer is not None:
         try:
             check_url(m.oauth_issuer, "oauth_issuer")
@@ -419,3 +428,27 @@ def _check_auth(m: ServerModel, given: set[str]) -> None:
 
         if not is_valid_client_metadata_url(m.client_metadata_url):
             raise _Bad("client_metadata_url", "must be an https URL with a path")
+
+
+def _check_identity_assertion(m: ServerModel, given: set[str]) -> None:
+    """SEP-990: every key it needs, and none of them for another grant."""
+    if m.oauth_grant != "identity_assertion":
+        for key in _IDP_KEYS:
+            if key in given:
+                raise _Bad(key, 'only applies with oauth_grant = "identity_assertion"')
+        return
+    # The authorization server is configuration here, never discovered from the resource
+    # server (the SDK's trust model: the ID-JAG and secret go only to this issuer).
+    needed = ("client_id", "client_secret_env", "oauth_issuer", *_IDP_KEYS[:2], _IDP_KEYS[3])
+    for key in needed:
+        if getattr(m, key) is None:
+            raise _Bad(key, 'oauth_grant = "identity_assertion" needs it')
+    for key in ("idp_client_secret_env", "idp_id_token_env"):
+        value = getattr(m, key)
+        if value is not None and not _ENV_NAME.match(value):
+            raise _Bad(key, "must name an environment variable")
+    assert m.idp_token_endpoint is not None
+    try:
+        check_url(m.idp_token_endpoint, "idp_token_endpoint")
+    except InvalidArguments as exc:
+        raise _Bad("idp_token_endpoint", exc.message.removeprefix("idp_token_endpoint ")) from None

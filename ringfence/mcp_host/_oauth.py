@@ -6,7 +6,8 @@ the well-known URLs), authorization-server metadata and OIDC discovery with the
 2025-03-26 fallbacks, dynamic client registration, client ID metadata
 documents, PKCE, the ``resource`` parameter (RFC 8707), scope selection and
 step-up on ``insufficient_scope``, refresh tokens, the token-endpoint auth
-methods, and (``ClientCredentialsOAuthProvider``) the client_credentials grant.
+methods, (``ClientCredentialsOAuthProvider``) the client_credentials grant, and
+(``IdentityAssertionOAuthProvider``, in :mod:`._oauth_xaa`) SEP-990 identity assertion.
 This module adds what a governed host needs around it:
 
 - **Storage**: :class:`SealedTokenStorage` keeps tokens and client registrations
@@ -37,10 +38,8 @@ asking) that must not drift apart; the login command lives in :mod:`._login`.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
-import os
 import time
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
@@ -69,11 +68,12 @@ from mcp.shared.auth import (
     OAuthToken,
     ProtectedResourceMetadata,
 )
-from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_server_url
+from mcp.shared.auth_utils import resource_url_from_server_url
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 
 from ..runtime import Denied, InvalidArguments, Redactor, Unavailable
 from ._manifest import AuthMode, ServerConfig
-from ._tokens import SealedStore
+from ._tokens import SealedStore, credential_from_env, token_audience_ok
 from ._urls import scrub_url
 
 __all__ = [
@@ -122,41 +122,6 @@ def login_flow(flow: LoginFlow) -> Iterator[None]:
 
 def _login_hint(name: str) -> str:
     return f"run `ringfence mcp login {name}`"
-
-
-# -- audience --------------------------------------------------------------------------------
-
-
-def _jwt_claims(token: str) -> dict[str, Any] | None:
-    """The claims of a JWT-shaped token, unverified (we are not its audience's verifier)."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
-        claims = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return claims if isinstance(claims, dict) else None
-
-
-def token_audience_ok(access_token: str, resource: str) -> bool:
-    """False only when the token is a JWT whose ``aud`` names another resource.
-
-    An ``aud`` matches when it is ``resource`` or a parent of it on the same
-    origin (RFC 8707 hierarchical match, the SDK's ``check_resource_allowed``).
-    Opaque tokens carry no audience we can read; their binding is the record's.
-    """
-    claims = _jwt_claims(access_token)
-    if claims is None or "aud" not in claims:
-        return True
-    aud = claims["aud"]
-    audiences = aud if isinstance(aud, list) else [aud]
-    return any(
-        isinstance(a, str)
-        and check_resource_allowed(requested_resource=resource, configured_resource=a)
-        for a in audiences
-    )
 
 
 # -- storage ---------------------------------------------------------------------------------
@@ -262,6 +227,19 @@ class SealedTokenStorage:
 # -- providers -------------------------------------------------------------------------------
 
 
+def _is_step_up(response: httpx2.Response) -> bool:
+    """A 403 ``insufficient_scope``: the server asks for more scope."""
+    return (
+        response.status_code == 403
+        and extract_field_from_www_auth(response, "error") == "insufficient_scope"
+    )
+
+
+def _asks_for_auth(response: httpx2.Response) -> bool:
+    """A 401 or a step-up: what the SDK's flow answers with auth work."""
+    return response.status_code == 401 or _is_step_up(response)
+
+
 class _Guarded:
     """What ringfence adds to the SDK providers (mixed in before them)."""
 
@@ -315,6 +293,17 @@ class _Guarded:
     async def _auth_flow(
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        if self._initialized and self.context.is_token_valid():
+            # A valid token in hand needs no auth work, so no lock: the SDK holds its context
+            # lock across the whole request, which serializes a connection's concurrent
+            # requests (the transport's GET stream and its POSTs: one more round trip per
+            # connect). Anything else the response asks for goes to the full flow below,
+            # which sends the request again under the lock (refresh, step-up, refusal).
+            self.context.protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+            self._add_auth_header(request)
+            response = yield request
+            if not _asks_for_auth(response):
+                return
         flow = super()._auth_flow(request)  # type: ignore[misc]
         originals = 0
         try:
@@ -382,10 +371,7 @@ class _Guarded:
 
     def _check_challenge(self, response: httpx2.Response) -> Exception | None:
         """The refusal, decided before any authorization work, of what may not be done now."""
-        step_up = (
-            response.status_code == 403
-            and extract_field_from_www_auth(response, "error") == "insufficient_scope"
-        )
+        step_up = _is_step_up(response)
         if step_up:
             self._step_ups += 1
             if self._step_ups > MAX_STEP_UPS:
@@ -507,21 +493,6 @@ class RingfenceClientKeyJWT(_Guarded, PrivateKeyJWTOAuthProvider):
         self._guard(config, storage, interactive=True)  # a fresh grant needs no person
 
 
-def _from_env(config: ServerConfig, key: str, redactor: Redactor) -> str | None:
-    var = getattr(config, key)
-    if var is None:
-        return None
-    value = os.environ.get(var)
-    if not value:
-        raise Unavailable(
-            f"server {config.name!r}: {key} names the environment variable "
-            f"{var}, which is not set; set it before connecting",
-            field=key,
-        )
-    redactor.register_credential(value)
-    return value
-
-
 def build_auth(
     config: ServerConfig, redactor: Redactor, store: SealedStore | None = None
 ) -> httpx2.Auth | None:
@@ -532,11 +503,16 @@ def build_auth(
     """
     if config.auth is not AuthMode.OAUTH or config.url is None:
         return None
-    secret = _from_env(config, "client_secret_env", redactor)
+    secret = credential_from_env(config, "client_secret_env", redactor)
     flow = _installed_flow
     storage = SealedTokenStorage(config, redactor, store, flow.redirect_uri if flow else None)
+    if config.oauth_grant == "identity_assertion":
+        from ._oauth_xaa import RingfenceIdentityAssertion  # imports this module
+
+        assert secret is not None  # the manifest requires client_secret_env for this grant
+        return RingfenceIdentityAssertion(config, storage, redactor, secret)
     if config.oauth_grant == "client_credentials":
-        key_pem = _from_env(config, "client_key_env", redactor)
+        key_pem = credential_from_env(config, "client_key_env", redactor)
         if key_pem is not None:
             return RingfenceClientKeyJWT(config, storage, key_pem)
         assert secret is not None

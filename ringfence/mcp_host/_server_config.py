@@ -73,7 +73,7 @@ class AuthMode(enum.StrEnum):
     OAUTH = "oauth"
 
 
-OAUTH_GRANTS = ("authorization_code", "client_credentials")
+OAUTH_GRANTS = ("authorization_code", "client_credentials", "identity_assertion")
 
 
 class Policy(enum.StrEnum):
@@ -143,6 +143,12 @@ class ServerConfig:
     oauth_issuer: str | None = None
     client_metadata_url: str | None = None
     client_key_env: str | None = None
+    # SEP-990 (oauth_grant = "identity_assertion"): the enterprise IdP's token endpoint and
+    # client, and the variable holding the user's IdP ID token (exchanged there for an ID-JAG).
+    idp_token_endpoint: str | None = None
+    idp_client_id: str | None = None
+    idp_client_secret_env: str | None = None
+    idp_id_token_env: str | None = None
     # Where it was defined ("path:line"), for messages; not part of the file format.
     origin: str = field(default="", compare=False)
     # What the policy layers say about it (read tools, trust), set by with_policy; None: only

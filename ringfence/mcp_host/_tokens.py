@@ -13,6 +13,11 @@ Contract:
   naming the file and the fix (``mcp logout`` / ``mcp login``); it is never
   silently treated as empty.
 
+Also here, shared by every OAuth provider (:mod:`._oauth`, :mod:`._oauth_xaa`):
+:func:`token_audience_ok` (a JWT for another resource is never sent) and
+:func:`credential_from_env` (secrets only from named environment variables,
+registered with the redactor when read).
+
 Not promised: protection from the same OS user (who can read the key file or
 ask the keyring) — the seal keeps tokens out of backups, manifests and casual
 reads, not from code running as you.
@@ -27,14 +32,18 @@ import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from mcp.shared.auth_utils import check_resource_allowed
 
-from ..runtime import Denied, Unavailable, atomic_write, ringfence_home
+from ..runtime import Denied, Redactor, Unavailable, atomic_write, ringfence_home
 
-__all__ = ["SealedStore", "key_backend"]
+if TYPE_CHECKING:
+    from ._manifest import ServerConfig
+
+__all__ = ["SealedStore", "credential_from_env", "key_backend", "token_audience_ok"]
 
 _MAGIC = b"RF1"
 _KEYRING_SERVICE = "ringfence"
@@ -160,3 +169,55 @@ class SealedStore:
         except FileNotFoundError:
             return False
         return True
+
+
+# -- the checks every OAuth provider shares (audience, credentials from the environment) -----
+
+
+def _jwt_claims(token: str) -> dict[str, Any] | None:
+    """The claims of a JWT-shaped token, unverified (we are not its audience's verifier)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        claims = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
+def token_audience_ok(access_token: str, resource: str) -> bool:
+    """False only when the token is a JWT whose ``aud`` names another resource.
+
+    An ``aud`` matches when it is ``resource`` or a parent of it on the same
+    origin (RFC 8707 hierarchical match, the SDK's ``check_resource_allowed``).
+    Opaque tokens carry no audience we can read; their binding is the record's.
+    """
+    claims = _jwt_claims(access_token)
+    if claims is None or "aud" not in claims:
+        return True
+    aud = claims["aud"]
+    audiences = aud if isinstance(aud, list) else [aud]
+    return any(
+        isinstance(a, str)
+        and check_resource_allowed(requested_resource=resource, configured_resource=a)
+        for a in audiences
+    )
+
+
+def credential_from_env(config: ServerConfig, key: str, redactor: Redactor) -> str | None:
+    """The value of the environment variable ``config.<key>`` names (None if it names none),
+    registered with ``redactor``; raises Unavailable naming the variable when it is unset."""
+    var = getattr(config, key)
+    if var is None:
+        return None
+    value = os.environ.get(var)
+    if not value:
+        raise Unavailable(
+            f"server {config.name!r}: {key} names the environment variable "
+            f"{var}, which is not set; set it before connecting",
+            field=key,
+        )
+    redactor.register_credential(value)
+    return value

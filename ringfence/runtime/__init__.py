@@ -44,13 +44,10 @@ from ._errors import (
 )
 from ._events import (
     GENESIS as GENESIS,
-    ChainReport as ChainReport,
     EventLog as EventLog,
     EventSink as EventSink,
     FileSink as FileSink,
     MemorySink as MemorySink,
-    verify_chain as verify_chain,
-    verify_file as verify_file,
 )
 from ._files import atomic_write as atomic_write, ringfence_home as ringfence_home
 from ._intents import (
@@ -100,6 +97,11 @@ from ._redact import (
 from ._rules import Rule as Rule, RuleError as RuleError, parse_rule as parse_rule
 from ._shellwords import ShellParse as ShellParse, parse_command as parse_command
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec
+from ._verify import (
+    ChainReport as ChainReport,
+    verify_chain as verify_chain,
+    verify_file as verify_file,
+)
 
 __all__ = [
     "ERROR_CODES",

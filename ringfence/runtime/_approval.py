@@ -85,7 +85,12 @@ class Choice(enum.StrEnum):
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    """What a person is asked about. ``arguments`` are redacted."""
+    """What a person is asked about. ``arguments`` are redacted.
+
+    ``runs_on`` says where the call would run when the tool declares it
+    (``ToolSpec.meta["runs_on"]``: ``run_shell``'s backend, whether it is
+    confined and whether it has the network), shown under the first line.
+    """
 
     tool: str
     arguments: Mapping[str, Any]
@@ -94,6 +99,7 @@ class ApprovalRequest:
     reason: str
     origin: str
     trace_id: str
+    runs_on: str = ""
 
     def describe(self) -> str:
         """What a person is shown: ``tool (consequence, via origin)``, one line (or a
@@ -562,6 +568,8 @@ def _render_argument(name: str, value: Any, rank: int | None) -> list[str]:
 def render_approval(request: ApprovalRequest) -> str:
     """The text every approver shows for ``request`` (see :meth:`ApprovalRequest.describe`)."""
     lines = [f"{_visible(request.tool)} ({request.consequence}, via {_visible(request.origin)})"]
+    if request.runs_on:
+        lines.append(f"  runs on: {_visible(request.runs_on)}")
     arguments = request.arguments if isinstance(request.arguments, Mapping) else {}
     ranked = [(name, value, _rank(str(name))) for name, value in arguments.items()]
     decisive = sorted((a for a in ranked if a[2] is not None), key=lambda a: a[2])

@@ -6,7 +6,9 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["canonical_json", "digest"]
+import orjson
+
+__all__ = ["arguments_digest", "canonical_json", "digest", "orjson_digest"]
 
 # One encoder for the process: building a JSONEncoder per call costs more than encoding.
 _ENCODER = json.JSONEncoder(
@@ -22,3 +24,33 @@ def canonical_json(value: Any) -> bytes:
 def digest(value: Any) -> str:
     """SHA-256 hex digest of the canonical form of ``value``."""
     return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def arguments_digest(arguments: Any) -> str:
+    """SHA-256 hex digest of a call's arguments as the event log encodes them.
+
+    The digest a call's ``decided`` record and intent carry: orjson with sorted
+    keys (about 4x faster than :func:`canonical_json`, computed twice a call),
+    which is the canonical form except that floats are written shortest
+    (``0.00001``) and NaN/infinities as ``null``; what orjson refuses (a
+    non-string key, an integer beyond 64 bits) falls back to
+    :func:`canonical_json`. Re-encoding the arguments as parsed back from a
+    ``proposed`` record gives the same bytes, so a verifier recomputes it.
+    """
+    fast = orjson_digest(arguments)
+    return fast if fast is not None else hashlib.sha256(canonical_json(arguments)).hexdigest()
+
+
+def orjson_digest(value: Any) -> str | None:
+    """:func:`arguments_digest` when orjson encodes ``value``, else None.
+
+    None also means "maybe not Unicode": orjson refuses a lone surrogate in any
+    string or key, so a value it encodes needs no surrogate walk.
+    """
+    try:
+        return hashlib.sha256(orjson.dumps(value, option=_SORTED)).hexdigest()
+    except (orjson.JSONEncodeError, TypeError):
+        return None

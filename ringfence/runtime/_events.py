@@ -1,34 +1,50 @@
-"""The event stream: one JSON line per step, hash-chained, redacted.
+"""The event stream: one JSON line per step, hash-chained, redacted, signed at checkpoints.
 
 Each record carries ``prev`` (the hash of the record before it) and ``hash``
 (SHA-256 over its own canonical form, ``prev`` included), so editing,
 inserting or deleting a line breaks the chain at that point. A chain that is
 rewritten whole from some line on is still self-consistent; the kernel
 therefore opens each session with a ``session_started`` record that carries
-its Ed25519 public key and closes it with a ``session_sealed`` record whose
-signature covers the head of the chain. Pin the public key (``--public-key``)
-to detect a rewrite that also replaced the key.
+its Ed25519 public key, signs the chain head in ``chain_checkpoint`` records (every
+:data:`CHECKPOINT_RECORDS` records or :data:`CHECKPOINT_SECONDS`, whichever
+comes first, at the next flush point; a kernel entered with ``async with``
+also signs a tail left idle that long) and closes it with a
+``session_sealed`` record whose signature covers the final head. A verified
+checkpoint or seal vouches for every record of the session before it. Pin
+the public key (``--public-key``) to detect a rewrite that also replaced the
+key.
 
-Verification (:func:`verify_chain`) hashes the exact bytes of each line, so a
-line that parses to the same record but reads differently (a duplicate key,
-other spacing) is caught; it refuses a ``started`` record without an intent
-signed by the session key, and an unsealed session unless the caller accepts
-an open log (``--allow-open``).
+Guarantees (:func:`verify_chain`, ``ringfence events verify``), with only the
+public key: every record up to the last verified checkpoint or the seal is
+the one the session wrote (hashes over the exact bytes of each line, so a
+line that parses the same but reads differently, a duplicate key or other
+spacing, is caught); every ``started`` record matches an allowed ``decided``
+record earlier in the same session (same call id, tool and argument digest,
+not refused; an ``ask`` resolved by a grant or a recorded approval); every
+call that started in a sealed session ended once; an unsealed session fails
+unless the caller accepts an open log (``--allow-open``).
+
+Not guaranteed: the records of an unsealed session after its last checkpoint
+(a crash, or a log still being written) are an *unauthenticated tail*: they
+are checked for consistency, and reported with their line range, but anyone
+who can write the file could have written them. A truncation that removes the
+seal leaves a valid prefix, which verifies only with ``allow_open``. Without
+pinned keys, a log rewritten whole under a new key verifies. Arguments that
+were redacted in the record are matched by the decision's digest only. The
+per-call intents are not signed (an HMAC under an in-memory key redeems them
+in process, see ``_intents``): a ``started`` record is proven by the
+checkpoint after it, not by itself.
 
 Writing: each record is encoded once (orjson, sorted keys: the same bytes as
 :func:`canonical_json` except that floats are written in their shortest form,
 ``0.00001`` for ``1e-05``; the verifier accepts either form), hashed, and
 handed to the sink. :class:`FileSink` buffers a call's records and writes them
 with one ``write`` at the call's end (its outcome), before a person is asked,
-for every record outside a call, and every :data:`FLUSH_RECORDS` records: a
-crash loses at most the unflushed records of the calls in flight, which
-verification then reports as an open (unsealed) session. ``FileSink(sync=True)``
-(``--events-sync``) writes and fsyncs every record instead.
-
-Non-guarantees: a truncation that removes the seal and everything after some
-point leaves a valid prefix, which verifies only with ``allow_open``; without
-pinned keys, a log rewritten whole under a new key verifies; arguments that
-were redacted in the record cannot be matched to the signed argument digest.
+at each checkpoint, for every record outside a call, and every
+:data:`FLUSH_RECORDS` records: a crash loses at most the unflushed records of
+the calls in flight, which verification then reports as an open (unsealed)
+session. ``FileSink(sync=True)`` (``--events-sync``) writes and fsyncs every
+record instead.
 """
 
 from __future__ import annotations
@@ -37,35 +53,28 @@ import base64
 import hashlib
 import json
 import os
-import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ._canonical import canonical_json, digest
+from ._canonical import canonical_json
 from ._caps import escape_surrogates
 from ._errors import Unwritable
-from ._intents import check_intent, key_fingerprint, load_public_keys
-from ._redact import MARKER, Redactor
+from ._redact import Redactor
 
 __all__ = [
     "GENESIS",
     "KERNEL_KINDS",
     "OUTCOME_KINDS",
     "RECORD_FIELDS",
-    "ChainReport",
     "EventLog",
     "EventSink",
     "FileSink",
     "MemorySink",
-    "verify_chain",
-    "verify_file",
 ]
 
 GENESIS = "0" * 64
@@ -77,6 +86,7 @@ OUTCOME_KINDS = frozenset({"finished", "failed", "cancelled", "staged"})
 KERNEL_KINDS = OUTCOME_KINDS | {
     "session_started",
     "session_sealed",
+    "chain_checkpoint",
     "posture_changed",
     "proposed",
     "decided",
@@ -88,6 +98,15 @@ KERNEL_KINDS = OUTCOME_KINDS | {
 
 # A FileSink writes at the latest after this many buffered records (a call's streamed output).
 FLUSH_RECORDS = 64
+# The session key signs the chain head at the first flush point (a call's end, a record
+# outside a call) after this many records or this long since the oldest unsigned record,
+# and a kernel entered with `async with` signs a tail left idle that long. One signature
+# costs 30-60 µs here: every 256 records (64 no-op calls) is under 1 µs a call, and a
+# crash leaves at most a quarter second (or 256 records) of the log unauthenticated.
+CHECKPOINT_RECORDS = 256
+CHECKPOINT_SECONDS = 0.25
+# What a checkpoint signs before the head, so a checkpoint's signature is never a seal's.
+CHECKPOINT_CONTEXT = b"ringfence checkpoint\0"
 # Records of a call written while the call goes on: buffered until its outcome (or an ask).
 _BUFFERED_KINDS = frozenset({"proposed", "decided", "started", "approval_answered"})
 _SORTED = orjson.OPT_SORT_KEYS
@@ -151,7 +170,7 @@ class FileSink:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.sync = sync
-        self._buffer: list[str] = []
+        self._buffer: list[bytes] = []
         self._fd: int | None = os.open(
             self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
@@ -184,6 +203,10 @@ class FileSink:
         return record
 
     def write(self, line: str) -> None:
+        self.write_bytes(line.encode("utf-8"))
+
+    def write_bytes(self, line: bytes) -> None:
+        """:meth:`write` of a line already encoded (UTF-8, no newline): the log's fast path."""
         if self._fd is None:
             raise RuntimeError(f"event file {self.path} is closed")
         self._buffer.append(line)
@@ -194,7 +217,8 @@ class FileSink:
         """Write the buffered lines with one append (and fsync when ``sync``)."""
         if not self._buffer or self._fd is None:
             return
-        data = ("\n".join(self._buffer) + "\n").encode("utf-8")
+        self._buffer.append(b"")  # the last line's newline
+        data = b"\n".join(self._buffer)
         self._buffer.clear()
         view = memoryview(data)
         while view:  # a regular file takes it whole; a short write is finished, not lost
@@ -221,7 +245,15 @@ class EventLog:
     them or put a second ``hash`` in the line.
     """
 
-    def __init__(self, sink: EventSink, redactor: Redactor) -> None:
+    def __init__(
+        self,
+        sink: EventSink,
+        redactor: Redactor,
+        *,
+        signer: Callable[[bytes], bytes] | None = None,
+        checkpoint_records: int = CHECKPOINT_RECORDS,
+        checkpoint_seconds: float = CHECKPOINT_SECONDS,
+    ) -> None:
         self._sink = sink
         self._redactor = redactor
         try:
@@ -232,6 +264,18 @@ class EventLog:
         self._prev = last["hash"] if last else GENESIS
         self._seq = last["seq"] + 1 if last else 0
         self._closed = False
+        self._signer = signer
+        self._checkpoint_records = checkpoint_records
+        self._checkpoint_seconds = checkpoint_seconds
+        # Records written since the last checkpoint, and when the first of them was.
+        self._unsigned = 0
+        self._unsigned_since = 0.0
+        # Whether the sink buffers (FileSink): else flushing is nothing to do.
+        self._flush = getattr(sink, "flush", None)
+        # Lines as bytes only where `write` is FileSink's own: a subclass that overrides it
+        # (an observer) still sees every line through it.
+        plain = isinstance(sink, FileSink) and type(sink).write is FileSink.write
+        self._write_bytes = sink.write_bytes if plain else None
 
     @property
     def head(self) -> str:
@@ -241,21 +285,38 @@ class EventLog:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def checkpoint_seconds(self) -> float:
+        return self._checkpoint_seconds
+
+    @property
+    def unsigned_since(self) -> float | None:
+        """``time.monotonic()`` of the oldest record no checkpoint covers yet, or None."""
+        return self._unsigned_since if self._unsigned else None
+
     def emit(self, kind: str, trace_id: str | None = None, /, **data: Any) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError("the event log is closed")
-        clash = RECORD_FIELDS.intersection(data)
-        if clash:
+        if not RECORD_FIELDS.isdisjoint(data):
+            clash = RECORD_FIELDS.intersection(data)
             raise ValueError(
                 f"event {kind!r}: {', '.join(sorted(clash))} is a field every record has; "
                 "name the data otherwise"
             )
+        record = self._append(kind, trace_id, self._redactor.redact_value(data))
+        # A call's own records wait for its outcome; everything else is written now.
+        if kind not in _BUFFERED_KINDS or "call_id" not in data:
+            self._flush_point()
+        return record
+
+    def _append(self, kind: str, trace_id: str | None, data: dict[str, Any]) -> dict[str, Any]:
+        """Chain one (already redacted) record onto the head and hand its line to the sink."""
         record: dict[str, Any] = {
             "seq": self._seq,
             "ts": time.time_ns() // 1000 / 1e6,  # microseconds, as round(…, 6) but cheaper
             "kind": kind,
             "trace_id": trace_id,
-            **self._redactor.redact_value(data),
+            **data,
             "prev": self._prev,
         }
         try:
@@ -266,338 +327,56 @@ class EventLog:
         h = hashlib.sha256(body).hexdigest()
         record["hash"] = h
         # The line is the hashed form with the hash appended: one encoding per event.
-        self._sink.write(body[:-1].decode("utf-8") + f',"hash":"{h}"}}')
+        line = b"".join((body[:-1], b',"hash":"', h.encode(), b'"}'))
+        if self._write_bytes is not None:
+            self._write_bytes(line)
+        else:
+            self._sink.write(line.decode("utf-8"))
         self._prev = h
         self._seq += 1
-        # A call's own records wait for its outcome; everything else is written now.
-        if kind not in _BUFFERED_KINDS or "call_id" not in data:
-            self.flush()
+        if not self._unsigned:
+            self._unsigned_since = time.monotonic()
+        self._unsigned += 1
         return record
+
+    def _flush_point(self) -> None:
+        """A call ended (or a record outside a call): checkpoint if one is due, then flush."""
+        if self._signer is not None and (
+            self._unsigned >= self._checkpoint_records
+            or time.monotonic() - self._unsigned_since >= self._checkpoint_seconds
+        ):
+            self.checkpoint()
+        elif self._flush is not None:
+            self._flush()
+
+    def checkpoint(self) -> None:
+        """Sign the chain head now (a ``chain_checkpoint`` record) and flush, if anything is unsigned.
+
+        The signature covers :data:`CHECKPOINT_CONTEXT` + the head hash, so it
+        vouches for every record before it and cannot stand in for a seal.
+        Without a signer (a log nobody signs): only the flush.
+        """
+        if self._signer is not None and self._unsigned and not self._closed:
+            signature = self._signer(CHECKPOINT_CONTEXT + self._prev.encode())
+            self._append(
+                "chain_checkpoint",
+                None,
+                {"records": self._unsigned, "signature": base64.b64encode(signature).decode()},
+            )
+            self._unsigned = 0
+        self.flush()
 
     def flush(self) -> None:
         """Hand buffered records to the file now (sinks without a buffer: nothing to do)."""
-        flush = getattr(self._sink, "flush", None)
-        if flush is not None:
-            flush()
+        if self._flush is not None:
+            self._flush()
 
     def seal(self, sign: Callable[[bytes], bytes]) -> None:
         """Write a ``session_sealed`` record signing the chain head, then close."""
         if self._closed:
             return
-        self.emit("session_sealed", signature=base64.b64encode(sign(self._prev.encode())).decode())
+        signature = base64.b64encode(sign(self._prev.encode())).decode()
+        self._append("session_sealed", None, {"signature": signature})
+        self._unsigned = 0
         self._closed = True
         self._sink.close()
-
-
-@dataclass(frozen=True)
-class ChainReport:
-    """What :func:`verify_chain` found. ``ok`` is true only when ``problems`` is empty.
-
-    ``session_keys`` holds the fingerprint (:func:`ringfence.runtime.key_fingerprint`)
-    of each session's key, in file order. ``unsealed_sessions`` counts the
-    sessions without a seal, an allowed open last session included.
-    """
-
-    ok: bool
-    records: int
-    sealed_sessions: int
-    unsealed_sessions: int
-    problems: tuple[str, ...]
-    session_keys: tuple[str, ...] = ()
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Two values for one key: readers disagree on which one counts (Python keeps the last,
-    # others the first), so a record could read differently from what was hashed.
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-# What the writer appends to the hashed canonical body: the hash, last, and nothing after it.
-_HASH_TAIL = re.compile(rb',"hash":"([0-9a-f]{64})"\}\Z')
-
-
-@dataclass
-class _Call:
-    tool: Any
-    arguments: Any
-    verdict: Any = None
-    rule: Any = None
-    answer: Any = None
-    started: int | None = None
-    outcome: str | None = None
-
-
-@dataclass
-class _Session:
-    line: int
-    key: Ed25519PublicKey | None
-    calls: dict[str, _Call] = field(default_factory=dict)
-    nonces: set[str] = field(default_factory=set)
-
-
-class _Verifier:
-    """The state of one pass over a log; :func:`verify_chain` is its only user."""
-
-    def __init__(self, pinned: list[Ed25519PublicKey] | None, allow_open: bool) -> None:
-        self.pinned = {key_fingerprint(k) for k in pinned} if pinned is not None else None
-        self.allow_open = allow_open
-        self.problems: list[str] = []
-        self.prev: str | None = GENESIS
-        self.count = self.sealed = self.unsealed = 0
-        self.session: _Session | None = None
-        self.keys: list[str] = []
-
-    def problem(self, lineno: int, text: str) -> None:
-        self.problems.append(f"line {lineno}: {text}")
-
-    def line(self, lineno: int, raw: bytes) -> None:
-        """Check one line, exactly as written (without its newline)."""
-        self.count += 1
-        tail = _HASH_TAIL.search(raw)
-        if tail is None:
-            self.problem(lineno, "not a ringfence event record")
-            self.prev = None
-            return
-        claimed = tail.group(1).decode()
-        # The hash covers the bytes on disk: the body as written, closed where the hash began.
-        body = raw[: tail.start()] + b"}"
-        if hashlib.sha256(body).hexdigest() != claimed:
-            self.problem(lineno, "record was edited (hash mismatch)")
-        try:
-            record = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-        except _DuplicateKey as exc:
-            self.problem(lineno, f"duplicate key {exc} in the record (readers may disagree)")
-            record = None
-        except ValueError:
-            self.problem(lineno, "not a ringfence event record")
-            record = None
-        if not isinstance(record, dict):
-            self.prev = claimed
-            return
-        if body != encode_record(record) and body != canonical_json(record):
-            self.problem(lineno, "record is not in the canonical form it was hashed in")
-        if self.prev is not None and record.get("prev") != self.prev:
-            self.problem(lineno, "chain broken (prev does not match line before)")
-        self.prev = claimed
-        self.record(lineno, record)
-
-    def record(self, lineno: int, record: dict[str, Any]) -> None:
-        kind = record.get("kind")
-        if kind == "session_started":
-            self.close_session(lineno)
-            self.open_session(lineno, record)
-            return
-        session = self.session
-        if session is None:
-            self.problem(lineno, f"{kind!r} record outside a session")
-            return
-        if kind == "session_sealed":
-            self.seal(lineno, record, session)
-            return
-        call_id = record.get("call_id")
-        if kind == "proposed":
-            if not isinstance(call_id, str) or call_id in session.calls:
-                self.problem(lineno, f"call {call_id!r} proposed twice or without an id")
-                return
-            session.calls[call_id] = _Call(record.get("tool"), record.get("arguments"))
-            return
-        if kind not in ("decided", "approval_answered", "started", *OUTCOME_KINDS):
-            return  # informational records (notice, output, …): the chain covers them
-        call = session.calls.get(call_id) if isinstance(call_id, str) else None
-        if call is None or record.get("tool") != call.tool:
-            self.problem(lineno, f"{kind!r} record for call {call_id!r}, which was never proposed")
-            return
-        if call.outcome is not None:
-            self.problem(lineno, f"{kind!r} record after call {call_id} ended ({call.outcome})")
-            return
-        if kind == "decided":
-            call.verdict, call.rule = record.get("verdict"), record.get("rule")
-        elif kind == "approval_answered":
-            call.answer = record.get("choice")
-        elif kind == "started":
-            self.started(lineno, record, call, session)
-        else:
-            if kind == "finished" and call.started is None:
-                self.problem(lineno, f"call {call_id} finished but never started")
-            call.outcome = kind
-
-    def started(self, lineno: int, record: dict[str, Any], call: _Call, session: _Session) -> None:
-        if call.started is not None:
-            self.problem(lineno, f"call {record.get('call_id')} started twice")
-        call.started = lineno
-        why = self.why_not_allowed(record, call, session)
-        if why is not None:
-            self.problem(lineno, f"the call's signed intent does not verify: {why}")
-
-    def why_not_allowed(self, record: dict[str, Any], call: _Call, session: _Session) -> str | None:
-        """Why this ``started`` record is not proven allowed by the session's Gate, or None."""
-        if session.key is None:
-            return "the session has no readable key"
-        intent = record.get("intent")
-        # Redacted arguments no longer hash to the signed digest; then only tool and
-        # decision are checked (the intent still proves the Gate allowed *a* call).
-        arguments = call.arguments
-        known = digest(arguments) if MARKER not in json.dumps(arguments) else None
-        why = check_intent(session.key, intent, tool=str(call.tool), arguments_sha256=known)
-        if why is not None:
-            return why
-        assert isinstance(intent, dict)  # check_intent refuses anything else
-        if intent["nonce"] in session.nonces:
-            return "its nonce was already used by another call (replayed intent)"
-        session.nonces.add(intent["nonce"])
-        rule = intent.get("rule")
-        if call.verdict == "allow" and rule == call.rule:
-            return None
-        if call.verdict == "ask" and (
-            rule == "grant:session"
-            or (
-                rule in ("approved:once", "approved:session") and call.answer in ("once", "session")
-            )
-        ):
-            return None
-        return f"the Gate decided {call.verdict!r} ({call.rule}), the intent says {rule!r}"
-
-    def open_session(self, lineno: int, record: dict[str, Any]) -> None:
-        key: Ed25519PublicKey | None = None
-        try:
-            key = load_public_keys(str(record.get("public_key", "")))[0]
-        except ValueError:
-            self.problem(lineno, "session public key unreadable")
-        if key is not None:
-            fingerprint = key_fingerprint(key)
-            self.keys.append(fingerprint)
-            if self.pinned is not None and fingerprint not in self.pinned:
-                self.problem(lineno, f"the session key {fingerprint} is not one of the pinned keys")
-        self.session = _Session(lineno, key)
-
-    def seal(self, lineno: int, record: dict[str, Any], session: _Session) -> None:
-        try:
-            if session.key is None:
-                raise InvalidSignature
-            session.key.verify(base64.b64decode(record["signature"]), record["prev"].encode())
-        except (InvalidSignature, KeyError, ValueError, TypeError, AttributeError):
-            self.problem(lineno, "seal signature does not verify")
-        for call_id, call in session.calls.items():
-            if call.started is not None and call.outcome is None:
-                self.problem(call.started, f"call {call_id} ({call.tool}) started and never ended")
-        self.sealed += 1
-        self.session = None
-
-    def close_session(self, lineno: int | None) -> None:
-        """End an unsealed session: at a later session's start, or at the end of the file."""
-        session, self.session = self.session, None
-        if session is None:
-            return
-        self.unsealed += 1
-        if lineno is not None:
-            self.problem(
-                session.line,
-                f"session is not sealed, yet another session begins at line {lineno} "
-                "(a crash, or records removed)",
-            )
-        elif not self.allow_open:
-            self.problem(
-                session.line,
-                "session is not sealed (truncated, or still being written: "
-                "verify with --allow-open to accept an open last session)",
-            )
-
-    def report(self) -> ChainReport:
-        return ChainReport(
-            not self.problems,
-            self.count,
-            self.sealed,
-            self.unsealed,
-            tuple(self.problems),
-            tuple(self.keys),
-        )
-
-
-def _public_keys(public_keys: str | Iterable[str] | None) -> list[Ed25519PublicKey] | None:
-    if public_keys is None:
-        return None
-    texts = [public_keys] if isinstance(public_keys, str) else list(public_keys)
-    return [key for text in texts for key in load_public_keys(text)]
-
-
-def verify_chain(
-    lines: Iterable[str | bytes],
-    public_keys: str | Iterable[str] | None = None,
-    *,
-    allow_open: bool = False,
-) -> ChainReport:
-    """Check a whole log: every line, link, call and session. Each item of ``lines`` is one line.
-
-    A line is checked as the exact bytes written (a ``str`` is taken as its
-    UTF-8 encoding; one trailing newline is ignored): the hash must match
-    those bytes, the record must be in canonical form with no duplicate key,
-    and its ``prev`` must name the line before. Each session must open with
-    ``session_started`` and close with a ``session_sealed`` whose signature
-    verifies with the session's key; records outside a session are refused.
-    Every ``started`` record must carry an intent signed by the session's key
-    for that tool (and, unless redacted, those arguments), used once, and
-    consistent with the recorded decision (and approval); every started call
-    in a sealed session must end in exactly one outcome.
-
-    ``public_keys``: PEM text (one or several keys) or several such texts.
-    When given, each session's key must be one of them (records are still
-    checked against the session's own key). Without it a log rewritten whole
-    with a new key verifies: pin keys to detect that.
-
-    ``allow_open`` accepts an unsealed *last* session (a log still being
-    written) and an unterminated last line; an unsealed session followed by
-    another is always a problem. Raises ValueError for unreadable keys.
-    """
-    verifier = _Verifier(_public_keys(public_keys), allow_open)
-    for lineno, line in enumerate(lines, start=1):
-        raw = line if isinstance(line, bytes) else line.encode("utf-8", "backslashreplace")
-        verifier.line(lineno, raw[:-1] if raw.endswith(b"\n") else raw)
-    verifier.close_session(None)
-    return verifier.report()
-
-
-def verify_file(
-    path: str | os.PathLike[str],
-    public_keys: str | Iterable[str] | None = None,
-    *,
-    allow_open: bool = False,
-) -> ChainReport:
-    """:func:`verify_chain` over a file's lines as bytes.
-
-    A last line without its newline was cut mid-write: a problem unless
-    ``allow_open`` (then it is skipped as not yet written). Raises OSError
-    when the file cannot be read.
-    """
-    with open(path, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
-    partial = lines.pop()  # b"" when the file ends with a newline, as the writer leaves it
-    if partial and allow_open:
-        partial = b""
-    report = verify_chain(
-        lines + ([partial] if partial else []), public_keys, allow_open=allow_open
-    )
-    if not partial:
-        return report
-    problem = f"line {len(lines) + 1}: the last line has no newline (cut mid-write)"
-    return ChainReport(
-        False,
-        report.records,
-        report.sealed_sessions,
-        report.unsealed_sessions,
-        (*report.problems, problem),
-        report.session_keys,
-    )

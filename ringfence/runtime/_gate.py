@@ -1,11 +1,12 @@
-"""The Gate's authorize step: from a proposed call to a signed Intent, or a refusal.
+"""The Gate's authorize step: from a proposed call to an Intent, or a refusal.
 
 The one decision road every path takes (a direct call, a script's
 ``call_tool``, a nested call, ``plan apply``, ``serve``, a connected
 server's request): :func:`authorize` validates the arguments, asks the
 decision function (``_policy.decide``), stages a dry run's calls, resolves an
 ``ask`` through session grants or the approver, and mints the Intent the
-executor redeems. It raises the refusal; the kernel (``_kernel``) records the
+executor redeems (HMAC-tagged; the event chain's checkpoints are what the session
+key signs). It raises the refusal; the kernel (``_kernel``) records the
 outcome and runs what was authorized.
 """
 
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._approval import ApprovalAnswer, ApprovalRequest, Choice
 from ._calls import AskHook, Authorization
+from ._canonical import arguments_digest, orjson_digest
 from ._caps import escape_surrogates
 from ._errors import Denied, InvalidArguments
 from ._plan import StagedCall
@@ -46,16 +48,30 @@ async def authorize(
     (``invalid_arguments``), the decision (posture, rules, residual; a deny is
     ``denied``), a dry run's staging of a non-read call (a staged
     Authorization, no intent), an ``ask`` answered by a session grant or the
-    approver (a refusal is ``denied``), and last an Intent signed for exactly
-    this call. Every step is recorded by the kernel's event log; the caller
+    approver (a refusal is ``denied``), and last an Intent (HMAC-tagged) for
+    exactly this call. Every step is recorded by the kernel's event log; the caller
     records the outcome.
     """
     if spec is None:
         spec = kernel.registry.get(tool)  # raises NotFound
-    refuse_lone_surrogates(arguments)
+    # The digest the decision is about, computed once: recorded in `decided`, carried by the
+    # intent. When orjson encodes the arguments they hold no lone surrogate (it refuses one
+    # anywhere); otherwise the walk finds the field to name.
+    arguments_sha256 = orjson_digest(arguments)
+    if arguments_sha256 is None:
+        refuse_lone_surrogates(arguments)
     spec.validate(arguments)
     decision = decide(spec, kernel.posture, kernel.rules, arguments)
-    kernel.events.emit("decided", trace_id, call_id=call_id, tool=tool, **decision.to_dict())
+    if arguments_sha256 is None:
+        arguments_sha256 = arguments_digest(arguments)
+    kernel.events.emit(
+        "decided",
+        trace_id,
+        call_id=call_id,
+        tool=tool,
+        arguments_sha256=arguments_sha256,
+        **decision.to_dict(),
+    )
     if decision.verdict is Verdict.DENY:
         raise Denied(f"{tool} was refused: {decision.reason}", rule=decision.rule).with_decision(
             decision
@@ -86,7 +102,9 @@ async def authorize(
         )
     if decision.verdict is Verdict.ASK:
         decision = await _ask(kernel, spec, arguments, decision, call_id, trace_id, origin, on_ask)
-    intent = kernel._authority.issue(tool, arguments, decision.verdict.value, decision.rule)
+    intent = kernel._authority.issue(
+        tool, arguments, decision.verdict.value, decision.rule, arguments_sha256=arguments_sha256
+    )
     return Authorization._create(spec, arguments, decision, call_id, trace_id, origin, intent)
 
 
@@ -116,6 +134,7 @@ async def _ask(
         decision.reason,
         origin,
         trace_id,
+        str(spec.meta.get("runs_on", "")),
     )
     kernel.events.emit(
         "approval_asked", trace_id, call_id=call_id, tool=spec.name, rule=decision.rule

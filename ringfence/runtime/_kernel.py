@@ -9,7 +9,8 @@ Every call takes the same road, one method per layer::
                          ├─ decide (posture, rules, residual) denied
                          ├─ dry run? stage non-read calls      → staged placeholder
                          ├─ ask? session grant or Approver     denied
-                         └─ sign an Intent (Ed25519, for audit; HMAC tag, to redeem)
+                         └─ mint an Intent (HMAC tag, to redeem; the session key
+                            signs the event chain's checkpoints, for audit)
            ─► execute ───┬─ redeem the Intent (tag, call, expiry, nonce)
                          ├─ run the tool's executor
                          └─ redact, cap, record
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,7 +58,13 @@ from ._approval import Approver, HeadlessDenyApprover, SessionGrants
 from ._calls import AskHook, Authorization, CallContext, NoPublicConstructor, Outcome, new_id
 from ._caps import cap_text, escape_surrogates
 from ._errors import RingfenceError, ToolError
-from ._events import EventLog, EventSink, MemorySink
+from ._events import (
+    CHECKPOINT_RECORDS,
+    CHECKPOINT_SECONDS,
+    EventLog,
+    EventSink,
+    MemorySink,
+)
 from ._files import ringfence_home
 from ._intents import IntentAuthority
 from ._outcomes import RecordingOutcome
@@ -114,6 +122,10 @@ class Kernel:
     :meth:`set_posture`, the approver through :meth:`set_approver`, and rules
     come from sources registered once with :meth:`add_rules` (the ``rules``
     given here are the source ``"session"``); each change is an event.
+
+    ``checkpoint_records`` / ``checkpoint_seconds``: how often the session key
+    signs the event chain's head (see ``_events``); the defaults bound an open
+    log's unauthenticated tail to 256 records or about half a second.
     """
 
     def __init__(
@@ -130,6 +142,8 @@ class Kernel:
         secrets: Iterable[str] = (),
         secret_names: Iterable[str] = (),  # extra credential-name globs (runtime._redact)
         roots: Iterable[str] = (),
+        checkpoint_records: int = CHECKPOINT_RECORDS,
+        checkpoint_seconds: float = CHECKPOINT_SECONDS,
     ) -> None:
         self._posture = Posture.parse(posture)
         self._approver: Approver = approver if approver is not None else HeadlessDenyApprover()
@@ -147,7 +161,13 @@ class Kernel:
         self._grants = SessionGrants()
         self.session_id = new_id()
         self._authority = IntentAuthority(intent_ttl_seconds)
-        self.events = EventLog(events_sink or MemorySink(), self.redactor)
+        self.events = EventLog(
+            events_sink or MemorySink(),
+            self.redactor,
+            signer=self._authority.sign_bytes,
+            checkpoint_records=checkpoint_records,
+            checkpoint_seconds=checkpoint_seconds,
+        )
         self.plan = Plan(plan_path)
         self._exit = contextlib.AsyncExitStack()
         # Contexts entered with the kernel (nurseries, connections): exited in __aexit__,
@@ -159,6 +179,8 @@ class Kernel:
         # Calls proposed and not yet ended: call_id -> (trace_id, tool). _conclude removes.
         self._open_calls: dict[str, tuple[str, str]] = {}
         self._closed = False
+        # The idle-tail checkpoint tasks' scopes (one per `async with`), cancelled at close.
+        self._tickers: list[trio.CancelScope] = []
         if spool_dir is None:
             spool_dir = ringfence_home() / "spool" / self.session_id
         self.spool_dir: Path = spool_dir
@@ -277,12 +299,42 @@ class Kernel:
     async def __aenter__(self) -> Kernel:
         self._entered = contextlib.AsyncExitStack()
         try:
+            # Signs a tail of records left unsigned (a session idle after a call), so a
+            # crash loses authentication for at most about two checkpoint periods. A system
+            # task, not a nursery: errors in the block must leave it unwrapped.
+            if not self._closed:
+                ticker = trio.CancelScope()
+                self._tickers.append(ticker)
+                trio.lowlevel.spawn_system_task(
+                    self._checkpoint_idle_tail,
+                    ticker,
+                    name=f"ringfence checkpoints {self.session_id}",
+                )
             for startup in self._startups:
                 await startup(self)
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         return self
+
+    async def _checkpoint_idle_tail(self, ticker: trio.CancelScope) -> None:
+        """Checkpoint records left unsigned for a period; ends when the kernel closes.
+
+        Never raises (a system task's error would end the whole trio run): a
+        checkpoint that cannot be written is retried at the next flush point,
+        on a call's path, where the error surfaces.
+        """
+        period = self.events.checkpoint_seconds
+        with ticker:
+            while not self._closed:
+                await trio.sleep(period)
+                since = self.events.unsigned_since
+                if since is None or time.monotonic() - since < period or self.events.closed:
+                    continue
+                try:
+                    self.events.checkpoint()
+                except Exception:
+                    return
 
     async def __aexit__(self, *exc: Any) -> None:
         entered, self._entered = self._entered, None
@@ -297,6 +349,8 @@ class Kernel:
         if self._closed:
             return
         self._closed = True
+        for ticker in self._tickers:
+            ticker.cancel()
         try:
             with trio.CancelScope(shield=True):
                 await self._exit.aclose()
@@ -446,14 +500,14 @@ class Kernel:
         self._authority.redeem(auth.intent, spec.name, auth.arguments)
         call_id, trace_id = auth.call_id, auth.trace_id
         self._open_calls.setdefault(call_id, (trace_id, spec.name))
-        # The signed intent goes into the record, so an auditor holding only the session's
-        # public key can check that every call that ran was allowed by this kernel's Gate.
+        # The intent's description goes into the record: the verifier matches it against the
+        # call's allowed decision, and the chain's signed checkpoints make both authentic.
         self.events.emit(
             "started",
             trace_id,
             call_id=call_id,
             tool=spec.name,
-            intent=auth.intent.to_dict() if auth.intent is not None else None,
+            intent=auth.intent.describe() if auth.intent is not None else None,
         )
         ctx = CallContext._create(self, spec, call_id, trace_id, auth.origin)
         with self._recording_outcome(call_id, trace_id, spec.name):
@@ -464,11 +518,14 @@ class Kernel:
             except Exception as exc:  # a tool's own bug or failure becomes a tool_error
                 raise ToolError(f"{spec.name} failed: {type(exc).__name__}: {exc}") from exc
             value = self._finish_value(value)
-            preview = value if isinstance(value, str) else repr(value)
-            # Redact the preview itself before cutting it: repr() of an object the redactor
-            # could not walk may still hold a secret, and a cut must not keep a prefix of it.
-            redact = None if preview is value else self.redactor.redact  # a str is done
-            output = cap_text(preview, EVENT_OUTPUT_BYTES, redact=redact).text
+            if isinstance(value, str) and value.isascii() and len(value) <= EVENT_OUTPUT_BYTES:
+                output = value  # redacted and capped already, and short: the preview as is
+            else:
+                preview = value if isinstance(value, str) else repr(value)
+                # Redact the preview itself before cutting it: repr() of an object the redactor
+                # could not walk may still hold a secret, and a cut must not keep a prefix of it.
+                redact = None if preview is value else self.redactor.redact  # a str is done
+                output = cap_text(preview, EVENT_OUTPUT_BYTES, redact=redact).text
         self._conclude(call_id, trace_id, "finished", tool=spec.name, output=output)
         return value
 
@@ -499,6 +556,8 @@ class Kernel:
 
     def _cap(self, value: Any) -> Any:
         if isinstance(value, str):
+            if value.isascii() and len(value) <= self.output_cap_bytes:
+                return value  # fits, and ASCII holds no lone surrogate: as cap_text would
             return cap_text(value, self.output_cap_bytes, self.spool_dir).text
         if isinstance(value, dict):
             return {

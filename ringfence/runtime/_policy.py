@@ -20,6 +20,7 @@ beats a deny or ask rule from any layer.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -136,7 +137,25 @@ class Decision:
 
 
 def _first_match(name: str, patterns: tuple[str, ...]) -> str | None:
+    if not patterns:  # the common case: no generator to build
+        return None
     return next((p for p in patterns if fnmatchcase(name, p)), None)
+
+
+@functools.cache
+def _posture_decision(posture: Posture, consequence: Consequence) -> Decision:
+    """The posture's own decision for a consequence: a frozen value, built once."""
+    if consequence in _POSTURE_ALLOWS[posture]:
+        return Decision(
+            Verdict.ALLOW,
+            f"posture:{posture.value}",
+            f"posture {posture.value} runs {consequence.value} tools without asking",
+        )
+    return Decision(
+        Verdict.ASK,
+        f"posture:{posture.value}",
+        f"posture {posture.value} asks before {consequence.value} tools",
+    )
 
 
 def _from_policy(name: str, pv: PolicyVerdict) -> Decision:
@@ -205,14 +224,4 @@ def decide(
         )
     if (p := _first_match(name, rules.autonomous)) is not None:
         return Decision(Verdict.ALLOW, f"autonomous:{p}", f"{name} is autonomous by {p!r}")
-    if spec.consequence in _POSTURE_ALLOWS[posture]:
-        return Decision(
-            Verdict.ALLOW,
-            f"posture:{posture.value}",
-            f"posture {posture.value} runs {spec.consequence.value} tools without asking",
-        )
-    return Decision(
-        Verdict.ASK,
-        f"posture:{posture.value}",
-        f"posture {posture.value} asks before {spec.consequence.value} tools",
-    )
+    return _posture_decision(posture, spec.consequence)

@@ -136,7 +136,13 @@ def _builtin_secret_name(name: str) -> bool:
 
 def _matches_patterns(name: str, patterns: Iterable[str]) -> bool:
     lowered = name.lower()
-    return any(fnmatchcase(lowered, p) for p in patterns)
+    return any(fnmatchcase(lowered, p.lower()) for p in patterns)
+
+
+def _env_patterns() -> tuple[str, ...]:
+    """The patterns of ``RINGFENCE_SECRET_NAMES`` as the environment holds them now."""
+    env = os.environ.get(SECRET_NAMES_ENV)
+    return _parse_patterns(env) if env else ()
 
 
 def is_secret_name(name: str, extra: Iterable[str] = ()) -> bool:
@@ -146,13 +152,21 @@ def is_secret_name(name: str, extra: Iterable[str] = ()) -> bool:
     """
     if _builtin_secret_name(name):
         return True
-    env = _parse_patterns(os.environ.get(SECRET_NAMES_ENV, ""))
-    return _matches_patterns(name, env) or _matches_patterns(name, (p.lower() for p in extra))
+    return _matches_patterns(name, (*_env_patterns(), *extra))
 
 
 def is_secret_key(name: str, extra: Iterable[str] = ()) -> bool:
     """A credential-named variable, or a header that carries credentials."""
     return is_secret_name(name, extra) or name.lower() in SECRET_HEADER_NAMES
+
+
+def _is_secret_key(name: str, patterns: tuple[str, ...]) -> bool:
+    """:func:`is_secret_key` with the extra and environment patterns already gathered."""
+    return (
+        _builtin_secret_name(name)
+        or (bool(patterns) and _matches_patterns(name, patterns))
+        or name.lower() in SECRET_HEADER_NAMES
+    )
 
 
 def credential_parts(value: str) -> list[str]:
@@ -409,6 +423,10 @@ class Redactor:
         recorded keeps it out of every event. Everything below such a key counts, and
         so does the password of a URL with userinfo under any key.
         """
+        # The operator's name patterns, read once for the walk (not once per key).
+        self._walk_named(value, secret, (*self.names, *_env_patterns()))
+
+    def _walk_named(self, value: Any, secret: bool, patterns: tuple[str, ...]) -> None:
         if isinstance(value, str):
             if secret:
                 self._register_found(value)
@@ -417,12 +435,11 @@ class Redactor:
                     self.register(part)
         elif isinstance(value, dict):
             for key, item in value.items():
-                self.register_named_values(
-                    item, secret=secret or (isinstance(key, str) and self.is_secret_key(key))
-                )
+                named = secret or (isinstance(key, str) and _is_secret_key(key, patterns))
+                self._walk_named(item, named, patterns)
         elif isinstance(value, list):
             for item in value:
-                self.register_named_values(item, secret=secret)
+                self._walk_named(item, secret, patterns)
 
     def register_literals(self, literals: Iterable[str]) -> None:
         """Register credential literals a tool's hook found in its arguments (placeholders skipped)."""

@@ -368,3 +368,47 @@ async def test_the_docker_backend_s_uppers_are_merged_by_the_same_gate(
     assert refused.error is not None and refused.error.code == "git_metadata"
     now = tree_state(workspace)
     assert now[".git/config"] == before[".git/config"]
+
+
+@pytest.mark.docker
+def test_docker_through_the_cli_a_root_owned_workspace_is_one_exact_change_set_and_undo(
+    docker_client: Any,
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--backend docker --change-sets` on a root-owned workspace: the command (never host root)
+    writes through its overlay, the merge makes the files the owner's, `undo` restores every byte.
+    Without change sets the same command fails with "Permission denied" there."""
+    if os.geteuid() != 0:
+        pytest.skip("a root-owned workspace needs a root test run")
+    monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", DOCKER_OPTIONS["image"])
+    make_tree(ws)
+    owned(ws, 0)
+    before = tree_state(ws)
+    args = ["--workspace", str(ws), "--backend", "docker", "--posture", "allow-reversible"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": COMMAND}), *args,
+        "--change-sets", "--approve", "no",
+    )  # fmt: skip
+    assert code == 0, out
+    changes = out["result"]["changes"]
+    assert changes["refused"] == []
+    assert (ws / "edit.txt").read_text() == "line 1\nline 2\nline 3\n"
+    assert (ws / "dir-b" / "deep" / "two.txt").read_text() == "two\n"
+    assert not (ws / "trash").exists() and not (ws / "dir-a").exists()
+    assert all(p.lstat().st_uid == 0 for p in ws.rglob("*"))  # the workspace owner's
+    after = tree_state(ws)
+    code, listed = cli_json(capsys, "checkpoints", "list", "--workspace", str(ws))
+    differ = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+    assert code == 0 and set(listed["result"][0]["paths"]) == differ
+    code, undone = cli_json(capsys, "undo", *args, "--change-sets", "--approve", "no")
+    assert code == 0, undone
+    assert tree_state(ws) == before
+    # The control: without change sets the container user cannot write a root-owned tree.
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": "echo x > edit.txt"}),
+        *args, "--approve", "yes",
+    )  # fmt: skip
+    assert out["result"]["exit_code"] != 0 and "Permission denied" in out["result"]["stderr"]
+    assert tree_state(ws) == before

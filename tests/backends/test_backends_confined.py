@@ -6,12 +6,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 import trio
 
+import ringfence
 from ringfence import create_kernel
 from ringfence.backends import SessionSpec, start_local
 from ringfence.cli._main import main
@@ -317,3 +319,41 @@ async def test_limit_cgroups_of_a_dead_kernel_are_swept_and_ours_removed(workspa
     finally:
         await session.aclose()
     assert not (parent / ours.pop()).exists()
+
+
+def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path) -> None:
+    """The sandbox's private /tmp must not hide the package that holds the supervisor (a venv
+    or wheel install under /tmp or /var/tmp): it is shown again, read-only."""
+    tmp = Path("/tmp")
+    if not tmp_path.is_relative_to(tmp):
+        pytest.skip("pytest's temporary directory is not under /tmp here")
+    copy = tmp_path / "site"
+    shutil.copytree(
+        Path(ringfence.__file__).parent,
+        copy / "ringfence",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    program = (
+        "import trio, ringfence\n"
+        "from pathlib import Path\n"
+        "from ringfence.backends import SessionSpec, start_local\n"
+        f"assert ringfence.__file__.startswith({str(copy)!r})\n"
+        "async def main():\n"
+        f"    s = await start_local(SessionSpec(roots=(Path({str(ws)!r}),)))\n"
+        f"    r = await s.run('echo confined', cwd=Path({str(ws)!r}), env={{}}, timeout=20, output_cap=1000)\n"
+        "    await s.aclose()\n"
+        "    print(r.stdout.strip(), r.exit_code)\n"
+        "trio.run(main)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program],
+        env={**os.environ, "PYTHONPATH": str(copy)},
+        cwd=tmp_path,  # not the checkout: `-c` puts the working directory first on sys.path
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["confined", "0"]

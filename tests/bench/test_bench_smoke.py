@@ -94,6 +94,7 @@ def test_list_names_every_scenario_with_its_goal() -> None:
         "backends-docker",
         "mcp-everything",
         "mcp-peer",
+        "mcp-oauth",
         "bridge-startup",
         "bridge-call-tool",
         "sweep-calls",

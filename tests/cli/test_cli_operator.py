@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import pytest
 from cli_helpers import (
     isolated,  # noqa: F401  (autouse fixture)
     ringfence_process,
+    uncovered,
 )
 
 import ringfence
@@ -108,16 +112,42 @@ def test_parse_errors_are_one_line_and_json_with_json(capsys: pytest.CaptureFixt
 # --- one --json shape for every verb -----------------------------------------------------
 
 
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository with one commit (a worktree session needs a HEAD to branch from)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "tracked.txt").write_text("one\n")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for argv in (["init", "-q"], ["add", "tracked.txt"], ["commit", "-q", "-m", "one"]):
+        subprocess.run([*git, *argv], check=True)
+    return root
+
+
+# What a case may expect: an exit code, or any of several (images list needs Docker).
+Expected = int | tuple[int, ...]
+
+
 def test_every_verb_prints_the_one_json_shape(
-    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ws: Path, repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Every (sub)command of the real parser, with --json: one {"ok", "result"|"error"} object.
+
+    Each has a success case, or (serve, images build, mcp login: they would serve,
+    build for minutes, or need an OAuth server) its documented refusal. Arguments
+    may name ``{checkpoint}`` and ``{trace}``: taken from earlier results.
+    """
     events = tmp_path / "events.jsonl"
     plan = tmp_path / "plan.json"
     common = ["--workspace", str(ws), "--backend", "local", "--approve", "yes"]
     manifest = ["--manifest", str(tmp_path / "mcp.toml")]
     script = tmp_path / "script.py"
     script.write_text("print('hi')\nresult = 1\n")
-    cases: list[tuple[list[str], int]] = [
+    client_config = tmp_path / "claude.json"
+    client_config.write_text(json.dumps({"mcpServers": {"imp": {"command": "/bin/true"}}}))
+    status_server = str(Path(__file__).parents[1] / "mcp_host" / "servers" / "unapproved.py")
+    in_repo = ["--workspace", str(repo)]
+    cases: list[tuple[list[str], Expected]] = [
         (["tools", "list", *common], 0),
         (["call", "read_file", "--args", '{"path": "notes.txt"}', *common], 0),
         (["call", "read_file", "--args", '{"path": "nope"}', *common], 1),
@@ -137,20 +167,90 @@ def test_every_verb_prints_the_one_json_shape(
         (["plan", "apply", str(plan), *common, "--events", str(events)], 0),
         (["events", "verify", str(events)], 0),
         (["events", "show", str(events)], 0),
+        (["events", "show", str(events), "--trace", "{trace}"], 0),
+        (["checkpoints", "list", "--workspace", str(ws)], 0),
+        (["checkpoints", "show", "{checkpoint}", "--workspace", str(ws)], 0),
+        (["undo", "--last", "1", *common], 0),
+        (
+            [
+                "call",
+                "write_file",
+                "--args",
+                '{"path": "w.txt", "content": "x"}',
+                "--worktree",
+                "wt1",
+                *in_repo,
+                "--backend",
+                "local",
+                "--approve",
+                "yes",
+            ],
+            0,
+        ),
+        (["worktree", "list", *in_repo], 0),
+        (["worktree", "diff", "wt1", *in_repo], 0),
+        (["worktree", "remove", "wt1", "--force", *in_repo], 0),
         (["policy", "show", "--workspace", str(ws)], 0),
         (["policy", "check", "--workspace", str(ws)], 0),
         (["policy", "explain", "read_file", "--args", '{"path": "x"}', *common], 0),
         (["mcp", "list", *manifest], 0),
         (["mcp", "add", "demo", "--transport", "stdio", "--command", "/bin/true", *manifest], 0),
+        (
+            [
+                "mcp",
+                "add",
+                "status",
+                "--transport",
+                "stdio",
+                "--command",
+                sys.executable,
+                "--arg",
+                status_server,
+                *manifest,
+            ],
+            0,
+        ),
+        (
+            [
+                "mcp",
+                "add",
+                "oa",
+                "--transport",
+                "http",
+                "--url",
+                "https://mcp.example.com/mcp",
+                "--auth",
+                "oauth",
+                *manifest,
+            ],
+            0,
+        ),
+        (["mcp", "inspect", "status", *manifest], 0),
+        (["mcp", "inspect", "demo", "--timeout-seconds", "5", *manifest], 1),  # exits at once
+        (["mcp", "login", "demo", "--no-browser", *manifest], 2),  # stdio: needs no login
+        (["mcp", "logout", "oa", *manifest], 0),
+        (["mcp", "import", str(client_config), *manifest], 0),
         (["mcp", "remove", "demo", *manifest], 0),
+        (["serve", "--transport", "http", "--port", "99999", *common], 2),
+        (["images", "list"], (0, 1)),  # 1 (unavailable) where Docker is not running
+        (["images", "build", "no_such_image"], 2),
         (["doctor", "--backend", "local"], 0),
         (["bench", "--list"], 0),
         (["run-script", str(script), "--timeout", "20", *common], 0),
     ]
-    for argv, expected in cases:
+    assert uncovered(argv for argv, _ in cases) == []
+    found: dict[str, str] = {}
+    for template, expected in cases:
+        argv = [a.format(**found) if "{" in a and not a.startswith('{"') else a for a in template]
         code, body = run_json(capsys, *argv)
-        assert code == expected, (argv, body)
-        assert body["ok"] is (expected == 0), (argv, body)
+        allowed = expected if isinstance(expected, tuple) else (expected,)
+        assert code in allowed, (argv, body)
+        assert body["ok"] is (code == 0), (argv, body)
+        if argv[:2] == ["events", "show"] and "trace" not in found:
+            found["trace"] = body["result"]["sessions"][0]["calls"][0]["trace_id"]
+        if argv[:2] == ["checkpoints", "list"]:
+            found["checkpoint"] = body["result"][0]["id"]
+    assert not (ws / "a").exists()  # undone
     # A tampered file: ok false, the report under error.details.
     events.write_text(events.read_text().replace('"write_file"', '"wrote_file"', 1))
     code, body = run_json(capsys, "events", "verify", str(events))
@@ -307,3 +407,14 @@ def test_debug_env_shows_the_traceback_of_an_unexpected_error(tmp_path: Path) ->
     assert quiet.stderr.count("\n") == 1 and str(plan_dir) in quiet.stderr
     loud = ringfence_process("plan", "show", str(plan_dir), env={"RINGFENCE_DEBUG": "1"})
     assert loud.returncode == 1 and "Traceback" in loud.stderr
+
+
+def test_doctor_reports_node_and_where_oauth_tokens_are_sealed(
+    capsys: pytest.CaptureFixture[str], ringfence_home: Path
+) -> None:
+    code, body = run_json(capsys, "doctor", "--backend", "host")
+    assert code == 0, body
+    checks = {c["name"]: c for c in body["result"]["checks"]}
+    assert checks["node"]["ok"] is (shutil.which("node") is not None)
+    store = checks["mcp token store"]["detail"]
+    assert "keyring" in store or str(ringfence_home / "keys") in store

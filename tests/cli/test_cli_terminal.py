@@ -33,7 +33,8 @@ def test_tools_list_is_a_rich_table_on_a_terminal_and_plain_in_a_pipe(tmp_path: 
     ).stdout
     assert "\x1b" not in piped
     lines = piped.splitlines()
-    assert len(lines) == 9 and all(len(line.split()) >= 3 for line in lines)  # undo included
+    # undo and apply_changes (the dry run of a change-set shell) included
+    assert len(lines) == 10 and all(len(line.split()) >= 3 for line in lines)
     assert next(x for x in lines if x.startswith("read_file ")).split()[1] == "read"
 
 

@@ -100,3 +100,27 @@ def test_the_prompt_shows_a_command_tail_hidden_behind_spaces(tmp_path: Path) ->
     prompt = screen.split("[d]eny?")[0]
     assert "command: echo harmless⟨520 spaces⟩; echo PAYLOAD-TAIL > pwned" in prompt
     assert code == 3 and not (ws / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "shown", "consequence"),
+    [
+        ([], "runs on: local: confined (namespaces, Landlock, seccomp); no network", "reversible"),
+        (["--network"], "NETWORK ON", "irreversible"),
+        (["--backend", "host", "--no-change-sets"], "runs on: host: UNCONFINED", "irreversible"),
+    ],
+)
+def test_the_prompt_says_where_a_command_runs_and_whether_it_has_the_network(
+    tmp_path: Path, extra: list[str], shown: str, consequence: str
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    args = json.dumps({"command": "touch made"})
+    code, screen = run_on_pty(
+        ["call", "run_shell", "--args", args, "--workspace", str(ws), "--posture", "ask", *extra],
+        b"d\n",
+        tmp_path,
+    )
+    assert f"ringfence asks: run_shell ({consequence}, via cli)" in screen, screen
+    assert shown in screen, screen
+    assert code == 3 and list(ws.iterdir()) == []

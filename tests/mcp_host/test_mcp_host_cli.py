@@ -289,7 +289,7 @@ def test_inspect_a_server_that_cannot_start(capsys, ringfence_home: Path) -> Non
     )
     code, out, _ = run(capsys, "mcp", "inspect", "ghost", "--json")
     assert code == 1 and out["ok"] is False and out["error"]["code"] == "unavailable"
-    assert out["report"]["checks"][0] == {
+    assert out["error"]["details"]["report"]["checks"][0] == {
         "check": "initialization",
         "status": "fail",
         "detail": out["error"]["message"],

@@ -112,3 +112,15 @@ async def test_a_dead_http_server_fails_fast_and_is_not_replayed(
             "discarded connection #1" in f["message"] for f in cs["remote"].diagnostics.failures
         )
     assert not (state / "note-gone.txt").exists()
+
+
+def test_the_shared_tls_context_verifies_and_is_made_once() -> None:
+    """One CA-bundle load per process (it costs ~60 ms), never a weaker context to get it."""
+    import ssl
+
+    from ringfence.mcp_host._http import tls_context
+
+    context = tls_context()
+    assert context is tls_context()
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+    assert context.cert_store_stats()["x509_ca"] > 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -19,11 +20,18 @@ import httpx2
 import pytest
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
+from mcp.shared.auth_utils import resource_url_from_server_url
 from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
 
-from ringfence.mcp_host import connect_servers
+from ringfence.mcp_host import connect_servers, parse_manifest
 from ringfence.mcp_host._login import login
-from ringfence.mcp_host._oauth import MAX_STEP_UPS, LoginFlow, auth_status, login_flow
+from ringfence.mcp_host._oauth import (
+    MAX_STEP_UPS,
+    LoginFlow,
+    auth_status,
+    build_auth,
+    login_flow,
+)
 from ringfence.mcp_host._tokens import SealedStore
 from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Redactor, Unavailable
 
@@ -370,3 +378,214 @@ async def test_a_stored_token_for_another_audience_is_not_attached(
         assert "ringfence mcp login prot" in cs.failures["prot"].message
     log = await server_log(url)
     assert log["authorization"] and bearer_values(log) == []
+
+
+async def test_a_cached_token_is_sent_at_once_without_discovery_or_a_grant(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    """The path `ringfence bench mcp-oauth` measures: a later session's first request carries
+    the sealed token; no 401 round trip, no metadata discovery, no grant, no registration."""
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    before = await server_log(url)
+    assert before["discovery"]  # the login itself discovered the metadata
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    after = await server_log(url)
+    for key in ("discovery", "grants", "registrations"):
+        assert after[key] == before[key], key
+    session = after["authorization"][len(before["authorization"]) :]
+    assert session and all(h and h.startswith("Bearer ") for h in session)
+
+
+async def test_requests_with_a_valid_cached_token_do_not_wait_for_each_other(home: Path) -> None:
+    """With a valid token in hand no request waits for another one's response (the SDK's lock
+    alone serializes the transport's GET stream and POSTs: a round trip more per connect)."""
+    url = "http://127.0.0.1:9/mcp"  # never contacted: the test answers for the server
+    SealedStore(home).save(
+        "prot",
+        {
+            "v": 1,
+            "resource": resource_url_from_server_url(url),
+            "tokens": {"access_token": "cached-opaque", "token_type": "Bearer"},
+            "expires_at": time.time() + 3600,
+        },
+    )
+    auth = build_auth(manifest(block(url)).servers[0], Redactor())
+    assert auth is not None
+
+    def request() -> httpx2.Request:
+        return httpx2.Request("POST", url, content=b"{}")
+
+    first = auth.async_auth_flow(request())
+    with pytest.raises(StopAsyncIteration):  # the first request loads the sealed token
+        await first.asend(httpx2.Response(200, request=await first.__anext__()))
+    pending = auth.async_auth_flow(request())
+    held = await pending.__anext__()  # sent; its response has not come
+    other = auth.async_auth_flow(request())
+    got: list[httpx2.Request] = []
+
+    async def send_other() -> None:  # another task, as the transport's GET stream is
+        got.append(await other.__anext__())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send_other)
+        with trio.move_on_after(2):
+            while not got:
+                await trio.sleep(0.005)
+        nursery.cancel_scope.cancel()
+    assert got, "the second request waited for the first one's response"
+    sent = got[0]
+    assert sent.headers["authorization"] == held.headers["authorization"] == "Bearer cached-opaque"
+    for flow, req in ((other, sent), (pending, held)):
+        with pytest.raises(StopAsyncIteration):
+            await flow.asend(httpx2.Response(200, request=req))
+
+
+async def test_a_token_rejected_mid_session_is_refreshed_once(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    url = await oauth_server()
+    await login(manifest(block(url)).servers[0], Redactor(), Browser().flow())
+    kernel = make_kernel([ApprovalAnswer.once(), ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        assert not cs.failures, cs.failures
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+        async with httpx2.AsyncClient() as c:
+            await c.post(url.replace("/mcp", "/test/revoke-access"))
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    grants = [g["grant"] for g in (await server_log(url))["grants"]]
+    assert grants == ["authorization_code", "refresh_token"]
+
+
+def xaa_block(url: str) -> str:
+    """SEP-990: the issuer and the IdP are configuration; secrets are named, never written."""
+    issuer = url.removesuffix("/mcp")
+    return block(
+        url,
+        'client_id = "xaa"\nclient_secret_env = "XAA_SECRET"\noauth_grant = "identity_assertion"\n'
+        f'oauth_issuer = "{issuer}"\nidp_token_endpoint = "{issuer}/idp/token"\n'
+        'idp_client_id = "idp-client"\nidp_id_token_env = "XAA_ID_TOKEN"',
+    )
+
+
+ENTERPRISE_ID_TOKEN = "id-token-of-the-enterprise-user"
+
+
+async def test_identity_assertion_exchanges_at_the_idp_then_at_the_issuer(
+    home: Path, oauth_server, make_kernel, sink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await oauth_server()
+    monkeypatch.setenv("XAA_SECRET", "xaa-secret")
+    monkeypatch.setenv("XAA_ID_TOKEN", ENTERPRISE_ID_TOKEN)
+    for _ in range(2):  # the second session uses the sealed token: no new exchange
+        kernel = make_kernel([ApprovalAnswer.once()])
+        async with kernel, connect_servers(kernel, manifest(xaa_block(url))) as cs:
+            assert not cs.failures, cs.failures
+            assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    log = await server_log(url)
+    exchange, grant = log["grants"]
+    assert exchange == {
+        "grant": "token_exchange",
+        "audience": url.removesuffix("/mcp"),  # the configured issuer, not a discovered one
+        "resource": url,
+        "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+    }
+    assert grant["grant"] == "jwt_bearer" and grant["resource"] == url
+    (token,) = set(bearer_values(log))
+    assert auth_status(manifest(xaa_block(url)).servers[0])["logged_in"]
+    # Neither the ID token, the client secret nor the access token reaches an event.
+    text = json.dumps(sink.records())
+    for secret in (ENTERPRISE_ID_TOKEN, "xaa-secret", token):
+        assert secret not in text
+    for f in home.rglob("*"):
+        if f.is_file():
+            assert token.encode() not in f.read_bytes()  # sealed at rest
+
+
+async def test_identity_assertion_token_for_another_audience_is_never_sent(
+    home: Path, oauth_server, make_kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await oauth_server(RF_OAUTH_AUD="https://other.example/mcp")
+    monkeypatch.setenv("XAA_SECRET", "xaa-secret")
+    monkeypatch.setenv("XAA_ID_TOKEN", ENTERPRISE_ID_TOKEN)
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(xaa_block(url))) as cs:
+        assert "another audience" in cs.failures["prot"].message
+    log = await server_log(url)
+    assert [g["grant"] for g in log["grants"]] == ["token_exchange", "jwt_bearer"]  # issued ...
+    assert log["authorization"] and bearer_values(log) == []  # ... and never presented
+    assert not auth_status(manifest(xaa_block(url)).servers[0])["logged_in"]
+
+
+async def test_identity_assertion_never_attaches_a_stored_token_for_another_audience(
+    home: Path, oauth_server, make_kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await oauth_server()
+    monkeypatch.setenv("XAA_SECRET", "xaa-secret")
+    monkeypatch.setenv("XAA_ID_TOKEN", ENTERPRISE_ID_TOKEN)
+    foreign = jwt_for({"aud": "https://other.example/mcp", "sub": "x"})
+    SealedStore(home).save(
+        "prot",
+        {"v": 1, "resource": url, "tokens": {"access_token": foreign, "token_type": "Bearer"}},
+    )
+    kernel = make_kernel([ApprovalAnswer.once()])
+    async with kernel, connect_servers(kernel, manifest(xaa_block(url))) as cs:
+        assert not cs.failures, cs.failures  # a fresh assertion replaced it
+        assert "hello" in (await kernel.call("mcp.prot.whoami", {}))["text"]
+    sent = bearer_values(await server_log(url))
+    assert sent and foreign not in sent
+
+
+def jwt_for(claims: dict) -> str:
+    """An unsigned JWT-shaped token with ``claims`` (only its audience is read)."""
+    import base64
+
+    def part(obj: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    return ".".join([part({"alg": "none"}), part(claims), "sig"])
+
+
+async def test_identity_assertion_without_the_id_token_names_the_variable(
+    home: Path, oauth_server, make_kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await oauth_server()
+    monkeypatch.setenv("XAA_SECRET", "xaa-secret")
+    monkeypatch.delenv("XAA_ID_TOKEN", raising=False)
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(xaa_block(url))) as cs:
+        assert "XAA_ID_TOKEN" in cs.failures["prot"].message
+    assert (await server_log(url))["grants"] == []  # nothing was sent to the IdP or the issuer
+
+
+def test_the_identity_assertion_keys_are_named_with_their_line() -> None:
+    base = (
+        '[[server]]\nname = "s"\ntransport = "http"\nurl = "https://x.example/mcp"\n'
+        'auth = "oauth"\n'
+    )
+    full = (
+        'client_id = "c"\nclient_secret_env = "S"\noauth_grant = "identity_assertion"\n'
+        'oauth_issuer = "https://as.example"\nidp_token_endpoint = "https://idp.example/token"\n'
+        'idp_client_id = "i"\nidp_id_token_env = "IDT"\n'
+    )
+    assert manifest(base + full).servers[0].idp_id_token_env == "IDT"
+    bad = {
+        full.replace('oauth_issuer = "https://as.example"\n', ""): (
+            "oauth_issuer",
+            1,
+        ),  # missing: the table
+        full.replace('idp_id_token_env = "IDT"', 'idp_id_token_env = "not a var"'): (
+            "idp_id_token_env",
+            12,
+        ),
+        full.replace("https://idp.example", "http://idp.example"): ("idp_token_endpoint", 10),
+        'idp_client_id = "i"\n': ("idp_client_id", 6),  # without the grant
+        full.replace('client_secret_env = "S"\n', ""): ("client_secret_env", 1),
+    }
+    for extra, (key, line) in bad.items():
+        with pytest.raises(InvalidArguments) as caught:
+            parse_manifest(base + extra, "m.toml")
+        message = caught.value.message
+        assert caught.value.field == key, (extra, message)
+        assert message.startswith(f"m.toml:{line}: server 's': {key}: "), (extra, message)

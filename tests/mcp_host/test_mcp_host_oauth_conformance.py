@@ -23,13 +23,14 @@ SUITE = HERE.parent / "npm" / "node_modules" / "@modelcontextprotocol" / "confor
 
 # Scenario -> why it fails, each checked against the suite's own output.
 EXPECTED_FAILURES = {
-    # The SDK (2.3) validates the authorization server's issuer strictly (RFC 8414 §3.3,
-    # SEP-2468): legacy metadata served at the resource's origin naming issuer ".../oauth"
-    # is refused as a mix-up risk. Relaxing it would weaken a security check.
+    # The scenario serves no protected-resource metadata and serves authorization-server
+    # metadata only at the origin's root well-known URL (/.well-known/oauth-authorization-server)
+    # with issuer "<origin>/oauth". The 2025-03-26 fallbacks themselves work (discovery at the
+    # origin; default /authorize, /token, /register when no metadata exists: see
+    # auth/2025-03-26-oauth-endpoint-fallback, which passes). Passing this one means using
+    # metadata whose issuer differs from the URL it was fetched from, which RFC 8414 §3.3
+    # forbids ("MUST NOT be used"; a mix-up defence the SDK enforces): kept failing on purpose.
     "auth/2025-03-26-oauth-metadata-backcompat": "issuer mismatch",
-    # SEP-990 enterprise-managed authorization (IdP token exchange, then jwt-bearer):
-    # not configurable in the manifest yet.
-    "auth/cross-app-access-complete-flow": "unsupported_grant_type",
 }
 
 

@@ -121,12 +121,14 @@ async def test_events_of_a_posture(ledger: Ledger) -> None:
 async def test_a_rewritten_chain_cannot_forge_a_calls_intent(
     tmp_path: Path, ledger: Ledger
 ) -> None:
-    """Recomputing every hash makes the chain consistent again, but not the intent."""
+    """Recomputing every hash makes the chain consistent again, but not the seal, and the
+    forged intent no longer matches the call's decision."""
     path = tmp_path / "events.jsonl"
     await write_session(path, ledger)
     records = event_records(path)
     started = [r for r in records if r["kind"] == "started"]
-    assert len(started) == 2 and all(r["intent"]["signature"] for r in started)
+    # No per-call signature: the intent is described, the seal signs the chain.
+    assert len(started) == 2 and not any("signature" in r["intent"] for r in started)
     assert verify_file(path).ok
 
     # The forger turns the approved launch into a call "allowed by the posture" and re-chains.
@@ -136,4 +138,5 @@ async def test_a_rewritten_chain_cannot_forge_a_calls_intent(
     report = verify_file(path)
     assert not report.ok
     assert not any("hash mismatch" in p or "chain broken" in p for p in report.problems)
-    assert any("signed intent does not verify" in p for p in report.problems), report.problems
+    assert any("seal signature does not verify" in p for p in report.problems)
+    assert any("started without an allowed decision" in p for p in report.problems), report.problems

@@ -117,6 +117,23 @@ def forge_allowed_write(path: Path, intent: dict[str, Any] | None) -> None:
     path.write_bytes(rechain(forged))
 
 
+def described_intent(path: Path) -> dict[str, Any]:
+    """What a forger who knows the format writes: a well-formed intent for the refused write."""
+    from ringfence.runtime import digest
+
+    call = next(
+        r for r in event_records(path) if r["kind"] == "proposed" and r["tool"] == "write_file"
+    )
+    return {
+        "tool": "write_file",
+        "arguments_sha256": digest(call["arguments"]),
+        "verdict": "allow",
+        "rule": "posture:ask",
+        "nonce": "forged",
+        "expires_at": 9e9,
+    }
+
+
 @pytest.mark.parametrize("intent_source", ["none", "copied from the read in the first session"])
 def test_a_refused_call_rewritten_as_allowed_is_tampering(log: Path, intent_source: str) -> None:
     first, second = session_keys(log)
@@ -132,13 +149,38 @@ def test_a_refused_call_rewritten_as_allowed_is_tampering(log: Path, intent_sour
     started_line = next(
         i for i, r in enumerate(rs, 1) if r["kind"] == "started" and r["tool"] == "write_file"
     )
-    why = "no signed intent" if intent_source == "none" else "does not verify with the session key"
-    assert any(
-        p.startswith(f"line {started_line}: the call's signed intent does not verify") and why in p
-        for p in report["problems"]
-    ), report["problems"]
-    assert not any("hash mismatch" in p or "chain broken" in p for p in report["problems"])
+    why = (
+        "the record carries no intent"
+        if intent_source == "none"
+        else "the intent names 'read_file', the call is 'write_file'"
+    )
+    assert report["problems"] == [
+        f"line {started_line}: started without an allowed decision: {why}"
+    ], report["problems"]
     # Without --allow-open the missing seal alone already fails it.
+    code, report = verify(log, "--public-key", keys)
+    assert code == 1 and any("session is not sealed" in p for p in report["problems"])
+
+
+def test_a_well_formed_forgery_after_the_last_checkpoint_is_reported_unauthenticated(
+    log: Path,
+) -> None:
+    """The documented limit: with the seal cut off, a forger who writes a consistent call is
+    not refuted, but `--allow-open` names every line from the session's start (no checkpoint
+    covers them) as unauthenticated, and without it the log fails."""
+    first, second = session_keys(log)
+    keys = pin(log, first, second)
+    forge_allowed_write(log, described_intent(log))
+    rs = event_records(log)
+    second_start = [i for i, r in enumerate(rs, 1) if r["kind"] == "session_started"][1]
+    forged = [i for i, r in enumerate(rs, 1) if r.get("tool") == "write_file"]
+    code, report = verify(log, "--public-key", keys, "--allow-open")
+    assert code == 0, report
+    assert report["unauthenticated_lines"] == [second_start, len(rs)]
+    assert all(second_start <= i <= len(rs) for i in forged)
+    assert report["unauthenticated_records"] == len(rs) - second_start + 1
+    text = cli("events", "verify", "--allow-open", str(log), cwd=log.parent, home=log.parent)
+    assert f"unauthenticated tail: lines {second_start}-{len(rs)}" in text.stdout
     code, report = verify(log, "--public-key", keys)
     assert code == 1 and any("session is not sealed" in p for p in report["problems"])
 

@@ -96,11 +96,22 @@ async def test_intent_from_another_kernel_is_refused(kernel: Kernel, ledger: Led
     assert ledger.runs == []
 
 
-async def test_public_key_alone_verifies_issued_intents(kernel: Kernel) -> None:
-    auth = await kernel.authorize("launch", {"x": "a"})
+async def test_an_intent_crossing_a_process_is_signed_and_the_public_key_alone_checks_it(
+    kernel: Kernel, ledger: Ledger
+) -> None:
     pem = kernel.public_key_pem()
-    assert verify_intent(pem, auth.intent)
-    assert not verify_intent(pem, dataclasses.replace(auth.intent, tool="peek"))
+    local = await kernel.authorize("launch", {"x": "a"})
+    # In process: HMAC-tagged only; nothing an outsider could check, nothing to leak.
+    assert local.intent.signature == b"" and not verify_intent(pem, local.intent)
+    signed = kernel._authority.issue_signed("launch", {"x": "a"}, "allow", "posture:unrestricted")
+    assert verify_intent(pem, signed)
+    assert not verify_intent(pem, dataclasses.replace(signed, tool="peek"))
+    assert not verify_intent(pem, dataclasses.replace(signed, nonce="fresh"))
+    # The issuing kernel still redeems it (its tag covers the signature too), once.
+    await kernel.execute(forge(local, intent=signed))
+    assert ledger.names() == ["launch"]
+    with pytest.raises(Denied, match="replay"):
+        await kernel.execute(forge(local, intent=signed))
 
 
 def test_the_session_key_pem_is_what_cryptography_writes_and_reads() -> None:

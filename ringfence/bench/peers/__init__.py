@@ -22,6 +22,7 @@ SCENARIOS: list[Scenario] = [
     srt.SCENARIO,
     llm_sandbox.SCENARIO,
     smolagents.SCENARIO,
+    smolagents.DOCKER_SCENARIO,
 ]
 
 

@@ -182,6 +182,24 @@ def _shown(escaped: bool) -> str:
     return "GOT THROUGH" if escaped else "refused"
 
 
+async def run_docker_executor(quick: bool) -> list[Row]:
+    """smolagents' Docker executor: listed, and skipped with the reason it cannot run here."""
+    if importlib.util.find_spec("smolagents") is None:
+        raise Skip("smolagents is not installed: pip install -e '.[peers]'")
+    raise Skip(
+        "smolagents' DockerExecutor builds its image by installing a Jupyter kernel gateway from "
+        "PyPI inside the container; containers here have no network (no registry is reachable "
+        "from this machine class), so the image cannot be built"
+    )
+
+
+DOCKER_SCENARIO = Scenario(
+    "peer-smolagents-docker",
+    "smolagents DockerExecutor vs run_tool_script on the docker backend",
+    "informational",
+    run_docker_executor,
+)
+
 SCENARIO = Scenario(
     "peer-smolagents",
     "smolagents LocalPythonExecutor vs run_tool_script: tool-call cost and the escape table",

@@ -42,9 +42,34 @@ def server_block(url: str, scenario: str, context: dict) -> str:
             lines.append('client_key_env = "CONFORMANCE_CLIENT_KEY"')
         if scenario.startswith("auth/client-credentials"):
             lines.append('oauth_grant = "client_credentials"')
+        if "idp_token_endpoint" in context:
+            # SEP-990: the authorization server is configuration (what an administrator
+            # provisions); the harness reads it once from the scenario's resource metadata.
+            os.environ["CONFORMANCE_IDP_ID_TOKEN"] = context["idp_id_token"]
+            lines += [
+                'oauth_grant = "identity_assertion"',
+                f"oauth_issuer = {json.dumps(authorization_server(url))}",
+                f"idp_token_endpoint = {json.dumps(context['idp_token_endpoint'])}",
+                f"idp_client_id = {json.dumps(context['idp_client_id'])}",
+                'idp_id_token_env = "CONFORMANCE_IDP_ID_TOKEN"',
+            ]
         if "client_id" not in context:
             lines.append(f"client_metadata_url = {json.dumps(CIMD_URL)}")
     return "\n".join(lines) + "\n"
+
+
+def authorization_server(url: str) -> str:
+    """The first authorization server the resource's RFC 9728 metadata names."""
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    for path in (
+        f"/.well-known/oauth-protected-resource{parts.path}",
+        "/.well-known/oauth-protected-resource",
+    ):
+        r = httpx2.get(origin + path)
+        if r.status_code == 200:
+            return str(r.json()["authorization_servers"][0])
+    raise RuntimeError("the scenario serves no protected-resource metadata")
 
 
 class DefaultsElicitor:

@@ -18,9 +18,13 @@
 - pre-registered clients: ``pre-public`` (public, auth code) and ``m2m`` / ``m2m-secret``
   (client_credentials, client_secret_basic, answered in front of the SDK's ``/token``,
   which has no client_credentials grant);
+- SEP-990 (identity assertion): ``POST /idp/token`` is an enterprise IdP's RFC 8693 token
+  exchange (client ``idp-client``; subject token ``RF_IDP_ID_TOKEN``) returning an ID-JAG
+  for the requested audience and resource; ``/token`` answers the jwt-bearer grant for
+  ``xaa`` / ``xaa-secret`` (client_secret_basic) when the ID-JAG's audience is this issuer;
 - ``POST /test/revoke-access`` drops every access token (refresh tokens stay);
 - ``GET /test/log`` (no auth): every Authorization header received on ``/mcp``, every
-  grant and every dynamic registration.
+  grant, every dynamic registration and every metadata discovery (``/.well-known/…``) path.
 """
 
 from __future__ import annotations
@@ -58,8 +62,11 @@ SIGNING_KEY = secrets.token_bytes(32)
 TTL = int(os.environ.get("RF_OAUTH_TTL", "3600"))
 AUD = os.environ.get("RF_OAUTH_AUD")
 PRM_RESOURCE = os.environ.get("RF_OAUTH_PRM_RESOURCE")  # protected-resource metadata that lies
-LOG: dict[str, list] = {"authorization": [], "grants": [], "registrations": []}
+LOG: dict[str, list] = {"authorization": [], "grants": [], "registrations": [], "discovery": []}
 REDIRECT = "http://127.0.0.1:9/callback"
+ID_TOKEN = os.environ.get("RF_IDP_ID_TOKEN", "id-token-of-the-enterprise-user")
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
 
 
 class Provider:
@@ -245,6 +252,56 @@ def build(port: int):
         )
         await respond(send, 200, token.model_dump(exclude_none=True))
 
+    def basic_client(headers: dict) -> tuple[str, str]:
+        basic = headers.get("authorization", "")
+        if not basic.startswith("Basic "):
+            return "", ""
+        user, _, secret = base64.b64decode(basic[6:]).decode().partition(":")
+        return unquote(user), unquote(secret)
+
+    async def token_exchange(body: bytes, send) -> None:
+        """The enterprise IdP (RFC 8693): an ID token in, an ID-JAG out."""
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        LOG["grants"].append(
+            {
+                "grant": "token_exchange",
+                "audience": form.get("audience"),
+                "resource": form.get("resource"),
+                "requested_token_type": form.get("requested_token_type"),
+            }
+        )
+        if form.get("subject_token") != ID_TOKEN or form.get("client_id") != "idp-client":
+            return await respond(send, 400, {"error": "invalid_grant"})
+        claims = {
+            "iss": f"{base}/idp",
+            "sub": "tester",
+            "aud": form.get("audience"),
+            "resource": form.get("resource"),
+            "client_id": "xaa",
+            "exp": int(time.time()) + 300,
+        }
+        jag = jwt.encode(
+            claims, SIGNING_KEY, algorithm="HS256", headers={"typ": "oauth-id-jag+jwt"}
+        )
+        await respond(
+            send, 200, {"access_token": jag, "issued_token_type": ID_JAG, "token_type": "N_A"}
+        )
+
+    async def jwt_bearer(headers: dict, body: bytes, send) -> None:
+        """The authorization server's RFC 7523 grant for an ID-JAG issued to this issuer."""
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        if basic_client(headers) != ("xaa", "xaa-secret"):
+            return await respond(send, 401, {"error": "invalid_client"})
+        try:
+            claims = jwt.decode(
+                form.get("assertion", ""), SIGNING_KEY, algorithms=["HS256"], audience=base
+            )
+        except jwt.PyJWTError:
+            return await respond(send, 400, {"error": "invalid_grant"})
+        scopes = (form.get("scope") or "read").split()
+        token = provider._issue("xaa", scopes, claims.get("resource"), "jwt_bearer")
+        await respond(send, 200, token.model_dump(exclude_none=True))
+
     async def guarded(scope, receive, send):
         """Record Authorization headers on /mcp; step-up for write_note and stubborn."""
         if scope["type"] != "http":
@@ -265,8 +322,14 @@ def build(port: int):
             return await receive()
 
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        if scope["path"].startswith("/.well-known/"):
+            LOG["discovery"].append(scope["path"])
         if scope["path"] == "/token" and b"grant_type=client_credentials" in body:
             return await client_credentials(headers, body, send)
+        if scope["path"] == "/idp/token":
+            return await token_exchange(body, send)
+        if scope["path"] == "/token" and parse_qs(body.decode()).get("grant_type") == [JWT_BEARER]:
+            return await jwt_bearer(headers, body, send)
         if PRM_RESOURCE and scope["path"].startswith("/.well-known/oauth-protected-resource"):
             return await respond(
                 send, 200, {"resource": PRM_RESOURCE, "authorization_servers": [base]}

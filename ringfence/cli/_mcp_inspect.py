@@ -1,0 +1,127 @@
+"""``ringfence mcp inspect``: connect one server, show what it offers and how it was judged."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..mcp_host import (
+    Transport,
+    load_manifest,
+    load_manifests,
+)
+from ..runtime import load_policy
+from ._mcp_show import server_summary
+from ._output import envelope, print_json, print_ok
+
+# -- inspect ------------------------------------------------------------------------------------
+
+
+async def run_inspect(args: argparse.Namespace) -> int:
+    m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
+    # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
+    roots = [args.workspace] if args.workspace else []
+    config = m.get(args.name).with_policy(load_policy(roots, project=bool(roots)).mcp)
+    if args.timeout_seconds is not None:
+        from dataclasses import replace
+
+        config = replace(
+            config,
+            call_timeout_seconds=args.timeout_seconds,
+            connect_timeout_seconds=args.timeout_seconds,
+        )
+    target = server_summary(config)["target"]
+    how = (
+        "starting its process confined (sandbox = local)"
+        if config.sandbox == "local"
+        else "starting its process as your user"
+        if config.transport is Transport.STDIO
+        else "connecting to it"
+    )
+    from .._embed import mcp_stdio_confiner
+    from ..mcp_host import inspect_server  # imports the MCP SDK: only inspect needs it
+    from ..workspace import Workspace
+
+    # sandbox = "local": confined over the workspace, as in a session. Opened before the
+    # announcement, so a bad --workspace is refused with one line.
+    workspace = Workspace([args.workspace]) if args.workspace else None
+    try:
+        sys.stderr.write(
+            f"ringfence: inspecting MCP server {config.name!r} ({config.transport.value}: "
+            f"{target}): {how}\n"
+        )
+        sys.stderr.flush()
+        confiner = mcp_stdio_confiner(workspace)
+        report = await inspect_server(config, workspace=args.workspace, stdio_confiner=confiner)
+    finally:
+        if workspace is not None:
+            workspace.close()
+    if args.json:
+        if report.get("connected"):
+            return print_ok(report, True)
+        # The one --json shape: the report goes with the error, under its details.
+        error = report["error"]
+        details = {**(error.get("details") or {}), "report": report}
+        print_json(envelope(False, {**error, "details": details}))
+        return 1
+    _print_report(report)
+    return 0 if report.get("connected") else 1
+
+
+def _print_report(r: dict[str, Any]) -> None:
+    w = sys.stdout.write
+    w(f"server     {r['name']} ({r['transport']})\n")
+    if not r.get("connected"):
+        w(f"connected  no: {r['error']['code']}: {r['error']['message']}\n")
+        _print_checks(r["checks"])
+        return
+    ident = r["identity"]
+    w(f"identity   {ident.get('name')} {ident.get('version') or ''}".rstrip() + "\n")
+    w(f"protocol   {ident.get('protocol_version')}\n")
+    health = r.get("health", {})
+    w(
+        f"health     {'ok' if health.get('ok') else 'failing'}"
+        + (
+            f" (ping {health['round_trip_ms']} ms)"
+            if "round_trip_ms" in health
+            else f" ({health.get('detail')})"
+        )
+        + "\n"
+    )
+    ledger = r["ledger"] or {}
+    w("capabilities\n")
+    for key in ("advertised", "approved", "pending"):
+        w(f"  {key:<10} {', '.join(ledger.get(key, [])) or '-'}\n")
+    w(f"tools ({len(r['tools'])})\n")
+    for t in r["tools"]:
+        w(f"  {t['name']:<48} {t['consequence']:<12} ({t['consequence_reason']})\n")
+    for d in r["dropped_tools"]:
+        w(f"  [not registered] {d['remote_name']} ({d['reason']})\n")
+    w(f"prompts ({len(r['prompts'])})\n")
+    for p in r["prompts"]:
+        w(f"  {p['name']}\n")
+    w(f"resources ({len(r['resources'])}) and templates ({len(r['resource_templates'])})\n")
+    for res in r["resources"]:
+        w(f"  {res['uri']}  {res['ref']}\n")
+    for t in r["resource_templates"]:
+        w(f"  {t['uri_template']}  (template)\n")
+    if ident.get("instructions"):
+        first = ident["instructions"].strip().splitlines()[0]
+        w(f"instructions (untrusted, first line): {first[:200]}\n")
+    w(f"server logs ({len(r['logs'])}, redacted)\n")
+    for entry in r["logs"][-20:]:
+        w(f"  [{entry['source']}/{entry['level']}] {entry['text']}\n")
+    w(f"notifications ({len(r['notifications'])})\n")
+    for n in r["notifications"][-20:]:
+        w(f"  {n['method']}\n")
+    w(f"failures ({len(r['failures'])})\n")
+    for f in r["failures"]:
+        w(f"  {f['action']}: {f['message']}\n")
+    _print_checks(r["checks"])
+
+
+def _print_checks(checks: list[dict[str, str]]) -> None:
+    sys.stdout.write("conformance\n")
+    for c in checks:
+        sys.stdout.write(f"  [{c['status']:<4}] {c['check']:<24} {c['detail']}\n")
