@@ -19,11 +19,13 @@ import trio
 
 from ..runtime import CallContext, GitMetadata, InvalidArguments, RingfenceError, ToolError
 from ..workspace import Change, ChangeSet, CheckpointStore
+from ..workspace._changes import UpperSource
 from ..workspace._names import escape_name
 from ._types import ShellResult, Upper
 
 if TYPE_CHECKING:
     from ..workspace import MergeReport
+    from ..workspace._checkpoints import PackWriter
 
 __all__ = ["MAX_REPORTED", "merge_or_stage"]
 
@@ -113,10 +115,42 @@ def _capture(
     merge_rest: bool,
     staging: bool,
 ) -> tuple[ChangeSet | None, MergeReport | None]:
-    """Read, save, then merge (unless ``staging``): (the set, the merge report or None)."""
-    changes: list[Change] = []
-    for upper in result.uppers:
-        changes += _read_upper(upper, roots, store)
+    """Read, save, then merge (unless ``staging``): (the set, the merge report or None).
+
+    The files' bytes go into one pack in the store; the merge then renames
+    the upper files into the workspace (``UpperFiles``), so a command's new
+    file costs one new inode (its own), not three.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds: list[int] = []
+    pack = store.pack()
+    try:
+        changes: list[Change] = []
+        uppers: dict[int, tuple[int, dict[str, UpperSource]]] = {}
+        for upper in result.uppers:
+            fd = os.open(upper.path, flags)
+            fds.append(fd)
+            sources: dict[str, UpperSource] = {}
+            root, read = _read_upper(upper, fd, roots, store, pack, sources)
+            changes += read
+            uppers[root] = (fd, sources)
+        pack.commit()  # before the manifest that names its blobs
+        return _save_and_merge(result, ctx, store, changes, merge_rest, staging, uppers)
+    finally:
+        pack.abort()
+        for fd in fds:
+            os.close(fd)
+
+
+def _save_and_merge(
+    result: ShellResult,
+    ctx: CallContext,
+    store: CheckpointStore,
+    changes: list[Change],
+    merge_rest: bool,
+    staging: bool,
+    uppers: dict[int, tuple[int, dict[str, UpperSource]]],
+) -> tuple[ChangeSet | None, MergeReport | None]:
     if not changes:
         return None, None
     cs = ChangeSet(
@@ -131,10 +165,16 @@ def _capture(
     if staging:
         return cs, None
     from ..workspace import merge_changes  # the change-set writer, loaded by the first merge
+    from ..workspace._upper import UpperFiles
 
     try:
         report = merge_changes(
-            store.workspace, changes, store, atomic=not merge_rest, durable=False
+            store.workspace,
+            changes,
+            store,
+            atomic=not merge_rest,
+            durable=False,
+            sources=UpperFiles(uppers),
         )
     except RingfenceError as exc:
         # Nothing was merged; the set stays in the store, staged, so what the command wrote
@@ -148,29 +188,35 @@ def _capture(
     except BaseException:
         store.drop(cs.id)
         raise
-    if report.applied:
+    if report.applied != cs.changes and report.applied:
         store.save(replace(cs, changes=report.applied))  # what was merged, as it was found
-    else:
+    elif not report.applied:
         store.drop(cs.id)
     return cs, report
 
 
-def _read_upper(upper: Upper, roots: list[Path], store: CheckpointStore) -> list[Change]:
+def _read_upper(
+    upper: Upper,
+    upper_fd: int,
+    roots: list[Path],
+    store: CheckpointStore,
+    pack: PackWriter,
+    sources: dict[str, UpperSource],
+) -> tuple[int, list[Change]]:
+    """(the root's number, the changes its upper directory ``upper_fd`` holds)."""
     from ..workspace import changes_from_upper  # loaded by the first command that wrote
 
     real = Path(os.path.realpath(upper.root))
     if real not in roots:
         raise ToolError(f"the backend reported an upper directory for {upper.root}, not a root")
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    upper_fd = os.open(upper.path, flags)
+    lower_fd = os.open(real, flags)
     try:
-        lower_fd = os.open(real, flags)
-        try:
-            return changes_from_upper(upper_fd, lower_fd, roots.index(real), store)
-        finally:
-            os.close(lower_fd)
+        index = roots.index(real)
+        read = changes_from_upper(upper_fd, lower_fd, index, store, pack=pack, sources=sources)
+        return index, read
     finally:
-        os.close(upper_fd)
+        os.close(lower_fd)
 
 
 def _has_entries(path: Path) -> bool:

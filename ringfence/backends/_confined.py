@@ -57,7 +57,10 @@ which is recorded in :attr:`ConfinedSession.metadata` and so in the
   so closing the session leaves nothing behind.
 
 Files persist between commands (the roots, and the private ``/tmp`` for the
-session's life); the working directory and exported variables do not.
+session's life); the working directory and exported variables do not, unless
+the session option ``persist_shell_state`` is set (:mod:`._shellstate`: the
+state is captured through a memfd passed as the command's descriptor 3 and
+replayed into the next command, which still gets its own overlays).
 
 Non-guarantees: a command can read what the session's user can read outside
 the hidden directories (e.g. ``/etc``); renaming a directory that contains a
@@ -117,6 +120,7 @@ from ._confined_plan import (
 )
 from ._local import BASE_ENV_ALLOWLIST, _result, _Watch
 from ._output import Capture
+from ._shellstate import STATE_LIMIT, ShellKeeper
 from ._types import (
     Command,
     OutputCallback,
@@ -124,7 +128,6 @@ from ._types import (
     ShellResult,
     Upper,
     check_command,
-    check_env,
     check_run_arguments,
 )
 
@@ -203,6 +206,7 @@ class ConfinedSession(SandboxArgv):
             )
         except LayerUnavailable as exc:
             self._kernel_layers.append(Layer("seccomp", False, exc.message))
+        self._keeper = ShellKeeper(spec.shell, self._base_env, enabled=options.persist_shell_state)
         self._hidden = _hidden_dirs([Path(os.path.realpath(r)) for r in spec.roots])
         self._uid, self._gid = _session_user(spec.roots, self._hidden)
 
@@ -219,6 +223,7 @@ class ConfinedSession(SandboxArgv):
             "missing_layers": missing,
             "layers": [layer.to_dict() for layer in self.layers],
             "start_ms": round(self.start_seconds * 1000, 1),
+            "persist_shell_state": self._keeper.enabled,
         }
 
     @property
@@ -226,7 +231,7 @@ class ConfinedSession(SandboxArgv):
         return {"method": "pid-namespace", "detail": "every process of the sandbox's PID namespace"}
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        return {**self._base_env, **check_env(env)}
+        return self._keeper.environment(env)  # under persist_shell_state: the shell's exports
 
     # -- start ----------------------------------------------------------------------------
 
@@ -397,25 +402,30 @@ class ConfinedSession(SandboxArgv):
         output_cap: int,
         on_output: OutputCallback | None = None,
         redact: Callable[[str], str] | None = None,
+        follow_shell: bool = False,
     ) -> ShellResult:
         """Run one command in the sandbox (the :class:`BackendSession` contract).
 
         A sandbox that died between commands is started again first, and the
         result says ``session_restarted``; one that dies under the command
-        gives ``status == "lost"``. Raises InvalidArguments, Unavailable (a
-        restart found a layer gone), ToolError, ``trio.ClosedResourceError``.
+        gives ``status == "lost"``. Under ``persist_shell_state``,
+        ``follow_shell`` starts the command in the shell's own directory
+        rather than ``cwd`` (which stays the fallback), and the result's
+        ``shell`` says what became of the state. Raises InvalidArguments,
+        Unavailable (a restart found a layer gone), ToolError,
+        ``trio.ClosedResourceError``.
         """
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
-        child_env = self.environment(env)
+        self.environment(env)  # env checked before the queue
         if not cwd.is_dir():
             raise InvalidArguments(f"cwd {cwd} is not a directory", field="cwd")
         if self._closed:
             raise trio.ClosedResourceError("the local backend session is closed")
-        argv = [*self._spec.shell, cmd] if isinstance(cmd, str) else cmd
         async with self._lock:
             if self._closed:
                 raise trio.ClosedResourceError("the local backend session is closed")
+            shell_run = self._keeper.begin(cmd, env, follow=follow_shell)  # the state now
             if self._layers_dir is not None:  # the last command's writes: read by now
                 await self._layers_unmounted()
                 await trio.to_thread.run_sync(_empty_uppers, self._layers_dir, self._spec.roots)
@@ -424,12 +434,20 @@ class ConfinedSession(SandboxArgv):
                 if self._sock is None:  # the sandbox died under an earlier command
                     await self._start()
                     restarted = True
+                keep = self._keeper.enabled  # the state comes back through a memfd
+                state = os.memfd_create("ringfence-shell-state") if keep else None
                 try:
                     result = await self._run(
-                        argv, cwd, child_env, timeout, output_cap, on_output, redact
-                    )
+                        shell_run.argv, cwd, shell_run.env, timeout, output_cap, on_output,
+                        redact, state,
+                    )  # fmt: skip
+                    data = os.pread(state, STATE_LIMIT + 1, 0) if state is not None else b""
+                    result = self._keeper.finish(shell_run, result, data)
                 except _NotSent:  # the sandbox was gone before the command reached it
                     continue
+                finally:
+                    if state is not None:
+                        os.close(state)
                 if restarted and not result.session_restarted:
                     result = _replace_restarted(result)
                 if self._layers_dir is not None:
@@ -446,7 +464,9 @@ class ConfinedSession(SandboxArgv):
         output_cap: int,
         on_output: OutputCallback | None,
         redact: Callable[[str], str] | None,
+        state: int | None = None,
     ) -> ShellResult:
+        """One command on the wire; ``state`` (persist_shell_state) becomes its descriptor 3."""
         assert self._sock is not None
         out = Capture("stdout", on_output)
         err = Capture("stderr", on_output)
@@ -456,7 +476,7 @@ class ConfinedSession(SandboxArgv):
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            self._send(payload, (out_w, err_w))
+            self._send(payload, (out_w, err_w) if state is None else (out_w, err_w, state))
         except OSError:
             for fd in (out_r, err_r):
                 os.close(fd)

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..runtime import InvalidArguments, Unavailable
 from ._confined_limits import _processes_of
+from ._shellstate import PERSIST_OPTION, persist_option
 from ._types import SessionSpec
 
 __all__ = [
@@ -115,6 +116,8 @@ class ConfinedOptions:
     session's processes (default 512). ``file_size``: the largest file a
     command may write (default ``16g``). ``network``: ``True`` shares the
     host's network, as ``SessionSpec.network`` does (recorded).
+    ``persist_shell_state``: the working directory and exported variables
+    carry over between commands (:mod:`._shellstate`; default false).
     """
 
     sandbox: str = STRICT
@@ -122,10 +125,11 @@ class ConfinedOptions:
     memory: int = 4 << 30
     pids: int = 512
     file_size: int = 16 << 30
+    persist_shell_state: bool = False
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> ConfinedOptions:
-        known = {"sandbox", "memory", "pids", "file_size", "network"}
+        known = {"sandbox", "memory", "pids", "file_size", "network", PERSIST_OPTION}
         unknown = sorted(set(options) - known)
         if unknown:
             raise InvalidArguments(
@@ -155,6 +159,7 @@ class ConfinedOptions:
             memory=_size(options, "memory", cls.memory),
             pids=pids,
             file_size=_size(options, "file_size", cls.file_size),
+            persist_shell_state=persist_option(options),
         )
 
 

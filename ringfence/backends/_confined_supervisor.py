@@ -30,18 +30,21 @@ inherits all of it), in this order:
 Then it sends ``READY`` with its report (or ``FAIL`` naming the layer) and
 serves requests, one command at a time: ``posix_spawn`` with ``setsid``, the
 command's stdout/stderr are the pipes the kernel sent along
-(``SCM_RIGHTS``), stdin is ``/dev/null``. When the command's main process exits, every other
-process of the namespace is SIGKILLed at once (``kill(-1)`` from PID 1
-reaches every process of the namespace and nothing outside it; a task
-being forked when the signal lands never appears) and reaped; only then is
-the exit status reported, so nothing a command starts outlives it.
+(``SCM_RIGHTS``), stdin is ``/dev/null``; a third descriptor, when sent
+(``persist_shell_state``: a memfd the shell state is written to, see
+:mod:`._shellstate`), becomes the command's descriptor 3. When the command's
+main process exits, every other process of the namespace is SIGKILLed at
+once (``kill(-1)`` from PID 1 reaches every process of the namespace and
+nothing outside it; a task being forked when the signal lands never
+appears) and reaped; only then is the exit status reported, so nothing a
+command starts outlives it.
 
 Wire: each message is a 4-byte big-endian length and a payload.
 kernel → supervisor: ``R`` + NUL-separated cwd, argc, argv…, ``NAME=value``…
-(with the two pipe ends attached); ``T`` (SIGTERM to every process of the
-command), ``K`` (SIGKILL to them). supervisor → kernel: ``READY\\n`` +
-report lines, ``FAIL\\n`` + layer + tab + message, ``X`` + wait status,
-``U`` (change sets: the overlays are unmounted).
+(with the two pipe ends, and the state descriptor if any, attached); ``T``
+(SIGTERM to every process of the command), ``K`` (SIGKILL to them).
+supervisor → kernel: ``READY\\n`` + report lines, ``FAIL\\n`` + layer + tab
++ message, ``X`` + wait status, ``U`` (change sets: the overlays are unmounted).
 End of file from the kernel: kill everything and exit.
 
 ``exec`` mode (``python -I -S <this file> exec <option>… -- <argv>…``, for
@@ -212,7 +215,7 @@ def recv(sock: _socket.socket) -> tuple[bytes, list[int]] | None:
     """One message and the descriptors that came with it; None at end of file."""
     fds: list[int] = []
     head, ancillary, _flags, _addr = sock.recvmsg(
-        4, _socket.CMSG_SPACE(2 * 4), _socket.MSG_CMSG_CLOEXEC
+        4, _socket.CMSG_SPACE(3 * 4), _socket.MSG_CMSG_CLOEXEC
     )
     for level, kind, data in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
@@ -259,8 +262,12 @@ def kill_all(sig: int) -> None:
                 pass
 
 
-def spawn(cwd: str, argv: list[str], env: dict[str, str], out: int, err: int) -> tuple[int, int]:
+def spawn(
+    cwd: str, argv: list[str], env: dict[str, str], out: int, err: int, state: int | None = None
+) -> tuple[int, int]:
     """Start the command: (pid, 0), or (0, wait status) when it could not start.
+
+    ``state`` (above 3, see :func:`run`) becomes the command's descriptor 3.
 
     ``posix_spawn`` (vfork) rather than ``fork``: it does not copy this
     process's page tables, which halves the cost of a command. The working
@@ -289,6 +296,7 @@ def spawn(cwd: str, argv: list[str], env: dict[str, str], out: int, err: int) ->
                 (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_DUP2, out, 1),
                 (os.POSIX_SPAWN_DUP2, err, 2),
+                *([(os.POSIX_SPAWN_DUP2, state, 3)] if state is not None else []),
             ],
             setsid=True,
             # Python ignores SIGPIPE and SIGXFSZ; a command expects the defaults.
@@ -412,7 +420,7 @@ def check_layers(conf: dict[str, str]) -> str:
 
 
 def spawn_layered(
-    cwd: str, argv: list[str], env: dict[str, str], out: int, err: int
+    cwd: str, argv: list[str], env: dict[str, str], out: int, err: int, state: int | None = None
 ) -> tuple[int, int]:
     """Start the command on fresh overlays (see the module docstring): (pid, 0) or (0, status).
 
@@ -466,6 +474,8 @@ def spawn_layered(
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(err, 2)
+        if state is not None:
+            os.dup2(state, 3)
         # Python ignores SIGPIPE and SIGXFSZ; a command expects the defaults.
         _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
         _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
@@ -485,13 +495,19 @@ def run(sock: _socket.socket, body: bytes, fds: list[int]) -> bool:
     cwd, argc = fields[0], int(fields[1])
     argv = fields[2 : 2 + argc]
     env = dict(kv.split("=", 1) for kv in fields[2 + argc :] if kv)
-    out, err = fds
+    out, err = fds[0], fds[1]
+    state = fds[2] if len(fds) > 2 else None
+    if state is not None and state <= 3:  # dup2 onto itself would keep its close-on-exec flag
+        state, low = os.dup(state), state
+        os.close(low)
     try:
         start = spawn_layered if _LAYERS is not None else spawn
-        pid, status = start(cwd, argv, env, out, err)
+        pid, status = start(cwd, argv, env, out, err, state)
     finally:
         os.close(out)
         os.close(err)
+        if state is not None:
+            os.close(state)
         os.chdir("/")
     if not pid:
         send(sock, b"X%d" % status)
@@ -545,7 +561,7 @@ def serve(sock: _socket.socket) -> None:
         if msg is None:
             return
         body, fds = msg
-        if body[:1] == b"R" and len(fds) == 2:
+        if body[:1] == b"R" and len(fds) in (2, 3):
             if not run(sock, body, fds):
                 return
         else:  # T/K between commands: nothing runs

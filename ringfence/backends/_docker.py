@@ -29,7 +29,8 @@ State between commands: files in ``/workspace`` (the host's) and ``/tmp``
 (a tmpfs private to the session) persist. Nothing else does: every command
 starts in the ``cwd`` it is given with exactly the environment it is given
 (plus ``PWD``/``SHLVL`` that the shell sets), and background processes die
-with the command that started them.
+with the command that started them (unless ``persist_shell_state``: cwd and
+exports carry over, :mod:`._shellstate`, through a file in ``/tmp``).
 
 Hardening (all on by default, none can be turned off through options):
 ``cap_drop=ALL``, ``no-new-privileges``, read-only root filesystem, a sized
@@ -109,13 +110,13 @@ from ._dockertls import attach_tls
 from ._engines import Engine, EngineLoad, place
 from ._output import Capture
 from ._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
+from ._shellstate import ShellKeeper
 from ._types import (
     Command,
     OutputCallback,
     SessionSpec,
     ShellResult,
     check_command,
-    check_env,
     check_run_arguments,
 )
 
@@ -212,6 +213,7 @@ class DockerSession:
         for name in spec.passthrough_env:
             if name in os.environ:
                 self._base_env[name] = os.environ[name]
+        self._keeper = ShellKeeper(spec.shell, self._base_env, enabled=opts.persist_shell_state)
         self.restarts = 0
 
     # -- public -------------------------------------------------------------------------------
@@ -234,12 +236,13 @@ class DockerSession:
             "network": self._spec.network,
             "image": self._opts.image,
             "runtime": self._opts.runtime or "default",
+            "persist_shell_state": self._keeper.enabled,
             **(self.engine.describe() if self.engine is not None else {}),
             **({"placement": [load_json(x) for x in self._loads]} if self._loads else {}),
         }
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        return {**self._base_env, **check_env(env)}
+        return self._keeper.environment(env)  # under persist_shell_state: the shell's exports
 
     def container_path(self, host_path: Path) -> str:
         """Where a host path inside a workspace root appears in the container.
@@ -276,11 +279,14 @@ class DockerSession:
         output_cap: int,
         on_output: OutputCallback | None = None,
         redact: Callable[[str], str] | None = None,
+        follow_shell: bool = False,
     ) -> ShellResult:
+        """The :class:`BackendSession` contract; ``follow_shell`` (persist_shell_state): start
+        where the shell is, ``cwd`` the fallback; the result's ``shell`` says what was kept."""
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
-        child_env = self.environment(env)
         where = self.container_path(cwd)
+        self.environment(env)  # env checked before the queue
         if self._closed:
             raise trio.ClosedResourceError("the docker backend session is closed")
         try:
@@ -291,9 +297,10 @@ class DockerSession:
                 if self._shell is None or not self._shell.alive():
                     await self._recover()
                     restarted = True
-                return await self._run(
-                    cmd, where, child_env, timeout, output_cap, on_output, redact, restarted
-                )
+                shell_run = self._keeper.begin(cmd, env, follow=follow_shell)  # the state now
+                ran = await self._run(shell_run.argv, where, shell_run.env, timeout, output_cap,
+                                      on_output, redact, restarted)  # fmt: skip
+                return self._keeper.finish(shell_run, *ran)
         except (Unavailable, ToolError) as exc:
             if self.engine is None:
                 raise
@@ -497,7 +504,7 @@ class DockerSession:
 
     async def _run(
         self,
-        cmd: str | list[str],
+        argv: list[str],
         where: str,
         env: dict[str, str],
         timeout: float,
@@ -505,13 +512,15 @@ class DockerSession:
         on_output: OutputCallback | None,
         redact: Callable[[str], str] | None,
         restarted: bool,
-    ) -> ShellResult:
+    ) -> tuple[ShellResult, bytes]:
+        """One command through the supervisor; its result and its saved shell state (b"")."""
         shell = self._shell
         assert shell is not None
-        argv = [*self._spec.shell, cmd] if isinstance(cmd, str) else cmd
         out = Capture("stdout", on_output)
         err = Capture("stderr", on_output)
-        run = CommandOutput(secrets.token_hex(12), out, err)
+        keep = self._keeper.enabled  # the command's descriptor 3: a file in the private /tmp
+        run = CommandOutput(secrets.token_hex(12), out, err, state=keep)
+        state_file = f"/tmp/.rf-shell-{self.session_id}" if keep else None
         started = time.monotonic()
         timed_out = False
         if self._uppers is not None:
@@ -520,7 +529,7 @@ class DockerSession:
         if self._remote is not None:  # the host's files (and merged change sets) first
             await self._remote.sync(shell, self._require_container())
         try:
-            await shell.send(shell.script(run.token, argv, where, env, self._overlay))
+            await shell.send(shell.script(run.token, argv, where, env, self._overlay, state_file))
             with trio.move_on_after(timeout) as deadline:
                 await shell.read_until_done(run)
             if deadline.cancelled_caught:
@@ -572,7 +581,7 @@ class DockerSession:
             timed_out=timed_out,
             session_restarted=restarted,
             uppers=uppers,
-        )
+        ), run.state
 
     async def _stop(self, run: CommandOutput) -> bool:
         """SIGTERM the command's tree, grace, SIGKILL; replace the container if that fails.

@@ -11,6 +11,7 @@ from typing import Any
 from ..runtime import InvalidArguments
 from ._engines import Engine, parse_engines
 from ._images import resolve_image
+from ._shellstate import PERSIST_OPTION, persist_option
 from ._ship import SHIP_GIT, ShipGit
 
 __all__ = ["DEFAULT_IMAGE", "IMAGE_VARIABLE", "DockerOptions", "parse_user"]
@@ -36,6 +37,8 @@ class DockerOptions:
     ``base_url``) to place the session on. ``ship_git``: on a remote engine,
     ``readonly`` ships git directories (a command's writes to them are in its
     change set, which the Gate refuses) or ``skip`` leaves them on the host.
+    ``persist_shell_state``: the working directory and exported variables
+    carry over between commands (:mod:`._shellstate`; default false).
     """
 
     image: str
@@ -48,11 +51,12 @@ class DockerOptions:
     runtime: str | None = None
     engines: tuple[Engine, ...] = ()
     ship_git: ShipGit = "readonly"
+    persist_shell_state: bool = False
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> DockerOptions:
         known = {"image", "memory", "cpus", "pids", "tmp_size", "user", "base_url", "runtime"}
-        known |= {"engines", "ship_git"}
+        known |= {"engines", "ship_git", PERSIST_OPTION}
         unknown = sorted(set(options) - known)
         if unknown:
             raise InvalidArguments(
@@ -71,6 +75,7 @@ class DockerOptions:
             runtime=options.get("runtime"),
             engines=_engines_option(options),
             ship_git=options.get("ship_git", "readonly"),
+            persist_shell_state=persist_option(options),
         )
         for name in ("memory", "tmp_size"):
             if not _SIZE.match(getattr(opts, name)):

@@ -8,6 +8,11 @@ stderr; :class:`CommandOutput` splits the frames into the two captures up to
 the markers (holding back bytes that may start a marker). How the supervisor
 is signalled and replaced is :mod:`ringfence.backends._docker`'s business.
 
+Under ``persist_shell_state`` (:mod:`._shellstate`) the command's descriptor 3
+is a file in the container's private ``/tmp`` its shell writes its state to;
+the supervisor prints it between the stdout status line and a second marker,
+and :class:`CommandOutput` keeps it (at most ``STATE_LIMIT`` + 1 bytes).
+
 Non-guarantees: the markers are unguessable, but a command that could read the
 supervisor's memory could fake its own exit status (only its own).
 """
@@ -30,6 +35,7 @@ import trio
 from ..runtime import ToolError, Unavailable
 from ._dockerapi import map_docker_errors
 from ._output import Capture
+from ._shellstate import STATE_LIMIT
 
 __all__ = [
     "OVERLAY_FAILED",
@@ -50,11 +56,20 @@ _READ_SIZE = 65536
 class CommandOutput:
     """Parsing state of one command's output: markers on both streams, then the status."""
 
-    def __init__(self, token: str, out: Capture, err: Capture) -> None:
+    def __init__(self, token: str, out: Capture, err: Capture, *, state: bool = False) -> None:
         self.token = token
         self.marker = f"__rf{token}__".encode()
-        self.streams = {1: _MarkedStream(self.marker, out), 2: _MarkedStream(self.marker, err)}
+        end = state_marker(token).encode() if state else None
+        self.streams = {
+            1: _MarkedStream(self.marker, out, end),
+            2: _MarkedStream(self.marker, err),
+        }
         self.status = ""
+
+    @property
+    def state(self) -> bytes:
+        """What the command's shell saved (``persist_shell_state``); b"" when nothing came."""
+        return self.streams[1].state if self.done else b""
 
     @property
     def done(self) -> bool:
@@ -72,13 +87,17 @@ class CommandOutput:
 class _MarkedStream:
     """One output stream up to its end marker; holds back bytes that may start the marker."""
 
-    def __init__(self, marker: bytes, capture: Capture) -> None:
+    def __init__(self, marker: bytes, capture: Capture, state_end: bytes | None = None) -> None:
         self.marker = marker
         self.capture = capture
         self.pending = b""
         self.found = False
         self.trailer_bytes = b""
         self.done = False
+        # After the status line: the shell state up to this marker (persist_shell_state).
+        self.state_end = state_end + b"\n" if state_end is not None else None
+        self.in_state = False
+        self.state = b""
 
     @property
     def trailer(self) -> str:
@@ -86,6 +105,9 @@ class _MarkedStream:
 
     def feed(self, data: bytes) -> None:
         if self.done:
+            return
+        if self.in_state:
+            self._state(data)
             return
         if self.found:
             self._trail(data)
@@ -110,8 +132,29 @@ class _MarkedStream:
     def _trail(self, data: bytes) -> None:
         self.trailer_bytes += data
         if b"\n" in self.trailer_bytes:
-            self.trailer_bytes = self.trailer_bytes.split(b"\n", 1)[0]
+            self.trailer_bytes, _, rest = self.trailer_bytes.partition(b"\n")
+            if self.state_end is None:
+                self.done = True
+            else:
+                self.in_state = True
+                self._state(rest)
+
+    def _state(self, data: bytes) -> None:
+        """The state's bytes up to the end marker; beyond STATE_LIMIT + 1 only the tail is
+        kept (to find the marker): the keeper refuses an oversized state whole."""
+        assert self.state_end is not None
+        end = self.state_end
+        start = max(len(self.state) - len(end) + 1, 0)
+        buf = self.state + data
+        at = buf.find(end, start)
+        if at >= 0:
+            self.state = buf[:at]
             self.done = True
+        elif len(buf) > STATE_LIMIT + 2 * len(end):
+            # Keep a too-large head's length (the keeper's refusal) and the tail to search.
+            self.state = buf[: STATE_LIMIT + 1] + buf[-len(end) :]
+        else:
+            self.state = buf
 
 
 def _peek(fd: int) -> bytes:
@@ -132,6 +175,11 @@ def _marker_prefix_at_end(buf: bytes, marker: bytes) -> int:
             return len(buf) - at
         at = buf.find(marker[:1], at + 1)
     return 0
+
+
+def state_marker(token: str) -> str:
+    """The line that ends a command's saved shell state on stdout (persist_shell_state)."""
+    return f"__rfs{token}__"
 
 
 def quote(word: str) -> str:
@@ -336,12 +384,15 @@ class Supervisor:
         cwd: str,
         env: Mapping[str, str],
         overlay: str | None = None,
+        state_file: str | None = None,
     ) -> str:
         """One line of shell that runs ``argv`` and prints the marker with its status.
 
         With ``overlay`` (a script from :func:`overlay_wrapper`) the command
         runs under it, and its environment is set only at its final ``exec``,
-        so nothing it is given (``PATH``, ``IFS``) steers the wrapper.
+        so nothing it is given (``PATH``, ``IFS``) steers the wrapper. With
+        ``state_file`` the command's descriptor 3 is that file (truncated
+        first), printed after the status line and ended by :func:`state_marker`.
         """
         marker = quote(f"__rf{token}__")
         words = " ".join(quote(a) for a in argv)
@@ -356,9 +407,14 @@ class Supervisor:
                 f"{quote(self.setsid)} {quote(self.unshare)} -Urm /bin/sh -c {quote(overlay)} "
                 f"rf {quote(cwd)} {quote(inner)} {assigns} {words}"
             )
+        state, saved = "", ""
+        if state_file is not None:
+            state = f" 3>{quote(state_file)}"
+            # The file is printed whole (its size is checked by the kernel) after the status.
+            saved = f"cat {quote(state_file)} 2>/dev/null; printf '%s\\n' {quote(state_marker(token))}; "
         return (
             f"if cd {quote(cwd)} 2>/dev/null; then "
-            f"{job} </dev/null & __rf_p=$!; __rf_k=0; "
+            f"{job} </dev/null{state} & __rf_p=$!; __rf_k=0; "
             "wait $__rf_p 2>/dev/null; __rf_r=$?; "
             # A trapped USR1/USR2 interrupts wait; wait again for the command's own status.
             "while [ $__rf_k = 1 ]; do __rf_k=0; wait $__rf_p 2>/dev/null; __rf_r=$?; done; "
@@ -367,8 +423,8 @@ class Supervisor:
             "__rf_i=0; while __rf_left && [ $__rf_i -lt 400 ]; do "
             "kill -KILL -1 2>/dev/null; __rf_i=$((__rf_i+1)); [ $__rf_i -gt 100 ] && sleep 0.01; "
             "done; "
-            "else __rf_r=cwd; fi; "
-            f"printf '%s%s\\n' {marker} \"$__rf_r\"; printf '%s\\n' {marker} >&2\n"
+            f"else __rf_r=cwd;{' : >' + quote(state_file) + ';' if state_file else ''} fi; "
+            f"printf '%s%s\\n' {marker} \"$__rf_r\"; {saved}printf '%s\\n' {marker} >&2\n"
         )
 
     def alive(self) -> bool:
@@ -390,7 +446,8 @@ class Supervisor:
 
     async def send(self, text: str) -> None:
         """Write to the shell's stdin; a broken connection marks the shell dead."""
-        view = memoryview(text.encode())
+        # surrogateescape: a saved variable's bytes that are not UTF-8 go back as they came.
+        view = memoryview(text.encode("utf-8", "surrogateescape"))
         try:
             while view:
                 sent = await self.sock.send(view)

@@ -84,6 +84,7 @@ from ..workspace import (
 )
 from ._changesets import merge_or_stage
 from ._registry import select_backend, start_session
+from ._shellstate import RESERVED_PREFIXES
 from ._types import DEFAULT_KILL_GRACE, BackendSession, SessionSpec
 
 __all__ = [
@@ -134,9 +135,16 @@ sockets, set-id bits and links leaving the workspace are refused at the merge, a
 call fails naming them (git commands that only read work; add, commit, init do not).
 A directory rename inside the workspace is a copy (the layer has no directory rename)."""
 
+# Under the session option persist_shell_state (._shellstate) the fresh-start sentence becomes:
+_FRESH = """Each call starts fresh: cwd, exported variables and background processes do not carry
+over to the next call; files do."""
+_PERSISTENT = """The shell's cwd and exported variables carry over to the next call (given `cwd` moves
+it there first; `exit`, `exec` or a killed shell resets them, as the result's "shell" says);
+background processes do not; files do."""
+
 # Two patterns because schema patterns are matched with RE2, which has no lookahead.
 ENV_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
-RESERVED_ENV_PREFIXES = "^(LD_|DYLD_|RINGFENCE_)"
+RESERVED_ENV_PREFIXES = f"^({'|'.join(RESERVED_PREFIXES)})"
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -318,6 +326,7 @@ class ShellTool:
             output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
             on_output=streams.feed,
             redact=self.kernel.redactor.redact,
+            **_follow(session, args),
         )
         streams.flush()
         if not result.uppers:
@@ -359,6 +368,7 @@ class ShellTool:
                 output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
                 on_output=streams.feed,
                 redact=self.kernel.redactor.redact,
+                **_follow(session, args),
             )
         except BaseException:
             # The command may have written before it failed or was cancelled: check anyway,
@@ -456,6 +466,14 @@ class ShellTool:
         return report
 
 
+def _follow(session: BackendSession, args: Mapping[str, Any]) -> dict[str, bool]:
+    """``follow_shell`` for a session that keeps its shell's state: without a ``cwd`` of the
+    call's own, the command starts where the shell is (nothing for other sessions)."""
+    if not session.metadata.get("persist_shell_state"):
+        return {}
+    return {"follow_shell": "cwd" not in args}
+
+
 def _outside(roots: Sequence[Path], spool: Path) -> Path:
     """``spool``, or a new private temporary directory when ``spool`` lies in a root.
 
@@ -545,10 +563,13 @@ def register_shell_tool(
     networked = network or bool((options or {}).get("network"))
     # Its only effect is an undoable change set: reversible, out of the residual.
     reversible = change_sets is not None and name != "host" and not networked
+    description = DESCRIPTION if change_sets is None else DESCRIPTION_CHANGE_SETS
+    if (options or {}).get("persist_shell_state") is True:
+        description = description.replace(_FRESH, _PERSISTENT)
     kernel.register(
         ToolSpec(
             "run_shell",
-            DESCRIPTION if change_sets is None else DESCRIPTION_CHANGE_SETS,
+            description,
             INPUT_SCHEMA,
             tool,
             consequence=Consequence.REVERSIBLE if reversible else Consequence.IRREVERSIBLE,

@@ -24,6 +24,7 @@ __all__ = [
     "OutputCallback",
     "SessionSpec",
     "ShellResult",
+    "ShellState",
     "Upper",
     "check_command",
     "check_env",
@@ -118,6 +119,32 @@ class Upper:
 
 
 @dataclass(frozen=True)
+class ShellState:
+    """What became of a persistent shell's state after one command (``persist_shell_state``).
+
+    ``status``: ``saved`` (the command's working directory and exported
+    variables carry over to the next command), ``kept`` (the state from
+    before the command stays: it timed out, or was an argv command, which
+    cannot change it) or ``reset`` (the command ended its shell before the
+    state could be saved: ``exit``, ``exec``, ``set -e``, a signal, a lost
+    session, or a state that could not be read; the next command starts like
+    the session's first). ``cwd``: the shell's working directory now, as the
+    sandbox names it (a container path on docker), or None after a reset.
+    ``note`` says why when the status is not ``saved``.
+    """
+
+    status: Literal["saved", "kept", "reset"]
+    cwd: str | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"state": self.status, "cwd": self.cwd}
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass(frozen=True)
 class ShellResult:
     """What one command did.
 
@@ -131,6 +158,8 @@ class ShellResult:
     deadline passed and the command's whole process tree was killed.
     ``uppers`` (only under ``SessionSpec.change_sets``) hold what the command
     wrote, one :class:`Upper` per root; the roots themselves are unchanged.
+    ``shell`` (only under the session option ``persist_shell_state``) says
+    whether the command's working directory and exported variables carry over.
     """
 
     exit_code: int | None
@@ -147,6 +176,7 @@ class ShellResult:
     timed_out: bool = False
     session_restarted: bool = False
     uppers: tuple[Upper, ...] = ()
+    shell: ShellState | None = None
 
     @property
     def status(self) -> str:
@@ -170,6 +200,8 @@ class ShellResult:
             "timed_out": self.timed_out,
             "session_restarted": self.session_restarted,
         }
+        if self.shell is not None:
+            out["shell"] = self.shell.to_dict()
         if self.stdout_truncated or self.stderr_truncated:
             out["truncated"] = {
                 "stdout": self.stdout_truncated,

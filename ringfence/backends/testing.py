@@ -39,9 +39,15 @@ GRACE = 0.5
 
 class _Ctx:
     def __init__(
-        self, session: BackendSession, workspace: Path, probe: Probe, change_sets: bool = False
+        self,
+        session: BackendSession,
+        workspace: Path,
+        probe: Probe,
+        change_sets: bool = False,
+        persistent: bool = False,
     ) -> None:
         self.change_sets = change_sets
+        self.persistent = persistent  # the session option persist_shell_state
         self.session = session
         self.workspace = workspace
         self.probe = probe
@@ -195,11 +201,18 @@ async def stdin_is_empty(c: _Ctx) -> None:
 
 
 async def nothing_but_files_persists(c: _Ctx) -> None:
+    """Files persist; cwd and exports do not (under persist_shell_state: exports do, and the
+    shell's cwd is where a command that follows the shell starts; a given cwd still wins)."""
     first = await c.run(f"echo kept > kept-{c.tag}; export LEAK_{c.tag}=1; cd /")
+    if c.persistent:
+        r = await c.run("pwd", follow_shell=True)
+        _check(r.stdout == "/\n" and r.shell is not None, f"the shell's cwd was not kept: {r}")
+        _check(r.shell.status == "saved", f"shell state {r.shell}")  # type: ignore[union-attr]
     r = await c.run(f'echo "[$LEAK_{c.tag}]"; pwd; cat kept-{c.tag}')
     lines = r.stdout.splitlines()
-    _check(lines[0] == "[]", f"an exported variable persisted: {r.stdout!r}")
-    _check(lines[1] != "/", "cd persisted between commands")
+    leaked = f"[{'1' if c.persistent else ''}]"
+    _check(lines[0] == leaked, f"exported variable: {r.stdout!r}, expected {leaked}")
+    _check(lines[1] != "/", "cd persisted into a command given its own cwd")
     if c.change_sets:
         # The write is the caller's to merge: in the first command's upper, not in the root,
         # and gone from the upper once the next command started.
@@ -337,7 +350,9 @@ async def check_backend(
     the close contract: ``aclose`` is idempotent and ``run`` afterwards raises
     ``trio.ClosedResourceError``. With ``change_sets`` the session is started
     with ``SessionSpec.change_sets`` and a command's writes must stay in its
-    upper directory until the next command empties it.
+    upper directory until the next command empties it. With the option
+    ``persist_shell_state`` exported variables must carry over, and the
+    shell's cwd too for a command run with ``follow_shell``.
     """
     spec = SessionSpec(
         roots=(workspace,),
@@ -357,7 +372,8 @@ async def check_backend(
             os.environ[HOST_SECRET] = previous
     os.environ[HOST_SECRET] = "do-not-leak-either"
     try:
-        ctx = _Ctx(session, workspace, processes, change_sets)
+        persistent = bool(spec.options.get("persist_shell_state"))
+        ctx = _Ctx(session, workspace, processes, change_sets, persistent)
         for check in CHECKS:
             try:
                 await check(ctx)

@@ -73,6 +73,12 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         "an overlay mount)",
     )
     parser.add_argument(
+        "--persist-shell-state",
+        action="store_true",
+        help="run_shell keeps the shell's working directory and exported variables from one "
+        "command to the next, like one long-lived shell (local and docker backends)",
+    )
+    parser.add_argument(
         "--no-change-sets",
         dest="change_sets",
         action="store_false",
@@ -236,6 +242,8 @@ def kernel_from_args(
     backend_options: dict[str, Any] = {"sandbox": sandbox} if sandbox else {}
     if getattr(args, "network", False):
         backend_options["network"] = True
+    if getattr(args, "persist_shell_state", False):
+        backend_options["persist_shell_state"] = True
     kernel = create_kernel(
         backend_options=backend_options or None,
         roots=roots,

@@ -28,6 +28,7 @@ __all__ = [
     "Change",
     "ChangeSet",
     "Image",
+    "UpperSource",
     "image_at",
     "same_state",
 ]
@@ -131,6 +132,21 @@ class ChangeSet:
             undoes=value.get("undoes"),
             staged=bool(value.get("staged", False)),
         )
+
+
+@dataclass(frozen=True)
+class UpperSource:
+    """An overlay upper directory's file that holds a change's after-image (see ``_upper``).
+
+    ``path`` below the upper directory; the merge may rename that file into
+    the workspace instead of writing a copy, but only while it is still the
+    inode read (``ino``, ``size``, ``mtime_ns``) and has one name.
+    """
+
+    path: str
+    ino: int
+    size: int
+    mtime_ns: int
 
 
 class Blobs(Protocol):

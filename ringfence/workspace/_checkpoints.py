@@ -4,7 +4,12 @@ Where: ``$RINGFENCE_HOME/checkpoints/<workspace id>/`` (the id is the first
 16 hex digits of the sha256 of the roots' real paths), holding ``blobs/``
 (file contents and link targets, named by their sha256, written once) and
 ``sets/<id>.json`` (one manifest per change set, written to a temporary name
-and renamed, so a manifest is whole or absent). Ids sort by creation time.
+and renamed, so a manifest is whole or absent) and ``packs/`` (the
+after-images of a shell command's files, appended to one ``<name>.pack`` per
+command with its ``<name>.idx`` of ``digest offset size`` lines: a
+10,000-file command costs one new file in the store, not 10,000, and its
+files can then be renamed into the workspace without sharing an inode with
+the store). Ids sort by creation time.
 
 Retention (:class:`Retention`, checked when a store opens and every 32
 change sets after): keep at most ``keep`` change sets (default 500,
@@ -12,7 +17,10 @@ change sets after): keep at most ``keep`` change sets (default 500,
 30, ``$RINGFENCE_CHECKPOINTS_DAYS``), and blobs totalling at most
 ``max_mib`` (default 1024, ``$RINGFENCE_CHECKPOINTS_MIB``); the oldest change
 sets go first (the newest is always kept), then blobs no set names (unless
-stored in the last hour: a manifest naming them may still be on its way).
+stored in the last hour: a manifest naming them may still be on its way). A
+pack goes whole, once no set names any of its blobs (so the disk may hold a
+pack's dead bytes as long as one of its blobs is live; the MiB limit counts
+live blobs).
 
 Durability: blobs and manifests are renamed into place (never half-written
 under their name) but not fsynced, so a crash of ringfence loses nothing and
@@ -33,6 +41,9 @@ shell commands without change sets.
 
 This module opens one path string, the store directory (outside every
 root); everything below it is reached by descriptor.
+
+Over 500 lines on purpose: blobs, packs, manifests and retention share the
+store's lock and descriptors, and retention must see blobs and packs together.
 """
 
 from __future__ import annotations
@@ -58,7 +69,7 @@ from ._changes import ChangeSet, Image
 from ._names import escape_name
 from ._workspace import Workspace
 
-__all__ = ["CheckpointStore", "Retention", "workspace_id"]
+__all__ = ["CheckpointStore", "PackWriter", "Retention", "workspace_id"]
 
 _PRUNE_EVERY = 32
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
@@ -115,19 +126,23 @@ class CheckpointStore:
         self._lock = threading.Lock()
         self._since_prune = 0
         self._open_lock = threading.Lock()
-        self._fds: tuple[int, int] | None = None
+        self._fds: tuple[int, int, int] | None = None
+        # Packed blobs: digest -> (pack name, offset, size), from the .idx files read so far.
+        self._packed: dict[str, tuple[str, int, int]] = {}
+        self._packs_read: set[str] = set()
+        self._packs_mtime = -1
         if self._open(create=False) is not None:
             self.prune()
 
-    def _open(self, *, create: bool) -> tuple[int, int] | None:
-        """The (blobs, sets) descriptors; the store is made on its first write, not before."""
+    def _open(self, *, create: bool) -> tuple[int, int, int] | None:
+        """The (blobs, sets, packs) descriptors; the store is made on its first write."""
         with self._open_lock:
             if self._fds is None:
                 fd = _open_store(str(self.path), create=create)
                 if fd is None:
                     return None
                 try:
-                    self._fds = (_subdir(fd, "blobs"), _subdir(fd, "sets"))
+                    self._fds = (_subdir(fd, "blobs"), _subdir(fd, "sets"), _subdir(fd, "packs"))
                 finally:
                     os.close(fd)
             return self._fds
@@ -148,6 +163,12 @@ class CheckpointStore:
         """Has anything been stored for this workspace yet?"""
         return self._open(create=False) is not None
 
+    @property
+    def _packs_fd(self) -> int:
+        fds = self._open(create=True)
+        assert fds is not None
+        return fds[2]
+
     def close(self) -> None:
         with self._open_lock:
             for fd in self._fds or ():
@@ -159,11 +180,8 @@ class CheckpointStore:
 
     def put(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        try:
-            os.stat(digest, dir_fd=self._blobs_fd)
+        if self.has(digest):
             return digest  # content-addressed: already there
-        except FileNotFoundError:
-            pass
         _write_atomic(self._blobs_fd, digest, data, sync=self.retention.fsync)
         return digest
 
@@ -176,11 +194,8 @@ class CheckpointStore:
         after its command): the store then holds the inode's one lasting name.
         Its mode is made 0600 (the store's own files are private).
         """
-        try:
-            os.stat(digest, dir_fd=self._blobs_fd)
+        if self.has(digest):
             return True  # content-addressed: already there
-        except FileNotFoundError:
-            pass
         try:
             os.link(
                 name, digest, src_dir_fd=dir_fd, dst_dir_fd=self._blobs_fd, follow_symlinks=False
@@ -226,13 +241,77 @@ class CheckpointStore:
         try:
             fd = os.open(digest, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._blobs_fd)
         except FileNotFoundError:
-            raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)") from None
-        with os.fdopen(fd, "rb") as f:
-            data = f.read()
+            data = self._get_packed(digest)
+        else:
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
         if hashlib.sha256(data).hexdigest() != digest:
             # Not fsynced by default: after a power loss a blob can be empty or torn.
             raise ToolError(f"blob {digest} in {self.path} is damaged; it is not used")
         return data
+
+    def has(self, digest: str) -> bool:
+        """Is a blob with this digest stored (as a file or in a pack)?"""
+        try:
+            os.stat(digest, dir_fd=self._blobs_fd)
+            return True
+        except FileNotFoundError:
+            return self._where_packed(digest) is not None
+
+    def pack(self) -> PackWriter:
+        """A new pack for many small blobs (see :class:`PackWriter`)."""
+        return PackWriter(self)
+
+    def _where_packed(self, digest: str, *, sure: bool = False) -> tuple[str, int, int] | None:
+        """Where a packed blob is; ``sure``: list the packs even if their directory seems
+        unchanged (a reader must not miss a pack committed within the mtime's tick; a
+        writer asking only stores a duplicate if it does)."""
+        with self._lock:
+            found = self._packed.get(digest)
+        if found is None and self._read_new_indexes(sure=sure):
+            with self._lock:
+                found = self._packed.get(digest)
+        return found
+
+    def _read_new_indexes(self, *, sure: bool = False) -> bool:
+        """Read the .idx files not read yet; True if there were any.
+
+        Listed again only when the packs directory changed since (its mtime):
+        a pack's writer asks about each new digest, and most are absent.
+        """
+        mtime = os.fstat(self._packs_fd).st_mtime_ns
+        with self._lock:
+            if mtime == self._packs_mtime and not sure:
+                return False
+            self._packs_mtime = mtime
+        new = False
+        for name in os.listdir(self._packs_fd):
+            if not name.endswith(".idx") or name.startswith(".") or name in self._packs_read:
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                entries = _read_index(self._packs_fd, name)
+                with self._lock:
+                    for digest, offset, size in entries:
+                        self._packed.setdefault(digest, (name[:-4], offset, size))
+                    self._packs_read.add(name)
+                new = True
+        return new
+
+    def _get_packed(self, digest: str) -> bytes:
+        found = self._where_packed(digest, sure=True)
+        if found is None:
+            raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)")
+        pack, offset, size = found
+        try:
+            fd = os.open(
+                f"{pack}.pack", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._packs_fd
+            )
+        except FileNotFoundError:
+            raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)") from None
+        try:
+            return os.pread(fd, size, offset)
+        finally:
+            os.close(fd)
 
     # -- change sets -------------------------------------------------------------------
 
@@ -358,6 +437,17 @@ class CheckpointStore:
                     sizes[name] = st.st_size
                     if st.st_mtime > time.time() - _BLOB_GRACE_SECONDS:
                         young.add(name)
+            packs: dict[str, set[str]] = {}  # pack name -> its digests
+            for name in os.listdir(self._packs_fd):
+                if name.endswith(".idx") and not name.startswith("."):
+                    with contextlib.suppress(OSError, ValueError):
+                        entries = _read_index(self._packs_fd, name)
+                        packs[name[:-4]] = {d for d, _, _ in entries}
+                        st = os.stat(name, dir_fd=self._packs_fd)
+                        if st.st_mtime > time.time() - _BLOB_GRACE_SECONDS:
+                            young.add(name)
+                        for d, _, size in entries:
+                            sizes.setdefault(d, size)
             limit = self.retention.max_mib * (1 << 20)
             oldest_kept = (time.time() - self.retention.max_age_days * 86400) * 1e6
             order = sorted(sets)
@@ -372,10 +462,101 @@ class CheckpointStore:
                     del sets[i]
                     self.drop(i)
             live = set().union(*sets.values()) if sets else set()
+            packed = set().union(*packs.values()) if packs else set()
             for name in sizes:
+                if name in packed:
+                    continue
                 if name not in live and name not in young and not name.startswith("."):
                     with contextlib.suppress(OSError):
                         os.unlink(name, dir_fd=self._blobs_fd)
+            for pack, digests in packs.items():  # a pack goes whole, when it holds nothing live
+                if digests & live or f"{pack}.idx" in young:
+                    continue
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{pack}.idx", dir_fd=self._packs_fd)
+                    os.unlink(f"{pack}.pack", dir_fd=self._packs_fd)
+                for d in digests:
+                    if self._packed.get(d, ("",))[0] == pack:
+                        del self._packed[d]
+                self._packs_read.discard(f"{pack}.idx")
+
+
+class PackWriter:
+    """Many small blobs appended to one new pack file (one file in the store, not one each).
+
+    :meth:`add` (or ``put``: a pack is a :class:`~._changes.Blobs`) stores
+    ``data`` unless the store has it already and returns its digest; :meth:`commit` makes the pack's blobs readable (the pack and
+    then its index renamed into place, the index last, so an index never
+    names bytes that are not there). Until then :meth:`add`'s digests are
+    not in the store: commit before the manifest naming them is saved.
+    Dropped without commit (:meth:`abort`), nothing is left behind. A pack
+    is written once and never changed, like every blob.
+    """
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self._store = store
+        self._dir = store._packs_fd
+        self.name = f"{store.new_id()}"
+        self._temp = f".{self.name}.pack.tmp"
+        self._fd = -1  # opened by the first blob: a pack of nothing costs no file
+        self._offset = 0
+        self._entries: dict[str, tuple[int, int]] = {}
+
+    def add(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in self._entries or self._store.has(digest):
+            return digest
+        if self._fd < 0:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            self._fd = os.open(self._temp, flags, 0o600, dir_fd=self._dir)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self._entries[digest] = (self._offset, len(data))
+        self._offset += len(data)
+        return digest
+
+    # The Blobs protocol, so a pack can stand in for the store while a set is read.
+    put = add
+
+    def put_fd(self, fd: int) -> tuple[str, int]:
+        return self._store.put_fd(fd)  # large: a blob of its own, streamed
+
+    def get(self, digest: str) -> bytes:
+        return self._store.get(digest)
+
+    def commit(self) -> None:
+        if self._fd < 0:
+            return  # nothing added (or committed already)
+        try:
+            if self._store.retention.fsync:
+                os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+        os.replace(self._temp, f"{self.name}.pack", src_dir_fd=self._dir, dst_dir_fd=self._dir)
+        index = "".join(f"{d} {o} {n}\n" for d, (o, n) in self._entries.items()).encode()
+        _write_atomic(self._dir, f"{self.name}.idx", index, sync=self._store.retention.fsync)
+
+    def abort(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+            with contextlib.suppress(OSError):
+                os.unlink(self._temp, dir_fd=self._dir)
+
+
+def _read_index(dir_fd: int, name: str) -> list[tuple[str, int, int]]:
+    """A pack's index: (digest, offset, size) per line; ValueError if malformed."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        out = []
+        for line in f.read().decode("ascii").splitlines():
+            digest, offset, size = line.split(" ")
+            if not _DIGEST.match(digest):
+                raise ValueError(digest)
+            out.append((digest, int(offset), int(size)))
+        return out
 
 
 def _open_store(path: str, *, create: bool) -> int | None:

@@ -27,10 +27,16 @@ import contextlib
 import hashlib
 import os
 import stat
+from typing import TYPE_CHECKING
 
-from ._changes import Blobs, Change, Image, image_at
+from ._changes import Blobs, Change, Image, UpperSource, image_at
 
-__all__ = ["changes_from_upper"]
+if TYPE_CHECKING:
+    from ._checkpoints import PackWriter
+
+__all__ = ["UpperFiles", "changes_from_upper"]
+
+_PACKED_MAX = 1 << 20  # files up to this size go into the pack, larger ones into a blob each
 
 _OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -77,6 +83,42 @@ def _deleted(
     out.append(Change(-1, path, found, None))
 
 
+def _packed_image(
+    upper_fd: int,
+    name: str,
+    path: str,
+    st: os.stat_result,
+    blobs: Blobs,
+    pack: PackWriter,
+    sources: dict[str, UpperSource] | None,
+) -> Image:
+    """A regular file's image, its bytes appended to ``pack`` (large ones: their own blob).
+
+    With ``sources``, a file with one name is noted there as a candidate to
+    be renamed into the workspace by the merge: the store keeps its own copy
+    (the pack), so the two never share an inode.
+    """
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=upper_fd)
+    try:
+        if st.st_size > _PACKED_MAX:
+            digest, size = blobs.put_fd(fd)
+        else:
+            data = os.read(fd, _PACKED_MAX + 1)
+            while len(data) <= _PACKED_MAX and (more := os.read(fd, _PACKED_MAX + 1 - len(data))):
+                data += more
+            if len(data) > _PACKED_MAX:  # grew since the stat: stream the rest into a blob
+                os.lseek(fd, 0, os.SEEK_SET)
+                digest, size = blobs.put_fd(fd)
+            else:
+                digest, size = pack.add(data), len(data)
+        seen = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if sources is not None and seen.st_nlink == 1 and seen.st_size == size:
+        sources[path] = UpperSource(path, seen.st_ino, size, seen.st_mtime_ns)
+    return Image("file", stat.S_IMODE(st.st_mode), digest, size)
+
+
 def _after_image(upper_fd: int, name: str, st: os.stat_result, blobs: Blobs) -> Image | None:
     """The upper entry's image; a regular file's bytes go into the store by a hard link
     when the store can take one (``adopt``: same file system), else by copy.
@@ -102,7 +144,15 @@ def _after_image(upper_fd: int, name: str, st: os.stat_result, blobs: Blobs) -> 
     return Image("file", stat.S_IMODE(st.st_mode), digest, size)
 
 
-def changes_from_upper(upper_fd: int, lower_fd: int, root: int, blobs: Blobs) -> list[Change]:
+def changes_from_upper(
+    upper_fd: int,
+    lower_fd: int,
+    root: int,
+    blobs: Blobs,
+    *,
+    pack: PackWriter | None = None,
+    sources: dict[str, UpperSource] | None = None,
+) -> list[Change]:
     """The changes an overlay's upper directory (``upper_fd``) makes to ``lower_fd``.
 
     ``lower_fd`` is the workspace root the overlay had as its lower layer
@@ -111,14 +161,27 @@ def changes_from_upper(upper_fd: int, lower_fd: int, root: int, blobs: Blobs) ->
     in ``blobs`` too, so the set can be undone after it is merged. Order:
     a deletion before a creation at the same path, a directory before its
     entries, entries before their directory's deletion.
+
+    ``pack``: every image's bytes (before-images too) are appended to it
+    (commit it before the set is saved), none hard-linked into the store; ``sources`` (with
+    ``pack`` only) then names the upper files the merge may rename into the
+    workspace (:class:`UpperSource`, by path below the upper directory).
     """
     out: list[Change] = []
-    _walk(upper_fd, lower_fd, "", blobs, out)
+    if pack is not None:
+        blobs = pack  # before-images and links too: one pack, not a file each
+    _walk(upper_fd, lower_fd, "", blobs, out, pack, sources if pack is not None else None)
     return [Change(root, c.path, c.before, c.after) for c in out]
 
 
 def _walk(
-    upper_fd: int, lower_fd: int | None, prefix: str, blobs: Blobs, out: list[Change]
+    upper_fd: int,
+    lower_fd: int | None,
+    prefix: str,
+    blobs: Blobs,
+    out: list[Change],
+    pack: PackWriter | None,
+    sources: dict[str, UpperSource] | None,
 ) -> None:
     for name in sorted(os.listdir(upper_fd)):
         path = f"{prefix}{name}"
@@ -143,16 +206,105 @@ def _walk(
                     sub_lower_fd = _open_dir(lower_fd, name)
                 if before is None or before.mode != mode:
                     out.append(Change(-1, path, before, Image("dir", mode)))
-                _walk(sub_upper_fd, sub_lower_fd, f"{path}/", blobs, out)
+                _walk(sub_upper_fd, sub_lower_fd, f"{path}/", blobs, out, pack, sources)
             finally:
                 os.close(sub_upper_fd)
                 if sub_lower_fd is not None:
                     os.close(sub_lower_fd)
             continue
-        after = _after_image(upper_fd, name, st, blobs)
+        if pack is not None and stat.S_ISREG(st.st_mode):
+            after: Image | None = _packed_image(upper_fd, name, path, st, blobs, pack, sources)
+        else:
+            after = _after_image(upper_fd, name, st, blobs)
         if before is not None and before.kind == "dir":
             assert lower_fd is not None
             _deleted(lower_fd, name, path, before, blobs, out)  # a directory replaced by a file
             before = None
         if before != after:
             out.append(Change(-1, path, before, after))
+
+
+class UpperFiles:
+    """The files of overlay upper directories that a merge may rename (see ``merge_changes``).
+
+    ``uppers`` maps a root's number to its upper directory's descriptor
+    (the caller's) and the files read from it (:class:`UpperSource` by
+    path). One upper directory is open at a time (a merge goes directory by
+    directory), so a 10,000-directory set needs no 10,000 descriptors.
+    """
+
+    def __init__(self, uppers: dict[int, tuple[int, dict[str, UpperSource]]]) -> None:
+        self._uppers = uppers
+        self.disabled = False
+        self._dir: tuple[int, str, int] | None = None  # (root, directory, fd)
+        euid = os.geteuid()
+        self._ids = None if euid == 0 else (euid, os.getegid())
+
+    def take(self, change: Change, after: Image) -> tuple[int, str, int] | None:
+        """``(dir_fd, name, fd)`` of the change's upper file if it may be renamed, else None.
+
+        ``fd`` (open on the file) is the caller's to close.
+        """
+        entry = self._uppers.get(change.root)
+        if self.disabled or entry is None:
+            return None
+        upper_fd, files = entry
+        src = files.pop(change.path, None)  # a path is renamed at most once
+        if src is None or src.size != after.size:
+            return None
+        parent, _, name = change.path.rpartition("/")
+        try:
+            dir_fd = self._open_dir(change.root, upper_fd, parent)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            return None
+        st = os.fstat(fd)
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_nlink != 1
+            or (st.st_ino, st.st_size, st.st_mtime_ns) != (src.ino, src.size, src.mtime_ns)
+            or (self._ids is not None and (st.st_uid, st.st_gid) != self._ids)
+        ):
+            os.close(fd)
+            return None
+        try:  # the upper's own attributes (overlay's, the command's) are never merged
+            for attr in os.listxattr(fd):
+                os.removexattr(fd, attr)
+        except OSError:  # one we may not remove (e.g. a file capability): copy instead
+            os.close(fd)
+            return None
+        return dir_fd, name, fd
+
+    def _open_dir(self, root: int, upper_fd: int, parent: str) -> int:
+        if self._dir is not None and self._dir[:2] == (root, parent):
+            return self._dir[2]
+        self.close()
+        fd = upper_fd
+        if parent:
+            fd = _open_dirs(upper_fd, parent)
+        self._dir = (root, parent, fd)
+        return fd
+
+    def close(self) -> None:
+        if self._dir is not None:
+            _, parent, fd = self._dir
+            if parent:
+                os.close(fd)
+            self._dir = None
+
+
+def _open_dirs(dir_fd: int, path: str) -> int:
+    """The directory ``path`` below ``dir_fd``, no link followed on the way (OSError if not)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = dir_fd
+    try:
+        for name in path.split("/"):
+            sub = os.open(name, flags, dir_fd=fd)
+            if fd != dir_fd:
+                os.close(fd)
+            fd = sub
+    except BaseException:
+        if fd != dir_fd:
+            os.close(fd)
+        raise
+    return fd

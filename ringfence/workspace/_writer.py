@@ -24,6 +24,10 @@ original is byte-for-byte unchanged:
 * a directory that does not let us create files;
 * an owner, mode or extended attribute that cannot be carried over;
 * an immutable or append-only file, a read-only file system (the rename fails).
+
+Over 500 lines on purpose: the replace is written once for the file tools
+and for the merge (which may rename an upper directory's file into place
+instead of writing one), so every check above holds for both.
 """
 
 from __future__ import annotations
@@ -158,9 +162,23 @@ def _copy_xattrs(src_path_fd: int, dst_fd: int, display: str) -> None:
 
 
 def replace_file(
-    place: Place, data: bytes, *, expected: Expected | None = None, sync_dir: bool | None = True
+    place: Place,
+    data: bytes,
+    *,
+    expected: Expected | None = None,
+    sync_dir: bool | None = True,
+    source: tuple[int, str, int] | None = None,
+    release: Callable[[int], None] = os.close,
 ) -> bool:
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
+
+    ``source`` (a merge from an overlay's upper directory): ``(dir_fd, name,
+    fd)`` of a file holding ``data`` that nothing writes any more, renamed
+    into place instead of a new file being written (it must have no extended
+    attributes; a new file is 0600 until the caller sets its mode); a rename across file
+    systems raises the bare ``OSError`` (``EXDEV``) with nothing changed.
+    ``release`` gets the replaced inode's last descriptor (the close that
+    frees it, which a merge leaves to another thread).
 
     ``sync_dir=False``: the caller fsyncs the directory (a merge, once per directory);
     ``None``: nothing is fsynced (a shell command's merge, as durable as the command itself).
@@ -213,6 +231,8 @@ def replace_file(
             field="path",
         )
     src_path_fd = -1
+    if source is not None:
+        return _replace_from(place, st, source, sync_dir, release)
     if st is not None:
         try:
             # The exact inode being replaced, to copy its attributes from.
@@ -263,10 +283,47 @@ def replace_file(
         raise translate_oserror(exc, display, writing=True) from None
     finally:
         if src_path_fd >= 0:
-            os.close(src_path_fd)
+            release(src_path_fd)
         if not renamed:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=dir_fd)
+    return st is None
+
+
+def _replace_from(
+    place: Place,
+    st: os.stat_result | None,
+    source: tuple[int, str, int],
+    sync_dir: bool | None,
+    release: Callable[[int], None],
+) -> bool:
+    """:func:`replace_file` by renaming ``source`` into place (checks done by the caller)."""
+    leaf = place.leaf
+    assert leaf is not None
+    dir_fd, display = place.dir_fd, place.display()
+    src_dir, src_name, fd = source
+    src_path_fd = -1
+    try:
+        if os.listxattr(fd):  # the caller drops the upper's own (overlay's, the command's)
+            raise InvalidArguments(f"{display}: the file to rename still has extended attributes")
+        if st is not None:
+            src_path_fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            _keep_owner_and_mode(fd, st, display)
+            _copy_xattrs(src_path_fd, fd, display)
+        else:
+            os.fchmod(fd, 0o600)  # private until the caller (the merge) sets the set's mode
+        if sync_dir is not None:
+            os.fsync(fd)
+        os.replace(src_name, leaf, src_dir_fd=src_dir, dst_dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            raise
+        raise translate_oserror(exc, display, writing=True) from None
+    finally:
+        if src_path_fd >= 0:
+            release(src_path_fd)  # held across the rename: the close frees the old inode
+    if sync_dir:
+        fsync_dir(dir_fd)
     return st is None
 
 

@@ -1,0 +1,269 @@
+"""``persist_shell_state``: a shell whose working directory and exports carry over.
+
+One session option (``SessionSpec.options["persist_shell_state"]``, default
+false) of the ``local`` and ``docker`` backends. Without it every command
+starts fresh (the contract of both backends). With it the session behaves as
+one long-lived shell: ``cd sub`` then ``pwd`` prints ``sub``; ``export A=1``
+then ``echo $A`` prints ``1``.
+
+How: not one shell process kept alive (a long-lived shell cannot move
+between the per-command overlays of change sets, and a command could
+corrupt it), but the shell's state **captured** at each command's end and
+**replayed** into the next command's fresh shell. Every other guarantee of
+the backend holds unchanged: a fresh process tree per command (background
+processes die at its end), the timeout, the output caps and redaction, and
+on the ``local`` backend each command on its own overlay (change sets).
+
+A command string runs under :data:`WRAPPER` (``<shell> -c WRAPPER <shell>
+<dir> <command>``), which enters ``<dir>`` (the saved directory; empty:
+stay where the backend started it), runs the command with ``command eval``
+(a syntax error does not end the shell) and then writes ``env -0`` plus
+``__RF_CWD=$PWD`` to descriptor 3, the backend's side channel (a memfd on
+``local``, a file in the container's private ``/tmp`` on docker; descriptor
+3 is closed while the command itself runs). The kernel parses that as data
+(:func:`parse_state`): NUL-separated ``NAME=value`` entries, valid names
+only, at most :data:`STATE_LIMIT` bytes; values are never given to a shell
+as text, only as the next command's environment (``execve``'s ``envp`` on
+``local``; on docker single-quoted assignment words, as every variable
+there). So a value holding newlines, quotes or ``$(…)`` round-trips
+byte for byte and is never executed.
+
+The rules (:class:`ShellKeeper`):
+
+- **cwd**: the shell's directory wins when the caller follows the shell
+  (``run_shell`` without a ``cwd`` argument; a session's ``run(…,
+  follow_shell=True)``); a ``cwd`` given explicitly (``follow_shell=False``,
+  the session API's default) moves the shell there first, like a ``cd``
+  before the command. A saved
+  directory that is gone: the command runs in the given ``cwd`` and stderr
+  says so.
+- **environment**: the saved exports replace the session's base environment
+  (a variable the shell unset stays unset); a variable given to one call
+  (``run``'s ``env``) applies to that call only, like ``NAME=value cmd``,
+  unless the command exported a different value.
+- **what is not kept**: shell variables that were not exported, functions,
+  aliases, options (``set -e``), traps, ``SHLVL``, ``_`` and ``PWD`` (the
+  shell sets them), and the names a ``run_shell`` call may not set either
+  (:data:`RESERVED_PREFIXES`: ``LD_*``, ``DYLD_*``, ``RINGFENCE_*``; the
+  result's note names them), so no later command, allowed by a rule that
+  reads only its own text, runs under a loader variable an earlier one left.
+- **an argv command** runs in the saved directory with the saved exports and
+  cannot change them (``kept``).
+- **timeout**: the command's tree is killed as always; the state from before
+  it stays (``kept``), what it changed itself is lost.
+- **exit, exec, set -e, a signal, a lost session**: the command ended its
+  shell before the capture: the exit status is reported as usual and the
+  state is **reset** to the session's start (``reset``, and the result says
+  why); nothing is silent.
+
+Non-guarantees: a command can write its own captured state (descriptor 3
+of its shell is reachable through ``/proc`` by a process of the same user):
+it can only set what it could have exported anyway, in its own session. The
+wrapper's ``eval`` differs from ``sh -c`` in small ways: one more shell
+process stays alive while the command runs, and error messages say
+``eval:``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..runtime import InvalidArguments
+from ._types import Command, ShellResult, ShellState, check_env
+
+__all__ = [
+    "PERSIST_OPTION",
+    "RESERVED_PREFIXES",
+    "STATE_FD",
+    "STATE_LIMIT",
+    "WRAPPER",
+    "ShellKeeper",
+    "ShellRun",
+    "parse_state",
+    "persist_option",
+]
+
+PERSIST_OPTION = "persist_shell_state"
+STATE_FD = 3
+# Larger than any environment execve accepts (ARG_MAX is 2 MiB, one string 128 KiB, in practice
+# far less is ever exported); a larger capture is refused, not truncated.
+STATE_LIMIT = 1 << 20
+CWD_NAME = "__RF_CWD"
+
+# $1: the saved directory ('' = stay), $2: the command. The shell's own variables start with
+# __rf_ (dropped from the capture even under `set -a`); `set +x` keeps a command's xtrace out of
+# the capture's lines; `command -p env` is found whatever PATH the command left.
+WRAPPER = (
+    'if [ -n "$1" ] && ! cd "$1" 2>/dev/null; then '
+    "printf 'ringfence: the shell'\\''s directory %s is gone; this command runs in %s\\n' "
+    '"$1" "$PWD" >&2; fi; '
+    '__rf_c=$2; shift 2; command eval "$__rf_c" 3>&-; '
+    "{ __rf_r=$?; set +x; } 2>/dev/null; "
+    f'command -p env -0 "{CWD_NAME}=$PWD" >&3; exit "$__rf_r"'
+)
+# An argv command: in the saved directory, with the saved exports; it cannot change them.
+ARGV_WRAPPER = (
+    'if [ -n "$1" ] && ! cd "$1" 2>/dev/null; then '
+    "printf 'ringfence: the shell'\\''s directory %s is gone; this command runs in %s\\n' "
+    '"$1" "$PWD" >&2; fi; shift; exec "$@"'
+)
+
+# Names a call may not set (run_shell's schema) are not carried over either: an allowed command
+# must not run under a loader or ringfence variable an earlier command left behind.
+RESERVED_PREFIXES = ("LD_", "DYLD_", "RINGFENCE_")
+
+_NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# Set by the shell itself (or by the wrapper), not by the command: never carried over.
+_SHELL_OWNED = frozenset({"_", "SHLVL", "PWD"})
+_SHELL_FLAG = re.compile(r"-[A-Za-z]*c")
+
+
+def persist_option(options: Mapping[str, Any]) -> bool:
+    """``options["persist_shell_state"]`` checked: true or false (default false)."""
+    value = options.get(PERSIST_OPTION, False)
+    if not isinstance(value, bool):
+        raise InvalidArguments(
+            f"{PERSIST_OPTION} must be true or false, not {value!r}",
+            field=f"options.{PERSIST_OPTION}",
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class _Saved:
+    """A captured state: the shell's directory (sandbox path) and its exported variables."""
+
+    cwd: str
+    env: Mapping[str, str]
+
+
+def parse_state(data: bytes) -> _Saved | str:
+    """What descriptor 3 held after a command: the state, or why it is not one.
+
+    Data only: split on NUL, each entry ``NAME=value`` with a valid name (an
+    exported bash function's ``BASH_FUNC_f%%`` entry and the like are
+    dropped); values decoded with ``surrogateescape`` so any byte but NUL
+    round-trips. Empty data: the shell never reached the capture.
+    """
+    if not data:
+        return "the command ended its shell (exit, exec, set -e or a signal) before its state was saved"
+    if len(data) > STATE_LIMIT:
+        return f"the shell's exported variables exceed {STATE_LIMIT} bytes"
+    cwd: str | None = None
+    env: dict[str, str] = {}
+    for entry in data.split(b"\0"):
+        name, eq, value = entry.partition(b"=")
+        if not eq or not _NAME.fullmatch(name):
+            continue
+        key = name.decode("ascii")
+        if key == CWD_NAME:
+            cwd = value.decode("utf-8", "surrogateescape")
+        elif key not in _SHELL_OWNED and not key.lower().startswith("__rf_"):
+            env[key] = value.decode("utf-8", "surrogateescape")
+    if not cwd or not cwd.startswith("/"):
+        return "the shell's saved state had no working directory"
+    return _Saved(cwd, env)
+
+
+@dataclass(frozen=True)
+class ShellRun:
+    """One command as the keeper prepared it: its argv and environment, and what it was given."""
+
+    argv: list[str]
+    env: dict[str, str]
+    given: Mapping[str, str] = field(default_factory=dict)
+    captures: bool = True  # a command string (may change the state); an argv command cannot
+
+
+class ShellKeeper:
+    """One session's persistent shell state (see the module docstring for the rules).
+
+    Held by the backend session, changed only by :meth:`finish` (commands of a
+    session run one at a time). ``base_env`` is the environment a fresh shell
+    gets (the backend's allowlist); ``shell`` the session's ``… -c`` prefix.
+    Not ``enabled`` (the option off, the default): every command is fresh,
+    ``begin`` gives today's ``<shell> -c <command>`` and ``finish`` the
+    result as it came, so a backend calls the keeper either way.
+    """
+
+    def __init__(
+        self, shell: Sequence[str], base_env: Mapping[str, str], *, enabled: bool = True
+    ) -> None:
+        self.enabled = enabled
+        if enabled and not _SHELL_FLAG.fullmatch(shell[-1]):
+            raise InvalidArguments(
+                f"{PERSIST_OPTION} needs a POSIX shell run as '<shell> -c' (SessionSpec.shell), "
+                f"not {list(shell)!r}",
+                field="shell",
+            )
+        self._shell = tuple(shell)
+        self._base = dict(base_env)
+        self._saved: _Saved | None = None
+
+    @property
+    def cwd(self) -> str | None:
+        """The shell's working directory now (a sandbox path), or None: the run's ``cwd``."""
+        return self._saved.cwd if self._saved is not None else None
+
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The exact environment the next command gets when given ``env``."""
+        base = self._saved.env if self._saved is not None else self._base
+        return {**base, **check_env(env)}
+
+    def begin(self, command: Command, env: Mapping[str, str], *, follow: bool) -> ShellRun:
+        """The argv and environment of one command (``command`` already checked).
+
+        ``follow``: start in the shell's own directory (the caller gave no
+        ``cwd`` of its own); otherwise the backend's ``cwd`` wins.
+        """
+        given = check_env(env)
+        if not self.enabled:
+            argv = [*self._shell, command] if isinstance(command, str) else list(command)
+            return ShellRun(argv, self.environment(given), given, captures=False)
+        where = self.cwd if follow and self.cwd is not None else ""
+        if isinstance(command, str):
+            argv = [*self._shell, WRAPPER, self._shell[0], where, command]
+            return ShellRun(argv, self.environment(given), given)
+        argv = list(command)
+        if where:
+            argv = [*self._shell, ARGV_WRAPPER, self._shell[0], where, *argv]
+        return ShellRun(argv, self.environment(given), given, captures=False)
+
+    def finish(self, run: ShellRun, result: ShellResult, data: bytes) -> ShellResult:
+        """Save (or keep, or reset) the state from what descriptor 3 held; say so in the result."""
+        if not self.enabled:
+            return result
+        if not run.captures:
+            return replace(result, shell=ShellState("kept", self.cwd, "an argv command"))
+        if result.timed_out:
+            note = "it timed out: its own changes to cwd and exports are lost"
+            return replace(result, shell=ShellState("kept", self.cwd, note))
+        parsed = parse_state(data)
+        if isinstance(parsed, str):
+            self._saved = None
+            note = f"{parsed}; cwd and exported variables are back to the session's start"
+            return replace(result, shell=ShellState("reset", None, note))
+        before = self._saved.env if self._saved is not None else self._base
+        env = dict(parsed.env)
+        for name, value in run.given.items():  # one call's variables are that call's alone
+            if env.get(name) != value:
+                continue
+            if name in before:
+                env[name] = before[name]
+            else:
+                env.pop(name)
+        # The operator's own (passthrough) values of reserved names stay; a command's go.
+        dropped = sorted(
+            n for n in env if n.startswith(RESERVED_PREFIXES) and env[n] != self._base.get(n)
+        )
+        for name in dropped:
+            if name in self._base:
+                env[name] = self._base[name]
+            else:
+                del env[name]
+        self._saved = _Saved(parsed.cwd, env)
+        note = f"not carried over (reserved names): {', '.join(dropped)}" if dropped else None
+        return replace(result, shell=ShellState("saved", parsed.cwd, note))
