@@ -710,3 +710,24 @@ async def test_run_shell_on_a_remote_engine_merges_through_the_gate(
     sandbox = started[0]["sandbox"]
     assert sandbox["engine"] == engines[0].engine.name and sandbox["workspace"] == "shipped"
     assert sandbox["tls"] is True and [p["engine"] for p in sandbox["placement"]] == ["ship-a"]
+
+
+async def test_persist_shell_state_carries_over_on_a_remote_engine(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    (workspace / "sub").mkdir()
+    session = await start_remote(
+        workspace, engines[0].engine, options={"persist_shell_state": True}
+    )
+    try:
+        await session.run(
+            "cd sub; export KEPT=yes", cwd=workspace, env={}, timeout=20, output_cap=4096,
+            follow_shell=True,
+        )  # fmt: skip
+        r = await session.run(
+            'pwd; echo "$KEPT"', cwd=workspace, env={}, timeout=20, output_cap=4096,
+            follow_shell=True,
+        )  # fmt: skip
+        assert r.stdout == "/workspace/sub\nyes\n", r
+    finally:
+        await session.aclose()
