@@ -117,17 +117,23 @@ text saved to a file named in the output. A command still running at `timeout_se
 is killed with its whole process tree and the result says "timeout".
 """
 
-DESCRIPTION = _HEAD + """Git metadata is off limits: a command that creates a .git or a repository, or changes
+DESCRIPTION = (
+    _HEAD
+    + """Git metadata is off limits: a command that creates a .git or a repository, or changes
 anything inside a git directory or a .git file, fails with git_metadata after it ran,
 and what it created there is moved out of the workspace (git commands that only read,
 like status, diff and log, work; add, commit, checkout, init and clone do not)."""
+)
 
-DESCRIPTION_CHANGE_SETS = _HEAD + """The command writes to a layer over the workspace; when it ends, its changes are merged
+DESCRIPTION_CHANGE_SETS = (
+    _HEAD
+    + """The command writes to a layer over the workspace; when it ends, its changes are merged
 into the workspace as one change set (result "changes": id, files, refused) that can be
 listed and undone. Git metadata (.git, gitfiles, a new repository), device nodes, FIFOs,
 sockets, set-id bits and links leaving the workspace are refused at the merge, and the
 call fails naming them (git commands that only read work; add, commit, init do not).
 A directory rename inside the workspace is a copy (the layer has no directory rename)."""
+)
 
 # Under the session option persist_shell_state (._shellstate) the fresh-start sentence becomes:
 _FRESH = """Each call starts fresh: cwd, exported variables and background processes do not carry
