@@ -115,12 +115,12 @@ from ._confined_plan import (
     _hidden_dirs,
     _make_layers,
     _refuse,
-    _remove_tree,
     _session_user,
 )
 from ._local import BASE_ENV_ALLOWLIST, _result, _Watch
 from ._output import Capture
 from ._shellstate import STATE_LIMIT, ShellKeeper
+from ._trees import remove_tree
 from ._types import (
     Command,
     OutputCallback,
@@ -248,7 +248,7 @@ class ConfinedSession(SandboxArgv):
             if self._layers_dir is not None and self._proc is None:  # nothing will use it
                 layers, self._layers_dir = self._layers_dir, None
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(_remove_tree, layers)
+                    await trio.to_thread.run_sync(remove_tree, layers)
             if not isinstance(exc, Unavailable):
                 raise
             layer = getattr(exc, "layer", None)
@@ -637,7 +637,7 @@ class ConfinedSession(SandboxArgv):
         layers, self._layers_dir = self._layers_dir, None
         if layers is not None:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(_remove_tree, layers)
+                await trio.to_thread.run_sync(remove_tree, layers)
 
 
 # -- helpers ------------------------------------------------------------------------------

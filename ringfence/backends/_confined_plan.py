@@ -10,14 +10,13 @@ change sets, the session's upper/work directories (made, emptied, removed).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from ..runtime import InvalidArguments, Unavailable
 from ._confined_limits import _processes_of
 from ._shellstate import PERSIST_OPTION, persist_option
+from ._trees import empty_directory
 from ._types import SessionSpec
 
 __all__ = [
@@ -271,29 +271,11 @@ def _empty_uppers(layers: Path, roots: tuple[Path, ...]) -> None:
         st = os.stat(root)
         os.chown(upper, st.st_uid, st.st_gid)
         os.chmod(upper, stat.S_IMODE(st.st_mode))
-        with os.scandir(upper) as it:
-            entries = list(it)
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                _remove_tree(Path(entry.path))
-            else:
-                os.unlink(entry.path)
-
-
-def _remove_tree(path: Path) -> None:
-    """``rm -rf``: directories a command made unreadable are opened up first."""
-
-    def opened(fn: Callable[..., Any], name: str, _exc: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(name), 0o700)
-            os.chmod(name, 0o700)
-        with contextlib.suppress(FileNotFoundError):
-            if os.path.isdir(name) and not os.path.islink(name):
-                shutil.rmtree(name)
-            else:
-                os.unlink(name)
-
-    shutil.rmtree(path, onerror=opened)
+        fd = os.open(upper, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            empty_directory(fd)  # any depth: a recursive walk stops near 1,000 levels
+        finally:
+            os.close(fd)
 
 
 class SandboxArgv:

@@ -37,6 +37,7 @@ from pathlib import Path
 from ..runtime import InvalidArguments, ToolError
 from ..runtime._files import ringfence_home
 from ._idmap import idmapped_view, unmount
+from ._trees import empty_directory
 from ._types import Upper
 
 __all__ = [
@@ -164,7 +165,7 @@ class SessionUppers:
                 except OSError:
                     continue  # replaced or gone: check() reports it
                 try:
-                    _empty(fd)
+                    empty_directory(fd)
                 finally:
                     os.close(fd)
 
@@ -185,7 +186,7 @@ def remove_session_dirs(session_id: str, base: Path | None = None) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(top / "c", _DIR)
         try:
-            _empty(fd)
+            empty_directory(fd)
         finally:
             os.close(fd)
         os.rmdir(top / "c")
@@ -194,24 +195,3 @@ def remove_session_dirs(session_id: str, base: Path | None = None) -> None:
             unmount(view)
             view.rmdir()
         top.rmdir()
-
-
-def _empty(fd: int) -> None:
-    dev = os.fstat(fd).st_dev
-    for name in os.listdir(fd):
-        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        if st.st_dev != dev:
-            # A mount point (a view still mounted): never descend into the workspace.
-            raise OSError(f"{name} is a mount point; not emptied")
-        if not stat.S_ISDIR(st.st_mode):
-            os.unlink(name, dir_fd=fd)
-            continue
-        if st.st_mode & 0o700 != 0o700:
-            # lstat said directory and nothing else runs: chmod cannot be redirected.
-            os.chmod(name, 0o700, dir_fd=fd)
-        sub = os.open(name, _DIR, dir_fd=fd)
-        try:
-            _empty(sub)
-        finally:
-            os.close(sub)
-        os.rmdir(name, dir_fd=fd)

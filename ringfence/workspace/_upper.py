@@ -29,6 +29,7 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
+from ..runtime import ToolError
 from ._changes import Blobs, Change, Image, UpperSource, image_at
 
 if TYPE_CHECKING:
@@ -40,6 +41,18 @@ _PACKED_MAX = 1 << 20  # files up to this size go into the pack, larger ones int
 
 _OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# How deep a change set reaches below its root. The walks descend one call (and one descriptor)
+# per level; a command can make a tree far deeper than Python's recursion limit, so past this
+# depth the whole set is refused with a clear error instead of failing halfway.
+MAX_DEPTH = 512
+
+
+def _too_deep(path: str) -> ToolError:
+    return ToolError(
+        f"the command's changes reach more than {MAX_DEPTH} directory levels below the root "
+        f"(at {path[:200]}…); change sets stop there, so nothing of this command was merged",
+        field="command",
+    )
 
 
 def _is_whiteout(st: os.stat_result) -> bool:
@@ -71,6 +84,8 @@ def _deleted(
     lower_fd: int, name: str, path: str, found: Image, blobs: Blobs, out: list[Change]
 ) -> None:
     """Deletions of ``name`` (a lower entry) and, for a directory, of all below it first."""
+    if path.count("/") >= MAX_DEPTH:
+        raise _too_deep(path)
     if found.kind == "dir":
         sub_fd = os.open(name, _DIR_FLAGS, dir_fd=lower_fd)
         try:
@@ -183,6 +198,8 @@ def _walk(
     pack: PackWriter | None,
     sources: dict[str, UpperSource] | None,
 ) -> None:
+    if prefix.count("/") >= MAX_DEPTH:
+        raise _too_deep(prefix)
     for name in sorted(os.listdir(upper_fd)):
         path = f"{prefix}{name}"
         st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)

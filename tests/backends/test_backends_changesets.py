@@ -412,3 +412,20 @@ def test_docker_through_the_cli_a_root_owned_workspace_is_one_exact_change_set_a
     )  # fmt: skip
     assert out["result"]["exit_code"] != 0 and "Permission denied" in out["result"]["stderr"]
     assert tree_state(ws) == before
+
+
+async def test_a_tree_too_deep_for_a_change_set_is_refused_whole_and_leaves_nothing(
+    ws: Path, ringfence_home: Path
+) -> None:
+    """1,500 locked levels: refused with the limit named, nothing merged, the upper emptied
+    (the next command's set holds only its own file), and nothing left in RINGFENCE_HOME."""
+    deep = "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && find d -depth -type d -exec chmod 0555 {} +"
+    async with create_kernel(roots=[ws], posture=Posture.ALLOW_REVERSIBLE) as kernel:
+        first = await kernel.invoke("run_shell", {"command": deep})
+        assert first.error is not None and "512 directory levels" in first.error.message
+        assert list(ws.iterdir()) == []
+        second = await kernel.invoke("run_shell", {"command": "echo hi > x.txt"})
+        assert second.ok and second.value["changes"]["files"] == 1
+        assert sorted(p.name for p in ws.iterdir()) == ["x.txt"]
+    left = [p for p in ringfence_home.rglob("layers-*")]
+    assert left == []

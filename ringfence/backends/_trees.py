@@ -1,0 +1,89 @@
+"""Emptying a directory a command wrote: any depth, any modes, never following a link.
+
+A command decides what its upper directory holds: a tree 100,000 levels deep,
+directories it made unreadable (mode 000), links anywhere. A recursive walk
+(``shutil.rmtree``, or a function calling itself per level) fails past
+Python's recursion limit (~1,000 levels) or runs out of descriptors, and
+then the directory is not emptied: what the last command wrote would join
+the next command's change set. :func:`empty_directory` never goes deeper
+than one level: each subdirectory's entries are renamed up into the top
+directory (under fresh names) before it is removed, so two descriptors do
+the whole job whatever the depth.
+
+Precondition: nothing else writes the tree meanwhile (the backends empty an
+upper directory only after every process of the command is dead). A mount
+point inside the tree is never entered: :class:`OSError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import stat
+from pathlib import Path
+
+__all__ = ["empty_directory", "remove_tree"]
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PREFIX = ".rf-rm-"
+
+
+def _free_name(fd: int, counter: itertools.count[int]) -> str:
+    """A name not taken in the directory ``fd`` (a rename must never replace an entry)."""
+    while True:
+        name = f"{_PREFIX}{next(counter)}"
+        try:
+            os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return name
+
+
+def empty_directory(fd: int) -> None:
+    """Remove everything inside the directory open at ``fd`` (blocking). Links are removed,
+    never followed; directories a command locked are opened (their owner, or root, may)."""
+    dev = os.fstat(fd).st_dev
+    counter = itertools.count()
+    while True:
+        names = os.listdir(fd)
+        if not names:
+            return
+        for name in names:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(name, dir_fd=fd)
+                continue
+            if st.st_dev != dev:
+                raise OSError(f"{name} is a mount point; not emptied")
+            if st.st_mode & 0o700 != 0o700:
+                # lstat said directory and nothing else runs: chmod cannot be redirected.
+                os.chmod(name, 0o700, dir_fd=fd)
+            sub = os.open(name, _DIR, dir_fd=fd)
+            try:
+                # Its entries move up here (one level, whatever the depth below), then it goes.
+                for child in os.listdir(sub):
+                    os.rename(child, _free_name(fd, counter), src_dir_fd=sub, dst_dir_fd=fd)
+            finally:
+                os.close(sub)
+            os.rmdir(name, dir_fd=fd)
+
+
+def remove_tree(path: Path) -> None:
+    """``rm -rf path`` for a tree a command wrote (blocking): :func:`empty_directory`, then the
+    directory itself. A path that is gone already is not an error."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        return
+    if st.st_mode & 0o700 != 0o700:
+        os.chmod(path, 0o700)
+    fd = os.open(path, _DIR)
+    try:
+        empty_directory(fd)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(path)
