@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format clean npm-servers sandbox-tools
+.PHONY: demo test lint format clean npm-servers sandbox-tools peer-tools
 
 # The third-party MCP servers the tests run against (pinned in tests/npm/package-lock.json).
 NPM_DIR   := tests/npm
@@ -37,6 +37,17 @@ sandbox-tools:
 		fi; \
 	fi
 
+# Anthropic's srt (a `ringfence bench --peers` peer, pinned in tests/npm) needs socat.
+peer-tools:
+	@if ! command -v socat >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing socat (the srt bench peer's proxy)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq socat >/dev/null; \
+		else \
+			echo "note: socat is not installed: the srt bench peer will be skipped (apt-get install socat)"; \
+		fi; \
+	fi
+
 demo: $(STAMP) sandbox-tools
 	$(BIN)/python examples/prepare_workspace.py $(DEMO_WS)
 	rm -f $(DEMO_EVENTS)
@@ -56,7 +67,7 @@ npm-servers:
 		echo "note: npm is not installed: tests that need the npm MCP reference servers will be skipped (RINGFENCE_REQUIRE_NPM=1 makes them fail)"; \
 	fi
 
-test: $(STAMP) npm-servers sandbox-tools
+test: $(STAMP) npm-servers sandbox-tools peer-tools
 	$(BIN)/python -m pytest -q tests
 
 lint: $(STAMP)
