@@ -104,7 +104,9 @@ def abbreviate_message(text: str) -> str:
 def capped(value: Any) -> Any:
     """``value`` with every string abbreviated (dicts and lists walked); for error output."""
     if isinstance(value, str):
-        return abbreviate(abbreviate_message(value) if "\n" not in value else value)
+        # The same bound as the stderr line: a message names its culprit whole (a path can
+        # be long), while an echoed value (a very long word) is cut to head…tail.
+        return abbreviate_message(value) if "\n" not in value else abbreviate(value, 1000)
     if isinstance(value, dict):
         return {str(k): capped(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
