@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import secrets
+from pathlib import Path
+
 import pytest
 import trio
 
@@ -10,6 +13,18 @@ import trio
 def ringfence_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path_factory.mktemp("ringfence-home")
     monkeypatch.setenv("RINGFENCE_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake home for the kernel: a .bashrc and an SSH key that must stay untouched."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".bashrc").write_text("# the user's bashrc\n")
+    (home / ".ssh" / "id_ed25519").write_text(f"FAKE-PRIVATE-KEY-{secrets.token_hex(8)}\n")
+    (home / ".ssh" / "id_ed25519").chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
     return home
 
 

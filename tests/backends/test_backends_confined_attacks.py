@@ -44,32 +44,20 @@ async def shell(
         return await k.call("run_shell", {"command": command, "timeout_seconds": timeout})
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fake home for the kernel: a .bashrc and an SSH key that must stay untouched."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".bashrc").write_text("# the user's bashrc\n")
-    (home / ".ssh" / "id_ed25519").write_text(f"FAKE-PRIVATE-KEY-{secrets.token_hex(8)}\n")
-    (home / ".ssh" / "id_ed25519").chmod(0o600)
-    monkeypatch.setenv("HOME", str(home))
-    return home
-
-
-async def test_writes_outside_the_roots_are_refused(workspace: Path, home: Path) -> None:
+async def test_writes_outside_the_roots_are_refused(workspace: Path, user_home: Path) -> None:
     """Host backend: ~/.bashrc, a sibling of the workspace and /usr/local are all writable."""
     sibling = workspace.parent / "outside"
     sibling.mkdir()
     marker = f"ringfence-attack-{secrets.token_hex(6)}"
     result = await shell(
         workspace,
-        f"echo evil >> ~/.bashrc; echo evil > {home}/.profile; echo evil > {sibling}/dropped; "
+        f"echo evil >> ~/.bashrc; echo evil > {user_home}/.profile; echo evil > {sibling}/dropped; "
         f"touch /usr/local/{marker}; echo fine > {workspace}/inside",
     )
     refusals = ("Read-only file system", "nonexistent", "No such file or directory")
     assert sum(result["stderr"].count(r) for r in refusals) >= 4, result["stderr"]
-    assert (home / ".bashrc").read_text() == "# the user's bashrc\n"
-    assert not (home / ".profile").exists() and not (sibling / "dropped").exists()
+    assert (user_home / ".bashrc").read_text() == "# the user's bashrc\n"
+    assert not (user_home / ".profile").exists() and not (sibling / "dropped").exists()
     assert not Path(f"/usr/local/{marker}").exists()
     assert (workspace / "inside").read_text() == "fine\n"  # the roots stay writable
 
@@ -89,13 +77,13 @@ async def test_the_hosts_tmp_is_invisible_and_untouched(workspace: Path) -> None
         host_file.unlink()
 
 
-async def test_the_users_ssh_key_cannot_be_read(workspace: Path, home: Path) -> None:
+async def test_the_users_ssh_key_cannot_be_read(workspace: Path, user_home: Path) -> None:
     """Host backend: ``cat ~/.ssh/id_ed25519`` prints the key."""
-    key = (home / ".ssh" / "id_ed25519").read_text().strip()
+    key = (user_home / ".ssh" / "id_ed25519").read_text().strip()
     result = await shell(
         workspace,
-        f"cat ~/.ssh/id_ed25519; cat {home}/.ssh/id_ed25519; ls -a ~ {home}/.ssh; "
-        f"grep -rs FAKE-PRIVATE ~ {home} /home /tmp /var/tmp",
+        f"cat ~/.ssh/id_ed25519; cat {user_home}/.ssh/id_ed25519; ls -a ~ {user_home}/.ssh; "
+        f"grep -rs FAKE-PRIVATE ~ {user_home} /home /tmp /var/tmp",
     )
     assert key not in result["stdout"] and key not in result["stderr"]
     assert "No such file or directory" in result["stderr"]

@@ -55,14 +55,6 @@ pytestmark = pytest.mark.docker
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The uppers and the checkpoint store live under a private $RINGFENCE_HOME."""
-    h = tmp_path / "home"
-    monkeypatch.setenv("RINGFENCE_HOME", str(h))
-    return h
-
-
 async def start(ws: Path, **kw) -> DockerSession:
     options = {**DOCKER_OPTIONS, **kw.pop("options", {})}
     return await start_docker(
@@ -395,7 +387,7 @@ async def test_a_root_owned_workspace_is_writable_through_change_sets(
 
 
 async def test_uppers_are_emptied_by_the_next_run_and_removed_at_close(
-    docker_client, workspace: Path, home: Path
+    docker_client, workspace: Path, ringfence_home: Path
 ) -> None:
     session = await start(workspace)
     try:
@@ -408,7 +400,7 @@ async def test_uppers_are_emptied_by_the_next_run_and_removed_at_close(
     finally:
         await session.aclose()
     assert not upper.path.exists()
-    assert os.listdir(home / "docker-uppers") == []
+    assert os.listdir(ringfence_home / "docker-uppers") == []
 
 
 @pytest.mark.parametrize("image", ["busybox", "debian"])
@@ -523,12 +515,12 @@ async def test_every_root_gets_its_own_upper(
 
 
 async def test_a_dead_sessions_directories_go_with_its_container(
-    docker_client, workspace: Path, home: Path
+    docker_client, workspace: Path, ringfence_home: Path
 ) -> None:
     """Stale cleanup unmounts a left-over id-mapped view and never deletes through it."""
     make(workspace, {"precious.txt": "keep me\n"})
     session_id = secrets.token_hex(6)
-    top = home / "docker-uppers" / session_id
+    top = ringfence_home / "docker-uppers" / session_id
     (top / "c" / "0" / "u" / "d").mkdir(parents=True)
     (top / "c" / "0" / "u" / "d" / "f").write_text("left over\n")
     (top / "l0").mkdir()

@@ -54,13 +54,6 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EnginePro
             stop_engine(handle)
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    h = tmp_path / "home"
-    monkeypatch.setenv("RINGFENCE_HOME", str(h))
-    return h
-
-
 def engine_table(engine: Engine, **kw: Any) -> dict[str, Any]:
     return {
         "name": engine.name,

@@ -70,18 +70,6 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fake home for the kernel, with an SSH key and a .bashrc that must stay untouched."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".bashrc").write_text("# the user's bashrc\n")
-    (home / ".ssh" / "id_ed25519").write_text(f"FAKE-PRIVATE-KEY-{secrets.token_hex(8)}\n")
-    (home / ".ssh" / "id_ed25519").chmod(0o600)
-    monkeypatch.setenv("HOME", str(home))
-    return home
-
-
 async def _outcomes(
     workspace: Path,
     tmp_path: Path,
@@ -133,13 +121,13 @@ async def test_an_unconfined_server_is_recorded_as_unconfined(
 
 
 async def test_writes_outside_the_roots_and_into_a_read_only_workspace_are_refused(
-    workspace: Path, tmp_path: Path, home: Path
+    workspace: Path, tmp_path: Path, user_home: Path
 ) -> None:
     sibling = tmp_path / "outside"
     sibling.mkdir()
     marker = f"ringfence-mcp-attack-{secrets.token_hex(6)}"
     targets = [
-        home / ".bashrc",
+        user_home / ".bashrc",
         sibling / "dropped",
         Path("/tmp") / marker,  # the host's /tmp
         Path("/usr/local") / marker,
@@ -161,7 +149,7 @@ async def test_writes_outside_the_roots_and_into_a_read_only_workspace_are_refus
         for target, outcome in zip(targets, outcomes, strict=True):
             # /tmp is the sandbox's own: that write succeeds there and never reaches the host's.
             assert "refused:" in outcome or target.parent == Path("/tmp"), (target, outcome)
-        assert (home / ".bashrc").read_text() == "# the user's bashrc\n"
+        assert (user_home / ".bashrc").read_text() == "# the user's bashrc\n"
         assert not (sibling / "dropped").exists()
         assert not (Path("/tmp") / marker).exists() and not (Path("/usr/local") / marker).exists()
         assert (workspace / "notes.txt").read_text() == "workspace data\n"
@@ -199,9 +187,9 @@ async def test_a_writable_grant_opens_the_roots_but_not_git_metadata(
 
 
 async def test_the_users_ssh_key_cannot_be_read(
-    workspace: Path, tmp_path: Path, home: Path
+    workspace: Path, tmp_path: Path, user_home: Path
 ) -> None:
-    key = home / ".ssh" / "id_ed25519"
+    key = user_home / ".ssh" / "id_ed25519"
     secret = key.read_text().strip()
     calls = [("read", {"path": str(key)}), ("read", {"path": "~/.ssh/id_ed25519"})]
     unconfined, _ = await _outcomes(workspace, tmp_path, "none", calls[:1])
