@@ -25,13 +25,16 @@ This module adds what a governed host needs around it:
   installed (:func:`login_flow`, used by ``mcp login`` and tests).
 - **Bounded step-up**: at most :data:`MAX_STEP_UPS` re-authorizations for more
   scope per provider (one connection); past that the request is refused.
+- **Issuer**: the SDK's exact RFC 8414 §3.3 match stands, except on the 2025-03-26
+  fallback (no protected-resource metadata), where metadata from the server's origin
+  may name an issuer on that same origin (:meth:`_Guarded._legacy_issuer_to_accept`).
 - Expiry survives a restart (the SDK forgets it), so a stored expired token is
   refreshed before use instead of being sent.
 
 Not promised: token revocation at logout (the sealed record is deleted; the
 authorization server may still honour the token until it expires).
 
-About 580 lines on purpose: the storage adapter, the guarded provider and its
+About 640 lines on purpose: the storage adapter, the guarded provider and its
 three grant variants share one set of checks (audience, step-up, refresh before
 asking) that must not drift apart; the login command lives in :mod:`._login`.
 """
@@ -45,6 +48,7 @@ import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import trio
@@ -59,7 +63,11 @@ from mcp.client.auth.extensions.client_credentials import (
     PrivateKeyJWTOAuthProvider,
     SignedJWTParameters,
 )
-from mcp.client.auth.utils import extract_field_from_www_auth
+from mcp.client.auth.utils import (
+    build_oauth_authorization_server_metadata_discovery_urls,
+    extract_field_from_www_auth,
+    issuers_match,
+)
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -70,6 +78,7 @@ from mcp.shared.auth import (
 )
 from mcp.shared.auth_utils import resource_url_from_server_url
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from pydantic import ValidationError
 
 from ..runtime import Denied, InvalidArguments, Redactor, Unavailable
 from ._manifest import AuthMode, ServerConfig
@@ -240,6 +249,22 @@ def _asks_for_auth(response: httpx2.Response) -> bool:
     return response.status_code == 401 or _is_step_up(response)
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """``(scheme, host, port)`` of an http(s) URL with default ports filled in, else None."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme]
+
+
 class _Guarded:
     """What ringfence adds to the SDK providers (mixed in before them)."""
 
@@ -250,6 +275,8 @@ class _Guarded:
     _storage: SealedTokenStorage
     _interactive: bool
     _step_ups: int
+    # The issuer accepted on the 2025-03-26 fallback path (see _legacy_issuer_to_accept).
+    _legacy_issuer: str | None = None
 
     def _guard(
         self, config: ServerConfig, storage: SealedTokenStorage, *, interactive: bool
@@ -260,6 +287,54 @@ class _Guarded:
         self._storage = storage
         self._interactive = interactive
         self._step_ups = 0
+
+    def _expected_issuer(self) -> str:
+        # The SDK's hook for the issuer that metadata and client credentials must name. Changed
+        # only on the fallback path (no protected-resource metadata), once a same-origin issuer
+        # was accepted there; with RFC 9728 metadata the SDK's exact RFC 8414 §3.3 match stands.
+        if self.context.auth_server_url is None and self._legacy_issuer is not None:
+            return self._legacy_issuer
+        return super()._expected_issuer()  # type: ignore[misc, no-any-return]
+
+    async def _legacy_issuer_to_accept(
+        self, outgoing: httpx2.Request, response: httpx2.Response
+    ) -> str | None:
+        """The issuer to accept from 2025-03-26 fallback metadata the SDK would refuse, else None.
+
+        Under the 2025-03-26 spec (no protected-resource metadata) the MCP server's
+        origin is the authorization base, and its metadata is fetched from
+        ``<origin>/.well-known/oauth-authorization-server``. Metadata fetched there
+        that names an issuer on that same origin (scheme, host, port; e.g.
+        ``<origin>/oauth``) is under the same authority, so it is accepted. An
+        issuer on another origin is left to the SDK, which refuses it (the mix-up
+        defence of RFC 8414 §3.3); so is anything on the RFC 9728 path, where
+        ``auth_server_url`` is set and the match stays exact. Once per provider.
+        """
+        if (
+            self.context.auth_server_url is not None
+            or self._legacy_issuer is not None
+            or response.status_code != 200
+        ):
+            return None
+        # One URL on the fallback path; if the SDK ever returns more, this fails (Unavailable).
+        (fallback,) = build_oauth_authorization_server_metadata_discovery_urls(
+            None, self.context.server_url
+        )
+        fetched = str(outgoing.url)
+        if _origin(fetched) != _origin(fallback) or outgoing.url.path != urlsplit(fallback).path:
+            return None
+        try:  # read here, kept for the SDK's own read of the same response
+            issuer = str(OAuthMetadata.model_validate_json(await response.aread()).issuer)
+        except ValidationError:
+            return None  # the SDK reports it
+        parts = urlsplit(issuer)
+        if issuers_match(issuer, super()._expected_issuer()):  # type: ignore[misc]
+            return None  # the SDK accepts it as it is
+        if _origin(issuer) is None or _origin(issuer) != _origin(fetched):
+            return None  # another origin: the SDK refuses it
+        if parts.query or parts.fragment:
+            return None  # not an issuer identifier (RFC 8414 §2): the SDK refuses it
+        return issuer
 
     def _discovered(self) -> dict[str, Any]:
         ctx = self.context
@@ -323,6 +398,16 @@ class _Guarded:
                     if refusal is not None:
                         self._answer_refusal(request, response, refusal)
                         return
+                legacy_issuer = await self._legacy_issuer_to_accept(outgoing, response)
+                if legacy_issuer is not None:
+                    # The SDK fixed its expected issuer before this fetch and would refuse; run
+                    # its flow again from the request with that issuer expected (the fallback
+                    # discovery is repeated once; the original request counts as sent already).
+                    await flow.aclose()
+                    self._legacy_issuer = legacy_issuer
+                    flow = super()._auth_flow(request)  # type: ignore[misc]
+                    outgoing = await flow.__anext__()
+                    continue
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return

@@ -334,6 +334,52 @@ async def test_metadata_for_another_resource_is_refused_without_repeating_the_ur
     assert (await server_log(url))["grants"] == []
 
 
+async def test_fallback_metadata_with_an_issuer_on_the_same_origin_is_used(
+    home: Path, oauth_server
+) -> None:
+    # 2025-03-26: no protected-resource metadata, so the MCP server's origin is the
+    # authorization base; its metadata may name an issuer under it (here "<origin>/oauth").
+    url = await oauth_server(RF_OAUTH_NO_PRM="1", RF_OAUTH_METADATA_ISSUER="{base}/oauth")
+    config = manifest(block(url)).servers[0]
+    status = await login(config, Redactor(), Browser().flow())
+    assert status["logged_in"]
+    log = await server_log(url)
+    assert "/.well-known/oauth-authorization-server" in log["discovery"]
+    assert [g["grant"] for g in log["grants"]] == ["authorization_code"]
+
+
+async def test_fallback_metadata_naming_another_origin_is_refused_and_nothing_goes_there(
+    home: Path, oauth_server
+) -> None:
+    other = await oauth_server()  # a working authorization server on another origin
+    other_base = other.removesuffix("/mcp")
+    url = await oauth_server(
+        RF_OAUTH_NO_PRM="1", RF_OAUTH_METADATA_ISSUER=other_base, RF_OAUTH_ENDPOINTS=other_base
+    )
+    browser = Browser()
+    with pytest.raises(Unavailable) as caught:
+        await login(manifest(block(url)).servers[0], Redactor(), browser.flow())
+    assert "issuer mismatch" in caught.value.message, caught.value.message
+    assert browser.urls == []  # no authorization was started
+    assert (await server_log(other))["requests"] == []  # no registration, no token request
+    assert (await server_log(url))["grants"] == []
+
+
+async def test_rfc9728_metadata_with_another_issuer_on_the_same_origin_is_refused(
+    home: Path, oauth_server
+) -> None:
+    # With protected-resource metadata naming the issuer, RFC 8414 §3.3's exact match stands.
+    url = await oauth_server(RF_OAUTH_METADATA_ISSUER="{base}/oauth")
+    browser = Browser()
+    with pytest.raises(Unavailable) as caught:
+        await login(manifest(block(url)).servers[0], Redactor(), browser.flow())
+    assert "issuer mismatch" in caught.value.message, caught.value.message
+    assert browser.urls == []
+    log = await server_log(url)
+    assert log["grants"] == [] and log["registrations"] == []
+    assert not any(r.endswith(("/register", "/token")) for r in log["requests"])
+
+
 def test_the_auth_keys_are_checked_together() -> None:
     base = '[[server]]\nname = "s"\ntransport = "http"\nurl = "https://x.example/mcp"\n'
     bad = {

@@ -21,17 +21,12 @@ pytestmark = pytest.mark.npm
 
 SUITE = HERE.parent / "npm" / "node_modules" / "@modelcontextprotocol" / "conformance"
 
-# Scenario -> why it fails, each checked against the suite's own output.
-EXPECTED_FAILURES = {
-    # The scenario serves no protected-resource metadata and serves authorization-server
-    # metadata only at the origin's root well-known URL (/.well-known/oauth-authorization-server)
-    # with issuer "<origin>/oauth". The 2025-03-26 fallbacks themselves work (discovery at the
-    # origin; default /authorize, /token, /register when no metadata exists: see
-    # auth/2025-03-26-oauth-endpoint-fallback, which passes). Passing this one means using
-    # metadata whose issuer differs from the URL it was fetched from, which RFC 8414 §3.3
-    # forbids ("MUST NOT be used"; a mix-up defence the SDK enforces): kept failing on purpose.
-    "auth/2025-03-26-oauth-metadata-backcompat": "issuer mismatch",
-}
+# Scenario -> why it fails, each checked against the suite's own output. None now:
+# auth/2025-03-26-oauth-metadata-backcompat (no protected-resource metadata; metadata at
+# the origin names issuer "<origin>/oauth") passes since the 2025-03-26 fallback accepts an
+# issuer on the origin the metadata came from (see _oauth._Guarded._legacy_issuer_to_accept;
+# a cross-origin issuer, and any mismatch on the RFC 9728 path, is still refused).
+EXPECTED_FAILURES: dict[str, str] = {}
 
 
 def node22() -> str:

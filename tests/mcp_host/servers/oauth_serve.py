@@ -13,6 +13,10 @@
 - access tokens are HS256 JWTs whose ``aud`` is the requested resource, or
   ``RF_OAUTH_AUD`` when set (to issue wrong-audience tokens); lifetime ``RF_OAUTH_TTL``;
 - ``RF_OAUTH_PRM_RESOURCE``: the protected-resource metadata names that resource instead;
+- ``RF_OAUTH_NO_PRM=1``: no protected-resource metadata (404: the 2025-03-26 fallback path);
+- ``RF_OAUTH_METADATA_ISSUER`` / ``RF_OAUTH_ENDPOINTS``: the authorization-server metadata at
+  ``/.well-known/oauth-authorization-server`` names that issuer and puts ``/authorize``,
+  ``/token`` and ``/register`` under that base (``{base}`` stands for this server's origin);
 - ``stubborn`` demands scope ``admin-only`` whatever was granted (the step-up limit);
   ``echo_token`` returns the caller's own token (redaction);
 - pre-registered clients: ``pre-public`` (public, auth code) and ``m2m`` / ``m2m-secret``
@@ -24,7 +28,8 @@
   ``xaa`` / ``xaa-secret`` (client_secret_basic) when the ID-JAG's audience is this issuer;
 - ``POST /test/revoke-access`` drops every access token (refresh tokens stay);
 - ``GET /test/log`` (no auth): every Authorization header received on ``/mcp``, every
-  grant, every dynamic registration and every metadata discovery (``/.well-known/…``) path.
+  grant, every dynamic registration and every metadata discovery (``/.well-known/…``) path,
+  and (``requests``) every request's method and path.
 """
 
 from __future__ import annotations
@@ -62,7 +67,16 @@ SIGNING_KEY = secrets.token_bytes(32)
 TTL = int(os.environ.get("RF_OAUTH_TTL", "3600"))
 AUD = os.environ.get("RF_OAUTH_AUD")
 PRM_RESOURCE = os.environ.get("RF_OAUTH_PRM_RESOURCE")  # protected-resource metadata that lies
-LOG: dict[str, list] = {"authorization": [], "grants": [], "registrations": [], "discovery": []}
+NO_PRM = os.environ.get("RF_OAUTH_NO_PRM") == "1"
+METADATA_ISSUER = os.environ.get("RF_OAUTH_METADATA_ISSUER")
+ENDPOINTS = os.environ.get("RF_OAUTH_ENDPOINTS", "{base}")
+LOG: dict[str, list] = {
+    "authorization": [],
+    "grants": [],
+    "registrations": [],
+    "discovery": [],
+    "requests": [],
+}
 REDIRECT = "http://127.0.0.1:9/callback"
 ID_TOKEN = os.environ.get("RF_IDP_ID_TOKEN", "id-token-of-the-enterprise-user")
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -185,7 +199,8 @@ def build(port: int):
             issuer_url=base,
             resource_server_url=f"{base}/mcp",
             required_scopes=["read"],
-            validate_token_resource=True,
+            # A 2025-03-26 client (no protected-resource metadata) sends no resource indicator.
+            validate_token_resource=not NO_PRM,
             client_registration_options=ClientRegistrationOptions(
                 enabled=True, valid_scopes=["read", "write"], default_scopes=["read"]
             ),
@@ -322,8 +337,26 @@ def build(port: int):
             return await receive()
 
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        if scope["path"] != "/test/log":
+            LOG["requests"].append(f"{scope['method']} {scope['path']}")
         if scope["path"].startswith("/.well-known/"):
             LOG["discovery"].append(scope["path"])
+        if NO_PRM and scope["path"].startswith("/.well-known/oauth-protected-resource"):
+            return await respond(send, 404, {"error": "not_found"})
+        if METADATA_ISSUER and scope["path"] == "/.well-known/oauth-authorization-server":
+            at = ENDPOINTS.format(base=base)
+            metadata = {
+                "issuer": METADATA_ISSUER.format(base=base),
+                "authorization_endpoint": f"{at}/authorize",
+                "token_endpoint": f"{at}/token",
+                "registration_endpoint": f"{at}/register",
+                "response_types_supported": ["code"],
+                "grant_types_supported": ["authorization_code", "refresh_token"],
+                "code_challenge_methods_supported": ["S256"],
+                "token_endpoint_auth_methods_supported": ["client_secret_post", "none"],
+                "scopes_supported": ["read", "write"],
+            }
+            return await respond(send, 200, metadata)
         if scope["path"] == "/token" and b"grant_type=client_credentials" in body:
             return await client_credentials(headers, body, send)
         if scope["path"] == "/idp/token":
