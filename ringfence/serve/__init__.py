@@ -37,7 +37,7 @@ _LAZY = {
         "._http",
     ),
     "LogForwarder": "._logging",
-    "SessionEventStore": "._resume",
+    **dict.fromkeys(("SessionEventStore", "close_sse_stream"), "._resume"),
     **dict.fromkeys(
         (
             "META_CONSEQUENCE",
@@ -82,7 +82,10 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         token_from_env as token_from_env,
     )
     from ._logging import LogForwarder as LogForwarder
-    from ._resume import SessionEventStore as SessionEventStore
+    from ._resume import (
+        SessionEventStore as SessionEventStore,
+        close_sse_stream as close_sse_stream,
+    )
     from ._server import (
         META_CONSEQUENCE as META_CONSEQUENCE,
         META_RESIDUAL as META_RESIDUAL,

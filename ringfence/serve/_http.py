@@ -206,6 +206,8 @@ class RequestGuard:
                 await self.app(scope, receive, send)
                 return
             token, send = track_request(self.sessions, headers, send)
+            # The session's negotiated version decides priming, not a stale header (_resume).
+            scope = self.sessions.as_negotiated(scope, headers)
             try:
                 await self.app(scope, receive, send)
             finally:

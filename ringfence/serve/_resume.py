@@ -16,6 +16,21 @@ tasks start inside the ``initialize`` request, so they inherit its key. A
 replay is answered only for an event of the asking session; anything else
 replays nothing (the client reinitializes).
 
+The session's negotiated protocol version is authoritative for priming: the
+SDK transport decides per request from the ``MCP-Protocol-Version`` header
+(priming, ``retry`` and the stream-close callback only from 2025-11-25 on),
+and the spec says that header MUST equal the negotiated version. A client that
+negotiated 2025-11-25 but declares an older version on a request (the
+conformance suite's raw requests do) can parse the priming event, so
+:meth:`SessionEventStore.as_negotiated` shows the SDK the session's version
+(read from the ``initialize`` response this server sent) instead; a session
+that negotiated an older version stays unprimed whatever its header says. A
+header naming no handshake-era version is left for the SDK to answer.
+
+A host tool running inside a served call may ask for its response stream to be
+closed (:func:`close_sse_stream`): the client reconnects after ``retry`` with
+``Last-Event-ID`` and gets the call's result from this store (SSE polling).
+
 Guarantees: event ids are random (128 bits), not counters; memory is bounded
 (``max_events`` and ``max_bytes`` overall, oldest evicted first), so a stream
 older than the window cannot be resumed (the replay is empty). Not promised:
@@ -24,10 +39,12 @@ resumption across a server restart (nothing is written to disk).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import json
 import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,15 +56,26 @@ from mcp.server.streamable_http import (
     EventStore,
     StreamId,
 )
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import JSONRPCMessage
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-__all__ = ["RETRY_MILLISECONDS", "SessionEventStore", "track_request"]
+__all__ = [
+    "RETRY_MILLISECONDS",
+    "SessionEventStore",
+    "close_sse_stream",
+    "streaming_call",
+    "track_request",
+]
 
 # What the priming event tells a client to wait before it reconnects.
 RETRY_MILLISECONDS = 1000
 DEFAULT_MAX_EVENTS = 4096
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 _PENDING = "pending:"
+# How much of an initialize response is read for its protocolVersion (it is a few hundred bytes).
+_MAX_INITIALIZE_BODY = 64 * 1024
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
 
 # The session key of the HTTP request (or the session task) running now.
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -75,11 +103,36 @@ class SessionEventStore(EventStore):
         self._bytes = 0
         # initialize's provisional key -> the session id its response assigned
         self._aliases: dict[str, str] = {}
+        # session id -> the protocol version its initialize response named
+        self._versions: dict[str, str] = {}
 
     def bind(self, pending: str, session_id: str) -> None:
         self._aliases[pending] = session_id
         if len(self._aliases) > self.max_events:  # bounded like the events
             self._aliases.pop(next(iter(self._aliases)))
+
+    def negotiated(self, session_id: str, version: str) -> None:
+        """Record the protocol version ``session_id`` negotiated (bounded like the aliases)."""
+        self._versions[session_id] = version
+        if len(self._versions) > self.max_events:
+            self._versions.pop(next(iter(self._versions)))
+
+    def as_negotiated(self, scope: dict[str, Any], headers: Any) -> dict[str, Any]:
+        """``scope`` with ``MCP-Protocol-Version`` set to its session's negotiated version.
+
+        Unchanged when the session's version is unknown (no session id, evicted,
+        not initialized here) or the header already says it; also when the header
+        names no handshake-era version (the SDK refuses or routes that itself).
+        """
+        session_id = headers.get(MCP_SESSION_ID_HEADER)
+        version = self._versions.get(session_id) if session_id else None
+        declared = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        if version is None or declared == version:
+            return scope
+        if declared is not None and declared not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return scope
+        raw = [(k, v) for k, v in scope["headers"] if k.lower() != _VERSION_HEADER]
+        return {**scope, "headers": [*raw, (_VERSION_HEADER, version.encode("latin-1"))]}
 
     def _owner(self, key: str | None) -> str | None:
         if key is not None and key.startswith(_PENDING):
@@ -139,12 +192,91 @@ def track_request(
     pending = _PENDING + secrets.token_hex(12)
     token = _current.set(pending)
     wanted = MCP_SESSION_ID_HEADER.encode()
+    assigned: str | None = None
+    body = b""
 
     async def watching(message: dict[str, Any]) -> None:
+        nonlocal assigned, body
         if message.get("type") == "http.response.start":
             for name, value in message.get("headers") or ():
                 if name.lower() == wanted:
-                    store.bind(pending, value.decode("latin-1"))
+                    assigned = value.decode("latin-1")
+                    store.bind(pending, assigned)
+        elif message.get("type") == "http.response.body" and assigned is not None:
+            body += message.get("body", b"")
+            version = _negotiated_version(body)
+            if version is not None:
+                store.negotiated(assigned, version)
+            if version is not None or len(body) > _MAX_INITIALIZE_BODY:
+                assigned = None  # found, or not an initialize answer: stop reading
         await send(message)
 
     return token, watching
+
+
+def _negotiated_version(body: bytes) -> str | None:
+    """The ``protocolVersion`` of the result in an initialize response (SSE or JSON), if complete."""
+    text = body.decode("utf-8", "replace")
+    lines = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+    for candidate in lines or [text]:
+        try:
+            message = json.loads(candidate)
+        except ValueError:
+            continue
+        result = message.get("result") if isinstance(message, dict) else None
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        if isinstance(version, str) and version in HANDSHAKE_PROTOCOL_VERSIONS:
+            return version
+    return None
+
+
+# -- SSE polling: a served call may ask for its stream to be closed -------------------------
+
+
+@dataclass(eq=False)
+class _StreamCloser:
+    close: Callable[[], Awaitable[None]]
+    active: bool = True
+
+
+_closer: contextvars.ContextVar[_StreamCloser | None] = contextvars.ContextVar(
+    "ringfence_serve_stream_closer", default=None
+)
+
+
+@contextlib.contextmanager
+def streaming_call(close: Callable[[], Awaitable[None]] | None) -> Iterator[None]:
+    """Run a served call with ``close`` (the SDK's per-request callback, or None) reachable
+    by :func:`close_sse_stream`; it stops working when the call ends (request ids repeat)."""
+    closer = _StreamCloser(close) if close is not None else None
+    token = _closer.set(closer)
+    try:
+        yield
+    finally:
+        if closer is not None:
+            closer.active = False
+        _closer.reset(token)
+
+
+async def close_sse_stream() -> bool:
+    """Close the response stream of the served call running now; True if one was closed.
+
+    For a host tool (``ToolSpec`` executor) served over Streamable HTTP by
+    ``ringfence serve``/:func:`serve_http`: the client was told ``retry`` in the
+    priming event, reconnects with ``Last-Event-ID`` and receives everything the
+    call sends afterwards (its result, progress, approval questions), kept in the
+    session's event store. Use it to free a connection during a long call.
+
+    Meant for a call that has been running a while: the priming event (the id
+    the client resumes from) is written when the call starts, and a stream
+    closed in the call's first moments may end before it reached the client.
+
+    False, and nothing happens, outside a served call, over stdio, after the call
+    ended, or when the session negotiated a version before 2025-11-25 (such
+    clients were not primed and could not resume).
+    """
+    closer = _closer.get()
+    if closer is None or not closer.active:
+        return False
+    await closer.close()
+    return True

@@ -56,6 +56,7 @@ from ._approver import ClientApprover, ClientChannel
 from ._defaults import EXPOSE_CHOICES
 from ._logging import LEVELS, LogForwarder
 from ._resources import WorkspaceResources
+from ._resume import streaming_call
 from ._stdio import claim_stdio
 
 __all__ = [
@@ -240,11 +241,12 @@ def build_server(
         """One Gate call for this request; the Gate's questions go to this client."""
         trace_id = secrets.token_hex(8)
         approver = kernel.approver
-        if isinstance(approver, ClientApprover):
-            channel = ClientChannel.from_session(ctx.session, ctx.request_id)
-            with approver.in_flight(channel, trace_id):
-                return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
-        return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
+        with streaming_call(ctx.close_sse_stream):  # for close_sse_stream() (SSE polling)
+            if isinstance(approver, ClientApprover):
+                channel = ClientChannel.from_session(ctx.session, ctx.request_id)
+                with approver.in_flight(channel, trace_id):
+                    return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
+            return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
 
     # Workspace files as resources: with ringfence's own file tools, through them.
     files = (

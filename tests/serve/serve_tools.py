@@ -175,3 +175,29 @@ def register_tools(kernel: Kernel, root: Path) -> None:
             residual=True,
         )
     )
+
+
+def reconnection_tool() -> ToolSpec:
+    """``test_reconnection``, as the conformance suite's server-sse-polling scenario expects.
+
+    A host tool (source ``native``) registered through the public API: it asks for
+    its call's response stream to be closed (:func:`ringfence.serve.close_sse_stream`)
+    after 0.1 s (as the SDKs' SSE-polling examples do), waits a moment so the client has to resume, and answers with text saying whether
+    the stream was closed. The suite's own version lives in its test server; nothing
+    like it is registered by ringfence itself.
+    """
+    from ringfence.serve import close_sse_stream
+
+    async def run(args: dict[str, Any], ctx: CallContext) -> str:
+        await trio.sleep(0.1)  # a call that has been running a while (see close_sse_stream)
+        closed = await close_sse_stream()
+        await trio.sleep(0.1)  # the result is produced after the stream is gone
+        return f"Reconnection test completed (stream closed: {closed})"
+
+    return ToolSpec(
+        "test_reconnection",
+        "Closes its SSE stream mid-call; the client resumes with Last-Event-ID (SSE polling).",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+        run,
+        consequence=Consequence.READ,
+    )

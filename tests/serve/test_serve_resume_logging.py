@@ -92,6 +92,109 @@ async def test_streams_are_primed_and_resume_with_last_event_id(workspace: Path)
         assert "hello from the workspace" not in json.dumps(stolen)
 
 
+async def session_at(http: httpx2.AsyncClient, url: str, token: str, version: str) -> str:
+    """initialize (asking for ``version``) + initialized; the MCP session id."""
+    auth = {**MCP_HEADERS, "MCP-Protocol-Version": version, "Authorization": f"Bearer {token}"}
+    init = {
+        "protocolVersion": version,
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    }
+    response = await http.post(url, content=rpc("initialize", init), headers=auth)
+    assert response.status_code == 200 and f'"protocolVersion":"{version}"' in response.text
+    session = response.headers["mcp-session-id"]
+    done = rpc("notifications/initialized", id=None)
+    assert (
+        await http.post(url, content=done, headers={**auth, "MCP-Session-Id": session})
+    ).status_code == 202
+    return session
+
+
+async def call_events(
+    http: httpx2.AsyncClient, url: str, token: str, session: str, header: str, tool: str, id: int
+) -> list[dict[str, str]]:
+    """The SSE events of one tools/call declaring ``header`` as its MCP-Protocol-Version."""
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}", "MCP-Session-Id": session}
+    headers["MCP-Protocol-Version"] = header
+    arguments = {"path": "hello.txt"} if tool == "peek_file" else {}
+    call = rpc("tools/call", {"name": tool, "arguments": arguments}, id=id)
+    async with http.stream("POST", url, content=call, headers=headers) as response:
+        assert response.status_code == 200
+        return await sse_events(response)
+
+
+async def test_the_negotiated_version_decides_priming_not_the_request_header(
+    workspace: Path,
+) -> None:
+    # The SDK transport primes by the request's header; a session that negotiated
+    # 2025-11-25 is primed even when a request declares 2025-03-26 (the suite's raw
+    # requests do). This fails loudly if the SDK stops reading the header we set.
+    async with serve_in_process(workspace) as served, httpx2.AsyncClient(timeout=30) as http:
+        new = await session_at(http, served.url, served.token, "2025-11-25")
+        events = await call_events(
+            http, served.url, served.token, new, "2025-03-26", "peek_file", 3
+        )
+        assert events[0].get("data", "") == "" and events[0]["retry"] == "1000", events
+        assert answers(events, 3)
+
+        # A session that negotiated an older version is never primed, whatever it declares.
+        old = await session_at(http, served.url, served.token, "2025-03-26")
+        for declared in ("2025-03-26", "2025-11-25"):
+            events = await call_events(
+                http, served.url, served.token, old, declared, "peek_file", 4
+            )
+            assert "retry" not in json.dumps(events) and answers(events, 4), (declared, events)
+            assert all(e.get("data") for e in events), events  # no empty-data priming event
+
+        # A header naming no handshake version is not rewritten: the SDK answers it.
+        headers = {**MCP_HEADERS, "Authorization": f"Bearer {served.token}", "MCP-Session-Id": new}
+        bogus = await http.post(
+            served.url,
+            content=rpc("tools/list", {}, id=5),
+            headers={**headers, "MCP-Protocol-Version": "1999-01-01"},
+        )
+        assert bogus.status_code == 400 and '"tools"' not in bogus.text, bogus.text
+
+
+async def test_a_host_tool_closes_its_stream_and_the_client_resumes(workspace: Path) -> None:
+    from serve_tools import reconnection_tool
+
+    async with serve_in_process(workspace) as served, httpx2.AsyncClient(timeout=30) as http:
+        served.kernel.register(reconnection_tool())
+        session = await session_at(http, served.url, served.token, "2025-11-25")
+        first = await call_events(
+            http, served.url, served.token, session, "2025-03-26", "test_reconnection", 9
+        )
+        # The stream ended after the priming event, before the result.
+        assert len(first) == 1 and first[0].get("data", "") == "" and first[0]["retry"], first
+        headers = {
+            **MCP_HEADERS,
+            "Accept": "text/event-stream",
+            "Authorization": f"Bearer {served.token}",
+            "MCP-Session-Id": session,
+            "Last-Event-ID": first[0]["id"],
+        }
+        async with http.stream("GET", served.url, headers=headers) as response:
+            assert response.status_code == 200
+            resumed = await sse_events(response, until=lambda e: "result" in e.get("data", ""))
+        (answer,) = answers(resumed, 9)
+        assert "stream closed: True" in json.dumps(answer), answer
+
+        # A session that negotiated 2025-03-26 cannot resume: nothing is closed for it.
+        old = await session_at(http, served.url, served.token, "2025-03-26")
+        events = await call_events(
+            http, served.url, served.token, old, "2025-03-26", "test_reconnection", 10
+        )
+        (answer,) = answers(events, 10)
+        assert "stream closed: False" in json.dumps(answer), answer
+
+
+async def test_close_sse_stream_outside_a_served_call_does_nothing() -> None:
+    from ringfence.serve import close_sse_stream
+
+    assert await close_sse_stream() is False
+
+
 async def test_invalid_cursor_is_invalid_params(workspace: Path) -> None:
     async with (
         serve_in_process(workspace) as served,
