@@ -98,10 +98,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add.add_argument(
         "--oauth-grant",
-        choices=["authorization_code", "client_credentials"],
-        help="oauth: client_credentials for machine-to-machine (needs the client secret)",
+        choices=["authorization_code", "client_credentials", "identity_assertion"],
+        help="oauth: client_credentials for machine-to-machine (needs the client secret); "
+        "identity_assertion for enterprise-managed authorization (SEP-990; the --idp-* flags)",
     )
     add.add_argument("--oauth-issuer", metavar="URL", help="oauth: the expected issuer")
+    add.add_argument(
+        "--idp-token-endpoint",
+        metavar="URL",
+        help="identity_assertion: the enterprise IdP's token-exchange endpoint",
+    )
+    add.add_argument(
+        "--idp-client-id", metavar="ID", help="identity_assertion: this client's id at the IdP"
+    )
+    add.add_argument(
+        "--idp-client-secret-env",
+        metavar="VAR",
+        help="identity_assertion: the IdP client secret's variable (optional)",
+    )
+    add.add_argument(
+        "--idp-id-token-env",
+        metavar="VAR",
+        help="identity_assertion: the variable holding the user's IdP ID token",
+    )
     add.add_argument(
         "--header-env",
         action="append",
@@ -323,6 +342,10 @@ def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
         "--scope": args.scope or None,
         "--oauth-grant": args.oauth_grant,
         "--oauth-issuer": args.oauth_issuer,
+        "--idp-token-endpoint": args.idp_token_endpoint,
+        "--idp-client-id": args.idp_client_id,
+        "--idp-client-secret-env": args.idp_client_secret_env,
+        "--idp-id-token-env": args.idp_id_token_env,
     }
     if args.auth != "oauth":
         given = [flag for flag, value in oauth_flags.items() if value]
@@ -336,6 +359,11 @@ def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
         "scopes": tuple(args.scope),
         "oauth_grant": args.oauth_grant or "authorization_code",
         "oauth_issuer": args.oauth_issuer,
+        # Checked with the grant by the manifest (only with identity_assertion; which it needs).
+        "idp_token_endpoint": args.idp_token_endpoint,
+        "idp_client_id": args.idp_client_id,
+        "idp_client_secret_env": args.idp_client_secret_env,
+        "idp_id_token_env": args.idp_id_token_env,
     }
 
 
@@ -418,12 +446,31 @@ async def run_login(args: argparse.Namespace) -> int:
         f"ringfence: logging in to MCP server {config.name!r} ({display_url(config.url or '')})\n"
     )
     sys.stderr.flush()
-    async with loopback_flow(show, args.port) as flow:
-        status = await login(config, Redactor(), flow)
+    if config.oauth_grant == "identity_assertion":
+        # No browser and no redirect: the user's IdP ID token (read from its variable) is
+        # exchanged, so no loopback listener is opened.
+        status = await login(config, Redactor(), _no_browser_flow(config.name))
+    else:
+        async with loopback_flow(show, args.port) as flow:
+            status = await login(config, Redactor(), flow)
     if args.json:
         return print_ok({"server": config.name, "auth": status}, True)
     sys.stdout.write(f"{config.name}: {auth_line(status)}\n")
     return 0 if status.get("logged_in") else 1
+
+
+def _no_browser_flow(name: str) -> Any:
+    """A ``LoginFlow`` for a grant without a browser step: using it is refused."""
+    from ..mcp_host._oauth import LoginFlow
+    from ..runtime import Unavailable
+
+    async def refuse(*_: object) -> Any:
+        raise Unavailable(
+            f"MCP server {name!r}: this grant has no browser step, yet one was asked for",
+            field="oauth_grant",
+        )
+
+    return LoginFlow("http://127.0.0.1/ringfence-no-login", refuse, refuse)
 
 
 async def run_logout(args: argparse.Namespace) -> int:

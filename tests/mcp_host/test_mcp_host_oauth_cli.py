@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 
 import httpx2
 import trio
 from mcp_host_helpers import PYTHON, _read_line
-from test_mcp_host_oauth import bearer_values, home, oauth_server, server_log  # noqa: F401
+from test_mcp_host_oauth import (  # noqa: F401
+    bearer_values,
+    home,
+    oauth_server,
+    server_log,
+    xaa_block,
+)
 
 CLI = [PYTHON, "-c", "import sys; from ringfence.cli import main; sys.exit(main(sys.argv[1:]))"]
 
@@ -79,3 +86,67 @@ async def test_add_refuses_oauth_flags_without_auth_oauth(home: Path) -> None:  
     assert out.returncode == 2
     assert "--client-id needs --auth oauth" in json.loads(out.stdout)["error"]["message"]
     assert not (home / "mcp.toml").exists()
+
+
+def xaa_flags(url: str) -> list[str]:
+    issuer = url.removesuffix("/mcp")
+    return [
+        "--transport", "http", "--url", url, "--auth", "oauth",
+        "--oauth-grant", "identity_assertion", "--client-id", "xaa",
+        "--client-secret-env", "XAA_SECRET", "--oauth-issuer", issuer,
+        "--idp-token-endpoint", f"{issuer}/idp/token", "--idp-client-id", "idp-client",
+        "--idp-id-token-env", "XAA_ID_TOKEN",
+    ]  # fmt: skip
+
+
+async def test_add_writes_the_identity_assertion_keys_and_checks_them(home: Path) -> None:  # noqa: F811
+    from ringfence.mcp_host import load_manifest
+
+    url = "https://x.example/mcp"
+    out = await cli(home, "mcp", "add", "xaa", *xaa_flags(url), "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    config = load_manifest(home / "mcp.toml").get("xaa")
+    assert config.oauth_grant == "identity_assertion"
+    assert (config.idp_token_endpoint, config.idp_client_id, config.idp_id_token_env) == (
+        "https://x.example/idp/token", "idp-client", "XAA_ID_TOKEN",
+    )  # fmt: skip
+    assert config.idp_client_secret_env is None
+    before = (home / "mcp.toml").read_text()
+
+    refusals = {
+        # a key the grant needs is missing (the manifest's own check, naming the key)
+        "idp_id_token_env": xaa_flags(url)[:-2],
+        # an idp flag with another grant
+        "only applies with": [*xaa_flags(url)[:7], "authorization_code", "--idp-client-id", "c"],
+        # an idp flag without --auth oauth
+        "--idp-client-id needs --auth oauth": [
+            "--transport", "http", "--url", url, "--idp-client-id", "c",
+        ],
+    }  # fmt: skip
+    for text, flags in refusals.items():
+        out = await cli(home, "mcp", "add", "other", *flags, "--json")
+        assert out.returncode == 2, (text, out.stdout, out.stderr)
+        assert text in json.loads(out.stdout)["error"]["message"], (text, out.stdout)
+    assert (home / "mcp.toml").read_text() == before  # nothing written by a refused add
+
+
+async def test_login_with_identity_assertion_opens_no_listener(
+    home: Path,  # noqa: F811
+    oauth_server,  # noqa: F811
+    monkeypatch,
+) -> None:
+    url = await oauth_server()
+    monkeypatch.setenv("XAA_SECRET", "xaa-secret")
+    monkeypatch.setenv("XAA_ID_TOKEN", "id-token-of-the-enterprise-user")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "mcp.toml").write_text(xaa_block(url))
+    # The login port is taken: a loopback listener could not be opened, and none is needed.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = str(taken.getsockname()[1])
+        out = await cli(home, "mcp", "login", "prot", "--port", port, "--no-browser")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert b"logged in" in out.stdout and b"open this URL" not in out.stdout + out.stderr
+    grants = [g["grant"] for g in (await server_log(url))["grants"]]
+    assert grants == ["token_exchange", "jwt_bearer"]
