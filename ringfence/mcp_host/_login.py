@@ -16,7 +16,7 @@ import trio
 from mcp.shared.auth import AuthorizationCodeResult
 
 from ..runtime import Denied, Redactor, Unavailable
-from ..runtime._groups import raise_single
+from ..runtime._groups import first_error, raise_single
 from ._connection import ConnectionPool
 from ._diagnostics import Diagnostics
 from ._manifest import AuthMode, ServerConfig
@@ -118,7 +118,19 @@ async def loopback_flow(
         async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
             await serve(app, config, shutdown_trigger=shutdown.wait, task_status=task_status)
 
-        binds = await nursery.start(run)
+        try:
+            binds = await nursery.start(run)
+        except (OSError, BaseExceptionGroup) as exc:
+            # hypercorn binds in a nursery of its own, so the OSError may come in a group; say
+            # what could not be bound and the way out (a bare OSError line names no port).
+            error = first_error(exc)
+            if not isinstance(error, OSError):
+                raise
+            raise Unavailable(
+                f"cannot listen for the login redirect on 127.0.0.1:{port}: "
+                f"{error.strerror or error}; free the port or choose another with --port",
+                field="port",
+            ) from None
         bound = int(str(binds[0]).rsplit(":", 1)[1])
         try:
             yield LoginFlow(f"http://127.0.0.1:{bound}/callback", show, callback)

@@ -150,3 +150,24 @@ async def test_login_with_identity_assertion_opens_no_listener(
     assert b"logged in" in out.stdout and b"open this URL" not in out.stdout + out.stderr
     grants = [g["grant"] for g in (await server_log(url))["grants"]]
     assert grants == ["token_exchange", "jwt_bearer"]
+
+
+async def test_login_on_a_taken_port_names_the_port_and_stores_nothing(
+    home: Path,  # noqa: F811
+    oauth_server,  # noqa: F811
+) -> None:
+    url = await oauth_server()
+    added = await cli(
+        home, "mcp", "add", "prot", "--transport", "http", "--url", url, "--auth", "oauth",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        out = await cli(home, "mcp", "login", "prot", "--port", str(port), "--no-browser", "--json")
+    error = json.loads(out.stdout)["error"]
+    assert out.returncode != 0 and error["code"] == "unavailable", out.stdout
+    assert f"127.0.0.1:{port}" in error["message"] and "--port" in error["message"]
+    assert "cannot use a file" not in error["message"]
+    assert not list(home.glob("oauth/*.sealed"))
