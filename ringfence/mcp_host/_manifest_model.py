@@ -17,7 +17,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -51,6 +51,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LEGACY_POLICY_KEYS = ("read_only_tools", "read_tools", "trust")
 
 _PolicyChoice = Literal["deny", "ask", "allow"]
+# A tool or resource name or glob: an empty one would match nothing and hide the mistake.
+_Pattern = Annotated[str, Field(min_length=1)]
 
 
 class ServerModel(BaseModel):
@@ -71,14 +73,14 @@ class ServerModel(BaseModel):
     trust: Literal["untrusted", "trusted"] = "untrusted"
     enabled: bool = True
     approved_capabilities: list[str] | None = None
-    allow_tools: list[str] | None = None
-    deny_tools: list[str] = []
-    allow_resources: list[str] | None = None
-    deny_resources: list[str] = []
-    read_only_tools: list[str] = []
-    read_tools: list[str] = []  # another spelling of read_only_tools (merged into it)
-    irreversible_tools: list[str] = []
-    autonomous_tools: list[str] = []
+    allow_tools: list[_Pattern] | None = None
+    deny_tools: list[_Pattern] = []
+    allow_resources: list[_Pattern] | None = None
+    deny_resources: list[_Pattern] = []
+    read_only_tools: list[_Pattern] = []
+    read_tools: list[_Pattern] = []  # another spelling of read_only_tools (merged into it)
+    irreversible_tools: list[_Pattern] = []
+    autonomous_tools: list[_Pattern] = []
     subscribe_resources: bool = False
     roots: list[str] = []
     sampling_policy: _PolicyChoice = "deny"
@@ -219,6 +221,8 @@ def _describe(model: type[BaseModel], error: Any) -> tuple[tuple[str | int, ...]
         lo, hi = bounds["Ge"].ge, bounds["Le"].le
         return loc[:1], f"must be between {_number(lo)} and {_number(hi)}, not {error['input']}"
     if len(loc) > 1 and isinstance(loc[1], int):  # an element of a list
+        if kind == "string_too_short":
+            return loc[:1], f"item {loc[1] + 1} is empty (a name or glob is needed)"
         return loc[:1], "must be a list of strings"
     return loc, _TYPE_WORDS.get(kind, error["msg"])
 

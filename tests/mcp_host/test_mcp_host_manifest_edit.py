@@ -181,3 +181,16 @@ def test_the_sandbox_keys_are_declared_and_checked(capsys, tmp_path: Path) -> No
     )  # fmt: skip
     assert code == 2 and "sandbox_writable" in out["error"]["message"]
     assert "t" not in load_manifest(path)
+
+
+@pytest.mark.parametrize("flag", ["--autonomous-tool", "--read-only-tool", "--allow-tool"])
+def test_an_empty_tool_name_is_refused_naming_the_key(capsys, tmp_path: Path, flag: str) -> None:
+    path = tmp_path / "mcp.toml"
+    code, out = run(
+        capsys, "mcp", "add", "x", "--transport", "stdio", "--command", "/bin/x",
+        flag, "t", flag, "", "--manifest", str(path),
+    )  # fmt: skip
+    assert code == 2 and out["error"]["code"] == "invalid_arguments", out
+    key = {"--autonomous-tool": "autonomous_tools", "--read-only-tool": "read_only_tools"}
+    assert f"{key.get(flag, 'allow_tools')}: item 2 is empty" in out["error"]["message"]
+    assert not path.exists()
