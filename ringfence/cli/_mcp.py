@@ -27,10 +27,11 @@ from ..mcp_host import (
     save_server,
 )
 from ..mcp_host._manifest import DEFAULT_APPROVED
+from ..mcp_host._policy_edit import plan_server_policy
 from ..runtime import InvalidArguments
 from ._mcp_import import run_import
 from ._mcp_inspect import run_inspect
-from ._mcp_show import auth_line, manifest_file, server_summary
+from ._mcp_show import auth_line, manifest_file, run_list, server_summary
 from ._output import print_ok, print_warnings
 from ._verbs import add_verb_parser, port_number, positive_seconds
 
@@ -138,8 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument(
         "--trusted",
         action="store_true",
-        help="mark the server trusted (results are not framed as untrusted); deprecated: "
-        "write trusted = true under [mcp.NAME] in policy.toml",
+        help="trust the server (believe its readOnlyHint, frame nothing): written as "
+        "trusted = true under [mcp.NAME] in $RINGFENCE_HOME/policy.toml",
     )
     add.add_argument(
         "--autonomous-tool",
@@ -153,8 +154,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="T",
-        help="treat this tool as read-only; deprecated: write read_only_tools under "
-        "[mcp.NAME] in policy.toml",
+        help="treat this tool (a glob) as read-only: written to read_only_tools under "
+        "[mcp.NAME] in $RINGFENCE_HOME/policy.toml (repeatable)",
     )
     add.add_argument(
         "--allow-tool",
@@ -252,32 +253,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 # -- list ---------------------------------------------------------------------------------------
 
 
-async def run_list(args: argparse.Namespace) -> int:
-    m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
-    servers = [server_summary(s) for s in m.servers]
-    if args.json:
-        from ..mcp_host._tokens import key_backend
-
-        result = {"manifests": [str(p) for p in m.paths], "servers": servers}
-        if any(s["auth"]["auth"] == "oauth" for s in servers):
-            result["token_store"] = key_backend()  # where the sealing key lives
-        return print_ok(result, True, m.warnings)
-    print_warnings(m.warnings)
-    if not servers:
-        sys.stdout.write(f"no MCP servers configured in {', '.join(str(p) for p in m.paths)}\n")
-        return 0
-    width = max(len(s["name"]) for s in servers)
-    for s in servers:
-        flags = [s["trust"]] + ([] if s["enabled"] else ["disabled"])
-        sys.stdout.write(
-            f"{s['name']:<{width}}  {s['transport']:<5}  {s['target']}\n"
-            f"{'':<{width}}  approved: {', '.join(s['approved_capabilities'])}; {', '.join(flags)}\n"
-        )
-        if s["transport"] != "stdio":
-            sys.stdout.write(f"{'':<{width}}  auth: {auth_line(s['auth'])}\n")
-    return 0
-
-
 # -- add / remove -------------------------------------------------------------------------------
 
 
@@ -312,11 +287,11 @@ def config_from_args(args: argparse.Namespace, existing: Manifest) -> ServerConf
         "url": url,
         "api_key_env": args.api_key_env,
         "headers_env": _pairs(args.header_env, "--header-env"),
-        "trust": Trust.TRUSTED if args.trusted else Trust.UNTRUSTED,
+        # --trusted and --read-only-tool are policy: written to the user policy file (run_add).
+        "trust": Trust.UNTRUSTED,
         "enabled": not args.disabled,
         "approved_capabilities": frozenset(args.approve_capability) or DEFAULT_APPROVED,
         "autonomous_tools": tuple(args.autonomous_tool),
-        "read_only_tools": tuple(args.read_only_tool),
         "allow_tools": tuple(args.allow_tool) if args.allow_tool is not None else None,
         "deny_tools": tuple(args.deny_tool),
     }
@@ -372,17 +347,28 @@ async def run_add(args: argparse.Namespace) -> int:
     existing = load_manifest(path)
     config = config_from_args(args, existing)
     replaced = config.name in existing
+    # Both files are checked before either is written; the policy follows the manifest.
+    policy = plan_server_policy(
+        config.name, trusted=args.trusted, read_only_tools=tuple(args.read_only_tool)
+    )
     m = save_server(config, path)  # validates the whole resulting file before writing it
+    policy.write()
     summary = server_summary(m.get(config.name))
+    shown_policy = str(policy.path) if policy.changed else None
     if args.json:
-        return print_ok(
-            {"manifest": str(path), "replaced": replaced, "server": summary}, True, m.warnings
-        )
+        result = {"manifest": str(path), "replaced": replaced, "server": summary}
+        return print_ok({**result, "policy": shown_policy}, True, m.warnings)
     print_warnings(m.warnings)
     verb = "replaced" if replaced else "added"
     sys.stdout.write(
         f"{verb} {config.name} in {path}: {summary['transport']} {summary['target']}\n"
     )
+    if shown_policy:
+        said = ["trusted"] if args.trusted else []
+        said += [f"read-only tools {', '.join(args.read_only_tool)}"] if args.read_only_tool else []
+        sys.stdout.write(
+            f"policy: [mcp.{config.name}] in {shown_policy}: {'; '.join(said) or 'cleared'}\n"
+        )
     if config.transport is Transport.STDIO:
         sys.stdout.write(
             "note: a stdio server runs as your user with your file and network access; "
@@ -393,10 +379,17 @@ async def run_add(args: argparse.Namespace) -> int:
 
 async def run_remove(args: argparse.Namespace) -> int:
     path = manifest_file(args)
+    policy = plan_server_policy(args.name)  # a grant must not outlive its server's name
     remove_server(args.name, path)
+    policy.write()
+    shown_policy = str(policy.path) if policy.changed else None
     if args.json:
-        return print_ok({"manifest": str(path), "removed": args.name}, True)
+        return print_ok({"manifest": str(path), "removed": args.name, "policy": shown_policy}, True)
     sys.stdout.write(f"removed {args.name} from {path}\n")
+    if shown_policy:
+        sys.stdout.write(
+            f"policy: [mcp.{args.name}] trust and read-only tools cleared in {shown_policy}\n"
+        )
     return 0
 
 

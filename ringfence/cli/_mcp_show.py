@@ -1,14 +1,23 @@
-"""How ``ringfence mcp`` names a manifest and shows a server: its summary and login state."""
+"""How ``ringfence mcp`` names a manifest and shows servers: ``mcp list``, a summary, login state."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ..mcp_host import ServerConfig, Transport, display_url, manifest_path
+from ..mcp_host import (
+    ServerConfig,
+    Transport,
+    display_url,
+    load_manifest,
+    load_manifests,
+    manifest_path,
+)
 from ..runtime import mask_command_args
+from ._output import print_ok, print_warnings
 
 
 def manifest_file(args: argparse.Namespace) -> Path:
@@ -57,3 +66,33 @@ def auth_line(a: dict[str, Any]) -> str:
     )
     refresh = ", refreshable" if a.get("refreshable") else ""
     return f"oauth: logged in, {when}{refresh}, scopes {' '.join(a.get('scopes') or []) or '-'}"
+
+
+async def run_list(args: argparse.Namespace) -> int:
+    from ..runtime._policyfile import load_policy
+
+    m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
+    # Trust as a session would judge it: the policy layers' [mcp.<name>] over the manifest.
+    mcp = load_policy([args.workspace] if args.workspace else []).mcp
+    servers = [server_summary(s.with_policy(mcp)) for s in m.servers]
+    if args.json:
+        from ..mcp_host._tokens import key_backend
+
+        result = {"manifests": [str(p) for p in m.paths], "servers": servers}
+        if any(s["auth"]["auth"] == "oauth" for s in servers):
+            result["token_store"] = key_backend()  # where the sealing key lives
+        return print_ok(result, True, m.warnings)
+    print_warnings(m.warnings)
+    if not servers:
+        sys.stdout.write(f"no MCP servers configured in {', '.join(str(p) for p in m.paths)}\n")
+        return 0
+    width = max(len(s["name"]) for s in servers)
+    for s in servers:
+        flags = [s["trust"]] + ([] if s["enabled"] else ["disabled"])
+        sys.stdout.write(
+            f"{s['name']:<{width}}  {s['transport']:<5}  {s['target']}\n"
+            f"{'':<{width}}  approved: {', '.join(s['approved_capabilities'])}; {', '.join(flags)}\n"
+        )
+        if s["transport"] != "stdio":
+            sys.stdout.write(f"{'':<{width}}  auth: {auth_line(s['auth'])}\n")
+    return 0

@@ -46,6 +46,7 @@ __all__ = [
     "load_policy",
     "load_policy_file",
     "managed_policy_path",
+    "parse_policy_file",
 ]
 
 LAYERS = ("managed", "session", "user", "project")
@@ -97,6 +98,11 @@ def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
             raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
+    return parse_policy_file(path, raw, layer)
+
+
+def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
+    """``raw`` read as the policy file ``path`` of ``layer``; the same checks as a load."""
     if len(raw) > MAX_FILE_BYTES:
         raise _fail(path, None, "file", f"larger than {MAX_FILE_BYTES} bytes")
     # Here: a session without policy files never parses TOML.

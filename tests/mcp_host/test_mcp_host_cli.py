@@ -88,7 +88,8 @@ def test_the_displayed_url_keeps_the_saved_query(capsys, ringfence_home: Path) -
     )
     assert code == 0 and out["result"]["replaced"] is True
     saved = load_manifest(ringfence_home / "mcp.toml").get("remote")
-    assert saved.url == "https://h.example/mcp?key=real" and saved.trust.value == "trusted"
+    assert saved.url == "https://h.example/mcp?key=real"
+    assert "[mcp.remote]\ntrusted = true" in (ringfence_home / "policy.toml").read_text()
     # The placeholder with anything else changed is refused; the saved URL is untouched.
     code, out, _ = run(
         capsys,

@@ -194,3 +194,49 @@ def test_an_empty_tool_name_is_refused_naming_the_key(capsys, tmp_path: Path, fl
     key = {"--autonomous-tool": "autonomous_tools", "--read-only-tool": "read_only_tools"}
     assert f"{key.get(flag, 'allow_tools')}: item 2 is empty" in out["error"]["message"]
     assert not path.exists()
+
+
+def test_trust_and_read_only_tools_go_to_the_user_policy_file(
+    capsys, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path))
+    policy = tmp_path / "policy.toml"
+    policy.write_text('# my rules\nask = ["run_shell(rm *)"]\n\n[mcp.other]\ntrusted = true\n')
+    add = ("mcp", "add", "x", "--transport", "stdio", "--command", "/bin/x")
+    code, out = run(capsys, *add, "--trusted", "--read-only-tool", "read_*")
+    assert code == 0 and out["result"]["policy"] == str(policy), out
+    text = policy.read_text()
+    assert text.startswith('# my rules\nask = ["run_shell(rm *)"]\n\n[mcp.other]\ntrusted = true')
+    assert '[mcp.x]\ntrusted = true\nread_only_tools = ["read_*"]' in text
+    manifest = (tmp_path / "mcp.toml").read_text()
+    assert "trust" not in manifest and "read_only_tools" not in manifest
+    code, out = run(capsys, "mcp", "list")
+    assert [s["trust"] for s in out["result"]["servers"]] == ["trusted"]
+    assert "warnings" not in out  # the manifest's old keys are not written, so nothing warns
+
+    # A grant does not outlive its server: re-adding without the flags or removing clears it.
+    code, out = run(capsys, *add)
+    assert code == 0 and "[mcp.x]" not in policy.read_text()
+    run(capsys, *add, "--trusted")
+    code, out = run(capsys, "mcp", "remove", "x")
+    assert code == 0 and out["result"]["policy"] == str(policy)
+    code, out = run(capsys, *add)  # another server under the same name starts untrusted
+    assert code == 0 and out["result"]["server"]["trust"] == "untrusted"
+    code, out = run(capsys, "mcp", "list")
+    assert [s["trust"] for s in out["result"]["servers"]] == ["untrusted"]
+    assert "[mcp.other]\ntrusted = true" in policy.read_text()  # other servers untouched
+
+
+def test_a_bad_policy_file_refuses_add_and_writes_neither_file(
+    capsys, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path))
+    policy = tmp_path / "policy.toml"
+    policy.write_text('ask = ["run_shell(rm *)"]\n[mcp.x]\ntrusted = "yes"\n')
+    code, out = run(
+        capsys, "mcp", "add", "x", "--transport", "stdio", "--command", "/bin/x", "--trusted"
+    )
+    assert code == 2 and out["error"]["code"] == "invalid_arguments", out
+    assert f"{policy}:3" in out["error"]["message"]
+    assert policy.read_text().endswith('trusted = "yes"\n')
+    assert not (tmp_path / "mcp.toml").exists()
