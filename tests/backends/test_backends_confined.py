@@ -321,6 +321,21 @@ async def test_limit_cgroups_of_a_dead_kernel_are_swept_and_ours_removed(workspa
     assert not (parent / ours.pop()).exists()
 
 
+def test_the_supervisor_takes_a_reset_for_the_end_of_its_session() -> None:
+    """The kernel closes its end with the supervisor's last ``U`` unread (a reset, not a plain
+    end of file): the supervisor ends the session, as at end of file, instead of dying with
+    a traceback."""
+    import socket
+
+    from ringfence.backends import _confined_supervisor as supervisor
+
+    ours, kernel_end = socket.socketpair()
+    with ours:
+        supervisor.send(ours, b"U")
+        kernel_end.close()
+        assert supervisor.recv(ours) is None
+
+
 def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path) -> None:
     """The sandbox's private /tmp must not hide the package that holds the supervisor (a venv
     or wheel install under /tmp or /var/tmp): it is shown again, read-only."""
