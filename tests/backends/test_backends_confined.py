@@ -336,6 +336,27 @@ def test_the_supervisor_takes_a_reset_for_the_end_of_its_session() -> None:
         assert supervisor.recv(ours) is None
 
 
+def test_the_supervisor_boot_imports_only_the_package_s_own_modules(tmp_path: Path) -> None:
+    """The supervisor starts as ``python -I -S -c <boot> <file>``: a working directory holding
+    modules of the same names (the supervisor, ctypes) is never searched (``-I`` implies
+    ``-P``), so the one-line program runs ringfence's own file and nothing planted."""
+    from ringfence.backends._confined_plan import SUPERVISOR_ARGV
+
+    for name in ("_confined_supervisor.py", "_confined_syscalls.py", "ctypes.py"):
+        (tmp_path / name).write_text("import os\nos.write(1, b'PLANTED')\n")
+    # exec mode without its "--": main fails at once (a traceback naming the real file).
+    out = subprocess.run(
+        [sys.executable, *SUPERVISOR_ARGV, "exec"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert "PLANTED" not in out.stdout + out.stderr
+    assert out.returncode == 1
+    assert SUPERVISOR_ARGV[-1] in out.stderr  # the traceback is the package's own file
+
+
 def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path) -> None:
     """The sandbox's private /tmp must not hide the package that holds the supervisor (a venv
     or wheel install under /tmp or /var/tmp): it is shown again, read-only."""
