@@ -172,8 +172,12 @@ class Process:
         """Wait (bounded) until no member of the tree runs; zombies do not count."""
         with trio.move_on_after(limit):
             if self._group is not None:
+                # SIGKILLed members are usually gone within a millisecond or two: look again
+                # soon, then every POLL (a fixed POLL cost every command's end ~2 ms).
+                pause = POLL / 8
                 while self._group.populated():
-                    await trio.sleep(POLL)
+                    await trio.sleep(pause)
+                    pause = min(pause * 2, POLL)
                 return
             if not _group_exists(self.pid):  # the common case: one syscall
                 return
