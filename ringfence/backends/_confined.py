@@ -590,9 +590,11 @@ class ConfinedSession(SandboxArgv):
     async def _kill_sandbox(self) -> None:
         """Stop the whole sandbox (its cgroup through _proc), remove its limit cgroups. Shielded.
 
-        Everything in it is SIGKILLed at once: nothing in it needs a graceful end (the
-        overlays go with the supervisor's mount namespace), and waiting for the
-        supervisor to see the socket close and exit added its exit to every close.
+        With its PID namespace, everything in it is SIGKILLed at once: nothing in it needs
+        a graceful end (the overlays go with the supervisor's mount namespace), and
+        waiting for the supervisor to see the socket close and exit added its exit to
+        every close. Without one (best-effort, no bubblewrap) the supervisor itself stops
+        its commands (they left its process group), so it is given the time to.
         """
         sock, self._sock = self._sock, None
         proc, self._proc = self._proc, None
@@ -601,9 +603,10 @@ class ConfinedSession(SandboxArgv):
             if sock is not None:
                 sock.close()  # (were the kill to fail, the supervisor exits on end of file)
             if proc is not None:
-                # The cgroup (or bubblewrap's process group: its --die-with-parent and the
-                # PID namespace take the rest along) is killed; the leader's exit follows.
-                proc.kill_rest_now()
+                if self._degraded is None:
+                    # The cgroup, or bubblewrap's process group (its --die-with-parent and
+                    # the PID namespace take the rest along); the leader's exit follows.
+                    proc.kill_rest_now()
                 with trio.move_on_after(1.0):
                     await proc.wait_leader()
                 if not proc.leader_exited():

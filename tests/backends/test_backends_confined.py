@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -168,6 +169,52 @@ async def test_the_private_tmp_lasts_for_the_session_and_nothing_outlives_it(
         assert r.exit_code == 1 and "No such file" in r.stderr
     finally:
         await fresh.aclose()
+
+
+@pytest.mark.parametrize("method", ["cgroup", "run-id"])
+@pytest.mark.parametrize("namespaces", [True, False])
+async def test_closing_a_session_under_a_running_command_leaves_nothing(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, method: str, namespaces: bool
+) -> None:
+    """aclose while a command runs (from another task): the command's processes end too,
+    with bubblewrap's PID namespace (killed at once) and without it (best-effort: the
+    supervisor stops them), under either way of tracking the sandbox's process tree."""
+    from ringfence import _proc
+
+    if method == "run-id":
+        monkeypatch.setattr(_proc, "_tracking", _proc.Tracking("run-id", "forced by the test"))
+    elif _proc.tracking().method != "cgroup":
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    options = {}
+    if not namespaces:
+        monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))
+        options = {"sandbox": "best-effort"}
+    seconds = str(3000 + os.getpid() % 997)  # a sleep this test can recognise
+
+    def sleepers() -> list[psutil.Process]:
+        return [
+            p
+            for p in psutil.process_iter(["cmdline", "status"])
+            if p.info["cmdline"] == ["sleep", seconds] and p.info["status"] != "zombie"
+        ]
+
+    session = await start_local(SessionSpec(roots=(workspace,), options=options))
+    kw = {"cwd": workspace, "env": {"PATH": os.defpath}, "timeout": 60, "output_cap": 1000}
+
+    async def run() -> None:
+        with contextlib.suppress(Exception):
+            await session.run(f"sleep {seconds}", **kw)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        with trio.fail_after(10):
+            while not sleepers():
+                await trio.sleep(0.01)
+        await session.aclose()
+        with trio.fail_after(5):
+            while sleepers():
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()  # the run in flight, left waiting for its report
 
 
 def test_the_cli_records_the_sandbox_level(
