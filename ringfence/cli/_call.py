@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import trio
 
 from ..runtime import InvalidArguments, NotFound, RingfenceError
+from ..runtime._groups import raise_single
 from ._mcp_session import mcp_failure_for, session_warnings
 from ._output import print_error, print_ok, read_input_text
 from ._session import add_session_options, kernel_from_args
@@ -93,15 +94,18 @@ async def _probe_tracking(*, task_status: trio.TaskStatus[None] = trio.TASK_STAT
 
 async def run(args: argparse.Namespace) -> int:
     arguments = parse_arguments(args.args)
-    async with trio.open_nursery() as nursery:
-        if _spawns_here(args):
-            await nursery.start(_probe_tracking)
-        async with kernel_from_args(args, mcp_tool=args.tool, interactive=True) as kernel:
-            outcome = await kernel.invoke(args.tool, arguments, origin="cli")
-            names = [s.name for s in kernel.tools()]
-            # An mcp.<server>.… tool whose server did not connect: its cause is the error.
-            failed = mcp_failure_for(kernel, args.tool) if args.tool not in names else None
-            warnings = session_warnings(kernel, leave_out=failed)
+    try:
+        async with trio.open_nursery() as nursery:
+            if _spawns_here(args):
+                await nursery.start(_probe_tracking)
+            async with kernel_from_args(args, mcp_tool=args.tool, interactive=True) as kernel:
+                outcome = await kernel.invoke(args.tool, arguments, origin="cli")
+                names = [s.name for s in kernel.tools()]
+                # An mcp.<server>.… tool whose server did not connect: its cause is the error.
+                failed = mcp_failure_for(kernel, args.tool) if args.tool not in names else None
+                warnings = session_warnings(kernel, leave_out=failed)
+    except BaseExceptionGroup as group:
+        raise_single(group)  # what the verb raised (Ctrl-C's KeyboardInterrupt too), unwrapped
     if outcome.error is not None:
         error = outcome.error
         if failed is not None:
