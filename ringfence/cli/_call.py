@@ -67,10 +67,10 @@ def with_suggestions(error: RingfenceError, tool: str, names: Iterable[str]) -> 
 def _spawns_here(args: argparse.Namespace) -> bool:
     """Whether this call's tool starts a process of this machine through the process
     supervisor: run_shell on the local (confined) or host backend."""
-    from ..backends import select_backend
-
     if args.tool != "run_shell":
         return False
+    from ..backends import select_backend
+
     try:
         return select_backend(args.backend) in ("local", "host")
     except RingfenceError:
