@@ -404,6 +404,52 @@ def test_the_supervisor_boot_imports_only_the_package_s_own_modules(tmp_path: Pa
     assert SUPERVISOR_ARGV[-1] in out.stderr  # the traceback is the package's own file
 
 
+@pytest.mark.parametrize("may_write", [True, False])
+def test_a_checkout_s_first_session_writes_the_supervisor_s_bytecode(
+    tmp_path: Path, may_write: bool
+) -> None:
+    """The sandbox imports the supervisor from its bytecode cache but cannot write it (read-only
+    there): the kernel's first session writes it, unless bytecode writing is switched off."""
+    import importlib.util
+
+    copy = tmp_path / "site"
+    shutil.copytree(
+        Path(ringfence.__file__).parent,
+        copy / "ringfence",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    program = (
+        "import trio\n"
+        "from pathlib import Path\n"
+        "from ringfence.backends import SessionSpec, start_local\n"
+        "async def main():\n"
+        f"    s = await start_local(SessionSpec(roots=(Path({str(ws)!r}),)))\n"
+        f"    r = await s.run('true', cwd=Path({str(ws)!r}), env={{}}, timeout=20, output_cap=100)\n"
+        "    await s.aclose()\n"
+        "    assert r.exit_code == 0\n"
+        "trio.run(main)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(copy)
+    if not may_write:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    out = subprocess.run(
+        [sys.executable, "-c", program],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    backends = copy / "ringfence" / "backends"
+    for name in ("_confined_supervisor.py", "_confined_syscalls.py"):
+        cached = Path(importlib.util.cache_from_source(str(backends / name)))
+        assert cached.exists() == may_write, name
+
+
 def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path) -> None:
     """The sandbox's private /tmp must not hide the package that holds the supervisor (a venv
     or wheel install under /tmp or /var/tmp): it is shown again, read-only."""
