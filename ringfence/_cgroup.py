@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import psutil
-
 __all__ = [
     "GONE_LIMIT",
     "POLL",
@@ -65,11 +63,22 @@ def own_cgroup() -> str | None:
     return None
 
 
+def _pid_exists(pid: int) -> bool:
+    """``psutil.pid_exists`` for a pid above 0, without importing psutil (a CLI's start)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
+
+
 def sweep(parent: Path) -> None:
     """Kill and remove what ringfence processes that died left under ``parent``."""
     for entry in os.scandir(parent):
         pid, _, _ = entry.name.partition("-")
-        if not entry.is_dir() or not pid.isdigit() or psutil.pid_exists(int(pid)):
+        if not entry.is_dir() or not pid.isdigit() or _pid_exists(int(pid)):
             continue
         for cmd in Path(entry.path).iterdir():
             if cmd.is_dir():

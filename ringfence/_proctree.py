@@ -15,12 +15,14 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import psutil
 import trio
 
 from ._cgroup import GONE_LIMIT, POLL, Cgroup
+
+if TYPE_CHECKING:  # psutil is imported by the run-id fallback's functions, where they run:
+    import psutil  # a cgroup-tracked command never needs it (~5-10 ms of a CLI's start)
 
 __all__ = ["RUN_ID_VARIABLE", "Method", "Process", "kill_and_reap"]
 
@@ -170,8 +172,12 @@ class Process:
         """Wait (bounded) until no member of the tree runs; zombies do not count."""
         with trio.move_on_after(limit):
             if self._group is not None:
+                # SIGKILLed members are usually gone within a millisecond or two: look again
+                # soon, then every POLL (a fixed POLL cost every command's end ~2 ms).
+                pause = POLL / 8
                 while self._group.populated():
-                    await trio.sleep(POLL)
+                    await trio.sleep(pause)
+                    pause = min(pause * 2, POLL)
                 return
             if not _group_exists(self.pid):  # the common case: one syscall
                 return
@@ -184,6 +190,8 @@ class Process:
 
     def _members(self) -> list[psutil.Process]:
         """Live processes of the tree other than the leader (the run-id hunt). Blocking."""
+        import psutil
+
         found: dict[int, psutil.Process] = {}
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(self.pid).children(recursive=True):
@@ -225,6 +233,8 @@ def _marked(run_id: str) -> list[psutil.Process]:
     Reads ``/proc/*/environ`` directly: a third of what psutil's per-process
     objects cost, and this runs after every command under the fallback.
     """
+    import psutil
+
     needle = f"\0{RUN_ID_VARIABLE}={run_id}\0".encode()
     me = os.getpid()
     found = []
@@ -242,6 +252,8 @@ def _marked(run_id: str) -> list[psutil.Process]:
 
 
 def _signal_all(procs: list[psutil.Process], sig: int) -> None:
+    import psutil
+
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)
@@ -249,6 +261,8 @@ def _signal_all(procs: list[psutil.Process], sig: int) -> None:
 
 def _is_alive(proc: psutil.Process) -> bool:
     """Running (not gone, not a zombie)."""
+    import psutil
+
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -262,6 +276,8 @@ async def _wait_dead(procs: list[psutil.Process], limit: float) -> None:
 
 
 def _live_in_group(pgid: int) -> list[psutil.Process]:
+    import psutil
+
     live = []
     for proc in psutil.process_iter():
         try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -325,6 +326,49 @@ def test_call_read_file_imports_only_what_the_verb_needs(tmp_path: Path) -> None
     own = sorted(
         m for m in loaded for f in CALL_READ_FILE_FORBIDDEN_OWN if m == f or m.startswith(f + ".")
     )
+    assert own == []
+
+
+# `ringfence call run_shell` (issue 19: the one-shot confined command faster than srt) may
+# load what `call read_file` may not of its own (the process supervisor, the confined local
+# backend), but none of the libraries: a valid run_shell call passes the compiled schema
+# check (no jsonschema), and a cgroup-tracked sandbox needs no psutil.
+CALL_RUN_SHELL_NEEDS = (
+    "ringfence._proc",
+    "ringfence.backends._confined",
+    "ringfence.backends._confined_layers",
+    "ringfence.backends._local",
+)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_call_run_shell_imports_only_what_the_verb_needs(tmp_path: Path) -> None:
+    """``ringfence call run_shell`` (confined, the whole verb, run) loads no SDK, no jsonschema,
+    no psutil and no other verb."""
+    code = (
+        "import sys\n"
+        "from ringfence.cli import main\n"
+        "code = main(['call', 'run_shell', '--args', '{\"command\": \"echo confined\"}', "
+        "'--workspace', sys.argv[1], '--backend', 'local', '--approve', 'yes'])\n"
+        "print(sorted(sys.modules))\n"
+        "sys.exit(code)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    modules_line = out.stdout.rsplit("\n", 2)[-2]
+    assert "confined" in out.stdout
+    loaded = set(ast.literal_eval(modules_line))
+    assert CALL_RUN_SHELL_NEEDS[1] in loaded  # it did run where this test means
+    tops = {m.split(".")[0] for m in loaded}
+    assert sorted(tops & set(CALL_READ_FILE_FORBIDDEN)) == []
+    assert sorted(loaded & set(CALL_READ_FILE_FORBIDDEN_SUBMODULES)) == []
+    forbidden = [f for f in CALL_READ_FILE_FORBIDDEN_OWN if f not in CALL_RUN_SHELL_NEEDS]
+    own = sorted(m for m in loaded for f in forbidden if m == f or m.startswith(f + "."))
     assert own == []
 
 

@@ -588,14 +588,25 @@ class ConfinedSession(SandboxArgv):
             await self._kill_sandbox()
 
     async def _kill_sandbox(self) -> None:
-        """Stop the whole sandbox (its cgroup through _proc), remove its limit cgroups. Shielded."""
+        """Stop the whole sandbox (its cgroup through _proc), remove its limit cgroups. Shielded.
+
+        With its PID namespace, everything in it is SIGKILLed at once: nothing in it needs
+        a graceful end (the overlays go with the supervisor's mount namespace), and
+        waiting for the supervisor to see the socket close and exit added its exit to
+        every close. Without one (best-effort, no bubblewrap) the supervisor itself stops
+        its commands (they left its process group), so it is given the time to.
+        """
         sock, self._sock = self._sock, None
         proc, self._proc = self._proc, None
         self._rbuf, self._unmount_due = b"", False
         with trio.CancelScope(shield=True):
             if sock is not None:
-                sock.close()  # the supervisor kills everything and exits
+                sock.close()  # (were the kill to fail, the supervisor exits on end of file)
             if proc is not None:
+                if self._degraded is None:
+                    # The cgroup, or bubblewrap's process group (its --die-with-parent and
+                    # the PID namespace take the rest along); the leader's exit follows.
+                    proc.kill_rest_now()
                 with trio.move_on_after(1.0):
                     await proc.wait_leader()
                 if not proc.leader_exited():

@@ -6,6 +6,8 @@ directories are hidden and whose uid the sandbox runs as, bubblewrap's
 argv and mount layout (:class:`SandboxArgv`, a mixin of
 :class:`~._confined.ConfinedSession`), the supervisor's options, and, under
 change sets, the session's upper/work directories (made, emptied, removed).
+(Over 500 lines on purpose: one plan, from the options to the supervisor's command line
+and its bytecode, read together.)
 """
 
 from __future__ import annotations
@@ -56,6 +58,49 @@ _HIDDEN = ("/home", "/root", "/run", "/var/lib/docker", "/mnt", "/media", "/srv"
 
 
 _SUPERVISOR = Path(__file__).resolve().parent / "_confined_supervisor.py"
+# How the interpreter runs it: imported by a one-line ``-c`` program rather than run as a
+# file, so its compiled form in ``__pycache__`` is used (a script is compiled from source
+# at every start: ~5-10 ms of a sandbox's start). The file's path stays the first argument
+# (what ``ps`` shows, and where the program finds the module); ``entry`` takes the rest.
+_BOOT = (
+    "import sys;d,_,f=sys.argv.pop(1).rpartition('/');sys.path.insert(0,d);"
+    "__import__(f.removesuffix('.py')).entry()"
+)
+SUPERVISOR_ARGV = ("-I", "-S", "-c", _BOOT, str(_SUPERVISOR))
+_SUPERVISOR_SOURCES = (_SUPERVISOR, _SUPERVISOR.with_name("_confined_syscalls.py"))
+_bytecode_checked = False
+
+
+def supervisor_bytecode() -> None:
+    """Write the supervisor's bytecode cache where it is missing or older than its source.
+
+    The sandbox cannot (the package is read-only there) and this process never imports
+    those two files: in a checkout every sandbox would compile them (~5-10 ms of its
+    start; pip writes the cache at install). Once per process, two ``stat`` calls per
+    file; respects ``sys.dont_write_bytecode``; never raises. The sandbox's import still
+    checks the cache against its source.
+    """
+    global _bytecode_checked
+    if _bytecode_checked or sys.dont_write_bytecode:
+        return
+    _bytecode_checked = True
+    import importlib.util
+
+    for source in _SUPERVISOR_SOURCES:
+        cached = importlib.util.cache_from_source(str(source))
+        try:
+            if os.stat(cached).st_mtime >= os.stat(source).st_mtime:
+                continue
+        except FileNotFoundError:
+            pass
+        except OSError:
+            continue
+        import py_compile
+
+        try:
+            py_compile.compile(str(source), cfile=cached, doraise=True)
+        except (OSError, py_compile.PyCompileError):
+            continue
 
 
 # Where the session's upper/work directories are bound in the sandbox (change sets): inside
@@ -309,6 +354,7 @@ class SandboxArgv:
         self, fd: int, info_fd: int, block_fd: int, seccomp_fd: int | None
     ) -> tuple[list[str], list[Layer]]:
         """bubblewrap's argv and the layers it provides. Raises Unavailable when bwrap is missing."""
+        supervisor_bytecode()
         if self._degraded is not None:
             return self._degraded_argv(fd, seccomp_fd)
         bwrap = os.environ.get(BWRAP_VARIABLE) or shutil.which("bwrap")
@@ -395,7 +441,7 @@ class SandboxArgv:
             argv += ["--remount-ro", path]
         if seccomp_fd is not None:
             argv += ["--seccomp", str(seccomp_fd)]
-        argv += ["--chdir", "/", "--", python, "-I", "-S", str(_SUPERVISOR)]
+        argv += ["--chdir", "/", "--", python, *SUPERVISOR_ARGV]
         argv += [str(fd), *self._supervisor_options([str(r) for r in roots], self._layer_fd)]
         net = "host network (session option network)" if spec.network else "none (own loopback)"
         layers = [
@@ -455,7 +501,7 @@ class SandboxArgv:
         (UDP, Unix sockets), and a root kernel's commands run as root.
         """
         roots = [os.path.realpath(r) for r in self._spec.roots]
-        argv = [os.path.realpath(sys.executable), "-I", "-S", str(_SUPERVISOR), str(fd)]
+        argv = [os.path.realpath(sys.executable), *SUPERVISOR_ARGV, str(fd)]
         argv += self._supervisor_options(roots)
         argv += ["pidns=0", *([f"seccomp_fd={seccomp_fd}"] if seccomp_fd is not None else [])]
         why = self._degraded or "no namespaces"

@@ -1,25 +1,24 @@
 """The confined local backend's supervisor: one per session, inside the sandbox.
 
-Run by :mod:`ringfence.backends._confined` as ``python -I -S <this file>
-<fd> <option>…`` inside bubblewrap's namespaces, as PID 1 of the new PID
-namespace, already under the commands' seccomp filter (built by the kernel
-with the script runner's BPF helpers, :mod:`._confined_layers`, and
-installed by bubblewrap's ``--seccomp``). Standard library only, and few
-imports: every millisecond here is session start. Over 500 lines on purpose:
-it is one standalone program whose two modes (a session's commands, one
-``exec``) share one ``confine``; its system calls are in :mod:`._confined_syscalls`.
+Run by :mod:`ringfence.backends._confined` as ``python -I -S -c <boot> <this file>
+<fd> <option>…`` (``<boot>`` imports it, bytecode cache and all, and calls :func:`entry`)
+inside bubblewrap's namespaces, as PID 1 of the new PID namespace, already under the
+commands' seccomp filter (built by the kernel with the script runner's BPF helpers,
+:mod:`._confined_layers`, installed by bubblewrap's ``--seccomp``). Standard library
+only, few imports: every millisecond here is session start. Over 500 lines on purpose:
+one standalone program whose two modes (a session's commands, one ``exec``) share one
+``confine``; its system calls are in :mod:`._confined_syscalls`.
 
 At start it confines *itself* (every command is its child, so every command
 inherits all of it), in this order:
 
-0. **uid** — when started as the namespace's root (a root kernel), become
-   the workspace owner for good (``setgroups``, ``setresgid``,
-   ``setresuid``: every capability goes).
-1. **rlimits** — address space, open files, file size, no core files, CPU
-   seconds, and ``RLIMIT_NPROC`` (enforced wherever the session's host uid
-   is not root).
-2. **no_new_privs** and not dumpable (a command cannot ptrace or write the
-   memory of its supervisor).
+0. **uid** — when started as the namespace's root (a root kernel), become the
+   workspace owner for good (``setgroups``, ``setresgid``, ``setresuid``: every
+   capability goes).
+1. **rlimits** — address space, open files, file size, no core files, CPU seconds,
+   and ``RLIMIT_NPROC`` (enforced wherever the session's host uid is not root).
+2. **no_new_privs** and not dumpable (a command cannot ptrace or write the memory
+   of its supervisor).
 3. **landlock** — a second wall on writes, as the kernel planned it
    (:func:`ringfence.backends._confined_layers.landlock_plan`): every
    write-type access right the ABI knows is handled and granted only
@@ -27,17 +26,16 @@ inherits all of it), in this order:
    ``network``, TCP bind and connect are handled and never granted; signals
    and abstract Unix sockets are scoped to the sandbox.
 
-Then it sends ``READY`` with its report (or ``FAIL`` naming the layer) and
-serves requests, one command at a time: ``posix_spawn`` with ``setsid``, the
-command's stdout/stderr are the pipes the kernel sent along
-(``SCM_RIGHTS``), stdin is ``/dev/null``; a third descriptor, when sent
-(``persist_shell_state``: a memfd the shell state is written to, see
-:mod:`._shellstate`), becomes the command's descriptor 3. When the command's
-main process exits, every other process of the namespace is SIGKILLed at
-once (``kill(-1)`` from PID 1 reaches every process of the namespace and
-nothing outside it; a task being forked when the signal lands never
-appears) and reaped; only then is the exit status reported, so nothing a
-command starts outlives it.
+Then it sends ``READY`` with its report (or ``FAIL`` naming the layer) and serves
+requests, one command at a time: ``posix_spawn`` with ``setsid``, the command's
+stdout/stderr are the pipes the kernel sent along (``SCM_RIGHTS``), stdin is
+``/dev/null``; a third descriptor, when sent (``persist_shell_state``: a memfd the
+shell state is written to, see :mod:`._shellstate`), becomes the command's
+descriptor 3. When the command's main process exits, every other process of the
+namespace is SIGKILLed at once (``kill(-1)`` from PID 1 reaches every process of the
+namespace and nothing outside it; a task being forked when the signal lands never
+appears) and reaped; only then is the exit status reported, so nothing a command
+starts outlives it.
 
 Wire: each message is a 4-byte big-endian length and a payload.
 kernel → supervisor: ``R`` + NUL-separated cwd, argc, argv…, ``NAME=value``…
@@ -45,9 +43,9 @@ kernel → supervisor: ``R`` + NUL-separated cwd, argc, argv…, ``NAME=value``�
 (SIGTERM to every process of the command), ``K`` (SIGKILL to them).
 supervisor → kernel: ``READY\\n`` + report lines, ``FAIL\\n`` + layer + tab
 + message, ``X`` + wait status, ``U`` (change sets: the overlays are unmounted).
-End of file from the kernel: kill everything and exit.
+End of file (or a reset) from the kernel: kill everything and exit.
 
-``exec`` mode (``python -I -S <this file> exec <option>… -- <argv>…``, for
+``exec`` mode (``python -I -S -c <boot> <this file> exec <option>… -- <argv>…``, for
 MCP stdio servers, :func:`ringfence.backends._confined_exec.confined_argv`): no
 control socket; the same confinement (the seccomp filter comes hex-encoded
 in the options and is installed here, last), a one-line report on stdout,
@@ -204,7 +202,10 @@ def send(sock: _socket.socket, payload: bytes) -> None:
 def recv_exact(sock: _socket.socket, n: int) -> bytes | None:
     data = b""
     while len(data) < n:
-        chunk = sock.recv(n - len(data))
+        try:
+            chunk = sock.recv(n - len(data))
+        except ConnectionResetError:  # see recv
+            return None
         if not chunk:
             return None
         data += chunk
@@ -214,9 +215,12 @@ def recv_exact(sock: _socket.socket, n: int) -> bytes | None:
 def recv(sock: _socket.socket) -> tuple[bytes, list[int]] | None:
     """One message and the descriptors that came with it; None at end of file."""
     fds: list[int] = []
-    head, ancillary, _flags, _addr = sock.recvmsg(
-        4, _socket.CMSG_SPACE(3 * 4), _socket.MSG_CMSG_CLOEXEC
-    )
+    try:
+        head, ancillary, _flags, _addr = sock.recvmsg(
+            4, _socket.CMSG_SPACE(3 * 4), _socket.MSG_CMSG_CLOEXEC
+        )
+    except ConnectionResetError:  # the kernel closed with a message unread (the last U): EOF
+        return None
     for level, kind, data in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
             fds += [
@@ -686,5 +690,11 @@ def main(args: list[str]) -> int:
     return 0
 
 
+def entry() -> None:
+    """:func:`main` on ``sys.argv[1:]``, then exit without the interpreter's teardown (all
+    output went out by ``os.write``); an exception still prints its traceback (exit 1)."""
+    os._exit(main(sys.argv[1:]))
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    entry()

@@ -6,7 +6,10 @@ import argparse
 import json
 from collections.abc import Iterable
 
+import trio
+
 from ..runtime import InvalidArguments, NotFound, RingfenceError
+from ..runtime._groups import raise_single
 from ._mcp_session import mcp_failure_for, session_warnings
 from ._output import print_error, print_ok, read_input_text
 from ._session import add_session_options, kernel_from_args
@@ -61,14 +64,48 @@ def with_suggestions(error: RingfenceError, tool: str, names: Iterable[str]) -> 
     )
 
 
+def _spawns_here(args: argparse.Namespace) -> bool:
+    """Whether this call's tool starts a process of this machine through the process
+    supervisor: run_shell on the local (confined) or host backend."""
+    if args.tool != "run_shell":
+        return False
+    from ..backends import select_backend
+
+    try:
+        return select_backend(args.backend) in ("local", "host")
+    except RingfenceError:
+        return False  # the kernel refuses the name, with the same error, below
+
+
+async def _probe_tracking(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The process supervisor's one-time probe of how it tracks process trees, in a worker
+    thread: ~10-15 ms of waiting (a cgroup created, a real child moved into it and killed),
+    here while the kernel is built and the call is authorized rather than after. The
+    command's start uses the same cached result (or waits for this probe); it never raises.
+
+    Reports started once its thread runs (``to_thread.run_sync`` starts it before its first
+    checkpoint), so :func:`run` goes on building the kernel with the probe under way.
+    """
+    from .. import _proc
+
+    task_status.started()
+    await trio.to_thread.run_sync(_proc.tracking)
+
+
 async def run(args: argparse.Namespace) -> int:
     arguments = parse_arguments(args.args)
-    async with kernel_from_args(args, mcp_tool=args.tool, interactive=True) as kernel:
-        outcome = await kernel.invoke(args.tool, arguments, origin="cli")
-        names = [s.name for s in kernel.tools()]
-        # An mcp.<server>.… tool whose server did not connect: its cause is the error.
-        failed = mcp_failure_for(kernel, args.tool) if args.tool not in names else None
-        warnings = session_warnings(kernel, leave_out=failed)
+    try:
+        async with trio.open_nursery() as nursery:
+            if _spawns_here(args):
+                await nursery.start(_probe_tracking)
+            async with kernel_from_args(args, mcp_tool=args.tool, interactive=True) as kernel:
+                outcome = await kernel.invoke(args.tool, arguments, origin="cli")
+                names = [s.name for s in kernel.tools()]
+                # An mcp.<server>.… tool whose server did not connect: its cause is the error.
+                failed = mcp_failure_for(kernel, args.tool) if args.tool not in names else None
+                warnings = session_warnings(kernel, leave_out=failed)
+    except BaseExceptionGroup as group:
+        raise_single(group)  # what the verb raised (Ctrl-C's KeyboardInterrupt too), unwrapped
     if outcome.error is not None:
         error = outcome.error
         if failed is not None:

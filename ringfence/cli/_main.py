@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -61,8 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     Every exception a verb raises ends here: ringfence errors print as
     themselves, anything else as a one-line ``tool_error`` (exit 1) unless
     ``RINGFENCE_DEBUG=1``, which re-raises it with its traceback.
+
+    Without ``argv`` (the command line: this process ends with the verb) the
+    cyclic garbage collector is tuned for a short life, see :func:`_short_lived`;
+    with ``argv`` (a caller's process, e.g. tests) it is left alone.
     """
+    short_lived = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if short_lived:
+        gc.disable()  # until the imports are done (see _short_lived)
     # Before parsing succeeds there is no namespace to ask: a parse error honours --json too.
     as_json = "--json" in argv
     try:
@@ -76,11 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ._output import error_from_exception, print_error, print_usage_error
 
+    if short_lived:
+        _short_lived()
     try:
         try:
             code = trio.run(args.func, args)
         finally:
             _run_shutdown_hooks()
+            if short_lived:
+                gc.freeze()  # see _short_lived
     except UsageError as exc:
         return print_usage_error(str(exc), as_json)
     except KeyboardInterrupt:
@@ -91,6 +103,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return print_error(error_from_exception(exc), as_json)
     return int(code or 0)
+
+
+def _short_lived() -> None:
+    """The collector's settings for a process that runs one verb and exits.
+
+    Everything imported so far (a few hundred modules, ~40 000 objects) lives
+    until the process ends: :func:`main` keeps the collector off while the
+    imports run (tens of collections that would find nothing), and here moves
+    what they made to the permanent generation, so the collections the verb
+    still triggers (it runs with the collector on, as any process does) look
+    at the verb's own objects only. After the verb, :func:`main` freezes again:
+    the interpreter's final collection then skips what would be freed by the
+    exit anyway (tens of milliseconds on a command that takes a few hundred).
+    Nothing is lost by that: atexit handlers, module teardown and the flushing
+    of open files still run; ringfence's files (the event log's descriptor, a
+    plan) are closed by the verb itself, not by the collector.
+    """
+    gc.freeze()
+    gc.enable()
 
 
 def _run_shutdown_hooks() -> None:

@@ -231,7 +231,12 @@ def _field_of(error: jsonschema.ValidationError, arguments: dict[str, Any]) -> s
 
 _ANNOTATIONS = frozenset({"description", "title", "default", "examples", "format", "$comment"})
 _TOP_KEYS = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties", "$schema"}
-_PROP_KEYS = _ANNOTATIONS | {
+# Keywords that hold a pattern or subschemas (see _compile_nested): run_shell's schema.
+_NESTED_KEYS = frozenset(
+    {"pattern", "not", "oneOf", "items", "minItems", "maxItems", "propertyNames",
+     "additionalProperties"}
+)  # fmt: skip
+_PROP_KEYS = _ANNOTATIONS | _NESTED_KEYS | {
     "type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
     "maxLength", "enum",
 }  # fmt: skip
@@ -282,6 +287,9 @@ def _compile_property(schema: Any) -> Callable[[Any], bool] | None:
         if isinstance(v, bool) or not isinstance(v, int):
             return None
     allowed = frozenset(enum) if enum is not None else None
+    nested = _compile_nested(schema)
+    if nested is None:
+        return None
 
     def check(value: Any) -> bool:
         if types is not None and not any(_is_type(value, t) for t in types):
@@ -302,9 +310,71 @@ def _compile_property(schema: Any) -> Callable[[Any], bool] | None:
                 return False
             if "maxLength" in lengths and len(value) > lengths["maxLength"]:
                 return False
-        return True
+        return nested(value)
 
     return check
+
+
+def _compile_nested(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
+    """The :data:`_NESTED_KEYS` of ``schema`` as one check, or None when one is outside the
+    subset (a pattern RE2 cannot compile: jsonschema's path then refuses the call).
+
+    Each sub-check is *exact* (it says True exactly when jsonschema, with RE2 for
+    ``pattern`` as :func:`linear_validator` has it, would), not merely never more lenient:
+    ``not`` and ``oneOf`` turn a sub-check's False into a True. Like jsonschema, each
+    keyword applies only to values of its type (``pattern`` to strings, ``items`` to
+    arrays, ``propertyNames`` to objects, ...).
+    """
+    checks: list[Callable[[Any], bool]] = []
+    if "pattern" in schema:
+        pattern = schema["pattern"]
+        try:
+            _compiled(pattern)
+        except (Uncheckable, TypeError):
+            return None
+        checks.append(lambda v: not isinstance(v, str) or _search(pattern, v))
+    subs: dict[str, Callable[[Any], bool]] = {}
+    for key in ("not", "items", "propertyNames", "additionalProperties"):
+        if key in schema and not (key == "additionalProperties" and schema[key] is True):
+            sub = _compile_property(schema[key]) if schema[key] is not False else _never
+            if sub is None:
+                return None
+            subs[key] = sub
+    if "not" in subs:
+        checks.append(lambda v, sub=subs["not"]: not sub(v))
+    if "items" in subs:
+        checks.append(lambda v, sub=subs["items"]: not isinstance(v, list) or all(map(sub, v)))
+    if "propertyNames" in subs:
+        checks.append(
+            lambda v, sub=subs["propertyNames"]: not isinstance(v, dict) or all(map(sub, v))
+        )
+    if "additionalProperties" in subs:  # no "properties" here: every key is additional
+        checks.append(
+            lambda v, sub=subs["additionalProperties"]: (
+                not isinstance(v, dict) or all(map(sub, v.values()))
+            )
+        )
+    if "oneOf" in schema:
+        branches = schema["oneOf"]
+        compiled = [_compile_property(b) for b in branches] if isinstance(branches, list) else []
+        if not compiled or any(c is None for c in compiled):
+            return None
+        checks.append(lambda v: sum(1 for c in compiled if c(v)) == 1)
+    counts = {k: schema[k] for k in ("minItems", "maxItems") if k in schema}
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in counts.values()):
+        return None
+    if counts:
+        low, high = counts.get("minItems", 0), counts.get("maxItems")
+        checks.append(
+            lambda v: (
+                not isinstance(v, list) or (low <= len(v) and (high is None or len(v) <= high))
+            )
+        )
+    return lambda v: all(check(v) for check in checks)
+
+
+def _never(_value: Any) -> bool:
+    return False
 
 
 # -- meta-schema check without jsonschema -----------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -170,6 +171,52 @@ async def test_the_private_tmp_lasts_for_the_session_and_nothing_outlives_it(
         await fresh.aclose()
 
 
+@pytest.mark.parametrize("method", ["cgroup", "run-id"])
+@pytest.mark.parametrize("namespaces", [True, False])
+async def test_closing_a_session_under_a_running_command_leaves_nothing(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, method: str, namespaces: bool
+) -> None:
+    """aclose while a command runs (from another task): the command's processes end too,
+    with bubblewrap's PID namespace (killed at once) and without it (best-effort: the
+    supervisor stops them), under either way of tracking the sandbox's process tree."""
+    from ringfence import _proc
+
+    if method == "run-id":
+        monkeypatch.setattr(_proc, "_tracking", _proc.Tracking("run-id", "forced by the test"))
+    elif _proc.tracking().method != "cgroup":
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    options = {}
+    if not namespaces:
+        monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))
+        options = {"sandbox": "best-effort"}
+    seconds = str(3000 + os.getpid() % 997)  # a sleep this test can recognise
+
+    def sleepers() -> list[psutil.Process]:
+        return [
+            p
+            for p in psutil.process_iter(["cmdline", "status"])
+            if p.info["cmdline"] == ["sleep", seconds] and p.info["status"] != "zombie"
+        ]
+
+    session = await start_local(SessionSpec(roots=(workspace,), options=options))
+    kw = {"cwd": workspace, "env": {"PATH": os.defpath}, "timeout": 60, "output_cap": 1000}
+
+    async def run() -> None:
+        with contextlib.suppress(Exception):
+            await session.run(f"sleep {seconds}", **kw)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        with trio.fail_after(10):
+            while not sleepers():
+                await trio.sleep(0.01)
+        await session.aclose()
+        with trio.fail_after(5):
+            while sleepers():
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()  # the run in flight, left waiting for its report
+
+
 def test_the_cli_records_the_sandbox_level(
     workspace: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:
@@ -319,6 +366,88 @@ async def test_limit_cgroups_of_a_dead_kernel_are_swept_and_ours_removed(workspa
     finally:
         await session.aclose()
     assert not (parent / ours.pop()).exists()
+
+
+def test_the_supervisor_takes_a_reset_for_the_end_of_its_session() -> None:
+    """The kernel closes its end with the supervisor's last ``U`` unread (a reset, not a plain
+    end of file): the supervisor ends the session, as at end of file, instead of dying with
+    a traceback."""
+    import socket
+
+    from ringfence.backends import _confined_supervisor as supervisor
+
+    ours, kernel_end = socket.socketpair()
+    with ours:
+        supervisor.send(ours, b"U")
+        kernel_end.close()
+        assert supervisor.recv(ours) is None
+
+
+def test_the_supervisor_boot_imports_only_the_package_s_own_modules(tmp_path: Path) -> None:
+    """The supervisor starts as ``python -I -S -c <boot> <file>``: a working directory holding
+    modules of the same names (the supervisor, ctypes) is never searched (``-I`` implies
+    ``-P``), so the one-line program runs ringfence's own file and nothing planted."""
+    from ringfence.backends._confined_plan import SUPERVISOR_ARGV
+
+    for name in ("_confined_supervisor.py", "_confined_syscalls.py", "ctypes.py"):
+        (tmp_path / name).write_text("import os\nos.write(1, b'PLANTED')\n")
+    # exec mode without its "--": main fails at once (a traceback naming the real file).
+    out = subprocess.run(
+        [sys.executable, *SUPERVISOR_ARGV, "exec"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert "PLANTED" not in out.stdout + out.stderr
+    assert out.returncode == 1
+    assert SUPERVISOR_ARGV[-1] in out.stderr  # the traceback is the package's own file
+
+
+@pytest.mark.parametrize("may_write", [True, False])
+def test_a_checkout_s_first_session_writes_the_supervisor_s_bytecode(
+    tmp_path: Path, may_write: bool
+) -> None:
+    """The sandbox imports the supervisor from its bytecode cache but cannot write it (read-only
+    there): the kernel's first session writes it, unless bytecode writing is switched off."""
+    import importlib.util
+
+    copy = tmp_path / "site"
+    shutil.copytree(
+        Path(ringfence.__file__).parent,
+        copy / "ringfence",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    program = (
+        "import trio\n"
+        "from pathlib import Path\n"
+        "from ringfence.backends import SessionSpec, start_local\n"
+        "async def main():\n"
+        f"    s = await start_local(SessionSpec(roots=(Path({str(ws)!r}),)))\n"
+        f"    r = await s.run('true', cwd=Path({str(ws)!r}), env={{}}, timeout=20, output_cap=100)\n"
+        "    await s.aclose()\n"
+        "    assert r.exit_code == 0\n"
+        "trio.run(main)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(copy)
+    if not may_write:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    out = subprocess.run(
+        [sys.executable, "-c", program],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    backends = copy / "ringfence" / "backends"
+    for name in ("_confined_supervisor.py", "_confined_syscalls.py"):
+        cached = Path(importlib.util.cache_from_source(str(backends / name)))
+        assert cached.exists() == may_write, name
 
 
 def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path) -> None:

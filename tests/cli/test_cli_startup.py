@@ -90,3 +90,35 @@ def test_bench_peers_lists_every_peer() -> None:
     assert out.returncode == 0, out.stderr
     for name in ("peer-filesystem", "peer-llm-sandbox", "peer-smolagents", "peer-srt"):
         assert name in out.stdout
+
+
+# -- call run_shell: the tracking probe's nursery ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "said"),
+    [
+        (KeyboardInterrupt(), 130, "ringfence: interrupted"),
+        ("usage", 2, "a usage mistake"),
+    ],
+)
+def test_call_run_shell_reports_what_its_verb_raised_not_a_group(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    raised: object,
+    code: int,
+    said: str,
+) -> None:
+    """``call run_shell`` runs the process supervisor's probe in a nursery beside the kernel:
+    what the verb raises still reaches the command's one boundary as itself (Ctrl-C exits
+    130, a usage mistake 2), not wrapped in an exception group."""
+    from ringfence.cli import _call, _main
+    from ringfence.cli._verbs import UsageError
+
+    def fail(*_a: object, **_k: object) -> None:
+        raise UsageError(said) if raised == "usage" else raised  # type: ignore[misc]
+
+    monkeypatch.setattr(_call, "kernel_from_args", fail)
+    argv = ["call", "run_shell", "--backend", "host", "--args", '{"command": "true"}']
+    assert _main.main(argv) == code
+    assert said in capsys.readouterr().err

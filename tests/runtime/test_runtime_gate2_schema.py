@@ -8,8 +8,9 @@ import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ringfence.backends._tool import INPUT_SCHEMA as RUN_SHELL_SCHEMA
 from ringfence.runtime import CallContext, InvalidArguments, ToolSpec
-from ringfence.runtime._schema import compile_simple as _compile_simple
+from ringfence.runtime._schema import compile_simple as _compile_simple, linear_validator
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": False},
@@ -52,15 +53,51 @@ def test_the_compiled_check_never_accepts_what_jsonschema_refuses(
 @pytest.mark.parametrize(
     "schema",
     [
-        {"type": "object", "properties": {"x": {"type": "string", "pattern": "^a"}}},
+        {"type": "object", "properties": {"x": {"type": "string", "pattern": "^(?=a)"}}},
         {"type": "object", "properties": {"x": {"enum": [1, True]}}},
-        {"type": "object", "properties": {"x": {"type": "array", "items": {"type": "string"}}}},
+        {"type": "object", "properties": {"x": {"type": "array", "items": {"$ref": "#"}}}},
+        {"type": "object", "properties": {"x": {"oneOf": [{"type": "string"}, True]}}},
         {"type": "object", "additionalProperties": {"type": "string"}},
         {"type": "object", "anyOf": [{"required": ["x"]}]},
     ],
 )
 def test_schemas_outside_the_flat_subset_are_left_to_jsonschema(schema: dict[str, Any]) -> None:
     assert _compile_simple(schema) is None
+
+
+# Schemas with patterns and subschemas (run_shell's among them). ``not`` and ``oneOf`` turn a
+# sub-check's refusal into an acceptance, so here the compiled check must be exact: it agrees
+# with the full validator (jsonschema with RE2 patterns) on every argument, both ways.
+NESTED_SCHEMAS: list[dict[str, Any]] = [
+    RUN_SHELL_SCHEMA,
+    {
+        "type": "object",
+        "properties": {
+            "x": {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0}]},
+            "n": {"not": {"type": "string", "pattern": "^a"}},
+            "s": {"type": "array", "items": {"enum": ["a", "é"]}, "maxItems": 1},
+            "o": {"type": "object", "additionalProperties": False},
+            "b": {"type": "object", "propertyNames": {"maxLength": 1}, "additionalProperties": {}},
+        },
+    },
+]
+nested_arguments = st.dictionaries(
+    st.sampled_from(["command", "cwd", "env", "timeout_seconds", "x", "n", "s", "o", "b"]),
+    json_values
+    | st.dictionaries(st.sampled_from(["A", "LD_X", "1", "a\n", "é", ""]), json_values, max_size=2)
+    | st.lists(st.sampled_from(["a", "é", "b"]), max_size=2),
+    max_size=4,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(schema=st.sampled_from(NESTED_SCHEMAS), args=nested_arguments)
+def test_the_compiled_check_of_nested_schemas_agrees_with_the_full_validator(
+    schema: dict[str, Any], args: dict[str, Any]
+) -> None:
+    fast = _compile_simple(schema)
+    assert fast is not None
+    assert fast(args) == linear_validator(schema).is_valid(args), args
 
 
 def test_a_refusal_still_names_the_field() -> None:
