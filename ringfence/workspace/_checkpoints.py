@@ -131,6 +131,10 @@ class CheckpointStore:
         self._packed: dict[str, tuple[str, int, int]] = {}
         self._packs_read: set[str] = set()
         self._packs_mtime = -1
+        # What prune read last time (see prune): manifests, blobs and pack indexes.
+        self._set_cache: dict[str, tuple[tuple[int, int, int], frozenset[str]]] = {}
+        self._blob_cache: dict[str, tuple[int, float]] = {}
+        self._index_cache: dict[str, tuple[list[tuple[str, int, int]], float]] = {}
         if self._open(create=False) is not None:
             self.prune()
 
@@ -321,7 +325,10 @@ class CheckpointStore:
     def save(self, cs: ChangeSet) -> None:
         data = json.dumps(cs.to_json(), separators=(",", ":")).encode()
         _write_atomic(self._sets_fd, f"{cs.id}.json", data, sync=self.retention.fsync)
+        st = os.stat(f"{cs.id}.json", dir_fd=self._sets_fd)
         with self._lock:
+            # Known now, so prune need not read it back.
+            self._set_cache[cs.id] = (_file_key(st), _digests(cs))
             self._since_prune += 1
             due = self._since_prune >= _PRUNE_EVERY
         if due:
@@ -413,62 +420,33 @@ class CheckpointStore:
     # -- retention ---------------------------------------------------------------------
 
     def prune(self) -> None:
-        """Apply the retention policy: oldest change sets first, then unreferenced blobs."""
+        """Apply the retention policy: oldest change sets first, then unreferenced blobs.
+
+        What it read is cached (a manifest's digests by its file's mtime and
+        size, a blob's size and age, a pack's index), so a prune over 500
+        sets reads only what changed since the last one: it runs every 32
+        saves, and re-reading every manifest each time cost a checkpointed
+        ``write_file`` more than the write itself.
+        """
         if not self.exists():
             return
         with self._lock:
             self._since_prune = 0
-            ids = self.ids()
-            sets: dict[str, set[str]] = {}
-            for i in ids:
-                with contextlib.suppress(Exception):
-                    cs = self.load(i)
-                    sets[i] = {
-                        im.digest
-                        for c in cs.changes
-                        for im in (c.before, c.after)
-                        if im is not None and im.digest
-                    }
-            sizes: dict[str, int] = {}
-            young: set[str] = set()  # stored in the last hour: maybe a manifest still to come
-            for name in os.listdir(self._blobs_fd):
-                with contextlib.suppress(OSError):
-                    st = os.stat(name, dir_fd=self._blobs_fd)
-                    sizes[name] = st.st_size
-                    if st.st_mtime > time.time() - _BLOB_GRACE_SECONDS:
-                        young.add(name)
-            packs: dict[str, set[str]] = {}  # pack name -> its digests
-            for name in os.listdir(self._packs_fd):
-                if name.endswith(".idx") and not name.startswith("."):
-                    with contextlib.suppress(OSError, ValueError):
-                        entries = _read_index(self._packs_fd, name)
-                        packs[name[:-4]] = {d for d, _, _ in entries}
-                        st = os.stat(name, dir_fd=self._packs_fd)
-                        if st.st_mtime > time.time() - _BLOB_GRACE_SECONDS:
-                            young.add(name)
-                        for d, _, size in entries:
-                            sizes.setdefault(d, size)
-            limit = self.retention.max_mib * (1 << 20)
-            oldest_kept = (time.time() - self.retention.max_age_days * 86400) * 1e6
-            order = sorted(sets)
-
-            def total() -> int:
-                live = set().union(*sets.values()) if sets else set()
-                return sum(sizes.get(d, 0) for d in live)
-
-            for i in order[:-1]:  # the newest is always kept
-                too_old = int(i[:14], 16) < oldest_kept
-                if len(sets) > self.retention.keep or too_old or total() > limit:
-                    del sets[i]
-                    self.drop(i)
+            sets = self._referenced()
+            sizes, young = self._blob_sizes()
+            packs = self._pack_indexes(sizes, young)
+            self._drop_oldest(sets, sizes)
             live = set().union(*sets.values()) if sets else set()
             packed = set().union(*packs.values()) if packs else set()
             for name in sizes:
-                if name in packed:
+                if name in packed or name in live or name in young or name.startswith("."):
                     continue
-                if name not in live and name not in young and not name.startswith("."):
-                    with contextlib.suppress(OSError):
-                        os.unlink(name, dir_fd=self._blobs_fd)
+                with contextlib.suppress(OSError):
+                    # The cache may be older than the file (another store re-made it): look again.
+                    if os.stat(name, dir_fd=self._blobs_fd).st_mtime > _young_since():
+                        continue
+                    os.unlink(name, dir_fd=self._blobs_fd)
+                    self._blob_cache.pop(name, None)
             for pack, digests in packs.items():  # a pack goes whole, when it holds nothing live
                 if digests & live or f"{pack}.idx" in young:
                     continue
@@ -479,6 +457,111 @@ class CheckpointStore:
                     if self._packed.get(d, ("",))[0] == pack:
                         del self._packed[d]
                 self._packs_read.discard(f"{pack}.idx")
+                self._index_cache.pop(f"{pack}.idx", None)
+
+    def _referenced(self) -> dict[str, frozenset[str]]:
+        """Each change set's id -> the digests it names (manifests re-read only when changed)."""
+        out: dict[str, frozenset[str]] = {}
+        cache: dict[str, tuple[tuple[int, int, int], frozenset[str]]] = {}
+        for i in self.ids():
+            with contextlib.suppress(Exception):
+                st = os.stat(f"{i}.json", dir_fd=self._sets_fd)
+                key = _file_key(st)
+                known = self._set_cache.get(i)
+                if known is not None and known[0] == key:
+                    digests = known[1]
+                else:
+                    digests = _digests(self.load(i))
+                out[i] = digests
+                cache[i] = (key, digests)
+        self._set_cache = cache
+        return out
+
+    def _blob_sizes(self) -> tuple[dict[str, int], set[str]]:
+        """(every blob's size by name, the names stored in the last hour)."""
+        sizes: dict[str, int] = {}
+        young: set[str] = set()  # stored in the last hour: maybe a manifest still to come
+        since = _young_since()
+        cache: dict[str, tuple[int, float]] = {}
+        for name in os.listdir(self._blobs_fd):
+            known = self._blob_cache.get(name)  # a blob never changes under its name
+            if known is None:
+                try:
+                    st = os.stat(name, dir_fd=self._blobs_fd)
+                except OSError:
+                    continue
+                known = (st.st_size, st.st_mtime)
+            cache[name] = known
+            sizes[name] = known[0]
+            if known[1] > since:
+                young.add(name)
+        self._blob_cache = cache
+        return sizes, young
+
+    def _pack_indexes(self, sizes: dict[str, int], young: set[str]) -> dict[str, set[str]]:
+        """Each pack's name -> its digests (``sizes`` and ``young`` hear of them too)."""
+        packs: dict[str, set[str]] = {}
+        since = _young_since()
+        cache: dict[str, tuple[list[tuple[str, int, int]], float]] = {}
+        for name in os.listdir(self._packs_fd):
+            if not name.endswith(".idx") or name.startswith("."):
+                continue
+            known = self._index_cache.get(name)  # a pack is written once, never changed
+            if known is None:
+                try:
+                    entries = _read_index(self._packs_fd, name)
+                    known = (entries, os.stat(name, dir_fd=self._packs_fd).st_mtime)
+                except (OSError, ValueError):
+                    continue
+            cache[name] = known
+            entries, mtime = known
+            packs[name[:-4]] = {d for d, _, _ in entries}
+            if mtime > since:
+                young.add(name)
+            for d, _, size in entries:
+                sizes.setdefault(d, size)
+        self._index_cache = cache
+        return packs
+
+    def _drop_oldest(self, sets: dict[str, frozenset[str]], sizes: dict[str, int]) -> None:
+        """Drop change sets, oldest first, while one of the limits is exceeded (``sets`` too).
+
+        The newest set is always kept. Ids sort by age, so once one set is
+        within every limit, all younger ones are too: the loop stops there.
+        """
+        users: dict[str, int] = {}  # digest -> how many sets name it
+        for digests in sets.values():
+            for d in digests:
+                users[d] = users.get(d, 0) + 1
+        live_bytes = sum(sizes.get(d, 0) for d in users)
+        limit = self.retention.max_mib * (1 << 20)
+        oldest_kept = (time.time() - self.retention.max_age_days * 86400) * 1e6
+        for i in sorted(sets)[:-1]:
+            too_old = int(i[:14], 16) < oldest_kept
+            if not (len(sets) > self.retention.keep or too_old or live_bytes > limit):
+                break
+            for d in sets.pop(i):
+                users[d] -= 1
+                if not users[d]:
+                    live_bytes -= sizes.get(d, 0)
+            self.drop(i)
+
+
+def _digests(cs: ChangeSet) -> frozenset[str]:
+    """Every blob a change set names (its images' digests)."""
+    return frozenset(
+        im.digest for c in cs.changes for im in (c.before, c.after) if im is not None and im.digest
+    )
+
+
+def _file_key(st: os.stat_result) -> tuple[int, int, int]:
+    """A manifest file's identity: a rewrite renames a new inode into place."""
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _young_since() -> float:
+    """The mtime after which a blob or pack counts as just stored (see _BLOB_GRACE_SECONDS)."""
+    return time.time() - _BLOB_GRACE_SECONDS
 
 
 class PackWriter:

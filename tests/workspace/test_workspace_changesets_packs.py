@@ -73,3 +73,61 @@ def test_a_pack_no_set_names_is_pruned_whole_and_a_named_one_kept(
                 fresh.close()
         finally:
             store.close()
+
+
+def test_prune_sees_a_set_another_store_rewrote_and_keeps_what_it_names(
+    tmp_path: Path, ringfence_home: Path
+) -> None:
+    """Prune caches what it read; a manifest rewritten since (by another kernel, as run_shell
+    rewrites its set with what the merge applied) is read again, so its blobs stay."""
+    with Workspace([tmp_path]) as ws:
+        store, other = CheckpointStore(ws), CheckpointStore(ws)
+        try:
+            old = store.put(b"first before-image\n")
+            cs = ChangeSet(
+                store.new_id(),
+                time.time(),
+                "run_shell",
+                (Change(0, "f", Image("file", 0o644, old, 19), None),),
+            )
+            store.save(cs)
+            hour_ago = time.time() - 7200  # past the grace for blobs no manifest names yet
+            os.utime(next(ringfence_home.glob(f"checkpoints/*/blobs/{old}")), (hour_ago, hour_ago))
+            store.prune()  # caches the set as naming `old`, and `old` as an old blob
+            new = other.put(b"the before-image the merge found\n")
+            found = Image("file", 0o644, new, 33)
+            other.save(ChangeSet(cs.id, cs.created, "run_shell", (Change(0, "f", found, None),)))
+            os.utime(next(ringfence_home.glob(f"checkpoints/*/blobs/{new}")), (hour_ago, hour_ago))
+            store.prune()
+            assert store.get(new) == b"the before-image the merge found\n"
+            with pytest.raises(NotFound):
+                store.get(old)  # named by no set any more: pruned
+        finally:
+            store.close()
+            other.close()
+
+
+def test_prune_drops_the_oldest_sets_until_every_limit_holds(
+    tmp_path: Path, ringfence_home: Path
+) -> None:
+    from ringfence.workspace import Retention
+
+    with Workspace([tmp_path]) as ws:
+        # 3 sets of 600 KiB each against a 1 MiB limit: only the newest fits.
+        store = CheckpointStore(ws, retention=Retention(keep=10, max_mib=1.0))
+        try:
+            ids = []
+            for i in range(3):
+                digest = store.put(bytes([i]) * (600 << 10))
+                cs = ChangeSet(
+                    store.new_id(),
+                    time.time(),
+                    "write_file",
+                    (Change(0, f"f{i}", None, Image("file", 0o644, digest, 600 << 10)),),
+                )
+                store.save(cs)
+                ids.append(cs.id)
+            store.prune()
+            assert store.ids() == ids[-1:]
+        finally:
+            store.close()
