@@ -30,6 +30,7 @@ __all__ = [
     "Image",
     "UpperSource",
     "image_at",
+    "read_at_most",
     "same_state",
 ]
 
@@ -159,6 +160,21 @@ class Blobs(Protocol):
     def put_fd(self, fd: int) -> tuple[str, int]: ...
 
 
+def read_at_most(fd: int, size: int, limit: int) -> bytes | None:
+    """All of the open file ``fd`` from its offset, or None once it holds more than ``limit``.
+
+    ``size`` is what stat said: the buffer is that big (plus one byte to see
+    the end), not ``limit``; a 1 MiB buffer per small file cost an mmap and
+    munmap each, a fifth of a 10,000-file capture.
+    """
+    if size > limit:
+        return None
+    data = os.read(fd, size + 1)
+    while len(data) <= limit and (more := os.read(fd, max(size, 1 << 16))):
+        data += more  # grew since its stat
+    return data if len(data) <= limit else None
+
+
 def image_at(dir_fd: int, name: str, blobs: Blobs | None) -> Image | None:
     """The current image of ``name`` in ``dir_fd`` (None if absent); content stored in ``blobs``.
 
@@ -176,12 +192,11 @@ def image_at(dir_fd: int, name: str, blobs: Blobs | None) -> Image | None:
     elif stat.S_ISREG(st.st_mode):
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
-            if blobs is not None and st.st_size <= _SMALL:
-                data = os.read(fd, _SMALL + 1)  # small: put() skips a blob it already has
-                while len(data) <= _SMALL and (more := os.read(fd, _SMALL + 1 - len(data))):
-                    data += more
-                digest, size = blobs.put(data), len(data)
+            small = read_at_most(fd, st.st_size, _SMALL) if blobs is not None else None
+            if blobs is not None and small is not None:
+                digest, size = blobs.put(small), len(small)  # put() skips a blob it already has
             elif blobs is not None:
+                os.lseek(fd, 0, os.SEEK_SET)
                 # Streamed: a large before-image is copied into the store, never held in memory.
                 digest, size = blobs.put_fd(fd)
             else:

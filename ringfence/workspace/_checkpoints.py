@@ -72,6 +72,7 @@ from ._workspace import Workspace
 __all__ = ["CheckpointStore", "PackWriter", "Retention", "workspace_id"]
 
 _PRUNE_EVERY = 32
+_PACK_BUFFER = 1 << 20
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 # An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
 _BLOB_GRACE_SECONDS = 3600
@@ -584,20 +585,34 @@ class PackWriter:
         self._fd = -1  # opened by the first blob: a pack of nothing costs no file
         self._offset = 0
         self._entries: dict[str, tuple[int, int]] = {}
+        self._buffer = bytearray()  # written out in 1 MiB pieces, not a write per blob
+        # The packed blobs the store holds, looked up once (a stat per blob cost a 10,000-file
+        # command 10,000 system calls). A blob the store holds as a file of its own is stored
+        # again here: only bytes, and never a digest whose file a prune may be deleting.
+        store._read_new_indexes(sure=True)
+        with store._lock:
+            self._held = frozenset(store._packed)
 
     def add(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        if digest in self._entries or self._store.has(digest):
+        if digest in self._entries or digest in self._held:
             return digest
-        if self._fd < 0:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-            self._fd = os.open(self._temp, flags, 0o600, dir_fd=self._dir)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        self._buffer += data
+        if len(self._buffer) >= _PACK_BUFFER:
+            self._flush()
         self._entries[digest] = (self._offset, len(data))
         self._offset += len(data)
         return digest
+
+    def _flush(self) -> None:
+        if self._fd < 0:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            self._fd = os.open(self._temp, flags, 0o600, dir_fd=self._dir)
+        view = memoryview(self._buffer)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        view.release()
+        self._buffer.clear()
 
     # The Blobs protocol, so a pack can stand in for the store while a set is read.
     put = add
@@ -609,8 +624,9 @@ class PackWriter:
         return self._store.get(digest)
 
     def commit(self) -> None:
-        if self._fd < 0:
+        if not self._entries:
             return  # nothing added (or committed already)
+        self._flush()
         try:
             if self._store.retention.fsync:
                 os.fsync(self._fd)
@@ -620,8 +636,10 @@ class PackWriter:
         os.replace(self._temp, f"{self.name}.pack", src_dir_fd=self._dir, dst_dir_fd=self._dir)
         index = "".join(f"{d} {o} {n}\n" for d, (o, n) in self._entries.items()).encode()
         _write_atomic(self._dir, f"{self.name}.idx", index, sync=self._store.retention.fsync)
+        self._entries = {}
 
     def abort(self) -> None:
+        self._buffer.clear()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

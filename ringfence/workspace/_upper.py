@@ -30,7 +30,7 @@ import stat
 from typing import TYPE_CHECKING
 
 from ..runtime import ToolError
-from ._changes import Blobs, Change, Image, UpperSource, image_at
+from ._changes import Blobs, Change, Image, UpperSource, image_at, read_at_most
 
 if TYPE_CHECKING:
     from ._checkpoints import PackWriter
@@ -41,6 +41,7 @@ _PACKED_MAX = 1 << 20  # files up to this size go into the pack, larger ones int
 
 _OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 # How deep a change set reaches below its root. The walks descend one call (and one descriptor)
 # per level; a command can make a tree far deeper than Python's recursion limit, so past this
 # depth the whole set is refused with a clear error instead of failing halfway.
@@ -99,39 +100,48 @@ def _deleted(
 
 
 def _packed_image(
-    upper_fd: int,
-    name: str,
+    fd: int,
     path: str,
     st: os.stat_result,
     blobs: Blobs,
     pack: PackWriter,
     sources: dict[str, UpperSource] | None,
 ) -> Image:
-    """A regular file's image, its bytes appended to ``pack`` (large ones: their own blob).
+    """The image of the regular file open at ``fd`` (``st``: its fstat), its bytes appended
+    to ``pack`` (large ones: their own blob).
 
     With ``sources``, a file with one name is noted there as a candidate to
     be renamed into the workspace by the merge: the store keeps its own copy
-    (the pack), so the two never share an inode.
+    (the pack), so the two never share an inode. Nothing writes an upper
+    directory any more when it is read, and the merge checks the identity
+    noted here again before it renames.
     """
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=upper_fd)
-    try:
-        if st.st_size > _PACKED_MAX:
-            digest, size = blobs.put_fd(fd)
-        else:
-            data = os.read(fd, _PACKED_MAX + 1)
-            while len(data) <= _PACKED_MAX and (more := os.read(fd, _PACKED_MAX + 1 - len(data))):
-                data += more
-            if len(data) > _PACKED_MAX:  # grew since the stat: stream the rest into a blob
-                os.lseek(fd, 0, os.SEEK_SET)
-                digest, size = blobs.put_fd(fd)
-            else:
-                digest, size = pack.add(data), len(data)
-        seen = os.fstat(fd)
-    finally:
-        os.close(fd)
-    if sources is not None and seen.st_nlink == 1 and seen.st_size == size:
-        sources[path] = UpperSource(path, seen.st_ino, size, seen.st_mtime_ns)
+    data = read_at_most(fd, st.st_size, _PACKED_MAX)
+    if data is None:  # large, or grew since the stat: streamed into a blob of its own
+        os.lseek(fd, 0, os.SEEK_SET)
+        digest, size = blobs.put_fd(fd)
+    else:
+        digest, size = pack.add(data), len(data)
+    if sources is not None and st.st_nlink == 1 and st.st_size == size:
+        sources[path] = UpperSource(path, st.st_ino, size, st.st_mtime_ns)
     return Image("file", stat.S_IMODE(st.st_mode), digest, size)
+
+
+def _open_regular(dir_fd: int, name: str) -> tuple[int, os.stat_result] | None:
+    """``(fd, fstat)`` of ``name`` if it is a regular file, else None (nothing left open).
+
+    One open and one fstat instead of a stat, an open and an fstat: the
+    capture's cost is per file. ``O_NONBLOCK``: a FIFO is never waited on.
+    """
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None  # a link (ELOOP) or gone: the caller's stat decides
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
 
 
 def _after_image(upper_fd: int, name: str, st: os.stat_result, blobs: Blobs) -> Image | None:
@@ -200,10 +210,22 @@ def _walk(
 ) -> None:
     if prefix.count("/") >= MAX_DEPTH:
         raise _too_deep(prefix)
-    for name in sorted(os.listdir(upper_fd)):
+    with os.scandir(upper_fd) as it:
+        entries = sorted((e.name, e.is_file(follow_symlinks=False)) for e in it)
+    for name, regular in entries:
         path = f"{prefix}{name}"
-        st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
         before = image_at(lower_fd, name, blobs) if lower_fd is not None else None
+        opened = _open_regular(upper_fd, name) if regular and pack is not None else None
+        if opened is not None:  # the common case, a file the command wrote
+            assert pack is not None
+            fd, st = opened
+            try:
+                after: Image | None = _packed_image(fd, path, st, blobs, pack, sources)
+            finally:
+                os.close(fd)
+            _add(lower_fd, name, path, before, after, blobs, out)
+            continue
+        st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
         if _is_whiteout(st):
             if before is not None:
                 assert lower_fd is not None
@@ -229,16 +251,25 @@ def _walk(
                 if sub_lower_fd is not None:
                     os.close(sub_lower_fd)
             continue
-        if pack is not None and stat.S_ISREG(st.st_mode):
-            after: Image | None = _packed_image(upper_fd, name, path, st, blobs, pack, sources)
-        else:
-            after = _after_image(upper_fd, name, st, blobs)
-        if before is not None and before.kind == "dir":
-            assert lower_fd is not None
-            _deleted(lower_fd, name, path, before, blobs, out)  # a directory replaced by a file
-            before = None
-        if before != after:
-            out.append(Change(-1, path, before, after))
+        _add(lower_fd, name, path, before, _after_image(upper_fd, name, st, blobs), blobs, out)
+
+
+def _add(
+    lower_fd: int | None,
+    name: str,
+    path: str,
+    before: Image | None,
+    after: Image | None,
+    blobs: Blobs,
+    out: list[Change],
+) -> None:
+    """Record a non-directory upper entry (``after``) over the lower one (``before``)."""
+    if before is not None and before.kind == "dir":
+        assert lower_fd is not None
+        _deleted(lower_fd, name, path, before, blobs, out)  # a directory replaced by a file
+        before = None
+    if before != after:
+        out.append(Change(-1, path, before, after))
 
 
 class UpperFiles:
