@@ -299,34 +299,45 @@ CALL_READ_FILE_FORBIDDEN_OWN = (
 )
 
 
-def test_call_read_file_imports_only_what_the_verb_needs(tmp_path: Path) -> None:
-    """``ringfence call read_file`` (the whole verb, run) loads no SDK and no other verb."""
-    (tmp_path / "f.txt").write_text("hello\n")
+def run_verb_listing_modules(argv: list[str], workspace: Path) -> tuple[str, set[str]]:
+    """Run ``ringfence <argv> --workspace <workspace>`` in a fresh ``python -I``: (its output
+    before the module list, the modules it had loaded when the verb returned)."""
     code = (
         "import sys\n"
         "from ringfence.cli import main\n"
-        "code = main(['call', 'read_file', '--args', '{\"path\": \"f.txt\"}', "
-        "'--workspace', sys.argv[1]])\n"
+        "code = main(sys.argv[2:] + ['--workspace', sys.argv[1]])\n"
         "print(sorted(sys.modules))\n"
         "sys.exit(code)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-I", "-c", code, str(tmp_path)],
+        [sys.executable, "-I", "-c", code, str(workspace), *argv],
         capture_output=True,
         text=True,
         check=True,
-        cwd=tmp_path,
+        cwd=workspace,
     )
-    text, modules_line = out.stdout.rsplit("\n", 2)[-3:-1]
-    assert text == "hello"
-    loaded = set(ast.literal_eval(modules_line))
+    text, modules_line = out.stdout.rstrip("\n").rsplit("\n", 1)
+    return text, set(ast.literal_eval(modules_line))
+
+
+def assert_loads_none_of(loaded: set[str], own_allowed: tuple[str, ...] = ()) -> None:
+    """No SDK or library a one-shot call need not load, and none of ringfence's other verbs."""
     tops = {m.split(".")[0] for m in loaded}
     assert sorted(tops & set(CALL_READ_FILE_FORBIDDEN)) == []
     assert sorted(loaded & set(CALL_READ_FILE_FORBIDDEN_SUBMODULES)) == []
-    own = sorted(
-        m for m in loaded for f in CALL_READ_FILE_FORBIDDEN_OWN if m == f or m.startswith(f + ".")
-    )
+    forbidden = [f for f in CALL_READ_FILE_FORBIDDEN_OWN if f not in own_allowed]
+    own = sorted(m for m in loaded for f in forbidden if m == f or m.startswith(f + "."))
     assert own == []
+
+
+def test_call_read_file_imports_only_what_the_verb_needs(tmp_path: Path) -> None:
+    """``ringfence call read_file`` (the whole verb, run) loads no SDK and no other verb."""
+    (tmp_path / "f.txt").write_text("hello\n")
+    text, loaded = run_verb_listing_modules(
+        ["call", "read_file", "--args", '{"path": "f.txt"}'], tmp_path
+    )
+    assert text == "hello"
+    assert_loads_none_of(loaded)
 
 
 # `ringfence call run_shell` (issue 19: the one-shot confined command faster than srt) may
@@ -345,31 +356,13 @@ CALL_RUN_SHELL_NEEDS = (
 def test_call_run_shell_imports_only_what_the_verb_needs(tmp_path: Path) -> None:
     """``ringfence call run_shell`` (confined, the whole verb, run) loads no SDK, no jsonschema,
     no psutil and no other verb."""
-    code = (
-        "import sys\n"
-        "from ringfence.cli import main\n"
-        "code = main(['call', 'run_shell', '--args', '{\"command\": \"echo confined\"}', "
-        "'--workspace', sys.argv[1], '--backend', 'local', '--approve', 'yes'])\n"
-        "print(sorted(sys.modules))\n"
-        "sys.exit(code)\n"
+    argv = ["call", "run_shell", "--args", '{"command": "echo confined"}']
+    text, loaded = run_verb_listing_modules(
+        [*argv, "--backend", "local", "--approve", "yes"], tmp_path
     )
-    out = subprocess.run(
-        [sys.executable, "-I", "-c", code, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tmp_path,
-    )
-    modules_line = out.stdout.rsplit("\n", 2)[-2]
-    assert "confined" in out.stdout
-    loaded = set(ast.literal_eval(modules_line))
+    assert "confined" in text
     assert CALL_RUN_SHELL_NEEDS[1] in loaded  # it did run where this test means
-    tops = {m.split(".")[0] for m in loaded}
-    assert sorted(tops & set(CALL_READ_FILE_FORBIDDEN)) == []
-    assert sorted(loaded & set(CALL_READ_FILE_FORBIDDEN_SUBMODULES)) == []
-    forbidden = [f for f in CALL_READ_FILE_FORBIDDEN_OWN if f not in CALL_RUN_SHELL_NEEDS]
-    own = sorted(m for m in loaded for f in forbidden if m == f or m.startswith(f + "."))
-    assert own == []
+    assert_loads_none_of(loaded, own_allowed=CALL_RUN_SHELL_NEEDS)
 
 
 # -- one process supervisor --------------------------------------------------------------

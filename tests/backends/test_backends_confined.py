@@ -404,58 +404,9 @@ def test_the_supervisor_boot_imports_only_the_package_s_own_modules(tmp_path: Pa
     assert SUPERVISOR_ARGV[-1] in out.stderr  # the traceback is the package's own file
 
 
-@pytest.mark.parametrize("may_write", [True, False])
-def test_a_checkout_s_first_session_writes_the_supervisor_s_bytecode(
-    tmp_path: Path, may_write: bool
-) -> None:
-    """The sandbox imports the supervisor from its bytecode cache but cannot write it (read-only
-    there): the kernel's first session writes it, unless bytecode writing is switched off."""
-    import importlib.util
-
-    copy = tmp_path / "site"
-    shutil.copytree(
-        Path(ringfence.__file__).parent,
-        copy / "ringfence",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    program = (
-        "import trio\n"
-        "from pathlib import Path\n"
-        "from ringfence.backends import SessionSpec, start_local\n"
-        "async def main():\n"
-        f"    s = await start_local(SessionSpec(roots=(Path({str(ws)!r}),)))\n"
-        f"    r = await s.run('true', cwd=Path({str(ws)!r}), env={{}}, timeout=20, output_cap=100)\n"
-        "    await s.aclose()\n"
-        "    assert r.exit_code == 0\n"
-        "trio.run(main)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = str(copy)
-    if not may_write:
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-    out = subprocess.run(
-        [sys.executable, "-c", program],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    backends = copy / "ringfence" / "backends"
-    for name in ("_confined_supervisor.py", "_confined_syscalls.py"):
-        cached = Path(importlib.util.cache_from_source(str(backends / name)))
-        assert cached.exists() == may_write, name
-
-
-def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path) -> None:
-    """The sandbox's private /tmp must not hide the package that holds the supervisor (a venv
-    or wheel install under /tmp or /var/tmp): it is shown again, read-only."""
-    tmp = Path("/tmp")
-    if not tmp_path.is_relative_to(tmp):
-        pytest.skip("pytest's temporary directory is not under /tmp here")
+def package_copy_running(tmp_path: Path, command: str) -> tuple[Path, str]:
+    """(a copy of the package without bytecode under ``tmp_path/site``, a program that runs
+    ``command`` in a confined session from that copy and prints its output and exit code)."""
     copy = tmp_path / "site"
     shutil.copytree(
         Path(ringfence.__file__).parent,
@@ -471,11 +422,51 @@ def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path
         f"assert ringfence.__file__.startswith({str(copy)!r})\n"
         "async def main():\n"
         f"    s = await start_local(SessionSpec(roots=(Path({str(ws)!r}),)))\n"
-        f"    r = await s.run('echo confined', cwd=Path({str(ws)!r}), env={{}}, timeout=20, output_cap=1000)\n"
+        f"    r = await s.run({command!r}, cwd=Path({str(ws)!r}), env={{}}, timeout=20, "
+        "output_cap=1000)\n"
         "    await s.aclose()\n"
         "    print(r.stdout.strip(), r.exit_code)\n"
         "trio.run(main)\n"
     )
+    return copy, program
+
+
+@pytest.mark.parametrize("may_write", [True, False])
+def test_a_checkout_s_first_session_writes_the_supervisor_s_bytecode(
+    tmp_path: Path, may_write: bool
+) -> None:
+    """The sandbox imports the supervisor from its bytecode cache but cannot write it (read-only
+    there): the kernel's first session writes it, unless bytecode writing is switched off."""
+    import importlib.util
+
+    copy, program = package_copy_running(tmp_path, "true")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(copy)
+    if not may_write:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    out = subprocess.run(
+        [sys.executable, "-c", program],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0"]
+    backends = copy / "ringfence" / "backends"
+    for name in ("_confined_supervisor.py", "_confined_syscalls.py"):
+        cached = Path(importlib.util.cache_from_source(str(backends / name)))
+        assert cached.exists() == may_write, name
+
+
+def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path) -> None:
+    """The sandbox's private /tmp must not hide the package that holds the supervisor (a venv
+    or wheel install under /tmp or /var/tmp): it is shown again, read-only."""
+    tmp = Path("/tmp")
+    if not tmp_path.is_relative_to(tmp):
+        pytest.skip("pytest's temporary directory is not under /tmp here")
+    copy, program = package_copy_running(tmp_path, "echo confined")
     out = subprocess.run(
         [sys.executable, "-c", program],
         env={**os.environ, "PYTHONPATH": str(copy)},

@@ -196,14 +196,22 @@ def test_an_empty_tool_name_is_refused_naming_the_key(capsys, tmp_path: Path, fl
     assert not path.exists()
 
 
-def test_trust_and_read_only_tools_go_to_the_user_policy_file(
-    capsys, tmp_path: Path, monkeypatch
-) -> None:
+# `mcp add` of a stdio server named x, as the policy-file tests give it.
+ADD_X = ("mcp", "add", "x", "--transport", "stdio", "--command", "/bin/x")
+
+
+@pytest.fixture
+def policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The user policy file of a ringfence home of the test's own (not written yet)."""
     monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path))
-    policy = tmp_path / "policy.toml"
+    return tmp_path / "policy.toml"
+
+
+def test_trust_and_read_only_tools_go_to_the_user_policy_file(
+    capsys, tmp_path: Path, policy: Path
+) -> None:
     policy.write_text('# my rules\nask = ["run_shell(rm *)"]\n\n[mcp.other]\ntrusted = true\n')
-    add = ("mcp", "add", "x", "--transport", "stdio", "--command", "/bin/x")
-    code, out = run(capsys, *add, "--trusted", "--read-only-tool", "read_*")
+    code, out = run(capsys, *ADD_X, "--trusted", "--read-only-tool", "read_*")
     assert code == 0 and out["result"]["policy"] == str(policy), out
     text = policy.read_text()
     assert text.startswith('# my rules\nask = ["run_shell(rm *)"]\n\n[mcp.other]\ntrusted = true')
@@ -215,12 +223,12 @@ def test_trust_and_read_only_tools_go_to_the_user_policy_file(
     assert "warnings" not in out  # the manifest's old keys are not written, so nothing warns
 
     # A grant does not outlive its server: re-adding without the flags or removing clears it.
-    code, out = run(capsys, *add)
+    code, out = run(capsys, *ADD_X)
     assert code == 0 and "[mcp.x]" not in policy.read_text()
-    run(capsys, *add, "--trusted")
+    run(capsys, *ADD_X, "--trusted")
     code, out = run(capsys, "mcp", "remove", "x")
     assert code == 0 and out["result"]["policy"] == str(policy)
-    code, out = run(capsys, *add)  # another server under the same name starts untrusted
+    code, out = run(capsys, *ADD_X)  # another server under the same name starts untrusted
     assert code == 0 and out["result"]["server"]["trust"] == "untrusted"
     code, out = run(capsys, "mcp", "list")
     assert [s["trust"] for s in out["result"]["servers"]] == ["untrusted"]
@@ -228,14 +236,10 @@ def test_trust_and_read_only_tools_go_to_the_user_policy_file(
 
 
 def test_a_bad_policy_file_refuses_add_and_writes_neither_file(
-    capsys, tmp_path: Path, monkeypatch
+    capsys, tmp_path: Path, policy: Path
 ) -> None:
-    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path))
-    policy = tmp_path / "policy.toml"
     policy.write_text('ask = ["run_shell(rm *)"]\n[mcp.x]\ntrusted = "yes"\n')
-    code, out = run(
-        capsys, "mcp", "add", "x", "--transport", "stdio", "--command", "/bin/x", "--trusted"
-    )
+    code, out = run(capsys, *ADD_X, "--trusted")
     assert code == 2 and out["error"]["code"] == "invalid_arguments", out
     assert f"{policy}:3" in out["error"]["message"]
     assert policy.read_text().endswith('trusted = "yes"\n')
