@@ -569,7 +569,8 @@ class PackWriter:
     """Many small blobs appended to one new pack file (one file in the store, not one each).
 
     :meth:`add` (or ``put``: a pack is a :class:`~._changes.Blobs`) stores
-    ``data`` unless the store has it already and returns its digest; :meth:`commit` makes the pack's blobs readable (the pack and
+    ``data`` unless this pack or an earlier one has it and returns its digest;
+    :meth:`commit` makes the pack's blobs readable (the pack and
     then its index renamed into place, the index last, so an index never
     names bytes that are not there). Until then :meth:`add`'s digests are
     not in the store: commit before the manifest naming them is saved.
@@ -588,7 +589,7 @@ class PackWriter:
         self._buffer = bytearray()  # written out in 1 MiB pieces, not a write per blob
         # The packed blobs the store holds, looked up once (a stat per blob cost a 10,000-file
         # command 10,000 system calls). A blob the store holds as a file of its own is stored
-        # again here: only bytes, and never a digest whose file a prune may be deleting.
+        # again here: that costs only bytes.
         store._read_new_indexes(sure=True)
         with store._lock:
             self._held = frozenset(store._packed)
@@ -640,6 +641,7 @@ class PackWriter:
 
     def abort(self) -> None:
         self._buffer.clear()
+        self._entries = {}  # a commit after this stores nothing
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
