@@ -81,67 +81,155 @@ def _open_dir(parent_fd: int | None, name: str) -> int | None:
         raise
 
 
-def _deleted(
-    lower_fd: int, name: str, path: str, found: Image, blobs: Blobs, out: list[Change]
-) -> None:
-    """Deletions of ``name`` (a lower entry) and, for a directory, of all below it first."""
-    if path.count("/") >= MAX_DEPTH:
-        raise _too_deep(path)
-    if found.kind == "dir":
-        sub_fd = os.open(name, _DIR_FLAGS, dir_fd=lower_fd)
-        try:
-            for child in sorted(os.listdir(sub_fd)):
-                image = image_at(sub_fd, child, blobs)  # stored: the deletion can be undone
-                if image is not None:
-                    _deleted(sub_fd, child, f"{path}/{child}", image, blobs, out)
-        finally:
-            os.close(sub_fd)
-    out.append(Change(-1, path, found, None))
-
-
-def _packed_image(
-    fd: int,
-    path: str,
-    st: os.stat_result,
+def changes_from_upper(
+    upper_fd: int,
+    lower_fd: int,
+    root: int,
     blobs: Blobs,
-    pack: PackWriter,
-    sources: dict[str, UpperSource] | None,
-) -> Image:
-    """The image of the regular file open at ``fd`` (``st``: its fstat), its bytes appended
-    to ``pack`` (large ones: their own blob).
+    *,
+    pack: PackWriter | None = None,
+    sources: dict[str, UpperSource] | None = None,
+) -> list[Change]:
+    """The changes an overlay's upper directory (``upper_fd``) makes to ``lower_fd``.
 
-    With ``sources``, a file with one name is noted there as a candidate to
-    be renamed into the workspace by the merge: the store keeps its own copy
-    (the pack), so the two never share an inode. Nothing writes an upper
-    directory any more when it is read, and the merge checks the identity
-    noted here again before it renames.
+    ``lower_fd`` is the workspace root the overlay had as its lower layer
+    (position ``root`` in the workspace); both are directory descriptors
+    the caller owns. Before-images of changed and deleted files are stored
+    in ``blobs`` too, so the set can be undone after it is merged. Order:
+    a deletion before a creation at the same path, a directory before its
+    entries, entries before their directory's deletion.
+
+    ``pack``: every image's bytes (before-images too) are appended to it
+    (commit it before the set is saved), none hard-linked into the store;
+    ``sources`` (with ``pack`` only) then names the upper files the merge may
+    rename into the workspace (:class:`UpperSource`, by path below the upper
+    directory).
     """
-    data = read_at_most(fd, st.st_size, _PACKED_MAX)
-    if data is None:  # large, or grew since the stat: streamed into a blob of its own
-        os.lseek(fd, 0, os.SEEK_SET)
-        digest, size = blobs.put_fd(fd)
-    else:
-        digest, size = pack.add(data), len(data)
-    if sources is not None and st.st_nlink == 1 and st.st_size == size:
-        sources[path] = UpperSource(path, st.st_ino, size, st.st_mtime_ns)
-    return Image("file", stat.S_IMODE(st.st_mode), digest, size)
+    reader = _Reader(root, pack or blobs, pack, sources if pack is not None else None)
+    reader.walk(upper_fd, lower_fd, "")
+    return reader.out
 
 
-def _open_regular(dir_fd: int, name: str) -> tuple[int, os.stat_result] | None:
-    """``(fd, fstat)`` of ``name`` if it is a regular file, else None (nothing left open).
+class _Reader:
+    """One upper directory read into changes (``out``); see :func:`changes_from_upper`.
 
-    One open and one fstat instead of a stat, an open and an fstat: the
-    capture's cost is per file. ``O_NONBLOCK``: a FIFO is never waited on.
+    Its cost is per file (a command may write 10,000), so a regular file
+    costs one open, one fstat, a read and a close, and nothing is built
+    twice.
     """
-    try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        return None  # a link (ELOOP) or gone: the caller's stat decides
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return None
-    return fd, st
+
+    def __init__(
+        self,
+        root: int,
+        blobs: Blobs,
+        pack: PackWriter | None,
+        sources: dict[str, UpperSource] | None,
+    ) -> None:
+        self.root = root
+        self.blobs = blobs  # the pack, when there is one: before-images and links too
+        self.pack = pack
+        self.sources = sources
+        self.out: list[Change] = []
+
+    def walk(self, upper_fd: int, lower_fd: int | None, prefix: str) -> None:
+        if prefix.count("/") >= MAX_DEPTH:
+            raise _too_deep(prefix)
+        blobs, out, root = self.blobs, self.out, self.root
+        with os.scandir(upper_fd) as it:
+            entries = sorted((e.name, e.is_file(follow_symlinks=False)) for e in it)
+        for name, regular in entries:
+            path = prefix + name
+            before = image_at(lower_fd, name, blobs) if lower_fd is not None else None
+            if regular and self.pack is not None:
+                after = self._packed(upper_fd, name, path)
+                if after is not None:  # the common case, a file the command wrote
+                    self._add(lower_fd, name, path, before, after)
+                    continue
+            st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
+            if _is_whiteout(st):
+                if before is not None:
+                    assert lower_fd is not None
+                    self._deleted(lower_fd, name, path, before)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                self._add(lower_fd, name, path, before, _after_image(upper_fd, name, st, blobs))
+                continue
+            sub_upper_fd = os.open(name, _DIR_FLAGS, dir_fd=upper_fd)
+            sub_lower_fd = None
+            try:
+                opaque = _is_opaque(sub_upper_fd)
+                mode = stat.S_IMODE(st.st_mode)
+                if before is not None and (before.kind != "dir" or opaque):
+                    assert lower_fd is not None
+                    self._deleted(lower_fd, name, path, before)  # replaced: gone first
+                    before = None
+                else:
+                    sub_lower_fd = _open_dir(lower_fd, name)
+                if before is None or before.mode != mode:
+                    out.append(Change(root, path, before, Image("dir", mode)))
+                self.walk(sub_upper_fd, sub_lower_fd, path + "/")
+            finally:
+                os.close(sub_upper_fd)
+                if sub_lower_fd is not None:
+                    os.close(sub_lower_fd)
+
+    def _packed(self, upper_fd: int, name: str, path: str) -> Image | None:
+        """The image of ``name`` if it is a regular file (else None), its bytes appended to
+        the pack (large ones: a blob of their own).
+
+        With ``sources``, a file with one name is noted there as a candidate
+        to be renamed into the workspace by the merge: the store keeps its
+        own copy (the pack), so the two never share an inode. Nothing writes
+        an upper directory any more when it is read, and the merge checks
+        the identity noted here again before it renames. ``O_NONBLOCK``: a
+        FIFO is never waited on.
+        """
+        assert self.pack is not None
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=upper_fd)
+        except OSError:
+            return None  # a link (ELOOP) or gone: the caller's stat decides
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            data = read_at_most(fd, st.st_size, _PACKED_MAX)
+            if data is None:  # large, or grew since the stat: streamed into a blob of its own
+                os.lseek(fd, 0, os.SEEK_SET)
+                digest, size = self.blobs.put_fd(fd)
+            else:
+                digest, size = self.pack.add(data), len(data)
+        finally:
+            os.close(fd)
+        if self.sources is not None and st.st_nlink == 1 and st.st_size == size:
+            self.sources[path] = UpperSource(path, st.st_ino, size, st.st_mtime_ns)
+        return Image("file", st.st_mode & 0o7777, digest, size)
+
+    def _add(
+        self, lower_fd: int | None, name: str, path: str, before: Image | None, after: Image | None
+    ) -> None:
+        """Record a non-directory upper entry (``after``) over the lower one (``before``)."""
+        if before is not None and before.kind == "dir":
+            assert lower_fd is not None
+            self._deleted(lower_fd, name, path, before)  # a directory replaced by a file
+            before = None
+        if before != after:
+            self.out.append(Change(self.root, path, before, after))
+
+    def _deleted(self, lower_fd: int, name: str, path: str, found: Image) -> None:
+        """Deletions of ``name`` (a lower entry) and, for a directory, of all below it first."""
+        if path.count("/") >= MAX_DEPTH:
+            raise _too_deep(path)
+        if found.kind == "dir":
+            sub_fd = os.open(name, _DIR_FLAGS, dir_fd=lower_fd)
+            try:
+                for child in sorted(os.listdir(sub_fd)):
+                    image = image_at(sub_fd, child, self.blobs)  # stored: it can be undone
+                    if image is not None:
+                        self._deleted(sub_fd, child, f"{path}/{child}", image)
+            finally:
+                os.close(sub_fd)
+        self.out.append(Change(self.root, path, found, None))
 
 
 def _after_image(upper_fd: int, name: str, st: os.stat_result, blobs: Blobs) -> Image | None:
@@ -167,109 +255,6 @@ def _after_image(upper_fd: int, name: str, st: os.stat_result, blobs: Blobs) -> 
     if not adopt(upper_fd, name, digest):
         return image_at(upper_fd, name, blobs)
     return Image("file", stat.S_IMODE(st.st_mode), digest, size)
-
-
-def changes_from_upper(
-    upper_fd: int,
-    lower_fd: int,
-    root: int,
-    blobs: Blobs,
-    *,
-    pack: PackWriter | None = None,
-    sources: dict[str, UpperSource] | None = None,
-) -> list[Change]:
-    """The changes an overlay's upper directory (``upper_fd``) makes to ``lower_fd``.
-
-    ``lower_fd`` is the workspace root the overlay had as its lower layer
-    (position ``root`` in the workspace); both are directory descriptors
-    the caller owns. Before-images of changed and deleted files are stored
-    in ``blobs`` too, so the set can be undone after it is merged. Order:
-    a deletion before a creation at the same path, a directory before its
-    entries, entries before their directory's deletion.
-
-    ``pack``: every image's bytes (before-images too) are appended to it
-    (commit it before the set is saved), none hard-linked into the store; ``sources`` (with
-    ``pack`` only) then names the upper files the merge may rename into the
-    workspace (:class:`UpperSource`, by path below the upper directory).
-    """
-    out: list[Change] = []
-    if pack is not None:
-        blobs = pack  # before-images and links too: one pack, not a file each
-    _walk(upper_fd, lower_fd, "", blobs, out, pack, sources if pack is not None else None)
-    return [Change(root, c.path, c.before, c.after) for c in out]
-
-
-def _walk(
-    upper_fd: int,
-    lower_fd: int | None,
-    prefix: str,
-    blobs: Blobs,
-    out: list[Change],
-    pack: PackWriter | None,
-    sources: dict[str, UpperSource] | None,
-) -> None:
-    if prefix.count("/") >= MAX_DEPTH:
-        raise _too_deep(prefix)
-    with os.scandir(upper_fd) as it:
-        entries = sorted((e.name, e.is_file(follow_symlinks=False)) for e in it)
-    for name, regular in entries:
-        path = f"{prefix}{name}"
-        before = image_at(lower_fd, name, blobs) if lower_fd is not None else None
-        opened = _open_regular(upper_fd, name) if regular and pack is not None else None
-        if opened is not None:  # the common case, a file the command wrote
-            assert pack is not None
-            fd, st = opened
-            try:
-                after: Image | None = _packed_image(fd, path, st, blobs, pack, sources)
-            finally:
-                os.close(fd)
-            _add(lower_fd, name, path, before, after, blobs, out)
-            continue
-        st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
-        if _is_whiteout(st):
-            if before is not None:
-                assert lower_fd is not None
-                _deleted(lower_fd, name, path, before, blobs, out)
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            sub_upper_fd = os.open(name, _DIR_FLAGS, dir_fd=upper_fd)
-            sub_lower_fd = None
-            try:
-                opaque = _is_opaque(sub_upper_fd)
-                mode = stat.S_IMODE(st.st_mode)
-                if before is not None and (before.kind != "dir" or opaque):
-                    assert lower_fd is not None
-                    _deleted(lower_fd, name, path, before, blobs, out)  # replaced: gone first
-                    before = None
-                else:
-                    sub_lower_fd = _open_dir(lower_fd, name)
-                if before is None or before.mode != mode:
-                    out.append(Change(-1, path, before, Image("dir", mode)))
-                _walk(sub_upper_fd, sub_lower_fd, f"{path}/", blobs, out, pack, sources)
-            finally:
-                os.close(sub_upper_fd)
-                if sub_lower_fd is not None:
-                    os.close(sub_lower_fd)
-            continue
-        _add(lower_fd, name, path, before, _after_image(upper_fd, name, st, blobs), blobs, out)
-
-
-def _add(
-    lower_fd: int | None,
-    name: str,
-    path: str,
-    before: Image | None,
-    after: Image | None,
-    blobs: Blobs,
-    out: list[Change],
-) -> None:
-    """Record a non-directory upper entry (``after``) over the lower one (``before``)."""
-    if before is not None and before.kind == "dir":
-        assert lower_fd is not None
-        _deleted(lower_fd, name, path, before, blobs, out)  # a directory replaced by a file
-        before = None
-    if before != after:
-        out.append(Change(-1, path, before, after))
 
 
 class UpperFiles:
