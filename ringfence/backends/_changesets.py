@@ -19,7 +19,7 @@ import trio
 
 from ..runtime import CallContext, GitMetadata, InvalidArguments, RingfenceError, ToolError
 from ..workspace import Change, ChangeSet, CheckpointStore
-from ..workspace._changes import UpperSource
+from ..workspace._changes import UpperSource, UpperTree
 from ..workspace._names import escape_name
 from ._types import ShellResult, Upper
 
@@ -119,21 +119,23 @@ def _capture(
 
     The files' bytes go into one pack in the store; the merge then renames
     the upper files into the workspace (``UpperFiles``), so a command's new
-    file costs one new inode (its own), not three.
+    file costs one new inode (its own), not three, and a new directory fit
+    to move (``UpperTree``) one rename for everything in it.
     """
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
     pack = store.pack()
     try:
         changes: list[Change] = []
-        uppers: dict[int, tuple[int, dict[str, UpperSource]]] = {}
+        uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]] = {}
         for upper in result.uppers:
             fd = os.open(upper.path, flags)
             fds.append(fd)
             sources: dict[str, UpperSource] = {}
-            root, read = _read_upper(upper, fd, roots, store, pack, sources)
+            trees: dict[str, UpperTree] = {}
+            root, read = _read_upper(upper, fd, roots, store, pack, sources, trees)
             changes += read
-            uppers[root] = (fd, sources)
+            uppers[root] = (fd, sources, trees)
         pack.commit()  # before the manifest that names its blobs
         return _save_and_merge(result, ctx, store, changes, merge_rest, staging, uppers)
     finally:
@@ -149,7 +151,7 @@ def _save_and_merge(
     changes: list[Change],
     merge_rest: bool,
     staging: bool,
-    uppers: dict[int, tuple[int, dict[str, UpperSource]]],
+    uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]],
 ) -> tuple[ChangeSet | None, MergeReport | None]:
     if not changes:
         return None, None
@@ -202,6 +204,7 @@ def _read_upper(
     store: CheckpointStore,
     pack: PackWriter,
     sources: dict[str, UpperSource],
+    trees: dict[str, UpperTree],
 ) -> tuple[int, list[Change]]:
     """(the root's number, the changes its upper directory ``upper_fd`` holds)."""
     from ..workspace import changes_from_upper  # loaded by the first command that wrote
@@ -213,7 +216,9 @@ def _read_upper(
     lower_fd = os.open(real, flags)
     try:
         index = roots.index(real)
-        read = changes_from_upper(upper_fd, lower_fd, index, store, pack=pack, sources=sources)
+        read = changes_from_upper(
+            upper_fd, lower_fd, index, store, pack=pack, sources=sources, trees=trees
+        )
         return index, read
     finally:
         os.close(lower_fd)

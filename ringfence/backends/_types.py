@@ -112,6 +112,8 @@ class Upper:
     belongs to the session: it stays as the command left it until the
     session's next :meth:`BackendSession.run` or :meth:`BackendSession.aclose`,
     which empty it; the caller reads it in between and never writes it.
+    Nothing else writes it either once the command has ended: the merge
+    moves a new directory of it into the workspace as it was read.
     """
 
     root: Path

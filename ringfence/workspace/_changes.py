@@ -29,6 +29,7 @@ __all__ = [
     "ChangeSet",
     "Image",
     "UpperSource",
+    "UpperTree",
     "image_at",
     "read_at_most",
     "same_state",
@@ -148,6 +149,26 @@ class UpperSource:
     ino: int
     size: int
     mtime_ns: int
+
+
+@dataclass(frozen=True)
+class UpperTree:
+    """A new directory of an overlay upper directory that a merge may rename whole.
+
+    ``path`` below the upper directory, inode ``ino``. The read found it fit
+    to move as it is: it had no lower directory, and every entry below it is
+    a file with one name, a link or a directory, without extended
+    attributes, owned by ``owner`` (uid, gid), none of its directories a git
+    directory. ``changes``: how many changes the read made below it (a merge
+    renames it only when it accepts exactly those); ``longest``: the bytes
+    of its longest path below the root.
+    """
+
+    path: str
+    ino: int
+    owner: tuple[int, int]
+    changes: int
+    longest: int
 
 
 class Blobs(Protocol):

@@ -33,21 +33,32 @@ import contextlib
 import errno
 import os
 import posixpath
-import queue
 import stat
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtime import GitMetadata, InvalidArguments, RingfenceError, ToolError
+from ..runtime import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
 from ._changes import Blobs, Change, Image, image_at, same_state
+from ._fscalls import (
+    can_rename_noreplace,
+    can_syncfs,
+    release_later,
+    rename_noreplace,
+    sync_and_close,
+)
 from ._gitguard import is_dotgit, is_git_directory
 from ._names import escape_name
 from ._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
 from ._upper import UpperFiles
 from ._workspace import Workspace
-from ._writer import check_git_chain, fsync_dir, make_checked_dir, replace_file
+from ._writer import (
+    MAX_PATH_BYTES,
+    check_git_chain,
+    dir_denies_create,
+    make_checked_dir,
+    replace_file,
+)
 
 __all__ = ["MergeReport", "merge_changes"]
 
@@ -310,17 +321,17 @@ def _apply_one(
             if is_git_directory(dir_fd, {leaf: ("file", data)}):
                 raise GitMetadata(f"writing {display} would make its directory a git directory")
             # Durable merges sync once per file system at the end (syncfs), not per file.
-            per_file = to_sync is not None and _syncfs is None
+            per_file = to_sync is not None and not can_syncfs()
             sync = False if per_file else None
             try:
                 created = replace_file(
-                    place, data, sync_dir=sync, source=source, release=_release_later
+                    place, data, sync_dir=sync, source=source, release=release_later
                 )
             except OSError as exc:  # EXDEV: the upper is on another mount; copy from now on
                 assert sources is not None and exc.errno == errno.EXDEV
                 sources.disabled = True
                 data = blobs.get(after.digest)
-                created = replace_file(place, data, sync_dir=sync, release=_release_later)
+                created = replace_file(place, data, sync_dir=sync, release=release_later)
             finally:
                 if source is not None:
                     os.close(source[2])
@@ -341,72 +352,79 @@ def _apply_one(
     return found
 
 
-_closing: queue.SimpleQueue[int] = queue.SimpleQueue()
-_closer_lock = threading.Lock()
-_closer: list[threading.Thread] = []
+def _move_tree(
+    dirs: _Dirs,
+    changes: Sequence[Change],
+    i: int,
+    sources: UpperFiles,
+    owner: tuple[int, int],
+) -> int:
+    """Rename the new directory ``changes[i]`` from its upper directory whole; how many
+    changes that applied (it and every change below it), or 0: merge them one by one.
 
-
-def _close_forever() -> None:
-    while True:
-        with contextlib.suppress(OSError):
-            os.close(_closing.get())
-
-
-def _release_later(fd: int) -> None:
-    """Close a replaced file's last descriptor on a thread of its own.
-
-    That close frees the old inode: on a busy ext4 ~0.3-1 ms of journal work
-    per file, which need not hold up the merge (the workspace already shows
-    the new file; only the old one's blocks are not yet free). A backlog
-    beyond 4,096 is closed here, so descriptors never pile up.
+    Only a directory the read found fit to move (:class:`~._changes.UpperTree`:
+    new, every entry a plain file with one name, a link or a directory,
+    without extended attributes, owned by whom the merged entries must
+    belong to, no git directory in it) and only when every change below it
+    was accepted (none refused): the tree then holds exactly what the Gate
+    let through. The checks of its place are the ones a ``mkdir`` there
+    passes (the git chain, not completing a git directory, a directory
+    that allows creating entries), and the rename never replaces anything
+    (``RENAME_NOREPLACE``): a name taken meanwhile falls back to the
+    one-by-one merge, as a rename across file systems does.
     """
-    if _closing.qsize() > 4096:
-        os.close(fd)
-        return
-    with _closer_lock:
-        if not _closer:
-            thread = threading.Thread(target=_close_forever, name="ringfence-release", daemon=True)
-            thread.start()
-            _closer.append(thread)
-    _closing.put(fd)
+    change = changes[i]
+    after = change.after
+    if (
+        change.before is not None
+        or after is None
+        or after.kind != "dir"
+        or not can_rename_noreplace()
+    ):
+        return 0
+    tree = sources.tree(change)
+    if tree is None:
+        return 0
+    prefix, end = change.path + "/", i + 1
+    while end < len(changes) and changes[end].root == change.root:
+        if not changes[end].path.startswith(prefix):
+            break
+        end += 1
+    if end - i - 1 != tree.changes:
+        return 0  # something below it was refused: its siblings are merged one by one
+    source = sources.take_tree(change, tree, owner, MAX_PATH_BYTES)
+    if source is None:
+        return 0
+    src_dir, name, fd = source
 
+    def op(place: Place) -> bool:
+        leaf = place.leaf
+        assert leaf is not None
+        display = place.display()
+        if not chain_checked:
+            check_git_chain(place, display)
+        if is_git_directory(place.dir_fd, {leaf: ("dir", None)}):
+            raise GitMetadata(f"creating {display} would make a git directory")
+        if dir_denies_create(os.fstat(place.dir_fd)):
+            raise Unwritable(f"{display} cannot be created: its directory does not allow it")
+        try:
+            os.chmod(fd, after.mode)
+            rename_noreplace(src_dir, name, place.dir_fd, leaf)
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                sources.disabled = True
+                return False
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                return False  # made meanwhile: merged entry by entry, with their checks
+            raise translate_oserror(exc, display, writing=True) from None
+        return True
 
-def _load_syncfs() -> Callable[[int], int] | None:
-    """libc's ``syncfs`` (Linux), or None: then every file and directory is fsynced."""
+    chain_checked = dirs.chain_checked(change)
     try:
-        import ctypes
-
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_syncfs = _load_syncfs()
-
-
-def _sync(dirs: dict[tuple[int, int], int]) -> None:
-    """Make a durable merge durable, then close ``dirs`` (the directories written into).
-
-    One ``syncfs`` per file system written to (what the per-file and
-    per-directory fsyncs achieve together) instead of one fsync per file: a
-    1,000-file undo waits for one journal commit, not a thousand. Errors
-    are passed over, as the per-directory fsyncs' always were.
-    """
-    try:
-        if _syncfs is not None:
-            for fd in {dev: fd for (dev, _), fd in dirs.items()}.values():
-                _syncfs(fd)
-        else:
-            for fd in dirs.values():
-                with contextlib.suppress(OSError):
-                    fsync_dir(fd)
+        moved = dirs.walk(change, op, create=True)
     finally:
-        for fd in dirs.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        os.close(fd)
+    return end - i if moved else 0
 
 
 def _found(
@@ -505,7 +523,14 @@ def merge_changes(
         # Directories written into: fsynced once, at the end (None: not durable).
         to_sync: dict[tuple[int, int], int] | None = {} if durable else None
         try:
-            for change in accepted:
+            i = 0
+            while i < len(accepted):
+                change = accepted[i]
+                moved = _move_tree(dirs, accepted, i, sources, owner) if sources else 0
+                if moved:  # a new directory renamed whole: its entries are applied with it
+                    applied += accepted[i : i + moved]
+                    i += moved
+                    continue
                 found = _apply_one(
                     dirs,
                     change,
@@ -517,6 +542,7 @@ def merge_changes(
                     known=known,
                 )
                 applied.append(Change(change.root, change.path, found, change.after))
+                i += 1
         except BaseException:
             dirs.close()
             for done in reversed(applied):  # best effort: put back what this merge changed
@@ -525,7 +551,7 @@ def merge_changes(
             raise
         finally:
             dirs.close()
-            _sync(to_sync or {})
+            sync_and_close(to_sync or {})
             if sources is not None:
                 sources.close()
         return MergeReport(tuple(applied), tuple(refused))

@@ -30,7 +30,8 @@ import stat
 from typing import TYPE_CHECKING
 
 from ..runtime import ToolError
-from ._changes import Blobs, Change, Image, UpperSource, image_at, read_at_most
+from ._changes import Blobs, Change, Image, UpperSource, UpperTree, image_at, read_at_most
+from ._gitguard import is_git_directory
 
 if TYPE_CHECKING:
     from ._checkpoints import PackWriter
@@ -89,6 +90,7 @@ def changes_from_upper(
     *,
     pack: PackWriter | None = None,
     sources: dict[str, UpperSource] | None = None,
+    trees: dict[str, UpperTree] | None = None,
 ) -> list[Change]:
     """The changes an overlay's upper directory (``upper_fd``) makes to ``lower_fd``.
 
@@ -103,19 +105,44 @@ def changes_from_upper(
     (commit it before the set is saved), none hard-linked into the store;
     ``sources`` (with ``pack`` only) then names the upper files the merge may
     rename into the workspace (:class:`UpperSource`, by path below the upper
-    directory).
+    directory), and ``trees`` (with ``sources`` only) the new directories it
+    may rename whole (:class:`UpperTree`; the outermost and the ones inside).
     """
-    reader = _Reader(root, pack or blobs, pack, sources if pack is not None else None)
-    reader.walk(upper_fd, lower_fd, "")
+    if pack is None:
+        sources = None
+    reader = _Reader(root, pack or blobs, pack, sources, trees if sources is not None else None)
+    reader.walk(upper_fd, lower_fd, "", None)
     return reader.out
+
+
+class _Fit:
+    """Whether the new directory read so far may be moved whole (see :class:`UpperTree`)."""
+
+    __slots__ = ("longest", "ok", "owner")
+
+    def __init__(self, st: os.stat_result) -> None:
+        self.ok = True
+        self.owner = (st.st_uid, st.st_gid)
+        self.longest = 0
+
+    def note(self, st: os.stat_result, path: str) -> None:
+        if (st.st_uid, st.st_gid) != self.owner:
+            self.ok = False
+        length = len(path.encode("utf-8", "surrogateescape"))
+        if length > self.longest:
+            self.longest = length
+
+    def join(self, inner: _Fit) -> None:
+        self.ok = self.ok and inner.ok and inner.owner == self.owner
+        self.longest = max(self.longest, inner.longest)
 
 
 class _Reader:
     """One upper directory read into changes (``out``); see :func:`changes_from_upper`.
 
     Its cost is per file (a command may write 10,000), so a regular file
-    costs one open, one fstat, a read and a close, and nothing is built
-    twice.
+    costs one open, one fstat, a read and a close (and, in a new directory,
+    one ``flistxattr``), and nothing is built twice.
     """
 
     def __init__(
@@ -124,14 +151,18 @@ class _Reader:
         blobs: Blobs,
         pack: PackWriter | None,
         sources: dict[str, UpperSource] | None,
+        trees: dict[str, UpperTree] | None,
     ) -> None:
         self.root = root
         self.blobs = blobs  # the pack, when there is one: before-images and links too
         self.pack = pack
         self.sources = sources
+        self.trees = trees
         self.out: list[Change] = []
 
-    def walk(self, upper_fd: int, lower_fd: int | None, prefix: str) -> None:
+    def walk(self, upper_fd: int, lower_fd: int | None, prefix: str, fit: _Fit | None) -> None:
+        """Read the directory ``upper_fd`` (``prefix`` below the root); ``fit`` (a new
+        directory, when trees are wanted) hears whether each entry may move with it."""
         if prefix.count("/") >= MAX_DEPTH:
             raise _too_deep(prefix)
         blobs, out, root = self.blobs, self.out, self.root
@@ -141,17 +172,23 @@ class _Reader:
             path = prefix + name
             before = image_at(lower_fd, name, blobs) if lower_fd is not None else None
             if regular and self.pack is not None:
-                after = self._packed(upper_fd, name, path)
+                after = self._packed(upper_fd, name, path, fit)
                 if after is not None:  # the common case, a file the command wrote
                     self._add(lower_fd, name, path, before, after)
                     continue
             st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
             if _is_whiteout(st):
+                if fit is not None:
+                    fit.ok = False  # a whiteout must never be moved into the workspace
                 if before is not None:
                     assert lower_fd is not None
                     self._deleted(lower_fd, name, path, before)
                 continue
             if not stat.S_ISDIR(st.st_mode):
+                if fit is not None and not _link_fits(upper_fd, name, st):
+                    fit.ok = False  # special files are refused; moved whole, they would not be
+                elif fit is not None:
+                    fit.note(st, path)
                 self._add(lower_fd, name, path, before, _after_image(upper_fd, name, st, blobs))
                 continue
             sub_upper_fd = os.open(name, _DIR_FLAGS, dir_fd=upper_fd)
@@ -159,21 +196,41 @@ class _Reader:
             try:
                 opaque = _is_opaque(sub_upper_fd)
                 mode = stat.S_IMODE(st.st_mode)
+                new = before is None
                 if before is not None and (before.kind != "dir" or opaque):
                     assert lower_fd is not None
                     self._deleted(lower_fd, name, path, before)  # replaced: gone first
                     before = None
-                else:
+                elif before is not None:
                     sub_lower_fd = _open_dir(lower_fd, name)
                 if before is None or before.mode != mode:
                     out.append(Change(root, path, before, Image("dir", mode)))
-                self.walk(sub_upper_fd, sub_lower_fd, path + "/")
+                sub_fit = None
+                if new and self.trees is not None:
+                    sub_fit = _Fit(st)
+                    sub_fit.note(st, path)
+                    # Its own attributes (an opaque mark) would move with it; a git directory is
+                    # refused entry by entry, with its name.
+                    if os.listxattr(sub_upper_fd) or is_git_directory(sub_upper_fd):
+                        sub_fit.ok = False
+                start = len(out)
+                self.walk(sub_upper_fd, sub_lower_fd, path + "/", sub_fit)
+                if sub_fit is not None:
+                    assert self.trees is not None
+                    if sub_fit.ok:
+                        self.trees[path] = UpperTree(
+                            path, st.st_ino, sub_fit.owner, len(out) - start, sub_fit.longest
+                        )
+                    if fit is not None:
+                        fit.join(sub_fit)
+                elif fit is not None:
+                    fit.ok = False
             finally:
                 os.close(sub_upper_fd)
                 if sub_lower_fd is not None:
                     os.close(sub_lower_fd)
 
-    def _packed(self, upper_fd: int, name: str, path: str) -> Image | None:
+    def _packed(self, upper_fd: int, name: str, path: str, fit: _Fit | None) -> Image | None:
         """The image of ``name`` if it is a regular file (else None), its bytes appended to
         the pack (large ones: a blob of their own).
 
@@ -182,7 +239,8 @@ class _Reader:
         own copy (the pack), so the two never share an inode. Nothing writes
         an upper directory any more when it is read, and the merge checks
         the identity noted here again before it renames. ``O_NONBLOCK``: a
-        FIFO is never waited on.
+        FIFO is never waited on. ``fit`` hears whether the file may move
+        with its new directory (one name, no extended attribute).
         """
         assert self.pack is not None
         try:
@@ -199,6 +257,11 @@ class _Reader:
                 digest, size = self.blobs.put_fd(fd)
             else:
                 digest, size = self.pack.add(data), len(data)
+            if fit is not None:
+                if st.st_nlink != 1 or st.st_size != size or os.listxattr(fd):
+                    fit.ok = False
+                else:
+                    fit.note(st, path)
         finally:
             os.close(fd)
         if self.sources is not None and st.st_nlink == 1 and st.st_size == size:
@@ -232,6 +295,17 @@ class _Reader:
         self.out.append(Change(self.root, path, found, None))
 
 
+def _link_fits(dir_fd: int, name: str, st: os.stat_result) -> bool:
+    """May this non-directory entry move with its new directory? Only a link without
+    extended attributes (no other kind is ever merged)."""
+    if not stat.S_ISLNK(st.st_mode):
+        return False
+    try:  # there is no llistxattr at a directory descriptor: through its /proc name
+        return not os.listxattr(f"/proc/self/fd/{dir_fd}/{name}", follow_symlinks=False)
+    except OSError:
+        return False
+
+
 def _after_image(upper_fd: int, name: str, st: os.stat_result, blobs: Blobs) -> Image | None:
     """The upper entry's image; a regular file's bytes go into the store by a hard link
     when the store can take one (``adopt``: same file system), else by copy.
@@ -261,17 +335,56 @@ class UpperFiles:
     """The files of overlay upper directories that a merge may rename (see ``merge_changes``).
 
     ``uppers`` maps a root's number to its upper directory's descriptor
-    (the caller's) and the files read from it (:class:`UpperSource` by
+    (the caller's), the files read from it (:class:`UpperSource` by path)
+    and the new directories it may rename whole (:class:`UpperTree` by
     path). One upper directory is open at a time (a merge goes directory by
     directory), so a 10,000-directory set needs no 10,000 descriptors.
     """
 
-    def __init__(self, uppers: dict[int, tuple[int, dict[str, UpperSource]]]) -> None:
+    def __init__(
+        self,
+        uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]],
+    ) -> None:
         self._uppers = uppers
         self.disabled = False
         self._dir: tuple[int, str, int] | None = None  # (root, directory, fd)
         euid = os.geteuid()
         self._ids = None if euid == 0 else (euid, os.getegid())
+
+    def tree(self, change: Change) -> UpperTree | None:
+        """The change's new directory if the read found it fit to move whole (a lookup)."""
+        entry = self._uppers.get(change.root)
+        if self.disabled or entry is None:
+            return None
+        return entry[2].get(change.path)
+
+    def take_tree(
+        self, change: Change, tree: UpperTree, owner: tuple[int, int], limit: int
+    ) -> tuple[int, str, int] | None:
+        """``(dir_fd, name, fd)`` of ``tree`` if it may be renamed whole now, else None.
+
+        It must still be the directory read, owned (every entry, as the read
+        found) by ``owner`` when ringfence runs as root (nothing is given
+        away afterwards) or else by ringfence's own ids, and no path in it
+        longer than ``limit`` bytes. ``fd`` (open on the directory) is the
+        caller's to close.
+        """
+        entry = self._uppers.get(change.root)
+        wanted = owner if self._ids is None else self._ids
+        if entry is None or tree.owner != wanted or tree.longest > limit:
+            return None
+        parent, _, name = change.path.rpartition("/")
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            dir_fd = self._open_dir(change.root, entry[0], parent)
+            fd = os.open(name, flags, dir_fd=dir_fd)
+        except OSError:
+            return None
+        st = os.fstat(fd)
+        if st.st_ino != tree.ino or (st.st_uid, st.st_gid) != wanted:
+            os.close(fd)
+            return None
+        return dir_fd, name, fd
 
     def take(self, change: Change, after: Image) -> tuple[int, str, int] | None:
         """``(dir_fd, name, fd)`` of the change's upper file if it may be renamed, else None.
@@ -281,7 +394,7 @@ class UpperFiles:
         entry = self._uppers.get(change.root)
         if self.disabled or entry is None:
             return None
-        upper_fd, files = entry
+        upper_fd, files, _ = entry
         src = files.pop(change.path, None)  # a path is renamed at most once
         if src is None or src.size != after.size:
             return None

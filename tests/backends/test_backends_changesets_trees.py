@@ -1,0 +1,239 @@
+"""Change sets on the confined ``local`` backend: a new directory tree merged by one rename.
+
+When a command makes a new directory (a package unpacked, a build output),
+the merge renames it from the overlay's upper directory whole, instead of
+entry by entry, if the read found nothing in it that the Gate would refuse
+or change: only files with one name, links and directories, no extended
+attributes, one owner, no git directory. These tests drive real commands
+(through the CLI and the kernel) and check both sides: a clean tree goes
+whole (it leaves the upper directory) and is exactly what the change set
+says, undone byte for byte; and every hostile entry planted inside a new
+tree is refused or stripped just as it is outside one, with nothing of it
+in the workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backends_helpers import WORKSPACE_UID, workspace  # noqa: F401 (a fixture)
+from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
+from test_backends_changesets import owned, tree_state
+
+from ringfence import create_kernel
+from ringfence.backends import SessionSpec, start_local
+from ringfence.backends._changesets import merge_or_stage
+from ringfence.runtime import Posture
+from ringfence.workspace import CheckpointStore, Workspace
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+# A package-like tree: nested directories with their own modes, an executable, a link
+# inside the tree, an empty directory, a name that is not UTF-8.
+PACKAGE = (
+    "mkdir -p pkg/lib/deep pkg/bin pkg/empty && chmod 750 pkg/lib && "
+    "printf 'module.exports = 1;\\n' > pkg/lib/index.js && "
+    "printf 'deep\\n' > pkg/lib/deep/d.txt && "
+    "printf '#!/bin/sh\\necho hi\\n' > pkg/bin/run && chmod 755 pkg/bin/run && "
+    "ln -s ../lib/index.js pkg/bin/index.js && "
+    "printf 'odd\\n' > \"pkg/$(printf 'caf\\351')\""
+)
+
+
+class _Context:
+    """What merge_or_stage reads of a call's context, to run it on a bare session."""
+
+    class tool:
+        name = "run_shell"
+
+    call_id = "test"
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, kind: str, /, **data: Any) -> None:
+        self.events.append((kind, data))
+
+
+async def test_a_clean_new_tree_leaves_the_upper_whole_and_is_exactly_its_change_set(
+    workspace: Path,  # noqa: F811
+) -> None:
+    (workspace / "kept.txt").write_text("kept\n")
+    before = tree_state(workspace)
+    root = Path(os.path.realpath(workspace))
+    with Workspace([workspace]) as ws:
+        store = CheckpointStore(ws)
+        session = await start_local(SessionSpec(roots=(workspace,), change_sets=True))
+        try:
+            result = await session.run(
+                PACKAGE, cwd=workspace, env={}, timeout=60, output_cap=1 << 16
+            )
+            assert result.exit_code == 0, result
+            (upper,) = result.uppers
+            assert (upper.path / "pkg" / "lib" / "index.js").is_file()
+            out = await merge_or_stage(
+                result, {}, _Context(), store, roots=[root], merge_rest=True, staging=False
+            )
+            # Renamed whole: nothing of it is left in the upper (entry by entry, its
+            # directories would stay there until the upper is emptied).
+            assert not (upper.path / "pkg").exists()
+            changes = out["changes"]
+            assert changes["refused"] == [] and changes["files"] == 10, changes
+            cs = store.load(changes["id"])
+        finally:
+            await session.aclose()
+            store.close()
+    after = tree_state(workspace)
+    differ = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+    assert {os.fsdecode(os.fsencode(c.path)) for c in cs.changes} == differ
+    assert after["pkg/lib"] == ("dir", 0o750, "")
+    assert after["pkg/bin/run"][:2] == ("file", 0o755)
+    assert os.readlink(workspace / "pkg/bin/index.js") == "../lib/index.js"
+    assert (workspace / os.fsdecode(b"pkg/caf\xe9")).read_text() == "odd\n"
+    assert all(c.before is None for c in cs.changes)
+    owner = workspace.stat().st_uid
+    assert all(p.lstat().st_uid == owner for p in (workspace / "pkg").rglob("*"))
+
+
+@pytest.mark.parametrize("owner", [0, WORKSPACE_UID], ids=["root-owned", "user-owned"])
+def test_a_new_tree_through_the_cli_is_undone_byte_for_byte(
+    tmp_path: Path, owner: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "kept.txt").write_text("kept\n")
+    owned(ws, owner)
+    before = tree_state(ws)
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "no"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": PACKAGE}), *args
+    )
+    assert code == 0, out
+    assert out["result"]["changes"]["files"] == 10
+    assert all(p.lstat().st_uid == owner for p in ws.rglob("*"))  # merged as the owner's
+    code, shown = cli_json(
+        capsys, "checkpoints", "show", out["result"]["changes"]["id"], "--workspace", str(ws)
+    )
+    assert code == 0 and "+module.exports = 1;" in shown["result"]["diff"], shown
+    code, undone = cli_json(capsys, "undo", *args)
+    assert code == 0, undone
+    assert tree_state(ws) == before
+
+
+# Each plants one hostile entry in a new tree beside harmless files. The tree must not be
+# moved whole: the entry is judged as it would be anywhere (refused, or merged stripped).
+REFUSED_IN_A_NEW_TREE = {
+    "a .git directory": ("mkdir -p pkg/.git && echo x > pkg/.git/config", "git_metadata"),
+    "a gitfile": ("echo 'gitdir: /tmp/evil' > pkg/.git", "git_metadata"),
+    "a .GIT in another spelling": (
+        "mkdir -p pkg/a/.GIT && echo x > pkg/a/.GIT/HEAD",
+        "git_metadata",
+    ),
+    "a link leaving the roots": ("ln -s /etc/passwd pkg/out", "invalid_arguments"),
+    "a FIFO": ("mkfifo pkg/fifo", "invalid_arguments"),
+}
+# (Set-id bits cannot be set in the local sandbox at all: its seccomp filter refuses them.)
+
+
+@pytest.mark.parametrize("attack", list(REFUSED_IN_A_NEW_TREE), ids=list(REFUSED_IN_A_NEW_TREE))
+async def test_a_hostile_entry_in_a_new_tree_is_refused_and_the_rest_merged(
+    workspace: Path,  # noqa: F811
+    tmp_path: Path,
+    attack: str,
+) -> None:
+    command, code = REFUSED_IN_A_NEW_TREE[attack]
+    events = tmp_path / "events.jsonl"
+    async with create_kernel(
+        roots=[workspace], posture=Posture.ALLOW_REVERSIBLE, events_path=events
+    ) as k:
+        outcome = await k.invoke(
+            "run_shell",
+            {"command": f"mkdir -p pkg/lib && echo ok > pkg/lib/ok.js && {command}"},
+        )
+    assert outcome.error is not None and outcome.error.code == code, outcome
+    refused = outcome.error.details["changes"]["refused"]
+    assert refused and all(r["code"] == code for r in refused), refused
+    assert (workspace / "pkg" / "lib" / "ok.js").read_text() == "ok\n"  # the rest was merged
+    names = {str(p.relative_to(workspace)) for p in workspace.rglob("*")}
+    assert names == {"pkg", "pkg/lib", "pkg/lib/ok.js"} | ({"pkg/a"} if "GIT" in attack else set())
+    for p in workspace.rglob("*"):
+        st = p.lstat()
+        assert stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)
+        assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID)
+    assert not Path("/tmp/evil").exists()
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    (checkpoint,) = [r for r in records if r["kind"] == "checkpoint"]
+    assert checkpoint["refused"] == refused
+
+
+async def test_a_git_directory_assembled_in_a_new_tree_never_reaches_the_workspace(
+    workspace: Path,  # noqa: F811
+) -> None:
+    """No `.git` name at all: HEAD, objects/ and refs/ in a new directory make it a git
+    directory that `git -C pkg/sub` would use (and run its config's programs)."""
+    command = (
+        "mkdir -p pkg/sub/objects pkg/sub/refs && echo 'ref: refs/heads/main' > pkg/sub/HEAD "
+        "&& printf '[core]\\n\\tfsmonitor = touch /tmp/pwned-tree\\n' > pkg/sub/config "
+        "&& echo ok > pkg/ok.txt"
+    )
+    async with create_kernel(roots=[workspace], posture=Posture.ALLOW_REVERSIBLE) as k:
+        outcome = await k.invoke("run_shell", {"command": command})
+    assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+    sub = workspace / "pkg" / "sub"
+    assert not all((sub / n).exists() for n in ("HEAD", "objects", "refs"))
+    assert not Path("/tmp/pwned-tree").exists()
+
+
+# Harmless in themselves, but the tree cannot be moved as it is: merged entry by entry.
+STRIPPED_IN_A_NEW_TREE = {
+    "an extended attribute": (
+        "python3 -c \"import os; os.setxattr('pkg/x.js', 'user.planted', b'1')\"",
+        lambda ws: os.listxattr(ws / "pkg" / "x.js", follow_symlinks=False) == [],
+    ),
+    "a hard link to a file outside the tree": (
+        "ln outside.txt pkg/hl.txt",
+        lambda ws: (
+            (ws / "pkg" / "hl.txt").stat().st_ino != (ws / "outside.txt").stat().st_ino
+            and (ws / "pkg" / "hl.txt").stat().st_nlink == 1
+        ),
+    ),
+    "a hard link inside the tree": (
+        "ln pkg/x.js pkg/y.js",
+        lambda ws: (ws / "pkg" / "y.js").stat().st_ino != (ws / "pkg" / "x.js").stat().st_ino,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STRIPPED_IN_A_NEW_TREE), ids=list(STRIPPED_IN_A_NEW_TREE))
+def test_what_a_tree_cannot_carry_is_merged_entry_by_entry(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "outside.txt").write_text("outside\n")
+    command, check = STRIPPED_IN_A_NEW_TREE[case]
+    code, out = cli_json(
+        capsys,
+        "call",
+        "run_shell",
+        "--args",
+        json.dumps({"command": f"mkdir pkg && echo x > pkg/x.js && {command}"}),
+        "--workspace",
+        str(ws),
+        "--posture",
+        "allow-reversible",
+        "--approve",
+        "no",
+    )
+    assert code == 0, out
+    assert out["result"]["changes"]["refused"] == []
+    assert (ws / "pkg" / "x.js").read_text() == "x\n"
+    assert check(ws)
+    (ws / "outside.txt").write_text("changed\n")  # no merged name shares its inode
+    assert all(p.read_text() != "changed\n" for p in (ws / "pkg").iterdir())
