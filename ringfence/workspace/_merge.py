@@ -77,20 +77,35 @@ class MergeReport:
 # -- refusals ----------------------------------------------------------------------------
 
 
-def _refusal(change: Change, roots: Sequence[str], blobs: Blobs) -> RingfenceError | None:
-    """Why ``change`` may not be merged, judged on the change alone (None: it may)."""
-    shown = escape_name(change.path)
+def _refusal(
+    change: Change, roots: Sequence[str], blobs: Blobs, plain: set[tuple[int, str]]
+) -> RingfenceError | None:
+    """Why ``change`` may not be merged, judged on the change alone (None: it may).
+
+    ``plain`` holds the directories whose every name was found plain and
+    not git's: a sibling then needs only its own name checked.
+    """
     if not 0 <= change.root < len(roots):
+        shown = escape_name(change.path)
         return InvalidArguments(f"{shown}: no workspace root number {change.root}", field="path")
-    parts = change.path.split("/")
-    if change.path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+    parent, _, leaf = change.path.rpartition("/")
+    key = (change.root, parent)
+    # A top-level name's parent "" is no directory: "/x" must be split and refused.
+    parts = [leaf] if parent and key in plain else change.path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        shown = escape_name(change.path)
         return InvalidArguments(f"{shown}: not a plain relative path", field="path")
     for name in parts:
         if is_dotgit(name):
+            shown = escape_name(change.path)
             return GitMetadata(f"{shown} is git metadata ({name!r} is how git spells .git)")
+    plain.add(key)
     after = change.after
-    if after is None:
-        return None
+    if after is None or (
+        after.kind == "file" and after.digest is not None and not after.mode & _SPECIAL_BITS
+    ):
+        return None  # the common case, judged without building a message
+    shown = escape_name(change.path)
     if after.kind not in _MERGEABLE:
         what = {"fifo": "a FIFO", "device": "a device node", "socket": "a socket"}
         return InvalidArguments(
@@ -486,8 +501,9 @@ def merge_changes(
         refused: list[dict[str, Any]] = []
         errors: list[RingfenceError] = []
         accepted: list[Change] = []
+        plain: set[tuple[int, str]] = set()
         for change in changes:
-            error = _refusal(change, roots, blobs)
+            error = _refusal(change, roots, blobs, plain)
             if error is not None:
                 errors.append(error)
                 refused.append(
@@ -569,7 +585,7 @@ def _conflicts(dirs: _Dirs, changes: Sequence[Change], known: _Known | None = No
     out: list[str] = []
     for change in changes:
         key = (change.root, change.path)
-        parent = (change.root, posixpath.dirname(change.path))
+        parent = (change.root, change.path.rpartition("/")[0])
         # A path touched twice: its second before-image is the first's after-image. Below a
         # path found absent nothing exists either (a new tree costs no walk per entry).
         if key in seen:

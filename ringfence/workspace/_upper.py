@@ -30,7 +30,7 @@ import stat
 from typing import TYPE_CHECKING
 
 from ..runtime import ToolError
-from ._changes import Blobs, Change, Image, UpperSource, UpperTree, image_at, read_at_most
+from ._changes import Blobs, Change, Image, UpperSource, UpperTree, image_at
 from ._gitguard import is_git_directory
 
 if TYPE_CHECKING:
@@ -125,12 +125,15 @@ class _Fit:
         self.owner = (st.st_uid, st.st_gid)
         self.longest = 0
 
-    def note(self, st: os.stat_result, path: str) -> None:
+    def note(self, st: os.stat_result) -> None:
         if (st.st_uid, st.st_gid) != self.owner:
             self.ok = False
-        length = len(path.encode("utf-8", "surrogateescape"))
-        if length > self.longest:
-            self.longest = length
+
+    def names(self, prefix: str, names: list[str]) -> None:
+        """Hear the longest path of one directory's entries (bytes below the root)."""
+        if names:
+            length = len(os.fsencode(prefix)) + max(len(os.fsencode(n)) for n in names)
+            self.longest = max(self.longest, length)
 
     def join(self, inner: _Fit) -> None:
         self.ok = self.ok and inner.ok and inner.owner == self.owner
@@ -168,12 +171,20 @@ class _Reader:
         blobs, out, root = self.blobs, self.out, self.root
         with os.scandir(upper_fd) as it:
             entries = sorted((e.name, e.is_file(follow_symlinks=False)) for e in it)
+        if fit is not None:
+            fit.names(prefix, [name for name, _ in entries])
+        packed = self._packed if self.pack is not None else None
         for name, regular in entries:
             path = prefix + name
             before = image_at(lower_fd, name, blobs) if lower_fd is not None else None
-            if regular and self.pack is not None:
-                after = self._packed(upper_fd, name, path, fit)
-                if after is not None:  # the common case, a file the command wrote
+            if regular and packed is not None:
+                after = packed(upper_fd, name, path, fit)
+                if after is None:
+                    pass  # not a regular file after all: judged below
+                elif before is None:  # the common case, a file the command made
+                    out.append(Change(root, path, None, after))
+                    continue
+                else:
                     self._add(lower_fd, name, path, before, after)
                     continue
             st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
@@ -188,7 +199,7 @@ class _Reader:
                 if fit is not None and not _link_fits(upper_fd, name, st):
                     fit.ok = False  # special files are refused; moved whole, they would not be
                 elif fit is not None:
-                    fit.note(st, path)
+                    fit.note(st)
                 self._add(lower_fd, name, path, before, _after_image(upper_fd, name, st, blobs))
                 continue
             sub_upper_fd = os.open(name, _DIR_FLAGS, dir_fd=upper_fd)
@@ -208,7 +219,6 @@ class _Reader:
                 sub_fit = None
                 if new and self.trees is not None:
                     sub_fit = _Fit(st)
-                    sub_fit.note(st, path)
                     # Its own attributes (an opaque mark) would move with it; a git directory is
                     # refused entry by entry, with its name.
                     if os.listxattr(sub_upper_fd) or is_git_directory(sub_upper_fd):
@@ -251,17 +261,21 @@ class _Reader:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            data = read_at_most(fd, st.st_size, _PACKED_MAX)
-            if data is None:  # large, or grew since the stat: streamed into a blob of its own
+            size = st.st_size
+            # One read: a regular file's read is short only at its end.
+            data = os.read(fd, size + 1) if size <= _PACKED_MAX else None
+            if data is None or len(data) > size:  # large, or grew since: a blob of its own
                 os.lseek(fd, 0, os.SEEK_SET)
                 digest, size = self.blobs.put_fd(fd)
             else:
                 digest, size = self.pack.add(data), len(data)
-            if fit is not None:
-                if st.st_nlink != 1 or st.st_size != size or os.listxattr(fd):
-                    fit.ok = False
-                else:
-                    fit.note(st, path)
+            if fit is not None and (
+                st.st_nlink != 1
+                or st.st_size != size
+                or (st.st_uid, st.st_gid) != fit.owner
+                or os.listxattr(fd)
+            ):
+                fit.ok = False
         finally:
             os.close(fd)
         if self.sources is not None and st.st_nlink == 1 and st.st_size == size:

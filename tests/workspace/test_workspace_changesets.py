@@ -295,6 +295,56 @@ def test_partial_merge_applies_the_rest_and_reports_the_refused(root: Path, tmp_
     assert not (root / ".git").exists() and not (root / "dev").exists()
 
 
+def test_a_plain_sibling_first_never_lets_a_hostile_name_beside_it_through(root: Path) -> None:
+    """The merge checks a directory's names once per set: every later sibling's own name
+    is still judged (git spellings, empty, ``.``, ``..``), and an absolute path is no
+    sibling of a top-level file."""
+    (root / "sub").mkdir()
+    d = _store_with(root, {"ok": b"ok\n"})
+    file = Image("file", 0o644, d["ok"], 3)
+    hostile = ["sub/.git", "sub/.GIT", "sub/git~1", "sub/..", "sub/.", "sub/", "/abs", "sub/x/../y"]
+    changes = [Change(0, "top.txt", None, file), Change(0, "sub/ok.txt", None, file)]
+    changes += [Change(0, p, None, file) for p in hostile]
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        report = merge_changes(ws, changes, store, atomic=False)
+        store.close()
+    assert [c.path for c in report.applied] == ["top.txt", "sub/ok.txt"]
+    assert [r["path"] for r in report.refused] == hostile
+    assert sorted(p.name for p in (root / "sub").iterdir()) == ["ok.txt"]
+
+
+def test_a_manifest_in_the_keyed_form_of_earlier_versions_still_loads_and_undoes(
+    capsys: pytest.CaptureFixture[str], root: Path
+) -> None:
+    result = call(capsys, root, "write_file", path="doc.txt", content="new\n")
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        cs = store.load(result["checkpoint"])
+        keyed = {
+            **{k: v for k, v in json.loads(json.dumps(cs.to_json())).items() if k != "changes"},
+            "changes": [
+                {
+                    "root": c.root,
+                    "path": c.path,
+                    "before": c.before and {"kind": c.before.kind, "mode": c.before.mode,
+                                            "digest": c.before.digest, "size": c.before.size},
+                    "after": c.after and {"kind": c.after.kind, "mode": c.after.mode,
+                                          "digest": c.after.digest, "size": c.after.size},
+                }
+                for c in cs.changes
+            ],
+        }  # fmt: skip
+        (store.path / "sets" / f"{cs.id}.json").write_text(json.dumps(keyed))
+        store.close()
+    assert load_set(root, cs.id) == cs
+    code, body = cli(
+        capsys, "undo", cs.id, "--workspace", str(root), "--posture", "allow-reversible"
+    )
+    assert code == 0, body
+    assert (root / "doc.txt").read_text() == "alpha\nbeta\n"
+
+
 def test_merge_refuses_a_stale_before_image(root: Path) -> None:
     d = _store_with(root, {"new": b"new\n", "old": b"not what is there\n"})
     change = Change(
