@@ -131,3 +131,25 @@ def test_prune_drops_the_oldest_sets_until_every_limit_holds(
             assert store.ids() == ids[-1:]
         finally:
             store.close()
+
+
+def test_saves_check_retention_often_enough_to_hold_the_count_near_keep(
+    tmp_path: Path, ringfence_home: Path
+) -> None:
+    """The check runs every 32 saves, or every quarter of the sets held when that is more:
+    however many sets are saved, the store never holds much more than ``keep``."""
+    from ringfence.workspace import Retention
+
+    with Workspace([tmp_path]) as ws:
+        store = CheckpointStore(ws, retention=Retention(keep=200))
+        try:
+            digest = store.put(b"x\n")
+            most = 0
+            for i in range(1200):
+                change = Change(0, f"f{i}", None, Image("file", 0o644, digest, 2))
+                store.save(ChangeSet(store.new_id(), time.time(), "write_file", (change,)))
+                most = max(most, len(os.listdir(store.path / "sets")))
+            assert 200 < most <= 200 + 200 // 4 + 32 + 1, most
+            assert len(store.ids()) <= 200 + 200 // 4 + 32
+        finally:
+            store.close()
