@@ -12,17 +12,15 @@ files can then be renamed into the workspace without sharing an inode with
 the store). Ids sort by creation time.
 
 Retention (:class:`Retention`, checked when a store opens and after every
-32 change sets, or every quarter of the sets held when that is more, so a
-store of 500 sets keeps at most ~625 between checks and a save pays a
-constant share of the check, not one growing with the store): keep at most ``keep`` change sets (default 500,
+32 change sets or every quarter of the sets held, whichever is more: a
+save pays a constant share of the check, and a store of 500 holds at most
+~625 between checks): keep at most ``keep`` change sets (default 500,
 ``$RINGFENCE_CHECKPOINTS_KEEP``), none older than ``max_age_days`` (default
-30, ``$RINGFENCE_CHECKPOINTS_DAYS``), and blobs totalling at most
-``max_mib`` (default 1024, ``$RINGFENCE_CHECKPOINTS_MIB``); the oldest change
-sets go first (the newest is always kept), then blobs no set names (unless
-stored in the last hour: a manifest naming them may still be on its way). A
-pack goes whole, once no set names any of its blobs (so the disk may hold a
-pack's dead bytes as long as one of its blobs is live; the MiB limit counts
-live blobs).
+30, ``$RINGFENCE_CHECKPOINTS_DAYS``), and blobs totalling at most ``max_mib``
+(default 1024, ``$RINGFENCE_CHECKPOINTS_MIB``); the oldest sets go first
+(the newest is always kept), then blobs no set names (unless stored in the
+last hour: a manifest naming them may still be on its way). A pack goes
+whole once no set names any of its blobs (the MiB limit counts live blobs).
 
 Durability: blobs and manifests are renamed into place (never half-written
 under their name) but not fsynced, so a crash of ringfence loses nothing and
@@ -430,9 +428,9 @@ class CheckpointStore:
 
         What it read is cached (a manifest's digests by its file's mtime and
         size, a blob's size and age, a pack's index), so a prune over 500
-        sets reads only what changed since the last one: it runs every 32
-        saves or more (see the module docstring), and re-reading every manifest each time cost a checkpointed
-        ``write_file`` more than the write itself.
+        sets reads only what changed since the last one (re-reading every
+        manifest at each check cost a checkpointed ``write_file`` more than
+        the write itself).
         """
         if not self.exists():
             return
