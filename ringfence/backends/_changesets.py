@@ -20,6 +20,7 @@ import trio
 from ..runtime import CallContext, GitMetadata, InvalidArguments, RingfenceError, ToolError
 from ..workspace import Change, ChangeSet, CheckpointStore
 from ..workspace._changes import UpperSource, UpperTree
+from ..workspace._collector import collector_paused
 from ..workspace._names import escape_name
 from ._types import ShellResult, Upper
 
@@ -120,28 +121,30 @@ def _capture(
     The files' bytes go into one pack in the store; the merge then renames
     the upper files into the workspace (``UpperFiles``), so a command's new
     file costs one new inode (its own), not three, and a new directory fit
-    to move (``UpperTree``) one rename for everything in it.
+    to move (``UpperTree``) one rename for everything in it. The cyclic
+    collector is paused meanwhile (:func:`~ringfence.workspace._collector.collector_paused`).
     """
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
-    pack = store.pack()
-    try:
-        changes: list[Change] = []
-        uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]] = {}
-        for upper in result.uppers:
-            fd = os.open(upper.path, flags)
-            fds.append(fd)
-            sources: dict[str, UpperSource] = {}
-            trees: dict[str, UpperTree] = {}
-            root, read = _read_upper(upper, fd, roots, store, pack, sources, trees)
-            changes += read
-            uppers[root] = (fd, sources, trees)
-        pack.commit()  # before the manifest that names its blobs
-        return _save_and_merge(result, ctx, store, changes, merge_rest, staging, uppers)
-    finally:
-        pack.abort()
-        for fd in fds:
-            os.close(fd)
+    with collector_paused():  # ~60,000 objects, none in a cycle: see _collector
+        pack = store.pack()
+        try:
+            changes: list[Change] = []
+            uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]] = {}
+            for upper in result.uppers:
+                fd = os.open(upper.path, flags)
+                fds.append(fd)
+                sources: dict[str, UpperSource] = {}
+                trees: dict[str, UpperTree] = {}
+                root, read = _read_upper(upper, fd, roots, store, pack, sources, trees)
+                changes += read
+                uppers[root] = (fd, sources, trees)
+            pack.commit()  # before the manifest that names its blobs
+            return _save_and_merge(result, ctx, store, changes, merge_rest, staging, uppers)
+        finally:
+            pack.abort()
+            for fd in fds:
+                os.close(fd)
 
 
 def _save_and_merge(

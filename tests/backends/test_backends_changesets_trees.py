@@ -14,6 +14,7 @@ in the workspace.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -99,6 +100,48 @@ async def test_a_clean_new_tree_leaves_the_upper_whole_and_is_exactly_its_change
     assert all(c.before is None for c in cs.changes)
     owner = workspace.stat().st_uid
     assert all(p.lstat().st_uid == owner for p in (workspace / "pkg").rglob("*"))
+
+
+async def test_the_collector_is_paused_while_a_set_is_read_and_merged(
+    workspace: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 2,000-file set's objects are not swept by the cyclic collector while it is read and
+    merged (the pause of ringfence.workspace._collector), and the collector is on after."""
+    import ringfence.workspace as ws_package
+
+    seen: dict[str, bool] = {}
+    for name in ("changes_from_upper", "merge_changes"):
+        real = getattr(ws_package, name)
+
+        def observed(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            seen[_name] = gc.isenabled()  # observed only: the real step runs
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(ws_package, name, observed)
+    assert gc.isenabled()
+    root = Path(os.path.realpath(workspace))
+    with Workspace([workspace]) as ws:
+        store = CheckpointStore(ws)
+        session = await start_local(SessionSpec(roots=(workspace,), change_sets=True))
+        try:
+            result = await session.run(
+                "mkdir -p gen && for i in $(seq 2000); do echo $i > gen/f$i; done",
+                cwd=workspace,
+                env={},
+                timeout=60,
+                output_cap=1 << 16,
+            )
+            out = await merge_or_stage(
+                result, {}, _Context(), store, roots=[root], merge_rest=True, staging=False
+            )
+        finally:
+            await session.aclose()
+            store.close()
+    assert out["changes"]["files"] == 2001
+    assert seen == {"changes_from_upper": False, "merge_changes": False}
+    assert gc.isenabled()
+    assert (workspace / "gen" / "f2000").read_text() == "2000\n"
 
 
 @pytest.mark.parametrize("owner", [0, WORKSPACE_UID], ids=["root-owned", "user-owned"])
