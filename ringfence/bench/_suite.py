@@ -87,6 +87,7 @@ class SuiteResult:
     failed: dict[str, str] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     seconds: float = 0.0
+    scratch: str = field(default_factory=lambda: scratch_file_system())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +99,7 @@ class SuiteResult:
                 "python": platform.python_version(),
                 "system": platform.platform(),
                 "cpus": os.cpu_count(),
+                "scratch": self.scratch,
             },
             "rows": [r.to_json() for r in self.rows],
             "skipped": self.skipped,
@@ -189,9 +191,48 @@ def render_table(result: SuiteResult) -> str:
             out.append("  ".join("-" * w for w in widths))
     if result.rows:
         out.append("median and p99 are per operation; ratio = median / baseline median")
+        out.append(f"scratch files (TMPDIR): {result.scratch}")
     out.extend(footnotes)
     for name, reason in result.skipped.items():
         out.append(f"{name}: skipped ({reason})")
     for name, reason in result.failed.items():
         out.append(f"{name}: FAILED ({reason})")
     return "\n".join(out)
+
+
+def scratch_file_system() -> str:
+    """What the run's scratch directory (``TMPDIR``: workspaces, overlays, the scratch home)
+    is on, e.g. ``"/tmp: ext4 on /dev/vda, no journal"``.
+
+    The change-set rows create and delete tens of thousands of files, and
+    their ratios depend on the file system: on ext4 *without* a journal,
+    inode allocation passes over every inode deleted in the last minute
+    (five after a delete whose blocks are not yet written back), so creating
+    files after a mass delete can be ten times slower, in both arms alike
+    (benchmarks/README.md). Linux only; elsewhere the path alone.
+    """
+    path = os.path.realpath(tempfile.gettempdir())
+    found: tuple[str, str, str] | None = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                point = fields[4].replace("\\040", " ")
+                inside = path == point or path.startswith(point.rstrip("/") + "/")
+                if inside and (found is None or len(point) >= len(found[0])):
+                    rest = fields[fields.index("-") + 1 :]
+                    found = (point, rest[0], rest[1])
+    except (OSError, ValueError, IndexError):
+        return path
+    if found is None:
+        return path
+    _, kind, source = found
+    described = f"{path}: {kind} on {source}"
+    if kind == "ext4":
+        try:
+            with open(f"/proc/fs/ext4/{os.path.basename(source)}/options", encoding="utf-8") as f:
+                journaled = any(o.startswith("data=") for o in f.read().split())
+            described += "" if journaled else ", no journal"
+        except OSError:
+            pass
+    return described

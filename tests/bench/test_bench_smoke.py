@@ -31,6 +31,7 @@ def test_quick_run_writes_well_formed_json(tmp_path: Path) -> None:
         **os.environ,
         "PATH": str(tmp_path / "empty-bin"),
         "DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}",
+        "TMPDIR": str(tmp_path),
     }
     out = tmp_path / "bench.json"
     proc = bench(
@@ -49,7 +50,11 @@ def test_quick_run_writes_well_formed_json(tmp_path: Path) -> None:
     assert data["quick"] is True
     assert data["failed"] == {}
     assert data["seconds"] > 0
-    assert set(data["machine"]) == {"python", "system", "cpus"}
+    assert set(data["machine"]) == {"python", "system", "cpus", "scratch"}
+    # where the scenarios' files were: the scratch directory and its file system's type
+    scratch = data["machine"]["scratch"]
+    assert scratch.startswith(f"{os.path.realpath(tmp_path)}: "), scratch
+    assert f"scratch files (TMPDIR): {scratch}" in proc.stdout
 
     rows = data["rows"]
     assert {r["scenario"] for r in rows} == {"gate", "workspace-open"}
