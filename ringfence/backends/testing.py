@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -61,7 +62,13 @@ class _Ctx:
         return await self.session.run(command, **kw)
 
     async def leftovers(self, *needles: str) -> list[str]:
-        return [p for p in await self.probe(self.session) if any(n in p for n in needles)]
+        """The probed command lines that hold one of ``needles`` (``sleep N``) as whole words.
+
+        Not as a substring: the docker backend's container runs ``sleep 2147483647``, which a
+        command's ``sleep 21474`` would match one run in 80,000.
+        """
+        found = [re.compile(rf"(?:^|[\s/]){re.escape(n)}(?![\w.])") for n in needles]
+        return [p for p in await self.probe(self.session) if any(f.search(p) for f in found)]
 
 
 def _check(ok: object, message: str) -> None:

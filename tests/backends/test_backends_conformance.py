@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from pathlib import Path
 
 import docker.errors
@@ -94,3 +95,40 @@ async def test_a_runtime_the_daemon_lacks_is_unavailable(docker_client, workspac
     assert "no-such-rt" in info.value.message and "runsc" in info.value.message
     # nothing was made
     assert {c.id for c in docker_client.containers.list(all=True, filters=owner)} == before
+
+
+async def test_leftovers_are_whole_words_of_a_real_command_line(workspace: Path) -> None:
+    """``sleep 21474`` finds a live ``sleep 21474`` and not a ``sleep 2147483647``."""
+    from ringfence.backends.testing import _Ctx
+
+    procs = [subprocess.Popen(["sleep", n]) for n in ("21474", "2147483647")]
+    try:
+        ctx = _Ctx(None, workspace, host_processes)  # type: ignore[arg-type] (host probe: no session)
+        assert await ctx.leftovers("sleep 21474") == ["sleep 21474"]
+        assert await ctx.leftovers("sleep 2147483647") == ["sleep 2147483647"]
+        assert await ctx.leftovers("sleep 2147") == []
+        assert await ctx.leftovers("sleep 214748364") == []
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.docker
+async def test_background_check_is_not_fooled_by_the_container_s_own_sleep(
+    docker_client, workspace: Path
+) -> None:
+    """The container's main process is ``sleep 2147483647``; a run whose tag made the marker
+    ``sleep 21474`` failed as 'background jobs outlived the command' (CI, once)."""
+    from ringfence.backends.testing import _Ctx, background_jobs_die_with_the_command
+
+    session = await start_docker(
+        SessionSpec(roots=(workspace,), kill_grace=0.5, options=dict(DOCKER_OPTIONS))
+    )
+    try:
+        assert any("sleep 2147483647" in p for p in await container_processes(session))
+        ctx = _Ctx(session, workspace, container_processes)
+        ctx.tag = 21473  # the marker is `sleep {tag + 1}`
+        await background_jobs_die_with_the_command(ctx)
+    finally:
+        await session.aclose()
