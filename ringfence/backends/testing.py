@@ -28,7 +28,7 @@ import trio
 from ..runtime import InvalidArguments
 from ._types import BackendSession, SessionSpec, ShellResult
 
-__all__ = ["CHECKS", "check_backend"]
+__all__ = ["CHECKS", "check_backend", "find_processes"]
 
 Starter = Callable[[SessionSpec], Awaitable[BackendSession]]
 Probe = Callable[[BackendSession], Awaitable[list[str]]]
@@ -62,13 +62,17 @@ class _Ctx:
         return await self.session.run(command, **kw)
 
     async def leftovers(self, *needles: str) -> list[str]:
-        """The probed command lines that hold one of ``needles`` (``sleep N``) as whole words.
+        return find_processes(await self.probe(self.session), *needles)
 
-        Not as a substring: the docker backend's container runs ``sleep 2147483647``, which a
-        command's ``sleep 21474`` would match one run in 80,000.
-        """
-        found = [re.compile(rf"(?:^|[\s/]){re.escape(n)}(?![\w.])") for n in needles]
-        return [p for p in await self.probe(self.session) if any(f.search(p) for f in found)]
+
+def find_processes(command_lines: list[str], *needles: str) -> list[str]:
+    """The command lines that hold one of ``needles`` (``sleep N``) as whole words.
+
+    Not as a substring: the docker backend's container runs ``sleep 2147483647``,
+    which a command's ``sleep 21474`` would match one run in 80,000.
+    """
+    found = [re.compile(rf"(?:^|[\s/]){re.escape(n)}(?![\w.])") for n in needles]
+    return [line for line in command_lines if any(f.search(line) for f in found)]
 
 
 def _check(ok: object, message: str) -> None:

@@ -27,7 +27,7 @@ from backends_helpers import (
 
 from ringfence import create_kernel
 from ringfence.backends import BackendSession, SessionSpec, start_docker, start_host, start_local
-from ringfence.backends.testing import check_backend
+from ringfence.backends.testing import check_backend, find_processes
 from ringfence.cli._main import main
 from ringfence.runtime import ApprovalAnswer, InvalidArguments, Posture, ScriptedApprover
 
@@ -148,14 +148,14 @@ async def test_timeout_kills_the_tree_and_keeps_the_earlier_state(
         )  # fmt: skip
         assert r.timed_out and r.stdout == "started\n"
         assert r.shell.status == "kept" and "timed out" in r.shell.note
-        left = [p for p in await probe(s) if f"sleep {tag}" in p or f"sleep {tag + 1}" in p]
+        left = find_processes(await probe(s), f"sleep {tag}", f"sleep {tag + 1}")
         assert not left, left
         r = await run(s, 'pwd; echo "[$KEEP][$LOST]"', workspace)
         assert r.stdout == f"{_where(backend, workspace, 'sub')}\n[1][]\n"
         # A background job of a command that ends normally dies with it, as without the option.
         r = await run(s, f"sleep {tag + 2} & export B=1", workspace)
         assert r.shell.status == "saved" and r.duration < 10
-        assert not [p for p in await probe(s) if f"sleep {tag + 2}" in p]
+        assert not find_processes(await probe(s), f"sleep {tag + 2}")
 
 
 HOSTILE = (
