@@ -22,6 +22,7 @@ from ..workspace import Change, ChangeSet, CheckpointStore
 from ..workspace._changes import UpperSource, UpperTree
 from ..workspace._collector import collector_paused
 from ..workspace._names import escape_name
+from ._mounts import LAYERS_DIR_VARIABLE
 from ._types import ShellResult, Upper
 
 if TYPE_CHECKING:
@@ -67,9 +68,12 @@ async def merge_or_stage(
     """
     if not any(_has_entries(u.path) for u in result.uppers):
         return {**out, "changes": None}
+    notices: list[str] = []  # said by the merge's thread, emitted here
     cs, report = await trio.to_thread.run_sync(
-        lambda: _capture(result, ctx, store, roots, merge_rest, staging)
+        lambda: _capture(result, ctx, store, roots, merge_rest, staging, notices)
     )
+    for message in notices:
+        ctx.emit("notice", message=message)
     if cs is None:
         return {**out, "changes": None}
     if report is None:  # staged
@@ -115,6 +119,7 @@ def _capture(
     roots: list[Path],
     merge_rest: bool,
     staging: bool,
+    notices: list[str],
 ) -> tuple[ChangeSet | None, MergeReport | None]:
     """Read, save, then merge (unless ``staging``): (the set, the merge report or None).
 
@@ -140,7 +145,9 @@ def _capture(
                 changes += read
                 uppers[root] = (fd, sources, trees)
             pack.commit()  # before the manifest that names its blobs
-            return _save_and_merge(result, ctx, store, changes, merge_rest, staging, uppers)
+            return _save_and_merge(
+                result, ctx, store, changes, merge_rest, staging, uppers, notices
+            )
         finally:
             pack.abort()
             for fd in fds:
@@ -155,6 +162,7 @@ def _save_and_merge(
     merge_rest: bool,
     staging: bool,
     uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]],
+    notices: list[str],
 ) -> tuple[ChangeSet | None, MergeReport | None]:
     if not changes:
         return None, None
@@ -172,6 +180,7 @@ def _save_and_merge(
     from ..workspace import merge_changes  # the change-set writer, loaded by the first merge
     from ..workspace._upper import UpperFiles
 
+    sources = UpperFiles(uppers)
     try:
         report = merge_changes(
             store.workspace,
@@ -179,7 +188,7 @@ def _save_and_merge(
             store,
             atomic=not merge_rest,
             durable=False,
-            sources=UpperFiles(uppers),
+            sources=sources,
         )
     except RingfenceError as exc:
         # Nothing was merged; the set stays in the store, staged, so what the command wrote
@@ -193,6 +202,13 @@ def _save_and_merge(
     except BaseException:
         store.drop(cs.id)
         raise
+    if sources.disabled:  # EXDEV: the uppers are on another mount than the workspace
+        notices.append(
+            "this command's files were copied into the workspace, not renamed: its overlay's "
+            "upper directory is on another mount than the workspace (slower for many files); "
+            f"set ${LAYERS_DIR_VARIABLE} (the local backend) or $RINGFENCE_HOME (docker) to a "
+            "directory on the workspace's mount, outside it"
+        )
     if report.applied != cs.changes and report.applied:
         store.save(replace(cs, changes=report.applied))  # what was merged, as it was found
     elif not report.applied:

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..runtime import InvalidArguments, Unavailable
 from ._confined_limits import _processes_of
+from ._mounts import LAYERS_DIR_VARIABLE, same_mount
 from ._shellstate import PERSIST_OPTION, persist_option
 from ._trees import empty_directory
 from ._types import SessionSpec
@@ -286,21 +287,55 @@ def _session_user(roots: tuple[Path, ...], hidden: list[str]) -> tuple[int, int]
     return st.st_uid, st.st_gid
 
 
-def _make_layers(spec: SessionSpec, count: int) -> Path:
-    """The session's ``<dir>/<i>/upper`` and ``<dir>/<i>/work``, outside every root, private.
+def _layers_base(spec: SessionSpec, roots: list[Path]) -> Path:
+    """The directory a session's layers are made in.
 
-    Under the kernel's spool directory when that is outside the roots, else
-    the system's temporary directory. ``merge_changes`` copies from the
-    store, so the upper need not share the root's file system.
+    ``$RINGFENCE_LAYERS_DIR`` when set (an absolute path outside every
+    root; made if missing). Otherwise the first of the kernel's spool
+    directory and the system's temporary directory that is outside every
+    root and on the first root's mount; when neither is, the first that is
+    outside every root.
     """
-    roots = [Path(os.path.realpath(r)) for r in spec.roots]
-    base: str | None = None
+    given = os.environ.get(LAYERS_DIR_VARIABLE)
+    if given:
+        base = Path(os.path.realpath(given))
+        if not os.path.isabs(given) or any(_inside(base, r) or _inside(r, base) for r in roots):
+            raise InvalidArguments(
+                f"${LAYERS_DIR_VARIABLE} must be an absolute path outside every workspace root "
+                f"(it holds the overlays' upper directories), not {given!r}",
+                field=LAYERS_DIR_VARIABLE,
+            )
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return base
+    candidates = []
     if spec.spool_dir is not None:
         spool = Path(os.path.realpath(spec.spool_dir))
         if not any(_inside(spool, r) or _inside(r, spool) for r in roots):
-            spool.mkdir(parents=True, exist_ok=True)
-            base = str(spool)
-    path = Path(tempfile.mkdtemp(prefix="layers-" if base else "ringfence-layers-", dir=base))
+            candidates.append(spool)
+    temp = Path(os.path.realpath(tempfile.gettempdir()))
+    if not any(_inside(temp, r) for r in roots):
+        candidates.append(temp)
+    if not candidates:
+        raise Unavailable(
+            "no directory outside the workspace roots for the overlays' upper directories "
+            f"(the spool directory and {temp} are inside one); set ${LAYERS_DIR_VARIABLE}",
+            field=LAYERS_DIR_VARIABLE,
+        )
+    chosen = next((c for c in candidates if same_mount(c, roots[0])), candidates[0])
+    chosen.mkdir(parents=True, exist_ok=True)
+    return chosen
+
+
+def _make_layers(spec: SessionSpec, count: int) -> Path:
+    """The session's ``<dir>/<i>/upper`` and ``<dir>/<i>/work``, outside every root, private.
+
+    Where (:func:`_layers_base`): on the first root's mount when it can, so
+    the merge renames a command's files and new trees into the workspace;
+    from another mount it copies each file (correct, ~50x slower for many
+    files; the change set's ``notice`` event says so and how to fix it).
+    """
+    base = _layers_base(spec, [Path(os.path.realpath(r)) for r in spec.roots])
+    path = Path(tempfile.mkdtemp(prefix="ringfence-layers-", dir=base))
     for i in range(count):
         for name in ("upper", "work"):
             (path / str(i) / name).mkdir(parents=True, mode=0o700)

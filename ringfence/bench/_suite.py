@@ -211,26 +211,17 @@ def scratch_file_system() -> str:
     files after a mass delete can be ten times slower, in both arms alike
     (benchmarks/README.md). Linux only; elsewhere the path alone.
     """
+    from ..backends._mounts import mount_of
+
     path = os.path.realpath(tempfile.gettempdir())
-    found: tuple[str, str, str] | None = None
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                fields = line.split()
-                point = fields[4].replace("\\040", " ")
-                inside = path == point or path.startswith(point.rstrip("/") + "/")
-                if inside and (found is None or len(point) >= len(found[0])):
-                    rest = fields[fields.index("-") + 1 :]
-                    found = (point, rest[0], rest[1])
-    except (OSError, ValueError, IndexError):
+    mount = mount_of(path)
+    if mount is None:
         return path
-    if found is None:
-        return path
-    _, kind, source = found
-    described = f"{path}: {kind} on {source}"
-    if kind == "ext4":
+    described = f"{path}: {mount.fstype} on {mount.source}"
+    if mount.fstype == "ext4":
         try:
-            with open(f"/proc/fs/ext4/{os.path.basename(source)}/options", encoding="utf-8") as f:
+            name = os.path.basename(mount.source)
+            with open(f"/proc/fs/ext4/{name}/options", encoding="utf-8") as f:
                 journaled = any(o.startswith("data=") for o in f.read().split())
             described += "" if journaled else ", no journal"
         except OSError:

@@ -427,5 +427,5 @@ async def test_a_tree_too_deep_for_a_change_set_is_refused_whole_and_leaves_noth
         second = await kernel.invoke("run_shell", {"command": "echo hi > x.txt"})
         assert second.ok and second.value["changes"]["files"] == 1
         assert sorted(p.name for p in ws.iterdir()) == ["x.txt"]
-    left = [p for p in ringfence_home.rglob("layers-*")]
+    left = [p for p in ringfence_home.rglob("ringfence-layers-*")]
     assert left == []

@@ -1,0 +1,73 @@
+"""Which mount a path is on (``/proc/self/mountinfo``): a rename works only within one.
+
+A shell command's change set is merged by renaming its new files and trees
+from the overlay's upper directory into the workspace; across mounts (even
+two bind mounts of one file system) ``rename`` fails with ``EXDEV`` and every
+file is copied instead. The backends use :func:`mount_of` to put the upper
+directories on the workspace's mount when they can, and the benchmarks to
+name the file system their scratch files are on.
+
+Linux only: elsewhere, or when ``/proc`` is not mounted, :func:`mount_of`
+returns None and callers keep their default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+__all__ = ["LAYERS_DIR_VARIABLE", "Mount", "mount_of", "same_mount"]
+
+# Where the local backend makes a session's overlay directories (see _confined_plan._layers_base).
+LAYERS_DIR_VARIABLE = "RINGFENCE_LAYERS_DIR"
+_ESCAPED = re.compile(r"\\([0-7]{3})")  # mountinfo writes space, tab, newline, \ as \ooo
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One line of mountinfo: its id, where it is mounted, its file system type and source."""
+
+    id: int
+    point: str
+    fstype: str
+    source: str
+
+
+def _unescape(field: str) -> str:
+    return _ESCAPED.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_of(path: str | os.PathLike[str]) -> Mount | None:
+    """The mount that holds ``path`` (resolved), or None when mountinfo cannot be read.
+
+    The deepest mount point above the path wins; of two at the same point,
+    the later one (mounted over the first) does.
+    """
+    real = os.path.realpath(path)
+    found: Mount | None = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            rest = fields[fields.index("-") + 1 :]
+            mount = Mount(int(fields[0]), _unescape(fields[4]), rest[0], _unescape(rest[1]))
+        except (ValueError, IndexError):
+            continue
+        point = mount.point
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and (found is None or len(point) >= len(found.point)):
+            found = mount
+    return found
+
+
+def same_mount(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool | None:
+    """Can a file be renamed from ``a`` to ``b`` (one mount)? None when it cannot be told."""
+    ma, mb = mount_of(a), mount_of(b)
+    if ma is None or mb is None:
+        return None
+    return ma.id == mb.id

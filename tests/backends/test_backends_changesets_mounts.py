@@ -1,0 +1,128 @@
+"""Where the local backend's overlay directories go: on the workspace's mount, so merges rename.
+
+A command's new files and trees reach the workspace by ``rename`` from the
+overlay's upper directory, which works only within one mount. These tests
+put the workspace on a real tmpfs of its own (root only: they mount it) with
+``$RINGFENCE_HOME`` elsewhere, and check that the upper directory follows the
+workspace (the system's temporary directory on that tmpfs is chosen over the
+spool), that ``$RINGFENCE_LAYERS_DIR`` overrides the choice (on another mount
+the merge copies, correctly, and a ``notice`` event says why and what to
+set), and that a layers directory inside the workspace is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_backends_changesets_trees import PACKAGE, _Context
+
+from ringfence.backends import SessionSpec, start_local
+from ringfence.backends._changesets import merge_or_stage
+from ringfence.backends._mounts import mount_of, same_mount
+from ringfence.runtime import InvalidArguments
+from ringfence.workspace import CheckpointStore, Workspace
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs for the workspace needs root"),
+]
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of the test's own, unmounted afterwards."""
+    point = tmp_path / "mnt"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(point)], check=True)
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+async def _run_package(workspace: Path, spool: Path) -> tuple[Path, dict, _Context]:
+    """PACKAGE through a change-set session, captured and merged: (upper, changes, context)."""
+    ctx = _Context()
+    with Workspace([workspace]) as ws:
+        store = CheckpointStore(ws)
+        spec = SessionSpec(roots=(workspace,), change_sets=True, spool_dir=spool)
+        session = await start_local(spec)
+        try:
+            result = await session.run(
+                PACKAGE, cwd=workspace, env={}, timeout=60, output_cap=1 << 16
+            )
+            assert result.exit_code == 0, result
+            (upper,) = result.uppers
+            out = await merge_or_stage(
+                result,
+                {},
+                ctx,  # type: ignore[arg-type]
+                store,
+                roots=[Path(os.path.realpath(workspace))],
+                merge_rest=True,
+                staging=False,
+            )
+            tree_moved = not (upper.path / "pkg").exists()
+        finally:
+            await session.aclose()
+            store.close()
+    assert out["changes"]["files"] == 10 and out["changes"]["refused"] == [], out
+    assert (workspace / "pkg" / "lib" / "index.js").read_text() == "module.exports = 1;\n"
+    return upper.path, {"tree_moved": tree_moved, **out["changes"]}, ctx
+
+
+def _notices(ctx: _Context) -> list[str]:
+    return [data["message"] for kind, data in ctx.events if kind == "notice"]
+
+
+async def test_the_upper_follows_the_workspace_onto_its_mount(
+    tmpfs: Path, ringfence_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace, temp = tmpfs / "ws", tmpfs / "tmp"
+    workspace.mkdir()
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.delenv("RINGFENCE_LAYERS_DIR", raising=False)
+    spool = ringfence_home / "spool"
+    assert same_mount(spool, workspace) is False  # the spool would make every merge a copy
+    upper, changes, ctx = await _run_package(workspace, spool)
+    assert upper.is_relative_to(temp), upper
+    assert changes["tree_moved"]  # renamed whole, as on one mount
+    assert _notices(ctx) == []
+    assert not list(spool.rglob("ringfence-layers-*"))  # nothing was made there
+
+
+async def test_a_layers_dir_on_another_mount_is_used_and_the_copy_is_said(
+    tmpfs: Path, tmp_path: Path, ringfence_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace, layers = tmpfs / "ws", tmp_path / "layers"
+    workspace.mkdir()
+    monkeypatch.setenv("RINGFENCE_LAYERS_DIR", str(layers))
+    assert mount_of(tmp_path) != mount_of(workspace)
+    upper, changes, ctx = await _run_package(workspace, ringfence_home / "spool")
+    assert upper.is_relative_to(layers), upper
+    assert not changes["tree_moved"]  # copied entry by entry: a rename cannot cross mounts
+    (notice,) = _notices(ctx)
+    assert "copied" in notice and "RINGFENCE_LAYERS_DIR" in notice, notice
+
+
+@pytest.mark.parametrize("where", ["inside", "relative"])
+async def test_a_layers_dir_inside_the_workspace_or_relative_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    given = str(workspace / "layers") if where == "inside" else "layers"
+    monkeypatch.setenv("RINGFENCE_LAYERS_DIR", given)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArguments) as info:  # at the session's start, before anything
+        await start_local(SessionSpec(roots=(workspace,), change_sets=True))
+    assert info.value.field == "RINGFENCE_LAYERS_DIR" and given in info.value.message
+    assert list(workspace.iterdir()) == []
+    assert not (tmp_path / "layers").exists()
