@@ -20,13 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_backends_changesets_trees import PACKAGE, _Context
+from test_backends_changesets_trees import PACKAGE, run_and_merge
 
 from ringfence.backends import SessionSpec, start_local
-from ringfence.backends._changesets import merge_or_stage
 from ringfence.backends._mounts import mount_of, same_mount
 from ringfence.runtime import InvalidArguments
-from ringfence.workspace import CheckpointStore, Workspace
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
@@ -46,39 +44,15 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(point)], check=False)
 
 
-async def _run_package(workspace: Path, spool: Path) -> tuple[Path, dict, _Context]:
-    """PACKAGE through a change-set session, captured and merged: (upper, changes, context)."""
-    ctx = _Context()
-    with Workspace([workspace]) as ws:
-        store = CheckpointStore(ws)
-        spec = SessionSpec(roots=(workspace,), change_sets=True, spool_dir=spool)
-        session = await start_local(spec)
-        try:
-            result = await session.run(
-                PACKAGE, cwd=workspace, env={}, timeout=60, output_cap=1 << 16
-            )
-            assert result.exit_code == 0, result
-            (upper,) = result.uppers
-            out = await merge_or_stage(
-                result,
-                {},
-                ctx,  # type: ignore[arg-type]
-                store,
-                roots=[Path(os.path.realpath(workspace))],
-                merge_rest=True,
-                staging=False,
-            )
-            tree_moved = not (upper.path / "pkg").exists()
-        finally:
-            await session.aclose()
-            store.close()
-    assert out["changes"]["files"] == 10 and out["changes"]["refused"] == [], out
+async def _run_package(workspace: Path, spool: Path) -> tuple[Path, bool, list[str]]:
+    """PACKAGE merged: (its upper directory, whether the tree left it whole, the notices)."""
+    merged = await run_and_merge(workspace, PACKAGE, spool)
+    changes = merged.out["changes"]
+    assert changes["files"] == 10 and changes["refused"] == [], changes
     assert (workspace / "pkg" / "lib" / "index.js").read_text() == "module.exports = 1;\n"
-    return upper.path, {"tree_moved": tree_moved, **out["changes"]}, ctx
-
-
-def _notices(ctx: _Context) -> list[str]:
-    return [data["message"] for kind, data in ctx.events if kind == "notice"]
+    (upper,) = merged.result.uppers
+    notices = [data["message"] for kind, data in merged.ctx.events if kind == "notice"]
+    return upper.path, "pkg" not in merged.left_in_upper, notices
 
 
 async def test_the_upper_follows_the_workspace_onto_its_mount(
@@ -91,10 +65,10 @@ async def test_the_upper_follows_the_workspace_onto_its_mount(
     monkeypatch.delenv("RINGFENCE_LAYERS_DIR", raising=False)
     spool = ringfence_home / "spool"
     assert same_mount(spool, workspace) is False  # the spool would make every merge a copy
-    upper, changes, ctx = await _run_package(workspace, spool)
+    upper, moved, notices = await _run_package(workspace, spool)
     assert upper.is_relative_to(temp), upper
-    assert changes["tree_moved"]  # renamed whole, as on one mount
-    assert _notices(ctx) == []
+    assert moved  # renamed whole, as on one mount
+    assert notices == []
     assert not list(spool.rglob("ringfence-layers-*"))  # nothing was made there
 
 
@@ -105,10 +79,10 @@ async def test_a_layers_dir_on_another_mount_is_used_and_the_copy_is_said(
     workspace.mkdir()
     monkeypatch.setenv("RINGFENCE_LAYERS_DIR", str(layers))
     assert mount_of(tmp_path) != mount_of(workspace)
-    upper, changes, ctx = await _run_package(workspace, ringfence_home / "spool")
+    upper, moved, notices = await _run_package(workspace, ringfence_home / "spool")
     assert upper.is_relative_to(layers), upper
-    assert not changes["tree_moved"]  # copied entry by entry: a rename cannot cross mounts
-    (notice,) = _notices(ctx)
+    assert not moved  # copied entry by entry: a rename cannot cross mounts
+    (notice,) = notices
     assert "copied" in notice and "RINGFENCE_LAYERS_DIR" in notice, notice
 
 

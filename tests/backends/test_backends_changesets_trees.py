@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 from test_backends_changesets import owned, tree_state
 
 from ringfence import create_kernel
-from ringfence.backends import SessionSpec, start_local
+from ringfence.backends import SessionSpec, ShellResult, start_local
 from ringfence.backends._changesets import merge_or_stage
 from ringfence.runtime import Posture
 from ringfence.workspace import CheckpointStore, Workspace
@@ -60,6 +61,51 @@ class _Context:
 
     def emit(self, kind: str, /, **data: Any) -> None:
         self.events.append((kind, data))
+
+
+@dataclass
+class Merged:
+    """What :func:`run_and_merge` saw: the result, the call's output, its context's events,
+    and the names left in the upper directory after the merge (before it is emptied)."""
+
+    result: ShellResult
+    out: dict[str, Any]
+    ctx: _Context
+    left_in_upper: list[str]
+
+
+async def run_and_merge(
+    workspace: Path,  # noqa: F811
+    command: str,
+    spool: Path | None = None,
+) -> Merged:
+    """``command`` on a fresh change-set session of the local backend, captured and merged
+    as ``run_shell`` does (the rest merged when an entry is refused)."""
+    ctx = _Context()
+    with Workspace([workspace]) as ws:
+        store = CheckpointStore(ws)
+        spec = SessionSpec(roots=(workspace,), change_sets=True, spool_dir=spool)
+        session = await start_local(spec)
+        try:
+            result = await session.run(
+                command, cwd=workspace, env={}, timeout=60, output_cap=1 << 16
+            )
+            assert result.exit_code == 0, result
+            root = Path(os.path.realpath(workspace))
+            out = await merge_or_stage(
+                result,
+                {},
+                ctx,  # type: ignore[arg-type]
+                store,
+                roots=[root],
+                merge_rest=True,
+                staging=False,
+            )
+            left = sorted(p.name for u in result.uppers for p in u.path.iterdir())
+        finally:
+            await session.aclose()
+            store.close()
+    return Merged(result, out, ctx, left)
 
 
 async def test_a_clean_new_tree_leaves_the_upper_whole_and_is_exactly_its_change_set(
@@ -120,24 +166,10 @@ async def test_the_collector_is_paused_while_a_set_is_read_and_merged(
 
         monkeypatch.setattr(ws_package, name, observed)
     assert gc.isenabled()
-    root = Path(os.path.realpath(workspace))
-    with Workspace([workspace]) as ws:
-        store = CheckpointStore(ws)
-        session = await start_local(SessionSpec(roots=(workspace,), change_sets=True))
-        try:
-            result = await session.run(
-                "mkdir -p gen && for i in $(seq 2000); do echo $i > gen/f$i; done",
-                cwd=workspace,
-                env={},
-                timeout=60,
-                output_cap=1 << 16,
-            )
-            out = await merge_or_stage(
-                result, {}, _Context(), store, roots=[root], merge_rest=True, staging=False
-            )
-        finally:
-            await session.aclose()
-            store.close()
+    merged = await run_and_merge(
+        workspace, "mkdir -p gen && for i in $(seq 2000); do echo $i > gen/f$i; done"
+    )
+    out = merged.out
     assert out["changes"]["files"] == 2001
     assert seen == {"changes_from_upper": False, "merge_changes": False}
     assert gc.isenabled()
