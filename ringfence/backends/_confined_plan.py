@@ -305,7 +305,16 @@ def _layers_base(spec: SessionSpec, roots: list[Path]) -> Path:
                 f"(it holds the overlays' upper directories), not {given!r}",
                 field=LAYERS_DIR_VARIABLE,
             )
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            base.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not os.access(base, os.W_OK | os.X_OK):
+                raise PermissionError(13, "not writable")
+        except OSError as exc:
+            raise InvalidArguments(
+                f"${LAYERS_DIR_VARIABLE} ({given}) cannot hold the overlays' directories: "
+                f"{exc.strerror or exc}",
+                field=LAYERS_DIR_VARIABLE,
+            ) from None
         return base
     candidates = []
     if spec.spool_dir is not None:

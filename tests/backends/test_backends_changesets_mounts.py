@@ -26,15 +26,14 @@ from ringfence.backends import SessionSpec, start_local
 from ringfence.backends._mounts import mount_of, same_mount
 from ringfence.runtime import InvalidArguments
 
-pytestmark = [
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs for the workspace needs root"),
-]
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of the test's own, unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs for the workspace needs root")
     point = tmp_path / "mnt"
     point.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(point)], check=True)
@@ -86,13 +85,18 @@ async def test_a_layers_dir_on_another_mount_is_used_and_the_copy_is_said(
     assert "copied" in notice and "RINGFENCE_LAYERS_DIR" in notice, notice
 
 
-@pytest.mark.parametrize("where", ["inside", "relative"])
-async def test_a_layers_dir_inside_the_workspace_or_relative_is_refused(
+@pytest.mark.parametrize("where", ["inside", "relative", "a file"])
+async def test_a_layers_dir_inside_the_workspace_relative_or_a_file_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    given = str(workspace / "layers") if where == "inside" else "layers"
+    (tmp_path / "a-file").write_text("not a directory\n")
+    given = {
+        "inside": str(workspace / "layers"),
+        "relative": "layers",
+        "a file": str(tmp_path / "a-file"),
+    }[where]
     monkeypatch.setenv("RINGFENCE_LAYERS_DIR", given)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidArguments) as info:  # at the session's start, before anything
