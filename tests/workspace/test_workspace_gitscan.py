@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from ringfence.backends._tool import CTIME_SLACK_NS
 from ringfence.workspace import GitSnapshot, diff_git_metadata, scan_git_metadata
 from ringfence.workspace._gitwalk import HOT_MARGIN_NS
 
@@ -254,7 +255,9 @@ def test_an_uncertain_base_means_a_full_walk(
 
 def test_the_setid_sweep_walks_in_full(root: Path) -> None:
     base = scan_git_metadata([root])
-    since = time.time_ns()
+    # As run_shell does: file times come from a coarse clock, a tick behind time.time_ns()
+    # (without the slack, a file changed right after `since` could look older: CI failed so).
+    since = time.time_ns() - CTIME_SLACK_NS
     tool = root / "d0" / "tool"
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o4755)  # changes the file, not its directory
