@@ -207,7 +207,7 @@ def scratch_file_system() -> str:
     The change-set rows create and delete tens of thousands of files, and
     their ratios depend on the file system: on ext4 *without* a journal,
     inode allocation passes over every inode deleted in the last minute
-    (five after a delete whose blocks are not yet written back), so creating
+    (six while the inode table's blocks are not yet written back), so creating
     files after a mass delete can be ten times slower, in both arms alike
     (benchmarks/README.md). Linux only; elsewhere the path alone.
     """
