@@ -116,7 +116,7 @@ async def test_background_check_is_not_fooled_by_the_container_s_own_sleep(
     docker_client, workspace: Path
 ) -> None:
     """The container's main process is ``sleep 2147483647``; a run whose tag made the marker
-    ``sleep 21474`` failed as 'background jobs outlived the command' (CI, once)."""
+    ``sleep 21474`` failed as 'background jobs outlived the command' (a full run here, once)."""
     from ringfence.backends.testing import _Ctx, background_jobs_die_with_the_command
 
     session = await start_docker(
