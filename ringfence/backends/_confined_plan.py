@@ -25,7 +25,7 @@ from typing import Any
 
 from ..runtime import InvalidArguments, Unavailable
 from ._confined_limits import _processes_of
-from ._mounts import LAYERS_DIR_VARIABLE, same_mount
+from ._mounts import LAYERS_DIR_VARIABLE, mount_of
 from ._shellstate import PERSIST_OPTION, persist_option
 from ._trees import empty_directory
 from ._types import SessionSpec
@@ -330,7 +330,9 @@ def _layers_base(spec: SessionSpec, roots: list[Path]) -> Path:
             f"(the spool directory and {temp} are inside one); set ${LAYERS_DIR_VARIABLE}",
             field=LAYERS_DIR_VARIABLE,
         )
-    chosen = next((c for c in candidates if same_mount(c, roots[0])), candidates[0])
+    target = mount_of(roots[0])  # mountinfo read once for the root, once per candidate tried
+    on_root_mount = (c for c in candidates if target is not None and mount_of(c) == target)
+    chosen = next(on_root_mount, candidates[0])
     chosen.mkdir(parents=True, exist_ok=True)
     return chosen
 

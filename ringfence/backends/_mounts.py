@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 
-__all__ = ["LAYERS_DIR_VARIABLE", "Mount", "mount_of", "same_mount"]
+__all__ = ["LAYERS_DIR_VARIABLE", "Mount", "mount_of"]
 
 # Where the local backend makes a session's overlay directories (see _confined_plan._layers_base).
 LAYERS_DIR_VARIABLE = "RINGFENCE_LAYERS_DIR"
@@ -63,11 +63,3 @@ def mount_of(path: str | os.PathLike[str]) -> Mount | None:
         if inside and (found is None or len(point) >= len(found.point)):
             found = mount
     return found
-
-
-def same_mount(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool | None:
-    """Can a file be renamed from ``a`` to ``b`` (one mount)? None when it cannot be told."""
-    ma, mb = mount_of(a), mount_of(b)
-    if ma is None or mb is None:
-        return None
-    return ma.id == mb.id

@@ -259,6 +259,9 @@ async def _burst(quick: bool) -> Row:
                 warmup=0,
             )
     ratio = subject.median / base.median
+    (cmd_bare, around_bare), (cmd_layer, around_layer) = (
+        (statistics.median(own[k][0]), statistics.median(own[k][1])) for k in (k_plain, k_layer)
+    )
     return Row(
         "changesets",
         f"{BURST_FILES:,}-file write burst through the layer (capture + merge) vs the bare "
@@ -268,17 +271,14 @@ async def _burst(quick: bool) -> Row:
         f"<= {BURST_GOAL:g}x",
         ratio <= BURST_GOAL,
         notes={
-            "command_bare_median_s": statistics.median(own[k_plain][0]),
-            "command_layer_median_s": statistics.median(own[k_layer][0]),
-            "around_bare_median_s": statistics.median(own[k_plain][1]),
-            "around_layer_median_s": statistics.median(own[k_layer][1]),
-            "note": "each round writes a fresh tree; the command alone took "
-            f"{statistics.median(own[k_plain][0]) * 1000:.0f} ms on the workspace, "
-            f"{statistics.median(own[k_layer][0]) * 1000:.0f} ms on the layer; around it, the "
-            f"call took {statistics.median(own[k_plain][1]) * 1000:.0f} ms without change sets "
-            "(the git check) and "
-            f"{statistics.median(own[k_layer][1]) * 1000:.0f} ms with them (overlay, capture, "
-            "merge)",
+            "command_bare_median_s": cmd_bare,
+            "command_layer_median_s": cmd_layer,
+            "around_bare_median_s": around_bare,
+            "around_layer_median_s": around_layer,
+            "note": f"each round writes a fresh tree; the command alone took {cmd_bare * 1000:.0f} "
+            f"ms on the workspace, {cmd_layer * 1000:.0f} ms on the layer; around it, the call "
+            f"took {around_bare * 1000:.0f} ms without change sets (the git check) and "
+            f"{around_layer * 1000:.0f} ms with them (overlay, capture, merge)",
         },
     )
 
