@@ -19,7 +19,7 @@ import trio
 
 from ..runtime import CallContext, GitMetadata, InvalidArguments, RingfenceError, ToolError
 from ..workspace import Change, ChangeSet, CheckpointStore
-from ..workspace._changes import UpperSource, UpperTree
+from ..workspace._changes import Image, UpperSource, UpperTree
 from ..workspace._collector import collector_paused
 from ..workspace._names import escape_name
 from ._mounts import LAYERS_DIR_VARIABLE
@@ -28,6 +28,7 @@ from ._types import ShellResult, Upper
 if TYPE_CHECKING:
     from ..workspace import MergeReport
     from ..workspace._checkpoints import PackWriter
+    from ..workspace._upper import UpperFiles
 
 __all__ = ["MAX_REPORTED", "merge_or_stage"]
 
@@ -136,17 +137,21 @@ def _capture(
         try:
             changes: list[Change] = []
             uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]] = {}
+            known: dict[tuple[int, str], tuple[tuple[int, ...], Image]] = {}
             for upper in result.uppers:
                 fd = os.open(upper.path, flags)
                 fds.append(fd)
                 sources: dict[str, UpperSource] = {}
                 trees: dict[str, UpperTree] = {}
-                root, read = _read_upper(upper, fd, roots, store, pack, sources, trees)
+                root, read = _read_upper(upper, fd, roots, store, pack, sources, trees, known)
                 changes += read
                 uppers[root] = (fd, sources, trees)
             pack.commit()  # before the manifest that names its blobs
+            from ..workspace._upper import UpperFiles  # loaded by the first command that wrote
+
+            sources = UpperFiles(uppers, known)
             return _save_and_merge(
-                result, ctx, store, changes, merge_rest, staging, uppers, notices
+                result, ctx, store, changes, merge_rest, staging, sources, notices
             )
         finally:
             pack.abort()
@@ -161,7 +166,7 @@ def _save_and_merge(
     changes: list[Change],
     merge_rest: bool,
     staging: bool,
-    uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]],
+    sources: UpperFiles,
     notices: list[str],
 ) -> tuple[ChangeSet | None, MergeReport | None]:
     if not changes:
@@ -178,9 +183,7 @@ def _save_and_merge(
     if staging:
         return cs, None
     from ..workspace import merge_changes  # the change-set writer, loaded by the first merge
-    from ..workspace._upper import UpperFiles
 
-    sources = UpperFiles(uppers)
     try:
         report = merge_changes(
             store.workspace,
@@ -224,6 +227,7 @@ def _read_upper(
     pack: PackWriter,
     sources: dict[str, UpperSource],
     trees: dict[str, UpperTree],
+    known: dict[tuple[int, str], tuple[tuple[int, ...], Image]],
 ) -> tuple[int, list[Change]]:
     """(the root's number, the changes its upper directory ``upper_fd`` holds)."""
     from ..workspace import changes_from_upper  # loaded by the first command that wrote
@@ -236,7 +240,7 @@ def _read_upper(
     try:
         index = roots.index(real)
         read = changes_from_upper(
-            upper_fd, lower_fd, index, store, pack=pack, sources=sources, trees=trees
+            upper_fd, lower_fd, index, store, pack=pack, sources=sources, trees=trees, known=known
         )
         return index, read
     finally:

@@ -30,6 +30,8 @@ __all__ = [
     "Image",
     "UpperSource",
     "UpperTree",
+    "file_identity",
+    "image_and_identity",
     "image_at",
     "read_at_most",
     "same_state",
@@ -41,9 +43,13 @@ KINDS = ("file", "symlink", "dir", "fifo", "device", "socket")
 _SMALL = 1 << 20  # before-images up to this size are read whole, larger ones streamed
 
 
-@dataclass(frozen=True)
-class Image:
-    """One state of one path: its kind, permission bits and (file, symlink) content digest."""
+class Image(NamedTuple):
+    """One state of one path: its kind, permission bits and (file, symlink) content digest.
+
+    A named tuple, not a frozen dataclass, like :class:`Change`: a 10,000-file
+    command makes one of each per file, at half a dataclass's cost. Compare
+    images with images only (a tuple of the same fields would be equal).
+    """
 
     kind: str
     mode: int
@@ -53,7 +59,7 @@ class Image:
     def to_json(self) -> list[Any]:
         """``[kind, mode, digest, size]``: a manifest holds one per image (10,000 for a big
         command), so positions, not keys (half the bytes and the encoding time)."""
-        return [self.kind, self.mode, self.digest, self.size]
+        return list(self)
 
     @classmethod
     def from_json(cls, value: list[Any] | dict[str, Any]) -> Image:
@@ -63,11 +69,11 @@ class Image:
         return cls(kind, int(mode), digest, int(size))
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(NamedTuple):
     """``path`` (below root ``root``, ``/``-separated) went from ``before`` to ``after``.
 
-    ``None`` is absence: ``before=None`` creates, ``after=None`` deletes.
+    ``None`` is absence: ``before=None`` creates, ``after=None`` deletes. (A
+    named tuple: see :class:`Image`.)
     """
 
     root: int
@@ -80,13 +86,9 @@ class Change:
 
     def to_json(self) -> list[Any]:
         """``[root, path, before, after]`` (escaped path; images as :meth:`Image.to_json`)."""
-        before, after = self.before, self.after
-        return [
-            self.root,
-            escape_name(self.path),
-            before.to_json() if before else None,
-            after.to_json() if after else None,
-        ]
+        root, path, before, after = self
+        # list(image) is Image.to_json, without a call per image.
+        return [root, escape_name(path), before and list(before), after and list(after)]
 
     @classmethod
     def from_json(cls, value: list[Any] | dict[str, Any]) -> Change:
@@ -210,46 +212,74 @@ def read_at_most(fd: int, size: int, limit: int) -> bytes | None:
     return data if len(data) <= limit else None
 
 
+def file_identity(st: os.stat_result) -> tuple[int, ...]:
+    """What changes whenever a file does: device, inode, size, mtime and ctime.
+
+    A write, truncate, chmod, chown or rename moves ctime, which no
+    unprivileged program can set back; a file whose identity is the same
+    as when it was hashed still has that content (with coarse timestamps
+    only a change within the same clock tick as the stat could slip by;
+    kernels since 6.13 give a stat-ed file's next change a finer time).
+    """
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def image_at(dir_fd: int, name: str, blobs: Blobs | None) -> Image | None:
     """The current image of ``name`` in ``dir_fd`` (None if absent); content stored in ``blobs``.
 
     With ``blobs=None`` the digest is computed but nothing is stored.
     """
+    return image_and_identity(dir_fd, name, blobs)[0]
+
+
+def image_and_identity(
+    dir_fd: int, name: str, blobs: Blobs | None
+) -> tuple[Image | None, tuple[int, ...] | None]:
+    """:func:`image_at`, and for a regular file that did not change while it was read its
+    :func:`file_identity` (else None): while a later stat finds that identity, the
+    image still holds and need not be read again."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
-        return None
+        return None, None
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
-        return Image("dir", mode)
+        return Image("dir", mode), None
     if stat.S_ISLNK(st.st_mode):
         data = os.fsencode(os.readlink(name, dir_fd=dir_fd))
     elif stat.S_ISREG(st.st_mode):
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
-            small = read_at_most(fd, st.st_size, _SMALL) if blobs is not None else None
-            if blobs is not None and small is not None:
-                digest, size = blobs.put(small), len(small)  # put() skips a blob it already has
+            small = read_at_most(fd, st.st_size, _SMALL)
+            if small is not None:
+                size = len(small)
+                # put() skips a blob it already has
+                digest = (
+                    blobs.put(small) if blobs is not None else hashlib.sha256(small).hexdigest()
+                )
             elif blobs is not None:
                 os.lseek(fd, 0, os.SEEK_SET)
-                # Streamed: a large before-image is copied into the store, never held in memory.
+                # Streamed: a large image is copied into the store, never held in memory.
                 digest, size = blobs.put_fd(fd)
             else:
+                os.lseek(fd, 0, os.SEEK_SET)
                 h, size = hashlib.sha256(), 0
                 while chunk := os.read(fd, 1 << 20):
                     h.update(chunk)
                     size += len(chunk)
                 digest = h.hexdigest()
+            identity = file_identity(st)
+            stable = file_identity(os.fstat(fd)) == identity  # the same file, not changed since
         finally:
             os.close(fd)
-        return Image("file", mode, digest, size)
+        return Image("file", mode, digest, size), identity if stable else None
     else:
         kind = "fifo" if stat.S_ISFIFO(st.st_mode) else "socket"
         if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
             kind = "device"
-        return Image(kind, mode)
+        return Image(kind, mode), None
     digest = blobs.put(data) if blobs is not None else hashlib.sha256(data).hexdigest()
-    return Image("symlink", mode, digest, len(data))
+    return Image("symlink", mode, digest, len(data)), None
 
 
 def same_state(current: Image | None, wanted: Image | None) -> bool:

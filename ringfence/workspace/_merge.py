@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
-from ._changes import Blobs, Change, Image, image_at, same_state
+from ._changes import Blobs, Change, Image, file_identity, image_and_identity, image_at, same_state
 from ._fscalls import (
+    Releases,
     can_rename_noreplace,
     can_syncfs,
-    release_later,
     rename_noreplace,
     sync_and_close,
 )
@@ -233,14 +233,11 @@ def _walk_to(resolver: Resolver, change: Change, op: Callable[[Place], Any], cre
             os.close(fd)
 
 
-# What the conflict check hashed, by path: the file's identity then (device, inode, size,
-# mtime, ctime) and its image. The write reuses the image while the identity is unchanged
-# (any write or chmod moves ctime), so a file is hashed once per merge, not twice.
+# The files whose images are known, by path: the identity they had when they were hashed
+# (:func:`~._changes.file_identity`) and the image. Seeded with the before-images a shell
+# command's capture hashed (``UpperFiles.known``), heard from the conflict check: while a
+# file's identity is unchanged its image is reused, so it is hashed at most once per merge.
 _Known = dict[tuple[int, str], tuple[tuple[int, ...], Image]]
-
-
-def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _current(dirs: _Dirs, change: Change, known: _Known | None = None) -> Image | None:
@@ -248,16 +245,19 @@ def _current(dirs: _Dirs, change: Change, known: _Known | None = None) -> Image 
         assert place.leaf is not None
         if known is None:
             return image_at(place.dir_fd, place.leaf, None)
-        try:
-            st = os.stat(place.leaf, dir_fd=place.dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None
-        image = image_at(place.dir_fd, place.leaf, None)
-        if image is not None and image.kind == "file":
-            with contextlib.suppress(OSError):
-                after = os.stat(place.leaf, dir_fd=place.dir_fd, follow_symlinks=False)
-                if _identity(after) == _identity(st):  # not changed while it was hashed
-                    known[(change.root, change.path)] = (_identity(st), image)
+        key = (change.root, change.path)
+        hit = known.pop(key, None)
+        if hit is not None:
+            try:
+                st = os.stat(place.leaf, dir_fd=place.dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if file_identity(st) == hit[0]:
+                known[key] = hit
+                return hit[1]
+        image, identity = image_and_identity(place.dir_fd, place.leaf, None)
+        if identity is not None:
+            known[key] = (identity, image)
         return image
 
     try:
@@ -277,8 +277,12 @@ def _apply_one(
     keep_full_dirs: bool = False,
     sources: UpperFiles | None = None,
     known: _Known | None = None,
+    release: Callable[[int], None] = os.close,
 ) -> Image | None:
-    """Make the path's state ``change.after``; return the image it had (stored in ``blobs``)."""
+    """Make the path's state ``change.after``; return the image it had (stored in ``blobs``).
+
+    ``release`` closes a replaced file's last descriptor (the merge's :class:`Releases`).
+    """
     after = change.after
 
     def op(place: Place) -> Image | None:
@@ -340,13 +344,13 @@ def _apply_one(
             sync = False if per_file else None
             try:
                 created = replace_file(
-                    place, data, sync_dir=sync, source=source, release=release_later
+                    place, data, sync_dir=sync, source=source, release=release, mode=after.mode
                 )
             except OSError as exc:  # EXDEV: the upper is on another mount; copy from now on
                 assert sources is not None and exc.errno == errno.EXDEV
                 sources.disabled = True
                 data = blobs.get(after.digest)
-                created = replace_file(place, data, sync_dir=sync, release=release_later)
+                created = replace_file(place, data, sync_dir=sync, release=release, mode=after.mode)
             finally:
                 if source is not None:
                     os.close(source[2])
@@ -354,9 +358,9 @@ def _apply_one(
                 key = os.fstat(dir_fd)
                 if (key.st_dev, key.st_ino) not in to_sync:
                     to_sync[(key.st_dev, key.st_ino)] = os.dup(dir_fd)
-            if created:
+            if created:  # a replaced file has the set's mode already
                 _own(leaf, dir_fd, owner)
-            os.chmod(leaf, after.mode, dir_fd=dir_fd)
+                os.chmod(leaf, after.mode, dir_fd=dir_fd)
             return found_dir or found
         except OSError as exc:
             raise translate_oserror(exc, display, writing=True) from None
@@ -452,7 +456,7 @@ def _found(
         with contextlib.suppress(OSError):
             st = os.stat(leaf, dir_fd=dir_fd, follow_symlinks=False)
             image = known[1]
-            if _identity(st) == known[0] and has is not None and has(image.digest):
+            if file_identity(st) == known[0] and has is not None and has(image.digest):
                 return image
     return image_at(dir_fd, leaf, blobs)
 
@@ -518,7 +522,7 @@ def merge_changes(
                 f"({len(errors)} refused entries), nothing was changed",
                 details={**first.details, "refused": refused},
             )
-        known: _Known = {}
+        known: _Known = dict(sources.known) if sources is not None else {}
         if not force:
             looked = _Dirs(resolver)
             try:
@@ -538,6 +542,7 @@ def merge_changes(
         dirs = _Dirs(resolver)
         # Directories written into: fsynced once, at the end (None: not durable).
         to_sync: dict[tuple[int, int], int] | None = {} if durable else None
+        releases = Releases()
         try:
             i = 0
             while i < len(accepted):
@@ -556,6 +561,7 @@ def merge_changes(
                     keep_full_dirs=force,
                     sources=sources,
                     known=known,
+                    release=releases,
                 )
                 applied.append(Change(change.root, change.path, found, change.after))
                 i += 1
@@ -567,6 +573,7 @@ def merge_changes(
             raise
         finally:
             dirs.close()
+            releases.flush()
             sync_and_close(to_sync or {})
             if sources is not None:
                 sources.close()

@@ -30,7 +30,7 @@ import stat
 from typing import TYPE_CHECKING
 
 from ..runtime import ToolError
-from ._changes import Blobs, Change, Image, UpperSource, UpperTree, image_at
+from ._changes import Blobs, Change, Image, UpperSource, UpperTree, image_and_identity, image_at
 from ._gitguard import is_git_directory
 
 if TYPE_CHECKING:
@@ -43,6 +43,9 @@ _PACKED_MAX = 1 << 20  # files up to this size go into the pack, larger ones int
 _OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_S_IFMT = 0o170000
+# Module globals, not ``os.`` attributes: looked up once per file of a 10,000-file capture.
+_open, _fstat, _read, _close, _listxattr = os.open, os.fstat, os.read, os.close, os.listxattr
 # How deep a change set reaches below its root. The walks descend one call (and one descriptor)
 # per level; a command can make a tree far deeper than Python's recursion limit, so past this
 # depth the whole set is refused with a clear error instead of failing halfway.
@@ -91,6 +94,7 @@ def changes_from_upper(
     pack: PackWriter | None = None,
     sources: dict[str, UpperSource] | None = None,
     trees: dict[str, UpperTree] | None = None,
+    known: dict[tuple[int, str], tuple[tuple[int, ...], Image]] | None = None,
 ) -> list[Change]:
     """The changes an overlay's upper directory (``upper_fd``) makes to ``lower_fd``.
 
@@ -107,10 +111,16 @@ def changes_from_upper(
     rename into the workspace (:class:`UpperSource`, by path below the upper
     directory), and ``trees`` (with ``sources`` only) the new directories it
     may rename whole (:class:`UpperTree`; the outermost and the ones inside).
+    ``known`` hears, by ``(root, path)``, the before-images of regular files
+    that did not change while they were read, with their identity then
+    (:func:`~._changes.image_and_identity`): the merge's conflict check
+    need not read them again (:attr:`UpperFiles.known`).
     """
     if pack is None:
         sources = None
-    reader = _Reader(root, pack or blobs, pack, sources, trees if sources is not None else None)
+    reader = _Reader(
+        root, pack or blobs, pack, sources, trees if sources is not None else None, known
+    )
     reader.walk(upper_fd, lower_fd, "", None)
     return reader.out
 
@@ -132,8 +142,11 @@ class _Fit:
     def names(self, prefix: str, names: list[str]) -> None:
         """Hear the longest path of one directory's entries (bytes below the root)."""
         if names:
-            length = len(os.fsencode(prefix)) + max(len(os.fsencode(n)) for n in names)
-            self.longest = max(self.longest, length)
+            # An ASCII name's length is its bytes' (one encode per directory, not per name).
+            longest = max(map(len, names)) if "".join(names).isascii() else 0
+            if not longest:
+                longest = max(len(os.fsencode(n)) for n in names)
+            self.longest = max(self.longest, len(os.fsencode(prefix)) + longest)
 
     def join(self, inner: _Fit) -> None:
         self.ok = self.ok and inner.ok and inner.owner == self.owner
@@ -155,13 +168,16 @@ class _Reader:
         pack: PackWriter | None,
         sources: dict[str, UpperSource] | None,
         trees: dict[str, UpperTree] | None,
+        known: dict[tuple[int, str], tuple[tuple[int, ...], Image]] | None,
     ) -> None:
         self.root = root
         self.blobs = blobs  # the pack, when there is one: before-images and links too
         self.pack = pack
         self.sources = sources
         self.trees = trees
+        self.known = known
         self.out: list[Change] = []
+        self.add = pack.add if pack is not None else blobs.put
 
     def walk(self, upper_fd: int, lower_fd: int | None, prefix: str, fit: _Fit | None) -> None:
         """Read the directory ``upper_fd`` (``prefix`` below the root); ``fit`` (a new
@@ -174,9 +190,14 @@ class _Reader:
         if fit is not None:
             fit.names(prefix, [name for name, _ in entries])
         packed = self._packed if self.pack is not None else None
+        known = self.known
         for name, regular in entries:
             path = prefix + name
-            before = image_at(lower_fd, name, blobs) if lower_fd is not None else None
+            before = None
+            if lower_fd is not None:
+                before, identity = image_and_identity(lower_fd, name, blobs)
+                if identity is not None and known is not None:
+                    known[(root, path)] = (identity, before)
             if regular and packed is not None:
                 after = packed(upper_fd, name, path, fit)
                 if after is None:
@@ -252,33 +273,31 @@ class _Reader:
         FIFO is never waited on. ``fit`` hears whether the file may move
         with its new directory (one name, no extended attribute).
         """
-        assert self.pack is not None
+        # Run once per file of a big command: plain bit tests, no helper calls on the way.
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=upper_fd)
+            fd = _open(name, _FILE_FLAGS, dir_fd=upper_fd)
         except OSError:
             return None  # a link (ELOOP) or gone: the caller's stat decides
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
+            st = _fstat(fd)
+            if st.st_mode & _S_IFMT != stat.S_IFREG:
                 return None
             size = st.st_size
             # One read: a regular file's read is short only at its end.
-            data = os.read(fd, size + 1) if size <= _PACKED_MAX else None
+            data = _read(fd, size + 1) if size <= _PACKED_MAX else None
             if data is None or len(data) > size:  # large, or grew since: a blob of its own
                 os.lseek(fd, 0, os.SEEK_SET)
                 digest, size = self.blobs.put_fd(fd)
             else:
-                digest, size = self.pack.add(data), len(data)
+                digest = self.add(data)
+            one_name = st.st_nlink == 1 and st.st_size == size
             if fit is not None and (
-                st.st_nlink != 1
-                or st.st_size != size
-                or (st.st_uid, st.st_gid) != fit.owner
-                or os.listxattr(fd)
+                not one_name or (st.st_uid, st.st_gid) != fit.owner or _listxattr(fd)
             ):
                 fit.ok = False
         finally:
-            os.close(fd)
-        if self.sources is not None and st.st_nlink == 1 and st.st_size == size:
+            _close(fd)
+        if one_name and self.sources is not None:
             self.sources[path] = UpperSource(path, st.st_ino, size, st.st_mtime_ns)
         return Image("file", st.st_mode & 0o7777, digest, size)
 
@@ -351,15 +370,19 @@ class UpperFiles:
     ``uppers`` maps a root's number to its upper directory's descriptor
     (the caller's), the files read from it (:class:`UpperSource` by path)
     and the new directories it may rename whole (:class:`UpperTree` by
-    path). One upper directory is open at a time (a merge goes directory by
+    path); ``known``: the before-images the read hashed, by ``(root, path)``,
+    with their identity then (see ``changes_from_upper``). One upper directory is open at a time (a merge goes directory by
     directory), so a 10,000-directory set needs no 10,000 descriptors.
     """
 
     def __init__(
         self,
         uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]],
+        known: dict[tuple[int, str], tuple[tuple[int, ...], Image]] | None = None,
     ) -> None:
         self._uppers = uppers
+        # The read's before-images with their identity then (``changes_from_upper``'s known).
+        self.known = known or {}
         self.disabled = False
         self._dir: tuple[int, str, int] | None = None  # (root, directory, fd)
         euid = os.geteuid()

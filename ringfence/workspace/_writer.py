@@ -169,8 +169,13 @@ def replace_file(
     sync_dir: bool | None = True,
     source: tuple[int, str, int] | None = None,
     release: Callable[[int], None] = os.close,
+    mode: int | None = None,
 ) -> bool:
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
+
+    A replaced file's owner and mode are kept, or with ``mode`` (a merge: the
+    change set's) that mode is set instead, before the new file takes its
+    place. A created file's mode is the caller's to set.
 
     ``source`` (a merge from an overlay's upper directory): ``(dir_fd, name,
     fd)`` of a file holding ``data`` that nothing writes any more, renamed
@@ -232,7 +237,7 @@ def replace_file(
         )
     src_path_fd = -1
     if source is not None:
-        return _replace_from(place, st, source, sync_dir, release)
+        return _replace_from(place, st, source, sync_dir, release, mode)
     if st is not None:
         try:
             # The exact inode being replaced, to copy its attributes from.
@@ -258,7 +263,7 @@ def replace_file(
             while view:
                 view = view[os.write(fd, view) :]
             if st is not None:
-                _keep_owner_and_mode(fd, st, display)
+                _keep_owner_and_mode(fd, st, display, mode)
                 _copy_xattrs(src_path_fd, fd, display)
             else:
                 os.fchmod(fd, 0o666 & ~_current_umask())
@@ -296,6 +301,7 @@ def _replace_from(
     source: tuple[int, str, int],
     sync_dir: bool | None,
     release: Callable[[int], None],
+    mode: int | None,
 ) -> bool:
     """:func:`replace_file` by renaming ``source`` into place (checks done by the caller)."""
     leaf = place.leaf
@@ -308,7 +314,7 @@ def _replace_from(
             raise InvalidArguments(f"{display}: the file to rename still has extended attributes")
         if st is not None:
             src_path_fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            _keep_owner_and_mode(fd, st, display)
+            _keep_owner_and_mode(fd, st, display, mode)
             _copy_xattrs(src_path_fd, fd, display)
         else:
             os.fchmod(fd, 0o600)  # private until the caller (the merge) sets the set's mode
@@ -327,8 +333,14 @@ def _replace_from(
     return st is None
 
 
-def _keep_owner_and_mode(fd: int, st: os.stat_result, display: str) -> None:
+def _keep_owner_and_mode(
+    fd: int, st: os.stat_result, display: str, mode: int | None = None
+) -> None:
+    """Give the new file ``fd`` the replaced file's (``st``) owner, and its mode or ``mode``."""
     mine = os.fstat(fd)
+    mode = stat.S_IMODE(st.st_mode) if mode is None else mode
+    if (mine.st_uid, mine.st_gid) == (st.st_uid, st.st_gid) and stat.S_IMODE(mine.st_mode) == mode:
+        return  # as wanted already (an overlay's copy-up keeps both): no journalled chmod
     if (mine.st_uid, mine.st_gid) != (st.st_uid, st.st_gid):
         try:
             # chown first: it clears set-id bits, which fchmod then restores.
@@ -339,7 +351,6 @@ def _keep_owner_and_mode(fd: int, st: os.stat_result, display: str) -> None:
                 f"by this process could not keep that owner ({exc.strerror}); the file is unchanged",
                 field="path",
             ) from None
-    mode = stat.S_IMODE(st.st_mode)
     os.fchmod(fd, mode)
     got = stat.S_IMODE(os.fstat(fd).st_mode)
     if got != mode:

@@ -1,0 +1,129 @@
+"""A shell command's merge reuses what its capture read, and only while it still holds.
+
+The capture hashes every before-image it stores; the merge's conflict check
+then takes a file's image from the capture while the file's identity
+(device, inode, size, mtime, ctime) is the one the capture saw, and reads it
+again otherwise. A file changed between the two is still a conflict. The
+replaced files' last descriptors are closed off the merge's path, none left open.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ringfence.runtime import ToolError
+from ringfence.workspace import CheckpointStore, Workspace, changes_from_upper, merge_changes
+from ringfence.workspace._changes import Image
+from ringfence.workspace._upper import UpperFiles
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+@pytest.fixture
+def layers(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A workspace root (the lower layer) and an upper directory that replaces its files."""
+    lower, upper = tmp_path / "ws", tmp_path / "upper"
+    lower.mkdir()
+    upper.mkdir()
+    for i in range(100):
+        (lower / f"f{i}.txt").write_text(f"old {i:03}\n")
+        (upper / f"f{i}.txt").write_text(f"new {i:03}\n")
+    yield lower, upper
+
+
+def _capture(store: CheckpointStore, upper: Path, lower: Path) -> tuple[list, UpperFiles, int]:
+    """What ``run_shell``'s capture does: read, pack, note the renamable files and identities."""
+    upper_fd, lower_fd = os.open(upper, _DIR), os.open(lower, _DIR)
+    try:
+        pack = store.pack()
+        sources: dict = {}
+        trees: dict = {}
+        known: dict = {}
+        changes = changes_from_upper(
+            upper_fd, lower_fd, 0, store, pack=pack, sources=sources, trees=trees, known=known
+        )
+        pack.commit()
+    finally:
+        os.close(lower_fd)
+    return changes, UpperFiles({0: (upper_fd, sources, trees)}, known), upper_fd
+
+
+def test_the_capture_hands_the_merge_every_before_image_it_hashed(
+    layers: tuple[Path, Path], ringfence_home: Path
+) -> None:
+    lower, upper = layers
+    with Workspace([lower]) as ws:
+        store = CheckpointStore(ws)
+        changes, sources, upper_fd = _capture(store, upper, lower)
+        try:
+            assert len(sources.known) == 100
+            # While the identity holds the merge takes the capture's image, both to judge the
+            # conflict and as the image it found. A stand-in under a real identity shows it:
+            # read again, the file would not match the stand-in and be a conflict.
+            key = (0, "f7.txt")
+            identity, image = sources.known[key]
+            stand_in = Image("file", image.mode, store.put(b"stand-in\n"), 9)
+            sources.known[key] = (identity, stand_in)
+            i = next(i for i, c in enumerate(changes) if c.path == "f7.txt")
+            changes[i] = changes[i]._replace(before=stand_in)
+            report = merge_changes(ws, changes, store, atomic=False, durable=False, sources=sources)
+        finally:
+            os.close(upper_fd)
+            store.close()
+    found = {c.path: c.before for c in report.applied}
+    assert found["f7.txt"] == stand_in
+    assert found["f8.txt"] == next(c.before for c in changes if c.path == "f8.txt")
+    assert (lower / "f7.txt").read_text() == "new 007\n"
+
+
+def test_a_file_changed_between_capture_and_merge_is_a_conflict(
+    layers: tuple[Path, Path], ringfence_home: Path
+) -> None:
+    lower, upper = layers
+    with Workspace([lower]) as ws:
+        store = CheckpointStore(ws)
+        changes, sources, upper_fd = _capture(store, upper, lower)
+        try:
+            # Another program rewrites one file in place: same inode, same size.
+            with open(lower / "f42.txt", "r+b") as f:
+                f.write(b"OLD")
+            with pytest.raises(ToolError) as caught:
+                merge_changes(ws, changes, store, atomic=False, durable=False, sources=sources)
+        finally:
+            os.close(upper_fd)
+            store.close()
+    assert caught.value.details["conflicts"] == ["f42.txt"]
+    assert (lower / "f42.txt").read_text() == "OLD 042\n"  # its write is kept
+    assert (lower / "f1.txt").read_text() == "old 001\n"  # and nothing was merged
+    assert (upper / "f1.txt").read_text() == "new 001\n"
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_no_replaced_file_s_descriptor_stays_open_after_a_merge(
+    layers: tuple[Path, Path], ringfence_home: Path
+) -> None:
+    """100 replaced files: more than one batch of descriptors handed to the closer, and a
+    last partial batch the merge's end hands over."""
+    lower, upper = layers
+    with Workspace([lower]) as ws:
+        store = CheckpointStore(ws)
+        before = _open_fds()
+        changes, sources, upper_fd = _capture(store, upper, lower)
+        try:
+            merge_changes(ws, changes, store, atomic=False, durable=False, sources=sources)
+        finally:
+            os.close(upper_fd)
+            store.close()
+        deadline = time.monotonic() + 10
+        while (left := _open_fds() - before) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the closer thread works off its queue
+    assert not left, f"descriptors left open after the merge: {sorted(left)}"
+    assert (lower / "f99.txt").read_text() == "new 099\n"
