@@ -18,6 +18,7 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
 from ._names import escape_name, unescape_path
@@ -40,6 +41,8 @@ __all__ = [
 # The kinds a change set may describe. Only the first three can be merged; the others
 # exist so that an overlay's upper directory can be described faithfully and refused.
 KINDS = ("file", "symlink", "dir", "fifo", "device", "socket")
+# Fields of the named tuples, for loops that run in C: Change.path, .before, .after; Image.digest.
+_PATH_OF, _BEFORE_OF, _AFTER_OF, _DIGEST_OF = (itemgetter(i) for i in (1, 2, 3, 2))
 _SMALL = 1 << 20  # before-images up to this size are read whole, larger ones streamed
 
 
@@ -133,8 +136,25 @@ class ChangeSet:
             "call_id": self.call_id,
             "undoes": self.undoes,
             **({"staged": True} if self.staged else {}),
-            "changes": [c.to_json() for c in self.changes],
+            "changes": self._changes_json(),
         }
+
+    def digests(self) -> frozenset[str]:
+        """Every blob the set names (its images' digests)."""
+        changes = self.changes  # C-level loops over the named tuples
+        images = [*filter(None, map(_BEFORE_OF, changes)), *filter(None, map(_AFTER_OF, changes))]
+        return frozenset(filter(None, map(_DIGEST_OF, images)))
+
+    def _changes_json(self) -> list[list[Any]]:
+        """Every :meth:`Change.to_json`, built inline: a big command's set has 10,000."""
+        changes = self.changes
+        paths = "".join(map(_PATH_OF, changes))
+        if "\\" in paths or not paths.isascii():  # some name needs escaping
+            return [c.to_json() for c in changes]
+        return [
+            [root, path, before and list(before), after and list(after)]
+            for root, path, before, after in changes
+        ]
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ChangeSet:

@@ -47,7 +47,7 @@ from ._fscalls import (
     rename_noreplace,
     sync_and_close,
 )
-from ._gitguard import is_dotgit, is_git_directory
+from ._gitguard import MAY_START_DOTGIT, is_dotgit, is_git_directory
 from ._names import escape_name
 from ._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
 from ._upper import UpperFiles
@@ -63,6 +63,7 @@ from ._writer import (
 __all__ = ["MergeReport", "merge_changes"]
 
 _MERGEABLE = frozenset({"file", "symlink", "dir"})
+_NOT_NAMES = frozenset({"", ".", ".."})  # path components that name no entry of their own
 _SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 
 
@@ -85,22 +86,31 @@ def _refusal(
     ``plain`` holds the directories whose every name was found plain and
     not git's: a sibling then needs only its own name checked.
     """
-    if not 0 <= change.root < len(roots):
-        shown = escape_name(change.path)
-        return InvalidArguments(f"{shown}: no workspace root number {change.root}", field="path")
-    parent, _, leaf = change.path.rpartition("/")
-    key = (change.root, parent)
-    # A top-level name's parent "" is no directory: "/x" must be split and refused.
-    parts = [leaf] if parent and key in plain else change.path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        shown = escape_name(change.path)
-        return InvalidArguments(f"{shown}: not a plain relative path", field="path")
-    for name in parts:
-        if is_dotgit(name):
-            shown = escape_name(change.path)
-            return GitMetadata(f"{shown} is git metadata ({name!r} is how git spells .git)")
-    plain.add(key)
-    after = change.after
+    root, path, _, after = change
+    parent, _, leaf = path.rpartition("/")
+    key = (root, parent)
+    # A top-level name's parent "" is no directory: "/x" must be split and refused. A name
+    # beside one found plain (its root checked) is judged alone, the common case inline:
+    # a 10,000-file set asks this 10,000 times.
+    if not (
+        parent
+        and key in plain
+        and leaf not in _NOT_NAMES
+        and leaf[:1] not in MAY_START_DOTGIT
+        and "\\" not in leaf
+    ):
+        if not 0 <= root < len(roots):
+            shown = escape_name(path)
+            return InvalidArguments(f"{shown}: no workspace root number {root}", field="path")
+        parts = [leaf] if parent and key in plain else path.split("/")
+        if any(p in _NOT_NAMES for p in parts):
+            shown = escape_name(path)
+            return InvalidArguments(f"{shown}: not a plain relative path", field="path")
+        for name in parts:
+            if is_dotgit(name):
+                shown = escape_name(path)
+                return GitMetadata(f"{shown} is git metadata ({name!r} is how git spells .git)")
+        plain.add(key)
     if after is None or (
         after.kind == "file" and after.digest is not None and not after.mode & _SPECIAL_BITS
     ):
@@ -404,13 +414,16 @@ def _move_tree(
     tree = sources.tree(change)
     if tree is None:
         return 0
-    prefix, end = change.path + "/", i + 1
-    while end < len(changes) and changes[end].root == change.root:
-        if not changes[end].path.startswith(prefix):
-            break
-        end += 1
-    if end - i - 1 != tree.changes:
-        return 0  # something below it was refused: its siblings are merged one by one
+    # Exactly the tree's changes follow it (a refused one below it: merged one by one).
+    prefix, end = change.path + "/", i + 1 + tree.changes
+    inside = changes[i + 1 : end]
+    if (
+        len(inside) != tree.changes
+        or not all(c.root == change.root and c.path.startswith(prefix) for c in inside)
+        or (end < len(changes) and changes[end].root == change.root
+            and changes[end].path.startswith(prefix))
+    ):  # fmt: skip
+        return 0
     source = sources.take_tree(change, tree, owner, MAX_PATH_BYTES)
     if source is None:
         return 0
@@ -591,10 +604,15 @@ def _conflicts(dirs: _Dirs, changes: Sequence[Change], known: _Known | None = No
     absent: set[tuple[int, str]] = set()  # paths that do not exist now, nor below them
     out: list[str] = []
     for change in changes:
-        key = (change.root, change.path)
-        parent = (change.root, change.path.rpartition("/")[0])
+        root, path, before, after = change
+        key = (root, path)
+        parent = (root, path.rpartition("/")[0])
         # A path touched twice: its second before-image is the first's after-image. Below a
         # path found absent nothing exists either (a new tree costs no walk per entry).
+        if before is None and parent in absent and key not in seen:
+            absent.add(key)  # created below a new directory: nothing to judge (the common case)
+            seen[key] = after
+            continue
         if key in seen:
             current = seen[key]
         elif parent in absent:

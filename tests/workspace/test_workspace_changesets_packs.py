@@ -153,3 +153,26 @@ def test_saves_check_retention_often_enough_to_hold_the_count_near_keep(
             assert len(store.ids()) <= 200 + 200 // 4 + 32
         finally:
             store.close()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["plain/name.txt", "back\\slash.txt", os.fsdecode(b"not-utf8-\xff.txt"), "caf\u00e9.txt"],
+    ids=["plain", "backslash", "undecodable", "utf8"],
+)
+def test_a_manifest_keeps_every_name_exactly(
+    tmp_path: Path, ringfence_home: Path, name: str
+) -> None:
+    """Saved and loaded back, the set is the same, whatever bytes its names hold (a manifest
+    writes names in the escaped form: a plain set is written without escaping each)."""
+    with Workspace([tmp_path]) as ws:
+        store = CheckpointStore(ws)
+        try:
+            digest = store.put(b"x\n")
+            image = Image("file", 0o644, digest, 2)
+            changes = (Change(0, "plain.txt", None, image), Change(0, name, image, None))
+            cs = ChangeSet(store.new_id(), time.time(), "run_shell", changes)
+            store.save(cs)
+            assert store.load(cs.id) == cs
+        finally:
+            store.close()
