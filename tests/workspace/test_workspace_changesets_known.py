@@ -12,12 +12,20 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from ringfence.runtime import ToolError
-from ringfence.workspace import CheckpointStore, Workspace, changes_from_upper, merge_changes
+from ringfence.workspace import (
+    Change,
+    CheckpointStore,
+    MergeReport,
+    Workspace,
+    changes_from_upper,
+    merge_changes,
+)
 from ringfence.workspace._changes import Image
 from ringfence.workspace._upper import UpperFiles
 
@@ -36,67 +44,68 @@ def layers(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     yield lower, upper
 
 
-def _capture(store: CheckpointStore, upper: Path, lower: Path) -> tuple[list, UpperFiles, int]:
-    """What ``run_shell``'s capture does: read, pack, note the renamable files and identities."""
-    upper_fd, lower_fd = os.open(upper, _DIR), os.open(lower, _DIR)
-    try:
-        pack = store.pack()
-        sources: dict = {}
-        trees: dict = {}
-        known: dict = {}
-        changes = changes_from_upper(
-            upper_fd, lower_fd, 0, store, pack=pack, sources=sources, trees=trees, known=known
-        )
-        pack.commit()
-    finally:
-        os.close(lower_fd)
-    return changes, UpperFiles({0: (upper_fd, sources, trees)}, known), upper_fd
+@contextmanager
+def captured(
+    lower: Path, upper: Path
+) -> Iterator[tuple[Workspace, CheckpointStore, list[Change], UpperFiles]]:
+    """What ``run_shell``'s capture does: read, pack, note the renamable files and identities;
+    then the workspace, its store, the changes and the sources a merge takes."""
+    with Workspace([lower]) as ws:
+        store = CheckpointStore(ws)
+        upper_fd, lower_fd = os.open(upper, _DIR), os.open(lower, _DIR)
+        try:
+            pack = store.pack()
+            sources: dict = {}
+            trees: dict = {}
+            known: dict = {}
+            changes = changes_from_upper(
+                upper_fd, lower_fd, 0, store, pack=pack, sources=sources, trees=trees, known=known
+            )
+            pack.commit()
+            yield ws, store, changes, UpperFiles({0: (upper_fd, sources, trees)}, known)
+        finally:
+            os.close(upper_fd)
+            os.close(lower_fd)
+            store.close()
+
+
+def merge(
+    ws: Workspace, store: CheckpointStore, changes: list[Change], sources: UpperFiles
+) -> MergeReport:
+    return merge_changes(ws, changes, store, atomic=False, durable=False, sources=sources)
 
 
 def test_the_capture_hands_the_merge_every_before_image_it_hashed(
     layers: tuple[Path, Path], ringfence_home: Path
 ) -> None:
-    lower, upper = layers
-    with Workspace([lower]) as ws:
-        store = CheckpointStore(ws)
-        changes, sources, upper_fd = _capture(store, upper, lower)
-        try:
-            assert len(sources.known) == 100
-            # While the identity holds the merge takes the capture's image, both to judge the
-            # conflict and as the image it found. A stand-in under a real identity shows it:
-            # read again, the file would not match the stand-in and be a conflict.
-            key = (0, "f7.txt")
-            identity, image = sources.known[key]
-            stand_in = Image("file", image.mode, store.put(b"stand-in\n"), 9)
-            sources.known[key] = (identity, stand_in)
-            i = next(i for i, c in enumerate(changes) if c.path == "f7.txt")
-            changes[i] = changes[i]._replace(before=stand_in)
-            report = merge_changes(ws, changes, store, atomic=False, durable=False, sources=sources)
-        finally:
-            os.close(upper_fd)
-            store.close()
+    with captured(*layers) as (ws, store, changes, sources):
+        assert len(sources.known) == 100
+        # While the identity holds the merge takes the capture's image, both to judge the
+        # conflict and as the image it found. A stand-in under a real identity shows it:
+        # read again, the file would not match the stand-in and be a conflict.
+        key = (0, "f7.txt")
+        identity, image = sources.known[key]
+        stand_in = Image("file", image.mode, store.put(b"stand-in\n"), 9)
+        sources.known[key] = (identity, stand_in)
+        i = next(i for i, c in enumerate(changes) if c.path == "f7.txt")
+        changes[i] = changes[i]._replace(before=stand_in)
+        report = merge(ws, store, changes, sources)
     found = {c.path: c.before for c in report.applied}
     assert found["f7.txt"] == stand_in
     assert found["f8.txt"] == next(c.before for c in changes if c.path == "f8.txt")
-    assert (lower / "f7.txt").read_text() == "new 007\n"
+    assert (layers[0] / "f7.txt").read_text() == "new 007\n"
 
 
 def test_a_file_changed_between_capture_and_merge_is_a_conflict(
     layers: tuple[Path, Path], ringfence_home: Path
 ) -> None:
     lower, upper = layers
-    with Workspace([lower]) as ws:
-        store = CheckpointStore(ws)
-        changes, sources, upper_fd = _capture(store, upper, lower)
-        try:
-            # Another program rewrites one file in place: same inode, same size.
-            with open(lower / "f42.txt", "r+b") as f:
-                f.write(b"OLD")
-            with pytest.raises(ToolError) as caught:
-                merge_changes(ws, changes, store, atomic=False, durable=False, sources=sources)
-        finally:
-            os.close(upper_fd)
-            store.close()
+    with captured(lower, upper) as (ws, store, changes, sources):
+        # Another program rewrites one file in place: same inode, same size.
+        with open(lower / "f42.txt", "r+b") as f:
+            f.write(b"OLD")
+        with pytest.raises(ToolError) as caught:
+            merge(ws, store, changes, sources)
     assert caught.value.details["conflicts"] == ["f42.txt"]
     assert (lower / "f42.txt").read_text() == "OLD 042\n"  # its write is kept
     assert (lower / "f1.txt").read_text() == "old 001\n"  # and nothing was merged
@@ -122,16 +131,10 @@ def test_no_replaced_file_s_descriptor_stays_open_after_a_merge(
     last partial batch the merge's end hands over. The replaced inodes are freed."""
     lower, upper = layers
     replaced = {(st.st_dev, st.st_ino) for st in (p.stat() for p in lower.iterdir())}
-    with Workspace([lower]) as ws:
-        store = CheckpointStore(ws)
-        changes, sources, upper_fd = _capture(store, upper, lower)
-        try:
-            merge_changes(ws, changes, store, atomic=False, durable=False, sources=sources)
-        finally:
-            os.close(upper_fd)
-            store.close()
-        deadline = time.monotonic() + 10
-        while (left := _open_inodes() & replaced) and time.monotonic() < deadline:
-            time.sleep(0.01)  # the closer thread works off its queue
+    with captured(lower, upper) as (ws, store, changes, sources):
+        merge(ws, store, changes, sources)
+    deadline = time.monotonic() + 10
+    while (left := _open_inodes() & replaced) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the closer thread works off its queue
     assert not left, f"{len(left)} replaced files are still held open after the merge"
     assert (lower / "f99.txt").read_text() == "new 099\n"
