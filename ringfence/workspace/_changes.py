@@ -237,9 +237,10 @@ def file_identity(st: os.stat_result) -> tuple[int, ...]:
 
     A write, truncate, chmod, chown or rename moves ctime, which no
     unprivileged program can set back; a file whose identity is the same
-    as when it was hashed still has that content (with coarse timestamps
-    only a change within the same clock tick as the stat could slip by;
-    kernels since 6.13 give a stat-ed file's next change a finer time).
+    as when it was hashed still has that content. With coarse timestamps
+    only a same-size change within the clock tick of the stat could slip
+    by (since Linux 6.13 ext4, xfs, btrfs and tmpfs give a file that was
+    just stat-ed a fine-grained time on its next change).
     """
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 

@@ -142,9 +142,9 @@ class _Fit:
     def names(self, prefix: str, names: list[str]) -> None:
         """Hear the longest path of one directory's entries (bytes below the root)."""
         if names:
-            # An ASCII name's length is its bytes' (one encode per directory, not per name).
-            longest = max(map(len, names)) if "".join(names).isascii() else 0
-            if not longest:
+            if "".join(names).isascii():  # then a name's length is its bytes': no encoding
+                longest = max(map(len, names))
+            else:
                 longest = max(len(os.fsencode(n)) for n in names)
             self.longest = max(self.longest, len(os.fsencode(prefix)) + longest)
 
@@ -371,8 +371,9 @@ class UpperFiles:
     (the caller's), the files read from it (:class:`UpperSource` by path)
     and the new directories it may rename whole (:class:`UpperTree` by
     path); ``known``: the before-images the read hashed, by ``(root, path)``,
-    with their identity then (see ``changes_from_upper``). One upper directory is open at a time (a merge goes directory by
-    directory), so a 10,000-directory set needs no 10,000 descriptors.
+    with their identity then (see ``changes_from_upper``). One upper
+    directory is open at a time (a merge goes directory by directory), so a
+    10,000-directory set needs no 10,000 descriptors.
     """
 
     def __init__(
@@ -381,7 +382,6 @@ class UpperFiles:
         known: dict[tuple[int, str], tuple[tuple[int, ...], Image]] | None = None,
     ) -> None:
         self._uppers = uppers
-        # The read's before-images with their identity then (``changes_from_upper``'s known).
         self.known = known or {}
         self.disabled = False
         self._dir: tuple[int, str, int] | None = None  # (root, directory, fd)
