@@ -250,7 +250,7 @@ def image_at(dir_fd: int, name: str, blobs: Blobs | None) -> Image | None:
 
     With ``blobs=None`` the digest is computed but nothing is stored.
     """
-    return image_and_identity(dir_fd, name, blobs)[0]
+    return _image_at(dir_fd, name, blobs, identify=False)[0]
 
 
 def image_and_identity(
@@ -259,6 +259,13 @@ def image_and_identity(
     """:func:`image_at`, and for a regular file that did not change while it was read its
     :func:`file_identity` (else None): while a later stat finds that identity, the
     image still holds and need not be read again."""
+    return _image_at(dir_fd, name, blobs, identify=True)
+
+
+def _image_at(
+    dir_fd: int, name: str, blobs: Blobs | None, *, identify: bool
+) -> tuple[Image | None, tuple[int, ...] | None]:
+    """Both of the above; the fstat that proves a file stable only when ``identify``."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -289,11 +296,12 @@ def image_and_identity(
                     h.update(chunk)
                     size += len(chunk)
                 digest = h.hexdigest()
-            identity = file_identity(st)
-            stable = file_identity(os.fstat(fd)) == identity  # the same file, not changed since
+            identity = file_identity(st) if identify else None
+            if identify and file_identity(os.fstat(fd)) != identity:
+                identity = None  # another file now, or changed while it was read
         finally:
             os.close(fd)
-        return Image("file", mode, digest, size), identity if stable else None
+        return Image("file", mode, digest, size), identity
     else:
         kind = "fifo" if stat.S_ISFIFO(st.st_mode) else "socket"
         if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
