@@ -13,8 +13,6 @@
   (they never run). Known cycles are listed in :data:`KNOWN_CYCLES`.
 * **Exports**: every package's ``__all__`` is exactly what it re-exports, and
   every name in it resolves.
-* **Size**: a module over 500 lines says why in its docstring; none is over
-  700, except those listed in :data:`OVERSIZE` with the work that splits them.
 
 All checks read the source with :mod:`ast`: nothing is imported except for
 the exports test, and a failure names the file and line.
@@ -817,33 +815,3 @@ def test_every_module_all_names_exist(module: Module) -> None:
                 if isinstance(t, ast.Name):
                     bound.add(t.id)
     assert sorted(set(declared) - bound) == []
-
-
-# -- module size -------------------------------------------------------------------------
-
-SOFT_LIMIT = 500  # over this, the module's docstring says why ("... lines on purpose ...")
-HARD_LIMIT = 700  # over this, only the modules below, each until the named work splits it
-
-# Modules over the soft limit without a written reason today, and what shrinks them.
-OVERSIZE: dict[str, str] = {}
-
-
-def test_modules_are_small_or_say_why() -> None:
-    offenders = []
-    for m in MODULES:
-        lines = len(m.path.read_text().splitlines())
-        if lines <= SOFT_LIMIT or m.rel in OVERSIZE:
-            continue
-        doc = ast.get_docstring(m.tree) or ""
-        if lines > HARD_LIMIT:
-            offenders.append(f"{m.rel}: {lines} lines (at most {HARD_LIMIT})")
-        elif "lines on purpose" not in doc:
-            offenders.append(f"{m.rel}: {lines} lines and no reason in its docstring")
-    assert offenders == []
-    shrunk = [
-        rel
-        for rel in OVERSIZE
-        if len((SRC.parent / rel).read_text().splitlines()) <= SOFT_LIMIT
-        or "lines on purpose" in (ast.get_docstring(BY_NAME_REL[rel].tree) or "")
-    ]
-    assert shrunk == [], "no longer oversize (or explained): remove from OVERSIZE"
