@@ -52,6 +52,10 @@ class ToolSpec:
     calls instead. ``credential_literals`` finds secrets inside arguments
     that are not keyed by name (``run_tool_script``: literals in the script's
     source); the kernel registers them before the call is first recorded.
+    ``exec_checked`` tools enforce the policy's deny rules where programs start
+    (every ``execve`` of the call's processes is checked against them): a
+    command line the policy cannot read whole need not be asked about for the
+    deny rules' sake.
     """
 
     name: str
@@ -64,6 +68,7 @@ class ToolSpec:
     meta: Mapping[str, Any] = field(default_factory=dict)
     composes_dry_run: bool = False
     credential_literals: LiteralFinder | None = None
+    exec_checked: bool = False
     # The full (RE2-patched) jsonschema validator, built on first use by _full_validator.
     _validator: Any = field(init=False, repr=False, default=None)
     _fast: Callable[[dict[str, Any]], bool] | None = field(init=False, repr=False)
