@@ -38,7 +38,12 @@ __all__ = [
 
 
 def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
-    """``--workspace`` values, else ``RINGFENCE_WORKSPACE_ROOTS``, else the current directory."""
+    """``--workspace`` values, else ``RINGFENCE_WORKSPACE_ROOTS``, else the current directory.
+
+    The command line's roots (its verbs call this). :func:`create_kernel` does
+    not: a library caller who passes no roots gets the current directory, never
+    roots an environment variable widened.
+    """
     if explicit:
         return [Path(p) for p in explicit]
     env = os.environ.get("RINGFENCE_WORKSPACE_ROOTS")
@@ -139,15 +144,22 @@ def create_kernel(
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
 
-    ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``:
-    confined), ``"host"`` (unconfined) or ``"docker"``; backend sessions start
+    ``roots`` (default: the current directory) are the workspace roots.
+
+    ``backend`` is ``"local"`` (default: confined), ``"host"`` (unconfined)
+    or ``"docker"``; backend sessions start
     on first use and close with the kernel. ``backend_options`` go to the
     backend (local: ``sandbox``, ``memory``, ``pids``, ``network``; docker:
     ``image``, ``memory``, ``cpus``, ``pids``, ``user``).
 
-    ``script_sandbox`` (default ``$RINGFENCE_SCRIPT_SANDBOX`` or ``strict``)
-    weakens ``run_tool_script``'s OS sandbox to ``best-effort`` or ``none``;
-    the level is recorded in the event stream on every run.
+    ``script_sandbox`` (default ``strict``) weakens ``run_tool_script``'s OS
+    sandbox to ``best-effort`` or ``none``; the level is recorded in the event
+    stream on every run.
+
+    Nothing here reads the environment: what a caller did not pass is the
+    confined default, whatever ``RINGFENCE_EXECUTION_BACKEND``,
+    ``RINGFENCE_SCRIPT_SANDBOX`` or ``RINGFENCE_WORKSPACE_ROOTS`` say (those
+    are the command line's defaults, read by ``ringfence.cli``).
 
     ``mcp_manifest`` (opt-in, because connecting starts server processes): a
     ``ringfence.mcp_host.Manifest``, a path to an ``mcp.toml``, or ``True`` for
@@ -202,11 +214,9 @@ def create_kernel(
             field="change_sets",
         )
     # bridge: checked before anything opens, like the backend
-    script_config = ScriptConfig(
-        sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"
-    )
+    script_config = ScriptConfig(sandbox=script_sandbox or "strict")
     # workspace: the roots file tools are confined to (opened first, so a bad root fails fast)
-    root_paths = workspace_roots_from_env(list(roots))
+    root_paths = [Path(p) for p in roots] or [Path.cwd()]
     workspace = Workspace(root_paths)
     rules = rules or Rules()
     mcp_policy = None
