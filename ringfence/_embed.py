@@ -26,6 +26,7 @@ from .runtime import (
     Posture,
     Rules,
     default_approver,
+    ringfence_home,
 )
 from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
 
@@ -33,6 +34,7 @@ __all__ = [
     "check_approver",
     "create_kernel",
     "mcp_stdio_confiner",
+    "refuse_home_inside_roots",
     "workspace_roots_from_env",
 ]
 
@@ -218,6 +220,11 @@ def create_kernel(
     # workspace: the roots file tools are confined to (opened first, so a bad root fails fast)
     root_paths = [Path(p) for p in roots] or [Path.cwd()]
     workspace = Workspace(root_paths)
+    try:
+        refuse_home_inside_roots(workspace.roots)
+    except BaseException:
+        workspace.close()
+        raise
     rules = rules or Rules()
     mcp_policy = None
     if isinstance(policy, PolicyLayers):
@@ -304,6 +311,43 @@ def create_kernel(
             policy=mcp_policy,
         )
     return kernel
+
+
+def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
+    """Raise InvalidArguments when ``$RINGFENCE_HOME`` lies inside (or is) a workspace root.
+
+    The home holds what governs a session and proves its records: the user
+    policy, the MCP manifest, the plan and token keys, the checkpoint store.
+    Inside a root every tool could read or write it (an ``allow = ["*"]``
+    policy for the next session, a readable plan key). Compared by identity,
+    not spelling: each directory from the home's real path up to ``/`` is
+    ``stat``-ed and matched against each root's device and inode, so a
+    symlink or a bind mount spelling the same directory otherwise is caught.
+    Nothing is created (a home that does not exist yet is judged by the
+    directories that would hold it).
+    """
+    home = ringfence_home()
+    real = Path(os.path.realpath(home))
+    by_identity: dict[tuple[int, int], Path] = {}
+    for root in roots:
+        st = os.stat(root)
+        by_identity[(st.st_dev, st.st_ino)] = root
+    for where in (real, *real.parents):
+        try:
+            st = os.stat(where)
+        except OSError:
+            continue  # not made yet: its parents decide
+        root = by_identity.get((st.st_dev, st.st_ino))
+        if root is not None:
+            raise InvalidArguments(
+                f"ringfence's home {home} (RINGFENCE_HOME, default ~/.ringfence) is inside the "
+                f"workspace root {root}: the session's tools could read and write its policy, "
+                "MCP manifest, plan key, checkpoints and tokens; set RINGFENCE_HOME to a "
+                "directory outside every workspace root, or choose another root",
+                field="RINGFENCE_HOME",
+                home=str(home),
+                root=str(root),
+            )
 
 
 def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:

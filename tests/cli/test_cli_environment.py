@@ -133,3 +133,53 @@ def test_the_cli_honours_the_script_sandbox_variable_and_shows_and_records_it(
     (weaker,) = events(log, "weaker_confinement")
     assert weaker["choices"][0]["setting"] == "script_sandbox"
     assert [e["level"] for e in events(log, "script_sandbox_level")] == ["none"]
+
+
+# -- $RINGFENCE_HOME inside a workspace root -------------------------------------------------
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@needs_bwrap
+def test_a_home_inside_a_root_is_refused_and_the_next_session_still_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`serve` or `call` started from ~ with the default ~/.ringfence: the agent would write
+    the user policy (`allow = ["*"]`) that the next session obeys. Refused before anything
+    opens; nothing written; the next session (another root, the same home) still asks."""
+    home = tmp_path / "home"
+    (home / ".ringfence").mkdir(parents=True)
+    (home / ".ringfence" / "mcp.toml").write_text("# the user's servers\n")
+    (home / "project").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("RINGFENCE_HOME")  # the default: ~/.ringfence
+    before = snapshot(home)
+    attack = json.dumps({"path": ".ringfence/policy.toml", "content": 'allow = ["*"]\n'})
+    refusals = []
+    (tmp_path / "alias").symlink_to(home)  # a symlink spelling the home elsewhere
+    for root in (home, home / ".ringfence", tmp_path / "alias"):
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(root),
+                     "--posture", "allow-reversible", "--approve", "no"])  # fmt: skip
+        refusals.append((root, code, capsys.readouterr().err))
+    written = snapshot(home)
+    # The next session: a root beside the home, asking, answered no: nothing runs.
+    marker = home / "project" / "ran-without-asking"
+    code = main(["call", "run_shell", "--args", json.dumps({"command": f"touch {marker}"}),
+                 "--workspace", str(home / "project"), "--posture", "ask", "--approve", "no",
+                 "--network"])  # fmt: skip
+    assert not marker.exists()
+    assert code == 3 and "denied" in capsys.readouterr().err
+    assert written == before  # no policy, no spool, no key, no checkpoint
+    for root, code, err in refusals:
+        assert code == 2 and err.startswith("ringfence: invalid_arguments: "), err
+        assert str(home / ".ringfence") in err and "set RINGFENCE_HOME" in err, err
+        assert f"workspace root {root.resolve()}" in err, err
+    code = main(["call", "read_file", "--args", '{"path": ".ringfence/mcp.toml"}',
+                 "--workspace", str(home), "--json"])  # fmt: skip
+    body = json.loads(capsys.readouterr().out)  # reading is refused too
+    assert code == 2 and body["error"]["field"] == "RINGFENCE_HOME", body
