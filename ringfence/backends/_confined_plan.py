@@ -391,6 +391,9 @@ class SandboxArgv:
     _layer_fd: int | None
     _landlock: str | None
     _kernel_layers: list[Layer]
+    # Read-only views of paths a hidden directory or the private /tmp would hide (an MCP
+    # server's program, its venv: ``_confined_exec.program_views``); run_shell has none.
+    _views: tuple[Path, ...] = ()
 
     @property
     def _switch_uid(self) -> bool:
@@ -457,9 +460,14 @@ class SandboxArgv:
             argv += ["--tmpfs", path]
         masks = [Path(m) for m in (*hidden, "/tmp", "/var/tmp")]
         made: set[Path] = set()
-        # What the supervisor needs, shown again if hidden: its interpreter and this package.
+        # What the supervisor needs, shown again if hidden: its interpreter (the base prefix,
+        # and the venv, which a copied interpreter needs for its pyvenv.cfg: a user's venv
+        # under /tmp) and this package; then the session's own views.
         python = os.path.realpath(sys.executable)
-        shown = [Path(os.path.realpath(p)) for p in (sys.base_prefix, _SUPERVISOR.parent.parent)]
+        supervisor = (sys.base_prefix, sys.prefix, _SUPERVISOR.parent.parent)
+        shown = list(dict.fromkeys(Path(os.path.realpath(p)) for p in supervisor))
+        shown += [v for v in self._views if v not in shown]
+        shown = [p for p in shown if not any(q != p and _inside(p, q) for q in shown)]
         for path in [*shown, *roots]:
             # Directories made inside a mask: searchable, so the roots' owner can reach a root
             # whose real parents are private (bwrap would copy their modes).
