@@ -12,7 +12,9 @@ Promised (as for ``run_shell``'s confined commands): new user, mount, PID,
 IPC, UTS and network namespaces, no capabilities; the host file system
 read-only, the roots read-only unless ``writable`` (then their git
 directories stay read-only), a private ``/tmp``, homes, ``/root``, ``/run``
-and the kernel's ``$HOME`` hidden; ``/proc`` of the sandbox only; no network
+the kernel's ``$HOME`` and ``$RINGFENCE_HOME`` hidden (what the server's
+command line names shown read-only again: :func:`program_views`); ``/proc``
+of the sandbox only; no network
 unless ``network``; Landlock (writes only beneath the writable roots,
 ``/tmp``, ``/var/tmp``, ``/dev``; no TCP without ``network``); the seccomp
 deny list; rlimits. When the server exits, everything it started is killed.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime import InvalidArguments, Unavailable
+from ..runtime import InvalidArguments, Unavailable, ringfence_home
 from ._confined_limits import _processes_of
 from ._mounts import LAYERS_DIR_VARIABLE, mount_of
 from ._shellstate import PERSIST_OPTION, persist_option
@@ -241,7 +241,8 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def _hidden_dirs(roots: list[Path]) -> list[str]:
-    """The directories hidden behind empty read-only ones: homes, /run, docker's state."""
+    """The directories hidden behind empty read-only ones: homes, /run, docker's state, and
+    ringfence's own home (its policy, MCP manifest, keys and checkpoints) wherever it is."""
     hidden = [h for h in _HIDDEN if os.path.isdir(h)]
     home = os.environ.get("HOME")
     if home and os.path.isdir(home):
@@ -249,6 +250,15 @@ def _hidden_dirs(roots: list[Path]) -> list[str]:
         inside_hidden = any(_inside(Path(real), Path(h)) for h in hidden)
         if real != "/" and not inside_hidden and not any(_inside(Path(real), r) for r in roots):
             hidden.append(real)
+    state = Path(os.path.realpath(ringfence_home()))
+    masks = [Path(h) for h in (*hidden, "/tmp", "/var/tmp")]  # the private /tmp hides already
+    if (
+        state.is_dir()
+        and state != Path("/")
+        and not any(_inside(state, m) for m in masks)
+        and not any(_inside(state, r) for r in roots)
+    ):
+        hidden.append(str(state))
     return hidden
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,29 @@ def test_a_home_inside_a_root_is_refused_and_the_next_session_still_asks(
                  "--workspace", str(home), "--json"])  # fmt: skip
     body = json.loads(capsys.readouterr().out)  # reading is refused too
     assert code == 2 and body["error"]["field"] == "RINGFENCE_HOME", body
+
+
+@needs_bwrap
+def test_a_home_outside_the_roots_is_hidden_from_run_shell(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A RINGFENCE_HOME outside the homes and /tmp (here under /var/lib): its readable files
+    (the MCP manifest may hold literal env values) are hidden from a confined command."""
+    try:
+        home = Path(tempfile.mkdtemp(prefix="ringfence-test-home-", dir="/var/lib"))
+    except OSError as exc:
+        pytest.skip(f"no directory outside /tmp and the homes to put a home in: {exc}")
+    try:
+        secret = f"literal-{secrets.token_hex(8)}"
+        (home / "mcp.toml").write_text(f"# API_KEY = {secret}\n")
+        (home / "mcp.toml").chmod(0o644)
+        home.chmod(0o755)
+        monkeypatch.setenv("RINGFENCE_HOME", str(home))
+        command = f"cat {home}/mcp.toml 2>/dev/null || echo hidden"
+        code = main(["call", "run_shell", "--args", json.dumps({"command": command}),
+                     "--workspace", str(ws), "--approve", "yes", "--json"])  # fmt: skip
+        body = json.loads(capsys.readouterr().out)
+        assert code == 0 and body["result"]["stdout"] == "hidden\n", body
+        assert secret not in json.dumps(body)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
