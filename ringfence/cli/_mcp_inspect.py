@@ -12,6 +12,7 @@ from ..mcp_host import (
     load_manifests,
 )
 from ..runtime import load_policy
+from ._environ import managed_policy
 from ._mcp_show import server_summary
 from ._output import envelope, print_json, print_ok
 
@@ -22,7 +23,10 @@ async def run_inspect(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
     # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
     roots = [args.workspace] if args.workspace else []
-    config = m.get(args.name).with_policy(load_policy(roots, project=bool(roots)).mcp)
+    managed = managed_policy()
+    config = m.get(args.name).with_policy(
+        load_policy(roots, project=bool(roots), managed=managed).mcp
+    )
     if args.timeout_seconds is not None:
         from dataclasses import replace
 

@@ -85,13 +85,14 @@ class Terminal:
 def test_a_form_is_asked_at_the_terminal_with_defaults_choices_and_validation(
     tmp_path: Path,
 ) -> None:
-    home = tmp_path / "home"
+    home, ws = tmp_path / "home", tmp_path / "ws"  # side by side: a home in a root is refused
+    ws.mkdir()
     add_form_server(home, "ask")
     events = tmp_path / "events.jsonl"
     env = {**os.environ, "RINGFENCE_HOME": str(home), "TERM": "xterm"}
     term = Terminal(
         [PYTHON, "-m", "ringfence", "call", "mcp.form.book", "--approve", "yes", "--json",
-         "--events", str(events), "--workspace", str(tmp_path)],
+         "--events", str(events), "--workspace", str(ws)],
         env, tmp_path,
     )  # fmt: skip
     try:
