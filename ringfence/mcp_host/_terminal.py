@@ -33,7 +33,7 @@ from typing import Any, TextIO
 import jsonschema
 import trio
 
-from ..runtime._approval import _visible
+from ..runtime._render import visible
 from ._elicitation import ElicitationAnswer, ElicitationPrompt, _is_multi_select
 
 __all__ = ["HeadlessElicitor", "TerminalElicitor", "cli_elicitor"]
@@ -44,7 +44,7 @@ _TYPE_WORDS = {"string": "text", "integer": "whole number", "number": "number", 
 
 def _shown(text: Any) -> str:
     """Server-written text, escaped and indented for the terminal."""
-    return _visible(str(text)).replace("\n", "\n    ")
+    return visible(str(text)).replace("\n", "\n    ")
 
 
 class HeadlessElicitor:
