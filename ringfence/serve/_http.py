@@ -355,9 +355,12 @@ async def serve_http(
     InvalidArguments when the address cannot be bound (in use, not local),
     naming it; refused binds are caught earlier, by :class:`HttpOptions`.
     """
-    server = build_server(kernel, expose=expose, logs=logs)
     kernel.register_secret(options.token)  # never echoed into results or events
     events = SessionEventStore()
+    # Several sessions share this server: each call is its session's (grants, log records).
+    if logs is not None:
+        logs.per_session()
+    server = build_server(kernel, expose=expose, logs=logs, session_key=events.current_session)
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         transport_security=options.sdk_security(),
