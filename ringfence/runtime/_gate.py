@@ -119,7 +119,8 @@ async def _ask(
     on_ask: AskHook | None,
 ) -> Decision:
     """An ``ask`` decision resolved: a session grant, else the approver's answer."""
-    grant = kernel._grants.find(spec.name, arguments)
+    grants = kernel._session_grants()  # the caller's own (Kernel.as_caller)
+    grant = grants.find(spec.name, arguments)
     if grant is not None:
         return Decision(
             Verdict.ALLOW,
@@ -158,7 +159,7 @@ async def _ask(
             rule=refused.rule,
         ).with_decision(refused)
     if answer.choice is Choice.SESSION:
-        kernel._grants.add(spec.name, arguments, answer.pattern)
+        grants.add(spec.name, arguments, answer.pattern)
         return Decision(Verdict.ALLOW, "approved:session", answer.reason)
     return Decision(Verdict.ALLOW, "approved:once", answer.reason)
 

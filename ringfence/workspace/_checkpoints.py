@@ -62,7 +62,7 @@ import orjson
 
 from ..runtime import InvalidArguments, NotFound, ToolError
 from ..runtime._files import ringfence_home
-from ._changes import ChangeSet, Image
+from ._changes import ChangeSet
 from ._names import escape_name
 from ._workspace import Workspace
 
@@ -384,42 +384,11 @@ class CheckpointStore:
         ]
 
     def diff(self, set_id: str) -> str:
-        """The change set as a unified diff (binary or non-UTF-8 content is named, not shown)."""
-        import difflib  # here: a session that never shows a diff does not import it
+        """The change set as a person reviews it: every change of kind and mode, and a unified
+        diff of the text, through the one renderer (see :mod:`._diff`)."""
+        from ._diff import render_changes
 
-        out: list[str] = []
-        for c in self.load(set_id).changes:
-            name = escape_name(c.path)
-            kinds = {c.before.kind if c.before else None, c.after.kind if c.after else None}
-            if "dir" in kinds and kinds <= {"dir", None}:
-                what = "new" if c.before is None else "deleted" if c.after is None else "mode of"
-                out.append(f"Directory {what} {name}/\n")
-                continue
-            old, new = self._text(c.before), self._text(c.after)
-            if old is None or new is None:
-                out.append(f"Binary or special entry {name} changed\n")
-                continue
-            before = f"a/{name}" if c.before is not None else "/dev/null"
-            after = f"b/{name}" if c.after is not None else "/dev/null"
-            out.extend(
-                difflib.unified_diff(
-                    old.splitlines(keepends=True), new.splitlines(keepends=True), before, after
-                )
-            )
-        return "".join(line if line.endswith("\n") else line + "\n" for line in out)
-
-    def _text(self, image: Image | None) -> str | None:
-        if image is None or image.kind == "dir":
-            return ""
-        if image.kind == "symlink" and image.digest:
-            return f"-> {os.fsdecode(self.get(image.digest))}\n"
-        if image.kind != "file" or image.digest is None:
-            return None
-        data = self.get(image.digest)
-        try:
-            return None if b"\0" in data else data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+        return render_changes(self.load(set_id).changes, self.get)
 
     # -- retention ---------------------------------------------------------------------
 

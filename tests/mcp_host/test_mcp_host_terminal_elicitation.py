@@ -97,6 +97,9 @@ def test_a_form_is_asked_at_the_terminal_with_defaults_choices_and_validation(
     )  # fmt: skip
     try:
         term.expect("asks you for input")
+        # Plainly the server's request, and what ringfence never asks for (issue 29, 8).
+        term.expect("are the server's, not ringfence's")
+        term.expect("ringfence never asks for a password, a token or a key in a form")
         term.expect("city [Oslo]: ")
         term.send("")  # the default, pre-filled
         term.expect("nights: ")
