@@ -105,9 +105,11 @@ _INTERPRETERS: dict[str, _Interpreter] = {
                           digits="Og", arg_long=frozenset({"--project", "--load"})),
     "tclsh": _Interpreter(""),
     "expect": _Interpreter("c", arg="bf"),
+    # gawk: -e/--source program text, -l/--load an extension (a shared library), -i/-E/-f
+    # program files
     "awk": _Interpreter(
-        "e", frozenset({"--source", "--exec", "--load", "--include"}), script="f",
-        arg="vFWil", arg_long=frozenset({"--assign", "--field-separator", "--file"}),
+        "el", frozenset({"--source", "--exec", "--load", "--include"}), script="fEi",
+        arg="vFW", arg_long=frozenset({"--assign", "--field-separator", "--file"}),
         program_operand=True,
     ),
     "pwsh": _Interpreter("ce", frozenset({"-command", "-encodedcommand", "-c", "-e"}),

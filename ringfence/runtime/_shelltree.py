@@ -108,11 +108,23 @@ class Walker:
                 self.acc.unresolved_(
                     "the shell parser dropped part of this command", self.text(node)
                 )
+            # `echo a > f b c`: tree-sitter-bash puts b and c in the redirection; they are
+            # arguments of the command (`rm >&2 -rf /` is `rm -rf /`)
+            extra = [w for r in node.named_children for w in _words_after_target(r)]
             for child in node.named_children:
                 if child.type in _REDIRECTS:
                     self.redirect(child)
+                elif extra and child.type == "command":
+                    self.command(child, extra)
+                    extra = []
                 else:
                     self.statement(child)
+            if extra:
+                self.acc.unresolved_(
+                    "words after a redirection that belong to no command", self.text(node)
+                )
+                for word in extra:
+                    self.word(word)
         elif kind in _REDIRECTS:
             self.redirect(node)
         elif kind in ("for_statement", "case_statement"):
@@ -179,7 +191,16 @@ class Walker:
         """The value of one word, walking any substitutions inside it as commands."""
         kind = node.type
         if kind == "word":
-            return _unquoted_word(self.text(node))
+            raw = self.text(node)
+            word = _unquoted_word(raw)
+            if not word.literal and _code_in_text(raw):
+                # a substitution tree-sitter-bash left as text: never trusted, read again
+                self.acc.unresolved_("a substitution the parser reads as plain text", raw)
+                sub = self.acc.parse(": " + raw, self.depth + 1, self.via)
+                self.acc.merge(
+                    replace(sub, commands=tuple(c for c in sub.commands if c.argv[0] != _COLON))
+                )
+            return word
         if kind == "number":
             return Word(self.text(node))
         if kind == "raw_string":
@@ -254,6 +275,11 @@ class Walker:
 
     def expansion(self, node: Any) -> None:
         """``${…}``: resolved when it only names a parameter and its operands are resolved words."""
+        whole = self.text(node)
+        if "`" in whole or "$(" in whole:
+            # a substitution anywhere inside: tree-sitter-bash may read it as text
+            # ("${x:-'`cmd`'}" runs cmd: single quotes are plain characters there)
+            self.acc.unresolved_("a substitution inside a parameter expansion", whole)
         named = 0
         for child in node.children:
             kind = child.type
@@ -271,15 +297,13 @@ class Walker:
                     self.acc.unresolved_("arithmetic over a variable's value", self.text(node))
             elif kind == "number":
                 continue
-            elif kind in ("word", "regex"):
-                # tree-sitter-bash leaves a substitution here as plain text: ${x:-`cmd`}
+            elif kind in ("word", "regex", "raw_string"):
+                # tree-sitter-bash leaves a substitution here as plain text: ${x:-`cmd`};
+                # it is parsed again so a deny rule sees the command
                 text = self.text(child)
                 if "`" in text or "$(" in text:
-                    self.acc.unresolved_(
-                        "a substitution inside a parameter expansion (the parser reads it as "
-                        "text, the shell runs it)",
-                        self.text(node),
-                    )
+                    if kind == "raw_string":
+                        text = text[1:-1]
                     sub = self.acc.parse(": " + text, self.depth + 1, self.via)
                     self.acc.merge(
                         replace(sub, commands=tuple(c for c in sub.commands if c.argv[0] != _COLON))
@@ -315,7 +339,8 @@ class Walker:
 
     # -- simple commands -------------------------------------------------------------
 
-    def command(self, node: Any) -> None:
+    def command(self, node: Any, extra: list[Any] | None = None) -> None:
+        """One simple command; ``extra``: its words the parser put after a redirection."""
         words: list[Word] = []
         # (start, end) bytes of each word: tree-sitter-bash sometimes splits one shell word
         # in two (''\a is the single word "a"); touching words are joined back.
@@ -350,6 +375,8 @@ class Walker:
                 self._append(words, spans, child, self.word(child))
         if _lost_text(self.src, node, children):
             self.acc.unresolved_("the shell parser dropped part of this command", self.text(node))
+        for word in extra or ():
+            self._append(words, spans, word, self.word(word))
         if words:
             emit_command(tuple(words), self.via, self.acc, self.depth, self.text(node))
 
@@ -419,6 +446,31 @@ class Walker:
             self.acc.unresolved_(
                 f"a redirection this matcher does not read ({operator})", self.text(node)
             )
+
+
+def _code_in_text(raw: str) -> bool:
+    """Whether unquoted word text holds a backquote or ``$(`` no backslash escapes."""
+    i = 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "`" or (ch == "$" and raw[i + 1 : i + 2] == "("):
+            return True
+        i += 1
+    return False
+
+
+def _words_after_target(node: Any) -> list[Any]:
+    """A file redirection's words after its target (tree-sitter-bash gives them the field
+    ``destination`` too); empty for any other node."""
+    if node.type != "file_redirect":
+        return []
+    found = [
+        c for i, c in enumerate(node.children) if node.field_name_for_child(i) == "destination"
+    ]
+    return found[1:]
 
 
 def _plain_subscript(src: bytes, node: Any) -> bool:

@@ -175,25 +175,21 @@ def _simple_wrapper(
     digits: bool = False,
     operands: int = 0,
     optional: Iterable[str] = (),
-    no_command: Iterable[str] = (),
     shell: bool = False,
 ) -> Any:
     """A wrapper that takes options, then ``operands`` words (timeout's DURATION), then the command.
 
-    ``no_command``: options that make it act on something else (``taskset -p PID``): it is
-    then the command itself. ``shell``: without a command it starts a shell, which reads
-    commands from its input (``unshare``, ``chroot``, ``nsenter``).
+    ``shell``: without a command it starts a shell, which reads commands from its input
+    (``unshare``, ``chroot``, ``nsenter``). Options that make it act on something else
+    (``taskset -p PID``) are not special: what follows is judged as a command, which at
+    worst is a program that does not exist.
     """
-    no_command = frozenset(no_command)
 
     def unwrap(
         argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator, depth: int, text: str
     ) -> None:
         i = _wrapped_at(argv, via, acc, text, with_arg, flags, digits=digits, optional=optional)
         if i is None:
-            return
-        if no_command and any(w.text.split("=", 1)[0] in no_command for w in argv[1:i]):
-            acc.commands.append(SimpleCommand(argv, via[:-1]))
             return
         if i + operands >= len(argv):
             if shell:
@@ -660,7 +656,6 @@ _WRAPPERS: dict[str, Any] = {
         (),
         ("-a", "--all-tasks", "-c", "--cpu-list", "-p", "--pid"),
         operands=1,
-        no_command=("-p", "--pid"),
     ),
     "chrt": _simple_wrapper(
         ("-T", "--sched-runtime", "-P", "--sched-period", "-D", "--sched-deadline"),
@@ -689,13 +684,11 @@ _WRAPPERS: dict[str, Any] = {
             "--max",
         ),
         operands=1,
-        no_command=("-p", "--pid", "-m", "--max"),
     ),
     "prlimit": _simple_wrapper(
         ("-p", "--pid", "-o", "--output"),
         ("--noheadings", "--raw", "--verbose"),
         optional=_PRLIMIT_RESOURCES,
-        no_command=("-p", "--pid"),
     ),
     "setpriv": _simple_wrapper(
         (
@@ -726,7 +719,6 @@ _WRAPPERS: dict[str, Any] = {
             "--init-groups",
             "--reset-env",
         ),
-        no_command=("-d", "--dump"),
     ),
     "unshare": _simple_wrapper(
         (
@@ -866,12 +858,10 @@ _WRAPPERS: dict[str, Any] = {
             "--seccomp-bpf",
             "--kill-on-exit",
         ),
-        no_command=("-p", "--attach"),
     ),
     "ltrace": _simple_wrapper(
         ("-a", "-A", "-D", "-e", "-F", "-l", "-n", "-o", "-p", "-s", "-u", "-x", "-L"),
         ("-b", "-c", "-C", "-f", "-i", "-r", "-S", "-t", "-tt", "-ttt", "-T", "-w"),
-        no_command=("-p",),
     ),
     "runuser": _runuser,
     "script": _script,

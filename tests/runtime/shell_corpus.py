@@ -136,6 +136,9 @@ _PARAMETER_EXPANSIONS = [
     _t(f"ls ${{x:-{S}}}", "$() in ${}"),
     _t(f'ls "${{x:={S}}}"', "$() in ${}"),
     _t(f"ls ${{x:-${{HOME#{T}}}}}", "backquote in ${}"),
+    # single quotes are plain characters inside a double-quoted ${…}: the backquote runs
+    _t(f"ls \"${{x:-'{T}'}}\"", "backquote in ${}"),
+    _t(f"echo \"${{x:-'{S}'}}\"", "$() in ${}"),
     _t(f"git status ${{x:-{T}}}", "backquote in ${}"),
     _t(f"git log -1 ${{HOME#{T}}} >/dev/null 2>&1", "backquote in ${}"),
     _t(f"ls; ls ${{x:-{T}}}", "backquote in ${}"),
@@ -541,6 +544,8 @@ _BENIGN = [
         "echo hi > build/out.txt",
         "echo 'x' | grep x",
         "echo -n x | wc -c",
+        "grep hello 2>/dev/null a.txt",
+        "ls >/dev/null -la src",
         'echo "$@" "${1}" "${arr[@]}"',
         "ls -la ${HOME%/}",
     )

@@ -155,6 +155,8 @@ TABLE: list[tuple[str, Verdict]] = [
     ("cd sub && echo hi > build/x", Q),
     ("find . -name x | xargs grep foo", Q),
     ("rm -rf $DIR", D),
+    ("rm >&2 -rf /", D),  # words after a redirection are the command's
+    ("rm 2>/dev/null -rf /", D),
     ("rm $FLAGS /", Q),
     ("''\\curl x", D),
     ("((x++))", Q),
