@@ -131,9 +131,10 @@ def interpreter_kind(name: str) -> str | None:
 
 
 # awk program text that can start a program or write a file: system(), a pipe to or from
-# a command, getline (from a command), gawk's indirect calls (@f) and extensions (@load),
-# print > FILE (also every `>` comparison: unsure is no).
-_AWK_STARTS = re.compile(r"system|\||getline|@|>")
+# a command (`print | "cmd"`, `"cmd" | getline`, gawk's `|&`), gawk's indirect calls (@f)
+# and extensions (@load), and `print > FILE` (a `>` after print/printf in one statement; a
+# `>` elsewhere is a comparison). Unsure is no: "system" inside a string counts too.
+_AWK_STARTS = re.compile(r"system|\||@|\bprintf?\b[^;}\n]*>")
 
 
 def _interpreter(
@@ -204,7 +205,7 @@ def _interpreter(
         if not operand.literal or _AWK_STARTS.search(operand.text):
             acc.unresolved_(
                 f"{name}: its program can start commands or write files (system(), pipes, "
-                "getline, >)",
+                "print > FILE)",
                 text,
             )
         operand = None
