@@ -37,7 +37,7 @@ __all__ = [
 # in a line whose other commands are all of these cannot have been written by that line.
 READS_ONLY = frozenset(
     {
-        ":", "[", "basename", "cat", "cd", "cmp", "cut", "date", "df", "diff", "dirname",
+        ":", "[", "basename", "cat", "cd", "cmp", "cut", "date", "df", "dirname",
         "du", "echo", "expr", "false", "grep", "head", "id", "jq", "ls", "md5sum",
         "nproc", "printf", "pwd", "readlink", "realpath", "seq", "sha1sum", "sha256sum",
         "sha512sum", "sleep", "stat", "tail", "test", "tr", "true", "uname", "uniq",
@@ -47,8 +47,8 @@ READS_ONLY = frozenset(
 
 # Programs that start no other program, whatever their arguments (GNU coreutils, util-linux,
 # shell builtins). Not here, on purpose: sort (--compress-program), install (--strip-program),
-# split (--filter), file (-z runs decompressors), egrep/fgrep/zcat/gunzip/which (scripts),
-# find, xargs, env, sed, awk, tar, git, make (they start programs).
+# split (--filter), diff (-l runs pr), file (-z runs decompressors), egrep/fgrep/zcat/gunzip/
+# which (scripts), find, xargs, env, sed, awk, tar, git, make (they start programs).
 STARTS_NO_PROGRAM = READS_ONLY | frozenset(
     {
         "b2sum", "base32", "base64", "break", "chgrp", "chmod", "chown", "cksum", "column",
