@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import posixpath
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,8 +26,11 @@ from typing import Any, Protocol, TextIO, runtime_checkable
 import trio
 
 from ._canonical import canonical_json
+from ._matchers import ArgvMatcher, RuleError, Tri
 from ._redact import name_segments
 from ._render import render_approval
+from ._rules import command_pattern
+from ._shellwords import parse_argv, parse_command
 
 __all__ = [
     "ApprovalAnswer",
@@ -79,7 +83,8 @@ class ApprovalAnswer:
     """An approver's answer. ``pattern`` widens a session grant to matching calls.
 
     ``pattern`` maps argument names to glob patterns (``{"path": "src/*"}``); a
-    path argument is matched per component on its normalized path, any other on
+    path argument is matched per component on its normalized path, ``command``
+    shell-aware (every command of the line, like an allow rule), any other on
     its string form; arguments it does not name must be equal (see :class:`Grant`).
     """
 
@@ -163,6 +168,43 @@ def match_path(value: str, pattern: str) -> bool:
     return walk(0, 0)
 
 
+# The argument a pattern matches shell-aware (the one the policy judges as a command line).
+COMMAND_ARGUMENT = "command"
+# Redirection targets that write no file.
+_NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+
+
+def match_command(value: Any, pattern: str) -> bool:
+    """Whether the command line ``value`` is covered by the command pattern ``pattern``.
+
+    ``pattern`` has the syntax of a rule's command pattern (``ls*``, ``git
+    status*``: a last word ending in ``*`` admits any further words) and is
+    matched like an allow rule, per simple command: the line must be read whole
+    (no unresolved part: substitutions, ``eval``, a shell fed its input, …),
+    write no file through a redirection, and every command in it, wrappers'
+    inner commands included, must match. So ``ls*`` covers ``ls -la | ls`` and
+    not ``ls; touch x`` (``*`` never crosses a ``;``). A pattern that is not
+    one is never matched.
+    """
+    try:
+        matcher = ArgvMatcher((command_pattern(pattern),))
+    except RuleError:
+        return False
+    if isinstance(value, str):
+        parsed = parse_command(value)
+    elif isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        parsed = parse_argv(value)
+    else:
+        return False
+    if not parsed.resolved or not parsed.commands:
+        return False
+    if any(
+        r.write and not (r.path.literal and r.path.text in _NOT_FILES) for r in parsed.redirects
+    ):
+        return False
+    return all(matcher.match_command(c, deny_side=False) is Tri.YES for c in parsed.commands)
+
+
 @dataclass(frozen=True)
 class Grant:
     """A "for this session" approval of one tool, for one call or a pattern of calls.
@@ -170,7 +212,8 @@ class Grant:
     Without a pattern the grant covers calls whose normalized arguments equal the
     approved call's. With one, every argument the pattern names must be present
     and match its glob (a path argument per component on its normalized path, see
-    :func:`match_path`; any other value on its string form), and every argument
+    :func:`match_path`; ``command`` shell-aware, every command of the line, see
+    :func:`match_command`; any other value on its string form), and every argument
     it does not name must be equal to the approved call's (``rest_key``): a grant
     of ``{"cwd": "sub"}`` never covers another command. Not promised: a pattern
     is matched on the argument as given, before any tool resolves it (symlinks).
@@ -194,6 +237,10 @@ class Grant:
             return False
         for name, glob in self.pattern.items():
             value = arguments[name]
+            if name == COMMAND_ARGUMENT:
+                if not match_command(value, glob):
+                    return False
+                continue
             if is_path_argument(name):
                 if not isinstance(value, str) or not match_path(value, glob):
                     return False  # a path pattern says nothing about a list or a number
@@ -277,11 +324,12 @@ class TerminalApprover:
     """Asks a person on a terminal: [o]nce, for this [s]ession, or [d]eny (the default).
 
     A session answer may name a pattern that widens the grant to calls whose
-    named arguments match it: ``s path=notes/*`` (``NAME=GLOB`` words, each
-    ``NAME`` an argument of the call asked about; see :class:`Grant` for how
-    paths match and that every argument not named must be equal). A pattern
-    that names no argument of the call, or an answer that is not understood,
-    is asked again. Prompts are serialized so concurrent calls never
+    named arguments match it: ``s path=notes/*``, ``s command="git status*"``
+    (``NAME=GLOB`` words, quoted as in a shell, each ``NAME`` an argument of the
+    call asked about; see :class:`Grant` for how paths and commands match and
+    that every argument not named must be equal). A pattern that names no
+    argument of the call, a command pattern that cannot be read, or an answer
+    that is not understood, is asked again. Prompts are serialized so concurrent calls never
     interleave their questions. End of input denies.
     """
 
@@ -309,7 +357,10 @@ class TerminalApprover:
 
 def _parse_terminal_answer(line: str, request: ApprovalRequest) -> ApprovalAnswer | str:
     """A typed answer as an ApprovalAnswer, or what to tell the person before asking again."""
-    words = line.split()
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        return f"cannot read the answer ({exc}); quote a pattern as in a shell"
     choice = _PROMPT_ANSWERS.get(words[0].lower() if words else "")
     if choice is None:
         return "please answer o, s or d"
@@ -325,6 +376,11 @@ def _parse_terminal_answer(line: str, request: ApprovalRequest) -> ApprovalAnswe
         if name not in request.arguments:
             names = ", ".join(sorted(request.arguments)) or "none"
             return f"{name!r} is not an argument of {request.tool} (its arguments: {names})"
+        if name == COMMAND_ARGUMENT:
+            try:
+                command_pattern(glob)
+            except RuleError as exc:
+                return f"command pattern {glob!r}: {exc.message}"
         pattern[name] = glob
     shown = " ".join(f"{k}={v}" for k, v in pattern.items())
     return ApprovalAnswer.session(f"answered session for {shown} at the terminal", pattern)
