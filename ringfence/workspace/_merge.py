@@ -549,6 +549,10 @@ def merge_changes(
                     + "; nothing was changed (--force overwrites them)",
                     conflicts=conflicts,
                 )
+        # The guarantee: the tree the set leaves, judged as git and the kernel will read it.
+        from ._treecheck import check_resulting_tree  # loaded by the first merge
+
+        check_resulting_tree(resolver, accepted, blobs)
         st = os.fstat(resolver.roots[0].fd)
         owner = (st.st_uid, st.st_gid)
         applied: list[Change] = []

@@ -431,7 +431,7 @@ def _write(
     made_paths: list[tuple[int, list[str]]] = []  # the same, as (root, names) for record
 
     def make_dir(place: Place, name: str) -> None:
-        if make_checked_dir(place, name, made):
+        if make_checked_dir(place, name, made, resolver):
             made_paths.append((place.root.index, [*place.names, name]))
 
     def op(place: Place) -> dict[str, Any]:
@@ -470,8 +470,14 @@ def _write(
                 os.close(dir_fd)
 
 
-def make_checked_dir(place: Place, name: str, made: list[tuple[int, str]]) -> bool:
-    """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made."""
+def make_checked_dir(
+    place: Place, name: str, made: list[tuple[int, str]], resolver: Resolver | None = None
+) -> bool:
+    """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made.
+
+    With ``resolver`` (the file tools), the tree the new directory leaves is judged too
+    (:func:`._treecheck.check_resulting_tree`); a merge judged its whole set before.
+    """
     display = place.display(name)
     if is_dotgit(name):
         raise GitMetadata(f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path")
@@ -487,6 +493,14 @@ def make_checked_dir(place: Place, name: str, made: list[tuple[int, str]]) -> bo
             f"{display} cannot be created: its directory does not allow creating entries",
             field="path",
         )
+    if resolver is not None and not place.root.is_host:
+        # A new directory can complete a git directory through a link elsewhere
+        # (``objects -> ../o``): judged on the resulting tree, as a merge is.
+        from ._changes import Change, Image
+        from ._treecheck import check_resulting_tree
+
+        path = "/".join([*place.names, name])
+        check_resulting_tree(resolver, [Change(place.root.index, path, None, Image("dir", 0o755))])
     try:
         os.mkdir(name, 0o777, dir_fd=place.dir_fd)
     except FileExistsError:
