@@ -642,7 +642,10 @@ def _entries(dirs: _Dirs, change: Change) -> list[str]:
     def op(place: Place) -> list[str]:
         assert place.leaf is not None
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(place.leaf, flags, dir_fd=place.dir_fd)
+        try:
+            fd = os.open(place.leaf, flags, dir_fd=place.dir_fd)
+        except (FileNotFoundError, NotADirectoryError):
+            return []  # a directory the set itself made: nothing of anyone else's below it
         try:
             return os.listdir(fd)
         finally:

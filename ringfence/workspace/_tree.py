@@ -17,6 +17,7 @@ to judge, never to write (a link may lead there).
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -207,7 +208,8 @@ def realpath(view: TreeView, path: str) -> tuple[str, bool]:
     seen: dict[str, str | None] = {}
     budget = [MAX_LINKS]
     resolved, ok = _join_real(view, "/" if path.startswith("/") else "", path, seen, budget)
-    return resolved or "/", ok
+    # realpath ends in abspath: what a loop left unresolved ("L/..") is normalized lexically.
+    return posixpath.normpath(resolved or "/"), ok
 
 
 def _join_real(

@@ -88,9 +88,10 @@ def is_git_dir(view: TreeView, gitdir: str) -> bool:
     if not _head_valid(view, gitdir):
         return False
     common = gitdir
-    found = resolve(view, _join(gitdir, "commondir"))
-    if found is not None:
-        content = view.read(found[0], found[1], _COMMONDIR_READ)
+    # git's file_exists() is an lstat: a dangling link counts, and then git dies reading it.
+    if resolve(view, _join(gitdir, "commondir"), follow=False) is not None:
+        found = resolve(view, _join(gitdir, "commondir"))
+        content = view.read(found[0], found[1], _COMMONDIR_READ) if found else None
         if not content:
             return True  # git dies reading it; counted as a repository (the safe side)
         text = os.fsdecode(content.split(b"\0", 1)[0].rstrip(b"\r\n"))
