@@ -19,10 +19,11 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from operator import itemgetter
 from typing import NamedTuple
 
-from ._changes import Blobs, Change
+from ._changes import Blobs, Change, Image
 
 __all__ = ["MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
 
@@ -56,6 +57,9 @@ def _kind(mode: int) -> str:
     return "other"
 
 
+_ROOT, _PATH, _AFTER = itemgetter(0), itemgetter(1), itemgetter(3)  # Change's fields
+
+
 class _Root(NamedTuple):
     path: str
     fd: int
@@ -72,29 +76,25 @@ class TreeView:
     def __init__(
         self,
         roots: Sequence[tuple[str, int]],
-        changes: Iterable[Change] = (),
+        changes: Sequence[Change] = (),
         blobs: Blobs | None = None,
     ) -> None:
         self.roots = [_Root(p.rstrip("/") or "/", fd) for p, fd in roots]
         # Longest first: a path belongs to the innermost root that holds it.
         self._by_length = sorted(range(len(self.roots)), key=lambda i: -len(self.roots[i].path))
         self.blobs = blobs
-        # Per root: each changed path's final state, and the paths whose directory did not
-        # stay a directory throughout (what was on disk below them is gone).
-        self._final: dict[tuple[int, str], Node | None] = {}
-        self._cut: set[tuple[int, str]] = set()
-        for root, path, before, after in changes:
-            key = (root, path)
-            self._final[key] = (
-                None if after is None else Node(after.kind, after.mode, after.digest, None)
+        # Each changed path's final state (after-images, made into nodes when looked up).
+        # Built in C (a command's set can be 10,000 changes); what was on disk below a path
+        # the set removed, replaced or made (``_cut``) is found on first need.
+        self._changes = changes
+        self._final: dict[tuple[int, str], Image | None] = dict(
+            zip(
+                zip(map(_ROOT, changes), map(_PATH, changes), strict=True),
+                map(_AFTER, changes),
+                strict=True,
             )
-            if not (
-                before is not None
-                and before.kind == "dir"
-                and after is not None
-                and after.kind == "dir"
-            ):
-                self._cut.add(key)
+        )
+        self._cut: set[tuple[int, str]] | None = None
         self._cache: dict[str, Node | None] = {}
 
     # -- where a path lies ---------------------------------------------------------------
@@ -111,6 +111,16 @@ class TreeView:
 
     def inside(self, path: str) -> bool:
         return self.locate(path) is not None
+
+    def _gone(self) -> set[tuple[int, str]]:
+        """The paths whose directory did not stay a directory throughout the set."""
+        if self._cut is None:
+            self._cut = {
+                (c[0], c[1])
+                for c in self._changes
+                if c[2] is None or c[3] is None or c[2][0] != "dir" or c[3][0] != "dir"
+            }
+        return self._cut
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -133,16 +143,14 @@ class TreeView:
                 return None
             return Node(_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, None)
         if where in self._final:
-            return self._final[where]
+            image = self._final[where]
+            return None if image is None else Node(image.kind, image.mode, image.digest, None)
         root, rel = where
-        if self._cut and rel:
-            parent = rel
-            while parent:
-                parent = parent.rpartition("/")[0]
-                if (root, parent) in self._cut:
-                    return None  # below a directory the set removed or made
-                if not parent:
-                    break
+        parent = rel
+        while "/" in parent:
+            parent = parent.rpartition("/")[0]
+            if (root, parent) in self._final and (root, parent) in self._gone():
+                return None  # below a directory the set removed, replaced or made
         try:
             st = os.stat(rel or ".", dir_fd=self.roots[root].fd, follow_symlinks=False)
         except (OSError, ValueError):

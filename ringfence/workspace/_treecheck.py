@@ -13,8 +13,8 @@ will read it.
   directory, or an executable file, through links). A set is refused whole
   when what git finds at any directory would differ afterwards. Only
   directories where it can differ are looked at: those where the set
-  touches a name git reads (``HEAD``, ``objects``, ``refs``, ``commondir``,
-  ``.git``; case-folded), those an up-to-date scan finds holding such names
+  touches a name git reads (``HEAD``, ``objects``, ``refs``, ``commondir``;
+  case-folded; a ``.git`` name is refused by name before), those an up-to-date scan finds holding such names
   already (a candidate completed through a link or a ``commondir``
   elsewhere), the parents of every ``.git`` entry, and the roots. Anywhere
   else what git finds is unchanged: the names it needs are not there,
@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from itertools import chain, compress, repeat
+from operator import itemgetter
 from typing import Any
 
 from ..runtime import GitMetadata, InvalidArguments
 from ._changes import Blobs, Change
-from ._gitguard import GITFILE_MAX_BYTES, is_dotgit, parse_gitfile, valid_head
+from ._gitguard import GITFILE_MAX_BYTES, parse_gitfile, valid_head
 from ._gitmeta import GitSnapshot
 from ._names import escape_name
 from ._resolver import Resolver
@@ -49,6 +51,9 @@ __all__ = ["check_resulting_tree", "git_at", "is_git_dir"]
 
 # Names git's discovery reads in a directory (case-folded: a case-insensitive directory too).
 _GIT_NAMES = frozenset({"head", "objects", "refs", "commondir"})
+# Fields, for passes over a set that run in C.
+_ROOT, _PATH, _BEFORE, _AFTER = (itemgetter(i) for i in range(4))
+_HEAD, _LEAF, _KIND = itemgetter(0), itemgetter(2), itemgetter(0)
 _HEAD_READ = 255  # git's validate_headref reads this much
 _COMMONDIR_READ = 4096
 
@@ -169,14 +174,19 @@ def check_resulting_tree(
     def absolute(root: int, path: str) -> str:
         return _join(root_paths[root], path) if path else root_paths[root]
 
-    _check_physical(after, changes, absolute)
+    # One pass each, in C: a command's set can be 10,000 changes (see _tree).
+    written = list(compress(changes, map(_AFTER, changes)))
+    _check_physical(after, written, absolute)
 
     # Git: every directory where what discovery finds may differ.
     candidates: dict[str, None] = dict.fromkeys(root_paths)
-    for change in changes:
-        parent, _, leaf = change.path.rpartition("/")
-        if leaf.lower() in _GIT_NAMES or is_dotgit(leaf):
-            candidates[absolute(change.root, parent)] = None
+    # (A .git name never gets here: both callers refuse it by name first.)
+    leaves = set(map(_LEAF, map(str.rpartition, map(_PATH, changes), repeat("/"))))
+    if not set(map(str.lower, leaves)).isdisjoint(_GIT_NAMES):
+        for change in changes:
+            parent, _, leaf = change.path.rpartition("/")
+            if leaf.lower() in _GIT_NAMES:
+                candidates[absolute(change.root, parent)] = None
     for key, state in snapshot.dirs.items():
         if state.volatile:
             candidates[absolute(*key)] = None
@@ -195,11 +205,8 @@ def check_resulting_tree(
             )
 
     # Links: only a set that makes, removes or replaces a link can move any link's target.
-    if not any(
-        (c.before is not None and c.before.kind == "symlink")
-        or (c.after is not None and c.after.kind == "symlink")
-        for c in changes
-    ):
+    images = chain(filter(None, map(_BEFORE, changes)), filter(None, map(_AFTER, changes)))
+    if "symlink" not in set(map(_KIND, images)):
         return
     made = {(c.root, c.path) for c in changes if c.after is not None and c.after.kind == "symlink"}
     for key in made:
@@ -228,21 +235,17 @@ def _leaves(where: str, target: str, existing: bool = False) -> InvalidArguments
     )
 
 
-def _check_physical(after: TreeView, changes: Sequence[Change], absolute: Any) -> None:
+def _check_physical(after: TreeView, written: Sequence[Change], absolute: Any) -> None:
     """Every path the set writes lies in a directory of the resulting tree (never a link):
     a change set names physical paths, so the view judges what will be written."""
-    checked: set[tuple[int, str]] = set()
-    for change in changes:
-        parent = change.path.rpartition("/")[0]
-        key = (change.root, parent)
-        if change.after is None or not parent or key in checked:
+    parents = map(_HEAD, map(str.rpartition, map(_PATH, written), repeat("/")))
+    for root, parent in set(zip(map(_ROOT, written), parents, strict=True)):
+        if not parent:
             continue
-        checked.add(key)
-        node: Node | None = after.lstat(absolute(*key))
+        node: Node | None = after.lstat(absolute(root, parent))
         if node is not None and node.kind != "dir":
-            shown = escape_name(change.path)
             raise InvalidArguments(
-                f"{shown}: its directory is not a directory after this change set "
+                f"a change below {escape_name(parent)}: not a directory after this change set "
                 f"(a {node.kind}); the change set was refused as a whole, nothing was changed",
                 field="path",
             )
