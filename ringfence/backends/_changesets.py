@@ -94,23 +94,34 @@ async def merge_or_stage(
         "checkpoint", id=changes["id"], paths=_paths(report.applied), refused=refused[:MAX_REPORTED]
     )
     if refused:
-        error = GitMetadata if refused[0]["code"] == "git_metadata" else InvalidArguments
-        shown = ", ".join(f"{r['path']} ({r['code']})" for r in refused[:_SHOWN_IN_MESSAGE])
-        extra = len(refused) - _SHOWN_IN_MESSAGE
-        more = f" and {extra} more (details.changes.refused)" if extra > 0 else ""
         rest = (
             f"the rest ({changes['files']} entries) was merged as change set {cs.id}"
             if report.applied
             else "nothing else was changed"
         )
-        raise error(
-            f"the command ran (exit code {result.exit_code}); refused at the merge: "
-            f"{shown}{more}; none of these reached the workspace; {rest}",
-            field="command",
-            changes=changes,
-            exit_code=result.exit_code,
-        )
+        raise _refused(refused, result, "the merge", rest, changes)
     return {**out, "changes": changes}
+
+
+def _refused(
+    refused: list[dict[str, Any]],
+    result: ShellResult,
+    where: str,
+    rest: str,
+    changes: dict[str, Any],
+) -> RingfenceError:
+    """The error naming the entries refused at ``where`` (the first one's code)."""
+    error = GitMetadata if refused[0]["code"] == "git_metadata" else InvalidArguments
+    shown = ", ".join(f"{r['path']} ({r['code']})" for r in refused[:_SHOWN_IN_MESSAGE])
+    extra = len(refused) - _SHOWN_IN_MESSAGE
+    more = f" and {extra} more (details.changes.refused)" if extra > 0 else ""
+    return error(
+        f"the command ran (exit code {result.exit_code}); refused at {where}: "
+        f"{shown}{more}; none of these reached the workspace; {rest}",
+        field="command",
+        changes=changes,
+        exit_code=result.exit_code,
+    )
 
 
 def _capture(
@@ -180,9 +191,30 @@ def _save_and_merge(
         staged=staging,
     )
     store.save(cs)  # before anything is merged: every before-image is kept
-    if staging:
-        return cs, None
     from ..workspace import merge_changes  # the change-set writer, loaded by the first merge
+
+    if staging:
+        # A dry run stages only what applying would merge: judged now, nothing merged.
+        try:
+            judged = merge_changes(
+                store.workspace, changes, store, atomic=not merge_rest, judge_only=True
+            )
+        except RingfenceError as exc:
+            raise exc.with_(
+                message=f"the command ran (exit code {result.exit_code}) but its changes "
+                f"cannot be staged: {exc.message}; they are kept as change set {cs.id}",
+                details={**exc.details, "changes": {"id": cs.id, "files": 0, "staged": True}},
+            ) from exc.__cause__
+        if judged.refused:
+            kept = {"id": cs.id, "files": 0, "refused": list(judged.refused[:MAX_REPORTED])}
+            raise _refused(
+                list(judged.refused),
+                result,
+                "staging",
+                f"nothing was staged; the command's changes are kept as change set {cs.id}",
+                {**kept, "staged": True},
+            )
+        return cs, None
 
     try:
         report = merge_changes(

@@ -489,6 +489,7 @@ def merge_changes(
     force: bool = False,
     durable: bool = True,
     sources: UpperFiles | None = None,
+    judge_only: bool = False,
 ) -> MergeReport:
     """Apply ``changes`` to the workspace through the guarded writer (see the module docstring).
 
@@ -511,30 +512,14 @@ def merge_changes(
     own copy of the bytes, so no stored image shares an inode with the
     workspace). Every check and refusal is the same either way. Closed
     when the merge ends.
+
+    ``judge_only`` (a dry run staging the set): every refusal and check is made
+    as for a merge (the conflict check too, unless ``force``), nothing is
+    applied; the report's ``applied`` is what would be.
     """
     resolver = workspace._resolver
     with resolver:
-        roots = [str(r.path) for r in resolver.roots]
-        refused: list[dict[str, Any]] = []
-        errors: list[RingfenceError] = []
-        accepted: list[Change] = []
-        plain: set[tuple[int, str]] = set()
-        for change in changes:
-            error = _refusal(change, roots, blobs, plain)
-            if error is not None:
-                errors.append(error)
-                refused.append(
-                    {"path": escape_name(change.path), "code": error.code, "message": error.message}
-                )
-            else:
-                accepted.append(change)
-        if errors and atomic:
-            first = errors[0]
-            raise first.with_(
-                message=f"{first.message}; the change set was refused as a whole "
-                f"({len(errors)} refused entries), nothing was changed",
-                details={**first.details, "refused": refused},
-            )
+        accepted, refused = _judged(resolver, changes, blobs, atomic)
         known: _Known = dict(sources.known) if sources is not None else {}
         if not force:
             looked = _Dirs(resolver)
@@ -553,6 +538,8 @@ def merge_changes(
         from ._treecheck import check_resulting_tree  # loaded by the first merge
 
         check_resulting_tree(resolver, accepted, blobs)
+        if judge_only:
+            return MergeReport(tuple(accepted), tuple(refused))
         st = os.fstat(resolver.roots[0].fd)
         owner = (st.st_uid, st.st_gid)
         applied: list[Change] = []
@@ -595,6 +582,35 @@ def merge_changes(
             if sources is not None:
                 sources.close()
         return MergeReport(tuple(applied), tuple(refused))
+
+
+def _judged(
+    resolver: Resolver, changes: Sequence[Change], blobs: Blobs, atomic: bool
+) -> tuple[list[Change], list[dict[str, Any]]]:
+    """(the changes accepted, the entries refused) by the entry-by-entry rules; with
+    ``atomic``, any refused entry raises its error for the whole set."""
+    roots = [str(r.path) for r in resolver.roots]
+    refused: list[dict[str, Any]] = []
+    errors: list[RingfenceError] = []
+    accepted: list[Change] = []
+    plain: set[tuple[int, str]] = set()
+    for change in changes:
+        error = _refusal(change, roots, blobs, plain)
+        if error is not None:
+            errors.append(error)
+            refused.append(
+                {"path": escape_name(change.path), "code": error.code, "message": error.message}
+            )
+        else:
+            accepted.append(change)
+    if errors and atomic:
+        first = errors[0]
+        raise first.with_(
+            message=f"{first.message}; the change set was refused as a whole "
+            f"({len(errors)} refused entries), nothing was changed",
+            details={**first.details, "refused": refused},
+        )
+    return accepted, refused
 
 
 def _conflicts(dirs: _Dirs, changes: Sequence[Change], known: _Known | None = None) -> list[str]:

@@ -379,11 +379,19 @@ _GIT_EXPLANATION = (
 
 
 def write_text(
-    resolver: Resolver, access: Access, path: str, content: str, *, record: Recorder | None = None
+    resolver: Resolver,
+    access: Access,
+    path: str,
+    content: str,
+    *,
+    record: Recorder | None = None,
+    dry: bool = False,
 ) -> dict[str, Any]:
-    """Create or replace a file (see :meth:`Workspace.write_text`)."""
+    """Create or replace a file (see :meth:`Workspace.write_text`); ``dry``: only judge it."""
     data = _encode(content, "content")
-    return _write(resolver, access, path, lambda place: (data, None), create=True, record=record)
+    return _write(
+        resolver, access, path, lambda place: (data, None), create=True, record=record, dry=dry
+    )
 
 
 def edit_text(
@@ -394,8 +402,10 @@ def edit_text(
     new: str,
     *,
     record: Recorder | None = None,
+    dry: bool = False,
 ) -> dict[str, Any]:
-    """Replace the one occurrence of ``old`` (see :meth:`Workspace.edit_text`)."""
+    """Replace the one occurrence of ``old`` (see :meth:`Workspace.edit_text`); ``dry``: only
+    judge it."""
     if not old:
         raise InvalidArguments("old is empty; give the exact text to replace", field="old")
     _encode(old, "old")
@@ -404,7 +414,7 @@ def edit_text(
     def produce(place: Place) -> tuple[bytes, Expected]:
         return _edited(place, old, new)
 
-    result = _write(resolver, access, path, produce, create=False, record=record)
+    result = _write(resolver, access, path, produce, create=False, record=record, dry=dry)
     result.pop("created", None)
     result["replacements"] = 1
     return result
@@ -418,7 +428,11 @@ def _write(
     *,
     create: bool,
     record: Recorder | None = None,
+    dry: bool = False,
 ) -> dict[str, Any]:
+    """The walk every write ends in. ``dry`` (a dry run staging the call): every check the
+    write would make, nothing written; below a directory it would create, judged down to
+    that directory (its apply judges the rest again, as it writes)."""
     check_path_string(path)
     for name in path.split("/"):
         if is_dotgit(name):
@@ -431,6 +445,9 @@ def _write(
     made_paths: list[tuple[int, list[str]]] = []  # the same, as (root, names) for record
 
     def make_dir(place: Place, name: str) -> None:
+        if dry:
+            make_checked_dir(place, name, made, resolver, create=False)
+            raise _Judged(place.display(name))
         if make_checked_dir(place, name, made, resolver):
             made_paths.append((place.root.index, [*place.names, name]))
 
@@ -451,6 +468,8 @@ def _write(
                 + _GIT_EXPLANATION,
                 field="path",
             )
+        if dry:
+            return {"path": display, "bytes": len(data)}
         if record is not None:
             # The before- and after-images are stored before the write becomes visible.
             record(place, data, made_paths)
@@ -460,6 +479,8 @@ def _write(
     with resolver:
         try:
             return resolver.walk(path, op, access=access, make_dir=make_dir if create else None)
+        except _Judged as judged:  # a dry run reached a directory the write would create
+            return {"path": judged.args[0]}
         except BaseException:
             for dir_fd, name in reversed(made):
                 with contextlib.suppress(OSError):
@@ -470,8 +491,17 @@ def _write(
                 os.close(dir_fd)
 
 
+class _Judged(Exception):
+    """A dry run's walk stops at the first directory the write would create (judged)."""
+
+
 def make_checked_dir(
-    place: Place, name: str, made: list[tuple[int, str]], resolver: Resolver | None = None
+    place: Place,
+    name: str,
+    made: list[tuple[int, str]],
+    resolver: Resolver | None = None,
+    *,
+    create: bool = True,
 ) -> bool:
     """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made.
 
@@ -501,6 +531,8 @@ def make_checked_dir(
 
         path = "/".join([*place.names, name])
         check_resulting_tree(resolver, [Change(place.root.index, path, None, Image("dir", 0o755))])
+    if not create:
+        return False
     try:
         os.mkdir(name, 0o777, dir_fd=place.dir_fd)
     except FileExistsError:
