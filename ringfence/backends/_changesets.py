@@ -144,7 +144,8 @@ def _capture(
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
     with collector_paused():  # ~60,000 objects, none in a cycle: see _collector
-        pack = store.pack()
+        # A set larger than the store keeps is refused whole as it is read (nothing stored).
+        pack = store.pack(limit_bytes=int(store.retention.max_mib * (1 << 20)))
         try:
             changes: list[Change] = []
             uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]] = {}
