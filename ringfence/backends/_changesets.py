@@ -191,10 +191,10 @@ def _save_and_merge(
         call_id=ctx.call_id,
         staged=staging,
     )
-    store.save(cs)  # before anything is merged: every before-image is kept
     from ..workspace import merge_changes  # the change-set writer, loaded by the first merge
 
-    if staging:
+    if staging:  # nothing written: no journal (see _merge_journaled)
+        store.save(cs)
         # A dry run stages only what applying would merge: judged now, nothing merged.
         try:
             judged = merge_changes(
@@ -216,7 +216,24 @@ def _save_and_merge(
                 {**kept, "staged": True},
             )
         return cs, None
+    # Journaled: a process killed from here on is rolled back at the next start (_journal).
+    with store.journal.writing(cs.id):
+        store.save(cs)  # before anything is merged: every before-image is kept
+        return _merge_saved(result, store, cs, merge_rest, sources, notices)
 
+
+def _merge_saved(
+    result: ShellResult,
+    store: CheckpointStore,
+    cs: ChangeSet,
+    merge_rest: bool,
+    sources: UpperFiles,
+    notices: list[str],
+) -> tuple[ChangeSet | None, MergeReport | None]:
+    """Merge the saved set ``cs``; its manifest ends as what was applied (or staged, or gone)."""
+    from ..workspace import merge_changes
+
+    changes = cs.changes
     try:
         report = merge_changes(
             store.workspace,

@@ -64,6 +64,7 @@ import orjson
 from ..runtime import InvalidArguments, NotFound, ToolError, Unavailable
 from ..runtime._files import ringfence_home
 from ._changes import ChangeSet, Image
+from ._journal import Journal, Recovery, recover
 from ._names import escape_name
 from ._workspace import Workspace
 
@@ -134,8 +135,14 @@ class CheckpointStore:
         self._set_cache: dict[str, tuple[tuple[int, int, int], frozenset[str]]] = {}
         self._blob_cache: dict[str, tuple[int, float]] = {}
         self._index_cache: dict[str, tuple[list[tuple[str, int, int]], float]] = {}
+        self._journal_dir: int | None = None
+        self.journal = Journal(self)
         if self._open(create=False) is not None:
+            # A process killed while it wrote the workspace: its operation rolled back first.
+            self.recovered = recover(self)
             self.prune()
+        else:
+            self.recovered = Recovery()
 
     def _open(self, *, create: bool) -> tuple[int, int, int] | None:
         """The (blobs, sets, packs) descriptors; the store is made on its first write."""
@@ -172,12 +179,46 @@ class CheckpointStore:
         assert fds is not None
         return fds[2]
 
+    @property
+    def _journal_fd(self) -> int:
+        fd = self.journal_fd_if_any(create=True)
+        assert fd is not None
+        return fd
+
+    def journal_fd_if_any(self, *, create: bool = False) -> int | None:
+        """The journal directory (made on the first operation that writes the workspace)."""
+        if self._journal_dir is None:
+            fds = self._open(create=create)
+            if fds is None:
+                return None
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fds[1])
+            try:
+                if not create:
+                    try:
+                        self._journal_dir = os.open(
+                            "journal",
+                            os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=parent,
+                        )
+                    except FileNotFoundError:
+                        return None
+                else:
+                    self._journal_dir = _subdir(parent, "journal")
+            finally:
+                os.close(parent)
+        return self._journal_dir
+
     def close(self) -> None:
+        self.journal.close()
         with self._open_lock:
             for fd in self._fds or ():
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._fds = None
+            if self._journal_dir is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._journal_dir)
+                self._journal_dir = None
 
     # -- blobs -------------------------------------------------------------------------
 

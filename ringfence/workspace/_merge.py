@@ -56,11 +56,13 @@ from ._writer import (
     MAX_PATH_BYTES,
     check_git_chain,
     dir_denies_create,
+    is_temp_name,
     make_checked_dir,
     replace_file,
+    temp_name,
 )
 
-__all__ = ["MergeReport", "merge_changes"]
+__all__ = ["MergeReport", "merge_changes", "roll_back"]
 
 _MERGEABLE = frozenset({"file", "symlink", "dir"})
 _NOT_NAMES = frozenset({"", ".", ".."})  # path components that name no entry of their own
@@ -335,7 +337,7 @@ def _apply_one(
             else:
                 found_dir = None
             if after.kind == "symlink":
-                temp = f".ringfence-{os.urandom(8).hex()}.tmp"
+                temp = temp_name()
                 os.symlink(os.fsdecode(data), temp, dir_fd=dir_fd)
                 try:
                     os.replace(temp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -582,6 +584,75 @@ def merge_changes(
             if sources is not None:
                 sources.close()
         return MergeReport(tuple(applied), tuple(refused))
+
+
+def roll_back(
+    workspace: Workspace, changes: Sequence[Change], blobs: Blobs
+) -> tuple[int, list[str]]:
+    """Put back what an interrupted merge of ``changes`` applied: ``(changes undone, paths left)``.
+
+    Newest first, a path holding a change's after-image gets its before-image
+    back (through the merge's own writer; a directory is removed only when
+    empty, so nothing the set did not make goes with it); a path holding the
+    before-image is passed over; a path in neither state (changed since by
+    someone else) is left as it is and named. Then the writers' temporary
+    files (``.ringfence-*.tmp``) are removed from every directory the set
+    touched. Durable (one ``syncfs``): a recovery must not be lost to the
+    next crash.
+    """
+    resolver = workspace._resolver
+    undone, left = 0, []
+    with resolver:
+        st = os.fstat(resolver.roots[0].fd)
+        owner = (st.st_uid, st.st_gid)
+        dirs = _Dirs(resolver)
+        to_sync: dict[tuple[int, int], int] = {}
+        try:
+            for change in reversed(changes):
+                if not 0 <= change.root < len(resolver.roots):
+                    continue
+                current = _current(dirs, change)
+                if _exactly(current, change.before):
+                    continue
+                if not _exactly(current, change.after):
+                    left.append(escape_name(change.path))
+                    continue
+                _apply_one(dirs, change.inverse(), blobs, owner, to_sync, keep_full_dirs=True)
+                undone += 1
+            for root, parent in dict.fromkeys((c.root, c.path.rpartition("/")[0]) for c in changes):
+                if 0 <= root < len(resolver.roots):
+                    _remove_temps(resolver, root, parent, is_temp_name)
+        finally:
+            dirs.close()
+            sync_and_close(to_sync)
+    return undone, left
+
+
+def _exactly(current: Image | None, wanted: Image | None) -> bool:
+    """:func:`same_state`, and the same permission bits (a link's are not its own)."""
+    if not same_state(current, wanted):
+        return False
+    return current is None or current.kind == "symlink" or current.mode == wanted.mode  # type: ignore[union-attr]
+
+
+def _remove_temps(
+    resolver: Resolver, root: int, parent: str, is_temp: Callable[[str], bool]
+) -> None:
+    where = parent if root == 0 else posixpath.join(str(resolver.roots[root].path), parent)
+
+    def op(place: Place) -> None:
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(place.leaf or ".", flags, dir_fd=place.dir_fd)
+        try:
+            for name in os.listdir(fd):
+                if is_temp(name):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+
+    with contextlib.suppress(RingfenceError, OSError):
+        resolver.walk(where or ".", op, access=CONFINED)
 
 
 def _judged(

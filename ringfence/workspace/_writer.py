@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable
@@ -64,12 +65,15 @@ __all__ = [
     "dir_denies_create",
     "edit_text",
     "fsync_dir",
+    "is_temp_name",
     "make_checked_dir",
     "replace_file",
+    "temp_name",
     "write_text",
 ]
 
 _TEMP_PREFIX = ".ringfence-"
+_TEMP_NAME = re.compile(r"\.ringfence-[0-9a-f]{16}\.tmp\Z")  # _TEMP_PREFIX + 16 hex + .tmp
 # Told (place, new bytes, directories this call made as (root index, names)) just before the
 # replace: the checkpoint recorder stores the before- and after-images there.
 Recorder = Callable[[Place, bytes, list[tuple[int, list[str]]]], None]
@@ -244,7 +248,7 @@ def replace_file(
             src_path_fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError as exc:
             raise translate_oserror(exc, display, writing=True) from None
-    temp = f"{_TEMP_PREFIX}{secrets.token_hex(8)}.tmp"
+    temp = temp_name()
     try:
         fd = os.open(
             temp,
@@ -493,6 +497,17 @@ def _write(
 
 class _Judged(Exception):
     """A dry run's walk stops at the first directory the write would create (judged)."""
+
+
+def temp_name() -> str:
+    """A fresh name for a writer's temporary file beside its target."""
+    return f"{_TEMP_PREFIX}{secrets.token_hex(8)}.tmp"
+
+
+def is_temp_name(name: str) -> bool:
+    """A temporary file a writer makes beside its target (the merge's links too): what a
+    killed write can leave, and recovery removes."""
+    return _TEMP_NAME.match(name) is not None
 
 
 def make_checked_dir(
