@@ -591,12 +591,12 @@ def roll_back(
 ) -> tuple[int, list[str]]:
     """Put back what an interrupted merge of ``changes`` applied: ``(changes undone, paths left)``.
 
-    Newest first, a path holding a change's after-image gets its before-image
-    back (through the merge's own writer; a directory is removed only when
+    Newest first, a path holding a change's after-image (whatever its mode)
+    gets its before-image back (through the merge's own writer; a directory is removed only when
     empty, so nothing the set did not make goes with it); a path holding the
     before-image is passed over; a path in neither state (changed since by
-    someone else) is left as it is and named. Then the writers' temporary
-    files (``.ringfence-*.tmp``) are removed from every directory the set
+    someone else) is left as it is and named. The writers' temporary files
+    (``.ringfence-*.tmp``) are removed first from every directory the set
     touched. Durable (one ``syncfs``): a recovery must not be lost to the
     next crash.
     """
@@ -608,20 +608,26 @@ def roll_back(
         dirs = _Dirs(resolver)
         to_sync: dict[tuple[int, int], int] = {}
         try:
+            # Temporary files first: one left in a directory the set made keeps it from going.
+            for root, parent in dict.fromkeys((c.root, c.path.rpartition("/")[0]) for c in changes):
+                if 0 <= root < len(resolver.roots):
+                    _remove_temps(resolver, root, parent, is_temp_name)
             for change in reversed(changes):
                 if not 0 <= change.root < len(resolver.roots):
                     continue
                 current = _current(dirs, change)
                 if _exactly(current, change.before):
                     continue
-                if not _exactly(current, change.after):
+                # The after-image's content with another mode is the merge caught between its
+                # own steps (a directory made 0700, then given its mode): put back too.
+                if not same_state(current, change.after):
                     left.append(escape_name(change.path))
                     continue
                 _apply_one(dirs, change.inverse(), blobs, owner, to_sync, keep_full_dirs=True)
-                undone += 1
-            for root, parent in dict.fromkeys((c.root, c.path.rpartition("/")[0]) for c in changes):
-                if 0 <= root < len(resolver.roots):
-                    _remove_temps(resolver, root, parent, is_temp_name)
+                if same_state(_current(dirs, change), change.before):
+                    undone += 1
+                else:  # a directory that holds what the set did not make stays
+                    left.append(escape_name(change.path))
         finally:
             dirs.close()
             sync_and_close(to_sync)
