@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from .backends import register_shell_tool, select_backend
 from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime import (
@@ -261,6 +263,7 @@ def create_kernel(
         workspace.close()
 
     kernel.push_async_callback(close_workspace)
+    kernel.add_startup(_claim_spool)
     # bridge: under docker, scripts run in the session's container, which needs the runner
     # files and a socket directory mounted (removed after the container, hence pushed first)
     bridge_dir: Path | None = None
@@ -348,6 +351,26 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
                 home=str(home),
                 root=str(root),
             )
+
+
+async def _claim_spool(kernel: Kernel) -> None:
+    """Mark this session's spool directory in use, and sweep the ones killed sessions left
+    (their outputs and overlay uppers; bounded, the rest at the next start)."""
+    from .backends._trees import claim, release, sweep_unclaimed
+
+    spool = kernel.spool_dir
+
+    def start() -> int:
+        fd = claim(spool)
+        sweep_unclaimed(spool.parent, seconds=1.0)
+        return fd
+
+    fd = await trio.to_thread.run_sync(start)
+
+    async def done() -> None:
+        release(spool, fd)
+
+    kernel.push_async_callback(done)
 
 
 def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:

@@ -22,7 +22,7 @@ from ._canonical import arguments_digest, orjson_digest
 from ._caps import escape_surrogates
 from ._errors import Denied, InvalidArguments
 from ._plan import StagedCall
-from ._policy import Decision, Verdict, decide
+from ._policy import Decision, Posture, Verdict, decide
 from ._tools import Consequence, ToolSpec
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ async def authorize(
                 "connected server cannot be staged or applied later",
                 rule="dry-run",
             ).with_decision(refused)
+        if spec.stage_check is not None:  # what applying would refuse is refused now
+            await spec.stage_check(arguments, kernel.posture is Posture.UNRESTRICTED)
         staged = StagedCall(
             call_id,
             trace_id,
