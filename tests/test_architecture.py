@@ -284,8 +284,8 @@ CALL_READ_FILE_FORBIDDEN_OWN = (
     "ringfence.bridge._channel",
     "ringfence.bridge._docker",
     "ringfence.bridge._session",
-    "ringfence.workspace._merge",
-    "ringfence.workspace._upper",
+    "ringfence.workspace.changes._merge",
+    "ringfence.workspace.changes._upper",
     "ringfence.workspace._windows",
     "ringfence.cli._serve",
     "ringfence.cli._mcp",
@@ -583,38 +583,38 @@ RESOLVER_MODULES = frozenset({"ringfence/workspace/_resolver.py"})
 
 # (file, function, callee) -> why it may use a path string.
 PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
-    ("ringfence/workspace/_gitscan.py", "scan_git_metadata", "os.open"): (
+    ("ringfence/workspace/git/_scan.py", "scan_git_metadata", "os.open"): (
         "run_shell's git check scans the roots its backend was given (a shell command is not "
         "confined by the resolver): each root is opened once by its path, everything below "
         "it by descriptor with O_NOFOLLOW; could take the resolver's root descriptors"
     ),
-    ("ringfence/workspace/_gitenforce.py", "_open_beneath", "os.open"): (
+    ("ringfence/workspace/git/_enforce.py", "_open_beneath", "os.open"): (
         "the same root, opened again to restore or quarantine below it by descriptor"
     ),
-    ("ringfence/workspace/_gitenforce.py", "_quarantine", "os.open"): (
+    ("ringfence/workspace/git/_enforce.py", "_quarantine", "os.open"): (
         "the quarantine directory, outside the workspace"
     ),
-    ("ringfence/workspace/_gitguard.py", "first_git_directory", "os.open"): (
+    ("ringfence/workspace/git/_rules.py", "first_git_directory", "os.open"): (
         "a root's ancestors (outside the roots), checked for being a git directory, for "
         "the resolver's open_root and run_shell's git check alike"
     ),
-    ("ringfence/workspace/_checkpoints.py", "_open_store", "os.makedirs"): (
+    ("ringfence/workspace/changes/_store.py", "_open_store", "os.makedirs"): (
         "the checkpoint store under $RINGFENCE_HOME, outside every root: made by its path "
         "once, everything below it reached by descriptor"
     ),
-    ("ringfence/workspace/_checkpoints.py", "_open_store", "os.open"): (
+    ("ringfence/workspace/changes/_store.py", "_open_store", "os.open"): (
         "the same store directory, opened once by its path"
     ),
-    ("ringfence/workspace/_tree.py", "_lstat", "os.lstat"): (
+    ("ringfence/workspace/changes/_view.py", "_lstat", "os.lstat"): (
         "the resulting-tree check follows links as the kernel does, and a link may lead "
         "outside the roots: there the host is read by path, to judge the link or what git "
         "would find through it; nothing outside is written, and inside the roots every read "
         "goes through the root's descriptor"
     ),
-    ("ringfence/workspace/_tree.py", "readlink", "os.readlink"): (
+    ("ringfence/workspace/changes/_view.py", "readlink", "os.readlink"): (
         "the same check reading a link's target outside the roots"
     ),
-    ("ringfence/workspace/_tree.py", "read", "os.open"): (
+    ("ringfence/workspace/changes/_view.py", "read", "os.open"): (
         "the same check reading a HEAD, commondir or gitfile outside the roots (O_NOFOLLOW, "
         "a regular file only, a few bytes)"
     ),

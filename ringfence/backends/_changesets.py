@@ -19,16 +19,16 @@ import trio
 
 from ..runtime import CallContext, GitMetadata, InvalidArguments, RingfenceError, ToolError
 from ..workspace import Change, ChangeSet, CheckpointStore
-from ..workspace._changes import Image, UpperSource, UpperTree
-from ..workspace._collector import collector_paused
 from ..workspace._names import escape_name
+from ..workspace.changes._collector import collector_paused
+from ..workspace.changes._model import Image, UpperSource, UpperTree
 from ._mounts import LAYERS_DIR_VARIABLE
 from ._types import ShellResult, Upper
 
 if TYPE_CHECKING:
     from ..workspace import MergeReport
-    from ..workspace._checkpoints import PackWriter
-    from ..workspace._upper import UpperFiles
+    from ..workspace.changes._store import PackWriter
+    from ..workspace.changes._upper import UpperFiles
 
 __all__ = ["MAX_REPORTED", "merge_or_stage"]
 
@@ -139,7 +139,7 @@ def _capture(
     the upper files into the workspace (``UpperFiles``), so a command's new
     file costs one new inode (its own), not three, and a new directory fit
     to move (``UpperTree``) one rename for everything in it. The cyclic
-    collector is paused meanwhile (:func:`~ringfence.workspace._collector.collector_paused`).
+    collector is paused meanwhile (:func:`~ringfence.workspace.changes._collector.collector_paused`).
     """
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
@@ -159,7 +159,9 @@ def _capture(
                 changes += read
                 uppers[root] = (fd, sources, trees)
             pack.commit()  # before the manifest that names its blobs
-            from ..workspace._upper import UpperFiles  # loaded by the first command that wrote
+            from ..workspace.changes._upper import (
+                UpperFiles,  # loaded by the first command that wrote
+            )
 
             sources = UpperFiles(uppers, known)
             return _save_and_merge(

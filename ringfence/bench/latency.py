@@ -7,7 +7,7 @@
   (informational: the verb runs the kernel on trio).
 * ``workspace-hop``: one ``trio.to_thread.run_sync`` hop against the confined
   reads and listings that now run inline (informational; the thresholds in
-  ``ringfence/workspace/_tools.py`` come from it).
+  ``ringfence/workspace/_file_tools.py`` come from it).
 * ``serve-files``: ``read_file`` of a small file and ``list_directory`` of a
   21-entry directory over MCP stdio, through ``ringfence serve`` (Gate,
   confinement and events on) against a bare Python SDK server returning the

@@ -2,7 +2,7 @@
 
 Linux file names are bytes; Python reads the bytes that are not UTF-8 as lone
 surrogates (``surrogateescape``), which JSON, the event log and a terminal
-cannot carry. At the tool boundary (``ringfence.workspace._tools``) every name
+cannot carry. At the tool boundary (``ringfence.workspace._file_tools``) every name
 is therefore shown in an *escaped form*, and every path argument is read back
 from it:
 

@@ -53,7 +53,6 @@ from ..runtime import (
     ToolError,
     Unwritable,
 )
-from ._gitguard import first_git_directory, is_dotgit
 from ._openat2 import (
     RESOLVE_BENEATH,
     RESOLVE_NO_MAGICLINKS,
@@ -61,6 +60,7 @@ from ._openat2 import (
     openat2,
     openat2_available,
 )
+from .git._rules import first_git_directory, is_dotgit
 
 __all__ = [
     "CONFINED",

@@ -32,10 +32,10 @@ from typing import Any
 
 from ..runtime import InvalidArguments, RingfenceError
 from ._deadline import current_deadline
-from ._gitguard import MAY_START_DOTGIT, is_dotgit
 from ._patterns import compile_glob, compile_name_filter, compile_regex, scan_escapes, search_text
 from ._reader import READ_FLAGS, read_all
 from ._resolver import Access, Place, Resolver, Root, display_path, open_leaf
+from .git._rules import MAY_START_DOTGIT, is_dotgit
 
 __all__ = ["GREP_MAX_FILE_BYTES", "Entry", "RipgrepRun", "glob", "grep", "list_tree"]
 

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from ..runtime import InvalidArguments, Unavailable
 from . import _reader, _search, _writer
-from ._gitguard import is_dotgit, is_git_directory, read_gitfile
 from ._resolver import CONFINED, Access, Resolver, Root, open_root
+from .git._rules import is_dotgit, is_git_directory, read_gitfile
 
 __all__ = ["FileOps", "HostRootView", "Workspace"]
 

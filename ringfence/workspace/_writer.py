@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime import GitMetadata, InvalidArguments, ToolError, Unwritable
-from ._gitguard import is_dotgit, is_git_directory
 from ._reader import READ_FLAGS, READ_MAX_BYTES, check_regular, read_all
 from ._resolver import (
     Access,
@@ -55,6 +54,7 @@ from ._resolver import (
     is_link,
     translate_oserror,
 )
+from .git._rules import is_dotgit, is_git_directory
 
 __all__ = [
     "MAX_PATH_BYTES",
@@ -541,8 +541,8 @@ def make_checked_dir(
     if resolver is not None and not place.root.is_host:
         # A new directory can complete a git directory through a link elsewhere
         # (``objects -> ../o``): judged on the resulting tree, as a merge is.
-        from ._changes import Change, Image
-        from ._treecheck import check_resulting_tree
+        from .changes._model import Change, Image
+        from .changes._resulting import check_resulting_tree
 
         path = "/".join([*place.names, name])
         check_resulting_tree(resolver, [Change(place.root.index, path, None, Image("dir", 0o755))])

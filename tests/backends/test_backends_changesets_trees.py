@@ -153,7 +153,7 @@ async def test_the_collector_is_paused_while_a_set_is_read_and_merged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A 2,000-file set's objects are not swept by the cyclic collector while it is read and
-    merged (the pause of ringfence.workspace._collector), and the collector is on after."""
+    merged (the pause of ringfence.workspace.changes._collector), and the collector is on after."""
     import ringfence.workspace as ws_package
 
     seen: dict[str, bool] = {}

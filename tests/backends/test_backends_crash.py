@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from ringfence.workspace import Workspace
-from ringfence.workspace._checkpoints import workspace_id
+from ringfence.workspace.changes._store import workspace_id
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 

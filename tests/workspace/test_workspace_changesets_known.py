@@ -26,8 +26,8 @@ from ringfence.workspace import (
     changes_from_upper,
     merge_changes,
 )
-from ringfence.workspace._changes import Image
-from ringfence.workspace._upper import UpperFiles
+from ringfence.workspace.changes._model import Image
+from ringfence.workspace.changes._upper import UpperFiles
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 

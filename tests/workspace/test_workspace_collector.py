@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ringfence.workspace._collector import collector_paused
+from ringfence.workspace.changes._collector import collector_paused
 
 
 @pytest.fixture(autouse=True)

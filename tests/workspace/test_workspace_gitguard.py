@@ -10,7 +10,7 @@ from workspace_helpers import Tree, git, needs_git, snapshot
 
 from ringfence.runtime import GitMetadata, RingfenceError
 from ringfence.workspace import Workspace, is_dotgit, is_dotgitmodules, is_git_directory
-from ringfence.workspace._gitguard import valid_head
+from ringfence.workspace.git._rules import valid_head
 
 U200C = "\u200c"
 

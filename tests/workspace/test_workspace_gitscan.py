@@ -22,7 +22,7 @@ import pytest
 
 from ringfence.backends._tool import CTIME_SLACK_NS
 from ringfence.workspace import GitSnapshot, diff_git_metadata, scan_git_metadata
-from ringfence.workspace._gitwalk import HOT_MARGIN_NS
+from ringfence.workspace.git._walk import HOT_MARGIN_NS
 
 GIT_ENV = {
     "PATH": os.environ["PATH"],

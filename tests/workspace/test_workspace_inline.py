@@ -18,7 +18,7 @@ from workspace_helpers import SECRET, Tree
 
 from ringfence.runtime import HeadlessDenyApprover, Kernel, MemorySink, Posture
 from ringfence.workspace import Workspace, register_file_tools
-from ringfence.workspace._tools import LIST_INLINE_MAX_DIR_BYTES, READ_INLINE_MAX_BYTES
+from ringfence.workspace._file_tools import LIST_INLINE_MAX_DIR_BYTES, READ_INLINE_MAX_BYTES
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ async def test_the_inline_path_refuses_escapes_like_the_worker(
 
 
 def test_the_thresholds_are_written_down() -> None:
-    from ringfence.workspace import _tools
+    from ringfence.workspace import _file_tools as _tools
 
     readme = Path(__file__).parents[2] / "benchmarks" / "README.md"
     assert "256 KiB" in (_tools.__doc__ or "") and "4 KiB" in (_tools.__doc__ or "")

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ringfence.runtime import RingfenceError
 from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
-from ringfence.workspace._changes import image_at
+from ringfence.workspace.changes._model import image_at
 
 # -- trees and change sets -------------------------------------------------------------------
 

@@ -42,9 +42,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._gitguard import first_git_directory, is_dotgit, is_git_directory
-from ._gitmeta import GitSnapshot
-from ._gitwalk import Walk
+from ._rules import first_git_directory, is_dotgit, is_git_directory
+from ._snapshot import GitSnapshot
+from ._walk import Walk
 
 __all__ = ["CLOCK_STEP_NS", "scan_git_metadata"]
 

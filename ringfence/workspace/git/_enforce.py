@@ -40,7 +40,7 @@ import os
 import stat
 from pathlib import Path
 
-from ._gitmeta import (
+from ._snapshot import (
     DIR_FLAGS,
     GitFinding,
     GitReport,

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import NamedTuple
 
-from ._changes import Blobs, Change, Image
+from ._model import Blobs, Change, Image
 
 __all__ = ["MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
 

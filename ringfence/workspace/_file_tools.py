@@ -68,11 +68,11 @@ from ..runtime import (
     RingfenceError,
     ToolSpec,
 )
-from ._checkpoints import CheckpointStore
 from ._deadline import Deadline
 from ._names import escape_name, escape_text, unescape_path
-from ._undo import recorded
 from ._workspace import FileOps, Workspace
+from .changes._store import CheckpointStore
+from .changes._undo import recorded
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
-from ._names import escape_name, unescape_path
+from .._names import escape_name, unescape_path
 
 __all__ = [
     "KINDS",

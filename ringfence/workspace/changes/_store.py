@@ -61,12 +61,12 @@ from typing import Any
 
 import orjson
 
-from ..runtime import InvalidArguments, NotFound, ToolError, Unavailable
-from ..runtime._files import ringfence_home
-from ._changes import ChangeSet
+from ...runtime import InvalidArguments, NotFound, ToolError, Unavailable
+from ...runtime._files import ringfence_home
+from .._names import escape_name
+from .._workspace import Workspace
 from ._journal import Journal, Recovery, recover
-from ._names import escape_name
-from ._workspace import Workspace
+from ._model import ChangeSet
 
 __all__ = ["CheckpointStore", "PackWriter", "Retention", "workspace_id"]
 

@@ -29,12 +29,12 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from ..runtime import ToolError
-from ._changes import Blobs, Change, Image, UpperSource, UpperTree, image_and_identity, image_at
-from ._gitguard import is_git_directory
+from ...runtime import ToolError
+from ..git._rules import is_git_directory
+from ._model import Blobs, Change, Image, UpperSource, UpperTree, image_and_identity, image_at
 
 if TYPE_CHECKING:
-    from ._checkpoints import PackWriter
+    from ._store import PackWriter
 
 __all__ = ["UpperFiles", "changes_from_upper"]
 

@@ -39,13 +39,13 @@ from itertools import chain, compress, repeat
 from operator import itemgetter
 from typing import Any
 
-from ..runtime import GitMetadata, InvalidArguments
-from ._changes import Blobs, Change
-from ._gitguard import GITFILE_MAX_BYTES, parse_gitfile, valid_head
-from ._gitmeta import GitSnapshot
-from ._names import escape_name
-from ._resolver import Resolver
-from ._tree import Node, TreeView, realpath, resolve
+from ...runtime import GitMetadata, InvalidArguments
+from .._names import escape_name
+from .._resolver import Resolver
+from ..git._rules import GITFILE_MAX_BYTES, parse_gitfile, valid_head
+from ..git._snapshot import GitSnapshot
+from ._model import Blobs, Change
+from ._view import Node, TreeView, realpath, resolve
 
 __all__ = ["check_resulting_tree", "git_at", "is_git_dir"]
 
@@ -148,7 +148,7 @@ def _describe(found: GitFound) -> str:
 
 def _scan(resolver: Resolver) -> GitSnapshot:
     """An up-to-date scan of the roots, incremental from the previous one."""
-    from ._gitscan import scan_git_metadata
+    from ..git._scan import scan_git_metadata
 
     with resolver.scan_lock:
         snapshot = scan_git_metadata([r.path for r in resolver.roots], base=resolver.scan_base)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._gitguard import is_dotgit
+from ._rules import is_dotgit
 
 __all__ = [
     "DIR_FLAGS",

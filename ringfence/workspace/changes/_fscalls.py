@@ -16,7 +16,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from ._writer import fsync_dir
+from .._writer import fsync_dir
 
 __all__ = [
     "Releases",

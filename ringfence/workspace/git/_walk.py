@@ -19,8 +19,8 @@ import os
 import stat
 from collections.abc import Mapping
 
-from ._gitguard import is_dotgit, is_git_directory
-from ._gitmeta import (
+from ._rules import is_dotgit, is_git_directory
+from ._snapshot import (
     DIR_FLAGS,
     IMAGE_MAX_BYTES,
     DirState,

@@ -38,21 +38,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtime import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
-from ._changes import Blobs, Change, Image, file_identity, image_and_identity, image_at, same_state
-from ._fscalls import (
-    Releases,
-    can_rename_noreplace,
-    can_syncfs,
-    rename_noreplace,
-    sync_and_close,
-)
-from ._gitguard import MAY_START_DOTGIT, is_dotgit, is_git_directory
-from ._names import escape_name
-from ._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
-from ._upper import UpperFiles
-from ._workspace import Workspace
-from ._writer import (
+from ...runtime import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
+from .._names import escape_name
+from .._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
+from .._workspace import Workspace
+from .._writer import (
     MAX_PATH_BYTES,
     check_git_chain,
     dir_denies_create,
@@ -61,6 +51,10 @@ from ._writer import (
     replace_file,
     temp_name,
 )
+from ..git._rules import MAY_START_DOTGIT, is_dotgit, is_git_directory
+from ._fscalls import Releases, can_rename_noreplace, can_syncfs, rename_noreplace, sync_and_close
+from ._model import Blobs, Change, Image, file_identity, image_and_identity, image_at, same_state
+from ._upper import UpperFiles
 
 __all__ = ["MergeReport", "merge_changes", "roll_back"]
 
@@ -537,7 +531,7 @@ def merge_changes(
                     conflicts=conflicts,
                 )
         # The guarantee: the tree the set leaves, judged as git and the kernel will read it.
-        from ._treecheck import check_resulting_tree  # loaded by the first merge
+        from ._resulting import check_resulting_tree  # loaded by the first merge
 
         check_resulting_tree(resolver, accepted, blobs)
         if judge_only:

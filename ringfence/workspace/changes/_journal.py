@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._checkpoints import CheckpointStore
+    from ._store import CheckpointStore
 
 __all__ = ["Journal", "Recovery", "pending", "recover"]
 

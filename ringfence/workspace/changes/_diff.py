@@ -24,9 +24,9 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 
-from ..runtime._render import one_line, visible_line
-from ._changes import Change, Image
-from ._names import escape_name
+from ...runtime._render import one_line, visible_line
+from .._names import escape_name
+from ._model import Change, Image
 
 __all__ = ["render_changes"]
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import trio
 
-from ..runtime import CallContext, Consequence, InvalidArguments, Kernel, NotFound, ToolSpec
-from ._changes import Change, ChangeSet, Image, image_at
-from ._checkpoints import CheckpointStore
-from ._names import escape_name
-from ._resolver import Place
-from ._writer import _current_umask
+from ...runtime import CallContext, Consequence, InvalidArguments, Kernel, NotFound, ToolSpec
+from .._names import escape_name
+from .._resolver import Place
+from .._writer import _current_umask
+from ._model import Change, ChangeSet, Image, image_at
+from ._store import CheckpointStore
 
 __all__ = ["apply_change_set", "recorded", "register_undo_tool", "undo"]
 

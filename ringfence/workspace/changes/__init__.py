@@ -1,0 +1,1 @@
+"""ringfence.workspace.changes."""
