@@ -45,9 +45,9 @@ import trio
 from mcp.shared.auth import AuthorizationCodeResult
 
 from ringfence.mcp_host import Manifest, connect_servers, parse_manifest
-from ringfence.mcp_host._login import login
-from ringfence.mcp_host._oauth import LoginFlow
-from ringfence.mcp_host._tokens import SealedStore, key_backend
+from ringfence.mcp_host.oauth._login import login
+from ringfence.mcp_host.oauth._provider import LoginFlow
+from ringfence.mcp_host.oauth._tokens import SealedStore, key_backend
 from ringfence.runtime import FileSink, Kernel, Redactor
 
 from ._harness import Arm, SyncArm, format_seconds, interleave, interleave_blocking

@@ -41,7 +41,7 @@ from typing import Any
 import trio
 
 from ..runtime import CallContext, Kernel, RingfenceError, ToolError
-from ..runtime._caps import cut_bytes
+from ..runtime._output import cut_bytes
 from . import _sandbox, _wire
 from ._capture import OutputCapture
 from ._channel import BridgeListener

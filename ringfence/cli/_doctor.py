@@ -32,7 +32,7 @@ def _mcp_checks() -> list[Any]:
     import subprocess
 
     from ..backends._doctor import Check
-    from ..mcp_host._tokens import key_backend
+    from ..mcp_host.oauth._tokens import key_backend
 
     checks = []
     node = shutil.which("node")

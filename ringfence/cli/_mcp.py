@@ -26,8 +26,8 @@ from ..mcp_host import (
     remove_server,
     save_server,
 )
-from ..mcp_host._manifest import DEFAULT_APPROVED
-from ..mcp_host._policy_edit import plan_server_policy
+from ..mcp_host.manifest._load import DEFAULT_APPROVED
+from ..mcp_host.manifest._policy_edit import plan_server_policy
 from ..runtime import InvalidArguments
 from ._mcp_import import run_import
 from ._mcp_inspect import run_inspect
@@ -309,7 +309,7 @@ def config_from_args(args: argparse.Namespace, existing: Manifest) -> ServerConf
 
 def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--auth`` and the OAuth flags; the manifest check (run by save_server) judges them."""
-    from ..mcp_host._manifest import AuthMode
+    from ..mcp_host.manifest._load import AuthMode
 
     oauth_flags = {
         "--client-id": args.client_id,
@@ -407,8 +407,8 @@ async def run_login(args: argparse.Namespace) -> int:
 
     import trio
 
-    from ..mcp_host._login import login, loopback_flow
-    from ..mcp_host._manifest import AuthMode
+    from ..mcp_host.manifest._load import AuthMode
+    from ..mcp_host.oauth._login import login, loopback_flow
     from ..runtime import Redactor
 
     config = _load_for(args).get(args.name)
@@ -454,7 +454,7 @@ async def run_login(args: argparse.Namespace) -> int:
 
 def _no_browser_flow(name: str) -> Any:
     """A ``LoginFlow`` for a grant without a browser step: using it is refused."""
-    from ..mcp_host._oauth import LoginFlow
+    from ..mcp_host.oauth._provider import LoginFlow
     from ..runtime import Unavailable
 
     async def refuse(*_: object) -> Any:
@@ -467,7 +467,7 @@ def _no_browser_flow(name: str) -> Any:
 
 
 async def run_logout(args: argparse.Namespace) -> int:
-    from ..mcp_host._oauth import logout
+    from ..mcp_host.oauth._provider import logout
 
     config = _load_for(args).get(args.name)
     removed = logout(config)

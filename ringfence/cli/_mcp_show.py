@@ -43,7 +43,7 @@ def server_summary(s: ServerConfig) -> dict[str, Any]:
 def auth_state(s: ServerConfig) -> dict[str, Any]:
     if s.transport is Transport.STDIO:
         return {"auth": "none"}
-    from ..mcp_host._oauth import auth_status
+    from ..mcp_host.oauth._provider import auth_status
 
     return auth_status(s)
 
@@ -69,7 +69,7 @@ def auth_line(a: dict[str, Any]) -> str:
 
 
 async def run_list(args: argparse.Namespace) -> int:
-    from ..runtime._policyfile import load_policy
+    from ..runtime.policy._files import load_policy
     from ._environ import managed_policy
 
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
@@ -77,7 +77,7 @@ async def run_list(args: argparse.Namespace) -> int:
     mcp = load_policy([args.workspace] if args.workspace else [], managed=managed_policy()).mcp
     servers = [server_summary(s.with_policy(mcp)) for s in m.servers]
     if args.json:
-        from ..mcp_host._tokens import key_backend
+        from ..mcp_host.oauth._tokens import key_backend
 
         result = {"manifests": [str(p) for p in m.paths], "servers": servers}
         if any(s["auth"]["auth"] == "oauth" for s in servers):

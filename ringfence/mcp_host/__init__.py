@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ._manifest import (
+from ._urls import check_url as check_url, display_url as display_url
+from .manifest._load import (
     Manifest as Manifest,
     Policy as Policy,
     Sandbox as Sandbox,
@@ -29,14 +30,13 @@ from ._manifest import (
     sanitize_part as sanitize_part,
     save_server as save_server,
 )
-from ._urls import check_url as check_url, display_url as display_url
 
 _LAZY = {
     "RemoteTool": "._adapter",
     "consequence_for": "._adapter",
     "CapabilityLedger": "._authority",
     "advertised_capabilities": "._authority",
-    "ConnectionPool": "._connection",
+    "ConnectionPool": ".transport._pool",
     "Diagnostics": "._diagnostics",
     "translate_error": "._errors",
     "Connector": "._connector",
@@ -58,9 +58,9 @@ _LAZY = {
     "SamplingProvider": "._sampling",
     "SamplingRequest": "._sampling",
     "SamplingResponse": "._sampling",
-    "ConfinedCommand": "._stdio",
-    "StdioCommand": "._stdio",
-    "StdioConfiner": "._stdio",
+    "ConfinedCommand": ".transport._stdio",
+    "StdioCommand": ".transport._stdio",
+    "StdioConfiner": ".transport._stdio",
 }
 
 
@@ -99,7 +99,6 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         connect_servers as connect_servers,
         start_connectors as start_connectors,
     )
-    from ._connection import ConnectionPool as ConnectionPool
     from ._connector import Connector as Connector
     from ._diagnostics import Diagnostics as Diagnostics
     from ._discovery import Discovery as Discovery
@@ -123,7 +122,8 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         SamplingRequest as SamplingRequest,
         SamplingResponse as SamplingResponse,
     )
-    from ._stdio import (
+    from .transport._pool import ConnectionPool as ConnectionPool
+    from .transport._stdio import (
         ConfinedCommand as ConfinedCommand,
         StdioCommand as StdioCommand,
         StdioConfiner as StdioConfiner,

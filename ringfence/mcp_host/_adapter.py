@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 from mcp import types
 
 from ..runtime import CallContext, Consequence, InvalidArguments, ToolError, ToolSpec, cap_text
-from ._manifest import ServerConfig, Trust
 from ._results import RenderContext, render_contents, render_resource_contents
+from .manifest._load import ServerConfig, Trust
 
 if TYPE_CHECKING:
     from ._connector import Connector

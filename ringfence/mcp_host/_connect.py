@@ -34,9 +34,9 @@ from ..runtime._groups import raise_single
 from ._connector import Connector
 from ._elicitation import Elicitor
 from ._inventory import DEFAULT_LIMITS, ListLimits
-from ._manifest import Manifest, ServerConfig
 from ._sampling import SamplingProvider
-from ._stdio import StdioConfiner
+from .manifest._load import Manifest, ServerConfig
+from .transport._stdio import StdioConfiner
 
 __all__ = ["Connectors", "attach_connectors", "connect_servers", "start_connectors"]
 

@@ -30,7 +30,6 @@ from ._adapter import (
     tool_spec,
 )
 from ._authority import CapabilityLedger
-from ._connection import ConnectionPool, LiveConnection
 from ._diagnostics import Diagnostics
 from ._elicitation import ElicitationGate, Elicitor
 from ._inventory import (
@@ -41,10 +40,11 @@ from ._inventory import (
     filter_names,
     list_paginated,
 )
-from ._manifest import Policy, ServerConfig, Transport
 from ._sampling import SamplingGate, SamplingProvider
-from ._stdio import StdioConfiner
 from ._urls import display_url
+from .manifest._load import Policy, ServerConfig, Transport
+from .transport._pool import ConnectionPool, LiveConnection
+from .transport._stdio import StdioConfiner
 
 __all__ = ["Connector"]
 

@@ -58,9 +58,9 @@ from ..runtime import (
     Rules,
 )
 from ..runtime._redact import looks_like_token
-from ._manifest import ServerConfig
 from ._requests import request_rules, request_spec
 from ._urls import check_url
+from .manifest._load import ServerConfig
 
 if TYPE_CHECKING:
     from ..runtime import Kernel

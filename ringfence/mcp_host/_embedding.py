@@ -16,7 +16,7 @@ from typing import Any
 
 from ..runtime import Kernel, McpPolicy
 from ._connect import connect_servers
-from ._manifest import Manifest, load_manifest, load_manifests
+from .manifest._load import Manifest, load_manifest, load_manifests
 
 __all__ = ["connect_when_entered"]
 

@@ -27,10 +27,10 @@ from ..runtime import (
     Unavailable,
 )
 from ..runtime._groups import first_error
-from ._inbound import InboundLimit
-from ._manifest import ServerConfig, Transport, Trust
 from ._results import frame_untrusted
 from ._urls import scrub_url
+from .manifest._load import ServerConfig, Transport, Trust
+from .transport._inbound import InboundLimit
 
 __all__ = ["MAX_ERROR_TEXT", "translate_error"]
 

@@ -40,7 +40,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from ..runtime import RingfenceError, Unavailable
 from ..runtime._groups import first_error
-from ._manifest import AuthMode, ServerConfig
+from .manifest._load import AuthMode, ServerConfig
 
 __all__ = ["HttpStatusLog", "explain", "host_port"]
 

@@ -29,10 +29,10 @@ from ..runtime._net import is_loopback
 from ._connect import connect_servers
 from ._connector import Connector
 from ._inventory import DEFAULT_LIMITS, ListLimits
-from ._manifest import Manifest, Policy, Sandbox, ServerConfig, Transport
 from ._sampling import SamplingProvider
-from ._stdio import StdioConfiner
 from ._urls import display_url
+from .manifest._load import Manifest, Policy, Sandbox, ServerConfig, Transport
+from .transport._stdio import StdioConfiner
 
 __all__ = ["inspect_server"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Generic, TypeVar
 
-from ._manifest import sanitize_part
+from .manifest._load import sanitize_part
 
 __all__ = [
     "ListLimits",

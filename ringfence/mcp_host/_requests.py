@@ -12,7 +12,7 @@ from typing import Any
 
 from ..runtime import Consequence, Rules, ToolSpec
 from ..runtime._tools import Executor
-from ._manifest import Policy, ServerConfig
+from .manifest._load import Policy, ServerConfig
 
 __all__ = ["request_rules", "request_spec"]
 

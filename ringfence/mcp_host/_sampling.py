@@ -39,8 +39,8 @@ from ..runtime import (
     ToolError,
     ToolTimeout,
 )
-from ._manifest import Policy, ServerConfig
 from ._requests import request_rules, request_spec
+from .manifest._load import Policy, ServerConfig
 
 if TYPE_CHECKING:
     from ..runtime import Kernel

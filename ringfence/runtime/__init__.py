@@ -21,13 +21,6 @@ from ._calls import (
     Outcome as Outcome,
 )
 from ._canonical import canonical_json as canonical_json, digest as digest
-from ._caps import (
-    MAX_SPOOL_BYTES as MAX_SPOOL_BYTES,
-    CappedText as CappedText,
-    OutputBuffer as OutputBuffer,
-    cap_text as cap_text,
-    escape_surrogates as escape_surrogates,
-)
 from ._errors import (
     ERROR_CODES as ERROR_CODES,
     Denied as Denied,
@@ -58,32 +51,15 @@ from ._intents import (
     load_public_keys as load_public_keys,
     verify_intent as verify_intent,
 )
-from ._judge import PartVerdict as PartVerdict, Policy as Policy, PolicyVerdict as PolicyVerdict
 from ._kernel import Kernel as Kernel, RulesHandle as RulesHandle
-from ._matchers import normalize_path as normalize_path
-from ._mcppolicy import (
-    McpPolicy as McpPolicy,
-    McpServerPolicy as McpServerPolicy,
-    McpStatement as McpStatement,
+from ._output import (
+    MAX_SPOOL_BYTES as MAX_SPOOL_BYTES,
+    CappedText as CappedText,
+    OutputBuffer as OutputBuffer,
+    cap_text as cap_text,
+    escape_surrogates as escape_surrogates,
 )
 from ._plan import Plan as Plan, StagedCall as StagedCall
-from ._policy import (
-    Decision as Decision,
-    Posture as Posture,
-    Rules as Rules,
-    Verdict as Verdict,
-    decide as decide,
-    evaluate_policy as evaluate_policy,
-)
-from ._policyfile import (
-    PolicyFileError as PolicyFileError,
-    PolicyLayers as PolicyLayers,
-    cli_rules as cli_rules,
-    load_layers as load_layers,
-    load_policy as load_policy,
-    load_policy_file as load_policy_file,
-    managed_policy_path as managed_policy_path,
-)
 from ._redact import (
     MARKER as MARKER,
     Redactor as Redactor,
@@ -94,14 +70,42 @@ from ._redact import (
     mask_command_args as mask_command_args,
     script_credential_literals as script_credential_literals,
 )
-from ._rules import Rule as Rule, RuleError as RuleError, parse_rule as parse_rule
-from ._shellwords import ShellParse as ShellParse, parse_command as parse_command
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec
 from ._verify import (
     ChainReport as ChainReport,
     verify_chain as verify_chain,
     verify_file as verify_file,
 )
+from .policy._decide import (
+    Decision as Decision,
+    Posture as Posture,
+    Rules as Rules,
+    Verdict as Verdict,
+    decide as decide,
+    evaluate_policy as evaluate_policy,
+)
+from .policy._files import (
+    PolicyFileError as PolicyFileError,
+    PolicyLayers as PolicyLayers,
+    cli_rules as cli_rules,
+    load_layers as load_layers,
+    load_policy as load_policy,
+    load_policy_file as load_policy_file,
+    managed_policy_path as managed_policy_path,
+)
+from .policy._judge import (
+    PartVerdict as PartVerdict,
+    Policy as Policy,
+    PolicyVerdict as PolicyVerdict,
+)
+from .policy._matchers import normalize_path as normalize_path
+from .policy._mcp import (
+    McpPolicy as McpPolicy,
+    McpServerPolicy as McpServerPolicy,
+    McpStatement as McpStatement,
+)
+from .policy._rules import Rule as Rule, RuleError as RuleError, parse_rule as parse_rule
+from .shell._words import ShellParse as ShellParse, parse_command as parse_command
 
 __all__ = [
     "ERROR_CODES",

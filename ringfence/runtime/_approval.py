@@ -26,11 +26,11 @@ from typing import Any, Protocol, TextIO, runtime_checkable
 import trio
 
 from ._canonical import canonical_json
-from ._matchers import ArgvMatcher, RuleError, Tri
 from ._redact import name_segments
 from ._render import render_approval
-from ._rules import command_pattern
-from ._shellwords import parse_argv, parse_command
+from .policy._matchers import ArgvMatcher, RuleError, Tri
+from .policy._rules import command_pattern
+from .shell._words import parse_argv, parse_command
 
 __all__ = [
     "ApprovalAnswer",

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
 
-from ._caps import cap_text
 from ._errors import RingfenceError
 from ._events import KERNEL_KINDS, RECORD_FIELDS
 from ._intents import Intent
-from ._policy import Decision
+from ._output import cap_text
 from ._redact import Redactor
 from ._tools import ToolSpec
+from .policy._decide import Decision
 
 if TYPE_CHECKING:
     from ._kernel import Kernel

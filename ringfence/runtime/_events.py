@@ -62,8 +62,8 @@ from typing import Any, Protocol
 import orjson
 
 from ._canonical import canonical_json
-from ._caps import escape_surrogates
 from ._errors import Unwritable
+from ._output import escape_surrogates
 from ._redact import Redactor
 
 __all__ = [

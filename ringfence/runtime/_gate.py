@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 from ._approval import ApprovalAnswer, ApprovalRequest, Choice
 from ._calls import AskHook, Authorization
 from ._canonical import arguments_digest, orjson_digest
-from ._caps import escape_surrogates
 from ._errors import Denied, InvalidArguments
+from ._output import escape_surrogates
 from ._plan import StagedCall
-from ._policy import Decision, Posture, Verdict, decide
 from ._tools import Consequence, ToolSpec
+from .policy._decide import Decision, Posture, Verdict, decide
 
 if TYPE_CHECKING:
     from ._kernel import Kernel

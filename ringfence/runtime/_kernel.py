@@ -58,7 +58,6 @@ import trio
 from . import _gate
 from ._approval import Approver, HeadlessDenyApprover, SessionGrants
 from ._calls import AskHook, Authorization, CallContext, NoPublicConstructor, Outcome, new_id
-from ._caps import cap_text, escape_surrogates
 from ._errors import RingfenceError, ToolError
 from ._events import (
     CHECKPOINT_RECORDS,
@@ -70,11 +69,12 @@ from ._events import (
 from ._files import ringfence_home
 from ._intents import IntentAuthority
 from ._outcomes import RecordingOutcome
+from ._output import cap_text, escape_surrogates
 from ._plan import Plan
 from ._planapply import apply_plan
-from ._policy import Decision, Posture, Rules
 from ._redact import Redactor
 from ._tools import Registry, ToolSpec
+from .policy._decide import Decision, Posture, Rules
 
 __all__ = [
     "Authorization",

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._caps import cap_text, escape_surrogates
 from ._errors import RingfenceError, ToolError
+from ._output import cap_text, escape_surrogates
 
 if TYPE_CHECKING:
     from ._kernel import Kernel

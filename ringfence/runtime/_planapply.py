@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ._calls import Outcome
 from ._errors import Denied
 from ._plan import Plan
-from ._policy import Posture
+from .policy._decide import Posture
 
 if TYPE_CHECKING:
     from ._kernel import Kernel

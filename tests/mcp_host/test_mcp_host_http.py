@@ -118,7 +118,7 @@ def test_the_shared_tls_context_verifies_and_is_made_once() -> None:
     """One CA-bundle load per process (it costs ~60 ms), never a weaker context to get it."""
     import ssl
 
-    from ringfence.mcp_host._http import tls_context
+    from ringfence.mcp_host.transport._http import tls_context
 
     context = tls_context()
     assert context is tls_context()

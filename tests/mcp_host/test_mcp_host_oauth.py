@@ -24,15 +24,15 @@ from mcp.shared.auth_utils import resource_url_from_server_url
 from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
 
 from ringfence.mcp_host import connect_servers, parse_manifest
-from ringfence.mcp_host._login import login
-from ringfence.mcp_host._oauth import (
+from ringfence.mcp_host.oauth._login import login
+from ringfence.mcp_host.oauth._provider import (
     MAX_STEP_UPS,
     LoginFlow,
     auth_status,
     build_auth,
     login_flow,
 )
-from ringfence.mcp_host._tokens import SealedStore
+from ringfence.mcp_host.oauth._tokens import SealedStore
 from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Redactor, Unavailable
 
 REDIRECT = "http://127.0.0.1:9/callback"  # never contacted: the test browser stops at the redirect

@@ -279,7 +279,7 @@ async def test_a_secret_straddling_every_cut_never_leaks(tmp_path: Path) -> None
 def test_cap_text_redacts_before_it_cuts_and_bounds_the_spool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ringfence.runtime._caps as caps
+    import ringfence.runtime._output as caps
 
     text = "a" * 95 + SECRET + "b" * 300
     capped = cap_text(text, 200, tmp_path, redact=lambda t: t.replace(SECRET, MARKER))

@@ -103,7 +103,7 @@ class Browser:
 
 async def main(url: str) -> int:
     from ringfence.mcp_host import connect_servers, parse_manifest
-    from ringfence.mcp_host._oauth import LoginFlow, login_flow
+    from ringfence.mcp_host.oauth._provider import LoginFlow, login_flow
     from ringfence.runtime import ApprovalAnswer, Kernel, MemorySink, ScriptedApprover
 
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")

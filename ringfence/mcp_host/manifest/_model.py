@@ -21,9 +21,10 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..runtime import InvalidArguments, is_secret_name
-from ..runtime._tomllines import KeyPath, line_of, toml_error_line, toml_key_lines
-from ._server_config import (
+from ...runtime import InvalidArguments, is_secret_name
+from ...runtime._tomllines import KeyPath, line_of, toml_error_line, toml_key_lines
+from .._urls import check_header_name, check_url
+from ._config import (
     DEFAULT_APPROVED,
     DEFAULT_MAX_MESSAGE_BYTES,
     KNOWN_CAPABILITIES,
@@ -39,7 +40,6 @@ from ._server_config import (
     Trust,
     sanitize_part,
 )
-from ._urls import check_header_name, check_url
 
 __all__ = ["LEGACY_POLICY_KEYS", "ServerModel", "parse_manifest", "server_table"]
 

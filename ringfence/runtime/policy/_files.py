@@ -35,10 +35,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ._errors import InvalidArguments
-from ._files import ringfence_home
+from .._errors import InvalidArguments
+from .._files import ringfence_home
 from ._judge import Policy
-from ._mcppolicy import McpPolicy, McpStatement, mcp_statements_from_table
+from ._mcp import McpPolicy, McpStatement, mcp_statements_from_table
 from ._rules import EFFECTS, Effect, Rule, RuleError, parse_rule, rule_from_table
 
 __all__ = [
@@ -116,7 +116,7 @@ def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
     # Here: a session without policy files never parses TOML.
     import tomllib
 
-    from ._tomllines import toml_error_line, toml_key_lines
+    from .._tomllines import toml_error_line, toml_key_lines
 
     try:
         text = raw.decode("utf-8")
@@ -217,7 +217,7 @@ class _Lines:
         self.lines = lines
 
     def line_of(self, path: tuple[str | int, ...]) -> int | None:
-        from ._tomllines import line_of  # loaded with the file that is being read
+        from .._tomllines import line_of  # loaded with the file that is being read
 
         return line_of(self.lines, path)
 

@@ -38,10 +38,10 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from mcp.shared.auth_utils import check_resource_allowed
 
-from ..runtime import Denied, Redactor, Unavailable, atomic_write, ringfence_home
+from ...runtime import Denied, Redactor, Unavailable, atomic_write, ringfence_home
 
 if TYPE_CHECKING:
-    from ._manifest import ServerConfig
+    from ..manifest._load import ServerConfig
 
 __all__ = ["SealedStore", "credential_from_env", "key_backend", "token_audience_ok"]
 

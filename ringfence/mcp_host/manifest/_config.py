@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from ..runtime import InvalidArguments, McpPolicy, McpServerPolicy, McpStatement, ringfence_home
+from ...runtime import InvalidArguments, McpPolicy, McpServerPolicy, McpStatement, ringfence_home
 
 __all__ = [
     "DEFAULT_APPROVED",

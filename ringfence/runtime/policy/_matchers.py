@@ -37,8 +37,8 @@ from urllib.parse import urlsplit
 
 import re2
 
-from ._errors import InvalidArguments
-from ._shellwords import SimpleCommand, Word
+from .._errors import InvalidArguments
+from ..shell._words import SimpleCommand, Word
 
 __all__ = [
     "MAX_PATTERN_CHARS",

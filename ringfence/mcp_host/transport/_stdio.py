@@ -38,10 +38,10 @@ from mcp import StdioServerParameters
 from mcp.client import stdio as sdk_stdio
 from mcp.shared.message import SessionMessage
 
-from ..runtime import Redactor, Unavailable
-from ._diagnostics import MAX_LOG_LINE_BYTES, Diagnostics
+from ...runtime import Redactor, Unavailable
+from .._diagnostics import MAX_LOG_LINE_BYTES, Diagnostics
+from ..manifest._load import ServerConfig
 from ._inbound import InboundLimit, LineReader
-from ._manifest import ServerConfig
 
 __all__ = [
     "STDERR_QUOTE_LINES",

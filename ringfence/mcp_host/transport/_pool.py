@@ -55,15 +55,15 @@ from typing import Any, TypeVar
 import trio
 from mcp import Client, types
 
-from ..runtime import Redactor, RingfenceError, ToolTimeout, Unavailable
-from ._diagnostics import Diagnostics
-from ._errors import translate_error
-from ._failures import HttpStatusLog, explain
+from ...runtime import Redactor, RingfenceError, ToolTimeout, Unavailable
+from .._diagnostics import Diagnostics
+from .._errors import translate_error
+from .._failures import HttpStatusLog, explain
+from .._urls import url_secrets
+from ..manifest._load import ServerConfig, Transport
 from ._http import http_transport
 from ._inbound import InboundLimit
-from ._manifest import ServerConfig, Transport
 from ._stdio import STDERR_QUOTE_LINES, StdioConfiner, read_stderr, stdio_transport
-from ._urls import url_secrets
 
 __all__ = ["ConnectionPool", "LiveConnection"]
 

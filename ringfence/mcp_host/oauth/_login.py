@@ -15,12 +15,12 @@ from typing import Any
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
 
-from ..runtime import Denied, Redactor, Unavailable
-from ..runtime._groups import first_error, raise_single
-from ._connection import ConnectionPool
-from ._diagnostics import Diagnostics
-from ._manifest import AuthMode, ServerConfig
-from ._oauth import LoginFlow, SealedTokenStorage, auth_status, login_flow
+from ...runtime import Denied, Redactor, Unavailable
+from ...runtime._groups import first_error, raise_single
+from .._diagnostics import Diagnostics
+from ..manifest._load import AuthMode, ServerConfig
+from ..transport._pool import ConnectionPool
+from ._provider import LoginFlow, SealedTokenStorage, auth_status, login_flow
 from ._tokens import SealedStore
 
 __all__ = ["LOGIN_TIMEOUT_SECONDS", "login", "loopback_flow"]

@@ -80,10 +80,10 @@ from mcp.shared.auth_utils import resource_url_from_server_url
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from pydantic import ValidationError
 
-from ..runtime import Denied, InvalidArguments, Redactor, Unavailable
-from ._manifest import AuthMode, ServerConfig
+from ...runtime import Denied, InvalidArguments, Redactor, Unavailable
+from .._urls import scrub_url
+from ..manifest._load import AuthMode, ServerConfig
 from ._tokens import SealedStore, credential_from_env, token_audience_ok
-from ._urls import scrub_url
 
 __all__ = [
     "MAX_STEP_UPS",
@@ -592,7 +592,7 @@ def build_auth(
     flow = _installed_flow
     storage = SealedTokenStorage(config, redactor, store, flow.redirect_uri if flow else None)
     if config.oauth_grant == "identity_assertion":
-        from ._oauth_xaa import RingfenceIdentityAssertion  # imports this module
+        from ._xaa import RingfenceIdentityAssertion  # imports this module
 
         assert secret is not None  # the manifest requires client_secret_env for this grant
         return RingfenceIdentityAssertion(config, storage, redactor, secret)

@@ -1,6 +1,6 @@
 """What ``mcp add --trusted/--read-only-tool`` says, written where policy lives: the user's policy file.
 
-Trust and ``read`` tools are policy (:mod:`ringfence.runtime._mcppolicy`), kept
+Trust and ``read`` tools are policy (:mod:`ringfence.runtime.policy._mcp`), kept
 in ``[mcp.<server>]`` of ``$RINGFENCE_HOME/policy.toml``, not in the manifest.
 :func:`plan_server_policy` computes the edited file and checks it as a load
 would, before anything is written; :meth:`PolicyEdit.write` replaces the file
@@ -25,8 +25,8 @@ from pathlib import Path
 import tomlkit
 from tomlkit.items import Table
 
-from ..runtime import InvalidArguments, atomic_write, ringfence_home
-from ..runtime._policyfile import parse_policy_file
+from ...runtime import InvalidArguments, atomic_write, ringfence_home
+from ...runtime.policy._files import parse_policy_file
 
 __all__ = ["PolicyEdit", "plan_server_policy", "user_policy_path"]
 

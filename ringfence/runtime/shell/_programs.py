@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._shellparts import Accumulator, SimpleCommand, Word
+from ._parts import Accumulator, SimpleCommand, Word
 
 __all__ = [
     "READS_ONLY",

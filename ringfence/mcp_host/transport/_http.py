@@ -19,10 +19,10 @@ import httpx2
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from ..runtime import Redactor, Unavailable
+from ...runtime import Redactor, Unavailable
+from ..manifest._load import ServerConfig, Transport
+from ..oauth._provider import build_auth
 from ._inbound import BoundedTransport, InboundLimit
-from ._manifest import ServerConfig, Transport
-from ._oauth import build_auth
 
 __all__ = ["http_transport", "resolve_headers"]
 

@@ -21,7 +21,7 @@ from mcp import types
 from mcp.client import stdio as sdk_stdio
 from mcp.shared.message import SessionMessage
 
-from ..runtime._lines import BoundedLines, Oversize, oversize_id
+from ...runtime._lines import BoundedLines, Oversize, oversize_id
 
 __all__ = ["BoundedTransport", "InboundLimit", "LineReader"]
 

@@ -26,9 +26,9 @@ from pathlib import Path
 import tomlkit
 from tomlkit.items import AoT, Comment, Table, Whitespace
 
-from ..runtime import InvalidArguments, atomic_write
-from ._manifest_model import parse_manifest, server_table
-from ._server_config import Manifest, ServerConfig, manifest_path
+from ...runtime import InvalidArguments, atomic_write
+from ._config import Manifest, ServerConfig, manifest_path
+from ._model import parse_manifest, server_table
 
 __all__ = ["remove_server", "render_server", "save_server"]
 

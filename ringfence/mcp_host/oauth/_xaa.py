@@ -14,13 +14,13 @@ import httpx2
 from mcp.client.auth import OAuthFlowError, OAuthTokenError
 from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
 
-from ..runtime import Denied, Redactor, Unavailable
-from ._manifest import ServerConfig
+from ...runtime import Denied, Redactor, Unavailable
+from .._urls import scrub_url
+from ..manifest._load import ServerConfig
 from ._tokens import credential_from_env, token_audience_ok
-from ._urls import scrub_url
 
 if TYPE_CHECKING:
-    from ._oauth import SealedTokenStorage  # which builds this provider (build_auth)
+    from ._provider import SealedTokenStorage  # which builds this provider (build_auth)
 
 __all__ = ["RingfenceIdentityAssertion"]
 

@@ -21,8 +21,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from ._shellparts import Accumulator, Redirect, Word
-from ._shellwrappers import emit_command
+from ._parts import Accumulator, Redirect, Word
+from ._wrappers import emit_command
 
 __all__ = ["Walker"]
 

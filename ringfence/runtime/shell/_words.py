@@ -64,7 +64,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ._shellparts import (
+from ._parts import (
     MAX_COMMAND_CHARS,
     MAX_DEPTH,
     Accumulator,
@@ -74,9 +74,9 @@ from ._shellparts import (
     Unresolved,
     Word,
 )
-from ._shellprograms import check_scripts
-from ._shelltree import Walker
-from ._shellwrappers import emit_command
+from ._programs import check_scripts
+from ._tree import Walker
+from ._wrappers import emit_command
 
 __all__ = [
     "MAX_COMMAND_CHARS",

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, final
 
-from ._errors import InvalidArguments
+from .._errors import InvalidArguments
+from .._tools import Consequence, ToolSpec
 from ._judge import Policy, PolicyVerdict
 from ._rules import Effect
-from ._tools import Consequence, ToolSpec
 
 __all__ = ["Decision", "Posture", "Rules", "Verdict", "decide"]
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ._shellparts import MAX_DEPTH, Accumulator, Redirect, SimpleCommand, Word
-from ._shellprograms import STARTS_NO_PROGRAM, check_program, interpreter_kind, is_input
+from ._parts import MAX_DEPTH, Accumulator, Redirect, SimpleCommand, Word
+from ._programs import STARTS_NO_PROGRAM, check_program, interpreter_kind, is_input
 
 __all__ = ["emit_command", "runs_arguments"]
 

@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..shell._words import Redirect, ShellParse, SimpleCommand, parse_argv, parse_command
 from ._matchers import Tri, element_matches, normalize_path
 from ._rules import EFFECT_RANK, Effect, Rule, parse_rule
-from ._shellwords import Redirect, ShellParse, SimpleCommand, parse_argv, parse_command
 
 __all__ = [
     "ASK_HIDDEN",

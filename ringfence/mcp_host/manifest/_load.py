@@ -55,8 +55,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..runtime import InvalidArguments
-from ._server_config import (
+from ...runtime import InvalidArguments
+from ._config import (
     DEFAULT_APPROVED,
     KNOWN_CAPABILITIES,
     AuthMode,
@@ -97,28 +97,28 @@ __all__ = [
 
 def parse_manifest(text: str, path: str = "<mcp.toml>") -> Manifest:
     """Validate manifest text. Raises InvalidArguments naming ``path``, the line and the key."""
-    from ._manifest_model import parse_manifest as parse  # pydantic loads only when a file is read
+    from ._model import parse_manifest as parse  # pydantic loads only when a file is read
 
     return parse(text, path)
 
 
 def save_server(config: ServerConfig, path: str | os.PathLike[str] | None = None) -> Manifest:
     """Add ``config`` to the manifest, replacing a server of the same name in place."""
-    from ._manifest_edit import save_server as save
+    from ._edit import save_server as save
 
     return save(config, path)
 
 
 def remove_server(name: str, path: str | os.PathLike[str] | None = None) -> Manifest:
     """Remove the server ``name``; InvalidArguments naming it if it is not there."""
-    from ._manifest_edit import remove_server as remove
+    from ._edit import remove_server as remove
 
     return remove(name, path)
 
 
 def render_server(config: ServerConfig) -> str:
     """One ``[[server]]`` block as ``save_server`` writes it."""
-    from ._manifest_edit import render_server as render
+    from ._edit import render_server as render
 
     return render(config)
 

@@ -1,0 +1,1 @@
+"""ringfence.mcp_host.transport."""

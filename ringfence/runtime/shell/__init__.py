@@ -1,0 +1,1 @@
+"""ringfence.runtime.shell."""
