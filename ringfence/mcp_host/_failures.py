@@ -1,6 +1,6 @@
 """Connection failures a person can act on: the cause and the fix, named.
 
-:func:`translate_error` (``_connection``) maps what the SDK raised into the
+:func:`translate_error` (``transport._pool``) maps what the SDK raised into the
 error tree; :func:`explain` then says *why* in the user's terms, from facts
 ringfence has itself:
 

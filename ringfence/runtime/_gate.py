@@ -3,7 +3,7 @@
 The one decision road every path takes (a direct call, a script's
 ``call_tool``, a nested call, ``plan apply``, ``serve``, a connected
 server's request): :func:`authorize` validates the arguments, asks the
-decision function (``_policy.decide``), stages a dry run's calls, resolves an
+decision function (``policy._decide.decide``), stages a dry run's calls, resolves an
 ``ask`` through session grants or the approver, and mints the Intent the
 executor redeems (HMAC-tagged; the event chain's checkpoints are what the session
 key signs). It raises the refusal; the kernel (``_kernel``) records the

@@ -258,7 +258,7 @@ class Resolver:
         self._lock = threading.Lock()
         self._users = 0  # operations in flight (a refcount guarded by _lock)
         self._closed = False
-        # The last scan of the roots a resulting-tree check used (_treecheck): the next
+        # The last scan of the roots a resulting-tree check used (changes._resulting): the next
         # one starts from it.
         self.scan_base: Any = None
         self.scan_lock = threading.Lock()

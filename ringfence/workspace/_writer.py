@@ -521,7 +521,7 @@ def make_checked_dir(
     """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made.
 
     With ``resolver`` (the file tools), the tree the new directory leaves is judged too
-    (:func:`._treecheck.check_resulting_tree`); a merge judged its whole set before.
+    (:func:`.changes._resulting.check_resulting_tree`); a merge judged its whole set before.
     """
     display = place.display(name)
     if is_dotgit(name):

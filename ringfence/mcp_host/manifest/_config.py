@@ -1,10 +1,10 @@
 """The manifest's values: :class:`ServerConfig` (one ``[[server]]``), :class:`Manifest`, their enums.
 
 These are what the rest of ``mcp_host`` reads; the file format is declared in
-:mod:`._manifest_model` (which builds them) and written by :mod:`._manifest_edit`.
+:mod:`._model` (which builds them) and written by :mod:`._edit`.
 A ``ServerConfig`` holds values as written (``$WORKSPACE`` unexpanded) and is
 immutable; building one directly (as the CLI and tests do) is not validated,
-:func:`~._manifest_model.parse_manifest` is.
+:func:`~._model.parse_manifest` is.
 """
 
 from __future__ import annotations

@@ -41,12 +41,12 @@ Contract:
   ``headers_env`` and they are resolved when the server is connected.
 - ``$WORKSPACE`` in ``command``, ``args``, ``cwd``, ``env`` values and ``roots`` is
   expanded by :meth:`ServerConfig.expanded`, at connect time.
-- :func:`save_server` and :func:`remove_server` (:mod:`._manifest_edit`) edit
+- :func:`save_server` and :func:`remove_server` (:mod:`._edit`) edit
   the file's text in place (other servers, comments and layout are kept),
   check that the result still loads, and replace the file atomically.
 
-The format is declared in :mod:`._manifest_model` (a pydantic model), the
-values are in :mod:`._server_config`; this module reads files and re-exports
+The format is declared in :mod:`._model` (a pydantic model), the
+values are in :mod:`._config`; this module reads files and re-exports
 the names the rest of ``mcp_host`` and the CLI import from it.
 """
 

@@ -1,8 +1,8 @@
 """``ringfence mcp login``: authorize afresh by connecting once, with a loopback redirect.
 
-Kept apart from :mod:`._oauth` (the provider every connection uses) because it
-drives a whole connection: it sits above :mod:`._connection`, which sits above
-:mod:`._oauth`.
+Kept apart from :mod:`._provider` (the provider every connection uses) because it
+drives a whole connection: it sits above :mod:`..transport._pool`, which sits above
+:mod:`._provider`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the well-known URLs), authorization-server metadata and OIDC discovery with the
 documents, PKCE, the ``resource`` parameter (RFC 8707), scope selection and
 step-up on ``insufficient_scope``, refresh tokens, the token-endpoint auth
 methods, (``ClientCredentialsOAuthProvider``) the client_credentials grant, and
-(``IdentityAssertionOAuthProvider``, in :mod:`._oauth_xaa`) SEP-990 identity assertion.
+(``IdentityAssertionOAuthProvider``, in :mod:`._xaa`) SEP-990 identity assertion.
 This module adds what a governed host needs around it:
 
 - **Storage**: :class:`SealedTokenStorage` keeps tokens and client registrations

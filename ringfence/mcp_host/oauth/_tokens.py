@@ -13,7 +13,7 @@ Contract:
   naming the file and the fix (``mcp logout`` / ``mcp login``); it is never
   silently treated as empty.
 
-Also here, shared by every OAuth provider (:mod:`._oauth`, :mod:`._oauth_xaa`):
+Also here, shared by every OAuth provider (:mod:`._provider`, :mod:`._xaa`):
 :func:`token_audience_ok` (a JWT for another resource is never sent) and
 :func:`credential_from_env` (secrets only from named environment variables,
 registered with the redactor when read).

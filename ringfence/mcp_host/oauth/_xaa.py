@@ -1,6 +1,6 @@
 """SEP-990 enterprise-managed authorization for ``oauth_grant = "identity_assertion"``.
 
-Split from :mod:`._oauth` (which builds it in ``build_auth``) to keep that module
+Split from :mod:`._provider` (which builds it in ``build_auth``) to keep that module
 under the size limit; it shares that module's sealed storage, and the audience
 check and environment-variable reading of :mod:`._tokens`.
 """

@@ -1,9 +1,9 @@
 """What a shell command line would do, as values: the words, commands and redirections found.
 
-:class:`ShellParse` is what :func:`._shellwords.parse_command` returns; its
+:class:`ShellParse` is what :func:`._words.parse_command` returns; its
 parts are :class:`SimpleCommand` (made of :class:`Word`), :class:`Redirect` and
 :class:`Unresolved`. :class:`Accumulator` collects them during one parse (the
-tree walk of :mod:`._shelltree` and the wrappers of :mod:`._shellwrappers`
+tree walk of :mod:`._tree` and the wrappers of :mod:`._wrappers`
 append to it); it carries the parser itself, so a wrapper that hands a string
 to a shell (``sh -c``) parses that string without importing the parser.
 """

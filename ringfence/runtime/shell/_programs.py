@@ -12,7 +12,7 @@ program (interpreters' ``-c``/``-e``, ``awk`` programs, ``sed`` scripts, ``git
 -c``, ``tar --checkpoint-action``, ``make --eval``): such an argument makes the
 line unresolved, so no allow rule can let it run unread. That list is a fast
 filter for the allow side; what keeps deny rules whole on a backend without an
-exec check is the whitelist (see :mod:`._judge`).
+exec check is the whitelist (see :mod:`..policy._judge`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 unresolved (its insides still searched, so a deny rule can see the commands in
 them). A word is literal only when quote removal gives its exact value
 (:func:`_unquoted_word`, :func:`_unescape_double`); every command it finds goes
-to :func:`._shellwrappers.emit_command`, which looks through wrappers.
+to :func:`._wrappers.emit_command`, which looks through wrappers.
 
 Text that becomes code or words only at run time is unresolved wherever it is:
 a command or process substitution (``$(…)``, ``<(…)``), a backquote (its text

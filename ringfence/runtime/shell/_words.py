@@ -42,7 +42,7 @@ Contract (what a caller may rely on):
   them are still reported where they can be read (a backquote's text is
   unescaped and parsed again), so a deny rule sees them.
 - ``SimpleCommand.known``: the program is one the judge knows starts no
-  program other than those reported (``._shellprograms.STARTS_NO_PROGRAM``).
+  program other than those reported (``._programs.STARTS_NO_PROGRAM``).
 
 Not promised: the parse follows bash; ``run_shell`` runs ``/bin/sh`` (dash,
 busybox), whose differences (no ``$'…'``, ``{a,b}``, ``<(…)``) only make
@@ -50,10 +50,10 @@ constructs this module already treats as non-literal or unresolved literal
 text there. Names are not resolved: ``./git`` is not ``git`` (allow rules
 compare the command name exactly; deny rules compare its last component).
 
-Where the parts live: the values in :mod:`._shellparts`, the tree walk in
-:mod:`._shelltree`, the wrappers looked through in :mod:`._shellwrappers`, the
+Where the parts live: the values in :mod:`._parts`, the tree walk in
+:mod:`._tree`, the wrappers looked through in :mod:`._wrappers`, the
 programs whose arguments are code (and those that start nothing) in
-:mod:`._shellprograms`; this module parses (bounds, cache) and is the one its
+:mod:`._programs`; this module parses (bounds, cache) and is the one its
 callers import.
 """
 

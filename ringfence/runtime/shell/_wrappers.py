@@ -5,7 +5,7 @@ runs text (``eval``, ``source``, …) is unresolved; a wrapper's inner command
 is reported with the wrapper in ``via`` (``sudo``/``doas``, ``su`` and ``find
 -exec`` report the outer command too); a string handed to a shell is parsed
 through :attr:`Accumulator.parse`. Programs whose arguments are code
-(interpreters, ``sed``, ``git -c``, …) are :mod:`._shellprograms`'. Recursion
+(interpreters, ``sed``, ``git -c``, …) are :mod:`._programs`'. Recursion
 is bounded by ``MAX_DEPTH``.
 
 The wrapper list is a fast filter, so deny rules see through the usual

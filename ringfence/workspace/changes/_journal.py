@@ -7,7 +7,7 @@ before anything of it is written (its change set's manifest included), and
 ``E <set id>`` after its last write and the manifest's final form. The set's
 manifest holds every before-image, so the journal itself is two short lines.
 
-Each :class:`~._checkpoints.CheckpointStore` object writes one journal file of
+Each :class:`~._store.CheckpointStore` object writes one journal file of
 its own, ``<store>/journal/<pid>-<random>.log``, held with an exclusive
 ``flock`` while it lives: a file nobody holds belongs to a process that is
 gone (a lock dies with its process, whatever killed it). Appends go to an

@@ -240,7 +240,7 @@ def _walk_to(resolver: Resolver, change: Change, op: Callable[[Place], Any], cre
 
 
 # The files whose images are known, by path: the identity they had when they were hashed
-# (:func:`~._changes.file_identity`) and the image. Seeded with the before-images a shell
+# (:func:`~._model.file_identity`) and the image. Seeded with the before-images a shell
 # command's capture hashed (``UpperFiles.known``), heard from the conflict check: while a
 # file's identity is unchanged its image is reused, so it is hashed at most once per merge.
 _Known = dict[tuple[int, str], tuple[tuple[int, ...], Image]]
@@ -387,7 +387,7 @@ def _move_tree(
     """Rename the new directory ``changes[i]`` from its upper directory whole; how many
     changes that applied (it and every change below it), or 0: merge them one by one.
 
-    Only a directory the read found fit to move (:class:`~._changes.UpperTree`:
+    Only a directory the read found fit to move (:class:`~._model.UpperTree`:
     new, every entry a plain file with one name, a link or a directory,
     without extended attributes, owned by whom the merged entries must
     belong to, no git directory in it) and only when every change below it

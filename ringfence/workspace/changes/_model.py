@@ -4,7 +4,7 @@ A :class:`ChangeSet` lists, per path below a root, the before-image (or its
 absence) and the after-image (or a deletion). An :class:`Image` is a file, a
 symlink or a directory with its permission bits and, for files and links, the
 sha256 of its content (a link's content is its target); the bytes live in a
-content-addressed blob store (:mod:`._checkpoints`). A directory rename is
+content-addressed blob store (:mod:`._store`). A directory rename is
 its file-level changes: every entry deleted under the old name and created
 under the new one. Changes are applied in order and undone in reverse order,
 so a set creates a directory before its files and deletes it after them.
@@ -170,7 +170,7 @@ class ChangeSet:
 
 
 class UpperSource(NamedTuple):
-    """An overlay upper directory's file that holds a change's after-image (see ``_upper``).
+    """An overlay upper directory's file that holds a change's after-image (see ``changes._upper``).
 
     ``path`` below the upper directory; the merge may rename that file into
     the workspace instead of writing a copy, but only while it is still the

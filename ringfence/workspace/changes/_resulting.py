@@ -2,7 +2,7 @@
 
 The merge's entry-by-entry refusals (:mod:`._merge`) are the fast first
 filter. This is the guarantee: before anything is applied, the tree the set
-would leave (:class:`~._tree.TreeView`) is judged as git and the kernel
+would leave (:class:`~._view.TreeView`) is judged as git and the kernel
 will read it.
 
 * **Git**: git's discovery (``setup_git_directory``) finds at each directory
@@ -20,14 +20,14 @@ will read it.
   else what git finds is unchanged: the names it needs are not there,
   before or after.
 * **Links**: a link the set makes must resolve (``os.path.realpath``'s walk
-  on the resulting tree, :func:`~._tree.realpath`) inside a root, dangling
+  on the resulting tree, :func:`~._view.realpath`) inside a root, dangling
   or not; when the set makes, removes or replaces any link, every other
   link in the roots is resolved again, and one that resolved inside and no
   longer does refuses the set. (A set without links changes no link's
   ``realpath``: a missing component, a file and a directory are all kept
   as they are by that walk.)
 
-The scan that finds candidates and links is :func:`._gitscan.scan_git_metadata`,
+The scan that finds candidates and links is :func:`..git._scan.scan_git_metadata`,
 incremental from the previous merge's scan of the same workspace.
 """
 

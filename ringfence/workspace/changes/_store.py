@@ -617,7 +617,7 @@ def _young_since() -> float:
 class PackWriter:
     """Many small blobs appended to one new pack file (one file in the store, not one each).
 
-    :meth:`add` (or ``put``: a pack is a :class:`~._changes.Blobs`) stores
+    :meth:`add` (or ``put``: a pack is a :class:`~._model.Blobs`) stores
     ``data`` unless this pack or an earlier one has it and returns its digest;
     :meth:`commit` makes the pack's blobs readable (the pack and
     then its index renamed into place, the index last, so an index never

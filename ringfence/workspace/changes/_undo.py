@@ -5,7 +5,7 @@ recorder with the before- and after-image just before its rename, the
 change set is saved then (so it exists before the write is visible), and
 dropped again if the write fails; the call's result gets ``"checkpoint"``
 and its events a ``checkpoint`` record. :func:`undo` merges a change set's
-inverse through :func:`~._changes.merge_changes` and saves what it did as a
+inverse through :func:`~._model.merge_changes` and saves what it did as a
 change set of its own; :func:`register_undo_tool` makes it a gated tool.
 """
 

@@ -11,7 +11,7 @@ its upper directory holds everything it changed, in overlayfs's encoding:
   it replaced the lower directory, whose other entries are gone.
 
 :func:`changes_from_upper` turns that into the file-level changes of a
-:class:`~._changes.ChangeSet` (a renamed directory, copied up whole and
+:class:`~._model.ChangeSet` (a renamed directory, copied up whole and
 whited out, becomes its deletions and creations), storing every after- and
 before-image in ``blobs``, so :func:`~._merge.merge_changes` can merge or
 refuse it like any other set. Other special files (FIFOs, devices,
@@ -113,7 +113,7 @@ def changes_from_upper(
     may rename whole (:class:`UpperTree`; the outermost and the ones inside).
     ``known`` hears, by ``(root, path)``, the before-images of regular files
     that did not change while they were read, with their identity then
-    (:func:`~._changes.image_and_identity`): the merge's conflict check
+    (:func:`~._model.image_and_identity`): the merge's conflict check
     need not read them again (:attr:`UpperFiles.known`).
     """
     if pack is None:

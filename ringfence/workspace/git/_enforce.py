@@ -1,14 +1,14 @@
 """Undo what a shell command did to git metadata: compare two snapshots, quarantine, restore.
 
 What :func:`enforce_git_metadata` promises, for two snapshots of the same
-roots (:func:`._gitscan.scan_git_metadata` before and after the command):
+roots (:func:`._scan.scan_git_metadata` before and after the command):
 
 * **New metadata** (a ``.git`` name or a git directory that was not there) is
   moved out of the workspace, whole, into ``quarantine`` — by ``rename`` when
   it is on the same file system, else copied (regular files, directories and
   symlinks; at most :data:`QUARANTINE_COPY_BYTES`) and removed.
 * **A changed or deleted gitfile or ``.git`` symlink** is quarantined and its
-  before-image put back (gitfiles up to :data:`._gitmeta.IMAGE_MAX_BYTES`).
+  before-image put back (gitfiles up to :data:`._snapshot.IMAGE_MAX_BYTES`).
 * **Inside an existing git directory**, files git takes programs from
   (``config``, ``config.worktree``, ``commondir``, ``gitdir``, ``hooks/**``)
   are restored from their before-image or, when new, quarantined. Other
@@ -29,7 +29,7 @@ roots (:func:`._gitscan.scan_git_metadata` before and after the command):
   on the host).
 
 The non-promises (what the scans do not see, what cannot be put back) are
-:mod:`._gitscan`'s.
+:mod:`._scan`'s.
 """
 
 from __future__ import annotations

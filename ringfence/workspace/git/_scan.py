@@ -2,7 +2,7 @@
 
 A shell command is not confined by the resolver, so ``run_shell`` checks its
 *effect* instead: :func:`scan_git_metadata` before and after the command, then
-:func:`._gitenforce.enforce_git_metadata` on the two snapshots (what it
+:func:`._enforce.enforce_git_metadata` on the two snapshots (what it
 promises is written there). "Git metadata" is
 
 * every entry whose name git reads as ``.git`` (:func:`is_dotgit`: any case,
@@ -19,7 +19,7 @@ sandbox process before the command returns, so there is none there); a
 command may change files that git configuration already points to outside git
 metadata (``core.hooksPath = .githooks``, ``include.path``) — those are
 ordinary workspace files; an existing git directory whose before-image was not
-kept (objects, index, a config over :data:`._gitmeta.IMAGE_MAX_BYTES`) is reported, not
+kept (objects, index, a config over :data:`._snapshot.IMAGE_MAX_BYTES`) is reported, not
 restored; the subtree of a directory that was already unlistable before the
 command is not watched. A first scan is linear in the number of entries under
 the roots; a scan from a ``base`` (the previous one) costs one ``lstat`` per
@@ -30,8 +30,8 @@ stepped back, hot directories are listed again); measured:
 ``benchmarks/gitscan.py``.
 
 Where the parts live: this module starts a scan (:func:`scan_git_metadata`,
-whether a base may be used); :mod:`._gitwalk` walks; :mod:`._gitmeta` holds
-the snapshot and the findings; :mod:`._gitenforce` compares two snapshots and
+whether a base may be used); :mod:`._walk` walks; :mod:`._snapshot` holds
+the snapshot and the findings; :mod:`._enforce` compares two snapshots and
 undoes what changed.
 """
 
@@ -97,11 +97,11 @@ def scan_git_metadata(
     * A directory changed again within the same clock tick as the scan that
       saw it can keep its ``ctime`` (git's "racily clean" problem): every
       directory and metadata file whose ``ctime`` is within
-      :data:`._gitwalk.HOT_MARGIN_NS` of ``base``'s start, or later, is "hot" and read
+      :data:`._walk.HOT_MARGIN_NS` of ``base``'s start, or later, is "hot" and read
       again.
     * The file system keeps ``ctime`` (every local Linux file system does) and
       its clock is this machine's: a ``ctime`` more than
-      :data:`._gitwalk.FUTURE_SLACK_NS` in the future marks the snapshot untrusted, and
+      :data:`._walk.FUTURE_SLACK_NS` in the future marks the snapshot untrusted, and
       the next scan from it walks in full.
 
     A full walk is also done for a root whose directory was replaced, for a

@@ -1,7 +1,7 @@
 """Git metadata as one scan saw it: the snapshot, the findings, and which names git reads.
 
-The values :func:`._gitscan.scan_git_metadata` returns (:class:`GitSnapshot`
-of :class:`MetaEntry` and :class:`DirState`) and :func:`._gitenforce.enforce_git_metadata`
+The values :func:`._scan.scan_git_metadata` returns (:class:`GitSnapshot`
+of :class:`MetaEntry` and :class:`DirState`) and :func:`._enforce.enforce_git_metadata`
 reports (:class:`GitReport` of :class:`GitFinding`), and the rules both apply
 to a path inside a git directory: which files git takes programs from
 (:func:`exec_relevant`), which is an index (:func:`is_index`), which lie below

@@ -1,13 +1,13 @@
 """One scan's walk below the roots: what it lists, what it takes from the base, what it keeps.
 
-:class:`Walk` is the state of one :func:`._gitscan.scan_git_metadata` call:
+:class:`Walk` is the state of one :func:`._scan.scan_git_metadata` call:
 the entries, tops, set-id files and unlistable directories it found, and the
 directories still to visit. With a base snapshot it lists only directories
 whose status changed or that are "hot" (:data:`HOT_MARGIN_NS`), and raises
 :class:`Uncertain` when the cheap path cannot vouch for a root (the scan then
 walks that root in full). It keeps before-images of gitfiles, ``.git``
 symlinks and the files git takes programs from (at most
-:data:`._gitmeta.IMAGE_MAX_BYTES` each, :data:`IMAGE_BUDGET_BYTES` a scan).
+:data:`._snapshot.IMAGE_MAX_BYTES` each, :data:`IMAGE_BUDGET_BYTES` a scan).
 """
 
 from __future__ import annotations
