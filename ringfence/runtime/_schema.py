@@ -384,7 +384,7 @@ def _never(_value: Any) -> bool:
 # that registers only those never imports jsonschema. It is conservative: it says True
 # only for what the meta-schema accepts; any other schema (an unknown keyword, a $ref, a
 # value of an unexpected shape) goes to jsonschema's check_schema, which also names the
-# fault. tests/runtime/test_runtime_gate2_schema.py holds it against check_schema.
+# fault. tests/runtime/test_runtime_schema_compiled.py holds it against check_schema.
 
 _SIMPLE_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
 _STRING_KEYWORDS = frozenset({"description", "title", "format", "$comment"})
