@@ -77,6 +77,7 @@ says what still holds and what does not; the missing layers are recorded.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import socket
@@ -117,6 +118,7 @@ from ._confined_plan import (
     _refuse,
     _session_user,
 )
+from ._execrules import ExecRules
 from ._local import BASE_ENV_ALLOWLIST, _result, _Watch
 from ._output import Capture
 from ._shellstate import STATE_LIMIT, ShellKeeper
@@ -180,6 +182,8 @@ class ConfinedSession(SandboxArgv):
         self._degraded: str | None = None  # why the namespaces are missing (best-effort)
         self._layer_fd: int | None = None
         self._rbuf = b""  # supervisor bytes received beyond the last message
+        self._exec_sent = b""  # the exec rules the running supervisor has (``E``)
+        self._exec_denied: dict[str, Any] | None = None  # the last command's exec denials
         self._unmount_due = False  # a ``U`` (overlays unmounted) is still to come
         self._readonly: list[Path] = []
         self._kernel_layers: list[Layer] = []
@@ -224,7 +228,14 @@ class ConfinedSession(SandboxArgv):
             "layers": [layer.to_dict() for layer in self.layers],
             "start_ms": round(self.start_seconds * 1000, 1),
             "persist_shell_state": self._keeper.enabled,
+            "exec_checks": self.exec_checks,
         }
+
+    @property
+    def exec_checks(self) -> bool:
+        """Whether every exec of a command is checked against the deny rules it is given
+        (the ``exec checks`` layer was probed at start and holds)."""
+        return any(layer.name == "exec checks" and layer.ok for layer in self.layers)
 
     @property
     def process_tracking(self) -> dict[str, str]:
@@ -403,6 +414,7 @@ class ConfinedSession(SandboxArgv):
         on_output: OutputCallback | None = None,
         redact: Callable[[str], str] | None = None,
         follow_shell: bool = False,
+        exec_rules: ExecRules | None = None,
     ) -> ShellResult:
         """Run one command in the sandbox (the :class:`BackendSession` contract).
 
@@ -411,9 +423,11 @@ class ConfinedSession(SandboxArgv):
         gives ``status == "lost"``. Under ``persist_shell_state``,
         ``follow_shell`` starts the command in the shell's own directory
         rather than ``cwd`` (which stays the fallback), and the result's
-        ``shell`` says what became of the state. Raises InvalidArguments,
-        Unavailable (a restart found a layer gone), ToolError,
-        ``trio.ClosedResourceError``.
+        ``shell`` says what became of the state. ``exec_rules``: every exec of
+        the command is checked against them (:mod:`._confined_execcheck`); the
+        result's ``exec_denied`` lists what was refused. Raises InvalidArguments,
+        Unavailable (a restart found a layer gone, or ``exec_rules`` were given
+        and the session has no exec checks), ToolError, ``trio.ClosedResourceError``.
         """
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
@@ -434,9 +448,18 @@ class ConfinedSession(SandboxArgv):
                 if self._sock is None:  # the sandbox died under an earlier command
                     await self._start()
                     restarted = True
+                if exec_rules is not None and not self.exec_checks:
+                    raise _refuse(
+                        "exec checks",
+                        next(
+                            (layer.detail for layer in self.layers if layer.name == "exec checks"),
+                            "the session was started without them",
+                        ),
+                    )
                 keep = self._keeper.enabled  # the state comes back through a memfd
                 state = os.memfd_create("ringfence-shell-state") if keep else None
                 try:
+                    await self._send_exec_rules(exec_rules)
                     result = await self._run(
                         shell_run.argv, cwd, shell_run.env, timeout, output_cap, on_output,
                         redact, state,
@@ -450,10 +473,25 @@ class ConfinedSession(SandboxArgv):
                         os.close(state)
                 if restarted and not result.session_restarted:
                     result = _replace_restarted(result)
+                if self._exec_denied is not None:
+                    result = replace(result, exec_denied=self._exec_denied)
                 if self._layers_dir is not None:
                     result = replace(result, uppers=self._uppers())
                 return result
             raise ToolError("the local sandbox died twice before a command could reach it")
+
+    async def _send_exec_rules(self, rules: ExecRules | None) -> None:
+        """``E`` + the rules, when they differ from what the supervisor has. Raises
+        _NotSent when the sandbox is gone."""
+        payload = rules.payload if rules is not None else b""
+        if payload == self._exec_sent:
+            return
+        try:
+            self._send(b"E" + payload)
+        except OSError:
+            await self._lost()
+            raise _NotSent() from None
+        self._exec_sent = payload
 
     async def _run(
         self,
@@ -468,6 +506,7 @@ class ConfinedSession(SandboxArgv):
     ) -> ShellResult:
         """One command on the wire; ``state`` (persist_shell_state) becomes its descriptor 3."""
         assert self._sock is not None
+        self._exec_denied = None
         out = Capture("stdout", on_output)
         err = Capture("stderr", on_output)
         started = time.monotonic()
@@ -541,10 +580,17 @@ class ConfinedSession(SandboxArgv):
         return await self._status()
 
     async def _status(self) -> int | None:
+        """The command's wait status (``X``), and its exec denials when they follow it."""
         reply = await self._reply(_REPLY_LIMIT)
         if reply is None or not reply.startswith(b"X"):
             return None
-        return int(reply[1:])
+        status, _, denials = reply[1:].partition(b"\n")
+        if denials:
+            try:
+                self._exec_denied = json.loads(denials.decode("utf-8", "surrogateescape"))
+            except ValueError:
+                self._exec_denied = {"denied": 1, "denials": [], "unreadable": True}
+        return int(status)
 
     def _send(self, payload: bytes, fds: tuple[int, ...] = ()) -> None:
         assert self._sock is not None
@@ -598,7 +644,7 @@ class ConfinedSession(SandboxArgv):
         """
         sock, self._sock = self._sock, None
         proc, self._proc = self._proc, None
-        self._rbuf, self._unmount_due = b"", False
+        self._rbuf, self._unmount_due, self._exec_sent = b"", False, b""
         with trio.CancelScope(shield=True):
             if sock is not None:
                 sock.close()  # (were the kill to fail, the supervisor exits on end of file)

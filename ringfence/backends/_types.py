@@ -162,6 +162,9 @@ class ShellResult:
     wrote, one :class:`Upper` per root; the roots themselves are unchanged.
     ``shell`` (only under the session option ``persist_shell_state``) says
     whether the command's working directory and exported variables carry over.
+    ``exec_denied`` (only where execs are checked against deny rules: the
+    confined ``local`` backend) counts and lists the execs that were refused:
+    ``{"denied": n, "denials": [{"rule", "program", "argv", …}]}``.
     """
 
     exit_code: int | None
@@ -179,6 +182,7 @@ class ShellResult:
     session_restarted: bool = False
     uppers: tuple[Upper, ...] = ()
     shell: ShellState | None = None
+    exec_denied: Mapping[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -204,6 +208,8 @@ class ShellResult:
         }
         if self.shell is not None:
             out["shell"] = self.shell.to_dict()
+        if self.exec_denied is not None:
+            out["exec_denied"] = dict(self.exec_denied)
         if self.stdout_truncated or self.stderr_truncated:
             out["truncated"] = {
                 "stdout": self.stdout_truncated,
