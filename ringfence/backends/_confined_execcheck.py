@@ -29,7 +29,10 @@ any of those names, the runtime's own deny-side matching: a first element withou
 - the dynamic loader run directly (``ld.so /usr/bin/rm``): the program it is given
   (after its own options) is an invocation too; a program given without a ``/``
   (the loader searches it like a library) is refused while deny rules apply;
-- ``busybox`` (``argv[0]`` named ``busybox…``): ``argv[1:]`` is an invocation too.
+- ``busybox`` (``argv[0]`` named ``busybox…``): ``argv[1:]`` is an invocation too; and
+  a multi-call binary (busybox, toybox: found on ``PATH`` by name, then known by inode
+  and content) that has an applet a rule names is refused whatever it is called: its
+  shell runs applets inside itself, without an exec to check.
 
 The rules come from the kernel as JSON (:mod:`._execrules`): a first-word index,
 literal words compared with ``==``, glob words as the runtime's own regex
@@ -111,6 +114,7 @@ _LOADER_FLAG_OPTIONS = frozenset(
     }
 )
 _STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_MULTICALL = ("busybox", "toybox")  # binaries whose shell runs their applets without exec
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -483,11 +487,46 @@ class Checker:
                 for entry in entries:
                     if any(g.fullmatch(entry) for g in rules.globs):
                         self.identity.add(entry, f"{d}/{entry}")
+        # Multi-call binaries with an applet a rule names: refused by identity (see above).
+        self.multicall = _Identity()
+        self.multicall_rule: tuple[str, str, str] | None = None
+        for name in _MULTICALL:
+            for d in dirs:
+                hit = self._applet_rule(f"{d}/{name}")
+                if hit is not None:
+                    self.multicall.add(name, f"{d}/{name}")
+                    self.multicall_rule = hit
         # The dynamic loaders programs name (x86-64: other ABIs die at their first call).
         for program in ("/bin/sh", "/usr/bin/env", os.path.realpath("/proc/self/exe")):
             loader = _elf_interpreter(program)
             if loader:
                 self.loaders.add(loader, loader)
+
+    def _applet_rule(self, path: str) -> tuple[str, str, str] | None:
+        """(rule label, source, applet) when the multi-call binary at ``path`` has an applet
+        a deny rule names (every applet counts when its table cannot be read)."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read(_HASH_LIMIT)
+        except OSError:
+            return None
+        start = data.find(b"\0[\0[[\0")  # busybox's applet names, NUL-separated, sorted
+        applets: list[str] | None = None
+        if start >= 0:
+            applets = []
+            for raw in data[start + 1 : start + 65536].split(b"\0"):
+                if not raw:
+                    break
+                applets.append(raw.decode("ascii", "replace"))
+        for rule in self.rules.rules:
+            for pattern in rule.patterns:
+                first = pattern[0]
+                if first == "**":
+                    return rule.label, rule.source, "any"
+                for applet in applets if applets is not None else ["any"]:
+                    if applets is None or _word(first, applet):
+                        return rule.label, rule.source, applet
+        return None
 
     # -- the supervisor's side of the listener ---------------------------------------------
 
@@ -622,6 +661,19 @@ class Checker:
             if argv:
                 names.append(argv[0])
             names += sorted(self.identity.names(fd, st))
+            if self.multicall_rule is not None and self.multicall.names(fd, st):
+                label, source, applet = self.multicall_rule
+                raise Refused(
+                    errno.EACCES,
+                    Denial(
+                        label,
+                        source,
+                        real,
+                        [shown, *argv[1:]],
+                        f"a multi-call binary with the applet {applet}, which its shell and "
+                        "tools run without an exec",
+                    ),
+                )
             rest = argv[1:]
             rule = self.rules.match(names, rest)
             if rule is not None:

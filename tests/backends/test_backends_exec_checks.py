@@ -1,0 +1,236 @@
+"""Exec checks on the confined ``local`` backend: deny rules enforced where programs start.
+
+The oracle (``test_no_denied_program_runs_whatever_the_line``) runs the corpus of
+``tests/runtime/exec_corpus.py`` (every way the issue lists to start a program the shell
+judge cannot see, times five denied actions) through the real ``run_shell`` under
+``allow-reversible`` and a policy denying ``touch``, ``rm`` and ``curl``. Two oracles,
+both independent of the supervisor that does the checking:
+
+- the kernel's own record of every ``execve``/``execveat`` of the sandbox: ``strace -ff``
+  attached from the host to the sandbox's supervisor (ptrace from outside; nothing in the
+  sandbox can see or stop it). Every exec that *succeeded* is judged with the runtime's
+  rule matcher, program by program (no wrapper looked through): none may match a deny
+  rule;
+- effects: each denied action leaves a trace if it runs (a new ``hit-N`` file in the
+  workspace, the canary removed, a fetched file), so the workspace must be exactly what
+  it was, which also covers what a name cannot (copies, links, the loader, busybox).
+
+Lines are batched (each line a file written with ``write_file``, run by ``sh`` from a
+batch script that ``run_shell`` runs: every line reaches the sandbox, whatever the Gate
+would say of it alone); the Gate's verdict on each line alone is recorded too.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from ringfence import create_kernel
+from ringfence.runtime import ApprovalAnswer, Posture, Rules, ScriptedApprover, parse_rule
+from ringfence.runtime._matchers import Tri
+from ringfence.runtime._shellparts import SimpleCommand, Word
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+from exec_corpus import DENY, corpus
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+BATCH = 45  # lines per run_shell call
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every entry below ``root`` (but the corpus scripts): its kind and content digest."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if rel.startswith(".corpus"):
+            continue
+        if path.is_symlink():
+            out[rel] = "link:" + os.readlink(path)
+        elif path.is_file():
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            out[rel] = "dir"
+    return out
+
+
+def supervisor_pid() -> int:
+    """The host pid of this process's sandbox supervisor (a descendant running the file)."""
+    me = psutil.Process()
+    for child in me.children(recursive=True):
+        try:
+            argv = child.cmdline()
+            if "bwrap" not in argv[0] and any("_confined_supervisor.py" in a for a in argv):
+                return child.pid
+        except psutil.Error:
+            continue
+    raise AssertionError("no sandbox supervisor below this process")
+
+
+_CALL = re.compile(r"^(execve|execveat)\((.*)\) += (-?\d+)", re.S)
+_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _unescape(text: str) -> str:
+    return codecs.decode(text.encode("latin-1", "backslashreplace"), "unicode_escape")
+
+
+def traced_execs(prefix: Path) -> list[tuple[str, list[str], int]]:
+    """(path, argv, result) of every execve/execveat strace saw, from its per-pid files."""
+    found = []
+    for file in prefix.parent.glob(prefix.name + ".*"):
+        for line in file.read_text(errors="replace").splitlines():
+            m = _CALL.match(line)
+            if m is None:
+                continue
+            args, result = m.group(2), int(m.group(3))
+            strings = []
+            end = len(args)
+            pos = 0
+            for s in _STRING.finditer(args):  # the path, then argv up to its closing ]
+                if "]" in args[pos : s.start()]:
+                    end = pos
+                    break
+                strings.append(_unescape(s.group(1)))
+                pos = s.end()
+            assert end >= 0 and "..." not in args[:end], line  # nothing cut by strace
+            if strings:  # (execveat's descriptor comes first, unquoted)
+                found.append((strings[0], strings[1:], result))
+    return found
+
+
+def denied_by_rules(words: list[str]) -> str | None:
+    """The deny rule the runtime's matcher finds for this one program run, no wrapper
+    looked through (the independent judge of the trace)."""
+    command = SimpleCommand(argv=tuple(Word(w) for w in words))
+    for text in DENY:
+        rule = parse_rule(text, "deny")
+        assert rule.command is not None
+        if rule.command.match_command(command, deny_side=True) is Tri.YES:
+            return text
+    return None
+
+
+def start_strace(pid: int, prefix: Path) -> subprocess.Popen[bytes]:
+    tracer = subprocess.Popen(
+        ["strace", "-ff", "-qq", "-s", "65535", "-e", "trace=execve,execveat", "-o", str(prefix),
+         "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # attached once the supervisor shows a tracer
+        status = Path(f"/proc/{pid}/status").read_text()
+        if re.search(r"^TracerPid:\s+[1-9]", status, re.M):
+            return tracer
+        if tracer.poll() is not None:
+            raise AssertionError(f"strace exited: {tracer.stderr.read().decode()}")  # type: ignore[union-attr]
+        time.sleep(0.02)
+    tracer.kill()
+    raise AssertionError("strace did not attach within 20 s")
+
+
+def batch_script(numbers: list[int]) -> str:
+    """Each line from its own file (a syntax error stops that line alone), output cut."""
+    listed = " ".join(str(n) for n in numbers)
+    return (
+        "exec </dev/null\n"
+        f"for n in {listed}; do\n"
+        '  echo "### $n"\n'
+        "  sh .corpus/line-$n.sh 2>&1 | head -c 2000\n"
+        "done\n"
+        "echo '### end'\n"
+    )
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+async def test_no_denied_program_runs_whatever_the_line(workspace: Path, tmp_path: Path) -> None:
+    """Every line of the corpus under allow-reversible and deny rules for touch, rm, curl:
+    no exec of a denied program succeeds (strace's record, judged by the runtime's matcher),
+    the workspace is unchanged (no hit file, the canary still there).
+
+    Before exec checks (the supervisor without the notifier) the plain lines already fail
+    this: ``sh .corpus/batch-0.sh`` runs ``touch`` and every wrapper's ``touch``."""
+    canary = workspace / "canary"
+    canary.write_text("still here\n")
+    os.chown(canary, workspace.stat().st_uid, workspace.stat().st_gid)
+    before = tree(workspace)
+    lines = corpus()
+    assert len(lines) >= 300
+    approver = ScriptedApprover(lambda _r: ApprovalAnswer.once("the oracle runs every line"))
+    rules = Rules(deny=DENY)
+    trace = tmp_path / "trace" / "exec"
+    trace.parent.mkdir()
+    outputs: list[dict[str, Any]] = []
+    gate: dict[str, int] = {}
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=rules, posture=Posture.ALLOW_REVERSIBLE,
+        approver=approver,
+    ) as k:  # fmt: skip
+        assert k.registry.get("run_shell").exec_checked
+        # The Gate's verdict on each line alone (the judge's business; recorded, not asserted).
+        policy = k.rules.effective_policy
+        assert policy is not None
+        for line in lines:
+            verdict = policy.evaluate("run_shell", {"command": line.render(str(workspace), 0)})
+            effect = verdict.effect.value if verdict and verdict.effect else "posture"
+            gate[effect] = gate.get(effect, 0) + 1
+        started = await k.call("run_shell", {"command": "true"})
+        assert started["exit_code"] == 0
+        tracer = start_strace(supervisor_pid(), trace)
+        try:
+            for n, line in enumerate(lines):
+                text = line.render(str(workspace), n) + "\n"
+                await k.call("write_file", {"path": f".corpus/line-{n}.sh", "content": text})
+            numbers = list(range(len(lines)))
+            for b in range(0, len(numbers), BATCH):
+                name = f".corpus/batch-{b // BATCH}.sh"
+                script = batch_script(numbers[b : b + BATCH])
+                await k.call("write_file", {"path": name, "content": script})
+                result = await k.call(
+                    "run_shell", {"command": f"sh {name}", "timeout_seconds": 300}
+                )  # fmt: skip
+                assert result["status"] == "exited", result
+                assert "### end" in result["stdout"], (result["stdout"][-500:], result["stderr"])
+                outputs.append(result)
+        finally:
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(10)
+    execs = traced_execs(trace)
+    ran = [(p, a) for p, a, r in execs if r == 0]
+    refused = [(p, a) for p, a, r in execs if r != 0]
+    assert len(ran) > len(lines), "the trace saw too few execs: is strace following the sandbox?"
+    escaped = []
+    for path, argv in ran:
+        for words in ([path, *argv[1:]], argv):
+            rule = denied_by_rules(words) if words else None
+            if rule is not None:
+                escaped.append((rule, path, argv))
+                break
+    assert escaped == [], escaped[:20]
+    denials = sum(r.get("exec_denied", {}).get("denied", 0) for r in outputs)
+    assert denials > 0 and any(denied_by_rules([p, *a[1:]]) for p, a in refused)
+    after = tree(workspace)
+    assert after == before, {k2: after.get(k2) for k2 in set(after) ^ set(before)}
+    print(f"\n{len(lines)} lines, {len(execs)} execs traced ({len(ran)} ran, {len(refused)} "
+          f"failed), {denials} refused by the exec checks; the Gate alone: {gate}")  # fmt: skip
+
+
+def test_the_corpus_reads_back() -> None:
+    """The corpus module is importable and as large as the oracle needs."""
+    lines = corpus()
+    assert len(lines) >= 300
+    assert len({(line.template, line.action) for line in lines}) == len(lines)
+    assert all("{P}" not in line.text and "{A}" not in line.text for line in lines)
