@@ -186,12 +186,26 @@ class _Rule:
         self.patterns = patterns
 
 
+class _Glob:
+    """A glob word: the runtime's regex for it, and whether the glob has a ``/`` (a first
+    word without one is compared with the program's last path component)."""
+
+    __slots__ = ("regex", "slash")
+
+    def __init__(self, regex: str, slash: bool) -> None:
+        self.regex = re.compile(regex, re.DOTALL)
+        self.slash = slash
+
+    def fullmatch(self, word: str) -> object:
+        return self.regex.fullmatch(word)
+
+
 def _element(spec: object) -> object:
-    """``"**"``, a literal string, or a compiled glob (from ``["G", regex]``)."""
+    """``"**"``, a literal string, or a glob (from ``["G", regex, has_slash]``)."""
     if spec == "**":
         return "**"
     if isinstance(spec, list) and spec[0] == "G":
-        return re.compile(spec[1], re.DOTALL)
+        return _Glob(spec[1], bool(spec[2]))
     if isinstance(spec, list) and spec[0] == "L":
         return str(spec[1])
     raise ValueError(f"bad rule element {spec!r}")
@@ -209,7 +223,7 @@ class ExecRules:
         self.wild: list[int] = []  # first word a glob or **
         self.names: set[str] = set()  # literal names rules start with (identity lookup)
         self.paths: set[str] = set()
-        self.globs: list[re.Pattern[str]] = []
+        self.globs: list[_Glob] = []
         for index, item in enumerate(data["rules"]):
             patterns = [[_element(e) for e in p] for p in item["patterns"]]
             self.rules.append(_Rule(item["label"], item.get("source", ""), patterns))
@@ -224,7 +238,7 @@ class ExecRules:
                         self.names.add(first)
                 else:
                     self.wild.append(index)
-                    if isinstance(first, re.Pattern):
+                    if isinstance(first, _Glob):
                         self.globs.append(first)
 
     def candidates(self, name: str) -> list[int]:
@@ -254,16 +268,13 @@ def _word(element: object, word: str) -> bool:
 def _matches(pattern: list[object], name: str, rest: list[str]) -> bool:
     """The runtime's deny-side argv match over literal words (``_matchers._match_argv``)."""
     first = pattern[0]
+    slash = first.slash if isinstance(first, _Glob) else "/" in first  # type: ignore[operator]
+    word = name if slash else name.rsplit("/", 1)[-1]
     if first != "**":
-        word = name if isinstance(first, str) and "/" in first else name.rsplit("/", 1)[-1]
-        if isinstance(first, re.Pattern) and "/" in first.pattern:
-            word = name
         if not _word(first, word):
             return False
         return _tail(pattern, 1, rest, 0, {})
-    return _tail(pattern, 0, [name, *rest], 0, {}) or _tail(
-        pattern, 0, [name.rsplit("/", 1)[-1], *rest], 0, {}
-    )
+    return _tail(pattern, 0, [word, *rest], 0, {})
 
 
 def _tail(

@@ -5,7 +5,7 @@ the form the confined supervisor evaluates (:mod:`._confined_execcheck`, standar
 library only): JSON, one entry per deny rule whose tool glob covers ``run_shell``,
 that has an argv pattern over ``command`` and whose other argument matchers (``cwd``,
 …) match this call. Each pattern word is ``"**"``, ``["L", literal]`` or ``["G",
-regex]`` where the regex is the runtime's own translation of the glob
+regex, has_slash]`` where the regex is the runtime's own translation of the glob
 (``fnmatch.translate``, compiled with ``re.DOTALL`` on both sides), so a word matches
 in the sandbox exactly when :func:`ringfence.runtime.element_matches` says so.
 
@@ -41,8 +41,8 @@ class ExecRules:
 def _word(element: str) -> Any:
     if element == "**":
         return "**"
-    if any(c in element for c in "*?["):
-        return ["G", fnmatch.translate(element)]
+    if any(c in element for c in "*?["):  # (the runtime's element_matches test)
+        return ["G", fnmatch.translate(element), "/" in element]
     return ["L", element]
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -36,6 +37,7 @@ from typing import Any
 
 import psutil
 import pytest
+from backends_helpers import chown_like_workspace
 
 from ringfence import create_kernel
 from ringfence.runtime import ApprovalAnswer, Posture, Rules, ScriptedApprover, parse_rule
@@ -155,7 +157,10 @@ def batch_script(numbers: list[int]) -> str:
     )
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+@pytest.mark.skipif(
+    shutil.which("strace") is None and not os.environ.get("CI"),  # CI installs it (.ci/run)
+    reason="strace is not installed (apt-get install strace)",
+)
 async def test_no_denied_program_runs_whatever_the_line(workspace: Path, tmp_path: Path) -> None:
     """Every line of the corpus under allow-reversible and deny rules for touch, rm, curl:
     no exec of a denied program succeeds (strace's record, judged by the runtime's matcher),
@@ -165,7 +170,7 @@ async def test_no_denied_program_runs_whatever_the_line(workspace: Path, tmp_pat
     this: ``sh .corpus/batch-0.sh`` runs ``touch`` and every wrapper's ``touch``."""
     canary = workspace / "canary"
     canary.write_text("still here\n")
-    os.chown(canary, workspace.stat().st_uid, workspace.stat().st_gid)
+    chown_like_workspace(workspace, canary)
     before = tree(workspace)
     lines = corpus()
     assert len(lines) >= 300
@@ -234,3 +239,123 @@ def test_the_corpus_reads_back() -> None:
     assert len(lines) >= 300
     assert len({(line.template, line.action) for line in lines}) == len(lines)
     assert all("{P}" not in line.text and "{A}" not in line.text for line in lines)
+
+
+# -- single attacks, each through the real run_shell ----------------------------------------
+
+
+def approve_all() -> ScriptedApprover:
+    return ScriptedApprover(lambda _r: ApprovalAnswer.once("the test runs the line"))
+
+
+async def run_lines(
+    ws: Path, lines: list[str], deny: tuple[str, ...] = DENY, **kw: Any
+) -> list[dict[str, Any]]:
+    kw.setdefault("posture", Posture.ALLOW_REVERSIBLE)
+    async with create_kernel(
+        roots=[ws], backend="local", rules=Rules(deny=deny), approver=approve_all(), **kw
+    ) as k:
+        out = []
+        for line in lines:
+            args = {"command": line} if isinstance(line, str) else line
+            out.append(await k.call("run_shell", args))
+        return out
+
+
+def denied_rules(result: dict[str, Any]) -> list[str]:
+    return [d["rule"] for d in result.get("exec_denied", {}).get("denials", [])]
+
+
+async def test_a_script_whose_interpreter_is_denied_is_refused(workspace: Path) -> None:
+    """``#!/usr/bin/touch`` makes the kernel run touch with the script's path: before exec
+    checks the hit file appeared (the Gate reads only ``./s hit``)."""
+    (workspace / "s").write_text("#!/usr/bin/touch\n")
+    (workspace / "s").chmod(0o755)
+    (result,) = await run_lines(workspace, ["./s hit"])
+    assert not (workspace / "hit").exists()
+    assert denied_rules(result) == ["deny:run_shell(touch *)"]
+    assert result["exec_denied"]["denials"][0]["program"] == "/usr/bin/touch"
+
+
+async def test_argv_patterns_are_matched_at_exec(workspace: Path) -> None:
+    """A rule over arguments (``rm -f *``) refuses that argv at exec and nothing else:
+    ``rm other`` (allowed by the rules) runs, ``rm -f canary`` behind eval does not."""
+    for name in ("canary", "other"):
+        (workspace / name).write_text("x\n")
+    chown_like_workspace(workspace, workspace / "canary", workspace / "other")
+    (result,) = await run_lines(
+        workspace, ["eval 'r''m -f canary'; eval 'r''m other'"], deny=("run_shell(rm -f *)",)
+    )
+    assert (workspace / "canary").exists() and not (workspace / "other").exists()
+    assert set(denied_rules(result)) == {"deny:run_shell(rm -f *)"}
+
+
+async def test_a_rule_on_the_calls_cwd_applies_to_those_calls_only(workspace: Path) -> None:
+    """``run_shell(cwd=sub/**, command=touch *)``: execs are checked against the rules this
+    call meets (its cwd), as the Gate would judge them."""
+    (workspace / "sub").mkdir()
+    chown_like_workspace(workspace, workspace / "sub")
+    deny = ("run_shell(cwd=sub/**, command=touch *)",)
+    results = await run_lines(
+        workspace,
+        [{"command": "eval 'tou''ch in-sub'", "cwd": "sub"}, {"command": "eval 'tou''ch top'"}],
+        deny=deny,
+    )
+    assert not (workspace / "sub" / "in-sub").exists() and denied_rules(results[0])
+    assert (workspace / "top").exists() and "exec_denied" not in results[1]
+
+
+async def test_fexecve_and_relative_paths_are_resolved_like_the_kernel(workspace: Path) -> None:
+    """``execveat(fd, "", AT_EMPTY_PATH)`` (fexecve) and a path relative to the process's
+    working directory name the same denied file."""
+    code = (
+        "import os; fd = os.open('/usr/bin/touch', os.O_RDONLY); "
+        "os.execve(fd, ['x', 'hit-fd'], dict(os.environ))"
+    )
+    results = await run_lines(
+        workspace, [f'python3 -c "{code}"', f"cd /usr/bin && p=./tou; ${{p}}ch {workspace}/hit-rel"]
+    )
+    assert not (workspace / "hit-fd").exists() and not (workspace / "hit-rel").exists()
+    assert all(denied_rules(r) == ["deny:run_shell(touch *)"] for r in results), results
+
+
+async def test_denials_are_in_the_event_stream(workspace: Path, tmp_path: Path) -> None:
+    """Each command whose execs were refused leaves one ``exec_denied`` event naming them."""
+    events = tmp_path / "events.jsonl"
+    await run_lines(workspace, ["x=tou; ${x}ch hit"], events_path=events)
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    denied = [r for r in records if r.get("kind") == "exec_denied"]
+    assert len(denied) == 1, [r.get("kind") for r in records]
+    assert "touch" in json.dumps(denied[0])
+
+
+async def test_rules_added_during_the_session_hold_at_the_next_command(workspace: Path) -> None:
+    """The rules go to the sandbox with each command that has different ones."""
+    async with create_kernel(
+        roots=[workspace], backend="local", posture=Posture.ALLOW_REVERSIBLE,
+        approver=approve_all(),
+    ) as k:  # fmt: skip
+        first = await k.call("run_shell", {"command": "eval 'tou''ch one'"})
+        k.add_rules("test", Rules(deny=("run_shell(touch *)",)))
+        second = await k.call("run_shell", {"command": "eval 'tou''ch two'"})
+    assert (workspace / "one").exists() and "exec_denied" not in first
+    assert not (workspace / "two").exists() and denied_rules(second)
+
+
+async def test_exec_checks_without_change_sets(workspace: Path) -> None:
+    """``--no-change-sets``: the command's child is forked (not posix_spawn'd) so it can
+    install the filter; the same refusal."""
+    (result,) = await run_lines(workspace, ["x=tou; ${x}ch hit"], change_sets=False)
+    assert not (workspace / "hit").exists() and denied_rules(result)
+
+
+async def test_only_a_backend_that_checks_execs_claims_it(workspace: Path) -> None:
+    """exec_checked: the confined local backend (unless switched off); never host."""
+    async with create_kernel(roots=[workspace], backend="local") as k:
+        assert k.registry.get("run_shell").exec_checked
+    async with create_kernel(
+        roots=[workspace], backend="local", backend_options={"exec_checks": False}
+    ) as k:
+        assert not k.registry.get("run_shell").exec_checked
+    async with create_kernel(roots=[workspace], backend="host", change_sets=False) as k:
+        assert not k.registry.get("run_shell").exec_checked
