@@ -183,7 +183,7 @@ class ConfinedSession(SandboxArgv):
         self._layer_fd: int | None = None
         self._rbuf = b""  # supervisor bytes received beyond the last message
         self._exec_sent = b""  # the exec rules the running supervisor has (``E``)
-        self._exec_denied: dict[str, Any] | None = None  # the last command's exec denials
+        self._exec_report: dict[str, Any] | None = None  # the last command's exec checks
         self._unmount_due = False  # a ``U`` (overlays unmounted) is still to come
         self._readonly: list[Path] = []
         self._kernel_layers: list[Layer] = []
@@ -473,8 +473,14 @@ class ConfinedSession(SandboxArgv):
                         os.close(state)
                 if restarted and not result.session_restarted:
                     result = _replace_restarted(result)
-                if self._exec_denied is not None:
-                    result = replace(result, exec_denied=self._exec_denied)
+                report = self._exec_report
+                if report is not None:
+                    denied = report if report.get("denied") else None
+                    result = replace(
+                        result,
+                        execs_checked=int(report.get("checked", 0)),
+                        exec_denied=denied and {k: v for k, v in denied.items() if k != "checked"},
+                    )
                 if self._layers_dir is not None:
                     result = replace(result, uppers=self._uppers())
                 return result
@@ -506,7 +512,7 @@ class ConfinedSession(SandboxArgv):
     ) -> ShellResult:
         """One command on the wire; ``state`` (persist_shell_state) becomes its descriptor 3."""
         assert self._sock is not None
-        self._exec_denied = None
+        self._exec_report = None
         out = Capture("stdout", on_output)
         err = Capture("stderr", on_output)
         started = time.monotonic()
@@ -580,16 +586,16 @@ class ConfinedSession(SandboxArgv):
         return await self._status()
 
     async def _status(self) -> int | None:
-        """The command's wait status (``X``), and its exec denials when they follow it."""
+        """The command's wait status (``X``), and its exec-check report when one follows."""
         reply = await self._reply(_REPLY_LIMIT)
         if reply is None or not reply.startswith(b"X"):
             return None
-        status, _, denials = reply[1:].partition(b"\n")
-        if denials:
+        status, _, report = reply[1:].partition(b"\n")
+        if report:
             try:
-                self._exec_denied = json.loads(denials.decode("utf-8", "surrogateescape"))
+                self._exec_report = json.loads(report.decode("utf-8", "surrogateescape"))
             except ValueError:
-                self._exec_denied = {"denied": 1, "denials": [], "unreadable": True}
+                self._exec_report = {"denied": 1, "denials": [], "unreadable": True}
         return int(status)
 
     def _send(self, payload: bytes, fds: tuple[int, ...] = ()) -> None:

@@ -482,6 +482,7 @@ class Checker:
         self.denials: list[Denial] = []
         self.denied = 0
         self.trusted: int | None = None  # the command's own child: its first exec was checked
+        self.checked = 0  # notifications answered for the current command
         dirs = [d for d in (path_var + ":" + _STANDARD_PATH).split(":") if d.startswith("/")]
         dirs = list(dict.fromkeys(dirs))
         for name in rules.names:
@@ -552,6 +553,7 @@ class Checker:
         nr = struct.unpack_from("<i", request, 16)[0]
         args = struct.unpack_from("<6Q", request, 32)
         code = 0
+        self.checked += 1
         try:
             if pid == self.trusted:
                 # The supervisor's own child execs the command it checked before the fork
@@ -586,13 +588,14 @@ class Checker:
         """A new command whose main process is ``pid``: no denial yet; its first exec trusted."""
         self.denials = []
         self.denied = 0
+        self.checked = 0
         self.trusted = pid
 
     def report(self) -> bytes:
-        """The denials for the kernel (JSON), empty when there were none."""
-        if not self.denied:
-            return b""
-        data = {"denied": self.denied, "denials": [d.to_dict() for d in self.denials]}
+        """For the kernel (JSON): how many execs were checked, how many refused and which."""
+        data: dict[str, object] = {"checked": self.checked, "denied": self.denied}
+        if self.denied:
+            data["denials"] = [d.to_dict() for d in self.denials]
         return json.dumps(data).encode("utf-8", "surrogateescape")
 
     def record(self, denial: Denial) -> None:

@@ -164,7 +164,8 @@ class ShellResult:
     whether the command's working directory and exported variables carry over.
     ``exec_denied`` (only where execs are checked against deny rules: the
     confined ``local`` backend) counts and lists the execs that were refused:
-    ``{"denied": n, "denials": [{"rule", "program", "argv", …}]}``.
+    ``{"denied": n, "denials": [{"rule", "program", "argv", …}]}``; ``execs_checked``
+    how many exec calls were checked (None: none was).
     """
 
     exit_code: int | None
@@ -183,6 +184,7 @@ class ShellResult:
     uppers: tuple[Upper, ...] = ()
     shell: ShellState | None = None
     exec_denied: Mapping[str, Any] | None = None
+    execs_checked: int | None = None
 
     @property
     def status(self) -> str:
@@ -208,6 +210,8 @@ class ShellResult:
         }
         if self.shell is not None:
             out["shell"] = self.shell.to_dict()
+        if self.execs_checked is not None:
+            out["execs_checked"] = self.execs_checked
         if self.exec_denied is not None:
             out["exec_denied"] = dict(self.exec_denied)
         if self.stdout_truncated or self.stderr_truncated:
