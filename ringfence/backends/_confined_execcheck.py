@@ -34,6 +34,19 @@ any of those names, the runtime's own deny-side matching: a first element withou
   and content) that has an applet a rule names is refused whatever it is called: its
   shell runs applets inside itself, without an exec to check.
 
+**The kernel's backstop (Landlock).** The supervisor reads the path and argv before the
+kernel does, and a process with a second thread (or memory shared with another process)
+can change them in between; so can a rename between the supervisor's open and the
+kernel's. For rules that deny a program whatever its arguments (``rm *``: the argv
+pattern is the name and ``**``) the denied files outside the writable places (the host's
+read-only programs, busybox when it holds a denied applet) are also refused by a Landlock
+layer each command's child adds before its exec (:meth:`Checker.execute_ruleset`): it
+handles ``EXECUTE`` and grants it beneath every entry of ``/`` and of each directory on
+the way to a denied file, except those files and that way. The kernel checks it on the
+file it really executes (and on an interpreter it opens for ``#!``): no race. It does
+not see the dynamic loader mapping a program (``ld.so /usr/bin/rm``: the loader is what
+executes), copies (another inode), or argv.
+
 The rules come from the kernel as JSON (:mod:`._execrules`): a first-word index,
 literal words compared with ``==``, glob words as the runtime's own regex
 (``fnmatch.translate``, ``re.DOTALL``), ``**`` any number of words.
@@ -51,9 +64,9 @@ import re
 import struct
 
 try:
-    from ._confined_syscalls import libc
+    from ._confined_syscalls import landlock_execute_ruleset, libc
 except ImportError:  # executed as a file (no parent package)
-    from _confined_syscalls import libc  # type: ignore[no-redef]
+    from _confined_syscalls import landlock_execute_ruleset, libc  # type: ignore[no-redef]
 
 __all__ = [
     "Checker",
@@ -483,6 +496,9 @@ class Checker:
         self.denied = 0
         self.trusted: int | None = None  # the command's own child: its first exec was checked
         self.checked = 0  # notifications answered for the current command
+        self._execute_built = False
+        self._execute_fd: int | None = None
+        self.execute_denied: list[str] = []  # the files the Landlock backstop refuses
         dirs = [d for d in (path_var + ":" + _STANDARD_PATH).split(":") if d.startswith("/")]
         dirs = list(dict.fromkeys(dirs))
         for name in rules.names:
@@ -539,6 +555,53 @@ class Checker:
                     if applets is None or _word(first, applet):
                         return rule.label, rule.source, applet
         return None
+
+    def execute_ruleset(self, writable: list[str]) -> int | None:
+        """The Landlock backstop for program-wide rules (see the module docstring): a ruleset
+        descriptor, built once per rules; None when no such rule names a read-only file.
+        Raises OSError or the Landlock layer's error."""
+        if self._execute_built:
+            return self._execute_fd
+        self._execute_built = True
+        denied: set[str] = set()
+        for path in self._program_wide():
+            real = os.path.realpath(path)
+            if any(real == w or real.startswith(w.rstrip("/") + "/") for w in writable):
+                continue  # a place commands write: a new copy there is a new inode anyway
+            if os.path.isfile(real):
+                denied.add(real)
+        if not denied:
+            return None
+        way = {"/"}
+        for real in denied:
+            parent = os.path.dirname(real)
+            while parent not in way:
+                way.add(parent)
+                parent = os.path.dirname(parent)
+        grants = []
+        for directory in sorted(way):
+            for entry in os.scandir(directory):
+                if entry.path in way or entry.path in denied or entry.is_symlink():
+                    continue
+                grants.append(entry.path)
+        self._execute_fd = landlock_execute_ruleset(grants)
+        self.execute_denied = sorted(denied)
+        return self._execute_fd
+
+    def _program_wide(self) -> list[str]:
+        """Paths of the files rules deny whatever their arguments (first word, then ``**``)."""
+        paths: list[str] = []
+        for rule in self.rules.rules:
+            for pattern in rule.patterns:
+                if len(pattern) != 2 or pattern[1] != "**":
+                    continue
+                first = pattern[0]
+                for entries in self.identity.by_size.values():  # every file a rule names
+                    paths += [path for name, path in entries if _word(first, name)]
+        if self.multicall_rule is not None:
+            for entries in self.multicall.by_size.values():
+                paths += [path for _name, path in entries]
+        return paths
 
     # -- the supervisor's side of the listener ---------------------------------------------
 

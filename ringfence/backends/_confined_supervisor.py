@@ -357,6 +357,20 @@ def precheck(checker: object, path: str, argv: list[str]) -> str | None:
     return None
 
 
+def execute_backstop(checker: object, err: int) -> int | None:
+    """The checker's Landlock layer refusing to execute the files program-wide rules deny
+    (see :mod:`._confined_execcheck`); None when there is none or it cannot be built (the
+    command's stderr says so: the exec checks still hold, without the kernel's backstop)."""
+    try:
+        return checker.execute_ruleset(_WRITABLE)  # type: ignore[attr-defined]
+    except (OSError, LayerUnavailable) as exc:
+        message = exc.message if isinstance(exc, LayerUnavailable) else str(exc)
+        os.write(
+            err, f"ringfence: exec checks without their Landlock backstop: {message}\n".encode()
+        )
+        return None
+
+
 def child_notifier(channel: _socket.socket) -> None:
     """In a command's child, last before its ``exec``: the exec filter installed, its
     listener handed to the supervisor (``SCM_RIGHTS``). Raises OSError."""
@@ -459,6 +473,7 @@ def spawn_checked(
     why = precheck(checker, path, argv)
     if why is not None:
         return failed(why, 126)
+    backstop = execute_backstop(checker, err)
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         pid = os.fork()
@@ -470,6 +485,8 @@ def spawn_checked(
         try:
             os.setsid()
             ours.close()
+            if backstop is not None:
+                restrict_self(backstop)
             child_notifier(theirs)
             null = os.open("/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
@@ -647,6 +664,7 @@ def spawn_layered(
         )
     if checker is not None and (why := precheck(checker, path, argv)) is not None:
         return failed(why, 126)
+    backstop = execute_backstop(checker, err) if checker is not None else None
     # Everything that can be prepared here is: the child runs as little Python as it can
     # (each page it touches is copied, which costs milliseconds on a busy machine).
     ruleset = -1
@@ -679,6 +697,8 @@ def spawn_layered(
         os.setsid()
         if ruleset >= 0:
             restrict_self(ruleset)
+        if backstop is not None:
+            restrict_self(backstop)
         drop_capabilities(_SWITCH)
         install_filter(_CHILD_FPROG)
         if theirs is not None:  # last: every exec from here on is checked, this one too
@@ -914,11 +934,11 @@ def main(args: list[str]) -> int:
     os.set_inheritable(fd, False)
     global _PIDNS, _LAYERS, _OVERLAYS, _LANDLOCK_PLAN, _WRITABLE, _SWITCH, _CHILD_FPROG, _CHILD_BUF
     _PIDNS = conf.get("pidns", "1") == "1"
+    _WRITABLE = writable  # (exec checks: no Landlock backstop for files in these)
     if "layers" in conf:
         _LAYERS = conf["layers"]
         _OVERLAYS = [a.partition("=")[2] for a in args[1:] if a.startswith("overlay=")]
         _LANDLOCK_PLAN = conf.get("landlock")
-        _WRITABLE = writable
         if "uid" in conf and os.getuid() == 0:
             _SWITCH = (int(conf["uid"]), int(conf["gid"]))
         _CHILD_FPROG, _CHILD_BUF = seccomp_fprog(read_all(int(conf["layer_seccomp_fd"])))

@@ -359,3 +359,42 @@ async def test_only_a_backend_that_checks_execs_claims_it(workspace: Path) -> No
         assert not k.registry.get("run_shell").exec_checked
     async with create_kernel(roots=[workspace], backend="host", change_sets=False) as k:
         assert not k.registry.get("run_shell").exec_checked
+
+
+RACE = """
+import ctypes, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+allowed, denied = b"/usr/bin/true\\0\\0", b"/usr/bin/touch\\0"
+path = ctypes.create_string_buffer(allowed, 16)
+argv = (ctypes.c_char_p * 3)(b"x", sys.argv[1].encode(), None)
+def flip():
+    while True:
+        ctypes.memmove(path, denied, 15)
+        ctypes.memmove(path, allowed, 15)
+for _ in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        threading.Thread(target=flip, daemon=True).start()
+        for _ in range(300):
+            libc.execve(path, argv, None)
+        os._exit(3)
+    os.waitpid(pid, 0)
+    if os.path.exists(sys.argv[1]):
+        print("the race was won")
+        break
+"""
+
+
+async def test_a_thread_rewriting_the_path_cannot_run_a_denied_program(workspace: Path) -> None:
+    """TOCTOU: a second thread flips the path between ``/usr/bin/true`` and ``/usr/bin/touch``
+    while the first execs it; the supervisor reads one, the kernel may read the other. The
+    Landlock backstop refuses to execute touch whatever the supervisor read. Without it
+    (the notifier alone) the race was won within a few forks here, on every run."""
+    (workspace / "race.py").write_text(RACE)
+    hit = workspace / "hit"
+    (result,) = await run_lines(
+        workspace, [{"command": f"python3 race.py {hit} 60", "timeout_seconds": 120}]
+    )
+    assert "the race was won" not in result["stdout"], result
+    assert not hit.exists()
+    assert result["exec_denied"]["denied"] > 0  # the notifier refused the reads of touch
