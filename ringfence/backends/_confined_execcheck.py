@@ -462,6 +462,36 @@ def _sha256_path(path: str) -> bytes | None:
         os.close(fd)
 
 
+_APPLETS: dict[tuple[int, int, int, int], list[str] | None] = {}
+
+
+def _applets(path: str) -> list[str] | bool | None:
+    """A multi-call binary's applet names (busybox's NUL-separated table), None when the
+    table cannot be found, False when there is no such file. Cached by file identity."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _APPLETS:
+        return _APPLETS[key]
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_HASH_LIMIT)
+    except OSError:
+        return False
+    start = data.find(b"\0[\0[[\0")  # sorted: "[", "[[", then the rest
+    applets: list[str] | None = None
+    if start >= 0:
+        applets = []
+        for raw in data[start + 1 : start + 65536].split(b"\0"):
+            if not raw:
+                break
+            applets.append(raw.decode("ascii", "replace"))
+    _APPLETS[key] = applets
+    return applets
+
+
 def _elf_interpreter(path: str) -> str | None:
     """The ``PT_INTERP`` of an ELF file (the dynamic loader it names), or None."""
     try:
@@ -533,19 +563,10 @@ class Checker:
     def _applet_rule(self, path: str) -> tuple[str, str, str] | None:
         """(rule label, source, applet) when the multi-call binary at ``path`` has an applet
         a deny rule names (every applet counts when its table cannot be read)."""
-        try:
-            with open(path, "rb") as f:
-                data = f.read(_HASH_LIMIT)
-        except OSError:
+        found = _applets(path)
+        if found is False:
             return None
-        start = data.find(b"\0[\0[[\0")  # busybox's applet names, NUL-separated, sorted
-        applets: list[str] | None = None
-        if start >= 0:
-            applets = []
-            for raw in data[start + 1 : start + 65536].split(b"\0"):
-                if not raw:
-                    break
-                applets.append(raw.decode("ascii", "replace"))
+        applets = found if isinstance(found, list) else None
         for rule in self.rules.rules:
             for pattern in rule.patterns:
                 first = pattern[0]
