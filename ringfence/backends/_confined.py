@@ -183,6 +183,7 @@ class ConfinedSession(SandboxArgv):
         self._layer_fd: int | None = None
         self._rbuf = b""  # supervisor bytes received beyond the last message
         self._exec_sent = b""  # the exec rules the running supervisor has (``E``)
+        self._exec_probe: Layer | None = None  # the ``exec checks`` layer, once probed
         self._exec_report: dict[str, Any] | None = None  # the last command's exec checks
         self._unmount_due = False  # a ``U`` (overlays unmounted) is still to come
         self._readonly: list[Path] = []
@@ -233,9 +234,47 @@ class ConfinedSession(SandboxArgv):
 
     @property
     def exec_checks(self) -> bool:
-        """Whether every exec of a command is checked against the deny rules it is given
-        (the ``exec checks`` layer was probed at start and holds)."""
-        return any(layer.name == "exec checks" and layer.ok for layer in self.layers)
+        """Whether commands given deny rules have every exec checked against them: the
+        option is on and the probe (made before the first such command) did not fail."""
+        probed = self._exec_probe
+        return self._options.exec_checks and (probed is None or probed.ok)
+
+    async def probe_exec_checks(self) -> Layer:
+        """The ``exec checks`` layer: probed now if it was not yet (see
+        :meth:`_probe_exec_checks`); a sandbox that died is started again first."""
+        async with self._lock:
+            for _attempt in range(2):
+                if self._sock is None:
+                    await self._start()
+                try:
+                    return await self._probe_exec_checks()
+                except _NotSent:
+                    continue
+            raise ToolError("the local sandbox died twice before its exec checks were probed")
+
+    async def _probe_exec_checks(self) -> Layer:
+        """The ``exec checks`` layer, probed in the sandbox the first time it is needed
+        (``P``: a child installs the filter, the supervisor reads its exec); recorded in
+        :attr:`layers`. Raises _NotSent when the sandbox is gone."""
+        if self._exec_probe is not None:
+            return self._exec_probe
+        if not self._options.exec_checks:
+            layer = Layer("exec checks", False, "switched off (local backend option exec_checks)")
+        else:
+            try:
+                self._send(b"P")
+            except OSError:
+                await self._lost()
+                raise _NotSent() from None
+            reply = await self._reply(_START_LIMIT)
+            if reply is None or reply[:2] not in (b"P+", b"P-"):
+                await self._lost()
+                raise _NotSent()
+            detail = reply[2:].decode("utf-8", "replace")
+            layer = Layer("exec checks", reply[:2] == b"P+", detail)
+        self._exec_probe = layer
+        self.layers = [*self.layers, layer]
+        return layer
 
     @property
     def process_tracking(self) -> dict[str, str]:
@@ -353,6 +392,8 @@ class ConfinedSession(SandboxArgv):
             missing = [layer for layer in layers if not layer.ok]
             if missing and self._options.sandbox == STRICT:
                 raise _refuse(missing[0].name, missing[0].detail)
+            if self._exec_probe is not None:  # a restarted sandbox: the same machine
+                layers.append(self._exec_probe)
             self.layers = layers
         except BaseException:
             with trio.CancelScope(shield=True):
@@ -448,14 +489,13 @@ class ConfinedSession(SandboxArgv):
                 if self._sock is None:  # the sandbox died under an earlier command
                     await self._start()
                     restarted = True
-                if exec_rules is not None and not self.exec_checks:
-                    raise _refuse(
-                        "exec checks",
-                        next(
-                            (layer.detail for layer in self.layers if layer.name == "exec checks"),
-                            "the session was started without them",
-                        ),
-                    )
+                if exec_rules is not None:
+                    try:
+                        probed = await self._probe_exec_checks()
+                    except _NotSent:
+                        continue
+                    if not probed.ok:
+                        raise _refuse("exec checks", probed.detail)
                 keep = self._keeper.enabled  # the state comes back through a memfd
                 state = os.memfd_create("ringfence-shell-state") if keep else None
                 try:

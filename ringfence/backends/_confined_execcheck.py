@@ -57,11 +57,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import hashlib
-import json
 import os
-import re
 import struct
+
+# ``re``, ``json`` and ``hashlib`` are imported where they are first needed (a command with
+# deny rules): the session's start probes the notifier and imports only the above (those
+# three cost tens of milliseconds of a start under ``python -I -S``).
 
 try:
     from ._confined_syscalls import landlock_execute_ruleset, libc
@@ -206,6 +207,8 @@ class _Glob:
     __slots__ = ("regex", "slash")
 
     def __init__(self, regex: str, slash: bool) -> None:
+        import re
+
         self.regex = re.compile(regex, re.DOTALL)
         self.slash = slash
 
@@ -228,6 +231,8 @@ class ExecRules:
     """The deny rules one command runs under, indexed by their first word."""
 
     def __init__(self, payload: bytes) -> None:
+        import json
+
         data = json.loads(payload)
         self.rules: list[_Rule] = []
         # first literal word (its last component for deny-side matching) -> rule indexes
@@ -441,6 +446,8 @@ class _Identity:
 
 
 def _sha256_fd(fd: int) -> bytes:
+    import hashlib
+
     h = hashlib.sha256()
     offset = 0
     while True:
@@ -653,6 +660,9 @@ class Checker:
             code = errno.EFAULT if exc.errno in (errno.EFAULT, errno.EIO) else errno.EACCES
             if code == errno.EACCES:
                 self.record(Denial("exec check", "", "?", [], f"could not be checked: {exc}"))
+        except Exception as exc:  # a fault of the check itself: fail closed, keep serving
+            code = errno.EACCES
+            self.record(Denial("exec check", "", "?", [], f"the check failed: {exc!r}"))
         # The task may have been killed and its pid reused while we read: only a live
         # notification's answer counts (and the kernel refuses a dead one anyway).
         try:
@@ -668,6 +678,12 @@ class Checker:
         except OSError:
             pass
 
+    def close(self) -> None:
+        """Release the Landlock backstop's ruleset (the rules changed)."""
+        if self._execute_fd is not None:
+            os.close(self._execute_fd)
+            self._execute_fd = None
+
     def start(self, pid: int) -> None:
         """A new command whose main process is ``pid``: no denial yet; its first exec trusted."""
         self.denials = []
@@ -680,6 +696,8 @@ class Checker:
         data: dict[str, object] = {"checked": self.checked, "denied": self.denied}
         if self.denied:
             data["denials"] = [d.to_dict() for d in self.denials]
+        import json
+
         return json.dumps(data).encode("utf-8", "surrogateescape")
 
     def record(self, denial: Denial) -> None:

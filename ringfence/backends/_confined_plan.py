@@ -176,7 +176,7 @@ class ConfinedOptions:
     carry over between commands (:mod:`._shellstate`; default false).
     ``exec_checks``: every ``exec`` of a command is checked against the policy's
     ``run_shell`` deny rules by the supervisor (:mod:`._confined_execcheck`;
-    default true; probed at start).
+    default true; probed before the session's first command under deny rules).
     """
 
     sandbox: str = STRICT
@@ -551,7 +551,6 @@ class SandboxArgv:
             "cpu_seconds=86400",
             *([f"uid={self._uid}", f"gid={self._gid}"] if self._switch_uid else []),
             *([f"landlock={self._landlock}"] if self._landlock else []),
-            *(["exec_checks=1"] if limits.exec_checks else []),
             *(f"write={r}" for r in (*roots, "/tmp", "/var/tmp", "/dev")),
         ]
 

@@ -185,8 +185,6 @@ def confine(conf: dict[str, str], writable: list[str]) -> tuple[dict[str, str], 
         step("landlock", lambda: apply_landlock(conf["landlock"], writable))
     if layered:
         step("overlay", lambda: check_layers(conf))
-    if conf.get("exec_checks") == "1":
-        step("exec checks", probe_exec_checks)
     if "seccomp_fd" in conf:  # without bubblewrap, which installs it otherwise: last
         step("seccomp", lambda: apply_seccomp(int(conf["seccomp_fd"])))
     if "seccomp_hex" in conf:  # exec mode: no descriptor reaches bubblewrap, so here, last
@@ -338,6 +336,9 @@ def checker_for(env: dict[str, str]) -> object:
         return None
     key = (_EXEC_PAYLOAD, env.get("PATH", os.defpath))
     if key != _CHECKER_KEY:
+        if _CHECKER is not None:
+            _CHECKER.close()  # type: ignore[attr-defined]
+            _CHECKER, _CHECKER_KEY = None, None
         module: object = exec_module()
         _CHECKER = module.Checker(module.ExecRules(_EXEC_PAYLOAD), key[1])  # type: ignore[attr-defined]
         _CHECKER_KEY = key
@@ -402,8 +403,9 @@ def receive_listener(channel: _socket.socket) -> int | None:
 
 
 def probe_exec_checks() -> str:
-    """At start (``exec_checks=1``): a child with a command's credentials installs the
-    filter and execs ``/``; the supervisor must receive it and read its memory."""
+    """Before the first command under deny rules (``P``): a child with a command's
+    credentials installs the filter and execs ``/``; the supervisor must receive that exec
+    and read its path from the child's memory. Raises LayerUnavailable naming what failed."""
     module: object = exec_module()
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     pid = os.fork()
@@ -415,17 +417,23 @@ def probe_exec_checks() -> str:
             prctl(_PR_SET_DUMPABLE, 1)
             child_notifier(theirs)
             os.execve("/", ["/"], {})
-        except BaseException:
-            pass
+        except BaseException as exc:
+            try:  # noqa: SIM105 (the supervisor names what failed)
+                theirs.send(f"E{exc}".encode())
+            except OSError:
+                pass
         os._exit(0)
     theirs.close()
+    why = ours.recv(512, _socket.MSG_PEEK)  # the child's error, if it sent one (not the fd)
     listener = receive_listener(ours)
     try:
         if listener is None:
+            error = why[1:].decode("utf-8", "replace") if why[:1] == b"E" else "no listener"
             raise LayerUnavailable(
                 "exec checks",
-                "a command cannot install a seccomp filter with a listener "
-                "(SECCOMP_FILTER_FLAG_NEW_LISTENER, Linux >= 5.0)",
+                f"a command cannot install a seccomp filter with a listener ({error}; "
+                "SECCOMP_FILTER_FLAG_NEW_LISTENER needs Linux >= 5.0, and one listener per "
+                "filter chain: a process above ringfence may hold one)",
             )
         poller = select.poll()
         poller.register(listener, select.POLLIN)
@@ -833,6 +841,14 @@ def serve(sock: _socket.socket) -> None:
         if body[:1] == b"R" and len(fds) in (2, 3):
             if not run(sock, body, fds):
                 return
+        elif body[:1] == b"P":  # can commands' execs be checked here? (once, on demand)
+            for fd in fds:
+                os.close(fd)
+            try:
+                send(sock, b"P+" + probe_exec_checks().encode())
+            except (LayerUnavailable, OSError) as exc:
+                message = exc.message if isinstance(exc, LayerUnavailable) else str(exc)
+                send(sock, b"P-" + message.encode())
         elif body[:1] == b"E":  # the deny rules the next commands are checked against
             _EXEC_PAYLOAD = body[1:]
             for fd in fds:
@@ -873,7 +889,6 @@ def run_exec(args: list[str]) -> int:
         else:
             conf[key] = value
     argv = args[split + 1 :]
-    conf.pop("exec_checks", None)  # one process, no commands: nothing to check per exec
     os.closerange(3, 1 << 20)  # nothing bubblewrap passed on may reach the server
     if os.getpid() != 1:
         report = "FAIL\t-pid namespace\x1fthe supervisor is not PID 1 of its own PID namespace"

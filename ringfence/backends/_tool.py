@@ -323,7 +323,7 @@ class ShellTool:
         session = await self.session(ctx)
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         self.kernel.redactor.register_env(session.environment(env))
-        checks = self._exec_arguments(session, args)
+        checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         # Cancelled or failed: nothing is merged; the session discards the upper directories.
         result = await session.run(
@@ -368,7 +368,7 @@ class ShellTool:
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         # Values the child receives that look like credentials are redacted from everything.
         self.kernel.redactor.register_env(session.environment(env))
-        checks = self._exec_arguments(session, args)
+        checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         try:
             result = await session.run(
@@ -415,34 +415,35 @@ class ShellTool:
 
     # -- exec checks ----------------------------------------------------------------------
 
-    def _exec_arguments(self, session: BackendSession, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def _exec_arguments(
+        self, session: BackendSession, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """``exec_rules`` for the session's ``run``: the policy's deny rules this call's execs
         must meet (read now: rules can change during a session); none when none apply.
 
-        A session without exec checks while the ToolSpec claims them (its probe failed
-        under ``best-effort``) fails the call with ``unavailable`` and withdraws the claim,
-        so the Gate judges later lines on their text alone (and asks about the ones it
-        cannot read whole).
+        The confined local session probes its exec checks the first time (a child
+        installs the filter and the supervisor reads its exec). A session without them
+        while the ToolSpec claims them fails the call with ``unavailable`` and withdraws
+        the claim, so the Gate judges later lines on their text alone (and asks about the
+        ones it cannot read whole).
         """
         rules = exec_rules(self.kernel.rules.effective_policy, args)
         if rules is None:
             return {}
-        if session.metadata.get("exec_checks"):
-            return {"exec_rules": rules}
+        probe = getattr(session, "probe_exec_checks", None)  # the confined local session
+        if probe is not None:
+            layer = await probe()
+            if layer.ok:
+                return {"exec_rules": rules}
+            missing = layer.detail
+        else:
+            missing = f"the {self.backend} backend does not check execs"
         if self.exec_checked:
             self.exec_checked = False
             spec = self.kernel.registry.find("run_shell")
             if spec is not None and spec.exec_checked:
                 self.kernel.registry.remove("run_shell")
                 self.kernel.register(dataclasses.replace(spec, exec_checked=False))
-            missing = next(
-                (
-                    layer.get("detail", "")
-                    for layer in session.metadata.get("layers", ())
-                    if layer.get("layer") == "exec checks"
-                ),
-                "the session did not start them",
-            )
             raise Unavailable(
                 "run_shell's deny rules were to be enforced at every exec, and this "
                 f"{self.backend} session cannot check execs ({missing}); the command did not "

@@ -213,6 +213,8 @@ async def test_no_denied_program_runs_whatever_the_line(workspace: Path, tmp_pat
         finally:
             tracer.send_signal(signal.SIGINT)
             tracer.wait(10)
+            if tracer.stderr is not None:
+                tracer.stderr.close()
     execs = traced_execs(trace)
     ran = [(p, a) for p, a, r in execs if r == 0]
     refused = [(p, a) for p, a, r in execs if r != 0]
@@ -398,3 +400,57 @@ async def test_a_thread_rewriting_the_path_cannot_run_a_denied_program(workspace
     assert "the race was won" not in result["stdout"], result
     assert not hit.exists()
     assert result["exec_denied"]["denied"] > 0  # the notifier refused the reads of touch
+
+
+PROBE_FAILS = """
+import ctypes, struct, sys, trio
+from ringfence import create_kernel
+from ringfence.runtime import ApprovalAnswer, Posture, Rules, ScriptedApprover, Unavailable
+
+# A seccomp filter with a listener, held open here: the kernel allows one listener per
+# filter chain, so no process below this one (the sandbox's included) can add its own.
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ins = lambda c, t, f, k: struct.pack("<HBBI", c, t, f, k)
+prog = ins(0x20, 0, 0, 0) + ins(0x15, 0, 1, 1000) + ins(6, 0, 0, 0x7FC00000) + ins(6, 0, 0, 0x7FFF0000)
+buf = ctypes.create_string_buffer(prog, len(prog))
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+fprog = Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+libc.prctl(38, 1, 0, 0, 0)
+listener = libc.syscall(317, 1, 8, ctypes.byref(fprog))
+assert listener >= 0, ctypes.get_errno()
+
+async def main(ws):
+    approver = ScriptedApprover(lambda _r: ApprovalAnswer.once("yes"))
+    async with create_kernel(roots=[ws], backend="local", rules=Rules(deny=("run_shell(touch *)",)),
+                             posture=Posture.ALLOW_REVERSIBLE, approver=approver) as k:
+        assert k.registry.get("run_shell").exec_checked
+        try:
+            await k.call("run_shell", {"command": "x=tou; ${x}ch hit"})
+        except Unavailable as exc:
+            print("REFUSED", exc.message)
+        print("CLAIM", k.registry.get("run_shell").exec_checked)
+        r = await k.call("run_shell", {"command": "echo later"})
+        print("LATER", r["stdout"].strip(), "exec_denied" in r)
+
+trio.run(main, sys.argv[1])
+"""
+
+
+async def test_a_session_that_cannot_check_execs_fails_closed(workspace: Path) -> None:
+    """The probe fails (here: the kernel process already holds a seccomp listener, so no
+    process below it can install one): the call that deny rules apply to is refused with
+    ``unavailable`` naming exec checks, nothing ran, and ``run_shell`` stops claiming
+    ``exec_checked`` (the Gate then judges lines on their text alone)."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE_FAILS, str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "REFUSED" in out.stdout and "cannot check execs" in out.stdout, out.stdout
+    assert "Device or resource busy" in out.stdout, out.stdout  # EBUSY: the reason, named
+    assert "CLAIM False" in out.stdout and "LATER later False" in out.stdout, out.stdout
+    assert not (workspace / "hit").exists()
