@@ -18,7 +18,8 @@ any of those names, the runtime's own deny-side matching: a first element withou
 
 - the program's names: the path given, ``argv[0]`` (a multi-call binary dispatches on
   it), the path the file really has (the path given resolved against the process's
-  working directory or ``execveat``'s descriptor, links followed), and every rule
+  working directory or ``execveat``'s descriptor, links followed in the process's view:
+  :meth:`Checker._resolve`), and every rule
   name the *file* is: the same inode as a file a rule names on the command's
   ``PATH`` (a hard or symbolic link to ``rm``), or the same bytes (a copy of ``rm``,
   compared by size first, then SHA-256);
@@ -26,6 +27,8 @@ any of those names, the runtime's own deny-side matching: a first element withou
   the first line, run with the script's path and the arguments: a script whose
   interpreter is denied is denied; nested interpreters too (up to the kernel's
   depth);
+- an ELF program whose ``PT_INTERP`` is not the dynamic loader: that interpreter, which
+  the kernel maps and starts with the program's argv;
 - the dynamic loader run directly (``ld.so /usr/bin/rm``): the program it is given
   (after its own options) is an invocation too; a program given without a ``/``
   (the loader searches it like a library) is refused while deny rules apply;
@@ -536,6 +539,14 @@ class Checker:
         self._execute_built = False
         self._execute_fd: int | None = None
         self.execute_denied: list[str] = []  # the files the Landlock backstop refuses
+        self._pid: int | None = None  # the process whose exec is being checked
+        self.writable: list[str] = ["/proc", "/tmp", "/var/tmp", "/dev"]  # see set_writable
+        self._real_dirs: set[bytes] = set()  # read-only directories that are no links
+        self._links: dict[bytes, bytes] = {}  # read-only links and their targets
+        try:
+            self._proc_dev = os.stat("/proc").st_dev
+        except OSError:
+            self._proc_dev = -1
         dirs = [d for d in (path_var + ":" + _STANDARD_PATH).split(":") if d.startswith("/")]
         dirs = list(dict.fromkeys(dirs))
         for name in rules.names:
@@ -553,6 +564,7 @@ class Checker:
                     if any(g.fullmatch(entry) for g in rules.globs):
                         self.identity.add(entry, f"{d}/{entry}")
         # Multi-call binaries with an applet a rule names: refused by identity (see above).
+        self.loader_paths: set[bytes] = set()  # PT_INTERP strings naming the loader itself
         self.multicall = _Identity()
         self.multicall_rule: tuple[str, str, str] | None = None
         for name in _MULTICALL:
@@ -566,6 +578,8 @@ class Checker:
             loader = _elf_interpreter(program)
             if loader:
                 self.loaders.add(loader, loader)
+                if not any(loader.startswith(w + "/") for w in ("/tmp", "/var/tmp", "/dev")):
+                    self.loader_paths.add(os.fsencode(loader))
 
     def _applet_rule(self, path: str) -> tuple[str, str, str] | None:
         """(rule label, source, applet) when the multi-call binary at ``path`` has an applet
@@ -678,6 +692,13 @@ class Checker:
         except OSError:
             pass
 
+    def set_writable(self, writable: list[str]) -> None:
+        """The places commands write (roots, /tmp, …): links and directories there are
+        looked at again at every exec; everything else is read-only, looked at once."""
+        self.writable = [*writable, "/proc"]
+        self._real_dirs.clear()
+        self._links.clear()
+
     def close(self) -> None:
         """Release the Landlock backstop's ruleset (the rules changed)."""
         if self._execute_fd is not None:
@@ -725,7 +746,11 @@ class Checker:
             base, name, shown = f"/proc/{pid}/cwd", path, _decode(path)
         else:
             base, name, shown = f"/proc/{pid}/fd/{dirfd}", path, f"/dev/fd/{dirfd}/{_decode(path)}"
-        self.check(base, name, shown, argv, f"/proc/{pid}/cwd")
+        self._pid = pid
+        try:
+            self.check(base, name, shown, argv, f"/proc/{pid}/cwd")
+        finally:
+            self._pid = None
 
     # -- what one exec runs ------------------------------------------------------------------
 
@@ -741,17 +766,93 @@ class Checker:
         self._check(base, path, shown, argv, cwd, 0)
 
     def _open(self, base: str | None, path: bytes) -> int:
+        """Open the file the process would reach (see :meth:`_resolve`). Raises OSError."""
         flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
-        if not path:
+        if not path:  # execveat(fd, "", AT_EMPTY_PATH): the descriptor itself
             assert base is not None
             return os.open(base, flags)
-        if base is None or path.startswith(b"/"):
-            return os.open(path, flags)
-        dirfd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return os.open(self._resolve(os.fsencode(base) if base else None, path), flags)
+
+    def _resolve(self, base: bytes | None, path: bytes) -> bytes:
+        """``path`` (relative to the directory ``base`` when not absolute; None: the
+        supervisor's own working directory) spelled so that the supervisor's ``open``
+        reaches the file the process's ``execve`` would.
+
+        The supervisor is another process: ``/proc/self`` and ``/proc/thread-self`` (and
+        ``/dev/fd/3``, ``/dev/stdin`` and any link to them) would name *its* descriptors,
+        executable and directories. So links are followed here, component by component,
+        and procfs's ``self``/``thread-self`` become the process's own ``/proc/<pid>``;
+        the magic links below a ``/proc/<pid>`` (``fd/N``, ``exe``, ``cwd``, ``root``) are
+        kept as they are, since the kernel follows them for the pid they name, whoever
+        opens them. Before the process exists (the command's own program), a path through
+        ``self`` is refused. Raises Refused (ELOOP past 40 links) or OSError.
+        """
+        pid = self._pid
+        if path.startswith(b"/"):
+            cur, opaque = b"", False
+        elif base is None:
+            cur, opaque = os.getcwdb().rstrip(b"/"), False
+        else:  # /proc/<pid>/cwd or /proc/<pid>/fd/<n>: a magic link, followed by the kernel
+            cur, opaque = base, True
+        todo = path.split(b"/")[::-1]
+        links = 0
+        while todo:
+            part = todo.pop()
+            if part in (b"", b"."):
+                continue
+            if part == b"..":
+                cur = cur + b"/.." if opaque else cur.rsplit(b"/", 1)[0]
+                continue
+            candidate = cur + b"/" + part
+            if candidate in self._real_dirs:
+                cur = candidate
+                continue
+            target = self._links.get(candidate)
+            if target is None:
+                try:
+                    st = os.lstat(candidate)
+                except OSError:  # missing: the open says what the kernel would
+                    return b"/".join([candidate, *todo[::-1]])
+                if (st.st_mode & 0o170000) != 0o120000:
+                    cur = candidate
+                    if todo and not opaque and self._read_only(candidate):
+                        self._real_dirs.add(candidate)
+                    continue
+                if st.st_dev == self._proc_dev:
+                    if part in (b"self", b"thread-self") and self._is_proc_root(cur):
+                        if pid is None:
+                            raise Refused(errno.EACCES, Denial("exec check", "", _decode(path),
+                                [], "a path through /proc/self before the process exists"))  # fmt: skip
+                        cur = b"/proc/%d" % pid
+                        if part == b"thread-self":
+                            cur += b"/task/%d" % pid
+                        opaque = False
+                    else:  # a magic link of a /proc/<pid>: the kernel follows it for <pid>
+                        cur, opaque = candidate, True
+                    continue
+                target = os.readlink(candidate)
+                if not opaque and self._read_only(candidate):
+                    self._links[candidate] = target
+            links += 1
+            if links > 40:
+                raise Refused(errno.ELOOP)
+            if target.startswith(b"/"):
+                cur, opaque = b"", False
+            todo.extend(target.split(b"/")[::-1])
+        return cur or b"/"
+
+    def _read_only(self, path: bytes) -> bool:
+        """Whether ``path`` lies outside every place commands can write (and outside
+        /proc): what it is cannot change during the session, so it is remembered."""
+        text = os.fsdecode(path)
+        return not any(text == w or text.startswith(w.rstrip("/") + "/") for w in self.writable)
+
+    def _is_proc_root(self, path: bytes) -> bool:
         try:
-            return os.open(path, flags, dir_fd=dirfd)
-        finally:
-            os.close(dirfd)
+            st = os.lstat(path or b"/")
+        except OSError:
+            return False
+        return st.st_dev == self._proc_dev and st.st_ino == 1
 
     def _check(
         self,
@@ -796,11 +897,14 @@ class Checker:
                 raise Refused(
                     errno.EACCES, Denial(rule.label, rule.source, real, [shown, *rest], "")
                 )
-            head = os.pread(fd, _BINPRM_BUF_SIZE, 0)
+            head = os.pread(fd, 1024, 0)
             if head[:2] == b"#!":
-                self._script(head, shown, argv, cwd, depth)
-            elif head[:4] == b"\x7fELF" and self._is_loader(fd, st):
-                self._loader(argv, cwd, depth)
+                self._script(head[:_BINPRM_BUF_SIZE], shown, argv, cwd, depth)
+            elif head[:4] == b"\x7fELF":
+                if self._is_loader(fd, st):
+                    self._loader(argv, cwd, depth)
+                else:
+                    self._elf_interpreter(fd, head, argv, cwd, depth)
         finally:
             os.close(fd)
         if argv and argv[0].rsplit("/", 1)[-1].startswith("busybox") and len(argv) > 1:
@@ -826,6 +930,32 @@ class Checker:
         new_argv += [shown, *argv[1:]]
         base = None if interpreter.startswith(b"/") else cwd
         self._check(base, interpreter, _decode(interpreter), new_argv, cwd, d + 1)
+
+    def _elf_interpreter(
+        self, fd: int, head: bytes, argv: list[str], cwd: str | None, depth: int
+    ) -> None:
+        """An ELF program's ``PT_INTERP``: the kernel maps that file and starts it with the
+        program's argv, so an interpreter other than the dynamic loader (a static binary,
+        ``busybox``) is checked as the program too."""
+        if len(head) < 64 or head[4] != 2:  # not ELF64: other ABIs die at their first call
+            return
+        (phoff,) = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        size = phentsize * min(phnum, 256)
+        table = (
+            head[phoff : phoff + size] if phoff + size <= len(head) else os.pread(fd, size, phoff)
+        )
+        for i in range(0, len(table) - 39, phentsize or 56):
+            if struct.unpack_from("<I", table, i)[0] != 3:  # PT_INTERP
+                continue
+            (offset,) = struct.unpack_from("<Q", table, i + 8)
+            (length,) = struct.unpack_from("<Q", table, i + 32)
+            interpreter = os.pread(fd, min(length, 4096), offset).split(b"\0", 1)[0]
+            if interpreter in self.loader_paths or not interpreter:
+                return  # the dynamic loader: the usual case
+            base = None if interpreter.startswith(b"/") else cwd
+            self._check(base, interpreter, _decode(interpreter), argv, cwd, depth + 1)
+            return
 
     def _is_loader(self, fd: int, st: os.stat_result) -> bool:
         return bool(self.loaders.names(fd, st))

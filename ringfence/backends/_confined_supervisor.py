@@ -341,6 +341,7 @@ def checker_for(env: dict[str, str]) -> object:
             _CHECKER, _CHECKER_KEY = None, None
         module: object = exec_module()
         _CHECKER = module.Checker(module.ExecRules(_EXEC_PAYLOAD), key[1])  # type: ignore[attr-defined]
+        _CHECKER.set_writable(_WRITABLE or ["/"])  # type: ignore[attr-defined]
         _CHECKER_KEY = key
     return _CHECKER
 

@@ -169,6 +169,29 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
         "printf '#!%s\\n' \"$(command -v {P})\" > /tmp/i{N}; chmod +x /tmp/i{N}; /tmp/i{N} {A}",
         (),
     ),
+    "loader-copy": (
+        'cp /lib64/ld-linux-x86-64.so.2 /tmp/ld{N}; /tmp/ld{N} "$(command -v {P})" {A}',
+        ("cp",),
+    ),
+    "dev-fd": ('exec 7<"$(command -v {P})"; /dev/fd/7 {A}', ()),
+    "proc-self-fd": ('exec 7<"$(command -v {P})"; /proc/self/fd/7 {A}', ()),
+    "link-to-dev-fd": (
+        'exec 7<"$(command -v {P})"; ln -sf /dev/fd/7 /tmp/f{N}; /tmp/f{N} {A}',
+        ("ln",),
+    ),
+    "memfd": (
+        'python3 -c \'import os, shlex, shutil; a = shlex.split("{P} {A}"); '
+        'm = os.memfd_create("x"); os.write(m, open(shutil.which(a[0]), "rb").read()); '
+        "os.execve(m, a, dict(os.environ))'",
+        ("python3",),
+    ),
+    "elf-interpreter-busybox": (
+        'python3 -c \'import sys; d = open("/bin/true", "rb").read(); '
+        'i = d.index(b"/lib64/ld-linux-x86-64.so.2"); '
+        'sys.stdout.buffer.write(d[:i] + b"/bin/busybox".ljust(27, b"\\0") + d[i + 27:])\' '
+        "> /tmp/e{N}; chmod +x /tmp/e{N}; bash -c 'exec -a {P} /tmp/e{N} {A}'",
+        ("python3", "bash", "busybox"),
+    ),
     "busybox": ("busybox {P} {A}", ("busybox",)),
     "busybox-sh": ("busybox sh -c '{P} {A}'", ("busybox",)),
     "time": ("time {P} {A}", ()),
@@ -180,6 +203,10 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
 def _program_for(template: str, program: str) -> str:
     """Templates that resolve the program themselves need its name, not a path."""
     if template in {"busybox", "busybox-sh", "symlink", "copy", "copy-renamed-in-path"}:
+        return program.rsplit("/", 1)[-1]
+    if template in {"loader-copy", "dev-fd", "proc-self-fd", "link-to-dev-fd", "memfd"}:
+        return program.rsplit("/", 1)[-1]
+    if template == "elf-interpreter-busybox":
         return program.rsplit("/", 1)[-1]
     if template in {"loader", "loader-argv0", "shebang-interpreter"}:
         return program.rsplit("/", 1)[-1]
