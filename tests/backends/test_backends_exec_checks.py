@@ -454,3 +454,20 @@ async def test_a_session_that_cannot_check_execs_fails_closed(workspace: Path) -
     assert "Device or resource busy" in out.stdout, out.stdout  # EBUSY: the reason, named
     assert "CLAIM False" in out.stdout and "LATER later False" in out.stdout, out.stdout
     assert not (workspace / "hit").exists()
+
+
+async def test_dev_fd_and_proc_self_name_the_processes_own_files(workspace: Path) -> None:
+    """``/dev/fd/N``, ``/proc/self/fd/N`` and links to them are the exec'ing process's
+    descriptors: an allowed program runs through them, a denied one does not. (The
+    supervisor once opened them itself and checked its own descriptors instead: the
+    allowed program failed with ENOENT or ENXIO.)"""
+    line = (
+        "exec 8</bin/echo; /dev/fd/8 via-dev-fd; /proc/self/fd/8 via-proc-self; "
+        "ln -sf /dev/fd/8 /tmp/l8; /tmp/l8 via-link; "
+        'x=tou; exec 9<"$(command -v ${x}ch)"; /dev/fd/9 hit-a; ln -sf /proc/self/fd/9 /tmp/l9; '
+        "/tmp/l9 hit-b; echo done"
+    )
+    (result,) = await run_lines(workspace, [line])
+    assert result["stdout"].split() == ["via-dev-fd", "via-proc-self", "via-link", "done"], result
+    assert not (workspace / "hit-a").exists() and not (workspace / "hit-b").exists()
+    assert result["exec_denied"]["denied"] == 2
