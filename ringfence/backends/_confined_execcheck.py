@@ -542,6 +542,8 @@ class Checker:
         self._pid: int | None = None  # the process whose exec is being checked
         self.writable: list[str] = ["/proc", "/tmp", "/var/tmp", "/dev"]  # see set_writable
         self._real_dirs: set[bytes] = set()  # read-only directories that are no links
+        self._plain: dict[bytes, tuple[str, list[str]]] = {}  # read-only plain programs
+        self._cacheable = False  # the last _resolve saw only read-only places
         self._links: dict[bytes, bytes] = {}  # read-only links and their targets
         try:
             self._proc_dev = os.stat("/proc").st_dev
@@ -698,6 +700,7 @@ class Checker:
         self.writable = [*writable, "/proc"]
         self._real_dirs.clear()
         self._links.clear()
+        self._plain.clear()
 
     def close(self) -> None:
         """Release the Landlock backstop's ruleset (the rules changed)."""
@@ -739,7 +742,7 @@ class Checker:
         finally:
             mem.close()
         if nr == _NR_EXECVEAT and flags & _AT_EMPTY_PATH and not path:
-            base, name, shown = f"/proc/{pid}/fd/{dirfd}", "", f"/dev/fd/{dirfd}"
+            base, name, shown = f"/proc/{pid}/fd/{dirfd}", b"", f"/dev/fd/{dirfd}"
         elif path.startswith(b"/"):
             base, name, shown = None, path, _decode(path)
         elif dirfd == _AT_FDCWD:
@@ -807,6 +810,8 @@ class Checker:
             if candidate in self._real_dirs:
                 cur = candidate
                 continue
+            if opaque or not self._read_only(candidate):
+                self._cacheable = False
             target = self._links.get(candidate)
             if target is None:
                 try:
@@ -865,6 +870,39 @@ class Checker:
     ) -> None:
         if depth > _MAX_DEPTH:
             raise Refused(errno.ELOOP)
+        known = self._plain.get(path) if path.startswith(b"/") else None
+        if known is not None:  # a plain program on a read-only path, looked at before
+            real, identity = known
+            self._match(shown, real, argv, identity)
+        else:
+            self._examine(base, path, shown, argv, cwd, depth)
+        if argv and argv[0].rsplit("/", 1)[-1].startswith("busybox") and len(argv) > 1:
+            names = [argv[1]]
+            rule = self.rules.match(names, argv[2:])
+            if rule is not None:
+                raise Refused(
+                    errno.EACCES, Denial(rule.label, rule.source, argv[1], argv[1:], "via busybox")
+                )
+
+    def _match(self, shown: str, real: str, argv: list[str], identity: list[str]) -> None:
+        names = [shown, real, *argv[:1], *identity]
+        rule = self.rules.match(names, argv[1:])
+        if rule is not None:
+            raise Refused(
+                errno.EACCES, Denial(rule.label, rule.source, real, [shown, *argv[1:]], "")
+            )
+
+    def _examine(
+        self,
+        base: str | None,
+        path: bytes,
+        shown: str,
+        argv: list[str],
+        cwd: str | None,
+        depth: int,
+    ) -> None:
+        """Open the program as the process would and check everything it runs as."""
+        self._cacheable = True
         try:
             fd = self._open(base, path)
         except OSError as exc:  # the kernel would fail the same way: say what it would
@@ -874,10 +912,7 @@ class Checker:
             if (st.st_mode & 0o170000) != 0o100000:
                 raise Refused(errno.EACCES)
             real = os.readlink(f"/proc/self/fd/{fd}")
-            names = [shown, real]
-            if argv:
-                names.append(argv[0])
-            names += sorted(self.identity.names(fd, st))
+            identity = sorted(self.identity.names(fd, st))
             if self.multicall_rule is not None and self.multicall.names(fd, st):
                 label, source, applet = self.multicall_rule
                 raise Refused(
@@ -891,29 +926,20 @@ class Checker:
                         "tools run without an exec",
                     ),
                 )
-            rest = argv[1:]
-            rule = self.rules.match(names, rest)
-            if rule is not None:
-                raise Refused(
-                    errno.EACCES, Denial(rule.label, rule.source, real, [shown, *rest], "")
-                )
+            self._match(shown, real, argv, identity)
             head = os.pread(fd, 1024, 0)
+            plain = False
             if head[:2] == b"#!":
                 self._script(head[:_BINPRM_BUF_SIZE], shown, argv, cwd, depth)
             elif head[:4] == b"\x7fELF":
                 if self._is_loader(fd, st):
                     self._loader(argv, cwd, depth)
                 else:
-                    self._elf_interpreter(fd, head, argv, cwd, depth)
+                    plain = self._elf_interpreter(fd, head, argv, cwd, depth)
+            if plain and self._cacheable and path.startswith(b"/") and len(self._plain) < 4096:
+                self._plain[path] = (real, identity)
         finally:
             os.close(fd)
-        if argv and argv[0].rsplit("/", 1)[-1].startswith("busybox") and len(argv) > 1:
-            names = [argv[1]]
-            rule = self.rules.match(names, argv[2:])
-            if rule is not None:
-                raise Refused(
-                    errno.EACCES, Denial(rule.label, rule.source, argv[1], argv[1:], "via busybox")
-                )
 
     def _script(self, head: bytes, shown: str, argv: list[str], cwd: str | None, d: int) -> None:
         """The interpreter line as the kernel reads it (``fs/binfmt_script.c``)."""
@@ -933,12 +959,13 @@ class Checker:
 
     def _elf_interpreter(
         self, fd: int, head: bytes, argv: list[str], cwd: str | None, depth: int
-    ) -> None:
+    ) -> bool:
         """An ELF program's ``PT_INTERP``: the kernel maps that file and starts it with the
         program's argv, so an interpreter other than the dynamic loader (a static binary,
-        ``busybox``) is checked as the program too."""
+        ``busybox``) is checked as the program too. True when there is none but the loader
+        (a plain program)."""
         if len(head) < 64 or head[4] != 2:  # not ELF64: other ABIs die at their first call
-            return
+            return False
         (phoff,) = struct.unpack_from("<Q", head, 32)
         phentsize, phnum = struct.unpack_from("<HH", head, 54)
         size = phentsize * min(phnum, 256)
@@ -952,10 +979,11 @@ class Checker:
             (length,) = struct.unpack_from("<Q", table, i + 32)
             interpreter = os.pread(fd, min(length, 4096), offset).split(b"\0", 1)[0]
             if interpreter in self.loader_paths or not interpreter:
-                return  # the dynamic loader: the usual case
+                return True  # the dynamic loader: the usual case
             base = None if interpreter.startswith(b"/") else cwd
             self._check(base, interpreter, _decode(interpreter), argv, cwd, depth + 1)
-            return
+            return False
+        return True  # static
 
     def _is_loader(self, fd: int, st: os.stat_result) -> bool:
         return bool(self.loaders.names(fd, st))
