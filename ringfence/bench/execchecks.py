@@ -38,7 +38,7 @@ async def run_exec_checks(quick: bool) -> list[Row]:
         raise Skip("make is not installed (apt-get install make)")
     if shutil.which("bwrap") is None:
         raise Skip("bubblewrap is not installed (apt-get install bubblewrap)")
-    rounds = 3 if quick else 10
+    rounds = 4 if quick else 20
     rules = exec_rules(Policy.from_strings(deny=DENY), {"command": "make"})
     assert rules is not None
     with tempfile.TemporaryDirectory() as tmp:
