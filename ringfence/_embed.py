@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from .backends import register_shell_tool, select_backend
 from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime import (
@@ -26,6 +28,7 @@ from .runtime import (
     Posture,
     Rules,
     default_approver,
+    ringfence_home,
 )
 from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
 
@@ -33,12 +36,18 @@ __all__ = [
     "check_approver",
     "create_kernel",
     "mcp_stdio_confiner",
+    "refuse_home_inside_roots",
     "workspace_roots_from_env",
 ]
 
 
 def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
-    """``--workspace`` values, else ``RINGFENCE_WORKSPACE_ROOTS``, else the current directory."""
+    """``--workspace`` values, else ``RINGFENCE_WORKSPACE_ROOTS``, else the current directory.
+
+    The command line's roots (its verbs call this). :func:`create_kernel` does
+    not: a library caller who passes no roots gets the current directory, never
+    roots an environment variable widened.
+    """
     if explicit:
         return [Path(p) for p in explicit]
     env = os.environ.get("RINGFENCE_WORKSPACE_ROOTS")
@@ -139,15 +148,22 @@ def create_kernel(
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
 
-    ``backend`` is ``"local"`` (default, or ``RINGFENCE_EXECUTION_BACKEND``:
-    confined), ``"host"`` (unconfined) or ``"docker"``; backend sessions start
+    ``roots`` (default: the current directory) are the workspace roots.
+
+    ``backend`` is ``"local"`` (default: confined), ``"host"`` (unconfined)
+    or ``"docker"``; backend sessions start
     on first use and close with the kernel. ``backend_options`` go to the
     backend (local: ``sandbox``, ``memory``, ``pids``, ``network``; docker:
     ``image``, ``memory``, ``cpus``, ``pids``, ``user``).
 
-    ``script_sandbox`` (default ``$RINGFENCE_SCRIPT_SANDBOX`` or ``strict``)
-    weakens ``run_tool_script``'s OS sandbox to ``best-effort`` or ``none``;
-    the level is recorded in the event stream on every run.
+    ``script_sandbox`` (default ``strict``) weakens ``run_tool_script``'s OS
+    sandbox to ``best-effort`` or ``none``; the level is recorded in the event
+    stream on every run.
+
+    Nothing here reads the environment: what a caller did not pass is the
+    confined default, whatever ``RINGFENCE_EXECUTION_BACKEND``,
+    ``RINGFENCE_SCRIPT_SANDBOX`` or ``RINGFENCE_WORKSPACE_ROOTS`` say (those
+    are the command line's defaults, read by ``ringfence.cli``).
 
     ``mcp_manifest`` (opt-in, because connecting starts server processes): a
     ``ringfence.mcp_host.Manifest``, a path to an ``mcp.toml``, or ``True`` for
@@ -202,12 +218,15 @@ def create_kernel(
             field="change_sets",
         )
     # bridge: checked before anything opens, like the backend
-    script_config = ScriptConfig(
-        sandbox=script_sandbox or os.environ.get("RINGFENCE_SCRIPT_SANDBOX") or "strict"
-    )
+    script_config = ScriptConfig(sandbox=script_sandbox or "strict")
     # workspace: the roots file tools are confined to (opened first, so a bad root fails fast)
-    root_paths = workspace_roots_from_env(list(roots))
+    root_paths = [Path(p) for p in roots] or [Path.cwd()]
     workspace = Workspace(root_paths)
+    try:
+        refuse_home_inside_roots(workspace.roots)
+    except BaseException:
+        workspace.close()
+        raise
     rules = rules or Rules()
     mcp_policy = None
     if isinstance(policy, PolicyLayers):
@@ -244,6 +263,7 @@ def create_kernel(
         workspace.close()
 
     kernel.push_async_callback(close_workspace)
+    kernel.add_startup(_claim_spool)
     # bridge: under docker, scripts run in the session's container, which needs the runner
     # files and a socket directory mounted (removed after the container, hence pushed first)
     bridge_dir: Path | None = None
@@ -294,6 +314,63 @@ def create_kernel(
             policy=mcp_policy,
         )
     return kernel
+
+
+def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
+    """Raise InvalidArguments when ``$RINGFENCE_HOME`` lies inside (or is) a workspace root.
+
+    The home holds what governs a session and proves its records: the user
+    policy, the MCP manifest, the plan and token keys, the checkpoint store.
+    Inside a root every tool could read or write it (an ``allow = ["*"]``
+    policy for the next session, a readable plan key). Compared by identity,
+    not spelling: each directory from the home's real path up to ``/`` is
+    ``stat``-ed and matched against each root's device and inode, so a
+    symlink or a bind mount spelling the same directory otherwise is caught.
+    Nothing is created (a home that does not exist yet is judged by the
+    directories that would hold it).
+    """
+    home = ringfence_home()
+    real = Path(os.path.realpath(home))
+    by_identity: dict[tuple[int, int], Path] = {}
+    for root in roots:
+        st = os.stat(root)
+        by_identity[(st.st_dev, st.st_ino)] = root
+    for where in (real, *real.parents):
+        try:
+            st = os.stat(where)
+        except OSError:
+            continue  # not made yet: its parents decide
+        root = by_identity.get((st.st_dev, st.st_ino))
+        if root is not None:
+            raise InvalidArguments(
+                f"ringfence's home {home} (RINGFENCE_HOME, default ~/.ringfence) is inside the "
+                f"workspace root {root}: the session's tools could read and write its policy, "
+                "MCP manifest, plan key, checkpoints and tokens; set RINGFENCE_HOME to a "
+                "directory outside every workspace root, or choose another root",
+                field="RINGFENCE_HOME",
+                home=str(home),
+                root=str(root),
+            )
+
+
+async def _claim_spool(kernel: Kernel) -> None:
+    """Mark this session's spool directory in use, and sweep the ones killed sessions left
+    (their outputs and overlay uppers; bounded, the rest at the next start)."""
+    from .backends._trees import claim, release, sweep_unclaimed
+
+    spool = kernel.spool_dir
+
+    def start() -> int:
+        fd = claim(spool)
+        sweep_unclaimed(spool.parent, seconds=1.0)
+        return fd
+
+    fd = await trio.to_thread.run_sync(start)
+
+    async def done() -> None:
+        release(spool, fd)
+
+    kernel.push_async_callback(done)
 
 
 def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,17 @@ def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (home / ".ssh" / "id_ed25519").chmod(0o600)
     monkeypatch.setenv("HOME", str(home))
     return home
+
+
+@pytest.fixture
+def under_tmp() -> Iterator[Path]:
+    """A directory in ``/tmp`` itself, whatever ``TMPDIR`` says: the local sandbox's private
+    ``/tmp`` hides it, as it hides a user's checkout, venv or pipx there."""
+    base = Path(tempfile.mkdtemp(prefix="ringfence-under-tmp-", dir="/tmp"))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

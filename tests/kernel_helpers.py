@@ -8,6 +8,9 @@ on ``sys.path`` for its ``conftest.py``). Package helpers (``runtime_helpers``,
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ __all__ = [
     "kinds",
     "make_tool",
     "register_standard_tools",
+    "venv_under",
 ]
 
 SCHEMA = {
@@ -86,3 +90,19 @@ def kinds(kernel: Kernel, kind: str) -> list[dict[str, Any]]:
 def event_records(path: Path) -> list[dict[str, Any]]:
     """The records of an events file (one JSON object a line), in order; no chain check."""
     return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def venv_under(base: Path) -> Path:
+    """A virtual environment in ``base`` with a copied interpreter (``--copies``, the layout
+    a user's venv or pipx under ``/tmp`` may have) that imports what this test's
+    interpreter imports (ringfence, mcp) through a ``.pth`` file; its ``python``."""
+    venv = base / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--copies", str(venv)],
+        check=True,
+        capture_output=True,
+    )
+    (site,) = (venv / "lib").glob("python*/site-packages")
+    purelib = sysconfig.get_paths()["purelib"]
+    (site / "ringfence-tests.pth").write_text(f"import site; site.addsitedir({purelib!r})\n")
+    return venv / "bin" / "python"

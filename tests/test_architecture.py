@@ -607,6 +607,19 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/_checkpoints.py", "_open_store", "os.open"): (
         "the same store directory, opened once by its path"
     ),
+    ("ringfence/workspace/_tree.py", "_lstat", "os.lstat"): (
+        "the resulting-tree check follows links as the kernel does, and a link may lead "
+        "outside the roots: there the host is read by path, to judge the link or what git "
+        "would find through it; nothing outside is written, and inside the roots every read "
+        "goes through the root's descriptor"
+    ),
+    ("ringfence/workspace/_tree.py", "readlink", "os.readlink"): (
+        "the same check reading a link's target outside the roots"
+    ),
+    ("ringfence/workspace/_tree.py", "read", "os.open"): (
+        "the same check reading a HEAD, commondir or gitfile outside the roots (O_NOFOLLOW, "
+        "a regular file only, a few bytes)"
+    ),
     ("ringfence/workspace/_workspace.py", "_scan_git", "os.path.realpath"): (
         "git_directories lists read-only mount points for run_shell: a .git link's or "
         "gitfile's target is resolved by name and kept only when it lies inside a root; "

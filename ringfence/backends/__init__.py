@@ -5,9 +5,9 @@ session runs one command at a time and returns a :class:`ShellResult`.
 Built in: ``local`` (confined: a warm bubblewrap sandbox per session with
 Landlock, seccomp and rlimits; the default), ``host`` (unconfined host child
 processes, explicitly chosen) and ``docker`` (one warm, hardened container
-per session). Select with ``--backend``,
-``$RINGFENCE_EXECUTION_BACKEND`` or :func:`select_backend`; add one with
-:func:`register_backend`.
+per session). Select with ``--backend`` or ``$RINGFENCE_EXECUTION_BACKEND``
+(the command line) or by name (:func:`select_backend`; the library never reads
+the environment); add one with :func:`register_backend`.
 """
 
 from typing import TYPE_CHECKING

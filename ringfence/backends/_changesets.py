@@ -94,23 +94,34 @@ async def merge_or_stage(
         "checkpoint", id=changes["id"], paths=_paths(report.applied), refused=refused[:MAX_REPORTED]
     )
     if refused:
-        error = GitMetadata if refused[0]["code"] == "git_metadata" else InvalidArguments
-        shown = ", ".join(f"{r['path']} ({r['code']})" for r in refused[:_SHOWN_IN_MESSAGE])
-        extra = len(refused) - _SHOWN_IN_MESSAGE
-        more = f" and {extra} more (details.changes.refused)" if extra > 0 else ""
         rest = (
             f"the rest ({changes['files']} entries) was merged as change set {cs.id}"
             if report.applied
             else "nothing else was changed"
         )
-        raise error(
-            f"the command ran (exit code {result.exit_code}); refused at the merge: "
-            f"{shown}{more}; none of these reached the workspace; {rest}",
-            field="command",
-            changes=changes,
-            exit_code=result.exit_code,
-        )
+        raise _refused(refused, result, "the merge", rest, changes)
     return {**out, "changes": changes}
+
+
+def _refused(
+    refused: list[dict[str, Any]],
+    result: ShellResult,
+    where: str,
+    rest: str,
+    changes: dict[str, Any],
+) -> RingfenceError:
+    """The error naming the entries refused at ``where`` (the first one's code)."""
+    error = GitMetadata if refused[0]["code"] == "git_metadata" else InvalidArguments
+    shown = ", ".join(f"{r['path']} ({r['code']})" for r in refused[:_SHOWN_IN_MESSAGE])
+    extra = len(refused) - _SHOWN_IN_MESSAGE
+    more = f" and {extra} more (details.changes.refused)" if extra > 0 else ""
+    return error(
+        f"the command ran (exit code {result.exit_code}); refused at {where}: "
+        f"{shown}{more}; none of these reached the workspace; {rest}",
+        field="command",
+        changes=changes,
+        exit_code=result.exit_code,
+    )
 
 
 def _capture(
@@ -133,7 +144,8 @@ def _capture(
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
     with collector_paused():  # ~60,000 objects, none in a cycle: see _collector
-        pack = store.pack()
+        # A set larger than the store keeps is refused whole as it is read (nothing stored).
+        pack = store.pack(limit_bytes=int(store.retention.max_mib * (1 << 20)))
         try:
             changes: list[Change] = []
             uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]] = {}
@@ -179,11 +191,49 @@ def _save_and_merge(
         call_id=ctx.call_id,
         staged=staging,
     )
-    store.save(cs)  # before anything is merged: every before-image is kept
-    if staging:
-        return cs, None
     from ..workspace import merge_changes  # the change-set writer, loaded by the first merge
 
+    if staging:  # nothing written: no journal (see _merge_journaled)
+        store.save(cs)
+        # A dry run stages only what applying would merge: judged now, nothing merged.
+        try:
+            judged = merge_changes(
+                store.workspace, changes, store, atomic=not merge_rest, judge_only=True
+            )
+        except RingfenceError as exc:
+            raise exc.with_(
+                message=f"the command ran (exit code {result.exit_code}) but its changes "
+                f"cannot be staged: {exc.message}; they are kept as change set {cs.id}",
+                details={**exc.details, "changes": {"id": cs.id, "files": 0, "staged": True}},
+            ) from exc.__cause__
+        if judged.refused:
+            kept = {"id": cs.id, "files": 0, "refused": list(judged.refused[:MAX_REPORTED])}
+            raise _refused(
+                list(judged.refused),
+                result,
+                "staging",
+                f"nothing was staged; the command's changes are kept as change set {cs.id}",
+                {**kept, "staged": True},
+            )
+        return cs, None
+    # Journaled: a process killed from here on is rolled back at the next start (_journal).
+    with store.journal.writing(cs.id):
+        store.save(cs)  # before anything is merged: every before-image is kept
+        return _merge_saved(result, store, cs, merge_rest, sources, notices)
+
+
+def _merge_saved(
+    result: ShellResult,
+    store: CheckpointStore,
+    cs: ChangeSet,
+    merge_rest: bool,
+    sources: UpperFiles,
+    notices: list[str],
+) -> tuple[ChangeSet | None, MergeReport | None]:
+    """Merge the saved set ``cs``; its manifest ends as what was applied (or staged, or gone)."""
+    from ..workspace import merge_changes
+
+    changes = cs.changes
     try:
         report = merge_changes(
             store.workspace,

@@ -29,9 +29,10 @@ which is recorded in :attr:`ConfinedSession.metadata` and so in the
   roots read-only (``run_shell``'s wiring passes every git directory and
   gitfile); a private ``/tmp`` and ``/var/tmp``; a fresh ``/proc``
   of the new PID namespace (no host process, no host ``environ``) and a
-  minimal ``/dev``; ``/home``, ``/root``, ``/run``, the kernel's ``$HOME`` and
-  ``/var/lib/docker`` hidden behind empty read-only directories (the
-  Python installation that runs the supervisor is shown again, read-only).
+  minimal ``/dev``; ``/home``, ``/root``, ``/run``, the kernel's ``$HOME``,
+  ``$RINGFENCE_HOME`` and ``/var/lib/docker`` hidden behind empty read-only
+  directories (the Python installation and venv that run the supervisor are
+  shown again, read-only).
 - **network**: none (loopback of its own) unless the session asks for
   ``network``.
 - **seccomp**: built here (:mod:`._confined_layers`, with the script

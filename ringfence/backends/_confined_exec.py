@@ -12,7 +12,9 @@ Promised (as for ``run_shell``'s confined commands): new user, mount, PID,
 IPC, UTS and network namespaces, no capabilities; the host file system
 read-only, the roots read-only unless ``writable`` (then their git
 directories stay read-only), a private ``/tmp``, homes, ``/root``, ``/run``
-and the kernel's ``$HOME`` hidden; ``/proc`` of the sandbox only; no network
+the kernel's ``$HOME`` and ``$RINGFENCE_HOME`` hidden (what the server's
+command line names shown read-only again: :func:`program_views`); ``/proc``
+of the sandbox only; no network
 unless ``network``; Landlock (writes only beneath the writable roots,
 ``/tmp``, ``/var/tmp``, ``/dev``; no TCP without ``network``); the seccomp
 deny list; rlimits. When the server exits, everything it started is killed.
@@ -27,6 +29,7 @@ hold and no cgroup limits the process count or memory (recorded as the
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +39,141 @@ from ._confined_layers import DENIED_SYSCALLS
 from ._confined_plan import _SUPERVISOR, ConfinedOptions, Layer, _refuse
 from ._types import SessionSpec
 
-__all__ = ["ConfinedExec", "confine_exec", "confined_argv"]
+__all__ = ["ConfinedExec", "confine_exec", "confined_argv", "program_views"]
+
+# The private directories the sandbox puts over the host's: never shown whole.
+_PRIVATE = ("/tmp", "/var/tmp")
+_SHEBANG_BYTES = 256
+
+
+def _on_path(name: str, masks: Sequence[Path]) -> str | None:
+    """``name`` on ``PATH`` as the sandbox's ``exec`` will find it: the first match outside
+    every mask (visible already: None), else the first match inside one (to be shown)."""
+    hidden: str | None = None
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        where = shutil.which(name, path=entry or ".")
+        if where is None:
+            continue
+        real = Path(os.path.realpath(os.path.abspath(where)))
+        if not any(m in real.parents for m in masks) and not any(
+            m in Path(os.path.abspath(where)).parents for m in masks
+        ):
+            return None
+        hidden = hidden or where
+    return hidden
+
+
+def _named_files(argv: Sequence[str], cwd: str, masks: Sequence[Path]) -> list[Path]:
+    """The files ``argv`` names: its program (on ``PATH`` as the sandbox's ``exec`` will find
+    it), each argument that is an existing file, each by its own and its real path, and a
+    script's ``#!`` interpreter (``/usr/bin/env NAME`` looked up on ``PATH``)."""
+    found: list[Path] = []
+
+    def add(name: str, *, program: bool) -> None:
+        if program and "/" not in name:
+            where = _on_path(name, masks)
+            if where is None:
+                return
+            name = where
+        path = Path(cwd, name) if not os.path.isabs(name) else Path(name)
+        if not path.is_file():
+            return
+        found.extend((Path(os.path.abspath(path)), Path(os.path.realpath(path))))
+
+    if argv:
+        add(argv[0], program=True)
+    for arg in argv[1:]:
+        if arg and not arg.startswith("-"):
+            add(arg, program=False)
+    for script in list(found):
+        try:
+            with open(script, "rb") as f:
+                head = f.read(_SHEBANG_BYTES)
+        except OSError:
+            continue
+        if not head.startswith(b"#!"):
+            continue
+        words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+        if words and os.path.basename(words[0]) == "env":
+            words = [w for w in words[1:] if not w.startswith("-")]
+        if words:
+            add(words[0], program=True)
+    return list(dict.fromkeys(found))
+
+
+def _protected(path: Path, masks: Sequence[Path]) -> bool:
+    """A directory never shown whole: a mask itself, or a home directory."""
+    home = os.environ.get("HOME")
+    homes = {Path("/root"), *([Path(os.path.realpath(home))] if home else [])}
+    return path in masks or path in homes or path.parent == Path("/home")
+
+
+def program_views(
+    argv: Sequence[str], cwd: str, masks: Sequence[str | os.PathLike[str]]
+) -> tuple[Path, ...]:
+    """What the sandbox shows read-only so the program ``argv`` names can start, though it lies
+    in a directory the sandbox hides (``masks``: the homes and the private ``/tmp``).
+
+    For each file ``argv`` names (:func:`_named_files`) inside a mask: the
+    nearest directory holding ``pyvenv.cfg`` (a virtual environment, pipx's
+    included: the interpreter's prefix), and the base interpreter's prefix
+    that file names when it is hidden too; else the outermost
+    ``node_modules`` directory (a Node package and its dependencies); else,
+    for a file in a ``bin`` directory, the prefix above it (its ``lib``:
+    ``/tmp/node-v20/bin/node``, ``~/.local/bin/tool``); else the file's own
+    directory; the file alone when that directory is a mask or a home
+    directory (which are never shown whole). A file outside every mask is
+    visible already and adds nothing. Files are found as :func:`_named_files`
+    says: the program, arguments that are existing files, a script's ``#!``
+    interpreter; anything else the program reads under a mask (a
+    configuration file named inside an option, a sibling directory) stays
+    hidden.
+    """
+    hidden = [Path(os.path.realpath(m)) for m in masks]
+    views: list[Path] = []
+
+    def mask_of(path: Path) -> Path | None:
+        return next((m for m in hidden if m in path.parents), None)
+
+    def show(path: Path) -> None:
+        mask = mask_of(path)
+        if mask is None:
+            return
+        below = [p for p in path.parents if mask in p.parents and not _protected(p, hidden)]
+        venv = next((p for p in below if (p / "pyvenv.cfg").is_file()), None)
+        if venv is not None:
+            views.append(venv)
+            base = _venv_home(venv / "pyvenv.cfg")
+            if base is not None and mask_of(base) is not None and not _protected(base, hidden):
+                views.append(base.parent if base.name == "bin" else base)
+            return
+        modules = [p for p in below if p.name == "node_modules"]
+        if modules:
+            views.append(modules[-1])
+        elif path.parent.name == "bin" and path.parent.parent in below:
+            views.append(path.parent.parent)  # an install prefix: its bin/, lib/, share/
+        elif path.parent in below:
+            views.append(path.parent)
+        else:
+            views.append(path)
+
+    for path in _named_files(argv, cwd, hidden):
+        show(path)
+    return tuple(dict.fromkeys(views))
+
+
+def _venv_home(cfg: Path) -> Path | None:
+    """The ``home`` a ``pyvenv.cfg`` names (the base interpreter's directory), real path."""
+    try:
+        text = cfg.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key.strip() == "home" and value.strip():
+            return Path(os.path.realpath(value.strip()))
+    return None
+
 
 # The supervisor writes it (``_confined_supervisor.REPORT_PREFIX``; it imports nothing of ours).
 REPORT_PREFIX = b"ringfence-sandbox:"
@@ -74,6 +211,8 @@ def confined_argv(
     roots = [str(Path(os.path.realpath(r))) for r in spec.roots]
     readonly = [*spec.readonly_paths, *([] if writable else roots)]
     session._readonly = [Path(os.path.realpath(p)) for p in readonly]
+    masks = [*session._hidden, *_PRIVATE]
+    session._views = program_views(argv, cwd, masks)
     wrapper, layers = session._argv(-1, -1, -1, None)  # raises when bubblewrap is missing
     cut = wrapper.index(str(_SUPERVISOR)) + 1  # the session's socket descriptor follows
     kept = [o for o in wrapper[cut + 1 :] if writable or o.removeprefix("write=") not in roots]
@@ -83,9 +222,10 @@ def confined_argv(
     access = (
         f"read-write, {len(spec.readonly_paths)} git path(s) read-only" if writable else "read-only"
     )
+    shown = "; shown read-only: " + ", ".join(map(str, session._views)) if session._views else ""
     details = {
         "file system": f"host read-only; {len(roots)} root(s) {access}; private /tmp; "
-        f"hidden: {hidden}",
+        f"hidden: {hidden}{shown}",
         "seccomp": f"{len(DENIED_SYSCALLS)} syscalls denied, no new namespaces, foreign ABIs "
         "killed (installed by the supervisor, last)",
     }

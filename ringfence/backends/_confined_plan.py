@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime import InvalidArguments, Unavailable
+from ..runtime import InvalidArguments, Unavailable, ringfence_home
 from ._confined_limits import _processes_of
 from ._mounts import LAYERS_DIR_VARIABLE, mount_of
 from ._shellstate import PERSIST_OPTION, persist_option
@@ -262,7 +262,8 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def _hidden_dirs(roots: list[Path]) -> list[str]:
-    """The directories hidden behind empty read-only ones: homes, /run, docker's state."""
+    """The directories hidden behind empty read-only ones: homes, /run, docker's state, and
+    ringfence's own home (its policy, MCP manifest, keys and checkpoints) wherever it is."""
     hidden = [h for h in _HIDDEN if os.path.isdir(h)]
     home = os.environ.get("HOME")
     if home and os.path.isdir(home):
@@ -270,6 +271,15 @@ def _hidden_dirs(roots: list[Path]) -> list[str]:
         inside_hidden = any(_inside(Path(real), Path(h)) for h in hidden)
         if real != "/" and not inside_hidden and not any(_inside(Path(real), r) for r in roots):
             hidden.append(real)
+    state = Path(os.path.realpath(ringfence_home()))
+    masks = [Path(h) for h in (*hidden, "/tmp", "/var/tmp")]  # the private /tmp hides already
+    if (
+        state.is_dir()
+        and state != Path("/")
+        and not any(_inside(state, m) for m in masks)
+        and not any(_inside(state, r) for r in roots)
+    ):
+        hidden.append(str(state))
     return hidden
 
 
@@ -412,6 +422,9 @@ class SandboxArgv:
     _layer_fd: int | None
     _landlock: str | None
     _kernel_layers: list[Layer]
+    # Read-only views of paths a hidden directory or the private /tmp would hide (an MCP
+    # server's program, its venv: ``_confined_exec.program_views``); run_shell has none.
+    _views: tuple[Path, ...] = ()
 
     @property
     def _switch_uid(self) -> bool:
@@ -478,9 +491,14 @@ class SandboxArgv:
             argv += ["--tmpfs", path]
         masks = [Path(m) for m in (*hidden, "/tmp", "/var/tmp")]
         made: set[Path] = set()
-        # What the supervisor needs, shown again if hidden: its interpreter and this package.
+        # What the supervisor needs, shown again if hidden: its interpreter (the base prefix,
+        # and the venv, which a copied interpreter needs for its pyvenv.cfg: a user's venv
+        # under /tmp) and this package; then the session's own views.
         python = os.path.realpath(sys.executable)
-        shown = [Path(os.path.realpath(p)) for p in (sys.base_prefix, _SUPERVISOR.parent.parent)]
+        supervisor = (sys.base_prefix, sys.prefix, _SUPERVISOR.parent.parent)
+        shown = list(dict.fromkeys(Path(os.path.realpath(p)) for p in supervisor))
+        shown += [v for v in self._views if v not in shown]
+        shown = [p for p in shown if not any(q != p and _inside(p, q) for q in shown)]
         for path in [*shown, *roots]:
             # Directories made inside a mask: searchable, so the roots' owner can reach a root
             # whose real parents are private (bwrap would copy their modes).

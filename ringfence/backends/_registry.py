@@ -7,7 +7,6 @@ the ``run_shell`` tool do not change.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable
 
 from ..runtime import InvalidArguments
@@ -26,6 +25,7 @@ __all__ = [
 BackendStarter = Callable[[SessionSpec], Awaitable[BackendSession]]
 
 DEFAULT_BACKEND = "local"
+# The command line's default backend (read by ``ringfence.cli``, never by the library).
 ENV_VARIABLE = "RINGFENCE_EXECUTION_BACKEND"
 
 _BACKENDS: dict[str, BackendStarter] = {}
@@ -45,17 +45,18 @@ def backend_names() -> list[str]:
 
 
 def select_backend(name: str | None = None) -> str:
-    """The explicit ``name``, else ``$RINGFENCE_EXECUTION_BACKEND``, else ``local``.
+    """The explicit ``name``, else ``local`` (confined).
 
-    Raises InvalidArguments (field ``backend``) naming the known backends when
-    the choice is not registered. Nothing falls back silently: an unknown name
-    from the environment is an error too.
+    Never the environment: a library caller who names no backend gets the
+    confined default whatever the process's environment says (the command
+    line reads ``$RINGFENCE_EXECUTION_BACKEND``, :data:`ENV_VARIABLE`, and
+    passes the name). Raises InvalidArguments (field ``backend``) naming the
+    known backends when the choice is not registered; nothing falls back.
     """
-    chosen = name or os.environ.get(ENV_VARIABLE) or DEFAULT_BACKEND
+    chosen = name or DEFAULT_BACKEND
     if chosen not in _BACKENDS:
-        where = "" if name else f" (from ${ENV_VARIABLE})"
         raise InvalidArguments(
-            f"unknown execution backend {chosen!r}{where}; known: {', '.join(backend_names())}",
+            f"unknown execution backend {chosen!r}; known: {', '.join(backend_names())}",
             field="backend",
         )
     return chosen

@@ -43,10 +43,14 @@ The rules (:class:`ShellKeeper`):
   unless the command exported a different value.
 - **what is not kept**: shell variables that were not exported, functions,
   aliases, options (``set -e``), traps, ``SHLVL``, ``_`` and ``PWD`` (the
-  shell sets them), and the names a ``run_shell`` call may not set either
-  (:data:`RESERVED_PREFIXES`: ``LD_*``, ``DYLD_*``, ``RINGFENCE_*``; the
-  result's note names them), so no later command, allowed by a rule that
-  reads only its own text, runs under a loader variable an earlier one left.
+  shell sets them), the names a ``run_shell`` call may not set either
+  (:data:`RESERVED_PREFIXES`: ``LD_*``, ``DYLD_*``, ``RINGFENCE_*``), and
+  every variable that changes how a later program starts
+  (:func:`changes_startup`: the loader's, the shells' startup files and
+  hooks, the interpreters' startup options and paths, ``GIT_*``, ``HOME``):
+  they fall back to the session's start and the result's ``shell.dropped``
+  names them, so no later command, allowed by a rule that reads only its own
+  text, runs code an earlier one planted through its environment.
 - **an argv command** runs in the saved directory with the saved exports and
   cannot change them (``kept``).
 - **timeout**: the command's tree is killed as always; the state from before
@@ -77,11 +81,14 @@ from ._types import Command, ShellResult, ShellState, check_env
 __all__ = [
     "PERSIST_OPTION",
     "RESERVED_PREFIXES",
+    "STARTUP_NAMES",
+    "STARTUP_PREFIXES",
     "STATE_FD",
     "STATE_LIMIT",
     "WRAPPER",
     "ShellKeeper",
     "ShellRun",
+    "changes_startup",
     "parse_state",
     "persist_option",
 ]
@@ -114,6 +121,60 @@ ARGV_WRAPPER = (
 # Names a call may not set (run_shell's schema) are not carried over either: an allowed command
 # must not run under a loader or ringfence variable an earlier command left behind.
 RESERVED_PREFIXES = ("LD_", "DYLD_", "RINGFENCE_")
+
+# The reviewed list of variables that change how a later program *starts* (what it loads, reads
+# first or runs before its own code), so an earlier command could plant code that runs inside
+# a later one whose own text a rule allowed. A command may export them for its own use; they are
+# never replayed into the next command, and the result names each one dropped. Kept as one list
+# (exact names, then prefixes), by the program that reads them:
+STARTUP_NAMES = frozenset(
+    {
+        # the dynamic loader and glibc (glibc's own list of variables it drops for set-id
+        # programs, unsecvars.h, plus the tunables and allocator switches)
+        "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
+        "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
+        # shells: startup files, prompts and hooks that expand or run text, options, splitting
+        "BASH_ENV", "ENV", "PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "PS0", "PS1", "PS2", "PS3",
+        "PS4", "IFS", "CDPATH", "GLOBIGNORE", "BASH_XTRACEFD", "BASH_COMPAT",
+        "BASH_LOADABLES_PATH", "EXECIGNORE", "INPUTRC", "FPATH", "ZDOTDIR", "POSIXLY_CORRECT",
+        # where programs read their configuration (a ~/.gitconfig, a .bashrc) and which program
+        # they hand text to
+        "HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "EDITOR", "VISUAL", "PAGER", "MANPAGER",
+        "LESSOPEN", "LESSCLOSE", "SSH_ASKPASS", "SUDO_ASKPASS", "BROWSER",
+        # interpreters: code or modules loaded before the program's own
+        "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT",
+        "PYTHONBREAKPOINT", "PYTHONWARNINGS", "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR",
+        "PYTHONPYCACHEPREFIX",
+        "NODE_OPTIONS", "NODE_PATH", "NODE_REPL_EXTERNAL_MODULE",
+        "PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "PERL_MB_OPT", "PERL_MM_OPT",
+        "RUBYOPT", "RUBYLIB", "RUBYSHELL",
+        "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
+        "LUA_INIT", "LUA_PATH", "LUA_CPATH", "TCLLIBPATH", "PHPRC", "PHP_INI_SCAN_DIR",
+        "R_PROFILE", "R_PROFILE_USER", "R_ENVIRON", "R_ENVIRON_USER",
+        # libraries that load code named by configuration
+        "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES",
+        # build tools that read extra makefiles or flags
+        "MAKEFLAGS", "GNUMAKEFLAGS", "MFLAGS", "MAKEFILES",
+    }
+)  # fmt: skip
+STARTUP_PREFIXES = (
+    "LD_",  # the loader (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, ...)
+    "DYLD_",
+    "MALLOC_",  # glibc's allocator (MALLOC_CHECK_, MALLOC_TRACE, ...)
+    "BASH_FUNC_",  # exported bash functions
+    "GIT_",  # git's configuration, programs and repository (GIT_CONFIG_*, GIT_SSH, GIT_DIR, ...)
+    "LUA_INIT_",
+    "NPM_CONFIG_",  # npm reads its configuration from npm_config_* in either case
+    "npm_config_",
+    "YARN_",
+    "PIP_",  # pip's configuration (index, trusted hosts, ...)
+)
+
+
+def changes_startup(name: str) -> bool:
+    """Whether ``name`` is a variable that changes how a later program starts (never replayed)."""
+    return name in STARTUP_NAMES or name.startswith(STARTUP_PREFIXES)
+
 
 _NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 # Set by the shell itself (or by the wrapper), not by the command: never carried over.
@@ -255,9 +316,13 @@ class ShellKeeper:
                 env[name] = before[name]
             else:
                 env.pop(name)
-        # The operator's own (passthrough) values of reserved names stay; a command's go.
+        # The operator's own (passthrough) values of these names stay; a command's go. A name
+        # the command unset comes back from the session's start too.
         dropped = sorted(
-            n for n in env if n.startswith(RESERVED_PREFIXES) and env[n] != self._base.get(n)
+            n
+            for n in {*env, *self._base}
+            if (n.startswith(RESERVED_PREFIXES) or changes_startup(n))
+            and env.get(n) != self._base.get(n)
         )
         for name in dropped:
             if name in self._base:
@@ -265,5 +330,10 @@ class ShellKeeper:
             else:
                 del env[name]
         self._saved = _Saved(parsed.cwd, env)
-        note = f"not carried over (reserved names): {', '.join(dropped)}" if dropped else None
-        return replace(result, shell=ShellState("saved", parsed.cwd, note))
+        note = (
+            "not carried over (reserved, or they change how a later program starts): "
+            + ", ".join(dropped)
+            if dropped
+            else None
+        )
+        return replace(result, shell=ShellState("saved", parsed.cwd, note, dropped=tuple(dropped)))

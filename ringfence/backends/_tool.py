@@ -589,8 +589,8 @@ def register_shell_tool(
 ) -> ShellTool:
     """Register ``run_shell`` on ``kernel``, running on ``backend``.
 
-    ``backend`` is resolved now (explicit, else ``$RINGFENCE_EXECUTION_BACKEND``,
-    else ``local``; an unknown name raises InvalidArguments), but the session
+    ``backend`` is resolved now (explicit, else ``local``; never the
+    environment; an unknown name raises InvalidArguments), but the session
     starts on the first call, with the workspace's roots and, as read-only
     paths, its git directories at that moment. The session is closed when the
     kernel closes. ``options`` go to the backend (docker: ``image``,

@@ -18,12 +18,16 @@ point inside the tree is never entered: :class:`OSError`.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import itertools
 import os
+import secrets
 import stat
+import time
 from pathlib import Path
 
-__all__ = ["empty_directory", "remove_tree"]
+__all__ = ["claim", "empty_directory", "release", "remove_tree", "sweep_unclaimed"]
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PREFIX = ".rf-rm-"
@@ -87,3 +91,73 @@ def remove_tree(path: Path) -> None:
         os.close(fd)
     with contextlib.suppress(FileNotFoundError):
         os.rmdir(path)
+
+
+# -- a session's directories, and the ones killed sessions left ------------------------------
+
+ALIVE = ".alive"  # held with flock by the session that owns the directory
+
+
+def claim(directory: Path) -> int:
+    """Mark ``directory`` (made if missing) as in use while the returned descriptor is open.
+
+    The mark is a file held with an exclusive ``flock``: the lock dies with
+    its process however it ends, so a mark nobody holds was left by a killed
+    session. It is locked before it takes its name, so no sweeper ever sees
+    it unheld while its owner lives.
+    """
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temp = directory / f"{ALIVE}-{secrets.token_hex(6)}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(temp, directory / ALIVE)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    return fd
+
+
+def release(directory: Path, fd: int) -> None:
+    """The session ended cleanly: its mark goes (what it leaves is kept), then the lock."""
+    with contextlib.suppress(OSError):
+        os.unlink(directory / ALIVE)
+    os.close(fd)
+
+
+def sweep_unclaimed(base: Path, *, prefix: str = "", seconds: float = 1.0) -> int:
+    """Remove the directories ``base/<prefix>*`` a killed session left; how many.
+
+    A directory is removed only when it holds a mark (:func:`claim`) that
+    nobody holds: one without a mark ended cleanly or is not a session's, and
+    stays. Bounded: at most ``seconds`` (the rest waits for the next start).
+    """
+    deadline = time.monotonic() + seconds
+    removed = 0
+    try:
+        entries = sorted(os.scandir(base), key=lambda e: e.name)
+    except OSError:
+        return 0
+    for entry in entries:
+        if time.monotonic() > deadline:
+            break
+        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(Path(entry.path) / ALIVE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            continue  # its session lives
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            remove_tree(Path(entry.path))
+            removed += 1
+    return removed

@@ -132,17 +132,23 @@ class ShellState:
     session, or a state that could not be read; the next command starts like
     the session's first). ``cwd``: the shell's working directory now, as the
     sandbox names it (a container path on docker), or None after a reset.
-    ``note`` says why when the status is not ``saved``.
+    ``note`` says why when the status is not ``saved``, and which variables
+    were not carried over; ``dropped`` names those variables (the command
+    exported them, but they are reserved or change how a later program
+    starts, see ``_shellstate.changes_startup``).
     """
 
     status: Literal["saved", "kept", "reset"]
     cwd: str | None = None
     note: str | None = None
+    dropped: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"state": self.status, "cwd": self.cwd}
         if self.note:
             out["note"] = self.note
+        if self.dropped:
+            out["dropped"] = list(self.dropped)
         return out
 
 

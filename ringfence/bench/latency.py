@@ -58,9 +58,12 @@ ARGS = '{"path": "f.txt"}'
 
 async def run_cli(quick: bool) -> list[Row]:
     rounds = 5 if quick else 15
-    with tempfile.TemporaryDirectory(prefix="ringfence-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ringfence-bench-") as scratch:
+        # The workspace and the home side by side: a home inside a root is refused.
+        tmp = str(Path(scratch, "ws"))
+        Path(tmp).mkdir()
         Path(tmp, "f.txt").write_text("hello\n")
-        env = {**os.environ, "RINGFENCE_HOME": tmp}
+        env = {**os.environ, "RINGFENCE_HOME": str(Path(scratch, "home"))}
         rf = _ringfence_command()
 
         def runner(argv: list[str]) -> Any:

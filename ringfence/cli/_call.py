@@ -70,9 +70,10 @@ def _spawns_here(args: argparse.Namespace) -> bool:
     if args.tool != "run_shell":
         return False
     from ..backends import select_backend
+    from ._environ import backend_choice
 
     try:
-        return select_backend(args.backend) in ("local", "host")
+        return select_backend(backend_choice(args.backend).value) in ("local", "host")
     except RingfenceError:
         return False  # the kernel refuses the name, with the same error, below
 

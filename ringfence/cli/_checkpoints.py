@@ -12,6 +12,7 @@ import datetime
 import sys
 
 from .._embed import workspace_roots_from_env
+from ..runtime._render import one_line
 from ..workspace import CheckpointStore, Workspace
 from ._output import print_error, print_ok
 from ._session import add_session_options, kernel_from_args
@@ -71,10 +72,12 @@ async def run_list(args: argparse.Namespace) -> int:
         return print_ok(sets, True)
     for s in sets:
         when = datetime.datetime.fromtimestamp(s["created"]).isoformat(timespec="seconds")
-        note = f" (undoes {s['undoes']})" if s["undoes"] else ""
-        note += f" (undone by {s['undone_by']})" if s["undone_by"] else ""
+        note = f" (undoes {one_line(s['undoes'])})" if s["undoes"] else ""
+        note += f" (undone by {one_line(s['undone_by'])})" if s["undone_by"] else ""
         note += " (staged, not applied)" if s.get("staged") else ""
-        sys.stdout.write(f"{s['id']}  {when}  {s['tool']}{note}  {' '.join(s['paths'])}\n")
+        # Names as the agent made them, through the one renderer (runtime._render).
+        paths = " ".join(one_line(p) for p in s["paths"])
+        sys.stdout.write(f"{one_line(s['id'])}  {when}  {one_line(s['tool'])}{note}  {paths}\n")
     return 0
 
 
@@ -87,7 +90,7 @@ async def run_show(args: argparse.Namespace) -> int:
             store.close()
     if args.json:
         return print_ok({"id": args.id, "diff": diff}, True)
-    sys.stdout.write(diff)
+    sys.stdout.write(diff)  # rendered: every name and line through runtime._render
     return 0
 
 

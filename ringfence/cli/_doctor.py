@@ -61,8 +61,9 @@ def _mcp_checks() -> list[Any]:
 
 async def run(args: argparse.Namespace) -> int:
     from ..backends._doctor import backend_status, run_checks
+    from ._environ import backend_choice
 
-    backend = select_backend(args.backend)
+    backend = select_backend(backend_choice(args.backend).value)
     checks = await trio.to_thread.run_sync(run_checks)
     checks += await trio.to_thread.run_sync(_mcp_checks)
     usable = {name: backend_status(checks, name) for name in backend_names()}

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime import InvalidArguments, NotFound, ToolError, verify_file
-from ._output import abbreviate, naming_file, print_error, print_ok
+from ..runtime._render import one_line
+from ._output import abbreviate, error_line, naming_file, print_error, print_ok
 from ._verbs import add_verb_parser
 
 OUTCOMES = ("finished", "failed", "cancelled", "staged")
@@ -137,7 +138,7 @@ async def run_verify(args: argparse.Namespace) -> int:
             ToolError(f"{args.file} does not verify: {first}", field="FILE", report=summary), True
         )
     for problem in report.problems:
-        sys.stdout.write(f"{problem}\n")
+        sys.stdout.write(f"{one_line(str(problem))}\n")
     if report.unauthenticated is not None:
         first, last = report.unauthenticated
         sys.stdout.write(
@@ -315,30 +316,38 @@ def _clock(ts: float) -> str:
 
 
 def _render(sessions: list[SessionView]) -> str:
+    """The timeline as text. Whatever a record holds (a tool's name, an origin, a rule, an
+    error message an agent or a server wrote) is shown through the one renderer
+    (``one_line``), so a record cannot draw on the terminal or pose as another line."""
     lines = []
     for s in sessions:
         day = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(s.ts))
         state = "sealed" if s.sealed else "NOT SEALED"
         dry = ", dry run" if s.dry_run else ""
+        trace, posture = one_line(str(s.trace_id or "?")), one_line(str(s.posture or "?"))
         lines.append(
-            f"session {s.trace_id or '?'}  {day}  posture {s.posture or '?'}{dry}  "
-            f"{len(s.calls)} call(s)  {state}"
+            f"session {trace}  {day}  posture {posture}{dry}  {len(s.calls)} call(s)  {state}"
         )
         depth: dict[str, int] = {}
         for c in s.calls:  # a nested call is indented under its parent
             depth[c.call_id] = depth.get(c.parent_id, -1) + 1 if c.parent_id else 0
-        labels = {c.call_id: "  " * depth[c.call_id] + c.tool for c in s.calls}
+        labels = {c.call_id: "  " * depth[c.call_id] + one_line(c.tool) for c in s.calls}
         width = max((len(label) for label in labels.values()), default=4)
         for c in s.calls:
-            decided = f"{c.verdict} by {c.rule}" if c.verdict else "not decided"
+            decided = (
+                f"{one_line(str(c.verdict))} by {one_line(str(c.rule))}"
+                if c.verdict
+                else "not decided"
+            )
             if c.approval:
-                decided += f", approver: {c.approval}"
+                decided += f", approver: {one_line(c.approval)}"
             took = f"{c.duration_ms:.1f} ms" if c.duration_ms is not None else "-"
             result = c.outcome or "unfinished"
             if c.error:
-                result += f" {c.error.get('code')}: {abbreviate(str(c.error.get('message')), 160)}"
+                message = abbreviate(str(c.error.get("message")), 160)
+                result += f" {one_line(str(c.error.get('code')))}: {error_line(message)}"
             lines.append(
-                f"  {_clock(c.ts)} {labels[c.call_id]:<{width}}  by {c.origin or '?':<6} "
+                f"  {_clock(c.ts)} {labels[c.call_id]:<{width}}  by {one_line(str(c.origin or '?')):<6} "
                 f"{decided:<32} {took:>9}  {result}"
             )
     return "\n".join(lines) + "\n" if lines else "no sessions\n"

@@ -66,7 +66,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     Without ``argv`` (the command line: this process ends with the verb) the
     cyclic garbage collector is tuned for a short life, see :func:`_short_lived`;
     with ``argv`` (a caller's process, e.g. tests) it is left alone.
+
+    Everything written to stdout and stderr meanwhile passes the renderer's floor
+    (:func:`._guard.guarded_output`): no control, bidi or separator character
+    reaches the terminal raw, whichever print path wrote it.
     """
+    from ._guard import guarded_output  # light: the standard library until text needs escaping
+
+    with guarded_output():  # nothing a verb prints reaches the terminal raw
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     short_lived = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if short_lived:

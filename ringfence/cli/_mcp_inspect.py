@@ -12,8 +12,10 @@ from ..mcp_host import (
     load_manifests,
 )
 from ..runtime import load_policy
+from ..runtime._render import one_line
+from ._environ import managed_policy
 from ._mcp_show import server_summary
-from ._output import envelope, print_json, print_ok
+from ._output import envelope, error_line, print_json, print_ok
 
 # -- inspect ------------------------------------------------------------------------------------
 
@@ -22,7 +24,10 @@ async def run_inspect(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
     # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
     roots = [args.workspace] if args.workspace else []
-    config = m.get(args.name).with_policy(load_policy(roots, project=bool(roots)).mcp)
+    managed = managed_policy()
+    config = m.get(args.name).with_policy(
+        load_policy(roots, project=bool(roots), managed=managed).mcp
+    )
     if args.timeout_seconds is not None:
         from dataclasses import replace
 
@@ -70,58 +75,64 @@ async def run_inspect(args: argparse.Namespace) -> int:
 
 
 def _print_report(r: dict[str, Any]) -> None:
+    """The report as text. Every string a server chose (its name, version, instructions,
+    tool and prompt names, URIs, logs, error messages) is shown through the one renderer
+    (``one_line``): it cannot move the cursor, erase a line or start a line of its own."""
     w = sys.stdout.write
-    w(f"server     {r['name']} ({r['transport']})\n")
+    s = one_line
+    w(f"server     {s(r['name'])} ({s(r['transport'])})\n")
     if not r.get("connected"):
-        w(f"connected  no: {r['error']['code']}: {r['error']['message']}\n")
+        w(f"connected  no: {s(r['error']['code'])}: {error_line(r['error']['message'])}\n")
         _print_checks(r["checks"])
         return
     ident = r["identity"]
-    w(f"identity   {ident.get('name')} {ident.get('version') or ''}".rstrip() + "\n")
-    w(f"protocol   {ident.get('protocol_version')}\n")
+    version = s(str(ident.get("version") or ""))
+    w(f"identity   {s(str(ident.get('name')))} {version}".rstrip() + "\n")
+    w(f"protocol   {s(str(ident.get('protocol_version')))}\n")
     health = r.get("health", {})
     w(
         f"health     {'ok' if health.get('ok') else 'failing'}"
         + (
             f" (ping {health['round_trip_ms']} ms)"
             if "round_trip_ms" in health
-            else f" ({health.get('detail')})"
+            else f" ({s(str(health.get('detail')))})"
         )
         + "\n"
     )
     ledger = r["ledger"] or {}
     w("capabilities\n")
     for key in ("advertised", "approved", "pending"):
-        w(f"  {key:<10} {', '.join(ledger.get(key, [])) or '-'}\n")
+        w(f"  {key:<10} {', '.join(s(str(c)) for c in ledger.get(key, [])) or '-'}\n")
     w(f"tools ({len(r['tools'])})\n")
     for t in r["tools"]:
-        w(f"  {t['name']:<48} {t['consequence']:<12} ({t['consequence_reason']})\n")
+        w(f"  {s(t['name']):<48} {t['consequence']:<12} ({s(t['consequence_reason'])})\n")
     for d in r["dropped_tools"]:
-        w(f"  [not registered] {d['remote_name']} ({d['reason']})\n")
+        w(f"  [not registered] {s(str(d['remote_name']))} ({s(str(d['reason']))})\n")
     w(f"prompts ({len(r['prompts'])})\n")
     for p in r["prompts"]:
-        w(f"  {p['name']}\n")
+        w(f"  {s(str(p['name']))}\n")
     w(f"resources ({len(r['resources'])}) and templates ({len(r['resource_templates'])})\n")
     for res in r["resources"]:
-        w(f"  {res['uri']}  {res['ref']}\n")
+        w(f"  {s(str(res['uri']))}  {s(str(res['ref']))}\n")
     for t in r["resource_templates"]:
-        w(f"  {t['uri_template']}  (template)\n")
+        w(f"  {s(str(t['uri_template']))}  (template)\n")
     if ident.get("instructions"):
-        first = ident["instructions"].strip().splitlines()[0]
-        w(f"instructions (untrusted, first line): {first[:200]}\n")
+        # The first line by newlines only: a separator or a carriage return cannot end it early.
+        first = str(ident["instructions"]).strip().split("\n")[0]
+        w(f"instructions (untrusted, first line): {s(first[:200])}\n")
     w(f"server logs ({len(r['logs'])}, redacted)\n")
     for entry in r["logs"][-20:]:
-        w(f"  [{entry['source']}/{entry['level']}] {entry['text']}\n")
+        w(f"  [{s(str(entry['source']))}/{s(str(entry['level']))}] {s(str(entry['text']))}\n")
     w(f"notifications ({len(r['notifications'])})\n")
     for n in r["notifications"][-20:]:
-        w(f"  {n['method']}\n")
+        w(f"  {s(str(n['method']))}\n")
     w(f"failures ({len(r['failures'])})\n")
     for f in r["failures"]:
-        w(f"  {f['action']}: {f['message']}\n")
+        w(f"  {s(str(f['action']))}: {error_line(str(f['message']))}\n")
     _print_checks(r["checks"])
 
 
 def _print_checks(checks: list[dict[str, str]]) -> None:
     sys.stdout.write("conformance\n")
     for c in checks:
-        sys.stdout.write(f"  [{c['status']:<4}] {c['check']:<24} {c['detail']}\n")
+        sys.stdout.write(f"  [{c['status']:<4}] {c['check']:<24} {one_line(str(c['detail']))}\n")

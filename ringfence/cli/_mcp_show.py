@@ -70,10 +70,11 @@ def auth_line(a: dict[str, Any]) -> str:
 
 async def run_list(args: argparse.Namespace) -> int:
     from ..runtime._policyfile import load_policy
+    from ._environ import managed_policy
 
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
     # Trust as a session would judge it: the policy layers' [mcp.<name>] over the manifest.
-    mcp = load_policy([args.workspace] if args.workspace else []).mcp
+    mcp = load_policy([args.workspace] if args.workspace else [], managed=managed_policy()).mcp
     servers = [server_summary(s.with_policy(mcp)) for s in m.servers]
     if args.json:
         from ..mcp_host._tokens import key_backend

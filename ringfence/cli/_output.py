@@ -12,11 +12,17 @@ With ``--json`` every verb prints exactly one object on stdout::
 Errors are one line on stderr without ``--json``. No verb lets a traceback
 reach the user: :func:`error_from_exception` turns anything unexpected into a
 one-line ``tool_error`` (``RINGFENCE_DEBUG=1`` re-raises it instead, for bugs).
+
+What an agent, a tool or a server wrote is shown through the one renderer
+(:mod:`ringfence.runtime._render`): error lines, warnings and table cells
+through ``one_line``, ``--json`` through ``json_text``. And whatever a verb
+writes, stdout and stderr pass the guard (:mod:`._guard`, ``terminal_text``)
+while it runs, so no control, bidi or separator character reaches the terminal raw,
+whichever print path wrote it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -26,6 +32,8 @@ from typing import Any, TextIO
 
 from ..runtime import Denied, InvalidArguments, RingfenceError, ToolError
 from ..runtime._groups import single_error
+from ..runtime._render import json_text, one_line
+from ._guard import unguarded
 from ._verbs import (  # light, for the parser; re-exported for the verbs
     DEBUG_ENV as DEBUG_ENV,
     EXIT_CODES_HELP as EXIT_CODES_HELP,
@@ -101,6 +109,12 @@ def abbreviate_message(text: str) -> str:
     return abbreviate(_LONG_RUN.sub(lambda m: abbreviate(m.group(), 60), one_line), 1000)
 
 
+def error_line(text: str) -> str:
+    """A message for the one error line: abbreviated (:func:`abbreviate_message`), then
+    rendered so that nothing in it (a server's or an agent's text) acts on the terminal."""
+    return one_line(abbreviate_message(text))
+
+
 def capped(value: Any) -> Any:
     """``value`` with every string abbreviated (dicts and lists walked); for error output."""
     if isinstance(value, str):
@@ -123,7 +137,8 @@ def exit_code_for(error: RingfenceError) -> int:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2, default=str) + "\n")
+    """``obj`` as indented JSON: control, bidi and separator characters as ``\\uXXXX``."""
+    sys.stdout.write(json_text(obj, indent=2) + "\n")
     sys.stdout.flush()
 
 
@@ -138,7 +153,7 @@ def envelope(ok: bool, payload: Any, warnings: Iterable[str] = ()) -> dict[str, 
 
 def print_warnings(warnings: Iterable[str]) -> None:
     for w in warnings:
-        sys.stderr.write(f"ringfence: warning: {w}\n")
+        sys.stderr.write(f"ringfence: warning: {one_line(str(w))}\n")
 
 
 def print_ok(result: Any, as_json: bool, warnings: Iterable[str] = ()) -> int:
@@ -165,7 +180,7 @@ def print_error(error: RingfenceError, as_json: bool, warnings: Iterable[str] = 
         print_json(envelope(False, error_dict(error), warnings))
     else:
         print_warnings(warnings)
-        sys.stderr.write(f"ringfence: {error.code}: {abbreviate_message(error.message)}\n")
+        sys.stderr.write(f"ringfence: {error.code}: {error_line(error.message)}\n")
     return exit_code_for(error)
 
 
@@ -174,7 +189,7 @@ def print_usage_error(message: str, as_json: bool) -> int:
     if as_json:
         print_json(envelope(False, {"code": InvalidArguments.code, "message": abbreviate(message)}))
     else:
-        sys.stderr.write(f"ringfence: {abbreviate_message(message)}\n")
+        sys.stderr.write(f"ringfence: {error_line(message)}\n")
     return EXIT_USAGE
 
 
@@ -223,13 +238,18 @@ def print_table(
     """Rows as a table: rich on a terminal, plain two-space-aligned columns otherwise.
 
     The plain form is stable for scripts: one line per row (headers first when
-    given), columns left-aligned, trailing spaces stripped.
+    given), columns left-aligned, trailing spaces stripped. Every cell is shown
+    through ``one_line`` (a newline, a control or a bidi character in a cell
+    cannot break the table or act on the terminal); rich is given text, never
+    markup.
     """
     stream = stream if stream is not None else sys.stdout
+    rows = [[one_line(str(cell)) for cell in row] for row in rows]
     if is_terminal(stream):
         from rich import box
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(
             box=box.SIMPLE_HEAD if headers else None,
@@ -239,8 +259,8 @@ def print_table(
         for k, name in enumerate(headers or [""] * (len(rows[0]) if rows else 0)):
             table.add_column(name, overflow="fold", style="bold" if k == 0 else None)
         for row in rows:
-            table.add_row(*row)
-        Console(file=stream, highlight=False, soft_wrap=False).print(table)
+            table.add_row(*(Text(cell) for cell in row))
+        Console(file=unguarded(stream), highlight=False, soft_wrap=False).print(table)
         return
     lines = ([list(headers)] if headers else []) + [list(r) for r in rows]
     if not lines:
@@ -264,22 +284,25 @@ def progress_lines(title: str, stream: TextIO | None = None) -> Iterator[Callabl
     if not is_terminal(stream):
 
         def plain(line: str) -> None:
-            stream.write(f"{line}\n")
+            stream.write(f"{one_line(line)}\n")
             stream.flush()
 
         yield plain
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    console = Console(file=stream, highlight=False)
+    console = Console(file=unguarded(stream), highlight=False)
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
     ) as progress:
         task = progress.add_task(title, total=None)
 
         def fancy(line: str) -> None:
+            line = one_line(line)
             progress.console.print(line, markup=False)
-            progress.update(task, description=f"{title}: {abbreviate(line.strip(), 60)}")
+            shown = escape(abbreviate(line.strip(), 60))  # the column reads markup: none of it
+            progress.update(task, description=f"{escape(title)}: {shown}")
 
         yield fancy

@@ -8,13 +8,13 @@ whether a plan that does not check out was edited or signed with another key.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from ..runtime import Plan
-from ._output import exit_code_for, naming_file, print_error, print_ok
+from ..runtime._render import json_text, one_line
+from ._output import error_line, exit_code_for, naming_file, print_error, print_ok
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser
 
@@ -55,16 +55,20 @@ async def run_show(args: argparse.Namespace) -> int:
             "applied": {k: asdict(v) for k, v in plan.applied.items()},
         }
         return print_ok(shown, True)
+    # What the agent staged is shown through the one renderer: the arguments as JSON with
+    # every control, bidi and separator character escaped, the diff of a staged change set
+    # with its modes and kinds (runtime._render, workspace._diff).
     sys.stdout.write(
-        f"{args.file}: {len(plan.calls)} staged call(s) under the roots {list(plan.roots)}\n"
+        f"{one_line(args.file)}: {len(plan.calls)} staged call(s) under the roots "
+        f"{json_text(list(plan.roots))}\n"
     )
     for i, c in enumerate(plan.calls, 1):
-        arguments = json.dumps(c.arguments, ensure_ascii=False, sort_keys=True)
+        arguments = json_text(c.arguments, sort_keys=True)
         mark = plan.applied.get(c.call_id)
-        applied = f" — applied {mark.describe()}" if mark else ""
+        applied = f" — applied {one_line(mark.describe())}" if mark else ""
         sys.stdout.write(
-            f"{i:3}. {c.tool} [{c.consequence}, via {c.origin}, posture {c.posture}, "
-            f"session {c.session}] {arguments}{applied}\n"
+            f"{i:3}. {one_line(c.tool)} [{one_line(c.consequence)}, via {one_line(c.origin)}, "
+            f"posture {one_line(c.posture)}, session {one_line(c.session)}] {arguments}{applied}\n"
         )
         if c.tool == "apply_changes" and isinstance(c.arguments.get("id"), str):
             sys.stdout.write(_staged_diff(plan.roots, c.arguments["id"]))
@@ -84,8 +88,8 @@ def _staged_diff(roots: tuple[str, ...], set_id: str) -> str:
             finally:
                 store.close()
     except RingfenceError as exc:
-        return f"     (change set {set_id} cannot be shown: {exc.message})\n"
-    return "".join(f"     {line}\n" for line in diff.splitlines())
+        return f"     (change set {one_line(set_id)} cannot be shown: {error_line(exc.message)})\n"
+    return "".join(f"     {line}\n" for line in diff.removesuffix("\n").split("\n") if diff)
 
 
 async def run_apply(args: argparse.Namespace) -> int:
@@ -107,8 +111,8 @@ async def run_apply(args: argparse.Namespace) -> int:
         return print_error(failed.with_(details={**failed.details, **report}), True)
     else:
         for o in outcomes:
-            status = "ok" if o.ok else f"{o.error.code}: {o.error.message}"
-            sys.stdout.write(f"{o.tool}: {status}\n")
+            status = "ok" if o.ok else f"{o.error.code}: {error_line(o.error.message)}"
+            sys.stdout.write(f"{one_line(o.tool)}: {status}\n")
         if len(outcomes) < len(plan.calls):
             sys.stdout.write(f"stopped: {len(plan.calls) - len(outcomes)} call(s) not attempted\n")
     return exit_code_for(failed) if failed else 0

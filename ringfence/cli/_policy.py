@@ -18,6 +18,7 @@ from ..runtime import (
     evaluate_policy,
     load_policy_file,
 )
+from ..runtime._render import one_line
 from ._call import ARGS_HELP, parse_arguments
 from ._output import print_ok
 from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args
@@ -145,7 +146,7 @@ async def run_explain(args: argparse.Namespace) -> int:
     if args.json:
         return print_ok(out, True)
     d = decision
-    sys.stdout.write(f"{args.tool}: {d.verdict.value}  (posture {posture.value})\n")
+    sys.stdout.write(f"{one_line(args.tool)}: {d.verdict.value}  (posture {posture.value})\n")
     sys.stdout.write(f"  rule:   {d.rule}\n")
     if d.source or d.layer:
         sys.stdout.write(f"  from:   {d.source} ({d.layer})\n")
@@ -157,8 +158,9 @@ async def run_explain(args: argparse.Namespace) -> int:
         for p in out["parts"]:
             rule = f"  by {p['rule']} ({p['source']})" if "rule" in p else ""
             why = f"  — {p['reason']}" if "reason" in p else ""
-            via = f"  via {' '.join(p['via'])}" if "via" in p else ""
-            sys.stdout.write(f"    {p['verdict']:<9} {p['part']:<10} {p['text']}{via}{rule}{why}\n")
+            via = f"  via {' '.join(one_line(str(v)) for v in p['via'])}" if "via" in p else ""
+            text = one_line(str(p["text"]))
+            sys.stdout.write(f"    {p['verdict']:<9} {p['part']:<10} {text}{via}{rule}{why}\n")
     return 0
 
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from ..bridge import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
 from ..runtime import RingfenceError
+from ..runtime._render import json_text, visible_line
 from ._mcp_session import session_warnings
 from ._output import (
     envelope,
+    error_line,
     exit_code_for,
     print_json,
     print_table,
@@ -85,7 +86,7 @@ def _print_human(payload: dict[str, Any], error: RingfenceError | None = None) -
     if "result" in payload:
         sys.stdout.write(
             ("" if not output or output.endswith("\n") else "\n")
-            + json.dumps(payload["result"], ensure_ascii=False, indent=2, default=str)
+            + json_text(payload["result"], indent=2)
             + "\n"
         )
     sys.stdout.flush()
@@ -109,5 +110,8 @@ def _print_human(payload: dict[str, Any], error: RingfenceError | None = None) -
     if error is not None:
         trace = (payload.get("error") or {}).get("traceback")
         if trace:
-            sys.stderr.write(trace + "\n")
-        sys.stderr.write(f"ringfence: {error.code}: {error.message}\n")
+            # The script's traceback (its messages are the script's text) behind a gutter,
+            # so none of its lines can pose as one of ringfence's.
+            lines = str(trace).rstrip("\n").split("\n")
+            sys.stderr.write("".join(f"  │ {visible_line(line)}\n" for line in lines))
+        sys.stderr.write(f"ringfence: {error.code}: {error_line(error.message)}\n")

@@ -19,6 +19,13 @@ from ..runtime import (
     default_approver,
     load_policy,
 )
+from ._environ import (
+    backend_choice,
+    managed_policy,
+    script_sandbox_choice,
+    show_and_record,
+    weaker_choices,
+)
 from ._mcp_session import ELICITOR_KEY, mcp_setup
 from ._output import check_output_file, naming_file
 from ._worktree import add_worktree_option, session_roots
@@ -165,6 +172,7 @@ def policy_from_args(args: argparse.Namespace) -> PolicyLayers:
     roots = workspace_roots_from_env(args.workspace)
     return load_policy(
         roots,
+        managed=managed_policy(),
         policy_files=args.policy,
         rules=cli_rules(args.policy_deny, args.policy_ask, args.policy_allow),
     )
@@ -244,12 +252,17 @@ def kernel_from_args(
         backend_options["network"] = True
     if getattr(args, "persist_shell_state", False):
         backend_options["persist_shell_state"] = True
+    # The environment's defaults are read here, the command line's, and passed on:
+    # create_kernel itself never reads them.
+    backend = backend_choice(args.backend)
+    script_sandbox = script_sandbox_choice()
     kernel = create_kernel(
         backend_options=backend_options or None,
         roots=roots,
         posture=args.posture,
         approver=approver if approver is not None else approver_from(args.approve),
-        backend=args.backend,
+        backend=backend.value,
+        script_sandbox=script_sandbox.value,
         dry_run=dry is not None,
         plan_path=dry,
         events_path=args.events,
@@ -262,6 +275,7 @@ def kernel_from_args(
         change_sets=getattr(args, "change_sets", None),
         merge_refused=not getattr(args, "refuse_whole_change_set", False),
     )
+    show_and_record(kernel, weaker_choices(backend, script_sandbox, sandbox))
     if mcp_options and "elicitor" in mcp_options:
         kernel.extensions[ELICITOR_KEY] = mcp_options["elicitor"]  # its notes become warnings
     if otel is not None:

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 from .._embed import workspace_roots_from_env
 from ..runtime import InvalidArguments, NotFound, ToolError
 from ..runtime._files import ringfence_home
+from ..runtime._render import one_line, visible_line
 from ..workspace import Workspace, workspace_id
+from ..workspace._names import escape_name
 from ._output import print_ok
 from ._verbs import add_verb_parser
 
@@ -174,9 +176,13 @@ async def run_diff(args: argparse.Namespace) -> int:
     untracked = [n for n in new.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
     if args.json:
         return print_ok({"name": w["name"], "diff": diff, "untracked": untracked}, True)
-    sys.stdout.write(diff)
+    # The agent's content through the one renderer: every line as a review view shows it.
+    for line in diff.removesuffix("\n").split("\n") if diff else ():
+        content = line[:1] in ("+", "-", " ") and not line.startswith(("+++ ", "--- "))
+        shown = line[0] + visible_line(line[1:]) if content else visible_line(line)
+        sys.stdout.write(f"{shown}\n")
     for n in untracked:
-        sys.stdout.write(f"new file (untracked): {n}\n")
+        sys.stdout.write(f"new file (untracked): {one_line(escape_name(n))}\n")
     return 0
 
 

@@ -49,6 +49,7 @@ _LAZY = {
     "ElicitationPrompt": "._elicitation",
     "Elicitor": "._elicitation",
     "credential_fields": "._elicitation",
+    "credential_request": "._elicitation",
     "connect_when_entered": "._embedding",
     "inspect_server": "._inspect",
     "ListLimits": "._inventory",
@@ -107,6 +108,7 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         ElicitationPrompt as ElicitationPrompt,
         Elicitor as Elicitor,
         credential_fields as credential_fields,
+        credential_request as credential_request,
     )
     from ._embedding import connect_when_entered as connect_when_entered
     from ._errors import translate_error as translate_error

@@ -46,8 +46,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import trio
@@ -60,7 +62,7 @@ from ._failures import HttpStatusLog, explain
 from ._http import http_transport
 from ._inbound import InboundLimit
 from ._manifest import ServerConfig, Transport
-from ._stdio import StdioConfiner, read_stderr, stdio_transport
+from ._stdio import STDERR_QUOTE_LINES, StdioConfiner, read_stderr, stdio_transport
 from ._urls import url_secrets
 
 __all__ = ["ConnectionPool", "LiveConnection"]
@@ -68,6 +70,7 @@ __all__ = ["ConnectionPool", "LiveConnection"]
 T = TypeVar("T")
 
 CLIENT_INFO = types.Implementation(name="ringfence", version="0.1.0")
+STDERR_WAIT_SECONDS = 1.0  # how long a failed connect waits for the server's stderr to end
 
 
 def _transport_closed(live: LiveConnection) -> bool:
@@ -142,6 +145,10 @@ class ConnectionPool:
         # The inbound cap of the connection being set up (for errors during the handshake).
         self._connecting_limit: InboundLimit | None = None
         self.http_log = HttpStatusLog()  # HTTP statuses the SDK hides, for explain()
+        # stdio: the last stderr lines of the process being connected, and its stderr's end
+        # (a failed connect quotes them: why the server died).
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_QUOTE_LINES)
+        self._stderr_done: trio.Event | None = None
         if config.url:
             for part in url_secrets(config.url):
                 redactor.register(part)
@@ -199,6 +206,7 @@ class ConnectionPool:
                         limit=self._connecting_limit,
                     )
                     error = explain(error, exc, self.config, "connect", self.http_log)
+                    error = await self._with_stderr(error)
                 else:
                     raise
                 self.diagnostics.fail("connect", error)
@@ -266,6 +274,27 @@ class ConnectionPool:
             with trio.CancelScope(shield=True), trio.move_on_after(10):
                 await live.finished.wait()
 
+    async def _with_stderr(self, error: RingfenceError) -> RingfenceError:
+        """``error`` with the stdio server's last stderr lines: why it died during connect.
+
+        Waits up to :data:`STDERR_WAIT_SECONDS` for its stderr to end (the
+        process is stopped by then; the reader drains what it wrote). The
+        lines are redacted and cut; none (or not stdio): ``error`` as it was.
+        """
+        done = self._stderr_done
+        if done is None:
+            return error
+        with trio.move_on_after(STDERR_WAIT_SECONDS):
+            await done.wait()
+        lines = [line for line in self._stderr_tail if line.strip()]
+        if not lines:
+            return error
+        quoted = " | ".join(lines)
+        return error.with_(
+            message=f"{error.message} The server's stderr ended with: {quoted}",
+            details={**error.details, "stderr": lines},
+        )
+
     # -- the runner ----------------------------------------------------------------------------
 
     def _transport(
@@ -302,7 +331,18 @@ class ConnectionPool:
                     os.set_inheritable(write_fd, False)
                     errlog = os.fdopen(write_fd, "w", encoding="utf-8")
                     stack.callback(errlog.close)
-                    self._nursery.start_soon(read_stderr, read_fd, self.diagnostics, self._redactor)
+                    self._stderr_tail = deque(maxlen=STDERR_QUOTE_LINES)
+                    self._stderr_done = trio.Event()
+                    self._nursery.start_soon(
+                        partial(
+                            read_stderr,
+                            tail=self._stderr_tail,
+                            done=self._stderr_done,
+                        ),
+                        read_fd,
+                        self.diagnostics,
+                        self._redactor,
+                    )
                 client = Client(
                     self._transport(stack, errlog, limit, sandbox),
                     mode=self.config.protocol_mode,

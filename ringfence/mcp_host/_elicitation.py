@@ -11,15 +11,32 @@ advertise elicitation. Otherwise:
   autonomous rule; a deny rule refuses it (declined). Without an
   :class:`Elicitor` (nobody to show it to) every request is declined.
 - Form mode: the schema must be a flat object of primitive fields or
-  multi-select string lists (the spec's restricted subset). A form with any field that appears to request a
-  password, token, key, payment data or other credential is refused outright;
-  such flows belong in URL mode.
+  multi-select string lists (the spec's restricted subset). A form that appears
+  to request a password, token, key, payment data or other credential is
+  refused outright; such flows belong in URL mode. The whole request is judged
+  (:func:`credential_request`): the message, every field's name, title,
+  description, format, default and choice labels; names and labels word by
+  word, prose for credential phrases, and every text for the shapes of
+  well-known tokens (``ghp_``, ``github_pat_``, ``sk-``, ``AKIA``, ``xox?-``, a
+  JWT…) and the word ``PAT``.
+- An accepted answer holding a well-known token shape
+  (:func:`ringfence.runtime._redact.looks_like_token`) is not sent, whatever the
+  form asked (the request is cancelled): the check is on what would leave, not
+  on how the form was worded. Registered secrets are redacted from answers, as
+  from every result.
 - Answers are validated against the form's schema before they are sent; an
   answer that does not validate is not sent (the request is cancelled).
 - URL mode: the URL must be https (or loopback http) without embedded
   credentials. ringfence never opens or fetches it; the Elicitor is shown the
   whole URL and answers only with consent.
 - Text shown to the person and answers sent back are redacted.
+
+Not promised: a credential request worded around every list (a form asking for
+"the code on the back" or "the string from your settings page") still reaches
+the person, who is told plainly that the server, not ringfence, is asking and
+that ringfence never asks for credentials in a form; a credential without a
+well-known shape typed into such a form is sent. Forms whose text merely
+mentions a token ("which token symbol?") are refused too.
 """
 
 from __future__ import annotations
@@ -40,6 +57,7 @@ from ..runtime import (
     InvalidArguments,
     Rules,
 )
+from ..runtime._redact import looks_like_token
 from ._manifest import ServerConfig
 from ._requests import request_rules, request_spec
 from ._urls import check_url
@@ -54,20 +72,34 @@ __all__ = [
     "ElicitationPrompt",
     "Elicitor",
     "credential_fields",
+    "credential_request",
 ]
 
 _CREDENTIAL_WORDS = frozenset(
     {
-        "password", "passwd", "passphrase", "pwd", "secret", "token", "apikey", "key", "keys",
-        "credential", "credentials", "auth", "authorization", "otp", "totp", "2fa", "mfa", "pin",
-        "cvv", "cvc", "card", "iban", "ssn", "privatekey", "cookie",
+        "password", "passwd", "passphrase", "passcode", "pwd", "secret", "token", "apikey", "key",
+        "keys", "credential", "credentials", "auth", "authorization", "otp", "totp", "2fa", "mfa",
+        "pin", "cvv", "cvc", "card", "iban", "ssn", "privatekey", "cookie", "apitoken",
+        "accesstoken", "authtoken", "secretkey", "accesskey", "mnemonic",
     }
 )  # fmt: skip
 _CREDENTIAL_PHRASES = re.compile(
-    r"pass\s*word|pass\s*phrase|api[\s_-]*key|private[\s_-]*key|secret|access[\s_-]*token|"
-    r"bearer|credit[\s_-]*card|card[\s_-]*number|security[\s_-]*code|social[\s_-]*security|"
-    r"bank[\s_-]*account|routing[\s_-]*number|credential|one[\s_-]*time[\s_-]*(code|password)",
+    r"pass\s*word|pass\s*phrase|pass\s*code|api[\s_-]*key|private[\s_-]*key|secret|"
+    r"access[\s_-]*token|access[\s_-]*key|bearer|\btoken\b|personal[\s_-]*access|"
+    r"(?:api|auth|refresh|session|id)[\s_-]*token|credit[\s_-]*card|card[\s_-]*number|"
+    r"security[\s_-]*code|social[\s_-]*security|bank[\s_-]*account|routing[\s_-]*number|"
+    r"credential|one[\s_-]*time[\s_-]*(?:code|password)|verification[\s_-]*code|"
+    r"recovery[\s_-]*(?:code|phrase|key)|seed[\s_-]*phrase|two[\s_-]*factor",
     re.IGNORECASE,
+)
+# "PAT" (a personal access token) as a word, in capitals: "Pat" is a name. In a field's name
+# (an identifier: gh_pat, githubPat) any spelling counts.
+_PAT = re.compile(r"\bPATs?\b")
+_NAME_WORDS = _CREDENTIAL_WORDS | {"pat", "pats"}
+# Mentions of a well-known token format ("paste ghp_…"): the prefixes, not whole tokens.
+_TOKEN_PREFIXES = re.compile(
+    r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk-(?:proj-|ant-)?[A-Za-z0-9]|"
+    r"AKIA[0-9A-Z]|AIza[0-9A-Za-z_-]|ya29\.|eyJ[A-Za-z0-9_-]{8,}\.)"
 )
 _PRIMITIVES = frozenset({"string", "number", "integer", "boolean"})
 REQUEST_SUFFIX = "__elicitation"
@@ -97,32 +129,89 @@ def _is_multi_select(prop: Mapping[str, Any]) -> bool:
     )
 
 
+def _texts(value: Any) -> list[str]:
+    """The strings in an answer's value (a multi-select's list included)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
 def _words(text: str) -> set[str]:
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
     return {w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w}
 
 
-def credential_fields(schema: Mapping[str, Any]) -> list[str]:
-    """Names of fields in a form schema that appear to ask for credentials or payment data.
+def _asks_in_prose(text: str) -> bool:
+    return bool(
+        _CREDENTIAL_PHRASES.search(text) or _PAT.search(text) or _TOKEN_PREFIXES.search(text)
+    )
 
-    A field's name and title are checked word by word (``apiKey``, ``pin``); its
-    description, which is prose ("do not give us your pin"), only for explicit
-    phrases (``password``, ``api key``, ``card number``, …).
+
+def _asks_in_label(text: str) -> bool:
+    return bool(_words(text) & _CREDENTIAL_WORDS) or _asks_in_prose(text)
+
+
+def _labels(prop: Mapping[str, Any]) -> list[str]:
+    """A field's choice values and labels: ``enum``/``enumNames``, ``oneOf``/``anyOf`` consts
+    and titles, and the same under a multi-select's ``items``."""
+    out: list[str] = []
+    for source in (prop, prop.get("items") if isinstance(prop.get("items"), Mapping) else {}):
+        for key in ("enum", "enumNames"):
+            values = source.get(key)
+            if isinstance(values, list):
+                out += [str(v) for v in values]
+        for key in ("oneOf", "anyOf"):
+            options = source.get(key)
+            if isinstance(options, list):
+                for option in options:
+                    if isinstance(option, Mapping):
+                        out += [str(option.get(k)) for k in ("const", "title") if k in option]
+    return out
+
+
+def credential_request(message: str, schema: Mapping[str, Any]) -> list[str]:
+    """Where a form request appears to ask for credentials or payment data (empty: nowhere).
+
+    The whole request is judged: the ``message`` and, per field, its name, title,
+    description, format, default and choice labels. Names, titles and labels are
+    checked word by word (``apiKey``, ``pin``, ``PAT``) and for phrases; prose (the
+    message, descriptions, defaults) for explicit phrases (``password``, ``your
+    token``, ``api key``, ``card number``…); every text for the prefixes of
+    well-known tokens (``ghp_``, ``sk-``, ``AKIA``…).
     """
-    out = []
+    out = ["the message"] if _asks_in_prose(str(message)) else []
     for name, prop in (schema.get("properties") or {}).items():
         prop = prop if isinstance(prop, Mapping) else {}
-        label = f"{name} {prop.get('title', '')}"
-        description = str(prop.get("description", ""))
-        fmt = str(prop.get("format", "")).lower()
-        if (
-            _words(label) & _CREDENTIAL_WORDS
-            or _CREDENTIAL_PHRASES.search(label)
-            or _CREDENTIAL_PHRASES.search(description)
-            or fmt in ("password", "credit-card")
-        ):
-            out.append(str(name))
+        where: list[str] = []
+        if _words(str(name)) & _NAME_WORDS or _asks_in_prose(str(name)):
+            where.append("name")
+        if _asks_in_label(str(prop.get("title", ""))):
+            where.append("title")
+        if _asks_in_prose(str(prop.get("description", ""))):
+            where.append("description")
+        if str(prop.get("format", "")).lower() in ("password", "credit-card"):
+            where.append("format")
+        default = prop.get("default")
+        defaults = default if isinstance(default, list) else [] if default is None else [default]
+        if any(_asks_in_prose(str(d)) for d in defaults):
+            where.append("default")
+        if any(_asks_in_label(label) for label in _labels(prop)):
+            where.append("choices")
+        if where:
+            out.append(f"field {str(name)!r} ({', '.join(where)})")
     return out
+
+
+def credential_fields(schema: Mapping[str, Any]) -> list[str]:
+    """Names of fields in a form schema that appear to ask for credentials or payment data
+    (the fields :func:`credential_request` names)."""
+    return [
+        str(name)
+        for name in (schema.get("properties") or {})
+        if credential_request("", {"properties": {name: schema["properties"][name]}})
+    ]
 
 
 @dataclass(frozen=True)
@@ -179,7 +268,7 @@ class ElicitationGate:
         """The rules ``elicitation_policy`` means, for the connector to register."""
         return request_rules(self.config.elicitation_policy, self.name)
 
-    def _check_form(self, schema: Mapping[str, Any]) -> str | None:
+    def _check_form(self, message: str, schema: Mapping[str, Any]) -> str | None:
         if schema.get("type") != "object" or not isinstance(schema.get("properties"), Mapping):
             return "the form schema must be an object with properties"
         for name, prop in schema["properties"].items():
@@ -191,10 +280,10 @@ class ElicitationGate:
                     f"form field {name!r} is not a primitive (string, number, integer, boolean) "
                     "or a multi-select list of strings"
                 )
-        bad = credential_fields(schema)
+        bad = credential_request(message, schema)
         if bad:
             return (
-                f"form fields {', '.join(map(repr, bad))} appear to ask for credentials or payment data; "
+                f"the form appears to ask for credentials or payment data ({'; '.join(bad)}); "
                 "ringfence never collects those in a form (use a URL-mode flow instead)"
             )
         try:
@@ -231,7 +320,7 @@ class ElicitationGate:
         url: str | None = None
         if mode == "form":
             schema = dict(params.requested_schema or {})
-            problem = self._check_form(schema)
+            problem = self._check_form(str(params.message), schema)
             if problem is not None:
                 return refuse(problem)
         else:
@@ -266,6 +355,15 @@ class ElicitationGate:
             # Consent only: nothing was opened or fetched by ringfence.
             return answer("accept")
         content = dict(reply.content or {})  # redacted by the kernel, as every result
+        leaked = [k for k, v in content.items() if any(looks_like_token(t) for t in _texts(v))]
+        if leaked:
+            # Whatever the form said it wanted: a well-known token never leaves in an answer.
+            self.diagnostics.fail(
+                "elicitation",
+                f"the answer to field(s) {', '.join(map(repr, leaked))} looks like an access "
+                "token; ringfence does not send it (the request was cancelled)",
+            )
+            return answer("cancel")
         assert schema is not None
         error = jsonschema.exceptions.best_match(
             jsonschema.Draft202012Validator(dict(schema)).iter_errors(content)

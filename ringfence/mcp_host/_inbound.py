@@ -11,17 +11,17 @@ closes the connection.
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
-import pydantic
 from mcp import types
 from mcp.client import stdio as sdk_stdio
 from mcp.shared.message import SessionMessage
+
+from ..runtime._lines import BoundedLines, Oversize, oversize_id
 
 __all__ = ["BoundedTransport", "InboundLimit", "LineReader"]
 
@@ -47,35 +47,11 @@ class InboundLimit:
         )
 
 
-# A JSON-RPC *response* whose id can be read from its first or last bytes without parsing it:
-# ``{"jsonrpc":"2.0","id":7,"result":…`` (Python SDK) or ``{"result":…,"jsonrpc":"2.0","id":7}``
-# (TypeScript SDK). Anything else that is too large closes the connection instead.
-_ID = rb'(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")'
-_HEAD_ID = re.compile(
-    rb'^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*' + _ID + rb'\s*,\s*"(?:result|error)"\s*:'
-)
-_HEAD_RESULT = re.compile(rb'^\s*\{\s*"(?:result|error)"\s*:')
-_TAIL_ID = re.compile(rb'"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*' + _ID + rb"\s*\}\s*$")
-_PEEK = 512
-
-
-def _oversize_reply_id(head: bytes, tail: bytes) -> int | str | None:
-    """The id of an oversize response, if its first or last bytes show it unambiguously."""
-    found = _HEAD_ID.match(head)
-    if found is None and _HEAD_RESULT.match(head):
-        found = _TAIL_ID.search(tail)
-    if found is None:
-        return None
-    raw = found.group(1)
-    if raw.startswith(b'"'):
-        try:
-            value = types.jsonrpc_message_adapter.validate_json(
-                b'{"jsonrpc":"2.0","id":' + raw + b',"result":{}}'
-            )
-        except pydantic.ValidationError:
-            return None
-        return value.id  # type: ignore[union-attr]
-    return int(raw)
+def _oversize_reply_id(dropped: Oversize) -> int | str | None:
+    """The id of an oversize *response* (``result`` or ``error``), if its ends show it
+    unambiguously (:func:`ringfence.runtime._lines.oversize_id`); anything else that is
+    too large closes the connection instead."""
+    return oversize_id(dropped, ("result", "error"))
 
 
 def _limit_error(request_id: int | str, limit: InboundLimit) -> SessionMessage:
@@ -90,8 +66,8 @@ def _limit_error(request_id: int | str, limit: InboundLimit) -> SessionMessage:
 class LineReader:
     """Splits a byte stream into lines of at most ``limit.max_bytes``, never buffering more.
 
-    An oversize line is dropped as it streams past (only its first and last
-    bytes are kept, to find the response id). ``feed`` returns what to hand to
+    The splitting is :class:`ringfence.runtime._lines.BoundedLines` (``ringfence
+    serve`` reads its clients through it too). ``feed`` returns what to hand to
     the SDK for each finished line: a parsed message, a parse error, a
     synthesized limit error, or ``None`` when the connection must be closed.
     """
@@ -100,44 +76,20 @@ class LineReader:
         self.limit = limit
         self.encoding = encoding
         self.errors = errors
-        self.buffer = bytearray()
-        self.dropping = False
-        self.head = b""
-        self.tail = b""
+        self._lines = BoundedLines(limit.max_bytes)
 
     def feed(self, chunk: bytes) -> list[SessionMessage | Exception | None]:
-        out: list[SessionMessage | Exception | None] = []
-        start = 0
-        while True:
-            newline = chunk.find(b"\n", start)
-            piece = chunk[start:] if newline == -1 else chunk[start:newline]
-            if self.dropping:
-                self.tail = (self.tail + piece)[-_PEEK:]
-            elif len(self.buffer) + len(piece) > self.limit.max_bytes:
-                joined = bytes(self.buffer[:_PEEK]) + piece[:_PEEK]
-                self.head = joined[:_PEEK]
-                self.tail = (bytes(self.buffer[-_PEEK:]) + piece)[-_PEEK:]
-                self.buffer = bytearray()
-                self.dropping = True
-            else:
-                self.buffer += piece
-            if newline == -1:
-                return out
-            out.append(self._line())
-            start = newline + 1
+        return [self._message(line) for line in self._lines.feed(chunk)]
 
-    def _line(self) -> SessionMessage | Exception | None:
-        if self.dropping:
-            self.dropping = False
-            request_id = _oversize_reply_id(self.head, self.tail)
-            self.head = self.tail = b""
+    def _message(self, line: bytes | Oversize) -> SessionMessage | Exception | None:
+        if isinstance(line, Oversize):
+            request_id = _oversize_reply_id(line)
             return None if request_id is None else _limit_error(request_id, self.limit)
-        raw, self.buffer = bytes(self.buffer), bytearray()
         try:
-            line = raw.decode(self.encoding, self.errors)
+            text = line.decode(self.encoding, self.errors)
         except UnicodeDecodeError as exc:
             return exc
-        return sdk_stdio._parse_line(line)
+        return sdk_stdio._parse_line(text)
 
 
 class _BoundedBody(httpx2.AsyncByteStream):

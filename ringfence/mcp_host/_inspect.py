@@ -7,7 +7,8 @@ shows URLs in display form.
 Checks (each ``pass``, ``warn``, ``fail`` or ``skip`` with a detail):
 
 - ``initialization``: connected, negotiated a known protocol, identified itself
-- ``transport_security``: https or loopback; stdio runs unsandboxed as the user
+- ``transport_security``: https or loopback; stdio runs as the user, unsandboxed unless
+  ``sandbox = "local"``
 - ``capability_authority``: nothing advertised beyond the approved ceiling
 - ``paginated_inventories``: every listing ended within its limits
 - ``subscription_round_trip``: when subscriptions are approved and enabled
@@ -28,7 +29,7 @@ from ..runtime._net import is_loopback
 from ._connect import connect_servers
 from ._connector import Connector
 from ._inventory import DEFAULT_LIMITS, ListLimits
-from ._manifest import Manifest, Policy, ServerConfig, Transport
+from ._manifest import Manifest, Policy, Sandbox, ServerConfig, Transport
 from ._sampling import SamplingProvider
 from ._stdio import StdioConfiner
 from ._urls import display_url
@@ -43,6 +44,16 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
 
 
 def _transport_check(config: ServerConfig) -> dict[str, str]:
+    if config.transport is Transport.STDIO and config.sandbox is Sandbox.LOCAL:
+        network = "network" if config.sandbox_network else "no network"
+        roots = "writable roots" if config.sandbox_writable else "read-only roots"
+        return _check(
+            "transport_security",
+            "pass",
+            "stdio: a local process with the SDK's minimal environment plus inherit_env/env; "
+            f'confined by the local sandbox (sandbox = "local": {roots}, {network}; its layers '
+            "are in the connection's sandbox report)",
+        )
     if config.transport is Transport.STDIO:
         return _check(
             "transport_security",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,7 @@ from ._inbound import InboundLimit, LineReader
 from ._manifest import ServerConfig
 
 __all__ = [
+    "STDERR_QUOTE_LINES",
     "ConfinedCommand",
     "StdioCommand",
     "StdioConfiner",
@@ -53,6 +55,8 @@ __all__ = [
 ]
 
 MAX_REPORT_BYTES = 64 * 1024  # the confiner's report line; a longer first line is no report
+STDERR_QUOTE_LINES = 6  # the server's last stderr lines a failed connect quotes
+STDERR_QUOTE_CHARS = 300  # each cut to this many characters
 
 
 @dataclass(frozen=True)
@@ -164,12 +168,27 @@ def stdio_transport(
     )
 
 
-async def read_stderr(fd: int, diagnostics: Diagnostics, redactor: Redactor) -> None:
+async def read_stderr(
+    fd: int,
+    diagnostics: Diagnostics,
+    redactor: Redactor,
+    *,
+    tail: deque[str] | None = None,
+    done: trio.Event | None = None,
+) -> None:
     """Log the server's stderr line by line, each line redacted whole *before* any cut.
 
     A line longer than MAX_LOG_LINE_BYTES is logged in pieces, but only once
     enough of it has arrived that no registered secret can straddle the cut.
+    ``tail`` also keeps the last lines (redacted, cut): what a failed connect
+    quotes to say why the server died; ``done`` is set when stderr ends.
     """
+
+    def log(line: str) -> None:
+        diagnostics.log("stderr", line)
+        if tail is not None:
+            tail.append(redactor.redact(line)[:STDERR_QUOTE_CHARS])
+
     stream = trio.lowlevel.FdStream(fd)
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     buffer = ""
@@ -182,17 +201,20 @@ async def read_stderr(fd: int, diagnostics: Diagnostics, redactor: Redactor) -> 
                 buffer += decoder.decode(chunk)
                 *lines, buffer = buffer.split("\n")
                 for line in lines:
-                    diagnostics.log("stderr", line.rstrip("\r"))
+                    log(line.rstrip("\r"))
                 while len(buffer) > MAX_LOG_LINE_BYTES + redactor.longest:
                     # Redacted first; what stays in the buffer is redacted text too.
                     redacted = redactor.redact(buffer)
-                    diagnostics.log("stderr", redacted[:MAX_LOG_LINE_BYTES])
+                    log(redacted[:MAX_LOG_LINE_BYTES])
                     buffer = redacted[MAX_LOG_LINE_BYTES:]
     except (trio.ClosedResourceError, OSError):
         pass
-    buffer += decoder.decode(b"", final=True)
-    if buffer:
-        diagnostics.log("stderr", buffer.rstrip("\r"))
+    finally:
+        buffer += decoder.decode(b"", final=True)
+        if buffer:
+            log(buffer.rstrip("\r"))
+        if done is not None:
+            done.set()
 
 
 # The SDK's own process handling (spawn in a new session, the spec's shutdown escalation)

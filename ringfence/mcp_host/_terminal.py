@@ -11,7 +11,9 @@ length, pattern, format, choices) and asked again until it fits, and the whole
 answer is checked against the whole schema before it is offered for sending
 (the gate checks it once more). The person then sends, declines or cancels.
 End of input cancels. Server text (message, titles, descriptions) is shown
-with control and bidi characters escaped, so it cannot redraw the terminal.
+with control and bidi characters escaped, so it cannot redraw the terminal, and
+the form says first, plainly, that the request is the server's, not ringfence's,
+and that ringfence never asks for a password, a token or a key in a form.
 
 URL mode shows the whole URL and asks only for consent; nothing is opened.
 
@@ -33,7 +35,7 @@ from typing import Any, TextIO
 import jsonschema
 import trio
 
-from ..runtime._approval import _visible
+from ..runtime._render import one_line, visible
 from ._elicitation import ElicitationAnswer, ElicitationPrompt, _is_multi_select
 
 __all__ = ["HeadlessElicitor", "TerminalElicitor", "cli_elicitor"]
@@ -44,7 +46,7 @@ _TYPE_WORDS = {"string": "text", "integer": "whole number", "number": "number", 
 
 def _shown(text: Any) -> str:
     """Server-written text, escaped and indented for the terminal."""
-    return _visible(str(text)).replace("\n", "\n    ")
+    return visible(str(text)).replace("\n", "\n    ")
 
 
 class HeadlessElicitor:
@@ -85,8 +87,10 @@ class TerminalElicitor:
     async def elicit(self, prompt: ElicitationPrompt) -> ElicitationAnswer:
         async with self._lock:
             self._write(
-                f"\nMCP server {prompt.server!r} asks you for input "
-                f"(its text, not ringfence's):\n    {_shown(prompt.message)}\n"
+                f"\nMCP server '{one_line(prompt.server)}' asks you for input. The request and "
+                "every text below are the server's, not ringfence's. ringfence never asks for "
+                "a password, a token or a key in a form: do not type one here.\n"
+                f"  the server says:\n    {_shown(prompt.message)}\n"
             )
             if prompt.mode == "url":
                 return await self._consent(prompt.url or "")

@@ -6,52 +6,18 @@ returns an :class:`ApprovalAnswer`. "For this session" answers become
 the normalized call so an equivalent call is not asked again and a different
 one is.
 
-What a person is shown (:meth:`ApprovalRequest.describe`, one renderer for the
-terminal prompt, the MCP elicitation of ``ringfence serve`` and any host):
-
-- the decisive arguments first, whatever their order in the call: where the
-  call acts (``path``, ``destination``, ``target``…), what runs (``command``,
-  ``script``, ``code``…), then ``cwd``, ``url``, ``env``, ``headers``; the rest
-  after them, in the call's order;
-- a value that runs is shown whole up to :data:`RUNS_SHOWN_WHOLE` characters.
-  A longer one is shown as its first and last :data:`RUNS_HEAD_TAIL`
-  characters under a warning, in capitals, that the middle is not shown and
-  will run; other decisive values likewise beyond
-  :data:`DECISIVE_SHOWN_WHOLE`. Other values longer than
-  :data:`OTHER_SHOWN_WHOLE` are shown as head…tail. Whenever a value is cut
-  or spans lines, its size, line count and a sha256 prefix of its UTF-8 bytes
-  (what ``sha256sum`` prints) are shown;
-- nothing in a value can hide another part of it: control, format (bidi,
-  zero-width), separator and unassigned characters are escaped (``\u202e``,
-  ``\x1b``, ``\t``); a run of more than :data:`MAX_VISIBLE_RUN` spaces (or of
-  one escaped character) is counted (``⟨520 spaces⟩``), except indentation up
-  to :data:`MAX_INDENT` at the start of a later line; a value's own leading and
-  trailing spaces are counted; more than :data:`MAX_BLANK_LINES` blank lines
-  are counted; the lines of a multi-line value sit behind a ``│`` gutter so no
-  line can pose as part of the prompt. ``⟨`` and ``⟩`` inside values are
-  escaped, so every ``⟨…⟩`` is the renderer's.
-
-The module is over 500 lines on purpose: the grant matcher and the one prompt renderer every
-approver shares belong with the approvers; splitting the renderer out is possible but would
-leave each half answering to the same contract above.
-
-Not promised: the shown values are the *redacted* arguments (a secret shows as
-``[REDACTED SECRET]``); a backslash in a value is shown as is, so ``\u202e``
-may be those six characters; look-alike letters (a Cyrillic letter for a Latin
-one) are shown as they are; which arguments are decisive is decided by name, so an
-MCP tool whose command argument is called ``payload`` gets the head…tail
-treatment of an ordinary value (its digest and size are still shown).
+What a person is shown (:meth:`ApprovalRequest.describe`) is
+:func:`._render.render_approval`, the one renderer for the terminal prompt, the
+MCP elicitation of ``ringfence serve`` and any host; its rules, and what it does
+not promise, are in :mod:`._render`.
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
-import json
 import posixpath
-import re
+import shlex
 import sys
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -60,7 +26,11 @@ from typing import Any, Protocol, TextIO, runtime_checkable
 import trio
 
 from ._canonical import canonical_json
+from ._matchers import ArgvMatcher, RuleError, Tri
 from ._redact import name_segments
+from ._render import render_approval
+from ._rules import command_pattern
+from ._shellwords import parse_argv, parse_command
 
 __all__ = [
     "ApprovalAnswer",
@@ -113,7 +83,8 @@ class ApprovalAnswer:
     """An approver's answer. ``pattern`` widens a session grant to matching calls.
 
     ``pattern`` maps argument names to glob patterns (``{"path": "src/*"}``); a
-    path argument is matched per component on its normalized path, any other on
+    path argument is matched per component on its normalized path, ``command``
+    shell-aware (every command of the line, like an allow rule), any other on
     its string form; arguments it does not name must be equal (see :class:`Grant`).
     """
 
@@ -197,6 +168,43 @@ def match_path(value: str, pattern: str) -> bool:
     return walk(0, 0)
 
 
+# The argument a pattern matches shell-aware (the one the policy judges as a command line).
+COMMAND_ARGUMENT = "command"
+# Redirection targets that write no file.
+_NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+
+
+def match_command(value: Any, pattern: str) -> bool:
+    """Whether the command line ``value`` is covered by the command pattern ``pattern``.
+
+    ``pattern`` has the syntax of a rule's command pattern (``ls*``, ``git
+    status*``: a last word ending in ``*`` admits any further words) and is
+    matched like an allow rule, per simple command: the line must be read whole
+    (no unresolved part: substitutions, ``eval``, a shell fed its input, …),
+    write no file through a redirection, and every command in it, wrappers'
+    inner commands included, must match. So ``ls*`` covers ``ls -la | ls`` and
+    not ``ls; touch x`` (``*`` never crosses a ``;``). A pattern that is not
+    one is never matched.
+    """
+    try:
+        matcher = ArgvMatcher((command_pattern(pattern),))
+    except RuleError:
+        return False
+    if isinstance(value, str):
+        parsed = parse_command(value)
+    elif isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        parsed = parse_argv(value)
+    else:
+        return False
+    if not parsed.resolved or not parsed.commands:
+        return False
+    if any(
+        r.write and not (r.path.literal and r.path.text in _NOT_FILES) for r in parsed.redirects
+    ):
+        return False
+    return all(matcher.match_command(c, deny_side=False) is Tri.YES for c in parsed.commands)
+
+
 @dataclass(frozen=True)
 class Grant:
     """A "for this session" approval of one tool, for one call or a pattern of calls.
@@ -204,7 +212,8 @@ class Grant:
     Without a pattern the grant covers calls whose normalized arguments equal the
     approved call's. With one, every argument the pattern names must be present
     and match its glob (a path argument per component on its normalized path, see
-    :func:`match_path`; any other value on its string form), and every argument
+    :func:`match_path`; ``command`` shell-aware, every command of the line, see
+    :func:`match_command`; any other value on its string form), and every argument
     it does not name must be equal to the approved call's (``rest_key``): a grant
     of ``{"cwd": "sub"}`` never covers another command. Not promised: a pattern
     is matched on the argument as given, before any tool resolves it (symlinks).
@@ -228,6 +237,10 @@ class Grant:
             return False
         for name, glob in self.pattern.items():
             value = arguments[name]
+            if name == COMMAND_ARGUMENT:
+                if not match_command(value, glob):
+                    return False
+                continue
             if is_path_argument(name):
                 if not isinstance(value, str) or not match_path(value, glob):
                     return False  # a path pattern says nothing about a list or a number
@@ -311,11 +324,12 @@ class TerminalApprover:
     """Asks a person on a terminal: [o]nce, for this [s]ession, or [d]eny (the default).
 
     A session answer may name a pattern that widens the grant to calls whose
-    named arguments match it: ``s path=notes/*`` (``NAME=GLOB`` words, each
-    ``NAME`` an argument of the call asked about; see :class:`Grant` for how
-    paths match and that every argument not named must be equal). A pattern
-    that names no argument of the call, or an answer that is not understood,
-    is asked again. Prompts are serialized so concurrent calls never
+    named arguments match it: ``s path=notes/*``, ``s command="git status*"``
+    (``NAME=GLOB`` words, quoted as in a shell, each ``NAME`` an argument of the
+    call asked about; see :class:`Grant` for how paths and commands match and
+    that every argument not named must be equal). A pattern that names no
+    argument of the call, a command pattern that cannot be read, or an answer
+    that is not understood, is asked again. Prompts are serialized so concurrent calls never
     interleave their questions. End of input denies.
     """
 
@@ -343,7 +357,10 @@ class TerminalApprover:
 
 def _parse_terminal_answer(line: str, request: ApprovalRequest) -> ApprovalAnswer | str:
     """A typed answer as an ApprovalAnswer, or what to tell the person before asking again."""
-    words = line.split()
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        return f"cannot read the answer ({exc}); quote a pattern as in a shell"
     choice = _PROMPT_ANSWERS.get(words[0].lower() if words else "")
     if choice is None:
         return "please answer o, s or d"
@@ -359,6 +376,11 @@ def _parse_terminal_answer(line: str, request: ApprovalRequest) -> ApprovalAnswe
         if name not in request.arguments:
             names = ", ".join(sorted(request.arguments)) or "none"
             return f"{name!r} is not an argument of {request.tool} (its arguments: {names})"
+        if name == COMMAND_ARGUMENT:
+            try:
+                command_pattern(glob)
+            except RuleError as exc:
+                return f"command pattern {glob!r}: {exc.message}"
         pattern[name] = glob
     shown = " ".join(f"{k}={v}" for k, v in pattern.items())
     return ApprovalAnswer.session(f"answered session for {shown} at the terminal", pattern)
@@ -369,214 +391,3 @@ def default_approver() -> Approver:
     if sys.stdin.isatty() and sys.stderr.isatty():
         return TerminalApprover()
     return HeadlessDenyApprover()
-
-
-# -- what a person is shown ---------------------------------------------------------------
-#
-# One renderer for every approver (terminal, MCP elicitation, any host): the prompt must show
-# what will happen, so nothing in an argument may hide another part of it.
-
-# A value that runs (a command, a script) is shown whole up to this many characters; beyond
-# it the prompt says loudly that the middle is not shown, and shows head and tail.
-RUNS_SHOWN_WHOLE = 10_000
-RUNS_HEAD_TAIL = 4_000
-# Other decisive values (where: path, cwd, url, env…) are shown whole up to this.
-DECISIVE_SHOWN_WHOLE = 4_096
-DECISIVE_HEAD_TAIL = 1_500
-# Everything else (file content, notes…) longer than this becomes head…tail with size and digest.
-OTHER_SHOWN_WHOLE = 240
-OTHER_HEAD, OTHER_TAIL = 120, 80
-# Runs of one invisible or blank character longer than this are counted, not shown.
-MAX_VISIBLE_RUN = 8
-# A line's leading indentation up to this many spaces is kept (code stays readable).
-MAX_INDENT = 32
-# More consecutive blank lines than this are counted, not shown.
-MAX_BLANK_LINES = 2
-DIGEST_HEX = 16
-
-# Argument names, by segment (ringfence.runtime._redact splits names the same way).
-_RUN_SEGMENTS = frozenset(
-    {"command", "commands", "cmd", "script", "code", "program", "shell", "argv", "exec", "sql"}
-)
-# Last segment → rank among decisive arguments: where it acts first, then what runs, then how.
-_DECISIVE_RANK = {
-    **dict.fromkeys(("path", "paths", "file", "files", "filename", "destination"), 0),
-    **dict.fromkeys(("dest", "target", "to", "source", "src"), 0),
-    **dict.fromkeys(("cwd", "dir", "directory", "workdir", "root"), 2),
-    **dict.fromkeys(("url", "uri", "urls", "endpoint", "host", "method"), 3),
-    **dict.fromkeys(("env", "environment", "headers"), 4),
-}
-_RUN_RANK = 1
-
-_OPEN, _CLOSE = "⟨", "⟩"  # marks what the renderer says, as opposed to what the value holds
-_ESCAPE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
-_ASCII_CONTROLS = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
-_REPEATS = re.compile(rf"(.)\1{{{MAX_VISIBLE_RUN},}}", re.DOTALL)
-
-
-def _needs_escape(char: str) -> bool:
-    if char in (" ", "\n"):
-        return False
-    return char in (_OPEN, _CLOSE) or unicodedata.category(char) in _ESCAPE_CATEGORIES
-
-
-def _escape_char(char: str) -> str:
-    code = ord(char)
-    if char == "\t":
-        return "\\t"
-    if char == "\r":
-        return "\\r"
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
-def _char_name(char: str) -> str:
-    return "spaces" if char == " " else f"\u00d7 {_escape_char(char)}"
-
-
-def _visible(text: str) -> str:
-    """``text`` with nothing hidden: invisible and bidi characters escaped (``\\u202e``),
-    long runs of one blank or invisible character counted (``⟨520 spaces⟩``), and long
-    runs of blank lines counted. Newlines stay (callers indent every line)."""
-
-    def escape(span: str) -> str:
-        if span.isascii():  # the common case: only C0 controls and DEL need escaping
-            return _ASCII_CONTROLS.sub(lambda m: _escape_char(m.group(0)), span)
-        return "".join(_escape_char(c) if _needs_escape(c) else c for c in span)
-
-    pieces: list[str] = []
-    done = 0
-    for match in _REPEATS.finditer(text):
-        char, span = match.group(1), match.group(0)
-        pieces.append(escape(text[done : match.start()]))
-        done = match.end()
-        at_line_start = match.start() > 0 and text[match.start() - 1] == "\n"
-        if char != " " and not _needs_escape(char):
-            pieces.append(span)  # "========" and newlines are visible as they are
-        elif char == " " and at_line_start and len(span) <= MAX_INDENT:
-            pieces.append(span)  # indentation of a later line: code stays readable
-        else:
-            pieces.append(f"{_OPEN}{len(span)} {_char_name(char)}{_CLOSE}")
-    pieces.append(escape(text[done:]))
-    escaped = "".join(pieces)
-    # A value's own leading or trailing spaces would be invisible in the prompt.
-    stripped = escaped.strip(" ")
-    if stripped != escaped:
-        lead = len(escaped) - len(escaped.lstrip(" "))
-        trail = len(escaped) - len(escaped.rstrip(" "))
-        stripped = (
-            (f"{_OPEN}{lead} {'space' if lead == 1 else 'spaces'}{_CLOSE}" if lead else "")
-            + stripped
-            + (f"{_OPEN}{trail} {'space' if trail == 1 else 'spaces'}{_CLOSE}" if trail else "")
-        )
-    return _count_blank_lines(stripped)
-
-
-def _count_blank_lines(text: str) -> str:
-    if "\n" not in text:
-        return text
-    out: list[str] = []
-    blank = 0
-    for line in text.split("\n"):
-        if line.strip(" ") == "":
-            blank += 1
-            continue
-        if blank:
-            out += (
-                [""] * blank
-                if blank <= MAX_BLANK_LINES
-                else [f"{_OPEN}{blank} blank lines{_CLOSE}"]
-            )
-            blank = 0
-        out.append(line)
-    if blank:
-        out += [""] * blank if blank <= MAX_BLANK_LINES else [f"{_OPEN}{blank} blank lines{_CLOSE}"]
-    return "\n".join(out)
-
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _fingerprint(text: str) -> str:
-    """Size, line count and a sha256 prefix of the UTF-8 bytes (``sha256sum`` agrees)."""
-    data = text.encode("utf-8", "surrogatepass")
-    lines = text.count("\n") + 1
-    sha = hashlib.sha256(data).hexdigest()[:DIGEST_HEX]
-    return f"{len(text):,} chars, {lines:,} {'line' if lines == 1 else 'lines'}, sha256 {sha}"
-
-
-def _rank(name: str) -> int | None:
-    """Where a decisive argument goes in the prompt; None for other arguments."""
-    segments = name_segments(name)
-    if _RUN_SEGMENTS.intersection(segments):
-        return _RUN_RANK
-    if segments and segments[-1] in _DECISIVE_RANK:
-        return _DECISIVE_RANK[segments[-1]]
-    return None
-
-
-def _block(name: str, body: str, note: str = "") -> list[str]:
-    """``name: body``, or for a multi-line body every line behind a gutter (no line can
-    pose as a line of the prompt)."""
-    suffix = f"{_OPEN}{note}{_CLOSE}" if note else ""
-    if "\n" not in body:
-        return [f"  {name}: {body}" + (f"  {suffix}" if suffix else "")]
-    return [f"  {name}: {suffix}".rstrip(), *(f"    │ {line}" for line in body.split("\n"))]
-
-
-def _render_argument(name: str, value: Any, rank: int | None) -> list[str]:
-    text = _as_text(value)
-    shown_name = _visible(name[:80]) + ("…" if len(name) > 80 else "")
-    if rank == _RUN_RANK:
-        whole, head_tail, what = RUNS_SHOWN_WHOLE, RUNS_HEAD_TAIL, " and WILL RUN"
-    elif rank is not None:
-        whole, head_tail, what = DECISIVE_SHOWN_WHOLE, DECISIVE_HEAD_TAIL, ""
-    else:
-        whole, head_tail, what = OTHER_SHOWN_WHOLE, 0, ""
-    if len(text) <= whole:
-        note = _fingerprint(text) if "\n" in text or len(text) > OTHER_SHOWN_WHOLE else ""
-        return _block(shown_name, _visible(text), note)
-    if rank is None:
-        hidden = len(text) - OTHER_HEAD - OTHER_TAIL
-        body = (
-            f"{_visible(text[:OTHER_HEAD])} {_OPEN}… {hidden:,} chars not shown …{_CLOSE} "
-            f"{_visible(text[-OTHER_TAIL:])}"
-        )
-        return _block(shown_name, body, _fingerprint(text))
-    hidden = len(text) - 2 * head_tail
-    warning = (
-        f"  ⚠ NOT SHOWN IN FULL: {shown_name} is {len(text):,} characters, more than the "
-        f"{whole:,} shown whole. Only the first and last {head_tail:,} are shown; the "
-        f"{hidden:,} in between are NOT SHOWN{what}. Deny unless you know what it is."
-    )
-    body = (
-        f"{_visible(text[:head_tail])}\n{_OPEN}… {hidden:,} chars NOT SHOWN …{_CLOSE}\n"
-        f"{_visible(text[-head_tail:])}"
-    )
-    return [warning, *_block(shown_name, body, _fingerprint(text))]
-
-
-def render_approval(request: ApprovalRequest) -> str:
-    """The text every approver shows for ``request`` (see :meth:`ApprovalRequest.describe`)."""
-    lines = [f"{_visible(request.tool)} ({request.consequence}, via {_visible(request.origin)})"]
-    if request.runs_on:
-        lines.append(f"  runs on: {_visible(request.runs_on)}")
-    arguments = request.arguments if isinstance(request.arguments, Mapping) else {}
-    ranked = [(name, value, _rank(str(name))) for name, value in arguments.items()]
-    decisive = sorted((a for a in ranked if a[2] is not None), key=lambda a: a[2])
-    others = [a for a in ranked if a[2] is None]
-    for name, value, rank in [*decisive, *others]:
-        lines += _render_argument(str(name), value, rank)
-    if not isinstance(request.arguments, Mapping):
-        lines += _render_argument("arguments", request.arguments, _RUN_RANK)
-    lines.append(f"  why asked: {_visible(request.reason)}")
-    return "\n".join(lines)

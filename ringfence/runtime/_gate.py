@@ -22,7 +22,7 @@ from ._canonical import arguments_digest, orjson_digest
 from ._caps import escape_surrogates
 from ._errors import Denied, InvalidArguments
 from ._plan import StagedCall
-from ._policy import Decision, Verdict, decide
+from ._policy import Decision, Posture, Verdict, decide
 from ._tools import Consequence, ToolSpec
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ async def authorize(
                 "connected server cannot be staged or applied later",
                 rule="dry-run",
             ).with_decision(refused)
+        if spec.stage_check is not None:  # what applying would refuse is refused now
+            await spec.stage_check(arguments, kernel.posture is Posture.UNRESTRICTED)
         staged = StagedCall(
             call_id,
             trace_id,
@@ -119,7 +121,8 @@ async def _ask(
     on_ask: AskHook | None,
 ) -> Decision:
     """An ``ask`` decision resolved: a session grant, else the approver's answer."""
-    grant = kernel._grants.find(spec.name, arguments)
+    grants = kernel._session_grants()  # the caller's own (Kernel.as_caller)
+    grant = grants.find(spec.name, arguments)
     if grant is not None:
         return Decision(
             Verdict.ALLOW,
@@ -158,7 +161,7 @@ async def _ask(
             rule=refused.rule,
         ).with_decision(refused)
     if answer.choice is Choice.SESSION:
-        kernel._grants.add(spec.name, arguments, answer.pattern)
+        grants.add(spec.name, arguments, answer.pattern)
         return Decision(Verdict.ALLOW, "approved:session", answer.reason)
     return Decision(Verdict.ALLOW, "approved:once", answer.reason)
 

@@ -2,11 +2,22 @@
 
 :meth:`Policy.evaluate` returns a :class:`PolicyVerdict` or ``None`` (no rule
 speaks; the posture decides). Precedence is deny > ask > allow whatever the
-layer a rule came from. For a shell command, ``allow`` holds only if every
-simple command matches an allow rule and no part matches deny or ask; parts the
-parser cannot resolve, and deny/ask rules a computed word *could* match, make
-the call at least ``ask``. A redirection is judged as a ``write_file`` or
+layer a rule came from. A redirection is judged as a ``write_file`` or
 ``read_file`` call on its target would be.
+
+A shell command (``command``) is judged per simple command, and:
+
+- ``allow`` holds only if the whole line is *resolved* (:attr:`ShellParse.resolved`:
+  nothing in it becomes code only at run time) and every simple command matches an
+  allow rule and no part matches deny or ask. An unresolved line never gets
+  ``allow`` from an allow rule: at best the posture decides.
+- A deny rule the judge cannot check on the text (an unresolved line, a word
+  computed at run time that *could* match, a program not known to start nothing
+  else) is carried by the tool when it is ``exec_checked`` (every ``execve`` is
+  checked against the deny rules): then the posture decides. On a tool that is not,
+  such a line is at least ``ask``.
+- An ask rule is never enforced at exec: an unresolved line, or a computed word
+  that could match one, asks while any applies.
 
 Rules and their syntax are :mod:`._rules`; what one pattern matches is
 :mod:`._matchers`.
@@ -25,8 +36,11 @@ from ._rules import EFFECT_RANK, Effect, Rule, parse_rule
 from ._shellwords import Redirect, ShellParse, SimpleCommand, parse_argv, parse_command
 
 __all__ = [
+    "ASK_HIDDEN",
     "SHELL_READ_TOOL",
     "SHELL_WRITE_TOOL",
+    "UNENFORCED",
+    "UNKNOWN_PROGRAM",
     "PartVerdict",
     "Policy",
     "PolicyVerdict",
@@ -37,6 +51,15 @@ SHELL_WRITE_TOOL = "write_file"
 SHELL_READ_TOOL = "read_file"
 # Redirection targets that are not files in any sense a rule cares about.
 _NEUTRAL_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+# Why a part the judge cannot check against a deny rule asks on a tool without the exec check.
+UNENFORCED = (
+    "this line cannot be read whole and the deny rules cannot be enforced at exec on this backend"
+)
+UNKNOWN_PROGRAM = (
+    "a program the judge does not know may start others, and the deny rules cannot be "
+    "enforced at exec on this backend"
+)
+ASK_HIDDEN = "an ask rule could match what it runs, and ask rules are not enforced at exec"
 
 
 @dataclass(frozen=True)
@@ -127,10 +150,18 @@ class Policy:
         return found
 
     def evaluate(
-        self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        meta: Mapping[str, Any] | None = None,
+        *,
+        exec_checked: bool = False,
     ) -> PolicyVerdict | None:
         """What the rules say about one call; None when no rule speaks.
 
+        ``exec_checked``: the tool enforces the deny rules at every ``execve``
+        (``ToolSpec.exec_checked``), so a command line the judge cannot check
+        against them is left to the posture rather than asked about.
         Results are cached per (tool, arguments) for hashable JSON-like
         arguments (bounded; the same command line is judged once).
         """
@@ -141,14 +172,16 @@ class Policy:
             return None
         declared = (meta or {}).get("path_arguments", ())
         path_args = frozenset(declared) if isinstance(declared, (list, tuple, set)) else frozenset()
-        key = _freeze((name, sorted(path_args), arguments))
+        key = _freeze((name, sorted(path_args), exec_checked, arguments))
         if key is not None:
             try:
                 return self._verdicts[key]
             except KeyError:
                 pass
         if shellish and any(r.command is not None for r in rules):
-            verdict: PolicyVerdict | None = self._evaluate_shell(name, rules, arguments, path_args)
+            verdict: PolicyVerdict | None = self._evaluate_shell(
+                name, rules, arguments, path_args, exec_checked
+            )
         else:
             verdict = self._evaluate_plain(self._plain(name), arguments, path_args)
             if shellish and (verdict is None or verdict.effect is not Effect.DENY):
@@ -226,6 +259,7 @@ class Policy:
         rules: tuple[Rule, ...],
         arguments: Mapping[str, Any],
         path_args: frozenset[str] = frozenset(),
+        exec_checked: bool = False,
     ) -> PolicyVerdict:
         command = arguments["command"]
         parsed: ShellParse
@@ -238,18 +272,30 @@ class Policy:
         whole = self._evaluate_plain(self._plain(name), arguments, path_args)
         parts: list[PartVerdict] = []
         index = self._index(name, rules)
+        # what a part the text cannot settle must do: ask for an ask rule (never enforced at
+        # exec), and for a deny rule when the tool has no exec check
+        hidden_ask, unenforced = index.has_ask, index.has_deny and not exec_checked
         for sc in parsed.commands:
             candidates = [
                 r
                 for r in index.candidates(sc)
                 if not r.arguments or r.matches_arguments(arguments, self.roots, path_args)
             ]
-            parts.append(_judge_command(sc, candidates))
+            part = _judge_command(sc, candidates, exec_checked)
+            if part.effect is None and unenforced and not sc.known:
+                part = PartVerdict(
+                    "command", part.text, Effect.ASK, reason=UNKNOWN_PROGRAM, via=sc.via
+                )
+            parts.append(part)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         for redirect in parsed.redirects:
             parts.append(self._judge_redirect(redirect, cwd, parsed.changes_directory))
         for u in parsed.unresolved:
-            parts.append(PartVerdict("unresolved", u.text, Effect.ASK, reason=u.reason))
+            if hidden_ask or unenforced:
+                why = f"{u.reason}; {ASK_HIDDEN if hidden_ask else UNENFORCED}"
+                parts.append(PartVerdict("unresolved", u.text, Effect.ASK, reason=why))
+            else:
+                parts.append(PartVerdict("unresolved", u.text, None, reason=u.reason))
         env = arguments.get("env")
         if isinstance(env, Mapping) and env:
             parts.append(
@@ -345,6 +391,9 @@ class _CommandIndex:
     # rules whose first word is a glob, by the length and text of its literal prefix
     wild_by_prefix: tuple[tuple[int, dict[str, tuple[tuple[int, Rule], ...]]], ...]
     every: tuple[tuple[int, Rule], ...]
+    # whether any argv rule asks / denies (what an unread part of a line could hide)
+    has_ask: bool = False
+    has_deny: bool = False
 
     @classmethod
     def build(cls, rules: Iterable[Rule]) -> _CommandIndex:
@@ -369,7 +418,13 @@ class _CommandIndex:
             (length, {p: tuple(v) for p, v in bucket.items()})
             for length, bucket in sorted(buckets.items())
         )
-        return cls({k: tuple(v) for k, v in by_first.items()}, wild_by_prefix, tuple(every))
+        return cls(
+            {k: tuple(v) for k, v in by_first.items()},
+            wild_by_prefix,
+            tuple(every),
+            has_ask=any(r.effect is Effect.ASK for _, r in every),
+            has_deny=any(r.effect is Effect.DENY for _, r in every),
+        )
 
     def candidates(self, command: SimpleCommand) -> list[Rule]:
         """The rules that could match ``command``, in the policy's order."""
@@ -400,7 +455,7 @@ def _because(rule: Rule) -> str:
     return f"{verb[rule.effect]} the rule {rule.text or rule.tool!r}{where}"
 
 
-def _judge_command(sc: SimpleCommand, rules: Sequence[Rule]) -> PartVerdict:
+def _judge_command(sc: SimpleCommand, rules: Sequence[Rule], exec_checked: bool) -> PartVerdict:
     text = sc.display()
     maybe: Rule | None = None
     ask: Rule | None = None
@@ -416,7 +471,8 @@ def _judge_command(sc: SimpleCommand, rules: Sequence[Rule]) -> PartVerdict:
             if rule.effect is Effect.DENY:
                 return PartVerdict("command", text, Effect.DENY, rule, via=sc.via)
             ask = ask or rule
-        elif r is Tri.MAYBE:
+        elif r is Tri.MAYBE and not (exec_checked and rule.effect is Effect.DENY):
+            # a deny rule a computed word could match is checked at exec on such a tool
             maybe = maybe or rule
     if ask is not None:
         return PartVerdict("command", text, Effect.ASK, ask, via=sc.via)
@@ -449,12 +505,28 @@ def _combine(
             )
     if whole is not None and whole.effect is Effect.ASK:
         return PolicyVerdict(Effect.ASK, whole.rule, whole.reason, parts)
-    for p in parts:
-        if p.effect is Effect.ASK:
-            why = p.reason or (_because(p.rule) if p.rule else "asks first")
-            return PolicyVerdict(Effect.ASK, p.rule, f"{p.kind} `{p.text}`: {why}", parts)
+    # an ask rule's own part first, then what could not be read, then the rest
+    asks = sorted(
+        (p for p in parts if p.effect is Effect.ASK),
+        key=lambda p: 0 if p.rule is not None else 1 if p.kind == "unresolved" else 2,
+    )
+    for p in asks[:1]:
+        why = p.reason or (_because(p.rule) if p.rule else "asks first")
+        return PolicyVerdict(Effect.ASK, p.rule, f"{p.kind} `{p.text}`: {why}", parts)
     if whole is not None and whole.effect is Effect.ALLOW:
+        # a rule over the tool or its other arguments allows whatever the line says
         return PolicyVerdict(Effect.ALLOW, whole.rule, whole.reason, parts)
+    unread = [p for p in parts if p.kind == "unresolved"]
+    if unread:
+        # An argv rule speaks of what the judge read: a line that is not read whole is the
+        # posture's to decide, whatever allows its parts.
+        return PolicyVerdict(
+            None,
+            None,
+            "this line cannot be read whole, so no allow rule applies: "
+            + "; ".join(f"`{p.text}`: {p.reason}" for p in unread),
+            parts,
+        )
     unmatched = [p for p in parts if p.effect is None]
     commands = [p for p in parts if p.kind == "command"]
     if not unmatched and commands:

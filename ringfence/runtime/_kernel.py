@@ -45,9 +45,11 @@ copies errors are made safe in ``_outcomes``, plan apply in ``_planapply``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,14 @@ __all__ = [
 # How much of a result is copied into the "finished" event (the result itself is capped separately).
 EVENT_OUTPUT_BYTES = 4096
 DEFAULT_OUTPUT_CAP = 64 * 1024
+
+
+# Whose calls run in this context (a kernel and the caller it was told, see Kernel.as_caller).
+_CALLER: contextvars.ContextVar[tuple[Any, str] | None] = contextvars.ContextVar(
+    "ringfence_caller", default=None
+)
+# How many callers' session grants one kernel keeps (least recently used go first).
+MAX_CALLERS = 1024
 
 
 class RulesHandle:
@@ -159,6 +169,8 @@ class Kernel:
         self.registry = Registry()
         self.redactor = Redactor(secrets, names=secret_names)
         self._grants = SessionGrants()
+        # A host's callers (ringfence serve's MCP sessions) -> their session grants; see as_caller.
+        self._caller_grants: OrderedDict[str, SessionGrants] = OrderedDict()
         self.session_id = new_id()
         self._authority = IntentAuthority(intent_ttl_seconds)
         self.events = EventLog(
@@ -252,6 +264,38 @@ class Kernel:
             reason=reason,
         )
         self._approver = approver
+
+    @contextlib.contextmanager
+    def as_caller(self, caller: str) -> Iterator[None]:
+        """The calls made inside (and in every task they start) are ``caller``'s.
+
+        For a host that serves several clients from one kernel (``ringfence serve``
+        over Streamable HTTP names each MCP session): a "for this session" approval
+        one of ``caller``'s calls receives covers only ``caller``'s later calls, never
+        another caller's; calls made outside any caller share the kernel's own grants.
+        At most :data:`MAX_CALLERS` callers' grants are kept; the least recently used
+        go first (their calls are then asked again).
+        """
+        token = _CALLER.set((self, caller))
+        try:
+            yield
+        finally:
+            _CALLER.reset(token)
+
+    def _session_grants(self) -> SessionGrants:
+        """The session grants of the caller of the call running now (see :meth:`as_caller`)."""
+        current = _CALLER.get()
+        if current is None or current[0] is not self:
+            return self._grants
+        caller = current[1]
+        grants = self._caller_grants.get(caller)
+        if grants is None:
+            grants = self._caller_grants[caller] = SessionGrants()
+            while len(self._caller_grants) > MAX_CALLERS:
+                self._caller_grants.popitem(last=False)
+        else:
+            self._caller_grants.move_to_end(caller)
+        return grants
 
     # -- registry and session state -------------------------------------------------
 

@@ -179,11 +179,12 @@ def _from_policy(name: str, pv: PolicyVerdict) -> Decision:
 def evaluate_policy(
     spec: ToolSpec, rules: Rules, arguments: Mapping[str, Any] | None
 ) -> PolicyVerdict | None:
-    """What the policy rules alone say about a call (None: no rule applies)."""
+    """What the policy rules alone say about a call (None: no rule applies); a tool that
+    checks every exec against the deny rules (``spec.exec_checked``) is judged so."""
     policy = rules.effective_policy
     if policy is None or not isinstance(arguments, Mapping):
         return None
-    return policy.evaluate(spec.name, arguments, spec.meta)
+    return policy.evaluate(spec.name, arguments, spec.meta, exec_checked=spec.exec_checked)
 
 
 def decide(

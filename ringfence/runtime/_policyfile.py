@@ -12,6 +12,9 @@ project     ``<first root>/.ringfence/policy.toml``                       deny, 
                                                                         only if trusted
 ==========  ==========================================================  ==================
 
+``RINGFENCE_MANAGED_POLICY`` is the command line's: it reads the variable and
+passes ``managed=``; :func:`load_policy` itself never reads the environment.
+
 All rules are merged and judged deny > ask > allow, so no layer can undo a
 deny or ask of another; the only loosening a rule can do is an ``allow`` over
 the posture, and that is refused to an untrusted project (its allow rules are
@@ -61,8 +64,13 @@ class PolicyFileError(InvalidArguments):
 
 
 def managed_policy_path() -> Path:
-    env = os.environ.get("RINGFENCE_MANAGED_POLICY")
-    return Path(env) if env else MANAGED_DEFAULT
+    """The machine's managed policy file (``/etc/ringfence/policy.toml``).
+
+    Never the environment: a library caller's :func:`load_policy` reads the
+    machine's managed rules whatever ``RINGFENCE_MANAGED_POLICY`` says (the
+    command line reads that variable and passes ``managed=``).
+    """
+    return MANAGED_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -287,8 +295,8 @@ def load_policy(
 
     Raises PolicyFileError (nothing is loaded) when any file is bad. A missing
     user or project file, or a missing ``/etc/ringfence/policy.toml``, is no
-    layer; a missing ``--policy`` file, or a managed file named by
-    ``RINGFENCE_MANAGED_POLICY``, is an error. MCP statements that would
+    layer; a missing ``--policy`` file, or a ``managed`` file named here (the
+    command line's ``RINGFENCE_MANAGED_POLICY``), is an error. MCP statements that would
     loosen (``read_only_tools``, ``trusted = true``) are inactive exactly where
     an allow rule would be: in an untrusted project, and under ``lock_allow``.
     """
@@ -296,7 +304,7 @@ def load_policy(
     user_path = Path(user) if user is not None else ringfence_home() / "policy.toml"
     files: list[PolicyFile] = []
     if managed_path.exists() or managed_path != MANAGED_DEFAULT:
-        # A managed file someone named (RINGFENCE_MANAGED_POLICY, managed=) must be there:
+        # A managed file someone named (managed=, the CLI's RINGFENCE_MANAGED_POLICY) must be there:
         # a missing one refuses the session rather than silently dropping the layer.
         files.append(load_policy_file(managed_path, "managed"))
     for extra in policy_files:

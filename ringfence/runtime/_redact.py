@@ -59,6 +59,7 @@ __all__ = [
     "credential_parts",
     "is_secret_key",
     "is_secret_name",
+    "looks_like_token",
     "mask_command_args",
     "name_segments",
     "script_credential_literals",
@@ -313,6 +314,12 @@ _TOKEN_SHAPES = re.compile(
     r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_\-]{16,}"
     r"|xox[abposr]-[A-Za-z0-9\-]{10,}|sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16})\b"
 )
+
+
+def looks_like_token(text: str) -> bool:
+    """Whether ``text`` holds a token of a well-known format (GitHub, GitLab, Slack,
+    OpenAI-style, AWS access key id), whatever name it is given under."""
+    return bool(_TOKEN_SHAPES.search(text))
 
 
 def _flag_name(arg: str) -> str | None:

@@ -39,6 +39,7 @@ __all__ = [
     "Effect",
     "Rule",
     "RuleError",
+    "command_pattern",
     "parse_rule",
     "rule_from_table",
 ]
@@ -166,7 +167,7 @@ def parse_rule(text: str, effect: str | Effect, *, source: str = "", layer: str 
     arguments: list[tuple[str, Matcher]] = []
     command: ArgvMatcher | None = None
     if _ARG_START.match(spec) is None:
-        command = ArgvMatcher((_shell_pattern(spec),))
+        command = ArgvMatcher((command_pattern(spec),))
     else:
         for item in _ARG_SPLIT.split(spec):
             m = _ARG_START.match(item)
@@ -175,7 +176,7 @@ def parse_rule(text: str, effect: str | Effect, *, source: str = "", layer: str 
             name, op = m.group(1), m.group(2)
             value = item[m.end() :].strip()
             if name == "command" and op == "=":
-                command = ArgvMatcher((_shell_pattern(value),))
+                command = ArgvMatcher((command_pattern(value),))
             else:
                 arguments.append((name, _matcher(name, op, value)))
     return Rule(effect, tool, tuple(arguments), command, text=text, source=source, layer=layer)
@@ -242,7 +243,9 @@ def _check_tool(tool: str) -> None:
         )
 
 
-def _shell_pattern(spec: str) -> tuple[str, ...]:
+def command_pattern(spec: str) -> tuple[str, ...]:
+    """A command pattern's words (``git status*`` is ``("git", "status*", "**")``): shell
+    words; a last word ending in ``*`` also admits any further words. Raises RuleError."""
     try:
         words = shlex.split(spec, comments=False, posix=True)
     except ValueError as exc:

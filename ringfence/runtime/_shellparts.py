@@ -43,12 +43,20 @@ class Word:
 
 @dataclass(frozen=True)
 class SimpleCommand:
-    """One command the shell would run: its words and the wrappers it was found inside."""
+    """One command the shell would run: its words and the wrappers it was found inside.
+
+    ``known``: the judge knows this program starts no program but the commands reported
+    with it (a fixed list of programs, or a wrapper read whole); every other program may
+    start anything. ``script``: the file whose text the program runs as code (``sh FILE``,
+    ``python3 FILE``, ``make -f FILE``), judged against what the same line writes.
+    """
 
     argv: tuple[Word, ...]
     via: tuple[str, ...] = ()
     # Extra words a wrapper appends at run time (xargs): the argv may go on with anything.
     open_tail: bool = False
+    known: bool = False
+    script: Word | None = None
 
     def display(self) -> str:
         words = " ".join(w.text if w.literal else f"⟨{w.text}⟩" for w in self.argv)
@@ -76,13 +84,22 @@ class Unresolved:
 
 @dataclass(frozen=True)
 class ShellParse:
-    """What a command line would do, as far as it can be known statically."""
+    """What a command line would do, as far as it can be known statically.
+
+    The line is *resolved* when ``unresolved`` is empty: then ``commands`` are every
+    program the shell itself would start, each with words the judge read.
+    """
 
     commands: tuple[SimpleCommand, ...] = ()
     redirects: tuple[Redirect, ...] = ()
     unresolved: tuple[Unresolved, ...] = ()
     # A cd/pushd/popd appears: relative redirection targets are relative to an unknown cwd.
     changes_directory: bool = False
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the whole line was read: nothing in it becomes code only at run time."""
+        return not self.unresolved
 
 
 @dataclass
@@ -97,6 +114,13 @@ class Accumulator:
 
     def unresolved_(self, reason: str, text: str) -> None:
         self.unresolved.append(Unresolved(reason, text[:200]))
+
+    def merge(self, sub: ShellParse) -> None:
+        """Add what a nested parse (``sh -c``, a backquote's text) found."""
+        self.commands.extend(sub.commands)
+        self.redirects.extend(sub.redirects)
+        self.unresolved.extend(sub.unresolved)
+        self.cd = self.cd or sub.changes_directory
 
     def freeze(self) -> ShellParse:
         return ShellParse(

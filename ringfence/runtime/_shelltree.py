@@ -5,11 +5,20 @@ unresolved (its insides still searched, so a deny rule can see the commands in
 them). A word is literal only when quote removal gives its exact value
 (:func:`_unquoted_word`, :func:`_unescape_double`); every command it finds goes
 to :func:`._shellwrappers.emit_command`, which looks through wrappers.
+
+Text that becomes code or words only at run time is unresolved wherever it is:
+a command or process substitution (``$(…)``, ``<(…)``), a backquote (its text
+is unescaped and read again by the shell, so it is parsed again here the same
+way, for the deny rules' sake, never trusted), a substitution tree-sitter leaves
+as plain text inside ``${…}``, arithmetic over variables (bash evaluates array
+subscripts in it), indirect and transforming expansions (``${!x}``, ``${x@P}``).
+A plain ``$x`` or ``${x:-word}`` is resolved: a value, never code.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from ._shellparts import Accumulator, Redirect, Word
@@ -38,6 +47,16 @@ _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirec
 _WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>", ">&", "&>|"})
 _READ_OPS = frozenset({"<", "<&"})
 _GLOB_CHARS = frozenset("*?[")
+# Word nodes that may hold code: read by Walker.word even inside an unresolved node.
+_CODE_WORDS = frozenset(
+    {"command_substitution", "process_substitution", "expansion", "arithmetic_expansion"}
+)
+_ARITHMETIC_OPERATIONS = frozenset(
+    {"binary_expression", "unary_expression", "parenthesized_expression", "ternary_expression"}
+)
+_COLON = Word(":")  # the carrier of a word parsed again on its own (`: WORD`)
+# Inside backquotes a backslash escapes only $, ` and \ (POSIX 2.6.3).
+_BACKQUOTED = re.compile(r"\\([$`\\])")
 
 
 class Walker:
@@ -84,11 +103,28 @@ class Walker:
         elif kind == "command":
             self.command(node)
         elif kind == "redirected_statement":
+            if _lost_text(self.src, node, node.children, b" \t\n"):
+                # `make -f - <<E`: tree-sitter-bash drops the `-` before a here-document
+                self.acc.unresolved_(
+                    "the shell parser dropped part of this command", self.text(node)
+                )
+            # `echo a > f b c`: tree-sitter-bash puts b and c in the redirection; they are
+            # arguments of the command (`rm >&2 -rf /` is `rm -rf /`)
+            extra = [w for r in node.named_children for w in _words_after_target(r)]
             for child in node.named_children:
                 if child.type in _REDIRECTS:
                     self.redirect(child)
+                elif extra and child.type == "command":
+                    self.command(child, extra)
+                    extra = []
                 else:
                     self.statement(child)
+            if extra:
+                self.acc.unresolved_(
+                    "words after a redirection that belong to no command", self.text(node)
+                )
+                for word in extra:
+                    self.word(word)
         elif kind in _REDIRECTS:
             self.redirect(node)
         elif kind in ("for_statement", "case_statement"):
@@ -124,12 +160,12 @@ class Walker:
     def search(self, node: Any) -> None:
         """Report the commands anywhere inside ``node`` (used where the node itself is unresolved)."""
         for child in node.named_children:
-            if child.type == "command":
+            kind = child.type
+            if kind == "command":
                 self.command(child)
-            elif child.type in ("command_substitution", "process_substitution"):
-                for inner in child.named_children:
-                    self.statement(inner)
-            elif child.type in _REDIRECTS:
+            elif kind in _CODE_WORDS:
+                self.word(child)
+            elif kind in _REDIRECTS:
                 self.redirect(child)
             else:
                 self.search(child)
@@ -155,7 +191,16 @@ class Walker:
         """The value of one word, walking any substitutions inside it as commands."""
         kind = node.type
         if kind == "word":
-            return _unquoted_word(self.text(node))
+            raw = self.text(node)
+            word = _unquoted_word(raw)
+            if not word.literal and _code_in_text(raw):
+                # a substitution tree-sitter-bash left as text: never trusted, read again
+                self.acc.unresolved_("a substitution the parser reads as plain text", raw)
+                sub = self.acc.parse(": " + raw, self.depth + 1, self.via)
+                self.acc.merge(
+                    replace(sub, commands=tuple(c for c in sub.commands if c.argv[0] != _COLON))
+                )
+            return word
         if kind == "number":
             return Word(self.text(node))
         if kind == "raw_string":
@@ -186,21 +231,116 @@ class Walker:
                 return Word("".join(v.text for v in values))
             return Word(self.text(node), False)
         if kind in ("command_substitution", "process_substitution"):
-            for inner in node.named_children:
-                self.statement(inner)
+            self.substitution(node)
             return Word(self.text(node), False)
-        if kind in ("simple_expansion", "expansion", "arithmetic_expansion"):
-            self.search(node)
+        if kind == "simple_expansion":  # $x, $1, $@: a value, never code
             return Word(self.text(node), False)
-        if kind in ("ansi_c_string", "translated_string", "brace_expression"):
+        if kind == "expansion":
+            self.expansion(node)
+            return Word(self.text(node), False)
+        if kind == "arithmetic_expansion":
+            self.arithmetic(node)
+            return Word(self.text(node), False)
+        if kind == "translated_string":  # $"…": a double-quoted string, translated
+            for child in node.named_children:
+                self.word(child)
+            return Word(self.text(node), False)
+        if kind in ("ansi_c_string", "brace_expression", "extglob_pattern"):
             return Word(self.text(node), False)
         # Anything else in word position: not a value this matcher can know.
+        self.acc.unresolved_(f"a word this matcher does not read ({kind})", self.text(node))
         self.search(node)
         return Word(self.text(node), False)
 
+    def substitution(self, node: Any) -> None:
+        """``$(…)``, ``<(…)`` or a backquote: unresolved, its commands still reported."""
+        text = self.text(node)
+        if node.children and node.children[0].type == "`":
+            self.acc.unresolved_(
+                "a backquote substitution: the shell unescapes its text and reads it again "
+                "at run time",
+                text,
+            )
+            inner = text[1:-1] if len(text) >= 2 and text.endswith("`") else text[1:]
+            # What the shell reads: \\, \` and \$ lose their backslash (nested backquotes).
+            self.acc.merge(self.acc.parse(_BACKQUOTED.sub(r"\1", inner), self.depth + 1, self.via))
+            return
+        what = "process" if node.type == "process_substitution" else "command"
+        self.acc.unresolved_(
+            f"a {what} substitution: what it prints becomes part of the command only at run time",
+            text,
+        )
+        for inner in node.named_children:
+            self.statement(inner)
+
+    def expansion(self, node: Any) -> None:
+        """``${…}``: resolved when it only names a parameter and its operands are resolved words."""
+        whole = self.text(node)
+        if "`" in whole or "$(" in whole:
+            # a substitution anywhere inside: tree-sitter-bash may read it as text
+            # ("${x:-'`cmd`'}" runs cmd: single quotes are plain characters there)
+            self.acc.unresolved_("a substitution inside a parameter expansion", whole)
+        named = 0
+        for child in node.children:
+            kind = child.type
+            if not child.is_named:
+                if kind in ("!", "@"):
+                    self.acc.unresolved_(
+                        "an indirect or transforming expansion (${!x}, ${x@P}) can run commands "
+                        "in bash",
+                        self.text(node),
+                    )
+                continue
+            named += 1
+            if kind in ("variable_name", "special_variable_name"):
+                if named > 1:  # ${x:i}: an offset is arithmetic over i's value
+                    self.acc.unresolved_("arithmetic over a variable's value", self.text(node))
+            elif kind == "number":
+                continue
+            elif kind in ("word", "regex", "raw_string"):
+                # tree-sitter-bash leaves a substitution here as plain text: ${x:-`cmd`};
+                # it is parsed again so a deny rule sees the command
+                text = self.text(child)
+                if "`" in text or "$(" in text:
+                    if kind == "raw_string":
+                        text = text[1:-1]
+                    sub = self.acc.parse(": " + text, self.depth + 1, self.via)
+                    self.acc.merge(
+                        replace(sub, commands=tuple(c for c in sub.commands if c.argv[0] != _COLON))
+                    )
+            elif kind == "subscript" and _plain_subscript(self.src, child):
+                continue  # ${a[@]}, ${a[*]}, ${a[1]}: no arithmetic over values
+            elif kind == "subscript":
+                self.acc.unresolved_(
+                    "an array subscript: bash evaluates it as arithmetic, which can run commands",
+                    self.text(node),
+                )
+                self.search(child)
+            else:
+                self.word(child)
+
+    def arithmetic(self, node: Any) -> None:
+        """``$((…))``: resolved over numbers only; over values, bash may run commands."""
+        stack = list(node.named_children)
+        while stack:
+            n = stack.pop()
+            if n.type == "number":
+                continue
+            if n.type in _ARITHMETIC_OPERATIONS:
+                stack.extend(n.named_children)
+                continue
+            self.acc.unresolved_(
+                "arithmetic over values (bash evaluates array subscripts in them, which can run "
+                "commands)",
+                self.text(node),
+            )
+            self.search(node)
+            return
+
     # -- simple commands -------------------------------------------------------------
 
-    def command(self, node: Any) -> None:
+    def command(self, node: Any, extra: list[Any] | None = None) -> None:
+        """One simple command; ``extra``: its words the parser put after a redirection."""
         words: list[Word] = []
         # (start, end) bytes of each word: tree-sitter-bash sometimes splits one shell word
         # in two (''\a is the single word "a"); touching words are joined back.
@@ -235,6 +375,8 @@ class Walker:
                 self._append(words, spans, child, self.word(child))
         if _lost_text(self.src, node, children):
             self.acc.unresolved_("the shell parser dropped part of this command", self.text(node))
+        for word in extra or ():
+            self._append(words, spans, word, self.word(word))
         if words:
             emit_command(tuple(words), self.via, self.acc, self.depth, self.text(node))
 
@@ -261,6 +403,10 @@ class Walker:
                 self.word(child)
             return
         if kind == "heredoc_redirect":
+            if _lost_text(self.src, node, node.children, b" \t\n"):
+                self.acc.unresolved_(
+                    "the shell parser dropped part of this command", self.text(node)
+                )
             quoted = False
             for child in node.named_children:
                 if child.type == "heredoc_start":
@@ -302,17 +448,52 @@ class Walker:
             )
 
 
-def _lost_text(src: bytes, node: Any, children: list[Any]) -> bool:
-    """Whether anything but blanks lies between a command's parts (tree-sitter-bash drops a
-    leading escaped blank, ``\\ a``, which the shell keeps as part of the word)."""
+def _code_in_text(raw: str) -> bool:
+    """Whether unquoted word text holds a backquote or ``$(`` no backslash escapes."""
+    i = 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "`" or (ch == "$" and raw[i + 1 : i + 2] == "("):
+            return True
+        i += 1
+    return False
+
+
+def _words_after_target(node: Any) -> list[Any]:
+    """A file redirection's words after its target (tree-sitter-bash gives them the field
+    ``destination`` too); empty for any other node."""
+    if node.type != "file_redirect":
+        return []
+    found = [
+        c for i, c in enumerate(node.children) if node.field_name_for_child(i) == "destination"
+    ]
+    return found[1:]
+
+
+def _plain_subscript(src: bytes, node: Any) -> bool:
+    """An array subscript that evaluates nothing: ``@``, ``*`` or digits."""
+    index = [c for c in node.named_children if c.type != "variable_name"]
+    if len(index) != 1:
+        return False
+    text = src[index[0].start_byte : index[0].end_byte]
+    return text in (b"@", b"*") or text.isdigit()
+
+
+def _lost_text(src: bytes, node: Any, children: list[Any], blanks: bytes = b" \t") -> bool:
+    """Whether anything but ``blanks`` lies between a node's parts (tree-sitter-bash drops a
+    leading escaped blank, ``\\ a``, which the shell keeps as part of the word, and a ``-``
+    before a here-document)."""
     cursor = node.start_byte
     for child in children:
         start = child.start_byte
-        if start > cursor and src[cursor:start].strip(b" \t"):
+        if start > cursor and src[cursor:start].strip(blanks):
             return True
         cursor = child.end_byte
     end = node.end_byte
-    return end > cursor and bool(src[cursor:end].strip(b" \t"))
+    return end > cursor and bool(src[cursor:end].strip(blanks))
 
 
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:=@%+,^-]+")

@@ -25,9 +25,24 @@ Contract (what a caller may rely on):
   number of words of any content".
 - Wrappers that only run their argument (``env``, ``command``, ``exec``,
   ``nice``, ``nohup``, ``timeout``, ``stdbuf``, ``time``, ``builtin``,
-  ``xargs``, ``sh -c``/``bash -c`` recursively) are looked through: the inner
-  command is reported, with the wrappers in ``via``. ``sudo``/``doas`` and
-  ``find -exec`` report the outer command *and* the inner one.
+  ``xargs``, ``taskset``, ``unshare``, ``strace``, ``script -c``, …, ``sh
+  -c``/``bash -c`` recursively) are looked through: the inner command is
+  reported, with the wrappers in ``via``. ``sudo``/``doas`` and ``find -exec``
+  report the outer command *and* the inner one. That list is a fast filter:
+  a program on no list is reported as itself and is not ``known``.
+- The line is *resolved* (:attr:`ShellParse.resolved`) only when nothing in
+  it becomes code or words at run time: a command or process substitution,
+  a backquote (anywhere, ``${x:-`…`}`` included), ``eval``/``source``, a
+  shell or interpreter fed its input (``sh -``, ``sh /dev/stdin``,
+  ``python3 -``) or code as text (``-c``/``-e`` of any interpreter, an
+  ``awk`` program that can start commands, ``sed`` ``e``/``w``, ``git -c``,
+  ``tar --checkpoint-action``, ``make --eval``), ``xargs`` giving its input
+  to such a program, a script file the same line may have written (``echo …
+  > s; sh s``) are each an :class:`Unresolved` part. The commands inside
+  them are still reported where they can be read (a backquote's text is
+  unescaped and parsed again), so a deny rule sees them.
+- ``SimpleCommand.known``: the program is one the judge knows starts no
+  program other than those reported (``._shellprograms.STARTS_NO_PROGRAM``).
 
 Not promised: the parse follows bash; ``run_shell`` runs ``/bin/sh`` (dash,
 busybox), whose differences (no ``$'…'``, ``{a,b}``, ``<(…)``) only make
@@ -36,8 +51,10 @@ text there. Names are not resolved: ``./git`` is not ``git`` (allow rules
 compare the command name exactly; deny rules compare its last component).
 
 Where the parts live: the values in :mod:`._shellparts`, the tree walk in
-:mod:`._shelltree`, the wrappers looked through in :mod:`._shellwrappers`;
-this module parses (bounds, cache) and is the one its callers import.
+:mod:`._shelltree`, the wrappers looked through in :mod:`._shellwrappers`, the
+programs whose arguments are code (and those that start nothing) in
+:mod:`._shellprograms`; this module parses (bounds, cache) and is the one its
+callers import.
 """
 
 from __future__ import annotations
@@ -57,6 +74,7 @@ from ._shellparts import (
     Unresolved,
     Word,
 )
+from ._shellprograms import check_scripts
 from ._shelltree import Walker
 from ._shellwrappers import emit_command
 
@@ -96,12 +114,15 @@ def parse_argv(argv: Sequence[str]) -> ShellParse:
     """The simple commands an argv list run without a shell would run (wrappers looked through)."""
     acc = Accumulator(_parse_cached)
     emit_command(tuple(Word(a) for a in argv), (), acc, 0, " ".join(argv))
+    check_scripts(acc)
     return acc.freeze()
 
 
 def _parse_uncached(command: str, depth: int, via: tuple[str, ...]) -> ShellParse:
     acc = Accumulator(_parse_cached)
     _parse_into(command, depth, via, acc)
+    if depth == 0:  # the whole line: nested parses were merged into it
+        check_scripts(acc)
     return acc.freeze()
 
 

@@ -26,6 +26,8 @@ Executor = Callable[[dict[str, Any], "CallContext"], Awaitable[Any]]
 # (arguments, is_credential_name) -> credential literals the arguments carry in a form
 # register_named_values cannot see (a script's source); see ToolSpec.credential_literals.
 LiteralFinder = Callable[[Mapping[str, Any], Callable[[str], bool]], Iterable[str]]
+# What executing a call would refuse, raised without effect: (arguments, unrestricted posture).
+StageCheck = Callable[[dict[str, Any], bool], Awaitable[None]]
 
 # MCP's rule for tool names; ringfence's own names are a subset of it.
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -55,7 +57,9 @@ class ToolSpec:
     ``exec_checked`` tools enforce the policy's deny rules where programs start
     (every ``execve`` of the call's processes is checked against them): a
     command line the policy cannot read whole need not be asked about for the
-    deny rules' sake.
+    deny rules' sake. ``stage_check``: a dry run awaits it before staging the call, so a
+    call its execution would refuse (git metadata, a path outside the roots) is refused
+    then, not staged into a plan that cannot be applied.
     """
 
     name: str
@@ -69,6 +73,7 @@ class ToolSpec:
     composes_dry_run: bool = False
     credential_literals: LiteralFinder | None = None
     exec_checked: bool = False
+    stage_check: StageCheck | None = None
     # The full (RE2-patched) jsonschema validator, built on first use by _full_validator.
     _validator: Any = field(init=False, repr=False, default=None)
     _fast: Callable[[dict[str, Any]], bool] | None = field(init=False, repr=False)

@@ -22,10 +22,15 @@ inside it) asked; any failure to ask (the client errored, went away, sent a
 malformed answer, or did not answer within the timeout) is a deny. Declining,
 cancelling or dismissing the form is a deny.
 
+Grants made "for this session" belong to the MCP session whose person gave
+them: over Streamable HTTP each call runs as its session's
+(:meth:`ringfence.runtime.Kernel.as_caller`), so another session's identical
+call is asked again; over stdio the one client is the kernel's session.
+
 Non-guarantees: clients that negotiated the 2026-07-28 protocol have no
 back-channel; ``ringfence serve`` refuses that era so clients fall back to the
-handshake era (see :mod:`._server`). Grants made "for this session" belong to
-the served kernel, which every client of one server shares.
+handshake era (see :mod:`._server`). A session's grants live as long as the
+server (or until 1,024 other sessions have made grants since it last used them).
 """
 
 from __future__ import annotations

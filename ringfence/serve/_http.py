@@ -15,6 +15,12 @@ Checks, in this order, on every HTTP request before the MCP app sees it:
 A refused request gets a short plain-text body and nothing else happens: no
 MCP session is created, no body is parsed, no tool is listed or called.
 
+4. An admitted request's body is read here, bounded, before the MCP app sees
+   it: a body over :data:`~._defaults.MAX_REQUEST_BYTES` (32 MiB; a declared
+   ``Content-Length`` over it is refused before a byte is read) gets **413** with
+   a JSON-RPC error (``-32600``) naming the limit, and is never held whole or
+   parsed; the server keeps serving.
+
 Refusals are audited in the event stream at a bounded cost (:class:`RefusalAudit`):
 the first ``per_window`` refusals of each window (default 20 per 60 s) become one
 ``serve_refused`` record each, with the path cut to head…tail of at most 256
@@ -47,13 +53,13 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..runtime import InvalidArguments, Kernel
 from ..runtime._groups import single_error
 from ..runtime._net import is_loopback
-from ._defaults import DEFAULT_PORT, MIN_TOKEN_LENGTH, TOKEN_ENV
+from ._defaults import DEFAULT_PORT, MAX_REQUEST_BYTES, MIN_TOKEN_LENGTH, TOKEN_ENV
 from ._logging import LogForwarder
 from ._resume import RETRY_MILLISECONDS, SessionEventStore, track_request
 from ._server import build_server
@@ -187,6 +193,7 @@ class RequestGuard:
     on_refused: Callable[[int, Scope], None] | None = None
     # Set: each admitted request runs with its MCP session's key (resumption is per session).
     sessions: SessionEventStore | None = None
+    max_body_bytes: int = MAX_REQUEST_BYTES
 
     def listen_on(self, hosts: Iterable[str], origins: Iterable[str]) -> None:
         self.allowed_hosts = frozenset(hosts)
@@ -202,6 +209,11 @@ class RequestGuard:
         headers = Headers(scope=scope)
         refusal = self.check(headers)
         if refusal is None:
+            bounded = await self._bounded_body(headers, receive)
+            if bounded is None:
+                await _too_large(self.max_body_bytes)(scope, receive, send)
+                return
+            receive = bounded
             if self.sessions is None:
                 await self.app(scope, receive, send)
                 return
@@ -218,6 +230,34 @@ class RequestGuard:
             self.on_refused(status, scope)
         headers = {"WWW-Authenticate": 'Bearer realm="ringfence"'} if status == 401 else None
         await PlainTextResponse(text, status_code=status, headers=headers)(scope, receive, send)
+
+    async def _bounded_body(self, headers: Headers, receive: Receive) -> Receive | None:
+        """The request's body read whole, at most ``max_body_bytes`` (a ``receive`` that
+        hands it to the app), or None when it is larger (refused, never held whole)."""
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                first: dict[str, Any] | None = message  # the client went away: hand that on
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                first = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                break
+        pending: list[dict[str, Any]] = [first]
+
+        async def replay() -> dict[str, Any]:
+            return pending.pop() if pending else await receive()
+
+        return replay
 
     def check(self, headers: Headers) -> tuple[int, str] | None:
         """The refusal (status, text) for a request with these headers, or None to let it in."""
@@ -236,6 +276,16 @@ class RequestGuard:
         ):
             return 401, "ringfence: a valid bearer token is required\n"
         return None
+
+
+def _too_large(limit: int) -> JSONResponse:
+    """413 with a JSON-RPC error naming the limit (the request's id was never read)."""
+    message = (
+        f"request larger than ringfence serve's limit of {limit:,} bytes ({limit / 2**20:g} MiB); "
+        "it was not read; send smaller arguments (a large file through the workspace, not inline)"
+    )
+    error = {"code": -32600, "message": message, "data": {"max_bytes": limit}}
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=413)
 
 
 MAX_RECORDED_PATH = 256
@@ -355,9 +405,12 @@ async def serve_http(
     InvalidArguments when the address cannot be bound (in use, not local),
     naming it; refused binds are caught earlier, by :class:`HttpOptions`.
     """
-    server = build_server(kernel, expose=expose, logs=logs)
     kernel.register_secret(options.token)  # never echoed into results or events
     events = SessionEventStore()
+    # Several sessions share this server: each call is its session's (grants, log records).
+    if logs is not None:
+        logs.per_session()
+    server = build_server(kernel, expose=expose, logs=logs, session_key=events.current_session)
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         transport_security=options.sdk_security(),

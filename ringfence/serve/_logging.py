@@ -16,13 +16,22 @@ notification says how many). Sending never blocks the event stream.
 Levels (RFC 5424 names, as MCP uses them): a record with an ``error`` or a
 ``*_failed`` kind is ``error``; a denial or refusal is ``warning``; every other
 record is ``info``.
+
+Whose records: over stdio the server has one client, which gets every record.
+When several sessions share the server (Streamable HTTP, :meth:`LogForwarder.per_session`),
+a record goes only to the session whose call made it: each served call is
+registered under its trace id for as long as it runs (:meth:`LogForwarder.call_of`;
+a nested call, such as a script's ``call_tool``, carries its parent's trace), and a
+record whose trace id names no running call of a session (the kernel's own
+records, refused requests, a connected server's requests) goes to no one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import trio
@@ -51,10 +60,14 @@ class LogForwarder:
     """Forwards event lines to the sessions that asked for logs (see the module docstring)."""
 
     def __init__(self, max_queued: int = MAX_QUEUED) -> None:
-        # client connection -> (the lowest level it wants, a session to send with); an entry
+        # session key -> (the lowest level it wants, a session to send with); an entry
         # goes when sending to it fails, or the oldest when MAX_LISTENERS are listening
-        self._levels: OrderedDict[Any, tuple[int, Any]] = OrderedDict()
-        self._queue: deque[tuple[str, dict[str, Any]]] = deque(maxlen=max_queued)
+        self._levels: OrderedDict[Hashable, tuple[int, Any]] = OrderedDict()
+        # (level, record, the session key it belongs to) in the order they were written
+        self._queue: deque[tuple[str, dict[str, Any], Hashable]] = deque(maxlen=max_queued)
+        # Several sessions: the trace id of each running call -> its session's key.
+        self._per_session = False
+        self._calls: dict[str, Hashable] = {}
         self._dropped = 0
         self._token: trio.lowlevel.TrioToken | None = None
         self._wake = trio.Event()
@@ -76,9 +89,14 @@ class LogForwarder:
             return
         for key in ("prev", "hash"):
             record.pop(key, None)  # chain plumbing, not information
+        owner: Hashable = None
+        if self._per_session:
+            owner = self._calls.get(str(record.get("trace_id")))
+            if owner is None:
+                return  # no running call of any session made it: it is no session's
         if len(self._queue) == self._queue.maxlen:
             self._dropped += 1
-        self._queue.append((record_level(record), record))
+        self._queue.append((record_level(record), record, owner))
         if not self._wake_pending:
             self._wake_pending = True
             self._token.run_sync_soon(self._set_wake)  # thread-safe wake-up of run()
@@ -96,15 +114,25 @@ class LogForwarder:
 
     # -- the session side (trio) -----------------------------------------------------------------
 
-    def set_level(self, session: Any, level: str) -> None:
-        """``session``'s client wants records at ``level`` and above (``logging/setLevel``).
+    def per_session(self) -> None:
+        """Several sessions share the server: from now on a record goes only to the session
+        whose running call made it (see the module docstring). Call before serving."""
+        self._per_session = True
 
-        The SDK (2.3) makes a ServerSession per request; the client is its
-        connection, so a second setLevel from one client replaces the first.
-        """
-        client = getattr(session, "_connection", session)
-        self._levels.pop(client, None)
-        self._levels[client] = (_RANK[level], session)
+    @contextlib.contextmanager
+    def call_of(self, key: Hashable, trace_id: str) -> Iterator[None]:
+        """While inside, records with ``trace_id`` belong to session ``key``."""
+        self._calls[trace_id] = key
+        try:
+            yield
+        finally:
+            self._calls.pop(trace_id, None)
+
+    def set_level(self, key: Hashable, session: Any, level: str) -> None:
+        """Session ``key`` wants records at ``level`` and above (``logging/setLevel``),
+        sent with ``session``; a second setLevel from one session replaces the first."""
+        self._levels.pop(key, None)
+        self._levels[key] = (_RANK[level], session)
         while len(self._levels) > MAX_LISTENERS:
             self._levels.popitem(last=False)
 
@@ -116,18 +144,18 @@ class LogForwarder:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 while self._queue:
-                    level, record = self._queue.popleft()
+                    level, record, owner = self._queue.popleft()
                     if self._dropped:
                         record = {**record, "dropped_before": self._dropped}
                         self._dropped = 0
-                    await self._send(level, record)
+                    await self._send(level, record, owner)
         finally:
             self._token = None
 
-    async def _send(self, level: str, record: dict[str, Any]) -> None:
+    async def _send(self, level: str, record: dict[str, Any], owner: Hashable) -> None:
         rank = _RANK[level]
         for client, (wanted, session) in list(self._levels.items()):
-            if rank < wanted:
+            if rank < wanted or (self._per_session and client != owner):
                 continue
             try:
                 # Bounded: a client that does not read cannot hold up the others for long.

@@ -134,6 +134,11 @@ class SessionEventStore(EventStore):
         raw = [(k, v) for k, v in scope["headers"] if k.lower() != _VERSION_HEADER]
         return {**scope, "headers": [*raw, (_VERSION_HEADER, version.encode("latin-1"))]}
 
+    def current_session(self) -> str | None:
+        """The MCP session of the request (or session task) running now: its
+        ``Mcp-Session-Id``, or ``None`` outside any HTTP request."""
+        return self._owner(_current.get())
+
     def _owner(self, key: str | None) -> str | None:
         if key is not None and key.startswith(_PENDING):
             return self._aliases.get(key, key)

@@ -24,6 +24,11 @@ Wire rules:
   ``native`` tools are exposed.
 * ``logging``: advertised when a :class:`~._logging.LogForwarder` is given;
   ``logging/setLevel`` subscribes the session to the event records at that level.
+* Sessions: when several MCP sessions share the server (``session_key`` names
+  the one a request belongs to: Streamable HTTP), each call runs as its
+  session's (:meth:`Kernel.as_caller`): a "for this session" approval covers
+  only that session's calls, and its event records go only to that session's
+  log subscription. Over stdio there is one session, the kernel's.
 * Only the handshake protocol era (2025-11-25 and earlier) is served: approvals
   need server-to-client requests in the middle of a call, which the 2026-07-28
   era does not have. A request carrying the 2026-07-28 envelope gets
@@ -33,10 +38,11 @@ Wire rules:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -199,7 +205,11 @@ def check_no_cursor(params: types.PaginatedRequestParams | None) -> None:
 
 
 def build_server(
-    kernel: Kernel, *, expose: Iterable[str] = ("native",), logs: LogForwarder | None = None
+    kernel: Kernel,
+    *,
+    expose: Iterable[str] = ("native",),
+    logs: LogForwarder | None = None,
+    session_key: Callable[[], str | None] | None = None,
 ) -> Server[Any]:
     """An MCP server for ``kernel``'s exposed tools; run it on a transport.
 
@@ -213,6 +223,10 @@ def build_server(
 
     ``logs`` (the forwarder observing ``kernel``'s events) turns on the
     ``logging`` capability; someone must run ``logs.run()`` while serving.
+
+    ``session_key`` (for a transport that serves several sessions) returns the
+    session of the request running now; each call then runs as that session's
+    (grants, log records: see the module docstring).
 
     Raises InvalidArguments for an unknown ``expose`` word.
     """
@@ -241,11 +255,16 @@ def build_server(
         """One Gate call for this request; the Gate's questions go to this client."""
         trace_id = secrets.token_hex(8)
         approver = kernel.approver
-        with streaming_call(ctx.close_sse_stream):  # for close_sse_stream() (SSE polling)
+        key = session_key() if session_key is not None else None
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(streaming_call(ctx.close_sse_stream))  # close_sse_stream()
+            if key is not None:
+                stack.enter_context(kernel.as_caller(key))  # its grants are its own
+                if logs is not None:
+                    stack.enter_context(logs.call_of(key, trace_id))  # so are its records
             if isinstance(approver, ClientApprover):
                 channel = ClientChannel.from_session(ctx.session, ctx.request_id)
-                with approver.in_flight(channel, trace_id):
-                    return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
+                stack.enter_context(approver.in_flight(channel, trace_id))
             return await kernel.invoke(name, arguments, origin="mcp", trace_id=trace_id)
 
     # Workspace files as resources: with ringfence's own file tools, through them.
@@ -274,7 +293,9 @@ def build_server(
         assert logs is not None
         if params.level not in LEVELS:
             raise MCPError(code=types.INVALID_PARAMS, message=f"unknown level {params.level!r}")
-        logs.set_level(ctx.session, params.level)
+        logs.set_level(
+            session_key() if session_key is not None else None, ctx.session, params.level
+        )
         return types.EmptyResult()
 
     with warnings.catch_warnings():

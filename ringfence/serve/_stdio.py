@@ -12,6 +12,14 @@ itself (cancellable at once), anything else read in a thread that a cancel
 abandons, so a signal ends the server at once and the kernel can close and
 seal its event stream.
 
+Bounded (issue 29): a request line is split off by
+:class:`ringfence.runtime._lines.BoundedLines`, the host side's reader, so no line
+longer than :data:`~._defaults.MAX_REQUEST_BYTES` (32 MiB) is ever held, decoded or
+parsed. Such a line is dropped as it streams past and answered with a JSON-RPC
+error (``-32600``) naming the limit, to its id when the line's first or last bytes
+show it (else to ``null``, JSON-RPC's id for a request that could not be read); a
+line goes to stderr too, and the server keeps serving.
+
 No thread hop per message (issue 20): the SDK's own transport costs three
 (``readline``, ``write``, ``flush``, each in a worker: 55-180 µs apiece here),
 more than the confined read a ``read_file`` call does. On a pipe or socket the
@@ -24,17 +32,24 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import select
 import stat
-from collections.abc import Iterator
-from typing import BinaryIO
+import sys
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
 
 import trio
+
+from ..runtime._lines import BoundedLines, Oversize, oversize_id
+from ._defaults import MAX_REQUEST_BYTES
 
 __all__ = ["LineReader", "WireWriter", "claim_stdio"]
 
 READ_CHUNK = 64 * 1024
+# JSON-RPC's "Invalid Request": what an oversize request is answered with.
+INVALID_REQUEST = -32600
 
 
 def _pollable(fd: int) -> bool:
@@ -44,54 +59,66 @@ def _pollable(fd: int) -> bool:
 
 
 class LineReader:
-    """Lines (str) from the wire descriptor, read without a thread where the kernel allows.
+    """Lines (str) from the wire descriptor, each at most ``max_bytes``, read without a thread
+    where the kernel allows.
 
     On a pipe or a socket (every real MCP client) it waits for readiness on the
     trio thread (``wait_readable``, cancellable at once) and then reads what is
     there: no worker thread, no hop per request. Anything else (a regular file
-    redirected to stdin, a terminal) is read a line at a time in a thread that
-    a cancel abandons; that thread stays blocked in ``readline`` until the
-    input yields or closes, and the descriptor is never closed under it.
+    redirected to stdin, a terminal) is read a chunk at a time in a thread that
+    a cancel abandons; that thread stays blocked in ``read`` until the input
+    yields or closes, and the descriptor is never closed under it.
+
+    A line longer than ``max_bytes`` is never held: it is handed to
+    ``on_oversize`` (its ends and size, see :class:`~ringfence.runtime._lines.Oversize`)
+    and reading goes on; without ``on_oversize`` it is dropped.
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(
+        self,
+        fd: int,
+        max_bytes: int = MAX_REQUEST_BYTES,
+        on_oversize: Callable[[Oversize], Awaitable[None]] | None = None,
+    ) -> None:
         self._fd = fd
         self._fast = _pollable(fd)
-        self._raw: BinaryIO | None = None if self._fast else os.fdopen(fd, "rb", closefd=False)
-        self._buf = bytearray()
-        self._searched = 0  # the buffer holds no newline before this index
+        self._lines = BoundedLines(max_bytes)
+        self._ready: deque[bytes | Oversize] = deque()
+        self._last = False  # the line in _ready is the stream's last, without its newline
         self._eof = False
+        self._on_oversize = on_oversize
 
     def __aiter__(self) -> LineReader:
         return self
 
     async def __anext__(self) -> str:
-        if self._raw is not None:
-            line = await trio.to_thread.run_sync(self._raw.readline, abandon_on_cancel=True)
-            if not line:
-                raise StopAsyncIteration
-            return line.decode("utf-8", errors="replace")
         while True:
-            end = self._buf.find(b"\n", self._searched)
-            if end >= 0:
-                line = bytes(self._buf[: end + 1])
-                del self._buf[: end + 1]
-                self._searched = 0
-                return line.decode("utf-8", errors="replace")
-            self._searched = len(self._buf)
+            while self._ready:
+                line = self._ready.popleft()
+                if isinstance(line, Oversize):
+                    if self._on_oversize is not None:
+                        await self._on_oversize(line)
+                    continue
+                end = "" if self._last and not self._ready else "\n"
+                return line.decode("utf-8", errors="replace") + end
             if self._eof:
-                if not self._buf:
-                    raise StopAsyncIteration
-                line = bytes(self._buf)  # a last line without its newline
-                self._buf.clear()
-                self._searched = 0
-                return line.decode("utf-8", errors="replace")
-            await trio.lowlevel.wait_readable(self._fd)
-            chunk = os.read(self._fd, READ_CHUNK)  # readable: returns at once (data or EOF)
-            if chunk:
-                self._buf += chunk
+                raise StopAsyncIteration
+            if self._fast:
+                await trio.lowlevel.wait_readable(self._fd)
+                chunk = os.read(self._fd, READ_CHUNK)  # readable: returns at once (data or EOF)
             else:
-                self._eof = True
+                chunk = await trio.to_thread.run_sync(self._read_chunk, abandon_on_cancel=True)
+            if chunk:
+                self._ready.extend(self._lines.feed(chunk))
+                continue
+            self._eof = True
+            last = self._lines.end()
+            if last is not None:
+                self._ready.append(last)
+                self._last = True
+
+    def _read_chunk(self) -> bytes:
+        return os.read(self._fd, READ_CHUNK)
 
 
 class WireWriter:
@@ -107,6 +134,9 @@ class WireWriter:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._pending = bytearray()
+        # One flush at a time: the SDK's writer and an oversize answer share the wire, and a
+        # message in a worker's write must not be cut by another one written directly.
+        self._flushing = trio.Lock()
         self._poll: select.poll | None = None
         if _pollable(fd):
             self._poll = select.poll()
@@ -116,16 +146,17 @@ class WireWriter:
         self._pending += text.encode("utf-8")
 
     async def flush(self) -> None:
-        data = bytes(self._pending)
-        self._pending.clear()
-        if not data:
-            return
-        if self._poll is not None and len(data) <= select.PIPE_BUF and self._room():
-            written = os.write(self._fd, data)  # atomic: all or (on error) an exception
-            data = data[written:]
+        async with self._flushing:
+            data = bytes(self._pending)
+            self._pending.clear()
             if not data:
                 return
-        await trio.to_thread.run_sync(self._write_all, data)
+            if self._poll is not None and len(data) <= select.PIPE_BUF and self._room():
+                written = os.write(self._fd, data)  # atomic: all or (on error) an exception
+                data = data[written:]
+                if not data:
+                    return
+            await trio.to_thread.run_sync(self._write_all, data)
 
     def _room(self) -> bool:
         assert self._poll is not None
@@ -159,8 +190,12 @@ def claim_stdio() -> Iterator[tuple[LineReader, WireWriter]]:
         os.close(devnull)
     # The reader's descriptor is never closed: an abandoned thread may still be
     # blocked on it, so it must not be closed (and recycled) under that thread.
-    reader = LineReader(wire_in)
     out = WireWriter(wire_out)
+
+    async def answer(dropped: Oversize) -> None:
+        await answer_oversize(out, dropped, MAX_REQUEST_BYTES)
+
+    reader = LineReader(wire_in, MAX_REQUEST_BYTES, answer)
     try:
         yield reader, out
     finally:
@@ -170,3 +205,22 @@ def claim_stdio() -> Iterator[tuple[LineReader, WireWriter]]:
                 os.dup2(wire, fd)
         with contextlib.suppress(OSError):
             out.close()
+
+
+async def answer_oversize(out: WireWriter, dropped: Oversize, limit: int) -> None:
+    """Tell the client its message was over ``limit`` and dropped unread (and say so on stderr).
+
+    The answer goes to the request's id when the line's ends show it, else to
+    ``null`` (JSON-RPC's id for a request that could not be read).
+    """
+    request_id = oversize_id(dropped, ("method",))
+    message = (
+        f"request larger than ringfence serve's limit of {limit:,} bytes "
+        f"({limit / 2**20:g} MiB): {dropped.size:,} bytes discarded unread; "
+        "send smaller arguments (a large file through the workspace, not inline)"
+    )
+    error = {"code": INVALID_REQUEST, "message": message, "data": {"max_bytes": limit}}
+    await out.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}) + "\n")
+    await out.flush()
+    sys.stderr.write(f"ringfence serve: {message} (id {json.dumps(request_id)})\n")
+    sys.stderr.flush()

@@ -49,6 +49,7 @@ store's lock and descriptors, and retention must see blobs and packs together.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -60,9 +61,10 @@ from typing import Any
 
 import orjson
 
-from ..runtime import InvalidArguments, NotFound, ToolError
+from ..runtime import InvalidArguments, NotFound, ToolError, Unavailable
 from ..runtime._files import ringfence_home
-from ._changes import ChangeSet, Image
+from ._changes import ChangeSet
+from ._journal import Journal, Recovery, recover
 from ._names import escape_name
 from ._workspace import Workspace
 
@@ -133,8 +135,14 @@ class CheckpointStore:
         self._set_cache: dict[str, tuple[tuple[int, int, int], frozenset[str]]] = {}
         self._blob_cache: dict[str, tuple[int, float]] = {}
         self._index_cache: dict[str, tuple[list[tuple[str, int, int]], float]] = {}
+        self._journal_dir: int | None = None
+        self.journal = Journal(self)
         if self._open(create=False) is not None:
+            # A process killed while it wrote the workspace: its operation rolled back first.
+            self.recovered = recover(self)
             self.prune()
+        else:
+            self.recovered = Recovery()
 
     def _open(self, *, create: bool) -> tuple[int, int, int] | None:
         """The (blobs, sets, packs) descriptors; the store is made on its first write."""
@@ -171,12 +179,46 @@ class CheckpointStore:
         assert fds is not None
         return fds[2]
 
+    @property
+    def _journal_fd(self) -> int:
+        fd = self.journal_fd_if_any(create=True)
+        assert fd is not None
+        return fd
+
+    def journal_fd_if_any(self, *, create: bool = False) -> int | None:
+        """The journal directory (made on the first operation that writes the workspace)."""
+        if self._journal_dir is None:
+            fds = self._open(create=create)
+            if fds is None:
+                return None
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fds[1])
+            try:
+                if not create:
+                    try:
+                        self._journal_dir = os.open(
+                            "journal",
+                            os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=parent,
+                        )
+                    except FileNotFoundError:
+                        return None
+                else:
+                    self._journal_dir = _subdir(parent, "journal")
+            finally:
+                os.close(parent)
+        return self._journal_dir
+
     def close(self) -> None:
+        self.journal.close()
         with self._open_lock:
             for fd in self._fds or ():
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._fds = None
+            if self._journal_dir is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._journal_dir)
+                self._journal_dir = None
 
     # -- blobs -------------------------------------------------------------------------
 
@@ -184,7 +226,10 @@ class CheckpointStore:
         digest = hashlib.sha256(data).hexdigest()
         if self.has(digest):
             return digest  # content-addressed: already there
-        _write_atomic(self._blobs_fd, digest, data, sync=self.retention.fsync)
+        try:
+            _write_atomic(self._blobs_fd, digest, data, sync=self.retention.fsync)
+        except OSError as exc:
+            raise self.full(exc, len(data)) from None
         return digest
 
     def adopt(self, dir_fd: int, name: str, digest: str) -> bool:
@@ -212,30 +257,39 @@ class CheckpointStore:
 
     def put_fd(self, fd: int) -> tuple[str, int]:
         """Copy an open file into the store as it is read (digest, size); no full copy in memory."""
+        digest, size, _ = self.put_fd_new(fd)
+        return digest, size
+
+    def put_fd_new(self, fd: int) -> tuple[str, int, bool]:
+        """:meth:`put_fd`, and whether the blob is new (no earlier set can name it)."""
         temp = f".in.{secrets.token_hex(6)}"
-        out = os.open(
-            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=self._blobs_fd
-        )
         h, size = hashlib.sha256(), 0
         try:
+            out = os.open(
+                temp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                0o600,
+                dir_fd=self._blobs_fd,
+            )
             try:
                 while chunk := os.read(fd, 1 << 20):
                     h.update(chunk)
                     size += len(chunk)
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(out, view) :]
+                    _write_all(out, chunk)
                 if self.retention.fsync:
                     os.fsync(out)
             finally:
                 os.close(out)
             digest = h.hexdigest()
+            new = not self.has(digest)
             os.replace(temp, digest, src_dir_fd=self._blobs_fd, dst_dir_fd=self._blobs_fd)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=self._blobs_fd)
+                os.unlink(temp, dir_fd=self._blobs_fd)  # the space is given back at once
+            if isinstance(exc, OSError):
+                raise self.full(exc, _size_of(fd)) from None
             raise
-        return digest, size
+        return digest, size, new
 
     def get(self, digest: str) -> bytes:
         if not _DIGEST.match(digest):
@@ -252,6 +306,13 @@ class CheckpointStore:
             raise ToolError(f"blob {digest} in {self.path} is damaged; it is not used")
         return data
 
+    def forget_blob(self, digest: str) -> None:
+        """Remove a blob file no manifest names (a failed set's large blob: its space back
+        now, not at a prune an hour on). The caller knows no set names it."""
+        if _DIGEST.match(digest):
+            with contextlib.suppress(OSError):
+                os.unlink(digest, dir_fd=self._blobs_fd)
+
     def has(self, digest: str) -> bool:
         """Is a blob with this digest stored (as a file or in a pack)?"""
         with self._lock:  # packs first: a shell command's blobs are packed (no system call)
@@ -263,9 +324,29 @@ class CheckpointStore:
         except FileNotFoundError:
             return self._where_packed(digest) is not None
 
-    def pack(self) -> PackWriter:
-        """A new pack for many small blobs (see :class:`PackWriter`)."""
-        return PackWriter(self)
+    def pack(self, limit_bytes: int | None = None) -> PackWriter:
+        """A new pack for many small blobs (see :class:`PackWriter`); ``limit_bytes``
+        bounds what it stores (a shell command's set)."""
+        return PackWriter(self, limit_bytes)
+
+    def full(self, exc: OSError, needed: int | None = None) -> Unavailable | OSError:
+        """``exc`` as the error a person can act on: a full file system names itself, what
+        is free there and what was needed (``unavailable``); any other error stays."""
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return exc
+        try:
+            vfs = os.statvfs(self.path)
+            free = f"; {vfs.f_bavail * vfs.f_frsize:,} bytes are free there"
+        except OSError:
+            free = ""
+        more = f", {needed:,} bytes more were needed" if needed else ""
+        what = "quota" if exc.errno == errno.EDQUOT else "file system"
+        return Unavailable(
+            f"the {what} holding the checkpoint store ({self.path}) is full{more}{free}: "
+            "nothing was changed; free space there, or set $RINGFENCE_HOME to a file system "
+            "with room",
+            needed=needed,
+        )
 
     def _where_packed(self, digest: str, *, sure: bool = False) -> tuple[str, int, int] | None:
         """Where a packed blob is; ``sure``: list the packs even if their directory seems
@@ -325,7 +406,10 @@ class CheckpointStore:
 
     def save(self, cs: ChangeSet) -> None:
         data = orjson.dumps(cs.to_json())  # a 10,000-file manifest: 0.5 ms, where json took 10
-        _write_atomic(self._sets_fd, f"{cs.id}.json", data, sync=self.retention.fsync)
+        try:
+            _write_atomic(self._sets_fd, f"{cs.id}.json", data, sync=self.retention.fsync)
+        except OSError as exc:
+            raise self.full(exc, len(data)) from None
         st = os.stat(f"{cs.id}.json", dir_fd=self._sets_fd)
         with self._lock:
             # Known now, so prune need not read it back.
@@ -384,42 +468,11 @@ class CheckpointStore:
         ]
 
     def diff(self, set_id: str) -> str:
-        """The change set as a unified diff (binary or non-UTF-8 content is named, not shown)."""
-        import difflib  # here: a session that never shows a diff does not import it
+        """The change set as a person reviews it: every change of kind and mode, and a unified
+        diff of the text, through the one renderer (see :mod:`._diff`)."""
+        from ._diff import render_changes
 
-        out: list[str] = []
-        for c in self.load(set_id).changes:
-            name = escape_name(c.path)
-            kinds = {c.before.kind if c.before else None, c.after.kind if c.after else None}
-            if "dir" in kinds and kinds <= {"dir", None}:
-                what = "new" if c.before is None else "deleted" if c.after is None else "mode of"
-                out.append(f"Directory {what} {name}/\n")
-                continue
-            old, new = self._text(c.before), self._text(c.after)
-            if old is None or new is None:
-                out.append(f"Binary or special entry {name} changed\n")
-                continue
-            before = f"a/{name}" if c.before is not None else "/dev/null"
-            after = f"b/{name}" if c.after is not None else "/dev/null"
-            out.extend(
-                difflib.unified_diff(
-                    old.splitlines(keepends=True), new.splitlines(keepends=True), before, after
-                )
-            )
-        return "".join(line if line.endswith("\n") else line + "\n" for line in out)
-
-    def _text(self, image: Image | None) -> str | None:
-        if image is None or image.kind == "dir":
-            return ""
-        if image.kind == "symlink" and image.digest:
-            return f"-> {os.fsdecode(self.get(image.digest))}\n"
-        if image.kind != "file" or image.digest is None:
-            return None
-        data = self.get(image.digest)
-        try:
-            return None if b"\0" in data else data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+        return render_changes(self.load(set_id).changes, self.get)
 
     # -- retention ---------------------------------------------------------------------
 
@@ -574,8 +627,11 @@ class PackWriter:
     is written once and never changed, like every blob.
     """
 
-    def __init__(self, store: CheckpointStore) -> None:
+    def __init__(self, store: CheckpointStore, limit_bytes: int | None = None) -> None:
         self._store = store
+        self._limit = limit_bytes
+        self.stored = 0  # bytes this pack stored (its own and its large blobs')
+        self._blobs: list[str] = []  # large blobs this pack stored as files of their own
         self._dir = store._packs_fd
         self.name = f"{store.new_id()}"
         self._temp = f".{self.name}.pack.tmp"
@@ -594,6 +650,7 @@ class PackWriter:
         digest = hashlib.sha256(data).hexdigest()
         if digest in self._entries or digest in self._held:
             return digest
+        self._count(len(data))
         self._buffer += data
         if len(self._buffer) >= _PACK_BUFFER:
             self._flush()
@@ -601,21 +658,36 @@ class PackWriter:
         self._offset += len(data)
         return digest
 
+    def _count(self, size: int) -> None:
+        self.stored += size
+        if self._limit is not None and self.stored > self._limit:
+            mib = self._limit / (1 << 20)
+            raise Unavailable(
+                f"the change set is larger than the checkpoint store keeps ({mib:g} MiB, "
+                "$RINGFENCE_CHECKPOINTS_MIB): it was refused whole, nothing was merged or "
+                "staged; write less in one command or raise the limit",
+                limit_bytes=self._limit,
+            )
+
     def _flush(self) -> None:
-        if self._fd < 0:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-            self._fd = os.open(self._temp, flags, 0o600, dir_fd=self._dir)
-        view = memoryview(self._buffer)
-        while view:
-            view = view[os.write(self._fd, view) :]
-        view.release()
+        try:
+            if self._fd < 0:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                self._fd = os.open(self._temp, flags, 0o600, dir_fd=self._dir)
+            _write_all(self._fd, self._buffer)
+        except OSError as exc:
+            raise self._store.full(exc, len(self._buffer)) from None
         self._buffer.clear()
 
     # The Blobs protocol, so a pack can stand in for the store while a set is read.
     put = add
 
     def put_fd(self, fd: int) -> tuple[str, int]:
-        return self._store.put_fd(fd)  # large: a blob of its own, streamed
+        self._count(_size_of(fd))  # refused before a byte is copied
+        digest, size, new = self._store.put_fd_new(fd)  # large: a blob of its own, streamed
+        if new:
+            self._blobs.append(digest)
+        return digest, size
 
     def get(self, digest: str) -> bytes:
         return self._store.get(digest)
@@ -632,11 +704,22 @@ class PackWriter:
             self._fd = -1
         os.replace(self._temp, f"{self.name}.pack", src_dir_fd=self._dir, dst_dir_fd=self._dir)
         index = "".join(f"{d} {o} {n}\n" for d, (o, n) in self._entries.items()).encode()
-        _write_atomic(self._dir, f"{self.name}.idx", index, sync=self._store.retention.fsync)
+        try:
+            _write_atomic(self._dir, f"{self.name}.idx", index, sync=self._store.retention.fsync)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(f"{self.name}.pack", dir_fd=self._dir)  # no index: no use
+            raise self._store.full(exc, len(index)) from None
         self._entries = {}
 
     def abort(self) -> None:
+        """Drop what this pack wrote (its file, and its large blobs when no manifest names
+        them yet): a failed set gives its space back at once. Idempotent."""
         self._buffer.clear()
+        if self._entries:  # not committed: the large blobs are this pack's alone
+            for digest in self._blobs:
+                self._store.forget_blob(digest)
+        self._blobs = []
         self._entries = {}  # a commit after this stores nothing
         if self._fd >= 0:
             os.close(self._fd)
@@ -674,14 +757,27 @@ def _subdir(fd: int, name: str) -> int:
     return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
 
 
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    """Write all of ``data``; on an error no view of it is left (its buffer can be cleared)."""
+    with memoryview(data) as whole:
+        done = 0
+        while done < len(whole):
+            done += os.write(fd, whole[done:])
+
+
+def _size_of(fd: int) -> int:
+    try:
+        return os.fstat(fd).st_size
+    except OSError:
+        return 0
+
+
 def _write_atomic(dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
     temp = f".{name}.{secrets.token_hex(6)}"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             if sync:
                 os.fsync(fd)
         finally:

@@ -197,15 +197,17 @@ def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
         return None
 
 
-def _is_searchable_dir(name: str, dir_fd: int, overlay: Overlay) -> bool:
+def _is_searchable(name: str, dir_fd: int, overlay: Overlay) -> bool:
+    """git's ``access(name, X_OK)``: a directory, or a file with an execute bit (git's test
+    passes an executable *file* named ``objects``), through links. A file a pending write
+    adds counts whatever its mode (the safe side)."""
     if name in overlay:
-        return overlay[name][0] == "dir"
+        return overlay[name][0] in ("dir", "file")
     try:
-        # git uses access(X_OK), which follows symlinks; so do we (only to refuse more).
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=True)
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode)
+    return stat.S_ISDIR(st.st_mode) or bool(st.st_mode & 0o111)
 
 
 def _read_small(name: str, dir_fd: int, limit: int) -> bytes | None:
@@ -258,9 +260,7 @@ def is_git_directory(dir_fd: int, overlay: Overlay | None = None) -> bool:
         return False
     if "commondir" in overlay or _lstat("commondir", dir_fd) is not None:
         return True
-    return _is_searchable_dir("objects", dir_fd, overlay) and _is_searchable_dir(
-        "refs", dir_fd, overlay
-    )
+    return _is_searchable("objects", dir_fd, overlay) and _is_searchable("refs", dir_fd, overlay)
 
 
 def first_git_directory(paths: Iterable[Path]) -> Path | None:

@@ -105,6 +105,7 @@ class DirState:
     names: tuple[str, ...]
     volatile: bool = False
     digest: bytes | None = None
+    links: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class GitSnapshot:
     trusted: bool = True
     listed: int = 0
     reused: int = 0
+    links: frozenset[tuple[int, str]] = frozenset()
 
     def path(self, key: tuple[int, str]) -> Path:
         return self.roots[key[0]] / key[1]

@@ -146,6 +146,7 @@ def scan_git_metadata(
         trusted=walk.trusted,
         listed=walk.listed,
         reused=walk.reused,
+        links=frozenset(walk.links),
     )
 
 

@@ -80,6 +80,7 @@ class Walk:
         self.setids: set[tuple[int, str]] = set()
         self.opaque: set[tuple[int, str]] = set()
         self.dirs: dict[tuple[int, str], DirState] = {}
+        self.links: set[tuple[int, str]] = set()  # symbolic links outside git metadata
         self.budget = [IMAGE_BUDGET_BYTES]
         self.visited = 0
         self.listed = 0
@@ -135,7 +136,7 @@ class Walk:
         for table in (self.entries, self.dirs):
             for key in [k for k in table if k[0] == index]:
                 del table[key]
-        for found in (self.tops, self.setids, self.opaque):
+        for found in (self.tops, self.setids, self.opaque, self.links):
             found.difference_update([k for k in found if k[0] == index])
 
     def _visit(self, fd: int, rel: str, top: str | None) -> None:
@@ -187,6 +188,7 @@ class Walk:
         self.dirs[(index, rel)] = old
         prefix = f"{rel}/" if rel else ""
         if old.kind == "plain":
+            self.links.update((index, prefix + name) for name in old.links)
             for name in old.names:
                 child = prefix + name
                 if is_dotgit(name):
@@ -240,6 +242,7 @@ class Walk:
             # The common case, kept lean: most entries are ordinary files, seen by name only.
             setid_since = self.setid_since
             kept: list[str] = []
+            links: list[str] = []
             for e in listing:
                 name = e.name
                 if is_dotgit(name):
@@ -250,6 +253,9 @@ class Walk:
                 elif e.is_dir(follow_symlinks=False):
                     self._push(fd, name, prefix + name, None)
                     kept.append(name)
+                elif e.is_symlink():
+                    links.append(name)
+                    self.links.add((index, prefix + name))
                 elif setid_since is not None and e.is_file(follow_symlinks=False):
                     try:
                         st = e.stat(follow_symlinks=False)
@@ -257,7 +263,7 @@ class Walk:
                         continue
                     if st.st_mode & _SETID and st.st_ctime_ns >= setid_since:
                         self.setids.add((index, prefix + name))
-            self._keep(rel, None, dir_st, "plain", kept, volatile)
+            self._keep(rel, None, dir_st, "plain", kept, volatile, links=links)
             return len(listing)
         if in_objects(prefix, top) and not _may_be_git_dir({e.name for e in listing}):
             # Loose objects and packs are named by their content and git runs nothing from
@@ -297,6 +303,7 @@ class Walk:
         names: list[str],
         volatile: bool,
         digest: bytes | None = None,
+        links: list[str] | None = None,
     ) -> None:
         self.dirs[(self.index, rel)] = DirState(
             st.st_dev,
@@ -308,6 +315,7 @@ class Walk:
             tuple(names),
             volatile,
             digest,
+            tuple(links or ()),
         )
 
     def _record(self, fd: int, name: str, child: str, top: str, e: os.DirEntry[str] | None) -> None:

@@ -56,11 +56,13 @@ from ._writer import (
     MAX_PATH_BYTES,
     check_git_chain,
     dir_denies_create,
+    is_temp_name,
     make_checked_dir,
     replace_file,
+    temp_name,
 )
 
-__all__ = ["MergeReport", "merge_changes"]
+__all__ = ["MergeReport", "merge_changes", "roll_back"]
 
 _MERGEABLE = frozenset({"file", "symlink", "dir"})
 _NOT_NAMES = frozenset({"", ".", ".."})  # path components that name no entry of their own
@@ -335,7 +337,7 @@ def _apply_one(
             else:
                 found_dir = None
             if after.kind == "symlink":
-                temp = f".ringfence-{os.urandom(8).hex()}.tmp"
+                temp = temp_name()
                 os.symlink(os.fsdecode(data), temp, dir_fd=dir_fd)
                 try:
                     os.replace(temp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -489,6 +491,7 @@ def merge_changes(
     force: bool = False,
     durable: bool = True,
     sources: UpperFiles | None = None,
+    judge_only: bool = False,
 ) -> MergeReport:
     """Apply ``changes`` to the workspace through the guarded writer (see the module docstring).
 
@@ -511,30 +514,14 @@ def merge_changes(
     own copy of the bytes, so no stored image shares an inode with the
     workspace). Every check and refusal is the same either way. Closed
     when the merge ends.
+
+    ``judge_only`` (a dry run staging the set): every refusal and check is made
+    as for a merge (the conflict check too, unless ``force``), nothing is
+    applied; the report's ``applied`` is what would be.
     """
     resolver = workspace._resolver
     with resolver:
-        roots = [str(r.path) for r in resolver.roots]
-        refused: list[dict[str, Any]] = []
-        errors: list[RingfenceError] = []
-        accepted: list[Change] = []
-        plain: set[tuple[int, str]] = set()
-        for change in changes:
-            error = _refusal(change, roots, blobs, plain)
-            if error is not None:
-                errors.append(error)
-                refused.append(
-                    {"path": escape_name(change.path), "code": error.code, "message": error.message}
-                )
-            else:
-                accepted.append(change)
-        if errors and atomic:
-            first = errors[0]
-            raise first.with_(
-                message=f"{first.message}; the change set was refused as a whole "
-                f"({len(errors)} refused entries), nothing was changed",
-                details={**first.details, "refused": refused},
-            )
+        accepted, refused = _judged(resolver, changes, blobs, atomic)
         known: _Known = dict(sources.known) if sources is not None else {}
         if not force:
             looked = _Dirs(resolver)
@@ -549,6 +536,12 @@ def merge_changes(
                     + "; nothing was changed (--force overwrites them)",
                     conflicts=conflicts,
                 )
+        # The guarantee: the tree the set leaves, judged as git and the kernel will read it.
+        from ._treecheck import check_resulting_tree  # loaded by the first merge
+
+        check_resulting_tree(resolver, accepted, blobs)
+        if judge_only:
+            return MergeReport(tuple(accepted), tuple(refused))
         st = os.fstat(resolver.roots[0].fd)
         owner = (st.st_uid, st.st_gid)
         applied: list[Change] = []
@@ -591,6 +584,110 @@ def merge_changes(
             if sources is not None:
                 sources.close()
         return MergeReport(tuple(applied), tuple(refused))
+
+
+def roll_back(
+    workspace: Workspace, changes: Sequence[Change], blobs: Blobs
+) -> tuple[int, list[str]]:
+    """Put back what an interrupted merge of ``changes`` applied: ``(changes undone, paths left)``.
+
+    Newest first, a path holding a change's after-image (whatever its mode)
+    gets its before-image back (through the merge's own writer; a directory is removed only when
+    empty, so nothing the set did not make goes with it); a path holding the
+    before-image is passed over; a path in neither state (changed since by
+    someone else) is left as it is and named. The writers' temporary files
+    (``.ringfence-*.tmp``) are removed first from every directory the set
+    touched. Durable (one ``syncfs``): a recovery must not be lost to the
+    next crash.
+    """
+    resolver = workspace._resolver
+    undone, left = 0, []
+    with resolver:
+        st = os.fstat(resolver.roots[0].fd)
+        owner = (st.st_uid, st.st_gid)
+        dirs = _Dirs(resolver)
+        to_sync: dict[tuple[int, int], int] = {}
+        try:
+            # Temporary files first: one left in a directory the set made keeps it from going.
+            for root, parent in dict.fromkeys((c.root, c.path.rpartition("/")[0]) for c in changes):
+                if 0 <= root < len(resolver.roots):
+                    _remove_temps(resolver, root, parent, is_temp_name)
+            for change in reversed(changes):
+                if not 0 <= change.root < len(resolver.roots):
+                    continue
+                current = _current(dirs, change)
+                if _exactly(current, change.before):
+                    continue
+                # The after-image's content with another mode is the merge caught between its
+                # own steps (a directory made 0700, then given its mode): put back too.
+                if not same_state(current, change.after):
+                    left.append(escape_name(change.path))
+                    continue
+                _apply_one(dirs, change.inverse(), blobs, owner, to_sync, keep_full_dirs=True)
+                if same_state(_current(dirs, change), change.before):
+                    undone += 1
+                else:  # a directory that holds what the set did not make stays
+                    left.append(escape_name(change.path))
+        finally:
+            dirs.close()
+            sync_and_close(to_sync)
+    return undone, left
+
+
+def _exactly(current: Image | None, wanted: Image | None) -> bool:
+    """:func:`same_state`, and the same permission bits (a link's are not its own)."""
+    if not same_state(current, wanted):
+        return False
+    return current is None or current.kind == "symlink" or current.mode == wanted.mode  # type: ignore[union-attr]
+
+
+def _remove_temps(
+    resolver: Resolver, root: int, parent: str, is_temp: Callable[[str], bool]
+) -> None:
+    where = parent if root == 0 else posixpath.join(str(resolver.roots[root].path), parent)
+
+    def op(place: Place) -> None:
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(place.leaf or ".", flags, dir_fd=place.dir_fd)
+        try:
+            for name in os.listdir(fd):
+                if is_temp(name):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+
+    with contextlib.suppress(RingfenceError, OSError):
+        resolver.walk(where or ".", op, access=CONFINED)
+
+
+def _judged(
+    resolver: Resolver, changes: Sequence[Change], blobs: Blobs, atomic: bool
+) -> tuple[list[Change], list[dict[str, Any]]]:
+    """(the changes accepted, the entries refused) by the entry-by-entry rules; with
+    ``atomic``, any refused entry raises its error for the whole set."""
+    roots = [str(r.path) for r in resolver.roots]
+    refused: list[dict[str, Any]] = []
+    errors: list[RingfenceError] = []
+    accepted: list[Change] = []
+    plain: set[tuple[int, str]] = set()
+    for change in changes:
+        error = _refusal(change, roots, blobs, plain)
+        if error is not None:
+            errors.append(error)
+            refused.append(
+                {"path": escape_name(change.path), "code": error.code, "message": error.message}
+            )
+        else:
+            accepted.append(change)
+    if errors and atomic:
+        first = errors[0]
+        raise first.with_(
+            message=f"{first.message}; the change set was refused as a whole "
+            f"({len(errors)} refused entries), nothing was changed",
+            details={**first.details, "refused": refused},
+        )
+    return accepted, refused
 
 
 def _conflicts(dirs: _Dirs, changes: Sequence[Change], known: _Known | None = None) -> list[str]:
@@ -638,7 +735,10 @@ def _entries(dirs: _Dirs, change: Change) -> list[str]:
     def op(place: Place) -> list[str]:
         assert place.leaf is not None
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(place.leaf, flags, dir_fd=place.dir_fd)
+        try:
+            fd = os.open(place.leaf, flags, dir_fd=place.dir_fd)
+        except (FileNotFoundError, NotADirectoryError):
+            return []  # a directory the set itself made: nothing of anyone else's below it
         try:
             return os.listdir(fd)
         finally:

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..runtime import (
     InvalidArguments,
@@ -258,6 +258,10 @@ class Resolver:
         self._lock = threading.Lock()
         self._users = 0  # operations in flight (a refcount guarded by _lock)
         self._closed = False
+        # The last scan of the roots a resulting-tree check used (_treecheck): the next
+        # one starts from it.
+        self.scan_base: Any = None
+        self.scan_lock = threading.Lock()
 
     # -- lifetime ----------------------------------------------------------------------
 

@@ -270,6 +270,19 @@ def file_tool_specs(
         )
         return _with_escaped_path(result)
 
+    async def staged_check(unrestricted: bool, fn: Callable[[FileOps], Any]) -> None:
+        """A dry run judges the write as its execution will, writing nothing (in a worker)."""
+        files: FileOps = workspace.with_host_root(lambda _: None) if unrestricted else workspace
+        await trio.to_thread.run_sync(lambda: fn(files))
+
+    async def check_write_file(args: dict[str, Any], unrestricted: bool) -> None:
+        path, content = path_of(args), args["content"]
+        await staged_check(unrestricted, lambda f: f.check_write(path, content))
+
+    async def check_edit_file(args: dict[str, Any], unrestricted: bool) -> None:
+        path, old, new = path_of(args), args["old"], args["new"]
+        await staged_check(unrestricted, lambda f: f.check_edit(path, old, new))
+
     async def edit_file(args: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         path, old, new = path_of(args), args["old"], args["new"]
         result = await recorded(
@@ -368,6 +381,7 @@ def file_tool_specs(
                 ["path", "content"],
             ),
             write_file,
+            stage_check=check_write_file,
             consequence=Consequence.REVERSIBLE,
         ),
         ToolSpec(
@@ -387,6 +401,7 @@ def file_tool_specs(
                 ["path", "old", "new"],
             ),
             edit_file,
+            stage_check=check_edit_file,
             consequence=Consequence.REVERSIBLE,
         ),
         ToolSpec(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -61,8 +62,12 @@ class _Recorder:
         if self.saved is not None:
             # Called again: the walk followed a leaf that became a link after the first call.
             self.store.drop(self.saved.id)
-        self.store.save(cs)
+            self.store.journal.end(self.saved.id)
+        # Journaled before the manifest exists: a write killed from here on is rolled back
+        # (and its set dropped) at the next start; ``recorded`` ends it.
+        self.store.journal.begin(cs.id)
         self.saved = cs
+        self.store.save(cs)
 
 
 async def recorded(
@@ -84,9 +89,11 @@ async def recorded(
     except BaseException:
         if rec.saved is not None:
             store.drop(rec.saved.id)
+            store.journal.end(rec.saved.id)
         raise
     if rec.saved is None:
         return result
+    store.journal.end(rec.saved.id)
     ctx.emit("checkpoint", id=rec.saved.id, paths=[escape_name(c.path) for c in rec.saved.changes])
     return {**result, "checkpoint": rec.saved.id}
 
@@ -124,22 +131,18 @@ def undo(
         if not ids:
             raise NotFound("there is no change set to undo", field="last")
     sets = sorted((store.load(i) for i in ids), key=lambda s: s.id, reverse=True)
-    from ._merge import merge_changes  # the change-set writer, loaded by the first undo
 
     out = []
     for cs in sets:
-        report = merge_changes(
-            store.workspace, cs.inverse_changes(), store, atomic=True, force=force
-        )
-        done = ChangeSet(
+        planned = ChangeSet(
             id=store.new_id(),
             created=time.time(),
             tool=tool,
-            changes=report.applied,
+            changes=tuple(cs.inverse_changes()),
             call_id=call_id,
             undoes=cs.id,
         )
-        store.save(done)
+        done = _journaled(store, planned, atomic=True, force=force)
         out.append(
             {
                 "undone": cs.id,
@@ -167,25 +170,49 @@ def apply_change_set(
     change set of its own (undoable). Returns ``{"applied", "checkpoint",
     "files", "refused"}``.
     """
-    from ._merge import merge_changes  # the change-set writer, loaded on first use
-
     cs = store.load(set_id)
-    report = merge_changes(store.workspace, cs.changes, store, atomic=atomic)
-    done = ChangeSet(
-        id=store.new_id(),
-        created=time.time(),
-        tool=tool,
-        changes=report.applied,
-        call_id=call_id,
+    planned = ChangeSet(
+        id=store.new_id(), created=time.time(), tool=tool, changes=cs.changes, call_id=call_id
     )
-    if report.applied:
-        store.save(done)
+    refused: list[dict[str, Any]] = []
+    done = _journaled(store, planned, atomic=atomic, refused=refused)
     return {
         "applied": cs.id,
-        "checkpoint": done.id if report.applied else None,
-        "files": len(report.applied),
-        "refused": list(report.refused),
+        "checkpoint": done.id if done.changes else None,
+        "files": len(done.changes),
+        "refused": refused,
     }
+
+
+def _journaled(
+    store: CheckpointStore,
+    planned: ChangeSet,
+    *,
+    atomic: bool,
+    force: bool = False,
+    refused: list[dict[str, Any]] | None = None,
+) -> ChangeSet:
+    """Merge ``planned`` durably under the journal: its manifest saved first (what a killed
+    merge is rolled back from), then rewritten as what was applied (or dropped if nothing)."""
+    from ._merge import merge_changes  # the change-set writer, loaded on first use
+
+    with store.journal.writing(planned.id, sync=True):
+        store.save(planned)
+        try:
+            report = merge_changes(
+                store.workspace, planned.changes, store, atomic=atomic, force=force
+            )
+        except BaseException:
+            store.drop(planned.id)  # nothing applied (the merge puts back what it wrote)
+            raise
+        done = replace(planned, changes=report.applied)
+        if report.applied or planned.undoes:  # an undo is recorded even when it was empty
+            store.save(done)
+        else:
+            store.drop(planned.id)
+    if refused is not None:
+        refused.extend(report.refused)
+    return done
 
 
 def register_undo_tool(

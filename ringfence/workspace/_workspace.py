@@ -96,6 +96,10 @@ class FileOps:
         """
         return self._call(_writer.write_text, path, content, record=record)
 
+    def check_write(self, path: str, content: str) -> dict[str, Any]:
+        """What :meth:`write_text` would refuse, raised without writing (a dry run's staging)."""
+        return self._call(_writer.write_text, path, content, dry=True)
+
     def edit_text(
         self, path: str, old: str, new: str, *, record: _writer.Recorder | None = None
     ) -> dict[str, Any]:
@@ -106,6 +110,10 @@ class FileOps:
         file must not change between the read and the replace (ToolError).
         """
         return self._call(_writer.edit_text, path, old, new, record=record)
+
+    def check_edit(self, path: str, old: str, new: str) -> dict[str, Any]:
+        """What :meth:`edit_text` would refuse, raised without writing (a dry run's staging)."""
+        return self._call(_writer.edit_text, path, old, new, dry=True)
 
     # -- searching ---------------------------------------------------------------------
 

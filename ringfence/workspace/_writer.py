@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable
@@ -64,12 +65,15 @@ __all__ = [
     "dir_denies_create",
     "edit_text",
     "fsync_dir",
+    "is_temp_name",
     "make_checked_dir",
     "replace_file",
+    "temp_name",
     "write_text",
 ]
 
 _TEMP_PREFIX = ".ringfence-"
+_TEMP_NAME = re.compile(r"\.ringfence-[0-9a-f]{16}\.tmp\Z")  # _TEMP_PREFIX + 16 hex + .tmp
 # Told (place, new bytes, directories this call made as (root index, names)) just before the
 # replace: the checkpoint recorder stores the before- and after-images there.
 Recorder = Callable[[Place, bytes, list[tuple[int, list[str]]]], None]
@@ -244,7 +248,7 @@ def replace_file(
             src_path_fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError as exc:
             raise translate_oserror(exc, display, writing=True) from None
-    temp = f"{_TEMP_PREFIX}{secrets.token_hex(8)}.tmp"
+    temp = temp_name()
     try:
         fd = os.open(
             temp,
@@ -379,11 +383,19 @@ _GIT_EXPLANATION = (
 
 
 def write_text(
-    resolver: Resolver, access: Access, path: str, content: str, *, record: Recorder | None = None
+    resolver: Resolver,
+    access: Access,
+    path: str,
+    content: str,
+    *,
+    record: Recorder | None = None,
+    dry: bool = False,
 ) -> dict[str, Any]:
-    """Create or replace a file (see :meth:`Workspace.write_text`)."""
+    """Create or replace a file (see :meth:`Workspace.write_text`); ``dry``: only judge it."""
     data = _encode(content, "content")
-    return _write(resolver, access, path, lambda place: (data, None), create=True, record=record)
+    return _write(
+        resolver, access, path, lambda place: (data, None), create=True, record=record, dry=dry
+    )
 
 
 def edit_text(
@@ -394,8 +406,10 @@ def edit_text(
     new: str,
     *,
     record: Recorder | None = None,
+    dry: bool = False,
 ) -> dict[str, Any]:
-    """Replace the one occurrence of ``old`` (see :meth:`Workspace.edit_text`)."""
+    """Replace the one occurrence of ``old`` (see :meth:`Workspace.edit_text`); ``dry``: only
+    judge it."""
     if not old:
         raise InvalidArguments("old is empty; give the exact text to replace", field="old")
     _encode(old, "old")
@@ -404,7 +418,7 @@ def edit_text(
     def produce(place: Place) -> tuple[bytes, Expected]:
         return _edited(place, old, new)
 
-    result = _write(resolver, access, path, produce, create=False, record=record)
+    result = _write(resolver, access, path, produce, create=False, record=record, dry=dry)
     result.pop("created", None)
     result["replacements"] = 1
     return result
@@ -418,7 +432,11 @@ def _write(
     *,
     create: bool,
     record: Recorder | None = None,
+    dry: bool = False,
 ) -> dict[str, Any]:
+    """The walk every write ends in. ``dry`` (a dry run staging the call): every check the
+    write would make, nothing written; below a directory it would create, judged down to
+    that directory (its apply judges the rest again, as it writes)."""
     check_path_string(path)
     for name in path.split("/"):
         if is_dotgit(name):
@@ -431,7 +449,10 @@ def _write(
     made_paths: list[tuple[int, list[str]]] = []  # the same, as (root, names) for record
 
     def make_dir(place: Place, name: str) -> None:
-        if make_checked_dir(place, name, made):
+        if dry:
+            make_checked_dir(place, name, made, resolver, create=False)
+            raise _Judged(place.display(name))
+        if make_checked_dir(place, name, made, resolver):
             made_paths.append((place.root.index, [*place.names, name]))
 
     def op(place: Place) -> dict[str, Any]:
@@ -451,6 +472,8 @@ def _write(
                 + _GIT_EXPLANATION,
                 field="path",
             )
+        if dry:
+            return {"path": display, "bytes": len(data)}
         if record is not None:
             # The before- and after-images are stored before the write becomes visible.
             record(place, data, made_paths)
@@ -460,6 +483,8 @@ def _write(
     with resolver:
         try:
             return resolver.walk(path, op, access=access, make_dir=make_dir if create else None)
+        except _Judged as judged:  # a dry run reached a directory the write would create
+            return {"path": judged.args[0]}
         except BaseException:
             for dir_fd, name in reversed(made):
                 with contextlib.suppress(OSError):
@@ -470,8 +495,34 @@ def _write(
                 os.close(dir_fd)
 
 
-def make_checked_dir(place: Place, name: str, made: list[tuple[int, str]]) -> bool:
-    """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made."""
+class _Judged(Exception):
+    """A dry run's walk stops at the first directory the write would create (judged)."""
+
+
+def temp_name() -> str:
+    """A fresh name for a writer's temporary file beside its target."""
+    return f"{_TEMP_PREFIX}{secrets.token_hex(8)}.tmp"
+
+
+def is_temp_name(name: str) -> bool:
+    """A temporary file a writer makes beside its target (the merge's links too): what a
+    killed write can leave, and recovery removes."""
+    return _TEMP_NAME.match(name) is not None
+
+
+def make_checked_dir(
+    place: Place,
+    name: str,
+    made: list[tuple[int, str]],
+    resolver: Resolver | None = None,
+    *,
+    create: bool = True,
+) -> bool:
+    """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made.
+
+    With ``resolver`` (the file tools), the tree the new directory leaves is judged too
+    (:func:`._treecheck.check_resulting_tree`); a merge judged its whole set before.
+    """
     display = place.display(name)
     if is_dotgit(name):
         raise GitMetadata(f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path")
@@ -487,6 +538,16 @@ def make_checked_dir(place: Place, name: str, made: list[tuple[int, str]]) -> bo
             f"{display} cannot be created: its directory does not allow creating entries",
             field="path",
         )
+    if resolver is not None and not place.root.is_host:
+        # A new directory can complete a git directory through a link elsewhere
+        # (``objects -> ../o``): judged on the resulting tree, as a merge is.
+        from ._changes import Change, Image
+        from ._treecheck import check_resulting_tree
+
+        path = "/".join([*place.names, name])
+        check_resulting_tree(resolver, [Change(place.root.index, path, None, Image("dir", 0o755))])
+    if not create:
+        return False
     try:
         os.mkdir(name, 0o777, dir_fd=place.dir_fd)
     except FileExistsError:

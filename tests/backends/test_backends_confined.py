@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import trio
+from kernel_helpers import venv_under
 
 import ringfence
 from ringfence import create_kernel
@@ -477,3 +478,26 @@ def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["confined", "0"]
+
+
+def test_run_shell_works_when_the_kernels_interpreter_lies_under_tmp(
+    workspace: Path, tmp_path: Path, under_tmp: Path
+) -> None:
+    """ringfence run from a venv under /tmp whose interpreter is a copy (``--copies``): the
+    supervisor's interpreter and its venv are shown read-only in the private /tmp, nothing
+    else of the host's /tmp is."""
+    python = venv_under(under_tmp)
+    neighbour = under_tmp / "private.txt"
+    neighbour.write_text("another /tmp file\n")
+    command = f"echo confined-ok; cat {neighbour} 2>/dev/null || echo hidden; touch {python}.x"
+    result = subprocess.run(
+        [str(python), "-m", "ringfence", "call", "run_shell", "--args",
+         json.dumps({"command": command}), "--workspace", str(workspace), "--approve", "yes",
+         "--json"],
+        capture_output=True, text=True, timeout=120, cwd=workspace, check=False,
+    )  # fmt: skip
+    body = json.loads(result.stdout or "{}")
+    assert result.returncode == 0 and body.get("ok"), (result.stdout, result.stderr)
+    assert body["result"]["stdout"] == "confined-ok\nhidden\n", body
+    assert "Read-only file system" in body["result"]["stderr"], body  # the venv is read-only
+    assert not Path(f"{python}.x").exists()

@@ -381,3 +381,66 @@ async def test_an_exported_credential_is_redacted_from_later_output(
     lines = [line for line in events.read_text().splitlines() if "token: " in line]
     assert lines and not [line for line in lines if secret in line]  # output events, result
     assert '"persist_shell_state":true' in events.read_text()  # backend_started says so
+
+
+# Exported by command 1; each would run the planted file (or change what runs) in command 2.
+STARTUP_EXPORTS = {
+    "BASH_ENV": "evil.sh",
+    "ENV": "evil.sh",
+    "PROMPT_COMMAND": ". ./evil.sh",
+    "SHELLOPTS": "xtrace",
+    "PS4": "$(. ./evil.sh)",
+    "PYTHONPATH": ".",
+    "PYTHONSTARTUP": "evil.py",
+    "NODE_OPTIONS": "--require ./evil.js",
+    "PERL5OPT": "-Mevil",
+    "GLIBC_TUNABLES": "glibc.malloc.check=3",
+    "GCONV_PATH": ".",
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "core.pager",
+    "GIT_CONFIG_VALUE_0": "sh evil.sh",
+    "HOME": ".",
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+async def test_variables_that_change_how_a_program_starts_are_not_replayed(
+    backend: str, workspace: Path
+) -> None:
+    """Command 1 plants a file and exports BASH_ENV (and more) pointing at it; command 2, a
+    plain `bash -c` and `python3 -c` (what a narrow allow rule would let through), must not
+    run it; the result names every variable dropped."""
+    marker = f"pwned-{secrets.token_hex(4)}"
+    options = {**PERSIST, **({**DOCKER_OPTIONS, "image": "debian"} if backend == "docker" else {})}
+    if backend == "docker":
+        import docker
+
+        if not docker.from_env().images.list(name="ringfence/debian"):
+            pytest.skip("the ringfence/debian image (bash, python3) is not built")
+    plant = (
+        f"printf 'touch {marker}\\n' > evil.sh; "
+        f'printf \'open("{marker}", "w").close()\\n\' > sitecustomize.py; '
+        + "export "
+        + " ".join(f"{k}='{v}'" for k, v in STARTUP_EXPORTS.items())
+        + " KEPT=yes"
+    )
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        backend=backend,
+        backend_options=options,
+        checkpoints=False,
+    ) as k:
+        planted = await k.call("run_shell", {"command": plant})
+        assert planted["exit_code"] == 0, planted
+        r = await k.call(
+            "run_shell",
+            {"command": 'bash -c "echo [$KEPT][${BASH_ENV-}][${PYTHONPATH-}]"; python3 -c pass'},
+        )
+    assert not (workspace / marker).exists()  # neither BASH_ENV nor sitecustomize.py ran
+    assert r["exit_code"] == 0 and r["stdout"] == "[yes][][]\n", r
+    assert "dropped" not in r["shell"]
+    shell = planted["shell"]
+    assert shell["state"] == "saved"
+    assert set(shell["dropped"]) == set(STARTUP_EXPORTS), shell
+    assert "BASH_ENV" in shell["note"] and "GIT_CONFIG_KEY_0" in shell["note"]

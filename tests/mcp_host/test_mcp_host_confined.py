@@ -16,13 +16,15 @@ import os
 import secrets
 import shutil
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 import trio
-from mcp_host_helpers import manifest, py_server, toml_str
+from kernel_helpers import venv_under
+from mcp_host_helpers import PYTHON, SERVERS, manifest, py_server, toml_str
 
 from ringfence import create_kernel
 from ringfence.mcp_host import connect_servers, parse_manifest
@@ -324,8 +326,12 @@ def test_the_cli_inspects_a_sandboxed_server_confined(
     out, err = capsys.readouterr()
     assert code == 0, out
     assert "starting its process confined (sandbox = local)" in err
-    sandbox = json.loads(out)["result"]["identity"]["sandbox"]
+    result = json.loads(out)["result"]
+    sandbox = result["identity"]["sandbox"]
     assert sandbox["confined"] is True and not sandbox["writable"]
+    (transport,) = [c for c in result["checks"] if c["check"] == "transport_security"]
+    assert "not sandboxed" not in transport["detail"], transport
+    assert 'confined by the local sandbox (sandbox = "local"' in transport["detail"], transport
     assert {layer["layer"] for layer in sandbox["layers"] if layer["ok"]} >= {
         "namespaces",
         "landlock",
@@ -346,6 +352,8 @@ async def test_a_sandbox_that_does_not_start_is_refused_naming_the_layer(
         assert not [s for s in kernel.tools() if s.name.startswith("mcp.jail.")]
     assert error.code == "unavailable" and "namespaces" in error.message
     assert "before its supervisor reported" in error.message
+    # Why: bubblewrap's own words, from the server's stderr.
+    assert "bwrap: setting up uid map: Permission denied" in error.message
 
 
 def _with_marker(marker: str) -> list[psutil.Process]:
@@ -439,3 +447,62 @@ trio.run(main)
     assert error["code"] == "unavailable", error
     assert "rlimits" in error["message"] and "ulimit -H" in error["message"], error
     assert not (state / "started.log").exists()
+
+
+# -- programs the sandbox would hide -----------------------------------------------------------
+
+
+def _python_under_tmp(base: Path) -> Path:
+    """This checkout's own interpreter when its environment is under /tmp already (the case
+    reported: a clone in /tmp), else a venv made in ``base`` that imports what it imports."""
+    prefix = Path(os.path.realpath(sys.prefix))
+    if any(p in prefix.parents for p in (Path("/tmp"), Path("/var/tmp"))):
+        return Path(sys.executable)
+    return venv_under(base)
+
+
+async def test_a_server_whose_interpreter_and_script_lie_under_tmp_runs_confined(
+    workspace: Path, tmp_path: Path, under_tmp: Path
+) -> None:
+    """A venv's interpreter and a server script under /tmp: shown read-only in the sandbox
+    (the venv whole, the script's own directory), and nothing else of /tmp."""
+    python = _python_under_tmp(under_tmp)
+    script = under_tmp / "servers" / "escape.py"
+    script.parent.mkdir()
+    shutil.copy(SERVERS / "escape.py", script)
+    neighbour = under_tmp / "private.txt"
+    neighbour.write_text("another /tmp file the server must not see\n")
+    block = (
+        f'[[server]]\nname = "jail"\ntransport = "stdio"\ncommand = {toml_str(python)}\n'
+        f'args = [{toml_str(script)}]\nsandbox = "local"\nread_only_tools = ["echo", "read"]\n'
+    )
+    async with kernel_with(workspace, tmp_path, block) as kernel:
+        failures = kernel.extensions["mcp"].failures
+        assert not failures, {k: v.message for k, v in failures.items()}
+        session = Session(kernel, tmp_path / "events.jsonl")
+        assert "hello from /tmp" in await session.tool("echo", text="hello from /tmp")
+        seen = await session.tool("read", path=str(neighbour))
+        written = await session.tool("write", path=str(script.parent / "planted"), text="x")
+    assert "refused" in seen and "another /tmp file" not in seen, seen
+    assert "refused" in written and not (script.parent / "planted").exists(), written
+    (event,) = Session(kernel, tmp_path / "events.jsonl").events("mcp_connected")
+    layers = {layer["layer"]: layer for layer in event["sandbox"]["layers"]}
+    assert "shown read-only: " in layers["file system"]["detail"]
+    assert str(script.parent) in layers["file system"]["detail"]
+
+
+async def test_a_server_that_dies_at_start_is_refused_with_its_stderr(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The connect error says why the server died: its last stderr lines, redacted."""
+    script = workspace / "broken.py"
+    script.write_text("import sys\nsys.exit('broken-server: cannot load its configuration')\n")
+    block = (
+        f'[[server]]\nname = "jail"\ntransport = "stdio"\ncommand = {toml_str(PYTHON)}\n'
+        f'args = [{toml_str(script)}]\nsandbox = "local"\n'
+    )
+    async with kernel_with(workspace, tmp_path, block) as kernel:
+        error = kernel.extensions["mcp"].failures["jail"]
+    assert error.code == "unavailable", error.message
+    assert "broken-server: cannot load its configuration" in error.message, error.message
+    assert error.details["stderr"][-1] == "broken-server: cannot load its configuration"

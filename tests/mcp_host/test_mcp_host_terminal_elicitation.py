@@ -85,17 +85,21 @@ class Terminal:
 def test_a_form_is_asked_at_the_terminal_with_defaults_choices_and_validation(
     tmp_path: Path,
 ) -> None:
-    home = tmp_path / "home"
+    home, ws = tmp_path / "home", tmp_path / "ws"  # side by side: a home in a root is refused
+    ws.mkdir()
     add_form_server(home, "ask")
     events = tmp_path / "events.jsonl"
     env = {**os.environ, "RINGFENCE_HOME": str(home), "TERM": "xterm"}
     term = Terminal(
         [PYTHON, "-m", "ringfence", "call", "mcp.form.book", "--approve", "yes", "--json",
-         "--events", str(events), "--workspace", str(tmp_path)],
+         "--events", str(events), "--workspace", str(ws)],
         env, tmp_path,
     )  # fmt: skip
     try:
         term.expect("asks you for input")
+        # Plainly the server's request, and what ringfence never asks for (issue 29, 8).
+        term.expect("are the server's, not ringfence's")
+        term.expect("ringfence never asks for a password, a token or a key in a form")
         term.expect("city [Oslo]: ")
         term.send("")  # the default, pre-filled
         term.expect("nights: ")

@@ -253,9 +253,10 @@ def test_a_key_file_without_a_key_is_a_usage_error(log: Path) -> None:
 def test_a_run_does_not_append_to_a_log_cut_mid_record(log: Path) -> None:
     data = log.read_bytes()[:-30]  # the last seal, cut mid-write
     log.write_bytes(data)
+    home = log.parent.with_name(log.parent.name + "-home")  # beside the workspace, not in it
     result = cli("call", "read_file", "--args", '{"path": "notes.txt"}', "--json",
                  "--workspace", str(log.parent), "--events", str(log), cwd=log.parent,
-                 home=log.parent)  # fmt: skip
+                 home=home)  # fmt: skip
     assert result.returncode == 1, result.stderr
     error = json.loads(result.stdout)["error"]
     assert (

@@ -28,6 +28,7 @@ async def _never(arguments: dict[str, Any], ctx: Any) -> Any:
 
 
 SHELL = ToolSpec("run_shell", "", {"type": "object"}, _never, residual=True)
+CHECKED = ToolSpec("run_shell", "", {"type": "object"}, _never, residual=True, exec_checked=True)
 
 SAMPLE = Policy.from_strings(
     deny=[
@@ -69,7 +70,7 @@ TABLE: list[tuple[str, Verdict]] = [
     ("{ git status; }", A),
     ("if git status; then echo ok; fi", A),
     ("for f in a b; do echo $f; done", A),
-    ('echo "$(git status)"', A),
+    ('echo "$(git status)"', Q),  # a substitution: never allowed by the rules
     ("npm run test:unit", A),
     ("ls *.py", A),
     # quoting
@@ -154,6 +155,8 @@ TABLE: list[tuple[str, Verdict]] = [
     ("cd sub && echo hi > build/x", Q),
     ("find . -name x | xargs grep foo", Q),
     ("rm -rf $DIR", D),
+    ("rm >&2 -rf /", D),  # words after a redirection are the command's
+    ("rm 2>/dev/null -rf /", D),
     ("rm $FLAGS /", Q),
     ("''\\curl x", D),
     ("((x++))", Q),
@@ -205,7 +208,11 @@ def test_env_argument_makes_an_allowed_command_ask() -> None:
 def test_unrestricted_still_obeys_deny_and_unresolved() -> None:
     assert decide(SHELL, Posture.UNRESTRICTED, RULES, {"command": "echo $(curl x)"}).verdict is D
     assert decide(SHELL, Posture.UNRESTRICTED, RULES, {"command": "eval x"}).verdict is Q
-    assert decide(SHELL, Posture.UNRESTRICTED, RULES, {"command": "make"}).verdict is A
+    # make may start curl: without an exec check the deny rules cannot hold there, so ask
+    assert decide(SHELL, Posture.UNRESTRICTED, RULES, {"command": "make"}).verdict is Q
+    assert decide(CHECKED, Posture.UNRESTRICTED, RULES, {"command": "make"}).verdict is A
+    # an ask rule (git push*) could hide in what eval runs: the exec check does not carry it
+    assert decide(CHECKED, Posture.UNRESTRICTED, RULES, {"command": "eval x"}).verdict is Q
 
 
 def test_no_shell_rules_means_the_posture_decides_as_before() -> None:

@@ -2,7 +2,7 @@
 
 ``merge_changes`` keeps the directories it wrote into, so a sibling skips the
 walk from the root. These sets change a kept directory's chain mid-merge (a
-directory replaced by a link, a directory made a git directory) and check
+directory made a git directory) and check
 that the merge sees the change exactly as a walk per entry would.
 """
 
@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from ringfence.runtime import GitMetadata
+from ringfence.runtime import GitMetadata, InvalidArguments
 from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
 
 
-def test_a_directory_replaced_by_a_link_mid_merge_is_walked_again(
+def test_a_set_that_writes_through_a_link_it_makes_is_refused_whole(
     tmp_path: Path, ringfence_home: Path
 ) -> None:
+    """A change set names physical paths: one that replaces ``a/`` by a link and then
+    writes ``a/y.txt`` (through the link) is refused before anything is applied, since the
+    tree it would leave is not the one it names."""
     root = tmp_path / "ws"
     (root / "a").mkdir(parents=True)
     (root / "b").mkdir()
@@ -32,10 +35,11 @@ def test_a_directory_replaced_by_a_link_mid_merge_is_walked_again(
             Change(0, "a", None, Image("symlink", 0o777, link, 1)),  # a -> b
             Change(0, "a/y.txt", None, Image("file", 0o644, y, 2)),  # through the new link
         ]
-        report = merge_changes(ws, changes, store, force=True)
+        with pytest.raises(InvalidArguments, match="not a directory after this change set"):
+            merge_changes(ws, changes, store, force=True)
         store.close()
-    assert len(report.applied) == 5
-    assert (root / "a").is_symlink() and (root / "b" / "y.txt").read_bytes() == b"y\n"
+    assert (root / "a").is_dir() and not (root / "a").is_symlink()
+    assert list((root / "a").iterdir()) == [] and list((root / "b").iterdir()) == []
 
 
 def test_a_git_directory_assembled_below_a_kept_directory_is_refused(

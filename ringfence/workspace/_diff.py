@@ -1,0 +1,123 @@
+"""A change set as a person reviews it (``checkpoints show``, ``plan show``).
+
+Every change is shown, not only changes of content: per path, a line for a
+new or deleted entry (with its kind and mode), for a change of kind (``file ->
+symlink``) and for a change of mode (``0644 -> 0666 (rw-r--r-- ->
+rw-rw-rw-)``, set-id and sticky bits included), then a unified diff of its
+text. A link's text is its target (``-> target``); content that is binary or
+not UTF-8, and entries that have no text (a FIFO, a device), are named, not
+shown.
+
+What the agent wrote is shown through the one renderer
+(:mod:`ringfence.runtime._render`): names through ``one_line`` (a newline in a
+name cannot start a line of its own), every line of content through
+``visible_line`` (control, bidi and separator characters escaped, long runs of
+blanks counted, indentation kept), so nothing a file holds can move the cursor,
+erase what is shown, or hide part of a line from the person reviewing it. Lines
+are split at ``\\n`` only: a carriage return or a form feed is shown escaped
+inside its line, never as a line break.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterable
+
+from ..runtime._render import one_line, visible_line
+from ._changes import Change, Image
+from ._names import escape_name
+
+__all__ = ["render_changes"]
+
+
+def _mode(mode: int) -> str:
+    """``0644 (rw-r--r--)``: the octal permission bits and what they mean."""
+    bits = stat.S_IMODE(mode)
+    return f"{bits:04o} ({stat.filemode(stat.S_IFREG | bits)[1:]})"
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` split at newlines only (``str.splitlines`` also splits at ``\\r``, ``\\f``…)."""
+    if not text:
+        return []
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def render_changes(changes: Iterable[Change], read: Callable[[str], bytes]) -> str:
+    """``changes`` as a person reviews them; ``read(digest)`` returns a stored blob's bytes."""
+    import difflib  # here: a session that never shows a diff does not import it
+
+    def text(image: Image | None) -> str | None:
+        if image is None or image.kind == "dir":
+            return ""
+        if image.kind == "symlink" and image.digest:
+            target = os.fsdecode(read(image.digest)).replace("\n", "\\n")  # one line
+            return f"-> {target}\n"
+        if image.kind != "file" or image.digest is None:
+            return None
+        data = read(image.digest)
+        try:
+            return None if b"\0" in data else data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    out: list[str] = []
+    for c in changes:
+        name = one_line(escape_name(c.path))
+        before, after = c.before, c.after
+        kinds = {before.kind if before else None, after.kind if after else None}
+        if "dir" in kinds and kinds <= {"dir", None}:
+            if before is None and after is not None:
+                out.append(f"Directory new {name}/, mode {_mode(after.mode)}")
+            elif after is None:
+                out.append(f"Directory deleted {name}/")
+            elif before is not None:
+                out.append(
+                    f"Directory mode of {name}/: {_mode(before.mode)} -> {_mode(after.mode)}"
+                )
+            continue
+        if before is None and after is not None:
+            out.append(f"New {after.kind} {name}, mode {_mode(after.mode)}")
+        elif after is None and before is not None:
+            out.append(f"Deleted {before.kind} {name}")
+        elif before is not None and after is not None:
+            if before.kind != after.kind:
+                out.append(f"Type of {name}: {before.kind} -> {after.kind}")
+            if stat.S_IMODE(before.mode) != stat.S_IMODE(after.mode) and "symlink" not in kinds:
+                out.append(f"Mode of {name}: {_mode(before.mode)} -> {_mode(after.mode)}")
+        old, new = text(before), text(after)
+        if old is None or new is None:
+            shown = after if after is not None else before
+            what = (
+                f"{shown.size:,} bytes, sha256 {shown.digest[:16]}"
+                if shown and shown.digest
+                else ""
+            )
+            out.append(
+                f"Binary or special entry {name} changed (content not shown{': ' if what else ''}{what})"
+            )
+            continue
+        if old == new:
+            continue
+        diff = difflib.unified_diff(
+            _lines(old),
+            _lines(new),
+            f"a/{name}" if before is not None else "/dev/null",
+            f"b/{name}" if after is not None else "/dev/null",
+            lineterm="",
+        )
+        for k, line in enumerate(diff):
+            if k < 3:  # ---, +++ and the first @@: ringfence's own words
+                out.append(line.rstrip("\n"))
+            elif line.startswith("@@"):
+                out.append(line)
+            else:
+                body = line[1:]
+                end = "" if body.endswith("\n") else "  ⟨no newline at the end⟩"
+                out.append(line[0] + visible_line(body.removesuffix("\n")) + end)
+    return "".join(f"{line}\n" for line in out)

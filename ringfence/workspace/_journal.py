@@ -1,0 +1,207 @@
+"""The write journal: an operation that writes the workspace says so first; a killed one is rolled back.
+
+Every operation that writes the workspace through the store — a shell
+command's merge, ``undo``, ``apply_changes`` (``plan apply``), a checkpointed
+``write_file``/``edit_file`` — appends ``B <set id>`` to its store's journal
+before anything of it is written (its change set's manifest included), and
+``E <set id>`` after its last write and the manifest's final form. The set's
+manifest holds every before-image, so the journal itself is two short lines.
+
+Each :class:`~._checkpoints.CheckpointStore` object writes one journal file of
+its own, ``<store>/journal/<pid>-<random>.log``, held with an exclusive
+``flock`` while it lives: a file nobody holds belongs to a process that is
+gone (a lock dies with its process, whatever killed it). Appends go to an
+open descriptor (no file made per operation): a killed process cannot lose
+them; against power loss they are fsynced when the store's writes are
+(``RINGFENCE_CHECKPOINTS_FSYNC=1``).
+
+:func:`recover` (every store's start, ``ringfence recover``) reads each journal
+nobody holds. A set begun and not ended is **rolled back**, the same for every
+operation: each of its changes, newest first, whose path holds the after-image
+gets its before-image back (``merge_changes``' own writer); a path in neither
+state is left and reported. Then the ``.ringfence-*.tmp`` files ringfence's
+writers leave are removed from the directories the set touched, and the set's
+record is made true: a shell command's set is kept as ``staged`` (what it wrote
+is not lost: ``apply_changes`` merges it again), any other is dropped (its write
+did not happen, or is undone). The journal file goes last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._checkpoints import CheckpointStore
+
+__all__ = ["Journal", "Recovery", "pending", "recover"]
+
+# A journal this long with nothing in flight starts again empty (its lines are spent).
+_RESET_BYTES = 1 << 20
+_NAME = re.compile(r"[0-9]+-[0-9a-f]{12}\.log\Z")
+_SET_ID = re.compile(r"[0-9a-f]{1,64}\Z")
+
+
+class Journal:
+    """One store object's journal file (made on its first operation). Thread-safe."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._fd = -1
+        self._name = ""
+        self._open_ops = 0
+
+    def _file(self) -> int:
+        if self._fd < 0:
+            dir_fd = self._store._journal_fd
+            name = f"{os.getpid()}-{secrets.token_hex(6)}.log"
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else can hold it
+            self._fd, self._name = fd, name
+        return self._fd
+
+    def _append(self, line: bytes, *, sync: bool) -> None:
+        fd = self._file()
+        os.write(fd, line)  # O_APPEND: one short write, whole or not at all
+        if sync or self._store.retention.fsync:
+            os.fsync(fd)
+
+    def begin(self, set_id: str, *, sync: bool = False) -> None:
+        """Before the operation's first write (its manifest's first save included)."""
+        with self._lock:
+            self._append(f"B {set_id}\n".encode(), sync=sync)
+            self._open_ops += 1
+
+    def end(self, set_id: str) -> None:
+        """After its last write and its manifest's final form (or after it failed cleanly)."""
+        with self._lock:
+            self._append(f"E {set_id}\n".encode(), sync=False)
+            self._open_ops -= 1
+            if self._open_ops == 0 and os.fstat(self._fd).st_size > _RESET_BYTES:
+                os.ftruncate(self._fd, 0)  # every line in it is spent
+
+    @contextlib.contextmanager
+    def writing(self, set_id: str, *, sync: bool = False) -> Iterator[None]:
+        """``begin`` … ``end`` around an operation (``end`` also when it raises)."""
+        self.begin(set_id, sync=sync)
+        try:
+            yield
+        finally:
+            self.end(set_id)
+
+    def close(self) -> None:
+        """Remove the journal (nothing in flight) and let go of it. Idempotent."""
+        with self._lock:
+            if self._fd < 0:
+                return
+            if self._open_ops == 0:
+                with contextlib.suppress(OSError):
+                    os.unlink(self._name, dir_fd=self._store._journal_fd)
+            os.close(self._fd)
+            self._fd = -1
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What :func:`recover` did: per set rolled back, its id, how many changes were undone,
+    the paths left in neither state, and what became of its record (``staged``, ``dropped``)."""
+
+    sets: tuple[dict[str, Any], ...] = field(default=())
+    journals: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"journals": self.journals, "sets": list(self.sets)}
+
+
+def _unheld(dir_fd: int) -> Iterator[tuple[str, int]]:
+    """The journal files nobody holds, each opened and locked (the caller closes it)."""
+    for name in sorted(os.listdir(dir_fd)):
+        if not _NAME.match(name):
+            continue
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                continue  # a live process's
+            raise
+        yield name, fd
+
+
+def _in_flight(fd: int) -> list[str]:
+    begun: dict[str, None] = {}
+    with os.fdopen(os.dup(fd), "rb") as f:
+        for line in f.read().decode("ascii", "replace").splitlines():
+            kind, _, set_id = line.partition(" ")
+            if not _SET_ID.match(set_id):
+                continue  # a line cut short by the kill: its operation had not begun
+            if kind == "B":
+                begun[set_id] = None
+            elif kind == "E":
+                begun.pop(set_id, None)
+    return list(begun)
+
+
+def pending(store: CheckpointStore) -> list[str]:
+    """The sets a dead process left in flight (what :func:`recover` would roll back)."""
+    dir_fd = store.journal_fd_if_any()
+    if dir_fd is None:
+        return []
+    out: list[str] = []
+    for _, fd in _unheld(dir_fd):
+        try:
+            out += _in_flight(fd)
+        finally:
+            os.close(fd)
+    return out
+
+
+def recover(store: CheckpointStore) -> Recovery:
+    """Roll back every operation a dead process left in flight (see the module docstring)."""
+    dir_fd = store.journal_fd_if_any()
+    if dir_fd is None:
+        return Recovery()
+    done: list[dict[str, Any]] = []
+    journals = 0
+    for name, fd in _unheld(dir_fd):
+        try:
+            for set_id in _in_flight(fd):
+                done.append(_roll_back(store, set_id))
+            os.unlink(name, dir_fd=dir_fd)  # last: a recovery killed midway is done again
+            journals += 1
+        finally:
+            os.close(fd)
+    return Recovery(tuple(done), journals)
+
+
+def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
+    from ._merge import roll_back  # the guarded writer, loaded by the first recovery
+
+    try:
+        cs = store.load(set_id)
+    except Exception:  # never saved (killed before its manifest), or unreadable
+        return {"id": set_id, "undone": 0, "left": [], "record": "none"}
+    undone, left = roll_back(store.workspace, cs.changes, store)
+    if cs.tool == "run_shell" and not cs.staged:
+        store.save(replace(cs, staged=True))  # kept: apply_changes can merge it again
+        record = "staged"
+    elif cs.staged:
+        record = "staged"
+    else:
+        store.drop(cs.id)
+        record = "dropped"
+    return {"id": set_id, "undone": undone, "left": left, "record": record}

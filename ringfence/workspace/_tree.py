@@ -1,0 +1,298 @@
+"""The tree a change set leaves: the roots read as they will be, paths resolved as the kernel does.
+
+A guard that judges a change set entry by entry judges spellings; what an
+attacker needs is a *state* (a directory git takes for a repository, a link
+that leads out). :class:`TreeView` reads the roots as they are now, or as they
+will be once a change set is applied (its entries over what is on disk), and
+never writes. :func:`realpath` and :func:`resolve` follow links through such a
+view exactly as ``os.path.realpath`` and the kernel's path walk do, so a rule
+can be checked on the resulting tree before anything is applied.
+
+Paths are absolute, ``/``-separated strings. A path inside a root is read
+relative to the root's descriptor (its components are physical: the callers
+resolve links themselves); outside the roots the host is read by path, only
+to judge, never to write (a link may lead there).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import NamedTuple
+
+from ._changes import Blobs, Change, Image
+
+__all__ = ["MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
+
+# The kernel's own limit on links followed in one path walk (ELOOP past it).
+MAX_LINKS = 40
+
+
+class Node:
+    """What an ``lstat`` would say about one path: ``kind`` (``file``, ``dir``, ``symlink``,
+    ``other``) and the permission bits; where the content comes from is the view's."""
+
+    __slots__ = ("digest", "kind", "mode", "rel")
+
+    def __init__(self, kind: str, mode: int, digest: str | None, rel: tuple[int, str] | None):
+        self.kind = kind
+        self.mode = mode
+        self.digest = digest  # a change set's after-image: its content's digest
+        self.rel = rel  # on disk inside a root: (root index, relative path)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Node({self.kind}, {self.mode:o})"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "other"
+
+
+_ROOT, _PATH, _AFTER = itemgetter(0), itemgetter(1), itemgetter(3)  # Change's fields
+
+
+class _Root(NamedTuple):
+    path: str
+    fd: int
+
+
+class TreeView:
+    """The roots now (no ``changes``) or after ``changes`` (applied in order), read-only.
+
+    ``roots`` are ``(real path, directory descriptor)`` pairs, the
+    descriptors the caller's (held open while the view is used). ``blobs``
+    holds the changes' after-images (link targets and file contents).
+    """
+
+    def __init__(
+        self,
+        roots: Sequence[tuple[str, int]],
+        changes: Sequence[Change] = (),
+        blobs: Blobs | None = None,
+    ) -> None:
+        self.roots = [_Root(p.rstrip("/") or "/", fd) for p, fd in roots]
+        # Longest first: a path belongs to the innermost root that holds it.
+        self._by_length = sorted(range(len(self.roots)), key=lambda i: -len(self.roots[i].path))
+        self.blobs = blobs
+        # Each changed path's final state (after-images, made into nodes when looked up).
+        # Built in C (a command's set can be 10,000 changes); what was on disk below a path
+        # the set removed, replaced or made (``_cut``) is found on first need.
+        self._changes = changes
+        self._final: dict[tuple[int, str], Image | None] = dict(
+            zip(
+                zip(map(_ROOT, changes), map(_PATH, changes), strict=True),
+                map(_AFTER, changes),
+                strict=True,
+            )
+        )
+        self._cut: set[tuple[int, str]] | None = None
+        self._cache: dict[str, Node | None] = {}
+
+    # -- where a path lies ---------------------------------------------------------------
+
+    def locate(self, path: str) -> tuple[int, str] | None:
+        """``(root index, path below it)`` for a path inside a root, else None."""
+        for i in self._by_length:
+            top = self.roots[i].path
+            if path == top:
+                return i, ""
+            if path.startswith(top) and (top == "/" or path[len(top)] == "/"):
+                return i, path[len(top) + 1 :] if top != "/" else path[1:]
+        return None
+
+    def inside(self, path: str) -> bool:
+        return self.locate(path) is not None
+
+    def _gone(self) -> set[tuple[int, str]]:
+        """The paths whose directory did not stay a directory throughout the set."""
+        if self._cut is None:
+            self._cut = {
+                (c[0], c[1])
+                for c in self._changes
+                if c[2] is None or c[3] is None or c[2][0] != "dir" or c[3][0] != "dir"
+            }
+        return self._cut
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def lstat(self, path: str) -> Node | None:
+        """The entry at ``path`` (never followed), or None when there is none."""
+        try:
+            return self._cache[path]
+        except KeyError:
+            pass
+        node = self._lstat(path)
+        self._cache[path] = node
+        return node
+
+    def _lstat(self, path: str) -> Node | None:
+        where = self.locate(path)
+        if where is None:
+            try:
+                st = os.lstat(path)  # outside every root: read only to judge
+            except (OSError, ValueError):
+                return None
+            return Node(_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, None)
+        if where in self._final:
+            image = self._final[where]
+            return None if image is None else Node(image.kind, image.mode, image.digest, None)
+        root, rel = where
+        parent = rel
+        while "/" in parent:
+            parent = parent.rpartition("/")[0]
+            if (root, parent) in self._final and (root, parent) in self._gone():
+                return None  # below a directory the set removed, replaced or made
+        try:
+            st = os.stat(rel or ".", dir_fd=self.roots[root].fd, follow_symlinks=False)
+        except (OSError, ValueError):
+            return None
+        return Node(_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, where)
+
+    def readlink(self, path: str, node: Node) -> str | None:
+        """The target of the link ``node`` found at ``path``."""
+        try:
+            if node.digest is not None:
+                assert self.blobs is not None
+                return os.fsdecode(self.blobs.get(node.digest))
+            if node.rel is not None:
+                root, rel = node.rel
+                return os.readlink(rel, dir_fd=self.roots[root].fd)
+            return os.readlink(path)  # outside every root
+        except (OSError, KeyError, ValueError):
+            return None
+
+    def read(self, path: str, node: Node, limit: int) -> bytes | None:
+        """Up to ``limit`` bytes of the regular file ``node`` found at ``path``."""
+        if node.kind != "file":
+            return None
+        try:
+            if node.digest is not None:
+                assert self.blobs is not None
+                return self.blobs.get(node.digest)[:limit]
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            if node.rel is not None:
+                root, rel = node.rel
+                fd = os.open(rel, flags, dir_fd=self.roots[root].fd)
+            else:
+                fd = os.open(path, flags)  # outside every root
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return None
+                return os.read(fd, limit)
+            finally:
+                os.close(fd)
+        except (OSError, KeyError, ValueError):
+            return None
+
+
+def _join(base: str, name: str) -> str:
+    return base + name if base.endswith("/") else f"{base}/{name}"
+
+
+def _parent(path: str) -> str:
+    head = path.rpartition("/")[0]
+    return head or "/"
+
+
+def realpath(view: TreeView, path: str) -> tuple[str, bool]:
+    """``os.path.realpath(path)`` on the view: ``(the path, whether every link resolved)``.
+
+    The same walk as the standard library's (non-strict): a missing or
+    non-directory component is kept as it is and the walk goes on, ``..``
+    pops what was resolved so far, a link loop (or more than
+    :data:`MAX_LINKS` links) ends the walk with the rest appended and
+    ``False``. This is what ``realpath`` reports for a dangling link, and
+    what the kernel would find if the missing parts became directories.
+    """
+    seen: dict[str, str | None] = {}
+    budget = [MAX_LINKS]
+    resolved, ok = _join_real(view, "/" if path.startswith("/") else "", path, seen, budget)
+    # realpath ends in abspath: what a loop left unresolved ("L/..") is normalized lexically.
+    return posixpath.normpath(resolved or "/"), ok
+
+
+def _join_real(
+    view: TreeView, path: str, rest: str, seen: dict[str, str | None], budget: list[int]
+) -> tuple[str, bool]:
+    if rest.startswith("/"):
+        rest = rest[1:]
+        path = "/"
+    while rest:
+        name, _, rest = rest.partition("/")
+        if not name or name == ".":
+            continue
+        if name == "..":
+            path = _parent(path) if path not in ("", "/") else "/"
+            continue
+        newpath = _join(path, name)
+        node = view.lstat(newpath)
+        if node is None or node.kind != "symlink":
+            path = newpath
+            continue
+        if newpath in seen:
+            cached = seen[newpath]
+            if cached is not None:
+                path = cached
+                continue
+            return _join(newpath, rest) if rest else newpath, False  # a loop
+        budget[0] -= 1
+        target = view.readlink(newpath, node)
+        if budget[0] < 0 or target is None:
+            return _join(newpath, rest) if rest else newpath, False
+        seen[newpath] = None
+        path, ok = _join_real(view, path, target, seen, budget)
+        if not ok:
+            return _join(path, rest) if rest else path, False
+        seen[newpath] = path
+    return path, True
+
+
+def resolve(view: TreeView, path: str, *, follow: bool = True) -> tuple[str, Node] | None:
+    """The kernel's walk of an absolute ``path`` on the view: ``(physical path, its node)``.
+
+    Every component must exist and every one but the last be a directory
+    (after links); links are followed (the last one too with ``follow``), at
+    most :data:`MAX_LINKS` of them. None where the kernel would fail
+    (``ENOENT``, ``ENOTDIR``, ``ELOOP``).
+    """
+    pending = [p for p in reversed(path.split("/")) if p]
+    current = "/"
+    links = 0
+    node: Node | None = view.lstat("/")
+    while pending:
+        name = pending.pop()
+        if name == ".":
+            continue
+        if name == "..":
+            current = _parent(current)
+            node = view.lstat(current)
+            continue
+        if node is None or node.kind != "dir":
+            return None
+        candidate = _join(current, name)
+        found = view.lstat(candidate)
+        if found is None:
+            return None
+        if found.kind == "symlink" and (pending or follow):
+            links += 1
+            target = view.readlink(candidate, found)
+            if links > MAX_LINKS or not target:
+                return None
+            pending.extend(p for p in reversed(target.split("/")) if p)
+            if target.startswith("/"):
+                current = "/"
+                node = view.lstat("/")
+            continue
+        current, node = candidate, found
+    if node is None:
+        return None
+    return current, node

@@ -1,0 +1,251 @@
+"""The resulting tree judged before a change set is applied: git's discovery, every link's resolution.
+
+The merge's entry-by-entry refusals (:mod:`._merge`) are the fast first
+filter. This is the guarantee: before anything is applied, the tree the set
+would leave (:class:`~._tree.TreeView`) is judged as git and the kernel
+will read it.
+
+* **Git**: git's discovery (``setup_git_directory``) finds at each directory
+  a ``.git`` (a gitfile's target or a directory) that is a git directory,
+  or the directory itself as a bare repository (:func:`git_at`, with git's
+  own ``is_git_directory``: a valid ``HEAD``; ``objects`` and ``refs``, of
+  the ``commondir`` when there is one, that ``access(X_OK)`` accepts — a
+  directory, or an executable file, through links). A set is refused whole
+  when what git finds at any directory would differ afterwards. Only
+  directories where it can differ are looked at: those where the set
+  touches a name git reads (``HEAD``, ``objects``, ``refs``, ``commondir``;
+  case-folded; a ``.git`` name is refused by name before), those an up-to-date scan finds holding such names
+  already (a candidate completed through a link or a ``commondir``
+  elsewhere), the parents of every ``.git`` entry, and the roots. Anywhere
+  else what git finds is unchanged: the names it needs are not there,
+  before or after.
+* **Links**: a link the set makes must resolve (``os.path.realpath``'s walk
+  on the resulting tree, :func:`~._tree.realpath`) inside a root, dangling
+  or not; when the set makes, removes or replaces any link, every other
+  link in the roots is resolved again, and one that resolved inside and no
+  longer does refuses the set. (A set without links changes no link's
+  ``realpath``: a missing component, a file and a directory are all kept
+  as they are by that walk.)
+
+The scan that finds candidates and links is :func:`._gitscan.scan_git_metadata`,
+incremental from the previous merge's scan of the same workspace.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from itertools import chain, compress, repeat
+from operator import itemgetter
+from typing import Any
+
+from ..runtime import GitMetadata, InvalidArguments
+from ._changes import Blobs, Change
+from ._gitguard import GITFILE_MAX_BYTES, parse_gitfile, valid_head
+from ._gitmeta import GitSnapshot
+from ._names import escape_name
+from ._resolver import Resolver
+from ._tree import Node, TreeView, realpath, resolve
+
+__all__ = ["check_resulting_tree", "git_at", "is_git_dir"]
+
+# Names git's discovery reads in a directory (case-folded: a case-insensitive directory too).
+_GIT_NAMES = frozenset({"head", "objects", "refs", "commondir"})
+# Fields, for passes over a set that run in C.
+_ROOT, _PATH, _BEFORE, _AFTER = (itemgetter(i) for i in range(4))
+_HEAD, _LEAF, _KIND = itemgetter(0), itemgetter(2), itemgetter(0)
+_HEAD_READ = 255  # git's validate_headref reads this much
+_COMMONDIR_READ = 4096
+
+
+def _join(base: str, name: str) -> str:
+    return base + name if base.endswith("/") else f"{base}/{name}"
+
+
+# -- git's rules on a view -----------------------------------------------------------------
+
+
+def _head_valid(view: TreeView, gitdir: str) -> bool:
+    """git's ``validate_headref`` for ``gitdir/HEAD``: a link to ``refs/…``, or a file
+    starting ``ref: refs/`` or with an object id."""
+    path = _join(gitdir, "HEAD")
+    found = resolve(view, path, follow=False)
+    if found is None:
+        return False
+    if found[1].kind == "symlink":
+        target = view.readlink(*found)
+        return target is not None and target.startswith("refs/")
+    content = view.read(found[0], found[1], _HEAD_READ)
+    return content is not None and valid_head(content.split(b"\0", 1)[0])
+
+
+def _searchable(view: TreeView, path: str) -> bool:
+    """``access(path, X_OK)``: a directory, or anything with an execute bit, through links."""
+    found = resolve(view, path)
+    if found is None:
+        return False
+    node = found[1]
+    return node.kind == "dir" or bool(node.mode & 0o111)
+
+
+def is_git_dir(view: TreeView, gitdir: str) -> bool:
+    """git's ``is_git_directory(gitdir)`` on the view."""
+    if not _head_valid(view, gitdir):
+        return False
+    common = gitdir
+    # git's file_exists() is an lstat: a dangling link counts, and then git dies reading it.
+    if resolve(view, _join(gitdir, "commondir"), follow=False) is not None:
+        found = resolve(view, _join(gitdir, "commondir"))
+        content = view.read(found[0], found[1], _COMMONDIR_READ) if found else None
+        if not content:
+            return True  # git dies reading it; counted as a repository (the safe side)
+        text = os.fsdecode(content.split(b"\0", 1)[0].rstrip(b"\r\n"))
+        common = realpath(view, text if text.startswith("/") else _join(gitdir, text))[0]
+    return _searchable(view, _join(common, "objects")) and _searchable(view, _join(common, "refs"))
+
+
+GitFound = tuple[Any, bool]
+
+
+def git_at(view: TreeView, directory: str) -> GitFound:
+    """What git's discovery finds at ``directory`` itself: ``(its .git, bare)``.
+
+    ``.git`` is None (nothing there), ``("gitfile", target, is a git dir)``,
+    ``("bad-gitfile",)`` or ``("dir", path, is a git dir)``; ``bare`` whether
+    the directory is itself a git directory.
+    """
+    dotgit: Any = None
+    found = resolve(view, _join(directory, ".git"))
+    if found is not None:
+        path, node = found
+        if node.kind == "file":
+            content = view.read(path, node, GITFILE_MAX_BYTES + 1)
+            target = parse_gitfile(content) if content is not None else None
+            if target is None:
+                dotgit = ("bad-gitfile",)
+            else:
+                where = target if target.startswith("/") else _join(directory, target)
+                real = realpath(view, where)[0]
+                dotgit = ("gitfile", real, is_git_dir(view, real))
+        elif node.kind == "dir":
+            dotgit = ("dir", path, is_git_dir(view, path))
+    return dotgit, is_git_dir(view, directory)
+
+
+def _describe(found: GitFound) -> str:
+    dotgit, bare = found
+    if bare:
+        return "a bare repository"
+    if dotgit is None:
+        return "no repository"
+    if dotgit[0] == "bad-gitfile":
+        return "an unreadable gitfile"
+    return "a repository" if dotgit[2] else "a .git that is not a repository"
+
+
+# -- the check ------------------------------------------------------------------------------
+
+
+def _scan(resolver: Resolver) -> GitSnapshot:
+    """An up-to-date scan of the roots, incremental from the previous one."""
+    from ._gitscan import scan_git_metadata
+
+    with resolver.scan_lock:
+        snapshot = scan_git_metadata([r.path for r in resolver.roots], base=resolver.scan_base)
+        resolver.scan_base = snapshot
+        return snapshot
+
+
+def check_resulting_tree(
+    resolver: Resolver, changes: Sequence[Change], blobs: Blobs | None = None
+) -> None:
+    """Refuse ``changes`` (``git_metadata``, ``invalid_arguments``) when the tree they leave
+    differs where git or a link would see it (see the module docstring). Blocking; reads only;
+    inside an operation of ``resolver`` (its root descriptors held open).
+    """
+    if not changes:
+        return
+    snapshot = _scan(resolver)
+    roots = [(str(r.path), r.fd) for r in resolver.roots]
+    before = TreeView(roots)
+    after = TreeView(roots, changes, blobs)
+    root_paths = [p for p, _ in roots]
+
+    def absolute(root: int, path: str) -> str:
+        return _join(root_paths[root], path) if path else root_paths[root]
+
+    # One pass each, in C: a command's set can be 10,000 changes (see _tree).
+    written = list(compress(changes, map(_AFTER, changes)))
+    _check_physical(after, written, absolute)
+
+    # Git: every directory where what discovery finds may differ.
+    candidates: dict[str, None] = dict.fromkeys(root_paths)
+    # (A .git name never gets here: both callers refuse it by name first.)
+    leaves = set(map(_LEAF, map(str.rpartition, map(_PATH, changes), repeat("/"))))
+    if not set(map(str.lower, leaves)).isdisjoint(_GIT_NAMES):
+        for change in changes:
+            parent, _, leaf = change.path.rpartition("/")
+            if leaf.lower() in _GIT_NAMES:
+                candidates[absolute(change.root, parent)] = None
+    for key, state in snapshot.dirs.items():
+        if state.volatile:
+            candidates[absolute(*key)] = None
+    for root, path in snapshot.tops:
+        candidates[absolute(root, path.rpartition("/")[0])] = None
+        candidates[absolute(root, path)] = None
+    for directory in candidates:
+        was, will = git_at(before, directory), git_at(after, directory)
+        if was != will:
+            shown = escape_name(directory)
+            raise GitMetadata(
+                f"after this change set git would find {_describe(will)} at {shown} "
+                f"(now {_describe(was)}); the change set was refused as a whole, "
+                "nothing was changed",
+                path=shown,
+            )
+
+    # Links: only a set that makes, removes or replaces a link can move any link's target.
+    images = chain(filter(None, map(_BEFORE, changes)), filter(None, map(_AFTER, changes)))
+    if "symlink" not in set(map(_KIND, images)):
+        return
+    made = {(c.root, c.path) for c in changes if c.after is not None and c.after.kind == "symlink"}
+    for key in made:
+        where = absolute(*key)
+        target, _ = realpath(after, where)
+        if not after.inside(target):
+            raise _leaves(where, target)
+    existing = set(snapshot.links) | {k for k, e in snapshot.entries.items() if e.kind == "link"}
+    for key in existing - made:
+        where = absolute(*key)
+        node = after.lstat(where)
+        if node is None or node.kind != "symlink":
+            continue  # removed or replaced by the set
+        target, _ = realpath(after, where)
+        if not after.inside(target) and before.inside(realpath(before, where)[0]):
+            raise _leaves(where, target, existing=True)
+
+
+def _leaves(where: str, target: str, existing: bool = False) -> InvalidArguments:
+    what = "the existing link" if existing else "the link"
+    return InvalidArguments(
+        f"after this change set {what} {escape_name(where)} would resolve to "
+        f"{escape_name(target)}, outside the workspace roots; the change set was refused "
+        "as a whole, nothing was changed",
+        field="path",
+    )
+
+
+def _check_physical(after: TreeView, written: Sequence[Change], absolute: Any) -> None:
+    """Every path the set writes lies in a directory of the resulting tree (never a link):
+    a change set names physical paths, so the view judges what will be written."""
+    parents = map(_HEAD, map(str.rpartition, map(_PATH, written), repeat("/")))
+    for root, parent in set(zip(map(_ROOT, written), parents, strict=True)):
+        if not parent:
+            continue
+        node: Node | None = after.lstat(absolute(root, parent))
+        if node is not None and node.kind != "dir":
+            raise InvalidArguments(
+                f"a change below {escape_name(parent)}: not a directory after this change set "
+                f"(a {node.kind}); the change set was refused as a whole, nothing was changed",
+                field="path",
+            )

@@ -1,0 +1,319 @@
+"""Git metadata and links judged on the tree a change set leaves, attacked through the CLI.
+
+Each attack is a real confined command (``ringfence call run_shell``) whose
+writes, entry by entry, look harmless: a repository assembled with a link or
+with executable *files* for ``objects``/``refs``, a ``commondir``, a link that
+leaves the roots through another link, an existing link made to point out.
+Each must be refused whole, with the workspace byte for byte as before, real
+``git`` finding no new repository there (so no ``core.fsmonitor`` can run),
+and no change set recorded as applied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backends_helpers import DOCKER_OPTIONS, WORKSPACE_UID, chown_like_workspace
+from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
+from test_backends_changesets import owned, tree_state
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+HEAD = "printf 'ref: refs/heads/main\\n' > HEAD"
+
+
+def config(marker: Path, worktree: str = "..") -> str:
+    return (
+        "printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n"
+        f'\\tworktree = {worktree}\\n\\tfsmonitor = "touch {marker}"\\n\' > config'
+    )
+
+
+# name -> (command, directory git must not take for a repository). {config} is the hostile config.
+GIT_ATTACKS = {
+    # The finding as reported: refs a link to objects.
+    "refs a link": (
+        f"mkdir sub && cd sub && {HEAD} && mkdir objects && ln -s objects refs && {{config}}",
+        "sub",
+    ),
+    "HEAD a link": (
+        "mkdir sub && cd sub && ln -s refs/heads/main HEAD && mkdir objects refs && {config}",
+        "sub",
+    ),
+    "objects and refs linking to a workspace directory": (
+        f"mkdir sub && cd sub && {HEAD} && ln -s ../data objects && ln -s ../data refs && {{config}}",
+        "sub",
+    ),
+    "a commondir": (
+        f"mkdir -p sub common/objects common/refs && cd sub && {HEAD} && echo ../common > commondir && {{config}}",
+        "sub",
+    ),
+    # git's test is access(X_OK): an executable empty *file* passes.
+    "executable files, no directory at all": (
+        f"mkdir sub && cd sub && {HEAD} && touch objects refs && chmod 755 objects refs && {{config}}",
+        "sub",
+    ),
+    "executable files at the root": (
+        f"{HEAD} && touch objects refs && chmod 755 objects refs && {{config}}",
+        ".",
+    ),
+    "renamed into place whole": (
+        f"mkdir -p /tmp/t/sub && cd /tmp/t/sub && {HEAD} && mkdir objects && ln -s objects refs"
+        " && {config} && cd - >/dev/null && mv /tmp/t/sub sub",
+        "sub",
+    ),
+}
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "keep.txt").write_text("data\n")
+    (root / "notes.txt").write_text("notes\n")
+    return owned(root, WORKSPACE_UID)
+
+
+def git_dir(where: Path) -> str | None:
+    """What the real git finds from ``where`` (its absolute git directory), or None."""
+    if not where.is_dir():
+        return None
+    out = subprocess.run(
+        ["git", "rev-parse", "--absolute-git-dir"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": os.environ["PATH"],
+            "HOME": str(where),
+            "GIT_CEILING_DIRECTORIES": str(where.parent.parent),
+            "GIT_CONFIG_NOSYSTEM": "1",
+        },
+    )
+    if out.returncode != 0 and "not a git repository" in out.stderr:
+        return None
+    return out.stdout.strip() or out.stderr.strip()
+
+
+def git_status(where: Path) -> None:
+    """``git status`` where a person would run it: a planted fsmonitor would run here."""
+    if where.is_dir():
+        subprocess.run(
+            ["git", "status"],
+            cwd=where,
+            capture_output=True,
+            env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"},
+        )
+
+
+def call(
+    capsys: pytest.CaptureFixture[str], ws: Path, command: str, *extra: str
+) -> tuple[int, Any]:
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "no"]
+    return cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args, *extra
+    )
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def assert_refused_and_unchanged(
+    code: int,
+    out: Any,
+    ws: Path,
+    before: dict[str, Any],
+    marker: Path,
+    events_path: Path,
+    where: str,
+) -> None:
+    assert code != 0, out
+    assert out["error"]["code"] in ("git_metadata", "invalid_arguments"), out
+    assert "refused as a whole" in out["error"]["message"]
+    assert tree_state(ws) == before
+    assert git_dir(ws / where) is None
+    git_status(ws / where)
+    assert not marker.exists()
+    applied = [e for e in events(events_path) if e["kind"] == "checkpoint" and e.get("id")]
+    assert applied == []
+
+
+@pytest.mark.parametrize("attack", list(GIT_ATTACKS), ids=list(GIT_ATTACKS))
+def test_a_repository_assembled_any_way_is_refused_whole(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], attack: str
+) -> None:
+    marker = tmp_path / "PWNED"
+    command, where = GIT_ATTACKS[attack]
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = call(
+        capsys, ws, command.format(config=config(marker)), "--events", str(events_path)
+    )
+    assert_refused_and_unchanged(code, out, ws, before, marker, events_path, where)
+
+
+def test_an_almost_repository_completed_by_a_later_command_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step one plants HEAD, config and dangling links (not a repository: accepted); step two
+    only makes two directories elsewhere. The second is judged on the tree it leaves."""
+    marker = tmp_path / "PWNED"
+    step1 = f"mkdir sub && cd sub && {HEAD} && ln -s ../o objects && ln -s ../r refs && {config(marker)}"
+    code, out = call(capsys, ws, step1)
+    assert code == 0, out
+    assert git_dir(ws / "sub") is None
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = call(capsys, ws, "mkdir o r", "--events", str(events_path))
+    assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
+
+
+def test_an_almost_repository_completed_by_write_file_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "PWNED"
+    step1 = f"mkdir sub && cd sub && {HEAD} && ln -s ../o objects && ln -s ../r refs && {config(marker)}"
+    assert call(capsys, ws, step1)[0] == 0
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "no"]
+    code, out = cli_json(
+        capsys, "call", "write_file", "--args", json.dumps({"path": "o/x", "content": "x"}), *args
+    )
+    assert code == 0, out  # o/ alone completes nothing
+    before = tree_state(ws)
+    code, out = cli_json(
+        capsys, "call", "write_file", "--args", json.dumps({"path": "r/x", "content": "x"}), *args
+    )
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert tree_state(ws) == before
+    assert git_dir(ws / "sub") is None
+    git_status(ws / "sub")
+    assert not marker.exists()
+
+
+# The link attacks: `realpath` (the kernel's walk) decides, not `normpath`.
+def test_a_link_that_leaves_through_another_link_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    depth = len(ws.parts) - 1  # climbs from the root to /
+    up = "/".join(f"d{i}" for i in range(depth))
+    lexically_inside = up + "/up/" + "../" * depth + "etc"
+    assert not os.path.normpath(lexically_inside).startswith("..")  # what a lexical judge saw
+    command = f"mkdir -p {up} && ln -s {'../' * (depth - 1)}.. {up}/up && ln -s {lexically_inside} etclink"
+    before = tree_state(ws)
+    code, out = call(capsys, ws, command)
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert "etclink" in out["error"]["message"] and "refused as a whole" in out["error"]["message"]
+    assert tree_state(ws) == before
+
+
+def test_an_absolute_link_through_a_link_is_refused(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    depth = len(ws.parts) - 1
+    up = "/".join(f"d{i}" for i in range(depth))
+    target = f"{ws}/{up}/up/{'../' * depth}etc"
+    assert os.path.normpath(target).startswith(str(ws) + "/")  # what a lexical judge saw
+    command = f"mkdir -p {up} && ln -s {'../' * (depth - 1)}.. {up}/up && ln -s {target} etclink"
+    before = tree_state(ws)
+    code, out = call(capsys, ws, command)
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert tree_state(ws) == before
+
+
+def test_an_existing_link_made_to_point_out_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``L -> a/b/../../x`` resolves inside while ``a/b`` is a directory; turning ``a`` into a
+    link to ``.`` (itself inside) makes ``L`` resolve above the root."""
+    code, out = call(capsys, ws, "mkdir -p a/b && ln -s a/b/../../x L")
+    assert code == 0, out
+    assert os.path.realpath(ws / "L").startswith(str(ws) + "/")
+    before = tree_state(ws)
+    code, out = call(capsys, ws, "rm -r a && ln -s . a")
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert "existing link" in out["error"]["message"] and "L" in out["error"]["message"]
+    assert tree_state(ws) == before
+    assert os.path.realpath(ws / "L").startswith(str(ws) + "/")
+
+
+def test_links_that_stay_inside_are_merged(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The control: links inside the roots, chains included, merge as before."""
+    code, out = call(
+        capsys,
+        ws,
+        "mkdir -p a/b && ln -s ../.. a/b/up && ln -s a/b/up/data d && ln -s ../notes.txt a/n",
+    )
+    assert code == 0, out
+    assert os.path.realpath(ws / "d") == str(ws / "data")
+    assert (ws / "a" / "n").read_text() == "notes\n"
+
+
+def test_no_change_sets_scan_refuses_a_repository_of_executable_files(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The before/after scan of `--no-change-sets` applies git's X_OK rule too."""
+    marker = tmp_path / "PWNED"
+    command = f"mkdir sub && cd sub && {HEAD} && touch objects refs && chmod 755 objects refs && {config(marker, '.')}"
+    args = [
+        "--workspace",
+        str(ws),
+        "--posture",
+        "allow-reversible",
+        "--approve",
+        "yes",
+        "--no-change-sets",
+    ]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args
+    )
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert git_dir(ws / "sub") is None
+    git_status(ws / "sub")
+    assert not marker.exists()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("attack", ["refs a link", "executable files, no directory at all"])
+def test_docker_change_sets_refuse_the_same_repositories(
+    docker_client: Any,
+    ws: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    attack: str,
+) -> None:
+    monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", DOCKER_OPTIONS["image"])
+    marker = tmp_path / "PWNED"
+    command, where = GIT_ATTACKS[attack]
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = call(
+        capsys, ws, command.format(config=config(marker)), "--backend", "docker", "--change-sets",
+        "--events", str(events_path),
+    )  # fmt: skip
+    assert_refused_and_unchanged(code, out, ws, before, marker, events_path, where)
+
+
+@pytest.mark.docker
+def test_docker_change_sets_refuse_a_link_that_leaves_through_a_link(
+    docker_client: Any,
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", DOCKER_OPTIONS["image"])
+    chown_like_workspace(ws)
+    depth = len(ws.parts) - 1
+    up = "/".join(f"d{i}" for i in range(depth))
+    command = f"mkdir -p {up} && ln -s {'../' * (depth - 1)}.. {up}/up && ln -s {up}/up/{'../' * depth}etc etclink"
+    before = tree_state(ws)
+    code, out = call(capsys, ws, command, "--backend", "docker", "--change-sets")
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert tree_state(ws) == before

@@ -1,0 +1,89 @@
+"""A dry run stages only what applying would do: what the writers refuse is refused at staging.
+
+Through the CLI (``--dry-run PLAN``): a script's ``write_file`` of ``.git/config``
+gets the refusal (the script does not see success), ``run_shell`` under a dry run
+refuses its set's git metadata when it is staged, and nothing reaches the plan.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
+from test_backends_changesets import tree_state
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / ".git" / "objects").mkdir(parents=True)
+    (root / ".git" / "refs").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "a.txt").write_text("a\n")
+    return root
+
+
+def staged_calls(plan: Path) -> list[dict]:
+    return json.loads(plan.read_text())["calls"] if plan.exists() else []
+
+
+def test_a_script_s_git_write_is_refused_at_staging_not_staged(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(
+        "try:\n"
+        "    call_tool('write_file', path='.git/config', content='[core]\\n\\tfsmonitor = x\\n')\n"
+        "    print('STAGED')\n"
+        "except ToolError as e:\n"
+        "    print('REFUSED', e.code)\n"
+        "call_tool('write_file', path='ok.txt', content='fine\\n')\n"
+    )
+    plan = tmp_path / "plan.json"
+    before = tree_state(ws)
+    code, out = cli_json(
+        capsys, "run-script", str(script), "--workspace", str(ws), "--approve", "yes",
+        "--dry-run", str(plan),
+    )  # fmt: skip
+    assert code == 0, out
+    printed = out["result"]["output"]
+    assert "REFUSED git_metadata" in printed and "STAGED" not in printed
+    assert [c["tool"] for c in staged_calls(plan)] == ["write_file"]  # only ok.txt
+    assert staged_calls(plan)[0]["arguments"]["path"] == "ok.txt"
+    assert tree_state(ws) == before
+
+
+def test_a_write_file_dry_run_of_git_metadata_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = tmp_path / "plan.json"
+    args = json.dumps({"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"})
+    code, out = cli_json(
+        capsys, "call", "write_file", "--args", args, "--workspace", str(ws), "--approve", "yes",
+        "--dry-run", str(plan),
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert staged_calls(plan) == []
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_shell_dry_run_refuses_git_metadata_at_staging(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = tmp_path / "plan.json"
+    before = tree_state(ws)
+    command = json.dumps(
+        {"command": "printf '\\tfsmonitor = x\\n' >> .git/config && echo b > b.txt"}
+    )
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", command, "--workspace", str(ws),
+        "--posture", "allow-reversible", "--approve", "no", "--dry-run", str(plan),
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert "refused at staging" in out["error"]["message"]
+    assert staged_calls(plan) == []
+    assert tree_state(ws) == before

@@ -1,0 +1,212 @@
+"""The environment never weakens an embedded kernel; the command line reads it, shows and records it.
+
+``create_kernel`` (and ``select_backend``, ``load_policy``) take what a caller
+passes, else their confined defaults, whatever ``RINGFENCE_EXECUTION_BACKEND``,
+``RINGFENCE_SCRIPT_SANDBOX``, ``RINGFENCE_WORKSPACE_ROOTS`` or
+``RINGFENCE_MANAGED_POLICY`` say. The ``ringfence`` command still honours them,
+passes them as arguments, and shows and records each weaker choice.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import isolated  # noqa: F401  (autouse fixture)
+
+from ringfence import create_kernel
+from ringfence.cli._main import main
+from ringfence.runtime import Posture, load_policy
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+def events(path: Path, kind: str) -> list[dict[str, Any]]:
+    return [e for e in map(json.loads, path.read_text().splitlines()) if e["kind"] == kind]
+
+
+@needs_bwrap
+async def test_create_kernel_ignores_variables_that_would_weaken_it(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library caller who passed no backend, script sandbox or roots gets the confined
+    defaults: the environment's `host`, `none` and wider roots are not applied."""
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "secret.txt").write_text("outside the caller's workspace\n")
+    marker = Path("/tmp") / f"ringfence-env-attack-{secrets.token_hex(6)}"
+    monkeypatch.setenv("RINGFENCE_EXECUTION_BACKEND", "host")
+    monkeypatch.setenv("RINGFENCE_SCRIPT_SANDBOX", "none")
+    monkeypatch.setenv("RINGFENCE_WORKSPACE_ROOTS", str(wide))
+    monkeypatch.chdir(ws)
+    log = tmp_path / "events.jsonl"
+    try:
+        async with create_kernel(posture=Posture.UNRESTRICTED, events_path=log) as kernel:
+            # The attack a host backend would let through: a write to the host's /tmp.
+            r = await kernel.call("run_shell", {"command": f"touch {marker}; echo done"})
+            await kernel.call("run_tool_script", {"script": "print('ran')"})
+        assert not marker.exists()
+        assert r["stdout"] == "done\n"  # it wrote the sandbox's private /tmp
+        assert kernel.roots == (str(ws),)  # the current directory, not the variable's
+        assert kernel.registry.get("run_shell").meta["backend"] == "local"
+        assert kernel.registry.get("run_tool_script").meta["sandbox"] == "strict"
+        assert not events(log, "script_sandbox_level")  # written only for a weaker level
+        assert [e["weakened"] for e in events(log, "script_sandbox")] == [False]
+        (started,) = events(log, "backend_started")
+        assert started["backend"] == "local" and started["sandbox"]["confined"] is True
+        assert not events(log, "weaker_confinement")
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+def test_load_policy_ignores_the_managed_policy_variable(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The variable would swap the machine's managed policy for another file; the library
+    reads the machine's (``managed=`` is how a caller names another)."""
+    planted = tmp_path / "planted.toml"
+    planted.write_text('allow = ["run_shell"]\n')
+    monkeypatch.setenv("RINGFENCE_MANAGED_POLICY", str(planted))
+    layers = load_policy([ws], user=tmp_path / "no-user.toml")
+    assert not [r for r in layers.policy.rules if "run_shell" in str(r)]
+    named = load_policy([ws], user=tmp_path / "no-user.toml", managed=planted)
+    assert [r for r in named.policy.rules if "run_shell" in str(r)]
+
+
+def test_the_cli_honours_the_backend_variable_and_shows_and_records_it(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RINGFENCE_EXECUTION_BACKEND", "host")
+    log = tmp_path / "events.jsonl"
+    argv = ["call", "run_shell", "--args", '{"command": "echo $PPID > on-host"}']
+    argv += ["--workspace", str(ws), "--approve", "yes", "--events", str(log), "--no-change-sets"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "UNCONFINED" in err and "$RINGFENCE_EXECUTION_BACKEND=host" in err
+    (weaker,) = events(log, "weaker_confinement")
+    assert weaker["choices"][0] | {"means": ""} == {
+        "setting": "backend",
+        "value": "host",
+        "source": "$RINGFENCE_EXECUTION_BACKEND=host",
+        "means": "",
+    }
+    (started,) = events(log, "backend_started")
+    assert started["backend"] == "host" and started["sandbox"]["unconfined"] is True
+    assert (ws / "on-host").exists()
+    # The flag is a choice too, shown with its own source.
+    assert main([*argv[:-1], "--backend", "host", "--no-change-sets"]) == 0
+    assert "(--backend host)" in capsys.readouterr().err
+
+
+def test_an_unknown_backend_in_the_variable_is_refused_naming_it(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RINGFENCE_EXECUTION_BACKEND", "nspawn")
+    assert main(["tools", "list", "--workspace", str(ws)]) == 2
+    err = capsys.readouterr().err
+    assert "nspawn" in err and "RINGFENCE_EXECUTION_BACKEND" in err
+
+
+def test_the_cli_honours_the_script_sandbox_variable_and_shows_and_records_it(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RINGFENCE_SCRIPT_SANDBOX", "none")
+    script = tmp_path / "s.py"
+    script.write_text("print('ran')\n")
+    log = tmp_path / "events.jsonl"
+    argv = ["run-script", str(script), "--workspace", str(ws), "--approve", "yes"]
+    assert main([*argv, "--events", str(log), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["result"]["output"] == "ran\n"
+    assert "run_tool_script's OS sandbox is none ($RINGFENCE_SCRIPT_SANDBOX=none)" in err
+    (weaker,) = events(log, "weaker_confinement")
+    assert weaker["choices"][0]["setting"] == "script_sandbox"
+    assert [e["level"] for e in events(log, "script_sandbox_level")] == ["none"]
+
+
+# -- $RINGFENCE_HOME inside a workspace root -------------------------------------------------
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@needs_bwrap
+def test_a_home_inside_a_root_is_refused_and_the_next_session_still_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`serve` or `call` started from ~ with the default ~/.ringfence: the agent would write
+    the user policy (`allow = ["*"]`) that the next session obeys. Refused before anything
+    opens; nothing written; the next session (another root, the same home) still asks."""
+    home = tmp_path / "home"
+    (home / ".ringfence").mkdir(parents=True)
+    (home / ".ringfence" / "mcp.toml").write_text("# the user's servers\n")
+    (home / "project").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("RINGFENCE_HOME")  # the default: ~/.ringfence
+    before = snapshot(home)
+    attack = json.dumps({"path": ".ringfence/policy.toml", "content": 'allow = ["*"]\n'})
+    refusals = []
+    (tmp_path / "alias").symlink_to(home)  # a symlink spelling the home elsewhere
+    for root in (home, home / ".ringfence", tmp_path / "alias"):
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(root),
+                     "--posture", "allow-reversible", "--approve", "no"])  # fmt: skip
+        refusals.append((root, code, capsys.readouterr().err))
+    written = snapshot(home)
+    # The next session: a root beside the home, asking, answered no: nothing runs.
+    marker = home / "project" / "ran-without-asking"
+    code = main(["call", "run_shell", "--args", json.dumps({"command": f"touch {marker}"}),
+                 "--workspace", str(home / "project"), "--posture", "ask", "--approve", "no",
+                 "--network"])  # fmt: skip
+    assert not marker.exists()
+    assert code == 3 and "denied" in capsys.readouterr().err
+    assert written == before  # no policy, no spool, no key, no checkpoint
+    for root, code, err in refusals:
+        assert code == 2 and err.startswith("ringfence: invalid_arguments: "), err
+        assert str(home / ".ringfence") in err and "set RINGFENCE_HOME" in err, err
+        assert f"workspace root {root.resolve()}" in err, err
+    code = main(["call", "read_file", "--args", '{"path": ".ringfence/mcp.toml"}',
+                 "--workspace", str(home), "--json"])  # fmt: skip
+    body = json.loads(capsys.readouterr().out)  # reading is refused too
+    assert code == 2 and body["error"]["field"] == "RINGFENCE_HOME", body
+
+
+@needs_bwrap
+def test_a_home_outside_the_roots_is_hidden_from_run_shell(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A RINGFENCE_HOME outside the homes and /tmp (here under /var/lib): its readable files
+    (the MCP manifest may hold literal env values) are hidden from a confined command."""
+    try:
+        home = Path(tempfile.mkdtemp(prefix="ringfence-test-home-", dir="/var/lib"))
+    except OSError as exc:
+        pytest.skip(f"no directory outside /tmp and the homes to put a home in: {exc}")
+    try:
+        secret = f"literal-{secrets.token_hex(8)}"
+        (home / "mcp.toml").write_text(f"# API_KEY = {secret}\n")
+        (home / "mcp.toml").chmod(0o644)
+        home.chmod(0o755)
+        monkeypatch.setenv("RINGFENCE_HOME", str(home))
+        command = f"cat {home}/mcp.toml 2>/dev/null || echo hidden"
+        code = main(["call", "run_shell", "--args", json.dumps({"command": command}),
+                     "--workspace", str(ws), "--approve", "yes", "--json"])  # fmt: skip
+        body = json.loads(capsys.readouterr().out)
+        assert code == 0 and body["result"]["stdout"] == "hidden\n", body
+        assert secret not in json.dumps(body)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,228 @@
+"""Issue #29's shell-policy findings, attacked through the ``ringfence`` command.
+
+Each test runs ``ringfence call run_shell`` (or ``run-script`` on a terminal) with a policy
+file and an approver that says no, and checks the verdict (``ask`` or ``deny``, never
+``allow``), that nothing ran (no ``MARK`` in the workspace, no ``started`` record) and what
+the event stream says.
+
+- Finding 1: text that becomes code at run time (a backquote inside ``${…}``, escaped
+  backquotes inside backquotes, ``xargs -I{} sh -c {}``) was judged ``allow`` by ``ls*`` /
+  ``echo*`` under posture ``ask``; on the confined backend it now goes to the posture.
+- Finding 2: on a backend without the exec check (``host`` here), a line the judge cannot
+  read whole, or a program it does not know, ran unasked despite a deny rule; it now asks.
+- Finding 3: a session grant ``command=ls*`` covered ``ls; touch MARK``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from cli_helpers import isolated, run_on_pty  # noqa: F401  (isolated: autouse fixture)
+
+from ringfence.cli._main import main
+
+FINDING_1 = [
+    "ls ${x:-`touch MARK`}",
+    "ls ${x=`touch MARK`}",
+    "ls ${x:?`touch MARK`}",
+    "ls ${HOME#`touch MARK`}",
+    "ls ${HOME%%`touch MARK`}",
+    "ls ${HOME:+`touch MARK`}",
+    "ls ${x:-${y:-`touch MARK`}}",
+    'ls "${HOME#$(touch MARK)}"',
+    "ls `ls \\`touch MARK\\``",
+    "echo 'touch MARK' | xargs -I{} sh -c {}",
+    "echo 'touch MARK' | xargs -I'#' sh -c '#'",
+]
+
+# (line, the programs it needs)
+FINDING_2: list[tuple[str, tuple[str, ...]]] = [
+    ("echo x | xargs --replace touch MARK", ()),
+    ("printf 'touch MARK' | sh -", ()),
+    ("echo touch MARK | sh /dev/stdin", ()),
+    ("echo touch MARK > s; sh s", ()),
+    ("taskset 1 touch MARK", ("taskset",)),
+    ("chrt -o 0 touch MARK", ("chrt",)),
+    ("prlimit --nofile=1024 touch MARK", ("prlimit",)),
+    ("setpriv --reset-env touch MARK", ("setpriv",)),
+    ("unshare -r touch MARK", ("unshare",)),
+    ("script -qc 'touch MARK' /dev/null", ("script",)),
+    ("strace -f -o /dev/null touch MARK", ("strace",)),
+    ("awk 'BEGIN{system(\"touch MARK\")}'", ("awk",)),
+    ("echo x | sed 's/x/touch MARK/e'", ("sed",)),
+    ("printf 'all:\\n\\ttouch MARK\\n' > mk; make -f mk", ("make",)),
+    (
+        "tar -cf /dev/null --checkpoint=1 --checkpoint-action=exec='touch MARK' s.txt",
+        ("tar",),
+    ),
+    ("git -c alias.x='!touch MARK' x", ("git",)),
+    ("python3 -c 'import os; os.system(\"touch MARK\")'", ("python3",)),
+    ("perl -e 'system(\"touch MARK\")'", ("perl",)),
+    ("find . -maxdepth 0 -fprint MARK", ("find",)),
+]
+
+POLICY_ALLOW_ONLY = 'allow = ["run_shell(ls*)", "run_shell(echo*)"]\n'
+POLICY_DENY = (
+    'deny = ["run_shell(touch*)", "write_file(path=MARK)"]\n'
+    'allow = ["run_shell(ls*)", "run_shell(echo*)", "run_shell(printf*)"]\n'
+)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "s.txt").write_text("hello\n")
+    return root
+
+
+def _call(
+    tmp_path: Path, ws: Path, command: str, policy: str, *options: str
+) -> tuple[int, list[dict]]:
+    """``ringfence call run_shell`` under ``policy``, answering no: the exit code and the
+    event records."""
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text(policy)
+    events = tmp_path / "events.jsonl"
+    events.unlink(missing_ok=True)
+    argv = ["call", "run_shell", "--args", json.dumps({"command": command})]
+    argv += ["--workspace", str(ws), "--approve", "no", "--policy", str(policy_file)]
+    argv += ["--events", str(events), "--json", *options]
+    code = main(argv)
+    records = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    return code, records
+
+
+def _decided(records: list[dict]) -> dict:
+    return next(r for r in records if r["kind"] == "decided")
+
+
+@pytest.mark.parametrize("command", FINDING_1)
+def test_text_that_becomes_code_at_run_time_is_never_allowed_by_an_allow_rule(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Finding 1: `ls*`/`echo*` allowed these under posture ask; now the posture asks."""
+    code, records = _call(
+        tmp_path, ws, command, POLICY_ALLOW_ONLY, "--backend", "local", "--posture", "ask"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert not decided["rule"].startswith("allow"), decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+@pytest.mark.parametrize("command", FINDING_1)
+def test_a_deny_rule_sees_the_command_inside_that_text(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Finding 1 with a deny rule for touch: the text is read again, and touch is denied."""
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "local", "--posture", "unrestricted"
+    )
+    capsys.readouterr()
+    assert code == 3
+    decided = _decided(records)
+    assert decided["verdict"] in ("deny", "ask"), decided
+    if "xargs" not in command:  # xargs's script is its input: only asked about
+        assert decided["verdict"] == "deny" and decided["rule"] == "deny:run_shell(touch*)"
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+@pytest.mark.parametrize(("command", "needs"), FINDING_2, ids=[c for c, _ in FINDING_2])
+def test_without_the_exec_check_an_unread_line_asks_while_a_deny_rule_applies(
+    tmp_path: Path,
+    ws: Path,
+    command: str,
+    needs: tuple[str, ...],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Finding 2 on the host backend (no exec check) under posture unrestricted: each of these
+    ran unasked (unmatched: the posture decided) and created MARK; now each is asked or denied."""
+    missing = [n for n in needs if shutil.which(n) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] in ("ask", "deny"), decided
+    if decided["verdict"] == "ask":
+        assert "cannot be enforced at exec on this backend" in decided["reason"], decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+def test_without_the_exec_check_a_known_program_is_still_the_postures(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The judge stays useful: a program known to start nothing else runs under the posture."""
+    code, records = _call(
+        tmp_path, ws, "mkdir made", POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    capsys.readouterr()
+    assert code == 0
+    assert _decided(records)["verdict"] == "allow"
+    assert (ws / "made").is_dir()
+
+
+SCRIPT = """
+outcomes = []
+for command in {commands!r}:
+    try:
+        call_tool("run_shell", command=command)
+        outcomes.append("ran " + command)
+    except ToolError as error:
+        outcomes.append(error.code + " " + command)
+result = outcomes
+"""
+
+
+def test_a_session_grant_on_a_command_covers_every_command_of_the_line_or_nothing(
+    tmp_path: Path, ws: Path
+) -> None:
+    """Finding 3 at the terminal: `s command=ls*` for `ls` covered `ls; touch MARK`."""
+    source = tmp_path / "script.py"
+    commands = ["ls", "ls -la", "ls; touch MARK", "ls | ls", "ls $(touch MARK)"]
+    source.write_text(SCRIPT.format(commands=commands))
+    run = run_on_pty(
+        ["run-script", str(source), "--workspace", str(ws), "--posture", "ask"],
+        tmp_path,
+        new_session=True,
+        prompt=b"[d]eny?",
+        # the script itself, the first `ls` (granted for ls*), then the two attacks (denied)
+        answers=[b"o\n", b"s command=ls*\n", b"d\n", b"d\n"],
+    )
+    assert run.output.count("[d]eny?") == 4, run.output
+    assert "ran ls -la" in run.output and "ran ls | ls" in run.output, run.output
+    assert "denied ls; touch MARK" in run.output, run.output
+    assert "denied ls $(touch MARK)" in run.output, run.output
+    assert not (ws / "MARK").exists()
+
+
+def test_a_command_pattern_may_be_quoted_and_a_bad_one_is_asked_again(
+    tmp_path: Path, ws: Path
+) -> None:
+    source = tmp_path / "script.py"
+    commands = ["git status", "git status --short", "git log -1"]
+    source.write_text(SCRIPT.format(commands=commands))
+    run = run_on_pty(
+        ["run-script", str(source), "--workspace", str(ws), "--posture", "ask"],
+        tmp_path,
+        new_session=True,
+        prompt=b"[d]eny?",
+        answers=[b"o\n", b"s command='git status\n", b's command="git status*"\n', b"d\n"],
+    )
+    assert "cannot read the answer" in run.output, run.output
+    assert "ran git status --short" in run.output, run.output
+    assert "denied git log -1" in run.output, run.output
