@@ -40,11 +40,18 @@ import pytest
 from backends_helpers import chown_like_workspace
 
 from ringfence import create_kernel
-from ringfence.runtime import ApprovalAnswer, Posture, Rules, ScriptedApprover, parse_rule
+from ringfence.runtime import (
+    ApprovalAnswer,
+    GitMetadata,
+    Posture,
+    Rules,
+    ScriptedApprover,
+    parse_rule,
+)
 from ringfence.runtime._matchers import Tri
 from ringfence.runtime._shellparts import SimpleCommand, Word
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))  # the corpora
 from exec_corpus import DENY, corpus
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -113,11 +120,11 @@ def traced_execs(prefix: Path) -> list[tuple[str, list[str], int]]:
     return found
 
 
-def denied_by_rules(words: list[str]) -> str | None:
+def denied_by_rules(words: list[str], deny: tuple[str, ...] = DENY) -> str | None:
     """The deny rule the runtime's matcher finds for this one program run, no wrapper
     looked through (the independent judge of the trace)."""
     command = SimpleCommand(argv=tuple(Word(w) for w in words))
-    for text in DENY:
+    for text in deny:
         rule = parse_rule(text, "deny")
         assert rule.command is not None
         if rule.command.match_command(command, deny_side=True) is Tri.YES:
@@ -157,10 +164,99 @@ def batch_script(numbers: list[int]) -> str:
     )
 
 
-@pytest.mark.skipif(
+NEEDS_STRACE = pytest.mark.skipif(
     shutil.which("strace") is None and not os.environ.get("CI"),  # CI installs it (.ci/run)
     reason="strace is not installed (apt-get install strace)",
 )
+
+
+class OracleRun:
+    """One corpus run: its lines through the real run_shell, strace's record, the results."""
+
+    def __init__(self, lines: list[str], deny: tuple[str, ...]) -> None:
+        self.lines = lines
+        self.deny = deny
+        self.outputs: list[dict[str, Any]] = []
+        self.batches: list[list[int]] = []
+        self.gate: dict[str, int] = {}
+        self.execs: list[tuple[str, list[str], int]] = []
+        self.refused_merges: list[str] = []  # batches whose git metadata writes were refused
+
+    async def run(self, workspace: Path, trace: Path, batches: list[list[int]]) -> None:
+        """Each line a file written with ``write_file``, run by ``sh`` from a batch script that
+        ``run_shell`` runs, under allow-reversible, the deny rules and strace."""
+        approver = ScriptedApprover(lambda _r: ApprovalAnswer.once("the oracle runs every line"))
+        async with create_kernel(
+            roots=[workspace], backend="local", rules=Rules(deny=self.deny),
+            posture=Posture.ALLOW_REVERSIBLE, approver=approver,
+        ) as k:  # fmt: skip
+            assert k.registry.get("run_shell").exec_checked
+            # The Gate's verdict on each line alone (the judge's business; recorded, not asserted).
+            policy = k.rules.effective_policy
+            assert policy is not None
+            for line in self.lines:
+                verdict = policy.evaluate("run_shell", {"command": line})
+                effect = verdict.effect.value if verdict and verdict.effect else "posture"
+                self.gate[effect] = self.gate.get(effect, 0) + 1
+            started = await k.call("run_shell", {"command": "true"})
+            assert started["exit_code"] == 0
+            tracer = start_strace(supervisor_pid(), trace)
+            try:
+                for n, text in enumerate(self.lines):
+                    await k.call(
+                        "write_file", {"path": f".corpus/line-{n}.sh", "content": text + "\n"}
+                    )
+                for b, numbers in enumerate(batches):
+                    name = f".corpus/batch-{b}.sh"
+                    await k.call("write_file", {"path": name, "content": batch_script(numbers)})
+                    try:
+                        result = await k.call(
+                            "run_shell", {"command": f"sh {name}", "timeout_seconds": 300}
+                        )
+                    except GitMetadata as exc:  # a git line touched .git: the rest was merged
+                        self.refused_merges.append(exc.message)
+                        continue
+                    assert result["status"] == "exited", result
+                    assert "### end" in result["stdout"], (result["stdout"][-500:], result)
+                    self.outputs.append(result)
+                    self.batches.append(numbers)
+            finally:
+                tracer.send_signal(signal.SIGINT)
+                tracer.wait(10)
+                if tracer.stderr is not None:
+                    tracer.stderr.close()
+        self.execs = traced_execs(trace)
+
+    def escaped(self) -> list[tuple[str, str, list[str]]]:
+        """Every exec that succeeded and that a deny rule matches (the runtime's matcher)."""
+        found = []
+        for path, argv, result in self.execs:
+            if result != 0:
+                continue
+            for words in ([path, *argv[1:]], argv):
+                rule = denied_by_rules(words, self.deny) if words else None
+                if rule is not None:
+                    found.append((rule, path, argv))
+                    break
+        return found
+
+    def denials(self) -> int:
+        return sum(r.get("exec_denied", {}).get("denied", 0) for r in self.outputs)
+
+    def summary(self) -> str:
+        ran = sum(1 for *_x, r in self.execs if r == 0)
+        return (
+            f"{len(self.lines)} lines, {len(self.execs)} execs traced ({ran} ran), "
+            f"{self.denials()} refused by the exec checks; the Gate alone: {self.gate}; "
+            f"{len(self.refused_merges)} batch(es) with git metadata refused at the merge"
+        )
+
+
+def batched(numbers: list[int]) -> list[list[int]]:
+    return [numbers[b : b + BATCH] for b in range(0, len(numbers), BATCH)]
+
+
+@NEEDS_STRACE
 async def test_no_denied_program_runs_whatever_the_line(workspace: Path, tmp_path: Path) -> None:
     """Every line of the corpus under allow-reversible and deny rules for touch, rm, curl:
     no exec of a denied program succeeds (strace's record, judged by the runtime's matcher),
@@ -174,65 +270,55 @@ async def test_no_denied_program_runs_whatever_the_line(workspace: Path, tmp_pat
     before = tree(workspace)
     lines = corpus()
     assert len(lines) >= 300
-    approver = ScriptedApprover(lambda _r: ApprovalAnswer.once("the oracle runs every line"))
-    rules = Rules(deny=DENY)
-    trace = tmp_path / "trace" / "exec"
-    trace.parent.mkdir()
-    outputs: list[dict[str, Any]] = []
-    gate: dict[str, int] = {}
-    async with create_kernel(
-        roots=[workspace], backend="local", rules=rules, posture=Posture.ALLOW_REVERSIBLE,
-        approver=approver,
-    ) as k:  # fmt: skip
-        assert k.registry.get("run_shell").exec_checked
-        # The Gate's verdict on each line alone (the judge's business; recorded, not asserted).
-        policy = k.rules.effective_policy
-        assert policy is not None
-        for line in lines:
-            verdict = policy.evaluate("run_shell", {"command": line.render(str(workspace), 0)})
-            effect = verdict.effect.value if verdict and verdict.effect else "posture"
-            gate[effect] = gate.get(effect, 0) + 1
-        started = await k.call("run_shell", {"command": "true"})
-        assert started["exit_code"] == 0
-        tracer = start_strace(supervisor_pid(), trace)
-        try:
-            for n, line in enumerate(lines):
-                text = line.render(str(workspace), n) + "\n"
-                await k.call("write_file", {"path": f".corpus/line-{n}.sh", "content": text})
-            numbers = list(range(len(lines)))
-            for b in range(0, len(numbers), BATCH):
-                name = f".corpus/batch-{b // BATCH}.sh"
-                script = batch_script(numbers[b : b + BATCH])
-                await k.call("write_file", {"path": name, "content": script})
-                result = await k.call(
-                    "run_shell", {"command": f"sh {name}", "timeout_seconds": 300}
-                )  # fmt: skip
-                assert result["status"] == "exited", result
-                assert "### end" in result["stdout"], (result["stdout"][-500:], result["stderr"])
-                outputs.append(result)
-        finally:
-            tracer.send_signal(signal.SIGINT)
-            tracer.wait(10)
-            if tracer.stderr is not None:
-                tracer.stderr.close()
-    execs = traced_execs(trace)
-    ran = [(p, a) for p, a, r in execs if r == 0]
-    refused = [(p, a) for p, a, r in execs if r != 0]
-    assert len(ran) > len(lines), "the trace saw too few execs: is strace following the sandbox?"
-    escaped = []
-    for path, argv in ran:
-        for words in ([path, *argv[1:]], argv):
-            rule = denied_by_rules(words) if words else None
-            if rule is not None:
-                escaped.append((rule, path, argv))
-                break
-    assert escaped == [], escaped[:20]
-    denials = sum(r.get("exec_denied", {}).get("denied", 0) for r in outputs)
-    assert denials > 0 and any(denied_by_rules([p, *a[1:]]) for p, a in refused)
+    oracle = OracleRun([line.render(str(workspace), n) for n, line in enumerate(lines)], DENY)
+    (tmp_path / "trace").mkdir()
+    await oracle.run(workspace, tmp_path / "trace" / "exec", batched(list(range(len(lines)))))
+    assert sum(1 for *_x, r in oracle.execs if r == 0) > len(lines), "strace saw too few execs"
+    assert oracle.escaped() == [], oracle.escaped()[:20]
+    refused = [(p, a) for p, a, r in oracle.execs if r != 0]
+    assert oracle.denials() > 0 and any(denied_by_rules([p, *a[1:]], DENY) for p, a in refused)
     after = tree(workspace)
     assert after == before, {k2: after.get(k2) for k2 in set(after) ^ set(before)}
-    print(f"\n{len(lines)} lines, {len(execs)} execs traced ({len(ran)} ran, {len(refused)} "
-          f"failed), {denials} refused by the exec checks; the Gate alone: {gate}")  # fmt: skip
+    print("\n" + oracle.summary())
+
+
+@NEEDS_STRACE
+async def test_the_judges_corpus_starts_no_denied_program(workspace: Path, tmp_path: Path) -> None:
+    """The shell judge's corpus (``tests/runtime/shell_corpus.py``) in the sandbox, under its
+    own deny rules: no line starts ``touch`` or ``rm`` (strace), none leaves its effect
+    (``MARK``, ``victim`` removed); and no benign line has an exec refused (exec checks
+    must not break what the judge allows). Lines that write ``MARK`` without starting a
+    program are the judge's (a redirection is not an exec) and are left out."""
+    import shell_corpus
+
+    owner = workspace.stat()
+    os.chown(workspace, os.geteuid(), os.getegid())  # (git refuses a directory of another owner)
+    shell_corpus.prepare(workspace)
+    for path in [workspace, *workspace.rglob("*")]:
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+    attacks = [line for line in shell_corpus.CORPUS if line.starts]
+    benign = [line for line in shell_corpus.CORPUS if line.benign]
+    deny = tuple(d for d in shell_corpus.DENY if d.startswith("run_shell("))
+    lines = [line.command for line in (*attacks, *benign)]
+    oracle = OracleRun(lines, deny)
+    (tmp_path / "trace").mkdir()
+    batches = [
+        *batched(list(range(len(attacks)))),
+        *batched(list(range(len(attacks), len(lines)))),
+    ]
+    await oracle.run(workspace, tmp_path / "trace" / "exec", batches)
+    assert oracle.escaped() == [], oracle.escaped()[:20]
+    # `find -fprint MARK -exec touch MARK` writes MARK itself (a write, the judge's rule;
+    # its touch is refused): that line's MARK is no exec's effect.
+    writes_itself = [line for line in attacks if "-fprint MARK" in line.command]
+    if (workspace / "MARK").exists() and writes_itself:
+        (workspace / "MARK").unlink()
+    seen = [line.command for line in attacks if shell_corpus.effect_seen(workspace, line)]
+    assert seen == [], seen[:10]
+    for result, numbers in zip(oracle.outputs, oracle.batches, strict=True):
+        if numbers[0] >= len(attacks):  # a batch of benign lines
+            assert "exec_denied" not in result, result["exec_denied"]
+    print("\n" + oracle.summary())
 
 
 def test_the_corpus_reads_back() -> None:
