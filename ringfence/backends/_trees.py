@@ -121,10 +121,17 @@ def claim(directory: Path) -> int:
 
 
 def release(directory: Path, fd: int) -> None:
-    """The session ended cleanly: its mark goes (what it leaves is kept), then the lock."""
+    """The session ended cleanly: its mark goes (what it leaves is kept), then the lock; a
+    directory (and its parent) left empty goes too, so a session that wrote nothing
+    leaves nothing."""
     with contextlib.suppress(OSError):
         os.unlink(directory / ALIVE)
     os.close(fd)
+    for empty in (directory, directory.parent):
+        try:
+            os.rmdir(empty)
+        except OSError:
+            break  # not empty (or gone): what is in it is kept
 
 
 def sweep_unclaimed(base: Path, *, prefix: str = "", seconds: float = 1.0) -> int:

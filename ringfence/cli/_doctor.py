@@ -81,7 +81,7 @@ async def run(args: argparse.Namespace) -> int:
         return 1
     rows = [
         (
-            "ok " if c.ok else "no ",
+            "ok" if c.ok else "no",
             c.name,
             c.detail + (f"  → {c.fix}" if c.fix and not c.ok else ""),
         )

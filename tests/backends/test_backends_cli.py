@@ -15,7 +15,7 @@ def test_doctor_prints_one_line_per_check(capsys) -> None:
     checks = [line for line in out if line[:4] in ("ok  ", "no  ")]
     names = ["backend local", "docker daemon", "user namespaces", "landlock", "seccomp", "ripgrep"]
     for name in names:
-        assert sum(line[5:].startswith(name) for line in checks) == 1, (name, out)
+        assert sum(line[4:].startswith(name) for line in checks) == 1, (name, out)
     assert code == 0  # the local backend can always run
     assert any(line.startswith("backend docker: ") for line in out)
 
