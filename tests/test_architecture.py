@@ -404,7 +404,9 @@ SPAWN_EXCEPTIONS: dict[str, dict[str, str]] = {
         "program that imports almost nothing (it is the session's start-up cost); the sandbox "
         "itself is spawned through _proc",
         "os.fork": "change sets: the command's child confines itself (Landlock, capabilities, "
-        "seccomp) after the supervisor mounted its overlays, then execs",
+        "seccomp) after the supervisor mounted its overlays, then execs; exec checks: the child "
+        "installs the exec filter and hands over its listener before its exec (and the probe "
+        "of that at start)",
         "os.execve": "the end of that child",
     },
     "ringfence/workspace/_search.py": {

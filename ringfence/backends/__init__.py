@@ -13,6 +13,7 @@ the environment); add one with :func:`register_backend`.
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
+from ._execrules import ExecRules as ExecRules, exec_rules as exec_rules
 from ._registry import (
     DEFAULT_BACKEND as DEFAULT_BACKEND,
     ENV_VARIABLE as ENV_VARIABLE,
@@ -98,6 +99,7 @@ __all__ = [
     "DEFAULT_BACKEND",
     "ENV_VARIABLE",
     "BackendSession",
+    "ExecRules",
     "OutputCallback",
     "SessionSpec",
     "ShellResult",
@@ -105,6 +107,7 @@ __all__ = [
     "ShellTool",
     "WorkspaceLike",
     "backend_names",
+    "exec_rules",
     "register_backend",
     "register_shell_tool",
     "select_backend",

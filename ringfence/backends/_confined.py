@@ -78,6 +78,7 @@ says what still holds and what does not; the missing layers are recorded.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import socket
@@ -118,6 +119,7 @@ from ._confined_plan import (
     _refuse,
     _session_user,
 )
+from ._execrules import ExecRules
 from ._local import BASE_ENV_ALLOWLIST, _result, _Watch
 from ._output import Capture
 from ._shellstate import STATE_LIMIT, ShellKeeper
@@ -181,6 +183,9 @@ class ConfinedSession(SandboxArgv):
         self._degraded: str | None = None  # why the namespaces are missing (best-effort)
         self._layer_fd: int | None = None
         self._rbuf = b""  # supervisor bytes received beyond the last message
+        self._exec_sent = b""  # the exec rules the running supervisor has (``E``)
+        self._exec_probe: Layer | None = None  # the ``exec checks`` layer, once probed
+        self._exec_report: dict[str, Any] | None = None  # the last command's exec checks
         self._unmount_due = False  # a ``U`` (overlays unmounted) is still to come
         self._readonly: list[Path] = []
         self._kernel_layers: list[Layer] = []
@@ -225,7 +230,52 @@ class ConfinedSession(SandboxArgv):
             "layers": [layer.to_dict() for layer in self.layers],
             "start_ms": round(self.start_seconds * 1000, 1),
             "persist_shell_state": self._keeper.enabled,
+            "exec_checks": self.exec_checks,
         }
+
+    @property
+    def exec_checks(self) -> bool:
+        """Whether commands given deny rules have every exec checked against them: the
+        option is on and the probe (made before the first such command) did not fail."""
+        probed = self._exec_probe
+        return self._options.exec_checks and (probed is None or probed.ok)
+
+    async def probe_exec_checks(self) -> Layer:
+        """The ``exec checks`` layer: probed now if it was not yet (see
+        :meth:`_probe_exec_checks`); a sandbox that died is started again first."""
+        async with self._lock:
+            for _attempt in range(2):
+                if self._sock is None:
+                    await self._start()
+                try:
+                    return await self._probe_exec_checks()
+                except _NotSent:
+                    continue
+            raise ToolError("the local sandbox died twice before its exec checks were probed")
+
+    async def _probe_exec_checks(self) -> Layer:
+        """The ``exec checks`` layer, probed in the sandbox the first time it is needed
+        (``P``: a child installs the filter, the supervisor reads its exec); recorded in
+        :attr:`layers`. Raises _NotSent when the sandbox is gone."""
+        if self._exec_probe is not None:
+            return self._exec_probe
+        if not self._options.exec_checks:
+            layer = Layer("exec checks", False, "switched off (local backend option exec_checks)")
+        else:
+            try:
+                self._send(b"P")
+            except OSError:
+                await self._lost()
+                raise _NotSent() from None
+            reply = await self._reply(_START_LIMIT)
+            if reply is None or reply[:2] not in (b"P+", b"P-"):
+                await self._lost()
+                raise _NotSent()
+            detail = reply[2:].decode("utf-8", "replace")
+            layer = Layer("exec checks", reply[:2] == b"P+", detail)
+        self._exec_probe = layer
+        self.layers = [*self.layers, layer]
+        return layer
 
     @property
     def process_tracking(self) -> dict[str, str]:
@@ -343,6 +393,8 @@ class ConfinedSession(SandboxArgv):
             missing = [layer for layer in layers if not layer.ok]
             if missing and self._options.sandbox == STRICT:
                 raise _refuse(missing[0].name, missing[0].detail)
+            if self._exec_probe is not None:  # a restarted sandbox: the same machine
+                layers.append(self._exec_probe)
             self.layers = layers
         except BaseException:
             with trio.CancelScope(shield=True):
@@ -404,6 +456,7 @@ class ConfinedSession(SandboxArgv):
         on_output: OutputCallback | None = None,
         redact: Callable[[str], str] | None = None,
         follow_shell: bool = False,
+        exec_rules: ExecRules | None = None,
     ) -> ShellResult:
         """Run one command in the sandbox (the :class:`BackendSession` contract).
 
@@ -412,9 +465,11 @@ class ConfinedSession(SandboxArgv):
         gives ``status == "lost"``. Under ``persist_shell_state``,
         ``follow_shell`` starts the command in the shell's own directory
         rather than ``cwd`` (which stays the fallback), and the result's
-        ``shell`` says what became of the state. Raises InvalidArguments,
-        Unavailable (a restart found a layer gone), ToolError,
-        ``trio.ClosedResourceError``.
+        ``shell`` says what became of the state. ``exec_rules``: every exec of
+        the command is checked against them (:mod:`._confined_execcheck`); the
+        result's ``exec_denied`` lists what was refused. Raises InvalidArguments,
+        Unavailable (a restart found a layer gone, or ``exec_rules`` were given
+        and the session has no exec checks), ToolError, ``trio.ClosedResourceError``.
         """
         cmd = check_command(command)
         cwd = check_run_arguments(cwd, timeout, output_cap)
@@ -435,9 +490,17 @@ class ConfinedSession(SandboxArgv):
                 if self._sock is None:  # the sandbox died under an earlier command
                     await self._start()
                     restarted = True
+                if exec_rules is not None:
+                    try:
+                        probed = await self._probe_exec_checks()
+                    except _NotSent:
+                        continue
+                    if not probed.ok:
+                        raise _refuse("exec checks", probed.detail)
                 keep = self._keeper.enabled  # the state comes back through a memfd
                 state = os.memfd_create("ringfence-shell-state") if keep else None
                 try:
+                    await self._send_exec_rules(exec_rules)
                     result = await self._run(
                         shell_run.argv, cwd, shell_run.env, timeout, output_cap, on_output,
                         redact, state,
@@ -451,10 +514,31 @@ class ConfinedSession(SandboxArgv):
                         os.close(state)
                 if restarted and not result.session_restarted:
                     result = _replace_restarted(result)
+                report = self._exec_report
+                if report is not None:
+                    denied = report if report.get("denied") else None
+                    result = replace(
+                        result,
+                        execs_checked=int(report.get("checked", 0)),
+                        exec_denied=denied and {k: v for k, v in denied.items() if k != "checked"},
+                    )
                 if self._layers_dir is not None:
                     result = replace(result, uppers=self._uppers())
                 return result
             raise ToolError("the local sandbox died twice before a command could reach it")
+
+    async def _send_exec_rules(self, rules: ExecRules | None) -> None:
+        """``E`` + the rules, when they differ from what the supervisor has. Raises
+        _NotSent when the sandbox is gone."""
+        payload = rules.payload if rules is not None else b""
+        if payload == self._exec_sent:
+            return
+        try:
+            self._send(b"E" + payload)
+        except OSError:
+            await self._lost()
+            raise _NotSent() from None
+        self._exec_sent = payload
 
     async def _run(
         self,
@@ -469,6 +553,7 @@ class ConfinedSession(SandboxArgv):
     ) -> ShellResult:
         """One command on the wire; ``state`` (persist_shell_state) becomes its descriptor 3."""
         assert self._sock is not None
+        self._exec_report = None
         out = Capture("stdout", on_output)
         err = Capture("stderr", on_output)
         started = time.monotonic()
@@ -542,10 +627,17 @@ class ConfinedSession(SandboxArgv):
         return await self._status()
 
     async def _status(self) -> int | None:
+        """The command's wait status (``X``), and its exec-check report when one follows."""
         reply = await self._reply(_REPLY_LIMIT)
         if reply is None or not reply.startswith(b"X"):
             return None
-        return int(reply[1:])
+        status, _, report = reply[1:].partition(b"\n")
+        if report:
+            try:
+                self._exec_report = json.loads(report.decode("utf-8", "surrogateescape"))
+            except ValueError:
+                self._exec_report = {"denied": 1, "denials": [], "unreadable": True}
+        return int(status)
 
     def _send(self, payload: bytes, fds: tuple[int, ...] = ()) -> None:
         assert self._sock is not None
@@ -599,7 +691,7 @@ class ConfinedSession(SandboxArgv):
         """
         sock, self._sock = self._sock, None
         proc, self._proc = self._proc, None
-        self._rbuf, self._unmount_due = b"", False
+        self._rbuf, self._unmount_due, self._exec_sent = b"", False, b""
         with trio.CancelScope(shield=True):
             if sock is not None:
                 sock.close()  # (were the kill to fail, the supervisor exits on end of file)

@@ -68,7 +68,11 @@ _BOOT = (
     "__import__(f.removesuffix('.py')).entry()"
 )
 SUPERVISOR_ARGV = ("-I", "-S", "-c", _BOOT, str(_SUPERVISOR))
-_SUPERVISOR_SOURCES = (_SUPERVISOR, _SUPERVISOR.with_name("_confined_syscalls.py"))
+_SUPERVISOR_SOURCES = (
+    _SUPERVISOR,
+    _SUPERVISOR.with_name("_confined_syscalls.py"),
+    _SUPERVISOR.with_name("_confined_execcheck.py"),
+)
 _bytecode_checked = False
 
 
@@ -118,6 +122,9 @@ _LAYER_CAPS = (
     "CAP_FSETID",
     "CAP_MKNOD",  # whiteouts
 )
+# Exec checks: the supervisor reads a command's exec path and argv from /proc/<pid>/mem,
+# whatever uid the command runs as (each command's child drops it with the rest).
+_EXEC_CAPS = ("CAP_SYS_PTRACE",)
 
 
 # Each layer's fix, for the refusal and for ``ringfence doctor``.
@@ -136,6 +143,9 @@ FIXES = {
     "pid namespace": "bubblewrap >= 0.3 (--as-pid-1)",
     "overlay": "Linux >= 5.11 (overlayfs in a user namespace), or switch change sets off "
     "(--no-change-sets; create_kernel(change_sets=False))",
+    "exec checks": "Linux >= 5.5 with seccomp user notification on x86-64 (deny rules over "
+    "run_shell are then judged on the command line alone, so the Gate asks about a line it "
+    "cannot read whole), or the local backend option exec_checks=false",
 }
 
 
@@ -164,6 +174,9 @@ class ConfinedOptions:
     host's network, as ``SessionSpec.network`` does (recorded).
     ``persist_shell_state``: the working directory and exported variables
     carry over between commands (:mod:`._shellstate`; default false).
+    ``exec_checks``: every ``exec`` of a command is checked against the policy's
+    ``run_shell`` deny rules by the supervisor (:mod:`._confined_execcheck`;
+    default true; probed before the session's first command under deny rules).
     """
 
     sandbox: str = STRICT
@@ -172,10 +185,11 @@ class ConfinedOptions:
     pids: int = 512
     file_size: int = 16 << 30
     persist_shell_state: bool = False
+    exec_checks: bool = True
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> ConfinedOptions:
-        known = {"sandbox", "memory", "pids", "file_size", "network", PERSIST_OPTION}
+        known = {"sandbox", "memory", "pids", "file_size", "network", "exec_checks", PERSIST_OPTION}
         unknown = sorted(set(options) - known)
         if unknown:
             raise InvalidArguments(
@@ -199,6 +213,12 @@ class ConfinedOptions:
             raise InvalidArguments(
                 f"network must be true or false, not {network!r}", field="options.network"
             )
+        exec_checks = options.get("exec_checks", True)
+        if not isinstance(exec_checks, bool):
+            raise InvalidArguments(
+                f"exec_checks must be true or false, not {exec_checks!r}",
+                field="options.exec_checks",
+            )
         return cls(
             sandbox=sandbox,
             network=network,
@@ -206,6 +226,7 @@ class ConfinedOptions:
             pids=pids,
             file_size=_size(options, "file_size", cls.file_size),
             persist_shell_state=persist_option(options),
+            exec_checks=exec_checks,
         )
 
 
@@ -460,7 +481,7 @@ class SandboxArgv:
             # with the mounter's credentials (so these capabilities, in the sandbox's user
             # namespace); each command's child drops all of them before it execs.
             argv += ["--cap-drop", "ALL"]
-            for cap in _LAYER_CAPS:
+            for cap in (*_LAYER_CAPS, *(_EXEC_CAPS if self._options.exec_checks else ())):
                 argv += ["--cap-add", cap]
             argv += ["--disable-userns"]
         else:  # (with the uid switch, seccomp alone stops new user namespaces)

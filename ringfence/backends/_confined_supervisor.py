@@ -311,6 +311,213 @@ def spawn(
     return pid, 0
 
 
+# -- exec checks: every exec of a command against the deny rules ------------------------------
+
+_LISTENER: int | None = None  # the running command's exec listener (set by its spawn)
+
+
+def exec_module() -> object:
+    """:mod:`._confined_execcheck`, imported the first time it is needed."""
+    global _EXEC
+    if _EXEC is None:
+        try:
+            from . import _confined_execcheck as module
+        except ImportError:  # executed as a file (no parent package)
+            import _confined_execcheck as module  # type: ignore[no-redef]
+        _EXEC = module
+    return _EXEC
+
+
+def checker_for(env: dict[str, str]) -> object:
+    """The checker for the rules the kernel sent last (``E``) and this command's ``PATH``;
+    None without rules. Raises what reading the rules raises."""
+    global _CHECKER, _CHECKER_KEY
+    if not _EXEC_PAYLOAD:
+        return None
+    key = (_EXEC_PAYLOAD, env.get("PATH", os.defpath))
+    if key != _CHECKER_KEY:
+        if _CHECKER is not None:
+            _CHECKER.close()  # type: ignore[attr-defined]
+            _CHECKER, _CHECKER_KEY = None, None
+        module: object = exec_module()
+        _CHECKER = module.Checker(module.ExecRules(_EXEC_PAYLOAD), key[1])  # type: ignore[attr-defined]
+        _CHECKER.set_writable(_WRITABLE or ["/"])  # type: ignore[attr-defined]
+        _CHECKER_KEY = key
+    return _CHECKER
+
+
+def precheck(checker: object, path: str, argv: list[str]) -> str | None:
+    """The command's own program checked before its process exists: None, or why not."""
+    module: object = exec_module()
+    try:
+        checker.check(None, os.fsencode(path), path, argv, None)  # type: ignore[attr-defined]
+    except module.Refused as refused:  # type: ignore[attr-defined]
+        if refused.denial is None:
+            return f"{argv[0]}: {os.strerror(refused.code)}"
+        checker.record(refused.denial)  # type: ignore[attr-defined]
+        return f"{argv[0]}: exec denied by the rule {refused.denial.rule}"
+    return None
+
+
+def execute_backstop(checker: object, err: int) -> int | None:
+    """The checker's Landlock layer refusing to execute the files program-wide rules deny
+    (see :mod:`._confined_execcheck`); None when there is none or it cannot be built (the
+    command's stderr says so: the exec checks still hold, without the kernel's backstop)."""
+    try:
+        return checker.execute_ruleset(_WRITABLE)  # type: ignore[attr-defined]
+    except (OSError, LayerUnavailable) as exc:
+        message = exc.message if isinstance(exc, LayerUnavailable) else str(exc)
+        os.write(
+            err, f"ringfence: exec checks without their Landlock backstop: {message}\n".encode()
+        )
+        return None
+
+
+def child_notifier(channel: _socket.socket) -> None:
+    """In a command's child, last before its ``exec``: the exec filter installed, its
+    listener handed to the supervisor (``SCM_RIGHTS``). Raises OSError."""
+    listener = exec_module().install_notifier()  # type: ignore[attr-defined]
+    channel.sendmsg(
+        [b"L"],
+        [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, listener.to_bytes(4, sys.byteorder))],
+    )
+    os.close(listener)
+    channel.close()
+
+
+def receive_listener(channel: _socket.socket) -> int | None:
+    """The listener the child sent; None when it closed its end without one."""
+    try:
+        _msg, ancillary, _flags, _addr = channel.recvmsg(
+            1, _socket.CMSG_SPACE(4), _socket.MSG_CMSG_CLOEXEC
+        )
+    except OSError:
+        return None
+    finally:
+        channel.close()
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS and len(data) >= 4:
+            listener = int.from_bytes(data[:4], sys.byteorder)
+            exec_module().sync_wakeups(listener)  # type: ignore[attr-defined]
+            return listener
+    return None
+
+
+def probe_exec_checks() -> str:
+    """Before the first command under deny rules (``P``): a child with a command's
+    credentials installs the filter and execs ``/``; the supervisor must receive that exec
+    and read its path from the child's memory. Raises LayerUnavailable naming what failed."""
+    module: object = exec_module()
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            ours.close()
+            if _LAYERS is not None:
+                drop_capabilities(_SWITCH)
+            prctl(_PR_SET_DUMPABLE, 1)
+            child_notifier(theirs)
+            os.execve("/", ["/"], {})
+        except BaseException as exc:
+            try:  # noqa: SIM105 (the supervisor names what failed)
+                theirs.send(f"E{exc}".encode())
+            except OSError:
+                pass
+        os._exit(0)
+    theirs.close()
+    why = ours.recv(512, _socket.MSG_PEEK)  # the child's error, if it sent one (not the fd)
+    listener = receive_listener(ours)
+    try:
+        if listener is None:
+            error = why[1:].decode("utf-8", "replace") if why[:1] == b"E" else "no listener"
+            raise LayerUnavailable(
+                "exec checks",
+                f"a command cannot install a seccomp filter with a listener ({error}; "
+                "SECCOMP_FILTER_FLAG_NEW_LISTENER needs Linux >= 5.0, and one listener per "
+                "filter chain: a process above ringfence may hold one)",
+            )
+        poller = select.poll()
+        poller.register(listener, select.POLLIN)
+        if not poller.poll(5000):
+            raise LayerUnavailable("exec checks", "no exec notification within 5 s")
+        try:
+            return module.probe(listener, pid, b"/")  # type: ignore[attr-defined]
+        except OSError as exc:
+            raise LayerUnavailable(
+                "exec checks", f"a command's exec could not be read: {exc.strerror or exc}"
+            ) from None
+    finally:
+        if listener is not None:
+            os.close(listener)
+        os.waitpid(pid, 0)
+
+
+def spawn_checked(
+    cwd: str,
+    argv: list[str],
+    env: dict[str, str],
+    out: int,
+    err: int,
+    state: int | None,
+    checker: object,
+) -> tuple[int, int]:
+    """:func:`spawn` under exec checks (no change sets): ``fork``, because the child installs
+    the exec filter before its ``exec`` (``posix_spawn``'s parent would wait in ``vfork``
+    for an exec only it can answer)."""
+    global _LISTENER
+
+    def failed(message: str, code: int) -> tuple[int, int]:
+        os.write(err, f"ringfence: {message}\n".encode())
+        return 0, code << 8
+
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        return failed(f"cd {cwd}: {exc.strerror}", 126)
+    path, code = find_program(argv[0], env)
+    if path is None:
+        return failed(
+            f"{argv[0]}: {'command not found' if code == 127 else 'permission denied'}", code
+        )
+    why = precheck(checker, path, argv)
+    if why is not None:
+        return failed(why, 126)
+    backstop = execute_backstop(checker, err)
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        ours.close()
+        theirs.close()
+        return failed(f"fork: {exc.strerror}", 126)
+    if pid == 0:  # pragma: no cover (the child; it never returns)
+        try:
+            os.setsid()
+            ours.close()
+            if backstop is not None:
+                restrict_self(backstop)
+            child_notifier(theirs)
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            if state is not None:
+                os.dup2(state, 3)
+            _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+            _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
+            os.execve(path, argv, env)
+        except BaseException as exc:
+            try:  # noqa: SIM105
+                os.write(err, f"ringfence: {argv[0]}: {exc}\n".encode())
+            except OSError:
+                pass
+        os._exit(126)
+    theirs.close()
+    _LISTENER = receive_listener(ours)
+    checker.start(pid)  # type: ignore[attr-defined]
+    return pid, 0
+
+
 # -- change sets: one overlay per root, per command ---------------------------------------
 
 _LAYERS: str | None = None  # where the upper/work directories are bound (layered mode)
@@ -321,6 +528,12 @@ _SWITCH: tuple[int, int] | None = None  # (uid, gid) a command becomes, as a roo
 _CHILD_FPROG: object = None  # the second filter: no mount, umount2, unshare
 _CHILD_BUF: object = None  # keeps the filter's instructions alive
 _MOUNTED = False  # are the overlays mounted now (between a command's start and its umount)
+# Exec checks (:mod:`._confined_execcheck`, imported on first use): the rules the kernel sent
+# last (``E``), the checker built for them and a command's ``PATH``, and this command's listener.
+_EXEC_PAYLOAD: bytes = b""
+_CHECKER: object = None
+_CHECKER_KEY: tuple[bytes, str] | None = None
+_EXEC: object = None  # the module
 
 
 def _escape(path: str) -> str:
@@ -424,7 +637,13 @@ def check_layers(conf: dict[str, str]) -> str:
 
 
 def spawn_layered(
-    cwd: str, argv: list[str], env: dict[str, str], out: int, err: int, state: int | None = None
+    cwd: str,
+    argv: list[str],
+    env: dict[str, str],
+    out: int,
+    err: int,
+    state: int | None = None,
+    checker: object = None,
 ) -> tuple[int, int]:
     """Start the command on fresh overlays (see the module docstring): (pid, 0) or (0, status).
 
@@ -432,6 +651,8 @@ def spawn_layered(
     capabilities, the second seccomp filter) between the two, because the
     supervisor, which mounts, cannot be landlocked.
     """
+
+    global _LISTENER
 
     def failed(message: str, code: int) -> tuple[int, int]:
         os.write(err, f"ringfence: {message}\n".encode())
@@ -450,6 +671,9 @@ def spawn_layered(
         return failed(
             f"{argv[0]}: {'command not found' if code == 127 else 'permission denied'}", code
         )
+    if checker is not None and (why := precheck(checker, path, argv)) is not None:
+        return failed(why, 126)
+    backstop = execute_backstop(checker, err) if checker is not None else None
     # Everything that can be prepared here is: the child runs as little Python as it can
     # (each page it touches is copied, which costs milliseconds on a busy machine).
     ruleset = -1
@@ -458,22 +682,37 @@ def spawn_layered(
             ruleset = landlock_ruleset(_LANDLOCK_PLAN, _WRITABLE)
     except LayerUnavailable as exc:
         return failed(exc.message, 126)
+    ours = theirs = None
+    if checker is not None:
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         pid = os.fork()
     except OSError as exc:
         if ruleset >= 0:
             os.close(ruleset)
+        for end in (ours, theirs):
+            if end is not None:
+                end.close()
         return failed(f"fork: {exc.strerror}", 126)
     if pid:
         if ruleset >= 0:
             os.close(ruleset)
+        if ours is not None and theirs is not None:
+            theirs.close()
+            _LISTENER = receive_listener(ours)
+            checker.start(pid)  # type: ignore[union-attr]
         return pid, 0
     try:  # pragma: no cover (the child; it never returns)
         os.setsid()
         if ruleset >= 0:
             restrict_self(ruleset)
+        if backstop is not None:
+            restrict_self(backstop)
         drop_capabilities(_SWITCH)
         install_filter(_CHILD_FPROG)
+        if theirs is not None:  # last: every exec from here on is checked, this one too
+            ours.close()  # type: ignore[union-attr]
+            child_notifier(theirs)
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)
@@ -504,9 +743,22 @@ def run(sock: _socket.socket, body: bytes, fds: list[int]) -> bool:
     if state is not None and state <= 3:  # dup2 onto itself would keep its close-on-exec flag
         state, low = os.dup(state), state
         os.close(low)
+    global _LISTENER
+    _LISTENER = None
+    checker: object = None
     try:
-        start = spawn_layered if _LAYERS is not None else spawn
-        pid, status = start(cwd, argv, env, out, err, state)
+        try:
+            checker = checker_for(env)
+        except Exception as exc:  # rules that cannot be read: the command does not run
+            os.write(err, f"ringfence: the exec checks could not load the rules: {exc}\n".encode())
+            pid, status = 0, 126 << 8
+        else:
+            if _LAYERS is not None:
+                pid, status = spawn_layered(cwd, argv, env, out, err, state, checker)
+            elif checker is not None:
+                pid, status = spawn_checked(cwd, argv, env, out, err, state, checker)
+            else:
+                pid, status = spawn(cwd, argv, env, out, err, state)
     finally:
         os.close(out)
         os.close(err)
@@ -514,18 +766,29 @@ def run(sock: _socket.socket, body: bytes, fds: list[int]) -> bool:
             os.close(state)
         os.chdir("/")
     if not pid:
-        send(sock, b"X%d" % status)
+        send(sock, b"X%d" % status + exec_report(checker))
         return layers_done(sock)
+    listener, _LISTENER = _LISTENER, None
+    if checker is not None and listener is None:
+        kill_all(_SIGKILL)  # the child could not hand over its listener: it never execs
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
     poller.register(sock.fileno(), select.POLLIN)
+    if listener is not None:
+        poller.register(listener, select.POLLIN)
     alive = True
     done = False
     while not done:
-        for fd, _events in poller.poll():
+        for fd, events in poller.poll():
             if fd == pidfd:
                 done = True
+                continue
+            if fd == listener:
+                if events & select.POLLIN:
+                    checker.answer(listener)  # type: ignore[union-attr]
+                elif events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                    poller.unregister(listener)  # no process of the command is left under it
                 continue
             msg = recv(sock)
             if msg is None:  # the kernel is gone: stop everything
@@ -540,9 +803,19 @@ def run(sock: _socket.socket, body: bytes, fds: list[int]) -> bool:
     _, status = os.waitpid(pid, 0)
     kill_all(_SIGKILL)  # the main process ended: nothing it started may outlive it
     reap_all()
+    if listener is not None:
+        os.close(listener)
     if alive:
-        send(sock, b"X%d" % status)
+        send(sock, b"X%d" % status + exec_report(checker))
     return layers_done(sock) if alive else False
+
+
+def exec_report(checker: object) -> bytes:
+    """What follows ``X<status>`` under exec checks: a newline and the denials (JSON)."""
+    if checker is None:
+        return b""
+    report = checker.report()  # type: ignore[attr-defined]
+    return b"\n" + report if report else b""
 
 
 def layers_done(sock: _socket.socket) -> bool:
@@ -560,6 +833,7 @@ def layers_done(sock: _socket.socket) -> bool:
 
 
 def serve(sock: _socket.socket) -> None:
+    global _EXEC_PAYLOAD
     while True:
         msg = recv(sock)
         if msg is None:
@@ -568,6 +842,18 @@ def serve(sock: _socket.socket) -> None:
         if body[:1] == b"R" and len(fds) in (2, 3):
             if not run(sock, body, fds):
                 return
+        elif body[:1] == b"P":  # can commands' execs be checked here? (once, on demand)
+            for fd in fds:
+                os.close(fd)
+            try:
+                send(sock, b"P+" + probe_exec_checks().encode())
+            except (LayerUnavailable, OSError) as exc:
+                message = exc.message if isinstance(exc, LayerUnavailable) else str(exc)
+                send(sock, b"P-" + message.encode())
+        elif body[:1] == b"E":  # the deny rules the next commands are checked against
+            _EXEC_PAYLOAD = body[1:]
+            for fd in fds:
+                os.close(fd)
         else:  # T/K between commands: nothing runs
             for fd in fds:
                 os.close(fd)
@@ -664,11 +950,11 @@ def main(args: list[str]) -> int:
     os.set_inheritable(fd, False)
     global _PIDNS, _LAYERS, _OVERLAYS, _LANDLOCK_PLAN, _WRITABLE, _SWITCH, _CHILD_FPROG, _CHILD_BUF
     _PIDNS = conf.get("pidns", "1") == "1"
+    _WRITABLE = writable  # (exec checks: no Landlock backstop for files in these)
     if "layers" in conf:
         _LAYERS = conf["layers"]
         _OVERLAYS = [a.partition("=")[2] for a in args[1:] if a.startswith("overlay=")]
         _LANDLOCK_PLAN = conf.get("landlock")
-        _WRITABLE = writable
         if "uid" in conf and os.getuid() == 0:
             _SWITCH = (int(conf["uid"]), int(conf["gid"]))
         _CHILD_FPROG, _CHILD_BUF = seccomp_fprog(read_all(int(conf["layer_seccomp_fd"])))

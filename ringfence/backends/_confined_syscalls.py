@@ -27,6 +27,7 @@ __all__ = [
     "find_program",
     "install_filter",
     "install_seccomp",
+    "landlock_execute_ruleset",
     "landlock_ruleset",
     "libc",
     "prctl",
@@ -133,6 +134,40 @@ def landlock_ruleset(plan: str, writable: list[str]) -> int:
         os.close(ruleset)
         raise
     return ruleset
+
+
+_FS_EXECUTE = 1 << 0
+
+
+def landlock_execute_ruleset(grants: list[str]) -> int:
+    """A ruleset that handles only ``EXECUTE`` and grants it beneath each of ``grants`` (a
+    descriptor; each path opened without following a last symbolic link). Raises OSError
+    or LayerUnavailable."""
+    attr = _RulesetAttr(_FS_EXECUTE, 0, 0)
+    ruleset = _libc.syscall(
+        _SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0)
+    )
+    if ruleset < 0:
+        raise _fail("landlock", "landlock_create_ruleset(execute)")
+    try:
+        for path in grants:
+            fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                rule = _PathBeneathAttr(_FS_EXECUTE, fd)
+                if _libc.syscall(
+                    _SYS_LANDLOCK_ADD_RULE,
+                    ctypes.c_int(ruleset),
+                    ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
+                    ctypes.byref(rule),
+                    ctypes.c_uint32(0),
+                ):
+                    raise _fail("landlock", f"landlock_add_rule({path})")
+            finally:
+                os.close(fd)
+    except BaseException:
+        os.close(ruleset)
+        raise
+    return int(ruleset)
 
 
 def drop_privileges(uid: int, gid: int) -> str:

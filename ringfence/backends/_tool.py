@@ -52,6 +52,7 @@ and undone); otherwise it stays ``irreversible`` and residual.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -72,6 +73,7 @@ from ..runtime import (
     StreamRedactor,
     ToolError,
     ToolSpec,
+    Unavailable,
 )
 from ..workspace import (
     CheckpointStore,
@@ -83,6 +85,7 @@ from ..workspace import (
     scan_git_metadata,
 )
 from ._changesets import merge_or_stage
+from ._execrules import exec_checks_expected, exec_rules
 from ._registry import select_backend, start_session
 from ._shellstate import RESERVED_PREFIXES
 from ._types import DEFAULT_KILL_GRACE, BackendSession, SessionSpec
@@ -215,8 +218,12 @@ class ShellTool:
         extra_mounts: Sequence[tuple[Path, str, bool]] = (),
         change_sets: CheckpointStore | None = None,
         merge_refused: bool = True,
+        exec_checked: bool = False,
     ) -> None:
         self.kernel = kernel
+        # run_shell's ToolSpec says the deny rules are enforced at every exec: a session
+        # that cannot must refuse a call they apply to (see _exec_arguments).
+        self.exec_checked = exec_checked
         # Where the commands' change sets go; None: the backend writes the roots directly.
         self.store = change_sets
         self._merge_rest = merge_refused
@@ -316,6 +323,7 @@ class ShellTool:
         session = await self.session(ctx)
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         self.kernel.redactor.register_env(session.environment(env))
+        checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         # Cancelled or failed: nothing is merged; the session discards the upper directories.
         result = await session.run(
@@ -327,8 +335,10 @@ class ShellTool:
             on_output=streams.feed,
             redact=self.kernel.redactor.redact,
             **_follow(session, args),
+            **checks,
         )
         streams.flush()
+        _note_exec_denied(result.exec_denied, ctx)
         if not result.uppers:
             raise ToolError(
                 f"the {self.backend} backend was asked for change sets and reported no upper "
@@ -358,6 +368,7 @@ class ShellTool:
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         # Values the child receives that look like credentials are redacted from everything.
         self.kernel.redactor.register_env(session.environment(env))
+        checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         try:
             result = await session.run(
@@ -369,6 +380,7 @@ class ShellTool:
                 on_output=streams.feed,
                 redact=self.kernel.redactor.redact,
                 **_follow(session, args),
+                **checks,
             )
         except BaseException:
             # The command may have written before it failed or was cancelled: check anyway,
@@ -380,6 +392,7 @@ class ShellTool:
                     ctx.emit("notice", message=f"the git metadata check failed: {exc!r}")
             raise
         streams.flush()
+        _note_exec_denied(result.exec_denied, ctx)
         report = await self._check(before, before_ns, ctx)
         if report.refused:
             moved = (
@@ -399,6 +412,46 @@ class ShellTool:
         if result.session_restarted:
             ctx.emit("notice", message=f"the {self.backend} backend session was restarted")
         return {**result.to_dict(), "backend": self.backend, "cwd": str(cwd)}
+
+    # -- exec checks ----------------------------------------------------------------------
+
+    async def _exec_arguments(
+        self, session: BackendSession, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """``exec_rules`` for the session's ``run``: the policy's deny rules this call's execs
+        must meet (read now: rules can change during a session); none when none apply.
+
+        The confined local session probes its exec checks the first time (a child
+        installs the filter and the supervisor reads its exec). A session without them
+        while the ToolSpec claims them fails the call with ``unavailable`` and withdraws
+        the claim, so the Gate judges later lines on their text alone (and asks about the
+        ones it cannot read whole).
+        """
+        rules = exec_rules(self.kernel.rules.effective_policy, args)
+        if rules is None:
+            return {}
+        probe = getattr(session, "probe_exec_checks", None)  # the confined local session
+        if probe is not None:
+            layer = await probe()
+            if layer.ok:
+                return {"exec_rules": rules}
+            missing = layer.detail
+        else:
+            missing = f"the {self.backend} backend does not check execs"
+        if self.exec_checked:
+            self.exec_checked = False
+            spec = self.kernel.registry.find("run_shell")
+            if spec is not None and spec.exec_checked:
+                self.kernel.registry.remove("run_shell")
+                self.kernel.register(dataclasses.replace(spec, exec_checked=False))
+            raise Unavailable(
+                "run_shell's deny rules were to be enforced at every exec, and this "
+                f"{self.backend} session cannot check execs ({missing}); the command did not "
+                f"run. Deny rules that apply: {', '.join(rules.labels)}. Later calls are "
+                "judged on the command line alone.",
+                field="backend",
+            )
+        return {}
 
     # -- git metadata ---------------------------------------------------------------------
 
@@ -464,6 +517,16 @@ class ShellTool:
                 quarantine=str(report.quarantine) if report.quarantine else None,
             )
         return report
+
+
+def _note_exec_denied(denied: Mapping[str, Any] | None, ctx: CallContext) -> None:
+    """One ``exec_denied`` event per command whose execs the deny rules refused."""
+    if denied:
+        ctx.emit(
+            "exec_denied",
+            denied=denied.get("denied", 0),
+            denials=list(denied.get("denials", ()))[:MAX_REPORTED_PATHS],
+        )
 
 
 def _follow(session: BackendSession, args: Mapping[str, Any]) -> dict[str, bool]:
@@ -561,6 +624,12 @@ def register_shell_tool(
         merge_refused=merge_refused,
     )
     networked = network or bool((options or {}).get("network"))
+    # The confined local backend checks every exec against the deny rules (probed when the
+    # session starts; a session without them refuses the calls they apply to).
+    exec_checked = (
+        name == "local" and (options or {}).get("exec_checks", True) is True
+    ) and exec_checks_expected()
+    tool.exec_checked = exec_checked
     # Its only effect is an undoable change set: reversible, out of the residual.
     reversible = change_sets is not None and name != "host" and not networked
     description = DESCRIPTION if change_sets is None else DESCRIPTION_CHANGE_SETS
@@ -581,6 +650,7 @@ def register_shell_tool(
             },
             # A dry run runs it on the layer and stages its change set (apply_changes).
             composes_dry_run=change_sets is not None,
+            exec_checked=exec_checked,
         )
     )
     kernel.push_async_callback(tool.aclose)

@@ -168,6 +168,10 @@ class ShellResult:
     wrote, one :class:`Upper` per root; the roots themselves are unchanged.
     ``shell`` (only under the session option ``persist_shell_state``) says
     whether the command's working directory and exported variables carry over.
+    ``exec_denied`` (only where execs are checked against deny rules: the
+    confined ``local`` backend) counts and lists the execs that were refused:
+    ``{"denied": n, "denials": [{"rule", "program", "argv", …}]}``; ``execs_checked``
+    how many exec calls were checked (None: none was).
     """
 
     exit_code: int | None
@@ -185,6 +189,8 @@ class ShellResult:
     session_restarted: bool = False
     uppers: tuple[Upper, ...] = ()
     shell: ShellState | None = None
+    exec_denied: Mapping[str, Any] | None = None
+    execs_checked: int | None = None
 
     @property
     def status(self) -> str:
@@ -210,6 +216,10 @@ class ShellResult:
         }
         if self.shell is not None:
             out["shell"] = self.shell.to_dict()
+        if self.execs_checked is not None:
+            out["execs_checked"] = self.execs_checked
+        if self.exec_denied is not None:
+            out["exec_denied"] = dict(self.exec_denied)
         if self.stdout_truncated or self.stderr_truncated:
             out["truncated"] = {
                 "stdout": self.stdout_truncated,

@@ -1,0 +1,1043 @@
+"""Exec checks inside the confined sandbox: every ``execve``/``execveat`` against the deny rules.
+
+Imported by the supervisor (:mod:`._confined_supervisor`, ``python -I -S``; standard
+library only) the first time a command carries deny rules. Each command's child
+installs :func:`install_notifier` (``SECCOMP_RET_USER_NOTIF`` on ``execve`` and
+``execveat``, ``SECCOMP_FILTER_FLAG_NEW_LISTENER``) right before its own ``exec`` and
+hands the listener to the supervisor over a socketpair; every process of the command
+inherits the filter (seccomp filters cannot be removed). For each notification the
+supervisor (:meth:`Checker.answer`) reads the path and argv from ``/proc/<pid>/mem``,
+resolves the program as the kernel will, checks it, confirms the notification is still
+live (``SECCOMP_IOCTL_NOTIF_ID_VALID``) and answers: continue, or fail the ``exec``
+with ``EACCES`` and record the denial (rule, program, argv) for the result.
+
+What one ``exec`` is checked as (each an *invocation*: the names the program goes by
+and its argv; a rule matches an invocation when it matches ``[name] + argv[1:]`` for
+any of those names, the runtime's own deny-side matching: a first element without a
+``/`` is compared with the name's last component):
+
+- the program's names: the path given, ``argv[0]`` (a multi-call binary dispatches on
+  it), the path the file really has (the path given resolved against the process's
+  working directory or ``execveat``'s descriptor, links followed in the process's view:
+  :meth:`Checker._resolve`), and every rule
+  name the *file* is: the same inode as a file a rule names on the command's
+  ``PATH`` (a hard or symbolic link to ``rm``), or the same bytes (a copy of ``rm``,
+  compared by size first, then SHA-256);
+- ``#!`` scripts: the interpreter (and its optional argument) as the kernel reads
+  the first line, run with the script's path and the arguments: a script whose
+  interpreter is denied is denied; nested interpreters too (up to the kernel's
+  depth);
+- an ELF program whose ``PT_INTERP`` is not the dynamic loader: that interpreter, which
+  the kernel maps and starts with the program's argv;
+- the dynamic loader run directly (``ld.so /usr/bin/rm``): the program it is given
+  (after its own options) is an invocation too; a program given without a ``/``
+  (the loader searches it like a library) is refused while deny rules apply;
+- ``busybox`` (``argv[0]`` named ``busybox…``): ``argv[1:]`` is an invocation too; and
+  a multi-call binary (busybox, toybox: found on ``PATH`` by name, then known by inode
+  and content) that has an applet a rule names is refused whatever it is called: its
+  shell runs applets inside itself, without an exec to check.
+
+**The kernel's backstop (Landlock).** The supervisor reads the path and argv before the
+kernel does, and a process with a second thread (or memory shared with another process)
+can change them in between; so can a rename between the supervisor's open and the
+kernel's. For rules that deny a program whatever its arguments (``rm *``: the argv
+pattern is the name and ``**``) the denied files outside the writable places (the host's
+read-only programs, busybox when it holds a denied applet) are also refused by a Landlock
+layer each command's child adds before its exec (:meth:`Checker.execute_ruleset`): it
+handles ``EXECUTE`` and grants it beneath every entry of ``/`` and of each directory on
+the way to a denied file, except those files and that way. The kernel checks it on the
+file it really executes (and on an interpreter it opens for ``#!``): no race. It does
+not see the dynamic loader mapping a program (``ld.so /usr/bin/rm``: the loader is what
+executes), copies (another inode), or argv.
+
+The rules come from the kernel as JSON (:mod:`._execrules`): a first-word index,
+literal words compared with ``==``, glob words as the runtime's own regex
+(``fnmatch.translate``, ``re.DOTALL``), ``**`` any number of words.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import struct
+
+# ``re``, ``json`` and ``hashlib`` are imported where they are first needed (a command with
+# deny rules): the session's start probes the notifier and imports only the above (those
+# three cost tens of milliseconds of a start under ``python -I -S``).
+
+try:
+    from ._confined_syscalls import landlock_execute_ruleset, libc
+except ImportError:  # executed as a file (no parent package)
+    from _confined_syscalls import landlock_execute_ruleset, libc  # type: ignore[no-redef]
+
+__all__ = [
+    "Checker",
+    "Denial",
+    "ExecRules",
+    "Refused",
+    "install_notifier",
+    "notifier_program",
+    "probe",
+    "sync_wakeups",
+]
+
+_NR_EXECVE = 59
+_NR_EXECVEAT = 322
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_RET_ALLOW = 0x7FFF0000
+_RET_KILL_PROCESS = 0x80000000
+_RET_USER_NOTIF = 0x7FC00000
+_SYS_SECCOMP = 317
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+# ioctls on the listener (linux/seccomp.h, x86-64): _IOWR('!', 0, struct seccomp_notif) …
+_NOTIF_RECV = 0xC0502100
+_NOTIF_SEND = 0xC0182101
+_NOTIF_ID_VALID = 0x40082102
+_NOTIF_SET_FLAGS = 0x40082104
+_USER_NOTIF_FD_SYNC_WAKE_UP = 1
+_USER_NOTIF_FLAG_CONTINUE = 1
+_AT_FDCWD = -100
+_AT_EMPTY_PATH = 0x1000
+_BINPRM_BUF_SIZE = 256
+_MAX_DEPTH = 8  # interpreters, loaders, busybox, nested (the kernel allows 5 #! levels)
+_MAX_ARGV_BYTES = 8 << 20  # more than the kernel takes (E2BIG): refused unread
+_MAX_ARGC = 1 << 20
+_PAGE = 4096
+_HASH_LIMIT = 256 << 20  # files compared by content are at most this large
+# The dynamic loader's own options (glibc's rtld): those that take a value, those that do not.
+_LOADER_VALUE_OPTIONS = frozenset(
+    {
+        "--library-path",
+        "--inhibit-rpath",
+        "--audit",
+        "--preload",
+        "--argv0",
+        "--glibc-hwcaps-prepend",
+        "--glibc-hwcaps-mask",
+    }
+)
+_LOADER_FLAG_OPTIONS = frozenset(
+    {
+        "--list",
+        "--verify",
+        "--inhibit-cache",
+        "--list-tunables",
+        "--list-diagnostics",
+        "--help",
+        "--version",
+    }
+)
+_STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_MULTICALL = ("busybox", "toybox")  # binaries whose shell runs their applets without exec
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("<HBBI", code, jt, jf, k)
+
+
+def notifier_program() -> bytes:
+    """The filter: ``execve`` and ``execveat`` notify the listener; everything else passes
+    (foreign ABIs are killed by the session's first filter already, and here too)."""
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    return b"".join(
+        [
+            _insn(ld, 0, 0, 4),  # seccomp_data.arch
+            _insn(jeq, 1, 0, _AUDIT_ARCH_X86_64),
+            _insn(ret, 0, 0, _RET_KILL_PROCESS),
+            _insn(ld, 0, 0, 0),  # seccomp_data.nr
+            _insn(jeq, 2, 0, _NR_EXECVE),
+            _insn(jeq, 1, 0, _NR_EXECVEAT),
+            _insn(ret, 0, 0, _RET_ALLOW),
+            _insn(ret, 0, 0, _RET_USER_NOTIF),
+        ]
+    )
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+_PROGRAM = notifier_program()
+_PROGRAM_BUF = ctypes.create_string_buffer(_PROGRAM, len(_PROGRAM))
+_FPROG = _SockFprog(len(_PROGRAM) // 8, ctypes.cast(_PROGRAM_BUF, ctypes.c_void_p))
+
+
+def install_notifier() -> int:
+    """Install the exec filter on the calling thread; its listener descriptor. Raises OSError.
+
+    Needs ``no_new_privs`` (the supervisor set it) or ``CAP_SYS_ADMIN``.
+    """
+    fd = libc.syscall(
+        _SYS_SECCOMP,
+        ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+        ctypes.c_uint(_SECCOMP_FILTER_FLAG_NEW_LISTENER),
+        ctypes.byref(_FPROG),
+    )
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp(SECCOMP_FILTER_FLAG_NEW_LISTENER): {os.strerror(err)}")
+    return int(fd)
+
+
+def sync_wakeups(listener: int) -> None:
+    """Ask the kernel to wake the supervisor and the exec'ing task as a pair (Linux 6.6+:
+    fewer scheduler round trips per exec); nothing happens on older kernels."""
+    try:  # noqa: SIM105 (contextlib is one import more)
+        fcntl.ioctl(listener, _NOTIF_SET_FLAGS, _USER_NOTIF_FD_SYNC_WAKE_UP)
+    except OSError:
+        pass
+
+
+# -- the rules -----------------------------------------------------------------------------
+
+
+class _Rule:
+    __slots__ = ("label", "patterns", "source")
+
+    def __init__(self, label: str, source: str, patterns: list[list[object]]) -> None:
+        self.label = label
+        self.source = source
+        self.patterns = patterns
+
+
+class _Glob:
+    """A glob word: the runtime's regex for it, and whether the glob has a ``/`` (a first
+    word without one is compared with the program's last path component)."""
+
+    __slots__ = ("regex", "slash")
+
+    def __init__(self, regex: str, slash: bool) -> None:
+        import re
+
+        self.regex = re.compile(regex, re.DOTALL)
+        self.slash = slash
+
+    def fullmatch(self, word: str) -> object:
+        return self.regex.fullmatch(word)
+
+
+def _element(spec: object) -> object:
+    """``"**"``, a literal string, or a glob (from ``["G", regex, has_slash]``)."""
+    if spec == "**":
+        return "**"
+    if isinstance(spec, list) and spec[0] == "G":
+        return _Glob(spec[1], bool(spec[2]))
+    if isinstance(spec, list) and spec[0] == "L":
+        return str(spec[1])
+    raise ValueError(f"bad rule element {spec!r}")
+
+
+class ExecRules:
+    """The deny rules one command runs under, indexed by their first word."""
+
+    def __init__(self, payload: bytes) -> None:
+        import json
+
+        data = json.loads(payload)
+        self.rules: list[_Rule] = []
+        # first literal word (its last component for deny-side matching) -> rule indexes
+        self.by_name: dict[str, list[int]] = {}
+        self.by_path: dict[str, list[int]] = {}
+        self.wild: list[int] = []  # first word a glob or **
+        self.names: set[str] = set()  # literal names rules start with (identity lookup)
+        self.paths: set[str] = set()
+        self.globs: list[_Glob] = []
+        for index, item in enumerate(data["rules"]):
+            patterns = [[_element(e) for e in p] for p in item["patterns"]]
+            self.rules.append(_Rule(item["label"], item.get("source", ""), patterns))
+            for p in patterns:
+                first = p[0]
+                if isinstance(first, str) and first != "**":
+                    if "/" in first:
+                        self.by_path.setdefault(first, []).append(index)
+                        self.paths.add(first)
+                    else:
+                        self.by_name.setdefault(first, []).append(index)
+                        self.names.add(first)
+                else:
+                    self.wild.append(index)
+                    if isinstance(first, _Glob):
+                        self.globs.append(first)
+
+    def candidates(self, name: str) -> list[int]:
+        base = name.rsplit("/", 1)[-1]
+        found = self.by_name.get(base, [])
+        if "/" in name:
+            found = found + self.by_path.get(name, [])
+        return found + self.wild if self.wild else found
+
+    def match(self, names: list[str], rest: list[str]) -> _Rule | None:
+        """The first rule matching ``[name] + rest`` for one of ``names``; None."""
+        for name in names:
+            for index in self.candidates(name):
+                rule = self.rules[index]
+                for pattern in rule.patterns:
+                    if _matches(pattern, name, rest):
+                        return rule
+        return None
+
+
+def _word(element: object, word: str) -> bool:
+    if isinstance(element, str):
+        return element == word
+    return element.fullmatch(word) is not None  # type: ignore[attr-defined]
+
+
+def _matches(pattern: list[object], name: str, rest: list[str]) -> bool:
+    """The runtime's deny-side argv match over literal words (``_matchers._match_argv``)."""
+    first = pattern[0]
+    slash = first.slash if isinstance(first, _Glob) else "/" in first  # type: ignore[operator]
+    word = name if slash else name.rsplit("/", 1)[-1]
+    if first != "**":
+        if not _word(first, word):
+            return False
+        return _tail(pattern, 1, rest, 0, {})
+    return _tail(pattern, 0, [word, *rest], 0, {})
+
+
+def _tail(
+    pattern: list[object], j: int, words: list[str], i: int, memo: dict[tuple[int, int], bool]
+) -> bool:
+    key = (i, j)
+    if key in memo:
+        return memo[key]
+    if j == len(pattern):
+        result = i == len(words)
+    elif pattern[j] == "**":
+        if j == len(pattern) - 1:
+            result = True
+        else:
+            result = any(_tail(pattern, j + 1, words, k, memo) for k in range(i, len(words) + 1))
+    elif i == len(words):
+        result = False
+    else:
+        result = _word(pattern[j], words[i]) and _tail(pattern, j + 1, words, i + 1, memo)
+    memo[key] = result
+    return result
+
+
+# -- one command's checker -----------------------------------------------------------------
+
+
+class Denial:
+    """One refused ``exec``: the rule, the program, what it was run as."""
+
+    __slots__ = ("argv", "program", "reason", "rule", "source")
+
+    def __init__(self, rule: str, source: str, program: str, argv: list[str], reason: str) -> None:
+        self.rule = rule
+        self.source = source
+        self.program = program
+        self.argv = argv
+        self.reason = reason
+
+    def to_dict(self) -> dict[str, object]:
+        argv = self.argv[:32] + ([f"… {len(self.argv) - 32} more"] if len(self.argv) > 32 else [])
+        out: dict[str, object] = {
+            "rule": self.rule,
+            "program": self.program,
+            "argv": [a[:512] for a in argv],
+        }
+        if self.source:
+            out["source"] = self.source
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+class Refused(Exception):
+    """Fail the exec with ``errno``; ``denial`` when a rule (or the check itself) refused it."""
+
+    def __init__(self, code: int, denial: Denial | None = None) -> None:
+        super().__init__(code)
+        self.code = code
+        self.denial = denial
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+class _Mem:
+    """Reads a process's memory (``/proc/<pid>/mem``), a page cache for argv strings."""
+
+    def __init__(self, pid: int) -> None:
+        self.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+        self.pages: dict[int, bytes] = {}
+        self.budget = _MAX_ARGV_BYTES
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def page(self, base: int) -> bytes:
+        data = self.pages.get(base)
+        if data is None:
+            data = os.pread(self.fd, _PAGE, base)
+            if not data:
+                raise OSError(errno.EFAULT, "unreadable")
+            self.budget -= len(data)
+            if self.budget < 0:
+                raise Refused(errno.E2BIG)
+            self.pages[base] = data
+        return data
+
+    def string(self, addr: int, limit: int) -> bytes:
+        out = b""
+        while True:
+            base = addr & ~(_PAGE - 1)
+            chunk = self.page(base)[addr - base :]
+            end = chunk.find(b"\0")
+            if end >= 0:
+                return out + chunk[:end]
+            out += chunk
+            if len(out) > limit:
+                raise Refused(errno.E2BIG)
+            addr = base + len(self.page(base))
+
+    def argv(self, addr: int) -> list[bytes]:
+        if addr == 0:
+            return []
+        words: list[bytes] = []
+        while True:
+            block = os.pread(self.fd, 512, addr)
+            if len(block) < 8:
+                raise OSError(errno.EFAULT, "unreadable")
+            for (ptr,) in struct.iter_unpack("<Q", block[: len(block) // 8 * 8]):
+                if ptr == 0:
+                    return words
+                words.append(self.string(ptr, 128 << 10))
+                if len(words) > _MAX_ARGC:
+                    raise Refused(errno.E2BIG)
+            addr += len(block) // 8 * 8
+
+
+class _Identity:
+    """Which rule names a file *is*: by inode, and by content (size, then SHA-256)."""
+
+    def __init__(self) -> None:
+        self.by_inode: dict[tuple[int, int], set[str]] = {}
+        self.by_size: dict[int, list[tuple[str, str]]] = {}  # size -> [(name, path)]
+        self.digests: dict[str, bytes | None] = {}  # path -> its SHA-256 (lazily)
+
+    def add(self, name: str, path: str) -> None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        if (st.st_mode & 0o170000) != 0o100000:
+            return
+        self.by_inode.setdefault((st.st_dev, st.st_ino), set()).add(name)
+        if st.st_size > 0:
+            entries = self.by_size.setdefault(st.st_size, [])
+            if (name, path) not in entries:
+                entries.append((name, path))
+
+    def names(self, fd: int, st: os.stat_result) -> set[str]:
+        found = set(self.by_inode.get((st.st_dev, st.st_ino), ()))
+        entries = self.by_size.get(st.st_size)
+        if entries and st.st_size <= _HASH_LIMIT:
+            digest = _sha256_fd(fd)
+            for name, path in entries:
+                if path not in self.digests:
+                    self.digests[path] = _sha256_path(path)
+                if self.digests[path] == digest:
+                    found.add(name)
+        return found
+
+
+def _sha256_fd(fd: int) -> bytes:
+    import hashlib
+
+    h = hashlib.sha256()
+    offset = 0
+    while True:
+        data = os.pread(fd, 1 << 20, offset)
+        if not data:
+            return h.digest()
+        h.update(data)
+        offset += len(data)
+
+
+def _sha256_path(path: str) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return _sha256_fd(fd)
+    finally:
+        os.close(fd)
+
+
+_APPLETS: dict[tuple[int, int, int, int], list[str] | None] = {}
+
+
+def _applets(path: str) -> list[str] | bool | None:
+    """A multi-call binary's applet names (busybox's NUL-separated table), None when the
+    table cannot be found, False when there is no such file. Cached by file identity."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _APPLETS:
+        return _APPLETS[key]
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_HASH_LIMIT)
+    except OSError:
+        return False
+    start = data.find(b"\0[\0[[\0")  # sorted: "[", "[[", then the rest
+    applets: list[str] | None = None
+    if start >= 0:
+        applets = []
+        for raw in data[start + 1 : start + 65536].split(b"\0"):
+            if not raw:
+                break
+            applets.append(raw.decode("ascii", "replace"))
+    _APPLETS[key] = applets
+    return applets
+
+
+def _elf_interpreter(path: str) -> str | None:
+    """The ``PT_INTERP`` of an ELF file (the dynamic loader it names), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2:
+                return None
+            (phoff,) = struct.unpack_from("<Q", head, 32)
+            phentsize, phnum = struct.unpack_from("<HH", head, 54)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            for i in range(phnum):
+                (kind,) = struct.unpack_from("<I", table, i * phentsize)
+                if kind == 3:  # PT_INTERP
+                    (offset,) = struct.unpack_from("<Q", table, i * phentsize + 8)
+                    (size,) = struct.unpack_from("<Q", table, i * phentsize + 32)
+                    f.seek(offset)
+                    return f.read(min(size, 4096)).split(b"\0", 1)[0].decode()
+    except (OSError, struct.error, UnicodeDecodeError, IndexError):
+        return None
+    return None
+
+
+class Checker:
+    """One command's exec checks under one set of rules (and its ``PATH``)."""
+
+    def __init__(self, rules: ExecRules, path_var: str) -> None:
+        self.rules = rules
+        self.identity = _Identity()
+        self.loaders = _Identity()
+        self.denials: list[Denial] = []
+        self.denied = 0
+        self.trusted: int | None = None  # the command's own child: its first exec was checked
+        self.checked = 0  # notifications answered for the current command
+        self._execute_built = False
+        self._execute_fd: int | None = None
+        self.execute_denied: list[str] = []  # the files the Landlock backstop refuses
+        self._pid: int | None = None  # the process whose exec is being checked
+        self.writable: list[str] = ["/proc", "/tmp", "/var/tmp", "/dev"]  # see set_writable
+        self._real_dirs: set[bytes] = set()  # read-only directories that are no links
+        self._plain: dict[bytes, tuple[str, list[str]]] = {}  # read-only plain programs
+        self._cacheable = False  # the last _resolve saw only read-only places
+        self._links: dict[bytes, bytes] = {}  # read-only links and their targets
+        try:
+            self._proc_dev = os.stat("/proc").st_dev
+        except OSError:
+            self._proc_dev = -1
+        dirs = [d for d in (path_var + ":" + _STANDARD_PATH).split(":") if d.startswith("/")]
+        dirs = list(dict.fromkeys(dirs))
+        for name in rules.names:
+            for d in dirs:
+                self.identity.add(name, f"{d}/{name}")
+        for path in rules.paths:
+            self.identity.add(path, path)
+        if rules.globs:
+            for d in dirs:
+                try:
+                    entries = os.listdir(d)
+                except OSError:
+                    continue
+                for entry in entries:
+                    if any(g.fullmatch(entry) for g in rules.globs):
+                        self.identity.add(entry, f"{d}/{entry}")
+        # Multi-call binaries with an applet a rule names: refused by identity (see above).
+        self.loader_paths: set[bytes] = set()  # PT_INTERP strings naming the loader itself
+        self.multicall = _Identity()
+        self.multicall_rule: tuple[str, str, str] | None = None
+        for name in _MULTICALL:
+            for d in dirs:
+                hit = self._applet_rule(f"{d}/{name}")
+                if hit is not None:
+                    self.multicall.add(name, f"{d}/{name}")
+                    self.multicall_rule = hit
+        # The dynamic loaders programs name (x86-64: other ABIs die at their first call).
+        for program in ("/bin/sh", "/usr/bin/env", os.path.realpath("/proc/self/exe")):
+            loader = _elf_interpreter(program)
+            if loader:
+                self.loaders.add(loader, loader)
+                if not any(loader.startswith(w + "/") for w in ("/tmp", "/var/tmp", "/dev")):
+                    self.loader_paths.add(os.fsencode(loader))
+
+    def _applet_rule(self, path: str) -> tuple[str, str, str] | None:
+        """(rule label, source, applet) when the multi-call binary at ``path`` has an applet
+        a deny rule names (every applet counts when its table cannot be read)."""
+        found = _applets(path)
+        if found is False:
+            return None
+        applets = found if isinstance(found, list) else None
+        for rule in self.rules.rules:
+            for pattern in rule.patterns:
+                first = pattern[0]
+                if first == "**":
+                    return rule.label, rule.source, "any"
+                for applet in applets if applets is not None else ["any"]:
+                    if applets is None or _word(first, applet):
+                        return rule.label, rule.source, applet
+        return None
+
+    def execute_ruleset(self, writable: list[str]) -> int | None:
+        """The Landlock backstop for program-wide rules (see the module docstring): a ruleset
+        descriptor, built once per rules; None when no such rule names a read-only file.
+        Raises OSError or the Landlock layer's error."""
+        if self._execute_built:
+            return self._execute_fd
+        self._execute_built = True
+        denied: set[str] = set()
+        for path in self._program_wide():
+            real = os.path.realpath(path)
+            if any(real == w or real.startswith(w.rstrip("/") + "/") for w in writable):
+                continue  # a place commands write: a new copy there is a new inode anyway
+            if os.path.isfile(real):
+                denied.add(real)
+        if not denied:
+            return None
+        way = {"/"}
+        for real in denied:
+            parent = os.path.dirname(real)
+            while parent not in way:
+                way.add(parent)
+                parent = os.path.dirname(parent)
+        grants = []
+        for directory in sorted(way):
+            for entry in os.scandir(directory):
+                if entry.path in way or entry.path in denied or entry.is_symlink():
+                    continue
+                grants.append(entry.path)
+        self._execute_fd = landlock_execute_ruleset(grants)
+        self.execute_denied = sorted(denied)
+        return self._execute_fd
+
+    def _program_wide(self) -> list[str]:
+        """Paths of the files rules deny whatever their arguments (first word, then ``**``)."""
+        paths: list[str] = []
+        for rule in self.rules.rules:
+            for pattern in rule.patterns:
+                if len(pattern) != 2 or pattern[1] != "**":
+                    continue
+                first = pattern[0]
+                for entries in self.identity.by_size.values():  # every file a rule names
+                    paths += [path for name, path in entries if _word(first, name)]
+        if self.multicall_rule is not None:
+            for entries in self.multicall.by_size.values():
+                paths += [path for _name, path in entries]
+        return paths
+
+    # -- the supervisor's side of the listener ---------------------------------------------
+
+    def answer(self, listener: int) -> None:
+        """Receive one notification, check it, answer it. Never raises for the command's doing."""
+        request = bytearray(80)
+        try:
+            fcntl.ioctl(listener, _NOTIF_RECV, request, True)
+        except OSError:  # the task was interrupted or died meanwhile: nothing to answer
+            return
+        nid, pid = struct.unpack_from("<QI", request)
+        nr = struct.unpack_from("<i", request, 16)[0]
+        args = struct.unpack_from("<6Q", request, 32)
+        code = 0
+        self.checked += 1
+        try:
+            if pid == self.trusted:
+                # The supervisor's own child execs the command it checked before the fork
+                # (single-threaded, the supervisor's code until this exec): its first one.
+                self.trusted = None
+            else:
+                self.check_request(pid, nr, args)
+        except Refused as refused:
+            code = refused.code
+            if refused.denial is not None:
+                self.record(refused.denial)
+        except OSError as exc:  # the process's memory or files could not be read
+            code = errno.EFAULT if exc.errno in (errno.EFAULT, errno.EIO) else errno.EACCES
+            if code == errno.EACCES:
+                self.record(Denial("exec check", "", "?", [], f"could not be checked: {exc}"))
+        except Exception as exc:  # a fault of the check itself: fail closed, keep serving
+            code = errno.EACCES
+            self.record(Denial("exec check", "", "?", [], f"the check failed: {exc!r}"))
+        # The task may have been killed and its pid reused while we read: only a live
+        # notification's answer counts (and the kernel refuses a dead one anyway).
+        try:
+            fcntl.ioctl(listener, _NOTIF_ID_VALID, struct.pack("<Q", nid))
+        except OSError:
+            return
+        if code:
+            response = struct.pack("<QqiI", nid, 0, -code, 0)
+        else:
+            response = struct.pack("<QqiI", nid, 0, 0, _USER_NOTIF_FLAG_CONTINUE)
+        try:  # noqa: SIM105
+            fcntl.ioctl(listener, _NOTIF_SEND, bytearray(response), True)
+        except OSError:
+            pass
+
+    def set_writable(self, writable: list[str]) -> None:
+        """The places commands write (roots, /tmp, …): links and directories there are
+        looked at again at every exec; everything else is read-only, looked at once."""
+        self.writable = [*writable, "/proc"]
+        self._real_dirs.clear()
+        self._links.clear()
+        self._plain.clear()
+
+    def close(self) -> None:
+        """Release the Landlock backstop's ruleset (the rules changed)."""
+        if self._execute_fd is not None:
+            os.close(self._execute_fd)
+            self._execute_fd = None
+
+    def start(self, pid: int) -> None:
+        """A new command whose main process is ``pid``: no denial yet; its first exec trusted."""
+        self.denials = []
+        self.denied = 0
+        self.checked = 0
+        self.trusted = pid
+
+    def report(self) -> bytes:
+        """For the kernel (JSON): how many execs were checked, how many refused and which."""
+        data: dict[str, object] = {"checked": self.checked, "denied": self.denied}
+        if self.denied:
+            data["denials"] = [d.to_dict() for d in self.denials]
+        import json
+
+        return json.dumps(data).encode("utf-8", "surrogateescape")
+
+    def record(self, denial: Denial) -> None:
+        self.denied += 1
+        if len(self.denials) < 50:
+            self.denials.append(denial)
+
+    def check_request(self, pid: int, nr: int, args: tuple[int, ...]) -> None:
+        mem = _Mem(pid)
+        try:
+            if nr == _NR_EXECVEAT:
+                dirfd = ctypes.c_int(args[0] & 0xFFFFFFFF).value
+                path_addr, argv_addr, flags = args[1], args[2], args[4]
+            else:
+                dirfd, path_addr, argv_addr, flags = _AT_FDCWD, args[0], args[1], 0
+            path = mem.string(path_addr, 4096)
+            argv = [_decode(w) for w in mem.argv(argv_addr)]
+        finally:
+            mem.close()
+        if nr == _NR_EXECVEAT and flags & _AT_EMPTY_PATH and not path:
+            base, name, shown = f"/proc/{pid}/fd/{dirfd}", b"", f"/dev/fd/{dirfd}"
+        elif path.startswith(b"/"):
+            base, name, shown = None, path, _decode(path)
+        elif dirfd == _AT_FDCWD:
+            base, name, shown = f"/proc/{pid}/cwd", path, _decode(path)
+        else:
+            base, name, shown = f"/proc/{pid}/fd/{dirfd}", path, f"/dev/fd/{dirfd}/{_decode(path)}"
+        self._pid = pid
+        try:
+            self.check(base, name, shown, argv, f"/proc/{pid}/cwd")
+        finally:
+            self._pid = None
+
+    # -- what one exec runs ------------------------------------------------------------------
+
+    def check(
+        self, base: str | None, path: bytes, shown: str, argv: list[str], cwd: str | None
+    ) -> None:
+        """Check the program at ``path`` (relative to the directory ``base``; ``path`` empty:
+        ``base`` itself) run with ``argv``; raise Refused to fail the exec.
+
+        ``cwd`` is the directory an interpreter's relative path is resolved in (None: the
+        supervisor's own). ``shown`` is how the kernel names the file to an interpreter.
+        """
+        self._check(base, path, shown, argv, cwd, 0)
+
+    def _open(self, base: str | None, path: bytes) -> int:
+        """Open the file the process would reach (see :meth:`_resolve`). Raises OSError."""
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+        if not path:  # execveat(fd, "", AT_EMPTY_PATH): the descriptor itself
+            assert base is not None
+            return os.open(base, flags)
+        return os.open(self._resolve(os.fsencode(base) if base else None, path), flags)
+
+    def _resolve(self, base: bytes | None, path: bytes) -> bytes:
+        """``path`` (relative to the directory ``base`` when not absolute; None: the
+        supervisor's own working directory) spelled so that the supervisor's ``open``
+        reaches the file the process's ``execve`` would.
+
+        The supervisor is another process: ``/proc/self`` and ``/proc/thread-self`` (and
+        ``/dev/fd/3``, ``/dev/stdin`` and any link to them) would name *its* descriptors,
+        executable and directories. So links are followed here, component by component,
+        and procfs's ``self``/``thread-self`` become the process's own ``/proc/<pid>``;
+        the magic links below a ``/proc/<pid>`` (``fd/N``, ``exe``, ``cwd``, ``root``) are
+        kept as they are, since the kernel follows them for the pid they name, whoever
+        opens them. Before the process exists (the command's own program), a path through
+        ``self`` is refused. Raises Refused (ELOOP past 40 links) or OSError.
+        """
+        pid = self._pid
+        if path.startswith(b"/"):
+            cur, opaque = b"", False
+        elif base is None:
+            cur, opaque = os.getcwdb().rstrip(b"/"), False
+        else:  # /proc/<pid>/cwd or /proc/<pid>/fd/<n>: a magic link, followed by the kernel
+            cur, opaque = base, True
+        todo = path.split(b"/")[::-1]
+        links = 0
+        while todo:
+            part = todo.pop()
+            if part in (b"", b"."):
+                continue
+            if part == b"..":
+                cur = cur + b"/.." if opaque else cur.rsplit(b"/", 1)[0]
+                continue
+            candidate = cur + b"/" + part
+            if candidate in self._real_dirs:
+                cur = candidate
+                continue
+            if opaque or not self._read_only(candidate):
+                self._cacheable = False
+            target = self._links.get(candidate)
+            if target is None:
+                try:
+                    st = os.lstat(candidate)
+                except OSError:  # missing: the open says what the kernel would
+                    return b"/".join([candidate, *todo[::-1]])
+                if (st.st_mode & 0o170000) != 0o120000:
+                    cur = candidate
+                    if todo and not opaque and self._read_only(candidate):
+                        self._real_dirs.add(candidate)
+                    continue
+                if st.st_dev == self._proc_dev:
+                    if part in (b"self", b"thread-self") and self._is_proc_root(cur):
+                        if pid is None:
+                            raise Refused(errno.EACCES, Denial("exec check", "", _decode(path),
+                                [], "a path through /proc/self before the process exists"))  # fmt: skip
+                        cur = b"/proc/%d" % pid
+                        if part == b"thread-self":
+                            cur += b"/task/%d" % pid
+                        opaque = False
+                    else:  # a magic link of a /proc/<pid>: the kernel follows it for <pid>
+                        cur, opaque = candidate, True
+                    continue
+                target = os.readlink(candidate)
+                if not opaque and self._read_only(candidate):
+                    self._links[candidate] = target
+            links += 1
+            if links > 40:
+                raise Refused(errno.ELOOP)
+            if target.startswith(b"/"):
+                cur, opaque = b"", False
+            todo.extend(target.split(b"/")[::-1])
+        return cur or b"/"
+
+    def _read_only(self, path: bytes) -> bool:
+        """Whether ``path`` lies outside every place commands can write (and outside
+        /proc): what it is cannot change during the session, so it is remembered."""
+        text = os.fsdecode(path)
+        return not any(text == w or text.startswith(w.rstrip("/") + "/") for w in self.writable)
+
+    def _is_proc_root(self, path: bytes) -> bool:
+        try:
+            st = os.lstat(path or b"/")
+        except OSError:
+            return False
+        return st.st_dev == self._proc_dev and st.st_ino == 1
+
+    def _check(
+        self,
+        base: str | None,
+        path: bytes,
+        shown: str,
+        argv: list[str],
+        cwd: str | None,
+        depth: int,
+    ) -> None:
+        if depth > _MAX_DEPTH:
+            raise Refused(errno.ELOOP)
+        known = self._plain.get(path) if path.startswith(b"/") else None
+        if known is not None:  # a plain program on a read-only path, looked at before
+            real, identity = known
+            self._match(shown, real, argv, identity)
+        else:
+            self._examine(base, path, shown, argv, cwd, depth)
+        if argv and argv[0].rsplit("/", 1)[-1].startswith("busybox") and len(argv) > 1:
+            names = [argv[1]]
+            rule = self.rules.match(names, argv[2:])
+            if rule is not None:
+                raise Refused(
+                    errno.EACCES, Denial(rule.label, rule.source, argv[1], argv[1:], "via busybox")
+                )
+
+    def _match(self, shown: str, real: str, argv: list[str], identity: list[str]) -> None:
+        names = [shown, real, *argv[:1], *identity]
+        rule = self.rules.match(names, argv[1:])
+        if rule is not None:
+            raise Refused(
+                errno.EACCES, Denial(rule.label, rule.source, real, [shown, *argv[1:]], "")
+            )
+
+    def _examine(
+        self,
+        base: str | None,
+        path: bytes,
+        shown: str,
+        argv: list[str],
+        cwd: str | None,
+        depth: int,
+    ) -> None:
+        """Open the program as the process would and check everything it runs as."""
+        self._cacheable = True
+        try:
+            fd = self._open(base, path)
+        except OSError as exc:  # the kernel would fail the same way: say what it would
+            raise Refused(exc.errno or errno.EACCES) from None
+        try:
+            st = os.fstat(fd)
+            if (st.st_mode & 0o170000) != 0o100000:
+                raise Refused(errno.EACCES)
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            identity = sorted(self.identity.names(fd, st))
+            if self.multicall_rule is not None and self.multicall.names(fd, st):
+                label, source, applet = self.multicall_rule
+                raise Refused(
+                    errno.EACCES,
+                    Denial(
+                        label,
+                        source,
+                        real,
+                        [shown, *argv[1:]],
+                        f"a multi-call binary with the applet {applet}, which its shell and "
+                        "tools run without an exec",
+                    ),
+                )
+            self._match(shown, real, argv, identity)
+            head = os.pread(fd, 1024, 0)
+            plain = False
+            if head[:2] == b"#!":
+                self._script(head[:_BINPRM_BUF_SIZE], shown, argv, cwd, depth)
+            elif head[:4] == b"\x7fELF":
+                if self._is_loader(fd, st):
+                    self._loader(argv, cwd, depth)
+                else:
+                    plain = self._elf_interpreter(fd, head, argv, cwd, depth)
+            if plain and self._cacheable and path.startswith(b"/") and len(self._plain) < 4096:
+                self._plain[path] = (real, identity)
+        finally:
+            os.close(fd)
+
+    def _script(self, head: bytes, shown: str, argv: list[str], cwd: str | None, d: int) -> None:
+        """The interpreter line as the kernel reads it (``fs/binfmt_script.c``)."""
+        line = head[2:].split(b"\n", 1)[0] if b"\n" in head else head[2:]
+        line = line.strip(b" \t")
+        if not line:
+            raise Refused(errno.ENOEXEC)
+        parts = line.replace(b"\t", b" ").split(b" ", 1)
+        interpreter = parts[0]
+        optional = parts[1].strip(b" \t") if len(parts) > 1 else b""
+        if b"\n" not in head and len(head) >= _BINPRM_BUF_SIZE and b" " not in line:
+            raise Refused(errno.ENOEXEC)  # the interpreter's name does not fit: the kernel refuses
+        new_argv = [_decode(interpreter), *([_decode(optional)] if optional else [])]
+        new_argv += [shown, *argv[1:]]
+        base = None if interpreter.startswith(b"/") else cwd
+        self._check(base, interpreter, _decode(interpreter), new_argv, cwd, d + 1)
+
+    def _elf_interpreter(
+        self, fd: int, head: bytes, argv: list[str], cwd: str | None, depth: int
+    ) -> bool:
+        """An ELF program's ``PT_INTERP``: the kernel maps that file and starts it with the
+        program's argv, so an interpreter other than the dynamic loader (a static binary,
+        ``busybox``) is checked as the program too. True when there is none but the loader
+        (a plain program)."""
+        if len(head) < 64 or head[4] != 2:  # not ELF64: other ABIs die at their first call
+            return False
+        (phoff,) = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        size = phentsize * min(phnum, 256)
+        table = (
+            head[phoff : phoff + size] if phoff + size <= len(head) else os.pread(fd, size, phoff)
+        )
+        for i in range(0, len(table) - 39, phentsize or 56):
+            if struct.unpack_from("<I", table, i)[0] != 3:  # PT_INTERP
+                continue
+            (offset,) = struct.unpack_from("<Q", table, i + 8)
+            (length,) = struct.unpack_from("<Q", table, i + 32)
+            interpreter = os.pread(fd, min(length, 4096), offset).split(b"\0", 1)[0]
+            if interpreter in self.loader_paths or not interpreter:
+                return True  # the dynamic loader: the usual case
+            base = None if interpreter.startswith(b"/") else cwd
+            self._check(base, interpreter, _decode(interpreter), argv, cwd, depth + 1)
+            return False
+        return True  # static
+
+    def _is_loader(self, fd: int, st: os.stat_result) -> bool:
+        return bool(self.loaders.names(fd, st))
+
+    def _loader(self, argv: list[str], cwd: str | None, depth: int) -> None:
+        """``ld.so [options] PROGRAM args``: PROGRAM is an invocation too."""
+        i, argv0 = 1, None
+        while i < len(argv):
+            word = argv[i]
+            if word in _LOADER_FLAG_OPTIONS:
+                i += 1
+            elif word in _LOADER_VALUE_OPTIONS:
+                if word == "--argv0" and i + 1 < len(argv):
+                    argv0 = argv[i + 1]
+                i += 2
+            else:
+                break
+        if i >= len(argv):
+            return  # the loader alone (--help, --list-tunables): runs no program
+        program = argv[i]
+        if "/" not in program:
+            raise Refused(
+                errno.EACCES,
+                Denial(
+                    "exec check",
+                    "",
+                    argv[0],
+                    argv,
+                    "the dynamic loader given a program without a '/' (searched like a library)",
+                ),
+            )
+        new_argv = [argv0 or program, *argv[i + 1 :]]
+        raw = os.fsencode(program)
+        base = None if raw.startswith(b"/") else cwd
+        self._check(base, raw, program, new_argv, cwd, depth + 1)
+
+
+def probe(listener: int, pid: int, expected: bytes) -> str:
+    """At session start: one notification from the probe child ``pid`` (an ``execve`` of
+    ``expected``), its path read from its memory, answered ``EACCES``. Raises OSError."""
+    request = bytearray(80)
+    fcntl.ioctl(listener, _NOTIF_RECV, request, True)
+    nid, got = struct.unpack_from("<QI", request)
+    args = struct.unpack_from("<6Q", request, 32)
+    if got != pid:
+        raise OSError(errno.ESRCH, f"a notification from pid {got}, not the probe's {pid}")
+    mem = _Mem(pid)
+    try:
+        path = mem.string(args[0], 4096)
+    finally:
+        mem.close()
+    if path != expected:
+        raise OSError(errno.EIO, f"read {path!r} from the probe's memory, not {expected!r}")
+    fcntl.ioctl(listener, _NOTIF_ID_VALID, struct.pack("<Q", nid))
+    response = struct.pack("<QqiI", nid, 0, -errno.EACCES, 0)
+    fcntl.ioctl(listener, _NOTIF_SEND, bytearray(response), True)
+    return "every execve/execveat checked against the deny rules (seccomp user notification)"

@@ -1,0 +1,559 @@
+"""Exec checks on the confined ``local`` backend: deny rules enforced where programs start.
+
+The oracle (``test_no_denied_program_runs_whatever_the_line``) runs the corpus of
+``tests/runtime/exec_corpus.py`` (every way the issue lists to start a program the shell
+judge cannot see, times five denied actions) through the real ``run_shell`` under
+``allow-reversible`` and a policy denying ``touch``, ``rm`` and ``curl``. Two oracles,
+both independent of the supervisor that does the checking:
+
+- the kernel's own record of every ``execve``/``execveat`` of the sandbox: ``strace -ff``
+  attached from the host to the sandbox's supervisor (ptrace from outside; nothing in the
+  sandbox can see or stop it). Every exec that *succeeded* is judged with the runtime's
+  rule matcher, program by program (no wrapper looked through): none may match a deny
+  rule;
+- effects: each denied action leaves a trace if it runs (a new ``hit-N`` file in the
+  workspace, the canary removed, a fetched file), so the workspace must be exactly what
+  it was, which also covers what a name cannot (copies, links, the loader, busybox).
+
+Lines are batched (each line a file written with ``write_file``, run by ``sh`` from a
+batch script that ``run_shell`` runs: every line reaches the sandbox, whatever the Gate
+would say of it alone); the Gate's verdict on each line alone is recorded too.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from backends_helpers import chown_like_workspace
+
+from ringfence import create_kernel
+from ringfence.runtime import (
+    ApprovalAnswer,
+    GitMetadata,
+    Posture,
+    Rules,
+    ScriptedApprover,
+    parse_rule,
+)
+from ringfence.runtime._matchers import Tri
+from ringfence.runtime._shellparts import SimpleCommand, Word
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))  # the corpora
+from exec_corpus import DENY, corpus
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+BATCH = 45  # lines per run_shell call
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every entry below ``root`` (but the corpus scripts): its kind and content digest."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if rel.startswith(".corpus"):
+            continue
+        if path.is_symlink():
+            out[rel] = "link:" + os.readlink(path)
+        elif path.is_file():
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            out[rel] = "dir"
+    return out
+
+
+def supervisor_pid() -> int:
+    """The host pid of this process's sandbox supervisor (a descendant running the file)."""
+    me = psutil.Process()
+    for child in me.children(recursive=True):
+        try:
+            argv = child.cmdline()
+            if "bwrap" not in argv[0] and any("_confined_supervisor.py" in a for a in argv):
+                return child.pid
+        except psutil.Error:
+            continue
+    raise AssertionError("no sandbox supervisor below this process")
+
+
+_CALL = re.compile(r"^(execve|execveat)\((.*)\) += (-?\d+)", re.S)
+_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _unescape(text: str) -> str:
+    return codecs.decode(text.encode("latin-1", "backslashreplace"), "unicode_escape")
+
+
+def traced_execs(prefix: Path) -> list[tuple[str, list[str], int]]:
+    """(path, argv, result) of every execve/execveat strace saw, from its per-pid files."""
+    found = []
+    for file in prefix.parent.glob(prefix.name + ".*"):
+        for line in file.read_text(errors="replace").splitlines():
+            m = _CALL.match(line)
+            if m is None:
+                continue
+            args, result = m.group(2), int(m.group(3))
+            strings = []
+            end = len(args)
+            pos = 0
+            for s in _STRING.finditer(args):  # the path, then argv up to its closing ]
+                if "]" in args[pos : s.start()]:
+                    end = pos
+                    break
+                strings.append(_unescape(s.group(1)))
+                pos = s.end()
+            assert end >= 0 and "..." not in args[:end], line  # nothing cut by strace
+            if strings:  # (execveat's descriptor comes first, unquoted)
+                found.append((strings[0], strings[1:], result))
+    return found
+
+
+def denied_by_rules(words: list[str], deny: tuple[str, ...] = DENY) -> str | None:
+    """The deny rule the runtime's matcher finds for this one program run, no wrapper
+    looked through (the independent judge of the trace)."""
+    command = SimpleCommand(argv=tuple(Word(w) for w in words))
+    for text in deny:
+        rule = parse_rule(text, "deny")
+        assert rule.command is not None
+        if rule.command.match_command(command, deny_side=True) is Tri.YES:
+            return text
+    return None
+
+
+def start_strace(pid: int, prefix: Path) -> subprocess.Popen[bytes]:
+    tracer = subprocess.Popen(
+        ["strace", "-ff", "-qq", "-s", "65535", "-e", "trace=execve,execveat", "-o", str(prefix),
+         "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # attached once the supervisor shows a tracer
+        status = Path(f"/proc/{pid}/status").read_text()
+        if re.search(r"^TracerPid:\s+[1-9]", status, re.M):
+            return tracer
+        if tracer.poll() is not None:
+            raise AssertionError(f"strace exited: {tracer.stderr.read().decode()}")  # type: ignore[union-attr]
+        time.sleep(0.02)
+    tracer.kill()
+    raise AssertionError("strace did not attach within 20 s")
+
+
+def batch_script(numbers: list[int]) -> str:
+    """Each line from its own file (a syntax error stops that line alone), output cut."""
+    listed = " ".join(str(n) for n in numbers)
+    return (
+        "exec </dev/null\n"
+        f"for n in {listed}; do\n"
+        '  echo "### $n"\n'
+        "  sh .corpus/line-$n.sh 2>&1 | head -c 2000\n"
+        "done\n"
+        "echo '### end'\n"
+    )
+
+
+NEEDS_STRACE = pytest.mark.skipif(
+    shutil.which("strace") is None and not os.environ.get("CI"),  # CI installs it (.ci/run)
+    reason="strace is not installed (apt-get install strace)",
+)
+
+
+class OracleRun:
+    """One corpus run: its lines through the real run_shell, strace's record, the results."""
+
+    def __init__(self, lines: list[str], deny: tuple[str, ...]) -> None:
+        self.lines = lines
+        self.deny = deny
+        self.outputs: list[dict[str, Any]] = []
+        self.batches: list[list[int]] = []
+        self.gate: dict[str, int] = {}
+        self.execs: list[tuple[str, list[str], int]] = []
+        self.refused_merges: list[str] = []  # batches whose git metadata writes were refused
+
+    async def run(self, workspace: Path, trace: Path, batches: list[list[int]]) -> None:
+        """Each line a file written with ``write_file``, run by ``sh`` from a batch script that
+        ``run_shell`` runs, under allow-reversible, the deny rules and strace."""
+        approver = ScriptedApprover(lambda _r: ApprovalAnswer.once("the oracle runs every line"))
+        async with create_kernel(
+            roots=[workspace], backend="local", rules=Rules(deny=self.deny),
+            posture=Posture.ALLOW_REVERSIBLE, approver=approver,
+        ) as k:  # fmt: skip
+            assert k.registry.get("run_shell").exec_checked
+            # The Gate's verdict on each line alone (the judge's business; recorded, not asserted).
+            policy = k.rules.effective_policy
+            assert policy is not None
+            for line in self.lines:
+                verdict = policy.evaluate("run_shell", {"command": line})
+                effect = verdict.effect.value if verdict and verdict.effect else "posture"
+                self.gate[effect] = self.gate.get(effect, 0) + 1
+            started = await k.call("run_shell", {"command": "true"})
+            assert started["exit_code"] == 0
+            tracer = start_strace(supervisor_pid(), trace)
+            try:
+                for n, text in enumerate(self.lines):
+                    await k.call(
+                        "write_file", {"path": f".corpus/line-{n}.sh", "content": text + "\n"}
+                    )
+                for b, numbers in enumerate(batches):
+                    name = f".corpus/batch-{b}.sh"
+                    await k.call("write_file", {"path": name, "content": batch_script(numbers)})
+                    try:
+                        result = await k.call(
+                            "run_shell", {"command": f"sh {name}", "timeout_seconds": 300}
+                        )
+                    except GitMetadata as exc:  # a git line touched .git: the rest was merged
+                        self.refused_merges.append(exc.message)
+                        continue
+                    assert result["status"] == "exited", result
+                    assert "### end" in result["stdout"], (result["stdout"][-500:], result)
+                    self.outputs.append(result)
+                    self.batches.append(numbers)
+            finally:
+                tracer.send_signal(signal.SIGINT)
+                tracer.wait(10)
+                if tracer.stderr is not None:
+                    tracer.stderr.close()
+        self.execs = traced_execs(trace)
+
+    def escaped(self) -> list[tuple[str, str, list[str]]]:
+        """Every exec that succeeded and that a deny rule matches (the runtime's matcher)."""
+        found = []
+        for path, argv, result in self.execs:
+            if result != 0:
+                continue
+            for words in ([path, *argv[1:]], argv):
+                rule = denied_by_rules(words, self.deny) if words else None
+                if rule is not None:
+                    found.append((rule, path, argv))
+                    break
+        return found
+
+    def denials(self) -> int:
+        return sum(r.get("exec_denied", {}).get("denied", 0) for r in self.outputs)
+
+    def summary(self) -> str:
+        ran = sum(1 for *_x, r in self.execs if r == 0)
+        return (
+            f"{len(self.lines)} lines, {len(self.execs)} execs traced ({ran} ran), "
+            f"{self.denials()} refused by the exec checks; the Gate alone: {self.gate}; "
+            f"{len(self.refused_merges)} batch(es) with git metadata refused at the merge"
+        )
+
+
+def batched(numbers: list[int]) -> list[list[int]]:
+    return [numbers[b : b + BATCH] for b in range(0, len(numbers), BATCH)]
+
+
+@NEEDS_STRACE
+async def test_no_denied_program_runs_whatever_the_line(workspace: Path, tmp_path: Path) -> None:
+    """Every line of the corpus under allow-reversible and deny rules for touch, rm, curl:
+    no exec of a denied program succeeds (strace's record, judged by the runtime's matcher),
+    the workspace is unchanged (no hit file, the canary still there).
+
+    Before exec checks (the supervisor without the notifier) the plain lines already fail
+    this: ``sh .corpus/batch-0.sh`` runs ``touch`` and every wrapper's ``touch``."""
+    canary = workspace / "canary"
+    canary.write_text("still here\n")
+    chown_like_workspace(workspace, canary)
+    before = tree(workspace)
+    lines = corpus()
+    assert len(lines) >= 300
+    oracle = OracleRun([line.render(str(workspace), n) for n, line in enumerate(lines)], DENY)
+    (tmp_path / "trace").mkdir()
+    await oracle.run(workspace, tmp_path / "trace" / "exec", batched(list(range(len(lines)))))
+    assert sum(1 for *_x, r in oracle.execs if r == 0) > len(lines), "strace saw too few execs"
+    assert oracle.escaped() == [], oracle.escaped()[:20]
+    refused = [(p, a) for p, a, r in oracle.execs if r != 0]
+    assert oracle.denials() > 0 and any(denied_by_rules([p, *a[1:]], DENY) for p, a in refused)
+    after = tree(workspace)
+    assert after == before, {k2: after.get(k2) for k2 in set(after) ^ set(before)}
+    print("\n" + oracle.summary())
+
+
+@NEEDS_STRACE
+async def test_the_judges_corpus_starts_no_denied_program(workspace: Path, tmp_path: Path) -> None:
+    """The shell judge's corpus (``tests/runtime/shell_corpus.py``) in the sandbox, under its
+    own deny rules: no line starts ``touch`` or ``rm`` (strace), none leaves its effect
+    (``MARK``, ``victim`` removed); and no benign line has an exec refused (exec checks
+    must not break what the judge allows). Lines that write ``MARK`` without starting a
+    program are the judge's (a redirection is not an exec) and are left out."""
+    import shell_corpus
+
+    owner = workspace.stat()
+    os.chown(workspace, os.geteuid(), os.getegid())  # (git refuses a directory of another owner)
+    shell_corpus.prepare(workspace)
+    for path in [workspace, *workspace.rglob("*")]:
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+    attacks = [line for line in shell_corpus.CORPUS if line.starts]
+    benign = [line for line in shell_corpus.CORPUS if line.benign]
+    deny = tuple(d for d in shell_corpus.DENY if d.startswith("run_shell("))
+    lines = [line.command for line in (*attacks, *benign)]
+    oracle = OracleRun(lines, deny)
+    (tmp_path / "trace").mkdir()
+    batches = [
+        *batched(list(range(len(attacks)))),
+        *batched(list(range(len(attacks), len(lines)))),
+    ]
+    await oracle.run(workspace, tmp_path / "trace" / "exec", batches)
+    assert oracle.escaped() == [], oracle.escaped()[:20]
+    # `find -fprint MARK -exec touch MARK` writes MARK itself (a write, the judge's rule;
+    # its touch is refused): that line's MARK is no exec's effect.
+    writes_itself = [line for line in attacks if "-fprint MARK" in line.command]
+    if (workspace / "MARK").exists() and writes_itself:
+        (workspace / "MARK").unlink()
+    seen = [line.command for line in attacks if shell_corpus.effect_seen(workspace, line)]
+    assert seen == [], seen[:10]
+    for result, numbers in zip(oracle.outputs, oracle.batches, strict=True):
+        if numbers[0] >= len(attacks):  # a batch of benign lines
+            assert "exec_denied" not in result, result["exec_denied"]
+    print("\n" + oracle.summary())
+
+
+def test_the_corpus_reads_back() -> None:
+    """The corpus module is importable and as large as the oracle needs."""
+    lines = corpus()
+    assert len(lines) >= 300
+    assert len({(line.template, line.action) for line in lines}) == len(lines)
+    assert all("{P}" not in line.text and "{A}" not in line.text for line in lines)
+
+
+# -- single attacks, each through the real run_shell ----------------------------------------
+
+
+def approve_all() -> ScriptedApprover:
+    return ScriptedApprover(lambda _r: ApprovalAnswer.once("the test runs the line"))
+
+
+async def run_lines(
+    ws: Path, lines: list[str], deny: tuple[str, ...] = DENY, **kw: Any
+) -> list[dict[str, Any]]:
+    kw.setdefault("posture", Posture.ALLOW_REVERSIBLE)
+    async with create_kernel(
+        roots=[ws], backend="local", rules=Rules(deny=deny), approver=approve_all(), **kw
+    ) as k:
+        out = []
+        for line in lines:
+            args = {"command": line} if isinstance(line, str) else line
+            out.append(await k.call("run_shell", args))
+        return out
+
+
+def denied_rules(result: dict[str, Any]) -> list[str]:
+    return [d["rule"] for d in result.get("exec_denied", {}).get("denials", [])]
+
+
+async def test_a_script_whose_interpreter_is_denied_is_refused(workspace: Path) -> None:
+    """``#!/usr/bin/touch`` makes the kernel run touch with the script's path: before exec
+    checks the hit file appeared (the Gate reads only ``./s hit``)."""
+    (workspace / "s").write_text("#!/usr/bin/touch\n")
+    (workspace / "s").chmod(0o755)
+    (result,) = await run_lines(workspace, ["./s hit"])
+    assert not (workspace / "hit").exists()
+    assert denied_rules(result) == ["deny:run_shell(touch *)"]
+    assert result["exec_denied"]["denials"][0]["program"] == "/usr/bin/touch"
+
+
+async def test_argv_patterns_are_matched_at_exec(workspace: Path) -> None:
+    """A rule over arguments (``rm -f *``) refuses that argv at exec and nothing else:
+    ``rm other`` (allowed by the rules) runs, ``rm -f canary`` behind eval does not."""
+    for name in ("canary", "other"):
+        (workspace / name).write_text("x\n")
+    chown_like_workspace(workspace, workspace / "canary", workspace / "other")
+    (result,) = await run_lines(
+        workspace, ["eval 'r''m -f canary'; eval 'r''m other'"], deny=("run_shell(rm -f *)",)
+    )
+    assert (workspace / "canary").exists() and not (workspace / "other").exists()
+    assert set(denied_rules(result)) == {"deny:run_shell(rm -f *)"}
+
+
+async def test_a_rule_on_the_calls_cwd_applies_to_those_calls_only(workspace: Path) -> None:
+    """``run_shell(cwd=sub/**, command=touch *)``: execs are checked against the rules this
+    call meets (its cwd), as the Gate would judge them."""
+    (workspace / "sub").mkdir()
+    chown_like_workspace(workspace, workspace / "sub")
+    deny = ("run_shell(cwd=sub/**, command=touch *)",)
+    results = await run_lines(
+        workspace,
+        [{"command": "eval 'tou''ch in-sub'", "cwd": "sub"}, {"command": "eval 'tou''ch top'"}],
+        deny=deny,
+    )
+    assert not (workspace / "sub" / "in-sub").exists() and denied_rules(results[0])
+    assert (workspace / "top").exists() and "exec_denied" not in results[1]
+
+
+async def test_fexecve_and_relative_paths_are_resolved_like_the_kernel(workspace: Path) -> None:
+    """``execveat(fd, "", AT_EMPTY_PATH)`` (fexecve) and a path relative to the process's
+    working directory name the same denied file."""
+    code = (
+        "import os; fd = os.open('/usr/bin/touch', os.O_RDONLY); "
+        "os.execve(fd, ['x', 'hit-fd'], dict(os.environ))"
+    )
+    results = await run_lines(
+        workspace, [f'python3 -c "{code}"', f"cd /usr/bin && p=./tou; ${{p}}ch {workspace}/hit-rel"]
+    )
+    assert not (workspace / "hit-fd").exists() and not (workspace / "hit-rel").exists()
+    assert all(denied_rules(r) == ["deny:run_shell(touch *)"] for r in results), results
+
+
+async def test_denials_are_in_the_event_stream(workspace: Path, tmp_path: Path) -> None:
+    """Each command whose execs were refused leaves one ``exec_denied`` event naming them."""
+    events = tmp_path / "events.jsonl"
+    await run_lines(workspace, ["x=tou; ${x}ch hit"], events_path=events)
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    denied = [r for r in records if r.get("kind") == "exec_denied"]
+    assert len(denied) == 1, [r.get("kind") for r in records]
+    assert "touch" in json.dumps(denied[0])
+
+
+async def test_rules_added_during_the_session_hold_at_the_next_command(workspace: Path) -> None:
+    """The rules go to the sandbox with each command that has different ones."""
+    async with create_kernel(
+        roots=[workspace], backend="local", posture=Posture.ALLOW_REVERSIBLE,
+        approver=approve_all(),
+    ) as k:  # fmt: skip
+        first = await k.call("run_shell", {"command": "eval 'tou''ch one'"})
+        k.add_rules("test", Rules(deny=("run_shell(touch *)",)))
+        second = await k.call("run_shell", {"command": "eval 'tou''ch two'"})
+    assert (workspace / "one").exists() and "exec_denied" not in first
+    assert not (workspace / "two").exists() and denied_rules(second)
+
+
+async def test_exec_checks_without_change_sets(workspace: Path) -> None:
+    """``--no-change-sets``: the command's child is forked (not posix_spawn'd) so it can
+    install the filter; the same refusal."""
+    (result,) = await run_lines(workspace, ["x=tou; ${x}ch hit"], change_sets=False)
+    assert not (workspace / "hit").exists() and denied_rules(result)
+
+
+async def test_only_a_backend_that_checks_execs_claims_it(workspace: Path) -> None:
+    """exec_checked: the confined local backend (unless switched off); never host."""
+    async with create_kernel(roots=[workspace], backend="local") as k:
+        assert k.registry.get("run_shell").exec_checked
+    async with create_kernel(
+        roots=[workspace], backend="local", backend_options={"exec_checks": False}
+    ) as k:
+        assert not k.registry.get("run_shell").exec_checked
+    async with create_kernel(roots=[workspace], backend="host", change_sets=False) as k:
+        assert not k.registry.get("run_shell").exec_checked
+
+
+RACE = """
+import ctypes, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+allowed, denied = b"/usr/bin/true\\0\\0", b"/usr/bin/touch\\0"
+path = ctypes.create_string_buffer(allowed, 16)
+argv = (ctypes.c_char_p * 3)(b"x", sys.argv[1].encode(), None)
+def flip():
+    while True:
+        ctypes.memmove(path, denied, 15)
+        ctypes.memmove(path, allowed, 15)
+for _ in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        threading.Thread(target=flip, daemon=True).start()
+        for _ in range(300):
+            libc.execve(path, argv, None)
+        os._exit(3)
+    os.waitpid(pid, 0)
+    if os.path.exists(sys.argv[1]):
+        print("the race was won")
+        break
+"""
+
+
+async def test_a_thread_rewriting_the_path_cannot_run_a_denied_program(workspace: Path) -> None:
+    """TOCTOU: a second thread flips the path between ``/usr/bin/true`` and ``/usr/bin/touch``
+    while the first execs it; the supervisor reads one, the kernel may read the other. The
+    Landlock backstop refuses to execute touch whatever the supervisor read. Without it
+    (the notifier alone) the race was won within a few forks here, on every run."""
+    (workspace / "race.py").write_text(RACE)
+    hit = workspace / "hit"
+    (result,) = await run_lines(
+        workspace, [{"command": f"python3 race.py {hit} 60", "timeout_seconds": 120}]
+    )
+    assert "the race was won" not in result["stdout"], result
+    assert not hit.exists()
+    assert result["exec_denied"]["denied"] > 0  # the notifier refused the reads of touch
+
+
+PROBE_FAILS = """
+import ctypes, struct, sys, trio
+from ringfence import create_kernel
+from ringfence.runtime import ApprovalAnswer, Posture, Rules, ScriptedApprover, Unavailable
+
+# A seccomp filter with a listener, held open here: the kernel allows one listener per
+# filter chain, so no process below this one (the sandbox's included) can add its own.
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ins = lambda c, t, f, k: struct.pack("<HBBI", c, t, f, k)
+prog = ins(0x20, 0, 0, 0) + ins(0x15, 0, 1, 1000) + ins(6, 0, 0, 0x7FC00000) + ins(6, 0, 0, 0x7FFF0000)
+buf = ctypes.create_string_buffer(prog, len(prog))
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+fprog = Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+libc.prctl(38, 1, 0, 0, 0)
+listener = libc.syscall(317, 1, 8, ctypes.byref(fprog))
+assert listener >= 0, ctypes.get_errno()
+
+async def main(ws):
+    approver = ScriptedApprover(lambda _r: ApprovalAnswer.once("yes"))
+    async with create_kernel(roots=[ws], backend="local", rules=Rules(deny=("run_shell(touch *)",)),
+                             posture=Posture.ALLOW_REVERSIBLE, approver=approver) as k:
+        assert k.registry.get("run_shell").exec_checked
+        try:
+            await k.call("run_shell", {"command": "x=tou; ${x}ch hit"})
+        except Unavailable as exc:
+            print("REFUSED", exc.message)
+        print("CLAIM", k.registry.get("run_shell").exec_checked)
+        r = await k.call("run_shell", {"command": "echo later"})
+        print("LATER", r["stdout"].strip(), "exec_denied" in r)
+
+trio.run(main, sys.argv[1])
+"""
+
+
+async def test_a_session_that_cannot_check_execs_fails_closed(workspace: Path) -> None:
+    """The probe fails (here: the kernel process already holds a seccomp listener, so no
+    process below it can install one): the call that deny rules apply to is refused with
+    ``unavailable`` naming exec checks, nothing ran, and ``run_shell`` stops claiming
+    ``exec_checked`` (the Gate then judges lines on their text alone)."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE_FAILS, str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "REFUSED" in out.stdout and "cannot check execs" in out.stdout, out.stdout
+    assert "Device or resource busy" in out.stdout, out.stdout  # EBUSY: the reason, named
+    assert "CLAIM False" in out.stdout and "LATER later False" in out.stdout, out.stdout
+    assert not (workspace / "hit").exists()
+
+
+async def test_dev_fd_and_proc_self_name_the_processes_own_files(workspace: Path) -> None:
+    """``/dev/fd/N``, ``/proc/self/fd/N`` and links to them are the exec'ing process's
+    descriptors: an allowed program runs through them, a denied one does not. (The
+    supervisor once opened them itself and checked its own descriptors instead: the
+    allowed program failed with ENOENT or ENXIO.)"""
+    line = (
+        "exec 8</bin/echo; /dev/fd/8 via-dev-fd; /proc/self/fd/8 via-proc-self; "
+        "ln -sf /dev/fd/8 /tmp/l8; /tmp/l8 via-link; "
+        'x=tou; exec 9<"$(command -v ${x}ch)"; /dev/fd/9 hit-a; ln -sf /proc/self/fd/9 /tmp/l9; '
+        "/tmp/l9 hit-b; echo done"
+    )
+    (result,) = await run_lines(workspace, [line])
+    assert result["stdout"].split() == ["via-dev-fd", "via-proc-self", "via-link", "done"], result
+    assert not (workspace / "hit-a").exists() and not (workspace / "hit-b").exists()
+    assert result["exec_denied"]["denied"] == 2
