@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ringfence.workspace import Change, ChangeSet, CheckpointStore, Image, Workspace, merge_changes
-from ringfence.workspace._journal import recover
-from ringfence.workspace._undo import _Recorder
+from ringfence.workspace.changes._journal import recover
+from ringfence.workspace.changes._undo import _Recorder
 
 from ._harness import Samples, interleave_async
 from ._suite import Row, Scenario, Skip

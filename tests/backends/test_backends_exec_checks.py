@@ -48,8 +48,8 @@ from ringfence.runtime import (
     ScriptedApprover,
     parse_rule,
 )
-from ringfence.runtime._matchers import Tri
-from ringfence.runtime._shellparts import SimpleCommand, Word
+from ringfence.runtime.policy._matchers import Tri
+from ringfence.runtime.shell._parts import SimpleCommand, Word
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))  # the corpora
 from exec_corpus import DENY, corpus

@@ -9,9 +9,9 @@ import random
 from ringfence.backends._confined_execcheck import ExecRules
 from ringfence.backends._execrules import exec_rules
 from ringfence.runtime import Policy
-from ringfence.runtime._matchers import ArgvMatcher, Tri
-from ringfence.runtime._rules import rule_from_table
-from ringfence.runtime._shellparts import SimpleCommand, Word
+from ringfence.runtime.policy._matchers import ArgvMatcher, Tri
+from ringfence.runtime.policy._rules import rule_from_table
+from ringfence.runtime.shell._parts import SimpleCommand, Word
 
 ELEMENTS = ["rm", "-f", "git", "push", "/usr/bin/rm", "r*", "*", "-?", "[gr]m", "push*",
             "*/rm", "**", "x", "[!a]*", "?", "a b"]  # fmt: skip
