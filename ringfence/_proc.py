@@ -62,7 +62,7 @@ from typing import Literal
 
 from ._cgroup import (
     Cgroup,
-    cgroup2_mount as _cgroup2_mount,  # also read by backends._confined
+    cgroup2_mount as _cgroup2_mount,  # also read by backends.confined
     own_cgroup,
     sweep,
 )

@@ -201,7 +201,7 @@ def test_runtime_imports_no_client_package() -> None:
 # (importer, imported) -> why one module may cross the table above. Only shrinks.
 MODULE_EDGE_EXCEPTIONS: dict[tuple[str, str], str] = {
     (
-        "ringfence.backends._confined_layers",
+        "ringfence.backends.confined._layers",
         "ringfence.bridge._sandbox",
     ): "the confined shell reuses the script runner's seccomp/Landlock primitives; _sandbox must "
     "stay the runner's sibling (the runner imports it as a top-level module, inside containers "
@@ -274,11 +274,11 @@ CALL_READ_FILE_FORBIDDEN_OWN = (
     "ringfence.otel",
     "ringfence._proc",
     "ringfence._git",
-    "ringfence.backends._confined",
-    "ringfence.backends._confined_layers",
-    "ringfence.backends._local",
-    "ringfence.backends._docker",
-    "ringfence.backends._images",
+    "ringfence.backends.confined._session",
+    "ringfence.backends.confined._layers",
+    "ringfence.backends._host",
+    "ringfence.backends.docker._session",
+    "ringfence.backends.docker._images",
     "ringfence.bridge._host",
     "ringfence.bridge._launch",
     "ringfence.bridge._channel",
@@ -344,9 +344,9 @@ def test_call_read_file_imports_only_what_the_verb_needs(tmp_path: Path) -> None
 # check (no jsonschema), and a cgroup-tracked sandbox needs no psutil.
 CALL_RUN_SHELL_NEEDS = (
     "ringfence._proc",
-    "ringfence.backends._confined",
-    "ringfence.backends._confined_layers",
-    "ringfence.backends._local",
+    "ringfence.backends.confined._session",
+    "ringfence.backends.confined._layers",
+    "ringfence.backends._host",
 )
 
 
@@ -388,7 +388,7 @@ SPAWNERS = frozenset(
 # file -> {spawner: why it is not (yet) _proc's}. A listed spawner that is gone fails the
 # test too, so this list only shrinks.
 SPAWN_EXCEPTIONS: dict[str, dict[str, str]] = {
-    "ringfence/backends/_imagebuild.py": {
+    "ringfence/backends/docker/_imagebuild.py": {
         "subprocess.Popen": "debootstrap, streamed line by line: a build tool run by the "
         "operator's `ringfence images build`, not a sandboxed child",
         "subprocess.run": "busybox --list and tar: short build steps of `ringfence images`",
@@ -399,7 +399,7 @@ SPAWN_EXCEPTIONS: dict[str, dict[str, str]] = {
     "ringfence/cli/_doctor.py": {
         "subprocess.run": "`node --version` for `ringfence doctor`: a probe with a timeout",
     },
-    "ringfence/backends/_confined_supervisor.py": {
+    "ringfence/backends/confined/_supervisor.py": {
         "os.posix_spawn": "the confined session's PID 1 inside the sandbox: a standalone "
         "program that imports almost nothing (it is the session's start-up cost); the sandbox "
         "itself is spawned through _proc",

@@ -13,7 +13,6 @@ the environment); add one with :func:`register_backend`.
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ._execrules import ExecRules as ExecRules, exec_rules as exec_rules
 from ._registry import (
     DEFAULT_BACKEND as DEFAULT_BACKEND,
     ENV_VARIABLE as ENV_VARIABLE,
@@ -22,7 +21,7 @@ from ._registry import (
     select_backend as select_backend,
     start_session as start_session,
 )
-from ._tool import (
+from ._run_shell import (
     ShellTool as ShellTool,
     WorkspaceLike as WorkspaceLike,
     register_shell_tool as register_shell_tool,
@@ -34,64 +33,65 @@ from ._types import (
     ShellResult as ShellResult,
     Upper as Upper,
 )
+from .confined._execrules import ExecRules as ExecRules, exec_rules as exec_rules
 
 if TYPE_CHECKING:
-    from ._confined import (
+    from ._host import HostSession as HostSession, start_host as start_host
+    from .confined._exec import ConfinedExec as ConfinedExec, confine_exec as confine_exec
+    from .confined._session import (
         ConfinedOptions as ConfinedOptions,
         ConfinedSession as ConfinedSession,
         Layer as Layer,
         start_confined as start_confined,
     )
-    from ._confined_exec import ConfinedExec as ConfinedExec, confine_exec as confine_exec
-    from ._docker import (
+    from .docker._api import (
+        connect_docker as connect_docker,
+        map_docker_errors as map_docker_errors,
+        translate_docker_error as translate_docker_error,
+    )
+    from .docker._imagebuild import (
+        build_image as build_image,
+        ensure_image as ensure_image,
+        list_images as list_images,
+    )
+    from .docker._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
+    from .docker._options import DockerOptions as DockerOptions
+    from .docker._session import (
         CONTAINER_LABEL as CONTAINER_LABEL,
         DockerSession as DockerSession,
         remove_stale_containers as remove_stale_containers,
         start_docker as start_docker,
     )
-    from ._dockerapi import (
-        connect_docker as connect_docker,
-        map_docker_errors as map_docker_errors,
-        translate_docker_error as translate_docker_error,
-    )
-    from ._dockeroptions import DockerOptions as DockerOptions
-    from ._imagebuild import (
-        build_image as build_image,
-        ensure_image as ensure_image,
-        list_images as list_images,
-    )
-    from ._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
-    from ._local import HostSession as HostSession, start_host as start_host
 
 # Names load on first use (PEP 562): a kernel on the local backend, or the CLI's
 # --help, never pays for the docker SDK; a session that runs no command (`ringfence
 # call read_file`) never imports a backend's module, the process supervisor or psutil.
 _LAZY = {
-    "ConfinedOptions": "._confined",
-    "ConfinedSession": "._confined",
-    "Layer": "._confined",
-    "start_confined": "._confined",
+    "ConfinedOptions": ".confined._session",
+    "ConfinedSession": ".confined._session",
+    "Layer": ".confined._session",
+    "start_confined": ".confined._session",
     # ``local`` is the confined backend; these two names keep older imports working.
-    "LocalSession": "._confined:ConfinedSession",
-    "start_local": "._confined:start_confined",
-    "ConfinedExec": "._confined_exec",
-    "confine_exec": "._confined_exec",
-    "HostSession": "._local",
-    "start_host": "._local",
-    "IMAGES": "._images",
-    "ImageInfo": "._images",
-    "ImageRecipe": "._images",
-    "CONTAINER_LABEL": "._docker",
-    "DockerOptions": "._dockeroptions",
-    "DockerSession": "._docker",
-    "remove_stale_containers": "._docker",
-    "start_docker": "._docker",
-    "connect_docker": "._dockerapi",
-    "map_docker_errors": "._dockerapi",
-    "translate_docker_error": "._dockerapi",
-    "build_image": "._imagebuild",
-    "ensure_image": "._imagebuild",
-    "list_images": "._imagebuild",
+    "LocalSession": ".confined._session:ConfinedSession",
+    "start_local": ".confined._session:start_confined",
+    "ConfinedExec": ".confined._exec",
+    "confine_exec": ".confined._exec",
+    "HostSession": "._host",
+    "start_host": "._host",
+    "IMAGES": ".docker._images",
+    "ImageInfo": ".docker._images",
+    "ImageRecipe": ".docker._images",
+    "CONTAINER_LABEL": ".docker._session",
+    "DockerOptions": ".docker._options",
+    "DockerSession": ".docker._session",
+    "remove_stale_containers": ".docker._session",
+    "start_docker": ".docker._session",
+    "connect_docker": ".docker._api",
+    "map_docker_errors": ".docker._api",
+    "translate_docker_error": ".docker._api",
+    "build_image": ".docker._imagebuild",
+    "ensure_image": ".docker._imagebuild",
+    "list_images": ".docker._imagebuild",
 }
 
 
@@ -123,19 +123,19 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 async def _start_local(spec: SessionSpec) -> BackendSession:
-    from ._confined import start_confined
+    from .confined._session import start_confined
 
     return await start_confined(spec)
 
 
 async def _start_host(spec: SessionSpec) -> BackendSession:
-    from ._local import start_host
+    from ._host import start_host
 
     return await start_host(spec)
 
 
 async def _start_docker(spec: SessionSpec) -> BackendSession:
-    from ._docker import start_docker
+    from .docker._session import start_docker
 
     return await start_docker(spec)
 

@@ -1,6 +1,6 @@
 """A command's change set: its overlay upper directories read, saved, merged or staged.
 
-``run_shell`` (:mod:`._tool`) hands over a finished command's
+``run_shell`` (:mod:`._run_shell`) hands over a finished command's
 :class:`~._types.ShellResult` whose ``uppers`` hold everything it wrote
 (any backend that honours ``SessionSpec.change_sets``). Here they become one
 change set in the checkpoint store and reach the workspace only through the

@@ -13,10 +13,10 @@ from typing import Any
 
 from .. import _proc
 from ..runtime import RingfenceError
-from ._dockerapi import connect_docker, map_docker_errors
-from ._dockeroptions import IMAGE_VARIABLE, DockerOptions
-from ._imagebuild import list_images
-from ._images import IMAGES, docker_location
+from .docker._api import connect_docker, map_docker_errors
+from .docker._imagebuild import list_images
+from .docker._images import IMAGES, docker_location
+from .docker._options import IMAGE_VARIABLE, DockerOptions
 
 __all__ = ["Check", "backend_status", "run_checks"]
 
@@ -64,8 +64,8 @@ def _local_checks() -> list[Check]:
 
     import trio
 
-    from ._confined import FIXES, start_confined
     from ._types import SessionSpec
+    from .confined._session import FIXES, start_confined
 
     with tempfile.TemporaryDirectory(prefix="ringfence-doctor-") as tmp:
 
@@ -128,7 +128,7 @@ def _local_checks() -> list[Check]:
 
 
 def _bubblewrap() -> Check:
-    from ._confined import BWRAP_VARIABLE
+    from .confined._session import BWRAP_VARIABLE
 
     bwrap = os.environ.get(BWRAP_VARIABLE) or shutil.which("bwrap")
     if bwrap is None or not os.access(bwrap, os.X_OK):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 __all__ = ["LAYERS_DIR_VARIABLE", "Mount", "mount_of"]
 
-# Where the local backend makes a session's overlay directories (see _confined_plan._layers_base).
+# Where the local backend makes a session's overlay directories (see confined._plan._layers_base).
 LAYERS_DIR_VARIABLE = "RINGFENCE_LAYERS_DIR"
 _ESCAPED = re.compile(r"\\([0-7]{3})")  # mountinfo writes space, tab, newline, \ as \ooo
 

@@ -202,7 +202,7 @@ def _transfer_costs(rounds: int) -> tuple[float, float]:
     whose root file system is read-only (as the sandbox's is), tmpfs or not:
     a shipped workspace lives on a volume.
     """
-    from ringfence.backends._dockerapi import connect_docker
+    from ringfence.backends.docker._api import connect_docker
 
     client = connect_docker()
     container = client.containers.run(

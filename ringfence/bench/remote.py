@@ -162,9 +162,9 @@ async def run_warm(quick: bool) -> list[Row]:
 
 
 async def run_ship(quick: bool) -> list[Row]:
-    from ringfence.backends._dockerapi import connect_docker
-    from ringfence.backends._engines import Engine
-    from ringfence.backends._ship import ShippedRoot
+    from ringfence.backends.docker._api import connect_docker
+    from ringfence.backends.engines._engines import Engine
+    from ringfence.backends.engines._ship import ShippedRoot
 
     table = _engine_table()
     engine = Engine.from_mapping(table, field=ENGINE_VARIABLE)

@@ -35,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 async def run_build(args: argparse.Namespace) -> int:
     from ..backends import build_image, connect_docker
-    from ..backends._dockeroptions import DockerOptions
-    from ..backends._images import recipe_for
+    from ..backends.docker._images import recipe_for
+    from ..backends.docker._options import DockerOptions
 
     name = args.name
     if name is None:

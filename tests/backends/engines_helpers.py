@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ringfence.backends._engines import Engine
+from ringfence.backends.engines._engines import Engine
 
 START_LIMIT = 60.0
 
@@ -187,7 +187,7 @@ def _spawn_dockerd(
 
 
 def _client(engine: Engine):  # type: ignore[no-untyped-def]
-    from ringfence.backends._dockerapi import connect_docker
+    from ringfence.backends.docker._api import connect_docker
 
     return connect_docker(engine.base_url, tls=engine.tls_config(), timeout=30)
 
@@ -209,7 +209,7 @@ def _wait_ready(handle: EngineProcess) -> None:
 
 def copy_image(reference: str, engine: Engine) -> None:
     """``docker save`` from the local engine into ``engine`` (no registry here)."""
-    from ringfence.backends._dockerapi import connect_docker
+    from ringfence.backends.docker._api import connect_docker
 
     local = connect_docker()
     try:

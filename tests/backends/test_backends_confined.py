@@ -348,7 +348,7 @@ async def test_a_sandbox_that_died_between_commands_is_restarted_for_the_next(
 
 
 async def test_limit_cgroups_of_a_dead_kernel_are_swept_and_ours_removed(workspace: Path) -> None:
-    from ringfence.backends._confined_limits import _cgroup_mounts
+    from ringfence.backends.confined._limits import _cgroup_mounts
 
     mounts = _cgroup_mounts()
     if "pids" not in mounts:
@@ -375,7 +375,7 @@ def test_the_supervisor_takes_a_reset_for_the_end_of_its_session() -> None:
     a traceback."""
     import socket
 
-    from ringfence.backends import _confined_supervisor as supervisor
+    from ringfence.backends.confined import _supervisor as supervisor
 
     ours, kernel_end = socket.socketpair()
     with ours:
@@ -388,7 +388,7 @@ def test_the_supervisor_boot_imports_only_the_package_s_own_modules(tmp_path: Pa
     """The supervisor starts as ``python -I -S -c <boot> <file>``: a working directory holding
     modules of the same names (the supervisor, ctypes) is never searched (``-I`` implies
     ``-P``), so the one-line program runs ringfence's own file and nothing planted."""
-    from ringfence.backends._confined_plan import SUPERVISOR_ARGV
+    from ringfence.backends.confined._plan import SUPERVISOR_ARGV
 
     for name in ("_confined_supervisor.py", "_confined_syscalls.py", "ctypes.py"):
         (tmp_path / name).write_text("import os\nos.write(1, b'PLANTED')\n")

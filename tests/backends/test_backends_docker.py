@@ -246,7 +246,7 @@ async def test_missing_image_is_unavailable_with_the_command_to_run(docker_clien
         await start(workspace, options={"image": "ringfence-test/absent:never"})
     assert "ringfence-test/absent:never" in info.value.message
     assert "docker build -t ringfence-test/absent:never" in info.value.message
-    from ringfence.backends._dockerapi import image_missing
+    from ringfence.backends.docker._api import image_missing
 
     assert "`ringfence images build debian`" in image_missing("ringfence/debian:latest").message
 

@@ -37,8 +37,8 @@ from ringfence.backends import (
     remove_stale_containers,
     start_docker,
 )
-from ringfence.backends._dockerseccomp import NAMESPACE_ALLOW, profile
-from ringfence.backends._idmap import idmapped_view
+from ringfence.backends.docker._idmap import idmapped_view
+from ringfence.backends.docker._seccomp import NAMESPACE_ALLOW, profile
 from ringfence.backends.testing import check_backend
 from ringfence.runtime import RingfenceError, Unavailable
 from ringfence.workspace import (

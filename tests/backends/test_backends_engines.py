@@ -20,8 +20,8 @@ from engines_helpers import (
     stop_engine,
 )
 
-from ringfence.backends._dockerapi import connect_docker
-from ringfence.backends._engines import Engine, parse_engines, place, probe_engine
+from ringfence.backends.docker._api import connect_docker
+from ringfence.backends.engines._engines import Engine, parse_engines, place, probe_engine
 from ringfence.runtime import InvalidArguments, Unavailable
 
 pytestmark = pytest.mark.docker

@@ -9,7 +9,7 @@ import pytest
 import requests.exceptions
 
 from ringfence.backends import map_docker_errors, translate_docker_error
-from ringfence.backends._dockerapi import DOCKER_ERRORS
+from ringfence.backends.docker._api import DOCKER_ERRORS
 from ringfence.runtime import (
     InvalidArguments,
     RingfenceError,

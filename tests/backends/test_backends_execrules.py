@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 import random
 
-from ringfence.backends._confined_execcheck import ExecRules
-from ringfence.backends._execrules import exec_rules
+from ringfence.backends.confined._execcheck import ExecRules
+from ringfence.backends.confined._execrules import exec_rules
 from ringfence.runtime import Policy
 from ringfence.runtime.policy._matchers import ArgvMatcher, Tri
 from ringfence.runtime.policy._rules import rule_from_table

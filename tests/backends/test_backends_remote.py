@@ -21,9 +21,9 @@ from engines_helpers import EngineProcess, can_start_engine, start_tls_engine, s
 from test_backends_docker_changesets import capture, line, make, summary, tree
 
 from ringfence.backends import DockerSession, SessionSpec, ShellResult, start_docker
-from ringfence.backends._dockerapi import connect_docker
-from ringfence.backends._engines import Engine
-from ringfence.backends._ship import rebuild_upper
+from ringfence.backends.docker._api import connect_docker
+from ringfence.backends.engines._engines import Engine
+from ringfence.backends.engines._ship import rebuild_upper
 from ringfence.backends.testing import check_backend
 from ringfence.runtime import InvalidArguments, RingfenceError, Unavailable
 from ringfence.workspace import Change, CheckpointStore, Workspace, merge_changes
@@ -591,7 +591,7 @@ async def test_a_fetch_cut_short_loses_nothing_and_leaks_nothing(
 
 _AS_NOBODY = r"""
 import hashlib, io, json, os, sys, tarfile
-from ringfence.backends._ship import rebuild_upper
+from ringfence.backends.engines._ship import rebuild_upper
 from ringfence.workspace import changes_from_upper
 
 lower, upper = sys.argv[1], sys.argv[2]

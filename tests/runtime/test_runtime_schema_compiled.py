@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ringfence.backends._tool import INPUT_SCHEMA as RUN_SHELL_SCHEMA
+from ringfence.backends._run_shell import INPUT_SCHEMA as RUN_SHELL_SCHEMA
 from ringfence.runtime import CallContext, InvalidArguments, ToolSpec
 from ringfence.runtime._schema import compile_simple as _compile_simple, linear_validator
 

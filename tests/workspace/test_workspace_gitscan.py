@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfence.backends._tool import CTIME_SLACK_NS
+from ringfence.backends._run_shell import CTIME_SLACK_NS
 from ringfence.workspace import GitSnapshot, diff_git_metadata, scan_git_metadata
 from ringfence.workspace.git._walk import HOT_MARGIN_NS
 

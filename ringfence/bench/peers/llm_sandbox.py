@@ -96,7 +96,7 @@ async def _ringfence_round(root: Path, commands: int) -> dict[str, list[float]]:
 def _check() -> None:
     if importlib.util.find_spec("llm_sandbox") is None:
         raise Skip("llm-sandbox is not installed: pip install -e '.[peers]'")
-    from ringfence.backends._dockerapi import connect_docker
+    from ringfence.backends.docker._api import connect_docker
     from ringfence.runtime import RingfenceError
 
     try:

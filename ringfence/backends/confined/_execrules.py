@@ -1,7 +1,7 @@
 """The deny rules a ``run_shell`` command's execs are checked against, for the sandbox.
 
 The kernel's policy (:class:`ringfence.runtime.Policy`) is turned, per call, into
-the form the confined supervisor evaluates (:mod:`._confined_execcheck`, standard
+the form the confined supervisor evaluates (:mod:`._execcheck`, standard
 library only): JSON, one entry per deny rule whose tool glob covers ``run_shell``,
 that has an argv pattern over ``command`` and whose other argument matchers (``cwd``,
 …) match this call. Each pattern word is ``"**"``, ``["L", literal]`` or ``["G",
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime import Policy
+from ...runtime import Policy
 
 __all__ = ["ExecRules", "exec_checks_expected", "exec_rules"]
 

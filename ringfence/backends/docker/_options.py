@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime import InvalidArguments
-from ._engines import Engine, parse_engines
+from ...runtime import InvalidArguments
+from .._shellstate import PERSIST_OPTION, persist_option
+from ..engines._engines import Engine, parse_engines
+from ..engines._ship import SHIP_GIT, ShipGit
 from ._images import resolve_image
-from ._shellstate import PERSIST_OPTION, persist_option
-from ._ship import SHIP_GIT, ShipGit
 
 __all__ = ["DEFAULT_IMAGE", "IMAGE_VARIABLE", "DockerOptions", "parse_user"]
 
@@ -33,7 +33,7 @@ class DockerOptions:
     ``runtime``: an OCI runtime registered with the daemon, e.g. ``runsc``
     (gVisor: an application kernel between commands and the host's); a
     runtime the daemon does not have is ``unavailable``. ``engines``: a list
-    of engine tables (:func:`._engines.parse_engines`; instead of
+    of engine tables (:func:`..engines._engines.parse_engines`; instead of
     ``base_url``) to place the session on. ``ship_git``: on a remote engine,
     ``readonly`` ships git directories (a command's writes to them are in its
     change set, which the Gate refuses) or ``skip`` leaves them on the host.
@@ -109,7 +109,7 @@ class DockerOptions:
 
 
 def _engines_option(options: Mapping[str, Any]) -> tuple[Engine, ...]:
-    """``options.engines`` (a list of engine tables, :func:`._engines.parse_engines`), or ()."""
+    """``options.engines`` (a list of engine tables, :func:`..engines._engines.parse_engines`), or ()."""
     if "engines" not in options:
         return ()
     if options.get("base_url") is not None:

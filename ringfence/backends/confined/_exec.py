@@ -34,10 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._confined import ConfinedSession
-from ._confined_layers import DENIED_SYSCALLS
-from ._confined_plan import _SUPERVISOR, ConfinedOptions, Layer, _refuse
-from ._types import SessionSpec
+from .._types import SessionSpec
+from ._layers import DENIED_SYSCALLS
+from ._plan import _SUPERVISOR, ConfinedOptions, Layer, _refuse
+from ._session import ConfinedSession
 
 __all__ = ["ConfinedExec", "confine_exec", "confined_argv", "program_views"]
 
@@ -175,7 +175,7 @@ def _venv_home(cfg: Path) -> Path | None:
     return None
 
 
-# The supervisor writes it (``_confined_supervisor.REPORT_PREFIX``; it imports nothing of ours).
+# The supervisor writes it (``_supervisor.REPORT_PREFIX``; it imports nothing of ours).
 REPORT_PREFIX = b"ringfence-sandbox:"
 
 
@@ -191,7 +191,7 @@ def confined_argv(
 
     Returns bubblewrap's argv (then the supervisor in ``exec`` mode, then
     ``argv``) and the layers known before it starts; the rest come in the
-    supervisor's report, its first stdout line (``_confined_exec``). For MCP
+    supervisor's report, its first stdout line (``_exec``). For MCP
     stdio servers, whose process the MCP SDK spawns: no descriptor can be
     passed, so the seccomp filter travels hex-encoded in the supervisor's
     options and is installed by it (last), and there is no uid switch (the

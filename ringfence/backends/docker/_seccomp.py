@@ -2,7 +2,7 @@
 
 In change-set mode (``SessionSpec.change_sets``) the supervisor runs every
 command in a nested user and mount namespace and mounts an overlay there
-(:mod:`ringfence.backends._dockershell`). Docker's default profile refuses
+(:mod:`ringfence.backends.docker._shell`). Docker's default profile refuses
 ``unshare``, ``mount`` and namespace flags to ``clone`` unless the container
 holds ``CAP_SYS_ADMIN``, which a ringfence container never does
 (``cap_drop=ALL``), and docker-py cannot fetch the daemon's built-in profile

@@ -2,7 +2,7 @@
 
 Landlock rulesets, seccomp filters, capabilities, credentials and rlimits,
 through ``ctypes`` (the same structures as the script runner's
-``bridge/_sandbox``). Imported by :mod:`._confined_supervisor` as a
+``bridge/_sandbox``). Imported by :mod:`._supervisor` as a
 top-level module (it runs as a file under ``python -I -S``): standard
 library only, few imports.
 """
@@ -81,7 +81,7 @@ def _fail(layer: str, what: str) -> LayerUnavailable:
 
 
 def apply_landlock(plan: str, writable: list[str]) -> str:
-    """``plan`` is ``abi,fs,net,scoped,size,file_rights`` (see ``_confined_layers``)."""
+    """``plan`` is ``abi,fs,net,scoped,size,file_rights`` (see ``_layers``)."""
     ruleset = landlock_ruleset(plan, writable)
     try:
         restrict_self(ruleset)

@@ -21,7 +21,7 @@ import trio
 from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.utils import kwargs_from_env, version_lt
 
-from ..runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
+from ...runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
 
 # Re-exported for backends/_docker.py, which imports it from here, until it imports it
 # from ._images (this module no longer imports anything back from _images' importers).
@@ -183,7 +183,7 @@ def connect_docker(
     the docker CLI does: the lower of the daemon's and the SDK's, refused below
     :data:`MIN_API_VERSION`. ``trust_env`` is off so ``REQUESTS_CA_BUNDLE`` or a
     proxy variable cannot redirect or re-trust the connection. ``tls`` (an
-    engine's certificates, see :mod:`._engines`) replaces the environment's
+    engine's certificates, see :mod:`..engines._engines`) replaces the environment's
     ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`` for an explicit ``base_url``.
 
     Raises Unavailable when the daemon cannot be reached or is too old,

@@ -5,7 +5,7 @@ cannot wait on; :func:`attach_tls` creates the exec through the SDK, then
 starts it over a trio TLS connection verified with the engine's CA and our
 client certificate (nothing from the environment: no ``REQUESTS_CA_BUNDLE``,
 no proxy), and :class:`TLSStreamSocket` gives
-:class:`._dockershell.Supervisor` the few socket calls it makes.
+:class:`._shell.Supervisor` the few socket calls it makes.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import docker
 import trio
 
-from ..runtime import Unavailable
-from ._dockerapi import docker_call
-from ._engines import Engine
+from ...runtime import Unavailable
+from ..engines._engines import Engine
+from ._api import docker_call
 
 __all__ = ["TLSStreamSocket", "attach_tls"]
 
@@ -27,7 +27,7 @@ _HEAD_LIMIT = 16384
 
 
 class TLSStreamSocket:
-    """The few socket calls :class:`._dockershell.Supervisor` makes, over a trio TLS stream."""
+    """The few socket calls :class:`._shell.Supervisor` makes, over a trio TLS stream."""
 
     def __init__(self, tls: trio.SSLStream[trio.SocketStream], leftover: bytes) -> None:
         self._tls = tls

@@ -11,7 +11,7 @@ Nothing of the host is mounted. Layout of a remote session's container::
     rootfs                       read-only, as on a local engine
 
 Every command runs under the same overlay wrapper as a local change-set session
-(:func:`._dockershell.overlay_wrapper`): the volume is the lower layer, the
+(:func:`..docker._shell.overlay_wrapper`): the volume is the lower layer, the
 upper is on the tmpfs, and ``/.rf-uppers`` is hidden from the command.
 
 Around each command (:class:`RemoteWorkspace`):
@@ -36,7 +36,7 @@ Around each command (:class:`RemoteWorkspace`):
   so the caller's capture and merge are the local ones. ``get_archive`` (~100 ms
   a call on Engine 20.10) is never used.
 
-The supervisor's stream to a TLS engine is :func:`._dockertls.attach_tls`.
+The supervisor's stream to a TLS engine is :func:`..docker._tls.attach_tls`.
 
 Non-guarantees: the engine's operator (root on that machine) sees the shipped
 workspace and every command's output; the volume outlives a kernel that is
@@ -62,14 +62,14 @@ import docker
 import trio
 from docker.types import Mount
 
-from ..runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
-from ._dockerapi import docker_call
-from ._dockershell import CommandOutput, Supervisor, quote
-from ._dockerupper import uppers_base
+from ...runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
+from .._types import SessionSpec, Upper
+from ..docker._api import docker_call
+from ..docker._images import docker_location
+from ..docker._shell import CommandOutput, Supervisor, quote
+from ..docker._upper import uppers_base
 from ._engines import Engine, EngineLoad
-from ._images import docker_location
 from ._ship import ShipGit, ShippedRoot, rebuild_upper
-from ._types import SessionSpec, Upper
 
 __all__ = [
     "UPPERS_DIR",

@@ -1,6 +1,6 @@
 """The confined session's process and memory limits: cgroups (v2, else v1) around the sandbox.
 
-Used by :mod:`._confined` while a sandbox starts; nothing here raises (a
+Used by :mod:`._session` while a sandbox starts; nothing here raises (a
 limit that cannot be had is reported as the ``pids`` layer's detail).
 """
 
@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import _proc
+from ... import _proc
 
 if TYPE_CHECKING:
-    from ._confined_plan import ConfinedOptions
+    from ._plan import ConfinedOptions
 
 __all__ = [
     "_cgroup_mounts",

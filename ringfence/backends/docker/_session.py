@@ -45,15 +45,15 @@ worktree's or submodule's ``.git`` file) as ``readonly_paths``, so a command
 can neither write into them nor redirect a gitfile; git metadata a command
 *creates* (a new ``.git`` in any spelling, a new git directory) and
 setuid/setgid bits it sets are handled after the command by ``run_shell``'s
-check on the host (see ``ringfence.backends._tool``): ``nosuid`` is not
+check on the host (see ``ringfence.backends._run_shell``): ``nosuid`` is not
 available for bind mounts through the Engine API, and it would only stop
 ``exec`` through the container's mount, not clear the bit on the host's file.
 
 Change sets (``SessionSpec.change_sets``): the roots are mounted read-only (as a
 whole: no ``readonly_paths`` mounts; a root someone else owns as an id-mapped view,
-:mod:`._idmap`), a host directory per session (:mod:`._dockerupper`) at
-``/.rf-uppers``, and :mod:`._dockerseccomp`'s profile. Each command runs under
-:func:`._dockershell.overlay_wrapper`: an overlay per root in a fresh user and mount
+:mod:`._idmap`), a host directory per session (:mod:`._upper`) at
+``/.rf-uppers``, and :mod:`._seccomp`'s profile. Each command runs under
+:func:`._shell.overlay_wrapper`: an overlay per root in a fresh user and mount
 namespace, the uppers hidden, the command as the container user (not root) in a
 nested user namespace. ``uppers`` name the host directories; the next run (or
 ``aclose``) empties them. A failing mount is ``Unavailable``; gVisor is refused.
@@ -67,10 +67,10 @@ result says so. Markers are unguessable but a command that could read the
 supervisor's memory could fake its own exit status (only its own). ``ssh://`` engines
 are not supported yet. ``options.engines``: placed once, never moved; on a remote
 engine the roots are shipped, not mounted, and writes come back as change sets
-(:mod:`._remote`, which also holds a TLS engine's supervisor stream).
+(:mod:`..engines._remote`, which also holds a TLS engine's supervisor stream).
 
 The supervisor shell itself (its script, the stream frames, the markers) is
-:mod:`ringfence.backends._dockershell`; this module is the session around it.
+:mod:`ringfence.backends.docker._shell`; this module is the session around it.
 Its 620 lines on purpose: the container's hardened creation and the
 session's one lifecycle (start, recover, replace, stop a command) read as one
 state machine; splitting them would scatter it.
@@ -93,25 +93,10 @@ import psutil
 import trio
 from docker.types import Mount
 
-from ..runtime import InvalidArguments, ToolError, Unavailable
-from . import _dockerupper as upper
-from ._dockerapi import connect_docker, docker_call, image_missing, map_docker_errors
-from ._dockeroptions import DockerOptions, parse_user
-from ._dockerseccomp import security_opt as change_set_seccomp
-from ._dockershell import (
-    OVERLAY_FAILED,
-    CommandOutput,
-    Supervisor,
-    attach,
-    overlay_unavailable,
-    overlay_wrapper,
-)
-from ._dockertls import attach_tls
-from ._engines import Engine, EngineLoad, place
-from ._output import Capture
-from ._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
-from ._shellstate import ShellKeeper
-from ._types import (
+from ...runtime import InvalidArguments, ToolError, Unavailable
+from .._output import Capture
+from .._shellstate import ShellKeeper
+from .._types import (
     Command,
     OutputCallback,
     SessionSpec,
@@ -119,6 +104,21 @@ from ._types import (
     check_command,
     check_run_arguments,
 )
+from ..engines._engines import Engine, EngineLoad, place
+from ..engines._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
+from . import _upper as upper
+from ._api import connect_docker, docker_call, image_missing, map_docker_errors
+from ._options import DockerOptions, parse_user
+from ._seccomp import security_opt as change_set_seccomp
+from ._shell import (
+    OVERLAY_FAILED,
+    CommandOutput,
+    Supervisor,
+    attach,
+    overlay_unavailable,
+    overlay_wrapper,
+)
+from ._tls import attach_tls
 
 __all__ = [
     "CONTAINER_LABEL",
@@ -364,7 +364,7 @@ class DockerSession:
         url, tls = (engine.base_url, engine.tls_config()) if engine else (self._opts.base_url, None)
         self._client = await trio.to_thread.run_sync(lambda: connect_docker(url, tls=tls))
         base = str(self._client.api.base_url)
-        tls_ok = engine is not None and engine.tls  # our own attached stream (._remote)
+        tls_ok = engine is not None and engine.tls  # our own attached stream (..engines._remote)
         if (base.startswith("https://") and not tls_ok) or "ssh" in base:
             raise Unavailable(
                 f"the docker backend attaches to a shell over a plain unix or tcp socket; "
@@ -673,7 +673,7 @@ def _default_user(roots: Sequence[Path]) -> str:
 def remove_stale_containers(client: docker.DockerClient) -> int:
     """Remove ringfence containers whose owning process on this host is gone. Blocking.
 
-    Their change-set directories go with them (:func:`._dockerupper.remove_session_dirs`),
+    Their change-set directories go with them (:func:`._upper.remove_session_dirs`),
     and so do a shipped workspace's volumes on that engine.
     """
     host = socket.gethostname()
@@ -691,7 +691,7 @@ def remove_stale_containers(client: docker.DockerClient) -> int:
                 removed += 1
             session = container.labels.get(f"{CONTAINER_LABEL}.session", "")
             upper.remove_session_dirs(session)
-            if session:  # a shipped workspace's volumes (._remote) go with their container
+            if session:  # a shipped workspace's volumes (..engines._remote) go with their container
                 label = f"{CONTAINER_LABEL}.session={session}"
                 for volume in client.volumes.list(filters={"label": label}):
                     with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):

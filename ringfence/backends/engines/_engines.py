@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import trio
 
-from ..runtime import InvalidArguments, RingfenceError, Unavailable
+from ...runtime import InvalidArguments, RingfenceError, Unavailable
 
 __all__ = ["Engine", "EngineLoad", "ShipMode", "parse_engines", "place", "probe_engine"]
 
@@ -215,7 +215,7 @@ class EngineLoad:
 async def probe_engine(engine: Engine, *, timeout: float = PROBE_TIMEOUT) -> EngineLoad:
     """Ask ``engine`` for its load (``/info``); never raises for an unreachable engine."""
     # The docker SDK loads only where engines are used.
-    from ._dockerapi import connect_docker, map_docker_errors
+    from ..docker._api import connect_docker, map_docker_errors
 
     def ask() -> dict[str, Any]:
         client = connect_docker(engine.base_url, tls=engine.tls_config(), timeout=timeout)

@@ -1,10 +1,10 @@
 """The confined session's plan: its options and layers, bubblewrap's argv, the upper directories.
 
-What :mod:`._confined` starts is decided here: :class:`ConfinedOptions`
+What :mod:`._session` starts is decided here: :class:`ConfinedOptions`
 (checked before anything starts), the :class:`Layer` report, which host
 directories are hidden and whose uid the sandbox runs as, bubblewrap's
 argv and mount layout (:class:`SandboxArgv`, a mixin of
-:class:`~._confined.ConfinedSession`), the supervisor's options, and, under
+:class:`~._session.ConfinedSession`), the supervisor's options, and, under
 change sets, the session's upper/work directories (made, emptied, removed).
 (Over 500 lines on purpose: one plan, from the options to the supervisor's command line
 and its bytecode, read together.)
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime import InvalidArguments, Unavailable, ringfence_home
-from ._confined_limits import _processes_of
-from ._mounts import LAYERS_DIR_VARIABLE, mount_of
-from ._shellstate import PERSIST_OPTION, persist_option
-from ._trees import empty_directory
-from ._types import SessionSpec
+from ...runtime import InvalidArguments, Unavailable, ringfence_home
+from .._mounts import LAYERS_DIR_VARIABLE, mount_of
+from .._shellstate import PERSIST_OPTION, persist_option
+from .._trees import empty_directory
+from .._types import SessionSpec
+from ._limits import _processes_of
 
 __all__ = [
     "BEST_EFFORT",
@@ -58,7 +58,7 @@ BWRAP_VARIABLE = "RINGFENCE_BWRAP"  # where bubblewrap is, when not on PATH
 _HIDDEN = ("/home", "/root", "/run", "/var/lib/docker", "/mnt", "/media", "/srv")
 
 
-_SUPERVISOR = Path(__file__).resolve().parent / "_confined_supervisor.py"
+_SUPERVISOR = Path(__file__).resolve().parent / "_supervisor.py"
 # How the interpreter runs it: imported by a one-line ``-c`` program rather than run as a
 # file, so its compiled form in ``__pycache__`` is used (a script is compiled from source
 # at every start: ~5-10 ms of a sandbox's start). The file's path stays the first argument
@@ -70,8 +70,8 @@ _BOOT = (
 SUPERVISOR_ARGV = ("-I", "-S", "-c", _BOOT, str(_SUPERVISOR))
 _SUPERVISOR_SOURCES = (
     _SUPERVISOR,
-    _SUPERVISOR.with_name("_confined_syscalls.py"),
-    _SUPERVISOR.with_name("_confined_execcheck.py"),
+    _SUPERVISOR.with_name("_syscalls.py"),
+    _SUPERVISOR.with_name("_execcheck.py"),
 )
 _bytecode_checked = False
 
@@ -175,7 +175,7 @@ class ConfinedOptions:
     ``persist_shell_state``: the working directory and exported variables
     carry over between commands (:mod:`._shellstate`; default false).
     ``exec_checks``: every ``exec`` of a command is checked against the policy's
-    ``run_shell`` deny rules by the supervisor (:mod:`._confined_execcheck`;
+    ``run_shell`` deny rules by the supervisor (:mod:`._execcheck`;
     default true; probed before the session's first command under deny rules).
     """
 
@@ -401,7 +401,7 @@ def _empty_uppers(layers: Path, roots: tuple[Path, ...]) -> None:
 
 
 class SandboxArgv:
-    """How a :class:`~._confined.ConfinedSession` is started: bubblewrap's argv (or the
+    """How a :class:`~._session.ConfinedSession` is started: bubblewrap's argv (or the
     supervisor's alone, best-effort without namespaces) and the supervisor's options.
 
     A mixin: it reads the session's attributes (``_spec``, ``_options``,
@@ -423,7 +423,7 @@ class SandboxArgv:
     _landlock: str | None
     _kernel_layers: list[Layer]
     # Read-only views of paths a hidden directory or the private /tmp would hide (an MCP
-    # server's program, its venv: ``_confined_exec.program_views``); run_shell has none.
+    # server's program, its venv: ``_exec.program_views``); run_shell has none.
     _views: tuple[Path, ...] = ()
 
     @property

@@ -22,8 +22,8 @@ from typing import Any
 import docker
 import docker.errors
 
-from ..runtime import InvalidArguments, ToolError, Unavailable
-from ._dockerapi import map_docker_errors
+from ...runtime import InvalidArguments, ToolError, Unavailable
+from ._api import map_docker_errors
 from ._images import DEBIAN_SUITE, IMAGES, LABEL, ImageInfo, ImageRecipe, recipe_for, recipes_dir
 
 __all__ = ["build_image", "debian_mirror", "ensure_image", "list_images"]

@@ -85,10 +85,10 @@ from ..workspace import (
     scan_git_metadata,
 )
 from ._changesets import merge_or_stage
-from ._execrules import exec_checks_expected, exec_rules
 from ._registry import select_backend, start_session
 from ._shellstate import RESERVED_PREFIXES
 from ._types import DEFAULT_KILL_GRACE, BackendSession, SessionSpec
+from .confined._execrules import exec_checks_expected, exec_rules
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",

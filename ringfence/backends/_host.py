@@ -3,7 +3,7 @@
 Not a sandbox: a command can do whatever the kernel's user can (read
 ``~/.ssh``, write anywhere that user can, reach the network, read the
 kernel's environment through ``/proc``). It is what the ``local`` backend was
-before it became confined (:mod:`._confined`), kept under an explicit name.
+before it became confined (:mod:`.confined._session`), kept under an explicit name.
 What it does guarantee is process hygiene and a clean environment:
 
 - Every command is its own session and process group (``setsid``).

@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime import InvalidArguments, ToolError
-from ..runtime._files import ringfence_home
+from ...runtime import InvalidArguments, ToolError
+from ...runtime._files import ringfence_home
+from .._trees import empty_directory
+from .._types import Upper
 from ._idmap import idmapped_view, unmount
-from ._trees import empty_directory
-from ._types import Upper
 
 __all__ = [
     "CONTAINER_DIR",

@@ -1,6 +1,6 @@
 """An id-mapped, read-only view of a workspace root: how a root-owned workspace becomes writable.
 
-Under change sets (:mod:`._docker`) a command writes through an overlay whose
+Under change sets (:mod:`._session`) a command writes through an overlay whose
 lower layer is the root. The overlay lives in a user namespace that maps
 only the container user, so a lower entry owned by anyone else (root, on
 CI's checkouts) cannot be copied up: writing, renaming or creating inside it
@@ -31,8 +31,8 @@ import os
 import time
 from pathlib import Path
 
-from .._proc import spawn
-from ..runtime import RingfenceError
+from ..._proc import spawn
+from ...runtime import RingfenceError
 
 __all__ = ["idmapped_view", "unmount"]
 

@@ -4,7 +4,7 @@
 supervisor; its plan, limits and supervisor live in the ``_confined_*`` modules.)
 
 One sandbox is started per session (bubblewrap, then a small Python
-supervisor inside it, :mod:`._confined_supervisor`); every command is then
+supervisor inside it, :mod:`._supervisor`); every command is then
 one ``posix_spawn`` of that supervisor, so confinement costs a one-time
 start (bubblewrap ~5 ms, the supervisor's interpreter ~20 ms), not a
 per-command namespace setup.
@@ -35,7 +35,7 @@ which is recorded in :attr:`ConfinedSession.metadata` and so in the
   shown again, read-only).
 - **network**: none (loopback of its own) unless the session asks for
   ``network``.
-- **seccomp**: built here (:mod:`._confined_layers`, with the script
+- **seccomp**: built here (:mod:`._layers`, with the script
   runner's BPF helpers), installed by bubblewrap before the supervisor
   starts. **landlock**, **rlimits**: applied by the supervisor to itself
   (see its docstring). Every command inherits all three.
@@ -51,7 +51,7 @@ which is recorded in :attr:`ConfinedSession.metadata` and so in the
   drops every capability and adds a second seccomp filter (no mount,
   umount2, unshare) and Landlock before it execs; ``ShellResult.uppers``
   names the upper directories, emptied at the next command (see
-  :mod:`._confined_supervisor` and ARCHITECTURE.md).
+  :mod:`._supervisor` and ARCHITECTURE.md).
 - **process tree**: the PID namespace is the tree: when a command's main
   process ends, everything else in the namespace is killed; the whole
   sandbox is spawned through :mod:`ringfence._proc` (its cgroup tracking),
@@ -91,22 +91,25 @@ from typing import Any
 
 import trio
 
-from .. import _proc
-from ..runtime import InvalidArguments, ToolError, Unavailable
-from ._confined_layers import (
-    DENIED_SYSCALLS,
-    LayerUnavailable,
-    landlock_plan,
-    layer_filter,
-    seccomp_program,
+from ... import _proc
+from ...runtime import InvalidArguments, ToolError, Unavailable
+from .._host import BASE_ENV_ALLOWLIST, _result, _Watch
+from .._output import Capture
+from .._shellstate import STATE_LIMIT, ShellKeeper
+from .._trees import remove_tree
+from .._types import (
+    Command,
+    OutputCallback,
+    SessionSpec,
+    ShellResult,
+    Upper,
+    check_command,
+    check_run_arguments,
 )
-from ._confined_limits import (
-    _join_limit_cgroups,
-    _make_limit_cgroups,
-    _remove_cgroup,
-    _v2_limits,
-)
-from ._confined_plan import (
+from ._execrules import ExecRules
+from ._layers import DENIED_SYSCALLS, LayerUnavailable, landlock_plan, layer_filter, seccomp_program
+from ._limits import _join_limit_cgroups, _make_limit_cgroups, _remove_cgroup, _v2_limits
+from ._plan import (
     BWRAP_VARIABLE,
     FIXES,
     STRICT,
@@ -118,20 +121,6 @@ from ._confined_plan import (
     _make_layers,
     _refuse,
     _session_user,
-)
-from ._execrules import ExecRules
-from ._local import BASE_ENV_ALLOWLIST, _result, _Watch
-from ._output import Capture
-from ._shellstate import STATE_LIMIT, ShellKeeper
-from ._trees import remove_tree
-from ._types import (
-    Command,
-    OutputCallback,
-    SessionSpec,
-    ShellResult,
-    Upper,
-    check_command,
-    check_run_arguments,
 )
 
 __all__ = [
@@ -466,7 +455,7 @@ class ConfinedSession(SandboxArgv):
         ``follow_shell`` starts the command in the shell's own directory
         rather than ``cwd`` (which stays the fallback), and the result's
         ``shell`` says what became of the state. ``exec_rules``: every exec of
-        the command is checked against them (:mod:`._confined_execcheck`); the
+        the command is checked against them (:mod:`._execcheck`); the
         result's ``exec_denied`` lists what was refused. Raises InvalidArguments,
         Unavailable (a restart found a layer gone, or ``exec_rules`` were given
         and the session has no exec checks), ToolError, ``trio.ClosedResourceError``.

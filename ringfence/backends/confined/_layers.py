@@ -24,7 +24,7 @@ from __future__ import annotations
 import errno
 import os
 
-from ..bridge import _sandbox as sb
+from ...bridge import _sandbox as sb
 
 __all__ = [
     "DENIED_SYSCALLS",

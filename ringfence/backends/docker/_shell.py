@@ -6,7 +6,7 @@ that runs it under ``setsid``, waits for it, kills every other process of the
 uid, and prints a per-command random marker with the exit status on stdout and
 stderr; :class:`CommandOutput` splits the frames into the two captures up to
 the markers (holding back bytes that may start a marker). How the supervisor
-is signalled and replaced is :mod:`ringfence.backends._docker`'s business.
+is signalled and replaced is :mod:`ringfence.backends.docker._session`'s business.
 
 Under ``persist_shell_state`` (:mod:`._shellstate`) the command's descriptor 3
 is a file in the container's private ``/tmp`` its shell writes its state to;
@@ -32,10 +32,10 @@ from typing import Any
 import docker
 import trio
 
-from ..runtime import ToolError, Unavailable
-from ._dockerapi import map_docker_errors
-from ._output import Capture
-from ._shellstate import STATE_LIMIT
+from ...runtime import ToolError, Unavailable
+from .._output import Capture
+from .._shellstate import STATE_LIMIT
+from ._api import map_docker_errors
 
 __all__ = [
     "OVERLAY_FAILED",
@@ -318,7 +318,7 @@ class Supervisor:
         """Start the shell; with ``overlay`` it must also find ``unshare`` and ``mount``.
 
         ``attacher`` starts the exec attached another way than :func:`attach`
-        (a TLS engine's stream, :func:`._remote.attach_tls`).
+        (a TLS engine's stream, :func:`..engines._remote.attach_tls`).
         """
         argv = ["env", "-i", "/bin/sh"]
         if attacher is not None:

@@ -1,13 +1,13 @@
 """The confined local backend's supervisor: one per session, inside the sandbox.
 
-Run by :mod:`ringfence.backends._confined` as ``python -I -S -c <boot> <this file>
+Run by :mod:`ringfence.backends.confined._session` as ``python -I -S -c <boot> <this file>
 <fd> <option>…`` (``<boot>`` imports it, bytecode cache and all, and calls :func:`entry`)
 inside bubblewrap's namespaces, as PID 1 of the new PID namespace, already under the
 commands' seccomp filter (built by the kernel with the script runner's BPF helpers,
-:mod:`._confined_layers`, installed by bubblewrap's ``--seccomp``). Standard library
+:mod:`._layers`, installed by bubblewrap's ``--seccomp``). Standard library
 only, few imports: every millisecond here is session start. Over 500 lines on purpose:
 one standalone program whose two modes (a session's commands, one ``exec``) share one
-``confine``; its system calls are in :mod:`._confined_syscalls`.
+``confine``; its system calls are in :mod:`._syscalls`.
 
 At start it confines *itself* (every command is its child, so every command
 inherits all of it), in this order:
@@ -20,7 +20,7 @@ inherits all of it), in this order:
 2. **no_new_privs** and not dumpable (a command cannot ptrace or write the memory
    of its supervisor).
 3. **landlock** — a second wall on writes, as the kernel planned it
-   (:func:`ringfence.backends._confined_layers.landlock_plan`): every
+   (:func:`ringfence.backends.confined._layers.landlock_plan`): every
    write-type access right the ABI knows is handled and granted only
    beneath the workspace roots, the private ``/tmp`` and ``/dev``; without
    ``network``, TCP bind and connect are handled and never granted; signals
@@ -46,7 +46,7 @@ supervisor → kernel: ``READY\\n`` + report lines, ``FAIL\\n`` + layer + tab
 End of file (or a reset) from the kernel: kill everything and exit.
 
 ``exec`` mode (``python -I -S -c <boot> <this file> exec <option>… -- <argv>…``, for
-MCP stdio servers, :func:`ringfence.backends._confined_exec.confined_argv`): no
+MCP stdio servers, :func:`ringfence.backends.confined._exec.confined_argv`): no
 control socket; the same confinement (the seccomp filter comes hex-encoded
 in the options and is installed here, last), a one-line report on stdout,
 then ``argv`` runs on the supervisor's own stdin/stdout/stderr; see
@@ -91,7 +91,7 @@ if __name__ == "__main__":  # executed as a file: make the sibling module import
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 try:
-    from ._confined_syscalls import (
+    from ._syscalls import (
         LayerUnavailable,
         apply_landlock,
         apply_rlimits,
@@ -113,7 +113,7 @@ try:
         seccomp_fprog,
     )
 except ImportError:  # executed as a file (no parent package)
-    from _confined_syscalls import (  # type: ignore[no-redef]
+    from _syscalls import (  # type: ignore[no-redef]
         LayerUnavailable,
         apply_landlock,
         apply_rlimits,
@@ -317,13 +317,13 @@ _LISTENER: int | None = None  # the running command's exec listener (set by its 
 
 
 def exec_module() -> object:
-    """:mod:`._confined_execcheck`, imported the first time it is needed."""
+    """:mod:`._execcheck`, imported the first time it is needed."""
     global _EXEC
     if _EXEC is None:
         try:
-            from . import _confined_execcheck as module
+            from . import _execcheck as module
         except ImportError:  # executed as a file (no parent package)
-            import _confined_execcheck as module  # type: ignore[no-redef]
+            import _execcheck as module  # type: ignore[no-redef]
         _EXEC = module
     return _EXEC
 
@@ -361,7 +361,7 @@ def precheck(checker: object, path: str, argv: list[str]) -> str | None:
 
 def execute_backstop(checker: object, err: int) -> int | None:
     """The checker's Landlock layer refusing to execute the files program-wide rules deny
-    (see :mod:`._confined_execcheck`); None when there is none or it cannot be built (the
+    (see :mod:`._execcheck`); None when there is none or it cannot be built (the
     command's stderr says so: the exec checks still hold, without the kernel's backstop)."""
     try:
         return checker.execute_ruleset(_WRITABLE)  # type: ignore[attr-defined]
@@ -528,7 +528,7 @@ _SWITCH: tuple[int, int] | None = None  # (uid, gid) a command becomes, as a roo
 _CHILD_FPROG: object = None  # the second filter: no mount, umount2, unshare
 _CHILD_BUF: object = None  # keeps the filter's instructions alive
 _MOUNTED = False  # are the overlays mounted now (between a command's start and its umount)
-# Exec checks (:mod:`._confined_execcheck`, imported on first use): the rules the kernel sent
+# Exec checks (:mod:`._execcheck`, imported on first use): the rules the kernel sent
 # last (``E``), the checker built for them and a command's ``PATH``, and this command's listener.
 _EXEC_PAYLOAD: bytes = b""
 _CHECKER: object = None
@@ -861,7 +861,7 @@ def serve(sock: _socket.socket) -> None:
 
 # -- exec mode: one process on the caller's stdio (MCP stdio servers) ------------------------
 
-# The first line on stdout in exec mode; ringfence.backends._confined_exec reads it.
+# The first line on stdout in exec mode; ringfence.backends.confined._exec reads it.
 REPORT_PREFIX = b"ringfence-sandbox:"
 
 

@@ -1,6 +1,6 @@
 """Exec checks inside the confined sandbox: every ``execve``/``execveat`` against the deny rules.
 
-Imported by the supervisor (:mod:`._confined_supervisor`, ``python -I -S``; standard
+Imported by the supervisor (:mod:`._supervisor`, ``python -I -S``; standard
 library only) the first time a command carries deny rules. Each command's child
 installs :func:`install_notifier` (``SECCOMP_RET_USER_NOTIF`` on ``execve`` and
 ``execveat``, ``SECCOMP_FILTER_FLAG_NEW_LISTENER``) right before its own ``exec`` and
@@ -68,9 +68,9 @@ import struct
 # three cost tens of milliseconds of a start under ``python -I -S``).
 
 try:
-    from ._confined_syscalls import landlock_execute_ruleset, libc
+    from ._syscalls import landlock_execute_ruleset, libc
 except ImportError:  # executed as a file (no parent package)
-    from _confined_syscalls import landlock_execute_ruleset, libc  # type: ignore[no-redef]
+    from _syscalls import landlock_execute_ruleset, libc  # type: ignore[no-redef]
 
 __all__ = [
     "Checker",

@@ -1,0 +1,1 @@
+"""ringfence.backends.engines."""
