@@ -242,7 +242,7 @@ def test_the_cli_records_the_sandbox_level(
     )
     out = json.loads(capsys.readouterr().out)
     assert code == 0, out
-    assert "_confined_supervisor.py" in out["result"]["stdout"]  # PID 1 is the supervisor
+    assert "_supervisor.py" in out["result"]["stdout"]  # PID 1 is the supervisor
     started = [json.loads(x) for x in events.read_text().splitlines() if "backend_started" in x]
     assert started[0]["sandbox"]["sandbox"] == "best-effort"
     assert os.environ.get("HOME") is not None
@@ -390,7 +390,7 @@ def test_the_supervisor_boot_imports_only_the_package_s_own_modules(tmp_path: Pa
     ``-P``), so the one-line program runs ringfence's own file and nothing planted."""
     from ringfence.backends.confined._plan import SUPERVISOR_ARGV
 
-    for name in ("_confined_supervisor.py", "_confined_syscalls.py", "ctypes.py"):
+    for name in ("_supervisor.py", "_syscalls.py", "ctypes.py"):
         (tmp_path / name).write_text("import os\nos.write(1, b'PLANTED')\n")
     # exec mode without its "--": main fails at once (a traceback naming the real file).
     out = subprocess.run(
@@ -455,8 +455,8 @@ def test_a_checkout_s_first_session_writes_the_supervisor_s_bytecode(
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["0"]
-    backends = copy / "ringfence" / "backends"
-    for name in ("_confined_supervisor.py", "_confined_syscalls.py"):
+    backends = copy / "ringfence" / "backends" / "confined"
+    for name in ("_supervisor.py", "_syscalls.py"):
         cached = Path(importlib.util.cache_from_source(str(backends / name)))
         assert cached.exists() == may_write, name
 

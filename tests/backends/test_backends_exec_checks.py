@@ -81,7 +81,7 @@ def supervisor_pid() -> int:
     for child in me.children(recursive=True):
         try:
             argv = child.cmdline()
-            if "bwrap" not in argv[0] and any("_confined_supervisor.py" in a for a in argv):
+            if "bwrap" not in argv[0] and any("_supervisor.py" in a for a in argv):
                 return child.pid
         except psutil.Error:
             continue

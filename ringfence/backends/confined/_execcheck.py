@@ -237,7 +237,7 @@ class ExecRules:
         import json
 
         data = json.loads(payload)
-        self.rules: list[_Rule] = []
+        self.deny: list[_Rule] = []
         # first literal word (its last component for deny-side matching) -> rule indexes
         self.by_name: dict[str, list[int]] = {}
         self.by_path: dict[str, list[int]] = {}
@@ -247,7 +247,7 @@ class ExecRules:
         self.globs: list[_Glob] = []
         for index, item in enumerate(data["rules"]):
             patterns = [[_element(e) for e in p] for p in item["patterns"]]
-            self.rules.append(_Rule(item["label"], item.get("source", ""), patterns))
+            self.deny.append(_Rule(item["label"], item.get("source", ""), patterns))
             for p in patterns:
                 first = p[0]
                 if isinstance(first, str) and first != "**":
@@ -273,7 +273,7 @@ class ExecRules:
         """The first rule matching ``[name] + rest`` for one of ``names``; None."""
         for name in names:
             for index in self.candidates(name):
-                rule = self.rules[index]
+                rule = self.deny[index]
                 for pattern in rule.patterns:
                     if _matches(pattern, name, rest):
                         return rule
@@ -529,7 +529,7 @@ class Checker:
     """One command's exec checks under one set of rules (and its ``PATH``)."""
 
     def __init__(self, rules: ExecRules, path_var: str) -> None:
-        self.rules = rules
+        self.exec_rules = rules
         self.identity = _Identity()
         self.loaders = _Identity()
         self.denials: list[Denial] = []
@@ -590,7 +590,7 @@ class Checker:
         if found is False:
             return None
         applets = found if isinstance(found, list) else None
-        for rule in self.rules.rules:
+        for rule in self.exec_rules.deny:
             for pattern in rule.patterns:
                 first = pattern[0]
                 if first == "**":
@@ -635,7 +635,7 @@ class Checker:
     def _program_wide(self) -> list[str]:
         """Paths of the files rules deny whatever their arguments (first word, then ``**``)."""
         paths: list[str] = []
-        for rule in self.rules.rules:
+        for rule in self.exec_rules.deny:
             for pattern in rule.patterns:
                 if len(pattern) != 2 or pattern[1] != "**":
                     continue
@@ -878,7 +878,7 @@ class Checker:
             self._examine(base, path, shown, argv, cwd, depth)
         if argv and argv[0].rsplit("/", 1)[-1].startswith("busybox") and len(argv) > 1:
             names = [argv[1]]
-            rule = self.rules.match(names, argv[2:])
+            rule = self.exec_rules.match(names, argv[2:])
             if rule is not None:
                 raise Refused(
                     errno.EACCES, Denial(rule.label, rule.source, argv[1], argv[1:], "via busybox")
@@ -886,7 +886,7 @@ class Checker:
 
     def _match(self, shown: str, real: str, argv: list[str], identity: list[str]) -> None:
         names = [shown, real, *argv[:1], *identity]
-        rule = self.rules.match(names, argv[1:])
+        rule = self.exec_rules.match(names, argv[1:])
         if rule is not None:
             raise Refused(
                 errno.EACCES, Denial(rule.label, rule.source, real, [shown, *argv[1:]], "")

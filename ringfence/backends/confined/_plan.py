@@ -495,7 +495,7 @@ class SandboxArgv:
         # and the venv, which a copied interpreter needs for its pyvenv.cfg: a user's venv
         # under /tmp) and this package; then the session's own views.
         python = os.path.realpath(sys.executable)
-        supervisor = (sys.base_prefix, sys.prefix, _SUPERVISOR.parent.parent)
+        supervisor = (sys.base_prefix, sys.prefix, _SUPERVISOR.parents[2])  # ringfence/
         shown = list(dict.fromkeys(Path(os.path.realpath(p)) for p in supervisor))
         shown += [v for v in self._views if v not in shown]
         shown = [p for p in shown if not any(q != p and _inside(p, q) for q in shown)]

@@ -76,7 +76,7 @@ def resolve_image(name: str) -> str:
 
 def recipes_dir() -> Path:
     """``sandbox_images/`` of the source tree this package runs from."""
-    here = Path(__file__).resolve().parents[2] / "sandbox_images"
+    here = Path(__file__).resolve().parents[3] / "sandbox_images"
     if not here.is_dir():
         raise Unavailable(
             f"the image recipes (sandbox_images/) are not next to this ringfence install "
