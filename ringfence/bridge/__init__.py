@@ -4,8 +4,10 @@ A script runs in a sandboxed child process (``_runner``, with ``_restricted``,
 ``_allowlist`` and ``_sandbox``) and reaches the kernel only over an
 authenticated bridge (``_wire``, ``_channel``);
 ``_launch`` starts the runner, ``_host`` runs one script's session;
-each ``call_tool`` inside it is one ``Kernel.invoke``, the same Gate as a
-direct call.
+each call inside it (``tools.<name>(...)``, ``call_tool``, each call of a
+``parallel`` batch) is one ``Kernel.invoke``, the same Gate as a direct
+call; ``describe_tools`` renders a script's ``tools`` namespace as Python
+stubs for a model's prompt.
 """
 
 from typing import TYPE_CHECKING
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
         LocalLauncher as LocalLauncher,
         child_env as child_env,
     )
+    from ._stubs import describe_tools as describe_tools
 
 # A script's run (listener, launcher, the process supervisor it spawns through, the
 # docker transport) loads on first use (PEP 562): registering run_tool_script into a
@@ -55,6 +58,7 @@ _LAZY = {
     "make_bridge_dir": "._docker",
     "remove_bridge_dir": "._docker",
     "run_script": "._host",
+    "describe_tools": "._stubs",
     "ChildProcess": "._launch",
     "Launcher": "._launch",
     "LaunchRequest": "._launch",
@@ -80,6 +84,7 @@ __all__ = [
     "ScriptResult",
     "bridge_mounts",
     "child_env",
+    "describe_tools",
     "landlock_abi",
     "make_bridge_dir",
     "register_script_tool",

@@ -14,6 +14,7 @@ from . import _sandbox, _wire
 
 __all__ = [
     "DEFAULT_MAX_CALLS",
+    "DEFAULT_MAX_PARALLEL",
     "DEFAULT_SPOOL_BYTES",
     "SANDBOX_LEVELS",
     "ScriptConfig",
@@ -23,6 +24,11 @@ __all__ = [
 
 SANDBOX_LEVELS = _sandbox.LEVELS  # strict, best-effort, none
 DEFAULT_MAX_CALLS = 10_000
+# Calls of one parallel() batch that run at once (each through the Gate).
+DEFAULT_MAX_PARALLEL = 16
+# Warm runners a local launcher keeps ready, at most (the default is one per core, up to this).
+MAX_WARM_RUNNERS = 64
+DEFAULT_WARM_RUNNERS_CAP = 8
 # The disk cap of one run's output spool file (the full redacted stdout, when over the cap).
 DEFAULT_SPOOL_BYTES = 64 * 1024 * 1024
 
@@ -50,9 +56,15 @@ class ScriptConfig:
     ``transport`` defaults to ``unix``: a local peer is identified by its pid
     and uid (SO_PEERCRED) before it may start a handshake. ``tcp`` offers no
     such check (any local process may connect and must fail the handshake).
-    ``max_calls`` is the run's ``call_tool`` budget (refused past it);
+    ``max_calls`` is the run's budget of calls (``call_tool``, ``tools.<name>``
+    and each call of a ``parallel`` batch; refused past it); ``max_parallel``
+    how many calls of one ``parallel`` batch run at once;
     ``output_spool_bytes`` the disk cap of the file that holds the full
     redacted output when it is over the kernel's output cap.
+    ``warm_runners``: how many runners a local launcher keeps started ahead
+    of need (interpreter up, imports done, waiting for a run), refilled in
+    the background; None is one per core the process may use, at most
+    8; 0 keeps none (every run starts a fresh interpreter).
     """
 
     sandbox: str = _sandbox.STRICT
@@ -65,16 +77,26 @@ class ScriptConfig:
     mode: str = "restricted"
     max_calls: int = DEFAULT_MAX_CALLS
     output_spool_bytes: int = DEFAULT_SPOOL_BYTES
+    max_parallel: int = DEFAULT_MAX_PARALLEL
+    warm_runners: int | None = None
 
     def __post_init__(self) -> None:
         for name, number in (
             ("max_calls", self.max_calls),
             ("output_spool_bytes", self.output_spool_bytes),
+            ("max_parallel", self.max_parallel),
         ):
             if type(number) is not int or number < 1:
                 raise InvalidArguments(
                     f"script {name} must be a positive integer, not {number!r}", field=name
                 )
+        warm = self.warm_runners
+        if warm is not None and (type(warm) is not int or not 0 <= warm <= MAX_WARM_RUNNERS):
+            raise InvalidArguments(
+                f"script warm_runners must be an integer from 0 to {MAX_WARM_RUNNERS} "
+                f"(or None: one per core), not {warm!r}",
+                field="warm_runners",
+            )
         for name, value, choices in (
             ("sandbox", self.sandbox, _sandbox.LEVELS),
             ("transport", self.transport, ("tcp", "unix")),

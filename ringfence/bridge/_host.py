@@ -36,6 +36,7 @@ import math
 import os
 import signal
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -89,6 +90,7 @@ async def run_script(
     config: ScriptConfig | None = None,
     launcher: Launcher | None = None,
     emit: Emit | None = None,
+    tools: Sequence[dict[str, Any]] | None = None,
 ) -> ScriptResult:
     """Run ``script`` in a sandboxed child with every ``call_tool`` gated by ``kernel``.
 
@@ -99,8 +101,19 @@ async def run_script(
     gone before reporting). The child is dead and reaped when this returns or
     raises, cancellation included. The deadline (``timeout`` seconds) pauses
     while the kernel's approver is asking about one of the script's calls.
+
+    ``tools`` is the manifest the script's ``tools`` namespace is built from
+    (``_stubs.script_manifest``); None: the kernel's tools (a Kernel), or
+    none (a CallContext, whose calls ``call_tool`` still makes).
     """
     config = config or ScriptConfig()
+    if tools is None:
+        if isinstance(kernel, Kernel):
+            from ._stubs import script_manifest
+
+            tools = script_manifest(kernel.tools())
+        else:
+            tools = ()
     launcher = launcher or LocalLauncher()
     if emit is None:
         if not isinstance(kernel, Kernel):
@@ -130,6 +143,7 @@ async def run_script(
         kernel, config, emit, trace_id, parent_id,
         lambda: child.pid if child is not None and peer_is_child else None,
         peer_uids,
+        tools,
     )  # fmt: skip
     out = OutputCapture(
         kernel.redactor, kernel.output_cap_bytes, kernel.spool_dir, config.output_spool_bytes

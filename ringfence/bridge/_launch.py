@@ -5,8 +5,16 @@ secret, the listener to connect to, the environment) into a started
 :class:`ChildProcess`. :class:`LocalLauncher` starts the runner on this host
 through :mod:`ringfence._proc` (its own session; a cgroup per runner where
 cgroup v2 is writable, else its process group and live descendants), with the
-secret on an inherited pipe, never argv or the environment. The Docker
-backend's launcher is :mod:`ringfence.bridge._docker`.
+secret on an inherited pipe, never argv or the environment, and keeps a pool
+of *warm* runners (interpreter started, imports done, waiting on that pipe),
+refilled in the background. The Docker backend's launcher is
+:mod:`ringfence.bridge._docker`.
+
+Runners are started by one long-lived thread (:class:`_Spawner`), not the trio
+thread: a start blocks for milliseconds (fork, exec, the cgroup move), which
+would stall every task of the kernel, and the runner's ``PR_SET_PDEATHSIG``
+fires when the *thread* that forked it exits, so that thread must outlive
+every runner it started (trio's worker threads retire when idle).
 """
 
 from __future__ import annotations
@@ -14,11 +22,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import sys
+import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -37,6 +49,7 @@ __all__ = [
     "LocalChild",
     "LocalLauncher",
     "child_env",
+    "default_warm_runners",
 ]
 
 RUNNER_PATH = Path(__file__).with_name("_runner.py")
@@ -44,6 +57,70 @@ RUNNER_PATH = Path(__file__).with_name("_runner.py")
 ENV_PASSTHROUGH = ("TZ",)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 CHILD_EXIT_SECONDS = 5.0  # how long a killed child may take to be seen gone
+# Warm runners are refilled once no run has been launched for this long, so a burst of
+# runs is not slowed by the interpreters starting behind it.
+REFILL_QUIET_SECONDS = 0.2
+WARM_RUNNERS_CAP = 8
+
+T = TypeVar("T")
+
+
+def default_warm_runners() -> int:
+    """One warm runner per core this process may run on, at most :data:`WARM_RUNNERS_CAP`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(WARM_RUNNERS_CAP, cores))
+
+
+class _Spawner:
+    """The one thread that starts runners for every :class:`LocalLauncher` of this process.
+
+    It lives as long as the process (a daemon thread, started on first use),
+    so no runner's parent-death signal fires early. :meth:`run` waits for
+    its job shielded: a runner started for a cancelled caller is still
+    handed back (and ended by it), never left running unseen.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _loop(self) -> None:
+        while True:
+            self._jobs.get()()
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        box: dict[str, Any] = {}
+
+        def job() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # handed back to the caller, raised there
+                box["error"] = exc
+            finally:
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(done.set)
+
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="ringfence script runner spawner", daemon=True
+                )
+                self._thread.start()
+        self._jobs.put(job)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
+
+
+_SPAWNER = _Spawner()
 
 
 class ChildProcess(Protocol):
@@ -132,23 +209,22 @@ class Launcher(Protocol):
 
 
 class LocalLauncher:
-    """Starts the runner as a subprocess of this (the trio) thread.
-
-    The process is created by the calling thread on purpose: the runner's
-    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it exits, and
-    trio's ``open_process`` forks from a worker thread that may retire.
+    """Starts the runner as a subprocess of this process, from the spawner thread.
 
     The secret and the run's config go through a pipe the child inherits
     (``pass_fds``), or, with ``secret_on_stdin``, through its stdin (for a
     wrapper such as a container runtime that does not pass descriptors on).
-    With ``spare=True`` the launcher keeps one runner started ahead of need:
-    it has done its imports and waits on its pipe, so a run skips interpreter
-    start-up; :meth:`aclose` ends it (the kernel does, when it closes).
-    ``wrapper`` is a command the runner's argv is appended to; with
-    ``track_parent=False`` the runner does not require this process to be its
-    parent and relies on its bridge watchdog. Subclasses adapt paths for
-    another filesystem view (:meth:`runner_argv`, :meth:`connect_address`,
-    :meth:`sys_path`).
+    With ``warm=n`` the launcher keeps up to ``n`` runners started ahead of
+    need: each has done its imports and waits on its pipe, so a run skips
+    interpreter start-up; a run takes one and the pool is refilled in the
+    background once launches pause (:data:`REFILL_QUIET_SECONDS`). A warm
+    runner is generic: it learns its run (secret, sandbox, limits) only when
+    taken, and serves exactly one run. :meth:`aclose` ends the pool (the
+    kernel does, when it closes). ``wrapper`` is a command the runner's argv
+    is appended to; with ``track_parent=False`` the runner does not require
+    this process to be its parent and relies on its bridge watchdog.
+    Subclasses adapt paths for another filesystem view (:meth:`runner_argv`,
+    :meth:`connect_address`, :meth:`sys_path`).
     """
 
     name = "local"
@@ -164,15 +240,27 @@ class LocalLauncher:
         wrapper: Sequence[str] = (),
         track_parent: bool = True,
         secret_on_stdin: bool = False,
-        spare: bool = False,
+        warm: int = 0,
     ) -> None:
         self.python = python or sys.executable
         self.wrapper = list(wrapper)
         self.track_parent = track_parent
         self.secret_on_stdin = secret_on_stdin
-        self.keep_spare = spare
-        self._spare: tuple[LocalChild, int] | None = None
+        self.warm = warm
+        self._ready: deque[tuple[LocalChild, int]] = deque()
         self._closed = False
+        self._env: Mapping[str, str] | None = None
+        self._last_launch = 0.0
+        self._refill_wanted: trio.Event | None = None
+        self._refill_scope: trio.CancelScope | None = None
+        self._refill_done: trio.Event | None = None
+        # Why the pool last failed to refill (the next launch starts its own runner and says).
+        self.refill_error: Exception | None = None
+
+    @property
+    def ready(self) -> int:
+        """How many warm runners are waiting now."""
+        return len(self._ready)
 
     def runner_argv(self, boot_json: str) -> list[str]:
         return [*self.wrapper, self.python, "-I", "-S", str(RUNNER_PATH), boot_json]
@@ -186,34 +274,87 @@ class LocalLauncher:
         return [str(Path(RestrictedPython.__file__).resolve().parent.parent)]
 
     async def launch(self, request: LaunchRequest) -> ChildProcess:
-        """Start (or activate the spare) runner for one run; raises Unavailable if it cannot start."""
+        """Start (or take a warm) runner for one run; raises Unavailable if it cannot start."""
         if not hasattr(os, "pidfd_open"):
             raise Unavailable(
                 "run_tool_script's local runner needs Linux >= 5.3 (pidfd_open, PR_SET_PDEATHSIG)",
                 field="platform",
             )
+        if self._closed:
+            raise Unavailable("the script launcher is closed (its kernel closed)", field="launcher")
         run_config = {**request.config, "connect": self.connect_address(request.listener)}
         activation = request.secret + _json(run_config).encode()
-        # The first use probes the process tracking (blocking, a few ms): not on the trio thread.
-        await trio.to_thread.run_sync(_proc.tracking)
-        spare, self._spare = self._spare, None
-        if spare is not None and spare[0].process.leader_exited():
-            await _discard(spare)
-            spare = None
-        child, w = spare if spare is not None else self._spawn(request.env)
+        self._env = request.env
+        self._last_launch = trio.current_time()
+        taken = None
+        while self._ready:
+            candidate = self._ready.popleft()
+            if not candidate[0].process.leader_exited():
+                taken = candidate
+                break
+            await _discard(candidate)  # a warm runner that died is replaced, not used
+        if taken is None:
+            process, w = await _SPAWNER.run(partial(self._start, request.env))
+            taken = (LocalChild(process), w)
+        child, w = taken
         try:
             view = memoryview(activation)
             while view:
                 view = view[os.write(w, view) :]
         finally:
             os.close(w)
-        if self.keep_spare and not self._closed:
-            with contextlib.suppress(RingfenceError):  # the next run will say why
-                self._spare = self._spawn(request.env)
+        if self.warm:
+            self._want_refill()
         return child
 
-    def _spawn(self, env: Mapping[str, str]) -> tuple[LocalChild, int]:
-        """Start a runner (on this thread: see the class docstring); it and its secret pipe."""
+    def _want_refill(self) -> None:
+        if self._refill_wanted is None:
+            self._refill_wanted = trio.Event()
+            self._refill_done = trio.Event()
+            self._refill_scope = trio.CancelScope()
+            trio.lowlevel.spawn_system_task(
+                self._refill, self._refill_scope, name="ringfence warm script runners"
+            )
+        self._refill_wanted.set()
+
+    async def _refill(self, scope: trio.CancelScope) -> None:
+        """Keep :attr:`warm` runners ready; ends when the launcher closes. Never raises.
+
+        A runner that cannot be started stops the refilling until the next
+        launch, which starts its own runner and says why if it cannot.
+        """
+        assert self._refill_done is not None
+        try:
+            with scope:
+                while not self._closed:
+                    assert self._refill_wanted is not None
+                    await self._refill_wanted.wait()
+                    self._refill_wanted = trio.Event()
+                    while not self._closed and len(self._ready) < self.warm:
+                        quiet = self._last_launch + REFILL_QUIET_SECONDS - trio.current_time()
+                        if quiet > 0:
+                            await trio.sleep(quiet)
+                            continue
+                        env = self._env if self._env is not None else child_env()
+                        try:
+                            process, w = await _SPAWNER.run(partial(self._start, env))
+                        except Exception as exc:
+                            self.refill_error = exc
+                            break
+                        spare = (LocalChild(process), w)
+                        if self._closed:
+                            with trio.CancelScope(shield=True):
+                                await _discard(spare)
+                            break
+                        self._ready.append(spare)
+        finally:
+            self._refill_done.set()
+
+    def _start(self, env: Mapping[str, str]) -> tuple[_proc.Process, int]:
+        """Start a runner (in the spawner thread: see the module docstring); it and its pipe.
+
+        Raises Unavailable (naming the interpreter) when it cannot start.
+        """
         with contextlib.ExitStack() as always, contextlib.ExitStack() as on_failure:
             r, w = 0, -1  # secret_on_stdin: _proc's pipe, the runner's stdin after the gate
             if not self.secret_on_stdin:
@@ -243,14 +384,19 @@ class LocalLauncher:
             on_failure.pop_all()
         if process.stdin is not None:
             w = process.stdin
-        return LocalChild(process), w
+        return process, w
 
     async def aclose(self) -> None:
-        """End the spare runner, if any. Idempotent."""
+        """End the warm runners and stop refilling. Idempotent."""
         self._closed = True
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            await _discard(spare)
+        with trio.CancelScope(shield=True):
+            if self._refill_scope is not None:
+                self._refill_scope.cancel()
+            if self._refill_done is not None:
+                with trio.move_on_after(CHILD_EXIT_SECONDS * 2):
+                    await self._refill_done.wait()
+            while self._ready:
+                await _discard(self._ready.popleft())
 
 
 async def _discard(spare: tuple[LocalChild, int]) -> None:

@@ -34,19 +34,31 @@ SCRIPT_FILENAME = "<script>"
 
 
 class ToolError(Exception):
-    """Raised by ``call_tool`` when the Gate refused the call or the tool failed.
+    """Raised by ``call_tool``, ``tools.<name>(...)`` and ``parallel`` when a call failed.
 
     ``code`` is ringfence's error code (``denied``, ``not_found``,
-    ``invalid_arguments``, ``tool_error``, …), ``message`` says why, and
-    ``decision`` is the Gate's decision (``{verdict, rule, reason}``) or None.
+    ``invalid_arguments``, ``outside_workspace``, ``tool_error``, …),
+    ``message`` says why, ``field`` names the argument at fault (or None),
+    ``tool`` the tool, and ``decision`` is the Gate's decision (``{verdict,
+    rule, reason}``) or None (the call never reached the Gate). Raised by
+    ``parallel``, ``results`` holds every call's value or ToolError, in order.
     """
 
-    def __init__(self, code: str, message: str, tool: str = "", decision: Any = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        tool: str = "",
+        decision: Any = None,
+        field: str | None = None,
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.tool = tool
         self.decision = decision
+        self.field = field
+        self.results: list[Any] | None = None
 
 
 class _Printer:
@@ -105,8 +117,13 @@ def _check_write_name(name: Any, action: str) -> None:
         )
 
 
-def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The globals a restricted script runs with (RestrictedPython's guards plus ours)."""
+def restricted_globals(
+    call_tool: Any, modules: dict[str, Any] | None = None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The globals a restricted script runs with (RestrictedPython's guards plus ours).
+
+    ``extra``: further builtins the runner provides (``tools``, ``parallel``).
+    """
     import builtins
     import operator
 
@@ -179,6 +196,7 @@ def restricted_globals(call_tool: Any, modules: dict[str, Any] | None = None) ->
         delattr=delattr_,
         call_tool=call_tool,
         ToolError=ToolError,
+        **(extra or {}),
     )
     return {
         "__builtins__": safe,
@@ -233,7 +251,7 @@ def compile_script(source: str) -> tuple[list[str], Any]:
     return [], compiled.code
 
 
-def plain_globals(call_tool: Any) -> dict[str, Any]:
+def plain_globals(call_tool: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Unrestricted Python inside the OS sandbox: only for testing the OS layers alone."""
     printer = _Printer()
 
@@ -246,4 +264,5 @@ def plain_globals(call_tool: Any) -> dict[str, Any]:
         "call_tool": call_tool,
         "ToolError": ToolError,
         "print": print_,
+        **(extra or {}),
     }

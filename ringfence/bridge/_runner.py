@@ -46,11 +46,12 @@ if __name__ == "__main__":  # executed as a file: make the sibling modules impor
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 try:
-    from . import _allowlist, _restricted, _sandbox, _wire
+    from . import _allowlist, _restricted, _sandbox, _typed, _wire
 except ImportError:  # executed as a file (no parent package)
     import _allowlist  # type: ignore[no-redef]
     import _restricted  # type: ignore[no-redef]
     import _sandbox  # type: ignore[no-redef]
+    import _typed  # type: ignore[no-redef]
     import _wire  # type: ignore[no-redef]
 
 import json
@@ -144,6 +145,9 @@ def _traceback(exc: BaseException, source: str) -> dict[str, Any]:
     }
     if isinstance(exc, _restricted.ToolError):
         out["code"] = exc.code
+        out["tool"] = exc.tool
+        if exc.field is not None:
+            out["field"] = exc.field
     return out
 
 
@@ -155,46 +159,168 @@ def _jsonable(value: Any) -> tuple[Any, bool]:
         return repr(value), True
 
 
-def run_script(
-    channel: Channel, script: dict[str, Any], modules: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Compile and run one script; the outcome as the ``done`` message (without ``type``)."""
-    next_id = 0
+class PendingCall:
+    """A call collected by ``parallel``: sent with the others once the generator is done.
 
-    def call_tool(tool: str, /, **arguments: Any) -> Any:
-        nonlocal next_id
-        if not isinstance(tool, str):
-            raise _restricted.ToolError(
-                "invalid_arguments", "call_tool needs the tool's name as a string"
-            )
-        next_id += 1
+    It has no value yet; using it as one says so.
+    """
+
+    __slots__ = ("_arguments", "_tool")
+
+    def __init__(self, tool: str, arguments: dict[str, Any]) -> None:
+        self._tool = tool
+        self._arguments = arguments
+
+    def _not_yet(self, *args: Any) -> Any:
+        raise TypeError(
+            f"the call to {self._tool} has no result yet: inside parallel(...) calls are only "
+            "collected, and their results are the list parallel() returns"
+        )
+
+    __getitem__ = __iter__ = __bool__ = __len__ = __contains__ = _not_yet
+
+    def __repr__(self) -> str:
+        return f"<pending call to {self._tool}>"
+
+
+class ScriptCalls:
+    """The script's calls over the bridge: one at a time, or many at once (``parallel``).
+
+    :meth:`call` sends one ``call`` and waits for its ``reply``. While
+    :meth:`parallel` collects its generator, every call returns a
+    :class:`PendingCall` instead; the collected calls then go in one
+    ``calls`` message, the host runs them concurrently (each through the
+    Gate) and answers with ``replies``.
+    """
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.next_id = 0
+        self.collecting: list[PendingCall] | None = None
+
+    def refuse(self, tool: str, message: str) -> _restricted.ToolError:
+        """A call refused in the script, before any hop (nothing sent, nothing recorded)."""
+        return _restricted.ToolError("invalid_arguments", message, tool)
+
+    def _send(self, message: dict[str, Any], what: str, tool: str = "") -> None:
         try:
-            channel.send({"type": "call", "id": next_id, "tool": tool, "arguments": arguments})
+            self.channel.send(message)
         except (TypeError, ValueError) as exc:
             raise _restricted.ToolError(
-                "invalid_arguments", f"arguments for {tool} must be JSON values: {exc}", tool
+                "invalid_arguments", f"arguments for {what} must be JSON values: {exc}", tool
             ) from None
         except _wire.ProtocolError as exc:
             if exc.reason != "oversized":
                 raise
             raise _restricted.ToolError(
                 "invalid_arguments",
-                f"arguments for {tool} are too large for the bridge: {exc.message}",
+                f"arguments for {what} are too large for the bridge: {exc.message}",
                 tool,
             ) from None
-        reply = channel.codec.expect(channel.recv(), "reply")
-        if reply.get("id") != next_id:
-            raise _wire.ProtocolError("unexpected", "a reply for another call arrived")
-        if reply.get("ok"):
-            return reply.get("value")
-        error = reply.get("error") or {}
-        raise _restricted.ToolError(
-            str(error.get("code", "tool_error")),
-            str(error.get("message", "")),
-            tool,
-            reply.get("decision"),
-        )
 
+    def call(self, tool: Any, arguments: dict[str, Any]) -> Any:
+        if not isinstance(tool, str):
+            raise self.refuse("", "call_tool needs the tool's name as a string")
+        if self.collecting is not None:
+            pending = PendingCall(tool, arguments)
+            self.collecting.append(pending)
+            return pending
+        self.next_id += 1
+        call_no = self.next_id
+        self._send(
+            {"type": "call", "id": call_no, "tool": tool, "arguments": arguments}, tool, tool
+        )
+        reply = self.channel.codec.expect(self.channel.recv(), "reply")
+        if reply.get("id") != call_no:
+            raise _wire.ProtocolError("unexpected", "a reply for another call arrived")
+        return _value(reply, tool)
+
+    def parallel(self, calls: Any, /, *, return_exceptions: bool = False) -> list[Any]:
+        """Run the calls ``calls`` yields at once; their results, in order.
+
+        ``calls`` is evaluated here, collecting instead of calling. A failed
+        call raises its ToolError once every call has ended (``.results``
+        holds them all), unless ``return_exceptions``: then it is in the list.
+        """
+        if self.collecting is not None:
+            raise TypeError("parallel() cannot be called inside another parallel()")
+        collected: list[PendingCall] = []
+        self.collecting = collected
+        try:
+            items = list(calls)
+        finally:
+            self.collecting = None
+        mine = {id(p) for p in collected}
+        for item in items:
+            if id(item) not in mine:
+                raise TypeError(
+                    "parallel() takes tool calls written as a generator, e.g. "
+                    "parallel(tools.read_file(path=p) for p in paths) (no square brackets: "
+                    "a list's calls run one by one before parallel() sees them); "
+                    f"got {type(item).__name__}"
+                )
+        if not items:
+            return []
+        first = self.next_id + 1
+        batch = []
+        for i, pending in enumerate(items):
+            batch.append({"id": first + i, "tool": pending._tool, "arguments": pending._arguments})
+        self.next_id += len(items)
+        self._send({"type": "calls", "calls": batch}, f"{len(items)} parallel calls")
+        replies: dict[int, dict[str, Any]] = {}
+        while len(replies) < len(items):
+            message = self.channel.codec.expect(self.channel.recv(), "replies")
+            for reply in message.get("replies") or ():
+                call_no = reply.get("id") if isinstance(reply, dict) else None
+                if type(call_no) is not int or not first <= call_no < first + len(items):
+                    raise _wire.ProtocolError("unexpected", "a reply for another call arrived")
+                replies[call_no] = reply
+        results: list[Any] = []
+        failed: _restricted.ToolError | None = None
+        for i, pending in enumerate(items):
+            try:
+                results.append(_value(replies[first + i], pending._tool))
+            except _restricted.ToolError as exc:
+                results.append(exc)
+                failed = failed or exc
+        if failed is not None and not return_exceptions:
+            failed.results = results
+            raise failed
+        return results
+
+
+def _value(reply: dict[str, Any], tool: str) -> Any:
+    """A reply's value, or its ToolError raised."""
+    if reply.get("ok"):
+        return reply.get("value")
+    error = reply.get("error") or {}
+    field = error.get("field")
+    raise _restricted.ToolError(
+        str(error.get("code", "tool_error")),
+        str(error.get("message", "")),
+        tool,
+        reply.get("decision"),
+        field if isinstance(field, str) else None,
+    )
+
+
+def run_script(
+    channel: Channel, script: dict[str, Any], modules: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Compile and run one script; the outcome as the ``done`` message (without ``type``)."""
+    calls = ScriptCalls(channel)
+
+    def call_tool(tool: str, /, **arguments: Any) -> Any:
+        return calls.call(tool, arguments)
+
+    def parallel(calls_: Any, /, *, return_exceptions: bool = False) -> list[Any]:
+        return calls.parallel(calls_, return_exceptions=return_exceptions)
+
+    manifest = script.get("tools")
+    tools = _typed.build_namespace(
+        manifest if isinstance(manifest, list) else (), calls.call, calls.refuse
+    )
+    extra = {"tools": tools, "parallel": parallel}
     source = script.get("source")
     if not isinstance(source, str):
         raise _wire.ProtocolError("malformed", "the script message has no source")
@@ -203,13 +329,13 @@ def run_script(
             code = compile(source, _restricted.SCRIPT_FILENAME, "exec", dont_inherit=True)
         except SyntaxError as exc:
             return {"status": "compile_error", "errors": [f"Line {exc.lineno}: {exc.msg}"]}
-        glb = _restricted.plain_globals(call_tool)
+        glb = _restricted.plain_globals(call_tool, extra)
     else:
         errors, restricted = _restricted.compile_script(source)
         if errors or restricted is None:
             return {"status": "compile_error", "errors": errors}
         code = restricted
-        glb = _restricted.restricted_globals(call_tool, modules)
+        glb = _restricted.restricted_globals(call_tool, modules, extra)
     try:
         exec(code, glb)
     except _wire.ProtocolError:

@@ -1,10 +1,15 @@
 """The host's side of one run's session, once the runner is admitted: every call gated.
 
-Every ``call`` becomes ``kernel.invoke(name, args, origin="script",
+Every call becomes ``kernel.invoke(name, args, origin="script",
 trace_id=<the script's trace>, parent_id=<the run_tool_script call>,
 on_ask=<pauses the run's deadline>)``: the same Gate as a direct call.
+A ``call`` message is one call; a ``calls`` message (``parallel`` in the
+script) is many, run concurrently, at most ``ScriptConfig.max_parallel`` at
+a time, each through the Gate on its own, and answered together
+(``replies``). Among a batch's calls, a person is asked in the batch's order,
+one question at a time (:class:`AskTurns`).
 
-Every ``call`` counts against the run's budget (``ScriptConfig.max_calls``,
+Every call counts against the run's budget (``ScriptConfig.max_calls``,
 default 10,000): the calls past it are refused (``denied``) without running,
 and without growing the result or the event stream. ``run_tool_script``
 itself is refused: scripts do not nest.
@@ -14,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import trio
@@ -24,22 +29,51 @@ from . import _wire
 from ._channel import Admission
 from ._config import ScriptConfig
 
-__all__ = ["NOT_FROM_SCRIPTS", "Emit", "ScriptSession"]
+__all__ = ["NOT_FROM_SCRIPTS", "AskTurns", "Emit", "ScriptSession"]
 
 # Tool names a script may not call (nesting would let a script multiply processes).
 NOT_FROM_SCRIPTS = frozenset({"run_tool_script"})
 
 Emit = Callable[..., None]
+Reply = dict[str, Any]
+Record = dict[str, Any]
+
+
+class AskTurns:
+    """A batch's questions to a person, one at a time and in the batch's order.
+
+    Call ``i`` may ask once every call before it has passed its own chance
+    to ask (asked and been answered, or ended): :meth:`turn` waits for that,
+    :meth:`passed` marks it. Calls that need no person are never held up.
+    """
+
+    def __init__(self, n: int) -> None:
+        self._passed = [False] * n
+        self._low = 0  # every call below this index has passed
+        self._ready = [trio.Event() for _ in range(n + 1)]
+        self._ready[0].set()
+
+    async def turn(self, i: int) -> None:
+        await self._ready[i].wait()
+
+    def passed(self, i: int) -> None:
+        if self._passed[i]:
+            return
+        self._passed[i] = True
+        while self._low < len(self._passed) and self._passed[self._low]:
+            self._low += 1
+            self._ready[self._low].set()
 
 
 class ScriptSession:
-    """The host's side of one run's session: the Gate behind every ``call_tool``.
+    """The host's side of one run's session: the Gate behind every call.
 
     :attr:`admission` admits the runner's connection; :meth:`serve` then
-    reads the sandbox report, sends the script and answers each call
-    through ``kernel.invoke`` (the same Gate as a direct call), within the
-    run's call budget, until ``done``. :meth:`paused` stops the run's
-    deadline (:attr:`scope`) while a person is asked about a call.
+    reads the sandbox report, sends the script (and the tool manifest its
+    ``tools`` namespace is built from) and answers each ``call`` and each
+    ``calls`` batch through ``kernel.invoke`` (the same Gate as a direct
+    call), within the run's call budget, until ``done``. :meth:`paused`
+    stops the run's deadline (:attr:`scope`) while a person is asked.
     """
 
     def __init__(
@@ -51,12 +85,14 @@ class ScriptSession:
         parent_id: str | None,
         expected_peer_pid: Callable[[], int | None],
         expected_peer_uids: frozenset[int] | None = None,
+        manifest: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.kernel = kernel
         self.config = config
         self.emit = emit
         self.trace_id = trace_id
         self.parent_id = parent_id
+        self.manifest = manifest
         self.admission = Admission(
             emit,
             handshake_seconds=config.handshake_seconds,
@@ -64,28 +100,36 @@ class ScriptSession:
             expected_peer_pid=expected_peer_pid,
             expected_peer_uids=expected_peer_uids,
         )
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[Record] = []
         self.call_count = 0  # every call message, refused ones included
         self.over_budget = 0
         self.scope: trio.CancelScope | None = None
         self.paused_seconds = 0.0
         self.sandbox_report: dict[str, Any] | None = None
+        self._pauses = 0
+        self._paused_at = 0.0
+        self._remaining = 0.0
 
-    # on_ask: the run's deadline stops while a person is being asked.
+    # on_ask: the run's deadline stops while a person is being asked (by any of its calls).
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
         scope = self.scope
-        if scope is None or math.isinf(scope.deadline):
+        if scope is None or (self._pauses == 0 and math.isinf(scope.deadline)):
             yield
             return
-        remaining = scope.deadline - trio.current_time()
-        started = trio.current_time()
-        scope.deadline = math.inf
+        if self._pauses == 0:
+            self._paused_at = trio.current_time()
+            self._remaining = scope.deadline - self._paused_at
+            scope.deadline = math.inf
+        self._pauses += 1
         try:
             yield
         finally:
-            scope.deadline = trio.current_time() + remaining
-            self.paused_seconds += trio.current_time() - started
+            self._pauses -= 1
+            if self._pauses == 0:
+                now = trio.current_time()
+                scope.deadline = now + self._remaining
+                self.paused_seconds += now - self._paused_at
 
     async def serve(self, script: str) -> dict[str, Any]:
         """Run the session over the authenticated connection; return the ``done`` message."""
@@ -112,31 +156,69 @@ class ScriptSession:
             weakened=bool(report.get("missing")) or self.config.mode != "restricted",
             mode=self.config.mode,
         )
-        await conn.send({"type": "script", "source": script, "mode": self.config.mode})
+        await conn.send(
+            {
+                "type": "script",
+                "source": script,
+                "mode": self.config.mode,
+                "tools": list(self.manifest),
+            }
+        )
         while True:
             message = await conn.recv()
             kind = message.get("type")
-            if kind == "done":
+            if kind == "call":
+                reply = await self.call(message)
+                await self._send_replies(conn, "reply", [reply])
+            elif kind == "calls":
+                replies = await self.call_batch(message)
+                await self._send_replies(conn, "replies", replies)
+            elif kind == "done":
                 await conn.send({"type": "bye"})
                 return message
-            if kind != "call":
+            else:
                 raise _wire.ProtocolError(
                     "unexpected", f"unexpected {kind!r} message from the runner"
                 )
-            reply = await self.call(message)
-            try:
-                await conn.send(reply)
-            except (_wire.ProtocolError, TypeError, ValueError, RecursionError) as exc:
-                if isinstance(exc, _wire.ProtocolError) and exc.reason != "oversized":
-                    raise
-                why = exc.message if isinstance(exc, _wire.ProtocolError) else f"not JSON: {exc}"
-                error = {
-                    "code": "tool_error",
-                    "message": f"the result cannot cross the bridge: {why}",
-                }
-                await conn.send({**reply, "ok": False, "value": None, "error": error})
 
-    def budget_refusal(self, call_no: Any, tool: Any) -> dict[str, Any] | None:
+    async def _send_replies(self, conn: Any, kind: str, replies: list[Reply]) -> None:
+        """Send ``replies`` (one ``reply``, or one or more ``replies`` frames).
+
+        A value that cannot cross the bridge (not JSON, or too large for a
+        frame) becomes that call's error; a batch too large for one frame
+        goes in several.
+        """
+        try:
+            await conn.send(replies[0] if kind == "reply" else {"type": kind, "replies": replies})
+            return
+        except (_wire.ProtocolError, TypeError, ValueError, RecursionError) as exc:
+            if isinstance(exc, _wire.ProtocolError) and exc.reason != "oversized":
+                raise
+            if kind == "reply":
+                await conn.send(_uncarried(replies[0], exc))
+                return
+        # The slow road: each reply on its own, then as many per frame as fit.
+        room = conn.codec.max_frame // 2
+        sized = []
+        for reply in replies:
+            try:
+                size = len(conn.codec.measure({"type": "replies", "replies": [reply]}))
+            except (_wire.ProtocolError, TypeError, ValueError, RecursionError) as exc:
+                reply = _uncarried(reply, exc)
+                size = len(conn.codec.measure({"type": "replies", "replies": [reply]}))
+            sized.append((reply, size))
+        chunk: list[Reply] = []
+        used = 0
+        for reply, size in sized:
+            if chunk and used + size > room:
+                await conn.send({"type": "replies", "replies": chunk})
+                chunk, used = [], 0
+            chunk.append(reply)
+            used += size
+        if chunk:
+            await conn.send({"type": "replies", "replies": chunk})
+
+    def budget_refusal(self, call_no: Any, tool: Any) -> Reply | None:
         """The reply for a call past the run's budget, or None while it lasts.
 
         Past the budget nothing is recorded per call (one event, a count in
@@ -155,64 +237,134 @@ class ScriptSession:
             f"(max_calls={budget}); no further call runs in this run",
             field="max_calls",
         )
-        error = {"code": refusal.code, "message": refusal.message}
-        return {"type": "reply", "id": call_no, "ok": False, "error": error, "decision": None}
+        return _refused(call_no, refusal.code, refusal.message, "max_calls")
 
-    async def call(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, message: dict[str, Any]) -> Reply:
+        """One ``call`` message through the Gate; its reply (the record is kept)."""
+        reply, record = await self._one(message, self.paused)
+        if record is not None:
+            self.calls.append(record)
+        return reply
+
+    async def call_batch(self, message: dict[str, Any]) -> list[Reply]:
+        """A ``calls`` message: every call through the Gate, concurrently, replies in order.
+
+        At most ``max_parallel`` calls run at once; the budget is counted in the
+        batch's order before any runs; a person is asked in the batch's order,
+        one question at a time; the records join :attr:`calls` in that order too.
+        """
+        batch = message.get("calls")
+        if not isinstance(batch, list) or not all(isinstance(c, dict) for c in batch):
+            raise _wire.ProtocolError("malformed", "a calls message needs a list of calls")
+        n = len(batch)
+        replies: list[Reply | None] = [None] * n
+        records: list[Record | None] = [None] * n
+        todo = []
+        for i, item in enumerate(batch):
+            over = self.budget_refusal(item.get("id"), item.get("tool"))
+            if over is not None:
+                replies[i] = over
+            else:
+                todo.append(i)
+        turns = AskTurns(n)
+        for i in range(n):
+            if replies[i] is not None:
+                turns.passed(i)
+
+        def ask_hook(i: int) -> Callable[[], contextlib.AbstractAsyncContextManager[None]]:
+            @contextlib.asynccontextmanager
+            async def hook() -> AsyncIterator[None]:
+                await turns.turn(i)
+                try:
+                    async with self.paused():
+                        yield
+                finally:
+                    turns.passed(i)
+
+            return hook
+
+        queue = iter(todo)
+
+        async def worker() -> None:
+            for i in queue:
+                try:
+                    replies[i], records[i] = await self._one(batch[i], ask_hook(i), counted=True)
+                finally:
+                    turns.passed(i)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(self.config.max_parallel, len(todo))):
+                nursery.start_soon(worker)
+        self.calls.extend(r for r in records if r is not None)
+        return [r for r in replies if r is not None]
+
+    async def _one(
+        self,
+        message: dict[str, Any],
+        on_ask: Callable[[], contextlib.AbstractAsyncContextManager[None]],
+        *,
+        counted: bool = False,
+    ) -> tuple[Reply, Record | None]:
+        """One call through the Gate: its reply, and its record (None past the budget)."""
         call_no = message.get("id")
         tool = message.get("tool")
         arguments = message.get("arguments")
-        over = self.budget_refusal(call_no, tool)
-        if over is not None:
-            return over
+        if not counted:
+            over = self.budget_refusal(call_no, tool)
+            if over is not None:
+                return over, None
         if not isinstance(tool, str) or not isinstance(arguments, dict):
-            error = {
-                "code": "invalid_arguments",
-                "message": "a call needs a tool name and keyword arguments",
-            }
-            return {"type": "reply", "id": call_no, "ok": False, "error": error, "decision": None}
+            message_ = "a call needs a tool name and keyword arguments"
+            return _refused(call_no, "invalid_arguments", message_), None
         if tool in NOT_FROM_SCRIPTS:
             refusal = Denied(
                 f"{tool} cannot be called from inside a script: scripts do not nest "
                 "(a nested run would multiply processes and escape the call budget)",
                 field="tool",
             )
-            error = {"code": refusal.code, "message": refusal.message}
-            self.calls.append(
-                {
-                    "tool": tool,
-                    "call_id": None,
-                    "decision": None,
-                    "ok": False,
-                    "error": refusal.code,
-                }
-            )
+            record = {"tool": tool, "call_id": None, "decision": None, "ok": False}
+            record["error"] = refusal.code
             # `called`, not `tool`: the emitter may be CallContext.emit, which sets `tool` itself.
             self.emit("bridge_refused_call", called=tool, detail=refusal.message)
-            return {"type": "reply", "id": call_no, "ok": False, "error": error, "decision": None}
+            return _refused(call_no, refusal.code, refusal.message, "tool"), record
         outcome = await self.kernel.invoke(
             tool,
             arguments,
             origin="script",
             trace_id=self.trace_id,
             parent_id=self.parent_id,
-            on_ask=self.paused,
+            on_ask=on_ask,
         )
         decision = outcome.decision.to_dict() if outcome.decision is not None else None
-        record: dict[str, Any] = {
+        record = {
             "tool": tool,
             "call_id": outcome.call_id,
             "decision": decision,
             "staged": outcome.staged,
             "ok": outcome.ok,
         }
-        reply: dict[str, Any] = {"type": "reply", "id": call_no, "decision": decision}
-        if outcome.error is not None:
-            record["error"] = outcome.error.code
-            reply.update(
-                ok=False, error={"code": outcome.error.code, "message": outcome.error.message}
-            )
+        reply: Reply = {"type": "reply", "id": call_no, "decision": decision}
+        error = outcome.error
+        if error is not None:
+            record["error"] = error.code
+            out = {"code": error.code, "message": error.message}
+            if error.field is not None:
+                out["field"] = error.field
+            reply.update(ok=False, error=out)
         else:
             reply.update(ok=True, value=outcome.value, staged=outcome.staged)
-        self.calls.append(record)
-        return reply
+        return reply, record
+
+
+def _refused(call_no: Any, code: str, message: str, field: str | None = None) -> Reply:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    return {"type": "reply", "id": call_no, "ok": False, "error": error, "decision": None}
+
+
+def _uncarried(reply: Reply, exc: BaseException) -> Reply:
+    """``reply`` with its value replaced by the error saying why it cannot cross the bridge."""
+    why = exc.message if isinstance(exc, _wire.ProtocolError) else f"not JSON: {exc}"
+    error = {"code": "tool_error", "message": f"the result cannot cross the bridge: {why}"}
+    return {**reply, "ok": False, "value": None, "error": error}

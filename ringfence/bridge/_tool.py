@@ -41,18 +41,24 @@ MAX_TIMEOUT_SECONDS = 600
 DESCRIPTION = f"""Run a short Python script that calls this session's other tools, to do a
 multi-step pipeline (read, transform, act on each item) in one turn.
 
-Inside the script: call_tool(name, **arguments) returns the tool's result or
-raises ToolError (attributes .code, .message, .decision); print(...) output is
-returned; set a top-level variable named `result` to return a JSON value.
-Every call_tool passes the same approval gate as a direct call and can be
-denied individually; in a dry run, calls that change anything are staged.
-The script runs as restricted Python in a sandbox: no files, network,
-processes or environment except through call_tool; no names starting with
-an underscore; imports limited to {", ".join(ALLOWED_MODULES)}.
+Inside the script every tool is a function with keyword arguments:
+tools.read_file(path="a.txt") returns its result (str, dict or list) or raises
+ToolError (attributes .code, .message, .field, .decision); MCP tools are under
+tools.mcp.<server>.<tool>. Arguments are checked against the tool's schema
+before anything is sent. parallel(tools.read_file(path=p) for p in paths) runs
+many calls at once (a generator, not a list) and returns their results in order;
+if one fails the others still run and its ToolError is raised (.results has
+all). call_tool(name, **arguments) calls a tool by its registered name.
+print(...) output is returned; set a top-level variable named `result` to
+return a JSON value. Every call passes the same approval gate as a direct call
+and can be denied individually; in a dry run, calls that change anything are
+staged. The script runs as restricted Python in a sandbox: no files, network,
+processes or environment except through tool calls; no names starting with an
+underscore; imports limited to {", ".join(ALLOWED_MODULES)}.
 Timeout: timeout_seconds (default {DEFAULT_TIMEOUT_SECONDS}, at most {MAX_TIMEOUT_SECONDS});
 the clock stops while a person is being asked to approve a call. At most
-max_calls call_tool calls per run (default and ceiling set by the operator,
-normally {DEFAULT_MAX_CALLS}); the calls past it raise ToolError (code denied).
+max_calls calls per run (default and ceiling set by the operator, normally
+{DEFAULT_MAX_CALLS}); the calls past it raise ToolError (code denied).
 A script cannot call {SCRIPT_TOOL} (denied: scripts do not nest)."""
 
 INPUT_SCHEMA: dict[str, Any] = {
@@ -69,7 +75,7 @@ INPUT_SCHEMA: dict[str, Any] = {
             "type": "integer",
             "minimum": 1,
             "maximum": DEFAULT_MAX_CALLS,
-            "description": f"call_tool budget of this run (default and ceiling {DEFAULT_MAX_CALLS})",
+            "description": f"tool-call budget of this run (default and ceiling {DEFAULT_MAX_CALLS})",
         },
     },
     "required": ["script"],
@@ -93,10 +99,14 @@ def register_script_tool(
     calls are staged into the kernel's plan (``composes_dry_run``).
 
     ``config`` is the operator's choice of sandbox level, transport and
-    limits (default: strict, TCP loopback). Without ``backend_session_factory``
-    scripts run as local subprocesses; with ``spare`` (default) one runner is
-    kept started ahead of need so a run skips interpreter start-up, and ended
-    when the kernel closes. ``backend_session_factory(ctx)`` returns the
+    limits (default: strict, a Unix socket). Without ``backend_session_factory``
+    scripts run as local subprocesses; with ``spare`` (default) a pool of
+    ``config.warm_runners`` runners (default: one per core) is kept started
+    ahead of need so a run skips interpreter start-up, refilled in the
+    background and ended when the kernel closes. Each script's ``tools``
+    namespace is built from the kernel's tools at the time it runs
+    (:func:`describe_tools` renders it as stubs).
+    ``backend_session_factory(ctx)`` returns the
     session's backend session (``ShellTool.session``): a docker session runs
     scripts in its container over the Unix socket in ``bridge_dir``, which
     must be mounted there (:func:`bridge_mounts`); it may also return a
@@ -113,12 +123,26 @@ def register_script_tool(
 
     kernel.push_async_callback(close_local)
 
+    cached: list[Any] = [None, None]  # the registry's tools when last built, and the manifest
+
+    def manifest() -> list[dict[str, Any]]:
+        """The tools a script sees, rebuilt only when the kernel's tools changed."""
+        specs = kernel.tools()
+        key = [id(spec) for spec in specs]
+        if cached[0] != key:
+            from ._stubs import script_manifest
+
+            cached[0], cached[1] = key, script_manifest(specs)
+        return cast(list[dict[str, Any]], cached[1])
+
     async def launcher_for(ctx: CallContext) -> Launcher:
         if backend_session_factory is None:
             if not local:
-                from ._launch import LocalLauncher
+                from ._launch import LocalLauncher, default_warm_runners
 
-                local.append(LocalLauncher(spare=spare))
+                warm = config.warm_runners
+                warm = (default_warm_runners() if warm is None else warm) if spare else 0
+                local.append(LocalLauncher(warm=warm))
             return local[0]
         session = await backend_session_factory(ctx)
         if hasattr(session, "launch"):  # a session that is its own launcher
@@ -158,6 +182,7 @@ def register_script_tool(
             config=run_config,
             launcher=launcher,
             emit=ctx.emit,
+            tools=manifest(),
         )
         return _outcome(ctx, result, timeout)
 
@@ -185,7 +210,7 @@ def _schema(max_calls: int) -> dict[str, Any]:
     schema = copy.deepcopy(INPUT_SCHEMA)
     budget = schema["properties"]["max_calls"]
     budget["maximum"] = max_calls
-    budget["description"] = f"call_tool budget of this run (default and ceiling {max_calls})"
+    budget["description"] = f"tool-call budget of this run (default and ceiling {max_calls})"
     return schema
 
 

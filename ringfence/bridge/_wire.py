@@ -258,8 +258,25 @@ class Codec:
         return max(HEADER.size + length - have, 0)
 
     def encode(self, message: dict[str, Any]) -> bytes:
-        """One frame for ``message`` (a dict; ``seq`` is added). Raises ProtocolError when too big."""
+        """One frame for ``message`` (a dict; ``seq`` is added). Raises ProtocolError when too big.
+
+        A message that cannot be encoded (not JSON: TypeError/ValueError; too
+        large or too deep: ProtocolError) uses no sequence number.
+        """
         message["seq"] = self.sent
+        body = self._body(message)
+        tag = _mac(self.key, self.send_label, body) if self.key is not None else _ZERO_TAG
+        self.sent += 1
+        return b"".join((HEADER.pack(len(body) + TAG_BYTES), tag, body))
+
+    def measure(self, message: dict[str, Any]) -> int:
+        """The size of the frame :meth:`encode` would make of ``message``, with its checks.
+
+        Raises what :meth:`encode` would; uses no sequence number.
+        """
+        return HEADER.size + TAG_BYTES + len(self._body({**message, "seq": self.sent}))
+
+    def _body(self, message: dict[str, Any]) -> bytes:
         body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
         if len(body) + TAG_BYTES > self.limit:
             raise ProtocolError(
@@ -267,9 +284,7 @@ class Codec:
                 f"a message of {len(body)} bytes exceeds the {self.limit}-byte frame limit",
             )
         self._check_depth(body)
-        tag = _mac(self.key, self.send_label, body) if self.key is not None else _ZERO_TAG
-        self.sent += 1
-        return HEADER.pack(len(body) + TAG_BYTES) + tag + body
+        return body
 
     @property
     def limit(self) -> int:

@@ -7,7 +7,14 @@ import ast
 import ringfence.bridge
 from ringfence.bridge._launch import RUNNER_PATH
 
-CHILD_MODULES = ("_runner.py", "_restricted.py", "_allowlist.py", "_wire.py", "_sandbox.py")
+CHILD_MODULES = (
+    "_runner.py",
+    "_restricted.py",
+    "_allowlist.py",
+    "_wire.py",
+    "_sandbox.py",
+    "_typed.py",
+)
 
 
 def test_public_names_resolve() -> None:

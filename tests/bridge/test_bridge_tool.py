@@ -8,12 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import trio
 from bridge_helpers import Ledger, kinds, register_tools
 from cli_helpers import ringfence_process
 from kernel_helpers import event_records
 
 from ringfence._embed import create_kernel
-from ringfence.bridge import SCRIPT_TOOL, register_script_tool
+from ringfence.bridge import SCRIPT_TOOL, ScriptConfig, register_script_tool
 from ringfence.runtime import (
     ApprovalAnswer,
     Consequence,
@@ -193,24 +194,55 @@ def test_cli_run_script_exit_codes(tmp_path) -> None:
     assert missing.returncode == 2 and "cannot read the script" in missing.stderr
 
 
-async def test_a_spare_runner_is_used_replaced_and_ended_with_the_kernel() -> None:
+async def _warm_runners(n: int) -> list:
+    """The live runners once there are ``n`` (the pool refills in the background)."""
+    from bridge_helpers import runner_processes
+
+    with trio.fail_after(30):
+        while len(found := runner_processes()) != n:
+            await trio.sleep(0.05)
+    return found
+
+
+async def test_a_warm_runner_is_used_replaced_and_ended_with_the_kernel() -> None:
     from bridge_helpers import runner_processes
 
     async with Kernel(approver=YES) as kernel:
-        register_script_tool(kernel)
+        register_script_tool(kernel, config=ScriptConfig(warm_runners=1))
         assert runner_processes() == []  # nothing starts before the first run
         first = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 1"})
-        spares = runner_processes()
-        assert first.ok and len(spares) == 1  # waiting for the next run
+        assert first.ok
+        spares = await _warm_runners(1)  # waiting for the next run
         second = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 2"})
         assert second.value["result"] == 2
         assert kinds(kernel, "script_started")[-1]["pid"] == spares[0].pid  # it ran there
-        # A spare that died is replaced, not used.
-        (spare,) = runner_processes()
+        # A warm runner that died is replaced, not used.
+        (spare,) = await _warm_runners(1)
         spare.kill()
         spare.wait(5)
         third = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 3"})
         assert third.value["result"] == 3
         assert kinds(kernel, "script_started")[-1]["pid"] != spare.pid
-        assert len(runner_processes()) == 1
-    assert runner_processes() == []  # closing the kernel ended the spare
+        await _warm_runners(1)
+    assert runner_processes() == []  # closing the kernel ended the pool
+
+
+async def test_concurrent_scripts_take_warm_runners_and_the_pool_refills() -> None:
+    """k scripts started together find k warm runners: none starts an interpreter."""
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel, config=ScriptConfig(warm_runners=3))
+        await kernel.invoke(SCRIPT_TOOL, {"script": "pass"})
+        warm = {p.pid for p in await _warm_runners(3)}
+        results: list = []
+
+        async def one(i: int) -> None:
+            results.append(await kernel.invoke(SCRIPT_TOOL, {"script": f"result = {i}"}))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(3):
+                nursery.start_soon(one, i)
+        assert sorted(o.value["result"] for o in results) == [0, 1, 2]
+        used = {e["pid"] for e in kinds(kernel, "script_started")[-3:]}
+        assert used == warm
+        refilled = {p.pid for p in await _warm_runners(3)}
+        assert not refilled & warm
