@@ -3,13 +3,23 @@
 1. **startup** (``bridge-startup``): an empty script through
    ``kernel.invoke("run_tool_script")`` (Gate, approval, listener, handshake,
    sandbox, compile, result) vs a bare ``python -I -c pass``: with the tool's
-   spare runner ready, back to back, and cold. Goal (issue 5): within 2.5x.
-   ``python -I -S -c pass`` is noted: the runner skips ``site``.
+   warm runners ready, back to back, and cold (no warm runner). Goals (issue
+   33): warm within 0.5x, cold within 2x. ``python -I -S -c pass`` is noted:
+   the runner skips ``site``.
 2. **call_tool** (``bridge-call-tool``): round trips on a no-op read tool from
    inside a script (timed in the script around each call) vs the same call
    made directly through the Gate (``kernel.invoke``). Goal: at least 5,000
    calls/s with p99 under 1 ms.
-3. **scaling sweep** (``sweep-calls``, ``sweep-concurrency``): 1, 10, 100,
+3. **code mode** (``code-mode``, issue 33), each against smolagents'
+   ``LocalPythonExecutor`` doing the same work through a Python function (no
+   process boundary, no Gate) and the same calls made directly through the
+   Gate, interleaved in the same run: sequential no-op calls from one script
+   (per call within 3x smolagents; at least 10,000 calls/s), 50 ``parallel``
+   ``read_file`` calls in one script (at least 20,000 calls/s), 8 scripts of
+   200 calls at once from the warm pool (at least 10,000 calls/s in all).
+   smolagents is the ``peers`` extra; without it those rows keep only the Gate
+   baseline and say so.
+4. **scaling sweep** (``sweep-calls``, ``sweep-concurrency``): 1, 10, 100,
    1000 ``call_tool`` calls in one script, and 1 to 8 scripts running at once
    under the same kernel (trio nursery), each against the same calls made
    directly through the Gate.
@@ -23,12 +33,13 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from ringfence.bridge import SCRIPT_TOOL, register_script_tool, run_script
+from ringfence.bridge import SCRIPT_TOOL, ScriptConfig, register_script_tool, run_script
 from ringfence.runtime import (
     ApprovalAnswer,
     CallContext,
@@ -42,11 +53,15 @@ from ringfence.runtime import (
 from ._harness import Arm, Samples, interleave
 from ._suite import Row, Scenario, Skip
 
-STARTUP_RATIO_GOAL = 2.5
+STARTUP_RATIO_GOAL = 2.5  # issue 5's goal for every start, kept for the back-to-back row
+COLD_RATIO_GOAL = 2.0  # issue 33: an empty script, cold, within 2x python -I -c pass
+WARM_RATIO_GOAL = 0.5  # issue 33: from a warm runner, within 0.5x
 CALLS_PER_SECOND_GOAL = 5000
 P99_GOAL_SECONDS = 1e-3
 SCHEMA = {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": False}
-SPARE_SETTLE_SECONDS = 0.3  # untimed: lets the spare runner finish its imports before a round
+# Untimed: lets the warm pool refill (it waits for launches to pause, then starts the
+# interpreters) before a round.
+SPARE_SETTLE_SECONDS = 0.8
 
 # Times each call with datetime (the only clock a restricted script has); µs resolution.
 TIMED_CALLS_SCRIPT = """
@@ -70,8 +85,10 @@ async def _noop(args: dict, ctx: CallContext) -> str:
 
 
 @asynccontextmanager
-async def script_kernel() -> AsyncIterator[Kernel]:
-    """A kernel with ``noop`` and ``run_tool_script``; every script approved once.
+async def script_kernel(
+    config: ScriptConfig | None = None, tools: list[ToolSpec] | None = None
+) -> AsyncIterator[Kernel]:
+    """A kernel with ``noop`` (and ``tools``) and ``run_tool_script``; every script approved once.
 
     Raises Skip when the script sandbox cannot start on this host (a layer
     such as Landlock or seccomp is missing): the probe run says which.
@@ -84,9 +101,11 @@ async def script_kernel() -> AsyncIterator[Kernel]:
         kernel.register(
             ToolSpec("noop", "does nothing", SCHEMA, _noop, consequence=Consequence.READ)
         )
-        register_script_tool(kernel)
+        for spec in tools or ():
+            kernel.register(spec)
+        register_script_tool(kernel, config=config)
         async with kernel:
-            # The probe also warms the page cache and starts the spare runner.
+            # The probe also warms the page cache and starts the warm runners.
             probe = await kernel.invoke(SCRIPT_TOOL, {"script": "pass"})
             if probe.error is not None and probe.error.code == "unavailable":
                 raise Skip(f"run_tool_script cannot run here: {probe.error.message}")
@@ -134,10 +153,11 @@ def _time(fn: Callable[[], object]) -> float:
 async def startup(quick: bool) -> list[Row]:
     """Empty scripts end to end vs bare python, interleaved run by run.
 
-    Three ways a run can start: the tool's spare runner is ready (the usual
-    case between a model's turns; an idle gap before each round, not timed),
-    runs back to back (the spare started by one run is still importing when
-    the next arrives), and cold (no spare, as for a session's first script).
+    Three ways a run can start: a warm runner is ready (the usual case
+    between a model's turns; an idle gap before each round lets the pool
+    refill, not timed), runs back to back (the pool refills only once
+    launches pause, so these take the runners left and then start fresh
+    ones), and cold (no warm runner, as for a session's first script).
     """
     rounds = 6 if quick else 30
     no_site = min(_time(lambda: _bare("-I", "-S")) for _ in range(5))
@@ -152,10 +172,10 @@ async def startup(quick: bool) -> list[Row]:
             if result.status != "ok":
                 raise RuntimeError(f"empty script failed: {result.error}")
 
-        for label, subject, gap in (
-            ("spare runner ready", via_tool, SPARE_SETTLE_SECONDS),
-            ("back to back", via_tool, 0.0),
-            ("cold start", cold, 0.0),
+        for label, subject, gap, goal in (
+            ("warm runner ready", via_tool, SPARE_SETTLE_SECONDS, WARM_RATIO_GOAL),
+            ("back to back", via_tool, 0.0, STARTUP_RATIO_GOAL),
+            ("cold start", cold, 0.0, COLD_RATIO_GOAL),
         ):
             name = f"empty script, {label}"
             s = await interleave(
@@ -171,8 +191,8 @@ async def startup(quick: bool) -> list[Row]:
                     f"empty run_tool_script, {label}",
                     subj,
                     base,
-                    f"within {STARTUP_RATIO_GOAL:g}x python -I -c pass",
-                    ratio <= STARTUP_RATIO_GOAL,
+                    f"within {goal:g}x python -I -c pass",
+                    ratio <= goal,
                     {"python_-I_-S_-c_pass_s": no_site},
                 )
             )
@@ -261,7 +281,7 @@ async def sweep_calls(quick: bool) -> list[Row]:
             s = await interleave(
                 [Arm(DIRECT, direct), Arm(subject, script)],
                 rounds=rounds,
-                pause=SPARE_SETTLE_SECONDS,  # each script starts from a ready spare
+                pause=SPARE_SETTLE_SECONDS,  # each script starts from a warm runner
             )
             rows.append(
                 _sweep_row(
@@ -274,8 +294,8 @@ async def sweep_calls(quick: bool) -> list[Row]:
                     calls_per_second=n / s[subject].median,
                     **(
                         {
-                            "note": "sweeps: wall time per run, each run starting from a ready "
-                            "spare runner; baseline = the same calls made directly through the Gate"
+                            "note": "sweeps: wall time per run, each run starting from a warm "
+                            "runner; baseline = the same calls made directly through the Gate"
                         }
                         if n == SWEEP_CALLS[0]
                         else {}
@@ -321,8 +341,8 @@ async def sweep_concurrency(quick: bool) -> list[Row]:
                     calls_per_second=k * m / s[subject].median,
                     **(
                         {
-                            "note": "one spare runner per kernel: of k scripts started together, "
-                            "k-1 start a fresh interpreter"
+                            "note": "warm runners: one per core by default; of k scripts "
+                            "started together, those past the pool start a fresh interpreter"
                         }
                         if k == SWEEP_CONCURRENCY[-1]
                         else {}
@@ -335,7 +355,7 @@ async def sweep_concurrency(quick: bool) -> list[Row]:
 STARTUP = Scenario(
     "bridge-startup",
     "empty run_tool_script vs python -I -c pass",
-    f"within {STARTUP_RATIO_GOAL:g}x python -I -c pass",
+    f"warm within {WARM_RATIO_GOAL:g}x, cold within {COLD_RATIO_GOAL:g}x python -I -c pass",
     startup,
 )
 CALL_TOOL = Scenario(
@@ -357,3 +377,266 @@ SWEEP_CONCURRENCY_SCENARIO = Scenario(
     sweep_concurrency,
 )
 SCENARIOS = [STARTUP, CALL_TOOL, SWEEP_CALLS_SCENARIO, SWEEP_CONCURRENCY_SCENARIO]
+
+
+# -- code mode (issue 33): the typed API, parallel calls and the warm pool, against smolagents --
+
+SEQUENTIAL_GOAL = 3.0  # per call from one script: within 3x smolagents' unisolated call
+SEQUENTIAL_RATE_GOAL = 10_000  # no-op calls/s from one script
+PARALLEL_RATE_GOAL = 20_000  # parallel read_file calls/s in one script
+CONCURRENT_RATE_GOAL = 10_000  # calls/s in total, 8 scripts at once
+PARALLEL_CALLS = 50
+CONCURRENT_SCRIPTS = 8
+CONCURRENT_CALLS = 200
+PEER = "smolagents LocalPythonExecutor"
+GATE = "same calls direct through the Gate"
+
+# Timed inside the script: the calls alone, not the script's start.
+SEQUENTIAL_SCRIPT = """
+import time
+t0 = time.perf_counter()
+for i in range({n}):
+    tools.noop(x="hello")
+result = (time.perf_counter() - t0) / {n}
+"""
+PEER_SEQUENTIAL = """
+for i in range({n}):
+    noop(x="hello")
+"""
+PARALLEL_SCRIPT = """
+import time
+paths = ["f%d.txt" % i for i in range({n})]
+t0 = time.perf_counter()
+texts = parallel(tools.read_file(path=p) for p in paths)
+result = [(time.perf_counter() - t0) / {n}, sum(len(t) for t in texts)]
+"""
+PEER_PARALLEL = """
+total = 0
+for i in range({n}):
+    total += len(read_file(path="f%d.txt" % i))
+total
+"""
+CONCURRENT_SCRIPT = """
+for i in range({n}):
+    tools.noop(x="hello")
+"""
+
+
+def _peer(root: Path) -> Callable[[], Any] | None:
+    """A factory of smolagents executors with ``noop`` and ``read_file`` tools, or None."""
+    try:
+        from smolagents import Tool
+        from smolagents.local_python_executor import LocalPythonExecutor
+    except ImportError:
+        return None
+
+    class Noop(Tool):  # class tools: smolagents' @tool needs the source file
+        name = "noop"
+        description = "does nothing"
+        inputs = {"x": {"type": "string", "description": "ignored"}}
+        output_type = "string"
+
+        def forward(self, x: str) -> str:
+            return "ok"
+
+    class ReadFile(Tool):
+        name = "read_file"
+        description = "reads a file of the workspace"
+        inputs = {"path": {"type": "string", "description": "relative path"}}
+        output_type = "string"
+
+        def forward(self, path: str) -> str:
+            return (root / path).read_text()
+
+    def make() -> Any:
+        executor = LocalPythonExecutor(additional_authorized_imports=[])
+        executor.send_tools({"noop": Noop(), "read_file": ReadFile()})
+        return executor
+
+    return make
+
+
+def _peer_run(executor: Any, source: str) -> Any:
+    return executor(source).output
+
+
+def _rate_row(label: str, subject: Samples, baseline: Samples, goal: int, **notes: Any) -> Row:
+    return Row(
+        "code-mode",
+        label,
+        subject,
+        baseline,
+        f">= {goal:,} calls/s",
+        subject.ops_per_second >= goal,
+        {"calls_per_second": round(subject.ops_per_second), **notes},
+    )
+
+
+async def code_mode(quick: bool) -> list[Row]:
+    """Sequential, parallel and concurrent calls from scripts, against smolagents and the Gate."""
+    from ringfence.workspace import Workspace, file_tool_specs
+
+    rounds = 3 if quick else 7
+    n = 300 if quick else 1000
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for i in range(PARALLEL_CALLS):
+            (root / f"f{i}.txt").write_text(f"line {i}\n" * 40)
+        make_peer = _peer(root)
+        peer = make_peer() if make_peer is not None else None
+        missing = (
+            {}
+            if peer is not None
+            else {"note": "smolagents is not installed: pip install -e '.[peers]'"}
+        )
+        workspace = Workspace([str(root)])
+        config = ScriptConfig(warm_runners=CONCURRENT_SCRIPTS)
+        try:
+            async with script_kernel(config, file_tool_specs(workspace)) as kernel:
+                rows += await _sequential(kernel, peer, n, rounds, missing)
+                rows += await _parallel(kernel, peer, rounds, missing)
+                rows += await _concurrent(kernel, make_peer, rounds, missing)
+        finally:
+            workspace.close()
+    return rows
+
+
+async def _sequential(
+    kernel: Kernel, peer: Any, n: int, rounds: int, missing: dict[str, Any]
+) -> list[Row]:
+    ours = "tools.noop from a script (typed API)"
+
+    async def script() -> list[float]:
+        return [(await run_ok(kernel, SEQUENTIAL_SCRIPT.format(n=n)))["result"]]
+
+    async def gate() -> None:
+        await direct_calls(kernel, n)
+
+    arms = [Arm(ours, script, self_timed=True), Arm(GATE, gate)]
+    if peer is not None:
+        source = PEER_SEQUENTIAL.format(n=n)
+        arms.append(Arm(PEER, lambda: _async(_peer_run, peer, source)))
+    s = await interleave(arms, rounds=rounds, warmup=1, pause=SPARE_SETTLE_SECONDS)
+    subject, gate_s = s[ours], _per_call(s[GATE], n)
+    rows = []
+    if peer is not None:
+        theirs = _per_call(s[PEER], n)
+        rows.append(
+            Row(
+                "code-mode",
+                f"per call, {n} sequential no-op calls from one script, vs smolagents",
+                subject,
+                theirs,
+                f"within {SEQUENTIAL_GOAL:g}x smolagents' unisolated call",
+                subject.median / theirs.median <= SEQUENTIAL_GOAL,
+                {"gate_direct_s": gate_s.median},
+            )
+        )
+    rows.append(
+        _rate_row(
+            f"{n} sequential no-op calls from one script, vs direct through the Gate",
+            subject,
+            gate_s,
+            SEQUENTIAL_RATE_GOAL,
+            **missing,
+        )
+    )
+    return rows
+
+
+async def _parallel(kernel: Kernel, peer: Any, rounds: int, missing: dict[str, Any]) -> list[Row]:
+    ours = f"parallel() of {PARALLEL_CALLS} read_file calls in one script"
+    paths = [f"f{i}.txt" for i in range(PARALLEL_CALLS)]
+
+    async def script() -> list[float]:
+        value = (await run_ok(kernel, PARALLEL_SCRIPT.format(n=PARALLEL_CALLS)))["result"]
+        return [value[0]]
+
+    async def gate() -> None:
+        for p in paths:
+            outcome = await kernel.invoke("read_file", {"path": p})
+            if not outcome.ok:
+                raise RuntimeError(f"read_file failed: {outcome.error.message}")
+
+    arms = [Arm(ours, script, self_timed=True), Arm(GATE, gate)]
+    if peer is not None:
+        source = PEER_PARALLEL.format(n=PARALLEL_CALLS)
+        arms.append(Arm(PEER, lambda: _async(_peer_run, peer, source)))
+    s = await interleave(arms, rounds=rounds * 2, warmup=1, pause=SPARE_SETTLE_SECONDS)
+    subject, gate_s = s[ours], _per_call(s[GATE], PARALLEL_CALLS)
+    notes: dict[str, Any] = {"gate_direct_s": gate_s.median, **missing}
+    if peer is not None:
+        notes["smolagents_per_call_s"] = _per_call(s[PEER], PARALLEL_CALLS).median
+    return [
+        _rate_row(
+            f"{PARALLEL_CALLS} parallel read_file calls in one script, vs direct through the Gate",
+            subject,
+            gate_s,
+            PARALLEL_RATE_GOAL,
+            **notes,
+        )
+    ]
+
+
+async def _concurrent(
+    kernel: Kernel, make_peer: Callable[[], Any] | None, rounds: int, missing: dict[str, Any]
+) -> list[Row]:
+    k, m = CONCURRENT_SCRIPTS, CONCURRENT_CALLS
+    ours = f"{k} scripts x {m} calls at once"
+    source = CONCURRENT_SCRIPT.format(n=m)
+
+    async def scripts() -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(k):
+                nursery.start_soon(run_ok, kernel, source)
+
+    arms = [Arm(ours, scripts)]
+    if make_peer is not None:
+        executors = [make_peer() for _ in range(k)]
+        peer_source = PEER_SEQUENTIAL.format(n=m)
+        limiter = trio.CapacityLimiter(k)
+
+        async def threads() -> None:
+            async with trio.open_nursery() as nursery:
+                for executor in executors:
+                    nursery.start_soon(
+                        partial(trio.to_thread.run_sync, limiter=limiter),
+                        _peer_run,
+                        executor,
+                        peer_source,
+                    )
+
+        arms.append(Arm(f"smolagents, {k} threads", threads))
+    s = await interleave(arms, rounds=rounds, pause=SPARE_SETTLE_SECONDS * 2)
+    subject = _per_call(s[ours], k * m)
+    baseline = _per_call(s[f"smolagents, {k} threads"], k * m) if make_peer else None
+    return [
+        Row(
+            "code-mode",
+            f"{k} scripts x {m} no-op calls at once (warm pool of {k}), calls/s in all",
+            subject,
+            baseline,
+            f">= {CONCURRENT_RATE_GOAL:,} calls/s",
+            subject.ops_per_second >= CONCURRENT_RATE_GOAL,
+            {"calls_per_second": round(subject.ops_per_second), **missing},
+        )
+    ]
+
+
+def _per_call(samples: Samples, n: int) -> Samples:
+    return Samples(samples.name, [x / n for x in samples.per_op])
+
+
+async def _async(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)  # blocking on purpose: the peer runs in this thread, as its users run it
+
+
+CODE_MODE = Scenario(
+    "code-mode",
+    "typed tool calls from scripts: sequential, parallel, 8 at once; vs smolagents and the Gate",
+    f"per call within {SEQUENTIAL_GOAL:g}x smolagents; >= {SEQUENTIAL_RATE_GOAL:,}/s sequential, "
+    f">= {PARALLEL_RATE_GOAL:,}/s parallel, >= {CONCURRENT_RATE_GOAL:,}/s 8 scripts at once",
+    code_mode,
+)
+SCENARIOS.insert(2, CODE_MODE)

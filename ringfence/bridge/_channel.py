@@ -7,6 +7,12 @@ first, then the mutual HMAC handshake of :mod:`ringfence.bridge._wire`, each
 under its own deadline, the first authenticated connection winning. A
 :class:`Channel` is the host's end of it: framed, sequenced, tagged after the
 handshake; the frames are buffered and checked by the wire codec.
+
+Both are plain non-blocking sockets driven by :func:`trio.lowlevel.wait_readable`
+and :func:`~trio.lowlevel.wait_writable`: a call's round trip then yields to
+trio's scheduler only where it must wait for the peer, not once more for every
+send and receive that completes at once (as :class:`trio.SocketStream`'s
+checkpoints would).
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ class BridgeListener:
     removes the directory.
     """
 
-    def __init__(self, sock: trio.socket.SocketType, address: list[Any], directory: Path | None):
+    def __init__(self, sock: stdsocket.socket, address: list[Any], directory: Path | None):
         self.sock = sock
         self.address = address
         self.directory = directory
@@ -65,18 +71,23 @@ class BridgeListener:
         cls, transport: str, owner: tuple[int, int] | None = None, parent: Path | None = None
     ) -> BridgeListener:
         if transport == "tcp":
-            sock = trio.socket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
-            await sock.bind(("127.0.0.1", 0))
-            sock.listen(LISTEN_BACKLOG)
+            sock = stdsocket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", 0))
+                sock.listen(LISTEN_BACKLOG)
+                sock.setblocking(False)
+            except BaseException:
+                sock.close()
+                raise
             return cls(sock, ["tcp", "127.0.0.1", sock.getsockname()[1]], None)
         directory = Path(tempfile.mkdtemp(prefix="ringfence-bridge-", dir=parent))
         path = directory / "bridge.sock"
-        sock = trio.socket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
+        sock = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
         try:
             os.chmod(directory, 0o700)
             old = os.umask(0o177)
             try:
-                await sock.bind(str(path))
+                sock.bind(str(path))
             finally:
                 os.umask(old)
             os.chmod(path, 0o600)
@@ -84,44 +95,86 @@ class BridgeListener:
                 os.chown(directory, *owner)
                 os.chown(path, *owner)
             sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
         except BaseException:
             sock.close()
             shutil.rmtree(directory, ignore_errors=True)
             raise
         return cls(sock, ["unix", str(path)], directory)
 
-    async def accept(self) -> tuple[trio.SocketStream, Any]:
-        conn, peer = await self.sock.accept()
+    async def accept(self) -> tuple[stdsocket.socket, Any]:
+        """The next connection (non-blocking) and its peer: ``host:port``, or its pid and uid."""
+        while True:
+            try:
+                conn, peer = self.sock.accept()
+                break
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.sock)
+        conn.setblocking(False)
         if conn.family == stdsocket.AF_INET:
             conn.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
-            return trio.SocketStream(conn), f"{peer[0]}:{peer[1]}"
+            return conn, f"{peer[0]}:{peer[1]}"
         cred = conn.getsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_PEERCRED, 12)
         pid, uid, _gid = (int.from_bytes(cred[i : i + 4], sys.byteorder) for i in (0, 4, 8))
-        return trio.SocketStream(conn), {"pid": pid, "uid": uid}
+        return conn, {"pid": pid, "uid": uid}
 
     def aclose_sync(self) -> None:
-        self.sock.close()
+        _close(self.sock)
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-class Channel:
-    """The host's end of one bridge connection: framed, sequenced, tagged after the handshake."""
+def _close(sock: stdsocket.socket) -> None:
+    """Close ``sock``, first waking any task waiting on it (ClosedResourceError there)."""
+    if sock.fileno() != -1:
+        trio.lowlevel.notify_closing(sock)
+        sock.close()
 
-    def __init__(self, stream: trio.abc.Stream, max_frame: int) -> None:
-        self.stream = stream
+
+def _broken(exc: OSError) -> trio.BrokenResourceError:
+    return trio.BrokenResourceError(f"the bridge connection failed: {exc}")
+
+
+class Channel:
+    """The host's end of one bridge connection: framed, sequenced, tagged after the handshake.
+
+    Over a connected non-blocking socket. A peer that is gone is
+    :class:`trio.BrokenResourceError`; a closed channel :class:`trio.ClosedResourceError`.
+    """
+
+    def __init__(self, sock: stdsocket.socket, max_frame: int) -> None:
+        self.sock = sock
         self.codec = _wire.Codec(_wire.TO_CHILD, _wire.TO_HOST, max_frame)
 
     async def send(self, message: dict[str, Any]) -> None:
-        await self.stream.send_all(self.codec.encode(message))
+        view = memoryview(self.codec.encode(message))
+        while view:
+            try:
+                sent = self.sock.send(view)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self.sock)
+                continue
+            except OSError as exc:
+                raise _broken(exc) from None
+            view = view[sent:]
 
     async def recv(self) -> dict[str, Any]:
         while (message := self.codec.next_message()) is None:
-            chunk = await self.stream.receive_some(max(65536, self.codec.missing))
+            try:
+                chunk = self.sock.recv(max(65536, self.codec.missing))
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.sock)
+                continue
+            except OSError as exc:
+                raise _broken(exc) from None
             if not chunk:
                 raise _wire.ProtocolError("closed", "the child closed the bridge")
             self.codec.receive_data(chunk)
         return message
+
+    def close(self) -> None:
+        """Close the connection (a task waiting on it gets ClosedResourceError). Idempotent."""
+        _close(self.sock)
 
     async def handshake(self, secret: bytes) -> None:
         hello = self.codec.expect(await self.recv(), "hello")
@@ -203,15 +256,15 @@ class Admission:
 
     async def accept_loop(self, listener: BridgeListener, nursery: trio.Nursery) -> None:
         while True:
-            stream, peer = await listener.accept()
+            sock, peer = await listener.accept()
             if self.authenticated.is_set():
                 self.refuse("second_connection", peer, "the run's one connection is taken")
-                await stream.aclose()
+                _close(sock)
                 continue
             why = self.peer_refusal(peer)
             if why is not None:
                 self.refuse("not_the_child", peer, why)
-                await stream.aclose()
+                _close(sock)
                 continue
             if len(self._pending) >= MAX_PENDING_HANDSHAKES:
                 # Drop the oldest: the runner speaks at once, so only a peer that dawdles
@@ -227,10 +280,10 @@ class Admission:
                 )
             scope = trio.CancelScope()
             self._pending[scope] = peer
-            nursery.start_soon(self.handshake, stream, peer, scope)
+            nursery.start_soon(self.handshake, sock, peer, scope)
 
     async def handshake(
-        self, stream: trio.SocketStream, peer: Any, scope: trio.CancelScope | None = None
+        self, sock: stdsocket.socket, peer: Any, scope: trio.CancelScope | None = None
     ) -> None:
         """One peer's handshake under its own deadline; refused peers are closed and logged.
 
@@ -238,7 +291,7 @@ class Admission:
         event. ``scope`` is how :meth:`accept_loop` evicts it.
         """
         scope = scope or trio.CancelScope()
-        conn = Channel(stream, self.max_frame)
+        conn = Channel(sock, self.max_frame)
         accepted = False
         try:
             with scope, trio.fail_after(self.handshake_seconds):
@@ -264,8 +317,7 @@ class Admission:
         finally:
             self._pending.pop(scope, None)
             if not accepted:
-                with trio.CancelScope(shield=True):
-                    await stream.aclose()
+                _close(sock)
 
 
 def _descends_from(pid: int, ancestor: int, max_depth: int = 16) -> bool:

@@ -218,7 +218,7 @@ async def run_script(
             if (
                 run.admission.channel is not None
             ):  # the runner's watchdog ends it where kill() cannot reach
-                await run.admission.channel.stream.aclose()
+                run.admission.channel.close()
             with trio.move_on_after(CHILD_EXIT_SECONDS):
                 await exited.wait()
             if not exited.is_set():
@@ -234,7 +234,7 @@ async def run_script(
             if child is not None:
                 await child.aclose()
             if run.admission.channel is not None:
-                await run.admission.channel.stream.aclose()
+                run.admission.channel.close()
             listener.aclose_sync()
     try:
         output = await out.finish()

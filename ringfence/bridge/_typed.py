@@ -112,25 +112,32 @@ def assign_paths(names: Iterable[str]) -> tuple[dict[str, tuple[str, ...]], dict
 # -- the schema check ----------------------------------------------------------------
 
 
-def _type_ok(kind: str, value: Any) -> bool | None:
-    """Whether ``value`` is of JSON Schema type ``kind``; None for a kind not known here."""
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "null":
-        return value is None
-    if kind == "object":
-        return isinstance(value, dict)
-    if kind == "array":
-        return isinstance(value, list | tuple)
-    if isinstance(value, bool):
-        return False if kind in ("number", "integer") else None
-    if kind == "number":
-        return isinstance(value, int | float)
-    if kind == "integer":  # 1.0 is an integer to JSON Schema, and to the Gate
-        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+Check = Callable[[Any, "str | None"], None]
+
+
+def _ok(value: Any, where: str | None) -> None:
     return None
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) is not bool and isinstance(value, int | float)
+
+
+def _is_integer(value: Any) -> bool:  # 1.0 is an integer to JSON Schema, and to the Gate
+    if type(value) is bool:
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list | tuple),
+    "number": _is_number,
+    "integer": _is_integer,
+}
 
 
 def _shown(value: Any) -> str:
@@ -139,69 +146,133 @@ def _shown(value: Any) -> str:
 
 
 def _type_name(value: Any) -> str:
-    if value is None:
-        return "None"
-    return type(value).__name__
+    return "None" if value is None else type(value).__name__
 
 
-def _check(schema: Any, value: Any, where: str | None, depth: int = 0) -> None:
-    """Raise ArgumentError where ``schema`` surely refuses ``value``; else return."""
+def _limit(schema: dict[str, Any], key: str) -> int | None:
+    bound = schema.get(key)
+    return bound if isinstance(bound, int) and not isinstance(bound, bool) else None
+
+
+def _compile(schema: Any, depth: int = 0) -> Check:
+    """A check of ``schema``, compiled once: it raises ArgumentError where the schema surely refuses.
+
+    Every lookup in the schema happens here, not per call.
+    """
     if not isinstance(schema, dict) or depth > 32:
-        return
+        return _ok
+    checks: list[Check] = []
     kinds = schema.get("type")
-    if isinstance(kinds, str):
-        kinds = [kinds]
-    if isinstance(kinds, list) and kinds and all(isinstance(k, str) for k in kinds):
-        results = [_type_ok(k, value) for k in kinds]
-        if None not in results and not any(results):
-            expected = " or ".join(_ARTICLES.get(k, k) for k in kinds)
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if isinstance(kinds, list) and kinds and all(k in _KINDS for k in kinds):
+        tests = tuple(_KINDS[k] for k in kinds)
+        expected = " or ".join(_ARTICLES[k] for k in kinds)
+
+        def type_check(value: Any, where: str | None) -> None:
+            for test in tests:
+                if test(value):
+                    return
             raise ArgumentError(
                 where, f"must be {expected}, not {_type_name(value)} {_shown(value)}"
             )
-    if "enum" in schema and isinstance(schema["enum"], list) and value not in schema["enum"]:
-        choices = ", ".join(_shown(c) for c in schema["enum"][:20])
-        raise ArgumentError(where, f"{_shown(value)} is not one of {choices}")
-    if "const" in schema and value != schema["const"]:
-        raise ArgumentError(where, f"must be {_shown(schema['const'])}, not {_shown(value)}")
-    if isinstance(value, str):
-        _bounds(schema, len(value), where, "minLength", "maxLength", "characters")
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        _numeric(schema, value, where)
-    elif isinstance(value, list | tuple):
-        _bounds(schema, len(value), where, "minItems", "maxItems", "items")
-        items = schema.get("items")
-        if isinstance(items, dict):
-            for i, item in enumerate(value):
-                _check(items, item, f"{where}[{i}]" if where else f"[{i}]", depth + 1)
-    elif isinstance(value, dict):
-        _object(schema, value, where, depth)
+
+        checks.append(type_check)
+    if isinstance(schema.get("enum"), list):
+        choices = list(schema["enum"])
+        shown = ", ".join(_shown(c) for c in choices[:20])
+
+        def enum_check(value: Any, where: str | None) -> None:
+            if value not in choices:
+                raise ArgumentError(where, f"{_shown(value)} is not one of {shown}")
+
+        checks.append(enum_check)
+    if "const" in schema:
+        const = schema["const"]
+
+        def const_check(value: Any, where: str | None) -> None:
+            if value != const:
+                raise ArgumentError(where, f"must be {_shown(const)}, not {_shown(value)}")
+
+        checks.append(const_check)
+    checks += _sized(schema, depth)
+    checks += _numeric(schema)
+    if (
+        isinstance(schema.get("properties"), dict)
+        or schema.get("required")
+        or ("additionalProperties" in schema)
+    ):
+        checks.append(_object(schema, depth))
     for group in ("anyOf", "oneOf"):  # oneOf as anyOf: more lenient, never stricter
         options = schema.get(group)
         if isinstance(options, list) and options:
-            errors = []
-            for option in options:
-                try:
-                    _check(option, value, where, depth + 1)
-                    break
-                except ArgumentError as exc:
-                    errors.append(exc.message)
-            else:
-                raise ArgumentError(where, f"matches none of the allowed forms ({errors[0]})")
+            checks.append(_any_of([_compile(o, depth + 1) for o in options]))
     for option in schema.get("allOf") or ():
-        _check(option, value, where, depth + 1)
+        checks.append(_compile(option, depth + 1))
+    checks = [c for c in checks if c is not _ok]
+    if not checks:
+        return _ok
+    if len(checks) == 1:
+        return checks[0]
+
+    def all_checks(value: Any, where: str | None) -> None:
+        for check in checks:
+            check(value, where)
+
+    return all_checks
 
 
-def _bounds(schema: dict, n: int, where: str | None, low: str, high: str, unit: str) -> None:
-    lo, hi = schema.get(low), schema.get(high)
-    if isinstance(lo, int) and not isinstance(lo, bool) and n < lo:
-        raise ArgumentError(where, f"has {n} {unit}, at least {lo} needed")
-    if isinstance(hi, int) and not isinstance(hi, bool) and n > hi:
-        raise ArgumentError(where, f"has {n} {unit}, at most {hi} allowed")
+def _any_of(options: list[Check]) -> Check:
+    def any_check(value: Any, where: str | None) -> None:
+        first = None
+        for option in options:
+            try:
+                option(value, where)
+                return
+            except ArgumentError as exc:
+                first = first or exc.message
+        raise ArgumentError(where, f"matches none of the allowed forms ({first})")
+
+    return any_check
 
 
-def _numeric(schema: dict, value: float, where: str | None) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return  # the Gate says what it makes of it
+def _sized(schema: dict[str, Any], depth: int) -> list[Check]:
+    out: list[Check] = []
+    for kinds, low, high, unit in (
+        (str, "minLength", "maxLength", "characters"),
+        (list | tuple, "minItems", "maxItems", "items"),
+    ):
+        lo, hi = _limit(schema, low), _limit(schema, high)
+        if lo is None and hi is None:
+            continue
+
+        def size_check(
+            value: Any, where: str | None, kinds: Any = kinds, lo: Any = lo, hi: Any = hi,
+            unit: str = unit,
+        ) -> None:  # fmt: skip
+            if isinstance(value, kinds):
+                n = len(value)
+                if lo is not None and n < lo:
+                    raise ArgumentError(where, f"has {n} {unit}, at least {lo} needed")
+                if hi is not None and n > hi:
+                    raise ArgumentError(where, f"has {n} {unit}, at most {hi} allowed")
+
+        out.append(size_check)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        item_check = _compile(items, depth + 1)
+        if item_check is not _ok:
+
+            def items_check(value: Any, where: str | None) -> None:
+                if isinstance(value, list | tuple):
+                    for i, item in enumerate(value):
+                        item_check(item, f"{where}[{i}]" if where else f"[{i}]")
+
+            out.append(items_check)
+    return out
+
+
+def _numeric(schema: dict[str, Any]) -> list[Check]:
+    bounds = []
     for key, ok, words in (
         ("minimum", lambda v, b: v >= b, "at least"),
         ("maximum", lambda v, b: v <= b, "at most"),
@@ -209,32 +280,52 @@ def _numeric(schema: dict, value: float, where: str | None) -> None:
         ("exclusiveMaximum", lambda v, b: v < b, "less than"),
     ):
         bound = schema.get(key)
-        if isinstance(bound, int | float) and not isinstance(bound, bool) and not ok(value, bound):
-            raise ArgumentError(where, f"must be {words} {bound:g}, not {_shown(value)}")
+        if isinstance(bound, int | float) and not isinstance(bound, bool):
+            bounds.append((bound, ok, words))
+    if not bounds:
+        return []
+
+    def number_check(value: Any, where: str | None) -> None:
+        if not _is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
+            return  # not a number (the type check says so), or one the Gate decides about
+        for bound, ok, words in bounds:
+            if not ok(value, bound):
+                raise ArgumentError(where, f"must be {words} {bound:g}, not {_shown(value)}")
+
+    return [number_check]
 
 
-def _object(schema: dict, value: dict, where: str | None, depth: int) -> None:
+def _object(schema: dict[str, Any], depth: int) -> Check:
     props = schema.get("properties")
     props = props if isinstance(props, dict) else {}
+    compiled = {key: _compile(sub, depth + 1) for key, sub in props.items()}
+    compiled = {key: check for key, check in compiled.items() if check is not _ok}
+    required = [r for r in schema.get("required") or () if isinstance(r, str)]
     extra = schema.get("additionalProperties", True)
-    if extra is False and "patternProperties" not in schema:
-        for key in value:
-            if key not in props:
-                inner = f"{where}.{key}" if where else str(key)
-                known = ", ".join(map(str, props)) or "none"
-                raise ArgumentError(inner, f"is unknown (it takes: {known})")
-    required = schema.get("required")
-    if isinstance(required, list):
+    patterned = "patternProperties" in schema  # a pattern may allow a key: the Gate decides
+    closed = extra is False and not patterned
+    known = frozenset(props)
+    listed = ", ".join(map(str, props)) or "none"
+    extra_check = _compile(extra, depth + 1) if isinstance(extra, dict) and not patterned else None
+
+    def object_check(value: Any, where: str | None) -> None:
+        if not isinstance(value, dict):
+            return
+        if closed and not known.issuperset(value):
+            key = next(k for k in value if k not in known)
+            inner = f"{where}.{key}" if where else str(key)
+            raise ArgumentError(inner, f"is unknown (it takes: {listed})")
         for name in required:
-            if isinstance(name, str) and name not in value:
-                inner = f"{where}.{name}" if where else name
-                raise ArgumentError(inner, "is required")
-    for key, item in value.items():
-        inner = f"{where}.{key}" if where else str(key)
-        if key in props:
-            _check(props[key], item, inner, depth + 1)
-        elif "patternProperties" not in schema and isinstance(extra, dict):
-            _check(extra, item, inner, depth + 1)
+            if name not in value:
+                raise ArgumentError(f"{where}.{name}" if where else name, "is required")
+        for key, item in value.items():
+            check = compiled.get(key)
+            if check is not None:
+                check(item, f"{where}.{key}" if where else key)
+            elif extra_check is not None and key not in known:
+                extra_check(item, f"{where}.{key}" if where else str(key))
+
+    return object_check
 
 
 def drop_unset(schema: Any, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -267,7 +358,7 @@ def _allows_null(schema: Any) -> bool:
 
 def check_arguments(schema: Any, arguments: dict[str, Any]) -> None:
     """Raise :class:`ArgumentError` if ``schema`` surely refuses ``arguments`` (see module doc)."""
-    _check(schema, arguments, None)
+    _compile(schema)(arguments, None)
 
 
 # -- what the script holds -----------------------------------------------------------
@@ -284,7 +375,7 @@ class TypedTool:
     is behind names starting with ``_``, which a script cannot reach.
     """
 
-    __slots__ = ("_dispatch", "_dotted", "_name", "_refuse", "_schema")
+    __slots__ = ("_check", "_dispatch", "_dotted", "_name", "_refuse", "_schema")
 
     def __init__(
         self, name: str, dotted: str, schema: Any, dispatch: Dispatch, refuse: Refuse
@@ -294,6 +385,7 @@ class TypedTool:
         self._schema = schema
         self._dispatch = dispatch
         self._refuse = refuse
+        self._check: Check | None = None  # compiled on the first call
 
     def __call__(self, *args: Any, **arguments: Any) -> Any:
         if args:
@@ -305,8 +397,11 @@ class TypedTool:
                 f"got {len(args)} positional",
             )
         arguments = drop_unset(self._schema, arguments)
+        check = self._check
+        if check is None:
+            check = self._check = _compile(self._schema)
         try:
-            check_arguments(self._schema, arguments)
+            check(arguments, None)
         except ArgumentError as exc:
             field = f"argument {exc.field!r}" if exc.field else "its arguments"
             raise self._refuse(

@@ -69,6 +69,10 @@ HANDSHAKE_MAX_FRAME = 4096
 DEFAULT_MAX_DEPTH = 64
 
 _ZERO_TAG = bytes(TAG_BYTES)
+# Made once: json.dumps/json.loads with arguments build a new encoder (or sniff the
+# encoding of bytes) on every call, a few µs of each round trip.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_DECODE = json.JSONDecoder().decode
 _LABEL_HOST = PROTOCOL.encode() + b" host proof"
 _LABEL_CHILD = PROTOCOL.encode() + b" child proof"
 _LABEL_SESSION = PROTOCOL.encode() + b" session key"
@@ -238,14 +242,16 @@ class Codec:
         Raises :class:`ProtocolError` for a refused header or frame; the
         connection is then unusable (its sequence is broken).
         """
-        if len(self._buffer) < HEADER.size:
+        buffer = self._buffer
+        if len(buffer) < HEADER.size:
             return None
-        length = self.frame_length(bytes(self._buffer[: HEADER.size]))
+        (length,) = HEADER.unpack_from(buffer)
+        self._check_length(length)
         end = HEADER.size + length
-        if len(self._buffer) < end:
+        if len(buffer) < end:
             return None
-        payload = bytes(self._buffer[HEADER.size : end])
-        del self._buffer[:end]
+        payload = bytes(buffer[HEADER.size : end])
+        del buffer[:end]
         return self.decode(payload)
 
     @property
@@ -277,7 +283,7 @@ class Codec:
         return HEADER.size + TAG_BYTES + len(self._body({**message, "seq": self.sent}))
 
     def _body(self, message: dict[str, Any]) -> bytes:
-        body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+        body = _ENCODE(message).encode()
         if len(body) + TAG_BYTES > self.limit:
             raise ProtocolError(
                 "oversized",
@@ -304,6 +310,10 @@ class Codec:
         Called before a byte of the payload is read, so an oversized frame costs nothing.
         """
         (length,) = HEADER.unpack(header)
+        self._check_length(length)
+        return length
+
+    def _check_length(self, length: int) -> None:
         if length < TAG_BYTES + 2:
             raise ProtocolError("malformed", f"a frame of {length} bytes is too short")
         if length > self.limit:
@@ -311,7 +321,6 @@ class Codec:
             raise ProtocolError(
                 "oversized", f"a frame of {length} bytes exceeds the {self.limit}-byte limit{stage}"
             )
-        return length
 
     def decode(self, payload: bytes) -> dict[str, Any]:
         """Check the size, tag, nesting and sequence number of one frame's payload; parse it.
@@ -329,7 +338,7 @@ class Codec:
             raise ProtocolError("bad_tag", "a message's tag does not verify under the session key")
         self._check_depth(body)
         try:
-            message = json.loads(body)
+            message = _DECODE(body.decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
             raise ProtocolError("malformed", "a message is not UTF-8 JSON") from None
         except RecursionError:  # unreachable after the depth check; kept as a last fence

@@ -70,7 +70,7 @@ async def test_connections_without_the_secret_are_refused_and_call_nothing(ledge
                 nursery.cancel_scope.cancel()
             for c in (c1, c2, c3, child, c4):
                 await c.stream.aclose()
-            await run_.admission.channel.stream.aclose()
+            run_.admission.channel.close()
         finally:
             listener.aclose_sync()
     assert ledger.runs == []
@@ -110,7 +110,7 @@ async def test_a_replayed_call_is_refused_and_runs_once(ledger: Ledger) -> None:
                     await trio.sleep(0.01)
                 nursery.cancel_scope.cancel()
             await child.stream.aclose()
-            await run_.admission.channel.stream.aclose()
+            run_.admission.channel.close()
         finally:
             listener.aclose_sync()
     assert errors[0].reason == "out_of_order"

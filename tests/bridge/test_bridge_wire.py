@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import json
 import random
+import socket
 
 import pytest
 import trio
@@ -145,7 +146,9 @@ def test_proofs_are_bound_to_role_and_nonces() -> None:
 
 
 async def _host_and_client(secret_host: bytes, secret_client: bytes):
-    a, b = trio.testing.memory_stream_pair()
+    a, b_sock = socket.socketpair()
+    a.setblocking(False)
+    b = trio.SocketStream(trio.socket.from_stdlib_socket(b_sock))
     host = Channel(a, 1 << 20)
     client = RawClient(b)
     result: dict = {}
@@ -156,15 +159,19 @@ async def _host_and_client(secret_host: bytes, secret_client: bytes):
             result["host"] = "ok"
         except ProtocolError as exc:
             result["host"] = exc.reason
-            await a.aclose()
+            host.close()
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(host_side)
-        try:
-            result["client"] = await client.handshake(secret_client)
-        except ProtocolError as exc:
-            result["client"] = exc.reason
-            await b.aclose()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(host_side)
+            try:
+                result["client"] = await client.handshake(secret_client)
+            except ProtocolError as exc:
+                result["client"] = exc.reason
+                await b.aclose()
+    finally:
+        host.close()
+        await b.aclose()
     return host, client, result
 
 
