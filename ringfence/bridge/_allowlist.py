@@ -17,6 +17,7 @@ harmless in a CPython version nobody reviewed them on
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -105,6 +106,7 @@ ALLOWED_NAMES: dict[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 ALLOWED_MODULES = tuple(ALLOWED_NAMES)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names left out because each is a way around the guards; a script that asks for
 # one is told why.
 WITHHELD_NAMES: dict[str, dict[str, str]] = {
@@ -177,11 +179,76 @@ def _module_copy(name: str) -> _ScriptModule:
 
 
 def module_copies() -> dict[str, Any]:
-    """The allowed modules as the script sees them; made once, before the run is known."""
-    return {name: _module_copy(name) for name in ALLOWED_MODULES}
+    """The allowed modules as the script sees them, every one (each imported now)."""
+    copies = ModuleCopies()
+    copies.load_all()
+    return {name: copies[name] for name in ALLOWED_MODULES}
 
 
-def import_guard(modules: dict[str, Any]) -> Callable[..., Any]:
+def named_modules(source: str) -> list[str]:
+    """The allowed modules ``source`` names anywhere (a word of it), in allowlist order.
+
+    What a runner started for a waiting run imports before its sandbox: a word
+    is enough (``import json``, ``__import__("json")``), so only a name built
+    at run time is missed, and that import says why it failed.
+    """
+    words = set(_WORD.findall(source))
+    return [name for name in ALLOWED_MODULES if name in words]
+
+
+class ModuleCopies:
+    """The allowed modules' copies, each made (its module imported) when first asked for.
+
+    :meth:`load_all` imports and copies them all at once (a warm runner does,
+    before its run is known); :meth:`preload` those a script names (a runner
+    started for a waiting run does, before its sandbox). An allowed module
+    imported later is imported then, which works where the sandbox user may
+    read the standard library, and otherwise raises ImportError saying how to
+    have it loaded. The first import also loads :data:`LAZY_IMPORTS`, which C
+    code may import through the script's guard later.
+    """
+
+    def __init__(self) -> None:
+        self._copies: dict[str, _ScriptModule] = {}
+        self._lazy_loaded = False
+
+    def __contains__(self, name: object) -> bool:
+        return name in ALLOWED_NAMES
+
+    def __getitem__(self, name: str) -> _ScriptModule:
+        copy = self._copies.get(name)
+        if copy is None:
+            if name not in ALLOWED_NAMES:
+                raise KeyError(name)
+            try:
+                self._load_lazy()
+                __import__(name)
+            except ImportError as exc:
+                raise ImportError(
+                    f"module {name!r} could not be loaded in this run ({exc}): the runner loads "
+                    "the modules a script names before its sandbox closes; name it in the "
+                    f"script's source (import {name})"
+                ) from None
+            copy = self._copies[name] = _module_copy(name)
+        return copy
+
+    def preload(self, names: Any) -> None:
+        for name in names:
+            if isinstance(name, str) and name in ALLOWED_NAMES:
+                self[name]
+
+    def _load_lazy(self) -> None:
+        if not self._lazy_loaded:
+            for name in LAZY_IMPORTS:
+                __import__(name)
+            self._lazy_loaded = True
+
+    def load_all(self) -> None:
+        for name in ALLOWED_MODULES:
+            self[name]
+
+
+def import_guard(modules: Any) -> Callable[..., Any]:
     """The ``__import__`` a script runs with: ``modules`` (the copies) by name, nothing else.
 
     A refused import raises ImportError naming the allowed modules, or why a

@@ -67,10 +67,16 @@ class OutputCapture:
         self._buffer.close(remove=remove)
 
     async def finish(self) -> str:
-        """End the stream; the text to report (whole, or cut within ``cap`` bytes)."""
+        """End the stream; the text to report (whole, or cut within ``cap`` bytes).
+
+        Output that fits the cap and was never spooled is finished here (no
+        file is touched); anything else in a worker thread.
+        """
         self._buffer.feed(self._decoder.decode(b"", final=True))
         finish = functools.partial(self._buffer.finish, self.cap, marker_room=MARKER_ROOM)
         try:
+            if not self._buffer.over and not self._buffer.spooled and self._buffer.size <= self.cap:
+                return finish().text
             return (await trio.to_thread.run_sync(finish)).text
         except OSError:  # the spool's rewrite failed: nobody will be told where it is
             self.close(remove=True)

@@ -44,6 +44,7 @@ import trio
 from ..runtime import CallContext, Kernel, RingfenceError, ToolError
 from ..runtime._output import cut_bytes
 from . import _sandbox, _wire
+from ._allowlist import named_modules
 from ._capture import OutputCapture
 from ._channel import BridgeListener
 from ._config import ScriptConfig, ScriptResult
@@ -160,7 +161,7 @@ async def run_script(
     listener = await BridgeListener.open(config.transport, owner, launcher.bridge_parent)
     try:
         request = LaunchRequest(
-            {"policy": policy, "max_frame": config.max_frame},
+            {"policy": policy, "max_frame": config.max_frame, "preload": named_modules(script)},
             run.admission.secret,
             listener,
             child_env(),

@@ -53,6 +53,11 @@ __all__ = [
 ]
 
 RUNNER_PATH = Path(__file__).with_name("_runner.py")
+# The runner imported from its directory (its bytecode cache used), not compiled as a script.
+RUNNER_BOOT = (
+    "import sys;sys.path.insert(0,sys.argv[1].rpartition('/')[0]);"
+    "import _runner;_runner.entry(sys.argv[1:])"
+)
 # Environment variables a child inherits (values from the host); everything else is dropped.
 ENV_PASSTHROUGH = ("TZ",)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -263,7 +268,16 @@ class LocalLauncher:
         return len(self._ready)
 
     def runner_argv(self, boot_json: str) -> list[str]:
-        return [*self.wrapper, self.python, "-I", "-S", str(RUNNER_PATH), boot_json]
+        return [
+            *self.wrapper,
+            self.python,
+            "-I",
+            "-S",
+            "-c",
+            RUNNER_BOOT,
+            str(RUNNER_PATH),
+            boot_json,
+        ]
 
     def connect_address(self, listener: BridgeListener) -> list[Any]:
         return listener.address
@@ -293,16 +307,12 @@ class LocalLauncher:
                 taken = candidate
                 break
             await _discard(candidate)  # a warm runner that died is replaced, not used
-        if taken is None:
-            process, w = await _SPAWNER.run(partial(self._start, request.env))
-            taken = (LocalChild(process), w)
-        child, w = taken
-        try:
-            view = memoryview(activation)
-            while view:
-                view = view[os.write(w, view) :]
-        finally:
-            os.close(w)
+        if taken is None:  # a fresh runner, its activation written as soon as it exists
+            process, _ = await _SPAWNER.run(partial(self._start, request.env, activation))
+            child: LocalChild = LocalChild(process)
+        else:
+            child, w = taken
+            _activate(w, activation)
         if self.warm:
             self._want_refill()
         return child
@@ -350,10 +360,14 @@ class LocalLauncher:
         finally:
             self._refill_done.set()
 
-    def _start(self, env: Mapping[str, str]) -> tuple[_proc.Process, int]:
+    def _start(
+        self, env: Mapping[str, str], activation: bytes | None = None
+    ) -> tuple[_proc.Process, int]:
         """Start a runner (in the spawner thread: see the module docstring); it and its pipe.
 
-        Raises Unavailable (naming the interpreter) when it cannot start.
+        With ``activation`` the runner is activated at once (the pipe is then
+        closed: -1 comes back). Raises Unavailable (naming the interpreter)
+        when it cannot start.
         """
         with contextlib.ExitStack() as always, contextlib.ExitStack() as on_failure:
             r, w = 0, -1  # secret_on_stdin: _proc's pipe, the runner's stdin after the gate
@@ -384,7 +398,13 @@ class LocalLauncher:
             on_failure.pop_all()
         if process.stdin is not None:
             w = process.stdin
-        return process, w
+        if activation is None:
+            return process, w
+        try:
+            _activate(w, activation)
+        except OSError:
+            process.kill_rest_now()  # its run says why: the runner ends without a bridge
+        return process, -1
 
     async def aclose(self) -> None:
         """End the warm runners and stop refilling. Idempotent."""
@@ -397,6 +417,16 @@ class LocalLauncher:
                     await self._refill_done.wait()
             while self._ready:
                 await _discard(self._ready.popleft())
+
+
+def _activate(w: int, activation: bytes) -> None:
+    """Write a runner's activation (secret, then its run's config) and close the pipe."""
+    try:
+        view = memoryview(activation)
+        while view:
+            view = view[os.write(w, view) :]
+    finally:
+        os.close(w)
 
 
 async def _discard(spare: tuple[LocalChild, int]) -> None:

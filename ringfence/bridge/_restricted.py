@@ -118,7 +118,7 @@ def _check_write_name(name: Any, action: str) -> None:
 
 
 def restricted_globals(
-    call_tool: Any, modules: dict[str, Any] | None = None, extra: dict[str, Any] | None = None
+    call_tool: Any, modules: Any = None, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The globals a restricted script runs with (RestrictedPython's guards plus ours).
 
@@ -138,7 +138,7 @@ def restricted_globals(
     )
     from RestrictedPython.transformer import ALLOWED_FUNC_NAMES
 
-    modules = modules if modules is not None else _allowlist.module_copies()
+    modules = modules if modules is not None else _allowlist.ModuleCopies()
 
     def hasattr_(obj: Any, name: str) -> bool:
         try:

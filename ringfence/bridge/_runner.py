@@ -1,8 +1,10 @@
 """The script runner: the child process of one ``run_tool_script`` call.
 
-Executed as a file, ``python -I -S <this file> <boot JSON>``, so that it needs
-nothing from the environment, from ``site`` or from an installed ``ringfence``
-(the same file runs inside a container, reached over a Unix socket). Its
+Started as ``python -I -S -c <boot code> <this file> <boot JSON>`` (the code,
+``_launch.RUNNER_BOOT``, imports it from its directory, so its bytecode cache
+is used; executed as a file it runs the same), so that it needs nothing from the environment, from ``site`` or
+from an installed ``ringfence`` (the same file runs inside a container, reached
+over a Unix socket). Its
 siblings ``_wire``, ``_sandbox``, ``_allowlist`` and ``_restricted`` are imported
 as top-level modules from this file's directory (the whole directory is what a
 container mounts); RestrictedPython's directory comes in ``boot["sys_path"]``.
@@ -11,9 +13,10 @@ The order of work, and why:
 
 1. arm ``PR_SET_PDEATHSIG`` and check the parent is still the host, so a host
    that dies from here on takes the child with it;
-2. import everything the script may use (RestrictedPython, the allowed
-   modules): after the sandbox there may be no filesystem access left to
-   import with;
+2. import RestrictedPython (outside the standard library, which is all the
+   sandbox lets the runner read); a *warm* runner, started ahead of need,
+   also imports every module a script may import, so no run waits for them;
+   a runner started for a waiting run imports each when the script asks;
 3. read the per-run secret and the run's config from the inherited pipe
    (``boot["secret_fd"]``) until the host closes it: the secret is never in
    argv or the environment. A *spare* runner, started ahead of need, waits
@@ -55,6 +58,7 @@ except ImportError:  # executed as a file (no parent package)
     import _wire  # type: ignore[no-redef]
 
 import json
+import select
 import socket
 from typing import Any
 
@@ -348,6 +352,13 @@ def run_script(
     return {"status": "ok", "has_result": False}
 
 
+def _activation_waiting(fd: int) -> bool:
+    """Whether the host has already written this runner's activation (a run is waiting)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
 def main(argv: list[str]) -> int:
     boot = json.loads(argv[1])
     parent = int(boot.get("parent_pid") or 0)
@@ -358,26 +369,27 @@ def main(argv: list[str]) -> int:
         p for p in sys.path if p.startswith((sys.base_prefix, sys.prefix)) and os.path.isdir(p)
     ]
     sys.path[:0] = [p for p in boot.get("sys_path", ()) if p not in sys.path]
-    for name in (
-        *_allowlist.ALLOWED_MODULES,
-        *_allowlist.LAZY_IMPORTS,
-        "RestrictedPython",
-        "operator",
-        "types",
-    ):
-        try:
-            __import__(name)
-        except ImportError:
-            if name == "RestrictedPython":
-                raise
+    # RestrictedPython lives outside the standard library, which is all the sandbox lets a
+    # runner read: it is imported now.
+    import operator  # noqa: F401  (the guarded globals)
+
     from RestrictedPython import compile_restricted_exec  # noqa: F401  (loaded now, used later)
 
-    modules = _allowlist.module_copies()
-    # Ready: a fresh runner finds its activation waiting; a spare blocks here until it is used.
-    activation = _read_activation(int(boot["secret_fd"]))
+    fd = int(boot["secret_fd"])
+    modules = _allowlist.ModuleCopies()
+    warm = not _activation_waiting(fd)
+    if warm:
+        # A warm runner, waiting for a run: it imports what a script may import now, so no
+        # run waits for it.
+        modules.load_all()
+    activation = _read_activation(fd)
     if activation is None:
         return 0
     secret, config = activation
+    if not warm:
+        # A run is waiting: only the allowed modules its script names are imported, before
+        # the sandbox closes the file system (see ModuleCopies).
+        modules.preload(config.get("preload") or ())
     policy = {**config["policy"], "read_paths": stdlib, "parent_pid": parent}
     try:
         sock = _connect(config["connect"])
@@ -417,13 +429,20 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    # Leave with _exit: interpreter finalization has nothing to flush (output is
-    # written unbuffered) and would race the watchdog thread.
+def entry(argv: list[str]) -> None:
+    """Run :func:`main` and leave with ``_exit``.
+
+    Interpreter finalization has nothing to flush (output is written
+    unbuffered) and would race the watchdog thread.
+    """
     try:
-        code = main(sys.argv)
+        code = main(argv)
     except BaseException:
         sys.excepthook(*sys.exc_info())
         code = 1
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    entry(sys.argv)

@@ -14,7 +14,7 @@ from cli_helpers import ringfence_process
 from kernel_helpers import event_records
 
 from ringfence._embed import create_kernel
-from ringfence.bridge import SCRIPT_TOOL, ScriptConfig, register_script_tool
+from ringfence.bridge import SCRIPT_TOOL, LocalLauncher, ScriptConfig, register_script_tool
 from ringfence.runtime import (
     ApprovalAnswer,
     Consequence,
@@ -204,45 +204,72 @@ async def _warm_runners(n: int) -> list:
     return found
 
 
-async def test_a_warm_runner_is_used_replaced_and_ended_with_the_kernel() -> None:
+async def _pool_ready(launcher: LocalLauncher, n: int) -> None:
+    with trio.fail_after(30):
+        while launcher.ready < n:
+            await trio.sleep(0.02)
+
+
+async def test_a_warm_runner_is_used_replaced_and_ended_with_its_launcher() -> None:
+    from bridge_helpers import run, runner_processes
+
+    launcher = LocalLauncher(warm=1)
+    try:
+        async with Kernel() as kernel:
+            first = await run(kernel, "result = 1", launcher=launcher)
+            assert first.result == 1
+            await _pool_ready(launcher, 1)
+            (spare,) = runner_processes()  # waiting for the next run
+            second = await run(kernel, "result = 2", launcher=launcher)
+            assert second.result == 2
+            assert kinds(kernel, "script_started")[-1]["pid"] == spare.pid  # it ran there
+            # A warm runner that died is replaced, not used.
+            await _pool_ready(launcher, 1)
+            (spare,) = runner_processes()
+            spare.kill()
+            spare.wait(5)
+            third = await run(kernel, "result = 3", launcher=launcher)
+            assert third.result == 3
+            assert kinds(kernel, "script_started")[-1]["pid"] != spare.pid
+            await _pool_ready(launcher, 1)
+    finally:
+        await launcher.aclose()
+    assert runner_processes() == []  # closing the launcher ended the pool
+
+
+async def test_the_tools_pool_starts_with_the_first_run_and_ends_with_the_kernel() -> None:
     from bridge_helpers import runner_processes
 
     async with Kernel(approver=YES) as kernel:
-        register_script_tool(kernel, config=ScriptConfig(warm_runners=1))
+        register_script_tool(kernel, config=ScriptConfig(warm_runners=2))
         assert runner_processes() == []  # nothing starts before the first run
-        first = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 1"})
-        assert first.ok
-        spares = await _warm_runners(1)  # waiting for the next run
-        second = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 2"})
-        assert second.value["result"] == 2
-        assert kinds(kernel, "script_started")[-1]["pid"] == spares[0].pid  # it ran there
-        # A warm runner that died is replaced, not used.
-        (spare,) = await _warm_runners(1)
-        spare.kill()
-        spare.wait(5)
-        third = await kernel.invoke(SCRIPT_TOOL, {"script": "result = 3"})
-        assert third.value["result"] == 3
-        assert kinds(kernel, "script_started")[-1]["pid"] != spare.pid
-        await _warm_runners(1)
+        assert (await kernel.invoke(SCRIPT_TOOL, {"script": "result = 1"})).ok
+        await _warm_runners(2)
     assert runner_processes() == []  # closing the kernel ended the pool
 
 
 async def test_concurrent_scripts_take_warm_runners_and_the_pool_refills() -> None:
     """k scripts started together find k warm runners: none starts an interpreter."""
-    async with Kernel(approver=YES) as kernel:
-        register_script_tool(kernel, config=ScriptConfig(warm_runners=3))
-        await kernel.invoke(SCRIPT_TOOL, {"script": "pass"})
-        warm = {p.pid for p in await _warm_runners(3)}
-        results: list = []
+    from bridge_helpers import run, runner_processes
 
-        async def one(i: int) -> None:
-            results.append(await kernel.invoke(SCRIPT_TOOL, {"script": f"result = {i}"}))
+    launcher = LocalLauncher(warm=3)
+    try:
+        async with Kernel() as kernel:
+            await run(kernel, "pass", launcher=launcher)
+            await _pool_ready(launcher, 3)
+            warm = {p.pid for p in runner_processes()}
+            results: list = []
 
-        async with trio.open_nursery() as nursery:
-            for i in range(3):
-                nursery.start_soon(one, i)
-        assert sorted(o.value["result"] for o in results) == [0, 1, 2]
-        used = {e["pid"] for e in kinds(kernel, "script_started")[-3:]}
-        assert used == warm
-        refilled = {p.pid for p in await _warm_runners(3)}
-        assert not refilled & warm
+            async def one(i: int) -> None:
+                results.append(await run(kernel, f"result = {i}", launcher=launcher))
+
+            async with trio.open_nursery() as nursery:
+                for i in range(3):
+                    nursery.start_soon(one, i)
+            assert sorted(r.result for r in results) == [0, 1, 2]
+            used = {e["pid"] for e in kinds(kernel, "script_started")[-3:]}
+            assert used == warm
+            await _pool_ready(launcher, 3)
+            assert not {p.pid for p in runner_processes()} & warm  # all new
+    finally:
+        await launcher.aclose()
