@@ -202,9 +202,9 @@ class ScriptCalls:
         self.next_id = 0
         self.collecting: list[PendingCall] | None = None
 
-    def refuse(self, tool: str, message: str) -> _restricted.ToolError:
+    def refuse(self, tool: str, message: str, field: str | None = None) -> _restricted.ToolError:
         """A call refused in the script, before any hop (nothing sent, nothing recorded)."""
-        return _restricted.ToolError("invalid_arguments", message, tool)
+        return _restricted.ToolError("invalid_arguments", message, tool, None, field)
 
     def _send(self, message: dict[str, Any], what: str, tool: str = "") -> None:
         try:

@@ -364,7 +364,7 @@ def check_arguments(schema: Any, arguments: dict[str, Any]) -> None:
 # -- what the script holds -----------------------------------------------------------
 
 Dispatch = Callable[[str, dict[str, Any]], Any]
-Refuse = Callable[[str, str], BaseException]
+Refuse = Callable[[str, str, "str | None"], BaseException]
 
 
 class TypedTool:
@@ -395,6 +395,7 @@ class TypedTool:
                 self._name,
                 f"tools.{self._dotted} takes keyword arguments only ({names}); "
                 f"got {len(args)} positional",
+                None,
             )
         arguments = drop_unset(self._schema, arguments)
         check = self._check
@@ -405,7 +406,9 @@ class TypedTool:
         except ArgumentError as exc:
             field = f"argument {exc.field!r}" if exc.field else "its arguments"
             raise self._refuse(
-                self._name, f"tools.{self._dotted}: {field} {exc.message}; the call was not sent"
+                self._name,
+                f"tools.{self._dotted}: {field} {exc.message}; the call was not sent",
+                exc.field,
             ) from None
         return self._dispatch(self._name, arguments)
 

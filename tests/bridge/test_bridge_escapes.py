@@ -232,6 +232,35 @@ ESCAPES: dict[str, tuple[str, str, str]] = {
     "__import__": ("__import__('os')", "compile_error", "__import__"),
     "import os": ("import os\nos.mkdir(MARKER)", "ImportError", "'os' is not allowed"),
     "vars": ("print(vars(call_tool))", "NameError", "vars"),
+    # the code-mode objects: tools (a namespace), a typed tool, parallel, a pending call
+    "getattr on tools": ('print(getattr(tools, "_entries"))', "AttributeError", "_entries"),
+    "tools.__class__": ("print(tools.__class__)", "compile_error", "__class__"),
+    'str.format "{0.__class__}" on tools': (
+        'print("{0.__init__.__globals__}".format(tools))',
+        "NotImplementedError",
+        "not safe",
+    ),
+    "vars(tools)": ("print(vars(tools))", "NameError", "vars"),
+    "getattr on parallel": (
+        'print(getattr(parallel, "__globals__"))',
+        "AttributeError",
+        "__globals__",
+    ),
+    "a pending call's insides": (
+        'parallel(print(getattr(call_tool("x"), "_arguments")) for i in [1])',
+        "AttributeError",
+        "_arguments",
+    ),
+    "replace a tool in the namespace": (
+        'setattr(tools, "read_file", print)\nprint("pwned")',
+        "TypeError",
+        "attribute-less",
+    ),
+    "assign into the namespace": (
+        "tools.read_file = print\nprint('pwned')",
+        "TypeError",
+        "attribute-less",
+    ),
     # a compile error Python raises after parsing (it ended the runner before)
     "return outside a function": ("return 1", "compile_error", "'return' outside function"),
 }
