@@ -1,4 +1,4 @@
-"""``ringfence tools list``."""
+"""``ringfence tools list`` and ``ringfence tools stubs``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst = tsub.add_parser("list", help="list tools with their consequence")
     add_session_options(lst, dry_run=False)
     lst.set_defaults(func=run_list)
+    stubs = tsub.add_parser(
+        "stubs",
+        help="print the tools as a run_tool_script script calls them: Python stubs with "
+        "docstrings, for a model's prompt",
+    )
+    add_session_options(stubs, dry_run=False)
+    stubs.set_defaults(func=run_stubs)
 
 
 # A summary longer than this is cut at a word and marked with "…".
@@ -79,3 +86,13 @@ async def run_list(args: argparse.Namespace) -> int:
         print_table(None, rows)
         print_warnings(warnings)
         return 0
+
+
+async def run_stubs(args: argparse.Namespace) -> int:
+    """The session's ``tools`` namespace as Python stubs (``ringfence.bridge.describe_tools``)."""
+    from ..bridge import describe_tools
+
+    async with kernel_from_args(args) as kernel:
+        text = describe_tools(kernel)
+        warnings = session_warnings(kernel)
+        return print_ok({"stubs": text} if args.json else text, args.json, warnings)

@@ -173,3 +173,19 @@ async def test_tools_left_out_of_the_namespace_are_listed_and_callable(ledger: L
             kernel.register(spec)
         result = await run(kernel, 'result = [call_tool("a-b"), call_tool("a_b")]')
     assert result.result == ["ok", "ok"]
+
+
+async def test_the_cli_prints_the_same_stubs(tmp_path: Path) -> None:
+    from cli_helpers import ringfence_process
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with create_kernel(roots=[workspace]) as kernel:
+        expected = describe_tools(kernel)
+    posture = [k for k in os.environ if k.startswith("RINGFENCE_POSTURE")]
+    done = ringfence_process(
+        "tools", "stubs", "--workspace", str(workspace), cwd=tmp_path, unset=posture
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == expected
+    ast.parse(done.stdout)

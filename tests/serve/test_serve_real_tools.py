@@ -113,3 +113,41 @@ async def test_real_script_asks_through_the_client(
     inner = next(r for r in log if r["kind"] == "proposed" and r["origin"] == "script")
     assert outer["origin"] == "mcp" and inner["tool"] == "write_file"
     assert inner["parent_id"] == outer["call_id"]
+
+
+PARALLEL_SCRIPT = """
+texts = parallel(tools.read_file(path=p) for p in ["hello.txt", "hello.txt"])
+made = parallel(tools.write_file(path="p/" + n + ".txt", content=n) for n in ["one", "two", "three"])
+try:
+    tools.read_file(pth="hello.txt")
+except ToolError as e:
+    local = [e.code, e.field]
+result = {"same": texts[0] == texts[1], "made": [m["path"] for m in made], "local": local}
+"""
+
+
+@pytest.mark.needs_tools("run_tool_script", "read_file", "write_file")
+@TRANSPORTS
+async def test_a_typed_parallel_script_asks_through_the_client_in_order(
+    transport: str, real_tools: dict[str, str], workspace: Path, events: Path
+) -> None:
+    """Typed calls and a parallel batch through serve: each write asked, one at a time, in order."""
+    asker = Asker()
+    async with connected(transport, workspace, events, asker) as client:
+        result = await client.call_tool("run_tool_script", {"script": PARALLEL_SCRIPT})
+        assert not result.is_error, text_of(result)
+    value = result.structured_content
+    assert value["status"] == "ok"
+    assert value["result"] == {
+        "same": True,
+        "made": ["p/one.txt", "p/two.txt", "p/three.txt"],
+        "local": ["invalid_arguments", "pth"],
+    }
+    assert asker.tools_asked() == ["run_tool_script", "write_file", "write_file", "write_file"]
+    assert ["one" in a.message for a in asker.asked[1:]] == [True, False, False]
+    assert ["three" in a.message for a in asker.asked[1:]] == [False, False, True]
+    for name in ("one", "two", "three"):
+        assert (workspace / "p" / f"{name}.txt").read_text() == name
+    log = records(events)
+    inner = [r for r in log if r["kind"] == "proposed" and r["origin"] == "script"]
+    assert [r["tool"] for r in inner] == ["read_file"] * 2 + ["write_file"] * 3
