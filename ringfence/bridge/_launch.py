@@ -62,8 +62,9 @@ RUNNER_BOOT = (
 ENV_PASSTHROUGH = ("TZ",)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 CHILD_EXIT_SECONDS = 5.0  # how long a killed child may take to be seen gone
-# Warm runners are refilled once no run has been launched for this long, so a burst of
-# runs is not slowed by the interpreters starting behind it.
+# After a run that had to start a fresh interpreter, the pool is refilled only once no
+# run has been launched for this long: that run's own start-up (imports) is not slowed by
+# interpreters starting beside it. After a run that took a warm runner, at once.
 REFILL_QUIET_SECONDS = 0.2
 WARM_RUNNERS_CAP = 8
 
@@ -222,7 +223,8 @@ class LocalLauncher:
     With ``warm=n`` the launcher keeps up to ``n`` runners started ahead of
     need: each has done its imports and waits on its pipe, so a run skips
     interpreter start-up; a run takes one and the pool is refilled in the
-    background once launches pause (:data:`REFILL_QUIET_SECONDS`). A warm
+    background, one runner at a time (at once after a warm take; after a
+    fresh start once launches pause, :data:`REFILL_QUIET_SECONDS`). A warm
     runner is generic: it learns its run (secret, sandbox, limits) only when
     taken, and serves exactly one run. :meth:`aclose` ends the pool (the
     kernel does, when it closes). ``wrapper`` is a command the runner's argv
@@ -255,7 +257,7 @@ class LocalLauncher:
         self._ready: deque[tuple[LocalChild, int]] = deque()
         self._closed = False
         self._env: Mapping[str, str] | None = None
-        self._last_launch = 0.0
+        self._refill_after = 0.0  # trio time before which the pool is not refilled
         self._refill_wanted: trio.Event | None = None
         self._refill_scope: trio.CancelScope | None = None
         self._refill_done: trio.Event | None = None
@@ -299,7 +301,6 @@ class LocalLauncher:
         run_config = {**request.config, "connect": self.connect_address(request.listener)}
         activation = request.secret + _json(run_config).encode()
         self._env = request.env
-        self._last_launch = trio.current_time()
         taken = None
         while self._ready:
             candidate = self._ready.popleft()
@@ -308,6 +309,7 @@ class LocalLauncher:
                 break
             await _discard(candidate)  # a warm runner that died is replaced, not used
         if taken is None:  # a fresh runner, its activation written as soon as it exists
+            self._refill_after = trio.current_time() + REFILL_QUIET_SECONDS
             process, _ = await _SPAWNER.run(partial(self._start, request.env, activation))
             child: LocalChild = LocalChild(process)
         else:
@@ -341,7 +343,7 @@ class LocalLauncher:
                     await self._refill_wanted.wait()
                     self._refill_wanted = trio.Event()
                     while not self._closed and len(self._ready) < self.warm:
-                        quiet = self._last_launch + REFILL_QUIET_SECONDS - trio.current_time()
+                        quiet = self._refill_after - trio.current_time()
                         if quiet > 0:
                             await trio.sleep(quiet)
                             continue

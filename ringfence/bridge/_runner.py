@@ -197,8 +197,9 @@ class ScriptCalls:
     Gate) and answers with ``replies``.
     """
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: Channel, max_calls: int | None = None) -> None:
         self.channel = channel
+        self.max_calls = max_calls
         self.next_id = 0
         self.collecting: list[PendingCall] | None = None
 
@@ -263,8 +264,25 @@ class ScriptCalls:
                     "a list's calls run one by one before parallel() sees them); "
                     f"got {type(item).__name__}"
                 )
+        yielded = {id(item) for item in items}
+        for pending in collected:
+            if id(pending) not in yielded:
+                raise TypeError(
+                    f"a call to {pending._tool} was made while parallel() collected its calls "
+                    "but is not one of them: inside parallel(...) a call only runs if the "
+                    "generator yields it"
+                )
         if not items:
             return []
+        if self.max_calls is not None and len(items) > self.max_calls:
+            raise _restricted.ToolError(
+                "denied",
+                f"parallel() of {len(items)} calls is larger than the run's budget of "
+                f"{self.max_calls} calls (max_calls); nothing was sent",
+                "",
+                None,
+                "max_calls",
+            )
         first = self.next_id + 1
         batch = []
         for i, pending in enumerate(items):
@@ -312,7 +330,8 @@ def run_script(
     channel: Channel, script: dict[str, Any], modules: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Compile and run one script; the outcome as the ``done`` message (without ``type``)."""
-    calls = ScriptCalls(channel)
+    budget = script.get("max_calls")
+    calls = ScriptCalls(channel, budget if type(budget) is int else None)
 
     def call_tool(tool: str, /, **arguments: Any) -> Any:
         return calls.call(tool, arguments)

@@ -50,11 +50,13 @@ class AskTurns:
     def __init__(self, n: int) -> None:
         self._passed = [False] * n
         self._low = 0  # every call below this index has passed
-        self._ready = [trio.Event() for _ in range(n + 1)]
-        self._ready[0].set()
+        self._waiting: dict[int, trio.Event] = {}  # only calls that ask wait for their turn
 
     async def turn(self, i: int) -> None:
-        await self._ready[i].wait()
+        if self._low >= i:
+            return
+        event = self._waiting.setdefault(i, trio.Event())
+        await event.wait()
 
     def passed(self, i: int) -> None:
         if self._passed[i]:
@@ -62,7 +64,9 @@ class AskTurns:
         self._passed[i] = True
         while self._low < len(self._passed) and self._passed[self._low]:
             self._low += 1
-            self._ready[self._low].set()
+            event = self._waiting.pop(self._low, None)
+            if event is not None:
+                event.set()
 
 
 class ScriptSession:
@@ -162,6 +166,7 @@ class ScriptSession:
                 "source": script,
                 "mode": self.config.mode,
                 "tools": list(self.manifest),
+                "max_calls": self.config.max_calls,
             }
         )
         while True:
@@ -257,6 +262,11 @@ class ScriptSession:
         if not isinstance(batch, list) or not all(isinstance(c, dict) for c in batch):
             raise _wire.ProtocolError("malformed", "a calls message needs a list of calls")
         n = len(batch)
+        if n > self.config.max_calls:  # the runner refuses such a batch itself: a forged one
+            raise _wire.ProtocolError(
+                "oversized",
+                f"a batch of {n} calls is larger than the run's budget of {self.config.max_calls}",
+            )
         replies: list[Reply | None] = [None] * n
         records: list[Record | None] = [None] * n
         todo = []
@@ -292,10 +302,12 @@ class ScriptSession:
                 finally:
                     turns.passed(i)
 
-        async with trio.open_nursery() as nursery:
-            for _ in range(min(self.config.max_parallel, len(todo))):
-                nursery.start_soon(worker)
-        self.calls.extend(r for r in records if r is not None)
+        try:
+            async with trio.open_nursery() as nursery:
+                for _ in range(min(self.config.max_parallel, len(todo))):
+                    nursery.start_soon(worker)
+        finally:  # a run that timed out mid-batch still reports the calls that ended
+            self.calls.extend(r for r in records if r is not None)
         return [r for r in replies if r is not None]
 
     async def _one(

@@ -282,17 +282,19 @@ result = {"staged": [o["staged"] for o in out], "read": seen[0]["tool"]}
 
 
 async def test_parallel_calls_count_against_the_budget(ledger: Ledger) -> None:
+    """Each call of a batch counts; past the budget each is refused on its own."""
     script = """
-out = parallel((tools.peek(x=str(i)) for i in range(5)), return_exceptions=True)
-result = [r.code if isinstance(r, ToolError) else "ok" for r in out]
+first = parallel((tools.peek(x=str(i)) for i in range(2)), return_exceptions=True)
+second = parallel((tools.peek(x=str(i)) for i in range(2, 4)), return_exceptions=True)
+result = [r.code if isinstance(r, ToolError) else "ok" for r in first + second]
 """
     async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
         register_tools(kernel, ledger)
         result = await run(kernel, script, max_calls=3)
     assert result.status == "ok", result.error
-    assert result.result == ["ok", "ok", "ok", "denied", "denied"]
+    assert result.result == ["ok", "ok", "ok", "denied"]
     assert len(ledger.runs) == 3 and len(result.calls) == 3
-    assert kinds(kernel, "script_finished")[-1]["refused_over_budget"] == 2
+    assert kinds(kernel, "script_finished")[-1]["refused_over_budget"] == 1
 
 
 # -- errors a model can fix ------------------------------------------------------------
@@ -393,3 +395,20 @@ def test_script_config_checks_its_new_fields() -> None:
         with pytest.raises(InvalidArguments) as err:
             ScriptConfig(**bad)
         assert err.value.field == next(iter(bad))
+
+
+async def test_a_call_made_but_not_yielded_inside_parallel_is_an_error_not_lost(
+    ledger: Ledger,
+) -> None:
+    script = """
+def both(p):
+    tools.touch(x="side effect")
+    return tools.peek(x=p)
+parallel(both(p) for p in "ab")
+"""
+    async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
+        register_tools(kernel, ledger)
+        result = await run(kernel, script)
+    assert result.status == "error" and result.error["type"] == "TypeError"
+    assert "a call to touch was made while parallel() collected" in result.error["message"]
+    assert ledger.runs == []  # nothing was sent

@@ -408,3 +408,67 @@ async def test_short_output_writes_no_spool(tmp_path: Path) -> None:
         result = await run(kernel, 'print("short")')
     assert result.output == "short\n"
     assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
+
+
+async def test_a_forged_batch_larger_than_the_budget_stops_the_run_and_runs_nothing(
+    ledger: Ledger,
+) -> None:
+    """A runner that sends more calls in one batch than the run may make is cut off at once."""
+    from bridge_helpers import RawClient
+
+    from ringfence.bridge import BridgeListener, ProtocolError
+    from ringfence.bridge._session import ScriptSession
+
+    async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
+        register_tools(kernel, ledger)
+        listener = await BridgeListener.open("tcp")
+        run_ = ScriptSession(
+            kernel, ScriptConfig(max_calls=5), lambda k, **d: None, "t", "p", lambda: None
+        )
+        errors: list[BaseException] = []
+
+        async def serve() -> None:
+            try:
+                await run_.serve("pass")
+            except ProtocolError as exc:
+                errors.append(exc)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_.admission.accept_loop, listener, nursery)
+                nursery.start_soon(serve)
+                child = await RawClient.connect(listener.address)
+                await child.handshake(run_.admission.secret)
+                await child.send({"type": "sandboxed", "report": {}})
+                script = await child.recv()
+                assert script is not None and script["type"] == "script"
+                assert script["max_calls"] == 5
+                calls = [{"id": i, "tool": "peek", "arguments": {}} for i in range(6)]
+                await child.send({"type": "calls", "calls": calls})
+                with trio.fail_after(10):
+                    while not errors:
+                        await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+            await child.stream.aclose()
+            run_.admission.channel.close()
+        finally:
+            listener.aclose_sync()
+    assert errors[0].reason == "oversized"
+    assert "larger than the run's budget of 5" in errors[0].message
+    assert ledger.runs == []
+
+
+async def test_a_parallel_batch_larger_than_the_budget_is_refused_in_the_script(
+    ledger: Ledger,
+) -> None:
+    script = """
+try:
+    parallel(tools.peek(x=str(i)) for i in range(4))
+except ToolError as e:
+    result = [e.code, e.field, e.decision]
+"""
+    async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
+        register_tools(kernel, ledger)
+        result = await run(kernel, script, max_calls=3)
+    assert result.result == ["denied", "max_calls", None]
+    assert ledger.runs == [] and result.calls == ()
