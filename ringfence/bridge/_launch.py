@@ -149,11 +149,12 @@ class ChildProcess(Protocol):
 class LocalChild:
     """A runner on this host: a :class:`ringfence._proc.Process` and its tree."""
 
-    def __init__(self, process: _proc.Process) -> None:
+    def __init__(self, process: _proc.Process, on_closed: Callable[[], None] | None = None) -> None:
         self.process = process
         self.pid: int | None = process.pid
         self.stdout = trio.lowlevel.FdStream(process.stdout)
         self.stderr = trio.lowlevel.FdStream(process.stderr)
+        self._on_closed = on_closed  # the launcher's: this run is over (refill the pool now)
 
     async def pump(self, out: Callable[[bytes], None], err: Callable[[bytes], None]) -> None:
         async with trio.open_nursery() as nursery:
@@ -180,6 +181,9 @@ class LocalChild:
             self.process.close()
             await self.stdout.aclose()
             await self.stderr.aclose()
+        on_closed, self._on_closed = self._on_closed, None
+        if on_closed is not None:
+            on_closed()
 
 
 @dataclass(frozen=True)
@@ -223,8 +227,8 @@ class LocalLauncher:
     With ``warm=n`` the launcher keeps up to ``n`` runners started ahead of
     need: each has done its imports and waits on its pipe, so a run skips
     interpreter start-up; a run takes one and the pool is refilled in the
-    background, one runner at a time (at once after a warm take; after a
-    fresh start once launches pause, :data:`REFILL_QUIET_SECONDS`). A warm
+    background when that run is over, one runner at a time (after a run that
+    started a fresh interpreter, once launches pause: :data:`REFILL_QUIET_SECONDS`). A warm
     runner is generic: it learns its run (secret, sandbox, limits) only when
     taken, and serves exactly one run. :meth:`aclose` ends the pool (the
     kernel does, when it closes). ``wrapper`` is a command the runner's argv
@@ -315,11 +319,14 @@ class LocalLauncher:
         else:
             child, w = taken
             _activate(w, activation)
-        if self.warm:
-            self._want_refill()
+        # Refilled when this run is over: a start holds the interpreter's lock for a few
+        # milliseconds (fork, exec, the cgroup move), which would land on this run.
+        child._on_closed = self._want_refill if self.warm else None
         return child
 
     def _want_refill(self) -> None:
+        if self._closed:
+            return
         if self._refill_wanted is None:
             self._refill_wanted = trio.Event()
             self._refill_done = trio.Event()
