@@ -66,6 +66,9 @@ CHILD_EXIT_SECONDS = 5.0  # how long a killed child may take to be seen gone
 # run has been launched for this long: that run's own start-up (imports) is not slowed by
 # interpreters starting beside it. After a run that took a warm runner, at once.
 REFILL_QUIET_SECONDS = 0.2
+# While runs are going on, the pool is refilled only once none has started or ended for
+# this long: a start would take the interpreter's lock (and a core) from the runs.
+REFILL_BUSY_SECONDS = 1.0
 WARM_RUNNERS_CAP = 8
 
 T = TypeVar("T")
@@ -227,8 +230,10 @@ class LocalLauncher:
     With ``warm=n`` the launcher keeps up to ``n`` runners started ahead of
     need: each has done its imports and waits on its pipe, so a run skips
     interpreter start-up; a run takes one and the pool is refilled in the
-    background when that run is over, one runner at a time (after a run that
-    started a fresh interpreter, once launches pause: :data:`REFILL_QUIET_SECONDS`). A warm
+    background when that run is over, one runner at a time, and while other
+    runs go on only once none has started or ended for
+    :data:`REFILL_BUSY_SECONDS` (after a run that started a fresh interpreter,
+    once launches pause: :data:`REFILL_QUIET_SECONDS`). A warm
     runner is generic: it learns its run (secret, sandbox, limits) only when
     taken, and serves exactly one run. :meth:`aclose` ends the pool (the
     kernel does, when it closes). ``wrapper`` is a command the runner's argv
@@ -262,6 +267,8 @@ class LocalLauncher:
         self._closed = False
         self._env: Mapping[str, str] | None = None
         self._refill_after = 0.0  # trio time before which the pool is not refilled
+        self._active = 0  # runs launched and not yet over
+        self._last_change = 0.0  # trio time a run last started or ended
         self._refill_wanted: trio.Event | None = None
         self._refill_scope: trio.CancelScope | None = None
         self._refill_done: trio.Event | None = None
@@ -321,8 +328,16 @@ class LocalLauncher:
             _activate(w, activation)
         # Refilled when this run is over: a start holds the interpreter's lock for a few
         # milliseconds (fork, exec, the cgroup move), which would land on this run.
-        child._on_closed = self._want_refill if self.warm else None
+        self._active += 1
+        self._last_change = trio.current_time()
+        child._on_closed = self._run_over
         return child
+
+    def _run_over(self) -> None:
+        self._active -= 1
+        self._last_change = trio.current_time()
+        if self.warm:
+            self._want_refill()
 
     def _want_refill(self) -> None:
         if self._closed:
@@ -350,7 +365,10 @@ class LocalLauncher:
                     await self._refill_wanted.wait()
                     self._refill_wanted = trio.Event()
                     while not self._closed and len(self._ready) < self.warm:
-                        quiet = self._refill_after - trio.current_time()
+                        now = trio.current_time()
+                        quiet = self._refill_after - now
+                        if self._active:  # runs going on: wait until they pause
+                            quiet = max(quiet, self._last_change + REFILL_BUSY_SECONDS - now)
                         if quiet > 0:
                             await trio.sleep(quiet)
                             continue
