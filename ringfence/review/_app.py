@@ -171,7 +171,7 @@ class ReviewApp:
             await self._stream(receive, send)
             return
         elif parts == ["version"]:
-            body = json.dumps({"version": site.version}).encode()
+            body = json.dumps({"version": site.version, "lines": site.feed.line_count}).encode()
             await _respond(send, 200, body, "application/json")
             return
         elif parts[0] == "static" and len(parts) == 2 and parts[1] in STATIC:

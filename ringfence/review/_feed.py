@@ -23,7 +23,6 @@ as read; the next verification of a grown file reads them again).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -31,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import trio
 
 from ..runtime import verify_chain
@@ -41,6 +41,7 @@ __all__ = ["EventFeed", "Integrity"]
 VERIFY_EVERY_SECONDS = 1.0
 TAIL_EVERY_SECONDS = 0.25
 MAX_SHOWN_PROBLEMS = 20
+FOLD_SLICE = 2_000
 
 
 @dataclass(frozen=True)
@@ -147,19 +148,34 @@ class EventFeed:
 
     def timeline(self) -> Timeline:
         """The fold of every line so far (new lines folded now; the trio thread only)."""
-        with self._lock:
-            pending = self._lines[self._folded :]
-            start = self._folded
-            self._folded = len(self._lines)
-        for offset, raw in enumerate(pending):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                record = None  # not a record: the integrity check names its line
-            self._timeline.add(record, start + offset + 1)
+        self._fold(None)
         return self._timeline
+
+    def _fold(self, limit: int | None) -> bool:
+        """Fold up to ``limit`` new lines (all: None); whether lines are left to fold."""
+        with self._lock:
+            start = self._folded
+            end = len(self._lines) if limit is None else min(len(self._lines), start + limit)
+            pending = self._lines[start:end]
+            self._folded = end
+            left = end < len(self._lines)
+        add = self._timeline.add
+        for offset, raw in enumerate(pending, start + 1):
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                if not raw.strip():
+                    continue
+                record = None  # not a record: the integrity check names its line
+            add(record, offset)
+        return left
+
+    async def fold_as_lines_come(self) -> None:
+        """Fold new lines in the background, a slice at a time, so a view finds them folded."""
+        while True:
+            while self._fold(FOLD_SLICE):
+                await trio.sleep(0)  # let requests through between slices
+            await self.changed()
 
     def _snapshot(self) -> list[bytes]:
         with self._lock:

@@ -107,6 +107,7 @@ class ReviewSite:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self.feed.watch_integrity)
+            nursery.start_soon(self.feed.fold_as_lines_come)
             if not self.feed.live and self.feed.path is not None:
                 nursery.start_soon(self.feed.tail, self.feed.path)
             task_status.started()
