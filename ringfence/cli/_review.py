@@ -89,7 +89,7 @@ async def run(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     if args.approve is not None and args.approve != "review":
-        raise UsageError("ringfence review answers its questions on its page: drop --approve")
+        raise UsageError("--approve: the review page answers its own questions; drop --approve")
     if args.events and not args.watch:
         _last_session_sealed(args.events)
     args.approve = "review"
