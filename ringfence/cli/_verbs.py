@@ -47,6 +47,9 @@ VERBS: dict[str, Verb] = {
     "recover": Verb(
         "_checkpoints", "roll back what a killed ringfence left half-written in the workspace"
     ),
+    "review": Verb(
+        "_review", "a local page to watch the calls, answer approvals, undo changes, apply plans"
+    ),
     "worktree": Verb("_worktree", "list, diff or remove the worktrees of --worktree sessions"),
     "policy": Verb("_policy", "show, check and explain deny/ask/allow rules"),
     "mcp": Verb("_mcp", "configure and inspect MCP servers (mcp.toml)"),

@@ -299,6 +299,11 @@ CASES: list[tuple[list[str], str]] = [
     (["serve", "--dry-run", "{badjson}", *S], "{badjson}"),
     (["serve", "--events", "{binary}", *S], "{binary}"),
     (["serve", "--worktree", "wt", *S], "{ws}"),
+    # review (each refused before it would serve)
+    (["review", "--watch", "{missing}", "--workspace", "{ws}"], "{missing}"),
+    (["review", "--port", "{huge}"], "--port"),
+    (["review", "--approve", "yes", "--workspace", "{ws}"], "--approve"),
+    (["review", "--approval-timeout", "nan", "--workspace", "{ws}"], "--approval-timeout"),
     (["undo", "abc123", "--last", "2", *YES], "last"),
     (["undo", *YES], "undo"),
     (["undo", "abc123", *YES], "abc123"),
