@@ -17,7 +17,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from ...runtime import InvalidArguments, McpPolicy, McpServerPolicy, McpStatement, ringfence_home
+from ...runtime import (
+    Effect,
+    InvalidArguments,
+    McpPolicy,
+    McpServerPolicy,
+    McpStatement,
+    ringfence_home,
+)
 
 __all__ = [
     "DEFAULT_APPROVED",
@@ -76,12 +83,9 @@ class AuthMode(enum.StrEnum):
 OAUTH_GRANTS = ("authorization_code", "client_credentials", "identity_assertion")
 
 
-class Policy(enum.StrEnum):
-    """How a server-initiated request (sampling, elicitation) is answered."""
-
-    DENY = "deny"
-    ASK = "ask"
-    ALLOW = "allow"
+# How a server-initiated request (sampling, elicitation) is answered: deny, ask or allow,
+# the policy's one Effect (kept under this name for the manifest's users).
+Policy = Effect
 
 
 def sanitize_part(text: str, fallback: str = "x") -> str:
