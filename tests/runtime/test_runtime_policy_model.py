@@ -19,6 +19,7 @@ from ringfence.runtime import (
     Consequence,
     Decision,
     Effect,
+    InvalidArguments,
     Policy,
     PolicyVerdict,
     Posture,
@@ -58,6 +59,14 @@ def test_no_value_of_the_policy_is_rewritten_after_it_is_built() -> None:
     assert len(again.policy.rules) == 2  # the rules with arguments, once
     with pytest.raises(dataclasses.FrozenInstanceError):
         rules.deny = ()  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("key", ["deny", "ask", "allow", "autonomous"])
+def test_one_string_for_a_tuple_of_rules_is_refused_naming_the_field(key: str) -> None:
+    """``Rules(deny="run_shell")`` would be the globs r, u, n, …: a deny that denies nothing."""
+    with pytest.raises(InvalidArguments) as caught:
+        Rules(**{key: "run_shell"})
+    assert caught.value.field == key
 
 
 # -- the order decide() replaced, as it was written: the oracle --------------------------

@@ -178,14 +178,15 @@ class ServerConfig:
 
     def read_only(self, tool: str) -> tuple[bool, str]:
         """Whether the server's ``tool`` is ``read`` by the operator's word, and why (or why not)."""
-        policy = self.mcp_policy or McpServerPolicy(self.name, self.legacy_statements())
+        policy = self.mcp_policy or McpPolicy().for_server(self.name, self.legacy_statements())
         return policy.read_only(tool)
 
     def with_policy(self, policy: McpPolicy) -> ServerConfig:
         """This server (as read from the manifest) under the policy layers' ``[mcp.<name>]``.
 
-        ``trust`` becomes what the statements decide (``runtime._mcppolicy``), and
-        :meth:`read_only` judges by them; the manifest's old keys are one more statement.
+        ``trust`` becomes what the statements decide (``runtime.policy._mcp``), and
+        :meth:`read_only` judges by them; the manifest's old keys are one more statement,
+        joined in the one place statements join (``McpPolicy.for_server``).
         """
         combined = policy.for_server(self.name, self.legacy_statements())
         trusted, _ = combined.trusted()

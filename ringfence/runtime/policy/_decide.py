@@ -132,18 +132,17 @@ class Rules(_RuleSources):
         autonomous: Iterable[str] = (),
         policy: Policy | None = None,
     ) -> None:
-        deny, deny_args = _split(deny)
-        ask, ask_args = _split(ask)
-        allowlist, allow_args = _split(allow or ())
+        deny, deny_args = _split(deny, "deny")
+        ask, ask_args = _split(ask, "ask")
+        allowlist, allow_args = _split(allow or (), "allow")
         if deny_args or ask_args or allow_args:
             extra = Policy.from_strings(deny=deny_args, ask=ask_args, allow=allow_args)
             policy = extra if policy is None else policy + extra
         if allow is not None:
             # TOOL(SPEC) puts TOOL on the allowlist; its arguments are judged by the policy
             allowlist += tuple(v.split("(", 1)[0].strip() for v in allow_args)
-        super().__init__(
-            deny, ask, allowlist if allow is not None else None, tuple(autonomous), policy
-        )
+        autonomous = _globs(autonomous, "autonomous")
+        super().__init__(deny, ask, allowlist if allow is not None else None, autonomous, policy)
 
     @property
     def effective_policy(self) -> Policy | None:
@@ -159,9 +158,15 @@ class Rules(_RuleSources):
         return _NameRules(rules, self.allow)
 
 
-def _split(values: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _globs(values: Iterable[str], key: str) -> tuple[str, ...]:
+    if isinstance(values, str):  # its letters would be globs that match nothing: refused
+        raise InvalidArguments(f"Rules({key}=…) takes a tuple of rules, not one string", field=key)
+    return tuple(values)
+
+
+def _split(values: Iterable[str], key: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Names, and entries with arguments (``TOOL(SPEC)``)."""
-    values = tuple(values)
+    values = _globs(values, key)
     return tuple(v for v in values if "(" not in v), tuple(v for v in values if "(" in v)
 
 
