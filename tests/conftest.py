@@ -12,6 +12,16 @@ import pytest
 import trio
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tiers: a test that skips without bubblewrap runs real sandboxes (``sandbox``); a test
+    that needs Docker or npm is ``docker``/``npm`` already. ``make test-fast`` runs the rest."""
+    for item in items:
+        if any(
+            "bubblewrap" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")
+        ):
+            item.add_marker(pytest.mark.sandbox)
+
+
 @pytest.fixture(autouse=True)
 def ringfence_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path_factory.mktemp("ringfence-home")

@@ -26,11 +26,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ringfence.runtime import RingfenceError
 from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
 from ringfence.workspace.changes._model import image_at
+
+pytestmark = pytest.mark.slow
 
 # -- trees and change sets -------------------------------------------------------------------
 
