@@ -207,6 +207,8 @@ CASES: list[tuple[list[str], str]] = [
     (["policy", "explain", "read_file", "--workspace", "{missing}"], "{missing}"),
     # checkpoints, undo
     (["checkpoints", "list", "--workspace", "{missing}"], "{missing}"),
+    (["recover", "--workspace", "{missing}"], "{missing}"),
+    (["recover", "--workspace", "{binary}"], "{binary}"),
     (["checkpoints", "list", "--workspace", "{binary}"], "{binary}"),
     (["checkpoints", "show", "no_such_id", "--workspace", "{ws}"], "no_such_id"),
     (["checkpoints", "show", "../../etc", "--workspace", "{ws}"], "../../etc"),

@@ -169,6 +169,7 @@ def test_every_verb_prints_the_one_json_shape(
         (["events", "show", str(events)], 0),
         (["events", "show", str(events), "--trace", "{trace}"], 0),
         (["checkpoints", "list", "--workspace", str(ws)], 0),
+        (["recover", "--workspace", str(ws)], 0),
         (["checkpoints", "show", "{checkpoint}", "--workspace", str(ws)], 0),
         (["undo", "--last", "1", *common], 0),
         (
