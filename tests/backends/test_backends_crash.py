@@ -29,7 +29,10 @@ from tree_helpers import exact_state as state
 from ringfence.workspace import Workspace
 from ringfence.workspace.changes._store import workspace_id
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+    pytest.mark.slow,
+]
 
 KILLS = int(os.environ.get("RINGFENCE_CRASH_KILLS", "8"))
 # 600 rewrites, 100 creations, 50 deletions, 50 renames into a new directory, a chmod.

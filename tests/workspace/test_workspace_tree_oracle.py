@@ -24,12 +24,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from tree_helpers import exact_state as tree_state, git_found
 
 from ringfence.runtime import RingfenceError
 from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
 from ringfence.workspace.changes._model import image_at
+
+pytestmark = pytest.mark.slow
 
 # -- trees and change sets -------------------------------------------------------------------
 
