@@ -72,7 +72,7 @@ class ReviewSite:
     ) -> None:
         self.kernel = kernel
         self.feed = feed
-        self.approver = approver
+        self.inbox = approver
         self.base = base
         plan_paths = [Path(p) for p in plans]
         if kernel.dry_run and kernel.plan_path is not None:
@@ -125,10 +125,10 @@ class ReviewSite:
 
     def page(self, title: str, body: Html, *, live: bool = True, active: str = "") -> Html:
         """A whole page: head (no inline script or style), nav, the chain's state, ``body``."""
-        pending = len(self.approver.pending()) if self.approver is not None else 0
+        pending = len(self.inbox.pending()) if self.inbox is not None else 0
         tabs = [
             ("calls", "Timeline", ""),
-            ("approvals", f"Approvals ({pending})" if self.approver is not None else "", ""),
+            ("approvals", f"Approvals ({pending})" if self.inbox is not None else "", ""),
             ("changes", "Change sets", ""),
             ("plans", f"Plans ({len(self.plans)})", ""),
         ]
@@ -468,18 +468,18 @@ class ReviewSite:
     # -- approvals -------------------------------------------------------------------------------
 
     def approvals_page(self) -> Html:
-        if self.approver is None:
+        if self.inbox is None:
             body = el(
                 "p", {}, "This session's approver is not the review page: nothing waits here."
             )
             return self.page("Approvals", body, active="approvals")
-        questions = self.approver.pending()
+        questions = self.inbox.pending()
         if not questions:
             body = el(
                 "p",
                 {"class": "muted", "id": "no-questions"},
                 "Nothing is waiting. A call the Gate asks about appears here, and waits "
-                f"until you answer or {self.approver.timeout_seconds:g} seconds pass (then it is "
+                f"until you answer or {self.inbox.timeout_seconds:g} seconds pass (then it is "
                 "denied).",
             )
             return self.page("Approvals", body, active="approvals")
@@ -540,9 +540,9 @@ class ReviewSite:
         )
 
     def prepare_answer(self, question_id: str, form: Mapping[str, str]) -> Html:
-        if self.approver is None:
+        if self.inbox is None:
             raise PageError(404, "this page answers no questions")
-        q = self.approver.get(question_id)
+        q = self.inbox.get(question_id)
         if q is None:
             raise PageError(409, "that question is no longer waiting (answered, or timed out)")
         answer = answer_from_page(q.request, form.get("choice", ""), form.get("pattern", ""))
@@ -1042,17 +1042,17 @@ class ReviewSite:
 
     def _answer(self, job: Job, params: Mapping[str, Any]) -> None:
         job.title = f"answer: {params['choice']}"
-        q = self.approver.get(params["question"]) if self.approver is not None else None
+        q = self.inbox.get(params["question"]) if self.inbox is not None else None
         if q is None:
             job.done, job.ok = True, False
             job.lines.append(("bad", "that question is no longer waiting: nothing was answered"))
             return
         answer = answer_from_page(q.request, params["choice"], params["pattern"])
-        if isinstance(answer, str) or self.approver is None:
+        if isinstance(answer, str) or self.inbox is None:
             job.done, job.ok = True, False
             job.lines.append(("bad", str(answer)))
             return
-        delivered = self.approver.answer(q.id, answer)
+        delivered = self.inbox.answer(q.id, answer)
         job.done, job.ok = True, delivered
         job.lines.append(
             ("ok", f"{answer.choice.value}: {answer.reason} — {one_line(q.request.tool)}")
@@ -1137,7 +1137,7 @@ class ReviewSite:
         state = "running…" if not job.done else ("done" if job.ok else "FAILED")
         items = [el("li", {"class": status}, text) for status, text in job.lines]
         hint = None
-        if not job.done and self.approver is not None and self.approver.pending():
+        if not job.done and self.inbox is not None and self.inbox.pending():
             hint = el(
                 "p",
                 {"class": "warn"},
