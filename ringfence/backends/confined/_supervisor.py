@@ -631,6 +631,11 @@ def check_layers(conf: dict[str, str]) -> str:
     enter_namespace()
     mount_layers()
     unmount_layers()
+    if "cwd" in conf:  # exec mode: one process
+        return (
+            f"an overlay on each of {len(_OVERLAYS)} root(s) (read-only in the sandbox) for the "
+            "process's life; it gets no capability, no mount, umount or unshare"
+        )
     return (
         f"an overlay per command on {len(_OVERLAYS)} root(s) (read-only in the sandbox); "
         "commands get no capability, no mount, umount or unshare"

@@ -13,7 +13,10 @@ the wrapper it returns instead of the server, and the wrapper's first stdout
 line, its report, is read here before any protocol byte and checked by the
 confiner (a missing layer raises ``Unavailable`` naming it and its fix). No
 confiner means no connection: such a server is refused, never started
-unconfined. The layers are kept for the ``mcp_connected`` event.
+unconfined. The layers are kept for the ``mcp_connected`` event. A writable
+one (``sandbox_writable``) comes with the confiner's :class:`ConfinedWrites`:
+its writes reach the workspace only through it, after each call (the pool
+and the adapter settle it; the confiner's says how).
 
 Non-guarantees: a server with ``sandbox = "none"`` (the default) runs as the
 local user with the user's file and network access; approval gates its tool
