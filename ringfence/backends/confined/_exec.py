@@ -12,8 +12,8 @@ Promised (as for ``run_shell``'s confined commands): new user, mount, PID,
 IPC, UTS and network namespaces, no capabilities; the host file system
 read-only, the roots read-only (a ``writable`` process writes through an
 overlay of each, and its writes reach the roots only as change sets merged
-by the guarded writer after each call: :mod:`._writes`), a private ``/tmp``, homes, ``/root``, ``/run``
-the kernel's ``$HOME`` and ``$RINGFENCE_HOME`` hidden (what the server's
+by the guarded writer after each call: :mod:`._writes`), a private
+``/tmp``, homes, ``/root``, ``/run``, the kernel's ``$HOME`` and ``$RINGFENCE_HOME`` hidden (what the server's
 command line names shown read-only again: :func:`program_views`); ``/proc``
 of the sandbox only; no network
 unless ``network``; Landlock (writes only beneath the roots' overlays,
