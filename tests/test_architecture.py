@@ -35,7 +35,17 @@ import pytest
 import ringfence
 
 SRC = Path(ringfence.__file__).parent
-PACKAGES = ("runtime", "workspace", "backends", "bridge", "mcp_host", "serve", "cli", "bench")
+PACKAGES = (
+    "runtime",
+    "workspace",
+    "backends",
+    "bridge",
+    "mcp_host",
+    "serve",
+    "review",
+    "cli",
+    "bench",
+)
 
 # Which layers each layer may import (ARCHITECTURE.md, "Which way imports point"). A layer
 # is a package below ringfence, or one module of the top package by its dotted name
@@ -56,6 +66,9 @@ ALLOWED: dict[str, set[str]] = {
     "bridge": {"runtime", "ringfence._proc", "ringfence._lazy"},
     "mcp_host": {"runtime", "ringfence._lazy"},
     "serve": {"runtime", "ringfence._lazy", "ringfence"},  # ringfence: __version__
+    # The review page: reads the stores (workspace's change sets, runtime's events and plans),
+    # acts through the kernel, and stands behind serve's request guard (serve._http).
+    "review": {"runtime", "workspace", "serve", "ringfence._lazy", "ringfence"},
     "ringfence._embed": {"runtime", "workspace", "backends", "bridge", "mcp_host"},
     "ringfence.otel": {"runtime"},  # OpenTelemetry export: reads event records only
     # The overhead suite measures the clients and the kernel from outside, like a host would
@@ -74,6 +87,7 @@ ALLOWED: dict[str, set[str]] = {
         "bridge",
         "mcp_host",
         "serve",
+        "review",
         "bench",
     },
     "ringfence": {"ringfence._lazy"},  # the top __init__: its names load lazily

@@ -44,6 +44,12 @@ VERBS: dict[str, Verb] = {
     "plan": Verb("_plan", "review or apply a dry run's plan"),
     "checkpoints": Verb("_checkpoints", "list or show the change sets of file tool writes"),
     "undo": Verb("_checkpoints", "restore the before-images of change sets (a gated call)"),
+    "recover": Verb(
+        "_checkpoints", "roll back what a killed ringfence left half-written in the workspace"
+    ),
+    "review": Verb(
+        "_review", "a local page to watch the calls, answer approvals, undo changes, apply plans"
+    ),
     "worktree": Verb("_worktree", "list, diff or remove the worktrees of --worktree sessions"),
     "policy": Verb("_policy", "show, check and explain deny/ask/allow rules"),
     "mcp": Verb("_mcp", "configure and inspect MCP servers (mcp.toml)"),

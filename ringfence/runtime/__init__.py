@@ -104,7 +104,12 @@ from .policy._mcp import (
     McpServerPolicy as McpServerPolicy,
     McpStatement as McpStatement,
 )
-from .policy._rules import Rule as Rule, RuleError as RuleError, parse_rule as parse_rule
+from .policy._rules import (
+    Effect as Effect,
+    Rule as Rule,
+    RuleError as RuleError,
+    parse_rule as parse_rule,
+)
 from .shell._words import ShellParse as ShellParse, parse_command as parse_command
 
 __all__ = [
@@ -123,6 +128,7 @@ __all__ = [
     "Consequence",
     "Decision",
     "Denied",
+    "Effect",
     "EventLog",
     "EventSink",
     "FileSink",

@@ -23,7 +23,8 @@ from ._errors import Denied, InvalidArguments
 from ._output import escape_surrogates
 from ._plan import StagedCall
 from ._tools import Consequence, ToolSpec
-from .policy._decide import Decision, Posture, Verdict, decide
+from .policy._decide import Decision, Posture, decide
+from .policy._rules import Effect
 
 if TYPE_CHECKING:
     from ._kernel import Kernel
@@ -72,13 +73,13 @@ async def authorize(
         arguments_sha256=arguments_sha256,
         **decision.to_dict(),
     )
-    if decision.verdict is Verdict.DENY:
+    if decision.verdict is Effect.DENY:
         raise Denied(f"{tool} was refused: {decision.reason}", rule=decision.rule).with_decision(
             decision
         )
     if kernel.dry_run and spec.consequence is not Consequence.READ and not spec.composes_dry_run:
         if kernel.registry.find(tool) is not spec:  # a request (invoke_request): no plan can
-            refused = Decision(Verdict.DENY, "dry-run", "a dry run answers no requests")
+            refused = Decision(Effect.DENY, "dry-run", "a dry run answers no requests")
             raise Denied(
                 f"{tool} was refused: a dry run stages calls, and a request from a "
                 "connected server cannot be staged or applied later",
@@ -102,7 +103,7 @@ async def authorize(
         return Authorization._create(
             spec, arguments, decision, call_id, trace_id, origin, staged=True
         )
-    if decision.verdict is Verdict.ASK:
+    if decision.verdict is Effect.ASK:
         decision = await _ask(kernel, spec, arguments, decision, call_id, trace_id, origin, on_ask)
     intent = kernel._authority.issue(
         tool, arguments, decision.verdict.value, decision.rule, arguments_sha256=arguments_sha256
@@ -125,7 +126,7 @@ async def _ask(
     grant = grants.find(spec.name, arguments)
     if grant is not None:
         return Decision(
-            Verdict.ALLOW,
+            Effect.ALLOW,
             "grant:session",
             f"approved earlier for this session ({decision.rule})",
         )
@@ -154,7 +155,7 @@ async def _ask(
         pattern=dict(answer.pattern) if answer.pattern else None,
     )
     if answer.choice is Choice.DENY:
-        refused = Decision(Verdict.DENY, f"approver:{decision.rule}", answer.reason)
+        refused = Decision(Effect.DENY, f"approver:{decision.rule}", answer.reason)
         raise Denied(
             f"{spec.name} was refused by the approver ({answer.reason}); "
             f"it asked because {decision.reason}",
@@ -162,8 +163,8 @@ async def _ask(
         ).with_decision(refused)
     if answer.choice is Choice.SESSION:
         grants.add(spec.name, arguments, answer.pattern)
-        return Decision(Verdict.ALLOW, "approved:session", answer.reason)
-    return Decision(Verdict.ALLOW, "approved:once", answer.reason)
+        return Decision(Effect.ALLOW, "approved:session", answer.reason)
+    return Decision(Effect.ALLOW, "approved:once", answer.reason)
 
 
 def refuse_lone_surrogates(value: Any, where: str = "") -> None:

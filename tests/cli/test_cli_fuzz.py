@@ -207,6 +207,8 @@ CASES: list[tuple[list[str], str]] = [
     (["policy", "explain", "read_file", "--workspace", "{missing}"], "{missing}"),
     # checkpoints, undo
     (["checkpoints", "list", "--workspace", "{missing}"], "{missing}"),
+    (["recover", "--workspace", "{missing}"], "{missing}"),
+    (["recover", "--workspace", "{binary}"], "{binary}"),
     (["checkpoints", "list", "--workspace", "{binary}"], "{binary}"),
     (["checkpoints", "show", "no_such_id", "--workspace", "{ws}"], "no_such_id"),
     (["checkpoints", "show", "../../etc", "--workspace", "{ws}"], "../../etc"),
@@ -297,6 +299,11 @@ CASES: list[tuple[list[str], str]] = [
     (["serve", "--dry-run", "{badjson}", *S], "{badjson}"),
     (["serve", "--events", "{binary}", *S], "{binary}"),
     (["serve", "--worktree", "wt", *S], "{ws}"),
+    # review (each refused before it would serve)
+    (["review", "--watch", "{missing}", "--workspace", "{ws}"], "{missing}"),
+    (["review", "--port", "{huge}"], "--port"),
+    (["review", "--approve", "yes", "--workspace", "{ws}"], "--approve"),
+    (["review", "--approval-timeout", "nan", "--workspace", "{ws}"], "--approval-timeout"),
     (["undo", "abc123", "--last", "2", *YES], "last"),
     (["undo", *YES], "undo"),
     (["undo", "abc123", *YES], "abc123"),

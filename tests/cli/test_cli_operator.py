@@ -169,6 +169,7 @@ def test_every_verb_prints_the_one_json_shape(
         (["events", "show", str(events)], 0),
         (["events", "show", str(events), "--trace", "{trace}"], 0),
         (["checkpoints", "list", "--workspace", str(ws)], 0),
+        (["recover", "--workspace", str(ws)], 0),
         (["checkpoints", "show", "{checkpoint}", "--workspace", str(ws)], 0),
         (["undo", "--last", "1", *common], 0),
         (
@@ -232,6 +233,7 @@ def test_every_verb_prints_the_one_json_shape(
         (["mcp", "import", str(client_config), *manifest], 0),
         (["mcp", "remove", "demo", *manifest], 0),
         (["serve", "--transport", "http", "--port", "99999", *common], 2),
+        (["review", "--port", "99999", "--workspace", str(ws)], 2),
         (["images", "list"], (0, 1)),  # 1 (unavailable) where Docker is not running
         (["images", "build", "no_such_image"], 2),
         (["doctor", "--backend", "local"], 0),
