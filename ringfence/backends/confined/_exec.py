@@ -41,7 +41,7 @@ from ...runtime import InvalidArguments, Unavailable
 from .._trees import remove_tree
 from .._types import SessionSpec
 from ._layers import DENIED_SYSCALLS
-from ._plan import _SUPERVISOR, ConfinedOptions, Layer, _make_layers, _refuse
+from ._plan import _SUPERVISOR, ConfinedOptions, Layer, _refuse, claimed_layers
 from ._session import ConfinedSession
 from ._writes import ExecChanges, ExecWrites
 
@@ -390,14 +390,15 @@ def _confine_writes(
         on_failure.callback(group.destroy)
         if not group.can_freeze():
             raise refuse_writes("this kernel has no cgroup.freeze", _FREEZER)
-        layers_dir = _make_layers(spec, len(spec.roots))
+        layers_dir, claim = claimed_layers(spec, len(spec.roots))  # a killed kernel's: swept
+        on_failure.callback(os.close, claim)
         on_failure.callback(remove_tree, layers_dir)
         options = ConfinedOptions(network=network, exec_checks=False)
         wrapper, layers = confined_argv(
             spec, list(argv), cwd=where, writable=True, options=options, layers_dir=layers_dir
         )
         roots_real = [Path(os.path.realpath(r)) for r in spec.roots]
-        writes = ExecWrites(roots_real, layers_dir, group, changes)
+        writes = ExecWrites(roots_real, layers_dir, claim, group, changes)
         kept = (
             "each call's writes read with the sandbox's cgroup frozen and merged as its change "
             "set (refusals, the resulting-tree check, undo)"

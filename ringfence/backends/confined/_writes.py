@@ -90,10 +90,11 @@ class ExecWrites:
     """One writable process's overlays and cgroup, read after each call (see the module)."""
 
     def __init__(
-        self, roots: list[Path], layers: Path, group: Cgroup, changes: ExecChanges
+        self, roots: list[Path], layers: Path, claim: int, group: Cgroup, changes: ExecChanges
     ) -> None:
         self._roots = roots
         self._layers = layers
+        self._claim = claim  # marks the layers in use (``_plan.claimed_layers``); ours to close
         self._group = group
         self._changes = changes
         self._live = LiveUppers()
@@ -169,8 +170,11 @@ class ExecWrites:
                 await trio.to_thread.run_sync(self._remove)
 
     def _remove(self) -> None:
-        self._group.destroy()
-        remove_tree(self._layers)
+        try:
+            self._group.destroy()
+            remove_tree(self._layers)
+        finally:
+            os.close(self._claim)
 
 
 def _has_entries(path: Path) -> bool:
