@@ -27,6 +27,7 @@ from .runtime import (
     PolicyLayers,
     Posture,
     Rules,
+    Unavailable,
     default_approver,
     ringfence_home,
 )
@@ -310,7 +311,12 @@ def create_kernel(
             kernel,
             mcp_manifest,
             workspace=workspace.roots[0],
-            options={"stdio_confiner": mcp_stdio_confiner(workspace), **(mcp_options or {})},
+            options={
+                "stdio_confiner": mcp_stdio_confiner(
+                    workspace, store, kernel=kernel, merge_refused=merge_refused
+                ),
+                **(mcp_options or {}),
+            },
             policy=mcp_policy,
         )
     return kernel
@@ -373,32 +379,62 @@ async def _claim_spool(kernel: Kernel) -> None:
     kernel.push_async_callback(done)
 
 
-def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:
+def mcp_stdio_confiner(
+    workspace: Workspace | None,
+    store: CheckpointStore | None = None,
+    *,
+    kernel: Kernel | None = None,
+    merge_refused: bool = True,
+    discard_writes: bool = False,
+) -> Callable[[Any], Any]:
     """A ``mcp_host.StdioConfiner`` over ``workspace``: the confined local backend's layers.
 
     ``None``: no roots (a server then sees none of a workspace).
+
+    A writable server (``sandbox_writable = true``) writes through an overlay
+    of each root; after each call its sandbox is frozen and what it wrote is
+    merged into the roots as that call's change set, kept in ``store``, by
+    the guarded writer (``merge_refused``: what is not refused is merged;
+    under ``kernel``'s dry run the set is staged), as ``run_shell``'s
+    commands are. Without a store such a server is refused (Unavailable),
+    unless ``discard_writes`` (``mcp inspect``): then nothing it writes is
+    ever merged. ``kernel`` also gives the upper directories its spool
+    directory.
 
     The glue lives here, in the assembly layer, because it is the one layer
     that may import both sides: ``mcp_host`` declares what it needs (a
     callable from a ``StdioCommand`` to a ``ConfinedCommand``; it imports no
     backend), ``backends`` plans the sandbox (``confine_exec``; it imports
-    nothing of MCP). A writable server's roots keep their git directories
-    and gitfiles read-only, as ``run_shell``'s do.
+    nothing of MCP).
     """
 
     def confine(server: Any) -> Any:
-        from .backends import confine_exec
+        from .backends import ExecChanges, confine_exec
         from .mcp_host import ConfinedCommand
 
+        changes = None
+        if server.writable:
+            if store is None and not discard_writes:
+                raise Unavailable(
+                    "a writable confined server (sandbox_writable = true) writes the workspace "
+                    "only through change sets, which need the checkpoint store: use "
+                    "create_kernel(checkpoints=True) (the default), or set sandbox_writable = "
+                    "false for this server; it was not started",
+                    field="sandbox_writable",
+                )
+            changes = ExecChanges(
+                store,
+                merge_rest=merge_refused,
+                staging=(lambda: kernel.dry_run) if kernel is not None else lambda: False,
+                spool_dir=kernel.spool_dir if kernel is not None else None,
+            )
         plan = confine_exec(
             workspace.roots if workspace is not None else (),
             server.argv,
             cwd=server.cwd,
             network=server.network,
             writable=server.writable,
-            readonly_paths=workspace.git_directories()
-            if workspace is not None and server.writable
-            else (),
+            changes=changes,
         )
 
         def read_report(line: bytes) -> tuple[dict[str, Any], ...]:
@@ -408,6 +444,7 @@ def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:
             argv=plan.argv,
             layers=tuple(layer.to_dict() for layer in plan.layers),
             read_report=read_report,
+            writes=plan.writes,
         )
 
     return confine

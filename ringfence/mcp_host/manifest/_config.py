@@ -134,7 +134,8 @@ class ServerConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     protocol_mode: str = "legacy"
     # stdio only: run the server's process confined ("local"); the workspace read-only unless
-    # sandbox_writable, no network unless sandbox_network.
+    # sandbox_writable (then written through an overlay, each call's writes merged as a change
+    # set), no network unless sandbox_network.
     sandbox: Sandbox = Sandbox.NONE
     sandbox_network: bool = False
     sandbox_writable: bool = False
