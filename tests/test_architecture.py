@@ -77,7 +77,7 @@ ALLOWED: dict[str, set[str]] = {
     "ringfence.otel": {"runtime"},  # OpenTelemetry export: reads event records only
     # The overhead suite measures the clients and the kernel from outside, like a host would
     # (ringfence: create_kernel); it never imports the CLI, which runs it (`ringfence bench`).
-    "bench": {"ringfence", "runtime", "workspace", "backends", "bridge", "mcp_host"},
+    "bench": {"ringfence", "runtime", "workspace", "backends", "bridge", "mcp_host", "plugins"},
     "cli": {
         "ringfence",
         "runtime",

@@ -5,6 +5,10 @@ Every added plugin, trusted or not:
 - must read and validate whole, or the session is refused naming the
   plugin and the file:line (fail closed: a guard that cannot be read is not
   silently dropped);
+- if it was trusted, must still be what was trusted: a plugin changed since
+  (its digest is not the pinned one) refuses the session (``denied``), since
+  neither its hooks nor the rules that were reviewed can be applied (the
+  changed fragment may have dropped some); ``plugin trust`` again, or remove it;
 - contributes its policy fragment's deny and ask rules (rule source
   ``plugin:<name>``): they can only tighten, so they need no trust.
 
@@ -14,10 +18,10 @@ servers (``plugin-<plugin>-<server>``, connected with the session's own
 servers). It runs from a copy of exactly the bytes that were hashed, made
 in the session's spool directory and removed when the session closes.
 
-An untrusted plugin runs nothing and offers nothing; each of its ``pre_call``
-hooks is replaced by a stand-in that refuses the calls the hook would have
-seen, naming why the plugin is untrusted and how to trust it: a guard that
-changed since it was trusted does not silently stop guarding.
+A plugin added and never trusted runs nothing and offers nothing; each of
+its ``pre_call`` hooks is replaced by a stand-in that refuses the calls the
+hook would have seen, naming how to trust it: a guard that is not trusted
+yet does not silently let through what it was added to check.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..runtime import Hook, HookAnswer, InvalidArguments, Kernel, Policy, Rules
+from ..runtime import Denied, Hook, HookAnswer, InvalidArguments, Kernel, Policy, Rules
 from ._command import CommandRunner
 from ._config import PluginEntry, load_entries
 from ._plugin import PluginState, inspect_plugin
@@ -118,6 +122,14 @@ def attach_plugins(
                 f"plugin {state.name} ({state.entry.source}): {state.error.message}; fix it, or "
                 f"ringfence plugin remove {state.name}",
                 field="plugin",
+                plugin=state.name,
+            )
+        if state.entry.trusted_sha256 is not None and not state.trusted:
+            raise Denied(
+                f"plugin {state.name} ({state.entry.source}) {state.why}; no session starts "
+                "with it, since neither its hooks nor the rules that were trusted can be "
+                f"applied (or ringfence plugin remove {state.name})",
+                rule="plugin-trust",
                 plugin=state.name,
             )
     servers: list[ServerConfig] = []

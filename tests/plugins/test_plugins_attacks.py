@@ -146,13 +146,16 @@ def test_a_trusted_plugin_changed_afterwards_is_untrusted_again(
     (check,) = plugin_checks(capsys)
     assert check["ok"] is False and "changed since it was trusted" in check["detail"]
 
+    # No session starts with it: its hook cannot run, and what was trusted cannot be applied.
     code, out = cli_json(capsys, "call", "run_shell", "--args", RM, *session(ws, "--approve", "yes"))  # fmt: skip
-    if change == "manifest":  # the hook no longer sees `rm`: the call runs, the hook did not
-        assert code == 0
-    else:
-        assert code == 3 and "changed since it was trusted" in out["error"]["message"]
-        assert (ws / "x").exists()
+    assert code == 3 and "changed since it was trusted" in out["error"]["message"]
+    assert "no session starts with it" in out["error"]["message"]
+    assert (ws / "x").exists()
     assert witness.accepted == 0
+    # Trusted again (after a review), it runs as it is now.
+    assert cli_json(capsys, "plugin", "trust", "guard")[0] == 0
+    code, out = cli_json(capsys, "call", "run_shell", "--args", ECHO, *session(ws, "--approve", "yes"))  # fmt: skip
+    assert code == 0
 
 
 def test_trust_pins_what_was_reviewed(capsys, tmp_path: Path, witness) -> None:
@@ -387,3 +390,22 @@ def test_a_link_leaving_the_plugin_is_refused(capsys, tmp_path: Path) -> None:
         code == 2 and "escape" in out["error"]["message"] and "outside" in out["error"]["message"]
     )
     assert not (Path(os.environ["RINGFENCE_HOME"]) / "plugins.toml").exists()
+
+
+def test_a_session_cannot_drop_a_trusted_plugins_rules_by_editing_it(capsys, ws: Path) -> None:
+    """The plugin lies in the workspace: the agent rewrites its fragment through the Gate."""
+    (ws / "secret.txt").write_text("the launch codes\n")
+    folder = write_plugin(
+        ws / "plugins" / "guard", policy='deny = ["read_file(path=secret.txt)"]\n'
+    )
+    assert cli_json(capsys, "plugin", "add", str(folder))[0] == 0
+    assert cli_json(capsys, "plugin", "trust", "guard")[0] == 0
+    args = session(ws, "--approve", "yes")
+    code, out = cli_json(capsys, "call", "read_file", "--args", '{"path": "secret.txt"}', *args)
+    assert code == 3 and "launch codes" not in json.dumps(out)
+    loosen = json.dumps({"path": "plugins/guard/policy.toml", "content": "deny = []\n"})
+    code, out = cli_json(capsys, "call", "write_file", "--args", loosen, *args)
+    assert code == 0  # the file is the workspace's: the write itself is the agent's to make
+    code, out = cli_json(capsys, "call", "read_file", "--args", '{"path": "secret.txt"}', *args)
+    assert code == 3 and "changed since it was trusted" in out["error"]["message"]
+    assert "launch codes" not in json.dumps(out)
