@@ -409,3 +409,25 @@ def test_a_session_cannot_drop_a_trusted_plugins_rules_by_editing_it(capsys, ws:
     code, out = cli_json(capsys, "call", "read_file", "--args", '{"path": "secret.txt"}', *args)
     assert code == 3 and "changed since it was trusted" in out["error"]["message"]
     assert "launch codes" not in json.dumps(out)
+
+
+def test_revoked_trust_runs_nothing_again_and_removal_takes_the_rules(
+    capsys, tmp_path: Path, ws: Path, witness
+) -> None:
+    folder = no_rm_plugin(tmp_path / "guard", witness)
+    (folder / "policy.toml").write_text('deny = ["read_file(path=x)"]\n')
+    manifest = folder / "ringfence-plugin.toml"
+    manifest.write_text('policy = "policy.toml"\n' + manifest.read_text())
+    assert cli_json(capsys, "plugin", "add", str(folder))[0] == 0
+    assert cli_json(capsys, "plugin", "trust", "guard")[0] == 0
+    code, out = cli_json(capsys, "plugin", "trust", "guard", "--revoke")
+    assert code == 0 and out["result"]["trusted"] is False
+    code, out = cli_json(capsys, "call", "run_shell", "--args", RM, *session(ws, "--approve", "yes"))  # fmt: skip
+    assert code == 3 and "not trusted" in out["error"]["message"] and witness.accepted == 0
+    code, out = cli_json(capsys, "call", "read_file", "--args", '{"path": "x"}', *session(ws))
+    assert code == 3  # its deny rule applies, trusted or not
+    assert cli_json(capsys, "plugin", "remove", "guard")[0] == 0
+    code, out = cli_json(capsys, "call", "read_file", "--args", '{"path": "x"}', *session(ws))
+    assert code == 0 and out["result"] == "keep me\n"
+    code, out = cli_json(capsys, "plugin", "list")
+    assert out["result"]["plugins"] == []
