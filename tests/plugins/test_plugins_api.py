@@ -56,6 +56,7 @@ def ws(tmp_path: Path) -> Path:
     return ws
 
 
+@needs_bwrap
 async def test_a_python_hook_denies_asks_and_cannot_allow(ws: Path, tmp_path: Path) -> None:
     seen: list[dict[str, Any]] = []
 
@@ -214,6 +215,7 @@ async def test_skills_of_a_trusted_plugin_reach_the_host(capsys, ws: Path, tmp_p
     assert code == 1 and out["error"]["code"] == "not_found"
 
 
+@pytest.mark.slow
 async def test_skills_are_served_as_mcp_prompts_to_a_real_client(
     capsys, ws: Path, tmp_path: Path
 ) -> None:
@@ -237,6 +239,7 @@ async def test_skills_are_served_as_mcp_prompts_to_a_real_client(
     assert "Run `git log --oneline`" in got.messages[0].content.text
 
 
+@pytest.mark.slow
 async def test_a_plugins_mcp_server_appears_under_its_plugin_and_only_when_trusted(
     capsys, ws: Path, tmp_path: Path
 ) -> None:
