@@ -63,14 +63,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst.set_defaults(func=run_list)
 
     show = psub.add_parser("show", help="everything a plugin would run and offer (review it)")
-    show.add_argument("name")
+    show.add_argument("name", help="the plugin's name (plugin list)")
     _common(show)
     show.set_defaults(func=run_show)
 
     trust = psub.add_parser(
         "trust", help="trust a plugin as it is now (its hooks run confined; its servers start)"
     )
-    trust.add_argument("name")
+    trust.add_argument("name", help="the plugin's name (plugin list)")
     trust.add_argument(
         "--sha256",
         metavar="HEX",
@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     trust.set_defaults(func=run_trust)
 
     remove = psub.add_parser("remove", help="remove a plugin (and its trust)")
-    remove.add_argument("name")
+    remove.add_argument("name", help="the plugin's name (plugin list)")
     _common(remove)
     remove.set_defaults(func=run_remove)
     _register_skills(sub)
