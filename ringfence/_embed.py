@@ -20,6 +20,7 @@ from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime import (
     Approver,
     FileSink,
+    Hook,
     InvalidArguments,
     Kernel,
     MemorySink,
@@ -145,6 +146,8 @@ def create_kernel(
     checkpoints: bool = True,
     change_sets: bool | None = None,
     merge_refused: bool = True,
+    hooks: Iterable[Hook] = (),
+    plugins: bool | str | os.PathLike[str] = False,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -195,6 +198,15 @@ def create_kernel(
     refuses at its start. ``merge_refused`` (default True): a set with
     refused entries (git metadata, …) merges the rest; False refuses it whole.
 
+    ``hooks`` (``ringfence.runtime.Hook``): Python hooks at ``pre_call``,
+    ``post_call``, ``session_start``, ``session_end``; they can only tighten
+    what the Gate decides. ``plugins`` (opt-in): ``True`` for the plugins
+    added in ``$RINGFENCE_HOME/plugins.toml``, or a path to such a file; an
+    untrusted plugin only tightens, a trusted one's command hooks run
+    confined, its skills are offered (``kernel.skills()``) and its MCP
+    servers connect with ``mcp_manifest``'s. A plugin that cannot be read or
+    does not validate refuses the kernel (InvalidArguments naming it).
+
     ``approver`` must have an ``async def approve(request)``; anything else
     raises TypeError here, before anything opens.
 
@@ -233,11 +245,10 @@ def create_kernel(
     if isinstance(policy, PolicyLayers):
         mcp_policy, policy = policy.mcp, policy.policy
     if policy is not None:
-        # Path rules see names relative to a root, in its real spelling or the one given
-        # (a root reached through a symlink), so either absolute spelling is judged alike.
-        spellings = [*workspace.roots, *(os.path.abspath(p) for p in root_paths)]
         merged = policy if rules.policy is None else rules.policy + policy
-        rules = dataclasses.replace(rules, policy=merged.with_roots(spellings))
+        rules = dataclasses.replace(
+            rules, policy=merged.with_roots(spellings_of(workspace, root_paths))
+        )
     try:
         kernel = Kernel(
             posture=Posture.parse(posture),
@@ -265,6 +276,23 @@ def create_kernel(
 
     kernel.push_async_callback(close_workspace)
     kernel.add_startup(_claim_spool)
+    # hooks and plugins: checks that only tighten; a trusted plugin's hooks, skills, servers
+    plugin_servers: list[Any] = []
+    try:
+        for hook in hooks:
+            kernel.add_hook(hook)
+        if plugins:
+            from .plugins import attach_plugins
+
+            plugin_servers = attach_plugins(
+                kernel,
+                roots=kernel.roots,
+                rule_roots=spellings_of(workspace, root_paths),
+                config=None if plugins is True else plugins,  # type: ignore[arg-type]
+            )
+    except BaseException:
+        workspace.close()
+        raise
     # bridge: under docker, scripts run in the session's container, which needs the runner
     # files and a socket directory mounted (removed after the container, hence pushed first)
     bridge_dir: Path | None = None
@@ -318,8 +346,15 @@ def create_kernel(
                 **(mcp_options or {}),
             },
             policy=mcp_policy,
+            extra_servers=plugin_servers,
         )
     return kernel
+
+
+def spellings_of(workspace: Workspace, given: Sequence[Path]) -> list[str]:
+    """Path rules see names relative to a root, in its real spelling or the one given (a root
+    reached through a symlink), so either absolute spelling is judged alike."""
+    return [*workspace.roots, *(os.path.abspath(p) for p in given)]
 
 
 def refuse_home_inside_roots(roots: Sequence[Path]) -> None:

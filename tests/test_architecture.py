@@ -41,6 +41,7 @@ PACKAGES = (
     "backends",
     "bridge",
     "mcp_host",
+    "plugins",
     "serve",
     "review",
     "cli",
@@ -69,11 +70,14 @@ ALLOWED: dict[str, set[str]] = {
     # The review page: reads the stores (workspace's change sets, runtime's events and plans),
     # acts through the kernel, and stands behind serve's request guard (serve._http).
     "review": {"runtime", "workspace", "serve", "ringfence._lazy", "ringfence"},
-    "ringfence._embed": {"runtime", "workspace", "backends", "bridge", "mcp_host"},
+    # plugins: hooks run confined like the local backend's commands (backends.confine_exec,
+    # spawned by _proc); a plugin's MCP servers are mcp.toml's [[server]] tables (mcp_host)
+    "plugins": {"runtime", "ringfence._proc", "backends", "mcp_host"},
+    "ringfence._embed": {"runtime", "workspace", "backends", "bridge", "mcp_host", "plugins"},
     "ringfence.otel": {"runtime"},  # OpenTelemetry export: reads event records only
     # The overhead suite measures the clients and the kernel from outside, like a host would
     # (ringfence: create_kernel); it never imports the CLI, which runs it (`ringfence bench`).
-    "bench": {"ringfence", "runtime", "workspace", "backends", "bridge", "mcp_host"},
+    "bench": {"ringfence", "runtime", "workspace", "backends", "bridge", "mcp_host", "plugins"},
     "cli": {
         "ringfence",
         "runtime",
@@ -86,6 +90,7 @@ ALLOWED: dict[str, set[str]] = {
         "backends",
         "bridge",
         "mcp_host",
+        "plugins",
         "serve",
         "review",
         "bench",

@@ -288,6 +288,7 @@ def kernel_from_args(
         event_observer=observer,
         change_sets=getattr(args, "change_sets", None),
         merge_refused=not getattr(args, "refuse_whole_change_set", False),
+        plugins=True,  # the added plugins (ringfence plugin): untrusted ones only tighten
     )
     show_and_record(kernel, weaker_choices(backend, script_sandbox, sandbox))
     if review is not None:

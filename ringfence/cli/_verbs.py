@@ -53,6 +53,10 @@ VERBS: dict[str, Verb] = {
     "worktree": Verb("_worktree", "list, diff or remove the worktrees of --worktree sessions"),
     "policy": Verb("_policy", "show, check and explain deny/ask/allow rules"),
     "mcp": Verb("_mcp", "configure and inspect MCP servers (mcp.toml)"),
+    "plugin": Verb(
+        "_plugin", "add, review, trust and remove plugins (hooks, skills, MCP servers, rules)"
+    ),
+    "skills": Verb("_plugin", "list and show the skills trusted plugins offer"),
     "images": Verb("_images", "build and list the docker backend's sandbox images"),
     "doctor": Verb(
         "_doctor",

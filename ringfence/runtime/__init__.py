@@ -43,6 +43,7 @@ from ._events import (
     MemorySink as MemorySink,
 )
 from ._files import atomic_write as atomic_write, ringfence_home as ringfence_home
+from ._hooks import HOOK_POINTS as HOOK_POINTS, Hook as Hook, HookAnswer as HookAnswer
 from ._intents import (
     Intent as Intent,
     IntentAuthority as IntentAuthority,
@@ -70,6 +71,7 @@ from ._redact import (
     mask_command_args as mask_command_args,
     script_credential_literals as script_credential_literals,
 )
+from ._skills import Skill as Skill
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec
 from ._verify import (
     ChainReport as ChainReport,
@@ -92,6 +94,7 @@ from .policy._files import (
     load_policy as load_policy,
     load_policy_file as load_policy_file,
     managed_policy_path as managed_policy_path,
+    parse_policy_file as parse_policy_file,
 )
 from .policy._judge import (
     PartVerdict as PartVerdict,
@@ -115,6 +118,7 @@ from .shell._words import ShellParse as ShellParse, parse_command as parse_comma
 __all__ = [
     "ERROR_CODES",
     "GENESIS",
+    "HOOK_POINTS",
     "MARKER",
     "MAX_SPOOL_BYTES",
     "ApprovalAnswer",
@@ -134,6 +138,8 @@ __all__ = [
     "FileSink",
     "GitMetadata",
     "HeadlessDenyApprover",
+    "Hook",
+    "HookAnswer",
     "Intent",
     "IntentAuthority",
     "InvalidArguments",
@@ -163,6 +169,7 @@ __all__ = [
     "RulesHandle",
     "ScriptedApprover",
     "ShellParse",
+    "Skill",
     "StagedCall",
     "StreamRedactor",
     "TerminalApprover",
@@ -195,6 +202,7 @@ __all__ = [
     "mask_command_args",
     "normalize_path",
     "parse_command",
+    "parse_policy_file",
     "parse_rule",
     "ringfence_home",
     "script_credential_literals",

@@ -20,6 +20,7 @@ from ._approval import ApprovalAnswer, ApprovalRequest, Choice
 from ._calls import AskHook, Authorization
 from ._canonical import arguments_digest, orjson_digest
 from ._errors import Denied, InvalidArguments
+from ._hooks import pre_call
 from ._output import escape_surrogates
 from ._plan import StagedCall
 from ._tools import Consequence, ToolSpec
@@ -63,6 +64,10 @@ async def authorize(
         refuse_lone_surrogates(arguments)
     spec.validate(arguments)
     decision = decide(spec, kernel.posture, kernel.rules, arguments)
+    if kernel._hooks:  # pre_call hooks: a decision only gets stricter (see _hooks.pre_call)
+        decision = await pre_call(
+            kernel, spec, arguments, decision, call_id=call_id, trace_id=trace_id, origin=origin
+        )
     if arguments_sha256 is None:
         arguments_sha256 = arguments_digest(arguments)
     kernel.events.emit(
