@@ -206,12 +206,15 @@ async def _on_signals(
     stop: trio.Event | None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """SIGINT/SIGTERM: HTTP drains in-flight requests first (a second signal cuts it short).
+    """SIGINT/SIGTERM/SIGHUP: HTTP drains in-flight requests first (a second signal cuts it
+    short); either way the kernel then closes and seals the session's events.
 
     Started (not just spawned) before the server announces itself, so a signal
-    sent right after the announcement is already ours to handle.
+    sent right after the announcement is already ours to handle. SIGHUP (the
+    terminal or the launching client went away) would otherwise end the process
+    without a seal.
     """
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         task_status.started()
         async for _ in signals:
             if stop is None or stop.is_set():
