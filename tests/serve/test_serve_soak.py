@@ -44,7 +44,7 @@ IDLE_TIMEOUT = 5.0
 SETTLE_SECONDS = IDLE_TIMEOUT + 3.0  # the timeout, its grace, the sweep, and a margin
 RSS_BOUND = 1.20
 # A result of this size makes a store that keeps results visible within the run.
-FILE_TEXT = "a line of the file the clients read, again and again\n" * 600
+FILE_TEXT = "a line of the file the clients read, again and again\n" * 1100
 
 
 class Load:
