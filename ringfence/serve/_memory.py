@@ -1,12 +1,12 @@
 """Freed memory handed back to the operating system once a burst of requests is over.
 
-Measured in a real run (``tests/serve/test_serve_soak.py``: 20 SDK clients reading a 16 KB
-file for 15 s, some cut off): once they had gone, every MCP session, stored event, grant and
-log subscription was gone too (live-object counts), and Python's own allocations were back
-within 0.4 MiB of idle (tracemalloc; the rest is the spent intent nonces, kept 30 s), yet
-the process stayed 15-30 MiB above its idle size. That is glibc keeping freed chunks in its
-arenas (the main one and one per worker thread the file reads ran in) wherever a live block
-sits above them; ``malloc_trim(0)`` hands every whole free page back, and the size returned
+Measured in a real run (20 SDK clients reading an 11 KB file for 15 s, some cut off, the
+server under tracemalloc and live-object counts): once they had gone, every MCP session,
+stored event, grant and log subscription was gone too, and Python's own allocations were
+back within 0.4 MiB of idle (the rest is the spent intent nonces, kept 30 s), yet the
+process stayed 14 MiB above its idle size (97.3 to 111.5 MiB). That is glibc keeping freed
+chunks in its arenas (the main one and one per worker thread the file reads ran in) wherever
+a live block sits above them; ``malloc_trim(0)`` handed every whole free page back: 91.9 MiB,
 below idle. So :class:`QuietTrim` calls it once when the server has been quiet for a moment
 after activity. Where the C library has no ``malloc_trim`` (musl, macOS) it does nothing.
 """

@@ -120,8 +120,11 @@ class SessionEventStore(EventStore):
         self._clock = clock
         self._events: OrderedDict[EventId, _Stored] = OrderedDict()
         self._bytes = 0
-        # initialize's provisional key -> the session id its response assigned
+        # the key each event was stored under -> its events (so a session's go at once)
+        self._by_owner: dict[str | None, dict[EventId, None]] = {}
+        # initialize's provisional key -> the session id its response assigned, and back
         self._aliases: dict[str, str] = {}
+        self._pending_of: dict[str, str] = {}
         # session id -> the protocol version its initialize response named
         self._versions: dict[str, str] = {}
 
@@ -136,13 +139,15 @@ class SessionEventStore(EventStore):
         return self._bytes
 
     def forget(self, session_id: str) -> None:
-        """The session ended: drop its events, its provisional keys and its version."""
-        for event_id, event in list(self._events.items()):
-            if self._owner(event.owner) == session_id:
-                del self._events[event_id]
-                self._bytes -= event.size
-        for pending in [k for k, v in self._aliases.items() if v == session_id]:
-            del self._aliases[pending]
+        """The session ended: drop its events, its provisional key and its version."""
+        keys: list[str] = [session_id]
+        pending = self._pending_of.pop(session_id, None)
+        if pending is not None:
+            self._aliases.pop(pending, None)
+            keys.append(pending)
+        for key in keys:
+            for event_id in list(self._by_owner.get(key, ())):
+                self._drop(event_id)
         self._versions.pop(session_id, None)
 
     def expire(self) -> None:
@@ -152,13 +157,23 @@ class SessionEventStore(EventStore):
             event_id, oldest = next(iter(self._events.items()))
             if oldest.stored_at > horizon:
                 return
-            del self._events[event_id]
-            self._bytes -= oldest.size
+            self._drop(event_id)
+
+    def _drop(self, event_id: EventId) -> None:
+        event = self._events.pop(event_id)
+        self._bytes -= event.size
+        owned = self._by_owner.get(event.owner)
+        if owned is not None:
+            owned.pop(event_id, None)
+            if not owned:
+                del self._by_owner[event.owner]
 
     def bind(self, pending: str, session_id: str) -> None:
         self._aliases[pending] = session_id
+        self._pending_of[session_id] = pending
         if len(self._aliases) > self.max_events:  # bounded like the events
-            self._aliases.pop(next(iter(self._aliases)))
+            oldest = next(iter(self._aliases))
+            self._pending_of.pop(self._aliases.pop(oldest), None)
 
     def negotiated(self, session_id: str, version: str) -> None:
         """Record the protocol version ``session_id`` negotiated (bounded like the aliases)."""
@@ -202,12 +217,12 @@ class SessionEventStore(EventStore):
         )
         stored = _Stored(stream_id, _current.get(), data, self._clock())
         self._events[event_id] = stored
+        self._by_owner.setdefault(stored.owner, {})[event_id] = None
         self._bytes += stored.size
         while self._events and (
             len(self._events) > self.max_events or self._bytes > self.max_bytes
         ):
-            _, dropped = self._events.popitem(last=False)
-            self._bytes -= dropped.size
+            self._drop(next(iter(self._events)))
         self.expire()
         return event_id
 

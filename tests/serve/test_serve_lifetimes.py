@@ -155,3 +155,28 @@ async def test_a_session_cut_off_without_delete_ends_after_the_idle_timeout(
             headers = {**MCP_HEADERS, "MCP-Session-Id": session_ids["cut"]}
             response = await raw.post(served.url, content=rpc("tools/list"), headers=headers)
         assert response.status_code == 404, response.text
+
+
+async def test_forgetting_a_session_after_evictions_leaves_nothing() -> None:
+    store = SessionEventStore(max_events=3)
+    message = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/progress")
+    _current.set("pending:x")
+    await store.store_event("0", message)
+    store.bind("pending:x", "session-x")
+    _current.set("session-x")
+    for _ in range(5):
+        await store.store_event("1", message)  # the oldest are evicted as these come
+    _current.set("session-y")
+    kept = await store.store_event("1", message)
+    assert store.count == 3
+    store.forget("session-x")
+    store.forget("session-x")  # twice: nothing left to drop
+    held = len(message.model_dump_json(by_alias=True, exclude_unset=True))
+    assert store.count == 1 and store.held_bytes == held
+    store.forget("session-y")
+    assert store.count == 0 and store.held_bytes == 0
+    assert await store.replay_events_after(kept, _fail) is None
+
+
+async def _fail(event: Any) -> None:
+    raise AssertionError(f"replayed {event}")
