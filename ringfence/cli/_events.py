@@ -142,8 +142,12 @@ async def run_verify(args: argparse.Namespace) -> int:
         return print_error(
             ToolError(f"{args.file} does not verify: {first}", field="FILE", report=summary), True
         )
-    for problem in report.tampering:
-        sys.stdout.write(f"{one_line(str(problem))}\n")
+    # Every problem, except that a session without a seal is said once, with its tail, below.
+    tampering = set(report.tampering)
+    unsealed = tuple(f"line {session.line}: session " for session in report.unsealed)
+    for problem in report.problems:
+        if problem in tampering or not problem.startswith(unsealed):
+            sys.stdout.write(f"{one_line(str(problem))}\n")
     for session in report.unsealed:
         sys.stdout.write(_unsealed_line(session, accepted=args.allow_open) + "\n")
     verdict = "intact" if report.ok else "TAMPERED" if report.tampered else "NOT SEALED"
@@ -169,14 +173,15 @@ def _unsealed_line(session: UnsealedSession, *, accepted: bool) -> str:
         tail = "a checkpoint covers every record of it"
     else:
         first, last = unproven
-        after = (
-            f"after its last checkpoint (line {session.proven_through})"
+        count = last - first + 1
+        which = (
+            f"{count} records after its last checkpoint, line {session.proven_through}"
             if session.proven_through is not None
-            else "none of its own checkpoints covers"
+            else f"{count} records, and no checkpoint of its own"
         )
         tail = (
-            f"unauthenticated tail: lines {first}-{last} ({last - first + 1} records {after}: "
-            "consistent, not proven written by the session key)"
+            f"unauthenticated tail: lines {first}-{last} ({which}: consistent, "
+            "not proven written by the session key)"
         )
     hint = "" if accepted else "; --allow-open accepts it"
     return f"{what}; {tail}{hint}"
