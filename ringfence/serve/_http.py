@@ -525,12 +525,16 @@ async def serve_http(
         max_sessions=MAX_SESSIONS,
     )
 
+    # Freed memory back to the system once a burst is over (measured: see _memory).
+    trim = QuietTrim()
+
     def session_ended(session_id: str) -> None:
         # What ringfence held for the session; the SDK drops its own (see _sessions).
         events.forget(session_id)
         kernel.forget_caller(session_id)
         if logs is not None:
             logs.forget(session_id)
+        trim.freed()  # what it held is let go: worth a trim once things are quiet
 
     lifetimes = SessionLifetimes(
         session_ended, idle_seconds=options.session_idle_seconds, max_sessions=MAX_SESSIONS
@@ -541,8 +545,6 @@ async def serve_http(
         emit=lambda kind, **data: kernel.events.emit(kind, kernel.session_id, **data),
         clock=trio.current_time,
     )
-    # Freed memory back to the system once a burst is over (measured: see _memory).
-    trim = QuietTrim()
     guard = RequestGuard(
         app,
         options.token,

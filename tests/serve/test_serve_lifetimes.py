@@ -180,3 +180,24 @@ async def test_forgetting_a_session_after_evictions_leaves_nothing() -> None:
 
 async def _fail(event: Any) -> None:
     raise AssertionError(f"replayed {event}")
+
+
+async def test_freed_memory_is_trimmed_once_per_quiet_spell() -> None:
+    from ringfence.serve._memory import QuietTrim, malloc_trim
+
+    clock = Clock()
+    trim = QuietTrim(quiet_seconds=2, clock=clock)
+    await trim.tick()
+    assert trim.trims == 0  # nothing happened: nothing to do
+    trim.activity()
+    clock.now += 1
+    await trim.tick()
+    assert trim.trims == 0  # not quiet yet
+    clock.now += 1
+    await trim.tick()
+    await trim.tick()
+    done = 1 if malloc_trim() is not None else 0
+    assert trim.trims == done  # once, however often it is asked
+    trim.freed()  # a session ended idle, long after the last request: at once
+    await trim.tick()
+    assert trim.trims == 2 * done
