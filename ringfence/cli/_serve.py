@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import signal
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import trio
@@ -20,10 +23,16 @@ from ..runtime import (
     ScriptedApprover,
 )
 from ..runtime._groups import raise_single
-from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
+from ..serve import (
+    DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+    DEFAULT_PORT,
+    DEFAULT_SESSION_IDLE_SECONDS,
+    EXPOSE_CHOICES,
+    TOKEN_ENV,
+)
 from ._output import envelope
 from ._session import add_session_options, kernel_from_args
-from ._verbs import add_verb_parser, port_number, positive_seconds
+from ._verbs import add_verb_parser, debug_enabled, port_number, positive_seconds
 
 if TYPE_CHECKING:
     from ..serve import HttpOptions, LogForwarder
@@ -78,6 +87,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"(default {DEFAULT_APPROVAL_TIMEOUT_SECONDS:g})",
     )
     p.add_argument(
+        "--session-idle-timeout",
+        type=positive_seconds,
+        default=DEFAULT_SESSION_IDLE_SECONDS,
+        metavar="SECONDS",
+        help="HTTP: end an MCP session with no request in flight this long (its client went "
+        "away without ending it; a live client keeps a stream open) and drop what it held "
+        f"(default {DEFAULT_SESSION_IDLE_SECONDS:g})",
+    )
+    p.add_argument(
         "--behind-tls-proxy",
         action="store_true",
         help=f"HTTP: state that TLS is terminated in front; required (with ${TOKEN_ENV}) "
@@ -120,6 +138,7 @@ def http_options(args: argparse.Namespace) -> tuple[HttpOptions, bool]:
             behind_tls_proxy=args.behind_tls_proxy,
             allowed_hosts=tuple(args.allowed_host),
             allowed_origins=tuple(args.allowed_origin),
+            session_idle_seconds=args.session_idle_timeout,
         ),
         generated,
     )
@@ -133,10 +152,82 @@ def _say(text: str) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     try:
-        return await _run(args)
+        with library_logs_as_lines():
+            return await _run(args)
     except BaseExceptionGroup as group:
         # Nurseries group what they raise; one ringfence error is reported as itself.
         raise_single(group, RingfenceError)
+
+
+class _OneLine(logging.Handler):
+    """What the libraries under ``serve`` log (the MCP SDK, hypercorn, ringfence's own
+    ``ringfence.serve``), one line each on stderr, with no traceback.
+
+    A record whose exception says a peer went away (a stream closed or broken under the
+    SDK, a client that disconnected) is dropped: a client may leave at any moment, and
+    a line per departure is noise. ``RINGFENCE_DEBUG=1`` prints every record whole.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            error = record.exc_info[1] if record.exc_info else None
+            if debug_enabled():
+                sys.stderr.write(logging.Formatter().format(record) + "\n")
+                return
+            if error is not None and _peer_went_away(error):
+                return
+            text = record.getMessage()
+            if error is not None:
+                text += (
+                    f" ({type(error).__name__}: {error})"
+                    if str(error)
+                    else f" ({type(error).__name__})"
+                )
+            _say(f"{record.name}: {text}")
+        except Exception:
+            self.handleError(record)
+
+
+def _peer_went_away(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from) says the other end is gone."""
+    import anyio  # loaded already: the SDK runs on it
+
+    gone: tuple[type[BaseException], ...] = (
+        anyio.ClosedResourceError,
+        anyio.BrokenResourceError,
+        anyio.EndOfStream,
+        trio.ClosedResourceError,
+        trio.BrokenResourceError,
+    )
+    if "starlette.requests" in sys.modules:  # HTTP: a client that disconnected mid-request
+        gone += (sys.modules["starlette.requests"].ClientDisconnect,)
+    seen: BaseException | None = error
+    for _ in range(8):  # the chain of causes, bounded
+        if seen is None:
+            return False
+        if isinstance(seen, gone):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@contextlib.contextmanager
+def library_logs_as_lines() -> Iterator[None]:
+    """While serving, log records at WARNING and above go through :class:`_OneLine` (a root
+    handler, removed after). With ``RINGFENCE_DEBUG=1`` ringfence's own ``ringfence.serve``
+    records come from DEBUG up (what a departed client's request raised, for one)."""
+    root = logging.getLogger()
+    ours = logging.getLogger("ringfence.serve")
+    handler = _OneLine()
+    saved = ours.level
+    root.addHandler(handler)
+    if debug_enabled():
+        ours.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        ours.setLevel(saved)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -218,12 +309,15 @@ async def _on_signals(
     stop: trio.Event | None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """SIGINT/SIGTERM: HTTP drains in-flight requests first (a second signal cuts it short).
+    """SIGINT/SIGTERM/SIGHUP: HTTP drains in-flight requests first (a second signal cuts it
+    short); either way the kernel then closes and seals the session's events.
 
     Started (not just spawned) before the server announces itself, so a signal
-    sent right after the announcement is already ours to handle.
+    sent right after the announcement is already ours to handle. SIGHUP (the
+    terminal or the launching client went away) would otherwise end the process
+    without a seal.
     """
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         task_status.started()
         async for _ in signals:
             if stop is None or stop.is_set():

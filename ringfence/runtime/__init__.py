@@ -75,6 +75,7 @@ from ._skills import Skill as Skill
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec
 from ._verify import (
     ChainReport as ChainReport,
+    UnsealedSession as UnsealedSession,
     verify_chain as verify_chain,
     verify_file as verify_file,
 )
@@ -177,6 +178,7 @@ __all__ = [
     "ToolSpec",
     "ToolTimeout",
     "Unavailable",
+    "UnsealedSession",
     "Unwritable",
     "Verdict",
     "atomic_write",

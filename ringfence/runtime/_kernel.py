@@ -288,6 +288,11 @@ class Kernel:
         finally:
             _CALLER.reset(token)
 
+    def forget_caller(self, caller: str) -> None:
+        """Drop ``caller``'s session grants (its session ended): a later caller that happens
+        to carry the same name starts with none."""
+        self._caller_grants.pop(caller, None)
+
     def _session_grants(self) -> SessionGrants:
         """The session grants of the caller of the call running now (see :meth:`as_caller`)."""
         current = _CALLER.get()
