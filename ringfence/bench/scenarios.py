@@ -15,6 +15,7 @@ from . import (
     mcp_host,
     mcp_oauth,
     policy,
+    providers,
     remote,
     workspace,
 )
@@ -22,6 +23,7 @@ from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
     gate.SCENARIO,
+    providers.SCENARIO,
     *workspace.SCENARIOS,
     *changesets.SCENARIOS,
     *journal.SCENARIOS,

@@ -72,6 +72,7 @@ from ._outcomes import RecordingOutcome
 from ._output import cap_text, escape_surrogates
 from ._plan import Plan
 from ._planapply import apply_plan
+from ._providers import ProviderTools, ToolFormat, answer_tool_call, tool_definitions
 from ._redact import Redactor
 from ._tools import Registry, ToolSpec
 from .policy._decide import Decision, Posture, Rules
@@ -304,6 +305,42 @@ class Kernel:
 
     def tools(self) -> list[ToolSpec]:
         return list(self.registry)
+
+    def tool_definitions(
+        self,
+        format: ToolFormat | str,
+        *,
+        names: Iterable[str] | None = None,
+        strict: bool = False,
+    ) -> ProviderTools:
+        """The tools (all, or those ``names`` lists) in the shape a model API takes.
+
+        ``format``: ``openai-responses``, ``openai-chat``, ``anthropic`` or ``mcp``.
+        Names are made provider-safe and map back one-to-one; ``strict`` asks for
+        OpenAI Structured Outputs where a schema allows it (see ``_providers``).
+        Hand the result to :meth:`answer_tool_call` with the model's calls.
+        Raises InvalidArguments for an unknown format, NotFound for an unknown name.
+        """
+        specs = (
+            self.tools() if names is None else [self.registry.get(n) for n in dict.fromkeys(names)]
+        )
+        return tool_definitions(specs, format, strict=strict)
+
+    async def answer_tool_call(
+        self, call: Any, *, tools: ProviderTools | None = None, origin: str | None = None
+    ) -> dict[str, Any]:
+        """Run a model's tool call through the Gate; return the provider's result block.
+
+        ``call``: an OpenAI Responses ``function_call`` item, a Chat Completions tool
+        call, an Anthropic ``tool_use`` block or MCP ``tools/call`` params (a mapping or
+        the SDK's model). The answer is a ``function_call_output`` item, a ``tool``
+        message, a ``tool_result`` block (``is_error``) or a ``CallToolResult``: a
+        refusal or a failure is an error result for the model, not an exception.
+        ``tools``: the definitions the model was given (their names map back; a name
+        they do not hold is answered ``not_found``). Raises InvalidArguments only
+        when ``call`` is no tool call at all.
+        """
+        return await answer_tool_call(self, call, tools, origin)
 
     def set_posture(self, posture: Posture | str) -> None:
         """Change the session's posture; applies to the next call."""
