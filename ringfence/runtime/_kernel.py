@@ -502,7 +502,12 @@ class Kernel:
         trace_id: str | None,
         parent_id: str | None,
         on_ask: AskHook | None,
+        *,
+        before_execute: Callable[[Authorization], None] | None = None,
     ) -> Outcome:
+        """The road of :meth:`invoke`; ``before_execute(auth)`` runs once the Gate allowed
+        the call and before it runs (``plan apply`` marks the call applied there); what it
+        raises ends the call unrun, recorded like any failure."""
         call_id = new_id()
         trace_id = trace_id or call_id
         # Copy a mapping so the caller cannot change it after the Gate looked; anything
@@ -531,6 +536,8 @@ class Kernel:
                     self, tool, args, call_id, trace_id, origin, on_ask, spec
                 )
                 decision = auth.decision
+                if before_execute is not None:
+                    before_execute(auth)
                 if auth.staged:
                     value = self._placeholder(auth)
                     return Outcome(tool, call_id, trace_id, origin, decision, value, staged=True)

@@ -1,0 +1,50 @@
+"""The frictions a new user hit (issue 31, item 3), each performed through the command line.
+
+Every test here failed on the main of the time the issue was filed; the name says what
+now holds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_helpers import isolated, ringfence_process  # noqa: F401  (isolated: autouse)
+
+
+def rf(*args: str, cwd: Path, home: Path, env: dict[str, str] | None = None):
+    """``ringfence *args`` as a real process, no terminal (stdin a pipe), its own home."""
+    return ringfence_process(
+        *args,
+        cwd=cwd,
+        env={"RINGFENCE_HOME": str(home), **(env or {})},
+        unset=("RINGFENCE_WORKSPACE_ROOTS", "RINGFENCE_POSTURE"),
+        stdin="",
+    )
+
+
+# -- 1. a refused plan apply does not burn the plan -------------------------------------------
+
+
+def test_a_refused_plan_apply_leaves_the_plan_to_apply_again(tmp_path: Path) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    plan = tmp_path / "plan.json"
+    args = json.dumps({"path": "one.txt", "content": "x"})
+    staged = rf("call", "write_file", "--args", args, "--workspace", str(work),
+                "--dry-run", str(plan), cwd=work, home=home)  # fmt: skip
+    assert staged.returncode == 0, staged.stderr
+    # no terminal, no --approve: asking means no; the call does not run
+    refused = rf("plan", "apply", str(plan), "--workspace", str(work), cwd=work, home=home)
+    assert refused.returncode == 3, refused.stderr
+    assert not (work / "one.txt").exists()
+    assert "not spent" in refused.stderr and "--approve yes" in refused.stderr
+    # ... and did not spend the plan: approved, it applies
+    applied = rf("plan", "apply", str(plan), "--workspace", str(work), "--approve", "yes",
+                 cwd=work, home=home)  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert (work / "one.txt").read_text() == "x"
+    # once: the call that ran spent it
+    again = rf("plan", "apply", str(plan), "--workspace", str(work), "--approve", "yes",
+               cwd=work, home=home)  # fmt: skip
+    assert again.returncode != 0 and "already applied" in again.stderr
