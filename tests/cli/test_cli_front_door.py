@@ -7,9 +7,12 @@ now holds.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from cli_helpers import isolated, ringfence_process  # noqa: F401  (isolated: autouse)
+
+from ringfence.mcp_host import parse_manifest
 
 
 def rf(*args: str, cwd: Path, home: Path, env: dict[str, str] | None = None):
@@ -48,3 +51,40 @@ def test_a_refused_plan_apply_leaves_the_plan_to_apply_again(tmp_path: Path) -> 
     again = rf("plan", "apply", str(plan), "--workspace", str(work), "--approve", "yes",
                cwd=work, home=home)  # fmt: skip
     assert again.returncode != 0 and "already applied" in again.stderr
+
+
+# -- 3. the README's examples load as written; errors name the real cause ----------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def toml_blocks() -> list[str]:
+    return re.findall(r"```toml\n(.*?)```", README.read_text(), re.S)
+
+
+def test_the_readme_s_toml_examples_load_as_written(tmp_path: Path) -> None:
+    blocks = toml_blocks()
+    assert len(blocks) >= 3
+    for i, block in enumerate(blocks):
+        if "[[server]]" in block:  # an mcp.toml
+            parse_manifest(block, f"README block {i}")
+            continue
+        policy = tmp_path / f"policy-{i}.toml"
+        policy.write_text(block)
+        checked = rf("policy", "check", str(policy), cwd=tmp_path, home=tmp_path / "home")
+        assert checked.returncode == 0, (block, checked.stderr)
+
+
+def test_a_placeholder_digest_is_named_as_the_cause(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        'version = 1\n[trust]\nprojects = [\n  "/srv/ok",\n'
+        '  { path = "/srv/app", sha256 = "<printed by ringfence policy show>" },\n]\n'
+    )
+    checked = rf("policy", "check", str(policy), cwd=tmp_path, home=tmp_path / "home")
+    assert checked.returncode != 0
+    assert f"{policy}:5: trust.projects[1]" in checked.stderr
+    assert (
+        "64 hex digits" in checked.stderr and "policy show --workspace /srv/app" in checked.stderr
+    )
+    assert "Traceback" not in checked.stderr
