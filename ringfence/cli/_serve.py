@@ -22,7 +22,7 @@ from ..runtime import (
 from ..runtime._groups import raise_single
 from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
 from ._output import envelope
-from ._session import add_session_options, kernel_from_args
+from ._session import add_session_options, cli_headless_fix, kernel_from_args
 from ._verbs import add_verb_parser, port_number, positive_seconds
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def headless_approver(policy: str) -> Approver:
     if policy == "approve":
         return ScriptedApprover(lambda _r: ApprovalAnswer.once("--headless approve"))
-    return HeadlessDenyApprover()
+    return HeadlessDenyApprover(cli_headless_fix)
 
 
 def http_options(args: argparse.Namespace) -> tuple[HttpOptions, bool]:

@@ -88,3 +88,21 @@ def test_a_placeholder_digest_is_named_as_the_cause(tmp_path: Path) -> None:
         "64 hex digits" in checked.stderr and "policy show --workspace /srv/app" in checked.stderr
     )
     assert "Traceback" not in checked.stderr
+
+
+# -- 8. a headless denial names the fix, and the fix it names works ------------------------------
+
+
+def test_a_headless_denial_names_the_flags_that_let_it_run(tmp_path: Path) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    args = json.dumps({"path": "a.txt", "content": "x"})
+    denied = rf("call", "write_file", "--args", args, "--workspace", str(work), cwd=work, home=home)
+    assert denied.returncode == 3 and not (work / "a.txt").exists()
+    for fix in ("--approve yes", "--posture allow-reversible", "--allow 'write_file(path=a.txt)'"):
+        assert fix in denied.stderr, denied.stderr
+    # the rule it names is one that lets exactly this call run
+    allowed = rf("call", "write_file", "--args", args, "--workspace", str(work),
+                 "--allow", "write_file(path=a.txt)", cwd=work, home=home)  # fmt: skip
+    assert allowed.returncode == 0, allowed.stderr
+    assert (work / "a.txt").read_text() == "x"
