@@ -114,4 +114,9 @@ async def run(args: argparse.Namespace) -> int:
         elif args.tool not in names:
             error = with_suggestions(error, args.tool, names)
         return print_error(error, args.json, warnings)
+    # What the backend knows explains a failure inside the result (a root its uid cannot
+    # write): said on stderr too, not only inside the JSON.
+    notes = outcome.value.get("notes") if isinstance(outcome.value, dict) else None
+    if isinstance(notes, list):
+        warnings = [*warnings, *(str(n) for n in notes)]
     return print_ok(outcome.value, args.json, warnings)

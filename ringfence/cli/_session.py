@@ -94,8 +94,9 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         dest="change_sets",
         action="store_false",
         default=None,
-        help="let run_shell write the workspace directly (default for the local backend: each "
-        "command's writes are merged as an undoable change set; run_shell is then reversible)",
+        help="let run_shell write the workspace directly, without change sets (which the local "
+        "backend keeps by default: each command's writes merged as an undoable change set, "
+        "run_shell reversible)",
     )
     parser.add_argument(
         "--refuse-whole-change-set",
