@@ -100,20 +100,58 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         try:
             code = trio.run(args.func, args)
+            sys.stdout.flush()  # here, so a reader gone (`| head`) is seen below, not at exit
         finally:
             _run_shutdown_hooks()
             if short_lived:
                 gc.freeze()  # see _short_lived
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        return _after_closed_stdout()
     except UsageError as exc:
         return print_usage_error(str(exc), as_json)
     except KeyboardInterrupt:
         sys.stderr.write("ringfence: interrupted\n")
         return 130
     except Exception as exc:  # the CLI's one boundary for every verb
+        if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
+            return _after_closed_stdout()
         if debug_enabled():
             raise
         return print_error(error_from_exception(exc), as_json)
     return int(code or 0)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (``ringfence … | head -3``).
+
+    Asked of the descriptor itself (poll reports POLLERR on a pipe without readers), so a
+    broken pipe to anything else a verb wrote to is still an error.
+    """
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _after_closed_stdout() -> int:
+    """The reader took what it wanted: not an error. What is still buffered goes nowhere
+    (stdout is pointed at /dev/null, so the interpreter's last flush cannot fail)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _short_lived() -> None:

@@ -7,7 +7,10 @@ now holds.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from cli_helpers import isolated, ringfence_process  # noqa: F401  (isolated: autouse)
@@ -106,3 +109,52 @@ def test_a_headless_denial_names_the_flags_that_let_it_run(tmp_path: Path) -> No
                  "--allow", "write_file(path=a.txt)", cwd=work, home=home)  # fmt: skip
     assert allowed.returncode == 0, allowed.stderr
     assert (work / "a.txt").read_text() == "x"
+
+
+# -- 10. the smaller ones -----------------------------------------------------------------------
+
+
+def _closed_reader(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """``ringfence *args | head -0``: the reader is gone before anything is written."""
+    env = {**os.environ, "RINGFENCE_HOME": str(home)}
+    env.pop("RINGFENCE_WORKSPACE_ROOTS", None)
+    read, write = os.pipe()
+    os.close(read)  # nobody will read stdout
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ringfence", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env=env,
+        )
+    finally:
+        os.close(write)
+    _, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
+
+
+def test_a_closed_pipe_is_not_an_error_and_an_empty_list_says_so(tmp_path: Path) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    empty = rf("checkpoints", "list", "--workspace", str(work), cwd=work, home=home)
+    assert empty.returncode == 0 and empty.stdout == ""
+    assert f"no change sets for the workspace {work}" in empty.stderr
+    args = json.dumps({"path": "a.txt", "content": "x"})
+    made = rf("call", "write_file", "--args", args, "--workspace", str(work), "--approve", "yes",
+              cwd=work, home=home)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    listed = _closed_reader("checkpoints", "list", "--workspace", str(work), cwd=work, home=home)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stderr == ""
+
+
+def test_no_change_sets_help_does_not_read_as_the_default() -> None:
+    shown = ringfence_process("call", "--help")
+    help_text = " ".join(shown.stdout.split())
+    start = help_text.index("--no-change-sets let")
+    described = help_text[start : start + 200]
+    assert "without change sets" in described
+    assert "(default for the local backend:" not in described
