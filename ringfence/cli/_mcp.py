@@ -307,6 +307,32 @@ def config_from_args(args: argparse.Namespace, existing: Manifest) -> ServerConf
     return ServerConfig(**options)
 
 
+def command_warning(config: ServerConfig) -> str | None:
+    """What is wrong with a stdio server's command now (saved, it fails every session until
+    it is fixed), or None. A command with ``$`` (``$WORKSPACE/...``) or a relative path with
+    a ``/`` is judged when the server starts, where it is expanded and resolved."""
+    import os
+    import shutil
+
+    from ..mcp_host._errors import command_fix
+
+    command = config.command
+    if config.transport is not Transport.STDIO or not command:
+        return None
+    if "$" in command or (not os.path.isabs(command) and "/" in command):
+        return None
+    if os.path.isabs(command):
+        ok = os.path.isfile(command) and os.access(command, os.X_OK)
+    else:
+        ok = shutil.which(command) is not None
+    if ok:
+        return None
+    return (
+        f"{config.name}: the command {command!r} cannot be started now: {command_fix(command)} "
+        "(saved as given; sessions fail to connect this server until it can)"
+    )
+
+
 def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--auth`` and the OAuth flags; the manifest check (run by save_server) judges them."""
     from ..mcp_host.manifest._load import AuthMode
@@ -355,10 +381,11 @@ async def run_add(args: argparse.Namespace) -> int:
     policy.write()
     summary = server_summary(m.get(config.name))
     shown_policy = str(policy.path) if policy.changed else None
+    warnings = [*m.warnings, *filter(None, [command_warning(config)])]
     if args.json:
         result = {"manifest": str(path), "replaced": replaced, "server": summary}
-        return print_ok({**result, "policy": shown_policy}, True, m.warnings)
-    print_warnings(m.warnings)
+        return print_ok({**result, "policy": shown_policy}, True, warnings)
+    print_warnings(warnings)
     verb = "replaced" if replaced else "added"
     sys.stdout.write(
         f"{verb} {config.name} in {path}: {summary['transport']} {summary['target']}\n"

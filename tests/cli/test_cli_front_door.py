@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,36 @@ def test_no_change_sets_help_does_not_read_as_the_default() -> None:
     described = help_text[start : start + 200]
     assert "without change sets" in described
     assert "(default for the local backend:" not in described
+
+
+def test_mcp_add_says_a_command_cannot_start_and_inspect_names_the_real_cause(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    missing = tmp_path / "bin" / "no-such-server"  # absolute, and absent
+    added = rf("mcp", "add", "ghost", "--transport", "stdio", "--command", str(missing),
+               cwd=tmp_path, home=home)  # fmt: skip
+    assert added.returncode == 0, added.stderr  # saved as given (it may be installed later)
+    assert f"the command '{missing}' cannot be started now" in added.stderr
+    assert "does not exist" in added.stderr
+    inspected = rf("mcp", "inspect", "ghost", cwd=tmp_path, home=home)
+    text = inspected.stdout + inspected.stderr
+    assert "does not exist" in text
+    assert "configure an absolute path" not in text  # it is one already
+    bare = rf("mcp", "add", "bare", "--transport", "stdio", "--command", "no-such-server-rf",
+              cwd=tmp_path, home=home)  # fmt: skip
+    assert "not found on the PATH" in bare.stderr and "absolute path" in bare.stderr
+
+
+def test_a_port_in_use_suggests_port_zero(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        served = rf("serve", "--transport", "http", "--port", port, "--workspace", str(work),
+                    cwd=work, home=tmp_path / "home")  # fmt: skip
+    assert served.returncode == 2
+    assert "Address already in use" in served.stderr and "--port 0" in served.stderr
+    assert "Traceback" not in served.stderr
