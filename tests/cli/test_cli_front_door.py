@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli_helpers import isolated, ringfence_process  # noqa: F401  (isolated: autouse)
+from cli_helpers import (  # isolated: autouse
+    isolated,  # noqa: F401
+    ringfence_process,
+    run_on_pty,
+)
 
 from ringfence.mcp_host import parse_manifest
 
@@ -192,3 +196,22 @@ def test_a_port_in_use_suggests_port_zero(tmp_path: Path) -> None:
     assert served.returncode == 2
     assert "Address already in use" in served.stderr and "--port 0" in served.stderr
     assert "Traceback" not in served.stderr
+
+
+def test_a_git_config_write_is_refused_before_anyone_is_asked(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / ".git").mkdir(parents=True)
+    (work / ".git" / "config").write_text("[core]\n")
+    args = json.dumps({"path": ".git/config", "content": "[core]\n\tfsmonitor = evil\n"})
+    # on a terminal, answering yes: no question may come, and the write is refused
+    shown = run_on_pty(
+        ["call", "write_file", "--args", args, "--workspace", str(work)],
+        work,
+        env={"RINGFENCE_HOME": str(tmp_path / "home")},
+        new_session=True,
+        prompt=b"or [d]eny?",
+        answer=b"o\n",
+    )
+    assert not shown.answered, shown.output
+    assert "git_metadata" in shown.output and shown.code != 0
+    assert (work / ".git" / "config").read_text() == "[core]\n"
