@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import sys
+import warnings
 from typing import TYPE_CHECKING
 
 import trio
@@ -134,6 +135,12 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    # serve speaks the handshake era (2025-11-25), where the logging capability is current:
+    # the SDK's deprecation warning for it (SEP-2577, the 2026-07-28 era) would only be noise
+    # on the server's stderr. This process is the command's own, so the filter is ours to set.
+    warnings.filterwarnings(
+        "ignore", message="The logging capability is deprecated", category=UserWarning
+    )
     expose = _serve_pkg.parse_expose(args.expose)
     if "connectors" in expose:
         args.mcp = True  # serving connector tools needs the manifest's servers connected
