@@ -42,7 +42,10 @@ __all__ = [
     "ScriptedApprover",
     "SessionGrants",
     "TerminalApprover",
+    "api_headless_fix",
     "default_approver",
+    "grant_pattern",
+    "posture_that_allows",
     "render_approval",
 ]
 
@@ -402,8 +405,19 @@ def _parse_terminal_answer(line: str, request: ApprovalRequest) -> ApprovalAnswe
         return ApprovalAnswer(choice, f"answered {choice.value} at the terminal")
     if choice is not Choice.SESSION:
         return "only a session answer takes a pattern: s NAME=GLOB …"
+    pattern = grant_pattern(words[1:], request)
+    if isinstance(pattern, str):
+        return pattern
+    shown = " ".join(f"{k}={v}" for k, v in pattern.items())
+    return ApprovalAnswer.session(f"answered session for {shown} at the terminal", pattern)
+
+
+def grant_pattern(words: Iterable[str], request: ApprovalRequest) -> dict[str, str] | str:
+    """``NAME=GLOB`` words (already split as a shell would) as a session grant's pattern
+    for ``request``, or what is wrong with them (every approver that offers a pattern reads
+    it here: the terminal's ``s NAME=GLOB``, ``serve``'s form)."""
     pattern: dict[str, str] = {}
-    for word in words[1:]:
+    for word in words:
         name, sep, glob = word.partition("=")
         if not sep or not name or not glob:
             return f"{word!r}: write a pattern as NAME=GLOB (e.g. path=src/*)"
@@ -416,8 +430,7 @@ def _parse_terminal_answer(line: str, request: ApprovalRequest) -> ApprovalAnswe
             except RuleError as exc:
                 return f"command pattern {glob!r}: {exc.message}"
         pattern[name] = glob
-    shown = " ".join(f"{k}={v}" for k, v in pattern.items())
-    return ApprovalAnswer.session(f"answered session for {shown} at the terminal", pattern)
+    return pattern
 
 
 def default_approver(headless: Approver | None = None) -> Approver:

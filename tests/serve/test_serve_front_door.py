@@ -10,7 +10,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from serve_helpers import error_code, real_command, stdio_session, text_of
+import mcp_types as types
+from serve_helpers import Asker, error_code, real_command, stdio_session, text_of
 
 
 async def test_a_client_that_cannot_be_asked_is_told_what_lets_the_call_run(
@@ -46,3 +47,28 @@ async def test_serving_logs_puts_no_deprecation_warning_on_stderr(tmp_path: Path
     stderr = errlog.read_text()
     assert "serving" in stderr  # the server did write its stderr here
     assert "DeprecationWarning" not in stderr, stderr
+
+
+async def test_a_session_approval_over_elicitation_can_name_a_pattern(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "notes").mkdir(parents=True)
+    events = tmp_path / "events.jsonl"
+    asker = Asker(
+        lambda _p: types.ElicitResult(
+            action="accept", content={"decision": "session", "pattern": "path=notes/* content=*"}
+        )
+    )
+    command = real_command(workspace, events, "--posture", "ask")
+    async with stdio_session(
+        workspace, events, command=command, mode="legacy", asker=asker
+    ) as client:
+        form = None
+        for name in ("a", "b", "c"):
+            result = await client.call_tool(
+                "write_file", {"path": f"notes/{name}.txt", "content": name}
+            )
+            assert not result.is_error, text_of(result)
+            form = form or asker.asked[0].requested_schema
+    assert len(asker.asked) == 1  # the pattern covered b and c
+    assert "pattern" in form["properties"]
+    assert sorted(p.name for p in (workspace / "notes").iterdir()) == ["a.txt", "b.txt", "c.txt"]
