@@ -17,6 +17,7 @@ from . import (
     policy,
     providers,
     remote,
+    serve_start,
     workspace,
 )
 from ._suite import Scenario
@@ -37,6 +38,7 @@ SCENARIOS: list[Scenario] = [
     *mcp_oauth.SCENARIOS,
     *bridge.SCENARIOS,
     *latency.SCENARIOS,
+    serve_start.SCENARIO,
 ]
 
 

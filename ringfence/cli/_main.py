@@ -82,6 +82,12 @@ def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if short_lived:
         gc.disable()  # until the imports are done (see _short_lived)
+    # `serve` over stdio: the client's initialize is answered before the rest loads.
+    early = None
+    if short_lived and argv[:1] == ["serve"]:
+        from ._serve_early import answer_serve_initialize
+
+        early = answer_serve_initialize(argv)
     # Before parsing succeeds there is no namespace to ask: a parse error honours --json too.
     as_json = "--json" in argv
     try:
@@ -90,6 +96,8 @@ def _main(argv: Sequence[str] | None) -> int:
         from ._output import print_usage_error
 
         return print_usage_error(str(exc), as_json)
+    if early is not None:
+        args.early_initialize = early
     as_json = getattr(args, "json", False) is True
     import trio  # here, not at the top: --help and --version never start a loop
 

@@ -141,6 +141,9 @@ async def _run(args: argparse.Namespace) -> int:
     warnings.filterwarnings(
         "ignore", message="The logging capability is deprecated", category=UserWarning
     )
+    # What the command read (and answered) before it loaded this (._serve_early); None
+    # when it did not, or in-process (main(argv)), where stdin is not the client's.
+    early = getattr(args, "early_initialize", None) if args.transport == "stdio" else None
     expose = _serve_pkg.parse_expose(args.expose)
     if "connectors" in expose:
         args.mcp = True  # serving connector tools needs the manifest's servers connected
@@ -164,7 +167,8 @@ async def _run(args: argparse.Namespace) -> int:
         if options is None:
             await nursery.start(_on_signals, nursery.cancel_scope, None)
             _say(f"serving {count} tools over stdio (posture {posture})")
-            await _serve_pkg.serve_stdio(kernel, expose=expose, logs=logs)  # until stdin closes
+            # until stdin closes
+            await _serve_pkg.serve_stdio(kernel, expose=expose, logs=logs, early=early)
             nursery.cancel_scope.cancel()
         else:
             stop = trio.Event()
