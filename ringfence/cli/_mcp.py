@@ -195,7 +195,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument(
         "--sandbox-writable",
         action="store_true",
-        help="with --sandbox local: the workspace is writable (default read-only)",
+        help="with --sandbox local: the server's writes become a change set per call "
+        "(default: the workspace is read-only)",
     )
     add.add_argument(
         "--elicitation",

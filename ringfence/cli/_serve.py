@@ -65,6 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "deny (default) or approve once",
     )
     p.add_argument(
+        "--review",
+        action="store_true",
+        help="also serve a local review page (its URL on stderr): a client that cannot be "
+        "asked (no elicitation) gets its questions answered there instead of by --headless",
+    )
+    p.add_argument(
         "--approval-timeout",
         type=positive_seconds,
         default=DEFAULT_APPROVAL_TIMEOUT_SECONDS,
@@ -149,18 +155,24 @@ async def _run(args: argparse.Namespace) -> int:
         args.mcp = True  # serving connector tools needs the manifest's servers connected
     # Check everything that can be refused before a kernel (and its backend) starts.
     options, generated = http_options(args) if args.transport == "http" else (None, False)
-    # --approve yes|no answers every question itself; otherwise ask the client. Set when
-    # the kernel is made: nothing swaps a running kernel's approver.
+    # --review (or --approve review): the review page, in this session; with --review it
+    # answers for clients that cannot be asked, in place of the --headless policy.
+    review = None
+    if args.review or args.approve == "review":
+        from ._review_setup import ReviewSetup
+
+        review = ReviewSetup.from_args(args, say=lambda url: _say(f"review page at {url}"))
+    # --approve yes|no|review answers every question itself; otherwise ask the client. Set
+    # when the kernel is made: nothing swaps a running kernel's approver.
+    fallback = review.approver if review is not None else headless_approver(args.headless)
     approver = (
-        _serve_pkg.ClientApprover(
-            headless_approver(args.headless), timeout_seconds=args.approval_timeout
-        )
+        _serve_pkg.ClientApprover(fallback, timeout_seconds=args.approval_timeout)
         if args.approve is None
         else None
     )
     # ringfence's events as MCP log notifications, for clients that set a level.
     logs = _serve_pkg.LogForwarder()
-    kernel = kernel_from_args(args, approver, event_observer=logs)
+    kernel = kernel_from_args(args, approver, event_observer=logs, review=review)
     async with kernel, trio.open_nursery() as nursery:
         count = len(_serve_pkg.exposed_tools(kernel, expose))
         posture = kernel.posture.value

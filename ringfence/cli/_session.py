@@ -6,7 +6,7 @@ import argparse
 import os
 import shlex
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._embed import create_kernel, workspace_roots_from_env
 from ..runtime import (
@@ -34,6 +34,9 @@ from ._mcp_session import ELICITOR_KEY, mcp_setup
 from ._output import check_output_file, naming_file
 from ._worktree import add_worktree_option, session_roots
 
+if TYPE_CHECKING:
+    from ._review_setup import ReviewSetup
+
 
 def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
     parser.add_argument(
@@ -51,8 +54,9 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
     )
     parser.add_argument(
         "--approve",
-        choices=["yes", "no"],
-        help="answer every approval question without asking (default: ask on a TTY, else no)",
+        choices=["yes", "no", "review"],
+        help="answer every approval question without asking (yes, no), or ask on a local review "
+        "page whose URL is printed (review); default: ask on a TTY, else no",
     )
     parser.add_argument(
         "--backend",
@@ -257,6 +261,7 @@ def kernel_from_args(
     mcp_tool: str | None = None,
     interactive: bool = False,
     event_observer: Any = None,
+    review: ReviewSetup | None = None,
 ) -> Kernel:
     """The session's kernel; ``approver`` (default: from ``--approve``) is set at construction.
 
@@ -265,17 +270,26 @@ def kernel_from_args(
     asked at the terminal (declined with a warning without one).
     ``event_observer``: also handed every event line (before OpenTelemetry's,
     which it must pass on through its ``next_observer``), e.g. serve's log forwarder.
+    ``review``: serve the review page inside this session (``--approve review`` makes one).
     """
     dry = getattr(args, "dry_run", None)
     sandbox = getattr(args, "sandbox", None)
     check_output_file(args.events, "--events")
     check_output_file(dry, "--dry-run")
     _check_plan_file(dry)
+    if review is None and getattr(args, "approve", None) == "review":
+        from ._review_setup import ReviewSetup, announcer
+
+        review = ReviewSetup.from_args(args, say=announcer("ringfence"))
     otel = _otel_observer(args)
     observer = otel
     if event_observer is not None:
         event_observer.next_observer = otel
         observer = event_observer
+    if review is not None:
+        observer = review.observer(observer)  # the page sees every line first
+    if approver is None and review is not None and getattr(args, "approve", None) == "review":
+        approver = review.approver
     roots = workspace_roots_from_env(args.workspace)
     if getattr(args, "worktree", None) is not None:
         roots = session_roots(roots, args.worktree)
@@ -307,8 +321,11 @@ def kernel_from_args(
         event_observer=observer,
         change_sets=getattr(args, "change_sets", None),
         merge_refused=not getattr(args, "refuse_whole_change_set", False),
+        plugins=True,  # the added plugins (ringfence plugin): untrusted ones only tighten
     )
     show_and_record(kernel, weaker_choices(backend, script_sandbox, sandbox))
+    if review is not None:
+        review.attach(kernel)
     if mcp_options and "elicitor" in mcp_options:
         kernel.extensions[ELICITOR_KEY] = mcp_options["elicitor"]  # its notes become warnings
     if otel is not None:

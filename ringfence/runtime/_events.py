@@ -93,6 +93,9 @@ KERNEL_KINDS = OUTCOME_KINDS | {
     "approval_asked",
     "approval_answered",
     "started",
+    "hook_added",
+    "hook_ran",
+    "skill_added",
 }
 
 

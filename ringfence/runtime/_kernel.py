@@ -55,7 +55,7 @@ from typing import Any
 
 import trio
 
-from . import _gate
+from . import _gate, _hooks
 from ._approval import Approver, HeadlessDenyApprover, SessionGrants
 from ._calls import AskHook, Authorization, CallContext, NoPublicConstructor, Outcome, new_id
 from ._errors import RingfenceError, ToolError
@@ -67,6 +67,7 @@ from ._events import (
     MemorySink,
 )
 from ._files import ringfence_home
+from ._hooks import Hook
 from ._intents import IntentAuthority
 from ._outcomes import RecordingOutcome
 from ._output import cap_text, escape_surrogates
@@ -74,6 +75,7 @@ from ._plan import Plan
 from ._planapply import apply_plan
 from ._providers import ProviderTools, ToolFormat, answer_tool_call, tool_definitions
 from ._redact import Redactor
+from ._skills import Skill
 from ._tools import Registry, ToolSpec
 from .policy._decide import Decision, Posture, Rules
 
@@ -189,6 +191,10 @@ class Kernel:
         self._startups: list[Callable[[Kernel], Awaitable[None]]] = []
         # Per-session state that client packages attach (e.g. extensions["mcp"]).
         self.extensions: dict[str, Any] = {}
+        # Hooks (see _hooks): an operator's checks that can only tighten; skills for hosts.
+        self._hooks: list[_hooks._Registered] = []
+        self._session_hooks_ran = False
+        self._skills: dict[str, Skill] = {}
         # Calls proposed and not yet ended: call_id -> (trace_id, tool). _conclude removes.
         self._open_calls: dict[str, tuple[str, str]] = {}
         self._closed = False
@@ -298,6 +304,44 @@ class Kernel:
             self._caller_grants.move_to_end(caller)
         return grants
 
+    # -- hooks and skills ---------------------------------------------------------------
+
+    def add_hook(self, hook: Hook) -> None:
+        """Register ``hook`` (recorded as ``hook_added``); it runs from the next call on.
+
+        A hook only ever tightens what the Gate decides (see ``runtime._hooks``).
+        Raises InvalidArguments for a second hook of the same name.
+        """
+        _hooks.register(self, hook)
+
+    def hooks(self) -> list[Hook]:
+        """The registered hooks, in the order they run."""
+        return [entry.hook for entry in self._hooks]
+
+    async def check_hooks(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], decision: Decision
+    ) -> Decision:
+        """``decision`` after the pre_call hooks that see this call, as the Gate combines them.
+
+        For ``policy explain``: the hooks run (and are recorded) as for a call
+        proposed now, and nothing else happens.
+        """
+        call_id = new_id()
+        return await _hooks.pre_call(
+            self, spec, arguments, decision, call_id=call_id, trace_id=call_id, origin="explain"
+        )
+
+    def add_skill(self, skill: Skill) -> None:
+        """Offer ``skill`` to the session's host (``skills()``); recorded as ``skill_added``."""
+        if skill.name in self._skills:
+            raise ValueError(f"a skill named {skill.name!r} is offered already")
+        self._skills[skill.name] = skill
+        self.events.emit("skill_added", self.session_id, **skill.to_dict(instructions=False))
+
+    def skills(self) -> list[Skill]:
+        """The skills offered to this session's host: name, description, instructions, files."""
+        return list(self._skills.values())
+
     # -- registry and session state -------------------------------------------------
 
     def register(self, spec: ToolSpec) -> None:
@@ -393,6 +437,8 @@ class Kernel:
                 )
             for startup in self._startups:
                 await startup(self)
+            self._session_hooks_ran = True
+            await _hooks.session_point(self, "session_start")
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -433,6 +479,8 @@ class Kernel:
         for ticker in self._tickers:
             ticker.cancel()
         try:
+            if self._session_hooks_ran:  # shielded, each bounded by its timeout
+                await _hooks.session_point(self, "session_end")
             with trio.CancelScope(shield=True):
                 await self._exit.aclose()
         finally:
@@ -508,6 +556,32 @@ class Kernel:
         """The road of :meth:`invoke`; ``before_execute(auth)`` runs once the Gate allowed
         the call and before it runs (``plan apply`` marks the call applied there); what it
         raises ends the call unrun, recorded like any failure."""
+        outcome = await self._invoke_once(
+            tool,
+            request_spec,
+            arguments,
+            origin,
+            trace_id,
+            parent_id,
+            on_ask,
+            before_execute=before_execute,
+        )
+        if self._hooks:  # post_call hooks see the outcome as recorded; they change nothing
+            await _hooks.post_call(self, outcome, arguments)
+        return outcome
+
+    async def _invoke_once(
+        self,
+        tool: str,
+        request_spec: ToolSpec | None,
+        arguments: Mapping[str, Any] | None,
+        origin: str,
+        trace_id: str | None,
+        parent_id: str | None,
+        on_ask: AskHook | None,
+        *,
+        before_execute: Callable[[Authorization], None] | None = None,
+    ) -> Outcome:
         call_id = new_id()
         trace_id = trace_id or call_id
         # Copy a mapping so the caller cannot change it after the Gate looked; anything

@@ -22,6 +22,9 @@ Wire rules:
 * ``resources``: the first workspace root's files, read-only, through the
   kernel's own ``glob_files``/``read_file`` (see :mod:`._resources`), when
   ``native`` tools are exposed.
+* ``prompts``: the kernel's skills (``Kernel.skills()``: a trusted plugin's
+  ``SKILL.md`` folders), each a prompt of its name whose one message is the
+  skill's instructions and the names of its files; nothing of a skill runs.
 * ``logging``: advertised when a :class:`~._logging.LogForwarder` is given;
   ``logging/setLevel`` subscribes the session to the event records at that level.
 * Sessions: when several MCP sessions share the server (``session_key`` names
@@ -279,6 +282,30 @@ def build_server(
         assert files is not None
         return await files.read(partial(invoke, ctx), str(params.uri))
 
+    async def list_prompts(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        check_no_cursor(params)
+        return types.ListPromptsResult(
+            prompts=[
+                types.Prompt(name=skill.name, description=skill.description)
+                for skill in kernel.skills()
+            ]
+        )
+
+    async def get_prompt(
+        ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        skill = next((k for k in kernel.skills() if k.name == params.name), None)
+        if skill is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
+        files = ", ".join(skill.file_names()) or "none"
+        text = f"{skill.instructions}\n(skill {skill.name}; its files: {files})\n"
+        return types.GetPromptResult(
+            description=skill.description,
+            messages=[types.PromptMessage(role="user", content=types.TextContent(text=text))],
+        )
+
     async def set_level(
         ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
     ) -> types.EmptyResult:
@@ -304,6 +331,8 @@ def build_server(
             on_set_logging_level=set_level if logs is not None else None,
             on_list_resources=list_resources if files is not None else None,
             on_read_resource=read_resource if files is not None else None,
+            on_list_prompts=list_prompts if kernel.skills() else None,
+            on_get_prompt=get_prompt if kernel.skills() else None,
         )
     server.middleware.insert(0, RefuseModernEra())
     return server

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60  # per command; the whole module takes about 30 s on a loaded 2-core machine
 

@@ -47,7 +47,7 @@ import contextlib
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -63,7 +63,13 @@ from .._urls import url_secrets
 from ..manifest._load import ServerConfig, Transport
 from ._http import http_transport
 from ._inbound import InboundLimit
-from ._stdio import STDERR_QUOTE_LINES, StdioConfiner, read_stderr, stdio_transport
+from ._stdio import (
+    STDERR_QUOTE_LINES,
+    ConfinedWrites,
+    StdioConfiner,
+    read_stderr,
+    stdio_transport,
+)
 
 __all__ = ["ConnectionPool", "LiveConnection"]
 
@@ -103,6 +109,8 @@ class LiveConnection:
     limit: InboundLimit | None = None
     # stdio: {"confined": bool, and for a confined server its grants and layers}; else None
     sandbox: dict[str, Any] | None = None
+    # a writable confined server's: its writes are read after each call (see ConnectionPool.turn)
+    writes: ConfinedWrites | None = None
 
     @property
     def protocol_version(self) -> str:
@@ -216,6 +224,19 @@ class ConnectionPool:
             self.connects += 1
             return started
 
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[ConfinedWrites | None]:
+        """One call's turn: connects, and for a writable confined server holds its writes'
+        lock (calls take turns, each one's writes read after it) and yields them, for the
+        caller to settle after its call; otherwise yields None and holds nothing."""
+        live = await self.connect()
+        writes = live.writes
+        if writes is None:
+            yield None
+            return
+        async with writes.lock:
+            yield writes
+
     async def run(
         self,
         action: str,
@@ -303,6 +324,7 @@ class ConnectionPool:
         errlog: Any,
         limit: InboundLimit,
         sandbox: dict[str, Any],
+        writes: list[ConfinedWrites],
     ) -> Any:
         if self.config.transport is Transport.STDIO:
             return stdio_transport(
@@ -313,6 +335,7 @@ class ConnectionPool:
                 self.diagnostics,
                 confiner=self._confiner,
                 sandbox=sandbox,
+                writes=writes,
             )
         return http_transport(self.config, stack, limit, self._redactor, self.http_log.hooks())
 
@@ -323,6 +346,7 @@ class ConnectionPool:
         limit = InboundLimit(self.config.max_message_bytes)
         self._connecting_limit = limit
         sandbox: dict[str, Any] = {}
+        writes: list[ConfinedWrites] = []  # a writable confined server's, closed when it ends
         try:
             async with contextlib.AsyncExitStack() as stack:
                 errlog = None
@@ -344,7 +368,7 @@ class ConnectionPool:
                         self._redactor,
                     )
                 client = Client(
-                    self._transport(stack, errlog, limit, sandbox),
+                    self._transport(stack, errlog, limit, sandbox, writes),
                     mode=self.config.protocol_mode,
                     cache=None,
                     client_info=CLIENT_INFO,
@@ -355,7 +379,12 @@ class ConnectionPool:
                     # The child has its copy; closing ours lets the reader see EOF when it exits.
                     errlog.close()
                 live = LiveConnection(
-                    client, generation, time.time(), limit=limit, sandbox=sandbox or None
+                    client,
+                    generation,
+                    time.time(),
+                    limit=limit,
+                    sandbox=sandbox or None,
+                    writes=writes[0] if writes else None,
                 )
                 started = True
                 task_status.started(live)
@@ -375,6 +404,11 @@ class ConnectionPool:
             if live is not None and live.broken is None:
                 live.broken = error.message
         finally:
+            # The process is gone (the transport stopped it): what it wrote after its last
+            # call is never read; its overlays and cgroup go (after a capture under way).
+            for confined in writes:
+                with trio.CancelScope(shield=True):
+                    await confined.aclose()
             if live is not None:
                 if live.broken is None:
                     live.broken = "closed"
