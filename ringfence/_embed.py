@@ -30,6 +30,7 @@ from .runtime import (
     Rules,
     Unavailable,
     default_approver,
+    load_policy,
     ringfence_home,
 )
 from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
@@ -134,7 +135,7 @@ def create_kernel(
     backend: str | None = None,
     backend_options: Mapping[str, Any] | None = None,
     rules: Rules | None = None,
-    policy: Policy | PolicyLayers | None = None,
+    policy: Policy | PolicyLayers | bool | None = None,
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
@@ -177,9 +178,12 @@ def create_kernel(
 
     ``policy`` (e.g. from ``ringfence.runtime.load_layers``) adds rules over
     tool names and arguments to ``rules``; path rules are made relative to
-    ``roots``. No policy file is read unless the caller loads one. From
-    ``load_policy`` (a ``PolicyLayers``), its ``[mcp.<server>]`` statements
-    also decide the MCP servers' trust and read tools.
+    ``roots``. No policy file is read unless the caller asks: ``policy=True``
+    reads the files the command line reads (managed, user, the first root's
+    project file: ``load_policy(roots)``). From ``load_policy`` (a ``PolicyLayers``,
+    or ``True``), its ``[mcp.<server>]`` statements also decide the MCP servers'
+    trust and read tools, for every way of connecting them to this kernel
+    (``mcp_manifest``, ``connect_servers``, ``attach_connectors``).
 
     ``event_observer(line)`` (e.g. ``ringfence.otel.OtelObserver``) sees each
     event line after it is written (redacted, as in the file); its ``close()``,
@@ -242,6 +246,14 @@ def create_kernel(
         raise
     rules = rules or Rules()
     mcp_policy = None
+    if policy is True:  # the policy files, as the command line reads them
+        try:
+            policy = load_policy(workspace.roots)
+        except BaseException:
+            workspace.close()
+            raise
+    elif policy is False:
+        policy = None
     if isinstance(policy, PolicyLayers):
         mcp_policy, policy = policy.mcp, policy.policy
     if policy is not None:
@@ -263,6 +275,8 @@ def create_kernel(
     except BaseException:
         workspace.close()
         raise
+    if mcp_policy is not None:  # every connect of this kernel's MCP servers applies it
+        kernel.extensions["mcp_policy"] = mcp_policy
     # workspace: every file tool write is a change set (checkpoint) that `undo` can restore
     store = CheckpointStore(workspace) if checkpoints else None
     register_file_tools(kernel, workspace, checkpoints=store)

@@ -16,13 +16,16 @@ from . import (
     mcp_host,
     mcp_oauth,
     policy,
+    providers,
     remote,
+    serve_start,
     workspace,
 )
 from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
     gate.SCENARIO,
+    providers.SCENARIO,
     *workspace.SCENARIOS,
     *changesets.SCENARIOS,
     *journal.SCENARIOS,
@@ -37,6 +40,7 @@ SCENARIOS: list[Scenario] = [
     *mcp_oauth.SCENARIOS,
     *bridge.SCENARIOS,
     *latency.SCENARIOS,
+    serve_start.SCENARIO,
 ]
 
 

@@ -106,6 +106,10 @@ async def run_list(args: argparse.Namespace) -> int:
         store.close()
     if args.json:
         return print_ok(sets, True)
+    if not sets:
+        roots = ", ".join(one_line(str(r)) for r in workspace.roots)
+        sys.stderr.write(f"no change sets for the workspace {roots}\n")
+        return 0
     for s in sets:
         when = datetime.datetime.fromtimestamp(s["created"]).isoformat(timespec="seconds")
         note = f" (undoes {one_line(s['undoes'])})" if s["undoes"] else ""

@@ -8,6 +8,7 @@ import json
 import logging
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,7 @@ from ..serve import (
     TOKEN_ENV,
 )
 from ._output import envelope
-from ._session import add_session_options, kernel_from_args
+from ._session import add_session_options, cli_headless_fix, kernel_from_args
 from ._verbs import add_verb_parser, debug_enabled, port_number, positive_seconds
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def headless_approver(policy: str) -> Approver:
     if policy == "approve":
         return ScriptedApprover(lambda _r: ApprovalAnswer.once("--headless approve"))
-    return HeadlessDenyApprover()
+    return HeadlessDenyApprover(cli_headless_fix)
 
 
 def http_options(args: argparse.Namespace) -> tuple[HttpOptions, bool]:
@@ -231,6 +232,15 @@ def library_logs_as_lines() -> Iterator[None]:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    # serve speaks the handshake era (2025-11-25), where the logging capability is current:
+    # the SDK's deprecation warning for it (SEP-2577, the 2026-07-28 era) would only be noise
+    # on the server's stderr. This process is the command's own, so the filter is ours to set.
+    warnings.filterwarnings(
+        "ignore", message="The logging capability is deprecated", category=UserWarning
+    )
+    # What the command read (and answered) before it loaded this (._serve_early); None
+    # when it did not, or in-process (main(argv)), where stdin is not the client's.
+    early = getattr(args, "early_initialize", None) if args.transport == "stdio" else None
     expose = _serve_pkg.parse_expose(args.expose)
     if "connectors" in expose:
         args.mcp = True  # serving connector tools needs the manifest's servers connected
@@ -260,7 +270,8 @@ async def _run(args: argparse.Namespace) -> int:
         if options is None:
             await nursery.start(_on_signals, nursery.cancel_scope, None)
             _say(f"serving {count} tools over stdio (posture {posture})")
-            await _serve_pkg.serve_stdio(kernel, expose=expose, logs=logs)  # until stdin closes
+            # until stdin closes
+            await _serve_pkg.serve_stdio(kernel, expose=expose, logs=logs, early=early)
             nursery.cancel_scope.cancel()
         else:
             stop = trio.Event()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._embed import create_kernel, workspace_roots_from_env
 from ..runtime import (
     ApprovalAnswer,
+    ApprovalRequest,
     Approver,
+    HeadlessDenyApprover,
     Kernel,
     PolicyLayers,
     Posture,
@@ -19,6 +22,7 @@ from ..runtime import (
     default_approver,
     load_policy,
 )
+from ..runtime._approval import posture_that_allows
 from ._environ import (
     backend_choice,
     managed_policy,
@@ -94,8 +98,9 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         dest="change_sets",
         action="store_false",
         default=None,
-        help="let run_shell write the workspace directly (default for the local backend: each "
-        "command's writes are merged as an undoable change set; run_shell is then reversible)",
+        help="let run_shell write the workspace directly, without change sets (which the local "
+        "backend keeps by default: each command's writes merged as an undoable change set, "
+        "run_shell reversible)",
     )
     parser.add_argument(
         "--refuse-whole-change-set",
@@ -187,7 +192,35 @@ def approver_from(choice: str | None) -> Approver:
         return ScriptedApprover(lambda _r: ApprovalAnswer.once("approved by --approve yes"))
     if choice == "no":
         return ScriptedApprover(lambda _r: ApprovalAnswer.deny("denied by --approve no"))
-    return default_approver()
+    return default_approver(HeadlessDenyApprover(cli_headless_fix))
+
+
+def cli_headless_fix(request: ApprovalRequest) -> str:
+    """What lets a call that asked run, in the command line's words (a headless denial's end)."""
+    if request.rule.startswith("ask:"):
+        return (
+            f"the rule {request.rule} asks under every posture: answer it on a terminal, or "
+            "pass --approve yes"
+        )
+    rule = shlex.quote(suggested_allow_rule(request))
+    return (
+        "to let it run, answer on a terminal, pass --approve yes (every question of this "
+        f"command) or --posture {posture_that_allows(request)}, or allow it with a rule such "
+        f"as --allow {rule} (in a policy file: allow = [...])"
+    )
+
+
+def suggested_allow_rule(request: ApprovalRequest) -> str:
+    """An allow rule covering ``request``: its command or path when they read plainly."""
+    args = request.arguments
+    command = args.get("command")
+    if isinstance(command, str) and 0 < len(command) <= 80 and not set(command) & set("()\n"):
+        return f"{request.tool}({command})"
+    for key in ("path", "cwd", "url"):
+        value = args.get(key)
+        if isinstance(value, str) and 0 < len(value) <= 120 and not set(value) & set(",()|\n"):
+            return f"{request.tool}({key}={value})"
+    return request.tool
 
 
 def _check_plan_file(path: str | None) -> None:

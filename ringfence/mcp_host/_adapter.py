@@ -121,11 +121,17 @@ def consequence_for(
         if annotations.destructive_hint is True:
             # Contradictory claims: the more cautious one counts.
             return Consequence.IRREVERSIBLE, "the tool declares destructiveHint true"
+        loaded = (
+            ""
+            if config.mcp_policy is not None
+            else " (no policy files were loaded for this session: create_kernel(policy=True) "
+            "reads them)"
+        )
         return (
             Consequence.REVERSIBLE,
             "the tool claims readOnlyHint, which an untrusted server cannot grant; "
             f"list it in read_only_tools under [mcp.{config.name}] in a policy file to treat it "
-            "as read",
+            f"as read{loaded}",
         )
     if annotations.destructive_hint is False:
         return Consequence.REVERSIBLE, "the tool's destructiveHint is false"

@@ -61,6 +61,7 @@ from ._output import (
     escape_surrogates as escape_surrogates,
 )
 from ._plan import Plan as Plan, StagedCall as StagedCall
+from ._providers import ProviderTools as ProviderTools, ToolFormat as ToolFormat
 from ._redact import (
     MARKER as MARKER,
     Redactor as Redactor,
@@ -161,6 +162,7 @@ __all__ = [
     "PolicyLayers",
     "PolicyVerdict",
     "Posture",
+    "ProviderTools",
     "Redactor",
     "Registry",
     "RingfenceError",
@@ -175,6 +177,7 @@ __all__ = [
     "StreamRedactor",
     "TerminalApprover",
     "ToolError",
+    "ToolFormat",
     "ToolSpec",
     "ToolTimeout",
     "Unavailable",

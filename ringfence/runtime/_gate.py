@@ -50,7 +50,8 @@ async def authorize(
     (``invalid_arguments``), the decision (posture, rules, residual; a deny is
     ``denied``), a dry run's staging of a non-read call (a staged
     Authorization, no intent), an ``ask`` answered by a session grant or the
-    approver (a refusal is ``denied``), and last an Intent (HMAC-tagged) for
+    approver (a refusal is ``denied``; what the tool's ``stage_check`` would refuse
+    is refused before anyone is asked), and last an Intent (HMAC-tagged) for
     exactly this call. Every step is recorded by the kernel's event log; the caller
     records the outcome.
     """
@@ -109,6 +110,10 @@ async def authorize(
             spec, arguments, decision, call_id, trace_id, origin, staged=True
         )
     if decision.verdict is Effect.ASK:
+        # What running it would refuse anyway (a write to .git/config, a path outside the
+        # roots) is refused before anyone is asked: a person never approves a call in vain.
+        if spec.stage_check is not None:
+            await spec.stage_check(arguments, kernel.posture is Posture.UNRESTRICTED)
         decision = await _ask(kernel, spec, arguments, decision, call_id, trace_id, origin, on_ask)
     intent = kernel._authority.issue(
         tool, arguments, decision.verdict.value, decision.rule, arguments_sha256=arguments_sha256

@@ -73,6 +73,7 @@ from ._outcomes import RecordingOutcome
 from ._output import cap_text, escape_surrogates
 from ._plan import Plan
 from ._planapply import apply_plan
+from ._providers import ProviderTools, ToolFormat, answer_tool_call, tool_definitions
 from ._redact import Redactor
 from ._skills import Skill
 from ._tools import Registry, ToolSpec
@@ -354,6 +355,42 @@ class Kernel:
     def tools(self) -> list[ToolSpec]:
         return list(self.registry)
 
+    def tool_definitions(
+        self,
+        format: ToolFormat | str,
+        *,
+        names: Iterable[str] | None = None,
+        strict: bool = False,
+    ) -> ProviderTools:
+        """The tools (all, or those ``names`` lists) in the shape a model API takes.
+
+        ``format``: ``openai-responses``, ``openai-chat``, ``anthropic`` or ``mcp``.
+        Names are made provider-safe and map back one-to-one; ``strict`` asks for
+        OpenAI Structured Outputs where a schema allows it (see ``_providers``).
+        Hand the result to :meth:`answer_tool_call` with the model's calls.
+        Raises InvalidArguments for an unknown format, NotFound for an unknown name.
+        """
+        specs = (
+            self.tools() if names is None else [self.registry.get(n) for n in dict.fromkeys(names)]
+        )
+        return tool_definitions(specs, format, strict=strict)
+
+    async def answer_tool_call(
+        self, call: Any, *, tools: ProviderTools | None = None, origin: str | None = None
+    ) -> dict[str, Any]:
+        """Run a model's tool call through the Gate; return the provider's result block.
+
+        ``call``: an OpenAI Responses ``function_call`` item, a Chat Completions tool
+        call, an Anthropic ``tool_use`` block or MCP ``tools/call`` params (a mapping or
+        the SDK's model). The answer is a ``function_call_output`` item, a ``tool``
+        message, a ``tool_result`` block (``is_error``) or a ``CallToolResult``: a
+        refusal or a failure is an error result for the model, not an exception.
+        ``tools``: the definitions the model was given (their names map back; a name
+        they do not hold is answered ``not_found``). Raises InvalidArguments only
+        when ``call`` is no tool call at all.
+        """
+        return await answer_tool_call(self, call, tools, origin)
+
     def set_posture(self, posture: Posture | str) -> None:
         """Change the session's posture; applies to the next call."""
         new = Posture.parse(posture)
@@ -518,9 +555,21 @@ class Kernel:
         trace_id: str | None,
         parent_id: str | None,
         on_ask: AskHook | None,
+        *,
+        before_execute: Callable[[Authorization], None] | None = None,
     ) -> Outcome:
+        """The road of :meth:`invoke`; ``before_execute(auth)`` runs once the Gate allowed
+        the call and before it runs (``plan apply`` marks the call applied there); what it
+        raises ends the call unrun, recorded like any failure."""
         outcome = await self._invoke_once(
-            tool, request_spec, arguments, origin, trace_id, parent_id, on_ask
+            tool,
+            request_spec,
+            arguments,
+            origin,
+            trace_id,
+            parent_id,
+            on_ask,
+            before_execute=before_execute,
         )
         if self._hooks:  # post_call hooks see the outcome as recorded; they change nothing
             await _hooks.post_call(self, outcome, arguments)
@@ -535,6 +584,8 @@ class Kernel:
         trace_id: str | None,
         parent_id: str | None,
         on_ask: AskHook | None,
+        *,
+        before_execute: Callable[[Authorization], None] | None = None,
     ) -> Outcome:
         call_id = new_id()
         trace_id = trace_id or call_id
@@ -564,6 +615,8 @@ class Kernel:
                     self, tool, args, call_id, trace_id, origin, on_ask, spec
                 )
                 decision = auth.decision
+                if before_execute is not None:
+                    before_execute(auth)
                 if auth.staged:
                     value = self._placeholder(auth)
                     return Outcome(tool, call_id, trace_id, origin, decision, value, staged=True)

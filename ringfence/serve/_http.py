@@ -47,6 +47,7 @@ bearer token would otherwise cross the network in clear text.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
 import logging
 import math
@@ -578,8 +579,11 @@ async def serve_http(
             failed = single_error(group, OSError)
             if not isinstance(failed, OSError):
                 raise
+            busy = failed.errno == errno.EADDRINUSE
+            hint = "; pass another --port, or --port 0 for a free one" if busy else ""
             raise InvalidArguments(
-                f"cannot listen on {config.bind[0]}: {failed.strerror or failed}", field="port"
+                f"cannot listen on {config.bind[0]}: {failed.strerror or failed}{hint}",
+                field="port",
             ) from None
 
     try:

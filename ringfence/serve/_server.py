@@ -63,6 +63,7 @@ from .. import __version__
 from ..runtime import Consequence, InvalidArguments, Kernel, Outcome, ToolSpec
 from ._approver import ClientApprover, ClientChannel
 from ._defaults import EXPOSE_CHOICES
+from ._early import DESCRIPTION, INSTRUCTIONS, SERVER_NAME, TITLE, EarlyInitialize, EarlyWriter
 from ._logging import LEVELS, LogForwarder
 from ._resources import WorkspaceResources
 from ._resume import streaming_call
@@ -80,17 +81,8 @@ __all__ = [
     "tool_to_mcp",
 ]
 
-SERVER_NAME = "ringfence"
 META_CONSEQUENCE = "dev.ringfence/consequence"
 META_RESIDUAL = "dev.ringfence/residual"
-
-
-INSTRUCTIONS = (
-    "Tools run under ringfence: each call is checked by a policy gate (posture, rules, "
-    "approvals), confined to the workspace, and audited. A refused call returns an error "
-    "whose text starts with its code (denied, outside_workspace, git_metadata, ...) and says "
-    "why; do not retry a refused call unchanged."
-)
 
 
 def parse_expose(value: str | Iterable[str]) -> frozenset[str]:
@@ -331,8 +323,8 @@ def build_server(
         server: Server[Any] = Server(
             SERVER_NAME,
             version=__version__,
-            title="ringfence",
-            description="Governed, sandboxed tools: every call passes ringfence's Gate",
+            title=TITLE,
+            description=DESCRIPTION,
             instructions=INSTRUCTIONS,
             on_list_tools=list_tools,
             on_call_tool=call_tool,
@@ -352,7 +344,11 @@ def _has_file_tools(kernel: Kernel) -> bool:
 
 
 async def serve_stdio(
-    kernel: Kernel, *, expose: Iterable[str] = ("native",), logs: LogForwarder | None = None
+    kernel: Kernel,
+    *,
+    expose: Iterable[str] = ("native",),
+    logs: LogForwarder | None = None,
+    early: EarlyInitialize | None = None,
 ) -> None:
     """Serve ``kernel`` over this process's stdin/stdout until the client closes stdin.
 
@@ -360,9 +356,14 @@ async def serve_stdio(
     :func:`._stdio.claim_stdio`): stdin reads ``/dev/null`` and stdout writes
     to stderr, so a child process or a stray print cannot corrupt or steal the
     protocol stream. Cancellation ends it promptly, even mid-read.
+
+    ``early``: what the command read (and answered) before the SDK was loaded
+    (:mod:`._early`): read first, and the SDK's own answer to an ``initialize``
+    answered early is not sent again.
     """
     server = build_server(kernel, expose=expose, logs=logs)
-    with claim_stdio() as (lines, out):
+    with claim_stdio(early.consumed if early is not None else b"") as (lines, wire):
+        out = EarlyWriter(wire, early) if early is not None and early.answered else wire
         async with (
             trio.open_nursery() as nursery,
             stdio_server(stdin=lines, stdout=out) as (read_stream, write_stream),  # type: ignore[arg-type]
