@@ -160,6 +160,8 @@ def unclassified(block: Block) -> str | None:
         return None if block.not_run_reason else "not-run without a reason"
     if block.lang in {"python", "toml", "json"} | SHELLS:
         return None
+    if block.options.get("as") == "file" and "file" in block.options:
+        return None  # any language: written for a later block that uses it
     return f"a {block.lang or 'plain'} block is neither run nor marked not-run: REASON"
 
 
