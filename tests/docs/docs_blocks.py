@@ -147,7 +147,9 @@ def toml_kind(block: Block) -> str:
         return block.options["as"]
     if re.search(r"^\[\[server\]\]|^tool_discovery\s*=", block.code, re.M):
         return "manifest"
-    if re.search(r'^version\s*=\s*"', block.code, re.M) and re.search(r"^name\s*=", block.code, re.M):
+    if re.search(r'^version\s*=\s*"', block.code, re.M) and re.search(
+        r"^name\s*=", block.code, re.M
+    ):
         return "plugin"
     return "policy"
 

@@ -40,7 +40,9 @@ def test_every_block_runs_or_says_why_not() -> None:
 
 def test_the_pages_have_blocks_to_run() -> None:
     runnable = [b for p in PAGES for b in read_blocks(p) if b.not_run_reason is None]
-    assert len(runnable) >= 60, len(runnable)
+    assert len(runnable) >= 50, len(
+        runnable
+    )  # the collector finds them (a regex gone wrong finds none)
 
 
 @pytest.mark.parametrize("page", [_param(p) for p in PAGES])
@@ -50,7 +52,9 @@ def test_the_page_s_blocks_run(page: Path, tmp_path: Path) -> None:
         pytest.skip("no block to run on this page")
     for block in blocks:
         if why := missing_need(block):
-            if block.options.get("needs") == "docker" and os.environ.get("RINGFENCE_REQUIRE_DOCKER"):
+            if block.options.get("needs") == "docker" and os.environ.get(
+                "RINGFENCE_REQUIRE_DOCKER"
+            ):
                 pytest.fail(f"{block.where}: {why} (RINGFENCE_REQUIRE_DOCKER=1)")
             pytest.skip(f"{block.where}: {why}")
     run = PageRun(tmp_path)
