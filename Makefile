@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format clean npm-servers sandbox-tools peer-tools
+.PHONY: demo test test-fast docs-screenshots lint format clean npm-servers sandbox-tools peer-tools
 
 # The third-party MCP servers the tests run against (pinned in tests/npm/package-lock.json).
 NPM_DIR   := tests/npm
@@ -75,6 +75,10 @@ test: $(STAMP) npm-servers sandbox-tools peer-tools
 # not slow on its own (under a minute on two cores).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not docker and not npm and not sandbox and not slow" tests
+
+# The review page's screenshots and bench figures in docs/review/, as the tests take them.
+docs-screenshots: $(STAMP)
+	RINGFENCE_REVIEW_SHOTS=$(CURDIR)/docs/review $(BIN)/python -m pytest -q tests/review
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
