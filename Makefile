@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format clean npm-servers sandbox-tools peer-tools docs
+.PHONY: demo test test-fast docs docs-screenshots lint format clean npm-servers sandbox-tools peer-tools
 
 # The third-party MCP servers the tests run against (pinned in tests/npm/package-lock.json).
 NPM_DIR   := tests/npm
@@ -79,6 +79,10 @@ test-fast: $(STAMP)
 # The documentation site, as CI builds it (tests/docs/test_docs_site.py): --strict, offline.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+# The review page's screenshots and bench figures in docs/review/, as the tests take them.
+docs-screenshots: $(STAMP)
+	RINGFENCE_REVIEW_SHOTS=$(CURDIR)/docs/review $(BIN)/python -m pytest -q tests/review
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
