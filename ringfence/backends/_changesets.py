@@ -9,6 +9,7 @@ guarded writer; see :func:`merge_or_stage` for the contract.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import replace
@@ -46,6 +47,7 @@ async def merge_or_stage(
     roots: list[Path],
     merge_rest: bool,
     staging: bool,
+    pause_collector: bool = False,
 ) -> dict[str, Any]:
     """``out`` (the call's result) with ``changes: {id, files, refused}``, after the merge.
 
@@ -66,12 +68,16 @@ async def merge_or_stage(
     ``staging`` (a dry run): the set is saved as ``staged``, nothing is
     merged, and a nested ``apply_changes`` call for it is made, which the
     Gate stages into the plan; ``changes`` says ``staged``.
+
+    ``pause_collector``: the process's cyclic garbage collector is held off
+    while the set is read, saved and merged (the caller owns the process and
+    said so: :mod:`ringfence.workspace.changes._collector`).
     """
     if not any(_has_entries(u.path) for u in result.uppers):
         return {**out, "changes": None}
     notices: list[str] = []  # said by the merge's thread, emitted here
     cs, report = await trio.to_thread.run_sync(
-        lambda: _capture(result, ctx, store, roots, merge_rest, staging, notices)
+        lambda: _capture(result, ctx, store, roots, merge_rest, staging, notices, pause_collector)
     )
     for message in notices:
         ctx.emit("notice", message=message)
@@ -132,18 +138,21 @@ def _capture(
     merge_rest: bool,
     staging: bool,
     notices: list[str],
+    pause_collector: bool,
 ) -> tuple[ChangeSet | None, MergeReport | None]:
     """Read, save, then merge (unless ``staging``): (the set, the merge report or None).
 
     The files' bytes go into one pack in the store; the merge then renames
     the upper files into the workspace (``UpperFiles``), so a command's new
     file costs one new inode (its own), not three, and a new directory fit
-    to move (``UpperTree``) one rename for everything in it. The cyclic
-    collector is paused meanwhile (:func:`~ringfence.workspace.changes._collector.collector_paused`).
+    to move (``UpperTree``) one rename for everything in it. With
+    ``pause_collector`` the cyclic collector is paused meanwhile
+    (:func:`~ringfence.workspace.changes._collector.collector_paused`).
     """
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
-    with collector_paused():  # ~60,000 objects, none in a cycle: see _collector
+    paused = collector_paused() if pause_collector else contextlib.nullcontext()
+    with paused:  # ~60,000 objects, none in a cycle: see _collector
         # A set larger than the store keeps is refused whole as it is read (nothing stored).
         pack = store.pack(limit_bytes=int(store.retention.max_mib * (1 << 20)))
         try:
