@@ -24,8 +24,8 @@ Guarantees:
   terminal.
 - Redaction comes before every cut (error text, stderr lines), so a secret
   that straddles a cut is still removed whole.
-- Only transport facts become transport errors: a closed stream (the SDK saw
-  it end) is Unavailable, the SDK's own timeout is ToolTimeout. An error code
+- Only transport facts become transport errors: a closed stream (the
+  transport's read stream ended, :func:`~._inbound.watch_inbound`) is Unavailable, the SDK's own timeout is ToolTimeout. An error code
   the *server* sent (even ``-32000``/``-32001``, which look like those) is a
   ToolError (InvalidArguments for ``-32602``) whose server-written message is
   framed as untrusted content (for an untrusted server).
@@ -261,7 +261,7 @@ class ConnectionPool:
         live.close_requested.set()
 
     async def aclose(self) -> None:
-        """Stop the server (bounded by the SDK's shutdown escalation). Idempotent."""
+        """Stop the server (bounded by the MCP lifecycle's shutdown escalation). Idempotent."""
         self._closed = True
         live = self._live
         if live is not None:
