@@ -133,6 +133,8 @@ async def run_explain(args: argparse.Namespace) -> int:
         rules: Rules = kernel.rules
         posture = Posture.parse(args.posture)
         decision = decide(spec, posture, rules, arguments)
+        if kernel.hooks():  # pre_call hooks (a plugin's): their reason is the Gate's too
+            decision = await kernel.check_hooks(spec, arguments, decision)
         verdict = evaluate_policy(spec, rules, arguments)
     out: dict[str, Any] = {
         "tool": args.tool,

@@ -44,9 +44,19 @@ VERBS: dict[str, Verb] = {
     "plan": Verb("_plan", "review or apply a dry run's plan"),
     "checkpoints": Verb("_checkpoints", "list or show the change sets of file tool writes"),
     "undo": Verb("_checkpoints", "restore the before-images of change sets (a gated call)"),
+    "recover": Verb(
+        "_checkpoints", "roll back what a killed ringfence left half-written in the workspace"
+    ),
+    "review": Verb(
+        "_review", "a local page to watch the calls, answer approvals, undo changes, apply plans"
+    ),
     "worktree": Verb("_worktree", "list, diff or remove the worktrees of --worktree sessions"),
     "policy": Verb("_policy", "show, check and explain deny/ask/allow rules"),
     "mcp": Verb("_mcp", "configure and inspect MCP servers (mcp.toml)"),
+    "plugin": Verb(
+        "_plugin", "add, review, trust and remove plugins (hooks, skills, MCP servers, rules)"
+    ),
+    "skills": Verb("_plugin", "list and show the skills trusted plugins offer"),
     "images": Verb("_images", "build and list the docker backend's sandbox images"),
     "doctor": Verb(
         "_doctor",

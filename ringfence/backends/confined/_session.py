@@ -118,9 +118,9 @@ from ._plan import (
     SandboxArgv,
     _empty_uppers,
     _hidden_dirs,
-    _make_layers,
     _refuse,
     _session_user,
+    claimed_layers,
 )
 
 __all__ = [
@@ -183,6 +183,7 @@ class ConfinedSession(SandboxArgv):
         self._layered = spec.change_sets
         self._layer_filter: bytes | None = None
         self._layers_dir: Path | None = None
+        self._layers_claim: int | None = None  # the lock marking _layers_dir in use
         try:
             self._landlock = landlock_plan(spec.network or options.network)
         except LayerUnavailable as exc:
@@ -279,16 +280,15 @@ class ConfinedSession(SandboxArgv):
         started = time.monotonic()
         self._readonly = [Path(os.path.realpath(p)) for p in self._spec.readonly_paths]
         if self._layered and self._layers_dir is None:
-            self._layers_dir = await trio.to_thread.run_sync(
-                _make_layers, self._spec, len(self._spec.roots)
+            self._layers_dir, self._layers_claim = await trio.to_thread.run_sync(
+                claimed_layers, self._spec, len(self._spec.roots)
             )
         try:
             await self._spawn()
         except BaseException as exc:
             if self._layers_dir is not None and self._proc is None:  # nothing will use it
-                layers, self._layers_dir = self._layers_dir, None
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(remove_tree, layers)
+                    await self._remove_layers()
             if not isinstance(exc, Unavailable):
                 raise
             layer = getattr(exc, "layer", None)
@@ -727,10 +727,20 @@ class ConfinedSession(SandboxArgv):
         """
         self._closed = True
         await self._kill_sandbox()
+        with trio.CancelScope(shield=True):
+            await self._remove_layers()
+
+    async def _remove_layers(self) -> None:
+        """The upper directories go, then their in-use mark's lock (a killed session's are
+        removed by the next session's start: :func:`._plan.claimed_layers`)."""
         layers, self._layers_dir = self._layers_dir, None
-        if layers is not None:
-            with trio.CancelScope(shield=True):
+        claim, self._layers_claim = self._layers_claim, None
+        try:
+            if layers is not None:
                 await trio.to_thread.run_sync(remove_tree, layers)
+        finally:
+            if claim is not None:
+                os.close(claim)
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ MCP stdio servers, :func:`ringfence.backends.confined._exec.confined_argv`): no
 control socket; the same confinement (the seccomp filter comes hex-encoded
 in the options and is installed here, last), a one-line report on stdout,
 then ``argv`` runs on the supervisor's own stdin/stdout/stderr; see
-:func:`run_exec`.
+:func:`run_exec`. A writable server runs on overlays of the roots, as a
+command under change sets does, mounted once for its whole life.
 
 **Change sets** (``layers=DIR`` with ``overlay=ROOT`` options): the roots
 are read-only in the sandbox and ``DIR`` (the upper and work directories,
@@ -630,6 +631,11 @@ def check_layers(conf: dict[str, str]) -> str:
     enter_namespace()
     mount_layers()
     unmount_layers()
+    if "cwd" in conf:  # exec mode: one process
+        return (
+            f"an overlay on each of {len(_OVERLAYS)} root(s) (read-only in the sandbox) for the "
+            "process's life; it gets no capability, no mount, umount or unshare"
+        )
     return (
         f"an overlay per command on {len(_OVERLAYS)} root(s) (read-only in the sandbox); "
         "commands get no capability, no mount, umount or unshare"
@@ -644,12 +650,15 @@ def spawn_layered(
     err: int,
     state: int | None = None,
     checker: object = None,
+    *,
+    keep_stdio: bool = False,
 ) -> tuple[int, int]:
     """Start the command on fresh overlays (see the module docstring): (pid, 0) or (0, status).
 
     ``fork`` rather than ``posix_spawn``: the child confines itself (Landlock,
     capabilities, the second seccomp filter) between the two, because the
-    supervisor, which mounts, cannot be landlocked.
+    supervisor, which mounts, cannot be landlocked. ``keep_stdio`` (``exec``
+    mode): the child keeps the supervisor's stdin, stdout and stderr.
     """
 
     global _LISTENER
@@ -713,10 +722,11 @@ def spawn_layered(
         if theirs is not None:  # last: every exec from here on is checked, this one too
             ours.close()  # type: ignore[union-attr]
             child_notifier(theirs)
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
+        if not keep_stdio:
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
         if state is not None:
             os.dup2(state, 3)
         # Python ignores SIGPIPE and SIGXFSZ; a command expects the defaults.
@@ -879,6 +889,13 @@ def run_exec(args: list[str]) -> int:
     inherits stdin, stdout and stderr (the protocol's pipes) and every layer;
     when it exits, every other process of the namespace is killed and reaped,
     and the supervisor exits with its status.
+
+    With ``layers=DIR`` and ``overlay=ROOT`` options (a writable server): as a
+    session's command under change sets, the roots are read-only and the
+    server runs on an overlay of each (:func:`spawn_layered`, mounted once,
+    for the server's whole life), its child filter (``layer_seccomp_hex``)
+    and Landlock applied by its own child; the kernel reads the upper
+    directories with the sandbox's cgroup frozen (``backends.confined._writes``).
     """
     split = args.index("--")
     conf: dict[str, str] = {}
@@ -891,6 +908,13 @@ def run_exec(args: list[str]) -> int:
             conf[key] = value
     argv = args[split + 1 :]
     os.closerange(3, 1 << 20)  # nothing bubblewrap passed on may reach the server
+    global _LAYERS, _OVERLAYS, _LANDLOCK_PLAN, _WRITABLE, _CHILD_FPROG, _CHILD_BUF
+    if "layers" in conf:  # a writable server: the roots behind an overlay (see run_exec)
+        _LAYERS = conf["layers"]
+        _OVERLAYS = [a.partition("=")[2] for a in args[:split] if a.startswith("overlay=")]
+        _LANDLOCK_PLAN = conf.get("landlock")
+        _WRITABLE = writable
+        _CHILD_FPROG, _CHILD_BUF = seccomp_fprog(bytes.fromhex(conf["layer_seccomp_hex"]))
     if os.getpid() != 1:
         report = "FAIL\t-pid namespace\x1fthe supervisor is not PID 1 of its own PID namespace"
         write_all(1, REPORT_PREFIX + report.encode() + b"\n")
@@ -904,6 +928,11 @@ def run_exec(args: list[str]) -> int:
     records += [f"\t-{k}\x1f{v}" for k, v in missing.items()]
     write_all(1, REPORT_PREFIX + ("READY" + "".join(records) + "\n").encode())
     env = dict(os.environ)
+    if _LAYERS is not None:
+        pid, status = spawn_layered(conf.get("cwd", "/"), argv, env, 1, 2, keep_stdio=True)
+        if not pid:
+            return os.WEXITSTATUS(status) or 126
+        return wait_exec(pid)
     path, code = find_program(argv[0], env)
     try:
         os.chdir(conf.get("cwd", "/"))
@@ -913,6 +942,11 @@ def run_exec(args: list[str]) -> int:
     except OSError as exc:
         write_all(2, f"ringfence: cannot start the server: {exc}\n".encode())
         return 126
+    return wait_exec(pid)
+
+
+def wait_exec(pid: int) -> int:
+    """Reap until ``pid`` (the server) exits; then kill and reap the rest: its exit code."""
     status = 0
     while True:  # PID 1 reaps every orphan until the server itself exits
         try:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -62,7 +62,13 @@ from .._urls import url_secrets
 from ..manifest._load import ServerConfig, Transport
 from ._http import http_transport
 from ._inbound import InboundLimit, watch_inbound
-from ._stdio import STDERR_QUOTE_LINES, StdioConfiner, read_stderr, stdio_transport
+from ._stdio import (
+    STDERR_QUOTE_LINES,
+    ConfinedWrites,
+    StdioConfiner,
+    read_stderr,
+    stdio_transport,
+)
 
 __all__ = ["ConnectionPool", "LiveConnection"]
 
@@ -98,6 +104,8 @@ class LiveConnection:
     limit: InboundLimit | None = None
     # stdio: {"confined": bool, and for a confined server its grants and layers}; else None
     sandbox: dict[str, Any] | None = None
+    # a writable confined server's: its writes are read after each call (see ConnectionPool.turn)
+    writes: ConfinedWrites | None = None
 
     @property
     def protocol_version(self) -> str:
@@ -211,6 +219,19 @@ class ConnectionPool:
             self.connects += 1
             return started
 
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[ConfinedWrites | None]:
+        """One call's turn: connects, and for a writable confined server holds its writes'
+        lock (calls take turns, each one's writes read after it) and yields them, for the
+        caller to settle after its call; otherwise yields None and holds nothing."""
+        live = await self.connect()
+        writes = live.writes
+        if writes is None:
+            yield None
+            return
+        async with writes.lock:
+            yield writes
+
     async def run(
         self,
         action: str,
@@ -293,7 +314,11 @@ class ConnectionPool:
     # -- the runner ----------------------------------------------------------------------------
 
     def _transport(
-        self, stack: contextlib.AsyncExitStack, limit: InboundLimit, sandbox: dict[str, Any]
+        self,
+        stack: contextlib.AsyncExitStack,
+        limit: InboundLimit,
+        sandbox: dict[str, Any],
+        writes: list[ConfinedWrites],
     ) -> Any:
         if self.config.transport is Transport.STDIO:
             transport = stdio_transport(
@@ -304,6 +329,7 @@ class ConnectionPool:
                 self.diagnostics,
                 confiner=self._confiner,
                 sandbox=sandbox,
+                writes=writes,
             )
         else:
             transport = http_transport(
@@ -329,11 +355,12 @@ class ConnectionPool:
         limit = InboundLimit(self.config.max_message_bytes)
         self._connecting_limit = limit
         sandbox: dict[str, Any] = {}
+        writes: list[ConfinedWrites] = []  # a writable confined server's, closed when it ends
         try:
             async with contextlib.AsyncExitStack() as stack:
                 self._stderr_done = None  # set when a stdio server's stderr is being read
                 client = Client(
-                    self._transport(stack, limit, sandbox),
+                    self._transport(stack, limit, sandbox, writes),
                     mode=self.config.protocol_mode,
                     cache=None,
                     client_info=CLIENT_INFO,
@@ -341,7 +368,12 @@ class ConnectionPool:
                 )
                 await stack.enter_async_context(client)
                 live = LiveConnection(
-                    client, generation, time.time(), limit=limit, sandbox=sandbox or None
+                    client,
+                    generation,
+                    time.time(),
+                    limit=limit,
+                    sandbox=sandbox or None,
+                    writes=writes[0] if writes else None,
                 )
                 started = True
                 task_status.started(live)
@@ -361,6 +393,11 @@ class ConnectionPool:
             if live is not None and live.broken is None:
                 live.broken = error.message
         finally:
+            # The process is gone (the transport stopped it): what it wrote after its last
+            # call is never read; its overlays and cgroup go (after a capture under way).
+            for confined in writes:
+                with trio.CancelScope(shield=True):
+                    await confined.aclose()
             if live is not None:
                 if live.broken is None:
                     live.broken = "closed"

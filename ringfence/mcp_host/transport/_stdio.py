@@ -17,7 +17,10 @@ returns is started instead of the server, and the wrapper's first stdout
 line, its report, is read here before any protocol byte and checked by the
 confiner (a missing layer raises ``Unavailable`` naming it and its fix). No
 confiner means no connection: such a server is refused, never started
-unconfined. The layers are kept for the ``mcp_connected`` event.
+unconfined. The layers are kept for the ``mcp_connected`` event. A writable
+one (``sandbox_writable``) comes with the confiner's :class:`ConfinedWrites`:
+its writes reach the workspace only through it, after each call (the pool
+and the adapter settle it; the confiner's says how).
 
 Non-guarantees: a server with ``sandbox = "none"`` (the default) runs as the
 local user with the user's file and network access; approval gates its tool
@@ -36,7 +39,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import trio
@@ -44,7 +47,7 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from ...runtime import Redactor, Unavailable
+from ...runtime import CallContext, Redactor, Unavailable
 from .._diagnostics import MAX_LOG_LINE_BYTES, Diagnostics
 from ..manifest._load import ServerConfig
 from ._inbound import InboundLimit, LineReader
@@ -52,6 +55,7 @@ from ._inbound import InboundLimit, LineReader
 __all__ = [
     "STDERR_QUOTE_LINES",
     "ConfinedCommand",
+    "ConfinedWrites",
     "StdioCommand",
     "StdioConfiner",
     "bounded_stdio_client",
@@ -75,6 +79,23 @@ class StdioCommand:
     writable: bool
 
 
+class ConfinedWrites(Protocol):
+    """A writable confined server's writes, as its confiner keeps them.
+
+    Calls to the server take turns (``lock``, held from before a call until
+    after its :meth:`settle`); :meth:`settle` makes what the server wrote
+    until then the call's change set and returns ``out`` with ``changes``
+    (or raises the refusal naming what was refused); :meth:`aclose` runs once
+    the server's process is gone.
+    """
+
+    lock: trio.Lock
+
+    async def settle(self, ctx: CallContext, out: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def aclose(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class ConfinedCommand:
     """What a confiner made of a :class:`StdioCommand`.
@@ -83,12 +104,14 @@ class ConfinedCommand:
     own stdin/stdout/stderr after writing one report line to stdout);
     ``layers`` are known before the start; ``read_report(line)`` returns
     every layer from that line (``b""`` when stdout ended first) or raises
-    ``Unavailable`` naming the missing layer.
+    ``Unavailable`` naming the missing layer. ``writes``: a writable server's
+    (:class:`ConfinedWrites`), whose writes reach the workspace only through it.
     """
 
     argv: tuple[str, ...]
     layers: tuple[Mapping[str, Any], ...]
     read_report: Callable[[bytes], tuple[Mapping[str, Any], ...]]
+    writes: ConfinedWrites | None = None
 
 
 StdioConfiner = Callable[[StdioCommand], ConfinedCommand]
@@ -124,13 +147,16 @@ def stdio_transport(
     *,
     confiner: StdioConfiner | None = None,
     sandbox: dict[str, Any] | None = None,
+    writes: list[ConfinedWrites] | None = None,
 ) -> Any:
     """The transport for ``config``'s stdio server (its environment's secrets registered).
 
     ``on_stderr(fd)`` takes over the server's stderr (a pipe's read end) once it
     runs. ``sandbox = "local"`` servers are wrapped by ``confiner`` (Unavailable
     without one); ``sandbox`` (a dict) receives what the ``mcp_connected``
-    event records: ``confined``, and for a confined server its grants and layers.
+    event records: ``confined``, and for a confined server its grants and
+    layers; ``writes`` receives a writable server's :class:`ConfinedWrites`
+    (the caller closes it once the process is gone).
     """
     env, missing = build_stdio_env(config)
     for name in missing:
@@ -158,6 +184,8 @@ def stdio_transport(
             )
         )
         command, args, cwd = confined.argv[0], list(confined.argv[1:]), None
+        if confined.writes is not None and writes is not None:
+            writes.append(confined.writes)
         record.update(
             confined=True,
             network=config.sandbox_network,

@@ -65,7 +65,7 @@ from ...runtime import InvalidArguments, NotFound, ToolError, Unavailable
 from ...runtime._files import ringfence_home
 from .._names import escape_name
 from .._workspace import Workspace
-from ._journal import Journal, Recovery, recover
+from ._journal import Journal, Recovery, recover as recover_journals
 from ._model import ChangeSet
 
 __all__ = ["CheckpointStore", "PackWriter", "Retention", "workspace_id"]
@@ -119,7 +119,9 @@ def workspace_id(workspace: Workspace) -> str:
 class CheckpointStore:
     """The change sets of one workspace (thread-safe; see the module docstring)."""
 
-    def __init__(self, workspace: Workspace, *, retention: Retention | None = None) -> None:
+    def __init__(
+        self, workspace: Workspace, *, retention: Retention | None = None, recover: bool = True
+    ) -> None:
         self.workspace = workspace
         self.retention = retention or Retention.from_env()
         self.path = ringfence_home() / "checkpoints" / workspace_id(workspace)
@@ -137,12 +139,11 @@ class CheckpointStore:
         self._index_cache: dict[str, tuple[list[tuple[str, int, int]], float]] = {}
         self._journal_dir: int | None = None
         self.journal = Journal(self)
-        if self._open(create=False) is not None:
+        self.recovered = Recovery()
+        if recover and self._open(create=False) is not None:
             # A process killed while it wrote the workspace: its operation rolled back first.
-            self.recovered = recover(self)
+            self.recovered = recover_journals(self)
             self.prune()
-        else:
-            self.recovered = Recovery()
 
     def _open(self, *, create: bool) -> tuple[int, int, int] | None:
         """The (blobs, sets, packs) descriptors; the store is made on its first write."""
