@@ -317,6 +317,8 @@ def kernel_from_args(
         change_sets=getattr(args, "change_sets", None),
         merge_refused=not getattr(args, "refuse_whole_change_set", False),
         plugins=True,  # the added plugins (ringfence plugin): untrusted ones only tighten
+        # A one-verb process of its own (not a caller's, e.g. tests): see _main._short_lived.
+        pause_collector=getattr(args, "owns_process", False) is True,
     )
     show_and_record(kernel, weaker_choices(backend, script_sandbox, sandbox))
     if review is not None:
