@@ -1,7 +1,8 @@
 """cgroup v2 for the process supervisor: one command's cgroup, the hierarchy, the sweep.
 
 :class:`Cgroup` is one command's group: add a pid, signal or kill every
-member at once (``cgroup.kill``, else freeze, SIGKILL, thaw), remove it (and
+member at once (``cgroup.kill``, else freeze, SIGKILL, thaw), freeze and thaw
+it (a writable MCP server's, while its writes are read), remove it (and
 any groups a nested ringfence made below it). :func:`cgroup2_mount` and
 :func:`own_cgroup` read where the hierarchy is and where this process sits;
 :func:`sweep` kills and removes what crashed ringfence processes left. Every
@@ -148,11 +149,10 @@ class Cgroup:
             return
         # Before Linux 5.14: freeze, kill each member (a fatal signal reaches a
         # frozen task), thaw. A frozen task cannot fork, so the list is complete.
-        freeze = self.path / "cgroup.freeze"
         try:
-            _write(freeze, "1")
+            self.freeze()
             for _ in range(500):  # freezing is asynchronous; bounded (about 1 s)
-                if "frozen 1" in _read(self.path / "cgroup.events"):
+                if self.frozen():
                     break
                 time.sleep(POLL)
             self.signal(signal.SIGKILL)
@@ -160,7 +160,26 @@ class Cgroup:
             return
         finally:
             with contextlib.suppress(OSError):
-                _write(freeze, "0")
+                self.thaw()
+
+    def can_freeze(self) -> bool:
+        """Whether this kernel has the cgroup v2 freezer (``cgroup.freeze``, Linux 5.2+)."""
+        return (self.path / "cgroup.freeze").exists()
+
+    def freeze(self) -> None:
+        """Ask the kernel to freeze every member (``cgroup.freeze``); asynchronous: the
+        members are stopped once :meth:`frozen` says so. Raises OSError."""
+        _write(self.path / "cgroup.freeze", "1")
+
+    def frozen(self) -> bool:
+        """Whether every member is frozen now (``frozen 1`` in ``cgroup.events``): each is
+        stopped where it would take a signal (out of any system call that was under way),
+        so none runs, writes or forks until :meth:`thaw`. Raises OSError."""
+        return "frozen 1" in _read(self.path / "cgroup.events")
+
+    def thaw(self) -> None:
+        """Let the members run again. Raises OSError."""
+        _write(self.path / "cgroup.freeze", "0")
 
     def remove(self) -> bool:
         """Remove the cgroup and any cgroups below it (a nested ringfence's); False while busy."""

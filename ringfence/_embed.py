@@ -20,6 +20,7 @@ from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime import (
     Approver,
     FileSink,
+    Hook,
     InvalidArguments,
     Kernel,
     MemorySink,
@@ -27,7 +28,9 @@ from .runtime import (
     PolicyLayers,
     Posture,
     Rules,
+    Unavailable,
     default_approver,
+    load_policy,
     ringfence_home,
 )
 from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
@@ -132,7 +135,7 @@ def create_kernel(
     backend: str | None = None,
     backend_options: Mapping[str, Any] | None = None,
     rules: Rules | None = None,
-    policy: Policy | PolicyLayers | None = None,
+    policy: Policy | PolicyLayers | bool | None = None,
     dry_run: bool = False,
     plan_path: str | os.PathLike[str] | None = None,
     events_path: str | os.PathLike[str] | None = None,
@@ -144,6 +147,9 @@ def create_kernel(
     checkpoints: bool = True,
     change_sets: bool | None = None,
     merge_refused: bool = True,
+    hooks: Iterable[Hook] = (),
+    plugins: bool | str | os.PathLike[str] = False,
+    pause_collector: bool = False,
     **kernel_options: Any,
 ) -> Kernel:
     """A Kernel with the native tools registered for ``roots``.
@@ -173,9 +179,12 @@ def create_kernel(
 
     ``policy`` (e.g. from ``ringfence.runtime.load_layers``) adds rules over
     tool names and arguments to ``rules``; path rules are made relative to
-    ``roots``. No policy file is read unless the caller loads one. From
-    ``load_policy`` (a ``PolicyLayers``), its ``[mcp.<server>]`` statements
-    also decide the MCP servers' trust and read tools.
+    ``roots``. No policy file is read unless the caller asks: ``policy=True``
+    reads the files the command line reads (managed, user, the first root's
+    project file: ``load_policy(roots)``). From ``load_policy`` (a ``PolicyLayers``,
+    or ``True``), its ``[mcp.<server>]`` statements also decide the MCP servers'
+    trust and read tools, for every way of connecting them to this kernel
+    (``mcp_manifest``, ``connect_servers``, ``attach_connectors``).
 
     ``event_observer(line)`` (e.g. ``ringfence.otel.OtelObserver``) sees each
     event line after it is written (redacted, as in the file); its ``close()``,
@@ -193,6 +202,19 @@ def create_kernel(
     directly (``--no-change-sets``). ``True`` on a backend that cannot
     refuses at its start. ``merge_refused`` (default True): a set with
     refused entries (git metadata, …) merges the rest; False refuses it whole.
+    ``pause_collector`` (default False): hold the process's cyclic garbage
+    collector off while a command's change set is read, saved and merged (a
+    10,000-file one: ~0.1 s less); it is process-wide, so only for a caller
+    that owns its process (the ``ringfence`` command does).
+
+    ``hooks`` (``ringfence.runtime.Hook``): Python hooks at ``pre_call``,
+    ``post_call``, ``session_start``, ``session_end``; they can only tighten
+    what the Gate decides. ``plugins`` (opt-in): ``True`` for the plugins
+    added in ``$RINGFENCE_HOME/plugins.toml``, or a path to such a file; an
+    untrusted plugin only tightens, a trusted one's command hooks run
+    confined, its skills are offered (``kernel.skills()``) and its MCP
+    servers connect with ``mcp_manifest``'s. A plugin that cannot be read or
+    does not validate refuses the kernel (InvalidArguments naming it).
 
     ``approver`` must have an ``async def approve(request)``; anything else
     raises TypeError here, before anything opens.
@@ -229,14 +251,21 @@ def create_kernel(
         raise
     rules = rules or Rules()
     mcp_policy = None
+    if policy is True:  # the policy files, as the command line reads them
+        try:
+            policy = load_policy(workspace.roots)
+        except BaseException:
+            workspace.close()
+            raise
+    elif policy is False:
+        policy = None
     if isinstance(policy, PolicyLayers):
         mcp_policy, policy = policy.mcp, policy.policy
     if policy is not None:
-        # Path rules see names relative to a root, in its real spelling or the one given
-        # (a root reached through a symlink), so either absolute spelling is judged alike.
-        spellings = [*workspace.roots, *(os.path.abspath(p) for p in root_paths)]
         merged = policy if rules.policy is None else rules.policy + policy
-        rules = dataclasses.replace(rules, policy=merged.with_roots(spellings))
+        rules = dataclasses.replace(
+            rules, policy=merged.with_roots(spellings_of(workspace, root_paths))
+        )
     try:
         kernel = Kernel(
             posture=Posture.parse(posture),
@@ -251,6 +280,8 @@ def create_kernel(
     except BaseException:
         workspace.close()
         raise
+    if mcp_policy is not None:  # every connect of this kernel's MCP servers applies it
+        kernel.extensions["mcp_policy"] = mcp_policy
     # workspace: every file tool write is a change set (checkpoint) that `undo` can restore
     store = CheckpointStore(workspace) if checkpoints else None
     register_file_tools(kernel, workspace, checkpoints=store)
@@ -264,6 +295,23 @@ def create_kernel(
 
     kernel.push_async_callback(close_workspace)
     kernel.add_startup(_claim_spool)
+    # hooks and plugins: checks that only tighten; a trusted plugin's hooks, skills, servers
+    plugin_servers: list[Any] = []
+    try:
+        for hook in hooks:
+            kernel.add_hook(hook)
+        if plugins:
+            from .plugins import attach_plugins
+
+            plugin_servers = attach_plugins(
+                kernel,
+                roots=kernel.roots,
+                rule_roots=spellings_of(workspace, root_paths),
+                config=None if plugins is True else plugins,  # type: ignore[arg-type]
+            )
+    except BaseException:
+        workspace.close()
+        raise
     # bridge: under docker, scripts run in the session's container, which needs the runner
     # files and a socket directory mounted (removed after the container, hence pushed first)
     bridge_dir: Path | None = None
@@ -287,6 +335,7 @@ def create_kernel(
         extra_mounts=extra_mounts,
         change_sets=store if change_sets else None,
         merge_refused=merge_refused,
+        pause_collector=pause_collector,
     )
     # bridge: run_tool_script, locally or in the docker session's container
     register_script_tool(
@@ -310,10 +359,22 @@ def create_kernel(
             kernel,
             mcp_manifest,
             workspace=workspace.roots[0],
-            options={"stdio_confiner": mcp_stdio_confiner(workspace), **(mcp_options or {})},
+            options={
+                "stdio_confiner": mcp_stdio_confiner(
+                    workspace, store, kernel=kernel, merge_refused=merge_refused
+                ),
+                **(mcp_options or {}),
+            },
             policy=mcp_policy,
+            extra_servers=plugin_servers,
         )
     return kernel
+
+
+def spellings_of(workspace: Workspace, given: Sequence[Path]) -> list[str]:
+    """Path rules see names relative to a root, in its real spelling or the one given (a root
+    reached through a symlink), so either absolute spelling is judged alike."""
+    return [*workspace.roots, *(os.path.abspath(p) for p in given)]
 
 
 def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
@@ -373,32 +434,62 @@ async def _claim_spool(kernel: Kernel) -> None:
     kernel.push_async_callback(done)
 
 
-def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:
+def mcp_stdio_confiner(
+    workspace: Workspace | None,
+    store: CheckpointStore | None = None,
+    *,
+    kernel: Kernel | None = None,
+    merge_refused: bool = True,
+    discard_writes: bool = False,
+) -> Callable[[Any], Any]:
     """A ``mcp_host.StdioConfiner`` over ``workspace``: the confined local backend's layers.
 
     ``None``: no roots (a server then sees none of a workspace).
+
+    A writable server (``sandbox_writable = true``) writes through an overlay
+    of each root; after each call its sandbox is frozen and what it wrote is
+    merged into the roots as that call's change set, kept in ``store``, by
+    the guarded writer (``merge_refused``: what is not refused is merged;
+    under ``kernel``'s dry run the set is staged), as ``run_shell``'s
+    commands are. Without a store such a server is refused (Unavailable),
+    unless ``discard_writes`` (``mcp inspect``): then nothing it writes is
+    ever merged. ``kernel`` also gives the upper directories its spool
+    directory.
 
     The glue lives here, in the assembly layer, because it is the one layer
     that may import both sides: ``mcp_host`` declares what it needs (a
     callable from a ``StdioCommand`` to a ``ConfinedCommand``; it imports no
     backend), ``backends`` plans the sandbox (``confine_exec``; it imports
-    nothing of MCP). A writable server's roots keep their git directories
-    and gitfiles read-only, as ``run_shell``'s do.
+    nothing of MCP).
     """
 
     def confine(server: Any) -> Any:
-        from .backends import confine_exec
+        from .backends import ExecChanges, confine_exec
         from .mcp_host import ConfinedCommand
 
+        changes = None
+        if server.writable:
+            if store is None and not discard_writes:
+                raise Unavailable(
+                    "a writable confined server (sandbox_writable = true) writes the workspace "
+                    "only through change sets, which need the checkpoint store: use "
+                    "create_kernel(checkpoints=True) (the default), or set sandbox_writable = "
+                    "false for this server; it was not started",
+                    field="sandbox_writable",
+                )
+            changes = ExecChanges(
+                store,
+                merge_rest=merge_refused,
+                staging=(lambda: kernel.dry_run) if kernel is not None else lambda: False,
+                spool_dir=kernel.spool_dir if kernel is not None else None,
+            )
         plan = confine_exec(
             workspace.roots if workspace is not None else (),
             server.argv,
             cwd=server.cwd,
             network=server.network,
             writable=server.writable,
-            readonly_paths=workspace.git_directories()
-            if workspace is not None and server.writable
-            else (),
+            changes=changes,
         )
 
         def read_report(line: bytes) -> tuple[dict[str, Any], ...]:
@@ -408,6 +499,7 @@ def mcp_stdio_confiner(workspace: Workspace | None) -> Callable[[Any], Any]:
             argv=plan.argv,
             layers=tuple(layer.to_dict() for layer in plan.layers),
             read_report=read_report,
+            writes=plan.writes,
         )
 
     return confine

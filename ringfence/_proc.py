@@ -67,13 +67,14 @@ from ._cgroup import (
     sweep,
 )
 from ._proctree import RUN_ID_VARIABLE, Method, Process, kill_and_reap
-from .runtime import ToolError
+from .runtime import ToolError, Unavailable
 
 __all__ = [
     "RUN_ID_VARIABLE",
     "ExecFailed",
     "Process",
     "Tracking",
+    "cgroup_entry",
     "spawn",
     "tracking",
 ]
@@ -333,3 +334,26 @@ def _check_executable(name: str, cwd: Path, env: Mapping[str, str]) -> None:
             raise ExecFailed(126, f"ringfence: {name}: permission denied\n")
     elif shutil.which(name, path=env.get("PATH", os.defpath)) is None:
         raise ExecFailed(127, f"ringfence: {name}: command not found\n")
+
+
+def cgroup_entry() -> tuple[Cgroup, tuple[str, ...]]:
+    """A fresh cgroup for a process another library spawns, and the argv prefix that enters it.
+
+    For the MCP SDK's stdio servers, which the SDK spawns itself (so no gate
+    of :func:`spawn`'s can hold them): the prefix is ``/bin/sh`` moving
+    *itself* into the cgroup (``0`` written to its ``cgroup.procs``) and only
+    then ``exec``ing the rest, so the process's first instruction already runs
+    inside, as under the gate; when the move fails it exits 125, the shell's
+    reason on stderr. The caller owns the cgroup (``destroy`` it once the
+    process is gone). Raises Unavailable naming why when this process tracks
+    trees without cgroups (:func:`tracking`) or the cgroup cannot be made.
+    """
+    how = tracking()
+    if how.method != "cgroup" or how.base is None or how.kill is None:
+        raise Unavailable(f"no cgroup v2 hierarchy ringfence can write: {how.detail}")
+    try:
+        group = Cgroup.create(how.base, how.kill)
+    except OSError as exc:
+        raise Unavailable(f"could not create a cgroup under {how.base}: {exc}") from exc
+    procs = str(group.path / "cgroup.procs")
+    return group, ("/bin/sh", "-c", 'echo 0 >"$0" || exit 125; exec "$@"', procs)

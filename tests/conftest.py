@@ -12,6 +12,24 @@ import pytest
 import trio
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tiers: a test that skips without bubblewrap runs real sandboxes (``sandbox``); a test
+    that needs Docker or npm is ``docker``/``npm`` already. ``make test-fast`` runs the rest.
+
+    Workers (``make test``, pytest-xdist ``--dist loadgroup``): a module's tests run on one
+    worker (they share its fixtures); the bridge's modules all on one, since each test
+    checks that no script runner of this checkout is left anywhere on the machine.
+    """
+    for item in items:
+        if any(
+            "bubblewrap" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")
+        ):
+            item.add_marker(pytest.mark.sandbox)
+        module = item.nodeid.split("::", 1)[0]
+        group = "bridge" if module.startswith("tests/bridge/") else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def ringfence_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     home = tmp_path_factory.mktemp("ringfence-home")

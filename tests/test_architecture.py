@@ -35,7 +35,18 @@ import pytest
 import ringfence
 
 SRC = Path(ringfence.__file__).parent
-PACKAGES = ("runtime", "workspace", "backends", "bridge", "mcp_host", "serve", "cli", "bench")
+PACKAGES = (
+    "runtime",
+    "workspace",
+    "backends",
+    "bridge",
+    "mcp_host",
+    "plugins",
+    "serve",
+    "review",
+    "cli",
+    "bench",
+)
 
 # Which layers each layer may import (ARCHITECTURE.md, "Which way imports point"). A layer
 # is a package below ringfence, or one module of the top package by its dotted name
@@ -54,13 +65,20 @@ ALLOWED: dict[str, set[str]] = {
     # workspace: run_shell's git-metadata check (scan_git_metadata, enforce_git_metadata).
     "backends": {"runtime", "workspace", "ringfence._proc", "ringfence._lazy"},
     "bridge": {"runtime", "ringfence._proc", "ringfence._lazy"},
-    "mcp_host": {"runtime", "ringfence._lazy"},
+    # ringfence._proc: stdio servers are started by the process supervisor
+    "mcp_host": {"runtime", "ringfence._proc", "ringfence._lazy"},
     "serve": {"runtime", "ringfence._lazy", "ringfence"},  # ringfence: __version__
-    "ringfence._embed": {"runtime", "workspace", "backends", "bridge", "mcp_host"},
+    # The review page: reads the stores (workspace's change sets, runtime's events and plans),
+    # acts through the kernel, and stands behind serve's request guard (serve._http).
+    "review": {"runtime", "workspace", "serve", "ringfence._lazy", "ringfence"},
+    # plugins: hooks run confined like the local backend's commands (backends.confine_exec,
+    # spawned by _proc); a plugin's MCP servers are mcp.toml's [[server]] tables (mcp_host)
+    "plugins": {"runtime", "ringfence._proc", "backends", "mcp_host"},
+    "ringfence._embed": {"runtime", "workspace", "backends", "bridge", "mcp_host", "plugins"},
     "ringfence.otel": {"runtime"},  # OpenTelemetry export: reads event records only
     # The overhead suite measures the clients and the kernel from outside, like a host would
     # (ringfence: create_kernel); it never imports the CLI, which runs it (`ringfence bench`).
-    "bench": {"ringfence", "runtime", "workspace", "backends", "bridge", "mcp_host"},
+    "bench": {"ringfence", "runtime", "workspace", "backends", "bridge", "mcp_host", "plugins"},
     "cli": {
         "ringfence",
         "runtime",
@@ -73,7 +91,9 @@ ALLOWED: dict[str, set[str]] = {
         "backends",
         "bridge",
         "mcp_host",
+        "plugins",
         "serve",
+        "review",
         "bench",
     },
     "ringfence": {"ringfence._lazy"},  # the top __init__: its names load lazily

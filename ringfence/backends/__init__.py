@@ -37,7 +37,11 @@ from .confined._execrules import ExecRules as ExecRules, exec_rules as exec_rule
 
 if TYPE_CHECKING:
     from ._host import HostSession as HostSession, start_host as start_host
-    from .confined._exec import ConfinedExec as ConfinedExec, confine_exec as confine_exec
+    from .confined._exec import (
+        ConfinedExec as ConfinedExec,
+        ExecChanges as ExecChanges,
+        confine_exec as confine_exec,
+    )
     from .confined._session import (
         ConfinedOptions as ConfinedOptions,
         ConfinedSession as ConfinedSession,
@@ -76,6 +80,7 @@ _LAZY = {
     "start_local": ".confined._session:start_confined",
     "ConfinedExec": ".confined._exec",
     "confine_exec": ".confined._exec",
+    "ExecChanges": ".confined._exec",
     "HostSession": "._host",
     "start_host": "._host",
     "IMAGES": ".docker._images",

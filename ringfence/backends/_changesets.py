@@ -4,14 +4,19 @@
 :class:`~._types.ShellResult` whose ``uppers`` hold everything it wrote
 (any backend that honours ``SessionSpec.change_sets``). Here they become one
 change set in the checkpoint store and reach the workspace only through the
-guarded writer; see :func:`merge_or_stage` for the contract.
+guarded writer; see :func:`merge_or_stage` for the contract. A writable
+confined MCP server's uppers, still mounted, are read the same way after each
+of its calls (:func:`merge_uppers` with a :class:`LiveUppers`:
+``confined._writes``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,13 +33,24 @@ from ._types import ShellResult, Upper
 if TYPE_CHECKING:
     from ..workspace import MergeReport
     from ..workspace.changes._store import PackWriter
-    from ..workspace.changes._upper import UpperFiles
+    from ..workspace.changes._upper import UpperFiles, UpperState
 
-__all__ = ["MAX_REPORTED", "merge_or_stage"]
+__all__ = ["MAX_REPORTED", "LiveUppers", "merge_or_stage", "merge_uppers"]
 
 # Entries named in a result, an event or an error (the rest are counted).
 MAX_REPORTED = 200
 _SHOWN_IN_MESSAGE = 5
+
+
+class LiveUppers:
+    """Upper directories still under a live overlay, read again and again (a writable
+    MCP server's, after each call): nothing is renamed out of them (the merge writes
+    copies from the store), and an entry read before in the same state makes no
+    change again (``changes_from_upper``'s ``state``). Only what reads them (one
+    capture at a time) touches ``states``."""
+
+    def __init__(self) -> None:
+        self.states: dict[int, UpperState] = {}  # root -> what its last read found
 
 
 async def merge_or_stage(
@@ -46,6 +62,37 @@ async def merge_or_stage(
     roots: list[Path],
     merge_rest: bool,
     staging: bool,
+    pause_collector: bool = False,
+) -> dict[str, Any]:
+    """A finished command's uppers merged or staged: :func:`merge_uppers` for ``run_shell``."""
+    return await merge_uppers(
+        result.uppers,
+        out,
+        ctx,
+        store,
+        roots=roots,
+        merge_rest=merge_rest,
+        staging=staging,
+        ran=f"the command ran (exit code {result.exit_code})",
+        facts={"exit_code": result.exit_code},
+        pause_collector=pause_collector,
+    )
+
+
+async def merge_uppers(
+    uppers: Sequence[Upper],
+    out: dict[str, Any],
+    ctx: CallContext,
+    store: CheckpointStore,
+    *,
+    roots: list[Path],
+    merge_rest: bool,
+    staging: bool,
+    ran: str,
+    facts: Mapping[str, Any] | None = None,
+    live: LiveUppers | None = None,
+    field: str | None = "command",
+    pause_collector: bool = False,
 ) -> dict[str, Any]:
     """``out`` (the call's result) with ``changes: {id, files, refused}``, after the merge.
 
@@ -66,12 +113,22 @@ async def merge_or_stage(
     ``staging`` (a dry run): the set is saved as ``staged``, nothing is
     merged, and a nested ``apply_changes`` call for it is made, which the
     Gate stages into the plan; ``changes`` says ``staged``.
+
+    ``ran`` opens every error's message (what ran, e.g. ``the command ran (exit
+    code 1)``); ``facts`` go into its details; a refusal names ``field``.
+    ``live``: the uppers are still mounted (see :class:`LiveUppers`).
+    ``pause_collector``: the process's cyclic garbage collector is held off
+    while the set is read, saved and merged (the caller owns the process and
+    said so: :mod:`ringfence.workspace.changes._collector`).
     """
-    if not any(_has_entries(u.path) for u in result.uppers):
+    if not any(_has_entries(u.path) for u in uppers):
         return {**out, "changes": None}
     notices: list[str] = []  # said by the merge's thread, emitted here
+    how = _How(ran, dict(facts or {}), live, field)
     cs, report = await trio.to_thread.run_sync(
-        lambda: _capture(result, ctx, store, roots, merge_rest, staging, notices)
+        lambda: _capture(
+            uppers, how, ctx, store, roots, merge_rest, staging, notices, pause_collector
+        )
     )
     for message in notices:
         ctx.emit("notice", message=message)
@@ -99,13 +156,23 @@ async def merge_or_stage(
             if report.applied
             else "nothing else was changed"
         )
-        raise _refused(refused, result, "the merge", rest, changes)
+        raise _refused(refused, how, "the merge", rest, changes)
     return {**out, "changes": changes}
+
+
+@dataclass(frozen=True)
+class _How:
+    """What ran (for messages), the facts its errors carry, and whether the uppers are live."""
+
+    ran: str
+    facts: dict[str, Any]
+    live: LiveUppers | None
+    field: str | None = "command"
 
 
 def _refused(
     refused: list[dict[str, Any]],
-    result: ShellResult,
+    how: _How,
     where: str,
     rest: str,
     changes: dict[str, Any],
@@ -116,57 +183,66 @@ def _refused(
     extra = len(refused) - _SHOWN_IN_MESSAGE
     more = f" and {extra} more (details.changes.refused)" if extra > 0 else ""
     return error(
-        f"the command ran (exit code {result.exit_code}); refused at {where}: "
-        f"{shown}{more}; none of these reached the workspace; {rest}",
-        field="command",
+        f"{how.ran}; refused at {where}: {shown}{more}; none of these reached the workspace; "
+        f"{rest}",
+        field=how.field,
         changes=changes,
-        exit_code=result.exit_code,
+        **how.facts,
     )
 
 
 def _capture(
-    result: ShellResult,
+    uppers: Sequence[Upper],
+    how: _How,
     ctx: CallContext,
     store: CheckpointStore,
     roots: list[Path],
     merge_rest: bool,
     staging: bool,
     notices: list[str],
+    pause_collector: bool,
 ) -> tuple[ChangeSet | None, MergeReport | None]:
     """Read, save, then merge (unless ``staging``): (the set, the merge report or None).
 
     The files' bytes go into one pack in the store; the merge then renames
     the upper files into the workspace (``UpperFiles``), so a command's new
     file costs one new inode (its own), not three, and a new directory fit
-    to move (``UpperTree``) one rename for everything in it. The cyclic
-    collector is paused meanwhile (:func:`~ringfence.workspace.changes._collector.collector_paused`).
+    to move (``UpperTree``) one rename for everything in it (live uppers: none,
+    the merge writes copies). With ``pause_collector`` the cyclic collector is
+    paused meanwhile
+    (:func:`~ringfence.workspace.changes._collector.collector_paused`).
     """
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
-    with collector_paused():  # ~60,000 objects, none in a cycle: see _collector
+    paused = collector_paused() if pause_collector else contextlib.nullcontext()
+    with paused:  # ~60,000 objects, none in a cycle: see _collector
         # A set larger than the store keeps is refused whole as it is read (nothing stored).
         pack = store.pack(limit_bytes=int(store.retention.max_mib * (1 << 20)))
         try:
             changes: list[Change] = []
-            uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]] = {}
+            read_uppers: dict[int, tuple[int, dict[str, UpperSource], dict[str, UpperTree]]] = {}
             known: dict[tuple[int, str], tuple[tuple[int, ...], Image]] = {}
-            for upper in result.uppers:
+            states: dict[int, UpperState] = {}
+            since_ns = time.time_ns()  # nothing writes the uppers now (see UpperState)
+            for upper in uppers:
                 fd = os.open(upper.path, flags)
                 fds.append(fd)
                 sources: dict[str, UpperSource] = {}
                 trees: dict[str, UpperTree] = {}
-                root, read = _read_upper(upper, fd, roots, store, pack, sources, trees, known)
+                root, read = _read_upper(
+                    upper, fd, roots, store, pack, sources, trees, known, how.live, states, since_ns
+                )
                 changes += read
-                uppers[root] = (fd, sources, trees)
+                read_uppers[root] = (fd, sources, trees)
             pack.commit()  # before the manifest that names its blobs
+            if how.live is not None:  # read whole: next time, what is read again is no change
+                how.live.states = states
             from ..workspace.changes._upper import (
                 UpperFiles,  # loaded by the first command that wrote
             )
 
-            sources = UpperFiles(uppers, known)
-            return _save_and_merge(
-                result, ctx, store, changes, merge_rest, staging, sources, notices
-            )
+            files = UpperFiles(read_uppers, known)
+            return _save_and_merge(how, ctx, store, changes, merge_rest, staging, files, notices)
         finally:
             pack.abort()
             for fd in fds:
@@ -174,7 +250,7 @@ def _capture(
 
 
 def _save_and_merge(
-    result: ShellResult,
+    how: _How,
     ctx: CallContext,
     store: CheckpointStore,
     changes: list[Change],
@@ -204,7 +280,7 @@ def _save_and_merge(
             )
         except RingfenceError as exc:
             raise exc.with_(
-                message=f"the command ran (exit code {result.exit_code}) but its changes "
+                message=f"{how.ran} but its changes "
                 f"cannot be staged: {exc.message}; they are kept as change set {cs.id}",
                 details={**exc.details, "changes": {"id": cs.id, "files": 0, "staged": True}},
             ) from exc.__cause__
@@ -212,7 +288,7 @@ def _save_and_merge(
             kept = {"id": cs.id, "files": 0, "refused": list(judged.refused[:MAX_REPORTED])}
             raise _refused(
                 list(judged.refused),
-                result,
+                how,
                 "staging",
                 f"nothing was staged; the command's changes are kept as change set {cs.id}",
                 {**kept, "staged": True},
@@ -221,11 +297,11 @@ def _save_and_merge(
     # Journaled: a process killed from here on is rolled back at the next start (_journal).
     with store.journal.writing(cs.id):
         store.save(cs)  # before anything is merged: every before-image is kept
-        return _merge_saved(result, store, cs, merge_rest, sources, notices)
+        return _merge_saved(how, store, cs, merge_rest, sources, notices)
 
 
 def _merge_saved(
-    result: ShellResult,
+    how: _How,
     store: CheckpointStore,
     cs: ChangeSet,
     merge_rest: bool,
@@ -250,7 +326,7 @@ def _merge_saved(
         # is not lost with its upper directories (`checkpoints show`, `apply_changes`).
         store.save(replace(cs, staged=True))
         raise exc.with_(
-            message=f"the command ran (exit code {result.exit_code}) but its changes were not "
+            message=f"{how.ran} but its changes were not "
             f"merged: {exc.message}; they are kept as the staged change set {cs.id}",
             details={**exc.details, "changes": {"id": cs.id, "files": 0, "staged": True}},
         ) from exc.__cause__
@@ -280,8 +356,14 @@ def _read_upper(
     sources: dict[str, UpperSource],
     trees: dict[str, UpperTree],
     known: dict[tuple[int, str], tuple[tuple[int, ...], Image]],
+    live: LiveUppers | None,
+    states: dict[int, UpperState],
+    since_ns: int,
 ) -> tuple[int, list[Change]]:
-    """(the root's number, the changes its upper directory ``upper_fd`` holds)."""
+    """(the root's number, the changes its upper directory ``upper_fd`` holds).
+
+    ``live``: nothing of it may be renamed, and entries read before in the same
+    state are no change (their new states go into ``states``)."""
     from ..workspace import changes_from_upper  # loaded by the first command that wrote
 
     real = Path(os.path.realpath(upper.root))
@@ -291,6 +373,21 @@ def _read_upper(
     lower_fd = os.open(real, flags)
     try:
         index = roots.index(real)
+        if live is not None:
+            from ..workspace.changes._upper import UpperState
+
+            state = states[index] = UpperState(since_ns)
+            read = changes_from_upper(
+                upper_fd,
+                lower_fd,
+                index,
+                store,
+                pack=pack,
+                known=known,
+                previous=live.states.get(index),
+                state=state,
+            )
+            return index, read
         read = changes_from_upper(
             upper_fd, lower_fd, index, store, pack=pack, sources=sources, trees=trees, known=known
         )

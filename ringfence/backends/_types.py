@@ -171,7 +171,9 @@ class ShellResult:
     ``exec_denied`` (only where execs are checked against deny rules: the
     confined ``local`` backend) counts and lists the execs that were refused:
     ``{"denied": n, "denials": [{"rule", "program", "argv", …}]}``; ``execs_checked``
-    how many exec calls were checked (None: none was).
+    how many exec calls were checked (None: none was). ``notes``: what the session
+    knows that explains a failure the output alone does not (a root the command's
+    uid cannot write), with the fix.
     """
 
     exit_code: int | None
@@ -191,6 +193,7 @@ class ShellResult:
     shell: ShellState | None = None
     exec_denied: Mapping[str, Any] | None = None
     execs_checked: int | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
@@ -220,6 +223,8 @@ class ShellResult:
             out["execs_checked"] = self.execs_checked
         if self.exec_denied is not None:
             out["exec_denied"] = dict(self.exec_denied)
+        if self.notes:
+            out["notes"] = list(self.notes)
         if self.stdout_truncated or self.stderr_truncated:
             out["truncated"] = {
                 "stdout": self.stdout_truncated,

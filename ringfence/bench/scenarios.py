@@ -10,18 +10,22 @@ from . import (
     execchecks,
     gate,
     gitscan,
+    hooks,
     journal,
     latency,
     mcp_host,
     mcp_oauth,
     policy,
+    providers,
     remote,
+    serve_start,
     workspace,
 )
 from ._suite import Scenario
 
 SCENARIOS: list[Scenario] = [
     gate.SCENARIO,
+    providers.SCENARIO,
     *workspace.SCENARIOS,
     *changesets.SCENARIOS,
     *journal.SCENARIOS,
@@ -30,11 +34,13 @@ SCENARIOS: list[Scenario] = [
     *engines.SCENARIOS,
     *remote.SCENARIOS,
     policy.SCENARIO,
+    hooks.SCENARIO,
     *gitscan.SCENARIOS,
     *mcp_host.SCENARIOS,
     *mcp_oauth.SCENARIOS,
     *bridge.SCENARIOS,
     *latency.SCENARIOS,
+    serve_start.SCENARIO,
 ]
 
 

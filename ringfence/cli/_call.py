@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterable
+from pathlib import Path
 
 import trio
 
+from .._embed import workspace_roots_from_env
 from ..runtime import InvalidArguments, NotFound, RingfenceError
 from ..runtime._groups import raise_single
-from ._mcp_session import mcp_failure_for, session_warnings
+from ._mcp_session import (
+    login_on_terminal,
+    mcp_failure_for,
+    session_warnings,
+    with_login_advice,
+)
 from ._output import print_error, print_ok, read_input_text
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser
@@ -99,7 +106,11 @@ async def run(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             if _spawns_here(args):
                 await nursery.start(_probe_tracking)
-            async with kernel_from_args(args, mcp_tool=args.tool, interactive=True) as kernel:
+            roots = [Path(r) for r in workspace_roots_from_env(args.workspace)]
+            async with (
+                login_on_terminal(roots, args.tool),  # a server's login demand, offered
+                kernel_from_args(args, mcp_tool=args.tool, interactive=True) as kernel,
+            ):
                 outcome = await kernel.invoke(args.tool, arguments, origin="cli")
                 names = [s.name for s in kernel.tools()]
                 # An mcp.<server>.… tool whose server did not connect: its cause is the error.
@@ -108,10 +119,15 @@ async def run(args: argparse.Namespace) -> int:
     except BaseExceptionGroup as group:
         raise_single(group)  # what the verb raised (Ctrl-C's KeyboardInterrupt too), unwrapped
     if outcome.error is not None:
-        error = outcome.error
+        error = with_login_advice(outcome.error, args.tool)
         if failed is not None:
             error = failed.with_(message=f"{args.tool} is not available: {failed.message}")
         elif args.tool not in names:
             error = with_suggestions(error, args.tool, names)
         return print_error(error, args.json, warnings)
+    # What the backend knows explains a failure inside the result (a root its uid cannot
+    # write): said on stderr too, not only inside the JSON.
+    notes = outcome.value.get("notes") if isinstance(outcome.value, dict) else None
+    if isinstance(notes, list):
+        warnings = [*warnings, *(str(n) for n in notes)]
     return print_ok(outcome.value, args.json, warnings)

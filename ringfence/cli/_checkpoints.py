@@ -16,7 +16,7 @@ from ..runtime._render import one_line
 from ..workspace import CheckpointStore, Workspace
 from ._output import print_error, print_ok
 from ._session import add_session_options, kernel_from_args
-from ._verbs import add_verb_parser
+from ._verbs import add_verb_parser, add_workspace_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,16 +29,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         q = psub.add_parser(name, help=help_)
         if name == "show":
             q.add_argument("id", metavar="ID", help="a change set id (see `checkpoints list`)")
-        q.add_argument(
-            "--workspace",
-            action="append",
-            default=[],
-            metavar="DIR",
-            help="a workspace root (repeatable); default $RINGFENCE_WORKSPACE_ROOTS or the "
-            "current directory",
-        )
+        add_workspace_option(q)
         q.add_argument("--json", action="store_true", help="print one JSON object")
         q.set_defaults(func=func)
+    r = add_verb_parser(sub, "recover")
+    add_workspace_option(r)
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.set_defaults(func=run_recover)
     u = add_verb_parser(sub, "undo")
     u.add_argument("id", nargs="?", metavar="ID", help="the change set to undo")
     u.add_argument(
@@ -63,6 +60,31 @@ def _store(args: argparse.Namespace) -> tuple[Workspace, CheckpointStore]:
         raise
 
 
+async def run_recover(args: argparse.Namespace) -> int:
+    """Every store's start rolls back what a killed process left half-written (the journal):
+    this verb does only that, and says what it did."""
+    workspace, store = _store(args)
+    with workspace:
+        recovered = store.recovered
+        store.close()
+    if args.json:
+        return print_ok(recovered.to_dict(), True)
+    if not recovered.sets:
+        sys.stdout.write("nothing to recover: no operation was left half-written\n")
+        return 0
+    for done in recovered.sets:
+        left = (
+            f"; left as found: {', '.join(one_line(p) for p in done['left'])}"
+            if done["left"]
+            else ""
+        )
+        sys.stdout.write(
+            f"{one_line(done['id'])}: rolled back {done['undone']} change(s), record "
+            f"{done['record']}{left}\n"
+        )
+    return 0
+
+
 async def run_list(args: argparse.Namespace) -> int:
     workspace, store = _store(args)
     with workspace:
@@ -70,6 +92,10 @@ async def run_list(args: argparse.Namespace) -> int:
         store.close()
     if args.json:
         return print_ok(sets, True)
+    if not sets:
+        roots = ", ".join(one_line(str(r)) for r in workspace.roots)
+        sys.stderr.write(f"no change sets for the workspace {roots}\n")
+        return 0
     for s in sets:
         when = datetime.datetime.fromtimestamp(s["created"]).isoformat(timespec="seconds")
         note = f" (undoes {one_line(s['undoes'])})" if s["undoes"] else ""

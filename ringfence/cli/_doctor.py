@@ -8,6 +8,7 @@ from typing import Any
 
 import trio
 
+from .._embed import workspace_roots_from_env
 from ..backends import backend_names, select_backend
 from ..runtime import Unavailable
 from ._output import print_error, print_ok, print_table
@@ -59,6 +60,59 @@ def _mcp_checks() -> list[Any]:
     return checks
 
 
+def _journal_check(roots: list[str]) -> Any:
+    """Operations a killed process left half-written in this workspace (read, not rolled back)."""
+    from ..backends._doctor import Check
+    from ..runtime import RingfenceError
+    from ..workspace import CheckpointStore, Workspace
+    from ..workspace.changes._journal import pending
+
+    try:
+        with Workspace(roots) as workspace:
+            store = CheckpointStore(workspace, recover=False)
+            try:
+                left = pending(store)
+            finally:
+                store.close()
+    except RingfenceError as exc:
+        return Check("interrupted writes", True, f"no workspace here to check ({exc.message})")
+    if not left:
+        return Check("interrupted writes", True, "none in this workspace")
+    return Check(
+        "interrupted writes",
+        False,
+        f"{len(left)} operation(s) a killed process left half-written: {', '.join(left[:5])}",
+        "ringfence recover (any session's start does it too)",
+    )
+
+
+def _plugin_checks() -> list[Any]:
+    """``plugin_trust``: each added plugin, trusted or not, and why (never a failed backend)."""
+    from ..backends._doctor import Check
+    from ..plugins import inspect_plugin, load_entries, plugins_path
+    from ..runtime import RingfenceError
+
+    try:
+        entries = load_entries()
+    except RingfenceError as exc:
+        return [Check("plugin_trust", False, exc.message, f"fix or remove {plugins_path()}")]
+    if not entries:
+        return [Check("plugin_trust", True, f"no plugins added ({plugins_path()})")]
+    checks = []
+    for state in map(inspect_plugin, entries):
+        checks.append(
+            Check(
+                "plugin_trust",
+                state.trusted,
+                f"{state.name}: {state.why}",
+                f"ringfence plugin show {state.name}; ringfence plugin trust {state.name}"
+                if state.error is None
+                else f"fix it, or ringfence plugin remove {state.name}",
+            )
+        )
+    return checks
+
+
 async def run(args: argparse.Namespace) -> int:
     from ..backends._doctor import backend_status, run_checks
     from ._environ import backend_choice
@@ -66,6 +120,8 @@ async def run(args: argparse.Namespace) -> int:
     backend = select_backend(backend_choice(args.backend).value)
     checks = await trio.to_thread.run_sync(run_checks)
     checks += await trio.to_thread.run_sync(_mcp_checks)
+    checks += await trio.to_thread.run_sync(_plugin_checks)
+    checks.append(await trio.to_thread.run_sync(_journal_check, workspace_roots_from_env([])))
     usable = {name: backend_status(checks, name) for name in backend_names()}
     if args.json:
         report = {

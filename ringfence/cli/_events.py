@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..runtime import InvalidArguments, NotFound, ToolError, verify_file
+from ..runtime import InvalidArguments, NotFound, ToolError, UnsealedSession, verify_file
 from ..runtime._render import one_line
 from ._output import abbreviate, error_line, naming_file, print_error, print_ok
 from ._verbs import add_verb_parser
@@ -27,9 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "call that started was allowed",
         description="Exit 0 only when every line, call and session checks out: the hash "
         "chain, each checkpoint's and seal's signature by the session key, and each started "
-        "call against an allowed decision for it earlier in the chain. An unsealed session "
-        "fails unless --allow-open; then the records after its last checkpoint are reported "
-        "as an unauthenticated tail (consistent, but not proven written by the session key).",
+        "call against an allowed decision for it earlier in the chain. A session without a "
+        "seal (its process was killed or crashed, or it is still being written) is reported "
+        "with the lines after its last checkpoint, which no signature of its own proves, and "
+        "verdict NOT SEALED (exit 1) unless --allow-open accepts it; a record a checkpoint "
+        "covers that was removed or edited is TAMPERED (exit 1) either way.",
     )
     v.add_argument("file", metavar="FILE", help="the event file (JSONL, as --events writes it)")
     v.add_argument(
@@ -43,8 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument(
         "--allow-open",
         action="store_true",
-        help="accept an unsealed last session (a log still being written, or a crash); its "
-        "records after the last checkpoint are reported as unauthenticated",
+        help="accept sessions without a seal: the last one may still be being written, an "
+        "earlier one ended when its process was killed or crashed (a shared file the next run "
+        "appended to); their records after the last checkpoint are reported as unauthenticated",
     )
     v.add_argument(
         "--json",
@@ -122,11 +125,13 @@ async def run_verify(args: argparse.Namespace) -> int:
     summary = {
         "file": args.file,
         "intact": report.ok,
+        "tampered": report.tampered,
         "records": report.records,
         "sealed_sessions": report.sealed_sessions,
         "unsealed_sessions": report.unsealed_sessions,
         "session_keys": list(report.session_keys),
         "problems": list(report.problems),
+        "unsealed": [session.to_dict() for session in report.unsealed],
         "unauthenticated_records": report.unauthenticated_records,
         "unauthenticated_lines": list(report.unauthenticated) if report.unauthenticated else None,
     }
@@ -137,21 +142,49 @@ async def run_verify(args: argparse.Namespace) -> int:
         return print_error(
             ToolError(f"{args.file} does not verify: {first}", field="FILE", report=summary), True
         )
+    # Every problem, except that a session without a seal is said once, with its tail, below.
+    tampering = set(report.tampering)
+    unsealed = tuple(f"line {session.line}: session " for session in report.unsealed)
     for problem in report.problems:
-        sys.stdout.write(f"{one_line(str(problem))}\n")
-    if report.unauthenticated is not None:
-        first, last = report.unauthenticated
-        sys.stdout.write(
-            f"unauthenticated tail: lines {first}-{last} ({report.unauthenticated_records} "
-            "records after the last checkpoint of the open session: consistent, not proven "
-            "written by the session key)\n"
-        )
-    verdict = "intact" if report.ok else "TAMPERED"
+        if problem in tampering or not problem.startswith(unsealed):
+            sys.stdout.write(f"{one_line(str(problem))}\n")
+    for session in report.unsealed:
+        sys.stdout.write(_unsealed_line(session, accepted=args.allow_open) + "\n")
+    verdict = "intact" if report.ok else "TAMPERED" if report.tampered else "NOT SEALED"
     sys.stdout.write(
         f"{args.file}: {verdict}: {report.records} records, "
         f"{report.sealed_sessions} sealed session(s), {report.unsealed_sessions} unsealed\n"
     )
     return 0 if report.ok else 1
+
+
+def _unsealed_line(session: UnsealedSession, *, accepted: bool) -> str:
+    """One session without a seal, as ``events verify`` prints it."""
+    if session.next_session_line is not None:
+        what = (
+            f"line {session.line}: session ended without a seal (its process was killed or "
+            "crashed, or its end was cut off, before the next session began at line "
+            f"{session.next_session_line})"
+        )
+    else:
+        what = f"line {session.line}: session is not sealed (still being written, or killed)"
+    unproven = session.unproven
+    if unproven is None:
+        tail = "a checkpoint covers every record of it"
+    else:
+        first, last = unproven
+        count = last - first + 1
+        which = (
+            f"{count} records after its last checkpoint, line {session.proven_through}"
+            if session.proven_through is not None
+            else f"{count} records, and no checkpoint of its own"
+        )
+        tail = (
+            f"unauthenticated tail: lines {first}-{last} ({which}: consistent, "
+            "not proven written by the session key)"
+        )
+    hint = "" if accepted else "; --allow-open accepts it"
+    return f"{what}; {tail}{hint}"
 
 
 # --- events show -------------------------------------------------------------------------

@@ -64,8 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``RINGFENCE_DEBUG=1``, which re-raises it with its traceback.
 
     Without ``argv`` (the command line: this process ends with the verb) the
-    cyclic garbage collector is tuned for a short life, see :func:`_short_lived`;
-    with ``argv`` (a caller's process, e.g. tests) it is left alone.
+    cyclic garbage collector is tuned for a short life, see :func:`_short_lived`,
+    and held off while a shell command's change set is captured
+    (``create_kernel(pause_collector=True)``); with ``argv`` (a caller's process,
+    e.g. tests) it is left alone.
 
     Everything written to stdout and stderr meanwhile passes the renderer's floor
     (:func:`._guard.guarded_output`): no control, bidi or separator character
@@ -82,6 +84,12 @@ def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if short_lived:
         gc.disable()  # until the imports are done (see _short_lived)
+    # `serve` over stdio: the client's initialize is answered before the rest loads.
+    early = None
+    if short_lived and argv[:1] == ["serve"]:
+        from ._serve_early import answer_serve_initialize
+
+        early = answer_serve_initialize(argv)
     # Before parsing succeeds there is no namespace to ask: a parse error honours --json too.
     as_json = "--json" in argv
     try:
@@ -90,6 +98,8 @@ def _main(argv: Sequence[str] | None) -> int:
         from ._output import print_usage_error
 
         return print_usage_error(str(exc), as_json)
+    if early is not None:
+        args.early_initialize = early
     as_json = getattr(args, "json", False) is True
     import trio  # here, not at the top: --help and --version never start a loop
 
@@ -97,23 +107,63 @@ def _main(argv: Sequence[str] | None) -> int:
 
     if short_lived:
         _short_lived()
+    # The command's own process: its verb may lend the collector to change-set captures.
+    args.owns_process = short_lived
     try:
         try:
             code = trio.run(args.func, args)
+            sys.stdout.flush()  # here, so a reader gone (`| head`) is seen below, not at exit
         finally:
             _run_shutdown_hooks()
             if short_lived:
                 gc.freeze()  # see _short_lived
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        return _after_closed_stdout()
     except UsageError as exc:
         return print_usage_error(str(exc), as_json)
     except KeyboardInterrupt:
         sys.stderr.write("ringfence: interrupted\n")
         return 130
     except Exception as exc:  # the CLI's one boundary for every verb
+        if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
+            return _after_closed_stdout()
         if debug_enabled():
             raise
         return print_error(error_from_exception(exc), as_json)
     return int(code or 0)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (``ringfence … | head -3``).
+
+    Asked of the descriptor itself (poll reports POLLERR on a pipe without readers), so a
+    broken pipe to anything else a verb wrote to is still an error.
+    """
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _after_closed_stdout() -> int:
+    """The reader took what it wanted: not an error. What is still buffered goes nowhere
+    (stdout is pointed at /dev/null, so the interpreter's last flush cannot fail)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _short_lived() -> None:

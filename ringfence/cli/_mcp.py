@@ -95,13 +95,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--client-secret-env", metavar="VAR", help="oauth: the client secret's variable"
     )
     add.add_argument(
+        "--client-key-env",
+        metavar="VAR",
+        help="oauth client_credentials: the variable holding the client's PEM private key "
+        "(private_key_jwt: a signed assertion instead of a secret; needs --client-id)",
+    )
+    add.add_argument(
+        "--client-metadata-url",
+        metavar="URL",
+        help="oauth: this client's metadata document (an https URL with a path, used as its "
+        "client id where the authorization server accepts one: CIMD)",
+    )
+    add.add_argument(
         "--scope", action="append", default=[], metavar="S", help="oauth: a scope (repeatable)"
     )
     add.add_argument(
         "--oauth-grant",
         choices=["authorization_code", "client_credentials", "identity_assertion"],
-        help="oauth: client_credentials for machine-to-machine (needs the client secret); "
-        "identity_assertion for enterprise-managed authorization (SEP-990; the --idp-* flags)",
+        help="oauth: client_credentials for machine-to-machine (a client secret, "
+        "--client-secret-env, or a private key, --client-key-env); identity_assertion for "
+        "enterprise-managed authorization (SEP-990; the --idp-* flags)",
     )
     add.add_argument("--oauth-issuer", metavar="URL", help="oauth: the expected issuer")
     add.add_argument(
@@ -182,7 +195,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument(
         "--sandbox-writable",
         action="store_true",
-        help="with --sandbox local: the workspace is writable (default read-only)",
+        help="with --sandbox local: the server's writes become a change set per call "
+        "(default: the workspace is read-only)",
     )
     add.add_argument(
         "--elicitation",
@@ -231,6 +245,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0,
         help="the loopback redirect port (default: a free one)",
     )
+
     login.add_argument("--workspace", metavar="DIR", help="also read DIR/.ringfence/mcp.toml")
     _common(login)
     login.set_defaults(func=run_login)
@@ -307,6 +322,32 @@ def config_from_args(args: argparse.Namespace, existing: Manifest) -> ServerConf
     return ServerConfig(**options)
 
 
+def command_warning(config: ServerConfig) -> str | None:
+    """What is wrong with a stdio server's command now (saved, it fails every session until
+    it is fixed), or None. A command with ``$`` (``$WORKSPACE/...``) or a relative path with
+    a ``/`` is judged when the server starts, where it is expanded and resolved."""
+    import os
+    import shutil
+
+    from ..mcp_host._errors import command_fix
+
+    command = config.command
+    if config.transport is not Transport.STDIO or not command:
+        return None
+    if "$" in command or (not os.path.isabs(command) and "/" in command):
+        return None
+    if os.path.isabs(command):
+        ok = os.path.isfile(command) and os.access(command, os.X_OK)
+    else:
+        ok = shutil.which(command) is not None
+    if ok:
+        return None
+    return (
+        f"{config.name}: the command {command!r} cannot be started now: {command_fix(command)} "
+        "(saved as given; sessions fail to connect this server until it can)"
+    )
+
+
 def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--auth`` and the OAuth flags; the manifest check (run by save_server) judges them."""
     from ..mcp_host.manifest._load import AuthMode
@@ -314,6 +355,8 @@ def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
     oauth_flags = {
         "--client-id": args.client_id,
         "--client-secret-env": args.client_secret_env,
+        "--client-key-env": args.client_key_env,
+        "--client-metadata-url": args.client_metadata_url,
         "--scope": args.scope or None,
         "--oauth-grant": args.oauth_grant,
         "--oauth-issuer": args.oauth_issuer,
@@ -331,6 +374,8 @@ def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
         "auth": AuthMode.OAUTH,
         "client_id": args.client_id,
         "client_secret_env": args.client_secret_env,
+        "client_key_env": args.client_key_env,
+        "client_metadata_url": args.client_metadata_url,
         "scopes": tuple(args.scope),
         "oauth_grant": args.oauth_grant or "authorization_code",
         "oauth_issuer": args.oauth_issuer,
@@ -355,10 +400,11 @@ async def run_add(args: argparse.Namespace) -> int:
     policy.write()
     summary = server_summary(m.get(config.name))
     shown_policy = str(policy.path) if policy.changed else None
+    warnings = [*m.warnings, *filter(None, [command_warning(config)])]
     if args.json:
         result = {"manifest": str(path), "replaced": replaced, "server": summary}
-        return print_ok({**result, "policy": shown_policy}, True, m.warnings)
-    print_warnings(m.warnings)
+        return print_ok({**result, "policy": shown_policy}, True, warnings)
+    print_warnings(warnings)
     verb = "replaced" if replaced else "added"
     sys.stdout.write(
         f"{verb} {config.name} in {path}: {summary['transport']} {summary['target']}\n"
@@ -409,7 +455,9 @@ async def run_login(args: argparse.Namespace) -> int:
 
     from ..mcp_host.manifest._load import AuthMode
     from ..mcp_host.oauth._login import login, loopback_flow
-    from ..runtime import Redactor
+    from ..runtime import Redactor, RingfenceError
+    from ..runtime._groups import single_error
+    from ._mcp_session import sdk_logs_as_lines
 
     config = _load_for(args).get(args.name)
     # Refused here, before the "logging in" line: a bad name is one line of error.
@@ -419,9 +467,10 @@ async def run_login(args: argparse.Namespace) -> int:
             field="auth",
         )
     if config.oauth_grant == "client_credentials":
+        held = "client_key_env" if config.client_key_env else "client_secret_env"
         raise InvalidArguments(
             f"server {config.name!r} uses client_credentials: it needs no login "
-            "(its client secret comes from client_secret_env)",
+            f"(its credential comes from {held}, {getattr(config, held)})",
             field="oauth_grant",
         )
     # The URL goes to stderr with --json (stdout stays one JSON object), else to stdout.
@@ -439,13 +488,31 @@ async def run_login(args: argparse.Namespace) -> int:
         f"ringfence: logging in to MCP server {config.name!r} ({display_url(config.url or '')})\n"
     )
     sys.stderr.flush()
-    if config.oauth_grant == "identity_assertion":
-        # No browser and no redirect: the user's IdP ID token (read from its variable) is
-        # exchanged, so no loopback listener is opened.
-        status = await login(config, Redactor(), _no_browser_flow(config.name))
-    else:
-        async with loopback_flow(show, args.port) as flow:
-            status = await login(config, Redactor(), flow)
+    sdk_logs_as_lines()  # the SDK's errors as one line, not a traceback
+    try:
+        if config.oauth_grant == "identity_assertion":
+            # No browser and no redirect: the user's IdP ID token (read from its variable) is
+            # exchanged, so no loopback listener is opened.
+            status = await login(config, Redactor(), _no_browser_flow(config.name))
+        else:
+            async with loopback_flow(show, args.port) as flow:
+                status = await login(config, Redactor(), flow)
+    except (RingfenceError, BaseExceptionGroup) as caught:
+        # What refused the login is not fixed by logging in again: never send the person
+        # back to this command. (The redirect listener's nursery may wrap the error.)
+        exc = (
+            single_error(caught, RingfenceError)
+            if isinstance(caught, BaseExceptionGroup)
+            else caught
+        )
+        again = f"run `ringfence mcp login {config.name}`"
+        if not isinstance(exc, RingfenceError) or again not in exc.message:
+            raise
+        instead = (
+            "this login itself was refused, so logging in again will not help: what the "
+            "message names must change at the server or its authorization server"
+        )
+        raise exc.with_(message=exc.message.replace(again, instead)) from exc.__cause__
     if args.json:
         return print_ok({"server": config.name, "auth": status}, True)
     sys.stdout.write(f"{config.name}: {auth_line(status)}\n")

@@ -57,7 +57,7 @@ async def run_inspect(args: argparse.Namespace) -> int:
             f"{target}): {how}\n"
         )
         sys.stderr.flush()
-        confiner = mcp_stdio_confiner(workspace)
+        confiner = mcp_stdio_confiner(workspace, discard_writes=True)
         report = await inspect_server(config, workspace=args.workspace, stdio_confiner=confiner)
     finally:
         if workspace is not None:

@@ -100,7 +100,9 @@ def abbreviate(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return f"{text[:keep]}…{text[-keep:]} ({len(text):,} characters)"
 
 
-_LONG_RUN = re.compile(r"\S{100,}")
+# A word this long is an echoed value, cut to head…tail; a path (PATH_MAX is 4096, but a
+# real one is rarely past a few hundred characters) is shown whole below it.
+_LONG_RUN = re.compile(r"\S{400,}")
 
 
 def abbreviate_message(text: str) -> str:

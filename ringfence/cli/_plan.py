@@ -95,6 +95,7 @@ def _staged_diff(roots: tuple[str, ...], set_id: str) -> str:
 async def run_apply(args: argparse.Namespace) -> int:
     with naming_file(args.file):
         plan = Plan.load(Path(args.file))
+    before = sum(1 for c in plan.calls if plan.applied_mark(c.call_id) is not None)
     async with kernel_from_args(args) as kernel:
         outcomes = await kernel.apply_plan(
             plan, rebase_roots=args.rebase_roots, allow_looser_posture=args.allow_looser_posture
@@ -103,16 +104,26 @@ async def run_apply(args: argparse.Namespace) -> int:
     if args.json:
         report = {
             "applied": [o.to_dict() for o in outcomes],
-            "not_attempted": len(plan.calls) - len(outcomes),
+            "applied_before": before,
+            "not_attempted": len(plan.calls) - before - len(outcomes),
         }
         if failed is None:
             return print_ok(report, True)
         # what ran before the failure, on a copy: the outcome's error is not rewritten
         return print_error(failed.with_(details={**failed.details, **report}), True)
     else:
+        if before:
+            sys.stdout.write(f"skipped: {before} call(s) applied before\n")
         for o in outcomes:
             status = "ok" if o.ok else f"{o.error.code}: {error_line(o.error.message)}"
             sys.stdout.write(f"{one_line(o.tool)}: {status}\n")
-        if len(outcomes) < len(plan.calls):
-            sys.stdout.write(f"stopped: {len(plan.calls) - len(outcomes)} call(s) not attempted\n")
+        left = len(plan.calls) - before - len(outcomes)
+        if left:
+            sys.stdout.write(f"stopped: {left} call(s) not attempted\n")
+    if failed is not None and failed.code == "denied" and not args.json:
+        # A refused call did not run and is not spent: the plan can be applied again.
+        sys.stderr.write(
+            f"the refused call did not run and the plan is not spent: apply it again "
+            f"(`ringfence plan apply {one_line(args.file)} --approve yes`, or on a terminal)\n"
+        )
     return exit_code_for(failed) if failed else 0

@@ -22,7 +22,7 @@ from ..runtime._render import one_line
 from ._call import ARGS_HELP, parse_arguments
 from ._output import print_ok
 from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args
-from ._verbs import add_verb_parser
+from ._verbs import add_verb_parser, add_workspace_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,12 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _roots_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--workspace",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a workspace root (the project file is <first root>/.ringfence/policy.toml)",
+    add_workspace_option(
+        parser, "a workspace root (the project file is <first root>/.ringfence/policy.toml)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_policy_options(parser)
@@ -133,6 +129,8 @@ async def run_explain(args: argparse.Namespace) -> int:
         rules: Rules = kernel.rules
         posture = Posture.parse(args.posture)
         decision = decide(spec, posture, rules, arguments)
+        if kernel.hooks():  # pre_call hooks (a plugin's): their reason is the Gate's too
+            decision = await kernel.check_hooks(spec, arguments, decision)
         verdict = evaluate_policy(spec, rules, arguments)
     out: dict[str, Any] = {
         "tool": args.tool,

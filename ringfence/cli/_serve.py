@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import signal
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import trio
@@ -20,10 +24,16 @@ from ..runtime import (
     ScriptedApprover,
 )
 from ..runtime._groups import raise_single
-from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_PORT, EXPOSE_CHOICES, TOKEN_ENV
+from ..serve import (
+    DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+    DEFAULT_PORT,
+    DEFAULT_SESSION_IDLE_SECONDS,
+    EXPOSE_CHOICES,
+    TOKEN_ENV,
+)
 from ._output import envelope
-from ._session import add_session_options, kernel_from_args
-from ._verbs import add_verb_parser, port_number, positive_seconds
+from ._session import add_session_options, cli_headless_fix, kernel_from_args
+from ._verbs import add_verb_parser, debug_enabled, port_number, positive_seconds
 
 if TYPE_CHECKING:
     from ..serve import HttpOptions, LogForwarder
@@ -64,12 +74,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         "deny (default) or approve once",
     )
     p.add_argument(
+        "--review",
+        action="store_true",
+        help="also serve a local review page (its URL on stderr): a client that cannot be "
+        "asked (no elicitation) gets its questions answered there instead of by --headless",
+    )
+    p.add_argument(
         "--approval-timeout",
         type=positive_seconds,
         default=DEFAULT_APPROVAL_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help=f"how long one question to the client may wait before it counts as deny "
         f"(default {DEFAULT_APPROVAL_TIMEOUT_SECONDS:g})",
+    )
+    p.add_argument(
+        "--session-idle-timeout",
+        type=positive_seconds,
+        default=DEFAULT_SESSION_IDLE_SECONDS,
+        metavar="SECONDS",
+        help="HTTP: end an MCP session with no request in flight this long (its client went "
+        "away without ending it; a live client keeps a stream open) and drop what it held "
+        f"(default {DEFAULT_SESSION_IDLE_SECONDS:g})",
     )
     p.add_argument(
         "--behind-tls-proxy",
@@ -98,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def headless_approver(policy: str) -> Approver:
     if policy == "approve":
         return ScriptedApprover(lambda _r: ApprovalAnswer.once("--headless approve"))
-    return HeadlessDenyApprover()
+    return HeadlessDenyApprover(cli_headless_fix)
 
 
 def http_options(args: argparse.Namespace) -> tuple[HttpOptions, bool]:
@@ -114,6 +139,7 @@ def http_options(args: argparse.Namespace) -> tuple[HttpOptions, bool]:
             behind_tls_proxy=args.behind_tls_proxy,
             allowed_hosts=tuple(args.allowed_host),
             allowed_origins=tuple(args.allowed_origin),
+            session_idle_seconds=args.session_idle_timeout,
         ),
         generated,
     )
@@ -127,37 +153,125 @@ def _say(text: str) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     try:
-        return await _run(args)
+        with library_logs_as_lines():
+            return await _run(args)
     except BaseExceptionGroup as group:
         # Nurseries group what they raise; one ringfence error is reported as itself.
         raise_single(group, RingfenceError)
 
 
+class _OneLine(logging.Handler):
+    """What the libraries under ``serve`` log (the MCP SDK, hypercorn, ringfence's own
+    ``ringfence.serve``), one line each on stderr, with no traceback.
+
+    A record whose exception says a peer went away (a stream closed or broken under the
+    SDK, a client that disconnected) is dropped: a client may leave at any moment, and
+    a line per departure is noise. ``RINGFENCE_DEBUG=1`` prints every record whole.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            error = record.exc_info[1] if record.exc_info else None
+            if debug_enabled():
+                sys.stderr.write(logging.Formatter().format(record) + "\n")
+                return
+            if error is not None and _peer_went_away(error):
+                return
+            text = record.getMessage()
+            if error is not None:
+                text += (
+                    f" ({type(error).__name__}: {error})"
+                    if str(error)
+                    else f" ({type(error).__name__})"
+                )
+            _say(f"{record.name}: {text}")
+        except Exception:
+            self.handleError(record)
+
+
+def _peer_went_away(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from) says the other end is gone."""
+    import anyio  # loaded already: the SDK runs on it
+
+    gone: tuple[type[BaseException], ...] = (
+        anyio.ClosedResourceError,
+        anyio.BrokenResourceError,
+        anyio.EndOfStream,
+        trio.ClosedResourceError,
+        trio.BrokenResourceError,
+    )
+    if "starlette.requests" in sys.modules:  # HTTP: a client that disconnected mid-request
+        gone += (sys.modules["starlette.requests"].ClientDisconnect,)
+    seen: BaseException | None = error
+    for _ in range(8):  # the chain of causes, bounded
+        if seen is None:
+            return False
+        if isinstance(seen, gone):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@contextlib.contextmanager
+def library_logs_as_lines() -> Iterator[None]:
+    """While serving, log records at WARNING and above go through :class:`_OneLine` (a root
+    handler, removed after). With ``RINGFENCE_DEBUG=1`` ringfence's own ``ringfence.serve``
+    records come from DEBUG up (what a departed client's request raised, for one)."""
+    root = logging.getLogger()
+    ours = logging.getLogger("ringfence.serve")
+    handler = _OneLine()
+    saved = ours.level
+    root.addHandler(handler)
+    if debug_enabled():
+        ours.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        ours.setLevel(saved)
+
+
 async def _run(args: argparse.Namespace) -> int:
+    # serve speaks the handshake era (2025-11-25), where the logging capability is current:
+    # the SDK's deprecation warning for it (SEP-2577, the 2026-07-28 era) would only be noise
+    # on the server's stderr. This process is the command's own, so the filter is ours to set.
+    warnings.filterwarnings(
+        "ignore", message="The logging capability is deprecated", category=UserWarning
+    )
+    # What the command read (and answered) before it loaded this (._serve_early); None
+    # when it did not, or in-process (main(argv)), where stdin is not the client's.
+    early = getattr(args, "early_initialize", None) if args.transport == "stdio" else None
     expose = _serve_pkg.parse_expose(args.expose)
     if "connectors" in expose:
         args.mcp = True  # serving connector tools needs the manifest's servers connected
     # Check everything that can be refused before a kernel (and its backend) starts.
     options, generated = http_options(args) if args.transport == "http" else (None, False)
-    # --approve yes|no answers every question itself; otherwise ask the client. Set when
-    # the kernel is made: nothing swaps a running kernel's approver.
+    # --review (or --approve review): the review page, in this session; with --review it
+    # answers for clients that cannot be asked, in place of the --headless policy.
+    review = None
+    if args.review or args.approve == "review":
+        from ._review_setup import ReviewSetup
+
+        review = ReviewSetup.from_args(args, say=lambda url: _say(f"review page at {url}"))
+    # --approve yes|no|review answers every question itself; otherwise ask the client. Set
+    # when the kernel is made: nothing swaps a running kernel's approver.
+    fallback = review.approver if review is not None else headless_approver(args.headless)
     approver = (
-        _serve_pkg.ClientApprover(
-            headless_approver(args.headless), timeout_seconds=args.approval_timeout
-        )
+        _serve_pkg.ClientApprover(fallback, timeout_seconds=args.approval_timeout)
         if args.approve is None
         else None
     )
     # ringfence's events as MCP log notifications, for clients that set a level.
     logs = _serve_pkg.LogForwarder()
-    kernel = kernel_from_args(args, approver, event_observer=logs)
+    kernel = kernel_from_args(args, approver, event_observer=logs, review=review)
     async with kernel, trio.open_nursery() as nursery:
         count = len(_serve_pkg.exposed_tools(kernel, expose))
         posture = kernel.posture.value
         if options is None:
             await nursery.start(_on_signals, nursery.cancel_scope, None)
             _say(f"serving {count} tools over stdio (posture {posture})")
-            await _serve_pkg.serve_stdio(kernel, expose=expose, logs=logs)  # until stdin closes
+            # until stdin closes
+            await _serve_pkg.serve_stdio(kernel, expose=expose, logs=logs, early=early)
             nursery.cancel_scope.cancel()
         else:
             stop = trio.Event()
@@ -206,12 +320,15 @@ async def _on_signals(
     stop: trio.Event | None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """SIGINT/SIGTERM: HTTP drains in-flight requests first (a second signal cuts it short).
+    """SIGINT/SIGTERM/SIGHUP: HTTP drains in-flight requests first (a second signal cuts it
+    short); either way the kernel then closes and seals the session's events.
 
     Started (not just spawned) before the server announces itself, so a signal
-    sent right after the announcement is already ours to handle.
+    sent right after the announcement is already ours to handle. SIGHUP (the
+    terminal or the launching client went away) would otherwise end the process
+    without a seal.
     """
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         task_status.started()
         async for _ in signals:
             if stop is None or stop.is_set():

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._embed import create_kernel, workspace_roots_from_env
 from ..runtime import (
     ApprovalAnswer,
+    ApprovalRequest,
     Approver,
+    HeadlessDenyApprover,
     Kernel,
     PolicyLayers,
     Posture,
@@ -19,6 +22,7 @@ from ..runtime import (
     default_approver,
     load_policy,
 )
+from ..runtime._approval import posture_that_allows
 from ._environ import (
     backend_choice,
     managed_policy,
@@ -28,17 +32,15 @@ from ._environ import (
 )
 from ._mcp_session import ELICITOR_KEY, mcp_setup
 from ._output import check_output_file, naming_file
+from ._verbs import add_workspace_option
 from ._worktree import add_worktree_option, session_roots
+
+if TYPE_CHECKING:
+    from ._review_setup import ReviewSetup
 
 
 def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
-    parser.add_argument(
-        "--workspace",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a workspace root (repeatable); default $RINGFENCE_WORKSPACE_ROOTS or the current directory",
-    )
+    add_workspace_option(parser)
     parser.add_argument(
         "--posture",
         choices=[p.value for p in Posture],
@@ -47,8 +49,9 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
     )
     parser.add_argument(
         "--approve",
-        choices=["yes", "no"],
-        help="answer every approval question without asking (default: ask on a TTY, else no)",
+        choices=["yes", "no", "review"],
+        help="answer every approval question without asking (yes, no), or ask on a local review "
+        "page whose URL is printed (review); default: ask on a TTY, else no",
     )
     parser.add_argument(
         "--backend",
@@ -90,8 +93,9 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         dest="change_sets",
         action="store_false",
         default=None,
-        help="let run_shell write the workspace directly (default for the local backend: each "
-        "command's writes are merged as an undoable change set; run_shell is then reversible)",
+        help="let run_shell write the workspace directly, without change sets (which the local "
+        "backend keeps by default: each command's writes merged as an undoable change set, "
+        "run_shell reversible)",
     )
     parser.add_argument(
         "--refuse-whole-change-set",
@@ -183,7 +187,35 @@ def approver_from(choice: str | None) -> Approver:
         return ScriptedApprover(lambda _r: ApprovalAnswer.once("approved by --approve yes"))
     if choice == "no":
         return ScriptedApprover(lambda _r: ApprovalAnswer.deny("denied by --approve no"))
-    return default_approver()
+    return default_approver(HeadlessDenyApprover(cli_headless_fix))
+
+
+def cli_headless_fix(request: ApprovalRequest) -> str:
+    """What lets a call that asked run, in the command line's words (a headless denial's end)."""
+    if request.rule.startswith("ask:"):
+        return (
+            f"the rule {request.rule} asks under every posture: answer it on a terminal, or "
+            "pass --approve yes"
+        )
+    rule = shlex.quote(suggested_allow_rule(request))
+    return (
+        "to let it run, answer on a terminal, pass --approve yes (every question of this "
+        f"command) or --posture {posture_that_allows(request)}, or allow it with a rule such "
+        f"as --allow {rule} (in a policy file: allow = [...])"
+    )
+
+
+def suggested_allow_rule(request: ApprovalRequest) -> str:
+    """An allow rule covering ``request``: its command or path when they read plainly."""
+    args = request.arguments
+    command = args.get("command")
+    if isinstance(command, str) and 0 < len(command) <= 80 and not set(command) & set("()\n"):
+        return f"{request.tool}({command})"
+    for key in ("path", "cwd", "url"):
+        value = args.get(key)
+        if isinstance(value, str) and 0 < len(value) <= 120 and not set(value) & set(",()|\n"):
+            return f"{request.tool}({key}={value})"
+    return request.tool
 
 
 def _check_plan_file(path: str | None) -> None:
@@ -224,6 +256,7 @@ def kernel_from_args(
     mcp_tool: str | None = None,
     interactive: bool = False,
     event_observer: Any = None,
+    review: ReviewSetup | None = None,
 ) -> Kernel:
     """The session's kernel; ``approver`` (default: from ``--approve``) is set at construction.
 
@@ -232,17 +265,26 @@ def kernel_from_args(
     asked at the terminal (declined with a warning without one).
     ``event_observer``: also handed every event line (before OpenTelemetry's,
     which it must pass on through its ``next_observer``), e.g. serve's log forwarder.
+    ``review``: serve the review page inside this session (``--approve review`` makes one).
     """
     dry = getattr(args, "dry_run", None)
     sandbox = getattr(args, "sandbox", None)
     check_output_file(args.events, "--events")
     check_output_file(dry, "--dry-run")
     _check_plan_file(dry)
+    if review is None and getattr(args, "approve", None) == "review":
+        from ._review_setup import ReviewSetup, announcer
+
+        review = ReviewSetup.from_args(args, say=announcer("ringfence"))
     otel = _otel_observer(args)
     observer = otel
     if event_observer is not None:
         event_observer.next_observer = otel
         observer = event_observer
+    if review is not None:
+        observer = review.observer(observer)  # the page sees every line first
+    if approver is None and review is not None and getattr(args, "approve", None) == "review":
+        approver = review.approver
     roots = workspace_roots_from_env(args.workspace)
     if getattr(args, "worktree", None) is not None:
         roots = session_roots(roots, args.worktree)
@@ -274,8 +316,13 @@ def kernel_from_args(
         event_observer=observer,
         change_sets=getattr(args, "change_sets", None),
         merge_refused=not getattr(args, "refuse_whole_change_set", False),
+        plugins=True,  # the added plugins (ringfence plugin): untrusted ones only tighten
+        # A one-verb process of its own (not a caller's, e.g. tests): see _main._short_lived.
+        pause_collector=getattr(args, "owns_process", False) is True,
     )
     show_and_record(kernel, weaker_choices(backend, script_sandbox, sandbox))
+    if review is not None:
+        review.attach(kernel)
     if mcp_options and "elicitor" in mcp_options:
         kernel.extensions[ELICITOR_KEY] = mcp_options["elicitor"]  # its notes become warnings
     if otel is not None:

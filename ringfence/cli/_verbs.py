@@ -44,9 +44,19 @@ VERBS: dict[str, Verb] = {
     "plan": Verb("_plan", "review or apply a dry run's plan"),
     "checkpoints": Verb("_checkpoints", "list or show the change sets of file tool writes"),
     "undo": Verb("_checkpoints", "restore the before-images of change sets (a gated call)"),
+    "recover": Verb(
+        "_checkpoints", "roll back what a killed ringfence left half-written in the workspace"
+    ),
+    "review": Verb(
+        "_review", "a local page to watch the calls, answer approvals, undo changes, apply plans"
+    ),
     "worktree": Verb("_worktree", "list, diff or remove the worktrees of --worktree sessions"),
     "policy": Verb("_policy", "show, check and explain deny/ask/allow rules"),
     "mcp": Verb("_mcp", "configure and inspect MCP servers (mcp.toml)"),
+    "plugin": Verb(
+        "_plugin", "add, review, trust and remove plugins (hooks, skills, MCP servers, rules)"
+    ),
+    "skills": Verb("_plugin", "list and show the skills trusted plugins offer"),
     "images": Verb("_images", "build and list the docker backend's sandbox images"),
     "doctor": Verb(
         "_doctor",
@@ -76,6 +86,16 @@ def add_verb_parser(
 ) -> argparse.ArgumentParser:
     """``sub.add_parser(name, help=VERBS[name].help, **kwargs)``: the one place a verb's help lives."""
     return sub.add_parser(name, help=VERBS[name].help, **kwargs)
+
+
+WORKSPACE_HELP = (
+    "a workspace root (repeatable); default $RINGFENCE_WORKSPACE_ROOTS or the current directory"
+)
+
+
+def add_workspace_option(parser: argparse.ArgumentParser, help: str = WORKSPACE_HELP) -> None:
+    """``--workspace DIR`` (repeatable), as every verb that reads or runs in a workspace takes it."""
+    parser.add_argument("--workspace", action="append", default=[], metavar="DIR", help=help)
 
 
 def port_number(text: str) -> int:

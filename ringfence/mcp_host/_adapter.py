@@ -23,7 +23,9 @@ Patterns in the manifest's tool lists are globs over the names the server
 uses (``read_file``, ``Read File!``), not over registered names.
 
 Every executor goes through the connector's pool (deadline, no replay) and
-renders its result with :mod:`._results` (redacted, capped, framed).
+renders its result with :mod:`._results` (redacted, capped, framed). A writable
+confined server's calls take turns, each followed by its writes' change set
+(:func:`_call_server`).
 Arguments have already been validated against the tool's input schema by the
 Gate (``Kernel.authorize``) before the executor runs, so bad arguments never
 reach the server.
@@ -31,14 +33,22 @@ reach the server.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcp import types
 
-from ..runtime import CallContext, Consequence, InvalidArguments, ToolError, ToolSpec, cap_text
+from ..runtime import (
+    CallContext,
+    Consequence,
+    InvalidArguments,
+    RingfenceError,
+    ToolError,
+    ToolSpec,
+    cap_text,
+)
 from ._results import RenderContext, render_contents, render_resource_contents
 from .manifest._load import ServerConfig, Trust
 
@@ -54,6 +64,8 @@ __all__ = [
     "read_resource_spec",
     "tool_spec",
 ]
+
+T = TypeVar("T")
 
 READ_RESOURCE = "__read_resource"
 GET_PROMPT = "__get_prompt"
@@ -109,11 +121,17 @@ def consequence_for(
         if annotations.destructive_hint is True:
             # Contradictory claims: the more cautious one counts.
             return Consequence.IRREVERSIBLE, "the tool declares destructiveHint true"
+        loaded = (
+            ""
+            if config.mcp_policy is not None
+            else " (no policy files were loaded for this session: create_kernel(policy=True) "
+            "reads them)"
+        )
         return (
             Consequence.REVERSIBLE,
             "the tool claims readOnlyHint, which an untrusted server cannot grant; "
             f"list it in read_only_tools under [mcp.{config.name}] in a policy file to treat it "
-            "as read",
+            f"as read{loaded}",
         )
     if annotations.destructive_hint is False:
         return Consequence.REVERSIBLE, "the tool's destructiveHint is false"
@@ -139,24 +157,66 @@ def _render_ctx(connector: Connector, ctx: CallContext, source: str) -> RenderCo
     )
 
 
+async def _call_server(
+    connector: Connector,
+    ctx: CallContext,
+    action: str,
+    fn: Callable[[Any], Awaitable[T]],
+    render: Callable[[T], dict[str, Any]],
+) -> dict[str, Any]:
+    """One request on the pooled connection, its result rendered (``render`` may raise).
+
+    A writable confined server's calls take turns, and after each one
+    (answered, failed or timed out) what the server wrote becomes the call's
+    change set (:meth:`~.transport._stdio.ConfinedWrites.settle`): the result
+    says so under ``changes``; a refusal is the call's error, naming what was
+    refused; a failed call's error carries ``changes`` in its details.
+    """
+    async with connector.pool.turn() as writes:
+        if writes is None:
+            return render(await connector.pool.run(action, fn))
+        try:
+            out = render(await connector.pool.run(action, fn))
+        except RingfenceError as exc:
+            try:
+                settled = await writes.settle(ctx, {})
+            except RingfenceError as refusal:
+                raise refusal.with_(
+                    message=f"{refusal.message} (the call itself failed: {exc.message})"
+                ) from exc
+            if settled.get("changes") is None:
+                raise exc from exc.__cause__
+            details = {**exc.details, "changes": settled["changes"]}
+            raise exc.with_(details=details) from exc.__cause__
+        return await writes.settle(ctx, out)
+
+
 def tool_spec(connector: Connector, tool: RemoteTool) -> ToolSpec:
     """A ToolSpec whose executor calls ``tool`` on the connector's pooled connection."""
     remote = tool.remote_name
 
     async def run(args: dict[str, Any], ctx: CallContext) -> Any:
-        result: types.CallToolResult = await connector.pool.run(
-            f"tools/call {remote}", lambda client: client.call_tool(remote, args)
-        )
-        rendered = render_contents(
-            _render_ctx(connector, ctx, f"tool {remote}"), result.content, result.structured_content
-        )
-        if result.is_error:
-            raise ToolError(
-                f"{tool.name} reported an error:\n{rendered['text']}",
-                server=connector.config.name,
-                tool=remote,
+        def render(result: types.CallToolResult) -> dict[str, Any]:
+            rendered = render_contents(
+                _render_ctx(connector, ctx, f"tool {remote}"),
+                result.content,
+                result.structured_content,
             )
-        return rendered
+            if result.is_error:
+                raise ToolError(
+                    f"{tool.name} reported an error:\n{rendered['text']}",
+                    server=connector.config.name,
+                    tool=remote,
+                )
+            return rendered
+
+        return await _call_server(
+            connector,
+            ctx,
+            f"tools/call {remote}",
+            lambda client: client.call_tool(remote, args),
+            render,
+        )
 
     return ToolSpec(
         name=tool.name,
@@ -197,14 +257,17 @@ def read_resource_spec(connector: Connector, name: str) -> ToolSpec | None:
             raise InvalidArguments(
                 f"{uri!r} is not an approved resource of {connector.config.name}", field="uri"
             )
-        result: types.ReadResourceResult = await connector.pool.run(
-            "resources/read", lambda client: client.read_resource(uri)
+
+        def render(result: types.ReadResourceResult) -> dict[str, Any]:
+            out = render_resource_contents(
+                _render_ctx(connector, ctx, f"resource {uri}"), uri, result.contents
+            )
+            out["ref"] = connector.resource_ref(uri)
+            return out
+
+        return await _call_server(
+            connector, ctx, "resources/read", lambda client: client.read_resource(uri), render
         )
-        out = render_resource_contents(
-            _render_ctx(connector, ctx, f"resource {uri}"), uri, result.contents
-        )
-        out["ref"] = connector.resource_ref(uri)
-        return out
 
     return ToolSpec(
         name=name,
@@ -238,16 +301,23 @@ def get_prompt_spec(connector: Connector, name: str) -> ToolSpec | None:
     async def run(args: dict[str, Any], ctx: CallContext) -> Any:
         prompt = args["name"]
         arguments = {str(k): str(v) for k, v in (args.get("arguments") or {}).items()}
-        result: types.GetPromptResult = await connector.pool.run(
-            f"prompts/get {prompt}", lambda client: client.get_prompt(prompt, arguments or None)
+
+        def render(result: types.GetPromptResult) -> dict[str, Any]:
+            rctx = _render_ctx(connector, ctx, f"prompt {prompt}")
+            messages = []
+            for m in result.messages:
+                rendered = render_contents(rctx, [m.content])
+                rendered["role"] = m.role
+                messages.append(rendered)
+            return {"server": connector.config.name, "prompt": prompt, "messages": messages}
+
+        return await _call_server(
+            connector,
+            ctx,
+            f"prompts/get {prompt}",
+            lambda client: client.get_prompt(prompt, arguments or None),
+            render,
         )
-        rctx = _render_ctx(connector, ctx, f"prompt {prompt}")
-        messages = []
-        for m in result.messages:
-            rendered = render_contents(rctx, [m.content])
-            rendered["role"] = m.role
-            messages.append(rendered)
-        return {"server": connector.config.name, "prompt": prompt, "messages": messages}
 
     return ToolSpec(
         name=name,

@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 
-from ..runtime import Kernel, RingfenceError, Rules, RulesHandle, ToolSpec, Unavailable
+from ..runtime import Kernel, McpPolicy, RingfenceError, Rules, RulesHandle, ToolSpec, Unavailable
 from ..runtime._groups import raise_single
 from ._connector import Connector
 from ._elicitation import Elicitor
@@ -126,6 +126,9 @@ async def start_connectors(
     ``stdio_confiner`` starts ``sandbox = "local"`` servers confined (``create_kernel``
     passes the local backend's); without one such a server fails to connect.
 
+    The ``[mcp.<server>]`` policy of a kernel made with ``create_kernel(policy=...)``
+    (``policy=True``: the user's files) decides each server's trust and read tools.
+
     The connections live in ``nursery`` until ``await connectors.aclose()``
     (which stops every server and unregisters its tools; it may be called from
     any task). Raises (only with ``strict=True``) the first connection error,
@@ -134,8 +137,13 @@ async def start_connectors(
     connectors = Connectors(kernel)
     lock = trio.Lock()  # one serialized sampling adapter for the whole session
     wanted = set(names) if names is not None else None
+    # The kernel's [mcp.<server>] policy (create_kernel(policy=...)) decides trust and read
+    # tools, however the servers are connected; a config that carries its own is kept.
+    policy: McpPolicy | None = kernel.extensions.get("mcp_policy")
     configs = [
-        s.expanded(workspace)
+        (s if policy is None or s.mcp_policy is not None else s.with_policy(policy)).expanded(
+            workspace
+        )
         for s in manifest.servers
         if s.enabled and (wanted is None or s.name in wanted)
     ]

@@ -10,12 +10,13 @@ sealed. The :class:`Connectors` are at ``kernel.extensions["mcp"]``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..runtime import Kernel, McpPolicy
+from ..runtime import InvalidArguments, Kernel, McpPolicy
 from ._connect import connect_servers
+from .manifest._config import ServerConfig, sanitize_part
 from .manifest._load import Manifest, load_manifest, load_manifests
 
 __all__ = ["connect_when_entered"]
@@ -40,6 +41,7 @@ def connect_when_entered(
     workspace: str | os.PathLike[str] | None = None,
     options: Mapping[str, Any] | None = None,
     policy: McpPolicy | None = None,
+    extra_servers: Sequence[ServerConfig] = (),
 ) -> None:
     """Arrange for ``kernel`` to connect the servers of ``manifest`` on ``async with``.
 
@@ -49,11 +51,13 @@ def connect_when_entered(
     ``options`` go to :func:`connect_servers`. ``policy`` (the policy layers'
     ``[mcp.<server>]`` statements) decides each server's trust and read tools
     (:meth:`ServerConfig.with_policy`). The manifest's warnings (deprecated
-    keys) become ``mcp_manifest_warning`` events.
+    keys) become ``mcp_manifest_warning`` events. ``extra_servers`` (a
+    trusted plugin's) join the manifest's; one whose registered name
+    (``mcp.<server>.``) another server has already refuses the session.
     """
 
     async def startup(k: Kernel) -> None:
-        loaded = _load(manifest, workspace)
+        loaded = _with_servers(_load(manifest, workspace), extra_servers)
         if policy is not None:
             loaded = replace(loaded, servers=tuple(s.with_policy(policy) for s in loaded.servers))
         for warning in loaded.warnings:
@@ -62,3 +66,19 @@ def connect_when_entered(
         k.extensions["mcp"] = await k.enter_async_context(cm)
 
     kernel.add_startup(startup)
+
+
+def _with_servers(loaded: Manifest, extra: Sequence[ServerConfig]) -> Manifest:
+    if not extra:
+        return loaded
+    parts = {sanitize_part(s.name, "server"): s for s in loaded.servers}
+    for server in extra:
+        part = sanitize_part(server.name, "server")
+        if part in parts:
+            raise InvalidArguments(
+                f"{server.origin}: server {server.name!r} would register as mcp.{part}.*, "
+                f"as {parts[part].name!r} ({parts[part].origin}) does; rename one of them",
+                field="name",
+            )
+        parts[part] = server
+    return replace(loaded, servers=loaded.servers + tuple(extra))

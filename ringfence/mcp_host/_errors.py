@@ -11,6 +11,7 @@ for ``-32602``).
 
 from __future__ import annotations
 
+import os
 import re
 
 import anyio
@@ -32,7 +33,7 @@ from ._urls import scrub_url
 from .manifest._load import ServerConfig, Transport, Trust
 from .transport._inbound import InboundLimit
 
-__all__ = ["MAX_ERROR_TEXT", "translate_error"]
+__all__ = ["MAX_ERROR_TEXT", "command_fix", "translate_error"]
 
 MAX_ERROR_TEXT = 2000
 
@@ -110,7 +111,7 @@ def translate_error(
     if isinstance(exc, FileNotFoundError | PermissionError) and action == "connect":
         return Unavailable(
             f"{who}: could not start {config.command!r}: {exc.strerror or type(exc).__name__}; "
-            "configure an absolute path to the server's executable",
+            f"{command_fix(config.command)}",
             field="command",
             broken=True,
         )
@@ -182,3 +183,19 @@ def _is_limit_error(exc: MCPError, message: str, limit: InboundLimit) -> bool:
         return True
     found = _SSE_TOO_BIG.search(message) if message.startswith("SSE stream ") else None
     return found is not None and int(found.group(1)) == limit.max_bytes
+
+
+def command_fix(command: str | None) -> str:
+    """What to do about a stdio server's command that would not start, for its spelling."""
+    if not command:
+        return "configure the server's command"
+    if os.path.isabs(command):
+        if not os.path.exists(command):
+            return f"{command} does not exist: install the server there, or point command at it"
+        if not os.access(command, os.X_OK) or os.path.isdir(command):
+            return f"{command} is not an executable file: point command at the server's program"
+        return "check that its interpreter (the #! line) exists"
+    return (
+        f"{command!r} is not found on the PATH the server starts with: configure the absolute "
+        "path of the server's executable"
+    )

@@ -46,7 +46,11 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
 def _transport_check(config: ServerConfig) -> dict[str, str]:
     if config.transport is Transport.STDIO and config.sandbox is Sandbox.LOCAL:
         network = "network" if config.sandbox_network else "no network"
-        roots = "writable roots" if config.sandbox_writable else "read-only roots"
+        roots = (
+            "the roots written through an overlay, each call's writes merged as a change set"
+            if config.sandbox_writable
+            else "read-only roots"
+        )
         return _check(
             "transport_security",
             "pass",

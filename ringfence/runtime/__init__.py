@@ -43,6 +43,7 @@ from ._events import (
     MemorySink as MemorySink,
 )
 from ._files import atomic_write as atomic_write, ringfence_home as ringfence_home
+from ._hooks import HOOK_POINTS as HOOK_POINTS, Hook as Hook, HookAnswer as HookAnswer
 from ._intents import (
     Intent as Intent,
     IntentAuthority as IntentAuthority,
@@ -60,6 +61,7 @@ from ._output import (
     escape_surrogates as escape_surrogates,
 )
 from ._plan import Plan as Plan, StagedCall as StagedCall
+from ._providers import ProviderTools as ProviderTools, ToolFormat as ToolFormat
 from ._redact import (
     MARKER as MARKER,
     Redactor as Redactor,
@@ -70,9 +72,11 @@ from ._redact import (
     mask_command_args as mask_command_args,
     script_credential_literals as script_credential_literals,
 )
+from ._skills import Skill as Skill
 from ._tools import Consequence as Consequence, Registry as Registry, ToolSpec as ToolSpec
 from ._verify import (
     ChainReport as ChainReport,
+    UnsealedSession as UnsealedSession,
     verify_chain as verify_chain,
     verify_file as verify_file,
 )
@@ -92,6 +96,7 @@ from .policy._files import (
     load_policy as load_policy,
     load_policy_file as load_policy_file,
     managed_policy_path as managed_policy_path,
+    parse_policy_file as parse_policy_file,
 )
 from .policy._judge import (
     PartVerdict as PartVerdict,
@@ -104,12 +109,18 @@ from .policy._mcp import (
     McpServerPolicy as McpServerPolicy,
     McpStatement as McpStatement,
 )
-from .policy._rules import Rule as Rule, RuleError as RuleError, parse_rule as parse_rule
+from .policy._rules import (
+    Effect as Effect,
+    Rule as Rule,
+    RuleError as RuleError,
+    parse_rule as parse_rule,
+)
 from .shell._words import ShellParse as ShellParse, parse_command as parse_command
 
 __all__ = [
     "ERROR_CODES",
     "GENESIS",
+    "HOOK_POINTS",
     "MARKER",
     "MAX_SPOOL_BYTES",
     "ApprovalAnswer",
@@ -123,11 +134,14 @@ __all__ = [
     "Consequence",
     "Decision",
     "Denied",
+    "Effect",
     "EventLog",
     "EventSink",
     "FileSink",
     "GitMetadata",
     "HeadlessDenyApprover",
+    "Hook",
+    "HookAnswer",
     "Intent",
     "IntentAuthority",
     "InvalidArguments",
@@ -148,6 +162,7 @@ __all__ = [
     "PolicyLayers",
     "PolicyVerdict",
     "Posture",
+    "ProviderTools",
     "Redactor",
     "Registry",
     "RingfenceError",
@@ -157,13 +172,16 @@ __all__ = [
     "RulesHandle",
     "ScriptedApprover",
     "ShellParse",
+    "Skill",
     "StagedCall",
     "StreamRedactor",
     "TerminalApprover",
     "ToolError",
+    "ToolFormat",
     "ToolSpec",
     "ToolTimeout",
     "Unavailable",
+    "UnsealedSession",
     "Unwritable",
     "Verdict",
     "atomic_write",
@@ -189,6 +207,7 @@ __all__ = [
     "mask_command_args",
     "normalize_path",
     "parse_command",
+    "parse_policy_file",
     "parse_rule",
     "ringfence_home",
     "script_credential_literals",

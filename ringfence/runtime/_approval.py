@@ -42,7 +42,10 @@ __all__ = [
     "ScriptedApprover",
     "SessionGrants",
     "TerminalApprover",
+    "api_headless_fix",
     "default_approver",
+    "grant_pattern",
+    "posture_that_allows",
     "render_approval",
 ]
 
@@ -274,10 +277,44 @@ class SessionGrants:
 
 
 class HeadlessDenyApprover:
-    """Denies every request: the default when nobody is there to ask."""
+    """Denies every request: the default when nobody is there to ask.
+
+    The reason names what would let the call run: ``fix(request)`` says it in the
+    caller's words (the command line names its flags); by default, in the API's.
+    """
+
+    def __init__(self, fix: Callable[[ApprovalRequest], str] | None = None) -> None:
+        self._fix = fix or api_headless_fix
 
     async def approve(self, request: ApprovalRequest) -> ApprovalAnswer:
-        return ApprovalAnswer.deny("no approver is attached (headless): asking means no")
+        return ApprovalAnswer.deny(
+            f"no approver is attached (headless): asking means no; {self._fix(request)}"
+        )
+
+
+def posture_that_allows(request: ApprovalRequest) -> str | None:
+    """The loosest-needed posture that would run ``request`` without asking, or None when
+    no posture short of ``unrestricted`` would (an ask rule asks under every posture)."""
+    if request.rule.startswith("ask:"):
+        return None
+    if request.rule == "residual":
+        return "unrestricted"
+    return "allow-reversible" if request.consequence == "reversible" else "allow-all"
+
+
+def api_headless_fix(request: ApprovalRequest) -> str:
+    """What lets ``request`` run, in the embedding API's words."""
+    if request.rule.startswith("ask:"):
+        return (
+            f"the rule {request.rule!r} asks under every posture: give create_kernel an "
+            "approver (approver=...) that can answer it"
+        )
+    posture = posture_that_allows(request)
+    return (
+        f"to let it run, give create_kernel an approver (approver=...), a posture that "
+        f"allows it (posture={posture!r}), or an allow rule for {request.tool} "
+        "(rules=Rules(...) or a policy file)"
+    )
 
 
 class ScriptedApprover:
@@ -368,8 +405,19 @@ def _parse_terminal_answer(line: str, request: ApprovalRequest) -> ApprovalAnswe
         return ApprovalAnswer(choice, f"answered {choice.value} at the terminal")
     if choice is not Choice.SESSION:
         return "only a session answer takes a pattern: s NAME=GLOB …"
+    pattern = grant_pattern(words[1:], request)
+    if isinstance(pattern, str):
+        return pattern
+    shown = " ".join(f"{k}={v}" for k, v in pattern.items())
+    return ApprovalAnswer.session(f"answered session for {shown} at the terminal", pattern)
+
+
+def grant_pattern(words: Iterable[str], request: ApprovalRequest) -> dict[str, str] | str:
+    """``NAME=GLOB`` words (already split as a shell would) as a session grant's pattern
+    for ``request``, or what is wrong with them (every approver that offers a pattern reads
+    it here: the terminal's ``s NAME=GLOB``, ``serve``'s form)."""
     pattern: dict[str, str] = {}
-    for word in words[1:]:
+    for word in words:
         name, sep, glob = word.partition("=")
         if not sep or not name or not glob:
             return f"{word!r}: write a pattern as NAME=GLOB (e.g. path=src/*)"
@@ -382,12 +430,12 @@ def _parse_terminal_answer(line: str, request: ApprovalRequest) -> ApprovalAnswe
             except RuleError as exc:
                 return f"command pattern {glob!r}: {exc.message}"
         pattern[name] = glob
-    shown = " ".join(f"{k}={v}" for k, v in pattern.items())
-    return ApprovalAnswer.session(f"answered session for {shown} at the terminal", pattern)
+    return pattern
 
 
-def default_approver() -> Approver:
-    """A terminal prompt when stdin and stderr are a TTY, else headless deny."""
+def default_approver(headless: Approver | None = None) -> Approver:
+    """A terminal prompt when stdin and stderr are a TTY, else ``headless`` (default:
+    :class:`HeadlessDenyApprover`)."""
     if sys.stdin.isatty() and sys.stderr.isatty():
         return TerminalApprover()
-    return HeadlessDenyApprover()
+    return headless if headless is not None else HeadlessDenyApprover()

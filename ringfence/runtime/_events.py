@@ -21,14 +21,20 @@ line that parses the same but reads differently, a duplicate key or other
 spacing, is caught); every ``started`` record matches an allowed ``decided``
 record earlier in the same session (same call id, tool and argument digest,
 not refused; an ``ask`` resolved by a grant or a recorded approval); every
-call that started in a sealed session ended once; an unsealed session fails
-unless the caller accepts an open log (``--allow-open``).
+call that started in a sealed session ended once. A session without a seal
+(its process killed, then another run appending to the same file; or a log
+still being written) is reported as such, with its unauthenticated tail, and
+is not tampering: it fails unless the caller accepts open sessions
+(``--allow-open``). A record a checkpoint covers, removed or edited, is
+tampering either way, and so is a tail cut off before the next session began
+(the next session's signatures cover the chain through it).
 
 Not guaranteed: the records of an unsealed session after its last checkpoint
 (a crash, or a log still being written) are an *unauthenticated tail*: they
 are checked for consistency, and reported with their line range, but anyone
-who can write the file could have written them. A truncation that removes the
-seal leaves a valid prefix, which verifies only with ``allow_open``. Without
+who could write the file before the next session began could have written
+them. A truncation that removes the seal and the records after the last
+checkpoint leaves a valid prefix, which verifies only with ``allow_open``. Without
 pinned keys, a log rewritten whole under a new key verifies. Arguments that
 were redacted in the record are matched by the decision's digest only. The
 per-call intents are not signed (an HMAC under an in-memory key redeems them
@@ -42,8 +48,8 @@ handed to the sink. :class:`FileSink` buffers a call's records and writes them
 with one ``write`` at the call's end (its outcome), before a person is asked,
 at each checkpoint, for every record outside a call, and every
 :data:`FLUSH_RECORDS` records: a crash loses at most the unflushed records of
-the calls in flight, which verification then reports as an open (unsealed)
-session. ``FileSink(sync=True)`` (``--events-sync``) writes and fsyncs every
+the calls in flight and the seal, which verification then reports as a session
+without a seal. ``FileSink(sync=True)`` (``--events-sync``) writes and fsyncs every
 record instead.
 """
 
@@ -93,6 +99,9 @@ KERNEL_KINDS = OUTCOME_KINDS | {
     "approval_asked",
     "approval_answered",
     "started",
+    "hook_added",
+    "hook_ran",
+    "skill_added",
 }
 
 

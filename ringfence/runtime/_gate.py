@@ -20,10 +20,12 @@ from ._approval import ApprovalAnswer, ApprovalRequest, Choice
 from ._calls import AskHook, Authorization
 from ._canonical import arguments_digest, orjson_digest
 from ._errors import Denied, InvalidArguments
+from ._hooks import pre_call
 from ._output import escape_surrogates
 from ._plan import StagedCall
 from ._tools import Consequence, ToolSpec
-from .policy._decide import Decision, Posture, Verdict, decide
+from .policy._decide import Decision, Posture, decide
+from .policy._rules import Effect
 
 if TYPE_CHECKING:
     from ._kernel import Kernel
@@ -48,7 +50,8 @@ async def authorize(
     (``invalid_arguments``), the decision (posture, rules, residual; a deny is
     ``denied``), a dry run's staging of a non-read call (a staged
     Authorization, no intent), an ``ask`` answered by a session grant or the
-    approver (a refusal is ``denied``), and last an Intent (HMAC-tagged) for
+    approver (a refusal is ``denied``; what the tool's ``stage_check`` would refuse
+    is refused before anyone is asked), and last an Intent (HMAC-tagged) for
     exactly this call. Every step is recorded by the kernel's event log; the caller
     records the outcome.
     """
@@ -62,6 +65,10 @@ async def authorize(
         refuse_lone_surrogates(arguments)
     spec.validate(arguments)
     decision = decide(spec, kernel.posture, kernel.rules, arguments)
+    if kernel._hooks:  # pre_call hooks: a decision only gets stricter (see _hooks.pre_call)
+        decision = await pre_call(
+            kernel, spec, arguments, decision, call_id=call_id, trace_id=trace_id, origin=origin
+        )
     if arguments_sha256 is None:
         arguments_sha256 = arguments_digest(arguments)
     kernel.events.emit(
@@ -72,13 +79,13 @@ async def authorize(
         arguments_sha256=arguments_sha256,
         **decision.to_dict(),
     )
-    if decision.verdict is Verdict.DENY:
+    if decision.verdict is Effect.DENY:
         raise Denied(f"{tool} was refused: {decision.reason}", rule=decision.rule).with_decision(
             decision
         )
     if kernel.dry_run and spec.consequence is not Consequence.READ and not spec.composes_dry_run:
         if kernel.registry.find(tool) is not spec:  # a request (invoke_request): no plan can
-            refused = Decision(Verdict.DENY, "dry-run", "a dry run answers no requests")
+            refused = Decision(Effect.DENY, "dry-run", "a dry run answers no requests")
             raise Denied(
                 f"{tool} was refused: a dry run stages calls, and a request from a "
                 "connected server cannot be staged or applied later",
@@ -102,7 +109,11 @@ async def authorize(
         return Authorization._create(
             spec, arguments, decision, call_id, trace_id, origin, staged=True
         )
-    if decision.verdict is Verdict.ASK:
+    if decision.verdict is Effect.ASK:
+        # What running it would refuse anyway (a write to .git/config, a path outside the
+        # roots) is refused before anyone is asked: a person never approves a call in vain.
+        if spec.stage_check is not None:
+            await spec.stage_check(arguments, kernel.posture is Posture.UNRESTRICTED)
         decision = await _ask(kernel, spec, arguments, decision, call_id, trace_id, origin, on_ask)
     intent = kernel._authority.issue(
         tool, arguments, decision.verdict.value, decision.rule, arguments_sha256=arguments_sha256
@@ -125,7 +136,7 @@ async def _ask(
     grant = grants.find(spec.name, arguments)
     if grant is not None:
         return Decision(
-            Verdict.ALLOW,
+            Effect.ALLOW,
             "grant:session",
             f"approved earlier for this session ({decision.rule})",
         )
@@ -154,7 +165,7 @@ async def _ask(
         pattern=dict(answer.pattern) if answer.pattern else None,
     )
     if answer.choice is Choice.DENY:
-        refused = Decision(Verdict.DENY, f"approver:{decision.rule}", answer.reason)
+        refused = Decision(Effect.DENY, f"approver:{decision.rule}", answer.reason)
         raise Denied(
             f"{spec.name} was refused by the approver ({answer.reason}); "
             f"it asked because {decision.reason}",
@@ -162,8 +173,8 @@ async def _ask(
         ).with_decision(refused)
     if answer.choice is Choice.SESSION:
         grants.add(spec.name, arguments, answer.pattern)
-        return Decision(Verdict.ALLOW, "approved:session", answer.reason)
-    return Decision(Verdict.ALLOW, "approved:once", answer.reason)
+        return Decision(Effect.ALLOW, "approved:session", answer.reason)
+    return Decision(Effect.ALLOW, "approved:once", answer.reason)
 
 
 def refuse_lone_surrogates(value: Any, where: str = "") -> None:

@@ -55,7 +55,7 @@ from typing import Any
 
 import trio
 
-from . import _gate
+from . import _gate, _hooks
 from ._approval import Approver, HeadlessDenyApprover, SessionGrants
 from ._calls import AskHook, Authorization, CallContext, NoPublicConstructor, Outcome, new_id
 from ._errors import RingfenceError, ToolError
@@ -67,12 +67,15 @@ from ._events import (
     MemorySink,
 )
 from ._files import ringfence_home
+from ._hooks import Hook
 from ._intents import IntentAuthority
 from ._outcomes import RecordingOutcome
 from ._output import cap_text, escape_surrogates
 from ._plan import Plan
 from ._planapply import apply_plan
+from ._providers import ProviderTools, ToolFormat, answer_tool_call, tool_definitions
 from ._redact import Redactor
+from ._skills import Skill
 from ._tools import Registry, ToolSpec
 from .policy._decide import Decision, Posture, Rules
 
@@ -188,6 +191,10 @@ class Kernel:
         self._startups: list[Callable[[Kernel], Awaitable[None]]] = []
         # Per-session state that client packages attach (e.g. extensions["mcp"]).
         self.extensions: dict[str, Any] = {}
+        # Hooks (see _hooks): an operator's checks that can only tighten; skills for hosts.
+        self._hooks: list[_hooks._Registered] = []
+        self._session_hooks_ran = False
+        self._skills: dict[str, Skill] = {}
         # Calls proposed and not yet ended: call_id -> (trace_id, tool). _conclude removes.
         self._open_calls: dict[str, tuple[str, str]] = {}
         self._closed = False
@@ -282,6 +289,11 @@ class Kernel:
         finally:
             _CALLER.reset(token)
 
+    def forget_caller(self, caller: str) -> None:
+        """Drop ``caller``'s session grants (its session ended): a later caller that happens
+        to carry the same name starts with none."""
+        self._caller_grants.pop(caller, None)
+
     def _session_grants(self) -> SessionGrants:
         """The session grants of the caller of the call running now (see :meth:`as_caller`)."""
         current = _CALLER.get()
@@ -297,6 +309,44 @@ class Kernel:
             self._caller_grants.move_to_end(caller)
         return grants
 
+    # -- hooks and skills ---------------------------------------------------------------
+
+    def add_hook(self, hook: Hook) -> None:
+        """Register ``hook`` (recorded as ``hook_added``); it runs from the next call on.
+
+        A hook only ever tightens what the Gate decides (see ``runtime._hooks``).
+        Raises InvalidArguments for a second hook of the same name.
+        """
+        _hooks.register(self, hook)
+
+    def hooks(self) -> list[Hook]:
+        """The registered hooks, in the order they run."""
+        return [entry.hook for entry in self._hooks]
+
+    async def check_hooks(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], decision: Decision
+    ) -> Decision:
+        """``decision`` after the pre_call hooks that see this call, as the Gate combines them.
+
+        For ``policy explain``: the hooks run (and are recorded) as for a call
+        proposed now, and nothing else happens.
+        """
+        call_id = new_id()
+        return await _hooks.pre_call(
+            self, spec, arguments, decision, call_id=call_id, trace_id=call_id, origin="explain"
+        )
+
+    def add_skill(self, skill: Skill) -> None:
+        """Offer ``skill`` to the session's host (``skills()``); recorded as ``skill_added``."""
+        if skill.name in self._skills:
+            raise ValueError(f"a skill named {skill.name!r} is offered already")
+        self._skills[skill.name] = skill
+        self.events.emit("skill_added", self.session_id, **skill.to_dict(instructions=False))
+
+    def skills(self) -> list[Skill]:
+        """The skills offered to this session's host: name, description, instructions, files."""
+        return list(self._skills.values())
+
     # -- registry and session state -------------------------------------------------
 
     def register(self, spec: ToolSpec) -> None:
@@ -304,6 +354,42 @@ class Kernel:
 
     def tools(self) -> list[ToolSpec]:
         return list(self.registry)
+
+    def tool_definitions(
+        self,
+        format: ToolFormat | str,
+        *,
+        names: Iterable[str] | None = None,
+        strict: bool = False,
+    ) -> ProviderTools:
+        """The tools (all, or those ``names`` lists) in the shape a model API takes.
+
+        ``format``: ``openai-responses``, ``openai-chat``, ``anthropic`` or ``mcp``.
+        Names are made provider-safe and map back one-to-one; ``strict`` asks for
+        OpenAI Structured Outputs where a schema allows it (see ``_providers``).
+        Hand the result to :meth:`answer_tool_call` with the model's calls.
+        Raises InvalidArguments for an unknown format, NotFound for an unknown name.
+        """
+        specs = (
+            self.tools() if names is None else [self.registry.get(n) for n in dict.fromkeys(names)]
+        )
+        return tool_definitions(specs, format, strict=strict)
+
+    async def answer_tool_call(
+        self, call: Any, *, tools: ProviderTools | None = None, origin: str | None = None
+    ) -> dict[str, Any]:
+        """Run a model's tool call through the Gate; return the provider's result block.
+
+        ``call``: an OpenAI Responses ``function_call`` item, a Chat Completions tool
+        call, an Anthropic ``tool_use`` block or MCP ``tools/call`` params (a mapping or
+        the SDK's model). The answer is a ``function_call_output`` item, a ``tool``
+        message, a ``tool_result`` block (``is_error``) or a ``CallToolResult``: a
+        refusal or a failure is an error result for the model, not an exception.
+        ``tools``: the definitions the model was given (their names map back; a name
+        they do not hold is answered ``not_found``). Raises InvalidArguments only
+        when ``call`` is no tool call at all.
+        """
+        return await answer_tool_call(self, call, tools, origin)
 
     def set_posture(self, posture: Posture | str) -> None:
         """Change the session's posture; applies to the next call."""
@@ -356,6 +442,8 @@ class Kernel:
                 )
             for startup in self._startups:
                 await startup(self)
+            self._session_hooks_ran = True
+            await _hooks.session_point(self, "session_start")
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -396,6 +484,8 @@ class Kernel:
         for ticker in self._tickers:
             ticker.cancel()
         try:
+            if self._session_hooks_ran:  # shielded, each bounded by its timeout
+                await _hooks.session_point(self, "session_end")
             with trio.CancelScope(shield=True):
                 await self._exit.aclose()
         finally:
@@ -465,6 +555,37 @@ class Kernel:
         trace_id: str | None,
         parent_id: str | None,
         on_ask: AskHook | None,
+        *,
+        before_execute: Callable[[Authorization], None] | None = None,
+    ) -> Outcome:
+        """The road of :meth:`invoke`; ``before_execute(auth)`` runs once the Gate allowed
+        the call and before it runs (``plan apply`` marks the call applied there); what it
+        raises ends the call unrun, recorded like any failure."""
+        outcome = await self._invoke_once(
+            tool,
+            request_spec,
+            arguments,
+            origin,
+            trace_id,
+            parent_id,
+            on_ask,
+            before_execute=before_execute,
+        )
+        if self._hooks:  # post_call hooks see the outcome as recorded; they change nothing
+            await _hooks.post_call(self, outcome, arguments)
+        return outcome
+
+    async def _invoke_once(
+        self,
+        tool: str,
+        request_spec: ToolSpec | None,
+        arguments: Mapping[str, Any] | None,
+        origin: str,
+        trace_id: str | None,
+        parent_id: str | None,
+        on_ask: AskHook | None,
+        *,
+        before_execute: Callable[[Authorization], None] | None = None,
     ) -> Outcome:
         call_id = new_id()
         trace_id = trace_id or call_id
@@ -494,6 +615,8 @@ class Kernel:
                     self, tool, args, call_id, trace_id, origin, on_ask, spec
                 )
                 decision = auth.decision
+                if before_execute is not None:
+                    before_execute(auth)
                 if auth.staged:
                     value = self._placeholder(auth)
                     return Outcome(tool, call_id, trace_id, origin, decision, value, staged=True)

@@ -18,15 +18,17 @@ A plan file is JSON (version 2)::
   appends (its MAC is checked first), and only with the same roots.
 - Applying re-enters every call into the Gate (staging grants nothing): see
   :meth:`ringfence.runtime.Kernel.apply_plan`. Each call is marked applied
-  (time, session) *before* it runs, twice: in the plan file (MAC'd) and in
+  (time, session) once the Gate has allowed it and *before* it runs, twice: in the plan file (MAC'd) and in
   the ledger ``$RINGFENCE_HOME/plans/applied/<call_id>`` (created exclusively,
   so two concurrent applies cannot both run a call, and a copy of the plan
-  taken before applying is refused too). A plan with any applied mark, in the
-  file or the ledger, is refused.
+  taken before applying is refused too). A call the Gate refused (a rule, a
+  person's no, no one to ask) is not marked: the plan is spent only by calls that
+  ran, and applying it again runs the calls not yet applied; a plan whose every
+  call is marked, in the file or the ledger, is refused.
 
 Not promised: someone who can delete the ledger *and* restore an old copy of
 the plan can apply it again (both live where the user can write); a call
-marked applied may not have run (the process died, or the Gate refused it).
+marked applied may not have run (the process died between the mark and the call).
 """
 
 from __future__ import annotations
@@ -202,6 +204,10 @@ class Plan:
         marks = [*self.applied.values()]
         marks += [m for c in self.calls if (m := _ledger_mark(c.call_id)) is not None]
         return min(marks, key=lambda m: m.at, default=None)
+
+    def applied_mark(self, call_id: str) -> AppliedMark | None:
+        """The applied mark of one call, in the file or the ledger (None: not applied)."""
+        return self.applied.get(call_id) or _ledger_mark(call_id)
 
     def mark_applied(self, call_id: str, session: str) -> None:
         """Record that ``call_id`` is being applied, before it runs: the ledger entry first

@@ -4,15 +4,18 @@
 apply``) refuses a plan applied before, staged under other workspace roots,
 or staged under a stricter posture than the applying session's (each unless
 explicitly allowed), records ``plan_apply``, then invokes each staged call in
-order through :meth:`Kernel.invoke` (origin ``plan``): the same Gate, rules,
-approver and events as the call would have had, never a shortcut.
+order through the road of :meth:`Kernel.invoke` (origin ``plan``): the same Gate,
+rules, approver and events as the call would have had, never a shortcut. A call is
+marked applied once the Gate has allowed it, just before it runs, so a refused
+call (a rule, a person's no, nobody to ask) leaves the plan unspent: applying it
+again runs the calls not yet applied.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._calls import Outcome
+from ._calls import Authorization, Outcome
 from ._errors import Denied
 from ._plan import Plan
 from .policy._decide import Posture
@@ -28,19 +31,22 @@ async def apply_plan(
 ) -> list[Outcome]:
     """Re-enter every staged call into the Gate, in order; stop at the first failure.
 
-    Refused (Denied, nothing runs) when the plan was applied before (the
-    message names when and by which session), when it was staged under
+    Refused (Denied, nothing runs) when every call of the plan was applied before
+    (the message names when and by which session), when it was staged under
     other workspace roots than this kernel's (unless ``rebase_roots``), or
     when this kernel's posture is looser than a call's staging posture
-    (unless ``allow_looser_posture``). Each call is marked applied in the
-    plan file before it enters the Gate, so it runs at most once.
+    (unless ``allow_looser_posture``). Calls applied before are skipped. Each
+    call is marked applied (plan file and ledger) after the Gate allowed it and
+    before it runs, so it runs at most once, and a call the Gate refused stays
+    to be applied.
     """
+    pending = [c for c in plan.calls if plan.applied_mark(c.call_id) is None]
     first = plan.first_applied()
     problem = None
-    if first is not None:
+    if first is not None and not pending:
         problem = (
             f"the plan {plan.path} was already applied ({first.describe()}; "
-            f"{len(plan.applied)} of {len(plan.calls)} call(s) marked); a plan applies once"
+            f"{len(plan.calls)} of {len(plan.calls)} call(s) marked); a plan applies once"
         )
     elif plan.roots != kernel.roots and not rebase_roots:
         problem = (
@@ -66,6 +72,7 @@ async def apply_plan(
         kernel.session_id,
         plan=str(plan.path) if plan.path else None,
         calls=len(plan.calls),
+        applied_before=len(plan.calls) - len(pending),
         refused=problem,
         rebase_roots=rebase_roots and plan.roots != kernel.roots,
         allow_looser_posture=allow_looser_posture,
@@ -73,11 +80,34 @@ async def apply_plan(
     if problem is not None:
         raise Denied(f"plan apply refused: {problem}", rule="plan")
     outcomes: list[Outcome] = []
-    for staged in plan.calls:
-        plan.mark_applied(staged.call_id, kernel.session_id)
-        outcome = await kernel.invoke(
-            staged.tool, staged.arguments, origin="plan", parent_id=staged.call_id
+    for staged in pending:
+        marking: list[BaseException] = []
+
+        def mark(
+            auth: Authorization,
+            call_id: str = staged.call_id,
+            marking: list[BaseException] = marking,
+        ) -> None:
+            if auth.staged:
+                return  # staged again (a dry run applying): nothing runs, nothing is spent
+            try:
+                plan.mark_applied(call_id, kernel.session_id)
+            except BaseException as exc:
+                marking.append(exc)
+                raise
+
+        outcome = await kernel._invoke(
+            staged.tool,
+            None,
+            staged.arguments,
+            "plan",
+            None,
+            staged.call_id,
+            None,
+            before_execute=mark,
         )
+        if marking:  # the call was not run: another apply holds it, or no mark could be written
+            raise marking[0]
         outcomes.append(outcome)
         if not outcome.ok:
             break

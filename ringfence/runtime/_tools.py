@@ -59,7 +59,8 @@ class ToolSpec:
     command line the policy cannot read whole need not be asked about for the
     deny rules' sake. ``stage_check``: a dry run awaits it before staging the call, so a
     call its execution would refuse (git metadata, a path outside the roots) is refused
-    then, not staged into a plan that cannot be applied.
+    then, not staged into a plan that cannot be applied; the Gate awaits it before asking
+    a person too, so nobody is asked to approve a call that would be refused.
     """
 
     name: str

@@ -9,6 +9,7 @@ one record format, defined there).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -30,19 +31,58 @@ from ._events import (
 from ._intents import check_intent, key_fingerprint, load_public_keys
 from ._redact import MARKER
 
-__all__ = ["ChainReport", "verify_chain", "verify_file"]
+__all__ = ["ChainReport", "UnsealedSession", "verify_chain", "verify_file"]
+
+
+@dataclass(frozen=True)
+class UnsealedSession:
+    """A session that has no seal: killed or crashed, or (the file's last) still being written.
+
+    Lines are 1-based. ``proven_through`` is the last line a verified checkpoint
+    of the session vouches for (with every line before it), ``None`` when none
+    does; ``unproven`` is what follows it up to ``last_line``: consistent with
+    the chain, but not proven written by the session's key. ``next_session_line``
+    is where the session that followed it begins (``None``: it is the file's last).
+    """
+
+    line: int
+    last_line: int
+    next_session_line: int | None
+    proven_through: int | None
+
+    @property
+    def unproven(self) -> tuple[int, int] | None:
+        first = (self.proven_through if self.proven_through is not None else self.line - 1) + 1
+        return (first, self.last_line) if first <= self.last_line else None
+
+    def to_dict(self) -> dict[str, Any]:
+        unproven = self.unproven
+        return {
+            "line": self.line,
+            "last_line": self.last_line,
+            "next_session_line": self.next_session_line,
+            "proven_through": self.proven_through,
+            "unauthenticated_lines": list(unproven) if unproven is not None else None,
+        }
 
 
 @dataclass(frozen=True)
 class ChainReport:
     """What :func:`verify_chain` found. ``ok`` is true only when ``problems`` is empty.
 
+    ``problems`` holds everything that fails verification under the options
+    given: the evidence of tampering (``tampering``: a record edited, removed
+    or out of place, a signature that does not verify, a call without its
+    decision), and, unless open sessions are accepted, each session without a
+    seal. ``unsealed`` describes every session without a seal (see
+    :class:`UnsealedSession`), whether or not it was accepted.
+
     ``session_keys`` holds the fingerprint (:func:`ringfence.runtime.key_fingerprint`)
     of each session's key, in file order. ``unsealed_sessions`` counts the
-    sessions without a seal, an allowed open last session included.
-    ``unauthenticated`` is the (first, last) line range of an unsealed session
-    that no checkpoint vouches for: those records are consistent, but nothing
-    proves the session's key wrote them (see the module docstring).
+    sessions without a seal, accepted ones included.
+    ``unauthenticated`` is the (first, last) line range of the last unsealed
+    session that no checkpoint vouches for: those records are consistent, but
+    nothing proves the session's key wrote them (see the module docstring).
     """
 
     ok: bool
@@ -52,6 +92,13 @@ class ChainReport:
     problems: tuple[str, ...]
     session_keys: tuple[str, ...] = ()
     unauthenticated: tuple[int, int] | None = None
+    tampering: tuple[str, ...] = ()
+    unsealed: tuple[UnsealedSession, ...] = ()
+
+    @property
+    def tampered(self) -> bool:
+        """Whether anything is wrong beyond sessions that lack a seal."""
+        return bool(self.tampering)
 
     @property
     def unauthenticated_records(self) -> int:
@@ -114,8 +161,11 @@ class _Verifier:
         self.pinned = {key_fingerprint(k) for k in pinned} if pinned is not None else None
         self.allow_open = allow_open
         self.problems: list[str] = []
+        # The problems that are evidence of tampering (all but the missing seals).
+        self.tampering: list[str] = []
+        self.unsealed: list[UnsealedSession] = []
         self.prev: str | None = GENESIS
-        self.count = self.sealed = self.unsealed = 0
+        self.count = self.sealed = self.unsealed_count = 0
         self.session: _Session | None = None
         self.keys: list[str] = []
         # The lines (first, last) of an unsealed session that no checkpoint covers.
@@ -123,6 +173,7 @@ class _Verifier:
 
     def problem(self, lineno: int, text: str) -> None:
         self.problems.append(f"line {lineno}: {text}")
+        self.tampering.append(self.problems[-1])
 
     def line(self, lineno: int, raw: bytes) -> None:
         """Check one line, exactly as written (without its newline)."""
@@ -302,38 +353,53 @@ class _Verifier:
         self.session = None
 
     def close_session(self, lineno: int | None) -> None:
-        """End an unsealed session: at a later session's start, or at the end of the file."""
+        """End an unsealed session: at a later session's start, or at the end of the file.
+
+        Either way the session is reported (:class:`UnsealedSession`), not called
+        tampering: a process killed mid-session leaves exactly this, and whatever
+        a checkpoint covered is still checked record by record (a removed or
+        edited covered record breaks the chain or a signature). Unless open
+        sessions are accepted, it is also a problem: the log is not proven whole.
+        """
         session, self.session = self.session, None
         if session is None:
             return
-        self.unsealed += 1
-        # What no checkpoint vouches for: the records after the last one (all, if none).
-        first = (session.authenticated or session.line - 1) + 1
-        last = max(session.last, session.line)
-        if first <= last:
-            self.tail = (first, last)
+        self.unsealed_count += 1
+        ended = UnsealedSession(
+            line=session.line,
+            last_line=max(session.last, session.line),
+            next_session_line=lineno,
+            proven_through=session.authenticated,
+        )
+        self.unsealed.append(ended)
+        if ended.unproven is not None:
+            self.tail = ended.unproven
+        if self.allow_open:
+            return
         if lineno is not None:
-            self.problem(
-                session.line,
-                f"session is not sealed, yet another session begins at line {lineno} "
-                "(a crash, or records removed)",
+            text = (
+                f"session ended without a seal before the session at line {lineno} began "
+                "(the process was killed or crashed, or its end was cut off): verify with "
+                "--allow-open to accept sessions that ended without a seal"
             )
-        elif not self.allow_open:
-            self.problem(
-                session.line,
+        else:
+            text = (
                 "session is not sealed (truncated, or still being written: "
-                "verify with --allow-open to accept an open last session)",
+                "verify with --allow-open to accept an open last session)"
             )
+        self.problems.append(f"line {session.line}: {text}")
 
     def report(self) -> ChainReport:
         return ChainReport(
             not self.problems,
             self.count,
             self.sealed,
-            self.unsealed,
+            self.unsealed_count,
             tuple(self.problems),
             tuple(self.keys),
             self.tail,
+            tuple(self.tampering),
+            tuple(self.unsealed),
         )
 
 
@@ -381,11 +447,16 @@ def verify_chain(
     checked against the session's own key). Without it a log rewritten whole
     with a new key verifies: pin keys to detect that.
 
-    ``allow_open`` accepts an unsealed *last* session (a log still being
-    written) and an unterminated last line; the report's ``unauthenticated``
-    names the lines of that session after its last verified checkpoint. An
-    unsealed session followed by another is always a problem. Raises
-    ValueError for unreadable keys.
+    A session without a seal is reported in ``unsealed`` with the lines after
+    its last verified checkpoint (its unproven tail), never as tampering: the
+    file's last one may still be being written, an earlier one ended when its
+    process was killed or crashed and the next run appended to the file.
+    ``allow_open`` accepts them (and an unterminated last line); without it
+    each is a problem, as the log is not proven whole. A record a checkpoint
+    or seal covers that was removed or edited, or a tail cut off before the
+    next session began, is tampering either way: the chain breaks, or the
+    signatures over it (the next session's included) no longer verify.
+    Raises ValueError for unreadable keys.
     """
     verifier = _Verifier(_public_keys(public_keys), allow_open)
     for lineno, line in enumerate(lines, start=1):
@@ -419,12 +490,5 @@ def verify_file(
     if not partial:
         return report
     problem = f"line {len(lines) + 1}: the last line has no newline (cut mid-write)"
-    return ChainReport(
-        False,
-        report.records,
-        report.sealed_sessions,
-        report.unsealed_sessions,
-        (*report.problems, problem),
-        report.session_keys,
-        report.unauthenticated,
-    )
+    # Not tampering: a writer that stopped mid-line (a full disk), or one still writing.
+    return dataclasses.replace(report, ok=False, problems=(*report.problems, problem))

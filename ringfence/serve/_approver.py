@@ -7,7 +7,8 @@ spawns, such as the executor of a ``run_tool_script`` call and the bridge tasks
 that re-enter the Gate with ``origin="script"``) and under the call's trace id.
 When the Gate asks, :meth:`ClientApprover.approve` finds that channel and sends
 the person an ``elicitation/create`` (form mode: approve once / for this
-session / deny) on that same request, so the question reaches the client that
+session / deny, and for a session answer an optional pattern, ``path=src/*``, that
+widens the grant as the terminal's ``s NAME=GLOB`` does) on that same request, so the question reaches the client that
 made the call and, over Streamable HTTP, rides that call's response stream.
 The question's text is :meth:`ApprovalRequest.describe`, the renderer every
 approver shares (decisive arguments first and whole, nothing invisible; see
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +51,7 @@ from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
 from ..runtime import ApprovalAnswer, ApprovalRequest, Approver, Choice, HeadlessDenyApprover
+from ..runtime._approval import grant_pattern
 from ._defaults import DEFAULT_APPROVAL_TIMEOUT_SECONDS
 
 __all__ = ["ClientApprover", "ClientChannel", "approval_form", "current_channel"]
@@ -131,7 +134,18 @@ def approval_form(protocol_version: str) -> dict[str, Any]:
             "enumNames": [title for _, title in _CHOICES],
             "default": Choice.DENY.value,
         }
-    return {"type": "object", "properties": {"decision": decision}, "required": ["decision"]}
+    widen = {
+        "type": "string",
+        "title": "For this session, also calls matching (optional)",
+        "description": "NAME=GLOB words, as at the terminal: path=src/* or "
+        'command="git status*"; empty: only calls with these exact arguments',
+        "maxLength": 1000,
+    }
+    return {
+        "type": "object",
+        "properties": {"decision": decision, "pattern": widen},
+        "required": ["decision"],
+    }
 
 
 # What asking can raise besides cancellation: the client answered with an error
@@ -229,10 +243,10 @@ class ClientApprover:
             return ApprovalAnswer.deny(
                 f"{who} did not answer within {self.timeout_seconds:g} seconds"
             )
-        return _answer_from(result, who)
+        return _answer_from(result, who, request)
 
 
-def _answer_from(result: types.ElicitResult, who: str) -> ApprovalAnswer:
+def _answer_from(result: types.ElicitResult, who: str, request: ApprovalRequest) -> ApprovalAnswer:
     if result.action == "decline":
         return ApprovalAnswer.deny(f"declined in {who}")
     if result.action == "cancel":
@@ -241,7 +255,20 @@ def _answer_from(result: types.ElicitResult, who: str) -> ApprovalAnswer:
     if value == Choice.ONCE.value:
         return ApprovalAnswer.once(f"approved once in {who}")
     if value == Choice.SESSION.value:
-        return ApprovalAnswer.session(f"approved for this session in {who}")
+        words = (result.content or {}).get("pattern")
+        if not isinstance(words, str) or not words.strip():
+            return ApprovalAnswer.session(f"approved for this session in {who}")
+        try:
+            pattern = grant_pattern(shlex.split(words), request)
+        except ValueError as exc:
+            pattern = f"cannot read the pattern ({exc}); quote it as in a shell"
+        if isinstance(pattern, str):  # a widening that cannot be read widens nothing
+            return ApprovalAnswer.deny(
+                f"{who} sent a session pattern ringfence cannot use ({pattern}); nothing was "
+                "approved"
+            )
+        shown = " ".join(f"{k}={v}" for k, v in pattern.items())
+        return ApprovalAnswer.session(f"approved for this session for {shown} in {who}", pattern)
     if value == Choice.DENY.value:
         return ApprovalAnswer.deny(f"denied in {who}")
     return ApprovalAnswer.deny(f"{who} sent no valid decision ({value!r}); nothing was approved")

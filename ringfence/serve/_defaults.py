@@ -12,3 +12,10 @@ DEFAULT_APPROVAL_TIMEOUT_SECONDS = 600.0
 # The largest JSON-RPC message a client may send (a stdio line, an HTTP body): what the host
 # side allows a server by default (mcp_host max_message_bytes). Larger ones are not parsed.
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
+# Streamable HTTP: a session with no request in flight this long (no GET stream open, so its
+# client is gone or never listens) ends, in the SDK and in ringfence (the SDK's own default
+# is 30 minutes). A live SDK client holds its GET stream open and is never idle.
+DEFAULT_SESSION_IDLE_SECONDS = 300.0
+# Streamable HTTP: at most this many MCP sessions at once (the SDK answers 503 past it; its own
+# default is 10,000). One whose client vanished holds ~136 KiB until it goes idle (above).
+MAX_SESSIONS = 1024

@@ -30,6 +30,14 @@ of the window is counted and summed up in one ``serve_refused_summary`` record
 stops. So a flood of unauthenticated requests grows the log by a bounded amount
 per window, whatever the request rate or path length.
 
+Clients that go away: a request whose client disconnected before its body was
+whole never reaches the MCP app (there is no one to answer); once a response
+was sent whole, anything the app still sends is dropped and anything it
+raises is logged at debug level only (the SDK answering a request of a
+session that a concurrent ``DELETE`` just ended, say). Each MCP session's end
+(``DELETE``, 404, idle, shutdown: :mod:`._sessions`) drops what ringfence held
+for it: its grants, its log subscription, its resumable events.
+
 Binding: loopback by default. A non-loopback bind is refused unless a token
 was configured explicitly (not generated for this run) *and* the operator
 states that TLS is terminated in front (``behind_tls_proxy``), because the
@@ -39,7 +47,10 @@ bearer token would otherwise cross the network in clear text.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
+import logging
+import math
 import os
 import secrets
 import unicodedata
@@ -51,6 +62,7 @@ from typing import Any
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, PlainTextResponse
@@ -59,10 +71,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..runtime import InvalidArguments, Kernel
 from ..runtime._groups import single_error
 from ..runtime._net import is_loopback
-from ._defaults import DEFAULT_PORT, MAX_REQUEST_BYTES, MIN_TOKEN_LENGTH, TOKEN_ENV
+from ._defaults import (
+    DEFAULT_PORT,
+    DEFAULT_SESSION_IDLE_SECONDS,
+    MAX_REQUEST_BYTES,
+    MAX_SESSIONS,
+    MIN_TOKEN_LENGTH,
+    TOKEN_ENV,
+)
 from ._logging import LogForwarder
+from ._memory import QuietTrim
 from ._resume import RETRY_MILLISECONDS, SessionEventStore, track_request
 from ._server import build_server
+from ._sessions import SWEEP_SECONDS, SessionLifetimes
 
 __all__ = [
     "DEFAULT_PORT",
@@ -78,6 +99,8 @@ __all__ = [
 
 MCP_PATH = "/mcp"
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+# What the server and hypercorn log (a caller's logging configuration decides where it goes).
+LOGGER = logging.getLogger("ringfence.serve")
 
 
 def token_from_env(environ: dict[str, str] | None = None) -> str | None:
@@ -128,8 +151,16 @@ class HttpOptions:
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     graceful_timeout_seconds: float = 3.0
+    # A session with no request in flight this long ends (see _sessions).
+    session_idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.session_idle_seconds) and self.session_idle_seconds > 0):
+            raise InvalidArguments(
+                f"the session idle timeout must be a positive number of seconds, "
+                f"not {self.session_idle_seconds}",
+                field="session_idle_seconds",
+            )
         if len(self.token) < MIN_TOKEN_LENGTH:
             raise InvalidArguments(
                 f"the bearer token must be at least {MIN_TOKEN_LENGTH} characters",
@@ -194,6 +225,10 @@ class RequestGuard:
     # Set: each admitted request runs with its MCP session's key (resumption is per session).
     sessions: SessionEventStore | None = None
     max_body_bytes: int = MAX_REQUEST_BYTES
+    # Set: each session's requests are counted, and its end drops what was held for it.
+    lifetimes: SessionLifetimes | None = None
+    # Called when an admitted request ends (the server is busy).
+    on_request_done: Callable[[], None] | None = None
 
     def listen_on(self, hosts: Iterable[str], origins: Iterable[str]) -> None:
         self.allowed_hosts = frozenset(hosts)
@@ -210,18 +245,33 @@ class RequestGuard:
         refusal = self.check(headers)
         if refusal is None:
             bounded = await self._bounded_body(headers, receive)
+            if isinstance(bounded, _Gone):
+                return  # the client went away before its request was whole: no one to answer
             if bounded is None:
                 await _too_large(self.max_body_bytes)(scope, receive, send)
                 return
-            receive = bounded
+            exchange = _Exchange(bounded, send)
             if self.sessions is None:
-                await self.app(scope, receive, send)
+                await self._serve(scope, exchange, exchange.send)
                 return
-            token, send = track_request(self.sessions, headers, send)
+            session_id = headers.get(MCP_SESSION_ID_HEADER)
+            lifetimes = self.lifetimes
+            token, send = track_request(
+                self.sessions,
+                headers,
+                exchange.send,
+                lifetimes.opened if lifetimes is not None else None,
+            )
             # The session's negotiated version decides priming, not a stale header (_resume).
             scope = self.sessions.as_negotiated(scope, headers)
             try:
-                await self.app(scope, receive, send)
+                if lifetimes is None:
+                    await self._serve(scope, exchange, send)
+                    return
+                with lifetimes.request(session_id):
+                    await self._serve(scope, exchange, send)
+                if exchange.status is not None and scope.get("path") == MCP_PATH:
+                    lifetimes.answered(session_id, str(scope.get("method")), exchange.status)
             finally:
                 token.var.reset(token)
             return
@@ -231,9 +281,28 @@ class RequestGuard:
         headers = {"WWW-Authenticate": 'Bearer realm="ringfence"'} if status == 401 else None
         await PlainTextResponse(text, status_code=status, headers=headers)(scope, receive, send)
 
-    async def _bounded_body(self, headers: Headers, receive: Receive) -> Receive | None:
+    async def _serve(self, scope: Scope, exchange: _Exchange, send: Send) -> None:
+        """The app on one admitted request; what it raises once nobody can be answered
+        (the response was sent whole, or the client went away) is logged at debug level."""
+        try:
+            await self.app(scope, exchange.receive, send)
+        except Exception:
+            if not (exchange.ended or exchange.client_gone):
+                raise
+            LOGGER.debug(
+                "after the answer to %s %s (or its client) was gone",
+                scope.get("method"),
+                scope.get("path"),
+                exc_info=True,
+            )
+        finally:
+            if self.on_request_done is not None:
+                self.on_request_done()
+
+    async def _bounded_body(self, headers: Headers, receive: Receive) -> Receive | _Gone | None:
         """The request's body read whole, at most ``max_body_bytes`` (a ``receive`` that
-        hands it to the app), or None when it is larger (refused, never held whole)."""
+        hands it to the app), None when it is larger (refused, never held whole), or
+        ``_GONE`` when the client went away before it was whole."""
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             return None
@@ -242,8 +311,7 @@ class RequestGuard:
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                first: dict[str, Any] | None = message  # the client went away: hand that on
-                break
+                return _GONE  # the client went away (http.disconnect)
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
@@ -276,6 +344,43 @@ class RequestGuard:
         ):
             return 401, "ringfence: a valid bearer token is required\n"
         return None
+
+
+class _Gone:
+    """What reading a request's body gives when its client went away before it was whole."""
+
+
+_GONE = _Gone()
+
+
+class _Exchange:
+    """One admitted request's ``receive`` and ``send`` as the app sees them: the status
+    answered, whether the response was sent whole (anything sent after it is dropped:
+    hypercorn would raise on it), whether the client went away."""
+
+    def __init__(self, receive: Receive, send: Send) -> None:
+        self._receive = receive
+        self._send = send
+        self.status: int | None = None
+        self.ended = False
+        self.client_gone = False
+
+    async def receive(self) -> dict[str, Any]:
+        message = await self._receive()
+        if message.get("type") == "http.disconnect":
+            self.client_gone = True
+        return message  # type: ignore[return-value]
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self.ended:
+            LOGGER.debug("dropped %s after the response was complete", message.get("type"))
+            return
+        kind = message.get("type")
+        if kind == "http.response.start":
+            self.status = int(message["status"])
+        elif kind == "http.response.body" and not message.get("more_body", False):
+            self.ended = True
+        await self._send(message)
 
 
 def _too_large(limit: int) -> JSONResponse:
@@ -417,6 +522,23 @@ async def serve_http(
         host=options.host,
         event_store=events,
         retry_interval=RETRY_MILLISECONDS,
+        session_idle_timeout=options.session_idle_seconds,
+        max_sessions=MAX_SESSIONS,
+    )
+
+    # Freed memory back to the system once a burst is over (measured: see _memory).
+    trim = QuietTrim()
+
+    def session_ended(session_id: str) -> None:
+        # What ringfence held for the session; the SDK drops its own (see _sessions).
+        events.forget(session_id)
+        kernel.forget_caller(session_id)
+        if logs is not None:
+            logs.forget(session_id)
+        trim.freed()  # what it held is let go: worth a trim once things are quiet
+
+    lifetimes = SessionLifetimes(
+        session_ended, idle_seconds=options.session_idle_seconds, max_sessions=MAX_SESSIONS
     )
 
     # What was refused and why, never the headers' values (one may be a token); bounded.
@@ -424,12 +546,29 @@ async def serve_http(
         emit=lambda kind, **data: kernel.events.emit(kind, kernel.session_id, **data),
         clock=trio.current_time,
     )
-    guard = RequestGuard(app, options.token, on_refused=audit.refused, sessions=events)
+    guard = RequestGuard(
+        app,
+        options.token,
+        on_refused=audit.refused,
+        sessions=events,
+        lifetimes=lifetimes,
+        on_request_done=trim.activity,
+    )
 
     config = Config()
     config.bind = [f"{_host_literal(options.host)}:{options.port}"]
     config.accesslog = None
+    config.errorlog = LOGGER.getChild("hypercorn")  # no handler of hypercorn's own on stderr
     config.graceful_timeout = options.graceful_timeout_seconds
+
+    async def housekeeping() -> None:
+        # Idle sessions end; resumable events past their age go, even with no traffic; after
+        # a burst, freed memory goes back to the system.
+        while True:
+            await trio.sleep(SWEEP_SECONDS)
+            lifetimes.expire()
+            events.expire()
+            await trim.tick()
 
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -440,8 +579,11 @@ async def serve_http(
             failed = single_error(group, OSError)
             if not isinstance(failed, OSError):
                 raise
+            busy = failed.errno == errno.EADDRINUSE
+            hint = "; pass another --port, or --port 0 for a free one" if busy else ""
             raise InvalidArguments(
-                f"cannot listen on {config.bind[0]}: {failed.strerror or failed}", field="port"
+                f"cannot listen on {config.bind[0]}: {failed.strerror or failed}{hint}",
+                field="port",
             ) from None
 
     try:
@@ -450,10 +592,12 @@ async def serve_http(
             port = int(binds[0].rsplit(":", 1)[1])
             guard.listen_on(options.hosts_for(port), options.origins_for(port))
             nursery.start_soon(audit.flush_every_window)
+            nursery.start_soon(housekeeping)
             if logs is not None:
                 nursery.start_soon(logs.run)
             task_status.started(f"http://{_host_literal(options.host)}:{port}{MCP_PATH}")
     finally:
+        lifetimes.end_all()
         # The last window's summary, before the caller closes and seals the event log.
         with contextlib.suppress(RuntimeError):  # the log was already closed
             audit.flush()

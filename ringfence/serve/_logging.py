@@ -136,6 +136,10 @@ class LogForwarder:
         while len(self._levels) > MAX_LISTENERS:
             self._levels.popitem(last=False)
 
+    def forget(self, key: Hashable) -> None:
+        """Session ``key`` ended: it gets nothing more, and its session object is let go."""
+        self._levels.pop(key, None)
+
     async def run(self) -> None:
         """Send queued records until cancelled. Start it in the server's nursery."""
         self._token = trio.lowlevel.current_trio_token()

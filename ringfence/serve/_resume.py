@@ -32,9 +32,15 @@ closed (:func:`close_sse_stream`): the client reconnects after ``retry`` with
 ``Last-Event-ID`` and gets the call's result from this store (SSE polling).
 
 Guarantees: event ids are random (128 bits), not counters; memory is bounded
-(``max_events`` and ``max_bytes`` overall, oldest evicted first), so a stream
-older than the window cannot be resumed (the replay is empty). Not promised:
-resumption across a server restart (nothing is written to disk).
+(``max_events`` and ``max_bytes`` overall, oldest evicted first; each event is
+held as the JSON bytes it is counted by, not as a message object several times
+that size); an event is kept at most ``max_age_seconds`` (a client reconnects
+after ``retry``, a second), and a session's events, alias and version go when
+the session ends (:meth:`SessionEventStore.forget`, called by
+:mod:`._sessions`). So a stream older than the window cannot be resumed (the
+replay is empty), and a server whose clients have gone holds none of their
+events. Not promised: resumption across a server restart (nothing is written
+to disk), or after more than ``max_age_seconds``.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import contextlib
 import contextvars
 import json
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -57,7 +64,7 @@ from mcp.server.streamable_http import (
     StreamId,
 )
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import JSONRPCMessage
+from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 __all__ = [
@@ -72,6 +79,8 @@ __all__ = [
 RETRY_MILLISECONDS = 1000
 DEFAULT_MAX_EVENTS = 4096
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+# How long an event can be resumed from: a client reconnects after RETRY_MILLISECONDS.
+DEFAULT_MAX_AGE_SECONDS = 60.0
 _PENDING = "pending:"
 # How much of an initialize response is read for its protocolVersion (it is a few hundred bytes).
 _MAX_INITIALIZE_BODY = 64 * 1024
@@ -87,29 +96,84 @@ _current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 class _Stored:
     stream_id: StreamId
     owner: str | None
-    message: JSONRPCMessage | None
-    size: int
+    message: bytes | None  # the message's JSON: what is counted is what is held
+    stored_at: float
+
+    @property
+    def size(self) -> int:
+        return len(self.message) if self.message is not None else 0
 
 
 class SessionEventStore(EventStore):
     """The SDK's EventStore, bounded and scoped to the session that stored each event."""
 
     def __init__(
-        self, max_events: int = DEFAULT_MAX_EVENTS, max_bytes: int = DEFAULT_MAX_BYTES
+        self,
+        max_events: int = DEFAULT_MAX_EVENTS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_events = max_events
         self.max_bytes = max_bytes
+        self.max_age_seconds = max_age_seconds
+        self._clock = clock
         self._events: OrderedDict[EventId, _Stored] = OrderedDict()
         self._bytes = 0
-        # initialize's provisional key -> the session id its response assigned
+        # the key each event was stored under -> its events (so a session's go at once)
+        self._by_owner: dict[str | None, dict[EventId, None]] = {}
+        # initialize's provisional key -> the session id its response assigned, and back
         self._aliases: dict[str, str] = {}
+        self._pending_of: dict[str, str] = {}
         # session id -> the protocol version its initialize response named
         self._versions: dict[str, str] = {}
 
+    @property
+    def count(self) -> int:
+        """How many events are held now. (Not ``__len__``: the SDK tests a store for truth.)"""
+        return len(self._events)
+
+    @property
+    def held_bytes(self) -> int:
+        """The JSON bytes of the events held now (what ``max_bytes`` bounds)."""
+        return self._bytes
+
+    def forget(self, session_id: str) -> None:
+        """The session ended: drop its events, its provisional key and its version."""
+        keys: list[str] = [session_id]
+        pending = self._pending_of.pop(session_id, None)
+        if pending is not None:
+            self._aliases.pop(pending, None)
+            keys.append(pending)
+        for key in keys:
+            for event_id in list(self._by_owner.get(key, ())):
+                self._drop(event_id)
+        self._versions.pop(session_id, None)
+
+    def expire(self) -> None:
+        """Drop the events older than ``max_age_seconds`` (the oldest are first)."""
+        horizon = self._clock() - self.max_age_seconds
+        while self._events:
+            event_id, oldest = next(iter(self._events.items()))
+            if oldest.stored_at > horizon:
+                return
+            self._drop(event_id)
+
+    def _drop(self, event_id: EventId) -> None:
+        event = self._events.pop(event_id)
+        self._bytes -= event.size
+        owned = self._by_owner.get(event.owner)
+        if owned is not None:
+            owned.pop(event_id, None)
+            if not owned:
+                del self._by_owner[event.owner]
+
     def bind(self, pending: str, session_id: str) -> None:
         self._aliases[pending] = session_id
+        self._pending_of[session_id] = pending
         if len(self._aliases) > self.max_events:  # bounded like the events
-            self._aliases.pop(next(iter(self._aliases)))
+            oldest = next(iter(self._aliases))
+            self._pending_of.pop(self._aliases.pop(oldest), None)
 
     def negotiated(self, session_id: str, version: str) -> None:
         """Record the protocol version ``session_id`` negotiated (bounded like the aliases)."""
@@ -146,18 +210,20 @@ class SessionEventStore(EventStore):
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         event_id = secrets.token_urlsafe(16)
-        size = (
-            len(message.model_dump_json(by_alias=True, exclude_unset=True))
+        data = (
+            message.model_dump_json(by_alias=True, exclude_unset=True).encode()
             if message is not None
-            else 0
+            else None
         )
-        self._events[event_id] = _Stored(stream_id, _current.get(), message, size)
-        self._bytes += size
+        stored = _Stored(stream_id, _current.get(), data, self._clock())
+        self._events[event_id] = stored
+        self._by_owner.setdefault(stored.owner, {})[event_id] = None
+        self._bytes += stored.size
         while self._events and (
             len(self._events) > self.max_events or self._bytes > self.max_bytes
         ):
-            _, dropped = self._events.popitem(last=False)
-            self._bytes -= dropped.size
+            self._drop(next(iter(self._events)))
+        self.expire()
         return event_id
 
     async def replay_events_after(
@@ -175,7 +241,8 @@ class SessionEventStore(EventStore):
                 and event.message is not None
                 and self._owner(event.owner) == asker
             ):
-                await send_callback(EventMessage(event.message, event_id))
+                message = jsonrpc_message_adapter.validate_json(event.message)
+                await send_callback(EventMessage(message, event_id))
             after = after or event_id == last_event_id
         return last.stream_id
 
@@ -184,10 +251,14 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def track_request(
-    store: SessionEventStore, headers: Any, send: Send
+    store: SessionEventStore,
+    headers: Any,
+    send: Send,
+    on_assigned: Callable[[str], None] | None = None,
 ) -> tuple[contextvars.Token[str | None], Send]:
     """Set the session key for one HTTP request; returns the reset token and a ``send`` that
-    binds an ``initialize`` request's provisional key to the session id its response assigns.
+    binds an ``initialize`` request's provisional key to the session id its response assigns
+    (and tells ``on_assigned`` that id).
 
     ``headers`` is the request's starlette ``Headers``.
     """
@@ -207,6 +278,8 @@ def track_request(
                 if name.lower() == wanted:
                     assigned = value.decode("latin-1")
                     store.bind(pending, assigned)
+                    if on_assigned is not None:
+                        on_assigned(assigned)
         elif message.get("type") == "http.response.body" and assigned is not None:
             body += message.get("body", b"")
             version = _negotiated_version(body)

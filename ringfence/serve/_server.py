@@ -22,6 +22,9 @@ Wire rules:
 * ``resources``: the first workspace root's files, read-only, through the
   kernel's own ``glob_files``/``read_file`` (see :mod:`._resources`), when
   ``native`` tools are exposed.
+* ``prompts``: the kernel's skills (``Kernel.skills()``: a trusted plugin's
+  ``SKILL.md`` folders), each a prompt of its name whose one message is the
+  skill's instructions and the names of its files; nothing of a skill runs.
 * ``logging``: advertised when a :class:`~._logging.LogForwarder` is given;
   ``logging/setLevel`` subscribes the session to the event records at that level.
 * Sessions: when several MCP sessions share the server (``session_key`` names
@@ -60,6 +63,7 @@ from .. import __version__
 from ..runtime import Consequence, InvalidArguments, Kernel, Outcome, ToolSpec
 from ._approver import ClientApprover, ClientChannel
 from ._defaults import EXPOSE_CHOICES
+from ._early import DESCRIPTION, INSTRUCTIONS, SERVER_NAME, TITLE, EarlyInitialize, EarlyWriter
 from ._logging import LEVELS, LogForwarder
 from ._resources import WorkspaceResources
 from ._resume import streaming_call
@@ -77,17 +81,8 @@ __all__ = [
     "tool_to_mcp",
 ]
 
-SERVER_NAME = "ringfence"
 META_CONSEQUENCE = "dev.ringfence/consequence"
 META_RESIDUAL = "dev.ringfence/residual"
-
-
-INSTRUCTIONS = (
-    "Tools run under ringfence: each call is checked by a policy gate (posture, rules, "
-    "approvals), confined to the workspace, and audited. A refused call returns an error "
-    "whose text starts with its code (denied, outside_workspace, git_metadata, ...) and says "
-    "why; do not retry a refused call unchanged."
-)
 
 
 def parse_expose(value: str | Iterable[str]) -> frozenset[str]:
@@ -287,6 +282,30 @@ def build_server(
         assert files is not None
         return await files.read(partial(invoke, ctx), str(params.uri))
 
+    async def list_prompts(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        check_no_cursor(params)
+        return types.ListPromptsResult(
+            prompts=[
+                types.Prompt(name=skill.name, description=skill.description)
+                for skill in kernel.skills()
+            ]
+        )
+
+    async def get_prompt(
+        ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        skill = next((k for k in kernel.skills() if k.name == params.name), None)
+        if skill is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
+        files = ", ".join(skill.file_names()) or "none"
+        text = f"{skill.instructions}\n(skill {skill.name}; its files: {files})\n"
+        return types.GetPromptResult(
+            description=skill.description,
+            messages=[types.PromptMessage(role="user", content=types.TextContent(text=text))],
+        )
+
     async def set_level(
         ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
     ) -> types.EmptyResult:
@@ -304,14 +323,16 @@ def build_server(
         server: Server[Any] = Server(
             SERVER_NAME,
             version=__version__,
-            title="ringfence",
-            description="Governed, sandboxed tools: every call passes ringfence's Gate",
+            title=TITLE,
+            description=DESCRIPTION,
             instructions=INSTRUCTIONS,
             on_list_tools=list_tools,
             on_call_tool=call_tool,
             on_set_logging_level=set_level if logs is not None else None,
             on_list_resources=list_resources if files is not None else None,
             on_read_resource=read_resource if files is not None else None,
+            on_list_prompts=list_prompts if kernel.skills() else None,
+            on_get_prompt=get_prompt if kernel.skills() else None,
         )
     server.middleware.insert(0, RefuseModernEra())
     return server
@@ -323,7 +344,11 @@ def _has_file_tools(kernel: Kernel) -> bool:
 
 
 async def serve_stdio(
-    kernel: Kernel, *, expose: Iterable[str] = ("native",), logs: LogForwarder | None = None
+    kernel: Kernel,
+    *,
+    expose: Iterable[str] = ("native",),
+    logs: LogForwarder | None = None,
+    early: EarlyInitialize | None = None,
 ) -> None:
     """Serve ``kernel`` over this process's stdin/stdout until the client closes stdin.
 
@@ -331,9 +356,14 @@ async def serve_stdio(
     :func:`._stdio.claim_stdio`): stdin reads ``/dev/null`` and stdout writes
     to stderr, so a child process or a stray print cannot corrupt or steal the
     protocol stream. Cancellation ends it promptly, even mid-read.
+
+    ``early``: what the command read (and answered) before the SDK was loaded
+    (:mod:`._early`): read first, and the SDK's own answer to an ``initialize``
+    answered early is not sent again.
     """
     server = build_server(kernel, expose=expose, logs=logs)
-    with claim_stdio() as (lines, out):
+    with claim_stdio(early.consumed if early is not None else b"") as (lines, wire):
+        out = EarlyWriter(wire, early) if early is not None and early.answered else wire
         async with (
             trio.open_nursery() as nursery,
             stdio_server(stdin=lines, stdout=out) as (read_stream, write_stream),  # type: ignore[arg-type]

@@ -79,11 +79,13 @@ class LineReader:
         fd: int,
         max_bytes: int = MAX_REQUEST_BYTES,
         on_oversize: Callable[[Oversize], Awaitable[None]] | None = None,
+        prefix: bytes = b"",
     ) -> None:
         self._fd = fd
         self._fast = _pollable(fd)
         self._lines = BoundedLines(max_bytes)
-        self._ready: deque[bytes | Oversize] = deque()
+        # ``prefix``: bytes read off the descriptor before (the command's early initialize).
+        self._ready: deque[bytes | Oversize] = deque(self._lines.feed(prefix) if prefix else ())
         self._last = False  # the line in _ready is the stream's last, without its newline
         self._eof = False
         self._on_oversize = on_oversize
@@ -174,8 +176,10 @@ class WireWriter:
 
 
 @contextlib.contextmanager
-def claim_stdio() -> Iterator[tuple[LineReader, WireWriter]]:
+def claim_stdio(prefix: bytes = b"") -> Iterator[tuple[LineReader, WireWriter]]:
     """Move the wire off fds 0 and 1 for the duration; yield (lines in, text out).
+
+    ``prefix``: what was already read from stdin (:mod:`._early`), read first.
 
     Raises OSError when the descriptors cannot be duplicated (for example,
     when stdin or stdout is closed).
@@ -195,7 +199,7 @@ def claim_stdio() -> Iterator[tuple[LineReader, WireWriter]]:
     async def answer(dropped: Oversize) -> None:
         await answer_oversize(out, dropped, MAX_REQUEST_BYTES)
 
-    reader = LineReader(wire_in, MAX_REQUEST_BYTES, answer)
+    reader = LineReader(wire_in, MAX_REQUEST_BYTES, answer, prefix)
     try:
         yield reader, out
     finally:

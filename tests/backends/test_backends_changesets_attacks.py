@@ -22,6 +22,7 @@ import pytest
 from backends_helpers import DOCKER_OPTIONS, WORKSPACE_UID, chown_like_workspace
 from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 from test_backends_changesets import owned, tree_state
+from tree_helpers import git_found
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -81,24 +82,8 @@ def ws(tmp_path: Path) -> Path:
 
 
 def git_dir(where: Path) -> str | None:
-    """What the real git finds from ``where`` (its absolute git directory), or None."""
-    if not where.is_dir():
-        return None
-    out = subprocess.run(
-        ["git", "rev-parse", "--absolute-git-dir"],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        env={
-            "PATH": os.environ["PATH"],
-            "HOME": str(where),
-            "GIT_CEILING_DIRECTORIES": str(where.parent.parent),
-            "GIT_CONFIG_NOSYSTEM": "1",
-        },
-    )
-    if out.returncode != 0 and "not a git repository" in out.stderr:
-        return None
-    return out.stdout.strip() or out.stderr.strip()
+    """What the real git finds from ``where`` (no repository above the test's directory)."""
+    return git_found(where, where.parent.parent)
 
 
 def git_status(where: Path) -> None:

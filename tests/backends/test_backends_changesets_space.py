@@ -106,3 +106,49 @@ def test_a_full_store_is_named_and_its_space_given_back(
     assert tree_state(ws) == before
     # What the failed set wrote into the store is gone again.
     assert shutil.disk_usage(small_home).free >= free_before - 64 * 1024
+
+
+def test_a_killed_session_s_layers_are_removed_by_the_next_session(
+    ws: Path, tmp_path: Path, ringfence_home: Path
+) -> None:
+    """Its overlay directories (outside the spool: RINGFENCE_LAYERS_DIR) hold what its last
+    command wrote; the next session's start removes them, and never a live session's."""
+    import signal
+    import sys
+    import time
+
+    layers = tmp_path / "layers"
+    layers.mkdir()
+    env = {**os.environ, "RINGFENCE_HOME": str(ringfence_home), "RINGFENCE_LAYERS_DIR": str(layers)}
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--workspace", str(ws)]
+    argv += ["--posture", "allow-reversible", "--approve", "no", "--args"]
+    killed = subprocess.Popen(
+        [*argv, json.dumps({"command": "head -c 100000 /dev/zero > big; sleep 60"})],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not list(layers.glob("ringfence-layers-*/0/upper/big")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = list(layers.glob("ringfence-layers-*"))
+    assert len(left) == 1 and (left[0] / ".alive").exists()
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    live = subprocess.Popen(
+        [*argv, json.dumps({"command": "sleep 60"})],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while len(list(layers.glob("ringfence-layers-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # A third session starts while the second lives: the dead one's go, the live one's stay.
+        out = subprocess.run([*argv, json.dumps({"command": "true"})], env=env, capture_output=True)
+        assert out.returncode == 0, out.stderr
+        now = list(layers.glob("ringfence-layers-*"))
+        assert left[0] not in now and len(now) == 1
+    finally:
+        live.send_signal(signal.SIGKILL)
+        live.wait()

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60  # per command; the whole module takes about 30 s on a loaded 2-core machine
 
@@ -146,6 +148,31 @@ def test_the_wheel_ships_the_suite_and_nothing_of_the_source_tree(installed: Ins
     where, tree = probe.stdout.split()
     assert Path(where).is_relative_to(installed.bin.parent), where
     assert tree == "None"
+
+
+def test_the_wheel_ships_the_image_recipes(installed: Installed) -> None:
+    """``images build`` from a wheel needs the recipes next to the installed package."""
+    names = set(zipfile.ZipFile(installed.wheel).namelist())
+    recipes = "ringfence/backends/docker/recipes/"
+    for needed in ("busybox/Dockerfile", "busybox/rootfs/etc/passwd", "debian/Dockerfile"):
+        assert recipes + needed in names
+    probe = subprocess.run(
+        [
+            str(installed.bin / "python"),
+            "-c",
+            "from ringfence.backends.docker._images import recipes_dir; print(recipes_dir())",
+        ],
+        cwd=installed.cwd,
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert probe.returncode == 0, probe.stderr
+    where = Path(probe.stdout.strip())
+    assert where.is_relative_to(installed.bin.parent), where  # the wheel's, not the checkout's
+    assert (where / "busybox" / "Dockerfile").is_file()
+    assert (where / "debian" / "packages").is_file()
 
 
 def test_version(installed: Installed) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import psutil
@@ -58,11 +59,19 @@ async def run(
 
 
 def runner_processes() -> list[psutil.Process]:
-    """Live script runners started from this checkout (orphans included)."""
+    """Live script runners started from this checkout by this test process, or orphaned
+    (their parent gone). Another pytest worker's runners (make test: pytest-xdist) are its own."""
+    me = os.getpid()
     found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
+    for proc in psutil.process_iter(["cmdline", "status", "ppid"]):
         cmd = proc.info["cmdline"] or []
-        if str(RUNNER_PATH) in cmd and proc.info["status"] != psutil.STATUS_ZOMBIE:
+        if str(RUNNER_PATH) not in cmd or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            ancestors = {p.pid for p in proc.parents()}
+        except psutil.Error:
+            continue
+        if me in ancestors or proc.info["ppid"] == 1:
             found.append(proc)
     return found
 

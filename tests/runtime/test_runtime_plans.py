@@ -93,6 +93,27 @@ async def test_apply_stops_at_first_refusal(tmp_path: Path, ledger: Ledger) -> N
     assert ledger.names() == ["touch"]
 
 
+async def test_a_refused_call_is_not_spent_and_applying_again_runs_the_rest(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    plan_path = tmp_path / "plan.json"
+    await stage_session(plan_path, ledger)
+    ledger.runs.clear()
+    approver = ScriptedApprover([ApprovalAnswer.once(), ApprovalAnswer.deny()])
+    async with Kernel(approver=approver) as kernel:
+        register_standard_tools(kernel, ledger)
+        assert [o.ok for o in await kernel.apply_plan(Plan.load(plan_path))] == [True, False]
+    plan = Plan.load(plan_path)
+    assert [plan.applied_mark(c.call_id) is not None for c in plan.calls] == [True, False, False]
+    async with Kernel(approver=ScriptedApprover(lambda r: ApprovalAnswer.once())) as kernel:
+        register_standard_tools(kernel, ledger)
+        outcomes = await kernel.apply_plan(Plan.load(plan_path))
+        assert [o.tool for o in outcomes] == ["launch", "run_shell"]
+        with pytest.raises(Denied, match="already applied"):
+            await kernel.apply_plan(Plan.load(plan_path))
+    assert ledger.names() == ["touch", "launch", "run_shell"]  # each ran once
+
+
 @pytest.mark.parametrize(
     "edit",
     [

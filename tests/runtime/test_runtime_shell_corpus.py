@@ -109,6 +109,7 @@ def test_benign_lines_stay_allowed(line: Any, tool: ToolSpec) -> None:
     )
 
 
+@pytest.mark.slow
 def test_every_line_does_what_the_corpus_says_under_dash(tmp_path: Path) -> None:
     """The corpus's ground truth: run each line with dash in its scratch directory; every
     attack has its effect, no benign line has one."""

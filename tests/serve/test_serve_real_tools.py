@@ -85,10 +85,10 @@ async def test_real_file_tools(
         assert error_code(outside) == "outside_workspace"
         assert SECRET.strip() not in text_of(outside)
 
-        # The person approves (write_file is reversible: posture ask asks); the tool refuses.
+        # Refused before the person is asked (issue 31): the write would be refused anyway.
         git = await client.call_tool("write_file", {"path": ".git/config", "content": "[evil]\n"})
         assert error_code(git) == "git_metadata"
-        assert asker.tools_asked() == ["write_file"]
+        assert asker.tools_asked() == []
     assert (workspace / ".git" / "config").read_text() == GIT_CONFIG
 
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import httpx2
+import pytest
 import trio
 from serve_helpers import http_serve_process, real_command, records
 
@@ -22,6 +23,7 @@ PATH_CHARS = 10_000
 GROWTH_BOUND = 48 * 1024  # 20 records of <= 256-char paths, one summary, the seal
 
 
+@pytest.mark.slow
 async def test_a_flood_of_refused_requests_grows_the_log_by_a_bounded_amount(
     workspace: Path, events: Path
 ) -> None:

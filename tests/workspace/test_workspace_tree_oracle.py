@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from tree_helpers import exact_state as tree_state, git_found
 
 from ringfence.runtime import RingfenceError
 from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
 from ringfence.workspace.changes._model import image_at
+
+pytestmark = pytest.mark.slow
 
 # -- trees and change sets -------------------------------------------------------------------
 
@@ -157,22 +159,6 @@ class Builder:
             self._emit(path, Image("symlink", 0o777, self.store.put(data), len(data)))
 
 
-def tree_state(root: Path) -> dict[str, tuple[str, int, bytes]]:
-    out: dict[str, tuple[str, int, bytes]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            st_ = path.lstat()
-            rel = str(path.relative_to(root))
-            if stat.S_ISLNK(st_.st_mode):
-                out[rel] = ("link", 0, os.fsencode(os.readlink(path)))
-            elif stat.S_ISDIR(st_.st_mode):
-                out[rel] = ("dir", stat.S_IMODE(st_.st_mode), b"")
-            else:
-                out[rel] = ("file", stat.S_IMODE(st_.st_mode), path.read_bytes())
-    return out
-
-
 def directories(root: Path) -> list[Path]:
     return [Path(d) for d, _, _ in os.walk(root)]
 
@@ -190,25 +176,6 @@ def scratch(home: Path, depth: int = 4) -> Iterator[Path]:
 
 
 # -- the git oracle ------------------------------------------------------------------------------
-
-
-def git_found(where: Path, ceiling: Path) -> str | None:
-    """What real git's discovery finds from ``where``: its git directory (or its complaint)."""
-    out = subprocess.run(
-        ["git", "rev-parse", "--absolute-git-dir"],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        env={
-            "PATH": os.environ["PATH"],
-            "HOME": str(ceiling),
-            "GIT_CEILING_DIRECTORIES": str(ceiling),
-            "GIT_CONFIG_NOSYSTEM": "1",
-        },
-    )
-    if out.returncode != 0 and "not a git repository (or any" in out.stderr:
-        return None
-    return out.stdout.strip() if out.returncode == 0 else f"error: {out.stderr.strip()}"
 
 
 def found_everywhere(root: Path) -> set[str]:

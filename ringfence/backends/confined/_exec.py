@@ -10,12 +10,13 @@ that line and fails closed (``unavailable`` naming the layer and its fix).
 
 Promised (as for ``run_shell``'s confined commands): new user, mount, PID,
 IPC, UTS and network namespaces, no capabilities; the host file system
-read-only, the roots read-only unless ``writable`` (then their git
-directories stay read-only), a private ``/tmp``, homes, ``/root``, ``/run``
-the kernel's ``$HOME`` and ``$RINGFENCE_HOME`` hidden (what the server's
+read-only, the roots read-only (a ``writable`` process writes through an
+overlay of each, and its writes reach the roots only as change sets merged
+by the guarded writer after each call: :mod:`._writes`), a private
+``/tmp``, homes, ``/root``, ``/run``, the kernel's ``$HOME`` and ``$RINGFENCE_HOME`` hidden (what the server's
 command line names shown read-only again: :func:`program_views`); ``/proc``
 of the sandbox only; no network
-unless ``network``; Landlock (writes only beneath the writable roots,
+unless ``network``; Landlock (writes only beneath the roots' overlays,
 ``/tmp``, ``/var/tmp``, ``/dev``; no TCP without ``network``); the seccomp
 deny list; rlimits. When the server exits, everything it started is killed.
 
@@ -28,18 +29,31 @@ hold and no cgroup limits the process count or memory (recorded as the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ... import _proc
+from ...runtime import InvalidArguments, Unavailable
+from .._trees import remove_tree
 from .._types import SessionSpec
 from ._layers import DENIED_SYSCALLS
-from ._plan import _SUPERVISOR, ConfinedOptions, Layer, _refuse
+from ._plan import _SUPERVISOR, ConfinedOptions, Layer, _refuse, claimed_layers
 from ._session import ConfinedSession
+from ._writes import ExecChanges, ExecWrites
 
-__all__ = ["ConfinedExec", "confine_exec", "confined_argv", "program_views"]
+__all__ = [
+    "ConfinedExec",
+    "ExecChanges",
+    "ExecWrites",
+    "confine_exec",
+    "confined_argv",
+    "program_views",
+    "refuse_writes",
+]
 
 # The private directories the sandbox puts over the host's: never shown whole.
 _PRIVATE = ("/tmp", "/var/tmp")
@@ -186,6 +200,7 @@ def confined_argv(
     cwd: str = "/",
     writable: bool = True,
     options: ConfinedOptions | None = None,
+    layers_dir: Path | None = None,
 ) -> tuple[list[str], list[Layer]]:
     """One process confined like a session's commands, on the caller's stdin/stdout/stderr.
 
@@ -198,8 +213,11 @@ def confined_argv(
     sandbox runs as the kernel's own user) and no limit cgroup (the ``pids``
     layer is ``RLIMIT_NPROC``, which does not hold for a root kernel).
     ``writable=False`` binds the roots read-only and leaves them out of
-    Landlock's writable paths. Strict always: raises Unavailable naming the
-    first layer the kernel cannot plan (bubblewrap, Landlock, seccomp) and its fix.
+    Landlock's writable paths. ``layers_dir`` (with ``spec.change_sets``; the
+    upper/work directories, :func:`~._plan._make_layers`): the roots are bound
+    read-only and the supervisor runs ``argv`` on an overlay of each, mounted
+    once (``_writes``). Strict always: raises Unavailable naming the first
+    layer the kernel cannot plan (bubblewrap, Landlock, seccomp) and its fix.
     """
     options = options or ConfinedOptions()
     session = ConfinedSession(spec, options)
@@ -211,16 +229,28 @@ def confined_argv(
     roots = [str(Path(os.path.realpath(r))) for r in spec.roots]
     readonly = [*spec.readonly_paths, *([] if writable else roots)]
     session._readonly = [Path(os.path.realpath(p)) for p in readonly]
+    layered = session._layered and layers_dir is not None and session._layer_filter is not None
+    if layered:
+        session._layers_dir, session._layer_fd = layers_dir, -1  # the filter goes as hex
     masks = [*session._hidden, *_PRIVATE]
     session._views = program_views(argv, cwd, masks)
     wrapper, layers = session._argv(-1, -1, -1, None)  # raises when bubblewrap is missing
     cut = wrapper.index(str(_SUPERVISOR)) + 1  # the session's socket descriptor follows
     kept = [o for o in wrapper[cut + 1 :] if writable or o.removeprefix("write=") not in roots]
+    if layered:
+        assert session._layer_filter is not None
+        hex_filter = f"layer_seccomp_hex={session._layer_filter.hex()}"
+        kept = [hex_filter if o == "layer_seccomp_fd=-1" else o for o in kept]
     wrapper = [*wrapper[:cut], "exec", *kept, f"seccomp_hex={session._seccomp.hex()}"]
     wrapper += [f"cwd={cwd}", "--", *argv]
     hidden = ", ".join(session._hidden)
     access = (
-        f"read-write, {len(spec.readonly_paths)} git path(s) read-only" if writable else "read-only"
+        "read-only, written through an overlay each (its writes reach them only as change "
+        "sets, after each call)"
+        if layered
+        else f"read-write, {len(spec.readonly_paths)} git path(s) read-only"
+        if writable
+        else "read-only"
     )
     shown = "; shown read-only: " + ", ".join(map(str, session._views)) if session._views else ""
     details = {
@@ -235,10 +265,13 @@ def confined_argv(
 
 @dataclass(frozen=True)
 class ConfinedExec:
-    """A planned confined process: the argv to start and the layers known before it starts."""
+    """A planned confined process: the argv to start and the layers known before it starts;
+    for a writable one, its :class:`~._writes.ExecWrites` (settled after each call, closed
+    once the process is gone: the caller's)."""
 
     argv: tuple[str, ...]
     layers: tuple[Layer, ...]
+    writes: ExecWrites | None = None
 
     def read_report(self, line: bytes) -> tuple[Layer, ...]:
         """Every layer, from the supervisor's report line (``b""``: stdout ended first).
@@ -269,8 +302,28 @@ class ConfinedExec:
         missing = [layer for layer in layers if not layer.ok and layer.name != "pids"]
         if status != "READY" or missing:
             layer = missing[0] if missing else Layer("supervisor", False, status)
+            if layer.name == "overlay" and self.writes is not None:
+                raise refuse_writes(f"the sandbox could not mount it: {layer.detail}", _OVERLAY)
             raise _refuse(layer.name, layer.detail)
         return tuple(layers)
+
+
+_OVERLAY = "Linux >= 5.11 (overlayfs in a user namespace) and no mount point inside a root"
+_FREEZER = (
+    "a cgroup v2 hierarchy this process can write, on Linux >= 5.2 (cgroup.freeze): run "
+    "ringfence in a systemd unit or container that delegates one, or as root"
+)
+
+
+def refuse_writes(why: str, fix: str) -> Unavailable:
+    """``unavailable``: a writable server cannot be confined as promised; nothing starts."""
+    return Unavailable(
+        "a writable confined server (sandbox_writable = true) writes through an overlay whose "
+        "upper directory is read, with its sandbox frozen, after each call and merged as a "
+        f"change set; {why}; fix: {fix}, or set sandbox_writable = false for this server "
+        "(it then reads the workspace only); the server was not started",
+        field="sandbox_writable",
+    )
 
 
 def confine_exec(
@@ -280,26 +333,86 @@ def confine_exec(
     cwd: str | None = None,
     network: bool = False,
     writable: bool = False,
-    readonly_paths: Sequence[str | os.PathLike[str]] = (),
+    changes: ExecChanges | None = None,
 ) -> ConfinedExec:
     """Plan ``argv`` confined to ``roots`` (read-only unless ``writable``).
 
-    ``readonly_paths`` (the roots' git directories and gitfiles) stay
-    read-only when the roots are writable. ``cwd`` defaults to the first
-    root. Raises Unavailable naming the layer and its fix when bubblewrap,
-    Landlock or seccomp is missing.
+    ``writable`` (with ``changes``, where its writes go): the roots stay
+    read-only in the sandbox and the process writes through an overlay of
+    each; after each call its cgroup is frozen and its writes are read and
+    merged as a change set (:class:`~._writes.ExecWrites`, the result's
+    ``writes``: the caller settles it after each call and closes it once the
+    process is gone). There is no way to let it write the roots directly.
+    ``cwd`` defaults to the first root. Raises Unavailable naming the layer
+    and its fix when bubblewrap, Landlock or seccomp is missing, or, when
+    ``writable``, the overlay or the cgroup v2 freezer (nothing is started
+    then); InvalidArguments for ``writable`` without ``changes``.
     """
-    spec = SessionSpec(
-        roots=tuple(Path(r) for r in roots),
-        readonly_paths=tuple(Path(p) for p in readonly_paths) if writable else (),
-        network=network,
-    )
+    if writable:
+        if changes is None:
+            raise InvalidArguments(
+                "a writable confined process needs changes= (where its writes go: "
+                "ExecChanges(store)); its writes never reach the roots directly",
+                field="changes",
+            )
+        return _confine_writes(roots, argv, cwd=cwd, network=network, changes=changes)
+    spec = SessionSpec(roots=tuple(Path(r) for r in roots), network=network)
     where = cwd or (str(spec.roots[0]) if spec.roots else "/")
     wrapper, layers = confined_argv(
-        spec, list(argv), cwd=where, writable=writable, options=ConfinedOptions(network=network)
+        spec, list(argv), cwd=where, writable=False, options=ConfinedOptions(network=network)
     )
+    return ConfinedExec(tuple(wrapper), (*layers, _pids_layer()))
+
+
+def _confine_writes(
+    roots: Sequence[str | os.PathLike[str]],
+    argv: Sequence[str],
+    *,
+    cwd: str | None,
+    network: bool,
+    changes: ExecChanges,
+) -> ConfinedExec:
+    """:func:`confine_exec` for a writable process: overlays, its own cgroup, its writes."""
+    spec = SessionSpec(
+        roots=tuple(Path(r) for r in roots),
+        network=network,
+        change_sets=True,
+        spool_dir=changes.spool_dir,
+    )
+    if not spec.roots:
+        raise refuse_writes("there is no workspace root to write", "open a workspace")
+    where = cwd or str(spec.roots[0])
+    with contextlib.ExitStack() as on_failure:
+        try:
+            group, enter = _proc.cgroup_entry()
+        except Unavailable as exc:
+            raise refuse_writes(f"its cgroup cannot be made ({exc.message})", _FREEZER) from None
+        on_failure.callback(group.destroy)
+        if not group.can_freeze():
+            raise refuse_writes("this kernel has no cgroup.freeze", _FREEZER)
+        layers_dir, claim = claimed_layers(spec, len(spec.roots))  # a killed kernel's: swept
+        on_failure.callback(os.close, claim)
+        on_failure.callback(remove_tree, layers_dir)
+        options = ConfinedOptions(network=network, exec_checks=False)
+        wrapper, layers = confined_argv(
+            spec, list(argv), cwd=where, writable=True, options=options, layers_dir=layers_dir
+        )
+        roots_real = [Path(os.path.realpath(r)) for r in spec.roots]
+        writes = ExecWrites(roots_real, layers_dir, claim, group, changes)
+        kept = (
+            "each call's writes read with the sandbox's cgroup frozen and merged as its change "
+            "set (refusals, the resulting-tree check, undo)"
+            if changes.store is not None
+            else "discarded when the process ends (nothing is merged)"
+        )
+        layer = Layer("writes", True, kept)
+        on_failure.pop_all()
+    return ConfinedExec((*enter, *wrapper), (*layers, layer, _pids_layer()), writes)
+
+
+def _pids_layer() -> Layer:
     uid = os.geteuid()
-    pids = (
+    return (
         Layer("pids", True, f"RLIMIT_NPROC {ConfinedOptions.pids} (uid {uid})")
         if uid != 0
         else Layer(
@@ -309,4 +422,3 @@ def confine_exec(
             "server gets no limit cgroup: its process count is not limited",
         )
     )
-    return ConfinedExec(tuple(wrapper), (*layers, pids))

@@ -26,7 +26,7 @@ from typing import Any
 from ...runtime import InvalidArguments, Unavailable, ringfence_home
 from .._mounts import LAYERS_DIR_VARIABLE, mount_of
 from .._shellstate import PERSIST_OPTION, persist_option
-from .._trees import empty_directory
+from .._trees import claim, empty_directory, remove_tree, sweep_unclaimed
 from .._types import SessionSpec
 from ._limits import _processes_of
 
@@ -383,6 +383,20 @@ def _make_layers(spec: SessionSpec, count: int) -> Path:
             (path / str(i) / name).mkdir(parents=True, mode=0o700)
     _empty_uppers(path, spec.roots)
     return path
+
+
+def claimed_layers(spec: SessionSpec, count: int) -> tuple[Path, int]:
+    """:func:`_make_layers`, marked in use while the returned descriptor is open
+    (:func:`~.._trees.claim`); the layers killed sessions left beside it are removed
+    (bounded: half a second a start)."""
+    path = _make_layers(spec, count)
+    try:
+        fd = claim(path)
+    except BaseException:
+        remove_tree(path)
+        raise
+    sweep_unclaimed(path.parent, prefix="ringfence-layers-", seconds=0.5)
+    return path, fd
 
 
 def _empty_uppers(layers: Path, roots: tuple[Path, ...]) -> None:

@@ -1,78 +1,14 @@
 """The ``local`` backend: commands confined on this machine, in a warm sandbox per session.
 
-(Over 500 lines on purpose: one session's lifecycle, start to close, with its wire to the
-supervisor; its plan, limits and supervisor live in the ``_confined_*`` modules.)
+One sandbox per session (bubblewrap, then the supervisor inside it, :mod:`._supervisor`); every
+command is then one ``posix_spawn`` of that supervisor, so confinement costs a one-time start,
+not a per-command namespace setup. Every layer (namespaces, file system, network, seccomp,
+Landlock, rlimits, uid, pids/memory, overlay, process tree) applies or the session refuses with
+``unavailable`` naming it, unless the operator chose ``sandbox="best-effort"`` (recorded in the
+``backend_started`` event). Over 500 lines on purpose: one session's lifecycle, start to close,
+with its wire to the supervisor.
 
-One sandbox is started per session (bubblewrap, then a small Python
-supervisor inside it, :mod:`._supervisor`); every command is then
-one ``posix_spawn`` of that supervisor, so confinement costs a one-time
-start (bubblewrap ~5 ms, the supervisor's interpreter ~20 ms), not a
-per-command namespace setup.
-
-Why bubblewrap rather than ``unshare``/``clone`` from Python: the mount
-layout (a recursive read-only bind of ``/`` with every submount made
-read-only, masks, binds at their own paths, ``pivot_root``, a fresh
-``/proc`` and ``/dev``) is exactly what bubblewrap has done correctly and
-audited for years (Flatpak), it costs a few milliseconds once per session,
-it is a Debian package, and it installs a seccomp program handed to it; the
-only thing it lacks, Landlock, the supervisor adds.
-
-Layers (all must apply, or the session refuses with ``unavailable`` naming
-the layer and its fix, unless the operator chose ``sandbox="best-effort"``,
-which is recorded in :attr:`ConfinedSession.metadata` and so in the
-``backend_started`` event):
-
-- **namespaces** (bubblewrap): new user, mount, PID, IPC, UTS, cgroup and
-  network namespaces; no capabilities; no further user namespaces.
-- **file system**: the host's file system read-only; the workspace roots
-  read-write at their own paths; ``SessionSpec.readonly_paths`` inside the
-  roots read-only (``run_shell``'s wiring passes every git directory and
-  gitfile); a private ``/tmp`` and ``/var/tmp``; a fresh ``/proc``
-  of the new PID namespace (no host process, no host ``environ``) and a
-  minimal ``/dev``; ``/home``, ``/root``, ``/run``, the kernel's ``$HOME``,
-  ``$RINGFENCE_HOME`` and ``/var/lib/docker`` hidden behind empty read-only
-  directories (the Python installation and venv that run the supervisor are
-  shown again, read-only).
-- **network**: none (loopback of its own) unless the session asks for
-  ``network``.
-- **seccomp**: built here (:mod:`._layers`, with the script
-  runner's BPF helpers), installed by bubblewrap before the supervisor
-  starts. **landlock**, **rlimits**: applied by the supervisor to itself
-  (see its docstring). Every command inherits all three.
-- **uid**: when the kernel runs as root and the first root belongs to
-  another user, the sandbox runs as that user (files it makes are theirs,
-  ``RLIMIT_NPROC`` holds); otherwise as the kernel's own user.
-- **pids/memory**: a cgroup with ``pids.max``/``memory`` limits where a
-  writable hierarchy has the controllers; a session whose commands run as
-  host root (where ``RLIMIT_NPROC`` is not enforced) needs it.
-- **overlay** (change sets, ``SessionSpec.change_sets``, the default
-  through ``create_kernel``): the roots read-only, each command on a
-  volatile overlay of them mounted by the supervisor; the command's child
-  drops every capability and adds a second seccomp filter (no mount,
-  umount2, unshare) and Landlock before it execs; ``ShellResult.uppers``
-  names the upper directories, emptied at the next command (see
-  :mod:`._supervisor` and ARCHITECTURE.md).
-- **process tree**: the PID namespace is the tree: when a command's main
-  process ends, everything else in the namespace is killed; the whole
-  sandbox is spawned through :mod:`ringfence._proc` (its cgroup tracking),
-  so closing the session leaves nothing behind.
-
-Files persist between commands (the roots, and the private ``/tmp`` for the
-session's life); the working directory and exported variables do not, unless
-the session option ``persist_shell_state`` is set (:mod:`._shellstate`: the
-state is captured through a memfd passed as the command's descriptor 3 and
-replayed into the next command, which still gets its own overlays).
-
-Non-guarantees: a command can read what the session's user can read outside
-the hidden directories (e.g. ``/etc``); renaming a directory that contains a
-read-only git mount moves the mount with it, and a new ``.git`` can then be
-made in its place (the same holds for the docker backend); Landlock cannot
-protect git directories beneath a writable root (their read-only mounts
-do); the seccomp filter is a deny list, x86-64 only.
-
-``sandbox="best-effort"`` on a machine without namespaces (no bubblewrap,
-or no unprivileged user namespaces): :meth:`ConfinedSession._degraded_argv`
-says what still holds and what does not; the missing layers are recorded.
+Why bubblewrap, each layer, and what is not guaranteed: docs/design/confined-session.md.
 """
 
 from __future__ import annotations
@@ -118,9 +54,9 @@ from ._plan import (
     SandboxArgv,
     _empty_uppers,
     _hidden_dirs,
-    _make_layers,
     _refuse,
     _session_user,
+    claimed_layers,
 )
 
 __all__ = [
@@ -183,6 +119,7 @@ class ConfinedSession(SandboxArgv):
         self._layered = spec.change_sets
         self._layer_filter: bytes | None = None
         self._layers_dir: Path | None = None
+        self._layers_claim: int | None = None  # the lock marking _layers_dir in use
         try:
             self._landlock = landlock_plan(spec.network or options.network)
         except LayerUnavailable as exc:
@@ -279,16 +216,15 @@ class ConfinedSession(SandboxArgv):
         started = time.monotonic()
         self._readonly = [Path(os.path.realpath(p)) for p in self._spec.readonly_paths]
         if self._layered and self._layers_dir is None:
-            self._layers_dir = await trio.to_thread.run_sync(
-                _make_layers, self._spec, len(self._spec.roots)
+            self._layers_dir, self._layers_claim = await trio.to_thread.run_sync(
+                claimed_layers, self._spec, len(self._spec.roots)
             )
         try:
             await self._spawn()
         except BaseException as exc:
             if self._layers_dir is not None and self._proc is None:  # nothing will use it
-                layers, self._layers_dir = self._layers_dir, None
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(remove_tree, layers)
+                    await self._remove_layers()
             if not isinstance(exc, Unavailable):
                 raise
             layer = getattr(exc, "layer", None)
@@ -727,10 +663,20 @@ class ConfinedSession(SandboxArgv):
         """
         self._closed = True
         await self._kill_sandbox()
+        with trio.CancelScope(shield=True):
+            await self._remove_layers()
+
+    async def _remove_layers(self) -> None:
+        """The upper directories go, then their in-use mark's lock (a killed session's are
+        removed by the next session's start: :func:`._plan.claimed_layers`)."""
         layers, self._layers_dir = self._layers_dir, None
-        if layers is not None:
-            with trio.CancelScope(shield=True):
+        claim, self._layers_claim = self._layers_claim, None
+        try:
+            if layers is not None:
                 await trio.to_thread.run_sync(remove_tree, layers)
+        finally:
+            if claim is not None:
+                os.close(claim)
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The sandbox images: their recipes, names, and what to say when one is missing.
 
-Recipes live in ``sandbox_images/<name>/`` at the top of the source tree;
+Recipes live in ``recipes/<name>/`` next to this module (package data: a wheel ships them);
 :mod:`._imagebuild` builds and lists them through the daemon. This module
 does not import the docker SDK (``ringfence.backends`` imports it eagerly,
 and a kernel on the local backend never pays for docker), and imports no
@@ -75,12 +75,13 @@ def resolve_image(name: str) -> str:
 
 
 def recipes_dir() -> Path:
-    """``sandbox_images/`` of the source tree this package runs from."""
-    here = Path(__file__).resolve().parents[3] / "sandbox_images"
+    """The image recipes, ``recipes/`` next to this module (shipped in the wheel as package data)."""
+    here = Path(__file__).resolve().parent / "recipes"
     if not here.is_dir():
         raise Unavailable(
-            f"the image recipes (sandbox_images/) are not next to this ringfence install "
-            f"(looked in {here}); build images from a source checkout"
+            f"the image recipes are missing from this ringfence install (looked in {here}); "
+            "reinstall ringfence from a wheel built from the source tree, or build images from "
+            "a source checkout"
         )
     return here
 

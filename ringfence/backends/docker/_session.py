@@ -82,6 +82,7 @@ import contextlib
 import os
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -193,6 +194,13 @@ class DockerSession:
         given = parse_user(opts.user)[0] if opts.user else None
         forced = upper.change_set_user(given) if spec.change_sets else None
         self._user = forced or opts.user or _default_user(spec.roots)
+        # Bind-mounted roots the command's uid cannot write: said with every result, since
+        # "Permission denied" in a command's output alone does not say why or what to do.
+        self._notes = (
+            _unwritable_notes(self._roots, parse_user(self._user), spec.readonly_paths)
+            if not spec.change_sets and (engine is None or engine.local)
+            else ()
+        )
         self._uppers: upper.SessionUppers | None = None
         self._overlay: str | None = None
         self._remote: RemoteWorkspace | None = None
@@ -581,6 +589,7 @@ class DockerSession:
             timed_out=timed_out,
             session_restarted=restarted,
             uppers=uppers,
+            notes=self._notes,
         ), run.state
 
     async def _stop(self, run: CommandOutput) -> bool:
@@ -659,6 +668,38 @@ def _mounts(
                 field="readonly_paths",
             )
     return mounts
+
+
+def _unwritable_notes(
+    roots: Sequence[tuple[Path, str]], user: tuple[int, int], readonly: Sequence[Path]
+) -> tuple[str, ...]:
+    """A note for each root the container's ``uid:gid`` cannot create files in (mode bits;
+    the container user has no supplementary groups), naming the fixes."""
+    uid, gid = user
+    notes = []
+    ro = {Path(p).resolve() for p in readonly}
+    for root, _target in roots:
+        if root in ro:
+            continue  # read-only on purpose
+        st = root.stat()
+        if st.st_uid == uid:
+            bits = stat.S_IWUSR | stat.S_IXUSR
+        elif st.st_gid == gid:
+            bits = stat.S_IWGRP | stat.S_IXGRP
+        else:
+            bits = stat.S_IWOTH | stat.S_IXOTH
+        if st.st_mode & bits == bits:
+            continue
+        notes.append(
+            f"the workspace root {root} (owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}) "
+            f"is not writable by uid {uid}, which commands run as in the docker backend (never "
+            "root; the owner of the first root, or 65534 when root owns it), so writes there "
+            "fail with 'Permission denied'. To write it: keep writes as change sets merged by "
+            "ringfence (--change-sets; change_sets=True), let a user own the root "
+            f"(chown -R UID:GID {root}), or pass the docker option user=UID:GID of a user who "
+            "can write it"
+        )
+    return tuple(notes)
 
 
 def _default_user(roots: Sequence[Path]) -> str:

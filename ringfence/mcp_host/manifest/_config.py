@@ -17,7 +17,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from ...runtime import InvalidArguments, McpPolicy, McpServerPolicy, McpStatement, ringfence_home
+from ...runtime import (
+    Effect,
+    InvalidArguments,
+    McpPolicy,
+    McpServerPolicy,
+    McpStatement,
+    ringfence_home,
+)
 
 __all__ = [
     "DEFAULT_APPROVED",
@@ -76,12 +83,9 @@ class AuthMode(enum.StrEnum):
 OAUTH_GRANTS = ("authorization_code", "client_credentials", "identity_assertion")
 
 
-class Policy(enum.StrEnum):
-    """How a server-initiated request (sampling, elicitation) is answered."""
-
-    DENY = "deny"
-    ASK = "ask"
-    ALLOW = "allow"
+# How a server-initiated request (sampling, elicitation) is answered: deny, ask or allow,
+# the policy's one Effect (kept under this name for the manifest's users).
+Policy = Effect
 
 
 def sanitize_part(text: str, fallback: str = "x") -> str:
@@ -130,7 +134,8 @@ class ServerConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     protocol_mode: str = "legacy"
     # stdio only: run the server's process confined ("local"); the workspace read-only unless
-    # sandbox_writable, no network unless sandbox_network.
+    # sandbox_writable (then written through an overlay, each call's writes merged as a change
+    # set), no network unless sandbox_network.
     sandbox: Sandbox = Sandbox.NONE
     sandbox_network: bool = False
     sandbox_writable: bool = False
@@ -174,14 +179,15 @@ class ServerConfig:
 
     def read_only(self, tool: str) -> tuple[bool, str]:
         """Whether the server's ``tool`` is ``read`` by the operator's word, and why (or why not)."""
-        policy = self.mcp_policy or McpServerPolicy(self.name, self.legacy_statements())
+        policy = self.mcp_policy or McpPolicy().for_server(self.name, self.legacy_statements())
         return policy.read_only(tool)
 
     def with_policy(self, policy: McpPolicy) -> ServerConfig:
         """This server (as read from the manifest) under the policy layers' ``[mcp.<name>]``.
 
-        ``trust`` becomes what the statements decide (``runtime._mcppolicy``), and
-        :meth:`read_only` judges by them; the manifest's old keys are one more statement.
+        ``trust`` becomes what the statements decide (``runtime.policy._mcp``), and
+        :meth:`read_only` judges by them; the manifest's old keys are one more statement,
+        joined in the one place statements join (``McpPolicy.for_server``).
         """
         combined = policy.for_server(self.name, self.legacy_statements())
         trusted, _ = combined.trusted()

@@ -49,7 +49,15 @@ async def login(
             async with trio.open_nursery() as nursery:
                 pool = ConnectionPool(config, nursery, redactor, Diagnostics(redactor))
                 try:
-                    await pool.connect()
+                    live = await pool.connect()
+                    # A server may take the handshake without a token and answer 401 from
+                    # tools/list on: list once, so its refusal drives the flow here too.
+                    if live.client.server_capabilities.tools is not None:
+                        await pool.run(
+                            "tools/list",
+                            lambda client: client.list_tools(),
+                            timeout=LOGIN_TIMEOUT_SECONDS,
+                        )
                 finally:
                     await pool.aclose()
     except BaseExceptionGroup as group:

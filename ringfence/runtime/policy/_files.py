@@ -176,20 +176,35 @@ def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
                 "trust",
                 "a project cannot trust itself; list it in $RINGFENCE_HOME/policy.toml",
             )
-        projects = trust.get("projects", []) if isinstance(trust, dict) else None
-        if (
-            not isinstance(trust, dict)
-            or set(trust) - {"projects"}
-            or not isinstance(projects, list)
-            or not all(_trust_entry(p) is not None for p in projects)
-        ):
+        shape = (
+            'a table: [trust] projects = ["/path/to/repo", '
+            '{ path = "/path/to/repo", sha256 = "<64 hex digits>" }, …]'
+        )
+        if not isinstance(trust, dict):
+            raise _fail(path, lines.key_line("trust"), "trust", f"must be {shape}")
+        if unknown := sorted(set(trust) - {"projects"}):
             raise _fail(
                 path,
-                lines.key_line("trust"),
-                "trust",
-                'must be a table with projects = ["/path/to/repo", '
-                '{ path = "/path/to/repo", sha256 = "<of its .ringfence/policy.toml>" }, …]',
+                lines.line_of(("trust", unknown[0])) or lines.key_line("trust"),
+                f"trust.{unknown[0]}",
+                f"is not a key of [trust], which takes only projects (it must be {shape})",
             )
+        projects = trust.get("projects", [])
+        if not isinstance(projects, list):
+            raise _fail(
+                path,
+                lines.line_of(("trust", "projects")),
+                "trust.projects",
+                "must be a list of project paths or { path, sha256 } tables",
+            )
+        for index, entry in enumerate(projects):
+            if (problem := _trust_entry_problem(entry)) is not None:
+                raise _fail(
+                    path,
+                    lines.line_of(("trust", "projects", index)),
+                    f"trust.projects[{index}]",
+                    problem,
+                )
         trusted = tuple(e for p in projects if (e := _trust_entry(p)) is not None)
     lock = data.get("lock_allow", False)
     if not isinstance(lock, bool) or (lock and layer != "managed"):
@@ -235,6 +250,26 @@ class _Lines:
         return self.lines.get((table, index, key))
 
     table_array_lines = array_string_lines
+
+
+def _trust_entry_problem(value: Any) -> str | None:
+    """What is wrong with one ``[trust] projects`` entry, said plainly (None: nothing)."""
+    if _trust_entry(value) is not None:
+        return None
+    if isinstance(value, str):
+        return "must be a project path, not empty"
+    if not isinstance(value, dict):
+        return f"must be a project path or a {{ path, sha256 }} table, not {type(value).__name__}"
+    if unknown := sorted(set(value) - {"path", "sha256"}):
+        return f"has the key {unknown[0]!r}; an entry takes path and sha256"
+    if not isinstance(value.get("path"), str) or not value["path"]:
+        return "needs path = the project directory"
+    digest = value.get("sha256", "")
+    return (
+        f"sha256 must be the 64 hex digits of the project's .ringfence/policy.toml, which "
+        f"`ringfence policy show --workspace {value['path']}` prints; it is "
+        f"{str(digest)[:80]!r} (leave sha256 out to trust whatever the file says)"
+    )
 
 
 def _trust_entry(value: Any) -> tuple[str, str] | None:

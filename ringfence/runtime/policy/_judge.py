@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..shell._words import Redirect, ShellParse, SimpleCommand, parse_argv, parse_command
-from ._matchers import Tri, element_matches, normalize_path
-from ._rules import EFFECT_RANK, Effect, Rule, parse_rule
+from ._matchers import Tri, normalize_path
+from ._rules import Effect, Rule, parse_rule
 
 __all__ = [
     "ASK_HIDDEN",
@@ -144,7 +144,7 @@ class Policy:
         """The active rules whose tool glob matches ``name`` (cached per name)."""
         found = self._by_tool.get(name)
         if found is None:
-            found = tuple(r for r in self.rules if not r.inactive and element_matches(r.tool, name))
+            found = tuple(r for r in self.rules if not r.inactive and r.matches_tool(name))
             if len(self._by_tool) < 4096:
                 self._by_tool[name] = found
         return found
@@ -223,7 +223,7 @@ class Policy:
             for p in parts:
                 if p.effect is effect and p.rule is not None:
                     return PolicyVerdict(
-                        effect, p.rule, f"{p.kind} `{p.text}` {_because(p.rule)}", parts
+                        effect, p.rule, f"{p.kind} `{p.text}` {p.rule.because()}", parts
                     )
         return None
 
@@ -245,13 +245,13 @@ class Policy:
         for rule in rules:
             if rule.arguments and not rule.matches_arguments(arguments, self.roots, path_args):
                 continue
-            if best is None or EFFECT_RANK[rule.effect] < EFFECT_RANK[best.effect]:
+            if best is None or rule.effect > best.effect:  # the strongest; the first of a tie
                 best = rule
                 if best.effect is Effect.DENY:
                     break
         if best is None:
             return None
-        return PolicyVerdict(best.effect, best, _because(best))
+        return PolicyVerdict(best.effect, best, best.because())
 
     def _evaluate_shell(
         self,
@@ -350,7 +350,7 @@ def _stricter(a: PolicyVerdict | None, b: PolicyVerdict | None) -> PolicyVerdict
         return b if b is not None else a
     if b is None or b.effect is None:
         return a
-    return a if EFFECT_RANK[a.effect] <= EFFECT_RANK[b.effect] else b
+    return a if a.effect >= b.effect else b
 
 
 # Only calls whose arguments hold at most this many characters in all are cached: the
@@ -449,12 +449,6 @@ class _CommandIndex:
         return [r for _, r in found]
 
 
-def _because(rule: Rule) -> str:
-    where = f" ({rule.source})" if rule.source else ""
-    verb = {Effect.DENY: "is denied by", Effect.ASK: "asks first by", Effect.ALLOW: "is allowed by"}
-    return f"{verb[rule.effect]} the rule {rule.text or rule.tool!r}{where}"
-
-
 def _judge_command(sc: SimpleCommand, rules: Sequence[Rule], exec_checked: bool) -> PartVerdict:
     text = sc.display()
     maybe: Rule | None = None
@@ -500,7 +494,7 @@ def _combine(
             return PolicyVerdict(
                 Effect.DENY,
                 p.rule,
-                f"{p.kind} `{p.text}` {_because(p.rule) if p.rule else 'is denied'}",
+                f"{p.kind} `{p.text}` {p.rule.because() if p.rule else 'is denied'}",
                 parts,
             )
     if whole is not None and whole.effect is Effect.ASK:
@@ -511,7 +505,7 @@ def _combine(
         key=lambda p: 0 if p.rule is not None else 1 if p.kind == "unresolved" else 2,
     )
     for p in asks[:1]:
-        why = p.reason or (_because(p.rule) if p.rule else "asks first")
+        why = p.reason or (p.rule.because() if p.rule else "asks first")
         return PolicyVerdict(Effect.ASK, p.rule, f"{p.kind} `{p.text}`: {why}", parts)
     if whole is not None and whole.effect is Effect.ALLOW:
         # a rule over the tool or its other arguments allows whatever the line says

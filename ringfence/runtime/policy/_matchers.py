@@ -31,7 +31,7 @@ import math
 import posixpath
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -190,28 +190,33 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.max_mem = 8 << 20  # a pattern that needs more is refused when the rule loads
 
 
+@functools.lru_cache(maxsize=4096)
+def _re2(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (cached: a rule's regex is compiled once); RuleError if
+    RE2 refuses it or it is too long."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise RuleError(f"regex longer than {MAX_PATTERN_CHARS} characters", field="regex")
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        raise RuleError(
+            f"regex {pattern!r} is not one RE2 accepts ({exc}); RE2 has no "
+            "backreferences or lookaround",
+            field="regex",
+        ) from None
+
+
 @dataclass(frozen=True)
 class RegexMatcher:
     pattern: str
-    _compiled: Any = field(compare=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
-        if len(self.pattern) > MAX_PATTERN_CHARS:
-            raise RuleError(f"regex longer than {MAX_PATTERN_CHARS} characters", field="regex")
-        try:
-            compiled = re2.compile(self.pattern, _RE2_OPTIONS)
-        except re2.error as exc:
-            raise RuleError(
-                f"regex {self.pattern!r} is not one RE2 accepts ({exc}); RE2 has no "
-                "backreferences or lookaround",
-                field="regex",
-            ) from None
-        object.__setattr__(self, "_compiled", compiled)
+        _re2(self.pattern)  # refused when the rule loads, not when a call is judged
 
     def matches(self, value: Any, roots: Sequence[str]) -> bool:
         if not isinstance(value, str):
             return False
-        return self._compiled.search(value) is not None
+        return _re2(self.pattern).search(value) is not None
 
     def describe(self) -> str:
         return f"~{self.pattern}"

@@ -31,11 +31,11 @@ from ._matchers import (
     RegexMatcher,
     RuleError,
     UrlMatcher,
+    element_matches,
 )
 
 __all__ = [
     "EFFECTS",
-    "EFFECT_RANK",
     "Effect",
     "Rule",
     "RuleError",
@@ -45,15 +45,48 @@ __all__ = [
 ]
 
 
+# How strong each effect is: the strongest matching rule decides.
+_STRENGTH = {"allow": 0, "ask": 1, "deny": 2}
+
+
 class Effect(enum.StrEnum):
+    """What a rule says about a call, and what a decision is: ordered deny > ask > allow.
+
+    The one enum for it (a decision's ``Verdict`` and ``mcp_host.Policy`` are this
+    class), ordered by strength so that the strongest of several rules that match is
+    ``max()`` of them, as codex-rs execpolicy's ``Decision``: no rule, whichever layer
+    wrote it, can weaken a stronger one. Listed (and iterated) strongest first.
+    """
+
     DENY = "deny"
     ASK = "ask"
     ALLOW = "allow"
 
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Effect):
+            return NotImplemented
+        return _STRENGTH[self] < _STRENGTH[other]
 
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Effect):
+            return NotImplemented
+        return _STRENGTH[self] <= _STRENGTH[other]
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Effect):
+            return NotImplemented
+        return _STRENGTH[self] > _STRENGTH[other]
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Effect):
+            return NotImplemented
+        return _STRENGTH[self] >= _STRENGTH[other]
+
+
+_VERB = {Effect.DENY: "is denied by", Effect.ASK: "asks first by", Effect.ALLOW: "is allowed by"}
+
+# The keys of a policy file, strongest first (the order its rules are read in).
 EFFECTS = tuple(e.value for e in Effect)
-# deny is the strictest: a lower rank wins
-EFFECT_RANK = {Effect.DENY: 0, Effect.ASK: 1, Effect.ALLOW: 2}
 
 # Argument names that hold paths (besides any a tool lists in meta["path_arguments"]).
 PATH_ARGUMENTS = frozenset(
@@ -83,7 +116,12 @@ def _is_path_argument(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Rule:
-    """One deny/ask/allow rule, and where it was written."""
+    """One deny/ask/allow rule, and where it was written.
+
+    ``tool`` is a glob over tool names; ``arguments`` and ``command`` narrow the rule
+    to some calls. A rule without them (a *name rule*: ``Rules.deny``'s globs, or
+    ``write_file`` in a policy file) matches every call of the tools it names.
+    """
 
     effect: Effect
     tool: str
@@ -96,6 +134,15 @@ class Rule:
 
     def label(self) -> str:
         return f"{self.effect.value}:{self.text or self.tool}"
+
+    def because(self) -> str:
+        """Why a call meets this rule, for a reason: ``is denied by the rule 'x' (file:1)``."""
+        where = f" ({self.source})" if self.source else ""
+        return f"{_VERB[self.effect]} the rule {self.text or self.tool!r}{where}"
+
+    def matches_tool(self, name: str) -> bool:
+        """The tool glob matches ``name`` (the whole name; ``*`` crosses dots)."""
+        return element_matches(self.tool, name)
 
     def matches_arguments(
         self,

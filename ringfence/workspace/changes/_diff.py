@@ -48,8 +48,17 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
-def render_changes(changes: Iterable[Change], read: Callable[[str], bytes]) -> str:
-    """``changes`` as a person reviews them; ``read(digest)`` returns a stored blob's bytes."""
+def render_changes(
+    changes: Iterable[Change],
+    read: Callable[[str], bytes],
+    *,
+    max_text_bytes: int | None = None,
+) -> str:
+    """``changes`` as a person reviews them; ``read(digest)`` returns a stored blob's bytes.
+
+    ``max_text_bytes``: a file larger than this (before or after) is named with its
+    size and hash, its content neither read nor diffed (the review page's bound).
+    """
     import difflib  # here: a session that never shows a diff does not import it
 
     def text(image: Image | None) -> str | None:
@@ -90,7 +99,10 @@ def render_changes(changes: Iterable[Change], read: Callable[[str], bytes]) -> s
                 out.append(f"Type of {name}: {before.kind} -> {after.kind}")
             if stat.S_IMODE(before.mode) != stat.S_IMODE(after.mode) and "symlink" not in kinds:
                 out.append(f"Mode of {name}: {_mode(before.mode)} -> {_mode(after.mode)}")
-        old, new = text(before), text(after)
+        large = max_text_bytes is not None and any(
+            i is not None and i.kind == "file" and i.size > max_text_bytes for i in (before, after)
+        )
+        old, new = (None, None) if large else (text(before), text(after))
         if old is None or new is None:
             shown = after if after is not None else before
             what = (
@@ -98,9 +110,8 @@ def render_changes(changes: Iterable[Change], read: Callable[[str], bytes]) -> s
                 if shown and shown.digest
                 else ""
             )
-            out.append(
-                f"Binary or special entry {name} changed (content not shown{': ' if what else ''}{what})"
-            )
+            kind = "Large file" if large else "Binary or special entry"
+            out.append(f"{kind} {name} changed (content not shown{': ' if what else ''}{what})")
             continue
         if old == new:
             continue

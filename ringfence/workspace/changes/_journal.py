@@ -22,8 +22,8 @@ gets its before-image back (``merge_changes``' own writer); a path in neither
 state is left and reported. Then the ``.ringfence-*.tmp`` files ringfence's
 writers leave are removed from the directories the set touched, and the set's
 record is made true: a shell command's set is kept as ``staged`` (what it wrote
-is not lost: ``apply_changes`` merges it again), any other is dropped (its write
-did not happen, or is undone). The journal file goes last.
+is not lost: ``apply_changes`` merges it again), as is an MCP server's; a file
+tool's, an undo's or an apply's is dropped (its write did not happen, or is undone). The journal file goes last.
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ __all__ = ["Journal", "Recovery", "pending", "recover"]
 _RESET_BYTES = 1 << 20
 _NAME = re.compile(r"[0-9]+-[0-9a-f]{12}\.log\Z")
 _SET_ID = re.compile(r"[0-9a-f]{1,64}\Z")
+# Sets whose content lives on elsewhere (the call's arguments, the set undone or applied):
+# rolled back, they are dropped; any other set (a shell command's, an MCP server's) is kept.
+_REDONE_BY_THEIR_CALLER = frozenset({"write_file", "edit_file", "undo", "apply_changes"})
 
 
 class Journal:
@@ -196,12 +199,12 @@ def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
     except Exception:  # never saved (killed before its manifest), or unreadable
         return {"id": set_id, "undone": 0, "left": [], "record": "none"}
     undone, left = roll_back(store.workspace, cs.changes, store)
-    if cs.tool == "run_shell" and not cs.staged:
-        store.save(replace(cs, staged=True))  # kept: apply_changes can merge it again
+    if cs.staged:
         record = "staged"
-    elif cs.staged:
-        record = "staged"
-    else:
-        store.drop(cs.id)
+    elif cs.tool in _REDONE_BY_THEIR_CALLER:
+        store.drop(cs.id)  # its write did not happen, or is undone: a call to make again
         record = "dropped"
+    else:  # a command's or a server's writes, which exist nowhere else now: kept
+        store.save(replace(cs, staged=True))  # apply_changes can merge it again
+        record = "staged"
     return {"id": set_id, "undone": undone, "left": left, "record": record}

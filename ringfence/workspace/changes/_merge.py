@@ -18,13 +18,15 @@ Merged entries belong to the root's owner when ringfence runs as root.
 Speed (a shell command's merge can be 10,000 files): siblings share one walk
 (:class:`_Dirs`), a new file is renamed from the overlay's upper directory when
 it can be (``sources``), a durable merge ends in one ``syncfs``, and a replaced
-inode is freed on another thread. Over 500 lines on purpose: these are the one
-guarded writer's own steps, kept beside the checks they must not skip.
+inode is freed on another thread. These are the one guarded writer's own steps,
+kept beside the checks they must not skip.
 
-Not promised: atomicity against a crash half-way (a failure while writing
-rolls back what was applied, best effort), or against another process
-writing the same paths during the merge (each entry is checked just before
-it is written, not locked).
+A merge is not atomic by itself: a failure while writing rolls back what was
+applied (best effort), and a killed process leaves the set half-applied until
+the next start rolls it back from the store's journal (:mod:`._journal`,
+:func:`roll_back`). Not promised: atomicity against another process writing
+the same paths during the merge (each entry is checked just before it is
+written, not locked).
 """
 
 from __future__ import annotations
@@ -573,10 +575,13 @@ def merge_changes(
             raise
         finally:
             dirs.close()
-            releases.flush()
-            sync_and_close(to_sync or {})
-            if sources is not None:
-                sources.close()
+            releases.flush()  # the closes go on meanwhile; joined last
+            try:
+                sync_and_close(to_sync or {})
+                if sources is not None:
+                    sources.close()
+            finally:
+                releases.join()
         return MergeReport(tuple(applied), tuple(refused))
 
 

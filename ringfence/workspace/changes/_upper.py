@@ -36,7 +36,7 @@ from ._model import Blobs, Change, Image, UpperSource, UpperTree, image_and_iden
 if TYPE_CHECKING:
     from ._store import PackWriter
 
-__all__ = ["UpperFiles", "changes_from_upper"]
+__all__ = ["UpperFiles", "UpperState", "changes_from_upper"]
 
 _PACKED_MAX = 1 << 20  # files up to this size go into the pack, larger ones into a blob each
 
@@ -58,6 +58,29 @@ def _too_deep(path: str) -> ToolError:
         f"(at {path[:200]}…); change sets stop there, so nothing of this command was merged",
         field="command",
     )
+
+
+# Upper states that are no image of their own (``changes_from_upper``'s ``state``).
+_WHITEOUT = Image("whiteout", 0)
+_OPAQUE = "opaque-dir"
+# How long before a read began a file's ctime must lie for the next read to trust its stat
+# signature instead of reading it: a write after that read moves the ctime to the clock's
+# time then (a coarse clock lags by a tick, a few ms), far past this.
+_SETTLED_NS = 1_000_000_000
+
+
+class UpperState:
+    """What one read of a live upper directory found: per path its state (``marks``: the
+    image; a whiteout, an opaque directory marked as such), per regular file its stat
+    signature (``sigs``), and when the read began (``since_ns``, ``time.time_ns()`` taken
+    with nothing writing the upper directory: its process frozen)."""
+
+    __slots__ = ("marks", "sigs", "since_ns")
+
+    def __init__(self, since_ns: int) -> None:
+        self.marks: dict[str, Image] = {}
+        self.sigs: dict[str, tuple[int, ...]] = {}
+        self.since_ns = since_ns
 
 
 def _is_whiteout(st: os.stat_result) -> bool:
@@ -95,6 +118,8 @@ def changes_from_upper(
     sources: dict[str, UpperSource] | None = None,
     trees: dict[str, UpperTree] | None = None,
     known: dict[tuple[int, str], tuple[tuple[int, ...], Image]] | None = None,
+    previous: UpperState | None = None,
+    state: UpperState | None = None,
 ) -> list[Change]:
     """The changes an overlay's upper directory (``upper_fd``) makes to ``lower_fd``.
 
@@ -115,12 +140,21 @@ def changes_from_upper(
     that did not change while they were read, with their identity then
     (:func:`~._model.image_and_identity`): the merge's conflict check
     need not read them again (:attr:`UpperFiles.known`).
+
+    ``state`` (an upper directory still mounted, read again after each call of
+    a writable MCP server; see :class:`UpperState`): hears each upper entry's
+    state; an entry in the state ``previous`` (the last read's) found it in
+    makes no change this time: what was read then was merged, refused or
+    staged then, and a lower entry the host changed since stays as the host
+    left it. Its directories are still read (what is below may have changed).
     """
     if pack is None:
         sources = None
     reader = _Reader(
         root, pack or blobs, pack, sources, trees if sources is not None else None, known
     )
+    if state is not None:
+        reader.state, reader.previous = state, previous or UpperState(0)
     reader.walk(upper_fd, lower_fd, "", None)
     return reader.out
 
@@ -178,6 +212,45 @@ class _Reader:
         self.known = known
         self.out: list[Change] = []
         self.add = pack.add if pack is not None else blobs.put
+        self.state: UpperState | None = None  # see changes_from_upper
+        self.previous = UpperState(0)
+
+    def _same(self, path: str, mark: Image) -> bool:
+        """Record ``path``'s upper state; True when the last read found the same (live only)."""
+        if self.state is None:
+            return False
+        self.state.marks[path] = mark
+        return self.previous.marks.get(path) == mark
+
+    def _unchanged_file(self, upper_fd: int, name: str, path: str) -> bool:
+        """A regular upper file the last read found, not written since (live only): its stat
+        signature is the one recorded then, which was taken well before that read began
+        (:data:`_SETTLED_NS`: a write since would have moved its ctime past it)."""
+        state = self.state
+        if state is None:
+            return False
+        st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+        state.sigs[path] = sig
+        previous = self.previous
+        mark = previous.marks.get(path)
+        if (
+            mark is None
+            or previous.sigs.get(path) != sig
+            or st.st_ctime_ns >= previous.since_ns - _SETTLED_NS
+        ):
+            return False
+        state.marks[path] = mark
+        return True
+
+    def _before(self, lower_fd: int | None, name: str, path: str) -> Image | None:
+        """The lower entry's image (stored: it can be undone), its identity noted in ``known``."""
+        if lower_fd is None:
+            return None
+        before, identity = image_and_identity(lower_fd, name, self.blobs)
+        if identity is not None and self.known is not None:
+            self.known[(self.root, path)] = (identity, before)
+        return before
 
     def walk(self, upper_fd: int, lower_fd: int | None, prefix: str, fit: _Fit | None) -> None:
         """Read the directory ``upper_fd`` (``prefix`` below the root); ``fit`` (a new
@@ -190,29 +263,28 @@ class _Reader:
         if fit is not None:
             fit.names(prefix, [name for name, _ in entries])
         packed = self._packed if self.pack is not None else None
-        known = self.known
+        same = self._same
         for name, regular in entries:
             path = prefix + name
-            before = None
-            if lower_fd is not None:
-                before, identity = image_and_identity(lower_fd, name, blobs)
-                if identity is not None and known is not None:
-                    known[(root, path)] = (identity, before)
             if regular and packed is not None:
+                if self.state is not None and self._unchanged_file(upper_fd, name, path):
+                    continue
                 after = packed(upper_fd, name, path, fit)
-                if after is None:
-                    pass  # not a regular file after all: judged below
-                elif before is None:  # the common case, a file the command made
-                    out.append(Change(root, path, None, after))
+                if after is not None:  # else not a regular file after all: judged below
+                    if same(path, after):
+                        continue
+                    before = self._before(lower_fd, name, path)
+                    if before is None:  # the common case, a file the command made
+                        out.append(Change(root, path, None, after))
+                    else:
+                        self._add(lower_fd, name, path, before, after)
                     continue
-                else:
-                    self._add(lower_fd, name, path, before, after)
-                    continue
+            before = self._before(lower_fd, name, path)
             st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
             if _is_whiteout(st):
                 if fit is not None:
                     fit.ok = False  # a whiteout must never be moved into the workspace
-                if before is not None:
+                if not same(path, _WHITEOUT) and before is not None:
                     assert lower_fd is not None
                     self._deleted(lower_fd, name, path, before)
                 continue
@@ -221,7 +293,9 @@ class _Reader:
                     fit.ok = False  # special files are refused; moved whole, they would not be
                 elif fit is not None:
                     fit.note(st)
-                self._add(lower_fd, name, path, before, _after_image(upper_fd, name, st, blobs))
+                after = _after_image(upper_fd, name, st, blobs)
+                if after is None or not same(path, after):
+                    self._add(lower_fd, name, path, before, after)
                 continue
             sub_upper_fd = os.open(name, _DIR_FLAGS, dir_fd=upper_fd)
             sub_lower_fd = None
@@ -229,13 +303,16 @@ class _Reader:
                 opaque = _is_opaque(sub_upper_fd)
                 mode = stat.S_IMODE(st.st_mode)
                 new = before is None
+                # Read before: its own change is not made again, what is below is read.
+                quiet = same(path, Image(_OPAQUE if opaque else "dir", mode))
                 if before is not None and (before.kind != "dir" or opaque):
                     assert lower_fd is not None
-                    self._deleted(lower_fd, name, path, before)  # replaced: gone first
+                    if not quiet:
+                        self._deleted(lower_fd, name, path, before)  # replaced: gone first
                     before = None
                 elif before is not None:
                     sub_lower_fd = _open_dir(lower_fd, name)
-                if before is None or before.mode != mode:
+                if (before is None or before.mode != mode) and not quiet:
                     out.append(Change(root, path, before, Image("dir", mode)))
                 sub_fit = None
                 if new and self.trees is not None:

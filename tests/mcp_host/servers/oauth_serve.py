@@ -70,6 +70,10 @@ PRM_RESOURCE = os.environ.get("RF_OAUTH_PRM_RESOURCE")  # protected-resource met
 NO_PRM = os.environ.get("RF_OAUTH_NO_PRM") == "1"
 METADATA_ISSUER = os.environ.get("RF_OAUTH_METADATA_ISSUER")
 ENDPOINTS = os.environ.get("RF_OAUTH_ENDPOINTS", "{base}")
+# The handshake without a token (initialize, the initialized notification, the GET stream):
+# the server answers 401 only from tools/list on, as the conformance suite's scope scenarios do.
+OPEN_HANDSHAKE = os.environ.get("RF_OAUTH_OPEN_HANDSHAKE") == "1"
+_OPEN_METHODS = ("initialize", "notifications/initialized")
 LOG: dict[str, list] = {
     "authorization": [],
     "grants": [],
@@ -192,6 +196,13 @@ class Provider:
 def build(port: int):
     base = f"http://127.0.0.1:{port}"
     provider = Provider()
+    # RF_OAUTH_OPEN_HANDSHAKE: the one credential the handshake's sessions are opened with.
+    internal_token = secrets.token_urlsafe(24)
+    provider.access[internal_token] = AccessToken(
+        token=internal_token, client_id="open-handshake", scopes=["read"],
+        expires_at=int(time.time()) + 86400, resource=f"{base}/mcp",
+    )  # fmt: skip
+    internal = f"Bearer {internal_token}"
     mcp = MCPServer(
         name="oauth-peer",
         auth_server_provider=provider,
@@ -374,6 +385,7 @@ def build(port: int):
             payload = json.loads(body) if body else {}
         except ValueError:
             payload = {}
+        method = payload.get("method") if isinstance(payload, dict) else None
         tool = (
             payload.get("params", {}).get("name")
             if isinstance(payload, dict) and payload.get("method") == "tools/call"
@@ -391,6 +403,16 @@ def build(port: int):
                 {"error": "insufficient_scope"},
                 [(b"www-authenticate", challenge.encode())],
             )
+        if OPEN_HANDSHAKE:
+            # The handshake passes without a token; a request with a valid token goes on in the
+            # session the handshake opened (the SDK's server would bind the session to the
+            # handshake's credential: every request runs on a token of the server's own).
+            anonymous = "authorization" not in headers and (
+                scope["method"] in ("GET", "DELETE") or method in _OPEN_METHODS
+            )
+            if anonymous or found is not None:
+                rest = [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"]
+                scope = {**scope, "headers": [*rest, (b"authorization", internal.encode())]}
         return await app(scope, replay, send)
 
     return guarded

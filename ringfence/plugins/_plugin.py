@@ -1,0 +1,228 @@
+"""One added plugin, read and judged: its bundle, manifest, policy fragment, servers, skills, trust.
+
+:func:`inspect_plugin` never raises for a plugin's own content: what cannot
+be read or is invalid is the state's ``error`` (named file:line: key), and
+such a plugin is not trusted. Trusted means exactly: it validates, and the
+digest of the bundle read now is the one ``plugin trust`` pinned.
+
+A policy fragment may only tighten, by construction of what is accepted:
+it is a policy file whose rules are all ``deny`` or ``ask`` (checked on the
+parsed rules, whatever their spelling: the short lists and ``[[rules]]``
+alike), with no ``[trust]``, ``lock_allow`` or ``[mcp.*]`` statements. Its
+rules join the session as a rule source of their own (``plugin:<name>``),
+and the decision function never lets a deny or ask rule of any source be
+undone (deny > ask > allow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..runtime import InvalidArguments, RingfenceError, Rule, Skill, parse_policy_file
+from ._bundle import Bundle, read_bundle
+from ._config import PluginEntry
+from ._manifest import PluginManifest, parse_plugin_manifest
+from ._skills import read_skills
+
+if TYPE_CHECKING:
+    from ..mcp_host import ServerConfig
+
+__all__ = ["PLUGIN_ROOT", "PluginState", "inspect_plugin", "locate_plugin", "server_name"]
+
+# Written in a plugin's mcp.toml (command, args, cwd, env values): the session's copy of the bundle.
+PLUGIN_ROOT = "${RINGFENCE_PLUGIN_ROOT}"
+_MAX_SERVER_NAME = 63
+
+
+def locate_plugin(entry: PluginEntry) -> Path:
+    """The folder of ``entry``: its path, or the folder of the one ``ringfence-plugin.toml`` an
+    installed distribution ships (found in its record of files; nothing of it is imported)."""
+    if entry.path is not None:
+        return Path(entry.path)
+    from importlib import metadata
+
+    from ._manifest import MANIFEST
+
+    assert entry.package is not None
+    try:
+        dist = metadata.distribution(entry.package)
+    except metadata.PackageNotFoundError:
+        raise InvalidArguments(
+            f"plugin {entry.name}: no installed distribution named {entry.package!r} "
+            "(pip install it into the environment ringfence runs in, or add a folder)",
+            field="package",
+        ) from None
+    found = [f for f in dist.files or () if f.name == MANIFEST]
+    if len(found) != 1:
+        raise InvalidArguments(
+            f"plugin {entry.name}: the distribution {entry.package!r} ships "
+            f"{len(found)} {MANIFEST} files; a plugin distribution ships exactly one",
+            field="package",
+        )
+    return Path(os.path.dirname(dist.locate_file(found[0])))
+
+
+def server_name(plugin: str, server: str) -> str:
+    """The name a plugin's server is registered under: ``plugin-<plugin>-<server>``."""
+    return f"plugin-{plugin}-{server}"
+
+
+@dataclass(frozen=True)
+class PluginState:
+    """What an added plugin is now: readable and valid or not, trusted or not, and why."""
+
+    entry: PluginEntry
+    bundle: Bundle | None = None
+    manifest: PluginManifest | None = None
+    rules: tuple[Rule, ...] = ()
+    servers: tuple[ServerConfig, ...] = ()
+    skills: tuple[Skill, ...] = ()
+    error: RingfenceError | None = None
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def trusted(self) -> bool:
+        return (
+            self.error is None
+            and self.bundle is not None
+            and self.entry.trusted_sha256 == self.bundle.sha256
+        )
+
+    @property
+    def why(self) -> str:
+        """Why it is trusted or not, in words an operator reads."""
+        if self.error is not None:
+            return f"it cannot be used: {self.error.message}"
+        assert self.bundle is not None
+        pinned = self.entry.trusted_sha256
+        if pinned is None:
+            return f"not trusted yet (review it: ringfence plugin show {self.name}; then ringfence plugin trust {self.name})"
+        if pinned != self.bundle.sha256:
+            return (
+                f"changed since it was trusted (sha256 now {self.bundle.sha256}, trusted "
+                f"{pinned}); review it again and ringfence plugin trust {self.name}"
+            )
+        return f"trusted (sha256 {pinned})"
+
+    def servers_in(self, snapshot: Path) -> tuple[ServerConfig, ...]:
+        """Its MCP servers with ``${RINGFENCE_PLUGIN_ROOT}`` read as ``snapshot``."""
+        root = str(snapshot)
+
+        def fill(text: str | None) -> str | None:
+            return text.replace(PLUGIN_ROOT, root) if text is not None else None
+
+        return tuple(
+            dataclasses.replace(
+                s,
+                command=fill(s.command),
+                args=tuple(a.replace(PLUGIN_ROOT, root) for a in s.args),
+                cwd=fill(s.cwd),
+                env={k: v.replace(PLUGIN_ROOT, root) for k, v in s.env.items()},
+            )
+            for s in self.servers
+        )
+
+    def to_dict(self, *, detail: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "source": self.entry.source,
+            "trusted": self.trusted,
+            "why": self.why,
+            "sha256": self.bundle.sha256 if self.bundle is not None else None,
+            "trusted_sha256": self.entry.trusted_sha256,
+        }
+        m = self.manifest
+        if m is not None:
+            out.update(version=m.version, description=m.description)
+            out["hooks"] = [h.to_dict() for h in m.hooks]
+            out["servers"] = [s.name for s in self.servers]
+            out["skills"] = [s.name for s in self.skills]
+            out["policy_rules"] = [r.to_dict() for r in self.rules]
+            if detail:
+                out["network"] = [h.name for h in m.hooks if h.network] + [
+                    s.name for s in self.servers if s.sandbox_network or s.sandbox.value == "none"
+                ]
+                out["server_commands"] = {
+                    s.name: [s.command or s.url or "", *s.args] for s in self.servers
+                }
+        if self.error is not None:
+            out["error"] = self.error.to_dict()
+        return out
+
+
+def check_fragment(path: Path, raw: bytes, plugin: str) -> tuple[Rule, ...]:
+    """The fragment's rules; InvalidArguments naming file:line unless every statement tightens."""
+    parsed = parse_policy_file(path, raw, f"plugin:{plugin}")
+    for rule in parsed.rules:
+        if rule.effect.value not in ("deny", "ask"):
+            raise InvalidArguments(
+                f"{rule.source}: {rule.text or rule.tool}: a plugin's policy fragment can only "
+                f"tighten (deny and ask rules); this {rule.effect.value} rule would loosen it, "
+                "and the fragment is refused",
+                field="policy",
+            )
+    for what, present in (
+        ("[trust]", bool(parsed.trusted_projects)),
+        ("lock_allow", parsed.lock_allow),
+        ("[mcp.*]", bool(parsed.mcp)),
+    ):
+        if present:
+            raise InvalidArguments(
+                f"{path}: {what}: a plugin's policy fragment holds deny and ask rules only",
+                field="policy",
+            )
+    return tuple(parsed.rules)
+
+
+def _servers(bundle: Bundle, rel: str, plugin: str) -> tuple[ServerConfig, ...]:
+    from ..mcp_host import parse_manifest
+
+    manifest = parse_manifest(bundle.text(rel), str(bundle.root / rel))
+    out = []
+    for s in manifest.servers:
+        name = server_name(plugin, s.name)
+        if len(name) > _MAX_SERVER_NAME:
+            raise InvalidArguments(
+                f"{s.origin}: name: {name!r} (the server's name with its plugin's) is longer "
+                f"than {_MAX_SERVER_NAME} characters",
+                field="name",
+            )
+        out.append(dataclasses.replace(s, name=name))
+    return tuple(out)
+
+
+def inspect_plugin(entry: PluginEntry) -> PluginState:
+    """Read and judge ``entry`` now (blocking: reads its whole bundle)."""
+    try:
+        bundle = read_bundle(locate_plugin(entry))
+    except RingfenceError as exc:
+        return PluginState(entry, error=exc)
+    try:
+        manifest = parse_plugin_manifest(bundle)
+        if manifest.name != entry.name:
+            raise InvalidArguments(
+                f"{bundle.root}: the manifest names the plugin {manifest.name!r}, but it was "
+                f"added as {entry.name!r}",
+                field="name",
+            )
+        rules: tuple[Rule, ...] = ()
+        if manifest.policy is not None:
+            data = bundle.entries[manifest.policy].data
+            rules = check_fragment(bundle.root / manifest.policy, data, entry.name)
+        servers = _servers(bundle, manifest.mcp, entry.name) if manifest.mcp else ()
+        skills = read_skills(bundle, manifest.skills, entry.name) if manifest.skills else ()
+    except RingfenceError as exc:
+        return PluginState(entry, bundle, error=exc)
+    return PluginState(entry, bundle, manifest, rules, servers, skills)
+
+
+def inspect_all(entries: Sequence[PluginEntry]) -> list[PluginState]:
+    return [inspect_plugin(e) for e in entries]

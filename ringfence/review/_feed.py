@@ -1,0 +1,271 @@
+"""The event stream the page shows: its lines, their fold, and whether the chain holds.
+
+An :class:`EventFeed` collects the lines of one stream, exactly as written:
+
+- a live kernel's (:meth:`EventFeed.__call__` is an event observer: the
+  kernel hands it each line as its sink writes it, from any thread; the lines
+  already in the kernel's event file are read first, by
+  :meth:`EventFeed.read_existing`, so the feed holds what the file will);
+- or a file another process writes (:meth:`EventFeed.tail`, polled).
+
+Adding a line only appends it (the kernel's path pays a list append and, once
+per batch, a wake-up); the page folds new lines into its :class:`Timeline`
+when it reads (:meth:`EventFeed.timeline`). :meth:`EventFeed.watch_integrity`
+verifies the whole chain again (``verify_chain`` with ``allow_open``, in a
+worker thread, at most once per :data:`VERIFY_EVERY_SECONDS`) whenever lines
+were added, and keeps the verdict as an :class:`Integrity`.
+
+Not promised: a watched file rewritten in place at the same size between two
+polls is not noticed by the tail (its chain is verified from the file's lines
+as read; the next verification of a grown file reads them again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import trio
+
+from ..runtime import verify_chain
+from ._timeline import Timeline
+
+__all__ = ["EventFeed", "Integrity"]
+
+VERIFY_EVERY_SECONDS = 1.0
+TAIL_EVERY_SECONDS = 0.25
+MAX_SHOWN_PROBLEMS = 20
+FOLD_SLICE = 2_000
+
+
+@dataclass(frozen=True)
+class Integrity:
+    """The chain's state as the page shows it.
+
+    ``state``: ``empty``, ``checking``, ``intact`` (every session sealed and
+    verified), ``open`` (consistent; the last session not sealed yet, or it
+    ended without a seal: ``unauthenticated`` names its lines no checkpoint
+    vouches for) or ``tampered`` (``problems`` name the lines).
+    """
+
+    state: str
+    records: int = 0
+    sealed_sessions: int = 0
+    unsealed_sessions: int = 0
+    problems: tuple[str, ...] = ()
+    more_problems: int = 0
+    unauthenticated: tuple[int, int] | None = None
+    checked_at: float = 0.0
+
+
+class EventFeed:
+    """One stream's lines (see the module docstring). ``label`` says where they come from."""
+
+    def __init__(self, label: str, *, live: bool, path: Path | None = None) -> None:
+        self.label = label
+        self.live = live  # a kernel in this process writes it (else a file we watch)
+        self.path = path  # the file to follow when not live
+        self.next_observer: Callable[[str], None] | None = None
+        self._lock = threading.Lock()
+        self._lines: list[bytes] = []
+        self._folded = 0
+        self._timeline = Timeline()
+        self.version = 0
+        self.integrity = Integrity("empty")
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._changed = trio.Event()
+        self._wake_pending = False
+        self._listeners: list[Callable[[], None]] = []
+        self.replaced = 0  # how often a watched file shrank or was replaced (read again)
+
+    # -- lines in ----------------------------------------------------------------------
+
+    def __call__(self, line: str) -> None:
+        """The event observer: the kernel's sink wrote ``line`` (any thread)."""
+        if self.next_observer is not None:
+            self.next_observer(line)
+        self._add([line.encode("utf-8", "surrogateescape")])
+
+    def close(self) -> None:
+        close = getattr(self.next_observer, "close", None)
+        if close is not None:
+            close()
+
+    def read_existing(self, path: str | os.PathLike[str]) -> None:
+        """The whole lines already in ``path`` (missing: none), before a kernel appends."""
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            return
+        lines = data.split(b"\n")
+        lines.pop()  # a cut last line (or b"") is not a record yet
+        self._add(lines)
+
+    def _add(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        with self._lock:
+            self._lines.extend(lines)
+            self.version += 1
+            schedule = self._token is not None and not self._wake_pending
+            if schedule:
+                self._wake_pending = True
+        if schedule:
+            assert self._token is not None
+            with contextlib.suppress(trio.RunFinishedError):  # the page's run is over
+                self._token.run_sync_soon(self._wake)
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._wake_pending = False
+        self._changed.set()
+        self._changed = trio.Event()
+        for listener in list(self._listeners):
+            listener()
+
+    def attach(self) -> None:
+        """Start waking the page (call from the trio thread that serves it)."""
+        self._token = trio.lowlevel.current_trio_token()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    async def changed(self) -> None:
+        """Return at the next batch of lines."""
+        await self._changed.wait()
+
+    # -- lines out ---------------------------------------------------------------------
+
+    @property
+    def line_count(self) -> int:
+        return len(self._lines)
+
+    def timeline(self) -> Timeline:
+        """The fold of every line so far (new lines folded now; the trio thread only)."""
+        self._fold(None)
+        return self._timeline
+
+    def _fold(self, limit: int | None) -> bool:
+        """Fold up to ``limit`` new lines (all: None); whether lines are left to fold."""
+        with self._lock:
+            start = self._folded
+            end = len(self._lines) if limit is None else min(len(self._lines), start + limit)
+            pending = self._lines[start:end]
+            self._folded = end
+            left = end < len(self._lines)
+        add = self._timeline.add
+        for offset, raw in enumerate(pending, start + 1):
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                if not raw.strip():
+                    continue
+                record = None  # not a record: the integrity check names its line
+            add(record, offset)
+        return left
+
+    async def fold_as_lines_come(self) -> None:
+        """Fold new lines in the background, a slice at a time, so a view finds them folded."""
+        while True:
+            while self._fold(FOLD_SLICE):
+                await trio.sleep(0)  # let requests through between slices
+            await self.changed()
+
+    def _snapshot(self) -> list[bytes]:
+        with self._lock:
+            return list(self._lines)
+
+    # -- the chain -----------------------------------------------------------------------
+
+    async def watch_integrity(self) -> None:
+        """Verify the chain after every change, at most once per VERIFY_EVERY_SECONDS."""
+        checked = -1
+        while True:
+            if self.version == checked:
+                await self.changed()
+            checked = self.version
+            lines = self._snapshot()
+            if not lines:
+                self.integrity = Integrity("empty")
+            else:
+                if self.integrity.state == "empty":
+                    self.integrity = Integrity("checking")
+                self.integrity = await trio.to_thread.run_sync(_verify, lines)
+            self._notify()
+            await trio.sleep(VERIFY_EVERY_SECONDS)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    async def tail(self, path: str | os.PathLike[str]) -> None:
+        """Follow ``path`` (another process appends to it): new whole lines as they come."""
+        offset = 0
+        identity: tuple[int, int] | None = None
+        partial = b""
+        while True:
+            read = await trio.to_thread.run_sync(_read_from, Path(path), offset, identity)
+            if read is not None:
+                new_identity, data, reset = read
+                if reset:
+                    with self._lock:
+                        self._lines.clear()
+                        self._folded = 0
+                        self.version += 1
+                    self._timeline = Timeline()
+                    self.replaced += 1
+                    partial, offset = b"", 0
+                    if not data:
+                        self._wake()
+                identity = new_identity
+                offset += len(data)
+                partial += data
+                *whole, partial = partial.split(b"\n")
+                if whole:
+                    self._add(whole)
+            await trio.sleep(TAIL_EVERY_SECONDS)
+
+
+def _read_from(
+    path: Path, offset: int, identity: tuple[int, int] | None
+) -> tuple[tuple[int, int], bytes, bool] | None:
+    """(identity, bytes from ``offset`` or from 0 when replaced, whether it was) or None."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            now = (st.st_dev, st.st_ino)
+            reset = identity is not None and (now != identity or st.st_size < offset)
+            start = 0 if reset else offset
+            if st.st_size == start and not reset:
+                return (now, b"", False) if identity is None else None
+            f.seek(start)
+            return now, f.read(), reset
+    except FileNotFoundError:
+        return None
+
+
+def _verify(lines: list[bytes]) -> Integrity:
+    report = verify_chain(lines, allow_open=True)
+    problems = report.problems
+    if problems:
+        state = "tampered"
+    elif report.unsealed_sessions:
+        state = "open"
+    else:
+        state = "intact"
+    return Integrity(
+        state,
+        report.records,
+        report.sealed_sessions,
+        report.unsealed_sessions,
+        tuple(problems[:MAX_SHOWN_PROBLEMS]),
+        max(0, len(problems) - MAX_SHOWN_PROBLEMS),
+        report.unauthenticated,
+        time.time(),
+    )

@@ -1,0 +1,1182 @@
+"""The review page's content: what each view shows and what each confirmed action does.
+
+:class:`ReviewSite` reads the same stores the command reads: the event stream
+(an :class:`EventFeed`), the workspace's change sets (``CheckpointStore``, as
+``checkpoints list|show``), plans (``Plan.load``, as ``plan show``), and the
+approvals inbox (a :class:`ReviewApprover`). It acts only through the
+session's kernel: the Gate decides every call it makes (see :mod:`._actions`
+for what it may do at all). Views are built with :mod:`._html` (escaped by
+construction) over :mod:`ringfence.runtime._render` (the one renderer).
+
+The HTTP side (tokens, Origin, CSRF, headers) is :mod:`._app`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..runtime import ApprovalRequest, Denied, Kernel, Plan, RingfenceError
+from ..runtime._render import json_text, one_line, render_approval
+from ._actions import Confirmations, Job, Pending, RateLimit
+from ._approver import Question, ReviewApprover, answer_from_page
+from ._feed import EventFeed, Integrity
+from ._html import Html, block, el, field, url, when
+from ._timeline import CallFilter, CallRow, Timeline
+
+__all__ = ["PAGE_ROWS", "ReviewSite"]
+
+PAGE_ROWS = 100
+MAX_DIFF_LINES = 4_000
+MAX_SHOWN_PATHS = 6
+MAX_JOBS = 100
+VERDICTS = ("allow", "ask", "deny")
+STATES = ("finished", "failed", "cancelled", "staged", "denied", "asking", "running")
+
+
+class PageError(Exception):
+    """A request the page answers with an error page (status, text); nothing was done."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _is_id(text: str) -> bool:
+    return 0 < len(text) <= 64 and all(c in "0123456789abcdef" for c in text)
+
+
+class ReviewSite:
+    """One review page: a kernel's session, its event stream, its approvals inbox."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        feed: EventFeed,
+        approver: ReviewApprover | None,
+        *,
+        plans: Sequence[str | Path] = (),
+        base: str = "",
+    ) -> None:
+        self.kernel = kernel
+        self.feed = feed
+        self.inbox = approver
+        self.base = base
+        plan_paths = [Path(p) for p in plans]
+        if kernel.dry_run and kernel.plan_path is not None:
+            plan_paths.append(Path(kernel.plan_path))
+        self.plans: list[Path] = list(dict.fromkeys(plan_paths))
+        self.confirmations = Confirmations()
+        self.limit = RateLimit()
+        self.jobs: dict[str, Job] = {}
+        self.version = 0
+        self._changed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        feed.on_change(self.touch)
+        if approver is not None:
+            approver.on_change(self.touch)
+
+    # -- life -------------------------------------------------------------------------------
+
+    def touch(self) -> None:
+        """Something the page shows changed: wake the live streams."""
+        self.version += 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def changed(self, since: int) -> int:
+        while self.version == since:
+            await self._changed.wait()
+        return self.version
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Watch the stream's integrity and run confirmed actions, until cancelled."""
+        self.feed.attach()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self.feed.watch_integrity)
+            nursery.start_soon(self.feed.fold_as_lines_come)
+            if not self.feed.live and self.feed.path is not None:
+                nursery.start_soon(self.feed.tail, self.feed.path)
+            task_status.started()
+            await trio.sleep_forever()
+
+    def emit(self, kind: str, **data: Any) -> None:
+        """A record of the page's own doing, in the session's event stream."""
+        with contextlib.suppress(RuntimeError):  # the log is closed: the session is over
+            self.kernel.events.emit(kind, self.kernel.session_id, **data)
+
+    # -- the frame ---------------------------------------------------------------------------
+
+    def link(self, *segments: str, **query: str) -> str:
+        return url(self.base, *segments, **query)
+
+    def page(self, title: str, body: Html, *, live: bool = True, active: str = "") -> Html:
+        """A whole page: head (no inline script or style), nav, the chain's state, ``body``."""
+        pending = len(self.inbox.pending()) if self.inbox is not None else 0
+        tabs = [
+            ("calls", "Timeline", ""),
+            ("approvals", f"Approvals ({pending})" if self.inbox is not None else "", ""),
+            ("changes", "Change sets", ""),
+            ("plans", f"Plans ({len(self.plans)})", ""),
+        ]
+        nav = el(
+            "nav",
+            {},
+            [
+                el(
+                    "a",
+                    {
+                        "href": self.link(name),
+                        "class": " ".join(
+                            c
+                            for c in (
+                                "tab",
+                                "active" if name == active else "",
+                                "alert" if name == "approvals" and pending else "",
+                            )
+                            if c
+                        ),
+                        "id": f"tab-{name}",
+                    },
+                    label,
+                )
+                for name, label, _ in tabs
+                if label
+            ],
+        )
+        session = el(
+            "p",
+            {"class": "session"},
+            f"session {one_line(self.kernel.session_id)} · posture {self.kernel.posture.value}"
+            + (" · dry run" if self.kernel.dry_run else "")
+            + f" · roots {json_text(list(self.kernel.roots))} · stream: {one_line(self.feed.label)}",
+        )
+        head = el(
+            "head",
+            {},
+            el("meta", {"charset": "utf-8"}),
+            el("meta", {"name": "viewport", "content": "width=device-width, initial-scale=1"}),
+            el("meta", {"name": "referrer", "content": "same-origin"}),
+            el("title", {}, f"ringfence review · {title}"),
+            el("link", {"rel": "stylesheet", "href": self.link("static", "review.css")}),
+            # named here, so the browser never asks for /favicon.ico (no token: refused, recorded)
+            el("link", {"rel": "icon", "href": self.link("static", "favicon.svg")}),
+            el("script", {"src": self.link("static", "review.js"), "defer": True}),
+        )
+        body_el = el(
+            "body",
+            {
+                "data-live": "1" if live else "0",
+                "data-stream": self.link("stream"),
+                "data-version": str(self.version),
+            },
+            el(
+                "header", {}, el("h1", {}, "ringfence review"), nav, self.integrity_badge(), session
+            ),
+            el("div", {"id": "banner", "class": "banner", "hidden": True}),
+            el("main", {"id": "main"}, el("h2", {}, title), body),
+        )
+        return Html("<!DOCTYPE html>\n" + el("html", {"lang": "en"}, head, body_el))
+
+    def integrity_badge(self) -> Html:
+        i: Integrity = self.feed.integrity
+        label = {
+            "empty": "no records yet",
+            "checking": "checking the chain…",
+            "intact": f"intact: {i.records:,} records, {i.sealed_sessions} sealed session(s)",
+            "open": f"open: {i.records:,} records, the last session not sealed yet",
+            "tampered": "TAMPERED",
+        }[i.state]
+        details: list[Html] = []
+        if i.state == "open" and i.unauthenticated is not None:
+            first, last = i.unauthenticated
+            details.append(
+                el(
+                    "li",
+                    {},
+                    f"lines {first}-{last}: after the last signed checkpoint (consistent, "
+                    "not yet vouched for by the session key)",
+                )
+            )
+        for problem in i.problems:
+            details.append(el("li", {}, field(problem, 300)))
+        if i.more_problems:
+            details.append(el("li", {}, f"… and {i.more_problems} more problems"))
+        return el(
+            "div",
+            {"class": f"integrity {i.state}", "id": "integrity", "data-state": i.state},
+            el("strong", {}, "event stream: "),
+            label,
+            el("ul", {}, details) if details else None,
+        )
+
+    # -- the timeline --------------------------------------------------------------------------
+
+    def timeline_page(self, query: Mapping[str, str]) -> Html:
+        timeline = self.feed.timeline()
+        flt = CallFilter(
+            tool=query.get("tool", "")[:200],
+            verdict=query.get("verdict", "") if query.get("verdict") in VERDICTS else "",
+            state=query.get("state", "") if query.get("state") in STATES else "",
+            origin=query.get("origin", "")[:64],
+            text=query.get("q", "")[:200],
+        )
+        try:
+            page_no = max(0, int(query.get("page", "0")))
+        except ValueError:
+            page_no = 0
+        rows: list[CallRow] = []
+        total = 0
+        skip = page_no * PAGE_ROWS
+        for call in timeline.select(flt):
+            if skip <= total < skip + PAGE_ROWS:
+                rows.append(call)
+            total += 1
+            if flt.empty and total >= skip + PAGE_ROWS:
+                total = len(timeline.calls)  # unfiltered: the count is known without a walk
+                break
+        form = self._filters(flt)
+        table = el(
+            "table",
+            {"class": "calls", "id": "calls"},
+            el(
+                "thead",
+                {},
+                el(
+                    "tr",
+                    {},
+                    [
+                        el("th", {}, h)
+                        for h in (
+                            "time",
+                            "tool",
+                            "by",
+                            "arguments",
+                            "decision",
+                            "approval",
+                            "result",
+                            "ms",
+                        )
+                    ],
+                ),
+            ),
+            el("tbody", {}, [self._call_row(c) for c in rows]),
+        )
+        pages = []
+        if page_no > 0:
+            pages.append(el("a", {"href": self._page_link(query, page_no - 1)}, "← newer"))
+        if skip + PAGE_ROWS < total:
+            pages.append(el("a", {"href": self._page_link(query, page_no + 1)}, "older →"))
+        shown = (
+            f"calls {skip + 1:,}-{skip + len(rows):,} of {total:,} (newest first)"
+            if rows
+            else "no calls" + ("" if flt.empty else " match")
+        )
+        return self.page(
+            "Timeline",
+            Html(
+                self._sessions(timeline)
+                + form
+                + el("p", {"class": "count", "id": "count"}, shown, " ", pages)
+                + table
+            ),
+            active="calls",
+        )
+
+    def _page_link(self, query: Mapping[str, str], page_no: int) -> str:
+        keep = {k: query.get(k, "") for k in ("tool", "verdict", "state", "origin", "q")}
+        return self.link("calls", **keep, page=str(page_no))
+
+    def _filters(self, flt: CallFilter) -> Html:
+        def select(name: str, options: Sequence[str], chosen: str) -> Html:
+            return el(
+                "select",
+                {"name": name, "id": f"filter-{name}"},
+                el("option", {"value": ""}, f"any {name}"),
+                [el("option", {"value": o, "selected": o == chosen}, o) for o in options],
+            )
+
+        return el(
+            "form",
+            {"method": "get", "action": self.link("calls"), "class": "filters"},
+            el(
+                "input",
+                {"name": "tool", "value": flt.tool, "placeholder": "tool", "id": "filter-tool"},
+            ),
+            select("verdict", VERDICTS, flt.verdict),
+            select("state", STATES, flt.state),
+            el("input", {"name": "origin", "value": flt.origin, "placeholder": "origin"}),
+            el(
+                "input",
+                {
+                    "name": "q",
+                    "value": flt.text,
+                    "placeholder": "search id, rule, arguments",
+                    "id": "filter-q",
+                },
+            ),
+            el("button", {"type": "submit"}, "filter"),
+        )
+
+    def _sessions(self, timeline: Timeline) -> Html:
+        shown = timeline.sessions[-5:]
+        if not shown:
+            return el("p", {"class": "muted"}, "no sessions in this stream yet")
+        items = [
+            el(
+                "li",
+                {},
+                f"session {field(s.trace_id or '?', 40)} from line {s.line}, {when(s.ts)}, "
+                f"posture {field(s.posture or '?', 40)}{', dry run' if s.dry_run else ''}, "
+                f"{s.calls:,} call(s), ",
+                el(
+                    "span",
+                    {"class": "ok" if s.sealed else "warn"},
+                    "sealed" if s.sealed else "not sealed",
+                ),
+            )
+            for s in reversed(shown)
+        ]
+        more = len(timeline.sessions) - len(shown)
+        return el(
+            "details",
+            {"class": "sessions"},
+            el(
+                "summary",
+                {},
+                f"{len(timeline.sessions)} session(s) in this stream"
+                + (f" ({more} older not listed)" if more else ""),
+            ),
+            el("ul", {}, items),
+        )
+
+    def _call_row(self, c: CallRow) -> Html:
+        decision = field(c.verdict or "undecided", 20)
+        if c.rule:
+            decision += f" by {field(c.rule, 80)}"
+        if c.source:
+            decision += f" ({field(c.source, 80)})"
+        result = c.state
+        if c.error:
+            result += f" {field(str(c.error.get('code')), 40)}"
+        if c.checkpoints:
+            result += f" · {len(c.checkpoints)} change set(s)"
+        return el(
+            "tr",
+            {"class": f"state-{c.state}", "data-call": c.call_id},
+            el("td", {"class": "when"}, when(c.ts)),
+            el("td", {}, el("a", {"href": self.link("calls", c.call_id)}, field(c.tool, 80))),
+            el("td", {}, field(c.origin or "?", 24)),
+            el("td", {"class": "args"}, field(c.arguments_text, 160)),
+            el("td", {}, decision),
+            el("td", {}, field(c.approval, 20) if c.approval else ""),
+            el("td", {}, result),
+            el(
+                "td", {"class": "num"}, f"{c.duration_ms:.1f}" if c.duration_ms is not None else "-"
+            ),
+        )
+
+    def call_page(self, call_id: str) -> Html:
+        timeline = self.feed.timeline()
+        c = timeline.by_id.get(call_id)
+        if c is None:
+            raise PageError(404, "no call with that id in this stream")
+        spec = self.kernel.registry.get(c.tool) if c.tool in self.kernel.registry else None
+        request = ApprovalRequest(
+            tool=c.tool,
+            arguments=c.arguments
+            if isinstance(c.arguments, Mapping)
+            else {"arguments": c.arguments},
+            consequence=spec.consequence.value if spec is not None else "consequence unknown",
+            rule=c.rule or "",
+            reason=c.reason or "",
+            origin=c.origin or "?",
+            trace_id=c.trace_id or "",
+        )
+        facts = [
+            ("call", c.call_id),
+            ("trace", c.trace_id or "-"),
+            ("parent", c.parent_id or "-"),
+            ("proposed", when(c.ts)),
+            ("decision", c.verdict or "undecided"),
+            ("rule", c.rule or "-"),
+            ("rule source", c.source or "-"),
+            ("policy layer", c.layer or "-"),
+            ("approval", f"{c.approval}: {c.approval_reason}" if c.approval else "-"),
+            ("result", c.state),
+            ("duration", f"{c.duration_ms:.1f} ms" if c.duration_ms is not None else "-"),
+            ("event file line", str(c.line)),
+        ]
+        parts: list[Html] = [
+            el(
+                "dl",
+                {"class": "facts"},
+                [Html(el("dt", {}, k) + el("dd", {}, field(v, 2000))) for k, v in facts],
+            ),
+            el("h3", {}, "What was asked (as the approval prompt shows it)"),
+            el("pre", {"class": "prompt", "id": "call-prompt"}, render_approval(request)),
+        ]
+        if c.error:
+            parts += [
+                el("h3", {}, "Error"),
+                el(
+                    "pre",
+                    {"class": "bad", "id": "call-error"},
+                    f"{field(str(c.error.get('code')), 60)}: "
+                    + block(str(c.error.get("message", "")), 8000),
+                ),
+            ]
+        if c.output is not None:
+            parts += [
+                el("h3", {}, "Result (as recorded)"),
+                el("pre", {"class": "output", "id": "call-output"}, block(c.output, 8000)),
+            ]
+        if c.checkpoints:
+            parts += [
+                el("h3", {}, "Change sets"),
+                el(
+                    "ul",
+                    {},
+                    [
+                        el("li", {}, el("a", {"href": self.link("changes", s)}, s))
+                        for s in c.checkpoints
+                        if _is_id(s)
+                    ],
+                ),
+            ]
+        children = [k for k in timeline.calls if k.parent_id == c.call_id][:200]
+        if children:
+            parts += [
+                el("h3", {}, "Nested calls"),
+                el("table", {"class": "calls"}, [self._call_row(k) for k in children]),
+            ]
+        return self.page(f"Call {field(c.tool, 80)}", Html("".join(parts)), active="calls")
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    def approvals_page(self) -> Html:
+        if self.inbox is None:
+            body = el(
+                "p", {}, "This session's approver is not the review page: nothing waits here."
+            )
+            return self.page("Approvals", body, active="approvals")
+        questions = self.inbox.pending()
+        if not questions:
+            body = el(
+                "p",
+                {"class": "muted", "id": "no-questions"},
+                "Nothing is waiting. A call the Gate asks about appears here, and waits "
+                f"until you answer or {self.inbox.timeout_seconds:g} seconds pass (then it is "
+                "denied).",
+            )
+            return self.page("Approvals", body, active="approvals")
+        return self.page(
+            "Approvals",
+            Html("".join(self._question(q) for q in questions)),
+            active="approvals",
+        )
+
+    def _question(self, q: Question) -> Html:
+        left = max(0, int(q.deadline - time.time()))
+        names = ", ".join(one_line(str(n)) for n in q.request.arguments) or "none"
+        return el(
+            "section",
+            {"class": "question", "id": f"q-{q.id}", "data-question": q.id},
+            el(
+                "p",
+                {"class": "asked"},
+                f"asked {when(q.asked_at)}; denied in {left} s without an answer",
+            ),
+            el("pre", {"class": "prompt"}, q.prompt),
+            el(
+                "form",
+                {"method": "post", "action": self.link("approvals", q.id, "prepare")},
+                el(
+                    "button",
+                    {"name": "choice", "value": "once", "class": "approve"},
+                    "Approve once…",
+                ),
+                el(
+                    "button",
+                    {"name": "choice", "value": "session", "class": "approve"},
+                    "Approve for this session…",
+                ),
+                el(
+                    "label",
+                    {},
+                    " pattern (session only, optional): ",
+                    el(
+                        "input",
+                        {
+                            "name": "pattern",
+                            "placeholder": "NAME=GLOB …",
+                            "maxlength": "2000",
+                            "class": "pattern",
+                        },
+                    ),
+                ),
+                el("button", {"name": "choice", "value": "deny", "class": "deny"}, "Deny…"),
+                el(
+                    "p",
+                    {"class": "hint"},
+                    f"a pattern names arguments of this call ({names}), "
+                    'e.g. path=src/* or command="git status*"; arguments it does not name must be '
+                    "equal (as at the terminal)",
+                ),
+            ),
+        )
+
+    def prepare_answer(self, question_id: str, form: Mapping[str, str]) -> Html:
+        if self.inbox is None:
+            raise PageError(404, "this page answers no questions")
+        q = self.inbox.get(question_id)
+        if q is None:
+            raise PageError(409, "that question is no longer waiting (answered, or timed out)")
+        answer = answer_from_page(q.request, form.get("choice", ""), form.get("pattern", ""))
+        if isinstance(answer, str):
+            raise PageError(400, answer)
+        what = {
+            "once": "APPROVE this call ONCE",
+            "session": "APPROVE FOR THIS SESSION"
+            + (
+                " every call of this tool whose arguments match "
+                + " ".join(f"{k}={v}" for k, v in answer.pattern.items())
+                + " (the other arguments equal to this call's)"
+                if answer.pattern
+                else " calls of this tool with exactly these arguments"
+            ),
+            "deny": "DENY this call",
+        }[answer.choice.value]
+        pending = self.confirmations.make(
+            "answer",
+            {"question": q.id, "choice": answer.choice.value, "pattern": form.get("pattern", "")},
+        )
+        return self._confirm_page(
+            f"Confirm: {answer.choice.value}",
+            Html(
+                el("p", {"class": "what"}, f"You are about to {one_line(what)}:")
+                + el("pre", {"class": "prompt"}, q.prompt)
+            ),
+            pending,
+            danger=answer.choice.value != "deny",
+        )
+
+    # -- change sets ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _store(self) -> Iterator[Any]:
+        from ..workspace import CheckpointStore, Workspace
+
+        with Workspace(list(self.kernel.roots)) as workspace:
+            store = CheckpointStore(workspace)
+            try:
+                yield store
+            finally:
+                store.close()
+
+    def _list_sets(self) -> list[dict[str, Any]]:
+        with self._store() as store:
+            return store.list()
+
+    async def changes_page(self) -> Html:
+        sets = await trio.to_thread.run_sync(self._list_sets)
+        if not sets:
+            return self.page(
+                "Change sets",
+                el("p", {"class": "muted"}, "no change sets in this workspace"),
+                active="changes",
+            )
+        rows = []
+        for s in sets:
+            paths = s["paths"]
+            shown = ", ".join(field(p, 120) for p in paths[:MAX_SHOWN_PATHS])
+            if len(paths) > MAX_SHOWN_PATHS:
+                shown += f" … and {len(paths) - MAX_SHOWN_PATHS:,} more"
+            status = []
+            if s.get("staged"):
+                status.append("staged, not applied")
+            if s.get("undoes"):
+                status.append(f"undoes {field(s['undoes'], 40)}")
+            if s.get("undone_by"):
+                status.append(f"undone by {field(s['undone_by'], 40)}")
+            rows.append(
+                el(
+                    "tr",
+                    {"data-set": s["id"]},
+                    el("td", {}, el("a", {"href": self.link("changes", s["id"])}, s["id"])),
+                    el("td", {"class": "when"}, when(s["created"])),
+                    el("td", {}, field(s["tool"], 60)),
+                    el("td", {}, f"{len(paths):,}"),
+                    el("td", {"class": "args"}, shown),
+                    el("td", {}, "; ".join(status) or "applied"),
+                )
+            )
+        table = el(
+            "table",
+            {"class": "sets", "id": "sets"},
+            el(
+                "thead",
+                {},
+                el(
+                    "tr",
+                    {},
+                    [el("th", {}, h) for h in ("id", "made", "by", "files", "paths", "state")],
+                ),
+            ),
+            el("tbody", {}, rows),
+        )
+        return self.page("Change sets", table, active="changes")
+
+    def _set_view(self, set_id: str) -> tuple[Any, str, dict[str, Any]]:
+        with self._store() as store:
+            cs = store.load(set_id)
+            from ..workspace.changes._diff import render_changes
+
+            diff = render_changes(cs.changes, store.get, max_text_bytes=MAX_TEXT_BYTES)
+            summary = next(s for s in store.list() if s["id"] == set_id)
+        return cs, diff, summary
+
+    async def change_page(self, set_id: str) -> Html:
+        if not _is_id(set_id):
+            raise PageError(404, "not a change set id")
+        try:
+            cs, diff, summary = await trio.to_thread.run_sync(self._set_view, set_id)
+        except RingfenceError as exc:
+            raise PageError(404, exc.message) from None
+        record = self.feed.timeline().sets.get(set_id)
+        facts = [
+            ("id", cs.id),
+            ("made", when(cs.created)),
+            ("by", cs.tool),
+            ("call", cs.call_id or "-"),
+            ("files", f"{len(cs.changes):,}"),
+            (
+                "state",
+                "staged (a dry run's; not applied)"
+                if cs.staged
+                else f"undone by {summary['undone_by']}"
+                if summary.get("undone_by")
+                else f"undoes {cs.undoes}"
+                if cs.undoes
+                else "applied",
+            ),
+        ]
+        parts: list[Html] = [
+            el(
+                "dl",
+                {"class": "facts"},
+                [Html(el("dt", {}, k) + el("dd", {}, field(v, 400))) for k, v in facts],
+            )
+        ]
+        if cs.call_id and cs.call_id in self.feed.timeline().by_id:
+            parts.append(
+                el(
+                    "p",
+                    {},
+                    el("a", {"href": self.link("calls", cs.call_id)}, "the call that made it"),
+                )
+            )
+        if record is not None and record.refused:
+            parts += [
+                el("h3", {"class": "bad"}, "What the merge refused"),
+                el(
+                    "ul",
+                    {"id": "refused"},
+                    [
+                        el("li", {}, field(json_text(r) if not isinstance(r, str) else r, 600))
+                        for r in record.refused[:200]
+                    ],
+                ),
+            ]
+        parts += [el("h3", {}, "Diff"), self._diff(diff)]
+        can_undo = not cs.staged and not cs.undoes and not summary.get("undone_by")
+        if can_undo:
+            parts.append(self._undo_forms(set_id))
+        elif cs.staged:
+            parts.append(
+                el(
+                    "p",
+                    {"class": "muted"},
+                    "a staged set is applied from its plan (Plans), not undone",
+                )
+            )
+        return self.page(f"Change set {cs.id}", Html("".join(parts)), active="changes")
+
+    def _diff(self, diff: str) -> Html:
+        lines = diff.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        more = len(lines) - MAX_DIFF_LINES
+        out = []
+        for line in lines[:MAX_DIFF_LINES]:
+            if line.startswith(("+++", "---")):
+                cls = "meta"
+            elif line.startswith("@@"):
+                cls = "hunk"
+            elif line.startswith("+"):
+                cls = "add"
+            elif line.startswith("-"):
+                cls = "del"
+            elif line.startswith(" "):
+                cls = "ctx"
+            else:
+                cls = "head"
+            out.append(el("span", {"class": f"d-{cls}"}, line))
+            out.append(Html("\n"))
+        if more > 0:
+            out.append(
+                el(
+                    "span",
+                    {"class": "d-head"},
+                    f"… {more:,} more lines not shown here (`ringfence checkpoints show`)",
+                )
+            )
+        return el("pre", {"class": "diff", "id": "diff"}, out)
+
+    def _undo_forms(self, set_id: str) -> Html:
+        def form(mode: str, label: str) -> Html:
+            return el(
+                "form",
+                {
+                    "method": "post",
+                    "action": self.link("changes", set_id, "prepare"),
+                    "class": "inline",
+                },
+                el("input", {"type": "hidden", "name": "mode", "value": mode}),
+                el(
+                    "label",
+                    {},
+                    el("input", {"type": "checkbox", "name": "force", "value": "1"}),
+                    " also restore files changed since (force)",
+                ),
+                el("button", {"class": "danger", "id": f"undo-{mode}"}, label),
+            )
+
+        return el(
+            "section",
+            {"class": "actions"},
+            form("set", "Undo this change set…"),
+            form("back", "Undo back to here (this and every later set)…"),
+        )
+
+    def _undo_targets(self, set_id: str, mode: str) -> list[dict[str, Any]]:
+        sets = self._list_sets()
+        live = [s for s in sets if not s["undone_by"] and not s["undoes"] and not s.get("staged")]
+        chosen = next((s for s in live if s["id"] == set_id), None)
+        if chosen is None:
+            raise PageError(409, "that change set cannot be undone (staged, an undo, or undone)")
+        if mode == "set":
+            return [chosen]
+        return [s for s in live if s["id"] >= set_id]  # ids sort by time: newest first here
+
+    async def prepare_undo(self, set_id: str, form: Mapping[str, str]) -> Html:
+        if not _is_id(set_id):
+            raise PageError(404, "not a change set id")
+        mode = form.get("mode", "")
+        if mode not in ("set", "back"):
+            raise PageError(400, "mode must be set or back")
+        force = form.get("force", "") == "1"
+        targets = await trio.to_thread.run_sync(self._undo_targets, set_id, mode)
+        items = [
+            el(
+                "li",
+                {},
+                f"{t['id']} ({when(t['created'])}, by {field(t['tool'], 60)}): ",
+                ", ".join(field(p, 120) for p in t["paths"][:20]),
+                f" … and {len(t['paths']) - 20:,} more" if len(t["paths"]) > 20 else "",
+            )
+            for t in targets
+        ]
+        pending = self.confirmations.make(
+            "undo", {"ids": [t["id"] for t in targets], "force": force}
+        )
+        note = (
+            " FORCE: files changed since will be overwritten with their before-image."
+            if force
+            else " A file that changed since is a conflict: that undo is refused, nothing of it changes."
+        )
+        return self._confirm_page(
+            f"Confirm: undo {len(targets)} change set(s)",
+            Html(
+                el(
+                    "p",
+                    {"class": "what"},
+                    "You are about to restore the before-images of these "
+                    f"change sets, newest first, each as one `undo` call through the Gate.{note}",
+                )
+                + el("ul", {"id": "undo-targets"}, items)
+            ),
+            pending,
+            danger=True,
+        )
+
+    # -- plans ---------------------------------------------------------------------------------------
+
+    def _plan_index(self, number: str) -> Path:
+        try:
+            index = int(number)
+        except ValueError:
+            raise PageError(404, "no such plan") from None
+        if not 0 <= index < len(self.plans):
+            raise PageError(404, "no such plan")
+        return self.plans[index]
+
+    def plans_page(self) -> Html:
+        if not self.plans:
+            body = el(
+                "p",
+                {"class": "muted"},
+                "no plans: give one with --plan FILE, or run the session with --dry-run",
+            )
+            return self.page("Plans", body, active="plans")
+        items = [
+            el("li", {}, el("a", {"href": self.link("plans", str(i))}, field(str(p), 300)))
+            for i, p in enumerate(self.plans)
+        ]
+        return self.page("Plans", el("ul", {"id": "plans"}, items), active="plans")
+
+    def _load_plan(self, path: Path) -> tuple[Plan, str, dict[str, str]]:
+        data = path.read_bytes()
+        plan = Plan.load(path, create_key=False)
+        diffs: dict[str, str] = {}
+        for call in plan.calls:
+            set_id = call.arguments.get("id") if call.tool == "apply_changes" else None
+            if isinstance(set_id, str) and _is_id(set_id):
+                try:
+                    with self._store() as store:
+                        from ..workspace.changes._diff import render_changes
+
+                        cs = store.load(set_id)
+                        diffs[set_id] = render_changes(
+                            cs.changes, store.get, max_text_bytes=MAX_TEXT_BYTES
+                        )
+                except RingfenceError as exc:
+                    diffs[set_id] = f"(change set {set_id} cannot be shown: {exc.message})\n"
+        return plan, _digest(data), diffs
+
+    async def plan_page(self, number: str) -> Html:
+        path = self._plan_index(number)
+        try:
+            plan, digest, diffs = await trio.to_thread.run_sync(self._load_plan, path)
+        except FileNotFoundError:
+            return self.page(
+                "Plan",
+                el(
+                    "p",
+                    {"class": "muted"},
+                    f"{field(str(path), 300)}: nothing staged yet (no file)",
+                ),
+                active="plans",
+            )
+        except RingfenceError as exc:
+            raise PageError(409, f"{path}: {exc.message}") from None
+        parts: list[Html] = [
+            el(
+                "p",
+                {},
+                f"{field(str(path), 300)}: {len(plan.calls)} staged call(s) under the "
+                f"roots {json_text(list(plan.roots))}; sha256 {digest[:16]}",
+            )
+        ]
+        for i, c in enumerate(plan.calls, 1):
+            mark = plan.applied.get(c.call_id)
+            request = ApprovalRequest(
+                c.tool, c.arguments, c.consequence, "", "staged by a dry run", c.origin, c.trace_id
+            )
+            parts.append(
+                el(
+                    "section",
+                    {"class": "staged"},
+                    el(
+                        "h3",
+                        {},
+                        f"{i}. {field(c.tool, 80)} · posture {field(c.posture, 30)}"
+                        + (f" · applied {mark.describe()}" if mark else ""),
+                    ),
+                    el("pre", {"class": "prompt"}, render_approval(request)),
+                )
+            )
+            set_id = c.arguments.get("id") if c.tool == "apply_changes" else None
+            if isinstance(set_id, str) and set_id in diffs:
+                parts.append(self._diff(diffs[set_id]))
+        first = plan.first_applied()
+        if first is not None:
+            parts.append(
+                el(
+                    "p",
+                    {"class": "muted"},
+                    f"applied: {one_line(first.describe())} (a plan applies once)",
+                )
+            )
+        elif self.kernel.dry_run:
+            parts.append(
+                el(
+                    "p",
+                    {"class": "muted"},
+                    "this session is a dry run: apply the plan "
+                    "from a session that is not (`ringfence plan apply`, or `ringfence "
+                    "review --plan FILE`)",
+                )
+            )
+        elif plan.calls:
+            parts.append(
+                el(
+                    "form",
+                    {"method": "post", "action": self.link("plans", number, "prepare")},
+                    el("input", {"type": "hidden", "name": "sha256", "value": digest}),
+                    el("button", {"class": "danger", "id": "apply-plan"}, "Apply this plan…"),
+                )
+            )
+        return self.page("Plan", Html("".join(parts)), active="plans")
+
+    async def prepare_apply(self, number: str, form: Mapping[str, str]) -> Html:
+        path = self._plan_index(number)
+        if self.kernel.dry_run:
+            raise PageError(409, "this session is a dry run: it would stage the calls again")
+        try:
+            plan, digest, _ = await trio.to_thread.run_sync(self._load_plan, path)
+        except (OSError, RingfenceError) as exc:
+            raise PageError(409, f"{path}: {getattr(exc, 'message', None) or exc}") from None
+        if form.get("sha256") != digest:
+            raise PageError(409, "the plan file changed since the page showed it: look again")
+        pending = self.confirmations.make("apply", {"plan": number, "sha256": digest})
+        items = [
+            el("li", {}, f"{field(c.tool, 80)} {field(json_text(c.arguments), 300)}")
+            for c in plan.calls
+        ]
+        return self._confirm_page(
+            f"Confirm: apply {len(plan.calls)} staged call(s)",
+            Html(
+                el(
+                    "p",
+                    {"class": "what"},
+                    "You are about to re-enter every staged call of "
+                    f"{field(str(path), 300)} into this session's Gate, in order, once "
+                    "(as `ringfence plan apply`): the policy decides each again, and may ask.",
+                )
+                + el("ol", {}, items)
+            ),
+            pending,
+            danger=True,
+        )
+
+    # -- confirm and run -----------------------------------------------------------------------------
+
+    def _confirm_page(self, title: str, what: Html, pending: Pending, *, danger: bool) -> Html:
+        body = Html(
+            what
+            + el(
+                "form",
+                {"method": "post", "action": self.link("confirm"), "class": "confirm"},
+                el("input", {"type": "hidden", "name": "nonce", "value": pending.nonce}),
+                el(
+                    "button",
+                    {
+                        "class": "danger" if danger else "approve",
+                        "id": "confirm",
+                        "data-arm": "600",
+                    },
+                    "Confirm",
+                ),
+                " ",
+                el(
+                    "a",
+                    {
+                        "href": self.link("approvals" if pending.action == "answer" else "calls"),
+                        "id": "cancel",
+                    },
+                    "Cancel",
+                ),
+            )
+            + el("p", {"class": "hint"}, "This confirmation is good once, for two minutes.")
+        )
+        return self.page(title, body, live=False)
+
+    def confirm(self, nonce: str, client: str) -> str:
+        """Spend a confirmation and start its action; the job's id (PageError if refused)."""
+        taken = self.confirmations.take(nonce)
+        if isinstance(taken, str):
+            raise PageError(409, taken)
+        wait = self.limit.take()
+        if wait:
+            self.emit(
+                "review_refused",
+                status=429,
+                reason="rate limit",
+                action=taken.action,
+                client=client,
+            )
+            raise PageError(429, f"too many actions: wait {wait:.0f} s, then prepare it again")
+        if self._nursery is None:
+            raise PageError(503, "the page is not running")
+        job = Job(secrets.token_hex(8), taken.action, taken.action, time.time())
+        while len(self.jobs) >= MAX_JOBS:
+            self.jobs.pop(next(iter(self.jobs)))
+        self.jobs[job.id] = job
+        self.emit(
+            "review_action",
+            action=taken.action,
+            job=job.id,
+            client=client,
+            **_recorded(taken.params),
+        )
+        if taken.action == "answer":
+            self._answer(job, taken.params)
+        else:
+            self._nursery.start_soon(self._run_job, job, taken)
+        self.touch()
+        return job.id
+
+    def _answer(self, job: Job, params: Mapping[str, Any]) -> None:
+        job.title = f"answer: {params['choice']}"
+        q = self.inbox.get(params["question"]) if self.inbox is not None else None
+        if q is None:
+            job.done, job.ok = True, False
+            job.lines.append(("bad", "that question is no longer waiting: nothing was answered"))
+            return
+        answer = answer_from_page(q.request, params["choice"], params["pattern"])
+        if isinstance(answer, str) or self.inbox is None:
+            job.done, job.ok = True, False
+            job.lines.append(("bad", str(answer)))
+            return
+        delivered = self.inbox.answer(q.id, answer)
+        job.done, job.ok = True, delivered
+        job.lines.append(
+            ("ok", f"{answer.choice.value}: {answer.reason} — {one_line(q.request.tool)}")
+            if delivered
+            else ("bad", "that question is no longer waiting: nothing was answered")
+        )
+
+    async def _run_job(self, job: Job, taken: Pending) -> None:
+        try:
+            if taken.action == "undo":
+                await self._undo(job, taken.params["ids"], taken.params["force"])
+            elif taken.action == "apply":
+                await self._apply(job, taken.params)
+        except RingfenceError as exc:
+            job.ok = False
+            job.lines.append(("bad", f"{exc.code}: {block(exc.message, 4000)}"))
+        finally:
+            job.done = True
+            if job.ok is None:
+                job.ok = all(status == "ok" for status, _ in job.lines)
+            self.touch()
+
+    async def _undo(self, job: Job, ids: list[str], force: bool) -> None:
+        job.title = f"undo {len(ids)} change set(s)"
+        for set_id in ids:
+            outcome = await self.kernel.invoke(
+                "undo", {"id": set_id, "force": force}, origin="review"
+            )
+            if outcome.error is not None:
+                job.lines.append(
+                    (
+                        "bad",
+                        f"undo {set_id}: {outcome.error.code}: "
+                        + block(outcome.error.message, 4000),
+                    )
+                )
+                job.ok = False
+                return
+            for item in outcome.value or []:
+                job.lines.append(
+                    (
+                        "ok",
+                        f"undid {item['undone']} as change set "
+                        f"{item['checkpoint']}: "
+                        + ", ".join(field(p, 200) for p in item["paths"][:50]),
+                    )
+                )
+            self.touch()
+
+    async def _apply(self, job: Job, params: Mapping[str, Any]) -> None:
+        path = self._plan_index(params["plan"])
+        job.title = f"apply {path.name}"
+        data = await trio.to_thread.run_sync(path.read_bytes)
+        if _digest(data) != params["sha256"]:
+            job.ok = False
+            job.lines.append(("bad", "the plan file changed since it was confirmed: nothing ran"))
+            return
+        plan = await trio.to_thread.run_sync(lambda: Plan.load(path))
+        try:
+            outcomes = await self.kernel.apply_plan(plan)
+        except Denied as exc:
+            job.ok = False
+            job.lines.append(("bad", f"{exc.code}: {block(exc.message, 4000)}"))
+            return
+        for o in outcomes:
+            if o.ok:
+                job.lines.append(("ok", f"{field(o.tool, 80)}: ok"))
+            else:
+                assert o.error is not None
+                job.lines.append(
+                    ("bad", f"{field(o.tool, 80)}: {o.error.code}: " + block(o.error.message, 4000))
+                )
+        if len(outcomes) < len(plan.calls):
+            job.lines.append(
+                ("bad", f"stopped: {len(plan.calls) - len(outcomes)} call(s) not attempted")
+            )
+
+    def job_page(self, job_id: str) -> Html:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise PageError(404, "no such action")
+        state = "running…" if not job.done else ("done" if job.ok else "FAILED")
+        items = [el("li", {"class": status}, text) for status, text in job.lines]
+        hint = None
+        if not job.done and self.inbox is not None and self.inbox.pending():
+            hint = el(
+                "p",
+                {"class": "warn"},
+                "The Gate asks about a call: answer it under ",
+                el("a", {"href": self.link("approvals")}, "Approvals"),
+                ".",
+            )
+        body = Html(
+            el(
+                "p",
+                {
+                    "id": "job-state",
+                    "data-done": "1" if job.done else "0",
+                    "data-ok": "1" if job.ok else "0",
+                },
+                f"{job.title}: {state}",
+            )
+            + (hint or "")
+            + el("ul", {"id": "job-lines"}, items)
+        )
+        return self.page("Action", body)
+
+
+# Undo reads no more than this of a file's text to show its diff (larger: size and hash).
+MAX_TEXT_BYTES = 1 << 20
+
+
+def _recorded(params: Mapping[str, Any]) -> dict[str, Any]:
+    """An action's parameters for its event record (the pattern as typed, ids, digests)."""
+    return {
+        k: v
+        for k, v in params.items()
+        if k in ("question", "choice", "pattern", "ids", "force", "plan", "sha256")
+    }
+
+
+def error_page(site: ReviewSite | None, status: int, text: str) -> Html:
+    """An error as a page (the site's frame when there is one)."""
+    body = el("p", {"class": "bad", "id": "error"}, f"{status}: {one_line(text)}")
+    if site is None:
+        return Html("<!DOCTYPE html>\n" + el("html", {}, el("body", {}, body)))
+    return site.page("Refused", body, live=False)
