@@ -372,6 +372,52 @@ def test_run_script_cli_with_typed_and_parallel_calls(tmp_path: Path) -> None:
     assert [c["tool"] for c in value["calls"]] == ["read_file", "read_file"]
 
 
+def test_run_script_cli_real_errors_are_caught_by_code_and_an_uncaught_one_shows_script_lines(
+    tmp_path: Path,
+) -> None:
+    """Real read_file failures raise ToolError with the ringfence code; an uncaught one ends the
+    script with the model's own lines (never the runner's), output and calls kept, in both forms."""
+    (tmp_path / "a.txt").write_text("alpha\n")
+    script = tmp_path / "fix.py"
+    script.write_text(
+        "codes = []\n"
+        "for p in ['../outside.txt', 'missing.txt']:\n"
+        "    try:\n        tools.read_file(path=p)\n"
+        "    except ToolError as e:\n        codes.append([e.code, e.tool, e.field])\n"
+        "print('caught', codes)\n"
+        "def load(name):\n    return tools.read_file(path=name)\n"
+        "load('a.txt')\nload('gone.txt')\nprint('not reached')\n"
+    )
+    trace = (
+        "Traceback (most recent call last):\n"
+        "  script line 11, in <module>\n"
+        "    load('gone.txt')\n"
+        "  script line 9, in load\n"
+        "    return tools.read_file(path=name)\n"
+        "ToolError: not_found: gone.txt does not exist"
+    )
+    caught = (
+        "caught [['outside_workspace', 'read_file', 'path'], ['not_found', 'read_file', 'path']]\n"
+    )
+    posture = [k for k in os.environ if k.startswith("RINGFENCE_POSTURE")]
+    argv = ("run-script", str(script), "--approve", "yes")
+    human = ringfence_process(*argv, cwd=tmp_path, unset=posture)
+    assert human.returncode == 1 and human.stdout == caught
+    assert "".join(f"  │ {line}\n" for line in trace.split("\n")) in human.stderr
+    assert "ringfence: tool_error: the script raised ToolError at script line 9" in human.stderr
+    as_json = ringfence_process(*argv, "--json", cwd=tmp_path, unset=posture)
+    assert as_json.returncode == 1
+    details = json.loads(as_json.stdout)["error"]["details"]
+    assert details["output"] == caught
+    assert [c.get("error", "ok") for c in details["calls"]] == [
+        "outside_workspace", "not_found", "ok", "not_found",
+    ]  # fmt: skip
+    assert details["error"]["traceback"] == trace
+    assert (details["error"]["code"], details["error"]["line"]) == ("not_found", 9)
+    for text in (human.stderr, as_json.stdout):
+        assert "_runner" not in text and "ringfence/" not in text and '.py"' not in text
+
+
 # -- events ----------------------------------------------------------------------------
 
 
