@@ -14,7 +14,9 @@
    ``LocalPythonExecutor`` doing the same work through a Python function (no
    process boundary, no Gate) and the same calls made directly through the
    Gate, interleaved in the same run: sequential no-op calls from one script
-   (per call within 3x smolagents; at least 10,000 calls/s), 50 ``parallel``
+   (per call within 3x smolagents; at least 10,000 calls/s; beside them the
+   floor, a bare round trip to a Python child over a Unix socket, so a row
+   says where a call's time goes), 50 ``parallel``
    ``read_file`` calls in one script (at least 20,000 calls/s), 8 scripts of
    200 calls at once from the warm pool (at least 10,000 calls/s in all).
    smolagents is the ``peers`` extra; without it those rows keep only the Gate
@@ -27,6 +29,7 @@
 
 from __future__ import annotations
 
+import socket as stdsocket
 import subprocess
 import sys
 import tempfile
@@ -422,6 +425,53 @@ for i in range({n}):
 """
 
 
+# The floor under any call that crosses a process boundary: a Python child echoing what it
+# reads on a Unix socket, the host end driven by trio as the bridge's is. No codec, no Gate.
+ECHO_CHILD = """
+import socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+while d := s.recv(65536):
+    s.sendall(d)
+"""
+# About the sizes of a no-op call's frame and of its reply.
+CALL_BYTES = b"c" * 140
+REPLY_BYTES = b"r" * 220
+
+
+class EchoPeer:
+    """A ``python -I -S`` child that echoes on one end of a socket pair; the round-trip floor."""
+
+    def __init__(self) -> None:
+        host, child = stdsocket.socketpair()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", ECHO_CHILD, str(child.fileno())],
+                pass_fds=[child.fileno()],
+            )
+        finally:
+            child.close()
+        host.setblocking(False)
+        self.sock = host
+
+    async def round_trips(self, n: int) -> list[float]:
+        """``n`` round trips of a call-sized frame out and back; the mean seconds of one."""
+        sock = self.sock
+        t0 = time.perf_counter()
+        for _ in range(n):
+            sock.send(CALL_BYTES)
+            got = 0
+            while got < len(CALL_BYTES):
+                try:
+                    got += len(sock.recv(65536))
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(sock)
+        return [(time.perf_counter() - t0) / n]
+
+    def close(self) -> None:
+        self.sock.close()
+        self.proc.wait(timeout=10)
+
+
 def _peer(root: Path) -> Callable[[], Any] | None:
     """A factory of smolagents executors with ``noop`` and ``read_file`` tools, or None."""
     try:
@@ -513,12 +563,34 @@ async def _sequential(
     async def gate() -> None:
         await direct_calls(kernel, n)
 
-    arms = [Arm(ours, script, self_timed=True), Arm(GATE, gate)]
+    echo = EchoPeer()
+    floor = "bare round trip to a Python child (floor)"
+    arms = [
+        Arm(ours, script, self_timed=True),
+        Arm(GATE, gate),
+        Arm(floor, partial(echo.round_trips, n), self_timed=True),
+    ]
     if peer is not None:
         source = PEER_SEQUENTIAL.format(n=n)
         arms.append(Arm(PEER, lambda: _async(_peer_run, peer, source)))
-    s = await interleave(arms, rounds=rounds, warmup=1, pause=SPARE_SETTLE_SECONDS)
+    try:
+        s = await interleave(arms, rounds=rounds, warmup=1, pause=SPARE_SETTLE_SECONDS)
+    finally:
+        echo.close()
     subject, gate_s = s[ours], _per_call(s[GATE], n)
+    # Where a call's time goes: the process boundary's floor and the Gate, measured in the
+    # same rounds; the rest is the bridge's own work (both ends' framing, HMAC, JSON, the
+    # typed check) and what switching processes costs the caches on a busy machine.
+    where = {
+        "round_trip_floor_s": s[floor].median,
+        "gate_direct_s": gate_s.median,
+        "bridge_rest_s": subject.median - s[floor].median - gate_s.median,
+    }
+    where["note"] = (
+        f"a call's {subject.median * 1e6:.0f} µs: {s[floor].median * 1e6:.0f} µs a bare round "
+        f"trip between two Python processes, {gate_s.median * 1e6:.0f} µs the Gate, the rest "
+        "the bridge (framing, HMAC, JSON, typed check) and process switches"
+    )
     rows = []
     if peer is not None:
         theirs = _per_call(s[PEER], n)
@@ -530,7 +602,7 @@ async def _sequential(
                 theirs,
                 f"within {SEQUENTIAL_GOAL:g}x smolagents' unisolated call",
                 subject.median / theirs.median <= SEQUENTIAL_GOAL,
-                {"gate_direct_s": gate_s.median},
+                where,
             )
         )
     rows.append(
@@ -539,6 +611,7 @@ async def _sequential(
             subject,
             gate_s,
             SEQUENTIAL_RATE_GOAL,
+            **{k: v for k, v in where.items() if k != "note"},
             **missing,
         )
     )
