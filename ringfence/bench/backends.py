@@ -3,9 +3,11 @@
 Baseline: a bare ``subprocess.run(["true"])``. Subjects: the confined local
 backend's warm session (a session's ``run``, and ``run_shell`` through the
 whole Gate), the unconfined host backend, the confined session's start, the docker
-backend's warm session, and a ``docker run --rm`` of the same image with the
+backend's warm session, ``run_shell`` through a default ``create_kernel`` (change
+sets on: what an embedding host gets), and a ``docker run --rm`` of the same image with the
 same hardening (one per round: it is slow). Goals: confined local within
-2x of bare and a session start within 50 ms (issue 19); docker within 3x of bare, which is over 100x faster than
+2x of bare and a session start within 50 ms (issue 19); the default kernel's
+``run_shell`` within 3x (issue 33); docker within 3x of bare, which is over 100x faster than
 ``docker run --rm``.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import trio
 
+from ringfence import create_kernel
 from ringfence.backends import IMAGES, SessionSpec, register_shell_tool, start_host, start_local
 from ringfence.runtime import Kernel, Posture, RingfenceError
 from ringfence.workspace import Workspace
@@ -29,6 +32,10 @@ LOCAL_GOAL = 2.0  # confined (issue 19): a warm sandboxed `true` within 2x a bar
 START_GOAL = 0.050
 DOCKER_GOAL = 3.0
 DOCKER_RUN_FACTOR = 100.0
+# issue 33: an embedding host's `run_shell true` (create_kernel's defaults, change sets on)
+EMBEDDED_GOAL = 3.0
+DEFAULT_KERNEL = "run_shell via a default create_kernel"
+NO_SETS_KERNEL = "run_shell via create_kernel(change_sets=False)"
 RUNSC_GOAL = 0.010  # issue 19: docker + runsc warm `true` within 10 ms
 IMAGE = "busybox"
 
@@ -40,12 +47,22 @@ async def _bare() -> None:
 
 async def run_local(quick: bool) -> list[Row]:
     rounds, batch = (8, 40) if quick else (30, 100)
-    with tempfile.TemporaryDirectory() as tmp:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        tempfile.TemporaryDirectory() as tmp_default,
+        tempfile.TemporaryDirectory() as tmp_no_sets,
+    ):
         root = Path(tmp)
         session = await start_local(SessionSpec(roots=(root,)))
         host = await start_host(SessionSpec(roots=(root,)))
         try:
-            async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
+            async with (
+                Kernel(posture=Posture.UNRESTRICTED) as kernel,
+                create_kernel(roots=[tmp_default], posture="unrestricted") as default_kernel,
+                create_kernel(
+                    roots=[tmp_no_sets], posture="unrestricted", change_sets=False
+                ) as no_sets_kernel,
+            ):
                 register_shell_tool(kernel, backend="local", workspace=Workspace([root]))
 
                 async def confined() -> object:
@@ -59,6 +76,12 @@ async def run_local(quick: bool) -> list[Row]:
                 async def gated() -> object:
                     return await kernel.call("run_shell", {"command": ["true"]})
 
+                async def embedded() -> object:  # an embedding host's default: change sets on
+                    return await default_kernel.call("run_shell", {"command": ["true"]})
+
+                async def embedded_no_sets() -> object:  # the same kernel, change sets off
+                    return await no_sets_kernel.call("run_shell", {"command": ["true"]})
+
                 async def start() -> object:
                     fresh = await start_local(SessionSpec(roots=(root,)))
                     await fresh.aclose()
@@ -70,6 +93,8 @@ async def run_local(quick: bool) -> list[Row]:
                         Arm("local backend (confined, warm)", confined, batch),
                         Arm("host backend (unconfined)", unconfined, batch),
                         Arm("run_shell via Gate (local)", gated, batch),
+                        Arm(DEFAULT_KERNEL, embedded, batch),
+                        Arm(NO_SETS_KERNEL, embedded_no_sets, batch),
                         Arm("confined session start+close", start, 1),
                     ],
                     rounds=rounds,
@@ -86,6 +111,7 @@ async def run_local(quick: bool) -> list[Row]:
         s["run_shell via Gate (local)"],
     )
     start_s = Samples("confined session start (to ready)", starts)
+    default_s = s[DEFAULT_KERNEL]
     return [
         Row(
             "backends-local",
@@ -113,6 +139,20 @@ async def run_local(quick: bool) -> list[Row]:
             "informational (Gate + backend)",
             None,
             {"overhead_s": gated_s.median - bare.median},
+        ),
+        Row(
+            "backends-local",
+            "run_shell through a default create_kernel (change sets on), `true`",
+            default_s,
+            bare,
+            f"within {EMBEDDED_GOAL:g}x bare subprocess",
+            default_s.median / bare.median <= EMBEDDED_GOAL,
+            {
+                "overhead_s": default_s.median - bare.median,
+                "change_sets_off_s": s[NO_SETS_KERNEL].median,
+                "note": f"the same kernel with change_sets=False: {s[NO_SETS_KERNEL].median * 1e3:.2f}"
+                " ms; the difference is the change set's capture and merge",
+            },
         ),
         Row(
             "backends-local",
@@ -289,7 +329,8 @@ async def run_runsc(quick: bool) -> list[Row]:
 LOCAL = Scenario(
     "backends-local",
     "local backend (confined) per-command overhead and session start",
-    f"within {LOCAL_GOAL:g}x bare subprocess; start <= {START_GOAL * 1000:.0f} ms",
+    f"within {LOCAL_GOAL:g}x bare subprocess; start <= {START_GOAL * 1000:.0f} ms; "
+    f"a default create_kernel's run_shell within {EMBEDDED_GOAL:g}x",
     run_local,
 )
 DOCKER = Scenario(
