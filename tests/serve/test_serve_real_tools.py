@@ -151,3 +151,48 @@ async def test_a_typed_parallel_script_asks_through_the_client_in_order(
     log = records(events)
     inner = [r for r in log if r["kind"] == "proposed" and r["origin"] == "script"]
     assert [r["tool"] for r in inner] == ["read_file"] * 2 + ["write_file"] * 3
+
+
+FAILING_SCRIPT = """
+print("before")
+def load(name):
+    return tools.read_file(path=name)
+try:
+    load("../outside.txt")
+except ToolError as e:
+    print("caught", e.code)
+load("missing.txt")
+print("not reached")
+"""
+
+
+@pytest.mark.needs_tools("run_tool_script", "read_file")
+@TRANSPORTS
+async def test_a_failing_script_comes_back_with_its_own_lines_output_and_calls(
+    transport: str, real_tools: dict[str, str], workspace: Path, events: Path
+) -> None:
+    """Through serve, an uncaught ToolError ends the script with a traceback in the model's own
+    lines (never the runner's), its ringfence code, the output so far and every call made."""
+    async with connected(transport, workspace, events, Asker()) as client:
+        result = await client.call_tool("run_tool_script", {"script": FAILING_SCRIPT})
+    assert result.is_error
+    text = text_of(result)
+    assert text.startswith("tool_error: the script raised ToolError at script line 4: not_found")
+    error = result.structured_content["error"]
+    assert error["code"] == "tool_error"
+    details = error["details"]
+    assert details["output"] == "before\ncaught outside_workspace\n"
+    assert [(c["tool"], c["error"]) for c in details["calls"]] == [
+        ("read_file", "outside_workspace"),
+        ("read_file", "not_found"),
+    ]
+    assert details["error"]["traceback"] == (
+        "Traceback (most recent call last):\n"
+        "  script line 9, in <module>\n"
+        '    load("missing.txt")\n'
+        "  script line 4, in load\n"
+        "    return tools.read_file(path=name)\n"
+        "ToolError: not_found: missing.txt does not exist"
+    )
+    assert (details["error"]["code"], details["error"]["field"]) == ("not_found", "path")
+    assert "_runner" not in json.dumps(result.structured_content) + text
