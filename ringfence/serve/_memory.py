@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 import trio
 
+from .._confine.libc import libc
+
 __all__ = ["QUIET_SECONDS", "QuietTrim", "malloc_trim"]
 
 # How long after the last request ended the server counts as quiet.
@@ -35,7 +37,7 @@ QUIET_SECONDS = 2.0
 def malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None where the C library has none."""
     try:
-        trim = ctypes.CDLL(None).malloc_trim
+        trim = libc().malloc_trim
     except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
