@@ -68,7 +68,8 @@ ALLOWED: dict[str, set[str]] = {
     # workspace: run_shell's git-metadata check (scan_git_metadata, enforce_git_metadata).
     "backends": {"runtime", "workspace", "_confine", "ringfence._proc", "ringfence._lazy"},
     "bridge": {"runtime", "_confine", "ringfence._proc", "ringfence._lazy"},
-    "mcp_host": {"runtime", "ringfence._lazy"},
+    # ringfence._proc: stdio servers are started by the process supervisor
+    "mcp_host": {"runtime", "ringfence._proc", "ringfence._lazy"},
     # serve: ringfence's __version__; _confine's libc for malloc_trim
     "serve": {"runtime", "_confine", "ringfence._lazy", "ringfence"},
     # The review page: reads the stores (workspace's change sets, runtime's events and plans),
