@@ -461,34 +461,42 @@ def test_ringfence_s_modules_are_imported_one_way() -> None:
     assert changed == set(SYS_PATH_EXCEPTIONS), "exceptions no longer needed: remove them"
 
 
-# file -> why it loads the C library itself rather than through ringfence._confine.libc.
-# Only shrinks.
-LIBC_EXCEPTIONS: dict[str, str] = {
-    "ringfence/workspace/changes/_fscalls.py": "renameat2 and syncfs for the change-set "
-    "writer: moving into _confine once the public-apis work on that module has landed",
-    "ringfence/backends/docker/_idmap.py": "open_tree/mount_setattr/move_mount for the docker "
-    "backend's id-mapped views: the containers work's module, to move into _confine",
-}
 _LIBC_LOADERS = frozenset({"ctypes.CDLL", "ctypes.cdll", "ctypes.PyDLL", "ctypes.pydll"})
+_C_LAYOUTS = frozenset(
+    {f"ctypes.{n}" for n in ("Structure", "Union", "BigEndianStructure", "LittleEndianStructure")}
+    | {"ctypes.CFUNCTYPE", "ctypes.PYFUNCTYPE"}
+)
+
+
+def _ctypes_uses(names: frozenset[str], home: str) -> list[str]:
+    """``file:line name`` of every use of one of ``names`` (``ctypes.X``, or ``X`` imported
+    from ctypes) outside the files whose path starts with ``home``."""
+    found = []
+    for m in MODULES:
+        if m.rel.startswith(home):
+            continue
+        aliases = _aliases(m.tree)
+        for node in ast.walk(m.tree):
+            if isinstance(node, (ast.Attribute, ast.Name)):
+                name = _dotted(node, aliases)
+                if name in names:
+                    found.append(f"{m.rel}:{node.lineno} {name}")
+    return found
 
 
 def test_the_c_library_is_loaded_in_one_place() -> None:
     """``ringfence/_confine/libc.py`` loads libc once per process; nothing else calls
     ``ctypes.CDLL`` (each load is a ``dlopen`` and a second set of function prototypes that
     can disagree with the first)."""
-    offenders = []
-    found: set[str] = set()
-    for m in MODULES:
-        if m.rel == "ringfence/_confine/libc.py":
-            continue
-        aliases = _aliases(m.tree)
-        for node in ast.walk(m.tree):
-            if isinstance(node, ast.Attribute) and _dotted(node, aliases) in _LIBC_LOADERS:
-                found.add(m.rel)
-                if m.rel not in LIBC_EXCEPTIONS:
-                    offenders.append(f"{m.rel}:{node.lineno} loads libc; use _confine.libc")
-    assert offenders == []
-    assert found == set(LIBC_EXCEPTIONS), "exceptions no longer needed: remove them"
+    assert _ctypes_uses(_LIBC_LOADERS, "ringfence/_confine/libc.py") == []
+
+
+def test_kernel_structures_are_defined_in_one_place() -> None:
+    """The C structures and prototypes of the system calls Python does not wrap (Landlock's
+    rulesets, seccomp's programs and notifications, ``open_how``, ``mount_attr``) are defined
+    in :mod:`ringfence._confine` alone: a second definition of one is a twin that can drift
+    from the kernel's layout unnoticed."""
+    assert _ctypes_uses(_C_LAYOUTS, "ringfence/_confine/") == []
 
 
 # -- one process supervisor --------------------------------------------------------------

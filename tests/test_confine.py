@@ -128,3 +128,57 @@ def test_an_exception_in_main_exits_1_with_its_traceback(tmp_path: Path) -> None
     assert out.returncode == 1
     assert "ValueError: boom" in out.stderr
     assert str(pkg / "sub" / "broken.py") in out.stderr
+
+
+def test_rename_noreplace_never_replaces_and_syncfs_commits(tmp_path: Path) -> None:
+    """The change-set writer's calls: a tree renamed whole, a second rename onto it refused
+    with ``EEXIST`` and nothing changed; ``syncfs`` on the directory answers."""
+    import errno
+    import os
+
+    import pytest
+
+    from ringfence._confine import fscalls
+
+    if not fscalls.can_rename_noreplace():
+        pytest.skip("this C library has no renameat2")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "f").write_text("new")
+    (tmp_path / "other").mkdir()
+    dirfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fscalls.rename_noreplace(dirfd, "new", dirfd, "tree")
+        with pytest.raises(OSError) as refused:
+            fscalls.rename_noreplace(dirfd, "other", dirfd, "tree")
+        assert refused.value.errno == errno.EEXIST
+        assert refused.value.filename == "tree"
+        if fscalls.can_syncfs():
+            fscalls.syncfs(dirfd)
+    finally:
+        os.close(dirfd)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "tree"]
+    assert (tmp_path / "tree" / "f").read_text() == "new"
+
+
+def test_a_failed_idmapped_mount_names_its_call_and_mounts_nothing(tmp_path: Path) -> None:
+    """``idmapped_mount`` with a descriptor that is no user namespace: OSError naming
+    ``mount_setattr`` (or ``open_tree`` where the kernel lacks the new mount API), nothing
+    mounted, no descriptor left open."""
+    import os
+
+    import pytest
+
+    from ringfence._confine.mounts import idmapped_mount
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+    not_a_userns = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError) as failed:
+            idmapped_mount(str(tmp_path / "src"), str(tmp_path / "dst"), not_a_userns)
+    finally:
+        os.close(not_a_userns)
+    assert failed.value.strerror.startswith(("mount_setattr:", "open_tree:"))
+    assert not os.path.ismount(tmp_path / "dst")
+    assert len(os.listdir("/proc/self/fd")) == before
