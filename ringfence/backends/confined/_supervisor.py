@@ -292,6 +292,29 @@ def kill_all(sig: int) -> None:
                 pass
 
 
+def refuse(err: int, message: str, code: int) -> tuple[int, int]:
+    """Say on the command's stderr why it did not start; (0, the wait status of exit ``code``)."""
+    os.write(err, f"ringfence: {message}\n".encode())
+    return 0, code << 8
+
+
+def enter(
+    cwd: str, argv: list[str], env: dict[str, str], err: int
+) -> tuple[str | None, tuple[int, int]]:
+    """Move to the command's directory and find its program: (path, (0, 0)), or (None, the
+    refusal :func:`refuse` reported) when either cannot be done. The working directory is
+    inherited by the command, so the supervisor moves there first."""
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        return None, refuse(err, f"cd {cwd}: {exc.strerror}", 126)
+    path, code = find_program(argv[0], env)
+    if path is None:
+        why = "command not found" if code == 127 else "permission denied"
+        return None, refuse(err, f"{argv[0]}: {why}", code)
+    return path, (0, 0)
+
+
 def spawn(
     cwd: str, argv: list[str], env: dict[str, str], out: int, err: int, state: int | None = None
 ) -> tuple[int, int]:
@@ -300,23 +323,11 @@ def spawn(
     ``state`` (above 3, see :func:`run`) becomes the command's descriptor 3.
 
     ``posix_spawn`` (vfork) rather than ``fork``: it does not copy this
-    process's page tables, which halves the cost of a command. The working
-    directory is inherited, so the supervisor moves there first.
+    process's page tables, which halves the cost of a command.
     """
-
-    def failed(message: str, code: int) -> tuple[int, int]:
-        os.write(err, f"ringfence: {message}\n".encode())
-        return 0, code << 8
-
-    try:
-        os.chdir(cwd)
-    except OSError as exc:
-        return failed(f"cd {cwd}: {exc.strerror}", 126)
-    path, code = find_program(argv[0], env)
+    path, refused = enter(cwd, argv, env, err)
     if path is None:
-        return failed(
-            f"{argv[0]}: {'command not found' if code == 127 else 'permission denied'}", code
-        )
+        return refused
     try:
         pid = os.posix_spawn(
             path,
@@ -333,7 +344,7 @@ def spawn(
             setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ),
         )
     except OSError as exc:
-        return failed(f"{argv[0]}: {exc.strerror.lower() if exc.strerror else exc}", 126)
+        return refuse(err, f"{argv[0]}: {exc.strerror.lower() if exc.strerror else exc}", 126)
     return pid, 0
 
 
@@ -490,22 +501,12 @@ def spawn_checked(
     for an exec only it can answer)."""
     global _LISTENER
 
-    def failed(message: str, code: int) -> tuple[int, int]:
-        os.write(err, f"ringfence: {message}\n".encode())
-        return 0, code << 8
-
-    try:
-        os.chdir(cwd)
-    except OSError as exc:
-        return failed(f"cd {cwd}: {exc.strerror}", 126)
-    path, code = find_program(argv[0], env)
+    path, refused = enter(cwd, argv, env, err)
     if path is None:
-        return failed(
-            f"{argv[0]}: {'command not found' if code == 127 else 'permission denied'}", code
-        )
+        return refused
     why = precheck(checker, path, argv)
     if why is not None:
-        return failed(why, 126)
+        return refuse(err, why, 126)
     backstop = execute_backstop(checker, err)
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -513,7 +514,7 @@ def spawn_checked(
     except OSError as exc:
         ours.close()
         theirs.close()
-        return failed(f"fork: {exc.strerror}", 126)
+        return refuse(err, f"fork: {exc.strerror}", 126)
     if pid == 0:  # pragma: no cover (the child; it never returns)
         try:
             os.setsid()
@@ -693,25 +694,15 @@ def spawn_layered(
 
     global _LISTENER
 
-    def failed(message: str, code: int) -> tuple[int, int]:
-        os.write(err, f"ringfence: {message}\n".encode())
-        return 0, code << 8
-
     try:
         mount_layers()
     except LayerUnavailable as exc:
-        return failed(exc.message, 126)
-    try:
-        os.chdir(cwd)  # after the mounts: a cwd inside a root is the overlay's
-    except OSError as exc:
-        return failed(f"cd {cwd}: {exc.strerror}", 126)
-    path, code = find_program(argv[0], env)
+        return refuse(err, exc.message, 126)
+    path, refused = enter(cwd, argv, env, err)  # after the mounts: the cwd is the overlay's
     if path is None:
-        return failed(
-            f"{argv[0]}: {'command not found' if code == 127 else 'permission denied'}", code
-        )
+        return refused
     if checker is not None and (why := precheck(checker, path, argv)) is not None:
-        return failed(why, 126)
+        return refuse(err, why, 126)
     backstop = execute_backstop(checker, err) if checker is not None else None
     # Everything that can be prepared here is: the child runs as little Python as it can
     # (each page it touches is copied, which costs milliseconds on a busy machine).
@@ -720,7 +711,7 @@ def spawn_layered(
         if _LANDLOCK_PLAN is not None:  # rules on the overlays, so after the mounts
             ruleset = landlock_ruleset(_LANDLOCK_PLAN, _WRITABLE)
     except LayerUnavailable as exc:
-        return failed(exc.message, 126)
+        return refuse(err, exc.message, 126)
     ours = theirs = None
     if checker is not None:
         ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -732,7 +723,7 @@ def spawn_layered(
         for end in (ours, theirs):
             if end is not None:
                 end.close()
-        return failed(f"fork: {exc.strerror}", 126)
+        return refuse(err, f"fork: {exc.strerror}", 126)
     if pid:
         if ruleset >= 0:
             os.close(ruleset)
