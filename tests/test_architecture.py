@@ -499,6 +499,27 @@ def test_kernel_structures_are_defined_in_one_place() -> None:
     assert _ctypes_uses(_C_LAYOUTS, "ringfence/_confine/") == []
 
 
+def test_ctypes_is_imported_in_confine_alone() -> None:
+    """Every call into C goes through :mod:`ringfence._confine`, so no other module imports
+    ``ctypes`` at all (a prototype, an ``argtypes`` or a cast elsewhere is a second home)."""
+    offenders = []
+    for m in MODULES:
+        if m.rel.startswith("ringfence/_confine/"):
+            continue
+        for node in ast.walk(m.tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            offenders += [
+                f"{m.rel}:{node.lineno} imports {n}"
+                for n in names
+                if n == "ctypes" or n.startswith("ctypes.")
+            ]
+    assert offenders == []
+
+
 # -- one process supervisor --------------------------------------------------------------
 
 SPAWNERS = frozenset(

@@ -1,4 +1,4 @@
-"""The C library through ``ctypes``, loaded once per process; ``prctl`` and errno messages.
+"""The C library through ``ctypes``, loaded once per process; ``prctl``, ``malloc_trim``, errors.
 
 ``CDLL(None)`` is the process's own symbol table (glibc or musl, whichever the
 interpreter links), opened with ``use_errno`` so :func:`error` can say why a
@@ -27,6 +27,7 @@ __all__ = [
     "error",
     "failure",
     "libc",
+    "malloc_trim",
     "prctl",
 ]
 
@@ -38,6 +39,8 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 
 _libc: Any = None
+_MISSING = object()
+_trim: Any = _MISSING
 
 
 def libc() -> Any:
@@ -66,3 +69,19 @@ def prctl(option: int, value: int = 0) -> None:
     """``prctl(option, value, 0, 0, 0)``; raises OSError naming the option."""
     if libc().prctl(option, value, 0, 0, 0) != 0:
         raise error(f"prctl({option})")
+
+
+def malloc_trim() -> Any:
+    """glibc's ``malloc_trim(pad)`` (hand whole free pages back to the system), or None where
+    the C library has none (musl, macOS)."""
+    global _trim
+    if _trim is _MISSING:
+        try:
+            trim = libc().malloc_trim
+        except (OSError, AttributeError):
+            trim = None
+        else:
+            trim.argtypes = [ctypes.c_size_t]
+            trim.restype = ctypes.c_int
+        _trim = trim
+    return _trim

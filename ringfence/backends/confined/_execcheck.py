@@ -57,7 +57,6 @@ literal words compared with ``==``, glob words as the runtime's own regex
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import struct
@@ -684,7 +683,7 @@ class Checker:
         mem = _Mem(pid)
         try:
             if nr == _NR_EXECVEAT:
-                dirfd = ctypes.c_int(args[0] & 0xFFFFFFFF).value
+                dirfd = ((args[0] & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # a C int: 32 bits
                 path_addr, argv_addr, flags = args[1], args[2], args[4]
             else:
                 dirfd, path_addr, argv_addr, flags = _AT_FDCWD, args[0], args[1], 0
