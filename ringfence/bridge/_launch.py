@@ -35,6 +35,7 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from .. import _proc
+from .._confine.boot import argv as boot_argv
 from ..runtime import RingfenceError, Unavailable
 from ._channel import BridgeListener
 
@@ -42,6 +43,7 @@ __all__ = [
     "BASE_ENV",
     "CHILD_EXIT_SECONDS",
     "ENV_PASSTHROUGH",
+    "RUNNER_MODULE",
     "RUNNER_PATH",
     "ChildProcess",
     "LaunchRequest",
@@ -53,11 +55,7 @@ __all__ = [
 ]
 
 RUNNER_PATH = Path(__file__).with_name("_runner.py")
-# The runner imported from its directory (its bytecode cache used), not compiled as a script.
-RUNNER_BOOT = (
-    "import sys;sys.path.insert(0,sys.argv[1].rpartition('/')[0]);"
-    "import _runner;_runner.entry(sys.argv[1:])"
-)
+RUNNER_MODULE = f"{__package__}._runner"  # started by ringfence._confine.boot
 # Environment variables a child inherits (values from the host); everything else is dropped.
 ENV_PASSTHROUGH = ("TZ",)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -281,16 +279,7 @@ class LocalLauncher:
         return len(self._ready)
 
     def runner_argv(self, boot_json: str) -> list[str]:
-        return [
-            *self.wrapper,
-            self.python,
-            "-I",
-            "-S",
-            "-c",
-            RUNNER_BOOT,
-            str(RUNNER_PATH),
-            boot_json,
-        ]
+        return [*self.wrapper, self.python, *boot_argv(RUNNER_MODULE, RUNNER_PATH), boot_json]
 
     def connect_address(self, listener: BridgeListener) -> list[Any]:
         return listener.address

@@ -1,13 +1,13 @@
 """The script runner: the child process of one ``run_tool_script`` call.
 
-Started as ``python -I -S -c <boot code> <this file> <boot JSON>`` (the code,
-``_launch.RUNNER_BOOT``, imports it from its directory, so its bytecode cache
-is used; executed as a file it runs the same), so that it needs nothing from the environment, from ``site`` or
-from an installed ``ringfence`` (the same file runs inside a container, reached
-over a Unix socket). Its
-siblings ``_wire``, ``_sandbox``, ``_allowlist`` and ``_restricted`` are imported
-as top-level modules from this file's directory (the whole directory is what a
-container mounts); RestrictedPython's directory comes in ``boot["sys_path"]``.
+Started by :mod:`ringfence._confine.boot` (``python -I -S -c <boot>
+ringfence.bridge._runner <this file> <boot JSON>``, which calls :func:`main`), so
+that it needs nothing from the environment, from ``site`` or from an installed
+``ringfence`` (the same file runs inside a container, reached over a Unix
+socket). Its siblings ``_wire``, ``_sandbox``, ``_allowlist``, ``_restricted``, ``_typed``
+and the Linux primitives (:mod:`ringfence._confine`) come from this package's own
+directories (what a container mounts); RestrictedPython's directory comes in
+``boot["sys_path"]``.
 
 The order of work, and why:
 
@@ -42,25 +42,14 @@ was already gone.
 
 from __future__ import annotations
 
-import os
-import sys
-
-if __name__ == "__main__":  # executed as a file: make the sibling modules importable
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-try:
-    from . import _allowlist, _restricted, _sandbox, _typed, _wire
-except ImportError:  # executed as a file (no parent package)
-    import _allowlist  # type: ignore[no-redef]
-    import _restricted  # type: ignore[no-redef]
-    import _sandbox  # type: ignore[no-redef]
-    import _typed  # type: ignore[no-redef]
-    import _wire  # type: ignore[no-redef]
-
 import json
+import os
 import select
 import socket
+import sys
 from typing import Any
+
+from . import _allowlist, _restricted, _sandbox, _typed, _wire
 
 EXIT_SANDBOX = 3
 EXIT_BRIDGE = 4
@@ -446,22 +435,3 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"ringfence runner: bridge failed: {exc}\n")
         return EXIT_BRIDGE
     return 0
-
-
-def entry(argv: list[str]) -> None:
-    """Run :func:`main` and leave with ``_exit``.
-
-    Interpreter finalization has nothing to flush (output is written
-    unbuffered) and would race the watchdog thread.
-    """
-    try:
-        code = main(argv)
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    sys.stderr.flush()
-    os._exit(code)
-
-
-if __name__ == "__main__":
-    entry(sys.argv)

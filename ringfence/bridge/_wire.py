@@ -1,9 +1,9 @@
 """The bridge's wire protocol: framed JSON, sequence numbers, mutual HMAC handshake.
 
 This module is imported by the host (as ``ringfence.bridge._wire``) *and* by
-the script runner, which is executed as a file with ``python -I -S`` (in a
-container, too) and imports it as a top-level module. It therefore uses the
-standard library only and does no I/O of its own: the host drives it with trio
+the script runner, which :mod:`ringfence._confine.boot` starts with ``python
+-I -S`` (in a container, too) and which imports it from its own package
+directory. It therefore uses the standard library only and does no I/O of its own: the host drives it with trio
 streams, the runner with a blocking socket.
 
 Frame::
