@@ -36,6 +36,7 @@ from ...runtime import ToolError, Unavailable
 from .._output import Capture
 from .._shellstate import STATE_LIMIT
 from ._api import map_docker_errors
+from ._seal import SEAL_PATH
 
 __all__ = [
     "OVERLAY_FAILED",
@@ -44,6 +45,7 @@ __all__ = [
     "attach",
     "overlay_unavailable",
     "overlay_wrapper",
+    "own_socket",
     "quote",
 ]
 
@@ -211,14 +213,22 @@ def attach(
             "the Docker connection is not a plain socket (TLS or ssh); "
             "the docker backend does not support it yet"
         )
-    # Our own descriptor: the HTTP machinery that produced the socket may close
-    # its copy whenever it is garbage-collected.
+    return exec_id, trio.socket.from_stdlib_socket(own_socket(raw))
+
+
+def own_socket(raw: Any) -> socket.socket:
+    """Our own descriptor of an attached stream docker-py returned; its objects are closed.
+
+    The HTTP machinery that produced the socket may close its copy whenever it
+    is garbage-collected, so the stream must not depend on it.
+    """
+    inner = getattr(raw, "_sock", raw)
     mine = socket.socket(fileno=os.dup(inner.fileno()))
     with contextlib.suppress(Exception):
         raw.close()
     with contextlib.suppress(Exception):
         inner.close()
-    return exec_id, trio.socket.from_stdlib_socket(mine)
+    return mine
 
 
 OVERLAY_FAILED = "ringfence: the change-set overlay could not be set up"
@@ -244,7 +254,11 @@ def overlay_wrapper(
        *nested* user namespace where the container user is mapped to itself
        (``uid``/``gid``): the command is not root there, has no capabilities,
        and cannot unmount or remount what step 1 and 2 mounted (they belong to
-       the outer namespace). It waits there until its map is written.
+       the outer namespace). Before its shell starts, :mod:`._seal` installs
+       the command's own stacked seccomp filter (no mount, unshare, setns, new
+       namespaces, …; the local backend's command filter), so nothing the
+       command runs can make a namespace or mount, though the container's
+       profile lets the wrapper. It waits there until its map is written.
 
     Any failure prints :data:`OVERLAY_FAILED` and exits 125 before the
     command runs; the command never runs on the plain root.
@@ -270,7 +284,7 @@ def overlay_wrapper(
         "__rf_i=$2; shift 2",
         # The command waits (a builtin read, no fork) until its gid map exists, then
         # exports its variables (each its own argument) and becomes the command.
-        f'{quote(shell.unshare)} -U /bin/sh -c "$__rf_i" rf "$@" &',
+        f'{quote(shell.unshare)} -U {SEAL_PATH} /bin/sh -c "$__rf_i" rf "$@" &',
         "__rf_c=$!",
         # Fails until the child has its own namespace (the outer map is written once).
         f'until echo "{uid} 0 1" 2>/dev/null >/proc/$__rf_c/uid_map; do '
@@ -341,8 +355,16 @@ class Supervisor:
             # `kill -0 -1` cannot tell: it succeeds whenever any other process exists).
             '__rf_left() { for __rf_d in /proc/[0-9]*; do [ "${__rf_d#/proc/}" != $$ ] && '
             '[ -O "$__rf_d" ] && return 0; done; return 1; }; '
-            f"printf '%s%s s=%s u=%s m=%s\\n' {quote(ready.decode())} $$ \"$__rf_s\" "
-            '"$__rf_u" "$__rf_m"; '
+            # Change sets: the container's main process writes the seal (._seal) at start.
+            + (
+                f"__rf_w=0; until [ -x {SEAL_PATH} ] || [ $__rf_w -ge 300 ]; do "
+                "sleep 0.01; __rf_w=$((__rf_w+1)); done; "
+                f"[ -x {SEAL_PATH} ] && __rf_z=1; "
+                if overlay
+                else ""
+            )
+            + f"printf '%s%s s=%s u=%s m=%s z=%s\\n' {quote(ready.decode())} $$ \"$__rf_s\" "
+            '"$__rf_u" "$__rf_m" "$__rf_z"; '
             f"printf '%s\\n' {quote(ready.decode())} >&2\n"
         )
         probe_out = Capture("stdout", None)
@@ -365,6 +387,17 @@ class Supervisor:
         # Absolute paths, or bare names when busybox runs its own applets (standalone shell).
         tools = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
         needed = {"s": "setsid"} | ({"u": "unshare", "m": "mount"} if overlay else {})
+        if (
+            overlay
+            and tools.get("z") != "1"
+            and not [n for k, n in needed.items() if not tools.get(k)]
+        ):
+            await shell.close(graceful=False)
+            raise Unavailable(
+                f"the container's main process did not write the per-command seccomp filter's "
+                f"installer {SEAL_PATH} (the image needs /bin/sh, base64, chmod and mv run as "
+                "root); without it no command runs under change sets"
+            )
         missing = [name for key, name in needed.items() if not tools.get(key)]
         if missing:
             await shell.close(graceful=False)

@@ -1,0 +1,133 @@
+"""The docker backend's per-command seccomp filter: a tiny static program that installs it and execs.
+
+Under change sets the container's own profile (:mod:`._seccomp`) must let the
+supervisor's wrapper make a user and mount namespace and mount overlays. The
+*command* must not: before it starts, its process installs a second, stacked
+filter (seccomp filters only add up; none can be removed) and only then execs
+``/bin/sh``, which becomes the command. That filter is the confined local
+backend's command filter (:func:`ringfence.backends.confined._layers.seccomp_program`,
+the non-layered one): no ``mount``/``umount2``/``unshare``/``setns``, no ``clone``
+with a namespace flag (new user namespaces included), ``clone3`` ENOSYS, no
+ptrace, keyctl, bpf, io_uring, no setuid/setgid bit set, foreign-ABI calls kill.
+
+The images have no interpreter that can call ``seccomp(2)`` (busybox has none),
+so the installer is a 300-byte static x86-64 ELF built here, byte by byte: its
+machine code is listed below with its assembly, the filter and a message are
+appended. The container's main process (root in the container, no capabilities)
+writes it from base64 into a root-owned ``exec`` tmpfs (:data:`SEAL_DIR`) and makes
+it read-only; the container user can run it and cannot change it.
+
+What it does (``seal /bin/sh -c SCRIPT …``): ``prctl(PR_SET_NO_NEW_PRIVS)``,
+``seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)``, ``execve(argv[1], argv+1, envp)``;
+any failure writes :data:`SEAL_FAILED` to stderr and exits 125: the command never
+runs without its filter. Only x86-64 (the filter's own architecture check kills
+anything else); on another host :func:`seal_program` raises Unavailable.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import struct
+
+from ...runtime import Unavailable
+
+__all__ = ["SEAL_DIR", "SEAL_FAILED", "SEAL_PATH", "install_script", "seal_program"]
+
+SEAL_DIR = "/.rf-bin"
+SEAL_PATH = f"{SEAL_DIR}/seal"
+SEAL_FAILED = "ringfence: the command's seccomp filter could not be installed; it did not run"
+
+_BASE = 0x400000
+_EHDR, _PHDR = 64, 56
+# (bytes, assembly); {fprog} and {message} are the absolute addresses patched in below.
+_CODE: tuple[tuple[str, str], ...] = (
+    ("bf 26 00 00 00", "mov edi, 38            ; PR_SET_NO_NEW_PRIVS"),
+    ("be 01 00 00 00", "mov esi, 1"),
+    ("31 d2", "xor edx, edx"),
+    ("45 31 d2", "xor r10d, r10d"),
+    ("45 31 c0", "xor r8d, r8d"),
+    ("b8 9d 00 00 00", "mov eax, 157           ; prctl"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax, eax"),
+    ("75 36", "jnz fail"),
+    ("bf 01 00 00 00", "mov edi, 1             ; SECCOMP_SET_MODE_FILTER"),
+    ("31 f6", "xor esi, esi           ; no flags (one thread)"),
+    ("48 ba {fprog}", "movabs rdx, fprog"),
+    ("b8 3d 01 00 00", "mov eax, 317           ; seccomp"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax, eax"),
+    ("75 1a", "jnz fail"),
+    ("48 8b 7c 24 10", "mov rdi, [rsp+16]      ; argv[1]"),
+    ("48 8d 74 24 10", "lea rsi, [rsp+16]      ; &argv[1]"),
+    ("48 8b 04 24", "mov rax, [rsp]         ; argc"),
+    ("48 8d 54 c4 10", "lea rdx, [rsp+rax*8+16] ; envp"),
+    ("b8 3b 00 00 00", "mov eax, 59            ; execve"),
+    ("0f 05", "syscall"),
+    ("bf 02 00 00 00", "fail: mov edi, 2       ; stderr"),
+    ("48 be {message}", "movabs rsi, message"),
+    ("ba {length}", "mov edx, len(message)"),
+    ("b8 01 00 00 00", "mov eax, 1             ; write"),
+    ("0f 05", "syscall"),
+    ("bf 7d 00 00 00", "mov edi, 125"),
+    ("b8 e7 00 00 00", "mov eax, 231          ; exit_group"),
+    ("0f 05", "syscall"),
+)
+
+
+def _code(fprog: int, message: int, length: int) -> bytes:
+    text = " ".join(hexes for hexes, _asm in _CODE).format(
+        fprog=struct.pack("<Q", fprog).hex(" "),
+        message=struct.pack("<Q", message).hex(" "),
+        length=struct.pack("<I", length).hex(" "),
+    )
+    return bytes.fromhex(text)
+
+
+def _align(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def seal_program(filter_program: bytes | None = None) -> bytes:
+    """The installer as an ELF file's bytes (``filter_program``: raw ``sock_filter``s;
+    default the local backend's command filter). Raises Unavailable off x86-64."""
+    if filter_program is None:
+        from ..confined._layers import LayerUnavailable, seccomp_program
+
+        try:
+            filter_program = seccomp_program(layered=False)
+        except LayerUnavailable as exc:
+            raise Unavailable(
+                f"change sets on docker need the per-command seccomp filter, and {exc}"
+            ) from None
+    message = (SEAL_FAILED + "\n").encode()
+    start = _EHDR + 2 * _PHDR
+    code_len = len(_code(0, 0, 0))
+    fprog_at = _align(start + code_len)
+    filter_at = fprog_at + 16
+    message_at = filter_at + len(filter_program)
+    size = message_at + len(message)
+    code = _code(_BASE + fprog_at, _BASE + message_at, len(message))
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
+    ehdr = ident + struct.pack(
+        "<HHIQQQIHHHHHH", 2, 0x3E, 1, _BASE + start, _EHDR, 0, 0, _EHDR, _PHDR, 2, 0, 0, 0
+    )
+    load = struct.pack("<IIQQQQQQ", 1, 5, 0, _BASE, _BASE, size, size, 0x1000)  # PT_LOAD, R+X
+    stack = struct.pack("<IIQQQQQQ", 0x6474E551, 6, 0, 0, 0, 0, 0, 16)  # PT_GNU_STACK, RW
+    fprog = struct.pack("<H6xQ", len(filter_program) // 8, _BASE + filter_at)
+    out = bytearray(ehdr + load + stack + code)
+    out += bytes(fprog_at - len(out))
+    out += fprog + filter_program + message
+    assert len(out) == size
+    return bytes(out)
+
+
+@functools.cache
+def install_script() -> str:
+    """Shell for the container's main process (root, no capabilities): write the installer
+    into :data:`SEAL_DIR` (a root-owned tmpfs) and make it read-only for everyone."""
+    data = base64.b64encode(seal_program()).decode()
+    return (
+        f"umask 022; echo {data} | base64 -d > {SEAL_PATH}.new && chmod 555 {SEAL_PATH}.new "
+        f"&& mv {SEAL_PATH}.new {SEAL_PATH}"
+    )
