@@ -6,6 +6,7 @@ from . import (
     backends,
     bridge,
     changesets,
+    docker_scripts,
     engines,
     execchecks,
     gate,
@@ -41,6 +42,7 @@ SCENARIOS: list[Scenario] = [
     *mcp_host.SCENARIOS,
     *mcp_oauth.SCENARIOS,
     *bridge.SCENARIOS,
+    *docker_scripts.SCENARIOS,
     *latency.SCENARIOS,
     serve_start.SCENARIO,
 ]
