@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format clean npm-servers sandbox-tools peer-tools
+.PHONY: demo test test-fast docs docs-screenshots lint format clean npm-servers sandbox-tools peer-tools
 
 # The third-party MCP servers the tests run against (pinned in tests/npm/package-lock.json).
 NPM_DIR   := tests/npm
@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,plot,otel,peers]'
+	$(BIN)/pip install --quiet -e '.[test,plot,otel,peers,docs]'
 	touch $(STAMP)
 
 # The main job: a model-written pipeline (examples/pipeline.py) against a fresh copy of the
@@ -76,6 +76,14 @@ test: $(STAMP) npm-servers sandbox-tools peer-tools
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not docker and not npm and not sandbox and not slow" tests
 
+# The documentation site, as CI builds it (tests/docs/test_docs_site.py): --strict, offline.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+# The review page's screenshots and bench figures in docs/review/, as the tests take them.
+docs-screenshots: $(STAMP)
+	RINGFENCE_REVIEW_SHOTS=$(CURDIR)/docs/review $(BIN)/python -m pytest -q tests/review
+
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
@@ -85,4 +93,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) build *.egg-info $(DEMO_WS) $(DEMO_EVENTS)
+	rm -rf $(VENV) build site *.egg-info $(DEMO_WS) $(DEMO_EVENTS)

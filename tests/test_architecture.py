@@ -65,7 +65,8 @@ ALLOWED: dict[str, set[str]] = {
     # workspace: run_shell's git-metadata check (scan_git_metadata, enforce_git_metadata).
     "backends": {"runtime", "workspace", "ringfence._proc", "ringfence._lazy"},
     "bridge": {"runtime", "ringfence._proc", "ringfence._lazy"},
-    "mcp_host": {"runtime", "ringfence._lazy"},
+    # ringfence._proc: stdio servers are started by the process supervisor
+    "mcp_host": {"runtime", "ringfence._proc", "ringfence._lazy"},
     "serve": {"runtime", "ringfence._lazy", "ringfence"},  # ringfence: __version__
     # The review page: reads the stores (workspace's change sets, runtime's events and plans),
     # acts through the kernel, and stands behind serve's request guard (serve._http).

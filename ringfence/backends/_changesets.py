@@ -12,6 +12,7 @@ of its calls (:func:`merge_uppers` with a :class:`LiveUppers`:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -61,6 +62,7 @@ async def merge_or_stage(
     roots: list[Path],
     merge_rest: bool,
     staging: bool,
+    pause_collector: bool = False,
 ) -> dict[str, Any]:
     """A finished command's uppers merged or staged: :func:`merge_uppers` for ``run_shell``."""
     return await merge_uppers(
@@ -73,6 +75,7 @@ async def merge_or_stage(
         staging=staging,
         ran=f"the command ran (exit code {result.exit_code})",
         facts={"exit_code": result.exit_code},
+        pause_collector=pause_collector,
     )
 
 
@@ -89,6 +92,7 @@ async def merge_uppers(
     facts: Mapping[str, Any] | None = None,
     live: LiveUppers | None = None,
     field: str | None = "command",
+    pause_collector: bool = False,
 ) -> dict[str, Any]:
     """``out`` (the call's result) with ``changes: {id, files, refused}``, after the merge.
 
@@ -113,13 +117,18 @@ async def merge_uppers(
     ``ran`` opens every error's message (what ran, e.g. ``the command ran (exit
     code 1)``); ``facts`` go into its details; a refusal names ``field``.
     ``live``: the uppers are still mounted (see :class:`LiveUppers`).
+    ``pause_collector``: the process's cyclic garbage collector is held off
+    while the set is read, saved and merged (the caller owns the process and
+    said so: :mod:`ringfence.workspace.changes._collector`).
     """
     if not any(_has_entries(u.path) for u in uppers):
         return {**out, "changes": None}
     notices: list[str] = []  # said by the merge's thread, emitted here
     how = _How(ran, dict(facts or {}), live, field)
     cs, report = await trio.to_thread.run_sync(
-        lambda: _capture(uppers, how, ctx, store, roots, merge_rest, staging, notices)
+        lambda: _capture(
+            uppers, how, ctx, store, roots, merge_rest, staging, notices, pause_collector
+        )
     )
     for message in notices:
         ctx.emit("notice", message=message)
@@ -191,6 +200,7 @@ def _capture(
     merge_rest: bool,
     staging: bool,
     notices: list[str],
+    pause_collector: bool,
 ) -> tuple[ChangeSet | None, MergeReport | None]:
     """Read, save, then merge (unless ``staging``): (the set, the merge report or None).
 
@@ -198,12 +208,14 @@ def _capture(
     the upper files into the workspace (``UpperFiles``), so a command's new
     file costs one new inode (its own), not three, and a new directory fit
     to move (``UpperTree``) one rename for everything in it (live uppers: none,
-    the merge writes copies). The cyclic collector is paused meanwhile
+    the merge writes copies). With ``pause_collector`` the cyclic collector is
+    paused meanwhile
     (:func:`~ringfence.workspace.changes._collector.collector_paused`).
     """
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
-    with collector_paused():  # ~60,000 objects, none in a cycle: see _collector
+    paused = collector_paused() if pause_collector else contextlib.nullcontext()
+    with paused:  # ~60,000 objects, none in a cycle: see _collector
         # A set larger than the store keeps is refused whole as it is read (nothing stored).
         pack = store.pack(limit_bytes=int(store.retention.max_mib * (1 << 20)))
         try:

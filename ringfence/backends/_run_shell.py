@@ -219,6 +219,7 @@ class ShellTool:
         change_sets: CheckpointStore | None = None,
         merge_refused: bool = True,
         exec_checked: bool = False,
+        pause_collector: bool = False,
     ) -> None:
         self.kernel = kernel
         # run_shell's ToolSpec says the deny rules are enforced at every exec: a session
@@ -227,6 +228,7 @@ class ShellTool:
         # Where the commands' change sets go; None: the backend writes the roots directly.
         self.store = change_sets
         self._merge_rest = merge_refused
+        self._pause_collector = pause_collector  # see workspace.changes._collector
         self._extra_mounts = tuple(extra_mounts)
         self.backend = backend
         self.workspace = workspace
@@ -355,6 +357,7 @@ class ShellTool:
             roots=[Path(os.path.realpath(r)) for r in self.workspace.roots],
             merge_rest=self._merge_rest,
             staging=self.kernel.dry_run,
+            pause_collector=self._pause_collector,
         )
 
     async def _run_checked(
@@ -586,6 +589,7 @@ def register_shell_tool(
     extra_mounts: Sequence[tuple[Path, str, bool]] = (),
     change_sets: CheckpointStore | None = None,
     merge_refused: bool = True,
+    pause_collector: bool = False,
 ) -> ShellTool:
     """Register ``run_shell`` on ``kernel``, running on ``backend``.
 
@@ -601,7 +605,9 @@ def register_shell_tool(
     the store (see the module docstring); ``merge_refused=False`` refuses a
     whole set when any entry is refused. On a confined backend (not
     ``host``) without network, ``run_shell`` is then ``reversible`` and not
-    residual.
+    residual. ``pause_collector``: hold the process's garbage collector off
+    while a command's change set is captured (only for a caller that owns the
+    process: :mod:`ringfence.workspace.changes._collector`).
     """
     name = select_backend(backend)
     if change_sets is not None and name == "host":
@@ -622,6 +628,7 @@ def register_shell_tool(
         extra_mounts=extra_mounts,
         change_sets=change_sets,
         merge_refused=merge_refused,
+        pause_collector=pause_collector,
     )
     networked = network or bool((options or {}).get("network"))
     # The confined local backend checks every exec against the deny rules (probed when the

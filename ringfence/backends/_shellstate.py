@@ -1,71 +1,14 @@
 """``persist_shell_state``: a shell whose working directory and exports carry over.
 
-One session option (``SessionSpec.options["persist_shell_state"]``, default
-false) of the ``local`` and ``docker`` backends. Without it every command
-starts fresh (the contract of both backends). With it the session behaves as
-one long-lived shell: ``cd sub`` then ``pwd`` prints ``sub``; ``export A=1``
-then ``echo $A`` prints ``1``.
+A session option of the ``local`` and ``docker`` backends. Not one shell kept alive (it could
+not move between the per-command overlays of change sets), but the shell's state **captured**
+at each command's end (``env -0`` and ``$PWD`` on descriptor 3, parsed as data, never as shell
+text) and **replayed** into the next command's fresh shell; every other guarantee of the backend
+holds unchanged. Variables that change how a later program starts are not kept
+(:func:`changes_startup`), so no later command runs code an earlier one planted.
 
-How: not one shell process kept alive (a long-lived shell cannot move
-between the per-command overlays of change sets, and a command could
-corrupt it), but the shell's state **captured** at each command's end and
-**replayed** into the next command's fresh shell. Every other guarantee of
-the backend holds unchanged: a fresh process tree per command (background
-processes die at its end), the timeout, the output caps and redaction, and
-on the ``local`` backend each command on its own overlay (change sets).
-
-A command string runs under :data:`WRAPPER` (``<shell> -c WRAPPER <shell>
-<dir> <command>``), which enters ``<dir>`` (the saved directory; empty:
-stay where the backend started it), runs the command with ``command eval``
-(a syntax error does not end the shell) and then writes ``env -0`` plus
-``__RF_CWD=$PWD`` to descriptor 3, the backend's side channel (a memfd on
-``local``, a file in the container's private ``/tmp`` on docker; descriptor
-3 is closed while the command itself runs). The kernel parses that as data
-(:func:`parse_state`): NUL-separated ``NAME=value`` entries, valid names
-only, at most :data:`STATE_LIMIT` bytes; values are never given to a shell
-as text, only as the next command's environment (``execve``'s ``envp`` on
-``local``; on docker single-quoted assignment words, as every variable
-there). So a value holding newlines, quotes or ``$(…)`` round-trips
-byte for byte and is never executed.
-
-The rules (:class:`ShellKeeper`):
-
-- **cwd**: the shell's directory wins when the caller follows the shell
-  (``run_shell`` without a ``cwd`` argument; a session's ``run(…,
-  follow_shell=True)``); a ``cwd`` given explicitly (``follow_shell=False``,
-  the session API's default) moves the shell there first, like a ``cd``
-  before the command. A saved
-  directory that is gone: the command runs in the given ``cwd`` and stderr
-  says so.
-- **environment**: the saved exports replace the session's base environment
-  (a variable the shell unset stays unset); a variable given to one call
-  (``run``'s ``env``) applies to that call only, like ``NAME=value cmd``,
-  unless the command exported a different value.
-- **what is not kept**: shell variables that were not exported, functions,
-  aliases, options (``set -e``), traps, ``SHLVL``, ``_`` and ``PWD`` (the
-  shell sets them), the names a ``run_shell`` call may not set either
-  (:data:`RESERVED_PREFIXES`: ``LD_*``, ``DYLD_*``, ``RINGFENCE_*``), and
-  every variable that changes how a later program starts
-  (:func:`changes_startup`: the loader's, the shells' startup files and
-  hooks, the interpreters' startup options and paths, ``GIT_*``, ``HOME``):
-  they fall back to the session's start and the result's ``shell.dropped``
-  names them, so no later command, allowed by a rule that reads only its own
-  text, runs code an earlier one planted through its environment.
-- **an argv command** runs in the saved directory with the saved exports and
-  cannot change them (``kept``).
-- **timeout**: the command's tree is killed as always; the state from before
-  it stays (``kept``), what it changed itself is lost.
-- **exit, exec, set -e, a signal, a lost session**: the command ended its
-  shell before the capture: the exit status is reported as usual and the
-  state is **reset** to the session's start (``reset``, and the result says
-  why); nothing is silent.
-
-Non-guarantees: a command can write its own captured state (descriptor 3
-of its shell is reachable through ``/proc`` by a process of the same user):
-it can only set what it could have exported anyway, in its own session. The
-wrapper's ``eval`` differs from ``sh -c`` in small ways: one more shell
-process stays alive while the command runs, and error messages say
-``eval:``.
+The rules for cwd, environment, argv commands, timeouts and resets:
+docs/design/shell-state.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from ..runtime._render import one_line
 from ..workspace import CheckpointStore, Workspace
 from ._output import print_error, print_ok
 from ._session import add_session_options, kernel_from_args
-from ._verbs import add_verb_parser
+from ._verbs import add_verb_parser, add_workspace_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,25 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         q = psub.add_parser(name, help=help_)
         if name == "show":
             q.add_argument("id", metavar="ID", help="a change set id (see `checkpoints list`)")
-        q.add_argument(
-            "--workspace",
-            action="append",
-            default=[],
-            metavar="DIR",
-            help="a workspace root (repeatable); default $RINGFENCE_WORKSPACE_ROOTS or the "
-            "current directory",
-        )
+        add_workspace_option(q)
         q.add_argument("--json", action="store_true", help="print one JSON object")
         q.set_defaults(func=func)
     r = add_verb_parser(sub, "recover")
-    r.add_argument(
-        "--workspace",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a workspace root (repeatable); default $RINGFENCE_WORKSPACE_ROOTS or the "
-        "current directory",
-    )
+    add_workspace_option(r)
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.set_defaults(func=run_recover)
     u = add_verb_parser(sub, "undo")

@@ -64,8 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``RINGFENCE_DEBUG=1``, which re-raises it with its traceback.
 
     Without ``argv`` (the command line: this process ends with the verb) the
-    cyclic garbage collector is tuned for a short life, see :func:`_short_lived`;
-    with ``argv`` (a caller's process, e.g. tests) it is left alone.
+    cyclic garbage collector is tuned for a short life, see :func:`_short_lived`,
+    and held off while a shell command's change set is captured
+    (``create_kernel(pause_collector=True)``); with ``argv`` (a caller's process,
+    e.g. tests) it is left alone.
 
     Everything written to stdout and stderr meanwhile passes the renderer's floor
     (:func:`._guard.guarded_output`): no control, bidi or separator character
@@ -105,6 +107,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
     if short_lived:
         _short_lived()
+    # The command's own process: its verb may lend the collector to change-set captures.
+    args.owns_process = short_lived
     try:
         try:
             code = trio.run(args.func, args)

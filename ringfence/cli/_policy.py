@@ -22,7 +22,7 @@ from ..runtime._render import one_line
 from ._call import ARGS_HELP, parse_arguments
 from ._output import print_ok
 from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args
-from ._verbs import add_verb_parser
+from ._verbs import add_verb_parser, add_workspace_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,12 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _roots_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--workspace",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a workspace root (the project file is <first root>/.ringfence/policy.toml)",
+    add_workspace_option(
+        parser, "a workspace root (the project file is <first root>/.ringfence/policy.toml)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_policy_options(parser)

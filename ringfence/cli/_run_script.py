@@ -99,7 +99,7 @@ def _print_human(payload: dict[str, Any], error: RingfenceError | None = None) -
             did = "staged" if c.get("staged") else (c.get("error") or "ok")
             rows.append(
                 (
-                    f"  {n:3}.",
+                    f"{n}.",
                     str(c.get("tool", "")),
                     str(decision.get("verdict", "-")),
                     f"by {decision.get('rule', '-')}",

@@ -32,6 +32,7 @@ from ._environ import (
 )
 from ._mcp_session import ELICITOR_KEY, mcp_setup
 from ._output import check_output_file, naming_file
+from ._verbs import add_workspace_option
 from ._worktree import add_worktree_option, session_roots
 
 if TYPE_CHECKING:
@@ -39,13 +40,7 @@ if TYPE_CHECKING:
 
 
 def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
-    parser.add_argument(
-        "--workspace",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a workspace root (repeatable); default $RINGFENCE_WORKSPACE_ROOTS or the current directory",
-    )
+    add_workspace_option(parser)
     parser.add_argument(
         "--posture",
         choices=[p.value for p in Posture],
@@ -321,6 +316,8 @@ def kernel_from_args(
         change_sets=getattr(args, "change_sets", None),
         merge_refused=not getattr(args, "refuse_whole_change_set", False),
         plugins=True,  # the added plugins (ringfence plugin): untrusted ones only tighten
+        # A one-verb process of its own (not a caller's, e.g. tests): see _main._short_lived.
+        pause_collector=getattr(args, "owns_process", False) is True,
     )
     show_and_record(kernel, weaker_choices(backend, script_sandbox, sandbox))
     if review is not None:

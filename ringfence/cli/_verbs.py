@@ -88,6 +88,16 @@ def add_verb_parser(
     return sub.add_parser(name, help=VERBS[name].help, **kwargs)
 
 
+WORKSPACE_HELP = (
+    "a workspace root (repeatable); default $RINGFENCE_WORKSPACE_ROOTS or the current directory"
+)
+
+
+def add_workspace_option(parser: argparse.ArgumentParser, help: str = WORKSPACE_HELP) -> None:
+    """``--workspace DIR`` (repeatable), as every verb that reads or runs in a workspace takes it."""
+    parser.add_argument("--workspace", action="append", default=[], metavar="DIR", help=help)
+
+
 def port_number(text: str) -> int:
     """An argparse ``type``: a TCP port, 0-65535 (0: a free one), refused at parse time."""
     try:

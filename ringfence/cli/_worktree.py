@@ -27,7 +27,7 @@ from ..runtime._render import one_line, visible_line
 from ..workspace import Workspace, workspace_id
 from ..workspace._names import escape_name
 from ._output import print_ok
-from ._verbs import add_verb_parser
+from ._verbs import add_verb_parser, add_workspace_option
 
 if TYPE_CHECKING:
     from .._git import GitResult
@@ -51,12 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             q.add_argument("name", metavar="NAME", help="the worktree's name")
         if name == "remove":
             q.add_argument("--force", action="store_true", help="also with uncommitted changes")
-        q.add_argument(
-            "--workspace",
-            action="append",
-            default=[],
-            metavar="DIR",
-            help="the workspace (its first root is the repository); default as for sessions",
+        add_workspace_option(
+            q, "the workspace (its first root is the repository); default as for sessions"
         )
         q.add_argument("--json", action="store_true", help="print one JSON object")
         q.set_defaults(func=globals()[f"run_{name}"])

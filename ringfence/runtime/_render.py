@@ -1,62 +1,14 @@
 """What a person is shown: one renderer for every text ringfence did not write itself.
 
-What an agent, a tool, a script or an MCP server wrote reaches a person only
-through this module: the approval prompts (:func:`render_approval`, shared by the
-terminal prompt, the MCP elicitation of ``ringfence serve`` and any host), the
-review views (``plan show``, ``checkpoints show|list``: :func:`visible_line` for
-a file's lines, :func:`one_line` for names), the listings and error lines of the
-command (``tools list``, ``mcp inspect``, ``events show``, ``ringfence: <code>:
-…``) and its ``--json`` output (:func:`json_text`). Last, everything the command
-writes to stdout and stderr passes :func:`terminal_text` (the CLI's stream
-guard), so a print path that forgot this module still cannot put a control
-sequence on the terminal.
+What an agent, a tool, a script or an MCP server wrote reaches a person only through this
+module: the approval prompt (:func:`render_approval`, shared by the terminal, ``serve``'s
+elicitation and any host), the review views, the command's listings, error lines and ``--json``
+output; last, :func:`terminal_text` guards everything the command writes. One character rule
+in three strengths (:func:`terminal_text`, :func:`visible`, :func:`one_line`), so no control,
+bidi or invisible character reaches a person raw and no value can pose as part of a prompt.
 
-One character rule, three strengths:
-
-- :func:`terminal_text`, the floor: C0 controls except newline and tab, DEL, C1
-  controls (U+0080-U+009F, the 8-bit CSI U+009B among them), format characters
-  (bidi embeddings, overrides and isolates U+202A-U+202E and U+2066-U+2069, the
-  marks U+200E, U+200F and U+061C, zero-width characters), the line and
-  paragraph separators U+2028 and U+2029, and lone surrogates become
-  ``\\uXXXX`` (a surrogate pair beyond the BMP), so the result is still a valid
-  JSON text when the input was one;
-- :func:`visible`, for a value a person must read whole (an argument, a
-  server's message): additionally other separators, private-use and unassigned
-  characters are escaped (``\\u202e``, ``\\x1b``, ``\\t``); a run of more than
-  :data:`MAX_VISIBLE_RUN` spaces (or of one escaped character) is counted
-  (``⟨520 spaces⟩``), except indentation up to :data:`MAX_INDENT` at the start
-  of a later line; a value's own leading and trailing spaces are counted; more
-  than :data:`MAX_BLANK_LINES` blank lines are counted. Newlines stay: callers
-  indent every line or put it behind a gutter. ``⟨`` and ``⟩`` inside values
-  are escaped, so every ``⟨…⟩`` is the renderer's;
-- :func:`one_line` (a field that must stay on its line: a name, a version, an
-  error message) is :func:`visible` with newlines escaped too (``\\n``), and
-  :func:`visible_line` (one line of a file in a diff) keeps the line's
-  indentation (spaces and tabs, up to :data:`MAX_INDENT` characters).
-
-The approval prompt (:func:`render_approval`):
-
-- the decisive arguments first, whatever their order in the call: where the
-  call acts (``path``, ``destination``, ``target``…), what runs (``command``,
-  ``script``, ``code``…), then ``cwd``, ``url``, ``env``, ``headers``; the rest
-  after them, in the call's order;
-- a value that runs is shown whole up to :data:`RUNS_SHOWN_WHOLE` characters.
-  A longer one is shown as its first and last :data:`RUNS_HEAD_TAIL`
-  characters under a warning, in capitals, that the middle is not shown and
-  will run; other decisive values likewise beyond
-  :data:`DECISIVE_SHOWN_WHOLE`. Other values longer than
-  :data:`OTHER_SHOWN_WHOLE` are shown as head…tail. Whenever a value is cut
-  or spans lines, its size, line count and a sha256 prefix of its UTF-8 bytes
-  (what ``sha256sum`` prints) are shown;
-- every value through :func:`visible`; the lines of a multi-line value sit
-  behind a ``│`` gutter so no line can pose as part of the prompt.
-
-Not promised: the shown values are the *redacted* arguments (a secret shows as
-``[REDACTED SECRET]``); a backslash in a value is shown as is, so ``\\u202e``
-may be those six characters; look-alike letters (a Cyrillic letter for a Latin
-one) are shown as they are; which arguments are decisive is decided by name, so an
-MCP tool whose command argument is called ``payload`` gets the head…tail
-treatment of an ordinary value (its digest and size are still shown).
+The three strengths, the prompt's ordering and limits, and what is not promised:
+docs/design/render.md.
 """
 
 from __future__ import annotations

@@ -545,7 +545,8 @@ def make_checked_dir(
         from .changes._resulting import check_resulting_tree
 
         path = "/".join([*place.names, name])
-        check_resulting_tree(resolver, [Change(place.root.index, path, None, Image("dir", 0o755))])
+        new_dir = [Change(place.root.index, path, None, Image("dir", 0o755))]
+        check_resulting_tree(resolver, new_dir, what="this write")
     if not create:
         return False
     try:

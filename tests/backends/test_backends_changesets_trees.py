@@ -78,6 +78,7 @@ async def run_and_merge(
     workspace: Path,  # noqa: F811
     command: str,
     spool: Path | None = None,
+    pause_collector: bool = False,
 ) -> Merged:
     """``command`` on a fresh change-set session of the local backend, captured and merged
     as ``run_shell`` does (the rest merged when an entry is refused)."""
@@ -100,6 +101,7 @@ async def run_and_merge(
                 roots=[root],
                 merge_rest=True,
                 staging=False,
+                pause_collector=pause_collector,
             )
             left = sorted(p.name for u in result.uppers for p in u.path.iterdir())
         finally:
@@ -148,12 +150,16 @@ async def test_a_clean_new_tree_leaves_the_upper_whole_and_is_exactly_its_change
     assert all(p.lstat().st_uid == owner for p in (workspace / "pkg").rglob("*"))
 
 
-async def test_the_collector_is_paused_while_a_set_is_read_and_merged(
+@pytest.mark.parametrize("asked", [True, False], ids=["asked", "not-asked"])
+async def test_the_collector_is_paused_while_a_set_is_read_and_merged_when_asked(
     workspace: Path,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
+    asked: bool,
 ) -> None:
-    """A 2,000-file set's objects are not swept by the cyclic collector while it is read and
-    merged (the pause of ringfence.workspace.changes._collector), and the collector is on after."""
+    """Asked (the process's owner: ``pause_collector``), a 2,000-file set's objects are not
+    swept by the cyclic collector while it is read and merged (the pause of
+    ringfence.workspace.changes._collector); not asked, the collector is left alone. On after,
+    either way."""
     import ringfence.workspace as ws_package
 
     seen: dict[str, bool] = {}
@@ -167,11 +173,13 @@ async def test_the_collector_is_paused_while_a_set_is_read_and_merged(
         monkeypatch.setattr(ws_package, name, observed)
     assert gc.isenabled()
     merged = await run_and_merge(
-        workspace, "mkdir -p gen && for i in $(seq 2000); do echo $i > gen/f$i; done"
+        workspace,
+        "mkdir -p gen && for i in $(seq 2000); do echo $i > gen/f$i; done",
+        pause_collector=asked,
     )
     out = merged.out
     assert out["changes"]["files"] == 2001
-    assert seen == {"changes_from_upper": False, "merge_changes": False}
+    assert seen == {"changes_from_upper": not asked, "merge_changes": not asked}
     assert gc.isenabled()
     assert (workspace / "gen" / "f2000").read_text() == "2000\n"
 

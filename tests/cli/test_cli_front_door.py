@@ -61,13 +61,16 @@ def test_a_refused_plan_apply_leaves_the_plan_to_apply_again(tmp_path: Path) -> 
     assert again.returncode != 0 and "already applied" in again.stderr
 
 
-# -- 3. the README's examples load as written; errors name the real cause ----------------------
+# -- 3. the docs' examples load as written; errors name the real cause ------------------------
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+# The worked examples moved from the README to the docs site (whose every block
+# tests/docs/ runs); a policy file is checked here as a user would, with `policy check`.
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def toml_blocks() -> list[str]:
-    return re.findall(r"```toml\n(.*?)```", README.read_text(), re.S)
+    return [b for page in PAGES for b in re.findall(r"```toml\n(.*?)```", page.read_text(), re.S)]
 
 
 def test_the_readme_s_toml_examples_load_as_written(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ loads the timeline, and the time from navigation to its first screen of rows is
 measured, cold (the page folds the whole stream on that request) and warm, next
 to ``ringfence events show FILE`` on the same file. The goal is ≤ 1 s; the test
 fails only beyond 5 s (a regression, not a noisy machine). The numbers go to
-docs/review/bench.json.
+bench.json beside the screenshots (docs/review/ with `make docs-screenshots`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every test runs real parts: ``ringfence call run_shell`` in the local sandbox
 (bubblewrap, change sets), ``ringfence review`` and ``ringfence serve --review``
 as processes, the official MCP SDK client, Debian's chromium (see
-review_helpers). The screenshots in docs/review/ are the ones these tests take.
+review_helpers). The screenshots in docs/review/ are the ones these tests take (`make docs-screenshots`).
 """
 
 from __future__ import annotations

@@ -162,8 +162,8 @@ def sleepy_tool() -> tuple[ToolSpec, trio.Event]:
 
 async def wait_until_started(events: Path, seconds: float, poll: float) -> None:
     """Poll the events file until a ``started`` record is in it (at most ``seconds``)."""
-    with trio.fail_after(seconds):
-        while b'"kind":"started"' not in events.read_bytes():
+    with trio.fail_after(seconds):  # (the file appears with the kernel, after initialize)
+        while not events.exists() or b'"kind":"started"' not in events.read_bytes():
             await trio.sleep(poll)
 
 

@@ -1,78 +1,14 @@
 """The ``local`` backend: commands confined on this machine, in a warm sandbox per session.
 
-(Over 500 lines on purpose: one session's lifecycle, start to close, with its wire to the
-supervisor; its plan, limits and supervisor live in the ``_confined_*`` modules.)
+One sandbox per session (bubblewrap, then the supervisor inside it, :mod:`._supervisor`); every
+command is then one ``posix_spawn`` of that supervisor, so confinement costs a one-time start,
+not a per-command namespace setup. Every layer (namespaces, file system, network, seccomp,
+Landlock, rlimits, uid, pids/memory, overlay, process tree) applies or the session refuses with
+``unavailable`` naming it, unless the operator chose ``sandbox="best-effort"`` (recorded in the
+``backend_started`` event). Over 500 lines on purpose: one session's lifecycle, start to close,
+with its wire to the supervisor.
 
-One sandbox is started per session (bubblewrap, then a small Python
-supervisor inside it, :mod:`._supervisor`); every command is then
-one ``posix_spawn`` of that supervisor, so confinement costs a one-time
-start (bubblewrap ~5 ms, the supervisor's interpreter ~20 ms), not a
-per-command namespace setup.
-
-Why bubblewrap rather than ``unshare``/``clone`` from Python: the mount
-layout (a recursive read-only bind of ``/`` with every submount made
-read-only, masks, binds at their own paths, ``pivot_root``, a fresh
-``/proc`` and ``/dev``) is exactly what bubblewrap has done correctly and
-audited for years (Flatpak), it costs a few milliseconds once per session,
-it is a Debian package, and it installs a seccomp program handed to it; the
-only thing it lacks, Landlock, the supervisor adds.
-
-Layers (all must apply, or the session refuses with ``unavailable`` naming
-the layer and its fix, unless the operator chose ``sandbox="best-effort"``,
-which is recorded in :attr:`ConfinedSession.metadata` and so in the
-``backend_started`` event):
-
-- **namespaces** (bubblewrap): new user, mount, PID, IPC, UTS, cgroup and
-  network namespaces; no capabilities; no further user namespaces.
-- **file system**: the host's file system read-only; the workspace roots
-  read-write at their own paths; ``SessionSpec.readonly_paths`` inside the
-  roots read-only (``run_shell``'s wiring passes every git directory and
-  gitfile); a private ``/tmp`` and ``/var/tmp``; a fresh ``/proc``
-  of the new PID namespace (no host process, no host ``environ``) and a
-  minimal ``/dev``; ``/home``, ``/root``, ``/run``, the kernel's ``$HOME``,
-  ``$RINGFENCE_HOME`` and ``/var/lib/docker`` hidden behind empty read-only
-  directories (the Python installation and venv that run the supervisor are
-  shown again, read-only).
-- **network**: none (loopback of its own) unless the session asks for
-  ``network``.
-- **seccomp**: built here (:mod:`._layers`, with the script
-  runner's BPF helpers), installed by bubblewrap before the supervisor
-  starts. **landlock**, **rlimits**: applied by the supervisor to itself
-  (see its docstring). Every command inherits all three.
-- **uid**: when the kernel runs as root and the first root belongs to
-  another user, the sandbox runs as that user (files it makes are theirs,
-  ``RLIMIT_NPROC`` holds); otherwise as the kernel's own user.
-- **pids/memory**: a cgroup with ``pids.max``/``memory`` limits where a
-  writable hierarchy has the controllers; a session whose commands run as
-  host root (where ``RLIMIT_NPROC`` is not enforced) needs it.
-- **overlay** (change sets, ``SessionSpec.change_sets``, the default
-  through ``create_kernel``): the roots read-only, each command on a
-  volatile overlay of them mounted by the supervisor; the command's child
-  drops every capability and adds a second seccomp filter (no mount,
-  umount2, unshare) and Landlock before it execs; ``ShellResult.uppers``
-  names the upper directories, emptied at the next command (see
-  :mod:`._supervisor` and ARCHITECTURE.md).
-- **process tree**: the PID namespace is the tree: when a command's main
-  process ends, everything else in the namespace is killed; the whole
-  sandbox is spawned through :mod:`ringfence._proc` (its cgroup tracking),
-  so closing the session leaves nothing behind.
-
-Files persist between commands (the roots, and the private ``/tmp`` for the
-session's life); the working directory and exported variables do not, unless
-the session option ``persist_shell_state`` is set (:mod:`._shellstate`: the
-state is captured through a memfd passed as the command's descriptor 3 and
-replayed into the next command, which still gets its own overlays).
-
-Non-guarantees: a command can read what the session's user can read outside
-the hidden directories (e.g. ``/etc``); renaming a directory that contains a
-read-only git mount moves the mount with it, and a new ``.git`` can then be
-made in its place (the same holds for the docker backend); Landlock cannot
-protect git directories beneath a writable root (their read-only mounts
-do); the seccomp filter is a deny list, x86-64 only.
-
-``sandbox="best-effort"`` on a machine without namespaces (no bubblewrap,
-or no unprivileged user namespaces): :meth:`ConfinedSession._degraded_argv`
-says what still holds and what does not; the missing layers are recorded.
+Why bubblewrap, each layer, and what is not guaranteed: docs/design/confined-session.md.
 """
 
 from __future__ import annotations

@@ -1,83 +1,16 @@
-"""The confined local backend's supervisor: one per session, inside the sandbox.
+"""The confined local backend's supervisor: one per session, PID 1 inside the sandbox.
 
-Run by :mod:`ringfence.backends.confined._session` as ``python -I -S -c <boot> <this file>
-<fd> <option>…`` (``<boot>`` imports it, bytecode cache and all, and calls :func:`entry`)
-inside bubblewrap's namespaces, as PID 1 of the new PID namespace, already under the
-commands' seccomp filter (built by the kernel with the script runner's BPF helpers,
-:mod:`._layers`, installed by bubblewrap's ``--seccomp``). Standard library
-only, few imports: every millisecond here is session start. Over 500 lines on purpose:
-one standalone program whose two modes (a session's commands, one ``exec``) share one
-``confine``; its system calls are in :mod:`._syscalls`.
+Started by :mod:`._session` inside bubblewrap's namespaces (already under the commands' seccomp
+filter), it confines itself (uid, rlimits, no_new_privs, Landlock) so every command inherits
+all of it, then runs each command as one ``posix_spawn`` and kills everything else in the
+namespace when the command's main process exits, so nothing a command starts outlives it. With
+change sets it mounts a volatile overlay per root for each command. ``exec`` mode runs one
+confined program (a ``sandbox = "local"`` MCP server). Standard library only, few imports: every
+millisecond here is session start. Over 500 lines on purpose: one standalone program whose two
+modes share one ``confine``; its system calls are in :mod:`._syscalls`.
 
-At start it confines *itself* (every command is its child, so every command
-inherits all of it), in this order:
-
-0. **uid** — when started as the namespace's root (a root kernel), become the
-   workspace owner for good (``setgroups``, ``setresgid``, ``setresuid``: every
-   capability goes).
-1. **rlimits** — address space, open files, file size, no core files, CPU seconds,
-   and ``RLIMIT_NPROC`` (enforced wherever the session's host uid is not root).
-2. **no_new_privs** and not dumpable (a command cannot ptrace or write the memory
-   of its supervisor).
-3. **landlock** — a second wall on writes, as the kernel planned it
-   (:func:`ringfence.backends.confined._layers.landlock_plan`): every
-   write-type access right the ABI knows is handled and granted only
-   beneath the workspace roots, the private ``/tmp`` and ``/dev``; without
-   ``network``, TCP bind and connect are handled and never granted; signals
-   and abstract Unix sockets are scoped to the sandbox.
-
-Then it sends ``READY`` with its report (or ``FAIL`` naming the layer) and serves
-requests, one command at a time: ``posix_spawn`` with ``setsid``, the command's
-stdout/stderr are the pipes the kernel sent along (``SCM_RIGHTS``), stdin is
-``/dev/null``; a third descriptor, when sent (``persist_shell_state``: a memfd the
-shell state is written to, see :mod:`._shellstate`), becomes the command's
-descriptor 3. When the command's main process exits, every other process of the
-namespace is SIGKILLed at once (``kill(-1)`` from PID 1 reaches every process of the
-namespace and nothing outside it; a task being forked when the signal lands never
-appears) and reaped; only then is the exit status reported, so nothing a command
-starts outlives it.
-
-Wire: each message is a 4-byte big-endian length and a payload.
-kernel → supervisor: ``R`` + NUL-separated cwd, argc, argv…, ``NAME=value``…
-(with the two pipe ends, and the state descriptor if any, attached); ``T``
-(SIGTERM to every process of the command), ``K`` (SIGKILL to them).
-supervisor → kernel: ``READY\\n`` + report lines, ``FAIL\\n`` + layer + tab
-+ message, ``X`` + wait status, ``U`` (change sets: the overlays are unmounted).
-End of file (or a reset) from the kernel: kill everything and exit.
-
-``exec`` mode (``python -I -S -c <boot> <this file> exec <option>… -- <argv>…``, for
-MCP stdio servers, :func:`ringfence.backends.confined._exec.confined_argv`): no
-control socket; the same confinement (the seccomp filter comes hex-encoded
-in the options and is installed here, last), a one-line report on stdout,
-then ``argv`` runs on the supervisor's own stdin/stdout/stderr; see
-:func:`run_exec`. A writable server runs on overlays of the roots, as a
-command under change sets does, mounted once for its whole life.
-
-**Change sets** (``layers=DIR`` with ``overlay=ROOT`` options): the roots
-are read-only in the sandbox and ``DIR`` (the upper and work directories,
-bound inside a hidden directory where Landlock grants no write) is never
-written by a command. The supervisor keeps the capabilities overlayfs needs
-(its upper-layer writes are made with the mounter's credentials), so it
-applies neither Landlock (a landlocked process may not mount) nor the uid
-switch to itself; it enters a mount namespace of its own once and probes
-one mount (the ``overlay`` layer). Per command (:func:`spawn_layered`) it
-mounts a ``volatile`` overlay on each root (lower: the root; upper, work:
-``DIR/<i>/``), builds the Landlock ruleset on the overlays and forks;
-the child empties its bounding set, becomes the workspace owner or drops
-every capability, restricts itself, installs the second seccomp filter
-(``mount``, ``umount2``, ``unshare`` answer EPERM: what bubblewrap's filter
-left to the supervisor) and execs. When the main process ends every other
-process is killed and reaped as above, ``X`` goes out, the overlays are
-unmounted (overlayfs's work directory removed) and ``U`` follows; the kernel
-reads the upper directories meanwhile and empties them only after ``U``.
-So no process writes an upper directory after ``X``: what a background
-process wrote until the command ended is part of the command's change set,
-and it writes nothing later (it is dead).
-
-Without namespaces (``pidns=0``, the backend's best-effort fallback) it runs
-on the host as a child subreaper, installs the seccomp filter itself (last,
-from the descriptor ``seccomp_fd``), and stops a command's processes by
-finding its descendants in ``/proc`` until none is left (see :func:`kill_all`).
+The order of the layers, the wire, change sets and the fallback without namespaces:
+docs/design/confined-supervisor.md.
 """
 
 from __future__ import annotations

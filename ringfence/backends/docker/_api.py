@@ -197,8 +197,7 @@ def connect_docker(
             if tls is not None:
                 kwargs["tls"] = tls
             _probe_unix_socket(str(kwargs.get("base_url") or "unix:///var/run/docker.sock"))
-            client = docker.DockerClient(version=MIN_API_VERSION, timeout=int(timeout), **kwargs)
-            client.api.trust_env = False
+            client = _client(MIN_API_VERSION, timeout, kwargs)
             try:
                 server = client.api.version(api_version=False)
             except BaseException:
@@ -229,5 +228,16 @@ def connect_docker(
             f"{server.get('Version', '?')}); ringfence needs API {MIN_API_VERSION} "
             "(Docker Engine 20.10) or newer"
         )
-    client.api._version = negotiated
+    if negotiated != client.api.api_version:
+        # The version is fixed when a client is made (no request is sent for it): the one
+        # that asked the daemon's version goes, one speaking the negotiated version comes.
+        client.close()
+        client = _client(negotiated, timeout, kwargs)
+    return client
+
+
+def _client(version: str, timeout: float, kwargs: dict[str, Any]) -> docker.DockerClient:
+    """A client speaking API ``version`` (no request sent), the environment not trusted."""
+    client = docker.DockerClient(version=version, timeout=int(timeout), **kwargs)
+    client.api.trust_env = False  # requests' Session setting: no REQUESTS_CA_BUNDLE, no proxy
     return client

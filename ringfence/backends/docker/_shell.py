@@ -24,7 +24,6 @@ import os
 import secrets
 import select
 import socket
-import ssl
 import struct
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -207,8 +206,11 @@ def attach(
         environment=environment,
     )["Id"]
     raw = client.api.exec_start(exec_id, socket=True)
-    inner = getattr(raw, "_sock", raw)
-    if isinstance(inner, ssl.SSLSocket) or not isinstance(inner, socket.socket):
+    # A plain connection (a unix socket) comes as the socket's file (``socket.SocketIO``); a
+    # TLS one as an ``ssl.SSLSocket``, an ssh one as its channel.
+    if not isinstance(raw, socket.SocketIO):
+        with contextlib.suppress(Exception):
+            raw.close()
         raise Unavailable(
             "the Docker connection is not a plain socket (TLS or ssh); "
             "the docker backend does not support it yet"
@@ -217,17 +219,22 @@ def attach(
 
 
 def own_socket(raw: Any) -> socket.socket:
-    """Our own descriptor of an attached stream docker-py returned; its objects are closed.
+    """Our own descriptor of an attached stream docker-py returned (public ``fileno`` only).
 
-    The HTTP machinery that produced the socket may close its copy whenever it
-    is garbage-collected, so the stream must not depend on it.
+    The HTTP machinery that produced the socket closes its copy whenever it is
+    garbage-collected (its response and socket refer to each other), and only then. Its
+    number is pointed at /dev/null meanwhile, so the connection is ours alone from here and
+    the number is not reused before that close.
     """
-    inner = getattr(raw, "_sock", raw)
-    mine = socket.socket(fileno=os.dup(inner.fileno()))
+    theirs = raw.fileno()
+    mine = socket.socket(fileno=os.dup(theirs))
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.dup2(null, theirs, inheritable=False)
+    finally:
+        os.close(null)
     with contextlib.suppress(Exception):
         raw.close()
-    with contextlib.suppress(Exception):
-        inner.close()
     return mine
 
 

@@ -85,7 +85,7 @@ async def attach_tls(
     host, port = url.hostname or "127.0.0.1", url.port or 2376
     body = b'{"Detach":false,"Tty":false}'
     request = (
-        f"POST /v{client.api._version}/exec/{exec_id}/start HTTP/1.1\r\n"
+        f"POST /v{client.api.api_version}/exec/{exec_id}/start HTTP/1.1\r\n"
         f"Host: {host}:{port}\r\nUser-Agent: ringfence\r\nContent-Type: application/json\r\n"
         f"Connection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body

@@ -54,6 +54,13 @@ def _tail(table: Table) -> int:
         return size
 
 
+def _alone(table: Table) -> str:
+    """``table`` as the text of a ``[[server]]`` table, as its document renders it."""
+    doc = tomlkit.document()
+    doc.append("server", AoT([table]))
+    return doc.as_string()
+
+
 def _spans(text: str, path: Path) -> list[tuple[int, int, int]]:
     """(start, end, tail) offsets of each ``[[server]]`` block in ``text``."""
     doc = tomlkit.parse(text)
@@ -67,8 +74,10 @@ def _spans(text: str, path: Path) -> list[tuple[int, int, int]]:
             field="server",
             file=str(path),
         )
-    # Each table rendered alone is exactly its text; together they end the file.
-    blocks = [doc._render_aot_table(t, prefix="server") for t in aot.body]
+    # Each table rendered alone (in a document of its own: tomlkit's public rendering, on a
+    # second parse, since moving a table there changes it) is exactly its text; together
+    # they end the file.
+    blocks = [_alone(t) for t in tomlkit.parse(text)["server"].body]
     start = len(text) - sum(map(len, blocks))
     if start < 0 or text[start:] != "".join(blocks):
         raise InvalidArguments(

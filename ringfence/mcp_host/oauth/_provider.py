@@ -8,7 +8,14 @@ documents, PKCE, the ``resource`` parameter (RFC 8707), scope selection and
 step-up on ``insufficient_scope``, refresh tokens, the token-endpoint auth
 methods, (``ClientCredentialsOAuthProvider``) the client_credentials grant, and
 (``IdentityAssertionOAuthProvider``, in :mod:`._xaa`) SEP-990 identity assertion.
-This module adds what a governed host needs around it:
+
+Through the SDK's public interface only: its providers are built with their
+constructors and used as they are (never subclassed); :class:`SealedTokenStorage`
+is their ``TokenStorage``; :class:`GuardedAuth` is an ``httpx2.Auth`` of ours that
+drives the provider's ``async_auth_flow`` and sees every request it sends and every
+response it gets; the provider's ``context`` (the SDK's ``OAuthContext``: tokens,
+expiry, discovered metadata) is read and, to restore what the SDK forgets across a
+restart, written through its public fields. What a governed host adds:
 
 - **Storage**: :class:`SealedTokenStorage` keeps tokens and client registrations
   sealed (:mod:`._tokens`), bound to the server's canonical resource URL. A
@@ -17,8 +24,9 @@ This module adds what a governed host needs around it:
   are registered with the session's redactor as soon as they are loaded or
   received, so they never appear in events, diagnostics or errors.
 - **Audience**: a token that is a JWT whose ``aud`` names neither this server's
-  resource nor a parent of it is refused when received (not stored) and never
-  attached to a request.
+  resource nor a parent of it is refused when received (not stored), and a
+  request the provider would send with it goes without it (:class:`GuardedAuth`
+  looks at every outgoing ``Authorization: Bearer``, whoever put it there).
 - **No surprise browsers**: a session never starts an interactive login. A 401
   that refresh cannot fix, or a step-up that needs new consent, raises
   ``Unavailable`` naming ``ringfence mcp login SERVER`` - unless a login flow is
@@ -27,16 +35,12 @@ This module adds what a governed host needs around it:
   scope per provider (one connection); past that the request is refused.
 - **Issuer**: the SDK's exact RFC 8414 §3.3 match stands, except on the 2025-03-26
   fallback (no protected-resource metadata), where metadata from the server's origin
-  may name an issuer on that same origin (:meth:`_Guarded._legacy_issuer_to_accept`).
+  may name an issuer on that same origin (:meth:`GuardedAuth._legacy_issuer_to_accept`).
 - Expiry survives a restart (the SDK forgets it), so a stored expired token is
   refreshed before use instead of being sent.
 
 Not promised: token revocation at logout (the sealed record is deleted; the
 authorization server may still honour the token until it expires).
-
-About 640 lines on purpose: the storage adapter, the guarded provider and its
-three grant variants share one set of checks (audience, step-up, refresh before
-asking) that must not drift apart; the login command lives in :mod:`._login`.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import contextlib
 import json
 import time
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -63,10 +67,11 @@ from mcp.client.auth.extensions.client_credentials import (
     PrivateKeyJWTOAuthProvider,
     SignedJWTParameters,
 )
+from mcp.client.auth.oauth2 import OAuthContext
 from mcp.client.auth.utils import (
     build_oauth_authorization_server_metadata_discovery_urls,
+    create_oauth_metadata_request,
     extract_field_from_www_auth,
-    issuers_match,
 )
 from mcp.shared.auth import (
     AuthorizationCodeResult,
@@ -87,6 +92,7 @@ from ._tokens import SealedStore, credential_from_env, token_audience_ok
 
 __all__ = [
     "MAX_STEP_UPS",
+    "GuardedAuth",
     "LoginFlow",
     "SealedTokenStorage",
     "auth_status",
@@ -137,7 +143,14 @@ def _login_hint(name: str) -> str:
 
 
 class SealedTokenStorage:
-    """The SDK's ``TokenStorage`` over a sealed record bound to one server's resource URL."""
+    """The SDK's ``TokenStorage`` over a sealed record bound to one server's resource URL.
+
+    ``fixed_client`` (a pre-registered client) is what :meth:`get_client_info`
+    answers, whatever is stored: such a client never registers. ``restored``
+    is called with the record whenever the SDK loads the tokens (its provider
+    starts, or starts again after a failed refresh): what the SDK's own state
+    does not keep across processes is put back from it there.
+    """
 
     def __init__(
         self,
@@ -145,6 +158,7 @@ class SealedTokenStorage:
         redactor: Redactor,
         store: SealedStore | None = None,
         redirect_uri: str | None = None,
+        fixed_client: OAuthClientInformationFull | None = None,
     ) -> None:
         assert config.url is not None
         self.name = config.name
@@ -152,10 +166,12 @@ class SealedTokenStorage:
         self.redactor = redactor
         self.store = store or SealedStore.default()
         self.redirect_uri = redirect_uri
-        self.preregistered = config.client_id is not None
-        # Set by the provider: the discovery results to keep with the tokens, so a refresh
-        # after a restart goes to the discovered token endpoint with the right resource.
+        self.fixed_client = fixed_client
+        # Set by the guard: the discovery results to keep with the tokens, so a refresh
+        # after a restart goes to the discovered token endpoint with the right resource;
+        # and where to put them back when the tokens are loaded.
         self.discovered: Callable[[], dict[str, Any]] = dict
+        self.restored: Callable[[dict[str, Any]], None] | None = None
         self._record: dict[str, Any] | None = None
         self._loaded = False
 
@@ -181,19 +197,20 @@ class SealedTokenStorage:
                 self.redactor.register_credential(value)
 
     async def get_tokens(self) -> OAuthToken | None:
+        """The stored tokens, ``expires_in`` counted from now (the stored expiry, not the
+        lifetime they were issued with: a provider that derives its expiry from it gets
+        the right one after a restart)."""
         record = await self._load()
         if not record or not record.get("tokens"):
             return None
         tokens = OAuthToken.model_validate(record["tokens"])
         self._register(tokens.access_token, tokens.refresh_token)
+        expires_at = record.get("expires_at")
+        if isinstance(expires_at, int | float):
+            tokens.expires_in = max(0, int(expires_at - time.time()))
+        if self.restored is not None:
+            self.restored({k: record.get(k) for k in ("expires_at", "as_metadata", "prm")})
         return tokens
-
-    async def restore(self) -> dict[str, Any]:
-        """Expiry and discovery results kept with the tokens (empty when there are none)."""
-        record = await self._load()
-        if not record or not record.get("tokens"):
-            return {}
-        return {k: record.get(k) for k in ("expires_at", "as_metadata", "prm")}
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         self._register(tokens.access_token, tokens.refresh_token)
@@ -218,6 +235,9 @@ class SealedTokenStorage:
             await trio.to_thread.run_sync(self.store.save, self.name, record)
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
+        if self.fixed_client is not None:
+            self._register(self.fixed_client.client_secret)
+            return self.fixed_client  # pre-registered: never registers
         record = await self._load()
         if not record or not record.get("client_info"):
             return None
@@ -233,7 +253,7 @@ class SealedTokenStorage:
         await self._update(client_info=client_info.model_dump(mode="json", exclude_none=True))
 
 
-# -- providers -------------------------------------------------------------------------------
+# -- the guard around the SDK's providers ------------------------------------------------------
 
 
 def _is_step_up(response: httpx2.Response) -> bool:
@@ -265,36 +285,198 @@ def _origin(url: str) -> tuple[str, str, int] | None:
     return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme]
 
 
-class _Guarded:
-    """What ringfence adds to the SDK providers (mixed in before them)."""
+def _bearer(request: httpx2.Request) -> str | None:
+    """The token of the request's ``Authorization: Bearer`` header, else None."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
 
-    context: Any
-    _initialized: bool
-    _server_name: str
-    _config: ServerConfig
-    _storage: SealedTokenStorage
-    _interactive: bool
-    _step_ups: int
-    # The issuer accepted on the 2025-03-26 fallback path (see _legacy_issuer_to_accept).
-    _legacy_issuer: str | None = None
 
-    def _guard(
-        self, config: ServerConfig, storage: SealedTokenStorage, *, interactive: bool
+# What the SDK's providers raise when authorization cannot be completed; each becomes
+# ``Unavailable`` naming the server (ringfence's own errors, e.g. ``Denied``, pass as they are).
+_FLOW_ERRORS: tuple[type[Exception], ...] = (
+    OAuthFlowError,
+    OAuthTokenError,
+    OAuthRegistrationError,
+    ValueError,
+)
+
+
+class GuardedAuth(httpx2.Auth):
+    """An SDK provider (an ``httpx2.Auth``) driven through its public ``async_auth_flow``.
+
+    Every request the provider sends passes :meth:`_outgoing` (a bearer token for
+    another audience is taken off) and every answer to the request being
+    authenticated passes the checks below before the provider acts on it.
+    ``context`` is the provider's ``OAuthContext`` (None for a provider without
+    one, SEP-990's: then only the audience check and the error mapping apply).
+    ``interactive``: a 401 may be answered by a fresh grant (a login flow is
+    installed, or the grant needs no person).
+    """
+
+    def __init__(
+        self,
+        provider: httpx2.Auth,
+        context: OAuthContext | None,
+        config: ServerConfig,
+        storage: SealedTokenStorage,
+        *,
+        interactive: bool,
+        what: str = "OAuth authorization",
+        errors: tuple[type[Exception], ...] = _FLOW_ERRORS,
+        hint: bool = True,
     ) -> None:
-        """Set what the guard reads; ``interactive``: a 401 may be answered by a fresh grant."""
-        self._server_name = config.name
+        self._provider = provider
+        self._context = context
         self._config = config
+        self._server_name = config.name
         self._storage = storage
         self._interactive = interactive
+        self._what = what
+        self._errors = errors
+        self._hint = hint
         self._step_ups = 0
+        # The issuer accepted on the 2025-03-26 fallback path, and the metadata URL it came
+        # from (see _legacy_issuer_to_accept).
+        self._legacy: tuple[str, str] | None = None
+        if context is not None:
+            storage.discovered = self._discovered
+            storage.restored = self._restore
 
-    def _expected_issuer(self) -> str:
-        # The SDK's hook for the issuer that metadata and client credentials must name. Changed
-        # only on the fallback path (no protected-resource metadata), once a same-origin issuer
-        # was accepted there; with RFC 9728 metadata the SDK's exact RFC 8414 §3.3 match stands.
-        if self.context.auth_server_url is None and self._legacy_issuer is not None:
-            return self._legacy_issuer
-        return super()._expected_issuer()  # type: ignore[misc, no-any-return]
+    def sync_auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response]:
+        raise TypeError("ringfence's OAuth providers work with httpx2.AsyncClient only")
+
+    # -- what the SDK does not keep across processes ----------------------------------------
+
+    def _discovered(self) -> dict[str, Any]:
+        ctx = self._context
+        assert ctx is not None
+        out: dict[str, Any] = {}
+        if ctx.oauth_metadata is not None:
+            out["as_metadata"] = ctx.oauth_metadata.model_dump(mode="json", exclude_none=True)
+        if ctx.protected_resource_metadata is not None:
+            out["prm"] = ctx.protected_resource_metadata.model_dump(mode="json", exclude_none=True)
+        return out
+
+    def _restore(self, kept: dict[str, Any]) -> None:
+        """Expiry and discovery, kept with the tokens, back into the provider's context.
+
+        Without them a stored expired token would be sent, and its refresh would go to
+        the resource's own origin. Called by the storage as the SDK loads the tokens.
+        """
+        ctx = self._context
+        assert ctx is not None
+        ctx.token_expiry_time = kept.get("expires_at")
+        if kept.get("as_metadata") and ctx.oauth_metadata is None:
+            ctx.oauth_metadata = OAuthMetadata.model_validate(kept["as_metadata"])
+        if kept.get("prm") and ctx.protected_resource_metadata is None:
+            prm = ProtectedResourceMetadata.model_validate(kept["prm"])
+            ctx.protected_resource_metadata = prm
+            ctx.auth_server_url = str(prm.authorization_servers[0])
+
+    # -- the flow -----------------------------------------------------------------------------
+
+    def _cached_token(self) -> str | None:
+        """The token to send without the provider's lock: valid, and for this audience."""
+        ctx = self._context
+        if ctx is None or not ctx.is_token_valid() or ctx.current_tokens is None:
+            return None
+        token = ctx.current_tokens.access_token
+        return token if token_audience_ok(token, self._storage.resource) else None
+
+    def _outgoing(self, outgoing: httpx2.Request) -> httpx2.Request:
+        """What is sent for ``outgoing``: a bearer token for another audience taken off; on
+        the accepted 2025-03-26 path, the issuer's metadata fetched where it was found."""
+        token = _bearer(outgoing)
+        if token is not None and not token_audience_ok(token, self._storage.resource):
+            del outgoing.headers["authorization"]  # a token for another audience is never sent
+        if self._legacy is not None and outgoing.method == "GET":
+            issuer, fetched = self._legacy
+            ctx = self._context
+            assert ctx is not None
+            urls = build_oauth_authorization_server_metadata_discovery_urls(issuer, ctx.server_url)
+            if any(outgoing.url == httpx2.URL(url) for url in urls):
+                return create_oauth_metadata_request(fetched)
+        return outgoing
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        ctx = self._context
+        checked = False  # the first answer to ``request`` was judged (_check_challenge)
+        refreshed = False  # the one refresh tried instead of an authorization
+        token = self._cached_token()
+        if token is not None:
+            # A valid token in hand needs no auth work, so no lock: the SDK holds its context
+            # lock across the whole request, which serializes a connection's concurrent
+            # requests (the transport's GET stream and its POSTs: one more round trip per
+            # connect). Anything else the response asks for goes to the provider's flow,
+            # which sends the request again under the lock (refresh, step-up, refusal).
+            assert ctx is not None
+            ctx.protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+            request.headers["Authorization"] = f"Bearer {token}"
+            response = yield request
+            if not _asks_for_auth(response):
+                return
+            if self._may_refresh_instead(response):
+                refreshed = self._expire()
+            else:
+                checked = True
+                refusal = self._check_challenge(response)
+                if refusal is not None:
+                    await self._answer_refusal(request, response, refusal)
+                    return
+        flow = self._provider.async_auth_flow(request)
+        try:
+            outgoing = self._outgoing(await flow.__anext__())
+            while True:
+                response = yield outgoing
+                if outgoing is request and not checked:
+                    if not refreshed and self._may_refresh_instead(response):
+                        # A rejected token with a refresh token: refresh once, retry once
+                        # (the provider's flow again, the token marked expired), rather
+                        # than start an authorization nobody is there to complete.
+                        refreshed = self._expire()
+                        await flow.aclose()
+                        flow = self._provider.async_auth_flow(request)
+                        outgoing = self._outgoing(await flow.__anext__())
+                        continue
+                    checked = True
+                    refusal = self._check_challenge(response)
+                    if refusal is not None:
+                        await self._answer_refusal(request, response, refusal)
+                        return
+                legacy = await self._legacy_issuer_to_accept(outgoing, response)
+                if legacy is not None:
+                    # The SDK fixed its expected issuer before this fetch and would refuse.
+                    # Its flow runs again from the request with the accepted issuer as the
+                    # authorization server it knows (its own field for what metadata
+                    # named), whose metadata is fetched again where it was just found
+                    # (_outgoing); the original request counts as sent already.
+                    assert ctx is not None
+                    await flow.aclose()
+                    self._legacy = (legacy, str(outgoing.url))
+                    ctx.auth_server_url = legacy
+                    flow = self._provider.async_auth_flow(request)
+                    outgoing = self._outgoing(await flow.__anext__())
+                    continue
+                outgoing = self._outgoing(await flow.asend(response))
+        except StopAsyncIteration:
+            return
+        except self._errors as exc:
+            hint = f"; {_login_hint(self._server_name)}" if self._hint else ""
+            raise Unavailable(
+                f"MCP server {self._server_name!r}: {self._what} failed "
+                f"({type(exc).__name__}: {scrub_url(str(exc), self._config.url)[:300]}){hint}",
+                field="auth",
+            ) from None
+        finally:
+            await flow.aclose()
+
+    def _expire(self) -> bool:
+        """Mark the token in hand expired, so the provider's flow refreshes it first."""
+        assert self._context is not None
+        self._context.token_expiry_time = time.time() - 1.0
+        return True
 
     async def _legacy_issuer_to_accept(
         self, outgoing: httpx2.Request, response: httpx2.Response
@@ -310,16 +492,16 @@ class _Guarded:
         defence of RFC 8414 §3.3); so is anything on the RFC 9728 path, where
         ``auth_server_url`` is set and the match stays exact. Once per provider.
         """
+        ctx = self._context
         if (
-            self.context.auth_server_url is not None
-            or self._legacy_issuer is not None
+            ctx is None
+            or ctx.auth_server_url is not None
+            or self._legacy is not None
             or response.status_code != 200
         ):
             return None
         # One URL on the fallback path; if the SDK ever returns more, this fails (Unavailable).
-        (fallback,) = build_oauth_authorization_server_metadata_discovery_urls(
-            None, self.context.server_url
-        )
+        (fallback,) = build_oauth_authorization_server_metadata_discovery_urls(None, ctx.server_url)
         fetched = str(outgoing.url)
         if _origin(fetched) != _origin(fallback) or outgoing.url.path != urlsplit(fallback).path:
             return None
@@ -328,107 +510,23 @@ class _Guarded:
         except ValidationError:
             return None  # the SDK reports it
         parts = urlsplit(issuer)
-        if issuers_match(issuer, super()._expected_issuer()):  # type: ignore[misc]
-            return None  # the SDK accepts it as it is
         if _origin(issuer) is None or _origin(issuer) != _origin(fetched):
             return None  # another origin: the SDK refuses it
+        if parts.path in ("", "/"):
+            return None  # the origin itself: the SDK accepts it as it is
         if parts.query or parts.fragment:
             return None  # not an issuer identifier (RFC 8414 §2): the SDK refuses it
         return issuer
 
-    def _discovered(self) -> dict[str, Any]:
-        ctx = self.context
-        out: dict[str, Any] = {}
-        if ctx.oauth_metadata is not None:
-            out["as_metadata"] = ctx.oauth_metadata.model_dump(mode="json", exclude_none=True)
-        if ctx.protected_resource_metadata is not None:
-            out["prm"] = ctx.protected_resource_metadata.model_dump(mode="json", exclude_none=True)
-        return out
-
-    async def _initialize(self) -> None:
-        await super()._initialize()  # type: ignore[misc]
-        self._storage.discovered = self._discovered
-        kept = await self._storage.restore()
-        # The SDK keeps neither expiry nor discovery across processes: without them a stored
-        # expired token would be sent, and its refresh would go to the resource's own origin.
-        self.context.token_expiry_time = kept.get("expires_at")
-        if kept.get("as_metadata") and self.context.oauth_metadata is None:
-            self.context.oauth_metadata = OAuthMetadata.model_validate(kept["as_metadata"])
-        if kept.get("prm") and self.context.protected_resource_metadata is None:
-            prm = ProtectedResourceMetadata.model_validate(kept["prm"])
-            self.context.protected_resource_metadata = prm
-            self.context.auth_server_url = str(prm.authorization_servers[0])
-
-    def _add_auth_header(self, request: httpx2.Request) -> None:
-        tokens = self.context.current_tokens
-        if tokens is None or not token_audience_ok(tokens.access_token, self._storage.resource):
-            return  # a token for another audience is never sent
-        super()._add_auth_header(request)  # type: ignore[misc]
-
-    async def _auth_flow(
-        self, request: httpx2.Request
-    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        if self._initialized and self.context.is_token_valid():
-            # A valid token in hand needs no auth work, so no lock: the SDK holds its context
-            # lock across the whole request, which serializes a connection's concurrent
-            # requests (the transport's GET stream and its POSTs: one more round trip per
-            # connect). Anything else the response asks for goes to the full flow below,
-            # which sends the request again under the lock (refresh, step-up, refusal).
-            self.context.protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
-            self._add_auth_header(request)
-            response = yield request
-            if not _asks_for_auth(response):
-                return
-        flow = super()._auth_flow(request)  # type: ignore[misc]
-        originals = 0
-        try:
-            outgoing = await flow.__anext__()
-            while True:
-                response = yield outgoing
-                if outgoing is request:
-                    originals += 1
-                    if originals == 1 and self._may_refresh_instead(response):
-                        # A rejected token with a refresh token: refresh once, retry once,
-                        # rather than start an authorization nobody is there to complete.
-                        refreshed = yield await self._refresh_token()  # type: ignore[attr-defined]
-                        if await self._handle_refresh_response(refreshed):  # type: ignore[attr-defined]
-                            self._add_auth_header(request)
-                            response = yield request
-                    refusal = self._check_challenge(response) if originals == 1 else None
-                    if refusal is not None:
-                        self._answer_refusal(request, response, refusal)
-                        return
-                legacy_issuer = await self._legacy_issuer_to_accept(outgoing, response)
-                if legacy_issuer is not None:
-                    # The SDK fixed its expected issuer before this fetch and would refuse; run
-                    # its flow again from the request with that issuer expected (the fallback
-                    # discovery is repeated once; the original request counts as sent already).
-                    await flow.aclose()
-                    self._legacy_issuer = legacy_issuer
-                    flow = super()._auth_flow(request)  # type: ignore[misc]
-                    outgoing = await flow.__anext__()
-                    continue
-                outgoing = await flow.asend(response)
-        except StopAsyncIteration:
-            return
-        except (OAuthFlowError, OAuthTokenError, OAuthRegistrationError, ValueError) as exc:
-            raise Unavailable(
-                f"MCP server {self._server_name!r}: OAuth authorization failed "
-                f"({type(exc).__name__}: {scrub_url(str(exc), self._config.url)[:300]}); "
-                f"{_login_hint(self._server_name)}",
-                field="auth",
-            ) from None
-        finally:
-            await flow.aclose()
-
-    def _answer_refusal(
+    async def _answer_refusal(
         self, request: httpx2.Request, response: httpx2.Response, refusal: Exception
     ) -> None:
         """Surface a refusal without breaking the connection.
 
         Raising out of the auth flow during ``initialize`` fails the connect with
         this error itself. During a later request the SDK transport would treat a
-        raise as a dead stream, so the 401/403 is rewritten into a JSON-RPC error
+        raise as a dead stream, so the 401/403's body (not read yet: nothing reads
+        an answer before the flow has seen it) is replaced by a JSON-RPC error
         carrying the message (the transport surfaces such a body as the request's
         error) and the connection stays usable for calls that need no more scope.
         """
@@ -436,26 +534,37 @@ class _Guarded:
             method = json.loads(request.content or b"{}").get("method")
         except (ValueError, AttributeError):
             method = None
-        if method in (None, "initialize"):
+        if method in (None, "initialize") or response.is_stream_consumed:
             raise refusal
-        body = {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {"code": -32603, "message": getattr(refusal, "message", str(refusal))},
-        }
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": -32603, "message": getattr(refusal, "message", str(refusal))},
+            }
+        ).encode()
+        stream = response.stream
+        if isinstance(stream, httpx2.AsyncByteStream):
+            await stream.aclose()  # the server's own body is dropped unread
+        for name in ("content-encoding", "transfer-encoding"):
+            response.headers.pop(name, None)
         response.headers["content-type"] = "application/json"
-        response._content = json.dumps(body).encode()  # read by the transport's aread()
-        response.stream = httpx2.ByteStream(response._content)
+        response.headers["content-length"] = str(len(body))
+        response.stream = httpx2.ByteStream(body)
 
     def _may_refresh_instead(self, response: httpx2.Response) -> bool:
+        ctx = self._context
         return (
-            response.status_code == 401
+            ctx is not None
+            and response.status_code == 401
             and not self._interactive
-            and self.context.can_refresh_token()
+            and ctx.can_refresh_token()
         )
 
     def _check_challenge(self, response: httpx2.Response) -> Exception | None:
         """The refusal, decided before any authorization work, of what may not be done now."""
+        if self._context is None:
+            return None  # SEP-990: a fresh assertion needs no person
         step_up = _is_step_up(response)
         if step_up:
             self._step_ups += 1
@@ -477,105 +586,85 @@ class _Guarded:
         return None
 
 
-class RingfenceOAuthProvider(_Guarded, OAuthClientProvider):
-    """Authorization code + PKCE (dynamic, metadata-document or pre-registered client)."""
+# -- the providers ---------------------------------------------------------------------------
 
-    def __init__(
-        self,
-        config: ServerConfig,
-        storage: SealedTokenStorage,
-        flow: LoginFlow | None,
-        client_secret: str | None,
-    ) -> None:
-        assert config.url is not None
-        redirect_uri = flow.redirect_uri if flow else _NO_REDIRECT
-        metadata = OAuthClientMetadata(
-            client_name="ringfence",
+
+def _code_grant(
+    config: ServerConfig, storage: SealedTokenStorage, flow: LoginFlow | None, secret: str | None
+) -> OAuthClientProvider:
+    """Authorization code + PKCE (dynamic, metadata-document or pre-registered client)."""
+    assert config.url is not None
+    redirect_uri = flow.redirect_uri if flow else _NO_REDIRECT
+    auth_method = "client_secret_basic" if secret else "none"
+    metadata = OAuthClientMetadata(
+        client_name="ringfence",
+        redirect_uris=[redirect_uri],  # type: ignore[list-item]
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method=auth_method,
+        scope=" ".join(config.scopes) or None,
+    )
+    if config.client_id is not None:
+        storage.fixed_client = OAuthClientInformationFull(
+            client_id=config.client_id,
+            client_secret=secret,
             redirect_uris=[redirect_uri],  # type: ignore[list-item]
             grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-            token_endpoint_auth_method="client_secret_basic" if client_secret else "none",
-            scope=" ".join(config.scopes) or None,
+            token_endpoint_auth_method=auth_method,
+            scope=metadata.scope,
         )
-        super().__init__(
-            config.url,
-            metadata,
-            storage,
-            redirect_handler=flow.redirect if flow else None,
-            callback_handler=flow.callback if flow else None,
-            client_metadata_url=config.client_metadata_url,
-        )
-        self._guard(config, storage, interactive=flow is not None)
-        self._fixed: OAuthClientInformationFull | None = None
-        if config.client_id is not None:
-            self._fixed = OAuthClientInformationFull(
-                client_id=config.client_id,
-                client_secret=client_secret,
-                redirect_uris=[redirect_uri],  # type: ignore[list-item]
-                grant_types=["authorization_code", "refresh_token"],
-                token_endpoint_auth_method="client_secret_basic" if client_secret else "none",
-                scope=metadata.scope,
-            )
-
-    async def _initialize(self) -> None:
-        await super()._initialize()
-        if self._fixed is not None:
-            self.context.client_info = self._fixed  # pre-registered: never registers
+    return OAuthClientProvider(
+        config.url,
+        metadata,
+        storage,
+        redirect_handler=flow.redirect if flow else None,
+        callback_handler=flow.callback if flow else None,
+        client_metadata_url=config.client_metadata_url,
+    )
 
 
-def _grant_args(config: ServerConfig, storage: SealedTokenStorage) -> dict[str, Any]:
-    """The SDK arguments the two client_credentials providers share (all but the client's proof)."""
-    return {
+def _client_credentials(
+    config: ServerConfig, storage: SealedTokenStorage, secret: str | None, key_pem: str | None
+) -> OAuthClientProvider:
+    """client_credentials, the client proven by its secret or (``key_pem``) by a signed JWT
+    assertion (RFC 7523, private_key_jwt); machine to machine, never interactive."""
+    assert config.url is not None and config.client_id is not None
+    common: dict[str, Any] = {
         "server_url": config.url,
         "storage": storage,
         "client_id": config.client_id,
         "scope": " ".join(config.scopes) or None,
         "issuer": config.oauth_issuer,
     }
-
-
-class RingfenceClientCredentials(_Guarded, ClientCredentialsOAuthProvider):
-    """client_credentials with client_id + secret (machine to machine; never interactive)."""
-
-    def __init__(self, config: ServerConfig, storage: SealedTokenStorage, secret: str) -> None:
-        assert config.url is not None and config.client_id is not None
+    if key_pem is None:
+        assert secret is not None
         with warnings.catch_warnings():
             # Omitting issuer is the SDK's deprecated-but-supported mode; the manifest makes it optional.
             warnings.simplefilter("ignore")
-            super().__init__(**_grant_args(config, storage), client_secret=secret)
-        self._guard(config, storage, interactive=True)  # a fresh grant needs no person
+            return ClientCredentialsOAuthProvider(**common, client_secret=secret)
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-
-class RingfenceClientKeyJWT(_Guarded, PrivateKeyJWTOAuthProvider):
-    """client_credentials authenticated by a signed JWT assertion (RFC 7523, private_key_jwt)."""
-
-    def __init__(self, config: ServerConfig, storage: SealedTokenStorage, key_pem: str) -> None:
-        assert config.url is not None and config.client_id is not None
-        from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
-        try:
-            key = load_pem_private_key(key_pem.encode(), password=None)
-        except (ValueError, TypeError):
-            raise InvalidArguments(
-                f"server {config.name!r}: {config.client_key_env} is not an unencrypted PEM "
-                "private key",
-                field="client_key_env",
-            ) from None
-        algorithm = "ES256" if isinstance(key, ec.EllipticCurvePrivateKey) else "RS256"
-        params = SignedJWTParameters(
-            issuer=config.client_id,
-            subject=config.client_id,
-            signing_key=key_pem,
-            signing_algorithm=algorithm,
+    try:
+        key = load_pem_private_key(key_pem.encode(), password=None)
+    except (ValueError, TypeError):
+        raise InvalidArguments(
+            f"server {config.name!r}: {config.client_key_env} is not an unencrypted PEM "
+            "private key",
+            field="client_key_env",
+        ) from None
+    algorithm = "ES256" if isinstance(key, ec.EllipticCurvePrivateKey) else "RS256"
+    params = SignedJWTParameters(
+        issuer=config.client_id,
+        subject=config.client_id,
+        signing_key=key_pem,
+        signing_algorithm=algorithm,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # issuer optional (see above)
+        return PrivateKeyJWTOAuthProvider(
+            **common, assertion_provider=params.create_assertion_provider()
         )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # issuer optional (see RingfenceClientCredentials)
-            super().__init__(
-                **_grant_args(config, storage),
-                assertion_provider=params.create_assertion_provider(),
-            )
-        self._guard(config, storage, interactive=True)  # a fresh grant needs no person
 
 
 def build_auth(
@@ -592,17 +681,26 @@ def build_auth(
     flow = _installed_flow
     storage = SealedTokenStorage(config, redactor, store, flow.redirect_uri if flow else None)
     if config.oauth_grant == "identity_assertion":
-        from ._xaa import RingfenceIdentityAssertion  # imports this module
+        from ._xaa import identity_assertion
 
         assert secret is not None  # the manifest requires client_secret_env for this grant
-        return RingfenceIdentityAssertion(config, storage, redactor, secret)
+        return GuardedAuth(
+            identity_assertion(config, storage, redactor, secret),
+            None,
+            config,
+            storage,
+            interactive=True,  # a fresh assertion needs no person
+            what="identity-assertion authorization",
+            errors=(*_FLOW_ERRORS, httpx2.HTTPError),
+            hint=False,
+        )
     if config.oauth_grant == "client_credentials":
         key_pem = credential_from_env(config, "client_key_env", redactor)
-        if key_pem is not None:
-            return RingfenceClientKeyJWT(config, storage, key_pem)
-        assert secret is not None
-        return RingfenceClientCredentials(config, storage, secret)
-    return RingfenceOAuthProvider(config, storage, flow, secret)
+        provider = _client_credentials(config, storage, secret, key_pem)
+        # A fresh grant needs no person.
+        return GuardedAuth(provider, provider.context, config, storage, interactive=True)
+    provider = _code_grant(config, storage, flow, secret)
+    return GuardedAuth(provider, provider.context, config, storage, interactive=flow is not None)
 
 
 # -- status / logout -------------------------------------------------------------------------

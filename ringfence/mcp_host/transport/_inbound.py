@@ -7,23 +7,27 @@ event-size cap. An oversize *response* whose id can be read from its first or
 last bytes becomes a synthesized error for that request (marked with a value
 only ringfence knows, so a server cannot forge one); anything else oversize
 closes the connection.
+
+:func:`watch_inbound` puts any transport's read stream behind a watcher that
+notes when it ends (what the connection pool asks before it reuses a connection).
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
+from anyio.abc import ObjectReceiveStream
 from mcp import types
-from mcp.client import stdio as sdk_stdio
 from mcp.shared.message import SessionMessage
 
 from ...runtime._lines import BoundedLines, Oversize, oversize_id
 
-__all__ = ["BoundedTransport", "InboundLimit", "LineReader"]
+__all__ = ["BoundedTransport", "InboundLimit", "LineReader", "watch_inbound"]
 
 
 @dataclass
@@ -32,12 +36,15 @@ class InboundLimit:
 
     ``marker`` is a random value only ringfence knows: an error ringfence
     synthesizes for an oversize reply carries it, so a server cannot forge one.
-    ``closed_for`` says why the transport was closed by the cap, if it was.
+    ``closed_for`` says why the transport was closed by the cap, if it was;
+    ``ended`` that the transport's read stream ended (nothing more will come:
+    the server closed it, or the cap did).
     """
 
     max_bytes: int
     marker: str = field(default_factory=lambda: secrets.token_hex(12))
     closed_for: str | None = None
+    ended: bool = False
 
     def message(self, who: str, action: str) -> str:
         return (
@@ -89,7 +96,47 @@ class LineReader:
             text = line.decode(self.encoding, self.errors)
         except UnicodeDecodeError as exc:
             return exc
-        return sdk_stdio._parse_line(text)
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+        except ValueError as exc:  # pydantic's ValidationError: the session surfaces it
+            return exc
+        return SessionMessage(message)
+
+
+class _Watched(ObjectReceiveStream[Any]):
+    """A transport's read stream, noting in ``limit.ended`` when its reader stops.
+
+    Its one reader is the client's receive loop, which runs for the connection's
+    life: a receive that raises (the stream ended or was closed, or the loop was
+    cancelled because the transport's tasks failed, e.g. a POST that found the
+    server gone) ends it, and nothing more will be read from this connection.
+    """
+
+    def __init__(self, inner: ObjectReceiveStream[Any], limit: InboundLimit) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except BaseException:
+            self._limit.ended = True
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        # What else a reader asks of the stream (the SDK's per-message ``last_context``).
+        return getattr(self._inner, name)
+
+
+@contextlib.asynccontextmanager
+async def watch_inbound(transport: Any, limit: InboundLimit) -> AsyncIterator[tuple[Any, Any]]:
+    """``transport`` (an async context manager of ``(read, write)``) with its read stream
+    watched: ``limit.ended`` says once the stream has ended."""
+    async with transport as (read_stream, write_stream):
+        yield _Watched(read_stream, limit), write_stream
 
 
 class _BoundedBody(httpx2.AsyncByteStream):

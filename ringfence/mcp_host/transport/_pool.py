@@ -24,8 +24,8 @@ Guarantees:
   terminal.
 - Redaction comes before every cut (error text, stderr lines), so a secret
   that straddles a cut is still removed whole.
-- Only transport facts become transport errors: a closed stream (the SDK saw
-  it end) is Unavailable, the SDK's own timeout is ToolTimeout. An error code
+- Only transport facts become transport errors: a closed stream (the
+  transport's read stream ended, :func:`~._inbound.watch_inbound`) is Unavailable, the SDK's own timeout is ToolTimeout. An error code
   the *server* sent (even ``-32000``/``-32001``, which look like those) is a
   ToolError (InvalidArguments for ``-32602``) whose server-written message is
   framed as untrusted content (for an untrusted server).
@@ -44,7 +44,6 @@ confined; see :mod:`._stdio`); approval gates its tool calls, not its process.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -62,7 +61,7 @@ from .._failures import HttpStatusLog, explain
 from .._urls import url_secrets
 from ..manifest._load import ServerConfig, Transport
 from ._http import http_transport
-from ._inbound import InboundLimit
+from ._inbound import InboundLimit, watch_inbound
 from ._stdio import (
     STDERR_QUOTE_LINES,
     ConfinedWrites,
@@ -80,17 +79,13 @@ STDERR_WAIT_SECONDS = 1.0  # how long a failed connect waits for the server's st
 
 
 def _transport_closed(live: LiveConnection) -> bool:
-    """Whether the SDK already saw the transport end (nothing can be sent on it).
+    """Whether the transport already ended (nothing more can come on it, so nothing is sent).
 
-    Reads the SDK dispatcher's private flag; if a future SDK drops it, this says
-    False and a dead connection is found by the next call instead (which then
-    fails without being replayed, and the call after it reconnects).
+    Its read stream is watched (:func:`~._inbound.watch_inbound`): it ends when the
+    server closes its side or the inbound cap closes it; a connection whose runner
+    finished is closed too.
     """
-    try:
-        dispatcher = getattr(live.client.session, "_dispatcher", None)
-    except RuntimeError:
-        return True
-    return bool(getattr(dispatcher, "_closed", False))
+    return live.finished.is_set() or (live.limit is not None and live.limit.ended)
 
 
 # -- the pool ----------------------------------------------------------------------------------
@@ -287,7 +282,7 @@ class ConnectionPool:
         live.close_requested.set()
 
     async def aclose(self) -> None:
-        """Stop the server (bounded by the SDK's shutdown escalation). Idempotent."""
+        """Stop the server (bounded by the MCP lifecycle's shutdown escalation). Idempotent."""
         self._closed = True
         live = self._live
         if live is not None:
@@ -321,15 +316,14 @@ class ConnectionPool:
     def _transport(
         self,
         stack: contextlib.AsyncExitStack,
-        errlog: Any,
         limit: InboundLimit,
         sandbox: dict[str, Any],
         writes: list[ConfinedWrites],
     ) -> Any:
         if self.config.transport is Transport.STDIO:
-            return stdio_transport(
+            transport = stdio_transport(
                 self.config,
-                errlog,
+                self._read_stderr,
                 limit,
                 self._redactor,
                 self.diagnostics,
@@ -337,7 +331,22 @@ class ConnectionPool:
                 sandbox=sandbox,
                 writes=writes,
             )
-        return http_transport(self.config, stack, limit, self._redactor, self.http_log.hooks())
+        else:
+            transport = http_transport(
+                self.config, stack, limit, self._redactor, self.http_log.hooks()
+            )
+        return watch_inbound(transport, limit)
+
+    def _read_stderr(self, fd: int) -> None:
+        """Log the stdio server's stderr (``fd``, now ours) from a task of the pool's own."""
+        self._stderr_tail = deque(maxlen=STDERR_QUOTE_LINES)
+        self._stderr_done = trio.Event()
+        self._nursery.start_soon(
+            partial(read_stderr, tail=self._stderr_tail, done=self._stderr_done),
+            fd,
+            self.diagnostics,
+            self._redactor,
+        )
 
     async def _runner(self, generation: int, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Own one SDK client from connect to close. Never raises after start()."""
@@ -349,35 +358,15 @@ class ConnectionPool:
         writes: list[ConfinedWrites] = []  # a writable confined server's, closed when it ends
         try:
             async with contextlib.AsyncExitStack() as stack:
-                errlog = None
-                if self.config.transport is Transport.STDIO:
-                    read_fd, write_fd = os.pipe()
-                    os.set_inheritable(write_fd, False)
-                    errlog = os.fdopen(write_fd, "w", encoding="utf-8")
-                    stack.callback(errlog.close)
-                    self._stderr_tail = deque(maxlen=STDERR_QUOTE_LINES)
-                    self._stderr_done = trio.Event()
-                    self._nursery.start_soon(
-                        partial(
-                            read_stderr,
-                            tail=self._stderr_tail,
-                            done=self._stderr_done,
-                        ),
-                        read_fd,
-                        self.diagnostics,
-                        self._redactor,
-                    )
+                self._stderr_done = None  # set when a stdio server's stderr is being read
                 client = Client(
-                    self._transport(stack, errlog, limit, sandbox, writes),
+                    self._transport(stack, limit, sandbox, writes),
                     mode=self.config.protocol_mode,
                     cache=None,
                     client_info=CLIENT_INFO,
                     **self._client_options,
                 )
                 await stack.enter_async_context(client)
-                if errlog is not None:
-                    # The child has its copy; closing ours lets the reader see EOF when it exits.
-                    errlog.close()
                 live = LiveConnection(
                     client,
                     generation,

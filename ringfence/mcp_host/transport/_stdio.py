@@ -5,11 +5,15 @@ names in ``inherit_env`` and literal ``env`` values; every stdout line is
 bounded by the connection's :class:`~._inbound.InboundLimit` before it is
 parsed; the server's stderr is logged line by line into the bounded,
 redacted :class:`~._diagnostics.Diagnostics` and never reaches the terminal.
+The server is started by ringfence's process supervisor (``ringfence._proc``,
+the one place that spawns: its own session, its own cgroup where cgroup v2 is
+writable), and stopped as the MCP lifecycle says (stdin closed, a grace, then
+SIGTERM and SIGKILL) together with everything it started.
 
 A server whose manifest entry says ``sandbox = "local"`` is started through
 the :data:`StdioConfiner` the host passed in (the assembly layer,
-``ringfence._embed``, supplies the confined local backend's): the SDK spawns
-the wrapper it returns instead of the server, and the wrapper's first stdout
+``ringfence._embed``, supplies the confined local backend's): the wrapper it
+returns is started instead of the server, and the wrapper's first stdout
 line, its report, is read here before any protocol byte and checked by the
 confiner (a missing layer raises ``Unavailable`` naming it and its fix). No
 confiner means no connection: such a server is refused, never started
@@ -29,16 +33,18 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
 import trio
 from mcp import StdioServerParameters
-from mcp.client import stdio as sdk_stdio
+from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from ...runtime import CallContext, Redactor, Unavailable
@@ -134,7 +140,7 @@ def build_stdio_env(
 
 def stdio_transport(
     config: ServerConfig,
-    errlog: Any,
+    on_stderr: Callable[[int], None],
     limit: InboundLimit,
     redactor: Redactor,
     diagnostics: Diagnostics,
@@ -143,9 +149,10 @@ def stdio_transport(
     sandbox: dict[str, Any] | None = None,
     writes: list[ConfinedWrites] | None = None,
 ) -> Any:
-    """The SDK transport for ``config``'s stdio server (its environment's secrets registered).
+    """The transport for ``config``'s stdio server (its environment's secrets registered).
 
-    ``sandbox = "local"`` servers are wrapped by ``confiner`` (Unavailable
+    ``on_stderr(fd)`` takes over the server's stderr (a pipe's read end) once it
+    runs. ``sandbox = "local"`` servers are wrapped by ``confiner`` (Unavailable
     without one); ``sandbox`` (a dict) receives what the ``mcp_connected``
     event records: ``confined``, and for a confined server its grants and
     layers; ``writes`` receives a writable server's :class:`ConfinedWrites`
@@ -192,7 +199,7 @@ def stdio_transport(
 
     params = StdioServerParameters(command=command, args=args, env=env, cwd=cwd)
     return bounded_stdio_client(
-        params, errlog, limit, on_report=reported if confined is not None else None
+        params, limit, on_stderr=on_stderr, on_report=reported if confined is not None else None
     )
 
 
@@ -245,128 +252,180 @@ async def read_stderr(
             done.set()
 
 
-# The SDK's own process handling (spawn in a new session, the spec's shutdown escalation)
-# is reused; only the stdout reader is ringfence's, because the SDK's buffers a whole line
-# of any size before parsing it.
-_SDK_STDIO_HELPERS = (
-    "_create_platform_compatible_process",
-    "_get_executable_command",
-    "_stop_server_process",
-    "_drain_stdout",
-    "_aclose_all",
-    "_parse_line",
-    "get_default_environment",
-)
+# The MCP lifecycle's shutdown (2025-11-25, "Shutdown"; the SDK's stdio client keeps the same
+# times): stdin closed, this long for the server to exit on its own, then SIGTERM and, after
+# as long again, SIGKILL, to the server's whole tree.
+EXIT_GRACE_SECONDS = 2.0
+KILL_GRACE_SECONDS = 2.0
+_WRITER_FLUSH_SECONDS = 0.5  # for the writer to send what was accepted before stdin closes
+_READ_SIZE = 65536
 
 
 @contextlib.asynccontextmanager
 async def bounded_stdio_client(
     params: StdioServerParameters,
-    errlog: Any,
     limit: InboundLimit,
     *,
+    on_stderr: Callable[[int], None],
     on_report: Callable[[bytes], None] | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """``mcp.stdio_client`` with every inbound line bounded by ``limit`` before it is parsed.
+    """``mcp.stdio_client``'s streams, every inbound line bounded by ``limit`` before it is parsed.
 
-    With ``on_report``, the process's first stdout line (at most
+    The server is started through ringfence's process supervisor with the
+    SDK's minimal environment (``get_default_environment``) plus
+    ``params.env``, exactly; ``on_stderr(fd)`` takes over its stderr. With
+    ``on_report``, the process's first stdout line (at most
     ``MAX_REPORT_BYTES``, newline stripped; ``b""`` if stdout ends first) is
     handed to it before anything is sent or parsed; what it raises stops the
-    process and propagates. Raises Unavailable naming the missing helper if
-    the installed SDK lacks one of the pieces reused from ``mcp.client.stdio``
-    (fail closed: no unbounded reader).
+    process and propagates. A command that cannot be started raises
+    ``FileNotFoundError``/``PermissionError`` naming it (what ``connect``
+    reports as such).
     """
-    missing = [name for name in _SDK_STDIO_HELPERS if not hasattr(sdk_stdio, name)]
-    if missing:
-        raise Unavailable(
-            "the installed mcp SDK lacks mcp.client.stdio."
-            + ", ".join(missing)
-            + ", which ringfence's bounded stdio reader needs; install mcp 2.3.x",
-            field="max_message_bytes",
+    from ... import _proc  # the process supervisor, loaded by the first stdio server
+
+    await trio.to_thread.run_sync(_proc.tracking)  # probed once per process, off this thread
+    cwd = Path(params.cwd) if params.cwd is not None else Path.cwd()
+    argv = [params.command, *params.args]
+    try:
+        process = _proc.spawn(
+            argv,
+            cwd=cwd,
+            env=get_default_environment() | (params.env or {}),
+            stdin_pipe=True,
+            exact_env=True,  # the server's environment is the one built here, nothing else
         )
-    command = await sdk_stdio._get_executable_command(params.command)
-    process = await sdk_stdio._create_platform_compatible_process(
-        command=command,
-        args=params.args,
-        env=sdk_stdio.get_default_environment() | (params.env or {}),
-        errlog=errlog,
-        cwd=params.cwd,
-    )
-    early = b""
-    if on_report is not None:
-        try:
-            early = await _read_report(process, on_report)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await sdk_stdio._stop_server_process(process)
-            raise
-    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    writer_done = anyio.Event()
+    except _proc.ExecFailed as exc:
+        if exc.code == 127:
+            raise FileNotFoundError(
+                errno.ENOENT, os.strerror(errno.ENOENT), params.command
+            ) from None
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), params.command) from None
+    assert process.stdin is not None  # stdin_pipe
+    stdin = trio.lowlevel.FdStream(process.stdin)
+    stdout = trio.lowlevel.FdStream(process.stdout)
+    try:
+        on_stderr(process.stderr)
+    except BaseException:
+        os.close(process.stderr)
+        raise
+    stopped = False
 
-    async def stdout_reader() -> None:
-        reader = LineReader(limit, params.encoding, params.encoding_error_handler)
-        try:
-            # Closing read_writer (leaving this block) is what tells the session the
-            # connection ended, so it comes before the drain below, which can wait long.
-            async with read_writer:
-                pending = early  # read ahead with the report
-                while True:
-                    if pending:
-                        chunk, pending = pending, b""
-                    else:
-                        try:
-                            chunk = await process.stdout.receive()
-                        except anyio.EndOfStream:
-                            break
-                    for item in reader.feed(chunk):
-                        if item is None:
-                            # An oversize message we cannot answer: end the connection.
-                            limit.closed_for = "max_message_bytes"
-                            return
-                        await read_writer.send(item)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
-            pass  # teardown; the session sees the read stream end
-        finally:
-            # Keep the server from blocking on a full pipe until shutdown closes it.
-            await sdk_stdio._drain_stdout(process)
+    async def stop() -> None:
+        nonlocal stopped
+        if not stopped:
+            stopped = True
+            await _stop(process, stdin, stdout)
 
-    async def stdin_writer() -> None:
-        try:
-            async with write_reader:
-                async for message in write_reader:
-                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(
-                        (data + "\n").encode(params.encoding, params.encoding_error_handler)
-                    )
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            await read_writer.aclose()
-        finally:
-            writer_done.set()
+    try:
+        early = b""
+        if on_report is not None:
+            early = await _read_report(stdout, on_report)
+        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+        writer_done = anyio.Event()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stdout_reader)
-        tg.start_soon(stdin_writer)
-        try:
-            yield read_stream, write_stream
-        finally:
-            with anyio.CancelScope(shield=True):
-                read_stream.close()
-                write_stream.close()
-                with anyio.move_on_after(0.5):
-                    await writer_done.wait()
-                await sdk_stdio._stop_server_process(process)
-                await sdk_stdio._aclose_all(read_stream, write_stream, read_writer, write_reader)
-            tg.cancel_scope.cancel()
+        async def stdout_reader() -> None:
+            reader = LineReader(limit, params.encoding, params.encoding_error_handler)
+            try:
+                # Closing read_writer (leaving this block) is what tells the session the
+                # connection ended, so it comes before the drain below, which can wait long.
+                async with read_writer:
+                    pending = early  # read ahead with the report
+                    while True:
+                        chunk, pending = (pending, b"") if pending else (b"", b"")
+                        if not chunk:
+                            chunk = await stdout.receive_some(_READ_SIZE)
+                            if not chunk:
+                                break
+                        for item in reader.feed(chunk):
+                            if item is None:
+                                # An oversize message we cannot answer: end the connection.
+                                limit.closed_for = "max_message_bytes"
+                                return
+                            await read_writer.send(item)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # teardown; the session sees the read stream end
+            except OSError:
+                pass  # the pipe broke: the same
+            finally:
+                # Keep the server from blocking on a full pipe until shutdown closes it.
+                await _drain(stdout)
+
+        async def stdin_writer() -> None:
+            try:
+                async with write_reader:
+                    async for message in write_reader:
+                        data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                        await stdin.send_all(
+                            (data + "\n").encode(params.encoding, params.encoding_error_handler)
+                        )
+            except (
+                anyio.ClosedResourceError,
+                anyio.BrokenResourceError,
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                OSError,
+            ):
+                await read_writer.aclose()
+            finally:
+                writer_done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stdout_reader)
+            tg.start_soon(stdin_writer)
+            try:
+                yield read_stream, write_stream
+            finally:
+                with anyio.CancelScope(shield=True):
+                    read_stream.close()
+                    write_stream.close()
+                    with anyio.move_on_after(_WRITER_FLUSH_SECONDS):
+                        await writer_done.wait()
+                    await stop()
+                    for stream in (read_stream, write_stream, read_writer, write_reader):
+                        await stream.aclose()
+                tg.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await stop()  # done already, unless the start failed
+            process.close()
 
 
-async def _read_report(process: Any, on_report: Callable[[bytes], None]) -> bytes:
+async def _stop(
+    process: Any, stdin: trio.lowlevel.FdStream, stdout: trio.lowlevel.FdStream
+) -> None:
+    """Stop the server as the MCP lifecycle says: stdin closed, :data:`EXIT_GRACE_SECONDS` to
+    exit, then SIGTERM and SIGKILL; then whatever it left behind. Shielded by the caller."""
+    await stdin.aclose()
+    with trio.move_on_after(EXIT_GRACE_SECONDS):
+        await process.wait_leader()
+    if process.leader_exited():
+        await process.kill_rest()
+    else:
+        await process.terminate(KILL_GRACE_SECONDS)
+        await process.kill_rest()
+    await stdout.aclose()  # a survivor holding the pipe cannot keep the reader waiting
+
+
+async def _drain(stdout: trio.lowlevel.FdStream) -> None:
+    """Read and drop what the server still writes, until its stdout ends or is closed."""
+    with (
+        trio.CancelScope(shield=True),
+        contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError),
+    ):
+        while await stdout.receive_some(_READ_SIZE):
+            pass
+
+
+async def _read_report(stdout: trio.lowlevel.FdStream, on_report: Callable[[bytes], None]) -> bytes:
     """Read the first stdout line, hand it to ``on_report``; return the bytes after it."""
     buffer = b""
     while b"\n" not in buffer and len(buffer) <= MAX_REPORT_BYTES:
         try:
-            chunk = await process.stdout.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            chunk = await stdout.receive_some(_READ_SIZE)
+        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            break
+        if not chunk:
             break
         buffer += chunk
     line, newline, rest = buffer.partition(b"\n")

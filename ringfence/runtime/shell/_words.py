@@ -1,60 +1,15 @@
 """Every simple command a shell command line would run, read with a real shell parser.
 
-:func:`parse_command` turns ``git status && echo $(curl x) > out`` into the
-simple commands the shell would run (``git status``, ``echo …``, ``curl x``),
-the files it would write through redirections (``out``), and the parts that
-cannot be known without running it (*unresolved*: ``eval``, a variable in
-command position, a function definition, a parse error, …).
+:func:`parse_command` turns ``git status && echo $(curl x) > out`` into the simple commands the
+shell would run, the files its redirections write, and the parts that cannot be known without
+running it (*unresolved*). The parser is tree-sitter-bash; any parse error makes the line
+unresolved. Every command the shell could run appears as a :class:`SimpleCommand` or an
+:class:`Unresolved` part: the walk is a whitelist, and a node type it does not know is
+unresolved. The values live in :mod:`._parts`, the walk in :mod:`._tree`, the wrappers looked
+through in :mod:`._wrappers`, the programs whose arguments are code in :mod:`._programs`.
 
-The parser is tree-sitter-bash (a maintained, complete bash grammar in C; the
-pure-Python ``bashlex`` was measured and set aside: no ``case``, ``[[``,
-``$((…))`` or ``time``, ``$'…'`` read wrongly, 0.2-1.8 ms a parse and 360 ms
-to import, against 3-30 µs here). tree-sitter recovers from errors, so any
-``ERROR`` or ``MISSING`` node makes the whole command unresolved.
-
-Contract (what a caller may rely on):
-
-- Every command the shell could run appears either as a :class:`SimpleCommand`
-  or as an :class:`Unresolved` part. The walk is a whitelist: a node type it
-  does not know is unresolved (and its insides are still searched for
-  commands, so a deny rule can still see them).
-- A :class:`Word` is ``literal`` only when its value is known exactly after
-  quote removal (``"r""m"`` is ``rm``). Anything the shell would expand
-  (variables, substitutions, globs, braces, ``~``, ``$'…'``) is not literal:
-  its ``text`` is the source, and matchers must treat it as "could be any
-  number of words of any content".
-- Wrappers that only run their argument (``env``, ``command``, ``exec``,
-  ``nice``, ``nohup``, ``timeout``, ``stdbuf``, ``time``, ``builtin``,
-  ``xargs``, ``taskset``, ``unshare``, ``strace``, ``script -c``, …, ``sh
-  -c``/``bash -c`` recursively) are looked through: the inner command is
-  reported, with the wrappers in ``via``. ``sudo``/``doas`` and ``find -exec``
-  report the outer command *and* the inner one. That list is a fast filter:
-  a program on no list is reported as itself and is not ``known``.
-- The line is *resolved* (:attr:`ShellParse.resolved`) only when nothing in
-  it becomes code or words at run time: a command or process substitution,
-  a backquote (anywhere, ``${x:-`…`}`` included), ``eval``/``source``, a
-  shell or interpreter fed its input (``sh -``, ``sh /dev/stdin``,
-  ``python3 -``) or code as text (``-c``/``-e`` of any interpreter, an
-  ``awk`` program that can start commands, ``sed`` ``e``/``w``, ``git -c``,
-  ``tar --checkpoint-action``, ``make --eval``), ``xargs`` giving its input
-  to such a program, a script file the same line may have written (``echo …
-  > s; sh s``) are each an :class:`Unresolved` part. The commands inside
-  them are still reported where they can be read (a backquote's text is
-  unescaped and parsed again), so a deny rule sees them.
-- ``SimpleCommand.known``: the program is one the judge knows starts no
-  program other than those reported (``._programs.STARTS_NO_PROGRAM``).
-
-Not promised: the parse follows bash; ``run_shell`` runs ``/bin/sh`` (dash,
-busybox), whose differences (no ``$'…'``, ``{a,b}``, ``<(…)``) only make
-constructs this module already treats as non-literal or unresolved literal
-text there. Names are not resolved: ``./git`` is not ``git`` (allow rules
-compare the command name exactly; deny rules compare its last component).
-
-Where the parts live: the values in :mod:`._parts`, the tree walk in
-:mod:`._tree`, the wrappers looked through in :mod:`._wrappers`, the
-programs whose arguments are code (and those that start nothing) in
-:mod:`._programs`; this module parses (bounds, cache) and is the one its
-callers import.
+The contract in full, why not bashlex (measured), and what is not promised:
+docs/design/shell-words.md.
 """
 
 from __future__ import annotations

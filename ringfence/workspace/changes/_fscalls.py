@@ -3,9 +3,9 @@
 ``renameat2(RENAME_NOREPLACE)`` (a new directory tree merged by one rename
 that never replaces anything), ``syncfs`` (a durable merge waits for one
 journal commit, not one fsync per file) and :class:`Releases` (a
-replaced inode freed off the merge's path). Each is looked up in libc once;
-where one is missing the writer does without it (no whole-tree moves; an
-fsync per file and directory).
+replaced inode freed off the merge's path, on a thread the merge starts and
+joins). Each system call is looked up in libc once; where one is missing the
+writer does without it (no whole-tree moves; an fsync per file and directory).
 """
 
 from __future__ import annotations
@@ -58,34 +58,38 @@ def rename_noreplace(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
         raise OSError(err, os.strerror(err), dst)
 
 
-_closing: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
-_closer_lock = threading.Lock()
-_closer: list[threading.Thread] = []
 _BATCH = 64  # descriptors handed over at once: one wake-up of the closer per batch
 _BACKLOG = 4096 // _BATCH  # batches waiting beyond this are closed by their merge
 
 
-def _close_forever() -> None:
-    while True:
-        for fd in _closing.get():
+def _close_batches(batches: queue.SimpleQueue[list[int] | None]) -> None:
+    """The closer thread: close every batch it is handed until it is handed None."""
+    while (fds := batches.get()) is not None:
+        for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
 
 class Releases:
-    """A merge's replaced files' last descriptors, closed on a thread of its own.
+    """A merge's replaced files' last descriptors, closed on a thread of the merge's own.
 
     That close frees the old inode: on a busy ext4 ~0.3-1 ms of journal work
     per file, which need not hold up the merge (the workspace already shows
     the new file; only the old one's blocks are not yet free). Handed over
-    :data:`_BATCH` at a time and by :meth:`flush` (the merge's end): a
-    hand-over per file woke the closer each time, and the two threads'
-    turns at the interpreter cost more than the closes. A backlog beyond
-    4,096 descriptors is closed by the merge itself, so they never pile up.
+    :data:`_BATCH` at a time and by :meth:`flush`: a hand-over per file woke
+    the closer each time, and the two threads' turns at the interpreter cost
+    more than the closes. A backlog beyond 4,096 descriptors is closed by the
+    merge itself, so they never pile up.
+
+    The thread starts with the first batch and ends in :meth:`join` (the
+    merge's end, whatever happened): no thread outlives the merge that
+    started it. Where no thread can be started, the merge closes them itself.
     """
 
     def __init__(self) -> None:
         self._fds: list[int] = []
+        self._batches: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
     def __call__(self, fd: int) -> None:
         self._fds.append(fd)
@@ -93,21 +97,38 @@ class Releases:
             self.flush()
 
     def flush(self) -> None:
+        """Hand what is held to the closer (started now if it is not running yet)."""
         fds, self._fds = self._fds, []
         if not fds:
             return
-        if _closing.qsize() > _BACKLOG:
-            for fd in fds:
-                os.close(fd)
-            return
-        with _closer_lock:
-            if not _closer:
-                thread = threading.Thread(
-                    target=_close_forever, name="ringfence-release", daemon=True
-                )
+        if self._thread is None:
+            thread = threading.Thread(
+                target=_close_batches, args=(self._batches,), name="ringfence-release"
+            )
+            try:
                 thread.start()
-                _closer.append(thread)
-        _closing.put(fds)
+            except RuntimeError:  # no thread to be had: close them here
+                _close_now(fds)
+                return
+            self._thread = thread
+        elif self._batches.qsize() > _BACKLOG:
+            _close_now(fds)
+            return
+        self._batches.put(fds)
+
+    def join(self) -> None:
+        """Hand over the rest and wait until every descriptor is closed and the thread ended."""
+        self.flush()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._batches.put(None)
+            thread.join()
+
+
+def _close_now(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _load_syncfs() -> Callable[[int], int] | None:

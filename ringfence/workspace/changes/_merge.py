@@ -575,10 +575,13 @@ def merge_changes(
             raise
         finally:
             dirs.close()
-            releases.flush()
-            sync_and_close(to_sync or {})
-            if sources is not None:
-                sources.close()
+            releases.flush()  # the closes go on meanwhile; joined last
+            try:
+                sync_and_close(to_sync or {})
+                if sources is not None:
+                    sources.close()
+            finally:
+                releases.join()
         return MergeReport(tuple(applied), tuple(refused))
 
 

@@ -157,11 +157,16 @@ def _scan(resolver: Resolver) -> GitSnapshot:
 
 
 def check_resulting_tree(
-    resolver: Resolver, changes: Sequence[Change], blobs: Blobs | None = None
+    resolver: Resolver,
+    changes: Sequence[Change],
+    blobs: Blobs | None = None,
+    *,
+    what: str = "this change set",
 ) -> None:
     """Refuse ``changes`` (``git_metadata``, ``invalid_arguments``) when the tree they leave
     differs where git or a link would see it (see the module docstring). Blocking; reads only;
-    inside an operation of ``resolver`` (its root descriptors held open).
+    inside an operation of ``resolver`` (its root descriptors held open). ``what`` names the
+    writer in the refusal (``this change set``, ``this write``).
     """
     if not changes:
         return
@@ -176,7 +181,7 @@ def check_resulting_tree(
 
     # One pass each, in C: a command's set can be 10,000 changes (see _tree).
     written = list(compress(changes, map(_AFTER, changes)))
-    _check_physical(after, written, absolute)
+    _check_physical(after, written, absolute, what)
 
     # Git: every directory where what discovery finds may differ.
     candidates: dict[str, None] = dict.fromkeys(root_paths)
@@ -198,9 +203,8 @@ def check_resulting_tree(
         if was != will:
             shown = escape_name(directory)
             raise GitMetadata(
-                f"after this change set git would find {_describe(will)} at {shown} "
-                f"(now {_describe(was)}); the change set was refused as a whole, "
-                "nothing was changed",
+                f"after {what} git would find {_describe(will)} at {shown} "
+                f"(now {_describe(was)}); {_refused(what)}",
                 path=shown,
             )
 
@@ -213,7 +217,7 @@ def check_resulting_tree(
         where = absolute(*key)
         target, _ = realpath(after, where)
         if not after.inside(target):
-            raise _leaves(where, target)
+            raise _leaves(where, target, what)
     existing = set(snapshot.links) | {k for k, e in snapshot.entries.items() if e.kind == "link"}
     for key in existing - made:
         where = absolute(*key)
@@ -222,20 +226,25 @@ def check_resulting_tree(
             continue  # removed or replaced by the set
         target, _ = realpath(after, where)
         if not after.inside(target) and before.inside(realpath(before, where)[0]):
-            raise _leaves(where, target, existing=True)
+            raise _leaves(where, target, what, existing=True)
 
 
-def _leaves(where: str, target: str, existing: bool = False) -> InvalidArguments:
-    what = "the existing link" if existing else "the link"
+def _refused(what: str) -> str:
+    if what == "this change set":
+        return "the change set was refused as a whole, nothing was changed"
+    return "nothing was written"
+
+
+def _leaves(where: str, target: str, what: str, existing: bool = False) -> InvalidArguments:
+    link = "the existing link" if existing else "the link"
     return InvalidArguments(
-        f"after this change set {what} {escape_name(where)} would resolve to "
-        f"{escape_name(target)}, outside the workspace roots; the change set was refused "
-        "as a whole, nothing was changed",
+        f"after {what} {link} {escape_name(where)} would resolve to {escape_name(target)}, "
+        f"outside the workspace roots; {_refused(what)}",
         field="path",
     )
 
 
-def _check_physical(after: TreeView, written: Sequence[Change], absolute: Any) -> None:
+def _check_physical(after: TreeView, written: Sequence[Change], absolute: Any, what: str) -> None:
     """Every path the set writes lies in a directory of the resulting tree (never a link):
     a change set names physical paths, so the view judges what will be written."""
     parents = map(_HEAD, map(str.rpartition, map(_PATH, written), repeat("/")))
@@ -245,7 +254,7 @@ def _check_physical(after: TreeView, written: Sequence[Change], absolute: Any) -
         node: Node | None = after.lstat(absolute(root, parent))
         if node is not None and node.kind != "dir":
             raise InvalidArguments(
-                f"a change below {escape_name(parent)}: not a directory after this change set "
-                f"(a {node.kind}); the change set was refused as a whole, nothing was changed",
+                f"a change below {escape_name(parent)}: not a directory after {what} "
+                f"(a {node.kind}); {_refused(what)}",
                 field="path",
             )

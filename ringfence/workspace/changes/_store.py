@@ -1,49 +1,14 @@
 """Checkpoints: every change set kept outside the workspace, listable, showable, undoable.
 
-Where: ``$RINGFENCE_HOME/checkpoints/<workspace id>/`` (the id is the first
-16 hex digits of the sha256 of the roots' real paths), holding ``blobs/``
-(file contents and link targets, named by their sha256, written once) and
-``sets/<id>.json`` (one manifest per change set, written to a temporary name
-and renamed, so a manifest is whole or absent) and ``packs/`` (the
-after-images of a shell command's files, appended to one ``<name>.pack`` per
-command with its ``<name>.idx`` of ``digest offset size`` lines: a
-10,000-file command costs one new file in the store, not 10,000, and its
-files can then be renamed into the workspace without sharing an inode with
-the store). Ids sort by creation time.
+``$RINGFENCE_HOME/checkpoints/<workspace id>/`` holds content-addressed ``blobs/``, ``packs/``
+(a shell command's after-images, one pack per command) and one manifest per change set
+(``sets/<id>.json``, whole or absent), bounded by :class:`Retention` (count, age, MiB: oldest
+first). Blobs are checked against their digest when read, so a torn one is refused, never
+restored. This module opens one path string, the store directory (outside every root);
+everything below it is reached by descriptor. Over 500 lines on purpose: blobs, packs,
+manifests and retention share the store's lock and descriptors.
 
-Retention (:class:`Retention`, checked when a store opens and after every
-32 change sets or every quarter of the sets held, whichever is more: a
-save pays a constant share of the check, and a store of 500 holds at most
-~625 between checks): keep at most ``keep`` change sets (default 500,
-``$RINGFENCE_CHECKPOINTS_KEEP``), none older than ``max_age_days`` (default
-30, ``$RINGFENCE_CHECKPOINTS_DAYS``), and blobs totalling at most ``max_mib``
-(default 1024, ``$RINGFENCE_CHECKPOINTS_MIB``); the oldest sets go first
-(the newest is always kept), then blobs no set names (unless stored in the
-last hour: a manifest naming them may still be on its way). A pack goes
-whole once no set names any of its blobs (the MiB limit counts live blobs).
-
-Durability: blobs and manifests are renamed into place (never half-written
-under their name) but not fsynced, so a crash of ringfence loses nothing and
-a power loss may lose the last change sets or leave a blob torn; every blob
-is checked against its digest when read, so a torn one is refused, never
-restored. ``$RINGFENCE_CHECKPOINTS_FSYNC=1`` fsyncs both (about 0.3 ms more
-per write on ext4 here).
-
-Who records: ``write_file`` and ``edit_file`` through :func:`._undo.recorded`
-(before-image, after-image, directories the call made; stored before the
-write is visible, the manifest dropped again if the write fails), ``undo``
-and ``apply_changes`` (the images they found before writing), and
-``run_shell`` on a backend with change sets (read from the command's
-overlay upper directories, stored before the merge, then rewritten with
-what the merge applied; under ``--dry-run`` stored as ``staged``). Not
-recorded: writes outside the roots under the ``unrestricted`` posture, and
-shell commands without change sets.
-
-This module opens one path string, the store directory (outside every
-root); everything below it is reached by descriptor.
-
-Over 500 lines on purpose: blobs, packs, manifests and retention share the
-store's lock and descriptors, and retention must see blobs and packs together.
+Layout, retention, durability and who records: docs/design/checkpoint-store.md.
 """
 
 from __future__ import annotations
