@@ -241,7 +241,11 @@ def own_socket(raw: Any) -> socket.socket:
 OVERLAY_FAILED = "ringfence: the change-set overlay could not be set up"
 
 
-_WAIT_FOR_MAP = "until read _ </proc/self/gid_map; do :; done 2>/dev/null; "
+# The command's first words (after the seal): say its pid, give its stdout back, and wait
+# (a builtin read, no fork; only while the other side writes three lines) for its map.
+_WAIT_FOR_MAP = (
+    'echo "p$$"; exec 1>&7 7>&-; until read _ </proc/self/gid_map; do :; done 2>/dev/null; '
+)
 
 
 def overlay_wrapper(
@@ -265,7 +269,9 @@ def overlay_wrapper(
        the command's own stacked seccomp filter (no mount, unshare, setns, new
        namespaces, …; the local backend's command filter), so nothing the
        command runs can make a namespace or mount, though the container's
-       profile lets the wrapper. It waits there until its map is written.
+       profile lets the wrapper. It waits there until its map is written
+       (the wrapper learns that the child has unshared from the child itself,
+       over a pipe: nothing spins while it starts).
 
     Any failure prints :data:`OVERLAY_FAILED` and exits 125 before the
     command runs; the command never runs on the plain root.
@@ -289,16 +295,19 @@ def overlay_wrapper(
         f"{mount} -t tmpfs -o ro,mode=0,size=4k rf {quote(hidden)} || __rf_f 'hide {hidden}'",
         'cd "$1" || __rf_f cwd',
         "__rf_i=$2; shift 2",
-        # The command waits (a builtin read, no fork) until its gid map exists, then
-        # exports its variables (each its own argument) and becomes the command.
-        f'{quote(shell.unshare)} -U {SEAL_PATH} /bin/sh -c "$__rf_i" rf "$@" &',
-        "__rf_c=$!",
-        # Fails until the child has its own namespace (the outer map is written once).
-        f'until echo "{uid} 0 1" 2>/dev/null >/proc/$__rf_c/uid_map; do '
-        "kill -0 $__rf_c 2>/dev/null || __rf_f 'user namespace'; done",
-        f'echo deny >/proc/$__rf_c/setgroups && echo "{gid} 0 1" >/proc/$__rf_c/gid_map '
-        "|| __rf_f 'group map'",
-        "wait $__rf_c",
+        # The nested namespace's first process says its pid once it has unshared (on the
+        # pipe, before its stdout goes back to the command's: descriptor 7); the right-hand
+        # side, blocked in `read` until then, writes its maps. No loop spins while the child
+        # starts (two spinning shells cost 5-20 ms a command on two busy cores). The left
+        # side then sends the command's status, which the right side exits with: the
+        # pipeline's status is the command's (dash has no pipefail).
+        "exec 7>&1",
+        f'{{ {quote(shell.unshare)} -U {SEAL_PATH} /bin/sh -c "$__rf_i" rf "$@"; echo "s$?"; }} | '
+        "{ read __rf_c || exit 125; case $__rf_c in s*) exit ${__rf_c#s};; esac; __rf_c=${__rf_c#p}; "
+        f'{{ echo "{uid} 0 1" >/proc/$__rf_c/uid_map && echo deny >/proc/$__rf_c/setgroups && '
+        f'echo "{gid} 0 1" >/proc/$__rf_c/gid_map; }} 2>/dev/null || '
+        "{ kill -KILL $__rf_c; __rf_f 'user namespace map'; }; "
+        "read __rf_c; exit ${__rf_c#s}; }",
     ]
     return "\n".join(lines)
 
