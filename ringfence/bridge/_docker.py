@@ -16,12 +16,14 @@ A killed host leaves no runner: the bridge socket closes and the runner's
 watchdog exits. ``kill()`` sends SIGKILL to the exec's host pid (a local
 daemon, a root host); where that cannot reach, closing the bridge does.
 
-Warm runs: after each launch the launcher starts the next runner in the
-background (a system task), so it has started its interpreter and done its
+Warm runs: when a run's runner is closed, the launcher starts the next one in
+the background (a system task), so it has started its interpreter and done its
 imports, waiting on its stdin, when the next script comes: a run then costs no
 ``docker exec`` (~70 ms here) on its path, only the activation (the secret and
-the config on that stdin). A spare that died meanwhile is dropped and a fresh
-one started. :meth:`DockerScriptLauncher.aclose` ends the spare.
+the config on that stdin). Not earlier: an exec starting while the run's own
+runner exits held that exit's end of stream back by ~55 ms here (the engine
+serialises them). A spare that died meanwhile is dropped and a fresh one
+started. :meth:`DockerScriptLauncher.aclose` ends the spare.
 """
 
 from __future__ import annotations
@@ -154,8 +156,10 @@ class DockerScriptLauncher:
         except BaseException:
             await child.aclose()
             raise
-        if not self._closed:
-            trio.lowlevel.spawn_system_task(self._start_spare, env)
+        if not self._closed:  # the next run's runner, once this one is closed
+            child.on_close = lambda: (
+                self._closed or trio.lowlevel.spawn_system_task(self._start_spare, env)
+            )
         return child
 
     def _argv(self) -> list[str]:
@@ -191,6 +195,7 @@ class _ExecChild:
         self.pid: int | None = None
         self._eof = trio.Event()
         self._code: int | None = None
+        self.on_close: Callable[[], object] | None = None
 
     def waiting(self) -> bool:
         """Whether the runner is still there (a spare's stream has not ended; no blocking)."""
@@ -244,6 +249,9 @@ class _ExecChild:
         with trio.CancelScope(shield=True):
             self.kill()
             self.sock.close()
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            on_close()
 
 
 async def _collect(child: _ExecChild) -> int:
