@@ -35,7 +35,7 @@ from ...runtime import ToolError, Unavailable
 from .._output import Capture
 from .._shellstate import STATE_LIMIT
 from ._api import map_docker_errors
-from ._seal import MOUNT_PATH, SEAL_PATH
+from ._seal import MOUNT_PATH, SEAL_PATH, USERNS_PATH
 
 __all__ = [
     "OVERLAY_FAILED",
@@ -241,20 +241,14 @@ def own_socket(raw: Any) -> socket.socket:
 OVERLAY_FAILED = "ringfence: the change-set overlay could not be set up"
 
 
-# The command's first words (after the seal): say its pid, give its stdout back, and wait
-# (a builtin read, no fork; only while the other side writes three lines) for its map.
-_WAIT_FOR_MAP = (
-    'echo "p$$"; exec 1>&7 7>&-; until read _ </proc/self/gid_map; do :; done 2>/dev/null; '
-)
-
-
 def overlay_wrapper(
     layers: Sequence[tuple[str, str, str]], hidden: str, uid: int, gid: int, shell: Supervisor
 ) -> str:
-    """The script a command runs under in change-set mode (``sh -c SCRIPT rf CWD INNER ENV… ARGV…``).
+    """The words a command runs under in change-set mode (``WORDS rf CWD INNER ENV… ARGV…``).
 
-    It runs as root of a fresh user namespace (``unshare -Urm``: the
-    container user mapped to 0) in a fresh mount namespace, and:
+    :data:`._seal.USERNS_PATH` makes a new session and enters a fresh user
+    namespace (the container user, ``uid``/``gid``, mapped to 0) and mount
+    namespace, then runs a script as root there, which:
 
     1. mounts an overlay on each root's container path (``layers``: target,
        upper, work), the read-only root its lower layer;
@@ -269,9 +263,12 @@ def overlay_wrapper(
        the command's own stacked seccomp filter (no mount, unshare, setns, new
        namespaces, …; the local backend's command filter), so nothing the
        command runs can make a namespace or mount, though the container's
-       profile lets the wrapper. It waits there until its map is written
-       (the wrapper learns that the child has unshared from the child itself,
-       over a pipe: nothing spins while it starts).
+       profile lets the wrapper. The nested namespace is entered by the same
+       static program, which writes its own one-line maps while it still has
+       that namespace's capabilities and loses them at the ``exec`` of the seal
+       (a uid that is not 0 there): no second process, nothing waits in a loop
+       (util-linux's ``setsid``/``unshare``, dynamic, and two shells spinning
+       until the map was written cost 5-20 ms a command on two busy cores).
 
     Any failure prints :data:`OVERLAY_FAILED` and exits 125 before the
     command runs; the command never runs on the plain root.
@@ -297,21 +294,10 @@ def overlay_wrapper(
         f"{mount} rf {quote(hidden)} tmpfs mode=0,size=4k ro || __rf_f 'hide {hidden}'",
         'cd "$1" || __rf_f cwd',
         "__rf_i=$2; shift 2",
-        # The nested namespace's first process says its pid once it has unshared (on the
-        # pipe, before its stdout goes back to the command's: descriptor 7); the right-hand
-        # side, blocked in `read` until then, writes its maps. No loop spins while the child
-        # starts (two spinning shells cost 5-20 ms a command on two busy cores). The left
-        # side then sends the command's status, which the right side exits with: the
-        # pipeline's status is the command's (dash has no pipefail).
-        "exec 7>&1",
-        f'{{ {quote(shell.unshare)} -U {SEAL_PATH} /bin/sh -c "$__rf_i" rf "$@"; echo "s$?"; }} | '
-        "{ read __rf_c || exit 125; case $__rf_c in s*) exit ${__rf_c#s};; esac; __rf_c=${__rf_c#p}; "
-        f'{{ echo "{uid} 0 1" >/proc/$__rf_c/uid_map && echo deny >/proc/$__rf_c/setgroups && '
-        f'echo "{gid} 0 1" >/proc/$__rf_c/gid_map; }} 2>/dev/null || '
-        "{ kill -KILL $__rf_c; __rf_f 'user namespace map'; }; "
-        "read __rf_c; exit ${__rf_c#s}; }",
+        f'exec {USERNS_PATH} U "{uid} 0 1" "{gid} 0 1" {SEAL_PATH} /bin/sh -c "$__rf_i" rf "$@"',
     ]
-    return "\n".join(lines)
+    script = "\n".join(lines)
+    return f"{USERNS_PATH} S {quote(f'0 {uid} 1')} {quote(f'0 {gid} 1')} /bin/sh -c {quote(script)}"
 
 
 def overlay_unavailable(stderr: str) -> Unavailable:
@@ -452,12 +438,9 @@ class Supervisor:
             job = f"{assigns} {quote(self.setsid)} {words}"
         else:
             # The variables are arguments, exported one by one: no value is ever parsed.
-            inner = _WAIT_FOR_MAP + 'export "$1"; shift; ' * len(env) + 'exec "$@"'
+            inner = 'export "$1"; shift; ' * len(env) + 'exec "$@"'
             assigns = " ".join(quote(f"{k}={v}") for k, v in env.items())
-            job = (
-                f"{quote(self.setsid)} {quote(self.unshare)} -Urm /bin/sh -c {quote(overlay)} "
-                f"rf {quote(cwd)} {quote(inner)} {assigns} {words}"
-            )
+            job = f"{overlay} rf {quote(cwd)} {quote(inner)} {assigns} {words}"
         state, saved = "", ""
         if state_file is not None:
             state = f" 3>{quote(state_file)}"
