@@ -38,7 +38,7 @@ from ringfence.backends import (
     start_docker,
 )
 from ringfence.backends.docker._idmap import idmapped_view
-from ringfence.backends.docker._seal import seal_program
+from ringfence.backends.docker._seal import mount_program, seal_program, userns_program
 from ringfence.backends.docker._seccomp import NAMESPACE_ALLOW, profile
 from ringfence.backends.testing import check_backend
 from ringfence.runtime import RingfenceError, Unavailable
@@ -492,12 +492,16 @@ async def test_a_change_set_command_can_make_no_namespace_and_no_mount(
                 code = f"import ctypes, os, sys\n{attack}\nprint('ESCAPED')"
                 r = await sh(session, ["python3", "-c", code], workspace)
                 assert "ESCAPED" not in r.stdout and r.exit_code != 0, (name, r)
-        # The installer is root's and read-only: a command cannot replace it so that a later
-        # command runs without its filter.
-        swap = "cp /bin/sh /tmp/s; cp /tmp/s /.rf-bin/seal || mv /tmp/s /.rf-bin/seal || rm -f /.rf-bin/seal"
-        r = await sh(session, f"{swap}; ls -l /.rf-bin; sha256sum /.rf-bin/seal", workspace)
-        assert "-r-xr-xr-x" in r.stdout and "denied" in r.stderr, r
-        assert hashlib.sha256(seal_program()).hexdigest() in r.stdout, r
+        # The installer and the wrapper's namespace and mount programs (they run before the
+        # filter) are root's and read-only: a command cannot replace one so that a later
+        # command runs without its filter or in namespaces of its choosing.
+        for name, program in (("seal", seal_program), ("userns", userns_program),
+                              ("mount", mount_program)):  # fmt: skip
+            path = f"/.rf-bin/{name}"
+            swap = f"cp /bin/sh /tmp/s; cp /tmp/s {path} || mv /tmp/s {path} || rm -f {path}"
+            r = await sh(session, f"{swap}; ls -l {path}; sha256sum {path}", workspace)
+            assert "-r-xr-xr-x" in r.stdout and "denied" in r.stderr, (name, r)
+            assert hashlib.sha256(program()).hexdigest() in r.stdout, (name, r)
         r = await sh(session, "unshare -U true && echo ESCAPED", workspace)
         assert "ESCAPED" not in r.stdout and r.exit_code != 0, r
         r = await sh(session, "echo fine > ok.txt && cat keep.txt", workspace)

@@ -54,7 +54,7 @@ __all__ = [
 SEAL_DIR = "/.rf-bin"
 SEAL_PATH = f"{SEAL_DIR}/seal"
 SEAL_FAILED = "ringfence: the command's seccomp filter could not be installed; it did not run"
-# The overlay wrapper's mount(2), without a dynamic mount(8) per call (~5 ms each on the
+# The overlay wrapper's mount(2), without a dynamic mount(8) per call (~1.7 ms each on the
 # debian image here, util-linux's libraries loaded twice a command): ``mount SOURCE TARGET
 # FSTYPE DATA [ro]``; a fifth argument adds MS_RDONLY. Exits 0, or 1 with MOUNT_FAILED.
 MOUNT_PATH = f"{SEAL_DIR}/mount"
