@@ -256,7 +256,9 @@ async def test_a_commands_environment_does_not_steer_the_wrapper(
     )
     for name in ("mount", "unshare", "sh"):
         os.chmod(workspace / "bin" / name, 0o755)
-    env = {"PATH": "/workspace/bin:/bin", "IFS": "/", "n": "0", "ENV": "/workspace/bin/sh"}
+    # __rf_i: the wrapper's own variable (what it runs next), exported by its last act.
+    env = {"PATH": "/workspace/bin:/bin", "IFS": "/", "n": "0", "ENV": "/workspace/bin/sh",
+           "__rf_i": "Sexec /workspace/bin/sh"}  # fmt: skip
     session = await start(workspace)
     try:
         r = await session.run(

@@ -294,7 +294,14 @@ def overlay_wrapper(
         f"{mount} rf {quote(hidden)} tmpfs mode=0,size=4k ro || __rf_f 'hide {hidden}'",
         'cd "$1" || __rf_f cwd',
         "__rf_i=$2; shift 2",
-        f'exec {USERNS_PATH} U "{uid} 0 1" "{gid} 0 1" {SEAL_PATH} /bin/sh -c "$__rf_i" rf "$@"',
+        # S…: a shell after the seal exports the variables and finds the program on PATH.
+        # D…: the program is a path: this shell's last act exports them (our own text, read
+        # whole before it runs, so a variable cannot change what follows), and only static
+        # programs, which read no environment, run before the command.
+        f'case $__rf_i in S*) exec {USERNS_PATH} U "{uid} 0 1" "{gid} 0 1" {SEAL_PATH} '
+        '/bin/sh -c "${__rf_i#S}" rf "$@";; esac',
+        'eval "${__rf_i#D}"',
+        f'exec {USERNS_PATH} U "{uid} 0 1" "{gid} 0 1" {SEAL_PATH} "$@"',
     ]
     script = "\n".join(lines)
     return f"{USERNS_PATH} S {quote(f'0 {uid} 1')} {quote(f'0 {gid} 1')} /bin/sh -c {quote(script)}"
@@ -438,7 +445,9 @@ class Supervisor:
             job = f"{assigns} {quote(self.setsid)} {words}"
         else:
             # The variables are arguments, exported one by one: no value is ever parsed.
-            inner = 'export "$1"; shift; ' * len(env) + 'exec "$@"'
+            exports = 'export "$1"; shift; ' * len(env)
+            direct = argv[0].startswith("/")  # a string command: the session's shell by path
+            inner = f"D{exports}" if direct else f'S{exports}exec "$@"'
             assigns = " ".join(quote(f"{k}={v}") for k, v in env.items())
             job = f"{overlay} rf {quote(cwd)} {quote(inner)} {assigns} {words}"
         state, saved = "", ""
