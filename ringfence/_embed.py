@@ -194,8 +194,8 @@ def create_kernel(
     as a change set under ``$RINGFENCE_HOME/checkpoints/`` and registers
     ``undo``; ``False`` registers no ``undo`` and records nothing.
 
-    ``change_sets`` (default: on for the ``local`` backend when
-    ``checkpoints`` is on and its sandbox is ``strict``, off otherwise): each ``run_shell`` command runs on
+    ``change_sets`` (default: on when ``checkpoints`` is on, for the ``local`` backend with
+    its ``strict`` sandbox and for ``docker`` but on gVisor's ``runsc``; off otherwise): each ``run_shell`` command runs on
     an overlay of the roots and its writes reach them only through the
     guarded merge, as an undoable change set (``run_shell`` is then
     ``reversible`` without network); ``False`` lets commands write the roots
@@ -226,8 +226,14 @@ def create_kernel(
     # backends: checked before anything opens, so an unknown name leaks nothing
     backend_name = select_backend(backend)
     if change_sets is None:  # best-effort sandboxes may lack the namespaces overlays need
-        strict = (backend_options or {}).get("sandbox", "strict") == "strict"
-        change_sets = backend_name == "local" and checkpoints and strict
+        opts = backend_options or {}
+        strict = opts.get("sandbox", "strict") == "strict"
+        # gVisor cannot mount the overlay in a user namespace: docker on runsc keeps its
+        # default off (asked for explicitly, it is refused with the reason).
+        change_sets = checkpoints and (
+            (backend_name == "local" and strict)
+            or (backend_name == "docker" and opts.get("runtime") != "runsc")
+        )
     if change_sets and not checkpoints:
         raise InvalidArguments(
             "change_sets=True needs checkpoints=True (the store change sets are kept in)",

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     )
     from .docker._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
     from .docker._options import DockerOptions as DockerOptions
+    from .docker._pool import PoolStats as PoolStats, WarmPool as WarmPool
     from .docker._session import (
         CONTAINER_LABEL as CONTAINER_LABEL,
         DockerSession as DockerSession,
@@ -88,6 +89,8 @@ _LAZY = {
     "ImageRecipe": ".docker._images",
     "CONTAINER_LABEL": ".docker._session",
     "DockerOptions": ".docker._options",
+    "PoolStats": ".docker._pool",
+    "WarmPool": ".docker._pool",
     "DockerSession": ".docker._session",
     "remove_stale_containers": ".docker._session",
     "start_docker": ".docker._session",

@@ -198,11 +198,35 @@ def _docker_checks() -> list[Check]:
                 )
         if all(image.reference != default for image in listed):
             checks.append(_configured_image(client, default))
+        checks.append(_containers(client))
         return checks
     except RingfenceError as exc:
         return [Check("docker daemon", False, exc.message, None, ("docker",))]
     finally:
         client.close()
+
+
+def _containers(client: Any) -> Check:
+    """ringfence's containers on this daemon, from their labels: in sessions, from warm pools.
+
+    Informational (no backend needs it). A pool's own figures (warm, claims, misses) are
+    its process's: in each claiming or missing session's ``backend_started`` metadata.
+    A pooled container keeps its label once claimed: "warm or claimed".
+    """
+    from .docker._session import CONTAINER_LABEL
+
+    with map_docker_errors():
+        found = client.containers.list(
+            all=True, filters={"label": CONTAINER_LABEL}, ignore_removed=True
+        )
+    pooled = sum(1 for c in found if c.labels.get(f"{CONTAINER_LABEL}.pool") == "1")
+    owners = {c.labels.get(f"{CONTAINER_LABEL}.owner", "") for c in found}
+    detail = (
+        f"{len(found)} ringfence container(s) on this daemon: {len(found) - pooled} in "
+        f"sessions, {pooled} from warm pools (warm or claimed), held by {len(owners)} "
+        "process(es); each goes with its process (a lease)"
+    )
+    return Check("docker containers", True, detail)
 
 
 def _configured_image(client: Any, reference: str) -> Check:

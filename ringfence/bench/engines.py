@@ -7,23 +7,31 @@ of each change set) become the bottleneck.
 
 The per-operation costs are measured first, on this machine's engine:
 
-* ``start``: a docker session's start (container create + start + its
+* ``start``: a docker session's cold start (container create + start + its
   supervisor shell);
+* ``claim``: a change-set session's start from a warm pool (issue 34);
 * ``exec``: a warm command round trip (``true``);
 * ``ship``: a 2,000-file workspace sent with ``put_archive``;
-* ``fetch``: a small change set (10 files) read back with ``get_archive``;
+* ``fetch``: a small change set (10 files) brought back over the shipped
+  session's own stream (a shipped command writing 10 files, less one writing
+  nothing);
 * ``kernel``: the kernel's own work per command: a call through the Gate and
   the merge of a 10-file change set through the guarded writer.
 
 Then a discrete-event model runs on trio's virtual clock (``MockClock``,
-autojump): ``M`` sessions arrive together; each is placed on the engine
-with the fewest sessions, starts (one create at a time per engine: the
-daemon serializes them), is shipped (one transfer at a time per engine
-link), then runs ``K`` commands, each an exec (at most ``cpus`` at a time
-per engine), a fetch, and the kernel's work (one at a time: the kernel is
-one thread). The rows report commands per second and session-start
-latency (median, p95) for each pool size, and the kernel's utilisation:
-when it nears 100 %, more engines add nothing.
+autojump): ``SESSIONS_PER_ENGINE`` sessions per engine arrive together (so
+linear scaling is ``n`` times one engine's throughput); each is placed on
+the engine with the fewest sessions, claims a warm container there (each
+engine's pool keeps ``POOL`` warm, refilled by cold starts, one create at a
+time per engine: the daemon serializes them) or starts cold, is shipped
+(one transfer at a time per engine link), then runs ``K`` commands, each an
+exec and its fetch (at most ``cpus`` at a time per engine) and the kernel's
+work (one at a time per kernel: a kernel is one thread). The rows report
+commands per second, its fraction of linear, session-start latency (median,
+p95) for each pool size, and the kernel's utilisation: when it nears 100 %,
+more engines add nothing. A last row models ``KERNELS`` kernels (one per
+core here) behind a router, sessions spread over them: the router is not
+built; the row says what it would buy.
 
 Non-claims: the model has no network latency between machines (engines are
 measured on loopback), no engine failures, and treats every session alike.
@@ -46,10 +54,12 @@ import trio.testing
 from ._harness import Samples
 from ._suite import Row, Scenario, Skip
 
-SESSIONS = 64
+SESSIONS_PER_ENGINE = 4
 COMMANDS = 20
-POOL_SIZES = (1, 2, 4, 8, 16, 32)
+POOL_SIZES = (1, 2, 4, 8, 16, 32, 64)
 ENGINE_CPUS = 2  # the engines are modelled on this machine class
+POOL = 4  # warm containers per engine
+KERNELS = 2  # the last row: one kernel per core of this machine, behind a router
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,7 @@ class Costs:
     """Seconds per operation (medians of the measurements)."""
 
     start: float
+    claim: float
     exec: float
     ship: float
     fetch: float
@@ -66,6 +77,7 @@ class Costs:
 @dataclass(frozen=True)
 class PoolResult:
     engines: int
+    kernels: int
     commands_per_second: float
     start_median: float
     start_p95: float
@@ -73,57 +85,72 @@ class PoolResult:
     start_latencies: tuple[float, ...]
 
 
-async def simulate(costs: Costs, engines: int, sessions: int, commands: int) -> PoolResult:
+async def simulate(
+    costs: Costs, engines: int, sessions: int, commands: int, kernels: int = 1
+) -> PoolResult:
     """The model above, on the virtual clock of the current trio run."""
     creates = [trio.CapacityLimiter(1) for _ in range(engines)]
     links = [trio.CapacityLimiter(1) for _ in range(engines)]
     cpus = [trio.CapacityLimiter(ENGINE_CPUS) for _ in range(engines)]
+    warm = [POOL] * engines
     placed = [0] * engines
-    kernel = trio.CapacityLimiter(1)
+    kernel = [trio.CapacityLimiter(1) for _ in range(kernels)]
     kernel_busy = [0.0]
     starts: list[float] = []
     t0 = trio.current_time()
 
-    async def session() -> None:
-        engine = min(range(engines), key=lambda i: placed[i])
-        placed[engine] += 1
+    async def refill(engine: int) -> None:
         async with creates[engine]:
             await trio.sleep(costs.start)
+        warm[engine] += 1
+
+    async def session(index: int, refills: trio.Nursery) -> None:
+        engine = min(range(engines), key=lambda i: placed[i])
+        placed[engine] += 1
+        if warm[engine]:
+            warm[engine] -= 1
+            await trio.sleep(costs.claim)
+            refills.start_soon(refill, engine)
+        else:
+            async with creates[engine]:
+                await trio.sleep(costs.start)
         async with links[engine]:
             await trio.sleep(costs.ship)
         starts.append(trio.current_time() - t0)
+        mine = kernel[index % kernels]
         for _ in range(commands):
             async with cpus[engine]:
-                await trio.sleep(costs.exec)
-            async with links[engine]:
-                await trio.sleep(costs.fetch)
-            async with kernel:
+                await trio.sleep(costs.exec + costs.fetch)
+            async with mine:
                 kernel_busy[0] += costs.kernel
                 await trio.sleep(costs.kernel)
 
-    async with trio.open_nursery() as nursery:
-        for _ in range(sessions):
-            nursery.start_soon(session)
-    makespan = trio.current_time() - t0
+    async with trio.open_nursery() as refills:
+        async with trio.open_nursery() as nursery:
+            for i in range(sessions):
+                nursery.start_soon(session, i, refills)
+        makespan = trio.current_time() - t0
+        refills.cancel_scope.cancel()
     ordered = sorted(starts)
     return PoolResult(
         engines=engines,
+        kernels=kernels,
         commands_per_second=sessions * commands / makespan,
         start_median=statistics.median(ordered),
         start_p95=ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))],
-        kernel_utilisation=kernel_busy[0] / makespan,
+        kernel_utilisation=kernel_busy[0] / makespan / kernels,
         start_latencies=tuple(ordered),
     )
 
 
 def run_model(
-    costs: Costs, sizes: tuple[int, ...], sessions: int, commands: int
+    costs: Costs, sizes: tuple[int, ...], per_engine: int, commands: int, kernels: int = 1
 ) -> list[PoolResult]:
     """Every pool size, each in its own trio run on a virtual clock (blocking, milliseconds)."""
 
     def one(n: int) -> PoolResult:
         clock = trio.testing.MockClock(autojump_threshold=0)
-        return trio.run(simulate, costs, n, sessions, commands, clock=clock)
+        return trio.run(simulate, costs, n, n * per_engine, commands, kernels, clock=clock)
 
     return [one(n) for n in sizes]
 
@@ -184,10 +211,12 @@ async def measure_costs(quick: bool) -> Costs:
         finally:
             if session is not None:
                 await session.aclose()
-        ship_s, fetch_s = await trio.to_thread.run_sync(_transfer_costs, rounds)
+        claim_s, fetch_s = await _claim_and_fetch(root, quick)
+        ship_s = await trio.to_thread.run_sync(_ship_cost, rounds)
         kernel_s = await _kernel_cost(root, quick)
     return Costs(
         start=statistics.median(start_laps),
+        claim=claim_s,
         exec=statistics.median(exec_laps),
         ship=ship_s,
         fetch=fetch_s,
@@ -195,8 +224,39 @@ async def measure_costs(quick: bool) -> Costs:
     )
 
 
-def _transfer_costs(rounds: int) -> tuple[float, float]:
-    """``put_archive`` of 2,000 files and ``get_archive`` of 10, into a scratch container.
+async def _claim_and_fetch(root: Path, quick: bool) -> tuple[float, float]:
+    """A warm pool's claim, and a 10-file change set's fetch over a shipped session's stream."""
+    from ringfence.backends import SessionSpec, WarmPool, start_docker
+
+    shipped = root / "shipped"
+    shipped.mkdir(mode=0o755)
+    options = {"image": "busybox"}
+    spec = SessionSpec(roots=(shipped,), options=options, change_sets=True, spool_dir=root)
+    claims, plain, writing = [], [], []
+    async with WarmPool(options, size=1) as pool:
+        for _ in range(2 if quick else 4):
+            await pool.wait_warm()
+            t = time.perf_counter()
+            session = await start_docker(spec)
+            claims.append(time.perf_counter() - t)
+            try:
+                for _ in range(5 if quick else 15):
+                    for laps, command in (
+                        (plain, "true"),
+                        (writing, "for i in 0 1 2 3 4 5 6 7 8 9; do echo x > m$i.txt; done"),
+                    ):
+                        t = time.perf_counter()
+                        await session.run(command, cwd=shipped, env={}, timeout=10,
+                                          output_cap=4096)  # fmt: skip
+                        laps.append(time.perf_counter() - t)
+            finally:
+                await session.aclose()
+    fetch = statistics.median(writing) - statistics.median(plain)
+    return statistics.median(claims), max(fetch, 0.0)
+
+
+def _ship_cost(rounds: int) -> float:
+    """``put_archive`` of 2,000 files into a scratch container.
 
     A scratch container because the Engine refuses archives into a container
     whose root file system is read-only (as the sandbox's is), tmpfs or not:
@@ -209,18 +269,12 @@ def _transfer_costs(rounds: int) -> tuple[float, float]:
         "ringfence/busybox:latest", ["sleep", "600"], detach=True, network_mode="none"
     )
     try:
-        tree, small = _tree_tar(2000), _tree_tar(10)
-        container.put_archive("/tmp", small)
+        tree = _tree_tar(2000)
 
         def ship() -> None:
             container.put_archive("/tmp", tree)
 
-        def fetch() -> None:
-            stream, _ = container.get_archive("/tmp/ws/d0")
-            for _chunk in stream:
-                pass
-
-        return _median_of(ship, rounds), _median_of(fetch, rounds * 3)
+        return _median_of(ship, rounds)
     finally:
         container.remove(force=True)
         client.close()
@@ -255,8 +309,12 @@ async def _kernel_cost(root: Path, quick: bool) -> float:
 
 async def _pool(quick: bool) -> list[Row]:
     costs = await measure_costs(quick)
-    sessions, commands = (32, 10) if quick else (SESSIONS, COMMANDS)
-    results = await trio.to_thread.run_sync(run_model, costs, POOL_SIZES, sessions, commands)
+    per_engine, commands = (2, 10) if quick else (SESSIONS_PER_ENGINE, COMMANDS)
+    results = await trio.to_thread.run_sync(run_model, costs, POOL_SIZES, per_engine, commands)
+    results += await trio.to_thread.run_sync(
+        run_model, costs, POOL_SIZES[-1:], per_engine, commands, KERNELS
+    )
+    one = results[0].commands_per_second
     measured = {k: round(v * 1000, 3) for k, v in vars(costs).items()}
     rows = []
     costs_note = ", ".join(f"{k} {v:g} ms" for k, v in measured.items())
@@ -264,18 +322,24 @@ async def _pool(quick: bool) -> list[Row]:
         rows.append(
             Row(
                 "engine-pool",
-                f"{sessions} sessions x {commands} commands on {r.engines} engine(s): "
-                f"{r.commands_per_second:.0f} commands/s, kernel {r.kernel_utilisation:.0%} busy",
+                f"{r.engines * per_engine} sessions x {commands} commands on {r.engines} "
+                f"engine(s){f', {r.kernels} kernels (router not built)' if r.kernels > 1 else ''}: "
+                f"{r.commands_per_second:.0f} commands/s "
+                f"({r.commands_per_second / (one * r.engines):.2f}x linear), "
+                f"kernel {r.kernel_utilisation:.0%} busy",
                 Samples(f"session start on {r.engines}", list(r.start_latencies)),
                 None,
                 "informational (model)",
                 None,
                 notes={
                     "sweep": True,
-                    "series": "session start (median, s)",
+                    "series": "session start (median, s)"
+                    + (f", {r.kernels} kernels" if r.kernels > 1 else ""),
                     "x": r.engines,
                     "panel": "engines in the pool",
                     "commands_per_second": r.commands_per_second,
+                    "linear_fraction": r.commands_per_second / (one * r.engines),
+                    "kernels": r.kernels,
                     "start_p95_s": r.start_p95,
                     "kernel_utilisation": r.kernel_utilisation,
                     "measured_costs_ms": measured,

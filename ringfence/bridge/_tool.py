@@ -120,6 +120,8 @@ def register_script_tool(
     async def close_local() -> None:
         while local:
             await local.pop().aclose()
+        while docker_launchers:  # their spare runners
+            await docker_launchers.popitem()[1].aclose()  # type: ignore[attr-defined]
 
     kernel.push_async_callback(close_local)
 
@@ -152,7 +154,8 @@ def register_script_tool(
 
             key = id(session)  # a restarted session is a new object: a new launcher
             if key not in docker_launchers:
-                docker_launchers.clear()
+                while docker_launchers:  # a restarted session's: its spare runner ends
+                    await docker_launchers.popitem()[1].aclose()  # type: ignore[attr-defined]
                 docker_launchers[key] = DockerScriptLauncher(session, bridge_dir)
             return docker_launchers[key]
         raise Unavailable(

@@ -79,8 +79,7 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         action="store_true",
         default=None,
         help="keep run_shell's writes off the workspace and merge each command's as an undoable "
-        "change set (default for the local backend; opt-in for docker, where each command pays "
-        "an overlay mount)",
+        "change set (the default on local and docker; off by default for docker on gVisor)",
     )
     parser.add_argument(
         "--persist-shell-state",
@@ -94,8 +93,8 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
         action="store_false",
         default=None,
         help="let run_shell write the workspace directly, without change sets (which the local "
-        "backend keeps by default: each command's writes merged as an undoable change set, "
-        "run_shell reversible)",
+        "and docker backends keep by default: each command's writes merged as an undoable "
+        "change set, run_shell reversible)",
     )
     parser.add_argument(
         "--refuse-whole-change-set",

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+import trio
+from backends_helpers import DOCKER_OPTIONS
 
+from ringfence.backends import WarmPool
 from ringfence.cli._main import main
 
 
@@ -90,3 +94,23 @@ def test_rebuilding_removes_the_superseded_image(docker_client) -> None:
     assert docker_client.images.get(reference).id == built
     assert older.id not in {i.id for i in docker_client.images.list(all=True)}
     assert any("removed the superseded image" in line for line in lines), lines
+
+
+@pytest.mark.docker
+async def test_doctor_counts_ringfence_s_containers_and_a_warm_pool_s(
+    docker_client, capsys
+) -> None:
+    """A pool's containers are visible to an operator who runs `ringfence doctor` (by label)."""
+
+    def pooled() -> int:
+        assert main(["doctor", "--backend", "local", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        check = next(c for c in report["result"]["checks"] if c["name"] == "docker containers")
+        found = re.search(r"(\d+) from warm pools", check["detail"])
+        assert check["ok"] and found, check
+        return int(found.group(1))
+
+    async with WarmPool(dict(DOCKER_OPTIONS), size=2) as pool:
+        await pool.wait_warm()
+        during = await trio.to_thread.run_sync(pooled)
+    assert during >= 2, during  # ours, at least (the daemon may be shared)

@@ -38,6 +38,7 @@ from ringfence.backends import (
     start_docker,
 )
 from ringfence.backends.docker._idmap import idmapped_view
+from ringfence.backends.docker._seal import mount_program, seal_program, userns_program
 from ringfence.backends.docker._seccomp import NAMESPACE_ALLOW, profile
 from ringfence.backends.testing import check_backend
 from ringfence.runtime import RingfenceError, Unavailable
@@ -255,7 +256,9 @@ async def test_a_commands_environment_does_not_steer_the_wrapper(
     )
     for name in ("mount", "unshare", "sh"):
         os.chmod(workspace / "bin" / name, 0o755)
-    env = {"PATH": "/workspace/bin:/bin", "IFS": "/", "n": "0", "ENV": "/workspace/bin/sh"}
+    # __rf_i: the wrapper's own variable (what it runs next), exported by its last act.
+    env = {"PATH": "/workspace/bin:/bin", "IFS": "/", "n": "0", "ENV": "/workspace/bin/sh",
+           "__rf_i": "Sexec /workspace/bin/sh"}  # fmt: skip
     session = await start(workspace)
     try:
         r = await session.run(
@@ -444,13 +447,70 @@ async def test_the_namespace_profile_applies_only_to_change_sets(
         await plain.aclose()
     session = await start(workspace)
     try:
+        # The wrapper may (the container's profile); the command under its own filter may not.
         r = await sh(session, "unshare -Urm true && echo allowed", workspace)
-        assert r.stdout == "allowed\n", r
+        assert r.stdout == "" and "Operation not permitted" in r.stderr, r
         opts = docker_client.api.inspect_container(session.container_id)["HostConfig"]
         [seccomp] = [o for o in opts["SecurityOpt"] if o.startswith("seccomp=")]
         assert seccomp == "seccomp=" + json.dumps(profile(), separators=(",", ":"))
     finally:
         await session.aclose()
+
+
+# Each a namespace or mount a change-set command tries; none may succeed (the stacked filter).
+_NAMESPACE_ATTACKS = {
+    "unshare user+mount": "unshare -Urm sh -c 'echo pwned > /workspace/x'",
+    "unshare user only": "unshare -U true",
+    "mount over the root": "mount -t tmpfs rf /workspace",
+    "remount the hidden uppers": "mount -o remount,rw /.rf-uppers",
+    "umount the overlay": "umount -l /workspace",
+    "nsenter the wrapper's namespace": "nsenter -U -m -t 1 true",
+}
+_PY_ATTACKS = {
+    "clone(CLONE_NEWUSER)": "os.unshare(os.CLONE_NEWUSER)",
+    "clone3": "ctypes.CDLL(None, use_errno=True).syscall(435, 0, 0) == 0 or sys.exit(ctypes.get_errno() == 38 and 3 or 4)",
+    "setns": "os.setns(os.open('/proc/1/ns/mnt', os.O_RDONLY))",
+}
+
+
+@pytest.mark.parametrize("image", ["busybox", "debian"])
+async def test_a_change_set_command_can_make_no_namespace_and_no_mount(
+    docker_client, workspace: Path, image: str
+) -> None:
+    """The container's profile lets the wrapper mount the overlays; the command's own stacked
+    filter (._seal) refuses it every namespace and mount, and the installer cannot be swapped."""
+    if image == "debian" and not docker_client.images.list(name="ringfence/debian"):
+        pytest.skip("ringfence/debian is not built here (`ringfence images build debian`)")
+    make(workspace, {"keep.txt": "kept\n"})
+    before = tree(workspace)
+    session = await start(workspace, options={"image": image})
+    try:
+        for name, attack in _NAMESPACE_ATTACKS.items():
+            r = await sh(session, f"{attack} && echo ESCAPED", workspace)
+            assert "ESCAPED" not in r.stdout and r.exit_code != 0, (name, r)
+            assert not any(os.listdir(u.path) for u in r.uppers), (name, r)
+        if image == "debian":
+            for name, attack in _PY_ATTACKS.items():
+                code = f"import ctypes, os, sys\n{attack}\nprint('ESCAPED')"
+                r = await sh(session, ["python3", "-c", code], workspace)
+                assert "ESCAPED" not in r.stdout and r.exit_code != 0, (name, r)
+        # The installer and the wrapper's namespace and mount programs (they run before the
+        # filter) are root's and read-only: a command cannot replace one so that a later
+        # command runs without its filter or in namespaces of its choosing.
+        for name, program in (("seal", seal_program), ("userns", userns_program),
+                              ("mount", mount_program)):  # fmt: skip
+            path = f"/.rf-bin/{name}"
+            swap = f"cp /bin/sh /tmp/s; cp /tmp/s {path} || mv /tmp/s {path} || rm -f {path}"
+            r = await sh(session, f"{swap}; ls -l {path}; sha256sum {path}", workspace)
+            assert "-r-xr-xr-x" in r.stdout and "denied" in r.stderr, (name, r)
+            assert hashlib.sha256(program()).hexdigest() in r.stdout, (name, r)
+        r = await sh(session, "unshare -U true && echo ESCAPED", workspace)
+        assert "ESCAPED" not in r.stdout and r.exit_code != 0, r
+        r = await sh(session, "echo fine > ok.txt && cat keep.txt", workspace)
+        assert r.exit_code == 0 and r.stdout == "kept\n", r
+    finally:
+        await session.aclose()
+    assert tree(workspace) == before
 
 
 def test_the_profile_is_dockers_default_plus_the_namespace_calls() -> None:

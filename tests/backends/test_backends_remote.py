@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from backends_helpers import DOCKER_OPTIONS, container_processes, docker_require
 from engines_helpers import EngineProcess, can_start_engine, start_tls_engine, stop_engine
 from test_backends_docker_changesets import capture, line, make, summary, tree
 
-from ringfence.backends import DockerSession, SessionSpec, ShellResult, start_docker
+from ringfence.backends import DockerSession, SessionSpec, ShellResult, WarmPool, start_docker
 from ringfence.backends.docker._api import connect_docker
 from ringfence.backends.engines._engines import Engine
 from ringfence.backends.engines._ship import rebuild_upper
@@ -724,3 +725,38 @@ async def test_persist_shell_state_carries_over_on_a_remote_engine(
         assert r.stdout == "/workspace/sub\nyes\n", r
     finally:
         await session.aclose()
+
+
+async def test_a_warm_pool_on_a_tls_engine_is_claimed_then_shipped(
+    engines: list[EngineProcess], tmp_path: Path
+) -> None:
+    """A pool for a remote engine: the claim takes a warm container there without an Engine API
+    call, the first command ships the roots (nothing of the host mounted), its writes come
+    back as the exact change set, and the container is never handed out again."""
+    engine = engines[0].engine
+    ws = tmp_path / "ws"
+    make(ws, {"a.txt": "a\n"})
+    options = remote_options(engine)
+    spec = SessionSpec(roots=(ws,), kill_grace=0.5, options=options, change_sets=True)
+    async with WarmPool(options, size=1) as pool:
+        await pool.wait_warm()
+        t = time.perf_counter()
+        session = await start_docker(spec)
+        claim_s = time.perf_counter() - t
+        try:
+            assert session.metadata["pool"]["claimed"] is True and claim_s < 0.05, claim_s
+            assert session.container_id is not None
+            assert host_binds(engine, session.container_id) == []
+            r = await sh(session, "cat a.txt && echo b > b.txt", ws)
+            assert r.exit_code == 0 and r.stdout == "a\n", r
+            assert [c.path for c in await changes_of(ws, r)] == ["b.txt"]
+            first = session.container_id
+        finally:
+            await session.aclose()
+        await pool.wait_warm()
+        again = await start_docker(spec)
+        try:
+            assert again.container_id != first and again.metadata["pool"]["claimed"] is True
+        finally:
+            await again.aclose()
+        assert pool.stats().claims == 2 and pool.stats().misses == 0

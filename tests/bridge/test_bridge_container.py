@@ -197,9 +197,13 @@ async def test_a_docker_script_past_its_timeout_is_stopped(debian_image, tmp_pat
         )
         shell_tool_session = kernel.registry.get("run_shell").executor._session
         left = await shell_tool_session.top() if shell_tool_session is not None else []
+        # At most the spare runner the launcher started after the launch (waiting on its
+        # stdin): the spinning one is gone. The spare then runs the next script.
+        again = await kernel.invoke("run_tool_script", {"script": "result = 2"})
     assert outcome.error.code == "timeout", outcome.error
     assert outcome.error.details["output"] == "spinning\n"
-    assert not any("_runner.py" in line for line in left), left
+    assert sum("_runner.py" in line for line in left) <= 1, left
+    assert again.ok and again.value["result"] == 2, again.error
 
 
 DOCKER_HOST_SCRIPT = """
@@ -266,9 +270,9 @@ def test_killing_the_host_ends_the_runner_in_the_container(debian_image, tmp_pat
         if host.poll() is None:
             host.kill()
             host.wait()
-        # The killed host could not remove its container; do it for it.
-        for container in client.containers.list(all=True, filters={"label": "ringfence=1"}):
-            owner = container.labels.get("ringfence.owner", "")
-            if owner.endswith(f":{host.pid}"):
-                container.remove(force=True)
+        # The killed host could not remove its container and change-set directories (an
+        # id-mapped view of a root-owned workspace among them): the next session's sweep does.
+        from ringfence.backends import remove_stale_containers
+
+        remove_stale_containers(client)
         client.close()

@@ -109,7 +109,10 @@ from ..engines._engines import Engine, EngineLoad, place
 from ..engines._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
 from . import _upper as upper
 from ._api import connect_docker, docker_call, image_missing, map_docker_errors
+from ._container import LEASE_TAIL, create_leased
+from ._images import docker_location
 from ._options import DockerOptions, parse_user
+from ._seal import SEAL_DIR, install_script
 from ._seccomp import security_opt as change_set_seccomp
 from ._shell import (
     OVERLAY_FAILED,
@@ -120,6 +123,7 @@ from ._shell import (
     overlay_wrapper,
 )
 from ._tls import attach_tls
+from ._warm import PoolShape, claim
 
 __all__ = [
     "CONTAINER_LABEL",
@@ -154,7 +158,34 @@ async def start_docker(spec: SessionSpec) -> DockerSession:
     engine, loads = None, []
     if opts.engines:
         engine, loads = await place(opts.engines)
+    pool = None
+    if spec.change_sets:  # a warm pool of this shape (._pool) hands out a started container
+        taken, pool = claim(pool_shape(opts, engine, spec.network, len(spec.roots)))
+        if taken is not None:
+            try:
+                taken.adopt(spec, opts, loads, pool)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await taken.aclose()
+                raise
+            return taken  # type: ignore[no-any-return]
+    return await start_cold(spec, opts, engine, loads, pool=pool)
+
+
+async def start_cold(
+    spec: SessionSpec,
+    opts: DockerOptions,
+    engine: Engine | None,
+    loads: Sequence[EngineLoad] = (),
+    *,
+    pool: Any = None,
+    pooled: bool = False,
+) -> DockerSession:
+    """A new container for ``spec`` (``pooled``: one a warm pool keeps, labelled so).
+    ``pool``: the pool of this shape that had none warm (its figures go in the metadata)."""
     session = DockerSession(spec, opts, engine, loads)
+    session.pooled = pooled
+    session.pool = pool
     try:
         await session._start()
     except BaseException:
@@ -162,6 +193,37 @@ async def start_docker(spec: SessionSpec) -> DockerSession:
             await session.aclose()
         raise
     return session
+
+
+def engine_key(engine: Engine) -> str:
+    """An engine's address and TLS files as one string (the pools' shape compares it)."""
+    return "|".join(
+        str(x) for x in (engine.base_url, engine.tls_ca, engine.tls_cert, engine.tls_key)
+    )
+
+
+def pool_shape(opts: DockerOptions, engine: Engine | None, network: bool, roots: int) -> PoolShape:
+    """The warm-pool shape of a change-set session with these options on ``engine`` (None:
+    the local daemon). A pooled session ships its roots, so its user is not the roots' owner:
+    ``options.user``, else 65534 (ringfence's own uid when it does not run as root)."""
+    given = parse_user(opts.user)[0] if opts.user else None
+    return PoolShape(
+        engine=engine_key(engine) if engine else engine_key(local_engine(opts)),
+        image=opts.image,
+        memory=opts.memory,
+        cpus=float(opts.cpus),
+        pids=opts.pids,
+        tmp_size=opts.tmp_size,
+        runtime=opts.runtime,
+        network=network,
+        user=upper.change_set_user(given) or opts.user or "65534:65534",
+        roots=roots,
+    )
+
+
+def local_engine(opts: DockerOptions) -> Engine:
+    """The daemon a session without ``engines`` uses, as an engine (``base_url`` or DOCKER_HOST)."""
+    return Engine("local", opts.base_url or docker_location())
 
 
 class DockerSession:
@@ -185,6 +247,7 @@ class DockerSession:
         self._closed = False
         self._client: docker.DockerClient | None = None
         self._container: Any = None
+        self._lease: socket.socket | None = None  # the container's lifeline (._container)
         self._shell: Supervisor | None = None
         self._roots = _map_roots(spec.roots)
         self._mounts = _mounts(self._roots, spec.readonly_paths, spec.change_sets) + [
@@ -194,6 +257,8 @@ class DockerSession:
         given = parse_user(opts.user)[0] if opts.user else None
         forced = upper.change_set_user(given) if spec.change_sets else None
         self._user = forced or opts.user or _default_user(spec.roots)
+        self.pooled = False  # a warm pool's container (labelled so), until a session adopts it
+        self.pool: Any = None  # the warm pool this session came from, or that had none warm
         # Bind-mounted roots the command's uid cannot write: said with every result, since
         # "Permission denied" in a command's output alone does not say why or what to do.
         self._notes = (
@@ -230,6 +295,11 @@ class DockerSession:
     def container_id(self) -> str | None:
         return self._container.id if self._container is not None else None
 
+    def alive(self) -> bool:
+        """Whether the supervisor is still there (checked without blocking: a warm pool's
+        container is handed out only while it is)."""
+        return not self._closed and self._shell is not None and self._shell.alive()
+
     @property
     def user(self) -> str:
         """The ``uid:gid`` commands run as."""
@@ -247,7 +317,34 @@ class DockerSession:
             "persist_shell_state": self._keeper.enabled,
             **(self.engine.describe() if self.engine is not None else {}),
             **({"placement": [load_json(x) for x in self._loads]} if self._loads else {}),
+            **({"pool": self._pool_json()} if self.pool is not None else {}),
         }
+
+    def _pool_json(self) -> dict[str, Any]:
+        """Whether this session's container came warm from a pool, and the pool's figures."""
+        return {"claimed": self.pooled, **self.pool.stats().as_json()}
+
+    def adopt(
+        self, spec: SessionSpec, opts: DockerOptions, loads: Sequence[EngineLoad], pool: Any
+    ) -> None:
+        """Take this warm pool container for ``spec`` (same shape): its roots are shipped
+        by the first command's sync, like any shipped session's (nothing of them is there)."""
+        assert self._remote is not None and self.engine is not None
+        roots = _map_roots(spec.roots)
+        remote = remote_workspace(
+            spec, self.engine, self.session_id, roots, parse_user(self._user), opts.ship_git
+        )
+        remote.clean = self._remote.clean
+        self._spec, self._opts, self._loads, self._roots, self._remote = (
+            spec, opts, list(loads), roots, remote,
+        )  # fmt: skip
+        self._base_env = {**BASE_ENV}
+        for name in spec.passthrough_env:
+            if name in os.environ:
+                self._base_env[name] = os.environ[name]
+        self._keeper = ShellKeeper(spec.shell, self._base_env, enabled=opts.persist_shell_state)
+        self._notes = ()
+        self.pool = pool
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         return self._keeper.environment(env)  # under persist_shell_state: the shell's exports
@@ -354,10 +451,11 @@ class DockerSession:
                 self._shell = None
             if self._container is not None:
                 with contextlib.suppress(Exception):
-                    await docker_call(self._container.remove, force=True)
+                    await docker_call(self._container.remove, force=True, v=True)
                 self._container = None
-            if self._remote is not None and self._client is not None:
-                await self._remote.remove_volumes(self._client)
+            self._drop_lease()
+            if self._remote is not None:
+                await self._remote.remove_host_dir()
             if self._client is not None:
                 with contextlib.suppress(Exception):
                     await trio.to_thread.run_sync(self._client.close)
@@ -400,8 +498,6 @@ class DockerSession:
             await trio.to_thread.run_sync(self._uppers.create)
             for i, view in self._uppers.lowers.items():  # first the roots, in order
                 self._mounts[i] = Mount(self._roots[i][1], str(view), type="bind", read_only=True)
-        if self._remote is not None:
-            await self._remote.create_volumes(self._client)
         await self._create_container()
         await self._start_supervisor()
         if overlay and self._roots:  # fail closed here, not at the first call (and ship)
@@ -411,21 +507,9 @@ class DockerSession:
         client = self._client
         assert client is not None
         opts = self._opts
-        kwargs: dict[str, Any] = dict(
-            image=opts.image,
-            command=self._remote.main_command() if self._remote else ["sleep", "2147483647"],
-            name=f"ringfence-{self.session_id}",
-            hostname="ringfence",
-            user="0:0",
+        overlay = self._uppers is not None or self._remote is not None
+        host: dict[str, Any] = dict(
             init=True,
-            detach=True,
-            working_dir="/workspace",
-            environment=[CONTAINER_PATH],
-            labels={
-                CONTAINER_LABEL: "1",
-                f"{CONTAINER_LABEL}.session": self.session_id,
-                f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
-            },
             cap_drop=["ALL"],
             security_opt=["no-new-privileges:true"]
             + ([change_set_seccomp()] if self._uppers or self._remote else []),
@@ -433,6 +517,8 @@ class DockerSession:
             tmpfs={
                 "/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777",
                 **(self._remote.tmpfs(opts.memory) if self._remote else {}),
+                # The per-command filter's installer (._seal): root's, read-only, executable.
+                **({SEAL_DIR: "rw,nosuid,nodev,exec,size=16k,mode=0755"} if overlay else {}),
             },
             network_mode="bridge" if self._spec.network else "none",
             mem_limit=opts.memory,
@@ -443,8 +529,44 @@ class DockerSession:
             mounts=self._mounts,
             **({"runtime": opts.runtime} if opts.runtime else {}),
         )
-        self._container = await docker_call(client.containers.create, **kwargs)
-        await docker_call(self._container.start)
+        if self._remote is not None:  # new volumes: nothing of the workspace is there yet
+            self._remote.forget()
+        self._container, lease = await docker_call(
+            partial(
+                create_leased,
+                client,
+                image=opts.image,
+                command=self._main_command(),
+                name=f"ringfence-{self.session_id}-{self.restarts}",
+                labels={
+                    CONTAINER_LABEL: "1",
+                    f"{CONTAINER_LABEL}.session": self.session_id,
+                    f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
+                    **({f"{CONTAINER_LABEL}.pool": "1"} if self.pooled else {}),
+                },
+                environment=[CONTAINER_PATH],
+                host=host,
+            )
+        )
+        self._drop_lease()
+        self._lease = lease
+
+    def _drop_lease(self) -> None:
+        """Close the lease of the container this session held (it goes, if not gone yet)."""
+        if self._lease is not None:
+            self._lease.close()
+            self._lease = None
+
+    def _main_command(self) -> list[str]:
+        """The container's main process (root, no capabilities): under change sets it first
+        writes the per-command filter's installer (:mod:`._seal`); then it holds the lease."""
+        steps = []
+        if self._uppers is not None or self._remote is not None:
+            steps.append(install_script())
+        if self._remote is not None:
+            steps.append(self._remote.main_setup())
+        # The main process ends when the lease does (._container): its stdin's end of file.
+        return ["/bin/sh", "-c", "".join(f"{step}; " for step in steps) + LEASE_TAIL]
 
     async def _start_supervisor(self) -> None:
         client, container = self._client, self._require_container()
@@ -485,7 +607,7 @@ class DockerSession:
             running = container.status == "running"
         if not running:
             with contextlib.suppress(Exception):
-                await docker_call(container.remove, force=True)
+                await docker_call(container.remove, force=True, v=True)
             self._container = None
             await self._create_container()
         await self._start_supervisor()
@@ -497,7 +619,7 @@ class DockerSession:
             self._shell = None
         if self._container is not None:
             with contextlib.suppress(Exception):
-                await docker_call(self._container.remove, force=True)
+                await docker_call(self._container.remove, force=True, v=True)
             self._container = None
         self.restarts += 1
         await self._create_container()
@@ -689,8 +811,9 @@ def _unwritable_notes(
             f"the workspace root {root} (owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}) "
             f"is not writable by uid {uid}, which commands run as in the docker backend (never "
             "root; the owner of the first root, or 65534 when root owns it), so writes there "
-            "fail with 'Permission denied'. To write it: keep writes as change sets merged by "
-            "ringfence (--change-sets; change_sets=True), let a user own the root "
+            "fail with 'Permission denied'. To write it: keep change sets on (the default, "
+            "which --no-change-sets or change_sets=False turned off: writes merged by "
+            "ringfence as the root's owner), let a user own the root "
             f"(chown -R UID:GID {root}), or pass the docker option user=UID:GID of a user who "
             "can write it"
         )

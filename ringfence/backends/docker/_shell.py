@@ -35,6 +35,7 @@ from ...runtime import ToolError, Unavailable
 from .._output import Capture
 from .._shellstate import STATE_LIMIT
 from ._api import map_docker_errors
+from ._seal import MOUNT_PATH, SEAL_PATH, USERNS_PATH
 
 __all__ = [
     "OVERLAY_FAILED",
@@ -43,6 +44,7 @@ __all__ = [
     "attach",
     "overlay_unavailable",
     "overlay_wrapper",
+    "own_socket",
     "quote",
 ]
 
@@ -213,11 +215,18 @@ def attach(
             "the Docker connection is not a plain socket (TLS or ssh); "
             "the docker backend does not support it yet"
         )
+    return exec_id, trio.socket.from_stdlib_socket(own_socket(raw))
+
+
+def own_socket(raw: Any) -> socket.socket:
+    """Our own descriptor of an attached stream docker-py returned (public ``fileno`` only).
+
+    The HTTP machinery that produced the socket closes its copy whenever it is
+    garbage-collected (its response and socket refer to each other), and only then. Its
+    number is pointed at /dev/null meanwhile, so the connection is ours alone from here and
+    the number is not reused before that close.
+    """
     theirs = raw.fileno()
-    # Our own descriptor: the HTTP machinery that produced the socket closes its copy
-    # whenever it is garbage-collected (its response and socket refer to each other), and
-    # only then. Its number is pointed at /dev/null meanwhile, so the connection is ours
-    # alone from here and the number is not reused before that close.
     mine = socket.socket(fileno=os.dup(theirs))
     null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     try:
@@ -226,22 +235,20 @@ def attach(
         os.close(null)
     with contextlib.suppress(Exception):
         raw.close()
-    return exec_id, trio.socket.from_stdlib_socket(mine)
+    return mine
 
 
 OVERLAY_FAILED = "ringfence: the change-set overlay could not be set up"
 
 
-_WAIT_FOR_MAP = "until read _ </proc/self/gid_map; do :; done 2>/dev/null; "
-
-
 def overlay_wrapper(
     layers: Sequence[tuple[str, str, str]], hidden: str, uid: int, gid: int, shell: Supervisor
 ) -> str:
-    """The script a command runs under in change-set mode (``sh -c SCRIPT rf CWD INNER ENV… ARGV…``).
+    """The words a command runs under in change-set mode (``WORDS rf CWD INNER ENV… ARGV…``).
 
-    It runs as root of a fresh user namespace (``unshare -Urm``: the
-    container user mapped to 0) in a fresh mount namespace, and:
+    :data:`._seal.USERNS_PATH` makes a new session and enters a fresh user
+    namespace (the container user, ``uid``/``gid``, mapped to 0) and mount
+    namespace, then runs a script as root there, which:
 
     1. mounts an overlay on each root's container path (``layers``: target,
        upper, work), the read-only root its lower layer;
@@ -252,13 +259,24 @@ def overlay_wrapper(
        *nested* user namespace where the container user is mapped to itself
        (``uid``/``gid``): the command is not root there, has no capabilities,
        and cannot unmount or remount what step 1 and 2 mounted (they belong to
-       the outer namespace). It waits there until its map is written.
+       the outer namespace). Before its shell starts, :mod:`._seal` installs
+       the command's own stacked seccomp filter (no mount, unshare, setns, new
+       namespaces, …; the local backend's command filter), so nothing the
+       command runs can make a namespace or mount, though the container's
+       profile lets the wrapper. The nested namespace is entered by the same
+       static program, which writes its own one-line maps while it still has
+       that namespace's capabilities and loses them at the ``exec`` of the seal
+       (a uid that is not 0 there): no second process, nothing waits in a loop
+       (util-linux's ``setsid``/``unshare``, dynamic, and two shells spinning
+       until the map was written cost 5-20 ms a command on two busy cores).
 
     Any failure prints :data:`OVERLAY_FAILED` and exits 125 before the
     command runs; the command never runs on the plain root.
     """
     fail = f'{{ echo {quote(OVERLAY_FAILED)}: "$1" >&2; exit 125; }}'
-    mount = quote(shell.mount)
+    # The container's static mount(2) program (._seal), written with the seal: util-linux's
+    # mount(8) cost ~1.7 ms a call on the debian image here, twice a command.
+    mount = MOUNT_PATH
     lines = [f"__rf_f() {fail}"]
     for target, upper, work in layers:
         # userxattr: opaque directories as user.overlay.opaque; a user namespace cannot set
@@ -270,24 +288,23 @@ def overlay_wrapper(
             "userxattr,redirect_dir=nofollow,metacopy=off"
         )
         lines.append(
-            f"{mount} -t overlay overlay -o {quote(opts)} {quote(target)} || __rf_f 'mount {target}'"
+            f"{mount} overlay {quote(target)} overlay {quote(opts)} || __rf_f 'mount {target}'"
         )
     lines += [
-        f"{mount} -t tmpfs -o ro,mode=0,size=4k rf {quote(hidden)} || __rf_f 'hide {hidden}'",
+        f"{mount} rf {quote(hidden)} tmpfs mode=0,size=4k ro || __rf_f 'hide {hidden}'",
         'cd "$1" || __rf_f cwd',
         "__rf_i=$2; shift 2",
-        # The command waits (a builtin read, no fork) until its gid map exists, then
-        # exports its variables (each its own argument) and becomes the command.
-        f'{quote(shell.unshare)} -U /bin/sh -c "$__rf_i" rf "$@" &',
-        "__rf_c=$!",
-        # Fails until the child has its own namespace (the outer map is written once).
-        f'until echo "{uid} 0 1" 2>/dev/null >/proc/$__rf_c/uid_map; do '
-        "kill -0 $__rf_c 2>/dev/null || __rf_f 'user namespace'; done",
-        f'echo deny >/proc/$__rf_c/setgroups && echo "{gid} 0 1" >/proc/$__rf_c/gid_map '
-        "|| __rf_f 'group map'",
-        "wait $__rf_c",
+        # S…: a shell after the seal exports the variables and finds the program on PATH.
+        # D…: the program is a path: this shell's last act exports them (our own text, read
+        # whole before it runs, so a variable cannot change what follows), and only static
+        # programs, which read no environment, run before the command.
+        f'case $__rf_i in S*) exec {USERNS_PATH} U "{uid} 0 1" "{gid} 0 1" {SEAL_PATH} '
+        '/bin/sh -c "${__rf_i#S}" rf "$@";; esac',
+        'eval "${__rf_i#D}"',
+        f'exec {USERNS_PATH} U "{uid} 0 1" "{gid} 0 1" {SEAL_PATH} "$@"',
     ]
-    return "\n".join(lines)
+    script = "\n".join(lines)
+    return f"{USERNS_PATH} S {quote(f'0 {uid} 1')} {quote(f'0 {gid} 1')} /bin/sh -c {quote(script)}"
 
 
 def overlay_unavailable(stderr: str) -> Unavailable:
@@ -349,8 +366,16 @@ class Supervisor:
             # `kill -0 -1` cannot tell: it succeeds whenever any other process exists).
             '__rf_left() { for __rf_d in /proc/[0-9]*; do [ "${__rf_d#/proc/}" != $$ ] && '
             '[ -O "$__rf_d" ] && return 0; done; return 1; }; '
-            f"printf '%s%s s=%s u=%s m=%s\\n' {quote(ready.decode())} $$ \"$__rf_s\" "
-            '"$__rf_u" "$__rf_m"; '
+            # Change sets: the container's main process writes the seal (._seal) at start.
+            + (
+                f"__rf_w=0; until [ -x {SEAL_PATH} ] || [ $__rf_w -ge 300 ]; do "
+                "sleep 0.01; __rf_w=$((__rf_w+1)); done; "
+                f"[ -x {SEAL_PATH} ] && __rf_z=1; "
+                if overlay
+                else ""
+            )
+            + f"printf '%s%s s=%s u=%s m=%s z=%s\\n' {quote(ready.decode())} $$ \"$__rf_s\" "
+            '"$__rf_u" "$__rf_m" "$__rf_z"; '
             f"printf '%s\\n' {quote(ready.decode())} >&2\n"
         )
         probe_out = Capture("stdout", None)
@@ -373,6 +398,17 @@ class Supervisor:
         # Absolute paths, or bare names when busybox runs its own applets (standalone shell).
         tools = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
         needed = {"s": "setsid"} | ({"u": "unshare", "m": "mount"} if overlay else {})
+        if (
+            overlay
+            and tools.get("z") != "1"
+            and not [n for k, n in needed.items() if not tools.get(k)]
+        ):
+            await shell.close(graceful=False)
+            raise Unavailable(
+                f"the container's main process did not write the per-command seccomp filter's "
+                f"installer {SEAL_PATH} (the image needs /bin/sh, base64, chmod and mv run as "
+                "root); without it no command runs under change sets"
+            )
         missing = [name for key, name in needed.items() if not tools.get(key)]
         if missing:
             await shell.close(graceful=False)
@@ -409,12 +445,11 @@ class Supervisor:
             job = f"{assigns} {quote(self.setsid)} {words}"
         else:
             # The variables are arguments, exported one by one: no value is ever parsed.
-            inner = _WAIT_FOR_MAP + 'export "$1"; shift; ' * len(env) + 'exec "$@"'
+            exports = 'export "$1"; shift; ' * len(env)
+            direct = argv[0].startswith("/")  # a string command: the session's shell by path
+            inner = f"D{exports}" if direct else f'S{exports}exec "$@"'
             assigns = " ".join(quote(f"{k}={v}") for k, v in env.items())
-            job = (
-                f"{quote(self.setsid)} {quote(self.unshare)} -Urm /bin/sh -c {quote(overlay)} "
-                f"rf {quote(cwd)} {quote(inner)} {assigns} {words}"
-            )
+            job = f"{overlay} rf {quote(cwd)} {quote(inner)} {assigns} {words}"
         state, saved = "", ""
         if state_file is not None:
             state = f" 3>{quote(state_file)}"

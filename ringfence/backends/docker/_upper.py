@@ -50,10 +50,13 @@ __all__ = [
 ]
 
 CONTAINER_DIR = "/.rf-uppers"
+# Measured (issue 34) with Debian's runsc (2022): the container user can make a user and
+# mount namespace there and write its maps (there is no /proc/self/setgroups), but mounting
+# an overlay in it fails with EPERM, with or without userxattr.
 GVISOR_REFUSAL = (
     "change sets need an overlay mounted in a user namespace inside the container, which "
-    "gVisor (runtime runsc) does not allow (no /proc/self/setgroups, mount propagation "
-    "refused); use the default runtime (runc) for change sets"
+    "gVisor (runtime runsc) refuses (its user namespaces cannot mount overlayfs: EPERM); "
+    "use the default runtime (runc) for change sets, or --no-change-sets under gVisor"
 )
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -58,7 +58,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import docker
 import trio
 from docker.types import Mount
 
@@ -111,8 +110,6 @@ class RemoteWorkspace:
         self.engine = engine
         self.roots = roots
         self.owner = owner
-        self.volumes = [f"ringfence-{session_id}-{i}" for i in range(len(roots))]
-        self.labels = {"ringfence": "1", "ringfence.session": session_id}
         self.shipped = [ShippedRoot(str(r), owner, ship_git) for r, _ in roots]
         self.host_dir = host_dir
         self.clean = False  # the uppers in the container hold nothing unfetched
@@ -120,34 +117,32 @@ class RemoteWorkspace:
     # -- the container ------------------------------------------------------------------------
 
     def mounts(self) -> list[Mount]:
-        return [
-            Mount(t, v, type="volume") for (_, t), v in zip(self.roots, self.volumes, strict=True)
-        ]
+        # Anonymous volumes: removed with their container (auto_remove, ..docker._container),
+        # so a killed kernel's shipped workspace goes with its container's lease.
+        return [Mount(t, None, type="volume") for _, t in self.roots]
+
+    def forget(self) -> None:
+        """A new container has new, empty volumes: ship everything to it."""
+        for shipped in self.shipped:
+            shipped.forget()
+        self.clean = False
 
     def tmpfs(self, memory: str) -> dict[str, str]:
         uid, gid = self.owner
         return {UPPERS_DIR: f"rw,nosuid,nodev,size={memory},mode=0700,uid={uid},gid={gid}"}
 
-    def main_command(self) -> list[str]:
+    def main_setup(self) -> str:
+        """Shell the container's main process (root) runs before it sleeps."""
         # The volumes' own directories are root's; the container user deletes entries
         # there when the host's are gone (every entry below is the container user's).
-        targets = " ".join(quote(t) for _, t in self.roots)
-        return ["/bin/sh", "-c", f"chmod 1777 {targets} && exec sleep 2147483647"]
+        return "chmod 1777 " + " ".join(quote(t) for _, t in self.roots)
 
     def layers(self) -> list[tuple[str, str, str]]:
         return [
             (t, f"{UPPERS_DIR}/{i}/u", f"{UPPERS_DIR}/{i}/w") for i, (_, t) in enumerate(self.roots)
         ]
 
-    async def create_volumes(self, client: docker.DockerClient) -> None:
-        for name in self.volumes:
-            await docker_call(client.volumes.create, name=name, driver="local", labels=self.labels)
-
-    async def remove_volumes(self, client: docker.DockerClient) -> None:
-        for name in self.volumes:
-            with contextlib.suppress(Exception):
-                volume = await docker_call(client.volumes.get, name)
-                await docker_call(volume.remove, force=True)
+    async def remove_host_dir(self) -> None:
         with contextlib.suppress(OSError):  # the session's directory: only ours, remote
             await trio.to_thread.run_sync(shutil.rmtree, self.host_dir.parent)
 

@@ -1,0 +1,202 @@
+"""Warm pools and leases (issue 34): a session claims a started container; nothing outlives its owner.
+
+Real daemon, real containers: a :class:`WarmPool` keeps generic shipped containers
+warm, a change-set session of the same shape claims one without an Engine API call,
+its writes come back as the exact change set, the container is never handed out
+again, and a killed owner's containers and volumes are gone within seconds
+(``docker._container``'s lease), with no other ringfence process to sweep them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from backends_helpers import DOCKER_OPTIONS
+from test_backends_docker_changesets import capture, make, summary
+
+from ringfence.backends import SessionSpec, start_docker
+from ringfence.backends.docker._pool import WarmPool
+from ringfence.runtime import InvalidArguments
+from ringfence.workspace import CheckpointStore, Workspace, merge_changes
+
+pytestmark = pytest.mark.docker
+OPTIONS = dict(DOCKER_OPTIONS)
+
+
+def spec(ws: Path, **options: object) -> SessionSpec:
+    return SessionSpec(
+        roots=(ws,), kill_grace=0.5, options={**OPTIONS, **options}, change_sets=True
+    )
+
+
+def owned_by(client, pid: int) -> list:
+    label = f"ringfence.owner={socket.gethostname()}:{pid}"
+    return client.containers.list(all=True, filters={"label": label})
+
+
+async def test_a_claimed_container_runs_the_session_and_is_never_handed_out_again(
+    docker_client, workspace: Path
+) -> None:
+    make(workspace, {"edit.txt": "one\n", "gone.txt": "bye\n"})
+    async with WarmPool(OPTIONS, size=1) as pool:
+        await pool.wait_warm()
+        warm_ids = {c.id for c in owned_by(docker_client, os.getpid())}
+        t = time.perf_counter()
+        session = await start_docker(spec(workspace))
+        claim_s = time.perf_counter() - t
+        try:
+            assert session.container_id in warm_ids and claim_s < 0.05, claim_s
+            assert session.metadata["pool"]["claimed"] is True
+            assert session.metadata["workspace"] == "shipped"
+            r = await session.run(
+                "cat edit.txt && echo two >> edit.txt && rm gone.txt && echo new > made.txt",
+                cwd=workspace, env={}, timeout=20, output_cap=4096,
+            )  # fmt: skip
+            assert r.exit_code == 0 and r.stdout == "one\n", r
+            with Workspace([workspace]) as ws:
+                store = CheckpointStore(ws)
+                try:
+                    changes = capture(ws, store, r)
+                    assert {c.path for c in changes} == {"edit.txt", "gone.txt", "made.txt"}
+                    assert ("gone.txt", "file", None) in {
+                        (p, b and b.split(":")[0], a) for p, b, a in summary(changes)
+                    }
+                    merge_changes(ws, changes, store)
+                finally:
+                    store.close()
+            assert (workspace / "edit.txt").read_text() == "one\ntwo\n"
+            assert not (workspace / "gone.txt").exists()
+            claimed = session.container_id
+        finally:
+            await session.aclose()
+        await pool.wait_warm()
+        # The claimed container went with its session; the pool started a fresh one.
+        now = {c.id for c in owned_by(docker_client, os.getpid())}
+        assert claimed not in now and len(now) == 1
+        stats = pool.stats()
+        assert stats.claims == 1 and stats.misses == 0 and stats.failures == 0
+
+
+async def test_concurrent_claims_take_each_container_once_and_misses_start_cold(
+    docker_client, tmp_path: Path
+) -> None:
+    roots = []
+    for i in range(4):
+        root = tmp_path / f"ws{i}"
+        root.mkdir(mode=0o755)
+        (root / "id.txt").write_text(f"{i}\n")
+        roots.append(root)
+    sessions: list = [None] * 4
+    async with WarmPool(OPTIONS, size=2) as pool:
+        await pool.wait_warm()
+
+        async def one(i: int) -> None:
+            sessions[i] = await start_docker(spec(roots[i]))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(one, i)
+        try:
+            ids = [s.container_id for s in sessions]
+            assert len(set(ids)) == 4
+            assert sorted(s.pooled for s in sessions) == [False, False, True, True]
+            stats = pool.stats()
+            assert stats.claims == 2 and stats.misses == 2
+            for i, s in enumerate(sessions):  # each sees its own workspace only
+                r = await s.run("cat id.txt", cwd=roots[i], env={}, timeout=20, output_cap=64)
+                assert r.stdout == f"{i}\n", r
+        finally:
+            for s in sessions:
+                await s.aclose()
+
+
+async def test_another_shape_does_not_claim(docker_client, workspace: Path) -> None:
+    async with WarmPool(OPTIONS, size=1) as pool:
+        await pool.wait_warm()
+        session = await start_docker(spec(workspace, memory="128m"))
+        try:
+            assert session.pooled is False and "pool" not in session.metadata
+            assert session.metadata.get("workspace", "bind-mount") == "bind-mount"
+        finally:
+            await session.aclose()
+        assert pool.stats().claims == 0
+
+
+def test_bad_pool_options_are_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidArguments) as info:
+        WarmPool(OPTIONS, size=0)
+    assert info.value.field == "size"
+    with pytest.raises(InvalidArguments) as info:
+        WarmPool({**OPTIONS, "memory": "lots"})
+    assert info.value.field == "options.memory"
+
+
+KILLED_HOST = """
+import sys, trio
+from pathlib import Path
+from ringfence import create_kernel
+from ringfence.backends.docker._pool import WarmPool
+from ringfence.runtime import Posture
+
+OPTIONS = {options!r}
+
+async def main():
+    async with WarmPool(OPTIONS, size=1) as pool:
+        await pool.wait_warm()
+        async with create_kernel(
+            roots=[Path(sys.argv[1])], backend="docker", backend_options=OPTIONS,
+            posture=Posture.ALLOW_REVERSIBLE,
+        ) as kernel:
+            await kernel.call("run_shell", {{"command": "echo hi > a.txt"}})
+            await pool.wait_warm()
+            print("ready", flush=True)
+            await trio.sleep(600)
+
+trio.run(main)
+"""
+
+
+def test_a_killed_kernel_leaves_no_container_and_no_volume(docker_client, workspace: Path) -> None:
+    """SIGKILL a kernel holding a claimed container (shipped: its volume) and a warm one:
+    both containers and their volumes are gone within seconds, no sweep needed."""
+    script = workspace.parent / "host.py"
+    script.write_text(KILLED_HOST.format(options=OPTIONS))
+    host = subprocess.Popen(
+        [sys.executable, str(script), str(workspace)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert host.stdout is not None and host.stdout.readline() == "ready\n"
+        assert (workspace / "a.txt").read_text() == "hi\n"
+        containers = owned_by(docker_client, host.pid)
+        assert len(containers) == 2, containers
+        volumes = {
+            m["Name"]
+            for c in containers
+            for m in docker_client.api.inspect_container(c.id)["Mounts"]
+            if m["Type"] == "volume"
+        }
+        assert len(volumes) == 2
+        host.send_signal(signal.SIGKILL)
+        host.wait(10)
+        deadline = time.monotonic() + 10
+        while owned_by(docker_client, host.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert owned_by(docker_client, host.pid) == []
+        left = {v.name for v in docker_client.volumes.list()} & volumes
+        assert left == set()
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+        for c in owned_by(docker_client, host.pid):
+            c.remove(force=True, v=True)
