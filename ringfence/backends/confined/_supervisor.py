@@ -487,6 +487,31 @@ def probe_exec_checks() -> str:
         os.waitpid(pid, 0)
 
 
+def exec_command(
+    path: str,
+    argv: list[str],
+    env: dict[str, str],
+    out: int,
+    err: int,
+    state: int | None,
+    *,
+    keep_stdio: bool = False,
+) -> None:
+    """In a forked child: stdin from /dev/null, stdout/stderr to the pipes, the shell-state
+    pipe on fd 3, default SIGPIPE/SIGXFSZ (Python ignores them; a command expects the
+    defaults), then ``execve``. Raises only if the exec fails."""
+    if not keep_stdio:
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+    if state is not None:
+        os.dup2(state, 3)
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
+    os.execve(path, argv, env)
+
+
 def spawn_checked(
     cwd: str,
     argv: list[str],
@@ -522,15 +547,7 @@ def spawn_checked(
             if backstop is not None:
                 landlock.restrict_self(backstop)
             child_notifier(theirs)
-            null = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out, 1)
-            os.dup2(err, 2)
-            if state is not None:
-                os.dup2(state, 3)
-            _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
-            _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
-            os.execve(path, argv, env)
+            exec_command(path, argv, env, out, err, state)
         except BaseException as exc:
             try:  # noqa: SIM105
                 os.write(err, f"ringfence: {argv[0]}: {exc}\n".encode())
@@ -743,17 +760,7 @@ def spawn_layered(
         if theirs is not None:  # last: every exec from here on is checked, this one too
             ours.close()  # type: ignore[union-attr]
             child_notifier(theirs)
-        if not keep_stdio:
-            null = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out, 1)
-            os.dup2(err, 2)
-        if state is not None:
-            os.dup2(state, 3)
-        # Python ignores SIGPIPE and SIGXFSZ; a command expects the defaults.
-        _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
-        _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
-        os.execve(path, argv, env)
+        exec_command(path, argv, env, out, err, state, keep_stdio=keep_stdio)
     except BaseException as exc:
         message = exc.message if isinstance(exc, LayerUnavailable) else str(exc)
         try:  # noqa: SIM105
