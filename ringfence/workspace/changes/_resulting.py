@@ -218,7 +218,7 @@ def check_resulting_tree(
         target, _ = realpath(after, where)
         if not after.inside(target):
             raise _leaves(where, target, what)
-    existing = set(snapshot.links) | {k for k, e in snapshot.entries.items() if e.kind == "link"}
+    existing = set(snapshot.links) | {k for k, e in snapshot.entries.items() if e.kind == "symlink"}
     for key in existing - made:
         where = absolute(*key)
         node = after.lstat(where)

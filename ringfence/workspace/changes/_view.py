@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import NamedTuple
 
+from ..git._walk import file_kind
 from ._model import Blobs, Change, Image
 
 __all__ = ["MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
@@ -45,16 +46,6 @@ class Node:
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Node({self.kind}, {self.mode:o})"
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    return "other"
 
 
 _ROOT, _PATH, _AFTER = itemgetter(0), itemgetter(1), itemgetter(3)  # Change's fields
@@ -141,7 +132,7 @@ class TreeView:
                 st = os.lstat(path)  # outside every root: read only to judge
             except (OSError, ValueError):
                 return None
-            return Node(_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, None)
+            return Node(file_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, None)
         if where in self._final:
             image = self._final[where]
             return None if image is None else Node(image.kind, image.mode, image.digest, None)
@@ -155,7 +146,7 @@ class TreeView:
             st = os.stat(rel or ".", dir_fd=self.roots[root].fd, follow_symlinks=False)
         except (OSError, ValueError):
             return None
-        return Node(_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, where)
+        return Node(file_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, where)
 
     def readlink(self, path: str, node: Node) -> str | None:
         """The target of the link ``node`` found at ``path``."""

@@ -202,7 +202,7 @@ def _undo(
                 moved = f"removed (quarantine failed: {exc.strerror or exc})"
         if old is None:
             return moved
-        if old.image is None or old.kind not in ("file", "link"):
+        if old.image is None or old.kind not in ("file", "symlink"):
             return moved if new is not None else "left (no before-image)"
         _restore(parent, leaf, old)
         return "restored"
@@ -359,7 +359,7 @@ def _restore(parent: int, leaf: str, old: MetaEntry) -> None:
     """Put a before-image back at ``leaf`` (which is free: its occupant was quarantined)."""
     assert old.image is not None
     tmp = f".ringfence-restore-{os.getpid()}-{leaf[:32]}.tmp"
-    if old.kind == "link":
+    if old.kind == "symlink":
         os.symlink(os.fsdecode(old.image), tmp, dir_fd=parent)
         with contextlib.suppress(OSError):  # only root may give it back to its owner
             os.chown(tmp, old.uid, old.gid, dir_fd=parent, follow_symlinks=False)

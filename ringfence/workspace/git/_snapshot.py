@@ -45,7 +45,7 @@ _EXEC_NAMES = frozenset({"config", "config.worktree", "commondir", "gitdir"})
 class MetaEntry:
     """One path that is or lies in git metadata, as seen by one scan.
 
-    ``kind`` is ``dir``, ``file``, ``link`` or ``other``; ``top`` is the
+    ``kind`` is ``dir``, ``file``, ``symlink`` or ``other``; ``top`` is the
     relative path of the metadata it belongs to (itself for a ``.git`` name or
     a git directory). ``image`` is the before-image when one was kept: the
     bytes of a small file, the target of a symlink.
@@ -68,7 +68,7 @@ class MetaEntry:
         if self.kind == "dir":
             # Added or removed entries are found as entries (below objects/, by the digest).
             return self.image == other.image
-        if self.kind == "link":
+        if self.kind == "symlink":
             return self.image == other.image
         # Images are compared too: a file rewritten within one timestamp tick keeps its status.
         if self.image is not None and other.image is not None and self.image != other.image:

@@ -37,6 +37,7 @@ __all__ = [
     "IMAGE_BUDGET_BYTES",
     "Uncertain",
     "Walk",
+    "file_kind",
 ]
 
 # Before-images are kept for at most this much per snapshot, so a huge hooks/ directory
@@ -336,7 +337,7 @@ class Walk:
             if e is None:
                 raise Uncertain(child) from exc
             return
-        kind = _kind(st.st_mode)
+        kind = file_kind(st.st_mode)
         old = self.base_entries.get(key)
         image: bytes | None = None
         if not _wants_image(st, child, top):
@@ -388,13 +389,15 @@ def _may_be_git_dir(names: set[str]) -> bool:
     return "HEAD" in names and ("commondir" in names or ("objects" in names and "refs" in names))
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """The workspace's one vocabulary of entry kinds: ``dir``, ``file``, ``symlink``, ``other``
+    (the scan's entries and the change sets' images both speak it)."""
     if stat.S_ISDIR(mode):
         return "dir"
     if stat.S_ISREG(mode):
         return "file"
     if stat.S_ISLNK(mode):
-        return "link"
+        return "symlink"
     return "other"
 
 
@@ -428,8 +431,8 @@ def _image(
     fd: int, name: str, st: os.stat_result, rel: str, top: str, budget: list[int]
 ) -> bytes | None:
     """The before-image of a gitfile, a ``.git`` symlink or an exec-relevant file, if small."""
-    kind = _kind(st.st_mode)
-    if kind == "link":
+    kind = file_kind(st.st_mode)
+    if kind == "symlink":
         try:
             return os.fsencode(os.readlink(name, dir_fd=fd))
         except OSError:
