@@ -17,22 +17,15 @@ import trio
 
 from .backends import register_shell_tool, select_backend
 from .bridge import ScriptConfig, register_script_tool, unavailable_backend
-from .runtime import (
-    Approver,
-    FileSink,
-    Hook,
-    InvalidArguments,
-    Kernel,
-    MemorySink,
-    Policy,
-    PolicyLayers,
-    Posture,
-    Rules,
-    Unavailable,
-    default_approver,
-    load_policy,
-    ringfence_home,
-)
+from .runtime._approval import Approver, default_approver
+from .runtime._errors import InvalidArguments, Unavailable
+from .runtime._events import FileSink, MemorySink
+from .runtime._files import ringfence_home
+from .runtime._hooks import Hook
+from .runtime._kernel import Kernel
+from .runtime.policy._decide import Posture, Rules
+from .runtime.policy._files import PolicyLayers, load_policy
+from .runtime.policy._judge import Policy
 from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
 
 __all__ = [

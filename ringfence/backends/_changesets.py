@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..runtime import CallContext, GitMetadata, InvalidArguments, RingfenceError, ToolError
+from ..runtime._calls import CallContext
+from ..runtime._errors import GitMetadata, InvalidArguments, RingfenceError, ToolError
 from ..workspace import Change, ChangeSet, CheckpointStore
 from ..workspace._names import escape_name
 from ..workspace.changes._collector import collector_paused

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _proc
-from ..runtime import RingfenceError
+from ..runtime._errors import RingfenceError
 from .docker._api import connect_docker, map_docker_errors
 from .docker._imagebuild import list_images
 from .docker._images import IMAGES, docker_location

@@ -22,7 +22,7 @@ import codecs
 from collections.abc import Callable
 from pathlib import Path
 
-from ..runtime import CappedText, OutputBuffer
+from ..runtime._output import CappedText, OutputBuffer
 from ._types import OutputCallback, Stream
 
 __all__ = ["CUT_MARGIN_CHARS", "SPOOL_LIMIT_BYTES", "TAIL_WINDOW_BYTES", "Capture"]

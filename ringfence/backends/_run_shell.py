@@ -62,19 +62,12 @@ from typing import Any, Protocol
 
 import trio
 
-from ..runtime import (
-    CallContext,
-    Consequence,
-    GitMetadata,
-    InvalidArguments,
-    Kernel,
-    Posture,
-    RingfenceError,
-    StreamRedactor,
-    ToolError,
-    ToolSpec,
-    Unavailable,
-)
+from ..runtime._calls import CallContext
+from ..runtime._errors import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unavailable
+from ..runtime._kernel import Kernel
+from ..runtime._redact import StreamRedactor
+from ..runtime._tools import Consequence, ToolSpec
+from ..runtime.policy._decide import Posture
 from ..workspace import (
     CheckpointStore,
     GitReport,

@@ -154,7 +154,7 @@ def _tree_tar(files: int) -> bytes:
 async def measure_costs(quick: bool) -> Costs:
     """The five costs on this machine's engine; Skip when there is none."""
     from ringfence.backends import SessionSpec, start_docker
-    from ringfence.runtime import RingfenceError
+    from ringfence.runtime._errors import RingfenceError
 
     rounds = 3 if quick else 7
     with tempfile.TemporaryDirectory(prefix="ringfence-bench-") as tmp:

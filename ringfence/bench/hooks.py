@@ -22,7 +22,7 @@ from typing import Any
 
 from ringfence import create_kernel
 from ringfence.plugins import PluginEntry, add_entry, read_bundle, set_trust
-from ringfence.runtime import Hook
+from ringfence.runtime._hooks import Hook
 
 from ._harness import Arm, interleave
 from ._suite import Row, Scenario, Skip

@@ -29,7 +29,8 @@ from typing import Any
 from mcp import Client, StdioServerParameters, stdio_client
 
 from ringfence.mcp_host import connect_servers, parse_manifest
-from ringfence.runtime import FileSink, Kernel
+from ringfence.runtime._events import FileSink
+from ringfence.runtime._kernel import Kernel
 
 from ._harness import Arm, interleave
 from ._source import source_file

@@ -48,7 +48,9 @@ from ringfence.mcp_host import Manifest, connect_servers, parse_manifest
 from ringfence.mcp_host.oauth._login import login
 from ringfence.mcp_host.oauth._provider import LoginFlow
 from ringfence.mcp_host.oauth._tokens import SealedStore, key_backend
-from ringfence.runtime import FileSink, Kernel, Redactor
+from ringfence.runtime._events import FileSink
+from ringfence.runtime._kernel import Kernel
+from ringfence.runtime._redact import Redactor
 
 from ._harness import Arm, SyncArm, format_seconds, interleave, interleave_blocking
 from ._source import source_file

@@ -63,7 +63,7 @@ def _make_tree(root: Path, files: int) -> None:
 
 async def run_warm(quick: bool) -> list[Row]:
     from ringfence.backends import SessionSpec, start_docker
-    from ringfence.runtime import RingfenceError
+    from ringfence.runtime._errors import RingfenceError
 
     table = _engine_table()
     rounds, batch = (4, 30) if quick else (20, 80)

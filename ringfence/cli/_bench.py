@@ -12,7 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..runtime import InvalidArguments, ToolError, atomic_write
+from ..runtime._errors import InvalidArguments, ToolError
+from ..runtime._files import atomic_write
 from ._output import check_output_file, print_error, print_ok, progress_lines
 from ._verbs import add_verb_parser
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 
 from .._embed import workspace_roots_from_env
-from ..runtime import InvalidArguments, NotFound, RingfenceError
+from ..runtime._errors import InvalidArguments, NotFound, RingfenceError
 from ..runtime._groups import raise_single
 from ._mcp_session import (
     login_on_terminal,

@@ -10,7 +10,7 @@ import trio
 
 from .._embed import workspace_roots_from_env
 from ..backends import backend_names, select_backend
-from ..runtime import Unavailable
+from ..runtime._errors import Unavailable
 from ._output import print_error, print_ok, print_table
 from ._verbs import add_verb_parser
 
@@ -63,7 +63,7 @@ def _mcp_checks() -> list[Any]:
 def _journal_check(roots: list[str]) -> Any:
     """Operations a killed process left half-written in this workspace (read, not rolled back)."""
     from ..backends._doctor import Check
-    from ..runtime import RingfenceError
+    from ..runtime._errors import RingfenceError
     from ..workspace import CheckpointStore, Workspace
     from ..workspace.changes._journal import pending
 
@@ -90,7 +90,7 @@ def _plugin_checks() -> list[Any]:
     """``plugin_trust``: each added plugin, trusted or not, and why (never a failed backend)."""
     from ..backends._doctor import Check
     from ..plugins import inspect_plugin, load_entries, plugins_path
-    from ..runtime import RingfenceError
+    from ..runtime._errors import RingfenceError
 
     try:
         entries = load_entries()

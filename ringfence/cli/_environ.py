@@ -57,7 +57,7 @@ def backend_choice(flag: str | None) -> Choice:
     if not env:
         return Choice(None, "default")
     from ..backends import backend_names
-    from ..runtime import InvalidArguments
+    from ..runtime._errors import InvalidArguments
 
     if env not in backend_names():
         raise InvalidArguments(

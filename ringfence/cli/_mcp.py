@@ -28,7 +28,7 @@ from ..mcp_host import (
 )
 from ..mcp_host.manifest._load import DEFAULT_APPROVED
 from ..mcp_host.manifest._policy_edit import plan_server_policy
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 from ._mcp_import import run_import
 from ._mcp_inspect import run_inspect
 from ._mcp_show import auth_line, manifest_file, run_list, server_summary
@@ -455,8 +455,9 @@ async def run_login(args: argparse.Namespace) -> int:
 
     from ..mcp_host.manifest._load import AuthMode
     from ..mcp_host.oauth._login import login, loopback_flow
-    from ..runtime import Redactor, RingfenceError
+    from ..runtime._errors import RingfenceError
     from ..runtime._groups import single_error
+    from ..runtime._redact import Redactor
     from ._mcp_session import sdk_logs_as_lines
 
     config = _load_for(args).get(args.name)
@@ -522,7 +523,7 @@ async def run_login(args: argparse.Namespace) -> int:
 def _no_browser_flow(name: str) -> Any:
     """A ``LoginFlow`` for a grant without a browser step: using it is refused."""
     from ..mcp_host.oauth._provider import LoginFlow
-    from ..runtime import Unavailable
+    from ..runtime._errors import Unavailable
 
     async def refuse(*_: object) -> Any:
         raise Unavailable(

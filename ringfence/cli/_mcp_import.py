@@ -17,7 +17,8 @@ from ..mcp_host import (
     sanitize_part,
     save_server,
 )
-from ..runtime import InvalidArguments, is_secret_name
+from ..runtime._errors import InvalidArguments
+from ..runtime._redact import is_secret_name
 from ._mcp_show import manifest_file
 from ._output import naming_file, print_ok
 

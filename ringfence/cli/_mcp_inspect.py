@@ -11,8 +11,8 @@ from ..mcp_host import (
     load_manifest,
     load_manifests,
 )
-from ..runtime import load_policy
 from ..runtime._render import one_line
+from ..runtime.policy._files import load_policy
 from ._environ import managed_policy
 from ._mcp_show import server_summary
 from ._output import envelope, error_line, print_json, print_ok

@@ -22,7 +22,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..runtime import Kernel, RingfenceError
+from ..runtime._errors import RingfenceError
+from ..runtime._kernel import Kernel
 
 __all__ = [
     "ELICITOR_KEY",
@@ -96,7 +97,7 @@ async def _registered_port(config: Any) -> int:
     from urllib.parse import urlsplit
 
     from ..mcp_host.oauth._provider import SealedTokenStorage
-    from ..runtime import Redactor
+    from ..runtime._redact import Redactor
 
     try:
         info = await SealedTokenStorage(config, Redactor()).get_client_info()
@@ -127,7 +128,7 @@ async def login_on_terminal(roots: Sequence[Path], tool: str | None) -> AsyncIte
 
     from ..mcp_host.oauth._login import loopback_flow
     from ..mcp_host.oauth._provider import login_flow
-    from ..runtime import Denied, Unavailable
+    from ..runtime._errors import Denied, Unavailable
 
     async def offer(url: str) -> None:
         sys.stderr.write(

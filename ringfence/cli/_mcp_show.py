@@ -16,7 +16,7 @@ from ..mcp_host import (
     load_manifests,
     manifest_path,
 )
-from ..runtime import mask_command_args
+from ..runtime._redact import mask_command_args
 from ._output import print_ok, print_warnings
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from ..runtime import Denied, InvalidArguments, RingfenceError, ToolError
+from ..runtime._errors import Denied, InvalidArguments, RingfenceError, ToolError
 from ..runtime._groups import single_error
 from ..runtime._render import json_text, one_line
 from ._guard import unguarded

@@ -29,7 +29,7 @@ from ..plugins import (
     remove_entry,
     set_trust,
 )
-from ..runtime import InvalidArguments, NotFound
+from ..runtime._errors import InvalidArguments, NotFound
 from ._output import print_ok
 from ._verbs import add_verb_parser
 

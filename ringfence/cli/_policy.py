@@ -9,16 +9,10 @@ import sys
 from typing import Any
 
 from .._embed import workspace_roots_from_env
-from ..runtime import (
-    Consequence,
-    Posture,
-    Rules,
-    ToolSpec,
-    decide,
-    evaluate_policy,
-    load_policy_file,
-)
 from ..runtime._render import one_line
+from ..runtime._tools import Consequence, ToolSpec
+from ..runtime.policy._decide import Posture, Rules, decide, evaluate_policy
+from ..runtime.policy._files import load_policy_file
 from ._call import ARGS_HELP, parse_arguments
 from ._output import print_ok
 from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args

@@ -15,15 +15,10 @@ from typing import TYPE_CHECKING
 import trio
 
 from .. import serve as _serve_pkg  # light: the heavy names load when first used
-from ..runtime import (
-    ApprovalAnswer,
-    Approver,
-    HeadlessDenyApprover,
-    Kernel,
-    RingfenceError,
-    ScriptedApprover,
-)
+from ..runtime._approval import ApprovalAnswer, Approver, HeadlessDenyApprover, ScriptedApprover
+from ..runtime._errors import RingfenceError
 from ..runtime._groups import raise_single
+from ..runtime._kernel import Kernel
 from ..serve import (
     DEFAULT_APPROVAL_TIMEOUT_SECONDS,
     DEFAULT_PORT,

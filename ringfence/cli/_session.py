@@ -9,20 +9,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._embed import create_kernel, workspace_roots_from_env
-from ..runtime import (
+from ..runtime._approval import (
     ApprovalAnswer,
     ApprovalRequest,
     Approver,
     HeadlessDenyApprover,
-    Kernel,
-    PolicyLayers,
-    Posture,
     ScriptedApprover,
-    cli_rules,
     default_approver,
-    load_policy,
+    posture_that_allows,
 )
-from ..runtime._approval import posture_that_allows
+from ..runtime._kernel import Kernel
+from ..runtime.policy._decide import Posture
+from ..runtime.policy._files import PolicyLayers, cli_rules, load_policy
 from ._environ import (
     backend_choice,
     managed_policy,
@@ -229,7 +227,7 @@ def _check_plan_file(path: str | None) -> None:
         return
     from pathlib import Path
 
-    from ..runtime import Plan
+    from ..runtime._plan import Plan
 
     with naming_file(path):
         Plan.load(Path(path), create_key=False)

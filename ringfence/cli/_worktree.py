@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._embed import workspace_roots_from_env
-from ..runtime import InvalidArguments, NotFound, ToolError
+from ..runtime._errors import InvalidArguments, NotFound, ToolError
 from ..runtime._files import ringfence_home
 from ..runtime._render import one_line, visible_line
 from ..workspace import Workspace, workspace_id

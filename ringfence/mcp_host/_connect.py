@@ -29,8 +29,12 @@ from typing import Any
 
 import trio
 
-from ..runtime import Kernel, McpPolicy, RingfenceError, Rules, RulesHandle, ToolSpec, Unavailable
+from ..runtime._errors import RingfenceError, Unavailable
 from ..runtime._groups import raise_single
+from ..runtime._kernel import Kernel, RulesHandle
+from ..runtime._tools import ToolSpec
+from ..runtime.policy._decide import Rules
+from ..runtime.policy._mcp import McpPolicy
 from ._connector import Connector
 from ._elicitation import Elicitor
 from ._inventory import DEFAULT_LIMITS, ListLimits

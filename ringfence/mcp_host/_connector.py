@@ -19,7 +19,10 @@ from typing import Any
 import trio
 from mcp import types
 
-from ..runtime import Kernel, RingfenceError, ToolSpec, cap_text
+from ..runtime._errors import RingfenceError
+from ..runtime._kernel import Kernel
+from ..runtime._output import cap_text
+from ..runtime._tools import ToolSpec
 from ._adapter import (
     GET_PROMPT,
     READ_RESOURCE,

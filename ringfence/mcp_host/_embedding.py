@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..runtime import InvalidArguments, Kernel, McpPolicy
+from ..runtime._errors import InvalidArguments
+from ..runtime._kernel import Kernel
+from ..runtime.policy._mcp import McpPolicy
 from ._connect import connect_servers
 from .manifest._config import ServerConfig, sanitize_part
 from .manifest._load import Manifest, load_manifest, load_manifests

@@ -24,8 +24,11 @@ from typing import Any
 
 import trio
 
-from ..runtime import MARKER, HeadlessDenyApprover, Kernel, MemorySink, mask_command_args
+from ..runtime._approval import HeadlessDenyApprover
+from ..runtime._events import MemorySink
+from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
+from ..runtime._redact import MARKER, mask_command_args
 from ._connect import connect_servers
 from ._connector import Connector
 from ._inventory import DEFAULT_LIMITS, ListLimits

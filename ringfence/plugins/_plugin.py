@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..runtime import InvalidArguments, RingfenceError, Rule, Skill, parse_policy_file
+from ..runtime._errors import InvalidArguments, RingfenceError
+from ..runtime._skills import Skill
+from ..runtime.policy._files import parse_policy_file
+from ..runtime.policy._rules import Rule
 from ._bundle import Bundle, read_bundle
 from ._config import PluginEntry
 from ._manifest import PluginManifest, parse_plugin_manifest

@@ -68,8 +68,9 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..runtime import InvalidArguments, Kernel
+from ..runtime._errors import InvalidArguments
 from ..runtime._groups import single_error
+from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
 from ._defaults import (
     DEFAULT_PORT,

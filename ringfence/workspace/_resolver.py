@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..runtime import (
+from ..runtime._errors import (
     InvalidArguments,
     NotFound,
     OutsideWorkspace,

@@ -21,7 +21,8 @@ from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 
 from ringfence import create_kernel
 from ringfence.cli._main import main
-from ringfence.runtime import Posture, load_policy
+from ringfence.runtime import Posture
+from ringfence.runtime.policy._files import load_policy
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
 

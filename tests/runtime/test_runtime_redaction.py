@@ -13,15 +13,8 @@ import pytest
 
 from ringfence import create_kernel
 from ringfence.cli import main
-from ringfence.runtime import (
-    MARKER,
-    CallContext,
-    Consequence,
-    Kernel,
-    MemorySink,
-    ToolSpec,
-    is_secret_name,
-)
+from ringfence.runtime import CallContext, Consequence, Kernel, MemorySink, ToolSpec
+from ringfence.runtime._redact import MARKER, is_secret_name
 
 ECHO_SCHEMA = {"type": "object", "properties": {"env": {"type": "object"}, "url": {}}}
 

@@ -12,7 +12,6 @@ import ringfence.serve
 from ringfence.runtime import (
     CallContext,
     Consequence,
-    Decision,
     InvalidArguments,
     Kernel,
     Outcome,
@@ -20,6 +19,7 @@ from ringfence.runtime import (
     ToolSpec,
     Verdict,
 )
+from ringfence.runtime.policy._decide import Decision
 from ringfence.serve import exposed_tools, parse_expose, result_from_outcome, tool_annotations
 
 

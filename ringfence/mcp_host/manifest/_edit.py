@@ -26,7 +26,8 @@ from pathlib import Path
 import tomlkit
 from tomlkit.items import AoT, Comment, Table, Whitespace
 
-from ...runtime import InvalidArguments, atomic_write
+from ...runtime._errors import InvalidArguments
+from ...runtime._files import atomic_write
 from ._config import Manifest, ServerConfig, manifest_path
 from ._model import parse_manifest, server_table
 

@@ -55,7 +55,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...runtime import InvalidArguments
+from ...runtime._errors import InvalidArguments
 from ._config import (
     DEFAULT_APPROVED,
     KNOWN_CAPABILITIES,

@@ -6,7 +6,7 @@ rules between keys (a stdio server needs a command, OAuth keys need
 :class:`~ringfence.runtime.InvalidArguments` whose message starts
 ``file:line: server 'name': key: `` (``field`` is the key, ``details`` carry
 ``file`` and ``line``); the line is found with
-:func:`~ringfence.runtime.toml_key_lines`, so strings and comments that look
+:func:`~ringfence.runtime._tomllines.toml_key_lines`, so strings and comments that look
 like keys or tables never mislead it. The first error is reported; nothing is
 half-loaded.
 """
@@ -21,7 +21,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ...runtime import InvalidArguments, is_secret_name
+from ...runtime._errors import InvalidArguments
+from ...runtime._redact import is_secret_name
 from ...runtime._tomllines import KeyPath, line_of, toml_error_line, toml_key_lines
 from .._urls import check_header_name, check_url
 from ._config import (

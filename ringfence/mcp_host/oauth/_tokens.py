@@ -38,7 +38,9 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from mcp.shared.auth_utils import check_resource_allowed
 
-from ...runtime import Denied, Redactor, Unavailable, atomic_write, ringfence_home
+from ...runtime._errors import Denied, Unavailable
+from ...runtime._files import atomic_write, ringfence_home
+from ...runtime._redact import Redactor
 
 if TYPE_CHECKING:
     from ..manifest._load import ServerConfig

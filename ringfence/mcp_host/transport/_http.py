@@ -19,7 +19,8 @@ import httpx2
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from ...runtime import Redactor, Unavailable
+from ...runtime._errors import Unavailable
+from ...runtime._redact import Redactor
 from ..manifest._load import ServerConfig, Transport
 from ..oauth._provider import build_auth
 from ._inbound import BoundedTransport, InboundLimit

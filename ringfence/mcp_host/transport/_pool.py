@@ -54,7 +54,8 @@ from typing import Any, TypeVar
 import trio
 from mcp import Client, types
 
-from ...runtime import Redactor, RingfenceError, ToolTimeout, Unavailable
+from ...runtime._errors import RingfenceError, ToolTimeout, Unavailable
+from ...runtime._redact import Redactor
 from .._diagnostics import Diagnostics
 from .._errors import translate_error
 from .._failures import HttpStatusLog, explain

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...runtime import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
+from ...runtime._errors import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
 from .._names import escape_name
 from .._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
 from .._workspace import Workspace

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from ...runtime import InvalidArguments, NotFound, ToolError, Unavailable
+from ...runtime._errors import InvalidArguments, NotFound, ToolError, Unavailable
 from ...runtime._files import ringfence_home
 from .._names import escape_name
 from .._workspace import Workspace
