@@ -26,7 +26,10 @@ from .runtime._kernel import Kernel
 from .runtime.policy._decide import Posture, Rules
 from .runtime.policy._files import PolicyLayers, load_policy
 from .runtime.policy._judge import Policy
-from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
+from .workspace._file_tools import register_file_tools
+from .workspace._workspace import Workspace
+from .workspace.changes._store import CheckpointStore
+from .workspace.changes._undo import register_undo_tool
 
 __all__ = [
     "check_approver",
@@ -294,7 +297,7 @@ def create_kernel(
         for hook in hooks:
             kernel.add_hook(hook)
         if plugins:
-            from .plugins import attach_plugins
+            from .plugins._attach import attach_plugins
 
             plugin_servers = attach_plugins(
                 kernel,
@@ -346,7 +349,7 @@ def create_kernel(
     # mcp_host: connectors join the registry when the kernel is entered; sandbox = "local"
     # stdio servers start in the local backend's confinement over the workspace roots
     if mcp_manifest is not None:
-        from .mcp_host import connect_when_entered
+        from .mcp_host._embedding import connect_when_entered
 
         connect_when_entered(
             kernel,
@@ -458,7 +461,7 @@ def mcp_stdio_confiner(
 
     def confine(server: Any) -> Any:
         from .backends import ExecChanges, confine_exec
-        from .mcp_host import ConfinedCommand
+        from .mcp_host.transport._stdio import ConfinedCommand
 
         changes = None
         if server.writable:

@@ -845,6 +845,28 @@ SURFACE: dict[str, set[str]] = {
         # the event stream and its verification
         *("EventSink", "FileSink", "MemorySink", "verify_file"),
     },
+    "ringfence.workspace": {
+        *("Workspace", "register_file_tools"),
+        *("CheckpointStore", "Retention", "ChangeSet", "Change", "undo", "register_undo_tool"),
+    },
+    "ringfence.mcp_host": {
+        *("connect_servers", "attach_connectors", "Connectors", "Connector", "inspect_server"),
+        *("load_manifest", "load_manifests", "parse_manifest", "Manifest", "ServerConfig"),
+        *("Transport", "Trust", "Sandbox", "Policy", "ListLimits"),
+        *("SamplingProvider", "SamplingRequest", "SamplingResponse"),
+        *("Elicitor", "ElicitationPrompt", "ElicitationAnswer"),
+    },
+    "ringfence.serve": {
+        "serve_stdio",
+        "serve_http",
+        "HttpOptions",
+        "build_server",
+        "ClientApprover",
+    },
+    "ringfence.plugins": {
+        *("attach_plugins", "load_entries", "PluginEntry", "inspect_plugin", "PluginState"),
+        *("read_bundle", "Bundle"),
+    },
 }
 
 # Names a package still re-exports only because a module being moved by another branch

@@ -22,7 +22,7 @@ from ringfence.backends import IMAGES, SessionSpec, register_shell_tool, start_h
 from ringfence.runtime._errors import RingfenceError
 from ringfence.runtime._kernel import Kernel
 from ringfence.runtime.policy._decide import Posture
-from ringfence.workspace import Workspace
+from ringfence.workspace._workspace import Workspace
 
 from ._harness import Arm, Samples, interleave
 from ._suite import Row, Scenario, Skip

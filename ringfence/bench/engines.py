@@ -229,7 +229,10 @@ def _transfer_costs(rounds: int) -> tuple[float, float]:
 async def _kernel_cost(root: Path, quick: bool) -> float:
     """A Gate call plus the merge of a 10-file change set, per command."""
     from ringfence import create_kernel
-    from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
+    from ringfence.workspace._workspace import Workspace
+    from ringfence.workspace.changes._merge import merge_changes
+    from ringfence.workspace.changes._model import Change, Image
+    from ringfence.workspace.changes._store import CheckpointStore
 
     ws_root = root / "kernel"
     ws_root.mkdir()

@@ -44,7 +44,8 @@ import httpx2
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
 
-from ringfence.mcp_host import Manifest, connect_servers, parse_manifest
+from ringfence.mcp_host._connect import connect_servers
+from ringfence.mcp_host.manifest._load import Manifest, parse_manifest
 from ringfence.mcp_host.oauth._login import login
 from ringfence.mcp_host.oauth._provider import LoginFlow
 from ringfence.mcp_host.oauth._tokens import SealedStore, key_backend

@@ -13,7 +13,8 @@ import sys
 
 from .._embed import workspace_roots_from_env
 from ..runtime._render import one_line
-from ..workspace import CheckpointStore, Workspace
+from ..workspace._workspace import Workspace
+from ..workspace.changes._store import CheckpointStore
 from ._output import print_error, print_ok
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser, add_workspace_option

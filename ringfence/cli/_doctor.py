@@ -64,8 +64,9 @@ def _journal_check(roots: list[str]) -> Any:
     """Operations a killed process left half-written in this workspace (read, not rolled back)."""
     from ..backends._doctor import Check
     from ..runtime._errors import RingfenceError
-    from ..workspace import CheckpointStore, Workspace
+    from ..workspace._workspace import Workspace
     from ..workspace.changes._journal import pending
+    from ..workspace.changes._store import CheckpointStore
 
     try:
         with Workspace(roots) as workspace:
@@ -89,7 +90,8 @@ def _journal_check(roots: list[str]) -> Any:
 def _plugin_checks() -> list[Any]:
     """``plugin_trust``: each added plugin, trusted or not, and why (never a failed backend)."""
     from ..backends._doctor import Check
-    from ..plugins import inspect_plugin, load_entries, plugins_path
+    from ..plugins._config import load_entries, plugins_path
+    from ..plugins._plugin import inspect_plugin
     from ..runtime._errors import RingfenceError
 
     try:

@@ -12,21 +12,20 @@ import argparse
 import sys
 from typing import Any
 
-from ..mcp_host import (
+from ..mcp_host._urls import check_url, display_url
+from ..mcp_host.manifest._load import (
+    DEFAULT_APPROVED,
     Manifest,
     Policy,
     Sandbox,
     ServerConfig,
     Transport,
     Trust,
-    check_url,
-    display_url,
     load_manifest,
     load_manifests,
     remove_server,
     save_server,
 )
-from ..mcp_host.manifest._load import DEFAULT_APPROVED
 from ..mcp_host.manifest._policy_edit import plan_server_policy
 from ..runtime._errors import InvalidArguments
 from ._mcp_import import run_import

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..mcp_host import (
+from ..mcp_host._urls import check_url
+from ..mcp_host.manifest._load import (
     ServerConfig,
     Transport,
-    check_url,
     load_manifest,
     sanitize_part,
     save_server,

@@ -6,11 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..mcp_host import (
-    Transport,
-    load_manifest,
-    load_manifests,
-)
+from ..mcp_host.manifest._load import Transport, load_manifest, load_manifests
 from ..runtime._render import one_line
 from ..runtime.policy._files import load_policy
 from ._environ import managed_policy
@@ -45,8 +41,8 @@ async def run_inspect(args: argparse.Namespace) -> int:
         else "connecting to it"
     )
     from .._embed import mcp_stdio_confiner
-    from ..mcp_host import inspect_server  # imports the MCP SDK: only inspect needs it
-    from ..workspace import Workspace
+    from ..mcp_host._inspect import inspect_server
+    from ..workspace._workspace import Workspace
 
     # sandbox = "local": confined over the workspace, as in a session. Opened before the
     # announcement, so a bad --workspace is refused with one line.

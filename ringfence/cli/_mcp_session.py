@@ -74,8 +74,7 @@ def _oauth_servers(roots: Sequence[Path], tool: str | None) -> list[Any]:
     part = server_part(tool)
     if part is None:
         return []
-    from ..mcp_host import load_manifests
-    from ..mcp_host.manifest._load import AuthMode
+    from ..mcp_host.manifest._load import AuthMode, load_manifests
 
     manifest = load_manifests(str(roots[0]) if roots else None)
     return [
@@ -207,7 +206,7 @@ def mcp_setup(
         part = server_part(tool)
         if part is None:
             return None, None  # nothing connects: not even the MCP SDK is imported
-        from ..mcp_host import load_manifests
+        from ..mcp_host.manifest._load import load_manifests
 
         manifest = load_manifests(str(roots[0]) if roots else None)
         names = [s.name for s in manifest.servers if s.enabled and s.part == part]
@@ -230,7 +229,7 @@ def mcp_failure_for(kernel: Kernel, tool: str) -> RingfenceError | None:
     connectors, part = _connectors(kernel), server_part(tool)
     if connectors is None or part is None:
         return None
-    from ..mcp_host import sanitize_part
+    from ..mcp_host.manifest._load import sanitize_part
 
     for name, error in connectors.failures.items():
         if sanitize_part(name, "server") == part:

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..mcp_host import (
+from ..mcp_host._urls import display_url
+from ..mcp_host.manifest._load import (
     ServerConfig,
     Transport,
-    display_url,
     load_manifest,
     load_manifests,
     manifest_path,

@@ -78,7 +78,8 @@ async def run_show(args: argparse.Namespace) -> int:
 def _staged_diff(roots: tuple[str, ...], set_id: str) -> str:
     """A staged change set (a dry run's shell command) as a diff, indented under its call."""
     from ..runtime._errors import RingfenceError
-    from ..workspace import CheckpointStore, Workspace
+    from ..workspace._workspace import Workspace
+    from ..workspace.changes._store import CheckpointStore
 
     try:
         with Workspace(list(roots)) as workspace:

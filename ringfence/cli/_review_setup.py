@@ -16,7 +16,7 @@ from typing import Any
 from ..review import EventFeed, ReviewApprover, ReviewOptions, attach_review
 from ..runtime._errors import InvalidArguments
 from ..runtime._kernel import Kernel
-from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS
+from ..serve._defaults import DEFAULT_APPROVAL_TIMEOUT_SECONDS
 from ._output import naming_file
 from ._verbs import positive_seconds
 

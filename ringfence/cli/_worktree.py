@@ -24,8 +24,9 @@ from .._embed import workspace_roots_from_env
 from ..runtime._errors import InvalidArguments, NotFound, ToolError
 from ..runtime._files import ringfence_home
 from ..runtime._render import one_line, visible_line
-from ..workspace import Workspace, workspace_id
 from ..workspace._names import escape_name
+from ..workspace._workspace import Workspace
+from ..workspace.changes._store import workspace_id
 from ._output import print_ok
 from ._verbs import add_verb_parser, add_workspace_option
 

@@ -45,7 +45,7 @@ from ._config import PluginEntry, load_entries
 from ._plugin import PluginState, inspect_plugin
 
 if TYPE_CHECKING:
-    from ..mcp_host import ServerConfig
+    from ..mcp_host.manifest._load import ServerConfig
 
 __all__ = ["Snapshot", "attach_plugins"]
 

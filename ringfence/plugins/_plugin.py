@@ -33,7 +33,7 @@ from ._manifest import PluginManifest, parse_plugin_manifest
 from ._skills import read_skills
 
 if TYPE_CHECKING:
-    from ..mcp_host import ServerConfig
+    from ..mcp_host.manifest._load import ServerConfig
 
 __all__ = ["PLUGIN_ROOT", "PluginState", "inspect_plugin", "locate_plugin", "server_name"]
 
@@ -186,7 +186,7 @@ def check_fragment(path: Path, raw: bytes, plugin: str) -> tuple[Rule, ...]:
 
 
 def _servers(bundle: Bundle, rel: str, plugin: str) -> tuple[ServerConfig, ...]:
-    from ..mcp_host import parse_manifest
+    from ..mcp_host.manifest._load import parse_manifest
 
     manifest = parse_manifest(bundle.text(rel), str(bundle.root / rel))
     out = []

@@ -581,7 +581,8 @@ class ReviewSite:
 
     @contextlib.contextmanager
     def _store(self) -> Iterator[Any]:
-        from ..workspace import CheckpointStore, Workspace
+        from ..workspace._workspace import Workspace
+        from ..workspace.changes._store import CheckpointStore
 
         with Workspace(list(self.kernel.roots)) as workspace:
             store = CheckpointStore(workspace)

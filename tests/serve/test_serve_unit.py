@@ -20,7 +20,12 @@ from ringfence.runtime import (
     Verdict,
 )
 from ringfence.runtime.policy._decide import Decision
-from ringfence.serve import exposed_tools, parse_expose, result_from_outcome, tool_annotations
+from ringfence.serve._server import (
+    exposed_tools,
+    parse_expose,
+    result_from_outcome,
+    tool_annotations,
+)
 
 
 async def _noop(args: dict[str, Any], ctx: CallContext) -> None:
