@@ -28,7 +28,7 @@ from .runtime.policy._files import PolicyLayers, load_policy
 from .runtime.policy._judge import Policy
 from .workspace._file_tools import register_file_tools
 from .workspace._workspace import Workspace
-from .workspace.changes._store import CheckpointStore
+from .workspace.changes._store import CheckpointStore, Retention
 from .workspace.changes._undo import register_undo_tool
 
 __all__ = [
@@ -36,23 +36,7 @@ __all__ = [
     "create_kernel",
     "mcp_stdio_confiner",
     "refuse_home_inside_roots",
-    "workspace_roots_from_env",
 ]
-
-
-def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
-    """``--workspace`` values, else ``RINGFENCE_WORKSPACE_ROOTS``, else the current directory.
-
-    The command line's roots (its verbs call this). :func:`create_kernel` does
-    not: a library caller who passes no roots gets the current directory, never
-    roots an environment variable widened.
-    """
-    if explicit:
-        return [Path(p) for p in explicit]
-    env = os.environ.get("RINGFENCE_WORKSPACE_ROOTS")
-    if env:
-        return [Path(p) for p in env.split(os.pathsep) if p]
-    return [Path.cwd()]
 
 
 EventObserver = Callable[[str], None]
@@ -141,6 +125,7 @@ def create_kernel(
     script_sandbox: str | None = None,
     event_observer: EventObserver | None = None,
     checkpoints: bool = True,
+    retention: Retention | None = None,
     change_sets: bool | None = None,
     merge_refused: bool = True,
     hooks: Iterable[Hook] = (),
@@ -187,7 +172,8 @@ def create_kernel(
     if any, is called when the stream closes.
 
     ``checkpoints`` (default on) keeps every ``write_file``/``edit_file`` change
-    as a change set under ``$RINGFENCE_HOME/checkpoints/`` and registers
+    as a change set under ``$RINGFENCE_HOME/checkpoints/``, bounded by ``retention``
+    (default ``Retention()``: 500 sets, 30 days, 1024 MiB), and registers
     ``undo``; ``False`` registers no ``undo`` and records nothing.
 
     ``change_sets`` (default: on for the ``local`` backend when
@@ -279,7 +265,7 @@ def create_kernel(
     if mcp_policy is not None:  # every connect of this kernel's MCP servers applies it
         kernel.extensions["mcp_policy"] = mcp_policy
     # workspace: every file tool write is a change set (checkpoint) that `undo` can restore
-    store = CheckpointStore(workspace) if checkpoints else None
+    store = CheckpointStore(workspace, retention=retention) if checkpoints else None
     register_file_tools(kernel, workspace, checkpoints=store)
     if store is not None:
         register_undo_tool(kernel, store, atomic_apply=not merge_refused)

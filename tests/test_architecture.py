@@ -777,6 +777,115 @@ def test_no_import_cycles_between_the_modules_of_a_package() -> None:
     assert gone == [], "known cycles that are gone: remove them from KNOWN_CYCLES"
 
 
+# -- the environment ---------------------------------------------------------------------
+
+# Settings are read from the environment in one place: the command line's entry point calls
+# Settings.from_env(os.environ) (ringfence/cli/_settings.py) and passes them on as arguments.
+# Every other use of os.environ/os.getenv is listed here by module and function, with why it
+# is not a setting read; a listed use that is gone fails the test too (the list only shrinks).
+ENV_READERS: dict[str, dict[str, str]] = {
+    "ringfence/cli/_main.py": {"_main": "the entry point: Settings.from_env(os.environ)"},
+    "ringfence/runtime/_files.py": {
+        "ringfence_home": "RINGFENCE_HOME, still read by the library: backends/confined/_plan.py "
+        "hides this directory from the sandbox by calling ringfence_home() itself, so both "
+        "must take it as an argument together (after the confined move lands)",
+    },
+    # A child's environment, built from the parent's (not a setting of ringfence's):
+    "ringfence/_git.py": {"_environment": "PATH for the git child"},
+    "ringfence/workspace/_search.py": {"ripgrep_env": "ripgrep's environment"},
+    "ringfence/plugins/_command.py": {"CommandRunner.__call__": "PATH for a command hook"},
+    "ringfence/backends/_host.py": {
+        "HostSession.__init__": "the allowlisted variables a host-backend command inherits",
+    },
+    "ringfence/mcp_host/transport/_stdio.py": {
+        "build_stdio_env": "the variables a stdio server's inherit_env names, passed to it",
+    },
+    # Credentials a manifest names by variable (api_key_env, headers_env, client_secret_env, ...):
+    "ringfence/mcp_host/transport/_http.py": {"resolve_headers": "header credentials"},
+    "ringfence/mcp_host/oauth/_tokens.py": {"credential_from_env": "OAuth client credentials"},
+    # Not a setting: the terminal's capability, read with isatty on the stream written to.
+    "ringfence/cli/_output.py": {"is_terminal": "TERM=dumb"},
+    # The conformance suite plants a credential in its own environment, then checks that no
+    # command a backend runs sees it.
+    "ringfence/backends/testing.py": {"check_backend": "plants and removes the credential"},
+    # The overhead suite: its baselines' and children's environments, and the scratch
+    # RINGFENCE_HOME a run uses (set for the run, restored after).
+    "ringfence/bench/_suite.py": {"_scratch_home": "sets and restores RINGFENCE_HOME"},
+    "ringfence/bench/gitscan.py": {"_git": "the bare git baseline's environment"},
+    "ringfence/bench/latency.py": {
+        "run_cli": "the measured command's environment",
+        "run_serve": "the measured server's environment",
+    },
+    "ringfence/bench/serve_start.py": {"run": "the measured server's environment"},
+    "ringfence/bench/remote.py": {"run_ship": "the docker CLI baseline's environment"},
+    "ringfence/bench/mcp_oauth.py": {"_environ": "the bearer baseline's api_key_env variable"},
+    "ringfence/bench/peers/filesystem.py": {"run": "the peer's environment"},
+    "ringfence/bench/peers/srt.py": {"run": "the peer's environment"},
+}
+
+# Being moved on other branches (confined, docker, bridge, the Linux primitives); what they
+# read is wired to Settings after the moves land. Not checked until then.
+ENV_EXEMPT = (
+    "ringfence/backends/confined/",
+    "ringfence/backends/docker/",
+    "ringfence/bridge/",
+    "ringfence/_confine/",
+)
+
+
+def _environment_uses(module: Module) -> Iterator[tuple[str, int]]:
+    """(function, line) of each use of os.environ/os.getenv (or their bytes forms)."""
+    names = {"environ", "getenv", "environb", "getenvb"}
+
+    def visit(node: ast.AST, where: list[str]) -> Iterator[tuple[str, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from visit(child, [*where, child.name])
+                continue
+            if (
+                isinstance(child, ast.Attribute)
+                and child.attr in names
+                and isinstance(child.value, ast.Name)
+                and child.value.id == "os"
+            ) or (
+                isinstance(child, ast.ImportFrom)
+                and child.module == "os"
+                and any(a.name in names for a in child.names)
+            ):
+                yield ".".join(where) or "<module>", child.lineno
+            yield from visit(child, where)
+
+    yield from visit(module.tree, [])
+
+
+def test_settings_are_read_from_the_environment_in_one_place() -> None:
+    found: dict[str, set[str]] = {}
+    bad = []
+    for module in MODULES:
+        if module.rel.startswith(ENV_EXEMPT):
+            continue
+        allowed = ENV_READERS.get(module.rel, {})
+        for function, line in _environment_uses(module):
+            found.setdefault(module.rel, set()).add(function)
+            if function not in allowed:
+                bad.append(f"{module.rel}:{line} ({function}) reads the environment")
+    assert bad == [], "read settings in Settings.from_env (cli/_settings.py) and pass them on"
+    gone = sorted(
+        f"{rel}: {function}"
+        for rel, functions in ENV_READERS.items()
+        for function in functions
+        if function not in found.get(rel, set())
+    )
+    assert gone == [], "ENV_READERS lists uses that are gone: remove them"
+
+
+def test_the_environment_check_can_fail() -> None:
+    """A library module that reads a setting is caught, with its function named."""
+    tree = ast.parse("import os\n\ndef home():\n    return os.environ.get('RINGFENCE_X')\n")
+    module = Module("ringfence.workspace._x", SRC / "workspace" / "_x.py", tree)
+    assert list(_environment_uses(module)) == [("home", 4)]
+
+
 # -- exports -----------------------------------------------------------------------------
 
 

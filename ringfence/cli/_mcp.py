@@ -397,7 +397,7 @@ async def run_add(args: argparse.Namespace) -> int:
     )
     m = save_server(config, path)  # validates the whole resulting file before writing it
     policy.write()
-    summary = server_summary(m.get(config.name))
+    summary = server_summary(m.get(config.name), args.settings.token_store())
     shown_policy = str(policy.path) if policy.changed else None
     warnings = [*m.warnings, *filter(None, [command_warning(config)])]
     if args.json:
@@ -488,15 +488,17 @@ async def run_login(args: argparse.Namespace) -> int:
         f"ringfence: logging in to MCP server {config.name!r} ({display_url(config.url or '')})\n"
     )
     sys.stderr.flush()
-    sdk_logs_as_lines()  # the SDK's errors as one line, not a traceback
+    sdk_logs_as_lines(args.settings.debug)  # the SDK's errors as one line, not a traceback
     try:
         if config.oauth_grant == "identity_assertion":
             # No browser and no redirect: the user's IdP ID token (read from its variable) is
             # exchanged, so no loopback listener is opened.
-            status = await login(config, Redactor(), _no_browser_flow(config.name))
+            status = await login(
+                config, Redactor(), _no_browser_flow(config.name), args.settings.token_store()
+            )
         else:
             async with loopback_flow(show, args.port) as flow:
-                status = await login(config, Redactor(), flow)
+                status = await login(config, Redactor(), flow, args.settings.token_store())
     except (RingfenceError, BaseExceptionGroup) as caught:
         # What refused the login is not fixed by logging in again: never send the person
         # back to this command. (The redirect listener's nursery may wrap the error.)
@@ -537,7 +539,7 @@ async def run_logout(args: argparse.Namespace) -> int:
     from ..mcp_host.oauth._provider import logout
 
     config = _load_for(args).get(args.name)
-    removed = logout(config)
+    removed = logout(config, args.settings.token_store())
     if args.json:
         return print_ok({"server": config.name, "removed": removed}, True)
     sys.stdout.write(f"{config.name}: {'tokens deleted' if removed else 'was not logged in'}\n")

@@ -20,7 +20,7 @@ async def run_inspect(args: argparse.Namespace) -> int:
     m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
     # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
     roots = [args.workspace] if args.workspace else []
-    managed = managed_policy()
+    managed = managed_policy(args.settings)
     config = m.get(args.name).with_policy(
         load_policy(roots, project=bool(roots), managed=managed).mcp
     )
@@ -54,7 +54,12 @@ async def run_inspect(args: argparse.Namespace) -> int:
         )
         sys.stderr.flush()
         confiner = mcp_stdio_confiner(workspace, discard_writes=True)
-        report = await inspect_server(config, workspace=args.workspace, stdio_confiner=confiner)
+        report = await inspect_server(
+            config,
+            workspace=args.workspace,
+            stdio_confiner=confiner,
+            token_store=args.settings.token_store(),
+        )
     finally:
         if workspace is not None:
             workspace.close()

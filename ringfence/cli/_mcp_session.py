@@ -55,13 +55,11 @@ class _OneLine(logging.Handler):
             self.handleError(record)
 
 
-def sdk_logs_as_lines() -> None:
+def sdk_logs_as_lines(debug: bool = False) -> None:
     """Show the MCP SDK's warnings and errors as one line each, never a traceback (once per
-    process; ``RINGFENCE_DEBUG=1`` leaves Python's own logging, tracebacks included)."""
-    from ._verbs import debug_enabled
-
+    process; ``debug`` (``RINGFENCE_DEBUG=1``) leaves Python's own logging, tracebacks included)."""
     sdk = logging.getLogger("mcp")
-    if debug_enabled() or any(isinstance(h, _OneLine) for h in sdk.handlers):
+    if debug or any(isinstance(h, _OneLine) for h in sdk.handlers):
         return
     handler = _OneLine(logging.WARNING)
     sdk.addHandler(handler)
@@ -201,7 +199,7 @@ def mcp_setup(
     options: dict[str, Any] = {}
     manifest: Any = True
     if getattr(args, "mcp", False) or server_part(tool) is not None:
-        sdk_logs_as_lines()
+        sdk_logs_as_lines(args.settings.debug)
     if not getattr(args, "mcp", False):
         part = server_part(tool)
         if part is None:
@@ -213,6 +211,7 @@ def mcp_setup(
         if not names:
             return None, None  # the call's not_found names the tool; nothing is started
         options["names"] = names
+    options["token_store"] = args.settings.token_store()  # RINGFENCE_NO_KEYRING
     if interactive:
         from ..mcp_host._terminal import cli_elicitor
 

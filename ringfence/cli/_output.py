@@ -38,7 +38,6 @@ from ._verbs import (  # light, for the parser; re-exported for the verbs
     DEBUG_ENV as DEBUG_ENV,
     EXIT_CODES_HELP as EXIT_CODES_HELP,
     UsageError as UsageError,
-    debug_enabled as debug_enabled,
 )
 
 EXIT_OK = 0

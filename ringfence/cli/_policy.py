@@ -8,7 +8,6 @@ import json
 import sys
 from typing import Any
 
-from .._embed import workspace_roots_from_env
 from ..runtime._render import one_line
 from ..runtime._tools import Consequence, ToolSpec
 from ..runtime.policy._decide import Posture, Rules, decide, evaluate_policy
@@ -87,7 +86,7 @@ async def run_show(args: argparse.Namespace) -> int:
 
 
 def _project_file(args: argparse.Namespace) -> dict[str, str] | None:
-    root = workspace_roots_from_env(args.workspace)[0]
+    root = args.settings.roots(args.workspace)[0]
     path = root / ".ringfence" / "policy.toml"
     try:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -121,7 +120,7 @@ async def run_explain(args: argparse.Namespace) -> int:
             else ToolSpec(args.tool, "", {"type": "object"}, _never, Consequence.IRREVERSIBLE)
         )
         rules: Rules = kernel.rules
-        posture = Posture.parse(args.posture)
+        posture = Posture.parse(args.settings.posture_for(args.posture))
         decision = decide(spec, posture, rules, arguments)
         if kernel.hooks():  # pre_call hooks (a plugin's): their reason is the Gate's too
             decision = await kernel.check_hooks(spec, arguments, decision)

@@ -27,7 +27,7 @@ from ..serve._defaults import (
 )
 from ._output import envelope
 from ._session import add_session_options, cli_headless_fix, kernel_from_args
-from ._verbs import add_verb_parser, debug_enabled, port_number, positive_seconds
+from ._verbs import add_verb_parser, port_number, positive_seconds
 
 if TYPE_CHECKING:
     from ..serve._http import HttpOptions
@@ -123,9 +123,9 @@ def headless_approver(policy: str) -> Approver:
 
 def http_options(args: argparse.Namespace) -> tuple[HttpOptions, bool]:
     """Options from the command line and environment; (options, token was generated)."""
-    from ..serve._http import HttpOptions, token_from_env  # the heavy names load when used
+    from ..serve._http import HttpOptions, check_token  # the heavy names load when used
 
-    token = token_from_env()
+    token = check_token(args.settings.serve_token)
     generated = token is None
     return (
         HttpOptions(
@@ -150,7 +150,7 @@ def _say(text: str) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     try:
-        with library_logs_as_lines():
+        with library_logs_as_lines(args.settings.debug):
             return await _run(args)
     except BaseExceptionGroup as group:
         # Nurseries group what they raise; one ringfence error is reported as itself.
@@ -166,10 +166,14 @@ class _OneLine(logging.Handler):
     a line per departure is noise. ``RINGFENCE_DEBUG=1`` prints every record whole.
     """
 
+    def __init__(self, *, debug: bool = False) -> None:
+        super().__init__()
+        self.debug = debug
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
             error = record.exc_info[1] if record.exc_info else None
-            if debug_enabled():
+            if self.debug:
                 sys.stderr.write(logging.Formatter().format(record) + "\n")
                 return
             if error is not None and _peer_went_away(error):
@@ -210,16 +214,16 @@ def _peer_went_away(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def library_logs_as_lines() -> Iterator[None]:
+def library_logs_as_lines(debug: bool = False) -> Iterator[None]:
     """While serving, log records at WARNING and above go through :class:`_OneLine` (a root
     handler, removed after). With ``RINGFENCE_DEBUG=1`` ringfence's own ``ringfence.serve``
     records come from DEBUG up (what a departed client's request raised, for one)."""
     root = logging.getLogger()
     ours = logging.getLogger("ringfence.serve")
-    handler = _OneLine()
+    handler = _OneLine(debug=debug)
     saved = ours.level
     root.addHandler(handler)
-    if debug_enabled():
+    if debug:
         ours.setLevel(logging.DEBUG)
     try:
         yield

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._embed import workspace_roots_from_env
 from ..runtime._errors import InvalidArguments, NotFound, ToolError
 from ..runtime._files import ringfence_home
 from ..runtime._render import one_line, visible_line
@@ -142,7 +141,7 @@ def _ours(roots: list[Path]) -> tuple[Path, Path, list[dict[str, str]]]:
 
 def _find(args: argparse.Namespace) -> tuple[Path, dict[str, str]]:
     name = _named(args.name)
-    repo, _, found = _ours(workspace_roots_from_env(args.workspace))
+    repo, _, found = _ours(args.settings.roots(args.workspace))
     for w in found:
         if w["name"] == name:
             return repo, w
@@ -150,7 +149,7 @@ def _find(args: argparse.Namespace) -> tuple[Path, dict[str, str]]:
 
 
 async def run_list(args: argparse.Namespace) -> int:
-    _, _, found = _ours(workspace_roots_from_env(args.workspace))
+    _, _, found = _ours(args.settings.roots(args.workspace))
     if args.json:
         return print_ok(found, True)
     for w in found:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -41,6 +41,9 @@ from ._inventory import DEFAULT_LIMITS, ListLimits
 from ._sampling import SamplingProvider
 from .manifest._load import Manifest, ServerConfig
 from .transport._stdio import StdioConfiner
+
+if TYPE_CHECKING:
+    from .oauth._tokens import SealedStore
 
 __all__ = ["Connectors", "attach_connectors", "connect_servers", "start_connectors"]
 
@@ -124,11 +127,13 @@ async def start_connectors(
     strict: bool = False,
     limits: ListLimits = DEFAULT_LIMITS,
     stdio_confiner: StdioConfiner | None = None,
+    token_store: SealedStore | None = None,
 ) -> Connectors:
     """Connect the manifest's enabled servers into ``nursery`` and register their tools.
 
     ``stdio_confiner`` starts ``sandbox = "local"`` servers confined (``create_kernel``
     passes the local backend's); without one such a server fails to connect.
+    ``token_store`` holds OAuth servers' tokens (default ``SealedStore.default()``).
 
     The ``[mcp.<server>]`` policy of a kernel made with ``create_kernel(policy=...)``
     (``policy=True``: the user's files) decides each server's trust and read tools.
@@ -163,6 +168,7 @@ async def start_connectors(
             elicitor=elicitor,
             limits=limits,
             stdio_confiner=stdio_confiner,
+            token_store=token_store,
         )
         try:
             await connector.start()
@@ -226,7 +232,7 @@ async def connect_servers(
 
     Options are those of :func:`start_connectors` (``workspace``, ``names``,
     ``sampling_provider``, ``elicitor``, ``tool_discovery``, ``strict``,
-    ``limits``, ``stdio_confiner``). On exit every server is stopped (cancellation or not) and
+    ``limits``, ``stdio_confiner``, ``token_store``). On exit every server is stopped (cancellation or not) and
     its tools are unregistered. An exception from the block propagates as
     itself, not wrapped in an exception group.
     """

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from mcp import types
@@ -49,6 +49,9 @@ from .manifest._load import Policy, ServerConfig, Transport
 from .transport._pool import ConnectionPool, LiveConnection
 from .transport._stdio import StdioConfiner
 
+if TYPE_CHECKING:
+    from .oauth._tokens import SealedStore
+
 __all__ = ["Connector"]
 
 MAX_SUBSCRIPTIONS = 100
@@ -78,6 +81,7 @@ class Connector:
         elicitor: Elicitor | None = None,
         limits: ListLimits = DEFAULT_LIMITS,
         stdio_confiner: StdioConfiner | None = None,
+        token_store: SealedStore | None = None,
     ) -> None:
         self.config = config
         self.kernel = kernel
@@ -129,6 +133,7 @@ class Connector:
             self.diagnostics,
             options,
             stdio_confiner=stdio_confiner,
+            token_store=token_store,
         )
         self.pool.on_connect = self._on_connect
 

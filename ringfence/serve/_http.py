@@ -51,7 +51,6 @@ import errno
 import hmac
 import logging
 import math
-import os
 import secrets
 import unicodedata
 from collections import Counter
@@ -93,9 +92,9 @@ __all__ = [
     "RefusalAudit",
     "RequestGuard",
     "check_bind",
+    "check_token",
     "is_loopback",
     "serve_http",
-    "token_from_env",
 ]
 
 MCP_PATH = "/mcp"
@@ -104,9 +103,9 @@ _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 LOGGER = logging.getLogger("ringfence.serve")
 
 
-def token_from_env(environ: dict[str, str] | None = None) -> str | None:
-    """The operator's token from ``RINGFENCE_SERVE_TOKEN``; raises InvalidArguments if too short."""
-    value = (environ if environ is not None else os.environ).get(TOKEN_ENV)
+def check_token(value: str | None) -> str | None:
+    """The operator's token (the command line's ``RINGFENCE_SERVE_TOKEN``), None when unset or
+    empty; raises InvalidArguments if it is too short or padded."""
     if value is None or value == "":
         return None
     if len(value) < MIN_TOKEN_LENGTH or value.strip() != value:
