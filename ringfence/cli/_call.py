@@ -110,7 +110,8 @@ async def run(args: argparse.Namespace) -> int:
                 await nursery.start(_probe_tracking)
             roots = [Path(r) for r in args.settings.roots(args.workspace)]
             async with (
-                login_on_terminal(roots, args.tool),  # a server's login demand, offered
+                # a server's login demand, offered
+                login_on_terminal(roots, args.tool, args.settings.secret_names),
                 kernel_from_args(args, mcp_tool=args.tool, interactive=True) as kernel,
             ):
                 outcome = await kernel.invoke(args.tool, arguments, origin="cli")

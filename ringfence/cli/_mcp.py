@@ -388,14 +388,16 @@ def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
 
 async def run_add(args: argparse.Namespace) -> int:
     path = manifest_file(args)
-    existing = load_manifest(path)
+    existing = load_manifest(path, secret_names=args.settings.secret_names)
     config = config_from_args(args, existing)
     replaced = config.name in existing
     # Both files are checked before either is written; the policy follows the manifest.
     policy = plan_server_policy(
         config.name, trusted=args.trusted, read_only_tools=tuple(args.read_only_tool)
     )
-    m = save_server(config, path)  # validates the whole resulting file before writing it
+    m = save_server(
+        config, path, secret_names=args.settings.secret_names
+    )  # validates the whole resulting file before writing it
     policy.write()
     summary = server_summary(m.get(config.name), args.settings.token_store())
     shown_policy = str(policy.path) if policy.changed else None
@@ -425,7 +427,7 @@ async def run_add(args: argparse.Namespace) -> int:
 async def run_remove(args: argparse.Namespace) -> int:
     path = manifest_file(args)
     policy = plan_server_policy(args.name)  # a grant must not outlive its server's name
-    remove_server(args.name, path)
+    remove_server(args.name, path, secret_names=args.settings.secret_names)
     policy.write()
     shown_policy = str(policy.path) if policy.changed else None
     if args.json:
@@ -443,7 +445,9 @@ async def run_remove(args: argparse.Namespace) -> int:
 
 def _load_for(args: argparse.Namespace) -> Manifest:
     return (
-        load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
+        load_manifest(args.manifest, secret_names=args.settings.secret_names)
+        if args.manifest
+        else load_manifests(workspace=args.workspace, secret_names=args.settings.secret_names)
     )
 
 

@@ -104,7 +104,7 @@ async def run_import(args: argparse.Namespace) -> int:
             f"{source} has no mcpServers (or VS Code servers) object", field="file"
         )
     path = manifest_file(args)
-    existing = load_manifest(path)
+    existing = load_manifest(path, secret_names=args.settings.secret_names)
     results = []
     configs = []
     for name, entry in servers.items():
@@ -121,7 +121,7 @@ async def run_import(args: argparse.Namespace) -> int:
         configs.append(config)
         results.append({"name": config.name, "status": "imported", "notes": notes})
     for config in configs:
-        save_server(config, path)
+        save_server(config, path, secret_names=args.settings.secret_names)
     if args.json:
         return print_ok({"manifest": str(path), "servers": results}, True)
     for r in results:

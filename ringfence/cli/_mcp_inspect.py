@@ -17,7 +17,11 @@ from ._output import envelope, error_line, print_json, print_ok
 
 
 async def run_inspect(args: argparse.Namespace) -> int:
-    m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
+    m = (
+        load_manifest(args.manifest, secret_names=args.settings.secret_names)
+        if args.manifest
+        else load_manifests(workspace=args.workspace, secret_names=args.settings.secret_names)
+    )
     # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
     roots = [args.workspace] if args.workspace else []
     managed = managed_policy(args.settings)

@@ -66,7 +66,9 @@ def sdk_logs_as_lines(debug: bool = False) -> None:
     sdk.propagate = False
 
 
-def _oauth_servers(roots: Sequence[Path], tool: str | None) -> list[Any]:
+def _oauth_servers(
+    roots: Sequence[Path], tool: str | None, secret_names: Sequence[str] = ()
+) -> list[Any]:
     """The servers (configs) a call of ``tool`` connects that log in through a browser
     (OAuth authorization code)."""
     part = server_part(tool)
@@ -74,7 +76,7 @@ def _oauth_servers(roots: Sequence[Path], tool: str | None) -> list[Any]:
         return []
     from ..mcp_host.manifest._load import AuthMode, load_manifests
 
-    manifest = load_manifests(str(roots[0]) if roots else None)
+    manifest = load_manifests(str(roots[0]) if roots else None, secret_names=secret_names)
     return [
         s
         for s in manifest.servers
@@ -105,7 +107,9 @@ async def _registered_port(config: Any) -> int:
 
 
 @contextlib.asynccontextmanager
-async def login_on_terminal(roots: Sequence[Path], tool: str | None) -> AsyncIterator[None]:
+async def login_on_terminal(
+    roots: Sequence[Path], tool: str | None, secret_names: Sequence[str] = ()
+) -> AsyncIterator[None]:
     """While the block runs, an OAuth server's demand for a login (a 401 with no usable
     token, or a step-up's ``insufficient_scope``) is offered to the person at the terminal:
     asked first, then the browser, the redirect caught on 127.0.0.1, the call resumed.
@@ -114,7 +118,11 @@ async def login_on_terminal(roots: Sequence[Path], tool: str | None) -> AsyncIte
     logs in through a browser; otherwise the block runs as it is and such a demand fails
     naming `ringfence mcp login`. A "no" is a refusal: nothing is authorized.
     """
-    servers = _oauth_servers(roots, tool) if sys.stdin.isatty() and sys.stderr.isatty() else []
+    servers = (
+        _oauth_servers(roots, tool, secret_names)
+        if sys.stdin.isatty() and sys.stderr.isatty()
+        else []
+    )
     if not servers:
         yield
         return
@@ -206,7 +214,9 @@ def mcp_setup(
             return None, None  # nothing connects: not even the MCP SDK is imported
         from ..mcp_host.manifest._load import load_manifests
 
-        manifest = load_manifests(str(roots[0]) if roots else None)
+        manifest = load_manifests(
+            str(roots[0]) if roots else None, secret_names=args.settings.secret_names
+        )
         names = [s.name for s in manifest.servers if s.enabled and s.part == part]
         if not names:
             return None, None  # the call's not_found names the tool; nothing is started

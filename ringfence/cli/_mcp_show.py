@@ -73,7 +73,11 @@ async def run_list(args: argparse.Namespace) -> int:
     from ..runtime.policy._files import load_policy
     from ._environ import managed_policy
 
-    m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
+    m = (
+        load_manifest(args.manifest, secret_names=args.settings.secret_names)
+        if args.manifest
+        else load_manifests(workspace=args.workspace, secret_names=args.settings.secret_names)
+    )
     # Trust as a session would judge it: the policy layers' [mcp.<name>] over the manifest.
     mcp = load_policy(
         [args.workspace] if args.workspace else [], managed=managed_policy(args.settings)

@@ -26,14 +26,16 @@ __all__ = ["connect_when_entered"]
 ManifestSource = Manifest | str | os.PathLike[str] | bool
 
 
-def _load(source: ManifestSource, workspace: str | os.PathLike[str] | None) -> Manifest:
+def _load(
+    source: ManifestSource, workspace: str | os.PathLike[str] | None, secret_names: Sequence[str]
+) -> Manifest:
     if isinstance(source, Manifest):
         return source
     if source is True:
-        return load_manifests(workspace)
+        return load_manifests(workspace, secret_names=secret_names)
     if source is False:
         return Manifest()
-    return load_manifest(source)
+    return load_manifest(source, secret_names=secret_names)
 
 
 def connect_when_entered(
@@ -59,7 +61,8 @@ def connect_when_entered(
     """
 
     async def startup(k: Kernel) -> None:
-        loaded = _with_servers(_load(manifest, workspace), extra_servers)
+        # The kernel's secret names (create_kernel(secret_names=...)) hold for the manifest too.
+        loaded = _with_servers(_load(manifest, workspace, k.redactor.names), extra_servers)
         if policy is not None:
             loaded = replace(loaded, servers=tuple(s.with_policy(policy) for s in loaded.servers))
         for warning in loaded.warnings:

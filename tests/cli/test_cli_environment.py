@@ -23,6 +23,7 @@ from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 from ringfence import create_kernel
 from ringfence.cli._main import main
 from ringfence.cli._settings import Settings
+from ringfence.mcp_host import parse_manifest
 from ringfence.mcp_host.oauth._tokens import SealedStore
 from ringfence.runtime import InvalidArguments, Posture
 from ringfence.runtime.policy._files import load_policy
@@ -214,6 +215,24 @@ def test_the_cli_passes_the_secret_names_variable_to_the_kernel(
     out = capsys.readouterr().out
     assert secret not in out and secret not in log.read_text()
     assert "[REDACTED SECRET]" in out
+
+
+def test_the_secret_names_variable_holds_for_the_manifest_through_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A literal `env` value under an operator's credential name is refused by `mcp add`
+    (the library's parse_manifest takes the names as an argument)."""
+    manifest = tmp_path / "mcp.toml"
+    argv = ["mcp", "add", "vault", "--transport", "stdio", "--command", "/bin/true"]
+    argv += ["--env", "VAULT_ROLE=admin", "--manifest", str(manifest), "--json"]
+    monkeypatch.setenv("RINGFENCE_SECRET_NAMES", "vault_*")
+    assert main(argv) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert "looks like a credential" in out["error"]["message"] and not manifest.exists()
+    text = '[[server]]\nname = "v"\ntransport = "stdio"\ncommand = "/bin/true"\nenv = {VAULT_ROLE = "admin"}\n'
+    assert parse_manifest(text).servers  # no names given: the built-in rules only
+    with pytest.raises(InvalidArguments, match="looks like a credential"):
+        parse_manifest(text, secret_names=["vault_*"])
 
 
 # -- $RINGFENCE_HOME inside a workspace root -------------------------------------------------
