@@ -43,7 +43,7 @@ killed at once.
 Where the parts live: this module spawns (:func:`spawn`, the gate) and
 decides how trees are tracked (:func:`tracking`, probed once);
 :mod:`ringfence._proctree` holds the :class:`Process` and the run-id hunt;
-:mod:`ringfence._cgroup` the cgroup files. Only this module starts processes.
+:mod:`ringfence._confine.cgroup` the cgroup files. Only this module starts processes.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ._cgroup import (
+from ._confine.cgroup import (
     Cgroup,
     cgroup2_mount as _cgroup2_mount,  # also read by backends.confined
     own_cgroup,

@@ -1,7 +1,7 @@
 """A spawned child and its tree: :class:`Process` (wait, terminate, close) and the run-id hunt.
 
 A :class:`Process` is made by :func:`ringfence._proc.spawn` only. Its tree is
-its :class:`~ringfence._cgroup.Cgroup` where the supervisor tracks by cgroup;
+its :class:`~ringfence._confine.cgroup.Cgroup` where the supervisor tracks by cgroup;
 otherwise the leader's process group, its live descendants and every process
 whose environment carries the command's ``RINGFENCE_RUN_ID`` (:func:`_marked`,
 one scan of ``/proc/*/environ``). Stopping is shielded and bounded.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 import trio
 
-from ._cgroup import GONE_LIMIT, POLL, Cgroup
+from ._confine.cgroup import GONE_LIMIT, POLL, Cgroup
 
 if TYPE_CHECKING:  # psutil is imported by the run-id fallback's functions, where they run:
     import psutil  # a cgroup-tracked command never needs it (~5-10 ms of a CLI's start)

@@ -36,6 +36,7 @@ import ringfence
 
 SRC = Path(ringfence.__file__).parent
 PACKAGES = (
+    "_confine",
     "runtime",
     "workspace",
     "backends",
@@ -53,21 +54,24 @@ PACKAGES = (
 # (the supervisor and the lazy-export helper sit low, the embedding entry point high).
 ALLOWED: dict[str, set[str]] = {
     "ringfence._lazy": set(),
+    # the Linux primitives (libc, Landlock, seccomp, rlimits, credentials, mounts, openat2,
+    # cgroup v2 files): standard library only, imported inside the sandboxes too
+    "_confine": set(),
     "runtime": set(),
-    # the process supervisor: _proc spawns; _proctree (a Process and its tree) and _cgroup
-    # (cgroup v2 files) are its parts below it and spawn nothing
-    "ringfence._cgroup": set(),
-    "ringfence._proctree": {"ringfence._cgroup"},
-    "ringfence._proc": {"runtime", "ringfence._cgroup", "ringfence._proctree"},
+    # the process supervisor: _proc spawns; _proctree (a Process and its tree) is its part
+    # below it and spawns nothing; both use _confine's cgroup files
+    "ringfence._proctree": {"_confine"},
+    "ringfence._proc": {"runtime", "_confine", "ringfence._proctree"},
     # ringfence's own git calls (hooks, filters, configured programs off), spawned by _proc
     "ringfence._git": {"runtime", "ringfence._proc"},
-    "workspace": {"runtime", "ringfence._lazy"},
+    "workspace": {"runtime", "_confine", "ringfence._lazy"},  # _confine: openat2
     # workspace: run_shell's git-metadata check (scan_git_metadata, enforce_git_metadata).
-    "backends": {"runtime", "workspace", "ringfence._proc", "ringfence._lazy"},
-    "bridge": {"runtime", "ringfence._proc", "ringfence._lazy"},
+    "backends": {"runtime", "workspace", "_confine", "ringfence._proc", "ringfence._lazy"},
+    "bridge": {"runtime", "_confine", "ringfence._proc", "ringfence._lazy"},
     # ringfence._proc: stdio servers are started by the process supervisor
     "mcp_host": {"runtime", "ringfence._proc", "ringfence._lazy"},
-    "serve": {"runtime", "ringfence._lazy", "ringfence"},  # ringfence: __version__
+    # serve: ringfence's __version__; _confine's libc for malloc_trim
+    "serve": {"runtime", "_confine", "ringfence._lazy", "ringfence"},
     # The review page: reads the stores (workspace's change sets, runtime's events and plans),
     # acts through the kernel, and stands behind serve's request guard (serve._http).
     "review": {"runtime", "workspace", "serve", "ringfence._lazy", "ringfence"},
@@ -219,15 +223,7 @@ def test_runtime_imports_no_client_package() -> None:
 
 
 # (importer, imported) -> why one module may cross the table above. Only shrinks.
-MODULE_EDGE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    (
-        "ringfence.backends.confined._layers",
-        "ringfence.bridge._sandbox",
-    ): "the confined shell reuses the script runner's seccomp/Landlock primitives; _sandbox must "
-    "stay the runner's sibling (the runner imports it as a top-level module, inside containers "
-    "too, where only the bridge directory is mounted), so it stays in bridge/ by design; the "
-    "edge is one-way, one module, standard library only",
-}
+MODULE_EDGE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def test_imports_between_layers_point_the_way_architecture_md_draws() -> None:
@@ -381,6 +377,147 @@ def test_call_run_shell_imports_only_what_the_verb_needs(tmp_path: Path) -> None
     assert "confined" in text
     assert CALL_RUN_SHELL_NEEDS[1] in loaded  # it did run where this test means
     assert_loads_none_of(loaded, own_allowed=CALL_RUN_SHELL_NEEDS)
+
+
+# -- the sandboxed programs' imports ------------------------------------------------------
+
+
+def test_confine_imports_the_standard_library_alone() -> None:
+    """``ringfence._confine`` is imported inside the sandboxes (``python -I -S``, where only
+    the standard library and the package's own directories are found): each of its modules
+    imports the standard library and its own package, nothing else of ringfence or beyond."""
+    stdlib = frozenset(sys.stdlib_module_names) | {"__future__"}
+    offenders = []
+    for m in MODULES:
+        if m.package != "_confine":
+            continue
+        skipped = _type_checking_nodes(m.tree)
+        for node in ast.walk(m.tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                roots = {(node.module or "").split(".")[0]}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level != 1:  # only `from . import x` / `from .x import y`
+                    offenders.append(f"{m.rel}:{node.lineno} imports outside _confine")
+                continue
+            else:
+                continue
+            offenders += [f"{m.rel}:{node.lineno} imports {r}" for r in roots if r not in stdlib]
+    assert offenders == []
+
+
+# file -> why it changes sys.path. Nothing of ringfence is found through sys.path: the
+# sandboxed programs are started by ringfence._confine.boot, which registers their packages.
+SYS_PATH_EXCEPTIONS: dict[str, str] = {
+    "ringfence/bridge/_runner.py": "RestrictedPython's directory (boot['sys_path']): a library "
+    "outside the package, added after the standard library paths Landlock grants are read",
+}
+
+
+def _own_module_names() -> frozenset[str]:
+    return frozenset(m.name.rpartition(".")[2] for m in MODULES if m.path.name != "__init__.py")
+
+
+def test_ringfence_s_modules_are_imported_one_way() -> None:
+    """No module puts a directory of its own on ``sys.path``, and none imports a module of
+    ringfence by a second, top-level name when the package import fails (the fallback
+    that a file run as a script needs): one spelling, in the kernel and in the sandboxes."""
+    own = _own_module_names()
+    offenders = []
+    changed: set[str] = set()
+    for m in MODULES:
+        aliases = _aliases(m.tree)
+        for node in ast.walk(m.tree):
+            target = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if _dotted(node.func.value, aliases) == "sys.path":
+                    target = node
+            elif isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    base = t.value if isinstance(t, ast.Subscript) else t
+                    if _dotted(base, aliases) == "sys.path":
+                        target = node
+            if target is not None:
+                changed.add(m.rel)
+                if m.rel not in SYS_PATH_EXCEPTIONS:
+                    offenders.append(f"{m.rel}:{node.lineno} changes sys.path")
+            if isinstance(node, ast.ExceptHandler):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Import):
+                        names = {a.name.split(".")[0] for a in inner.names}
+                    elif isinstance(inner, ast.ImportFrom) and inner.level == 0:
+                        names = {(inner.module or "").split(".")[0]}
+                    else:
+                        continue
+                    offenders += [
+                        f"{m.rel}:{inner.lineno} falls back to importing {n} as a top-level module"
+                        for n in names & own
+                    ]
+    assert offenders == []
+    assert changed == set(SYS_PATH_EXCEPTIONS), "exceptions no longer needed: remove them"
+
+
+_LIBC_LOADERS = frozenset({"ctypes.CDLL", "ctypes.cdll", "ctypes.PyDLL", "ctypes.pydll"})
+_C_LAYOUTS = frozenset(
+    {f"ctypes.{n}" for n in ("Structure", "Union", "BigEndianStructure", "LittleEndianStructure")}
+    | {"ctypes.CFUNCTYPE", "ctypes.PYFUNCTYPE"}
+)
+
+
+def _ctypes_uses(names: frozenset[str], home: str) -> list[str]:
+    """``file:line name`` of every use of one of ``names`` (``ctypes.X``, or ``X`` imported
+    from ctypes) outside the files whose path starts with ``home``."""
+    found = []
+    for m in MODULES:
+        if m.rel.startswith(home):
+            continue
+        aliases = _aliases(m.tree)
+        for node in ast.walk(m.tree):
+            if isinstance(node, (ast.Attribute, ast.Name)):
+                name = _dotted(node, aliases)
+                if name in names:
+                    found.append(f"{m.rel}:{node.lineno} {name}")
+    return found
+
+
+def test_the_c_library_is_loaded_in_one_place() -> None:
+    """``ringfence/_confine/libc.py`` loads libc once per process; nothing else calls
+    ``ctypes.CDLL`` (each load is a ``dlopen`` and a second set of function prototypes that
+    can disagree with the first)."""
+    assert _ctypes_uses(_LIBC_LOADERS, "ringfence/_confine/libc.py") == []
+
+
+def test_kernel_structures_are_defined_in_one_place() -> None:
+    """The C structures and prototypes of the system calls Python does not wrap (Landlock's
+    rulesets, seccomp's programs and notifications, ``open_how``, ``mount_attr``) are defined
+    in :mod:`ringfence._confine` alone: a second definition of one is a twin that can drift
+    from the kernel's layout unnoticed."""
+    assert _ctypes_uses(_C_LAYOUTS, "ringfence/_confine/") == []
+
+
+def test_ctypes_is_imported_in_confine_alone() -> None:
+    """Every call into C goes through :mod:`ringfence._confine`, so no other module imports
+    ``ctypes`` at all (a prototype, an ``argtypes`` or a cast elsewhere is a second home)."""
+    offenders = []
+    for m in MODULES:
+        if m.rel.startswith("ringfence/_confine/"):
+            continue
+        for node in ast.walk(m.tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            offenders += [
+                f"{m.rel}:{node.lineno} imports {n}"
+                for n in names
+                if n == "ctypes" or n.startswith("ctypes.")
+            ]
+    assert offenders == []
 
 
 # -- one process supervisor --------------------------------------------------------------

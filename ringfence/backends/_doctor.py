@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import shutil
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _proc
+from .._confine import landlock, seccomp
 from ..runtime._errors import RingfenceError
 from .docker._api import connect_docker, map_docker_errors
 from .docker._imagebuild import list_images
@@ -19,10 +19,6 @@ from .docker._images import IMAGES, docker_location
 from .docker._options import IMAGE_VARIABLE, DockerOptions
 
 __all__ = ["Check", "backend_status", "run_checks"]
-
-SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every Linux architecture
-LANDLOCK_CREATE_RULESET_VERSION = 1
-PR_GET_SECCOMP = 21
 
 
 @dataclass(frozen=True)
@@ -295,13 +291,9 @@ def _userns() -> Check:
 
 
 def _landlock() -> Check:
-    libc = ctypes.CDLL(None, use_errno=True)
-    abi = libc.syscall(
-        SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION
-    )
+    abi, err = landlock.probe()
     if abi >= 1:
         return Check("landlock", True, f"ABI {abi}")
-    err = ctypes.get_errno()
     if err == errno.EOPNOTSUPP:
         return Check(
             "landlock",
@@ -315,8 +307,7 @@ def _landlock() -> Check:
 
 
 def _seccomp() -> Check:
-    libc = ctypes.CDLL(None, use_errno=True)
-    mode = libc.prctl(PR_GET_SECCOMP, 0, 0, 0, 0)
+    mode = seccomp.mode()
     if mode < 0:
         return Check("seccomp", False, "not available in this kernel (CONFIG_SECCOMP)")
     try:

@@ -41,7 +41,7 @@ import trio
 
 from .. import _proc
 from ..runtime._errors import InvalidArguments, Unavailable
-from ._output import Capture
+from ._output import Capture, shell_result
 from ._types import (
     Command,
     OutputCallback,
@@ -203,20 +203,12 @@ def _result(
     redact: Callable[[str], str] | None,
     timed_out: bool = False,
 ) -> ShellResult:
-    o = out.finish(cap, spec.spool_dir, redact)
-    e = err.finish(cap, spec.spool_dir, redact)
-    return ShellResult(
+    return shell_result(
+        out.finish(cap, spec.spool_dir, redact),
+        err.finish(cap, spec.spool_dir, redact),
         exit_code=exit_code,
         signal=sig,
-        duration=time.monotonic() - started,
-        stdout=o.text,
-        stderr=e.text,
-        stdout_truncated=o.truncated,
-        stderr_truncated=e.truncated,
-        stdout_bytes=o.total_bytes,
-        stderr_bytes=e.total_bytes,
-        stdout_spool=o.spool_path,
-        stderr_spool=e.spool_path,
+        started=started,
         timed_out=timed_out,
     )
 

@@ -19,13 +19,21 @@ live callback.
 from __future__ import annotations
 
 import codecs
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..runtime._output import CappedText, OutputBuffer
-from ._types import OutputCallback, Stream
+from ._types import OutputCallback, ShellResult, Stream
 
-__all__ = ["CUT_MARGIN_CHARS", "SPOOL_LIMIT_BYTES", "TAIL_WINDOW_BYTES", "Capture"]
+__all__ = [
+    "CUT_MARGIN_CHARS",
+    "SPOOL_LIMIT_BYTES",
+    "TAIL_WINDOW_BYTES",
+    "Capture",
+    "shell_result",
+]
 
 SPOOL_LIMIT_BYTES = 64 * 1024 * 1024
 TAIL_WINDOW_BYTES = 1024 * 1024
@@ -103,3 +111,35 @@ class Capture:
 
 def _same(text: str) -> str:
     return text
+
+
+def shell_result(
+    out: CappedText,
+    err: CappedText,
+    *,
+    exit_code: int | None,
+    signal: int | None,
+    started: float,
+    timed_out: bool = False,
+    **extra: Any,
+) -> ShellResult:
+    """The one assembly of a :class:`ShellResult` from a command's two finished streams.
+
+    Every backend ends a command here, so the result's output fields mean the
+    same everywhere; ``extra`` carries a backend's own fields (uppers, notes…).
+    """
+    return ShellResult(
+        exit_code=exit_code,
+        signal=signal,
+        duration=time.monotonic() - started,
+        stdout=out.text,
+        stderr=err.text,
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        stdout_bytes=out.total_bytes,
+        stderr_bytes=err.total_bytes,
+        stdout_spool=out.spool_path,
+        stderr_spool=err.spool_path,
+        timed_out=timed_out,
+        **extra,
+    )

@@ -1,7 +1,7 @@
 """What a script may import: the module allowlist and the copies a script gets.
 
-Imported by the runner (``_runner``) as a top-level module from its own
-directory, like ``_wire`` and ``_sandbox``, so it needs nothing but the
+Imported by the runner (``_runner``) inside its sandbox, like ``_wire`` and
+``_sandbox`` (:mod:`ringfence._confine.boot`), so it needs nothing but the
 standard library (the same file runs inside a container).
 
 Module names and the names each module copy holds are allowlists

@@ -1,8 +1,10 @@
 """Scripts inside the Docker backend's session container, over a mounted Unix socket.
 
-The session container is started by the backends package with three extra
-bind mounts (:func:`bridge_mounts`): this package's directory (read-only, for
-``_runner.py`` and its siblings), RestrictedPython (read-only), and a per-kernel
+The session container is started by the backends package with four extra
+bind mounts (:func:`bridge_mounts`): this package's directory and
+:mod:`ringfence._confine`'s (read-only, below one package root: ``_runner.py``,
+its siblings and the Linux primitives they import, started by
+:mod:`ringfence._confine.boot`), RestrictedPython (read-only), and a per-kernel
 bridge directory in which each run's listener makes its private ``0700``
 directory with a ``0600`` socket. The runner is started with ``docker exec``
 (not through the session's shell: that holds the session while a command runs,
@@ -33,8 +35,10 @@ from typing import Any
 
 import trio
 
+from .. import _confine
+from .._confine.boot import argv as boot_argv
 from ..runtime import Unavailable
-from ._launch import RUNNER_PATH, LaunchRequest
+from ._launch import RUNNER_MODULE, RUNNER_PATH, LaunchRequest
 
 __all__ = [
     "BRIDGE_MOUNT",
@@ -44,7 +48,7 @@ __all__ = [
     "remove_bridge_dir",
 ]
 
-RUNNER_MOUNT = "/opt/ringfence/bridge"
+PACKAGE_MOUNT = "/opt/ringfence/package"  # the runner's package root: bridge/, _confine/
 LIB_MOUNT = "/opt/ringfence/lib"
 BRIDGE_MOUNT = "/run/ringfence-bridge"
 _FRAME = struct.Struct(">BxxxL")
@@ -67,7 +71,8 @@ def bridge_mounts(bridge_dir: Path) -> list[tuple[Path, str, bool]]:
 
     restricted = Path(RestrictedPython.__file__).resolve().parent
     return [
-        (RUNNER_PATH.parent, RUNNER_MOUNT, True),
+        (RUNNER_PATH.parent, f"{PACKAGE_MOUNT}/bridge", True),
+        (Path(_confine.__file__).parent, f"{PACKAGE_MOUNT}/_confine", True),
         (restricted, f"{LIB_MOUNT}/RestrictedPython", True),
         (bridge_dir, BRIDGE_MOUNT, False),
     ]
@@ -132,7 +137,8 @@ class DockerScriptLauncher:
             "connect": ["unix", f"{BRIDGE_MOUNT}/{directory.name}/bridge.sock"],
         }
         boot = {"secret_fd": 0, "parent_pid": 0, "sys_path": [LIB_MOUNT]}
-        argv = [self.python, "-I", "-S", f"{RUNNER_MOUNT}/_runner.py", _json(boot)]
+        runner = f"{PACKAGE_MOUNT}/bridge/{RUNNER_PATH.name}"
+        argv = [self.python, *boot_argv(RUNNER_MODULE, runner), _json(boot)]
         child = await self._exec(argv, env)
         try:
             data = memoryview(request.secret + _json(config).encode())

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import trio
 
 from .. import _proc
+from .._confine.boot import argv as boot_argv
 from ..runtime import RingfenceError, Unavailable
 from ._channel import BridgeListener
 
@@ -30,6 +31,7 @@ __all__ = [
     "BASE_ENV",
     "CHILD_EXIT_SECONDS",
     "ENV_PASSTHROUGH",
+    "RUNNER_MODULE",
     "RUNNER_PATH",
     "ChildProcess",
     "LaunchRequest",
@@ -40,6 +42,7 @@ __all__ = [
 ]
 
 RUNNER_PATH = Path(__file__).with_name("_runner.py")
+RUNNER_MODULE = f"{__package__}._runner"  # started by ringfence._confine.boot
 # Environment variables a child inherits (values from the host); everything else is dropped.
 ENV_PASSTHROUGH = ("TZ",)
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -175,7 +178,7 @@ class LocalLauncher:
         self._closed = False
 
     def runner_argv(self, boot_json: str) -> list[str]:
-        return [*self.wrapper, self.python, "-I", "-S", str(RUNNER_PATH), boot_json]
+        return [*self.wrapper, self.python, *boot_argv(RUNNER_MODULE, RUNNER_PATH), boot_json]
 
     def connect_address(self, listener: BridgeListener) -> list[Any]:
         return listener.address

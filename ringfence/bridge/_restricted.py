@@ -25,10 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-try:
-    from . import _allowlist
-except ImportError:  # imported by the runner as a top-level module (no parent package)
-    import _allowlist  # type: ignore[no-redef]
+from . import _allowlist
 
 SCRIPT_FILENAME = "<script>"
 

@@ -1,11 +1,13 @@
 """The script runner: the child process of one ``run_tool_script`` call.
 
-Executed as a file, ``python -I -S <this file> <boot JSON>``, so that it needs
-nothing from the environment, from ``site`` or from an installed ``ringfence``
-(the same file runs inside a container, reached over a Unix socket). Its
-siblings ``_wire``, ``_sandbox``, ``_allowlist`` and ``_restricted`` are imported
-as top-level modules from this file's directory (the whole directory is what a
-container mounts); RestrictedPython's directory comes in ``boot["sys_path"]``.
+Started by :mod:`ringfence._confine.boot` (``python -I -S -c <boot>
+ringfence.bridge._runner <this file> <boot JSON>``, which calls :func:`main`), so
+that it needs nothing from the environment, from ``site`` or from an installed
+``ringfence`` (the same file runs inside a container, reached over a Unix
+socket). Its siblings ``_wire``, ``_sandbox``, ``_allowlist`` and ``_restricted``
+and the Linux primitives (:mod:`ringfence._confine`) come from this package's own
+directories (what a container mounts); RestrictedPython's directory comes in
+``boot["sys_path"]``.
 
 The order of work, and why:
 
@@ -39,23 +41,13 @@ was already gone.
 
 from __future__ import annotations
 
-import os
-import sys
-
-if __name__ == "__main__":  # executed as a file: make the sibling modules importable
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-try:
-    from . import _allowlist, _restricted, _sandbox, _wire
-except ImportError:  # executed as a file (no parent package)
-    import _allowlist  # type: ignore[no-redef]
-    import _restricted  # type: ignore[no-redef]
-    import _sandbox  # type: ignore[no-redef]
-    import _wire  # type: ignore[no-redef]
-
 import json
+import os
 import socket
+import sys
 from typing import Any
+
+from . import _allowlist, _restricted, _sandbox, _wire
 
 EXIT_SANDBOX = 3
 EXIT_BRIDGE = 4
@@ -289,15 +281,3 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"ringfence runner: bridge failed: {exc}\n")
         return EXIT_BRIDGE
     return 0
-
-
-if __name__ == "__main__":
-    # Leave with _exit: interpreter finalization has nothing to flush (output is
-    # written unbuffered) and would race the watchdog thread.
-    try:
-        code = main(sys.argv)
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    sys.stderr.flush()
-    os._exit(code)

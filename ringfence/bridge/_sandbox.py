@@ -1,8 +1,9 @@
 """The script child's OS sandbox on Linux, applied by the runner to itself.
 
-Like ``_wire``, this module is imported by the runner as a top-level module
-under ``python -I -S`` and uses the standard library only (``ctypes`` for the
-syscalls Python does not wrap).
+Imported by the runner inside its ``python -I -S`` process (started by
+:mod:`ringfence._confine.boot`): standard library only, and of ringfence only
+the Linux primitives in :mod:`ringfence._confine`. This module is the runner's
+policy: which layers, in which order, and which system calls are denied.
 
 :func:`apply` runs in the child after the bridge handshake and before the
 script is read, in this order (each step says why it sits where it does):
@@ -66,15 +67,34 @@ architectures other than x86-64 get no seccomp filter (reported missing, so
 from __future__ import annotations
 
 import _thread
-import ctypes
 import errno
 import os
 import resource
 import select
 import signal
-import struct
 import sys
 from typing import Any
+
+from .._confine import LayerUnavailable, creds, landlock, rlimits, seccomp
+from .._confine.libc import PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, prctl
+
+__all__ = [
+    "BEST_EFFORT",
+    "DENIED_SYSCALLS",
+    "EXIT_HOST_GONE",
+    "LAYERS",
+    "LEVELS",
+    "NOBODY",
+    "NONE",
+    "STRICT",
+    "LayerUnavailable",
+    "apply",
+    "apply_landlock",
+    "landlock_abi",
+    "seccomp_program",
+    "set_pdeathsig",
+    "start_watchdog",
+]
 
 STRICT = "strict"  # every layer must apply, or the run fails
 BEST_EFFORT = "best-effort"  # apply what this machine offers; the gaps are recorded
@@ -95,61 +115,12 @@ LAYERS = (
 NOBODY = 65534
 EXIT_HOST_GONE = 70
 
-_PR_SET_PDEATHSIG = 1
-_PR_SET_DUMPABLE = 4
-_PR_SET_NO_NEW_PRIVS = 38
-_SYS_SECCOMP = 317
-_SECCOMP_SET_MODE_FILTER = 1
-_SECCOMP_FILTER_FLAG_TSYNC = 1
-
-_SYS_LANDLOCK_CREATE_RULESET = 444
-_SYS_LANDLOCK_ADD_RULE = 445
-_SYS_LANDLOCK_RESTRICT_SELF = 446
-_LANDLOCK_CREATE_RULESET_VERSION = 1
-_LANDLOCK_RULE_PATH_BENEATH = 1
-
-# Filesystem access rights by the ABI that introduced them.
-_FS_ABI1 = (1 << 13) - 1  # execute … make_sym
-_FS_REFER = 1 << 13  # ABI 2
-_FS_TRUNCATE = 1 << 14  # ABI 3
-_FS_IOCTL_DEV = 1 << 15  # ABI 5
-_FS_READ_FILE = 1 << 2
-_FS_READ_DIR = 1 << 3
-_NET_BIND_TCP = 1 << 0  # ABI 4
-_NET_CONNECT_TCP = 1 << 1
-_SCOPE_ABSTRACT_UNIX = 1 << 0  # ABI 6
-_SCOPE_SIGNAL = 1 << 1
-
-_libc: Any = None
-
-
-class LayerUnavailable(Exception):
-    """One layer could not be applied; ``layer`` names it, the message says why."""
-
-    def __init__(self, layer: str, message: str) -> None:
-        super().__init__(message)
-        self.layer = layer
-        self.message = message
-
-
-def _c() -> Any:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-        _libc.prctl.restype = ctypes.c_int
-    return _libc
-
-
-def _prctl(option: int, arg2: int | Any = 0) -> None:
-    if _c().prctl(option, arg2, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+landlock_abi = landlock.abi
 
 
 def set_pdeathsig(parent_pid: int) -> None:
     """Die with SIGKILL when the thread that spawned us exits; refuse if it already has."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if parent_pid and os.getppid() != parent_pid:
         os._exit(EXIT_HOST_GONE)  # the host died before the signal was armed
 
@@ -168,256 +139,100 @@ def start_watchdog(fd: int) -> None:
     _thread.start_new_thread(_watch, (fd,))
 
 
-# -- rlimits ----------------------------------------------------------------------------
-
-
-def apply_rlimits(policy: dict[str, Any]) -> None:
-    cpu = int(policy["cpu_seconds"])
-    limits = [
-        (resource.RLIMIT_CPU, cpu, cpu + 1),
-        (resource.RLIMIT_AS, int(policy["memory_bytes"]), int(policy["memory_bytes"])),
-        (resource.RLIMIT_NOFILE, int(policy["open_files"]), int(policy["open_files"])),
-        (resource.RLIMIT_FSIZE, int(policy["file_size_bytes"]), int(policy["file_size_bytes"])),
-        (resource.RLIMIT_CORE, 0, 0),
-    ]
-    for which, soft, hard in limits:
-        try:
-            resource.setrlimit(which, (soft, hard))
-        except (ValueError, OSError) as exc:
-            raise LayerUnavailable("rlimits", f"setrlimit({which}) failed: {exc}") from None
-
-
 # -- Landlock ---------------------------------------------------------------------------
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [
-        ("handled_access_fs", ctypes.c_uint64),
-        ("handled_access_net", ctypes.c_uint64),
-        ("scoped", ctypes.c_uint64),
-    ]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def landlock_abi() -> int:
-    """The running kernel's Landlock ABI version, or 0 when Landlock is absent or disabled."""
-    if sys.platform != "linux":
-        return 0
-    n = _c().syscall(
-        _SYS_LANDLOCK_CREATE_RULESET,
-        ctypes.c_void_p(None),
-        ctypes.c_size_t(0),
-        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
-    )
-    return max(int(n), 0)
 
 
 def apply_landlock(read_paths: list[str]) -> dict[str, Any]:
     """Enforce the ruleset described in the module docstring; return what the ABI covered."""
-    abi = landlock_abi()
+    abi = landlock.abi()
     if abi < 1:
-        raise LayerUnavailable(
-            "landlock",
-            "Landlock is not available (needs Linux >= 5.13 with landlock in the lsm= boot list)",
-        )
-    fs = _FS_ABI1
-    if abi >= 2:
-        fs |= _FS_REFER
-    if abi >= 3:
-        fs |= _FS_TRUNCATE
-    if abi >= 5:
-        fs |= _FS_IOCTL_DEV
-    attr = _RulesetAttr(fs, 0, 0)
-    size = 8
-    covered = ["fs"]
-    if abi >= 4:
-        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
-        size = 16
-        covered.append("net")
-    if abi >= 6:
-        attr.scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL
-        size = 24
-        covered.append("scope")
-    libc = _c()
-    ruleset = libc.syscall(
-        _SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
+        raise landlock.unavailable()
+    fs = landlock.fs_rights(abi, landlock.FS_ABI1) | (landlock.FS_IOCTL_DEV if abi >= 5 else 0)
+    net = landlock.net_rights(abi)
+    scoped = landlock.scopes(abi)
+    read = landlock.FS_READ_FILE | landlock.FS_READ_DIR
+    ruleset = landlock.ruleset_beneath(
+        fs,
+        net,
+        scoped,
+        [(path, read, read) for path in read_paths],
+        open_flags=os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY,
+        skip_missing=True,  # a directory this interpreter does not have needs no rule
     )
-    if ruleset < 0:
-        err = ctypes.get_errno()
-        raise LayerUnavailable("landlock", f"landlock_create_ruleset: {os.strerror(err)}")
     try:
-        for path in read_paths:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
-            except OSError:
-                continue  # a directory this interpreter does not have needs no rule
-            try:
-                rule = _PathBeneathAttr(_FS_READ_FILE | _FS_READ_DIR, fd)
-                if (
-                    libc.syscall(
-                        _SYS_LANDLOCK_ADD_RULE,
-                        ctypes.c_int(ruleset),
-                        ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
-                        ctypes.byref(rule),
-                        ctypes.c_uint32(0),
-                    )
-                    != 0
-                ):
-                    err = ctypes.get_errno()
-                    raise LayerUnavailable(
-                        "landlock", f"landlock_add_rule({path}): {os.strerror(err)}"
-                    )
-            finally:
-                os.close(fd)
-        if (
-            libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
-            != 0
-        ):
-            err = ctypes.get_errno()
-            raise LayerUnavailable("landlock", f"landlock_restrict_self: {os.strerror(err)}")
+        landlock.restrict_self(ruleset)
     finally:
         os.close(ruleset)
+    covered = ["fs", *(["net"] if net else []), *(["scope"] if scoped else [])]
     return {"abi": abi, "covers": covered, "read": read_paths}
-
-
-# -- privileges -------------------------------------------------------------------------
-
-
-def drop_privileges(uid: int, gid: int) -> str:
-    """As root, become ``uid``/``gid`` for good; otherwise nothing to drop. Returns what happened."""
-    if os.geteuid() != 0:
-        return f"not root (uid {os.geteuid()}); nothing to drop"
-    try:
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
-    except OSError as exc:
-        raise LayerUnavailable("drop_privileges", f"could not become uid {uid}: {exc}") from None
-    try:
-        os.setuid(0)
-    except PermissionError:
-        return f"uid/gid {uid}/{gid}, no capabilities"
-    raise LayerUnavailable("drop_privileges", "setuid(0) still succeeds after dropping root")
 
 
 # -- seccomp ----------------------------------------------------------------------------
 
-_AUDIT_ARCH_X86_64 = 0xC000003E
-_X32_SYSCALL_BIT = 0x40000000
-
-# x86-64 syscall numbers denied with EPERM (see the module docstring for the why of each group).
-_DENIED_X86_64 = {
+# System calls denied with EPERM (x86-64; see the module docstring for the why of each group).
+DENIED_SYSCALLS = (
     # sockets: the bridge socket is connected before the filter is installed
-    "socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "socketpair": 53,
-    "accept4": 288,
+    "socket", "connect", "accept", "bind", "listen", "socketpair", "accept4",
     # processes
-    "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435,
+    "clone", "fork", "vfork", "execve", "execveat", "clone3",
     # other processes' memory and signals
-    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
-    "pidfd_open": 434, "pidfd_getfd": 438, "pidfd_send_signal": 424,
-    "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open", "pidfd_getfd",
+    "pidfd_send_signal", "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
     # limits, identity, privileges, process group
-    "setrlimit": 160, "prlimit64": 302, "setuid": 105, "setgid": 106, "setreuid": 113,
-    "setregid": 114, "setresuid": 117, "setresgid": 119, "setgroups": 116, "setfsuid": 122,
-    "setfsgid": 123, "capset": 126, "prctl": 157, "seccomp": 317, "personality": 135,
-    "setsid": 112, "setpgid": 109,
+    "setrlimit", "prlimit64", "setuid", "setgid", "setreuid", "setregid", "setresuid",
+    "setresgid", "setgroups", "setfsuid", "setfsgid", "capset", "prctl", "seccomp",
+    "personality", "setsid", "setpgid",
     # namespaces and mounts
-    "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
-    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-    "fspick": 433, "mount_setattr": 442, "statmount": 457, "listmount": 458,
-    "open_tree_attr": 467,
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount",
+    "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "statmount", "listmount",
+    "open_tree_attr",
     # System V IPC and POSIX message queues: objects that outlive the process and
     # are shared with every process of the same uid (Landlock does not cover them)
-    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
-    "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
-    "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243,
-    "mq_notify": 244, "mq_getsetattr": 245,
+    "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop", "msgget",
+    "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
+    "mq_notify", "mq_getsetattr",
     # file metadata, which Landlock does not govern: mode, owner, times, extended
     # attributes (read and write), by path or by descriptor; truncate by path
     # (Landlock governs it from ABI 3 only)
-    "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93,
-    "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261,
-    "utimensat": 280, "truncate": 76,
-    "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "getxattr": 191, "lgetxattr": 192,
-    "fgetxattr": 193, "listxattr": 194, "llistxattr": 195, "flistxattr": 196,
-    "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463,
-    "getxattrat": 464, "listxattrat": 465, "removexattrat": 466,
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+    "utime", "utimes", "futimesat", "utimensat", "truncate",
+    "setxattr", "lsetxattr", "fsetxattr", "getxattr", "lgetxattr", "fgetxattr", "listxattr",
+    "llistxattr", "flistxattr", "removexattr", "lremovexattr", "fremovexattr", "setxattrat",
+    "getxattrat", "listxattrat", "removexattrat",
     # probes of the host's files beyond stat (see the module docstring): symlink
     # targets, and watching files change
-    "readlink": 89, "readlinkat": 267, "inotify_init": 253, "inotify_init1": 294,
-    "inotify_add_watch": 254, "inotify_rm_watch": 255, "fanotify_init": 300,
-    "fanotify_mark": 301,
+    "readlink", "readlinkat", "inotify_init", "inotify_init1", "inotify_add_watch",
+    "inotify_rm_watch", "fanotify_init", "fanotify_mark",
     # scheduling of other processes of the same uid (other scripts' runners)
-    "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144,
-    "sched_setaffinity": 203, "sched_setattr": 314, "ioprio_set": 251, "migrate_pages": 256,
-    "move_pages": 279,
+    "setpriority", "sched_setparam", "sched_setscheduler", "sched_setaffinity",
+    "sched_setattr", "ioprio_set", "migrate_pages", "move_pages",
     # kernel facilities a script has no use for
-    "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "io_uring_setup": 425,
-    "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248,
-    "request_key": 249, "init_module": 175, "finit_module": 313, "delete_module": 176,
-    "kexec_load": 246, "kexec_file_load": 320, "reboot": 169, "swapon": 167, "swapoff": 168,
-    "sethostname": 170, "setdomainname": 171, "iopl": 172, "ioperm": 173, "acct": 163,
-    "quotactl": 179, "syslog": 103, "settimeofday": 164, "clock_settime": 227,
-    "clock_adjtime": 305, "adjtimex": 159, "vhangup": 153, "name_to_handle_at": 303,
-    "open_by_handle_at": 304, "modify_ldt": 154, "uselib": 134,
-}  # fmt: skip
-
-_BPF_LD_W_ABS = 0x20
-_BPF_JEQ_K = 0x15
-_BPF_JGE_K = 0x35
-_BPF_RET_K = 0x06
-_RET_ALLOW = 0x7FFF0000
-_RET_KILL_PROCESS = 0x80000000
-_RET_ERRNO = 0x00050000
-
-
-def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
-    return struct.pack("=HBBI", code, jt, jf, k)
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+    "io_uring_register", "keyctl", "add_key", "request_key", "init_module", "finit_module",
+    "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff",
+    "sethostname", "setdomainname", "iopl", "ioperm", "acct", "quotactl", "syslog",
+    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup",
+    "name_to_handle_at", "open_by_handle_at", "modify_ldt", "uselib",
+)  # fmt: skip
 
 
 def seccomp_program() -> bytes:
     """The BPF filter (x86-64) as raw ``sock_filter`` instructions."""
-    if os.uname().machine != "x86_64":
-        raise LayerUnavailable(
-            "seccomp", f"no seccomp filter is built in for {os.uname().machine} (only x86_64)"
-        )
+    seccomp.require_x86_64()
+    numbers = (seccomp.X86_64[name] for name in DENIED_SYSCALLS)
     prog = [
-        _insn(_BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
-        _insn(_BPF_JEQ_K, 1, 0, _AUDIT_ARCH_X86_64),
-        _insn(_BPF_RET_K, 0, 0, _RET_KILL_PROCESS),
-        _insn(_BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
-        _insn(_BPF_JGE_K, 0, 1, _X32_SYSCALL_BIT),
-        _insn(_BPF_RET_K, 0, 0, _RET_KILL_PROCESS),
+        *seccomp.prologue(kill_x32=True),
+        *seccomp.deny(numbers, seccomp.errno_action(errno.EPERM)),
+        seccomp.ret(seccomp.RET_ALLOW),
     ]
-    for nr in sorted(set(_DENIED_X86_64.values())):
-        prog.append(_insn(_BPF_JEQ_K, 0, 1, nr))
-        prog.append(_insn(_BPF_RET_K, 0, 0, _RET_ERRNO | errno.EPERM))
-    prog.append(_insn(_BPF_RET_K, 0, 0, _RET_ALLOW))
     return b"".join(prog)
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
 def apply_seccomp() -> None:
-    program = seccomp_program()
-    buf = ctypes.create_string_buffer(program, len(program))
-    fprog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog): every thread.
-    rc = _c().syscall(
-        _SYS_SECCOMP,
-        ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
-        ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC),
-        ctypes.byref(fprog),
-    )
+    # Every thread (SECCOMP_FILTER_FLAG_TSYNC): the watchdog too.
+    rc = seccomp.Filter(seccomp_program()).install(seccomp.FILTER_FLAG_TSYNC)
     if rc != 0:
-        why = os.strerror(ctypes.get_errno()) if rc < 0 else f"thread {rc} could not be synced"
-        raise LayerUnavailable("seccomp", f"installing the seccomp filter failed: {why}")
+        raise LayerUnavailable("seccomp", f"thread {rc} could not be synced to the filter")
 
 
 # -- all layers -------------------------------------------------------------------------
@@ -455,19 +270,32 @@ def apply(policy: dict[str, Any], watch_fd: int | None = None) -> dict[str, Any]
                 raise LayerUnavailable(layer, str(exc)) from None
             missing[layer] = str(exc)
 
+    def limits() -> str:
+        rlimits.apply(
+            cpu_seconds=int(policy["cpu_seconds"]),
+            address_space=int(policy["memory_bytes"]),
+            open_files=int(policy["open_files"]),
+            file_size=int(policy["file_size_bytes"]),
+        )
+        return "cpu, as, nofile, fsize, core"
+
+    def drop_privileges() -> str:
+        """As root, become the policy's uid/gid for good; otherwise nothing to drop."""
+        if os.geteuid() != 0:
+            return f"not root (uid {os.geteuid()}); nothing to drop"
+        uid, gid = int(policy.get("uid", NOBODY)), int(policy.get("gid", NOBODY))
+        return creds.drop_root(uid, gid, "drop_privileges")
+
     if sys.platform != "linux":
         raise LayerUnavailable("platform", f"the script sandbox needs Linux, not {sys.platform}")
-    step("rlimits", lambda: apply_rlimits(policy) or "cpu, as, nofile, fsize, core")
-    step("no_new_privs", lambda: _prctl(_PR_SET_NO_NEW_PRIVS, 1) or "set")
+    step("rlimits", limits)
+    step("no_new_privs", lambda: prctl(PR_SET_NO_NEW_PRIVS, 1) or "set")
     step("landlock", lambda: apply_landlock(list(policy.get("read_paths", ()))))
-    step(
-        "drop_privileges",
-        lambda: drop_privileges(int(policy.get("uid", NOBODY)), int(policy.get("gid", NOBODY))),
-    )
+    step("drop_privileges", drop_privileges)
 
     def pdeath() -> str:
         set_pdeathsig(int(policy.get("parent_pid") or 0))
-        _prctl(_PR_SET_DUMPABLE, 0)
+        prctl(PR_SET_DUMPABLE, 0)
         detail = "SIGKILL; not dumpable"
         if watch_fd is not None:
             start_watchdog(watch_fd)
@@ -476,5 +304,5 @@ def apply(policy: dict[str, Any], watch_fd: int | None = None) -> dict[str, Any]
 
     step("pdeathsig", pdeath)
     step("rlimits_nproc", lambda: resource.setrlimit(resource.RLIMIT_NPROC, (0, 0)) or "0")
-    step("seccomp", lambda: apply_seccomp() or f"{len(_DENIED_X86_64)} syscalls denied")
+    step("seccomp", lambda: apply_seccomp() or f"{len(DENIED_SYSCALLS)} syscalls denied")
     return {"level": level, "applied": applied, "missing": missing}

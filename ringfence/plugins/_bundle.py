@@ -28,6 +28,7 @@ from types import MappingProxyType
 
 from ..runtime._canonical import canonical_json
 from ..runtime._errors import InvalidArguments
+from ..runtime._files import read_all
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "Bundle", "read_bundle"]
 
@@ -158,7 +159,7 @@ def read_bundle(root: str | os.PathLike[str]) -> Bundle:
                     raise refuse(rel, f"the plugin holds more than {MAX_BYTES} bytes")
                 ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
                 try:
-                    data = _read_all(ffd, MAX_BYTES - total + st.st_size + 1)
+                    data = read_all(ffd, MAX_BYTES - total + st.st_size + 1)
                 finally:
                     os.close(ffd)
                 if len(data) != st.st_size:
@@ -217,15 +218,3 @@ def _stays_inside(link: str, entries: Mapping[str, Entry]) -> bool:
             continue
         stack.append(part)
     return True
-
-
-def _read_all(fd: int, limit: int) -> bytes:
-    chunks = []
-    size = 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 20, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)

@@ -11,7 +11,7 @@ import secrets
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "load_or_create_key", "ringfence_home"]
+__all__ = ["atomic_write", "load_or_create_key", "read_all", "ringfence_home"]
 
 
 def ringfence_home() -> Path:
@@ -55,3 +55,16 @@ def load_or_create_key(name: str, size: int = 32) -> bytes:
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     return data
+
+
+def read_all(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``fd``'s current offset to its end."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 20, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

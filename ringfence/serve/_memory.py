@@ -18,29 +18,17 @@ the collector is off (a change set being merged holds it off, or the host turned
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import gc
 from collections.abc import Callable
 
 import trio
 
-__all__ = ["QUIET_SECONDS", "QuietTrim", "malloc_trim"]
+from .._confine.libc import malloc_trim
+
+__all__ = ["QUIET_SECONDS", "QuietTrim"]
 
 # How long after the last request ended the server counts as quiet.
 QUIET_SECONDS = 2.0
-
-
-@functools.cache
-def malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim  # type: ignore[no-any-return]
 
 
 class QuietTrim:

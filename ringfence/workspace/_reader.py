@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 from ..runtime._errors import InvalidArguments
+from ..runtime._files import read_all
 from ._resolver import Access, Resolver, fd_path, translate_oserror
 
 __all__ = [
@@ -165,17 +166,4 @@ def _read_range(fd: int, display: str, offset: int, limit: int | None) -> bytes:
         raise InvalidArguments(
             f"offset {offset} is past the end of {display} ({line_no} lines)", field="offset"
         )
-    return b"".join(chunks)
-
-
-def read_all(fd: int, limit: int) -> bytes:
-    """Up to ``limit`` bytes from ``fd``'s current offset to its end."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 20, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
     return b"".join(chunks)

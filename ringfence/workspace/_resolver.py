@@ -3,7 +3,7 @@
 (About 690 lines on purpose: the walk, its lexical re-entry into a root, the
 ``openat2`` fast path that must agree with it and the roots' lifetime share
 one set of invariants, and are reviewed as one. ``openat2`` itself is in
-:mod:`._openat2`.)
+:mod:`ringfence._confine.openat2`.)
 
 Never check-then-open. A path is resolved *through descriptors*: each root is
 held open as an ``O_PATH`` directory descriptor, every component is opened
@@ -45,6 +45,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._confine.openat2 import (
+    RESOLVE_BENEATH,
+    RESOLVE_NO_MAGICLINKS,
+    RESOLVE_NO_SYMLINKS,
+    openat2,
+    openat2_available,
+)
 from ..runtime._errors import (
     InvalidArguments,
     NotFound,
@@ -52,13 +59,6 @@ from ..runtime._errors import (
     RingfenceError,
     ToolError,
     Unwritable,
-)
-from ._openat2 import (
-    RESOLVE_BENEATH,
-    RESOLVE_NO_MAGICLINKS,
-    RESOLVE_NO_SYMLINKS,
-    openat2,
-    openat2_available,
 )
 from .git._rules import first_git_directory, is_dotgit
 

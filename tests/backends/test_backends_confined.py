@@ -385,12 +385,16 @@ def test_the_supervisor_takes_a_reset_for_the_end_of_its_session() -> None:
 
 
 def test_the_supervisor_boot_imports_only_the_package_s_own_modules(tmp_path: Path) -> None:
-    """The supervisor starts as ``python -I -S -c <boot> <file>``: a working directory holding
-    modules of the same names (the supervisor, ctypes) is never searched (``-I`` implies
-    ``-P``), so the one-line program runs ringfence's own file and nothing planted."""
+    """The supervisor starts as ``python -I -S -c <boot> <module> <file>``: a working directory
+    holding modules of the same names (the supervisor, its sibling, the top package, the Linux
+    primitives, ctypes) is never searched (``-I`` implies ``-P``, and the boot puts nothing on
+    ``sys.path``), so the boot runs ringfence's own file and nothing planted."""
     from ringfence.backends.confined._plan import SUPERVISOR_ARGV
 
-    for name in ("_supervisor.py", "_syscalls.py", "ctypes.py"):
+    planted = ("_supervisor.py", "_execcheck.py", "_confine.py", "ctypes.py", "ringfence.py")
+    planted += ("ringfence/__init__.py", "ringfence/_confine/__init__.py")
+    (tmp_path / "ringfence" / "_confine").mkdir(parents=True)
+    for name in planted:
         (tmp_path / name).write_text("import os\nos.write(1, b'PLANTED')\n")
     # exec mode without its "--": main fails at once (a traceback naming the real file).
     out = subprocess.run(
@@ -455,10 +459,10 @@ def test_a_checkout_s_first_session_writes_the_supervisor_s_bytecode(
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["0"]
-    backends = copy / "ringfence" / "backends" / "confined"
-    for name in ("_supervisor.py", "_syscalls.py"):
-        cached = Path(importlib.util.cache_from_source(str(backends / name)))
-        assert cached.exists() == may_write, name
+    package = copy / "ringfence"
+    for source in ("backends/confined/_supervisor.py", "_confine/landlock.py", "_confine/creds.py"):
+        cached = Path(importlib.util.cache_from_source(str(package / source)))
+        assert cached.exists() == may_write, source
 
 
 def test_a_ringfence_installed_under_tmp_still_starts_its_sandbox(tmp_path: Path) -> None:

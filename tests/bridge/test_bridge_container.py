@@ -18,8 +18,11 @@ from pathlib import Path
 import pytest
 from bridge_helpers import Ledger, kinds, register_tools, run
 
+from ringfence import _confine
+from ringfence._confine.boot import argv as boot_argv
 from ringfence.bridge import BridgeListener, LocalLauncher
-from ringfence.bridge._launch import RUNNER_PATH
+from ringfence.bridge._docker import PACKAGE_MOUNT
+from ringfence.bridge._launch import RUNNER_MODULE, RUNNER_PATH
 from ringfence.runtime import Kernel, Posture
 
 IMAGE = os.environ.get("RINGFENCE_SCRIPT_IMAGE", "ringfence/debian")
@@ -74,12 +77,15 @@ class DockerRunLauncher(LocalLauncher):
 
         assert self.listener is not None and self.listener.directory is not None
         rp = Path(RestrictedPython.__file__).resolve().parent
+        confine = Path(_confine.__file__).parent
+        runner = f"{PACKAGE_MOUNT}/bridge/_runner.py"
         return [
             "docker", "run", "--rm", "-i", "--network", "none",
             "-v", f"{self.listener.directory}:{MOUNT}",
-            "-v", f"{RUNNER_PATH.parent}:/opt/ringfence/bridge:ro",
+            "-v", f"{RUNNER_PATH.parent}:{PACKAGE_MOUNT}/bridge:ro",
+            "-v", f"{confine}:{PACKAGE_MOUNT}/_confine:ro",
             "-v", f"{rp}:/opt/ringfence/lib/RestrictedPython:ro",
-            IMAGE, "python3", "-I", "-S", "/opt/ringfence/bridge/_runner.py", config_json,
+            IMAGE, "python3", *boot_argv(RUNNER_MODULE, runner), config_json,
         ]  # fmt: skip
 
 
@@ -220,7 +226,7 @@ def _in_container_runners() -> list:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "/opt/ringfence/bridge/_runner.py" in cmd:
+        if f"{PACKAGE_MOUNT}/bridge/_runner.py" in cmd:
             found.append(proc)
     return found
 

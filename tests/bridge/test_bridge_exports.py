@@ -18,9 +18,10 @@ def test_public_names_resolve() -> None:
 
 
 def test_the_child_side_imports_only_the_stdlib_and_restrictedpython() -> None:
-    """The runner runs as a file under ``python -I -S`` (in containers too): no ringfence, no SDKs."""
+    """The runner runs under ``python -I -S`` (in containers too, from the bridge's and
+    ``_confine``'s mounted directories): of ringfence it imports its siblings and the Linux
+    primitives (``ringfence._confine``) alone; no SDK."""
     siblings = {name.removesuffix(".py") for name in CHILD_MODULES}
-    allowed_third_party = {"RestrictedPython", *siblings}
     for name in CHILD_MODULES:
         tree = ast.parse((RUNNER_PATH.parent / name).read_text())
         for node in ast.walk(tree):
@@ -28,10 +29,20 @@ def test_the_child_side_imports_only_the_stdlib_and_restrictedpython() -> None:
                 roots = {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 roots = {(node.module or "").split(".")[0]}
+            elif isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import _wire
+                assert node.module is None, (name, node.module)
+                assert {a.name for a in node.names} <= siblings, (name, node.lineno)
+                continue
+            elif isinstance(node, ast.ImportFrom):  # from .._confine import landlock
+                assert node.level == 2 and (node.module or "").split(".")[0] == "_confine", (
+                    name,
+                    node.lineno,
+                )
+                continue
             else:
                 continue
             for root in roots:
-                assert root in allowed_third_party or root in _stdlib(), (name, root)
+                assert root == "RestrictedPython" or root in _stdlib(), (name, root)
 
 
 def _stdlib() -> frozenset[str]:

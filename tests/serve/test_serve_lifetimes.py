@@ -183,7 +183,8 @@ async def _fail(event: Any) -> None:
 
 
 async def test_freed_memory_is_trimmed_once_per_quiet_spell() -> None:
-    from ringfence.serve._memory import QuietTrim, malloc_trim
+    from ringfence._confine.libc import malloc_trim
+    from ringfence.serve._memory import QuietTrim
 
     clock = Clock()
     trim = QuietTrim(quiet_seconds=2, clock=clock)

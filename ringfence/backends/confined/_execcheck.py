@@ -1,7 +1,7 @@
 """Exec checks inside the confined sandbox: every ``execve``/``execveat`` against the deny rules.
 
 Imported by the supervisor (:mod:`._supervisor`, ``python -I -S``; standard
-library only) the first time a command carries deny rules. Each command's child
+library and :mod:`ringfence._confine` only) the first time a command carries deny rules. Each command's child
 installs :func:`install_notifier` (``SECCOMP_RET_USER_NOTIF`` on ``execve`` and
 ``execveat``, ``SECCOMP_FILTER_FLAG_NEW_LISTENER``) right before its own ``exec`` and
 hands the listener to the supervisor over a socketpair; every process of the command
@@ -57,20 +57,15 @@ literal words compared with ``==``, glob words as the runtime's own regex
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import fcntl
 import os
 import struct
+
+from ..._confine import landlock, seccomp
 
 # ``re``, ``json`` and ``hashlib`` are imported where they are first needed (a command with
 # deny rules): the session's start probes the notifier and imports only the above (those
 # three cost tens of milliseconds of a start under ``python -I -S``).
-
-try:
-    from ._syscalls import landlock_execute_ruleset, libc
-except ImportError:  # executed as a file (no parent package)
-    from _syscalls import landlock_execute_ruleset, libc  # type: ignore[no-redef]
 
 __all__ = [
     "Checker",
@@ -83,22 +78,8 @@ __all__ = [
     "sync_wakeups",
 ]
 
-_NR_EXECVE = 59
-_NR_EXECVEAT = 322
-_AUDIT_ARCH_X86_64 = 0xC000003E
-_RET_ALLOW = 0x7FFF0000
-_RET_KILL_PROCESS = 0x80000000
-_RET_USER_NOTIF = 0x7FC00000
-_SYS_SECCOMP = 317
-_SECCOMP_SET_MODE_FILTER = 1
-_SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
-# ioctls on the listener (linux/seccomp.h, x86-64): _IOWR('!', 0, struct seccomp_notif) …
-_NOTIF_RECV = 0xC0502100
-_NOTIF_SEND = 0xC0182101
-_NOTIF_ID_VALID = 0x40082102
-_NOTIF_SET_FLAGS = 0x40082104
-_USER_NOTIF_FD_SYNC_WAKE_UP = 1
-_USER_NOTIF_FLAG_CONTINUE = 1
+_NR_EXECVE = seccomp.X86_64["execve"]
+_NR_EXECVEAT = seccomp.X86_64["execveat"]
 _AT_FDCWD = -100
 _AT_EMPTY_PATH = 0x1000
 _BINPRM_BUF_SIZE = 256
@@ -134,61 +115,33 @@ _STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MULTICALL = ("busybox", "toybox")  # binaries whose shell runs their applets without exec
 
 
-def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
-    return struct.pack("<HBBI", code, jt, jf, k)
-
-
 def notifier_program() -> bytes:
     """The filter: ``execve`` and ``execveat`` notify the listener; everything else passes
     (foreign ABIs are killed by the session's first filter already, and here too)."""
-    ld, jeq, ret = 0x20, 0x15, 0x06
     return b"".join(
         [
-            _insn(ld, 0, 0, 4),  # seccomp_data.arch
-            _insn(jeq, 1, 0, _AUDIT_ARCH_X86_64),
-            _insn(ret, 0, 0, _RET_KILL_PROCESS),
-            _insn(ld, 0, 0, 0),  # seccomp_data.nr
-            _insn(jeq, 2, 0, _NR_EXECVE),
-            _insn(jeq, 1, 0, _NR_EXECVEAT),
-            _insn(ret, 0, 0, _RET_ALLOW),
-            _insn(ret, 0, 0, _RET_USER_NOTIF),
+            *seccomp.prologue(kill_x32=False),
+            seccomp.insn(seccomp.JEQ_K, 2, 0, _NR_EXECVE),
+            seccomp.insn(seccomp.JEQ_K, 1, 0, _NR_EXECVEAT),
+            seccomp.ret(seccomp.RET_ALLOW),
+            seccomp.ret(seccomp.RET_USER_NOTIF),
         ]
     )
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-_PROGRAM = notifier_program()
-_PROGRAM_BUF = ctypes.create_string_buffer(_PROGRAM, len(_PROGRAM))
-_FPROG = _SockFprog(len(_PROGRAM) // 8, ctypes.cast(_PROGRAM_BUF, ctypes.c_void_p))
+_NOTIFIER = seccomp.Filter(notifier_program())  # built ahead: the child only installs it
 
 
 def install_notifier() -> int:
-    """Install the exec filter on the calling thread; its listener descriptor. Raises OSError.
+    """Install the exec filter on the calling thread; its listener descriptor. Raises
+    LayerUnavailable.
 
     Needs ``no_new_privs`` (the supervisor set it) or ``CAP_SYS_ADMIN``.
     """
-    fd = libc.syscall(
-        _SYS_SECCOMP,
-        ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
-        ctypes.c_uint(_SECCOMP_FILTER_FLAG_NEW_LISTENER),
-        ctypes.byref(_FPROG),
-    )
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"seccomp(SECCOMP_FILTER_FLAG_NEW_LISTENER): {os.strerror(err)}")
-    return int(fd)
+    return _NOTIFIER.install(seccomp.FILTER_FLAG_NEW_LISTENER)
 
 
-def sync_wakeups(listener: int) -> None:
-    """Ask the kernel to wake the supervisor and the exec'ing task as a pair (Linux 6.6+:
-    fewer scheduler round trips per exec); nothing happens on older kernels."""
-    try:  # noqa: SIM105 (contextlib is one import more)
-        fcntl.ioctl(listener, _NOTIF_SET_FLAGS, _USER_NOTIF_FD_SYNC_WAKE_UP)
-    except OSError:
-        pass
+sync_wakeups = seccomp.sync_wakeups
 
 
 # -- the rules -----------------------------------------------------------------------------
@@ -628,7 +581,14 @@ class Checker:
                 if entry.path in way or entry.path in denied or entry.is_symlink():
                     continue
                 grants.append(entry.path)
-        self._execute_fd = landlock_execute_ruleset(grants)
+        self._execute_fd = landlock.ruleset_beneath(
+            landlock.FS_EXECUTE,
+            0,
+            0,
+            [(path, landlock.FS_EXECUTE, landlock.FS_EXECUTE) for path in grants],
+            open_flags=os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
+            what="landlock_create_ruleset(execute)",
+        )
         self.execute_denied = sorted(denied)
         return self._execute_fd
 
@@ -651,14 +611,10 @@ class Checker:
 
     def answer(self, listener: int) -> None:
         """Receive one notification, check it, answer it. Never raises for the command's doing."""
-        request = bytearray(80)
         try:
-            fcntl.ioctl(listener, _NOTIF_RECV, request, True)
+            nid, pid, nr, args = seccomp.receive(listener)
         except OSError:  # the task was interrupted or died meanwhile: nothing to answer
             return
-        nid, pid = struct.unpack_from("<QI", request)
-        nr = struct.unpack_from("<i", request, 16)[0]
-        args = struct.unpack_from("<6Q", request, 32)
         code = 0
         self.checked += 1
         try:
@@ -681,16 +637,10 @@ class Checker:
             self.record(Denial("exec check", "", "?", [], f"the check failed: {exc!r}"))
         # The task may have been killed and its pid reused while we read: only a live
         # notification's answer counts (and the kernel refuses a dead one anyway).
-        try:
-            fcntl.ioctl(listener, _NOTIF_ID_VALID, struct.pack("<Q", nid))
-        except OSError:
+        if not seccomp.still_valid(listener, nid):
             return
-        if code:
-            response = struct.pack("<QqiI", nid, 0, -code, 0)
-        else:
-            response = struct.pack("<QqiI", nid, 0, 0, _USER_NOTIF_FLAG_CONTINUE)
         try:  # noqa: SIM105
-            fcntl.ioctl(listener, _NOTIF_SEND, bytearray(response), True)
+            seccomp.answer(listener, nid, code)
         except OSError:
             pass
 
@@ -733,7 +683,7 @@ class Checker:
         mem = _Mem(pid)
         try:
             if nr == _NR_EXECVEAT:
-                dirfd = ctypes.c_int(args[0] & 0xFFFFFFFF).value
+                dirfd = ((args[0] & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # a C int: 32 bits
                 path_addr, argv_addr, flags = args[1], args[2], args[4]
             else:
                 dirfd, path_addr, argv_addr, flags = _AT_FDCWD, args[0], args[1], 0
@@ -1024,10 +974,7 @@ class Checker:
 def probe(listener: int, pid: int, expected: bytes) -> str:
     """At session start: one notification from the probe child ``pid`` (an ``execve`` of
     ``expected``), its path read from its memory, answered ``EACCES``. Raises OSError."""
-    request = bytearray(80)
-    fcntl.ioctl(listener, _NOTIF_RECV, request, True)
-    nid, got = struct.unpack_from("<QI", request)
-    args = struct.unpack_from("<6Q", request, 32)
+    nid, got, _nr, args = seccomp.receive(listener)
     if got != pid:
         raise OSError(errno.ESRCH, f"a notification from pid {got}, not the probe's {pid}")
     mem = _Mem(pid)
@@ -1037,7 +984,7 @@ def probe(listener: int, pid: int, expected: bytes) -> str:
         mem.close()
     if path != expected:
         raise OSError(errno.EIO, f"read {path!r} from the probe's memory, not {expected!r}")
-    fcntl.ioctl(listener, _NOTIF_ID_VALID, struct.pack("<Q", nid))
-    response = struct.pack("<QqiI", nid, 0, -errno.EACCES, 0)
-    fcntl.ioctl(listener, _NOTIF_SEND, bytearray(response), True)
+    if not seccomp.still_valid(listener, nid):
+        raise OSError(errno.ESRCH, "the probe's notification is no longer valid")
+    seccomp.answer(listener, nid, errno.EACCES)
     return "every execve/execveat checked against the deny rules (seccomp user notification)"

@@ -1,7 +1,7 @@
 """The confined local backend's seccomp filter and Landlock plan, built in the kernel.
 
-Both are computed here, with the script runner's helpers (``bridge/_sandbox``:
-its BPF instruction encoder, system call table, Landlock constants and ABI
+Both are computed here, from the Linux primitives of :mod:`ringfence._confine`
+(the BPF instructions, the system call table, the Landlock rights and ABI
 probe), and handed to the sandbox: the filter to bubblewrap's ``--seccomp``
 (installed right before the supervisor starts, so the supervisor and every
 command run under it), the Landlock plan to the supervisor as numbers. The
@@ -22,9 +22,9 @@ system calls kill the process. A deny list, not an allow list.
 from __future__ import annotations
 
 import errno
-import os
 
-from ...bridge import _sandbox as sb
+from ..._confine import LayerUnavailable, landlock, seccomp
+from ..._confine.seccomp import JEQ_K, JSET_K, arg, insn, load, ret
 
 __all__ = [
     "DENIED_SYSCALLS",
@@ -35,34 +35,22 @@ __all__ = [
     "seccomp_program",
 ]
 
-LayerUnavailable = sb.LayerUnavailable
-
 # clone flags that create namespaces: NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER,
 # NEWPID, NEWNET.
 _CLONE_NEW_NAMESPACES = (
     0x80 | 0x20000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 )
-_NR_CLONE = 56
-_NR_CLONE3 = 435
-_BPF_JSET_K = 0x45
-_SECCOMP_DATA_ARG0 = 16  # offsetof(struct seccomp_data, args[0]), the low half on x86-64
 _SETID_BITS = 0o6000  # S_ISUID | S_ISGID
 _O_CREAT = 0o100
 _O_TMPFILE_BIT = 0o20000000  # __O_TMPFILE
-_NR_OPENAT2 = 437
-# System calls that set a mode: number -> which argument is the mode.
-_SETID_MODE = {90: 1, 91: 1, 268: 2, 452: 2, 85: 1, 133: 1, 259: 2}  # chmod, fchmod,
-# fchmodat, fchmodat2, creat, mknod, mknodat
-# System calls that set a mode only when creating: number -> (flags argument, mode argument).
-_SETID_CREATE = {2: (1, 2), 257: (2, 3)}  # open, openat
+# System calls that set a mode: name -> which argument is the mode.
+_SETID_MODE = {
+    "chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "creat": 1, "mknod": 1, "mknodat": 2,
+}  # fmt: skip
+# System calls that set a mode only when creating: name -> (flags argument, mode argument).
+_SETID_CREATE = {"open": (1, 2), "openat": (2, 3)}
 
-
-def _arg(index: int) -> int:
-    """Offset of the low half of ``seccomp_data.args[index]`` (x86-64 is little-endian)."""
-    return _SECCOMP_DATA_ARG0 + 8 * index
-
-
-# System calls a command may not make (EPERM), by name in the script runner's table.
+# System calls a command may not make (EPERM), by name in ``_confine.seccomp.X86_64``.
 DENIED_SYSCALLS = (
     # other processes' memory
     "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
@@ -83,18 +71,9 @@ DENIED_SYSCALLS = (
 # filter leaves them out and each command's child installs :func:`layer_filter` before exec.
 LAYER_SYSCALLS = ("mount", "umount2", "unshare")
 
-# Write-type Landlock filesystem rights (ABI 1): write_file, remove_dir, remove_file,
-# make_char, make_dir, make_reg, make_sock, make_fifo, make_block, make_sym. Reading and
-# executing are not handled: the mount layout decides what is visible.
-_FS_WRITE_FILE = 1 << 1
-_FS_WRITES_ABI1 = _FS_WRITE_FILE | sum(1 << bit for bit in range(4, 13))
-
-
-def _check_arch() -> None:
-    if os.uname().machine != "x86_64":
-        raise LayerUnavailable(
-            "seccomp", f"no seccomp filter is built in for {os.uname().machine} (only x86_64)"
-        )
+_NR = seccomp.X86_64
+_EPERM = seccomp.errno_action(errno.EPERM)
+_ENOSYS = seccomp.errno_action(errno.ENOSYS)
 
 
 def layer_filter() -> bytes:
@@ -103,18 +82,12 @@ def layer_filter() -> bytes:
     Stacked on bubblewrap's (seccomp filters only add up), installed by the
     command's child after its overlays are mounted. Raises LayerUnavailable.
     """
-    _check_arch()
-    ins = sb._insn
+    seccomp.require_x86_64()
     prog = [
-        ins(sb._BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
-        ins(sb._BPF_JEQ_K, 1, 0, sb._AUDIT_ARCH_X86_64),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_KILL_PROCESS),
-        ins(sb._BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+        *seccomp.prologue(kill_x32=False),
+        *seccomp.deny((_NR[name] for name in LAYER_SYSCALLS), _EPERM),
+        ret(seccomp.RET_ALLOW),
     ]
-    for nr in sorted(sb._DENIED_X86_64[name] for name in LAYER_SYSCALLS):
-        prog.append(ins(sb._BPF_JEQ_K, 0, 1, nr))
-        prog.append(ins(sb._BPF_RET_K, 0, 0, sb._RET_ERRNO | errno.EPERM))
-    prog.append(ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW))
     return b"".join(prog)
 
 
@@ -125,76 +98,61 @@ def seccomp_program(layered: bool = False) -> bytes:
     supervisor needs and :func:`layer_filter` denies to each command.
     Raises LayerUnavailable on an architecture without a built-in filter.
     """
-    _check_arch()
-    ins = sb._insn
-    eperm = sb._RET_ERRNO | errno.EPERM
+    seccomp.require_x86_64()
     prog = [
-        ins(sb._BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
-        ins(sb._BPF_JEQ_K, 1, 0, sb._AUDIT_ARCH_X86_64),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_KILL_PROCESS),
-        ins(sb._BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
-        ins(sb._BPF_JGE_K, 0, 1, sb._X32_SYSCALL_BIT),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_KILL_PROCESS),
-        ins(sb._BPF_JEQ_K, 0, 1, _NR_CLONE3),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_ERRNO | errno.ENOSYS),
-        ins(sb._BPF_JEQ_K, 0, 4, _NR_CLONE),  # not clone: on to the deny list
-        ins(sb._BPF_LD_W_ABS, 0, 0, _arg(0)),
-        ins(_BPF_JSET_K, 0, 1, _CLONE_NEW_NAMESPACES),
-        ins(sb._BPF_RET_K, 0, 0, eperm),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW),
+        *seccomp.prologue(kill_x32=True),
+        insn(JEQ_K, 0, 1, _NR["clone3"]),
+        ret(_ENOSYS),
+        insn(JEQ_K, 0, 4, _NR["clone"]),  # not clone: on to the deny list
+        load(arg(0)),
+        insn(JSET_K, 0, 1, _CLONE_NEW_NAMESPACES),
+        ret(_EPERM),
+        ret(seccomp.RET_ALLOW),
     ]
     # No setuid/setgid bit from inside: a file the sandbox's uid owns (host root's, when the
     # workspace is root's) must not become a setuid program on the host.
-    for nr, mode_arg in _SETID_MODE.items():
+    for name, mode_arg in _SETID_MODE.items():
         prog += [
-            ins(sb._BPF_JEQ_K, 0, 4, nr),
-            ins(sb._BPF_LD_W_ABS, 0, 0, _arg(mode_arg)),
-            ins(_BPF_JSET_K, 0, 1, _SETID_BITS),
-            ins(sb._BPF_RET_K, 0, 0, eperm),
-            ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW),
+            insn(JEQ_K, 0, 4, _NR[name]),
+            load(arg(mode_arg)),
+            insn(JSET_K, 0, 1, _SETID_BITS),
+            ret(_EPERM),
+            ret(seccomp.RET_ALLOW),
         ]
-    for nr, (flags_arg, mode_arg) in _SETID_CREATE.items():
+    for name, (flags_arg, mode_arg) in _SETID_CREATE.items():
         prog += [
-            ins(sb._BPF_JEQ_K, 0, 6, nr),
-            ins(sb._BPF_LD_W_ABS, 0, 0, _arg(flags_arg)),
-            ins(_BPF_JSET_K, 0, 3, _O_CREAT | _O_TMPFILE_BIT),  # not creating: allowed
-            ins(sb._BPF_LD_W_ABS, 0, 0, _arg(mode_arg)),
-            ins(_BPF_JSET_K, 0, 1, _SETID_BITS),
-            ins(sb._BPF_RET_K, 0, 0, eperm),
-            ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW),
+            insn(JEQ_K, 0, 6, _NR[name]),
+            load(arg(flags_arg)),
+            insn(JSET_K, 0, 3, _O_CREAT | _O_TMPFILE_BIT),  # not creating: allowed
+            load(arg(mode_arg)),
+            insn(JSET_K, 0, 1, _SETID_BITS),
+            ret(_EPERM),
+            ret(seccomp.RET_ALLOW),
         ]
     prog += [
         # openat2's mode sits behind a pointer: ENOSYS, and libc's openat is used instead
-        ins(sb._BPF_JEQ_K, 0, 1, _NR_OPENAT2),
-        ins(sb._BPF_RET_K, 0, 0, sb._RET_ERRNO | errno.ENOSYS),
+        insn(JEQ_K, 0, 1, _NR["openat2"]),
+        ret(_ENOSYS),
     ]
     denied = [n for n in DENIED_SYSCALLS if not (layered and n in LAYER_SYSCALLS)]
-    for nr in sorted({sb._DENIED_X86_64[name] for name in denied}):
-        prog.append(ins(sb._BPF_JEQ_K, 0, 1, nr))
-        prog.append(ins(sb._BPF_RET_K, 0, 0, eperm))
-    prog.append(ins(sb._BPF_RET_K, 0, 0, sb._RET_ALLOW))
+    prog += seccomp.deny((_NR[name] for name in denied), _EPERM)
+    prog.append(ret(seccomp.RET_ALLOW))
     return b"".join(prog)
 
 
 def landlock_plan(network: bool) -> str:
     """The supervisor's ruleset: ``abi,fs,net,scoped,size,file_rights`` for this kernel's ABI.
 
-    Raises LayerUnavailable when Landlock is absent or disabled.
+    Write-type rights only (reading and executing are not handled: the mount
+    layout decides what is visible); a file (not a directory) is granted only
+    ``file_rights``. Raises LayerUnavailable when Landlock is absent or disabled.
     """
-    abi = sb.landlock_abi()
+    abi = landlock.abi()
     if abi < 1:
-        raise LayerUnavailable(
-            "landlock",
-            "Landlock is not available (needs Linux >= 5.13 with landlock in the lsm= boot list)",
-        )
-    fs = _FS_WRITES_ABI1
-    file_rights = _FS_WRITE_FILE
-    if abi >= 2:
-        fs |= sb._FS_REFER
-    if abi >= 3:
-        fs |= sb._FS_TRUNCATE
-        file_rights |= sb._FS_TRUNCATE
-    net = sb._NET_BIND_TCP | sb._NET_CONNECT_TCP if abi >= 4 and not network else 0
-    scoped = sb._SCOPE_ABSTRACT_UNIX | sb._SCOPE_SIGNAL if abi >= 6 else 0
+        raise landlock.unavailable()
+    fs = landlock.fs_rights(abi, landlock.FS_WRITES_ABI1)
+    file_rights = landlock.FS_WRITE_FILE | (landlock.FS_TRUNCATE if abi >= 3 else 0)
+    net = 0 if network else landlock.net_rights(abi)
+    scoped = landlock.scopes(abi)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     return f"{abi},{fs},{net},{scoped},{size},{file_rights}"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..._confine import boot
 from ...runtime import InvalidArguments, Unavailable, ringfence_home
 from .._mounts import LAYERS_DIR_VARIABLE, mount_of
 from .._shellstate import PERSIST_OPTION, persist_option
@@ -59,19 +60,19 @@ _HIDDEN = ("/home", "/root", "/run", "/var/lib/docker", "/mnt", "/media", "/srv"
 
 
 _SUPERVISOR = Path(__file__).resolve().parent / "_supervisor.py"
-# How the interpreter runs it: imported by a one-line ``-c`` program rather than run as a
-# file, so its compiled form in ``__pycache__`` is used (a script is compiled from source
-# at every start: ~5-10 ms of a sandbox's start). The file's path stays the first argument
-# (what ``ps`` shows, and where the program finds the module); ``entry`` takes the rest.
-_BOOT = (
-    "import sys;d,_,f=sys.argv.pop(1).rpartition('/');sys.path.insert(0,d);"
-    "__import__(f.removesuffix('.py')).entry()"
-)
-SUPERVISOR_ARGV = ("-I", "-S", "-c", _BOOT, str(_SUPERVISOR))
+# How the interpreter runs it (ringfence._confine.boot): imported by its name, under
+# ``python -I -S``, from this package's own directories and the standard library alone, so
+# its compiled form in ``__pycache__`` is used (a script is compiled from source at every
+# start: ~5-10 ms of a sandbox's start). The file's path is an argument (what ``ps``
+# shows, and where the boot finds the package); the supervisor's own arguments follow.
+SUPERVISOR_ARGV = tuple(boot.argv(f"{__package__}._supervisor", _SUPERVISOR))
+_CONFINE = Path(boot.__file__).resolve().parent
+# What the supervisor imports of ringfence (every file's bytecode: see supervisor_bytecode).
 _SUPERVISOR_SOURCES = (
     _SUPERVISOR,
-    _SUPERVISOR.with_name("_syscalls.py"),
     _SUPERVISOR.with_name("_execcheck.py"),
+    *(_CONFINE / f"{name}.py" for name in ("__init__", "libc", "landlock", "seccomp")),
+    *(_CONFINE / f"{name}.py" for name in ("creds", "mounts", "rlimits")),
 )
 _bytecode_checked = False
 
@@ -79,9 +80,9 @@ _bytecode_checked = False
 def supervisor_bytecode() -> None:
     """Write the supervisor's bytecode cache where it is missing or older than its source.
 
-    The sandbox cannot (the package is read-only there) and this process never imports
-    those two files: in a checkout every sandbox would compile them (~5-10 ms of its
-    start; pip writes the cache at install). Once per process, two ``stat`` calls per
+    The sandbox cannot (the package is read-only there) and this process imports few of
+    those files: in a checkout every sandbox would compile them (~5-10 ms of its start;
+    pip writes the cache at install). Once per process, two ``stat`` calls per
     file; respects ``sys.dont_write_bytecode``; never raises. The sandbox's import still
     checks the cache against its source.
     """

@@ -1,13 +1,15 @@
 """The confined local backend's supervisor: one per session, PID 1 inside the sandbox.
 
-Started by :mod:`._session` inside bubblewrap's namespaces (already under the commands' seccomp
-filter), it confines itself (uid, rlimits, no_new_privs, Landlock) so every command inherits
-all of it, then runs each command as one ``posix_spawn`` and kills everything else in the
-namespace when the command's main process exits, so nothing a command starts outlives it. With
-change sets it mounts a volatile overlay per root for each command. ``exec`` mode runs one
-confined program (a ``sandbox = "local"`` MCP server). Standard library only, few imports: every
+Started by :mod:`._session` inside bubblewrap's namespaces as ``python -I -S -c <boot>
+ringfence.backends.confined._supervisor <this file> …`` (the boot, :mod:`ringfence._confine.boot`,
+imports it and calls :func:`main`), already under the commands' seccomp filter. It confines
+itself (uid, rlimits, no_new_privs, Landlock) so every command inherits all of it, then runs each
+command as one ``posix_spawn`` and kills everything else in the namespace when the command's main
+process exits, so nothing a command starts outlives it. With change sets it mounts a volatile
+overlay per root for each command. ``exec`` mode runs one confined program (a ``sandbox =
+"local"`` MCP server). Standard library and :mod:`ringfence._confine` only, few imports: every
 millisecond here is session start. Over 500 lines on purpose: one standalone program whose two
-modes share one ``confine``; its system calls are in :mod:`._syscalls`.
+modes share one ``confine``; its system calls are :mod:`ringfence._confine`'s.
 
 The order of the layers, the wire, change sets and the fallback without namespaces:
 docs/design/confined-supervisor.md.
@@ -21,68 +23,20 @@ import os
 import select
 import sys
 
-if __name__ == "__main__":  # executed as a file: make the sibling module importable
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-try:
-    from ._syscalls import (
-        LayerUnavailable,
-        apply_landlock,
-        apply_rlimits,
-        apply_seccomp,
-        check_landlock,
-        descendants,
-        drop_capabilities,
-        drop_privileges,
-        fail,
-        find_program,
-        install_filter,
-        install_seccomp,
-        landlock_ruleset,
-        libc,
-        prctl,
-        read_all,
-        reap_all,
-        restrict_self,
-        seccomp_fprog,
-    )
-except ImportError:  # executed as a file (no parent package)
-    from _syscalls import (  # type: ignore[no-redef]
-        LayerUnavailable,
-        apply_landlock,
-        apply_rlimits,
-        apply_seccomp,
-        check_landlock,
-        descendants,
-        drop_capabilities,
-        drop_privileges,
-        fail,
-        find_program,
-        install_filter,
-        install_seccomp,
-        landlock_ruleset,
-        libc,
-        prctl,
-        read_all,
-        reap_all,
-        restrict_self,
-        seccomp_fprog,
-    )
+from ..._confine import LayerUnavailable, creds, landlock, mounts, rlimits, seccomp
+from ..._confine.libc import (
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    PR_SET_NO_NEW_PRIVS,
+    PR_SET_PDEATHSIG,
+    prctl,
+)
 
 STRICT = "strict"
 BEST_EFFORT = "best-effort"
 
 _SIGKILL = 9
 _SIGTERM = 15
-_PR_SET_DUMPABLE = 4
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_CHILD_SUBREAPER = 36
-_CLONE_NEWNS = 0x00020000
-_MS_NOSUID = 2
-_MS_NODEV = 4
-_MS_REC = 1 << 14
-_MS_PRIVATE = 1 << 18
-_MNT_DETACH = 2
 
 
 def confine(conf: dict[str, str], writable: list[str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -107,8 +61,8 @@ def confine(conf: dict[str, str], writable: list[str]) -> tuple[dict[str, str], 
     step("rlimits", lambda: apply_rlimits(conf))
 
     def privs() -> str:
-        prctl(_PR_SET_NO_NEW_PRIVS, 1)
-        prctl(_PR_SET_DUMPABLE, 0)
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        prctl(PR_SET_DUMPABLE, 0)
         return "no_new_privs; supervisor not dumpable"
 
     step("no_new_privs", privs)
@@ -120,10 +74,148 @@ def confine(conf: dict[str, str], writable: list[str]) -> tuple[dict[str, str], 
     if layered:
         step("overlay", lambda: check_layers(conf))
     if "seccomp_fd" in conf:  # without bubblewrap, which installs it otherwise: last
-        step("seccomp", lambda: apply_seccomp(int(conf["seccomp_fd"])))
+        step("seccomp", lambda: install_seccomp(read_all(int(conf["seccomp_fd"]))))
     if "seccomp_hex" in conf:  # exec mode: no descriptor reaches bubblewrap, so here, last
         step("seccomp", lambda: install_seccomp(bytes.fromhex(conf["seccomp_hex"])))
     return applied, missing
+
+
+def drop_privileges(uid: int, gid: int) -> str:
+    """As the namespace's root, become ``uid``/``gid`` for good (every capability goes)."""
+    detail = creds.drop_root(uid, gid, "uid")
+    # A change of credentials clears the parent-death signal bubblewrap armed: arm it again.
+    prctl(PR_SET_PDEATHSIG, _SIGKILL)
+    return detail
+
+
+def apply_rlimits(conf: dict[str, str]) -> str:
+    rlimits.apply(
+        cpu_seconds=int(conf["cpu_seconds"]),
+        address_space=int(conf["address_space"]),
+        open_files=int(conf["open_files"]),
+        file_size=int(conf["file_size"]),
+        processes=int(conf["nproc"]),
+    )
+    return (
+        f"address space {int(conf['address_space']) >> 20} MiB, {conf['nproc']} processes, "
+        f"{conf['open_files']} files, cpu {conf['cpu_seconds']} s, no core files"
+    )
+
+
+def install_seccomp(program: bytes) -> str:
+    """Install the kernel-built filter (best-effort mode without bubblewrap; exec mode)."""
+    installed = seccomp.Filter(program)
+    installed.install()
+    return f"{len(installed)} instructions"
+
+
+# -- Landlock, as the kernel planned it (``_layers.landlock_plan``) ---------------------------
+
+
+def landlock_ruleset(plan: str, writable: list[str]) -> int:
+    """The ruleset (a descriptor) granting ``plan``'s write rights beneath ``writable``:
+    on a directory all of them, on a file only the plan's ``file_rights``."""
+    _, fs, net, scoped, size, file_rights = (int(x) for x in plan.split(","))
+    grants = [(path, fs, fs & file_rights) for path in writable]
+    return landlock.ruleset_beneath(fs, net, scoped, grants, size=size)
+
+
+def describe_landlock(plan: str, writable: list[str]) -> str:
+    abi, _, net, scoped, _, _ = (int(x) for x in plan.split(","))
+    covers = [f"ABI {abi}: writes only beneath {', '.join(writable)}"]
+    if net:
+        covers.append("no TCP bind/connect")
+    if scoped:
+        covers.append("signals and abstract sockets scoped")
+    return "; ".join(covers)
+
+
+def apply_landlock(plan: str, writable: list[str]) -> str:
+    """``plan`` is ``abi,fs,net,scoped,size,file_rights`` (see ``_layers``)."""
+    ruleset = landlock_ruleset(plan, writable)
+    try:
+        landlock.restrict_self(ruleset)
+    finally:
+        os.close(ruleset)
+    return describe_landlock(plan, writable)
+
+
+def check_landlock(plan: str, writable: list[str]) -> str:
+    """That this kernel takes the ruleset (applied per command in layered mode)."""
+    abi, fs, net, scoped, size, _ = (int(x) for x in plan.split(","))
+    os.close(landlock.create_ruleset(fs, net, scoped, size=size))
+    return (
+        f"ABI {abi}: applied to each command, after its overlays are mounted; writes only "
+        f"beneath {', '.join(writable)}"
+    )
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def read_all(fd: int) -> bytes:
+    """Everything until end of file on ``fd``, which is closed."""
+    chunks = []
+    while True:
+        data = os.read(fd, 65536)
+        if not data:
+            break
+        chunks.append(data)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def descendants() -> list[int]:
+    """Live (not zombie) descendants of this process, from ``/proc/*/stat``."""
+    me = os.getpid()
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        state, ppid = data[data.rindex(b")") + 2 :].split()[:2]
+        if state != b"Z":
+            parent[int(name)] = int(ppid)
+    out = []
+    for pid in parent:
+        up, hops = parent[pid], 0
+        while up not in (me, 0, 1) and up in parent and hops < 4096:
+            up, hops = parent[up], hops + 1
+        if up == me and pid != me:
+            out.append(pid)
+    return out
+
+
+def reap_all() -> None:
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def find_program(name: str, env: dict[str, str]) -> tuple[str | None, int]:
+    """What a shell would execute for ``name``: (path, 0), or (None, 127 not found / 126)."""
+    if "/" in name:
+        candidates = [name]
+    else:
+        candidates = [os.path.join(d or ".", name) for d in env.get("PATH", os.defpath).split(":")]
+    code = 127
+    for path in candidates:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_mode & 0o170000) == 0o100000 and os.access(path, os.X_OK):
+            return path, 0
+        code = 126
+    return None, code
 
 
 # -- the wire ------------------------------------------------------------------------------
@@ -200,6 +292,29 @@ def kill_all(sig: int) -> None:
                 pass
 
 
+def refuse(err: int, message: str, code: int) -> tuple[int, int]:
+    """Say on the command's stderr why it did not start; (0, the wait status of exit ``code``)."""
+    os.write(err, f"ringfence: {message}\n".encode())
+    return 0, code << 8
+
+
+def enter(
+    cwd: str, argv: list[str], env: dict[str, str], err: int
+) -> tuple[str | None, tuple[int, int]]:
+    """Move to the command's directory and find its program: (path, (0, 0)), or (None, the
+    refusal :func:`refuse` reported) when either cannot be done. The working directory is
+    inherited by the command, so the supervisor moves there first."""
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        return None, refuse(err, f"cd {cwd}: {exc.strerror}", 126)
+    path, code = find_program(argv[0], env)
+    if path is None:
+        why = "command not found" if code == 127 else "permission denied"
+        return None, refuse(err, f"{argv[0]}: {why}", code)
+    return path, (0, 0)
+
+
 def spawn(
     cwd: str, argv: list[str], env: dict[str, str], out: int, err: int, state: int | None = None
 ) -> tuple[int, int]:
@@ -208,23 +323,11 @@ def spawn(
     ``state`` (above 3, see :func:`run`) becomes the command's descriptor 3.
 
     ``posix_spawn`` (vfork) rather than ``fork``: it does not copy this
-    process's page tables, which halves the cost of a command. The working
-    directory is inherited, so the supervisor moves there first.
+    process's page tables, which halves the cost of a command.
     """
-
-    def failed(message: str, code: int) -> tuple[int, int]:
-        os.write(err, f"ringfence: {message}\n".encode())
-        return 0, code << 8
-
-    try:
-        os.chdir(cwd)
-    except OSError as exc:
-        return failed(f"cd {cwd}: {exc.strerror}", 126)
-    path, code = find_program(argv[0], env)
+    path, refused = enter(cwd, argv, env, err)
     if path is None:
-        return failed(
-            f"{argv[0]}: {'command not found' if code == 127 else 'permission denied'}", code
-        )
+        return refused
     try:
         pid = os.posix_spawn(
             path,
@@ -241,7 +344,7 @@ def spawn(
             setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ),
         )
     except OSError as exc:
-        return failed(f"{argv[0]}: {exc.strerror.lower() if exc.strerror else exc}", 126)
+        return refuse(err, f"{argv[0]}: {exc.strerror.lower() if exc.strerror else exc}", 126)
     return pid, 0
 
 
@@ -254,10 +357,8 @@ def exec_module() -> object:
     """:mod:`._execcheck`, imported the first time it is needed."""
     global _EXEC
     if _EXEC is None:
-        try:
-            from . import _execcheck as module
-        except ImportError:  # executed as a file (no parent package)
-            import _execcheck as module  # type: ignore[no-redef]
+        from . import _execcheck as module
+
         _EXEC = module
     return _EXEC
 
@@ -348,8 +449,8 @@ def probe_exec_checks() -> str:
         try:
             ours.close()
             if _LAYERS is not None:
-                drop_capabilities(_SWITCH)
-            prctl(_PR_SET_DUMPABLE, 1)
+                creds.drop_capabilities(_SWITCH)
+            prctl(PR_SET_DUMPABLE, 1)
             child_notifier(theirs)
             os.execve("/", ["/"], {})
         except BaseException as exc:
@@ -400,22 +501,12 @@ def spawn_checked(
     for an exec only it can answer)."""
     global _LISTENER
 
-    def failed(message: str, code: int) -> tuple[int, int]:
-        os.write(err, f"ringfence: {message}\n".encode())
-        return 0, code << 8
-
-    try:
-        os.chdir(cwd)
-    except OSError as exc:
-        return failed(f"cd {cwd}: {exc.strerror}", 126)
-    path, code = find_program(argv[0], env)
+    path, refused = enter(cwd, argv, env, err)
     if path is None:
-        return failed(
-            f"{argv[0]}: {'command not found' if code == 127 else 'permission denied'}", code
-        )
+        return refused
     why = precheck(checker, path, argv)
     if why is not None:
-        return failed(why, 126)
+        return refuse(err, why, 126)
     backstop = execute_backstop(checker, err)
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -423,13 +514,13 @@ def spawn_checked(
     except OSError as exc:
         ours.close()
         theirs.close()
-        return failed(f"fork: {exc.strerror}", 126)
+        return refuse(err, f"fork: {exc.strerror}", 126)
     if pid == 0:  # pragma: no cover (the child; it never returns)
         try:
             os.setsid()
             ours.close()
             if backstop is not None:
-                restrict_self(backstop)
+                landlock.restrict_self(backstop)
             child_notifier(theirs)
             null = os.open("/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
@@ -459,8 +550,7 @@ _OVERLAYS: list[str] = []  # the roots, in order: upper ``_LAYERS/<i>/upper``
 _LANDLOCK_PLAN: str | None = None
 _WRITABLE: list[str] = []
 _SWITCH: tuple[int, int] | None = None  # (uid, gid) a command becomes, as a root kernel
-_CHILD_FPROG: object = None  # the second filter: no mount, umount2, unshare
-_CHILD_BUF: object = None  # keeps the filter's instructions alive
+_CHILD_FILTER: seccomp.Filter | None = None  # the second filter: no mount, umount2, unshare
 _MOUNTED = False  # are the overlays mounted now (between a command's start and its umount)
 # Exec checks (:mod:`._execcheck`, imported on first use): the rules the kernel sent
 # last (``E``), the checker built for them and a command's ``PATH``, and this command's listener.
@@ -479,10 +569,18 @@ def enter_namespace() -> None:
     """Once, at start: a mount namespace of the supervisor's own (bubblewrap's belongs to
     the host's user namespace, where the sandbox may not mount). Nothing propagates out of
     it: bubblewrap leaves no shared mount, and / is made private anyway."""
-    if libc.unshare(_CLONE_NEWNS):
-        raise fail("overlay", "unshare(CLONE_NEWNS)")
-    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None):
-        raise fail("overlay", "making / private")
+    try:
+        mounts.unshare(mounts.CLONE_NEWNS)
+    except OSError as exc:
+        raise LayerUnavailable(
+            "overlay", f"unshare(CLONE_NEWNS): {os.strerror(exc.errno or 0)}"
+        ) from None
+    try:
+        mounts.mount(b"none", "/", None, mounts.MS_REC | mounts.MS_PRIVATE)
+    except OSError as exc:
+        raise LayerUnavailable(
+            "overlay", f"making / private: {os.strerror(exc.errno or 0)}"
+        ) from None
 
 
 def mount_layers() -> None:
@@ -502,18 +600,18 @@ def mount_layers() -> None:
             f"lowerdir={_escape(root)},upperdir={_LAYERS}/{i}/upper,"
             f"workdir={_LAYERS}/{i}/work,userxattr,volatile"
         )
-        target = os.fsencode(root)
-        if libc.mount(b"overlay", target, b"overlay", _MS_NOSUID | _MS_NODEV, os.fsencode(opts)):
-            error = fail("overlay", f"mounting the overlay on {root}")
-            if error.message.endswith(os.strerror(22)):  # EINVAL
-                error = LayerUnavailable(
-                    "overlay",
-                    f"{error.message} (a mount point inside the root, whose mounts overlayfs "
-                    "cannot take as its lower layer?)",
+        try:
+            mounts.mount(b"overlay", root, b"overlay", mounts.MS_NOSUID | mounts.MS_NODEV, opts)
+        except OSError as exc:
+            message = f"mounting the overlay on {root}: {os.strerror(exc.errno or 0)}"
+            if exc.errno == 22:  # EINVAL
+                message += (
+                    " (a mount point inside the root, whose mounts overlayfs cannot take as "
+                    "its lower layer?)"
                 )
             _MOUNTED = i > 0
             unmount_layers(i)
-            raise error
+            raise LayerUnavailable("overlay", message) from None
     _MOUNTED = True
 
 
@@ -532,9 +630,9 @@ def unmount_layers(count: int | None = None) -> None:
     busy = False
     mounted = len(_OVERLAYS) if count is None else count
     for i in reversed(range(mounted)):
-        if libc.umount2(os.fsencode(_OVERLAYS[i]), 0):
+        if not mounts.umount(_OVERLAYS[i]):
             busy = True
-            libc.umount2(os.fsencode(_OVERLAYS[i]), _MNT_DETACH)
+            mounts.umount(_OVERLAYS[i], mounts.MNT_DETACH)
         else:  # a volatile overlay leaves a mark the next mount refuses: the work dir goes
             _remove(f"{_LAYERS}/{i}/work/work")
     _MOUNTED = False
@@ -596,25 +694,15 @@ def spawn_layered(
 
     global _LISTENER
 
-    def failed(message: str, code: int) -> tuple[int, int]:
-        os.write(err, f"ringfence: {message}\n".encode())
-        return 0, code << 8
-
     try:
         mount_layers()
     except LayerUnavailable as exc:
-        return failed(exc.message, 126)
-    try:
-        os.chdir(cwd)  # after the mounts: a cwd inside a root is the overlay's
-    except OSError as exc:
-        return failed(f"cd {cwd}: {exc.strerror}", 126)
-    path, code = find_program(argv[0], env)
+        return refuse(err, exc.message, 126)
+    path, refused = enter(cwd, argv, env, err)  # after the mounts: the cwd is the overlay's
     if path is None:
-        return failed(
-            f"{argv[0]}: {'command not found' if code == 127 else 'permission denied'}", code
-        )
+        return refused
     if checker is not None and (why := precheck(checker, path, argv)) is not None:
-        return failed(why, 126)
+        return refuse(err, why, 126)
     backstop = execute_backstop(checker, err) if checker is not None else None
     # Everything that can be prepared here is: the child runs as little Python as it can
     # (each page it touches is copied, which costs milliseconds on a busy machine).
@@ -623,7 +711,7 @@ def spawn_layered(
         if _LANDLOCK_PLAN is not None:  # rules on the overlays, so after the mounts
             ruleset = landlock_ruleset(_LANDLOCK_PLAN, _WRITABLE)
     except LayerUnavailable as exc:
-        return failed(exc.message, 126)
+        return refuse(err, exc.message, 126)
     ours = theirs = None
     if checker is not None:
         ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -635,7 +723,7 @@ def spawn_layered(
         for end in (ours, theirs):
             if end is not None:
                 end.close()
-        return failed(f"fork: {exc.strerror}", 126)
+        return refuse(err, f"fork: {exc.strerror}", 126)
     if pid:
         if ruleset >= 0:
             os.close(ruleset)
@@ -647,11 +735,11 @@ def spawn_layered(
     try:  # pragma: no cover (the child; it never returns)
         os.setsid()
         if ruleset >= 0:
-            restrict_self(ruleset)
+            landlock.restrict_self(ruleset)
         if backstop is not None:
-            restrict_self(backstop)
-        drop_capabilities(_SWITCH)
-        install_filter(_CHILD_FPROG)
+            landlock.restrict_self(backstop)
+        creds.drop_capabilities(_SWITCH)
+        _CHILD_FILTER.install()  # type: ignore[union-attr]
         if theirs is not None:  # last: every exec from here on is checked, this one too
             ours.close()  # type: ignore[union-attr]
             child_notifier(theirs)
@@ -841,13 +929,13 @@ def run_exec(args: list[str]) -> int:
             conf[key] = value
     argv = args[split + 1 :]
     os.closerange(3, 1 << 20)  # nothing bubblewrap passed on may reach the server
-    global _LAYERS, _OVERLAYS, _LANDLOCK_PLAN, _WRITABLE, _CHILD_FPROG, _CHILD_BUF
+    global _LAYERS, _OVERLAYS, _LANDLOCK_PLAN, _WRITABLE, _CHILD_FILTER
     if "layers" in conf:  # a writable server: the roots behind an overlay (see run_exec)
         _LAYERS = conf["layers"]
         _OVERLAYS = [a.partition("=")[2] for a in args[:split] if a.startswith("overlay=")]
         _LANDLOCK_PLAN = conf.get("landlock")
         _WRITABLE = writable
-        _CHILD_FPROG, _CHILD_BUF = seccomp_fprog(bytes.fromhex(conf["layer_seccomp_hex"]))
+        _CHILD_FILTER = seccomp.Filter(bytes.fromhex(conf["layer_seccomp_hex"]))
     if os.getpid() != 1:
         report = "FAIL\t-pid namespace\x1fthe supervisor is not PID 1 of its own PID namespace"
         write_all(1, REPORT_PREFIX + report.encode() + b"\n")
@@ -895,7 +983,10 @@ def wait_exec(pid: int) -> int:
     return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def main(args: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    """The supervisor's process (``argv[0]`` is this file; :mod:`ringfence._confine.boot`
+    leaves with ``os._exit`` and the code returned: all output went out by ``os.write``)."""
+    args = argv[1:]
     if args and args[0] == "exec":
         return run_exec(args[1:])
     fd = int(args[0])
@@ -915,7 +1006,7 @@ def main(args: list[str]) -> int:
         os.closerange(low + 1, high)
     sock = _socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
-    global _PIDNS, _LAYERS, _OVERLAYS, _LANDLOCK_PLAN, _WRITABLE, _SWITCH, _CHILD_FPROG, _CHILD_BUF
+    global _PIDNS, _LAYERS, _OVERLAYS, _LANDLOCK_PLAN, _WRITABLE, _SWITCH, _CHILD_FILTER
     _PIDNS = conf.get("pidns", "1") == "1"
     _WRITABLE = writable  # (exec checks: no Landlock backstop for files in these)
     if "layers" in conf:
@@ -924,13 +1015,13 @@ def main(args: list[str]) -> int:
         _LANDLOCK_PLAN = conf.get("landlock")
         if "uid" in conf and os.getuid() == 0:
             _SWITCH = (int(conf["uid"]), int(conf["gid"]))
-        _CHILD_FPROG, _CHILD_BUF = seccomp_fprog(read_all(int(conf["layer_seccomp_fd"])))
+        _CHILD_FILTER = seccomp.Filter(read_all(int(conf["layer_seccomp_fd"])))
     if _PIDNS and os.getpid() != 1:
         send(sock, b"FAIL\npid namespace\tthe supervisor is not PID 1 of its own PID namespace")
         return 1
     try:
         if not _PIDNS:  # every orphan of a command becomes ours, so it is found and killed
-            prctl(_PR_SET_CHILD_SUBREAPER, 1)
+            prctl(PR_SET_CHILD_SUBREAPER, 1)
         applied, missing = confine(conf, writable)
     except LayerUnavailable as exc:
         send(sock, f"FAIL\n{exc.layer}\t{exc.message}".encode())
@@ -941,13 +1032,3 @@ def main(args: list[str]) -> int:
     kill_all(_SIGKILL)
     reap_all()
     return 0
-
-
-def entry() -> None:
-    """:func:`main` on ``sys.argv[1:]``, then exit without the interpreter's teardown (all
-    output went out by ``os.write``); an exception still prints its traceback (exit 1)."""
-    os._exit(main(sys.argv[1:]))
-
-
-if __name__ == "__main__":
-    entry()

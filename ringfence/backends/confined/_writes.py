@@ -58,7 +58,7 @@ from .._trees import remove_tree
 from .._types import Upper
 
 if TYPE_CHECKING:
-    from ..._cgroup import Cgroup
+    from ..._confine.cgroup import Cgroup
     from ...workspace import CheckpointStore
 
 __all__ = ["FREEZE_LIMIT", "ExecChanges", "ExecWrites"]

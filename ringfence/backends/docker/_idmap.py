@@ -7,7 +7,8 @@ CI's checkouts) cannot be copied up: writing, renaming or creating inside it
 fails (``EACCES``/``EOVERFLOW``). When ringfence runs as root it can give
 the overlay a lower layer in which the root's owner appears as the container
 user: an id-mapped mount (Linux 5.12+, ``mount_setattr(MOUNT_ATTR_IDMAP)``)
-of the root, read-only, made with the new mount API on a directory of the
+of the root, read-only, made with the new mount API
+(:func:`ringfence._confine.mounts.idmapped_mount`) on a directory of the
 session's and bind-mounted into the container instead of the root.
 
 Nothing on disk changes: the mapping is a property of that mount only. Only
@@ -25,43 +26,17 @@ or ``umount``.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import time
 from pathlib import Path
 
+from ..._confine.mounts import MNT_DETACH, idmapped_mount, umount
 from ..._proc import spawn
 from ...runtime import RingfenceError
 
 __all__ = ["idmapped_view", "unmount"]
 
-_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442  # the same on x86_64/arm64
-_AT_FDCWD = -100
-_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 1, os.O_CLOEXEC
-_AT_EMPTY_PATH = 0x1000
-_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_IDMAP = 0x1, 0x100000
-_MOVE_MOUNT_F_EMPTY_PATH = 0x4
-_MNT_DETACH = 2
 _HELPER_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
-
-
-def _syscall(number: int, *args: object) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    result = libc.syscall(number, *args)
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return int(result)
 
 
 def _userns(owner: tuple[int, int], user: tuple[int, int]) -> int:
@@ -98,28 +73,15 @@ def idmapped_view(src: Path, dst: Path, owner: tuple[int, int], user: tuple[int,
         ns = _userns(owner, user)
     except (OSError, RingfenceError):
         return False
-    tree = -1
     try:
-        tree = _syscall(
-            _SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(src), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC
-        )
-        attr = _MountAttr(_MOUNT_ATTR_IDMAP | _MOUNT_ATTR_RDONLY, 0, 0, ns)
-        _syscall(
-            _SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr)
-        )
-        _syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, os.fsencode(dst), _MOVE_MOUNT_F_EMPTY_PATH)
+        idmapped_mount(str(src), str(dst), ns)
         return True
     except OSError:
         return False
     finally:
         os.close(ns)
-        if tree >= 0:
-            os.close(tree)
 
 
 def unmount(dst: Path) -> None:
     """Detach the view at ``dst`` (blocking, best effort)."""
-    with contextlib.suppress(OSError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.umount2(os.fsencode(dst), _MNT_DETACH) != 0:
-            raise OSError(ctypes.get_errno(), "umount2")
+    umount(str(dst), MNT_DETACH)

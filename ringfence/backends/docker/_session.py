@@ -95,7 +95,7 @@ import trio
 from docker.types import Mount
 
 from ...runtime import InvalidArguments, ToolError, Unavailable
-from .._output import Capture
+from .._output import Capture, shell_result
 from .._shellstate import ShellKeeper
 from .._types import (
     Command,
@@ -574,23 +574,18 @@ class DockerSession:
         e = err.finish(output_cap, self._spec.spool_dir, redact)
         if (self._uppers or self._remote) and exit_code == 125 and OVERLAY_FAILED in e.text:
             raise overlay_unavailable(e.text)
-        return ShellResult(
+        result = shell_result(
+            o,
+            e,
             exit_code=exit_code,
             signal=sig,
-            duration=time.monotonic() - started,
-            stdout=o.text,
-            stderr=e.text,
-            stdout_truncated=o.truncated,
-            stderr_truncated=e.truncated,
-            stdout_bytes=o.total_bytes,
-            stderr_bytes=e.total_bytes,
-            stdout_spool=o.spool_path,
-            stderr_spool=e.spool_path,
+            started=started,
             timed_out=timed_out,
             session_restarted=restarted,
             uppers=uppers,
             notes=self._notes,
-        ), run.state
+        )
+        return result, run.state
 
     async def _stop(self, run: CommandOutput) -> bool:
         """SIGTERM the command's tree, grace, SIGKILL; replace the container if that fails.

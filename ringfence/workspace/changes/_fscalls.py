@@ -1,11 +1,11 @@
-"""System calls the guarded writer needs that ``os`` does not offer, and its closer thread.
+"""The guarded writer's system calls that ``os`` does not offer, and its closer thread.
 
 ``renameat2(RENAME_NOREPLACE)`` (a new directory tree merged by one rename
-that never replaces anything), ``syncfs`` (a durable merge waits for one
-journal commit, not one fsync per file) and :class:`Releases` (a
-replaced inode freed off the merge's path, on a thread the merge starts and
-joins). Each system call is looked up in libc once; where one is missing the
-writer does without it (no whole-tree moves; an fsync per file and directory).
+that never replaces anything) and ``syncfs`` (a durable merge waits for one
+journal commit, not one fsync per file) are :mod:`ringfence._confine.fscalls`';
+where one is missing the writer does without it (no whole-tree moves; an fsync
+per file and directory). :class:`Releases` frees a replaced inode off the
+merge's path, on a thread the merge starts and joins.
 """
 
 from __future__ import annotations
@@ -14,48 +14,11 @@ import contextlib
 import os
 import queue
 import threading
-from collections.abc import Callable
 
+from ..._confine.fscalls import can_syncfs, syncfs
 from .._writer import fsync_dir
 
-__all__ = [
-    "Releases",
-    "can_rename_noreplace",
-    "can_syncfs",
-    "rename_noreplace",
-    "sync_and_close",
-]
-
-
-def _load_renameat2() -> Callable[..., int] | None:
-    """libc's ``renameat2`` (Linux, glibc 2.28+), or None: then no tree moves whole."""
-    try:
-        import ctypes
-
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_renameat2 = _load_renameat2()
-_RENAME_NOREPLACE = 1
-
-
-def can_rename_noreplace() -> bool:
-    return _renameat2 is not None
-
-
-def rename_noreplace(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
-    """Rename ``src`` to ``dst`` unless ``dst`` exists (OSError ``EEXIST``, nothing changed)."""
-    assert _renameat2 is not None
-    if _renameat2(src_dir, os.fsencode(src), dst_dir, os.fsencode(dst), _RENAME_NOREPLACE) != 0:
-        import ctypes
-
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), dst)
+__all__ = ["Releases", "sync_and_close"]
 
 
 _BATCH = 64  # descriptors handed over at once: one wake-up of the closer per batch
@@ -131,26 +94,6 @@ def _close_now(fds: list[int]) -> None:
             os.close(fd)
 
 
-def _load_syncfs() -> Callable[[int], int] | None:
-    """libc's ``syncfs`` (Linux), or None: then every file and directory is fsynced."""
-    try:
-        import ctypes
-
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_syncfs = _load_syncfs()
-
-
-def can_syncfs() -> bool:
-    return _syncfs is not None
-
-
 def sync_and_close(dirs: dict[tuple[int, int], int]) -> None:
     """Make a durable merge durable, then close ``dirs`` (the directories written into).
 
@@ -160,9 +103,10 @@ def sync_and_close(dirs: dict[tuple[int, int], int]) -> None:
     are passed over, as the per-directory fsyncs' always were.
     """
     try:
-        if _syncfs is not None:
+        if can_syncfs():
             for fd in {dev: fd for (dev, _), fd in dirs.items()}.values():
-                _syncfs(fd)
+                with contextlib.suppress(OSError):
+                    syncfs(fd)
         else:
             for fd in dirs.values():
                 with contextlib.suppress(OSError):

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._confine.fscalls import can_rename_noreplace, can_syncfs, rename_noreplace
 from ...runtime._errors import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
 from .._names import escape_name
 from .._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
@@ -54,7 +55,7 @@ from .._writer import (
     temp_name,
 )
 from ..git._rules import MAY_START_DOTGIT, is_dotgit, is_git_directory
-from ._fscalls import Releases, can_rename_noreplace, can_syncfs, rename_noreplace, sync_and_close
+from ._fscalls import Releases, sync_and_close
 from ._model import Blobs, Change, Image, file_identity, image_and_identity, image_at, same_state
 from ._upper import UpperFiles
 

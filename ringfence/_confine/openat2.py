@@ -1,4 +1,4 @@
-"""``openat2(2)`` through ``ctypes``: the resolver's fast path, probed once per process.
+"""``openat2(2)`` through ``ctypes``: the workspace resolver's fast path, probed once per process.
 
 Python has no binding for ``openat2`` (Linux 5.6+), so it is called as
 ``syscall(437, ...)``. ``ENOSYS`` is remembered: a kernel without it costs one
@@ -11,6 +11,8 @@ import contextlib
 import ctypes
 import errno
 import os
+
+from .libc import libc
 
 __all__ = [
     "EAGAIN_RETRIES",
@@ -52,7 +54,6 @@ class _Openat2:
         self.available: bool | None = None  # None: not tried yet
         self._hows: dict[tuple[int, int], tuple[_OpenHow, int]] = {}
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
             proto = ctypes.CFUNCTYPE(
                 ctypes.c_long,
                 ctypes.c_long,  # syscall number
@@ -62,7 +63,7 @@ class _Openat2:
                 ctypes.c_long,  # sizeof(struct open_how)
                 use_errno=True,
             )
-            self._fn = proto(("syscall", libc))
+            self._fn = proto(("syscall", libc()))
         except (OSError, AttributeError):  # pragma: no cover - no libc syscall()
             self.available = False
 

@@ -1,0 +1,39 @@
+"""The script runner starts through ``ringfence._confine.boot``: nothing planted is imported.
+
+The runner's argv (``LocalLauncher.runner_argv``) runs in a working directory that
+holds modules named like the runner's own, its siblings, the Linux primitives'
+package, the top package and a standard library module: none of them may load
+(``-I`` puts nothing on ``sys.path``, and ringfence's modules come from the
+package's own directories); the runner fails on its empty boot JSON with a
+traceback naming its real file.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from ringfence.bridge import LocalLauncher
+from ringfence.bridge._launch import RUNNER_PATH
+
+PLANTED = "import os\nos.write(1, b'PLANTED')\n"
+
+
+def test_the_runner_boot_imports_only_the_package_s_own_modules(tmp_path: Path) -> None:
+    for name in ("_runner", "_sandbox", "_wire", "_allowlist", "_restricted", "_confine"):
+        (tmp_path / f"{name}.py").write_text(PLANTED)
+    for name in ("ctypes", "json", "socket", "ringfence"):
+        (tmp_path / f"{name}.py").write_text(PLANTED)
+    (tmp_path / "ringfence" / "_confine").mkdir(parents=True)
+    for name in ("__init__", "_confine/__init__", "_confine/landlock", "_confine/seccomp"):
+        (tmp_path / "ringfence" / f"{name}.py").write_text(PLANTED)
+    out = subprocess.run(
+        LocalLauncher().runner_argv("{}"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "PLANTED" not in out.stdout + out.stderr
+    assert out.returncode == 1
+    assert str(RUNNER_PATH) in out.stderr  # the traceback is the package's own file
