@@ -17,46 +17,26 @@ import trio
 
 from .backends import register_shell_tool, select_backend
 from .bridge import ScriptConfig, register_script_tool, unavailable_backend
-from .runtime import (
-    Approver,
-    FileSink,
-    Hook,
-    InvalidArguments,
-    Kernel,
-    MemorySink,
-    Policy,
-    PolicyLayers,
-    Posture,
-    Rules,
-    Unavailable,
-    default_approver,
-    load_policy,
-    ringfence_home,
-)
-from .workspace import CheckpointStore, Workspace, register_file_tools, register_undo_tool
+from .runtime._approval import Approver, default_approver
+from .runtime._errors import InvalidArguments, Unavailable
+from .runtime._events import FileSink, MemorySink
+from .runtime._files import ringfence_home
+from .runtime._hooks import Hook
+from .runtime._kernel import Kernel
+from .runtime.policy._decide import Posture, Rules
+from .runtime.policy._files import PolicyLayers, load_policy
+from .runtime.policy._judge import Policy
+from .workspace._file_tools import register_file_tools
+from .workspace._workspace import Workspace
+from .workspace.changes._store import CheckpointStore, Retention
+from .workspace.changes._undo import register_undo_tool
 
 __all__ = [
     "check_approver",
     "create_kernel",
     "mcp_stdio_confiner",
     "refuse_home_inside_roots",
-    "workspace_roots_from_env",
 ]
-
-
-def workspace_roots_from_env(explicit: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
-    """``--workspace`` values, else ``RINGFENCE_WORKSPACE_ROOTS``, else the current directory.
-
-    The command line's roots (its verbs call this). :func:`create_kernel` does
-    not: a library caller who passes no roots gets the current directory, never
-    roots an environment variable widened.
-    """
-    if explicit:
-        return [Path(p) for p in explicit]
-    env = os.environ.get("RINGFENCE_WORKSPACE_ROOTS")
-    if env:
-        return [Path(p) for p in env.split(os.pathsep) if p]
-    return [Path.cwd()]
 
 
 EventObserver = Callable[[str], None]
@@ -145,6 +125,7 @@ def create_kernel(
     script_sandbox: str | None = None,
     event_observer: EventObserver | None = None,
     checkpoints: bool = True,
+    retention: Retention | None = None,
     change_sets: bool | None = None,
     merge_refused: bool = True,
     hooks: Iterable[Hook] = (),
@@ -191,7 +172,8 @@ def create_kernel(
     if any, is called when the stream closes.
 
     ``checkpoints`` (default on) keeps every ``write_file``/``edit_file`` change
-    as a change set under ``$RINGFENCE_HOME/checkpoints/`` and registers
+    as a change set under ``$RINGFENCE_HOME/checkpoints/``, bounded by ``retention``
+    (default ``Retention()``: 500 sets, 30 days, 1024 MiB), and registers
     ``undo``; ``False`` registers no ``undo`` and records nothing.
 
     ``change_sets`` (default: on when ``checkpoints`` is on, for the ``local`` backend with
@@ -289,7 +271,7 @@ def create_kernel(
     if mcp_policy is not None:  # every connect of this kernel's MCP servers applies it
         kernel.extensions["mcp_policy"] = mcp_policy
     # workspace: every file tool write is a change set (checkpoint) that `undo` can restore
-    store = CheckpointStore(workspace) if checkpoints else None
+    store = CheckpointStore(workspace, retention=retention) if checkpoints else None
     register_file_tools(kernel, workspace, checkpoints=store)
     if store is not None:
         register_undo_tool(kernel, store, atomic_apply=not merge_refused)
@@ -307,7 +289,7 @@ def create_kernel(
         for hook in hooks:
             kernel.add_hook(hook)
         if plugins:
-            from .plugins import attach_plugins
+            from .plugins._attach import attach_plugins
 
             plugin_servers = attach_plugins(
                 kernel,
@@ -359,7 +341,7 @@ def create_kernel(
     # mcp_host: connectors join the registry when the kernel is entered; sandbox = "local"
     # stdio servers start in the local backend's confinement over the workspace roots
     if mcp_manifest is not None:
-        from .mcp_host import connect_when_entered
+        from .mcp_host._embedding import connect_when_entered
 
         connect_when_entered(
             kernel,
@@ -471,7 +453,7 @@ def mcp_stdio_confiner(
 
     def confine(server: Any) -> Any:
         from .backends import ExecChanges, confine_exec
-        from .mcp_host import ConfinedCommand
+        from .mcp_host.transport._stdio import ConfinedCommand
 
         changes = None
         if server.writable:

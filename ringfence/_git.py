@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._proc import spawn
-from .runtime import ToolError, Unavailable
+from .runtime._errors import ToolError, Unavailable
 
 __all__ = ["OVERRIDES", "GitResult", "git_diff", "run_git"]
 

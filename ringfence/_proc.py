@@ -67,7 +67,7 @@ from ._confine.cgroup import (
     sweep,
 )
 from ._proctree import RUN_ID_VARIABLE, Method, Process, kill_and_reap
-from .runtime import ToolError, Unavailable
+from .runtime._errors import ToolError, Unavailable
 
 __all__ = [
     "RUN_ID_VARIABLE",

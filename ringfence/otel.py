@@ -40,7 +40,7 @@ def _require() -> None:
     try:
         import opentelemetry.sdk  # noqa: F401
     except ImportError:
-        from .runtime import Unavailable
+        from .runtime._errors import Unavailable
 
         raise Unavailable(
             "OpenTelemetry export needs the otel extra: pip install 'ringfence[otel]' "
@@ -187,7 +187,7 @@ def otlp_tracer_provider(service_name: str = "ringfence") -> TracerProvider:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:
-        from .runtime import Unavailable
+        from .runtime._errors import Unavailable
 
         raise Unavailable(
             "--otel needs the OTLP exporter: pip install 'ringfence[otel]' "

@@ -22,16 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..runtime import CallContext, GitMetadata, InvalidArguments, RingfenceError, ToolError
-from ..workspace import Change, ChangeSet, CheckpointStore
+from ..runtime._calls import CallContext
+from ..runtime._errors import GitMetadata, InvalidArguments, RingfenceError, ToolError
 from ..workspace._names import escape_name
 from ..workspace.changes._collector import collector_paused
-from ..workspace.changes._model import Image, UpperSource, UpperTree
+from ..workspace.changes._model import Change, ChangeSet, Image, UpperSource, UpperTree
+from ..workspace.changes._store import CheckpointStore
 from ._mounts import LAYERS_DIR_VARIABLE
 from ._types import ShellResult, Upper
 
 if TYPE_CHECKING:
-    from ..workspace import MergeReport
+    from ..workspace.changes._merge import MergeReport
     from ..workspace.changes._store import PackWriter
     from ..workspace.changes._upper import UpperFiles, UpperState
 
@@ -269,7 +270,7 @@ def _save_and_merge(
         call_id=ctx.call_id,
         staged=staging,
     )
-    from ..workspace import merge_changes  # the change-set writer, loaded by the first merge
+    from ..workspace.changes._merge import merge_changes
 
     if staging:  # nothing written: no journal (see _merge_journaled)
         store.save(cs)
@@ -309,7 +310,7 @@ def _merge_saved(
     notices: list[str],
 ) -> tuple[ChangeSet | None, MergeReport | None]:
     """Merge the saved set ``cs``; its manifest ends as what was applied (or staged, or gone)."""
-    from ..workspace import merge_changes
+    from ..workspace.changes._merge import merge_changes
 
     changes = cs.changes
     try:
@@ -364,7 +365,7 @@ def _read_upper(
 
     ``live``: nothing of it may be renamed, and entries read before in the same
     state are no change (their new states go into ``states``)."""
-    from ..workspace import changes_from_upper  # loaded by the first command that wrote
+    from ..workspace.changes._upper import changes_from_upper
 
     real = Path(os.path.realpath(upper.root))
     if real not in roots:

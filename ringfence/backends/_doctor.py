@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import _proc
 from .._confine import landlock, seccomp
-from ..runtime import RingfenceError
+from ..runtime._errors import RingfenceError
 from .docker._api import connect_docker, map_docker_errors
 from .docker._imagebuild import list_images
 from .docker._images import IMAGES, docker_location
@@ -35,8 +35,12 @@ class Check:
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
 
 
-def run_checks() -> list[Check]:
-    """Every check, in report order. Never raises for a missing layer: that is a failed check."""
+def run_checks(bwrap: str | None = None) -> list[Check]:
+    """Every check, in report order. Never raises for a missing layer: that is a failed check.
+
+    ``bwrap``: bubblewrap's path when it is not on ``PATH`` (the command line's
+    ``RINGFENCE_BWRAP``).
+    """
     checks = [*_local_checks()]
     checks.append(
         Check(
@@ -50,7 +54,7 @@ def run_checks() -> list[Check]:
     )
     checks.append(_process_tracking())
     checks += _docker_checks()
-    checks += [_bubblewrap(), _userns(), _landlock(), _seccomp(), _ripgrep()]
+    checks += [_bubblewrap(bwrap), _userns(), _landlock(), _seccomp(), _ripgrep()]
     return checks
 
 
@@ -123,10 +127,8 @@ def _local_checks() -> list[Check]:
         return trio.run(probe)
 
 
-def _bubblewrap() -> Check:
-    from .confined._session import BWRAP_VARIABLE
-
-    bwrap = os.environ.get(BWRAP_VARIABLE) or shutil.which("bwrap")
+def _bubblewrap(given: str | None) -> Check:
+    bwrap = given or shutil.which("bwrap")
     if bwrap is None or not os.access(bwrap, os.X_OK):
         return Check(
             "bubblewrap",

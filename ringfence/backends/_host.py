@@ -40,7 +40,7 @@ from typing import Any
 import trio
 
 from .. import _proc
-from ..runtime import InvalidArguments, Unavailable
+from ..runtime._errors import InvalidArguments, Unavailable
 from ._output import Capture, shell_result
 from ._types import (
     Command,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..runtime import CappedText, OutputBuffer
+from ..runtime._output import CappedText, OutputBuffer
 from ._types import OutputCallback, ShellResult, Stream
 
 __all__ = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 from ._types import BackendSession, SessionSpec
 
 __all__ = [

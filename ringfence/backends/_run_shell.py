@@ -62,28 +62,16 @@ from typing import Any, Protocol
 
 import trio
 
-from ..runtime import (
-    CallContext,
-    Consequence,
-    GitMetadata,
-    InvalidArguments,
-    Kernel,
-    Posture,
-    RingfenceError,
-    StreamRedactor,
-    ToolError,
-    ToolSpec,
-    Unavailable,
-)
-from ..workspace import (
-    CheckpointStore,
-    GitReport,
-    GitSnapshot,
-    describe_findings,
-    diff_git_metadata,
-    enforce_git_metadata,
-    scan_git_metadata,
-)
+from ..runtime._calls import CallContext
+from ..runtime._errors import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unavailable
+from ..runtime._kernel import Kernel
+from ..runtime._redact import StreamRedactor
+from ..runtime._tools import Consequence, ToolSpec
+from ..runtime.policy._decide import Posture
+from ..workspace.changes._store import CheckpointStore
+from ..workspace.git._enforce import diff_git_metadata, enforce_git_metadata
+from ..workspace.git._scan import scan_git_metadata
+from ..workspace.git._snapshot import GitReport, GitSnapshot, describe_findings
 from ._changesets import merge_or_stage
 from ._registry import select_backend, start_session
 from ._shellstate import RESERVED_PREFIXES

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 from ._types import Command, ShellResult, ShellState, check_env
 
 __all__ = [

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 
 __all__ = [
     "BackendSession",

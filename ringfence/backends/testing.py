@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 from ._types import BackendSession, SessionSpec, ShellResult
 
 __all__ = ["CHECKS", "check_backend", "find_processes"]

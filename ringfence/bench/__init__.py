@@ -54,13 +54,20 @@ def all_scenarios(*, peers: bool = False) -> list[Scenario]:
     return list(SCENARIOS)
 
 
-def select_scenarios(names: list[str], *, peers: bool = False) -> list[Scenario]:
+def select_scenarios(
+    names: list[str], *, peers: bool = False, engine: str | None = None
+) -> list[Scenario]:
     """The scenarios called ``names``, in that order (all of them for no names).
+
+    ``engine``: the remote-engine scenario's JSON engine table (the command line's
+    ``RINGFENCE_BENCH_ENGINE``); without it that scenario is skipped.
 
     Raises ``KeyError`` whose one argument lists the unknown names, comma-separated.
     """
     if peers:
         from .peers import by_name
-    else:
-        from .scenarios import by_name
-    return by_name(names)
+
+        return by_name(names)
+    from .scenarios import by_name as suite_by_name
+
+    return suite_by_name(names, engine)

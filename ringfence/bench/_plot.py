@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ringfence.runtime import Unavailable
+from ringfence.runtime._errors import Unavailable
 
 from ._harness import format_seconds
 from ._suite import Row, SuiteResult

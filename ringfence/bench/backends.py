@@ -24,8 +24,10 @@ import trio
 
 from ringfence import create_kernel
 from ringfence.backends import IMAGES, SessionSpec, register_shell_tool, start_host, start_local
-from ringfence.runtime import Kernel, Posture, RingfenceError
-from ringfence.workspace import Workspace
+from ringfence.runtime._errors import RingfenceError
+from ringfence.runtime._kernel import Kernel
+from ringfence.runtime.policy._decide import Posture
+from ringfence.workspace._workspace import Workspace
 
 from ._harness import Arm, Samples, interleave
 from ._suite import Row, Scenario, Skip

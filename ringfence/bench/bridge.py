@@ -43,15 +43,11 @@ from typing import Any
 import trio
 
 from ringfence.bridge import SCRIPT_TOOL, ScriptConfig, register_script_tool, run_script
-from ringfence.runtime import (
-    ApprovalAnswer,
-    CallContext,
-    Consequence,
-    FileSink,
-    Kernel,
-    ScriptedApprover,
-    ToolSpec,
-)
+from ringfence.runtime._approval import ApprovalAnswer, ScriptedApprover
+from ringfence.runtime._calls import CallContext
+from ringfence.runtime._events import FileSink
+from ringfence.runtime._kernel import Kernel
+from ringfence.runtime._tools import Consequence, ToolSpec
 
 from ._harness import Arm, Samples, interleave
 from ._suite import Row, Scenario, Skip

@@ -32,15 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from ringfence import create_kernel
-from ringfence.workspace import (
-    Change,
-    ChangeSet,
-    CheckpointStore,
-    Image,
-    Workspace,
-    merge_changes,
-    undo,
-)
+from ringfence.workspace._workspace import Workspace
+from ringfence.workspace.changes._merge import merge_changes
+from ringfence.workspace.changes._model import Change, ChangeSet, Image
+from ringfence.workspace.changes._store import CheckpointStore
+from ringfence.workspace.changes._undo import undo
 
 from ._harness import Samples, interleave_async
 from ._suite import Row, Scenario, Skip

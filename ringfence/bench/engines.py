@@ -181,7 +181,7 @@ def _tree_tar(files: int) -> bytes:
 async def measure_costs(quick: bool) -> Costs:
     """The five costs on this machine's engine; Skip when there is none."""
     from ringfence.backends import SessionSpec, start_docker
-    from ringfence.runtime import RingfenceError
+    from ringfence.runtime._errors import RingfenceError
 
     rounds = 3 if quick else 7
     with tempfile.TemporaryDirectory(prefix="ringfence-bench-") as tmp:
@@ -283,7 +283,10 @@ def _ship_cost(rounds: int) -> float:
 async def _kernel_cost(root: Path, quick: bool) -> float:
     """A Gate call plus the merge of a 10-file change set, per command."""
     from ringfence import create_kernel
-    from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
+    from ringfence.workspace._workspace import Workspace
+    from ringfence.workspace.changes._merge import merge_changes
+    from ringfence.workspace.changes._model import Change, Image
+    from ringfence.workspace.changes._store import CheckpointStore
 
     ws_root = root / "kernel"
     ws_root.mkdir()

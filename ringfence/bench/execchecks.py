@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ringfence.backends import SessionSpec, exec_rules, start_local
-from ringfence.runtime import Policy
+from ringfence.runtime.policy._judge import Policy
 
 from ._harness import Arm, interleave
 from ._suite import Row, Scenario, Skip

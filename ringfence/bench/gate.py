@@ -26,7 +26,10 @@ from pathlib import Path
 
 import trio
 
-from ringfence.runtime import CallContext, Consequence, FileSink, Kernel, ToolSpec
+from ringfence.runtime._calls import CallContext
+from ringfence.runtime._events import FileSink
+from ringfence.runtime._kernel import Kernel
+from ringfence.runtime._tools import Consequence, ToolSpec
 
 from ._harness import Arm, interleave, interleave_async
 from ._suite import Row, Scenario

@@ -31,7 +31,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ringfence.workspace import GitSnapshot, enforce_git_metadata, scan_git_metadata
+from ringfence.workspace.git._enforce import enforce_git_metadata
+from ringfence.workspace.git._scan import scan_git_metadata
+from ringfence.workspace.git._snapshot import GitSnapshot
 
 from ._harness import SyncArm, interleave_blocking
 from ._suite import Row, Scenario

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ringfence import create_kernel
-from ringfence.plugins import PluginEntry, add_entry, read_bundle, set_trust
-from ringfence.runtime import Hook
+from ringfence.plugins._bundle import read_bundle
+from ringfence.plugins._config import PluginEntry, add_entry, set_trust
+from ringfence.runtime._hooks import Hook
 
 from ._harness import Arm, interleave
 from ._suite import Row, Scenario, Skip

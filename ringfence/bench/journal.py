@@ -24,8 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ringfence.workspace import Change, ChangeSet, CheckpointStore, Image, Workspace, merge_changes
+from ringfence.workspace._workspace import Workspace
 from ringfence.workspace.changes._journal import recover
+from ringfence.workspace.changes._merge import merge_changes
+from ringfence.workspace.changes._model import Change, ChangeSet, Image
+from ringfence.workspace.changes._store import CheckpointStore
 from ringfence.workspace.changes._undo import _Recorder
 
 from ._harness import Samples, interleave_async

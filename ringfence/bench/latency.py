@@ -29,7 +29,7 @@ from typing import Any
 import trio
 from mcp import Client, StdioServerParameters, stdio_client
 
-from ringfence.workspace import Workspace
+from ringfence.workspace._workspace import Workspace
 
 from ._harness import Arm, Samples, SyncArm, interleave, interleave_blocking
 from ._source import ROOT

@@ -28,8 +28,10 @@ from typing import Any
 
 from mcp import Client, StdioServerParameters, stdio_client
 
-from ringfence.mcp_host import connect_servers, parse_manifest
-from ringfence.runtime import FileSink, Kernel
+from ringfence.mcp_host._connect import connect_servers
+from ringfence.mcp_host.manifest._load import parse_manifest
+from ringfence.runtime._events import FileSink
+from ringfence.runtime._kernel import Kernel
 
 from ._harness import Arm, interleave
 from ._source import source_file

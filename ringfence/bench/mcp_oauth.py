@@ -44,11 +44,15 @@ import httpx2
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
 
-from ringfence.mcp_host import Manifest, connect_servers, parse_manifest
+from ringfence.mcp_host._connect import connect_servers
+from ringfence.mcp_host.manifest._load import Manifest, parse_manifest
 from ringfence.mcp_host.oauth._login import login
 from ringfence.mcp_host.oauth._provider import LoginFlow
 from ringfence.mcp_host.oauth._tokens import SealedStore, key_backend
-from ringfence.runtime import FileSink, Kernel, Redactor
+from ringfence.runtime._events import FileSink
+from ringfence.runtime._files import ringfence_home
+from ringfence.runtime._kernel import Kernel
+from ringfence.runtime._redact import Redactor
 
 from ._harness import Arm, SyncArm, format_seconds, interleave, interleave_blocking
 from ._source import source_file
@@ -119,7 +123,14 @@ async def _log_in(manifest: Manifest) -> None:
         q = parse_qs(urlsplit(r.headers["location"]).query)
         return AuthorizationCodeResult(code=q["code"][0], state=q["state"][0])
 
-    await login(manifest.servers[0], Redactor(), LoginFlow(_REDIRECT, show, callback))
+    await login(
+        manifest.servers[0], Redactor(), LoginFlow(_REDIRECT, show, callback), store=_store()
+    )
+
+
+def _store() -> SealedStore:
+    """The token store, its key in a file: what is measured does not depend on a keyring."""
+    return SealedStore(ringfence_home(), keyring=False)
 
 
 def _manifest(url: str, auth: str) -> Manifest:
@@ -134,10 +145,7 @@ async def run(quick: bool) -> list[Row]:
     script = source_file(SERVER, what="the OAuth-protected MCP test server")
     first_rounds = 24 if quick else 60
     call_rounds, batch = (6, 20) if quick else (20, 50)
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        _environ(RINGFENCE_NO_KEYRING="1"),
-    ):
+    with tempfile.TemporaryDirectory() as tmp:
         async with _oauth_server(script) as url:
             oauth = _manifest(url, 'auth = "oauth"')
             await _log_in(oauth)
@@ -160,7 +168,7 @@ async def run(quick: bool) -> list[Row]:
                         start, cpu_start = time.perf_counter(), time.process_time()
                         async with (
                             Kernel(events_sink=sink()) as kernel,
-                            connect_servers(kernel, manifest) as cs,
+                            connect_servers(kernel, manifest, token_store=_store()) as cs,
                         ):
                             if cs.failures:
                                 raise RuntimeError(f"connect failed: {cs.failures}")
@@ -180,7 +188,7 @@ async def run(quick: bool) -> list[Row]:
                 )
                 async with (
                     Kernel(events_sink=sink()) as k_oauth,
-                    connect_servers(k_oauth, oauth),
+                    connect_servers(k_oauth, oauth, token_store=_store()),
                     Kernel(events_sink=sink()) as k_bearer,
                     connect_servers(k_bearer, bearer),
                 ):
@@ -201,11 +209,11 @@ async def run(quick: bool) -> list[Row]:
                     )
             after = await _server_log(url)
         _check_cached_path(before, after)
-        store = SealedStore.default()
+        store = _store()
         unseal = interleave_blocking(
             [SyncArm("unseal", lambda: store.load(NAME), 20)], rounds=first_rounds
         )["unseal"]
-        backend = key_backend()
+        backend = key_backend(keyring=False)
     f_oauth, f_bearer = first[OAUTH], first[BEARER]
     c_oauth, c_bearer = calls[OAUTH], calls[BEARER]
     ratio = f_oauth.median / f_bearer.median

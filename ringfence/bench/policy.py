@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ringfence.backends import register_shell_tool
-from ringfence.runtime import Kernel, Policy, Posture, Rules, ToolSpec, decide
-from ringfence.workspace import Workspace
+from ringfence.runtime._kernel import Kernel
+from ringfence.runtime._tools import ToolSpec
+from ringfence.runtime.policy._decide import Posture, Rules, decide
+from ringfence.runtime.policy._judge import Policy
+from ringfence.workspace._workspace import Workspace
 
 from ._harness import Arm, SyncArm, interleave, interleave_blocking
 from ._suite import Row, Scenario

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ringfence.runtime import CallContext, Consequence, Kernel, ToolSpec
+from ringfence.runtime._calls import CallContext
+from ringfence.runtime._kernel import Kernel
+from ringfence.runtime._tools import Consequence, ToolSpec
 
 from ._harness import SyncArm, interleave_blocking
 from ._suite import Row, Scenario

@@ -40,8 +40,8 @@ FILES = 2000
 IMAGE = "busybox"
 
 
-def _engine_table() -> dict[str, Any]:
-    raw = os.environ.get(ENGINE_VARIABLE)
+def _engine_table(raw: str | None) -> dict[str, Any]:
+    """The engine table the command line read from ``RINGFENCE_BENCH_ENGINE``; Skip without."""
     if not raw:
         raise Skip(
             f"no remote engine: set {ENGINE_VARIABLE} to a JSON engine table (name, base_url, "
@@ -61,11 +61,11 @@ def _make_tree(root: Path, files: int) -> None:
         (d / f"f{i}.txt").write_text(f"file {i}\n" * 8)
 
 
-async def run_warm(quick: bool) -> list[Row]:
+async def run_warm(quick: bool, engine: str | None = None) -> list[Row]:
     from ringfence.backends import SessionSpec, start_docker
-    from ringfence.runtime import RingfenceError
+    from ringfence.runtime._errors import RingfenceError
 
-    table = _engine_table()
+    table = _engine_table(engine)
     rounds, batch = (4, 30) if quick else (20, 80)
     with tempfile.TemporaryDirectory(prefix="ringfence-bench-") as tmp:
         root = Path(tmp)
@@ -161,12 +161,12 @@ async def run_warm(quick: bool) -> list[Row]:
     ]
 
 
-async def run_ship(quick: bool) -> list[Row]:
+async def run_ship(quick: bool, engine_table: str | None = None) -> list[Row]:
     from ringfence.backends.docker._api import connect_docker
     from ringfence.backends.engines._engines import Engine
     from ringfence.backends.engines._ship import ShippedRoot
 
-    table = _engine_table()
+    table = _engine_table(engine_table)
     engine = Engine.from_mapping(table, field=ENGINE_VARIABLE)
     docker_cli = shutil.which("docker")
     if docker_cli is None:
@@ -255,15 +255,20 @@ async def run_ship(quick: bool) -> list[Row]:
     ]
 
 
-async def _remote(quick: bool) -> list[Row]:
-    return [*(await run_warm(quick)), *(await run_ship(quick))]
+def scenarios(engine: str | None = None) -> list[Scenario]:
+    """The remote-engine scenario against ``engine`` (a JSON engine table; None: skipped)."""
+
+    async def remote(quick: bool) -> list[Row]:
+        return [*(await run_warm(quick, engine)), *(await run_ship(quick, engine))]
+
+    return [
+        Scenario(
+            "engine-remote",
+            "the docker backend on a remote engine (TLS, shipped): warm command, workspace ship",
+            f"warm `true` within {WARM_GOAL:g}x local docker; ship within {SHIP_GOAL:g}x docker cp",
+            remote,
+        ),
+    ]
 
 
-SCENARIOS = [
-    Scenario(
-        "engine-remote",
-        "the docker backend on a remote engine (TLS, shipped): warm command, workspace ship",
-        f"warm `true` within {WARM_GOAL:g}x local docker; ship within {SHIP_GOAL:g}x docker cp",
-        _remote,
-    ),
-]
+SCENARIOS = scenarios()

@@ -25,32 +25,39 @@ from . import (
 )
 from ._suite import Scenario
 
-SCENARIOS: list[Scenario] = [
-    gate.SCENARIO,
-    providers.SCENARIO,
-    *workspace.SCENARIOS,
-    *changesets.SCENARIOS,
-    *journal.SCENARIOS,
-    *backends.SCENARIOS,
-    *execchecks.SCENARIOS,
-    *engines.SCENARIOS,
-    *remote.SCENARIOS,
-    *pool.SCENARIOS,
-    policy.SCENARIO,
-    hooks.SCENARIO,
-    *gitscan.SCENARIOS,
-    *mcp_host.SCENARIOS,
-    *mcp_oauth.SCENARIOS,
-    *bridge.SCENARIOS,
-    *docker_scripts.SCENARIOS,
-    *latency.SCENARIOS,
-    serve_start.SCENARIO,
-]
+
+def build(engine: str | None = None) -> list[Scenario]:
+    """Every scenario; ``engine``: the remote-engine scenario's JSON engine table."""
+    return [
+        gate.SCENARIO,
+        providers.SCENARIO,
+        *workspace.SCENARIOS,
+        *changesets.SCENARIOS,
+        *journal.SCENARIOS,
+        *backends.SCENARIOS,
+        *execchecks.SCENARIOS,
+        *engines.SCENARIOS,
+        *remote.scenarios(engine),
+        *pool.SCENARIOS,
+        policy.SCENARIO,
+        hooks.SCENARIO,
+        *gitscan.SCENARIOS,
+        *mcp_host.SCENARIOS,
+        *mcp_oauth.SCENARIOS,
+        *bridge.SCENARIOS,
+        *docker_scripts.SCENARIOS,
+        *latency.SCENARIOS,
+        serve_start.SCENARIO,
+    ]
 
 
-def by_name(names: list[str]) -> list[Scenario]:
-    known = {s.name: s for s in SCENARIOS}
+SCENARIOS: list[Scenario] = build()
+
+
+def by_name(names: list[str], engine: str | None = None) -> list[Scenario]:
+    scenarios = build(engine)
+    known = {s.name: s for s in scenarios}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise KeyError(", ".join(unknown))
-    return [known[n] for n in names] if names else list(SCENARIOS)
+    return [known[n] for n in names] if names else scenarios

@@ -13,7 +13,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ringfence.workspace import Workspace, openat2_available
+from ringfence.workspace._resolver import openat2_available
+from ringfence.workspace._workspace import Workspace
 
 from ._harness import SyncArm, interleave_blocking
 from ._suite import Row, Scenario, Skip

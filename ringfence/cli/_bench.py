@@ -12,7 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..runtime import InvalidArguments, ToolError, atomic_write
+from ..runtime._errors import InvalidArguments, ToolError
+from ..runtime._files import atomic_write
 from ._output import check_output_file, print_error, print_ok, progress_lines
 from ._verbs import add_verb_parser
 
@@ -76,7 +77,9 @@ async def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{s.name:<{width}}  {s.title}  (goal: {s.goal})\n")
         return 0
     try:
-        chosen = bench.select_scenarios(args.scenarios, peers=args.peers)
+        chosen = bench.select_scenarios(
+            args.scenarios, peers=args.peers, engine=args.settings.bench_engine
+        )
     except KeyError as exc:
         raise InvalidArguments(f"unknown scenario(s): {exc.args[0]}", field="SCENARIO") from None
     if args.plot:

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import trio
 
-from .._embed import workspace_roots_from_env
-from ..runtime import InvalidArguments, NotFound, RingfenceError
+from ..runtime._errors import InvalidArguments, NotFound, RingfenceError
 from ..runtime._groups import raise_single
 from ._mcp_session import (
     login_on_terminal,
@@ -80,7 +79,10 @@ def _spawns_here(args: argparse.Namespace) -> bool:
     from ._environ import backend_choice
 
     try:
-        return select_backend(backend_choice(args.backend).value) in ("local", "host")
+        return select_backend(backend_choice(args.backend, args.settings).value) in (
+            "local",
+            "host",
+        )
     except RingfenceError:
         return False  # the kernel refuses the name, with the same error, below
 
@@ -106,9 +108,10 @@ async def run(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             if _spawns_here(args):
                 await nursery.start(_probe_tracking)
-            roots = [Path(r) for r in workspace_roots_from_env(args.workspace)]
+            roots = [Path(r) for r in args.settings.roots(args.workspace)]
             async with (
-                login_on_terminal(roots, args.tool),  # a server's login demand, offered
+                # a server's login demand, offered
+                login_on_terminal(roots, args.tool, args.settings.secret_names),
                 kernel_from_args(args, mcp_tool=args.tool, interactive=True) as kernel,
             ):
                 outcome = await kernel.invoke(args.tool, arguments, origin="cli")

@@ -11,9 +11,9 @@ import argparse
 import datetime
 import sys
 
-from .._embed import workspace_roots_from_env
 from ..runtime._render import one_line
-from ..workspace import CheckpointStore, Workspace
+from ..workspace._workspace import Workspace
+from ..workspace.changes._store import CheckpointStore
 from ._output import print_error, print_ok
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser, add_workspace_option
@@ -52,9 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _store(args: argparse.Namespace) -> tuple[Workspace, CheckpointStore]:
-    workspace = Workspace(workspace_roots_from_env(args.workspace))
+    workspace = Workspace(args.settings.roots(args.workspace))
     try:
-        return workspace, CheckpointStore(workspace)
+        return workspace, CheckpointStore(workspace, retention=args.settings.retention())
     except BaseException:
         workspace.close()
         raise

@@ -8,9 +8,8 @@ from typing import Any
 
 import trio
 
-from .._embed import workspace_roots_from_env
 from ..backends import backend_names, select_backend
-from ..runtime import Unavailable
+from ..runtime._errors import Unavailable
 from ._output import print_error, print_ok, print_table
 from ._verbs import add_verb_parser
 
@@ -27,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     doctor.set_defaults(func=run)
 
 
-def _mcp_checks() -> list[Any]:
+def _mcp_checks(keyring: bool) -> list[Any]:
     """What MCP servers need here: Node for the npm ones, and where OAuth tokens are sealed."""
     import shutil
     import subprocess
@@ -55,7 +54,11 @@ def _mcp_checks() -> list[Any]:
         except (OSError, subprocess.SubprocessError) as exc:
             checks.append(Check("node", False, f"{node} does not run: {exc}", "reinstall nodejs"))
     checks.append(
-        Check("mcp token store", True, f"OAuth tokens sealed with a key in {key_backend()}")
+        Check(
+            "mcp token store",
+            True,
+            f"OAuth tokens sealed with a key in {key_backend(keyring=keyring)}",
+        )
     )
     return checks
 
@@ -63,9 +66,10 @@ def _mcp_checks() -> list[Any]:
 def _journal_check(roots: list[str]) -> Any:
     """Operations a killed process left half-written in this workspace (read, not rolled back)."""
     from ..backends._doctor import Check
-    from ..runtime import RingfenceError
-    from ..workspace import CheckpointStore, Workspace
+    from ..runtime._errors import RingfenceError
+    from ..workspace._workspace import Workspace
     from ..workspace.changes._journal import pending
+    from ..workspace.changes._store import CheckpointStore
 
     try:
         with Workspace(roots) as workspace:
@@ -89,8 +93,9 @@ def _journal_check(roots: list[str]) -> Any:
 def _plugin_checks() -> list[Any]:
     """``plugin_trust``: each added plugin, trusted or not, and why (never a failed backend)."""
     from ..backends._doctor import Check
-    from ..plugins import inspect_plugin, load_entries, plugins_path
-    from ..runtime import RingfenceError
+    from ..plugins._config import load_entries, plugins_path
+    from ..plugins._plugin import inspect_plugin
+    from ..runtime._errors import RingfenceError
 
     try:
         entries = load_entries()
@@ -117,11 +122,11 @@ async def run(args: argparse.Namespace) -> int:
     from ..backends._doctor import backend_status, run_checks
     from ._environ import backend_choice
 
-    backend = select_backend(backend_choice(args.backend).value)
-    checks = await trio.to_thread.run_sync(run_checks)
-    checks += await trio.to_thread.run_sync(_mcp_checks)
+    backend = select_backend(backend_choice(args.backend, args.settings).value)
+    checks = await trio.to_thread.run_sync(run_checks, args.settings.bwrap)
+    checks += await trio.to_thread.run_sync(_mcp_checks, args.settings.keyring)
     checks += await trio.to_thread.run_sync(_plugin_checks)
-    checks.append(await trio.to_thread.run_sync(_journal_check, workspace_roots_from_env([])))
+    checks.append(await trio.to_thread.run_sync(_journal_check, args.settings.roots()))
     usable = {name: backend_status(checks, name) for name in backend_names()}
     if args.json:
         report = {

@@ -1,10 +1,10 @@
-"""The environment variables the command line reads as its defaults, and the weaker choices shown.
+"""The choices the command line makes from its flags and :class:`Settings`, and the weaker ones shown.
 
 The library never reads these (``create_kernel``, ``select_backend`` and
 ``load_policy`` take what they are given, else their confined defaults):
 only the command line turns ``RINGFENCE_EXECUTION_BACKEND``,
-``RINGFENCE_SCRIPT_SANDBOX`` and ``RINGFENCE_MANAGED_POLICY`` into
-arguments. A choice weaker than the confined default, from a flag or from
+``RINGFENCE_SCRIPT_SANDBOX`` and ``RINGFENCE_MANAGED_POLICY`` (read once, by
+``Settings.from_env``) into arguments. A choice weaker than the confined default, from a flag or from
 the environment, is then shown (one warning line on stderr naming where it
 came from) and recorded (a ``weaker_confinement`` event right after the
 session's ``session_started``), besides what ``backend_started`` and each
@@ -13,10 +13,12 @@ script run record themselves.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._settings import Settings
 
 __all__ = [
     "BACKEND_ENV",
@@ -45,7 +47,7 @@ class Choice:
     source: str
 
 
-def backend_choice(flag: str | None) -> Choice:
+def backend_choice(flag: str | None, settings: Settings) -> Choice:
     """``--backend``, else ``$RINGFENCE_EXECUTION_BACKEND``, else none (the library's ``local``).
 
     Raises InvalidArguments (field ``backend``) naming the variable when it
@@ -53,11 +55,11 @@ def backend_choice(flag: str | None) -> Choice:
     """
     if flag:
         return Choice(flag, f"--backend {flag}")
-    env = os.environ.get(BACKEND_ENV)
+    env = settings.backend
     if not env:
         return Choice(None, "default")
     from ..backends import backend_names
-    from ..runtime import InvalidArguments
+    from ..runtime._errors import InvalidArguments
 
     if env not in backend_names():
         raise InvalidArguments(
@@ -68,15 +70,15 @@ def backend_choice(flag: str | None) -> Choice:
     return Choice(env, f"${BACKEND_ENV}={env}")
 
 
-def script_sandbox_choice() -> Choice:
+def script_sandbox_choice(settings: Settings) -> Choice:
     """``$RINGFENCE_SCRIPT_SANDBOX`` (``best-effort`` or ``none``), else the library's ``strict``."""
-    env = os.environ.get(SCRIPT_SANDBOX_ENV)
+    env = settings.script_sandbox
     return Choice(env, f"${SCRIPT_SANDBOX_ENV}={env}") if env else Choice(None, "default")
 
 
-def managed_policy() -> str | None:
+def managed_policy(settings: Settings) -> str | None:
     """``$RINGFENCE_MANAGED_POLICY``: the managed policy file the command line loads instead."""
-    return os.environ.get(MANAGED_POLICY_ENV) or None
+    return settings.managed_policy
 
 
 def weaker_choices(

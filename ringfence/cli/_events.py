@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..runtime import InvalidArguments, NotFound, ToolError, UnsealedSession, verify_file
+from ..runtime._errors import InvalidArguments, NotFound, ToolError
 from ..runtime._render import one_line
+from ..runtime._verify import UnsealedSession, verify_file
 from ._output import abbreviate, error_line, naming_file, print_error, print_ok
 from ._verbs import add_verb_parser
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from ._verbs import EXIT_CODES_HELP, VERBS, UsageError, chosen_verb, debug_enabled
+from ._settings import Settings
+from ._verbs import EXIT_CODES_HELP, VERBS, UsageError, chosen_verb
 
 # The order of VERBS is the order in --help. Only the chosen verb's module is imported
 # (with trio, the kernel and what else it needs): `ringfence --help` and `--version` stay
@@ -109,8 +111,12 @@ def _main(argv: Sequence[str] | None) -> int:
         _short_lived()
     # The command's own process: its verb may lend the collector to change-set captures.
     args.owns_process = short_lived
+    settings = None
     try:
         try:
+            # The one read of the environment's settings; verbs get them as arguments.
+            settings = args.settings = Settings.from_env(os.environ)
+            settings.apply_defaults(args)
             code = trio.run(args.func, args)
             sys.stdout.flush()  # here, so a reader gone (`| head`) is seen below, not at exit
         finally:
@@ -129,7 +135,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as exc:  # the CLI's one boundary for every verb
         if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
             return _after_closed_stdout()
-        if debug_enabled():
+        if settings is not None and settings.debug:
             raise
         return print_error(error_from_exception(exc), as_json)
     return int(code or 0)

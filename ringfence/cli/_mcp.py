@@ -12,23 +12,22 @@ import argparse
 import sys
 from typing import Any
 
-from ..mcp_host import (
+from ..mcp_host._urls import check_url, display_url
+from ..mcp_host.manifest._load import (
+    DEFAULT_APPROVED,
     Manifest,
     Policy,
     Sandbox,
     ServerConfig,
     Transport,
     Trust,
-    check_url,
-    display_url,
     load_manifest,
     load_manifests,
     remove_server,
     save_server,
 )
-from ..mcp_host.manifest._load import DEFAULT_APPROVED
 from ..mcp_host.manifest._policy_edit import plan_server_policy
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 from ._mcp_import import run_import
 from ._mcp_inspect import run_inspect
 from ._mcp_show import auth_line, manifest_file, run_list, server_summary
@@ -389,16 +388,18 @@ def _auth_options(args: argparse.Namespace) -> dict[str, Any]:
 
 async def run_add(args: argparse.Namespace) -> int:
     path = manifest_file(args)
-    existing = load_manifest(path)
+    existing = load_manifest(path, secret_names=args.settings.secret_names)
     config = config_from_args(args, existing)
     replaced = config.name in existing
     # Both files are checked before either is written; the policy follows the manifest.
     policy = plan_server_policy(
         config.name, trusted=args.trusted, read_only_tools=tuple(args.read_only_tool)
     )
-    m = save_server(config, path)  # validates the whole resulting file before writing it
+    m = save_server(
+        config, path, secret_names=args.settings.secret_names
+    )  # validates the whole resulting file before writing it
     policy.write()
-    summary = server_summary(m.get(config.name))
+    summary = server_summary(m.get(config.name), args.settings.token_store())
     shown_policy = str(policy.path) if policy.changed else None
     warnings = [*m.warnings, *filter(None, [command_warning(config)])]
     if args.json:
@@ -426,7 +427,7 @@ async def run_add(args: argparse.Namespace) -> int:
 async def run_remove(args: argparse.Namespace) -> int:
     path = manifest_file(args)
     policy = plan_server_policy(args.name)  # a grant must not outlive its server's name
-    remove_server(args.name, path)
+    remove_server(args.name, path, secret_names=args.settings.secret_names)
     policy.write()
     shown_policy = str(policy.path) if policy.changed else None
     if args.json:
@@ -444,7 +445,9 @@ async def run_remove(args: argparse.Namespace) -> int:
 
 def _load_for(args: argparse.Namespace) -> Manifest:
     return (
-        load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
+        load_manifest(args.manifest, secret_names=args.settings.secret_names)
+        if args.manifest
+        else load_manifests(workspace=args.workspace, secret_names=args.settings.secret_names)
     )
 
 
@@ -455,8 +458,9 @@ async def run_login(args: argparse.Namespace) -> int:
 
     from ..mcp_host.manifest._load import AuthMode
     from ..mcp_host.oauth._login import login, loopback_flow
-    from ..runtime import Redactor, RingfenceError
+    from ..runtime._errors import RingfenceError
     from ..runtime._groups import single_error
+    from ..runtime._redact import Redactor
     from ._mcp_session import sdk_logs_as_lines
 
     config = _load_for(args).get(args.name)
@@ -488,15 +492,17 @@ async def run_login(args: argparse.Namespace) -> int:
         f"ringfence: logging in to MCP server {config.name!r} ({display_url(config.url or '')})\n"
     )
     sys.stderr.flush()
-    sdk_logs_as_lines()  # the SDK's errors as one line, not a traceback
+    sdk_logs_as_lines(args.settings.debug)  # the SDK's errors as one line, not a traceback
     try:
         if config.oauth_grant == "identity_assertion":
             # No browser and no redirect: the user's IdP ID token (read from its variable) is
             # exchanged, so no loopback listener is opened.
-            status = await login(config, Redactor(), _no_browser_flow(config.name))
+            status = await login(
+                config, Redactor(), _no_browser_flow(config.name), args.settings.token_store()
+            )
         else:
             async with loopback_flow(show, args.port) as flow:
-                status = await login(config, Redactor(), flow)
+                status = await login(config, Redactor(), flow, args.settings.token_store())
     except (RingfenceError, BaseExceptionGroup) as caught:
         # What refused the login is not fixed by logging in again: never send the person
         # back to this command. (The redirect listener's nursery may wrap the error.)
@@ -522,7 +528,7 @@ async def run_login(args: argparse.Namespace) -> int:
 def _no_browser_flow(name: str) -> Any:
     """A ``LoginFlow`` for a grant without a browser step: using it is refused."""
     from ..mcp_host.oauth._provider import LoginFlow
-    from ..runtime import Unavailable
+    from ..runtime._errors import Unavailable
 
     async def refuse(*_: object) -> Any:
         raise Unavailable(
@@ -537,7 +543,7 @@ async def run_logout(args: argparse.Namespace) -> int:
     from ..mcp_host.oauth._provider import logout
 
     config = _load_for(args).get(args.name)
-    removed = logout(config)
+    removed = logout(config, args.settings.token_store())
     if args.json:
         return print_ok({"server": config.name, "removed": removed}, True)
     sys.stdout.write(f"{config.name}: {'tokens deleted' if removed else 'was not logged in'}\n")

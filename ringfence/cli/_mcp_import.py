@@ -9,15 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..mcp_host import (
+from ..mcp_host._urls import check_url
+from ..mcp_host.manifest._load import (
     ServerConfig,
     Transport,
-    check_url,
     load_manifest,
     sanitize_part,
     save_server,
 )
-from ..runtime import InvalidArguments, is_secret_name
+from ..runtime._errors import InvalidArguments
+from ..runtime._redact import is_secret_name
 from ._mcp_show import manifest_file
 from ._output import naming_file, print_ok
 
@@ -103,7 +104,7 @@ async def run_import(args: argparse.Namespace) -> int:
             f"{source} has no mcpServers (or VS Code servers) object", field="file"
         )
     path = manifest_file(args)
-    existing = load_manifest(path)
+    existing = load_manifest(path, secret_names=args.settings.secret_names)
     results = []
     configs = []
     for name, entry in servers.items():
@@ -120,7 +121,7 @@ async def run_import(args: argparse.Namespace) -> int:
         configs.append(config)
         results.append({"name": config.name, "status": "imported", "notes": notes})
     for config in configs:
-        save_server(config, path)
+        save_server(config, path, secret_names=args.settings.secret_names)
     if args.json:
         return print_ok({"manifest": str(path), "servers": results}, True)
     for r in results:

@@ -6,13 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from ..mcp_host import (
-    Transport,
-    load_manifest,
-    load_manifests,
-)
-from ..runtime import load_policy
+from ..mcp_host.manifest._load import Transport, load_manifest, load_manifests
 from ..runtime._render import one_line
+from ..runtime.policy._files import load_policy
 from ._environ import managed_policy
 from ._mcp_show import server_summary
 from ._output import envelope, error_line, print_json, print_ok
@@ -21,10 +17,14 @@ from ._output import envelope, error_line, print_json, print_ok
 
 
 async def run_inspect(args: argparse.Namespace) -> int:
-    m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
+    m = (
+        load_manifest(args.manifest, secret_names=args.settings.secret_names)
+        if args.manifest
+        else load_manifests(workspace=args.workspace, secret_names=args.settings.secret_names)
+    )
     # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
     roots = [args.workspace] if args.workspace else []
-    managed = managed_policy()
+    managed = managed_policy(args.settings)
     config = m.get(args.name).with_policy(
         load_policy(roots, project=bool(roots), managed=managed).mcp
     )
@@ -45,8 +45,8 @@ async def run_inspect(args: argparse.Namespace) -> int:
         else "connecting to it"
     )
     from .._embed import mcp_stdio_confiner
-    from ..mcp_host import inspect_server  # imports the MCP SDK: only inspect needs it
-    from ..workspace import Workspace
+    from ..mcp_host._inspect import inspect_server
+    from ..workspace._workspace import Workspace
 
     # sandbox = "local": confined over the workspace, as in a session. Opened before the
     # announcement, so a bad --workspace is refused with one line.
@@ -58,7 +58,12 @@ async def run_inspect(args: argparse.Namespace) -> int:
         )
         sys.stderr.flush()
         confiner = mcp_stdio_confiner(workspace, discard_writes=True)
-        report = await inspect_server(config, workspace=args.workspace, stdio_confiner=confiner)
+        report = await inspect_server(
+            config,
+            workspace=args.workspace,
+            stdio_confiner=confiner,
+            token_store=args.settings.token_store(),
+        )
     finally:
         if workspace is not None:
             workspace.close()

@@ -22,7 +22,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..runtime import Kernel, RingfenceError
+from ..runtime._errors import RingfenceError
+from ..runtime._kernel import Kernel
 
 __all__ = [
     "ELICITOR_KEY",
@@ -54,29 +55,28 @@ class _OneLine(logging.Handler):
             self.handleError(record)
 
 
-def sdk_logs_as_lines() -> None:
+def sdk_logs_as_lines(debug: bool = False) -> None:
     """Show the MCP SDK's warnings and errors as one line each, never a traceback (once per
-    process; ``RINGFENCE_DEBUG=1`` leaves Python's own logging, tracebacks included)."""
-    from ._verbs import debug_enabled
-
+    process; ``debug`` (``RINGFENCE_DEBUG=1``) leaves Python's own logging, tracebacks included)."""
     sdk = logging.getLogger("mcp")
-    if debug_enabled() or any(isinstance(h, _OneLine) for h in sdk.handlers):
+    if debug or any(isinstance(h, _OneLine) for h in sdk.handlers):
         return
     handler = _OneLine(logging.WARNING)
     sdk.addHandler(handler)
     sdk.propagate = False
 
 
-def _oauth_servers(roots: Sequence[Path], tool: str | None) -> list[Any]:
+def _oauth_servers(
+    roots: Sequence[Path], tool: str | None, secret_names: Sequence[str] = ()
+) -> list[Any]:
     """The servers (configs) a call of ``tool`` connects that log in through a browser
     (OAuth authorization code)."""
     part = server_part(tool)
     if part is None:
         return []
-    from ..mcp_host import load_manifests
-    from ..mcp_host.manifest._load import AuthMode
+    from ..mcp_host.manifest._load import AuthMode, load_manifests
 
-    manifest = load_manifests(str(roots[0]) if roots else None)
+    manifest = load_manifests(str(roots[0]) if roots else None, secret_names=secret_names)
     return [
         s
         for s in manifest.servers
@@ -96,7 +96,7 @@ async def _registered_port(config: Any) -> int:
     from urllib.parse import urlsplit
 
     from ..mcp_host.oauth._provider import SealedTokenStorage
-    from ..runtime import Redactor
+    from ..runtime._redact import Redactor
 
     try:
         info = await SealedTokenStorage(config, Redactor()).get_client_info()
@@ -107,7 +107,9 @@ async def _registered_port(config: Any) -> int:
 
 
 @contextlib.asynccontextmanager
-async def login_on_terminal(roots: Sequence[Path], tool: str | None) -> AsyncIterator[None]:
+async def login_on_terminal(
+    roots: Sequence[Path], tool: str | None, secret_names: Sequence[str] = ()
+) -> AsyncIterator[None]:
     """While the block runs, an OAuth server's demand for a login (a 401 with no usable
     token, or a step-up's ``insufficient_scope``) is offered to the person at the terminal:
     asked first, then the browser, the redirect caught on 127.0.0.1, the call resumed.
@@ -116,7 +118,11 @@ async def login_on_terminal(roots: Sequence[Path], tool: str | None) -> AsyncIte
     logs in through a browser; otherwise the block runs as it is and such a demand fails
     naming `ringfence mcp login`. A "no" is a refusal: nothing is authorized.
     """
-    servers = _oauth_servers(roots, tool) if sys.stdin.isatty() and sys.stderr.isatty() else []
+    servers = (
+        _oauth_servers(roots, tool, secret_names)
+        if sys.stdin.isatty() and sys.stderr.isatty()
+        else []
+    )
     if not servers:
         yield
         return
@@ -127,7 +133,7 @@ async def login_on_terminal(roots: Sequence[Path], tool: str | None) -> AsyncIte
 
     from ..mcp_host.oauth._login import loopback_flow
     from ..mcp_host.oauth._provider import login_flow
-    from ..runtime import Denied, Unavailable
+    from ..runtime._errors import Denied, Unavailable
 
     async def offer(url: str) -> None:
         sys.stderr.write(
@@ -201,18 +207,21 @@ def mcp_setup(
     options: dict[str, Any] = {}
     manifest: Any = True
     if getattr(args, "mcp", False) or server_part(tool) is not None:
-        sdk_logs_as_lines()
+        sdk_logs_as_lines(args.settings.debug)
     if not getattr(args, "mcp", False):
         part = server_part(tool)
         if part is None:
             return None, None  # nothing connects: not even the MCP SDK is imported
-        from ..mcp_host import load_manifests
+        from ..mcp_host.manifest._load import load_manifests
 
-        manifest = load_manifests(str(roots[0]) if roots else None)
+        manifest = load_manifests(
+            str(roots[0]) if roots else None, secret_names=args.settings.secret_names
+        )
         names = [s.name for s in manifest.servers if s.enabled and s.part == part]
         if not names:
             return None, None  # the call's not_found names the tool; nothing is started
         options["names"] = names
+    options["token_store"] = args.settings.token_store()  # RINGFENCE_NO_KEYRING
     if interactive:
         from ..mcp_host._terminal import cli_elicitor
 
@@ -229,7 +238,7 @@ def mcp_failure_for(kernel: Kernel, tool: str) -> RingfenceError | None:
     connectors, part = _connectors(kernel), server_part(tool)
     if connectors is None or part is None:
         return None
-    from ..mcp_host import sanitize_part
+    from ..mcp_host.manifest._load import sanitize_part
 
     for name, error in connectors.failures.items():
         if sanitize_part(name, "server") == part:

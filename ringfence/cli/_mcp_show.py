@@ -8,15 +8,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..mcp_host import (
+from ..mcp_host._urls import display_url
+from ..mcp_host.manifest._load import (
     ServerConfig,
     Transport,
-    display_url,
     load_manifest,
     load_manifests,
     manifest_path,
 )
-from ..runtime import mask_command_args
+from ..runtime._redact import mask_command_args
 from ._output import print_ok, print_warnings
 
 
@@ -24,7 +24,8 @@ def manifest_file(args: argparse.Namespace) -> Path:
     return Path(args.manifest) if args.manifest else manifest_path()
 
 
-def server_summary(s: ServerConfig) -> dict[str, Any]:
+def server_summary(s: ServerConfig, store: Any = None) -> dict[str, Any]:
+    """What ``mcp list`` shows of ``s``; ``store``: the token store (default the user's)."""
     # Credentials in a stdio server's arguments (--token=…, URL userinfo) are masked.
     return {
         "name": s.name,
@@ -36,16 +37,16 @@ def server_summary(s: ServerConfig) -> dict[str, Any]:
         "trust": s.trust.value,
         "approved_capabilities": sorted(s.approved_capabilities),
         "defined_at": s.origin,
-        "auth": auth_state(s),
+        "auth": auth_state(s, store),
     }
 
 
-def auth_state(s: ServerConfig) -> dict[str, Any]:
+def auth_state(s: ServerConfig, store: Any = None) -> dict[str, Any]:
     if s.transport is Transport.STDIO:
         return {"auth": "none"}
     from ..mcp_host.oauth._provider import auth_status
 
-    return auth_status(s)
+    return auth_status(s, store)
 
 
 def auth_line(a: dict[str, Any]) -> str:
@@ -72,16 +73,25 @@ async def run_list(args: argparse.Namespace) -> int:
     from ..runtime.policy._files import load_policy
     from ._environ import managed_policy
 
-    m = load_manifest(args.manifest) if args.manifest else load_manifests(workspace=args.workspace)
+    m = (
+        load_manifest(args.manifest, secret_names=args.settings.secret_names)
+        if args.manifest
+        else load_manifests(workspace=args.workspace, secret_names=args.settings.secret_names)
+    )
     # Trust as a session would judge it: the policy layers' [mcp.<name>] over the manifest.
-    mcp = load_policy([args.workspace] if args.workspace else [], managed=managed_policy()).mcp
-    servers = [server_summary(s.with_policy(mcp)) for s in m.servers]
+    mcp = load_policy(
+        [args.workspace] if args.workspace else [], managed=managed_policy(args.settings)
+    ).mcp
+    store = args.settings.token_store()
+    servers = [server_summary(s.with_policy(mcp), store) for s in m.servers]
     if args.json:
         from ..mcp_host.oauth._tokens import key_backend
 
         result = {"manifests": [str(p) for p in m.paths], "servers": servers}
         if any(s["auth"]["auth"] == "oauth" for s in servers):
-            result["token_store"] = key_backend()  # where the sealing key lives
+            result["token_store"] = key_backend(
+                keyring=args.settings.keyring
+            )  # where the sealing key lives
         return print_ok(result, True, m.warnings)
     print_warnings(m.warnings)
     if not servers:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from ..runtime import Denied, InvalidArguments, RingfenceError, ToolError
+from ..runtime._errors import Denied, InvalidArguments, RingfenceError, ToolError
 from ..runtime._groups import single_error
 from ..runtime._render import json_text, one_line
 from ._guard import unguarded
@@ -38,7 +38,6 @@ from ._verbs import (  # light, for the parser; re-exported for the verbs
     DEBUG_ENV as DEBUG_ENV,
     EXIT_CODES_HELP as EXIT_CODES_HELP,
     UsageError as UsageError,
-    debug_enabled as debug_enabled,
 )
 
 EXIT_OK = 0

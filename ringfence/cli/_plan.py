@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from ..runtime import Plan
+from ..runtime._plan import Plan
 from ..runtime._render import json_text, one_line
 from ._output import error_line, exit_code_for, naming_file, print_error, print_ok
 from ._session import add_session_options, kernel_from_args
@@ -77,8 +77,9 @@ async def run_show(args: argparse.Namespace) -> int:
 
 def _staged_diff(roots: tuple[str, ...], set_id: str) -> str:
     """A staged change set (a dry run's shell command) as a diff, indented under its call."""
-    from ..runtime import RingfenceError
-    from ..workspace import CheckpointStore, Workspace
+    from ..runtime._errors import RingfenceError
+    from ..workspace._workspace import Workspace
+    from ..workspace.changes._store import CheckpointStore
 
     try:
         with Workspace(list(roots)) as workspace:

@@ -17,19 +17,18 @@ from typing import Any
 
 import trio
 
-from ..plugins import (
+from ..plugins._bundle import read_bundle
+from ..plugins._config import (
     PluginEntry,
-    PluginState,
     add_entry,
-    inspect_plugin,
     load_entries,
-    parse_plugin_manifest,
     plugins_path,
-    read_bundle,
     remove_entry,
     set_trust,
 )
-from ..runtime import InvalidArguments, NotFound
+from ..plugins._manifest import parse_plugin_manifest
+from ..plugins._plugin import PluginState, inspect_plugin
+from ..runtime._errors import InvalidArguments, NotFound
 from ._output import print_ok
 from ._verbs import add_verb_parser
 
@@ -156,7 +155,7 @@ async def run_add(args: argparse.Namespace) -> int:
         manifest = await trio.to_thread.run_sync(parse_plugin_manifest, bundle)
         entry = PluginEntry(manifest.name, path=os.path.abspath(args.path))
     else:
-        from ..plugins import locate_plugin
+        from ..plugins._plugin import locate_plugin
 
         probe = PluginEntry("package", package=args.package)
         where = await trio.to_thread.run_sync(locate_plugin, probe)

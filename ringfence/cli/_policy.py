@@ -8,17 +8,10 @@ import json
 import sys
 from typing import Any
 
-from .._embed import workspace_roots_from_env
-from ..runtime import (
-    Consequence,
-    Posture,
-    Rules,
-    ToolSpec,
-    decide,
-    evaluate_policy,
-    load_policy_file,
-)
 from ..runtime._render import one_line
+from ..runtime._tools import Consequence, ToolSpec
+from ..runtime.policy._decide import Posture, Rules, decide, evaluate_policy
+from ..runtime.policy._files import load_policy_file
 from ._call import ARGS_HELP, parse_arguments
 from ._output import print_ok
 from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args
@@ -93,7 +86,7 @@ async def run_show(args: argparse.Namespace) -> int:
 
 
 def _project_file(args: argparse.Namespace) -> dict[str, str] | None:
-    root = workspace_roots_from_env(args.workspace)[0]
+    root = args.settings.roots(args.workspace)[0]
     path = root / ".ringfence" / "policy.toml"
     try:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -127,7 +120,7 @@ async def run_explain(args: argparse.Namespace) -> int:
             else ToolSpec(args.tool, "", {"type": "object"}, _never, Consequence.IRREVERSIBLE)
         )
         rules: Rules = kernel.rules
-        posture = Posture.parse(args.posture)
+        posture = Posture.parse(args.settings.posture_for(args.posture))
         decision = decide(spec, posture, rules, arguments)
         if kernel.hooks():  # pre_call hooks (a plugin's): their reason is the Gate's too
             decision = await kernel.check_hooks(spec, arguments, decision)

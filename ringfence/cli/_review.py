@@ -23,7 +23,7 @@ from pathlib import Path
 
 import trio
 
-from ..runtime import InvalidArguments, RingfenceError
+from ..runtime._errors import InvalidArguments, RingfenceError
 from ..runtime._groups import raise_single
 from ._output import envelope, naming_file
 from ._review_setup import ReviewSetup, add_approval_timeout, announcer

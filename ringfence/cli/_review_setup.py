@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..review import EventFeed, ReviewApprover, ReviewOptions, attach_review
-from ..runtime import InvalidArguments, Kernel
-from ..serve import DEFAULT_APPROVAL_TIMEOUT_SECONDS
+from ..runtime._errors import InvalidArguments
+from ..runtime._kernel import Kernel
+from ..serve._defaults import DEFAULT_APPROVAL_TIMEOUT_SECONDS
 from ._output import naming_file
 from ._verbs import positive_seconds
 

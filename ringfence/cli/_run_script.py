@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..bridge import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
-from ..runtime import RingfenceError
+from ..runtime._errors import RingfenceError
 from ..runtime._render import json_text, visible_line
 from ._mcp_session import session_warnings
 from ._output import (

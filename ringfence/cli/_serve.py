@@ -14,17 +14,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .. import serve as _serve_pkg  # light: the heavy names load when first used
-from ..runtime import (
-    ApprovalAnswer,
-    Approver,
-    HeadlessDenyApprover,
-    Kernel,
-    RingfenceError,
-    ScriptedApprover,
-)
+from ..runtime._approval import ApprovalAnswer, Approver, HeadlessDenyApprover, ScriptedApprover
+from ..runtime._errors import RingfenceError
 from ..runtime._groups import raise_single
-from ..serve import (
+from ..runtime._kernel import Kernel
+from ..serve._defaults import (
     DEFAULT_APPROVAL_TIMEOUT_SECONDS,
     DEFAULT_PORT,
     DEFAULT_SESSION_IDLE_SECONDS,
@@ -33,10 +27,11 @@ from ..serve import (
 )
 from ._output import envelope
 from ._session import add_session_options, cli_headless_fix, kernel_from_args
-from ._verbs import add_verb_parser, debug_enabled, port_number, positive_seconds
+from ._verbs import add_verb_parser, port_number, positive_seconds
 
 if TYPE_CHECKING:
-    from ..serve import HttpOptions, LogForwarder
+    from ..serve._http import HttpOptions
+    from ..serve._logging import LogForwarder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -128,11 +123,13 @@ def headless_approver(policy: str) -> Approver:
 
 def http_options(args: argparse.Namespace) -> tuple[HttpOptions, bool]:
     """Options from the command line and environment; (options, token was generated)."""
-    token = _serve_pkg.token_from_env()
+    from ..serve._http import HttpOptions, check_token  # the heavy names load when used
+
+    token = check_token(args.settings.serve_token)
     generated = token is None
     return (
-        _serve_pkg.HttpOptions(
-            token=token if token is not None else _serve_pkg.HttpOptions.generate_token(),
+        HttpOptions(
+            token=token if token is not None else HttpOptions.generate_token(),
             host=args.host,
             port=args.port,
             token_configured=not generated,
@@ -153,7 +150,7 @@ def _say(text: str) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     try:
-        with library_logs_as_lines():
+        with library_logs_as_lines(args.settings.debug):
             return await _run(args)
     except BaseExceptionGroup as group:
         # Nurseries group what they raise; one ringfence error is reported as itself.
@@ -169,10 +166,14 @@ class _OneLine(logging.Handler):
     a line per departure is noise. ``RINGFENCE_DEBUG=1`` prints every record whole.
     """
 
+    def __init__(self, *, debug: bool = False) -> None:
+        super().__init__()
+        self.debug = debug
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
             error = record.exc_info[1] if record.exc_info else None
-            if debug_enabled():
+            if self.debug:
                 sys.stderr.write(logging.Formatter().format(record) + "\n")
                 return
             if error is not None and _peer_went_away(error):
@@ -213,16 +214,16 @@ def _peer_went_away(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def library_logs_as_lines() -> Iterator[None]:
+def library_logs_as_lines(debug: bool = False) -> Iterator[None]:
     """While serving, log records at WARNING and above go through :class:`_OneLine` (a root
     handler, removed after). With ``RINGFENCE_DEBUG=1`` ringfence's own ``ringfence.serve``
     records come from DEBUG up (what a departed client's request raised, for one)."""
     root = logging.getLogger()
     ours = logging.getLogger("ringfence.serve")
-    handler = _OneLine()
+    handler = _OneLine(debug=debug)
     saved = ours.level
     root.addHandler(handler)
-    if debug_enabled():
+    if debug:
         ours.setLevel(logging.DEBUG)
     try:
         yield
@@ -232,6 +233,10 @@ def library_logs_as_lines() -> Iterator[None]:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from ..serve._approver import ClientApprover  # the heavy names load when used
+    from ..serve._logging import LogForwarder
+    from ..serve._server import exposed_tools, parse_expose, serve_stdio
+
     # serve speaks the handshake era (2025-11-25), where the logging capability is current:
     # the SDK's deprecation warning for it (SEP-2577, the 2026-07-28 era) would only be noise
     # on the server's stderr. This process is the command's own, so the filter is ours to set.
@@ -241,7 +246,7 @@ async def _run(args: argparse.Namespace) -> int:
     # What the command read (and answered) before it loaded this (._serve_early); None
     # when it did not, or in-process (main(argv)), where stdin is not the client's.
     early = getattr(args, "early_initialize", None) if args.transport == "stdio" else None
-    expose = _serve_pkg.parse_expose(args.expose)
+    expose = parse_expose(args.expose)
     if "connectors" in expose:
         args.mcp = True  # serving connector tools needs the manifest's servers connected
     # Check everything that can be refused before a kernel (and its backend) starts.
@@ -257,21 +262,21 @@ async def _run(args: argparse.Namespace) -> int:
     # when the kernel is made: nothing swaps a running kernel's approver.
     fallback = review.approver if review is not None else headless_approver(args.headless)
     approver = (
-        _serve_pkg.ClientApprover(fallback, timeout_seconds=args.approval_timeout)
+        ClientApprover(fallback, timeout_seconds=args.approval_timeout)
         if args.approve is None
         else None
     )
     # ringfence's events as MCP log notifications, for clients that set a level.
-    logs = _serve_pkg.LogForwarder()
+    logs = LogForwarder()
     kernel = kernel_from_args(args, approver, event_observer=logs, review=review)
     async with kernel, trio.open_nursery() as nursery:
-        count = len(_serve_pkg.exposed_tools(kernel, expose))
+        count = len(exposed_tools(kernel, expose))
         posture = kernel.posture.value
         if options is None:
             await nursery.start(_on_signals, nursery.cancel_scope, None)
             _say(f"serving {count} tools over stdio (posture {posture})")
             # until stdin closes
-            await _serve_pkg.serve_stdio(kernel, expose=expose, logs=logs, early=early)
+            await serve_stdio(kernel, expose=expose, logs=logs, early=early)
             nursery.cancel_scope.cancel()
         else:
             stop = trio.Event()
@@ -292,7 +297,9 @@ async def _serve_until_stopped(
     logs: LogForwarder,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    await _serve_pkg.serve_http(
+    from ..serve._http import serve_http
+
+    await serve_http(
         kernel, options, expose=expose, shutdown=stop.wait, logs=logs, task_status=task_status
     )
     # Drained: end the signal watcher too, so the kernel closes and seals its events.

@@ -8,21 +8,19 @@ import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._embed import create_kernel, workspace_roots_from_env
-from ..runtime import (
+from .._embed import create_kernel
+from ..runtime._approval import (
     ApprovalAnswer,
     ApprovalRequest,
     Approver,
     HeadlessDenyApprover,
-    Kernel,
-    PolicyLayers,
-    Posture,
     ScriptedApprover,
-    cli_rules,
     default_approver,
-    load_policy,
+    posture_that_allows,
 )
-from ..runtime._approval import posture_that_allows
+from ..runtime._kernel import Kernel
+from ..runtime.policy._decide import Posture
+from ..runtime.policy._files import PolicyLayers, cli_rules, load_policy
 from ._environ import (
     backend_choice,
     managed_policy,
@@ -44,7 +42,7 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
     parser.add_argument(
         "--posture",
         choices=[p.value for p in Posture],
-        default=os.environ.get("RINGFENCE_POSTURE", Posture.ASK.value),
+        default=None,  # Settings.posture_for: $RINGFENCE_POSTURE, else ask
         help="how much autonomy the session grants (default: ask)",
     )
     parser.add_argument(
@@ -114,7 +112,7 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
     parser.add_argument(
         "--mcp",
         action="store_true",
-        default=os.environ.get("RINGFENCE_MCP") == "1",
+        default=False,  # Settings.apply_defaults: True under RINGFENCE_MCP=1
         help="connect the MCP servers of $RINGFENCE_HOME/mcp.toml and <first root>/.ringfence/mcp.toml "
         "(starts their processes; default off, or RINGFENCE_MCP=1)",
     )
@@ -129,7 +127,7 @@ def add_session_options(parser: argparse.ArgumentParser, *, dry_run: bool = True
     parser.add_argument(
         "--otel",
         action="store_true",
-        default=os.environ.get("RINGFENCE_OTEL") == "1",
+        default=False,  # Settings.apply_defaults: True under RINGFENCE_OTEL=1
         help="export the event stream as OpenTelemetry spans over OTLP/HTTP to "
         "$OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318; or RINGFENCE_OTEL=1; "
         "needs the otel extra)",
@@ -172,10 +170,10 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
 
 def policy_from_args(args: argparse.Namespace) -> PolicyLayers:
     """Every policy layer for this session; raises PolicyFileError (nothing loaded) on a bad one."""
-    roots = workspace_roots_from_env(args.workspace)
+    roots = args.settings.roots(args.workspace)
     return load_policy(
         roots,
-        managed=managed_policy(),
+        managed=managed_policy(args.settings),
         policy_files=args.policy,
         rules=cli_rules(args.policy_deny, args.policy_ask, args.policy_allow),
     )
@@ -228,7 +226,7 @@ def _check_plan_file(path: str | None) -> None:
         return
     from pathlib import Path
 
-    from ..runtime import Plan
+    from ..runtime._plan import Plan
 
     with naming_file(path):
         Plan.load(Path(path), create_key=False)
@@ -284,7 +282,7 @@ def kernel_from_args(
         observer = review.observer(observer)  # the page sees every line first
     if approver is None and review is not None and getattr(args, "approve", None) == "review":
         approver = review.approver
-    roots = workspace_roots_from_env(args.workspace)
+    roots = args.settings.roots(args.workspace)
     if getattr(args, "worktree", None) is not None:
         roots = session_roots(roots, args.worktree)
     mcp_manifest, mcp_options = mcp_setup(args, roots, mcp_tool, interactive=interactive)
@@ -295,12 +293,12 @@ def kernel_from_args(
         backend_options["persist_shell_state"] = True
     # The environment's defaults are read here, the command line's, and passed on:
     # create_kernel itself never reads them.
-    backend = backend_choice(args.backend)
-    script_sandbox = script_sandbox_choice()
+    backend = backend_choice(args.backend, args.settings)
+    script_sandbox = script_sandbox_choice(args.settings)
     kernel = create_kernel(
         backend_options=backend_options or None,
         roots=roots,
-        posture=args.posture,
+        posture=args.settings.posture_for(args.posture),
         approver=approver if approver is not None else approver_from(args.approve),
         backend=backend.value,
         script_sandbox=script_sandbox.value,
@@ -318,6 +316,9 @@ def kernel_from_args(
         plugins=True,  # the added plugins (ringfence plugin): untrusted ones only tighten
         # A one-verb process of its own (not a caller's, e.g. tests): see _main._short_lived.
         pause_collector=getattr(args, "owns_process", False) is True,
+        # what the environment set (Settings): the change-set store's bounds, more secret names
+        retention=args.settings.retention(),
+        secret_names=args.settings.secret_names,
     )
     show_and_record(kernel, weaker_choices(backend, script_sandbox, sandbox))
     if review is not None:

@@ -77,7 +77,7 @@ async def run_list(args: argparse.Namespace) -> int:
         ]
         # A server that did not connect is listed, with why, where its tools would be.
         if failed:
-            from ..mcp_host import sanitize_part
+            from ..mcp_host.manifest._load import sanitize_part
 
             rows += [
                 (f"mcp.{sanitize_part(name, 'server')}.*", "failed", f"{e.code}: {e.message}")

@@ -17,7 +17,6 @@ verb's parser is complete.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, NamedTuple
 
 
@@ -74,11 +73,6 @@ DEBUG_ENV = "RINGFENCE_DEBUG"
 
 class UsageError(Exception):
     """A command-line mistake: printed without a traceback, exit 2."""
-
-
-def debug_enabled() -> bool:
-    """``RINGFENCE_DEBUG=1``: unexpected exceptions propagate with their traceback."""
-    return os.environ.get(DEBUG_ENV) == "1"
 
 
 def add_verb_parser(

@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._embed import workspace_roots_from_env
-from ..runtime import InvalidArguments, NotFound, ToolError
+from ..runtime._errors import InvalidArguments, NotFound, ToolError
 from ..runtime._files import ringfence_home
 from ..runtime._render import one_line, visible_line
-from ..workspace import Workspace, workspace_id
 from ..workspace._names import escape_name
+from ..workspace._workspace import Workspace
+from ..workspace.changes._store import workspace_id
 from ._output import print_ok
 from ._verbs import add_verb_parser, add_workspace_option
 
@@ -141,7 +141,7 @@ def _ours(roots: list[Path]) -> tuple[Path, Path, list[dict[str, str]]]:
 
 def _find(args: argparse.Namespace) -> tuple[Path, dict[str, str]]:
     name = _named(args.name)
-    repo, _, found = _ours(workspace_roots_from_env(args.workspace))
+    repo, _, found = _ours(args.settings.roots(args.workspace))
     for w in found:
         if w["name"] == name:
             return repo, w
@@ -149,7 +149,7 @@ def _find(args: argparse.Namespace) -> tuple[Path, dict[str, str]]:
 
 
 async def run_list(args: argparse.Namespace) -> int:
-    _, _, found = _ours(workspace_roots_from_env(args.workspace))
+    _, _, found = _ours(args.settings.roots(args.workspace))
     if args.json:
         return print_ok(found, True)
     for w in found:

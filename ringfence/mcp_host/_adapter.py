@@ -40,15 +40,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcp import types
 
-from ..runtime import (
-    CallContext,
-    Consequence,
-    InvalidArguments,
-    RingfenceError,
-    ToolError,
-    ToolSpec,
-    cap_text,
-)
+from ..runtime._calls import CallContext
+from ..runtime._errors import InvalidArguments, RingfenceError, ToolError
+from ..runtime._output import cap_text
+from ..runtime._tools import Consequence, ToolSpec
 from ._results import RenderContext, render_contents, render_resource_contents
 from .manifest._load import ServerConfig, Trust
 

@@ -25,18 +25,25 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..runtime import Kernel, McpPolicy, RingfenceError, Rules, RulesHandle, ToolSpec, Unavailable
+from ..runtime._errors import RingfenceError, Unavailable
 from ..runtime._groups import raise_single
+from ..runtime._kernel import Kernel, RulesHandle
+from ..runtime._tools import ToolSpec
+from ..runtime.policy._decide import Rules
+from ..runtime.policy._mcp import McpPolicy
 from ._connector import Connector
 from ._elicitation import Elicitor
 from ._inventory import DEFAULT_LIMITS, ListLimits
 from ._sampling import SamplingProvider
 from .manifest._load import Manifest, ServerConfig
 from .transport._stdio import StdioConfiner
+
+if TYPE_CHECKING:
+    from .oauth._tokens import SealedStore
 
 __all__ = ["Connectors", "attach_connectors", "connect_servers", "start_connectors"]
 
@@ -120,11 +127,13 @@ async def start_connectors(
     strict: bool = False,
     limits: ListLimits = DEFAULT_LIMITS,
     stdio_confiner: StdioConfiner | None = None,
+    token_store: SealedStore | None = None,
 ) -> Connectors:
     """Connect the manifest's enabled servers into ``nursery`` and register their tools.
 
     ``stdio_confiner`` starts ``sandbox = "local"`` servers confined (``create_kernel``
     passes the local backend's); without one such a server fails to connect.
+    ``token_store`` holds OAuth servers' tokens (default ``SealedStore.default()``).
 
     The ``[mcp.<server>]`` policy of a kernel made with ``create_kernel(policy=...)``
     (``policy=True``: the user's files) decides each server's trust and read tools.
@@ -159,6 +168,7 @@ async def start_connectors(
             elicitor=elicitor,
             limits=limits,
             stdio_confiner=stdio_confiner,
+            token_store=token_store,
         )
         try:
             await connector.start()
@@ -222,7 +232,7 @@ async def connect_servers(
 
     Options are those of :func:`start_connectors` (``workspace``, ``names``,
     ``sampling_provider``, ``elicitor``, ``tool_discovery``, ``strict``,
-    ``limits``, ``stdio_confiner``). On exit every server is stopped (cancellation or not) and
+    ``limits``, ``stdio_confiner``, ``token_store``). On exit every server is stopped (cancellation or not) and
     its tools are unregistered. An exception from the block propagates as
     itself, not wrapped in an exception group.
     """

@@ -14,12 +14,15 @@ from __future__ import annotations
 import hashlib
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from mcp import types
 
-from ..runtime import Kernel, RingfenceError, ToolSpec, cap_text
+from ..runtime._errors import RingfenceError
+from ..runtime._kernel import Kernel
+from ..runtime._output import cap_text
+from ..runtime._tools import ToolSpec
 from ._adapter import (
     GET_PROMPT,
     READ_RESOURCE,
@@ -45,6 +48,9 @@ from ._urls import display_url
 from .manifest._load import Policy, ServerConfig, Transport
 from .transport._pool import ConnectionPool, LiveConnection
 from .transport._stdio import StdioConfiner
+
+if TYPE_CHECKING:
+    from .oauth._tokens import SealedStore
 
 __all__ = ["Connector"]
 
@@ -75,6 +81,7 @@ class Connector:
         elicitor: Elicitor | None = None,
         limits: ListLimits = DEFAULT_LIMITS,
         stdio_confiner: StdioConfiner | None = None,
+        token_store: SealedStore | None = None,
     ) -> None:
         self.config = config
         self.kernel = kernel
@@ -126,6 +133,7 @@ class Connector:
             self.diagnostics,
             options,
             stdio_confiner=stdio_confiner,
+            token_store=token_store,
         )
         self.pool.on_connect = self._on_connect
 

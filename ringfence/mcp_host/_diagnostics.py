@@ -13,7 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtime import Redactor, RingfenceError
+from ..runtime._errors import RingfenceError
+from ..runtime._redact import Redactor
 
 __all__ = ["MAX_LOG_LINES", "MAX_LOG_LINE_BYTES", "MAX_RECORDS", "Diagnostics"]
 

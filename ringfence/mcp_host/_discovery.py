@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..runtime import CallContext, Consequence, Kernel, NotFound, ToolSpec
+from ..runtime._calls import CallContext
+from ..runtime._errors import NotFound
+from ..runtime._kernel import Kernel
+from ..runtime._tools import Consequence, ToolSpec
 
 if TYPE_CHECKING:
     from ._connect import Connectors

@@ -50,20 +50,17 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 import jsonschema
 from mcp import types
 
-from ..runtime import (
-    CallContext,
-    Consequence,
-    Denied,
-    InvalidArguments,
-    Rules,
-)
+from ..runtime._calls import CallContext
+from ..runtime._errors import Denied, InvalidArguments
 from ..runtime._redact import looks_like_token
+from ..runtime._tools import Consequence
+from ..runtime.policy._decide import Rules
 from ._requests import request_rules, request_spec
 from ._urls import check_url
 from .manifest._load import ServerConfig
 
 if TYPE_CHECKING:
-    from ..runtime import Kernel
+    from ..runtime._kernel import Kernel
     from ._diagnostics import Diagnostics
 
 __all__ = [

@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..runtime import InvalidArguments, Kernel, McpPolicy
+from ..runtime._errors import InvalidArguments
+from ..runtime._kernel import Kernel
+from ..runtime.policy._mcp import McpPolicy
 from ._connect import connect_servers
 from .manifest._config import ServerConfig, sanitize_part
 from .manifest._load import Manifest, load_manifest, load_manifests
@@ -24,14 +26,16 @@ __all__ = ["connect_when_entered"]
 ManifestSource = Manifest | str | os.PathLike[str] | bool
 
 
-def _load(source: ManifestSource, workspace: str | os.PathLike[str] | None) -> Manifest:
+def _load(
+    source: ManifestSource, workspace: str | os.PathLike[str] | None, secret_names: Sequence[str]
+) -> Manifest:
     if isinstance(source, Manifest):
         return source
     if source is True:
-        return load_manifests(workspace)
+        return load_manifests(workspace, secret_names=secret_names)
     if source is False:
         return Manifest()
-    return load_manifest(source)
+    return load_manifest(source, secret_names=secret_names)
 
 
 def connect_when_entered(
@@ -57,7 +61,8 @@ def connect_when_entered(
     """
 
     async def startup(k: Kernel) -> None:
-        loaded = _with_servers(_load(manifest, workspace), extra_servers)
+        # The kernel's secret names (create_kernel(secret_names=...)) hold for the manifest too.
+        loaded = _with_servers(_load(manifest, workspace, k.redactor.names), extra_servers)
         if policy is not None:
             loaded = replace(loaded, servers=tuple(s.with_policy(policy) for s in loaded.servers))
         for warning in loaded.warnings:

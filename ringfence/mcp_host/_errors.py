@@ -19,15 +19,9 @@ import httpx2
 import pydantic
 from mcp import MCPError, types
 
-from ..runtime import (
-    InvalidArguments,
-    Redactor,
-    RingfenceError,
-    ToolError,
-    ToolTimeout,
-    Unavailable,
-)
+from ..runtime._errors import InvalidArguments, RingfenceError, ToolError, ToolTimeout, Unavailable
 from ..runtime._groups import first_error
+from ..runtime._redact import Redactor
 from ._results import frame_untrusted
 from ._urls import scrub_url
 from .manifest._load import ServerConfig, Transport, Trust

@@ -38,7 +38,7 @@ import httpx2
 from mcp import MCPError, types
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from ..runtime import RingfenceError, Unavailable
+from ..runtime._errors import RingfenceError, Unavailable
 from ..runtime._groups import first_error
 from .manifest._load import AuthMode, ServerConfig
 

@@ -20,12 +20,15 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..runtime import MARKER, HeadlessDenyApprover, Kernel, MemorySink, mask_command_args
+from ..runtime._approval import HeadlessDenyApprover
+from ..runtime._events import MemorySink
+from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
+from ..runtime._redact import MARKER, mask_command_args
 from ._connect import connect_servers
 from ._connector import Connector
 from ._inventory import DEFAULT_LIMITS, ListLimits
@@ -33,6 +36,9 @@ from ._sampling import SamplingProvider
 from ._urls import display_url
 from .manifest._load import Manifest, Policy, Sandbox, ServerConfig, Transport
 from .transport._stdio import StdioConfiner
+
+if TYPE_CHECKING:
+    from .oauth._tokens import SealedStore
 
 __all__ = ["inspect_server"]
 
@@ -201,6 +207,7 @@ async def inspect_server(
     sampling_provider: SamplingProvider | None = None,
     limits: ListLimits = DEFAULT_LIMITS,
     stdio_confiner: StdioConfiner | None = None,
+    token_store: SealedStore | None = None,
 ) -> dict[str, Any]:
     """Connect ``config`` (even if disabled), describe it and run the checks.
 
@@ -219,6 +226,7 @@ async def inspect_server(
         "sampling_provider": sampling_provider,
         "limits": limits,
         "stdio_confiner": stdio_confiner,
+        "token_store": token_store,
     }
     kernel = Kernel(approver=HeadlessDenyApprover(), events_sink=sink)
     # What the listing masks in the server's arguments is a secret for everything the

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..runtime import Consequence, Rules, ToolSpec
-from ..runtime._tools import Executor
+from ..runtime._tools import Consequence, Executor, ToolSpec
+from ..runtime.policy._decide import Rules
 from .manifest._load import Policy, ServerConfig
 
 __all__ = ["request_rules", "request_spec"]

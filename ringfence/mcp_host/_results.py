@@ -35,7 +35,8 @@ from typing import Any
 
 from mcp import types
 
-from ..runtime import Redactor, cap_text
+from ..runtime._output import cap_text
+from ..runtime._redact import Redactor
 
 __all__ = ["RenderContext", "frame_untrusted", "render_contents", "render_resource_contents"]
 

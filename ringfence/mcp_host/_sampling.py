@@ -30,20 +30,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import trio
 from mcp import types
 
-from ..runtime import (
-    CallContext,
-    Consequence,
-    Denied,
-    Outcome,
-    Rules,
-    ToolError,
-    ToolTimeout,
-)
+from ..runtime._calls import CallContext, Outcome
+from ..runtime._errors import Denied, ToolError, ToolTimeout
+from ..runtime._tools import Consequence
+from ..runtime.policy._decide import Rules
 from ._requests import request_rules, request_spec
 from .manifest._load import Policy, ServerConfig
 
 if TYPE_CHECKING:
-    from ..runtime import Kernel
+    from ..runtime._kernel import Kernel
     from ._diagnostics import Diagnostics
 
 __all__ = ["SamplingGate", "SamplingProvider", "SamplingRequest", "SamplingResponse"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 from ..runtime._net import is_loopback
 
 __all__ = [

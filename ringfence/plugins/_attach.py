@@ -35,13 +35,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..runtime import Denied, Hook, HookAnswer, InvalidArguments, Kernel, Policy, Rules
+from ..runtime._errors import Denied, InvalidArguments
+from ..runtime._hooks import Hook, HookAnswer
+from ..runtime._kernel import Kernel
+from ..runtime.policy._decide import Rules
+from ..runtime.policy._judge import Policy
 from ._command import CommandRunner
 from ._config import PluginEntry, load_entries
 from ._plugin import PluginState, inspect_plugin
 
 if TYPE_CHECKING:
-    from ..mcp_host import ServerConfig
+    from ..mcp_host.manifest._load import ServerConfig
 
 __all__ = ["Snapshot", "attach_plugins"]
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from ..runtime import InvalidArguments, canonical_json
+from ..runtime._canonical import canonical_json
+from ..runtime._errors import InvalidArguments
 from ..runtime._files import read_all
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "Bundle", "read_bundle"]

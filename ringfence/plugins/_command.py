@@ -36,7 +36,8 @@ from typing import Any
 
 import trio
 
-from ..runtime import HookAnswer, ToolError, Unavailable
+from ..runtime._errors import ToolError, Unavailable
+from ..runtime._hooks import HookAnswer
 from ._manifest import HookConfig
 
 __all__ = ["MAX_ANSWER", "CommandRunner"]

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime import InvalidArguments, atomic_write, ringfence_home
+from ..runtime._errors import InvalidArguments
+from ..runtime._files import atomic_write, ringfence_home
 from ._manifest import PLUGIN_NAME
 
 __all__ = [

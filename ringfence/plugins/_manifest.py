@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime import HOOK_POINTS, Hook, InvalidArguments
+from ..runtime._errors import InvalidArguments
+from ..runtime._hooks import HOOK_POINTS, Hook
 from ._bundle import Bundle
 
 __all__ = ["MANIFEST", "HookConfig", "PluginManifest", "parse_plugin_manifest"]

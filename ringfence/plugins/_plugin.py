@@ -23,14 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..runtime import InvalidArguments, RingfenceError, Rule, Skill, parse_policy_file
+from ..runtime._errors import InvalidArguments, RingfenceError
+from ..runtime._skills import Skill
+from ..runtime.policy._files import parse_policy_file
+from ..runtime.policy._rules import Rule
 from ._bundle import Bundle, read_bundle
 from ._config import PluginEntry
 from ._manifest import PluginManifest, parse_plugin_manifest
 from ._skills import read_skills
 
 if TYPE_CHECKING:
-    from ..mcp_host import ServerConfig
+    from ..mcp_host.manifest._load import ServerConfig
 
 __all__ = ["PLUGIN_ROOT", "PluginState", "inspect_plugin", "locate_plugin", "server_name"]
 
@@ -183,7 +186,7 @@ def check_fragment(path: Path, raw: bytes, plugin: str) -> tuple[Rule, ...]:
 
 
 def _servers(bundle: Bundle, rel: str, plugin: str) -> tuple[ServerConfig, ...]:
-    from ..mcp_host import parse_manifest
+    from ..mcp_host.manifest._load import parse_manifest
 
     manifest = parse_manifest(bundle.text(rel), str(bundle.root / rel))
     out = []

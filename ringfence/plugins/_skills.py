@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from ..runtime import InvalidArguments, Skill
+from ..runtime._errors import InvalidArguments
+from ..runtime._skills import Skill
 from ._bundle import Bundle
 
 __all__ = ["read_skills"]

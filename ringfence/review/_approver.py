@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ..runtime import ApprovalAnswer, ApprovalRequest, Choice
-from ..runtime._approval import _parse_terminal_answer
+from ..runtime._approval import ApprovalAnswer, ApprovalRequest, Choice, _parse_terminal_answer
 
 __all__ = ["MAX_PENDING", "Question", "ReviewApprover", "answer_from_page"]
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import orjson
 import trio
 
-from ..runtime import verify_chain
+from ..runtime._verify import verify_chain
 from ._timeline import Timeline
 
 __all__ = ["EventFeed", "Integrity"]

@@ -25,8 +25,9 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
-from ..runtime import InvalidArguments, Kernel
+from ..runtime._errors import InvalidArguments
 from ..runtime._groups import single_error
+from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
 from ..serve._http import HttpOptions, RefusalAudit, RequestGuard
 from ._app import MAX_FORM_BYTES, PathToken, ReviewApp

@@ -23,7 +23,10 @@ from typing import Any
 
 import trio
 
-from ..runtime import ApprovalRequest, Denied, Kernel, Plan, RingfenceError
+from ..runtime._approval import ApprovalRequest
+from ..runtime._errors import Denied, RingfenceError
+from ..runtime._kernel import Kernel
+from ..runtime._plan import Plan
 from ..runtime._render import json_text, one_line, render_approval
 from ._actions import Confirmations, Job, Pending, RateLimit
 from ._approver import Question, ReviewApprover, answer_from_page
@@ -578,7 +581,8 @@ class ReviewSite:
 
     @contextlib.contextmanager
     def _store(self) -> Iterator[Any]:
-        from ..workspace import CheckpointStore, Workspace
+        from ..workspace._workspace import Workspace
+        from ..workspace.changes._store import CheckpointStore
 
         with Workspace(list(self.kernel.roots)) as workspace:
             store = CheckpointStore(workspace)

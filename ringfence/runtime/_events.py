@@ -248,7 +248,7 @@ class EventLog:
     """Builds chained, redacted records and hands them to a sink.
 
     Strings with lone surrogates (undecodable file-name bytes) are written in
-    the escaped form of :func:`ringfence.runtime.escape_surrogates`, so any
+    the escaped form of :func:`ringfence.runtime._output.escape_surrogates`, so any
     text can be recorded. Data keys that name the record's own fields
     (:data:`RECORD_FIELDS`) are refused with ValueError: they would overwrite
     them or put a second ``hash`` in the line.

@@ -13,7 +13,7 @@ Two promises hold for every text that passes through it:
   spool. (A caller that cuts a text itself before handing it over loses this.)
   Text fed before its redactor is known is kept in memory only (a head and a
   tail window) and redacted at :meth:`~OutputBuffer.finish`; only text already
-  redacted (by the caller, or by a :class:`~ringfence.runtime.StreamRedactor`
+  redacted (by the caller, or by a :class:`~ringfence.runtime._redact.StreamRedactor`
   as it arrives) is written to a spool file before the end, and it is
   redacted once more at the end for secrets registered meanwhile.
 * **Always valid UTF-8.** Python keeps undecodable bytes of file names and

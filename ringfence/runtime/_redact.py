@@ -24,9 +24,9 @@ counts when
 - it is a connection string: ``database``/``db``/``connection``/``conn``
   followed by ``url``/``uri``/``string`` (``DATABASE_URL``);
 - it matches an operator pattern: shell globs, case-insensitive, over the
-  whole name, from ``RINGFENCE_SECRET_NAMES`` (comma-separated, read on each
-  check) or from ``Redactor(names=...)`` / ``Kernel(secret_names=...)`` /
-  ``create_kernel(secret_names=...)``.
+  whole name, from ``Redactor(names=...)`` / ``Kernel(secret_names=...)`` /
+  ``create_kernel(secret_names=...)`` (the command line passes
+  ``RINGFENCE_SECRET_NAMES`` there; the library never reads the environment).
 
 Besides names, a URL with a password in its userinfo
 (``https://user:pass@host``) anywhere in arguments, environment values or
@@ -44,7 +44,6 @@ from __future__ import annotations
 import ast
 import base64
 import functools
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
@@ -53,7 +52,6 @@ from urllib.parse import unquote
 
 __all__ = [
     "MARKER",
-    "SECRET_NAMES_ENV",
     "Redactor",
     "StreamRedactor",
     "credential_parts",
@@ -67,9 +65,6 @@ __all__ = [
 ]
 
 MARKER = "[REDACTED SECRET]"
-
-# The environment variable with the operator's extra credential-name globs.
-SECRET_NAMES_ENV = "RINGFENCE_SECRET_NAMES"
 
 # Names whose values are treated as secrets when the kernel passes them on.
 SECRET_NAME_SUFFIXES = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PAT", "CREDENTIALS", "AUTH")
@@ -109,11 +104,6 @@ SECRET_HEADER_NAMES = frozenset({"authorization", "proxy-authorization", "cookie
 _USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://([^\s/:@]*):([^\s/@]+)@")
 
 
-@functools.lru_cache(maxsize=8)
-def _parse_patterns(text: str) -> tuple[str, ...]:
-    return tuple(p.strip().lower() for p in text.split(",") if p.strip())
-
-
 def name_segments(name: str) -> list[str]:
     """``name`` in lower-case segments: ``MYSQL_PWD`` → mysql, pwd; ``apiKey`` → api, key."""
     return [s.lower() for s in _SEGMENTS.findall(name)]
@@ -140,20 +130,14 @@ def _matches_patterns(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatchcase(lowered, p.lower()) for p in patterns)
 
 
-def _env_patterns() -> tuple[str, ...]:
-    """The patterns of ``RINGFENCE_SECRET_NAMES`` as the environment holds them now."""
-    env = os.environ.get(SECRET_NAMES_ENV)
-    return _parse_patterns(env) if env else ()
-
-
 def is_secret_name(name: str, extra: Iterable[str] = ()) -> bool:
     """Whether values under ``name`` are credentials (rules in the module docstring).
 
-    ``extra`` adds glob patterns to the built-in rules and ``RINGFENCE_SECRET_NAMES``.
+    ``extra`` adds glob patterns to the built-in rules.
     """
     if _builtin_secret_name(name):
         return True
-    return _matches_patterns(name, (*_env_patterns(), *extra))
+    return _matches_patterns(name, extra)
 
 
 def is_secret_key(name: str, extra: Iterable[str] = ()) -> bool:
@@ -430,8 +414,7 @@ class Redactor:
         recorded keeps it out of every event. Everything below such a key counts, and
         so does the password of a URL with userinfo under any key.
         """
-        # The operator's name patterns, read once for the walk (not once per key).
-        self._walk_named(value, secret, (*self.names, *_env_patterns()))
+        self._walk_named(value, secret, self.names)
 
     def _walk_named(self, value: Any, secret: bool, patterns: tuple[str, ...]) -> None:
         if isinstance(value, str):

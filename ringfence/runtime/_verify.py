@@ -77,7 +77,7 @@ class ChainReport:
     seal. ``unsealed`` describes every session without a seal (see
     :class:`UnsealedSession`), whether or not it was accepted.
 
-    ``session_keys`` holds the fingerprint (:func:`ringfence.runtime.key_fingerprint`)
+    ``session_keys`` holds the fingerprint (:func:`ringfence.runtime._intents.key_fingerprint`)
     of each session's key, in file order. ``unsealed_sessions`` counts the
     sessions without a seal, accepted ones included.
     ``unauthenticated`` is the (first, last) line range of the last unsealed

@@ -50,8 +50,14 @@ import trio
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
-from ..runtime import ApprovalAnswer, ApprovalRequest, Approver, Choice, HeadlessDenyApprover
-from ..runtime._approval import grant_pattern
+from ..runtime._approval import (
+    ApprovalAnswer,
+    ApprovalRequest,
+    Approver,
+    Choice,
+    HeadlessDenyApprover,
+    grant_pattern,
+)
 from ._defaults import DEFAULT_APPROVAL_TIMEOUT_SECONDS
 
 __all__ = ["ClientApprover", "ClientChannel", "approval_form", "current_channel"]

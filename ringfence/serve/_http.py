@@ -51,7 +51,6 @@ import errno
 import hmac
 import logging
 import math
-import os
 import secrets
 import unicodedata
 from collections import Counter
@@ -68,8 +67,9 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..runtime import InvalidArguments, Kernel
+from ..runtime._errors import InvalidArguments
 from ..runtime._groups import single_error
+from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
 from ._defaults import (
     DEFAULT_PORT,
@@ -92,9 +92,9 @@ __all__ = [
     "RefusalAudit",
     "RequestGuard",
     "check_bind",
+    "check_token",
     "is_loopback",
     "serve_http",
-    "token_from_env",
 ]
 
 MCP_PATH = "/mcp"
@@ -103,9 +103,9 @@ _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 LOGGER = logging.getLogger("ringfence.serve")
 
 
-def token_from_env(environ: dict[str, str] | None = None) -> str | None:
-    """The operator's token from ``RINGFENCE_SERVE_TOKEN``; raises InvalidArguments if too short."""
-    value = (environ if environ is not None else os.environ).get(TOKEN_ENV)
+def check_token(value: str | None) -> str | None:
+    """The operator's token (the command line's ``RINGFENCE_SERVE_TOKEN``), None when unset or
+    empty; raises InvalidArguments if it is too short or padded."""
     if value is None or value == "":
         return None
     if len(value) < MIN_TOKEN_LENGTH or value.strip() != value:

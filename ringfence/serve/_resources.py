@@ -38,7 +38,10 @@ from urllib.parse import quote, unquote, urlsplit
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from ..runtime import Kernel, NotFound, Outcome, Posture
+from ..runtime._calls import Outcome
+from ..runtime._errors import NotFound
+from ..runtime._kernel import Kernel
+from ..runtime.policy._decide import Posture
 
 __all__ = ["PAGE_SIZE", "RESOURCE_NOT_FOUND", "WorkspaceResources"]
 

@@ -60,7 +60,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from .. import __version__
-from ..runtime import Consequence, InvalidArguments, Kernel, Outcome, ToolSpec
+from ..runtime._calls import Outcome
+from ..runtime._errors import InvalidArguments
+from ..runtime._kernel import Kernel
+from ..runtime._tools import Consequence, ToolSpec
 from ._approver import ClientApprover, ClientChannel
 from ._defaults import EXPOSE_CHOICES
 from ._early import DESCRIPTION, INSTRUCTIONS, SERVER_NAME, TITLE, EarlyInitialize, EarlyWriter

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..runtime import ToolError, ToolTimeout
+from ..runtime._errors import ToolError, ToolTimeout
 
 __all__ = ["Deadline", "current_deadline"]
 

@@ -59,15 +59,11 @@ from typing import Any
 
 import trio
 
-from ..runtime import (
-    CallContext,
-    Consequence,
-    InvalidArguments,
-    Kernel,
-    Posture,
-    RingfenceError,
-    ToolSpec,
-)
+from ..runtime._calls import CallContext
+from ..runtime._errors import InvalidArguments, RingfenceError
+from ..runtime._kernel import Kernel
+from ..runtime._tools import Consequence, ToolSpec
+from ..runtime.policy._decide import Posture
 from ._deadline import Deadline
 from ._names import escape_name, escape_text, unescape_path
 from ._workspace import FileOps, Workspace

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 
 __all__ = ["escape_name", "escape_text", "unescape_path"]
 

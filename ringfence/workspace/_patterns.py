@@ -15,7 +15,7 @@ from typing import Any
 
 import re2
 
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 from ._deadline import current_deadline
 from ._names import escape_name, unescape_path
 

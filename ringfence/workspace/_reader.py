@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 from ..runtime._files import read_all
 from ._resolver import Access, Resolver, fd_path, translate_oserror
 

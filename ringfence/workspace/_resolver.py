@@ -52,7 +52,7 @@ from .._confine.openat2 import (
     openat2,
     openat2_available,
 )
-from ..runtime import (
+from ..runtime._errors import (
     InvalidArguments,
     NotFound,
     OutsideWorkspace,

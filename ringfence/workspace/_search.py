@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Container
 from typing import Any
 
-from ..runtime import InvalidArguments, RingfenceError
+from ..runtime._errors import InvalidArguments, RingfenceError
 from ._deadline import current_deadline
 from ._patterns import compile_glob, compile_name_filter, compile_regex, scan_escapes, search_text
 from ._reader import READ_FLAGS, read_all

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..runtime import InvalidArguments, OutsideWorkspace
+from ..runtime._errors import InvalidArguments, OutsideWorkspace
 
 __all__ = [
     "WindowsFileSystem",

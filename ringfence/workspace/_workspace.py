@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ..runtime import InvalidArguments, Unavailable
+from ..runtime._errors import InvalidArguments, Unavailable
 from . import _reader, _search, _writer
 from ._resolver import CONFINED, Access, Resolver, Root, open_root
 from .git._rules import is_dotgit, is_git_directory, read_gitfile

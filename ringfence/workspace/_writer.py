@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime import GitMetadata, InvalidArguments, ToolError, Unwritable
+from ..runtime._errors import GitMetadata, InvalidArguments, ToolError, Unwritable
 from ._reader import READ_FLAGS, READ_MAX_BYTES, check_regular, read_all
 from ._resolver import (
     Access,

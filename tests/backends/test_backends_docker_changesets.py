@@ -42,14 +42,9 @@ from ringfence.backends.docker._seal import mount_program, seal_program, userns_
 from ringfence.backends.docker._seccomp import NAMESPACE_ALLOW, profile
 from ringfence.backends.testing import check_backend
 from ringfence.runtime import RingfenceError, Unavailable
-from ringfence.workspace import (
-    Change,
-    CheckpointStore,
-    MergeReport,
-    Workspace,
-    changes_from_upper,
-    merge_changes,
-)
+from ringfence.workspace import Change, CheckpointStore, Workspace
+from ringfence.workspace.changes._merge import MergeReport, merge_changes
+from ringfence.workspace.changes._upper import changes_from_upper
 
 pytestmark = pytest.mark.docker
 

@@ -25,7 +25,8 @@ from test_backends_docker_changesets import capture, make, summary
 from ringfence.backends import SessionSpec, start_docker
 from ringfence.backends.docker._pool import WarmPool
 from ringfence.runtime import InvalidArguments
-from ringfence.workspace import CheckpointStore, Workspace, merge_changes
+from ringfence.workspace import CheckpointStore, Workspace
+from ringfence.workspace.changes._merge import merge_changes
 
 pytestmark = pytest.mark.docker
 OPTIONS = dict(DOCKER_OPTIONS)

@@ -40,15 +40,9 @@ import pytest
 from backends_helpers import chown_like_workspace
 
 from ringfence import create_kernel
-from ringfence.runtime import (
-    ApprovalAnswer,
-    GitMetadata,
-    Posture,
-    Rules,
-    ScriptedApprover,
-    parse_rule,
-)
+from ringfence.runtime import ApprovalAnswer, GitMetadata, Posture, Rules, ScriptedApprover
 from ringfence.runtime.policy._matchers import Tri
+from ringfence.runtime.policy._rules import parse_rule
 from ringfence.runtime.shell._parts import SimpleCommand, Word
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))  # the corpora

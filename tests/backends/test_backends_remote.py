@@ -27,7 +27,8 @@ from ringfence.backends.engines._engines import Engine
 from ringfence.backends.engines._ship import rebuild_upper
 from ringfence.backends.testing import check_backend
 from ringfence.runtime import InvalidArguments, RingfenceError, Unavailable
-from ringfence.workspace import Change, CheckpointStore, Workspace, merge_changes
+from ringfence.workspace import Change, CheckpointStore, Workspace
+from ringfence.workspace.changes._merge import merge_changes
 
 pytestmark = pytest.mark.docker
 IMAGE = "ringfence/busybox:latest"

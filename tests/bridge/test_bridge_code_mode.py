@@ -22,11 +22,11 @@ from ringfence.runtime import (
     ApprovalRequest,
     Consequence,
     Kernel,
-    Plan,
     Posture,
     ScriptedApprover,
     ToolSpec,
 )
+from ringfence.runtime._plan import Plan
 
 
 def script_calls(kernel: Kernel) -> list[dict]:

@@ -11,11 +11,11 @@ from ringfence.runtime import (
     ApprovalAnswer,
     ApprovalRequest,
     Kernel,
-    Plan,
     Posture,
     Rules,
     ScriptedApprover,
 )
+from ringfence.runtime._plan import Plan
 
 ALL_CALLS = "\n".join(
     f"""

@@ -22,7 +22,6 @@ from ringfence.bridge import SCRIPT_TOOL, LocalLauncher, ScriptConfig, register_
 from ringfence.bridge._channel import MAX_PENDING_HANDSHAKES, MAX_REFUSAL_EVENTS
 from ringfence.bridge._launch import LaunchRequest
 from ringfence.runtime import (
-    MARKER,
     ApprovalAnswer,
     Consequence,
     Kernel,
@@ -30,6 +29,7 @@ from ringfence.runtime import (
     ScriptedApprover,
     ToolSpec,
 )
+from ringfence.runtime._redact import MARKER
 
 YES = ScriptedApprover(lambda r: ApprovalAnswer.once())
 SCRIPT = 'print("working")\nresult = call_tool("peek", x="a")["args"]'

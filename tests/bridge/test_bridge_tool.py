@@ -15,14 +15,8 @@ from kernel_helpers import event_records
 
 from ringfence._embed import create_kernel
 from ringfence.bridge import SCRIPT_TOOL, LocalLauncher, ScriptConfig, register_script_tool
-from ringfence.runtime import (
-    ApprovalAnswer,
-    Consequence,
-    Kernel,
-    Posture,
-    ScriptedApprover,
-    decide,
-)
+from ringfence.runtime import ApprovalAnswer, Consequence, Kernel, Posture, ScriptedApprover
+from ringfence.runtime.policy._decide import decide
 
 YES = ScriptedApprover(lambda r: ApprovalAnswer.once())
 

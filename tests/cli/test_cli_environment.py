@@ -10,6 +10,7 @@ passes them as arguments, and shows and records each weaker choice.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import tempfile
@@ -21,7 +22,13 @@ from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 
 from ringfence import create_kernel
 from ringfence.cli._main import main
-from ringfence.runtime import Posture, load_policy
+from ringfence.cli._settings import Settings
+from ringfence.mcp_host import parse_manifest
+from ringfence.mcp_host.oauth._tokens import SealedStore
+from ringfence.runtime import InvalidArguments, Posture
+from ringfence.runtime.policy._files import load_policy
+from ringfence.serve._http import check_token
+from ringfence.workspace import Retention
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
 
@@ -134,6 +141,98 @@ def test_the_cli_honours_the_script_sandbox_variable_and_shows_and_records_it(
     (weaker,) = events(log, "weaker_confinement")
     assert weaker["choices"][0]["setting"] == "script_sandbox"
     assert [e["level"] for e in events(log, "script_sandbox_level")] == ["none"]
+
+
+# -- Settings: the one read of the environment -------------------------------------------
+
+
+def test_settings_from_env_reads_every_variable_once() -> None:
+    env = {
+        "RINGFENCE_POSTURE": "allow-reads",
+        "RINGFENCE_WORKSPACE_ROOTS": os.pathsep.join(["/a", "", "/b"]),
+        "RINGFENCE_EXECUTION_BACKEND": "docker",
+        "RINGFENCE_SCRIPT_SANDBOX": "best-effort",
+        "RINGFENCE_MANAGED_POLICY": "/etc/other.toml",
+        "RINGFENCE_MCP": "1",
+        "RINGFENCE_OTEL": "0",
+        "RINGFENCE_DEBUG": "1",
+        "RINGFENCE_SECRET_NAMES": " *_SIGIL , vault_* ,",
+        "RINGFENCE_SERVE_TOKEN": "t" * 20,
+        "RINGFENCE_CHECKPOINTS_KEEP": "7",
+        "RINGFENCE_CHECKPOINTS_MIB": "1.5",
+        "RINGFENCE_CHECKPOINTS_FSYNC": "1",
+        "RINGFENCE_NO_KEYRING": "1",
+        "RINGFENCE_BWRAP": "/opt/bwrap",
+        "RINGFENCE_BENCH_ENGINE": "{}",
+    }
+    s = Settings.from_env(env)
+    assert s.posture == "allow-reads" and s.workspace_roots == (Path("/a"), Path("/b"))
+    assert (s.backend, s.script_sandbox, s.managed_policy) == (
+        "docker",
+        "best-effort",
+        "/etc/other.toml",
+    )
+    assert (s.mcp, s.otel, s.debug, s.keyring) == (True, False, True, False)
+    assert s.secret_names == ("*_SIGIL", "vault_*") and s.serve_token == "t" * 20
+    retention = s.retention()
+    assert (retention.keep, retention.max_mib, retention.fsync) == (7, 1.5, True)
+    assert retention.max_age_days == Retention().max_age_days  # unset: the store's default
+    assert (s.bwrap, s.bench_engine) == ("/opt/bwrap", "{}")
+    assert Settings.from_env({}) == Settings()
+
+
+@pytest.mark.parametrize("name", ["RINGFENCE_CHECKPOINTS_DAYS", "RINGFENCE_CHECKPOINTS_MIB"])
+def test_a_bad_number_is_refused_naming_its_variable(name: str) -> None:
+    with pytest.raises(InvalidArguments) as refused:
+        Settings.from_env({name: "-3"})
+    assert refused.value.field == name and name in refused.value.message
+
+
+def test_the_library_defaults_do_not_consult_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What the command line reads changes nothing for a library caller who passed nothing."""
+    monkeypatch.setenv("RINGFENCE_CHECKPOINTS_KEEP", "1")
+    monkeypatch.setenv("RINGFENCE_CHECKPOINTS_FSYNC", "1")
+    monkeypatch.setenv("RINGFENCE_NO_KEYRING", "1")
+    monkeypatch.setenv("RINGFENCE_SERVE_TOKEN", "x" * 32)
+    assert Retention() == Retention(keep=500, max_age_days=30.0, max_mib=1024.0, fsync=False)
+    assert SealedStore(tmp_path).keyring is True
+    assert check_token(None) is None
+
+
+@needs_bwrap
+def test_the_cli_passes_the_secret_names_variable_to_the_kernel(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RINGFENCE_SECRET_NAMES still redacts for the command: read by Settings, passed on."""
+    secret = f"vault-{secrets.token_hex(8)}"
+    monkeypatch.setenv("RINGFENCE_SECRET_NAMES", "vault_*")
+    log = tmp_path / "events.jsonl"
+    args = {"command": 'echo "$VAULT_ROLE"', "env": {"VAULT_ROLE": secret}}
+    argv = ["call", "run_shell", "--args", json.dumps(args), "--workspace", str(ws)]
+    assert main([*argv, "--approve", "yes", "--events", str(log), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert secret not in out and secret not in log.read_text()
+    assert "[REDACTED SECRET]" in out
+
+
+def test_the_secret_names_variable_holds_for_the_manifest_through_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A literal `env` value under an operator's credential name is refused by `mcp add`
+    (the library's parse_manifest takes the names as an argument)."""
+    manifest = tmp_path / "mcp.toml"
+    argv = ["mcp", "add", "vault", "--transport", "stdio", "--command", "/bin/true"]
+    argv += ["--env", "VAULT_ROLE=admin", "--manifest", str(manifest), "--json"]
+    monkeypatch.setenv("RINGFENCE_SECRET_NAMES", "vault_*")
+    assert main(argv) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert "looks like a credential" in out["error"]["message"] and not manifest.exists()
+    text = '[[server]]\nname = "v"\ntransport = "stdio"\ncommand = "/bin/true"\nenv = {VAULT_ROLE = "admin"}\n'
+    assert parse_manifest(text).servers  # no names given: the built-in rules only
+    with pytest.raises(InvalidArguments, match="looks like a credential"):
+        parse_manifest(text, secret_names=["vault_*"])
 
 
 # -- $RINGFENCE_HOME inside a workspace root -------------------------------------------------

@@ -7,7 +7,8 @@ from pathlib import Path
 from mcp import types
 from mcp_host_helpers import events_of, manifest, py_server
 
-from ringfence.mcp_host import CapabilityLedger, connect_servers
+from ringfence.mcp_host import connect_servers
+from ringfence.mcp_host._authority import CapabilityLedger
 from ringfence.runtime import MemorySink
 
 

@@ -10,7 +10,8 @@ import pytest
 from mcp_host_helpers import PYTHON, SERVERS, npm_bin
 
 from ringfence.cli import main
-from ringfence.mcp_host import load_manifest, save_server
+from ringfence.mcp_host import load_manifest
+from ringfence.mcp_host.manifest._load import save_server
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict | str, str]:

@@ -9,7 +9,8 @@ import pytest
 from mcp import MCPError, types
 
 import ringfence.mcp_host as mcp_host
-from ringfence.mcp_host import ServerConfig, Transport, translate_error
+from ringfence.mcp_host import ServerConfig, Transport
+from ringfence.mcp_host._errors import translate_error
 from ringfence.runtime import RingfenceError
 
 URL = "https://mcp.example.com/mcp?token=very-secret-query"

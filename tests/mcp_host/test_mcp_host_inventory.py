@@ -8,13 +8,9 @@ import pytest
 import trio
 from mcp_host_helpers import manifest, py_server
 
-from ringfence.mcp_host import (
-    ListLimits,
-    assign_names,
-    connect_servers,
-    list_paginated,
-    sanitize_part,
-)
+from ringfence.mcp_host import ListLimits, connect_servers
+from ringfence.mcp_host._inventory import assign_names, list_paginated
+from ringfence.mcp_host.manifest._load import sanitize_part
 
 
 def test_sanitize_part() -> None:

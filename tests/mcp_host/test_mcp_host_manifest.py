@@ -12,15 +12,13 @@ from ringfence.mcp_host import (
     ServerConfig,
     Transport,
     Trust,
-    check_url,
-    credential_fields,
-    display_url,
     load_manifest,
     load_manifests,
     parse_manifest,
-    remove_server,
-    save_server,
 )
+from ringfence.mcp_host._elicitation import credential_fields
+from ringfence.mcp_host._urls import check_url, display_url
+from ringfence.mcp_host.manifest._load import remove_server, save_server
 from ringfence.runtime import InvalidArguments
 
 GOOD = """\

@@ -15,7 +15,8 @@ import trio
 from mcp_host_helpers import manifest, npm_bin, toml_str
 
 from ringfence.mcp_host import connect_servers
-from ringfence.runtime import ApprovalAnswer, Consequence, Kernel, Plan, Posture, ScriptedApprover
+from ringfence.runtime import ApprovalAnswer, Consequence, Kernel, Posture, ScriptedApprover
+from ringfence.runtime._plan import Plan
 
 pytestmark = [pytest.mark.npm, pytest.mark.usefixtures("everything_bin", "filesystem_bin")]
 

@@ -11,7 +11,8 @@ from mcp_host_helpers import events_of, manifest, py_server, toml_str
 
 from ringfence.mcp_host import ElicitationAnswer, connect_servers
 from ringfence.mcp_host.testing import FakeSamplingProvider, ScriptedElicitor
-from ringfence.runtime import MARKER, ApprovalAnswer, Posture, Rules
+from ringfence.runtime import ApprovalAnswer, Posture, Rules
+from ringfence.runtime._redact import MARKER
 
 SAMPLING = 'sampling_policy = "allow"\nsampling_allowed_models = ["fake-large", "fake-small"]\nsampling_max_tokens = 100\nsampling_total_tokens = 150'
 

@@ -10,7 +10,8 @@ import pytest
 from mcp_host_helpers import manifest, py_server
 
 from ringfence.mcp_host import connect_servers, parse_manifest
-from ringfence.runtime import MARKER, InvalidArguments, MemorySink
+from ringfence.runtime import InvalidArguments, MemorySink
+from ringfence.runtime._redact import MARKER
 
 SDK_DEFAULT = {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}
 

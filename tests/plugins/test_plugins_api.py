@@ -26,8 +26,10 @@ from plugins_helpers import events_of, python_hook, write_plugin
 
 import ringfence
 from ringfence import create_kernel
-from ringfence.runtime import MARKER, Hook, HookAnswer, InvalidArguments
+from ringfence.runtime import Hook, InvalidArguments
 from ringfence.runtime._errors import Denied
+from ringfence.runtime._hooks import HookAnswer
+from ringfence.runtime._redact import MARKER
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 SERVERS = Path(__file__).parents[1] / "mcp_host" / "servers"

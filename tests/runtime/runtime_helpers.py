@@ -24,7 +24,8 @@ def rechain(records: list[dict[str, Any]]) -> bytes:
     """
     import hashlib
 
-    from ringfence.runtime import GENESIS, canonical_json
+    from ringfence.runtime._canonical import canonical_json
+    from ringfence.runtime._events import GENESIS
 
     prev = GENESIS
     out = b""

@@ -20,18 +20,11 @@ from cli_helpers import ringfence_process
 from kernel_helpers import event_records
 from runtime_helpers import Ledger, rechain, register_standard_tools
 
-from ringfence.runtime import (
-    GENESIS,
-    ApprovalAnswer,
-    ChainReport,
-    FileSink,
-    IntentAuthority,
-    Kernel,
-    ScriptedApprover,
-    canonical_json,
-    verify_file,
-)
-from ringfence.runtime._events import CHECKPOINT_CONTEXT
+from ringfence.runtime import ApprovalAnswer, FileSink, Kernel, ScriptedApprover, verify_file
+from ringfence.runtime._canonical import canonical_json
+from ringfence.runtime._events import CHECKPOINT_CONTEXT, GENESIS
+from ringfence.runtime._intents import IntentAuthority
+from ringfence.runtime._verify import ChainReport
 
 
 async def write_log(path: Path, ledger: Ledger, **kernel: Any) -> Kernel:

@@ -13,15 +13,8 @@ from typing import Any
 
 import pytest
 
-from ringfence.runtime import (
-    CallContext,
-    Consequence,
-    FileSink,
-    Kernel,
-    ToolSpec,
-    canonical_json,
-    verify_file,
-)
+from ringfence.runtime import CallContext, Consequence, FileSink, Kernel, ToolSpec, verify_file
+from ringfence.runtime._canonical import canonical_json
 from ringfence.runtime._events import encode_record
 
 

@@ -119,7 +119,7 @@ def forge_allowed_write(path: Path, intent: dict[str, Any] | None) -> None:
 
 def described_intent(path: Path) -> dict[str, Any]:
     """What a forger who knows the format writes: a well-formed intent for the refused write."""
-    from ringfence.runtime import digest
+    from ringfence.runtime._canonical import digest
 
     call = next(
         r for r in event_records(path) if r["kind"] == "proposed" and r["tool"] == "write_file"

@@ -16,8 +16,8 @@ from ringfence.runtime import (
     Rules,
     ScriptedApprover,
     Verdict,
-    decide,
 )
+from ringfence.runtime.policy._decide import decide
 
 # posture → verdict for (read, reversible, irreversible, residual)
 POSTURE_TABLE = {

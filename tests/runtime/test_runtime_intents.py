@@ -9,7 +9,9 @@ import pytest
 import trio
 from runtime_helpers import Ledger, register_standard_tools
 
-from ringfence.runtime import Authorization, Denied, Kernel, Posture, verify_intent
+from ringfence.runtime import Denied, Kernel, Posture
+from ringfence.runtime._calls import Authorization
+from ringfence.runtime._intents import verify_intent
 
 
 @pytest.fixture
@@ -119,7 +121,7 @@ def test_the_session_key_pem_is_what_cryptography_writes_and_reads() -> None:
     call path); it must be byte for byte cryptography's PEM, and load back as the same key."""
     from cryptography.hazmat.primitives import serialization
 
-    from ringfence.runtime import IntentAuthority, key_fingerprint, load_public_keys
+    from ringfence.runtime._intents import IntentAuthority, key_fingerprint, load_public_keys
 
     for _ in range(20):
         authority = IntentAuthority()

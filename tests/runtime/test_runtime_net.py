@@ -7,7 +7,7 @@ import pytest
 from ringfence.mcp_host._urls import check_url
 from ringfence.runtime import InvalidArguments
 from ringfence.runtime._net import is_loopback
-from ringfence.serve import check_bind
+from ringfence.serve._http import check_bind
 
 LOOPBACK = ["localhost", "127.0.0.1", "127.8.9.10", "::1", "[::1]"]
 NOT_LOOPBACK = [

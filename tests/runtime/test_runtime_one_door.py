@@ -33,12 +33,12 @@ from ringfence.runtime import (
     Consequence,
     Kernel,
     MemorySink,
-    Plan,
     Rules,
     ScriptedApprover,
     ToolSpec,
 )
 from ringfence.runtime._events import KERNEL_KINDS
+from ringfence.runtime._plan import Plan
 from ringfence.serve import HttpOptions, serve_http
 
 SERVERS = Path(__file__).resolve().parents[1] / "mcp_host" / "servers"

@@ -20,7 +20,6 @@ from kernel_helpers import event_records
 
 from ringfence import create_kernel
 from ringfence.runtime import (
-    MARKER,
     ApprovalRequest,
     CallContext,
     Denied,
@@ -31,10 +30,11 @@ from ringfence.runtime import (
     Rules,
     ToolError,
     ToolSpec,
-    cap_text,
-    verify_chain,
     verify_file,
 )
+from ringfence.runtime._output import cap_text
+from ringfence.runtime._redact import MARKER
+from ringfence.runtime._verify import verify_chain
 
 OUTCOMES = {"finished", "failed", "cancelled", "staged"}
 SECRET = "Zq7Xv9Lm3Np5Rt8Wk2Hs"

@@ -9,7 +9,6 @@ from pathlib import Path
 from runtime_helpers import Ledger, make_tool
 
 from ringfence.runtime import (
-    MARKER,
     Consequence,
     Kernel,
     MemorySink,
@@ -17,8 +16,9 @@ from ringfence.runtime import (
     Redactor,
     ToolError,
     ToolSpec,
-    cap_text,
 )
+from ringfence.runtime._output import cap_text
+from ringfence.runtime._redact import MARKER
 
 SECRET = "sk-live-5f3a9c0d2e"
 

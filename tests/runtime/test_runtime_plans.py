@@ -17,11 +17,11 @@ from ringfence.runtime import (
     Denied,
     InvalidArguments,
     Kernel,
-    Plan,
     Posture,
     Rules,
     ScriptedApprover,
 )
+from ringfence.runtime._plan import Plan
 
 
 async def stage_session(plan_path: Path, ledger: Ledger, posture: Posture = Posture.ASK) -> list:

@@ -17,18 +17,16 @@ import shell_corpus
 import ringfence.mcp_host as mcp_host
 from ringfence.runtime import (
     Consequence,
-    Decision,
     Effect,
     InvalidArguments,
     Policy,
-    PolicyVerdict,
     Posture,
     Rules,
     ToolSpec,
     Verdict,
-    decide,
-    evaluate_policy,
 )
+from ringfence.runtime.policy._decide import Decision, decide, evaluate_policy
+from ringfence.runtime.policy._judge import PolicyVerdict
 
 POLICY_DIR = Path(__file__).parents[2] / "ringfence" / "runtime" / "policy"
 

@@ -13,14 +13,13 @@ from ringfence.runtime import (
     MemorySink,
     Policy,
     Posture,
-    RuleError,
     Rules,
     ToolSpec,
     Verdict,
-    decide,
-    normalize_path,
-    parse_rule,
 )
+from ringfence.runtime.policy._decide import decide
+from ringfence.runtime.policy._matchers import normalize_path
+from ringfence.runtime.policy._rules import RuleError, parse_rule
 
 
 async def _ok(arguments: dict[str, Any], ctx: Any) -> Any:

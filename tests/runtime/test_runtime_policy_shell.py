@@ -12,15 +12,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ringfence.runtime import (
-    Policy,
-    Posture,
-    Rules,
-    ToolSpec,
-    Verdict,
-    decide,
-    parse_command,
-)
+from ringfence.runtime import Policy, Posture, Rules, ToolSpec, Verdict
+from ringfence.runtime.policy._decide import decide
+from ringfence.runtime.shell._words import parse_command
 
 
 async def _never(arguments: dict[str, Any], ctx: Any) -> Any:

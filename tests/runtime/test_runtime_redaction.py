@@ -13,15 +13,8 @@ import pytest
 
 from ringfence import create_kernel
 from ringfence.cli import main
-from ringfence.runtime import (
-    MARKER,
-    CallContext,
-    Consequence,
-    Kernel,
-    MemorySink,
-    ToolSpec,
-    is_secret_name,
-)
+from ringfence.runtime import CallContext, Consequence, Kernel, MemorySink, ToolSpec
+from ringfence.runtime._redact import MARKER, is_secret_name
 
 ECHO_SCHEMA = {"type": "object", "properties": {"env": {"type": "object"}, "url": {}}}
 
@@ -96,22 +89,28 @@ async def test_placeholder_values_are_not_registered() -> None:
     assert "'true'" in everything and MARKER not in everything
 
 
-async def test_operator_names_from_the_kernel_and_the_environment(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    by_kernel, by_env = f"k-{secrets.token_hex(6)}", f"e-{secrets.token_hex(6)}"
-    monkeypatch.setenv("RINGFENCE_SECRET_NAMES", " *_SIGIL , vault_*")
-    assert is_secret_name("vault_thing") and is_secret_name("LAUNCH_SIGIL")
+async def test_operator_names_from_the_kernel(tmp_path: Path) -> None:
+    by_kernel, by_glob = f"k-{secrets.token_hex(6)}", f"e-{secrets.token_hex(6)}"
     events = tmp_path / "events.jsonl"
     async with create_kernel(
-        roots=[tmp_path], posture="allow-all", events_path=events, secret_names=["*_seal"]
+        roots=[tmp_path],
+        posture="allow-all",
+        events_path=events,
+        secret_names=["*_seal", "vault_*"],
     ) as kernel:
-        env = {"MY_SEAL": by_kernel, "VAULT_ROLE": by_env, "PLAIN": "ordinary-text"}
+        env = {"MY_SEAL": by_kernel, "VAULT_ROLE": by_glob, "PLAIN": "ordinary-text"}
         kernel.register(echo_tool())
         everything = await kernel.call("echo", {"env": env})
     everything += events.read_text()
-    assert by_kernel not in everything and by_env not in everything
+    assert by_kernel not in everything and by_glob not in everything
     assert "ordinary-text" in everything
+
+
+def test_the_library_does_not_read_ringfence_secret_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line reads the variable (Settings) and passes it as ``secret_names``."""
+    monkeypatch.setenv("RINGFENCE_SECRET_NAMES", " *_SIGIL , vault_*")
+    assert not is_secret_name("vault_thing") and not is_secret_name("LAUNCH_SIGIL")
+    assert is_secret_name("vault_thing", ["vault_*"])
 
 
 SCRIPT = """

@@ -18,16 +18,8 @@ from typing import Any
 import pytest
 from shell_corpus import ALLOW, CORPUS, DENY, effect_seen, missing_needs, prepare
 
-from ringfence.runtime import (
-    Consequence,
-    Policy,
-    Posture,
-    Rules,
-    ToolSpec,
-    Verdict,
-    decide,
-    evaluate_policy,
-)
+from ringfence.runtime import Consequence, Policy, Posture, Rules, ToolSpec, Verdict
+from ringfence.runtime.policy._decide import decide, evaluate_policy
 
 
 async def _never(arguments: dict[str, Any], ctx: Any) -> Any:

@@ -28,10 +28,10 @@ from ringfence.runtime import (
     ScriptedApprover,
     ToolSpec,
     Verdict,
-    decide,
-    parse_command,
 )
 from ringfence.runtime._approval import Grant, match_command
+from ringfence.runtime.policy._decide import decide
+from ringfence.runtime.shell._words import parse_command
 
 
 async def _never(arguments: dict[str, Any], ctx: Any) -> Any:

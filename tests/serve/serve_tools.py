@@ -186,7 +186,7 @@ def reconnection_tool() -> ToolSpec:
     the stream was closed. The suite's own version lives in its test server; nothing
     like it is registered by ringfence itself.
     """
-    from ringfence.serve import close_sse_stream
+    from ringfence.serve._resume import close_sse_stream
 
     async def run(args: dict[str, Any], ctx: CallContext) -> str:
         await trio.sleep(0.1)  # a call that has been running a while (see close_sse_stream)

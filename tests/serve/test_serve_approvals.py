@@ -13,7 +13,9 @@ from serve_helpers import Asker, bearer_client, error_code, http_session, serve_
 from starlette.datastructures import Headers
 
 from ringfence.runtime import ApprovalRequest, Choice
-from ringfence.serve import ClientApprover, RequestGuard, approval_form
+from ringfence.serve import ClientApprover
+from ringfence.serve._approver import approval_form
+from ringfence.serve._http import RequestGuard
 
 
 def leaves(error: BaseException) -> list[BaseException]:

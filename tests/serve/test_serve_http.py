@@ -31,7 +31,9 @@ from serve_helpers import (
 )
 
 from ringfence.runtime import InvalidArguments, verify_file
-from ringfence.serve import TOKEN_ENV, HttpOptions, check_bind
+from ringfence.serve import HttpOptions
+from ringfence.serve._defaults import TOKEN_ENV
+from ringfence.serve._http import check_bind
 
 MCP_HEADERS = {
     "Accept": "application/json, text/event-stream",

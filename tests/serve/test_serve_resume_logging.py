@@ -190,7 +190,7 @@ async def test_a_host_tool_closes_its_stream_and_the_client_resumes(workspace: P
 
 
 async def test_close_sse_stream_outside_a_served_call_does_nothing() -> None:
-    from ringfence.serve import close_sse_stream
+    from ringfence.serve._resume import close_sse_stream
 
     assert await close_sse_stream() is False
 
@@ -256,8 +256,7 @@ async def test_log_notifications_follow_the_level_and_are_redacted(
 
 
 async def test_the_event_store_is_bounded_and_forgets_oldest_first() -> None:
-    from ringfence.serve import SessionEventStore
-    from ringfence.serve._resume import _current
+    from ringfence.serve._resume import SessionEventStore, _current
 
     _current.set("session-a")  # what the request guard sets for a request of session-a
     store = SessionEventStore(max_events=3, max_bytes=10_000)

@@ -12,7 +12,6 @@ import ringfence.serve
 from ringfence.runtime import (
     CallContext,
     Consequence,
-    Decision,
     InvalidArguments,
     Kernel,
     Outcome,
@@ -20,7 +19,13 @@ from ringfence.runtime import (
     ToolSpec,
     Verdict,
 )
-from ringfence.serve import exposed_tools, parse_expose, result_from_outcome, tool_annotations
+from ringfence.runtime.policy._decide import Decision
+from ringfence.serve._server import (
+    exposed_tools,
+    parse_expose,
+    result_from_outcome,
+    tool_annotations,
+)
 
 
 async def _noop(args: dict[str, Any], ctx: CallContext) -> None:

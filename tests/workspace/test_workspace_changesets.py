@@ -24,16 +24,10 @@ from cli_helpers import (
 )
 from kernel_helpers import event_records
 
-from ringfence.workspace import (
-    Change,
-    ChangeSet,
-    CheckpointStore,
-    Image,
-    Workspace,
-    changes_from_upper,
-    merge_changes,
-    undo,
-)
+from ringfence.workspace import Change, ChangeSet, CheckpointStore, Workspace, undo
+from ringfence.workspace.changes._merge import merge_changes
+from ringfence.workspace.changes._model import Image
+from ringfence.workspace.changes._upper import changes_from_upper
 
 
 @pytest.fixture

@@ -18,16 +18,10 @@ from pathlib import Path
 import pytest
 
 from ringfence.runtime import ToolError
-from ringfence.workspace import (
-    Change,
-    CheckpointStore,
-    MergeReport,
-    Workspace,
-    changes_from_upper,
-    merge_changes,
-)
+from ringfence.workspace import Change, CheckpointStore, Workspace
+from ringfence.workspace.changes._merge import MergeReport, merge_changes
 from ringfence.workspace.changes._model import Image
-from ringfence.workspace.changes._upper import UpperFiles
+from ringfence.workspace.changes._upper import UpperFiles, changes_from_upper
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ringfence.runtime import NotFound, ToolError
-from ringfence.workspace import Change, ChangeSet, CheckpointStore, Image, Workspace
+from ringfence.workspace import Change, ChangeSet, CheckpointStore, Workspace
+from ringfence.workspace.changes._model import Image
 
 
 def packed_set(store: CheckpointStore, blobs: list[bytes]) -> tuple[ChangeSet, list[str]]:

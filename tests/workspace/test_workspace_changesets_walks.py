@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from ringfence.runtime import GitMetadata, InvalidArguments
-from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
+from ringfence.workspace import Change, CheckpointStore, Workspace
+from ringfence.workspace.changes._merge import merge_changes
+from ringfence.workspace.changes._model import Image
 
 
 def test_a_set_that_writes_through_a_link_it_makes_is_refused_whole(

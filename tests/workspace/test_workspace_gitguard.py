@@ -9,8 +9,8 @@ import pytest
 from workspace_helpers import Tree, git, needs_git, snapshot
 
 from ringfence.runtime import GitMetadata, RingfenceError
-from ringfence.workspace import Workspace, is_dotgit, is_dotgitmodules, is_git_directory
-from ringfence.workspace.git._rules import valid_head
+from ringfence.workspace import Workspace
+from ringfence.workspace.git._rules import is_dotgit, is_dotgitmodules, is_git_directory, valid_head
 
 U200C = "\u200c"
 

@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from ringfence.backends._run_shell import CTIME_SLACK_NS
-from ringfence.workspace import GitSnapshot, diff_git_metadata, scan_git_metadata
+from ringfence.workspace.git._enforce import diff_git_metadata
+from ringfence.workspace.git._scan import scan_git_metadata
+from ringfence.workspace.git._snapshot import GitSnapshot
 from ringfence.workspace.git._walk import HOT_MARGIN_NS
 
 GIT_ENV = {

@@ -18,8 +18,10 @@ from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 from tree_helpers import exact_state
 
 from ringfence.cli._main import main
-from ringfence.workspace import Change, ChangeSet, CheckpointStore, Image, Workspace, merge_changes
+from ringfence.workspace import Change, ChangeSet, CheckpointStore, Workspace
 from ringfence.workspace.changes._journal import pending
+from ringfence.workspace.changes._merge import merge_changes
+from ringfence.workspace.changes._model import Image
 
 
 def _half_merged(root: Path) -> tuple[dict, str]:

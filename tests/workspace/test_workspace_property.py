@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from workspace_helpers import RESOLVER_MODES, fd_target, snapshot, under
 
 from ringfence.runtime import RingfenceError
-from ringfence.workspace import Workspace, is_git_directory
+from ringfence.workspace import Workspace
+from ringfence.workspace.git._rules import is_git_directory
 
 MARK = b"OUTSIDE"
 NAMES = ["a", "b", "c"]

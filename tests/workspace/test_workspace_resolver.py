@@ -18,8 +18,8 @@ from ringfence.runtime import (
     OutsideWorkspace,
     RingfenceError,
 )
-from ringfence.workspace import Workspace, openat2_available
-from ringfence.workspace._resolver import MAX_SYMLINKS, openat2
+from ringfence.workspace import Workspace
+from ringfence.workspace._resolver import MAX_SYMLINKS, openat2, openat2_available
 
 
 def attempt_everything(ws: Workspace, path: str) -> dict[str, str]:

@@ -29,8 +29,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tree_helpers import exact_state as tree_state, git_found
 
 from ringfence.runtime import RingfenceError
-from ringfence.workspace import Change, CheckpointStore, Image, Workspace, merge_changes
-from ringfence.workspace.changes._model import image_at
+from ringfence.workspace import Change, CheckpointStore, Workspace
+from ringfence.workspace.changes._merge import merge_changes
+from ringfence.workspace.changes._model import Image, image_at
 
 pytestmark = pytest.mark.slow
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from ringfence.runtime import InvalidArguments, OutsideWorkspace
-from ringfence.workspace import resolve_windows_path
 from ringfence.workspace._windows import (
     component_problem,
     expand_short_names,
     fold_case,
     is_reserved_name,
     normalize_win32,
+    resolve_windows_path,
     split_prefix,
 )
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfence.workspace import openat2_available
+from ringfence.workspace._resolver import openat2_available
 
 SECRET = b"OUTSIDE-SECRET\n"
 

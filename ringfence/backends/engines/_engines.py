@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import trio
 
-from ...runtime import InvalidArguments, RingfenceError, Unavailable
+from ...runtime._errors import InvalidArguments, RingfenceError, Unavailable
 
 __all__ = ["Engine", "EngineLoad", "ShipMode", "parse_engines", "place", "probe_engine"]
 

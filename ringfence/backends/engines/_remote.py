@@ -61,7 +61,7 @@ from typing import Any
 import trio
 from docker.types import Mount
 
-from ...runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
+from ...runtime._errors import InvalidArguments, RingfenceError, ToolError, Unavailable
 from .._types import SessionSpec, Upper
 from ..docker._api import docker_call
 from ..docker._images import docker_location

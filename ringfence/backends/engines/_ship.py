@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ...runtime import ToolError, Unavailable
+from ...runtime._errors import ToolError, Unavailable
 
 __all__ = ["OPAQUE_XATTR", "ShipGit", "Shipped", "ShippedRoot", "Sync", "rebuild_upper"]
 

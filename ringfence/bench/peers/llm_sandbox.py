@@ -97,7 +97,7 @@ def _check() -> None:
     if importlib.util.find_spec("llm_sandbox") is None:
         raise Skip("llm-sandbox is not installed: pip install -e '.[peers]'")
     from ringfence.backends.docker._api import connect_docker
-    from ringfence.runtime import RingfenceError
+    from ringfence.runtime._errors import RingfenceError
 
     try:
         client = connect_docker()

@@ -17,14 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from ...runtime import (
-    Effect,
-    InvalidArguments,
-    McpPolicy,
-    McpServerPolicy,
-    McpStatement,
-    ringfence_home,
-)
+from ...runtime._errors import InvalidArguments
+from ...runtime._files import ringfence_home
+from ...runtime.policy._mcp import McpPolicy, McpServerPolicy, McpStatement
+from ...runtime.policy._rules import Effect
 
 __all__ = [
     "DEFAULT_APPROVED",

@@ -20,13 +20,14 @@ one and stay when the block is removed or replaced.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import tomlkit
 from tomlkit.items import AoT, Comment, Table, Whitespace
 
-from ...runtime import InvalidArguments, atomic_write
+from ...runtime._errors import InvalidArguments
+from ...runtime._files import atomic_write
 from ._config import Manifest, ServerConfig, manifest_path
 from ._model import parse_manifest, server_table
 
@@ -93,7 +94,9 @@ def _spans(text: str, path: Path) -> list[tuple[int, int, int]]:
     return out
 
 
-def _edit(path: Path, edit: Callable[[str, Manifest], str]) -> Manifest:
+def _edit(
+    path: Path, edit: Callable[[str, Manifest], str], secret_names: Sequence[str] = ()
+) -> Manifest:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -104,14 +107,23 @@ def _edit(path: Path, edit: Callable[[str, Manifest], str]) -> Manifest:
         raise InvalidArguments(
             f"{path}: cannot be read: {exc.strerror}", field="toml", file=str(path)
         ) from None
-    current = parse_manifest(text, str(path))  # refuse to edit a file that does not load
+    current = parse_manifest(
+        text, str(path), secret_names=secret_names
+    )  # refuse to edit a file that does not load
     new_text = edit(text, current)
-    result = parse_manifest(new_text, str(path))  # and to write one that would not
+    result = parse_manifest(
+        new_text, str(path), secret_names=secret_names
+    )  # and to write one that would not
     atomic_write(path, new_text.encode("utf-8"))
     return result
 
 
-def save_server(config: ServerConfig, path: str | os.PathLike[str] | None = None) -> Manifest:
+def save_server(
+    config: ServerConfig,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    secret_names: Sequence[str] = (),
+) -> Manifest:
     """Add ``config`` to the manifest, replacing a server of the same name in place."""
     p = Path(path) if path is not None else manifest_path()
     block = render_server(config)
@@ -125,10 +137,12 @@ def save_server(config: ServerConfig, path: str | os.PathLike[str] | None = None
             text += "\n"
         return text + ("\n" if text.strip() else "") + block
 
-    return _edit(p, edit)
+    return _edit(p, edit, secret_names)
 
 
-def remove_server(name: str, path: str | os.PathLike[str] | None = None) -> Manifest:
+def remove_server(
+    name: str, path: str | os.PathLike[str] | None = None, *, secret_names: Sequence[str] = ()
+) -> Manifest:
     """Remove the server ``name``; InvalidArguments naming it if it is not there."""
     p = Path(path) if path is not None else manifest_path()
 
@@ -142,4 +156,4 @@ def remove_server(name: str, path: str | os.PathLike[str] | None = None) -> Mani
             rest = rest.lstrip("\n")  # no blank lines left at the top of the file
         return text[:start] + rest
 
-    return _edit(p, edit)
+    return _edit(p, edit, secret_names)

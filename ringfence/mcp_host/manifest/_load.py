@@ -53,9 +53,10 @@ the names the rest of ``mcp_host`` and the CLI import from it.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
-from ...runtime import InvalidArguments
+from ...runtime._errors import InvalidArguments
 from ._config import (
     DEFAULT_APPROVED,
     KNOWN_CAPABILITIES,
@@ -95,25 +96,37 @@ __all__ = [
 ]
 
 
-def parse_manifest(text: str, path: str = "<mcp.toml>") -> Manifest:
-    """Validate manifest text. Raises InvalidArguments naming ``path``, the line and the key."""
+def parse_manifest(
+    text: str, path: str = "<mcp.toml>", *, secret_names: Sequence[str] = ()
+) -> Manifest:
+    """Validate manifest text. Raises InvalidArguments naming ``path``, the line and the key.
+
+    ``secret_names``: more credential-name globs an ``env`` entry may not match.
+    """
     from ._model import parse_manifest as parse  # pydantic loads only when a file is read
 
-    return parse(text, path)
+    return parse(text, path, secret_names=secret_names)
 
 
-def save_server(config: ServerConfig, path: str | os.PathLike[str] | None = None) -> Manifest:
+def save_server(
+    config: ServerConfig,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    secret_names: Sequence[str] = (),
+) -> Manifest:
     """Add ``config`` to the manifest, replacing a server of the same name in place."""
     from ._edit import save_server as save
 
-    return save(config, path)
+    return save(config, path, secret_names=secret_names)
 
 
-def remove_server(name: str, path: str | os.PathLike[str] | None = None) -> Manifest:
+def remove_server(
+    name: str, path: str | os.PathLike[str] | None = None, *, secret_names: Sequence[str] = ()
+) -> Manifest:
     """Remove the server ``name``; InvalidArguments naming it if it is not there."""
     from ._edit import remove_server as remove
 
-    return remove(name, path)
+    return remove(name, path, secret_names=secret_names)
 
 
 def render_server(config: ServerConfig) -> str:
@@ -123,7 +136,9 @@ def render_server(config: ServerConfig) -> str:
     return render(config)
 
 
-def load_manifest(path: str | os.PathLike[str] | None = None) -> Manifest:
+def load_manifest(
+    path: str | os.PathLike[str] | None = None, *, secret_names: Sequence[str] = ()
+) -> Manifest:
     """Load one manifest file; a missing file is an empty manifest."""
     p = Path(path) if path is not None else manifest_path()
     try:
@@ -136,23 +151,26 @@ def load_manifest(path: str | os.PathLike[str] | None = None) -> Manifest:
         raise InvalidArguments(
             f"{p}: cannot be read: {exc.strerror}", field="toml", file=str(p)
         ) from None
-    return parse_manifest(text, str(p))
+    return parse_manifest(text, str(p), secret_names=secret_names)
 
 
 def load_manifests(
-    workspace: str | os.PathLike[str] | None = None, user_path: str | os.PathLike[str] | None = None
+    workspace: str | os.PathLike[str] | None = None,
+    user_path: str | os.PathLike[str] | None = None,
+    *,
+    secret_names: Sequence[str] = (),
 ) -> Manifest:
     """The user manifest, plus ``<workspace>/.ringfence/mcp.toml`` when a workspace is given.
 
     A server name present in both is an error (neither file silently overrides the other).
     """
-    user = load_manifest(user_path)
+    user = load_manifest(user_path, secret_names=secret_names)
     if workspace is None:
         return user
     wpath = workspace_manifest_path(workspace)
     if not wpath.exists():
         return user
-    ws = load_manifest(wpath)
+    ws = load_manifest(wpath, secret_names=secret_names)
     names = {s.name: s for s in user.servers}
     for s in ws.servers:
         if s.name in names:

@@ -6,7 +6,7 @@ rules between keys (a stdio server needs a command, OAuth keys need
 :class:`~ringfence.runtime.InvalidArguments` whose message starts
 ``file:line: server 'name': key: `` (``field`` is the key, ``details`` carry
 ``file`` and ``line``); the line is found with
-:func:`~ringfence.runtime.toml_key_lines`, so strings and comments that look
+:func:`~ringfence.runtime._tomllines.toml_key_lines`, so strings and comments that look
 like keys or tables never mislead it. The first error is reported; nothing is
 half-loaded.
 """
@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ...runtime import InvalidArguments, is_secret_name
+from ...runtime._errors import InvalidArguments
+from ...runtime._redact import is_secret_name
 from ...runtime._tomllines import KeyPath, line_of, toml_error_line, toml_key_lines
 from .._urls import check_header_name, check_url
 from ._config import (
@@ -240,8 +242,14 @@ def _first_error(model: type[BaseModel], exc: ValidationError) -> Any:
     return _describe(model, min(errors, key=lambda e: order.get(e["type"], 1)))
 
 
-def parse_manifest(text: str, path: str = "<mcp.toml>") -> Manifest:
-    """Validate manifest text. Raises InvalidArguments naming ``path``, the line and the key."""
+def parse_manifest(
+    text: str, path: str = "<mcp.toml>", *, secret_names: Sequence[str] = ()
+) -> Manifest:
+    """Validate manifest text. Raises InvalidArguments naming ``path``, the line and the key.
+
+    ``secret_names``: more credential-name globs (as ``Redactor(names=...)``): an ``env``
+    entry whose name matches one is refused like a built-in credential name.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -273,7 +281,7 @@ def parse_manifest(text: str, path: str = "<mcp.toml>") -> Manifest:
             except ValidationError as exc:
                 loc, message = _first_error(ServerModel, exc)
                 raise _Bad(".".join(str(p) for p in loc if isinstance(p, str)), message) from None
-            _check(model)
+            _check(model, secret_names)
             part = sanitize_part(model.name, "server")
             if part in seen:
                 raise _Bad(
@@ -299,7 +307,7 @@ def parse_manifest(text: str, path: str = "<mcp.toml>") -> Manifest:
     return Manifest(tuple(servers), top.tool_discovery, (Path(path),), tuple(warnings))
 
 
-def _check(m: ServerModel) -> None:
+def _check(m: ServerModel, secret_names: Sequence[str] = ()) -> None:
     """The rules between keys; raises _Bad(key, message) at the first that fails."""
     given = m.model_fields_set
     if not _SERVER_NAME.match(m.name):
@@ -330,7 +338,7 @@ def _check(m: ServerModel) -> None:
     for k in m.env:
         if not _ENV_NAME.match(k):
             raise _Bad(f"env.{k}", "is not a valid environment variable name")
-        if is_secret_name(k):
+        if is_secret_name(k, secret_names):
             raise _Bad(
                 f"env.{k}",
                 "looks like a credential; secrets never live in the manifest: "

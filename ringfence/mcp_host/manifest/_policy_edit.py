@@ -25,7 +25,8 @@ from pathlib import Path
 import tomlkit
 from tomlkit.items import Table
 
-from ...runtime import InvalidArguments, atomic_write, ringfence_home
+from ...runtime._errors import InvalidArguments
+from ...runtime._files import atomic_write, ringfence_home
 from ...runtime.policy._files import parse_policy_file
 
 __all__ = ["PolicyEdit", "plan_server_policy", "user_policy_path"]

@@ -15,8 +15,9 @@ from typing import Any
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
 
-from ...runtime import Denied, Redactor, Unavailable
+from ...runtime._errors import Denied, Unavailable
 from ...runtime._groups import first_error, raise_single
+from ...runtime._redact import Redactor
 from .._diagnostics import Diagnostics
 from ..manifest._load import AuthMode, ServerConfig
 from ..transport._pool import ConnectionPool

@@ -85,7 +85,8 @@ from mcp.shared.auth_utils import resource_url_from_server_url
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from pydantic import ValidationError
 
-from ...runtime import Denied, InvalidArguments, Redactor, Unavailable
+from ...runtime._errors import Denied, InvalidArguments, Unavailable
+from ...runtime._redact import Redactor
 from .._urls import scrub_url
 from ..manifest._load import AuthMode, ServerConfig
 from ._tokens import SealedStore, credential_from_env, token_audience_ok

@@ -38,7 +38,9 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from mcp.shared.auth_utils import check_resource_allowed
 
-from ...runtime import Denied, Redactor, Unavailable, atomic_write, ringfence_home
+from ...runtime._errors import Denied, Unavailable
+from ...runtime._files import atomic_write, ringfence_home
+from ...runtime._redact import Redactor
 
 if TYPE_CHECKING:
     from ..manifest._load import ServerConfig
@@ -50,9 +52,9 @@ _KEYRING_SERVICE = "ringfence"
 _KEYRING_USER = "mcp-oauth-key"
 
 
-def _keyring() -> Any | None:
-    """The ``keyring`` module when it is installed with a real backend, else None."""
-    if os.environ.get("RINGFENCE_NO_KEYRING") == "1":
+def _keyring(enabled: bool = True) -> Any | None:
+    """The ``keyring`` module when ``enabled``, installed and with a real backend, else None."""
+    if not enabled:
         return None
     try:
         import keyring  # type: ignore[import-not-found]
@@ -68,9 +70,12 @@ def _keyring() -> Any | None:
     return keyring
 
 
-def key_backend(home: Path | None = None) -> str:
-    """Where the sealing key lives: ``"keyring (<backend>)"`` or ``"key file <path>"``."""
-    kr = _keyring()
+def key_backend(home: Path | None = None, *, keyring: bool = True) -> str:
+    """Where the sealing key lives: ``"keyring (<backend>)"`` or ``"key file <path>"``.
+
+    ``keyring=False`` (the command line's ``RINGFENCE_NO_KEYRING=1``): always the file.
+    """
+    kr = _keyring(keyring)
     if kr is not None:
         return f"keyring ({type(kr.get_keyring()).__name__})"
     return f"key file {(home or ringfence_home()) / 'keys' / 'mcp-oauth.key'}"
@@ -78,9 +83,14 @@ def key_backend(home: Path | None = None) -> str:
 
 @dataclass(frozen=True)
 class SealedStore:
-    """Encrypted records keyed by server name (see the module docstring)."""
+    """Encrypted records keyed by server name (see the module docstring).
+
+    ``keyring=False`` keeps the sealing key in ``home/keys/mcp-oauth.key`` even where a
+    system keyring is available (the command line's ``RINGFENCE_NO_KEYRING=1``).
+    """
 
     home: Path
+    keyring: bool = True
 
     @classmethod
     def default(cls) -> SealedStore:
@@ -94,7 +104,7 @@ class SealedStore:
         return self.home / "oauth" / f"{name}.sealed"
 
     def _key(self, create: bool) -> bytes | None:
-        kr = _keyring()
+        kr = _keyring(self.keyring)
         if kr is not None:
             stored = kr.get_password(_KEYRING_SERVICE, _KEYRING_USER)
             if stored:

@@ -23,7 +23,7 @@ import httpx2
 from mcp.client.auth import OAuthTokenError, TokenStorage
 from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
 
-from ...runtime import Redactor
+from ...runtime._redact import Redactor
 from ..manifest._load import ServerConfig
 from ._tokens import credential_from_env
 

@@ -13,16 +13,20 @@ import contextlib
 import functools
 import os
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from ...runtime import Redactor, Unavailable
+from ...runtime._errors import Unavailable
+from ...runtime._redact import Redactor
 from ..manifest._load import ServerConfig, Transport
 from ..oauth._provider import build_auth
 from ._inbound import BoundedTransport, InboundLimit
+
+if TYPE_CHECKING:
+    from ..oauth._tokens import SealedStore
 
 __all__ = ["http_transport", "resolve_headers"]
 
@@ -74,11 +78,12 @@ def http_transport(
     limit: InboundLimit,
     redactor: Redactor,
     event_hooks: dict[str, list[Any]] | None = None,
+    token_store: SealedStore | None = None,
 ) -> Any:
     """The SDK transport for ``config``'s Streamable HTTP or SSE server; its client closes with ``stack``."""
     c = config
     headers = resolve_headers(c, redactor)
-    auth = build_auth(c, redactor)  # None unless auth = "oauth"
+    auth = build_auth(c, redactor, token_store)  # None unless auth = "oauth"
     assert c.url is not None
     timeout = httpx2.Timeout(c.connect_timeout_seconds, read=max(300.0, c.call_timeout_seconds))
     if c.transport is Transport.HTTP:

@@ -49,12 +49,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 from mcp import Client, types
 
-from ...runtime import Redactor, RingfenceError, ToolTimeout, Unavailable
+from ...runtime._errors import RingfenceError, ToolTimeout, Unavailable
+from ...runtime._redact import Redactor
 from .._diagnostics import Diagnostics
 from .._errors import translate_error
 from .._failures import HttpStatusLog, explain
@@ -69,6 +70,9 @@ from ._stdio import (
     read_stderr,
     stdio_transport,
 )
+
+if TYPE_CHECKING:
+    from ..oauth._tokens import SealedStore
 
 __all__ = ["ConnectionPool", "LiveConnection"]
 
@@ -132,9 +136,11 @@ class ConnectionPool:
         client_options: ClientOptions | None = None,
         *,
         stdio_confiner: StdioConfiner | None = None,
+        token_store: SealedStore | None = None,
     ) -> None:
         self.config = config
         self._confiner = stdio_confiner
+        self._token_store = token_store
         self._nursery = nursery
         self._redactor = redactor
         self.diagnostics = diagnostics
@@ -333,7 +339,12 @@ class ConnectionPool:
             )
         else:
             transport = http_transport(
-                self.config, stack, limit, self._redactor, self.http_log.hooks()
+                self.config,
+                stack,
+                limit,
+                self._redactor,
+                self.http_log.hooks(),
+                token_store=self._token_store,
             )
         return watch_inbound(transport, limit)
 

@@ -47,7 +47,9 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from ...runtime import CallContext, Redactor, Unavailable
+from ...runtime._calls import CallContext
+from ...runtime._errors import Unavailable
+from ...runtime._redact import Redactor
 from .._diagnostics import MAX_LOG_LINE_BYTES, Diagnostics
 from ..manifest._load import ServerConfig
 from ._inbound import InboundLimit, LineReader

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._confine.fscalls import can_rename_noreplace, can_syncfs, rename_noreplace
-from ...runtime import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
+from ...runtime._errors import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
 from .._names import escape_name
 from .._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
 from .._workspace import Workspace

@@ -39,7 +39,7 @@ from itertools import chain, compress, repeat
 from operator import itemgetter
 from typing import Any
 
-from ...runtime import GitMetadata, InvalidArguments
+from ...runtime._errors import GitMetadata, InvalidArguments
 from .._names import escape_name
 from .._resolver import Resolver
 from ..git._rules import GITFILE_MAX_BYTES, parse_gitfile, valid_head

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from ...runtime import InvalidArguments, NotFound, ToolError, Unavailable
+from ...runtime._errors import InvalidArguments, NotFound, ToolError, Unavailable
 from ...runtime._files import ringfence_home
 from .._names import escape_name
 from .._workspace import Workspace
@@ -44,35 +44,16 @@ _BLOB_GRACE_SECONDS = 3600
 
 @dataclass(frozen=True)
 class Retention:
-    """How many change sets a store keeps (see the module docstring)."""
+    """How many change sets a store keeps (see the module docstring).
+
+    The command line fills it from ``RINGFENCE_CHECKPOINTS_*`` (``Settings.retention``);
+    the library takes what it is given, else these defaults.
+    """
 
     keep: int = 500
     max_age_days: float = 30.0
     max_mib: float = 1024.0
     fsync: bool = False
-
-    @classmethod
-    def from_env(cls) -> Retention:
-        def read(name: str, default: float) -> float:
-            raw = os.environ.get(name)
-            if raw is None:
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                value = -1.0
-            if value <= 0:
-                raise InvalidArguments(
-                    f"${name} must be a positive number, not {raw!r}", field=name
-                )
-            return value
-
-        return cls(
-            keep=int(read("RINGFENCE_CHECKPOINTS_KEEP", cls.keep)),
-            max_age_days=read("RINGFENCE_CHECKPOINTS_DAYS", cls.max_age_days),
-            max_mib=read("RINGFENCE_CHECKPOINTS_MIB", cls.max_mib),
-            fsync=os.environ.get("RINGFENCE_CHECKPOINTS_FSYNC") == "1",
-        )
 
 
 def workspace_id(workspace: Workspace) -> str:
@@ -88,7 +69,7 @@ class CheckpointStore:
         self, workspace: Workspace, *, retention: Retention | None = None, recover: bool = True
     ) -> None:
         self.workspace = workspace
-        self.retention = retention or Retention.from_env()
+        self.retention = retention or Retention()
         self.path = ringfence_home() / "checkpoints" / workspace_id(workspace)
         self._lock = threading.Lock()
         self._since_prune = 0

@@ -18,7 +18,10 @@ from typing import Any
 
 import trio
 
-from ...runtime import CallContext, Consequence, InvalidArguments, Kernel, NotFound, ToolSpec
+from ...runtime._calls import CallContext
+from ...runtime._errors import InvalidArguments, NotFound
+from ...runtime._kernel import Kernel
+from ...runtime._tools import Consequence, ToolSpec
 from .._names import escape_name
 from .._resolver import Place
 from .._writer import _current_umask

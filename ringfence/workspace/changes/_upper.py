@@ -29,7 +29,7 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from ...runtime import ToolError
+from ...runtime._errors import ToolError
 from ..git._rules import is_git_directory
 from ._model import Blobs, Change, Image, UpperSource, UpperTree, image_and_identity, image_at
 
