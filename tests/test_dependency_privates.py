@@ -19,8 +19,8 @@ Checked on the source (:mod:`ast`) and, for subclassing, on the live classes:
   ``self`` by its source).
 * **No process-wide switch in library code**: the garbage collector is switched only by
   the command line (``cli``, which owns its process) and by the one opt-in pause
-  (:data:`GC_SWITCHERS`); no daemon thread is started (:data:`DAEMON_THREADS`: none in
-  the library).
+  (:data:`GC_SWITCHERS`); no daemon thread is started (:data:`DAEMON_THREADS`: one in
+  the library, the script runners' spawner, with its reason).
 
 The name rule is a fast filter (it cannot see a private name ringfence happens to
 define too); the subclass rule checks the live classes.
@@ -79,6 +79,9 @@ GC_SWITCHES = {"disable", "enable", "freeze", "unfreeze", "set_threshold", "set_
 
 # file -> why it starts a daemon thread. Library code: none.
 DAEMON_THREADS: dict[str, str] = {
+    "bridge/_launch.py": "the script runners' spawner: a runner's PR_SET_PDEATHSIG fires when "
+    "the thread that forked it ends, so the thread must live as long as the process (trio's "
+    "worker threads retire after idling); it holds nothing that needs a clean stop",
     "bench/peers/srt.py": "the benchmark's stand-in listener, joined in its own finally; "
     "the bench runs in the `ringfence bench` process, never in a host's",
 }

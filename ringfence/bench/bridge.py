@@ -520,7 +520,8 @@ def _rate_row(label: str, subject: Samples, baseline: Samples, goal: int, **note
 
 async def code_mode(quick: bool) -> list[Row]:
     """Sequential, parallel and concurrent calls from scripts, against smolagents and the Gate."""
-    from ringfence.workspace import Workspace, file_tool_specs
+    from ringfence.workspace._file_tools import file_tool_specs
+    from ringfence.workspace._workspace import Workspace
 
     rounds = 3 if quick else 7
     n = 300 if quick else 1000

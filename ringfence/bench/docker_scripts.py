@@ -27,7 +27,9 @@ async def run(quick: bool) -> list[Row]:
 
     from ringfence import create_kernel
     from ringfence.backends.docker._api import connect_docker
-    from ringfence.runtime import ApprovalAnswer, Posture, RingfenceError, ScriptedApprover
+    from ringfence.runtime._approval import ApprovalAnswer, ScriptedApprover
+    from ringfence.runtime._errors import RingfenceError
+    from ringfence.runtime.policy._decide import Posture
 
     if os.geteuid() != 0:
         raise Skip("run_tool_script on docker hands the bridge socket to a container uid: root")

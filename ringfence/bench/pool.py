@@ -49,7 +49,7 @@ async def run(quick: bool) -> list[Row]:
     from ringfence.backends.docker._options import DockerOptions
     from ringfence.backends.docker._pool import WarmPool
     from ringfence.backends.docker._session import start_cold
-    from ringfence.runtime import RingfenceError
+    from ringfence.runtime._errors import RingfenceError
 
     try:
         client = await trio.to_thread.run_sync(connect_docker)

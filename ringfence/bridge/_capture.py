@@ -19,7 +19,8 @@ from pathlib import Path
 
 import trio
 
-from ..runtime import OutputBuffer, Redactor
+from ..runtime._output import OutputBuffer
+from ..runtime._redact import Redactor
 
 __all__ = ["CUT_SLACK", "MARKER_ROOM", "OutputCapture"]
 

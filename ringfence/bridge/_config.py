@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtime import InvalidArguments
+from ..runtime._errors import InvalidArguments
 from . import _sandbox, _wire
 
 __all__ = [

@@ -47,7 +47,7 @@ import trio
 
 from .. import _confine
 from .._confine.boot import argv as boot_argv
-from ..runtime import Unavailable
+from ..runtime._errors import Unavailable
 from ._launch import RUNNER_MODULE, RUNNER_PATH, LaunchRequest
 
 __all__ = [

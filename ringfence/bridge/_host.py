@@ -41,7 +41,9 @@ from typing import Any
 
 import trio
 
-from ..runtime import CallContext, Kernel, RingfenceError, ToolError
+from ..runtime._calls import CallContext
+from ..runtime._errors import RingfenceError, ToolError
+from ..runtime._kernel import Kernel
 from ..runtime._output import cut_bytes
 from . import _sandbox, _wire
 from ._allowlist import named_modules

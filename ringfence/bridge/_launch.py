@@ -36,7 +36,7 @@ import trio
 
 from .. import _proc
 from .._confine.boot import argv as boot_argv
-from ..runtime import RingfenceError, Unavailable
+from ..runtime._errors import RingfenceError, Unavailable
 from ._channel import BridgeListener
 
 __all__ = [

@@ -24,7 +24,9 @@ from typing import Any
 
 import trio
 
-from ..runtime import CallContext, Denied, Kernel, Unavailable
+from ..runtime._calls import CallContext
+from ..runtime._errors import Denied, Unavailable
+from ..runtime._kernel import Kernel
 from . import _wire
 from ._channel import Admission
 from ._config import ScriptConfig

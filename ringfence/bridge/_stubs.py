@@ -28,7 +28,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..runtime import Kernel, ToolSpec
+from ..runtime._kernel import Kernel
+from ..runtime._tools import ToolSpec
 from ._session import NOT_FROM_SCRIPTS
 from ._typed import assign_paths
 

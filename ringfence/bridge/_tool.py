@@ -6,17 +6,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ..runtime import (
-    CallContext,
-    Consequence,
-    InvalidArguments,
-    Kernel,
-    ToolError,
-    ToolSpec,
-    ToolTimeout,
-    Unavailable,
-    script_credential_literals,
-)
+from ..runtime._calls import CallContext
+from ..runtime._errors import InvalidArguments, ToolError, ToolTimeout, Unavailable
+from ..runtime._kernel import Kernel
+from ..runtime._redact import script_credential_literals
+from ..runtime._tools import Consequence, ToolSpec
 from ._allowlist import ALLOWED_MODULES
 from ._config import DEFAULT_MAX_CALLS, ScriptConfig, ScriptResult
 

@@ -39,18 +39,9 @@ from ._errors import (
     Unwritable as Unwritable,
 )
 from ._events import EventSink as EventSink, FileSink as FileSink, MemorySink as MemorySink
-
-# Not part of the surface: imported through this package by backends/confined and bridge,
-# which are being moved; they go once those modules import them from their private homes.
-from ._files import ringfence_home as ringfence_home
 from ._hooks import Hook as Hook
 from ._kernel import Kernel as Kernel
-from ._output import OutputBuffer as OutputBuffer
 from ._providers import ProviderTools as ProviderTools, ToolFormat as ToolFormat
-from ._redact import (
-    Redactor as Redactor,
-    script_credential_literals as script_credential_literals,
-)
 from ._tools import Consequence as Consequence, ToolSpec as ToolSpec
 from ._verify import verify_file as verify_file
 from .policy._decide import Posture as Posture, Rules as Rules, Verdict as Verdict
@@ -78,12 +69,10 @@ __all__ = [
     "MemorySink",
     "NotFound",
     "Outcome",
-    "OutputBuffer",
     "OutsideWorkspace",
     "Policy",
     "Posture",
     "ProviderTools",
-    "Redactor",
     "RingfenceError",
     "Rules",
     "ScriptedApprover",
@@ -97,7 +86,5 @@ __all__ = [
     "Verdict",
     "load_layers",
     "load_policy",
-    "ringfence_home",
-    "script_credential_literals",
     "verify_file",
 ]

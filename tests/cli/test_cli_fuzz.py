@@ -151,6 +151,9 @@ CASES: list[tuple[list[str], str]] = [
     (["tools", "list", "--events", "{dir}", *S], "{dir}"),
     (["tools", "list", "--policy", "{binary}", *S], "{binary}"),
     (["tools", "list", "--workspace", "{missing}"], "{missing}"),
+    (["tools", "stubs", "--events", "{dir}", *S], "{dir}"),
+    (["tools", "stubs", "--policy", "{binary}", *S], "{binary}"),
+    (["tools", "stubs", "--workspace", "{missing}"], "{missing}"),
     # run-script
     (["run-script", "{missing}", *S], "{missing}"),
     (["run-script", "{dir}", *S], "{dir}"),

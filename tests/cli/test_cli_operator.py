@@ -154,6 +154,7 @@ def test_every_verb_prints_the_one_json_shape(
     plugins = ["--config", str(tmp_path / "plugins.toml")]
     cases: list[tuple[list[str], Expected]] = [
         (["tools", "list", *common], 0),
+        (["tools", "stubs", *common], 0),
         (["call", "read_file", "--args", '{"path": "notes.txt"}', *common], 0),
         (["call", "read_file", "--args", '{"path": "nope"}', *common], 1),
         (

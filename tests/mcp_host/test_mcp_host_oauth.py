@@ -33,7 +33,8 @@ from ringfence.mcp_host.oauth._provider import (
     login_flow,
 )
 from ringfence.mcp_host.oauth._tokens import SealedStore
-from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Redactor, Unavailable
+from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Unavailable
+from ringfence.runtime._redact import Redactor
 
 REDIRECT = "http://127.0.0.1:9/callback"  # never contacted: the test browser stops at the redirect
 

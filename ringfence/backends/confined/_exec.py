@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import _proc
-from ...runtime import InvalidArguments, Unavailable
+from ...runtime._errors import InvalidArguments, Unavailable
 from .._trees import remove_tree
 from .._types import SessionSpec
 from ._layers import DENIED_SYSCALLS

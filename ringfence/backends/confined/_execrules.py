@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...runtime import Policy
+from ...runtime.policy._judge import Policy
 
 __all__ = ["ExecRules", "exec_checks_expected", "exec_rules"]
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..._confine import boot
-from ...runtime import InvalidArguments, Unavailable, ringfence_home
+from ...runtime._errors import InvalidArguments, Unavailable
+from ...runtime._files import ringfence_home
 from .._mounts import LAYERS_DIR_VARIABLE, mount_of
 from .._shellstate import PERSIST_OPTION, persist_option
 from .._trees import claim, empty_directory, remove_tree, sweep_unclaimed

@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from ... import _proc
-from ...runtime import InvalidArguments, ToolError, Unavailable
+from ...runtime._errors import InvalidArguments, ToolError, Unavailable
 from .._host import BASE_ENV_ALLOWLIST, _result, _Watch
 from .._output import Capture
 from .._shellstate import STATE_LIMIT, ShellKeeper

@@ -52,14 +52,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ...runtime import CallContext, ToolError
+from ...runtime._calls import CallContext
+from ...runtime._errors import ToolError
 from .._changesets import LiveUppers, merge_uppers
 from .._trees import remove_tree
 from .._types import Upper
 
 if TYPE_CHECKING:
     from ..._confine.cgroup import Cgroup
-    from ...workspace import CheckpointStore
+    from ...workspace.changes._store import CheckpointStore
 
 __all__ = ["FREEZE_LIMIT", "ExecChanges", "ExecWrites"]
 

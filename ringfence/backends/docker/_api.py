@@ -21,7 +21,7 @@ import trio
 from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.utils import kwargs_from_env, version_lt
 
-from ...runtime import InvalidArguments, RingfenceError, ToolError, Unavailable
+from ...runtime._errors import InvalidArguments, RingfenceError, ToolError, Unavailable
 
 # Re-exported for backends/_docker.py, which imports it from here, until it imports it
 # from ._images (this module no longer imports anything back from _images' importers).

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..._confine.mounts import MNT_DETACH, idmapped_mount, umount
 from ..._proc import spawn
-from ...runtime import RingfenceError
+from ...runtime._errors import RingfenceError
 
 __all__ = ["idmapped_view", "unmount"]
 

@@ -22,7 +22,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from ...runtime import InvalidArguments, ToolError, Unavailable
+from ...runtime._errors import InvalidArguments, ToolError, Unavailable
 from ._api import map_docker_errors
 from ._images import DEBIAN_SUITE, IMAGES, LABEL, ImageInfo, ImageRecipe, recipe_for, recipes_dir
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...runtime import Unavailable
+from ...runtime._errors import Unavailable
 
 __all__ = [
     "IMAGES",

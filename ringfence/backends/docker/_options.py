@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...runtime import InvalidArguments
+from ...runtime._errors import InvalidArguments
 from .._shellstate import PERSIST_OPTION, persist_option
 from ..engines._engines import Engine, parse_engines
 from ..engines._ship import SHIP_GIT, ShipGit

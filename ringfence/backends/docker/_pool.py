@@ -38,7 +38,7 @@ from typing import Any
 
 import trio
 
-from ...runtime import InvalidArguments, RingfenceError
+from ...runtime._errors import InvalidArguments, RingfenceError
 from .._types import SessionSpec
 from ..engines._engines import Engine
 from ._options import DockerOptions

@@ -36,7 +36,7 @@ import base64
 import functools
 import struct
 
-from ...runtime import Unavailable
+from ...runtime._errors import Unavailable
 
 __all__ = [
     "MOUNT_FAILED",

@@ -94,7 +94,7 @@ import psutil
 import trio
 from docker.types import Mount
 
-from ...runtime import InvalidArguments, ToolError, Unavailable
+from ...runtime._errors import InvalidArguments, ToolError, Unavailable
 from .._output import Capture, shell_result
 from .._shellstate import ShellKeeper
 from .._types import (

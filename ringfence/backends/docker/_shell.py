@@ -31,7 +31,7 @@ from typing import Any
 import docker
 import trio
 
-from ...runtime import ToolError, Unavailable
+from ...runtime._errors import ToolError, Unavailable
 from .._output import Capture
 from .._shellstate import STATE_LIMIT
 from ._api import map_docker_errors

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import docker
 import trio
 
-from ...runtime import Unavailable
+from ...runtime._errors import Unavailable
 from ..engines._engines import Engine
 from ._api import docker_call
 

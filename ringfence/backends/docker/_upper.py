@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...runtime import InvalidArguments, ToolError
+from ...runtime._errors import InvalidArguments, ToolError
 from ...runtime._files import ringfence_home
 from .._trees import empty_directory
 from .._types import Upper
