@@ -26,13 +26,14 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .runtime._events import OUTCOME_KINDS
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
 __all__ = ["PAYLOAD_CHARS", "OtelObserver", "otlp_tracer_provider"]
 
 PAYLOAD_CHARS = 1024
-OUTCOMES = frozenset({"finished", "failed", "cancelled", "staged"})
 INSTRUMENTATION = "ringfence"
 
 
@@ -151,7 +152,7 @@ class OtelObserver:
             span.set_attribute("ringfence.approval", str(r.get("choice")))
         elif kind == "backend_started" and r.get("backend") is not None:
             span.set_attribute("ringfence.backend", str(r["backend"]))
-        elif kind in OUTCOMES:
+        elif kind in OUTCOME_KINDS:
             span.set_attribute("ringfence.outcome", str(kind))
             error = r.get("error")
             if isinstance(error, dict):

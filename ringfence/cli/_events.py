@@ -6,17 +6,15 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..runtime._errors import InvalidArguments, NotFound, ToolError
 from ..runtime._render import one_line
+from ..runtime._timeline import CallRow, SessionRow, Timeline
 from ..runtime._verify import UnsealedSession, verify_file
 from ._output import abbreviate, error_line, naming_file, print_error, print_ok
 from ._verbs import add_verb_parser
-
-OUTCOMES = ("finished", "failed", "cancelled", "staged")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -191,66 +189,34 @@ def _unsealed_line(session: UnsealedSession, *, accepted: bool) -> str:
 # --- events show -------------------------------------------------------------------------
 
 
-@dataclass
-class CallView:
-    """One call as the timeline shows it, folded from its records."""
-
-    call_id: str
-    trace_id: str | None
-    parent_id: str | None
-    tool: str
-    origin: str | None
-    ts: float
-    arguments: str = ""
-    verdict: str | None = None
-    rule: str | None = None
-    reason: str | None = None
-    approval: str | None = None
-    outcome: str | None = None
-    error: dict[str, Any] | None = None
-    ended: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "call_id": self.call_id,
-            "trace_id": self.trace_id,
-            "parent_id": self.parent_id,
-            "tool": self.tool,
-            "origin": self.origin,
-            "ts": self.ts,
-            "arguments": self.arguments,
-            "decision": {"verdict": self.verdict, "rule": self.rule, "reason": self.reason},
-            "approval": self.approval,
-            "outcome": self.outcome or "unfinished",
-            "duration_ms": self.duration_ms,
-        }
-        if self.error is not None:
-            out["error"] = self.error
-        return out
-
-    @property
-    def duration_ms(self) -> float | None:
-        return None if self.ended is None else round((self.ended - self.ts) * 1000, 3)
+def _call_dict(c: CallRow) -> dict[str, Any]:
+    out = {
+        "call_id": c.call_id,
+        "trace_id": c.trace_id,
+        "parent_id": c.parent_id,
+        "tool": c.tool,
+        "origin": c.origin,
+        "ts": c.ts,
+        "arguments": "" if c.arguments is None else abbreviate(c.arguments_text, 120),
+        "decision": {"verdict": c.verdict, "rule": c.rule, "reason": c.reason},
+        "approval": c.approval,
+        "outcome": c.outcome or "unfinished",
+        "duration_ms": c.duration_ms,
+    }
+    if c.error is not None:
+        out["error"] = c.error
+    return out
 
 
-@dataclass
-class SessionView:
-    trace_id: str | None
-    ts: float
-    posture: str | None
-    dry_run: bool
-    sealed: bool = False
-    calls: list[CallView] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "ts": self.ts,
-            "posture": self.posture,
-            "dry_run": self.dry_run,
-            "sealed": self.sealed,
-            "calls": [c.to_dict() for c in self.calls],
-        }
+def _session_dict(s: SessionRow, calls: list[CallRow]) -> dict[str, Any]:
+    return {
+        "trace_id": s.trace_id,
+        "ts": s.ts,
+        "posture": s.posture,
+        "dry_run": s.dry_run,
+        "sealed": s.sealed,
+        "calls": [_call_dict(c) for c in calls],
+    }
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -275,73 +241,35 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def timeline(records: list[dict[str, Any]]) -> list[SessionView]:
-    """Sessions in file order, each with its calls in the order they were proposed."""
-    sessions: list[SessionView] = []
-    calls: dict[str, CallView] = {}
-    for r in records:
-        kind = r["kind"]
-        ts = float(r.get("ts") or 0.0)
-        if kind == "session_started" or not sessions:
-            sessions.append(
-                SessionView(
-                    r.get("trace_id") if kind == "session_started" else None,
-                    ts,
-                    r.get("posture"),
-                    bool(r.get("dry_run")),
-                )
-            )
-        session = sessions[-1]
-        if kind == "session_sealed":
-            session.sealed = True
-            continue
-        call_id = r.get("call_id")
-        if not isinstance(call_id, str):
-            continue
-        call = calls.get(call_id)
-        if call is None:
-            call = CallView(
-                call_id,
-                r.get("trace_id"),
-                r.get("parent_id"),
-                str(r.get("tool", "?")),
-                r.get("origin"),
-                ts,
-            )
-            calls[call_id] = call
-            session.calls.append(call)
-        if kind == "proposed":
-            call.arguments = abbreviate(
-                json.dumps(r.get("arguments", {}), ensure_ascii=False, sort_keys=True), 120
-            )
-            call.origin = r.get("origin")
-        elif kind == "decided":
-            call.verdict, call.rule, call.reason = r.get("verdict"), r.get("rule"), r.get("reason")
-        elif kind == "approval_answered":
-            call.approval = str(r.get("choice"))
-        elif kind in OUTCOMES:
-            call.outcome, call.ended = kind, ts
-            error = r.get("error")
-            call.error = error if isinstance(error, dict) else None
+Sessions = list[tuple[SessionRow, list[CallRow]]]
+
+
+def timeline(records: list[dict[str, Any]]) -> Sessions:
+    """Sessions in file order, each with its calls in the order they were proposed (the one
+    fold, :class:`ringfence.runtime._timeline.Timeline`, the review page's too)."""
+    folded = Timeline()
+    folded.add_all((record, line) for line, record in enumerate(records, start=1))
+    sessions: Sessions = [(s, []) for s in folded.sessions]
+    for call in folded.calls:
+        sessions[call.session][1].append(call)
     return sessions
 
 
-def select_trace(sessions: list[SessionView], trace: str) -> list[SessionView]:
+def select_trace(sessions: Sessions, trace: str) -> Sessions:
     """The session with this trace id, or the calls with this trace/call id and their children."""
-    whole = [s for s in sessions if s.trace_id == trace]
+    whole = [(s, calls) for s, calls in sessions if s.trace_id == trace]
     if whole:
         return whole
-    chosen: list[SessionView] = []
-    for s in sessions:
-        ids = {c.call_id for c in s.calls if trace in (c.trace_id, c.call_id)}
+    chosen: Sessions = []
+    for s, calls in sessions:
+        ids = {c.call_id for c in calls if trace in (c.trace_id, c.call_id)}
         grew = True
         while grew:  # nested calls name their parent
-            more = {c.call_id for c in s.calls if c.parent_id in ids} - ids
+            more = {c.call_id for c in calls if c.parent_id in ids} - ids
             ids |= more
             grew = bool(more)
         if ids:
-            kept = [c for c in s.calls if c.call_id in ids]
-            chosen.append(SessionView(s.trace_id, s.ts, s.posture, s.dry_run, s.sealed, kept))
+            chosen.append((s, [c for c in calls if c.call_id in ids]))
     return chosen
 
 
@@ -349,25 +277,25 @@ def _clock(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
 
 
-def _render(sessions: list[SessionView]) -> str:
+def _render(sessions: Sessions) -> str:
     """The timeline as text. Whatever a record holds (a tool's name, an origin, a rule, an
     error message an agent or a server wrote) is shown through the one renderer
     (``one_line``), so a record cannot draw on the terminal or pose as another line."""
     lines = []
-    for s in sessions:
+    for s, calls in sessions:
         day = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(s.ts))
         state = "sealed" if s.sealed else "NOT SEALED"
         dry = ", dry run" if s.dry_run else ""
         trace, posture = one_line(str(s.trace_id or "?")), one_line(str(s.posture or "?"))
         lines.append(
-            f"session {trace}  {day}  posture {posture}{dry}  {len(s.calls)} call(s)  {state}"
+            f"session {trace}  {day}  posture {posture}{dry}  {len(calls)} call(s)  {state}"
         )
         depth: dict[str, int] = {}
-        for c in s.calls:  # a nested call is indented under its parent
+        for c in calls:  # a nested call is indented under its parent
             depth[c.call_id] = depth.get(c.parent_id, -1) + 1 if c.parent_id else 0
-        labels = {c.call_id: "  " * depth[c.call_id] + one_line(c.tool) for c in s.calls}
+        labels = {c.call_id: "  " * depth[c.call_id] + one_line(c.tool) for c in calls}
         width = max((len(label) for label in labels.values()), default=4)
-        for c in s.calls:
+        for c in calls:
             decided = (
                 f"{one_line(str(c.verdict))} by {one_line(str(c.rule))}"
                 if c.verdict
@@ -397,6 +325,9 @@ async def run_show(args: argparse.Namespace) -> int:
                 f"no session or call with id {args.trace} in {args.file}", field="--trace"
             )
     if args.json:
-        return print_ok({"file": args.file, "sessions": [s.to_dict() for s in sessions]}, True)
+        return print_ok(
+            {"file": args.file, "sessions": [_session_dict(s, calls) for s, calls in sessions]},
+            True,
+        )
     sys.stdout.write(_render(sessions))
     return 0

@@ -23,7 +23,7 @@ _LAZY = {
     **dict.fromkeys(("EventFeed", "Integrity"), "._feed"),
     **dict.fromkeys(("ReviewOptions", "attach_review", "serve_review"), "._server"),
     "ReviewSite": "._site",
-    **dict.fromkeys(("CallFilter", "CallRow", "Timeline"), "._timeline"),
+    **dict.fromkeys(("CallFilter", "CallRow", "Timeline"), "ringfence.runtime._timeline"),
 }
 
 __all__ = [*_LAZY]
@@ -31,6 +31,11 @@ __all__ = [*_LAZY]
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 if TYPE_CHECKING:  # static names for type checkers and IDEs
+    from ..runtime._timeline import (
+        CallFilter as CallFilter,
+        CallRow as CallRow,
+        Timeline as Timeline,
+    )
     from ._approver import (
         Question as Question,
         ReviewApprover as ReviewApprover,
@@ -43,4 +48,3 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         serve_review as serve_review,
     )
     from ._site import ReviewSite as ReviewSite
-    from ._timeline import CallFilter as CallFilter, CallRow as CallRow, Timeline as Timeline

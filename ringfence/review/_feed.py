@@ -33,8 +33,8 @@ from pathlib import Path
 import orjson
 import trio
 
+from ..runtime._timeline import Timeline
 from ..runtime._verify import verify_chain
-from ._timeline import Timeline
 
 __all__ = ["EventFeed", "Integrity"]
 

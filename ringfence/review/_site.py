@@ -28,11 +28,11 @@ from ..runtime._errors import Denied, RingfenceError
 from ..runtime._kernel import Kernel
 from ..runtime._plan import Plan
 from ..runtime._render import json_text, one_line, render_approval
+from ..runtime._timeline import CallFilter, CallRow, Timeline
 from ._actions import Confirmations, Job, Pending, RateLimit
 from ._approver import Question, ReviewApprover, answer_from_page
 from ._feed import EventFeed, Integrity
 from ._html import Html, block, el, field, url, when
-from ._timeline import CallFilter, CallRow, Timeline
 
 __all__ = ["PAGE_ROWS", "ReviewSite"]
 

@@ -13,12 +13,11 @@ from ringfence.runtime import (
     Kernel,
     MemorySink,
     Posture,
-    Redactor,
     ToolError,
     ToolSpec,
 )
 from ringfence.runtime._output import cap_text
-from ringfence.runtime._redact import MARKER
+from ringfence.runtime._redact import MARKER, Redactor
 
 SECRET = "sk-live-5f3a9c0d2e"
 

@@ -1,18 +1,18 @@
-"""The event stream folded into what the page lists: sessions, calls and change sets.
+"""The event stream folded into sessions, calls and change sets: what a person reads.
 
-A :class:`Timeline` takes records one at a time (:meth:`Timeline.add`), so a
-live stream of 10,000 calls is folded once, not again on every refresh. It
-reads the same records as ``ringfence events show`` (``proposed``,
-``decided``, ``approval_answered``, an outcome) and keeps more of them: the
-rule's source (``file:line``) and layer, the approver's reason, the change
-sets a call made (``checkpoint``) with what the merge refused, and the line
-of the file each call began on.
+One fold for every view of a stream: ``ringfence events show`` (text and
+JSON) and the review page. A :class:`Timeline` takes records one at a time
+(:meth:`Timeline.add`), so the page folds a live stream of 10,000 calls once,
+not again on every refresh. It keeps each call's proposal, decision (the
+rule, its ``file:line`` source and layer), approval, outcome and change sets
+(``checkpoint``, with what the merge refused), and the line of the file each
+call began on.
 
-Nothing here escapes anything: the values are what the records hold. The
-page renders every one of them through :mod:`ringfence.runtime._render` and
-HTML-escapes the result (:mod:`._html`). Records that are not objects, or
-whose fields have unexpected types, are folded as far as they make sense
-(a tool that is not a string is shown as its JSON) and never raise.
+Nothing here escapes anything: the values are what the records hold; each
+view renders them through :mod:`ringfence.runtime._render` (the page also
+HTML-escapes). Records that are not objects, or whose fields have unexpected
+types, are folded as far as they make sense (a tool that is not a string is
+shown as its JSON) and never raise.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._events import OUTCOME_KINDS
+
 __all__ = ["CallFilter", "CallRow", "SessionRow", "SetRecord", "Timeline"]
 
-OUTCOME_KINDS = frozenset({"finished", "failed", "cancelled", "staged"})
 # How much of a call's output the page keeps for its detail view (the record may hold more).
 MAX_KEPT_OUTPUT = 20_000
 
