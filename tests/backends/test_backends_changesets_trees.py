@@ -160,17 +160,19 @@ async def test_the_collector_is_paused_while_a_set_is_read_and_merged_when_asked
     swept by the cyclic collector while it is read and merged (the pause of
     ringfence.workspace.changes._collector); not asked, the collector is left alone. On after,
     either way."""
-    import ringfence.workspace as ws_package
+    import ringfence.workspace.changes._merge as merge_module
+    import ringfence.workspace.changes._upper as upper_module
 
+    homes = {"changes_from_upper": upper_module, "merge_changes": merge_module}
     seen: dict[str, bool] = {}
-    for name in ("changes_from_upper", "merge_changes"):
-        real = getattr(ws_package, name)
+    for name, home in homes.items():
+        real = getattr(home, name)
 
         def observed(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
             seen[_name] = gc.isenabled()  # observed only: the real step runs
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(ws_package, name, observed)
+        monkeypatch.setattr(home, name, observed)
     assert gc.isenabled()
     merged = await run_and_merge(
         workspace,

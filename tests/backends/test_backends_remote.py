@@ -594,7 +594,7 @@ async def test_a_fetch_cut_short_loses_nothing_and_leaks_nothing(
 _AS_NOBODY = r"""
 import hashlib, io, json, os, sys, tarfile
 from ringfence.backends.engines._ship import rebuild_upper
-from ringfence.workspace import changes_from_upper
+from ringfence.workspace.changes._upper import changes_from_upper
 
 lower, upper = sys.argv[1], sys.argv[2]
 buf = io.BytesIO()

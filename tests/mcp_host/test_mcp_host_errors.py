@@ -110,8 +110,6 @@ def test_exports_are_public_and_resolve() -> None:
     for required in (
         "connect_servers",
         "attach_connectors",
-        "start_connectors",
         "load_manifests",
-        "connect_when_entered",
     ):
         assert required in names

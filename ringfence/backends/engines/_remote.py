@@ -328,8 +328,8 @@ def _fresh_dir(path: Path) -> None:
     if path.exists():
         shutil.rmtree(path)
     missing = [p for p in (path, *path.parents) if not p.exists()]
-    for p in reversed(missing):
-        p.mkdir(mode=0o700)
+    for p in reversed(missing):  # a parent another session is making at once is fine
+        p.mkdir(mode=0o700, exist_ok=True)
 
 
 # Runs as root of a fresh user namespace (the container user) in a private mount
