@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = item.nodeid.split("::", 1)[0]
         group = "bridge" if module.startswith("tests/bridge/") else module
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_mount_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the end, unmount what a test left mounted under the run's temporary directory (a
+    killed session's id-mapped view, say), so pytest can delete it on a later run; a test
+    that checks such leftovers does so itself."""
+    yield
+    base = str(tmp_path_factory.getbasetemp())
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        points = [line.split()[4].replace("\\040", " ") for line in f]
+    for point in reversed(points):
+        if point.startswith(base + "/"):
+            subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
 @pytest.fixture(autouse=True)

@@ -201,3 +201,33 @@ def test_a_killed_kernel_leaves_no_container_and_no_volume(docker_client, worksp
             host.stdout.close()
         for c in owned_by(docker_client, host.pid):
             c.remove(force=True, v=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a view as a killed session would leave it")
+async def test_a_killed_sessions_directories_and_views_go_at_the_next_session(
+    docker_client, workspace: Path, ringfence_home: Path
+) -> None:
+    """A leased container leaves with its killed owner, so nothing names its change-set
+    directories again: the next docker session on this host removes them (an id-mapped view
+    still mounted is unmounted first), once past the grace a starting session needs."""
+    from ringfence.backends.docker._session import ORPHAN_GRACE_SECONDS
+
+    base = ringfence_home / "docker-uppers"
+    old, young = base / "0123456789ab", base / "ba9876543210"
+    shown = workspace.parent / "shown"
+    shown.mkdir()
+    (shown / "keep.txt").write_text("the workspace a view showed\n")
+    for top in (old, young):
+        (top / "c" / "0" / "u").mkdir(parents=True)
+        (top / "l0").mkdir()
+    subprocess.run(["mount", "--bind", "-o", "ro", str(shown), str(old / "l0")], check=True)
+    try:
+        past = time.time() - ORPHAN_GRACE_SECONDS - 60
+        os.utime(old, (past, past))
+        session = await start_docker(spec(workspace))
+        await session.aclose()
+        assert not old.exists()
+        assert young.is_dir()  # too young to be an orphan: it may be a session starting
+        assert (shown / "keep.txt").read_text() == "the workspace a view showed\n"
+    finally:
+        subprocess.run(["umount", "-l", str(old / "l0")], check=False, capture_output=True)

@@ -20,8 +20,9 @@ belongs to a short-lived ``unshare --user sleep`` started through
 Not promised: without root, without ``unshare`` (util-linux) on the host, or
 on a kernel or file system without id-mapped mounts, :func:`idmapped_view`
 returns False and the root is used as it is. A crash of ringfence leaves the
-read-only view mounted under ``$RINGFENCE_HOME/docker-uppers`` until reboot
-or ``umount``.
+read-only view mounted under ``$RINGFENCE_HOME/docker-uppers`` until the next
+docker session on this host starts (two minutes on or later: it unmounts and
+removes it, :func:`._session.remove_stale_containers`), a reboot or ``umount``.
 """
 
 from __future__ import annotations

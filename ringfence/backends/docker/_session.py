@@ -493,7 +493,9 @@ class DockerSession:
         if overlay and self._opts.runtime == "runsc":
             raise Unavailable(upper.GVISOR_REFUSAL)
         with contextlib.suppress(Exception):
-            await trio.to_thread.run_sync(remove_stale_containers, self._client)
+            await trio.to_thread.run_sync(
+                partial(remove_stale_containers, self._client, local=self._remote is None)
+            )
         if self._uppers is not None:
             await trio.to_thread.run_sync(self._uppers.create)
             for i, view in self._uppers.lowers.items():  # first the roots, in order
@@ -829,18 +831,45 @@ def _default_user(roots: Sequence[Path]) -> str:
     return "65534:65534"
 
 
-def remove_stale_containers(client: docker.DockerClient) -> int:
+# A session's directories are made a moment before its container; younger ones are left alone.
+ORPHAN_GRACE_SECONDS = 120.0
+
+
+def _remove_orphaned_dirs(live: set[str]) -> None:
+    """Change-set directories (and id-mapped views) of sessions that have no container left.
+
+    A leased container goes with its killed owner (``auto_remove``), so nothing
+    would name its directories again; they are removed here, at the next docker
+    session's start on this host, once older than :data:`ORPHAN_GRACE_SECONDS`.
+    """
+    base = upper.uppers_base()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(base):
+            if entry.name in live or not entry.is_dir(follow_symlinks=False):
+                continue
+            if time.time() - entry.stat(follow_symlinks=False).st_mtime > ORPHAN_GRACE_SECONDS:
+                upper.remove_session_dirs(entry.name, base)
+
+
+def remove_stale_containers(client: docker.DockerClient, *, local: bool = False) -> int:
     """Remove ringfence containers whose owning process on this host is gone. Blocking.
 
     Their change-set directories go with them (:func:`._upper.remove_session_dirs`),
-    and so do a shipped workspace's volumes on that engine.
+    and so do a shipped workspace's volumes on that engine. ``local`` (the client is this
+    host's engine): also the directories no container names any more (a leased container
+    is gone with its killed owner), see :func:`_remove_orphaned_dirs`.
     """
     host = socket.gethostname()
     removed = 0
     with map_docker_errors():
-        for container in client.containers.list(
+        containers = client.containers.list(
             all=True, filters={"label": CONTAINER_LABEL}, ignore_removed=True
-        ):
+        )
+        if local:  # this host's engine: every local session's container is in the list
+            _remove_orphaned_dirs(
+                {c.labels.get(f"{CONTAINER_LABEL}.session", "") for c in containers}
+            )
+        for container in containers:
             owner = container.labels.get(f"{CONTAINER_LABEL}.owner", "")
             owner_host, _, pid = owner.rpartition(":")
             if owner_host != host or not pid.isdigit() or psutil.pid_exists(int(pid)):
