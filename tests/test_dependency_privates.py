@@ -77,7 +77,7 @@ GC_SWITCHERS: dict[str, str] = {
 GC_SWITCH_LAYERS = {"cli": "the command owns its one-verb process (cli/_main._short_lived)"}
 GC_SWITCHES = {"disable", "enable", "freeze", "unfreeze", "set_threshold", "set_debug"}
 
-# file -> why it starts a daemon thread. Library code: none.
+# file -> why it starts a daemon thread (library code: only where a thread must outlive every task).
 DAEMON_THREADS: dict[str, str] = {
     "bridge/_launch.py": "the script runners' spawner: a runner's PR_SET_PDEATHSIG fires when "
     "the thread that forked it ends, so the thread must live as long as the process (trio's "
