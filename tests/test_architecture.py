@@ -957,15 +957,12 @@ ENV_READERS: dict[str, dict[str, str]] = {
     # and the user's home, which the sandbox hides.
     "ringfence/backends/docker/_images.py": {"docker_location": "DOCKER_HOST, the Docker client's"},
     # Still read by the library (not yet wired to Settings; many tests set them through the
-    # library's API): the operator's overrides of bubblewrap's path, the overlays' directory
-    # and docker's default image. Listed so the list only shrinks.
+    # library's API): the operator's overrides of bubblewrap's path, the overlays' directory.
+    # Listed so the list only shrinks.
     "ringfence/backends/confined/_plan.py": {
         "_hidden_dirs": "HOME, the user's home, which the sandbox hides",
         "_layers_base": "RINGFENCE_LAYERS_DIR (to be passed as a backend option)",
         "SandboxArgv._argv": "RINGFENCE_BWRAP (to be passed as a backend option)",
-    },
-    "ringfence/backends/docker/_options.py": {
-        "DockerOptions.from_mapping": "RINGFENCE_DOCKER_IMAGE (the `image` option's default)",
     },
     # Credentials a manifest names by variable (api_key_env, headers_env, client_secret_env, ...):
     "ringfence/mcp_host/transport/_http.py": {"resolve_headers": "header credentials"},

@@ -35,11 +35,12 @@ class Check:
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
 
 
-def run_checks(bwrap: str | None = None) -> list[Check]:
+def run_checks(bwrap: str | None = None, docker_image: str | None = None) -> list[Check]:
     """Every check, in report order. Never raises for a missing layer: that is a failed check.
 
     ``bwrap``: bubblewrap's path when it is not on ``PATH`` (the command line's
-    ``RINGFENCE_BWRAP``).
+    ``RINGFENCE_BWRAP``); ``docker_image``: the docker backend's image when not its default
+    (``RINGFENCE_DOCKER_IMAGE``).
     """
     checks = [*_local_checks()]
     checks.append(
@@ -53,7 +54,7 @@ def run_checks(bwrap: str | None = None) -> list[Check]:
         )
     )
     checks.append(_process_tracking())
-    checks += _docker_checks()
+    checks += _docker_checks(docker_image)
     checks += [_bubblewrap(bwrap), _userns(), _landlock(), _seccomp(), _ripgrep()]
     return checks
 
@@ -152,8 +153,8 @@ def backend_status(checks: list[Check], backend: str) -> tuple[bool, list[Check]
     return (bool(needed) and not failed), failed
 
 
-def _docker_checks() -> list[Check]:
-    default = DockerOptions.from_mapping({}).image
+def _docker_checks(image: str | None) -> list[Check]:
+    default = DockerOptions.from_mapping({"image": image} if image else {}).image
     try:
         client = connect_docker(timeout=10)
     except RingfenceError as exc:

@@ -123,7 +123,9 @@ async def run(args: argparse.Namespace) -> int:
     from ._environ import backend_choice
 
     backend = select_backend(backend_choice(args.backend, args.settings).value)
-    checks = await trio.to_thread.run_sync(run_checks, args.settings.bwrap)
+    checks = await trio.to_thread.run_sync(
+        run_checks, args.settings.bwrap, args.settings.docker_image
+    )
     checks += await trio.to_thread.run_sync(_mcp_checks, args.settings.keyring)
     checks += await trio.to_thread.run_sync(_plugin_checks)
     checks.append(await trio.to_thread.run_sync(_journal_check, args.settings.roots()))

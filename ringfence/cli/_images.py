@@ -40,7 +40,10 @@ async def run_build(args: argparse.Namespace) -> int:
 
     name = args.name
     if name is None:
-        recipe = recipe_for(DockerOptions.from_mapping({}).image)
+        configured = args.settings.docker_image
+        recipe = recipe_for(
+            DockerOptions.from_mapping({"image": configured} if configured else {}).image
+        )
         name = recipe.name if recipe else "debian"
     # Progress goes to stderr with --json, so stdout stays one JSON object; on a terminal
     # a spinner with the elapsed time stays under the build's lines (debootstrap takes minutes).

@@ -294,6 +294,8 @@ def kernel_from_args(
     # The environment's defaults are read here, the command line's, and passed on:
     # create_kernel itself never reads them.
     backend = backend_choice(args.backend, args.settings)
+    if backend.value == "docker" and args.settings.docker_image:
+        backend_options.setdefault("image", args.settings.docker_image)
     script_sandbox = script_sandbox_choice(args.settings)
     kernel = create_kernel(
         backend_options=backend_options or None,

@@ -38,6 +38,7 @@ CHECKPOINTS_MIB = "RINGFENCE_CHECKPOINTS_MIB"
 CHECKPOINTS_FSYNC = "RINGFENCE_CHECKPOINTS_FSYNC"
 NO_KEYRING = "RINGFENCE_NO_KEYRING"
 BWRAP = "RINGFENCE_BWRAP"
+DOCKER_IMAGE = "RINGFENCE_DOCKER_IMAGE"
 BENCH_ENGINE = "RINGFENCE_BENCH_ENGINE"
 
 
@@ -61,6 +62,7 @@ class Settings:
     checkpoints_fsync: bool = False  # RINGFENCE_CHECKPOINTS_FSYNC=1
     keyring: bool = True  # RINGFENCE_NO_KEYRING=1 turns it off: OAuth tokens' key in a file
     bwrap: str | None = None  # RINGFENCE_BWRAP: bubblewrap's path (doctor)
+    docker_image: str | None = None  # RINGFENCE_DOCKER_IMAGE: the docker backend's default image
     bench_engine: str | None = None  # RINGFENCE_BENCH_ENGINE: the engine-remote scenario's
 
     @classmethod
@@ -93,6 +95,7 @@ class Settings:
             checkpoints_fsync=flag(CHECKPOINTS_FSYNC),
             keyring=not flag(NO_KEYRING),
             bwrap=text(BWRAP),
+            docker_image=text(DOCKER_IMAGE),
             bench_engine=text(BENCH_ENGINE),
         )
 

@@ -21,6 +21,7 @@ import pytest
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 
 from ringfence import create_kernel
+from ringfence.backends.docker._options import DockerOptions
 from ringfence.cli._main import main
 from ringfence.cli._settings import Settings
 from ringfence.mcp_host import parse_manifest
@@ -163,6 +164,7 @@ def test_settings_from_env_reads_every_variable_once() -> None:
         "RINGFENCE_CHECKPOINTS_FSYNC": "1",
         "RINGFENCE_NO_KEYRING": "1",
         "RINGFENCE_BWRAP": "/opt/bwrap",
+        "RINGFENCE_DOCKER_IMAGE": "busybox",
         "RINGFENCE_BENCH_ENGINE": "{}",
     }
     s = Settings.from_env(env)
@@ -177,7 +179,7 @@ def test_settings_from_env_reads_every_variable_once() -> None:
     retention = s.retention()
     assert (retention.keep, retention.max_mib, retention.fsync) == (7, 1.5, True)
     assert retention.max_age_days == Retention().max_age_days  # unset: the store's default
-    assert (s.bwrap, s.bench_engine) == ("/opt/bwrap", "{}")
+    assert (s.bwrap, s.docker_image, s.bench_engine) == ("/opt/bwrap", "busybox", "{}")
     assert Settings.from_env({}) == Settings()
 
 
@@ -196,6 +198,11 @@ def test_the_library_defaults_do_not_consult_the_environment(
     monkeypatch.setenv("RINGFENCE_CHECKPOINTS_FSYNC", "1")
     monkeypatch.setenv("RINGFENCE_NO_KEYRING", "1")
     monkeypatch.setenv("RINGFENCE_SERVE_TOKEN", "x" * 32)
+    monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", "not-the-default:never")
+    assert (
+        DockerOptions.from_mapping({}).image
+        == DockerOptions.from_mapping({"image": "debian"}).image
+    )
     assert Retention() == Retention(keep=500, max_age_days=30.0, max_mib=1024.0, fsync=False)
     assert SealedStore(tmp_path).keyring is True
     assert check_token(None) is None
@@ -309,3 +316,32 @@ def test_a_home_outside_the_roots_is_hidden_from_run_shell(
         assert secret not in json.dumps(body)
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.docker
+def test_the_cli_passes_the_docker_image_variable_to_the_backend(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """RINGFENCE_DOCKER_IMAGE is the command line's: a session the CLI starts uses it (an image
+    that does not exist is refused naming it, nothing runs)."""
+    monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", "ringfence/no-such-image:never")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    code = main(
+        [
+            "call",
+            "run_shell",
+            "--backend",
+            "docker",
+            "--workspace",
+            str(ws),
+            "--approve",
+            "yes",
+            "--args",
+            json.dumps({"command": "touch ran"}),
+            "--json",
+        ]
+    )
+    body = json.loads(capsys.readouterr().out)
+    assert code != 0 and "ringfence/no-such-image" in json.dumps(body)
+    assert not (ws / "ran").exists()

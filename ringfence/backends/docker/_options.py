@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ class DockerOptions:
     """Backend-specific options (``SessionSpec.options``), checked before anything starts.
 
     ``image``: a recipe name (``busybox``, ``debian``) or an image reference;
-    default ``$RINGFENCE_DOCKER_IMAGE`` or ``debian``. ``memory`` (memory and
+    default ``debian`` (the command line's ``$RINGFENCE_DOCKER_IMAGE`` is passed as this option). ``memory`` (memory and
     swap together) and ``tmp_size``: ``512m``-style sizes. ``cpus``: a
     fraction of CPUs. ``pids``: the pids limit. ``user``: ``uid:gid`` for
     commands (never 0). ``base_url``: the daemon (default ``DOCKER_HOST``).
@@ -63,7 +62,7 @@ class DockerOptions:
                 f"unknown docker backend option(s) {unknown}; known: {sorted(known)}",
                 field="options",
             )
-        image = options.get("image") or os.environ.get(IMAGE_VARIABLE) or DEFAULT_IMAGE
+        image = options.get("image") or DEFAULT_IMAGE
         opts = cls(
             image=resolve_image(str(image)),
             memory=str(options.get("memory", cls.memory)),
