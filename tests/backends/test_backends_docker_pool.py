@@ -213,21 +213,24 @@ async def test_a_killed_sessions_directories_and_views_go_at_the_next_session(
     from ringfence.backends.docker._session import ORPHAN_GRACE_SECONDS
 
     base = ringfence_home / "docker-uppers"
-    old, young = base / "0123456789ab", base / "ba9876543210"
+    old, young, alive = base / "0123456789ab", base / "ba9876543210", base / "aaaaaaaaaaaa"
     shown = workspace.parent / "shown"
     shown.mkdir()
     (shown / "keep.txt").write_text("the workspace a view showed\n")
-    for top in (old, young):
+    for top in (old, young, alive):
         (top / "c" / "0" / "u").mkdir(parents=True)
         (top / "l0").mkdir()
+    (alive / "owner").write_text(str(os.getpid()))  # a live process's session, between containers
     subprocess.run(["mount", "--bind", "-o", "ro", str(shown), str(old / "l0")], check=True)
     try:
         past = time.time() - ORPHAN_GRACE_SECONDS - 60
         os.utime(old, (past, past))
+        os.utime(alive, (past, past))
         session = await start_docker(spec(workspace))
         await session.aclose()
         assert not old.exists()
         assert young.is_dir()  # too young to be an orphan: it may be a session starting
+        assert alive.is_dir()  # its owner runs: its container may be starting again
         assert (shown / "keep.txt").read_text() == "the workspace a view showed\n"
     finally:
         subprocess.run(["umount", "-l", str(old / "l0")], check=False, capture_output=True)

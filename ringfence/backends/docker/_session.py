@@ -840,13 +840,16 @@ def _remove_orphaned_dirs(live: set[str]) -> None:
 
     A leased container goes with its killed owner (``auto_remove``), so nothing
     would name its directories again; they are removed here, at the next docker
-    session's start on this host, once older than :data:`ORPHAN_GRACE_SECONDS`.
+    session's start on this host, once older than :data:`ORPHAN_GRACE_SECONDS` and when
+    the process they name as their owner is gone.
     """
     base = upper.uppers_base()
     with contextlib.suppress(OSError):
         for entry in os.scandir(base):
             if entry.name in live or not entry.is_dir(follow_symlinks=False):
                 continue
+            if upper.owner_alive(Path(entry.path)):
+                continue  # its container is being restarted, say: the session lives
             if time.time() - entry.stat(follow_symlinks=False).st_mtime > ORPHAN_GRACE_SECONDS:
                 upper.remove_session_dirs(entry.name, base)
 

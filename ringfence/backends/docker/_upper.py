@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from ...runtime._errors import InvalidArguments, ToolError
 from ...runtime._files import ringfence_home
 from .._trees import empty_directory
@@ -59,6 +61,9 @@ GVISOR_REFUSAL = (
     "use the default runtime (runc) for change sets, or --no-change-sets under gVisor"
 )
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# In a session's directory: the pid of the process the session belongs to, so a sweep
+# (._session._remove_orphaned_dirs) leaves a live process's directories alone.
+OWNER = "owner"
 
 
 def uppers_base() -> Path:
@@ -121,6 +126,7 @@ class SessionUppers:
         try:
             self.top.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.top.mkdir(mode=0o700)
+            (self.top / OWNER).write_text(str(os.getpid()))
             self.mount_source.mkdir(mode=0o755)
             for i, root in enumerate(self._roots):
                 here = self.mount_source / str(i)
@@ -197,4 +203,15 @@ def remove_session_dirs(session_id: str, base: Path | None = None) -> None:
         for view in top.glob("l*"):
             unmount(view)
             view.rmdir()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(top / OWNER)
         top.rmdir()
+
+
+def owner_alive(top: Path) -> bool:
+    """Whether the process a session directory names as its owner is still running."""
+    try:
+        pid = int((top / OWNER).read_text())
+    except (OSError, ValueError):
+        return False
+    return psutil.pid_exists(pid)
