@@ -26,10 +26,9 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
 from ..runtime._errors import InvalidArguments
-from ..runtime._groups import single_error
 from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
-from ..serve._http import HttpOptions, RefusalAudit, RequestGuard
+from ..serve._http import HttpOptions, RefusalAudit, RequestGuard, bind_refusal, host_literal
 from ._app import MAX_FORM_BYTES, PathToken, ReviewApp
 from ._approver import ReviewApprover
 from ._feed import EventFeed
@@ -58,10 +57,6 @@ class ReviewOptions:
             raise InvalidArguments(f"port {self.port} is not in 0-65535", field="port")
 
 
-def _literal(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
 async def serve_review(
     site: ReviewSite,
     options: ReviewOptions,
@@ -86,7 +81,7 @@ async def serve_review(
     app = ReviewApp(site, on_refused=lambda status, _text, scope: audit.refused(status, scope))
     guard = RequestGuard(app, http.token, on_refused=audit.refused, max_body_bytes=MAX_FORM_BYTES)
     config = Config()
-    config.bind = [f"{_literal(options.host)}:{options.port}"]
+    config.bind = [f"{host_literal(options.host)}:{options.port}"]
     config.accesslog = None
     config.loglevel = "WARNING"  # its "Running on" line names the address without the token
     config.graceful_timeout = 1.0
@@ -95,13 +90,10 @@ async def serve_review(
         try:
             await hypercorn_serve(PathToken(guard), config, task_status=task_status)  # type: ignore[arg-type]
         except BaseExceptionGroup as group:
-            failed = single_error(group, OSError)
-            if not isinstance(failed, OSError):
+            refusal = bind_refusal(group, config.bind[0], "the review page ")
+            if refusal is None:
                 raise
-            raise InvalidArguments(
-                f"the review page cannot listen on {config.bind[0]}: {failed.strerror or failed}",
-                field="port",
-            ) from None
+            raise refusal from None
 
     try:
         async with trio.open_nursery() as nursery:
@@ -112,7 +104,7 @@ async def serve_review(
             site.base = f"/{http.token}"
             await nursery.start(site.run)
             nursery.start_soon(audit.flush_every_window)
-            address = f"{_literal(options.host)}:{port}"
+            address = f"{host_literal(options.host)}:{port}"
             site.emit("review_started", address=address, pid=os.getpid())
             task_status.started(f"http://{address}/{http.token}/")
     finally:

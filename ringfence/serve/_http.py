@@ -91,8 +91,10 @@ __all__ = [
     "HttpOptions",
     "RefusalAudit",
     "RequestGuard",
+    "bind_refusal",
     "check_bind",
     "check_token",
+    "host_literal",
     "is_loopback",
     "serve_http",
 ]
@@ -135,8 +137,23 @@ def check_bind(host: str, *, token_configured: bool, behind_tls_proxy: bool) -> 
         )
 
 
-def _host_literal(host: str) -> str:
+def host_literal(host: str) -> str:
+    """``host`` as it stands before ``:port`` (an IPv6 address in brackets)."""
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def bind_refusal(group: BaseExceptionGroup, bind: str, who: str = "") -> InvalidArguments | None:
+    """A failed bind as the refusal naming the address (a busy port: how to choose another);
+    None when ``group`` is not one OSError (the caller re-raises it). hypercorn binds inside
+    its own nursery, so a bind failure arrives grouped."""
+    failed = single_error(group, OSError)
+    if not isinstance(failed, OSError):
+        return None
+    busy = failed.errno == errno.EADDRINUSE
+    hint = "; pass another --port, or --port 0 for a free one" if busy else ""
+    return InvalidArguments(
+        f"{who}cannot listen on {bind}: {failed.strerror or failed}{hint}", field="port"
+    )
 
 
 @dataclass(frozen=True)
@@ -180,7 +197,7 @@ class HttpOptions:
 
     def hosts_for(self, port: int) -> tuple[str, ...]:
         names = list(_LOOPBACK_NAMES) if is_loopback(self.host) else []
-        names.append(_host_literal(self.host))
+        names.append(host_literal(self.host))
         return (*dict.fromkeys(f"{n}:{port}" for n in names), *self.allowed_hosts)
 
     def origins_for(self, port: int) -> tuple[str, ...]:
@@ -556,7 +573,7 @@ async def serve_http(
     )
 
     config = Config()
-    config.bind = [f"{_host_literal(options.host)}:{options.port}"]
+    config.bind = [f"{host_literal(options.host)}:{options.port}"]
     config.accesslog = None
     config.errorlog = LOGGER.getChild("hypercorn")  # no handler of hypercorn's own on stderr
     config.graceful_timeout = options.graceful_timeout_seconds
@@ -575,16 +592,10 @@ async def serve_http(
             await hypercorn_serve(guard, config, shutdown_trigger=shutdown, task_status=task_status)  # type: ignore[arg-type]
             nursery.cancel_scope.cancel()  # served: stop the audit's window timer too
         except BaseExceptionGroup as group:
-            # hypercorn binds inside its own nursery, so a bind failure arrives grouped.
-            failed = single_error(group, OSError)
-            if not isinstance(failed, OSError):
+            refusal = bind_refusal(group, config.bind[0])
+            if refusal is None:
                 raise
-            busy = failed.errno == errno.EADDRINUSE
-            hint = "; pass another --port, or --port 0 for a free one" if busy else ""
-            raise InvalidArguments(
-                f"cannot listen on {config.bind[0]}: {failed.strerror or failed}{hint}",
-                field="port",
-            ) from None
+            raise refusal from None
 
     try:
         async with trio.open_nursery() as nursery:
@@ -595,7 +606,7 @@ async def serve_http(
             nursery.start_soon(housekeeping)
             if logs is not None:
                 nursery.start_soon(logs.run)
-            task_status.started(f"http://{_host_literal(options.host)}:{port}{MCP_PATH}")
+            task_status.started(f"http://{host_literal(options.host)}:{port}{MCP_PATH}")
     finally:
         lifetimes.end_all()
         # The last window's summary, before the caller closes and seals the event log.
