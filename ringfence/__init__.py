@@ -33,6 +33,7 @@ _RUNTIME_NAMES = (
     "NotFound",
     "Outcome",
     "OutsideWorkspace",
+    "Places",
     "Posture",
     "ProviderTools",
     "RingfenceError",
@@ -45,6 +46,7 @@ _RUNTIME_NAMES = (
     "ToolTimeout",
     "Unavailable",
     "Unwritable",
+    "use_places",
 )
 _LAZY = {name: "ringfence.runtime" for name in _RUNTIME_NAMES}
 _LAZY["create_kernel"] = "ringfence._embed"
@@ -70,6 +72,7 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         NotFound as NotFound,
         Outcome as Outcome,
         OutsideWorkspace as OutsideWorkspace,
+        Places as Places,
         Posture as Posture,
         ProviderTools as ProviderTools,
         RingfenceError as RingfenceError,
@@ -82,4 +85,5 @@ if TYPE_CHECKING:  # static names for type checkers and IDEs
         ToolTimeout as ToolTimeout,
         Unavailable as Unavailable,
         Unwritable as Unwritable,
+        use_places as use_places,
     )

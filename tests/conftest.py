@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from ringfence.runtime import use_places
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tiers: a test that skips without bubblewrap runs real sandboxes (``sandbox``); a test
@@ -46,10 +48,24 @@ def no_mount_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 
 
 @pytest.fixture(autouse=True)
-def ringfence_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+def ringfence_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """The test's own home: the library's (``use_places``) and its CLI children's
+    (``RINGFENCE_HOME``)."""
     home = tmp_path_factory.mktemp("ringfence-home")
     monkeypatch.setenv("RINGFENCE_HOME", str(home))
-    return home
+    with use_places(home=home):
+        yield home
+
+
+@pytest.fixture
+def no_bwrap(tmp_path: Path) -> Iterator[Path]:
+    """bubblewrap missing, for the library (``use_places(bwrap=...)`` of a path that is
+    not there); set before the test's trio run starts, so its every task sees it."""
+    missing = tmp_path / "no-bwrap"
+    with use_places(bwrap=missing):
+        yield missing
 
 
 @pytest.fixture

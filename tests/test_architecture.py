@@ -922,11 +922,6 @@ def test_no_import_cycles_between_the_modules_of_a_package() -> None:
 # is not a setting read; a listed use that is gone fails the test too (the list only shrinks).
 ENV_READERS: dict[str, dict[str, str]] = {
     "ringfence/cli/_main.py": {"_main": "the entry point: Settings.from_env(os.environ)"},
-    "ringfence/runtime/_files.py": {
-        "ringfence_home": "RINGFENCE_HOME, still read by the library: backends/confined/_plan.py "
-        "hides this directory from the sandbox by calling ringfence_home() itself, so both "
-        "must take it as an argument together (after the confined move lands)",
-    },
     # A child's environment, built from the parent's (not a setting of ringfence's):
     "ringfence/_git.py": {"_environment": "PATH for the git child"},
     "ringfence/workspace/_search.py": {"ripgrep_env": "ripgrep's environment"},
@@ -956,13 +951,9 @@ ENV_READERS: dict[str, dict[str, str]] = {
     # Not ringfence's settings: the Docker client's own variable (as docker-py's from_env reads it)
     # and the user's home, which the sandbox hides.
     "ringfence/backends/docker/_images.py": {"docker_location": "DOCKER_HOST, the Docker client's"},
-    # Still read by the library (not yet wired to Settings; many tests set them through the
-    # library's API): the operator's overrides of bubblewrap's path, the overlays' directory.
-    # Listed so the list only shrinks.
+    # The user's home, which the sandbox hides:
     "ringfence/backends/confined/_plan.py": {
         "_hidden_dirs": "HOME, the user's home, which the sandbox hides",
-        "_layers_base": "RINGFENCE_LAYERS_DIR (to be passed as a backend option)",
-        "SandboxArgv._argv": "RINGFENCE_BWRAP (to be passed as a backend option)",
     },
     # Credentials a manifest names by variable (api_key_env, headers_env, client_secret_env, ...):
     "ringfence/mcp_host/transport/_http.py": {"resolve_headers": "header credentials"},
@@ -1110,6 +1101,8 @@ SURFACE: dict[str, set[str]] = {
         *("HeadlessDenyApprover", "ScriptedApprover", "TerminalApprover"),
         # the event stream and its verification
         *("EventSink", "FileSink", "MemorySink", "verify_file"),
+        # where ringfence keeps its state and finds bubblewrap (the CLI: RINGFENCE_HOME, ...)
+        *("Places", "use_places"),
     },
     "ringfence.workspace": {
         *("Workspace", "register_file_tools"),

@@ -28,7 +28,7 @@ from ..workspace._names import escape_name
 from ..workspace.changes._collector import collector_paused
 from ..workspace.changes._model import Change, ChangeSet, Image, UpperSource, UpperTree
 from ..workspace.changes._store import CheckpointStore
-from ._mounts import LAYERS_DIR_VARIABLE
+from ._mounts import LAYERS_DIR_FIELD
 from ._types import ShellResult, Upper
 
 if TYPE_CHECKING:
@@ -338,8 +338,8 @@ def _merge_saved(
         notices.append(
             "this command's files were copied into the workspace, not renamed: its overlay's "
             "upper directory is on another mount than the workspace (slower for many files); "
-            f"set ${LAYERS_DIR_VARIABLE} (the local backend) or $RINGFENCE_HOME (docker) to a "
-            "directory on the workspace's mount, outside it"
+            f"set {LAYERS_DIR_FIELD} ($RINGFENCE_LAYERS_DIR; the local backend) or the home "
+            "($RINGFENCE_HOME; docker) to a directory on the workspace's mount, outside it"
         )
     if report.applied != cs.changes and report.applied:
         store.save(replace(cs, changes=report.applied))  # what was merged, as it was found

@@ -17,10 +17,11 @@ import os
 import re
 from dataclasses import dataclass
 
-__all__ = ["LAYERS_DIR_VARIABLE", "Mount", "mount_of"]
+__all__ = ["LAYERS_DIR_FIELD", "Mount", "mount_of"]
 
-# Where the local backend makes a session's overlay directories (see confined._plan._layers_base).
-LAYERS_DIR_VARIABLE = "RINGFENCE_LAYERS_DIR"
+# Where the local backend makes a session's overlay directories (confined._plan._layers_base):
+# ``use_places(layers_dir=...)``, on the command line ``$RINGFENCE_LAYERS_DIR``.
+LAYERS_DIR_FIELD = "layers_dir"
 _ESCAPED = re.compile(r"\\([0-7]{3})")  # mountinfo writes space, tab, newline, \ as \ooo
 
 

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..runtime._files import use_places
 from ._harness import Samples, format_seconds
 
 __all__ = ["Row", "Scenario", "Skip", "SuiteResult", "render_table", "run_suite"]
@@ -126,12 +127,14 @@ async def run_suite(
 
 @contextlib.contextmanager
 def _scratch_home() -> Iterator[None]:
-    """A throwaway ``RINGFENCE_HOME`` for the run: no benchmark kernel touches the operator's."""
+    """A throwaway home for the run: no benchmark kernel touches the operator's (in this
+    process ``use_places``; in the command-line children it starts, ``RINGFENCE_HOME``)."""
     saved = os.environ.get("RINGFENCE_HOME")
     with tempfile.TemporaryDirectory(prefix="ringfence-bench-home-") as home:
         os.environ["RINGFENCE_HOME"] = home
         try:
-            yield
+            with use_places(home=home):
+                yield
         finally:
             if saved is None:
                 os.environ.pop("RINGFENCE_HOME", None)

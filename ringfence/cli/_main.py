@@ -117,7 +117,8 @@ def _main(argv: Sequence[str] | None) -> int:
             # The one read of the environment's settings; verbs get them as arguments.
             settings = args.settings = Settings.from_env(os.environ)
             settings.apply_defaults(args)
-            code = trio.run(args.func, args)
+            with settings.places():
+                code = trio.run(args.func, args)
             sys.stdout.flush()  # here, so a reader gone (`| head`) is seen below, not at exit
         finally:
             _run_shutdown_hooks()

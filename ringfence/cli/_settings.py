@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..mcp_host.oauth._tokens import SealedStore
+    from ..runtime._files import Places
     from ..workspace.changes._store import Retention
 
 __all__ = ["Settings"]
@@ -37,7 +39,9 @@ CHECKPOINTS_DAYS = "RINGFENCE_CHECKPOINTS_DAYS"
 CHECKPOINTS_MIB = "RINGFENCE_CHECKPOINTS_MIB"
 CHECKPOINTS_FSYNC = "RINGFENCE_CHECKPOINTS_FSYNC"
 NO_KEYRING = "RINGFENCE_NO_KEYRING"
+HOME = "RINGFENCE_HOME"
 BWRAP = "RINGFENCE_BWRAP"
+LAYERS_DIR = "RINGFENCE_LAYERS_DIR"
 DOCKER_IMAGE = "RINGFENCE_DOCKER_IMAGE"
 BENCH_ENGINE = "RINGFENCE_BENCH_ENGINE"
 
@@ -61,7 +65,9 @@ class Settings:
     checkpoints_mib: float | None = None  # RINGFENCE_CHECKPOINTS_MIB
     checkpoints_fsync: bool = False  # RINGFENCE_CHECKPOINTS_FSYNC=1
     keyring: bool = True  # RINGFENCE_NO_KEYRING=1 turns it off: OAuth tokens' key in a file
-    bwrap: str | None = None  # RINGFENCE_BWRAP: bubblewrap's path (doctor)
+    home: Path | None = None  # RINGFENCE_HOME: ringfence's state directory (~/.ringfence)
+    bwrap: str | None = None  # RINGFENCE_BWRAP: bubblewrap's path, when not bwrap on PATH
+    layers_dir: Path | None = None  # RINGFENCE_LAYERS_DIR: the local backend's overlays
     docker_image: str | None = None  # RINGFENCE_DOCKER_IMAGE: the docker backend's default image
     bench_engine: str | None = None  # RINGFENCE_BENCH_ENGINE: the engine-remote scenario's
 
@@ -74,6 +80,10 @@ class Settings:
 
         def flag(name: str) -> bool:
             return environ.get(name) == "1"
+
+        def path(name: str) -> Path | None:
+            value = text(name)
+            return Path(value) if value else None
 
         roots = text(WORKSPACE_ROOTS)
         names = text(SECRET_NAMES)
@@ -94,10 +104,18 @@ class Settings:
             checkpoints_mib=_positive(environ, CHECKPOINTS_MIB),
             checkpoints_fsync=flag(CHECKPOINTS_FSYNC),
             keyring=not flag(NO_KEYRING),
+            home=path(HOME),
             bwrap=text(BWRAP),
+            layers_dir=path(LAYERS_DIR),
             docker_image=text(DOCKER_IMAGE),
             bench_engine=text(BENCH_ENGINE),
         )
+
+    def places(self) -> AbstractContextManager[Places]:
+        """The places these settings name (unset: the defaults), for the verb's run."""
+        from ..runtime._files import Places, entered_places
+
+        return entered_places(Places(home=self.home, bwrap=self.bwrap, layers_dir=self.layers_dir))
 
     def apply_defaults(self, args: Any) -> None:
         """Turn on ``--mcp`` and ``--otel`` where the settings say so (the flags only add)."""

@@ -10,7 +10,8 @@ The surface is what a host uses, in five groups: the kernel and defining a tool
 tree and its codes (``RingfenceError``, its subclasses, ``ERROR_CODES``); approvals
 and hooks (``Approver``, ``ApprovalRequest``, ``ApprovalAnswer``, ``Choice``, the
 three approvers, ``Hook``); the event stream (``EventSink``, ``FileSink``,
-``MemorySink``, ``verify_file``). Everything else stays in its private module
+``MemorySink``, ``verify_file``); where ringfence keeps its state and finds bubblewrap
+(``Places``, ``use_places``). Everything else stays in its private module
 (``ringfence.runtime._events``, ``.policy._files``, ...), and ringfence's own
 packages import it from there.
 """
@@ -39,6 +40,7 @@ from ._errors import (
     Unwritable as Unwritable,
 )
 from ._events import EventSink as EventSink, FileSink as FileSink, MemorySink as MemorySink
+from ._files import Places as Places, use_places as use_places
 from ._hooks import Hook as Hook
 from ._kernel import Kernel as Kernel
 from ._providers import ProviderTools as ProviderTools, ToolFormat as ToolFormat
@@ -70,6 +72,7 @@ __all__ = [
     "NotFound",
     "Outcome",
     "OutsideWorkspace",
+    "Places",
     "Policy",
     "Posture",
     "ProviderTools",
@@ -86,5 +89,6 @@ __all__ = [
     "Verdict",
     "load_layers",
     "load_policy",
+    "use_places",
     "verify_file",
 ]

@@ -1,23 +1,104 @@
-"""Small file helpers for ringfence's own state (plans, keys, manifests).
+"""Where ringfence keeps its own state, and small file helpers for it (plans, keys, manifests).
 
-These write ringfence's *own* files, outside any workspace; the workspace
+:class:`Places` says where this machine's ringfence state and tools are: the state
+directory (keys, plans, change sets, spool; default ``~/.ringfence``), bubblewrap (default:
+``bwrap`` on ``PATH``) and the overlays' directory (default: chosen per session). The
+library never reads them from the environment: a host passes them with :func:`use_places`
+(a context variable, so a block of a program, a task and its children, or a test sees its
+own), and the command line sets them from ``RINGFENCE_HOME``, ``RINGFENCE_BWRAP`` and
+``RINGFENCE_LAYERS_DIR`` (``cli/_settings.py``).
+
+These helpers write ringfence's *own* files, outside any workspace; the workspace
 package has its own fd-confined writer for files a tool is asked to touch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import secrets
 import tempfile
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["atomic_write", "load_or_create_key", "read_all", "ringfence_home"]
+__all__ = [
+    "Places",
+    "atomic_write",
+    "current_places",
+    "entered_places",
+    "load_or_create_key",
+    "read_all",
+    "ringfence_home",
+    "use_places",
+]
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where ringfence's state and tools are on this machine (``None``: the default).
+
+    ``home``: ringfence's state directory (``~/.ringfence``). ``bwrap``: the
+    bubblewrap binary the local backend runs (``bwrap`` on ``PATH``).
+    ``layers_dir``: where a local session's overlays are made (an absolute path
+    outside every workspace root; default: the spool or temporary directory on
+    the first root's mount, see ``backends/confined/_plan.py``).
+    """
+
+    home: Path | None = None
+    bwrap: str | None = None
+    layers_dir: Path | None = None
+
+
+_PLACES: ContextVar[Places] = ContextVar("ringfence_places", default=Places())  # noqa: B039 (frozen)
+
+
+def current_places() -> Places:
+    """The places in force here (the innermost :func:`use_places`)."""
+    return _PLACES.get()
+
+
+@contextlib.contextmanager
+def use_places(
+    *,
+    home: str | os.PathLike[str] | None = None,
+    bwrap: str | os.PathLike[str] | None = None,
+    layers_dir: str | os.PathLike[str] | None = None,
+) -> Iterator[Places]:
+    """Within the block (and the tasks and threads started from it), use these places.
+
+    Arguments left ``None`` keep what the enclosing block set. Put the block
+    around a kernel's whole life (``with use_places(...): async with
+    create_kernel(...)``): a kernel reads them where it needs them, at its
+    first command, say, not once at its creation.
+    """
+    given = {
+        "home": Path(home) if home is not None else None,
+        "bwrap": os.fspath(bwrap) if bwrap is not None else None,
+        "layers_dir": Path(layers_dir) if layers_dir is not None else None,
+    }
+    places = dataclasses.replace(_PLACES.get(), **{k: v for k, v in given.items() if v is not None})
+    with entered_places(places):
+        yield places
+
+
+@contextlib.contextmanager
+def entered_places(places: Places) -> Iterator[Places]:
+    """Exactly ``places`` within the block (``None`` fields: the defaults), whatever the
+    enclosing block set: the command line's, from its settings."""
+    token = _PLACES.set(places)
+    try:
+        yield places
+    finally:
+        _PLACES.reset(token)
 
 
 def ringfence_home() -> Path:
-    """``$RINGFENCE_HOME`` or ``~/.ringfence``."""
-    env = os.environ.get("RINGFENCE_HOME")
-    return Path(env) if env else Path.home() / ".ringfence"
+    """The state directory: :func:`use_places`' ``home``, else ``~/.ringfence``."""
+    home = _PLACES.get().home
+    return home if home is not None else Path.home() / ".ringfence"
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:

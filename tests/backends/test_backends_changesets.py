@@ -345,10 +345,9 @@ async def test_run_shell_is_reversible_only_with_change_sets_and_without_network
 
 
 async def test_change_sets_without_namespaces_refuse_rather_than_write_the_roots(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, no_bwrap: Path
 ) -> None:
     """Asked for change sets where the sandbox cannot have overlays: unavailable, nothing ran."""
-    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))
     async with create_kernel(
         roots=[workspace],
         posture=Posture.ALLOW_REVERSIBLE,

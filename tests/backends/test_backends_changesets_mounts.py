@@ -24,7 +24,7 @@ from test_backends_changesets_trees import PACKAGE, run_and_merge
 
 from ringfence.backends import SessionSpec, start_local
 from ringfence.backends._mounts import mount_of
-from ringfence.runtime import InvalidArguments
+from ringfence.runtime import InvalidArguments, use_places
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -61,7 +61,6 @@ async def test_the_upper_follows_the_workspace_onto_its_mount(
     workspace.mkdir()
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    monkeypatch.delenv("RINGFENCE_LAYERS_DIR", raising=False)
     spool = ringfence_home / "spool"
     assert mount_of(spool) != mount_of(workspace)  # the spool would make every merge a copy
     upper, moved, notices = await _run_package(workspace, spool)
@@ -76,9 +75,9 @@ async def test_a_layers_dir_on_another_mount_is_used_and_the_copy_is_said(
 ) -> None:
     workspace, layers = tmpfs / "ws", tmp_path / "layers"
     workspace.mkdir()
-    monkeypatch.setenv("RINGFENCE_LAYERS_DIR", str(layers))
     assert mount_of(tmp_path) != mount_of(workspace)
-    upper, moved, notices = await _run_package(workspace, ringfence_home / "spool")
+    with use_places(layers_dir=layers):
+        upper, moved, notices = await _run_package(workspace, ringfence_home / "spool")
     assert upper.is_relative_to(layers), upper
     assert not moved  # copied entry by entry: a rename cannot cross mounts
     (notice,) = notices
@@ -97,10 +96,10 @@ async def test_a_layers_dir_inside_the_workspace_relative_or_a_file_is_refused(
         "relative": "layers",
         "a file": str(tmp_path / "a-file"),
     }[where]
-    monkeypatch.setenv("RINGFENCE_LAYERS_DIR", given)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(InvalidArguments) as info:  # at the session's start, before anything
-        await start_local(SessionSpec(roots=(workspace,), change_sets=True))
-    assert info.value.field == "RINGFENCE_LAYERS_DIR" and given in info.value.message
+    with use_places(layers_dir=given), pytest.raises(InvalidArguments) as info:
+        await start_local(SessionSpec(roots=(workspace,), change_sets=True))  # before anything
+    assert info.value.field == "layers_dir" and given in info.value.message
+    assert "RINGFENCE_LAYERS_DIR" in info.value.message  # the command line's name for it
     assert list(workspace.iterdir()) == []
     assert not (tmp_path / "layers").exists()

@@ -19,7 +19,13 @@ import ringfence
 from ringfence import create_kernel
 from ringfence.backends import SessionSpec, start_local
 from ringfence.cli._main import main
-from ringfence.runtime import ApprovalAnswer, InvalidArguments, Posture, ScriptedApprover
+from ringfence.runtime import (
+    ApprovalAnswer,
+    InvalidArguments,
+    Posture,
+    ScriptedApprover,
+    use_places,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -46,10 +52,9 @@ def _sandbox_pids() -> list[int]:
 
 
 async def test_a_missing_layer_refuses_naming_it_and_its_fix(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, no_bwrap: Path
 ) -> None:
     """No bubblewrap on PATH: run_shell fails with unavailable, nothing runs, nothing is left."""
-    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))  # a missing binary
     marker = workspace / "ran"
     before = _sandbox_pids()
     async with kernel(workspace) as k:
@@ -62,14 +67,13 @@ async def test_a_missing_layer_refuses_naming_it_and_its_fix(
 
 
 async def test_best_effort_without_namespaces_keeps_the_other_layers_and_records_the_gaps(
-    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, tmp_path: Path, no_bwrap: Path
 ) -> None:
     """No bubblewrap, sandbox=best-effort: the supervisor runs without namespaces.
 
     Landlock still refuses writes outside the roots and signals to host
     processes; every missing layer is in the started event.
     """
-    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))
     events = tmp_path / "events.jsonl"
     # Outside /tmp (the host's /tmp stays writable without a mount namespace): only Landlock
     # stands between a root kernel's command and /usr/local here.
@@ -186,10 +190,9 @@ async def test_closing_a_session_under_a_running_command_leaves_nothing(
         monkeypatch.setattr(_proc, "_tracking", _proc.Tracking("run-id", "forced by the test"))
     elif _proc.tracking().method != "cgroup":
         pytest.skip("no writable cgroup v2 hierarchy here")
-    options = {}
+    options, bwrap = {}, None
     if not namespaces:
-        monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace / "no-bwrap"))
-        options = {"sandbox": "best-effort"}
+        options, bwrap = {"sandbox": "best-effort"}, workspace / "no-bwrap"
     seconds = str(3000 + os.getpid() % 997)  # a sleep this test can recognise
 
     def sleepers() -> list[psutil.Process]:
@@ -199,7 +202,8 @@ async def test_closing_a_session_under_a_running_command_leaves_nothing(
             if p.info["cmdline"] == ["sleep", seconds] and p.info["status"] != "zombie"
         ]
 
-    session = await start_local(SessionSpec(roots=(workspace,), options=options))
+    with use_places(bwrap=bwrap):  # bubblewrap's path is read when the session starts
+        session = await start_local(SessionSpec(roots=(workspace,), options=options))
     kw = {"cwd": workspace, "env": {"PATH": os.defpath}, "timeout": 60, "output_cap": 1000}
 
     async def run() -> None:

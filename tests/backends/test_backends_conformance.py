@@ -52,10 +52,9 @@ async def test_docker_backend_conforms_on_the_debian_image(docker_client, worksp
 
 
 async def test_local_backend_conforms_without_namespaces_at_best_effort(
-    workspace: Path, monkeypatch
+    workspace: Path, no_bwrap: Path
 ) -> None:
     """sandbox=best-effort where bubblewrap is missing: the same contract, a subreaper's tree."""
-    monkeypatch.setenv("RINGFENCE_BWRAP", str(workspace.parent / "no-bwrap"))
     await check_backend(
         start_local, workspace, processes=host_processes, options={"sandbox": "best-effort"}
     )

@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ringfence.runtime import use_places
+
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 BIN = Path(sys.executable).parent
@@ -209,7 +211,8 @@ class PageRun:
         os.environ.clear()
         os.environ.update(self.env)
         try:
-            yield
+            with use_places(home=self.home):  # the library's home (the CLI's: RINGFENCE_HOME)
+                yield
         finally:
             os.chdir(old_cwd)
             os.environ.clear()

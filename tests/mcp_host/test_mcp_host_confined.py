@@ -28,7 +28,7 @@ from mcp_host_helpers import PYTHON, SERVERS, manifest, py_server, toml_str
 
 from ringfence import create_kernel
 from ringfence.mcp_host import connect_servers, parse_manifest
-from ringfence.runtime import InvalidArguments, Kernel, MemorySink, Posture
+from ringfence.runtime import InvalidArguments, Kernel, MemorySink, Posture, use_places
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -278,11 +278,10 @@ async def test_a_listener_on_the_hosts_loopback_cannot_be_reached(
 
 
 async def test_without_bubblewrap_the_server_is_refused_naming_the_layer_and_not_started(
-    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, tmp_path: Path, no_bwrap: Path
 ) -> None:
     state = tmp_path / "state"
     state.mkdir()
-    monkeypatch.setenv("RINGFENCE_BWRAP", str(tmp_path / "no-such-bwrap"))
     async with kernel_with(workspace, tmp_path, escape_server("local", state=state)) as kernel:
         assert not [s for s in kernel.tools() if s.name.startswith("mcp.jail.")]
         error = kernel.extensions["mcp"].failures["jail"]
@@ -377,10 +376,10 @@ async def test_a_sandbox_that_does_not_start_is_refused_naming_the_layer(
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setenv("RINGFENCE_BWRAP", str(fake))
-    async with kernel_with(workspace, tmp_path, escape_server("local")) as kernel:
-        error = kernel.extensions["mcp"].failures["jail"]
-        assert not [s for s in kernel.tools() if s.name.startswith("mcp.jail.")]
+    with use_places(bwrap=fake):
+        async with kernel_with(workspace, tmp_path, escape_server("local")) as kernel:
+            error = kernel.extensions["mcp"].failures["jail"]
+            assert not [s for s in kernel.tools() if s.name.startswith("mcp.jail.")]
     assert error.code == "unavailable" and "namespaces" in error.message
     assert "before its supervisor reported" in error.message
     # Why: bubblewrap's own words, from the server's stderr.

@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -33,18 +33,19 @@ from ringfence.mcp_host.oauth._provider import (
     login_flow,
 )
 from ringfence.mcp_host.oauth._tokens import SealedStore
-from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Unavailable
+from ringfence.runtime import ApprovalAnswer, Denied, InvalidArguments, Unavailable, use_places
 from ringfence.runtime._redact import Redactor
 
 REDIRECT = "http://127.0.0.1:9/callback"  # never contacted: the test browser stops at the redirect
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     h = tmp_path / "rfhome"
-    monkeypatch.setenv("RINGFENCE_HOME", str(h))
+    monkeypatch.setenv("RINGFENCE_HOME", str(h))  # for a command-line child
     monkeypatch.setenv("RINGFENCE_NO_KEYRING", "1")
-    return h
+    with use_places(home=h):
+        yield h
 
 
 @pytest.fixture

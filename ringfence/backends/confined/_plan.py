@@ -25,8 +25,8 @@ from typing import Any
 
 from ..._confine import boot
 from ...runtime._errors import InvalidArguments, Unavailable
-from ...runtime._files import ringfence_home
-from .._mounts import LAYERS_DIR_VARIABLE, mount_of
+from ...runtime._files import current_places, ringfence_home
+from .._mounts import LAYERS_DIR_FIELD, mount_of
 from .._shellstate import PERSIST_OPTION, persist_option
 from .._trees import claim, empty_directory, remove_tree, sweep_unclaimed
 from .._types import SessionSpec
@@ -34,7 +34,6 @@ from ._limits import _processes_of
 
 __all__ = [
     "BEST_EFFORT",
-    "BWRAP_VARIABLE",
     "FIXES",
     "STRICT",
     "ConfinedOptions",
@@ -52,9 +51,6 @@ _SIZE = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
 
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-BWRAP_VARIABLE = "RINGFENCE_BWRAP"  # where bubblewrap is, when not on PATH
 
 
 _HIDDEN = ("/home", "/root", "/run", "/var/lib/docker", "/mnt", "/media", "/srv")
@@ -323,20 +319,21 @@ def _session_user(roots: tuple[Path, ...], hidden: list[str]) -> tuple[int, int]
 def _layers_base(spec: SessionSpec, roots: list[Path]) -> Path:
     """The directory a session's layers are made in.
 
-    ``$RINGFENCE_LAYERS_DIR`` when set (an absolute path outside every
-    root; made if missing). Otherwise the first of the kernel's spool
-    directory and the system's temporary directory that is outside every
-    root and on the first root's mount; when neither is, the first that is
-    outside every root.
+    The places' ``layers_dir`` when set (``use_places``; on the command line
+    ``$RINGFENCE_LAYERS_DIR``): an absolute path outside every root, made if
+    missing. Otherwise the first of the kernel's spool directory and the
+    system's temporary directory that is outside every root and on the first
+    root's mount; when neither is, the first that is outside every root.
     """
-    given = os.environ.get(LAYERS_DIR_VARIABLE)
-    if given:
+    chosen_dir = current_places().layers_dir
+    if chosen_dir is not None:
+        given = os.fspath(chosen_dir)
         base = Path(os.path.realpath(given))
         if not os.path.isabs(given) or any(_inside(base, r) or _inside(r, base) for r in roots):
             raise InvalidArguments(
-                f"${LAYERS_DIR_VARIABLE} must be an absolute path outside every workspace root "
+                f"{LAYERS_DIR_FIELD} ($RINGFENCE_LAYERS_DIR) must be an absolute path outside every workspace root "
                 f"(it holds the overlays' upper directories), not {given!r}",
-                field=LAYERS_DIR_VARIABLE,
+                field=LAYERS_DIR_FIELD,
             )
         try:
             base.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -344,9 +341,9 @@ def _layers_base(spec: SessionSpec, roots: list[Path]) -> Path:
                 raise PermissionError(13, "not writable")
         except OSError as exc:
             raise InvalidArguments(
-                f"${LAYERS_DIR_VARIABLE} ({given}) cannot hold the overlays' directories: "
+                f"{LAYERS_DIR_FIELD} ($RINGFENCE_LAYERS_DIR: {given}) cannot hold the overlays' directories: "
                 f"{exc.strerror or exc}",
-                field=LAYERS_DIR_VARIABLE,
+                field=LAYERS_DIR_FIELD,
             ) from None
         return base
     candidates = []
@@ -360,8 +357,8 @@ def _layers_base(spec: SessionSpec, roots: list[Path]) -> Path:
     if not candidates:
         raise Unavailable(
             "no directory outside the workspace roots for the overlays' upper directories "
-            f"(the spool directory and {temp} are inside one); set ${LAYERS_DIR_VARIABLE}",
-            field=LAYERS_DIR_VARIABLE,
+            f"(the spool directory and {temp} are inside one); set {LAYERS_DIR_FIELD} ($RINGFENCE_LAYERS_DIR)",
+            field=LAYERS_DIR_FIELD,
         )
     target = mount_of(roots[0])  # mountinfo read once for the root, once per candidate tried
     on_root_mount = (c for c in candidates if target is not None and mount_of(c) == target)
@@ -453,7 +450,7 @@ class SandboxArgv:
         supervisor_bytecode()
         if self._degraded is not None:
             return self._degraded_argv(fd, seccomp_fd)
-        bwrap = os.environ.get(BWRAP_VARIABLE) or shutil.which("bwrap")
+        bwrap = current_places().bwrap or shutil.which("bwrap")
         if bwrap is None or not os.access(bwrap, os.X_OK):
             raise _refuse("namespaces", f"bubblewrap ({bwrap or 'bwrap'}) is not installed")
         spec = self._spec

@@ -46,7 +46,6 @@ from ._execrules import ExecRules
 from ._layers import DENIED_SYSCALLS, LayerUnavailable, landlock_plan, layer_filter, seccomp_program
 from ._limits import _join_limit_cgroups, _make_limit_cgroups, _remove_cgroup, _v2_limits
 from ._plan import (
-    BWRAP_VARIABLE,
     FIXES,
     STRICT,
     ConfinedOptions,
@@ -60,7 +59,6 @@ from ._plan import (
 )
 
 __all__ = [
-    "BWRAP_VARIABLE",
     "FIXES",
     "ConfinedOptions",
     "ConfinedSession",

@@ -132,10 +132,12 @@ async def main(url: str) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("RINGFENCE_HOME", tempfile.mkdtemp(prefix="rf-conformance-"))
-    os.environ["RINGFENCE_NO_KEYRING"] = "1"
+    from ringfence import use_places
+
+    home = os.environ.get("RINGFENCE_HOME") or tempfile.mkdtemp(prefix="rf-conformance-")
     try:
-        sys.exit(trio.run(main, sys.argv[1]))
+        with use_places(home=home):  # the library reads no environment: its home, passed
+            sys.exit(trio.run(main, sys.argv[1]))
     except Exception as exc:
         sys.stderr.write(f"conformance client: {type(exc).__name__}: {exc}\n")
         sys.exit(1)
