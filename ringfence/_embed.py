@@ -15,7 +15,8 @@ from typing import Any
 
 import trio
 
-from .backends import register_shell_tool, select_backend
+from .backends._registry import select_backend
+from .backends._run_shell import register_shell_tool
 from .bridge import ScriptConfig, register_script_tool, unavailable_backend
 from .runtime._approval import Approver, default_approver
 from .runtime._errors import InvalidArguments, Unavailable
@@ -452,7 +453,7 @@ def mcp_stdio_confiner(
     """
 
     def confine(server: Any) -> Any:
-        from .backends import ExecChanges, confine_exec
+        from .backends.confined._exec import ExecChanges, confine_exec
         from .mcp_host.transport._stdio import ConfinedCommand
 
         changes = None

@@ -1115,6 +1115,14 @@ SURFACE: dict[str, set[str]] = {
         *("SamplingProvider", "SamplingRequest", "SamplingResponse"),
         *("Elicitor", "ElicitationPrompt", "ElicitationAnswer"),
     },
+    "ringfence.backends": {
+        # choosing and adding a backend, and what a session is
+        *("DEFAULT_BACKEND", "backend_names", "register_backend", "select_backend"),
+        *("start_session", "SessionSpec", "BackendSession", "ShellResult", "OutputCallback"),
+        "register_shell_tool",
+        # the built-in backends' options, and the docker warm pool
+        *("ConfinedOptions", "DockerOptions", "WarmPool", "PoolStats"),
+    },
     "ringfence.serve": {
         "serve_stdio",
         "serve_http",

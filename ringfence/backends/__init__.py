@@ -15,114 +15,49 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 from ._registry import (
     DEFAULT_BACKEND as DEFAULT_BACKEND,
-    ENV_VARIABLE as ENV_VARIABLE,
     backend_names as backend_names,
     register_backend as register_backend,
     select_backend as select_backend,
     start_session as start_session,
 )
-from ._run_shell import (
-    ShellTool as ShellTool,
-    WorkspaceLike as WorkspaceLike,
-    register_shell_tool as register_shell_tool,
-)
+from ._run_shell import register_shell_tool as register_shell_tool
 from ._types import (
     BackendSession as BackendSession,
     OutputCallback as OutputCallback,
     SessionSpec as SessionSpec,
     ShellResult as ShellResult,
-    Upper as Upper,
 )
-from .confined._execrules import ExecRules as ExecRules, exec_rules as exec_rules
 
 if TYPE_CHECKING:
-    from ._host import HostSession as HostSession, start_host as start_host
-    from .confined._exec import (
-        ConfinedExec as ConfinedExec,
-        ExecChanges as ExecChanges,
-        confine_exec as confine_exec,
-    )
-    from .confined._session import (
-        ConfinedOptions as ConfinedOptions,
-        ConfinedSession as ConfinedSession,
-        Layer as Layer,
-        start_confined as start_confined,
-    )
-    from .docker._api import (
-        connect_docker as connect_docker,
-        map_docker_errors as map_docker_errors,
-        translate_docker_error as translate_docker_error,
-    )
-    from .docker._imagebuild import (
-        build_image as build_image,
-        ensure_image as ensure_image,
-        list_images as list_images,
-    )
-    from .docker._images import IMAGES as IMAGES, ImageInfo as ImageInfo, ImageRecipe as ImageRecipe
+    from .confined._plan import ConfinedOptions as ConfinedOptions
     from .docker._options import DockerOptions as DockerOptions
     from .docker._pool import PoolStats as PoolStats, WarmPool as WarmPool
-    from .docker._session import (
-        CONTAINER_LABEL as CONTAINER_LABEL,
-        DockerSession as DockerSession,
-        remove_stale_containers as remove_stale_containers,
-        start_docker as start_docker,
-    )
 
 # Names load on first use (PEP 562): a kernel on the local backend, or the CLI's
 # --help, never pays for the docker SDK; a session that runs no command (`ringfence
 # call read_file`) never imports a backend's module, the process supervisor or psutil.
+# The rest (each backend's session class and start function, the docker helpers, the
+# exec-check rules) stays in its private module: ``confined/``, ``docker/``, ``_host``.
 _LAZY = {
-    "ConfinedOptions": ".confined._session",
-    "ConfinedSession": ".confined._session",
-    "Layer": ".confined._session",
-    "start_confined": ".confined._session",
-    # ``local`` is the confined backend; these two names keep older imports working.
-    "LocalSession": ".confined._session:ConfinedSession",
-    "start_local": ".confined._session:start_confined",
-    "ConfinedExec": ".confined._exec",
-    "confine_exec": ".confined._exec",
-    "ExecChanges": ".confined._exec",
-    "HostSession": "._host",
-    "start_host": "._host",
-    "IMAGES": ".docker._images",
-    "ImageInfo": ".docker._images",
-    "ImageRecipe": ".docker._images",
-    "CONTAINER_LABEL": ".docker._session",
+    "ConfinedOptions": ".confined._plan",
     "DockerOptions": ".docker._options",
     "PoolStats": ".docker._pool",
     "WarmPool": ".docker._pool",
-    "DockerSession": ".docker._session",
-    "remove_stale_containers": ".docker._session",
-    "start_docker": ".docker._session",
-    "connect_docker": ".docker._api",
-    "map_docker_errors": ".docker._api",
-    "translate_docker_error": ".docker._api",
-    "build_image": ".docker._imagebuild",
-    "ensure_image": ".docker._imagebuild",
-    "list_images": ".docker._imagebuild",
 }
-
 
 __all__ = [
     "DEFAULT_BACKEND",
-    "ENV_VARIABLE",
     "BackendSession",
-    "ExecRules",
     "OutputCallback",
     "SessionSpec",
     "ShellResult",
-    "Upper",
-    "ShellTool",
-    "WorkspaceLike",
     "backend_names",
-    "exec_rules",
     "register_backend",
     "register_shell_tool",
     "select_backend",
     "start_session",
     *_LAZY,
 ]
-
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 

@@ -23,7 +23,11 @@ from pathlib import Path
 import trio
 
 from ringfence import create_kernel
-from ringfence.backends import IMAGES, SessionSpec, register_shell_tool, start_host, start_local
+from ringfence.backends._host import start_host
+from ringfence.backends._run_shell import register_shell_tool
+from ringfence.backends._types import SessionSpec
+from ringfence.backends.confined._session import start_confined as start_local
+from ringfence.backends.docker._images import IMAGES
 from ringfence.runtime._errors import RingfenceError
 from ringfence.runtime._kernel import Kernel
 from ringfence.runtime.policy._decide import Posture
@@ -172,7 +176,9 @@ async def run_local(quick: bool) -> list[Row]:
 
 async def run_docker(quick: bool) -> list[Row]:
     rounds, batch = (4, 30) if quick else (20, 80)
-    from ringfence.backends import connect_docker, list_images, map_docker_errors, start_docker
+    from ringfence.backends.docker._api import connect_docker, map_docker_errors
+    from ringfence.backends.docker._imagebuild import list_images
+    from ringfence.backends.docker._session import start_docker
 
     try:
         client = await trio.to_thread.run_sync(connect_docker)
@@ -282,7 +288,8 @@ async def run_docker(quick: bool) -> list[Row]:
 async def run_runsc(quick: bool) -> list[Row]:
     """Warm `true` in a gVisor (runsc) session against the same in a runc session, interleaved."""
     rounds, batch = (4, 20) if quick else (12, 40)
-    from ringfence.backends import connect_docker, start_docker
+    from ringfence.backends.docker._api import connect_docker
+    from ringfence.backends.docker._session import start_docker
 
     try:
         client = await trio.to_thread.run_sync(connect_docker)

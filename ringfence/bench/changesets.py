@@ -147,8 +147,9 @@ class _Context:
 
 
 async def _capture(quick: bool, files: int) -> Row:
-    from ringfence.backends import SessionSpec, start_local
     from ringfence.backends._changesets import merge_or_stage
+    from ringfence.backends._types import SessionSpec
+    from ringfence.backends.confined._session import start_confined as start_local
 
     if shutil.which("bwrap") is None:
         raise Skip("bubblewrap is not installed")

@@ -180,7 +180,8 @@ def _tree_tar(files: int) -> bytes:
 
 async def measure_costs(quick: bool) -> Costs:
     """The five costs on this machine's engine; Skip when there is none."""
-    from ringfence.backends import SessionSpec, start_docker
+    from ringfence.backends._types import SessionSpec
+    from ringfence.backends.docker._session import start_docker
     from ringfence.runtime._errors import RingfenceError
 
     rounds = 3 if quick else 7
@@ -226,7 +227,9 @@ async def measure_costs(quick: bool) -> Costs:
 
 async def _claim_and_fetch(root: Path, quick: bool) -> tuple[float, float]:
     """A warm pool's claim, and a 10-file change set's fetch over a shipped session's stream."""
-    from ringfence.backends import SessionSpec, WarmPool, start_docker
+    from ringfence.backends._types import SessionSpec
+    from ringfence.backends.docker._pool import WarmPool
+    from ringfence.backends.docker._session import start_docker
 
     shipped = root / "shipped"
     shipped.mkdir(mode=0o755)

@@ -14,7 +14,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ringfence.backends import SessionSpec, exec_rules, start_local
+from ringfence.backends._types import SessionSpec
+from ringfence.backends.confined._execrules import exec_rules
+from ringfence.backends.confined._session import start_confined as start_local
 from ringfence.runtime.policy._judge import Policy
 
 from ._harness import Arm, interleave

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ringfence.backends import register_shell_tool
+from ringfence.backends._run_shell import register_shell_tool
 from ringfence.runtime._kernel import Kernel
 from ringfence.runtime._tools import ToolSpec
 from ringfence.runtime.policy._decide import Posture, Rules, decide

@@ -44,11 +44,11 @@ def _check(client: object) -> None:
 
 
 async def run(quick: bool) -> list[Row]:
-    from ringfence.backends import SessionSpec, start_docker
+    from ringfence.backends._types import SessionSpec
     from ringfence.backends.docker._api import connect_docker, map_docker_errors
     from ringfence.backends.docker._options import DockerOptions
     from ringfence.backends.docker._pool import WarmPool
-    from ringfence.backends.docker._session import start_cold
+    from ringfence.backends.docker._session import start_cold, start_docker
     from ringfence.runtime._errors import RingfenceError
 
     try:

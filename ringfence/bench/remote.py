@@ -62,7 +62,8 @@ def _make_tree(root: Path, files: int) -> None:
 
 
 async def run_warm(quick: bool, engine: str | None = None) -> list[Row]:
-    from ringfence.backends import SessionSpec, start_docker
+    from ringfence.backends._types import SessionSpec
+    from ringfence.backends.docker._session import start_docker
     from ringfence.runtime._errors import RingfenceError
 
     table = _engine_table(engine)

@@ -75,7 +75,7 @@ def _spawns_here(args: argparse.Namespace) -> bool:
     supervisor: run_shell on the local (confined) or host backend."""
     if args.tool != "run_shell":
         return False
-    from ..backends import select_backend
+    from ..backends._registry import select_backend
     from ._environ import backend_choice
 
     try:

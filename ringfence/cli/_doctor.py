@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from ..backends import backend_names, select_backend
+from ..backends._registry import backend_names, select_backend
 from ..runtime._errors import Unavailable
 from ._output import print_error, print_ok, print_table
 from ._verbs import add_verb_parser

@@ -58,7 +58,7 @@ def backend_choice(flag: str | None, settings: Settings) -> Choice:
     env = settings.backend
     if not env:
         return Choice(None, "default")
-    from ..backends import backend_names
+    from ..backends._registry import backend_names
     from ..runtime._errors import InvalidArguments
 
     if env not in backend_names():

@@ -7,7 +7,7 @@ import sys
 
 import trio
 
-from ..backends import IMAGES
+from ..backends.docker._images import IMAGES
 from ._output import print_json, print_table, progress_lines
 from ._verbs import add_verb_parser
 
@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def run_build(args: argparse.Namespace) -> int:
-    from ..backends import build_image, connect_docker
+    from ..backends.docker._api import connect_docker
+    from ..backends.docker._imagebuild import build_image
     from ..backends.docker._images import recipe_for
     from ..backends.docker._options import DockerOptions
 
@@ -65,7 +66,8 @@ async def run_build(args: argparse.Namespace) -> int:
 
 
 async def run_list(args: argparse.Namespace) -> int:
-    from ..backends import connect_docker, list_images
+    from ..backends.docker._api import connect_docker
+    from ..backends.docker._imagebuild import list_images
 
     def listing():
         client = connect_docker()

@@ -16,7 +16,7 @@ The contract a hook's command sees:
   refused: fail closed).
 
 Where it runs: the ``local`` backend's confinement, as ``sandbox = "local"``
-MCP servers do (``backends.confine_exec``): new namespaces, no capabilities,
+MCP servers do (``backends.confined._exec.confine_exec``): new namespaces, no capabilities,
 the host read-only, the workspace roots and the plugin's copy read-only, a
 private ``/tmp`` (the only place it can write, gone when it ends), homes and
 ``$RINGFENCE_HOME`` hidden, no network unless the manifest's ``network =
@@ -73,7 +73,7 @@ class CommandRunner:
         return [program, *rest]
 
     def _make_plan(self, folder: Path) -> Any:
-        from ..backends import confine_exec
+        from ..backends.confined._exec import confine_exec
 
         return confine_exec(
             (*self._roots, str(folder)),

@@ -16,7 +16,10 @@ import docker
 import psutil
 import pytest
 
-from ringfence.backends import BackendSession, DockerSession, connect_docker, ensure_image
+from ringfence.backends import BackendSession
+from ringfence.backends.docker._api import connect_docker
+from ringfence.backends.docker._imagebuild import ensure_image
+from ringfence.backends.docker._session import DockerSession
 from ringfence.runtime import Unavailable
 
 TEST_IMAGE = "busybox"

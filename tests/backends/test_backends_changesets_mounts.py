@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 from test_backends_changesets_trees import PACKAGE, run_and_merge
 
-from ringfence.backends import SessionSpec, start_local
+from ringfence.backends import SessionSpec
 from ringfence.backends._mounts import mount_of
+from ringfence.backends.confined._session import start_confined as start_local
 from ringfence.runtime import InvalidArguments, use_places
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")

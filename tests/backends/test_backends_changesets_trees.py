@@ -29,8 +29,9 @@ from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 from test_backends_changesets import owned, tree_state
 
 from ringfence import create_kernel
-from ringfence.backends import SessionSpec, ShellResult, start_local
+from ringfence.backends import SessionSpec, ShellResult
 from ringfence.backends._changesets import merge_or_stage
+from ringfence.backends.confined._session import start_confined as start_local
 from ringfence.runtime import Posture
 from ringfence.workspace import CheckpointStore, Workspace
 

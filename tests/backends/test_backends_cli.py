@@ -81,7 +81,7 @@ def test_rebuilding_removes_the_superseded_image(docker_client) -> None:
     """A rebuild must not leave the old image behind (CI rebuilds on every run)."""
     import io
 
-    from ringfence.backends import build_image
+    from ringfence.backends.docker._imagebuild import build_image
 
     reference = "ringfence/busybox:latest"
     build_image(docker_client, "busybox")

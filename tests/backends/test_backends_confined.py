@@ -17,7 +17,8 @@ from kernel_helpers import venv_under
 
 import ringfence
 from ringfence import create_kernel
-from ringfence.backends import SessionSpec, start_local
+from ringfence.backends import SessionSpec
+from ringfence.backends.confined._session import start_confined as start_local
 from ringfence.cli._main import main
 from ringfence.runtime import (
     ApprovalAnswer,

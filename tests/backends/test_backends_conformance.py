@@ -11,7 +11,10 @@ import docker.errors
 import pytest
 from backends_helpers import DOCKER_OPTIONS, container_processes, host_processes
 
-from ringfence.backends import SessionSpec, start_docker, start_host, start_local
+from ringfence.backends import SessionSpec
+from ringfence.backends._host import start_host
+from ringfence.backends.confined._session import start_confined as start_local
+from ringfence.backends.docker._session import start_docker
 from ringfence.backends.testing import check_backend, find_processes
 
 

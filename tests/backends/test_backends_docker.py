@@ -12,10 +12,10 @@ import pytest
 import trio
 from backends_helpers import DOCKER_OPTIONS, chown_like_workspace
 
-from ringfence.backends import (
+from ringfence.backends import SessionSpec
+from ringfence.backends.docker._session import (
     CONTAINER_LABEL,
     DockerSession,
-    SessionSpec,
     remove_stale_containers,
     start_docker,
 )

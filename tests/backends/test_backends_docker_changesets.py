@@ -29,17 +29,16 @@ from backends_helpers import (
     container_processes,
 )
 
-from ringfence.backends import (
-    CONTAINER_LABEL,
-    DockerSession,
-    SessionSpec,
-    ShellResult,
-    remove_stale_containers,
-    start_docker,
-)
+from ringfence.backends import SessionSpec, ShellResult
 from ringfence.backends.docker._idmap import idmapped_view
 from ringfence.backends.docker._seal import mount_program, seal_program, userns_program
 from ringfence.backends.docker._seccomp import NAMESPACE_ALLOW, profile
+from ringfence.backends.docker._session import (
+    CONTAINER_LABEL,
+    DockerSession,
+    remove_stale_containers,
+    start_docker,
+)
 from ringfence.backends.testing import check_backend
 from ringfence.runtime import RingfenceError, Unavailable
 from ringfence.workspace import Change, CheckpointStore, Workspace

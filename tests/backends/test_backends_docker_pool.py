@@ -22,8 +22,9 @@ import trio
 from backends_helpers import DOCKER_OPTIONS
 from test_backends_docker_changesets import capture, make, summary
 
-from ringfence.backends import SessionSpec, start_docker
+from ringfence.backends import SessionSpec
 from ringfence.backends.docker._pool import WarmPool
+from ringfence.backends.docker._session import start_docker
 from ringfence.runtime import InvalidArguments
 from ringfence.workspace import CheckpointStore, Workspace
 from ringfence.workspace.changes._merge import merge_changes

@@ -8,8 +8,7 @@ import docker.errors
 import pytest
 import requests.exceptions
 
-from ringfence.backends import map_docker_errors, translate_docker_error
-from ringfence.backends.docker._api import DOCKER_ERRORS
+from ringfence.backends.docker._api import DOCKER_ERRORS, map_docker_errors, translate_docker_error
 from ringfence.runtime import (
     InvalidArguments,
     RingfenceError,

@@ -9,7 +9,8 @@ import psutil
 import pytest
 import trio
 
-from ringfence.backends import SessionSpec, start_host as start_local
+from ringfence.backends import SessionSpec
+from ringfence.backends._host import start_host as start_local
 from ringfence.backends._output import Capture
 from ringfence.runtime import InvalidArguments
 

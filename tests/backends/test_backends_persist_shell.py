@@ -26,7 +26,10 @@ from backends_helpers import (
 )
 
 from ringfence import create_kernel
-from ringfence.backends import BackendSession, SessionSpec, start_docker, start_host, start_local
+from ringfence.backends import BackendSession, SessionSpec
+from ringfence.backends._host import start_host
+from ringfence.backends.confined._session import start_confined as start_local
+from ringfence.backends.docker._session import start_docker
 from ringfence.backends.testing import check_backend, find_processes
 from ringfence.cli._main import main
 from ringfence.runtime import ApprovalAnswer, InvalidArguments, Posture, ScriptedApprover

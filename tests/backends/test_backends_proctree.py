@@ -18,8 +18,9 @@ import psutil
 import pytest
 
 from ringfence import _proc
-from ringfence.backends import SessionSpec, start_host as start_local
+from ringfence.backends import SessionSpec
 from ringfence.backends._doctor import _process_tracking
+from ringfence.backends._host import start_host as start_local
 
 GRACE = 0.2
 

@@ -21,8 +21,9 @@ from backends_helpers import DOCKER_OPTIONS, container_processes, docker_require
 from engines_helpers import EngineProcess, can_start_engine, start_tls_engine, stop_engine
 from test_backends_docker_changesets import capture, line, make, summary, tree
 
-from ringfence.backends import DockerSession, SessionSpec, ShellResult, WarmPool, start_docker
+from ringfence.backends import SessionSpec, ShellResult, WarmPool
 from ringfence.backends.docker._api import connect_docker
+from ringfence.backends.docker._session import DockerSession, start_docker
 from ringfence.backends.engines._engines import Engine
 from ringfence.backends.engines._ship import rebuild_upper
 from ringfence.backends.testing import check_backend

@@ -272,7 +272,7 @@ def test_killing_the_host_ends_the_runner_in_the_container(debian_image, tmp_pat
             host.wait()
         # The killed host could not remove its container and change-set directories (an
         # id-mapped view of a root-owned workspace among them): the next session's sweep does.
-        from ringfence.backends import remove_stale_containers
+        from ringfence.backends.docker._session import remove_stale_containers
 
         remove_stale_containers(client)
         client.close()

@@ -67,7 +67,8 @@ def _llm_round(commands: int) -> dict[str, list[float]]:
 
 
 async def _ringfence_round(root: Path, commands: int) -> dict[str, list[float]]:
-    from ringfence.backends import SessionSpec, start_docker
+    from ringfence.backends._types import SessionSpec
+    from ringfence.backends.docker._session import start_docker
 
     laps: dict[str, list[float]] = {"open": [], "warm": [], "hundred": [], "close": []}
     spec = SessionSpec(roots=(root,), options={"image": "debian"})

@@ -194,7 +194,8 @@ def _blocked(probe: Probe, out: str, home: Path, ws: Path, seen: list[bytes]) ->
 
 
 async def _warm_laps(ws: Path, rounds: int) -> list[float]:
-    from ringfence.backends import SessionSpec, start_local
+    from ringfence.backends._types import SessionSpec
+    from ringfence.backends.confined._session import start_confined as start_local
 
     session = await start_local(SessionSpec(roots=(ws,)))
     try:
