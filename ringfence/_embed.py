@@ -17,7 +17,8 @@ import trio
 
 from .backends._registry import select_backend
 from .backends._run_shell import register_shell_tool
-from .bridge import ScriptConfig, register_script_tool, unavailable_backend
+from .bridge._config import ScriptConfig
+from .bridge._tool import register_script_tool, unavailable_backend
 from .runtime._approval import Approver, default_approver
 from .runtime._errors import InvalidArguments, Unavailable
 from .runtime._events import FileSink, MemorySink
@@ -306,7 +307,7 @@ def create_kernel(
     bridge_dir: Path | None = None
     extra_mounts: list[tuple[Path, str, bool]] = []
     if backend_name == "docker":  # the bridge's docker transport is imported only here
-        from .bridge import bridge_mounts, make_bridge_dir, remove_bridge_dir
+        from .bridge._docker import bridge_mounts, make_bridge_dir, remove_bridge_dir
 
         bridge_dir = made = make_bridge_dir()
 

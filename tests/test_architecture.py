@@ -1123,6 +1123,11 @@ SURFACE: dict[str, set[str]] = {
         # the built-in backends' options, and the docker warm pool
         *("ConfinedOptions", "DockerOptions", "WarmPool", "PoolStats"),
     },
+    "ringfence.bridge": {
+        # run_tool_script's configuration and result, and the stubs a model's prompt gets
+        *("ScriptConfig", "ScriptLimits", "ScriptResult", "SANDBOX_LEVELS", "ALLOWED_MODULES"),
+        *("register_script_tool", "describe_tools"),
+    },
     "ringfence.serve": {
         "serve_stdio",
         "serve_http",

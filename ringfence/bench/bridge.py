@@ -42,7 +42,9 @@ from typing import Any
 
 import trio
 
-from ringfence.bridge import SCRIPT_TOOL, ScriptConfig, register_script_tool, run_script
+from ringfence.bridge._config import ScriptConfig
+from ringfence.bridge._host import run_script
+from ringfence.bridge._tool import SCRIPT_TOOL, register_script_tool
 from ringfence.runtime._approval import ApprovalAnswer, ScriptedApprover
 from ringfence.runtime._calls import CallContext
 from ringfence.runtime._events import FileSink

@@ -198,7 +198,7 @@ class LaunchRequest:
 
 
 class Launcher(Protocol):
-    """Starts runners for :func:`~ringfence.bridge.run_script`; chosen by the operator.
+    """Starts runners for :func:`~ringfence.bridge._host.run_script`; chosen by the operator.
 
     ``name`` goes into the ``script_started`` event. ``transport``: the
     transport this launcher needs (``"unix"``), or None for the configured

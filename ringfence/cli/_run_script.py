@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..bridge import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
+from ..bridge._tool import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
 from ..runtime._errors import RingfenceError
 from ..runtime._render import json_text, visible_line
 from ._mcp_session import session_warnings

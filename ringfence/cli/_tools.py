@@ -90,7 +90,7 @@ async def run_list(args: argparse.Namespace) -> int:
 
 async def run_stubs(args: argparse.Namespace) -> int:
     """The session's ``tools`` namespace as Python stubs (``ringfence.bridge.describe_tools``)."""
-    from ..bridge import describe_tools
+    from ..bridge._stubs import describe_tools
 
     async with kernel_from_args(args) as kernel:
         text = describe_tools(kernel)

@@ -10,7 +10,8 @@ import psutil
 import trio
 from kernel_helpers import TOOLS, Ledger, events, kinds, make_tool, register_standard_tools
 
-from ringfence.bridge import ScriptConfig, ScriptResult, run_script
+from ringfence.bridge import ScriptConfig, ScriptResult
+from ringfence.bridge._host import run_script
 from ringfence.bridge._launch import RUNNER_PATH
 from ringfence.bridge._wire import (
     PROTOCOL,

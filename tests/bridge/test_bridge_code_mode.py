@@ -16,7 +16,8 @@ import trio
 from bridge_helpers import Ledger, events, kinds, make_tool, register_tools, run
 from cli_helpers import ringfence_process
 
-from ringfence.bridge import SCRIPT_TOOL, ScriptConfig, register_script_tool
+from ringfence.bridge import ScriptConfig, register_script_tool
+from ringfence.bridge._tool import SCRIPT_TOOL
 from ringfence.runtime import (
     ApprovalAnswer,
     ApprovalRequest,

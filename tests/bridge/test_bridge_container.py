@@ -20,9 +20,9 @@ from bridge_helpers import Ledger, kinds, register_tools, run
 
 from ringfence import _confine
 from ringfence._confine.boot import argv as boot_argv
-from ringfence.bridge import BridgeListener, LocalLauncher
+from ringfence.bridge._channel import BridgeListener
 from ringfence.bridge._docker import PACKAGE_MOUNT
-from ringfence.bridge._launch import RUNNER_MODULE, RUNNER_PATH
+from ringfence.bridge._launch import RUNNER_MODULE, RUNNER_PATH, LocalLauncher
 from ringfence.runtime import Kernel, Posture
 
 IMAGE = os.environ.get("RINGFENCE_SCRIPT_IMAGE", "ringfence/debian")

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from bridge_helpers import run
 
-from ringfence.bridge import SCRIPT_TOOL, ScriptConfig, register_script_tool
+from ringfence.bridge import ScriptConfig, register_script_tool
+from ringfence.bridge._tool import SCRIPT_TOOL
 from ringfence.runtime import ApprovalAnswer, Kernel, ScriptedApprover
 
 ESCAPE = "call_tool.__globals__['os'].mkdir(MARKER)"

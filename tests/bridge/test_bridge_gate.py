@@ -6,7 +6,8 @@ import pytest
 import trio
 from bridge_helpers import TOOLS, Ledger, events, kinds, register_tools, run
 
-from ringfence.bridge import SCRIPT_TOOL, register_script_tool
+from ringfence.bridge import register_script_tool
+from ringfence.bridge._tool import SCRIPT_TOOL
 from ringfence.runtime import (
     ApprovalAnswer,
     ApprovalRequest,

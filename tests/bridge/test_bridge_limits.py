@@ -18,9 +18,10 @@ import pytest
 import trio
 from bridge_helpers import Ledger, events, kinds, register_tools, run
 
-from ringfence.bridge import SCRIPT_TOOL, LocalLauncher, ScriptConfig, register_script_tool
+from ringfence.bridge import ScriptConfig, register_script_tool
 from ringfence.bridge._channel import MAX_PENDING_HANDSHAKES, MAX_REFUSAL_EVENTS
-from ringfence.bridge._launch import LaunchRequest
+from ringfence.bridge._launch import LaunchRequest, LocalLauncher
+from ringfence.bridge._tool import SCRIPT_TOOL
 from ringfence.runtime import (
     ApprovalAnswer,
     Consequence,
@@ -416,8 +417,9 @@ async def test_a_forged_batch_larger_than_the_budget_stops_the_run_and_runs_noth
     """A runner that sends more calls in one batch than the run may make is cut off at once."""
     from bridge_helpers import RawClient
 
-    from ringfence.bridge import BridgeListener, ProtocolError
+    from ringfence.bridge._channel import BridgeListener
     from ringfence.bridge._session import ScriptSession
+    from ringfence.bridge._wire import ProtocolError
 
     async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
         register_tools(kernel, ledger)

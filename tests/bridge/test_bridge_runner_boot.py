@@ -13,8 +13,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from ringfence.bridge import LocalLauncher
-from ringfence.bridge._launch import RUNNER_PATH
+from ringfence.bridge._launch import RUNNER_PATH, LocalLauncher
 
 PLANTED = "import os\nos.write(1, b'PLANTED')\n"
 

@@ -21,13 +21,10 @@ import pytest
 import trio
 from bridge_helpers import WRONG, Ledger, RawClient, kinds, register_tools, run, runner_processes
 
-from ringfence.bridge import (
-    BridgeListener,
-    ProtocolError,
-    ScriptConfig,
-    ScriptLimits,
-)
+from ringfence.bridge import ScriptConfig, ScriptLimits
+from ringfence.bridge._channel import BridgeListener
 from ringfence.bridge._session import ScriptSession
+from ringfence.bridge._wire import ProtocolError
 from ringfence.runtime import CallContext, Consequence, Kernel, Posture, ToolError, ToolSpec
 
 CALL = {"type": "call", "id": 1, "tool": "launch", "arguments": {"x": "pwned"}}

@@ -14,7 +14,9 @@ from cli_helpers import ringfence_process
 from kernel_helpers import event_records
 
 from ringfence._embed import create_kernel
-from ringfence.bridge import SCRIPT_TOOL, LocalLauncher, ScriptConfig, register_script_tool
+from ringfence.bridge import ScriptConfig, register_script_tool
+from ringfence.bridge._launch import LocalLauncher
+from ringfence.bridge._tool import SCRIPT_TOOL
 from ringfence.runtime import ApprovalAnswer, Consequence, Kernel, Posture, ScriptedApprover
 from ringfence.runtime.policy._decide import decide
 
@@ -138,7 +140,7 @@ async def test_create_kernel_registers_it(tmp_path) -> None:
 
 
 async def test_a_backend_without_a_script_launcher_is_unavailable() -> None:
-    from ringfence.bridge import unavailable_backend
+    from ringfence.bridge._tool import unavailable_backend
 
     async with Kernel(approver=YES) as kernel:
         register_script_tool(kernel, backend_session_factory=unavailable_backend("remote"))

@@ -12,7 +12,6 @@ import trio
 import trio.testing
 from bridge_helpers import WRONG, RawClient
 
-from ringfence.bridge import ProtocolError
 from ringfence.bridge._channel import Channel
 from ringfence.bridge._wire import (
     HANDSHAKE_MAX_FRAME,
@@ -21,6 +20,7 @@ from ringfence.bridge._wire import (
     TO_CHILD,
     TO_HOST,
     Codec,
+    ProtocolError,
     check_proof,
     child_proof,
     host_proof,
