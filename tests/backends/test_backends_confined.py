@@ -428,7 +428,8 @@ def package_copy_running(tmp_path: Path, command: str) -> tuple[Path, str]:
     program = (
         "import trio, ringfence\n"
         "from pathlib import Path\n"
-        "from ringfence.backends import SessionSpec, start_local\n"
+        "from ringfence.backends import SessionSpec\n"
+        "from ringfence.backends.confined._session import start_confined as start_local\n"
         f"assert ringfence.__file__.startswith({str(copy)!r})\n"
         "async def main():\n"
         f"    s = await start_local(SessionSpec(roots=(Path({str(ws)!r}),)))\n"

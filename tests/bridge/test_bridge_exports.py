@@ -19,7 +19,7 @@ CHILD_MODULES = (
 
 def test_public_names_resolve() -> None:
     public = [n for n in dir(ringfence.bridge) if not n.startswith("_")]
-    assert {"register_script_tool", "run_script", "ScriptConfig", "LocalLauncher"} <= set(public)
+    assert {"register_script_tool", "describe_tools", "ScriptConfig", "ScriptResult"} <= set(public)
     for name in public:
         assert getattr(ringfence.bridge, name) is not None, name
 

@@ -354,7 +354,8 @@ async def test_strict_fails_closed_when_a_layer_cannot_be_applied(ledger: Ledger
 HOST = textwrap.dedent(
     """
     import sys, trio
-    from ringfence.bridge import LocalLauncher, run_script
+    from ringfence.bridge._host import run_script
+    from ringfence.bridge._launch import LocalLauncher
     from ringfence.runtime import FileSink, Kernel
 
     async def main():
