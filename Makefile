@@ -71,10 +71,12 @@ npm-servers:
 test: $(STAMP) npm-servers sandbox-tools peer-tools
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup tests
 
-# The fast tier: everything that needs no Docker daemon, npm server or real sandbox, and is
-# not slow on its own (under a minute on two cores).
+# The fast tier: everything that needs no Docker daemon, npm server, real sandbox, server
+# process or browser, and is not slow on its own (under a minute on two cores; the tiers are
+# marked in tests/conftest.py).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not docker and not npm and not sandbox and not slow" tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup \
+		-m "not docker and not npm and not sandbox and not slow and not servers and not browser" tests
 
 # The documentation site, as CI builds it (tests/docs/test_docs_site.py): --strict, offline.
 docs: $(STAMP)
