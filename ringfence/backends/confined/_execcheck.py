@@ -247,8 +247,34 @@ def _matches(pattern: list[object], name: str, rest: list[str]) -> bool:
     if first != "**":
         if not _word(first, word):
             return False
-        return _tail(pattern, 1, rest, 0, {})
+        memo: dict[tuple[int, int], bool] = {}
+        if _tail(pattern, 1, rest, 0, memo):
+            return True
+        if len(pattern) < 2 or pattern[1] == "**":
+            return False
+        # Past the program's leading options (``git --git-dir=.git push``), every reading,
+        # as the runtime's deny side reads a command line (``_matchers.option_ends``).
+        return any(_tail(pattern, 1, rest, k, memo) for k in _option_ends(rest) if k)
     return _tail(pattern, 0, [word, *rest], 0, {})
+
+
+def _option_ends(words: list[str]) -> list[int]:
+    """Where a subcommand may begin after ``words``' leading options (``-x``, ``--long``,
+    either perhaps followed by its value): the runtime's ``_matchers.option_ends``."""
+    ends: list[int] = []
+    todo, seen = [0], set()
+    while todo:
+        j = todo.pop()
+        if j in seen:
+            continue
+        seen.add(j)
+        ends.append(j)
+        word = words[j] if j < len(words) else ""
+        if word.startswith("-") and word != "--":
+            todo.append(j + 1)
+            if "=" not in word and j + 1 < len(words):
+                todo.append(j + 2)
+    return ends
 
 
 def _tail(

@@ -31,7 +31,7 @@ import math
 import posixpath
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -295,11 +295,63 @@ class ArgvMatcher:
         best = Tri.NO
         for pattern in self.patterns:
             r = _match_argv(pattern, command, deny_side)
+            if r is Tri.NO and deny_side and _past_options(pattern):
+                r = _match_past_options(pattern, command)
             if r is Tri.YES:
                 return r
             if r is Tri.MAYBE:
                 best = Tri.MAYBE
         return best
+
+
+def _past_options(pattern: tuple[str, ...]) -> bool:
+    """Whether a deny-side pattern also matches past the program's leading options: one
+    that names the program and a next word (``git push *``, ``docker run *``)."""
+    return len(pattern) >= 2 and pattern[0] != "**" and pattern[1] != "**"
+
+
+def option_ends(words: Sequence[str | None], start: int) -> list[int]:
+    """Where a subcommand may begin in ``words`` after the options from ``start`` on.
+
+    A literal word starting with ``-`` (not ``--``) is an option, and one without
+    ``=`` may take the next word as its value (``-C dir``, ``--git-dir .git``); a
+    computed word (``None``) or any other word ends them. Every reading counts,
+    so ``git -C push status`` is also read as ``push status`` (a deny rule over-matches
+    rather than lets ``git --git-dir=.git push`` by). The exec check reads execs the
+    same way (``backends/confined/_execcheck._matches``).
+    """
+    ends: list[int] = []
+    todo, seen = [start], set()
+    while todo:
+        j = todo.pop()
+        if j in seen:
+            continue
+        seen.add(j)
+        ends.append(j)
+        word = words[j] if j < len(words) else None
+        if word is not None and word.startswith("-") and word != "--":
+            todo.append(j + 1)
+            if "=" not in word and j + 1 < len(words):
+                todo.append(j + 2)
+    return sorted(ends)
+
+
+def _match_past_options(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
+    """The deny-side match of ``pattern`` with the program's leading options skipped."""
+    argv = command.argv
+    if _match_argv((pattern[0], "**"), command, True) is Tri.NO:
+        return Tri.NO  # another program
+    words = [w.text if w.literal else None for w in argv]
+    best = Tri.NO
+    for k in option_ends(words, 1):
+        if k == 1:
+            continue  # the plain reading, already judged
+        r = _match_argv(pattern, replace(command, argv=(argv[0], *argv[k:])), True)
+        if r is Tri.YES:
+            return r
+        if r is Tri.MAYBE:
+            best = Tri.MAYBE
+    return best
 
 
 # element -> its compiled glob, or None for a literal element (compared with ==)

@@ -1,0 +1,162 @@
+"""A program's leading options do not hide its subcommand from a deny rule.
+
+``git --git-dir=.git push``, ``git -C . push``, ``git --no-pager push``: the rule
+``run_shell(git push *)`` names what git does, and git does a push. Oracle: git itself —
+its trace (``GIT_TRACE=1``) names the built-in it runs after reading its global options.
+Property-based over git's global options, for both judges: the Gate's (the command line,
+``decide``) and the exec check's (the argv of an exec, as the confined supervisor matches
+it). Through the interface: the command line refused, and no push reached the remote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ringfence.backends.confined._execcheck import ExecRules as SupervisorRules
+from ringfence.backends.confined._execrules import exec_rules
+from ringfence.cli._main import main
+from ringfence.runtime import Policy, Posture, Rules, ToolSpec, Verdict
+from ringfence.runtime.policy._decide import decide
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed"
+)
+
+
+async def _never(arguments: dict[str, Any], ctx: Any) -> Any:
+    raise AssertionError("not run")
+
+
+SHELL = ToolSpec("run_shell", "", {"type": "object"}, _never, residual=True, exec_checked=True)
+POLICY = Policy.from_strings(deny=["run_shell(git push *)", "run_shell(git fetch *)"])
+RULES = Rules(policy=POLICY)
+DENIED = {"push", "fetch"}
+
+# git's global options (git(1)), each with the value it takes, if any.
+GLOBALS = [
+    ("-C", "."),
+    ("--git-dir=.git",),
+    ("--git-dir", ".git"),
+    ("--work-tree=.",),
+    ("--work-tree", "."),
+    ("--no-pager",),
+    ("-P",),
+    ("-p",),
+    ("-c", "x.y=z"),
+    ("--no-replace-objects",),
+    ("--literal-pathspecs",),
+    ("--glob-pathspecs",),
+    ("--noglob-pathspecs",),
+    ("--icase-pathspecs",),
+    ("--no-optional-locks",),
+    ("--namespace=n",),
+    ("--namespace", "n"),
+    ("--config-env=x.y=HOME",),
+]
+SUBCOMMANDS = ["push", "fetch", "status", "log", "diff", "remote"]
+TRACE = re.compile(r"trace: built-in: git (\S+)")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository whose origin does not exist: a push or fetch fails at once, after git
+    has traced the built-in it runs."""
+    path = tmp_path_factory.mktemp("git-options")
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run(
+        ["git", "-C", str(path), "remote", "add", "origin", str(path / "no-such-remote")],
+        check=True,
+    )
+    return path
+
+
+def git_runs(repo: Path, argv: list[str]) -> str | None:
+    """The built-in git says it runs for ``git argv`` (its own trace), or None."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(repo), "GIT_TRACE": "1", "LC_ALL": "C"}
+    env |= {"GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
+    done = subprocess.run(
+        ["git", *argv], cwd=repo, env=env, capture_output=True, text=True, timeout=20
+    )
+    found = TRACE.search(done.stderr)
+    return found.group(1) if found else None
+
+
+command_lines = st.tuples(
+    st.lists(st.sampled_from(GLOBALS), max_size=4).map(lambda g: [w for o in g for w in o]),
+    st.sampled_from(SUBCOMMANDS),
+    st.sampled_from([[], ["origin"], ["-v"], ["origin", "HEAD:refs/heads/x"]]),
+)
+
+
+@settings(
+    max_examples=int(os.environ.get("ORACLE_EXAMPLES", "120")),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(command_lines)
+def test_a_deny_rule_sees_the_subcommand_git_runs(
+    repo: Path, line: tuple[list[str], str, list[str]]
+) -> None:
+    options, sub, rest = line
+    argv = [*options, sub, *rest]
+    runs = git_runs(repo, argv)
+    if runs is None:  # git refused the line before choosing a built-in
+        return
+    command = shlex.join(["git", *argv])
+    gate = decide(SHELL, Posture.ALLOW_REVERSIBLE, RULES, {"command": command}).verdict
+    rules = exec_rules(POLICY, {"command": command})
+    assert rules is not None
+    at_exec = SupervisorRules(rules.payload).match(["git"], argv)
+    if runs in DENIED:
+        assert gate is Verdict.DENY, (command, runs)
+        assert at_exec is not None, (argv, runs)
+    else:  # the options' values here are never a subcommand's name: no over-match either
+        assert gate is not Verdict.DENY, (command, runs)
+        assert at_exec is None, (argv, runs)
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git --git-dir=.git push origin HEAD:refs/heads/a",
+        "git -C . push origin HEAD:refs/heads/b",
+        "git --no-pager push origin HEAD:refs/heads/c",
+        "git -c x.y=z push origin HEAD:refs/heads/d",
+        # the Gate sees a computed word; the exec check sees the push itself
+        'o=--no-pager; git "$o" push origin HEAD:refs/heads/e',
+    ],
+)
+def test_the_command_line_refuses_a_push_behind_global_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git = ["git", "-C", str(ws), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    subprocess.run([*git, "remote", "add", "origin", str(remote)], check=True)
+    code = main(["call", "run_shell", "--args", json.dumps({"command": command}),
+                 "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
+                 "--deny", "run_shell(git push *)", "--network", "--json"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    refused = code != 0 or out["result"]["exit_code"] != 0
+    assert refused, out
+    assert "denied" in json.dumps(out) or "Permission denied" in json.dumps(out), out
+    branches = subprocess.run(
+        ["git", "-C", str(remote), "branch", "--list"], capture_output=True, text=True, check=True
+    )
+    assert branches.stdout == ""  # nothing was pushed
