@@ -252,10 +252,41 @@ def _matches(pattern: list[object], name: str, rest: list[str]) -> bool:
             return True
         if len(pattern) < 2 or pattern[1] == "**":
             return False
+        if _flags_match(pattern, rest):
+            return True
         # Past the program's leading options (``git --git-dir=.git push``), every reading,
         # as the runtime's deny side reads a command line (``_matchers.option_ends``).
         return any(_tail(pattern, 1, rest, k, memo) for k in _option_ends(rest) if k)
     return _tail(pattern, 0, [word, *rest], 0, {})
+
+
+def _flags_match(pattern: list[object], rest: list[str]) -> bool:
+    """A pattern's leading short options as a set (``rm -rf *`` denies ``rm -fr``, ``rm -r
+    -f``, ``rm -v -rf``): the runtime's ``_matchers.short_flags``/``_match_flags``."""
+    count = 0
+    while 1 + count < len(pattern):
+        element = pattern[1 + count]
+        if not (
+            isinstance(element, str)
+            and len(element) > 1
+            and element[0] == "-"
+            and element[1:].isascii()
+            and element[1:].isalnum()
+        ):
+            break
+        count += 1
+    if not count:
+        return False
+    wanted = set("".join(str(e)[1:] for e in pattern[1 : 1 + count]))
+    have: set[str] = set()
+    for k, word in enumerate(rest):
+        if not word.startswith("-") or word == "--":
+            return False
+        if not word.startswith("--"):
+            have.update(word[1:])
+        if wanted <= have and _tail(pattern, 1 + count, rest, k + 1, {}):
+            return True
+    return False
 
 
 def _option_ends(words: list[str]) -> list[int]:

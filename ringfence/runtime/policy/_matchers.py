@@ -297,6 +297,8 @@ class ArgvMatcher:
             r = _match_argv(pattern, command, deny_side)
             if r is Tri.NO and deny_side and _past_options(pattern):
                 r = _match_past_options(pattern, command)
+            if r is Tri.NO and deny_side and short_flags(pattern) is not None:
+                r = _match_flags(pattern, command)
             if r is Tri.YES:
                 return r
             if r is Tri.MAYBE:
@@ -334,6 +336,53 @@ def option_ends(words: Sequence[str | None], start: int) -> list[int]:
             if "=" not in word and j + 1 < len(words):
                 todo.append(j + 2)
     return sorted(ends)
+
+
+_SHORT = re.compile(r"-[A-Za-z0-9]+")
+
+
+def short_flags(pattern: Sequence[str]) -> tuple[int, frozenset[str]] | None:
+    """A deny pattern's leading short-option words after the program (``rm -rf *``: one
+    word, flags ``r`` and ``f``), or None when it starts with none.
+
+    Such a pattern also matches a command whose leading option words hold every one of
+    those flags, in any order, clustered or not, with others among them (``rm -fr``,
+    ``rm -r -f``, ``rm -v -rf``). Long spellings (``--recursive``) are the program's
+    own and are not known here (SECURITY.md). The exec check mirrors this
+    (``backends/confined/_execcheck._flags_match``).
+    """
+    count = 0
+    while 1 + count < len(pattern) and _SHORT.fullmatch(pattern[1 + count]):
+        count += 1
+    if not count or pattern[0] == "**":
+        return None
+    return count, frozenset("".join(w[1:] for w in pattern[1 : 1 + count]))
+
+
+def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
+    """The deny-side match of ``pattern`` with its leading flags read as a set."""
+    found = short_flags(pattern)
+    assert found is not None
+    count, wanted = found
+    argv = command.argv
+    if _match_argv((pattern[0], "**"), command, True) is Tri.NO:
+        return Tri.NO  # another program
+    have: set[str] = set()
+    rest = (pattern[0], *pattern[1 + count :])
+    best = Tri.NO
+    for k in range(1, len(argv)):
+        word = argv[k]
+        if not (word.literal and word.text.startswith("-") and word.text != "--"):
+            break
+        if not word.text.startswith("--"):
+            have.update(word.text[1:])
+        if wanted <= have:
+            r = _match_argv(rest, replace(command, argv=(argv[0], *argv[k + 1 :])), True)
+            if r is Tri.YES:
+                return r
+            if r is Tri.MAYBE:
+                best = Tri.MAYBE
+    return best
 
 
 def _match_past_options(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:

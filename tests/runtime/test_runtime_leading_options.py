@@ -160,3 +160,53 @@ def test_the_command_line_refuses_a_push_behind_global_options(
         ["git", "-C", str(remote), "branch", "--list"], capture_output=True, text=True, check=True
     )
     assert branches.stdout == ""  # nothing was pushed
+
+
+# -- short options as a set: `rm -rf *` -------------------------------------------------------
+
+FLAGS = Policy.from_strings(deny=["run_shell(rm -rf *)", "run_shell(tar -xz *)"])
+
+
+@pytest.mark.parametrize(
+    ("command", "denied"),
+    [
+        ("rm -rf x", True),
+        ("rm -fr x", True),
+        ("rm -r -f x", True),
+        ("rm -f -r x", True),
+        ("rm -rfv x", True),
+        ("rm -v -rf x", True),
+        ("rm -vfr a b", True),
+        ("tar -zx -f a.tgz", True),
+        ("rm -r x", False),
+        ("rm -f x", False),
+        ("rm -- -rf", False),  # after --, -rf is a file name
+        ("ls -rf", False),
+    ],
+)
+def test_a_deny_rules_short_options_match_in_any_order_and_cluster(
+    command: str, denied: bool
+) -> None:
+    gate = decide(SHELL, Posture.ALLOW_REVERSIBLE, Rules(policy=FLAGS), {"command": command})
+    argv = shlex.split(command)
+    rules = exec_rules(FLAGS, {"command": command})
+    assert rules is not None
+    at_exec = SupervisorRules(rules.payload).match([argv[0]], argv[1:])
+    assert (gate.verdict is Verdict.DENY) is denied, command
+    assert (at_exec is not None) is denied, argv
+
+
+@needs_bwrap
+def test_the_command_line_refuses_rm_fr_under_a_rm_rf_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = tmp_path / "ws"
+    (ws / "victim").mkdir(parents=True)
+    (ws / "victim" / "keep.txt").write_text("keep\n")
+    for command in ("rm -fr victim", "rm -r -f victim", 'f=-f; rm -r "$f" victim'):
+        code = main(["call", "run_shell", "--args", json.dumps({"command": command}),
+                     "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
+                     "--deny", "run_shell(rm -rf *)", "--json"])  # fmt: skip
+        out = json.loads(capsys.readouterr().out)
+        assert code != 0 or out["result"]["exit_code"] != 0, (command, out)
+        assert (ws / "victim" / "keep.txt").read_text() == "keep\n", command
