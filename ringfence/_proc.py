@@ -223,6 +223,7 @@ def spawn(
     exact_env: bool = False,
     uid: int | None = None,
     gid: int | None = None,
+    holds_itself: bool = False,
     _tracking: Tracking | None = None,
 ) -> Process:
     """Start ``argv`` in a new session, stdin ``/dev/null``, stdout/stderr on fresh pipes.
@@ -251,11 +252,22 @@ def spawn(
 
     ``uid``/``gid`` (root only): the user and group the child runs as, with
     no supplementary groups; the cgroup move is still done by this process.
+
+    ``holds_itself=True``: no gate. The command starts at once and is moved
+    into its cgroup while it starts up; :func:`spawn` returns only once the
+    move succeeded (on failure the child is killed and nothing is left). For
+    a program of this package that does nothing that matters (no fork, no
+    untrusted input) until the caller lets it go on over a channel of its own,
+    after :func:`spawn` returned (the script runner waits for its activation
+    pipe): its start-up overlaps the move, a cgroup v2 migration that waits
+    for an RCU grace period (milliseconds), and the gate's ``exec`` of
+    ``/bin/sh`` is saved.
     """
     how = _tracking or tracking()
     run_id = secrets.token_hex(12)
     full_env = dict(env) if exact_env else {**env, RUN_ID_VARIABLE: run_id}
-    gated = how.method == "cgroup"
+    grouped = how.method == "cgroup"
+    gated = grouped and not holds_itself
     with contextlib.ExitStack() as always, contextlib.ExitStack() as on_failure:
         out_r, out_w = os.pipe()
         on_failure.callback(os.close, out_r)
@@ -271,14 +283,16 @@ def spawn(
             stdin, stdin_w = os.pipe()
             always.callback(os.close, stdin)
             on_failure.callback(os.close, stdin_w)  # also releases a gate we never opened
-        if gated:
+        if grouped:
             assert how.base is not None and how.kill is not None
-            _check_executable(argv[0], cwd, full_env)
+            if gated:
+                _check_executable(argv[0], cwd, full_env)
             try:
                 group = Cgroup.create(how.base, how.kill)
             except OSError as exc:
                 raise ToolError(f"could not create the command's cgroup: {exc}") from exc
             on_failure.callback(group.destroy)
+        if gated:
             if stdin_w is not None:
                 gate_w = stdin_w
             else:
@@ -311,8 +325,9 @@ def spawn(
         on_failure.callback(kill_and_reap, popen)
         try:
             if group is not None:
-                group.add(popen.pid)  # before the release: the command starts inside
-                os.write(gate_w, b"\n")
+                group.add(popen.pid)  # gated: before the release, the command starts inside
+                if gated:
+                    os.write(gate_w, b"\n")
             pidfd = os.pidfd_open(popen.pid)
         except OSError as exc:
             raise ToolError(f"could not track {argv[0]!r}: {exc}") from exc

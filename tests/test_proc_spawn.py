@@ -1,4 +1,5 @@
-"""``ringfence._proc.spawn``'s options for the script runner: stdin after the gate, exact env.
+"""``ringfence._proc.spawn``'s options for the script runner: stdin after the gate, exact env,
+no gate for a program that holds itself.
 
 Real children (``/bin/sh``), under each tracking method this machine offers
 (the cgroup gate where cgroup v2 is writable, the run-id fallback always).
@@ -13,6 +14,8 @@ import pytest
 import trio
 
 from ringfence import _proc
+from ringfence._confine.cgroup import cgroup2_mount
+from ringfence.runtime._errors import ToolError
 
 RUN_ID_ONLY = _proc.Tracking("run-id", "forced by the test")
 
@@ -69,3 +72,58 @@ async def test_exact_env_is_exactly_the_environment_given(how: _proc.Tracking) -
     assert exact.decode().splitlines() == [f"PATH={os.defpath}"]
     marked = dict(line.split("=", 1) for line in (await _run(["env"], how)).decode().splitlines())
     assert _proc.RUN_ID_VARIABLE in marked  # the default: the tree is findable by its run id
+
+
+def _cgroup_of(text: str) -> str | None:
+    return next((line[3:] for line in text.splitlines() if line.startswith("0::")), None)
+
+
+@pytest.mark.skipif(_proc.tracking().method != "cgroup", reason="no writable cgroup v2 here")
+async def test_holds_itself_is_in_its_cgroup_once_spawn_returns() -> None:
+    """No gate: the child starts at once, but it is in its cgroup before spawn returns, so
+    whatever its caller lets it do afterwards (here: read past one line) runs inside."""
+    proc = _proc.spawn(
+        ["sh", "-c", "read _; cat /proc/self/cgroup"], cwd=Path("/"), env={"PATH": os.defpath},
+        stdin_pipe=True, holds_itself=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.cgroup is not None
+        os.write(proc.stdin, b"go\n")
+        os.close(proc.stdin)
+        out = await trio.to_thread.run_sync(_read_all, proc.stdout)
+        await proc.wait_leader()
+        assert proc.exit_code_when_done() == 0
+    finally:
+        os.close(proc.stdout)
+        os.close(proc.stderr)
+        proc.close()
+    mount = cgroup2_mount()
+    assert mount is not None
+    assert _cgroup_of(out.decode()) == "/" + proc.cgroup.relative_to(mount).as_posix()
+
+
+def _sleepers(tag: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if tag.encode() in cmdline.split(b"\0"):
+                found.append(int(entry))
+    return found
+
+
+async def test_holds_itself_fails_closed_when_the_move_fails(tmp_path: Path) -> None:
+    """A cgroup whose ``cgroup.procs`` cannot be written (a plain directory): the child,
+    already started, is killed and reaped, spawn raises, and nothing is left."""
+    broken = _proc.Tracking("cgroup", "a plain directory", str(tmp_path), "cgroup.kill")
+    tag = "31.4159"  # sleep's argument: this test's child, found by its command line
+    with pytest.raises(ToolError, match="could not track"):
+        _proc.spawn(
+            ["sleep", tag], cwd=Path("/"), env={"PATH": os.defpath}, holds_itself=True,
+            _tracking=broken,
+        )  # fmt: skip
+    assert _sleepers(tag) == []
+    assert list(tmp_path.iterdir()) == []  # its cgroup directory removed too

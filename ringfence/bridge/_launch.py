@@ -36,6 +36,7 @@ import trio
 
 from .. import _proc
 from .._confine.boot import argv as boot_argv
+from .._confine.cgroup import cgroup2_mount
 from ..runtime._errors import RingfenceError, Unavailable
 from ._channel import BridgeListener
 
@@ -299,7 +300,6 @@ class LocalLauncher:
         if self._closed:
             raise Unavailable("the script launcher is closed (its kernel closed)", field="launcher")
         run_config = {**request.config, "connect": self.connect_address(request.listener)}
-        activation = request.secret + _json(run_config).encode()
         self._env = request.env
         taken = None
         while self._ready:
@@ -310,11 +310,12 @@ class LocalLauncher:
             await _discard(candidate)  # a warm runner that died is replaced, not used
         if taken is None:  # a fresh runner, its activation written as soon as it exists
             self._refill_after = trio.current_time() + REFILL_QUIET_SECONDS
-            process, _ = await _SPAWNER.run(partial(self._start, request.env, activation))
+            start = partial(self._start, request.env, (request.secret, run_config))
+            process, _ = await _SPAWNER.run(start)
             child: LocalChild = LocalChild(process)
         else:
             child, w = taken
-            _activate(w, activation)
+            _activate(w, self._activation(child.process, request.secret, run_config))
         # Refilled when this run is over: a start holds the interpreter's lock for a few
         # milliseconds (fork, exec, the cgroup move), which would land on this run.
         self._active += 1
@@ -376,14 +377,45 @@ class LocalLauncher:
         finally:
             self._refill_done.set()
 
+    def _activation(
+        self, process: _proc.Process, secret: bytes, run_config: dict[str, Any]
+    ) -> bytes:
+        """A runner's activation: the secret, then its run's config.
+
+        The config names the cgroup the runner must find itself in
+        (``/proc/self/cgroup``) before it does anything for the run: a second
+        check of the move :func:`ringfence._proc.spawn` made before it
+        returned (the runner starts before the move, see :meth:`_start`).
+        Only for a runner this launcher starts itself (:meth:`_runs_directly`).
+        """
+        if process.cgroup is not None and self._runs_directly():
+            view = _cgroup_view(process.cgroup)
+            if view is not None:
+                run_config = {**run_config, "cgroup": view}
+        return secret + _json(run_config).encode()
+
+    def _runs_directly(self) -> bool:
+        """Whether the process started is the runner itself, in this host's view (its
+        interpreter, no ``wrapper``): not a program that starts it elsewhere (a container)."""
+        return not self.wrapper and self.runner_argv("{}")[0] == self.python
+
     def _start(
-        self, env: Mapping[str, str], activation: bytes | None = None
+        self, env: Mapping[str, str], run: tuple[bytes, dict[str, Any]] | None = None
     ) -> tuple[_proc.Process, int]:
         """Start a runner (in the spawner thread: see the module docstring); it and its pipe.
 
-        With ``activation`` the runner is activated at once (the pipe is then
-        closed: -1 comes back). Raises Unavailable (naming the interpreter)
-        when it cannot start.
+        With ``run`` (the secret and the run's config) the runner is activated
+        at once (the pipe is then closed: -1 comes back); without, it is a
+        spare that waits for its activation. Raises Unavailable (naming the
+        interpreter) when it cannot start.
+
+        The runner holds itself (``_proc.spawn(holds_itself=True)``): its
+        interpreter starts and imports while it is moved into its cgroup,
+        and it reads, connects to and runs nothing of a run before its
+        activation, which is written only after :func:`ringfence._proc.spawn`
+        returned, so with the move done. Another program first (a
+        ``wrapper``, a subclass's container runtime), which could start
+        processes before the move, goes through the gate instead.
         """
         with contextlib.ExitStack() as always, contextlib.ExitStack() as on_failure:
             r, w = 0, -1  # secret_on_stdin: _proc's pipe, the runner's stdin after the gate
@@ -395,6 +427,7 @@ class LocalLauncher:
                 "secret_fd": r,
                 "parent_pid": os.getpid() if self.track_parent else 0,
                 "sys_path": self.sys_path(),
+                "spare": run is None,
             }
             argv = self.runner_argv(_json(boot))
             try:
@@ -405,6 +438,7 @@ class LocalLauncher:
                     pass_fds=() if self.secret_on_stdin else (r,),
                     stdin_pipe=self.secret_on_stdin,
                     exact_env=True,  # the runner's environment is child_env(), nothing else
+                    holds_itself=argv[0] == self.python and not self.wrapper,
                 )
             except (_proc.ExecFailed, RingfenceError) as exc:
                 raise Unavailable(
@@ -414,10 +448,10 @@ class LocalLauncher:
             on_failure.pop_all()
         if process.stdin is not None:
             w = process.stdin
-        if activation is None:
+        if run is None:
             return process, w
         try:
-            _activate(w, activation)
+            _activate(w, self._activation(process, *run))
         except OSError:
             process.kill_rest_now()  # its run says why: the runner ends without a bridge
         return process, -1
@@ -449,6 +483,23 @@ async def _discard(spare: tuple[LocalChild, int]) -> None:
     child, w = spare
     os.close(w)
     await child.aclose()
+
+
+_MOUNT: list[str | None] = []
+
+
+def _cgroup_view(path: Path) -> str | None:
+    """``path`` as ``/proc/self/cgroup`` shows it (below the cgroup2 mount), or None."""
+    if not _MOUNT:
+        _MOUNT.append(cgroup2_mount())
+    mount = _MOUNT[0]
+    if mount is None:
+        return None
+    try:
+        rel = path.relative_to(mount).as_posix()
+    except ValueError:
+        return None
+    return "/" if rel == "." else "/" + rel
 
 
 def _json(value: Any) -> str:

@@ -20,7 +20,10 @@ The order of work, and why:
 3. read the per-run secret and the run's config from the inherited pipe
    (``boot["secret_fd"]``) until the host closes it: the secret is never in
    argv or the environment. A *spare* runner, started ahead of need, waits
-   here; an empty pipe means it was not needed, and it exits;
+   here; an empty pipe means it was not needed, and it exits. The host writes
+   the activation only once it moved this process into its cgroup (it starts
+   before the move); the runner checks ``/proc/self/cgroup`` against the one
+   the activation names and stops if it is elsewhere;
 4. connect to the bridge and run the handshake (``_wire``);
 5. apply the OS sandbox (``_sandbox.apply``, which also starts the watchdog
    thread that exits when the host's end of the bridge closes) and report it;
@@ -360,6 +363,27 @@ def run_script(
     return {"status": "ok", "has_result": False}
 
 
+def _cgroup_problem(expected: Any) -> str | None:
+    """Why this process is not in the cgroup its activation names, or None (none named: the
+    launcher checks nothing here, as in a container).
+
+    The host writes the activation only after it moved the runner into that cgroup (the
+    runner starts before the move, :mod:`ringfence.bridge._launch`); this is the runner's
+    own look at ``/proc/self/cgroup`` before it connects or runs anything of the run.
+    """
+    if expected is None:
+        return None
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        return f"cannot read /proc/self/cgroup to check its cgroup ({exc})"
+    here = next((line[3:] for line in lines if line.startswith("0::")), None)
+    if here != expected:
+        return f"not in its cgroup {expected!r} but in {here!r} (the host's move did not take)"
+    return None
+
+
 def _activation_waiting(fd: int) -> bool:
     """Whether the host has already written this runner's activation (a run is waiting)."""
     poller = select.poll()
@@ -385,7 +409,9 @@ def main(argv: list[str]) -> int:
 
     fd = int(boot["secret_fd"])
     modules = _allowlist.ModuleCopies()
-    warm = not _activation_waiting(fd)
+    # A spare (started ahead of need) is told so; else (the container's launcher) it looks.
+    spare = boot.get("spare")
+    warm = spare if isinstance(spare, bool) else not _activation_waiting(fd)
     if warm:
         # A warm runner, waiting for a run: it imports what a script may import now, so no
         # run waits for it.
@@ -394,6 +420,10 @@ def main(argv: list[str]) -> int:
     if activation is None:
         return 0
     secret, config = activation
+    problem = _cgroup_problem(config.get("cgroup"))
+    if problem is not None:
+        sys.stderr.write(f"ringfence runner: {problem}; nothing of the run was done\n")
+        return EXIT_SANDBOX
     if not warm:
         # A run is waiting: only the allowed modules its script names are imported, before
         # the sandbox closes the file system (see ModuleCopies).

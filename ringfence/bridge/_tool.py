@@ -31,6 +31,10 @@ __all__ = [
 SCRIPT_TOOL = "run_tool_script"
 DEFAULT_TIMEOUT_SECONDS = 120
 MAX_TIMEOUT_SECONDS = 600
+# The tool's value keeps the first and the last half of this many call records; the ones
+# between are summarized (see _calls_for_model). Every call is in the event stream.
+CALL_RECORDS_KEPT = 200
+SUMMARY_ROWS = 50  # at most this many (tool, outcome) rows in that summary
 
 DESCRIPTION = f"""Run a short Python script that calls this session's other tools, to do a
 multi-step pipeline (read, transform, act on each item) in one turn.
@@ -225,6 +229,7 @@ def _outcome(ctx: CallContext, result: ScriptResult, timeout: float) -> Any:
     does so for values and messages.
     """
     payload = result.to_dict()
+    _calls_for_model(payload, ctx.trace_id)
     if result.status == "ok":
         return payload
     details = ctx.redact_value(payload)
@@ -252,6 +257,40 @@ def _outcome(ctx: CallContext, result: ScriptResult, timeout: float) -> Any:
     raise ToolError(
         error.get("message") or f"the script ended with status {result.status}", **details
     )
+
+
+def _calls_for_model(payload: dict[str, Any], trace_id: str) -> None:
+    """Keep the first and last :data:`CALL_RECORDS_KEPT` / 2 call records of a long run.
+
+    The records between are replaced by ``calls_omitted``: how many, where,
+    and how they ended (counts by tool and outcome). So what the kernel
+    then redacts and caps record by record, and what reaches the model, is
+    bounded whatever the run's length (a run of 3,000 calls cost ~60 ms
+    there). Nothing escapes redaction: the summary is part of the value.
+    """
+    calls = payload["calls"]
+    if len(calls) <= CALL_RECORDS_KEPT:
+        return
+    half = CALL_RECORDS_KEPT // 2
+    omitted = calls[half:-half]
+    counts: dict[tuple[Any, Any], int] = {}
+    for record in omitted:
+        outcome = "staged" if record.get("staged") else record.get("error") or "ok"
+        key = (record.get("tool"), outcome)
+        counts[key] = counts.get(key, 0) + 1
+    rows = sorted(counts.items(), key=lambda kv: -kv[1])
+    summary = [{"tool": t, "outcome": o, "count": n} for (t, o), n in rows[:SUMMARY_ROWS]]
+    if len(rows) > SUMMARY_ROWS:
+        rest = sum(n for _, n in rows[SUMMARY_ROWS:])
+        summary.append({"tool": None, "outcome": "other", "count": rest})
+    payload["calls"] = [*calls[:half], *calls[-half:]]
+    payload["calls_omitted"] = {
+        "count": len(omitted),
+        "after": half,
+        "by_tool_and_outcome": summary,
+        "note": f"calls {half + 1} to {half + len(omitted)} of {len(calls)} are summarized here; "
+        f"every call is in the event stream under trace {trace_id}",
+    }
 
 
 def unavailable_backend(backend: str) -> SessionFactory:

@@ -167,6 +167,13 @@ def _mac(key: bytes, *parts: bytes) -> bytes:
     return hmac.digest(key, b"".join(parts), "sha256")
 
 
+def _tag(keyed: Any, body: bytes) -> bytes:
+    """A frame's tag: ``keyed`` (an HMAC already fed its key and label) over ``body``."""
+    mac = keyed.copy()
+    mac.update(body)
+    return mac.digest()  # type: ignore[no-any-return]
+
+
 def host_proof(secret: bytes, nc: bytes, nh: bytes) -> bytes:
     return _mac(secret, _LABEL_HOST, nc, nh)
 
@@ -227,10 +234,28 @@ class Codec:
         self.recv_label = recv_label
         self.max_frame = max_frame
         self.max_depth = max_depth
-        self.key: bytes | None = None
+        self._key: bytes | None = None
+        # HMAC states keyed and fed the direction label once, copied for each tag (the
+        # key's pads are not hashed again per message): HMAC(key, label | body) as before.
+        self._send_mac: Any = None
+        self._recv_mac: Any = None
         self.sent = 0
         self.received = 0
         self._buffer = bytearray()
+
+    @property
+    def key(self) -> bytes | None:
+        """The session key (None until the handshake sets it); setting it arms the tags."""
+        return self._key
+
+    @key.setter
+    def key(self, key: bytes | None) -> None:
+        self._key = key
+        if key is None:
+            self._send_mac = self._recv_mac = None
+        else:
+            self._send_mac = hmac.new(key, self.send_label, "sha256")
+            self._recv_mac = hmac.new(key, self.recv_label, "sha256")
 
     def receive_data(self, data: bytes) -> None:
         """Buffer bytes read from the peer (any amount; nothing is parsed yet)."""
@@ -271,7 +296,7 @@ class Codec:
         """
         message["seq"] = self.sent
         body = self._body(message)
-        tag = _mac(self.key, self.send_label, body) if self.key is not None else _ZERO_TAG
+        tag = _ZERO_TAG if self._send_mac is None else _tag(self._send_mac, body)
         self.sent += 1
         return b"".join((HEADER.pack(len(body) + TAG_BYTES), tag, body))
 
@@ -295,7 +320,7 @@ class Codec:
     @property
     def limit(self) -> int:
         """The frame size allowed now: :data:`HANDSHAKE_MAX_FRAME` until the session key is set."""
-        return self.max_frame if self.key is not None else min(self.max_frame, HANDSHAKE_MAX_FRAME)
+        return self.max_frame if self._key is not None else min(self.max_frame, HANDSHAKE_MAX_FRAME)
 
     def _check_depth(self, body: bytes) -> None:
         if nesting_exceeds(body, self.max_depth):
@@ -317,7 +342,7 @@ class Codec:
         if length < TAG_BYTES + 2:
             raise ProtocolError("malformed", f"a frame of {length} bytes is too short")
         if length > self.limit:
-            stage = "" if self.key is not None else " before the handshake"
+            stage = "" if self._key is not None else " before the handshake"
             raise ProtocolError(
                 "oversized", f"a frame of {length} bytes exceeds the {self.limit}-byte limit{stage}"
             )
@@ -332,9 +357,7 @@ class Codec:
                 "oversized", f"a frame of {len(payload)} bytes exceeds the {self.limit}-byte limit"
             )
         tag, body = payload[:TAG_BYTES], payload[TAG_BYTES:]
-        if self.key is not None and not hmac.compare_digest(
-            tag, _mac(self.key, self.recv_label, body)
-        ):
+        if self._recv_mac is not None and not hmac.compare_digest(tag, _tag(self._recv_mac, body)):
             raise ProtocolError("bad_tag", "a message's tag does not verify under the session key")
         self._check_depth(body)
         try:

@@ -318,6 +318,49 @@ async def test_the_operator_sets_the_budget_and_its_ceiling(ledger: Ledger) -> N
     assert ledger.names() == ["peek"] * 2
 
 
+async def test_a_long_runs_calls_are_summarized_and_no_secret_survives(ledger: Ledger) -> None:
+    """3,000 calls whose records and results hold a secret (the name of a tool the script
+    calls, an echoed argument): the value keeps the first and last 100 records and
+    summarizes the rest, and the secret is nowhere in it or in the event stream."""
+    secret = "sk-live-Qz7kPqL9mWvB2nR4"
+
+    async def echo(args: dict, ctx: Any) -> str:
+        return "echo " + args["x"]
+
+    script = textwrap.dedent(
+        f"""
+        S = {secret!r}
+        seen = []
+        for i in range(1500):
+            seen.append(call_tool("echo", x=S + str(i)))
+            try:
+                call_tool(S, x="a")
+            except ToolError as e:
+                seen.append(e.code)
+        result = seen[-4:]
+        """
+    )
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+    async with Kernel(approver=YES, posture=Posture.UNRESTRICTED, secrets=[secret]) as kernel:
+        kernel.register(ToolSpec("echo", "echo", schema, echo, consequence=Consequence.READ))
+        register_script_tool(kernel, spare=False)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script})
+    assert outcome.ok, outcome.error
+    value = outcome.value
+    assert value["result"] == [f"echo {MARKER}1498", "not_found", f"echo {MARKER}1499", "not_found"]
+    calls = value["calls"]
+    assert len(calls) == 200
+    assert [c["tool"] for c in calls[:2]] == ["echo", MARKER]
+    omitted = value["calls_omitted"]
+    assert omitted["count"] == 2800 and omitted["after"] == 100
+    rows = {(r["tool"], r["outcome"]): r["count"] for r in omitted["by_tool_and_outcome"]}
+    assert rows == {("echo", "ok"): 1400, (MARKER, "not_found"): 1400}
+    assert secret not in json.dumps(value)
+    assert _leaks(json.dumps(value), secret) == []
+    assert _leaks(json.dumps(events(kernel)), secret) == []
+    assert kinds(kernel, "script_finished")[0]["calls"] == 3000  # the run itself kept all
+
+
 # -- output: redact first, cut after; the spool holds it all -------------------------------
 
 SECRET = "QzX7kPqL9mWvB2nR4tYhJ8c"  # 23 characters: with "-", a 24-byte period

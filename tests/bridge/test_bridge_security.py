@@ -408,3 +408,55 @@ def test_the_bridge_watchdog_alone_ends_the_runner(tmp_path) -> None:
     """With a parent in between (as in a container), the closed bridge ends the runner."""
     gone = _kill_host_mid_run(tmp_path, ["/bin/sh", "-c", '"$@" & wait', "sh"])
     assert len(gone) == 2  # the shell in between and the runner it started
+
+
+def _session_cgroup_prefix() -> str:
+    """Where this process's runners' cgroups are, as ``/proc/self/cgroup`` shows them."""
+    from ringfence import _proc
+    from ringfence._confine.cgroup import cgroup2_mount
+
+    how, mount = _proc.tracking(), cgroup2_mount()
+    if how.method != "cgroup" or how.base is None or mount is None:
+        pytest.skip(f"no writable cgroup v2 here: {how.detail}")
+    return "/" + os.path.relpath(how.base, mount) + "/cmd-"
+
+
+async def test_a_cold_runner_is_in_its_cgroup_before_the_script_runs() -> None:
+    """The runner starts before it is moved into its cgroup (the move overlaps its
+    start-up); the script, its first line included, runs inside. (The memory and fork
+    limits on the same cold path: test_os_sandbox_refuses, "allocate 4 GiB", "fork bomb".)"""
+    prefix = _session_cgroup_prefix()
+    source = 'print(open("/proc/self/cgroup").read())'
+    async with Kernel() as kernel:
+        result = await run(kernel, source, mode="plain", sandbox="none")  # a fresh runner
+    assert result.status == "ok", result.error
+    (line,) = [x for x in result.output.splitlines() if x.startswith("0::")]
+    assert line[3:].startswith(prefix), (line, prefix)
+
+
+async def test_a_runner_not_in_its_cgroup_runs_nothing(ledger: Ledger) -> None:
+    """The activation names the cgroup the runner must be in; a runner elsewhere (a move
+    that did not take) stops before it connects: the run fails naming why, no call runs."""
+    from ringfence.bridge._launch import LocalLauncher
+
+    _session_cgroup_prefix()
+
+    class Elsewhere(LocalLauncher):
+        def _activation(self, process, secret, run_config):  # type: ignore[no-untyped-def]
+            return secret + json.dumps({**run_config, "cgroup": "/not/the/runners"}).encode()
+
+    for launcher in (Elsewhere(), Elsewhere(warm=1)):  # a fresh runner, then a spare
+        try:
+            async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
+                register_tools(kernel, ledger)
+                if launcher.warm:
+                    launcher._want_refill()
+                    with trio.fail_after(30):
+                        while launcher.ready < 1:
+                            await trio.sleep(0.02)
+                with pytest.raises(ToolError, match="not in its cgroup '/not/the/runners'"):
+                    await run(kernel, 'call_tool("launch", x="pwned")', launcher=launcher)
+                assert kinds(kernel, "script_sandbox") == []  # it never got that far
+        finally:
+            await launcher.aclose()
+    assert ledger.runs == []

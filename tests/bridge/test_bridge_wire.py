@@ -53,6 +53,22 @@ def test_round_trip_counts_each_direction() -> None:
     assert child.decode(payload(host.encode({"type": "reply"})))["seq"] == 0
 
 
+def test_every_tag_is_hmac_sha256_of_the_direction_label_and_the_body() -> None:
+    """Pinned to the documented construction, frame after frame (the keyed state each tag
+    starts from is reused, never advanced), and a new key replaces the old one."""
+    child, _ = pair()
+    for i in range(3):
+        tagged = payload(child.encode({"type": "call", "i": i}))
+        tag, body = tagged[:TAG_BYTES], tagged[TAG_BYTES:]
+        assert tag == hmac.digest(KEY, TO_HOST + body, "sha256")
+    other = b"o" * 32
+    child.key = other
+    tagged = payload(child.encode({"type": "call"}))
+    assert tagged[:TAG_BYTES] == hmac.digest(other, TO_HOST + tagged[TAG_BYTES:], "sha256")
+    child.key = None
+    assert payload(child.encode({"type": "hello"}))[:TAG_BYTES] == bytes(TAG_BYTES)
+
+
 def test_replayed_message_is_refused() -> None:
     child, host = pair()
     frame = child.encode({"type": "call"})
