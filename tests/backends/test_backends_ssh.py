@@ -175,12 +175,15 @@ async def test_a_change_set_round_trips_byte_for_byte_over_ssh(
     make(workspace, {"edit.txt": "old\n", "gone.txt": "gone\n", "keep/x": "x\n"})
     (workspace / "bin.dat").write_bytes(bytes(range(256)) * 64)
     before = tree(workspace)
+    logins = accepted_logins(ssh_engine)
     session = await start_docker(
         SessionSpec(
             roots=(workspace,), kill_grace=0.5, options=options(ssh_engine), change_sets=True
         )
     )
     try:
+        # One ssh login per session: the placement probe's forward is the session's.
+        assert accepted_logins(ssh_engine) == logins + 1
         assert session.metadata["workspace"] == "shipped"
         r = await sh(
             session,
@@ -330,14 +333,7 @@ async def test_a_dead_forward_fails_the_next_call_naming_it(
         import os
         import signal
 
-        found = [
-            int(p.name)
-            for p in Path("/proc").iterdir()
-            if p.name.isdigit()
-            and (p / "comm").exists()
-            and _read(p / "comm") == "ssh\n"
-            and str(ssh_engine.port) in _read(p / "cmdline")
-        ]
+        found = _ssh_processes(ssh_engine.port)
         assert len(found) == 1, found
         os.kill(found[0], signal.SIGKILL)
         with trio.fail_after(30), pytest.raises(Unavailable) as info:
@@ -362,3 +358,87 @@ def _read(path: Path) -> str:
         return path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+_OWNER = r"""
+import json, sys, trio
+from pathlib import Path
+from ringfence.backends import SessionSpec
+from ringfence.backends.docker._session import start_docker
+
+async def main() -> None:
+    ws, options = Path(sys.argv[1]), json.loads(sys.argv[2])
+    session = await start_docker(SessionSpec(roots=(ws,), options=options, change_sets=True))
+    await session.run("true", cwd=ws, env={}, timeout=20, output_cap=1024)
+    print(session.container_id, flush=True)
+    await trio.sleep(600)
+
+trio.run(main)
+"""
+
+
+@pytestmark_docker
+async def test_a_killed_owner_leaves_no_forward_and_no_container(
+    ssh_engine: SSHEngine, workspace: Path
+) -> None:
+    """The owner of a session is SIGKILLed (no aclose): its ssh forward stops, and with it
+    the container's lease, so the engine removes the container, as on a local engine.
+
+    The owner runs in a cgroup of its own: otherwise any other ringfence process starting
+    on this machine sweeps a dead owner's command cgroups (``_proc``'s probe) and would
+    stop the forward for it, so this test could not tell the forward's own watcher apart."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    from ringfence._confine.cgroup import cgroup2_mount, sweep
+
+    mount = cgroup2_mount()
+    own = Path(mount) / f"rf-ssh-test-{os.getpid()}" if mount else None
+    if own is not None:
+        own.mkdir()
+    enter = f"echo $$ > {own / 'cgroup.procs'} && " if own is not None else ""
+    before_dirs = set(forwards())
+    owner = subprocess.Popen(
+        ["/bin/sh", "-c", enter + 'exec "$@"', "owner", sys.executable, "-c", _OWNER,
+         str(workspace), json.dumps(options(ssh_engine))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert owner.stdout is not None
+        line = await trio.to_thread.run_sync(owner.stdout.readline)
+        assert line.strip(), owner.stderr.read() if owner.stderr else ""
+        container = line.decode().strip()
+        assert container in [c.id for c in engine_containers(ssh_engine)]
+        assert _ssh_processes(ssh_engine.port), "no ssh forward running for the session"
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (
+            _ssh_processes(ssh_engine.port) or engine_containers(ssh_engine)
+        ):
+            await trio.sleep(0.2)
+        assert _ssh_processes(ssh_engine.port) == []
+        assert engine_containers(ssh_engine) == []
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        for directory in set(forwards()) - before_dirs:  # what a killed owner leaves: its dir
+            shutil.rmtree(directory, ignore_errors=True)
+        if own is not None:
+            if (own / "ringfence").is_dir():
+                sweep(own / "ringfence")
+                (own / "ringfence").rmdir()
+            own.rmdir()
+
+
+def _ssh_processes(port: int) -> list[int]:
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and _read(p / "comm") == "ssh\n" and f" {port} " in _read(p / "cmdline")
+    ]

@@ -107,7 +107,7 @@ from .._types import (
     check_command,
     check_run_arguments,
 )
-from ..engines._engines import Engine, EngineLoad, place
+from ..engines._engines import Engine, EngineLoad, place_keeping
 from ..engines._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
 from ..engines._ssh import SSHForward, open_forward
 from . import _upper as upper
@@ -158,21 +158,28 @@ async def start_docker(spec: SessionSpec) -> DockerSession:
     failure or cancellation is removed.
     """
     opts = DockerOptions.from_mapping(spec.options)
-    engine, loads = None, []
-    if opts.engines:
-        engine, loads = await place(opts.engines)
-    pool = None
-    if spec.change_sets:  # a warm pool of this shape (._pool) hands out a started container
-        taken, pool = claim(pool_shape(opts, engine, spec.network, len(spec.roots)))
-        if taken is not None:
-            try:
-                taken.adopt(spec, opts, loads, pool)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await taken.aclose()
-                raise
-            return taken  # type: ignore[no-any-return]
-    return await start_cold(spec, opts, engine, loads, pool=pool)
+    engine, loads, forward = None, [], None
+    if opts.engines:  # an ssh engine's probe forward is kept for the session (one handshake)
+        engine, loads, forward = await place_keeping(opts.engines)
+    try:
+        pool = None
+        if spec.change_sets:  # a warm pool of this shape (._pool) hands out a started container
+            taken, pool = claim(pool_shape(opts, engine, spec.network, len(spec.roots)))
+            if taken is not None:
+                if forward is not None:  # the pooled session has a forward of its own
+                    await forward.aclose()
+                try:
+                    taken.adopt(spec, opts, loads, pool)
+                except BaseException:
+                    with trio.CancelScope(shield=True):
+                        await taken.aclose()
+                    raise
+                return taken  # type: ignore[no-any-return]
+        return await start_cold(spec, opts, engine, loads, pool=pool, forward=forward)
+    except BaseException:
+        if forward is not None:  # idempotent: a session that took it over closed it already
+            await forward.aclose()
+        raise
 
 
 async def start_cold(
@@ -183,10 +190,13 @@ async def start_cold(
     *,
     pool: Any = None,
     pooled: bool = False,
+    forward: SSHForward | None = None,
 ) -> DockerSession:
     """A new container for ``spec`` (``pooled``: one a warm pool keeps, labelled so).
-    ``pool``: the pool of this shape that had none warm (its figures go in the metadata)."""
+    ``pool``: the pool of this shape that had none warm (its figures go in the metadata).
+    ``forward``: ``engine``'s open ssh forward, which the session takes over (and closes)."""
     session = DockerSession(spec, opts, engine, loads)
+    session._forward = forward
     session.pooled = pooled
     session.pool = pool
     try:
@@ -497,7 +507,8 @@ class DockerSession:
         engine = self.engine
         url, tls = (engine.base_url, engine.tls_config()) if engine else (self._opts.base_url, None)
         if engine is not None and engine.ssh:
-            self._forward = await open_forward(engine)
+            if self._forward is None:
+                self._forward = await open_forward(engine)
             url = self._forward.base_url
         try:
             self._client = await trio.to_thread.run_sync(lambda: connect_docker(url, tls=tls))

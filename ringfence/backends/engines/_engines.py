@@ -33,13 +33,24 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from ...runtime._errors import InvalidArguments, RingfenceError, Unavailable
 
-__all__ = ["Engine", "EngineLoad", "ShipMode", "parse_engines", "place", "probe_engine"]
+if TYPE_CHECKING:  # _ssh is imported where an ssh engine is probed
+    from ._ssh import SSHForward
+
+__all__ = [
+    "Engine",
+    "EngineLoad",
+    "ShipMode",
+    "parse_engines",
+    "place",
+    "place_keeping",
+    "probe_engine",
+]
 
 ShipMode = Literal["auto", "always", "never"]
 SHIP_MODES: tuple[ShipMode, ...] = ("auto", "always", "never")
@@ -372,9 +383,18 @@ class EngineLoad:
 
 async def probe_engine(engine: Engine, *, timeout: float = PROBE_TIMEOUT) -> EngineLoad:
     """Ask ``engine`` for its load (``/info``); never raises for an unreachable engine."""
+    load, _ = await _probe(engine, timeout, keep=False)
+    return load
+
+
+async def _probe(
+    engine: Engine, timeout: float, *, keep: bool
+) -> tuple[EngineLoad, SSHForward | None]:
+    """The engine's load; with ``keep``, an ssh engine's forward stays open for the caller
+    (who then owns it) when the engine answered, else it is closed here."""
     # The docker SDK loads only where engines are used.
     from ..docker._api import connect_docker, map_docker_errors
-    from ._ssh import START_LIMIT, engine_address
+    from ._ssh import START_LIMIT, open_forward
 
     def ask(url: str) -> dict[str, Any]:
         client = connect_docker(url, tls=engine.tls_config(), timeout=timeout)
@@ -384,21 +404,34 @@ async def probe_engine(engine: Engine, *, timeout: float = PROBE_TIMEOUT) -> Eng
         finally:
             client.close()
 
+    forward: SSHForward | None = None
     try:
         # An ssh engine's forward (key exchange, authentication) is not its load's answer.
         with trio.fail_after(timeout + 1 + (START_LIMIT if engine.ssh else 0)):
-            async with engine_address(engine) as url:
-                info = await trio.to_thread.run_sync(ask, url, abandon_on_cancel=True)
+            if engine.ssh:
+                forward = await open_forward(engine)
+            url = forward.base_url if forward is not None else engine.base_url
+            info = await trio.to_thread.run_sync(ask, url, abandon_on_cancel=True)
     except trio.TooSlowError:
-        return EngineLoad(engine, error=f"no answer within {timeout:g} s")
-    except RingfenceError as exc:  # every docker, TLS and socket failure, mapped
-        return EngineLoad(engine, error=exc.message)
-    return EngineLoad(
-        engine,
-        running=int(info.get("ContainersRunning") or 0),
-        cpus=int(info.get("NCPU") or 0),
-        memory=int(info.get("MemTotal") or 0),
-    )
+        load = EngineLoad(engine, error=f"no answer within {timeout:g} s")
+    except RingfenceError as exc:  # every docker, TLS, ssh and socket failure, mapped
+        load = EngineLoad(engine, error=exc.message)
+    except BaseException:
+        if forward is not None:
+            await forward.aclose()
+        raise
+    else:
+        load = EngineLoad(
+            engine,
+            running=int(info.get("ContainersRunning") or 0),
+            cpus=int(info.get("NCPU") or 0),
+            memory=int(info.get("MemTotal") or 0),
+        )
+        if keep:
+            return load, forward
+    if forward is not None:
+        await forward.aclose()
+    return load, None
 
 
 async def place(engines: Sequence[Engine]) -> tuple[Engine, list[EngineLoad]]:
@@ -407,20 +440,39 @@ async def place(engines: Sequence[Engine]) -> tuple[Engine, list[EngineLoad]]:
     Ties go to the engine listed first. Raises Unavailable naming every
     engine and its reason when none answers.
     """
-    loads: list[EngineLoad | None] = [None] * len(engines)
+    engine, loads, forward = await place_keeping(engines)
+    if forward is not None:
+        await forward.aclose()
+    return engine, loads
+
+
+async def place_keeping(
+    engines: Sequence[Engine],
+) -> tuple[Engine, list[EngineLoad], SSHForward | None]:
+    """:func:`place`, and the chosen engine's ssh forward still open (None for other engines):
+    the session takes it over instead of paying a second ssh handshake. Every other forward
+    the probes opened is closed, also on failure or cancellation."""
+    probed: list[tuple[EngineLoad, SSHForward | None] | None] = [None] * len(engines)
+    kept: SSHForward | None = None
 
     async def one(i: int) -> None:
-        loads[i] = await probe_engine(engines[i])
+        probed[i] = await _probe(engines[i], PROBE_TIMEOUT, keep=True)
 
-    async with trio.open_nursery() as nursery:
-        for i in range(len(engines)):
-            nursery.start_soon(one, i)
-    answered = [load for load in loads if load is not None]
-    reachable = [load for load in answered if load.reachable]
-    if not reachable:
-        reasons = "; ".join(
-            f"{load.engine.name} ({load.engine.base_url}): {load.error}" for load in answered
-        )
-        raise Unavailable(f"no Docker engine of the pool is reachable: {reasons}")
-    best = min(reachable, key=lambda load: load.score)  # min keeps the first of equals
-    return best.engine, answered
+    try:
+        async with trio.open_nursery() as nursery:
+            for i in range(len(engines)):
+                nursery.start_soon(one, i)
+        answered = [pair[0] for pair in probed if pair is not None]
+        reachable = [load for load in answered if load.reachable]
+        if not reachable:
+            reasons = "; ".join(
+                f"{load.engine.name} ({load.engine.base_url}): {load.error}" for load in answered
+            )
+            raise Unavailable(f"no Docker engine of the pool is reachable: {reasons}")
+        best = min(reachable, key=lambda load: load.score)  # min keeps the first of equals
+        kept = next(pair[1] for pair in probed if pair is not None and pair[0] is best)
+        return best.engine, answered, kept
+    finally:
+        for pair in probed:
+            if pair is not None and pair[1] is not None and pair[1] is not kept:
+                await pair[1].aclose()

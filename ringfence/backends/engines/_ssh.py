@@ -42,7 +42,6 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,7 +53,7 @@ from ...runtime._errors import Unavailable
 if TYPE_CHECKING:  # _engines imports this module where it probes an engine
     from ._engines import Engine
 
-__all__ = ["SSHForward", "engine_address", "open_forward"]
+__all__ = ["SSHForward", "open_forward"]
 
 START_LIMIT = 30.0  # TCP connect (ConnectTimeout below) + key exchange + authentication
 CONNECT_TIMEOUT = 10
@@ -270,17 +269,3 @@ async def open_forward(engine: Engine) -> SSHForward:
     except BaseException:
         await forward.aclose()
         raise
-
-
-@contextlib.asynccontextmanager
-async def engine_address(engine: Engine) -> AsyncIterator[str]:
-    """The address a docker client uses for ``engine`` while inside: its own ``base_url``, or
-    for an ``ssh://`` engine the local end of a forward that ends on the way out."""
-    if not engine.ssh:
-        yield engine.base_url
-        return
-    forward = await open_forward(engine)
-    try:
-        yield forward.base_url
-    finally:
-        await forward.aclose()
