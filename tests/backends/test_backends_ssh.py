@@ -442,3 +442,69 @@ def _ssh_processes(port: int) -> list[int]:
         for p in Path("/proc").iterdir()
         if p.name.isdigit() and _read(p / "comm") == "ssh\n" and f" {port} " in _read(p / "cmdline")
     ]
+
+
+async def test_an_ssh_address_outside_an_engine_table_is_refused(workspace: Path) -> None:
+    """docker-py's own ssh transport (no pin) is never used: base_url/DOCKER_HOST ssh:// is
+    refused before any connection, saying how to configure a pinned engine."""
+    with pytest.raises(Unavailable) as info:
+        connect_docker("ssh://root@127.0.0.1:1")
+    assert "ssh_known_hosts" in info.value.message and "does not pin" in info.value.message
+    with pytest.raises(Unavailable) as again:
+        await start_docker(
+            SessionSpec(roots=(workspace,), options={"base_url": "ssh://root@127.0.0.1:1"})
+        )
+    assert "engine table" in again.value.message
+
+
+@pytestmark_docker
+async def test_a_client_key_the_engine_does_not_know_is_refused_naming_it(
+    ssh_engine: SSHEngine, workspace: Path, tmp_path: Path
+) -> None:
+    import subprocess
+
+    stranger = tmp_path / "stranger_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    with pytest.raises(Unavailable) as info:
+        await start_docker(
+            SessionSpec(
+                roots=(workspace,),
+                options=options(ssh_engine, ssh_identity=str(stranger)),
+                change_sets=True,
+            )
+        )
+    assert "ssh-loopback" in info.value.message and "refused our key" in info.value.message
+    assert str(stranger) in info.value.message
+    assert forwards() == []
+
+
+@pytestmark_docker
+async def test_a_warm_pool_on_an_ssh_engine_is_claimed_then_shipped(
+    ssh_engine: SSHEngine, tmp_path: Path
+) -> None:
+    from ringfence.backends import WarmPool
+
+    ws = tmp_path / "ws"
+    make(ws, {"a.txt": "a\n"})
+    opts = options(ssh_engine)
+    spec = SessionSpec(roots=(ws,), kill_grace=0.5, options=opts, change_sets=True)
+    async with WarmPool(opts, size=1) as pool:
+        await pool.wait_warm()
+        session = await start_docker(spec)
+        try:
+            assert session.metadata["pool"]["claimed"] is True
+            r = await sh(session, "cat a.txt && echo b > b.txt", ws)
+            assert r.exit_code == 0 and r.stdout == "a\n", r
+            with Workspace([ws]) as w:
+                store = CheckpointStore(w)
+                try:
+                    assert [c.path for c in capture(w, store, r)] == ["b.txt"]
+                finally:
+                    store.close()
+        finally:
+            await session.aclose()
+    assert forwards() == []
+    deadline = time.monotonic() + 15
+    while engine_containers(ssh_engine) and time.monotonic() < deadline:
+        await trio.sleep(0.2)
+    assert engine_containers(ssh_engine) == []
