@@ -213,7 +213,11 @@ def engine_key(engine: Engine) -> str:
     return "|".join(
         str(x)
         for x in (engine.base_url, engine.tls_ca, engine.tls_cert, engine.tls_key)
-        + ((engine.ssh_known_hosts, engine.ssh_identity, engine.ssh_socket) if engine.ssh else ())
+        + (
+            (engine.ssh_known_hosts, engine.ssh_identity, engine.ssh_socket, engine.ssh_accept_new)
+            if engine.ssh
+            else ()
+        )
     )
 
 

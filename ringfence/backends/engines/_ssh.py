@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ... import _proc
-from ...runtime._errors import Unavailable
+from ...runtime._errors import InvalidArguments, Unavailable
 
 if TYPE_CHECKING:  # _engines imports this module where it probes an engine
     from ._engines import Engine
@@ -75,7 +75,12 @@ _WRAPPER = (
 def ssh_argv(engine: Engine, local: Path, log: Path) -> list[str]:
     """The ssh command line of ``engine``'s forward to ``local`` (nothing from ``~/.ssh``)."""
     user, host, port = engine.ssh_target()
-    assert engine.ssh_known_hosts is not None  # Engine.from_mapping requires it
+    if engine.ssh_known_hosts is None:  # Engine.from_mapping requires it; an Engine made in code
+        raise InvalidArguments(
+            f"engine {engine.name}: an ssh:// engine needs ssh_known_hosts (the file that pins "
+            "its host key)",
+            field="ssh_known_hosts",
+        )
     strict = "accept-new" if engine.ssh_accept_new else "yes"
     options = {
         "BatchMode": "yes",
