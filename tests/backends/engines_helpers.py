@@ -123,12 +123,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_tls_engine(
-    base: Path, *, name: str = "tls-loopback", load_images: tuple[str, ...] = ()
-) -> EngineProcess:
-    """Start a TLS engine under ``base`` (certs, data, exec root); load ``load_images`` into it."""
-    certs = base / "certs"
-    make_certificates(certs)
+def _run_dir_and_bridge(base: Path) -> tuple[Path, str]:
+    """A short run directory (linked from ``base/run``) and a bridge of the engine's own."""
     # Short paths: dockerd's exec root holds unix sockets (108-byte limit).
     run = Path("/tmp") / f"rfe-{secrets.token_hex(4)}"
     run.mkdir()
@@ -138,10 +134,50 @@ def start_tls_engine(
     subprocess.run(["ip", "link", "add", "name", bridge, "type", "bridge"], check=True)
     subprocess.run(["ip", "addr", "add", f"172.29.{octet}.1/24", "dev", bridge], check=True)
     subprocess.run(["ip", "link", "set", bridge, "up"], check=True)
+    return run, bridge
+
+
+def start_unix_engine(
+    base: Path, *, name: str = "unix-second", load_images: tuple[str, ...] = ()
+) -> EngineProcess:
+    """A second engine on a unix socket of its own (``base/run/docker.sock``), e.g. for
+    an sshd in front of it; otherwise as :func:`start_tls_engine`."""
+    run, bridge = _run_dir_and_bridge(base)
+    log = base / "dockerd.log"
+    with log.open("ab") as log_file:
+        process = _spawn_dockerd(
+            base, run, ["-H", f"unix://{run / 'docker.sock'}"], bridge, log_file
+        )
+    engine = Engine(name=name, base_url=f"unix://{run / 'docker.sock'}")
+    handle = EngineProcess(engine, process, bridge, base, log)
+    try:
+        _wait_ready(handle)
+        for image in load_images:
+            copy_image(image, engine)
+    except BaseException:
+        stop_engine(handle)
+        raise
+    return handle
+
+
+def start_tls_engine(
+    base: Path, *, name: str = "tls-loopback", load_images: tuple[str, ...] = ()
+) -> EngineProcess:
+    """Start a TLS engine under ``base`` (certs, data, exec root); load ``load_images`` into it."""
+    certs = base / "certs"
+    make_certificates(certs)
+    run, bridge = _run_dir_and_bridge(base)
     port = _free_port()
     log = base / "dockerd.log"
     with log.open("ab") as log_file:
-        process = _spawn_dockerd(base, run, certs, port, bridge, log_file)
+        listen = [
+            "-H", f"tcp://127.0.0.1:{port}",
+            "--tlsverify",
+            "--tlscacert", str(certs / "ca.pem"),
+            "--tlscert", str(certs / "server.pem"),
+            "--tlskey", str(certs / "server-key.pem"),
+        ]  # fmt: skip
+        process = _spawn_dockerd(base, run, listen, bridge, log_file)
     engine = Engine(
         name=name,
         base_url=f"tcp://127.0.0.1:{port}",
@@ -161,7 +197,7 @@ def start_tls_engine(
 
 
 def _spawn_dockerd(
-    base: Path, run: Path, certs: Path, port: int, bridge: str, log_file: Any
+    base: Path, run: Path, listen: list[str], bridge: str, log_file: Any
 ) -> subprocess.Popen[bytes]:
     config = Path("/etc/docker/daemon.json")  # the runtimes the main engine has (runsc)
     return subprocess.Popen(
@@ -170,11 +206,7 @@ def _spawn_dockerd(
             "--data-root", str(base / "data"),
             "--exec-root", str(run / "exec"),
             "--pidfile", str(run / "docker.pid"),
-            "-H", f"tcp://127.0.0.1:{port}",
-            "--tlsverify",
-            "--tlscacert", str(certs / "ca.pem"),
-            "--tlscert", str(certs / "server.pem"),
-            "--tlskey", str(certs / "server-key.pem"),
+            *listen,
             "--bridge", bridge,
             "--iptables=false",
             "--ip-masq=false",
@@ -204,7 +236,7 @@ def _wait_ready(handle: EngineProcess) -> None:
         except Exception as exc:  # retried until the deadline
             last = exc
             time.sleep(0.3)
-    raise RuntimeError(f"the TLS engine did not start in {START_LIMIT} s: {last}")
+    raise RuntimeError(f"the engine did not start in {START_LIMIT} s: {last}")
 
 
 def copy_image(reference: str, engine: Engine) -> None:

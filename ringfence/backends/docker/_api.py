@@ -171,6 +171,20 @@ def _probe_unix_socket(url: str) -> None:
             ) from None
 
 
+def _refuse_ssh(url: str, from_env: bool) -> None:
+    """docker-py's own ssh transport is never used: with paramiko it *warns* about a host key
+    it does not know and goes on (trust on first use nobody asked for), and with the OpenSSH
+    client it reads the user's ~/.ssh/config. An engine table pins the key instead."""
+    if not url.startswith("ssh://"):
+        return
+    raise Unavailable(
+        f"{'DOCKER_HOST' if from_env else 'base_url'} is {url}: ringfence reaches an ssh:// "
+        "engine only through an engine table that pins its host key (options.engines: "
+        "base_url, ssh_known_hosts, ssh_identity; docs/backends.md), never through docker-py's "
+        "ssh transport, which does not pin it"
+    )
+
+
 def connect_docker(
     base_url: str | None = None,
     *,
@@ -196,6 +210,7 @@ def connect_docker(
                 kwargs["base_url"] = base_url
             if tls is not None:
                 kwargs["tls"] = tls
+            _refuse_ssh(str(kwargs.get("base_url") or ""), base_url is None)
             _probe_unix_socket(str(kwargs.get("base_url") or "unix:///var/run/docker.sock"))
             client = _client(MIN_API_VERSION, timeout, kwargs)
             try:
@@ -212,7 +227,7 @@ def connect_docker(
         where = base_url if base_url is not None else docker_location()
         raise InvalidArguments(
             f"{where!r} is not a Docker daemon address ({exc}); use unix:///path/docker.sock, "
-            "tcp://host:port or ssh://user@host",
+            "tcp://host:port (ssh://: an engine table, docs/backends.md)",
             field="DOCKER_HOST" if base_url is None else "options.base_url",
         ) from None
     server_api = str(server.get("ApiVersion", "0"))

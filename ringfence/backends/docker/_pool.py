@@ -76,11 +76,7 @@ class PoolStats:
 
 
 def _engine_table(engine: Engine) -> dict[str, Any]:
-    table: dict[str, Any] = {"name": engine.name, "base_url": engine.base_url, "ship": "always"}
-    for key in ("tls_ca", "tls_cert", "tls_key"):
-        if getattr(engine, key) is not None:
-            table[key] = str(getattr(engine, key))
-    return table
+    return {**engine.as_table(), "ship": "always"}
 
 
 class WarmPool:

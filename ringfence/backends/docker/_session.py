@@ -64,10 +64,12 @@ bind mount (``storage_opt`` fails there), and a size-limited upper layer is
 the change-set design's job (issue 15). A command can kill its own
 supervisor (it runs as the same uid); the session then restarts and that
 result says so. Markers are unguessable but a command that could read the
-supervisor's memory could fake its own exit status (only its own). ``ssh://`` engines
-are not supported yet. ``options.engines``: placed once, never moved; on a remote
-engine the roots are shipped, not mounted, and writes come back as change sets
-(:mod:`..engines._remote`, which also holds a TLS engine's supervisor stream).
+supervisor's memory could fake its own exit status (only its own).
+``options.engines``: placed once, never moved; on a remote engine the roots are
+shipped, not mounted, and writes come back as change sets (:mod:`..engines._remote`;
+a TLS engine's supervisor stream is :mod:`._tls`). An ``ssh://`` engine is reached
+through the session's own ssh forward (:mod:`..engines._ssh`), opened before the
+client and closed after it; once it has ended, every call fails naming it.
 
 The supervisor shell itself (its script, the stream frames, the markers) is
 :mod:`ringfence.backends.docker._shell`; this module is the session around it.
@@ -105,8 +107,9 @@ from .._types import (
     check_command,
     check_run_arguments,
 )
-from ..engines._engines import Engine, EngineLoad, place
+from ..engines._engines import Engine, EngineLoad, place_keeping
 from ..engines._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
+from ..engines._ssh import SSHForward, open_forward
 from . import _upper as upper
 from ._api import connect_docker, docker_call, image_missing, map_docker_errors
 from ._container import LEASE_TAIL, create_leased
@@ -155,21 +158,28 @@ async def start_docker(spec: SessionSpec) -> DockerSession:
     failure or cancellation is removed.
     """
     opts = DockerOptions.from_mapping(spec.options)
-    engine, loads = None, []
-    if opts.engines:
-        engine, loads = await place(opts.engines)
-    pool = None
-    if spec.change_sets:  # a warm pool of this shape (._pool) hands out a started container
-        taken, pool = claim(pool_shape(opts, engine, spec.network, len(spec.roots)))
-        if taken is not None:
-            try:
-                taken.adopt(spec, opts, loads, pool)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await taken.aclose()
-                raise
-            return taken  # type: ignore[no-any-return]
-    return await start_cold(spec, opts, engine, loads, pool=pool)
+    engine, loads, forward = None, [], None
+    if opts.engines:  # an ssh engine's probe forward is kept for the session (one handshake)
+        engine, loads, forward = await place_keeping(opts.engines)
+    try:
+        pool = None
+        if spec.change_sets:  # a warm pool of this shape (._pool) hands out a started container
+            taken, pool = claim(pool_shape(opts, engine, spec.network, len(spec.roots)))
+            if taken is not None:
+                if forward is not None:  # the pooled session has a forward of its own
+                    await forward.aclose()
+                try:
+                    taken.adopt(spec, opts, loads, pool)
+                except BaseException:
+                    with trio.CancelScope(shield=True):
+                        await taken.aclose()
+                    raise
+                return taken  # type: ignore[no-any-return]
+        return await start_cold(spec, opts, engine, loads, pool=pool, forward=forward)
+    except BaseException:
+        if forward is not None:  # idempotent: a session that took it over closed it already
+            await forward.aclose()
+        raise
 
 
 async def start_cold(
@@ -180,10 +190,13 @@ async def start_cold(
     *,
     pool: Any = None,
     pooled: bool = False,
+    forward: SSHForward | None = None,
 ) -> DockerSession:
     """A new container for ``spec`` (``pooled``: one a warm pool keeps, labelled so).
-    ``pool``: the pool of this shape that had none warm (its figures go in the metadata)."""
+    ``pool``: the pool of this shape that had none warm (its figures go in the metadata).
+    ``forward``: ``engine``'s open ssh forward, which the session takes over (and closes)."""
     session = DockerSession(spec, opts, engine, loads)
+    session._forward = forward
     session.pooled = pooled
     session.pool = pool
     try:
@@ -196,9 +209,15 @@ async def start_cold(
 
 
 def engine_key(engine: Engine) -> str:
-    """An engine's address and TLS files as one string (the pools' shape compares it)."""
+    """An engine's address, TLS and SSH settings as one string (the pools' shape compares it)."""
     return "|".join(
-        str(x) for x in (engine.base_url, engine.tls_ca, engine.tls_cert, engine.tls_key)
+        str(x)
+        for x in (engine.base_url, engine.tls_ca, engine.tls_cert, engine.tls_key)
+        + (
+            (engine.ssh_known_hosts, engine.ssh_identity, engine.ssh_socket, engine.ssh_accept_new)
+            if engine.ssh
+            else ()
+        )
     )
 
 
@@ -246,6 +265,9 @@ class DockerSession:
         self._lock = trio.Lock()
         self._closed = False
         self._client: docker.DockerClient | None = None
+        self._forward: SSHForward | None = (
+            None  # an ssh engine's socket, forwarded (..engines._ssh)
+        )
         self._container: Any = None
         self._lease: socket.socket | None = None  # the container's lifeline (._container)
         self._shell: Supervisor | None = None
@@ -398,6 +420,7 @@ class DockerSession:
             async with self._lock:
                 if self._closed:
                     raise trio.ClosedResourceError("the docker backend session is closed")
+                await self._check_forward()
                 restarted = False
                 if self._shell is None or not self._shell.alive():
                     await self._recover()
@@ -409,7 +432,21 @@ class DockerSession:
         except (Unavailable, ToolError) as exc:
             if self.engine is None:
                 raise
+            await self._check_forward(wait=1.0)  # a call that failed as the forward ended
             raise engine_error(exc, self.engine) from exc.__cause__  # never a silent move
+
+    async def _check_forward(self, *, wait: float = 0.0) -> None:
+        """Unavailable naming the engine when its ssh forward has ended (never re-opened: the
+        session's sandbox may be gone with it, and a new forward is a new connection).
+        ``wait``: how long a forward that is dying may take to be seen gone."""
+        if self._forward is None or self.engine is None:
+            return
+        why = await self._forward.wait_ended(wait) if wait else self._forward.ended()
+        if why is not None:
+            raise Unavailable(
+                f"engine {self.engine.name} ({self.engine.base_url}): the session's ssh "
+                f"forward to the engine ended ({why}); start a new session"
+            )
 
     async def exec_attached(
         self, argv: Sequence[str], *, user: str, env: Mapping[str, str] | None = None
@@ -425,7 +462,9 @@ class DockerSession:
         """
         client, container = self._client, self._require_container()
         assert client is not None
-        if self.engine is not None and (self._remote is not None or self.engine.tls):
+        if self.engine is not None and (
+            self._remote is not None or self.engine.tls or self.engine.ssh
+        ):
             raise Unavailable(f"the script bridge needs a local engine, not {self.engine.name}")
         environment = [f"{k}={v}" for k, v in (env or {}).items()]
         with map_docker_errors():
@@ -460,6 +499,9 @@ class DockerSession:
                 with contextlib.suppress(Exception):
                     await trio.to_thread.run_sync(self._client.close)
                 self._client = None
+            if self._forward is not None:
+                await self._forward.aclose()
+                self._forward = None
             if self._uppers is not None:
                 await trio.to_thread.run_sync(self._uppers.remove)
 
@@ -468,13 +510,29 @@ class DockerSession:
     async def _start(self) -> None:
         engine = self.engine
         url, tls = (engine.base_url, engine.tls_config()) if engine else (self._opts.base_url, None)
-        self._client = await trio.to_thread.run_sync(lambda: connect_docker(url, tls=tls))
+        if engine is not None and engine.ssh:
+            if self._forward is None:
+                self._forward = await open_forward(engine)
+            url = self._forward.base_url
+        try:
+            self._client = await trio.to_thread.run_sync(lambda: connect_docker(url, tls=tls))
+        except Unavailable as exc:
+            await self._check_forward(wait=1.0)
+            if self._forward is None or engine is None:
+                raise
+            raise exc.with_(
+                message=f"engine {engine.name} ({engine.base_url}): ssh connected, but the "
+                f"engine's socket {engine.ssh_socket} did not answer through the forward "
+                f"(is ssh_socket its Docker socket, and may {engine.ssh_target()[0] or 'the user'} "
+                f"use it?): {exc.message}"
+            ) from exc.__cause__
         base = str(self._client.api.base_url)
-        tls_ok = engine is not None and engine.tls  # our own attached stream (..engines._remote)
-        if (base.startswith("https://") and not tls_ok) or "ssh" in base:
+        tls_ok = engine is not None and engine.tls  # our own attached stream (._tls)
+        if base.startswith("https://") and not tls_ok:  # (ssh://: refused by connect_docker)
             raise Unavailable(
-                f"the docker backend attaches to a shell over a plain unix or tcp socket; "
-                f"{base} (TLS/ssh) is not supported yet"
+                f"the docker backend attaches to a shell over a unix socket, an engine table's "
+                f"TLS, or an engine table's ssh forward; {base} (TLS from the environment) is "
+                "not one: give it as an engine table (options.engines; docs/backends.md)"
             )
         try:
             await docker_call(self._client.images.get, self._opts.image)

@@ -1,8 +1,9 @@
 """Docker engines other than the local one: how to reach them, and which one a session goes to.
 
 An :class:`Engine` names a Docker Engine by its API address (``unix://``,
-``tcp://`` with TLS client certificates, or ``ssh://`` through docker-py's
-own support) and says how its files relate to ours: a ``unix://`` engine
+``tcp://`` with TLS client certificates, or ``ssh://user@host[:port]``
+through an OpenSSH forward of the engine's socket whose host key is pinned,
+:mod:`._ssh`) and says how its files relate to ours: a ``unix://`` engine
 shares this machine's file system, so the docker backend bind-mounts the
 roots; any other engine is *remote*, and the workspace is shipped into the
 sandbox instead (:mod:`._ship`), whatever address it has. ``ship`` overrides
@@ -19,9 +20,10 @@ session: a session never moves to another engine (its in-sandbox state
 would be lost), so an engine that goes away fails that session's next call.
 
 Non-guarantees: placement reads a moment's load, it does not reserve
-capacity (two kernels placing at once can pick the same engine); TLS
-material is read from files the operator names, and ringfence neither
-creates nor rotates it.
+capacity (two kernels placing at once can pick the same engine); TLS and
+SSH material is read from files the operator names, and ringfence neither
+creates nor rotates it (the one exception: ``ssh_accept_new`` lets ssh add
+a first-seen host key to the named known_hosts file).
 """
 
 from __future__ import annotations
@@ -31,18 +33,54 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from ...runtime._errors import InvalidArguments, RingfenceError, Unavailable
 
-__all__ = ["Engine", "EngineLoad", "ShipMode", "parse_engines", "place", "probe_engine"]
+if TYPE_CHECKING:  # _ssh is imported where an ssh engine is probed
+    from ._ssh import SSHForward
+
+__all__ = [
+    "Engine",
+    "EngineLoad",
+    "ShipMode",
+    "parse_engines",
+    "place",
+    "place_keeping",
+    "probe_engine",
+]
 
 ShipMode = Literal["auto", "always", "never"]
 SHIP_MODES: tuple[ShipMode, ...] = ("auto", "always", "never")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _SCHEMES = ("unix://", "tcp://", "ssh://", "http://", "https://")
+# Every key of an engine table (the docs' list is checked against it).
+ENGINE_KEYS = (
+    "name",
+    "base_url",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "ship",
+    "ssh_known_hosts",
+    "ssh_identity",
+    "ssh_accept_new",
+    "ssh_socket",
+)
+SSH_KEYS = ("ssh_known_hosts", "ssh_identity", "ssh_accept_new", "ssh_socket")
+DEFAULT_SSH_SOCKET = "/var/run/docker.sock"
+# ssh://[user@]host[:port]: a host name, an IPv4 address or a bracketed IPv6 one; nothing else
+# (no path, no query, no option a leading '-' could smuggle onto ssh's command line).
+_SSH_URL = re.compile(
+    r"^ssh://(?:(?P<user>[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})@)?"
+    r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])"
+    r"(?::(?P<port>[0-9]{1,5}))?$"
+)
+# A file path handed to ssh's option parser: characters it gives no meaning (no spaces, which
+# split UserKnownHostsFile; no quotes or backslashes; no '%' tokens or '${}' variables).
+_SSH_PATH = re.compile(r"^/[A-Za-z0-9._/+@,=-]*$")
 PROBE_TIMEOUT = 5.0  # an engine that takes longer to say how loaded it is, is not placed on
 
 
@@ -58,6 +96,15 @@ class Engine:
     ``auto`` bind-mounts on a ``unix://`` engine and ships elsewhere,
     ``always``/``never`` force one (``never`` on a remote engine mounts paths
     of *that* machine: only for an engine known to share the file system).
+
+    An ``ssh://`` engine is reached through ``ssh -L`` of ``ssh_socket`` (the
+    engine's socket on that machine) to a private local socket (:mod:`._ssh`).
+    ``ssh_known_hosts`` is required: the file that pins the engine's host key;
+    ssh runs with strict checking against it alone, so an unknown or changed
+    key is refused. ``ssh_accept_new`` (the operator's explicit choice) lets
+    ssh add a key it has never seen to that file (trust on first use).
+    ``ssh_identity`` is the client's private key (default: OpenSSH's own
+    default identity files; never an agent).
     """
 
     name: str
@@ -66,6 +113,10 @@ class Engine:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     ship: ShipMode = "auto"
+    ssh_known_hosts: Path | None = None
+    ssh_identity: Path | None = None
+    ssh_accept_new: bool = False
+    ssh_socket: str = DEFAULT_SSH_SOCKET
 
     @property
     def local(self) -> bool:
@@ -78,14 +129,42 @@ class Engine:
     def tls(self) -> bool:
         return self.tls_cert is not None
 
+    @property
+    def ssh(self) -> bool:
+        """Whether the engine is reached through an ssh forward (:mod:`._ssh`)."""
+        return self.base_url.startswith("ssh://")
+
+    def ssh_target(self) -> tuple[str | None, str, int]:
+        """``(user, host, port)`` of an ``ssh://`` address (checked by :meth:`from_mapping`)."""
+        found = _SSH_URL.match(self.base_url)
+        if found is None:
+            raise InvalidArguments(
+                f"engine {self.name}: {self.base_url!r} is not ssh://[user@]host[:port]",
+                field="base_url",
+            )
+        host = found["host"].strip("[]")
+        return found["user"], host, int(found["port"] or 22)
+
     def describe(self) -> dict[str, Any]:
         """What events record about the engine (no key material, only where it is)."""
         return {
             "engine": self.name,
             "base_url": self.base_url,
             "tls": self.tls,
+            **({"ssh_known_hosts": str(self.ssh_known_hosts)} if self.ssh else {}),
             "workspace": "bind-mount" if self.local else "shipped",
         }
+
+    def as_table(self) -> dict[str, Any]:
+        """The configuration table :meth:`from_mapping` reads back into this engine."""
+        table: dict[str, Any] = {"name": self.name, "base_url": self.base_url, "ship": self.ship}
+        for key in ("tls_ca", "tls_cert", "tls_key", "ssh_known_hosts", "ssh_identity"):
+            if getattr(self, key) is not None:
+                table[key] = str(getattr(self, key))
+        if self.ssh:
+            table["ssh_accept_new"] = self.ssh_accept_new
+            table["ssh_socket"] = self.ssh_socket
+        return table
 
     def tls_config(self) -> Any:
         """The docker SDK's TLS configuration, or None for a plain connection."""
@@ -101,15 +180,15 @@ class Engine:
 
     @classmethod
     def from_mapping(cls, value: Mapping[str, Any], *, field: str) -> Engine:
-        """An engine from configuration (``{name, base_url, tls_ca, tls_cert, tls_key, ship}``).
+        """An engine from configuration (the keys of :data:`ENGINE_KEYS`).
 
         Every problem raises InvalidArguments naming ``field`` and the key;
-        the TLS files must exist and be readable now, so a typo is reported
-        at configuration time, not at the first command.
+        the TLS and SSH files must exist and be readable now, so a typo is
+        reported at configuration time, not at the first command.
         """
         if not isinstance(value, Mapping):
             raise InvalidArguments(f"{field} must be a table, not {value!r}", field=field)
-        known = {"name", "base_url", "tls_ca", "tls_cert", "tls_key", "ship"}
+        known = set(ENGINE_KEYS)
         unknown = sorted(set(value) - known)
         if unknown:
             raise InvalidArguments(
@@ -135,24 +214,7 @@ class Engine:
             )
         paths: dict[str, Path | None] = {}
         for key in ("tls_ca", "tls_cert", "tls_key"):
-            raw = value.get(key)
-            if raw is None:
-                paths[key] = None
-                continue
-            if not isinstance(raw, str | Path) or not str(raw):
-                raise InvalidArguments(
-                    f"{field}.{key} must be a file path, not {raw!r}", field=f"{field}.{key}"
-                )
-            path = Path(raw).expanduser()
-            try:
-                with path.open("rb"):
-                    pass
-            except OSError as exc:
-                raise InvalidArguments(
-                    f"{field}.{key}: cannot read {path} ({exc.strerror or exc})",
-                    field=f"{field}.{key}",
-                ) from None
-            paths[key] = path
+            paths[key] = _readable(value.get(key), f"{field}.{key}")
         given = [k for k, p in paths.items() if p is not None]
         if given and len(given) != 3:
             missing = sorted(set(paths) - set(given))
@@ -168,6 +230,7 @@ class Engine:
                 "tls_key (an unauthenticated Engine API is root on its machine)",
                 field=f"{field}.tls_cert",
             )
+        ssh = _ssh_settings(value, base_url, field, tls=bool(given))
         return cls(
             name=name,
             base_url=base_url,
@@ -175,7 +238,113 @@ class Engine:
             tls_cert=paths["tls_cert"],
             tls_key=paths["tls_key"],
             ship=ship,
+            **ssh,
         )
+
+
+def _readable(raw: object, field: str, *, may_be_missing: bool = False) -> Path | None:
+    """The file path at ``field`` (None when not given), readable now; else InvalidArguments.
+
+    ``may_be_missing``: a file ssh creates (``ssh_accept_new``'s known_hosts) may be absent,
+    but its directory must exist."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str | Path) or not str(raw):
+        raise InvalidArguments(f"{field} must be a file path, not {raw!r}", field=field)
+    path = Path(raw).expanduser()
+    try:
+        with path.open("rb"):
+            pass
+    except FileNotFoundError:
+        if not (may_be_missing and path.parent.is_dir()):
+            raise InvalidArguments(
+                f"{field}: cannot read {path} (no such file)", field=field
+            ) from None
+    except OSError as exc:
+        raise InvalidArguments(
+            f"{field}: cannot read {path} ({exc.strerror or exc})", field=field
+        ) from None
+    return path
+
+
+def _ssh_path(path: Path | None, field: str) -> Path | None:
+    """``path`` made absolute, refused when ssh's option parser would read it differently."""
+    if path is None:
+        return None
+    absolute = path.absolute()
+    if not _SSH_PATH.match(str(absolute)):
+        raise InvalidArguments(
+            f"{field}: {str(absolute)!r} has characters ssh's options give a meaning to (spaces, "
+            "quotes, '%', '$', '#', '\\'): use a path of letters, digits and '._/+@,=-'",
+            field=field,
+        )
+    return absolute
+
+
+def _ssh_settings(
+    value: Mapping[str, Any], base_url: str, field: str, *, tls: bool
+) -> dict[str, Any]:
+    """The ``ssh_*`` keys of an engine table, checked against its address; InvalidArguments
+    names the key."""
+    if not base_url.startswith("ssh://"):
+        extra = [k for k in SSH_KEYS if k in value]
+        if extra:
+            raise InvalidArguments(
+                f"{field}.{extra[0]} is only for ssh:// engines, not {base_url}",
+                field=f"{field}.{extra[0]}",
+            )
+        return {}
+    if not _SSH_URL.match(base_url):
+        raise InvalidArguments(
+            f"{field}.base_url must be ssh://[user@]host[:port] (no path, password or options), "
+            f"not {base_url!r}",
+            field=f"{field}.base_url",
+        )
+    port = _SSH_URL.match(base_url)["port"]  # type: ignore[index]
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise InvalidArguments(
+            f"{field}.base_url: port {port} is out of range", field=f"{field}.base_url"
+        )
+    if tls:
+        raise InvalidArguments(
+            f"{field}: an ssh:// engine is authenticated by ssh (ssh_known_hosts, "
+            "ssh_identity), not by tls_ca/tls_cert/tls_key",
+            field=f"{field}.tls_cert",
+        )
+    accept_new = value.get("ssh_accept_new", False)
+    if not isinstance(accept_new, bool):
+        raise InvalidArguments(
+            f"{field}.ssh_accept_new must be true or false, not {accept_new!r}",
+            field=f"{field}.ssh_accept_new",
+        )
+    if value.get("ssh_known_hosts") is None:
+        raise InvalidArguments(
+            f"{field}: an ssh:// engine needs ssh_known_hosts, the known_hosts file that pins "
+            "its host key (e.g. `ssh-keyscan -p PORT HOST > engine_known_hosts`, after checking "
+            "the fingerprint with the engine's operator); ringfence never trusts a host key "
+            "it has not been given, unless ssh_accept_new = true",
+            field=f"{field}.ssh_known_hosts",
+        )
+    known_hosts = _ssh_path(
+        _readable(value["ssh_known_hosts"], f"{field}.ssh_known_hosts", may_be_missing=accept_new),
+        f"{field}.ssh_known_hosts",
+    )
+    identity = _ssh_path(
+        _readable(value.get("ssh_identity"), f"{field}.ssh_identity"), f"{field}.ssh_identity"
+    )
+    remote = value.get("ssh_socket", DEFAULT_SSH_SOCKET)
+    if not isinstance(remote, str) or not _SSH_PATH.match(remote) or ":" in remote:
+        raise InvalidArguments(
+            f"{field}.ssh_socket must be the absolute path of the engine's socket on its "
+            f"machine (letters, digits and '._/+@,=-'), not {remote!r}",
+            field=f"{field}.ssh_socket",
+        )
+    return {
+        "ssh_known_hosts": known_hosts,
+        "ssh_identity": identity,
+        "ssh_accept_new": accept_new,
+        "ssh_socket": remote,
+    }
 
 
 def parse_engines(value: object, *, field: str = "options.engines") -> tuple[Engine, ...]:
@@ -214,30 +383,55 @@ class EngineLoad:
 
 async def probe_engine(engine: Engine, *, timeout: float = PROBE_TIMEOUT) -> EngineLoad:
     """Ask ``engine`` for its load (``/info``); never raises for an unreachable engine."""
+    load, _ = await _probe(engine, timeout, keep=False)
+    return load
+
+
+async def _probe(
+    engine: Engine, timeout: float, *, keep: bool
+) -> tuple[EngineLoad, SSHForward | None]:
+    """The engine's load; with ``keep``, an ssh engine's forward stays open for the caller
+    (who then owns it) when the engine answered, else it is closed here."""
     # The docker SDK loads only where engines are used.
     from ..docker._api import connect_docker, map_docker_errors
+    from ._ssh import START_LIMIT, open_forward
 
-    def ask() -> dict[str, Any]:
-        client = connect_docker(engine.base_url, tls=engine.tls_config(), timeout=timeout)
+    def ask(url: str) -> dict[str, Any]:
+        client = connect_docker(url, tls=engine.tls_config(), timeout=timeout)
         try:
             with map_docker_errors():
                 return dict(client.info())
         finally:
             client.close()
 
+    forward: SSHForward | None = None
     try:
-        with trio.fail_after(timeout + 1):
-            info = await trio.to_thread.run_sync(ask, abandon_on_cancel=True)
+        # An ssh engine's forward (key exchange, authentication) is not its load's answer.
+        with trio.fail_after(timeout + 1 + (START_LIMIT if engine.ssh else 0)):
+            if engine.ssh:
+                forward = await open_forward(engine)
+            url = forward.base_url if forward is not None else engine.base_url
+            info = await trio.to_thread.run_sync(ask, url, abandon_on_cancel=True)
     except trio.TooSlowError:
-        return EngineLoad(engine, error=f"no answer within {timeout:g} s")
-    except RingfenceError as exc:  # every docker, TLS and socket failure, mapped
-        return EngineLoad(engine, error=exc.message)
-    return EngineLoad(
-        engine,
-        running=int(info.get("ContainersRunning") or 0),
-        cpus=int(info.get("NCPU") or 0),
-        memory=int(info.get("MemTotal") or 0),
-    )
+        load = EngineLoad(engine, error=f"no answer within {timeout:g} s")
+    except RingfenceError as exc:  # every docker, TLS, ssh and socket failure, mapped
+        load = EngineLoad(engine, error=exc.message)
+    except BaseException:
+        if forward is not None:
+            await forward.aclose()
+        raise
+    else:
+        load = EngineLoad(
+            engine,
+            running=int(info.get("ContainersRunning") or 0),
+            cpus=int(info.get("NCPU") or 0),
+            memory=int(info.get("MemTotal") or 0),
+        )
+        if keep:
+            return load, forward
+    if forward is not None:
+        await forward.aclose()
+    return load, None
 
 
 async def place(engines: Sequence[Engine]) -> tuple[Engine, list[EngineLoad]]:
@@ -246,20 +440,39 @@ async def place(engines: Sequence[Engine]) -> tuple[Engine, list[EngineLoad]]:
     Ties go to the engine listed first. Raises Unavailable naming every
     engine and its reason when none answers.
     """
-    loads: list[EngineLoad | None] = [None] * len(engines)
+    engine, loads, forward = await place_keeping(engines)
+    if forward is not None:
+        await forward.aclose()
+    return engine, loads
+
+
+async def place_keeping(
+    engines: Sequence[Engine],
+) -> tuple[Engine, list[EngineLoad], SSHForward | None]:
+    """:func:`place`, and the chosen engine's ssh forward still open (None for other engines):
+    the session takes it over instead of paying a second ssh handshake. Every other forward
+    the probes opened is closed, also on failure or cancellation."""
+    probed: list[tuple[EngineLoad, SSHForward | None] | None] = [None] * len(engines)
+    kept: SSHForward | None = None
 
     async def one(i: int) -> None:
-        loads[i] = await probe_engine(engines[i])
+        probed[i] = await _probe(engines[i], PROBE_TIMEOUT, keep=True)
 
-    async with trio.open_nursery() as nursery:
-        for i in range(len(engines)):
-            nursery.start_soon(one, i)
-    answered = [load for load in loads if load is not None]
-    reachable = [load for load in answered if load.reachable]
-    if not reachable:
-        reasons = "; ".join(
-            f"{load.engine.name} ({load.engine.base_url}): {load.error}" for load in answered
-        )
-        raise Unavailable(f"no Docker engine of the pool is reachable: {reasons}")
-    best = min(reachable, key=lambda load: load.score)  # min keeps the first of equals
-    return best.engine, answered
+    try:
+        async with trio.open_nursery() as nursery:
+            for i in range(len(engines)):
+                nursery.start_soon(one, i)
+        answered = [pair[0] for pair in probed if pair is not None]
+        reachable = [load for load in answered if load.reachable]
+        if not reachable:
+            reasons = "; ".join(
+                f"{load.engine.name} ({load.engine.base_url}): {load.error}" for load in answered
+            )
+            raise Unavailable(f"no Docker engine of the pool is reachable: {reasons}")
+        best = min(reachable, key=lambda load: load.score)  # min keeps the first of equals
+        kept = next(pair[1] for pair in probed if pair is not None and pair[0] is best)
+        return best.engine, answered, kept
+    finally:
+        for pair in probed:
+            if pair is not None and pair[1] is not None and pair[1] is not kept:
+                await pair[1].aclose()
