@@ -536,7 +536,7 @@ def merge_changes(
         # The guarantee: the tree the set leaves, judged as git and the kernel will read it.
         from ._resulting import check_resulting_tree  # loaded by the first merge
 
-        check_resulting_tree(resolver, accepted, blobs)
+        judged = check_resulting_tree(resolver, accepted, blobs)
         if judge_only:
             return MergeReport(tuple(accepted), tuple(refused))
         st = os.fstat(resolver.roots[0].fd)
@@ -546,12 +546,14 @@ def merge_changes(
         # Directories written into: fsynced once, at the end (None: not durable).
         to_sync: dict[tuple[int, int], int] | None = {} if durable else None
         releases = Releases()
+        trees: list[Change] = []  # the new directories renamed whole
         try:
             i = 0
             while i < len(accepted):
                 change = accepted[i]
                 moved = _move_tree(dirs, accepted, i, sources, owner) if sources else 0
                 if moved:  # a new directory renamed whole: its entries are applied with it
+                    trees.append(change)
                     applied += accepted[i : i + moved]
                     i += moved
                     continue
@@ -583,6 +585,12 @@ def merge_changes(
                     sources.close()
             finally:
                 releases.join()
+        if trees and sources is not None:
+            # The directories inside them are as the read listed them: the next scan need not
+            # list them again (see note_moved).
+            from ._resulting import note_moved
+
+            note_moved(resolver, judged, sources.scans_below(trees))
         return MergeReport(tuple(applied), tuple(refused))
 
 
