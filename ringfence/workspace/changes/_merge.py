@@ -680,6 +680,24 @@ def _judged(
     accepted: list[Change] = []
     plain: set[tuple[int, str]] = set()
     for change in changes:
+        # _refusal's common case inline (a 10,000-file set): a plain file, or a deletion,
+        # beside a name found plain.
+        root, path, _, after = change
+        parent, _, leaf = path.rpartition("/")
+        if (
+            parent
+            and (root, parent) in plain
+            and leaf not in _NOT_NAMES
+            and leaf[:1] not in MAY_START_DOTGIT
+            and "\\" not in leaf
+            and (
+                after is None
+                or (after.kind == "file" and after.digest is not None
+                    and not after.mode & _SPECIAL_BITS)
+            )
+        ):  # fmt: skip
+            accepted.append(change)
+            continue
         error = _refusal(change, roots, blobs, plain)
         if error is not None:
             errors.append(error)
