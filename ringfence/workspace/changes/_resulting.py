@@ -28,7 +28,8 @@ will read it.
   as they are by that walk.)
 
 The scan that finds candidates and links is :func:`..git._scan.scan_git_metadata`,
-incremental from the previous merge's scan of the same workspace.
+incremental from the previous merge's scan of the same workspace, to which that merge
+handed the directories inside the trees it renamed whole (:func:`note_moved`).
 """
 
 from __future__ import annotations
