@@ -323,3 +323,55 @@ def test_what_a_tree_cannot_carry_is_merged_entry_by_entry(
     assert check(ws)
     (ws / "outside.txt").write_text("changed\n")  # no merged name shares its inode
     assert all(p.read_text() != "changed\n" for p in (ws / "pkg").iterdir())
+
+
+# A merge that renames a new tree whole hands the next scan of the workspace the directories
+# inside it as the read listed them, so that scan does not list them again
+# (changes._resulting.note_moved). What it hands over must keep every candidate the check
+# needs: these sets try to build a repository around such a directory later.
+
+
+async def test_a_git_dir_candidate_inside_a_moved_tree_cannot_be_completed_later(
+    workspace: Path,  # noqa: F811
+) -> None:
+    """A directory inside a moved tree with HEAD, refs/ and objects (no repository yet: its
+    objects is a link to nothing) stays a candidate for every later check: a later set that
+    completes it from elsewhere (the link's target, no git name in the set) is refused, and
+    nothing of it reaches the workspace."""
+    first = (
+        "mkdir -p pkg/deep/wt/refs && echo 'ref: refs/heads/main' > pkg/deep/wt/HEAD && "
+        "ln -s ../../store pkg/deep/wt/objects && "
+        "sleep 0.3 && echo ok > pkg/ok.txt"  # older than the check's hot margin
+    )
+    second = "mkdir -p pkg/store/info && echo x > pkg/store/info/x"
+    async with create_kernel(roots=[workspace], posture=Posture.ALLOW_REVERSIBLE) as k:
+        merged = await k.invoke("run_shell", {"command": first})
+        assert merged.error is None, merged
+        assert (workspace / "pkg" / "deep" / "wt" / "objects").is_symlink()
+        outcome = await k.invoke("run_shell", {"command": second})
+    assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+    assert "pkg/deep/wt" in outcome.error.message
+    assert not (workspace / "pkg" / "store").exists()
+
+
+async def test_a_gitfile_put_into_a_moved_tree_later_is_seen_by_the_next_check(
+    workspace: Path,  # noqa: F811
+) -> None:
+    """A ``.git`` file written into a directory of a moved tree after the merge (by someone
+    else: here the test, as the workspace's owner) changes that directory's ctime, so the next
+    scan lists it again: a later set that makes its gitfile lead to a repository through a
+    new link (no git name in the set) is refused, the link never made."""
+    first = "mkdir -p pkg/a/b && echo x > pkg/a/b/x.txt && sleep 0.3 && echo ok > pkg/ok.txt"
+    async with create_kernel(roots=[workspace], posture=Posture.ALLOW_REVERSIBLE) as k:
+        merged = await k.invoke("run_shell", {"command": first})
+        assert merged.error is None, merged
+        # Outside the sets: a repository, and a gitfile pointing at it through a missing link.
+        repo = workspace / "real" / "g"
+        for sub in ("objects", "refs"):
+            (repo / sub).mkdir(parents=True)
+        (repo / "HEAD").write_text("ref: refs/heads/main\n")
+        (workspace / "pkg" / "a" / "b" / ".git").write_text("gitdir: ../../lnk/g\n")
+        outcome = await k.invoke("run_shell", {"command": "ln -s ../real pkg/lnk"})
+    assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+    assert "pkg/a/b" in outcome.error.message
+    assert not (workspace / "pkg" / "lnk").is_symlink()

@@ -38,6 +38,8 @@ import posixpath
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import eq, itemgetter
 from typing import Any
 
 from ..._confine.fscalls import can_rename_noreplace, can_syncfs, rename_noreplace
@@ -60,6 +62,9 @@ from ._model import Blobs, Change, Image, file_identity, image_and_identity, ima
 from ._upper import UpperFiles
 
 __all__ = ["MergeReport", "merge_changes", "roll_back"]
+
+# Change's fields, for passes in C.
+_ROOT_OF, _PATH_OF, _BEFORE_OF, _AFTER_OF = (itemgetter(i) for i in range(4))
 
 _MERGEABLE = frozenset({"file", "symlink", "dir"})
 _NOT_NAMES = frozenset({"", ".", ".."})  # path components that name no entry of their own
@@ -418,7 +423,7 @@ def _move_tree(
     inside = changes[i + 1 : end]
     if (
         len(inside) != tree.changes
-        or not all(c.root == change.root and c.path.startswith(prefix) for c in inside)
+        or not _all_below(inside, change.root, prefix)
         or (end < len(changes) and changes[end].root == change.root
             and changes[end].path.startswith(prefix))
     ):  # fmt: skip
@@ -456,6 +461,13 @@ def _move_tree(
     finally:
         os.close(fd)
     return end - i if moved else 0
+
+
+def _all_below(changes: Sequence[Change], root: int, prefix: str) -> bool:
+    """Every change is in ``root`` below ``prefix`` (``dir/``): in C, a tree can hold 10,000."""
+    return all(map(eq, map(_ROOT_OF, changes), repeat(root))) and all(
+        map(str.startswith, map(_PATH_OF, changes), repeat(prefix))
+    )
 
 
 def _found(
@@ -523,7 +535,7 @@ def merge_changes(
         if not force:
             looked = _Dirs(resolver)
             try:
-                conflicts = _conflicts(looked, accepted, known)
+                conflicts = _conflicts(looked, accepted, known, sources)
             finally:
                 looked.close()
             if conflicts:
@@ -536,7 +548,7 @@ def merge_changes(
         # The guarantee: the tree the set leaves, judged as git and the kernel will read it.
         from ._resulting import check_resulting_tree  # loaded by the first merge
 
-        check_resulting_tree(resolver, accepted, blobs)
+        judged = check_resulting_tree(resolver, accepted, blobs)
         if judge_only:
             return MergeReport(tuple(accepted), tuple(refused))
         st = os.fstat(resolver.roots[0].fd)
@@ -546,12 +558,14 @@ def merge_changes(
         # Directories written into: fsynced once, at the end (None: not durable).
         to_sync: dict[tuple[int, int], int] | None = {} if durable else None
         releases = Releases()
+        trees: list[Change] = []  # the new directories renamed whole
         try:
             i = 0
             while i < len(accepted):
                 change = accepted[i]
                 moved = _move_tree(dirs, accepted, i, sources, owner) if sources else 0
                 if moved:  # a new directory renamed whole: its entries are applied with it
+                    trees.append(change)
                     applied += accepted[i : i + moved]
                     i += moved
                     continue
@@ -583,6 +597,12 @@ def merge_changes(
                     sources.close()
             finally:
                 releases.join()
+        if trees and sources is not None:
+            # The directories inside them are as the read listed them: the next scan need not
+            # list them again (see note_moved).
+            from ._resulting import note_moved
+
+            note_moved(resolver, judged, sources.scans_below(trees))
         return MergeReport(tuple(applied), tuple(refused))
 
 
@@ -672,6 +692,24 @@ def _judged(
     accepted: list[Change] = []
     plain: set[tuple[int, str]] = set()
     for change in changes:
+        # _refusal's common case inline (a 10,000-file set): a plain file, or a deletion,
+        # beside a name found plain.
+        root, path, _, after = change
+        parent, _, leaf = path.rpartition("/")
+        if (
+            parent
+            and (root, parent) in plain
+            and leaf not in _NOT_NAMES
+            and leaf[:1] not in MAY_START_DOTGIT
+            and "\\" not in leaf
+            and (
+                after is None
+                or (after.kind == "file" and after.digest is not None
+                    and not after.mode & _SPECIAL_BITS)
+            )
+        ):  # fmt: skip
+            accepted.append(change)
+            continue
         error = _refusal(change, roots, blobs, plain)
         if error is not None:
             errors.append(error)
@@ -690,17 +728,26 @@ def _judged(
     return accepted, refused
 
 
-def _conflicts(dirs: _Dirs, changes: Sequence[Change], known: _Known | None = None) -> list[str]:
+def _conflicts(
+    dirs: _Dirs,
+    changes: Sequence[Change],
+    known: _Known | None = None,
+    sources: UpperFiles | None = None,
+) -> list[str]:
     """The paths whose current state is not the before-image, in order (each once).
 
     A directory to delete conflicts too when it holds an entry the set does
     not delete before it (someone else's file would go with it). ``known``
-    hears the files it hashed (see :data:`_Known`).
+    hears the files it hashed (see :data:`_Known`); ``sources`` names the new
+    trees of an upper directory (see :func:`_new_tree`).
     """
     seen: dict[tuple[int, str], Image | None] = {}
     absent: set[tuple[int, str]] = set()  # paths that do not exist now, nor below them
     out: list[str] = []
-    for change in changes:
+    i = 0
+    while i < len(changes):
+        change = changes[i]
+        i += 1
         root, path, before, after = change
         key = (root, path)
         parent = (root, path.rpartition("/")[0])
@@ -718,6 +765,8 @@ def _conflicts(dirs: _Dirs, changes: Sequence[Change], known: _Known | None = No
             current = _current(dirs, change, known)
         if current is None and key not in seen:
             absent.add(key)
+            if sources is not None and before is None:
+                i += _new_tree(changes, i, change, sources, seen, absent)
         stale = not same_state(current, change.before)
         if not stale and change.after is None and current is not None and current.kind == "dir":
             gone = {k for k, v in seen.items() if v is None}  # deleted earlier in this set
@@ -729,6 +778,36 @@ def _conflicts(dirs: _Dirs, changes: Sequence[Change], known: _Known | None = No
             out.append(escape_name(change.path))
         seen[key] = change.after
     return out
+
+
+def _new_tree(
+    changes: Sequence[Change],
+    i: int,
+    change: Change,
+    sources: UpperFiles,
+    seen: dict[tuple[int, str], Image | None],
+    absent: set[tuple[int, str]],
+) -> int:
+    """How many of the changes from ``i`` on _conflicts may pass over: the entries of the new
+    upper tree ``change`` (just found absent), when they follow it, each made where nothing
+    is (no before-image, nothing of them seen before). Below an absent path nothing exists,
+    so none conflicts: each is noted absent and seen, as the loop would, in C."""
+    tree = sources.tree(change)
+    if tree is None or not tree.changes:
+        return 0
+    block = changes[i : i + tree.changes]
+    if (
+        len(block) != tree.changes
+        or any(map(_BEFORE_OF, block))
+        or not _all_below(block, change.root, change.path + "/")
+    ):
+        return 0
+    keys = list(zip(repeat(change.root), map(_PATH_OF, block)))
+    if not seen.keys().isdisjoint(keys):
+        return 0
+    absent.update(keys)
+    seen.update(zip(keys, map(_AFTER_OF, block), strict=True))
+    return len(block)
 
 
 def _entries(dirs: _Dirs, change: Change) -> list[str]:

@@ -28,13 +28,15 @@ will read it.
   as they are by that walk.)
 
 The scan that finds candidates and links is :func:`..git._scan.scan_git_metadata`,
-incremental from the previous merge's scan of the same workspace.
+incremental from the previous merge's scan of the same workspace, to which that merge
+handed the directories inside the trees it renamed whole (:func:`note_moved`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import chain, compress, repeat
 from operator import itemgetter
 from typing import Any
@@ -43,7 +45,7 @@ from ...runtime._errors import GitMetadata, InvalidArguments
 from .._names import escape_name
 from .._resolver import Resolver
 from ..git._rules import GITFILE_MAX_BYTES, parse_gitfile, valid_head
-from ..git._snapshot import GitSnapshot
+from ..git._snapshot import DirState, GitSnapshot
 from ._model import Blobs, Change
 from ._view import Node, TreeView, realpath, resolve
 
@@ -156,20 +158,44 @@ def _scan(resolver: Resolver) -> GitSnapshot:
         return snapshot
 
 
+def note_moved(
+    resolver: Resolver, judged: GitSnapshot | None, moved: dict[tuple[int, str], DirState]
+) -> None:
+    """Hand the scan ``judged`` (the one a merge's check made, still the resolver's base) the
+    directories the merge then renamed into the workspace inside whole trees, as the read of
+    their upper directory listed them (:attr:`~._model.UpperTree.scan`).
+
+    The next scan takes such a directory from its base instead of listing it only on the
+    terms it takes any other: the same device, inode, ``ctime`` and ``mtime``, and a
+    ``ctime`` older than ``judged``'s start by the hot margin (:func:`..git._scan.scan_git_metadata`).
+    Its entries were then those the read listed, since no one writes an upper directory
+    being read, and a rename changes the status of nothing it moves but its top (listed
+    again, as the directory it went into). Anything written there since changed its
+    ``ctime``: it is listed. A directory whose names make it a candidate git directory is
+    listed by every scan all the same (``volatile``).
+    """
+    if judged is None or not moved:
+        return
+    with resolver.scan_lock:
+        if resolver.scan_base is judged:  # else another scan replaced it: nothing to add
+            resolver.scan_base = replace(judged, dirs={**judged.dirs, **moved})
+
+
 def check_resulting_tree(
     resolver: Resolver,
     changes: Sequence[Change],
     blobs: Blobs | None = None,
     *,
     what: str = "this change set",
-) -> None:
+) -> GitSnapshot | None:
     """Refuse ``changes`` (``git_metadata``, ``invalid_arguments``) when the tree they leave
     differs where git or a link would see it (see the module docstring). Blocking; reads only;
     inside an operation of ``resolver`` (its root descriptors held open). ``what`` names the
-    writer in the refusal (``this change set``, ``this write``).
+    writer in the refusal (``this change set``, ``this write``). Returns the scan of the roots
+    it judged from (None: no changes, nothing judged).
     """
     if not changes:
-        return
+        return None
     snapshot = _scan(resolver)
     roots = [(str(r.path), r.fd) for r in resolver.roots]
     before = TreeView(roots)
@@ -211,7 +237,7 @@ def check_resulting_tree(
     # Links: only a set that makes, removes or replaces a link can move any link's target.
     images = chain(filter(None, map(_BEFORE, changes)), filter(None, map(_AFTER, changes)))
     if "symlink" not in set(map(_KIND, images)):
-        return
+        return snapshot
     made = {(c.root, c.path) for c in changes if c.after is not None and c.after.kind == "symlink"}
     for key in made:
         where = absolute(*key)
@@ -227,6 +253,7 @@ def check_resulting_tree(
         target, _ = realpath(after, where)
         if not after.inside(target) and before.inside(realpath(before, where)[0]):
             raise _leaves(where, target, what, existing=True)
+    return snapshot
 
 
 def _refused(what: str) -> str:

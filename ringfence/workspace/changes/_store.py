@@ -352,7 +352,7 @@ class CheckpointStore:
         return f"{time.time_ns() // 1000:014x}{secrets.token_hex(3)}"
 
     def save(self, cs: ChangeSet) -> None:
-        data = orjson.dumps(cs.to_json())  # a 10,000-file manifest: 0.5 ms, where json took 10
+        data = cs.encode()  # a 10,000-file manifest: a few ms, where json took tens
         try:
             _write_atomic(self._sets_fd, f"{cs.id}.json", data, sync=self.retention.fsync)
         except OSError as exc:

@@ -27,10 +27,12 @@ import contextlib
 import hashlib
 import os
 import stat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ...runtime._errors import ToolError
 from ..git._rules import is_git_directory
+from ..git._snapshot import DirState
+from ..git._walk import may_be_git_dir
 from ._model import Blobs, Change, Image, UpperSource, UpperTree, image_and_identity, image_at
 
 if TYPE_CHECKING:
@@ -46,6 +48,9 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _S_IFMT = 0o170000
 # Module globals, not ``os.`` attributes: looked up once per file of a 10,000-file capture.
 _open, _fstat, _read, _close, _listxattr = os.open, os.fstat, os.read, os.close, os.listxattr
+_lseek, _SEEK_SET, _S_IFREG = os.lseek, os.SEEK_SET, stat.S_IFREG
+# The named tuples' own constructor is a Python function: a file's three are made in C.
+_tuple = tuple.__new__
 # How deep a change set reaches below its root. The walks descend one call (and one descriptor)
 # per level; a command can make a tree far deeper than Python's recursion limit, so past this
 # depth the whole set is refused with a clear error instead of failing halfway.
@@ -160,21 +165,28 @@ def changes_from_upper(
 
 
 class _Fit:
-    """Whether the new directory read so far may be moved whole (see :class:`UpperTree`)."""
+    """Whether the new directory read so far may be moved whole (see :class:`UpperTree`),
+    and what a scan of the workspace would record of it (its subdirectories and links by
+    name, whether its names make it a candidate git directory)."""
 
-    __slots__ = ("longest", "ok", "owner")
+    __slots__ = ("dirs", "links", "longest", "ok", "owner", "volatile")
 
     def __init__(self, st: os.stat_result) -> None:
         self.ok = True
         self.owner = (st.st_uid, st.st_gid)
         self.longest = 0
+        self.dirs: list[str] = []
+        self.links: list[str] = []
+        self.volatile = False
 
     def note(self, st: os.stat_result) -> None:
         if (st.st_uid, st.st_gid) != self.owner:
             self.ok = False
 
     def names(self, prefix: str, names: list[str]) -> None:
-        """Hear the longest path of one directory's entries (bytes below the root)."""
+        """Hear one directory's entries: their longest path (bytes below the root), whether
+        they make it a candidate git directory (as the scan decides it)."""
+        self.volatile = may_be_git_dir(set(names))
         if names:
             if "".join(names).isascii():  # then a name's length is its bytes': no encoding
                 longest = max(map(len, names))
@@ -185,6 +197,19 @@ class _Fit:
     def join(self, inner: _Fit) -> None:
         self.ok = self.ok and inner.ok and inner.owner == self.owner
         self.longest = max(self.longest, inner.longest)
+
+
+class _Sub(NamedTuple):
+    """A directory :meth:`_Reader._entry` opened to be read below (``start``: how many
+    changes were made before its entries')."""
+
+    upper_fd: int
+    lower_fd: int | None
+    name: str
+    path: str
+    st: os.stat_result
+    fit: _Fit | None
+    start: int
 
 
 class _Reader:
@@ -254,89 +279,182 @@ class _Reader:
 
     def walk(self, upper_fd: int, lower_fd: int | None, prefix: str, fit: _Fit | None) -> None:
         """Read the directory ``upper_fd`` (``prefix`` below the root); ``fit`` (a new
-        directory, when trees are wanted) hears whether each entry may move with it."""
+        directory, when trees are wanted) hears whether each entry may move with it.
+
+        One call per level (the depth a set may reach is :data:`MAX_DEPTH`, past Python's
+        recursion limit at two): an entry is read by :meth:`_entry`, a directory's own
+        entries here.
+        """
         if prefix.count("/") >= MAX_DEPTH:
             raise _too_deep(prefix)
-        blobs, out, root = self.blobs, self.out, self.root
         with os.scandir(upper_fd) as it:
             entries = sorted((e.name, e.is_file(follow_symlinks=False)) for e in it)
         if fit is not None:
             fit.names(prefix, [name for name, _ in entries])
-        packed = self._packed if self.pack is not None else None
-        same = self._same
+        # A directory the command made, nothing live: the bulk of a big command (10,000 files).
+        # Its regular files are read in this loop as _packed reads them, with no call per file
+        # but the system calls and the hash; anything else (and a file that is not one after
+        # all) by _entry.
+        lean = self.pack is not None and self.state is None and lower_fd is None
+        out, root, add, sources, put_fd = self.out, self.root, self.add, self.sources, None
+        owner = fit.owner if fit is not None else None
         for name, regular in entries:
             path = prefix + name
-            if regular and packed is not None:
-                if self.state is not None and self._unchanged_file(upper_fd, name, path):
-                    continue
-                after = packed(upper_fd, name, path, fit)
-                if after is not None:  # else not a regular file after all: judged below
-                    if same(path, after):
+            if regular and lean:
+                regular = False  # if it is not read here, it is not read as a file
+                try:
+                    fd = _open(name, _FILE_FLAGS, dir_fd=upper_fd)
+                except OSError:
+                    fd = -1  # a link (ELOOP) or gone: the entry's own stat decides
+                if fd >= 0:
+                    try:
+                        st = _fstat(fd)
+                        mode = st.st_mode
+                        if mode & _S_IFMT == _S_IFREG:
+                            size = st.st_size
+                            # One read: a regular file's read is short only at its end.
+                            data = _read(fd, size + 1) if size <= _PACKED_MAX else None
+                            if data is None or len(data) > size:  # large, or grew: a blob
+                                _lseek(fd, 0, _SEEK_SET)
+                                put_fd = put_fd or self.blobs.put_fd
+                                digest, size = put_fd(fd)
+                            else:
+                                digest = add(data)
+                            one_name = st.st_nlink == 1 and st.st_size == size
+                            if fit is not None and (
+                                not one_name or (st.st_uid, st.st_gid) != owner or _listxattr(fd)
+                            ):
+                                fit.ok = False
+                        else:
+                            mode = -1
+                    finally:
+                        _close(fd)
+                    if mode >= 0:
+                        if one_name and sources is not None:
+                            sources[path] = _tuple(
+                                UpperSource, (path, st.st_ino, size, st.st_mtime_ns)
+                            )
+                        image = _tuple(Image, ("file", mode & 0o7777, digest, size))
+                        out.append(_tuple(Change, (root, path, None, image)))
                         continue
-                    before = self._before(lower_fd, name, path)
-                    if before is None:  # the common case, a file the command made
-                        out.append(Change(root, path, None, after))
-                    else:
-                        self._add(lower_fd, name, path, before, after)
-                    continue
-            before = self._before(lower_fd, name, path)
-            st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
-            if _is_whiteout(st):
-                if fit is not None:
-                    fit.ok = False  # a whiteout must never be moved into the workspace
-                if not same(path, _WHITEOUT) and before is not None:
-                    assert lower_fd is not None
-                    self._deleted(lower_fd, name, path, before)
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                if fit is not None and not _link_fits(upper_fd, name, st):
-                    fit.ok = False  # special files are refused; moved whole, they would not be
-                elif fit is not None:
-                    fit.note(st)
-                after = _after_image(upper_fd, name, st, blobs)
-                if after is None or not same(path, after):
+            sub = self._entry(upper_fd, lower_fd, name, path, regular, fit)
+            if sub is not None:  # a directory: read below, then judged whole
+                try:
+                    self.walk(sub.upper_fd, sub.lower_fd, path + "/", sub.fit)
+                    self._walked(sub, fit)
+                finally:
+                    os.close(sub.upper_fd)
+                    if sub.lower_fd is not None:
+                        os.close(sub.lower_fd)
+
+    def _entry(
+        self,
+        upper_fd: int,
+        lower_fd: int | None,
+        name: str,
+        path: str,
+        regular: bool,
+        fit: _Fit | None,
+    ) -> _Sub | None:
+        """One upper entry ``name`` (``path`` below the root) read into changes; ``regular``:
+        its directory entry says it is a regular file (read through the pack, if any). A
+        directory is opened and returned, for the caller to read below it (its descriptors
+        the caller's to close)."""
+        blobs, out, root = self.blobs, self.out, self.root
+        packed = self._packed if self.pack is not None else None
+        same = self._same
+        if regular and packed is not None:
+            if self.state is not None and self._unchanged_file(upper_fd, name, path):
+                return None
+            after = packed(upper_fd, name, path, fit)
+            if after is not None:  # else not a regular file after all: judged below
+                if same(path, after):
+                    return None
+                before = self._before(lower_fd, name, path)
+                if before is None:  # the common case, a file the command made
+                    out.append(Change(root, path, None, after))
+                else:
                     self._add(lower_fd, name, path, before, after)
-                continue
-            sub_upper_fd = os.open(name, _DIR_FLAGS, dir_fd=upper_fd)
-            sub_lower_fd = None
-            try:
-                opaque = _is_opaque(sub_upper_fd)
-                mode = stat.S_IMODE(st.st_mode)
-                new = before is None
-                # Read before: its own change is not made again, what is below is read.
-                quiet = same(path, Image(_OPAQUE if opaque else "dir", mode))
-                if before is not None and (before.kind != "dir" or opaque):
-                    assert lower_fd is not None
-                    if not quiet:
-                        self._deleted(lower_fd, name, path, before)  # replaced: gone first
-                    before = None
-                elif before is not None:
-                    sub_lower_fd = _open_dir(lower_fd, name)
-                if (before is None or before.mode != mode) and not quiet:
-                    out.append(Change(root, path, before, Image("dir", mode)))
-                sub_fit = None
-                if new and self.trees is not None:
-                    sub_fit = _Fit(st)
-                    # Its own attributes (an opaque mark) would move with it; a git directory is
-                    # refused entry by entry, with its name.
-                    if os.listxattr(sub_upper_fd) or is_git_directory(sub_upper_fd):
-                        sub_fit.ok = False
-                start = len(out)
-                self.walk(sub_upper_fd, sub_lower_fd, path + "/", sub_fit)
-                if sub_fit is not None:
-                    assert self.trees is not None
-                    if sub_fit.ok:
-                        self.trees[path] = UpperTree(
-                            path, st.st_ino, sub_fit.owner, len(out) - start, sub_fit.longest
-                        )
-                    if fit is not None:
-                        fit.join(sub_fit)
-                elif fit is not None:
-                    fit.ok = False
-            finally:
-                os.close(sub_upper_fd)
-                if sub_lower_fd is not None:
-                    os.close(sub_lower_fd)
+                return None
+        before = self._before(lower_fd, name, path)
+        st = os.stat(name, dir_fd=upper_fd, follow_symlinks=False)
+        if _is_whiteout(st):
+            if fit is not None:
+                fit.ok = False  # a whiteout must never be moved into the workspace
+            if not same(path, _WHITEOUT) and before is not None:
+                assert lower_fd is not None
+                self._deleted(lower_fd, name, path, before)
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            if fit is not None and not _link_fits(upper_fd, name, st):
+                fit.ok = False  # special files are refused; moved whole, they would not be
+            elif fit is not None:
+                fit.note(st)
+                fit.links.append(name)
+            after = _after_image(upper_fd, name, st, blobs)
+            if after is None or not same(path, after):
+                self._add(lower_fd, name, path, before, after)
+            return None
+        sub_upper_fd = os.open(name, _DIR_FLAGS, dir_fd=upper_fd)
+        sub_lower_fd = None
+        try:
+            opaque = _is_opaque(sub_upper_fd)
+            mode = stat.S_IMODE(st.st_mode)
+            new = before is None
+            # Read before: its own change is not made again, what is below is read.
+            quiet = same(path, Image(_OPAQUE if opaque else "dir", mode))
+            if before is not None and (before.kind != "dir" or opaque):
+                assert lower_fd is not None
+                if not quiet:
+                    self._deleted(lower_fd, name, path, before)  # replaced: gone first
+                before = None
+            elif before is not None:
+                sub_lower_fd = _open_dir(lower_fd, name)
+            if (before is None or before.mode != mode) and not quiet:
+                out.append(Change(root, path, before, Image("dir", mode)))
+            sub_fit = None
+            if new and self.trees is not None:
+                sub_fit = _Fit(st)
+                # Its own attributes (an opaque mark) would move with it; a git directory is
+                # refused entry by entry, with its name.
+                if os.listxattr(sub_upper_fd) or is_git_directory(sub_upper_fd):
+                    sub_fit.ok = False
+        except BaseException:
+            os.close(sub_upper_fd)
+            if sub_lower_fd is not None:
+                os.close(sub_lower_fd)
+            raise
+        return _Sub(sub_upper_fd, sub_lower_fd, name, path, st, sub_fit, len(out))
+
+    def _walked(self, sub: _Sub, fit: _Fit | None) -> None:
+        """The directory ``sub`` was read below: may it move whole (and ``fit``'s with it)?"""
+        sub_fit, st, path = sub.fit, sub.st, sub.path
+        if sub_fit is None:
+            if fit is not None:
+                fit.ok = False
+            return
+        assert self.trees is not None
+        if sub_fit.ok:
+            # Its state now is the one it has once moved: nothing writes it meanwhile, and a
+            # rename changes no status of what it moves but the top's.
+            scan = DirState(
+                st.st_dev,
+                st.st_ino,
+                st.st_ctime_ns,
+                st.st_mtime_ns,
+                None,
+                "plain",
+                tuple(sub_fit.dirs),
+                sub_fit.volatile,
+                None,
+                tuple(sub_fit.links),
+            )
+            self.trees[path] = UpperTree(
+                path, st.st_ino, sub_fit.owner, len(self.out) - sub.start, sub_fit.longest, scan
+            )
+        if fit is not None:
+            fit.join(sub_fit)
+            fit.dirs.append(sub.name)
 
     def _packed(self, upper_fd: int, name: str, path: str, fit: _Fit | None) -> Image | None:
         """The image of ``name`` if it is a regular file (else None), its bytes appended to
@@ -471,6 +589,27 @@ class UpperFiles:
         if self.disabled or entry is None:
             return None
         return entry[2].get(change.path)
+
+    def scans_below(self, moved: list[Change]) -> dict[tuple[int, str], DirState]:
+        """What a scan of the workspace records of the directories inside the ``moved``
+        trees (renamed whole by a merge), by ``(root, path)``. Not a moved tree's top: its
+        rename changed its status."""
+        out: dict[tuple[int, str], DirState] = {}
+        for root in {c.root for c in moved}:
+            entry = self._uppers.get(root)
+            if entry is None:
+                continue
+            tops = {c.path for c in moved if c.root == root}
+            for path, tree in entry[2].items():
+                if tree.scan is None or path in tops:
+                    continue
+                parent = path
+                while "/" in parent:
+                    parent = parent.rpartition("/")[0]
+                    if parent in tops:
+                        out[(root, path)] = tree.scan
+                        break
+        return out
 
     def take_tree(
         self, change: Change, tree: UpperTree, owner: tuple[int, int], limit: int

@@ -38,6 +38,7 @@ __all__ = [
     "Uncertain",
     "Walk",
     "file_kind",
+    "may_be_git_dir",
 ]
 
 # Before-images are kept for at most this much per snapshot, so a huge hooks/ directory
@@ -229,7 +230,7 @@ class Walk:
             return 0
         self.listed += 1
         volatile = False
-        if top is None and rel and _may_be_git_dir({e.name for e in listing}):
+        if top is None and rel and may_be_git_dir({e.name for e in listing}):
             # git also reads HEAD's content, which changes without the directory changing:
             # a candidate is listed and tested by every scan.
             volatile = True
@@ -266,7 +267,7 @@ class Walk:
                         self.setids.add((index, prefix + name))
             self._keep(rel, None, dir_st, "plain", kept, volatile, links=links)
             return len(listing)
-        if in_objects(prefix, top) and not _may_be_git_dir({e.name for e in listing}):
+        if in_objects(prefix, top) and not may_be_git_dir({e.name for e in listing}):
             # Loose objects and packs are named by their content and git runs nothing from
             # them: the names in each objects/ directory are compared (one digest per
             # directory), not each file's stat, so many loose objects stay cheap to scan.
@@ -384,7 +385,7 @@ class Walk:
             self.opaque.add((self.index, rel))
 
 
-def _may_be_git_dir(names: set[str]) -> bool:
+def may_be_git_dir(names: set[str]) -> bool:
     """git's test needs HEAD and either commondir or objects/ + refs/: decide most dirs by name."""
     return "HEAD" in names and ("commondir" in names or ("objects" in names and "refs" in names))
 
