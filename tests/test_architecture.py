@@ -566,6 +566,11 @@ SPAWN_EXCEPTIONS: dict[str, dict[str, str]] = {
         "of that at start)",
         "os.execve": "the end of that child",
     },
+    "ringfence/bridge/_relay.py": {
+        "os.posix_spawn": "the script runner behind its relay in a remote engine's container: "
+        "a standalone program there (python -I -S, standard library only); the relay itself "
+        "is started by docker exec",
+    },
     "ringfence/workspace/_search.py": {
         "subprocess.Popen": "ripgrep as grep_files' prefilter, in a worker thread (trio's "
         "process API cannot run there); killed and waited for by RipgrepRun.kill",

@@ -96,6 +96,8 @@ def _connect(where: list[Any]) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(where[1])
         return sock
+    if where[0] == "fd":  # a socket inherited from the remote engine's relay (_relay)
+        return socket.socket(fileno=int(where[1]))
     raise ValueError(f"unknown bridge transport {where[0]!r}")
 
 

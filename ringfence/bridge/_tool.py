@@ -107,7 +107,8 @@ def register_script_tool(
     ``backend_session_factory(ctx)`` returns the
     session's backend session (``ShellTool.session``): a docker session runs
     scripts in its container over the Unix socket in ``bridge_dir``, which
-    must be mounted there (:func:`bridge_mounts`); it may also return a
+    must be mounted there (:func:`bridge_mounts`), or, on a remote engine, over
+    the exec's own stream (:mod:`._remote`); it may also return a
     launcher (an object with ``launch``). Any other session is ``unavailable``.
     """
     config = config or ScriptConfig()
@@ -148,13 +149,18 @@ def register_script_tool(
         if hasattr(session, "launch"):  # a session that is its own launcher
             return cast(Launcher, session)
         if getattr(session, "name", None) == "docker" and bridge_dir is not None:
-            from ._docker import DockerScriptLauncher
-
             key = id(session)  # a restarted session is a new object: a new launcher
             if key not in docker_launchers:
                 while docker_launchers:  # a restarted session's: its spare runner ends
                     await docker_launchers.popitem()[1].aclose()  # type: ignore[attr-defined]
-                docker_launchers[key] = DockerScriptLauncher(session, bridge_dir)
+                if getattr(session, "stream_bridge", False):  # a remote engine: no mount
+                    from ._remote import RemoteScriptLauncher
+
+                    docker_launchers[key] = RemoteScriptLauncher(session, bridge_dir)
+                else:
+                    from ._docker import DockerScriptLauncher
+
+                    docker_launchers[key] = DockerScriptLauncher(session, bridge_dir)
             return docker_launchers[key]
         raise Unavailable(
             f"{SCRIPT_TOOL} cannot run in the {getattr(session, 'name', '?')!r} backend's "

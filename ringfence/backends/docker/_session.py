@@ -144,6 +144,9 @@ BASE_ENV = {
     "LANG": "C.UTF-8",
     "TERM": "dumb",
 }
+# A remote session's root-owned tmpfs for the files the host ships as root (scripts).
+SHIPPED_FILES_DIR = "/opt/ringfence"
+SHIPPED_FILES_TMPFS = "rw,nosuid,nodev,noexec,size=8m,mode=0755"
 # How long stopping a command may take beyond the grace period before the
 # container is replaced instead.
 _KILL_ROUND_TRIP = 5.0
@@ -458,19 +461,37 @@ class DockerSession:
         stdin. The process is not stopped by closing the socket: see
         :meth:`exec_info` for its host pid. Used by the script bridge, which
         runs its runner here as a uid other than :attr:`user` (the supervisor
-        kills every process of that uid after each command).
+        kills every process of that uid after each command). On a TLS engine the
+        socket is :class:`._tls.TLSStreamSocket` (``send``/``recv``/``close``, no
+        half-close).
         """
         client, container = self._client, self._require_container()
         assert client is not None
-        if self.engine is not None and (
-            self._remote is not None or self.engine.tls or self.engine.ssh
-        ):
-            raise Unavailable(f"the script bridge needs a local engine, not {self.engine.name}")
+        await self._check_forward()  # an ssh engine's forward that ended: say so
         environment = [f"{k}={v}" for k, v in (env or {}).items()]
+        if self.engine is not None and self.engine.tls:  # our own verified TLS stream
+            return await attach_tls(
+                self.engine, client, container.id, list(argv), user, environment
+            )
         with map_docker_errors():
             return await trio.to_thread.run_sync(
                 attach, client, container.id, list(argv), user, environment
             )
+
+    @property
+    def shipped_files_dir(self) -> str | None:
+        """On a remote engine, a root-owned directory (a tmpfs) for files the host ships
+        into the container as root (the script runner's, :mod:`ringfence.bridge._remote`);
+        read-only to every command. None where the host's files are bind-mounted."""
+        return SHIPPED_FILES_DIR if self._remote is not None else None
+
+    @property
+    def stream_bridge(self) -> bool:
+        """Whether scripts must carry their bridge over the exec stream (a remote, TLS or
+        ssh engine: no socket of this host can be mounted, or no host pid reached)."""
+        return self.engine is not None and (
+            self._remote is not None or self.engine.tls or self.engine.ssh
+        )
 
     async def exec_info(self, exec_id: str) -> dict[str, Any]:
         """``Running``, ``ExitCode`` and ``Pid`` (host pid namespace) of an exec."""
@@ -579,6 +600,8 @@ class DockerSession:
                 **(self._remote.tmpfs(opts.memory) if self._remote else {}),
                 # The per-command filter's installer (._seal): root's, read-only, executable.
                 **({SEAL_DIR: "rw,nosuid,nodev,exec,size=16k,mode=0755"} if overlay else {}),
+                # Files shipped as root (the script runner's): read-only to every command.
+                **({SHIPPED_FILES_DIR: SHIPPED_FILES_TMPFS} if self._remote else {}),
             },
             network_mode="bridge" if self._spec.network else "none",
             mem_limit=opts.memory,

@@ -63,7 +63,12 @@ def _ssl_context(engine: Engine) -> ssl.SSLContext:
 
 
 async def attach_tls(
-    engine: Engine, client: docker.DockerClient, container_id: str, argv: list[str], user: str
+    engine: Engine,
+    client: docker.DockerClient,
+    container_id: str,
+    argv: list[str],
+    user: str,
+    environment: list[str] | None = None,
 ) -> tuple[str, TLSStreamSocket]:
     """Create an exec (SDK) and start it attached over our own verified TLS connection.
 
@@ -79,6 +84,7 @@ async def attach_tls(
         stderr=True,
         user=user,
         workdir="/",
+        environment=environment,
     )
     exec_id = created["Id"]
     url = urlsplit(engine.base_url.replace("tcp://", "https://", 1))

@@ -389,7 +389,8 @@ def remote_workspace(
             field="options.engines",
         )
     # spec.extra_mounts (the script bridge's files and socket) are host paths: never
-    # mounted there; the bridge's exec is refused at use (DockerSession.exec_attached).
+    # mounted there; scripts ship their files and carry the bridge over the exec's own
+    # stream (ringfence.bridge._remote).
     return RemoteWorkspace(
         engine, session_id, roots, owner, ship_git, uppers_base() / session_id / "r"
     )

@@ -1,0 +1,252 @@
+"""``run_tool_script`` on a remote engine: the bridge over the exec's own stream, nothing mounted.
+
+A real TLS ``dockerd`` on loopback (``engines_helpers``) with ``ship = "always"``:
+no host path is mounted into the session's container, so the runner's files are
+shipped and its bridge is carried by the ``docker exec`` connection itself
+(:mod:`ringfence.bridge._remote`). Everything goes through ``create_kernel``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import trio
+from backends_helpers import docker_required
+from engines_helpers import EngineProcess, can_start_engine, start_tls_engine, stop_engine
+from test_backends_remote import engine_table, host_binds
+
+from ringfence import create_kernel
+from ringfence.backends.docker._api import connect_docker
+from ringfence.runtime import ApprovalAnswer, Posture, ScriptedApprover
+
+pytestmark = pytest.mark.docker
+IMAGE = "ringfence/debian:latest"  # the runner needs python3
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+    reason = can_start_engine()
+    if reason is None:
+        try:
+            connect_docker().images.get(IMAGE)
+        except Exception as exc:
+            reason = f"{IMAGE} is not built here (`ringfence images build debian`): {exc}"
+    if reason is not None:
+        if docker_required():
+            pytest.fail(f"RINGFENCE_REQUIRE_DOCKER=1 but {reason}")
+        pytest.skip(reason)
+    handle = start_tls_engine(
+        tmp_path_factory.mktemp("scripts"), name="scripts", load_images=(IMAGE,)
+    )
+    try:
+        yield handle
+    finally:
+        stop_engine(handle)
+
+
+def _kernel(ws: Path, engine: EngineProcess, events: Path, **kw: Any) -> Any:
+    ws.chmod(0o755)
+    kw.setdefault("approver", ScriptedApprover(lambda r: ApprovalAnswer.once()))
+    return create_kernel(
+        roots=[ws],
+        backend="docker",
+        backend_options={
+            "image": "debian",
+            "memory": "256m",
+            "pids": 64,
+            "engines": [engine_table(engine.engine)],
+        },
+        change_sets=True,
+        events_path=events,
+        **kw,
+    )
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _listening(engine: EngineProcess) -> set[tuple[str, int]]:
+    """Listening ports of this process and of the engine's host side (dockerd, its shims,
+    their children): other developers' processes share this machine."""
+    ours = {os.getpid(), engine.process.pid}
+    with contextlib.suppress(psutil.NoSuchProcess):
+        ours |= {p.pid for p in psutil.Process(engine.process.pid).children(recursive=True)}
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.pid in ours
+    }
+
+
+def _engine_containers(engine: EngineProcess) -> list[Any]:
+    client = connect_docker(engine.engine.base_url, tls=engine.engine.tls_config())
+    try:
+        return client.containers.list(all=True, filters={"label": "ringfence"})
+    finally:
+        client.close()
+
+
+SCRIPT = """
+text = tools.read_file(path="in.txt")
+content = text["content"] if isinstance(text, dict) else text
+tools.write_file(path="out.txt", content=content.upper())
+shell = tools.run_shell(command="echo made > shell.txt; cat in.txt; id -u; hostname")
+probe = tools.run_shell(
+    command="ls /run/ringfence-bridge 2>&1; grep -c bridge.sock /proc/net/unix; "
+    "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -c ' 0A '; "
+    "(echo x >> /opt/ringfence/package/bridge/_runner.py) 2>/dev/null || echo ro; "
+    "touch /opt/ringfence/x 2>/dev/null || echo ro"
+)
+result = {"shell": shell["stdout"], "probe": probe["stdout"]}
+"""
+
+
+async def test_a_script_on_a_remote_engine_makes_gated_calls_over_the_exec_stream(
+    engine: EngineProcess, tmp_path: Path
+) -> None:
+    """read_file, write_file and run_shell from a script, each its own gated call; run_shell's
+    writes come back as a change set; no socket or port is opened for the bridge, nothing
+    of the host is mounted, and the shipped runner files are read-only to commands."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "in.txt").write_text("hello\n")
+    events = tmp_path / "events.jsonl"
+    before = _listening(engine)
+    seen: set[tuple[str, int]] = set()
+    async with _kernel(ws, engine, events, posture=Posture.ALLOW_ALL) as k:
+        outcome: Any = None
+
+        async def run() -> None:
+            nonlocal outcome
+            outcome = await k.invoke("run_tool_script", {"script": SCRIPT, "timeout_seconds": 90})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            while outcome is None:
+                seen |= _listening(engine)
+                await trio.sleep(0.05)
+        assert outcome.ok, outcome.error
+        session = k.registry.get("run_shell").executor._session
+        binds = host_binds(engine.engine, session.container_id)
+    assert outcome.ok, outcome.error
+    value = outcome.value["result"]
+    assert value["shell"].splitlines()[:2] == ["hello", "65534"], value
+    assert value["probe"].splitlines()[0].endswith("No such file or directory"), value
+    assert value["probe"].splitlines()[1] == "0", value  # no bridge socket in the container
+    assert value["probe"].splitlines()[2] == "0", value  # nothing listens in the container
+    assert value["probe"].splitlines()[3:] == ["ro", "ro"], value  # the runner's files
+    assert [c["tool"] for c in outcome.value["calls"]] == [
+        "read_file", "write_file", "run_shell", "run_shell",
+    ]  # fmt: skip
+    assert (ws / "out.txt").read_text() == "HELLO\n"
+    assert (ws / "shell.txt").read_text() == "made\n"  # the change set, merged on the host
+    assert binds == []
+    assert seen - before == set(), "a listening port appeared during the run"
+    log = _events(events)
+    started = [e for e in log if e["kind"] == "script_started"]
+    assert started[0]["launcher"] == "docker-remote" and started[0]["pid"] is None
+    script_call = started[0]["call_id"]
+    inner = [e for e in log if e["kind"] == "proposed" and e.get("parent_id") == script_call]
+    assert [e["tool"] for e in inner] == ["read_file", "write_file", "run_shell", "run_shell"]
+    assert {e["origin"] for e in inner} == {"script"}
+    decided = {e["call_id"] for e in log if e["kind"] == "decided"}
+    assert {e["call_id"] for e in inner} <= decided  # each through the Gate, here
+    assert _engine_containers(engine) == []  # the kernel's container went with it
+
+
+async def test_a_denied_inner_call_is_refused_here_and_changes_nothing(
+    engine: EngineProcess, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "keep.txt").write_text("keep\n")
+    events = tmp_path / "events.jsonl"
+
+    def answer(request: Any) -> ApprovalAnswer:
+        if request.tool == "run_shell" and "rm " in json.dumps(request.arguments):
+            return ApprovalAnswer.deny("no deleting")
+        return ApprovalAnswer.once()
+
+    script = """
+try:
+    tools.run_shell(command="rm keep.txt")
+    result = "ran"
+except ToolError as e:
+    result = [e.code, e.tool]
+left = tools.run_shell(command="cat keep.txt")["stdout"]
+"""
+    async with _kernel(ws, engine, events, approver=ScriptedApprover(answer)) as k:
+        outcome = await k.invoke("run_tool_script", {"script": script, "timeout_seconds": 90})
+        again = await k.call("run_shell", {"command": "cat keep.txt"})
+    assert outcome.ok, outcome.error
+    assert outcome.value["result"] == ["denied", "run_shell"]
+    assert (ws / "keep.txt").read_text() == "keep\n"  # nothing on the host
+    assert again["stdout"] == "keep\n"  # ...nor in the engine's copy
+    log = _events(events)
+    rm = [e["call_id"] for e in log if e["kind"] == "proposed" and e.get("origin") == "script"
+          and e["arguments"] == {"command": "rm keep.txt"}]  # fmt: skip
+    answers = [e["choice"] for e in log if e["kind"] == "approval_answered" and e["call_id"] in rm]
+    assert answers == ["deny"]  # the Gate here refused it
+    assert not [e for e in log if e["kind"] == "started" and e["call_id"] in rm]  # never ran
+
+
+def _runners(engine: EngineProcess, container_id: str) -> list[tuple[str, str]]:
+    """(state, command) of every relay and runner in the container (``ps`` there)."""
+    client = connect_docker(engine.engine.base_url, tls=engine.engine.tls_config())
+    try:
+        rows = client.api.top(container_id, ps_args="-eo pid,stat,args")["Processes"] or []
+    finally:
+        client.close()
+    # ps cuts the command line (the boot program comes first): every python is ours.
+    return [(r[1], r[2]) for r in rows if "python3 -I -S" in r[2]]
+
+
+def _busy(runners: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The processes that are running (a spare's relay and runner wait: S)."""
+    return [r for r in runners if r[0].startswith("R")]
+
+
+async def test_a_killed_run_leaves_no_runner_in_the_container(
+    engine: EngineProcess, tmp_path: Path
+) -> None:
+    """A timeout and a cancelled call each end the run's relay and runner on the engine; at most
+    the spare (started for the next run, waiting) is there; the kernel's close ends it too."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    events = tmp_path / "events.jsonl"
+    async with _kernel(ws, engine, events, posture=Posture.ALLOW_ALL) as k:
+        timed = await k.invoke(
+            "run_tool_script", {"script": "while True:\n    pass", "timeout_seconds": 3}
+        )
+        container = k.registry.get("run_shell").executor._session.container_id
+        after_timeout = _runners(engine, container)
+        spinning: list[tuple[str, str]] = []
+        seen: list[tuple[str, str]] = []
+        with trio.move_on_after(8):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    k.invoke,
+                    "run_tool_script",
+                    {"script": "while True:\n    pass", "timeout_seconds": 60},
+                )
+                await trio.sleep(6)
+                seen = _runners(engine, container)
+                spinning = _busy(seen)
+                nursery.cancel_scope.cancel()  # the call is cancelled mid-run
+        after_cancel = _runners(engine, container)
+        again = await k.invoke("run_tool_script", {"script": "result = 2"})
+    assert timed.error is not None and timed.error.code == "timeout", timed.error
+    assert spinning, f"the cancelled run's runner was not seen running: {seen}"
+    # Nothing of those runs is left: at most the next run's spare (relay + runner, waiting).
+    for left in (after_timeout, after_cancel):
+        assert _busy(left) == [] and len(left) <= 2, left
+    assert again.ok and again.value["result"] == 2, again.error
+    assert _engine_containers(engine) == []
