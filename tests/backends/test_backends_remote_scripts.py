@@ -89,7 +89,8 @@ def _listening(engine: EngineProcess) -> set[tuple[str, int]]:
 def _engine_containers(engine: EngineProcess) -> list[Any]:
     client = connect_docker(engine.engine.base_url, tls=engine.engine.tls_config())
     try:
-        return client.containers.list(all=True, filters={"label": "ringfence"})
+        # The raw list: no inspect per container (one being removed would fail it).
+        return client.api.containers(all=True, filters={"label": "ringfence"})  # type: ignore[no-any-return]
     finally:
         client.close()
 
@@ -250,3 +251,75 @@ async def test_a_killed_run_leaves_no_runner_in_the_container(
         assert _busy(left) == [] and len(left) <= 2, left
     assert again.ok and again.value["result"] == 2, again.error
     assert _engine_containers(engine) == []
+
+
+HOST_SCRIPT = """
+import json, sys, trio
+from pathlib import Path
+from ringfence._embed import create_kernel
+from ringfence.runtime import ApprovalAnswer, ScriptedApprover
+
+async def main():
+    async with create_kernel(
+        roots=[Path(sys.argv[2])], backend="docker", change_sets=True,
+        backend_options={"image": "debian", "engines": [json.loads(sys.argv[3])]},
+        approver=ScriptedApprover(lambda r: ApprovalAnswer.once()), events_path=sys.argv[1],
+    ) as kernel:
+        await kernel.invoke(
+            "run_tool_script", {"script": "while True:\\n    pass", "timeout_seconds": 120}
+        )
+
+trio.run(main)
+"""
+
+
+def _engine_runners() -> list[psutil.Process]:
+    """Runners of a remote session on this machine (the loopback engine's containers' too)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if "/opt/ringfence/package/bridge/_runner.py" in (proc.info["cmdline"] or []):
+                found.append(proc)
+    return found
+
+
+def test_killing_the_kernel_leaves_no_runner_on_the_engine(
+    engine: EngineProcess, tmp_path: Path
+) -> None:
+    """A SIGKILLed host: its connection closes, the relay reads end of file and kills the
+    runner (and the container's lease ends): nothing of the run is left running there."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ws = tmp_path / "ws"
+    ws.mkdir(mode=0o755)
+    events = tmp_path / "events.jsonl"
+    (tmp_path / "host.py").write_text(HOST_SCRIPT)
+    table = json.dumps(engine_table(engine.engine))
+    before = {p.pid for p in _engine_runners()}
+    host = subprocess.Popen(
+        [sys.executable, str(tmp_path / "host.py"), str(events), str(ws), table]
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            lines = events.read_text().splitlines() if events.exists() else []
+            if any(json.loads(line)["kind"] == "script_sandbox" for line in lines):
+                break
+            assert host.poll() is None, "the host exited early"
+            time.sleep(0.1)
+        runners = [p for p in _engine_runners() if p.pid not in before]
+        assert runners, "no runner is running on the engine"
+        host.send_signal(signal.SIGKILL)
+        host.wait(10)
+        _gone, alive = psutil.wait_procs(runners, timeout=15)
+        assert alive == [], "the runner outlived its host"
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        deadline = time.monotonic() + 15
+        while _engine_containers(engine) and time.monotonic() < deadline:
+            time.sleep(0.2)
