@@ -323,3 +323,34 @@ def test_killing_the_kernel_leaves_no_runner_on_the_engine(
         deadline = time.monotonic() + 15
         while _engine_containers(engine) and time.monotonic() < deadline:
             time.sleep(0.2)
+
+
+@pytest.mark.parametrize("where", ["unix-ship-always", "tls-ship-never"])
+async def test_the_stream_bridge_on_a_plain_socket_and_on_a_tls_engine_sharing_files(
+    engine: EngineProcess, tmp_path: Path, where: str
+) -> None:
+    """The local daemon with ``ship = "always"`` (the exec's stream is a plain socket, the files
+    shipped) and the TLS engine with ``ship = "never"`` (the files bind-mounted, the stream
+    TLS): both carry the bridge over the exec's stream; neither was possible before."""
+    if where == "unix-ship-always":
+        table = {"name": "loop", "base_url": "unix:///var/run/docker.sock", "ship": "always"}
+    else:
+        table = engine_table(engine.engine, ship="never")
+    ws = tmp_path / "ws"
+    ws.mkdir(mode=0o755)
+    events = tmp_path / "events.jsonl"
+    script = 'result = tools.run_shell(command="echo hi")["stdout"]'
+    async with create_kernel(
+        roots=[ws],
+        backend="docker",
+        backend_options={"image": "debian", "memory": "256m", "pids": 64, "engines": [table]},
+        change_sets=True,
+        events_path=events,
+        posture=Posture.ALLOW_ALL,
+        approver=ScriptedApprover(lambda r: ApprovalAnswer.once()),
+    ) as k:
+        outcome = await k.invoke("run_tool_script", {"script": script, "timeout_seconds": 90})
+    assert outcome.ok, outcome.error
+    assert outcome.value["result"] == "hi\n"
+    started = [e for e in _events(events) if e["kind"] == "script_started"]
+    assert started[0]["launcher"] == "docker-remote"
