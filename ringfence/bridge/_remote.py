@@ -162,7 +162,7 @@ class RemoteScriptLauncher:
                 await child.drain(err.extend)
         finally:
             await child.aclose()
-        code = (await self.session.exec_info(exec_id)).get("ExitCode")
+        code = await _exit_code(self.session, exec_id)
         if code != 0:
             detail = bytes(err).decode(errors="replace").strip()[-500:]
             raise Unavailable(
@@ -191,22 +191,36 @@ class RemoteScriptLauncher:
         env = dict(request.env)
         await self._prepare(env)
         spare, self._spare = self._spare, None
-        child: RelayChild | None = None
-        if spare is not None:
-            if spare[0] == self.session.container_id:
-                child = spare[1]
-            else:  # a new container: the old one's spare is gone with it
-                await spare[1].aclose()
-        if child is None:
-            child = await self._start(env)
         address = request.listener.address
         assert address[0] == "unix", "the remote launcher's host end is a Unix listener"
+        config = {**request.config, "connect": None}  # the relay fills in its socket
+        activation = request.secret + _json(config).encode()
+        child: RelayChild | None = None
+        if spare is not None and spare[0] == self.session.container_id:
+            child = spare[1]
+            try:
+                await child.send(ACTIVATE, activation)
+            except _STREAM_ERRORS:  # the spare's stream is gone: a fresh one below
+                await child.aclose()
+                child = None
+        elif spare is not None:  # a new container: the old one's spare is gone with it
+            await spare[1].aclose()
         try:
-            config = {**request.config, "connect": None}  # the relay fills in its socket
-            await child.send(ACTIVATE, request.secret + _json(config).encode())
+            if child is None:
+                child = await self._start(env)
+                await child.send(ACTIVATE, activation)
             await child.connect(address[1])
+        except _STREAM_ERRORS as exc:
+            if child is not None:
+                await child.aclose()
+            raise Unavailable(
+                f"run_tool_script on engine {self.session.engine.name}: the runner's stream "
+                f"to the container broke before the run started ({type(exc).__name__}: {exc})",
+                field="backend",
+            ) from None
         except BaseException:
-            await child.aclose()
+            if child is not None:
+                await child.aclose()
             raise
         if not self._closed:  # the next run's relay and runner, once this one is closed
             child.on_close = lambda: (
@@ -345,9 +359,8 @@ class RelayChild:
     async def wait(self) -> int:
         await self._eof.wait()
         if self._code is None:  # the relay itself failed: its exec's status
-            info = await self.session.exec_info(self.exec_id)
-            code = info.get("ExitCode")
-            code = 1 if code is None else int(code)
+            code = await _exit_code(self.session, self.exec_id)
+            code = 1 if code is None else code
             self._code = -(code - 128) if 128 < code < 128 + 65 else code
         return self._code
 
@@ -381,6 +394,23 @@ class RelayChild:
         on_close, self.on_close = self.on_close, None
         if on_close is not None:
             on_close()
+
+
+_STREAM_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+async def _exit_code(session: Any, exec_id: str) -> int | None:
+    """An ended exec's exit code (its stream ends a moment before it is marked done)."""
+    info: dict[str, Any] = {}
+    pause = 0.002
+    for _ in range(100):
+        info = await session.exec_info(exec_id)
+        if not info.get("Running"):
+            break
+        await trio.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    code = info.get("ExitCode")
+    return None if code is None else int(code)
 
 
 async def _send_all(sock: Any, data: bytes) -> None:

@@ -154,6 +154,8 @@ async def test_a_script_on_a_remote_engine_makes_gated_calls_over_the_exec_strea
     log = _events(events)
     started = [e for e in log if e["kind"] == "script_started"]
     assert started[0]["launcher"] == "docker-remote" and started[0]["pid"] is None
+    sandboxed = [e for e in log if e["kind"] == "script_sandbox"]
+    assert sandboxed[0]["missing"] == {}, sandboxed  # every layer, inside the container too
     script_call = started[0]["call_id"]
     inner = [e for e in log if e["kind"] == "proposed" and e.get("parent_id") == script_call]
     assert [e["tool"] for e in inner] == ["read_file", "write_file", "run_shell", "run_shell"]
