@@ -356,3 +356,40 @@ async def test_the_stream_bridge_on_a_plain_socket_and_on_a_tls_engine_sharing_f
     assert outcome.value["result"] == "hi\n"
     started = [e for e in _events(events) if e["kind"] == "script_started"]
     assert started[0]["launcher"] == "docker-remote"
+
+
+async def test_a_script_on_an_ssh_engine_rides_the_forwarded_exec_stream(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """An ``ssh://`` engine (sshd in front of a second dockerd): nothing of the host is
+    mounted there either; the exec's stream goes through the session's ssh forward."""
+    from ssh_helpers import can_start_ssh_engine, start_ssh_engine, stop_ssh_engine
+
+    reason = can_start_ssh_engine()
+    if reason is not None:
+        if docker_required():
+            pytest.fail(f"RINGFENCE_REQUIRE_DOCKER=1 but {reason}")
+        pytest.skip(reason)
+    handle = start_ssh_engine(tmp_path_factory.mktemp("ssh-scripts"), images=(IMAGE,))
+    try:
+        ws = tmp_path / "ws"
+        ws.mkdir(mode=0o755)
+        (ws / "in.txt").write_text("over ssh\n")
+        events = tmp_path / "events.jsonl"
+        script = 'result = tools.run_shell(command="cat in.txt")["stdout"]'
+        async with create_kernel(
+            roots=[ws],
+            backend="docker",
+            backend_options={"image": "debian", "memory": "256m", "engines": [handle.table()]},
+            change_sets=True,
+            events_path=events,
+            posture=Posture.ALLOW_ALL,
+            approver=ScriptedApprover(lambda r: ApprovalAnswer.once()),
+        ) as k:
+            outcome = await k.invoke("run_tool_script", {"script": script, "timeout_seconds": 90})
+        assert outcome.ok, outcome.error
+        assert outcome.value["result"] == "over ssh\n"
+        started = [e for e in _events(events) if e["kind"] == "script_started"]
+        assert started[0]["launcher"] == "docker-remote"
+    finally:
+        stop_ssh_engine(handle)
