@@ -73,7 +73,7 @@ test: $(STAMP) npm-servers sandbox-tools peer-tools
 
 # The fast tier: everything that needs no Docker daemon, npm server, real sandbox, server
 # process or browser, and is not slow on its own (under a minute on two cores; the tiers are
-# marked in tests/conftest.py).
+# marked in tests/tiers.py).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup \
 		-m "not docker and not npm and not sandbox and not slow and not servers and not browser" tests

@@ -11,45 +11,14 @@ from pathlib import Path
 
 import pytest
 import trio
+from tiers import FOLDER_TIERS, MODULE_TIERS
 
 from ringfence.runtime import use_places
-
-# Tiers by what a module's tests start (measured: each of these costs seconds, most of the
-# suite's time). The folders: every script runs in a sandboxed runner; the review page's tests
-# drive Chromium. The modules: real MCP servers and clients, `ringfence serve` processes, OAuth
-# servers (``servers``); the command line as child processes, property-based checks (``slow``).
-FOLDER_TIERS = {"tests/bridge/": "sandbox", "tests/review/": "browser"}
-MODULE_TIERS = {
-    "servers": {
-        *(f"tests/serve/test_serve_{m}.py" for m in ("seal", "stdio", "soak", "http")),
-        *(f"tests/serve/test_serve_{m}.py" for m in ("front_door", "real_tools", "lifetimes")),
-        *(f"tests/serve/test_serve_{m}.py" for m in ("resources", "sessions", "limits")),
-        "tests/serve/test_serve_resume_logging.py",
-        *(f"tests/mcp_host/test_mcp_host_{m}.py" for m in ("oauth", "oauth_front_door")),
-        *(f"tests/mcp_host/test_mcp_host_{m}.py" for m in ("oauth_cli", "stdio", "sampling")),
-        *(f"tests/mcp_host/test_mcp_host_{m}.py" for m in ("untrusted", "terminal_elicitation")),
-        *(f"tests/mcp_host/test_mcp_host_{m}.py" for m in ("policy", "elicitation_credentials")),
-        *(f"tests/mcp_host/test_mcp_host_{m}.py" for m in ("failures", "visible", "secrets")),
-        *(f"tests/mcp_host/test_mcp_host_{m}.py" for m in ("inventory", "discovery", "cli")),
-        *(f"tests/mcp_host/test_mcp_host_{m}.py" for m in ("http", "authority", "user_policy")),
-    },
-    "slow": {
-        *(f"tests/cli/test_cli_{m}.py" for m in ("front_door", "fuzz", "hostile_text")),
-        *(f"tests/cli/test_cli_{m}.py" for m in ("startup", "operator", "tty")),
-        *(f"tests/runtime/test_runtime_{m}.py" for m in ("schema_compiled", "forgery")),
-        *(f"tests/runtime/test_runtime_{m}.py" for m in ("plans", "outcomes", "one_door")),
-        "tests/runtime/test_runtime_checkpoints.py",
-        *(f"tests/workspace/test_workspace_{m}.py" for m in ("cli", "property")),
-        *(f"tests/backends/test_backends_{m}.py" for m in ("gitmeta", "persist_shell")),
-        *(f"tests/bench/test_bench_{m}.py" for m in ("smoke", "remote")),
-        "tests/docs/test_docs_blocks.py",
-    },
-}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tiers: a test that skips without bubblewrap runs real sandboxes (``sandbox``); a test
-    that needs Docker or npm is ``docker``/``npm`` already; the tables above mark the rest
+    that needs Docker or npm is ``docker``/``npm`` already; the tables in tiers.py mark the rest
     that starts processes. ``make test-fast`` runs what is left (under a minute, two cores).
 
     Workers (``make test``, pytest-xdist ``--dist loadgroup``): a module's tests run on one

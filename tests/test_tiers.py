@@ -1,11 +1,11 @@
-"""The tier tables in conftest.py name modules and folders that exist (a renamed module would
+"""The tier tables in tiers.py name modules and folders that exist (a renamed module would
 silently move its slow tests into ``make test-fast``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import FOLDER_TIERS, MODULE_TIERS
+from tiers import FOLDER_TIERS, MODULE_TIERS
 
 REPO = Path(__file__).resolve().parents[1]
 
