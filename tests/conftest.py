@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import shutil
 import subprocess
@@ -14,6 +15,21 @@ import trio
 from tiers import FOLDER_TIERS, MODULE_TIERS
 
 from ringfence.runtime import use_places
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A run that leaves a tier out (``-m "... not servers ..."``, ``make test-fast``) does not
+    import that tier's modules either: collecting them is most of a fast run's start."""
+    left_out = {m.group(1) for m in re.finditer(r"\bnot (\w+)", config.option.markexpr or "")}
+    if not left_out:
+        return None
+    rel = collection_path.relative_to(config.rootpath).as_posix()
+    for folder, tier in FOLDER_TIERS.items():
+        if tier in left_out and (rel + "/").startswith(folder):
+            return True
+    if any(tier in left_out and rel in modules for tier, modules in MODULE_TIERS.items()):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
