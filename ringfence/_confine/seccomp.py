@@ -243,16 +243,20 @@ def sync_wakeups(listener: int) -> None:
         pass
 
 
+# struct seccomp_notif: id, pid, (flags), data.nr, (data.arch, data.instruction_pointer), args
+_NOTIF = struct.Struct("<QI4xi4x8x6Q")
+_RESPONSE = struct.Struct("<QqiI")  # struct seccomp_notif_resp: id, val, error, flags
+
+
 def receive(listener: int) -> tuple[int, int, int, tuple[int, ...]]:
     """The next notification: ``(id, pid, call number, the six arguments)``. Raises OSError
     (the task was interrupted or died meanwhile)."""
     import fcntl
 
-    request = bytearray(80)
+    request = bytearray(80)  # zeroed: the kernel refuses a buffer that is not
     fcntl.ioctl(listener, _NOTIF_RECV, request, True)
-    nid, pid = struct.unpack_from("<QI", request)
-    nr = struct.unpack_from("<i", request, 16)[0]
-    return nid, pid, nr, struct.unpack_from("<6Q", request, 32)
+    nid, pid, nr, *args = _NOTIF.unpack(request)
+    return nid, pid, nr, tuple(args)
 
 
 def still_valid(listener: int, nid: int) -> bool:
@@ -272,7 +276,7 @@ def answer(listener: int, nid: int, error: int = 0) -> None:
     import fcntl
 
     if error:
-        response = struct.pack("<QqiI", nid, 0, -error, 0)
+        response = _RESPONSE.pack(nid, 0, -error, 0)
     else:
-        response = struct.pack("<QqiI", nid, 0, 0, _USER_NOTIF_FLAG_CONTINUE)
+        response = _RESPONSE.pack(nid, 0, 0, _USER_NOTIF_FLAG_CONTINUE)
     fcntl.ioctl(listener, _NOTIF_SEND, bytearray(response), True)

@@ -268,3 +268,59 @@ async def test_no_setuid_or_setgid_program_can_be_made(
             path,
             oct(path.lstat().st_mode),
         )
+
+
+PEEK = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+secret = ctypes.create_string_buffer(b"the-victim-s-secret", 32)  # the same address in both
+go_r, go_w = os.pipe()
+victim = os.fork()
+if victim == 0:  # holds the secret; writes what its memory holds once the peer has tried
+    os.read(go_r, 1)
+    with open(sys.argv[1], "wb") as f:
+        f.write(secret.value)
+    os._exit(0)
+peer = os.fork()
+if peer == 0:  # the victim's sibling: read its memory, then overwrite it
+    out = ctypes.create_string_buffer(32)
+    local, remote = Iovec(ctypes.addressof(out), 32), Iovec(ctypes.addressof(secret), 32)
+    got = libc.process_vm_readv(victim, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    print("readv", got, ctypes.get_errno(), out.value.decode(errors="replace") or "-", flush=True)
+    evil = ctypes.create_string_buffer(b"written-by-a-peer", 32)
+    local = Iovec(ctypes.addressof(evil), 32)
+    got = libc.process_vm_writev(victim, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    print("writev", got, ctypes.get_errno(), flush=True)
+    os._exit(0)
+os.waitpid(peer, 0)
+os.write(go_w, b"x")
+os.waitpid(victim, 0)
+"""
+
+
+@pytest.mark.parametrize(
+    ("change_sets", "deny"),
+    [(True, ()), (True, ("run_shell(touch *)",)), (False, ()), (False, ("run_shell(touch *)",))],
+)
+async def test_a_command_cannot_read_or_write_a_sibling_s_memory(
+    workspace: Path, change_sets: bool, deny: tuple[str, ...]
+) -> None:
+    """Host backend: ``process_vm_readv`` and ``process_vm_writev`` on a process of the same
+    user succeed (the peer reads the victim's secret and overwrites it). In the sandbox both
+    fail with EPERM, under change sets too, where the supervisor itself may read its
+    commands' memory (exec checks) and the commands' own filter denies the calls."""
+    from ringfence.runtime import Rules
+
+    (workspace / "peek.py").write_text(PEEK)
+    result = await shell(
+        workspace,
+        ["python3", "peek.py", "victim-memory"],
+        change_sets=change_sets,
+        rules=Rules(deny=deny),
+    )
+    assert result["exit_code"] == 0, result
+    lines = result["stdout"].splitlines()
+    assert lines == ["readv -1 1 -", "writev -1 1"], result  # -1, EPERM, nothing read
+    assert (workspace / "victim-memory").read_bytes() == b"the-victim-s-secret"

@@ -6,10 +6,14 @@ installs :func:`install_notifier` (``SECCOMP_RET_USER_NOTIF`` on ``execve`` and
 ``execveat``, ``SECCOMP_FILTER_FLAG_NEW_LISTENER``) right before its own ``exec`` and
 hands the listener to the supervisor over a socketpair; every process of the command
 inherits the filter (seccomp filters cannot be removed). For each notification the
-supervisor (:meth:`Checker.answer`) reads the path and argv from ``/proc/<pid>/mem``,
-resolves the program as the kernel will, checks it, confirms the notification is still
-live (``SECCOMP_IOCTL_NOTIF_ID_VALID``) and answers: continue, or fail the ``exec``
-with ``EACCES`` and record the denial (rule, program, argv) for the result.
+supervisor (:meth:`Checker.answer`) reads the path and argv from the process's memory
+(``process_vm_readv``, :class:`_Remote`, under change sets, where the commands' own filter
+denies the call to them; ``/proc/<pid>/mem`` otherwise), resolves the program as the kernel
+will, checks it and answers: continue, or fail the ``exec`` with ``EACCES`` and record the
+denial (rule, program, argv) for the result, once the notification is confirmed live
+(``SECCOMP_IOCTL_NOTIF_ID_VALID``). An ``execve`` of a plain program on a read-only path
+with an argv let go before is let go again at once (the same path and argv, the same
+decision).
 
 What one ``exec`` is checked as (each an *invocation*: the names the program goes by
 and its argv; a rule matches an invocation when it matches ``[name] + argv[1:]`` for
@@ -62,6 +66,7 @@ import os
 import struct
 
 from ..._confine import landlock, seccomp
+from ..._confine.libc import ProcessMemory
 
 # ``re``, ``json`` and ``hashlib`` are imported where they are first needed (a command with
 # deny rules): the session's start probes the notifier and imports only the above (those
@@ -87,6 +92,9 @@ _MAX_DEPTH = 8  # interpreters, loaders, busybox, nested (the kernel allows 5 #!
 _MAX_ARGV_BYTES = 8 << 20  # more than the kernel takes (E2BIG): refused unread
 _MAX_ARGC = 1 << 20
 _PAGE = 4096
+_CHUNK = 256  # bytes of a string read at a time (to the end of its page at most)
+_PATH_LIMIT = 4096
+_ARG_LIMIT = 128 << 10  # the kernel's MAX_ARG_STRLEN
 _HASH_LIMIT = 256 << 20  # files compared by content are at most this large
 # The dynamic loader's own options (glibc's rtld): those that take a value, those that do not.
 _LOADER_VALUE_OPTIONS = frozenset(
@@ -372,7 +380,9 @@ def _decode(raw: bytes) -> str:
 
 
 class _Mem:
-    """Reads a process's memory (``/proc/<pid>/mem``), a page cache for argv strings."""
+    """Reads a process's memory (``/proc/<pid>/mem``), a page cache for argv strings: where
+    ``process_vm_readv`` is denied to the supervisor (without change sets, the sandbox's
+    first filter denies it to every process)."""
 
     def __init__(self, pid: int) -> None:
         self.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
@@ -422,6 +432,133 @@ class _Mem:
                 if len(words) > _MAX_ARGC:
                     raise Refused(errno.E2BIG)
             addr += len(block) // 8 * 8
+
+    @staticmethod
+    def exec_args(pid: int, path_addr: int, argv_addr: int) -> tuple[bytes, list[bytes]]:
+        """The path and argv an ``exec`` of ``pid`` passes. Raises OSError or Refused."""
+        mem = _Mem(pid)
+        try:
+            return mem.string(path_addr, _PATH_LIMIT), mem.argv(argv_addr)
+        finally:
+            mem.close()
+
+
+def _span(addr: int) -> tuple[int, int]:
+    """``_CHUNK`` bytes at ``addr``, fewer at the end of its page: read whole or not at all."""
+    return addr, min(_CHUNK, _PAGE - (addr & (_PAGE - 1)))
+
+
+class _Remote:
+    """Reads an ``exec``'s path and argv with ``process_vm_readv`` (the same memory
+    ``/proc/<pid>/mem`` reads, without a file opened per exec). One call reads the pages
+    that hold the path and argv's pointers, and the page before the path's: a program
+    builds its argv strings near them (``make``: just before the path), so they are
+    usually read too. The strings found elsewhere take one more call (a span each, none
+    across a page), a longer string or argv one more per 256 bytes (per page of pointers).
+    """
+
+    def __init__(self, memory: ProcessMemory) -> None:
+        self.memory = memory
+
+    def exec_args(self, pid: int, path_addr: int, argv_addr: int) -> tuple[bytes, list[bytes]]:
+        """The path and argv an ``exec`` of ``pid`` passes. Raises OSError (EFAULT: memory
+        the kernel could not read either) or Refused (E2BIG, ENAMETOOLONG)."""
+        read = self.memory.read
+        pages = [path_addr & ~(_PAGE - 1)]  # the path's page first: unreadable, EFAULT
+        if argv_addr and argv_addr & ~(_PAGE - 1) != pages[0]:
+            pages.append(argv_addr & ~(_PAGE - 1))
+        if pages[0] >= _PAGE and pages[0] - _PAGE not in pages:
+            pages.append(pages[0] - _PAGE)  # last: where the read may stop
+        data = read(pid, [(page, _PAGE) for page in pages])
+        regions = [(page, data[k * _PAGE : (k + 1) * _PAGE]) for k, page in enumerate(pages)]
+        pointers: list[int] = []
+        if argv_addr:
+            block = b""
+            for start, chunk in regions:
+                if start <= argv_addr < start + len(chunk):
+                    block = chunk[argv_addr - start :]
+            addr = argv_addr
+            while True:
+                whole = len(block) // 8
+                if not whole:  # a pointer across a page's end, or none read: this one alone
+                    block = read(pid, [(addr, 8)])
+                    if len(block) < 8:
+                        raise OSError(errno.EFAULT, "unreadable")
+                    continue
+                words = struct.unpack_from(f"<{whole}Q", block)
+                if 0 in words:
+                    pointers += words[: words.index(0)]
+                    break
+                pointers += words
+                if len(pointers) > _MAX_ARGC:
+                    raise Refused(errno.E2BIG)
+                addr += whole * 8
+                block = read(pid, [(addr, _PAGE - (addr & (_PAGE - 1)))])
+        # The strings: index 0 the path, then argv's; each from the bytes read, or read.
+        count = 1 + len(pointers)
+        values: list[bytes | None] = [None] * count
+        sofar = [b""] * count
+        addrs = [path_addr, *pointers]
+        pending = []
+        for i, at in enumerate(addrs):
+            for start, chunk in regions:
+                if start <= at < start + len(chunk):
+                    rest = chunk[at - start :]
+                    end = rest.find(b"\0")
+                    if end >= 0:
+                        values[i] = rest[:end]
+                    else:
+                        sofar[i], addrs[i] = rest, at + len(rest)
+                    break
+            if values[i] is None:
+                pending.append(i)
+        budget = _MAX_ARGV_BYTES
+        limit = ProcessMemory.SPANS
+        while pending:
+            batch = pending[:limit]
+            spans = [_span(addrs[i]) for i in batch]
+            data = read(pid, spans)
+            budget -= len(data)
+            if budget < 0:
+                raise Refused(errno.E2BIG)
+            left: list[int] = []
+            offset = 0
+            for k, i in enumerate(batch):
+                size = spans[k][1]
+                chunk = data[offset : offset + size]
+                offset += size
+                end = chunk.find(b"\0")
+                if end >= 0:
+                    values[i] = sofar[i] + chunk[:end]
+                else:
+                    sofar[i] += chunk
+                    addrs[i] += len(chunk)
+                    if len(sofar[i]) > (_PATH_LIMIT if i == 0 else _ARG_LIMIT):
+                        raise Refused(errno.ENAMETOOLONG if i == 0 else errno.E2BIG)
+                    left.append(i)
+                if len(chunk) < size:  # the read stopped here: the rest of the batch again
+                    left += batch[k + 1 :]
+                    break
+            pending = left + pending[limit:]
+        return values[0], values[1:]  # type: ignore[return-value]
+
+
+_READER: object = None  # _Remote, or _Mem where process_vm_readv is denied (see _reader)
+
+
+def _reader() -> object:
+    """How this supervisor reads the processes' memory: ``process_vm_readv`` when its own
+    seccomp filter allows it (under change sets), ``/proc/<pid>/mem`` otherwise."""
+    global _READER
+    if _READER is None:
+        memory = ProcessMemory()
+        try:
+            memory.check()
+        except OSError:
+            _READER = _Mem
+        else:
+            _READER = _Remote(memory)
+    return _READER
 
 
 class _Identity:
@@ -550,11 +687,13 @@ class Checker:
         self._execute_fd: int | None = None
         self.execute_denied: list[str] = []  # the files the Landlock backstop refuses
         self._pid: int | None = None  # the process whose exec is being checked
+        self._read = _reader().exec_args  # type: ignore[attr-defined]
         self.writable: list[str] = ["/proc", "/tmp", "/var/tmp", "/dev"]  # see set_writable
         self._real_dirs: set[bytes] = set()  # read-only directories that are no links
         self._plain: dict[bytes, tuple[str, list[str]]] = {}  # read-only plain programs
         self._cacheable = False  # the last _resolve saw only read-only places
         self._links: dict[bytes, bytes] = {}  # read-only links and their targets
+        self._allowed: set[tuple[bytes, ...]] = set()  # (path, *argv) of execve let go
         try:
             self._proc_dev = os.stat("/proc").st_dev
         except OSError:
@@ -673,6 +812,7 @@ class Checker:
         except OSError:  # the task was interrupted or died meanwhile: nothing to answer
             return
         code = 0
+        denial = None
         self.checked += 1
         try:
             if pid == self.trusted:
@@ -682,20 +822,22 @@ class Checker:
             else:
                 self.check_request(pid, nr, args)
         except Refused as refused:
-            code = refused.code
-            if refused.denial is not None:
-                self.record(refused.denial)
+            code, denial = refused.code, refused.denial
         except OSError as exc:  # the process's memory or files could not be read
             code = errno.EFAULT if exc.errno in (errno.EFAULT, errno.EIO) else errno.EACCES
             if code == errno.EACCES:
-                self.record(Denial("exec check", "", "?", [], f"could not be checked: {exc}"))
+                denial = Denial("exec check", "", "?", [], f"could not be checked: {exc}")
         except Exception as exc:  # a fault of the check itself: fail closed, keep serving
             code = errno.EACCES
-            self.record(Denial("exec check", "", "?", [], f"the check failed: {exc!r}"))
-        # The task may have been killed and its pid reused while we read: only a live
-        # notification's answer counts (and the kernel refuses a dead one anyway).
-        if not seccomp.still_valid(listener, nid):
+            denial = Denial("exec check", "", "?", [], f"the check failed: {exc!r}")
+        # A refusal is recorded only for a live notification: the task may have been killed
+        # (or interrupted, to notify again) and its pid reused while we read. An exec let go
+        # needs no such check: the kernel answers a dead notification's SEND with ENOENT,
+        # and a live one's task still held its pid while we read (it waits for this answer).
+        if code and not seccomp.still_valid(listener, nid):
             return
+        if denial is not None:
+            self.record(denial)
         try:  # noqa: SIM105
             seccomp.answer(listener, nid, code)
         except OSError:
@@ -708,6 +850,7 @@ class Checker:
         self._real_dirs.clear()
         self._links.clear()
         self._plain.clear()
+        self._allowed.clear()
 
     def close(self) -> None:
         """Release the Landlock backstop's ruleset (the rules changed)."""
@@ -737,17 +880,18 @@ class Checker:
             self.denials.append(denial)
 
     def check_request(self, pid: int, nr: int, args: tuple[int, ...]) -> None:
-        mem = _Mem(pid)
-        try:
-            if nr == _NR_EXECVEAT:
-                dirfd = ((args[0] & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # a C int: 32 bits
-                path_addr, argv_addr, flags = args[1], args[2], args[4]
-            else:
-                dirfd, path_addr, argv_addr, flags = _AT_FDCWD, args[0], args[1], 0
-            path = mem.string(path_addr, 4096)
-            argv = [_decode(w) for w in mem.argv(argv_addr)]
-        finally:
-            mem.close()
+        if nr == _NR_EXECVEAT:
+            dirfd = ((args[0] & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # a C int: 32 bits
+            path_addr, argv_addr, flags = args[1], args[2], args[4]
+        else:
+            dirfd, path_addr, argv_addr, flags = _AT_FDCWD, args[0], args[1], 0
+        path, words = self._read(pid, path_addr, argv_addr)
+        key = None
+        if nr == _NR_EXECVE and path[:1] == b"/":
+            key = (path, *words)
+            if key in self._allowed:  # this very path and argv, let go before
+                return
+        argv = [_decode(w) for w in words]
         if nr == _NR_EXECVEAT and flags & _AT_EMPTY_PATH and not path:
             base, name, shown = f"/proc/{pid}/fd/{dirfd}", b"", f"/dev/fd/{dirfd}"
         elif path.startswith(b"/"):
@@ -761,6 +905,12 @@ class Checker:
             self.check(base, name, shown, argv, f"/proc/{pid}/cwd")
         finally:
             self._pid = None
+        # Let go, and decided by what cannot change: a plain program on a read-only path
+        # (its real path and identity remembered) and the argv. Small ones are remembered.
+        if key is not None and path in self._plain and sum(map(len, words)) < 4096:
+            if len(self._allowed) >= 4096:
+                self._allowed.clear()
+            self._allowed.add(key)
 
     # -- what one exec runs ------------------------------------------------------------------
 
@@ -1034,14 +1184,14 @@ def probe(listener: int, pid: int, expected: bytes) -> str:
     nid, got, _nr, args = seccomp.receive(listener)
     if got != pid:
         raise OSError(errno.ESRCH, f"a notification from pid {got}, not the probe's {pid}")
-    mem = _Mem(pid)
-    try:
-        path = mem.string(args[0], 4096)
-    finally:
-        mem.close()
-    if path != expected:
+    path, argv = _reader().exec_args(pid, args[0], args[1])  # type: ignore[attr-defined]
+    if path != expected or argv != [expected]:
         raise OSError(errno.EIO, f"read {path!r} from the probe's memory, not {expected!r}")
     if not seccomp.still_valid(listener, nid):
         raise OSError(errno.ESRCH, "the probe's notification is no longer valid")
     seccomp.answer(listener, nid, errno.EACCES)
-    return "every execve/execveat checked against the deny rules (seccomp user notification)"
+    how = "process_vm_readv" if isinstance(_reader(), _Remote) else "/proc/<pid>/mem"
+    return (
+        "every execve/execveat checked against the deny rules (seccomp user notification; "
+        f"path and argv read with {how})"
+    )

@@ -67,9 +67,10 @@ DENIED_SYSCALLS = (
     "name_to_handle_at", "open_by_handle_at", "modify_ldt", "uselib",
 )  # fmt: skip
 
-# What the supervisor itself needs under change sets (an overlay per command): bubblewrap's
-# filter leaves them out and each command's child installs :func:`layer_filter` before exec.
-LAYER_SYSCALLS = ("mount", "umount2", "unshare")
+# What the supervisor itself needs under change sets (an overlay per command; reading an
+# exec's path and argv with process_vm_readv under exec checks): bubblewrap's filter leaves
+# them out and each command's child installs :func:`layer_filter` before exec.
+LAYER_SYSCALLS = ("mount", "umount2", "unshare", "process_vm_readv")
 
 _NR = seccomp.X86_64
 _EPERM = seccomp.errno_action(errno.EPERM)

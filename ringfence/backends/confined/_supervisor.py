@@ -567,7 +567,7 @@ _OVERLAYS: list[str] = []  # the roots, in order: upper ``_LAYERS/<i>/upper``
 _LANDLOCK_PLAN: str | None = None
 _WRITABLE: list[str] = []
 _SWITCH: tuple[int, int] | None = None  # (uid, gid) a command becomes, as a root kernel
-_CHILD_FILTER: seccomp.Filter | None = None  # the second filter: no mount, umount2, unshare
+_CHILD_FILTER: seccomp.Filter | None = None  # the second filter: _layers.LAYER_SYSCALLS denied
 _MOUNTED = False  # are the overlays mounted now (between a command's start and its umount)
 # Exec checks (:mod:`._execcheck`, imported on first use): the rules the kernel sent
 # last (``E``), the checker built for them and a command's ``PATH``, and this command's listener.
