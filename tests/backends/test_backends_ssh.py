@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +42,18 @@ from ringfence.workspace.changes._merge import merge_changes
 
 IMAGE = "ringfence/busybox:latest"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "backends.md"
+
+
+@pytest.fixture(autouse=True)
+def own_tempdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This test's forwards in a temporary directory of its own (short: a socket path's
+    limit), here and in the processes it starts, so that another worker's live forward in
+    ``/tmp`` is not taken for this test's leftover."""
+    base = Path(tempfile.mkdtemp(prefix="rfssh-", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    monkeypatch.setenv("TMPDIR", str(base))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -74,9 +88,7 @@ def engine_containers(handle: SSHEngine) -> list[Any]:
 
 
 def forwards() -> list[Path]:
-    """ringfence's ssh forward directories still on the host."""
-    import tempfile
-
+    """ringfence's ssh forward directories still on the host (in this test's tempdir)."""
     return sorted(Path(tempfile.gettempdir()).glob("ringfence-ssh-*"))
 
 
