@@ -569,6 +569,7 @@ _WRITABLE: list[str] = []
 _SWITCH: tuple[int, int] | None = None  # (uid, gid) a command becomes, as a root kernel
 _CHILD_FILTER: seccomp.Filter | None = None  # the second filter: _layers.LAYER_SYSCALLS denied
 _MOUNTED = False  # are the overlays mounted now (between a command's start and its umount)
+_STALE_WORK: list[str] = []  # unmounted overlays' work directories, removed after ``U``
 # Exec checks (:mod:`._execcheck`, imported on first use): the rules the kernel sent
 # last (``E``), the checker built for them and a command's ``PATH``, and this command's listener.
 _EXEC_PAYLOAD: bytes = b""
@@ -612,6 +613,12 @@ def mount_layers() -> None:
     """
     global _MOUNTED
     assert _LAYERS is not None
+    try:
+        remove_stale_work()
+    except OSError as exc:
+        raise LayerUnavailable(
+            "overlay", f"removing the last overlay's work directory: {exc.strerror or exc}"
+        ) from None
     for i, root in enumerate(_OVERLAYS):
         opts = (
             f"lowerdir={_escape(root)},upperdir={_LAYERS}/{i}/upper,"
@@ -650,11 +657,20 @@ def unmount_layers(count: int | None = None) -> None:
         if not mounts.umount(_OVERLAYS[i]):
             busy = True
             mounts.umount(_OVERLAYS[i], mounts.MNT_DETACH)
-        else:  # a volatile overlay leaves a mark the next mount refuses: the work dir goes
-            _remove(f"{_LAYERS}/{i}/work/work")
+        else:  # a volatile overlay leaves a mark the next mount refuses: the work dir goes,
+            _STALE_WORK.append(f"{_LAYERS}/{i}/work/work")  # after ``U`` (layers_done)
     _MOUNTED = False
     if busy:
         raise LayerUnavailable("overlay", "an overlay was still in use after its command")
+
+
+def remove_stale_work() -> None:
+    """Remove the unmounted overlays' work directories (~0.5 ms here): after ``U``, while
+    the kernel reads and merges the command's upper, not on the command's path; the next
+    mount does it first if it was not done."""
+    while _STALE_WORK:
+        _remove(_STALE_WORK[-1])
+        _STALE_WORK.pop()
 
 
 def _remove(path: str) -> None:
@@ -867,6 +883,10 @@ def layers_done(sock: _socket.socket) -> bool:
         send(sock, f"FAIL\n{exc.layer}\t{exc.message}".encode())
         return False
     send(sock, b"U")
+    try:  # noqa: SIM105 (no contextlib in the supervisor: its start is kept light)
+        remove_stale_work()
+    except OSError:
+        pass  # left for the next mount, which reports it
     return True
 
 
