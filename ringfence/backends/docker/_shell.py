@@ -42,6 +42,7 @@ __all__ = [
     "CommandOutput",
     "Supervisor",
     "attach",
+    "create_attached_exec",
     "overlay_unavailable",
     "overlay_wrapper",
     "own_socket",
@@ -187,15 +188,15 @@ def quote(word: str) -> str:
     return "'" + word.replace("'", "'\\''") + "'"
 
 
-def attach(
+def create_attached_exec(
     client: docker.DockerClient,
     container_id: str,
     argv: list[str],
     user: str,
     environment: list[str] | None,
-) -> tuple[str, trio.socket.SocketType]:
-    """Create and start an exec with its streams attached (blocking; run in a thread)."""
-    exec_id = client.api.exec_create(
+) -> str:
+    """An exec of ``argv`` in ``/`` with stdin, stdout and stderr to attach (blocking)."""
+    created = client.api.exec_create(
         container_id,
         argv,
         stdin=True,
@@ -204,7 +205,19 @@ def attach(
         user=user,
         workdir="/",
         environment=environment,
-    )["Id"]
+    )
+    return str(created["Id"])
+
+
+def attach(
+    client: docker.DockerClient,
+    container_id: str,
+    argv: list[str],
+    user: str,
+    environment: list[str] | None,
+) -> tuple[str, trio.socket.SocketType]:
+    """Create and start an exec with its streams attached (blocking; run in a thread)."""
+    exec_id = create_attached_exec(client, container_id, argv, user, environment)
     raw = client.api.exec_start(exec_id, socket=True)
     # A plain connection (a unix socket) comes as the socket's file (``socket.SocketIO``); a
     # TLS one as an ``ssl.SSLSocket``, an ssh one as its channel.

@@ -20,6 +20,7 @@ import trio
 from ...runtime._errors import Unavailable
 from ..engines._engines import Engine
 from ._api import docker_call
+from ._shell import create_attached_exec
 
 __all__ = ["TLSStreamSocket", "attach_tls"]
 
@@ -75,18 +76,7 @@ async def attach_tls(
     Raises Unavailable naming the engine when it cannot be reached or does
     not switch the connection to the raw stream.
     """
-    created = await docker_call(
-        client.api.exec_create,
-        container_id,
-        argv,
-        stdin=True,
-        stdout=True,
-        stderr=True,
-        user=user,
-        workdir="/",
-        environment=environment,
-    )
-    exec_id = created["Id"]
+    exec_id = await docker_call(create_attached_exec, client, container_id, argv, user, environment)
     url = urlsplit(engine.base_url.replace("tcp://", "https://", 1))
     host, port = url.hostname or "127.0.0.1", url.port or 2376
     body = b'{"Detach":false,"Tty":false}'
