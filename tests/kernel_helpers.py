@@ -8,9 +8,12 @@ on ``sys.path`` for its ``conftest.py``). Package helpers (``runtime_helpers``,
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import sysconfig
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ __all__ = [
     "Ledger",
     "event_records",
     "events",
+    "kill_host_once_sandboxed",
     "kinds",
     "make_tool",
     "register_standard_tools",
@@ -106,3 +110,32 @@ def venv_under(base: Path) -> Path:
     purelib = sysconfig.get_paths()["purelib"]
     (site / "ringfence-tests.pth").write_text(f"import site; site.addsitedir({purelib!r})\n")
     return venv / "bin" / "python"
+
+
+def kill_host_once_sandboxed(
+    host: subprocess.Popen[Any],
+    events: Path,
+    runners: Callable[[], list[Any]],
+    before: set[int],
+    *,
+    start: float = 60,
+    end: float = 10,
+) -> None:
+    """Wait (``start`` s) for the host's script to be sandboxed (its ``script_sandbox``
+    event), SIGKILL the host, and assert that each new runner ``runners()`` lists (psutil
+    processes, not in ``before``) is gone within ``end`` s."""
+    import psutil
+
+    deadline = time.monotonic() + start
+    while time.monotonic() < deadline:
+        lines = events.read_text().splitlines() if events.exists() else []
+        if any(json.loads(line)["kind"] == "script_sandbox" for line in lines):
+            break
+        assert host.poll() is None, "the host exited early"
+        time.sleep(0.1)
+    found = [p for p in runners() if p.pid not in before]
+    assert found, "no runner is running"
+    host.send_signal(signal.SIGKILL)
+    host.wait(10)
+    _gone, alive = psutil.wait_procs(found, timeout=end)
+    assert alive == [], "the runner outlived its host"

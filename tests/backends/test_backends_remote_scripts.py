@@ -21,6 +21,7 @@ import pytest
 import trio
 from backends_helpers import docker_required
 from engines_helpers import EngineProcess, can_start_engine, start_tls_engine, stop_engine
+from kernel_helpers import kill_host_once_sandboxed
 from test_backends_remote import engine_table, host_binds
 
 from ringfence import create_kernel
@@ -291,7 +292,6 @@ def test_killing_the_kernel_leaves_no_runner_on_the_engine(
 ) -> None:
     """A SIGKILLed host: its connection closes, the relay reads end of file and kills the
     runner (and the container's lease ends): nothing of the run is left running there."""
-    import signal
     import subprocess
     import sys
     import time
@@ -306,19 +306,7 @@ def test_killing_the_kernel_leaves_no_runner_on_the_engine(
         [sys.executable, str(tmp_path / "host.py"), str(events), str(ws), table]
     )
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            lines = events.read_text().splitlines() if events.exists() else []
-            if any(json.loads(line)["kind"] == "script_sandbox" for line in lines):
-                break
-            assert host.poll() is None, "the host exited early"
-            time.sleep(0.1)
-        runners = [p for p in _engine_runners() if p.pid not in before]
-        assert runners, "no runner is running on the engine"
-        host.send_signal(signal.SIGKILL)
-        host.wait(10)
-        _gone, alive = psutil.wait_procs(runners, timeout=15)
-        assert alive == [], "the runner outlived its host"
+        kill_host_once_sandboxed(host, events, _engine_runners, before, start=90, end=15)
     finally:
         if host.poll() is None:
             host.kill()

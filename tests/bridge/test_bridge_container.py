@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from bridge_helpers import Ledger, kinds, register_tools, run
+from kernel_helpers import kill_host_once_sandboxed
 
 from ringfence import _confine
 from ringfence._confine.boot import argv as boot_argv
@@ -236,13 +237,9 @@ def _in_container_runners() -> list:
 
 
 def test_killing_the_host_ends_the_runner_in_the_container(debian_image, tmp_path) -> None:
-    import json
-    import signal
     import sys
-    import time
 
     import docker
-    import psutil
 
     root = tmp_path / "ws"
     root.mkdir(mode=0o755)
@@ -253,19 +250,7 @@ def test_killing_the_host_ends_the_runner_in_the_container(debian_image, tmp_pat
     host = subprocess.Popen([sys.executable, str(host_file), str(events), str(root)])
     client = docker.from_env()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            lines = events.read_text().splitlines() if events.exists() else []
-            if any(json.loads(line)["kind"] == "script_sandbox" for line in lines):
-                break
-            assert host.poll() is None, "the host exited early"
-            time.sleep(0.1)
-        runners = [p for p in _in_container_runners() if p.pid not in before]
-        assert runners, "no runner is running in the container"
-        host.send_signal(signal.SIGKILL)
-        host.wait(10)
-        _gone, alive = psutil.wait_procs(runners, timeout=10)
-        assert alive == [], "the runner outlived its host"
+        kill_host_once_sandboxed(host, events, _in_container_runners, before)
     finally:
         if host.poll() is None:
             host.kill()
