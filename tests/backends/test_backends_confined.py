@@ -79,7 +79,8 @@ async def test_best_effort_without_namespaces_keeps_the_other_layers_and_records
     # Outside /tmp (the host's /tmp stays writable without a mount namespace): only Landlock
     # stands between a root kernel's command and /usr/local here.
     outside = Path(f"/usr/local/ringfence-attack-{os.getpid()}")
-    victim = psutil.Popen(["sleep", "300"])
+    seconds = str(4000 + os.getpid() % 997)  # sleeps this test can tell from other tests'
+    victim = psutil.Popen(["sleep", seconds])
     try:
         async with kernel(
             workspace, backend_options={"sandbox": "best-effort"}, events_path=events
@@ -88,7 +89,7 @@ async def test_best_effort_without_namespaces_keeps_the_other_layers_and_records
                 "run_shell",
                 {
                     "command": f"touch {outside}; kill -9 {victim.pid}; "
-                    "setsid sleep 300 & touch inside",
+                    f"setsid sleep {seconds} & touch inside",
                     "env": {"PATH": os.defpath},
                 },
             )
@@ -106,7 +107,7 @@ async def test_best_effort_without_namespaces_keeps_the_other_layers_and_records
     ok = {layer["layer"] for layer in sandbox["layers"] if layer["ok"]}
     assert {"landlock", "seccomp", "rlimits"} <= ok
     assert not [
-        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", seconds]
     ]
 
 
@@ -511,3 +512,43 @@ def test_run_shell_works_when_the_kernels_interpreter_lies_under_tmp(
     assert body["result"]["stdout"] == "confined-ok\nhidden\n", body
     assert "Read-only file system" in body["result"]["stderr"], body  # the venv is read-only
     assert not Path(f"{python}.x").exists()
+
+
+def _flaky_bwrap(tmp_path: Path, failures: int) -> tuple[Path, Path]:
+    """A bubblewrap that first fails ``failures`` times as the real one does when a mount
+    below / goes away while it binds it, then runs the real one; and its count file."""
+    count = tmp_path / "bwrap-failures"
+    count.write_text("")
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$(wc -c < {count})" -lt {failures} ]; then\n'
+        f"  printf x >> {count}\n"
+        "  echo \"bwrap: Can't bind mount /oldroot/ on /newroot/: Unable to apply mount flags:"
+        ' remount "/newroot/var/lib/docker/overlay2/x/merged": Invalid argument" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        f'exec {shutil.which("bwrap")} "$@"\n'
+    )
+    fake.chmod(0o755)
+    return fake, count
+
+
+async def test_a_sandbox_start_that_lost_a_race_with_the_mount_table_is_tried_again(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """bubblewrap failing as it does when a container's mount goes away under it: the start is
+    tried again (twice at most), and a third such failure is refused naming it."""
+    fake, count = _flaky_bwrap(tmp_path, failures=2)
+    with use_places(bwrap=fake):
+        async with kernel(workspace) as k:
+            result = await k.call("run_shell", {"command": "echo ran > out.txt"})
+    assert result["exit_code"] == 0 and (workspace / "out.txt").read_text() == "ran\n"
+    assert count.read_text() == "xx"  # two failed starts, then the real one
+    fake, count = _flaky_bwrap(tmp_path, failures=3)
+    with use_places(bwrap=fake):
+        async with kernel(workspace) as k:
+            outcome = await k.invoke("run_shell", {"command": "echo again > again.txt"})
+    assert outcome.error is not None and outcome.error.code == "unavailable"
+    assert "Unable to apply mount flags" in outcome.error.message
+    assert count.read_text() == "xxx" and not (workspace / "again.txt").exists()

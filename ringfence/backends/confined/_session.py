@@ -66,6 +66,10 @@ __all__ = [
     "start_confined",
 ]
 
+# bubblewrap's words when a mount below / changed while it was binding it (see _spawn)
+_MOUNT_RACE = re.compile(
+    r"bwrap: Can't (?:bind mount|remount) .*: (?:Invalid argument|No such file)"
+)
 _START_LIMIT = 20.0  # a loaded machine can be slow; a sandbox that does not start by then is broken
 _REPLY_LIMIT = 5.0  # how long the supervisor may take to report after a kill
 _DRAIN_GRACE = 0.25
@@ -239,6 +243,20 @@ class ConfinedSession(SandboxArgv):
         self.start_seconds = time.monotonic() - started
 
     async def _spawn(self) -> None:
+        """:meth:`_spawn_once`, again (twice at most) when bubblewrap lost a race with the
+        host's mount table: its read-only bind of ``/`` remounts each mount below it, and one
+        that goes away meanwhile (a container's overlay, stopping) fails that with EINVAL.
+        Nothing of that sandbox ran; the next try reads the table as it is then."""
+        for attempt in range(3):
+            try:
+                await self._spawn_once()
+                return
+            except Unavailable as exc:
+                if attempt == 2 or not _MOUNT_RACE.search(exc.message):
+                    raise
+            await trio.sleep(0.05 * (attempt + 1))
+
+    async def _spawn_once(self) -> None:
         missing = [layer for layer in self._kernel_layers if not layer.ok]
         if missing and (self._options.sandbox == STRICT or self._layered):
             raise _refuse(missing[0].name, missing[0].detail)
