@@ -939,7 +939,7 @@ ENV_READERS: dict[str, dict[str, str]] = {
     },
     "ringfence/backends/confined/_session.py": {
         "ConfinedSession.__init__": "the allowlisted variables a confined command inherits",
-        "ConfinedSession._spawn": "the supervisor's environment",
+        "ConfinedSession._spawn_once": "the supervisor's environment",
     },
     "ringfence/backends/confined/_supervisor.py": {
         "run_exec": "inside the sandbox: the supervisor's own environment for its child",
