@@ -335,8 +335,14 @@ async def test_the_stream_bridge_on_a_plain_socket_and_on_a_tls_engine_sharing_f
         table = engine_table(engine.engine, ship="never")
     ws = tmp_path / "ws"
     ws.mkdir(mode=0o755)
-    events = tmp_path / "events.jsonl"
-    script = 'result = tools.run_shell(command="echo hi")["stdout"]'
+    result = await _stream_script(table, ws, tmp_path / "events.jsonl", "echo hi")
+    assert result == "hi\n"
+
+
+async def _stream_script(table: dict[str, Any], ws: Path, events: Path, command: str) -> str:
+    """A script running ``command`` through ``run_shell`` on the engine ``table`` names: what
+    it printed. Asserts the run succeeded and went through the stream bridge."""
+    script = f'result = tools.run_shell(command="{command}")["stdout"]'
     async with create_kernel(
         roots=[ws],
         backend="docker",
@@ -348,9 +354,9 @@ async def test_the_stream_bridge_on_a_plain_socket_and_on_a_tls_engine_sharing_f
     ) as k:
         outcome = await k.invoke("run_tool_script", {"script": script, "timeout_seconds": 90})
     assert outcome.ok, outcome.error
-    assert outcome.value["result"] == "hi\n"
     started = [e for e in _events(events) if e["kind"] == "script_started"]
     assert started[0]["launcher"] == "docker-remote"
+    return str(outcome.value["result"])
 
 
 async def test_a_script_on_an_ssh_engine_rides_the_forwarded_exec_stream(
@@ -370,21 +376,7 @@ async def test_a_script_on_an_ssh_engine_rides_the_forwarded_exec_stream(
         ws = tmp_path / "ws"
         ws.mkdir(mode=0o755)
         (ws / "in.txt").write_text("over ssh\n")
-        events = tmp_path / "events.jsonl"
-        script = 'result = tools.run_shell(command="cat in.txt")["stdout"]'
-        async with create_kernel(
-            roots=[ws],
-            backend="docker",
-            backend_options={"image": "debian", "memory": "256m", "engines": [handle.table()]},
-            change_sets=True,
-            events_path=events,
-            posture=Posture.ALLOW_ALL,
-            approver=ScriptedApprover(lambda r: ApprovalAnswer.once()),
-        ) as k:
-            outcome = await k.invoke("run_tool_script", {"script": script, "timeout_seconds": 90})
-        assert outcome.ok, outcome.error
-        assert outcome.value["result"] == "over ssh\n"
-        started = [e for e in _events(events) if e["kind"] == "script_started"]
-        assert started[0]["launcher"] == "docker-remote"
+        result = await _stream_script(handle.table(), ws, tmp_path / "events.jsonl", "cat in.txt")
+        assert result == "over ssh\n"
     finally:
         stop_ssh_engine(handle)
