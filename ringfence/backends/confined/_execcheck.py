@@ -470,6 +470,10 @@ class _Remote:
         if pages[0] >= _PAGE and pages[0] - _PAGE not in pages:
             pages.append(pages[0] - _PAGE)  # last: where the read may stop
         data = read(pid, [(page, _PAGE) for page in pages])
+        if len(data) == len(pages) * _PAGE:  # usually all there: parsed without copies
+            found = _parse_pages(data, pages, path_addr, argv_addr)
+            if found is not None:
+                return found
         regions = [(page, data[k * _PAGE : (k + 1) * _PAGE]) for k, page in enumerate(pages)]
         pointers: list[int] = []
         if argv_addr:
@@ -541,6 +545,44 @@ class _Remote:
                     break
             pending = left + pending[limit:]
         return values[0], values[1:]  # type: ignore[return-value]
+
+
+_WORD = struct.Struct("<Q")
+
+
+def _parse_pages(
+    data: bytes, pages: list[int], path_addr: int, argv_addr: int
+) -> tuple[bytes, list[bytes]] | None:
+    """The path and argv from ``data`` (the whole ``pages``, in that order, the path's
+    first), or None when a string or argv's pointers run past the pages read. It runs
+    cold after each exec of the command: few steps, no copies but the strings."""
+    end = data.find(b"\0", path_addr & (_PAGE - 1), _PAGE)
+    if end < 0:
+        return None
+    path = data[path_addr & (_PAGE - 1) : end]
+    if not argv_addr:
+        return path, []
+    index = {page: k * _PAGE for k, page in enumerate(pages)}
+    base = index.get(argv_addr & ~(_PAGE - 1))
+    if base is None:
+        return None
+    at, stop = base + (argv_addr & (_PAGE - 1)), base + _PAGE
+    words: list[bytes] = []
+    unpack = _WORD.unpack_from
+    while at + 8 <= stop:
+        (pointer,) = unpack(data, at)
+        if not pointer:
+            return path, words
+        base = index.get(pointer & ~(_PAGE - 1))
+        if base is None:
+            return None
+        start = base + (pointer & (_PAGE - 1))
+        end = data.find(b"\0", start, base + _PAGE)
+        if end < 0:
+            return None
+        words.append(data[start:end])
+        at += 8
+    return None
 
 
 _READER: object = None  # _Remote, or _Mem where process_vm_readv is denied (see _reader)
