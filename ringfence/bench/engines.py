@@ -2,8 +2,8 @@
 
 What it answers: as sessions spread over more engines, how many commands a
 second does one kernel drive, how long does a session wait to start, and
-where does the kernel itself (one trio thread: the Gate, events, the merge
-of each change set) become the bottleneck.
+where does the kernel itself (one process: the Gate and events on its trio
+thread, the merge of each change set on a worker thread) become the bottleneck.
 
 The per-operation costs are measured first, on this machine's engine:
 
@@ -16,7 +16,13 @@ The per-operation costs are measured first, on this machine's engine:
   session's own stream (a shipped command writing 10 files, less one writing
   nothing);
 * ``kernel``: the kernel's own work per command: a call through the Gate and
-  the merge of a 10-file change set through the guarded writer.
+  the merge of a 10-file change set through the guarded writer (wall time);
+* ``kernel_cpu``: the same work's CPU time in the kernel's process: the part
+  that is serial. The Gate runs on the kernel's trio thread and the merge on a
+  worker thread (``trio.to_thread``), so one command's merge waiting for the
+  disk (its fsyncs) does not hold up another's Gate call; their Python holds one
+  GIL, so CPU time is what a kernel cannot do twice at once (an upper bound:
+  system calls run without the GIL).
 
 Then a discrete-event model runs on trio's virtual clock (``MockClock``,
 autojump): ``SESSIONS_PER_ENGINE`` sessions per engine arrive together (so
@@ -26,7 +32,7 @@ engine's pool keeps ``POOL`` warm, refilled by cold starts, one create at a
 time per engine: the daemon serializes them) or starts cold, is shipped
 (one transfer at a time per engine link), then runs ``K`` commands, each an
 exec and its fetch (at most ``cpus`` at a time per engine) and the kernel's
-work (one at a time per kernel: a kernel is one thread). The rows report
+work (its CPU one command at a time per kernel, its waits not). The rows report
 commands per second, its fraction of linear, session-start latency (median,
 p95) for each pool size, and the kernel's utilisation: when it nears 100 %,
 more engines add nothing. A last row models ``KERNELS`` kernels (one per
@@ -72,6 +78,7 @@ class Costs:
     ship: float
     fetch: float
     kernel: float
+    kernel_cpu: float
 
 
 @dataclass(frozen=True)
@@ -122,8 +129,9 @@ async def simulate(
             async with cpus[engine]:
                 await trio.sleep(costs.exec + costs.fetch)
             async with mine:
-                kernel_busy[0] += costs.kernel
-                await trio.sleep(costs.kernel)
+                kernel_busy[0] += costs.kernel_cpu
+                await trio.sleep(costs.kernel_cpu)
+            await trio.sleep(max(0.0, costs.kernel - costs.kernel_cpu))  # the merge's waits
 
     async with trio.open_nursery() as refills:
         async with trio.open_nursery() as nursery:
@@ -214,7 +222,7 @@ async def measure_costs(quick: bool) -> Costs:
                 await session.aclose()
         claim_s, fetch_s = await _claim_and_fetch(root, quick)
         ship_s = await trio.to_thread.run_sync(_ship_cost, rounds)
-        kernel_s = await _kernel_cost(root, quick)
+        kernel_s, kernel_cpu_s = await _kernel_cost(root, quick)
     return Costs(
         start=statistics.median(start_laps),
         claim=claim_s,
@@ -222,6 +230,7 @@ async def measure_costs(quick: bool) -> Costs:
         ship=ship_s,
         fetch=fetch_s,
         kernel=kernel_s,
+        kernel_cpu=kernel_cpu_s,
     )
 
 
@@ -283,8 +292,8 @@ def _ship_cost(rounds: int) -> float:
         client.close()
 
 
-async def _kernel_cost(root: Path, quick: bool) -> float:
-    """A Gate call plus the merge of a 10-file change set, per command."""
+async def _kernel_cost(root: Path, quick: bool) -> tuple[float, float]:
+    """A Gate call plus the merge of a 10-file change set, per command: wall and CPU."""
     from ringfence import create_kernel
     from ringfence.workspace._workspace import Workspace
     from ringfence.workspace.changes._merge import merge_changes
@@ -295,6 +304,7 @@ async def _kernel_cost(root: Path, quick: bool) -> float:
     ws_root.mkdir()
     (ws_root / "m0.txt").write_text("round -\n")  # every round reads a file that exists
     laps = []
+    cpu = []
     async with create_kernel(roots=[ws_root], posture="allow-reversible") as kernel:
         with Workspace([ws_root]) as ws:
             store = CheckpointStore(ws)
@@ -303,14 +313,15 @@ async def _kernel_cost(root: Path, quick: bool) -> float:
                     data = f"round {n}\n".encode()
                     image = Image("file", 0o644, store.put(data), len(data))
                     changes = [Change(0, f"m{i}.txt", None, image) for i in range(10)]
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     out = await kernel.invoke("read_file", {"path": "m0.txt"})
                     assert out.error is None, out.error
                     merge_changes(ws, changes, store, force=True)
                     laps.append(time.perf_counter() - t)
+                    cpu.append(time.process_time() - c)
             finally:
                 store.close()
-    return statistics.median(laps)
+    return statistics.median(laps), statistics.median(cpu)
 
 
 async def _pool(quick: bool) -> list[Row]:
