@@ -11,6 +11,8 @@ the event stream says.
 - Finding 2: on a backend without the exec check (``host`` here), a line the judge cannot
   read whole, or a program it does not know, ran unasked despite a deny rule; it now asks.
 - Finding 3: a session grant ``command=ls*`` covered ``ls; touch MARK``.
+- Found later: a deny rule naming a shell builtin (``printf``, ``kill``) was left to exec
+  checks, which never see a builtin; now such a rule keeps unread lines asking.
 """
 
 from __future__ import annotations
@@ -180,6 +182,69 @@ def test_without_the_exec_check_a_known_program_is_still_the_postures(
     assert code == 0
     assert _decided(records)["verdict"] == "allow"
     assert (ws / "made").is_dir()
+
+
+# A deny rule naming a shell builtin: the builtin runs inside the shell, so no exec check
+# sees it. Each line writes MARK with the builtin `printf` (or sends a signal with `kill`)
+# where the judge cannot read it; on the confined backend (exec checks) each ran under
+# allow-reversible without a question.
+BUILTIN_LINES = [
+    "x=printf; $x hi > MARK",
+    'eval "printf hi > MARK"',
+    "echo 'printf hi > MARK' > s; . ./s",
+    "python3 -c 'import os; os.system(\"printf hi > MARK\")'",
+    "echo 'printf hi > MARK' | xargs -I{} sh -c {}",
+]
+POLICY_DENY_BUILTIN = 'deny = ["run_shell(printf *)", "run_shell(kill *)"]\n'
+
+
+@pytest.mark.parametrize("command", BUILTIN_LINES)
+def test_a_deny_rule_on_a_shell_builtin_is_the_judges_even_with_exec_checks(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Builtins never reach an exec check: with a deny rule naming one, a line the judge
+    cannot read whole asks on every backend, and nothing runs."""
+    code, records = _call(
+        tmp_path,
+        ws,
+        command,
+        POLICY_DENY_BUILTIN,
+        "--backend",
+        "local",
+        "--posture",
+        "allow-reversible",
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] in ("ask", "deny"), decided
+    if decided["verdict"] == "ask":
+        assert "could make it match" in decided["reason"] or "shell builtin" in decided["reason"]
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+def test_a_deny_rule_on_a_program_is_still_carried_by_the_exec_check(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: with a deny rule on a program (not a builtin) the same unread line goes
+    to the posture on the confined backend, and the exec check refuses the program."""
+    code, records = _call(
+        tmp_path,
+        ws,
+        'eval "touch MARK"',
+        'deny = ["run_shell(touch *)"]\n',
+        "--backend",
+        "local",
+        "--posture",
+        "allow-reversible",
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["result"]["exit_code"] == 126, out
+    assert "touch: Permission denied" in out["result"]["stderr"], out
+    assert _decided(records)["verdict"] == "allow"
+    assert [r for r in records if r["kind"] == "exec_denied"], records
+    assert not (ws / "MARK").exists()
 
 
 SCRIPT = """

@@ -15,7 +15,9 @@ A shell command (``command``) is judged per simple command, and:
   computed at run time that *could* match, a program not known to start nothing
   else) is carried by the tool when it is ``exec_checked`` (every ``execve`` is
   checked against the deny rules): then the posture decides. On a tool that is not,
-  such a line is at least ``ask``.
+  such a line is at least ``ask``; so it is on every tool for a deny rule that could
+  name a shell builtin (``printf``, ``kill``, ``cd``: they run inside the shell, where
+  no exec check sees them).
 - An ask rule is never enforced at exec: an unresolved line, or a computed word
   that could match one, asks while any applies.
 
@@ -31,12 +33,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..shell._programs import SHELL_BUILTINS
 from ..shell._words import Redirect, ShellParse, SimpleCommand, parse_argv, parse_command
-from ._matchers import Tri, normalize_path
+from ._matchers import Tri, element_matches, normalize_path
 from ._rules import Effect, Rule, parse_rule
 
 __all__ = [
     "ASK_HIDDEN",
+    "BUILTIN_UNENFORCED",
     "SHELL_READ_TOOL",
     "SHELL_WRITE_TOOL",
     "UNENFORCED",
@@ -58,6 +62,9 @@ UNENFORCED = (
 UNKNOWN_PROGRAM = (
     "a program the judge does not know may start others, and the deny rules cannot be "
     "enforced at exec on this backend"
+)
+BUILTIN_UNENFORCED = (
+    "a deny rule names a shell builtin, which runs inside the shell where no exec check sees it"
 )
 ASK_HIDDEN = "an ask rule could match what it runs, and ask rules are not enforced at exec"
 
@@ -275,6 +282,9 @@ class Policy:
         # what a part the text cannot settle must do: ask for an ask rule (never enforced at
         # exec), and for a deny rule when the tool has no exec check
         hidden_ask, unenforced = index.has_ask, index.has_deny and not exec_checked
+        if index.deny_builtin and not unenforced:  # what exec checks cannot see
+            unenforced, exec_checked = True, False
+        why_unenforced = BUILTIN_UNENFORCED if index.deny_builtin else UNENFORCED
         for sc in parsed.commands:
             candidates = [
                 r
@@ -283,16 +293,15 @@ class Policy:
             ]
             part = _judge_command(sc, candidates, exec_checked)
             if part.effect is None and unenforced and not sc.known:
-                part = PartVerdict(
-                    "command", part.text, Effect.ASK, reason=UNKNOWN_PROGRAM, via=sc.via
-                )
+                reason = BUILTIN_UNENFORCED if index.deny_builtin else UNKNOWN_PROGRAM
+                part = PartVerdict("command", part.text, Effect.ASK, reason=reason, via=sc.via)
             parts.append(part)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         for redirect in parsed.redirects:
             parts.append(self._judge_redirect(redirect, cwd, parsed.changes_directory))
         for u in parsed.unresolved:
             if hidden_ask or unenforced:
-                why = f"{u.reason}; {ASK_HIDDEN if hidden_ask else UNENFORCED}"
+                why = f"{u.reason}; {ASK_HIDDEN if hidden_ask else why_unenforced}"
                 parts.append(PartVerdict("unresolved", u.text, Effect.ASK, reason=why))
             else:
                 parts.append(PartVerdict("unresolved", u.text, None, reason=u.reason))
@@ -394,6 +403,7 @@ class _CommandIndex:
     # whether any argv rule asks / denies (what an unread part of a line could hide)
     has_ask: bool = False
     has_deny: bool = False
+    deny_builtin: bool = False  # a deny rule could name a shell builtin
 
     @classmethod
     def build(cls, rules: Iterable[Rule]) -> _CommandIndex:
@@ -424,6 +434,11 @@ class _CommandIndex:
             tuple(every),
             has_ask=any(r.effect is Effect.ASK for _, r in every),
             has_deny=any(r.effect is Effect.DENY for _, r in every),
+            deny_builtin=any(
+                r.effect is Effect.DENY and _names_builtin(r.command.patterns)
+                for _, r in every
+                if r.command is not None
+            ),
         )
 
     def candidates(self, command: SimpleCommand) -> list[Rule]:
@@ -447,6 +462,21 @@ class _CommandIndex:
                 t for t in sorted(found, key=lambda t: t[0]) if not (t[0] in seen or seen.add(t[0]))
             ]
         return [r for _, r in found]
+
+
+def _names_builtin(patterns: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether a pattern's program (its first element, or its last path component) could
+    be a shell builtin's name."""
+    for pattern in patterns:
+        first = pattern[0] if pattern else "**"
+        if first == "**":
+            return True
+        if any(
+            element_matches(first, name) or element_matches(first.rsplit("/", 1)[-1], name)
+            for name in SHELL_BUILTINS
+        ):
+            return True
+    return False
 
 
 def _judge_command(sc: SimpleCommand, rules: Sequence[Rule], exec_checked: bool) -> PartVerdict:

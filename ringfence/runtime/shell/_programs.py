@@ -62,6 +62,22 @@ STARTS_NO_PROGRAM = READS_ONLY | frozenset(
 )  # fmt: skip
 
 
+# The builtins of the shells a command line runs under (dash, bash; busybox's ash runs its
+# applets in-process too, and is refused whole by identity where a deny rule names one):
+# they run inside the shell, so no exec check sees them. `bash -c 'compgen -b'`, dash(1).
+SHELL_BUILTINS = frozenset(
+    {
+        ".", ":", "[", "alias", "bg", "bind", "break", "builtin", "caller", "cd", "chdir",
+        "command", "compgen", "complete", "compopt", "continue", "declare", "dirs", "disown",
+        "echo", "enable", "eval", "exec", "exit", "export", "false", "fc", "fg", "getopts",
+        "hash", "help", "history", "jobs", "kill", "let", "local", "logout", "mapfile",
+        "popd", "printf", "pushd", "pwd", "read", "readarray", "readonly", "return", "set",
+        "shift", "shopt", "source", "suspend", "test", "times", "trap", "true", "type",
+        "typeset", "ulimit", "umask", "unalias", "unset", "wait",
+    }
+)  # fmt: skip
+
+
 # -- interpreters: code given as text, or a script file, or code read from input ---------
 
 
