@@ -6,6 +6,8 @@ its trace (``GIT_TRACE=1``) names the built-in it runs after reading its global 
 Property-based over git's global options, for both judges: the Gate's (the command line,
 ``decide``) and the exec check's (the argv of an exec, as the confined supervisor matches
 it). Through the interface: the command line refused, and no push reached the remote.
+And git's aliases (or an autocorrected typo), which git expands in the same process: the
+exec check refuses a git command that is none of git's own while a rule names git commands.
 """
 
 from __future__ import annotations
@@ -160,6 +162,64 @@ def test_the_command_line_refuses_a_push_behind_global_options(
         ["git", "-C", str(remote), "branch", "--list"], capture_output=True, text=True, check=True
     )
     assert branches.stdout == ""  # nothing was pushed
+
+
+# -- aliases: git runs them in-process -----------------------------------------------------
+
+
+def _workspace_with_origin(tmp_path: Path) -> Path:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git = ["git", "-C", str(ws), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    subprocess.run([*git, "remote", "add", "origin", str(remote)], check=True)
+    return ws
+
+
+def _run(ws: Path, command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    code = main(["call", "run_shell", "--args", json.dumps({"command": command}),
+                 "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
+                 "--deny", "run_shell(git push *)", "--network", "--json"])  # fmt: skip
+    return code, json.loads(capsys.readouterr().out)
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    "command",
+    [
+        "GIT_TRACE=1 git -c alias.p=push p origin HEAD:refs/heads/f",
+        "GIT_TRACE=1 git -c help.autocorrect=immediate pushh origin HEAD:refs/heads/g",
+        "export GIT_CONFIG_GLOBAL=./gc; git config --global alias.p push; "
+        "GIT_TRACE=1 git p origin HEAD:refs/heads/h",
+        "GIT_TRACE=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.p GIT_CONFIG_VALUE_0=push "
+        "git p origin HEAD:refs/heads/i",
+    ],
+)
+def test_a_git_alias_cannot_run_a_denied_git_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """git expands an alias (or autocorrects a typo) in the same process: the exec check saw
+    `git p`, and git ran its push. Oracle: git's own trace, which names the built-in it runs;
+    now git never starts, and the refusal names the rule."""
+    ws = _workspace_with_origin(tmp_path)
+    code, out = _run(ws, command, capsys)
+    assert code == 0, out  # the command ran and failed: the exec was refused
+    result = out["result"]
+    assert result["exit_code"] == 126 and "git: Permission denied" in result["stderr"], out
+    assert "built-in: git push" not in result["stderr"], out
+
+
+@needs_bwrap
+def test_git_commands_of_its_own_still_run_under_a_rule_over_git(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = _workspace_with_origin(tmp_path)
+    code, out = _run(ws, "git -C . --no-pager log --oneline; git submodule status", capsys)
+    assert code == 0 and out["result"]["exit_code"] == 0, out
+    assert out["result"]["stdout"].endswith(" x\n"), out
 
 
 # -- short options as a set: `rm -rf *` -------------------------------------------------------

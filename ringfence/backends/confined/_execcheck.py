@@ -121,6 +121,11 @@ _LOADER_FLAG_OPTIONS = frozenset(
 )
 _STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MULTICALL = ("busybox", "toybox")  # binaries whose shell runs their applets without exec
+# git's options before its command that take the next word as their value (git(1)).
+_GIT_VALUE_OPTIONS = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
+)
+_GIT_EXEC_PATHS = ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core")
 
 
 def notifier_program() -> bytes:
@@ -766,6 +771,18 @@ class Checker:
                 if hit is not None:
                     self.multicall.add(name, f"{d}/{name}")
                     self.multicall_rule = hit
+        # Rules over a git command (``git push*``): git runs an alias in-process, so
+        # ``git p`` may be ``git push`` with no exec to check (see :meth:`_git_alias`).
+        self.git_rule: _Rule | None = next(
+            (
+                rule
+                for rule in rules.deny
+                for p in rule.patterns
+                if len(p) > 1 and p[1] != "**" and (p[0] == "**" or _word(p[0], "git"))
+            ),
+            None,
+        )
+        self.git_dirs = [d for d in _GIT_EXEC_PATHS if os.path.isdir(d)][:1] + dirs
         # The dynamic loaders programs name (x86-64: other ABIs die at their first call).
         for program in ("/bin/sh", "/usr/bin/env", os.path.realpath("/proc/self/exe")):
             loader = _elf_interpreter(program)
@@ -1090,6 +1107,38 @@ class Checker:
             raise Refused(
                 errno.EACCES, Denial(rule.label, rule.source, real, [shown, *argv[1:]], "")
             )
+        if self.git_rule is not None and any(n.rsplit("/", 1)[-1] == "git" for n in names):
+            self._git_alias(real, shown, argv)
+
+    def _git_alias(self, real: str, shown: str, argv: list[str]) -> None:
+        """Refuse a git command that is none of git's own: git expands an alias (from any
+        configuration: ``-c``, files, ``GIT_CONFIG_*``; or ``help.autocorrect``) in the same
+        process, so a deny rule over git's commands could not see what it runs. A command
+        of git's own is a builtin or external one, found as ``git-<command>`` in git's exec
+        path or on ``PATH``, the way git finds it before it looks for an alias (externals
+        are then checked at their own exec)."""
+        rest = argv[1:]
+        i = 0
+        while i < len(rest) and rest[i].startswith("-"):
+            i += 2 if rest[i] in _GIT_VALUE_OPTIONS else 1
+        if i >= len(rest):
+            return  # no command: git prints its help or runs an option's action
+        command = rest[i]
+        if "/" not in command and any(os.path.exists(f"{d}/git-{command}") for d in self.git_dirs):
+            return
+        rule = self.git_rule
+        assert rule is not None
+        raise Refused(
+            errno.EACCES,
+            Denial(
+                rule.label,
+                rule.source,
+                real,
+                [shown, *rest],
+                f"`{command}` is not one of git's commands: an alias, refused while a deny "
+                "rule names git commands",
+            ),
+        )
 
     def _examine(
         self,
