@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from backends_helpers import DOCKER_OPTIONS, WORKSPACE_UID
 from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 
 from ringfence import create_kernel
+from ringfence.backends.confined._plan import _empty_uppers, _uppers_ready
 from ringfence.cli._main import main
 from ringfence.runtime import ApprovalAnswer, InvalidArguments, Posture, ScriptedApprover
 from ringfence.workspace import CheckpointStore, Workspace
@@ -321,6 +323,43 @@ async def test_a_background_process_writes_nothing_after_its_command(workspace: 
         second = await k.call("run_shell", {"command": ["sleep", "0.5"]})
     assert first["changes"]["files"] == 1 and (workspace / "early.txt").exists()
     assert second["changes"] is None and not (workspace / "late.txt").exists()
+
+
+async def test_a_cancelled_command_leaves_nothing_and_the_next_ones_run(workspace: Path) -> None:
+    """A host cancels a call mid-command: the command is stopped, what it wrote is dropped
+    (not merged, not seen by the next command), and the next commands run on the same
+    sandbox. Before, its overlay's unmount report was left unread: the next command was
+    `lost`, and the restart sometimes found the overlay's work directory unusable."""
+    (workspace / "keep.txt").write_text("keep\n")
+    async with create_kernel(roots=[workspace], posture=Posture.ALLOW_REVERSIBLE) as k:
+        with trio.move_on_after(1.5) as scope:
+            await k.call("run_shell", {"command": "echo x > left.txt; sleep 30"})
+        assert scope.cancelled_caught
+        runs = [await k.call("run_shell", {"command": "ls -a"}) for _ in range(3)]
+    for run in runs:
+        assert run["status"] == "exited" and not run["session_restarted"], run
+        assert run["stdout"] == ".\n..\nkeep.txt\n", run
+    assert sorted(os.listdir(workspace)) == ["keep.txt"]
+
+
+def test_a_layer_is_emptied_before_a_command_unless_it_is_ready(tmp_path: Path) -> None:
+    """What decides the hop to empty the upper directories before a command: any entry, or
+    the upper's owner or mode differing from its root's (the overlay's top shows them)."""
+    root, layers = tmp_path / "root", tmp_path / "layers"
+    upper = layers / "0" / "upper"
+    root.mkdir(mode=0o755)
+    upper.mkdir(parents=True, mode=0o755)
+    root.chmod(0o755)
+    upper.chmod(0o755)
+    assert _uppers_ready(layers, (root,))
+    (upper / ".hidden").write_text("x")
+    assert not _uppers_ready(layers, (root,))
+    _empty_uppers(layers, (root,))
+    assert _uppers_ready(layers, (root,)) and os.listdir(upper) == []
+    root.chmod(0o700)
+    assert not _uppers_ready(layers, (root,))
+    _empty_uppers(layers, (root,))
+    assert _uppers_ready(layers, (root,)) and stat.S_IMODE(upper.stat().st_mode) == 0o700
 
 
 async def test_run_shell_is_reversible_only_with_change_sets_and_without_network(

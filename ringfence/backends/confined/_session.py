@@ -55,6 +55,7 @@ from ._plan import (
     _hidden_dirs,
     _refuse,
     _session_user,
+    _uppers_ready,
     claimed_layers,
 )
 
@@ -425,7 +426,8 @@ class ConfinedSession(SandboxArgv):
             shell_run = self._keeper.begin(cmd, env, follow=follow_shell)  # the state now
             if self._layers_dir is not None:  # the last command's writes: read by now
                 await self._layers_unmounted()
-                await trio.to_thread.run_sync(_empty_uppers, self._layers_dir, self._spec.roots)
+                if not _uppers_ready(self._layers_dir, self._spec.roots):
+                    await trio.to_thread.run_sync(_empty_uppers, self._layers_dir, self._spec.roots)
             restarted = False
             for _attempt in range(2):
                 if self._sock is None:  # the sandbox died under an earlier command
@@ -535,6 +537,8 @@ class ConfinedSession(SandboxArgv):
             with trio.CancelScope(shield=True):
                 if await self._stop(watch) is None:
                     await self._lost()
+                elif self._layers_dir is not None:  # it ended: its overlays' ``U`` follows
+                    self._unmount_due = True
             raise
         finally:
             watch.close()
