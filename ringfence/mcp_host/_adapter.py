@@ -167,9 +167,14 @@ async def _call_server(
     says so under ``changes``; a refusal is the call's error, naming what was
     refused; a failed call's error carries ``changes`` in its details.
     """
-    async with connector.pool.turn() as writes:
+    pool = connector.pool
+    if (await pool.connect()).writes is None:
+        # Nothing to read after the call, so nothing to take turns for: the call alone
+        # (what turn() would yield None around, without its generator on every call).
+        return render(await pool.run(action, fn))
+    async with pool.turn() as writes:
         if writes is None:
-            return render(await connector.pool.run(action, fn))
+            return render(await pool.run(action, fn))
         try:
             out = render(await connector.pool.run(action, fn))
         except RingfenceError as exc:

@@ -459,12 +459,26 @@ def _schema_ok(schema: Any, root: bool = True) -> bool:
     return all((k == "$schema" and root) or _keyword_ok(k, v) for k, v in schema.items())
 
 
+# The drafts whose meaning of every keyword in the flat subset is the same as 2020-12's (type,
+# integer as a whole float too, numeric exclusive bounds, lengths, enum, pattern, items as one
+# schema, not, oneOf, propertyNames, additionalProperties, annotations). Draft-07 is what
+# MCP servers built on zod write (server-everything's tools); without this every call of
+# theirs went through jsonschema (~20 µs). A tuple ``items`` (draft-07's other form) is not
+# a schema, so it stays outside the subset.
+_FLAT_DRAFTS = (
+    None,
+    _DRAFT_2020_12,
+    "http://json-schema.org/draft-07/schema#",
+    "http://json-schema.org/draft-07/schema",
+)
+
+
 def compile_simple(schema: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
     """A closure that says True only for arguments jsonschema would accept, or None when
     the schema is outside the flat subset (see above)."""
     if not set(schema) <= _TOP_KEYS or schema.get("type", "object") != "object":
         return None
-    if schema.get("$schema") not in (None, "https://json-schema.org/draft/2020-12/schema"):
+    if schema.get("$schema") not in _FLAT_DRAFTS:
         return None
     properties = schema.get("properties", {})
     required = schema.get("required", [])
