@@ -108,6 +108,9 @@ class SessionUppers:
         self._roots = tuple(roots)
         self._owner = owner
         self._made: list[_Made] = []
+        # Whether the last check() found every upper and work directory empty (then empty()
+        # has nothing to do and the session skips its thread hop before the next command).
+        self._clean = False
         self.lowers: dict[int, Path] = {}  # root index -> its id-mapped view, where one was made
         for root in self._roots:
             if base.resolve() == root or base.resolve().is_relative_to(root):
@@ -152,8 +155,17 @@ class SessionUppers:
     def uppers(self) -> tuple[Upper, ...]:
         return tuple(Upper(m.root, m.path) for m in self._made)
 
+    @property
+    def clean(self) -> bool:
+        """Whether the last :meth:`check` found nothing to empty (nothing ran since)."""
+        return self._clean
+
     def check(self) -> None:
-        """Refuse (ToolError) when a command replaced an upper directory (see the docstring)."""
+        """Refuse (ToolError) when a command replaced an upper directory (see the docstring);
+        and note whether every upper is empty and every work directory holds at most the
+        empty ``work`` the overlay made (:attr:`clean`: one ``scandir`` each)."""
+        self._clean = False
+        clean = True
         for made in self._made:
             try:
                 st = os.lstat(made.path)
@@ -164,9 +176,12 @@ class SessionUppers:
                     f"the command replaced its upper directory {made.path}; its writes "
                     "were not kept"
                 )
+            clean = clean and _holds_nothing(made.path, made.path.parent / "w")
+        self._clean = clean
 
     def empty(self) -> None:
         """Empty every upper and work directory (blocking; links are removed, never followed)."""
+        self._clean = False
         for made in self._made:
             for path in (made.path, made.path.parent / "w"):
                 try:
@@ -181,6 +196,25 @@ class SessionUppers:
     def remove(self) -> None:
         """Remove everything (blocking, best effort); see :func:`remove_session_dirs`."""
         remove_session_dirs(self.top.name, self.top.parent)
+
+
+def _holds_nothing(upper: Path, work: Path) -> bool:
+    """Whether ``upper`` is empty and ``work`` holds nothing but an empty ``work``
+    directory (the overlay's own, remade at each mount); False when either cannot be read."""
+    try:
+        with os.scandir(upper) as entries:
+            if any(True for _ in entries):
+                return False
+        with os.scandir(work) as entries:
+            inside = list(entries)
+        if any(e.name != "work" or not e.is_dir(follow_symlinks=False) for e in inside):
+            return False
+        if inside:
+            with os.scandir(work / "work") as entries:
+                return not any(True for _ in entries)
+        return True
+    except OSError:
+        return False
 
 
 def remove_session_dirs(session_id: str, base: Path | None = None) -> None:
