@@ -22,6 +22,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+import trio
 from backends_helpers import (
     DOCKER_OPTIONS,
     WORKSPACE_UID,
@@ -448,6 +449,14 @@ async def test_uppers_are_emptied_by_the_next_run_and_removed_at_close(
         assert r4.stdout.split() == ["g"] and os.listdir(upper.path) == ["g"], r4
         r5 = await sh(session, "ls; echo c > h", workspace)
         assert r5.stdout == "" and os.listdir(upper.path) == ["h"], r5
+        # A cancelled command (after a clean one) never reports back: the next run still
+        # empties what it wrote (and the work directory its overlay marked) first.
+        await sh(session, "true", workspace)
+        with trio.move_on_after(2.0):
+            await sh(session, "echo x > late; sleep 30", workspace)
+        r6 = await sh(session, "ls; echo d > i", workspace)
+        assert r6.exit_code == 0 and r6.stdout == "", r6
+        assert os.listdir(upper.path) == ["i"], r6
     finally:
         await session.aclose()
     assert not upper.path.exists()

@@ -90,7 +90,7 @@ ENTER_PATH = f"{SEAL_DIR}/enter"
 # Begins with _shell.OVERLAY_FAILED's text: the session reports it as the overlay's failure.
 ENTER_FAILED = (
     "ringfence: the change-set overlay could not be set up: a mount namespace, an overlay, "
-    "the hiding tmpfs or the working directory failed; the command did not run"
+    "the hiding tmpfs or the working directory failed"
 )
 
 _BASE = 0x400000

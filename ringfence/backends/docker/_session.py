@@ -749,6 +749,8 @@ class DockerSession:
             # The previous command's writes were the caller's to read until now (when it
             # wrote nothing, its check said so: no thread hop).
             await trio.to_thread.run_sync(self._uppers.empty)
+        if self._uppers is not None:
+            self._uppers.mark_used()
         if self._remote is not None:  # the host's files (and merged change sets) first
             await self._remote.sync(shell, self._require_container())
         try:
@@ -777,7 +779,7 @@ class DockerSession:
                 field="cwd",
             )
         if self._uppers is not None:
-            await trio.to_thread.run_sync(self._uppers.check)
+            await trio.to_thread.run_sync(self._uppers.after_command)
         uppers = self._uppers.uppers() if self._uppers is not None else ()
         if self._remote is not None and self._shell is not None:
             uppers = await self._remote.fetch(self._shell, self.session_id)

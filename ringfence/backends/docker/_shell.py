@@ -319,11 +319,15 @@ def overlay_wrapper(
     return f"{USERNS_PATH} S {quote(f'0 {uid} 1')} {quote(f'0 {gid} 1')} /bin/sh -c {quote(script)}"
 
 
-def overlay_options(target: str, upper: str, work: str) -> str:
-    """An overlay's mount options on ``target`` (its own lower layer)."""
+def overlay_options(target: str, upper: str, work: str, *, volatile: bool = False) -> str:
+    """An overlay's mount options on ``target`` (its own lower layer). ``volatile``: no
+    sync of the upper's whole file system at unmount (the host's disk, under load several
+    ms a command; the host reads the upper through the page cache), which leaves a mark in
+    the work directory the next mount refuses: :meth:`._upper.SessionUppers.after_command`
+    empties it."""
     return (
         f"lowerdir={target},upperdir={upper},workdir={work},"
-        "userxattr,redirect_dir=nofollow,metacopy=off"
+        "userxattr,redirect_dir=nofollow,metacopy=off" + (",volatile" if volatile else "")
     )
 
 
@@ -378,7 +382,7 @@ def _held_job(held: HeldOverlay, argv: Sequence[str], cwd: str, env: Mapping[str
     exports them from its arguments, as in :func:`overlay_wrapper`.
     """
     layers = " ".join(
-        f"{quote(target)} {quote(overlay_options(target, upper, work))}"
+        f"{quote(target)} {quote(overlay_options(target, upper, work, volatile=True))}"
         for target, upper, work in held.layers
     )
     enter = (

@@ -157,15 +157,16 @@ class SessionUppers:
 
     @property
     def clean(self) -> bool:
-        """Whether the last :meth:`check` found nothing to empty (nothing ran since)."""
+        """Whether :meth:`after_command` found every upper empty (nothing ran since)."""
         return self._clean
 
-    def check(self) -> None:
-        """Refuse (ToolError) when a command replaced an upper directory (see the docstring);
-        and note whether every upper is empty and every work directory holds at most the
-        empty ``work`` the overlay made (:attr:`clean`: one ``scandir`` each)."""
+    def mark_used(self) -> None:
+        """A command starts: not :attr:`clean` until :meth:`after_command` says so (a
+        cancelled command never gets there, and the next run empties everything)."""
         self._clean = False
-        clean = True
+
+    def check(self) -> None:
+        """Refuse (ToolError) when a command replaced an upper directory (see the docstring)."""
         for made in self._made:
             try:
                 st = os.lstat(made.path)
@@ -176,7 +177,22 @@ class SessionUppers:
                     f"the command replaced its upper directory {made.path}; its writes "
                     "were not kept"
                 )
-            clean = clean and _holds_nothing(made.path, made.path.parent / "w")
+
+    def after_command(self) -> None:
+        """After a command (blocking, one thread hop): :meth:`check`; empty every work
+        directory (the overlay's own, which nobody reads; a ``volatile`` overlay leaves a
+        mark there that the next mount refuses); note whether every upper is empty
+        (:attr:`clean`: then :meth:`empty` is not needed before the next command)."""
+        self._clean = False
+        self.check()
+        clean = True
+        for made in self._made:
+            _empty_path(made.path.parent / "w")
+            try:
+                with os.scandir(made.path) as entries:
+                    clean = clean and not any(True for _ in entries)
+            except OSError:
+                clean = False
         self._clean = clean
 
     def empty(self) -> None:
@@ -184,37 +200,24 @@ class SessionUppers:
         self._clean = False
         for made in self._made:
             for path in (made.path, made.path.parent / "w"):
-                try:
-                    fd = os.open(path, _DIR)
-                except OSError:
-                    continue  # replaced or gone: check() reports it
-                try:
-                    empty_directory(fd)
-                finally:
-                    os.close(fd)
+                _empty_path(path)
 
     def remove(self) -> None:
         """Remove everything (blocking, best effort); see :func:`remove_session_dirs`."""
         remove_session_dirs(self.top.name, self.top.parent)
 
 
-def _holds_nothing(upper: Path, work: Path) -> bool:
-    """Whether ``upper`` is empty and ``work`` holds nothing but an empty ``work``
-    directory (the overlay's own, remade at each mount); False when either cannot be read."""
+def _empty_path(path: Path) -> None:
+    """Empty a directory by descriptor (links removed, never followed); one that was
+    replaced or is gone is left alone (:meth:`SessionUppers.check` reports it)."""
     try:
-        with os.scandir(upper) as entries:
-            if any(True for _ in entries):
-                return False
-        with os.scandir(work) as entries:
-            inside = list(entries)
-        if any(e.name != "work" or not e.is_dir(follow_symlinks=False) for e in inside):
-            return False
-        if inside:
-            with os.scandir(work / "work") as entries:
-                return not any(True for _ in entries)
-        return True
+        fd = os.open(path, _DIR)
     except OSError:
-        return False
+        return
+    try:
+        empty_directory(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_session_dirs(session_id: str, base: Path | None = None) -> None:
