@@ -553,8 +553,9 @@ class Supervisor:
         """One line of shell that runs ``argv`` and prints the marker with its status.
 
         With ``overlay`` (a script from :func:`overlay_wrapper`, or a
-        :class:`HeldOverlay` after :meth:`hold`) the command runs under it, and its environment is set only at its final ``exec``,
-        so nothing it is given (``PATH``, ``IFS``) steers the wrapper. With
+        :class:`HeldOverlay` after :meth:`hold`) the command runs under it, and
+        its environment is set only at its final ``exec``, so nothing it is
+        given (``PATH``, ``IFS``) steers the wrapper. With
         ``state_file`` the command's descriptor 3 is that file (truncated
         first), printed after the status line and ended by :func:`state_marker`.
         """
