@@ -631,6 +631,35 @@ async def test_every_root_gets_its_own_upper(
         await session.aclose()
 
 
+async def test_more_roots_than_the_held_supervisor_mounts_run_under_the_wrapper(
+    docker_client, workspace: Path, tmp_path: Path
+) -> None:
+    """Ten roots: /.rf-bin/enter takes nine at most (one digit); such a session runs each
+    command under the per-command wrapper script instead, with the same captures."""
+    roots = [workspace]
+    for i in range(2, 11):
+        root = tmp_path / f"r{i}"
+        root.mkdir()
+        chown_like_workspace(workspace, root)
+        roots.append(root)
+    session = await start_docker(
+        SessionSpec(roots=tuple(roots), kill_grace=0.5, options=DOCKER_OPTIONS, change_sets=True)
+    )
+    try:
+        for _ in range(2):
+            r = await sh(session, "echo one > a && echo ten > /workspace10/j && ls /", workspace)
+            assert r.exit_code == 0 and "workspace10" in r.stdout, r
+            assert [sorted(os.listdir(u.path)) for u in r.uppers] == [["a"]] + [[]] * 8 + [["j"]]
+        r = await sh(
+            session, "umount /workspace10 && echo ESCAPED; echo x > /workspace10/k", workspace
+        )
+        assert "ESCAPED" not in r.stdout and not (roots[-1] / "k").exists(), r
+        assert os.listdir(r.uppers[-1].path) == ["k"], r
+    finally:
+        await session.aclose()
+    assert all(os.listdir(root) == [] for root in roots)
+
+
 async def test_a_dead_sessions_directories_go_with_its_container(
     docker_client, workspace: Path, ringfence_home: Path
 ) -> None:
