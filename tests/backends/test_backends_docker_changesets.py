@@ -22,6 +22,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+import trio
 from backends_helpers import (
     DOCKER_OPTIONS,
     WORKSPACE_UID,
@@ -31,7 +32,12 @@ from backends_helpers import (
 
 from ringfence.backends import SessionSpec, ShellResult
 from ringfence.backends.docker._idmap import idmapped_view
-from ringfence.backends.docker._seal import mount_program, seal_program, userns_program
+from ringfence.backends.docker._seal import (
+    enter_program,
+    mount_program,
+    seal_program,
+    userns_program,
+)
 from ringfence.backends.docker._seccomp import NAMESPACE_ALLOW, profile
 from ringfence.backends.docker._session import (
     CONTAINER_LABEL,
@@ -237,6 +243,47 @@ async def test_a_command_cannot_write_the_real_workspace(docker_client, workspac
         await session.aclose()
 
 
+# Every other process's root, working directory, environment, descriptors and memory: the
+# supervisor among them, which (issue 34) is root of the user namespace the overlays are
+# mounted from, with the uppers unhidden and the lower under its working directory.
+_SUPERVISOR_REACH = (
+    'for p in /proc/[0-9]*; do [ "$p" = /proc/$$ ] && continue; '
+    'ls "$p/root/.rf-uppers/0" >/dev/null 2>&1 && echo "LEAK root $p"; '
+    'ls "$p/cwd/" >/dev/null 2>&1 && echo "LEAK cwd $p"; '
+    'cat "$p/environ" >/dev/null 2>&1 && echo "LEAK environ $p"; '
+    '[ -n "$(readlink "$p/fd/0" 2>/dev/null)" ] && echo "LEAK fd $p"; '
+    'cat "$p/maps" >/dev/null 2>&1 && echo "LEAK maps $p"; '
+    'echo x > "$p/cwd/pwn" 2>/dev/null && echo "LEAK write $p"; '
+    'echo x > "$p/root/.rf-uppers/0/u/pwn" 2>/dev/null && echo "LEAK upper $p"; '
+    "done; echo checked"
+)
+
+
+async def test_a_command_cannot_reach_the_supervisor_holding_its_namespaces(
+    docker_client, workspace: Path
+) -> None:
+    """The supervisor holds the user and mount namespace every command's overlay is mounted
+    from (issue 34); a command (nested user namespace, no capabilities) reaches nothing of it
+    through /proc: not its root (the uppers unhidden), cwd (the lower), descriptors (listing
+    their numbers is allowed to the same uid, as it was before) or memory map."""
+    make(workspace, {"a.txt": "a\n"})
+    before = tree(workspace)
+    session = await start(workspace)
+    try:
+        r = await sh(session, _SUPERVISOR_REACH, workspace)
+        assert r.exit_code == 0 and r.stdout.strip() == "checked", r
+        assert not any(os.listdir(u.path) for u in r.uppers), r
+        # The supervisor is there, in a user namespace of its own: what the loop went past.
+        listing = await sh(session, "ls -d /proc/[0-9]*", workspace)
+        assert len(listing.stdout.split()) >= 3, listing
+        r = await sh(session, "echo fine > ok.txt && cat a.txt", workspace)
+        assert r.exit_code == 0 and r.stdout == "a\n", r
+        assert sorted(os.listdir(r.uppers[0].path)) == ["ok.txt"]
+    finally:
+        await session.aclose()
+    assert tree(workspace) == before
+
+
 async def test_a_commands_environment_does_not_steer_the_wrapper(
     docker_client, workspace: Path
 ) -> None:
@@ -394,6 +441,22 @@ async def test_uppers_are_emptied_by_the_next_run_and_removed_at_close(
         assert (upper.path / "d").is_dir()
         r2 = await sh(session, "true", workspace)
         assert r2.uppers == r.uppers and os.listdir(upper.path) == []
+        # A command that wrote nothing leaves nothing to empty (the next run skips it);
+        # the one after it still gets its own writes alone, and a rerun sees none of them.
+        r3 = await sh(session, "cat /dev/null", workspace)
+        assert r3.exit_code == 0 and os.listdir(upper.path) == []
+        r4 = await sh(session, "echo b > g && ls", workspace)
+        assert r4.stdout.split() == ["g"] and os.listdir(upper.path) == ["g"], r4
+        r5 = await sh(session, "ls; echo c > h", workspace)
+        assert r5.stdout == "" and os.listdir(upper.path) == ["h"], r5
+        # A cancelled command (after a clean one) never reports back: the next run still
+        # empties what it wrote (and the work directory its overlay marked) first.
+        await sh(session, "true", workspace)
+        with trio.move_on_after(2.0):
+            await sh(session, "echo x > late; sleep 30", workspace)
+        r6 = await sh(session, "ls; echo d > i", workspace)
+        assert r6.exit_code == 0 and r6.stdout == "", r6
+        assert os.listdir(upper.path) == ["i"], r6
     finally:
         await session.aclose()
     assert not upper.path.exists()
@@ -492,7 +555,7 @@ async def test_a_change_set_command_can_make_no_namespace_and_no_mount(
         # filter) are root's and read-only: a command cannot replace one so that a later
         # command runs without its filter or in namespaces of its choosing.
         for name, program in (("seal", seal_program), ("userns", userns_program),
-                              ("mount", mount_program)):  # fmt: skip
+                              ("mount", mount_program), ("enter", enter_program)):  # fmt: skip
             path = f"/.rf-bin/{name}"
             swap = f"cp /bin/sh /tmp/s; cp /tmp/s {path} || mv /tmp/s {path} || rm -f {path}"
             r = await sh(session, f"{swap}; ls -l {path}; sha256sum {path}", workspace)
@@ -566,6 +629,35 @@ async def test_every_root_gets_its_own_upper(
         assert [(c.root, c.path) for c in changes] == [(0, "a"), (1, "b")]
     finally:
         await session.aclose()
+
+
+async def test_more_roots_than_the_held_supervisor_mounts_run_under_the_wrapper(
+    docker_client, workspace: Path, tmp_path: Path
+) -> None:
+    """Ten roots: /.rf-bin/enter takes nine at most (one digit); such a session runs each
+    command under the per-command wrapper script instead, with the same captures."""
+    roots = [workspace]
+    for i in range(2, 11):
+        root = tmp_path / f"r{i}"
+        root.mkdir()
+        chown_like_workspace(workspace, root)
+        roots.append(root)
+    session = await start_docker(
+        SessionSpec(roots=tuple(roots), kill_grace=0.5, options=DOCKER_OPTIONS, change_sets=True)
+    )
+    try:
+        for _ in range(2):
+            r = await sh(session, "echo one > a && echo ten > /workspace10/j && ls /", workspace)
+            assert r.exit_code == 0 and "workspace10" in r.stdout, r
+            assert [sorted(os.listdir(u.path)) for u in r.uppers] == [["a"]] + [[]] * 8 + [["j"]]
+        r = await sh(
+            session, "umount /workspace10 && echo ESCAPED; echo x > /workspace10/k", workspace
+        )
+        assert "ESCAPED" not in r.stdout and not (roots[-1] / "k").exists(), r
+        assert os.listdir(r.uppers[-1].path) == ["k"], r
+    finally:
+        await session.aclose()
+    assert all(os.listdir(root) == [] for root in roots)
 
 
 async def test_a_dead_sessions_directories_go_with_its_container(

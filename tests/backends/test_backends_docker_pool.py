@@ -41,7 +41,7 @@ def spec(ws: Path, **options: object) -> SessionSpec:
 
 def owned_by(client, pid: int) -> list:
     label = f"ringfence.owner={socket.gethostname()}:{pid}"
-    return client.containers.list(all=True, filters={"label": label})
+    return client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
 
 
 async def test_a_claimed_container_runs_the_session_and_is_never_handed_out_again(

@@ -28,6 +28,10 @@ way): one ``mount(2)`` from its arguments, for the overlay wrapper's two mounts 
 command; util-linux's dynamic ``mount(8)`` cost ~3.5 ms more a command on the debian
 image here. It adds nothing the wrapper could not do (it runs as the wrapper, in its
 namespaces); the command's own filter forbids ``mount`` whatever program asks.
+:func:`enter_program` (``/.rf-bin/enter``) does one command's whole mount step for a
+supervisor that holds the user namespace (issue 34): its mount namespace, overlays,
+hiding tmpfs and working directory, with no shell in between; its assembly was checked
+with GNU ``as``/``objdump`` against the bytes listed.
 """
 
 from __future__ import annotations
@@ -39,12 +43,15 @@ import struct
 from ...runtime._errors import Unavailable
 
 __all__ = [
+    "ENTER_FAILED",
+    "ENTER_PATH",
     "MOUNT_FAILED",
     "MOUNT_PATH",
     "SEAL_DIR",
     "SEAL_FAILED",
     "SEAL_PATH",
     "USERNS_PATH",
+    "enter_program",
     "install_script",
     "mount_program",
     "seal_program",
@@ -61,8 +68,9 @@ MOUNT_PATH = f"{SEAL_DIR}/mount"
 MOUNT_FAILED = "ringfence: mount(2) failed"
 # The wrapper's namespaces without util-linux (setsid(1), unshare(1): dynamic, ~2.5 ms an
 # exec each on the debian image) and without a second process writing the nested map:
-# ``userns S|U UID_MAP_LINE GID_MAP_LINE PROGRAM ARGS…``: with ``S`` setsid() and new user
-# and mount namespaces, with ``U`` a new user namespace; then its own one-line maps
+# ``userns S|H|U UID_MAP_LINE GID_MAP_LINE PROGRAM ARGS…``: with ``S`` setsid() and new user
+# and mount namespaces, with ``H`` the same without setsid() (the supervisor, a session
+# leader already, holding them: ._shell.Supervisor.hold), with ``U`` a new user namespace; then its own one-line maps
 # (``setgroups`` denied first) while it still has the namespace's capabilities, then
 # execve. Any failure: USERNS_FAILED on stderr, exit 125, PROGRAM never runs.
 USERNS_PATH = f"{SEAL_DIR}/userns"
@@ -70,6 +78,19 @@ USERNS_PATH = f"{SEAL_DIR}/userns"
 USERNS_FAILED = (
     "ringfence: the change-set overlay could not be set up: a user namespace could not be "
     "entered; the command did not run"
+)
+
+# One command's mounts, from a supervisor that already holds the user namespace (issue 34:
+# no wrapper shell, no mount(8) per call): ``enter CWD HIDDEN N TARGET₁ OPTIONS₁ …
+# TARGETₙ OPTIONSₙ PROGRAM ARGS…`` (N one digit): setsid(), a new mount namespace (copied
+# from the supervisor's, so every mount below is gone with the command), an overlay on each
+# TARGET with its OPTIONS, an empty read-only tmpfs on HIDDEN, chdir(CWD), execve. Any failure:
+# ENTER_FAILED on stderr, exit 125, PROGRAM never runs.
+ENTER_PATH = f"{SEAL_DIR}/enter"
+# Begins with _shell.OVERLAY_FAILED's text: the session reports it as the overlay's failure.
+ENTER_FAILED = (
+    "ringfence: the change-set overlay could not be set up: a mount namespace, an overlay, "
+    "the hiding tmpfs or the working directory failed"
 )
 
 _BASE = 0x400000
@@ -139,13 +160,15 @@ _MOUNT_CODE: tuple[tuple[str, str], ...] = (
 _USERNS_CODE: tuple[tuple[str, str], ...] = (
     ("48 89 e3", "mov rbx,rsp"),
     ("48 8b 43 10", "mov rax,[rbx+0x10]"),
-    ("80 38 53", "cmp byte [rax],0x53  ; argv[1] starts with S: setsid, user and mount namespaces"),
-    ("75 13", "jne 1"),
+    ("bf 00 00 02 10", "mov edi,0x10020000  ; CLONE_NEWUSER | CLONE_NEWNS"),
+    ("80 38 48", "cmp byte [rax],0x48  ; argv[1] starts with H: user and mount namespaces"),
+    ("74 18", "je 2"),
+    ("80 38 53", "cmp byte [rax],0x53  ; S: setsid, user and mount namespaces"),
+    ("75 0e", "jne 1"),
     ("b8 70 00 00 00", "mov eax,0x70  ; setsid"),
     ("0f 05", "syscall"),
     ("48 85 c0", "test rax,rax"),
-    ("78 61", "js fail"),
-    ("bf 00 00 02 10", "mov edi,0x10020000  ; CLONE_NEWUSER | CLONE_NEWNS"),
+    ("78 5c", "js fail"),
     ("eb 05", "jmp 2"),
     ("bf 00 00 00 10", "1: mov edi,0x10000000  ; CLONE_NEWUSER"),
     ("b8 10 01 00 00", "2: mov eax,0x110  ; unshare"),
@@ -201,6 +224,86 @@ _USERNS_CODE: tuple[tuple[str, str], ...] = (
 )
 # Read by the code above at fixed offsets (rip-relative, as assembled): in this order.
 _USERNS_DATA = b"/proc/self/uid_map\0/proc/self/setgroups\0/proc/self/gid_map\0deny\0"
+
+
+_ENTER_CODE: tuple[tuple[str, str], ...] = (
+    ("48 89 e3", "mov rbx,rsp"),
+    ("48 83 3b 05", "cmp qword [rbx],0x5  ; argc >= 5"),
+    ("0f 82 cc 00 00 00", "jb fail"),
+    ("48 8b 43 20", "mov rax,[rbx+0x20]  ; argv[3]: N, one digit"),
+    ("44 0f b6 20", "movzx r12d,byte [rax]"),
+    ("41 83 ec 30", "sub r12d,0x30"),
+    ("41 83 fc 09", "cmp r12d,0x9"),
+    ("0f 87 b6 00 00 00", "ja fail"),
+    ("4a 8d 04 65 05 00 00 00", "lea rax,[r12*2+0x5]"),
+    ("48 39 03", "cmp [rbx],rax  ; argc >= 5 + 2N"),
+    ("0f 82 a5 00 00 00", "jb fail"),
+    ("b8 70 00 00 00", "mov eax,0x70  ; setsid"),
+    ("0f 05", "syscall"),
+    ("48 85 c0", "test rax,rax"),
+    ("0f 88 95 00 00 00", "js fail"),
+    ("bf 00 00 02 00", "mov edi,0x20000  ; CLONE_NEWNS"),
+    ("b8 10 01 00 00", "mov eax,0x110  ; unshare"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax,eax"),
+    ("0f 85 81 00 00 00", "jne fail"),
+    ("4c 8d 6b 28", "lea r13,[rbx+0x28]  ; &argv[4]: the first TARGET"),
+    ("45 85 e4", "1: test r12d,r12d"),
+    ("74 29", "je 2"),
+    ("48 8d 3d 95 00 00 00", 'lea rdi,[rip+0x95]  ; "overlay"'),
+    ("49 8b 75 00", "mov rsi,[r13]  ; TARGET"),
+    ("48 89 fa", 'mov rdx,rdi  ; "overlay"'),
+    ("45 31 d2", "xor r10d,r10d  ; flags 0"),
+    ("4d 8b 45 08", "mov r8,[r13+0x8]  ; OPTIONS"),
+    ("b8 a5 00 00 00", "mov eax,0xa5  ; mount"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax,eax"),
+    ("75 58", "jne fail"),
+    ("49 83 c5 10", "add r13,0x10"),
+    ("41 ff cc", "dec r12d"),
+    ("eb d2", "jmp 1"),
+    ("48 8d 3d 74 00 00 00", '2: lea rdi,[rip+0x74]  ; "rf"'),
+    ("48 8b 73 18", "mov rsi,[rbx+0x18]  ; argv[2]: HIDDEN"),
+    ("48 8d 15 6c 00 00 00", 'lea rdx,[rip+0x6c]  ; "tmpfs"'),
+    ("41 ba 01 00 00 00", "mov r10d,0x1  ; MS_RDONLY"),
+    ("4c 8d 05 65 00 00 00", 'lea r8,[rip+0x65]  ; "mode=0,size=4k"'),
+    ("b8 a5 00 00 00", "mov eax,0xa5  ; mount"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax,eax"),
+    ("75 25", "jne fail"),
+    ("48 8b 7b 10", "mov rdi,[rbx+0x10]  ; argv[1]: CWD"),
+    ("b8 50 00 00 00", "mov eax,0x50  ; chdir"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax,eax"),
+    ("75 16", "jne fail"),
+    ("49 8b 7d 00", "mov rdi,[r13]  ; PROGRAM"),
+    ("4c 89 ee", "mov rsi,r13"),
+    ("48 8b 03", "mov rax,[rbx]"),
+    ("48 8d 54 c3 10", "lea rdx,[rbx+rax*8+0x10]  ; envp"),
+    ("b8 3b 00 00 00", "mov eax,0x3b  ; execve(PROGRAM, &PROGRAM, envp)"),
+    ("0f 05", "syscall"),
+    ("bf 02 00 00 00", "fail: mov edi,0x2"),
+    ("48 8d 35 38 00 00 00", "lea rsi,[rip+0x38]  ; ENTER_FAILED"),
+    ("ba {length}", "mov edx,len(ENTER_FAILED)"),
+    ("b8 01 00 00 00", "mov eax,0x1  ; write"),
+    ("0f 05", "syscall"),
+    ("bf 7d 00 00 00", "mov edi,0x7d  ; 125"),
+    ("b8 e7 00 00 00", "mov eax,0xe7  ; exit_group"),
+    ("0f 05", "syscall"),
+)
+# Read by the code above at fixed offsets (rip-relative, as assembled): in this order.
+_ENTER_DATA = b"overlay\0rf\0tmpfs\0mode=0,size=4k\0"
+
+
+def enter_program() -> bytes:
+    """One command's mount namespace and mounts (:data:`ENTER_PATH`) as an ELF file."""
+    message = (ENTER_FAILED + "\n").encode()
+    text = " ".join(hexes for hexes, _asm in _ENTER_CODE).format(
+        length=struct.pack("<I", len(message)).hex(" ")
+    )
+    body = bytes.fromhex(text) + _ENTER_DATA + message
+    start = _EHDR + 2 * _PHDR
+    return _elf(start, start + len(body), body)
 
 
 def userns_program() -> bytes:
@@ -298,6 +401,7 @@ def install_script() -> str:
     programs = (
         (MOUNT_PATH, mount_program()),
         (USERNS_PATH, userns_program()),
+        (ENTER_PATH, enter_program()),
         (SEAL_PATH, seal_program()),
     )
     for path, program in programs:

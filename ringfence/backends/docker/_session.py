@@ -52,10 +52,11 @@ available for bind mounts through the Engine API, and it would only stop
 Change sets (``SessionSpec.change_sets``): the roots are mounted read-only (as a
 whole: no ``readonly_paths`` mounts; a root someone else owns as an id-mapped view,
 :mod:`._idmap`), a host directory per session (:mod:`._upper`) at
-``/.rf-uppers``, and :mod:`._seccomp`'s profile. Each command runs under
-:func:`._shell.overlay_wrapper`: an overlay per root in a fresh user and mount
-namespace, the uppers hidden, the command as the container user (not root) in a
-nested user namespace. ``uppers`` name the host directories; the next run (or
+``/.rf-uppers``, and :mod:`._seccomp`'s profile. The supervisor holds a user and mount namespace for the
+session (:meth:`._shell.Supervisor.hold`); each command (:class:`._shell.HeldOverlay`)
+gets a mount namespace of its own with an overlay per root, the uppers hidden, and
+runs as the container user (not root) in a nested user namespace. (More than nine
+roots: :func:`._shell.overlay_wrapper`, the same per command in a fresh user namespace.) ``uppers`` name the host directories; the next run (or
 ``aclose``) empties them. A failing mount is ``Unavailable``; gVisor is refused.
 
 Non-guarantees: no disk quota: a command can fill the workspace's file
@@ -120,6 +121,7 @@ from ._seccomp import security_opt as change_set_seccomp
 from ._shell import (
     OVERLAY_FAILED,
     CommandOutput,
+    HeldOverlay,
     Supervisor,
     attach,
     overlay_unavailable,
@@ -147,6 +149,9 @@ BASE_ENV = {
 # A remote session's root-owned tmpfs for the files the host ships as root (scripts).
 SHIPPED_FILES_DIR = "/opt/ringfence"
 SHIPPED_FILES_TMPFS = "rw,nosuid,nodev,noexec,size=8m,mode=0755"
+# Roots a supervisor holding the user namespace mounts per command (._seal's enter: one
+# digit); a session with more runs each command under the wrapper script instead.
+MAX_HELD_LAYERS = 9
 # How long stopping a command may take beyond the grace period before the
 # container is replaced instead.
 _KILL_ROUND_TRIP = 5.0
@@ -292,7 +297,7 @@ class DockerSession:
             else ()
         )
         self._uppers: upper.SessionUppers | None = None
-        self._overlay: str | None = None
+        self._overlay: str | HeldOverlay | None = None
         self._remote: RemoteWorkspace | None = None
         if engine is not None and not engine.local:
             self._remote = remote_workspace(
@@ -671,11 +676,15 @@ class DockerSession:
             )
         elif self._uppers is not None:
             uid, gid = parse_user(self._user)
-            layers = [
+            layers = tuple(
                 (target, *self._uppers.container_dirs(i))
                 for i, (_, target) in enumerate(self._roots)
-            ]
-            self._overlay = overlay_wrapper(layers, upper.CONTAINER_DIR, uid, gid, self._shell)
+            )
+            if len(layers) <= MAX_HELD_LAYERS:  # ._seal's enter takes one digit
+                await self._shell.hold(uid, gid)
+                self._overlay = HeldOverlay(layers, upper.CONTAINER_DIR, uid, gid)
+            else:
+                self._overlay = overlay_wrapper(layers, upper.CONTAINER_DIR, uid, gid, self._shell)
 
     async def _recover(self) -> None:
         """Bring the session back after its supervisor died: new shell, or new container."""
@@ -736,9 +745,12 @@ class DockerSession:
         state_file = f"/tmp/.rf-shell-{self.session_id}" if keep else None
         started = time.monotonic()
         timed_out = False
-        if self._uppers is not None:
-            # The previous command's writes were the caller's to read until now.
+        if self._uppers is not None and not self._uppers.clean:
+            # The previous command's writes were the caller's to read until now (when it
+            # wrote nothing, its check said so: no thread hop).
             await trio.to_thread.run_sync(self._uppers.empty)
+        if self._uppers is not None:
+            self._uppers.mark_used()
         if self._remote is not None:  # the host's files (and merged change sets) first
             await self._remote.sync(shell, self._require_container())
         try:
@@ -767,7 +779,7 @@ class DockerSession:
                 field="cwd",
             )
         if self._uppers is not None:
-            await trio.to_thread.run_sync(self._uppers.check)
+            await trio.to_thread.run_sync(self._uppers.after_command)
         uppers = self._uppers.uppers() if self._uppers is not None else ()
         if self._remote is not None and self._shell is not None:
             uppers = await self._remote.fetch(self._shell, self.session_id)

@@ -26,6 +26,7 @@ import select
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import docker
@@ -35,11 +36,12 @@ from ...runtime._errors import ToolError, Unavailable
 from .._output import Capture
 from .._shellstate import STATE_LIMIT
 from ._api import map_docker_errors
-from ._seal import MOUNT_PATH, SEAL_PATH, USERNS_PATH
+from ._seal import ENTER_PATH, MOUNT_PATH, SEAL_PATH, USERNS_PATH
 
 __all__ = [
     "OVERLAY_FAILED",
     "CommandOutput",
+    "HeldOverlay",
     "Supervisor",
     "attach",
     "create_attached_exec",
@@ -296,10 +298,7 @@ def overlay_wrapper(
         # trusted.* xattrs (without it, removing a lower directory fails with EIO). No
         # redirects, no metacopy, whatever the kernel's defaults: a renamed directory is
         # copied up whole and every file's data is in the upper (what changes_from_upper reads).
-        opts = (
-            f"lowerdir={target},upperdir={upper},workdir={work},"
-            "userxattr,redirect_dir=nofollow,metacopy=off"
-        )
+        opts = overlay_options(target, upper, work)
         lines.append(
             f"{mount} overlay {quote(target)} overlay {quote(opts)} || __rf_f 'mount {target}'"
         )
@@ -320,6 +319,18 @@ def overlay_wrapper(
     return f"{USERNS_PATH} S {quote(f'0 {uid} 1')} {quote(f'0 {gid} 1')} /bin/sh -c {quote(script)}"
 
 
+def overlay_options(target: str, upper: str, work: str, *, volatile: bool = False) -> str:
+    """An overlay's mount options on ``target`` (its own lower layer). ``volatile``: no
+    sync of the upper's whole file system at unmount (the host's disk, under load several
+    ms a command; the host reads the upper through the page cache), which leaves a mark in
+    the work directory the next mount refuses: :meth:`._upper.SessionUppers.after_command`
+    empties it."""
+    return (
+        f"lowerdir={target},upperdir={upper},workdir={work},"
+        "userxattr,redirect_dir=nofollow,metacopy=off" + (",volatile" if volatile else "")
+    )
+
+
 def overlay_unavailable(stderr: str) -> Unavailable:
     """The error for a command whose overlay could not be set up (it did not run)."""
     return Unavailable(
@@ -328,6 +339,63 @@ def overlay_unavailable(stderr: str) -> Unavailable:
         "(on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0) and no AppArmor "
         "profile denying mount"
     )
+
+
+@dataclass(frozen=True)
+class HeldOverlay:
+    """Change sets under a supervisor that holds the user namespace (:meth:`Supervisor.hold`).
+
+    Per command, no wrapper shell and no ``mount(8)``: the supervisor's job is
+    :data:`._seal.ENTER_PATH` (``setsid``, a mount namespace of the command's own,
+    copied from the supervisor's, an overlay per ``layers`` entry (target, upper,
+    work), an empty read-only tmpfs on ``hidden``, ``chdir``), then, as in
+    :func:`overlay_wrapper`, the nested user namespace (the container user mapped to
+    itself, no capabilities) and the seal's stacked filter. The mounts are the
+    command's namespace's and vanish with it; the supervisor's namespace never has them.
+    """
+
+    layers: tuple[tuple[str, str, str], ...]
+    hidden: str
+    uid: int
+    gid: int
+
+
+# The supervisor's signal traps and its check for processes left (again after hold()'s exec).
+# USR1/USR2: SIGTERM/SIGKILL to every process of this uid but the supervisor itself;
+# __rf_k tells the command loop that the signal, not the command, ended its wait.
+_SUPERVISOR_SETUP = (
+    "trap '__rf_k=1; kill -TERM -1 2>/dev/null' USR1; "
+    "trap '__rf_k=1; kill -KILL -1 2>/dev/null' USR2; "
+    # Whether a process of this uid other than the supervisor is left (zombies count;
+    # `kill -0 -1` cannot tell: it succeeds whenever any other process exists).
+    '__rf_left() { for __rf_d in /proc/[0-9]*; do [ "${__rf_d#/proc/}" != $$ ] && '
+    '[ -O "$__rf_d" ] && return 0; done; return 1; }; '
+)
+
+
+def _held_job(held: HeldOverlay, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> str:
+    """A :class:`HeldOverlay` command: only static programs, by path, before its own shell.
+
+    A program given by path gets its variables exported by a subshell of the supervisor
+    whose last act is the ``exec`` (our own quoted words, read whole: a variable changes
+    nothing that follows); a name is found on ``PATH`` by a shell after the seal, which
+    exports them from its arguments, as in :func:`overlay_wrapper`.
+    """
+    layers = " ".join(
+        f"{quote(target)} {quote(overlay_options(target, upper, work, volatile=True))}"
+        for target, upper, work in held.layers
+    )
+    enter = (
+        f"{ENTER_PATH} {quote(cwd)} {quote(held.hidden)} {len(held.layers)} {layers} "
+        f"{USERNS_PATH} U {quote(f'{held.uid} 0 1')} {quote(f'{held.gid} 0 1')} {SEAL_PATH}"
+    )
+    words = " ".join(quote(a) for a in argv)
+    if argv[0].startswith("/"):
+        exports = "".join(f"export {quote(f'{k}={v}')}; " for k, v in env.items())
+        return f"( {exports}exec {enter} {words} )"
+    inner = 'export "$1"; shift; ' * len(env) + 'exec "$@"'
+    assigns = " ".join(quote(f"{k}={v}") for k, v in env.items())
+    return f"{enter} /bin/sh -c {quote(inner)} rf {assigns} {words}"
 
 
 class Supervisor:
@@ -369,16 +437,9 @@ class Supervisor:
         shell = cls(sock, 0, "setsid")
         token = secrets.token_hex(12)
         ready = f"__rf{token}__".encode()
-        # USR1/USR2: SIGTERM/SIGKILL to every process of this uid but the supervisor itself;
-        # __rf_k tells the command loop that the signal, not the command, ended its wait.
         preamble = (
-            "trap '__rf_k=1; kill -TERM -1 2>/dev/null' USR1; "
-            "trap '__rf_k=1; kill -KILL -1 2>/dev/null' USR2; "
-            "__rf_s=$(command -v setsid); __rf_u=$(command -v unshare); __rf_m=$(command -v mount); "
-            # Whether a process of this uid other than the supervisor is left (zombies count;
-            # `kill -0 -1` cannot tell: it succeeds whenever any other process exists).
-            '__rf_left() { for __rf_d in /proc/[0-9]*; do [ "${__rf_d#/proc/}" != $$ ] && '
-            '[ -O "$__rf_d" ] && return 0; done; return 1; }; '
+            _SUPERVISOR_SETUP
+            + "__rf_s=$(command -v setsid); __rf_u=$(command -v unshare); __rf_m=$(command -v mount); "
             # Change sets: the container's main process writes the seal (._seal) at start.
             + (
                 f"__rf_w=0; until [ -x {SEAL_PATH} ] || [ $__rf_w -ge 300 ]; do "
@@ -434,20 +495,67 @@ class Supervisor:
         shell.unshare, shell.mount = tools.get("u", ""), tools.get("m", "")
         return shell
 
+    async def hold(self, uid: int, gid: int) -> None:
+        r"""Make the supervisor itself root of a user namespace (``uid``/``gid`` mapped to 0)
+        with a mount namespace of its own, for :class:`HeldOverlay` commands.
+
+        The shell ``exec``\s :data:`._seal.USERNS_PATH` (same pid: the USR1/USR2 signals
+        still reach it), which starts a new shell there; its traps are set again. Every
+        process of the container user stays killable by ``kill -KILL -1`` as before (the
+        same uid, and the commands' namespaces are below this one). The exec line goes
+        alone, after a marker, so the old shell has read nothing after it. A kernel that
+        refuses the namespaces: :func:`overlay_unavailable`.
+        """
+        token = secrets.token_hex(12)
+        marker = quote(f"__rf{token}__")
+        await self.send(
+            f"printf '%s0\\n' {marker}; printf '%s\\n' {marker} >&2; "
+            f"exec {USERNS_PATH} H {quote(f'0 {uid} 1')} {quote(f'0 {gid} 1')} /bin/sh\n"
+        )
+        await self._probe(CommandOutput(token, Capture("stdout", None), Capture("stderr", None)))
+        token = secrets.token_hex(12)
+        marker = quote(f"__rf{token}__")
+        err = Capture("stderr", None)
+        probe = CommandOutput(token, Capture("stdout", None), err)
+        await self.send(
+            f"{_SUPERVISOR_SETUP}printf '%s%s\\n' {marker} $$; printf '%s\\n' {marker} >&2\n"
+        )
+        await self._probe(probe)
+        if probe.status != str(self.pid):
+            await self.close(graceful=False)
+            text = err.finish(4096, None, None).text if probe.status == "" else ""
+            if OVERLAY_FAILED in text:
+                raise overlay_unavailable(text)
+            raise ToolError(
+                f"the sandbox shell did not come back in its user namespace (got "
+                f"{probe.status!r}{'; ' + text.strip() if text.strip() else ''})"
+            )
+
+    async def _probe(self, probe: CommandOutput) -> None:
+        """Read one setup step's markers (30 s at most); the shell is closed on failure."""
+        try:
+            with trio.move_on_after(30):
+                await self.read_until_done(probe)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.close(graceful=False)
+            raise
+
     def script(
         self,
         token: str,
         argv: Sequence[str],
         cwd: str,
         env: Mapping[str, str],
-        overlay: str | None = None,
+        overlay: str | HeldOverlay | None = None,
         state_file: str | None = None,
     ) -> str:
         """One line of shell that runs ``argv`` and prints the marker with its status.
 
-        With ``overlay`` (a script from :func:`overlay_wrapper`) the command
-        runs under it, and its environment is set only at its final ``exec``,
-        so nothing it is given (``PATH``, ``IFS``) steers the wrapper. With
+        With ``overlay`` (a script from :func:`overlay_wrapper`, or a
+        :class:`HeldOverlay` after :meth:`hold`) the command runs under it, and
+        its environment is set only at its final ``exec``, so nothing it is
+        given (``PATH``, ``IFS``) steers the wrapper. With
         ``state_file`` the command's descriptor 3 is that file (truncated
         first), printed after the status line and ended by :func:`state_marker`.
         """
@@ -456,6 +564,8 @@ class Supervisor:
         if overlay is None:
             assigns = " ".join(f"{k}={quote(v)}" for k, v in env.items())
             job = f"{assigns} {quote(self.setsid)} {words}"
+        elif isinstance(overlay, HeldOverlay):
+            job = _held_job(overlay, argv, cwd, env)
         else:
             # The variables are arguments, exported one by one: no value is ever parsed.
             exports = 'export "$1"; shift; ' * len(env)

@@ -108,6 +108,9 @@ class SessionUppers:
         self._roots = tuple(roots)
         self._owner = owner
         self._made: list[_Made] = []
+        # Whether the last check() found every upper and work directory empty (then empty()
+        # has nothing to do and the session skips its thread hop before the next command).
+        self._clean = False
         self.lowers: dict[int, Path] = {}  # root index -> its id-mapped view, where one was made
         for root in self._roots:
             if base.resolve() == root or base.resolve().is_relative_to(root):
@@ -152,6 +155,16 @@ class SessionUppers:
     def uppers(self) -> tuple[Upper, ...]:
         return tuple(Upper(m.root, m.path) for m in self._made)
 
+    @property
+    def clean(self) -> bool:
+        """Whether :meth:`after_command` found every upper empty (nothing ran since)."""
+        return self._clean
+
+    def mark_used(self) -> None:
+        """A command starts: not :attr:`clean` until :meth:`after_command` says so (a
+        cancelled command never gets there, and the next run empties everything)."""
+        self._clean = False
+
     def check(self) -> None:
         """Refuse (ToolError) when a command replaced an upper directory (see the docstring)."""
         for made in self._made:
@@ -165,22 +178,46 @@ class SessionUppers:
                     "were not kept"
                 )
 
+    def after_command(self) -> None:
+        """After a command (blocking, one thread hop): :meth:`check`; empty every work
+        directory (the overlay's own, which nobody reads; a ``volatile`` overlay leaves a
+        mark there that the next mount refuses); note whether every upper is empty
+        (:attr:`clean`: then :meth:`empty` is not needed before the next command)."""
+        self._clean = False
+        self.check()
+        clean = True
+        for made in self._made:
+            _empty_path(made.path.parent / "w")
+            try:
+                with os.scandir(made.path) as entries:
+                    clean = clean and not any(True for _ in entries)
+            except OSError:
+                clean = False
+        self._clean = clean
+
     def empty(self) -> None:
         """Empty every upper and work directory (blocking; links are removed, never followed)."""
+        self._clean = False
         for made in self._made:
             for path in (made.path, made.path.parent / "w"):
-                try:
-                    fd = os.open(path, _DIR)
-                except OSError:
-                    continue  # replaced or gone: check() reports it
-                try:
-                    empty_directory(fd)
-                finally:
-                    os.close(fd)
+                _empty_path(path)
 
     def remove(self) -> None:
         """Remove everything (blocking, best effort); see :func:`remove_session_dirs`."""
         remove_session_dirs(self.top.name, self.top.parent)
+
+
+def _empty_path(path: Path) -> None:
+    """Empty a directory by descriptor (links removed, never followed); one that was
+    replaced or is gone is left alone (:meth:`SessionUppers.check` reports it)."""
+    try:
+        fd = os.open(path, _DIR)
+    except OSError:
+        return
+    try:
+        empty_directory(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_session_dirs(session_id: str, base: Path | None = None) -> None:
