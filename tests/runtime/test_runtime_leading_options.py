@@ -128,45 +128,6 @@ def test_a_deny_rule_sees_the_subcommand_git_runs(
         assert at_exec is None, (argv, runs)
 
 
-@needs_bwrap
-@pytest.mark.parametrize(
-    "command",
-    [
-        "git --git-dir=.git push origin HEAD:refs/heads/a",
-        "git -C . push origin HEAD:refs/heads/b",
-        "git --no-pager push origin HEAD:refs/heads/c",
-        "git -c x.y=z push origin HEAD:refs/heads/d",
-        # the Gate sees a computed word; the exec check sees the push itself
-        'o=--no-pager; git "$o" push origin HEAD:refs/heads/e',
-    ],
-)
-def test_the_command_line_refuses_a_push_behind_global_options(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
-) -> None:
-    remote = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    git = ["git", "-C", str(ws), "-c", "user.email=a@b", "-c", "user.name=a"]
-    subprocess.run(["git", "init", "-q", str(ws)], check=True)
-    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
-    subprocess.run([*git, "remote", "add", "origin", str(remote)], check=True)
-    code = main(["call", "run_shell", "--args", json.dumps({"command": command}),
-                 "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
-                 "--deny", "run_shell(git push *)", "--network", "--json"])  # fmt: skip
-    out = json.loads(capsys.readouterr().out)
-    refused = code != 0 or out["result"]["exit_code"] != 0
-    assert refused, out
-    assert "denied" in json.dumps(out) or "Permission denied" in json.dumps(out), out
-    branches = subprocess.run(
-        ["git", "-C", str(remote), "branch", "--list"], capture_output=True, text=True, check=True
-    )
-    assert branches.stdout == ""  # nothing was pushed
-
-
-# -- aliases: git runs them in-process -----------------------------------------------------
-
-
 def _workspace_with_origin(tmp_path: Path) -> Path:
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
@@ -184,6 +145,36 @@ def _run(ws: Path, command: str, capsys: pytest.CaptureFixture[str]) -> tuple[in
                  "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
                  "--deny", "run_shell(git push *)", "--network", "--json"])  # fmt: skip
     return code, json.loads(capsys.readouterr().out)
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git --git-dir=.git push origin HEAD:refs/heads/a",
+        "git -C . push origin HEAD:refs/heads/b",
+        "git --no-pager push origin HEAD:refs/heads/c",
+        "git -c x.y=z push origin HEAD:refs/heads/d",
+        # the Gate sees a computed word; the exec check sees the push itself
+        'o=--no-pager; git "$o" push origin HEAD:refs/heads/e',
+    ],
+)
+def test_the_command_line_refuses_a_push_behind_global_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    ws = _workspace_with_origin(tmp_path)
+    remote = tmp_path / "remote.git"
+    code, out = _run(ws, command, capsys)
+    refused = code != 0 or out["result"]["exit_code"] != 0
+    assert refused, out
+    assert "denied" in json.dumps(out) or "Permission denied" in json.dumps(out), out
+    branches = subprocess.run(
+        ["git", "-C", str(remote), "branch", "--list"], capture_output=True, text=True, check=True
+    )
+    assert branches.stdout == ""  # nothing was pushed
+
+
+# -- aliases: git runs them in-process -----------------------------------------------------
 
 
 @needs_bwrap
