@@ -40,7 +40,8 @@ from ._suite import Row, Scenario, Skip
 # Both servers live in the source tree (source_file: a Skip naming the file without it).
 EVERYTHING = "tests/npm/node_modules/.bin/mcp-server-everything"
 PEER = "tests/mcp_host/servers/annotated.py"
-GOAL_RATIO = 1.2
+GOAL_RATIO = 1.2  # issue 6's, for both servers
+EVERYTHING_GOAL = 1.10  # issue 33's, stricter, for server-everything's echo
 
 
 def _toml(value: str) -> str:
@@ -56,6 +57,7 @@ async def measure(
     arguments: dict[str, Any],
     *,
     quick: bool,
+    goal: float = GOAL_RATIO,
 ) -> list[Row]:
     rounds, batch = (6, 20) if quick else (20, 50)
     manifest = parse_manifest(
@@ -100,8 +102,8 @@ async def measure(
             f"{server}: call through ringfence",
             rf,
             sdk,
-            f"< {GOAL_RATIO:g}x bare SDK client",
-            ratio < GOAL_RATIO,
+            f"<= {goal:g}x bare SDK client",
+            ratio <= goal,
             {"overhead_s": rf.median - sdk.median, "calls": rounds * batch},
         ),
         Row(
@@ -127,6 +129,7 @@ async def run_everything(quick: bool) -> list[Row]:
         "echo",
         {"message": "hello"},
         quick=quick,
+        goal=EVERYTHING_GOAL,
     )
 
 
@@ -146,13 +149,13 @@ async def run_peer(quick: bool) -> list[Row]:
 EVERYTHING_SCENARIO = Scenario(
     "mcp-everything",
     "MCP call (server-everything over stdio) through ringfence vs bare SDK",
-    f"< {GOAL_RATIO:g}x bare SDK client",
+    f"<= {EVERYTHING_GOAL:g}x bare SDK client",
     run_everything,
 )
 PEER_SCENARIO = Scenario(
     "mcp-peer",
     "MCP call (Python SDK peer over stdio) through ringfence vs bare SDK",
-    f"< {GOAL_RATIO:g}x bare SDK client",
+    f"<= {GOAL_RATIO:g}x bare SDK client",
     run_peer,
 )
 SCENARIOS = [EVERYTHING_SCENARIO, PEER_SCENARIO]
