@@ -132,3 +132,57 @@ def test_no_replaced_file_s_descriptor_stays_open_after_a_merge(
         time.sleep(0.01)  # the closer thread works off its queue
     assert not left, f"{len(left)} replaced files are still held open after the merge"
     assert (lower / "f99.txt").read_text() == "new 099\n"
+
+
+def _open_descriptors() -> set[int]:
+    return {int(n) for n in os.listdir("/proc/self/fd")}
+
+
+def test_a_new_tree_s_read_closes_its_own_descriptors_and_no_other(
+    tmp_path: Path, ringfence_home: Path
+) -> None:
+    """The read closes a new directory's files together (one ``close_range`` for a run of
+    numbers): a descriptor someone else holds between them stays open, none of its own is
+    left. Holes below make the read's numbers interleave with the foreign ones."""
+    lower, upper = tmp_path / "ws", tmp_path / "upper"
+    lower.mkdir()
+    (upper / "new" / "lib").mkdir(parents=True)
+    for i in range(300):  # past one batch of descriptors
+        (upper / "new" / "lib" / f"m{i}.js").write_text(f"{i}\n")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(40)]
+    foreign = held[1::2]  # every other one stays open: the read fills the holes between
+    for fd in held[::2]:
+        os.close(fd)
+    try:
+        before = _open_descriptors()
+        with captured(lower, upper) as (_, _, changes, _):
+            assert len(changes) == 302
+        assert _open_descriptors() == before
+        for fd in foreign:
+            os.fstat(fd)  # still open
+    finally:
+        for fd in foreign:
+            os.close(fd)
+
+
+def test_an_unfit_new_directory_s_files_can_still_be_renamed_one_by_one(
+    tmp_path: Path, ringfence_home: Path
+) -> None:
+    """A new directory fit to move whole is a tree (its files need no rename of their own);
+    one that is not (a FIFO in it) names each of its files for the merge to rename."""
+    lower, upper = tmp_path / "ws", tmp_path / "upper"
+    lower.mkdir()
+    (upper / "fit").mkdir(parents=True)
+    (upper / "unfit").mkdir()
+    for name in ("fit", "unfit"):
+        for i in range(3):
+            (upper / name / f"f{i}").write_text(f"{name} {i}\n")
+    os.mkfifo(upper / "unfit" / "pipe")
+    with captured(lower, upper) as (_, _, _, files):
+        assert files.tree(Change(0, "fit", None, Image("dir", 0o755))) is not None
+        assert files.tree(Change(0, "unfit", None, Image("dir", 0o755))) is None
+        for i in range(3):
+            after = Image("file", 0o644, None, len(f"unfit {i}\n"))
+            taken = files.take(Change(0, f"unfit/f{i}", None, after), after)
+            assert taken is not None
+            os.close(taken[2])

@@ -51,6 +51,8 @@ _open, _fstat, _read, _close, _listxattr = os.open, os.fstat, os.read, os.close,
 _lseek, _SEEK_SET, _S_IFREG = os.lseek, os.SEEK_SET, stat.S_IFREG
 # The named tuples' own constructor is a Python function: a file's three are made in C.
 _tuple = tuple.__new__
+# Read files' descriptors closed by one ``close_range`` (see _close_all) per this many.
+_CLOSE_BATCH = 64
 # How deep a change set reaches below its root. The walks descend one call (and one descriptor)
 # per level; a command can make a tree far deeper than Python's recursion limit, so past this
 # depth the whole set is refused with a clear error instead of failing halfway.
@@ -288,7 +290,8 @@ class _Reader:
         if prefix.count("/") >= MAX_DEPTH:
             raise _too_deep(prefix)
         with os.scandir(upper_fd) as it:
-            entries = sorted((e.name, e.is_file(follow_symlinks=False)) for e in it)
+            entries = [(e.name, e.is_file(follow_symlinks=False)) for e in it]
+        entries.sort()
         if fit is not None:
             fit.names(prefix, [name for name, _ in entries])
         # A directory the command made, nothing live: the bulk of a big command (10,000 files).
@@ -298,54 +301,80 @@ class _Reader:
         lean = self.pack is not None and self.state is None and lower_fd is None
         out, root, add, sources, put_fd = self.out, self.root, self.add, self.sources, None
         owner = fit.owner if fit is not None else None
-        for name, regular in entries:
-            path = prefix + name
-            if regular and lean:
-                regular = False  # if it is not read here, it is not read as a file
-                try:
-                    fd = _open(name, _FILE_FLAGS, dir_fd=upper_fd)
-                except OSError:
-                    fd = -1  # a link (ELOOP) or gone: the entry's own stat decides
-                if fd >= 0:
+        done: list[int] = []  # the read files' descriptors, closed together (_close_all)
+        # A new directory's files go with it when it is renamed whole (UpperTree): their own
+        # UpperSource (for a merge renaming them one by one) is made only if the directory
+        # turns out unfit (below). Flat atoms here: 10,000 tracked objects fewer for the
+        # collector in a big command's new tree.
+        later: list[str | int] | None = [] if fit is not None and sources is not None else None
+        try:
+            for name, regular in entries:
+                path = prefix + name
+                if regular and lean:
+                    regular = False  # if it is not read here, it is not read as a file
                     try:
-                        st = _fstat(fd)
-                        mode = st.st_mode
-                        if mode & _S_IFMT == _S_IFREG:
-                            size = st.st_size
-                            # One read: a regular file's read is short only at its end.
-                            data = _read(fd, size + 1) if size <= _PACKED_MAX else None
-                            if data is None or len(data) > size:  # large, or grew: a blob
-                                _lseek(fd, 0, _SEEK_SET)
-                                put_fd = put_fd or self.blobs.put_fd
-                                digest, size = put_fd(fd)
+                        fd = _open(name, _FILE_FLAGS, dir_fd=upper_fd)
+                    except OSError:
+                        fd = -1  # a link (ELOOP) or gone: the entry's own stat decides
+                    if fd >= 0:
+                        try:
+                            st = _fstat(fd)
+                            mode = st.st_mode
+                            if mode & _S_IFMT == _S_IFREG:
+                                size = st.st_size
+                                # One read: a regular file's read is short only at its end.
+                                data = _read(fd, size + 1) if size <= _PACKED_MAX else None
+                                if data is None or len(data) > size:  # large, or grew: a blob
+                                    _lseek(fd, 0, _SEEK_SET)
+                                    put_fd = put_fd or self.blobs.put_fd
+                                    digest, size = put_fd(fd)
+                                else:
+                                    digest = add(data)
+                                one_name = st.st_nlink == 1 and st.st_size == size
+                                if fit is not None and (
+                                    not one_name
+                                    or (st.st_uid, st.st_gid) != owner
+                                    or _listxattr(fd)
+                                ):
+                                    fit.ok = False
                             else:
-                                digest = add(data)
-                            one_name = st.st_nlink == 1 and st.st_size == size
-                            if fit is not None and (
-                                not one_name or (st.st_uid, st.st_gid) != owner or _listxattr(fd)
-                            ):
-                                fit.ok = False
-                        else:
-                            mode = -1
+                                mode = -1
+                        except BaseException:
+                            _close(fd)
+                            raise
+                        done.append(fd)
+                        if len(done) >= _CLOSE_BATCH:
+                            _close_all(done)
+                        if mode >= 0:
+                            if one_name and sources is not None:
+                                if later is not None:
+                                    later += (path, st.st_ino, size, st.st_mtime_ns)
+                                else:
+                                    sources[path] = _tuple(
+                                        UpperSource, (path, st.st_ino, size, st.st_mtime_ns)
+                                    )
+                            image = _tuple(Image, ("file", mode & 0o7777, digest, size))
+                            out.append(_tuple(Change, (root, path, None, image)))
+                            continue
+                if done:
+                    _close_all(done)
+                sub = self._entry(upper_fd, lower_fd, name, path, regular, fit)
+                if sub is not None:  # a directory: read below, then judged whole
+                    try:
+                        self.walk(sub.upper_fd, sub.lower_fd, path + "/", sub.fit)
+                        self._walked(sub, fit)
                     finally:
-                        _close(fd)
-                    if mode >= 0:
-                        if one_name and sources is not None:
-                            sources[path] = _tuple(
-                                UpperSource, (path, st.st_ino, size, st.st_mtime_ns)
-                            )
-                        image = _tuple(Image, ("file", mode & 0o7777, digest, size))
-                        out.append(_tuple(Change, (root, path, None, image)))
-                        continue
-            sub = self._entry(upper_fd, lower_fd, name, path, regular, fit)
-            if sub is not None:  # a directory: read below, then judged whole
-                try:
-                    self.walk(sub.upper_fd, sub.lower_fd, path + "/", sub.fit)
-                    self._walked(sub, fit)
-                finally:
-                    os.close(sub.upper_fd)
-                    if sub.lower_fd is not None:
-                        os.close(sub.lower_fd)
+                        os.close(sub.upper_fd)
+                        if sub.lower_fd is not None:
+                            os.close(sub.lower_fd)
+        finally:
+            if done:
+                _close_all(done)
+        if later and fit is not None and not fit.ok and sources is not None:
+            for i in range(0, len(later), 4):
+                path = str(later[i])
+                ino, size, mtime_ns = map(int, later[i + 1 : i + 4])
+                sources[path] = UpperSource(path, ino, size, mtime_ns)
 
     def _entry(
         self,
@@ -521,6 +550,19 @@ class _Reader:
             finally:
                 os.close(sub_fd)
         self.out.append(Change(self.root, path, found, None))
+
+
+def _close_all(fds: list[int]) -> None:
+    """Close ``fds`` (all open, all the caller's) and empty the list: one ``close_range``
+    when they are one run of numbers (held open at once, no other file can have a number
+    between them), else one ``close`` each. A 10,000-file read saves ~10,000 system calls."""
+    low, high = min(fds), max(fds)
+    if high - low == len(fds) - 1:
+        os.closerange(low, high + 1)
+    else:
+        for fd in fds:
+            _close(fd)
+    fds.clear()
 
 
 def _link_fits(dir_fd: int, name: str, st: os.stat_result) -> bool:
