@@ -204,6 +204,28 @@ def test_a_git_alias_cannot_run_a_denied_git_command(
 
 
 @needs_bwrap
+def test_an_external_git_command_where_the_command_writes_counts_for_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `git-p` the command wrote could be gone by the time git looks for it (then git runs
+    the alias `p`): only git's exec path and read-only `PATH` directories make `p` git's own."""
+    ws = _workspace_with_origin(tmp_path)
+    command = (
+        "mkdir b && printf '#!/bin/sh\\necho external\\n' > b/git-p && chmod +x b/git-p && "
+        "git -c alias.p=push p origin HEAD:refs/heads/j"
+    )
+    arguments = {"command": command, "env": {"PATH": f"{ws}/b:/usr/local/bin:/usr/bin:/bin"}}
+    code = main(["call", "run_shell", "--args", json.dumps(arguments),
+                 "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
+                 "--deny", "run_shell(git push *)", "--network", "--json"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    result = out["result"]
+    assert result["exit_code"] == 126 and "git: Permission denied" in result["stderr"], out
+    assert "external" not in result["stdout"], out
+
+
+@needs_bwrap
 def test_git_commands_of_its_own_still_run_under_a_rule_over_git(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1115,8 +1115,8 @@ class Checker:
         configuration: ``-c``, files, ``GIT_CONFIG_*``; or ``help.autocorrect``) in the same
         process, so a deny rule over git's commands could not see what it runs. A command
         of git's own is a builtin or external one, found as ``git-<command>`` in git's exec
-        path or on ``PATH``, the way git finds it before it looks for an alias (externals
-        are then checked at their own exec)."""
+        path or on ``PATH`` (read-only directories only), the way git finds it before it
+        looks for an alias (externals are then checked at their own exec)."""
         rest = argv[1:]
         i = 0
         while i < len(rest) and rest[i].startswith("-"):
@@ -1124,8 +1124,11 @@ class Checker:
         if i >= len(rest):
             return  # no command: git prints its help or runs an option's action
         command = rest[i]
-        if "/" not in command and any(os.path.exists(f"{d}/git-{command}") for d in self.git_dirs):
-            return
+        if "/" not in command and any(
+            self._read_only(os.fsencode(d)) and os.path.exists(f"{d}/git-{command}")
+            for d in self.git_dirs
+        ):
+            return  # (only where it cannot come or go during the session)
         rule = self.git_rule
         assert rule is not None
         raise Refused(
