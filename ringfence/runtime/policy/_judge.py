@@ -282,9 +282,10 @@ class Policy:
         # what a part the text cannot settle must do: ask for an ask rule (never enforced at
         # exec), and for a deny rule when the tool has no exec check
         hidden_ask, unenforced = index.has_ask, index.has_deny and not exec_checked
-        if index.deny_builtin and not unenforced:  # what exec checks cannot see
+        builtin = index.deny_builtin and exec_checked  # what the exec checks cannot see
+        if builtin:
             unenforced, exec_checked = True, False
-        why_unenforced = BUILTIN_UNENFORCED if index.deny_builtin else UNENFORCED
+        why_unenforced = BUILTIN_UNENFORCED if builtin else UNENFORCED
         for sc in parsed.commands:
             candidates = [
                 r
@@ -293,7 +294,7 @@ class Policy:
             ]
             part = _judge_command(sc, candidates, exec_checked)
             if part.effect is None and unenforced and not sc.known:
-                reason = BUILTIN_UNENFORCED if index.deny_builtin else UNKNOWN_PROGRAM
+                reason = BUILTIN_UNENFORCED if builtin else UNKNOWN_PROGRAM
                 part = PartVerdict("command", part.text, Effect.ASK, reason=reason, via=sc.via)
             parts.append(part)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
