@@ -19,8 +19,8 @@ The per-operation costs are measured first, on this machine's engine:
   the merge of a 10-file change set through the guarded writer (wall time);
 * ``kernel_cpu``: the same work's CPU time in the kernel's process: the part
   that is serial. The Gate runs on the kernel's trio thread and the merge on a
-  worker thread (``trio.to_thread``), so one command's merge waiting for the
-  disk (its fsyncs) does not hold up another's Gate call; their Python holds one
+  worker thread (``trio.to_thread``), so one command's merge waiting (for its
+  file-system threads, the disk) does not hold up another's Gate call; their Python holds one
   GIL, so CPU time is what a kernel cannot do twice at once (an upper bound:
   system calls run without the GIL).
 

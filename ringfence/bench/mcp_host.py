@@ -40,7 +40,7 @@ from ._suite import Row, Scenario, Skip
 # Both servers live in the source tree (source_file: a Skip naming the file without it).
 EVERYTHING = "tests/npm/node_modules/.bin/mcp-server-everything"
 PEER = "tests/mcp_host/servers/annotated.py"
-GOAL_RATIO = 1.2  # issue 6's, for both servers
+GOAL_RATIO = 1.2  # issue 6's, for the Python SDK peer
 EVERYTHING_GOAL = 1.10  # issue 33's, stricter, for server-everything's echo
 
 
