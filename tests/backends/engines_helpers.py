@@ -143,21 +143,8 @@ def start_unix_engine(
     """A second engine on a unix socket of its own (``base/run/docker.sock``), e.g. for
     an sshd in front of it; otherwise as :func:`start_tls_engine`."""
     run, bridge = _run_dir_and_bridge(base)
-    log = base / "dockerd.log"
-    with log.open("ab") as log_file:
-        process = _spawn_dockerd(
-            base, run, ["-H", f"unix://{run / 'docker.sock'}"], bridge, log_file
-        )
     engine = Engine(name=name, base_url=f"unix://{run / 'docker.sock'}")
-    handle = EngineProcess(engine, process, bridge, base, log)
-    try:
-        _wait_ready(handle)
-        for image in load_images:
-            copy_image(image, engine)
-    except BaseException:
-        stop_engine(handle)
-        raise
-    return handle
+    return _start(base, run, bridge, ["-H", f"unix://{run / 'docker.sock'}"], engine, load_images)
 
 
 def start_tls_engine(
@@ -168,16 +155,13 @@ def start_tls_engine(
     make_certificates(certs)
     run, bridge = _run_dir_and_bridge(base)
     port = _free_port()
-    log = base / "dockerd.log"
-    with log.open("ab") as log_file:
-        listen = [
-            "-H", f"tcp://127.0.0.1:{port}",
-            "--tlsverify",
-            "--tlscacert", str(certs / "ca.pem"),
-            "--tlscert", str(certs / "server.pem"),
-            "--tlskey", str(certs / "server-key.pem"),
-        ]  # fmt: skip
-        process = _spawn_dockerd(base, run, listen, bridge, log_file)
+    listen = [
+        "-H", f"tcp://127.0.0.1:{port}",
+        "--tlsverify",
+        "--tlscacert", str(certs / "ca.pem"),
+        "--tlscert", str(certs / "server.pem"),
+        "--tlskey", str(certs / "server-key.pem"),
+    ]  # fmt: skip
     engine = Engine(
         name=name,
         base_url=f"tcp://127.0.0.1:{port}",
@@ -185,6 +169,22 @@ def start_tls_engine(
         tls_cert=certs / "client.pem",
         tls_key=certs / "client-key.pem",
     )
+    return _start(base, run, bridge, listen, engine, load_images)
+
+
+def _start(
+    base: Path,
+    run: Path,
+    bridge: str,
+    listen: list[str],
+    engine: Engine,
+    load_images: tuple[str, ...],
+) -> EngineProcess:
+    """dockerd listening on ``listen``, ready, with ``load_images`` copied in (stopped again
+    when any step fails)."""
+    log = base / "dockerd.log"
+    with log.open("ab") as log_file:
+        process = _spawn_dockerd(base, run, listen, bridge, log_file)
     handle = EngineProcess(engine, process, bridge, base, log)
     try:
         _wait_ready(handle)

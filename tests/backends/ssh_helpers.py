@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+from backends_helpers import docker_required
 from engines_helpers import EngineProcess, can_start_engine, start_unix_engine, stop_engine
 
 SSHD = Path("/usr/sbin/sshd")
@@ -85,6 +87,16 @@ def can_start_ssh_engine() -> str | None:
             "(apt-get install openssh-server openssh-client; .ci/run installs them)"
         )
     return None
+
+
+def require_ssh_engine() -> None:
+    """Skip the test when an ssh engine cannot start here; fail instead under
+    ``RINGFENCE_REQUIRE_DOCKER=1`` (CI), naming why."""
+    reason = can_start_ssh_engine()
+    if reason is not None:
+        if docker_required():
+            pytest.fail(f"RINGFENCE_REQUIRE_DOCKER=1 but {reason}")
+        pytest.skip(reason)
 
 
 def _free_port() -> int:

@@ -364,13 +364,9 @@ async def test_a_script_on_an_ssh_engine_rides_the_forwarded_exec_stream(
 ) -> None:
     """An ``ssh://`` engine (sshd in front of a second dockerd): nothing of the host is
     mounted there either; the exec's stream goes through the session's ssh forward."""
-    from ssh_helpers import can_start_ssh_engine, start_ssh_engine, stop_ssh_engine
+    from ssh_helpers import require_ssh_engine, start_ssh_engine, stop_ssh_engine
 
-    reason = can_start_ssh_engine()
-    if reason is not None:
-        if docker_required():
-            pytest.fail(f"RINGFENCE_REQUIRE_DOCKER=1 but {reason}")
-        pytest.skip(reason)
+    require_ssh_engine()
     handle = start_ssh_engine(tmp_path_factory.mktemp("ssh-scripts"), images=(IMAGE,))
     try:
         ws = tmp_path / "ws"

@@ -21,15 +21,16 @@ from typing import Any
 
 import pytest
 import trio
-from backends_helpers import DOCKER_OPTIONS, container_processes, docker_required
+from backends_helpers import DOCKER_OPTIONS, container_processes
 from ssh_helpers import (
     SSHEngine,
     accepted_logins,
-    can_start_ssh_engine,
+    require_ssh_engine,
     start_ssh_engine,
     stop_ssh_engine,
 )
 from test_backends_docker_changesets import capture, make, tree
+from test_backends_remote import host_binds
 
 from ringfence.backends import SessionSpec, ShellResult
 from ringfence.backends.docker._api import connect_docker
@@ -58,11 +59,7 @@ def own_tempdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def ssh_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHEngine]:
-    reason = can_start_ssh_engine()
-    if reason is not None:
-        if docker_required():
-            pytest.fail(f"RINGFENCE_REQUIRE_DOCKER=1 but {reason}")
-        pytest.skip(reason)
+    require_ssh_engine()
     handle = start_ssh_engine(tmp_path_factory.mktemp("ssh-engine"), images=(IMAGE,))
     try:
         yield handle
@@ -85,6 +82,15 @@ def engine_containers(handle: SSHEngine) -> list[Any]:
         return list(client.containers.list(all=True))
     finally:
         client.close()
+
+
+async def no_containers_left(handle: SSHEngine) -> None:
+    """The engine removes a session's container once its lease (the forward) is gone:
+    within 15 s, or the test fails."""
+    deadline = time.monotonic() + 15
+    while engine_containers(handle) and time.monotonic() < deadline:
+        await trio.sleep(0.2)
+    assert engine_containers(handle) == []
 
 
 def forwards() -> list[Path]:
@@ -158,12 +164,8 @@ async def test_conformance_on_an_ssh_engine_with_nothing_of_the_host_mounted(
     async def start(spec: SessionSpec) -> DockerSession:
         session = await start_docker(spec)
         assert session.container_id is not None
-        client = connect_docker(ssh_engine.docker.engine.base_url)
-        try:
-            mounts = client.api.inspect_container(session.container_id)["Mounts"]
-        finally:
-            client.close()
-        assert [m for m in mounts if m.get("Type") == "bind"] == []  # shipped, not mounted
+        binds = host_binds(ssh_engine.docker.engine, session.container_id)
+        assert binds == []  # shipped, not mounted
         seen.append(session.container_id)
         return session
 
@@ -359,10 +361,7 @@ async def test_a_dead_forward_fails_the_next_call_naming_it(
         await session.aclose()
     assert forwards() == []
     # The container's lease went with the forward: the engine removes it.
-    deadline = time.monotonic() + 15
-    while engine_containers(ssh_engine) and time.monotonic() < deadline:
-        await trio.sleep(0.2)
-    assert engine_containers(ssh_engine) == []
+    await no_containers_left(ssh_engine)
 
 
 def _read(path: Path) -> str:
@@ -516,7 +515,4 @@ async def test_a_warm_pool_on_an_ssh_engine_is_claimed_then_shipped(
         finally:
             await session.aclose()
     assert forwards() == []
-    deadline = time.monotonic() + 15
-    while engine_containers(ssh_engine) and time.monotonic() < deadline:
-        await trio.sleep(0.2)
-    assert engine_containers(ssh_engine) == []
+    await no_containers_left(ssh_engine)
