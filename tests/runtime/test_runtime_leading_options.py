@@ -140,11 +140,25 @@ def _workspace_with_origin(tmp_path: Path) -> Path:
     return ws
 
 
-def _run(ws: Path, command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
-    code = main(["call", "run_shell", "--args", json.dumps({"command": command}),
+def _run(
+    ws: Path, command: str, capsys: pytest.CaptureFixture[str], env: dict[str, str] | None = None
+) -> tuple[int, dict]:
+    """``ringfence call run_shell`` under ``run_shell(git push *)``, approving (the network
+    makes it ask): the exit code and the printed JSON."""
+    arguments: dict[str, object] = {"command": command} | ({"env": env} if env else {})
+    code = main(["call", "run_shell", "--args", json.dumps(arguments),
                  "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
                  "--deny", "run_shell(git push *)", "--network", "--json"])  # fmt: skip
     return code, json.loads(capsys.readouterr().out)
+
+
+def _nothing_pushed(tmp_path: Path) -> None:
+    """The origin (beside the workspace) has no branch: no push reached it."""
+    remote = tmp_path / "remote.git"
+    branches = subprocess.run(
+        ["git", "-C", str(remote), "branch", "--list"], capture_output=True, text=True, check=True
+    )
+    assert branches.stdout == ""
 
 
 @needs_bwrap
@@ -163,15 +177,11 @@ def test_the_command_line_refuses_a_push_behind_global_options(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
     ws = _workspace_with_origin(tmp_path)
-    remote = tmp_path / "remote.git"
     code, out = _run(ws, command, capsys)
     refused = code != 0 or out["result"]["exit_code"] != 0
     assert refused, out
     assert "denied" in json.dumps(out) or "Permission denied" in json.dumps(out), out
-    branches = subprocess.run(
-        ["git", "-C", str(remote), "branch", "--list"], capture_output=True, text=True, check=True
-    )
-    assert branches.stdout == ""  # nothing was pushed
+    _nothing_pushed(tmp_path)
 
 
 # -- aliases: git runs them in-process -----------------------------------------------------
@@ -201,6 +211,7 @@ def test_a_git_alias_cannot_run_a_denied_git_command(
     result = out["result"]
     assert result["exit_code"] == 126 and "git: Permission denied" in result["stderr"], out
     assert "built-in: git push" not in result["stderr"], out
+    _nothing_pushed(tmp_path)
 
 
 @needs_bwrap
@@ -214,15 +225,12 @@ def test_an_external_git_command_where_the_command_writes_counts_for_nothing(
         "mkdir b && printf '#!/bin/sh\\necho external\\n' > b/git-p && chmod +x b/git-p && "
         "git -c alias.p=push p origin HEAD:refs/heads/j"
     )
-    arguments = {"command": command, "env": {"PATH": f"{ws}/b:/usr/local/bin:/usr/bin:/bin"}}
-    code = main(["call", "run_shell", "--args", json.dumps(arguments),
-                 "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
-                 "--deny", "run_shell(git push *)", "--network", "--json"])  # fmt: skip
-    out = json.loads(capsys.readouterr().out)
+    code, out = _run(ws, command, capsys, env={"PATH": f"{ws}/b:/usr/local/bin:/usr/bin:/bin"})
     assert code == 0, out
     result = out["result"]
     assert result["exit_code"] == 126 and "git: Permission denied" in result["stderr"], out
     assert "external" not in result["stdout"], out
+    _nothing_pushed(tmp_path)
 
 
 @needs_bwrap
