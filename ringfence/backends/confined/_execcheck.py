@@ -782,7 +782,9 @@ class Checker:
             ),
             None,
         )
-        self.git_dirs = [d for d in _GIT_EXEC_PATHS if os.path.isdir(d)][:1] + dirs
+        self.git_dirs: list[str] = []  # where git's own commands are (only with such a rule)
+        if self.git_rule is not None:
+            self.git_dirs = [d for d in _GIT_EXEC_PATHS if os.path.isdir(d)][:1] + dirs
         # The dynamic loaders programs name (x86-64: other ABIs die at their first call).
         for program in ("/bin/sh", "/usr/bin/env", os.path.realpath("/proc/self/exe")):
             loader = _elf_interpreter(program)
