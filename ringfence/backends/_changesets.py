@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -122,7 +123,7 @@ async def merge_uppers(
     while the set is read, saved and merged (the caller owns the process and
     said so: :mod:`ringfence.workspace.changes._collector`).
     """
-    if not any(_has_entries(u.path) for u in uppers):
+    if not any(_wrote(u) for u in uppers):
         return {**out, "changes": None}
     notices: list[str] = []  # said by the merge's thread, emitted here
     how = _How(ran, dict(facts or {}), live, field)
@@ -387,19 +388,34 @@ def _read_upper(
                 known=known,
                 previous=live.states.get(index),
                 state=state,
+                root_mode=upper.root_mode,
             )
             return index, read
         read = changes_from_upper(
-            upper_fd, lower_fd, index, store, pack=pack, sources=sources, trees=trees, known=known
+            upper_fd,
+            lower_fd,
+            index,
+            store,
+            pack=pack,
+            sources=sources,
+            trees=trees,
+            known=known,
+            root_mode=upper.root_mode,
         )
         return index, read
     finally:
         os.close(lower_fd)
 
 
-def _has_entries(path: Path) -> bool:
-    with os.scandir(path) as it:
-        return next(it, None) is not None
+def _wrote(upper: Upper) -> bool:
+    """Whether the command left anything in ``upper``: an entry, or a mode of its own
+    (``Upper.root_mode``: the root's own ``chmod``)."""
+    with os.scandir(upper.path) as it:
+        if next(it, None) is not None:
+            return True
+    if not upper.root_mode:
+        return False
+    return stat.S_IMODE(os.stat(upper.path).st_mode) != stat.S_IMODE(os.stat(upper.root).st_mode)
 
 
 def _paths(changes: tuple[Change, ...]) -> list[str]:

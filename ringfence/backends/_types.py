@@ -114,10 +114,15 @@ class Upper:
     which empty it; the caller reads it in between and never writes it.
     Nothing else writes it either once the command has ended: the merge
     moves a new directory of it into the workspace as it was read.
+
+    ``root_mode``: the upper directory's own mode was its root's when the
+    command started (the confined backend's), so a different one now is the
+    command's ``chmod`` of the root itself, which the merge refuses, named.
     """
 
     root: Path
     path: Path
+    root_mode: bool = False
 
 
 @dataclass(frozen=True)

@@ -268,6 +268,28 @@ def test_no_change_sets_on_the_command_line_puts_run_shell_back_in_the_residual(
     assert code == 0 and out["result"]["changes"]["files"] == 1 and (ws / "hi.txt").exists()
 
 
+async def test_a_chmod_of_the_root_itself_is_refused_by_name_not_dropped(
+    workspace: Path,
+) -> None:
+    """The overlay's top directory is the upper directory: a command's ``chmod .`` changed
+    its mode there and was dropped without a word (``changes: null``). It is now refused at
+    the merge, named, the rest merged, the root's mode untouched; the next command sees the
+    root's own mode again."""
+    workspace.chmod(0o755)
+    async with create_kernel(roots=[workspace], posture=Posture.ALLOW_REVERSIBLE) as k:
+        alone = await k.invoke("run_shell", {"command": "chmod 700 ."})
+        mixed = await k.invoke("run_shell", {"command": "chmod 777 . && echo x > f"})
+        after = await k.call("run_shell", {"command": "stat -c %a ."})
+    for outcome, mode in ((alone, "0700"), (mixed, "0777")):
+        assert outcome.error is not None and outcome.error.code == "invalid_arguments"
+        (refused,) = outcome.error.details["changes"]["refused"]
+        assert refused["path"] == "." and f"0755 to {mode}" in refused["message"], refused
+    assert "nothing else was changed" in alone.error.message  # type: ignore[union-attr]
+    assert (workspace / "f").read_text() == "x\n"  # the rest was merged
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o755
+    assert after["stdout"] == "755\n" and after["changes"] is None
+
+
 async def test_a_command_cannot_unmount_or_remount_its_layer(workspace: Path) -> None:
     """umount, mount, unshare: refused; no capability is left; the write goes to the layer."""
     script = (

@@ -104,7 +104,10 @@ class ExecWrites:
 
     @property
     def uppers(self) -> list[Upper]:
-        return [Upper(r, self._layers / str(i) / "upper") for i, r in enumerate(self._roots)]
+        return [
+            Upper(r, self._layers / str(i) / "upper", root_mode=True)
+            for i, r in enumerate(self._roots)
+        ]
 
     async def settle(self, ctx: CallContext, out: dict[str, Any]) -> dict[str, Any]:
         """``out`` with ``changes``: what the process wrote until now, merged as this call's

@@ -90,9 +90,15 @@ def _refusal(
     ``plain`` holds the directories whose every name was found plain and
     not git's: a sibling then needs only its own name checked.
     """
-    root, path, _, after = change
+    root, path, before, after = change
     parent, _, leaf = path.rpartition("/")
     key = (root, parent)
+    if path == "." and before is not None and after is not None and after.kind == "dir":
+        return InvalidArguments(
+            f"the workspace root's own mode ({before.mode:04o} to {after.mode:04o}): a "
+            "command does not change a root's mode (the host's), so it is not merged",
+            field="path",
+        )
     # A top-level name's parent "" is no directory: "/x" must be split and refused. A name
     # beside one found plain (its root checked) is judged alone, the common case inline:
     # a 10,000-file set asks this 10,000 times.
