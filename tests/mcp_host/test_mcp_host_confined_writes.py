@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -209,6 +210,30 @@ async def test_a_link_that_leaves_the_roots_is_refused(workspace: Path, tmp_path
             path = Path(top, name)
             if path.is_symlink():
                 assert Path(os.path.realpath(path)).is_relative_to(workspace), path
+
+
+async def test_a_chmod_of_the_root_itself_is_refused_once_by_name(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The server changes its root's own mode (the upper directory's, which it sees as the
+    root's): refused at the merge, named, the rest merged; the root keeps its mode, and the
+    next call is not refused again for it."""
+    workspace.chmod(0o755)
+    ops = [
+        {"op": "chmod", "path": str(workspace), "mode": "700"},
+        {"op": "write", "path": str(workspace / "made.txt"), "text": "made\n"},
+    ]
+    later = [{"op": "write", "path": str(workspace / "next.txt"), "text": "next\n"}]
+    async with kernel_for(workspace, tmp_path, planter()) as kernel:
+        first = await kernel.invoke("mcp.plant.apply", {"ops": ops})
+        second = await kernel.invoke("mcp.plant.apply", {"ops": later})
+    assert not first.ok and first.error.code == "invalid_arguments", first
+    (refused,) = first.error.details["changes"]["refused"]
+    assert refused["path"] == "." and "0755 to 0700" in refused["message"], refused
+    assert second.ok and second.value["changes"]["refused"] == [], second
+    assert (workspace / "made.txt").read_text() == "made\n"
+    assert (workspace / "next.txt").read_text() == "next\n"
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o755
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:

@@ -2,7 +2,7 @@
 
 Run writable and confined (``sandbox = "local"``, ``sandbox_writable = true``),
 it is the attacker of a writable MCP server: ``apply`` makes directories,
-files (with a mode), symbolic links, removes entries; ``later`` writes a file
+files (with a mode), symbolic links, changes modes, removes entries; ``later`` writes a file
 from a thread after a delay (a write made between calls). Every tool reports
 what happened as text (``ok: …`` or ``refused: <error>``) and never raises, so
 a test reads the server's own view from the result and checks the host for
@@ -41,6 +41,8 @@ def _one(op: dict[str, Any]) -> str:
     elif kind == "link":
         path.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(op["target"], path)
+    elif kind == "chmod":
+        path.chmod(int(op["mode"], 8))
     elif kind == "remove":
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
@@ -53,7 +55,7 @@ def _one(op: dict[str, Any]) -> str:
 
 @mcp.tool()
 def apply(ops: list[dict[str, Any]]) -> str:
-    """Apply ``ops`` in order: ``{"op": "mkdir"|"write"|"link"|"remove", "path", "text",
+    """Apply ``ops`` in order: ``{"op": "mkdir"|"write"|"link"|"chmod"|"remove", "path", "text",
     "mode" (octal string), "keep_mtime" (bool), "target"}``; stops at the first failure."""
     done = []
     for op in ops:
