@@ -113,7 +113,7 @@ def sync_and_close(dirs: dict[tuple[int, int], int]) -> None:
         if can_syncfs():
             for fd in {dev: fd for (dev, _), fd in dirs.items()}.values():
                 with contextlib.suppress(OSError):
-                    syncfs(fd)
+                    _syncfs_at(fd)
         else:
             for fd in dirs.values():
                 with contextlib.suppress(OSError):
@@ -122,3 +122,13 @@ def sync_and_close(dirs: dict[tuple[int, int], int]) -> None:
         for fd in dirs.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _syncfs_at(dir_fd: int) -> None:
+    """``syncfs`` of the file system holding the directory ``dir_fd``, through a descriptor
+    opened for reading: the walk's are ``O_PATH``, which ``syncfs`` refuses (``EBADF``)."""
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        syncfs(fd)
+    finally:
+        os.close(fd)
