@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import posixpath
 import stat
@@ -163,6 +164,51 @@ def _link_stays_inside(root: int, path: str, target: str, roots: Sequence[str]) 
 
 
 # -- the merge ---------------------------------------------------------------------------
+
+
+class _Remembered:
+    """The merge's :class:`~._model.Blobs`: each content stored once and each small
+    after-image read (and its digest checked) once per merge, not once per file.
+
+    A set's files often share content (empty files, the same generated line): a
+    second ``put`` of it cost a ``stat`` in the store, a second ``get`` an open,
+    a read and a hash. What is kept is bounded (:data:`_KEPT_BYTES` per blob,
+    :data:`_KEPT_BLOBS` blobs).
+    """
+
+    def __init__(self, blobs: Blobs) -> None:
+        self._blobs = blobs
+        self._stored: set[str] = set()
+        self._read: dict[str, bytes] = {}
+
+    def get(self, digest: str) -> bytes:
+        data = self._read.get(digest)
+        if data is None:
+            data = self._blobs.get(digest)
+            if len(data) <= _KEPT_BYTES and len(self._read) < _KEPT_BLOBS:
+                self._read[digest] = data
+        return data
+
+    def put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in self._stored:
+            digest = self._blobs.put(data)
+            self._stored.add(digest)
+        return digest
+
+    def put_fd(self, fd: int) -> tuple[str, int]:
+        return self._blobs.put_fd(fd)
+
+    def has(self, digest: str) -> bool:
+        """Is it stored (False when the blobs cannot say: the caller reads the file)?"""
+        if digest in self._stored:
+            return True
+        has = getattr(self._blobs, "has", None)
+        return has is not None and has(digest)
+
+
+_KEPT_BYTES = 1 << 16
+_KEPT_BLOBS = 256
 
 
 class _Dirs:
@@ -529,6 +575,7 @@ def merge_changes(
     applied; the report's ``applied`` is what would be.
     """
     resolver = workspace._resolver
+    blobs = _Remembered(blobs)
     with resolver:
         accepted, refused = _judged(resolver, changes, blobs, atomic)
         known: _Known = dict(sources.known) if sources is not None else {}
