@@ -227,6 +227,8 @@ class _Dirs:
     def __init__(self, resolver: Resolver) -> None:
         self.resolver = resolver
         self._kept: dict[tuple[int, str], tuple[Root, list[str], int]] = {}
+        # Kept directories a durable merge has noted for its sync: a sibling need not look.
+        self.to_sync: set[tuple[int, str]] = set()
 
     def walk(self, change: Change, op: Callable[[Place], Any], create: bool) -> Any:
         key = (change.root, posixpath.dirname(change.path))
@@ -268,6 +270,7 @@ class _Dirs:
         for _, _, fd in self._kept.values():
             os.close(fd)
         self._kept.clear()
+        self.to_sync.clear()
 
 
 _KEPT_DIRS = 16
@@ -414,10 +417,11 @@ def _apply_one(
             finally:
                 if source is not None:
                     os.close(source[2])
-            if to_sync is not None:
+            if to_sync is not None and not (chain_checked and where in dirs.to_sync):
                 key = os.fstat(dir_fd)
                 if (key.st_dev, key.st_ino) not in to_sync:
                     to_sync[(key.st_dev, key.st_ino)] = os.dup(dir_fd)
+                dirs.to_sync.add(where)  # kept after this walk: its siblings run at this fd
             if created:  # a replaced file has the set's mode already
                 _own(leaf, dir_fd, owner)
                 os.chmod(leaf, after.mode, dir_fd=dir_fd)
@@ -425,6 +429,7 @@ def _apply_one(
         except OSError as exc:
             raise translate_oserror(exc, display, writing=True) from None
 
+    where = (change.root, posixpath.dirname(change.path))
     chain_checked = dirs.chain_checked(change)
     found = dirs.walk(change, op, create=after is not None)
     dirs.applied(found, after)
