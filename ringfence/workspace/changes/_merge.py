@@ -351,9 +351,8 @@ def _apply_one(
     def op(place: Place) -> Image | None:
         leaf = place.leaf
         assert leaf is not None
-        display = place.display()
         if not chain_checked:
-            check_git_chain(place, display)
+            check_git_chain(place, place.display())
         dir_fd = place.dir_fd
         found = _found(dir_fd, leaf, blobs, (known or {}).pop((change.root, change.path), None))
         try:
@@ -373,7 +372,7 @@ def _apply_one(
                     os.unlink(leaf, dir_fd=dir_fd)
                 if found is None or found.kind != "dir":
                     if is_git_directory(dir_fd, {leaf: ("dir", None)}):
-                        raise GitMetadata(f"creating {display} would make a git directory")
+                        raise GitMetadata(f"creating {place.display()} would make a git directory")
                     os.mkdir(leaf, 0o700, dir_fd=dir_fd)
                     _own(leaf, dir_fd, owner)
                 os.chmod(leaf, after.mode, dir_fd=dir_fd)
@@ -401,7 +400,9 @@ def _apply_one(
             if found is not None and found.kind == "symlink":
                 os.unlink(leaf, dir_fd=dir_fd)  # replace the link itself, never its target
             if is_git_directory(dir_fd, {leaf: ("file", data)}):
-                raise GitMetadata(f"writing {display} would make its directory a git directory")
+                raise GitMetadata(
+                    f"writing {place.display()} would make its directory a git directory"
+                )
             # Durable merges sync once per file system at the end (syncfs), not per file.
             per_file = to_sync is not None and not can_syncfs()
             sync = False if per_file else None
@@ -427,7 +428,7 @@ def _apply_one(
                 os.chmod(leaf, after.mode, dir_fd=dir_fd)
             return found_dir or found
         except OSError as exc:
-            raise translate_oserror(exc, display, writing=True) from None
+            raise translate_oserror(exc, place.display(), writing=True) from None
 
     where = (change.root, posixpath.dirname(change.path))
     chain_checked = dirs.chain_checked(change)
