@@ -372,6 +372,36 @@ def test_merged_entries_belong_to_the_workspace_owner(root: Path) -> None:
         assert (st.st_uid, st.st_gid) == (4321, 4321), p
 
 
+def test_a_durable_merge_commits_its_file_system(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A durable merge (undo, apply) ends in one ``syncfs`` that succeeds: the walk's
+    directory descriptors are ``O_PATH``, which ``syncfs`` refuses, and the error was
+    passed over (no merge was ever committed)."""
+    from ringfence.workspace.changes import _fscalls
+
+    if not _fscalls.can_syncfs():
+        pytest.skip("no syncfs in this C library: the merge fsyncs each file and directory")
+    real, results = _fscalls.syncfs, []
+
+    def watched(fd: int) -> None:  # the real call, its outcome noted
+        try:
+            real(fd)
+        except OSError as exc:
+            results.append(exc.errno)
+            raise
+        results.append(0)
+
+    monkeypatch.setattr(_fscalls, "syncfs", watched)
+    d = _store_with(root, {"ok": b"ok\n"})
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        merge_changes(ws, [Change(0, "new.txt", None, Image("file", 0o644, d["ok"], 3))], store)
+        store.close()
+    assert results == [0]
+    assert (root / "new.txt").read_bytes() == b"ok\n"
+
+
 def test_a_damaged_blob_is_refused_never_restored(
     capsys: pytest.CaptureFixture[str], root: Path, ringfence_home: Path
 ) -> None:

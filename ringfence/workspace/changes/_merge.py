@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import posixpath
 import stat
@@ -171,6 +172,51 @@ def _link_stays_inside(root: int, path: str, target: str, roots: Sequence[str]) 
 # -- the merge ---------------------------------------------------------------------------
 
 
+class _Remembered:
+    """The merge's :class:`~._model.Blobs`: each content stored once and each small
+    after-image read (and its digest checked) once per merge, not once per file.
+
+    A set's files often share content (empty files, the same generated line): a
+    second ``put`` of it cost a ``stat`` in the store, a second ``get`` an open,
+    a read and a hash. What is kept is bounded (:data:`_KEPT_BYTES` per blob,
+    :data:`_KEPT_BLOBS` blobs).
+    """
+
+    def __init__(self, blobs: Blobs) -> None:
+        self._blobs = blobs
+        self._stored: set[str] = set()
+        self._read: dict[str, bytes] = {}
+
+    def get(self, digest: str) -> bytes:
+        data = self._read.get(digest)
+        if data is None:
+            data = self._blobs.get(digest)
+            if len(data) <= _KEPT_BYTES and len(self._read) < _KEPT_BLOBS:
+                self._read[digest] = data
+        return data
+
+    def put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in self._stored:
+            digest = self._blobs.put(data)
+            self._stored.add(digest)
+        return digest
+
+    def put_fd(self, fd: int) -> tuple[str, int]:
+        return self._blobs.put_fd(fd)
+
+    def has(self, digest: str) -> bool:
+        """Is it stored (False when the blobs cannot say: the caller reads the file)?"""
+        if digest in self._stored:
+            return True
+        has = getattr(self._blobs, "has", None)
+        return has is not None and has(digest)
+
+
+_KEPT_BYTES = 1 << 16
+_KEPT_BLOBS = 256
+
+
 class _Dirs:
     """The directories one merge writes into, each walked once (siblings share the walk).
 
@@ -187,6 +233,8 @@ class _Dirs:
     def __init__(self, resolver: Resolver) -> None:
         self.resolver = resolver
         self._kept: dict[tuple[int, str], tuple[Root, list[str], int]] = {}
+        # Kept directories a durable merge has noted for its sync: a sibling need not look.
+        self.to_sync: set[tuple[int, str]] = set()
 
     def walk(self, change: Change, op: Callable[[Place], Any], create: bool) -> Any:
         key = (change.root, posixpath.dirname(change.path))
@@ -228,6 +276,7 @@ class _Dirs:
         for _, _, fd in self._kept.values():
             os.close(fd)
         self._kept.clear()
+        self.to_sync.clear()
 
 
 _KEPT_DIRS = 16
@@ -308,9 +357,8 @@ def _apply_one(
     def op(place: Place) -> Image | None:
         leaf = place.leaf
         assert leaf is not None
-        display = place.display()
         if not chain_checked:
-            check_git_chain(place, display)
+            check_git_chain(place, place.display())
         dir_fd = place.dir_fd
         found = _found(dir_fd, leaf, blobs, (known or {}).pop((change.root, change.path), None))
         try:
@@ -330,7 +378,7 @@ def _apply_one(
                     os.unlink(leaf, dir_fd=dir_fd)
                 if found is None or found.kind != "dir":
                     if is_git_directory(dir_fd, {leaf: ("dir", None)}):
-                        raise GitMetadata(f"creating {display} would make a git directory")
+                        raise GitMetadata(f"creating {place.display()} would make a git directory")
                     os.mkdir(leaf, 0o700, dir_fd=dir_fd)
                     _own(leaf, dir_fd, owner)
                 os.chmod(leaf, after.mode, dir_fd=dir_fd)
@@ -358,7 +406,9 @@ def _apply_one(
             if found is not None and found.kind == "symlink":
                 os.unlink(leaf, dir_fd=dir_fd)  # replace the link itself, never its target
             if is_git_directory(dir_fd, {leaf: ("file", data)}):
-                raise GitMetadata(f"writing {display} would make its directory a git directory")
+                raise GitMetadata(
+                    f"writing {place.display()} would make its directory a git directory"
+                )
             # Durable merges sync once per file system at the end (syncfs), not per file.
             per_file = to_sync is not None and not can_syncfs()
             sync = False if per_file else None
@@ -374,17 +424,19 @@ def _apply_one(
             finally:
                 if source is not None:
                     os.close(source[2])
-            if to_sync is not None:
+            if to_sync is not None and not (chain_checked and where in dirs.to_sync):
                 key = os.fstat(dir_fd)
                 if (key.st_dev, key.st_ino) not in to_sync:
                     to_sync[(key.st_dev, key.st_ino)] = os.dup(dir_fd)
+                dirs.to_sync.add(where)  # kept after this walk: its siblings run at this fd
             if created:  # a replaced file has the set's mode already
                 _own(leaf, dir_fd, owner)
                 os.chmod(leaf, after.mode, dir_fd=dir_fd)
             return found_dir or found
         except OSError as exc:
-            raise translate_oserror(exc, display, writing=True) from None
+            raise translate_oserror(exc, place.display(), writing=True) from None
 
+    where = (change.root, posixpath.dirname(change.path))
     chain_checked = dirs.chain_checked(change)
     found = dirs.walk(change, op, create=after is not None)
     dirs.applied(found, after)
@@ -535,6 +587,7 @@ def merge_changes(
     applied; the report's ``applied`` is what would be.
     """
     resolver = workspace._resolver
+    blobs = _Remembered(blobs)
     with resolver:
         accepted, refused = _judged(resolver, changes, blobs, atomic)
         known: _Known = dict(sources.known) if sources is not None else {}

@@ -198,8 +198,9 @@ def check_resulting_tree(
         return None
     snapshot = _scan(resolver)
     roots = [(str(r.path), r.fd) for r in resolver.roots]
-    before = TreeView(roots)
-    after = TreeView(roots, changes, blobs)
+    disk: dict[str, Node | None] = {}  # what both views read on disk, read once
+    before = TreeView(roots, disk=disk)
+    after = TreeView(roots, changes, blobs, disk=disk)
     root_paths = [p for p, _ in roots]
 
     def absolute(root: int, path: str) -> str:

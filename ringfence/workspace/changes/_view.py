@@ -62,6 +62,9 @@ class TreeView:
     ``roots`` are ``(real path, directory descriptor)`` pairs, the
     descriptors the caller's (held open while the view is used). ``blobs``
     holds the changes' after-images (link targets and file contents).
+    ``disk`` is a cache of what is on disk (``lstat`` by path), which views
+    of the same roots at the same moment may share: a path the set does not
+    touch (nor anything above it) reads the same in both, one system call.
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class TreeView:
         roots: Sequence[tuple[str, int]],
         changes: Sequence[Change] = (),
         blobs: Blobs | None = None,
+        disk: dict[str, Node | None] | None = None,
     ) -> None:
         self.roots = [_Root(p.rstrip("/") or "/", fd) for p, fd in roots]
         # Longest first: a path belongs to the innermost root that holds it.
@@ -87,6 +91,7 @@ class TreeView:
         )
         self._cut: set[tuple[int, str]] | None = None
         self._cache: dict[str, Node | None] = {}
+        self._disk: dict[str, Node | None] = {} if disk is None else disk
 
     # -- where a path lies ---------------------------------------------------------------
 
@@ -121,29 +126,37 @@ class TreeView:
             return self._cache[path]
         except KeyError:
             pass
-        node = self._lstat(path)
+        node = self._node(path)
         self._cache[path] = node
         return node
 
-    def _lstat(self, path: str) -> Node | None:
+    def _node(self, path: str) -> Node | None:
         where = self.locate(path)
-        if where is None:
-            try:
-                st = os.lstat(path)  # outside every root: read only to judge
-            except (OSError, ValueError):
-                return None
-            return Node(file_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, None)
-        if where in self._final:
-            image = self._final[where]
-            return None if image is None else Node(image.kind, image.mode, image.digest, None)
-        root, rel = where
-        parent = rel
-        while "/" in parent:
-            parent = parent.rpartition("/")[0]
-            if (root, parent) in self._final and (root, parent) in self._gone():
-                return None  # below a directory the set removed, replaced or made
+        if where is not None:
+            if where in self._final:
+                image = self._final[where]
+                return None if image is None else Node(image.kind, image.mode, image.digest, None)
+            root, rel = where
+            parent = rel
+            while "/" in parent:
+                parent = parent.rpartition("/")[0]
+                if (root, parent) in self._final and (root, parent) in self._gone():
+                    return None  # below a directory the set removed, replaced or made
         try:
-            st = os.stat(rel or ".", dir_fd=self.roots[root].fd, follow_symlinks=False)
+            return self._disk[path]
+        except KeyError:
+            pass
+        node = self._lstat(path, where)
+        self._disk[path] = node
+        return node
+
+    def _lstat(self, path: str, where: tuple[int, str] | None) -> Node | None:
+        """What is on disk at ``path`` (``where``: its place in a root, if any)."""
+        try:
+            if where is None:
+                st = os.lstat(path)  # outside every root: read only to judge
+            else:
+                st = os.stat(where[1] or ".", dir_fd=self.roots[where[0]].fd, follow_symlinks=False)
         except (OSError, ValueError):
             return None
         return Node(file_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, where)
