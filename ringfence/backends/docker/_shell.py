@@ -319,12 +319,17 @@ def overlay_wrapper(
     return f"{USERNS_PATH} S {quote(f'0 {uid} 1')} {quote(f'0 {gid} 1')} /bin/sh -c {quote(script)}"
 
 
+# What a ``volatile`` overlay leaves in its work directory (``dirty`` inside it), which the
+# next mount on that work directory refuses while it is there (the kernel clears the rest).
+VOLATILE_MARK = "work/incompat/volatile"
+
+
 def overlay_options(target: str, upper: str, work: str, *, volatile: bool = False) -> str:
     """An overlay's mount options on ``target`` (its own lower layer). ``volatile``: no
     sync of the upper's whole file system at unmount (the host's disk, under load several
-    ms a command; the host reads the upper through the page cache), which leaves a mark in
-    the work directory the next mount refuses: :meth:`._upper.SessionUppers.after_command`
-    empties it."""
+    ms a command; the host reads the upper through the page cache), which leaves
+    :data:`VOLATILE_MARK` in the work directory: the next command's :data:`._seal.ENTER_PATH`
+    removes it before it mounts (a cancelled command's: :meth:`._upper.SessionUppers.empty`)."""
     return (
         f"lowerdir={target},upperdir={upper},workdir={work},"
         "userxattr,redirect_dir=nofollow,metacopy=off" + (",volatile" if volatile else "")
@@ -382,12 +387,13 @@ def _held_job(held: HeldOverlay, argv: Sequence[str], cwd: str, env: Mapping[str
     exports them from its arguments, as in :func:`overlay_wrapper`.
     """
     layers = " ".join(
-        f"{quote(target)} {quote(overlay_options(target, upper, work, volatile=True))}"
+        f"{quote(target)} {quote(overlay_options(target, upper, work, volatile=True))} "
+        f"{quote(f'{work}/{VOLATILE_MARK}/dirty')} {quote(f'{work}/{VOLATILE_MARK}')}"
         for target, upper, work in held.layers
     )
     enter = (
         f"{ENTER_PATH} {quote(cwd)} {quote(held.hidden)} {len(held.layers)} {layers} "
-        f"{USERNS_PATH} U {quote(f'{held.uid} 0 1')} {quote(f'{held.gid} 0 1')} {SEAL_PATH}"
+        f"{quote(f'{held.uid} 0 1')} {quote(f'{held.gid} 0 1')}"
     )
     words = " ".join(quote(a) for a in argv)
     if argv[0].startswith("/"):
