@@ -179,7 +179,9 @@ class SessionUppers:
                 )
 
     def after_command(self) -> None:
-        """After a command (blocking, one thread hop): :meth:`check`; note whether every
+        """After a command (an lstat and at most one directory read a root, cheap enough for
+        the event loop: run_shell's :func:`.._changesets._has_entries` reads the uppers the
+        same way right after): :meth:`check`; note whether every
         upper is empty (:attr:`clean`: then :meth:`empty` is not needed before the next
         command). The work directories are the overlay's own: the kernel clears them at the
         next mount, and the next command's ``enter`` removes a ``volatile`` overlay's mark
@@ -191,7 +193,7 @@ class SessionUppers:
         for made in self._made:
             try:
                 with os.scandir(made.path) as entries:
-                    clean = clean and not any(True for _ in entries)
+                    clean = clean and next(entries, None) is None
             except OSError:
                 clean = False
         self._clean = clean
