@@ -379,12 +379,14 @@ _SUPERVISOR_SETUP = (
 
 
 def _held_job(held: HeldOverlay, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> str:
-    """A :class:`HeldOverlay` command: only static programs, by path, before its own shell.
+    """A :class:`HeldOverlay` command: one static program, by path, before its own.
 
     A program given by path gets its variables exported by a subshell of the supervisor
-    whose last act is the ``exec`` (our own quoted words, read whole: a variable changes
-    nothing that follows); a name is found on ``PATH`` by a shell after the seal, which
-    exports them from its arguments, as in :func:`overlay_wrapper`.
+    whose last act is the ``exec`` of :data:`._seal.ENTER_PATH` (our own quoted words, read
+    whole: a variable changes nothing that follows; ``enter`` reads no environment); a name
+    is found on ``PATH`` by a shell after the seal, which exports them from its arguments,
+    as in :func:`overlay_wrapper`. (Looking the name up in the supervisor instead saved
+    nothing measurable on busybox, whose shell runs the applet in its own process.)
     """
     layers = " ".join(
         f"{quote(target)} {quote(overlay_options(target, upper, work, volatile=True))} "
@@ -398,10 +400,10 @@ def _held_job(held: HeldOverlay, argv: Sequence[str], cwd: str, env: Mapping[str
     words = " ".join(quote(a) for a in argv)
     if argv[0].startswith("/"):
         exports = "".join(f"export {quote(f'{k}={v}')}; " for k, v in env.items())
-        return f"( {exports}exec {enter} {words} )"
+        return f"( {exports}exec {enter} {quote(argv[0])} {words} )"
     inner = 'export "$1"; shift; ' * len(env) + 'exec "$@"'
     assigns = " ".join(quote(f"{k}={v}") for k, v in env.items())
-    return f"{enter} /bin/sh -c {quote(inner)} rf {assigns} {words}"
+    return f"{enter} /bin/sh /bin/sh -c {quote(inner)} rf {assigns} {words}"
 
 
 class Supervisor:
