@@ -353,10 +353,11 @@ class HeldOverlay:
     Per command, no wrapper shell and no ``mount(8)``: the supervisor's job is
     :data:`._seal.ENTER_PATH` (``setsid``, a mount namespace of the command's own,
     copied from the supervisor's, an overlay per ``layers`` entry (target, upper,
-    work), an empty read-only tmpfs on ``hidden``, ``chdir``), then, as in
-    :func:`overlay_wrapper`, the nested user namespace (the container user mapped to
-    itself, no capabilities) and the seal's stacked filter. The mounts are the
-    command's namespace's and vanish with it; the supervisor's namespace never has them.
+    work), an empty read-only tmpfs on ``hidden``, ``chdir``), then, in the same process
+    image, what :func:`overlay_wrapper` gets from ``userns U`` and the seal: the nested
+    user namespace (the container user mapped to itself, no capabilities after the
+    program's ``exec``) and the seal's stacked filter. The mounts are the command's
+    namespace's and vanish with it; the supervisor's namespace never has them.
     """
 
     layers: tuple[tuple[str, str, str], ...]
