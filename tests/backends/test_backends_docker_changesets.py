@@ -530,6 +530,59 @@ _PY_ATTACKS = {
 }
 
 
+async def test_the_next_command_clears_the_volatile_mark_and_fails_closed_on_one_it_cannot(
+    docker_client, workspace: Path
+) -> None:
+    """The host leaves each command's ``volatile`` mark in the work directory; the next
+    command's ``enter`` removes it before it mounts. A mark it cannot remove (here a file
+    the host put beside it) makes the mount refuse: the command does not run, on the
+    read-only root or anywhere, and the session says the overlay failed."""
+    make(workspace, {"keep.txt": "kept\n"})
+    before = tree(workspace)
+    session = await start(workspace)
+    try:
+        r = await sh(session, "echo a > one", workspace)
+        [upper] = r.uppers
+        mark = upper.path.parent / "w" / "work" / "incompat" / "volatile"
+        assert r.exit_code == 0 and (mark / "dirty").exists(), r
+        for i in range(3):
+            r = await sh(session, f"test ! -e one && echo {i} > two && cat two", workspace)
+            assert r.exit_code == 0 and r.stdout == f"{i}\n", r
+            assert os.listdir(upper.path) == ["two"] and (mark / "dirty").exists()
+        for _ in range(3):  # nothing written: the host empties nothing, enter clears the mark
+            r = await sh(session, "test ! -e two", workspace)
+            assert r.exit_code == 0 and os.listdir(upper.path) == [], r
+            assert (mark / "dirty").exists()
+        (mark / "stuck").write_text("")  # rmdir(MARK) now fails: the mark stays
+        with pytest.raises(Unavailable, match="overlay could not be set up"):
+            await sh(session, "echo ran > /tmp/ran; echo x > three", workspace)
+        (mark / "stuck").unlink()
+        r = await sh(session, "test -e /tmp/ran && echo RAN; ls", workspace)
+        assert r.exit_code == 0 and "RAN" not in r.stdout and "three" not in r.stdout, r
+    finally:
+        await session.aclose()
+    assert tree(workspace) == before
+
+
+async def test_a_program_that_cannot_be_executed_gets_126_or_127(
+    docker_client, workspace: Path
+) -> None:
+    """After the namespaces and the filter, ``enter`` execs the program itself: a path that
+    is missing gives 127, one that is no program 126, each with a message saying so (not
+    the filter's: that one was installed)."""
+    session = await start(workspace)
+    try:
+        for argv, code in ((["/nonexistent"], 127), (["/etc/passwd"], 126)):
+            r = await session.run(argv, cwd=workspace, env={}, timeout=20, output_cap=4096)
+            assert r.exit_code == code and "could not be executed" in r.stderr, r
+            assert "seccomp" not in r.stderr, r
+        r = await session.run(["/bin/sh", "-c", "echo $0 $1", "zero", "one"], cwd=workspace,
+                              env={}, timeout=20, output_cap=4096)  # fmt: skip
+        assert r.exit_code == 0 and r.stdout == "zero one\n", r
+    finally:
+        await session.aclose()
+
+
 @pytest.mark.parametrize("image", ["busybox", "debian"])
 async def test_a_change_set_command_can_make_no_namespace_and_no_mount(
     docker_client, workspace: Path, image: str

@@ -28,10 +28,11 @@ way): one ``mount(2)`` from its arguments, for the overlay wrapper's two mounts 
 command; util-linux's dynamic ``mount(8)`` cost ~3.5 ms more a command on the debian
 image here. It adds nothing the wrapper could not do (it runs as the wrapper, in its
 namespaces); the command's own filter forbids ``mount`` whatever program asks.
-:func:`enter_program` (``/.rf-bin/enter``) does one command's whole mount step for a
+:func:`enter_program` (``/.rf-bin/enter``) does one command's whole start for a
 supervisor that holds the user namespace (issue 34): its mount namespace, overlays,
-hiding tmpfs and working directory, with no shell in between; its assembly was checked
-with GNU ``as``/``objdump`` against the bytes listed.
+hiding tmpfs and working directory, then what ``userns U`` and the seal do, in one
+process image with no shell and no other exec in between (:data:`ENTER_PATH`); it was
+assembled with GNU ``as`` and the bytes and assembly listed are ``objdump``'s.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ...runtime._errors import Unavailable
 __all__ = [
     "ENTER_FAILED",
     "ENTER_PATH",
+    "EXEC_FAILED",
     "MOUNT_FAILED",
     "MOUNT_PATH",
     "SEAL_DIR",
@@ -80,17 +82,28 @@ USERNS_FAILED = (
     "entered; the command did not run"
 )
 
-# One command's mounts, from a supervisor that already holds the user namespace (issue 34:
-# no wrapper shell, no mount(8) per call): ``enter CWD HIDDEN N TARGET₁ OPTIONS₁ …
-# TARGETₙ OPTIONSₙ PROGRAM ARGS…`` (N one digit): setsid(), a new mount namespace (copied
-# from the supervisor's, so every mount below is gone with the command), an overlay on each
-# TARGET with its OPTIONS, an empty read-only tmpfs on HIDDEN, chdir(CWD), execve. Any failure:
-# ENTER_FAILED on stderr, exit 125, PROGRAM never runs.
+# One command's whole start, from a supervisor that already holds the user namespace (issue
+# 34: no wrapper shell, no mount(8), one exec before the command's own): ``enter CWD HIDDEN N
+# (TARGET OPTIONS DIRTY MARK) N times, UID_MAP_LINE GID_MAP_LINE PROGRAM ARGV0 ARGS…`` (N one digit):
+# unlink(DIRTY) and rmdir(MARK) for each root (the last command's volatile overlay's mark in
+# its work directory, which the next mount refuses; results ignored: a mark left makes the
+# mount fail), setsid(), a new mount namespace (copied from the supervisor's, so every mount
+# below is gone with the command), an overlay on each TARGET with its OPTIONS, an empty
+# read-only tmpfs on HIDDEN, chdir(CWD); then, as ``userns U`` and the seal did, a nested user
+# namespace with its one-line maps (``setgroups`` denied first), no_new_privs, the command's
+# seccomp filter, and execve(PROGRAM, [ARGV0, ARGS…]): its uid is not 0 there, so the exec
+# drops every capability of that namespace. A failure before the exec: ENTER_FAILED,
+# USERNS_FAILED or SEAL_FAILED on stderr and exit 125 (PROGRAM never runs); the exec's own:
+# EXEC_FAILED, exit 127 (ENOENT) or 126.
 ENTER_PATH = f"{SEAL_DIR}/enter"
 # Begins with _shell.OVERLAY_FAILED's text: the session reports it as the overlay's failure.
 ENTER_FAILED = (
     "ringfence: the change-set overlay could not be set up: a mount namespace, an overlay, "
     "the hiding tmpfs or the working directory failed"
+)
+EXEC_FAILED = (
+    "ringfence: the command could not be executed (execve failed: not found, not executable "
+    "or not a program); it did not run"
 )
 
 _BASE = 0x400000
@@ -228,29 +241,42 @@ _USERNS_DATA = b"/proc/self/uid_map\0/proc/self/setgroups\0/proc/self/gid_map\0d
 
 _ENTER_CODE: tuple[tuple[str, str], ...] = (
     ("48 89 e3", "mov rbx,rsp"),
-    ("48 83 3b 05", "cmp qword [rbx],0x5  ; argc >= 5"),
-    ("0f 82 cc 00 00 00", "jb fail"),
+    ("48 83 3b 08", "cmp qword [rbx],0x8  ; argc >= 8"),
+    ("0f 82 bc 01 00 00", "jb fail_enter"),
     ("48 8b 43 20", "mov rax,[rbx+0x20]  ; argv[3]: N, one digit"),
     ("44 0f b6 20", "movzx r12d,byte [rax]"),
     ("41 83 ec 30", "sub r12d,0x30"),
     ("41 83 fc 09", "cmp r12d,0x9"),
-    ("0f 87 b6 00 00 00", "ja fail"),
-    ("4a 8d 04 65 05 00 00 00", "lea rax,[r12*2+0x5]"),
-    ("48 39 03", "cmp [rbx],rax  ; argc >= 5 + 2N"),
-    ("0f 82 a5 00 00 00", "jb fail"),
-    ("b8 70 00 00 00", "mov eax,0x70  ; setsid"),
+    ("0f 87 a6 01 00 00", "ja fail_enter"),
+    ("4a 8d 04 a5 08 00 00 00", "lea rax,[r12*4+0x8]"),
+    ("48 39 03", "cmp [rbx],rax  ; argc >= 8 + 4N"),
+    ("0f 82 95 01 00 00", "jb fail_enter"),
+    ("4c 8d 6b 28", "lea r13,[rbx+0x28]  ; &argv[4]: the first TARGET"),
+    ("45 89 e6", "mov r14d,r12d"),
+    ("45 85 f6", "1: test r14d,r14d  ; the last command's volatile marks, results ignored"),
+    ("74 1f", "je 2"),
+    ("49 8b 7d 10", "mov rdi,[r13+0x10]  ; DIRTY"),
+    ("b8 57 00 00 00", "mov eax,0x57  ; unlink"),
+    ("0f 05", "syscall"),
+    ("49 8b 7d 18", "mov rdi,[r13+0x18]  ; MARK"),
+    ("b8 54 00 00 00", "mov eax,0x54  ; rmdir"),
+    ("0f 05", "syscall"),
+    ("49 83 c5 20", "add r13,0x20"),
+    ("41 ff ce", "dec r14d"),
+    ("eb dc", "jmp 1"),
+    ("b8 70 00 00 00", "2: mov eax,0x70  ; setsid"),
     ("0f 05", "syscall"),
     ("48 85 c0", "test rax,rax"),
-    ("0f 88 95 00 00 00", "js fail"),
+    ("0f 88 5a 01 00 00", "js fail_enter"),
     ("bf 00 00 02 00", "mov edi,0x20000  ; CLONE_NEWNS"),
     ("b8 10 01 00 00", "mov eax,0x110  ; unshare"),
     ("0f 05", "syscall"),
     ("85 c0", "test eax,eax"),
-    ("0f 85 81 00 00 00", "jne fail"),
-    ("4c 8d 6b 28", "lea r13,[rbx+0x28]  ; &argv[4]: the first TARGET"),
-    ("45 85 e4", "1: test r12d,r12d"),
-    ("74 29", "je 2"),
-    ("48 8d 3d 95 00 00 00", 'lea rdi,[rip+0x95]  ; "overlay"'),
+    ("0f 85 46 01 00 00", "jne fail_enter"),
+    ("4c 8d 6b 28", "lea r13,[rbx+0x28]  ; the first TARGET again"),
+    ("45 85 e4", "3: test r12d,r12d"),
+    ("74 2d", "je 4"),
+    ("48 8d 3d 9d 01 00 00", 'lea rdi,[rip+0x19d]  ; "overlay"'),
     ("49 8b 75 00", "mov rsi,[r13]  ; TARGET"),
     ("48 89 fa", 'mov rdx,rdi  ; "overlay"'),
     ("45 31 d2", "xor r10d,r10d  ; flags 0"),
@@ -258,51 +284,132 @@ _ENTER_CODE: tuple[tuple[str, str], ...] = (
     ("b8 a5 00 00 00", "mov eax,0xa5  ; mount"),
     ("0f 05", "syscall"),
     ("85 c0", "test eax,eax"),
-    ("75 58", "jne fail"),
-    ("49 83 c5 10", "add r13,0x10"),
+    ("0f 85 19 01 00 00", "jne fail_enter"),
+    ("49 83 c5 20", "add r13,0x20"),
     ("41 ff cc", "dec r12d"),
-    ("eb d2", "jmp 1"),
-    ("48 8d 3d 74 00 00 00", '2: lea rdi,[rip+0x74]  ; "rf"'),
+    ("eb ce", "jmp 3"),
+    ("48 8d 3d 78 01 00 00", '4: lea rdi,[rip+0x178]  ; "rf"'),
     ("48 8b 73 18", "mov rsi,[rbx+0x18]  ; argv[2]: HIDDEN"),
-    ("48 8d 15 6c 00 00 00", 'lea rdx,[rip+0x6c]  ; "tmpfs"'),
+    ("48 8d 15 70 01 00 00", 'lea rdx,[rip+0x170]  ; "tmpfs"'),
     ("41 ba 01 00 00 00", "mov r10d,0x1  ; MS_RDONLY"),
-    ("4c 8d 05 65 00 00 00", 'lea r8,[rip+0x65]  ; "mode=0,size=4k"'),
+    ("4c 8d 05 69 01 00 00", 'lea r8,[rip+0x169]  ; "mode=0,size=4k"'),
     ("b8 a5 00 00 00", "mov eax,0xa5  ; mount"),
     ("0f 05", "syscall"),
     ("85 c0", "test eax,eax"),
-    ("75 25", "jne fail"),
+    ("0f 85 e2 00 00 00", "jne fail_enter"),
     ("48 8b 7b 10", "mov rdi,[rbx+0x10]  ; argv[1]: CWD"),
     ("b8 50 00 00 00", "mov eax,0x50  ; chdir"),
     ("0f 05", "syscall"),
     ("85 c0", "test eax,eax"),
-    ("75 16", "jne fail"),
-    ("49 8b 7d 00", "mov rdi,[r13]  ; PROGRAM"),
-    ("4c 89 ee", "mov rsi,r13"),
+    ("0f 85 cf 00 00 00", "jne fail_enter"),
+    ("bf 00 00 00 10", "mov edi,0x10000000  ; CLONE_NEWUSER (r13: &UID_MAP_LINE)"),
+    ("b8 10 01 00 00", "mov eax,0x110  ; unshare"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax,eax"),
+    ("0f 85 ad 00 00 00", "jne fail_userns"),
+    ("48 8d 3d 3b 01 00 00", 'lea rdi,[rip+0x13b]  ; "/proc/self/uid_map"'),
+    ("49 8b 75 00", "mov rsi,[r13]  ; UID_MAP_LINE"),
+    ("e8 d3 00 00 00", "call writefile"),
+    ("48 8d 3d 3e 01 00 00", 'lea rdi,[rip+0x13e]  ; "/proc/self/setgroups"'),
+    ("48 8d 35 5f 01 00 00", 'lea rsi,[rip+0x15f]  ; "deny"'),
+    ("e8 c0 00 00 00", "call writefile"),
+    ("48 8d 3d 40 01 00 00", 'lea rdi,[rip+0x140]  ; "/proc/self/gid_map"'),
+    ("49 8b 75 08", "mov rsi,[r13+0x8]  ; GID_MAP_LINE"),
+    ("e8 b0 00 00 00", "call writefile"),
+    ("bf 26 00 00 00", "mov edi,0x26  ; PR_SET_NO_NEW_PRIVS"),
+    ("be 01 00 00 00", "mov esi,0x1"),
+    ("31 d2", "xor edx,edx"),
+    ("45 31 d2", "xor r10d,r10d"),
+    ("45 31 c0", "xor r8d,r8d"),
+    ("b8 9d 00 00 00", "mov eax,0x9d  ; prctl"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax,eax"),
+    ("75 4f", "jne fail_seal"),
+    ("bf 01 00 00 00", "mov edi,0x1  ; SECCOMP_SET_MODE_FILTER"),
+    ("31 f6", "xor esi,esi  ; no flags (one thread)"),
+    ("48 8d 15 ec 02 00 00", "lea rdx,[rip+0x2ec]  ; fprog"),
+    ("b8 3d 01 00 00", "mov eax,0x13d  ; seccomp"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax,eax"),
+    ("75 36", "jne fail_seal"),
+    ("49 8b 7d 10", "mov rdi,[r13+0x10]  ; PROGRAM"),
+    ("49 8d 75 18", "lea rsi,[r13+0x18]  ; &ARGV0"),
     ("48 8b 03", "mov rax,[rbx]"),
     ("48 8d 54 c3 10", "lea rdx,[rbx+rax*8+0x10]  ; envp"),
-    ("b8 3b 00 00 00", "mov eax,0x3b  ; execve(PROGRAM, &PROGRAM, envp)"),
+    ("b8 3b 00 00 00", "mov eax,0x3b  ; execve(PROGRAM, &ARGV0, envp)"),
     ("0f 05", "syscall"),
-    ("bf 02 00 00 00", "fail: mov edi,0x2"),
-    ("48 8d 35 38 00 00 00", "lea rsi,[rip+0x38]  ; ENTER_FAILED"),
-    ("ba {length}", "mov edx,len(ENTER_FAILED)"),
+    ("41 bc 7f 00 00 00", "mov r12d,0x7f  ; execve returned: 127 when the program is not found"),
+    ("83 f8 fe", "cmp eax,-0x2  ; ENOENT"),
+    ("74 06", "je 7"),
+    ("41 bc 7e 00 00 00", "mov r12d,0x7e  ; 126 otherwise"),
+    ("48 8d 35 36 02 00 00", "7: lea rsi,[rip+0x236]  ; EXEC_FAILED"),
+    ("ba 79 00 00 00", "mov edx,len(EXEC_FAILED)"),
+    ("eb 2e", "jmp fail_code"),
+    ("48 8d 35 d9 01 00 00", "fail_seal: lea rsi,[rip+0x1d9]  ; SEAL_FAILED"),
+    ("ba 4f 00 00 00", "mov edx,0x4f"),
+    ("eb 1a", "jmp fail"),
+    ("48 8d 35 55 01 00 00", "fail_userns: lea rsi,[rip+0x155]  ; USERNS_FAILED"),
+    ("ba 76 00 00 00", "mov edx,0x76"),
+    ("eb 0c", "jmp fail"),
+    ("48 8d 35 c0 00 00 00", "fail_enter: lea rsi,[rip+0xc0]  ; ENTER_FAILED"),
+    ("ba 87 00 00 00", "mov edx,0x87"),
+    ("41 bc 7d 00 00 00", "fail: mov r12d,0x7d  ; 125"),
+    ("bf 02 00 00 00", "fail_code: mov edi,0x2  ; stderr"),
     ("b8 01 00 00 00", "mov eax,0x1  ; write"),
     ("0f 05", "syscall"),
-    ("bf 7d 00 00 00", "mov edi,0x7d  ; 125"),
+    ("44 89 e7", "mov edi,r12d  ; the exit code"),
     ("b8 e7 00 00 00", "mov eax,0xe7  ; exit_group"),
     ("0f 05", "syscall"),
+    ("49 89 f7", "writefile: mov r15,rsi  ; rdi: path, rsi: text (a failure: fail_userns)"),
+    ("be 01 00 00 00", "mov esi,0x1  ; O_WRONLY"),
+    ("31 d2", "xor edx,edx"),
+    ("b8 02 00 00 00", "mov eax,0x2  ; open"),
+    ("0f 05", "syscall"),
+    ("85 c0", "test eax,eax"),
+    ("78 b5", "js fail_userns"),
+    ("89 c5", "mov ebp,eax"),
+    ("4c 89 fe", "mov rsi,r15"),
+    ("31 d2", "xor edx,edx"),
+    ("80 3c 16 00", "5: cmp byte [rsi+rdx*1],0x0"),
+    ("74 05", "je 6"),
+    ("48 ff c2", "inc rdx"),
+    ("eb f5", "jmp 5"),
+    ("89 ef", "6: mov edi,ebp"),
+    ("b8 01 00 00 00", "mov eax,0x1  ; write"),
+    ("0f 05", "syscall"),
+    ("48 39 d0", "cmp rax,rdx"),
+    ("75 95", "jne fail_userns"),
+    ("89 ef", "mov edi,ebp"),
+    ("b8 03 00 00 00", "mov eax,0x3  ; close"),
+    ("0f 05", "syscall"),
+    ("c3", "ret"),
 )
-# Read by the code above at fixed offsets (rip-relative, as assembled): in this order.
-_ENTER_DATA = b"overlay\0rf\0tmpfs\0mode=0,size=4k\0"
+# Read by the code above at fixed offsets (rip-relative, as assembled): in this order, then
+# ENTER_FAILED, USERNS_FAILED, SEAL_FAILED and EXEC_FAILED (each with its newline), the filter's
+# ``sock_fprog`` (8-aligned) and the filter last (its length may differ; nothing follows it).
+_ENTER_DATA = (
+    b"overlay\0rf\0tmpfs\0mode=0,size=4k\0"
+    b"/proc/self/uid_map\0/proc/self/setgroups\0/proc/self/gid_map\0deny\0"
+)
 
 
-def enter_program() -> bytes:
-    """One command's mount namespace and mounts (:data:`ENTER_PATH`) as an ELF file."""
-    message = (ENTER_FAILED + "\n").encode()
-    text = " ".join(hexes for hexes, _asm in _ENTER_CODE).format(
-        length=struct.pack("<I", len(message)).hex(" ")
+def enter_program(filter_program: bytes | None = None) -> bytes:
+    """One command's whole start (:data:`ENTER_PATH`) as an ELF file; ``filter_program`` as
+    for :func:`seal_program` (default the local backend's command filter)."""
+    if filter_program is None:
+        filter_program = _command_filter()
+    code = bytes.fromhex(" ".join(hexes for hexes, _asm in _ENTER_CODE))
+    messages = b"".join(
+        (text + "\n").encode() for text in (ENTER_FAILED, USERNS_FAILED, SEAL_FAILED, EXEC_FAILED)
     )
-    body = bytes.fromhex(text) + _ENTER_DATA + message
     start = _EHDR + 2 * _PHDR
+    head = code + _ENTER_DATA + messages
+    fprog_at = _align(start + len(head))
+    # The code's rip-relative offsets, as assembled: the sock_fprog right after the messages.
+    assert fprog_at - start == 0x458, "the enter program's layout moved; assemble it again"
+    filter_at = fprog_at + 16
+    fprog = struct.pack("<H6xQ", len(filter_program) // 8, _BASE + filter_at)
+    body = head + bytes(fprog_at - start - len(head)) + fprog + filter_program
     return _elf(start, start + len(body), body)
 
 
@@ -362,14 +469,7 @@ def seal_program(filter_program: bytes | None = None) -> bytes:
     """The installer as an ELF file's bytes (``filter_program``: raw ``sock_filter``s;
     default the local backend's command filter). Raises Unavailable off x86-64."""
     if filter_program is None:
-        from ..confined._layers import LayerUnavailable, seccomp_program
-
-        try:
-            filter_program = seccomp_program(layered=False)
-        except LayerUnavailable as exc:
-            raise Unavailable(
-                f"change sets on docker need the per-command seccomp filter, and {exc}"
-            ) from None
+        filter_program = _command_filter()
     message = (SEAL_FAILED + "\n").encode()
     start = _EHDR + 2 * _PHDR
     code_len = len(_code(0, 0, 0))
@@ -390,6 +490,18 @@ def seal_program(filter_program: bytes | None = None) -> bytes:
     out += fprog + filter_program + message
     assert len(out) == size
     return bytes(out)
+
+
+def _command_filter() -> bytes:
+    """The local backend's command filter (raw ``sock_filter``s); Unavailable off x86-64."""
+    from ..confined._layers import LayerUnavailable, seccomp_program
+
+    try:
+        return seccomp_program(layered=False)
+    except LayerUnavailable as exc:
+        raise Unavailable(
+            f"change sets on docker need the per-command seccomp filter, and {exc}"
+        ) from None
 
 
 @functools.cache

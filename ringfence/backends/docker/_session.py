@@ -779,7 +779,9 @@ class DockerSession:
                 field="cwd",
             )
         if self._uppers is not None:
-            await trio.to_thread.run_sync(self._uppers.after_command)
+            # No thread hop (~0.2 ms, more on busy cores): one lstat and one directory read
+            # per root, as run_shell's own emptiness check of the uppers (_changesets).
+            self._uppers.after_command()
         uppers = self._uppers.uppers() if self._uppers is not None else ()
         if self._remote is not None and self._shell is not None:
             uppers = await self._remote.fetch(self._shell, self.session_id)

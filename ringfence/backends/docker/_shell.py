@@ -319,12 +319,17 @@ def overlay_wrapper(
     return f"{USERNS_PATH} S {quote(f'0 {uid} 1')} {quote(f'0 {gid} 1')} /bin/sh -c {quote(script)}"
 
 
+# What a ``volatile`` overlay leaves in its work directory (``dirty`` inside it), which the
+# next mount on that work directory refuses while it is there (the kernel clears the rest).
+VOLATILE_MARK = "work/incompat/volatile"
+
+
 def overlay_options(target: str, upper: str, work: str, *, volatile: bool = False) -> str:
     """An overlay's mount options on ``target`` (its own lower layer). ``volatile``: no
     sync of the upper's whole file system at unmount (the host's disk, under load several
-    ms a command; the host reads the upper through the page cache), which leaves a mark in
-    the work directory the next mount refuses: :meth:`._upper.SessionUppers.after_command`
-    empties it."""
+    ms a command; the host reads the upper through the page cache), which leaves
+    :data:`VOLATILE_MARK` in the work directory: the next command's :data:`._seal.ENTER_PATH`
+    removes it before it mounts (a cancelled command's: :meth:`._upper.SessionUppers.empty`)."""
     return (
         f"lowerdir={target},upperdir={upper},workdir={work},"
         "userxattr,redirect_dir=nofollow,metacopy=off" + (",volatile" if volatile else "")
@@ -348,10 +353,11 @@ class HeldOverlay:
     Per command, no wrapper shell and no ``mount(8)``: the supervisor's job is
     :data:`._seal.ENTER_PATH` (``setsid``, a mount namespace of the command's own,
     copied from the supervisor's, an overlay per ``layers`` entry (target, upper,
-    work), an empty read-only tmpfs on ``hidden``, ``chdir``), then, as in
-    :func:`overlay_wrapper`, the nested user namespace (the container user mapped to
-    itself, no capabilities) and the seal's stacked filter. The mounts are the
-    command's namespace's and vanish with it; the supervisor's namespace never has them.
+    work), an empty read-only tmpfs on ``hidden``, ``chdir``), then, in the same process
+    image, what :func:`overlay_wrapper` gets from ``userns U`` and the seal: the nested
+    user namespace (the container user mapped to itself, no capabilities after the
+    program's ``exec``) and the seal's stacked filter. The mounts are the command's
+    namespace's and vanish with it; the supervisor's namespace never has them.
     """
 
     layers: tuple[tuple[str, str, str], ...]
@@ -374,28 +380,31 @@ _SUPERVISOR_SETUP = (
 
 
 def _held_job(held: HeldOverlay, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> str:
-    """A :class:`HeldOverlay` command: only static programs, by path, before its own shell.
+    """A :class:`HeldOverlay` command: one static program, by path, before its own.
 
     A program given by path gets its variables exported by a subshell of the supervisor
-    whose last act is the ``exec`` (our own quoted words, read whole: a variable changes
-    nothing that follows); a name is found on ``PATH`` by a shell after the seal, which
-    exports them from its arguments, as in :func:`overlay_wrapper`.
+    whose last act is the ``exec`` of :data:`._seal.ENTER_PATH` (our own quoted words, read
+    whole: a variable changes nothing that follows; ``enter`` reads no environment); a name
+    is found on ``PATH`` by a shell after the seal, which exports them from its arguments,
+    as in :func:`overlay_wrapper`. (Looking the name up in the supervisor instead saved
+    nothing measurable on busybox, whose shell runs the applet in its own process.)
     """
     layers = " ".join(
-        f"{quote(target)} {quote(overlay_options(target, upper, work, volatile=True))}"
+        f"{quote(target)} {quote(overlay_options(target, upper, work, volatile=True))} "
+        f"{quote(f'{work}/{VOLATILE_MARK}/dirty')} {quote(f'{work}/{VOLATILE_MARK}')}"
         for target, upper, work in held.layers
     )
     enter = (
         f"{ENTER_PATH} {quote(cwd)} {quote(held.hidden)} {len(held.layers)} {layers} "
-        f"{USERNS_PATH} U {quote(f'{held.uid} 0 1')} {quote(f'{held.gid} 0 1')} {SEAL_PATH}"
+        f"{quote(f'{held.uid} 0 1')} {quote(f'{held.gid} 0 1')}"
     )
     words = " ".join(quote(a) for a in argv)
     if argv[0].startswith("/"):
         exports = "".join(f"export {quote(f'{k}={v}')}; " for k, v in env.items())
-        return f"( {exports}exec {enter} {words} )"
+        return f"( {exports}exec {enter} {quote(argv[0])} {words} )"
     inner = 'export "$1"; shift; ' * len(env) + 'exec "$@"'
     assigns = " ".join(quote(f"{k}={v}") for k, v in env.items())
-    return f"{enter} /bin/sh -c {quote(inner)} rf {assigns} {words}"
+    return f"{enter} /bin/sh /bin/sh -c {quote(inner)} rf {assigns} {words}"
 
 
 class Supervisor:
