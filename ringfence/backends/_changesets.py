@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..workspace.changes._store import PackWriter
     from ..workspace.changes._upper import UpperFiles, UpperState
 
-__all__ = ["MAX_REPORTED", "LiveUppers", "merge_or_stage", "merge_uppers"]
+__all__ = ["MAX_REPORTED", "LiveUppers", "merge_or_stage", "merge_uppers", "wrote"]
 
 # Entries named in a result, an event or an error (the rest are counted).
 MAX_REPORTED = 200
@@ -123,7 +123,7 @@ async def merge_uppers(
     while the set is read, saved and merged (the caller owns the process and
     said so: :mod:`ringfence.workspace.changes._collector`).
     """
-    if not any(_wrote(u) for u in uppers):
+    if not any(wrote(u) for u in uppers):
         return {**out, "changes": None}
     notices: list[str] = []  # said by the merge's thread, emitted here
     how = _How(ran, dict(facts or {}), live, field)
@@ -407,15 +407,20 @@ def _read_upper(
         os.close(lower_fd)
 
 
-def _wrote(upper: Upper) -> bool:
-    """Whether the command left anything in ``upper``: an entry, or a mode of its own
-    (``Upper.root_mode``: the root's own ``chmod``)."""
-    with os.scandir(upper.path) as it:
-        if next(it, None) is not None:
-            return True
-    if not upper.root_mode:
+def wrote(upper: Upper) -> bool:
+    """Whether a command (or a writable process) left anything in ``upper``: an entry, or
+    a mode of its own (``Upper.root_mode``: the root's own ``chmod``). A few system calls,
+    cheap enough for the event loop; an upper directory that is gone holds nothing."""
+    try:
+        with os.scandir(upper.path) as it:
+            if next(it, None) is not None:
+                return True
+        if not upper.root_mode:
+            return False
+        mode = stat.S_IMODE(os.stat(upper.path).st_mode)
+    except FileNotFoundError:
         return False
-    return stat.S_IMODE(os.stat(upper.path).st_mode) != stat.S_IMODE(os.stat(upper.root).st_mode)
+    return mode != stat.S_IMODE(os.stat(upper.root).st_mode)
 
 
 def _paths(changes: tuple[Change, ...]) -> list[str]:

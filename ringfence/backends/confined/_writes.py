@@ -54,7 +54,7 @@ import trio
 
 from ...runtime._calls import CallContext
 from ...runtime._errors import ToolError
-from .._changesets import LiveUppers, merge_uppers
+from .._changesets import LiveUppers, merge_uppers, wrote
 from .._trees import remove_tree
 from .._types import Upper
 
@@ -122,7 +122,7 @@ class ExecWrites:
         store = self._changes.store
         if self._closed or store is None:
             return {**out, "changes": None}
-        if not any(_has_entries(u.path) for u in self.uppers):
+        if not any(wrote(u) for u in self.uppers):
             return {**out, "changes": None}  # nothing written yet: no freeze
         await self._freeze()
         try:
@@ -179,11 +179,3 @@ class ExecWrites:
             remove_tree(self._layers)
         finally:
             os.close(self._claim)
-
-
-def _has_entries(path: Path) -> bool:
-    try:
-        with os.scandir(path) as it:
-            return next(it, None) is not None
-    except FileNotFoundError:
-        return False

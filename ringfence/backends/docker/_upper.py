@@ -180,7 +180,7 @@ class SessionUppers:
 
     def after_command(self) -> None:
         """After a command (an lstat and at most one directory read a root, cheap enough for
-        the event loop: run_shell's :func:`.._changesets._wrote` reads the uppers the
+        the event loop: run_shell's :func:`.._changesets.wrote` reads the uppers the
         same way right after): :meth:`check`; note whether every
         upper is empty (:attr:`clean`: then :meth:`empty` is not needed before the next
         command). The work directories are the overlay's own: the kernel clears them at the
