@@ -138,9 +138,11 @@ class SessionUppers:
                     (here / name).mkdir(mode=0o755)
                     if os.geteuid() == 0:
                         os.chown(here / name, *self._owner)
+                owned = os.stat(root)
+                # The overlay's top directory shows the upper directory's own mode: the root's.
+                os.chmod(here / "u", stat.S_IMODE(owned.st_mode))
                 st = os.lstat(here / "u")
                 self._made.append(_Made(root, here / "u", st.st_dev, st.st_ino))
-                owned = os.stat(root)
                 if owned.st_uid != self._owner[0]:
                     # Someone else's root (root's, on CI): the overlay could copy nothing up.
                     view = self.top / f"l{i}"
@@ -153,7 +155,7 @@ class SessionUppers:
             ) from None
 
     def uppers(self) -> tuple[Upper, ...]:
-        return tuple(Upper(m.root, m.path) for m in self._made)
+        return tuple(Upper(m.root, m.path, root_mode=True) for m in self._made)
 
     @property
     def clean(self) -> bool:
@@ -194,20 +196,33 @@ class SessionUppers:
             try:
                 with os.scandir(made.path) as entries:
                     clean = clean and next(entries, None) is None
+                clean = clean and _mode(made.path) == _mode(made.root)  # no chmod of the root
             except OSError:
                 clean = False
         self._clean = clean
 
     def empty(self) -> None:
-        """Empty every upper and work directory (blocking; links are removed, never followed)."""
+        """Empty every upper and work directory (blocking; links are removed, never followed)
+        and give each upper its root's mode again (a command's ``chmod .`` is refused)."""
         self._clean = False
         for made in self._made:
             for path in (made.path, made.path.parent / "w"):
                 _empty_path(path)
+            with contextlib.suppress(OSError):  # gone or replaced: check() reports it
+                mode = _mode(made.root)
+                fd = os.open(made.path, _DIR)
+                try:
+                    os.chmod(fd, mode)
+                finally:
+                    os.close(fd)
 
     def remove(self) -> None:
         """Remove everything (blocking, best effort); see :func:`remove_session_dirs`."""
         remove_session_dirs(self.top.name, self.top.parent)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 def _empty_path(path: Path) -> None:
