@@ -16,6 +16,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import trio
 from backends_helpers import DOCKER_OPTIONS, WORKSPACE_UID
@@ -370,6 +371,46 @@ async def test_a_cancelled_command_leaves_nothing_and_the_next_ones_run(workspac
         assert run["status"] == "exited" and not run["session_restarted"], run
         assert run["stdout"] == ".\n..\nkeep.txt\n", run
     assert sorted(os.listdir(workspace)) == ["keep.txt"]
+
+
+async def test_a_sandbox_killed_mid_command_leaves_the_next_command_working(
+    workspace: Path,
+) -> None:
+    """The sandbox is killed from outside while a command runs (out of memory, an operator):
+    its overlays go with its namespace and leave their volatile marks in the work
+    directories. The next command starts a new sandbox on the same layers, which mounted
+    nothing ("mounting the overlay: Invalid argument") until the marks were removed first;
+    now it runs, and says the session restarted."""
+    seen: list[str] = []
+
+    def observe(line: str) -> None:
+        record = json.loads(line)
+        if record["kind"] == "output":
+            seen.append(record.get("text", ""))
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        event_observer=observe,
+        events_sync=True,
+    ) as k:
+
+        async def kill_when_written() -> None:
+            while not any("written" in text for text in seen):
+                await trio.sleep(0.01)
+            for child in psutil.Process().children(recursive=True):
+                if child.name() == "bwrap":
+                    child.kill()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_when_written)
+            first = await k.call(
+                "run_shell", {"command": "echo one > one && echo written && sleep 30"}
+            )
+        second = await k.call("run_shell", {"command": "echo two > two"})
+    assert first["status"] == "lost" and first["session_restarted"], first
+    assert second["status"] == "exited" and second["session_restarted"], second
+    assert second["changes"]["files"] == 1 and (workspace / "two").read_text() == "two\n"
 
 
 def test_a_layer_is_emptied_before_a_command_unless_it_is_ready(tmp_path: Path) -> None:

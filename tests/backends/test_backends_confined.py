@@ -365,10 +365,11 @@ async def test_limit_cgroups_of_a_dead_kernel_are_swept_and_ours_removed(workspa
     dead.wait()
     stale = parent / f"ringfence-{dead.pid}-deadbeef"
     stale.mkdir()
-    before = {p.name for p in parent.iterdir() if p.name.startswith("ringfence-")}
+    mine = f"ringfence-{os.getpid()}-"  # another test process's sessions start meanwhile
+    before = {p.name for p in parent.iterdir() if p.name.startswith(mine)}
     session = await start_local(SessionSpec(roots=(workspace.parent,)))  # root-owned: cgroups
     try:
-        ours = {p.name for p in parent.iterdir() if p.name.startswith("ringfence-")} - before
+        ours = {p.name for p in parent.iterdir() if p.name.startswith(mine)} - before
         assert not stale.exists() and len(ours) == 1
     finally:
         await session.aclose()

@@ -691,8 +691,15 @@ def _remove(path: str) -> None:
 
 
 def check_layers(conf: dict[str, str]) -> str:
-    """At start: the namespace entered, the overlays mounted and unmounted once."""
+    """At start: the namespace entered, the overlays mounted and unmounted once.
+
+    A sandbox before this one on the same layers may have been killed with its overlays
+    mounted (lost: killed from outside, out of memory): they went with its namespace and
+    left their volatile marks in the work directories, which the first mount would refuse
+    (``EINVAL``). Nothing mounts them now, so they go first.
+    """
     enter_namespace()
+    _STALE_WORK.extend(f"{_LAYERS}/{i}/work/work" for i in range(len(_OVERLAYS)))
     mount_layers()
     unmount_layers()
     if "cwd" in conf:  # exec mode: one process
