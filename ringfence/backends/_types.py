@@ -116,8 +116,8 @@ class Upper:
     moves a new directory of it into the workspace as it was read.
 
     ``root_mode``: the upper directory's own mode was its root's when the
-    command started (the confined backend's), so a different one now is the
-    command's ``chmod`` of the root itself, which the merge refuses, named.
+    command started (the confined and docker backends'), so a different one now
+    is the command's ``chmod`` of the root itself, which the merge refuses, named.
     """
 
     root: Path
