@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 from ringfence import create_kernel
 from ringfence.backends.confined._plan import _empty_uppers, _uppers_ready
 from ringfence.cli._main import main
-from ringfence.runtime import ApprovalAnswer, InvalidArguments, Posture, ScriptedApprover
+from ringfence.runtime import ApprovalAnswer, InvalidArguments, Kernel, Posture, ScriptedApprover
 from ringfence.workspace import CheckpointStore, Workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -320,21 +321,32 @@ async def test_a_command_cannot_unmount_or_remount_its_layer(workspace: Path) ->
     assert result["changes"]["files"] == 1 and (workspace / "after-umount.txt").exists()
 
 
-async def test_writes_are_invisible_in_the_real_root_until_merged(workspace: Path) -> None:
-    seen: list[bool] = []
-    target = workspace / "during.txt"
+def output_watched_kernel(workspace: Path, on_output: Callable[[str], None]) -> Kernel:
+    """A kernel under ``allow-reversible`` whose commands' output lines reach ``on_output``
+    as they are recorded (the event stream written synchronously)."""
 
     def observe(line: str) -> None:
         record = json.loads(line)
-        if record["kind"] == "output" and "written" in record.get("text", ""):
-            seen.append(target.exists())
+        if record["kind"] == "output":
+            on_output(record.get("text", ""))
 
-    async with create_kernel(
+    return create_kernel(
         roots=[workspace],
         posture=Posture.ALLOW_REVERSIBLE,
         event_observer=observe,
         events_sync=True,
-    ) as k:
+    )
+
+
+async def test_writes_are_invisible_in_the_real_root_until_merged(workspace: Path) -> None:
+    seen: list[bool] = []
+    target = workspace / "during.txt"
+
+    def observe(text: str) -> None:
+        if "written" in text:
+            seen.append(target.exists())
+
+    async with output_watched_kernel(workspace, observe) as k:
         result = await k.call(
             "run_shell",
             {"command": "echo data > during.txt && cat during.txt && echo written && sleep 0.5"},
@@ -382,18 +394,7 @@ async def test_a_sandbox_killed_mid_command_leaves_the_next_command_working(
     nothing ("mounting the overlay: Invalid argument") until the marks were removed first;
     now it runs, and says the session restarted."""
     seen: list[str] = []
-
-    def observe(line: str) -> None:
-        record = json.loads(line)
-        if record["kind"] == "output":
-            seen.append(record.get("text", ""))
-
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.ALLOW_REVERSIBLE,
-        event_observer=observe,
-        events_sync=True,
-    ) as k:
+    async with output_watched_kernel(workspace, seen.append) as k:
 
         async def kill_when_written() -> None:
             while not any("written" in text for text in seen):
