@@ -388,7 +388,7 @@ def _read_upper(
                 known=known,
                 previous=live.states.get(index),
                 state=state,
-                root_mode=upper.root_mode,
+                tracks_root_mode=upper.tracks_root_mode,
             )
             return index, read
         read = changes_from_upper(
@@ -400,7 +400,7 @@ def _read_upper(
             sources=sources,
             trees=trees,
             known=known,
-            root_mode=upper.root_mode,
+            tracks_root_mode=upper.tracks_root_mode,
         )
         return index, read
     finally:
@@ -409,13 +409,13 @@ def _read_upper(
 
 def wrote(upper: Upper) -> bool:
     """Whether a command (or a writable process) left anything in ``upper``: an entry, or
-    a mode of its own (``Upper.root_mode``: the root's own ``chmod``). A few system calls,
+    a mode of its own (``Upper.tracks_root_mode``: the root's own ``chmod``). A few system calls,
     cheap enough for the event loop; an upper directory that is gone holds nothing."""
     try:
         with os.scandir(upper.path) as it:
             if next(it, None) is not None:
                 return True
-        if not upper.root_mode:
+        if not upper.tracks_root_mode:
             return False
         mode = stat.S_IMODE(os.stat(upper.path).st_mode)
     except FileNotFoundError:

@@ -115,14 +115,14 @@ class Upper:
     Nothing else writes it either once the command has ended: the merge
     moves a new directory of it into the workspace as it was read.
 
-    ``root_mode``: the upper directory's own mode was its root's when the
+    ``tracks_root_mode``: the upper directory's own mode was its root's when the
     command started (the confined and docker backends'), so a different one now
     is the command's ``chmod`` of the root itself, which the merge refuses, named.
     """
 
     root: Path
     path: Path
-    root_mode: bool = False
+    tracks_root_mode: bool = False
 
 
 @dataclass(frozen=True)

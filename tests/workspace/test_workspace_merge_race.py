@@ -119,6 +119,12 @@ def test_a_write_that_would_complete_a_repository_planted_meanwhile_is_refused(
             merge_changes(ws, changes, blobs, atomic=True)  # type: ignore[arg-type]
         store.close()
     assert blobs.moved, "the second writer never moved: the test judged nothing"
+    # Nothing of the refused set stays: the file written before the refusal is rolled back.
+    assert (root / trigger).read_text() == "before, unique to this test\n"
+    if head == "file":
+        assert not (sub / "HEAD").exists()
+    elif head == "dir":
+        assert not (sub / "objects").exists()
     if head == "chain":  # the second writer's repository is its own; the hook is not in it
         assert git_found(sub, tmp_path) == str(sub)
         assert not (sub / "hooks" / "pre-commit").exists()

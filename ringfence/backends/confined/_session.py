@@ -671,7 +671,7 @@ class ConfinedSession(SandboxArgv):
     def _uppers(self) -> tuple[Upper, ...]:
         assert self._layers_dir is not None
         return tuple(
-            Upper(Path(root), self._layers_dir / str(i) / "upper", root_mode=True)
+            Upper(Path(root), self._layers_dir / str(i) / "upper", tracks_root_mode=True)
             for i, root in enumerate(self._spec.roots)
         )
 

@@ -105,7 +105,7 @@ class ExecWrites:
     @property
     def uppers(self) -> list[Upper]:
         return [
-            Upper(r, self._layers / str(i) / "upper", root_mode=True)
+            Upper(r, self._layers / str(i) / "upper", tracks_root_mode=True)
             for i, r in enumerate(self._roots)
         ]
 

@@ -155,7 +155,7 @@ class SessionUppers:
             ) from None
 
     def uppers(self) -> tuple[Upper, ...]:
-        return tuple(Upper(m.root, m.path, root_mode=True) for m in self._made)
+        return tuple(Upper(m.root, m.path, tracks_root_mode=True) for m in self._made)
 
     @property
     def clean(self) -> bool:

@@ -127,7 +127,7 @@ def changes_from_upper(
     known: dict[tuple[int, str], tuple[tuple[int, ...], Image]] | None = None,
     previous: UpperState | None = None,
     state: UpperState | None = None,
-    root_mode: bool = False,
+    tracks_root_mode: bool = False,
 ) -> list[Change]:
     """The changes an overlay's upper directory (``upper_fd``) makes to ``lower_fd``.
 
@@ -156,7 +156,7 @@ def changes_from_upper(
     staged then, and a lower entry the host changed since stays as the host
     left it. Its directories are still read (what is below may have changed).
 
-    ``root_mode``: the upper directory's own mode was the lower root's when the
+    ``tracks_root_mode``: the upper directory's own mode was the lower root's when the
     command started, so a different one is the command's ``chmod`` of the root:
     a change at ``.`` (first), which the merge refuses, named.
     """
@@ -167,7 +167,7 @@ def changes_from_upper(
     )
     if state is not None:
         reader.state, reader.previous = state, previous or UpperState(0)
-    if root_mode:
+    if tracks_root_mode:
         before, after = (stat.S_IMODE(os.fstat(fd).st_mode) for fd in (lower_fd, upper_fd))
         image = Image("dir", after)
         if before != after and not reader._same(".", image):
