@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -765,3 +766,41 @@ async def test_a_warm_pool_on_a_tls_engine_is_claimed_then_shipped(
         finally:
             await again.aclose()
         assert pool.stats().claims == 2 and pool.stats().misses == 0
+
+
+async def test_a_chmod_of_the_root_on_a_remote_engine_is_refused_by_name_not_dropped(
+    engines: list[EngineProcess], workspace: Path
+) -> None:
+    """As on the local engine (``test_a_chmod_of_the_root_itself_is_refused_by_name_not_dropped``):
+    a command's ``chmod .`` changed only the shipped overlay's upper directory, which the
+    fetch skipped when it held no entry and rebuilt without its own mode: the change was
+    dropped without a word. Now it is fetched, refused at the merge and named, the rest
+    merged, and the next command sees the root's own mode (and a mode the host gave it
+    meanwhile, not reported as the command's)."""
+    from ringfence import create_kernel
+    from ringfence.runtime import Posture
+
+    workspace.chmod(0o755)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=remote_options(engines[0].engine),
+        change_sets=True,
+    ) as k:
+        first = await k.call("run_shell", {"command": "stat -c %a ."})
+        alone = await k.invoke("run_shell", {"command": "chmod 700 ."})
+        mixed = await k.invoke("run_shell", {"command": "chmod 777 . && echo x > f"})
+        after = await k.call("run_shell", {"command": "stat -c %a ."})
+        kept = stat.S_IMODE(workspace.stat().st_mode)
+        workspace.chmod(0o750)  # the host's own chmod between commands: seen, not reported
+        host = await k.call("run_shell", {"command": "stat -c %a ."})
+    assert first["stdout"] == "755\n" and first["changes"] is None, first
+    for outcome, mode in ((alone, "0700"), (mixed, "0777")):
+        assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+        (refused,) = outcome.error.details["changes"]["refused"]
+        assert refused["path"] == "." and f"0755 to {mode}" in refused["message"], refused
+    assert (workspace / "f").read_text() == "x\n"  # the rest was merged
+    assert kept == 0o755
+    assert after["stdout"] == "755\n" and after["changes"] is None, after
+    assert host["stdout"] == "750\n" and host["changes"] is None, host

@@ -54,6 +54,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import stat
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,9 @@ class RemoteWorkspace:
         self.shipped = [ShippedRoot(str(r), owner, ship_git) for r, _ in roots]
         self.host_dir = host_dir
         self.clean = False  # the uppers in the container hold nothing unfetched
+        # Each upper directory's mode when it was made: its root's then (the overlay's top
+        # directory is the upper, so the command sees that mode); another is its chmod.
+        self.made_modes: list[int] = [0o755] * len(roots)
 
     # -- the container ------------------------------------------------------------------------
 
@@ -153,16 +157,22 @@ class RemoteWorkspace:
         cancelled, or the fetch was cut): they must not join the next change set.
         """
         dirs = " ".join(f"{UPPERS_DIR}/{i}/u {UPPERS_DIR}/{i}/w" for i in range(len(self.roots)))
+        modes = self._root_modes()
         status, _, err = await self._line(
             shell,
             f"find {UPPERS_DIR} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; "
-            f"rm -rf {UPPERS_DIR}/* && mkdir -p {dirs}",
+            f"rm -rf {UPPERS_DIR}/* && mkdir -p {dirs} && {_made_with(modes)}",
         )
         if status != "0":
             raise Unavailable(
                 f"engine {self.engine.name}: cannot make the upper directories: {err!r}"
             )
+        self.made_modes = modes
         self.clean = True
+
+    def _root_modes(self) -> list[int]:
+        """The host roots' own modes now (a ``stat`` each: cheap enough for the event loop)."""
+        return [stat.S_IMODE(os.stat(root).st_mode) for root, _ in self.roots]
 
     # -- before a command ---------------------------------------------------------------------
 
@@ -206,6 +216,14 @@ class RemoteWorkspace:
             raise
         if not self.clean:
             await self.prepare(shell)
+        elif (modes := self._root_modes()) != self.made_modes:  # the host chmodded a root
+            status, _, err = await self._line(shell, _made_with(modes))
+            if status != "0":
+                raise Unavailable(
+                    f"engine {self.engine.name}: cannot give the upper directories their roots' "
+                    f"modes: {err!r}"
+                )
+            self.made_modes = modes
         self.clean = False  # the command runs next; its fetch makes it clean again
 
     async def _extract(self, shell: Supervisor, target: str, tar: bytes) -> bool:
@@ -227,9 +245,15 @@ class RemoteWorkspace:
 
     async def fetch(self, shell: Supervisor, session_id: str) -> tuple[Upper, ...]:
         """Every root's upper, brought back and rebuilt on the host; the sandbox's emptied."""
-        n = len(self.roots)
-        nonempty = " || ".join(f"__rf_ne {UPPERS_DIR}/{i}/u" for i in range(n))
-        targets = " ".join(quote(t) for _, t in self.roots)
+        # An upper with an entry, or with a mode other than the one it was made with (the
+        # command's chmod of its root), is fetched; the next command's uppers are made with
+        # the roots' modes now.
+        nonempty = " || ".join(
+            f'__rf_ne {UPPERS_DIR}/{i}/u || [ "$(stat -c %a {UPPERS_DIR}/{i}/u)" != {m:o} ]'
+            for i, m in enumerate(self.made_modes)
+        )
+        modes = self._root_modes()
+        targets = " ".join(f"{m:o} {quote(t)}" for m, (_, t) in zip(modes, self.roots, strict=True))
         token = secrets.token_hex(12)
         line = (
             '__rf_ne() { for __rf_e in "$1"/* "$1"/.[!.]* "$1"/..?*; do '
@@ -260,9 +284,12 @@ class RemoteWorkspace:
                 tars[current].append(raw.strip())
         digests: dict[int, str] = {}
         opaque: dict[int, list[str]] = {}
+        upper_modes: dict[int, int] = {}
         for fields in ours:
             if len(fields) == 3 and fields[0] == "s":
                 digests[int(fields[1])] = fields[2]
+            elif len(fields) == 3 and fields[0] == "m":
+                upper_modes[int(fields[1])] = int(fields[2], 8) & 0o7777
             elif len(fields) == 3 and fields[0] == "o":
                 name = os.fsdecode(binascii.unhexlify(fields[2]))
                 opaque.setdefault(int(fields[1]), []).append(name)
@@ -289,7 +316,15 @@ class RemoteWorkspace:
                         owner=self.owner,
                     )
                 )
-            uppers.append(Upper(root, target))
+            # The rebuilt upper's own mode: the command's chmod of its root, else the root's
+            # mode now (a chmod of the host's own meanwhile is not the command's).
+            mode = upper_modes.get(i, self.made_modes[i])
+            if mode == self.made_modes[i]:
+                mode = modes[i]
+            await trio.to_thread.run_sync(os.chmod, target, mode)
+            uppers.append(Upper(root, target, tracks_root_mode=True))
+        if upper_modes:  # fetched: the uppers were made again
+            self.made_modes = modes
         self.clean = True
         return tuple(uppers)
 
@@ -323,6 +358,11 @@ class RemoteWorkspace:
         return run.status, bytes(out.data), bytes(err.data)
 
 
+def _made_with(modes: list[int]) -> str:
+    """Shell that gives each root's upper directory its root's mode (``modes``, by root)."""
+    return " && ".join(f"chmod {m:o} {UPPERS_DIR}/{i}/u" for i, m in enumerate(modes))
+
+
 def _fresh_dir(path: Path) -> None:
     """An empty directory at ``path``, its parents made private (0700) where new."""
     if path.exists():
@@ -333,11 +373,12 @@ def _fresh_dir(path: Path) -> None:
 
 
 # Runs as root of a fresh user namespace (the container user) in a private mount
-# namespace: $1 mount, $2 the uppers' directory, $3 a fresh token, then the roots'
-# container paths. Per upper: "@<i>" and its tar in base64 on stdout; on stderr,
-# each line starting with the token (tar's own warnings, which can quote a file's
-# name, cannot pass for one): "s <i> <sha256>", "o <i> <hex path>" per opaque
-# directory, "f <i> <what>" on failure.
+# namespace: $1 mount, $2 the uppers' directory, $3 a fresh token, then per root the
+# mode (octal) its next upper is made with and its container path. Per upper: "@<i>"
+# and its tar in base64 on stdout; on stderr, each line starting with the token (tar's
+# own warnings, which can quote a file's name, cannot pass for one): "m <i> <mode>"
+# (the upper's own, octal), "s <i> <sha256>", "o <i> <hex path>" per opaque directory,
+# "f <i> <what>" on failure.
 _FETCH = r"""
 m=$1; b=$2; t=$3; shift 3
 "$m" -t tmpfs -o size=1m,mode=0700 rf /tmp || { echo "$t f - tmpfs" >&2; exit 3; }
@@ -360,14 +401,17 @@ w() {
   done
 }
 i=0
-for L in "$@"; do
+while [ $# -ge 2 ]; do
+  N=$1; L=$2; shift 2
   U="$b/$i/u"
+  printf '%s m %s %s\n' "$t" "$i" "$(stat -c %a "$U")" >&2
   w ""
   printf '@%s\n' "$i"
   { { tar -cf - -C "$U" . || echo "$t f $i tar" >&2; } | tee /proc/self/fd/3 | sha256sum | {
       read h _; printf '%s s %s %s\n' "$t" "$i" "$h" >&2; }; } 3>&1 | base64
   find "$b/$i" -type d -exec chmod u+rwx {} + 2>/dev/null
-  rm -rf "$U" "$b/$i/w" && mkdir "$U" "$b/$i/w" || { echo "$t f $i reset" >&2; exit 3; }
+  rm -rf "$U" "$b/$i/w" && mkdir "$U" "$b/$i/w" && chmod "$N" "$U" || {
+    echo "$t f $i reset" >&2; exit 3; }
   i=$((i+1))
 done
 """
