@@ -227,11 +227,15 @@ def visit(page: Any, url: str) -> None:
 
 
 def confirm(page: Any) -> None:
-    """Click Confirm on a confirmation page once it is armed; land on the action's page."""
-    page.wait_for_selector("#confirm:not([disabled])", timeout=10_000)
+    """Click Confirm on a confirmation page once it is armed; land on the action's page.
+
+    The waits are the page fixture's default (30 s), not the arming's 600 ms: on two busy
+    cores (the suite's other worker, chromium) the confirmation page itself can be slow to
+    come (a ``make test`` flake at 10 s)."""
+    page.wait_for_selector("#confirm:not([disabled])")
     page.click("#confirm")
     try:
-        page.wait_for_selector("#job-state", timeout=10_000)
+        page.wait_for_selector("#job-state")
     except Exception as exc:
         raise AssertionError(f"no action page after Confirm: {page.inner_text('body')}") from exc
 
