@@ -388,7 +388,7 @@ def _read_upper(
                 known=known,
                 previous=live.states.get(index),
                 state=state,
-                tracks_root_mode=upper.tracks_root_mode,
+                made_mode=upper.made_mode,
             )
             return index, read
         read = changes_from_upper(
@@ -400,7 +400,7 @@ def _read_upper(
             sources=sources,
             trees=trees,
             known=known,
-            tracks_root_mode=upper.tracks_root_mode,
+            made_mode=upper.made_mode,
         )
         return index, read
     finally:
@@ -409,18 +409,19 @@ def _read_upper(
 
 def wrote(upper: Upper) -> bool:
     """Whether a command (or a writable process) left anything in ``upper``: an entry, or
-    a mode of its own (``Upper.tracks_root_mode``: the root's own ``chmod``). A few system calls,
-    cheap enough for the event loop; an upper directory that is gone holds nothing."""
+    a mode other than the one it was made with (``Upper.made_mode``: the root's own
+    ``chmod``). A few system calls, cheap enough for the event loop; an upper directory
+    that is gone holds nothing."""
     try:
         with os.scandir(upper.path) as it:
             if next(it, None) is not None:
                 return True
-        if not upper.tracks_root_mode:
+        if upper.made_mode is None:
             return False
         mode = stat.S_IMODE(os.stat(upper.path).st_mode)
     except FileNotFoundError:
         return False
-    return mode != stat.S_IMODE(os.stat(upper.root).st_mode)
+    return mode != upper.made_mode
 
 
 def _paths(changes: tuple[Change, ...]) -> list[str]:

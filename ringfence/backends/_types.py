@@ -115,14 +115,15 @@ class Upper:
     Nothing else writes it either once the command has ended: the merge
     moves a new directory of it into the workspace as it was read.
 
-    ``tracks_root_mode``: the upper directory's own mode was its root's when the
-    command started (the confined and docker backends'), so a different one now
-    is the command's ``chmod`` of the root itself, which the merge refuses, named.
+    ``made_mode``: the upper directory's own mode when the command started (its
+    root's then, as the overlay showed it; every backend with change sets says), so a
+    different one now is the command's ``chmod`` of the root itself, which the merge
+    refuses, named; None: not known.
     """
 
     root: Path
     path: Path
-    tracks_root_mode: bool = False
+    made_mode: int | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ the refusal and that the real workspace did not change.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -300,6 +301,54 @@ async def test_a_chmod_of_the_root_itself_is_refused_by_name_not_dropped(
     assert after["stdout"] == "755\n" and after["changes"] is None
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_chmod_of_the_root_by_the_host_during_a_command_is_not_the_commands(
+    backend: str, request: pytest.FixtureRequest, workspace: Path
+) -> None:
+    """The host (a person, an editor) chmods a root while a command runs: the command's
+    upper directory still has the mode the root had when it started. That was reported as
+    the command's ``chmod .`` and refused: the call failed with ``invalid_arguments`` for a
+    change it never made. The upper's mode is now compared with the one it was made with:
+    the command's writes merge without a word, the root keeps the host's mode, and the
+    next command sees it."""
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
+        owned(workspace, WORKSPACE_UID)
+        options = {"backend": "docker", "backend_options": DOCKER_OPTIONS}
+    workspace.chmod(0o755)
+    seen: list[str] = []
+
+    def observe(line: str) -> None:
+        record = json.loads(line)
+        if record["kind"] == "output":
+            seen.append(record.get("text", ""))
+
+    async def chmod_when_started() -> None:
+        while not any("started" in text for text in seen):
+            await trio.sleep(0.01)
+        workspace.chmod(0o750)
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        change_sets=True,
+        event_observer=observe,
+        events_sync=True,
+        **options,
+    ) as k:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(chmod_when_started)
+            during = await k.invoke(
+                "run_shell", {"command": "echo started && sleep 1 && echo x > f"}
+            )
+        after = await k.call("run_shell", {"command": "stat -c %a ."})
+    assert during.error is None, during.error
+    assert during.value["changes"]["files"] == 1 and (workspace / "f").read_text() == "x\n"
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o750
+    assert after["stdout"] == "750\n" and after["changes"] is None, after
+
+
 async def test_a_command_cannot_unmount_or_remount_its_layer(workspace: Path) -> None:
     """umount, mount, unshare: refused; no capability is left; the write goes to the layer."""
     script = (
@@ -400,8 +449,11 @@ async def test_a_sandbox_killed_mid_command_leaves_the_next_command_working(
             while not any("written" in text for text in seen):
                 await trio.sleep(0.01)
             for child in psutil.Process().children(recursive=True):
-                if child.name() == "bwrap":
-                    child.kill()
+                # Other tests' processes in this worker may end meanwhile (a CI flake:
+                # FileNotFoundError on their /proc/<pid>/stat).
+                with contextlib.suppress(psutil.Error, OSError):
+                    if child.name() == "bwrap":
+                        child.kill()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(kill_when_written)

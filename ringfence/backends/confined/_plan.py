@@ -398,10 +398,12 @@ def claimed_layers(spec: SessionSpec, count: int) -> tuple[Path, int]:
     return path, fd
 
 
-def _uppers_ready(layers: Path, roots: tuple[Path, ...]) -> bool:
-    """Whether every ``<i>/upper`` is empty already, with its root's owner and mode (what
-    :func:`_empty_uppers` makes it): a command that wrote nothing (``true``) leaves them so,
-    and the next one then starts without a thread hop. A few ``stat`` calls."""
+def _uppers_ready(layers: Path, roots: tuple[Path, ...]) -> tuple[int, ...] | None:
+    """The roots' modes when every ``<i>/upper`` is empty already, with its root's owner and
+    mode (what :func:`_empty_uppers` makes it), else None: a command that wrote nothing
+    (``true``) leaves them so, and the next one then starts without a thread hop. A few
+    ``stat`` calls."""
+    modes = []
     for index, root in enumerate(roots):
         upper = layers / str(index) / "upper"
         st, up = os.stat(root), os.lstat(upper)
@@ -410,26 +412,31 @@ def _uppers_ready(layers: Path, roots: tuple[Path, ...]) -> bool:
             up.st_gid,
             stat.S_IMODE(up.st_mode),
         ) or not stat.S_ISDIR(up.st_mode):
-            return False
+            return None
         with os.scandir(upper) as entries:
             if next(entries, None) is not None:
-                return False
-    return True
+                return None
+        modes.append(stat.S_IMODE(up.st_mode))
+    return tuple(modes)
 
 
-def _empty_uppers(layers: Path, roots: tuple[Path, ...]) -> None:
+def _empty_uppers(layers: Path, roots: tuple[Path, ...]) -> tuple[int, ...]:
     """Empty each ``<i>/upper`` (a command's writes, read already) and give it its root's
-    owner and mode: the overlay's top directory shows the upper directory's own."""
+    owner and mode: the overlay's top directory shows the upper directory's own. The
+    modes given, by root."""
+    modes = []
     for index, root in enumerate(roots):
         upper = layers / str(index) / "upper"
         st = os.stat(root)
         os.chown(upper, st.st_uid, st.st_gid)
         os.chmod(upper, stat.S_IMODE(st.st_mode))
+        modes.append(stat.S_IMODE(st.st_mode))
         fd = os.open(upper, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             empty_directory(fd)  # any depth: a recursive walk stops near 1,000 levels
         finally:
             os.close(fd)
+    return tuple(modes)
 
 
 class SandboxArgv:

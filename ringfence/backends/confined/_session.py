@@ -424,10 +424,13 @@ class ConfinedSession(SandboxArgv):
             if self._closed:
                 raise trio.ClosedResourceError("the local backend session is closed")
             shell_run = self._keeper.begin(cmd, env, follow=follow_shell)  # the state now
+            made: tuple[int, ...] = ()  # the uppers' modes as the command starts
             if self._layers_dir is not None:  # the last command's writes: read by now
                 await self._layers_unmounted()
-                if not _uppers_ready(self._layers_dir, self._spec.roots):
-                    await trio.to_thread.run_sync(_empty_uppers, self._layers_dir, self._spec.roots)
+                ready = _uppers_ready(self._layers_dir, self._spec.roots)
+                made = ready or await trio.to_thread.run_sync(
+                    _empty_uppers, self._layers_dir, self._spec.roots
+                )
             restarted = False
             for _attempt in range(2):
                 if self._sock is None:  # the sandbox died under an earlier command
@@ -466,7 +469,7 @@ class ConfinedSession(SandboxArgv):
                         exec_denied=denied and {k: v for k, v in denied.items() if k != "checked"},
                     )
                 if self._layers_dir is not None:
-                    result = replace(result, uppers=self._uppers())
+                    result = replace(result, uppers=self._uppers(made))
                 return result
             raise ToolError("the local sandbox died twice before a command could reach it")
 
@@ -668,11 +671,12 @@ class ConfinedSession(SandboxArgv):
         if reply != b"U":
             await self._lost()
 
-    def _uppers(self) -> tuple[Upper, ...]:
+    def _uppers(self, made: tuple[int, ...]) -> tuple[Upper, ...]:
+        """The command's upper directories; ``made``: their modes when it started."""
         assert self._layers_dir is not None
         return tuple(
-            Upper(Path(root), self._layers_dir / str(i) / "upper", tracks_root_mode=True)
-            for i, root in enumerate(self._spec.roots)
+            Upper(Path(root), self._layers_dir / str(i) / "upper", made_mode=mode)
+            for i, (root, mode) in enumerate(zip(self._spec.roots, made, strict=True))
         )
 
     async def aclose(self) -> None:

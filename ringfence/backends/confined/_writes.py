@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,14 +100,18 @@ class ExecWrites:
         self._group = group
         self._changes = changes
         self._live = LiveUppers()
+        # The uppers' modes before the process started (its roots'; _plan._empty_uppers).
+        self._made = [
+            stat.S_IMODE(os.stat(layers / str(i) / "upper").st_mode) for i in range(len(roots))
+        ]
         self._closed = False
         self.lock = trio.Lock()  # one call (and its capture) at a time
 
     @property
     def uppers(self) -> list[Upper]:
         return [
-            Upper(r, self._layers / str(i) / "upper", tracks_root_mode=True)
-            for i, r in enumerate(self._roots)
+            Upper(r, self._layers / str(i) / "upper", made_mode=mode)
+            for i, (r, mode) in enumerate(zip(self._roots, self._made, strict=True))
         ]
 
     async def settle(self, ctx: CallContext, out: dict[str, Any]) -> dict[str, Any]:

@@ -108,6 +108,7 @@ class SessionUppers:
         self._roots = tuple(roots)
         self._owner = owner
         self._made: list[_Made] = []
+        self._started: list[int | None] = []  # the uppers' modes as the last command started
         # Whether the last check() found every upper and work directory empty (then empty()
         # has nothing to do and the session skips its thread hop before the next command).
         self._clean = False
@@ -155,7 +156,11 @@ class SessionUppers:
             ) from None
 
     def uppers(self) -> tuple[Upper, ...]:
-        return tuple(Upper(m.root, m.path, tracks_root_mode=True) for m in self._made)
+        """The last command's upper directories, with their modes as it started."""
+        return tuple(
+            Upper(m.root, m.path, made_mode=mode)
+            for m, mode in zip(self._made, self._started or [None] * len(self._made), strict=True)
+        )
 
     @property
     def clean(self) -> bool:
@@ -164,8 +169,15 @@ class SessionUppers:
 
     def mark_used(self) -> None:
         """A command starts: not :attr:`clean` until :meth:`after_command` says so (a
-        cancelled command never gets there, and the next run empties everything)."""
+        cancelled command never gets there, and the next run empties everything). Notes the
+        uppers' modes now (their roots', as the command will see them; a stat each)."""
         self._clean = False
+        self._started = []
+        for made in self._made:
+            try:
+                self._started.append(_mode(made.path))
+            except OSError:  # gone: check() refuses the command's writes
+                self._started.append(None)
 
     def check(self) -> None:
         """Refuse (ToolError) when a command replaced an upper directory (see the docstring)."""

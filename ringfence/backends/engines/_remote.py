@@ -316,13 +316,10 @@ class RemoteWorkspace:
                         owner=self.owner,
                     )
                 )
-            # The rebuilt upper's own mode: the command's chmod of its root, else the root's
-            # mode now (a chmod of the host's own meanwhile is not the command's).
-            mode = upper_modes.get(i, self.made_modes[i])
-            if mode == self.made_modes[i]:
-                mode = modes[i]
-            await trio.to_thread.run_sync(os.chmod, target, mode)
-            uppers.append(Upper(root, target, tracks_root_mode=True))
+            # The rebuilt upper's own mode: the sandbox's (the command's chmod of its root).
+            made = self.made_modes[i]
+            await trio.to_thread.run_sync(os.chmod, target, upper_modes.get(i, made))
+            uppers.append(Upper(root, target, made_mode=made))
         if upper_modes:  # fetched: the uppers were made again
             self.made_modes = modes
         self.clean = True

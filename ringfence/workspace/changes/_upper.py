@@ -127,7 +127,7 @@ def changes_from_upper(
     known: dict[tuple[int, str], tuple[tuple[int, ...], Image]] | None = None,
     previous: UpperState | None = None,
     state: UpperState | None = None,
-    tracks_root_mode: bool = False,
+    made_mode: int | None = None,
 ) -> list[Change]:
     """The changes an overlay's upper directory (``upper_fd``) makes to ``lower_fd``.
 
@@ -156,9 +156,10 @@ def changes_from_upper(
     staged then, and a lower entry the host changed since stays as the host
     left it. Its directories are still read (what is below may have changed).
 
-    ``tracks_root_mode``: the upper directory's own mode was the lower root's when the
-    command started, so a different one is the command's ``chmod`` of the root:
-    a change at ``.`` (first), which the merge refuses, named.
+    ``made_mode``: the upper directory's own mode when the command started (its
+    root's then), so a different one is the command's ``chmod`` of the root: a change
+    at ``.`` (first, from the root's mode now), which the merge refuses, named. A
+    root the host chmodded meanwhile is not the command's change.
     """
     if pack is None:
         sources = None
@@ -167,10 +168,10 @@ def changes_from_upper(
     )
     if state is not None:
         reader.state, reader.previous = state, previous or UpperState(0)
-    if tracks_root_mode:
+    if made_mode is not None:
         before, after = (stat.S_IMODE(os.fstat(fd).st_mode) for fd in (lower_fd, upper_fd))
         image = Image("dir", after)
-        if before != after and not reader._same(".", image):
+        if made_mode != after != before and not reader._same(".", image):
             reader.out.append(Change(root, ".", Image("dir", before), image))
     reader.walk(upper_fd, lower_fd, "", None)
     return reader.out
