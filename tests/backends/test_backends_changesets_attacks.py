@@ -89,8 +89,8 @@ def git_dir(where: Path) -> str | None:
 def git_status(where: Path) -> None:
     """``git status`` where a person would run it: a planted fsmonitor would run here."""
     if where.is_dir():
-        subprocess.run(
-            ["git", "status"],
+        subprocess.run(  # as root, over the workspace owner's files: trust them, as the owner would
+            ["git", "-c", "safe.directory=*", "status"],
             cwd=where,
             capture_output=True,
             env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"},
@@ -226,6 +226,56 @@ def test_an_existing_link_made_to_point_out_is_refused(
     assert "existing link" in out["error"]["message"] and "L" in out["error"]["message"]
     assert tree_state(ws) == before
     assert os.path.realpath(ws / "L").startswith(str(ws) + "/")
+
+
+# A link outside the roots may name a different place for each process that follows it
+# (/proc/self/cwd, /proc/self/fd/N, /dev/fd/N): ringfence's own walk through it says nothing
+# about the host's. ringfence runs in the workspace here, its CLI's default.
+def _through_proc(ws: Path, from_dir: str, rest: str) -> tuple[str, str]:
+    """A command making ``d0/…/up -> <root>`` and the lexically-inside text of a link in
+    ``from_dir`` that climbs to ``/`` through ``up`` and goes on into ``/proc/self/cwd/<rest>``."""
+    depth = len(ws.parts) - 1
+    up = "/".join(f"d{i}" for i in range(depth))
+    prefix = "../" * from_dir.count("/") + ("../" if from_dir else "")
+    text = f"{prefix}{up}/up/{'../' * depth}proc/self/cwd{rest}"
+    return f"mkdir -p {up} && ln -s {'../' * (depth - 1)}.. {up}/up", text
+
+
+def test_a_link_through_the_hosts_per_process_links_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cwdlink -> …/up/../../proc/self/cwd``: ringfence's walk (its cwd is the root) ends
+    inside; the kernel, for any other process, ends in that process's directory."""
+    monkeypatch.chdir(ws)
+    make_up, text = _through_proc(ws, "", "")
+    assert not os.path.normpath(text).startswith("..")  # lexically inside
+    before = tree_state(ws)
+    code, out = call(capsys, ws, f"{make_up} && ln -s {text} cwdlink")
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert "cwdlink" in out["error"]["message"] and "refused as a whole" in out["error"]["message"]
+    assert tree_state(ws) == before
+    assert not os.path.lexists(ws / "cwdlink")
+
+
+def test_a_repository_completed_through_the_hosts_per_process_links_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sub/objects -> …/proc/self/cwd/objdir``: from ringfence's directory (the root) there
+    is no ``objdir``, so no repository; from ``sub``, where a person runs ``git status``,
+    there is one, and git runs ``core.fsmonitor``."""
+    monkeypatch.chdir(ws)
+    marker = tmp_path / "PWNED"
+    make_up, text = _through_proc(ws, "sub", "/objdir")
+    command = (
+        f"{make_up} && mkdir -p sub/objdir sub/refs && cd sub && {HEAD} && {config(marker)}"
+        f" && ln -s {text} objects"
+    )
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = call(capsys, ws, command, "--events", str(events_path))
+    assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
+    assert out["error"]["code"] == "git_metadata", out
+    assert f"repository at {ws / 'sub'} " in out["error"]["message"], out
 
 
 def test_links_that_stay_inside_are_merged(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,7 +25,10 @@ will read it.
   link in the roots is resolved again, and one that resolved inside and no
   longer does refuses the set. (A set without links changes no link's
   ``realpath``: a missing component, a file and a directory are all kept
-  as they are by that walk.)
+  as they are by that walk.) Neither walk follows a link outside the roots
+  (:data:`~._view.HOST`): ``/proc/self/cwd`` names ringfence's directory
+  for ringfence and the person's for their ``git status``, so a link
+  reaching one leaves, and what git would find past one counts as there.
 
 The scan that finds candidates and links is :func:`..git._scan.scan_git_metadata`,
 incremental from the previous merge's scan of the same workspace, to which that merge
@@ -47,7 +50,7 @@ from .._resolver import Resolver
 from ..git._rules import GITFILE_MAX_BYTES, parse_gitfile, valid_head
 from ..git._snapshot import DirState, GitSnapshot
 from ._model import Blobs, Change
-from ._view import Node, TreeView, realpath, resolve
+from ._view import HOST, Node, TreeView, realpath, resolve
 
 __all__ = ["check_resulting_tree", "git_at", "is_git_dir"]
 
@@ -74,6 +77,8 @@ def _head_valid(view: TreeView, gitdir: str) -> bool:
     found = resolve(view, path, follow=False)
     if found is None:
         return False
+    if found[1] is HOST:
+        return True  # what the host's link leads to, for the process reading it: anything
     if found[1].kind == "symlink":
         target = view.readlink(*found)
         return target is not None and target.startswith("refs/")
@@ -87,7 +92,7 @@ def _searchable(view: TreeView, path: str) -> bool:
     if found is None:
         return False
     node = found[1]
-    return node.kind == "dir" or bool(node.mode & 0o111)
+    return node is HOST or node.kind == "dir" or bool(node.mode & 0o111)
 
 
 def is_git_dir(view: TreeView, gitdir: str) -> bool:
@@ -131,6 +136,8 @@ def git_at(view: TreeView, directory: str) -> GitFound:
                 dotgit = ("gitfile", real, is_git_dir(view, real))
         elif node.kind == "dir":
             dotgit = ("dir", path, is_git_dir(view, path))
+        elif node is HOST:
+            dotgit = ("dir", path, True)  # through the host's link: counted as a repository
     return dotgit, is_git_dir(view, directory)
 
 
