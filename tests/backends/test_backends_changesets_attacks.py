@@ -314,6 +314,62 @@ def test_no_change_sets_scan_refuses_a_repository_of_executable_files(
     assert not marker.exists()
 
 
+def test_no_change_sets_scan_refuses_a_repository_through_the_hosts_per_process_links(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sub/objects -> /proc/self/cwd/objdir`` is no directory from ringfence's own directory
+    (the root) and one from ``sub``: the scan does not follow a link out of the root."""
+    monkeypatch.chdir(ws)
+    marker = tmp_path / "PWNED"
+    command = (
+        f"mkdir -p sub/objdir sub/refs && cd sub && {HEAD} && {config(marker)}"
+        " && ln -s /proc/self/cwd/objdir objects"
+    )
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args,
+        "--no-change-sets",
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert f"{ws / 'sub'} (new, quarantined)" in out["error"]["message"], out
+    assert not (ws / "sub").exists()
+    monkeypatch.chdir(tmp_path)
+    assert git_dir(ws / "sub") is None
+    git_status(ws / "sub")
+    assert not marker.exists()
+
+
+def test_write_file_completing_a_repository_through_the_hosts_per_process_links_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `--no-change-sets` command leaves ``sub/objects -> /proc/self/cwd/objdir``, ``refs``
+    and a config, no HEAD (no repository: nothing to refuse); then ``write_file sub/HEAD``.
+    From ringfence's directory (the root) ``objects`` leads nowhere; from ``sub`` it does."""
+    monkeypatch.chdir(ws)
+    marker = tmp_path / "PWNED"
+    step1 = (
+        f"mkdir -p sub/objdir sub/refs && cd sub && {config(marker)}"
+        " && ln -s /proc/self/cwd/objdir objects"
+    )
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": step1}), *args,
+        "--no-change-sets",
+    )  # fmt: skip
+    assert code == 0, out
+    before = tree_state(ws)
+    write = json.dumps({"path": "sub/HEAD", "content": "ref: refs/heads/main\n"})
+    code, out = cli_json(capsys, "call", "write_file", "--args", write, *args)
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert "sub/HEAD" in out["error"]["message"], out
+    assert tree_state(ws) == before
+    assert not (ws / "sub" / "HEAD").exists()
+    monkeypatch.chdir(tmp_path)
+    assert git_dir(ws / "sub") is None
+    git_status(ws / "sub")
+    assert not marker.exists()
+
+
 @pytest.mark.docker
 @pytest.mark.parametrize("attack", ["refs a link", "executable files, no directory at all"])
 def test_docker_change_sets_refuse_the_same_repositories(
