@@ -160,6 +160,40 @@ def test_an_almost_repository_completed_by_a_later_command_is_refused(
     assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
 
 
+# git reads all of a commondir, strips its trailing newlines, and only then stops at a NUL.
+COMMONDIRS = {
+    "longer than 4096 bytes": (
+        "c",
+        "printf '%.0s./' $(seq 2100) > commondir && printf c >> commondir",
+    ),
+    "a NUL after its newline": ("$d", "printf 'd\\n\\0' > commondir"),
+}
+
+
+@pytest.mark.parametrize("spelling", list(COMMONDIRS), ids=list(COMMONDIRS))
+def test_a_commondir_read_as_git_reads_it(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], spelling: str
+) -> None:
+    """Step one: ``sub/commondir`` naming ``sub/c`` (``objects``, ``refs``, the hostile
+    config), no HEAD: no repository. Step two: ``ln -s refs/heads/main sub/HEAD`` (a link: no
+    file content for the merge's own check to read). git's common directory is ``sub/c``."""
+    marker = tmp_path / "PWNED"
+    common, write = COMMONDIRS[spelling]
+    step1 = (
+        "d=$(printf 'd\\n.') && d=${d%.} && mkdir sub && cd sub"
+        f' && mkdir -p "{common}/objects" "{common}/refs" && {write} && cd "{common}"'
+        f" && {config(marker)}"
+    )
+    code, out = call(capsys, ws, step1)
+    assert code == 0, out
+    assert git_dir(ws / "sub") is None
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = call(capsys, ws, "ln -s refs/heads/main sub/HEAD", "--events", str(events_path))
+    assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
+    assert out["error"]["code"] == "git_metadata" and f"{ws / 'sub'} " in out["error"]["message"]
+
+
 def test_an_almost_repository_completed_by_write_file_is_refused(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

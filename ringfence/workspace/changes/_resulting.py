@@ -60,7 +60,8 @@ _GIT_NAMES = frozenset({"head", "objects", "refs", "commondir"})
 _ROOT, _PATH, _BEFORE, _AFTER = (itemgetter(i) for i in range(4))
 _HEAD, _LEAF, _KIND = itemgetter(0), itemgetter(2), itemgetter(0)
 _HEAD_READ = 255  # git's validate_headref reads this much
-_COMMONDIR_READ = 4096
+# git reads a commondir whole; one longer than this counts as a repository (the safe side).
+_COMMONDIR_READ = GITFILE_MAX_BYTES
 
 
 def _join(base: str, name: str) -> str:
@@ -103,10 +104,12 @@ def is_git_dir(view: TreeView, gitdir: str) -> bool:
     # git's file_exists() is an lstat: a dangling link counts, and then git dies reading it.
     if resolve(view, _join(gitdir, "commondir"), follow=False) is not None:
         found = resolve(view, _join(gitdir, "commondir"))
-        content = view.read(found[0], found[1], _COMMONDIR_READ) if found else None
-        if not content:
-            return True  # git dies reading it; counted as a repository (the safe side)
-        text = os.fsdecode(content.split(b"\0", 1)[0].rstrip(b"\r\n"))
+        content = view.read(found[0], found[1], _COMMONDIR_READ + 1) if found else None
+        if not content or len(content) > _COMMONDIR_READ:
+            return True  # git dies reading it, or more than we read: a repository (safe side)
+        # git's order: the trailing newlines go first, then the string ends at a NUL
+        # ("d\n\0" names "d\n").
+        text = os.fsdecode(content.rstrip(b"\r\n").split(b"\0", 1)[0])
         common = realpath(view, text if text.startswith("/") else _join(gitdir, text))[0]
     return _searchable(view, _join(common, "objects")) and _searchable(view, _join(common, "refs"))
 
