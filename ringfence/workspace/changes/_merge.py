@@ -393,6 +393,11 @@ def _apply_one(
             else:
                 found_dir = None
             if after.kind == "symlink":
+                # Checked on disk too (another writer meanwhile), as git follows links.
+                if is_git_directory(dir_fd, {leaf: ("symlink", data)}, beneath=place.beneath):
+                    raise GitMetadata(
+                        f"linking {place.display()} would make its directory a git directory"
+                    )
                 temp = temp_name()
                 os.symlink(os.fsdecode(data), temp, dir_fd=dir_fd)
                 try:

@@ -185,7 +185,7 @@ def valid_head(content: bytes | None, *, symlink_target: str | None = None) -> b
 
 
 # An overlay describes entries a pending write would add to a directory:
-# name -> ("file", content bytes) or ("dir", None). It lets the same test
+# name -> ("file", content bytes), ("dir", None) or ("symlink", target bytes). It lets the same test
 # answer "would this write *assemble* a git directory?".
 Overlay = Mapping[str, tuple[str, bytes | None]]
 
@@ -206,7 +206,12 @@ def _is_searchable(
     this directory's path below it) links are followed here, never past the root
     (:func:`_searchable_beneath`)."""
     if name in overlay:
-        return overlay[name][0] in ("dir", "file")
+        kind, content = overlay[name]
+        if kind == "symlink":  # followed as git will, once it is written; else counted
+            if beneath is None or content is None:
+                return True
+            return _searchable_beneath(*beneath, name, os.fsdecode(content))
+        return kind in ("dir", "file")
     if beneath is not None:
         return _searchable_beneath(beneath[0], beneath[1], name)
     try:
@@ -220,17 +225,24 @@ def _is_searchable(
 _MAX_LINKS = 40
 
 
-def _searchable_beneath(root_fd: int, rel: str, name: str) -> bool:
+def _searchable_beneath(root_fd: int, rel: str, name: str, target: str | None = None) -> bool:
     """``access(rel/name, X_OK)`` by the kernel's walk, done here from the root's descriptor:
     a walk that leaves the root (``..`` above it, an absolute link) counts as searchable.
 
     Past the root a path names the host's, and a host link may name a different place for
     each process that follows it (``/proc/self/cwd``: ringfence's directory for this check,
     the person's for their ``git status``), so what this process would find says nothing.
+    ``target``: ``name`` is a link to be written with this target (not on disk yet).
     """
     parts = [p for p in rel.split("/") if p]
     pending = [name]
     links = 0
+    if target is not None:
+        if not target:
+            return False
+        if target.startswith("/"):
+            return True
+        pending, links = list(reversed(target.split("/"))), 1
     found: os.stat_result | None = None
     while pending:
         comp = pending.pop()
@@ -285,6 +297,8 @@ def _read_small(name: str, dir_fd: int, limit: int) -> bytes | None:
 def _head_is_valid(dir_fd: int, overlay: Overlay) -> bool:
     if "HEAD" in overlay:
         kind, content = overlay["HEAD"]
+        if kind == "symlink":
+            return content is not None and valid_head(None, symlink_target=os.fsdecode(content))
         return kind == "file" and valid_head(content)
     st = _lstat("HEAD", dir_fd)
     if st is None:
