@@ -442,3 +442,87 @@ def test_docker_change_sets_refuse_a_link_that_leaves_through_a_link(
     code, out = call(capsys, ws, command, "--backend", "docker", "--change-sets")
     assert code != 0 and out["error"]["code"] == "invalid_arguments", out
     assert tree_state(ws) == before
+
+
+# git's own configuration (global, system) is read in every repository: a root holding it is
+# refused before anything opens, whichever tool would write it.
+HOME_ATTACKS = {
+    # name -> (the root below the fake home, the file the attack writes in it, extra env)
+    "the home: ~/.gitconfig": (".", ".gitconfig", {}),
+    "~/.config: git/config": (".config", "git/config", {}),
+    "$XDG_CONFIG_HOME": ("xdg", "git/config", {"XDG_CONFIG_HOME": "xdg"}),
+    "$GIT_CONFIG_GLOBAL": ("dots", "gitconfig", {"GIT_CONFIG_GLOBAL": "dots/gitconfig"}),
+    "a dotfiles directory ~/.gitconfig links into": ("dotfiles", "gitconfig", {}),
+}
+
+
+@pytest.mark.parametrize("attack", list(HOME_ATTACKS), ids=list(HOME_ATTACKS))
+@pytest.mark.parametrize("tool", ["write_file", "run_shell"])
+def test_a_root_holding_gits_own_configuration_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    attack: str,
+    tool: str,
+) -> None:
+    """With ``$RINGFENCE_HOME`` elsewhere, a root that holds the person's ``~/.gitconfig``
+    (or the XDG or ``$GIT_CONFIG_GLOBAL`` one) would let the agent set ``core.fsmonitor``
+    for every repository on the host. Refused, naming the file; nothing written; the host's
+    git, in a repository of its own, runs nothing."""
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    (home / "project").mkdir()
+    (home / "dotfiles").mkdir()
+    (home / "dotfiles" / "gitconfig").write_text("[user]\n\tname = someone\n")
+    (home / ".gitconfig").symlink_to(home / "dotfiles" / "gitconfig")
+    where, name, extra = HOME_ATTACKS[attack]
+    root = (home / where).resolve()
+    root.mkdir(exist_ok=True)
+    env = {k: str(home / v) for k, v in extra.items()}
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path / "ringfence-home"))
+    marker = tmp_path / "PWNED"
+    hostile = f'[core]\n\tfsmonitor = "touch {marker}"\n'
+    if tool == "write_file":
+        args = json.dumps({"path": name, "content": hostile})
+    else:
+        command = f"mkdir -p $(dirname {name}) && printf '%s' '{hostile}' > {name}"
+        args = json.dumps({"command": command})
+    before = tree_state(home)
+    code, out = cli_json(
+        capsys, "call", tool, "--args", args, "--workspace", str(root),
+        "--posture", "allow-reversible", "--approve", "no",
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert (
+        out["error"]["field"] == "roots"
+        and f"workspace root {root} holds" in out["error"]["message"]
+    )
+    assert tree_state(home) == before
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "status"], cwd=repo, capture_output=True,
+        env={**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", **env},
+    )  # fmt: skip
+    assert not marker.exists()
+
+
+def test_a_project_directory_in_the_home_is_a_root_as_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control: a root below the home (not holding git's configuration) works."""
+    home = tmp_path / "home"
+    (home / "project").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path / "ringfence-home"))
+    code, out = cli_json(
+        capsys, "call", "write_file", "--args", json.dumps({"path": "a.txt", "content": "a"}),
+        "--workspace", str(home / "project"), "--posture", "allow-reversible", "--approve", "no",
+    )  # fmt: skip
+    assert code == 0, out
+    assert (home / "project" / "a.txt").read_text() == "a"
