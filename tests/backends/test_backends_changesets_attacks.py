@@ -444,6 +444,32 @@ def test_docker_change_sets_refuse_a_link_that_leaves_through_a_link(
     assert tree_state(ws) == before
 
 
+@pytest.mark.docker
+def test_docker_change_sets_refuse_a_repository_through_the_hosts_per_process_links(
+    docker_client: Any,
+    ws: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same merge judges a container's set: ``objects`` into ``/proc/self/cwd/objdir``."""
+    monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", DOCKER_OPTIONS["image"])
+    chown_like_workspace(ws)
+    monkeypatch.chdir(ws)
+    marker = tmp_path / "PWNED"
+    make_up, text = _through_proc(ws, "sub", "/objdir")
+    command = (
+        f"{make_up} && mkdir -p sub/objdir sub/refs && cd sub && {HEAD} && {config(marker)}"
+        f" && ln -s {text} objects"
+    )
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = call(
+        capsys, ws, command, "--backend", "docker", "--change-sets", "--events", str(events_path)
+    )
+    assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
+
+
 # git's own configuration (global, system) is read in every repository: a root holding it is
 # refused before anything opens, whichever tool would write it.
 HOME_ATTACKS = {
