@@ -32,6 +32,7 @@ from .workspace._file_tools import register_file_tools
 from .workspace._workspace import Workspace
 from .workspace.changes._store import CheckpointStore, Retention
 from .workspace.changes._undo import register_undo_tool
+from .workspace.git._config import refuse_git_config_inside_roots
 
 __all__ = [
     "check_approver",
@@ -236,6 +237,7 @@ def create_kernel(
     workspace = Workspace(root_paths)
     try:
         refuse_home_inside_roots(workspace.roots)
+        refuse_git_config_inside_roots(workspace.roots)  # ~/.gitconfig, …: read everywhere
     except BaseException:
         workspace.close()
         raise

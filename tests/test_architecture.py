@@ -762,6 +762,17 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
         "a root's ancestors (outside the roots), checked for being a git directory, for "
         "the resolver's open_root and run_shell's git check alike"
     ),
+    # git's own configuration files (~/.gitconfig, …), outside the roots unless a root holds
+    # them: only their directories' identities are read, to refuse such a root.
+    ("ringfence/workspace/git/_config.py", "_holders", "os.path.realpath"): (
+        "where git's configuration file lies (its link followed), compared with the roots"
+    ),
+    ("ringfence/workspace/git/_config.py", "_holders", "os.path.islink"): (
+        "whether git's configuration file is a link (a dotfiles directory)"
+    ),
+    ("ringfence/workspace/git/_config.py", "refuse_git_config_inside_roots", "os.stat"): (
+        "each directory holding git's configuration file, matched with the roots by identity"
+    ),
     ("ringfence/workspace/changes/_store.py", "_open_store", "os.makedirs"): (
         "the checkpoint store under $RINGFENCE_HOME, outside every root: made by its path "
         "once, everything below it reached by descriptor"
@@ -930,6 +941,10 @@ ENV_READERS: dict[str, dict[str, str]] = {
     # A child's environment, built from the parent's (not a setting of ringfence's):
     "ringfence/_git.py": {"_environment": "PATH for the git child"},
     "ringfence/workspace/_search.py": {"ripgrep_env": "ripgrep's environment"},
+    # Not a setting of ringfence's: where the person's git reads its own configuration.
+    "ringfence/workspace/git/_config.py": {
+        "refuse_git_config_inside_roots": "HOME, XDG_CONFIG_HOME, GIT_CONFIG_GLOBAL/SYSTEM",
+    },
     "ringfence/plugins/_command.py": {"CommandRunner.__call__": "PATH for a command hook"},
     "ringfence/backends/_host.py": {
         "HostSession.__init__": "the allowlisted variables a host-backend command inherits",

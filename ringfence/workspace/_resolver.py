@@ -140,6 +140,12 @@ class Place:
     def names(self) -> list[str]:
         return [n for n, _ in self.dirs]
 
+    @property
+    def beneath(self) -> tuple[int, str]:
+        """The root's descriptor and this directory's physical path below it: where git's
+        rules follow links from, never past the root (:func:`.git._rules.is_git_directory`)."""
+        return self.root.fd, "/".join(self.names)
+
     def display(self, *extra: str) -> str:
         """The path as tools show it: relative to the first root, else absolute."""
         names = self.names + ([self.leaf] if self.leaf is not None else []) + list(extra)

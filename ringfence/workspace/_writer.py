@@ -465,7 +465,7 @@ def _write(
         if is_link(place.leaf, place.dir_fd):
             raise FollowLeaf
         data, expected = produce(place)
-        if is_git_directory(place.dir_fd, {place.leaf: ("file", data)}):
+        if is_git_directory(place.dir_fd, {place.leaf: ("file", data)}, beneath=place.beneath):
             raise GitMetadata(
                 f"writing {display} would make {display_path(place.root, place.names)} a git "
                 "directory (git would read it as a repository and run what its config names). "
@@ -527,7 +527,7 @@ def make_checked_dir(
     if is_dotgit(name):
         raise GitMetadata(f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path")
     check_git_chain(place, display)
-    if is_git_directory(place.dir_fd, {name: ("dir", None)}):
+    if is_git_directory(place.dir_fd, {name: ("dir", None)}, beneath=place.beneath):
         raise GitMetadata(
             f"creating {display} would make {place.display() or '.'} a git directory "
             "(it has a HEAD and would then have objects/ and refs/). " + _GIT_EXPLANATION,
@@ -574,7 +574,7 @@ def check_git_chain(place: Place, display: str) -> None:
     fds = [place.root.fd, *(fd for _, fd in place.dirs)]
     for depth, fd in enumerate(fds):
         # Checked on the descriptor each time: a number closed by ".." can be reused.
-        if is_git_directory(fd):
+        if is_git_directory(fd, beneath=(place.root.fd, "/".join(names[:depth]))):
             where = display_path(place.root, names[:depth])
             raise GitMetadata(
                 f"{display} is inside {where}, which is a git directory (it has HEAD, "

@@ -89,8 +89,8 @@ def git_dir(where: Path) -> str | None:
 def git_status(where: Path) -> None:
     """``git status`` where a person would run it: a planted fsmonitor would run here."""
     if where.is_dir():
-        subprocess.run(
-            ["git", "status"],
+        subprocess.run(  # as root, over the workspace owner's files: trust them, as the owner would
+            ["git", "-c", "safe.directory=*", "status"],
             cwd=where,
             capture_output=True,
             env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"},
@@ -158,6 +158,40 @@ def test_an_almost_repository_completed_by_a_later_command_is_refused(
     events_path = tmp_path / "events.jsonl"
     code, out = call(capsys, ws, "mkdir o r", "--events", str(events_path))
     assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
+
+
+# git reads all of a commondir, strips its trailing newlines, and only then stops at a NUL.
+COMMONDIRS = {
+    "longer than 4096 bytes": (
+        "c",
+        "printf '%.0s./' $(seq 2100) > commondir && printf c >> commondir",
+    ),
+    "a NUL after its newline": ("$d", "printf 'd\\n\\0' > commondir"),
+}
+
+
+@pytest.mark.parametrize("spelling", list(COMMONDIRS), ids=list(COMMONDIRS))
+def test_a_commondir_read_as_git_reads_it(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], spelling: str
+) -> None:
+    """Step one: ``sub/commondir`` naming ``sub/c`` (``objects``, ``refs``, the hostile
+    config), no HEAD: no repository. Step two: ``ln -s refs/heads/main sub/HEAD`` (a link: no
+    file content for the merge's own check to read). git's common directory is ``sub/c``."""
+    marker = tmp_path / "PWNED"
+    common, write = COMMONDIRS[spelling]
+    step1 = (
+        "d=$(printf 'd\\n.') && d=${d%.} && mkdir sub && cd sub"
+        f' && mkdir -p "{common}/objects" "{common}/refs" && {write} && cd "{common}"'
+        f" && {config(marker)}"
+    )
+    code, out = call(capsys, ws, step1)
+    assert code == 0, out
+    assert git_dir(ws / "sub") is None
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = call(capsys, ws, "ln -s refs/heads/main sub/HEAD", "--events", str(events_path))
+    assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
+    assert out["error"]["code"] == "git_metadata" and f"{ws / 'sub'} " in out["error"]["message"]
 
 
 def test_an_almost_repository_completed_by_write_file_is_refused(
@@ -228,6 +262,56 @@ def test_an_existing_link_made_to_point_out_is_refused(
     assert os.path.realpath(ws / "L").startswith(str(ws) + "/")
 
 
+# A link outside the roots may name a different place for each process that follows it
+# (/proc/self/cwd, /proc/self/fd/N, /dev/fd/N): ringfence's own walk through it says nothing
+# about the host's. ringfence runs in the workspace here, its CLI's default.
+def _through_proc(ws: Path, from_dir: str, rest: str) -> tuple[str, str]:
+    """A command making ``d0/…/up -> <root>`` and the lexically-inside text of a link in
+    ``from_dir`` that climbs to ``/`` through ``up`` and goes on into ``/proc/self/cwd/<rest>``."""
+    depth = len(ws.parts) - 1
+    up = "/".join(f"d{i}" for i in range(depth))
+    prefix = "../" * from_dir.count("/") + ("../" if from_dir else "")
+    text = f"{prefix}{up}/up/{'../' * depth}proc/self/cwd{rest}"
+    return f"mkdir -p {up} && ln -s {'../' * (depth - 1)}.. {up}/up", text
+
+
+def test_a_link_through_the_hosts_per_process_links_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cwdlink -> …/up/../../proc/self/cwd``: ringfence's walk (its cwd is the root) ends
+    inside; the kernel, for any other process, ends in that process's directory."""
+    monkeypatch.chdir(ws)
+    make_up, text = _through_proc(ws, "", "")
+    assert not os.path.normpath(text).startswith("..")  # lexically inside
+    before = tree_state(ws)
+    code, out = call(capsys, ws, f"{make_up} && ln -s {text} cwdlink")
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert "cwdlink" in out["error"]["message"] and "refused as a whole" in out["error"]["message"]
+    assert tree_state(ws) == before
+    assert not os.path.lexists(ws / "cwdlink")
+
+
+def test_a_repository_completed_through_the_hosts_per_process_links_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sub/objects -> …/proc/self/cwd/objdir``: from ringfence's directory (the root) there
+    is no ``objdir``, so no repository; from ``sub``, where a person runs ``git status``,
+    there is one, and git runs ``core.fsmonitor``."""
+    monkeypatch.chdir(ws)
+    marker = tmp_path / "PWNED"
+    make_up, text = _through_proc(ws, "sub", "/objdir")
+    command = (
+        f"{make_up} && mkdir -p sub/objdir sub/refs && cd sub && {HEAD} && {config(marker)}"
+        f" && ln -s {text} objects"
+    )
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = call(capsys, ws, command, "--events", str(events_path))
+    assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
+    assert out["error"]["code"] == "git_metadata", out
+    assert f"repository at {ws / 'sub'} " in out["error"]["message"], out
+
+
 def test_links_that_stay_inside_are_merged(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The control: links inside the roots, chains included, merge as before."""
     code, out = call(
@@ -259,6 +343,62 @@ def test_no_change_sets_scan_refuses_a_repository_of_executable_files(
         capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args
     )
     assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert git_dir(ws / "sub") is None
+    git_status(ws / "sub")
+    assert not marker.exists()
+
+
+def test_no_change_sets_scan_refuses_a_repository_through_the_hosts_per_process_links(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sub/objects -> /proc/self/cwd/objdir`` is no directory from ringfence's own directory
+    (the root) and one from ``sub``: the scan does not follow a link out of the root."""
+    monkeypatch.chdir(ws)
+    marker = tmp_path / "PWNED"
+    command = (
+        f"mkdir -p sub/objdir sub/refs && cd sub && {HEAD} && {config(marker)}"
+        " && ln -s /proc/self/cwd/objdir objects"
+    )
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args,
+        "--no-change-sets",
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert f"{ws / 'sub'} (new, quarantined)" in out["error"]["message"], out
+    assert not (ws / "sub").exists()
+    monkeypatch.chdir(tmp_path)
+    assert git_dir(ws / "sub") is None
+    git_status(ws / "sub")
+    assert not marker.exists()
+
+
+def test_write_file_completing_a_repository_through_the_hosts_per_process_links_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `--no-change-sets` command leaves ``sub/objects -> /proc/self/cwd/objdir``, ``refs``
+    and a config, no HEAD (no repository: nothing to refuse); then ``write_file sub/HEAD``.
+    From ringfence's directory (the root) ``objects`` leads nowhere; from ``sub`` it does."""
+    monkeypatch.chdir(ws)
+    marker = tmp_path / "PWNED"
+    step1 = (
+        f"mkdir -p sub/objdir sub/refs && cd sub && {config(marker)}"
+        " && ln -s /proc/self/cwd/objdir objects"
+    )
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": step1}), *args,
+        "--no-change-sets",
+    )  # fmt: skip
+    assert code == 0, out
+    before = tree_state(ws)
+    write = json.dumps({"path": "sub/HEAD", "content": "ref: refs/heads/main\n"})
+    code, out = cli_json(capsys, "call", "write_file", "--args", write, *args)
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert "sub/HEAD" in out["error"]["message"], out
+    assert tree_state(ws) == before
+    assert not (ws / "sub" / "HEAD").exists()
+    monkeypatch.chdir(tmp_path)
     assert git_dir(ws / "sub") is None
     git_status(ws / "sub")
     assert not marker.exists()
@@ -302,3 +442,113 @@ def test_docker_change_sets_refuse_a_link_that_leaves_through_a_link(
     code, out = call(capsys, ws, command, "--backend", "docker", "--change-sets")
     assert code != 0 and out["error"]["code"] == "invalid_arguments", out
     assert tree_state(ws) == before
+
+
+@pytest.mark.docker
+def test_docker_change_sets_refuse_a_repository_through_the_hosts_per_process_links(
+    docker_client: Any,
+    ws: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same merge judges a container's set: ``objects`` into ``/proc/self/cwd/objdir``."""
+    monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", DOCKER_OPTIONS["image"])
+    chown_like_workspace(ws)
+    monkeypatch.chdir(ws)
+    marker = tmp_path / "PWNED"
+    make_up, text = _through_proc(ws, "sub", "/objdir")
+    command = (
+        f"{make_up} && mkdir -p sub/objdir sub/refs && cd sub && {HEAD} && {config(marker)}"
+        f" && ln -s {text} objects"
+    )
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = call(
+        capsys, ws, command, "--backend", "docker", "--change-sets", "--events", str(events_path)
+    )
+    assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
+
+
+# git's own configuration (global, system) is read in every repository: a root holding it is
+# refused before anything opens, whichever tool would write it.
+HOME_ATTACKS = {
+    # name -> (the root below the fake home, the file the attack writes in it, extra env)
+    "the home: ~/.gitconfig": (".", ".gitconfig", {}),
+    "~/.config: git/config": (".config", "git/config", {}),
+    "$XDG_CONFIG_HOME": ("xdg", "git/config", {"XDG_CONFIG_HOME": "xdg"}),
+    "$GIT_CONFIG_GLOBAL": ("dots", "gitconfig", {"GIT_CONFIG_GLOBAL": "dots/gitconfig"}),
+    "a dotfiles directory ~/.gitconfig links into": ("dotfiles", "gitconfig", {}),
+}
+
+
+@pytest.mark.parametrize("attack", list(HOME_ATTACKS), ids=list(HOME_ATTACKS))
+@pytest.mark.parametrize("tool", ["write_file", "run_shell"])
+def test_a_root_holding_gits_own_configuration_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    attack: str,
+    tool: str,
+) -> None:
+    """With ``$RINGFENCE_HOME`` elsewhere, a root that holds the person's ``~/.gitconfig``
+    (or the XDG or ``$GIT_CONFIG_GLOBAL`` one) would let the agent set ``core.fsmonitor``
+    for every repository on the host. Refused, naming the file; nothing written; the host's
+    git, in a repository of its own, runs nothing."""
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    (home / "project").mkdir()
+    (home / "dotfiles").mkdir()
+    (home / "dotfiles" / "gitconfig").write_text("[user]\n\tname = someone\n")
+    (home / ".gitconfig").symlink_to(home / "dotfiles" / "gitconfig")
+    where, name, extra = HOME_ATTACKS[attack]
+    root = (home / where).resolve()
+    root.mkdir(exist_ok=True)
+    env = {k: str(home / v) for k, v in extra.items()}
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path / "ringfence-home"))
+    marker = tmp_path / "PWNED"
+    hostile = f'[core]\n\tfsmonitor = "touch {marker}"\n'
+    if tool == "write_file":
+        args = json.dumps({"path": name, "content": hostile})
+    else:
+        command = f"mkdir -p $(dirname {name}) && printf '%s' '{hostile}' > {name}"
+        args = json.dumps({"command": command})
+    before = tree_state(home)
+    code, out = cli_json(
+        capsys, "call", tool, "--args", args, "--workspace", str(root),
+        "--posture", "allow-reversible", "--approve", "no",
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert (
+        out["error"]["field"] == "roots"
+        and f"workspace root {root} holds" in out["error"]["message"]
+    )
+    assert tree_state(home) == before
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "status"], cwd=repo, capture_output=True,
+        env={**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", **env},
+    )  # fmt: skip
+    assert not marker.exists()
+
+
+def test_a_project_directory_in_the_home_is_a_root_as_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control: a root below the home (not holding git's configuration) works."""
+    home = tmp_path / "home"
+    (home / "project").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path / "ringfence-home"))
+    code, out = cli_json(
+        capsys, "call", "write_file", "--args", json.dumps({"path": "a.txt", "content": "a"}),
+        "--workspace", str(home / "project"), "--posture", "allow-reversible", "--approve", "no",
+    )  # fmt: skip
+    assert code == 0, out
+    assert (home / "project" / "a.txt").read_text() == "a"

@@ -60,7 +60,7 @@ def _plant_rest(sub: Path, marker: Path) -> Callable[[], None]:
     return move
 
 
-@pytest.mark.parametrize("head", ["file", "dir", "chain"])
+@pytest.mark.parametrize("head", ["file", "link", "dir", "chain"])
 def test_a_write_that_would_complete_a_repository_planted_meanwhile_is_refused(
     tmp_path: Path, ringfence_home: Path, head: str
 ) -> None:
@@ -68,7 +68,8 @@ def test_a_write_that_would_complete_a_repository_planted_meanwhile_is_refused(
     stored) and then makes ``sub/HEAD`` (``file``; or, for the
     directory guard, ``sub/objects`` once the second writer has made ``HEAD`` and
     ``refs``: ``dir``): judged alone, no repository. The second writer completes the rest
-    in between; the merge's write must refuse, and git must find no repository. ``chain``:
+    in between; the merge's write must refuse, and git must find no repository. ``link``:
+    ``sub/HEAD`` made as a link to ``refs/heads/main`` (git reads a link's text). ``chain``:
     the set writes a hook into the plain directory ``sub/hooks`` and the second writer
     makes ``sub`` a whole git directory meanwhile; the hook must not land in it."""
     root = tmp_path / "ws"
@@ -94,6 +95,11 @@ def test_a_write_that_would_complete_a_repository_planted_meanwhile_is_refused(
             move = _plant_rest(sub, marker)
             data = b"ref: refs/heads/main\n"
             changes.append(Change(0, "sub/HEAD", None, Image("file", 0o644, store.put(data), 21)))
+        elif head == "link":
+            move = _plant_rest(sub, marker)
+            target = b"refs/heads/main"
+            image = Image("symlink", 0o777, store.put(target), len(target))
+            changes.append(Change(0, "sub/HEAD", None, image))
         elif head == "chain":
             plant = _plant_rest(sub, marker)
 
@@ -121,8 +127,8 @@ def test_a_write_that_would_complete_a_repository_planted_meanwhile_is_refused(
     assert blobs.moved, "the second writer never moved: the test judged nothing"
     # Nothing of the refused set stays: the file written before the refusal is rolled back.
     assert (root / trigger).read_text() == "before, unique to this test\n"
-    if head == "file":
-        assert not (sub / "HEAD").exists()
+    if head in ("file", "link"):
+        assert not os.path.lexists(sub / "HEAD")
     elif head == "dir":
         assert not (sub / "objects").exists()
     if head == "chain":  # the second writer's repository is its own; the hook is not in it

@@ -377,7 +377,7 @@ def _apply_one(
                 if found is not None and found.kind != "dir":
                     os.unlink(leaf, dir_fd=dir_fd)
                 if found is None or found.kind != "dir":
-                    if is_git_directory(dir_fd, {leaf: ("dir", None)}):
+                    if is_git_directory(dir_fd, {leaf: ("dir", None)}, beneath=place.beneath):
                         raise GitMetadata(f"creating {place.display()} would make a git directory")
                     os.mkdir(leaf, 0o700, dir_fd=dir_fd)
                     _own(leaf, dir_fd, owner)
@@ -393,6 +393,11 @@ def _apply_one(
             else:
                 found_dir = None
             if after.kind == "symlink":
+                # Checked on disk too (another writer meanwhile), as git follows links.
+                if is_git_directory(dir_fd, {leaf: ("symlink", data)}, beneath=place.beneath):
+                    raise GitMetadata(
+                        f"linking {place.display()} would make its directory a git directory"
+                    )
                 temp = temp_name()
                 os.symlink(os.fsdecode(data), temp, dir_fd=dir_fd)
                 try:
@@ -405,7 +410,7 @@ def _apply_one(
                 return found_dir or found
             if found is not None and found.kind == "symlink":
                 os.unlink(leaf, dir_fd=dir_fd)  # replace the link itself, never its target
-            if is_git_directory(dir_fd, {leaf: ("file", data)}):
+            if is_git_directory(dir_fd, {leaf: ("file", data)}, beneath=place.beneath):
                 raise GitMetadata(
                     f"writing {place.display()} would make its directory a git directory"
                 )
@@ -497,7 +502,7 @@ def _move_tree(
         display = place.display()
         if not chain_checked:
             check_git_chain(place, display)
-        if is_git_directory(place.dir_fd, {leaf: ("dir", None)}):
+        if is_git_directory(place.dir_fd, {leaf: ("dir", None)}, beneath=place.beneath):
             raise GitMetadata(f"creating {display} would make a git directory")
         if dir_denies_create(os.fstat(place.dir_fd)):
             raise Unwritable(f"{display} cannot be created: its directory does not allow it")

@@ -25,7 +25,10 @@ will read it.
   link in the roots is resolved again, and one that resolved inside and no
   longer does refuses the set. (A set without links changes no link's
   ``realpath``: a missing component, a file and a directory are all kept
-  as they are by that walk.)
+  as they are by that walk.) Neither walk follows a link outside the roots
+  (:data:`~._view.HOST`): ``/proc/self/cwd`` names ringfence's directory
+  for ringfence and the person's for their ``git status``, so a link
+  reaching one leaves, and what git would find past one counts as there.
 
 The scan that finds candidates and links is :func:`..git._scan.scan_git_metadata`,
 incremental from the previous merge's scan of the same workspace, to which that merge
@@ -47,7 +50,7 @@ from .._resolver import Resolver
 from ..git._rules import GITFILE_MAX_BYTES, parse_gitfile, valid_head
 from ..git._snapshot import DirState, GitSnapshot
 from ._model import Blobs, Change
-from ._view import Node, TreeView, realpath, resolve
+from ._view import HOST, Node, TreeView, realpath, resolve
 
 __all__ = ["check_resulting_tree", "git_at", "is_git_dir"]
 
@@ -57,7 +60,8 @@ _GIT_NAMES = frozenset({"head", "objects", "refs", "commondir"})
 _ROOT, _PATH, _BEFORE, _AFTER = (itemgetter(i) for i in range(4))
 _HEAD, _LEAF, _KIND = itemgetter(0), itemgetter(2), itemgetter(0)
 _HEAD_READ = 255  # git's validate_headref reads this much
-_COMMONDIR_READ = 4096
+# git reads a commondir whole; one longer than this counts as a repository (the safe side).
+_COMMONDIR_READ = GITFILE_MAX_BYTES
 
 
 def _join(base: str, name: str) -> str:
@@ -74,6 +78,8 @@ def _head_valid(view: TreeView, gitdir: str) -> bool:
     found = resolve(view, path, follow=False)
     if found is None:
         return False
+    if found[1] is HOST:
+        return True  # what the host's link leads to, for the process reading it: anything
     if found[1].kind == "symlink":
         target = view.readlink(*found)
         return target is not None and target.startswith("refs/")
@@ -87,7 +93,7 @@ def _searchable(view: TreeView, path: str) -> bool:
     if found is None:
         return False
     node = found[1]
-    return node.kind == "dir" or bool(node.mode & 0o111)
+    return node is HOST or node.kind == "dir" or bool(node.mode & 0o111)
 
 
 def is_git_dir(view: TreeView, gitdir: str) -> bool:
@@ -98,10 +104,12 @@ def is_git_dir(view: TreeView, gitdir: str) -> bool:
     # git's file_exists() is an lstat: a dangling link counts, and then git dies reading it.
     if resolve(view, _join(gitdir, "commondir"), follow=False) is not None:
         found = resolve(view, _join(gitdir, "commondir"))
-        content = view.read(found[0], found[1], _COMMONDIR_READ) if found else None
-        if not content:
-            return True  # git dies reading it; counted as a repository (the safe side)
-        text = os.fsdecode(content.split(b"\0", 1)[0].rstrip(b"\r\n"))
+        content = view.read(found[0], found[1], _COMMONDIR_READ + 1) if found else None
+        if not content or len(content) > _COMMONDIR_READ:
+            return True  # git dies reading it, or more than we read: a repository (safe side)
+        # git's order: the trailing newlines go first, then the string ends at a NUL
+        # ("d\n\0" names "d\n").
+        text = os.fsdecode(content.rstrip(b"\r\n").split(b"\0", 1)[0])
         common = realpath(view, text if text.startswith("/") else _join(gitdir, text))[0]
     return _searchable(view, _join(common, "objects")) and _searchable(view, _join(common, "refs"))
 
@@ -131,6 +139,8 @@ def git_at(view: TreeView, directory: str) -> GitFound:
                 dotgit = ("gitfile", real, is_git_dir(view, real))
         elif node.kind == "dir":
             dotgit = ("dir", path, is_git_dir(view, path))
+        elif node is HOST:
+            dotgit = ("dir", path, True)  # through the host's link: counted as a repository
     return dotgit, is_git_dir(view, directory)
 
 

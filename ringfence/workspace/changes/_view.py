@@ -12,6 +12,14 @@ Paths are absolute, ``/``-separated strings. A path inside a root is read
 relative to the root's descriptor (its components are physical: the callers
 resolve links themselves); outside the roots the host is read by path, only
 to judge, never to write (a link may lead there).
+
+A link *outside* every root is never followed: what it names is the host's,
+and may differ for each process that follows it (``/proc/self/cwd``,
+``/proc/self/fd/N``, ``/dev/fd/N``, ``/proc/thread-self``) or change later.
+Followed from ringfence, ``/proc/self/cwd`` is ringfence's own directory; for
+the person's ``git status`` or editor it is theirs. So a walk that reaches
+such a link stops there (:func:`realpath`: the path so far, outside the
+roots; :func:`resolve`: :data:`HOST`, a node that counts as anything).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from typing import NamedTuple
 from ..git._walk import file_kind
 from ._model import Blobs, Change, Image
 
-__all__ = ["MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
+__all__ = ["HOST", "MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
 
 # The kernel's own limit on links followed in one path walk (ELOOP past it).
 MAX_LINKS = 40
@@ -47,6 +55,10 @@ class Node:
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Node({self.kind}, {self.mode:o})"
 
+
+# What a walk finds past a link outside every root (see the module docstring): not known for
+# any other process, so a rule counts it as whatever is the safe side (a directory, valid).
+HOST = Node("host", 0o777, None, None)
 
 _ROOT, _PATH, _AFTER = itemgetter(0), itemgetter(1), itemgetter(3)  # Change's fields
 
@@ -216,6 +228,8 @@ def realpath(view: TreeView, path: str) -> tuple[str, bool]:
     :data:`MAX_LINKS` links) ends the walk with the rest appended and
     ``False``. This is what ``realpath`` reports for a dangling link, and
     what the kernel would find if the missing parts became directories.
+    A link outside every root ends the walk the same way, there (outside
+    the roots): where it leads depends on who follows it.
     """
     seen: dict[str, str | None] = {}
     budget = [MAX_LINKS]
@@ -248,6 +262,8 @@ def _join_real(
                 path = cached
                 continue
             return _join(newpath, rest) if rest else newpath, False  # a loop
+        if not view.inside(newpath):
+            return _join(newpath, rest) if rest else newpath, False  # the host's link
         budget[0] -= 1
         target = view.readlink(newpath, node)
         if budget[0] < 0 or target is None:
@@ -266,7 +282,8 @@ def resolve(view: TreeView, path: str, *, follow: bool = True) -> tuple[str, Nod
     Every component must exist and every one but the last be a directory
     (after links); links are followed (the last one too with ``follow``), at
     most :data:`MAX_LINKS` of them. None where the kernel would fail
-    (``ENOENT``, ``ENOTDIR``, ``ELOOP``).
+    (``ENOENT``, ``ENOTDIR``, ``ELOOP``). A link outside every root that the
+    walk would follow ends it: ``(that link's path, HOST)``.
     """
     pending = [p for p in reversed(path.split("/")) if p]
     current = "/"
@@ -287,6 +304,8 @@ def resolve(view: TreeView, path: str, *, follow: bool = True) -> tuple[str, Nod
         if found is None:
             return None
         if found.kind == "symlink" and (pending or follow):
+            if not view.inside(candidate):
+                return candidate, HOST
             links += 1
             target = view.readlink(candidate, found)
             if links > MAX_LINKS or not target:

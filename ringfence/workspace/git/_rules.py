@@ -185,7 +185,7 @@ def valid_head(content: bytes | None, *, symlink_target: str | None = None) -> b
 
 
 # An overlay describes entries a pending write would add to a directory:
-# name -> ("file", content bytes) or ("dir", None). It lets the same test
+# name -> ("file", content bytes), ("dir", None) or ("symlink", target bytes). It lets the same test
 # answer "would this write *assemble* a git directory?".
 Overlay = Mapping[str, tuple[str, bytes | None]]
 
@@ -197,17 +197,84 @@ def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
         return None
 
 
-def _is_searchable(name: str, dir_fd: int, overlay: Overlay) -> bool:
+def _is_searchable(
+    name: str, dir_fd: int, overlay: Overlay, beneath: tuple[int, str] | None = None
+) -> bool:
     """git's ``access(name, X_OK)``: a directory, or a file with an execute bit (git's test
     passes an executable *file* named ``objects``), through links. A file a pending write
-    adds counts whatever its mode (the safe side)."""
+    adds counts whatever its mode (the safe side). With ``beneath`` (the root's descriptor,
+    this directory's path below it) links are followed here, never past the root
+    (:func:`_searchable_beneath`)."""
     if name in overlay:
-        return overlay[name][0] in ("dir", "file")
+        kind, content = overlay[name]
+        if kind == "symlink":  # followed as git will, once it is written; else counted
+            if beneath is None or content is None:
+                return True
+            return _searchable_beneath(*beneath, name, os.fsdecode(content))
+        return kind in ("dir", "file")
+    if beneath is not None:
+        return _searchable_beneath(beneath[0], beneath[1], name)
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=True)
     except OSError:
         return False
     return stat.S_ISDIR(st.st_mode) or bool(st.st_mode & 0o111)
+
+
+# The kernel's limit on links followed in one path walk (ELOOP past it).
+_MAX_LINKS = 40
+
+
+def _searchable_beneath(root_fd: int, rel: str, name: str, target: str | None = None) -> bool:
+    """``access(rel/name, X_OK)`` by the kernel's walk, done here from the root's descriptor:
+    a walk that leaves the root (``..`` above it, an absolute link) counts as searchable.
+
+    Past the root a path names the host's, and a host link may name a different place for
+    each process that follows it (``/proc/self/cwd``: ringfence's directory for this check,
+    the person's for their ``git status``), so what this process would find says nothing.
+    ``target``: ``name`` is a link to be written with this target (not on disk yet).
+    """
+    parts = [p for p in rel.split("/") if p]
+    pending = [name]
+    links = 0
+    if target is not None:
+        if not target:
+            return False
+        if target.startswith("/"):
+            return True
+        pending, links = list(reversed(target.split("/"))), 1
+    found: os.stat_result | None = None
+    while pending:
+        comp = pending.pop()
+        if comp in ("", "."):
+            continue
+        if comp == "..":
+            if not parts:
+                return True  # above the root: the host's
+            parts.pop()
+            found = None  # a directory
+            continue
+        here = "/".join([*parts, comp])
+        st = _lstat(here, root_fd)
+        if st is None:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            try:
+                target = os.readlink(here, dir_fd=root_fd)
+            except OSError:
+                return False
+            if links > _MAX_LINKS or not target:
+                return False
+            if target.startswith("/"):
+                return True  # the host's path, whatever it names for this process
+            pending.extend(reversed(target.split("/")))
+            continue
+        if not stat.S_ISDIR(st.st_mode) and any(p not in ("", ".") for p in pending):
+            return False  # ENOTDIR
+        parts.append(comp)
+        found = st
+    return found is None or stat.S_ISDIR(found.st_mode) or bool(found.st_mode & 0o111)
 
 
 def _read_small(name: str, dir_fd: int, limit: int) -> bytes | None:
@@ -230,6 +297,8 @@ def _read_small(name: str, dir_fd: int, limit: int) -> bytes | None:
 def _head_is_valid(dir_fd: int, overlay: Overlay) -> bool:
     if "HEAD" in overlay:
         kind, content = overlay["HEAD"]
+        if kind == "symlink":
+            return content is not None and valid_head(None, symlink_target=os.fsdecode(content))
         return kind == "file" and valid_head(content)
     st = _lstat("HEAD", dir_fd)
     if st is None:
@@ -244,7 +313,9 @@ def _head_is_valid(dir_fd: int, overlay: Overlay) -> bool:
     return valid_head(_read_small("HEAD", dir_fd, _HEAD_READ_BYTES))
 
 
-def is_git_directory(dir_fd: int, overlay: Overlay | None = None) -> bool:
+def is_git_directory(
+    dir_fd: int, overlay: Overlay | None = None, *, beneath: tuple[int, str] | None = None
+) -> bool:
     """git's ``is_git_directory`` for the directory open at ``dir_fd``.
 
     True when ``HEAD`` is valid and either a ``commondir`` file is present
@@ -253,14 +324,19 @@ def is_git_directory(dir_fd: int, overlay: Overlay | None = None) -> bool:
     the safe side) or ``objects/`` and ``refs/`` are directories.
 
     With ``overlay``, answers for the directory as it would be after a write
-    adds those entries: the test for "assembling" a git directory.
+    adds those entries: the test for "assembling" a git directory. With
+    ``beneath`` (the root's descriptor, this directory's path below it),
+    ``objects``/``refs`` links are followed only inside the root; one that
+    leaves it counts as there (:func:`_searchable_beneath`).
     """
     overlay = overlay or {}
     if not _head_is_valid(dir_fd, overlay):
         return False
     if "commondir" in overlay or _lstat("commondir", dir_fd) is not None:
         return True
-    return _is_searchable("objects", dir_fd, overlay) and _is_searchable("refs", dir_fd, overlay)
+    return _is_searchable("objects", dir_fd, overlay, beneath) and _is_searchable(
+        "refs", dir_fd, overlay, beneath
+    )
 
 
 def first_git_directory(paths: Iterable[Path]) -> Path | None:

@@ -167,6 +167,6 @@ def _clock_offset() -> tuple[int, int]:
 
 
 def _root_in_git(root: Path, fd: int) -> bool:
-    if any(is_dotgit(part) for part in root.parts[1:]) or is_git_directory(fd):
+    if any(is_dotgit(part) for part in root.parts[1:]) or is_git_directory(fd, beneath=(fd, "")):
         return True
     return first_git_directory(root.parents) is not None

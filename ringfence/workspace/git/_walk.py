@@ -234,7 +234,7 @@ class Walk:
             # git also reads HEAD's content, which changes without the directory changing:
             # a candidate is listed and tested by every scan.
             volatile = True
-            if is_git_directory(fd):
+            if is_git_directory(fd, beneath=(self.root_fd, rel)):
                 # The directory itself is a repository: a top (its entry is its parent's).
                 top = rel
                 self.tops.add((index, rel))
