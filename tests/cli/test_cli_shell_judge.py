@@ -121,6 +121,52 @@ def test_text_that_becomes_code_at_run_time_is_never_allowed_by_an_allow_rule(
     assert not (ws / "MARK").exists()
 
 
+# A name given to a bash builtin on the judge's whitelist, with an array subscript: bash
+# evaluates the subscript as arithmetic, and `$(…)` in it runs (each was judged `allow` by
+# the builtin's allow rule under posture ask, and MARK was made).
+NAMED_SUBSCRIPTS = [
+    "bash -c \"test -v 'a[\\$(touch MARK)]'\"",
+    "bash -c \"test ! -v 'a[\\$(touch MARK)]'\"",
+    "bash -c \"printf -v 'a[\\$(touch MARK)]' x\"",
+    "bash -c \"printf -v'a[\\$(touch MARK)]' x\"",
+    "bash -c \"sleep 0 & wait -p 'a[\\$(touch MARK)]' -n\"",
+]
+POLICY_ALLOW_BUILTINS = (
+    'allow = ["run_shell(test *)", "run_shell([ *)", "run_shell(printf *)", '
+    '"run_shell(wait *)", "run_shell(sleep *)"]\n'
+)
+
+
+@pytest.mark.parametrize("command", NAMED_SUBSCRIPTS)
+def test_a_subscript_in_a_name_given_to_a_bash_builtin_is_never_allowed_by_an_allow_rule(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`test*`/`printf*`/`wait*` allowed these under posture ask; now the posture asks."""
+    code, records = _call(
+        tmp_path, ws, command, POLICY_ALLOW_BUILTINS, "--backend", "local", "--posture", "ask"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert not decided["rule"].startswith("allow"), decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+def test_a_plain_name_given_to_a_bash_builtin_is_still_read_whole(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: without a subscript the same builtins stay allowed by their rules."""
+    command = "bash -c 'test -v HOME && printf -v x hi && [ -n x ]'"
+    code, records = _call(
+        tmp_path, ws, command, POLICY_ALLOW_BUILTINS, "--backend", "local", "--posture", "ask"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["result"]["exit_code"] == 0, out
+    assert _decided(records)["verdict"] == "allow"
+
+
 @pytest.mark.parametrize("command", FINDING_1)
 def test_a_deny_rule_sees_the_command_inside_that_text(
     tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
@@ -194,6 +240,11 @@ BUILTIN_LINES = [
     "echo 'printf hi > MARK' > s; . ./s",
     "python3 -c 'import os; os.system(\"printf hi > MARK\")'",
     "echo 'printf hi > MARK' | xargs -I{} sh -c {}",
+    # bash evaluates an array subscript in a name given to its own builtins (`test -v`,
+    # `printf -v`, `wait -p`) as arithmetic, which runs `$(…)`: the words look like strings
+    "bash -c \"test -v 'a[\\$(printf hi > MARK)]'\"",
+    "bash -c \"test -n x -a ! -v 'a[\\$(printf hi > MARK)]'\"",
+    "bash -c \"sleep 0 & wait -n -p 'a[\\$(printf hi > MARK)]'\"",
 ]
 POLICY_DENY_BUILTIN = 'deny = ["run_shell(printf *)", "run_shell(kill *)"]\n'
 

@@ -514,7 +514,75 @@ def _make(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator, text: 
     acc.commands.append(SimpleCommand(argv, via, script=script))
 
 
+_Check = Callable[[tuple[Word, ...], tuple[str, ...], Accumulator, str], None]
+
+
+# -- bash builtins that take a variable's name -------------------------------------------------
+
+# A name with an array subscript (`a[$(cmd)]`) makes bash evaluate the subscript as arithmetic,
+# and arithmetic expands `$(…)`: bash's `test -v NAME`, `printf -v NAME`, `wait -p NAME` run
+# the text of a word the parse reads as a plain string. What the judge checks is that state:
+# the name such a builtin is given, whatever spells it; only a plain name (or one with a
+# subscript that evaluates nothing) is read whole. (read, mapfile, declare, … are unresolved
+# whole: they assign variables.)
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[(?:[0-9]+|@|\*)\])?")
+_SUBSCRIPT_REASON = (
+    "{}: bash evaluates an array subscript in a variable's name as arithmetic, which can "
+    "run commands"
+)
+
+
+def _plain_name(word: Word | None) -> bool:
+    return word is None or (word.literal and _PLAIN_NAME.fullmatch(word.text) is not None)
+
+
+def _known_builtin(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator) -> None:
+    name = argv[0].text
+    known = name in STARTS_NO_PROGRAM and "/" not in name
+    acc.commands.append(SimpleCommand(argv, via, known=known))
+
+
+def _test(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator, text: str) -> None:
+    """``test``/``[``: the word after ``-v`` (or after a word computed at run time, which
+    may be ``-v``) is a variable's name."""
+    for i in range(1, len(argv) - 1):
+        w = argv[i]
+        if (not w.literal or w.text == "-v") and not _plain_name(argv[i + 1]):
+            acc.unresolved_(_SUBSCRIPT_REASON.format(f"{argv[0].text} -v"), text)
+            break
+    _known_builtin(argv, via, acc)
+
+
+def _named_by_option(letter: str) -> _Check:
+    """A builtin whose option ``-LETTER NAME`` (or ``-LETTERNAME``, in a cluster) assigns
+    the variable NAME: ``printf -v``, ``wait -p``."""
+
+    def check(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator, text: str) -> None:
+        i = 1
+        while i < len(argv):
+            w = argv[i]
+            if not w.literal or w.text == "--" or not w.text.startswith("-") or w.text == "-":
+                break
+            at = w.text.find(letter, 1)
+            if at > 0:
+                attached = w.text[at + 1 :]
+                value = Word(attached) if attached else (argv[i + 1] if i + 1 < len(argv) else None)
+                if not _plain_name(value):
+                    acc.unresolved_(_SUBSCRIPT_REASON.format(f"{argv[0].text} -{letter}"), text)
+                    break
+                i += 1 if attached else 2
+                continue
+            i += 1
+        _known_builtin(argv, via, acc)
+
+    return check
+
+
 _PROGRAMS: dict[str, Callable[[tuple[Word, ...], tuple[str, ...], Accumulator, str], None]] = {
+    "test": _test,
+    "[": _test,
+    "printf": _named_by_option("v"),
+    "wait": _named_by_option("p"),
     "sed": _sed,
     "gsed": _sed,
     "git": _git,
@@ -523,9 +591,6 @@ _PROGRAMS: dict[str, Callable[[tuple[Word, ...], tuple[str, ...], Accumulator, s
     "make": _make,
     "gmake": _make,
 }
-
-
-_Check = Callable[[tuple[Word, ...], tuple[str, ...], Accumulator, str], None]
 
 
 @functools.lru_cache(maxsize=1024)
