@@ -298,6 +298,60 @@ def test_a_deny_rule_on_a_program_is_still_carried_by_the_exec_check(
     assert not (ws / "MARK").exists()
 
 
+# Rules over the line's text (`command~REGEX`, a `[[rules]]` `args.command` glob): no exec
+# check carries one, so a line that spells the program at run time ran unasked past them
+# (under allow-reversible on local, unrestricted on host; an ask rule under unrestricted).
+TEXT_RULES = {
+    "regex-deny": 'deny = ["run_shell(command~touch)"]\n',
+    "glob-deny": '[[rules]]\neffect = "deny"\ntool = "run_shell"\nargs = { command = "*touch*" }\n',
+    "regex-ask": 'ask = ["run_shell(command~touch)"]\n',
+}
+TEXT_RULE_LINES = [
+    'eval "tou""ch MARK"',
+    "x=tou; ${x}ch MARK",
+    'python3 -c \'import os; os.system("tou" + "ch MARK")\'',
+]
+
+
+@pytest.mark.parametrize("backend", ["local", "host"])
+@pytest.mark.parametrize("rule", sorted(TEXT_RULES))
+@pytest.mark.parametrize("command", TEXT_RULE_LINES)
+def test_a_rule_over_the_lines_text_asks_about_a_line_it_cannot_read(
+    tmp_path: Path,
+    ws: Path,
+    command: str,
+    rule: str,
+    backend: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The text is all such a rule sees, on every backend: an unread line asks."""
+    posture = "allow-reversible" if backend == "local" else "unrestricted"
+    code, records = _call(
+        tmp_path, ws, command, TEXT_RULES[rule], "--backend", backend, "--posture", posture
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+def test_a_rule_over_the_lines_text_still_denies_its_text_and_lets_the_rest_run(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: the text it matches is denied, a line read whole runs."""
+    policy = TEXT_RULES["regex-deny"]
+    options = ("--backend", "local", "--posture", "allow-reversible")
+    code, records = _call(tmp_path, ws, "touch MARK", policy, *options)
+    capsys.readouterr()
+    assert code == 3 and _decided(records)["verdict"] == "deny"
+    code, records = _call(tmp_path, ws, "mkdir made", policy, *options)
+    capsys.readouterr()
+    assert code == 0 and _decided(records)["verdict"] == "allow"
+    assert (ws / "made").is_dir() and not (ws / "MARK").exists()
+
+
 SCRIPT = """
 outcomes = []
 for command in {commands!r}:
