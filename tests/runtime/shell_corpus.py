@@ -413,6 +413,12 @@ _SUBSTITUTIONS = [
     _t("bash -c 'cat <(touch MARK)'", "substitution"),
     _t("bash -c 'echo $\"$(touch MARK)\"'", "substitution"),
     _t("bash -c 'x=\\$\\(touch\\ MARK\\); echo ${x@P}'", "computed"),
+    # bash evaluates an array subscript in a name its builtins are given: `$(…)` in it runs
+    _t("bash -c \"test -v 'a[\\$(touch MARK)]'\"", "bash name subscript", "bash"),
+    _t("bash -c \"test ! -v 'a[\\$(touch MARK)]'\"", "bash name subscript", "bash"),
+    _t("bash -c \"printf -v 'a[\\$(touch MARK)]' x\"", "bash name subscript", "bash"),
+    _t("bash -c \"printf -v'a[\\$(touch MARK)]' x\"", "bash name subscript", "bash"),
+    _t("bash -c \"sleep 0 & wait -p 'a[\\$(touch MARK)]' -n\"", "bash name subscript", "bash"),
     _w("ls > MARK", "redirection"),
     _w("echo > MARK", "redirection"),
     _w(": > MARK", "redirection"),
