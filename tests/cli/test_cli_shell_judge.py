@@ -402,3 +402,24 @@ def test_a_command_pattern_may_be_quoted_and_a_bad_one_is_asked_again(
     assert "cannot read the answer" in run.output, run.output
     assert "ran git status --short" in run.output, run.output
     assert "denied git log -1" in run.output, run.output
+
+
+def test_a_session_grant_on_a_builtin_does_not_cover_a_subscript_bash_runs(
+    tmp_path: Path, ws: Path
+) -> None:
+    """`s command=test*` for `test -n x` covered `bash -c "test -v 'a[$(touch MARK)]'"`
+    (read as a plain `test`), and bash ran touch: now that line is asked again."""
+    source = tmp_path / "script.py"
+    commands = ["test -n x", "bash -c \"test -v 'a[\\$(touch MARK)]'\""]
+    source.write_text(SCRIPT.format(commands=commands))
+    run = run_on_pty(
+        ["run-script", str(source), "--workspace", str(ws), "--posture", "ask"],
+        tmp_path,
+        new_session=True,
+        prompt=b"[d]eny?",
+        answers=[b"o\n", b"s command=test*\n", b"d\n"],
+    )
+    assert run.output.count("[d]eny?") == 3, run.output
+    assert "ran test -n x" in run.output, run.output
+    assert "denied bash -c" in run.output, run.output
+    assert not (ws / "MARK").exists()
