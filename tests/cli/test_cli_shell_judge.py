@@ -352,6 +352,62 @@ def test_a_rule_over_the_lines_text_still_denies_its_text_and_lets_the_rest_run(
     assert (ws / "made").is_dir() and not (ws / "MARK").exists()
 
 
+# bash's own syntax that /bin/sh (dash here) parses into other commands: the judge read it as
+# bash does (a test, a quoted string), and `ls*`/`echo*` allowed each; dash ran `[[ x` and then
+# `rm -rf victim ]]`, redirected `> MARK`, or read `$'a\'` as `$a\` and ran `touch MARK`.
+# (line, what it leaves if it runs)
+DIALECT_LINES = [
+    ("ls; [[ x || rm -rf victim ]]", "victim gone"),
+    ("ls; [[ a > MARK ]]", "MARK"),
+    ("echo $'a\\' ; touch MARK # \\''", "MARK"),
+]
+POLICY_DIALECT = (
+    'deny = ["run_shell(rm *)", "run_shell(touch *)", "write_file(path=MARK)"]\n'
+    'allow = ["run_shell(ls*)", "run_shell(echo*)"]\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "posture"), [("host", "unrestricted"), ("local", "ask")], ids=["host", "local"]
+)
+@pytest.mark.parametrize(("command", "effect"), DIALECT_LINES, ids=[c for c, _ in DIALECT_LINES])
+def test_bash_syntax_that_dash_runs_otherwise_is_not_read_whole(
+    tmp_path: Path,
+    ws: Path,
+    command: str,
+    effect: str,
+    backend: str,
+    posture: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each was `allow` (an allow rule under ask; no deny rule matched on host under
+    unrestricted), and dash did what the deny rules name; now each is asked."""
+    (ws / "victim").mkdir()
+    (ws / "victim" / "keep").write_text("keep\n")
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DIALECT, "--backend", backend, "--posture", posture
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "started" not in [r["kind"] for r in records]
+    assert (ws / "victim" / "keep").exists() and not (ws / "MARK").exists(), effect
+
+
+def test_bash_syntax_inside_bash_c_is_still_read(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: inside `bash -c` the text is bash's, and is read as bash reads it."""
+    command = "bash -c '[[ -n x ]] && echo $'\\''a'\\'' && ls'"
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DIALECT, "--backend", "local", "--posture", "ask"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["result"]["exit_code"] == 0, out
+    assert _decided(records)["verdict"] == "allow"
+
+
 SCRIPT = """
 outcomes = []
 for command in {commands!r}:

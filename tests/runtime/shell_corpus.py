@@ -413,6 +413,10 @@ _SUBSTITUTIONS = [
     _t("bash -c 'cat <(touch MARK)'", "substitution"),
     _t("bash -c 'echo $\"$(touch MARK)\"'", "substitution"),
     _t("bash -c 'x=\\$\\(touch\\ MARK\\); echo ${x@P}'", "computed"),
+    # bash's own syntax that dash (/bin/sh) parses into other commands and redirections
+    _rm("ls; [[ x || rm -rf victim ]]", "bash syntax dash reads otherwise"),
+    _w("ls; [[ a > MARK ]]", "bash syntax dash reads otherwise"),
+    _t("echo $'a\\' ; touch MARK # \\''", "bash syntax dash reads otherwise"),
     # bash evaluates an array subscript in a name its builtins are given: `$(…)` in it runs
     _t("bash -c \"test -v 'a[\\$(touch MARK)]'\"", "bash name subscript", "bash"),
     _t("bash -c \"test ! -v 'a[\\$(touch MARK)]'\"", "bash name subscript", "bash"),

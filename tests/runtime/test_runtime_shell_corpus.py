@@ -70,6 +70,7 @@ def test_the_corpus_is_large_and_holds_every_class_of_the_findings() -> None:
         "interpreter -c",
         "find -fprint",
         "bash name subscript",
+        "bash syntax dash reads otherwise",
     ):
         assert kind in kinds, kind
 

@@ -68,6 +68,11 @@ class Walker:
         self.via = via
         self.src = src
 
+    def _bash(self) -> bool:
+        """Whether bash reads this text (a ``bash -c`` string): the whole line runs under
+        ``/bin/sh``, which may be dash or busybox, where bash's own syntax means other things."""
+        return bool(self.via) and self.via[-1] in _BASH
+
     def text(self, node: Any) -> str:
         # Slicing our own copy of the source is much cheaper than Node.text.
         return self.src[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
@@ -148,6 +153,8 @@ class Walker:
             self.search(node)
         elif kind == "test_command":
             # [ ] / [[ ]]: no effect of its own, but arithmetic on expanded values can run code.
+            if not self._bash() and self.src[node.start_byte : node.start_byte + 2] == b"[[":
+                self.acc.unresolved_(_NOT_POSIX_TEST, self.text(node))
             if self._has_expansion(node):
                 self.acc.unresolved_("a test over expanded values", self.text(node))
             self.search(node)
@@ -245,6 +252,8 @@ class Walker:
             for child in node.named_children:
                 self.word(child)
             return Word(self.text(node), False)
+        if kind == "ansi_c_string" and not self._bash():
+            self.acc.unresolved_(_NOT_POSIX_QUOTE, self.text(node))
         if kind in ("ansi_c_string", "brace_expression", "extglob_pattern"):
             return Word(self.text(node), False)
         # Anything else in word position: not a value this matcher can know.
@@ -446,6 +455,20 @@ class Walker:
             self.acc.unresolved_(
                 f"a redirection this matcher does not read ({operator})", self.text(node)
             )
+
+
+# The shells whose ``-c`` text is read as bash means it (the parse follows bash's grammar).
+_BASH = frozenset({"bash", "rbash"})
+# bash's syntax that POSIX sh (dash) parses into other commands: the line's meaning depends on
+# which shell /bin/sh is, so it cannot be read whole.
+_NOT_POSIX_TEST = (
+    "bash's `[[ … ]]`: /bin/sh may be dash, which runs `[[` as a command and its `||`, `&&`, "
+    "`<` and `>` as the shell's own lists and redirections"
+)
+_NOT_POSIX_QUOTE = (
+    "bash's `$'…'`: /bin/sh may be dash, which reads `$` and a quoted string that ends at the "
+    "first `'`, so the rest of the text becomes commands"
+)
 
 
 def _code_in_text(raw: str) -> bool:
