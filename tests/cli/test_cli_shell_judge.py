@@ -360,6 +360,10 @@ DIALECT_LINES = [
     ("ls; [[ x || rm -rf victim ]]", "victim gone"),
     ("ls; [[ a > MARK ]]", "MARK"),
     ("echo $'a\\' ; touch MARK # \\''", "MARK"),
+    # a here-document's end: the shell ends it at `E` (`E''` after quote removal; dash's `$X`
+    # for `$'X'`), tree-sitter-bash at `E''` (`X`): `touch MARK` was the body's text to it
+    ("ls <<E''\nE\ntouch MARK\nE''", "MARK"),
+    ("ls <<$'X'\n$X\ntouch MARK\nX\n", "MARK"),
 ]
 POLICY_DIALECT = (
     'deny = ["run_shell(rm *)", "run_shell(touch *)", "write_file(path=MARK)"]\n'

@@ -417,6 +417,9 @@ _SUBSTITUTIONS = [
     _rm("ls; [[ x || rm -rf victim ]]", "bash syntax dash reads otherwise"),
     _w("ls; [[ a > MARK ]]", "bash syntax dash reads otherwise"),
     _t("echo $'a\\' ; touch MARK # \\''", "bash syntax dash reads otherwise"),
+    _t("ls <<E''\nE\ntouch MARK\nE''", "here-document end"),
+    _t("ls <<E'' #\nE\ntouch MARK\nE''", "here-document end"),
+    _t("ls <<$'X'\n$X\ntouch MARK\nX\n", "here-document end"),
     # bash evaluates an array subscript in a name its builtins are given: `$(…)` in it runs
     _t("bash -c \"test -v 'a[\\$(touch MARK)]'\"", "bash name subscript", "bash"),
     _t("bash -c \"test ! -v 'a[\\$(touch MARK)]'\"", "bash name subscript", "bash"),

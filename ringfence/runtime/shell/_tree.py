@@ -405,6 +405,36 @@ class Walker:
 
     # -- redirections ----------------------------------------------------------------
 
+    def _heredoc_extent(self, node: Any) -> None:
+        """A here-document's body must end where the shell ends it: at the first line equal
+        to the delimiter word after quote removal (leading tabs stripped for ``<<-``). Where
+        tree-sitter-bash ends it elsewhere (it keeps ``E''`` as the delimiter), the text
+        after the shell's end would be commands the judge read as the body's text."""
+        start = next((c for c in node.named_children if c.type == "heredoc_start"), None)
+        if start is None:
+            return
+        delimiter = _heredoc_delimiter(self.text(start))
+        if delimiter is None:
+            self.acc.unresolved_(_HEREDOC_DIALECT, self.text(node))
+            return
+        tabs = any(c.type == "<<-" for c in node.children)
+        end = next((c for c in node.named_children if c.type == "heredoc_end"), None)
+        body = next((c for c in node.named_children if c.type == "heredoc_body"), None)
+        text = self.text(body) if body is not None else ""
+        lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+        if not text:
+            lines = []
+        if end is not None:
+            lines.append(self.text(end))
+        for k, line in enumerate(lines):
+            ended = (line.lstrip("\t") if tabs else line) == delimiter
+            if ended != (end is not None and k == len(lines) - 1):
+                self.acc.unresolved_(
+                    "a here-document the shell ends at another line than this parser does",
+                    self.text(node),
+                )
+                return
+
     def redirect(self, node: Any) -> None:
         kind = node.type
         if kind == "herestring_redirect":
@@ -417,6 +447,7 @@ class Walker:
                     "the shell parser dropped part of this command", self.text(node)
                 )
             quoted = False
+            self._heredoc_extent(node)
             for child in node.named_children:
                 if child.type == "heredoc_start":
                     quoted = any(q in self.text(child) for q in "'\"\\")
@@ -469,6 +500,47 @@ _NOT_POSIX_QUOTE = (
     "bash's `$'…'`: /bin/sh may be dash, which reads `$` and a quoted string that ends at the "
     "first `'`, so the rest of the text becomes commands"
 )
+
+
+_HEREDOC_DIALECT = (
+    "a here-document delimiter bash and dash read differently (`$'…'`, `$\"…\"`), or that "
+    "this matcher cannot read"
+)
+
+
+def _heredoc_delimiter(raw: str) -> str | None:
+    """The word after ``<<`` as the shell compares lines with it: quotes removed (POSIX:
+    a backslash quotes the next character; inside double quotes only ``$`,"\\`` and a
+    newline). None where bash and dash differ (``$'…'``, ``$"…"``) or the word is unclosed."""
+    out: list[str] = []
+    i, n = 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if c == "$" and i + 1 < n and raw[i + 1] in "'\"":
+            return None
+        if c == "\\":
+            out.append(raw[i + 1 : i + 2])
+            i += 2
+        elif c == "'":
+            j = raw.find("'", i + 1)
+            if j < 0:
+                return None
+            out.append(raw[i + 1 : j])
+            i = j + 1
+        elif c == '"':
+            i += 1
+            while i < n and raw[i] != '"':
+                if raw[i] == "\\" and i + 1 < n and raw[i + 1] in '$`"\\\n':
+                    i += 1
+                out.append(raw[i])
+                i += 1
+            if i >= n:
+                return None
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 def _code_in_text(raw: str) -> bool:
