@@ -364,6 +364,13 @@ DIALECT_LINES = [
     # for `$'X'`), tree-sitter-bash at `E''` (`X`): `touch MARK` was the body's text to it
     ("ls <<E''\nE\ntouch MARK\nE''", "MARK"),
     ("ls <<$'X'\n$X\ntouch MARK\nX\n", "MARK"),
+    # bash's `&>` is `&` and `>` to dash: `touch MARK` after the target is a command of its own
+    ("echo hi &> out touch MARK", "MARK"),
+    # a carriage return, vertical tab or form feed: a blank to tree-sitter-bash (so `#` began
+    # a comment), part of a word to the shells
+    ("ls \r#; touch MARK", "MARK"),
+    ("ls a\v#b; touch MARK", "MARK"),
+    ("ls <\f\ntouch MARK", "MARK"),
 ]
 POLICY_DIALECT = (
     'deny = ["run_shell(rm *)", "run_shell(touch *)", "write_file(path=MARK)"]\n'

@@ -420,6 +420,10 @@ _SUBSTITUTIONS = [
     _t("ls <<E''\nE\ntouch MARK\nE''", "here-document end"),
     _t("ls <<E'' #\nE\ntouch MARK\nE''", "here-document end"),
     _t("ls <<$'X'\n$X\ntouch MARK\nX\n", "here-document end"),
+    _t("echo hi &> out touch MARK", "bash syntax dash reads otherwise"),
+    _t("ls \r#; touch MARK", "blank to the parser only"),
+    _t("ls a\v#b; touch MARK", "blank to the parser only"),
+    _t("ls <\f\ntouch MARK", "blank to the parser only"),
     # bash evaluates an array subscript in a name its builtins are given: `$(…)` in it runs
     _t("bash -c \"test -v 'a[\\$(touch MARK)]'\"", "bash name subscript", "bash"),
     _t("bash -c \"test ! -v 'a[\\$(touch MARK)]'\"", "bash name subscript", "bash"),

@@ -466,6 +466,8 @@ class Walker:
                     self.statement(child)
             return
         operator = next((c.type for c in node.children if not c.is_named), "")
+        if operator.startswith("&>") and not self._bash():
+            self.acc.unresolved_(_NOT_POSIX_REDIRECT, self.text(node))
         destination = node.child_by_field_name("destination")
         if destination is None:
             return  # >&- and friends: close a descriptor
@@ -502,6 +504,10 @@ _NOT_POSIX_QUOTE = (
 )
 
 
+_NOT_POSIX_REDIRECT = (
+    "bash's `&>`: /bin/sh may be dash, which runs the command before it in the background and "
+    "the words after its target as a command of their own"
+)
 _HEREDOC_DIALECT = (
     "a here-document delimiter bash and dash read differently (`$'…'`, `$\"…\"`), or that "
     "this matcher cannot read"

@@ -93,6 +93,9 @@ def _parse_cached(command: str, depth: int, via: tuple[str, ...]) -> ShellParse:
 # A backslash-newline is removed by bash's lexer before it splits words; tree-sitter-bash
 # splits there instead (`cu\<nl>rl` would read as `cu rl`). Rather than re-lex, refuse.
 _CONTINUATION = re.compile(r"\\\r?\n")
+# tree-sitter-bash skips these as blanks; bash and dash split words on space, tab and newline
+# only, so to them each is part of a word (and a `#` after one starts no comment).
+_BLANKS_TO_THE_PARSER_ONLY = re.compile(r"[\r\v\f]")
 
 
 def _parse_into(command: str, depth: int, via: tuple[str, ...], acc: Accumulator) -> None:
@@ -107,6 +110,13 @@ def _parse_into(command: str, depth: int, via: tuple[str, ...], acc: Accumulator
         return
     if _CONTINUATION.search(command):
         acc.unresolved_("contains a backslash-newline line continuation", command)
+        return
+    if _BLANKS_TO_THE_PARSER_ONLY.search(command):
+        acc.unresolved_(
+            "contains a carriage return, vertical tab or form feed (part of a word to the shell, "
+            "a blank to this parser: `ls \\r#; rm x` runs rm)",
+            command,
+        )
         return
     src = command.encode("utf-8", "surrogatepass")
     tree = _parser().parse(src)
