@@ -130,6 +130,9 @@ NAMED_SUBSCRIPTS = [
     "bash -c \"printf -v 'a[\\$(touch MARK)]' x\"",
     "bash -c \"printf -v'a[\\$(touch MARK)]' x\"",
     "bash -c \"sleep 0 & wait -p 'a[\\$(touch MARK)]' -n\"",
+    # the same inside bash's own test syntax, and arithmetic operands of [[ … ]]
+    "bash -c \"sleep 0; [ -v 'a[\\$(touch MARK)]' ]\"",
+    "bash -c \"sleep 0; [[ 'a[\\$(touch MARK)]' -eq 1 ]]\"",
 ]
 POLICY_ALLOW_BUILTINS = (
     'allow = ["run_shell(test *)", "run_shell([ *)", "run_shell(printf *)", '
@@ -245,6 +248,7 @@ BUILTIN_LINES = [
     "bash -c \"test -v 'a[\\$(printf hi > MARK)]'\"",
     "bash -c \"test -n x -a ! -v 'a[\\$(printf hi > MARK)]'\"",
     "bash -c \"sleep 0 & wait -n -p 'a[\\$(printf hi > MARK)]'\"",
+    "bash -c \"sleep 0; [[ -v 'a[\\$(printf hi > MARK)]' ]]\"",
 ]
 POLICY_DENY_BUILTIN = 'deny = ["run_shell(printf *)", "run_shell(kill *)"]\n'
 

@@ -31,6 +31,7 @@ __all__ = [
     "check_scripts",
     "interpreter_kind",
     "is_input",
+    "plain_name",
 ]
 
 # Programs that only read and print (no file written, nothing started): a script file run
@@ -532,8 +533,14 @@ _SUBSCRIPT_REASON = (
 )
 
 
+def plain_name(text: str) -> bool:
+    """A variable's name bash looks up without evaluating anything (no subscript, or one of
+    digits, ``@`` or ``*``)."""
+    return _PLAIN_NAME.fullmatch(text) is not None
+
+
 def _plain_name(word: Word | None) -> bool:
-    return word is None or (word.literal and _PLAIN_NAME.fullmatch(word.text) is not None)
+    return word is None or (word.literal and plain_name(word.text))
 
 
 def _known_builtin(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator) -> None:

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from ._parts import Accumulator, Redirect, Word
+from ._programs import plain_name
 from ._wrappers import emit_command
 
 __all__ = ["Walker"]
@@ -157,12 +158,47 @@ class Walker:
                 self.acc.unresolved_(_NOT_POSIX_TEST, self.text(node))
             if self._has_expansion(node):
                 self.acc.unresolved_("a test over expanded values", self.text(node))
+            self._test_names(node)
             self.search(node)
         else:
             self.acc.unresolved_(
                 f"shell syntax this matcher does not read ({kind})", self.text(node)
             )
             self.search(node)
+
+    def _test_names(self, node: Any) -> None:
+        """bash evaluates an array subscript in a name ``-v`` tests, and (in ``[[ … ]]``) the
+        operands of ``-eq``, ``-lt``, … as arithmetic, which runs ``$(…)`` even from a quoted
+        word (``[ -v 'a[$(cmd)]' ]``): only plain names and numbers are read whole there."""
+        tokens: list[Any] = []
+        todo = [node]
+        while todo:
+            current = todo.pop()
+            if current.type in ("unary_expression", "binary_expression", "test_command",
+                                "parenthesized_expression"):  # fmt: skip
+                todo.extend(reversed(current.children))
+            elif current.is_named:
+                tokens.append(current)
+        arithmetic = self.src[node.start_byte : node.start_byte + 2] == b"[["
+        for k, token in enumerate(tokens):
+            if token.type != "test_operator":
+                continue
+            op = self.text(token)
+            if op in ("-v", "-R"):
+                operands = tokens[k + 1 : k + 2]
+            elif arithmetic and op in _ARITHMETIC_TESTS:
+                operands = tokens[max(k - 1, 0) : k] + tokens[k + 1 : k + 2]
+            else:
+                continue
+            for operand in operands:
+                value = _literal_value(self.src, operand)
+                if value is None or not (plain_name(value) or _NUMBER.fullmatch(value)):
+                    self.acc.unresolved_(
+                        f"`{op}`: bash evaluates an array subscript in a name (or arithmetic) "
+                        "here, which can run commands",
+                        self.text(node),
+                    )
+                    return
 
     def search(self, node: Any) -> None:
         """Report the commands anywhere inside ``node`` (used where the node itself is unresolved)."""
@@ -547,6 +583,23 @@ def _heredoc_delimiter(raw: str) -> str | None:
             out.append(c)
             i += 1
     return "".join(out)
+
+
+_ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
+def _literal_value(src: bytes, node: Any) -> str | None:
+    """A test operand's value when it is one literal word (no expansion), else None."""
+    raw = src[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
+    if node.type in ("word", "number"):
+        word = _unquoted_word(raw)
+        return word.text if word.literal else None
+    if node.type == "raw_string":
+        return raw[1:-1]
+    if node.type == "string" and all(c.type == "string_content" for c in node.named_children):
+        return _unescape_double(raw[1:-1])
+    return None
 
 
 def _code_in_text(raw: str) -> bool:
