@@ -218,6 +218,19 @@ class Policy:
                 self._by_tool[key] = found
         return found
 
+    def _text_rules(self, name: str) -> tuple[Rule, ...]:
+        """The active deny and ask rules for ``name`` over the ``command`` argument's text
+        (cached per name)."""
+        key = "\0text:" + name
+        found = self._by_tool.get(key)
+        if found is None:
+            found = tuple(
+                r for r in self.for_tool(name) if r.effect is not Effect.ALLOW and _over_text(r)
+            )
+            if len(self._by_tool) < 4096:
+                self._by_tool[key] = found
+        return found
+
     def _has_redirect_rules(self) -> bool:
         return bool(self._plain(SHELL_WRITE_TOOL) or self._plain(SHELL_READ_TOOL))
 
@@ -294,9 +307,7 @@ class Policy:
             unenforced, exec_checked = True, False
         why_unenforced = BUILTIN_UNENFORCED if builtin else UNENFORCED
         # Rules over the line's text (command~…): the text is all they see, on every tool.
-        for rule in rules:
-            if not _over_text(rule) or rule.effect is Effect.ALLOW:
-                continue
+        for rule in self._text_rules(name):
             if not rule.matches_arguments(arguments, self.roots, path_args, skip=_COMMAND):
                 continue
             if rule.effect is Effect.ASK:
