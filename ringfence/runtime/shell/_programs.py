@@ -550,11 +550,17 @@ def _known_builtin(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulato
 
 
 def _test(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator, text: str) -> None:
-    """``test``/``[``: the word after ``-v`` (or after a word computed at run time, which
-    may be ``-v``) is a variable's name."""
+    """``test``/``[``: the word after ``-v`` is a variable's name; so may be the word after
+    one computed at run time (it may be ``-v``), when that word has a subscript."""
     for i in range(1, len(argv) - 1):
-        w = argv[i]
-        if (not w.literal or w.text == "-v") and not _plain_name(argv[i + 1]):
+        w, name = argv[i], argv[i + 1]
+        if w.literal and w.text == "-v":
+            bad = not _plain_name(name)
+        elif not w.literal:
+            bad = not name.literal or ("[" in name.text and not plain_name(name.text))
+        else:
+            continue
+        if bad:
             acc.unresolved_(_SUBSCRIPT_REASON.format(f"{argv[0].text} -v"), text)
             break
     _known_builtin(argv, via, acc)

@@ -182,6 +182,17 @@ class Walker:
         arithmetic = self.src[node.start_byte : node.start_byte + 2] == b"[["
         for k, token in enumerate(tokens):
             if token.type != "test_operator":
+                # a value computed at run time may be `-v` to `[`: the next word is then a name
+                after = tokens[k + 1] if k + 1 < len(tokens) else None
+                if after is not None and _literal_value(self.src, token) is None:
+                    value = _literal_value(self.src, after)
+                    if value is None or ("[" in value and not plain_name(value)):
+                        self.acc.unresolved_(
+                            "a value computed at run time may be `-v`, and bash evaluates an "
+                            "array subscript in the name after it, which can run commands",
+                            self.text(node),
+                        )
+                        return
                 continue
             op = self.text(token)
             if op in ("-v", "-R"):
