@@ -133,6 +133,8 @@ NAMED_SUBSCRIPTS = [
     # the same inside bash's own test syntax, and arithmetic operands of [[ … ]]
     "bash -c \"sleep 0; [ -v 'a[\\$(touch MARK)]' ]\"",
     "bash -c \"sleep 0; [[ 'a[\\$(touch MARK)]' -eq 1 ]]\"",
+    # bash's named descriptor: `{name}>f` assigns the descriptor to the variable `name`
+    "bash -c \"sleep 0 {a['\\$(touch MARK)']}>/dev/null\"",
 ]
 POLICY_ALLOW_BUILTINS = (
     'allow = ["run_shell(test *)", "run_shell([ *)", "run_shell(printf *)", '

@@ -433,6 +433,7 @@ _SUBSTITUTIONS = [
     _t("bash -c \"ls; [ -v 'a[\\$(touch MARK)]' ]\"", "bash name subscript", "bash"),
     _t("bash -c \"ls; [[ -v 'a[\\$(touch MARK)]' ]]\"", "bash name subscript", "bash"),
     _t("bash -c \"ls; [[ 1 -lt 'a[\\$(touch MARK)]' ]]\"", "bash name subscript", "bash"),
+    _t("bash -c \"ls {a['\\$(touch MARK)']}>/dev/null\"", "bash name subscript", "bash"),
     _w("ls > MARK", "redirection"),
     _w("echo > MARK", "redirection"),
     _w(": > MARK", "redirection"),
