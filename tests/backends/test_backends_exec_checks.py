@@ -551,3 +551,33 @@ async def test_dev_fd_and_proc_self_name_the_processes_own_files(workspace: Path
     assert result["stdout"].split() == ["via-dev-fd", "via-proc-self", "via-link", "done"], result
     assert not (workspace / "hit-a").exists() and not (workspace / "hit-b").exists()
     assert result["exec_denied"]["denied"] == 2
+
+
+async def test_a_copy_that_differs_only_where_nothing_is_mapped_is_the_same_program(
+    workspace: Path,
+) -> None:
+    """A copy of touch with a byte appended or its section-table offset changed, a copy of
+    the dynamic loader with a byte appended given touch, a copy of busybox with a byte
+    appended run as its shell: each ran touch before (its bytes were no file's a rule
+    names). What the kernel maps of each is touch's, the loader's, busybox's: refused. A
+    copy of an allowed program with a byte appended still runs."""
+    ws = str(workspace)
+    lines = [
+        f"cp /usr/bin/touch /tmp/a1; printf A >> /tmp/a1; /tmp/a1 {ws}/hit-1",
+        "cp /usr/bin/touch /tmp/a2; printf '\\001' | dd of=/tmp/a2 bs=1 seek=40 conv=notrunc "
+        f"2>/dev/null; /tmp/a2 {ws}/hit-2",
+        f"cp /lib64/ld-linux-x86-64.so.2 /tmp/a3; printf A >> /tmp/a3; "
+        f"/tmp/a3 /usr/bin/touch {ws}/hit-3",
+    ]
+    if shutil.which("busybox"):
+        lines.append(
+            'cp "$(command -v busybox)" /tmp/ash; printf A >> /tmp/ash; '
+            f'x=tou; /tmp/ash -c "${{x}}ch {ws}/hit-4"'
+        )
+    lines.append(f"cp /bin/ls /tmp/a5; printf A >> /tmp/a5; /tmp/a5 -d {ws}")
+    results = await run_lines(workspace, lines)
+    assert not list(workspace.glob("hit-*")), sorted(p.name for p in workspace.glob("hit-*"))
+    for result in results[:-1]:
+        assert denied_rules(result) == ["deny:run_shell(touch *)"], result
+    assert results[-1]["exit_code"] == 0 and results[-1]["stdout"].strip() == ws, results[-1]
+    assert "exec_denied" not in results[-1]

@@ -121,6 +121,57 @@ def test_text_that_becomes_code_at_run_time_is_never_allowed_by_an_allow_rule(
     assert not (ws / "MARK").exists()
 
 
+# A name given to a bash builtin on the judge's whitelist, with an array subscript: bash
+# evaluates the subscript as arithmetic, and `$(…)` in it runs (each was judged `allow` by
+# the builtin's allow rule under posture ask, and MARK was made).
+NAMED_SUBSCRIPTS = [
+    "bash -c \"test -v 'a[\\$(touch MARK)]'\"",
+    "bash -c \"test ! -v 'a[\\$(touch MARK)]'\"",
+    "bash -c \"printf -v 'a[\\$(touch MARK)]' x\"",
+    "bash -c \"printf -v'a[\\$(touch MARK)]' x\"",
+    "bash -c \"sleep 0 & wait -p 'a[\\$(touch MARK)]' -n\"",
+    # the same inside bash's own test syntax, and arithmetic operands of [[ … ]]
+    "bash -c \"sleep 0; [ -v 'a[\\$(touch MARK)]' ]\"",
+    "bash -c \"sleep 0; [[ 'a[\\$(touch MARK)]' -eq 1 ]]\"",
+    # bash's named descriptor: `{name}>f` assigns the descriptor to the variable `name`
+    "bash -c \"sleep 0 {a['\\$(touch MARK)']}>/dev/null\"",
+]
+POLICY_ALLOW_BUILTINS = (
+    'allow = ["run_shell(test *)", "run_shell([ *)", "run_shell(printf *)", '
+    '"run_shell(wait *)", "run_shell(sleep *)"]\n'
+)
+
+
+@pytest.mark.parametrize("command", NAMED_SUBSCRIPTS)
+def test_a_subscript_in_a_name_given_to_a_bash_builtin_is_never_allowed_by_an_allow_rule(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`test*`/`printf*`/`wait*` allowed these under posture ask; now the posture asks."""
+    code, records = _call(
+        tmp_path, ws, command, POLICY_ALLOW_BUILTINS, "--backend", "local", "--posture", "ask"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert not decided["rule"].startswith("allow"), decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+def test_a_plain_name_given_to_a_bash_builtin_is_still_read_whole(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: without a subscript the same builtins stay allowed by their rules."""
+    command = "bash -c 'test -v HOME && printf -v x hi && [ -n x ]'"
+    code, records = _call(
+        tmp_path, ws, command, POLICY_ALLOW_BUILTINS, "--backend", "local", "--posture", "ask"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["result"]["exit_code"] == 0, out
+    assert _decided(records)["verdict"] == "allow"
+
+
 @pytest.mark.parametrize("command", FINDING_1)
 def test_a_deny_rule_sees_the_command_inside_that_text(
     tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
@@ -194,6 +245,12 @@ BUILTIN_LINES = [
     "echo 'printf hi > MARK' > s; . ./s",
     "python3 -c 'import os; os.system(\"printf hi > MARK\")'",
     "echo 'printf hi > MARK' | xargs -I{} sh -c {}",
+    # bash evaluates an array subscript in a name given to its own builtins (`test -v`,
+    # `printf -v`, `wait -p`) as arithmetic, which runs `$(…)`: the words look like strings
+    "bash -c \"test -v 'a[\\$(printf hi > MARK)]'\"",
+    "bash -c \"test -n x -a ! -v 'a[\\$(printf hi > MARK)]'\"",
+    "bash -c \"sleep 0 & wait -n -p 'a[\\$(printf hi > MARK)]'\"",
+    "bash -c \"sleep 0; [[ -v 'a[\\$(printf hi > MARK)]' ]]\"",
 ]
 POLICY_DENY_BUILTIN = 'deny = ["run_shell(printf *)", "run_shell(kill *)"]\n'
 
@@ -247,6 +304,127 @@ def test_a_deny_rule_on_a_program_is_still_carried_by_the_exec_check(
     assert not (ws / "MARK").exists()
 
 
+# Rules over the line's text (`command~REGEX`, a `[[rules]]` `args.command` glob): no exec
+# check carries one, so a line that spells the program at run time ran unasked past them
+# (under allow-reversible on local, unrestricted on host; an ask rule under unrestricted).
+TEXT_RULES = {
+    "regex-deny": 'deny = ["run_shell(command~touch)"]\n',
+    "glob-deny": '[[rules]]\neffect = "deny"\ntool = "run_shell"\nargs = { command = "*touch*" }\n',
+    "regex-ask": 'ask = ["run_shell(command~touch)"]\n',
+}
+TEXT_RULE_LINES = [
+    'eval "tou""ch MARK"',
+    "x=tou; ${x}ch MARK",
+    'python3 -c \'import os; os.system("tou" + "ch MARK")\'',
+]
+
+
+@pytest.mark.parametrize("backend", ["local", "host"])
+@pytest.mark.parametrize("rule", sorted(TEXT_RULES))
+@pytest.mark.parametrize("command", TEXT_RULE_LINES)
+def test_a_rule_over_the_lines_text_asks_about_a_line_it_cannot_read(
+    tmp_path: Path,
+    ws: Path,
+    command: str,
+    rule: str,
+    backend: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The text is all such a rule sees, on every backend: an unread line asks."""
+    posture = "allow-reversible" if backend == "local" else "unrestricted"
+    code, records = _call(
+        tmp_path, ws, command, TEXT_RULES[rule], "--backend", backend, "--posture", posture
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+def test_a_rule_over_the_lines_text_still_denies_its_text_and_lets_the_rest_run(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: the text it matches is denied, a line read whole runs."""
+    policy = TEXT_RULES["regex-deny"]
+    options = ("--backend", "local", "--posture", "allow-reversible")
+    code, records = _call(tmp_path, ws, "touch MARK", policy, *options)
+    capsys.readouterr()
+    assert code == 3 and _decided(records)["verdict"] == "deny"
+    code, records = _call(tmp_path, ws, "mkdir made", policy, *options)
+    capsys.readouterr()
+    assert code == 0 and _decided(records)["verdict"] == "allow"
+    assert (ws / "made").is_dir() and not (ws / "MARK").exists()
+
+
+# bash's own syntax that /bin/sh (dash here) parses into other commands: the judge read it as
+# bash does (a test, a quoted string), and `ls*`/`echo*` allowed each; dash ran `[[ x` and then
+# `rm -rf victim ]]`, redirected `> MARK`, or read `$'a\'` as `$a\` and ran `touch MARK`.
+# (line, what it leaves if it runs)
+DIALECT_LINES = [
+    ("ls; [[ x || rm -rf victim ]]", "victim gone"),
+    ("ls; [[ a > MARK ]]", "MARK"),
+    ("echo $'a\\' ; touch MARK # \\''", "MARK"),
+    # a here-document's end: the shell ends it at `E` (`E''` after quote removal; dash's `$X`
+    # for `$'X'`), tree-sitter-bash at `E''` (`X`): `touch MARK` was the body's text to it
+    ("ls <<E''\nE\ntouch MARK\nE''", "MARK"),
+    ("ls <<$'X'\n$X\ntouch MARK\nX\n", "MARK"),
+    # bash's `&>` is `&` and `>` to dash: `touch MARK` after the target is a command of its own
+    ("echo hi &> out touch MARK", "MARK"),
+    # a carriage return, vertical tab or form feed: a blank to tree-sitter-bash (so `#` began
+    # a comment), part of a word to the shells
+    ("ls \r#; touch MARK", "MARK"),
+    ("ls a\v#b; touch MARK", "MARK"),
+    ("ls <\f\ntouch MARK", "MARK"),
+]
+POLICY_DIALECT = (
+    'deny = ["run_shell(rm *)", "run_shell(touch *)", "write_file(path=MARK)"]\n'
+    'allow = ["run_shell(ls*)", "run_shell(echo*)"]\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "posture"), [("host", "unrestricted"), ("local", "ask")], ids=["host", "local"]
+)
+@pytest.mark.parametrize(("command", "effect"), DIALECT_LINES, ids=[c for c, _ in DIALECT_LINES])
+def test_bash_syntax_that_dash_runs_otherwise_is_not_read_whole(
+    tmp_path: Path,
+    ws: Path,
+    command: str,
+    effect: str,
+    backend: str,
+    posture: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each was `allow` (an allow rule under ask; no deny rule matched on host under
+    unrestricted), and dash did what the deny rules name; now each is asked."""
+    (ws / "victim").mkdir()
+    (ws / "victim" / "keep").write_text("keep\n")
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DIALECT, "--backend", backend, "--posture", posture
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "started" not in [r["kind"] for r in records]
+    assert (ws / "victim" / "keep").exists() and not (ws / "MARK").exists(), effect
+
+
+def test_bash_syntax_inside_bash_c_is_still_read(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: inside `bash -c` the text is bash's, and is read as bash reads it."""
+    command = "bash -c '[[ -n x ]] && echo $'\\''a'\\'' && ls'"
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DIALECT, "--backend", "local", "--posture", "ask"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["result"]["exit_code"] == 0, out
+    assert _decided(records)["verdict"] == "allow"
+
+
 SCRIPT = """
 outcomes = []
 for command in {commands!r}:
@@ -297,3 +475,24 @@ def test_a_command_pattern_may_be_quoted_and_a_bad_one_is_asked_again(
     assert "cannot read the answer" in run.output, run.output
     assert "ran git status --short" in run.output, run.output
     assert "denied git log -1" in run.output, run.output
+
+
+def test_a_session_grant_on_a_builtin_does_not_cover_a_subscript_bash_runs(
+    tmp_path: Path, ws: Path
+) -> None:
+    """`s command=test*` for `test -n x` covered `bash -c "test -v 'a[$(touch MARK)]'"`
+    (read as a plain `test`), and bash ran touch: now that line is asked again."""
+    source = tmp_path / "script.py"
+    commands = ["test -n x", "bash -c \"test -v 'a[\\$(touch MARK)]'\""]
+    source.write_text(SCRIPT.format(commands=commands))
+    run = run_on_pty(
+        ["run-script", str(source), "--workspace", str(ws), "--posture", "ask"],
+        tmp_path,
+        new_session=True,
+        prompt=b"[d]eny?",
+        answers=[b"o\n", b"s command=test*\n", b"d\n"],
+    )
+    assert run.output.count("[d]eny?") == 3, run.output
+    assert "ran test -n x" in run.output, run.output
+    assert "denied bash -c" in run.output, run.output
+    assert not (ws / "MARK").exists()

@@ -173,6 +173,21 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
         'cp /lib64/ld-linux-x86-64.so.2 /tmp/ld{N}; /tmp/ld{N} "$(command -v {P})" {A}',
         ("cp",),
     ),
+    # copies that differ only in bytes no segment maps (one appended): the same programs
+    "copy-appended": (
+        'cp "$(command -v {P})" /tmp/p{N}; printf A >> /tmp/p{N}; /tmp/p{N} {A}',
+        ("cp",),
+    ),
+    "loader-copy-appended": (
+        "cp /lib64/ld-linux-x86-64.so.2 /tmp/lp{N}; printf A >> /tmp/lp{N}; "
+        '/tmp/lp{N} "$(command -v {P})" {A}',
+        ("cp",),
+    ),
+    "busybox-copy-appended-sh": (
+        'mkdir -p /tmp/bb{N}; cp "$(command -v busybox)" /tmp/bb{N}/ash; '
+        "printf A >> /tmp/bb{N}/ash; /tmp/bb{N}/ash -c '{P} {A}'",
+        ("cp", "busybox"),
+    ),
     "dev-fd": ('exec 7<"$(command -v {P})"; /dev/fd/7 {A}', ()),
     "proc-self-fd": ('exec 7<"$(command -v {P})"; /proc/self/fd/7 {A}', ()),
     "link-to-dev-fd": (
@@ -203,6 +218,8 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
 def _program_for(template: str, program: str) -> str:
     """Templates that resolve the program themselves need its name, not a path."""
     if template in {"busybox", "busybox-sh", "symlink", "copy", "copy-renamed-in-path"}:
+        return program.rsplit("/", 1)[-1]
+    if template in {"copy-appended", "loader-copy-appended", "busybox-copy-appended-sh"}:
         return program.rsplit("/", 1)[-1]
     if template in {"loader-copy", "dev-fd", "proc-self-fd", "link-to-dev-fd", "memfd"}:
         return program.rsplit("/", 1)[-1]

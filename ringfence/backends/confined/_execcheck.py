@@ -26,7 +26,9 @@ any of those names, the runtime's own deny-side matching: a first element withou
   :meth:`Checker._resolve`), and every rule
   name the *file* is: the same inode as a file a rule names on the command's
   ``PATH`` (a hard or symbolic link to ``rm``), or the same bytes (a copy of ``rm``,
-  compared by size first, then SHA-256);
+  compared by size first, then SHA-256), or for an ELF program the same image (the program
+  headers, then the SHA-256 of the loaded segments: bytes appended or a section table
+  changed run nowhere, so they do not make another program);
 - ``#!`` scripts: the interpreter (and its optional argument) as the kernel reads
   the first line, run with the script's path and the arguments: a script whose
   interpreter is denied is denied; nested interpreters too (up to the kernel's
@@ -609,12 +611,17 @@ def _reader() -> object:
 
 
 class _Identity:
-    """Which rule names a file *is*: by inode, and by content (size, then SHA-256)."""
+    """Which rule names a file *is*: by inode, by content (size, then SHA-256), and for an
+    ELF program by the image the kernel loads (:func:`_elf_layout`, then its SHA-256): bytes
+    no segment maps (appended, a section table) never run, so they do not make another
+    program."""
 
     def __init__(self) -> None:
         self.by_inode: dict[tuple[int, int], set[str]] = {}
         self.by_size: dict[int, list[tuple[str, str]]] = {}  # size -> [(name, path)]
         self.digests: dict[str, bytes | None] = {}  # path -> its SHA-256 (lazily)
+        self.by_layout: dict[tuple[int, ...], list[tuple[str, str]]] = {}
+        self.image_digests: dict[str, bytes | None] = {}  # path -> its image's SHA-256
 
     def add(self, name: str, path: str) -> None:
         try:
@@ -628,6 +635,11 @@ class _Identity:
             entries = self.by_size.setdefault(st.st_size, [])
             if (name, path) not in entries:
                 entries.append((name, path))
+        layout = _layout_path(path)
+        if layout is not None:
+            entries = self.by_layout.setdefault(layout, [])
+            if (name, path) not in entries:
+                entries.append((name, path))
 
     def names(self, fd: int, st: os.stat_result) -> set[str]:
         found = set(self.by_inode.get((st.st_dev, st.st_ino), ()))
@@ -639,7 +651,104 @@ class _Identity:
                     self.digests[path] = _sha256_path(path)
                 if self.digests[path] == digest:
                     found.add(name)
+        if self.by_layout:
+            layout = _elf_layout(fd)
+            entries = self.by_layout.get(layout) if layout is not None else None
+            if entries and any(name not in found for name, _ in entries):
+                assert layout is not None
+                image = _image_sha256(fd, layout)
+                for name, path in entries:
+                    if path not in self.image_digests:
+                        self.image_digests[path] = _image_sha256_path(path, layout)
+                    if image is not None and self.image_digests[path] == image:
+                        found.add(name)
         return found
+
+
+_PT_LOAD, _PT_INTERP = 1, 3
+
+
+def _elf_layout(fd: int) -> tuple[int, ...] | None:
+    """How the kernel loads an x86-64 ELF file: its type, entry point and program headers
+    (type, flags, offset, address, sizes), flattened; None for anything else."""
+    head = os.pread(fd, 64, 0)
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+        return None
+    e_type, machine = struct.unpack_from("<HH", head, 16)
+    (entry, phoff) = struct.unpack_from("<QQ", head, 24)
+    phentsize, phnum = struct.unpack_from("<HH", head, 54)
+    if phentsize != 56 or not 0 < phnum <= 256:
+        return None
+    table = os.pread(fd, 56 * phnum, phoff)
+    if len(table) < 56 * phnum:
+        return None
+    layout = [e_type, machine, entry, phoff]
+    for i in range(phnum):
+        kind, flags, offset, vaddr, _paddr, filesz, memsz = struct.unpack_from(
+            "<IIQQQQQ", table, 56 * i
+        )
+        layout += [kind, flags, offset, vaddr, filesz, memsz]
+    return tuple(layout)
+
+
+def _image_sha256(fd: int, layout: tuple[int, ...]) -> bytes | None:
+    """SHA-256 of the bytes the kernel maps or reads (``PT_LOAD`` and ``PT_INTERP``
+    ranges, in the table's order; the ELF header's section-table fields, which only
+    ``strip`` and debuggers read, as zeros); None past the size compared."""
+    import hashlib
+
+    h = hashlib.sha256()
+    total = 0
+    for i in range(4, len(layout), 6):
+        kind, _flags, offset, _vaddr, filesz, _memsz = layout[i : i + 6]
+        if kind not in (_PT_LOAD, _PT_INTERP):
+            continue
+        total += filesz
+        if total > _HASH_LIMIT:
+            return None
+        h.update(struct.pack("<QQ", offset, filesz))
+        done = 0
+        while done < filesz:
+            at = offset + done
+            data = os.pread(fd, min(1 << 20, filesz - done), at)
+            if not data:
+                return None  # a segment past the file's end: the kernel refuses it
+            if at < 64:  # the ELF header: its section-table fields are no one's at run time
+                head = bytearray(data[: 64 - at])
+                for lo, hi in ((40, 48), (58, 64)):  # e_shoff; e_shentsize, e_shnum, e_shstrndx
+                    head[max(lo - at, 0) : max(hi - at, 0)] = bytes(
+                        max(hi - at, 0) - max(lo - at, 0)
+                    )
+                data = bytes(head) + data[64 - at :]
+            h.update(data)
+            done += len(data)
+    return h.digest()
+
+
+def _layout_path(path: str) -> tuple[int, ...] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return _elf_layout(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _image_sha256_path(path: str, layout: tuple[int, ...]) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return _image_sha256(fd, layout) if _elf_layout(fd) == layout else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _sha256_fd(fd: int) -> bytes:

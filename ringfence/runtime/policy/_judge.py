@@ -17,7 +17,9 @@ A shell command (``command``) is judged per simple command, and:
   checked against the deny rules): then the posture decides. On a tool that is not,
   such a line is at least ``ask``; so it is on every tool for a deny rule that could
   name a shell builtin (``printf``, ``kill``, ``cd``: they run inside the shell, where
-  no exec check sees them).
+  no exec check sees them), and for a deny rule over the line's *text* (``command~REGEX``,
+  or a ``[[rules]]`` ``args.command`` glob): no exec check carries one, and the text
+  of an unread line is not what runs.
 - An ask rule is never enforced at exec: an unresolved line, or a computed word
   that could match one, asks while any applies.
 
@@ -43,6 +45,7 @@ __all__ = [
     "BUILTIN_UNENFORCED",
     "SHELL_READ_TOOL",
     "SHELL_WRITE_TOOL",
+    "TEXT_UNENFORCED",
     "UNENFORCED",
     "UNKNOWN_PROGRAM",
     "PartVerdict",
@@ -65,6 +68,10 @@ UNKNOWN_PROGRAM = (
 )
 BUILTIN_UNENFORCED = (
     "a deny rule names a shell builtin, which runs inside the shell where no exec check sees it"
+)
+TEXT_UNENFORCED = (
+    "a deny rule matches the line's text (command~…), and no exec check enforces one: the "
+    "text of a line that cannot be read whole is not what runs"
 )
 ASK_HIDDEN = "an ask rule could match what it runs, and ask rules are not enforced at exec"
 
@@ -185,7 +192,7 @@ class Policy:
                 return self._verdicts[key]
             except KeyError:
                 pass
-        if shellish and any(r.command is not None for r in rules):
+        if shellish and any(r.command is not None or _over_text(r) for r in rules):
             verdict: PolicyVerdict | None = self._evaluate_shell(
                 name, rules, arguments, path_args, exec_checked
             )
@@ -207,6 +214,19 @@ class Policy:
         found = self._by_tool.get(key)
         if found is None:
             found = tuple(r for r in self.for_tool(name) if r.command is None)
+            if len(self._by_tool) < 4096:
+                self._by_tool[key] = found
+        return found
+
+    def _text_rules(self, name: str) -> tuple[Rule, ...]:
+        """The active deny and ask rules for ``name`` over the ``command`` argument's text
+        (cached per name)."""
+        key = "\0text:" + name
+        found = self._by_tool.get(key)
+        if found is None:
+            found = tuple(
+                r for r in self.for_tool(name) if r.effect is not Effect.ALLOW and _over_text(r)
+            )
             if len(self._by_tool) < 4096:
                 self._by_tool[key] = found
         return found
@@ -286,6 +306,14 @@ class Policy:
         if builtin:
             unenforced, exec_checked = True, False
         why_unenforced = BUILTIN_UNENFORCED if builtin else UNENFORCED
+        # Rules over the line's text (command~…): the text is all they see, on every tool.
+        for rule in self._text_rules(name):
+            if not rule.matches_arguments(arguments, self.roots, path_args, skip=_COMMAND):
+                continue
+            if rule.effect is Effect.ASK:
+                hidden_ask = True
+            elif not builtin:
+                unenforced, why_unenforced = True, TEXT_UNENFORCED
         for sc in parsed.commands:
             candidates = [
                 r
@@ -294,7 +322,13 @@ class Policy:
             ]
             part = _judge_command(sc, candidates, exec_checked)
             if part.effect is None and unenforced and not sc.known:
-                reason = BUILTIN_UNENFORCED if builtin else UNKNOWN_PROGRAM
+                reason = (
+                    BUILTIN_UNENFORCED
+                    if builtin
+                    else TEXT_UNENFORCED
+                    if why_unenforced is TEXT_UNENFORCED
+                    else UNKNOWN_PROGRAM
+                )
                 part = PartVerdict("command", part.text, Effect.ASK, reason=reason, via=sc.via)
             parts.append(part)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
@@ -463,6 +497,15 @@ class _CommandIndex:
                 t for t in sorted(found, key=lambda t: t[0]) if not (t[0] in seen or seen.add(t[0]))
             ]
         return [r for _, r in found]
+
+
+_COMMAND = "command"
+
+
+def _over_text(rule: Rule) -> bool:
+    """Whether ``rule`` matches the ``command`` argument as text (``command~REGEX``, a
+    ``[[rules]]`` ``args.command`` glob) rather than as the commands of the line."""
+    return any(name == _COMMAND for name, _ in rule.arguments)
 
 
 def _names_builtin(patterns: tuple[tuple[str, ...], ...]) -> bool:

@@ -149,10 +149,14 @@ class Rule:
         arguments: Mapping[str, Any],
         roots: Sequence[str],
         path_args: frozenset[str] = frozenset(),
+        skip: str | None = None,
     ) -> bool:
         """Every matcher matches its argument; ``path_args`` are further path arguments the
-        tool declares (``meta["path_arguments"]``), matched as paths."""
+        tool declares (``meta["path_arguments"]``), matched as paths. ``skip``: an argument
+        whose matchers are left out (whether the rest of the rule applies to the call)."""
         for name, matcher in self.arguments:
+            if name == skip:
+                continue
             if name not in arguments:
                 return False
             if name in path_args and isinstance(matcher, GlobMatcher):

@@ -31,6 +31,7 @@ __all__ = [
     "check_scripts",
     "interpreter_kind",
     "is_input",
+    "plain_name",
 ]
 
 # Programs that only read and print (no file written, nothing started): a script file run
@@ -514,7 +515,87 @@ def _make(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator, text: 
     acc.commands.append(SimpleCommand(argv, via, script=script))
 
 
+_Check = Callable[[tuple[Word, ...], tuple[str, ...], Accumulator, str], None]
+
+
+# -- bash builtins that take a variable's name -------------------------------------------------
+
+# A name with an array subscript (`a[$(cmd)]`) makes bash evaluate the subscript as arithmetic,
+# and arithmetic expands `$(…)`: bash's `test -v NAME`, `printf -v NAME`, `wait -p NAME` run
+# the text of a word the parse reads as a plain string. What the judge checks is that state:
+# the name such a builtin is given, whatever spells it; only a plain name (or one with a
+# subscript that evaluates nothing) is read whole. (read, mapfile, declare, … are unresolved
+# whole: they assign variables.)
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[(?:[0-9]+|@|\*)\])?")
+_SUBSCRIPT_REASON = (
+    "{}: bash evaluates an array subscript in a variable's name as arithmetic, which can "
+    "run commands"
+)
+
+
+def plain_name(text: str) -> bool:
+    """A variable's name bash looks up without evaluating anything (no subscript, or one of
+    digits, ``@`` or ``*``)."""
+    return _PLAIN_NAME.fullmatch(text) is not None
+
+
+def _plain_name(word: Word | None) -> bool:
+    return word is None or (word.literal and plain_name(word.text))
+
+
+def _known_builtin(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator) -> None:
+    name = argv[0].text
+    known = name in STARTS_NO_PROGRAM and "/" not in name
+    acc.commands.append(SimpleCommand(argv, via, known=known))
+
+
+def _test(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator, text: str) -> None:
+    """``test``/``[``: the word after ``-v`` is a variable's name; so may be the word after
+    one computed at run time (it may be ``-v``), when that word has a subscript."""
+    for i in range(1, len(argv) - 1):
+        w, name = argv[i], argv[i + 1]
+        if w.literal and w.text == "-v":
+            bad = not _plain_name(name)
+        elif not w.literal:
+            bad = not name.literal or ("[" in name.text and not plain_name(name.text))
+        else:
+            continue
+        if bad:
+            acc.unresolved_(_SUBSCRIPT_REASON.format(f"{argv[0].text} -v"), text)
+            break
+    _known_builtin(argv, via, acc)
+
+
+def _named_by_option(letter: str) -> _Check:
+    """A builtin whose option ``-LETTER NAME`` (or ``-LETTERNAME``, in a cluster) assigns
+    the variable NAME: ``printf -v``, ``wait -p``."""
+
+    def check(argv: tuple[Word, ...], via: tuple[str, ...], acc: Accumulator, text: str) -> None:
+        i = 1
+        while i < len(argv):
+            w = argv[i]
+            if not w.literal or w.text == "--" or not w.text.startswith("-") or w.text == "-":
+                break
+            at = w.text.find(letter, 1)
+            if at > 0:
+                attached = w.text[at + 1 :]
+                value = Word(attached) if attached else (argv[i + 1] if i + 1 < len(argv) else None)
+                if not _plain_name(value):
+                    acc.unresolved_(_SUBSCRIPT_REASON.format(f"{argv[0].text} -{letter}"), text)
+                    break
+                i += 1 if attached else 2
+                continue
+            i += 1
+        _known_builtin(argv, via, acc)
+
+    return check
+
+
 _PROGRAMS: dict[str, Callable[[tuple[Word, ...], tuple[str, ...], Accumulator, str], None]] = {
+    "test": _test,
+    "[": _test,
+    "printf": _named_by_option("v"),
+    "wait": _named_by_option("p"),
     "sed": _sed,
     "gsed": _sed,
     "git": _git,
@@ -523,9 +604,6 @@ _PROGRAMS: dict[str, Callable[[tuple[Word, ...], tuple[str, ...], Accumulator, s
     "make": _make,
     "gmake": _make,
 }
-
-
-_Check = Callable[[tuple[Word, ...], tuple[str, ...], Accumulator, str], None]
 
 
 @functools.lru_cache(maxsize=1024)

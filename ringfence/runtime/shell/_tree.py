@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from ._parts import Accumulator, Redirect, Word
+from ._programs import plain_name
 from ._wrappers import emit_command
 
 __all__ = ["Walker"]
@@ -67,6 +68,11 @@ class Walker:
         self.depth = depth
         self.via = via
         self.src = src
+
+    def _bash(self) -> bool:
+        """Whether bash reads this text (a ``bash -c`` string): the whole line runs under
+        ``/bin/sh``, which may be dash or busybox, where bash's own syntax means other things."""
+        return bool(self.via) and self.via[-1] in _BASH
 
     def text(self, node: Any) -> str:
         # Slicing our own copy of the source is much cheaper than Node.text.
@@ -148,14 +154,62 @@ class Walker:
             self.search(node)
         elif kind == "test_command":
             # [ ] / [[ ]]: no effect of its own, but arithmetic on expanded values can run code.
+            if not self._bash() and self.src[node.start_byte : node.start_byte + 2] == b"[[":
+                self.acc.unresolved_(_NOT_POSIX_TEST, self.text(node))
             if self._has_expansion(node):
                 self.acc.unresolved_("a test over expanded values", self.text(node))
+            self._test_names(node)
             self.search(node)
         else:
             self.acc.unresolved_(
                 f"shell syntax this matcher does not read ({kind})", self.text(node)
             )
             self.search(node)
+
+    def _test_names(self, node: Any) -> None:
+        """bash evaluates an array subscript in a name ``-v`` tests, and (in ``[[ … ]]``) the
+        operands of ``-eq``, ``-lt``, … as arithmetic, which runs ``$(…)`` even from a quoted
+        word (``[ -v 'a[$(cmd)]' ]``): only plain names and numbers are read whole there."""
+        tokens: list[Any] = []
+        todo = [node]
+        while todo:
+            current = todo.pop()
+            if current.type in ("unary_expression", "binary_expression", "test_command",
+                                "parenthesized_expression"):  # fmt: skip
+                todo.extend(reversed(current.children))
+            elif current.is_named:
+                tokens.append(current)
+        arithmetic = self.src[node.start_byte : node.start_byte + 2] == b"[["
+        for k, token in enumerate(tokens):
+            if token.type != "test_operator":
+                # a value computed at run time may be `-v` to `[`: the next word is then a name
+                after = tokens[k + 1] if k + 1 < len(tokens) else None
+                if after is not None and _literal_value(self.src, token) is None:
+                    value = _literal_value(self.src, after)
+                    if value is None or ("[" in value and not plain_name(value)):
+                        self.acc.unresolved_(
+                            "a value computed at run time may be `-v`, and bash evaluates an "
+                            "array subscript in the name after it, which can run commands",
+                            self.text(node),
+                        )
+                        return
+                continue
+            op = self.text(token)
+            if op in ("-v", "-R"):
+                operands = tokens[k + 1 : k + 2]
+            elif arithmetic and op in _ARITHMETIC_TESTS:
+                operands = tokens[max(k - 1, 0) : k] + tokens[k + 1 : k + 2]
+            else:
+                continue
+            for operand in operands:
+                value = _literal_value(self.src, operand)
+                if value is None or not (plain_name(value) or _NUMBER.fullmatch(value)):
+                    self.acc.unresolved_(
+                        f"`{op}`: bash evaluates an array subscript in a name (or arithmetic) "
+                        "here, which can run commands",
+                        self.text(node),
+                    )
+                    return
 
     def search(self, node: Any) -> None:
         """Report the commands anywhere inside ``node`` (used where the node itself is unresolved)."""
@@ -245,6 +299,8 @@ class Walker:
             for child in node.named_children:
                 self.word(child)
             return Word(self.text(node), False)
+        if kind == "ansi_c_string" and not self._bash():
+            self.acc.unresolved_(_NOT_POSIX_QUOTE, self.text(node))
         if kind in ("ansi_c_string", "brace_expression", "extglob_pattern"):
             return Word(self.text(node), False)
         # Anything else in word position: not a value this matcher can know.
@@ -396,6 +452,36 @@ class Walker:
 
     # -- redirections ----------------------------------------------------------------
 
+    def _heredoc_extent(self, node: Any) -> None:
+        """A here-document's body must end where the shell ends it: at the first line equal
+        to the delimiter word after quote removal (leading tabs stripped for ``<<-``). Where
+        tree-sitter-bash ends it elsewhere (it keeps ``E''`` as the delimiter), the text
+        after the shell's end would be commands the judge read as the body's text."""
+        start = next((c for c in node.named_children if c.type == "heredoc_start"), None)
+        if start is None:
+            return
+        delimiter = _heredoc_delimiter(self.text(start))
+        if delimiter is None:
+            self.acc.unresolved_(_HEREDOC_DIALECT, self.text(node))
+            return
+        tabs = any(c.type == "<<-" for c in node.children)
+        end = next((c for c in node.named_children if c.type == "heredoc_end"), None)
+        body = next((c for c in node.named_children if c.type == "heredoc_body"), None)
+        text = self.text(body) if body is not None else ""
+        lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+        if not text:
+            lines = []
+        if end is not None:
+            lines.append(self.text(end))
+        for k, line in enumerate(lines):
+            ended = (line.lstrip("\t") if tabs else line) == delimiter
+            if ended != (end is not None and k == len(lines) - 1):
+                self.acc.unresolved_(
+                    "a here-document the shell ends at another line than this parser does",
+                    self.text(node),
+                )
+                return
+
     def redirect(self, node: Any) -> None:
         kind = node.type
         if kind == "herestring_redirect":
@@ -408,6 +494,7 @@ class Walker:
                     "the shell parser dropped part of this command", self.text(node)
                 )
             quoted = False
+            self._heredoc_extent(node)
             for child in node.named_children:
                 if child.type == "heredoc_start":
                     quoted = any(q in self.text(child) for q in "'\"\\")
@@ -426,6 +513,8 @@ class Walker:
                     self.statement(child)
             return
         operator = next((c.type for c in node.children if not c.is_named), "")
+        if operator.startswith("&>") and not self._bash():
+            self.acc.unresolved_(_NOT_POSIX_REDIRECT, self.text(node))
         destination = node.child_by_field_name("destination")
         if destination is None:
             return  # >&- and friends: close a descriptor
@@ -446,6 +535,82 @@ class Walker:
             self.acc.unresolved_(
                 f"a redirection this matcher does not read ({operator})", self.text(node)
             )
+
+
+# The shells whose ``-c`` text is read as bash means it (the parse follows bash's grammar).
+_BASH = frozenset({"bash", "rbash"})
+# bash's syntax that POSIX sh (dash) parses into other commands: the line's meaning depends on
+# which shell /bin/sh is, so it cannot be read whole.
+_NOT_POSIX_TEST = (
+    "bash's `[[ … ]]`: /bin/sh may be dash, which runs `[[` as a command and its `||`, `&&`, "
+    "`<` and `>` as the shell's own lists and redirections"
+)
+_NOT_POSIX_QUOTE = (
+    "bash's `$'…'`: /bin/sh may be dash, which reads `$` and a quoted string that ends at the "
+    "first `'`, so the rest of the text becomes commands"
+)
+
+
+_NOT_POSIX_REDIRECT = (
+    "bash's `&>`: /bin/sh may be dash, which runs the command before it in the background and "
+    "the words after its target as a command of their own"
+)
+_HEREDOC_DIALECT = (
+    "a here-document delimiter bash and dash read differently (`$'…'`, `$\"…\"`), or that "
+    "this matcher cannot read"
+)
+
+
+def _heredoc_delimiter(raw: str) -> str | None:
+    """The word after ``<<`` as the shell compares lines with it: quotes removed (POSIX:
+    a backslash quotes the next character; inside double quotes only ``$`,"\\`` and a
+    newline). None where bash and dash differ (``$'…'``, ``$"…"``) or the word is unclosed."""
+    out: list[str] = []
+    i, n = 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if c == "$" and i + 1 < n and raw[i + 1] in "'\"":
+            return None
+        if c == "\\":
+            out.append(raw[i + 1 : i + 2])
+            i += 2
+        elif c == "'":
+            j = raw.find("'", i + 1)
+            if j < 0:
+                return None
+            out.append(raw[i + 1 : j])
+            i = j + 1
+        elif c == '"':
+            i += 1
+            while i < n and raw[i] != '"':
+                if raw[i] == "\\" and i + 1 < n and raw[i + 1] in '$`"\\\n':
+                    i += 1
+                out.append(raw[i])
+                i += 1
+            if i >= n:
+                return None
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+_ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
+def _literal_value(src: bytes, node: Any) -> str | None:
+    """A test operand's value when it is one literal word (no expansion), else None."""
+    raw = src[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
+    if node.type in ("word", "number"):
+        word = _unquoted_word(raw)
+        return word.text if word.literal else None
+    if node.type == "raw_string":
+        return raw[1:-1]
+    if node.type == "string" and all(c.type == "string_content" for c in node.named_children):
+        return _unescape_double(raw[1:-1])
+    return None
 
 
 def _code_in_text(raw: str) -> bool:

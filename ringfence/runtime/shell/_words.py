@@ -93,6 +93,11 @@ def _parse_cached(command: str, depth: int, via: tuple[str, ...]) -> ShellParse:
 # A backslash-newline is removed by bash's lexer before it splits words; tree-sitter-bash
 # splits there instead (`cu\<nl>rl` would read as `cu rl`). Rather than re-lex, refuse.
 _CONTINUATION = re.compile(r"\\\r?\n")
+# tree-sitter-bash skips these as blanks; bash and dash split words on space, tab and newline
+# only, so to them each is part of a word (and a `#` after one starts no comment).
+_BLANKS_TO_THE_PARSER_ONLY = re.compile(r"[\r\v\f]")
+# bash's named descriptor, `{varname}>file` (also `<`, `>&`, …), the name perhaps subscripted.
+_NAMED_DESCRIPTOR = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(?:\[[^\n]*?\])?\}[<>]")
 
 
 def _parse_into(command: str, depth: int, via: tuple[str, ...], acc: Accumulator) -> None:
@@ -107,6 +112,21 @@ def _parse_into(command: str, depth: int, via: tuple[str, ...], acc: Accumulator
         return
     if _CONTINUATION.search(command):
         acc.unresolved_("contains a backslash-newline line continuation", command)
+        return
+    if _NAMED_DESCRIPTOR.search(command):
+        # tree-sitter-bash reads `{a[…]}>f` as a word and a redirection: bash assigns the
+        # descriptor to the variable, and a subscript in its name is arithmetic (runs `$(…)`)
+        acc.unresolved_(
+            "bash's `{name}>`: assigns the descriptor to a variable, evaluating a subscript "
+            "in its name",
+            command,
+        )
+    if _BLANKS_TO_THE_PARSER_ONLY.search(command):
+        acc.unresolved_(
+            "contains a carriage return, vertical tab or form feed (part of a word to the shell, "
+            "a blank to this parser: `ls \\r#; rm x` runs rm)",
+            command,
+        )
         return
     src = command.encode("utf-8", "surrogatepass")
     tree = _parser().parse(src)
