@@ -226,6 +226,23 @@ def visit(page: Any, url: str) -> None:
             page.wait_for_timeout(200)
 
 
+def choose(page: Any, selector: str) -> None:
+    """Click ``selector`` (a button that leads to a confirmation page) and wait for that page.
+
+    The page reloads itself 300 ms after new activity (``review.js``): a click that lands
+    while it does is lost with the old page (a ``make test`` flake: the confirmation page never
+    came). Clicked again then, up to three times; a second click only shows the same
+    confirmation page again, nothing is answered before Confirm."""
+    for attempt in range(3):
+        page.click(selector)
+        try:
+            page.wait_for_selector("#confirm", timeout=10_000)
+            return
+        except Exception:  # playwright's TimeoutError
+            if attempt == 2:
+                raise
+
+
 def confirm(page: Any) -> None:
     """Click Confirm on a confirmation page once it is armed; land on the action's page.
 

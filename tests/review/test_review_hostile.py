@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
-from review_helpers import HERE, confirm, job_done, records, screenshot, url_in, visit, wait_until
+from review_helpers import (
+    HERE,
+    choose,
+    confirm,
+    job_done,
+    records,
+    screenshot,
+    url_in,
+    visit,
+    wait_until,
+)
 from test_review_page import _mcp_call_in_thread, _text
 
 ARGUMENT = (
@@ -89,7 +99,7 @@ def test_a_hostile_servers_strings_render_inert(
         assert "1,000," in prompt
         assert_inert(page)
         screenshot(page, "hostile-approval")
-        page.click("section.question button[value=once]")
+        choose(page, "section.question button[value=once]")
         confirm(page)
         ok, text = job_done(page)
         assert ok, text

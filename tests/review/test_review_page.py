@@ -20,6 +20,7 @@ import trio
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 from review_helpers import (
     call_run_shell,
+    choose,
     confirm,
     job_done,
     records,
@@ -94,7 +95,7 @@ def test_a_confined_shell_command_shows_its_diff_and_undo_restores_the_bytes(
         page.wait_for_selector("section.question")
         assert "undo" in page.inner_text("section.question pre.prompt")
         screenshot(page, "approvals")
-        page.click("section.question button[value=once]")
+        choose(page, "section.question button[value=once]")
         confirm(page)
         ok, text = job_done(page)
         assert ok, text
@@ -201,7 +202,7 @@ def test_serve_asks_the_page_when_the_client_cannot_be_asked(
     if choice == "once":
         screenshot(page, "serve-approval")
     assert not target.exists()  # waiting: nothing written yet
-    page.click(f"section.question button[value={choice}]")
+    choose(page, f"section.question button[value={choice}]")
     confirm(page)
     ok, text = job_done(page)
     assert ok, text

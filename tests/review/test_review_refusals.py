@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import trio
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
-from review_helpers import confirm, job_done, records, ringfence_process, visit, wait_until
+from review_helpers import choose, confirm, job_done, records, ringfence_process, visit, wait_until
 
 from ringfence.review._actions import (
     BURST,
@@ -161,7 +161,7 @@ def test_the_page_cannot_widen_policy(page: Any, workspace: Path, tmp_path: Path
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
         visit(page, base + f"changes/{set_id}")
-        page.click("#undo-set")
+        choose(page, "#undo-set")
         confirm(page)
         ok, text = job_done(page)
         assert not ok and "denied" in text
