@@ -271,6 +271,18 @@ def test_no_change_sets_on_the_command_line_puts_run_shell_back_in_the_residual(
     assert code == 0 and out["result"]["changes"]["files"] == 1 and (ws / "hi.txt").exists()
 
 
+def _backend_options(
+    backend: str, request: pytest.FixtureRequest, workspace: Path
+) -> dict[str, Any]:
+    """``create_kernel`` options for ``backend`` (docker: its fixture first, the workspace
+    given to the container's user)."""
+    if backend != "docker":
+        return {}
+    request.getfixturevalue("docker_client")
+    owned(workspace, WORKSPACE_UID)
+    return {"backend": "docker", "backend_options": DOCKER_OPTIONS}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_chmod_of_the_root_itself_is_refused_by_name_not_dropped(
     backend: str, request: pytest.FixtureRequest, workspace: Path
@@ -279,11 +291,7 @@ async def test_a_chmod_of_the_root_itself_is_refused_by_name_not_dropped(
     its mode there and was dropped without a word (``changes: null``; on docker the next
     commands kept seeing it). It is now refused at the merge, named, the rest merged, the
     root's mode untouched; the next command sees the root's own mode again."""
-    options: dict[str, Any] = {}
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
-        owned(workspace, WORKSPACE_UID)
-        options = {"backend": "docker", "backend_options": DOCKER_OPTIONS}
+    options = _backend_options(backend, request, workspace)
     workspace.chmod(0o755)
     async with create_kernel(
         roots=[workspace], posture=Posture.ALLOW_REVERSIBLE, change_sets=True, **options
@@ -311,32 +319,16 @@ async def test_a_chmod_of_the_root_by_the_host_during_a_command_is_not_the_comma
     change it never made. The upper's mode is now compared with the one it was made with:
     the command's writes merge without a word, the root keeps the host's mode, and the
     next command sees it."""
-    options: dict[str, Any] = {}
-    if backend == "docker":
-        request.getfixturevalue("docker_client")
-        owned(workspace, WORKSPACE_UID)
-        options = {"backend": "docker", "backend_options": DOCKER_OPTIONS}
+    options = _backend_options(backend, request, workspace)
     workspace.chmod(0o755)
     seen: list[str] = []
-
-    def observe(line: str) -> None:
-        record = json.loads(line)
-        if record["kind"] == "output":
-            seen.append(record.get("text", ""))
 
     async def chmod_when_started() -> None:
         while not any("started" in text for text in seen):
             await trio.sleep(0.01)
         workspace.chmod(0o750)
 
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.ALLOW_REVERSIBLE,
-        change_sets=True,
-        event_observer=observe,
-        events_sync=True,
-        **options,
-    ) as k:
+    async with output_watched_kernel(workspace, seen.append, **options) as k:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(chmod_when_started)
             during = await k.invoke(
@@ -370,9 +362,12 @@ async def test_a_command_cannot_unmount_or_remount_its_layer(workspace: Path) ->
     assert result["changes"]["files"] == 1 and (workspace / "after-umount.txt").exists()
 
 
-def output_watched_kernel(workspace: Path, on_output: Callable[[str], None]) -> Kernel:
+def output_watched_kernel(
+    workspace: Path, on_output: Callable[[str], None], **options: Any
+) -> Kernel:
     """A kernel under ``allow-reversible`` whose commands' output lines reach ``on_output``
-    as they are recorded (the event stream written synchronously)."""
+    as they are recorded (the event stream written synchronously); ``options`` go to
+    ``create_kernel`` (a backend)."""
 
     def observe(line: str) -> None:
         record = json.loads(line)
@@ -384,6 +379,7 @@ def output_watched_kernel(workspace: Path, on_output: Callable[[str], None]) -> 
         posture=Posture.ALLOW_REVERSIBLE,
         event_observer=observe,
         events_sync=True,
+        **options,
     )
 
 
