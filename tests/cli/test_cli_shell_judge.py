@@ -104,6 +104,20 @@ def _decided(records: list[dict]) -> dict:
     return next(r for r in records if r["kind"] == "decided")
 
 
+def _asked_and_nothing_ran(
+    ws: Path, code: int, records: list[dict], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The call was refused because the posture asked (answered no), not allowed by a rule;
+    nothing started and no MARK was made."""
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert not decided["rule"].startswith("allow"), decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
 @pytest.mark.parametrize("command", FINDING_1)
 def test_text_that_becomes_code_at_run_time_is_never_allowed_by_an_allow_rule(
     tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
@@ -112,13 +126,7 @@ def test_text_that_becomes_code_at_run_time_is_never_allowed_by_an_allow_rule(
     code, records = _call(
         tmp_path, ws, command, POLICY_ALLOW_ONLY, "--backend", "local", "--posture", "ask"
     )
-    out = json.loads(capsys.readouterr().out)
-    assert code == 3 and out["error"]["code"] == "denied", out
-    decided = _decided(records)
-    assert decided["verdict"] == "ask", decided
-    assert not decided["rule"].startswith("allow"), decided
-    assert "started" not in [r["kind"] for r in records]
-    assert not (ws / "MARK").exists()
+    _asked_and_nothing_ran(ws, code, records, capsys)
 
 
 # A name given to a bash builtin on the judge's whitelist, with an array subscript: bash
@@ -150,13 +158,7 @@ def test_a_subscript_in_a_name_given_to_a_bash_builtin_is_never_allowed_by_an_al
     code, records = _call(
         tmp_path, ws, command, POLICY_ALLOW_BUILTINS, "--backend", "local", "--posture", "ask"
     )
-    out = json.loads(capsys.readouterr().out)
-    assert code == 3 and out["error"]["code"] == "denied", out
-    decided = _decided(records)
-    assert decided["verdict"] == "ask", decided
-    assert not decided["rule"].startswith("allow"), decided
-    assert "started" not in [r["kind"] for r in records]
-    assert not (ws / "MARK").exists()
+    _asked_and_nothing_ran(ws, code, records, capsys)
 
 
 def test_a_plain_name_given_to_a_bash_builtin_is_still_read_whole(
