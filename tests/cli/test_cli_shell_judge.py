@@ -104,6 +104,13 @@ def _decided(records: list[dict]) -> dict:
     return next(r for r in records if r["kind"] == "decided")
 
 
+def _allowed_and_ran(code: int, records: list[dict], capsys: pytest.CaptureFixture[str]) -> None:
+    """The control's outcome: allowed by a rule and run to exit code 0."""
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["result"]["exit_code"] == 0, out
+    assert _decided(records)["verdict"] == "allow"
+
+
 def _asked_and_nothing_ran(
     ws: Path, code: int, records: list[dict], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -169,9 +176,7 @@ def test_a_plain_name_given_to_a_bash_builtin_is_still_read_whole(
     code, records = _call(
         tmp_path, ws, command, POLICY_ALLOW_BUILTINS, "--backend", "local", "--posture", "ask"
     )
-    out = json.loads(capsys.readouterr().out)
-    assert code == 0 and out["result"]["exit_code"] == 0, out
-    assert _decided(records)["verdict"] == "allow"
+    _allowed_and_ran(code, records, capsys)
 
 
 @pytest.mark.parametrize("command", FINDING_1)
@@ -422,9 +427,7 @@ def test_bash_syntax_inside_bash_c_is_still_read(
     code, records = _call(
         tmp_path, ws, command, POLICY_DIALECT, "--backend", "local", "--posture", "ask"
     )
-    out = json.loads(capsys.readouterr().out)
-    assert code == 0 and out["result"]["exit_code"] == 0, out
-    assert _decided(records)["verdict"] == "allow"
+    _allowed_and_ran(code, records, capsys)
 
 
 SCRIPT = """
