@@ -33,6 +33,7 @@ __all__ = [
     "OTHER_SHOWN_WHOLE",
     "RUNS_HEAD_TAIL",
     "RUNS_SHOWN_WHOLE",
+    "as_read",
     "fingerprint",
     "json_text",
     "one_line",
@@ -111,6 +112,13 @@ def terminal_text(text: str) -> str:
     if all(line.isprintable() for line in text.split("\n")) and _INVISIBLE.search(text) is None:
         return text  # the common case: no control, format, separator or invisible character
     return _NOT_PRINTABLE_ASCII.sub(_terminal_char, text)
+
+
+def as_read(text: str) -> str:
+    """``text`` as a person reads it, for a check of what it says: compatibility forms folded
+    (NFKC: fullwidth and mathematical letters become the letters they show) and every
+    character drawn as nothing removed (``pass\u200bword`` reads ``password``)."""
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)))
 
 
 def json_text(value: Any, *, indent: int | None = None, sort_keys: bool = False) -> str:
