@@ -30,7 +30,8 @@ advertise elicitation. Otherwise:
   answer that does not validate is not sent (the request is cancelled).
 - URL mode: the URL must be https (or loopback http) without embedded
   credentials. ringfence never opens or fetches it; the Elicitor is shown the
-  whole URL and answers only with consent.
+  whole URL, its host in IDNA ASCII form when it has any other character (a
+  look-alike host shows as ``xn--…``), and answers only with consent.
 - Text shown to the person and answers sent back are redacted.
 
 Not promised: a credential request worded around every list (a form asking for
@@ -60,7 +61,7 @@ from ..runtime._render import as_read
 from ..runtime._tools import Consequence
 from ..runtime.policy._decide import Rules
 from ._requests import request_rules, request_spec
-from ._urls import check_url
+from ._urls import ascii_host_url, check_url
 from .manifest._load import ServerConfig
 
 if TYPE_CHECKING:
@@ -365,7 +366,8 @@ class ElicitationGate:
                 return refuse(problem)
         else:
             try:
-                url = check_url(params.url, "url")
+                # Shown, and so opened, with its host as DNS sees it (no look-alike host).
+                url = ascii_host_url(check_url(params.url, "url"))
             except InvalidArguments as exc:
                 return refuse(f"the elicitation {exc.message}; ringfence will not offer it")
         if self.elicitor is None:
