@@ -10,8 +10,8 @@ cannot tell a verb's own newline from one inside a server's name.
 
 Light on purpose: ``--help`` and ``--version`` import this, so it imports only
 the standard library; the renderer (and with it ``ringfence.runtime``) loads
-the first time a text holds anything but printable characters, newlines and
-tabs, which is exactly when the floor has something to do.
+the first time a text holds anything but printable ASCII, newlines and tabs
+(ringfence's own help and version texts are ASCII).
 
 Not guarded: ringfence's own styling (rich tables and spinners) writes to the
 stream underneath (:func:`unguarded`) with every cell already rendered; child
@@ -30,7 +30,10 @@ __all__ = ["GuardedStream", "guarded_output", "unguarded"]
 
 
 def _printable(text: str) -> bool:
-    """Nothing for the floor to do: only printable characters, newlines and tabs."""
+    """Nothing for the floor to do: only printable ASCII, newlines and tabs. Other text goes
+    to the renderer: printable is not enough (a variation selector is printable and invisible)."""
+    if not text.isascii():
+        return False
     return text.isprintable() or text.replace("\n", " ").replace("\t", " ").isprintable()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from ..mcp_host.manifest._load import (
     manifest_path,
 )
 from ..runtime._redact import mask_command_args
+from ..runtime._render import one_line
 from ._output import print_ok, print_warnings
 
 
@@ -50,7 +52,12 @@ def auth_state(s: ServerConfig, store: Any = None) -> dict[str, Any]:
 
 
 def auth_line(a: dict[str, Any]) -> str:
-    """``oauth: logged in, expires 2026-…, scopes read write`` — never a token."""
+    """``oauth: logged in, expires 2026-…, scopes read write`` — never a token; on one line
+    (the scopes and a problem can be what an authorization server wrote)."""
+    return one_line(_auth_line(a))
+
+
+def _auth_line(a: dict[str, Any]) -> str:
     if a["auth"] != "oauth":
         return a["auth"]
     if a.get("problem"):
@@ -83,7 +90,8 @@ async def run_list(args: argparse.Namespace) -> int:
         [args.workspace] if args.workspace else [], managed=managed_policy(args.settings)
     ).mcp
     store = args.settings.token_store()
-    servers = [server_summary(s.with_policy(mcp), store) for s in m.servers]
+    configs = [s.with_policy(mcp) for s in m.servers]
+    servers = [server_summary(c, store) for c in configs]
     if args.json:
         from ..mcp_host.oauth._tokens import key_backend
 
@@ -97,12 +105,23 @@ async def run_list(args: argparse.Namespace) -> int:
     if not servers:
         sys.stdout.write(f"no MCP servers configured in {', '.join(str(p) for p in m.paths)}\n")
         return 0
-    width = max(len(s["name"]) for s in servers)
-    for s in servers:
+    # A manifest's strings (a workspace's is the repository's) stay on their line: a server's
+    # command and each of its arguments, quoted where a space would join or split them.
+    names = [one_line(s["name"]) for s in servers]
+    width = max(map(len, names))
+    for name, s, c in zip(names, servers, configs, strict=True):
         flags = [s["trust"]] + ([] if s["enabled"] else ["disabled"])
+        target = (
+            " ".join(
+                shlex.quote(one_line(a)) for a in mask_command_args([c.command or "", *c.args])
+            )
+            if c.transport is Transport.STDIO
+            else one_line(s["target"])
+        )
+        approved = ", ".join(one_line(c) for c in s["approved_capabilities"])
         sys.stdout.write(
-            f"{s['name']:<{width}}  {s['transport']:<5}  {s['target']}\n"
-            f"{'':<{width}}  approved: {', '.join(s['approved_capabilities'])}; {', '.join(flags)}\n"
+            f"{name:<{width}}  {s['transport']:<5}  {target}\n"
+            f"{'':<{width}}  approved: {approved}; {', '.join(flags)}\n"
         )
         if s["transport"] != "stdio":
             sys.stdout.write(f"{'':<{width}}  auth: {auth_line(s['auth'])}\n")

@@ -29,6 +29,7 @@ from ..plugins._config import (
 from ..plugins._manifest import parse_plugin_manifest
 from ..plugins._plugin import PluginState, inspect_plugin
 from ..runtime._errors import InvalidArguments, NotFound
+from ..runtime._render import one_line, visible
 from ._output import print_ok
 from ._verbs import add_verb_parser
 
@@ -117,31 +118,46 @@ async def _state(args: argparse.Namespace, name: str) -> PluginState:
     )
 
 
+def _words(values: Any) -> str:
+    """Argv-like values as shown: each one on the line (``one_line``), joined by spaces."""
+    return " ".join(one_line(str(v)) for v in values)
+
+
 def _summary_lines(state: PluginState) -> list[str]:
-    """What a plugin runs and offers, one line each, for a person deciding to trust it."""
+    """What a plugin runs and offers, one line each, for a person deciding to trust it.
+
+    Everything the plugin's author wrote (description, version, commands, patterns, names)
+    is shown through ``one_line``: it stays on its line and cannot pose as one of these."""
     d = state.to_dict(detail=True)
+    version, description = (
+        one_line(str(d.get("version", ""))),
+        one_line(str(d.get("description", ""))),
+    )
     lines = [
-        f"plugin {state.name} {d.get('version', '')}: {d.get('description', '')}".rstrip(": "),
-        f"  from:    {state.entry.source}",
+        f"plugin {one_line(state.name)} {version}: {description}".rstrip(": "),
+        f"  from:    {one_line(str(state.entry.source))}",
         f"  sha256:  {d['sha256'] or '-'}",
-        f"  trust:   {state.why}",
+        f"  trust:   {one_line(state.why)}",
     ]
     for hook in d.get("hooks", []):
-        where = ", ".join(hook["match"]) or "every call"
+        where = ", ".join(one_line(str(m)) for m in hook["match"]) or "every call"
         net = "; NETWORK" if hook["network"] else "; no network"
         lines.append(
-            f"  hook:    {hook['name']} at {', '.join(hook['points'])} on {where}: "
-            f"{' '.join(hook['command'])} (confined, read-only workspace{net}, "
+            f"  hook:    {one_line(str(hook['name']))} at {', '.join(hook['points'])} on "
+            f"{where}: {_words(hook['command'])} (confined, read-only workspace{net}, "
             f"timeout {hook['timeout_seconds']:g}s)"
         )
     for server, argv in d.get("server_commands", {}).items():
-        lines.append(f"  server:  {server}: {' '.join(argv)}")
+        lines.append(f"  server:  {one_line(str(server))}: {_words(argv)}")
     for skill in d.get("skills", []):
-        lines.append(f"  skill:   {skill}")
+        lines.append(f"  skill:   {one_line(str(skill))}")
     for rule in d.get("policy_rules", []):
-        lines.append(f"  rule:    {rule['effect']} {rule['rule']} ({rule['source']})")
+        lines.append(
+            f"  rule:    {rule['effect']} {one_line(str(rule['rule']))} "
+            f"({one_line(str(rule['source']))})"
+        )
     if d.get("network"):
-        lines.append(f"  network: {', '.join(d['network'])} may reach the network")
+        lines.append(f"  network: {_words(d['network'])} may reach the network")
     return lines
 
 
@@ -182,7 +198,9 @@ async def run_list(args: argparse.Namespace) -> int:
         return 0
     for s in states:
         mark = "trusted" if s.trusted else "untrusted"
-        sys.stdout.write(f"{s.name}  {mark}  {s.entry.source}\n  {s.why}\n")
+        sys.stdout.write(
+            f"{one_line(s.name)}  {mark}  {one_line(str(s.entry.source))}\n  {one_line(s.why)}\n"
+        )
     return 0
 
 
@@ -192,7 +210,7 @@ async def run_show(args: argparse.Namespace) -> int:
         return print_ok(state.to_dict(detail=True), True)
     lines = _summary_lines(state)
     if state.error is not None:
-        lines.append(f"  error:   {state.error.message}")
+        lines.append(f"  error:   {one_line(state.error.message)}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
@@ -244,7 +262,7 @@ async def run_skills_list(args: argparse.Namespace) -> int:
         sys.stdout.write("no skills: no trusted plugin offers one (ringfence plugin list)\n")
         return 0
     for skill in skills:
-        sys.stdout.write(f"{skill.name}  {skill.description}\n")
+        sys.stdout.write(f"{one_line(skill.name)}  {one_line(skill.description)}\n")
     return 0
 
 
@@ -253,10 +271,10 @@ async def run_skills_show(args: argparse.Namespace) -> int:
         if skill.name == args.name:
             if args.json:
                 return print_ok(skill.to_dict(), True)
-            files = ", ".join(skill.file_names()) or "none"
+            files = ", ".join(one_line(f) for f in skill.file_names()) or "none"
             sys.stdout.write(
-                f"{skill.name} ({skill.source})\n{skill.description}\nfiles: {files}\n\n"
-                f"{skill.instructions}"
+                f"{one_line(skill.name)} ({one_line(skill.source)})\n{one_line(skill.description)}"
+                f"\nfiles: {files}\n\n{visible(skill.instructions)}"
             )
             return 0
     raise NotFound(

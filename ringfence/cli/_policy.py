@@ -63,25 +63,27 @@ async def run_show(args: argparse.Namespace) -> int:
         )
     if project is not None:
         sys.stdout.write(
-            f"project file {project['path']} (sha256 {project['sha256']}); to trust exactly "
-            f"this content, add to $RINGFENCE_HOME/policy.toml under [trust] projects:\n"
+            f"project file {one_line(project['path'])} (sha256 {project['sha256']}); to trust "
+            f"exactly this content, add to $RINGFENCE_HOME/policy.toml under [trust] projects:\n"
             f'  {{ path = "{project["root"]}", sha256 = "{project["sha256"]}" }}\n'
         )
     if not rules:
         sys.stdout.write("no policy rules: the posture alone decides\n")
-    width = max((len(r["rule"]) for r in rules), default=0)
-    for r in rules:
-        note = f"  [inactive: {r['inactive']}]" if "inactive" in r else ""
-        sys.stdout.write(
-            f"{r['effect']:<5}  {r['rule']:<{width}}  {r['layer']:<8} {r['source']}{note}\n"
-        )
+    # A rule, a source and a note are a policy file's text (a project's is the repository's):
+    # each is shown on its line, so no rule can pose as another line of this listing.
+    shown = [(one_line(str(r["rule"])), one_line(str(r["source"]))) for r in rules]
+    width = max((len(rule) for rule, _ in shown), default=0)
+    for r, (rule, source) in zip(rules, shown, strict=True):
+        note = f"  [inactive: {one_line(str(r['inactive']))}]" if "inactive" in r else ""
+        sys.stdout.write(f"{r['effect']:<5}  {rule:<{width}}  {r['layer']:<8} {source}{note}\n")
     if mcp:
         sys.stdout.write("MCP servers ([mcp.<server>]: which tools are read, trust)\n")
-    texts = [f"{m['server']}: {m['key']} = {json.dumps(m['value'])}" for m in mcp]
+    texts = [one_line(f"{m['server']}: {m['key']} = {json.dumps(m['value'])}") for m in mcp]
     width = max(map(len, texts), default=0)
     for m, text in zip(mcp, texts, strict=True):
-        note = f"  [inactive: {m['inactive']}]" if "inactive" in m else ""
-        sys.stdout.write(f"mcp    {text:<{width}}  {m['layer']:<8} {m['source']}{note}\n")
+        note = f"  [inactive: {one_line(str(m['inactive']))}]" if "inactive" in m else ""
+        source = one_line(str(m["source"]))
+        sys.stdout.write(f"mcp    {text:<{width}}  {m['layer']:<8} {source}{note}\n")
     return 0
 
 
@@ -138,17 +140,22 @@ async def run_explain(args: argparse.Namespace) -> int:
         return print_ok(out, True)
     d = decision
     sys.stdout.write(f"{one_line(args.tool)}: {d.verdict.value}  (posture {posture.value})\n")
-    sys.stdout.write(f"  rule:   {d.rule}\n")
+    # The rule and its reason are a policy file's or a plugin hook's text: on their line.
+    sys.stdout.write(f"  rule:   {one_line(str(d.rule))}\n")
     if d.source or d.layer:
-        sys.stdout.write(f"  from:   {d.source} ({d.layer})\n")
-    sys.stdout.write(f"  reason: {d.reason}\n")
+        sys.stdout.write(f"  from:   {one_line(str(d.source))} ({d.layer})\n")
+    sys.stdout.write(f"  reason: {one_line(str(d.reason))}\n")
     if "note" in out:
         sys.stdout.write(f"  note:   {out['note']}\n")
     if out["parts"]:
         sys.stdout.write("  parts:\n")
         for p in out["parts"]:
-            rule = f"  by {p['rule']} ({p['source']})" if "rule" in p else ""
-            why = f"  — {p['reason']}" if "reason" in p else ""
+            rule = (
+                f"  by {one_line(str(p['rule']))} ({one_line(str(p['source']))})"
+                if "rule" in p
+                else ""
+            )
+            why = f"  — {one_line(str(p['reason']))}" if "reason" in p else ""
             via = f"  via {' '.join(one_line(str(v)) for v in p['via'])}" if "via" in p else ""
             text = one_line(str(p["text"]))
             sys.stdout.write(f"    {p['verdict']:<9} {p['part']:<10} {text}{via}{rule}{why}\n")

@@ -15,10 +15,12 @@ advertise elicitation. Otherwise:
   to request a password, token, key, payment data or other credential is
   refused outright; such flows belong in URL mode. The whole request is judged
   (:func:`credential_request`): the message, every field's name, title,
-  description, format, default and choice labels; names and labels word by
-  word, prose for credential phrases, and every text for the shapes of
-  well-known tokens (``ghp_``, ``github_pat_``, ``sk-``, ``AKIA``, ``xox?-``, a
-  JWT…) and the word ``PAT``.
+  description, format, default and choice labels, and every other string of
+  its schema; names and labels word by word, prose for credential phrases, and
+  every text for the shapes of well-known tokens (``ghp_``, ``github_pat_``,
+  ``sk-``, ``AKIA``, ``xox?-``, a JWT…) and the word ``PAT``; each as a person
+  reads it (fullwidth and mathematical letters folded, invisible characters
+  removed; a word mixing Latin and look-alike letters counts as asking).
 - An accepted answer holding a well-known token shape
   (:func:`ringfence.runtime._redact.looks_like_token`) is not sent, whatever the
   form asked (the request is cancelled): the check is on what would leave, not
@@ -28,7 +30,8 @@ advertise elicitation. Otherwise:
   answer that does not validate is not sent (the request is cancelled).
 - URL mode: the URL must be https (or loopback http) without embedded
   credentials. ringfence never opens or fetches it; the Elicitor is shown the
-  whole URL and answers only with consent.
+  whole URL, its host in IDNA ASCII form when it has any other character (a
+  look-alike host shows as ``xn--…``), and answers only with consent.
 - Text shown to the person and answers sent back are redacted.
 
 Not promised: a credential request worded around every list (a form asking for
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -53,10 +57,11 @@ from mcp import types
 from ..runtime._calls import CallContext
 from ..runtime._errors import Denied, InvalidArguments
 from ..runtime._redact import looks_like_token
+from ..runtime._render import as_read
 from ..runtime._tools import Consequence
 from ..runtime.policy._decide import Rules
 from ._requests import request_rules, request_spec
-from ._urls import check_url
+from ._urls import ascii_host_url, check_url
 from .manifest._load import ServerConfig
 
 if TYPE_CHECKING:
@@ -135,19 +140,52 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
+# Scripts whose letters pass for Latin ones (Cyrillic "\u0440", Greek "\u03bf"): a word that
+# mixes one of them with Latin letters is disguised ("\u0440\u0430ssword" shows as "password").
+_LOOK_ALIKE_SCRIPTS = frozenset({"CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE", "COPTIC"})
+
+
+def _mixes_scripts(text: str) -> bool:
+    """Some word of ``text`` holds Latin letters and letters of a look-alike script."""
+    for word in re.findall(r"[^\W\d_]+", text):
+        if word.isascii():
+            continue
+        scripts = {unicodedata.name(c, "?").split(" ")[0] for c in word if c.isalpha()}
+        if "LATIN" in scripts and scripts & _LOOK_ALIKE_SCRIPTS:
+            return True
+    return False
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a schema fragment, keys and values, however deep."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for k, v in value.items() for s in (str(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
 def _words(text: str) -> set[str]:
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
     return {w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w}
 
 
-def _asks_in_prose(text: str) -> bool:
+def _asks_in_prose(text: str, *, prose: bool = True) -> bool:
+    """The text as a person reads it (:func:`as_read`) names a credential, or (``prose``:
+    not a pattern, whose character ranges mix scripts) is disguised."""
+    read = as_read(text)
     return bool(
-        _CREDENTIAL_PHRASES.search(text) or _PAT.search(text) or _TOKEN_PREFIXES.search(text)
+        _CREDENTIAL_PHRASES.search(read)
+        or _PAT.search(read)
+        or _TOKEN_PREFIXES.search(read)
+        or (prose and _mixes_scripts(read))
     )
 
 
 def _asks_in_label(text: str) -> bool:
-    return bool(_words(text) & _CREDENTIAL_WORDS) or _asks_in_prose(text)
+    return bool(_words(as_read(text)) & _CREDENTIAL_WORDS) or _asks_in_prose(text)
 
 
 def _labels(prop: Mapping[str, Any]) -> list[str]:
@@ -172,17 +210,21 @@ def credential_request(message: str, schema: Mapping[str, Any]) -> list[str]:
     """Where a form request appears to ask for credentials or payment data (empty: nowhere).
 
     The whole request is judged: the ``message`` and, per field, its name, title,
-    description, format, default and choice labels. Names, titles and labels are
-    checked word by word (``apiKey``, ``pin``, ``PAT``) and for phrases; prose (the
-    message, descriptions, defaults) for explicit phrases (``password``, ``your
-    token``, ``api key``, ``card number``…); every text for the prefixes of
-    well-known tokens (``ghp_``, ``sk-``, ``AKIA``…).
+    description, format, default and choice labels, and every other string of the
+    field's schema (a ``pattern`` is shown when an answer does not fit). Names, titles
+    and labels are checked word by word (``apiKey``, ``pin``, ``PAT``) and for phrases;
+    prose (the message, descriptions, defaults) for explicit phrases (``password``,
+    ``your token``, ``api key``, ``card number``…); every text for the prefixes of
+    well-known tokens (``ghp_``, ``sk-``, ``AKIA``…). Each text is judged as a person
+    reads it (:func:`~ringfence.runtime._render.as_read`: fullwidth or mathematical
+    letters folded, invisible characters removed), and a word mixing Latin letters
+    with look-alike ones (Cyrillic, Greek) counts as asking.
     """
     out = ["the message"] if _asks_in_prose(str(message)) else []
     for name, prop in (schema.get("properties") or {}).items():
         prop = prop if isinstance(prop, Mapping) else {}
         where: list[str] = []
-        if _words(str(name)) & _NAME_WORDS or _asks_in_prose(str(name)):
+        if _words(as_read(str(name))) & _NAME_WORDS or _asks_in_prose(str(name)):
             where.append("name")
         if _asks_in_label(str(prop.get("title", ""))):
             where.append("title")
@@ -196,6 +238,8 @@ def credential_request(message: str, schema: Mapping[str, Any]) -> list[str]:
             where.append("default")
         if any(_asks_in_label(label) for label in _labels(prop)):
             where.append("choices")
+        if not where and any(_asks_in_prose(text, prose=False) for text in _strings(prop)):
+            where.append("another text (a pattern, an example: shown when an answer is wrong)")
         if where:
             out.append(f"field {str(name)!r} ({', '.join(where)})")
     return out
@@ -322,7 +366,8 @@ class ElicitationGate:
                 return refuse(problem)
         else:
             try:
-                url = check_url(params.url, "url")
+                # Shown, and so opened, with its host as DNS sees it (no look-alike host).
+                url = ascii_host_url(check_url(params.url, "url"))
             except InvalidArguments as exc:
                 return refuse(f"the elicitation {exc.message}; ringfence will not offer it")
         if self.elicitor is None:

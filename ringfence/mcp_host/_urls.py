@@ -24,6 +24,7 @@ from ..runtime._net import is_loopback
 __all__ = [
     "FORBIDDEN_HEADERS",
     "QUERY_PLACEHOLDER",
+    "ascii_host_url",
     "check_header_name",
     "check_url",
     "display_url",
@@ -182,3 +183,23 @@ def scrub_url(text: str, url: str | None) -> str:
     if host:
         text = text.replace(host, "<host>")
     return text
+
+
+def ascii_host_url(url: str, field: str = "url") -> str:
+    """``url`` (checked by :func:`check_url`) with its host as DNS sees it: a host with any
+    non-ASCII character in its IDNA ASCII form (``xn--…``), so a person reading the URL sees
+    where it goes ("github.com" spelled with a Cyrillic "i", U+0456, is ``xn--gthub-n2e.com``;
+    a division slash U+2215, which only looks like a slash, stays inside the host). Raises
+    InvalidArguments naming ``field`` for a host IDNA cannot spell."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if host.isascii():
+        return url
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise InvalidArguments(
+            f"{field} has a host that is not a valid internationalized domain name", field=field
+        ) from None
+    netloc = ascii_host if parts.port is None else f"{ascii_host}:{parts.port}"
+    return parts._replace(netloc=netloc).geturl()

@@ -33,6 +33,7 @@ __all__ = [
     "OTHER_SHOWN_WHOLE",
     "RUNS_HEAD_TAIL",
     "RUNS_SHOWN_WHOLE",
+    "as_read",
     "fingerprint",
     "json_text",
     "one_line",
@@ -67,6 +68,16 @@ DIGEST_HEX = 16
 _TERMINAL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 _TERMINAL_ASCII = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e\n]")
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): what a renderer draws as
+# nothing. Beyond the format characters (Cf) it holds printable ones: variation selectors
+# (U+FE00-FE0F, U+E0100-E01EF: an invisible payload after one visible letter), the combining
+# grapheme joiner, the Hangul and Khmer fillers, and reserved code points that will draw
+# nothing. The property is the rule, as the categories are: stable, not a list of spellings.
+_INVISIBLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
 
 
 def _json_escape(char: str) -> str:
@@ -79,7 +90,9 @@ def _json_escape(char: str) -> str:
 
 def _terminal_char(match: re.Match[str]) -> str:
     char = match.group(0)
-    if char == "\t" or unicodedata.category(char) not in _TERMINAL_CATEGORIES:
+    if char == "\t" or (
+        unicodedata.category(char) not in _TERMINAL_CATEGORIES and _INVISIBLE.match(char) is None
+    ):
         return char
     return _json_escape(char)
 
@@ -88,16 +101,24 @@ def terminal_text(text: str) -> str:
     """``text`` with nothing a terminal would act on: the floor every output passes.
 
     C0 controls other than newline and tab, DEL, C1 controls, format characters
-    (bidi, zero-width), U+2028/U+2029 and lone surrogates become ``\\uXXXX``
+    (bidi, zero-width), every other character drawn as nothing (default ignorable:
+    variation selectors, fillers), U+2028/U+2029 and lone surrogates become ``\\uXXXX``
     (valid inside a JSON string too). Everything else is kept as it is.
     """
     if text.isascii():
         if _TERMINAL_ASCII.search(text) is None:
             return text
         return _TERMINAL_ASCII.sub(lambda m: _json_escape(m.group(0)), text)
-    if all(line.isprintable() for line in text.split("\n")):
-        return text  # the common case: no control, format or separator character at all
+    if all(line.isprintable() for line in text.split("\n")) and _INVISIBLE.search(text) is None:
+        return text  # the common case: no control, format, separator or invisible character
     return _NOT_PRINTABLE_ASCII.sub(_terminal_char, text)
+
+
+def as_read(text: str) -> str:
+    """``text`` as a person reads it, for a check of what it says: compatibility forms folded
+    (NFKC: fullwidth and mathematical letters become the letters they show) and every
+    character drawn as nothing removed (``pass\u200bword`` reads ``password``)."""
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)))
 
 
 def json_text(value: Any, *, indent: int | None = None, sort_keys: bool = False) -> str:
@@ -123,7 +144,11 @@ _REPEATS = re.compile(rf"(.)\1{{{MAX_VISIBLE_RUN},}}", re.DOTALL)
 def _needs_escape(char: str, newlines: bool = True) -> bool:
     if char == " " or (newlines and char == "\n"):
         return False
-    return char in (_OPEN, _CLOSE) or unicodedata.category(char) in _ESCAPE_CATEGORIES
+    return (
+        char in (_OPEN, _CLOSE)
+        or unicodedata.category(char) in _ESCAPE_CATEGORIES
+        or _INVISIBLE.match(char) is not None
+    )
 
 
 def _escape_char(char: str) -> str:

@@ -133,7 +133,7 @@ def _initialize_request(line: bytes) -> tuple[Any, str] | None:
     """(id, requested protocol version) of a well-formed handshake ``initialize``, else None."""
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return None
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return None

@@ -30,11 +30,16 @@ from ringfence.cli._main import main
 REPO = Path(__file__).resolve().parents[2]
 TERMINAL_SERVER = REPO / "tests" / "mcp_host" / "servers" / "terminal.py"
 sys.path.insert(0, str(TERMINAL_SERVER.parent))
-from terminal import HOSTILE  # noqa: E402 (the peer's own text, to compare --json against)
+from terminal import HIDDEN, HOSTILE  # noqa: E402 (the peer's own text, for --json)
 
 # What must never reach a terminal raw: C0 controls but newline and tab, DEL, C1 (U+009B
-# CSI among them), the bidi controls, U+2028/U+2029.
-RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+# CSI among them), the bidi controls, U+2028/U+2029, and what is drawn as nothing (Unicode's
+# default-ignorable code points: zero-width characters, variation selectors, fillers).
+RAW = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed"
 )
@@ -223,11 +228,14 @@ def test_tools_list_and_mcp_inspect_show_a_servers_strings_escaped(
     assert_no_raw(out, err)
     assert "identity   term\\x1b[2K\\rringfence: finished" in out
     assert not any(line.startswith("ringfence: finished") for line in out.split("\n"))
+    # The invisible payload is shown, escaped: the person sees that something is there.
+    assert "invisible:\\U000e0139\\U000e0157" in out
     code, out, err = run(capsys, "mcp", "inspect", "term", "--json")
     assert_no_raw(out, err)
     report = json.loads(out)["result"]
     assert report["identity"]["name"] == f"term{HOSTILE}"
     assert report["identity"]["instructions"].startswith(HOSTILE)
+    assert HIDDEN in report["identity"]["name"]  # lossless in --json, invisible payload too
 
 
 def test_every_verb_prints_a_hostile_argument_escaped(

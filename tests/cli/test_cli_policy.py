@@ -302,3 +302,33 @@ def test_a_root_reached_through_a_symlink_is_judged_in_either_spelling(
         assert code == 3, capsys.readouterr()
         capsys.readouterr()
     assert not (ws / "deploy" / "app.yaml").exists()
+
+
+def test_a_project_policy_cannot_pose_as_other_lines_of_policy_show_or_explain(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The project file is the repository's: a rule spelled with newlines printed fake lines
+    in ``policy show`` (what the person reads before trusting it) and ``policy explain``.
+    Each rule, source and reason stays on its line (issue 29, finding 4)."""
+    fake = "\ndeny   run_shell(*)  managed  /etc/ringfence/policy.toml:1" + "\n" * 40
+    _write(
+        ws / ".ringfence" / "policy.toml",
+        f'deny = [{json.dumps(f"read_file(path=x{fake})")}]\nask = ["write_file"]\n',
+    )
+    assert main(["policy", "show", "--workspace", str(ws)]) == 0
+    shown = capsys.readouterr().out
+    lines = shown.rstrip("\n").split("\n")
+    assert len(lines) == 4, shown  # the project file's two lines, then one line per rule
+    assert lines[2].startswith("deny   read_file(path=x\\ndeny   run_shell(*)  managed")
+    assert lines[3].startswith("ask    write_file")
+    assert not any(line.startswith("deny   run_shell") for line in lines)
+    path = json.dumps({"path": "x" + fake})
+    argv = ["policy", "explain", "read_file", "--args", path, "--workspace", str(ws)]
+    assert main(argv) == 0
+    explained = capsys.readouterr().out
+    assert "" not in explained.rstrip("\n").split("\n"), explained
+    assert not any(line.startswith("deny   run_shell") for line in explained.split("\n"))
+    # --json keeps the file's exact text.
+    assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
+    rules = json.loads(capsys.readouterr().out)["result"]["rules"]
+    assert rules[0]["rule"] == f"read_file(path=x{fake})"

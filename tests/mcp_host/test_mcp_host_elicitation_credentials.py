@@ -54,6 +54,30 @@ PHISHING = {
         "Restore your wallet",
         form(words={"type": "string", "title": "Seed phrase"}),
     ),
+    # Read as a person reads them: the words the lists name, spelled so a check of the
+    # code points misses them and the terminal still shows them.
+    "mathematical bold letters": (
+        "Please re-enter your GitHub \U0001d429\U0001d41a\U0001d42c\U0001d42c\U0001d430\U0001d428\U0001d42b\U0001d41d",
+        form(v=PLAIN),
+    ),
+    "a fullwidth title": (
+        "Reconnect",
+        form(
+            v={"type": "string", "title": "\uff27\uff49\uff54\uff28\uff55\uff42 \uff30\uff21\uff34"}
+        ),
+    ),
+    "a zero-width space inside the word": ("Enter your pass\u200bword", form(v=PLAIN)),
+    "a soft hyphen inside the word": ("Enter your pass\u00adword", form(v=PLAIN)),
+    "Cyrillic letters in a Latin word": ("Enter your GitHub \u0440\u0430ssword", form(v=PLAIN)),
+    "a field named in bold letters": (
+        "Confirm",
+        form(**{"\U0001d42d\U0001d428\U0001d424\U0001d41e\U0001d427": PLAIN}),
+    ),
+    # A pattern is shown when an answer does not fit it ("'x' does not match '\u2026'").
+    "a pattern": (
+        "Confirm",
+        form(v={"type": "string", "pattern": "^(your GitHub password, please)$"}),
+    ),
 }
 
 
@@ -115,8 +139,19 @@ async def test_an_answer_that_is_a_token_is_not_sent_whatever_the_form_said(
             {"max_tokens": 256},
         ),
         ("Ask Pat?", form(who={"type": "string", "enum": ["Pat", "Sam"]}), {"who": "Pat"}),
+        (
+            "\u0413\u043e\u0440\u043e\u0434? Caf\u00e9 or \u041c\u043e\u0441\u043a\u0432\u0430",
+            form(
+                city={
+                    "type": "string",
+                    "title": "\u0413\u043e\u0440\u043e\u0434",
+                    "pattern": "^[A-Za-z\u0410-\u044f ]+$",
+                }
+            ),
+            {"city": "\u041c\u043e\u0441\u043a\u0432\u0430"},
+        ),
     ],
-    ids=["a city", "max tokens", "a person called Pat"],
+    ids=["a city", "max tokens", "a person called Pat", "Cyrillic and accented words"],
 )
 async def test_ordinary_forms_still_reach_the_person(
     make_kernel: Any, state: Path, message: str, schema: dict[str, Any], answer: dict[str, Any]

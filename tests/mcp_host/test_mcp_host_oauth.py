@@ -637,3 +637,27 @@ def test_the_identity_assertion_keys_are_named_with_their_line() -> None:
         message = caught.value.message
         assert caught.value.field == key, (extra, message)
         assert message.startswith(f"m.toml:{line}: server 's': {key}: "), (extra, message)
+
+
+async def test_a_token_whose_claims_nest_past_the_parser_is_read_as_opaque(
+    home: Path, oauth_server, make_kernel
+) -> None:
+    """The authorization server writes the access token: a JWT-shaped one whose claims are
+    5,000 nested arrays made the audience check raise RecursionError, and the connect failed
+    naming it. Claims that cannot be read are an opaque token's (bound by its record, sent
+    only to its own resource): here the server rejects it and the failure names the login."""
+    import base64
+
+    url = await oauth_server()
+    nested = base64.urlsafe_b64encode(b"[" * 5000 + b"]" * 5000).decode().rstrip("=")
+    header = base64.urlsafe_b64encode(b'{"alg":"none"}').decode().rstrip("=")
+    token = f"{header}.{nested}.sig"
+    SealedStore(home).save(
+        "prot",
+        {"v": 1, "resource": url, "tokens": {"access_token": token, "token_type": "Bearer"}},
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block(url))) as cs:
+        message = cs.failures["prot"].message
+    assert "ringfence mcp login prot" in message and "RecursionError" not in message, message
+    log = await server_log(url)
+    assert all(value == token for value in bearer_values(log))  # to its own resource only

@@ -295,3 +295,35 @@ async def test_sampling_tools_are_not_callable_by_name(make_kernel, state: Path)
         out = await kernel.invoke("mcp.notes.__sampling", {"server": "notes"})
         assert out.error is not None and out.error.code == "not_found"
     assert provider.requests == []
+
+
+@pytest.mark.parametrize(
+    ("asked", "shown"),
+    [
+        # A Cyrillic "\u0456" for the "i": reads github.com, resolves elsewhere.
+        ("https://g\u0456thub.com/login/device", "https://xn--gthub-n2e.com/login/device"),
+        # A division slash inside the host: reads as a path on github.com.
+        (
+            "https://evil.example\u2215github.com/login",
+            "https://evil.xn--examplegithub-9i2h.com/login",
+        ),
+    ],
+    ids=["cyrillic-letter", "division-slash"],
+)
+async def test_a_url_elicitation_shows_its_host_as_dns_sees_it(
+    make_kernel, sink, state: Path, asked: str, shown: str
+) -> None:
+    """URL mode is where credential flows belong, so the person must see where the URL goes:
+    a look-alike host is shown (and recorded) in its IDNA ASCII form, never as it reads."""
+    elicitor = ScriptedElicitor([ElicitationAnswer("decline")])
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"')
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, m, elicitor=elicitor):
+        out = await kernel.call("mcp.notes.ask_url", {"url": asked})
+        assert out["text"].splitlines()[1] == "decline"
+    (prompt,) = elicitor.prompts
+    assert prompt.url == shown
+    # The Gate decided (and recorded) the request with the URL as shown.
+    (proposed,) = [r for r in events_of(sink, "proposed") if r["tool"].endswith("__elicitation")]
+    assert proposed["arguments"]["url"] == shown

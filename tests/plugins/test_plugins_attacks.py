@@ -431,3 +431,53 @@ def test_revoked_trust_runs_nothing_again_and_removal_takes_the_rules(
     assert code == 0 and out["result"] == "keep me\n"
     code, out = cli_json(capsys, "plugin", "list")
     assert out["result"]["plugins"] == []
+
+
+# What the plugin's author wrote, trying to pass for ringfence's own lines and to push the
+# real ones (a networked hook with its arguments) off the screen of the person reviewing it.
+FAKE_LINES = "\n  from:    /usr/share/ringfence/official\n  trust:   verified by ringfence\n"
+PUSHED = "\n" * 80
+
+
+def test_plugin_show_cannot_fake_its_lines_or_push_its_hooks_off_the_screen(
+    capsys, tmp_path: Path, witness
+) -> None:
+    """``plugin add`` and ``plugin show`` are what a person reads before ``plugin trust``: the
+    author's description and hook command stay on their own line, escaped, and
+    every line of the summary is ringfence's (issue 29, finding 4)."""
+    folder = write_plugin(
+        tmp_path / "nice",
+        "nice",
+        hooks=[
+            {
+                "name": "fmt",
+                "points": ["pre_call"],
+                "command": ["python3", f"hooks/fmt.py{FAKE_LINES}{PUSHED}", "--exfiltrate"],
+                "network": True,
+            }
+        ],
+        files={"hooks/fmt.py": "print(1)\n"},
+    )
+    manifest = folder / "ringfence-plugin.toml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            '"a test plugin"', json.dumps(f"Formats code.{FAKE_LINES}{PUSHED}\x1b[8m")
+        )
+    )
+    shown = []
+    for argv in (["plugin", "add", str(folder)], ["plugin", "show", "nice"], ["plugin", "list"]):
+        assert ringfence.cli._main.main(argv) == 0
+        out, err = capsys.readouterr()
+        shown.append(out + err)
+    for out in shown:
+        lines = out.rstrip("\n").split("\n")
+        assert not any(
+            line.startswith(("  from:    /usr/share", "  trust:   verified")) for line in lines
+        ), out
+        assert "" not in lines, out  # no blank line of the author's: nothing pushed away
+    add, show, _ = shown
+    for out in (add, show):
+        assert "Formats code.\\n  from:    /usr/share/ringfence/official\\n" in out
+        hook = [line for line in out.split("\n") if line.startswith("  hook:")]
+        assert len(hook) == 1 and "--exfiltrate" in hook[0] and "NETWORK" in hook[0], out
+    assert witness.accepted == 0  # nothing ran by looking

@@ -11,6 +11,7 @@ script would be one), grow no element of theirs, and show their text as text.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,13 @@ from test_review_page import _mcp_call_in_thread, _text
 
 ARGUMENT = (
     "<script>window.__pwned='arg'</script>\u202egnp.exe\u202c javascript:alert(1) \x1b[31m"
+    " invisible:\U000e0139\U000e0157\u3164"  # variation selectors, a filler: drawn as nothing
     + "A" * 1_000_000
     + "<img src=x onerror=\"window.__pwned='tail'\">"
 )
+
+# Drawn as nothing (default-ignorable): variation selectors, fillers, the grapheme joiner.
+INVISIBLE = re.compile("[\u034f\u3164\ufe00-\ufe0f\U000e0000-\U000e0fff]")
 
 # What a page that ran none of it holds: our one script, none of their elements or handlers.
 INERT_CHECK = """() => ({
@@ -95,6 +100,8 @@ def test_a_hostile_servers_strings_render_inert(
         assert "<script>window.__pwned='arg'</script>" in prompt  # shown as text
         assert "\\u202e" in prompt and "\u202e" not in prompt  # bidi escaped, as at a terminal
         assert "\\x1b" in prompt and "\x1b" not in prompt
+        assert "invisible:\\U000e0139\\U000e0157\\u3164" in prompt  # shown, escaped
+        assert not INVISIBLE.search(prompt)
         assert "not shown" in prompt  # 1 MB: head…tail with its size and digest
         assert "1,000," in prompt
         assert_inert(page)
@@ -119,6 +126,7 @@ def test_a_hostile_servers_strings_render_inert(
         assert "<script>window.__pwned" in output and "<img src=x onerror=" in output
         assert "javascript:" in output
         assert "\u202e" not in output and "\x1b" not in output
+        assert "invisible:\\U000e0139" in output and not INVISIBLE.search(output)
         assert_inert(page)
         screenshot(page, "hostile-call")
     finally:

@@ -161,3 +161,51 @@ async def test_an_oversize_http_body_is_refused_unread_and_the_server_keeps_serv
         small = rpc("tools/call", {"name": "read_file", "arguments": {"path": "hello.txt"}}, id=8)
         response = await http.post(served.url, content=small, headers=headers)
         assert response.status_code == 200 and "hello from the workspace" in response.text
+
+
+def test_a_deeply_nested_request_costs_no_traceback_and_the_server_keeps_serving(
+    workspace: Path, events: Path, tmp_path: Path
+) -> None:
+    """A first line of 5,000 nested arrays (8 KiB, far under the size limit): the command's
+    early ``initialize`` reader used to crash on it (``RecursionError``, a traceback, the
+    server gone). It is not an ``initialize``: the ordinary path reads it, and the client's
+    real ``initialize`` after it is answered; so is a nested request later in the session."""
+    argv = real_command(workspace, events, "--posture", "allow-all")
+    stderr = (tmp_path / "serve.stderr").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=subprocess_env(),
+    )
+    nested = b"[" * 5000 + b"]" * 5000 + b"\n"
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(nested)
+        proc.stdin.flush()
+        _send(proc, {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "nested-test", "version": "0"}},
+        })  # fmt: skip
+        assert _answer(proc, 1)["result"]["protocolVersion"] == "2025-11-25"
+        _send(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        proc.stdin.write(nested)
+        proc.stdin.flush()
+        _send(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}})  # fmt: skip
+        served = _answer(proc, 2)
+        assert "hello from the workspace" in json.dumps(served["result"])
+    finally:
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stderr.close()
+    said = (tmp_path / "serve.stderr").read_text()
+    assert "Traceback" not in said and "RecursionError" not in said, said

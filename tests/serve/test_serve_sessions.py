@@ -130,3 +130,59 @@ async def test_a_session_grant_covers_only_the_session_that_gave_it(
     records = [json.loads(line) for line in events.read_text().splitlines()]
     answered = [r for r in records if r["kind"] == "approval_answered"]
     assert [r["choice"] for r in answered] == ["session", "deny"]
+
+
+async def test_a_session_cannot_cancel_another_sessions_call_by_its_request_id(
+    workspace: Path, events: Path
+) -> None:
+    """Request ids are per session (both clients number theirs from the same start): session
+    B's ``notifications/cancelled`` naming A's in-flight request id (and every small id) must
+    not end A's call, which is waiting for A's person to approve it."""
+    argv = real_command(workspace, events, "--transport", "http", "--port", "0", "--json")
+    argv += ["--posture", "ask"]
+    asked, release = trio.Event(), trio.Event()
+
+    async def slow_yes(context: Any, params: Any) -> types.ElicitResult:
+        asked.set()
+        await release.wait()
+        return types.ElicitResult(action="accept", content={"decision": "once"})
+
+    write = {"path": "a.txt", "content": "A's own write\n"}
+    async with http_serve_process(argv) as served:
+        assert served.token is not None
+        async with (
+            bearer_client(served.token) as http_a,
+            bearer_client(served.token) as http_b,
+            Client(
+                streamable_http_client(served.url, http_client=http_a),
+                mode="legacy", elicitation_callback=slow_yes, cache=None,
+                read_timeout_seconds=30.0,
+            ) as a,
+            Client(
+                streamable_http_client(served.url, http_client=http_b),
+                mode="legacy", cache=None, read_timeout_seconds=30.0,
+            ) as b,
+            trio.open_nursery() as nursery,
+        ):  # fmt: skip
+            results: list[types.CallToolResult] = []
+
+            async def call_a() -> None:
+                results.append(await a.call_tool("write_file", write))
+
+            nursery.start_soon(call_a)
+            with trio.fail_after(30):
+                await asked.wait()
+            for request_id in range(0, 8):
+                await b.session.send_notification(
+                    types.CancelledNotification(
+                        params=types.CancelledNotificationParams(
+                            request_id=request_id, reason="B cancels"
+                        )
+                    )
+                )
+            await b.list_tools()  # B's notifications were read before B's next request
+            release.set()
+    assert len(results) == 1 and not results[0].is_error, results
+    assert (workspace / "a.txt").read_text() == "A's own write\n"
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    assert not [r for r in records if r["kind"] == "cancelled"]

@@ -192,7 +192,7 @@ def _jwt_claims(token: str) -> dict[str, Any] | None:
     try:
         payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
         claims = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the parser: unread
         return None
     return claims if isinstance(claims, dict) else None
 

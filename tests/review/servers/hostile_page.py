@@ -24,6 +24,7 @@ HOSTILE = (
     "<style>body{display:none}</style>"
     "\x1b[2J\x1b]0;title\x07 \u202eevil\u202c \u2066hidden\u2069 \u200b zero-width "
     "line\u2028separator \x00nul"
+    " invisible:\U000e0139\U000e0157\ufe0f\u3164\u034f"  # drawn as nothing: a hidden payload
 )
 
 mcp = MCPServer(name="<b>hostile</b>", version="1.0", instructions=HOSTILE)
