@@ -226,17 +226,18 @@ def visit(page: Any, url: str) -> None:
             page.wait_for_timeout(200)
 
 
-def choose(page: Any, selector: str) -> None:
-    """Click ``selector`` (a button that leads to a confirmation page) and wait for that page.
+def choose(page: Any, selector: str, expect: str = "#confirm") -> None:
+    """Click ``selector`` (a link, or a button that leads to a confirmation page) and wait for
+    the page it leads to (``expect`` on it).
 
     The page reloads itself 300 ms after new activity (``review.js``): a click that lands
     while it does is lost with the old page (a ``make test`` flake: the confirmation page never
     came). Clicked again then, up to three times; a second click only shows the same
-    confirmation page again, nothing is answered before Confirm."""
+    page again (nothing is answered before Confirm)."""
     for attempt in range(3):
         page.click(selector)
         try:
-            page.wait_for_selector("#confirm", timeout=10_000)
+            page.wait_for_selector(expect, timeout=10_000)
             return
         except Exception:  # playwright's TimeoutError
             if attempt == 2:

@@ -71,13 +71,12 @@ def test_a_confined_shell_command_shows_its_diff_and_undo_restores_the_bytes(
         assert "finished" in row.inner_text()
         screenshot(page, "timeline")
 
-        row.locator("a").first.click()
-        page.wait_for_selector("#call-prompt")
+        choose(page, "#calls tbody tr:has-text('run_shell') a >> nth=0", "#call-prompt")
         assert "WILL RUN" not in page.inner_text("#call-prompt")  # short: shown whole
         assert "sed -i" in page.inner_text("#call-prompt")
         screenshot(page, "call")
 
-        page.click(f"a[href$='/changes/{set_id}']")
+        choose(page, f"a[href$='/changes/{set_id}']", "#diff")
         diff = page.inner_text("#diff")
         for name in ("app.py", "README.md", "NEW.txt"):
             assert f"b/{name}" in diff
@@ -85,7 +84,7 @@ def test_a_confined_shell_command_shows_its_diff_and_undo_restores_the_bytes(
         assert "-old text" in diff and "+new text" in diff and "+added" in diff
         screenshot(page, "change-set")
 
-        page.click("#undo-set")
+        choose(page, "#undo-set")
         assert set_id in page.inner_text("#undo-targets")
         screenshot(page, "confirm-undo")
         confirm(page)
