@@ -364,7 +364,7 @@ class DockerSession:
         remote = remote_workspace(
             spec, self.engine, self.session_id, roots, parse_user(self._user), opts.ship_git
         )
-        remote.clean = self._remote.clean
+        remote.take_over(self._remote)
         self._spec, self._opts, self._loads, self._roots, self._remote = (
             spec, opts, list(loads), roots, remote,
         )  # fmt: skip

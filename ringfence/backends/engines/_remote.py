@@ -6,7 +6,9 @@ Nothing of the host is mounted. Layout of a remote session's container::
                                  the root's copy, files owned by the container user
     /.rf-uppers                  a tmpfs owned by the container user (sized like the
                                  memory limit, whose cgroup its pages are charged to)
-    └─ <i>/u, <i>/w              root i's overlay upper and work directories
+    └─ g<n>/<i>/u, g<n>/<i>/w    root i's overlay upper and work directories, in a
+                                 directory of the n-th supervisor's own (one given
+                                 up mid-line never touches its successor's)
     /tmp                         the session's tmpfs, as on a local engine
     rootfs                       read-only, as on a local engine
 
@@ -117,6 +119,17 @@ class RemoteWorkspace:
         # Each upper directory's mode when it was made: its root's then (the overlay's top
         # directory is the upper, so the command sees that mode); another is its chmod.
         self.made_modes: list[int] = [0o755] * len(roots)
+        # The uppers live in a directory of their supervisor's own (``_base``): a supervisor
+        # given up mid-line (a cancelled fetch) may still be resetting its uppers in the
+        # container, and must never touch the next supervisor's.
+        self._generation = 0
+        self._generation_of: Supervisor | None = None
+
+    def take_over(self, other: RemoteWorkspace) -> None:
+        """Continue in the container ``other`` prepared (a claimed warm one): its uppers'
+        directory, their modes and whether they hold anything unfetched."""
+        self.clean, self.made_modes = other.clean, list(other.made_modes)
+        self._generation, self._generation_of = other._generation, other._generation_of
 
     # -- the container ------------------------------------------------------------------------
 
@@ -143,7 +156,7 @@ class RemoteWorkspace:
 
     def layers(self) -> list[tuple[str, str, str]]:
         return [
-            (t, f"{UPPERS_DIR}/{i}/u", f"{UPPERS_DIR}/{i}/w") for i, (_, t) in enumerate(self.roots)
+            (t, f"{self._base}/{i}/u", f"{self._base}/{i}/w") for i, (_, t) in enumerate(self.roots)
         ]
 
     async def remove_host_dir(self) -> None:
@@ -156,12 +169,18 @@ class RemoteWorkspace:
         Also before a command whose predecessor's writes were not fetched (it was
         cancelled, or the fetch was cut): they must not join the next change set.
         """
-        dirs = " ".join(f"{UPPERS_DIR}/{i}/u {UPPERS_DIR}/{i}/w" for i in range(len(self.roots)))
+        if shell is not self._generation_of:  # a new supervisor: uppers of its own
+            self._generation += 1
+            self._generation_of = shell
+        base = self._base
+        dirs = " ".join(f"{base}/{i}/u {base}/{i}/w" for i in range(len(self.roots)))
         modes = self._root_modes()
+        # The removal may race an old supervisor's line still running: its result is not
+        # this one's (what it leaves is removed next time; the new directories are apart).
         status, _, err = await self._line(
             shell,
             f"find {UPPERS_DIR} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; "
-            f"rm -rf {UPPERS_DIR}/* && mkdir -p {dirs} && {_made_with(modes)}",
+            f"rm -rf {UPPERS_DIR}/* 2>/dev/null; mkdir -p {dirs} && {_made_with(base, modes)}",
         )
         if status != "0":
             raise Unavailable(
@@ -169,6 +188,11 @@ class RemoteWorkspace:
             )
         self.made_modes = modes
         self.clean = True
+
+    @property
+    def _base(self) -> str:
+        """The current supervisor's directory of uppers (on the tmpfs at UPPERS_DIR)."""
+        return f"{UPPERS_DIR}/g{self._generation}"
 
     def _root_modes(self) -> list[int]:
         """The host roots' own modes now (a ``stat`` each: cheap enough for the event loop)."""
@@ -217,7 +241,7 @@ class RemoteWorkspace:
         if not self.clean:
             await self.prepare(shell)
         elif (modes := self._root_modes()) != self.made_modes:  # the host chmodded a root
-            status, _, err = await self._line(shell, _made_with(modes))
+            status, _, err = await self._line(shell, _made_with(self._base, modes))
             if status != "0":
                 raise Unavailable(
                     f"engine {self.engine.name}: cannot give the upper directories their roots' "
@@ -248,8 +272,9 @@ class RemoteWorkspace:
         # An upper with an entry, or with a mode other than the one it was made with (the
         # command's chmod of its root), is fetched; the next command's uppers are made with
         # the roots' modes now.
+        base = self._base
         nonempty = " || ".join(
-            f'__rf_ne {UPPERS_DIR}/{i}/u || [ "$(stat -c %a {UPPERS_DIR}/{i}/u)" != {m:o} ]'
+            f'__rf_ne {base}/{i}/u || [ "$(stat -c %a {base}/{i}/u)" != {m:o} ]'
             for i, m in enumerate(self.made_modes)
         )
         modes = self._root_modes()
@@ -259,7 +284,7 @@ class RemoteWorkspace:
             '__rf_ne() { for __rf_e in "$1"/* "$1"/.[!.]* "$1"/..?*; do '
             '[ -e "$__rf_e" ] || [ -L "$__rf_e" ] && return 0; done; return 1; }; '
             f"if {nonempty}; then {quote(shell.unshare)} -Urm /bin/sh -c {quote(_FETCH)} rf "
-            f"{quote(shell.mount)} {UPPERS_DIR} {token} {targets}; fi"
+            f"{quote(shell.mount)} {base} {token} {targets}; fi"
         )
         status, out, err = await self._line(shell, line)
         if shell.dead:
@@ -355,9 +380,10 @@ class RemoteWorkspace:
         return run.status, bytes(out.data), bytes(err.data)
 
 
-def _made_with(modes: list[int]) -> str:
-    """Shell that gives each root's upper directory its root's mode (``modes``, by root)."""
-    return " && ".join(f"chmod {m:o} {UPPERS_DIR}/{i}/u" for i, m in enumerate(modes))
+def _made_with(base: str, modes: list[int]) -> str:
+    """Shell that gives each root's upper directory (below ``base``) its root's mode
+    (``modes``, by root)."""
+    return " && ".join(f"chmod {m:o} {base}/{i}/u" for i, m in enumerate(modes))
 
 
 def _fresh_dir(path: Path) -> None:
