@@ -581,3 +581,71 @@ async def test_a_copy_that_differs_only_where_nothing_is_mapped_is_the_same_prog
         assert denied_rules(result) == ["deny:run_shell(touch *)"], result
     assert results[-1]["exit_code"] == 0 and results[-1]["stdout"].strip() == ws, results[-1]
     assert "exec_denied" not in results[-1]
+
+
+# A `#!` line the supervisor read otherwise than the kernel: the kernel's argument ends at a
+# NUL, and without a newline in the first 256 bytes it reads 255 of them. The supervisor saw
+# `install\0x` / `installX` where make got `install`, so `make install *` never matched.
+_MAKE_INSTALL = "install:\n\ttouch hit\n"
+_PAD = 256 - len("#!/usr/bin/make") - len("installX")  # X: the file's 256th byte
+SHEBANG_LINES = {
+    "nul": b"#!/usr/bin/make install\0x\n",
+    "256th-byte": b"#!/usr/bin/make" + b" " * _PAD + b"installX",
+    "256th-byte-newline": b"#!/usr/bin/make" + b" " * _PAD + b"installX\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHEBANG_LINES))
+async def test_a_script_line_is_read_as_the_kernel_reads_it(
+    workspace: Path, tmp_path: Path, name: str
+) -> None:
+    """`./s` runs `make install ./s` (the kernel's reading): refused by `make install *`
+    at exec, no recipe ran, and the event stream names the refusal."""
+    assert len(SHEBANG_LINES[name].split(b"\n")[0]) in (25, 256)
+    (workspace / "Makefile").write_text(_MAKE_INSTALL)
+    (workspace / "s").write_bytes(SHEBANG_LINES[name])
+    (workspace / "s").chmod(0o755)
+    chown_like_workspace(workspace, workspace / "Makefile", workspace / "s")
+    events = tmp_path / "events.jsonl"
+    (result,) = await run_lines(
+        workspace, ["./s"], deny=("run_shell(make install *)",), events_path=events
+    )
+    assert not (workspace / "hit").exists(), result
+    assert denied_rules(result) == ["deny:run_shell(make install *)"], result
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    assert "make install *" in json.dumps([r for r in records if r["kind"] == "exec_denied"])
+
+
+def test_the_supervisor_reads_a_script_line_as_the_kernel_does(tmp_path: Path) -> None:
+    """:func:`shebang` against the kernel on generated `#!` lines (blanks, NULs, newlines,
+    lines around the 256-byte buffer): the same interpreter and argument, or both refuse.
+    The kernel's reading is what an interpreter script prints of its arguments."""
+    from ringfence.backends.confined._execcheck import Refused, shebang
+
+    show = tmp_path / "i"
+    show.write_text("#!/bin/sh\nprintf '%s\\0' \"$@\"\n")
+    show.chmod(0o755)
+    script = tmp_path / "s"
+    rng = __import__("random").Random(255)
+    heads = [b"#!" + bytes(show) + b" a\0b\n", b"#!" + bytes(show) + b" ", b"#!" + bytes(show)]
+    for _ in range(300):
+        lead = bytes(rng.choice(b" \t") for _ in range(rng.choice([0, 1, 3])))
+        size = rng.choice([8, 40, 250, 251, 252, 253, 254, 255, 256, 257, 300]) - len(bytes(show))
+        tail = bytes(rng.choice(b" \t\0aX\n" if rng.random() < 0.3 else b" \taX") for _ in
+                     range(max(size, 0)))  # fmt: skip
+        heads.append(b"#!" + lead + bytes(show) + tail)
+    for head in heads:
+        script.write_bytes(head)
+        script.chmod(0o755)
+        try:
+            out = subprocess.run([str(script)], capture_output=True, check=True).stdout
+            words = out.split(b"\0")[:-1]
+            kernel: tuple[bytes, bytes | None] | None = (bytes(show), *(words[:-1] or [None]))
+        except OSError:  # ENOEXEC, or ENOENT for another interpreter name
+            kernel = None
+        try:
+            name, optional = shebang(head)
+            ours = (name, optional) if name == bytes(show) else None
+        except Refused:
+            ours = None
+        assert ours == kernel, head
