@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -649,3 +650,37 @@ def test_the_supervisor_reads_a_script_line_as_the_kernel_does(tmp_path: Path) -
         except Refused:
             ours = None
         assert ours == kernel, head
+
+
+async def test_an_elf_interpreter_is_checked_whatever_the_class_byte_says(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The kernel's x86-64 loader reads the magic and ``e_machine``, not ``EI_CLASS``: a copy
+    of ``true`` marked 32-bit, whose ``PT_INTERP`` names ``touch``, still starts touch with
+    its argv (``-c hit``). The supervisor skipped such a file's ``PT_INTERP``; now the
+    rule ``touch -c *`` (argv: no Landlock backstop) refuses it."""
+    data = bytearray(Path("/usr/bin/true").read_bytes())
+    (phoff,) = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    for i in range(phnum):
+        at = phoff + i * phentsize
+        if struct.unpack_from("<I", data, at)[0] == 3:  # PT_INTERP
+            (offset,) = struct.unpack_from("<Q", data, at + 8)
+            (size,) = struct.unpack_from("<Q", data, at + 32)
+            data[offset : offset + size] = b"/usr/bin/touch".ljust(size, b"\0")
+            break
+    else:
+        pytest.skip("/usr/bin/true has no PT_INTERP")
+    data[4] = 1  # ELFCLASS32
+    (workspace / "p").write_bytes(bytes(data))
+    (workspace / "p").chmod(0o755)
+    chown_like_workspace(workspace, workspace / "p")
+    events = tmp_path / "events.jsonl"
+    (result,) = await run_lines(
+        workspace, ["./p -c hit"], deny=("run_shell(touch -c *)",), events_path=events
+    )
+    assert not (workspace / "hit").exists(), result
+    assert denied_rules(result) == ["deny:run_shell(touch -c *)"], result
+    assert result["exec_denied"]["denials"][0]["program"] == "/usr/bin/touch"
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    assert "touch -c *" in json.dumps([r for r in records if r["kind"] == "exec_denied"])

@@ -667,6 +667,7 @@ class _Identity:
 
 
 _PT_LOAD, _PT_INTERP = 1, 3
+_EM_X86_64 = 62
 
 
 def shebang(head: bytes) -> tuple[bytes, bytes | None]:
@@ -1371,7 +1372,10 @@ class Checker:
         program's argv, so an interpreter other than the dynamic loader (a static binary,
         ``busybox``) is checked as the program too. True when there is none but the loader
         (a plain program)."""
-        if len(head) < 64 or head[4] != 2:  # not ELF64: other ABIs die at their first call
+        # The kernel's x86-64 ELF loader reads the magic and e_machine (elf_check_arch), not
+        # EI_CLASS or EI_DATA: any file it takes is read here as it does (native order).
+        # Other machines' files it refuses (i386 ones run compat and die at their first call).
+        if len(head) < 64 or struct.unpack_from("<H", head, 18)[0] != _EM_X86_64:
             return False
         (phoff,) = struct.unpack_from("<Q", head, 32)
         phentsize, phnum = struct.unpack_from("<HH", head, 54)
