@@ -684,3 +684,54 @@ async def test_an_elf_interpreter_is_checked_whatever_the_class_byte_says(
     assert result["exec_denied"]["denials"][0]["program"] == "/usr/bin/touch"
     records = [json.loads(line) for line in events.read_text().splitlines()]
     assert "touch -c *" in json.dumps([r for r in records if r["kind"] == "exec_denied"])
+
+
+# git takes its command from argv[0] when that is `git-<command>` (git.c): the links in
+# git's exec path, a link so named, `exec -a`. With a remote named like one of git's own
+# commands (`status`), `git-push status …` passed as `git status …` and pushed; and
+# `git fetch` from a local repository was refused (`git-upload-pack '/tmp/r'` read as an
+# alias `/tmp/r`).
+_GIT_REPOS = (
+    "cd /tmp && git init -q --bare r.git && git init -q src && cd src"
+    " && git -c user.name=a -c user.email=b commit -q --allow-empty -m x"
+    " && git remote add status /tmp/r.git"
+    " && git config remote.status.receivepack 'git receive-pack'"
+)
+DASHED_PUSHES = {
+    "exec-path": "/usr/lib/git-core/git-push -q status HEAD:refs/heads/hit",
+    "exec-a": "bash -c 'exec -a git-push git -q status HEAD:refs/heads/hit'",
+    "link": 'ln -s "$(command -v git)" /tmp/git-push && /tmp/git-push -q status HEAD:refs/heads/hit',
+}
+GIT_PUSH = "run_shell(git push*)"
+
+
+@pytest.mark.skipif(
+    not Path("/usr/lib/git-core/git-push").exists(), reason="git's exec path is elsewhere"
+)
+@pytest.mark.parametrize("name", sorted(DASHED_PUSHES))
+async def test_git_run_as_git_command_is_matched_as_git_and_that_command(
+    workspace: Path, tmp_path: Path, name: str
+) -> None:
+    """`git-push status …` is `git push status …`: refused at exec by `git push*`, the
+    bare repository never gets the ref, and the event stream names the refusal."""
+    line = f"{_GIT_REPOS} && {DASHED_PUSHES[name]}; git -C /tmp/r.git for-each-ref"
+    events = tmp_path / "events.jsonl"
+    (result,) = await run_lines(workspace, [line], deny=(GIT_PUSH,), events_path=events)
+    assert "refs/heads/hit" not in result["stdout"], result
+    assert denied_rules(result) == [f"deny:{GIT_PUSH}"], result
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    assert "git push" in json.dumps([r for r in records if r["kind"] == "exec_denied"])
+
+
+async def test_a_git_command_run_by_git_itself_is_not_taken_for_an_alias(
+    workspace: Path,
+) -> None:
+    """The control: `git fetch` from a local repository runs `git-upload-pack '/tmp/r'`,
+    which a rule over `git push` leaves alone."""
+    line = (
+        "cd /tmp && git init -q r && git -C r -c user.name=a -c user.email=b commit -q"
+        " --allow-empty -m x && git init -q src && git -C src fetch -q /tmp/r HEAD"
+        " && echo fetched"
+    )
+    (result,) = await run_lines(workspace, [line], deny=(GIT_PUSH,))
+    assert result["stdout"] == "fetched\n" and not denied_rules(result), result

@@ -38,6 +38,8 @@ any of those names, the runtime's own deny-side matching: a first element withou
 - the dynamic loader run directly (``ld.so /usr/bin/rm``): the program it is given
   (after its own options) is an invocation too; a program given without a ``/``
   (the loader searches it like a library) is refused while deny rules apply;
+- git run as ``git-<command>`` (``argv[0]`` so named, the file git): ``git <command>
+  argv[1:]`` is an invocation too (git runs that builtin, never an alias);
 - ``busybox`` (``argv[0]`` named ``busybox…``): ``argv[1:]`` is an invocation too; and
   a multi-call binary (busybox, toybox: found on ``PATH`` by name, then known by inode
   and content) that has an applet a rule names is refused whatever it is called: its
@@ -1272,6 +1274,25 @@ class Checker:
             raise Refused(
                 errno.EACCES, Denial(rule.label, rule.source, real, [shown, *argv[1:]], "")
             )
+        git = [n for n in (shown, real, *identity) if n.rsplit("/", 1)[-1] == "git"]
+        dashed = argv[0].rsplit("/", 1)[-1] if argv else ""
+        if git and dashed.startswith("git-") and len(dashed) > 4:
+            # git run as ``git-<command>`` (its exec path's links, a link so named, ``exec
+            # -a``): git takes the command from argv[0] and runs that builtin with argv[1:],
+            # never an alias (git.c, cmd_main), so it is matched as ``git <command> …``.
+            rule = self.exec_rules.match(git, [dashed[4:], *argv[1:]])
+            if rule is not None:
+                raise Refused(
+                    errno.EACCES,
+                    Denial(
+                        rule.label,
+                        rule.source,
+                        real,
+                        [shown, *argv[1:]],
+                        f"git run as {dashed}: `git {dashed[4:]}`",
+                    ),
+                )
+            return
         if self.git_rule is not None and any(n.rsplit("/", 1)[-1] == "git" for n in names):
             self._git_alias(real, shown, argv)
 
