@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -581,3 +582,156 @@ async def test_a_copy_that_differs_only_where_nothing_is_mapped_is_the_same_prog
         assert denied_rules(result) == ["deny:run_shell(touch *)"], result
     assert results[-1]["exit_code"] == 0 and results[-1]["stdout"].strip() == ws, results[-1]
     assert "exec_denied" not in results[-1]
+
+
+# A `#!` line the supervisor read otherwise than the kernel: the kernel's argument ends at a
+# NUL, and without a newline in the first 256 bytes it reads 255 of them. The supervisor saw
+# `install\0x` / `installX` where make got `install`, so `make install *` never matched.
+_MAKE_INSTALL = "install:\n\ttouch hit\n"
+_PAD = 256 - len("#!/usr/bin/make") - len("installX")  # X: the file's 256th byte
+SHEBANG_LINES = {
+    "nul": b"#!/usr/bin/make install\0x\n",
+    "256th-byte": b"#!/usr/bin/make" + b" " * _PAD + b"installX",
+    "256th-byte-newline": b"#!/usr/bin/make" + b" " * _PAD + b"installX\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHEBANG_LINES))
+async def test_a_script_line_is_read_as_the_kernel_reads_it(
+    workspace: Path, tmp_path: Path, name: str
+) -> None:
+    """`./s` runs `make install ./s` (the kernel's reading): refused by `make install *`
+    at exec, no recipe ran, and the event stream names the refusal."""
+    assert len(SHEBANG_LINES[name].split(b"\n")[0]) in (25, 256)
+    (workspace / "Makefile").write_text(_MAKE_INSTALL)
+    (workspace / "s").write_bytes(SHEBANG_LINES[name])
+    (workspace / "s").chmod(0o755)
+    chown_like_workspace(workspace, workspace / "Makefile", workspace / "s")
+    events = tmp_path / "events.jsonl"
+    (result,) = await run_lines(
+        workspace, ["./s"], deny=("run_shell(make install *)",), events_path=events
+    )
+    assert not (workspace / "hit").exists(), result
+    assert denied_rules(result) == ["deny:run_shell(make install *)"], result
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    assert "make install *" in json.dumps([r for r in records if r["kind"] == "exec_denied"])
+
+
+def test_the_supervisor_reads_a_script_line_as_the_kernel_does(tmp_path: Path) -> None:
+    """:func:`shebang` against the kernel on generated `#!` lines (blanks, NULs, newlines,
+    lines around the 256-byte buffer): the same interpreter and argument, or both refuse.
+    The kernel's reading is what an interpreter script prints of its arguments."""
+    from ringfence.backends.confined._execcheck import Refused, shebang
+
+    show = tmp_path / "i"
+    show.write_text("#!/bin/sh\nprintf '%s\\0' \"$@\"\n")
+    show.chmod(0o755)
+    script = tmp_path / "s"
+    rng = __import__("random").Random(255)
+    heads = [b"#!" + bytes(show) + b" a\0b\n", b"#!" + bytes(show) + b" ", b"#!" + bytes(show)]
+    for _ in range(300):
+        lead = bytes(rng.choice(b" \t") for _ in range(rng.choice([0, 1, 3])))
+        size = rng.choice([8, 40, 250, 251, 252, 253, 254, 255, 256, 257, 300]) - len(bytes(show))
+        tail = bytes(rng.choice(b" \t\0aX\n" if rng.random() < 0.3 else b" \taX") for _ in
+                     range(max(size, 0)))  # fmt: skip
+        heads.append(b"#!" + lead + bytes(show) + tail)
+    for head in heads:
+        script.write_bytes(head)
+        script.chmod(0o755)
+        try:
+            out = subprocess.run([str(script)], capture_output=True, check=True).stdout
+            words = out.split(b"\0")[:-1]
+            kernel: tuple[bytes, bytes | None] | None = (bytes(show), *(words[:-1] or [None]))
+        except OSError:  # ENOEXEC, or ENOENT for another interpreter name
+            kernel = None
+        try:
+            name, optional = shebang(head)
+            ours = (name, optional) if name == bytes(show) else None
+        except Refused:
+            ours = None
+        assert ours == kernel, head
+
+
+async def test_an_elf_interpreter_is_checked_whatever_the_class_byte_says(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The kernel's x86-64 loader reads the magic and ``e_machine``, not ``EI_CLASS``: a copy
+    of ``true`` marked 32-bit, whose ``PT_INTERP`` names ``touch``, still starts touch with
+    its argv (``-c hit``). The supervisor skipped such a file's ``PT_INTERP``; now the
+    rule ``touch -c *`` (argv: no Landlock backstop) refuses it."""
+    data = bytearray(Path("/usr/bin/true").read_bytes())
+    (phoff,) = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    for i in range(phnum):
+        at = phoff + i * phentsize
+        if struct.unpack_from("<I", data, at)[0] == 3:  # PT_INTERP
+            (offset,) = struct.unpack_from("<Q", data, at + 8)
+            (size,) = struct.unpack_from("<Q", data, at + 32)
+            data[offset : offset + size] = b"/usr/bin/touch".ljust(size, b"\0")
+            break
+    else:
+        pytest.skip("/usr/bin/true has no PT_INTERP")
+    data[4] = 1  # ELFCLASS32
+    (workspace / "p").write_bytes(bytes(data))
+    (workspace / "p").chmod(0o755)
+    chown_like_workspace(workspace, workspace / "p")
+    events = tmp_path / "events.jsonl"
+    (result,) = await run_lines(
+        workspace, ["./p -c hit"], deny=("run_shell(touch -c *)",), events_path=events
+    )
+    assert not (workspace / "hit").exists(), result
+    assert denied_rules(result) == ["deny:run_shell(touch -c *)"], result
+    assert result["exec_denied"]["denials"][0]["program"] == "/usr/bin/touch"
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    assert "touch -c *" in json.dumps([r for r in records if r["kind"] == "exec_denied"])
+
+
+# git takes its command from argv[0] when that is `git-<command>` (git.c): the links in
+# git's exec path, a link so named, `exec -a`. With a remote named like one of git's own
+# commands (`status`), `git-push status …` passed as `git status …` and pushed; and
+# `git fetch` from a local repository was refused (`git-upload-pack '/tmp/r'` read as an
+# alias `/tmp/r`).
+_GIT_REPOS = (
+    "cd /tmp && git init -q --bare r.git && git init -q src && cd src"
+    " && git -c user.name=a -c user.email=b commit -q --allow-empty -m x"
+    " && git remote add status /tmp/r.git"
+    " && git config remote.status.receivepack 'git receive-pack'"
+)
+DASHED_PUSHES = {
+    "exec-path": "/usr/lib/git-core/git-push -q status HEAD:refs/heads/hit",
+    "exec-a": "bash -c 'exec -a git-push git -q status HEAD:refs/heads/hit'",
+    "link": 'ln -s "$(command -v git)" /tmp/git-push && /tmp/git-push -q status HEAD:refs/heads/hit',
+}
+GIT_PUSH = "run_shell(git push*)"
+
+
+@pytest.mark.skipif(
+    not Path("/usr/lib/git-core/git-push").exists(), reason="git's exec path is elsewhere"
+)
+@pytest.mark.parametrize("name", sorted(DASHED_PUSHES))
+async def test_git_run_as_git_command_is_matched_as_git_and_that_command(
+    workspace: Path, tmp_path: Path, name: str
+) -> None:
+    """`git-push status …` is `git push status …`: refused at exec by `git push*`, the
+    bare repository never gets the ref, and the event stream names the refusal."""
+    line = f"{_GIT_REPOS} && {DASHED_PUSHES[name]}; git -C /tmp/r.git for-each-ref"
+    events = tmp_path / "events.jsonl"
+    (result,) = await run_lines(workspace, [line], deny=(GIT_PUSH,), events_path=events)
+    assert "refs/heads/hit" not in result["stdout"], result
+    assert denied_rules(result) == [f"deny:{GIT_PUSH}"], result
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    assert "git push" in json.dumps([r for r in records if r["kind"] == "exec_denied"])
+
+
+async def test_a_git_command_run_by_git_itself_is_not_taken_for_an_alias(
+    workspace: Path,
+) -> None:
+    """The control: `git fetch` from a local repository runs `git-upload-pack '/tmp/r'`,
+    which a rule over `git push` leaves alone."""
+    line = (
+        "cd /tmp && git init -q r && git -C r -c user.name=a -c user.email=b commit -q"
+        " --allow-empty -m x && git init -q src && git -C src fetch -q /tmp/r HEAD"
+        " && echo fetched"
+    )
+    (result,) = await run_lines(workspace, [line], deny=(GIT_PUSH,))
+    assert result["stdout"] == "fetched\n" and not denied_rules(result), result

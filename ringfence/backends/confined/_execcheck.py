@@ -38,6 +38,8 @@ any of those names, the runtime's own deny-side matching: a first element withou
 - the dynamic loader run directly (``ld.so /usr/bin/rm``): the program it is given
   (after its own options) is an invocation too; a program given without a ``/``
   (the loader searches it like a library) is refused while deny rules apply;
+- git run as ``git-<command>`` (``argv[0]`` so named, the file git): ``git <command>
+  argv[1:]`` is an invocation too (git runs that builtin, never an alias);
 - ``busybox`` (``argv[0]`` named ``busybox…``): ``argv[1:]`` is an invocation too; and
   a multi-call binary (busybox, toybox: found on ``PATH`` by name, then known by inode
   and content) that has an applet a rule names is refused whatever it is called: its
@@ -82,6 +84,7 @@ __all__ = [
     "install_notifier",
     "notifier_program",
     "probe",
+    "shebang",
     "sync_wakeups",
 ]
 
@@ -666,6 +669,59 @@ class _Identity:
 
 
 _PT_LOAD, _PT_INTERP = 1, 3
+_EM_X86_64 = 62
+
+
+def shebang(head: bytes) -> tuple[bytes, bytes | None]:
+    """A ``#!`` file's interpreter and optional argument, read from its first bytes exactly
+    as ``fs/binfmt_script.c`` does, so the supervisor checks what the kernel will run.
+
+    The kernel reads 256 bytes (zero-filled past the file's end) and looks for a newline
+    only before the first NUL (``strnchr``); without one the line is the first 255 bytes
+    (the last becomes the string's end), and an interpreter name with no space, tab or NUL
+    after it in them is taken as cut short (``ENOEXEC``). Trailing spaces and tabs are
+    trimmed; the name ends at a space, tab or NUL; the argument is the rest, one word
+    (inner spaces and tabs kept), ending at a NUL. Raises Refused(ENOEXEC) where the
+    kernel refuses.
+    """
+    buf = head[:_BINPRM_BUF_SIZE].ljust(_BINPRM_BUF_SIZE, b"\0")
+    last = _BINPRM_BUF_SIZE - 1  # the kernel's buf_end; its scans include it
+
+    def blank(i: int) -> bool:
+        return buf[i] in b" \t"
+
+    def non_blank(first: int, end: int) -> int | None:
+        return next((i for i in range(first, end + 1) if not blank(i)), None)
+
+    def terminator(first: int, end: int) -> int | None:
+        return next((i for i in range(first, end + 1) if blank(i) or not buf[i]), None)
+
+    nul = buf.find(b"\0")
+    newline = buf.find(b"\n", 0, nul if nul >= 0 else len(buf))
+    if newline < 0:
+        start = non_blank(2, last)
+        if start is None or terminator(start, last) is None:
+            raise Refused(errno.ENOEXEC)
+        end = last
+    else:
+        end = newline
+    while blank(end - 1):
+        end -= 1
+    name = non_blank(2, end)
+    if name is None or name == end:
+        raise Refused(errno.ENOEXEC)
+    sep = terminator(name, end)
+    arg = non_blank(sep, end) if sep is not None and buf[sep] else None
+    line = bytearray(buf)
+    line[end] = 0
+    if arg is not None:
+        assert sep is not None
+        line[sep] = 0
+
+    def string(i: int) -> bytes:
+        return bytes(line[i : line.index(0, i)])
+
+    return string(name), (string(arg) if arg is not None else None)
 
 
 def _elf_layout(fd: int) -> tuple[int, ...] | None:
@@ -1218,6 +1274,25 @@ class Checker:
             raise Refused(
                 errno.EACCES, Denial(rule.label, rule.source, real, [shown, *argv[1:]], "")
             )
+        git = [n for n in (shown, real, *identity) if n.rsplit("/", 1)[-1] == "git"]
+        dashed = argv[0].rsplit("/", 1)[-1] if argv else ""
+        if git and dashed.startswith("git-") and len(dashed) > 4:
+            # git run as ``git-<command>`` (its exec path's links, a link so named, ``exec
+            # -a``): git takes the command from argv[0] and runs that builtin with argv[1:],
+            # never an alias (git.c, cmd_main), so it is matched as ``git <command> …``.
+            rule = self.exec_rules.match(git, [dashed[4:], *argv[1:]])
+            if rule is not None:
+                raise Refused(
+                    errno.EACCES,
+                    Denial(
+                        rule.label,
+                        rule.source,
+                        real,
+                        [shown, *argv[1:]],
+                        f"git run as {dashed}: `git {dashed[4:]}`",
+                    ),
+                )
+            return
         if self.git_rule is not None and any(n.rsplit("/", 1)[-1] == "git" for n in names):
             self._git_alias(real, shown, argv)
 
@@ -1304,17 +1379,9 @@ class Checker:
             os.close(fd)
 
     def _script(self, head: bytes, shown: str, argv: list[str], cwd: str | None, d: int) -> None:
-        """The interpreter line as the kernel reads it (``fs/binfmt_script.c``)."""
-        line = head[2:].split(b"\n", 1)[0] if b"\n" in head else head[2:]
-        line = line.strip(b" \t")
-        if not line:
-            raise Refused(errno.ENOEXEC)
-        parts = line.replace(b"\t", b" ").split(b" ", 1)
-        interpreter = parts[0]
-        optional = parts[1].strip(b" \t") if len(parts) > 1 else b""
-        if b"\n" not in head and len(head) >= _BINPRM_BUF_SIZE and b" " not in line:
-            raise Refused(errno.ENOEXEC)  # the interpreter's name does not fit: the kernel refuses
-        new_argv = [_decode(interpreter), *([_decode(optional)] if optional else [])]
+        """The interpreter and its optional argument as the kernel reads them (:func:`shebang`)."""
+        interpreter, optional = shebang(head)
+        new_argv = [_decode(interpreter), *([_decode(optional)] if optional is not None else [])]
         new_argv += [shown, *argv[1:]]
         base = None if interpreter.startswith(b"/") else cwd
         self._check(base, interpreter, _decode(interpreter), new_argv, cwd, d + 1)
@@ -1326,7 +1393,10 @@ class Checker:
         program's argv, so an interpreter other than the dynamic loader (a static binary,
         ``busybox``) is checked as the program too. True when there is none but the loader
         (a plain program)."""
-        if len(head) < 64 or head[4] != 2:  # not ELF64: other ABIs die at their first call
+        # The kernel's x86-64 ELF loader reads the magic and e_machine (elf_check_arch), not
+        # EI_CLASS or EI_DATA: any file it takes is read here as it does (native order).
+        # Other machines' files it refuses (i386 ones run compat and die at their first call).
+        if len(head) < 64 or struct.unpack_from("<H", head, 18)[0] != _EM_X86_64:
             return False
         (phoff,) = struct.unpack_from("<Q", head, 32)
         phentsize, phnum = struct.unpack_from("<HH", head, 54)
