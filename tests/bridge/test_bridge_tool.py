@@ -269,3 +269,40 @@ async def test_concurrent_scripts_take_warm_runners_and_the_pool_refills() -> No
             assert not {p.pid for p in runner_processes()} & warm  # all new
     finally:
         await launcher.aclose()
+
+
+BIG_RESULT = 'result = ["a" * 3000 + str(i) for i in range(400)]'  # each string under the cap
+BIG_KEYS = 'result = {"k" * 3000 + str(i): i for i in range(400)}'  # the kernel caps no key
+BIG_ERROR = 'raise ValueError(*["e" * 3000 + str(i) for i in range(400)])'
+LONG_NAMES = """
+for i in range(300):
+    try:
+        call_tool("t" * 3000 + str(i))
+    except ToolError:
+        pass
+"""
+
+
+@pytest.mark.parametrize("script", [BIG_RESULT, BIG_KEYS, BIG_ERROR, LONG_NAMES])
+async def test_what_a_script_returns_is_bounded_by_the_output_cap(script: str, tmp_path) -> None:
+    """The attack: a script's result, error or called tool names made of many pieces, each
+    under the cap the kernel applies string by string, so the sum (1.2 MB here) would reach
+    the model whole. The value stays within a few caps; a cut result says so, and the spool
+    file its marker names holds all of it."""
+    cap = 8192
+    async with Kernel(approver=YES, output_cap_bytes=cap, spool_dir=tmp_path) as kernel:
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script, "max_calls": 300})
+    shown = outcome.value if outcome.ok else outcome.error.to_dict()
+    # the call records are bounded on their own: 200 kept, a name cut at 200 characters
+    bound = 6 * cap + (200 * 600 if script == LONG_NAMES else 0)
+    assert len(json.dumps(shown)) < bound, len(json.dumps(shown))
+    if script in (BIG_RESULT, BIG_KEYS):
+        assert "output cap" in outcome.value["result_cut"]
+        spooled = [p for p in tmp_path.rglob("*") if p.is_file()]
+        assert any(
+            ("a" * 3000 + "399") in p.read_text() or ("k" * 3000 + "399") in p.read_text()
+            for p in spooled
+        )
+    if script == LONG_NAMES:
+        assert outcome.ok and len(kinds(kernel, "proposed")) >= 300  # each one judged
