@@ -287,6 +287,12 @@ def _result(
         error = None
         if status == "error":
             error = dict(done.get("error") or {})
+            if error.get("type") == "MemoryError":  # CPython's says nothing: name the limit
+                limit = run.config.limits.memory_bytes
+                error["message"] = (
+                    f"the script ran out of memory: a run may use {limit} bytes "
+                    "(ScriptConfig.limits.memory_bytes)"
+                )
         elif status == "compile_error":
             error = {"errors": [str(e) for e in done.get("errors") or []]}
         emit(

@@ -306,3 +306,12 @@ async def test_what_a_script_returns_is_bounded_by_the_output_cap(script: str, t
         )
     if script == LONG_NAMES:
         assert outcome.ok and len(kinds(kernel, "proposed")) >= 300  # each one judged
+
+
+async def test_a_script_that_exhausts_its_memory_is_told_the_limit() -> None:
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": 'x = "a" * 10**10'})
+    assert outcome.error is not None and outcome.error.code == "tool_error"
+    assert "MemoryError" in outcome.error.message
+    assert "memory_bytes" in outcome.error.message and str(1024**3) in outcome.error.message
