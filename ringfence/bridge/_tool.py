@@ -303,10 +303,9 @@ def _fit(ctx: CallContext, payload: dict[str, Any]) -> None:
     error = payload.get("error")
     if isinstance(error, dict):
         payload["error"] = {k: _bounded(ctx, v)[0] for k, v in error.items()}
-    for record in payload["calls"]:
-        record["tool"] = _name_shown(record.get("tool"))
+    payload["calls"] = [{**r, "tool": _name_shown(r.get("tool"))} for r in payload["calls"]]
     for row in (payload.get("calls_omitted") or {}).get("by_tool_and_outcome", ()):
-        row["tool"] = _name_shown(row.get("tool"))
+        row["tool"] = _name_shown(row.get("tool"))  # the summary's own rows
 
 
 def _name_shown(tool: Any) -> Any:
