@@ -526,3 +526,21 @@ def test_a_plugins_server_cannot_grant_itself_what_its_fragment_may_not(
     code, out = cli_json(capsys, "call", tool, "--args", delete, *session(ws, "--mcp", "--approve", "no"))  # fmt: skip
     assert code != 0 and "plugin kit" in out["error"]["message"], out
     assert not (state / "deleted.log").exists()
+
+
+def test_a_trusted_plugin_holding_a_directory_link_ends_its_session_cleanly(
+    capsys, tmp_path: Path, ws: Path
+) -> None:
+    """A link to a directory inside the bundle is allowed; removing the session's copy of it
+    at the end failed (chmod of a link) and every session ended in an unexpected error,
+    leaving the copy in the spool."""
+    folder = write_plugin(tmp_path / "kit", "kit", files={"sub/a.txt": "a\n"})
+    (folder / "docs").symlink_to("sub")
+    assert cli_json(capsys, "plugin", "add", str(folder))[0] == 0
+    assert cli_json(capsys, "plugin", "trust", "kit")[0] == 0
+    args = json.dumps({"path": "x"})
+    code, out = cli_json(capsys, "call", "read_file", "--args", args, *session(ws))
+    assert code == 0, out
+    home = Path(os.environ["RINGFENCE_HOME"])
+    assert not [p for p in home.rglob("*") if "plugins" in p.parts and p.name != "plugins.toml"]
+    assert (folder / "sub" / "a.txt").read_text() == "a\n" and (folder / "docs").is_symlink()
