@@ -278,7 +278,11 @@ def _result(
     base = {"sandbox": report, "returncode": returncode, "seconds": seconds}
     # Bounded totals: the refusal events stop at MAX_REFUSAL_EVENTS, the call records at
     # the budget; the counts are always here.
-    totals = {"refused_peers": run.admission.refusals, "refused_over_budget": run.over_budget}
+    totals = {
+        "refused_peers": run.admission.refusals,
+        "refused_over_budget": run.over_budget,
+        "refused_over_bytes": run.over_bytes,
+    }
     if isinstance(serve_error, RingfenceError):  # the sandbox could not be applied
         emit("script_finished", status=serve_error.code, detail=serve_error.message)
         raise serve_error

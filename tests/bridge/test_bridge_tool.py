@@ -315,3 +315,35 @@ async def test_a_script_that_exhausts_its_memory_is_told_the_limit() -> None:
     assert outcome.error is not None and outcome.error.code == "tool_error"
     assert "MemoryError" in outcome.error.message
     assert "memory_bytes" in outcome.error.message and str(1024**3) in outcome.error.message
+
+
+async def test_a_script_cannot_flood_the_event_stream_with_big_arguments(ledger: Ledger) -> None:
+    """The attack: every call is recorded with its arguments, and a script builds a megabyte
+    for free; 80 calls of 1 MB each would add 80 MB to the event stream in one run (at
+    600 s, gigabytes). Past the run's byte budget (max_call_bytes, 64 MiB by default) the
+    calls are refused, named, and not recorded."""
+    script = """
+junk = "x" * 1_000_000
+refused = []
+for i in range(80):
+    try:
+        call_tool("peek", junk=junk)
+    except ToolError as exc:
+        refused.append(exc.field)
+result = refused
+"""
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, ledger)
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script, "timeout_seconds": 120})
+        proposed = [e for e in kinds(kernel, "proposed") if e["tool"] == "peek"]
+        budget = kinds(kernel, "script_call_bytes_budget")
+        finished = kinds(kernel, "script_finished")
+    assert outcome.ok, outcome.error
+    # peek refuses the argument itself (invalid_arguments), after recording it whole
+    refused = [field for field in outcome.value["result"] if field == "max_call_bytes"]
+    assert refused, outcome.value["result"]
+    assert len(proposed) + len(refused) == 80
+    assert len(proposed) <= 64 * 1024 * 1024 // 1_000_000
+    assert len(budget) == 1 and budget[0]["max_call_bytes"] == 64 * 1024 * 1024
+    assert finished[-1]["refused_over_bytes"] == len(refused)
