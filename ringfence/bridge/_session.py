@@ -20,6 +20,7 @@ itself is refused: scripts do not nest.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -166,15 +167,23 @@ class ScriptSession:
             weakened=bool(report.get("missing")) or self.config.mode != "restricted",
             mode=self.config.mode,
         )
-        await conn.send(
-            {
-                "type": "script",
-                "source": script,
-                "mode": self.config.mode,
-                "tools": list(self.manifest),
-                "max_calls": self.config.max_calls,
-            }
-        )
+        message = {
+            "type": "script",
+            "source": script,
+            "mode": self.config.mode,
+            "tools": list(self.manifest),
+            "max_calls": self.config.max_calls,
+        }
+        try:
+            await conn.send(message)  # refused before it is sent, using no sequence number
+        except _wire.ProtocolError as exc:
+            if exc.reason != "oversized":
+                raise
+            trimmed = _fit_manifest(message, conn.codec)
+            if not trimmed:
+                raise
+            self.emit("script_manifest_trimmed", tools=trimmed[:50], count=len(trimmed))
+            await conn.send(message)
         while True:
             before = conn.codec.received_bytes
             message = await conn.recv()
@@ -406,6 +415,46 @@ class ScriptSession:
         else:
             reply.update(ok=True, value=outcome.value, staged=outcome.staged)
         return reply, record
+
+
+# The script message holds the manifest at this depth: {"tools": [{"schema": SCHEMA}]}.
+_MANIFEST_DEPTH = 3
+
+
+def _fit_manifest(message: dict[str, Any], codec: _wire.Codec) -> list[str]:
+    """Make the ``script`` message's tool manifest cross the bridge; the tools it trimmed.
+
+    A tool's schema comes from whoever registered it (an untrusted MCP server): one
+    nesting deeper than the bridge's bound, or schemas larger together than a frame,
+    made every run of every script fail. Such a schema is left out of the manifest
+    (``{}``: no script-side check for that tool, whose calls the Gate validates as
+    always), the deepest first, then the largest until the message fits.
+    """
+    tools = message["tools"]
+    trimmed: list[str] = []
+    for i, entry in enumerate(tools):
+        body = json.dumps(entry.get("schema"), ensure_ascii=False).encode()
+        if _wire.nesting_exceeds(body, codec.max_depth - _MANIFEST_DEPTH):
+            tools[i] = {**entry, "schema": {}}
+            trimmed.append(str(entry.get("name")))
+    try:
+        codec.measure(message)
+        return trimmed
+    except (_wire.ProtocolError, TypeError, ValueError):
+        pass
+    sizes = sorted(
+        ((len(json.dumps(e.get("schema"), ensure_ascii=False)), i) for i, e in enumerate(tools)),
+        reverse=True,
+    )
+    room = codec.max_frame // 2 - len(json.dumps(message["source"], ensure_ascii=False))
+    total = sum(size for size, _ in sizes)
+    for size, i in sizes:
+        if total <= room:
+            break
+        trimmed.append(str(tools[i].get("name")))
+        tools[i] = {**tools[i], "schema": {}}
+        total -= size
+    return trimmed
 
 
 def _refused(call_no: Any, code: str, message: str, field: str | None = None) -> Reply:
