@@ -347,3 +347,38 @@ result = refused
     assert len(proposed) <= 64 * 1024 * 1024 // 1_000_000
     assert len(budget) == 1 and budget[0]["max_call_bytes"] == 64 * 1024 * 1024
     assert finished[-1]["refused_over_bytes"] == len(refused)
+
+
+DEEP = "x = []\nfor i in range(100000):\n    x = [x]\n"
+UNSHOWABLE = {
+    "a huge int as the result": ("result = 10**100000", "ok"),
+    "a huge int in an error": ("raise ValueError(10**100000)", "ValueError"),
+    "a deep list as the result": (DEEP + "result = x", "ok"),
+    "a deep list in an error": (DEEP + "raise ValueError(x)", "ValueError"),
+    "a lone surrogate as the result": ("result = chr(0xd800)", "ok"),
+    "a lone surrogate in an error": ("raise ValueError(chr(0xd800))", "ValueError"),
+    "a lone surrogate as a key": ("result = {chr(0xdfff): 1}", "ok"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNSHOWABLE))
+async def test_a_value_the_runner_cannot_show_never_ends_the_runner(name: str) -> None:
+    """The attack: a result or an exception that cannot be printed or encoded (int past
+    CPython's digit limit, a list deeper than the recursion limit, a lone surrogate) ended
+    the runner with its own traceback (host paths) in place of the script's outcome, and the
+    calls the script had made were not reported. The outcome is the script's, with its calls."""
+    source, expected = UNSHOWABLE[name]
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, Ledger())
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": 'call_tool("peek")\n' + source, "timeout_seconds": 60}
+        )
+    shown = json.dumps(outcome.value if outcome.ok else outcome.error.to_dict())
+    assert "_runner.py" not in shown and "Traceback (most recent call last):\n  File" not in shown
+    if expected == "ok":
+        assert outcome.ok, outcome.error
+        assert outcome.value["calls"][0]["tool"] == "peek"
+    else:
+        assert outcome.error.message.startswith(f"the script raised {expected}"), outcome.error
+        assert outcome.error.details["calls"][0]["tool"] == "peek"
