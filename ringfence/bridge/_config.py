@@ -14,6 +14,7 @@ from . import _sandbox, _wire
 
 __all__ = [
     "DEFAULT_MAX_CALLS",
+    "DEFAULT_MAX_CALL_BYTES",
     "DEFAULT_MAX_PARALLEL",
     "DEFAULT_SPOOL_BYTES",
     "SANDBOX_LEVELS",
@@ -24,6 +25,9 @@ __all__ = [
 
 SANDBOX_LEVELS = _sandbox.LEVELS  # strict, best-effort, none
 DEFAULT_MAX_CALLS = 10_000
+# The bytes of call messages (the calls' tool names and arguments) one run may send: every
+# call is recorded whole in the event stream, and a script builds big arguments for free.
+DEFAULT_MAX_CALL_BYTES = 64 * 1024 * 1024
 # Calls of one parallel() batch that run at once (each through the Gate).
 DEFAULT_MAX_PARALLEL = 16
 # Warm runners a local launcher keeps ready, at most (the default is one per core, up to this).
@@ -58,7 +62,10 @@ class ScriptConfig:
     such check (any local process may connect and must fail the handshake).
     ``max_calls`` is the run's budget of calls (``call_tool``, ``tools.<name>``
     and each call of a ``parallel`` batch; refused past it); ``max_parallel``
-    how many calls of one ``parallel`` batch run at once;
+    how many calls of one ``parallel`` batch run at once; ``max_call_bytes``
+    the run's budget of bytes of call messages (a message past it is refused
+    whole, its calls unrecorded: each call is recorded with its arguments, and
+    a script makes big arguments for free);
     ``output_spool_bytes`` the disk cap of the file that holds the full
     redacted output when it is over the kernel's output cap.
     ``warm_runners``: how many runners a local launcher keeps started ahead
@@ -76,6 +83,7 @@ class ScriptConfig:
     max_frame: int = _wire.DEFAULT_MAX_FRAME
     mode: str = "restricted"
     max_calls: int = DEFAULT_MAX_CALLS
+    max_call_bytes: int = DEFAULT_MAX_CALL_BYTES
     output_spool_bytes: int = DEFAULT_SPOOL_BYTES
     max_parallel: int = DEFAULT_MAX_PARALLEL
     warm_runners: int | None = None
@@ -83,6 +91,7 @@ class ScriptConfig:
     def __post_init__(self) -> None:
         for name, number in (
             ("max_calls", self.max_calls),
+            ("max_call_bytes", self.max_call_bytes),
             ("output_spool_bytes", self.output_spool_bytes),
             ("max_parallel", self.max_parallel),
         ):

@@ -278,7 +278,11 @@ def _result(
     base = {"sandbox": report, "returncode": returncode, "seconds": seconds}
     # Bounded totals: the refusal events stop at MAX_REFUSAL_EVENTS, the call records at
     # the budget; the counts are always here.
-    totals = {"refused_peers": run.admission.refusals, "refused_over_budget": run.over_budget}
+    totals = {
+        "refused_peers": run.admission.refusals,
+        "refused_over_budget": run.over_budget,
+        "refused_over_bytes": run.over_bytes,
+    }
     if isinstance(serve_error, RingfenceError):  # the sandbox could not be applied
         emit("script_finished", status=serve_error.code, detail=serve_error.message)
         raise serve_error
@@ -287,6 +291,12 @@ def _result(
         error = None
         if status == "error":
             error = dict(done.get("error") or {})
+            if error.get("type") == "MemoryError":  # CPython's says nothing: name the limit
+                limit = run.config.limits.memory_bytes
+                error["message"] = (
+                    f"the script ran out of memory: a run may use {limit} bytes "
+                    "(ScriptConfig.limits.memory_bytes)"
+                )
         elif status == "compile_error":
             error = {"errors": [str(e) for e in done.get("errors") or []]}
         emit(

@@ -133,7 +133,10 @@ def _traceback(exc: BaseException, source: str) -> dict[str, Any]:
         text.append(f"  script line {lineno}, in {func}")
         if 0 < lineno <= len(lines):
             text.append(f"    {lines[lineno - 1].strip()}")
-    message = str(exc)
+    try:
+        message = _encodable(str(exc))
+    except Exception as failure:  # its args may not print (a huge int, a deep list)
+        message = f"<its message cannot be shown: {type(failure).__name__}>"
     text.append(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
     out: dict[str, Any] = {
         "type": type(exc).__name__,
@@ -141,20 +144,37 @@ def _traceback(exc: BaseException, source: str) -> dict[str, Any]:
         "line": frames[-1][0] if frames else None,
         "traceback": "\n".join(text),
     }
-    if isinstance(exc, _restricted.ToolError):
-        out["code"] = exc.code
-        out["tool"] = exc.tool
+    if isinstance(exc, _restricted.ToolError):  # a script's subclass may hold anything
+        out["code"] = _as_text(exc.code)
+        out["tool"] = _as_text(exc.tool)
         if exc.field is not None:
-            out["field"] = exc.field
+            out["field"] = _as_text(exc.field)
     return out
 
 
-def _jsonable(value: Any) -> tuple[Any, bool]:
+def _encodable(text: str) -> str:
+    """``text`` as the bridge can carry it (UTF-8): a lone surrogate written as its escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _as_text(value: Any) -> str:
+    """A string as is (encodable), anything else as its repr, or what it is when even that
+    fails (a huge int, a deep list): what the script made never ends the runner."""
+    if isinstance(value, str):
+        return _encodable(value)
     try:
-        json.dumps(value)
+        return _encodable(repr(value))
+    except Exception as failure:
+        return f"<{type(value).__name__} object that cannot be shown: {type(failure).__name__}>"
+
+
+def _jsonable(value: Any) -> tuple[Any, bool]:
+    """``(value, False)`` when the bridge can carry it as JSON, else ``(its text, True)``."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
         return value, False
     except (TypeError, ValueError, RecursionError):
-        return repr(value), True
+        return _as_text(value), True
 
 
 class PendingCall:
@@ -451,10 +471,13 @@ def main(argv: list[str]) -> int:
         outcome["type"] = "done"
         try:
             channel.send(outcome)
-        except _wire.ProtocolError as exc:
-            if exc.reason != "oversized":
+        except (_wire.ProtocolError, TypeError, ValueError, RecursionError) as exc:
+            if isinstance(exc, _wire.ProtocolError) and exc.reason != "oversized":
                 raise
-            message = f"the script's result is too large to return: {exc.message}"
+            if isinstance(exc, _wire.ProtocolError):
+                message = f"the script's result is too large to return: {exc.message}"
+            else:
+                message = f"the script's outcome cannot cross the bridge: {_as_text(str(exc))}"
             error = {
                 "type": "ResultTooLarge",
                 "message": message,

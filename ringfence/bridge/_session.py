@@ -11,13 +11,16 @@ one question at a time (:class:`AskTurns`).
 
 Every call counts against the run's budget (``ScriptConfig.max_calls``,
 default 10,000): the calls past it are refused (``denied``) without running,
-and without growing the result or the event stream. ``run_tool_script``
+and without growing the result or the event stream. So does every byte of
+the call messages (``max_call_bytes``, default 64 MiB): a message past it is
+refused whole, unrecorded, since each call is recorded with its arguments. ``run_tool_script``
 itself is refused: scripts do not nest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -109,6 +112,8 @@ class ScriptSession:
         self.calls: list[Record] = []
         self.call_count = 0  # every call message, refused ones included
         self.over_budget = 0
+        self.call_bytes = 0  # of the call messages received
+        self.over_bytes = 0  # calls refused past max_call_bytes
         self.scope: trio.CancelScope | None = None
         self.paused_seconds = 0.0
         self.sandbox_report: dict[str, Any] | None = None
@@ -162,19 +167,36 @@ class ScriptSession:
             weakened=bool(report.get("missing")) or self.config.mode != "restricted",
             mode=self.config.mode,
         )
-        await conn.send(
-            {
-                "type": "script",
-                "source": script,
-                "mode": self.config.mode,
-                "tools": list(self.manifest),
-                "max_calls": self.config.max_calls,
-            }
-        )
+        message = {
+            "type": "script",
+            "source": script,
+            "mode": self.config.mode,
+            "tools": list(self.manifest),
+            "max_calls": self.config.max_calls,
+        }
+        try:
+            await conn.send(message)  # refused before it is sent, using no sequence number
+        except _wire.ProtocolError as exc:
+            if exc.reason != "oversized":
+                raise
+            trimmed = _fit_manifest(message, conn.codec)
+            if not trimmed:
+                raise
+            self.emit("script_manifest_trimmed", tools=trimmed[:50], count=len(trimmed))
+            await conn.send(message)
         while True:
+            before = conn.codec.received_bytes
             message = await conn.recv()
             kind = message.get("type")
-            if kind == "call":
+            if kind in ("call", "calls"):
+                self.call_bytes += conn.codec.received_bytes - before
+            if kind in ("call", "calls") and self.call_bytes > self.config.max_call_bytes:
+                items = [message] if kind == "call" else message.get("calls")
+                if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
+                    raise _wire.ProtocolError("malformed", "a calls message needs a list of calls")
+                refused = [self.bytes_refusal(c.get("id"), c.get("tool")) for c in items]
+                await self._send_replies(conn, "reply" if kind == "call" else "replies", refused)
+            elif kind == "call":
                 reply = await self.call(message)
                 await self._send_replies(conn, "reply", [reply])
             elif kind == "calls":
@@ -245,6 +267,31 @@ class ScriptSession:
             field="max_calls",
         )
         return _refused(call_no, refusal.code, refusal.message, "max_calls")
+
+    def bytes_refusal(self, call_no: Any, tool: Any) -> Reply:
+        """The reply for a call in a message past the run's byte budget (``max_call_bytes``).
+
+        Nothing of it is recorded but a count (one event, then ``script_finished``): each
+        call is recorded with its arguments, so the budget bounds what a run adds to the
+        event stream, which a script could otherwise grow by gigabytes at no cost
+        (``"x" * 10_000_000`` in a loop).
+        """
+        budget = self.config.max_call_bytes
+        self.over_bytes += 1
+        if self.over_bytes == 1:
+            self.emit(
+                "script_call_bytes_budget",
+                max_call_bytes=budget,
+                sent=self.call_bytes,
+                called=str(tool)[:200],
+            )
+        refusal = Denied(
+            f"call_tool refused: the script's calls have sent {self.call_bytes} bytes, more "
+            f"than the run's budget of {budget} (max_call_bytes); no further call runs in "
+            "this run",
+            field="max_call_bytes",
+        )
+        return _refused(call_no, refusal.code, refusal.message, "max_call_bytes")
 
     async def call(self, message: dict[str, Any]) -> Reply:
         """One ``call`` message through the Gate; its reply (the record is kept)."""
@@ -368,6 +415,46 @@ class ScriptSession:
         else:
             reply.update(ok=True, value=outcome.value, staged=outcome.staged)
         return reply, record
+
+
+# The script message holds the manifest at this depth: {"tools": [{"schema": SCHEMA}]}.
+_MANIFEST_DEPTH = 3
+
+
+def _fit_manifest(message: dict[str, Any], codec: _wire.Codec) -> list[str]:
+    """Make the ``script`` message's tool manifest cross the bridge; the tools it trimmed.
+
+    A tool's schema comes from whoever registered it (an untrusted MCP server): one
+    nesting deeper than the bridge's bound, or schemas larger together than a frame,
+    made every run of every script fail. Such a schema is left out of the manifest
+    (``{}``: no script-side check for that tool, whose calls the Gate validates as
+    always), the deepest first, then the largest until the message fits.
+    """
+    tools = message["tools"]
+    trimmed: list[str] = []
+    for i, entry in enumerate(tools):
+        body = json.dumps(entry.get("schema"), ensure_ascii=False).encode()
+        if _wire.nesting_exceeds(body, codec.max_depth - _MANIFEST_DEPTH):
+            tools[i] = {**entry, "schema": {}}
+            trimmed.append(str(entry.get("name")))
+    try:
+        codec.measure(message)
+        return trimmed
+    except (_wire.ProtocolError, TypeError, ValueError):
+        pass
+    sizes = sorted(
+        ((len(json.dumps(e.get("schema"), ensure_ascii=False)), i) for i, e in enumerate(tools)),
+        reverse=True,
+    )
+    room = codec.max_frame // 2 - len(json.dumps(message["source"], ensure_ascii=False))
+    total = sum(size for size, _ in sizes)
+    for size, i in sizes:
+        if total <= room:
+            break
+        trimmed.append(str(tools[i].get("name")))
+        tools[i] = {**tools[i], "schema": {}}
+        total -= size
+    return trimmed
 
 
 def _refused(call_no: Any, code: str, message: str, field: str | None = None) -> Reply:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -35,6 +36,7 @@ MAX_TIMEOUT_SECONDS = 600
 # between are summarized (see _calls_for_model). Every call is in the event stream.
 CALL_RECORDS_KEPT = 200
 SUMMARY_ROWS = 50  # at most this many (tool, outcome) rows in that summary
+MAX_NAME_SHOWN = 200  # a called tool's name in the value (a registered one has at most 128)
 
 DESCRIPTION = f"""Run a short Python script that calls this session's other tools, to do a
 multi-step pipeline (read, transform, act on each item) in one turn.
@@ -236,6 +238,7 @@ def _outcome(ctx: CallContext, result: ScriptResult, timeout: float) -> Any:
     """
     payload = result.to_dict()
     _calls_for_model(payload, ctx.trace_id)
+    _fit(ctx, payload)
     if result.status == "ok":
         return payload
     details = ctx.redact_value(payload)
@@ -263,6 +266,54 @@ def _outcome(ctx: CallContext, result: ScriptResult, timeout: float) -> Any:
     raise ToolError(
         error.get("message") or f"the script ended with status {result.status}", **details
     )
+
+
+def _bounded(ctx: CallContext, value: Any) -> tuple[Any, bool]:
+    """``value`` redacted, and whole while its JSON fits the session's output cap.
+
+    Otherwise its JSON text cut to the cap (head and tail; the whole of it
+    spooled, named by the marker), and True. The kernel caps each string of a
+    value, not their sum: a script's result of many short strings (or long
+    keys) would reach the model whole.
+    """
+    value = ctx.redact_value(value)
+    if isinstance(value, str):
+        capped = ctx.cap(value)
+        return capped, capped != value
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    if len(text.encode("utf-8", "surrogatepass")) <= ctx.output_cap_bytes:
+        return value, False
+    return ctx.cap(text), True
+
+
+def _fit(ctx: CallContext, payload: dict[str, Any]) -> None:
+    """Bound what the script chose in the value (its result, its error, the tool names it
+    called) by the session's output cap: redacted first, then cut (see :func:`_bounded`)."""
+    if "result" in payload:
+        payload["result"], cut = _bounded(ctx, payload["result"])
+        if cut:
+            payload["result_cut"] = (
+                f"the result's JSON is larger than the output cap ({ctx.output_cap_bytes} "
+                "bytes): it is given as JSON text, cut, with the whole of it in the spool file "
+                "the marker names"
+            )
+    error = payload.get("error")
+    if isinstance(error, dict):
+        payload["error"] = {k: _bounded(ctx, v)[0] for k, v in error.items()}
+    payload["calls"] = [{**r, "tool": _name_shown(r.get("tool"))} for r in payload["calls"]]
+    for row in (payload.get("calls_omitted") or {}).get("by_tool_and_outcome", ()):
+        row["tool"] = _name_shown(row.get("tool"))  # the summary's own rows
+
+
+def _name_shown(tool: Any) -> Any:
+    """A called tool's name as the value shows it: a registered name is at most 128
+    characters; a longer one (a script's invention, refused) is cut."""
+    if isinstance(tool, str) and len(tool) > MAX_NAME_SHOWN:
+        return tool[:MAX_NAME_SHOWN] + f"… ({len(tool)} characters)"
+    return tool
 
 
 def _calls_for_model(payload: dict[str, Any], trace_id: str) -> None:

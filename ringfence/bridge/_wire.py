@@ -241,6 +241,7 @@ class Codec:
         self._recv_mac: Any = None
         self.sent = 0
         self.received = 0
+        self.received_bytes = 0  # of every message decoded (tag and body)
         self._buffer = bytearray()
 
     @property
@@ -375,6 +376,7 @@ class Codec:
                 f"message seq {seq!r} refused: expected {self.received} (replayed or out of order)",
             )
         self.received += 1
+        self.received_bytes += len(payload)
         return message
 
     @staticmethod

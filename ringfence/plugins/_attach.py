@@ -78,9 +78,16 @@ class Snapshot:
         if self._written:
             with contextlib.suppress(OSError):
                 for dirpath, dirnames, _ in os.walk(self.path):  # its files are read-only
-                    for d in dirnames:
+                    for d in dirnames:  # a link to a directory is listed too: never followed
                         with contextlib.suppress(OSError):
-                            os.chmod(os.path.join(dirpath, d), 0o700, follow_symlinks=False)
+                            fd = os.open(
+                                os.path.join(dirpath, d),
+                                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                            )
+                            try:
+                                os.fchmod(fd, 0o700)
+                            finally:
+                                os.close(fd)
                 shutil.rmtree(self.path)
         # plugins/, the session's spool directory and the spool (the session's release ran
         # first and left them, not empty then)

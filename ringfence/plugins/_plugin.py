@@ -5,6 +5,10 @@ be read or is invalid is the state's ``error`` (named file:line: key), and
 such a plugin is not trusted. Trusted means exactly: it validates, and the
 digest of the bundle read now is the one ``plugin trust`` pinned.
 
+A plugin's ``[[server]]`` tables may not grant their own server anything either
+(``autonomous_tools``, ``trust``, ``read_only_tools``, a request policy of
+``allow``): refused like a loosening fragment.
+
 A policy fragment may only tighten, by construction of what is accepted:
 it is a policy file whose rules are all ``deny`` or ``ask`` (checked on the
 parsed rules, whatever their spelling: the short lists and ``[[rules]]``
@@ -185,12 +189,47 @@ def check_fragment(path: Path, raw: bytes, plugin: str) -> tuple[Rule, ...]:
     return tuple(parsed.rules)
 
 
+def _self_grants(server: ServerConfig) -> list[str]:
+    """The keys of a plugin's ``[[server]]`` that would loosen the Gate for its own server.
+
+    ``autonomous_tools`` (its tools run unasked), ``trust``/``read_only_tools`` (the
+    manifest's old grants: ``read`` tools run unasked and in a dry run), a request policy
+    of ``allow`` (its sampling or elicitation requests run unasked): what a policy fragment
+    is refused for, said in the other file. The operator grants them in their own policy
+    (``[mcp.plugin-<plugin>-<server>]``, ``--allow``), where they are theirs.
+    """
+    from ..mcp_host.manifest._config import Trust
+    from ..runtime.policy._rules import Effect
+
+    grants = []
+    if server.autonomous_tools:
+        grants.append("autonomous_tools")
+    if server.trust is not Trust.UNTRUSTED:
+        grants.append("trust")
+    if server.read_only_tools:
+        grants.append("read_only_tools")
+    for key in ("sampling_policy", "elicitation_policy"):
+        if getattr(server, key) is Effect.ALLOW:
+            grants.append(key)
+    return grants
+
+
 def _servers(bundle: Bundle, rel: str, plugin: str) -> tuple[ServerConfig, ...]:
     from ..mcp_host.manifest._load import parse_manifest
 
     manifest = parse_manifest(bundle.text(rel), str(bundle.root / rel))
     out = []
     for s in manifest.servers:
+        grants = _self_grants(s)
+        if grants:
+            raise InvalidArguments(
+                f"{s.origin or bundle.root / rel}: {', '.join(grants)}: a plugin's server "
+                "cannot grant itself what the Gate would otherwise ask or refuse (tools run "
+                "unasked, as reads, or its requests unasked), as its policy fragment cannot; "
+                "the plugin is refused. The operator grants that in their own policy "
+                f"([mcp.{server_name(plugin, s.name)}] read_only_tools, --allow)",
+                field="mcp",
+            )
         name = server_name(plugin, s.name)
         if len(name) > _MAX_SERVER_NAME:
             raise InvalidArguments(

@@ -28,11 +28,14 @@ computed at run time that could match, runs the hook too. No pattern: every call
 Every run is one ``hook_ran`` record (hook, point, call, verdict, reason,
 duration, what the runner adds: a command's exit status, its stderr's tail).
 What a hook receives is a JSON-like dict (:func:`hook_event`), its strings
-passed through the session's redactor.
+passed through the session's redactor, and its own deep copy: a Python hook
+that changes it changes neither the call's arguments nor the outcome the
+caller gets nor what the next hook sees.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -250,7 +253,9 @@ async def _run(
     details: Mapping[str, Any] = {}
     try:
         with trio.move_on_after(hook.timeout_seconds) as scope:
-            raw = await hook.run(event)
+            # Each hook gets its own copy: what it changes in it reaches neither the call
+            # (its arguments, its outcome as the caller gets it) nor the next hook.
+            raw = await hook.run(copy.deepcopy(dict(event)))
         if scope.cancelled_caught:
             failure = f"it did not answer within {hook.timeout_seconds:g}s and was stopped"
         else:

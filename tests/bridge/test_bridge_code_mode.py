@@ -459,3 +459,52 @@ parallel(both(p) for p in "ab")
     assert result.status == "error" and result.error["type"] == "TypeError"
     assert "a call to touch was made while parallel() collected" in result.error["message"]
     assert ledger.runs == []  # nothing was sent
+
+
+def _deep_schema(levels: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return {"type": "object", "properties": {"x": schema}}
+
+
+def _wide_schema(size: int) -> dict:
+    return {"type": "object", "properties": {"x": {"type": "string", "description": "d" * size}}}
+
+
+@pytest.mark.parametrize("schema", ["deep", "wide"])
+async def test_a_tool_schema_cannot_stop_every_script(ledger: Ledger, schema: str) -> None:
+    """The attack: a tool whose input schema nests deeper than the bridge's bound (40 levels
+    of properties), or schemas larger together than a frame (two of 9 MB), registered by
+    an untrusted MCP server, made every run of every script fail at its start ("the script
+    bridge refused a message"). Such a schema is left out of the script's manifest (named
+    in an event); the tool stays callable, and its calls are validated by the Gate."""
+    calls: list[dict] = []
+
+    async def record(args: dict, ctx: object) -> str:
+        calls.append(args)
+        return "ran"
+
+    async with Kernel(approver=ScriptedApprover(lambda r: ApprovalAnswer.once())) as kernel:
+        register_tools(kernel, ledger)
+        register_script_tool(kernel)
+        made = [_deep_schema(40)] if schema == "deep" else [_wide_schema(9_000_000)] * 2
+        for i, s in enumerate(made):
+            kernel.register(ToolSpec(f"odd{i}", "odd", s, record, consequence=Consequence.READ))
+        script = """
+result = [call_tool("peek")["tool"], tools.odd0(x={"a": {}} if DEEP else "fine")]
+try:
+    call_tool("odd0", x=5)
+except ToolError as exc:
+    result.append(exc.code)
+"""
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": script.replace("DEEP", str(schema == "deep"))}
+        )
+        trimmed = kinds(kernel, "script_manifest_trimmed")
+        decided = [e for e in kinds(kernel, "decided") if e["tool"] == "odd0"]
+    assert outcome.ok, outcome.error
+    assert outcome.value["result"] == ["peek", "ran", "invalid_arguments"]
+    assert len(calls) == 1  # the call the Gate refused never ran
+    assert trimmed and "odd0" in trimmed[0]["tools"]
+    assert len(decided) == 1  # the valid call was decided; the invalid one refused before

@@ -269,3 +269,116 @@ async def test_concurrent_scripts_take_warm_runners_and_the_pool_refills() -> No
             assert not {p.pid for p in runner_processes()} & warm  # all new
     finally:
         await launcher.aclose()
+
+
+BIG_RESULT = 'result = ["a" * 3000 + str(i) for i in range(400)]'  # each string under the cap
+BIG_KEYS = 'result = {"k" * 3000 + str(i): i for i in range(400)}'  # the kernel caps no key
+BIG_ERROR = 'raise ValueError(*["e" * 3000 + str(i) for i in range(400)])'
+LONG_NAMES = """
+for i in range(300):
+    try:
+        call_tool("t" * 3000 + str(i))
+    except ToolError:
+        pass
+"""
+
+
+@pytest.mark.parametrize("script", [BIG_RESULT, BIG_KEYS, BIG_ERROR, LONG_NAMES])
+async def test_what_a_script_returns_is_bounded_by_the_output_cap(script: str, tmp_path) -> None:
+    """The attack: a script's result, error or called tool names made of many pieces, each
+    under the cap the kernel applies string by string, so the sum (1.2 MB here) would reach
+    the model whole. The value stays within a few caps; a cut result says so, and the spool
+    file its marker names holds all of it."""
+    cap = 8192
+    async with Kernel(approver=YES, output_cap_bytes=cap, spool_dir=tmp_path) as kernel:
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script, "max_calls": 300})
+    shown = outcome.value if outcome.ok else outcome.error.to_dict()
+    # the call records are bounded on their own: 200 kept, a name cut at 200 characters
+    bound = 6 * cap + (200 * 600 if script == LONG_NAMES else 0)
+    assert len(json.dumps(shown)) < bound, len(json.dumps(shown))
+    if script in (BIG_RESULT, BIG_KEYS):
+        assert "output cap" in outcome.value["result_cut"]
+        spooled = [p for p in tmp_path.rglob("*") if p.is_file()]
+        assert any(
+            ("a" * 3000 + "399") in p.read_text() or ("k" * 3000 + "399") in p.read_text()
+            for p in spooled
+        )
+    if script == LONG_NAMES:
+        assert outcome.ok and len(kinds(kernel, "proposed")) >= 300  # each one judged
+
+
+async def test_a_script_that_exhausts_its_memory_is_told_the_limit() -> None:
+    async with Kernel(approver=YES) as kernel:
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": 'x = "a" * 10**10'})
+    assert outcome.error is not None and outcome.error.code == "tool_error"
+    assert "MemoryError" in outcome.error.message
+    assert "memory_bytes" in outcome.error.message and str(1024**3) in outcome.error.message
+
+
+async def test_a_script_cannot_flood_the_event_stream_with_big_arguments(ledger: Ledger) -> None:
+    """The attack: every call is recorded with its arguments, and a script builds a megabyte
+    for free; 80 calls of 1 MB each would add 80 MB to the event stream in one run (at
+    600 s, gigabytes). Past the run's byte budget (max_call_bytes, 64 MiB by default) the
+    calls are refused, named, and not recorded."""
+    script = """
+junk = "x" * 1_000_000
+refused = []
+for i in range(80):
+    try:
+        call_tool("peek", junk=junk)
+    except ToolError as exc:
+        refused.append(exc.field)
+result = refused
+"""
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, ledger)
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script, "timeout_seconds": 120})
+        proposed = [e for e in kinds(kernel, "proposed") if e["tool"] == "peek"]
+        budget = kinds(kernel, "script_call_bytes_budget")
+        finished = kinds(kernel, "script_finished")
+    assert outcome.ok, outcome.error
+    # peek refuses the argument itself (invalid_arguments), after recording it whole
+    refused = [field for field in outcome.value["result"] if field == "max_call_bytes"]
+    assert refused, outcome.value["result"]
+    assert len(proposed) + len(refused) == 80
+    assert len(proposed) <= 64 * 1024 * 1024 // 1_000_000
+    assert len(budget) == 1 and budget[0]["max_call_bytes"] == 64 * 1024 * 1024
+    assert finished[-1]["refused_over_bytes"] == len(refused)
+
+
+DEEP = "x = []\nfor i in range(100000):\n    x = [x]\n"
+UNSHOWABLE = {
+    "a huge int as the result": ("result = 10**100000", "ok"),
+    "a huge int in an error": ("raise ValueError(10**100000)", "ValueError"),
+    "a deep list as the result": (DEEP + "result = x", "ok"),
+    "a deep list in an error": (DEEP + "raise ValueError(x)", "ValueError"),
+    "a lone surrogate as the result": ("result = chr(0xd800)", "ok"),
+    "a lone surrogate in an error": ("raise ValueError(chr(0xd800))", "ValueError"),
+    "a lone surrogate as a key": ("result = {chr(0xdfff): 1}", "ok"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNSHOWABLE))
+async def test_a_value_the_runner_cannot_show_never_ends_the_runner(name: str) -> None:
+    """The attack: a result or an exception that cannot be printed or encoded (int past
+    CPython's digit limit, a list deeper than the recursion limit, a lone surrogate) ended
+    the runner with its own traceback (host paths) in place of the script's outcome, and the
+    calls the script had made were not reported. The outcome is the script's, with its calls."""
+    source, expected = UNSHOWABLE[name]
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, Ledger())
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": 'call_tool("peek")\n' + source, "timeout_seconds": 60}
+        )
+    shown = json.dumps(outcome.value if outcome.ok else outcome.error.to_dict())
+    assert "_runner.py" not in shown and "Traceback (most recent call last):\n  File" not in shown
+    if expected == "ok":
+        assert outcome.ok, outcome.error
+        assert outcome.value["calls"][0]["tool"] == "peek"
+    else:
+        assert outcome.error.message.startswith(f"the script raised {expected}"), outcome.error
+        assert outcome.error.details["calls"][0]["tool"] == "peek"
