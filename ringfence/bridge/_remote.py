@@ -61,6 +61,10 @@ __all__ = ["RELAY_MODULE", "RelayChild", "RemoteScriptLauncher", "runner_files_t
 RELAY_MODULE = f"{__package__}._relay"
 _DOCKER_FRAME = struct.Struct(">BxxxL")
 DRAIN_SECONDS = 5.0  # how long a closed run's stream is read for its end (Engine 20.10 hangs)
+# The largest frame read from the stream, Docker's or the relay's: the relay writes at most
+# 64 KiB a frame and Docker's are smaller; a larger announcement (a hostile engine or relay)
+# would have the host buffer up to 4 GiB for it, so it ends the run instead.
+MAX_FRAME = 1 << 20
 
 # Run by root in the container: read the tar (its length in argv[1]) from stdin, extract it.
 _EXTRACT = """\
@@ -270,6 +274,7 @@ class RelayChild:
         self._code: int | None = None
         self._buf = b""  # Docker's frames not yet whole
         self._ours = b""  # the relay's frames (stream 1) not yet whole
+        self._overlong = False  # a frame over MAX_FRAME was announced: the stream is done
         self._closed = False
 
     async def send(self, kind: int, payload: bytes) -> None:
@@ -295,10 +300,13 @@ class RelayChild:
     ) -> None:
         """Read the stream to its end: the relay's frames dispatched, stream 2 to ``err``."""
         try:
-            while data := await self.sock.recv(65536):
+            while not self._overlong and (data := await self.sock.recv(65536)):
                 self._buf += data
                 while len(self._buf) >= _DOCKER_FRAME.size:
                     kind, size = _DOCKER_FRAME.unpack_from(self._buf)
+                    if size > MAX_FRAME:
+                        self._stop_overlong("the engine's stream", size, err)
+                        break
                     if len(self._buf) < _DOCKER_FRAME.size + size:
                         break
                     payload = self._buf[_DOCKER_FRAME.size : _DOCKER_FRAME.size + size]
@@ -306,16 +314,23 @@ class RelayChild:
                     if kind == 2:
                         err(payload)
                     else:
-                        await self._relay_frames(payload, out)
+                        await self._relay_frames(payload, out, err)
+                    if self._overlong:
+                        break
         except (OSError, trio.ClosedResourceError, trio.BrokenResourceError):
             pass
         finally:
             self._eof.set()
 
-    async def _relay_frames(self, data: bytes, out: Callable[[bytes], None] | None) -> None:
+    async def _relay_frames(
+        self, data: bytes, out: Callable[[bytes], None] | None, err: Callable[[bytes], None]
+    ) -> None:
         self._ours += data
         while len(self._ours) >= HEADER.size:
             kind, size = HEADER.unpack_from(self._ours)
+            if size > MAX_FRAME:
+                self._stop_overlong("the relay", size, err)
+                return
             if len(self._ours) < HEADER.size + size:
                 return
             payload = self._ours[HEADER.size : HEADER.size + size]
@@ -327,6 +342,18 @@ class RelayChild:
             elif kind == EXIT:
                 with contextlib.suppress(ValueError):
                     self._code = int(payload)
+
+    def _stop_overlong(self, who: str, size: int, err: Callable[[bytes], None]) -> None:
+        """A frame announced over :data:`MAX_FRAME`: nothing more is read, the runner is
+        killed, and the run's stderr says why."""
+        self._overlong = True
+        self._buf = self._ours = b""
+        self._code = 1 if self._code is None else self._code  # no exec status to wait for
+        self._kill.set()
+        err(
+            f"ringfence: {who} announced a frame of {size} bytes, over the limit of "
+            f"{MAX_FRAME} (MAX_FRAME); the run was stopped\n".encode()
+        )
 
     async def _to_runner(self) -> None:
         """The host's bridge bytes to the relay; the host's end closing kills the runner."""

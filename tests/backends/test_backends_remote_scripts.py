@@ -388,3 +388,40 @@ async def test_a_script_on_an_ssh_engine_rides_the_forwarded_exec_stream(
         assert result == "over ssh\n"
     finally:
         stop_ssh_engine(handle)
+
+
+@pytest.mark.parametrize("where", ["docker", "relay"])
+async def test_an_overlong_frame_from_the_engine_ends_the_run_unbuffered(where: str) -> None:
+    """A hostile engine (or relay) announcing a 4 GiB frame: the host stops reading at once,
+    kills the runner and says why, instead of buffering up to 4 GiB for it.
+
+    The engine's end is a socket this test writes (a real engine sends only what its relay
+    writes, at most 64 KiB a frame: the hostile one is what cannot be made here).
+    """
+    import struct
+
+    from ringfence.bridge._relay import HEADER, KILL, OUT
+    from ringfence.bridge._remote import RelayChild
+
+    ours, theirs = trio.socket.socketpair()
+    child = RelayChild(session=None, exec_id="x", sock=ours)
+    docker = struct.Struct(">BxxxL")
+    if where == "docker":
+        hostile = docker.pack(1, 0xFFFFFFF0) + b"a" * 4096
+    else:
+        inner = HEADER.pack(OUT, 0xFFFFFFF0) + b"a" * 4096
+        hostile = docker.pack(1, len(inner)) + inner
+    await theirs.send(hostile)
+    errors: list[bytes] = []
+    with trio.move_on_after(5) as scope:  # the engine's end stays open all along
+        await child.pump(lambda _b: None, errors.append)
+    assert not scope.cancelled_caught, "the host kept reading, buffering for the frame"
+    assert await child.wait() == 1
+    message = b"".join(errors).decode()
+    assert "4294967280 bytes, over the limit of 1048576" in message, message
+    await child.aclose()
+    # The relay's stdin ends (its end of file kills the runner), after a KILL or not.
+    with trio.fail_after(5):
+        while data := await theirs.recv(65536):
+            assert data[:1] == bytes([KILL]), data
+    theirs.close()
