@@ -773,6 +773,12 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/git/_config.py", "refuse_git_config_inside_roots", "os.stat"): (
         "each directory holding git's configuration file, matched with the roots by identity"
     ),
+    ("ringfence/workspace/git/_config.py", "_other_name", "os.stat"): (
+        "git's configuration file itself (outside the roots): how many names it has"
+    ),
+    ("ringfence/workspace/git/_config.py", "_other_name", "os.open"): (
+        "each root, opened once to search it by descriptor for another name of that file"
+    ),
     ("ringfence/workspace/changes/_store.py", "_open_store", "os.makedirs"): (
         "the checkpoint store under $RINGFENCE_HOME, outside every root: made by its path "
         "once, everything below it reached by descriptor"

@@ -538,6 +538,59 @@ def test_a_root_holding_gits_own_configuration_is_refused(
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(
+    "writer",
+    [("run_shell", "--no-change-sets"), ("run_shell",), ("write_file",)],
+    ids=["run_shell --no-change-sets", "run_shell", "write_file"],
+)
+def test_a_root_holding_a_hard_link_of_gits_own_configuration_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    writer: tuple[str, ...],
+) -> None:
+    """``~/.gitconfig`` a *hard* link of ``dotfiles/gitconfig`` (no directory of the home in
+    the root, no symlink to follow): a command writing the root directly appended
+    ``core.fsmonitor`` to the shared inode, and the host's next ``git status`` ran it. The
+    root is refused before anything opens; nothing written; the host's git runs nothing."""
+    home = tmp_path / "home"
+    (home / "dotfiles").mkdir(parents=True)
+    (home / "dotfiles" / "gitconfig").write_text("[user]\n\tname = someone\n")
+    os.link(home / "dotfiles" / "gitconfig", home / ".gitconfig")
+    root = home / "dotfiles"
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path / "ringfence-home"))
+    marker = tmp_path / "PWNED"
+    hostile = f'[core]\n\tfsmonitor = "touch {marker}"\n'
+    tool, *extra = writer
+    if tool == "write_file":
+        args = json.dumps({"path": "gitconfig", "content": hostile})
+    else:
+        args = json.dumps({"command": f"printf '%s' '{hostile}' >> gitconfig"})
+    before = tree_state(home)
+    events_path = tmp_path / "events.jsonl"
+    code, out = cli_json(
+        capsys, "call", tool, "--args", args, "--workspace", str(root),
+        "--posture", "allow-reversible", "--approve", "yes", "--events", str(events_path), *extra,
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert out["error"]["field"] == "roots", out
+    assert f"{root / 'gitconfig'} is the same file (a hard link)" in out["error"]["message"]
+    assert tree_state(home) == before
+    assert not [
+        e for e in events(events_path) if e["kind"] in ("checkpoint", "started", "finished")
+    ]
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "status"], cwd=repo, capture_output=True,
+        env={**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"},
+    )  # fmt: skip
+    assert not marker.exists()
+
+
 def test_a_project_directory_in_the_home_is_a_root_as_before(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
