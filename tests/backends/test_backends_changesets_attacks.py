@@ -27,6 +27,8 @@ from tree_helpers import git_found
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 HEAD = "printf 'ref: refs/heads/main\\n' > HEAD"
+FSMONITOR = '[core]\n\tfsmonitor = "touch {m}"\n'
+HOOK = "#!/bin/sh\ntouch {m}\n"
 
 
 def config(marker: Path, worktree: str = "..") -> str:
@@ -468,6 +470,94 @@ def test_docker_change_sets_refuse_a_repository_through_the_hosts_per_process_li
         capsys, ws, command, "--backend", "docker", "--change-sets", "--events", str(events_path)
     )
     assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
+
+
+# A git directory's common directory (what its `commondir` names) holds the config and hooks
+# git reads for it, and needs no HEAD of its own: git metadata all the same.
+def _shared_common(ws: Path) -> None:
+    """``w/.git`` -> ``gd`` (``HEAD``, ``commondir`` -> ``../common``); ``common`` has
+    ``objects``, ``refs`` and ``config``, no ``HEAD``: git in ``w`` reads ``common/config``."""
+    (ws / "common" / "objects").mkdir(parents=True)
+    (ws / "common" / "refs").mkdir()
+    (ws / "common" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    (ws / "gd").mkdir()
+    (ws / "gd" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "gd" / "commondir").write_text("../common\n")
+    (ws / "w").mkdir()
+    (ws / "w" / ".git").write_text("gitdir: ../gd\n")
+    owned(ws, WORKSPACE_UID)
+
+
+COMMON_ATTACKS = {
+    # name -> (tool, arguments, extra options); {m} is the marker a planted command touches
+    "write_file config": ("write_file", {"path": "common/config", "content": FSMONITOR}, ()),
+    "edit_file config": (
+        "edit_file",
+        {"path": "common/config", "old": "[core]", "new": FSMONITOR.rstrip("\n")},
+        (),
+    ),
+    "write_file a hook": (
+        "write_file",
+        {"path": "common/hooks/post-index-change", "content": HOOK},
+        (),
+    ),
+    "run_shell config": (
+        "run_shell",
+        {"command": f"printf '%s' '{FSMONITOR}' >> common/config"},
+        (),
+    ),
+    "run_shell a hook": (
+        "run_shell",
+        {
+            "command": f"mkdir common/hooks && printf '%s' '{HOOK}' > common/hooks/post-index-change"
+            " && chmod +x common/hooks/post-index-change"
+        },
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", list(COMMON_ATTACKS), ids=list(COMMON_ATTACKS))
+def test_a_git_directorys_common_directory_is_git_metadata(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], attack: str
+) -> None:
+    """git in ``w`` reads ``common/config`` and ``common/hooks`` (``gd``'s commondir), and
+    ``common`` has no HEAD, so it was no git directory to ringfence: a write there set a
+    ``core.fsmonitor`` (or a hook) that the person's next ``git status`` in ``w`` ran."""
+    _shared_common(ws)
+    marker = tmp_path / "PWNED"
+    tool, arguments, extra = COMMON_ATTACKS[attack]
+    arguments = json.loads(json.dumps(arguments).replace("{m}", str(marker)))
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = cli_json(
+        capsys, "call", tool, "--args", json.dumps(arguments), "--workspace", str(ws),
+        "--posture", "allow-reversible", "--approve", "yes", "--events", str(events_path), *extra,
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert "the common directory of the git directory" in out["error"]["message"], out
+    assert tree_state(ws) == before
+    assert not [e for e in events(events_path) if e["kind"] == "checkpoint"]
+    git_status(ws / "w")
+    assert not marker.exists()
+
+
+def test_a_directory_like_a_common_directory_that_none_names_is_written(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: ``objects``/``refs`` side by side, no git directory naming them."""
+    (ws / "lib" / "objects").mkdir(parents=True)
+    (ws / "lib" / "refs").mkdir()
+    owned(ws, WORKSPACE_UID)
+    args = json.dumps({"path": "lib/config", "content": "x"})
+    code, out = cli_json(
+        capsys, "call", "write_file", "--args", args, "--workspace", str(ws),
+        "--posture", "allow-reversible", "--approve", "yes",
+    )  # fmt: skip
+    assert code == 0, out
+    code, out = call(capsys, ws, "echo y > lib/config2")
+    assert code == 0, out
+    assert (ws / "lib" / "config2").read_text() == "y\n"
 
 
 # git's own configuration (global, system) is read in every repository: a root holding it is

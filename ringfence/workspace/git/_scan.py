@@ -42,11 +42,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._rules import first_git_directory, is_dotgit, is_git_directory
-from ._snapshot import GitSnapshot
+from ._rules import first_git_directory, is_dotgit, is_git_directory, read_commondir
+from ._snapshot import GitSnapshot, open_rel
 from ._walk import Walk
 
-__all__ = ["CLOCK_STEP_NS", "scan_git_metadata"]
+__all__ = ["CLOCK_STEP_NS", "scan_git_metadata", "sharing_git_directory"]
 
 # The wall clock stepping back by more than this since the base scan (measured against the
 # monotonic clock) means a full walk: a change could then get a ctime the base already saw.
@@ -148,6 +148,47 @@ def scan_git_metadata(
         reused=walk.reused,
         links=frozenset(walk.links),
     )
+
+
+def sharing_git_directory(roots: Sequence[tuple[Path, int]], directory_fd: int) -> str | None:
+    """A git directory in ``roots`` (``(real path, descriptor)`` pairs) whose ``commondir``
+    names the directory open at ``directory_fd``, as a path; or None. git reads that
+    repository's ``config``, ``hooks``, ``objects`` and ``refs`` from its common directory,
+    which need not be a git directory itself (no ``HEAD``).
+
+    By a scan of the roots (every ``commondir`` git reads lies in git metadata: in a git
+    directory, which the scan finds by name and content) and identity: the ``commondir``'s
+    path followed from its git directory (links too, as git's ``realpath``) is compared
+    with ``directory_fd`` by device and inode. Blocking; a full scan, so callers ask only
+    about a directory :func:`._rules.may_be_common_directory` accepts.
+    """
+    st = os.fstat(directory_fd)
+    wanted = (st.st_dev, st.st_ino)
+    snapshot = scan_git_metadata([path for path, _ in roots])
+    for index, rel in sorted(snapshot.entries):
+        parent, _, leaf = rel.rpartition("/")
+        if leaf != "commondir":
+            continue
+        root_path, root_fd = roots[index]
+        try:
+            gitdir = open_rel(root_fd, parent)
+        except OSError:
+            continue
+        try:
+            if not is_git_directory(gitdir, beneath=(root_fd, parent)):
+                continue
+            common = read_commondir(gitdir)
+            if common is None:
+                continue
+            try:
+                found = os.stat(common, dir_fd=gitdir)
+            except (OSError, ValueError):
+                continue
+            if (found.st_dev, found.st_ino) == wanted:
+                return str(root_path / parent) if parent else str(root_path)
+        finally:
+            os.close(gitdir)
+    return None
 
 
 def _clock_offset() -> tuple[int, int]:
