@@ -799,6 +799,12 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
         "the same check reading a HEAD, commondir or gitfile outside the roots (O_NOFOLLOW, "
         "a regular file only, a few bytes)"
     ),
+    ("ringfence/workspace/_workspace.py", "_add_common_directories", "os.open"): (
+        "a git directory found inside a root (mounted read-only), opened to read its commondir"
+    ),
+    ("ringfence/workspace/_workspace.py", "_add_common_directories", "os.path.realpath"): (
+        "where that commondir leads (git's realpath), mounted read-only too if inside a root"
+    ),
     ("ringfence/workspace/_workspace.py", "_scan_git", "os.path.realpath"): (
         "git_directories lists read-only mount points for run_shell: a .git link's or "
         "gitfile's target is resolved by name and kept only when it lies inside a root; "

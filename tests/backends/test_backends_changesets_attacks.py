@@ -542,6 +542,31 @@ def test_a_git_directorys_common_directory_is_git_metadata(
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("what", ["config", "a hook"])
+def test_no_change_sets_cannot_write_a_git_directorys_common_directory(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    """A `--no-change-sets` command writes the roots itself: the common directory is mounted
+    read-only like the git directories present at session start, so the write fails."""
+    _shared_common(ws)
+    marker = tmp_path / "PWNED"
+    if what == "config":
+        command = f"printf '%s' '{FSMONITOR.format(m=marker)}' >> common/config"
+    else:
+        command = f"mkdir common/hooks && printf '%s' '{HOOK.format(m=marker)}' > common/hooks/x"
+    before = tree_state(ws)
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}),
+        "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
+        "--no-change-sets",
+    )  # fmt: skip
+    assert code == 0 and out["result"]["exit_code"] != 0, out
+    assert "Read-only file system" in out["result"]["stderr"], out
+    assert tree_state(ws) == before
+    git_status(ws / "w")
+    assert not marker.exists()
+
+
 def test_a_directory_like_a_common_directory_that_none_names_is_written(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
