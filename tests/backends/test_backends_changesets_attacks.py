@@ -567,6 +567,30 @@ def test_no_change_sets_cannot_write_a_git_directorys_common_directory(
     assert not marker.exists()
 
 
+def test_host_backend_restores_a_git_directorys_common_directory(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The unconfined ``host`` backend writes the roots as the user: its before/after scan
+    counts the common directory as git metadata, so the planted config is refused and its
+    before-image put back."""
+    _shared_common(ws)
+    marker = tmp_path / "PWNED"
+    command = f"printf '%s' '{FSMONITOR.format(m=marker)}' >> common/config"
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}),
+        "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
+        "--backend", "host", "--events", str(events_path),
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert "common/config (changed, restored)" in out["error"]["message"], out
+    assert tree_state(ws) == before
+    assert [e for e in events(events_path) if e["kind"] == "git_metadata_refused"]
+    git_status(ws / "w")
+    assert not marker.exists()
+
+
 def test_a_directory_like_a_common_directory_that_none_names_is_written(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

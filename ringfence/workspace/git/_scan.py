@@ -37,6 +37,7 @@ undoes what changed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -133,6 +134,21 @@ def scan_git_metadata(
             walk.run(index, top_fd, inherited)
         finally:
             os.close(top_fd)
+    # A git directory's common directory (its commondir names it) is git metadata too: git
+    # reads that repository's config and hooks there, and it needs no HEAD to be one.
+    named = [key for key in walk.entries if key[1].rpartition("/")[2] == "commondir"]
+    if named:
+        fds: dict[int, int] = {}
+        try:
+            for index in sorted({i for i, _ in named}):
+                with contextlib.suppress(OSError):
+                    fds[index] = os.open(paths[index], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            for index, rel in _common_directories(walk, named, fds):
+                with contextlib.suppress(OSError):  # gone meanwhile: nothing there to watch
+                    walk.run_metadata(index, fds[index], rel)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
     return GitSnapshot(
         paths,
         walk.entries,
@@ -147,6 +163,40 @@ def scan_git_metadata(
         listed=walk.listed,
         reused=walk.reused,
         links=frozenset(walk.links),
+    )
+
+
+def _common_directories(
+    walk: Walk, named: list[tuple[int, str]], fds: dict[int, int]
+) -> list[tuple[int, str]]:
+    """``(root index, path)`` of each directory inside the roots that the ``commondir`` of a
+    git directory (``named``: those files, in the metadata ``walk`` found; ``fds``: the
+    roots' descriptors) names and that is not metadata already. Matched by identity: the
+    ``commondir`` is followed from its git directory as git does, and compared with the
+    directories the walk listed."""
+    wanted: set[tuple[int, int]] = set()
+    for index, rel in named:
+        parent = rel.rpartition("/")[0]
+        if index not in fds:
+            continue
+        try:
+            gitdir = open_rel(fds[index], parent)
+        except OSError:
+            continue
+        try:
+            common = None
+            if is_git_directory(gitdir, beneath=(fds[index], parent)):
+                common = read_commondir(gitdir)
+            if common is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    st = os.stat(common, dir_fd=gitdir)
+                    wanted.add((st.st_dev, st.st_ino))
+        finally:
+            os.close(gitdir)
+    return sorted(
+        key
+        for key, state in walk.dirs.items()
+        if (state.dev, state.ino) in wanted and key not in walk.entries
     )
 
 
