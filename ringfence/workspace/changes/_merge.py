@@ -526,6 +526,35 @@ def _move_tree(
     return end - i if moved else 0
 
 
+def _check_chains(resolver: Resolver, changes: Sequence[Change]) -> None:
+    """Refuse the set before anything is applied when it writes below git metadata (a root
+    inside it, a ``.git``, a git directory, a common directory): :func:`check_git_chain`,
+    which each write repeats as it happens, made here first, so that a dry run stages only
+    what applying would do and a refusal leaves nothing to roll back. Each directory the set
+    writes in once, at its deepest part that exists now (what the set makes below that is
+    judged on the resulting tree)."""
+    done: set[tuple[int, str]] = set()
+    first: dict[tuple[int, str], str] = {}  # each directory: the first path written in it
+    for change in changes:
+        first.setdefault((change.root, posixpath.dirname(change.path)), change.path)
+    for (root, parent), shown in first.items():
+        while (root, parent) not in done:
+            done.add((root, parent))
+            base = str(resolver.roots[root].path)
+            where = (parent or ".") if root == 0 else posixpath.join(base, parent)
+
+            def op(place: Place, shown: str = shown) -> None:
+                check_git_chain(place, escape_name(shown), resolver.roots)
+
+            try:
+                resolver.walk(f"{where}/.", op, access=CONFINED)
+                break
+            except RingfenceError as exc:
+                if exc.code != "not_found" or not parent:
+                    raise
+                parent = posixpath.dirname(parent)  # made by the set: its parent decides
+
+
 def _all_below(changes: Sequence[Change], root: int, prefix: str) -> bool:
     """Every change is in ``root`` below ``prefix`` (``dir/``): in C, a tree can hold 10,000."""
     return all(map(eq, map(_ROOT_OF, changes), repeat(root))) and all(
@@ -613,6 +642,7 @@ def merge_changes(
         from ._resulting import check_resulting_tree  # loaded by the first merge
 
         judged = check_resulting_tree(resolver, accepted, blobs)
+        _check_chains(resolver, accepted)
         if judge_only:
             return MergeReport(tuple(accepted), tuple(refused))
         st = os.fstat(resolver.roots[0].fd)
