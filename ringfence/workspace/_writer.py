@@ -38,7 +38,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,6 @@ from ._resolver import (
     FollowLeaf,
     Place,
     Resolver,
-    Root,
     check_path_string,
     display_path,
     is_link,
@@ -461,7 +460,7 @@ def _write(
         display = place.display()
         if place.leaf is not None and is_dotgit(place.leaf):
             raise GitMetadata(f"{display} is git metadata. " + _GIT_EXPLANATION, field="path")
-        check_git_chain(place, display, resolver.roots)
+        check_git_chain(place, display, resolver)
         if place.leaf is None:
             raise InvalidArguments(f"{display} is a directory, not a file", field="path")
         if is_link(place.leaf, place.dir_fd):
@@ -528,7 +527,7 @@ def make_checked_dir(
     display = place.display(name)
     if is_dotgit(name):
         raise GitMetadata(f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path")
-    check_git_chain(place, display, resolver.roots if resolver is not None else ())
+    check_git_chain(place, display, resolver)
     if is_git_directory(place.dir_fd, {name: ("dir", None)}, beneath=place.beneath):
         raise GitMetadata(
             f"creating {display} would make {place.display() or '.'} a git directory "
@@ -561,11 +560,11 @@ def make_checked_dir(
     return True
 
 
-def check_git_chain(place: Place, display: str, roots: Sequence[Root] = ()) -> None:
+def check_git_chain(place: Place, display: str, resolver: Resolver | None = None) -> None:
     """Refuse a write below git metadata: a root inside it, a .git name, a git directory,
     or a git directory's common directory (one that ``commondir`` names: git reads that
-    repository's config and hooks there, ``HEAD`` or not) when a git directory in ``roots``
-    (default: the place's own root) names it."""
+    repository's config and hooks there, ``HEAD`` or not) when a git directory in the roots
+    of ``resolver`` (without one: the place's own root) names it."""
     if place.root.git_reason is not None:
         raise GitMetadata(f"{display}: {place.root.git_reason}. " + _GIT_EXPLANATION, field="path")
     names = place.names
@@ -588,10 +587,7 @@ def check_git_chain(place: Place, display: str, roots: Sequence[Root] = ()) -> N
                 field="path",
             )
         if may_be_common_directory(fd, beneath=beneath):
-            from .git._scan import sharing_git_directory  # a scan: only for such a directory
-
-            searched = [(r.path, r.fd) for r in (roots or [place.root]) if not r.is_host]
-            sharer = sharing_git_directory(searched, fd)
+            sharer = _sharing(place, fd, resolver)
             if sharer is not None:
                 where = display_path(place.root, names[:depth])
                 raise GitMetadata(
@@ -600,6 +596,20 @@ def check_git_chain(place: Place, display: str, roots: Sequence[Root] = ()) -> N
                     "config and hooks there). " + _GIT_EXPLANATION,
                     field="path",
                 )
+
+
+def _sharing(place: Place, fd: int, resolver: Resolver | None) -> str | None:
+    """The git directory whose ``commondir`` names the directory ``fd``, if any: a scan of
+    the roots, incremental from the resolver's last one (see :mod:`.changes._resulting`)."""
+    from .git._scan import sharing_git_directory  # a scan: only for such a directory
+
+    if resolver is None or place.root.is_host:
+        roots = [] if place.root.is_host else [(place.root.path, place.root.fd)]
+        return sharing_git_directory(roots, fd)[0]
+    with resolver.scan_lock:
+        roots = [(r.path, r.fd) for r in resolver.roots]
+        found, resolver.scan_base = sharing_git_directory(roots, fd, resolver.scan_base)
+    return found
 
 
 def _encode(text: str, name: str) -> bytes:

@@ -358,7 +358,7 @@ def _apply_one(
         leaf = place.leaf
         assert leaf is not None
         if not chain_checked:
-            check_git_chain(place, place.display(), dirs.resolver.roots)
+            check_git_chain(place, place.display(), dirs.resolver)
         dir_fd = place.dir_fd
         found = _found(dir_fd, leaf, blobs, (known or {}).pop((change.root, change.path), None))
         try:
@@ -501,7 +501,7 @@ def _move_tree(
         assert leaf is not None
         display = place.display()
         if not chain_checked:
-            check_git_chain(place, display, dirs.resolver.roots)
+            check_git_chain(place, display, dirs.resolver)
         if is_git_directory(place.dir_fd, {leaf: ("dir", None)}, beneath=place.beneath):
             raise GitMetadata(f"creating {display} would make a git directory")
         if dir_denies_create(os.fstat(place.dir_fd)):
@@ -544,7 +544,7 @@ def _check_chains(resolver: Resolver, changes: Sequence[Change]) -> None:
             where = (parent or ".") if root == 0 else posixpath.join(base, parent)
 
             def op(place: Place, shown: str = shown) -> None:
-                check_git_chain(place, escape_name(shown), resolver.roots)
+                check_git_chain(place, escape_name(shown), resolver)
 
             try:
                 resolver.walk(f"{where}/.", op, access=CONFINED)

@@ -200,21 +200,24 @@ def _common_directories(
     )
 
 
-def sharing_git_directory(roots: Sequence[tuple[Path, int]], directory_fd: int) -> str | None:
+def sharing_git_directory(
+    roots: Sequence[tuple[Path, int]], directory_fd: int, base: GitSnapshot | None = None
+) -> tuple[str | None, GitSnapshot]:
     """A git directory in ``roots`` (``(real path, descriptor)`` pairs) whose ``commondir``
-    names the directory open at ``directory_fd``, as a path; or None. git reads that
+    names the directory open at ``directory_fd``, as a path, or None; and the scan it made
+    (incremental from ``base``, a scan of the same roots). git reads that
     repository's ``config``, ``hooks``, ``objects`` and ``refs`` from its common directory,
     which need not be a git directory itself (no ``HEAD``).
 
     By a scan of the roots (every ``commondir`` git reads lies in git metadata: in a git
     directory, which the scan finds by name and content) and identity: the ``commondir``'s
     path followed from its git directory (links too, as git's ``realpath``) is compared
-    with ``directory_fd`` by device and inode. Blocking; a full scan, so callers ask only
+    with ``directory_fd`` by device and inode. Blocking; a scan (one ``lstat`` per directory from a recent ``base``), so callers ask only
     about a directory :func:`._rules.may_be_common_directory` accepts.
     """
     st = os.fstat(directory_fd)
     wanted = (st.st_dev, st.st_ino)
-    snapshot = scan_git_metadata([path for path, _ in roots])
+    snapshot = scan_git_metadata([path for path, _ in roots], base=base)
     for index, rel in sorted(snapshot.entries):
         parent, _, leaf = rel.rpartition("/")
         if leaf != "commondir":
@@ -235,10 +238,10 @@ def sharing_git_directory(roots: Sequence[tuple[Path, int]], directory_fd: int) 
             except (OSError, ValueError):
                 continue
             if (found.st_dev, found.st_ino) == wanted:
-                return str(root_path / parent) if parent else str(root_path)
+                return (str(root_path / parent) if parent else str(root_path)), snapshot
         finally:
             os.close(gitdir)
-    return None
+    return None, snapshot
 
 
 def _clock_offset() -> tuple[int, int]:
