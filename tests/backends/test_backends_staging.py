@@ -120,3 +120,25 @@ def test_a_shell_dry_run_refuses_writing_a_git_directory_of_any_name(
     assert f"{name}/config is inside {name}" in out["error"]["message"], out
     assert staged_calls(plan) == []
     assert tree_state(ws) == before
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_link_to_a_git_directory_replaced_by_a_directory_is_merged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: the check before the first write looks at a directory as the set leaves
+    it, so ``d -> b.git`` made a real directory (``d/f`` written there) is no write into
+    ``b.git``."""
+    ws = tmp_path / "ws"
+    (ws / "b.git" / "objects").mkdir(parents=True)
+    (ws / "b.git" / "refs").mkdir()
+    (ws / "b.git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "d").symlink_to("b.git")
+    command = json.dumps({"command": "rm d && mkdir d && echo hi > d/f"})
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", command, "--workspace", str(ws),
+        "--posture", "allow-reversible", "--approve", "no",
+    )  # fmt: skip
+    assert code == 0, out
+    assert not (ws / "d").is_symlink() and (ws / "d" / "f").read_text() == "hi\n"
+    assert sorted(p.name for p in (ws / "b.git").iterdir()) == ["HEAD", "objects", "refs"]

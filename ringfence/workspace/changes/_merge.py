@@ -531,13 +531,24 @@ def _check_chains(resolver: Resolver, changes: Sequence[Change]) -> None:
     inside it, a ``.git``, a git directory, a common directory): :func:`check_git_chain`,
     which each write repeats as it happens, made here first, so that a dry run stages only
     what applying would do and a refusal leaves nothing to roll back. Each directory the set
-    writes in once, at its deepest part that exists now (what the set makes below that is
-    judged on the resulting tree)."""
+    writes in once, at its deepest part that exists now and that the set keeps (what it makes
+    or replaces there, a link made a directory included, is judged on the resulting tree)."""
     done: set[tuple[int, str]] = set()
+    # Paths whose entry the set removes, replaces or makes: never walked through as they are.
+    cut = {
+        (c.root, c.path)
+        for c in changes
+        if c.before is None or c.after is None or c.before.kind != "dir" or c.after.kind != "dir"
+    }
     first: dict[tuple[int, str], str] = {}  # each directory: the first path written in it
     for change in changes:
         first.setdefault((change.root, posixpath.dirname(change.path)), change.path)
     for (root, parent), shown in first.items():
+        parts = parent.split("/") if parent else []
+        for depth in range(1, len(parts) + 1):
+            if (root, "/".join(parts[:depth])) in cut:
+                parent = "/".join(parts[: depth - 1])
+                break
         while (root, parent) not in done:
             done.add((root, parent))
             base = str(resolver.roots[root].path)
