@@ -773,6 +773,10 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/git/_config.py", "refuse_git_config_inside_roots", "os.stat"): (
         "each directory holding git's configuration file, matched with the roots by identity"
     ),
+    ("ringfence/workspace/git/_config.py", "_read", "os.open"): (
+        "git's own configuration file or one it includes (the person's, read to find what it "
+        "includes and its hooks directory), compared with the roots, never written"
+    ),
     ("ringfence/workspace/git/_config.py", "_other_name", "os.stat"): (
         "git's configuration file itself (outside the roots): how many names it has"
     ),

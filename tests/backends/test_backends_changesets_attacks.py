@@ -730,6 +730,72 @@ def test_a_root_holding_a_hard_link_of_gits_own_configuration_is_refused(
     assert not marker.exists()
 
 
+# What git's own configuration names is git's configuration too: included files, a hooks
+# directory. name -> (the ~/.gitconfig text, the file the attack writes in the root ~/proj)
+NAMED_ATTACKS = {
+    "include.path, relative": ("[include]\n\tpath = proj/local.gitconfig\n", "local.gitconfig"),
+    "includeIf.*.path under ~/": (
+        '[includeIf "gitdir:/"]\n\tpath = "~/proj/cfg/extra"\n',
+        "cfg/extra",
+    ),
+    "an include of an include": ("[include]\n\tpath = ~/dots/first\n", "second"),
+    "core.hooksPath": ("[core]\n\thooksPath = ~/proj/hooks\n", "hooks/post-index-change"),
+}
+
+
+@pytest.mark.parametrize("attack", list(NAMED_ATTACKS), ids=list(NAMED_ATTACKS))
+@pytest.mark.parametrize("tool", ["write_file", "run_shell"])
+def test_a_root_holding_what_gits_own_configuration_names_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    attack: str,
+    tool: str,
+) -> None:
+    """``~/.gitconfig`` includes ``~/proj/local.gitconfig`` (or names ``~/proj/hooks``):
+    with ``~/proj`` a root, the agent wrote ``core.fsmonitor`` there and the host's next
+    ``git status`` in any repository ran it. Refused before anything opens, nothing written,
+    the host's git runs nothing."""
+    home = tmp_path / "home"
+    root = home / "proj"
+    root.mkdir(parents=True)
+    (home / "dots").mkdir()
+    (home / "dots" / "first").write_text("[include]\n\tpath = ../proj/second\n")
+    gitconfig, name = NAMED_ATTACKS[attack]
+    (home / ".gitconfig").write_text(gitconfig)
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path / "ringfence-home"))
+    marker = tmp_path / "PWNED"
+    hostile = HOOK if name.startswith("hooks/") else FSMONITOR
+    hostile = hostile.format(m=marker)
+    if tool == "write_file":
+        args = json.dumps({"path": name, "content": hostile})
+    else:
+        command = (
+            f"mkdir -p $(dirname {name}) && printf '%s' '{hostile}' > {name} && chmod +x {name}"
+        )
+        args = json.dumps({"command": command})
+    before = tree_state(home)
+    code, out = cli_json(
+        capsys, "call", tool, "--args", args, "--workspace", str(root),
+        "--posture", "allow-reversible", "--approve", "yes",
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert out["error"]["field"] == "roots", out
+    message = out["error"]["message"]
+    assert f"workspace root {root} holds " in message and name.split("/")[0] in message, out
+    assert tree_state(home) == before
+    repo = tmp_path / "repo"
+    env = {**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True, env=env)
+    (repo / "f").write_text("f")
+    subprocess.run(["git", "add", "f"], cwd=repo, capture_output=True, env=env)
+    subprocess.run(["git", "status"], cwd=repo, capture_output=True, env=env)
+    assert not marker.exists()
+
+
 def test_a_project_directory_in_the_home_is_a_root_as_before(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
