@@ -773,6 +773,16 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/git/_config.py", "refuse_git_config_inside_roots", "os.stat"): (
         "each directory holding git's configuration file, matched with the roots by identity"
     ),
+    ("ringfence/workspace/git/_config.py", "_read", "os.open"): (
+        "git's own configuration file or one it includes (the person's, read to find what it "
+        "includes and its hooks directory), compared with the roots, never written"
+    ),
+    ("ringfence/workspace/git/_config.py", "_other_name", "os.stat"): (
+        "git's configuration file itself (outside the roots): how many names it has"
+    ),
+    ("ringfence/workspace/git/_config.py", "_other_name", "os.open"): (
+        "each root, opened once to search it by descriptor for another name of that file"
+    ),
     ("ringfence/workspace/changes/_store.py", "_open_store", "os.makedirs"): (
         "the checkpoint store under $RINGFENCE_HOME, outside every root: made by its path "
         "once, everything below it reached by descriptor"
@@ -792,6 +802,12 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/changes/_view.py", "read", "os.open"): (
         "the same check reading a HEAD, commondir or gitfile outside the roots (O_NOFOLLOW, "
         "a regular file only, a few bytes)"
+    ),
+    ("ringfence/workspace/_workspace.py", "_add_common_directories", "os.open"): (
+        "a git directory found inside a root (mounted read-only), opened to read its commondir"
+    ),
+    ("ringfence/workspace/_workspace.py", "_add_common_directories", "os.path.realpath"): (
+        "where that commondir leads (git's realpath), mounted read-only too if inside a root"
     ),
     ("ringfence/workspace/_workspace.py", "_scan_git", "os.path.realpath"): (
         "git_directories lists read-only mount points for run_shell: a .git link's or "

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from ..runtime._errors import InvalidArguments, Unavailable
 from . import _reader, _search, _writer
 from ._resolver import CONFINED, Access, Resolver, Root, open_root
-from .git._rules import is_dotgit, is_git_directory, read_gitfile
+from .git._rules import is_dotgit, is_git_directory, read_commondir, read_gitfile
 
 __all__ = ["FileOps", "HostRootView", "Workspace"]
 
@@ -320,6 +320,7 @@ class Workspace(FileOps):
                     found.add(root.path)
                     continue
                 self._scan_git(root, found, real_roots)
+        _add_common_directories(found, real_roots)
         # A directory inside another listed one is covered by that one's mount.
         return sorted(p for p in found if not any(a in found for a in p.parents))
 
@@ -406,6 +407,23 @@ class HostRootView(FileOps):
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def _add_common_directories(found: set[Path], roots: list[Path]) -> None:
+    """Add the common directory of each git directory in ``found`` (what its ``commondir``
+    names, read as git reads it) that lies inside a root: git reads that repository's config
+    and hooks there, and it needs no ``HEAD`` of its own to be found otherwise."""
+    for gitdir in list(found):
+        try:
+            fd = os.open(gitdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            common = read_commondir(fd) if is_git_directory(fd) else None
+        finally:
+            os.close(fd)
+        if common is not None:
+            _add_if_inside(Path(os.path.realpath(gitdir / common)), roots, found)
 
 
 def _add_if_inside(path: Path, roots: list[Path], found: set[Path]) -> None:

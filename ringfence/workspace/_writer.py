@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime._errors import GitMetadata, InvalidArguments, ToolError, Unwritable
+from ._names import escape_name
 from ._reader import READ_FLAGS, READ_MAX_BYTES, check_regular, read_all
 from ._resolver import (
     Access,
@@ -54,7 +55,7 @@ from ._resolver import (
     is_link,
     translate_oserror,
 )
-from .git._rules import is_dotgit, is_git_directory
+from .git._rules import is_dotgit, is_git_directory, may_be_common_directory
 
 __all__ = [
     "MAX_PATH_BYTES",
@@ -459,7 +460,7 @@ def _write(
         display = place.display()
         if place.leaf is not None and is_dotgit(place.leaf):
             raise GitMetadata(f"{display} is git metadata. " + _GIT_EXPLANATION, field="path")
-        check_git_chain(place, display)
+        check_git_chain(place, display, resolver)
         if place.leaf is None:
             raise InvalidArguments(f"{display} is a directory, not a file", field="path")
         if is_link(place.leaf, place.dir_fd):
@@ -526,7 +527,7 @@ def make_checked_dir(
     display = place.display(name)
     if is_dotgit(name):
         raise GitMetadata(f"{display} would be a .git directory. " + _GIT_EXPLANATION, field="path")
-    check_git_chain(place, display)
+    check_git_chain(place, display, resolver)
     if is_git_directory(place.dir_fd, {name: ("dir", None)}, beneath=place.beneath):
         raise GitMetadata(
             f"creating {display} would make {place.display() or '.'} a git directory "
@@ -559,8 +560,11 @@ def make_checked_dir(
     return True
 
 
-def check_git_chain(place: Place, display: str) -> None:
-    """Refuse a write below git metadata: a root inside it, a .git name, a git directory."""
+def check_git_chain(place: Place, display: str, resolver: Resolver | None = None) -> None:
+    """Refuse a write below git metadata: a root inside it, a .git name, a git directory,
+    or a git directory's common directory (one that ``commondir`` names: git reads that
+    repository's config and hooks there, ``HEAD`` or not) when a git directory in the roots
+    of ``resolver`` (without one: the place's own root) names it."""
     if place.root.git_reason is not None:
         raise GitMetadata(f"{display}: {place.root.git_reason}. " + _GIT_EXPLANATION, field="path")
     names = place.names
@@ -574,13 +578,38 @@ def check_git_chain(place: Place, display: str) -> None:
     fds = [place.root.fd, *(fd for _, fd in place.dirs)]
     for depth, fd in enumerate(fds):
         # Checked on the descriptor each time: a number closed by ".." can be reused.
-        if is_git_directory(fd, beneath=(place.root.fd, "/".join(names[:depth]))):
+        beneath = (place.root.fd, "/".join(names[:depth]))
+        if is_git_directory(fd, beneath=beneath):
             where = display_path(place.root, names[:depth])
             raise GitMetadata(
                 f"{display} is inside {where}, which is a git directory (it has HEAD, "
                 "objects/ and refs/). " + _GIT_EXPLANATION,
                 field="path",
             )
+        if may_be_common_directory(fd, beneath=beneath):
+            sharer = _sharing(place, fd, resolver)
+            if sharer is not None:
+                where = display_path(place.root, names[:depth])
+                raise GitMetadata(
+                    f"{display} is inside {where}, the common directory of the git directory "
+                    f"{escape_name(sharer)} (its commondir names it: git reads that repository's "
+                    "config and hooks there). " + _GIT_EXPLANATION,
+                    field="path",
+                )
+
+
+def _sharing(place: Place, fd: int, resolver: Resolver | None) -> str | None:
+    """The git directory whose ``commondir`` names the directory ``fd``, if any: a scan of
+    the roots, incremental from the resolver's last one (see :mod:`.changes._resulting`)."""
+    from .git._scan import sharing_git_directory  # a scan: only for such a directory
+
+    if resolver is None or place.root.is_host:
+        roots = [] if place.root.is_host else [(place.root.path, place.root.fd)]
+        return sharing_git_directory(roots, fd)[0]
+    with resolver.scan_lock:
+        roots = [(r.path, r.fd) for r in resolver.roots]
+        found, resolver.scan_base = sharing_git_directory(roots, fd, resolver.scan_base)
+    return found
 
 
 def _encode(text: str, name: str) -> bytes:

@@ -27,6 +27,8 @@ from tree_helpers import git_found
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 HEAD = "printf 'ref: refs/heads/main\\n' > HEAD"
+FSMONITOR = '[core]\n\tfsmonitor = "touch {m}"\n'
+HOOK = "#!/bin/sh\ntouch {m}\n"
 
 
 def config(marker: Path, worktree: str = "..") -> str:
@@ -470,6 +472,143 @@ def test_docker_change_sets_refuse_a_repository_through_the_hosts_per_process_li
     assert_refused_and_unchanged(code, out, ws, before, marker, events_path, "sub")
 
 
+# A git directory's common directory (what its `commondir` names) holds the config and hooks
+# git reads for it, and needs no HEAD of its own: git metadata all the same.
+def _shared_common(ws: Path) -> None:
+    """``w/.git`` -> ``gd`` (``HEAD``, ``commondir`` -> ``../common``); ``common`` has
+    ``objects``, ``refs`` and ``config``, no ``HEAD``: git in ``w`` reads ``common/config``."""
+    (ws / "common" / "objects").mkdir(parents=True)
+    (ws / "common" / "refs").mkdir()
+    (ws / "common" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    (ws / "gd").mkdir()
+    (ws / "gd" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "gd" / "commondir").write_text("../common\n")
+    (ws / "w").mkdir()
+    (ws / "w" / ".git").write_text("gitdir: ../gd\n")
+    owned(ws, WORKSPACE_UID)
+
+
+COMMON_ATTACKS = {
+    # name -> (tool, arguments, extra options); {m} is the marker a planted command touches
+    "write_file config": ("write_file", {"path": "common/config", "content": FSMONITOR}, ()),
+    "edit_file config": (
+        "edit_file",
+        {"path": "common/config", "old": "[core]", "new": FSMONITOR.rstrip("\n")},
+        (),
+    ),
+    "write_file a hook": (
+        "write_file",
+        {"path": "common/hooks/post-index-change", "content": HOOK},
+        (),
+    ),
+    "run_shell config": (
+        "run_shell",
+        {"command": f"printf '%s' '{FSMONITOR}' >> common/config"},
+        (),
+    ),
+    "run_shell a hook": (
+        "run_shell",
+        {
+            "command": f"mkdir common/hooks && printf '%s' '{HOOK}' > common/hooks/post-index-change"
+            " && chmod +x common/hooks/post-index-change"
+        },
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", list(COMMON_ATTACKS), ids=list(COMMON_ATTACKS))
+def test_a_git_directorys_common_directory_is_git_metadata(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], attack: str
+) -> None:
+    """git in ``w`` reads ``common/config`` and ``common/hooks`` (``gd``'s commondir), and
+    ``common`` has no HEAD, so it was no git directory to ringfence: a write there set a
+    ``core.fsmonitor`` (or a hook) that the person's next ``git status`` in ``w`` ran."""
+    _shared_common(ws)
+    marker = tmp_path / "PWNED"
+    tool, arguments, extra = COMMON_ATTACKS[attack]
+    arguments = json.loads(json.dumps(arguments).replace("{m}", str(marker)))
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = cli_json(
+        capsys, "call", tool, "--args", json.dumps(arguments), "--workspace", str(ws),
+        "--posture", "allow-reversible", "--approve", "yes", "--events", str(events_path), *extra,
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert "the common directory of the git directory" in out["error"]["message"], out
+    assert tree_state(ws) == before
+    assert not [e for e in events(events_path) if e["kind"] == "checkpoint"]
+    git_status(ws / "w")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("what", ["config", "a hook"])
+def test_no_change_sets_cannot_write_a_git_directorys_common_directory(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    """A `--no-change-sets` command writes the roots itself: the common directory is mounted
+    read-only like the git directories present at session start, so the write fails."""
+    _shared_common(ws)
+    marker = tmp_path / "PWNED"
+    if what == "config":
+        command = f"printf '%s' '{FSMONITOR.format(m=marker)}' >> common/config"
+    else:
+        command = f"mkdir common/hooks && printf '%s' '{HOOK.format(m=marker)}' > common/hooks/x"
+    before = tree_state(ws)
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}),
+        "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
+        "--no-change-sets",
+    )  # fmt: skip
+    assert code == 0 and out["result"]["exit_code"] != 0, out
+    assert "Read-only file system" in out["result"]["stderr"], out
+    assert tree_state(ws) == before
+    git_status(ws / "w")
+    assert not marker.exists()
+
+
+def test_host_backend_restores_a_git_directorys_common_directory(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The unconfined ``host`` backend writes the roots as the user: its before/after scan
+    counts the common directory as git metadata, so the planted config is refused and its
+    before-image put back."""
+    _shared_common(ws)
+    marker = tmp_path / "PWNED"
+    command = f"printf '%s' '{FSMONITOR.format(m=marker)}' >> common/config"
+    before = tree_state(ws)
+    events_path = tmp_path / "events.jsonl"
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}),
+        "--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes",
+        "--backend", "host", "--events", str(events_path),
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert "common/config (changed, restored)" in out["error"]["message"], out
+    assert tree_state(ws) == before
+    assert [e for e in events(events_path) if e["kind"] == "git_metadata_refused"]
+    git_status(ws / "w")
+    assert not marker.exists()
+
+
+def test_a_directory_like_a_common_directory_that_none_names_is_written(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: ``objects``/``refs`` side by side, no git directory naming them."""
+    (ws / "lib" / "objects").mkdir(parents=True)
+    (ws / "lib" / "refs").mkdir()
+    owned(ws, WORKSPACE_UID)
+    args = json.dumps({"path": "lib/config", "content": "x"})
+    code, out = cli_json(
+        capsys, "call", "write_file", "--args", args, "--workspace", str(ws),
+        "--posture", "allow-reversible", "--approve", "yes",
+    )  # fmt: skip
+    assert code == 0, out
+    code, out = call(capsys, ws, "echo y > lib/config2")
+    assert code == 0, out
+    assert (ws / "lib" / "config2").read_text() == "y\n"
+
+
 # git's own configuration (global, system) is read in every repository: a root holding it is
 # refused before anything opens, whichever tool would write it.
 HOME_ATTACKS = {
@@ -535,6 +674,125 @@ def test_a_root_holding_gits_own_configuration_is_refused(
         ["git", "status"], cwd=repo, capture_output=True,
         env={**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", **env},
     )  # fmt: skip
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "writer",
+    [("run_shell", "--no-change-sets"), ("run_shell",), ("write_file",)],
+    ids=["run_shell --no-change-sets", "run_shell", "write_file"],
+)
+def test_a_root_holding_a_hard_link_of_gits_own_configuration_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    writer: tuple[str, ...],
+) -> None:
+    """``~/.gitconfig`` a *hard* link of ``dotfiles/gitconfig`` (no directory of the home in
+    the root, no symlink to follow): a command writing the root directly appended
+    ``core.fsmonitor`` to the shared inode, and the host's next ``git status`` ran it. The
+    root is refused before anything opens; nothing written; the host's git runs nothing."""
+    home = tmp_path / "home"
+    (home / "dotfiles").mkdir(parents=True)
+    (home / "dotfiles" / "gitconfig").write_text("[user]\n\tname = someone\n")
+    os.link(home / "dotfiles" / "gitconfig", home / ".gitconfig")
+    root = home / "dotfiles"
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path / "ringfence-home"))
+    marker = tmp_path / "PWNED"
+    hostile = f'[core]\n\tfsmonitor = "touch {marker}"\n'
+    tool, *extra = writer
+    if tool == "write_file":
+        args = json.dumps({"path": "gitconfig", "content": hostile})
+    else:
+        args = json.dumps({"command": f"printf '%s' '{hostile}' >> gitconfig"})
+    before = tree_state(home)
+    events_path = tmp_path / "events.jsonl"
+    code, out = cli_json(
+        capsys, "call", tool, "--args", args, "--workspace", str(root),
+        "--posture", "allow-reversible", "--approve", "yes", "--events", str(events_path), *extra,
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert out["error"]["field"] == "roots", out
+    assert f"{root / 'gitconfig'} is the same file (a hard link)" in out["error"]["message"]
+    assert tree_state(home) == before
+    assert not [
+        e for e in events(events_path) if e["kind"] in ("checkpoint", "started", "finished")
+    ]
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "status"], cwd=repo, capture_output=True,
+        env={**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"},
+    )  # fmt: skip
+    assert not marker.exists()
+
+
+# What git's own configuration names is git's configuration too: included files, a hooks
+# directory. name -> (the ~/.gitconfig text, the file the attack writes in the root ~/proj)
+NAMED_ATTACKS = {
+    "include.path, relative": ("[include]\n\tpath = proj/local.gitconfig\n", "local.gitconfig"),
+    "includeIf.*.path under ~/": (
+        '[includeIf "gitdir:/"]\n\tpath = "~/proj/cfg/extra"\n',
+        "cfg/extra",
+    ),
+    "an include of an include": ("[include]\n\tpath = ~/dots/first\n", "second"),
+    "core.hooksPath": ("[core]\n\thooksPath = ~/proj/hooks\n", "hooks/post-index-change"),
+}
+
+
+@pytest.mark.parametrize("attack", list(NAMED_ATTACKS), ids=list(NAMED_ATTACKS))
+@pytest.mark.parametrize("tool", ["write_file", "run_shell"])
+def test_a_root_holding_what_gits_own_configuration_names_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    attack: str,
+    tool: str,
+) -> None:
+    """``~/.gitconfig`` includes ``~/proj/local.gitconfig`` (or names ``~/proj/hooks``):
+    with ``~/proj`` a root, the agent wrote ``core.fsmonitor`` there and the host's next
+    ``git status`` in any repository ran it. Refused before anything opens, nothing written,
+    the host's git runs nothing."""
+    home = tmp_path / "home"
+    root = home / "proj"
+    root.mkdir(parents=True)
+    (home / "dots").mkdir()
+    (home / "dots" / "first").write_text("[include]\n\tpath = ../proj/second\n")
+    gitconfig, name = NAMED_ATTACKS[attack]
+    (home / ".gitconfig").write_text(gitconfig)
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RINGFENCE_HOME", str(tmp_path / "ringfence-home"))
+    marker = tmp_path / "PWNED"
+    hostile = HOOK if name.startswith("hooks/") else FSMONITOR
+    hostile = hostile.format(m=marker)
+    if tool == "write_file":
+        args = json.dumps({"path": name, "content": hostile})
+    else:
+        command = (
+            f"mkdir -p $(dirname {name}) && printf '%s' '{hostile}' > {name} && chmod +x {name}"
+        )
+        args = json.dumps({"command": command})
+    before = tree_state(home)
+    code, out = cli_json(
+        capsys, "call", tool, "--args", args, "--workspace", str(root),
+        "--posture", "allow-reversible", "--approve", "yes",
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert out["error"]["field"] == "roots", out
+    message = out["error"]["message"]
+    assert f"workspace root {root} holds " in message and name.split("/")[0] in message, out
+    assert tree_state(home) == before
+    repo = tmp_path / "repo"
+    env = {**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True, env=env)
+    (repo / "f").write_text("f")
+    subprocess.run(["git", "add", "f"], cwd=repo, capture_output=True, env=env)
+    subprocess.run(["git", "status"], cwd=repo, capture_output=True, env=env)
     assert not marker.exists()
 
 

@@ -358,7 +358,7 @@ def _apply_one(
         leaf = place.leaf
         assert leaf is not None
         if not chain_checked:
-            check_git_chain(place, place.display())
+            check_git_chain(place, place.display(), dirs.resolver)
         dir_fd = place.dir_fd
         found = _found(dir_fd, leaf, blobs, (known or {}).pop((change.root, change.path), None))
         try:
@@ -501,7 +501,7 @@ def _move_tree(
         assert leaf is not None
         display = place.display()
         if not chain_checked:
-            check_git_chain(place, display)
+            check_git_chain(place, display, dirs.resolver)
         if is_git_directory(place.dir_fd, {leaf: ("dir", None)}, beneath=place.beneath):
             raise GitMetadata(f"creating {display} would make a git directory")
         if dir_denies_create(os.fstat(place.dir_fd)):
@@ -524,6 +524,46 @@ def _move_tree(
     finally:
         os.close(fd)
     return end - i if moved else 0
+
+
+def _check_chains(resolver: Resolver, changes: Sequence[Change]) -> None:
+    """Refuse the set before anything is applied when it writes below git metadata (a root
+    inside it, a ``.git``, a git directory, a common directory): :func:`check_git_chain`,
+    which each write repeats as it happens, made here first, so that a dry run stages only
+    what applying would do and a refusal leaves nothing to roll back. Each directory the set
+    writes in once, at its deepest part that exists now and that the set keeps (what it makes
+    or replaces there, a link made a directory included, is judged on the resulting tree)."""
+    done: set[tuple[int, str]] = set()
+    # Paths whose entry the set removes, replaces or makes: never walked through as they are.
+    cut = {
+        (c.root, c.path)
+        for c in changes
+        if c.before is None or c.after is None or c.before.kind != "dir" or c.after.kind != "dir"
+    }
+    first: dict[tuple[int, str], str] = {}  # each directory: the first path written in it
+    for change in changes:
+        first.setdefault((change.root, posixpath.dirname(change.path)), change.path)
+    for (root, parent), shown in first.items():
+        parts = parent.split("/") if parent else []
+        for depth in range(1, len(parts) + 1):
+            if (root, "/".join(parts[:depth])) in cut:
+                parent = "/".join(parts[: depth - 1])
+                break
+        while (root, parent) not in done:
+            done.add((root, parent))
+            base = str(resolver.roots[root].path)
+            where = (parent or ".") if root == 0 else posixpath.join(base, parent)
+
+            def op(place: Place, shown: str = shown) -> None:
+                check_git_chain(place, escape_name(shown), resolver)
+
+            try:
+                resolver.walk(f"{where}/.", op, access=CONFINED)
+                break
+            except RingfenceError as exc:
+                if exc.code != "not_found" or not parent:
+                    raise
+                parent = posixpath.dirname(parent)  # made by the set: its parent decides
 
 
 def _all_below(changes: Sequence[Change], root: int, prefix: str) -> bool:
@@ -613,6 +653,7 @@ def merge_changes(
         from ._resulting import check_resulting_tree  # loaded by the first merge
 
         judged = check_resulting_tree(resolver, accepted, blobs)
+        _check_chains(resolver, accepted)
         if judge_only:
             return MergeReport(tuple(accepted), tuple(refused))
         st = os.fstat(resolver.roots[0].fd)

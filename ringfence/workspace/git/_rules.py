@@ -35,7 +35,9 @@ __all__ = [
     "is_hfs_dotgit",
     "is_ntfs_dot_generic",
     "is_ntfs_dotgit",
+    "may_be_common_directory",
     "parse_gitfile",
+    "read_commondir",
     "read_gitfile",
     "valid_head",
 ]
@@ -337,6 +339,36 @@ def is_git_directory(
     return _is_searchable("objects", dir_fd, overlay, beneath) and _is_searchable(
         "refs", dir_fd, overlay, beneath
     )
+
+
+def may_be_common_directory(dir_fd: int, *, beneath: tuple[int, str]) -> bool:
+    """Could the directory open at ``dir_fd`` be a git directory's common directory (its
+    ``commondir`` names it)? git's test of one: ``objects`` and ``refs`` that pass
+    ``access(X_OK)`` (no ``HEAD`` needed), links followed beneath the root as in
+    :func:`is_git_directory`. git reads that repository's ``config`` and ``hooks`` there."""
+    return _is_searchable("objects", dir_fd, {}, beneath) and _is_searchable(
+        "refs", dir_fd, {}, beneath
+    )
+
+
+def read_commondir(dir_fd: int) -> str | None:
+    """The path the ``commondir`` of the directory open at ``dir_fd`` names, read as git
+    reads it (whole, through a link; trailing newlines stripped, then a NUL ends it); None
+    when there is none or it is empty or unreadable."""
+    try:
+        fd = os.open("commondir", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, GITFILE_MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    text = data.rstrip(b"\r\n").split(b"\0", 1)[0]
+    return os.fsdecode(text) if text else None
 
 
 def first_git_directory(paths: Iterable[Path]) -> Path | None:

@@ -37,16 +37,17 @@ undoes what changed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._rules import first_git_directory, is_dotgit, is_git_directory
-from ._snapshot import GitSnapshot
+from ._rules import first_git_directory, is_dotgit, is_git_directory, read_commondir
+from ._snapshot import GitSnapshot, open_rel
 from ._walk import Walk
 
-__all__ = ["CLOCK_STEP_NS", "scan_git_metadata"]
+__all__ = ["CLOCK_STEP_NS", "scan_git_metadata", "sharing_git_directory"]
 
 # The wall clock stepping back by more than this since the base scan (measured against the
 # monotonic clock) means a full walk: a change could then get a ctime the base already saw.
@@ -133,6 +134,21 @@ def scan_git_metadata(
             walk.run(index, top_fd, inherited)
         finally:
             os.close(top_fd)
+    # A git directory's common directory (its commondir names it) is git metadata too: git
+    # reads that repository's config and hooks there, and it needs no HEAD to be one.
+    named = [key for key in walk.entries if key[1].rpartition("/")[2] == "commondir"]
+    if named:
+        fds: dict[int, int] = {}
+        try:
+            for index in sorted({i for i, _ in named}):
+                with contextlib.suppress(OSError):
+                    fds[index] = os.open(paths[index], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            for index, rel in _common_directories(walk, named, fds):
+                with contextlib.suppress(OSError):  # gone meanwhile: nothing there to watch
+                    walk.run_metadata(index, fds[index], rel)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
     return GitSnapshot(
         paths,
         walk.entries,
@@ -148,6 +164,84 @@ def scan_git_metadata(
         reused=walk.reused,
         links=frozenset(walk.links),
     )
+
+
+def _common_directories(
+    walk: Walk, named: list[tuple[int, str]], fds: dict[int, int]
+) -> list[tuple[int, str]]:
+    """``(root index, path)`` of each directory inside the roots that the ``commondir`` of a
+    git directory (``named``: those files, in the metadata ``walk`` found; ``fds``: the
+    roots' descriptors) names and that is not metadata already. Matched by identity: the
+    ``commondir`` is followed from its git directory as git does, and compared with the
+    directories the walk listed."""
+    wanted: set[tuple[int, int]] = set()
+    for index, rel in named:
+        parent = rel.rpartition("/")[0]
+        if index not in fds:
+            continue
+        try:
+            gitdir = open_rel(fds[index], parent)
+        except OSError:
+            continue
+        try:
+            common = None
+            if is_git_directory(gitdir, beneath=(fds[index], parent)):
+                common = read_commondir(gitdir)
+            if common is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    st = os.stat(common, dir_fd=gitdir)
+                    wanted.add((st.st_dev, st.st_ino))
+        finally:
+            os.close(gitdir)
+    return sorted(
+        key
+        for key, state in walk.dirs.items()
+        if (state.dev, state.ino) in wanted and key not in walk.entries
+    )
+
+
+def sharing_git_directory(
+    roots: Sequence[tuple[Path, int]], directory_fd: int, base: GitSnapshot | None = None
+) -> tuple[str | None, GitSnapshot]:
+    """A git directory in ``roots`` (``(real path, descriptor)`` pairs) whose ``commondir``
+    names the directory open at ``directory_fd``, as a path, or None; and the scan it made
+    (incremental from ``base``, a scan of the same roots). git reads that
+    repository's ``config``, ``hooks``, ``objects`` and ``refs`` from its common directory,
+    which need not be a git directory itself (no ``HEAD``).
+
+    By a scan of the roots (every ``commondir`` git reads lies in git metadata: in a git
+    directory, which the scan finds by name and content) and identity: the ``commondir``'s
+    path followed from its git directory (links too, as git's ``realpath``) is compared
+    with ``directory_fd`` by device and inode. Blocking; a scan (one ``lstat`` per directory from a recent ``base``), so callers ask only
+    about a directory :func:`._rules.may_be_common_directory` accepts.
+    """
+    st = os.fstat(directory_fd)
+    wanted = (st.st_dev, st.st_ino)
+    snapshot = scan_git_metadata([path for path, _ in roots], base=base)
+    for index, rel in sorted(snapshot.entries):
+        parent, _, leaf = rel.rpartition("/")
+        if leaf != "commondir":
+            continue
+        root_path, root_fd = roots[index]
+        try:
+            gitdir = open_rel(root_fd, parent)
+        except OSError:
+            continue
+        try:
+            if not is_git_directory(gitdir, beneath=(root_fd, parent)):
+                continue
+            common = read_commondir(gitdir)
+            if common is None:
+                continue
+            try:
+                found = os.stat(common, dir_fd=gitdir)
+            except (OSError, ValueError):
+                continue
+            if (found.st_dev, found.st_ino) == wanted:
+                return (str(root_path / parent) if parent else str(root_path)), snapshot
+        finally:
+            os.close(gitdir)
+    return None, snapshot
 
 
 def _clock_offset() -> tuple[int, int]:

@@ -117,6 +117,28 @@ class Walk:
                 self.base_dirs, self.base_entries = {}, {}
         self._walk(inherited)
 
+    def run_metadata(self, index: int, root_fd: int, rel: str) -> None:
+        """Walk the directory ``rel`` of root ``index`` again as git metadata of its own (a
+        top): a git directory's common directory, which :meth:`run` listed as plain."""
+        self.index, self.root_fd = index, root_fd
+        fd = open_rel(root_fd, rel)
+        self.tops.add((index, rel))
+        self.entries[(index, rel)] = _entry(os.fstat(fd), "dir", rel)
+        self.stack = [(fd, rel, rel)]
+        try:
+            while self.stack:
+                fd, where, top = self.stack.pop()
+                try:
+                    self._visit(fd, where, top)
+                finally:
+                    if fd >= 0:
+                        os.close(fd)
+        finally:
+            for fd, _, _ in self.stack:
+                if fd >= 0:
+                    os.close(fd)
+            self.stack = []
+
     def _walk(self, inherited: str | None) -> None:
         self.stack = [(os.dup(self.root_fd), "", inherited)]
         try:
