@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,9 +25,9 @@ from typing import Any
 import trio
 
 from ..runtime._approval import ApprovalRequest
-from ..runtime._errors import Denied, RingfenceError
+from ..runtime._errors import Denied, InvalidArguments, RingfenceError
 from ..runtime._kernel import Kernel
-from ..runtime._plan import Plan
+from ..runtime._plan import AppliedMark, Plan, StagedCall
 from ..runtime._render import json_text, one_line, render_approval
 from ..runtime._timeline import CallFilter, CallRow, Timeline
 from ._actions import Confirmations, Job, Pending, RateLimit
@@ -55,6 +56,38 @@ class PageError(Exception):
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
+    """The plan at ``path`` as ``Plan.load`` authenticated it, and the bytes it was read from.
+
+    Two reads (the bytes, whose sha256 the page shows and the person confirms; the
+    plan, loaded and checked by ``Plan.load``): the loaded plan must be the one the bytes
+    hold (roots, calls, applied marks), else the file changed between them (swapped by
+    whoever can write its directory) and InvalidArguments says so. So the plan that runs
+    is always the one whose digest was confirmed.
+    """
+    data = path.read_bytes()
+    plan = Plan.load(path, create_key=create_key)
+    if not _same_plan(plan, data):
+        raise InvalidArguments(
+            f"{path} changed while it was read (the plan loaded is not the one whose sha256 "
+            "the page checks): nothing ran; look at it again",
+            field="plan",
+        )
+    return plan, data
+
+
+def _same_plan(plan: Plan, data: bytes) -> bool:
+    try:
+        doc = json.loads(data)
+        return (
+            tuple(str(r) for r in doc["roots"]) == plan.roots
+            and [StagedCall(**c) for c in doc["calls"]] == plan.calls
+            and {str(k): AppliedMark(**v) for k, v in doc["applied"].items()} == plan.applied
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return False
 
 
 def _is_id(text: str) -> bool:
@@ -853,8 +886,7 @@ class ReviewSite:
         return self.page("Plans", el("ul", {"id": "plans"}, items), active="plans")
 
     def _load_plan(self, path: Path) -> tuple[Plan, str, dict[str, str]]:
-        data = path.read_bytes()
-        plan = Plan.load(path, create_key=False)
+        plan, data = read_plan(path, create_key=False)
         diffs: dict[str, str] = {}
         for call in plan.calls:
             set_id = call.arguments.get("id") if call.tool == "apply_changes" else None
@@ -1109,12 +1141,11 @@ class ReviewSite:
     async def _apply(self, job: Job, params: Mapping[str, Any]) -> None:
         path = self._plan_index(params["plan"])
         job.title = f"apply {path.name}"
-        data = await trio.to_thread.run_sync(path.read_bytes)
+        plan, data = await trio.to_thread.run_sync(read_plan, path)
         if _digest(data) != params["sha256"]:
             job.ok = False
             job.lines.append(("bad", "the plan file changed since it was confirmed: nothing ran"))
             return
-        plan = await trio.to_thread.run_sync(lambda: Plan.load(path))
         try:
             outcomes = await self.kernel.apply_plan(plan)
         except Denied as exc:

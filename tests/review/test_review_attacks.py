@@ -1,0 +1,148 @@
+"""More attacks on the review page, each performed through its public interface.
+
+* A plan file swapped between the read whose sha256 the person confirmed and the
+  read the plan is run from (a named pipe makes the race exact: what an agent
+  that can write the plan's directory gets by swapping two signed plans in a
+  loop): the swapped-in plan never runs, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import stat
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cli_helpers import isolated  # noqa: F401  (autouse fixture)
+from review_helpers import choose, confirm, job_done, records, ringfence_process, visit
+
+# -- a plan swapped under the page --------------------------------------------------------
+
+
+def stage(workspace: Path, plan: Path, path: str, content: str) -> bytes:
+    """A dry run of ``write_file`` staged (signed) into ``plan``: the plan's bytes."""
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "ringfence", "call", "write_file",
+            "--args", json.dumps({"path": path, "content": content}),
+            "--workspace", str(workspace), "--posture", "allow-all", "--dry-run", str(plan),
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return plan.read_bytes()
+
+
+class SwappingPlan:
+    """A named pipe standing for a plan file: each open by process ``pid`` reads
+    ``default``, except the opens queued in ``next`` (in order). One reader at a time: its
+    bytes are written once it opened, and the next is served once it has read them and
+    closed (``/proc/PID/fd``). It stops once the path is no longer a pipe (the apply
+    wrote its marks over it)."""
+
+    def __init__(self, path: Path, default: bytes) -> None:
+        self.path = path
+        self.default = default
+        self.next: list[bytes] = []
+        self.pid: int | None = None
+        self._stop = threading.Event()
+        os.mkfifo(path)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _readers(self) -> int:
+        fds = Path(f"/proc/{self.pid}/fd")
+        count = 0
+        for fd in list(fds.iterdir()) if fds.exists() else []:
+            with contextlib.suppress(OSError):
+                count += os.readlink(fd) == str(self.path)
+        return count
+
+    def _wait(self, done: Any) -> None:
+        while not done() and not self._stop.is_set():
+            time.sleep(0.001)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno in (errno.ENXIO, errno.ENOENT):  # no reader yet / being replaced
+                    time.sleep(0.001)
+                    continue
+                raise
+            try:
+                if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    return  # a regular file now: never write into it
+                os.set_blocking(fd, True)
+                os.write(fd, self.next.pop(0) if self.next else self.default)
+                unread = array.array("i", [0])
+
+                def drained(fd: int = fd, unread: array.array = unread) -> bool:
+                    fcntl.ioctl(fd, termios.FIONREAD, unread)
+                    return unread[0] == 0
+
+                self._wait(drained)
+            finally:
+                os.close(fd)
+            self._wait(lambda: self._readers() == 0)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[SwappingPlan]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join(10)
+
+
+def test_a_plan_swapped_after_its_digest_was_checked_never_runs(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    benign = stage(workspace, tmp_path / "benign.json", "benign.txt", "shown and confirmed\n")
+    evil = stage(workspace, tmp_path / "evil.json", "evil.txt", "never confirmed\n")
+    assert benign != evil
+    events = tmp_path / "events.jsonl"
+    swapping = SwappingPlan(tmp_path / "plan.json", benign)
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-all", "--plan", str(swapping.path))  # fmt: skip
+    with swapping.running(), ringfence_process(*argv) as rf:
+        swapping.pid = rf.process.pid
+        base = rf.wait_for_url()
+        visit(page, base + "plans/0")
+        shown = page.inner_text("main")
+        assert "benign.txt" in shown and "evil.txt" not in shown, shown
+        choose(page, "#apply-plan")
+        assert "benign.txt" in page.inner_text("main")
+        # Confirmed: the apply's first read is the plan shown, its second the other one.
+        swapping.next = [benign, evil]
+        confirm(page)
+        ok, text = job_done(page)
+        assert not ok, (text, sorted(p.name for p in workspace.iterdir()))
+        assert "changed" in text
+        assert not (workspace / "evil.txt").exists() and not (workspace / "benign.txt").exists()
+        assert list(workspace.iterdir()) == []
+
+        # The plan as shown, not swapped, applies: the check was the only stop.
+        visit(page, base + "plans/0")
+        choose(page, "#apply-plan")
+        confirm(page)
+        ok, text = job_done(page)
+        assert ok, text
+    assert (workspace / "benign.txt").read_text() == "shown and confirmed\n"
+    assert not (workspace / "evil.txt").exists()
+    recs = records(events)
+    written = [r["arguments"]["path"] for r in recs if r["kind"] == "proposed"]
+    assert written == ["benign.txt"], written
+    assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["apply", "apply"]
