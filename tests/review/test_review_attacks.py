@@ -4,6 +4,8 @@
   read the plan is run from (a named pipe makes the race exact: what an agent
   that can write the plan's directory gets by swapping two signed plans in a
   loop): the swapped-in plan never runs, and nothing is written.
+* A query of more fields than the page reads: a clear 400, with the page's
+  headers, no traceback, nothing done.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import array
 import contextlib
 import errno
 import fcntl
+import http.client
 import json
 import os
 import stat
@@ -146,3 +149,39 @@ def test_a_plan_swapped_after_its_digest_was_checked_never_runs(
     written = [r["arguments"]["path"] for r in recs if r["kind"] == "proposed"]
     assert written == ["benign.txt"], written
     assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["apply", "apply"]
+
+
+# -- a query of too many fields -----------------------------------------------------------
+
+
+def get(url: str) -> tuple[int, dict[str, str], str]:
+    """``GET url`` on a fresh connection: status, headers (lower-cased names), body."""
+    rest = url.split("://", 1)[1]
+    hostport, _, path = rest.partition("/")
+    host, _, port = hostport.partition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", "/" + path)
+        response = conn.getresponse()
+        body = response.read().decode("utf-8", "replace")
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+    finally:
+        conn.close()
+
+
+def test_a_query_of_too_many_fields_is_a_clear_400(workspace: Path, tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events))
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        query = "&".join(f"f{i}=x" for i in range(40))
+        for path in (f"calls?{query}", f"?{query}", f"approvals?{query}"):
+            status, headers, body = get(base + path)
+            assert status == 400, (path, status, body)
+            assert "16" in body and "field" in body
+            assert headers["content-security-policy"].startswith("default-src 'none'")
+            assert headers["x-frame-options"] == "DENY"
+        status, _, _ = get(base + "calls?tool=x")  # the page goes on
+        assert status == 200
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert not any(r["kind"] == "review_action" for r in records(events))
