@@ -6,6 +6,9 @@
   loop): the swapped-in plan never runs, and nothing is written.
 * A query of more fields than the page reads: a clear 400, with the page's
   headers, no traceback, nothing done.
+* An event stream (``--watch``, or ``--events`` read at start) holding a record
+  whose time cannot be drawn (out of range, not a number): every view still
+  answers, nothing is hidden, no traceback.
 """
 
 from __future__ import annotations
@@ -184,4 +187,58 @@ def test_a_query_of_too_many_fields_is_a_clear_400(workspace: Path, tmp_path: Pa
         status, _, _ = get(base + "calls?tool=x")  # the page goes on
         assert status == 200
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert not any(r["kind"] == "review_action" for r in records(events))
+
+
+# -- a record whose time cannot be drawn ------------------------------------------------------
+
+
+# Numbers JSON holds that no clock can draw (NaN and Infinity are not JSON: not records at all).
+IMPOSSIBLE_TIMES: list[Any] = [1e308, -1e308, 1e20, 2**63, -(2**70)]
+
+
+def test_a_record_with_an_impossible_time_takes_no_view_down(
+    workspace: Path, tmp_path: Path
+) -> None:
+    watched = tmp_path / "watched.jsonl"
+    lines = [{"kind": "session_started", "ts": 1e308, "trace_id": "t0", "posture": "ask"}]
+    for i, ts in enumerate(IMPOSSIBLE_TIMES):
+        lines.append(
+            {
+                "kind": "proposed",
+                "call_id": f"c{i}",
+                "tool": "read_file",
+                "ts": ts,
+                "arguments": {"path": f"odd-{i}.txt"},
+                "origin": "agent",
+            }
+        )
+        lines.append({"kind": "finished", "call_id": f"c{i}", "ts": ts, "output": "x"})
+    lines.append(
+        {
+            "kind": "proposed",
+            "call_id": "fine",
+            "tool": "read_file",
+            "ts": time.time(),
+            "arguments": {"path": "fine.txt"},
+            "origin": "agent",
+        }
+    )
+    watched.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    before = watched.read_bytes()
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--watch", str(watched))  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        for path in ("", "calls", "calls?tool=read_file", "calls?q=odd", "calls/fine",
+                     *(f"calls/c{i}" for i in range(len(IMPOSSIBLE_TIMES)))):  # fmt: skip
+            status, _, body = get(base + path)
+            assert status == 200, (path, status, body[-2000:])
+        status, _, body = get(base + "calls")
+        assert (
+            all(f"odd-{i}.txt" in body for i in range(len(IMPOSSIBLE_TIMES))) and "fine.txt" in body
+        )
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert watched.read_bytes() == before  # read-only: the watched stream is unchanged
     assert not any(r["kind"] == "review_action" for r in records(events))
