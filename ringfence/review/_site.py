@@ -65,10 +65,18 @@ def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
     plan, loaded and checked by ``Plan.load``): the loaded plan must be the one the bytes
     hold (roots, calls, applied marks), else the file changed between them (swapped by
     whoever can write its directory) and InvalidArguments says so. So the plan that runs
-    is always the one whose digest was confirmed.
+    is always the one whose digest was confirmed. A path that cannot be read (a
+    directory now) is InvalidArguments too; a missing file is FileNotFoundError.
     """
-    data = path.read_bytes()
-    plan = Plan.load(path, create_key=create_key)
+    try:
+        data = path.read_bytes()
+        plan = Plan.load(path, create_key=create_key)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a directory, a file it may not read: whoever can write its folder
+        raise InvalidArguments(
+            f"{path} cannot be read as a plan ({exc.strerror or exc})", field="plan"
+        ) from None
     if not _same_plan(plan, data):
         raise InvalidArguments(
             f"{path} changed while it was read (the plan loaded is not the one whose sha256 "
@@ -1105,6 +1113,11 @@ class ReviewSite:
         except RingfenceError as exc:
             job.ok = False
             job.lines.append(("bad", f"{exc.code}: {block(exc.message, 4000)}"))
+        except (
+            OSError
+        ) as exc:  # a file gone or changed under the action: it fails, the page goes on
+            job.ok = False
+            job.lines.append(("bad", f"{block(str(exc), 4000)}: nothing more was done"))
         finally:
             job.done = True
             if job.ok is None:

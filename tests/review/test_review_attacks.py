@@ -4,6 +4,8 @@
   read the plan is run from (a named pipe makes the race exact: what an agent
   that can write the plan's directory gets by swapping two signed plans in a
   loop): the swapped-in plan never runs, and nothing is written.
+* A plan file replaced by a directory after it was confirmed: that action fails,
+  saying why, and the page goes on (it stopped the whole process before).
 * A query of more fields than the page reads: a clear 400, with the page's
   headers, no traceback, nothing done.
 * An event stream (``--watch``, or ``--events`` read at start) holding a record
@@ -242,3 +244,31 @@ def test_a_record_with_an_impossible_time_takes_no_view_down(
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
     assert watched.read_bytes() == before  # read-only: the watched stream is unchanged
     assert not any(r["kind"] == "review_action" for r in records(events))
+
+
+# -- a plan file replaced by something that cannot be read ------------------------------------
+
+
+def test_a_plan_replaced_by_a_directory_is_refused_and_the_page_goes_on(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.json"
+    stage(workspace, plan, "staged.txt", "staged\n")
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-all", "--plan", str(plan))  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        visit(page, base + "plans/0")
+        choose(page, "#apply-plan")
+        plan.unlink()
+        plan.mkdir()  # between the confirmation and the apply: not a file any more
+        confirm(page)
+        ok, text = job_done(page)
+        assert not ok and str(plan) in text, text
+        status, _, body = get(base + "plans/0")  # the page goes on, and says why
+        assert status == 409 and "directory" in body.lower(), (status, body[-1500:])
+        assert rf.process.poll() is None
+    assert list(workspace.iterdir()) == []
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert not any(r["kind"] == "proposed" for r in records(events))
