@@ -245,6 +245,8 @@ class ReviewSite:
             "tampered": "TAMPERED",
         }[i.state]
         details: list[Html] = []
+        if self.feed.unreadable is not None:
+            details.append(el("li", {"id": "unreadable"}, field(self.feed.unreadable, 400)))
         if i.state == "open" and i.unauthenticated is not None:
             first, last = i.unauthenticated
             details.append(

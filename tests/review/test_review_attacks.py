@@ -6,6 +6,8 @@
   loop): the swapped-in plan never runs, and nothing is written.
 * A plan file replaced by a directory after it was confirmed: that action fails,
   saying why, and the page goes on (it stopped the whole process before).
+* A watched stream replaced by a directory or a named pipe: the page stays up, keeps
+  what it read, says the file cannot be read, and still stops promptly.
 * A query of more fields than the page reads: a clear 400, with the page's
   headers, no traceback, nothing done.
 * An event stream (``--watch``, or ``--events`` read at start) holding a record
@@ -272,3 +274,38 @@ def test_a_plan_replaced_by_a_directory_is_refused_and_the_page_goes_on(
     assert list(workspace.iterdir()) == []
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
     assert not any(r["kind"] == "proposed" for r in records(events))
+
+
+# -- a watched stream replaced by what cannot be followed ---------------------------------------
+
+
+def test_a_watched_stream_replaced_by_a_directory_or_a_pipe_leaves_the_page_up(
+    workspace: Path, tmp_path: Path
+) -> None:
+    watched = tmp_path / "watched.jsonl"
+    call = {"kind": "proposed", "call_id": "c1", "tool": "read_file", "ts": time.time(),
+            "arguments": {"path": "seen.txt"}, "origin": "agent"}  # fmt: skip
+    watched.write_text(json.dumps(call) + "\n")
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--watch", str(watched))  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        status, _, body = get(base + "calls")
+        assert status == 200 and "seen.txt" in body
+        for replace in (lambda: watched.mkdir(), lambda: os.mkfifo(watched)):
+            if watched.is_dir():
+                watched.rmdir()
+            else:
+                watched.unlink()
+            replace()
+            time.sleep(1.5)  # the page polls the file every 0.5 s
+            assert rf.process.poll() is None, "".join(rf.stderr)[-3000:]
+            status, _, body = get(base + "calls")
+            assert status == 200 and "seen.txt" in body  # what was read stays shown
+            assert "cannot be read" in body, body[-2000:]
+        started = time.monotonic()
+        assert rf.stop() == 0  # SIGTERM: no thread left blocked on the pipe
+        assert time.monotonic() - started < 20
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert not any(r["kind"] == "review_action" for r in records(events))
