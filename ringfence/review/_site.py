@@ -14,9 +14,12 @@ The HTTP side (tokens, Origin, CSRF, headers) is :mod:`._app`'s.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -66,10 +69,15 @@ def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
     hold (roots, calls, applied marks), else the file changed between them (swapped by
     whoever can write its directory) and InvalidArguments says so. So the plan that runs
     is always the one whose digest was confirmed. A path that cannot be read (a
-    directory now) is InvalidArguments too; a missing file is FileNotFoundError.
+    directory or a pipe now) is InvalidArguments too; a missing file is FileNotFoundError.
     """
     try:
-        data = path.read_bytes()
+        # Without waiting for a writer: a pipe put in its place is refused, not waited on.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            data = f.read()
         plan = Plan.load(path, create_key=create_key)
     except FileNotFoundError:
         raise
@@ -916,7 +924,9 @@ class ReviewSite:
     async def plan_page(self, number: str) -> Html:
         path = self._plan_index(number)
         try:
-            plan, digest, diffs = await trio.to_thread.run_sync(self._load_plan, path)
+            plan, digest, diffs = await trio.to_thread.run_sync(
+                self._load_plan, path, abandon_on_cancel=True
+            )
         except FileNotFoundError:
             return self.page(
                 "Plan",
@@ -993,7 +1003,9 @@ class ReviewSite:
         if self.kernel.dry_run:
             raise PageError(409, "this session is a dry run: it would stage the calls again")
         try:
-            plan, digest, _ = await trio.to_thread.run_sync(self._load_plan, path)
+            plan, digest, _ = await trio.to_thread.run_sync(
+                self._load_plan, path, abandon_on_cancel=True
+            )
         except (OSError, RingfenceError) as exc:
             raise PageError(409, f"{path}: {getattr(exc, 'message', None) or exc}") from None
         if form.get("sha256") != digest:
@@ -1156,7 +1168,7 @@ class ReviewSite:
     async def _apply(self, job: Job, params: Mapping[str, Any]) -> None:
         path = self._plan_index(params["plan"])
         job.title = f"apply {path.name}"
-        plan, data = await trio.to_thread.run_sync(read_plan, path)
+        plan, data = await trio.to_thread.run_sync(read_plan, path, abandon_on_cancel=True)
         if _digest(data) != params["sha256"]:
             job.ok = False
             job.lines.append(("bad", "the plan file changed since it was confirmed: nothing ran"))

@@ -1,11 +1,13 @@
 """More attacks on the review page, each performed through its public interface.
 
 * A plan file swapped between the read whose sha256 the person confirmed and the
-  read the plan is run from (a named pipe makes the race exact: what an agent
-  that can write the plan's directory gets by swapping two signed plans in a
-  loop): the swapped-in plan never runs, and nothing is written.
+  read the plan is run from (another signed plan put in its place while the first
+  read is under way: what an agent that can write the plan's directory gets by
+  swapping two plans in a loop): the swapped-in plan never runs, nothing is written.
 * A plan file replaced by a directory after it was confirmed: that action fails,
   saying why, and the page goes on (it stopped the whole process before).
+* A plan file replaced by a named pipe no one writes: refused at once, and the page
+  still stops on SIGTERM (the view hung, and so did the stop, before).
 * A watched stream replaced by a directory or a named pipe: the page stays up, keeps
   what it read, says the file cannot be read, and still stops promptly.
 * A query of more fields than the page reads: a clear 400, with the page's
@@ -17,17 +19,12 @@
 
 from __future__ import annotations
 
-import array
 import contextlib
-import errno
-import fcntl
 import http.client
 import json
 import os
-import stat
 import subprocess
 import sys
-import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -54,61 +51,37 @@ def stage(workspace: Path, plan: Path, path: str, content: str) -> bytes:
     return plan.read_bytes()
 
 
-class SwappingPlan:
-    """A named pipe standing for a plan file: each open by process ``pid`` reads
-    ``default``, except the opens queued in ``next`` (in order). One reader at a time: its
-    bytes are written once it opened, and the next is served once it has read them and
-    closed (``/proc/PID/fd``). It stops once the path is no longer a pipe (the apply
-    wrote its marks over it)."""
+class SwapDuringRead:
+    """Once armed, replaces ``path`` with ``other`` (``os.replace``) the moment process
+    ``pid`` holds it open (``/proc/PID/fd``): the read under way goes on with the old
+    file, the next open gets ``other``. The plan is padded with JSON whitespace (tens of
+    MiB, still the same signed plan) so that a read lasts long enough to be seen."""
 
-    def __init__(self, path: Path, default: bytes) -> None:
+    def __init__(self, path: Path, other: Path) -> None:
         self.path = path
-        self.default = default
-        self.next: list[bytes] = []
+        self.other = other
         self.pid: int | None = None
+        self.armed = threading.Event()
+        self.swapped = threading.Event()
         self._stop = threading.Event()
-        os.mkfifo(path)
-        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def _readers(self) -> int:
-        fds = Path(f"/proc/{self.pid}/fd")
-        count = 0
-        for fd in list(fds.iterdir()) if fds.exists() else []:
+    def _open_now(self) -> bool:
+        for fd in Path(f"/proc/{self.pid}/fd").iterdir():
             with contextlib.suppress(OSError):
-                count += os.readlink(fd) == str(self.path)
-        return count
+                if os.readlink(fd) == str(self.path):
+                    return True
+        return False
 
-    def _wait(self, done: Any) -> None:
-        while not done() and not self._stop.is_set():
-            time.sleep(0.001)
-
-    def _serve(self) -> None:
+    def _watch(self) -> None:
         while not self._stop.is_set():
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError as exc:
-                if exc.errno in (errno.ENXIO, errno.ENOENT):  # no reader yet / being replaced
-                    time.sleep(0.001)
-                    continue
-                raise
-            try:
-                if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-                    return  # a regular file now: never write into it
-                os.set_blocking(fd, True)
-                os.write(fd, self.next.pop(0) if self.next else self.default)
-                unread = array.array("i", [0])
-
-                def drained(fd: int = fd, unread: array.array = unread) -> bool:
-                    fcntl.ioctl(fd, termios.FIONREAD, unread)
-                    return unread[0] == 0
-
-                self._wait(drained)
-            finally:
-                os.close(fd)
-            self._wait(lambda: self._readers() == 0)
+            if self.armed.is_set() and not self.swapped.is_set() and self._open_now():
+                os.replace(self.other, self.path)
+                self.swapped.set()
+            time.sleep(0.0002)
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[SwappingPlan]:
+    def running(self) -> Iterator[SwapDuringRead]:
         self._thread.start()
         try:
             yield self
@@ -120,42 +93,40 @@ class SwappingPlan:
 def test_a_plan_swapped_after_its_digest_was_checked_never_runs(
     page: Any, workspace: Path, tmp_path: Path
 ) -> None:
-    benign = stage(workspace, tmp_path / "benign.json", "benign.txt", "shown and confirmed\n")
-    evil = stage(workspace, tmp_path / "evil.json", "evil.txt", "never confirmed\n")
-    assert benign != evil
+    plan = tmp_path / "plan.json"
+    stage(workspace, plan, "benign.txt", "shown and confirmed\n")
+    with plan.open("ab") as f:
+        f.write(b" " * (48 << 20))  # the same plan, its read slower
+    evil = tmp_path / "evil.json"
+    stage(workspace, evil, "evil.txt", "never confirmed\n")
     events = tmp_path / "events.jsonl"
-    swapping = SwappingPlan(tmp_path / "plan.json", benign)
+    swap = SwapDuringRead(plan, evil)
     argv = ("review", "--workspace", str(workspace), "--events", str(events),
-            "--posture", "allow-all", "--plan", str(swapping.path))  # fmt: skip
-    with swapping.running(), ringfence_process(*argv) as rf:
-        swapping.pid = rf.process.pid
+            "--posture", "allow-all", "--plan", str(plan))  # fmt: skip
+    with swap.running(), ringfence_process(*argv) as rf:
+        swap.pid = rf.process.pid
         base = rf.wait_for_url()
         visit(page, base + "plans/0")
         shown = page.inner_text("main")
         assert "benign.txt" in shown and "evil.txt" not in shown, shown
         choose(page, "#apply-plan")
         assert "benign.txt" in page.inner_text("main")
-        # Confirmed: the apply's first read is the plan shown, its second the other one.
-        swapping.next = [benign, evil]
+        # Confirmed: the apply's read of the plan is under way when the other one is put in.
+        swap.armed.set()
         confirm(page)
         ok, text = job_done(page)
+        assert swap.swapped.is_set()
         assert not ok, (text, sorted(p.name for p in workspace.iterdir()))
         assert "changed" in text
-        assert not (workspace / "evil.txt").exists() and not (workspace / "benign.txt").exists()
         assert list(workspace.iterdir()) == []
-
-        # The plan as shown, not swapped, applies: the check was the only stop.
+        # The plan now at the path is the other one: shown as it is, it is what would apply.
         visit(page, base + "plans/0")
-        choose(page, "#apply-plan")
-        confirm(page)
-        ok, text = job_done(page)
-        assert ok, text
-    assert (workspace / "benign.txt").read_text() == "shown and confirmed\n"
-    assert not (workspace / "evil.txt").exists()
+        shown = page.inner_text("main")
+        assert "evil.txt" in shown and "benign.txt" not in shown, shown
+    assert list(workspace.iterdir()) == []
     recs = records(events)
-    written = [r["arguments"]["path"] for r in recs if r["kind"] == "proposed"]
-    assert written == ["benign.txt"], written
-    assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["apply", "apply"]
+    assert not any(r["kind"] == "proposed" for r in recs)
+    assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["apply"]
 
 
 # -- a query of too many fields -----------------------------------------------------------
@@ -309,3 +280,27 @@ def test_a_watched_stream_replaced_by_a_directory_or_a_pipe_leaves_the_page_up(
         assert time.monotonic() - started < 20
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
     assert not any(r["kind"] == "review_action" for r in records(events))
+
+
+def test_a_plan_replaced_by_a_pipe_hangs_neither_the_page_nor_its_stop(
+    workspace: Path, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.json"
+    stage(workspace, plan, "staged.txt", "staged\n")
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-all", "--plan", str(plan))  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        status, _, body = get(base + "plans/0")
+        assert status == 200 and "staged.txt" in body
+        plan.unlink()
+        os.mkfifo(plan)  # no writer ever comes: a blocking open would wait forever
+        status, _, body = get(base + "plans/0")
+        assert status == 409 and "not a regular file" in body, (status, body[-1500:])
+        started = time.monotonic()
+        assert rf.stop() == 0  # SIGTERM: the page stops, the session seals
+        assert time.monotonic() - started < 20
+    assert list(workspace.iterdir()) == []
+    assert records(events)[-1]["kind"] == "session_sealed"
+    assert not any(r["kind"] in ("proposed", "review_action") for r in records(events))
