@@ -96,7 +96,7 @@ def test_a_plan_swapped_after_its_digest_was_checked_never_runs(
     plan = tmp_path / "plan.json"
     stage(workspace, plan, "benign.txt", "shown and confirmed\n")
     with plan.open("ab") as f:
-        f.write(b" " * (48 << 20))  # the same plan, its read slower
+        f.write(b" " * (64 << 20))  # the same plan, its read slower
     evil = tmp_path / "evil.json"
     stage(workspace, evil, "evil.txt", "never confirmed\n")
     events = tmp_path / "events.jsonl"
