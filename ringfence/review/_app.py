@@ -143,11 +143,17 @@ class ReviewApp:
     # -- reading ---------------------------------------------------------------------------
 
     async def _get(self, scope: Scope, path: str, receive: Receive, send: Send) -> None:
-        query = dict(
-            parse_qsl(
-                scope.get("query_string", b"").decode("latin-1"), max_num_fields=MAX_FORM_FIELDS
+        try:
+            query = dict(
+                parse_qsl(
+                    scope.get("query_string", b"").decode("latin-1"),
+                    max_num_fields=MAX_FORM_FIELDS,
+                )
             )
-        )
+        except ValueError:  # more fields than that: parse_qsl refuses to read on
+            raise PageError(
+                400, f"a query holds at most {MAX_FORM_FIELDS} fields: nothing was read"
+            ) from None
         parts = [p for p in path.split("/") if p]
         site = self.site
         page: Html

@@ -23,7 +23,9 @@ as read; the next verification of a grown file reads them again).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -83,6 +85,9 @@ class EventFeed:
         self._wake_pending = False
         self._listeners: list[Callable[[], None]] = []
         self.replaced = 0  # how often a watched file shrank or was replaced (read again)
+        # Why the watched file cannot be followed now (a directory or a pipe in its place, no
+        # permission); None while it can. What was read stays shown.
+        self.unreadable: str | None = None
 
     # -- lines in ----------------------------------------------------------------------
 
@@ -210,7 +215,17 @@ class EventFeed:
         identity: tuple[int, int] | None = None
         partial = b""
         while True:
-            read = await trio.to_thread.run_sync(_read_from, Path(path), offset, identity)
+            try:
+                read = await trio.to_thread.run_sync(_read_from, Path(path), offset, identity)
+            except OSError as exc:
+                if self.unreadable is None:
+                    self.unreadable = f"{path} cannot be read now ({exc.strerror or exc})"
+                    self._wake()
+                await trio.sleep(TAIL_EVERY_SECONDS)
+                continue
+            if self.unreadable is not None:
+                self.unreadable = None
+                self._wake()
             if read is not None:
                 new_identity, data, reset = read
                 if reset:
@@ -235,19 +250,26 @@ class EventFeed:
 def _read_from(
     path: Path, offset: int, identity: tuple[int, int] | None
 ) -> tuple[tuple[int, int], bytes, bool] | None:
-    """(identity, bytes from ``offset`` or from 0 when replaced, whether it was) or None."""
+    """(identity, bytes from ``offset`` or from 0 when replaced, whether it was) or None.
+
+    OSError when ``path`` is there but no regular file (a directory, or a pipe: opened
+    without waiting for a writer, so no thread blocks on it) or cannot be read.
+    """
     try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            now = (st.st_dev, st.st_ino)
-            reset = identity is not None and (now != identity or st.st_size < offset)
-            start = 0 if reset else offset
-            if st.st_size == start and not reset:
-                return (now, b"", False) if identity is None else None
-            f.seek(start)
-            return now, f.read(), reset
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        now = (st.st_dev, st.st_ino)
+        reset = identity is not None and (now != identity or st.st_size < offset)
+        start = 0 if reset else offset
+        if st.st_size == start and not reset:
+            return (now, b"", False) if identity is None else None
+        f.seek(start)
+        return now, f.read(), reset
 
 
 def _verify(lines: list[bytes]) -> Integrity:

@@ -112,4 +112,13 @@ def block(text: str, limit: int = 20_000) -> str:
 
 
 def when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+    """A record's time as the page shows it (local, to the millisecond); a time that cannot
+    be drawn (out of the platform's range, not a number: a record anyone could have
+    written into a watched stream) is shown as its value, never an error that takes the
+    view down."""
+    try:
+        return (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+        )
+    except (OverflowError, ValueError, OSError, TypeError):
+        return f"(time {one_line(repr(ts))[:40]}: not a date)"

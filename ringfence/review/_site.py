@@ -14,8 +14,12 @@ The HTTP side (tokens, Origin, CSRF, headers) is :mod:`._app`'s.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import json
+import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,9 +28,9 @@ from typing import Any
 import trio
 
 from ..runtime._approval import ApprovalRequest
-from ..runtime._errors import Denied, RingfenceError
+from ..runtime._errors import Denied, InvalidArguments, RingfenceError
 from ..runtime._kernel import Kernel
-from ..runtime._plan import Plan
+from ..runtime._plan import AppliedMark, Plan, StagedCall
 from ..runtime._render import json_text, one_line, render_approval
 from ..runtime._timeline import CallFilter, CallRow, Timeline
 from ._actions import Confirmations, Job, Pending, RateLimit
@@ -55,6 +59,51 @@ class PageError(Exception):
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
+    """The plan at ``path`` as ``Plan.load`` authenticated it, and the bytes it was read from.
+
+    Two reads (the bytes, whose sha256 the page shows and the person confirms; the
+    plan, loaded and checked by ``Plan.load``): the loaded plan must be the one the bytes
+    hold (roots, calls, applied marks), else the file changed between them (swapped by
+    whoever can write its directory) and InvalidArguments says so. So the plan that runs
+    is always the one whose digest was confirmed. A path that cannot be read (a
+    directory or a pipe now) is InvalidArguments too; a missing file is FileNotFoundError.
+    """
+    try:
+        # Without waiting for a writer: a pipe put in its place is refused, not waited on.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            data = f.read()
+        plan = Plan.load(path, create_key=create_key)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a directory, a file it may not read: whoever can write its folder
+        raise InvalidArguments(
+            f"{path} cannot be read as a plan ({exc.strerror or exc})", field="plan"
+        ) from None
+    if not _same_plan(plan, data):
+        raise InvalidArguments(
+            f"{path} changed while it was read (the plan loaded is not the one whose sha256 "
+            "the page checks): nothing ran; look at it again",
+            field="plan",
+        )
+    return plan, data
+
+
+def _same_plan(plan: Plan, data: bytes) -> bool:
+    try:
+        doc = json.loads(data)
+        return (
+            tuple(str(r) for r in doc["roots"]) == plan.roots
+            and [StagedCall(**c) for c in doc["calls"]] == plan.calls
+            and {str(k): AppliedMark(**v) for k, v in doc["applied"].items()} == plan.applied
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return False
 
 
 def _is_id(text: str) -> bool:
@@ -204,6 +253,8 @@ class ReviewSite:
             "tampered": "TAMPERED",
         }[i.state]
         details: list[Html] = []
+        if self.feed.unreadable is not None:
+            details.append(el("li", {"id": "unreadable"}, field(self.feed.unreadable, 400)))
         if i.state == "open" and i.unauthenticated is not None:
             first, last = i.unauthenticated
             details.append(
@@ -853,8 +904,7 @@ class ReviewSite:
         return self.page("Plans", el("ul", {"id": "plans"}, items), active="plans")
 
     def _load_plan(self, path: Path) -> tuple[Plan, str, dict[str, str]]:
-        data = path.read_bytes()
-        plan = Plan.load(path, create_key=False)
+        plan, data = read_plan(path, create_key=False)
         diffs: dict[str, str] = {}
         for call in plan.calls:
             set_id = call.arguments.get("id") if call.tool == "apply_changes" else None
@@ -874,7 +924,9 @@ class ReviewSite:
     async def plan_page(self, number: str) -> Html:
         path = self._plan_index(number)
         try:
-            plan, digest, diffs = await trio.to_thread.run_sync(self._load_plan, path)
+            plan, digest, diffs = await trio.to_thread.run_sync(
+                self._load_plan, path, abandon_on_cancel=True
+            )
         except FileNotFoundError:
             return self.page(
                 "Plan",
@@ -951,7 +1003,9 @@ class ReviewSite:
         if self.kernel.dry_run:
             raise PageError(409, "this session is a dry run: it would stage the calls again")
         try:
-            plan, digest, _ = await trio.to_thread.run_sync(self._load_plan, path)
+            plan, digest, _ = await trio.to_thread.run_sync(
+                self._load_plan, path, abandon_on_cancel=True
+            )
         except (OSError, RingfenceError) as exc:
             raise PageError(409, f"{path}: {getattr(exc, 'message', None) or exc}") from None
         if form.get("sha256") != digest:
@@ -1073,6 +1127,11 @@ class ReviewSite:
         except RingfenceError as exc:
             job.ok = False
             job.lines.append(("bad", f"{exc.code}: {block(exc.message, 4000)}"))
+        except (
+            OSError
+        ) as exc:  # a file gone or changed under the action: it fails, the page goes on
+            job.ok = False
+            job.lines.append(("bad", f"{block(str(exc), 4000)}: nothing more was done"))
         finally:
             job.done = True
             if job.ok is None:
@@ -1109,12 +1168,11 @@ class ReviewSite:
     async def _apply(self, job: Job, params: Mapping[str, Any]) -> None:
         path = self._plan_index(params["plan"])
         job.title = f"apply {path.name}"
-        data = await trio.to_thread.run_sync(path.read_bytes)
+        plan, data = await trio.to_thread.run_sync(read_plan, path, abandon_on_cancel=True)
         if _digest(data) != params["sha256"]:
             job.ok = False
             job.lines.append(("bad", "the plan file changed since it was confirmed: nothing ran"))
             return
-        plan = await trio.to_thread.run_sync(lambda: Plan.load(path))
         try:
             outcomes = await self.kernel.apply_plan(plan)
         except Denied as exc:
