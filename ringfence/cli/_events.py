@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from ..runtime._errors import InvalidArguments, NotFound, ToolError
-from ..runtime._render import one_line
+from ..runtime._render import one_line, when_text
 from ..runtime._timeline import CallRow, SessionRow, Timeline
 from ..runtime._verify import UnsealedSession, verify_file
 from ._output import abbreviate, error_line, naming_file, print_error, print_ok
@@ -274,7 +273,7 @@ def select_trace(sessions: Sessions, trace: str) -> Sessions:
 
 
 def _clock(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+    return when_text(ts, "%H:%M:%S", millis=True)
 
 
 def _render(sessions: Sessions) -> str:
@@ -283,7 +282,7 @@ def _render(sessions: Sessions) -> str:
     (``one_line``), so a record cannot draw on the terminal or pose as another line."""
     lines = []
     for s, calls in sessions:
-        day = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(s.ts))
+        day = when_text(s.ts, "%Y-%m-%d %H:%M:%S UTC")
         state = "sealed" if s.sealed else "NOT SEALED"
         dry = ", dry run" if s.dry_run else ""
         trace, posture = one_line(str(s.trace_id or "?")), one_line(str(s.posture or "?"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from ..mcp_host.manifest._load import (
     manifest_path,
 )
 from ..runtime._redact import mask_command_args
-from ..runtime._render import one_line
+from ..runtime._render import one_line, when_text
 from ._output import print_ok, print_warnings
 
 
@@ -70,7 +69,7 @@ def _auth_line(a: dict[str, Any]) -> str:
         if not expires
         else ("expired" if a.get("expired") else "expires")
         + " "
-        + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires))
+        + when_text(expires, "%Y-%m-%d %H:%M UTC")
     )
     refresh = ", refreshable" if a.get("refreshable") else ""
     return f"oauth: logged in, {when}{refresh}, scopes {' '.join(a.get('scopes') or []) or '-'}"

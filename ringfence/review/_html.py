@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import html
 import re
-import time
 from collections.abc import Callable
 from urllib.parse import quote
 
-from ..runtime._render import one_line, visible
+from ..runtime._render import one_line, visible, when_text
 
 __all__ = ["Html", "block", "clip", "el", "field", "raw", "url", "when"]
 
@@ -113,12 +112,6 @@ def block(text: str, limit: int = 20_000) -> str:
 
 def when(ts: float) -> str:
     """A record's time as the page shows it (local, to the millisecond); a time that cannot
-    be drawn (out of the platform's range, not a number: a record anyone could have
-    written into a watched stream) is shown as its value, never an error that takes the
+    be drawn is shown as its value (:func:`when_text`), never an error that takes the
     view down."""
-    try:
-        return (
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
-        )
-    except (OverflowError, ValueError, OSError, TypeError):
-        return f"(time {one_line(repr(ts))[:40]}: not a date)"
+    return when_text(ts, "%Y-%m-%d %H:%M:%S", local=True, millis=True)

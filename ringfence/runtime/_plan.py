@@ -47,6 +47,7 @@ from typing import Any
 from ._canonical import canonical_json
 from ._errors import Denied, InvalidArguments, Unwritable
 from ._files import atomic_write, load_or_create_key, ringfence_home
+from ._render import when_text
 
 __all__ = ["AppliedMark", "Plan", "StagedCall", "ledger_dir", "plan_key_path"]
 
@@ -127,7 +128,7 @@ class AppliedMark:
     session: str
 
     def describe(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.at))
+        when = when_text(self.at, "%Y-%m-%d %H:%M:%S UTC")
         return f"at {when} by session {self.session}"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 import unicodedata
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ __all__ = [
     "terminal_text",
     "visible",
     "visible_line",
+    "when_text",
 ]
 
 # A value that runs (a command, a script) is shown whole up to this many characters; beyond
@@ -356,3 +358,15 @@ def render_approval(request: ApprovalRequest) -> str:
         lines += _render_argument("arguments", request.arguments, _RUN_RANK)
     lines.append(f"  why asked: {visible(request.reason)}")
     return "\n".join(lines)
+
+
+def when_text(ts: Any, fmt: str, *, local: bool = False, millis: bool = False) -> str:
+    """A recorded time drawn with ``time.strftime(fmt)`` (UTC, or ``local``; ``millis``
+    adds ``.mmm``). A time no clock can draw (out of the platform's range, not a number:
+    what a record, a plan or a watched stream holds is anyone's) is shown as its value,
+    never an error that takes a view or a command down."""
+    try:
+        text = time.strftime(fmt, time.localtime(ts) if local else time.gmtime(ts))
+        return text + (f".{int(ts * 1000) % 1000:03d}" if millis else "")
+    except (OverflowError, ValueError, OSError, TypeError):
+        return f"(time {one_line(repr(ts))[:40]}: not a date)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -392,6 +393,24 @@ def test_events_show_is_a_timeline(
     assert [c["tool"] for s in body["result"]["sessions"] for c in s["calls"]] == ["write_file"]
     code, body = run_json(capsys, "events", "show", str(events), "--trace", "nope")
     assert code == 1 and body["error"]["field"] == "--trace"
+
+
+@pytest.mark.parametrize("ts", ["1e308", "1e20", "9223372036854775808", "-1e300"])
+def test_events_show_draws_an_impossible_time_as_its_value(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], ts: str
+) -> None:
+    """A record's time is anyone's who could write the file (valid JSON, however absurd): the
+    timeline shows it as its value, never `unexpected error: OverflowError`."""
+    events = tmp_path / "events.jsonl"
+    base = ["--workspace", str(ws), "--backend", "local", "--events", str(events)]
+    assert main(["call", "read_file", "--args", '{"path": "notes.txt"}', *base]) == 0
+    events.write_text(re.sub(r'"ts":[0-9.e+-]+', f'"ts":{ts}', events.read_text()))
+    capsys.readouterr()
+    code, out, err = run(capsys, "events", "show", str(events))
+    assert code == 0 and "unexpected error" not in err, err
+    assert "not a date)" in out and "read_file" in out, out
+    code, body = run_json(capsys, "events", "show", str(events))
+    assert code == 0 and body["result"]["sessions"][0]["calls"][0]["tool"] == "read_file"
 
 
 def test_events_show_of_a_script_nests_its_calls(
