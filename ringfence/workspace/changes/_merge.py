@@ -798,7 +798,8 @@ def _conflicts(
     known: _Known | None = None,
     sources: UpperFiles | None = None,
 ) -> list[str]:
-    """The paths whose current state is not the before-image, in order (each once).
+    """The paths whose current state is not the before-image (kind, content and permission
+    bits), in order (each once).
 
     A directory to delete conflicts too when it holds an entry the set does
     not delete before it (someone else's file would go with it). ``known``
@@ -831,7 +832,8 @@ def _conflicts(
             absent.add(key)
             if sources is not None and before is None:
                 i += _new_tree(changes, i, change, sources, seen, absent)
-        stale = not same_state(current, change.before)
+        # Modes too: a chmod someone made after the set is theirs, not the set's to undo.
+        stale = not _exactly(current, change.before)
         if not stale and change.after is None and current is not None and current.kind == "dir":
             gone = {k for k, v in seen.items() if v is None}  # deleted earlier in this set
             left = [
