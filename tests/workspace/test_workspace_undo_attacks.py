@@ -9,6 +9,11 @@ disk: the tree byte for byte with modes (:func:`tree_helpers.exact_state`).
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,8 @@ from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
 from tree_helpers import exact_state
 
 from ringfence.cli._main import main
+from ringfence.workspace import Change, ChangeSet, CheckpointStore, Workspace
+from ringfence.workspace.changes._model import Image
 
 
 def _cli(capsys: pytest.CaptureFixture[str], root: Path, *words: str) -> dict[str, Any]:
@@ -54,3 +61,115 @@ def test_undo_refuses_to_overwrite_a_mode_changed_after_the_set(
     out = _cli(capsys, root, "undo")
     assert not out["ok"] and out["error"]["details"]["conflicts"] == ["d"], out
     assert exact_state(root) == mine
+
+
+# -- recovery: a rollback is a writer, judged like every merge ---------------------------------
+
+needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed"
+)
+
+
+def killed_at(
+    root: Path, home: Path, words: list[str], syscall: str, under: Path, when: int = 1
+) -> None:
+    """Run ``python -m ringfence *words`` and SIGKILL it (every process of it) as it enters its
+    ``when``-th ``syscall`` on a descriptor or path of ``under`` (``strace --inject``): a kill at
+    an exact point of its write, where a timer would land anywhere."""
+    argv = [sys.executable, "-m", "ringfence", *words, "--workspace", str(root),
+            "--approve", "no", "--json", "--posture", "allow-reversible"]  # fmt: skip
+    env = {**os.environ, "RINGFENCE_HOME": str(home)}
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
+         "-e", f"inject={syscall}:signal=KILL:when={when}", "-P", str(under), *argv],
+        env=env, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == -9 or proc.returncode == 137, (proc.returncode, proc.stderr[-2000:])
+
+
+def _forge_interrupted(root: Path, changes: list[Change]) -> str:
+    """A change set and a journal line ``B <set>`` nobody holds, written straight into the
+    store: what someone who can write ``$RINGFENCE_HOME`` could leave for the next start."""
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        cs = ChangeSet(store.new_id(), time.time(), "run_shell", tuple(changes))
+        store.save(cs)
+        journal = store.journal_fd_if_any(create=True)
+        assert journal is not None
+        fd = os.open("99999-00000000abcd.log", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=journal)
+        os.write(fd, f"B {cs.id}\n".encode())
+        os.close(fd)
+        store.close()
+    return cs.id
+
+
+def test_a_tampered_manifest_makes_recovery_write_nothing_a_merge_refuses(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A manifest read back by recovery is data: its before-images go through the merge's
+    rules, so it cannot plant a link out, a set-uid file, a FIFO or a git hook, nor stop every
+    later start with an error."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "sub" / "objects").mkdir(parents=True)
+    (root / "sub" / "refs").mkdir()
+    before = exact_state(root)
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        hook = store.put(b"#!/bin/sh\ntouch /tmp/pwned\n")
+        out, head = store.put(b"/etc"), store.put(b"ref: refs/heads/main\n")
+        store.close()
+    hostile = {
+        "out": Image("symlink", 0o777, out, 4),
+        "suid": Image("file", 0o4755, hook, 27),
+        ".git/hooks/pre-commit": Image("file", 0o755, hook, 27),
+        "fifo": Image("fifo", 0o644),
+        "../escape": Image("file", 0o644, hook, 27),
+        "sub/HEAD": Image("file", 0o644, head, 21),  # would complete a repository
+    }
+    set_id = _forge_interrupted(root, [Change(0, p, img, None) for p, img in hostile.items()])
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    [done] = report["result"]["sets"]
+    assert done["id"] == set_id and done["undone"] == 0
+    assert sorted(r["path"] for r in done["refused"]) == sorted(hostile)
+    assert exact_state(root) == before  # nothing written, in .git or anywhere
+    assert not (tmp_path / "escape").exists()
+    # Every later start works (a refused entry is reported once, never an error for ever).
+    code = main(["checkpoints", "list", "--workspace", str(root), "--json"])
+    assert code == 0, capsys.readouterr()
+
+
+@needs_strace
+@needs_bwrap
+def test_a_link_planted_after_a_kill_does_not_carry_recovery_into_git(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A merge killed after it deleted ``sub/pre-commit``; then another process (a second
+    session, the person's shell) makes ``sub`` a link to ``.git/hooks``. Recovery puts back
+    what it can and never writes through the link: no hook appears, nothing else moves."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "sub").mkdir()
+    (root / "sub" / "pre-commit").write_text("#!/bin/sh\necho the person's script\n")
+    (root / "f1").write_text("old\n")
+    command = "echo new > f1; rm sub/pre-commit; echo z > sub/zz"
+    # Killed as it renames sub/zz in: f1 and the deletion are merged, the set not ended.
+    killed_at(root, ringfence_home, ["call", "run_shell", "--args",
+              json.dumps({"command": command})], "renameat", root / "sub")  # fmt: skip
+    assert (root / "f1").read_text() == "new\n" and not (root / "sub" / "pre-commit").exists()
+    shutil.rmtree(root / "sub")
+    (root / "sub").symlink_to(".git/hooks")
+    planted = exact_state(root)
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert not (root / ".git" / "hooks" / "pre-commit").exists()
+    planted["f1"] = ("file", 0o644, b"old\n")  # the one change recovery could put back
+    assert exact_state(root) == planted
+    assert code == 0, report
+    [done] = report["result"]["sets"]
+    assert [r["path"] for r in done["refused"]] == ["sub/pre-commit"]

@@ -19,7 +19,11 @@ them; against power loss they are fsynced when the store's writes are
 nobody holds. A set begun and not ended is **rolled back**, the same for every
 operation: each of its changes, newest first, whose path holds the after-image
 gets its before-image back (``merge_changes``' own writer); a path in neither
-state is left and reported. Then the ``.ringfence-*.tmp`` files ringfence's
+state is left and reported. A manifest is data read back from the store: each
+change a rollback would make is judged by the merge's own rules first (no git
+metadata, no link leaving the roots, no special file or set-id bit, only the
+physical path the set names, never through a link planted on it since), and
+one refused is left and reported with its reason, never written. Then the ``.ringfence-*.tmp`` files ringfence's
 writers leave are removed from the directories the set touched, and the set's
 record is made true: a shell command's set is kept as ``staged`` (what it wrote
 is not lost: ``apply_changes`` merges it again), as is an MCP server's; a file
@@ -197,8 +201,8 @@ def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
     try:
         cs = store.load(set_id)
     except Exception:  # never saved (killed before its manifest), or unreadable
-        return {"id": set_id, "undone": 0, "left": [], "record": "none"}
-    undone, left = roll_back(store.workspace, cs.changes, store)
+        return {"id": set_id, "undone": 0, "left": [], "refused": [], "record": "none"}
+    undone, left, refused = roll_back(store.workspace, cs.changes, store)
     if cs.staged:
         record = "staged"
     elif cs.tool in _REDONE_BY_THEIR_CALLER:
@@ -207,4 +211,4 @@ def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
     else:  # a command's or a server's writes, which exist nowhere else now: kept
         store.save(replace(cs, staged=True))  # apply_changes can merge it again
         record = "staged"
-    return {"id": set_id, "undone": undone, "left": left, "record": record}
+    return {"id": set_id, "undone": undone, "left": left, "refused": refused, "record": record}
