@@ -173,3 +173,58 @@ def test_a_link_planted_after_a_kill_does_not_carry_recovery_into_git(
     assert code == 0, report
     [done] = report["result"]["sets"]
     assert [r["path"] for r in done["refused"]] == ["sub/pre-commit"]
+
+
+# -- the journal: never lost to a recovery running beside its writer ---------------------------
+
+
+@needs_strace
+@needs_bwrap
+def test_a_recovery_starting_beside_a_merge_never_takes_its_journal(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second ringfence process starts (and recovers) just as a merge makes its journal
+    file; the merge is then killed midway. The next start must still find its journal and
+    roll it back whole: the workspace is never left half-merged with nothing to say so."""
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    for i in range(1, 9):
+        (root / "sub" / f"f{i}").write_text("old\n")
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out  # the store and its journal directory exist
+    before = exact_state(root)
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    journal = store / "journal"
+    assert os.listdir(journal) == []
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": "for i in $(seq 1 8); do echo new > sub/f$i; done"}),
+            "--workspace", str(root), "--approve", "no", "--json",
+            "--posture", "allow-reversible"]  # fmt: skip
+    # The 9th open in sub/ or the journal directory is the journal file's (after the capture's
+    # 8 reads): held there 4 s after it was made. Killed at a rename well inside the merge.
+    writer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=openat,renameat",
+         "-e", "inject=openat:delay_exit=4000000:when=9",
+         "-e", "inject=renameat:signal=KILL:when=6",
+         "-P", str(journal), "-P", str(root / "sub"), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not os.listdir(journal) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.listdir(journal), "the merge never made its journal file"
+        assert main(["recover", "--workspace", str(root), "--json"]) == 0  # the other process
+        capsys.readouterr()
+        assert writer.wait(timeout=120) != 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    assert exact_state(root) != before  # killed midway: part of the set is merged
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert exact_state(root) == before, report
+    assert code == 0 and len(report["result"]["sets"]) == 1
+    assert os.listdir(journal) == []

@@ -9,7 +9,8 @@ manifest holds every before-image, so the journal itself is two short lines.
 
 Each :class:`~._store.CheckpointStore` object writes one journal file of
 its own, ``<store>/journal/<pid>-<random>.log``, held with an exclusive
-``flock`` while it lives: a file nobody holds belongs to a process that is
+``flock`` while it lives (made as ``.<pid>-<random>.new`` and renamed once locked, so
+recovery never sees it unlocked): a file nobody holds belongs to a process that is
 gone (a lock dies with its process, whatever killed it). Appends go to an
 open descriptor (no file made per operation): a killed process cannot lose
 them; against power loss they are fsynced when the store's writes are
@@ -51,6 +52,7 @@ __all__ = ["Journal", "Recovery", "pending", "recover"]
 # A journal this long with nothing in flight starts again empty (its lines are spent).
 _RESET_BYTES = 1 << 20
 _NAME = re.compile(r"[0-9]+-[0-9a-f]{12}\.log\Z")
+_MAKING = re.compile(r"\.[0-9]+-[0-9a-f]{12}\.new\Z")  # a journal file not yet locked and named
 _SET_ID = re.compile(r"[0-9a-f]{1,64}\Z")
 # Sets whose content lives on elsewhere (the call's arguments, the set undone or applied):
 # rolled back, they are dropped; any other set (a shell command's, an MCP server's) is kept.
@@ -68,13 +70,32 @@ class Journal:
         self._open_ops = 0
 
     def _file(self) -> int:
+        """The journal file, made locked: it is made under a name recovery does not read
+        (``.<pid>-<random>.new``), locked, and only then renamed to its ``.log`` name. Made
+        under that name at once, a recovery starting in between found it unlocked and empty
+        and removed it, and this process wrote its ``B`` lines into a file nobody would read
+        after a kill (the half-merged set never rolled back)."""
         if self._fd < 0:
             dir_fd = self._store._journal_fd
-            name = f"{os.getpid()}-{secrets.token_hex(6)}.log"
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-            fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
-            fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else can hold it
-            self._fd, self._name = fd, name
+            for _ in range(8):
+                stem = f"{os.getpid()}-{secrets.token_hex(6)}"
+                fd = os.open(f".{stem}.new", flags, 0o600, dir_fd=dir_fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    os.rename(f".{stem}.new", f"{stem}.log", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                except FileNotFoundError:  # a recovery removed it as a killed process's: again
+                    os.close(fd)
+                    continue
+                except BaseException:
+                    os.close(fd)
+                    with contextlib.suppress(OSError):
+                        os.unlink(f".{stem}.new", dir_fd=dir_fd)
+                    raise
+                self._fd, self._name = fd, f"{stem}.log"
+                break
+            else:
+                raise OSError(errno.EAGAIN, "the journal file kept being removed as it was made")
         return self._fd
 
     def _append(self, line: bytes, *, sync: bool) -> None:
@@ -130,10 +151,13 @@ class Recovery:
         return {"journals": self.journals, "sets": list(self.sets)}
 
 
-def _unheld(dir_fd: int) -> Iterator[tuple[str, int]]:
-    """The journal files nobody holds, each opened and locked (the caller closes it)."""
+def _unheld(dir_fd: int, pattern: re.Pattern[str] = _NAME) -> Iterator[tuple[str, int]]:
+    """The journal files nobody holds, each opened and locked (the caller closes it).
+
+    One that is no longer in the directory once locked was recovered (and removed) by
+    another process meanwhile: passed over, never rolled back a second time."""
     for name in sorted(os.listdir(dir_fd)):
-        if not _NAME.match(name):
+        if not pattern.match(name):
             continue
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -146,6 +170,9 @@ def _unheld(dir_fd: int) -> Iterator[tuple[str, int]]:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 continue  # a live process's
             raise
+        if os.fstat(fd).st_nlink == 0:
+            os.close(fd)
+            continue  # recovered by another process since it was listed
         yield name, fd
 
 
@@ -184,6 +211,10 @@ def recover(store: CheckpointStore) -> Recovery:
         return Recovery()
     done: list[dict[str, Any]] = []
     journals = 0
+    for name, fd in _unheld(dir_fd, _MAKING):  # killed before it was named: it holds nothing
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        os.close(fd)
     for name, fd in _unheld(dir_fd):
         try:
             for set_id in _in_flight(fd):
