@@ -72,17 +72,25 @@ needs_bwrap = pytest.mark.skipif(
 
 
 def killed_at(
-    root: Path, home: Path, words: list[str], syscall: str, under: Path, when: int = 1
+    root: Path,
+    home: Path,
+    words: list[str],
+    syscall: str,
+    under: Path,
+    when: int = 1,
+    also: Path | None = None,
 ) -> None:
     """Run ``python -m ringfence *words`` and SIGKILL it (every process of it) as it enters its
-    ``when``-th ``syscall`` on a descriptor or path of ``under`` (``strace --inject``): a kill at
+    ``when``-th ``syscall`` on a descriptor or path of ``under`` (or ``also``; ``strace
+    --inject``): a kill at
     an exact point of its write, where a timer would land anywhere."""
     argv = [sys.executable, "-m", "ringfence", *words, "--workspace", str(root),
             "--approve", "no", "--json", "--posture", "allow-reversible"]  # fmt: skip
     env = {**os.environ, "RINGFENCE_HOME": str(home)}
     proc = subprocess.run(
         ["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
-         "-e", f"inject={syscall}:signal=KILL:when={when}", "-P", str(under), *argv],
+         "-e", f"inject={syscall}:signal=KILL:when={when}", "-P", str(under),
+         *(["-P", str(also)] if also else []), *argv],
         env=env, capture_output=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == -9 or proc.returncode == 137, (proc.returncode, proc.stderr[-2000:])
@@ -228,3 +236,24 @@ def test_a_recovery_starting_beside_a_merge_never_takes_its_journal(
     assert exact_state(root) == before, report
     assert code == 0 and len(report["result"]["sets"]) == 1
     assert os.listdir(journal) == []
+
+
+@needs_strace
+def test_a_write_file_killed_after_its_first_mkdir_leaves_no_directory(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``write_file a/b/c.txt`` makes ``a`` and ``b`` before its file: killed between the
+    two, the next start removes ``a`` (its journal began before the first ``mkdir``), and no
+    change set is left for a write that never happened."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "keep").write_text("keep\n")
+    before = exact_state(root)
+    write = ["call", "write_file", "--args", json.dumps({"path": "a/b/c.txt", "content": "x"})]
+    # Killed as it enters its second mkdirat (of b, in a): a is made, b is not.
+    killed_at(root, ringfence_home, write, "mkdirat", root, when=2, also=root / "a")
+    assert (root / "a").is_dir() and not (root / "a" / "b").exists()
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["result"]
+    assert exact_state(root) == before
+    assert listed == []
