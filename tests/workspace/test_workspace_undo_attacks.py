@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -257,3 +258,57 @@ def test_a_write_file_killed_after_its_first_mkdir_leaves_no_directory(
     listed = json.loads(capsys.readouterr().out)["result"]
     assert exact_state(root) == before
     assert listed == []
+
+
+# -- a full file system midway -----------------------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of the test's own (mounting needs root: skipped otherwise)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace')}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@needs_bwrap
+def test_an_undo_that_fills_the_disk_midway_is_never_left_half_written(
+    small_fs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``undo`` puts ``q`` back (space kept by the person's hard link ``q2``), then ``p``
+    fails for space, and putting ``q`` back to the set's bytes fails too. It said "p cannot
+    be written" and left q undone, p not, with no record and no journal: a mixed tree for
+    good. Now it says the workspace is half-written, keeps the set in flight, and the next
+    start after space is freed rolls it back to exactly the tree before the undo."""
+    root = small_fs
+    (root / "p").write_bytes(os.urandom(1_500_000))
+    (root / "q").write_text("small\n")
+    command = "echo s > p; head -c 1500000 /dev/urandom > q"
+    out = _cli(capsys, root, "call", "run_shell", "--args", json.dumps({"command": command}))
+    assert out["ok"], out
+    os.link(root / "q", root / "q2")
+    (root / "fill").write_bytes(b"\0" * 1_600_000)
+    before_undo = exact_state(root)
+    out = _cli(capsys, root, "undo")
+    assert not out["ok"], out
+    assert out["error"].get("details", {}).get("half_written") == ["q"], out
+    assert "half-written" in out["error"]["message"]
+    # Still full: every start says what it is doing and why it cannot, naming the set.
+    out = _cli(capsys, root, "call", "list_directory", "--args", '{"path": "."}')
+    assert not out["ok"] and "could not roll back change set" in out["error"]["message"], out
+    (root / "fill").unlink()
+    del before_undo["fill"]
+    assert main(["recover", "--workspace", str(root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["result"]
+    assert [s["record"] for s in report["sets"]] == ["dropped"], report
+    assert exact_state(root) == before_undo
+    assert not [n for n in os.listdir(root) if n.startswith(".ringfence-")]

@@ -44,6 +44,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ...runtime._errors import RingfenceError
+
 if TYPE_CHECKING:
     from ._store import CheckpointStore
 
@@ -120,11 +122,21 @@ class Journal:
 
     @contextlib.contextmanager
     def writing(self, set_id: str, *, sync: bool = False) -> Iterator[None]:
-        """``begin`` … ``end`` around an operation (``end`` also when it raises)."""
+        """``begin`` … ``end`` around an operation (``end`` also when it raises), unless it
+        raises a merge's ``half_written`` error: the workspace is then part-way, and the set
+        stays open (its journal file kept past :meth:`close`) for the next start to roll back."""
         self.begin(set_id, sync=sync)
         try:
             yield
-        finally:
+        except RingfenceError as exc:
+            if exc.details.get("half_written"):
+                raise  # no E: still in flight, as a killed process would have left it
+            self.end(set_id)
+            raise
+        except BaseException:
+            self.end(set_id)
+            raise
+        else:
             self.end(set_id)
 
     def close(self) -> None:
@@ -233,7 +245,16 @@ def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
         cs = store.load(set_id)
     except Exception:  # never saved (killed before its manifest), or unreadable
         return {"id": set_id, "undone": 0, "left": [], "refused": [], "record": "none"}
-    undone, left, refused = roll_back(store.workspace, cs.changes, store)
+    try:
+        undone, left, refused = roll_back(store.workspace, cs.changes, store)
+    except RingfenceError as exc:  # a full file system, most often: said as what it is
+        raise exc.with_(
+            message=f"ringfence could not roll back change set {set_id}, which a killed or "
+            f"failed write left half-written in the workspace: {exc.message}; nothing else "
+            "runs in this workspace until it can (free space there, or fix that path, then "
+            "any start, or `ringfence recover`, tries again)",
+            details={**exc.details, "rolling_back": set_id},
+        ) from exc.__cause__
     if cs.staged:
         record = "staged"
     elif cs.tool in _REDONE_BY_THEIR_CALLER:

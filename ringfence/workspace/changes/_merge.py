@@ -674,11 +674,25 @@ def merge_changes(
                 )
                 applied.append(Change(change.root, change.path, found, change.after))
                 i += 1
-        except BaseException:
+        except BaseException as exc:
             dirs.close()
+            unput: list[str] = []
             for done in reversed(applied):  # best effort: put back what this merge changed
-                with contextlib.suppress(Exception):
+                try:
                     _apply_one(dirs, done.inverse(), blobs, owner, to_sync)
+                except Exception:  # (a full file system, another writer): named below
+                    unput.append(escape_name(done.path))
+            if unput and isinstance(exc, RingfenceError):
+                # Half-written: said so, and marked for the journal, which then keeps the set
+                # open (no E line) so the next start rolls it back (see Journal.writing).
+                raise exc.with_(
+                    message=f"{exc.message}; putting back what this merge had already "
+                    f"written failed too ({', '.join(unput[:10])}"
+                    f"{', …' if len(unput) > 10 else ''}): the workspace is half-written "
+                    "until the next start of ringfence (or `ringfence recover`) rolls it "
+                    "back, which needs that error gone (free space there first)",
+                    details={**exc.details, "half_written": unput},
+                ) from exc.__cause__
             raise
         finally:
             dirs.close()

@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from ...runtime._calls import CallContext
-from ...runtime._errors import InvalidArguments, NotFound
+from ...runtime._errors import InvalidArguments, NotFound, RingfenceError
 from ...runtime._kernel import Kernel
 from ...runtime._tools import Consequence, ToolSpec
 from .._names import escape_name
@@ -227,8 +227,10 @@ def _journaled(
             report = merge_changes(
                 store.workspace, planned.changes, store, atomic=atomic, force=force
             )
-        except BaseException:
-            store.drop(planned.id)  # nothing applied (the merge puts back what it wrote)
+        except BaseException as exc:
+            if not (isinstance(exc, RingfenceError) and exc.details.get("half_written")):
+                store.drop(planned.id)  # nothing applied (the merge puts back what it wrote)
+            # else kept, its journal open: what the next start rolls back from
             raise
         done = replace(planned, changes=report.applied)
         if report.applied or planned.undoes:  # an undo is recorded even when it was empty
