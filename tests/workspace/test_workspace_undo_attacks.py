@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -85,8 +86,9 @@ def killed_at(
     ``when``-th ``syscall`` on a descriptor or path of ``under`` (or ``also``; ``strace
     --inject``): a kill at
     an exact point of its write, where a timer would land anywhere."""
-    argv = [sys.executable, "-m", "ringfence", *words, "--workspace", str(root),
-            "--approve", "no", "--json", "--posture", "allow-reversible"]  # fmt: skip
+    session = [] if words[0] == "recover" else ["--approve", "no", "--posture", "allow-reversible"]
+    argv = [sys.executable, "-m", "ringfence", *words, "--workspace", str(root), "--json",
+            *session]  # fmt: skip
     env = {**os.environ, "RINGFENCE_HOME": str(home)}
     proc = subprocess.run(
         ["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
@@ -312,3 +314,29 @@ def test_an_undo_that_fills_the_disk_midway_is_never_left_half_written(
     assert [s["record"] for s in report["sets"]] == ["dropped"], report
     assert exact_state(root) == before_undo
     assert not [n for n in os.listdir(root) if n.startswith(".ringfence-")]
+
+
+@needs_strace
+def test_a_recovery_killed_between_mkdir_and_chmod_is_finished_by_the_next(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An undo killed midway; its recovery killed between making ``d/e`` (0700) and giving it
+    its mode: the recovery after that must finish the job, mode included, not leave ``d/e``
+    at 0700 as "changed by someone else"."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "d/e/f", "content": "x"}))  # fmt: skip
+    assert out["ok"], out
+    before = exact_state(root)
+    assert before["d/e"][1] == 0o755
+    # The undo removes f, e, d: killed as it removes d (f and e are gone).
+    killed_at(root, ringfence_home, ["undo"], "unlinkat", root, when=2, also=root / "d")
+    assert not (root / "d" / "e").exists()
+    # Its recovery makes e again, then is killed as it gives e its mode.
+    killed_at(root, ringfence_home, ["recover"], "fchmodat", root / "d")
+    assert stat.S_IMODE((root / "d" / "e").stat().st_mode) == 0o700
+    assert main(["recover", "--workspace", str(root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["result"]
+    assert exact_state(root) == before, report
+    assert [s["left"] for s in report["sets"]] == [[]]

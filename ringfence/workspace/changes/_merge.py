@@ -718,8 +718,9 @@ def roll_back(
     """Put back what an interrupted merge of ``changes`` applied:
     ``(changes undone, paths left, entries refused)``.
 
-    Newest first, a path holding a change's after-image (whatever its mode)
-    gets its before-image back (through the merge's own writer; a directory is removed only when
+    Newest first, a path holding a change's after-image (whatever its mode), or its
+    before-image's content with another mode (a rollback killed between a ``mkdir`` and
+    its ``chmod``, run again), gets its before-image back (through the merge's own writer; a directory is removed only when
     empty, so nothing the set did not make goes with it); a path holding the
     before-image is passed over; a path in neither state (changed since by
     someone else) is left as it is and named. The writers' temporary files
@@ -774,8 +775,12 @@ def roll_back(
                     if _exactly(current, change.before):
                         continue
                     # The after-image's content with another mode is the merge caught between
-                    # its own steps (a directory made 0700, then given its mode): put back too.
-                    if not same_state(current, change.after):
+                    # its own steps (a directory made 0700, then given its mode): put back too;
+                    # the before-image's content with another mode is a rollback caught there
+                    # (killed, and run again): given its mode.
+                    if not (
+                        same_state(current, change.after) or same_state(current, change.before)
+                    ):
                         left.append(escape_name(change.path))
                         continue
                     _apply_one(
