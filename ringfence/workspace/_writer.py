@@ -478,6 +478,12 @@ def _write(
         check_git_chain(place, display)
         if place.leaf is None:
             raise InvalidArguments(f"{display} is a directory, not a file", field="path")
+        if is_temp_name(place.leaf):
+            raise InvalidArguments(
+                f"{display}: .ringfence-<16 hex digits>.tmp is the name of ringfence's writers' "
+                "temporary files, which a recovery removes unrecorded; choose another name",
+                field="path",
+            )
         if is_link(place.leaf, place.dir_fd):
             raise FollowLeaf
         data, expected = produce(place)

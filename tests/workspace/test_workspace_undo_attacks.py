@@ -340,3 +340,24 @@ def test_a_recovery_killed_between_mkdir_and_chmod_is_finished_by_the_next(
     report = json.loads(capsys.readouterr().out)["result"]
     assert exact_state(root) == before, report
     assert [s["left"] for s in report["sets"]] == [[]]
+
+
+@needs_bwrap
+def test_no_writer_makes_a_file_named_as_ringfence_s_temporary_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recovery removes ``.ringfence-<16 hex>.tmp`` files from every directory a killed set
+    touched, unrecorded (they are its writers' own). So no command or file tool may leave a
+    file of its own under such a name, where a later recovery would delete it without a
+    trace: refused by name, the rest of the command merged."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    name = ".ringfence-0123456789abcdef.tmp"
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": f"echo data > {name}; echo x > y"}))  # fmt: skip
+    assert not out["ok"], out
+    assert [r["path"] for r in out["error"]["details"]["changes"]["refused"]] == [name]
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": f"sub/{name}", "content": "x"}))  # fmt: skip
+    assert not out["ok"] and out["error"]["code"] == "invalid_arguments", out
+    assert exact_state(root) == {"y": ("file", 0o644, b"x\n")}

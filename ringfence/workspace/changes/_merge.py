@@ -129,6 +129,12 @@ def _refusal(
                 shown = escape_name(path)
                 return GitMetadata(f"{shown} is git metadata ({name!r} is how git spells .git)")
         plain.add(key)
+        if after is not None and is_temp_name(leaf):
+            return InvalidArguments(
+                f"{escape_name(path)}: .ringfence-<16 hex digits>.tmp is the name of ringfence's "
+                "writers' temporary files, which a recovery removes unrecorded; not merged",
+                field="path",
+            )
     if after is None or (
         after.kind == "file" and after.digest is not None and not after.mode & _SPECIAL_BITS
     ):
