@@ -361,3 +361,45 @@ def test_no_writer_makes_a_file_named_as_ringfence_s_temporary_files(
                json.dumps({"path": f"sub/{name}", "content": "x"}))  # fmt: skip
     assert not out["ok"] and out["error"]["code"] == "invalid_arguments", out
     assert exact_state(root) == {"y": ("file", 0o644, b"x\n")}
+
+
+@needs_strace
+@needs_bwrap
+def test_an_editor_writing_during_an_undo_is_a_conflict_not_overwritten(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``undo`` checks every path, then writes them one by one: the person's editor saving
+    ``f`` after the check and before the undo reaches ``f`` was overwritten. Now each write
+    checks its path again: the editor's bytes stay, what the undo had written is put back,
+    and the undo says it was a conflict."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("f0\n")
+    (root / "g").write_text("g0\n")
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "echo f1 > f; echo g1 > g"}))  # fmt: skip
+    assert out["ok"], out
+    argv = [sys.executable, "-m", "ringfence", "undo", "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    # The undo writes g first: held 3 s as it renames g's new bytes into place.
+    undo = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+         "-e", "inject=renameat:delay_enter=3000000:when=1", "-P", str(root), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not [
+            n for n in os.listdir(root) if n.startswith(".ringfence-")
+        ]:
+            time.sleep(0.01)
+        (root / "f").write_text("the person's edit\n")  # after the undo's conflict check
+        mine = {k: v for k, v in exact_state(root).items() if not k.startswith(".ringfence-")}
+        stdout, _ = undo.communicate(timeout=120)
+    finally:
+        if undo.poll() is None:
+            undo.kill()
+    out = json.loads(stdout)
+    assert exact_state(root) == mine  # f is the editor's, g as the set left it
+    assert not out["ok"] and out["error"]["details"]["conflicts"] == ["f"], out

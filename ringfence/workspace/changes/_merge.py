@@ -25,8 +25,9 @@ A merge is not atomic by itself: a failure while writing rolls back what was
 applied (best effort), and a killed process leaves the set half-applied until
 the next start rolls it back from the store's journal (:mod:`._journal`,
 :func:`roll_back`). Not promised: atomicity against another process writing
-the same paths during the merge (each entry is checked just before it is
-written, not locked).
+the same paths during the merge (each entry is checked again just before it is
+written, a conflict unless forced, not locked: a write within that moment is
+overwritten, and kept as the set's before-image).
 """
 
 from __future__ import annotations
@@ -361,12 +362,16 @@ def _apply_one(
     known: _Known | None = None,
     release: Callable[[int], None] = os.close,
     physical: bool = False,
+    expect: bool = False,
 ) -> Image | None:
     """Make the path's state ``change.after``; return the image it had (stored in ``blobs``).
 
     ``release`` closes a replaced file's last descriptor (the merge's :class:`Releases`).
     ``physical`` (a rollback, which no resulting-tree check judged): refused unless the
     directory reached is the one the change names, no link followed on the way.
+    ``expect`` (a merge not forced): the path must still hold ``change.before`` exactly as
+    it is written (the conflict check ran before the first write: another writer since,
+    the person's editor, is a conflict here too, not overwritten).
     """
     after = change.after
 
@@ -379,6 +384,14 @@ def _apply_one(
             check_git_chain(place, place.display())
         dir_fd = place.dir_fd
         found = _found(dir_fd, leaf, blobs, (known or {}).pop((change.root, change.path), None))
+        if expect and not _exactly(found, change.before):
+            shown = escape_name(change.path)
+            raise ToolError(
+                f"conflict: {shown} changed while the change set was being applied (after "
+                "its conflict check); what was applied is put back, nothing was changed "
+                "(--force overwrites it)",
+                conflicts=[shown],
+            )
         try:
             if after is None:
                 if found is not None and found.kind == "dir":
@@ -674,6 +687,7 @@ def merge_changes(
                     owner,
                     to_sync,
                     keep_full_dirs=force,
+                    expect=not force,
                     sources=sources,
                     known=known,
                     release=releases,
