@@ -403,3 +403,66 @@ def test_an_editor_writing_during_an_undo_is_a_conflict_not_overwritten(
     out = json.loads(stdout)
     assert exact_state(root) == mine  # f is the editor's, g as the set left it
     assert not out["ok"] and out["error"]["details"]["conflicts"] == ["f"], out
+
+
+def _holding(path: Path) -> bool:
+    """Does any process have ``path`` open (its descriptors, read from /proc)?"""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+@needs_strace
+@needs_bwrap
+def test_two_recoveries_at_once_never_roll_a_set_back_twice(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two starts recover the same dead journal: the second opened it before the first
+    removed it, and locks it after the first is done — by then the person has applied the
+    rolled-back set again. The second must see the journal was recovered already, not roll
+    the person's apply back (leaving it recorded as applied, and the tree without it)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(1, 4):
+        (root / f"f{i}").write_text("old\n")
+    command = "for i in 1 2 3; do echo new > f$i; done"
+    killed_at(root, ringfence_home, ["call", "run_shell", "--args",
+              json.dumps({"command": command})], "renameat", root, when=2)  # fmt: skip
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    [name] = os.listdir(store / "journal")
+    journal = store / "journal" / name
+    second = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=flock",
+         "-e", "inject=flock:delay_enter=3000000:when=1", "-P", str(journal),
+         sys.executable, "-m", "ringfence", "recover", "--workspace", str(root), "--json"],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _holding(journal) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _holding(journal), "the second recovery never opened the journal"
+        assert main(["recover", "--workspace", str(root), "--json"]) == 0  # the first
+        [done] = json.loads(capsys.readouterr().out)["result"]["sets"]
+        assert done["record"] == "staged"
+        out = _cli(capsys, root, "call", "apply_changes", "--args",
+                   json.dumps({"id": done["id"]}))  # fmt: skip
+        assert out["ok"], out
+        applied = exact_state(root)
+        assert applied["f3"] == ("file", 0o644, b"new\n")
+        stdout, _ = second.communicate(timeout=120)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert exact_state(root) == applied, stdout
+    assert json.loads(stdout)["result"]["sets"] == []
