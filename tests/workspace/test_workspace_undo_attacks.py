@@ -8,6 +8,7 @@ disk: the tree byte for byte with modes (:func:`tree_helpers.exact_state`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -466,3 +467,26 @@ def test_two_recoveries_at_once_never_roll_a_set_back_twice(
             second.kill()
     assert exact_state(root) == applied, stdout
     assert json.loads(stdout)["result"]["sets"] == []
+
+
+def test_an_undo_with_the_store_s_file_system_full_names_it_and_changes_nothing(
+    tmp_path: Path, small_fs: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """The journal's first line is the first thing an undo writes: on a full store it said
+    ``undo failed: OSError: [Errno 28]``. Now it is ``unavailable`` naming the store's file
+    system and what to do, and nothing was changed."""
+    home = small_fs / "home"
+    monkeypatch.setenv("RINGFENCE_HOME", str(home))
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("a\n")
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "a", "content": "b\n"}))  # fmt: skip
+    assert out["ok"], out
+    with contextlib.suppress(OSError):
+        (small_fs / "fill").write_bytes(b"\0" * (8 << 20))
+    before = exact_state(root)
+    out = _cli(capsys, root, "undo")
+    assert not out["ok"] and out["error"]["code"] == "unavailable", out
+    assert "checkpoint store" in out["error"]["message"] and "is full" in out["error"]["message"]
+    assert exact_state(root) == before

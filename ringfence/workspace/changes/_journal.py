@@ -107,9 +107,16 @@ class Journal:
             os.fsync(fd)
 
     def begin(self, set_id: str, *, sync: bool = False) -> None:
-        """Before the operation's first write (its manifest's first save included)."""
+        """Before the operation's first write (its manifest's first save included).
+
+        A full file system under the store is ``unavailable`` naming it (nothing of the
+        operation is written yet), like every other write of the store's."""
+        line = f"B {set_id}\n".encode()
         with self._lock:
-            self._append(f"B {set_id}\n".encode(), sync=sync)
+            try:
+                self._append(line, sync=sync)
+            except OSError as exc:
+                raise self._store.full(exc, len(line)) from None
             self._open_ops += 1
 
     def end(self, set_id: str) -> None:
