@@ -78,6 +78,8 @@ async def run_recover(args: argparse.Namespace) -> int:
             if done["left"]
             else ""
         )
+        for refused in done.get("refused", ()):
+            left += f"; refused {one_line(refused['path'])}: {one_line(refused['message'])}"
         sys.stdout.write(
             f"{one_line(done['id'])}: rolled back {done['undone']} change(s), record "
             f"{done['record']}{left}\n"

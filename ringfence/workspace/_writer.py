@@ -40,7 +40,7 @@ import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..runtime._errors import GitMetadata, InvalidArguments, ToolError, Unwritable
 from ._names import escape_name
@@ -75,9 +75,23 @@ __all__ = [
 
 _TEMP_PREFIX = ".ringfence-"
 _TEMP_NAME = re.compile(r"\.ringfence-[0-9a-f]{16}\.tmp\Z")  # _TEMP_PREFIX + 16 hex + .tmp
-# Told (place, new bytes, directories this call made as (root index, names)) just before the
-# replace: the checkpoint recorder stores the before- and after-images there.
-Recorder = Callable[[Place, bytes, list[tuple[int, list[str]]]], None]
+
+
+class Recorder(Protocol):
+    """The checkpoint recorder a file tool's write tells what it is about to change.
+
+    ``making(place, name, made)`` before each directory the write makes (``made``: those it
+    made so far, as (root index, names)), and the call (place, new bytes, ``made``) just
+    before the replace: the recorder journals and stores the images before anything of the
+    write is on disk, the directories included (a write killed after its first ``mkdir`` is
+    rolled back whole at the next start).
+    """
+
+    def __call__(self, place: Place, data: bytes, made: list[tuple[int, list[str]]]) -> None: ...
+
+    def making(self, place: Place, name: str, made: list[tuple[int, list[str]]]) -> None: ...
+
+
 # The longest path below its root a file tool writes: PATH_MAX (4096, with its NUL) less the
 # "./" ripgrep puts before it. read_file and grep_files open a path below the root in one
 # call, so a longer one, which a directory-by-directory walk could create, would be a file
@@ -453,6 +467,8 @@ def _write(
         if dry:
             make_checked_dir(place, name, made, resolver, create=False)
             raise _Judged(place.display(name))
+        if record is not None:
+            record.making(place, name, made_paths)  # journaled before the mkdir
         if make_checked_dir(place, name, made, resolver):
             made_paths.append((place.root.index, [*place.names, name]))
 
@@ -463,6 +479,12 @@ def _write(
         check_git_chain(place, display, resolver)
         if place.leaf is None:
             raise InvalidArguments(f"{display} is a directory, not a file", field="path")
+        if is_temp_name(place.leaf):
+            raise InvalidArguments(
+                f"{display}: .ringfence-<16 hex digits>.tmp is the name of ringfence's writers' "
+                "temporary files, which a recovery removes unrecorded; choose another name",
+                field="path",
+            )
         if is_link(place.leaf, place.dir_fd):
             raise FollowLeaf
         data, expected = produce(place)

@@ -9,7 +9,8 @@ manifest holds every before-image, so the journal itself is two short lines.
 
 Each :class:`~._store.CheckpointStore` object writes one journal file of
 its own, ``<store>/journal/<pid>-<random>.log``, held with an exclusive
-``flock`` while it lives: a file nobody holds belongs to a process that is
+``flock`` while it lives (made as ``.<pid>-<random>.new`` and renamed once locked, so
+recovery never sees it unlocked): a file nobody holds belongs to a process that is
 gone (a lock dies with its process, whatever killed it). Appends go to an
 open descriptor (no file made per operation): a killed process cannot lose
 them; against power loss they are fsynced when the store's writes are
@@ -19,7 +20,11 @@ them; against power loss they are fsynced when the store's writes are
 nobody holds. A set begun and not ended is **rolled back**, the same for every
 operation: each of its changes, newest first, whose path holds the after-image
 gets its before-image back (``merge_changes``' own writer); a path in neither
-state is left and reported. Then the ``.ringfence-*.tmp`` files ringfence's
+state is left and reported. A manifest is data read back from the store: each
+change a rollback would make is judged by the merge's own rules first (no git
+metadata, no link leaving the roots, no special file or set-id bit, only the
+physical path the set names, never through a link planted on it since), and
+one refused is left and reported with its reason, never written. Then the ``.ringfence-*.tmp`` files ringfence's
 writers leave are removed from the directories the set touched, and the set's
 record is made true: a shell command's set is kept as ``staged`` (what it wrote
 is not lost: ``apply_changes`` merges it again), as is an MCP server's; a file
@@ -39,6 +44,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ...runtime._errors import RingfenceError
+
 if TYPE_CHECKING:
     from ._store import CheckpointStore
 
@@ -47,6 +54,7 @@ __all__ = ["Journal", "Recovery", "pending", "recover"]
 # A journal this long with nothing in flight starts again empty (its lines are spent).
 _RESET_BYTES = 1 << 20
 _NAME = re.compile(r"[0-9]+-[0-9a-f]{12}\.log\Z")
+_MAKING = re.compile(r"\.[0-9]+-[0-9a-f]{12}\.new\Z")  # a journal file not yet locked and named
 _SET_ID = re.compile(r"[0-9a-f]{1,64}\Z")
 # Sets whose content lives on elsewhere (the call's arguments, the set undone or applied):
 # rolled back, they are dropped; any other set (a shell command's, an MCP server's) is kept.
@@ -64,13 +72,32 @@ class Journal:
         self._open_ops = 0
 
     def _file(self) -> int:
+        """The journal file, made locked: it is made under a name recovery does not read
+        (``.<pid>-<random>.new``), locked, and only then renamed to its ``.log`` name. Made
+        under that name at once, a recovery starting in between found it unlocked and empty
+        and removed it, and this process wrote its ``B`` lines into a file nobody would read
+        after a kill (the half-merged set never rolled back)."""
         if self._fd < 0:
             dir_fd = self._store._journal_fd
-            name = f"{os.getpid()}-{secrets.token_hex(6)}.log"
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-            fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
-            fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else can hold it
-            self._fd, self._name = fd, name
+            for _ in range(8):
+                stem = f"{os.getpid()}-{secrets.token_hex(6)}"
+                fd = os.open(f".{stem}.new", flags, 0o600, dir_fd=dir_fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    os.rename(f".{stem}.new", f"{stem}.log", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                except FileNotFoundError:  # a recovery removed it as a killed process's: again
+                    os.close(fd)
+                    continue
+                except BaseException:
+                    os.close(fd)
+                    with contextlib.suppress(OSError):
+                        os.unlink(f".{stem}.new", dir_fd=dir_fd)
+                    raise
+                self._fd, self._name = fd, f"{stem}.log"
+                break
+            else:
+                raise OSError(errno.EAGAIN, "the journal file kept being removed as it was made")
         return self._fd
 
     def _append(self, line: bytes, *, sync: bool) -> None:
@@ -80,9 +107,16 @@ class Journal:
             os.fsync(fd)
 
     def begin(self, set_id: str, *, sync: bool = False) -> None:
-        """Before the operation's first write (its manifest's first save included)."""
+        """Before the operation's first write (its manifest's first save included).
+
+        A full file system under the store is ``unavailable`` naming it (nothing of the
+        operation is written yet), like every other write of the store's."""
+        line = f"B {set_id}\n".encode()
         with self._lock:
-            self._append(f"B {set_id}\n".encode(), sync=sync)
+            try:
+                self._append(line, sync=sync)
+            except OSError as exc:
+                raise self._store.full(exc, len(line)) from None
             self._open_ops += 1
 
     def end(self, set_id: str) -> None:
@@ -95,11 +129,21 @@ class Journal:
 
     @contextlib.contextmanager
     def writing(self, set_id: str, *, sync: bool = False) -> Iterator[None]:
-        """``begin`` … ``end`` around an operation (``end`` also when it raises)."""
+        """``begin`` … ``end`` around an operation (``end`` also when it raises), unless it
+        raises a merge's ``half_written`` error: the workspace is then part-way, and the set
+        stays open (its journal file kept past :meth:`close`) for the next start to roll back."""
         self.begin(set_id, sync=sync)
         try:
             yield
-        finally:
+        except RingfenceError as exc:
+            if exc.details.get("half_written"):
+                raise  # no E: still in flight, as a killed process would have left it
+            self.end(set_id)
+            raise
+        except BaseException:
+            self.end(set_id)
+            raise
+        else:
             self.end(set_id)
 
     def close(self) -> None:
@@ -126,10 +170,13 @@ class Recovery:
         return {"journals": self.journals, "sets": list(self.sets)}
 
 
-def _unheld(dir_fd: int) -> Iterator[tuple[str, int]]:
-    """The journal files nobody holds, each opened and locked (the caller closes it)."""
+def _unheld(dir_fd: int, pattern: re.Pattern[str] = _NAME) -> Iterator[tuple[str, int]]:
+    """The journal files nobody holds, each opened and locked (the caller closes it).
+
+    One that is no longer in the directory once locked was recovered (and removed) by
+    another process meanwhile: passed over, never rolled back a second time."""
     for name in sorted(os.listdir(dir_fd)):
-        if not _NAME.match(name):
+        if not pattern.match(name):
             continue
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -142,6 +189,9 @@ def _unheld(dir_fd: int) -> Iterator[tuple[str, int]]:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 continue  # a live process's
             raise
+        if os.fstat(fd).st_nlink == 0:
+            os.close(fd)
+            continue  # recovered by another process since it was listed
         yield name, fd
 
 
@@ -180,6 +230,10 @@ def recover(store: CheckpointStore) -> Recovery:
         return Recovery()
     done: list[dict[str, Any]] = []
     journals = 0
+    for name, fd in _unheld(dir_fd, _MAKING):  # killed before it was named: it holds nothing
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        os.close(fd)
     for name, fd in _unheld(dir_fd):
         try:
             for set_id in _in_flight(fd):
@@ -197,8 +251,17 @@ def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
     try:
         cs = store.load(set_id)
     except Exception:  # never saved (killed before its manifest), or unreadable
-        return {"id": set_id, "undone": 0, "left": [], "record": "none"}
-    undone, left = roll_back(store.workspace, cs.changes, store)
+        return {"id": set_id, "undone": 0, "left": [], "refused": [], "record": "none"}
+    try:
+        undone, left, refused = roll_back(store.workspace, cs.changes, store)
+    except RingfenceError as exc:  # a full file system, most often: said as what it is
+        raise exc.with_(
+            message=f"ringfence could not roll back change set {set_id}, which a killed or "
+            f"failed write left half-written in the workspace: {exc.message}; nothing else "
+            "runs in this workspace until it can (free space there, or fix that path, then "
+            "any start, or `ringfence recover`, tries again)",
+            details={**exc.details, "rolling_back": set_id},
+        ) from exc.__cause__
     if cs.staged:
         record = "staged"
     elif cs.tool in _REDONE_BY_THEIR_CALLER:
@@ -207,4 +270,4 @@ def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
     else:  # a command's or a server's writes, which exist nowhere else now: kept
         store.save(replace(cs, staged=True))  # apply_changes can merge it again
         record = "staged"
-    return {"id": set_id, "undone": undone, "left": left, "record": record}
+    return {"id": set_id, "undone": undone, "left": left, "refused": refused, "record": record}

@@ -25,8 +25,9 @@ A merge is not atomic by itself: a failure while writing rolls back what was
 applied (best effort), and a killed process leaves the set half-applied until
 the next start rolls it back from the store's journal (:mod:`._journal`,
 :func:`roll_back`). Not promised: atomicity against another process writing
-the same paths during the merge (each entry is checked just before it is
-written, not locked).
+the same paths during the merge (each entry is checked again just before it is
+written, a conflict unless forced, not locked: a write within that moment is
+overwritten, and kept as the set's before-image).
 """
 
 from __future__ import annotations
@@ -44,7 +45,14 @@ from operator import eq, itemgetter
 from typing import Any
 
 from ..._confine.fscalls import can_rename_noreplace, can_syncfs, rename_noreplace
-from ...runtime._errors import GitMetadata, InvalidArguments, RingfenceError, ToolError, Unwritable
+from ...runtime._errors import (
+    GitMetadata,
+    InvalidArguments,
+    OutsideWorkspace,
+    RingfenceError,
+    ToolError,
+    Unwritable,
+)
 from .._names import escape_name
 from .._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
 from .._workspace import Workspace
@@ -122,6 +130,12 @@ def _refusal(
                 shown = escape_name(path)
                 return GitMetadata(f"{shown} is git metadata ({name!r} is how git spells .git)")
         plain.add(key)
+        if after is not None and is_temp_name(leaf):
+            return InvalidArguments(
+                f"{escape_name(path)}: .ringfence-<16 hex digits>.tmp is the name of ringfence's "
+                "writers' temporary files, which a recovery removes unrecorded; not merged",
+                field="path",
+            )
     if after is None or (
         after.kind == "file" and after.digest is not None and not after.mode & _SPECIAL_BITS
     ):
@@ -347,20 +361,37 @@ def _apply_one(
     sources: UpperFiles | None = None,
     known: _Known | None = None,
     release: Callable[[int], None] = os.close,
+    physical: bool = False,
+    expect: bool = False,
 ) -> Image | None:
     """Make the path's state ``change.after``; return the image it had (stored in ``blobs``).
 
     ``release`` closes a replaced file's last descriptor (the merge's :class:`Releases`).
+    ``physical`` (a rollback, which no resulting-tree check judged): refused unless the
+    directory reached is the one the change names, no link followed on the way.
+    ``expect`` (a merge not forced): the path must still hold ``change.before`` exactly as
+    it is written (the conflict check ran before the first write: another writer since,
+    the person's editor, is a conflict here too, not overwritten).
     """
     after = change.after
 
     def op(place: Place) -> Image | None:
         leaf = place.leaf
         assert leaf is not None
+        if physical:
+            _check_physical(place, change)
         if not chain_checked:
             check_git_chain(place, place.display(), dirs.resolver)
         dir_fd = place.dir_fd
         found = _found(dir_fd, leaf, blobs, (known or {}).pop((change.root, change.path), None))
+        if expect and not _exactly(found, change.before):
+            shown = escape_name(change.path)
+            raise ToolError(
+                f"conflict: {shown} changed while the change set was being applied (after "
+                "its conflict check); what was applied is put back, nothing was changed "
+                "(--force overwrites it)",
+                conflicts=[shown],
+            )
         try:
             if after is None:
                 if found is not None and found.kind == "dir":
@@ -446,6 +477,22 @@ def _apply_one(
     found = dirs.walk(change, op, create=after is not None)
     dirs.applied(found, after)
     return found
+
+
+def _check_physical(place: Place, change: Change) -> None:
+    """Refuse ``place`` unless it is the change's own directory, reached without a link.
+
+    A change set names physical paths; a link planted on one after the set was made
+    (``sub -> .git/hooks``) must not carry a rollback's write somewhere the set never wrote.
+    """
+    parent = change.path.rpartition("/")[0]
+    if place.root.index == change.root and place.names == (parent.split("/") if parent else []):
+        return
+    raise InvalidArguments(
+        f"{escape_name(change.path)}: a directory on its path is now a link (it leads to "
+        f"{escape_name(place.display()) or '.'}); only the path the change set names is written",
+        field="path",
+    )
 
 
 def _move_tree(
@@ -681,17 +728,32 @@ def merge_changes(
                     owner,
                     to_sync,
                     keep_full_dirs=force,
+                    expect=not force,
                     sources=sources,
                     known=known,
                     release=releases,
                 )
                 applied.append(Change(change.root, change.path, found, change.after))
                 i += 1
-        except BaseException:
+        except BaseException as exc:
             dirs.close()
+            unput: list[str] = []
             for done in reversed(applied):  # best effort: put back what this merge changed
-                with contextlib.suppress(Exception):
+                try:
                     _apply_one(dirs, done.inverse(), blobs, owner, to_sync)
+                except Exception:  # (a full file system, another writer): named below
+                    unput.append(escape_name(done.path))
+            if unput and isinstance(exc, RingfenceError):
+                # Half-written: said so, and marked for the journal, which then keeps the set
+                # open (no E line) so the next start rolls it back (see Journal.writing).
+                raise exc.with_(
+                    message=f"{exc.message}; putting back what this merge had already "
+                    f"written failed too ({', '.join(unput[:10])}"
+                    f"{', …' if len(unput) > 10 else ''}): the workspace is half-written "
+                    "until the next start of ringfence (or `ringfence recover`) rolls it "
+                    "back, which needs that error gone (free space there first)",
+                    details={**exc.details, "half_written": unput},
+                ) from exc.__cause__
             raise
         finally:
             dirs.close()
@@ -713,20 +775,52 @@ def merge_changes(
 
 def roll_back(
     workspace: Workspace, changes: Sequence[Change], blobs: Blobs
-) -> tuple[int, list[str]]:
-    """Put back what an interrupted merge of ``changes`` applied: ``(changes undone, paths left)``.
+) -> tuple[int, list[str], list[dict[str, Any]]]:
+    """Put back what an interrupted merge of ``changes`` applied:
+    ``(changes undone, paths left, entries refused)``.
 
-    Newest first, a path holding a change's after-image (whatever its mode)
-    gets its before-image back (through the merge's own writer; a directory is removed only when
+    Newest first, a path holding a change's after-image (whatever its mode), or its
+    before-image's content with another mode (a rollback killed between a ``mkdir`` and
+    its ``chmod``, run again), gets its before-image back (through the merge's own writer; a directory is removed only when
     empty, so nothing the set did not make goes with it); a path holding the
     before-image is passed over; a path in neither state (changed since by
     someone else) is left as it is and named. The writers' temporary files
     (``.ringfence-*.tmp``) are removed first from every directory the set
     touched. Durable (one ``syncfs``): a recovery must not be lost to the
     next crash.
+
+    A rollback is a writer like any merge, and its manifest is data read back
+    from the store: each change it would make is judged by the merge's own
+    rules first (:func:`_refusal`: no git metadata, no path that is not plain,
+    no device, FIFO or socket, no set-id bit, no link leaving the roots), and
+    the writer's checks on disk refuse the rest as for a merge. A refused one is
+    left as it is, named in ``left`` and listed with its reason: a manifest
+    that would have recovery plant a hook or a link out never writes it, and
+    one the merge's rules refuse never stops every later start.
     """
     resolver = workspace._resolver
     undone, left = 0, []
+    refused: list[dict[str, Any]] = []
+    roots = [str(r.path) for r in resolver.roots]
+    plain: set[tuple[int, str]] = set()
+
+    def refuse(change: Change, error: RingfenceError) -> None:
+        shown = escape_name(change.path)
+        left.append(shown)
+        refused.append({"path": shown, "code": error.code, "message": error.message})
+
+    judged: list[Change] = []
+    for change in reversed(changes):
+        if not 0 <= change.root < len(resolver.roots):
+            continue
+        try:
+            error = _refusal(change.inverse(), roots, blobs, plain)
+        except RingfenceError as exc:  # a link's target the store cannot give
+            error = exc
+        if error is not None:
+            refuse(change, error)
+        else:
+            judged.append(change)
     with resolver:
         st = os.fstat(resolver.roots[0].fd)
         owner = (st.st_uid, st.st_gid)
@@ -734,21 +828,35 @@ def roll_back(
         to_sync: dict[tuple[int, int], int] = {}
         try:
             # Temporary files first: one left in a directory the set made keeps it from going.
-            for root, parent in dict.fromkeys((c.root, c.path.rpartition("/")[0]) for c in changes):
-                if 0 <= root < len(resolver.roots):
-                    _remove_temps(resolver, root, parent, is_temp_name)
-            for change in reversed(changes):
-                if not 0 <= change.root < len(resolver.roots):
+            for root, parent in dict.fromkeys((c.root, c.path.rpartition("/")[0]) for c in judged):
+                _remove_temps(resolver, root, parent, is_temp_name)
+            for change in judged:
+                try:
+                    current = _current(dirs, change)
+                    if _exactly(current, change.before):
+                        continue
+                    # The after-image's content with another mode is the merge caught between
+                    # its own steps (a directory made 0700, then given its mode): put back too;
+                    # the before-image's content with another mode is a rollback caught there
+                    # (killed, and run again): given its mode.
+                    if not (
+                        same_state(current, change.after) or same_state(current, change.before)
+                    ):
+                        left.append(escape_name(change.path))
+                        continue
+                    _apply_one(
+                        dirs,
+                        change.inverse(),
+                        blobs,
+                        owner,
+                        to_sync,
+                        keep_full_dirs=True,
+                        physical=True,
+                    )
+                except (GitMetadata, InvalidArguments, OutsideWorkspace) as exc:
+                    dirs.close()  # what it walked may be what was refused
+                    refuse(change, exc)
                     continue
-                current = _current(dirs, change)
-                if _exactly(current, change.before):
-                    continue
-                # The after-image's content with another mode is the merge caught between its
-                # own steps (a directory made 0700, then given its mode): put back too.
-                if not same_state(current, change.after):
-                    left.append(escape_name(change.path))
-                    continue
-                _apply_one(dirs, change.inverse(), blobs, owner, to_sync, keep_full_dirs=True)
                 if same_state(_current(dirs, change), change.before):
                     undone += 1
                 else:  # a directory that holds what the set did not make stays
@@ -756,7 +864,7 @@ def roll_back(
         finally:
             dirs.close()
             sync_and_close(to_sync)
-    return undone, left
+    return undone, left, refused
 
 
 def _exactly(current: Image | None, wanted: Image | None) -> bool:
@@ -772,6 +880,8 @@ def _remove_temps(
     where = parent if root == 0 else posixpath.join(str(resolver.roots[root].path), parent)
 
     def op(place: Place) -> None:
+        if place.root.index != root or place.names != parent.split("/")[:-1]:
+            return  # reached through a link: not the directory the set touched
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(place.leaf or ".", flags, dir_fd=place.dir_fd)
         try:
@@ -839,7 +949,8 @@ def _conflicts(
     known: _Known | None = None,
     sources: UpperFiles | None = None,
 ) -> list[str]:
-    """The paths whose current state is not the before-image, in order (each once).
+    """The paths whose current state is not the before-image (kind, content and permission
+    bits), in order (each once).
 
     A directory to delete conflicts too when it holds an entry the set does
     not delete before it (someone else's file would go with it). ``known``
@@ -872,7 +983,8 @@ def _conflicts(
             absent.add(key)
             if sources is not None and before is None:
                 i += _new_tree(changes, i, change, sources, seen, absent)
-        stale = not same_state(current, change.before)
+        # Modes too: a chmod someone made after the set is theirs, not the set's to undo.
+        stale = not _exactly(current, change.before)
         if not stale and change.after is None and current is not None and current.kind == "dir":
             gone = {k for k, v in seen.items() if v is None}  # deleted earlier in this set
             left = [

@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from ...runtime._calls import CallContext
-from ...runtime._errors import InvalidArguments, NotFound
+from ...runtime._errors import InvalidArguments, NotFound, RingfenceError
 from ...runtime._kernel import Kernel
 from ...runtime._tools import Consequence, ToolSpec
 from .._names import escape_name
@@ -35,42 +35,64 @@ __all__ = ["apply_change_set", "recorded", "register_undo_tool", "undo"]
 
 
 class _Recorder:
-    """The writer's ``record`` callback for one call: saves a one-write change set."""
+    """The writer's ``record`` callback for one call: saves a one-write change set.
+
+    One set id for the whole write, journaled (``B``) before the first thing of it
+    reaches the disk: the first directory it makes, else its file. Each call saves the
+    manifest again as it now stands (the directories made so far, the one about to be
+    made, then the file), so a kill at any point leaves a manifest naming everything
+    written: a directory not made yet is absent, which its rollback passes over.
+    """
 
     def __init__(self, store: CheckpointStore, ctx: CallContext) -> None:
         self.store = store
         self.ctx = ctx
         self.saved: ChangeSet | None = None
 
+    def _dirs(self, made: list[tuple[int, list[str]]], root: int) -> list[Change]:
+        mode = 0o777 & ~_current_umask()
+        return [
+            Change(index, "/".join(names), None, Image("dir", mode))
+            for index, names in made
+            if index == root
+        ]
+
+    def _save(self, changes: list[Change]) -> None:
+        if self.saved is None:
+            cs = ChangeSet(
+                id=self.store.new_id(),
+                created=time.time(),
+                tool=self.ctx.tool.name,
+                changes=(),
+                call_id=self.ctx.call_id,
+            )
+            # Journaled before the manifest exists: a write killed from here on is rolled
+            # back (and its set dropped) at the next start; ``recorded`` ends it.
+            self.store.journal.begin(cs.id)
+        else:
+            cs = self.saved
+        self.saved = replace(cs, changes=tuple(changes))
+        self.store.save(self.saved)
+
+    def making(self, place: Place, name: str, made: list[tuple[int, list[str]]]) -> None:
+        """Before the write makes directory ``name`` in ``place``: journaled and saved first."""
+        root = place.root
+        if root.is_host:
+            return  # outside the roots (unrestricted posture): not checkpointed
+        self._save(self._dirs([*made, (root.index, [*place.names, name])], root.index))
+
     def __call__(self, place: Place, data: bytes, made: list[tuple[int, list[str]]]) -> None:
         root = place.root
         if root.is_host or place.leaf is None:
             return  # outside the roots (unrestricted posture): not checkpointed
-        changes = [
-            Change(index, "/".join(names), None, Image("dir", 0o777 & ~_current_umask()))
-            for index, names in made
-            if index == root.index
-        ]
+        changes = self._dirs(made, root.index)
         before = image_at(place.dir_fd, place.leaf, self.store)
         mode = before.mode if before is not None else 0o666 & ~_current_umask()
         after = Image("file", mode, self.store.put(data), len(data))
         changes.append(Change(root.index, "/".join([*place.names, place.leaf]), before, after))
-        cs = ChangeSet(
-            id=self.store.new_id(),
-            created=time.time(),
-            tool=self.ctx.tool.name,
-            changes=tuple(changes),
-            call_id=self.ctx.call_id,
-        )
-        if self.saved is not None:
-            # Called again: the walk followed a leaf that became a link after the first call.
-            self.store.drop(self.saved.id)
-            self.store.journal.end(self.saved.id)
-        # Journaled before the manifest exists: a write killed from here on is rolled back
-        # (and its set dropped) at the next start; ``recorded`` ends it.
-        self.store.journal.begin(cs.id)
-        self.saved = cs
-        self.store.save(cs)
+        # Called again (the walk followed a leaf that became a link after the first call):
+        # the same set, saved as it now stands.
+        self._save(changes)
 
 
 async def recorded(
@@ -205,8 +227,10 @@ def _journaled(
             report = merge_changes(
                 store.workspace, planned.changes, store, atomic=atomic, force=force
             )
-        except BaseException:
-            store.drop(planned.id)  # nothing applied (the merge puts back what it wrote)
+        except BaseException as exc:
+            if not (isinstance(exc, RingfenceError) and exc.details.get("half_written")):
+                store.drop(planned.id)  # nothing applied (the merge puts back what it wrote)
+            # else kept, its journal open: what the next start rolls back from
             raise
         done = replace(planned, changes=report.applied)
         if report.applied or planned.undoes:  # an undo is recorded even when it was empty

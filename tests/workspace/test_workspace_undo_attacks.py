@@ -1,0 +1,492 @@
+"""Attacks on "every change is undoable, and a crash never leaves a workspace mixed".
+
+Each test performs its attack through the command line (in-process ``main``, or
+a real ``python -m ringfence`` killed with SIGKILL at a chosen system call by
+``strace --inject``) and asserts the promise and that nothing else changed on
+disk: the tree byte for byte with modes (:func:`tree_helpers.exact_state`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
+from tree_helpers import exact_state
+
+from ringfence.cli._main import main
+from ringfence.workspace import Change, ChangeSet, CheckpointStore, Workspace
+from ringfence.workspace.changes._model import Image
+
+
+def _cli(capsys: pytest.CaptureFixture[str], root: Path, *words: str) -> dict[str, Any]:
+    main([*words, "--workspace", str(root), "--approve", "no", "--json",
+          "--posture", "allow-reversible"])  # fmt: skip
+    return json.loads(capsys.readouterr().out)
+
+
+def test_undo_refuses_to_overwrite_a_mode_changed_after_the_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The person's ``chmod`` after the change set is theirs: ``undo`` names it a conflict
+    instead of putting the old mode (and bytes) back over it."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    (root / "f").chmod(0o644)
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "f", "content": "new\n"}))  # fmt: skip
+    assert out["ok"], out
+    (root / "f").chmod(0o600)  # the person's change, after the set
+    mine = exact_state(root)
+    out = _cli(capsys, root, "undo")
+    assert not out["ok"] and out["error"]["details"]["conflicts"] == ["f"], out
+    assert exact_state(root) == mine
+    # A directory the set made, its mode changed since: the same.
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "d/g", "content": "x"}))  # fmt: skip
+    assert out["ok"], out
+    (root / "d").chmod(0o700)
+    (root / "d" / "g").unlink()
+    (root / "d" / "g").write_text("x")  # the same bytes again, by someone else: not a conflict
+    (root / "d" / "g").chmod(0o644)
+    mine = exact_state(root)
+    out = _cli(capsys, root, "undo")
+    assert not out["ok"] and out["error"]["details"]["conflicts"] == ["d"], out
+    assert exact_state(root) == mine
+
+
+# -- recovery: a rollback is a writer, judged like every merge ---------------------------------
+
+needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed"
+)
+
+
+def killed_at(
+    root: Path,
+    home: Path,
+    words: list[str],
+    syscall: str,
+    under: Path,
+    when: int = 1,
+    also: Path | None = None,
+) -> None:
+    """Run ``python -m ringfence *words`` and SIGKILL it (every process of it) as it enters its
+    ``when``-th ``syscall`` on a descriptor or path of ``under`` (or ``also``; ``strace
+    --inject``): a kill at
+    an exact point of its write, where a timer would land anywhere."""
+    session = [] if words[0] == "recover" else ["--approve", "no", "--posture", "allow-reversible"]
+    argv = [sys.executable, "-m", "ringfence", *words, "--workspace", str(root), "--json",
+            *session]  # fmt: skip
+    env = {**os.environ, "RINGFENCE_HOME": str(home)}
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
+         "-e", f"inject={syscall}:signal=KILL:when={when}", "-P", str(under),
+         *(["-P", str(also)] if also else []), *argv],
+        env=env, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == -9 or proc.returncode == 137, (proc.returncode, proc.stderr[-2000:])
+
+
+def _forge_interrupted(root: Path, changes: list[Change]) -> str:
+    """A change set and a journal line ``B <set>`` nobody holds, written straight into the
+    store: what someone who can write ``$RINGFENCE_HOME`` could leave for the next start."""
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        cs = ChangeSet(store.new_id(), time.time(), "run_shell", tuple(changes))
+        store.save(cs)
+        journal = store.journal_fd_if_any(create=True)
+        assert journal is not None
+        fd = os.open("99999-00000000abcd.log", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=journal)
+        os.write(fd, f"B {cs.id}\n".encode())
+        os.close(fd)
+        store.close()
+    return cs.id
+
+
+def test_a_tampered_manifest_makes_recovery_write_nothing_a_merge_refuses(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A manifest read back by recovery is data: its before-images go through the merge's
+    rules, so it cannot plant a link out, a set-uid file, a FIFO or a git hook, nor stop every
+    later start with an error."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "sub" / "objects").mkdir(parents=True)
+    (root / "sub" / "refs").mkdir()
+    before = exact_state(root)
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        hook = store.put(b"#!/bin/sh\ntouch /tmp/pwned\n")
+        out, head = store.put(b"/etc"), store.put(b"ref: refs/heads/main\n")
+        store.close()
+    hostile = {
+        "out": Image("symlink", 0o777, out, 4),
+        "suid": Image("file", 0o4755, hook, 27),
+        ".git/hooks/pre-commit": Image("file", 0o755, hook, 27),
+        "fifo": Image("fifo", 0o644),
+        "../escape": Image("file", 0o644, hook, 27),
+        "sub/HEAD": Image("file", 0o644, head, 21),  # would complete a repository
+    }
+    set_id = _forge_interrupted(root, [Change(0, p, img, None) for p, img in hostile.items()])
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    [done] = report["result"]["sets"]
+    assert done["id"] == set_id and done["undone"] == 0
+    assert sorted(r["path"] for r in done["refused"]) == sorted(hostile)
+    assert exact_state(root) == before  # nothing written, in .git or anywhere
+    assert not (tmp_path / "escape").exists()
+    # Every later start works (a refused entry is reported once, never an error for ever).
+    code = main(["checkpoints", "list", "--workspace", str(root), "--json"])
+    assert code == 0, capsys.readouterr()
+
+
+@needs_strace
+@needs_bwrap
+def test_a_link_planted_after_a_kill_does_not_carry_recovery_into_git(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A merge killed after it deleted ``sub/pre-commit``; then another process (a second
+    session, the person's shell) makes ``sub`` a link to ``.git/hooks``. Recovery puts back
+    what it can and never writes through the link: no hook appears, nothing else moves."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "sub").mkdir()
+    (root / "sub" / "pre-commit").write_text("#!/bin/sh\necho the person's script\n")
+    (root / "f1").write_text("old\n")
+    command = "echo new > f1; rm sub/pre-commit; echo z > sub/zz"
+    # Killed as it renames sub/zz in: f1 and the deletion are merged, the set not ended.
+    killed_at(root, ringfence_home, ["call", "run_shell", "--args",
+              json.dumps({"command": command})], "renameat", root / "sub")  # fmt: skip
+    assert (root / "f1").read_text() == "new\n" and not (root / "sub" / "pre-commit").exists()
+    shutil.rmtree(root / "sub")
+    (root / "sub").symlink_to(".git/hooks")
+    planted = exact_state(root)
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert not (root / ".git" / "hooks" / "pre-commit").exists()
+    planted["f1"] = ("file", 0o644, b"old\n")  # the one change recovery could put back
+    assert exact_state(root) == planted
+    assert code == 0, report
+    [done] = report["result"]["sets"]
+    assert [r["path"] for r in done["refused"]] == ["sub/pre-commit"]
+
+
+# -- the journal: never lost to a recovery running beside its writer ---------------------------
+
+
+@needs_strace
+@needs_bwrap
+def test_a_recovery_starting_beside_a_merge_never_takes_its_journal(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second ringfence process starts (and recovers) just as a merge makes its journal
+    file; the merge is then killed midway. The next start must still find its journal and
+    roll it back whole: the workspace is never left half-merged with nothing to say so."""
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    for i in range(1, 9):
+        (root / "sub" / f"f{i}").write_text("old\n")
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out  # the store and its journal directory exist
+    before = exact_state(root)
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    journal = store / "journal"
+    assert os.listdir(journal) == []
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": "for i in $(seq 1 8); do echo new > sub/f$i; done"}),
+            "--workspace", str(root), "--approve", "no", "--json",
+            "--posture", "allow-reversible"]  # fmt: skip
+    # The 9th open in sub/ or the journal directory is the journal file's (after the capture's
+    # 8 reads): held there 4 s after it was made. Killed at a rename well inside the merge.
+    writer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=openat,renameat",
+         "-e", "inject=openat:delay_exit=4000000:when=9",
+         "-e", "inject=renameat:signal=KILL:when=6",
+         "-P", str(journal), "-P", str(root / "sub"), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not os.listdir(journal) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.listdir(journal), "the merge never made its journal file"
+        assert main(["recover", "--workspace", str(root), "--json"]) == 0  # the other process
+        capsys.readouterr()
+        assert writer.wait(timeout=120) != 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    assert exact_state(root) != before  # killed midway: part of the set is merged
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert exact_state(root) == before, report
+    assert code == 0 and len(report["result"]["sets"]) == 1
+    assert os.listdir(journal) == []
+
+
+@needs_strace
+def test_a_write_file_killed_after_its_first_mkdir_leaves_no_directory(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``write_file a/b/c.txt`` makes ``a`` and ``b`` before its file: killed between the
+    two, the next start removes ``a`` (its journal began before the first ``mkdir``), and no
+    change set is left for a write that never happened."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "keep").write_text("keep\n")
+    before = exact_state(root)
+    write = ["call", "write_file", "--args", json.dumps({"path": "a/b/c.txt", "content": "x"})]
+    # Killed as it enters its second mkdirat (of b, in a): a is made, b is not.
+    killed_at(root, ringfence_home, write, "mkdirat", root, when=2, also=root / "a")
+    assert (root / "a").is_dir() and not (root / "a" / "b").exists()
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["result"]
+    assert exact_state(root) == before
+    assert listed == []
+
+
+# -- a full file system midway -----------------------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of the test's own (mounting needs root: skipped otherwise)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace')}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@needs_bwrap
+def test_an_undo_that_fills_the_disk_midway_is_never_left_half_written(
+    small_fs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``undo`` puts ``q`` back (space kept by the person's hard link ``q2``), then ``p``
+    fails for space, and putting ``q`` back to the set's bytes fails too. It said "p cannot
+    be written" and left q undone, p not, with no record and no journal: a mixed tree for
+    good. Now it says the workspace is half-written, keeps the set in flight, and the next
+    start after space is freed rolls it back to exactly the tree before the undo."""
+    root = small_fs
+    (root / "p").write_bytes(os.urandom(1_500_000))
+    (root / "q").write_text("small\n")
+    command = "echo s > p; head -c 1500000 /dev/urandom > q"
+    out = _cli(capsys, root, "call", "run_shell", "--args", json.dumps({"command": command}))
+    assert out["ok"], out
+    os.link(root / "q", root / "q2")
+    (root / "fill").write_bytes(b"\0" * 1_600_000)
+    before_undo = exact_state(root)
+    out = _cli(capsys, root, "undo")
+    assert not out["ok"], out
+    assert out["error"].get("details", {}).get("half_written") == ["q"], out
+    assert "half-written" in out["error"]["message"]
+    # Still full: every start says what it is doing and why it cannot, naming the set.
+    out = _cli(capsys, root, "call", "list_directory", "--args", '{"path": "."}')
+    assert not out["ok"] and "could not roll back change set" in out["error"]["message"], out
+    (root / "fill").unlink()
+    del before_undo["fill"]
+    assert main(["recover", "--workspace", str(root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["result"]
+    assert [s["record"] for s in report["sets"]] == ["dropped"], report
+    assert exact_state(root) == before_undo
+    assert not [n for n in os.listdir(root) if n.startswith(".ringfence-")]
+
+
+@needs_strace
+def test_a_recovery_killed_between_mkdir_and_chmod_is_finished_by_the_next(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An undo killed midway; its recovery killed between making ``d/e`` (0700) and giving it
+    its mode: the recovery after that must finish the job, mode included, not leave ``d/e``
+    at 0700 as "changed by someone else"."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "d/e/f", "content": "x"}))  # fmt: skip
+    assert out["ok"], out
+    before = exact_state(root)
+    assert before["d/e"][1] == 0o755
+    # The undo removes f, e, d: killed as it removes d (f and e are gone).
+    killed_at(root, ringfence_home, ["undo"], "unlinkat", root, when=2, also=root / "d")
+    assert not (root / "d" / "e").exists()
+    # Its recovery makes e again, then is killed as it gives e its mode.
+    killed_at(root, ringfence_home, ["recover"], "fchmodat", root / "d")
+    assert stat.S_IMODE((root / "d" / "e").stat().st_mode) == 0o700
+    assert main(["recover", "--workspace", str(root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["result"]
+    assert exact_state(root) == before, report
+    assert [s["left"] for s in report["sets"]] == [[]]
+
+
+@needs_bwrap
+def test_no_writer_makes_a_file_named_as_ringfence_s_temporary_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recovery removes ``.ringfence-<16 hex>.tmp`` files from every directory a killed set
+    touched, unrecorded (they are its writers' own). So no command or file tool may leave a
+    file of its own under such a name, where a later recovery would delete it without a
+    trace: refused by name, the rest of the command merged."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    name = ".ringfence-0123456789abcdef.tmp"
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": f"echo data > {name}; echo x > y"}))  # fmt: skip
+    assert not out["ok"], out
+    assert [r["path"] for r in out["error"]["details"]["changes"]["refused"]] == [name]
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": f"sub/{name}", "content": "x"}))  # fmt: skip
+    assert not out["ok"] and out["error"]["code"] == "invalid_arguments", out
+    assert exact_state(root) == {"y": ("file", 0o644, b"x\n")}
+
+
+@needs_strace
+@needs_bwrap
+def test_an_editor_writing_during_an_undo_is_a_conflict_not_overwritten(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``undo`` checks every path, then writes them one by one: the person's editor saving
+    ``f`` after the check and before the undo reaches ``f`` was overwritten. Now each write
+    checks its path again: the editor's bytes stay, what the undo had written is put back,
+    and the undo says it was a conflict."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("f0\n")
+    (root / "g").write_text("g0\n")
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "echo f1 > f; echo g1 > g"}))  # fmt: skip
+    assert out["ok"], out
+    argv = [sys.executable, "-m", "ringfence", "undo", "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    # The undo writes g first: held 3 s as it renames g's new bytes into place.
+    undo = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+         "-e", "inject=renameat:delay_enter=3000000:when=1", "-P", str(root), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not [
+            n for n in os.listdir(root) if n.startswith(".ringfence-")
+        ]:
+            time.sleep(0.01)
+        (root / "f").write_text("the person's edit\n")  # after the undo's conflict check
+        mine = {k: v for k, v in exact_state(root).items() if not k.startswith(".ringfence-")}
+        stdout, _ = undo.communicate(timeout=120)
+    finally:
+        if undo.poll() is None:
+            undo.kill()
+    out = json.loads(stdout)
+    assert exact_state(root) == mine  # f is the editor's, g as the set left it
+    assert not out["ok"] and out["error"]["details"]["conflicts"] == ["f"], out
+
+
+def _holding(path: Path) -> bool:
+    """Does any process have ``path`` open (its descriptors, read from /proc)?"""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+@needs_strace
+@needs_bwrap
+def test_two_recoveries_at_once_never_roll_a_set_back_twice(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two starts recover the same dead journal: the second opened it before the first
+    removed it, and locks it after the first is done — by then the person has applied the
+    rolled-back set again. The second must see the journal was recovered already, not roll
+    the person's apply back (leaving it recorded as applied, and the tree without it)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(1, 4):
+        (root / f"f{i}").write_text("old\n")
+    command = "for i in 1 2 3; do echo new > f$i; done"
+    killed_at(root, ringfence_home, ["call", "run_shell", "--args",
+              json.dumps({"command": command})], "renameat", root, when=2)  # fmt: skip
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    [name] = os.listdir(store / "journal")
+    journal = store / "journal" / name
+    second = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=flock",
+         "-e", "inject=flock:delay_enter=3000000:when=1", "-P", str(journal),
+         sys.executable, "-m", "ringfence", "recover", "--workspace", str(root), "--json"],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _holding(journal) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _holding(journal), "the second recovery never opened the journal"
+        assert main(["recover", "--workspace", str(root), "--json"]) == 0  # the first
+        [done] = json.loads(capsys.readouterr().out)["result"]["sets"]
+        assert done["record"] == "staged"
+        out = _cli(capsys, root, "call", "apply_changes", "--args",
+                   json.dumps({"id": done["id"]}))  # fmt: skip
+        assert out["ok"], out
+        applied = exact_state(root)
+        assert applied["f3"] == ("file", 0o644, b"new\n")
+        stdout, _ = second.communicate(timeout=120)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert exact_state(root) == applied, stdout
+    assert json.loads(stdout)["result"]["sets"] == []
+
+
+def test_an_undo_with_the_store_s_file_system_full_names_it_and_changes_nothing(
+    tmp_path: Path, small_fs: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """The journal's first line is the first thing an undo writes: on a full store it said
+    ``undo failed: OSError: [Errno 28]``. Now it is ``unavailable`` naming the store's file
+    system and what to do, and nothing was changed."""
+    home = small_fs / "home"
+    monkeypatch.setenv("RINGFENCE_HOME", str(home))
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("a\n")
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "a", "content": "b\n"}))  # fmt: skip
+    assert out["ok"], out
+    with contextlib.suppress(OSError):
+        (small_fs / "fill").write_bytes(b"\0" * (8 << 20))
+    before = exact_state(root)
+    out = _cli(capsys, root, "undo")
+    assert not out["ok"] and out["error"]["code"] == "unavailable", out
+    assert "checkpoint store" in out["error"]["message"] and "is full" in out["error"]["message"]
+    assert exact_state(root) == before
