@@ -189,12 +189,14 @@ def replace_file(
     source: tuple[int, str, int] | None = None,
     release: Callable[[int], None] = os.close,
     mode: int | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> bool:
     """Replace ``place.leaf`` in ``place.dir_fd`` with ``data``; True if it was created.
 
     A replaced file's owner and mode are kept, or with ``mode`` (a merge: the
     change set's) that mode is set instead, before the new file takes its
-    place. A created file's mode is the caller's to set.
+    place. A created file's mode is the caller's to set; ``owner`` (uid, gid: a root
+    ringfence's :func:`workspace_owner`) is given a created file before it is visible.
 
     ``source`` (a merge from an overlay's upper directory): ``(dir_fd, name,
     fd)`` of a file holding ``data`` that nothing writes any more, renamed
@@ -285,6 +287,8 @@ def replace_file(
                 _keep_owner_and_mode(fd, st, display, mode)
                 _copy_xattrs(src_path_fd, fd, display)
             else:
+                if owner is not None:
+                    os.fchown(fd, *owner)
                 os.fchmod(fd, 0o666 & ~_current_umask())
             if sync_dir is not None:
                 os.fsync(fd)
@@ -461,6 +465,7 @@ def _write(
                 field="path",
             )
     made: list[tuple[int, str]] = []  # directories this call created: removed if it fails
+    owner = None if dry else workspace_owner(resolver)
     made_paths: list[tuple[int, list[str]]] = []  # the same, as (root, names) for record
 
     def make_dir(place: Place, name: str) -> None:
@@ -469,7 +474,7 @@ def _write(
             raise _Judged(place.display(name))
         if record is not None:
             record.making(place, name, made_paths)  # journaled before the mkdir
-        if make_checked_dir(place, name, made, resolver):
+        if make_checked_dir(place, name, made, resolver, owner=_owner_at(place, owner)):
             made_paths.append((place.root.index, [*place.names, name]))
 
     def op(place: Place) -> dict[str, Any]:
@@ -500,7 +505,7 @@ def _write(
         if record is not None:
             # The before- and after-images are stored before the write becomes visible.
             record(place, data, made_paths)
-        created = replace_file(place, data, expected=expected)
+        created = replace_file(place, data, expected=expected, owner=_owner_at(place, owner))
         return {"path": display, "bytes": len(data), "created": created}
 
     with resolver:
@@ -540,8 +545,10 @@ def make_checked_dir(
     resolver: Resolver | None = None,
     *,
     create: bool = True,
+    owner: tuple[int, int] | None = None,
 ) -> bool:
     """Make directory ``name`` for a write, refusing git metadata; True (and in ``made``) if made.
+    ``owner`` (uid, gid) is given the directory made (:func:`workspace_owner`).
 
     With ``resolver`` (the file tools), the tree the new directory leaves is judged too
     (:func:`.changes._resulting.check_resulting_tree`); a merge judged its whole set before.
@@ -579,7 +586,28 @@ def make_checked_dir(
     except OSError as exc:
         raise translate_oserror(exc, display, writing=True) from None
     made.append((os.dup(place.dir_fd), name))
+    if owner is not None:  # the entry itself, never a link put in its place meanwhile
+        try:
+            os.chown(name, *owner, dir_fd=place.dir_fd, follow_symlinks=False)
+        except OSError as exc:
+            raise translate_oserror(exc, display, writing=True) from None
     return True
+
+
+def workspace_owner(resolver: Resolver) -> tuple[int, int] | None:
+    """Whom a ringfence running as root gives the files and directories it creates: the
+    first root's owner, as the sandbox's commands run as that user and a merge's entries
+    are theirs (a root-owned file in their workspace would refuse their next command).
+    None when ringfence is not root (what it creates is its own)."""
+    if os.geteuid() != 0 or not resolver.roots:
+        return None
+    st = os.fstat(resolver.roots[0].fd)
+    return st.st_uid, st.st_gid
+
+
+def _owner_at(place: Place, owner: tuple[int, int] | None) -> tuple[int, int] | None:
+    """``owner`` for a place in a workspace root; None on the host (``with_host_root``)."""
+    return None if place.root.is_host else owner
 
 
 def check_git_chain(place: Place, display: str, resolver: Resolver | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from cli_helpers import ringfence_json as ringfence
 from workspace_helpers import SECRET, Tree, snapshot
 
@@ -125,3 +126,32 @@ def test_tools_list_shows_the_file_tools(tree: Tree) -> None:
         "undo": "reversible",  # restores change sets (workspace checkpoints)
         "write_file": "reversible",
     }
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root creates files for another user")
+def test_a_root_ringfence_gives_what_it_creates_to_the_workspace_owner(tree: Tree) -> None:
+    """Run as root on a user's workspace, ``write_file`` makes its file and every directory
+    on the way the first root's owner's, as a command's writes are: a root-owned file there
+    would refuse that user's (and the sandbox's) next write. What exists keeps its owner."""
+    user = 1000
+    for path in (tree.ws, tree.ws / "hello.txt"):
+        os.chown(path, user, user)
+    os.chown(tree.ws / "sub", 0, 0)  # an existing root-owned directory stays root's
+    code, body, err = call(
+        tree, "write_file", {"path": "a/b/new.txt", "content": "x\n"}, "--approve", "yes"
+    )
+    assert code == 0, (body, err)
+    for made in ("a", "a/b", "a/b/new.txt"):
+        st = os.lstat(tree.ws / made)
+        assert (st.st_uid, st.st_gid) == (user, user), made
+    assert (
+        call(tree, "write_file", {"path": "hello.txt", "content": "y\n"}, "--approve", "yes")[0]
+        == 0
+    )
+    assert (
+        call(tree, "write_file", {"path": "sub/in.txt", "content": "z\n"}, "--approve", "yes")[0]
+        == 0
+    )
+    assert (tree.ws / "hello.txt").stat().st_uid == user  # replaced: its owner kept
+    assert (tree.ws / "sub" / "in.txt").stat().st_uid == user
+    assert (tree.ws / "sub").stat().st_uid == 0
