@@ -241,8 +241,8 @@ def refuse_git_config_inside_roots(
             raise _held(
                 root,
                 file,
-                f"{name} is the same file (a hard link); make {file} a file of its own "
-                f"(cp {file} {file}.new && mv {file}.new {file}) or choose another root",
+                f"{name} is the same file (a hard link); give it a file of its own (cp it to "
+                "a new file, then mv that over it) or choose another root",
             )
 
 
