@@ -1,0 +1,82 @@
+"""Attacks on the docker backend's change sets, through the kernel (``create_kernel``).
+
+Each test performs the attack a command (or a hostile engine) can mount and checks
+refusal and no effect: the workspace byte for byte, nothing written outside the roots,
+no process of the command left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from backends_helpers import DOCKER_OPTIONS
+from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
+
+from ringfence import create_kernel
+from ringfence.runtime import Posture
+
+pytestmark = pytest.mark.docker
+
+
+def tree_state(root: Path) -> dict[str, tuple[str, int, str]]:
+    """Every entry below ``root``: (kind, mode, sha256 of content or link target)."""
+    out: dict[str, tuple[str, int, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            rel = str(path.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", 0, hashlib.sha256(os.readlink(path).encode()).hexdigest())
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", stat.S_IMODE(st.st_mode), "")
+            else:
+                data = path.read_bytes()
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), hashlib.sha256(data).hexdigest())
+    return out
+
+
+# The command keeps a descriptor on a file it made, leaves a process behind in a session of
+# its own, and kills its supervisor (its parent: same uid, which SECURITY.md allows), so the
+# supervisor's kill of every process of the uid never runs. The process left behind writes
+# through that descriptor (the upper's inode, which a merge renames into the workspace) and
+# makes new files, after the host has read and merged the command's change set.
+_ORPHAN = (
+    "exec 9>held.txt; echo good >&9; "
+    "(setsid sh -c 'sleep 2; echo EVIL >&9; echo late > late.txt; sleep 30' "
+    "</dev/null >/dev/null 2>&1 &); sleep 0.3; kill -9 $PPID"
+)
+
+
+async def test_a_command_that_kills_its_supervisor_leaves_nothing_running_or_writing(
+    docker_client: Any, workspace: Path
+) -> None:
+    """Before: the session started a new supervisor in the same container, the orphan kept
+    running (into the next commands), and wrote ``EVIL`` into the merged workspace file
+    through its descriptor and ``late.txt`` into the next command's change set. Now a
+    supervisor that died under a command ends its container (every process of the command
+    with it) before the command's upper is read."""
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=DOCKER_OPTIONS,
+        change_sets=True,
+    ) as k:
+        first = await k.invoke("run_shell", {"command": _ORPHAN})
+        after_first = tree_state(workspace)
+        await trio.sleep(3)  # the orphan's writes, if it lived
+        second = await k.call("run_shell", {"command": "ps -o pid,args; echo next > next.txt"})
+    assert first.ok and first.value["session_restarted"], first
+    # What was merged is what the command wrote before it ended, and stays so.
+    assert (workspace / "held.txt").read_text() == "good\n"
+    assert tree_state(workspace)["held.txt"] == after_first["held.txt"]
+    assert not (workspace / "late.txt").exists()
+    assert "sleep 30" not in second["stdout"], second["stdout"]
+    assert second["changes"]["files"] == 1 and (workspace / "next.txt").read_text() == "next\n"
