@@ -8,6 +8,7 @@ no process of the command left behind.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -80,3 +81,48 @@ async def test_a_command_that_kills_its_supervisor_leaves_nothing_running_or_wri
     assert not (workspace / "late.txt").exists()
     assert "sleep 30" not in second["stdout"], second["stdout"]
     assert second["changes"]["files"] == 1 and (workspace / "next.txt").read_text() == "next\n"
+
+
+def shipped_options(**kw: Any) -> dict[str, Any]:
+    """The local engine as an engine table with ``ship = "always"``: the remote path (the
+    workspace shipped, change sets fetched over the supervisor's stream), no second daemon."""
+    local = {"name": "shipped", "base_url": "unix:///var/run/docker.sock", "ship": "always"}
+    return {**DOCKER_OPTIONS, "image": "ringfence/busybox:latest", "engines": [local], **kw}
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_a_sparse_file_cannot_make_a_fetched_change_set_fill_the_hosts_memory(
+    docker_client: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """A 300 MiB sparse file costs the sandbox nothing (no page of the uppers' 32 MiB
+    tmpfs), but tar sends it whole. Before: the host took it all into memory (about six
+    times its size), rebuilt it and merged it. Now a line's output past three times the
+    tmpfs plus 96 MiB refuses the change set whole; the next command works."""
+    (workspace / "keep.txt").write_text("keep\n")
+    os.chown(workspace / "keep.txt", *(lambda st: (st.st_uid, st.st_gid))(workspace.stat()))
+    before = tree_state(workspace)
+    events = tmp_path / "events.jsonl"
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=shipped_options(memory="32m"),
+        change_sets=True,
+        events_path=events,
+    ) as k:
+        sparse = await k.invoke(
+            "run_shell", {"command": "dd if=/dev/zero of=big bs=1 count=0 seek=300M"}
+        )
+        assert tree_state(workspace) == before
+        after = await k.call("run_shell", {"command": "ls; echo next > next.txt"})
+    assert sparse.error is not None and sparse.error.code == "tool_error", sparse
+    assert "more than 201326592 bytes" in sparse.error.message
+    assert "workspace is unchanged" in sparse.error.message
+    failed = [r for r in records(events) if r["kind"] == "failed"]
+    assert failed and "more than 201326592 bytes" in json.dumps(failed[0])
+    assert after["stdout"] == "keep.txt\n", after  # the copy holds nothing of the refused set
+    assert (workspace / "next.txt").read_text() == "next\n"
+    assert not (workspace / "big").exists()

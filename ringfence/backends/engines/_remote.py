@@ -54,6 +54,7 @@ import base64
 import binascii
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -86,13 +87,33 @@ STREAM_LIMIT = 1 << 20  # a sync up to this size goes through the shell, larger 
 
 
 class _Sink:
-    """Raw bytes of one stream of an internal supervisor line (no decoding, no cap)."""
+    """Raw bytes of one stream of an internal supervisor line (no decoding), at most
+    ``limit``: past it, ToolError (the line is given up, its shell marked dead)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int, engine: str) -> None:
         self.data = bytearray()
+        self.limit = limit
+        self.engine = engine
 
     def feed(self, data: bytes) -> None:
+        if len(self.data) + len(data) > self.limit:
+            raise ToolError(
+                f"engine {self.engine} sent more than {self.limit} bytes for one change set "
+                "(at most three times the uppers' tmpfs, the memory option, plus 96 MiB; a "
+                "sparse file travels whole): refused whole, the workspace is unchanged"
+            )
         self.data += data
+
+
+def _size_bytes(text: str) -> int:
+    """A size option (``512m``; checked by the options) in bytes; 512 MiB if unreadable."""
+    m = re.fullmatch(r"(\d+)([bkmg]?)", text.strip(), re.IGNORECASE)
+    if m is None:
+        return 512 << 20
+    return (
+        int(m.group(1))
+        * {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    )
 
 
 # -- the shipped workspace --------------------------------------------------------------------
@@ -124,12 +145,18 @@ class RemoteWorkspace:
         # container, and must never touch the next supervisor's.
         self._generation = 0
         self._generation_of: Supervisor | None = None
+        # What one line of our own may send back (a fetched change set's base64 above all):
+        # set from the uppers' tmpfs size when the container is made (:meth:`tmpfs`). Its
+        # files hold at most that much, but a sparse one is sent whole: without a bound, a
+        # command's `truncate -s 100g` filled this process's memory.
+        self._line_limit = 3 * (512 << 20) + (96 << 20)
 
     def take_over(self, other: RemoteWorkspace) -> None:
         """Continue in the container ``other`` prepared (a claimed warm one): its uppers'
         directory, their modes and whether they hold anything unfetched."""
         self.clean, self.made_modes = other.clean, list(other.made_modes)
         self._generation, self._generation_of = other._generation, other._generation_of
+        self._line_limit = other._line_limit
 
     # -- the container ------------------------------------------------------------------------
 
@@ -146,6 +173,7 @@ class RemoteWorkspace:
 
     def tmpfs(self, memory: str) -> dict[str, str]:
         uid, gid = self.owner
+        self._line_limit = 3 * _size_bytes(memory) + (96 << 20)
         return {UPPERS_DIR: f"rw,nosuid,nodev,size={memory},mode=0700,uid={uid},gid={gid}"}
 
     def main_setup(self) -> str:
@@ -358,7 +386,7 @@ class RemoteWorkspace:
         ``after`` follows the line (a here-document's text and its end word).
         """
         token = secrets.token_hex(12)
-        out, err = _Sink(), _Sink()
+        out, err = (_Sink(self._line_limit, self.engine.name) for _ in range(2))
         run = CommandOutput(token, out, err)  # type: ignore[arg-type]
         marker = quote(f"__rf{token}__")
         try:
