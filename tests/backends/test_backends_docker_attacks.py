@@ -7,9 +7,11 @@ no process of the command left behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import socket
 import stat
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import pytest
 import trio
 from backends_helpers import DOCKER_OPTIONS
 from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
+from engines_helpers import make_certificates
 
 from ringfence import create_kernel
 from ringfence.runtime import Posture
@@ -126,3 +129,49 @@ async def test_a_sparse_file_cannot_make_a_fetched_change_set_fill_the_hosts_mem
     assert after["stdout"] == "keep.txt\n", after  # the copy holds nothing of the refused set
     assert (workspace / "next.txt").read_text() == "next\n"
     assert not (workspace / "big").exists()
+
+
+@pytest.mark.parametrize("with_tls", [False, True], ids=["no-certificates", "certificates"])
+async def test_an_http_engine_is_refused_at_configuration_and_never_contacted(
+    workspace: Path, tmp_path: Path, with_tls: bool
+) -> None:
+    """``http://`` is the Engine API in plain text (docker-py sends it without TLS even when
+    certificates are given). Before: accepted, and ringfence sent its first request to it.
+    Now refused at configuration like ``tcp://`` without TLS; the listener sees nothing."""
+    make_certificates(tmp_path / "certs")
+    tls = {
+        "tls_ca": str(tmp_path / "certs" / "ca.pem"),
+        "tls_cert": str(tmp_path / "certs" / "client.pem"),
+        "tls_key": str(tmp_path / "certs" / "client-key.pem"),
+    }
+    seen: list[bytes] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        engine = {
+            "name": "plain",
+            "base_url": f"http://127.0.0.1:{port}",
+            **(tls if with_tls else {}),
+        }
+        options = {**DOCKER_OPTIONS, "engines": [engine]}
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.ALLOW_REVERSIBLE,
+            backend="docker",
+            backend_options=options,
+            change_sets=True,
+        ) as k:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        await trio.sleep(0.2)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    seen.append(conn.recv(200))
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+    assert outcome.error.field == "options.engines[0].base_url", outcome.error
+    assert "plain text" in outcome.error.message and "https://" in outcome.error.message
+    assert seen == []
+    assert list(workspace.iterdir()) == []

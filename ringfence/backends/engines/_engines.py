@@ -206,6 +206,15 @@ class Engine:
                 f"{', '.join(_SCHEMES)}, not {base_url!r}",
                 field=f"{field}.base_url",
             )
+        if base_url.startswith("http://"):
+            # docker-py speaks http:// in plain text even with certificates given: the
+            # workspace, every command and the Engine API's root on that machine in the clear.
+            raise InvalidArguments(
+                f"{field}.base_url {base_url!r} is the Engine API in plain text (no TLS, even "
+                "with certificates); give tcp://host:port or https://host:port with tls_ca, "
+                "tls_cert and tls_key",
+                field=f"{field}.base_url",
+            )
         ship = value.get("ship", "auto")
         if ship not in SHIP_MODES:
             raise InvalidArguments(
