@@ -175,3 +175,42 @@ async def test_an_http_engine_is_refused_at_configuration_and_never_contacted(
     assert "plain text" in outcome.error.message and "https://" in outcome.error.message
     assert seen == []
     assert list(workspace.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["local", "shipped"])
+async def test_a_link_at_the_saved_shell_state_does_not_steer_the_supervisor(
+    docker_client: Any, workspace: Path, where: str
+) -> None:
+    """Under ``persist_shell_state`` the supervisor opens a file in the container's /tmp as
+    the command's descriptor 3. A command replaced it by a link: the next command's
+    supervisor (whose view has the uppers unhidden, and on a shipped session the copy of the
+    workspace) then wrote its state there. Before: a file no command wrote through its
+    overlay (``planted``) was merged into the workspace; on a shipped session the copy's
+    ``victim.txt`` was emptied behind the host's back. Now the supervisor removes whatever is
+    there first and reads back only a file that is no link."""
+    (workspace / "victim.txt").write_text("original\n")
+    st = workspace.stat()
+    os.chown(workspace / "victim.txt", st.st_uid, st.st_gid)
+    before = tree_state(workspace)
+    if where == "local":
+        options = {**DOCKER_OPTIONS, "persist_shell_state": True}
+        target = "/.rf-uppers/0/u/planted"
+    else:
+        options = shipped_options(persist_shell_state=True)
+        target = "/workspace/victim.txt"
+    link = f"for f in /tmp/.rf-shell-*; do rm -f $f; ln -s {target} $f; done; ls -la /tmp"
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=options,
+        change_sets=True,
+    ) as k:
+        planted = await k.call("run_shell", {"command": link})
+        assert f"-> {target}" in planted["stdout"], planted  # the attack's link was made
+        nxt = await k.call("run_shell", {"command": "export SEEN=1; true"})
+        seen = await k.call("run_shell", {"command": 'cat victim.txt; ls; echo "$SEEN"'})
+    assert nxt["changes"] is None, nxt
+    assert seen["stdout"] == "original\nvictim.txt\n1\n", seen  # the state still carries over
+    assert seen["changes"] is None
+    assert tree_state(workspace) == before
