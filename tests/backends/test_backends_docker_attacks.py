@@ -11,8 +11,10 @@ import contextlib
 import hashlib
 import json
 import os
+import resource
 import socket
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +216,40 @@ async def test_a_link_at_the_saved_shell_state_does_not_steer_the_supervisor(
     assert seen["stdout"] == "original\nvictim.txt\n1\n", seen  # the state still carries over
     assert seen["changes"] is None
     assert tree_state(workspace) == before
+
+
+@pytest.fixture
+def few_descriptors() -> Iterator[None]:
+    """This process's soft limit on descriptors at 1024 (a common default) for one test."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_fetched_change_set_of_many_directories_takes_no_descriptor_each(
+    docker_client: Any, workspace: Path, few_descriptors: None
+) -> None:
+    """1,500 new directories (and a hard link between two of them) from a shipped session.
+    Before: the host held a descriptor per directory while it rebuilt the set, so the set
+    was refused ("Too many open files") and, meanwhile, every other open of this process
+    failed too. Now a few dozen are held; the set merges whole."""
+    make = (
+        "for i in $(seq 1500); do mkdir d$i; echo $i > d$i/f; done; "
+        "mkdir -p deep/$(printf 'x/%.0s' $(seq 100)); ln d5/f d900/g"
+    )
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=shipped_options(),
+        change_sets=True,
+    ) as k:
+        made = await k.invoke("run_shell", {"command": make})
+    assert made.ok, made.error
+    assert len([p for p in workspace.iterdir() if p.name[1:].isdigit()]) == 1500
+    assert (workspace / "d1500" / "f").read_text() == "1500\n"
+    assert (workspace / "d900" / "g").read_text() == "5\n"
+    assert (workspace / "deep").joinpath(*["x"] * 100).is_dir()

@@ -46,6 +46,7 @@ SHIP_GIT: tuple[ShipGit, ...] = ("readonly", "skip")
 OPAQUE_XATTR = "user.overlay.opaque"
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_KEPT_DIRS = 64  # rebuild_upper's open directories (see _DirCache)
 
 
 @dataclass(frozen=True)
@@ -281,9 +282,12 @@ def rebuild_upper(
         )
     if os.geteuid() != 0:
         owner = None  # only root gives entries away; ours are ringfence's user's then
-    top = os.open(target, _DIR)
-    dirs: list[tuple[int, str, int]] = []  # modes applied last: a 000 directory blocks entries
-    opened: dict[tuple[str, ...], int] = {(): top}
+    # Directories by path, not by descriptor: a set's directories are many (a command's
+    # 30,000 would have taken this process's every descriptor, its other work's too).
+    # Their modes are applied last (a 000 directory blocks its entries), deepest first.
+    dirs: list[tuple[tuple[str, ...], int]] = []
+    made: set[tuple[str, ...]] = {()}
+    opened = _DirCache(target)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             for member in tar:
@@ -292,16 +296,15 @@ def rebuild_upper(
                     raise ToolError(f"the sandbox's change set names {member.name!r}: refused")
                 if not parts:
                     continue
-                parent = opened.get(tuple(parts[:-1]))
-                if parent is None:
+                if tuple(parts[:-1]) not in made:
                     raise ToolError(f"the sandbox's change set has {member.name!r} before its dir")
+                parent = opened.fd(tuple(parts[:-1]))
                 leaf = parts[-1]
                 mode = stat.S_IMODE(member.mode)
                 if member.isdir():
                     os.mkdir(leaf, 0o700, dir_fd=parent)
-                    fd = os.open(leaf, _DIR, dir_fd=parent)
-                    opened[tuple(parts)] = fd
-                    dirs.append((fd, "/".join(parts), mode))
+                    made.add(tuple(parts))
+                    dirs.append((tuple(parts), mode))
                 elif member.isreg():
                     src = tar.extractfile(member)
                     assert src is not None
@@ -321,16 +324,21 @@ def rebuild_upper(
                     os.symlink(member.linkname, leaf, dir_fd=parent)
                 elif member.islnk():
                     src_parts = _member_parts(member.linkname)
-                    src_dir = opened.get(tuple(src_parts[:-1])) if src_parts else None
-                    if not src_parts or src_dir is None:
+                    if not src_parts or tuple(src_parts[:-1]) not in made:
                         raise ToolError(f"the sandbox's change set links to {member.linkname!r}")
-                    os.link(
-                        src_parts[-1],
-                        leaf,
-                        src_dir_fd=src_dir,
-                        dst_dir_fd=parent,
-                        follow_symlinks=False,
-                    )
+                    # A descriptor of its own: opening the parent may close the cache's.
+                    src_dir = os.dup(opened.fd(tuple(src_parts[:-1])))
+                    try:
+                        parent = opened.fd(tuple(parts[:-1]))
+                        os.link(
+                            src_parts[-1],
+                            leaf,
+                            src_dir_fd=src_dir,
+                            dst_dir_fd=parent,
+                            follow_symlinks=False,
+                        )
+                    finally:
+                        os.close(src_dir)
                 elif member.isfifo():
                     os.mkfifo(leaf, 0o600, dir_fd=parent)
                     os.chmod(leaf, mode, dir_fd=parent)
@@ -345,14 +353,14 @@ def rebuild_upper(
                     os.chown(leaf, *owner, dir_fd=parent, follow_symlinks=False)
                     if member.isreg() and mode & 0o6000:  # chown cleared them
                         os.chmod(leaf, mode, dir_fd=parent)
-        known = {path: fd for fd, path, _ in dirs}
-        for path in opaque:
-            fd = known.get(path)
-            if fd is None:
-                raise ToolError(f"the sandbox reported {path!r} opaque, not a directory it sent")
-            os.setxattr(fd, OPAQUE_XATTR, b"y")
-        for fd, _path, mode in reversed(dirs):
-            os.fchmod(fd, mode)
+        known = {"/".join(path): path for path, _ in dirs}
+        for name in opaque:
+            path = known.get(name)
+            if path is None:
+                raise ToolError(f"the sandbox reported {name!r} opaque, not a directory it sent")
+            os.setxattr(opened.fd(path), OPAQUE_XATTR, b"y")
+        for path, mode in reversed(dirs):
+            os.fchmod(opened.fd(path), mode)
     except tarfile.TarError as exc:
         raise Unavailable(
             f"the change set from engine {engine} is not a whole tar ({exc}); the workspace is "
@@ -364,9 +372,38 @@ def rebuild_upper(
             "workspace is unchanged"
         ) from None
     finally:
-        for fd in opened.values():
+        opened.close()
+
+
+class _DirCache:
+    """Descriptors of the rebuilt upper's directories by path, at most :data:`_KEPT_DIRS` open
+    (the tar is depth first: its next entries are mostly in the last few). A directory not
+    held is opened again from the top, component by component, never through a link."""
+
+    def __init__(self, target: str) -> None:
+        self._top = os.open(target, _DIR)
+        self._fds: dict[tuple[str, ...], int] = {}
+
+    def fd(self, path: tuple[str, ...]) -> int:
+        if not path:
+            return self._top
+        fd = self._fds.pop(path, None)
+        if fd is None:
+            parent = self.fd(path[:-1])
+            fd = os.open(path[-1], _DIR, dir_fd=parent)
+        self._fds[path] = fd  # the most recently used last
+        while len(self._fds) > _KEPT_DIRS:
+            oldest = next(iter(self._fds))
+            if oldest == path:
+                break
+            os.close(self._fds.pop(oldest))
+        return fd
+
+    def close(self) -> None:
+        for fd in (*self._fds.values(), self._top):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        self._fds.clear()
 
 
 def _whiteout(leaf: str, parent: int) -> None:
