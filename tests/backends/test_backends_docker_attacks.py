@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import resource
 import socket
 import stat
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 import trio
 from backends_helpers import DOCKER_OPTIONS
@@ -253,3 +256,56 @@ async def test_a_fetched_change_set_of_many_directories_takes_no_descriptor_each
     assert (workspace / "d1500" / "f").read_text() == "1500\n"
     assert (workspace / "d900" / "g").read_text() == "5\n"
     assert (workspace / "deep").joinpath(*["x"] * 100).is_dir()
+
+
+# An image whose tar writes sparse members (GNU tar's --sparse): what a hostile engine or
+# image can send back as a change set. The supervisor finds /usr/local/bin first on PATH.
+_SPARSE_TAR_IMAGE = "ringfence-test/sparse-tar:latest"
+_SPARSE_TAR_DOCKERFILE = b"FROM ringfence/debian:latest\nCOPY tar /usr/local/bin/tar\n"
+_SPARSE_TAR = b'#!/bin/sh\nexec /usr/bin/tar --sparse "$@"\n'
+
+
+def _context(files: dict[str, tuple[bytes, int]]) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+async def test_a_sparse_member_in_a_fetched_change_set_is_refused_before_it_fills_the_disk(
+    docker_client: Any, workspace: Path, ringfence_home: Path
+) -> None:
+    """A few KiB of tar that would be a 1 GiB file on the host: the sandbox's image sends
+    the command's sparse file as a sparse member. Before: rebuilt densely on the host's disk
+    (and merged). Now refused whole, naming the member; nothing is written."""
+    try:
+        docker_client.images.get("ringfence/debian:latest")
+    except docker.errors.ImageNotFound:
+        pytest.skip("the ringfence/debian image is not built (`ringfence images build debian`)")
+    docker_client.images.build(
+        fileobj=_context(
+            {"Dockerfile": (_SPARSE_TAR_DOCKERFILE, 0o644), "tar": (_SPARSE_TAR, 0o755)}
+        ),
+        custom_context=True,
+        tag=_SPARSE_TAR_IMAGE,
+        rm=True,
+    )
+    before = tree_state(workspace)
+    options = shipped_options(image=_SPARSE_TAR_IMAGE)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=options,
+        change_sets=True,
+    ) as k:
+        sparse = await k.invoke("run_shell", {"command": "truncate -s 1G big && echo x > small"})
+        used = sum(p.lstat().st_blocks for p in ringfence_home.rglob("*")) * 512
+    assert sparse.error is not None and sparse.error.code == "tool_error", sparse
+    assert "'./big' as a sparse member" in sparse.error.message, sparse.error.message
+    assert tree_state(workspace) == before
+    assert used < 64 << 20, used  # nothing of it was written out under RINGFENCE_HOME

@@ -267,7 +267,7 @@ def rebuild_upper(
     it; a mismatch (a cut or altered stream) is ``Unavailable`` naming
     ``engine`` before anything is written. ``opaque`` lists the directories
     (relative paths) the sandbox found opaque. A member that is not a
-    directory, file, link, hard link, FIFO or whiteout (a device), or whose
+    directory, file (not sparse), link, hard link, FIFO or whiteout (a device), or whose
     name leaves the target, or that cannot be made (a name repeated), is a
     ToolError: the change set is refused whole. Every entry is given to
     ``owner`` (the container user, who owns a local overlay's upper too), so
@@ -296,6 +296,13 @@ def rebuild_upper(
                     raise ToolError(f"the sandbox's change set names {member.name!r}: refused")
                 if not parts:
                     continue
+                if member.issparse():
+                    # A few bytes of tar that are a file of any size here (the sandbox's tar
+                    # makes none): the fetch's bound on what is sent would not bound the disk.
+                    raise ToolError(
+                        f"the sandbox's change set holds {member.name!r} as a sparse member "
+                        f"({member.size} bytes from a few): refused"
+                    )
                 if tuple(parts[:-1]) not in made:
                     raise ToolError(f"the sandbox's change set has {member.name!r} before its dir")
                 parent = opened.fd(tuple(parts[:-1]))
