@@ -258,22 +258,27 @@ async def test_a_fetched_change_set_of_many_directories_takes_no_descriptor_each
     assert (workspace / "deep").joinpath(*["x"] * 100).is_dir()
 
 
-# An image whose tar writes sparse members (GNU tar's --sparse): what a hostile engine or
-# image can send back as a change set. The supervisor finds /usr/local/bin first on PATH.
-_SPARSE_TAR_IMAGE = "ringfence-test/sparse-tar:latest"
-_SPARSE_TAR_DOCKERFILE = b"FROM ringfence/debian:latest\nCOPY tar /usr/local/bin/tar\n"
-_SPARSE_TAR = b'#!/bin/sh\nexec /usr/bin/tar --sparse "$@"\n'
-
-
-def _context(files: dict[str, tuple[bytes, int]]) -> io.BytesIO:
+def hostile_image(client: Any, tag: str, tools: dict[str, bytes]) -> str:
+    """``ringfence/debian`` with ``tools`` (name: script) in /usr/local/bin, found first on
+    the supervisor's PATH: what a hostile engine or image can send back as a change set."""
+    try:
+        client.images.get("ringfence/debian:latest")
+    except docker.errors.ImageNotFound:
+        pytest.skip("the ringfence/debian image is not built (`ringfence images build debian`)")
+    dockerfile = "FROM ringfence/debian:latest\n" + "".join(
+        f"COPY {name} /usr/local/bin/{name}\n" for name in tools
+    )
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
+        files = {"Dockerfile": (dockerfile.encode(), 0o644)}
+        files |= {name: (script, 0o755) for name, script in tools.items()}
         for name, (data, mode) in files.items():
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), mode
             tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
-    return buf
+    client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True)
+    return tag
 
 
 async def test_a_sparse_member_in_a_fetched_change_set_is_refused_before_it_fills_the_disk(
@@ -282,20 +287,14 @@ async def test_a_sparse_member_in_a_fetched_change_set_is_refused_before_it_fill
     """A few KiB of tar that would be a 1 GiB file on the host: the sandbox's image sends
     the command's sparse file as a sparse member. Before: rebuilt densely on the host's disk
     (and merged). Now refused whole, naming the member; nothing is written."""
-    try:
-        docker_client.images.get("ringfence/debian:latest")
-    except docker.errors.ImageNotFound:
-        pytest.skip("the ringfence/debian image is not built (`ringfence images build debian`)")
-    docker_client.images.build(
-        fileobj=_context(
-            {"Dockerfile": (_SPARSE_TAR_DOCKERFILE, 0o644), "tar": (_SPARSE_TAR, 0o755)}
-        ),
-        custom_context=True,
-        tag=_SPARSE_TAR_IMAGE,
-        rm=True,
+    # GNU tar's --sparse: sparse files as sparse members.
+    image = hostile_image(
+        docker_client,
+        "ringfence-test/sparse-tar:latest",
+        {"tar": b'#!/bin/sh\nexec /usr/bin/tar --sparse "$@"\n'},
     )
     before = tree_state(workspace)
-    options = shipped_options(image=_SPARSE_TAR_IMAGE)
+    options = shipped_options(image=image)
     async with create_kernel(
         roots=[workspace],
         posture=Posture.ALLOW_REVERSIBLE,
@@ -309,3 +308,27 @@ async def test_a_sparse_member_in_a_fetched_change_set_is_refused_before_it_fill
     assert "'./big' as a sparse member" in sparse.error.message, sparse.error.message
     assert tree_state(workspace) == before
     assert used < 64 << 20, used  # nothing of it was written out under RINGFENCE_HOME
+
+
+async def test_a_fetch_whose_lines_are_not_what_the_fetch_writes_is_refused_by_name(
+    docker_client: Any, workspace: Path
+) -> None:
+    """An image whose ``stat`` answers nonsense: the fetch's mode line is ``m 0 zz``. Before:
+    ``ValueError: invalid literal for int()`` (a bug's error). Now the set is refused as
+    damaged, naming the engine and the line; nothing is merged."""
+    image = hostile_image(
+        docker_client, "ringfence-test/bad-stat:latest", {"stat": b"#!/bin/sh\necho zz\n"}
+    )
+    before = tree_state(workspace)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=shipped_options(image=image),
+        change_sets=True,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > f"})
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "engine shipped is damaged ('m 0 zz')" in outcome.error.message
+    assert "workspace is unchanged" in outcome.error.message
+    assert tree_state(workspace) == before

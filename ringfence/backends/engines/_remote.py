@@ -327,25 +327,9 @@ class RemoteWorkspace:
                 f"engine {self.engine.name}: fetching the change set failed (status {status}): "
                 f"{err.decode(errors='replace')[-500:]!r}; the workspace is unchanged"
             )
-        tars: dict[int, list[bytes]] = {}
-        current: int | None = None
-        for raw in bytes(out).splitlines():
-            if raw.startswith(b"@"):
-                current = int(raw[1:])
-                tars[current] = []
-            elif raw.strip() and current is not None:
-                tars[current].append(raw.strip())
-        digests: dict[int, str] = {}
-        opaque: dict[int, list[str]] = {}
-        upper_modes: dict[int, int] = {}
-        for fields in ours:
-            if len(fields) == 3 and fields[0] == "s":
-                digests[int(fields[1])] = fields[2]
-            elif len(fields) == 3 and fields[0] == "m":
-                upper_modes[int(fields[1])] = int(fields[2], 8) & 0o7777
-            elif len(fields) == 3 and fields[0] == "o":
-                name = os.fsdecode(binascii.unhexlify(fields[2]))
-                opaque.setdefault(int(fields[1]), []).append(name)
+        tars, digests, upper_modes, opaque = _parsed_fetch(
+            bytes(out), ours, len(self.roots), self.engine.name
+        )
         uppers: list[Upper] = []
         for i, (root, _) in enumerate(self.roots):
             target = self.host_dir / str(i)
@@ -406,6 +390,58 @@ class RemoteWorkspace:
                 "sandbox shell; the workspace is unchanged"
             )
         return run.status, bytes(out.data), bytes(err.data)
+
+
+# What the fetch's lines of ours hold (see _FETCH): a root's number, then an octal mode, a
+# sha256 or a path in hex.
+_FETCH_FIELD = {
+    "m": re.compile(r"[0-7]{1,6}"),
+    "s": re.compile(r"[0-9a-f]{64}"),
+    "o": re.compile(r"(?:[0-9a-f]{2})+"),
+}
+
+
+def _parsed_fetch(
+    out: bytes, ours: list[list[str]], roots: int, engine: str
+) -> tuple[dict[int, list[bytes]], dict[int, str], dict[int, int], dict[int, list[str]]]:
+    """The fetch's output read strictly: per root its tar's base64 lines, sha256, upper
+    mode and opaque directories. Anything else (a root that is none, a field that is not
+    what the fetch writes) is Unavailable naming ``engine``: the set is not used."""
+
+    def damaged(what: str) -> Unavailable:
+        return Unavailable(
+            f"the change set from engine {engine} is damaged ({what[:200]!r}); the workspace "
+            "is unchanged"
+        )
+
+    def root(text: str) -> int:
+        if not (text.isascii() and text.isdigit()) or int(text) >= roots:
+            raise damaged(text)
+        return int(text)
+
+    tars: dict[int, list[bytes]] = {}
+    current: int | None = None
+    for raw in out.splitlines():
+        if raw.startswith(b"@"):
+            current = root(raw[1:].decode("ascii", "replace"))
+            tars[current] = []
+        elif raw.strip() and current is not None:
+            tars[current].append(raw.strip())
+    digests: dict[int, str] = {}
+    modes: dict[int, int] = {}
+    opaque: dict[int, list[str]] = {}
+    for fields in ours:
+        pattern = _FETCH_FIELD.get(fields[0]) if len(fields) == 3 else None
+        if pattern is None or not pattern.fullmatch(fields[2]):
+            raise damaged(" ".join(fields))
+        i = root(fields[1])
+        if fields[0] == "s":
+            digests[i] = fields[2]
+        elif fields[0] == "m":
+            modes[i] = int(fields[2], 8) & 0o7777
+        else:
+            opaque.setdefault(i, []).append(os.fsdecode(binascii.unhexlify(fields[2])))
+    return tars, digests, modes, opaque
 
 
 def _made_with(base: str, modes: list[int]) -> str:
