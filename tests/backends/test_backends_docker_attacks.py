@@ -332,3 +332,35 @@ async def test_a_fetch_whose_lines_are_not_what_the_fetch_writes_is_refused_by_n
     assert "engine shipped is damaged ('m 0 zz')" in outcome.error.message
     assert "workspace is unchanged" in outcome.error.message
     assert tree_state(workspace) == before
+
+
+def own_containers(client: Any) -> set[str]:
+    owner = f"ringfence.owner={socket.gethostname()}:{os.getpid()}"
+    return {c.id for c in client.containers.list(all=True, filters={"label": owner})}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("memory", "0"), ("memory", "0m"), ("tmp_size", "0"), ("memory", "512m\n")],
+)
+async def test_a_size_that_means_no_limit_or_is_no_size_is_refused_before_a_container(
+    docker_client: Any, workspace: Path, name: str, value: str
+) -> None:
+    """``memory = "0"`` is Docker's "no limit" (and a tmpfs's ``size=0`` too): before, the
+    session started with no memory bound at all; a trailing newline passed the size check
+    and failed later as "the Docker daemon is not reachable". Now both are refused naming
+    the option, before any container exists; the command never runs."""
+    before = own_containers(docker_client)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options={**DOCKER_OPTIONS, name: value},
+        change_sets=True,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        during = own_containers(docker_client)
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+    assert outcome.error.field == f"options.{name}", outcome.error
+    assert during == before
+    assert list(workspace.iterdir()) == []

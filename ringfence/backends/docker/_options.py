@@ -17,7 +17,7 @@ __all__ = ["DEFAULT_IMAGE", "IMAGE_VARIABLE", "DockerOptions", "parse_user"]
 
 IMAGE_VARIABLE = "RINGFENCE_DOCKER_IMAGE"
 DEFAULT_IMAGE = "debian"
-_SIZE = re.compile(r"^\d+[bkmg]?$", re.IGNORECASE)
+_SIZE = re.compile(r"\d+[bkmg]?", re.IGNORECASE)  # whole (fullmatch): no trailing newline
 
 
 @dataclass(frozen=True)
@@ -77,9 +77,16 @@ class DockerOptions:
             persist_shell_state=persist_option(options),
         )
         for name in ("memory", "tmp_size"):
-            if not _SIZE.match(getattr(opts, name)):
+            if not _SIZE.fullmatch(getattr(opts, name)):
                 raise InvalidArguments(
                     f"{name} must be a size like 512m, not {getattr(opts, name)!r}",
+                    field=f"options.{name}",
+                )
+            if not getattr(opts, name).rstrip("bkmgBKMG").strip("0"):
+                # Docker's (and tmpfs's) "no limit": a sandbox without a memory bound.
+                raise InvalidArguments(
+                    f"{name} must be more than 0 (0 is Docker's and tmpfs's 'no limit'), not "
+                    f"{getattr(opts, name)!r}",
                     field=f"options.{name}",
                 )
         if isinstance(opts.cpus, bool) or not isinstance(opts.cpus, int | float) or opts.cpus <= 0:
