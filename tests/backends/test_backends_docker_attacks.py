@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import io
 import json
+import math
 import os
 import resource
 import socket
@@ -341,13 +342,22 @@ def own_containers(client: Any) -> set[str]:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("memory", "0"), ("memory", "0m"), ("tmp_size", "0"), ("memory", "512m\n")],
+    [
+        ("memory", "0"),
+        ("memory", "0m"),
+        ("tmp_size", "0"),
+        ("memory", "512m\n"),
+        ("cpus", 1e-10),
+        ("cpus", math.inf),
+        ("cpus", math.nan),
+    ],
 )
 async def test_a_size_that_means_no_limit_or_is_no_size_is_refused_before_a_container(
-    docker_client: Any, workspace: Path, name: str, value: str
+    docker_client: Any, workspace: Path, name: str, value: object
 ) -> None:
-    """``memory = "0"`` is Docker's "no limit" (and a tmpfs's ``size=0`` too): before, the
-    session started with no memory bound at all; a trailing newline passed the size check
+    """``memory = "0"`` is Docker's "no limit" (and a tmpfs's ``size=0`` too), and so is a
+    ``cpus`` below 0.01 (0 nano-CPUs; TOML's ``inf`` and ``nan`` failed as bugs): before, the
+    session started with no memory (or CPU) bound at all; a trailing newline passed the size check
     and failed later as "the Docker daemon is not reachable". Now both are refused naming
     the option, before any container exists; the command never runs."""
     before = own_containers(docker_client)
