@@ -374,3 +374,25 @@ async def test_a_size_that_means_no_limit_or_is_no_size_is_refused_before_a_cont
     assert outcome.error.field == f"options.{name}", outcome.error
     assert during == before
     assert list(workspace.iterdir()) == []
+
+
+async def test_a_fetched_tree_deeper_than_recursion_is_refused_and_the_session_goes_on(
+    docker_client: Any, workspace: Path, ringfence_home: Path
+) -> None:
+    """1,200 levels from a shipped session: refused whole with the limit named. Before, the
+    host removed the rebuilt upper with shutil.rmtree, whose recursion failed the next
+    command and the session's close (RecursionError) and left the tree behind."""
+    deep = "mkdir -p $(printf 'd/%.0s' $(seq 1200))"
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=shipped_options(),
+        change_sets=True,
+    ) as k:
+        first = await k.invoke("run_shell", {"command": deep})
+        assert first.error is not None and "512 directory levels" in first.error.message, first
+        second = await k.invoke("run_shell", {"command": "echo hi > x.txt"})
+        assert second.ok and second.value["changes"]["files"] == 1, second
+    assert sorted(p.name for p in workspace.iterdir()) == ["x.txt"]
+    assert list((ringfence_home / "docker-uppers").glob("*/r")) == []

@@ -56,7 +56,6 @@ import contextlib
 import os
 import re
 import secrets
-import shutil
 import stat
 from functools import partial
 from pathlib import Path
@@ -66,6 +65,7 @@ import trio
 from docker.types import Mount
 
 from ...runtime._errors import InvalidArguments, RingfenceError, ToolError, Unavailable
+from .._trees import remove_tree
 from .._types import SessionSpec, Upper
 from ..docker._api import docker_call
 from ..docker._images import docker_location
@@ -189,7 +189,9 @@ class RemoteWorkspace:
 
     async def remove_host_dir(self) -> None:
         with contextlib.suppress(OSError):  # the session's directory: only ours, remote
-            await trio.to_thread.run_sync(shutil.rmtree, self.host_dir.parent)
+            # By loop, not shutil.rmtree's recursion: a rebuilt upper can be deeper than
+            # Python's recursion limit (its RecursionError failed the session's close).
+            await trio.to_thread.run_sync(remove_tree, self.host_dir.parent)
 
     async def prepare(self, shell: Supervisor) -> None:
         """Make the upper and work directories on the tmpfs empty (after each new supervisor).
@@ -452,8 +454,7 @@ def _made_with(base: str, modes: list[int]) -> str:
 
 def _fresh_dir(path: Path) -> None:
     """An empty directory at ``path``, its parents made private (0700) where new."""
-    if path.exists():
-        shutil.rmtree(path)
+    remove_tree(path)  # the last rebuilt upper (by loop: it may be deeper than recursion)
     missing = [p for p in (path, *path.parents) if not p.exists()]
     for p in reversed(missing):  # a parent another session is making at once is fine
         p.mkdir(mode=0o700, exist_ok=True)

@@ -396,14 +396,22 @@ class _DirCache:
             return self._top
         fd = self._fds.pop(path, None)
         if fd is None:
-            parent = self.fd(path[:-1])
-            fd = os.open(path[-1], _DIR, dir_fd=parent)
+            # Down from the nearest directory held (a loop: a tree may be deeper than
+            # Python's recursion), each step's descriptor closed once the next is open.
+            depth = len(path) - 1
+            while depth and path[:depth] not in self._fds:
+                depth -= 1
+            fd = self._fds[path[:depth]] if depth else self._top
+            for i in range(depth, len(path)):
+                try:
+                    sub = os.open(path[i], _DIR, dir_fd=fd)
+                finally:
+                    if i > depth:
+                        os.close(fd)  # ours (the held one at ``depth`` stays held)
+                fd = sub
         self._fds[path] = fd  # the most recently used last
         while len(self._fds) > _KEPT_DIRS:
-            oldest = next(iter(self._fds))
-            if oldest == path:
-                break
-            os.close(self._fds.pop(oldest))
+            os.close(self._fds.pop(next(iter(self._fds))))
         return fd
 
     def close(self) -> None:
