@@ -29,6 +29,7 @@ from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
 from engines_helpers import make_certificates
 
 from ringfence import create_kernel
+from ringfence.backends._trees import remove_tree
 from ringfence.runtime import Posture
 
 pytestmark = pytest.mark.docker
@@ -383,16 +384,21 @@ async def test_a_fetched_tree_deeper_than_recursion_is_refused_and_the_session_g
     host removed the rebuilt upper with shutil.rmtree, whose recursion failed the next
     command and the session's close (RecursionError) and left the tree behind."""
     deep = "mkdir -p $(printf 'd/%.0s' $(seq 1200))"
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.ALLOW_REVERSIBLE,
-        backend="docker",
-        backend_options=shipped_options(),
-        change_sets=True,
-    ) as k:
-        first = await k.invoke("run_shell", {"command": deep})
-        assert first.error is not None and "512 directory levels" in first.error.message, first
-        second = await k.invoke("run_shell", {"command": "echo hi > x.txt"})
-        assert second.ok and second.value["changes"]["files"] == 1, second
-    assert sorted(p.name for p in workspace.iterdir()) == ["x.txt"]
-    assert list((ringfence_home / "docker-uppers").glob("*/r")) == []
+    try:
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.ALLOW_REVERSIBLE,
+            backend="docker",
+            backend_options=shipped_options(),
+            change_sets=True,
+        ) as k:
+            first = await k.invoke("run_shell", {"command": deep})
+            assert first.error is not None and "512 directory levels" in first.error.message
+            second = await k.invoke("run_shell", {"command": "echo hi > x.txt"})
+            assert second.ok and second.value["changes"]["files"] == 1, second
+        assert sorted(p.name for p in workspace.iterdir()) == ["x.txt"]
+        assert list((ringfence_home / "docker-uppers").glob("*/r")) == []
+    finally:
+        # Whatever happened above: pytest's own clean-up of old temporary directories
+        # (shutil.rmtree) fails on a tree this deep, for every later run on the machine.
+        remove_tree(ringfence_home / "docker-uppers")
