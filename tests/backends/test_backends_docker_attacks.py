@@ -402,3 +402,34 @@ async def test_a_fetched_tree_deeper_than_recursion_is_refused_and_the_session_g
         # Whatever happened above: pytest's own clean-up of old temporary directories
         # (shutil.rmtree) fails on a tree this deep, for every later run on the machine.
         remove_tree(ringfence_home / "docker-uppers")
+
+
+@pytest.mark.parametrize("key", ["name", "base_url", "ssh_socket", "ssh_known_hosts"])
+async def test_an_engine_value_with_a_trailing_newline_is_refused_naming_its_key(
+    workspace: Path, tmp_path: Path, key: str
+) -> None:
+    """``re.match`` with ``$`` lets a trailing newline through. ssh strips it from an option's
+    value: ``ssh_known_hosts = "/x/pins\\n"`` passed the check on a file of that name and ssh
+    then read (or, with ``ssh_accept_new``, wrote) ``/x/pins``, another file. Now every engine
+    value is checked whole; nothing is started."""
+    pins = tmp_path / "pins"
+    pins.write_text("")
+    (tmp_path / "pins\n").write_text("")  # the file the check looked at
+    engine: dict[str, Any] = {
+        "name": "e1",
+        "base_url": "ssh://rf@127.0.0.1:1",
+        "ssh_known_hosts": str(pins),
+        "ssh_accept_new": True,
+    }
+    engine[key] = {"ssh_socket": "/var/run/docker.sock"}.get(key, engine.get(key)) + "\n"
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options={**DOCKER_OPTIONS, "engines": [engine]},
+        change_sets=True,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+    assert outcome.error.field == f"options.engines[0].{key}", outcome.error
+    assert pins.read_text() == "" and list(workspace.iterdir()) == []
