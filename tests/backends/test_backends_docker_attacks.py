@@ -433,3 +433,39 @@ async def test_an_engine_value_with_a_trailing_newline_is_refused_naming_its_key
     assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
     assert outcome.error.field == f"options.engines[0].{key}", outcome.error
     assert pins.read_text() == "" and list(workspace.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file the workspace owner cannot read needs root")
+async def test_a_shipped_session_reads_nothing_its_user_could_not_read_where_the_root_is_mounted(
+    docker_client: Any, workspace: Path
+) -> None:
+    """A file of root's (0600) and a directory of root's (0700) in a user's workspace: the
+    sandbox's user (the workspace owner) reads neither on a local engine. Before, a shipped
+    session (a remote engine, a warm pool) made every shipped entry that user's, and
+    ``cat`` printed the secret. Now they are not shipped; the user's own 000 file still is
+    (its owner may chmod it), and the secret stays as it was on the host."""
+    (workspace / "secret.key").write_text("TOPSECRET\n")
+    os.chmod(workspace / "secret.key", 0o600)
+    (workspace / "private").mkdir(mode=0o700)
+    (workspace / "private" / "inner").write_text("INNER\n")
+    (workspace / "mine").write_text("mine\n")
+    st = workspace.stat()
+    os.chown(workspace / "mine", st.st_uid, st.st_gid)
+    os.chmod(workspace / "mine", 0)
+    before = tree_state(workspace)
+    look = "cat secret.key private/inner 2>&1; chmod 600 mine && cat mine && chmod 0 mine"
+    seen = {}
+    for where, options in (("local", DOCKER_OPTIONS), ("shipped", shipped_options())):
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.ALLOW_REVERSIBLE,
+            backend="docker",
+            backend_options=options,
+            change_sets=True,
+        ) as k:
+            seen[where] = await k.call("run_shell", {"command": look})
+    for where, result in seen.items():
+        assert "TOPSECRET" not in result["stdout"] and "INNER" not in result["stdout"], where
+        assert result["stdout"].endswith("mine\n"), (where, result)
+    assert tree_state(workspace)["secret.key"] == before["secret.key"]
+    assert (workspace / "secret.key").read_text() == "TOPSECRET\n"

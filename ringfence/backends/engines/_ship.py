@@ -97,6 +97,8 @@ class ShippedRoot:
         self.ship_git = ship_git
         self.shipped: dict[str, Shipped] = {}
         self._wipe = False
+        # (the sandbox user's ids, the root owner's), set by each sync (see _sandbox_may)
+        self._ids = (owner, owner)
 
     def sync(self) -> Sync:
         """What the sandbox needs to match the root now (blocking). Updates the record.
@@ -118,6 +120,8 @@ class ShippedRoot:
                     f"cannot read workspace root {self.root} to ship it ({exc.strerror or exc})"
                 ) from None
             try:
+                root = os.fstat(root_fd)
+                self._ids = (self.owner, (root.st_uid, root.st_gid))
                 for path, entry, data in self._walk(root_fd, ""):
                     seen[path] = entry
                     old = self.shipped.get(path)
@@ -156,6 +160,8 @@ class ShippedRoot:
             kind = _kind(st)
             if kind is None:
                 continue
+            if kind != "symlink" and not self._sandbox_may(st, 0o5 if kind == "dir" else 0o4):
+                continue  # what the sandbox's user could not read where the root is mounted
             mode = stat.S_IMODE(st.st_mode)
             if kind == "dir":
                 yield path, Shipped("dir", mode, _signature(st)), None
@@ -184,6 +190,20 @@ class ShippedRoot:
                     continue  # unreadable to us (or gone): the sandbox's user could not either
                 digest = hashlib.sha256(data).hexdigest()
                 yield path, Shipped("file", stat.S_IMODE(st.st_mode), _signature(st), digest), data
+
+    def _sandbox_may(self, st: os.stat_result, bits: int) -> bool:
+        """Whether the sandbox's user may read (``0o4``), or list and enter (``0o5``), this
+        entry where the root is bind-mounted: always when the entry is that user's or the
+        root owner's (a local session maps the one to the other; an owner may chmod), else
+        by its group's bits (the same ids) or everyone's. The copy makes every entry the
+        sandbox user's, so what it could not read there is not shipped at all (ringfence, as
+        root, can read it: a file of root's 0600 in a user's workspace was readable in every
+        shipped session)."""
+        (uid, gid), (root_uid, root_gid) = self._ids
+        if st.st_uid in (uid, root_uid):
+            return True  # its owner may chmod it (a 000 file of its own is readable so)
+        granted = st.st_mode >> 3 if st.st_gid in (gid, root_gid) else st.st_mode
+        return granted & bits == bits
 
     def _add(self, tar: tarfile.TarFile, path: str, entry: Shipped, data: bytes | None) -> None:
         info = tarfile.TarInfo(path)
