@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ __all__ = ["DEFAULT_IMAGE", "IMAGE_VARIABLE", "DockerOptions", "parse_user"]
 
 IMAGE_VARIABLE = "RINGFENCE_DOCKER_IMAGE"
 DEFAULT_IMAGE = "debian"
-_SIZE = re.compile(r"^\d+[bkmg]?$", re.IGNORECASE)
+_LEAST_NANO_CPUS = 10_000_000  # Docker's least CPU limit (0.01); 0 means none
+_SIZE = re.compile(r"\d+[bkmg]?", re.IGNORECASE)  # whole (fullmatch): no trailing newline
 
 
 @dataclass(frozen=True)
@@ -77,14 +79,28 @@ class DockerOptions:
             persist_shell_state=persist_option(options),
         )
         for name in ("memory", "tmp_size"):
-            if not _SIZE.match(getattr(opts, name)):
+            if not _SIZE.fullmatch(getattr(opts, name)):
                 raise InvalidArguments(
                     f"{name} must be a size like 512m, not {getattr(opts, name)!r}",
                     field=f"options.{name}",
                 )
-        if isinstance(opts.cpus, bool) or not isinstance(opts.cpus, int | float) or opts.cpus <= 0:
+            if not getattr(opts, name).rstrip("bkmgBKMG").strip("0"):
+                # Docker's (and tmpfs's) "no limit": a sandbox without a memory bound.
+                raise InvalidArguments(
+                    f"{name} must be more than 0 (0 is Docker's and tmpfs's 'no limit'), not "
+                    f"{getattr(opts, name)!r}",
+                    field=f"options.{name}",
+                )
+        if (
+            isinstance(opts.cpus, bool)
+            or not isinstance(opts.cpus, int | float)
+            or not math.isfinite(opts.cpus)
+            or int(opts.cpus * 1e9) < _LEAST_NANO_CPUS
+        ):
+            # Fewer than Docker's least are 0 nano-CPUs: its "no limit".
             raise InvalidArguments(
-                f"cpus must be positive, not {opts.cpus!r}", field="options.cpus"
+                f"cpus must be a number of CPUs of at least 0.01, not {opts.cpus!r}",
+                field="options.cpus",
             )
         if isinstance(opts.pids, bool) or not isinstance(opts.pids, int) or opts.pids < 8:
             raise InvalidArguments(

@@ -766,8 +766,11 @@ class DockerSession:
                     await self._stop(run)
             raise
         if shell.dead and not run.done and self._shell is shell:
-            # The supervisor died under the command: restart now so the next call works.
-            await self._recover()
+            # The supervisor died under the command (the command may kill it: same uid), so
+            # its kill of every process of the uid never ran: what the command left behind
+            # would write the upper while the host reads it, and through a descriptor the
+            # merged file. A new container ends them all (the old one is removed first).
+            await self._replace_container()
             restarted = True
         out.flush()
         err.flush()

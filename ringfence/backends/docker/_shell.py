@@ -582,13 +582,22 @@ class Supervisor:
             inner = f"D{exports}" if direct else f'S{exports}exec "$@"'
             assigns = " ".join(quote(f"{k}={v}") for k, v in env.items())
             job = f"{overlay} rf {quote(cwd)} {quote(inner)} {assigns} {words}"
-        state, saved = "", ""
+        state, saved, fresh = "", "", ""
         if state_file is not None:
             state = f" 3>{quote(state_file)}"
+            # The file is in the container's /tmp, which the command writes too: a link it
+            # left there would have the supervisor (whose view has the uppers unhidden, and on
+            # a remote engine the shipped copy) write and read through it. No process of the
+            # uid runs before the job starts or after the kill loop, so removing whatever is
+            # there first and reading only a file that is no link is race-free.
+            fresh = f"rm -f {quote(state_file)}; "
             # The file is printed whole (its size is checked by the kernel) after the status.
-            saved = f"cat {quote(state_file)} 2>/dev/null; printf '%s\\n' {quote(state_marker(token))}; "
+            saved = (
+                f"[ -L {quote(state_file)} ] || cat {quote(state_file)} 2>/dev/null; "
+                f"printf '%s\\n' {quote(state_marker(token))}; "
+            )
         return (
-            f"if cd {quote(cwd)} 2>/dev/null; then "
+            f"{fresh}if cd {quote(cwd)} 2>/dev/null; then "
             f"{job} </dev/null{state} & __rf_p=$!; __rf_k=0; "
             "wait $__rf_p 2>/dev/null; __rf_r=$?; "
             # A trapped USR1/USR2 interrupts wait; wait again for the command's own status.

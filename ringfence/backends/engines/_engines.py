@@ -136,7 +136,7 @@ class Engine:
 
     def ssh_target(self) -> tuple[str | None, str, int]:
         """``(user, host, port)`` of an ``ssh://`` address (checked by :meth:`from_mapping`)."""
-        found = _SSH_URL.match(self.base_url)
+        found = _SSH_URL.fullmatch(self.base_url)
         if found is None:
             raise InvalidArguments(
                 f"engine {self.name}: {self.base_url!r} is not ssh://[user@]host[:port]",
@@ -195,7 +195,7 @@ class Engine:
                 f"{field}: unknown key(s) {unknown}; known: {sorted(known)}", field=field
             )
         name, base_url = value.get("name"), value.get("base_url")
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise InvalidArguments(
                 f"{field}.name must be a short name (letters, digits, '_.-'), not {name!r}",
                 field=f"{field}.name",
@@ -204,6 +204,15 @@ class Engine:
             raise InvalidArguments(
                 f"{field}.base_url must be an engine address starting with one of "
                 f"{', '.join(_SCHEMES)}, not {base_url!r}",
+                field=f"{field}.base_url",
+            )
+        if base_url.startswith("http://"):
+            # docker-py speaks http:// in plain text even with certificates given: the
+            # workspace, every command and the Engine API's root on that machine in the clear.
+            raise InvalidArguments(
+                f"{field}.base_url {base_url!r} is the Engine API in plain text (no TLS, even "
+                "with certificates); give tcp://host:port or https://host:port with tls_ca, "
+                "tls_cert and tls_key",
                 field=f"{field}.base_url",
             )
         ship = value.get("ship", "auto")
@@ -272,7 +281,7 @@ def _ssh_path(path: Path | None, field: str) -> Path | None:
     if path is None:
         return None
     absolute = path.absolute()
-    if not _SSH_PATH.match(str(absolute)):
+    if not _SSH_PATH.fullmatch(str(absolute)):
         raise InvalidArguments(
             f"{field}: {str(absolute)!r} has characters ssh's options give a meaning to (spaces, "
             "quotes, '%', '$', '#', '\\'): use a path of letters, digits and '._/+@,=-'",
@@ -294,13 +303,13 @@ def _ssh_settings(
                 field=f"{field}.{extra[0]}",
             )
         return {}
-    if not _SSH_URL.match(base_url):
+    if not _SSH_URL.fullmatch(base_url):
         raise InvalidArguments(
             f"{field}.base_url must be ssh://[user@]host[:port] (no path, password or options), "
             f"not {base_url!r}",
             field=f"{field}.base_url",
         )
-    port = _SSH_URL.match(base_url)["port"]  # type: ignore[index]
+    port = _SSH_URL.fullmatch(base_url)["port"]  # type: ignore[index]
     if port is not None and not 1 <= int(port) <= 65535:
         raise InvalidArguments(
             f"{field}.base_url: port {port} is out of range", field=f"{field}.base_url"
@@ -333,7 +342,7 @@ def _ssh_settings(
         _readable(value.get("ssh_identity"), f"{field}.ssh_identity"), f"{field}.ssh_identity"
     )
     remote = value.get("ssh_socket", DEFAULT_SSH_SOCKET)
-    if not isinstance(remote, str) or not _SSH_PATH.match(remote) or ":" in remote:
+    if not isinstance(remote, str) or not _SSH_PATH.fullmatch(remote) or ":" in remote:
         raise InvalidArguments(
             f"{field}.ssh_socket must be the absolute path of the engine's socket on its "
             f"machine (letters, digits and '._/+@,=-'), not {remote!r}",

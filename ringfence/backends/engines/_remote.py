@@ -54,8 +54,8 @@ import base64
 import binascii
 import contextlib
 import os
+import re
 import secrets
-import shutil
 import stat
 from functools import partial
 from pathlib import Path
@@ -65,6 +65,7 @@ import trio
 from docker.types import Mount
 
 from ...runtime._errors import InvalidArguments, RingfenceError, ToolError, Unavailable
+from .._trees import remove_tree
 from .._types import SessionSpec, Upper
 from ..docker._api import docker_call
 from ..docker._images import docker_location
@@ -86,13 +87,33 @@ STREAM_LIMIT = 1 << 20  # a sync up to this size goes through the shell, larger 
 
 
 class _Sink:
-    """Raw bytes of one stream of an internal supervisor line (no decoding, no cap)."""
+    """Raw bytes of one stream of an internal supervisor line (no decoding), at most
+    ``limit``: past it, ToolError (the line is given up, its shell marked dead)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int, engine: str) -> None:
         self.data = bytearray()
+        self.limit = limit
+        self.engine = engine
 
     def feed(self, data: bytes) -> None:
+        if len(self.data) + len(data) > self.limit:
+            raise ToolError(
+                f"engine {self.engine} sent more than {self.limit} bytes for one change set "
+                "(at most three times the uppers' tmpfs, the memory option, plus 96 MiB; a "
+                "sparse file travels whole): refused whole, the workspace is unchanged"
+            )
         self.data += data
+
+
+def _size_bytes(text: str) -> int:
+    """A size option (``512m``; checked by the options) in bytes; 512 MiB if unreadable."""
+    m = re.fullmatch(r"(\d+)([bkmg]?)", text.strip(), re.IGNORECASE)
+    if m is None:
+        return 512 << 20
+    return (
+        int(m.group(1))
+        * {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    )
 
 
 # -- the shipped workspace --------------------------------------------------------------------
@@ -124,12 +145,18 @@ class RemoteWorkspace:
         # container, and must never touch the next supervisor's.
         self._generation = 0
         self._generation_of: Supervisor | None = None
+        # What one line of our own may send back (a fetched change set's base64 above all):
+        # set from the uppers' tmpfs size when the container is made (:meth:`tmpfs`). Its
+        # files hold at most that much, but a sparse one is sent whole: without a bound, a
+        # command's `truncate -s 100g` filled this process's memory.
+        self._line_limit = 3 * (512 << 20) + (96 << 20)
 
     def take_over(self, other: RemoteWorkspace) -> None:
         """Continue in the container ``other`` prepared (a claimed warm one): its uppers'
         directory, their modes and whether they hold anything unfetched."""
         self.clean, self.made_modes = other.clean, list(other.made_modes)
         self._generation, self._generation_of = other._generation, other._generation_of
+        self._line_limit = other._line_limit
 
     # -- the container ------------------------------------------------------------------------
 
@@ -146,6 +173,7 @@ class RemoteWorkspace:
 
     def tmpfs(self, memory: str) -> dict[str, str]:
         uid, gid = self.owner
+        self._line_limit = 3 * _size_bytes(memory) + (96 << 20)
         return {UPPERS_DIR: f"rw,nosuid,nodev,size={memory},mode=0700,uid={uid},gid={gid}"}
 
     def main_setup(self) -> str:
@@ -161,7 +189,9 @@ class RemoteWorkspace:
 
     async def remove_host_dir(self) -> None:
         with contextlib.suppress(OSError):  # the session's directory: only ours, remote
-            await trio.to_thread.run_sync(shutil.rmtree, self.host_dir.parent)
+            # By loop, not shutil.rmtree's recursion: a rebuilt upper can be deeper than
+            # Python's recursion limit (its RecursionError failed the session's close).
+            await trio.to_thread.run_sync(remove_tree, self.host_dir.parent)
 
     async def prepare(self, shell: Supervisor) -> None:
         """Make the upper and work directories on the tmpfs empty (after each new supervisor).
@@ -299,25 +329,9 @@ class RemoteWorkspace:
                 f"engine {self.engine.name}: fetching the change set failed (status {status}): "
                 f"{err.decode(errors='replace')[-500:]!r}; the workspace is unchanged"
             )
-        tars: dict[int, list[bytes]] = {}
-        current: int | None = None
-        for raw in bytes(out).splitlines():
-            if raw.startswith(b"@"):
-                current = int(raw[1:])
-                tars[current] = []
-            elif raw.strip() and current is not None:
-                tars[current].append(raw.strip())
-        digests: dict[int, str] = {}
-        opaque: dict[int, list[str]] = {}
-        upper_modes: dict[int, int] = {}
-        for fields in ours:
-            if len(fields) == 3 and fields[0] == "s":
-                digests[int(fields[1])] = fields[2]
-            elif len(fields) == 3 and fields[0] == "m":
-                upper_modes[int(fields[1])] = int(fields[2], 8) & 0o7777
-            elif len(fields) == 3 and fields[0] == "o":
-                name = os.fsdecode(binascii.unhexlify(fields[2]))
-                opaque.setdefault(int(fields[1]), []).append(name)
+        tars, digests, upper_modes, opaque = _parsed_fetch(
+            bytes(out), ours, len(self.roots), self.engine.name
+        )
         uppers: list[Upper] = []
         for i, (root, _) in enumerate(self.roots):
             target = self.host_dir / str(i)
@@ -358,7 +372,7 @@ class RemoteWorkspace:
         ``after`` follows the line (a here-document's text and its end word).
         """
         token = secrets.token_hex(12)
-        out, err = _Sink(), _Sink()
+        out, err = (_Sink(self._line_limit, self.engine.name) for _ in range(2))
         run = CommandOutput(token, out, err)  # type: ignore[arg-type]
         marker = quote(f"__rf{token}__")
         try:
@@ -380,6 +394,58 @@ class RemoteWorkspace:
         return run.status, bytes(out.data), bytes(err.data)
 
 
+# What the fetch's lines of ours hold (see _FETCH): a root's number, then an octal mode, a
+# sha256 or a path in hex.
+_FETCH_FIELD = {
+    "m": re.compile(r"[0-7]{1,6}"),
+    "s": re.compile(r"[0-9a-f]{64}"),
+    "o": re.compile(r"(?:[0-9a-f]{2})+"),
+}
+
+
+def _parsed_fetch(
+    out: bytes, ours: list[list[str]], roots: int, engine: str
+) -> tuple[dict[int, list[bytes]], dict[int, str], dict[int, int], dict[int, list[str]]]:
+    """The fetch's output read strictly: per root its tar's base64 lines, sha256, upper
+    mode and opaque directories. Anything else (a root that is none, a field that is not
+    what the fetch writes) is Unavailable naming ``engine``: the set is not used."""
+
+    def damaged(what: str) -> Unavailable:
+        return Unavailable(
+            f"the change set from engine {engine} is damaged ({what[:200]!r}); the workspace "
+            "is unchanged"
+        )
+
+    def root(text: str) -> int:
+        if not (text.isascii() and text.isdigit()) or int(text) >= roots:
+            raise damaged(text)
+        return int(text)
+
+    tars: dict[int, list[bytes]] = {}
+    current: int | None = None
+    for raw in out.splitlines():
+        if raw.startswith(b"@"):
+            current = root(raw[1:].decode("ascii", "replace"))
+            tars[current] = []
+        elif raw.strip() and current is not None:
+            tars[current].append(raw.strip())
+    digests: dict[int, str] = {}
+    modes: dict[int, int] = {}
+    opaque: dict[int, list[str]] = {}
+    for fields in ours:
+        pattern = _FETCH_FIELD.get(fields[0]) if len(fields) == 3 else None
+        if pattern is None or not pattern.fullmatch(fields[2]):
+            raise damaged(" ".join(fields))
+        i = root(fields[1])
+        if fields[0] == "s":
+            digests[i] = fields[2]
+        elif fields[0] == "m":
+            modes[i] = int(fields[2], 8) & 0o7777
+        else:
+            opaque.setdefault(i, []).append(os.fsdecode(binascii.unhexlify(fields[2])))
+    return tars, digests, modes, opaque
+
+
 def _made_with(base: str, modes: list[int]) -> str:
     """Shell that gives each root's upper directory (below ``base``) its root's mode
     (``modes``, by root)."""
@@ -388,8 +454,7 @@ def _made_with(base: str, modes: list[int]) -> str:
 
 def _fresh_dir(path: Path) -> None:
     """An empty directory at ``path``, its parents made private (0700) where new."""
-    if path.exists():
-        shutil.rmtree(path)
+    remove_tree(path)  # the last rebuilt upper (by loop: it may be deeper than recursion)
     missing = [p for p in (path, *path.parents) if not p.exists()]
     for p in reversed(missing):  # a parent another session is making at once is fine
         p.mkdir(mode=0o700, exist_ok=True)

@@ -46,6 +46,7 @@ SHIP_GIT: tuple[ShipGit, ...] = ("readonly", "skip")
 OPAQUE_XATTR = "user.overlay.opaque"
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_KEPT_DIRS = 64  # rebuild_upper's open directories (see _DirCache)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class ShippedRoot:
         self.ship_git = ship_git
         self.shipped: dict[str, Shipped] = {}
         self._wipe = False
+        # (the sandbox user's ids, the root owner's), set by each sync (see _sandbox_may)
+        self._ids = (owner, owner)
 
     def sync(self) -> Sync:
         """What the sandbox needs to match the root now (blocking). Updates the record.
@@ -117,6 +120,8 @@ class ShippedRoot:
                     f"cannot read workspace root {self.root} to ship it ({exc.strerror or exc})"
                 ) from None
             try:
+                root = os.fstat(root_fd)
+                self._ids = (self.owner, (root.st_uid, root.st_gid))
                 for path, entry, data in self._walk(root_fd, ""):
                     seen[path] = entry
                     old = self.shipped.get(path)
@@ -155,6 +160,8 @@ class ShippedRoot:
             kind = _kind(st)
             if kind is None:
                 continue
+            if kind != "symlink" and not self._sandbox_may(st, 0o5 if kind == "dir" else 0o4):
+                continue  # what the sandbox's user could not read where the root is mounted
             mode = stat.S_IMODE(st.st_mode)
             if kind == "dir":
                 yield path, Shipped("dir", mode, _signature(st)), None
@@ -183,6 +190,20 @@ class ShippedRoot:
                     continue  # unreadable to us (or gone): the sandbox's user could not either
                 digest = hashlib.sha256(data).hexdigest()
                 yield path, Shipped("file", stat.S_IMODE(st.st_mode), _signature(st), digest), data
+
+    def _sandbox_may(self, st: os.stat_result, bits: int) -> bool:
+        """Whether the sandbox's user may read (``0o4``), or list and enter (``0o5``), this
+        entry where the root is bind-mounted: always when the entry is that user's or the
+        root owner's (a local session maps the one to the other; an owner may chmod), else
+        by its group's bits (the same ids) or everyone's. The copy makes every entry the
+        sandbox user's, so what it could not read there is not shipped at all (ringfence, as
+        root, can read it: a file of root's 0600 in a user's workspace was readable in every
+        shipped session)."""
+        (uid, gid), (root_uid, root_gid) = self._ids
+        if st.st_uid in (uid, root_uid):
+            return True  # its owner may chmod it (a 000 file of its own is readable so)
+        granted = st.st_mode >> 3 if st.st_gid in (gid, root_gid) else st.st_mode
+        return granted & bits == bits
 
     def _add(self, tar: tarfile.TarFile, path: str, entry: Shipped, data: bytes | None) -> None:
         info = tarfile.TarInfo(path)
@@ -266,7 +287,7 @@ def rebuild_upper(
     it; a mismatch (a cut or altered stream) is ``Unavailable`` naming
     ``engine`` before anything is written. ``opaque`` lists the directories
     (relative paths) the sandbox found opaque. A member that is not a
-    directory, file, link, hard link, FIFO or whiteout (a device), or whose
+    directory, file (not sparse), link, hard link, FIFO or whiteout (a device), or whose
     name leaves the target, or that cannot be made (a name repeated), is a
     ToolError: the change set is refused whole. Every entry is given to
     ``owner`` (the container user, who owns a local overlay's upper too), so
@@ -281,9 +302,12 @@ def rebuild_upper(
         )
     if os.geteuid() != 0:
         owner = None  # only root gives entries away; ours are ringfence's user's then
-    top = os.open(target, _DIR)
-    dirs: list[tuple[int, str, int]] = []  # modes applied last: a 000 directory blocks entries
-    opened: dict[tuple[str, ...], int] = {(): top}
+    # Directories by path, not by descriptor: a set's directories are many (a command's
+    # 30,000 would have taken this process's every descriptor, its other work's too).
+    # Their modes are applied last (a 000 directory blocks its entries), deepest first.
+    dirs: list[tuple[tuple[str, ...], int]] = []
+    made: set[tuple[str, ...]] = {()}
+    opened = _DirCache(target)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             for member in tar:
@@ -292,16 +316,22 @@ def rebuild_upper(
                     raise ToolError(f"the sandbox's change set names {member.name!r}: refused")
                 if not parts:
                     continue
-                parent = opened.get(tuple(parts[:-1]))
-                if parent is None:
+                if member.issparse():
+                    # A few bytes of tar that are a file of any size here (the sandbox's tar
+                    # makes none): the fetch's bound on what is sent would not bound the disk.
+                    raise ToolError(
+                        f"the sandbox's change set holds {member.name!r} as a sparse member "
+                        f"({member.size} bytes from a few): refused"
+                    )
+                if tuple(parts[:-1]) not in made:
                     raise ToolError(f"the sandbox's change set has {member.name!r} before its dir")
+                parent = opened.fd(tuple(parts[:-1]))
                 leaf = parts[-1]
                 mode = stat.S_IMODE(member.mode)
                 if member.isdir():
                     os.mkdir(leaf, 0o700, dir_fd=parent)
-                    fd = os.open(leaf, _DIR, dir_fd=parent)
-                    opened[tuple(parts)] = fd
-                    dirs.append((fd, "/".join(parts), mode))
+                    made.add(tuple(parts))
+                    dirs.append((tuple(parts), mode))
                 elif member.isreg():
                     src = tar.extractfile(member)
                     assert src is not None
@@ -321,16 +351,21 @@ def rebuild_upper(
                     os.symlink(member.linkname, leaf, dir_fd=parent)
                 elif member.islnk():
                     src_parts = _member_parts(member.linkname)
-                    src_dir = opened.get(tuple(src_parts[:-1])) if src_parts else None
-                    if not src_parts or src_dir is None:
+                    if not src_parts or tuple(src_parts[:-1]) not in made:
                         raise ToolError(f"the sandbox's change set links to {member.linkname!r}")
-                    os.link(
-                        src_parts[-1],
-                        leaf,
-                        src_dir_fd=src_dir,
-                        dst_dir_fd=parent,
-                        follow_symlinks=False,
-                    )
+                    # A descriptor of its own: opening the parent may close the cache's.
+                    src_dir = os.dup(opened.fd(tuple(src_parts[:-1])))
+                    try:
+                        parent = opened.fd(tuple(parts[:-1]))
+                        os.link(
+                            src_parts[-1],
+                            leaf,
+                            src_dir_fd=src_dir,
+                            dst_dir_fd=parent,
+                            follow_symlinks=False,
+                        )
+                    finally:
+                        os.close(src_dir)
                 elif member.isfifo():
                     os.mkfifo(leaf, 0o600, dir_fd=parent)
                     os.chmod(leaf, mode, dir_fd=parent)
@@ -345,14 +380,14 @@ def rebuild_upper(
                     os.chown(leaf, *owner, dir_fd=parent, follow_symlinks=False)
                     if member.isreg() and mode & 0o6000:  # chown cleared them
                         os.chmod(leaf, mode, dir_fd=parent)
-        known = {path: fd for fd, path, _ in dirs}
-        for path in opaque:
-            fd = known.get(path)
-            if fd is None:
-                raise ToolError(f"the sandbox reported {path!r} opaque, not a directory it sent")
-            os.setxattr(fd, OPAQUE_XATTR, b"y")
-        for fd, _path, mode in reversed(dirs):
-            os.fchmod(fd, mode)
+        known = {"/".join(path): path for path, _ in dirs}
+        for name in opaque:
+            path = known.get(name)
+            if path is None:
+                raise ToolError(f"the sandbox reported {name!r} opaque, not a directory it sent")
+            os.setxattr(opened.fd(path), OPAQUE_XATTR, b"y")
+        for path, mode in reversed(dirs):
+            os.fchmod(opened.fd(path), mode)
     except tarfile.TarError as exc:
         raise Unavailable(
             f"the change set from engine {engine} is not a whole tar ({exc}); the workspace is "
@@ -364,9 +399,46 @@ def rebuild_upper(
             "workspace is unchanged"
         ) from None
     finally:
-        for fd in opened.values():
+        opened.close()
+
+
+class _DirCache:
+    """Descriptors of the rebuilt upper's directories by path, at most :data:`_KEPT_DIRS` open
+    (the tar is depth first: its next entries are mostly in the last few). A directory not
+    held is opened again from the top, component by component, never through a link."""
+
+    def __init__(self, target: str) -> None:
+        self._top = os.open(target, _DIR)
+        self._fds: dict[tuple[str, ...], int] = {}
+
+    def fd(self, path: tuple[str, ...]) -> int:
+        if not path:
+            return self._top
+        fd = self._fds.pop(path, None)
+        if fd is None:
+            # Down from the nearest directory held (a loop: a tree may be deeper than
+            # Python's recursion), each step's descriptor closed once the next is open.
+            depth = len(path) - 1
+            while depth and path[:depth] not in self._fds:
+                depth -= 1
+            fd = self._fds[path[:depth]] if depth else self._top
+            for i in range(depth, len(path)):
+                try:
+                    sub = os.open(path[i], _DIR, dir_fd=fd)
+                finally:
+                    if i > depth:
+                        os.close(fd)  # ours (the held one at ``depth`` stays held)
+                fd = sub
+        self._fds[path] = fd  # the most recently used last
+        while len(self._fds) > _KEPT_DIRS:
+            os.close(self._fds.pop(next(iter(self._fds))))
+        return fd
+
+    def close(self) -> None:
+        for fd in (*self._fds.values(), self._top):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        self._fds.clear()
 
 
 def _whiteout(leaf: str, parent: int) -> None:

@@ -238,7 +238,7 @@ async def open_forward(engine: Engine) -> SSHForward:
         )
     directory = Path(tempfile.mkdtemp(prefix="ringfence-ssh-"))
     try:
-        if not _SAFE_DIR.match(str(directory)) or len(str(directory)) > 90:
+        if not _SAFE_DIR.fullmatch(str(directory)) or len(str(directory)) > 90:
             raise _refusal(
                 engine,
                 f"the forward's socket directory {directory} is too long or has characters "

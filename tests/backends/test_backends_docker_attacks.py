@@ -1,0 +1,471 @@
+"""Attacks on the docker backend's change sets, through the kernel (``create_kernel``).
+
+Each test performs the attack a command (or a hostile engine) can mount and checks
+refusal and no effect: the workspace byte for byte, nothing written outside the roots,
+no process of the command left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import resource
+import socket
+import stat
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+import trio
+from backends_helpers import DOCKER_OPTIONS
+from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
+from engines_helpers import make_certificates
+
+from ringfence import create_kernel
+from ringfence.backends._trees import remove_tree
+from ringfence.runtime import Posture
+
+pytestmark = pytest.mark.docker
+
+
+def tree_state(root: Path) -> dict[str, tuple[str, int, str]]:
+    """Every entry below ``root``: (kind, mode, sha256 of content or link target)."""
+    out: dict[str, tuple[str, int, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            rel = str(path.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", 0, hashlib.sha256(os.readlink(path).encode()).hexdigest())
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", stat.S_IMODE(st.st_mode), "")
+            else:
+                data = path.read_bytes()
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), hashlib.sha256(data).hexdigest())
+    return out
+
+
+# The command keeps a descriptor on a file it made, leaves a process behind in a session of
+# its own, and kills its supervisor (its parent: same uid, which SECURITY.md allows), so the
+# supervisor's kill of every process of the uid never runs. The process left behind writes
+# through that descriptor (the upper's inode, which a merge renames into the workspace) and
+# makes new files, after the host has read and merged the command's change set.
+_ORPHAN = (
+    "exec 9>held.txt; echo good >&9; "
+    "(setsid sh -c 'sleep 2; echo EVIL >&9; echo late > late.txt; sleep 30' "
+    "</dev/null >/dev/null 2>&1 &); sleep 0.3; kill -9 $PPID"
+)
+
+
+async def test_a_command_that_kills_its_supervisor_leaves_nothing_running_or_writing(
+    docker_client: Any, workspace: Path
+) -> None:
+    """Before: the session started a new supervisor in the same container, the orphan kept
+    running (into the next commands), and wrote ``EVIL`` into the merged workspace file
+    through its descriptor and ``late.txt`` into the next command's change set. Now a
+    supervisor that died under a command ends its container (every process of the command
+    with it) before the command's upper is read."""
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=DOCKER_OPTIONS,
+        change_sets=True,
+    ) as k:
+        first = await k.invoke("run_shell", {"command": _ORPHAN})
+        after_first = tree_state(workspace)
+        await trio.sleep(3)  # the orphan's writes, if it lived
+        second = await k.call("run_shell", {"command": "ps -o pid,args; echo next > next.txt"})
+    assert first.ok and first.value["session_restarted"], first
+    # What was merged is what the command wrote before it ended, and stays so.
+    assert (workspace / "held.txt").read_text() == "good\n"
+    assert tree_state(workspace)["held.txt"] == after_first["held.txt"]
+    assert not (workspace / "late.txt").exists()
+    assert "sleep 30" not in second["stdout"], second["stdout"]
+    assert second["changes"]["files"] == 1 and (workspace / "next.txt").read_text() == "next\n"
+
+
+def shipped_options(**kw: Any) -> dict[str, Any]:
+    """The local engine as an engine table with ``ship = "always"``: the remote path (the
+    workspace shipped, change sets fetched over the supervisor's stream), no second daemon."""
+    local = {"name": "shipped", "base_url": "unix:///var/run/docker.sock", "ship": "always"}
+    return {**DOCKER_OPTIONS, "image": "ringfence/busybox:latest", "engines": [local], **kw}
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_a_sparse_file_cannot_make_a_fetched_change_set_fill_the_hosts_memory(
+    docker_client: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """A 300 MiB sparse file costs the sandbox nothing (no page of the uppers' 32 MiB
+    tmpfs), but tar sends it whole. Before: the host took it all into memory (about six
+    times its size), rebuilt it and merged it. Now a line's output past three times the
+    tmpfs plus 96 MiB refuses the change set whole; the next command works."""
+    (workspace / "keep.txt").write_text("keep\n")
+    os.chown(workspace / "keep.txt", *(lambda st: (st.st_uid, st.st_gid))(workspace.stat()))
+    before = tree_state(workspace)
+    events = tmp_path / "events.jsonl"
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=shipped_options(memory="32m"),
+        change_sets=True,
+        events_path=events,
+    ) as k:
+        sparse = await k.invoke(
+            "run_shell", {"command": "dd if=/dev/zero of=big bs=1 count=0 seek=300M"}
+        )
+        assert tree_state(workspace) == before
+        after = await k.call("run_shell", {"command": "ls; echo next > next.txt"})
+    assert sparse.error is not None and sparse.error.code == "tool_error", sparse
+    assert "more than 201326592 bytes" in sparse.error.message
+    assert "workspace is unchanged" in sparse.error.message
+    failed = [r for r in records(events) if r["kind"] == "failed"]
+    assert failed and "more than 201326592 bytes" in json.dumps(failed[0])
+    assert after["stdout"] == "keep.txt\n", after  # the copy holds nothing of the refused set
+    assert (workspace / "next.txt").read_text() == "next\n"
+    assert not (workspace / "big").exists()
+
+
+@pytest.mark.parametrize("with_tls", [False, True], ids=["no-certificates", "certificates"])
+async def test_an_http_engine_is_refused_at_configuration_and_never_contacted(
+    workspace: Path, tmp_path: Path, with_tls: bool
+) -> None:
+    """``http://`` is the Engine API in plain text (docker-py sends it without TLS even when
+    certificates are given). Before: accepted, and ringfence sent its first request to it.
+    Now refused at configuration like ``tcp://`` without TLS; the listener sees nothing."""
+    make_certificates(tmp_path / "certs")
+    tls = {
+        "tls_ca": str(tmp_path / "certs" / "ca.pem"),
+        "tls_cert": str(tmp_path / "certs" / "client.pem"),
+        "tls_key": str(tmp_path / "certs" / "client-key.pem"),
+    }
+    seen: list[bytes] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        engine = {
+            "name": "plain",
+            "base_url": f"http://127.0.0.1:{port}",
+            **(tls if with_tls else {}),
+        }
+        options = {**DOCKER_OPTIONS, "engines": [engine]}
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.ALLOW_REVERSIBLE,
+            backend="docker",
+            backend_options=options,
+            change_sets=True,
+        ) as k:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        await trio.sleep(0.2)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    seen.append(conn.recv(200))
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+    assert outcome.error.field == "options.engines[0].base_url", outcome.error
+    assert "plain text" in outcome.error.message and "https://" in outcome.error.message
+    assert seen == []
+    assert list(workspace.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["local", "shipped"])
+async def test_a_link_at_the_saved_shell_state_does_not_steer_the_supervisor(
+    docker_client: Any, workspace: Path, where: str
+) -> None:
+    """Under ``persist_shell_state`` the supervisor opens a file in the container's /tmp as
+    the command's descriptor 3. A command replaced it by a link: the next command's
+    supervisor (whose view has the uppers unhidden, and on a shipped session the copy of the
+    workspace) then wrote its state there. Before: a file no command wrote through its
+    overlay (``planted``) was merged into the workspace; on a shipped session the copy's
+    ``victim.txt`` was emptied behind the host's back. Now the supervisor removes whatever is
+    there first and reads back only a file that is no link."""
+    (workspace / "victim.txt").write_text("original\n")
+    st = workspace.stat()
+    os.chown(workspace / "victim.txt", st.st_uid, st.st_gid)
+    before = tree_state(workspace)
+    if where == "local":
+        options = {**DOCKER_OPTIONS, "persist_shell_state": True}
+        target = "/.rf-uppers/0/u/planted"
+    else:
+        options = shipped_options(persist_shell_state=True)
+        target = "/workspace/victim.txt"
+    link = f"for f in /tmp/.rf-shell-*; do rm -f $f; ln -s {target} $f; done; ls -la /tmp"
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=options,
+        change_sets=True,
+    ) as k:
+        planted = await k.call("run_shell", {"command": link})
+        assert f"-> {target}" in planted["stdout"], planted  # the attack's link was made
+        nxt = await k.call("run_shell", {"command": "export SEEN=1; true"})
+        seen = await k.call("run_shell", {"command": 'cat victim.txt; ls; echo "$SEEN"'})
+    assert nxt["changes"] is None, nxt
+    assert seen["stdout"] == "original\nvictim.txt\n1\n", seen  # the state still carries over
+    assert seen["changes"] is None
+    assert tree_state(workspace) == before
+
+
+@pytest.fixture
+def few_descriptors() -> Iterator[None]:
+    """This process's soft limit on descriptors at 1024 (a common default) for one test."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_fetched_change_set_of_many_directories_takes_no_descriptor_each(
+    docker_client: Any, workspace: Path, few_descriptors: None
+) -> None:
+    """1,500 new directories (and a hard link between two of them) from a shipped session.
+    Before: the host held a descriptor per directory while it rebuilt the set, so the set
+    was refused ("Too many open files") and, meanwhile, every other open of this process
+    failed too. Now a few dozen are held; the set merges whole."""
+    make = (
+        "for i in $(seq 1500); do mkdir d$i; echo $i > d$i/f; done; "
+        "mkdir -p deep/$(printf 'x/%.0s' $(seq 100)); ln d5/f d900/g"
+    )
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=shipped_options(),
+        change_sets=True,
+    ) as k:
+        made = await k.invoke("run_shell", {"command": make})
+    assert made.ok, made.error
+    assert len([p for p in workspace.iterdir() if p.name[1:].isdigit()]) == 1500
+    assert (workspace / "d1500" / "f").read_text() == "1500\n"
+    assert (workspace / "d900" / "g").read_text() == "5\n"
+    assert (workspace / "deep").joinpath(*["x"] * 100).is_dir()
+
+
+def hostile_image(client: Any, tag: str, tools: dict[str, bytes]) -> str:
+    """``ringfence/debian`` with ``tools`` (name: script) in /usr/local/bin, found first on
+    the supervisor's PATH: what a hostile engine or image can send back as a change set."""
+    try:
+        client.images.get("ringfence/debian:latest")
+    except docker.errors.ImageNotFound:
+        pytest.skip("the ringfence/debian image is not built (`ringfence images build debian`)")
+    dockerfile = "FROM ringfence/debian:latest\n" + "".join(
+        f"COPY {name} /usr/local/bin/{name}\n" for name in tools
+    )
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        files = {"Dockerfile": (dockerfile.encode(), 0o644)}
+        files |= {name: (script, 0o755) for name, script in tools.items()}
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True)
+    return tag
+
+
+async def test_a_sparse_member_in_a_fetched_change_set_is_refused_before_it_fills_the_disk(
+    docker_client: Any, workspace: Path, ringfence_home: Path
+) -> None:
+    """A few KiB of tar that would be a 1 GiB file on the host: the sandbox's image sends
+    the command's sparse file as a sparse member. Before: rebuilt densely on the host's disk
+    (and merged). Now refused whole, naming the member; nothing is written."""
+    # GNU tar's --sparse: sparse files as sparse members.
+    image = hostile_image(
+        docker_client,
+        "ringfence-test/sparse-tar:latest",
+        {"tar": b'#!/bin/sh\nexec /usr/bin/tar --sparse "$@"\n'},
+    )
+    before = tree_state(workspace)
+    options = shipped_options(image=image)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=options,
+        change_sets=True,
+    ) as k:
+        sparse = await k.invoke("run_shell", {"command": "truncate -s 1G big && echo x > small"})
+        used = sum(p.lstat().st_blocks for p in ringfence_home.rglob("*")) * 512
+    assert sparse.error is not None and sparse.error.code == "tool_error", sparse
+    assert "'./big' as a sparse member" in sparse.error.message, sparse.error.message
+    assert tree_state(workspace) == before
+    assert used < 64 << 20, used  # nothing of it was written out under RINGFENCE_HOME
+
+
+async def test_a_fetch_whose_lines_are_not_what_the_fetch_writes_is_refused_by_name(
+    docker_client: Any, workspace: Path
+) -> None:
+    """An image whose ``stat`` answers nonsense: the fetch's mode line is ``m 0 zz``. Before:
+    ``ValueError: invalid literal for int()`` (a bug's error). Now the set is refused as
+    damaged, naming the engine and the line; nothing is merged."""
+    image = hostile_image(
+        docker_client, "ringfence-test/bad-stat:latest", {"stat": b"#!/bin/sh\necho zz\n"}
+    )
+    before = tree_state(workspace)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=shipped_options(image=image),
+        change_sets=True,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > f"})
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "engine shipped is damaged ('m 0 zz')" in outcome.error.message
+    assert "workspace is unchanged" in outcome.error.message
+    assert tree_state(workspace) == before
+
+
+def own_containers(client: Any) -> set[str]:
+    owner = f"ringfence.owner={socket.gethostname()}:{os.getpid()}"
+    return {c.id for c in client.containers.list(all=True, filters={"label": owner})}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("memory", "0"),
+        ("memory", "0m"),
+        ("tmp_size", "0"),
+        ("memory", "512m\n"),
+        ("cpus", 1e-10),
+        ("cpus", math.inf),
+        ("cpus", math.nan),
+    ],
+)
+async def test_a_size_that_means_no_limit_or_is_no_size_is_refused_before_a_container(
+    docker_client: Any, workspace: Path, name: str, value: object
+) -> None:
+    """``memory = "0"`` is Docker's "no limit" (and a tmpfs's ``size=0`` too), and so is a
+    ``cpus`` below 0.01 (0 nano-CPUs; TOML's ``inf`` and ``nan`` failed as bugs): before, the
+    session started with no memory (or CPU) bound at all; a trailing newline passed the size check
+    and failed later as "the Docker daemon is not reachable". Now both are refused naming
+    the option, before any container exists; the command never runs."""
+    before = own_containers(docker_client)
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options={**DOCKER_OPTIONS, name: value},
+        change_sets=True,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        during = own_containers(docker_client)
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+    assert outcome.error.field == f"options.{name}", outcome.error
+    assert during == before
+    assert list(workspace.iterdir()) == []
+
+
+async def test_a_fetched_tree_deeper_than_recursion_is_refused_and_the_session_goes_on(
+    docker_client: Any, workspace: Path, ringfence_home: Path
+) -> None:
+    """1,200 levels from a shipped session: refused whole with the limit named. Before, the
+    host removed the rebuilt upper with shutil.rmtree, whose recursion failed the next
+    command and the session's close (RecursionError) and left the tree behind."""
+    deep = "mkdir -p $(printf 'd/%.0s' $(seq 1200))"
+    try:
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.ALLOW_REVERSIBLE,
+            backend="docker",
+            backend_options=shipped_options(),
+            change_sets=True,
+        ) as k:
+            first = await k.invoke("run_shell", {"command": deep})
+            assert first.error is not None and "512 directory levels" in first.error.message
+            second = await k.invoke("run_shell", {"command": "echo hi > x.txt"})
+            assert second.ok and second.value["changes"]["files"] == 1, second
+        assert sorted(p.name for p in workspace.iterdir()) == ["x.txt"]
+        assert list((ringfence_home / "docker-uppers").glob("*/r")) == []
+    finally:
+        # Whatever happened above: pytest's own clean-up of old temporary directories
+        # (shutil.rmtree) fails on a tree this deep, for every later run on the machine.
+        remove_tree(ringfence_home / "docker-uppers")
+
+
+@pytest.mark.parametrize("key", ["name", "base_url", "ssh_socket", "ssh_known_hosts"])
+async def test_an_engine_value_with_a_trailing_newline_is_refused_naming_its_key(
+    workspace: Path, tmp_path: Path, key: str
+) -> None:
+    """``re.match`` with ``$`` lets a trailing newline through. ssh strips it from an option's
+    value: ``ssh_known_hosts = "/x/pins\\n"`` passed the check on a file of that name and ssh
+    then read (or, with ``ssh_accept_new``, wrote) ``/x/pins``, another file. Now every engine
+    value is checked whole; nothing is started."""
+    pins = tmp_path / "pins"
+    pins.write_text("")
+    (tmp_path / "pins\n").write_text("")  # the file the check looked at
+    engine: dict[str, Any] = {
+        "name": "e1",
+        "base_url": "ssh://rf@127.0.0.1:1",
+        "ssh_known_hosts": str(pins),
+        "ssh_accept_new": True,
+    }
+    engine[key] = {"ssh_socket": "/var/run/docker.sock"}.get(key, engine.get(key)) + "\n"
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options={**DOCKER_OPTIONS, "engines": [engine]},
+        change_sets=True,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+    assert outcome.error.field == f"options.engines[0].{key}", outcome.error
+    assert pins.read_text() == "" and list(workspace.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file the workspace owner cannot read needs root")
+async def test_a_shipped_session_reads_nothing_its_user_could_not_read_where_the_root_is_mounted(
+    docker_client: Any, workspace: Path
+) -> None:
+    """A file of root's (0600) and a directory of root's (0700) in a user's workspace: the
+    sandbox's user (the workspace owner) reads neither on a local engine. Before, a shipped
+    session (a remote engine, a warm pool) made every shipped entry that user's, and
+    ``cat`` printed the secret. Now they are not shipped; the user's own 000 file still is
+    (its owner may chmod it), and the secret stays as it was on the host."""
+    (workspace / "secret.key").write_text("TOPSECRET\n")
+    os.chmod(workspace / "secret.key", 0o600)
+    (workspace / "private").mkdir(mode=0o700)
+    (workspace / "private" / "inner").write_text("INNER\n")
+    (workspace / "mine").write_text("mine\n")
+    st = workspace.stat()
+    os.chown(workspace / "mine", st.st_uid, st.st_gid)
+    os.chmod(workspace / "mine", 0)
+    before = tree_state(workspace)
+    look = "cat secret.key private/inner 2>&1; chmod 600 mine && cat mine && chmod 0 mine"
+    seen = {}
+    for where, options in (("local", DOCKER_OPTIONS), ("shipped", shipped_options())):
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.ALLOW_REVERSIBLE,
+            backend="docker",
+            backend_options=options,
+            change_sets=True,
+        ) as k:
+            seen[where] = await k.call("run_shell", {"command": look})
+    for where, result in seen.items():
+        assert "TOPSECRET" not in result["stdout"] and "INNER" not in result["stdout"], where
+        assert result["stdout"].endswith("mine\n"), (where, result)
+    assert tree_state(workspace)["secret.key"] == before["secret.key"]
+    assert (workspace / "secret.key").read_text() == "TOPSECRET\n"
