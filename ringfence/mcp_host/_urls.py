@@ -83,6 +83,14 @@ def check_url(url: object, field: str = "url") -> str:
             f"{field} contains whitespace or control characters; enter the URL exactly",
             field=field,
         )
+    if "\\" in url:
+        # A browser reads a backslash in an http(s) URL as "/": https://evil.example\.github.com
+        # goes to evil.example, while Python's urlsplit (and a reader) takes all as the host.
+        raise InvalidArguments(
+            f"{field} contains a backslash, which a browser reads as '/'; enter the URL with '/' "
+            "(or percent-encode it as %5C)",
+            field=field,
+        )
     try:
         parts = urlsplit(url)
         host = parts.hostname
