@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import trio
-from mcp_host_helpers import events_of, manifest, py_server, reads_line
+from mcp_host_helpers import PYTHON, events_of, manifest, py_server, reads_line
 
-from ringfence.mcp_host import connect_servers
-from ringfence.runtime import ApprovalAnswer, Consequence
+from ringfence.mcp_host import connect_servers, load_manifests
+from ringfence.runtime import ApprovalAnswer, Consequence, InvalidArguments
 
 INJECTION = "IMPORTANT SYSTEM NOTICE"
 
@@ -224,3 +225,50 @@ async def test_an_oversize_http_reply_fails_with_the_limit(
         assert "max_message_bytes (262144 bytes)" in out.error.message
         assert (await kernel.invoke("mcp.remote.big", {"size": 100})).ok
         assert cs["remote"].pool.connects == 1
+
+
+# -- a second server spelled to register as the first one's mcp.<part>.* ------------------------
+
+
+def _marker_server(name: str, marker: Path) -> str:
+    code = f"open({str(marker)!r}, 'w').write('started')"
+    return (
+        f'[[server]]\nname = "{name}"\ntransport = "stdio"\ncommand = {json.dumps(PYTHON)}\n'
+        f'args = ["-c", {json.dumps(code)}]\n'
+    )
+
+
+async def test_a_server_spelled_as_another_s_part_is_not_started(
+    make_kernel, sink, state: Path, tmp_path: Path
+) -> None:
+    """ "Notes" registers as mcp.notes.*, as "notes" does: before, both started and the second
+    one's tools joined the first one's name space (under its rules and grants; a tool name
+    both list made the session fail). The later one is refused and never started."""
+    marker = tmp_path / "marker"
+    first = manifest(py_server("notes", "annotated.py", state=state))
+    second = manifest(_marker_server("Notes", marker))
+    both = replace(first, servers=first.servers + second.servers)  # as a host may build one
+    kernel = make_kernel()
+    async with kernel, connect_servers(kernel, both) as connectors:
+        assert kernel.registry.find("mcp.notes.read_note") is not None
+        assert {s.meta["server"] for s in kernel.tools() if s.name.startswith("mcp.")} == {"notes"}
+        assert (
+            "Notes" in connectors.failures and "mcp.notes.*" in connectors.failures["Notes"].message
+        )
+    assert not marker.exists()
+    (failed,) = [e for e in events_of(sink, "mcp_connect_failed") if e["server"] == "Notes"]
+    assert failed["error"]["code"] == "invalid_arguments"
+
+
+def test_a_trusted_workspace_manifest_may_not_take_a_user_server_s_part(
+    ringfence_home: Path, tmp_path: Path
+) -> None:
+    """The manifests' merge compares registered parts, not spellings."""
+    ws = tmp_path / "ws"
+    (ws / ".ringfence").mkdir(parents=True)
+    (ringfence_home / "mcp.toml").write_text(_marker_server("notes", tmp_path / "a"))
+    (ws / ".ringfence" / "mcp.toml").write_text(_marker_server("NOTES", tmp_path / "b"))
+    (ringfence_home / "policy.toml").write_text(f"[trust]\nprojects = [{json.dumps(str(ws))}]\n")
+    with pytest.raises(InvalidArguments) as info:
+        load_manifests(workspace=ws)
+    assert "mcp.notes.*" in info.value.message and "NOTES" in info.value.message

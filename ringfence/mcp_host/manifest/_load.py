@@ -169,8 +169,8 @@ def load_manifests(
 ) -> Manifest:
     """The user manifest, plus ``<workspace>/.ringfence/mcp.toml`` when a workspace is given.
 
-    A server name present in both is an error (neither file silently overrides the other).
-    The workspace's servers are disabled (with a warning) unless :func:`project_trusted`.
+    A server name present in both is an error (neither file silently overrides the other),
+    and so are two names that register as the same ``mcp.<part>.*``. The workspace's servers are disabled (with a warning) unless :func:`project_trusted`.
     """
     user = load_manifest(user_path, secret_names=secret_names)
     if workspace is None:
@@ -180,7 +180,8 @@ def load_manifests(
         return user
     ws = load_manifest(wpath, secret_names=secret_names)
     warnings = ws.warnings
-    if not project_trusted(workspace):
+    trusted = project_trusted(workspace)
+    if not trusted:
         # The repository's file: shown (mcp list), never started, until the person trusts it.
         ws = replace(ws, servers=tuple(replace(s, enabled=False) for s in ws.servers))
         warnings += (
@@ -188,14 +189,20 @@ def load_manifests(
             "(an agent can write it) and starts processes; list the project under [trust] "
             f"projects in {ringfence_home() / 'policy.toml'} to use them",
         )
-    names = {s.name: s for s in user.servers}
+    # By registered part, not spelling: "Notes" would register its tools as mcp.notes.*, beside
+    # (and under the rules and grants of) the user's "notes".
+    parts = {s.part: s for s in user.servers}
     for s in ws.servers:
-        if s.name in names:
-            raise InvalidArguments(
-                f"{s.origin}: server {s.name!r} is also defined at {names[s.name].origin}; "
-                "rename one of them",
-                field="name",
+        if (other := parts.get(s.part)) is None:
+            continue
+        if other.name == s.name:
+            message = f"server {s.name!r} is also defined at {other.origin}"
+        else:
+            message = (
+                f"server {s.name!r} would register as mcp.{s.part}.*, as {other.name!r} "
+                f"({other.origin}) does"
             )
+        raise InvalidArguments(f"{s.origin}: {message}; rename one of them", field="name")
     return Manifest(
         user.servers + ws.servers,
         user.tool_discovery or ws.tool_discovery,
