@@ -309,7 +309,10 @@ def get_prompt_spec(connector: Connector, name: str) -> ToolSpec | None:
                 rendered = render_contents(rctx, [m.content])
                 rendered["role"] = m.role
                 messages.append(rendered)
-            return {"server": connector.config.name, "prompt": prompt, "messages": messages}
+            out = {"server": connector.config.name, "messages": messages}
+            if rctx.trusted:  # the server chose the name: untrusted, it is in each frame's label
+                out["prompt"] = prompt
+            return out
 
         return await _call_server(
             connector,
