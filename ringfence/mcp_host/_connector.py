@@ -208,7 +208,7 @@ class Connector:
             else {}
         )
         data.pop("_meta", None)
-        self.diagnostics.notify(method, params=data)
+        kept = self.diagnostics.notify(method, params=data)["params"]  # redacted, cut
         if not self.config.subscribe_resources or method not in _STREAMED:
             return
         if method == "notifications/resources/updated" and data.get("uri") not in self.subscribed:
@@ -218,7 +218,7 @@ class Connector:
             self.kernel.session_id,
             server=self.config.name,
             method=method,
-            params=data,
+            params=kept,
         )
 
     async def _on_list_roots(self, context: Any) -> types.ListRootsResult:

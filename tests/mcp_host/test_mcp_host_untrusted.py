@@ -291,7 +291,11 @@ async def test_names_the_server_chose_stay_inside_the_frame(make_kernel, state: 
         connect_servers(kernel, manifest(block)) as cs,
     ):
         (uri,) = [r["uri"] for r in cs["labels"].resources]
-        (tool,) = [s.name for s in kernel.tools() if s.meta.get("kind") == "mcp_tool"]
+        (tool,) = [
+            s.name
+            for s in kernel.tools()
+            if s.meta.get("kind") == "mcp_tool" and s.meta["remote_name"] != "flood"
+        ]
         prompt = cs["labels"].prompts[0].name
         results = [
             await kernel.call("mcp.labels.__read_resource", {"uri": uri}),
@@ -306,3 +310,20 @@ async def test_names_the_server_chose_stay_inside_the_frame(make_kernel, state: 
         assert text.count("\n[end untrusted external content ") == 1, text
     for result in results:
         assert_framed(result)
+
+
+async def test_a_notification_flood_keeps_bounded_evidence(make_kernel, state: Path) -> None:
+    """Each notification a server sends is kept in its diagnostics (a ring of 200): before,
+    whole, so 200 notifications of a 32 MiB URI each held 6 GiB. Each record is now cut."""
+    block = py_server("labels", "labels.py", state=state, reads=("*",))
+    async with (
+        make_kernel(posture=Posture.ALLOW_ALL) as kernel,
+        connect_servers(kernel, manifest(block)) as cs,
+    ):
+        out = await kernel.call("mcp.labels.flood", {"count": 40, "size": 1 << 20})
+        assert "flooded" in out["text"]
+        with trio.fail_after(20):
+            while len(cs["labels"].diagnostics.notifications) < 40:
+                await trio.sleep(0.05)
+        kept = json.dumps(cs["labels"].describe()["notifications"])
+    assert len(kept) < 40 * 8192, len(kept)
