@@ -307,8 +307,15 @@ async def test_sampling_tools_are_not_callable_by_name(make_kernel, state: Path)
             "https://evil.example\u2215github.com/login",
             "https://evil.xn--examplegithub-9i2h.com/login",
         ),
+        # A right-to-left override in the fragment: the tail reads "https://github.com".
+        (
+            "https://evil.example/#\u202emoc.buhtig//:sptth",
+            "https://evil.example/#%E2%80%AEmoc.buhtig//:sptth",
+        ),
+        # An invisible word joiner and a look-alike letter in the path.
+        ("https://evil.example/\u2060g\u0456thub", "https://evil.example/%E2%81%A0g%D1%96thub"),
     ],
-    ids=["cyrillic-letter", "division-slash"],
+    ids=["cyrillic-letter", "division-slash", "rtl-override-in-fragment", "invisible-in-path"],
 )
 async def test_a_url_elicitation_shows_its_host_as_dns_sees_it(
     make_kernel, sink, state: Path, asked: str, shown: str
