@@ -327,3 +327,22 @@ async def test_a_notification_flood_keeps_bounded_evidence(make_kernel, state: P
                 await trio.sleep(0.05)
         kept = json.dumps(cs["labels"].describe()["notifications"])
     assert len(kept) < 40 * 8192, len(kept)
+
+
+async def test_a_huge_server_identity_is_cut_before_it_is_recorded(
+    make_kernel, sink, state: Path
+) -> None:
+    """The name, title and version a server gives in ``initialize`` went whole into
+    ``mcp_connected`` and the connector's identity (a 4 MiB name: 4 MiB in the event stream at
+    every session); the instructions were already cut. Now each is redacted, then cut."""
+    extra = '[server.env]\nRF_IDENTITY_PAD = "4194304"\n'
+    block = py_server("labels", "labels.py", extra=extra, reads=("*",))
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block)) as cs:
+        identity = cs["labels"].describe()["identity"]
+    assert all(len(identity[k]) <= 1100 for k in ("name", "version", "title")), {
+        k: len(identity[k]) for k in ("name", "version", "title")
+    }
+    assert identity["name"].startswith("labels-test-server")
+    (connected,) = events_of(sink, "mcp_connected")
+    assert len(json.dumps(connected)) < 10_000
+    assert max(len(line) for line in sink.lines) < 100_000

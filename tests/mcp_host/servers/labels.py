@@ -10,6 +10,7 @@ with a URI of ``size`` bytes (what ringfence keeps of notifications must stay bo
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import anyio
@@ -75,9 +76,12 @@ async def get_prompt(ctx, params) -> types.GetPromptResult:
     )
 
 
+# RF_IDENTITY_PAD: characters added to the server's name, title and version (initialize).
+PAD = "n" * int(os.environ.get("RF_IDENTITY_PAD", "0"))
 server = Server(
-    "labels-test-server",
-    version="0.1",
+    "labels-test-server" + PAD,
+    version="0.1" + PAD,
+    title="labels" + PAD,
     on_list_tools=list_tools,
     on_call_tool=call_tool,
     on_list_resources=list_resources,
