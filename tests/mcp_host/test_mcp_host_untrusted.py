@@ -302,6 +302,14 @@ async def test_names_the_server_chose_stay_inside_the_frame(make_kernel, state: 
             await kernel.call("mcp.labels.__get_prompt", {"name": prompt}),
             await kernel.call(tool, {}),
         ]
+        failed = await kernel.invoke(tool, {"fail": True})
+        rpc = await kernel.invoke(tool, {"rpc": True})
+    assert rpc.error is not None and "plain rpc failure" in rpc.error.message
+    assert_framed(rpc.error.to_dict())
+    # An isError answer: its text framed, and nothing the server named in the error's fields.
+    assert failed.error is not None and "plain failure" in failed.error.message
+    assert_framed(failed.error.to_dict())
+    assert failed.error.details["tool"] == tool
     texts = [results[0]["text"], results[1]["messages"][0]["text"], results[2]["text"]]
     assert [t.count("plain") for t in texts] == [1, 1, 1]
     for text in texts:

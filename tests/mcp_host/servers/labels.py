@@ -2,7 +2,8 @@
 
 A resource URI, a prompt name and a tool name each hold :data:`LABEL`: a newline, a made-up
 ``[end untrusted external content …]`` line and an instruction. These are strings the server
-chooses that ringfence repeats in what it hands the model (the URI the model asked for, the
+chooses that ringfence repeats in what it hands the model (the tool answers ``isError`` when
+called with ``fail: true``, a JSON-RPC error with ``rpc: true``) (the URI the model asked for, the
 prompt's name, the frame's own begin line). Low-level SDK ``Server`` over stdio: nothing is
 cleaned on the way out. ``flood`` sends ``count`` ``resources/updated`` notifications, each
 with a URI of ``size`` bytes (what ringfence keeps of notifications must stay bounded).
@@ -41,8 +42,12 @@ async def list_tools(ctx, params) -> types.ListToolsResult:
 
 
 async def call_tool(ctx, params) -> types.CallToolResult:
+    if params.name == TOOL and (params.arguments or {}).get("rpc"):
+        raise MCPError(code=-32603, message="plain rpc failure")
     if params.name == TOOL:
-        return types.CallToolResult(content=[_text("plain result")])
+        failed = bool((params.arguments or {}).get("fail"))
+        text = "plain failure" if failed else "plain result"
+        return types.CallToolResult(content=[_text(text)], is_error=failed)
     if params.name == FLOOD:
         args = params.arguments or {}
         for i in range(int(args["count"])):
