@@ -203,17 +203,18 @@ def tool_spec(connector: Connector, tool: RemoteTool) -> ToolSpec:
                 result.structured_content,
             )
             if result.is_error:
+                # ``tool`` is ringfence's name: the server's own stays inside the frame.
                 raise ToolError(
                     f"{tool.name} reported an error:\n{rendered['text']}",
                     server=connector.config.name,
-                    tool=remote,
+                    tool=tool.name,
                 )
             return rendered
 
         return await _call_server(
             connector,
             ctx,
-            f"tools/call {remote}",
+            f"tools/call {tool.name}",  # ringfence's name: an error's first line is outside the frame
             lambda client: client.call_tool(remote, args),
             render,
         )
@@ -309,12 +310,15 @@ def get_prompt_spec(connector: Connector, name: str) -> ToolSpec | None:
                 rendered = render_contents(rctx, [m.content])
                 rendered["role"] = m.role
                 messages.append(rendered)
-            return {"server": connector.config.name, "prompt": prompt, "messages": messages}
+            out = {"server": connector.config.name, "messages": messages}
+            if rctx.trusted:  # the server chose the name: untrusted, it is in each frame's label
+                out["prompt"] = prompt
+            return out
 
         return await _call_server(
             connector,
             ctx,
-            f"prompts/get {prompt}",
+            "prompts/get",  # the name is the server's: it stays inside the frame
             lambda client: client.get_prompt(prompt, arguments or None),
             render,
         )

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..runtime._errors import RingfenceError, Unavailable
+from ..runtime._errors import InvalidArguments, RingfenceError, Unavailable
 from ..runtime._groups import raise_single
 from ..runtime._kernel import Kernel, RulesHandle
 from ..runtime._tools import ToolSpec
@@ -157,6 +157,22 @@ async def start_connectors(
         if s.enabled and (wanted is None or s.name in wanted)
     ]
     started: dict[str, Connector] = {}
+    # One server per registered part: a second "Notes" beside "notes" would add tools to
+    # mcp.notes.* under the first one's rules and grants. The later one is not started.
+    parts: dict[str, ServerConfig] = {}
+    for config in list(configs):
+        if (first := parts.setdefault(config.part, config)) is config:
+            continue
+        configs.remove(config)
+        refused = InvalidArguments(
+            f"server {config.name!r} would register as mcp.{config.part}.*, as {first.name!r} "
+            "does; rename one of them",
+            field="name",
+        )
+        connectors.failures[config.name] = refused
+        kernel.events.emit(
+            "mcp_connect_failed", kernel.session_id, server=config.name, error=refused.to_dict()
+        )
 
     async def start_one(config: ServerConfig) -> None:
         connector = Connector(

@@ -56,6 +56,7 @@ __all__ = ["Connector"]
 
 MAX_SUBSCRIPTIONS = 100
 MAX_INSTRUCTIONS = 4000
+MAX_LABEL = 1024  # a server's name, title or version as recorded (bytes, cut with a marker)
 # Notification methods that go to the event stream when subscriptions are enabled.
 _STREAMED = frozenset(
     {
@@ -161,10 +162,14 @@ class Connector:
         instructions = client.instructions
         if instructions:
             instructions = cap_text(self.redactor.redact(instructions), MAX_INSTRUCTIONS).text
+
+        def cut(text: str | None) -> str | None:  # the server's own words: redacted, then cut
+            return None if text is None else cap_text(self.redactor.redact(text), MAX_LABEL).text
+
         self.identity = {
-            "name": info.name if info else None,
-            "version": info.version if info else None,
-            "title": getattr(info, "title", None) if info else None,
+            "name": cut(info.name) if info else None,
+            "version": cut(info.version) if info else None,
+            "title": cut(getattr(info, "title", None)) if info else None,
             "protocol_version": client.protocol_version,
             "instructions": instructions,
             "connection": live.generation,
@@ -208,7 +213,7 @@ class Connector:
             else {}
         )
         data.pop("_meta", None)
-        self.diagnostics.notify(method, params=data)
+        kept = self.diagnostics.notify(method, params=data)["params"]  # redacted, cut
         if not self.config.subscribe_resources or method not in _STREAMED:
             return
         if method == "notifications/resources/updated" and data.get("uri") not in self.subscribed:
@@ -218,7 +223,7 @@ class Connector:
             self.kernel.session_id,
             server=self.config.name,
             method=method,
-            params=data,
+            params=kept,
         )
 
     async def _on_list_roots(self, context: Any) -> types.ListRootsResult:

@@ -3,11 +3,13 @@
 Guarantees: every text is redacted whole *before* it is cut (a secret that
 straddles a cut is still removed); each record kind is a bounded ring
 (``MAX_LOG_LINES`` log lines of at most ``MAX_LOG_LINE_BYTES``, ``MAX_RECORDS``
-notifications and failures), so a chatty server cannot grow the kernel's memory.
+notifications of at most ``MAX_LOG_LINE_BYTES`` of JSON each, and failures), so a chatty
+server cannot grow the kernel's memory.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -40,7 +42,13 @@ class Diagnostics:
         )
 
     def notify(self, method: str, **data: Any) -> dict[str, Any]:
-        record = {"ts": round(time.time(), 3), "method": method, **self.redactor.redact_value(data)}
+        """Keep one notification (redacted whole, then cut); return the record as kept."""
+        fields = self.redactor.redact_value(data)
+        for key, value in fields.items():
+            text = json.dumps(value, ensure_ascii=False, default=str)
+            if len(text) > MAX_LOG_LINE_BYTES:  # characters: at most 4x that in bytes
+                fields[key] = {"cut": text[:MAX_LOG_LINE_BYTES], "characters": len(text)}
+        record = {"ts": round(time.time(), 3), "method": method, **fields}
         self.notifications.append(record)
         return record
 

@@ -16,7 +16,7 @@ Rules (issue 6, "Transports"):
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from ..runtime._errors import InvalidArguments
 from ..runtime._net import is_loopback
@@ -81,6 +81,14 @@ def check_url(url: object, field: str = "url") -> str:
     if url != url.strip() or any(ord(c) < 0x21 or c == "\x7f" for c in url):
         raise InvalidArguments(
             f"{field} contains whitespace or control characters; enter the URL exactly",
+            field=field,
+        )
+    if "\\" in url:
+        # A browser reads a backslash in an http(s) URL as "/": https://evil.example\.github.com
+        # goes to evil.example, while Python's urlsplit (and a reader) takes all as the host.
+        raise InvalidArguments(
+            f"{field} contains a backslash, which a browser reads as '/'; enter the URL with '/' "
+            "(or percent-encode it as %5C)",
             field=field,
         )
     try:
@@ -190,16 +198,30 @@ def ascii_host_url(url: str, field: str = "url") -> str:
     non-ASCII character in its IDNA ASCII form (``xn--…``), so a person reading the URL sees
     where it goes ("github.com" spelled with a Cyrillic "i", U+0456, is ``xn--gthub-n2e.com``;
     a division slash U+2215, which only looks like a slash, stays inside the host). Raises
-    InvalidArguments naming ``field`` for a host IDNA cannot spell."""
+    InvalidArguments naming ``field`` for a host IDNA cannot spell.
+
+    Every other non-ASCII character (in the path, query or fragment) is percent-encoded, as a
+    browser sends it: a right-to-left override, an invisible or a look-alike character cannot
+    make the rest of the URL read as something else ("…/#\u202emoc.buhtig" reads "github.com")."""
+    if url.isascii():
+        return url
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if host.isascii():
-        return url
-    try:
-        ascii_host = host.encode("idna").decode("ascii")
-    except UnicodeError:
-        raise InvalidArguments(
-            f"{field} has a host that is not a valid internationalized domain name", field=field
-        ) from None
-    netloc = ascii_host if parts.port is None else f"{ascii_host}:{parts.port}"
-    return parts._replace(netloc=netloc).geturl()
+    if not host.isascii():
+        try:
+            ascii_host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise InvalidArguments(
+                f"{field} has a host that is not a valid internationalized domain name",
+                field=field,
+            ) from None
+        netloc = ascii_host if parts.port is None else f"{ascii_host}:{parts.port}"
+        parts = parts._replace(netloc=netloc)
+    return parts._replace(
+        path=_ascii(parts.path), query=_ascii(parts.query), fragment=_ascii(parts.fragment)
+    ).geturl()
+
+
+def _ascii(text: str) -> str:
+    """``text`` with each non-ASCII character percent-encoded (its UTF-8 bytes); ASCII kept."""
+    return "".join(c if c.isascii() else quote(c, safe="") for c in text)

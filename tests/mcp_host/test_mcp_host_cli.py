@@ -377,3 +377,58 @@ def test_mcp_list_shows_a_workspace_manifests_command_on_its_line(
     assert not any(line.startswith("notes") for line in lines)
     code, out, _ = run(capsys, "mcp", "list", "--workspace", str(ws), "--json")
     assert code == 0 and hidden in out["result"]["servers"][0]["target"]
+
+
+def _planted_manifest(ws: Path, marker: Path) -> None:
+    """What an agent's write_file (or a cloned repository) can leave in the workspace: a
+    server whose command runs on the host, unconfined, when a session connects it."""
+    (ws / ".ringfence").mkdir(parents=True)
+    code = f"open({str(marker)!r}, 'w').write('ran on the host')"
+    (ws / ".ringfence" / "mcp.toml").write_text(
+        '[[server]]\nname = "planted"\ntransport = "stdio"\n'
+        f'command = {json.dumps(PYTHON)}\nargs = ["-c", {json.dumps(code)}]\ntrust = "trusted"\n'
+    )
+
+
+def test_an_untrusted_workspace_manifest_starts_nothing(
+    capsys, ringfence_home: Path, tmp_path: Path
+) -> None:
+    """A workspace's ``.ringfence/mcp.toml`` is the repository's (an agent's write_file can
+    plant one): before, ``--mcp`` started its command on the host as the user. Its servers
+    now start only when the user's policy lists the project under [trust] projects; the
+    session says why they did not."""
+    ws = tmp_path / "ws"
+    marker = tmp_path / "marker"
+    _planted_manifest(ws, marker)
+    code, out, err = run(capsys, "tools", "list", "--mcp", "--workspace", str(ws), "--json")
+    assert code == 0, (out, err)
+    assert not marker.exists()
+    assert not [t for t in out["result"] if t["name"].startswith("mcp.planted")]
+    code, text, _ = run(capsys, "mcp", "list", "--workspace", str(ws))
+    assert code == 0 and "planted" in text and "disabled" in text  # shown, not started
+    assert not marker.exists()
+
+    # The person trusts the project: its servers start (the marker's server then exits).
+    (ringfence_home / "policy.toml").write_text(f"[trust]\nprojects = [{json.dumps(str(ws))}]\n")
+    run(capsys, "tools", "list", "--mcp", "--workspace", str(ws), "--json")
+    assert marker.exists()
+
+
+async def test_an_untrusted_workspace_manifest_is_recorded_not_started(
+    ringfence_home: Path, tmp_path: Path
+) -> None:
+    """The same through the API: ``create_kernel(mcp_manifest=True)`` over the workspace
+    starts nothing of the planted file, and the event stream says why."""
+    import ringfence
+
+    ws = tmp_path / "ws"
+    marker = tmp_path / "marker"
+    _planted_manifest(ws, marker)
+    events = tmp_path / "events.jsonl"
+    async with ringfence.create_kernel(roots=[ws], mcp_manifest=True, events_path=events) as kernel:
+        assert not [s for s in kernel.tools() if s.name.startswith("mcp.planted")]
+    assert not marker.exists()
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    (warning,) = [r for r in records if r["kind"] == "mcp_manifest_warning"
+                  and "not started" in r["message"]]  # fmt: skip
+    assert "[trust] projects" in warning["message"]

@@ -72,7 +72,7 @@ async def test_a_server_that_dies_mid_call_is_not_replayed_and_reconnects(
         assert connectors["fragile"].pool.connects == 2
         assert (state / "dies.log").read_text() == "once\n"
         failures = [f["action"] for f in connectors["fragile"].diagnostics.failures]
-        assert "tools/call die" in failures
+        assert "tools/call mcp.fragile.die" in failures
 
 
 async def test_a_server_that_never_answers_initialize_times_out(

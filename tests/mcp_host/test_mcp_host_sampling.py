@@ -307,8 +307,15 @@ async def test_sampling_tools_are_not_callable_by_name(make_kernel, state: Path)
             "https://evil.example\u2215github.com/login",
             "https://evil.xn--examplegithub-9i2h.com/login",
         ),
+        # A right-to-left override in the fragment: the tail reads "https://github.com".
+        (
+            "https://evil.example/#\u202emoc.buhtig//:sptth",
+            "https://evil.example/#%E2%80%AEmoc.buhtig//:sptth",
+        ),
+        # An invisible word joiner and a look-alike letter in the path.
+        ("https://evil.example/\u2060g\u0456thub", "https://evil.example/%E2%81%A0g%D1%96thub"),
     ],
-    ids=["cyrillic-letter", "division-slash"],
+    ids=["cyrillic-letter", "division-slash", "rtl-override-in-fragment", "invisible-in-path"],
 )
 async def test_a_url_elicitation_shows_its_host_as_dns_sees_it(
     make_kernel, sink, state: Path, asked: str, shown: str
@@ -327,3 +334,32 @@ async def test_a_url_elicitation_shows_its_host_as_dns_sees_it(
     # The Gate decided (and recorded) the request with the URL as shown.
     (proposed,) = [r for r in events_of(sink, "proposed") if r["tool"].endswith("__elicitation")]
     assert proposed["arguments"]["url"] == shown
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        # Python (and a reader) takes "evil.example\.github.com" as the host; a browser goes
+        # to evil.example with the path "/.github.com/login".
+        "https://evil.example\\.github.com/login",
+        "https://evil.example\\\\github.com/login/device",
+    ],
+    ids=["backslash-dot", "double-backslash"],
+)
+async def test_a_url_elicitation_with_a_backslash_is_refused_unseen(
+    make_kernel, sink, state: Path, asked: str
+) -> None:
+    """A browser reads a backslash in an https URL as '/', so the host a person would read
+    (a github.com subdomain) is not the one the browser opens: the request never reaches the
+    person, and the event stream says why."""
+    elicitor = ScriptedElicitor([ElicitationAnswer("accept")])
+    m = manifest(
+        py_server("notes", "annotated.py", state=state, extra='elicitation_policy = "allow"')
+    )
+    async with make_kernel() as kernel, connect_servers(kernel, m, elicitor=elicitor):
+        out = await kernel.invoke("mcp.notes.ask_url", {"url": asked})
+        assert out.error is not None or "accept" not in out.value["text"]
+    assert elicitor.prompts == []
+    (refused,) = events_of(sink, "mcp_elicitation_refused")
+    assert "backslash" in refused["reason"]
+    assert not [r for r in events_of(sink, "proposed") if r["tool"].endswith("__elicitation")]

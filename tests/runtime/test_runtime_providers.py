@@ -494,3 +494,58 @@ async def test_an_approved_call_runs_once_through_the_approver() -> None:
     assert answer["is_error"] is False
     assert ledger.runs == [("touch", {"x": "1"})]
     assert [r.tool for r in approver.requests] == ["touch"]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("fmt", "call"),
+    [
+        (
+            "openai-responses",
+            {
+                "type": "function_call",
+                "call_id": "c",
+                "name": "write_file",
+                "arguments": '{"path": "planted.txt", "content": "x", "extra": '
+                + "[" * 100_000
+                + "]" * 100_000
+                + "}",
+            },
+        ),
+        (
+            "anthropic",
+            {
+                "type": "tool_use",
+                "id": "t",
+                "name": "write_file",
+                "input": {"path": "planted.txt", "content": "x", "extra": _nested(5000)},
+            },
+        ),
+        ("mcp", {"name": "write_file", "arguments": {"path": "planted.txt", "x": _nested(5000)}}),
+    ],
+)
+async def test_arguments_nested_past_the_parser_are_an_error_result_not_a_traceback(
+    tmp_path: Path, fmt: str, call: dict[str, Any]
+) -> None:
+    """A model's call whose arguments nest thousands deep is answered invalid_arguments.
+
+    Before, ``json.loads`` (or the Gate's recursive validation) raised RecursionError
+    out of ``answer_tool_call``: the host got a traceback instead of a result block.
+    """
+    events = tmp_path / "events.jsonl"
+    async with native_kernel(tmp_path, events_path=events, posture="unrestricted") as kernel:
+        tools = kernel.tool_definitions(fmt)
+        answer = await kernel.answer_tool_call(call, tools=tools)
+    text = answer.get("content") or answer.get("output")
+    if isinstance(text, list):
+        text = text[0]["text"]
+    assert text.startswith("error invalid_arguments") and "nest" in text, text
+    assert answer.get("is_error", answer.get("isError", True)) is True
+    assert not (tmp_path / "ws" / "planted.txt").exists()
+    assert not [r for r in event_records(events) if r.get("tool") == "write_file"]

@@ -4,7 +4,11 @@ Where: ``$RINGFENCE_HOME/mcp.toml`` (``~/.ringfence/mcp.toml``), plus an
 optional workspace-level ``<workspace>/.ringfence/mcp.toml``. A workspace file
 starts processes just like the user file, so it is read only when the host asks
 for it (``load_manifests(workspace=...)``), and a server name defined in both is
-an error rather than a silent override.
+an error rather than a silent override. The workspace file is the repository's
+(a clone, or an agent's ``write_file``, can put it there), so its servers start
+only when a policy file outside the workspace (``$RINGFENCE_HOME/policy.toml``,
+the managed one) lists the project under ``[trust] projects``, as a project's
+allow rules need; otherwise they are loaded disabled, with a warning saying so.
 
 Format::
 
@@ -54,9 +58,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ...runtime._errors import InvalidArguments
+from ...runtime._files import ringfence_home
+from ...runtime.policy._files import load_policy_file, managed_policy_path
 from ._config import (
     DEFAULT_APPROVED,
     KNOWN_CAPABILITIES,
@@ -162,7 +169,8 @@ def load_manifests(
 ) -> Manifest:
     """The user manifest, plus ``<workspace>/.ringfence/mcp.toml`` when a workspace is given.
 
-    A server name present in both is an error (neither file silently overrides the other).
+    A server name present in both is an error (neither file silently overrides the other),
+    and so are two names that register as the same ``mcp.<part>.*``. The workspace's servers are disabled (with a warning) unless :func:`project_trusted`.
     """
     user = load_manifest(user_path, secret_names=secret_names)
     if workspace is None:
@@ -171,17 +179,58 @@ def load_manifests(
     if not wpath.exists():
         return user
     ws = load_manifest(wpath, secret_names=secret_names)
-    names = {s.name: s for s in user.servers}
+    warnings = ws.warnings
+    trusted = project_trusted(workspace)
+    if not trusted:
+        # The repository's file: shown (mcp list), never started, until the person trusts it.
+        ws = replace(ws, servers=tuple(replace(s, enabled=False) for s in ws.servers))
+        warnings += (
+            f"{wpath}: its servers are not started: a workspace manifest is the repository's "
+            "(an agent can write it) and starts processes; list the project under [trust] "
+            f"projects in {ringfence_home() / 'policy.toml'} to use them",
+        )
+    # By registered part, not spelling: "Notes" would register its tools as mcp.notes.*, beside
+    # (and under the rules and grants of) the user's "notes".
+    parts = {s.part: s for s in user.servers}
     for s in ws.servers:
-        if s.name in names:
-            raise InvalidArguments(
-                f"{s.origin}: server {s.name!r} is also defined at {names[s.name].origin}; "
-                "rename one of them",
-                field="name",
+        if (other := parts.get(s.part)) is None:
+            continue
+        if other.name == s.name:
+            message = f"server {s.name!r} is also defined at {other.origin}"
+        else:
+            message = (
+                f"server {s.name!r} would register as mcp.{s.part}.*, as {other.name!r} "
+                f"({other.origin}) does"
             )
+        raise InvalidArguments(f"{s.origin}: {message}; rename one of them", field="name")
     return Manifest(
         user.servers + ws.servers,
         user.tool_discovery or ws.tool_discovery,
         user.paths + ws.paths,
-        user.warnings + ws.warnings,
+        user.warnings + warnings,
     )
+
+
+def project_trusted(workspace: str | os.PathLike[str]) -> bool:
+    """Whether a policy file outside the workspace (the managed one, the user's) lists
+    ``workspace`` under ``[trust] projects``. A bad policy file raises its error (naming file,
+    line and key), as a session would."""
+    want = _canonical(workspace)
+    for path, layer in (
+        (managed_policy_path(), "managed"),
+        (ringfence_home() / "policy.toml", "user"),
+    ):
+        if not path.exists():
+            continue
+        if any(
+            _canonical(where) == want for where, _ in load_policy_file(path, layer).trusted_projects
+        ):
+            return True
+    return False
+
+
+def _canonical(path: str | os.PathLike[str]) -> str:
+    try:
+        return str(Path(path).expanduser().resolve())
+    except OSError:
+        return str(Path(path).expanduser().absolute())
