@@ -80,6 +80,8 @@ __all__ = [
     "openat2",
     "openat2_available",
     "path_parts",
+    "pseudo_filesystem",
+    "refuse_pseudo",
     "translate_oserror",
 ]
 
@@ -174,9 +176,95 @@ def open_root(index: int, given: str | os.PathLike[str]) -> Root:
         raise InvalidArguments(
             f"workspace root {os.fspath(given)!r} cannot be opened: {exc.strerror}", field="roots"
         ) from None
+    kind = pseudo_filesystem(fd)
+    if kind is not None:
+        os.close(fd)
+        raise InvalidArguments(
+            f"workspace root {os.fspath(given)!r} is on a {kind} file system (the kernel's "
+            "own state: process environments, memory, devices), not a directory of files; "
+            "choose a project directory",
+            field="roots",
+        )
     real = fd_path(fd)
     spellings = tuple(dict.fromkeys([path_parts(str(real)), path_parts(spelled)]))
     return Root(index, real, fd, spellings, _git_reason(real))
+
+
+# File systems whose files are the kernel's state, not anyone's files: /proc/self/environ
+# holds the kernel process's secrets, /proc/<pid>/mem its memory, sysfs and tracefs files
+# block or act when read. A root on one is refused, and the file tools refuse a file or
+# directory on one wherever it is mounted (a chroot's proc inside a root).
+PSEUDO_FILESYSTEMS = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "configfs",
+        "efivarfs",
+        "bpf",
+        "pstore",
+        "binfmt_misc",
+        "cgroup",
+        "cgroup2",
+        "devpts",
+        "fusectl",
+        "nsfs",
+        "pidfs",
+        "mqueue",
+        "selinuxfs",
+        "rpc_pipefs",
+        "nfsd",
+    }
+)
+_fs_types: dict[int, str] = {}  # st_dev -> file system type, from /proc/self/mountinfo
+_fs_types_lock = threading.Lock()
+
+
+def _read_mountinfo() -> dict[int, str]:
+    """``st_dev`` -> file system type of every mount this process sees (empty if unreadable)."""
+    found: dict[int, str] = {}
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.split()
+                try:
+                    major, minor = fields[2].split(":")
+                    kind = fields[fields.index("-") + 1]
+                except (IndexError, ValueError):
+                    continue
+                found[os.makedev(int(major), int(minor))] = kind
+    except OSError:
+        pass
+    return found
+
+
+def pseudo_filesystem(fd: int) -> str | None:
+    """The type of the kernel-state file system (``proc``, ``sysfs``...) ``fd`` is on, or None.
+
+    Looked up by the descriptor's device in ``/proc/self/mountinfo``, which is read again
+    only for a device not seen before (a new mount).
+    """
+    dev = os.fstat(fd).st_dev
+    kind = _fs_types.get(dev)
+    if kind is None:
+        with _fs_types_lock:
+            _fs_types.update(_read_mountinfo())
+            kind = _fs_types.setdefault(dev, "")
+    return kind if kind in PSEUDO_FILESYSTEMS else None
+
+
+def refuse_pseudo(fd: int, display: str) -> None:
+    """Close ``fd`` and raise InvalidArguments when it is on a kernel-state file system."""
+    kind = pseudo_filesystem(fd)
+    if kind is not None:
+        os.close(fd)
+        raise InvalidArguments(
+            f"{display} is on a {kind} file system (the kernel's own state), not a workspace "
+            "file; the file tools do not read or list it",
+            field="path",
+        )
 
 
 def _git_reason(real: Path) -> str | None:
@@ -525,8 +613,15 @@ class Resolver:
 
         Confined: ``openat2`` first (one syscall); anything it refuses for
         being outside the root or a link loop is resolved again by the walk,
-        which decides. A host-root access always walks (and is noted).
+        which decides. A host-root access always walks (and is noted). What
+        lies on a kernel-state file system (``/proc``, ``/sys``...) is refused
+        (:func:`refuse_pseudo`), wherever it is mounted.
         """
+        fd = self._open(path, flags, access)
+        refuse_pseudo(fd, path)
+        return fd
+
+    def _open(self, path: str, flags: int, access: Access) -> int:
         if access.host_root:
             return self.walk(path, open_leaf(flags), access=access)
         if (

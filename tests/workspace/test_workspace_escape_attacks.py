@@ -1,0 +1,138 @@
+"""Attacks on the file tools' confinement, replayed through the CLI (``ringfence call``).
+
+Each test performs the attack the way an agent would (a tool call) and asserts
+refusal *and* no effect: no byte from outside the roots in the result, the
+output or the event stream, and the workspace unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import ringfence_json
+from workspace_helpers import snapshot
+
+# An environment variable only the attacked process holds: its value in any output
+# means /proc/<that process>/environ was read.
+MARKER_NAME = "RINGFENCE_ATTACK_MARKER"
+MARKER = "kernel-environ-secret-5f1d"
+# A pattern that matches the marker without spelling it (the event stream records arguments).
+MARKER_PATTERN = "kernel-environ-secre[t]-5f1d"
+
+
+def _call(root: Path, events: Path, tool: str, args: dict[str, object]) -> tuple[int, object, str]:
+    return ringfence_json(
+        "call",
+        tool,
+        "--args",
+        json.dumps(args),
+        "--json",
+        "--workspace",
+        str(root),
+        "--events",
+        str(events),
+        "--posture",
+        "allow-all",
+        env={MARKER_NAME: MARKER},
+    )
+
+
+def _no_marker(*texts: str) -> None:
+    for text in texts:
+        assert MARKER not in text
+
+
+def test_a_root_on_proc_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    """``--workspace /proc``: read_file ``self/environ`` read the kernel's own environment
+    (every API key it was started with). A root on a kernel-state file system is refused."""
+    events = tmp_path / "events.jsonl"
+    for tool, args in [
+        ("read_file", {"path": "self/status"}),  # text: read whole before the fix
+        ("read_file", {"path": "self/environ"}),
+        ("grep_files", {"pattern": MARKER_PATTERN, "path": "self"}),
+        ("list_directory", {"path": "self"}),
+    ]:
+        code, body, err = _call(Path("/proc"), events, tool, args)
+        assert code != 0, body
+        assert isinstance(body, dict) and body["error"]["code"] == "invalid_arguments", body
+        assert body["error"]["field"] == "roots"
+        assert "proc" in body["error"]["message"]
+        _no_marker(json.dumps(body), err, events.read_text() if events.exists() else "")
+        assert "TracerPid" not in json.dumps(body)
+
+
+def _unshare_works() -> bool:
+    unshare = shutil.which("unshare")
+    if unshare is None or os.geteuid() != 0:
+        return False
+    probe = subprocess.run([unshare, "-m", "true"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs root and unshare -m (a private mount)")
+def test_proc_mounted_inside_a_root_is_not_read_listed_or_searched(tmp_path: Path) -> None:
+    """A proc mounted inside a root (a chroot or build directory's ``proc``): the walk
+    crossed into it and read_file read the kernel's environment through it."""
+    root = tmp_path / "ws"
+    (root / "chroot" / "proc").mkdir(parents=True)
+    (root / "hello.txt").write_text("hello\n")
+    events = tmp_path / "events.jsonl"
+    before = snapshot(root)
+
+    def call(tool: str, args: dict[str, object]) -> tuple[int, dict[str, object], str]:
+        # The mount lives in a private mount namespace that ends with the call.
+        script = 'mount --bind /proc "$1" && shift && exec "$@"'
+        proc = subprocess.run(
+            [
+                "unshare",
+                "-m",
+                "sh",
+                "-c",
+                script,
+                "sh",
+                str(root / "chroot" / "proc"),
+                sys.executable,
+                "-m",
+                "ringfence",
+                "call",
+                tool,
+                "--args",
+                json.dumps(args),
+                "--json",
+                "--workspace",
+                str(root),
+                "--events",
+                str(events),
+                "--posture",
+                "allow-all",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, MARKER_NAME: MARKER},
+            check=False,
+        )
+        _no_marker(proc.stdout, proc.stderr, events.read_text() if events.exists() else "")
+        return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+    for path in ["chroot/proc/self/environ", "chroot/proc/self/cmdline"]:
+        code, body, err = call("read_file", {"path": path})
+        assert code != 0 and body["error"]["code"] == "invalid_arguments", (body, err)
+        assert "proc" in body["error"]["message"]
+    code, body, err = call("list_directory", {"path": "chroot/proc/self"})
+    assert code != 0 and body["error"]["code"] == "invalid_arguments", (body, err)
+    code, body, err = call("grep_files", {"pattern": MARKER_PATTERN})
+    assert (code, body["result"]) == (0, []), (body, err)
+    code, body, err = call("grep_files", {"pattern": MARKER_PATTERN, "path": "chroot/proc/self"})
+    assert code != 0 and body["error"]["code"] == "invalid_arguments", (body, err)
+    code, body, err = call("glob_files", {"pattern": "chroot/proc/*/environ"})
+    assert (code, body["result"]) == (0, []), (body, err)
+    code, body, err = call("glob_files", {"pattern": "**/hello.txt"})
+    assert (code, body["result"]) == (0, ["hello.txt"]), (body, err)
+    assert snapshot(root) == before
