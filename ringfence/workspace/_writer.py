@@ -53,6 +53,7 @@ from ._resolver import (
     check_path_string,
     display_path,
     is_link,
+    refuse_pseudo,
     translate_oserror,
 )
 from .git._rules import is_dotgit, is_git_directory, may_be_common_directory
@@ -628,6 +629,7 @@ def _edited(place: Place, old: str, new: str) -> tuple[bytes, Expected]:
         fd = os.open(place.leaf, READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=place.dir_fd)
     except OSError as exc:
         raise translate_oserror(exc, display) from None
+    refuse_pseudo(fd, display)  # kernel state: no "old was not found" oracle on it either
     try:
         st = check_regular(fd, display)
         if st.st_size > READ_MAX_BYTES:

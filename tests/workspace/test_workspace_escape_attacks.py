@@ -135,4 +135,10 @@ def test_proc_mounted_inside_a_root_is_not_read_listed_or_searched(tmp_path: Pat
     assert (code, body["result"]) == (0, []), (body, err)
     code, body, err = call("glob_files", {"pattern": "**/hello.txt"})
     assert (code, body["result"]) == (0, ["hello.txt"]), (body, err)
+    # edit_file read the file to look for "old": its errors were an oracle on its text.
+    code, body, err = call(
+        "edit_file", {"path": "chroot/proc/self/status", "old": "Nam", "new": "x"}
+    )
+    assert code != 0 and body["error"]["code"] == "invalid_arguments", (body, err)
+    assert "proc" in body["error"]["message"]
     assert snapshot(root) == before
