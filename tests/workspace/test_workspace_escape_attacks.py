@@ -12,11 +12,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from cli_helpers import ringfence_json
 from workspace_helpers import snapshot
+
+from ringfence.runtime import HeadlessDenyApprover, Kernel, MemorySink, Posture
+from ringfence.workspace import Workspace, register_file_tools
 
 # An environment variable only the attacked process holds: its value in any output
 # means /proc/<that process>/environ was read.
@@ -142,3 +146,33 @@ def test_proc_mounted_inside_a_root_is_not_read_listed_or_searched(tmp_path: Pat
     assert code != 0 and body["error"]["code"] == "invalid_arguments", (body, err)
     assert "proc" in body["error"]["message"]
     assert snapshot(root) == before
+
+
+async def test_a_ranged_read_of_a_huge_sparse_file_ends_at_the_deadline(tmp_path: Path) -> None:
+    """read_file with a large ``offset`` read and dropped every line before it, with no
+    look at the deadline: a sparse file of gigabytes (text first, then a newline every
+    8 MiB of holes) kept the call running for minutes past its 1 s deadline."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    big = root / "big.txt"
+    fd = os.open(big, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"line\n" * 2000)  # text where read_file sniffs for NUL bytes
+        step = 8 * 1024 * 1024
+        for offset in range(step, 6 * 1024**3, step):
+            os.pwrite(fd, b"\n", offset)
+    finally:
+        os.close(fd)
+    ws = Workspace([root])
+    kernel = Kernel(
+        posture=Posture.ALLOW_REVERSIBLE, approver=HeadlessDenyApprover(), events_sink=MemorySink()
+    )
+    register_file_tools(kernel, ws, timeout_seconds=1.0)
+    started = time.monotonic()
+    try:
+        out = await kernel.invoke("read_file", {"path": "big.txt", "offset": 10**9})
+    finally:
+        ws.close()
+        big.unlink()
+    assert out.error is not None and out.error.code == "timeout", out
+    assert time.monotonic() - started < 5
