@@ -49,6 +49,7 @@ from .._confine.openat2 import (
     RESOLVE_BENEATH,
     RESOLVE_NO_MAGICLINKS,
     RESOLVE_NO_SYMLINKS,
+    fs_type,
     openat2,
     openat2_available,
 )
@@ -193,66 +194,42 @@ def open_root(index: int, given: str | os.PathLike[str]) -> Root:
 # File systems whose files are the kernel's state, not anyone's files: /proc/self/environ
 # holds the kernel process's secrets, /proc/<pid>/mem its memory, sysfs and tracefs files
 # block or act when read. A root on one is refused, and the file tools refuse a file or
-# directory on one wherever it is mounted (a chroot's proc inside a root).
-PSEUDO_FILESYSTEMS = frozenset(
-    {
-        "proc",
-        "sysfs",
-        "debugfs",
-        "tracefs",
-        "securityfs",
-        "configfs",
-        "efivarfs",
-        "bpf",
-        "pstore",
-        "binfmt_misc",
-        "cgroup",
-        "cgroup2",
-        "devpts",
-        "fusectl",
-        "nsfs",
-        "pidfs",
-        "mqueue",
-        "selinuxfs",
-        "rpc_pipefs",
-        "nfsd",
-    }
-)
-_fs_types: dict[int, str] = {}  # st_dev -> file system type, from /proc/self/mountinfo
-_fs_types_lock = threading.Lock()
-
-
-def _read_mountinfo() -> dict[int, str]:
-    """``st_dev`` -> file system type of every mount this process sees (empty if unreadable)."""
-    found: dict[int, str] = {}
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                fields = line.split()
-                try:
-                    major, minor = fields[2].split(":")
-                    kind = fields[fields.index("-") + 1]
-                except (IndexError, ValueError):
-                    continue
-                found[os.makedev(int(major), int(minor))] = kind
-    except OSError:
-        pass
-    return found
+# directory on one wherever it is mounted (a chroot's proc inside a root). By the magic
+# number fstatfs(2) reports (linux/magic.h), so no mount table can be out of date.
+PSEUDO_FILESYSTEMS: dict[int, str] = {
+    0x9FA0: "proc",
+    0x62656572: "sysfs",
+    0x64626720: "debugfs",
+    0x74726163: "tracefs",
+    0x73636673: "securityfs",
+    0x62656570: "configfs",
+    0xDE5E81E4: "efivarfs",
+    0xCAFE4A11: "bpf",
+    0x6165676C: "pstore",
+    0x42494E4D: "binfmt_misc",
+    0x27E0EB: "cgroup",
+    0x63677270: "cgroup2",
+    0x1CD1: "devpts",
+    0x65735543: "fusectl",
+    0x6E736673: "nsfs",
+    0x50494446: "pidfs",
+    0x19800202: "mqueue",
+    0xF97CFF8C: "selinuxfs",
+    0x67596969: "rpc_pipefs",
+    0x6E667364: "nfsd",
+}
 
 
 def pseudo_filesystem(fd: int) -> str | None:
-    """The type of the kernel-state file system (``proc``, ``sysfs``...) ``fd`` is on, or None.
+    """The name of the kernel-state file system (``proc``, ``sysfs``...) ``fd`` is on, or None.
 
-    Looked up by the descriptor's device in ``/proc/self/mountinfo``, which is read again
-    only for a device not seen before (a new mount).
+    One ``fstatfs`` (about a microsecond). A descriptor the kernel cannot answer for
+    counts as such a file system: refused, never guessed.
     """
-    dev = os.fstat(fd).st_dev
-    kind = _fs_types.get(dev)
-    if kind is None:
-        with _fs_types_lock:
-            _fs_types.update(_read_mountinfo())
-            kind = _fs_types.setdefault(dev, "")
-    return kind if kind in PSEUDO_FILESYSTEMS else None
+    try:
+        return PSEUDO_FILESYSTEMS.get(fs_type(fd))
+    except OSError as exc:
+        return f"unidentified ({exc.strerror})"
 
 
 def refuse_pseudo(fd: int, display: str) -> None:

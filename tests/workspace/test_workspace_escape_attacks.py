@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,11 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import ringfence_json
+from cli_helpers import isolated, ringfence_json
 from workspace_helpers import snapshot
 
+from ringfence.cli._main import main
 from ringfence.runtime import HeadlessDenyApprover, Kernel, MemorySink, Posture
 from ringfence.workspace import Workspace, register_file_tools
+from ringfence.workspace._resolver import PSEUDO_FILESYSTEMS, pseudo_filesystem
+
+__all__ = ["isolated"]  # the CLI fixture (autouse): no managed policy or roots from outside
 
 # An environment variable only the attacked process holds: its value in any output
 # means /proc/<that process>/environ was read.
@@ -176,3 +181,50 @@ async def test_a_ranged_read_of_a_huge_sparse_file_ends_at_the_deadline(tmp_path
         big.unlink()
     assert out.error is not None and out.error.code == "timeout", out
     assert time.monotonic() - started < 5
+
+
+def _mount_points() -> list[str]:
+    """Every mount point this process sees (``/proc/self/mountinfo``, octal escapes undone)."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            raw = line.split()[4]
+            points.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), raw))
+    return points
+
+
+@pytest.mark.skipif(shutil.which("stat") is None, reason="needs coreutils stat")
+def test_kernel_state_file_systems_agree_with_statfs_and_are_refused_as_roots(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Differential: for every mount this machine has, ``stat -f`` (statfs(2), the kernel) is
+    the oracle for "kernel-state file system"; each such mount is refused as a root through
+    the CLI, and every other mount is not classified as one."""
+    refused_types: dict[int, str] = {}
+    for point in _mount_points():
+        try:
+            fd = os.open(point, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue  # hidden under another mount, or gone
+        try:
+            mine = pseudo_filesystem(fd)
+        finally:
+            os.close(fd)
+        oracle = subprocess.run(
+            ["stat", "-f", "-c", "%t", "--", point], capture_output=True, text=True, check=False
+        )
+        if oracle.returncode != 0:
+            continue
+        magic = int(oracle.stdout.strip(), 16)
+        assert (mine is not None) == (magic in PSEUDO_FILESYSTEMS), (point, hex(magic), mine)
+        if mine is not None and magic not in refused_types and os.path.isdir(point):
+            refused_types[magic] = point
+    assert 0x9FA0 in refused_types  # /proc, at least
+    for point in refused_types.values():
+        args = json.dumps({"path": "."})
+        code = main(["call", "list_directory", "--args", args, "--json", "--workspace", point])
+        out = capsys.readouterr()
+        assert code != 0, point
+        body = json.loads(out.out)
+        assert body["error"]["code"] == "invalid_arguments" and body["error"]["field"] == "roots"
+        assert '"name"' not in out.out  # no entry of it was listed
