@@ -232,14 +232,16 @@ def pseudo_filesystem(fd: int) -> str | None:
         return f"unidentified ({exc.strerror})"
 
 
-def refuse_pseudo(fd: int, display: str) -> None:
-    """Close ``fd`` and raise InvalidArguments when it is on a kernel-state file system."""
+def refuse_pseudo(fd: int, display: str, *, close: bool = True) -> None:
+    """Raise InvalidArguments when ``fd`` is on a kernel-state file system (closing ``fd``
+    first unless ``close`` is False: a directory descriptor the walk owns)."""
     kind = pseudo_filesystem(fd)
     if kind is not None:
-        os.close(fd)
+        if close:
+            os.close(fd)
         raise InvalidArguments(
             f"{display} is on a {kind} file system (the kernel's own state), not a workspace "
-            "file; the file tools do not read or list it",
+            "file; the file tools do not read, list or write it",
             field="path",
         )
 

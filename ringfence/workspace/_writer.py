@@ -451,6 +451,8 @@ def _write(
     made_paths: list[tuple[int, list[str]]] = []  # the same, as (root, names) for record
 
     def make_dir(place: Place, name: str) -> None:
+        # mkdir on cgroup, configfs or tracefs makes a kernel object: refused before it.
+        refuse_pseudo(place.dir_fd, place.display(name), close=False)
         if dry:
             make_checked_dir(place, name, made, resolver, create=False)
             raise _Judged(place.display(name))
@@ -466,6 +468,7 @@ def _write(
             raise InvalidArguments(f"{display} is a directory, not a file", field="path")
         if is_link(place.leaf, place.dir_fd):
             raise FollowLeaf
+        refuse_pseudo(place.dir_fd, display, close=False)
         data, expected = produce(place)
         if is_git_directory(place.dir_fd, {place.leaf: ("file", data)}, beneath=place.beneath):
             raise GitMetadata(

@@ -95,40 +95,7 @@ def test_proc_mounted_inside_a_root_is_not_read_listed_or_searched(tmp_path: Pat
     before = snapshot(root)
 
     def call(tool: str, args: dict[str, object]) -> tuple[int, dict[str, object], str]:
-        # The mount lives in a private mount namespace that ends with the call.
-        script = 'mount --bind /proc "$1" && shift && exec "$@"'
-        proc = subprocess.run(
-            [
-                "unshare",
-                "-m",
-                "sh",
-                "-c",
-                script,
-                "sh",
-                str(root / "chroot" / "proc"),
-                sys.executable,
-                "-m",
-                "ringfence",
-                "call",
-                tool,
-                "--args",
-                json.dumps(args),
-                "--json",
-                "--workspace",
-                str(root),
-                "--events",
-                str(events),
-                "--posture",
-                "allow-all",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, MARKER_NAME: MARKER},
-            check=False,
-        )
-        _no_marker(proc.stdout, proc.stderr, events.read_text() if events.exists() else "")
-        return proc.returncode, json.loads(proc.stdout), proc.stderr
+        return _call_with_mount("/proc", root / "chroot" / "proc", root, events, tool, args)
 
     for path in ["chroot/proc/self/environ", "chroot/proc/self/cmdline"]:
         code, body, err = call("read_file", {"path": path})
@@ -228,3 +195,79 @@ def test_kernel_state_file_systems_agree_with_statfs_and_are_refused_as_roots(
         body = json.loads(out.out)
         assert body["error"]["code"] == "invalid_arguments" and body["error"]["field"] == "roots"
         assert '"name"' not in out.out  # no entry of it was listed
+
+
+def _call_with_mount(
+    source: str, point: Path, root: Path, events: Path, tool: str, args: dict[str, object]
+) -> tuple[int, dict[str, object], str]:
+    """``ringfence call`` with ``source`` bind-mounted on ``point`` in a private mount
+    namespace that ends with the call; asserts the marker reached no output."""
+    script = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    proc = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            source,
+            str(point),
+            sys.executable,
+            "-m",
+            "ringfence",
+            "call",
+            tool,
+            "--args",
+            json.dumps(args),
+            "--json",
+            "--workspace",
+            str(root),
+            "--events",
+            str(events),
+            "--posture",
+            "allow-all",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, MARKER_NAME: MARKER},
+        check=False,
+    )
+    _no_marker(proc.stdout, proc.stderr, events.read_text() if events.exists() else "")
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs root and unshare -m (a private mount)")
+def _writable_cgroup() -> str | None:
+    """A cgroup directory whose mode lets root make a child cgroup (mkdir), if any."""
+    for candidate in ["/sys/fs/cgroup/pids/docker", "/sys/fs/cgroup/pids", "/sys/fs/cgroup"]:
+        if os.path.isfile(f"{candidate}/cgroup.procs") and os.stat(candidate).st_mode & 0o200:
+            return candidate
+    return None
+
+
+CGROUP = _writable_cgroup()
+
+
+@pytest.mark.skipif(CGROUP is None, reason="needs a cgroup directory with write bits")
+def test_no_write_makes_a_kernel_object_in_a_cgroup_mounted_inside_a_root(tmp_path: Path) -> None:
+    """write_file's missing directories were made with mkdir: in a cgroup (or configfs,
+    tracefs) mounted inside a root, that creates a kernel object. Refused before any."""
+    root = tmp_path / "ws"
+    (root / "cg").mkdir(parents=True)
+    events = tmp_path / "events.jsonl"
+    name = f"ringfence-attack-{os.getpid()}"
+    assert CGROUP is not None
+    host = Path(CGROUP) / name
+    assert not host.exists()
+    for tool, args in [
+        ("write_file", {"path": f"cg/{name}/pids.max", "content": "1"}),
+        ("write_file", {"path": "cg/pids.max", "content": "1"}),
+        ("edit_file", {"path": "cg/pids.max", "old": "max", "new": "1"}),
+    ]:
+        code, body, err = _call_with_mount(CGROUP, root / "cg", root, events, tool, args)
+        assert code != 0 and body["error"]["code"] == "invalid_arguments", (tool, body, err)
+        assert "cgroup" in body["error"]["message"]
+        assert not host.exists()
+    assert sorted(p.name for p in root.rglob("*")) == ["cg"]
