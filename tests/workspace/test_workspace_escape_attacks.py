@@ -271,3 +271,27 @@ def test_no_write_makes_a_kernel_object_in_a_cgroup_mounted_inside_a_root(tmp_pa
         assert "cgroup" in body["error"]["message"]
         assert not host.exists()
     assert sorted(p.name for p in root.rglob("*")) == ["cg"]
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs root and unshare -m (a private mount)")
+@pytest.mark.skipif(shutil.which("rg") is None, reason="needs ripgrep")
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm (another file system)")
+def test_grep_still_finds_files_on_an_ordinary_mount_inside_a_root(tmp_path: Path) -> None:
+    """ripgrep's prefilter stays on one file system (a proc inside a root was endless):
+    a file on another, ordinary mount inside the root is still searched, without it."""
+    root = tmp_path / "ws"
+    (root / "mnt").mkdir(parents=True)
+    (root / "here.txt").write_text("needle here\n")
+    # Another file system (a bind of a directory on this one keeps its device).
+    source = Path(f"/dev/shm/ringfence-attack-{os.getpid()}")
+    source.mkdir()
+    try:
+        (source / "there.txt").write_text("needle there\n")
+        events = tmp_path / "events.jsonl"
+        code, body, err = _call_with_mount(
+            str(source), root / "mnt", root, events, "grep_files", {"pattern": "needle"}
+        )
+    finally:
+        shutil.rmtree(source)
+    assert code == 0, (body, err)
+    assert [m["path"] for m in body["result"]] == ["here.txt", "mnt/there.txt"]
