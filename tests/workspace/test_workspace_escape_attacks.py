@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
 from cli_helpers import isolated, ringfence_json
 from workspace_helpers import snapshot
 
@@ -295,3 +296,63 @@ def test_grep_still_finds_files_on_an_ordinary_mount_inside_a_root(tmp_path: Pat
         shutil.rmtree(source)
     assert code == 0, (body, err)
     assert [m["path"] for m in body["result"]] == ["here.txt", "mnt/there.txt"]
+
+
+async def test_a_file_swapped_after_the_size_probe_does_not_hold_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    """read_file probes the size (small: read on the trio thread) and then opens the path
+    again: a link flipped between a small file and a large sparse one in between had the
+    ranged read run on the event loop's thread to its end (or the call's deadline),
+    stalling every other call. The inline try now hops to a worker after INLINE_SECONDS."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "small.txt").write_text("line\n" * 10)
+    fd = os.open(root / "big.txt", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"line\n" * 2000)
+        step = 8 * 1024 * 1024
+        for offset in range(step, 256 * 1024 * 1024, step):
+            os.pwrite(fd, b"\n", offset)
+    finally:
+        os.close(fd)
+    os.symlink("small.txt", root / "f")
+    # Another process flips the link as fast as it can (no GIL shared with the kernel).
+    flip = (
+        "import os, sys\n"
+        "os.chdir(sys.argv[1])\n"
+        "while True:\n"
+        "    for t in ('big.txt', 'small.txt'):\n"
+        "        os.symlink(t, 'f.new')\n"
+        "        os.replace('f.new', 'f')\n"
+    )
+    flipper = subprocess.Popen([sys.executable, "-c", flip, str(root)])
+    ws = Workspace([root])
+    kernel = Kernel(
+        posture=Posture.ALLOW_REVERSIBLE, approver=HeadlessDenyApprover(), events_sink=MemorySink()
+    )
+    register_file_tools(kernel, ws)
+    worst = 0.0
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def heartbeat() -> None:
+                nonlocal worst
+                last = time.monotonic()
+                while True:
+                    await trio.sleep(0.01)
+                    now = time.monotonic()
+                    worst = max(worst, now - last)
+                    last = now
+
+            nursery.start_soon(heartbeat)
+            started = time.monotonic()
+            while time.monotonic() - started < 15 and worst < 0.5:
+                await kernel.invoke("read_file", {"path": "f", "offset": 10**9})
+            nursery.cancel_scope.cancel()
+    finally:
+        flipper.kill()
+        flipper.wait()
+        ws.close()
+        (root / "big.txt").unlink()
+    assert worst < 0.5, f"the event loop was held for {worst:.2f} s"
