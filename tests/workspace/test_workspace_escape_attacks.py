@@ -356,3 +356,50 @@ async def test_a_file_swapped_after_the_size_probe_does_not_hold_the_event_loop(
         ws.close()
         (root / "big.txt").unlink()
     assert worst < 0.5, f"the event loop was held for {worst:.2f} s"
+
+
+def test_mcp_serve_with_a_root_on_proc_reads_nothing_of_it(tmp_path: Path) -> None:
+    """``ringfence serve --workspace /proc``: an MCP client's read_file ``self/status`` got the
+    server's own process state. The session is now refused, naming the root, and nothing of
+    /proc reaches the client."""
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "attack", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "read_file", "arguments": {"path": "self/status"}},
+        },
+    ]
+    events = tmp_path / "events.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ringfence",
+            "serve",
+            "--workspace",
+            "/proc",
+            "--events",
+            str(events),
+        ],
+        input="".join(json.dumps(m) + "\n" for m in messages),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, MARKER_NAME: MARKER},
+        check=False,
+    )
+    seen = proc.stdout + proc.stderr + (events.read_text() if events.exists() else "")
+    assert "TracerPid" not in seen and MARKER not in seen
+    assert "invalid_arguments" in proc.stderr and "'/proc' is on a proc file system" in proc.stderr
