@@ -1,4 +1,5 @@
-"""``openat2(2)`` through ``ctypes``: the workspace resolver's fast path, probed once per process.
+"""``openat2(2)`` through ``ctypes``: the workspace resolver's fast path, probed once per process;
+and ``fstatfs(2)``'s file system type, which the resolver asks of what it opened.
 
 Python has no binding for ``openat2`` (Linux 5.6+), so it is called as
 ``syscall(437, ...)``. ``ENOSYS`` is remembered: a kernel without it costs one
@@ -11,6 +12,9 @@ import contextlib
 import ctypes
 import errno
 import os
+import struct
+import threading
+from typing import Any
 
 from .libc import libc
 
@@ -19,6 +23,7 @@ __all__ = [
     "RESOLVE_BENEATH",
     "RESOLVE_NO_MAGICLINKS",
     "RESOLVE_NO_SYMLINKS",
+    "fs_type",
     "openat2",
     "openat2_available",
 ]
@@ -110,3 +115,35 @@ def openat2_available() -> bool:
         with contextlib.suppress(OSError):
             os.close(openat2(-100, b"/", os.O_PATH, 0))  # AT_FDCWD
     return bool(openat2.available)
+
+
+# struct statfs is 120 bytes on the 64-bit ABIs; f_type (a long) comes first on all of them.
+_STATFS_BUFFER = 512
+_F_TYPE = struct.Struct("l")
+
+
+class _FsType(threading.local):
+    """``fstatfs`` through a fixed prototype, with one result buffer per thread."""
+
+    def __init__(self) -> None:
+        self.buf = ctypes.create_string_buffer(_STATFS_BUFFER)
+        self.address = ctypes.addressof(self.buf)
+
+
+_fstatfs_proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, use_errno=True)
+_fstatfs: Any = None
+_fs_type_local = _FsType()
+
+
+def fs_type(fd: int) -> int:
+    """The magic number (``statfs.f_type``) of the file system ``fd`` is on (any descriptor,
+    ``O_PATH`` too): the kernel's own answer, which no mount table can get out of date.
+    About a microsecond: the resolver asks it of every descriptor it hands out."""
+    global _fstatfs
+    if _fstatfs is None:
+        _fstatfs = _fstatfs_proto(("fstatfs", libc()))
+    local = _fs_type_local
+    if _fstatfs(fd, local.address) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(_F_TYPE.unpack_from(local.buf)[0])

@@ -23,9 +23,12 @@ costs 17 µs, of 256 KiB 36 µs, of 1 MiB 112 µs, and listing 10 entries 16 µs
   ``edit_file`` at any size: they ``fsync`` the file and its directory
   (4-12 ms here), far more than a hop.
 
-Not promised: the probe and the operation are two resolves, so a file that
-grows between them is still read inline, bounded by the 16 MiB read limit.
-An inline call is not interruptible, but a cancelled call does not start it.
+The probe and the operation are two resolves, so a file swapped for a huge one
+between them is still opened inline: the inline try runs under a deadline of
+:data:`INLINE_SECONDS` and, past it, the read-only work is done again in a
+worker under the call's own deadline. Not promised: a whole-file read (at most
+16 MiB) or one directory scan is not interrupted midway (a ranged read is, every
+MiB). A cancelled call does not start the inline work.
 
 Contracts at this boundary (the Python :class:`Workspace` API speaks ``os``
 strings; the tools speak JSON):
@@ -60,7 +63,7 @@ from typing import Any
 import trio
 
 from ..runtime._calls import CallContext
-from ..runtime._errors import InvalidArguments, RingfenceError
+from ..runtime._errors import InvalidArguments, RingfenceError, ToolTimeout
 from ..runtime._kernel import Kernel
 from ..runtime._tools import Consequence, ToolSpec
 from ..runtime.policy._decide import Posture
@@ -72,6 +75,7 @@ from .changes._undo import recorded
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
+    "INLINE_SECONDS",
     "LIST_DEFAULT_ENTRIES",
     "LIST_INLINE_MAX_DIR_BYTES",
     "MAX_ENTRIES",
@@ -88,6 +92,9 @@ MAX_ENTRIES = 100_000
 # Work below these sizes runs on the trio thread: it costs less than a thread hop
 # (module docstring; benchmarks/README.md has the measurements).
 READ_INLINE_MAX_BYTES = 256 * 1024
+# How long an inline read or listing may hold the event loop before it hops to a worker
+# (a 256 KiB read takes about 40 us; only a file changed since the probe comes near this).
+INLINE_SECONDS = 0.05
 LIST_INLINE_MAX_DIR_BYTES = 4096
 
 _PATH = {
@@ -148,8 +155,17 @@ async def _run(
     try:
         if inline is not None and inline(files):
             await trio.lowlevel.checkpoint_if_cancelled()
-            with deadline.active():
-                return fn(files, said.append)
+            # The probe and the operation are two resolves: a file swapped for a huge one
+            # between them held the event loop until the call's deadline. The inline try
+            # gets INLINE_SECONDS; past that the (read-only) work is done again in a worker.
+            quick = Deadline(
+                min(deadline.at, time.monotonic() + INLINE_SECONDS), seconds, ctx.tool.name
+            )
+            try:
+                with quick.active():
+                    return fn(files, said.append)
+            except ToolTimeout:
+                deadline.check()  # the call's own deadline passed: that is the error
         return await _in_worker(deadline, partial(fn, files, said.append))
     except RingfenceError as exc:
         # A name in a message (from os, with surrogates) would break JSON and terminals.

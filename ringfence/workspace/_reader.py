@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..runtime._errors import InvalidArguments
 from ..runtime._files import read_all
+from ._deadline import current_deadline
 from ._resolver import Access, Resolver, fd_path, translate_oserror
 
 __all__ = [
@@ -34,6 +35,9 @@ __all__ = [
 READ_MAX_BYTES = 16 * 1024 * 1024
 # A file whose first bytes (this many) hold a NUL is binary (git's heuristic size).
 BINARY_SNIFF_BYTES = 8000
+
+# How much a ranged read reads between two looks at the call's deadline.
+_CHECK_EVERY_BYTES = 1 << 20
 
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY  # NONBLOCK: a FIFO never hangs a read
 
@@ -148,11 +152,20 @@ def _read_range(fd: int, display: str, offset: int, limit: int | None) -> bytes:
         f"lines {offset}.. of {display} are more than {READ_MAX_BYTES} bytes; ask for fewer lines",
         field="limit",
     )
+    # Lines before ``offset`` are read and dropped, unbounded: a sparse file of terabytes with
+    # a newline every few MiB (or one that grows) kept the worker reading long after the
+    # call's deadline. The deadline is checked every 1 MiB read.
+    deadline = current_deadline()
+    unchecked = 0
     with io.open(fd, "rb", closefd=False) as f:  # noqa: UP020 - io.open takes a descriptor
         while limit is None or len(chunks) < limit:
             line = f.readline(READ_MAX_BYTES + 1)  # bounded: one huge line cannot exhaust memory
             if not line:
                 break
+            unchecked += len(line)
+            if unchecked >= _CHECK_EVERY_BYTES and deadline is not None:
+                unchecked = 0
+                deadline.check()
             if len(line) > READ_MAX_BYTES:
                 raise too_much
             line_no += 1

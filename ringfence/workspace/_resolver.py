@@ -49,6 +49,7 @@ from .._confine.openat2 import (
     RESOLVE_BENEATH,
     RESOLVE_NO_MAGICLINKS,
     RESOLVE_NO_SYMLINKS,
+    fs_type,
     openat2,
     openat2_available,
 )
@@ -80,6 +81,8 @@ __all__ = [
     "openat2",
     "openat2_available",
     "path_parts",
+    "pseudo_filesystem",
+    "refuse_pseudo",
     "translate_oserror",
 ]
 
@@ -174,9 +177,73 @@ def open_root(index: int, given: str | os.PathLike[str]) -> Root:
         raise InvalidArguments(
             f"workspace root {os.fspath(given)!r} cannot be opened: {exc.strerror}", field="roots"
         ) from None
+    kind = pseudo_filesystem(fd)
+    if kind is not None:
+        os.close(fd)
+        raise InvalidArguments(
+            f"workspace root {os.fspath(given)!r} is on a {kind} file system (the kernel's "
+            "own state: process environments, memory, devices), not a directory of files; "
+            "choose a project directory",
+            field="roots",
+        )
     real = fd_path(fd)
     spellings = tuple(dict.fromkeys([path_parts(str(real)), path_parts(spelled)]))
     return Root(index, real, fd, spellings, _git_reason(real))
+
+
+# File systems whose files are the kernel's state, not anyone's files: /proc/self/environ
+# holds the kernel process's secrets, /proc/<pid>/mem its memory, sysfs and tracefs files
+# block or act when read. A root on one is refused, and the file tools refuse a file or
+# directory on one wherever it is mounted (a chroot's proc inside a root). By the magic
+# number fstatfs(2) reports (linux/magic.h), so no mount table can be out of date.
+PSEUDO_FILESYSTEMS: dict[int, str] = {
+    0x9FA0: "proc",
+    0x62656572: "sysfs",
+    0x64626720: "debugfs",
+    0x74726163: "tracefs",
+    0x73636673: "securityfs",
+    0x62656570: "configfs",
+    0xDE5E81E4: "efivarfs",
+    0xCAFE4A11: "bpf",
+    0x6165676C: "pstore",
+    0x42494E4D: "binfmt_misc",
+    0x27E0EB: "cgroup",
+    0x63677270: "cgroup2",
+    0x1CD1: "devpts",
+    0x65735543: "fusectl",
+    0x6E736673: "nsfs",
+    0x50494446: "pidfs",
+    0x19800202: "mqueue",
+    0xF97CFF8C: "selinuxfs",
+    0x67596969: "rpc_pipefs",
+    0x6E667364: "nfsd",
+}
+
+
+def pseudo_filesystem(fd: int) -> str | None:
+    """The name of the kernel-state file system (``proc``, ``sysfs``...) ``fd`` is on, or None.
+
+    One ``fstatfs`` (about a microsecond). A descriptor the kernel cannot answer for
+    counts as such a file system: refused, never guessed.
+    """
+    try:
+        return PSEUDO_FILESYSTEMS.get(fs_type(fd))
+    except OSError as exc:
+        return f"unidentified ({exc.strerror})"
+
+
+def refuse_pseudo(fd: int, display: str, *, close: bool = True) -> None:
+    """Raise InvalidArguments when ``fd`` is on a kernel-state file system (closing ``fd``
+    first unless ``close`` is False: a directory descriptor the walk owns)."""
+    kind = pseudo_filesystem(fd)
+    if kind is not None:
+        if close:
+            os.close(fd)
+        raise InvalidArguments(
+            f"{display} is on a {kind} file system (the kernel's own state), not a workspace "
+            "file; the file tools do not read, list or write it",
+            field="path",
+        )
 
 
 def _git_reason(real: Path) -> str | None:
@@ -525,8 +592,15 @@ class Resolver:
 
         Confined: ``openat2`` first (one syscall); anything it refuses for
         being outside the root or a link loop is resolved again by the walk,
-        which decides. A host-root access always walks (and is noted).
+        which decides. A host-root access always walks (and is noted). What
+        lies on a kernel-state file system (``/proc``, ``/sys``...) is refused
+        (:func:`refuse_pseudo`), wherever it is mounted.
         """
+        fd = self._open(path, flags, access)
+        refuse_pseudo(fd, path)
+        return fd
+
+    def _open(self, path: str, flags: int, access: Access) -> int:
         if access.host_root:
             return self.walk(path, open_leaf(flags), access=access)
         if (

@@ -34,7 +34,16 @@ from ..runtime._errors import InvalidArguments, RingfenceError
 from ._deadline import current_deadline
 from ._patterns import compile_glob, compile_name_filter, compile_regex, scan_escapes, search_text
 from ._reader import READ_FLAGS, read_all
-from ._resolver import Access, Place, Resolver, Root, display_path, open_leaf
+from ._resolver import (
+    Access,
+    Place,
+    Resolver,
+    Root,
+    display_path,
+    open_leaf,
+    pseudo_filesystem,
+    refuse_pseudo,
+)
 from .git._rules import MAY_START_DOTGIT, is_dotgit
 
 __all__ = ["GREP_MAX_FILE_BYTES", "Entry", "RipgrepRun", "glob", "grep", "list_tree"]
@@ -73,9 +82,13 @@ def _scan(fd: int, prefix: str, out: list[Entry], subdirs: list[str]) -> None:
                 append((prefix + name, "other"))
 
 
-def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
+def list_tree(
+    dir_fd: int, *, max_depth: int | None = None, mounts: list[str] | None = None
+) -> list[Entry]:
     """Every entry below ``dir_fd`` as ``(relative path, kind)``; never enters a link;
-    skips ``.git`` entries.
+    skips ``.git`` entries and never enters a kernel-state file system (a ``proc`` or
+    ``sysfs`` mounted inside a root). ``mounts``, when given, receives the prefix
+    (``"a/b/"``) of every directory on another file system than ``dir_fd``.
 
     Each subdirectory is opened relative to its parent's descriptor with
     ``O_NOFOLLOW``, so a directory swapped for a link is not entered. At most
@@ -86,8 +99,11 @@ def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
     out: list[Entry] = []
     deadline = current_deadline()
     top = os.open(".", _RDDIR, dir_fd=dir_fd)
-    # Each frame: (fd, "/"-terminated prefix, depth, subdirectories still to visit).
-    stack: list[tuple[int, str, int, list[str]]] = []
+    if pseudo_filesystem(top) is not None:  # a glob's prefix can name the mount itself
+        os.close(top)
+        return out
+    # Each frame: (fd, "/"-terminated prefix, depth, subdirectories still to visit, device).
+    stack: list[tuple[int, str, int, list[str], int]] = []
     try:
         subdirs: list[str] = []
         try:
@@ -96,11 +112,11 @@ def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
             os.close(top)
             return out
         subdirs.reverse()
-        stack.append((top, "", 1, subdirs))
+        stack.append((top, "", 1, subdirs, os.fstat(top).st_dev))
         while stack:
             if deadline is not None:
                 deadline.check()  # per directory: a huge tree ends at the call's deadline
-            fd, prefix, depth, pending = stack[-1]
+            fd, prefix, depth, pending, dev = stack[-1]
             if not pending:
                 stack.pop()
                 os.close(fd)
@@ -113,6 +129,13 @@ def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
             except OSError:
                 continue  # vanished, or swapped for a link: never entered
             child = f"{prefix}{name}/"
+            sub_dev = os.fstat(sub).st_dev
+            if sub_dev != dev:  # a mount point (one fstat per directory)
+                if pseudo_filesystem(sub) is not None:
+                    os.close(sub)  # a proc or sysfs mounted inside a root: kernel state
+                    continue
+                if mounts is not None:
+                    mounts.append(child)
             found: list[str] = []
             try:
                 _scan(sub, child, out, found)
@@ -120,7 +143,7 @@ def list_tree(dir_fd: int, *, max_depth: int | None = None) -> list[Entry]:
                 os.close(sub)
                 continue
             found.reverse()
-            stack.append((sub, child, depth + 1, found))
+            stack.append((sub, child, depth + 1, found, sub_dev))
     finally:
         while stack:
             os.close(stack.pop()[0])
@@ -178,6 +201,9 @@ class RipgrepRun:
             "--no-pre",
             "--no-search-zip",
             "--no-messages",
+            # Never into another mount (a proc inside a root is endless): files there are
+            # searched without the prefilter (grep keeps every candidate below a mount).
+            "--one-file-system",
             "--color",
             "never",
             "--max-filesize",
@@ -312,9 +338,10 @@ def grep(
         root, names, start_fd = _start_dir(resolver, access, path)
         rg = RipgrepRun(ripgrep, start_fd, pattern) if ripgrep else None
         try:
+            mounts: list[str] = []
             candidates: list[tuple[str, bool]] = [
                 (rel, kind == "link")
-                for rel, kind in list_tree(start_fd)
+                for rel, kind in list_tree(start_fd, mounts=mounts)
                 if kind in ("file", "link") and (name_filter is None or name_filter(rel))
             ]
             if rg is not None:
@@ -325,7 +352,12 @@ def grep(
                             "ripgrep could not run this search; every file was searched in Python"
                         )
                 else:
-                    candidates = [c for c in candidates if c[1] or c[0] in maybe]
+                    below_mount = tuple(mounts)  # ripgrep stays on one file system
+                    candidates = [
+                        c
+                        for c in candidates
+                        if c[1] or c[0] in maybe or (below_mount and c[0].startswith(below_mount))
+                    ]
             candidates.sort()
             base = _display_base(root, names)
             for rel, is_link in candidates:
@@ -350,6 +382,7 @@ def _start_dir(resolver: Resolver, access: Access, path: str) -> tuple[Root, lis
 
     def op(place: Place) -> tuple[Root, list[str], int]:
         fd = opener(place)
+        refuse_pseudo(fd, place.display())
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             os.close(fd)
             raise InvalidArguments(
@@ -414,6 +447,8 @@ def _read_candidate(
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > GREP_MAX_FILE_BYTES:
             return None
+        if pseudo_filesystem(fd) is not None:
+            return None  # kernel state (a proc mounted inside a root): never searched
         return read_all(fd, GREP_MAX_FILE_BYTES)
     except OSError:
         return None

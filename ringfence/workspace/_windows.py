@@ -227,6 +227,14 @@ def resolve_windows_path(path: str, roots: Sequence[str], fs: WindowsFileSystem)
         raise InvalidArguments("no workspace roots are configured", field="roots")
     ordinary, had_prefix = split_prefix(path)
     anchor, _ = _split(ordinary)
+    if had_prefix and not anchor:
+        # \\?\Volume{guid}\x, \\?\pipe\x, \\?\x: an NT object name, never a path below
+        # the first root (it was joined to the root and opened there, a different file).
+        raise OutsideWorkspace(
+            f"{path!r} names an NT object (a volume, pipe or device) after \\\\?\\, not a "
+            "drive or network path; it never names a workspace file",
+            field="path",
+        )
     if not anchor:
         ordinary = roots[0].rstrip("\\/") + "\\" + ordinary
     normalized = normalize_win32(ordinary)

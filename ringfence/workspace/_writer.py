@@ -53,6 +53,7 @@ from ._resolver import (
     check_path_string,
     display_path,
     is_link,
+    refuse_pseudo,
     translate_oserror,
 )
 from .git._rules import is_dotgit, is_git_directory, may_be_common_directory
@@ -469,6 +470,8 @@ def _write(
     made_paths: list[tuple[int, list[str]]] = []  # the same, as (root, names) for record
 
     def make_dir(place: Place, name: str) -> None:
+        # mkdir on cgroup, configfs or tracefs makes a kernel object: refused before it.
+        refuse_pseudo(place.dir_fd, place.display(name), close=False)
         if dry:
             make_checked_dir(place, name, made, resolver, create=False)
             raise _Judged(place.display(name))
@@ -492,6 +495,7 @@ def _write(
             )
         if is_link(place.leaf, place.dir_fd):
             raise FollowLeaf
+        refuse_pseudo(place.dir_fd, display, close=False)
         data, expected = produce(place)
         if is_git_directory(place.dir_fd, {place.leaf: ("file", data)}, beneath=place.beneath):
             raise GitMetadata(
@@ -678,6 +682,7 @@ def _edited(place: Place, old: str, new: str) -> tuple[bytes, Expected]:
         fd = os.open(place.leaf, READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=place.dir_fd)
     except OSError as exc:
         raise translate_oserror(exc, display) from None
+    refuse_pseudo(fd, display)  # kernel state: no "old was not found" oracle on it either
     try:
         st = check_regular(fd, display)
         if st.st_size > READ_MAX_BYTES:

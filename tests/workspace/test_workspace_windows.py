@@ -90,6 +90,12 @@ def test_paths_outside_are_refused(path: str) -> None:
         "\\\\?\\GLOBALROOT\\Device\\HarddiskVolume1\\x",
         "\\??\\C:\\x",
         "//./pipe/x",
+        # After \\?\ only a drive or UNC path names a file; these were joined to the first
+        # root (C:\Users\me\ws\Volume{...}\x), a different file than the one meant.
+        "\\\\?\\Volume{26a21bda-a627-11d7-9931-806e6f6e6963}\\x",
+        "\\\\?\\pipe\\x",
+        "\\\\?\\a.txt",
+        "//?/a.txt",
     ],
 )
 def test_device_namespace_spellings_are_refused(path: str) -> None:
