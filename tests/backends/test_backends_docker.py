@@ -222,7 +222,8 @@ async def test_stale_containers_of_dead_owners_are_removed(docker_client) -> Non
         },
     )
     try:
-        assert remove_stale_containers(docker_client) >= 1
+        # Not a count: another test's session start (another worker) may remove it first.
+        remove_stale_containers(docker_client)
         with pytest.raises(docker.errors.NotFound):
             docker_client.containers.get(stale.id)
         docker_client.containers.get(live.id)  # its owner is alive: kept
