@@ -8,14 +8,12 @@ no process of the command left behind.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import math
 import os
 import resource
 import socket
-import stat
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,30 +25,13 @@ import trio
 from backends_helpers import DOCKER_OPTIONS
 from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
 from engines_helpers import make_certificates
+from tree_helpers import exact_state as tree_state
 
 from ringfence import create_kernel
 from ringfence.backends._trees import remove_tree
 from ringfence.runtime import Posture
 
 pytestmark = pytest.mark.docker
-
-
-def tree_state(root: Path) -> dict[str, tuple[str, int, str]]:
-    """Every entry below ``root``: (kind, mode, sha256 of content or link target)."""
-    out: dict[str, tuple[str, int, str]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            st = path.lstat()
-            rel = str(path.relative_to(root))
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("link", 0, hashlib.sha256(os.readlink(path).encode()).hexdigest())
-            elif stat.S_ISDIR(st.st_mode):
-                out[rel] = ("dir", stat.S_IMODE(st.st_mode), "")
-            else:
-                data = path.read_bytes()
-                out[rel] = ("file", stat.S_IMODE(st.st_mode), hashlib.sha256(data).hexdigest())
-    return out
 
 
 # The command keeps a descriptor on a file it made, leaves a process behind in a session of

@@ -125,22 +125,14 @@ class Walk:
         self.tops.add((index, rel))
         self.entries[(index, rel)] = _entry(os.fstat(fd), "dir", rel)
         self.stack = [(fd, rel, rel)]
-        try:
-            while self.stack:
-                fd, where, top = self.stack.pop()
-                try:
-                    self._visit(fd, where, top)
-                finally:
-                    if fd >= 0:
-                        os.close(fd)
-        finally:
-            for fd, _, _ in self.stack:
-                if fd >= 0:
-                    os.close(fd)
-            self.stack = []
+        self._drain()
 
     def _walk(self, inherited: str | None) -> None:
         self.stack = [(os.dup(self.root_fd), "", inherited)]
+        self._drain()
+
+    def _drain(self) -> None:
+        """Visit what the stack holds until it is empty; every descriptor closed either way."""
         try:
             while self.stack:
                 fd, rel, top = self.stack.pop()
