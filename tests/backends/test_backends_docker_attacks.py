@@ -34,6 +34,17 @@ from ringfence.runtime import Posture
 pytestmark = pytest.mark.docker
 
 
+def _docker_kernel(workspace: Path, options: dict[str, Any]) -> Any:
+    """A kernel on the docker backend with change sets, commands without asking."""
+    return create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options=options,
+        change_sets=True,
+    )
+
+
 # The command keeps a descriptor on a file it made, leaves a process behind in a session of
 # its own, and kills its supervisor (its parent: same uid, which SECURITY.md allows), so the
 # supervisor's kill of every process of the uid never runs. The process left behind writes
@@ -54,13 +65,7 @@ async def test_a_command_that_kills_its_supervisor_leaves_nothing_running_or_wri
     through its descriptor and ``late.txt`` into the next command's change set. Now a
     supervisor that died under a command ends its container (every process of the command
     with it) before the command's upper is read."""
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.ALLOW_REVERSIBLE,
-        backend="docker",
-        backend_options=DOCKER_OPTIONS,
-        change_sets=True,
-    ) as k:
+    async with _docker_kernel(workspace, DOCKER_OPTIONS) as k:
         first = await k.invoke("run_shell", {"command": _ORPHAN})
         after_first = tree_state(workspace)
         await trio.sleep(3)  # the orphan's writes, if it lived
@@ -144,13 +149,7 @@ async def test_an_http_engine_is_refused_at_configuration_and_never_contacted(
             **(tls if with_tls else {}),
         }
         options = {**DOCKER_OPTIONS, "engines": [engine]}
-        async with create_kernel(
-            roots=[workspace],
-            posture=Posture.ALLOW_REVERSIBLE,
-            backend="docker",
-            backend_options=options,
-            change_sets=True,
-        ) as k:
+        async with _docker_kernel(workspace, options) as k:
             outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
         await trio.sleep(0.2)
         with contextlib.suppress(BlockingIOError):
@@ -187,13 +186,7 @@ async def test_a_link_at_the_saved_shell_state_does_not_steer_the_supervisor(
         options = shipped_options(persist_shell_state=True)
         target = "/workspace/victim.txt"
     link = f"for f in /tmp/.rf-shell-*; do rm -f $f; ln -s {target} $f; done; ls -la /tmp"
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.ALLOW_REVERSIBLE,
-        backend="docker",
-        backend_options=options,
-        change_sets=True,
-    ) as k:
+    async with _docker_kernel(workspace, options) as k:
         planted = await k.call("run_shell", {"command": link})
         assert f"-> {target}" in planted["stdout"], planted  # the attack's link was made
         nxt = await k.call("run_shell", {"command": "export SEEN=1; true"})
@@ -226,13 +219,7 @@ async def test_a_fetched_change_set_of_many_directories_takes_no_descriptor_each
         "for i in $(seq 1500); do mkdir d$i; echo $i > d$i/f; done; "
         "mkdir -p deep/$(printf 'x/%.0s' $(seq 100)); ln d5/f d900/g"
     )
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.ALLOW_REVERSIBLE,
-        backend="docker",
-        backend_options=shipped_options(),
-        change_sets=True,
-    ) as k:
+    async with _docker_kernel(workspace, shipped_options()) as k:
         made = await k.invoke("run_shell", {"command": make})
     assert made.ok, made.error
     assert len([p for p in workspace.iterdir() if p.name[1:].isdigit()]) == 1500
@@ -278,13 +265,7 @@ async def test_a_sparse_member_in_a_fetched_change_set_is_refused_before_it_fill
     )
     before = tree_state(workspace)
     options = shipped_options(image=image)
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.ALLOW_REVERSIBLE,
-        backend="docker",
-        backend_options=options,
-        change_sets=True,
-    ) as k:
+    async with _docker_kernel(workspace, options) as k:
         sparse = await k.invoke("run_shell", {"command": "truncate -s 1G big && echo x > small"})
         used = sum(p.lstat().st_blocks for p in ringfence_home.rglob("*")) * 512
     assert sparse.error is not None and sparse.error.code == "tool_error", sparse
@@ -303,13 +284,7 @@ async def test_a_fetch_whose_lines_are_not_what_the_fetch_writes_is_refused_by_n
         docker_client, "ringfence-test/bad-stat:latest", {"stat": b"#!/bin/sh\necho zz\n"}
     )
     before = tree_state(workspace)
-    async with create_kernel(
-        roots=[workspace],
-        posture=Posture.ALLOW_REVERSIBLE,
-        backend="docker",
-        backend_options=shipped_options(image=image),
-        change_sets=True,
-    ) as k:
+    async with _docker_kernel(workspace, shipped_options(image=image)) as k:
         outcome = await k.invoke("run_shell", {"command": "echo x > f"})
     assert outcome.error is not None and outcome.error.code == "unavailable", outcome
     assert "engine shipped is damaged ('m 0 zz')" in outcome.error.message
@@ -366,13 +341,7 @@ async def test_a_fetched_tree_deeper_than_recursion_is_refused_and_the_session_g
     command and the session's close (RecursionError) and left the tree behind."""
     deep = "mkdir -p $(printf 'd/%.0s' $(seq 1200))"
     try:
-        async with create_kernel(
-            roots=[workspace],
-            posture=Posture.ALLOW_REVERSIBLE,
-            backend="docker",
-            backend_options=shipped_options(),
-            change_sets=True,
-        ) as k:
+        async with _docker_kernel(workspace, shipped_options()) as k:
             first = await k.invoke("run_shell", {"command": deep})
             assert first.error is not None and "512 directory levels" in first.error.message
             second = await k.invoke("run_shell", {"command": "echo hi > x.txt"})
@@ -437,13 +406,7 @@ async def test_a_shipped_session_reads_nothing_its_user_could_not_read_where_the
     look = "cat secret.key private/inner 2>&1; chmod 600 mine && cat mine && chmod 0 mine"
     seen = {}
     for where, options in (("local", DOCKER_OPTIONS), ("shipped", shipped_options())):
-        async with create_kernel(
-            roots=[workspace],
-            posture=Posture.ALLOW_REVERSIBLE,
-            backend="docker",
-            backend_options=options,
-            change_sets=True,
-        ) as k:
+        async with _docker_kernel(workspace, options) as k:
             seen[where] = await k.call("run_shell", {"command": look})
     for where, result in seen.items():
         assert "TOPSECRET" not in result["stdout"] and "INNER" not in result["stdout"], where
