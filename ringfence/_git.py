@@ -68,7 +68,7 @@ OVERRIDES: tuple[str, ...] = (
 # Driver settings whose value is a program: emptied for every driver the repository names.
 _DRIVER_KEYS = re.compile(
     r"^(filter\.(.+)\.(clean|smudge|process)|diff\.(.+)\.(command|textconv)|"
-    r"merge\.(.+)\.driver)$"
+    r"merge\.(.+)\.driver)\Z"
 )
 
 

@@ -1070,6 +1070,41 @@ def test_the_environment_check_can_fail() -> None:
     assert list(_environment_uses(module)) == [("home", 4)]
 
 
+# -- patterns that end at the end -------------------------------------------------------
+
+_PATTERN_CALLS = frozenset({"compile", "match", "search", "fullmatch"})
+
+
+def _dollar_ended_patterns(module: Module) -> Iterator[tuple[str, int]]:
+    """Pattern literals ending in ``$``: Python's ``$`` also matches before a last newline,
+    so ``^name$`` with ``match`` admits ``"name\\n"``; such a check must end in ``\\Z``."""
+    for node in ast.walk(module.tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in _PATTERN_CALLS or not node.args:
+            continue
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            text = first.value
+            if text.endswith("$") and not text.endswith("\\$"):
+                yield text[-40:], node.lineno
+
+
+def test_no_pattern_admits_a_trailing_newline() -> None:
+    bad = [
+        f"{module.rel}:{line} ...{text!r}"
+        for module in MODULES
+        for text, line in _dollar_ended_patterns(module)
+    ]
+    assert bad == [], "end these patterns with \\Z (or use fullmatch): $ admits a last newline"
+
+
+def test_the_trailing_newline_check_can_fail() -> None:
+    tree = ast.parse('import re\nNAME = re.compile(r"^[a-z]+$")\n')
+    module = Module("ringfence.plugins._x", SRC / "plugins" / "_x.py", tree)
+    assert [line for _, line in _dollar_ended_patterns(module)] == [2]
+
+
 # -- exports -----------------------------------------------------------------------------
 
 

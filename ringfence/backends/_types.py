@@ -36,7 +36,7 @@ Stream = Literal["stdout", "stderr"]
 # Called with each decoded chunk as it arrives, in arrival order per stream.
 OutputCallback = Callable[[Stream, str], None]
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 DEFAULT_KILL_GRACE = 2.0
 
 

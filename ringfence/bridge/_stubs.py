@@ -38,7 +38,7 @@ __all__ = ["describe_tools", "script_manifest"]
 MAX_TEXT = 2000  # characters of one description kept in a docstring
 MAX_LITERAL = 60  # characters of an enum value or default shown
 MAX_ENUM = 20
-_ANNOTATION = re.compile(r"^[A-Za-z_][A-Za-z0-9_\[\], |.]{0,80}$")
+_ANNOTATION = re.compile(r"^[A-Za-z_][A-Za-z0-9_\[\], |.]{0,80}\Z")
 _TYPES = {
     "string": "str",
     "integer": "int",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # ringfence._git (and the process supervisor it spawns through) is imported where git
 # runs: every session verb has --worktree, and most sessions never use it.
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -44,7 +44,9 @@ __all__ = ["RenderContext", "frame_untrusted", "render_contents", "render_resour
 
 MAX_ATTACHMENT_BYTES = 32 * 1024 * 1024
 # A MIME type the server names is shown outside the frame only when it is this plain.
-_MIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}$")
+_MIME = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}\Z"
+)
 
 
 @dataclass(frozen=True)

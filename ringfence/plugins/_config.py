@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 _KEYS = {"name", "path", "package", "trusted_sha256"}
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ from ._bundle import Bundle
 __all__ = ["MANIFEST", "HookConfig", "PluginManifest", "parse_plugin_manifest"]
 
 MANIFEST = "ringfence-plugin.toml"
-PLUGIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,23}$")
-_HOOK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+PLUGIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,23}\Z")
+_HOOK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 _TOP = {"name", "version", "description", "policy", "mcp", "skills", "hook"}
 _HOOK = {"name", "points", "match", "command", "timeout_seconds", "network"}
 

@@ -18,7 +18,7 @@ from ._bundle import Bundle
 __all__ = ["read_skills"]
 
 SKILL_FILE = "SKILL.md"
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}\Z")
 MAX_DESCRIPTION = 1024
 
 

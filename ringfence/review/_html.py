@@ -36,7 +36,7 @@ class Html(str):
     __slots__ = ()
 
 
-_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+_NAME = re.compile(r"^[a-z][a-z0-9-]*\Z")
 _VOID = frozenset({"br", "hr", "input", "link", "meta", "img"})
 
 

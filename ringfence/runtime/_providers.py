@@ -82,7 +82,7 @@ META_CONSEQUENCE = "dev.ringfence/consequence"
 META_RESIDUAL = "dev.ringfence/residual"
 
 # The providers' rule for a function's name (OpenAI and Anthropic alike).
-PROVIDER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+PROVIDER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")
 MAX_NAME = 64
 _HASH_CHARS = 8
 

@@ -30,7 +30,7 @@ LiteralFinder = Callable[[Mapping[str, Any], Callable[[str], bool]], Iterable[st
 StageCheck = Callable[[dict[str, Any], bool], Awaitable[None]]
 
 # MCP's rule for tool names; ringfence's own names are a subset of it.
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}\Z")
 
 
 class Consequence(enum.StrEnum):

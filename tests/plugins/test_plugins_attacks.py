@@ -544,3 +544,12 @@ def test_a_trusted_plugin_holding_a_directory_link_ends_its_session_cleanly(
     home = Path(os.environ["RINGFENCE_HOME"])
     assert not [p for p in home.rglob("*") if "plugins" in p.parts and p.name != "plugins.toml"]
     assert (folder / "sub" / "a.txt").read_text() == "a\n" and (folder / "docs").is_symlink()
+
+
+def test_a_plugin_name_ending_in_a_newline_is_refused(capsys, tmp_path: Path) -> None:
+    """Python's ``$`` matches before a last newline: ``guard\\n`` passed the name check and
+    became a tool namespace and a file name no rule written as ``guard`` names."""
+    folder = write_plugin(tmp_path / "nl", "guard\n")
+    code, out = cli_json(capsys, "plugin", "add", str(folder))
+    assert code == 2 and "name" in out["error"]["message"], out
+    assert not (Path(os.environ["RINGFENCE_HOME"]) / "plugins.toml").exists()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 import trio
 from runtime_helpers import Ledger
 
@@ -19,6 +20,7 @@ from ringfence.runtime import (
     CallContext,
     Consequence,
     HeadlessDenyApprover,
+    InvalidArguments,
     Kernel,
     MemorySink,
     Posture,
@@ -122,3 +124,15 @@ async def test_unevaluated_properties_with_pattern_properties_is_refused(ledger:
     assert out.error is not None and out.error.field == "input_schema"
     assert "unevaluatedProperties" in out.error.message
     assert ledger.runs == []
+
+
+def test_a_tool_name_ending_in_a_newline_is_refused() -> None:
+    """``^[...]{1,128}$`` with ``match`` admitted ``read_file\\n``: a second tool a deny rule
+    written ``read_file`` would not name, drawn the same in every listing."""
+
+    async def run(args: dict[str, Any], ctx: CallContext) -> Any:
+        return "ran"
+
+    with pytest.raises(InvalidArguments) as caught:
+        ToolSpec("read_file\n", "d", {"type": "object"}, run, Consequence.READ)
+    assert caught.value.field == "name"

@@ -47,7 +47,7 @@ STRICT = "strict"
 BEST_EFFORT = "best-effort"
 
 
-_SIZE = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
+_SIZE = re.compile(r"^(\d+)([bkmg]?)\Z", re.IGNORECASE)
 
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}

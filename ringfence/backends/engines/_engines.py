@@ -54,7 +54,7 @@ __all__ = [
 
 ShipMode = Literal["auto", "always", "never"]
 SHIP_MODES: tuple[ShipMode, ...] = ("auto", "always", "never")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 _SCHEMES = ("unix://", "tcp://", "ssh://", "http://", "https://")
 # Every key of an engine table (the docs' list is checked against it).
 ENGINE_KEYS = (
@@ -76,11 +76,11 @@ DEFAULT_SSH_SOCKET = "/var/run/docker.sock"
 _SSH_URL = re.compile(
     r"^ssh://(?:(?P<user>[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})@)?"
     r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])"
-    r"(?::(?P<port>[0-9]{1,5}))?$"
+    r"(?::(?P<port>[0-9]{1,5}))?\Z"
 )
 # A file path handed to ssh's option parser: characters it gives no meaning (no spaces, which
 # split UserKnownHostsFile; no quotes or backslashes; no '%' tokens or '${}' variables).
-_SSH_PATH = re.compile(r"^/[A-Za-z0-9._/+@,=-]*$")
+_SSH_PATH = re.compile(r"^/[A-Za-z0-9._/+@,=-]*\Z")
 PROBE_TIMEOUT = 5.0  # an engine that takes longer to say how loaded it is, is not placed on
 
 

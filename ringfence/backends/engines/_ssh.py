@@ -59,7 +59,7 @@ START_LIMIT = 30.0  # TCP connect (ConnectTimeout below) + key exchange + authen
 CONNECT_TIMEOUT = 10
 GRACE = 2.0
 _POLL = 0.02
-_SAFE_DIR = re.compile(r"^/[A-Za-z0-9._/+@,=-]*$")
+_SAFE_DIR = re.compile(r"^/[A-Za-z0-9._/+@,=-]*\Z")
 _LOG_TAIL = 2000
 
 # The shell around ssh: fd 3 is the owner's pipe. ssh runs in the background (its stdin

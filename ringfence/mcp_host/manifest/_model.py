@@ -46,9 +46,9 @@ from ._config import (
 __all__ = ["LEGACY_POLICY_KEYS", "ServerModel", "parse_manifest", "server_table"]
 
 # Experimental capabilities and extensions are approved one by one: "experimental.NAME", "extensions.ID".
-_PREFIXED_CAPABILITY = re.compile(r"^(experimental|extensions)\.[^\s]{1,200}$")
-_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PREFIXED_CAPABILITY = re.compile(r"^(experimental|extensions)\.[^\s]{1,200}\Z")
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # Keys that belong to the policy files now ([mcp.<server>]); read for one more release.
 LEGACY_POLICY_KEYS = ("read_only_tools", "read_tools", "trust")
 

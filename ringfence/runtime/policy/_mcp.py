@@ -40,7 +40,7 @@ from typing import Any
 __all__ = ["McpPolicy", "McpServerPolicy", "McpStatement", "mcp_statements_from_table"]
 
 MCP_KEYS = ("read_only_tools", "trusted")
-SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 
 
 @dataclass(frozen=True)

@@ -187,8 +187,8 @@ class Rule:
 
 _ARG_START = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(=|~)")
 _ARG_SPLIT = re.compile(r",\s*(?=[A-Za-z_][A-Za-z0-9_.\-]*\s*[=~])")
-_RANGE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)?\s*\.\.\s*(-?\d+(?:\.\d+)?)?\s*$")
-_TOOL_GLOB = re.compile(r"^[A-Za-z0-9_.\-*?\[\]!]{1,200}$")
+_RANGE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)?\s*\.\.\s*(-?\d+(?:\.\d+)?)?\s*\Z")
+_TOOL_GLOB = re.compile(r"^[A-Za-z0-9_.\-*?\[\]!]{1,200}\Z")
 
 
 def parse_rule(text: str, effect: str | Effect, *, source: str = "", layer: str = "") -> Rule:
