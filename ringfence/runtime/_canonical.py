@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 
-__all__ = ["arguments_digest", "canonical_json", "digest", "orjson_digest"]
+__all__ = [
+    "MAX_NESTING",
+    "arguments_digest",
+    "canonical_json",
+    "digest",
+    "nests_deeper",
+    "orjson_digest",
+]
+
+# Arguments nest at most this deep (JSON objects and arrays); deeper is refused before the
+# Gate, whose validation, redaction and records walk them recursively.
+MAX_NESTING = 100
 
 # One encoder for the process: building a JSONEncoder per call costs more than encoding.
 _ENCODER = json.JSONEncoder(
@@ -54,3 +66,20 @@ def orjson_digest(value: Any) -> str | None:
         return hashlib.sha256(orjson.dumps(value, option=_SORTED)).hexdigest()
     except (orjson.JSONEncodeError, TypeError):
         return None
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value``'s lists and objects nest deeper than ``limit`` (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children: Iterable[Any] = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

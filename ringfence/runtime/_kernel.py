@@ -58,7 +58,8 @@ import trio
 from . import _gate, _hooks
 from ._approval import Approver, HeadlessDenyApprover, SessionGrants
 from ._calls import AskHook, Authorization, CallContext, NoPublicConstructor, Outcome, new_id
-from ._errors import RingfenceError, ToolError
+from ._canonical import MAX_NESTING, nests_deeper
+from ._errors import InvalidArguments, RingfenceError, ToolError
 from ._events import (
     CHECKPOINT_RECORDS,
     CHECKPOINT_SECONDS,
@@ -594,10 +595,15 @@ class Kernel:
         args: Any = dict(arguments) if isinstance(arguments, Mapping) else arguments
         if arguments is None:
             args = {}
-        self.redactor.register_named_values(args)
+        too_deep = _too_deep(args)
         spec = request_spec or self.registry.find(tool)
-        if spec is not None:  # secrets not keyed by name (a script's literals), too
-            self.redactor.register_literals(spec.literal_secrets(args, self.redactor.is_secret_key))
+        if too_deep is not None:
+            args = f"<not recorded: {too_deep.message}>"
+        else:
+            self.redactor.register_named_values(args)
+            if spec is not None:  # secrets not keyed by name (a script's literals), too
+                literals = spec.literal_secrets(args, self.redactor.is_secret_key)
+                self.redactor.register_literals(literals)
         self.events.emit(
             "proposed",
             trace_id,
@@ -611,6 +617,8 @@ class Kernel:
         decision: Decision | None = None
         try:
             with self._recording_outcome(call_id, trace_id, tool):
+                if too_deep is not None:
+                    raise too_deep
                 auth = await _gate.authorize(
                     self, tool, args, call_id, trace_id, origin, on_ask, spec
                 )
@@ -647,12 +655,17 @@ class Kernel:
             )
         call_id = new_id()
         trace_id = trace_id or call_id
-        self.redactor.register_named_values(arguments)
+        too_deep = _too_deep(arguments)
+        if too_deep is None:
+            self.redactor.register_named_values(arguments)
+        recorded = arguments if too_deep is None else f"<not recorded: {too_deep.message}>"
         self.events.emit(
-            "proposed", trace_id, call_id=call_id, tool=tool, arguments=arguments, origin=origin
+            "proposed", trace_id, call_id=call_id, tool=tool, arguments=recorded, origin=origin
         )
         self._open_calls[call_id] = (trace_id, tool)
         with self._recording_outcome(call_id, trace_id, tool):
+            if too_deep is not None:
+                raise too_deep
             return await _gate.authorize(self, tool, arguments, call_id, trace_id, origin, on_ask)
 
     async def execute(self, auth: Authorization) -> Any:
@@ -788,3 +801,13 @@ def _merge_rules(sources: Mapping[str, Rules]) -> Rules:
         autonomous=tuple(p for r in values for p in r.autonomous),
         policy=policy,
     )
+
+
+def _too_deep(arguments: Any) -> InvalidArguments | None:
+    """Arguments nested past :data:`MAX_NESTING`: refused before anything walks them
+    recursively (redaction, the records, validation), which would raise RecursionError."""
+    if nests_deeper(arguments, MAX_NESTING):
+        return InvalidArguments(
+            f"the arguments nest deeper than {MAX_NESTING} levels", field="arguments"
+        )
+    return None

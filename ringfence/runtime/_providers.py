@@ -59,6 +59,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._canonical import MAX_NESTING, nests_deeper
 from ._errors import InvalidArguments, NotFound, RingfenceError
 from ._tools import Consequence, ToolSpec
 
@@ -107,9 +108,6 @@ _STRICT_FORMATS = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
 )
 _STRICT_MAX_DEPTH = 10
-# A model's arguments nest at most this deep (JSON objects and arrays); deeper is refused
-# before the Gate, whose validation and records walk them recursively.
-MAX_NESTING = 100
 
 
 class ToolFormat(enum.StrEnum):
@@ -555,23 +553,6 @@ def _json_arguments(fmt: ToolFormat, call_id: Any, b: Mapping[str, Any], raw: An
         return _Call(fmt, call_id, name, raw, parse_error=str(exc))
 
 
-def _nesting(value: Any, limit: int) -> bool:
-    """Whether ``value``'s lists and objects nest deeper than ``limit`` (walked without recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, Mapping):
-            children: Iterable[Any] = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
-
-
 def _result_text(outcome: Outcome) -> tuple[str, bool]:
     if outcome.error is not None:
         return _error_text(outcome.error), True
@@ -637,7 +618,7 @@ async def answer_tool_call(
         )
         return _result_block(call, _error_text(error), True, _mcp_error(error))
     arguments = call.arguments
-    if _nesting(arguments, MAX_NESTING):
+    if nests_deeper(arguments, MAX_NESTING):
         # The Gate's validation, redaction and records walk arguments recursively.
         error = InvalidArguments(
             f"the arguments of {call.name} nest deeper than {MAX_NESTING} levels",

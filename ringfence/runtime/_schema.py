@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import re2
 
+from ._canonical import MAX_NESTING, nests_deeper
 from ._errors import InvalidArguments
 
 if TYPE_CHECKING:
@@ -88,6 +89,13 @@ def check_schema(tool: str, schema: Mapping[str, Any]) -> None:
     jsonschema's ``check_schema``; InvalidArguments (``input_schema``) naming
     ``tool`` and the fault.
     """
+    if nests_deeper(schema, 2 * MAX_NESTING):
+        # jsonschema checks and validates recursively: a deeper schema raised RecursionError.
+        # Each level of arguments is two of the schema's (``properties``, the subschema).
+        raise InvalidArguments(
+            f"tool {tool!r} has an input schema nested deeper than {2 * MAX_NESTING} levels",
+            field="input_schema",
+        )
     if _schema_ok(schema):
         return
     import jsonschema

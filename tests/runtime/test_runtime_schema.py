@@ -136,3 +136,38 @@ def test_a_tool_name_ending_in_a_newline_is_refused() -> None:
     with pytest.raises(InvalidArguments) as caught:
         ToolSpec("read_file\n", "d", {"type": "object"}, run, Consequence.READ)
     assert caught.value.field == "name"
+
+
+async def test_arguments_nested_past_the_bound_are_refused_and_recorded(ledger: Ledger) -> None:
+    """A host's ``invoke`` with arguments 5,000 levels deep raised RecursionError out of the
+    redactor: now an ``invalid_arguments`` outcome, recorded, and nothing runs."""
+    kernel, sink = _kernel({"type": "object"}, ledger)
+    deep: Any = "leaf"
+    for _ in range(5000):
+        deep = [deep]
+    out = await kernel.invoke("hostile", {"name": deep})
+    assert out.error is not None and out.error.code == "invalid_arguments"
+    assert out.error.field == "arguments" and "deeper than" in out.error.message
+    assert ledger.runs == []
+    kinds = [(r["kind"], r.get("arguments")) for r in sink.records() if r.get("call_id")]
+    assert kinds[0][0] == "proposed" and "not recorded" in kinds[0][1]
+    assert kinds[-1][0] == "failed"
+    # A hundred levels is the bound; within it the call runs.
+    shallow: Any = "leaf"
+    for _ in range(98):
+        shallow = [shallow]
+    assert await kernel.call("hostile", {"name": shallow}) == "ran"
+
+
+def test_an_input_schema_nested_past_the_bound_is_refused() -> None:
+    """A server's schema 2,000 levels deep raised RecursionError from the meta-schema check."""
+
+    async def run(args: dict[str, Any], ctx: CallContext) -> Any:
+        return "ran"
+
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(1000):
+        schema = {"type": "object", "properties": {"a": schema}}
+    with pytest.raises(InvalidArguments) as caught:
+        ToolSpec("deep", "d", schema, run, Consequence.READ)
+    assert caught.value.field == "input_schema" and "deeper than" in caught.value.message
