@@ -483,6 +483,71 @@ async def test_a_thread_rewriting_the_path_cannot_run_a_denied_program(workspace
     assert result["exec_denied"]["denied"] > 0  # the notifier refused the reads of touch
 
 
+# The same race for a denied program with a second hard link beside it (perl and
+# perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
+# EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock
+# rule belongs to the inode, so the denied file itself was granted.
+RACE_LINK = """
+import ctypes, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+allowed, denied = sys.argv[3].encode() + b"\\0", sys.argv[4].encode() + b"\\0"
+assert len(allowed) == len(denied)
+path = ctypes.create_string_buffer(allowed, len(allowed) + 1)
+argv = (ctypes.c_char_p * 4)(b"x", b"-e", ("open F, '>', '%s'" % sys.argv[1]).encode(), None)
+def flip():
+    while True:
+        ctypes.memmove(path, denied, len(denied))
+        ctypes.memmove(path, allowed, len(allowed))
+for _ in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        threading.Thread(target=flip, daemon=True).start()
+        for _ in range(300):
+            libc.execve(path, argv, None)
+        os._exit(3)
+    os.waitpid(pid, 0)
+    if os.path.exists(sys.argv[1]):
+        print("the race was won")
+        break
+"""
+
+
+def _hard_linked_perl() -> tuple[str, str] | None:
+    """``/usr/bin/perl`` and a same-length allowed program, when perl has a second link in
+    ``/usr/bin``; None otherwise."""
+    try:
+        st = os.stat("/usr/bin/perl")
+    except OSError:
+        return None
+    if st.st_nlink < 2:
+        return None
+    with os.scandir("/usr/bin") as entries:
+        if any(e.name != "perl" and e.inode() == st.st_ino for e in entries):
+            return "/usr/bin/true", "/usr/bin/perl"
+    return None
+
+
+async def test_a_denied_program_with_a_second_hard_link_keeps_its_backstop(
+    workspace: Path,
+) -> None:
+    """Under `run_shell(perl *)`, a thread flips the exec path between /usr/bin/true and
+    /usr/bin/perl; the kernel's Landlock backstop must refuse perl whatever the supervisor
+    read. It granted perl's inode through its other link (perl5.36.0), and perl ran."""
+    pair = _hard_linked_perl()
+    if pair is None:
+        pytest.skip("/usr/bin/perl has no second hard link in /usr/bin here")
+    (workspace / "race.py").write_text(RACE_LINK)
+    hit = workspace / "hit"
+    (result,) = await run_lines(
+        workspace,
+        [{"command": f"python3 race.py {hit} 60 {pair[0]} {pair[1]}", "timeout_seconds": 120}],
+        deny=("run_shell(perl *)",),
+    )
+    assert "the race was won" not in result["stdout"], result
+    assert not hit.exists()
+    assert result["exec_denied"]["denied"] > 0  # the notifier refused the reads of perl
+
+
 PROBE_FAILS = """
 import ctypes, struct, sys, trio
 from ringfence import create_kernel

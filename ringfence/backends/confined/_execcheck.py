@@ -53,7 +53,9 @@ pattern is the name and ``**``) the denied files outside the writable places (th
 read-only programs, busybox when it holds a denied applet) are also refused by a Landlock
 layer each command's child adds before its exec (:meth:`Checker.execute_ruleset`): it
 handles ``EXECUTE`` and grants it beneath every entry of ``/`` and of each directory on
-the way to a denied file, except those files and that way. The kernel checks it on the
+the way to a denied file, except those files and that way; a rule belongs to an inode,
+so every hard link of a denied file (:func:`_hard_links`) is denied and walked to as well.
+The kernel checks it on the
 file it really executes (and on an interpreter it opens for ``#!``): no race. It does
 not see the dynamic loader mapping a program (``ld.so /usr/bin/rm``: the loader is what
 executes), copies (another inode), or argv.
@@ -884,6 +886,81 @@ def _elf_interpreter(path: str) -> str | None:
     return None
 
 
+_WALK_BUDGET = 2_000_000  # directory entries looked at for the hard links of denied files
+_LINKS: dict[tuple[int, int, int], frozenset[str]] = {}  # (dev, ino, nlink) -> its names
+
+
+def _hard_links(
+    inodes: dict[tuple[int, int], int], known: set[str], writable: list[str]
+) -> set[str]:
+    """Every other name (hard link) of the files ``inodes`` (``(dev, ino) -> st_nlink``)
+    that the sandbox can reach outside ``writable``: first in the directories of the names
+    ``known``, then, for a file with more links than found there, by a walk of its file
+    system (``/`` down, that device only, no ``/proc``, ``/sys``, ``/dev``; cached per
+    inode). A link in a directory the walk cannot list (or past its budget) is not found."""
+    found: dict[tuple[int, int], set[str]] = {key: set() for key in inodes}
+    for directory in {os.path.dirname(path) for path in known}:
+        try:
+            entries = os.scandir(directory)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) in found:
+                    found[(st.st_dev, st.st_ino)].add(entry.path)
+    missing = {key for key, nlink in inodes.items() if len(found[key]) < nlink}
+    for key in list(missing):
+        cached = _LINKS.get((*key, inodes[key]))
+        if cached is not None:
+            found[key] |= cached
+            missing.discard(key)
+    if missing:
+        skip = {"/proc", "/sys", "/dev", *(w.rstrip("/") or "/" for w in writable)}
+        devices = {dev for dev, _ in missing}
+        numbers = {ino for _, ino in missing}
+        stack, budget = ["/"], _WALK_BUDGET
+        while stack and budget > 0 and missing:
+            directory = stack.pop()
+            try:
+                entries = os.scandir(directory)
+            except OSError:
+                continue
+            with entries:
+                for entry in entries:
+                    budget -= 1
+                    try:  # (the directory's own type and inode: stat only what may count)
+                        if entry.is_dir(follow_symlinks=False):
+                            if (
+                                entry.path not in skip
+                                and entry.stat(follow_symlinks=False).st_dev in devices
+                            ):
+                                stack.append(entry.path)  # the same file system only
+                            continue
+                        if entry.inode() not in numbers:
+                            continue
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    key = (st.st_dev, st.st_ino)
+                    if key in missing:
+                        found[key].add(entry.path)
+                        if len(found[key]) >= inodes[key]:
+                            missing.discard(key)
+        for key in inodes:
+            if key not in missing:
+                _LINKS[(*key, inodes[key])] = frozenset(found[key])
+    return {
+        path
+        for names in found.values()
+        for path in names
+        if not any(path == w or path.startswith(w.rstrip("/") + "/") for w in writable)
+    }
+
+
 class Checker:
     """One command's exec checks under one set of rules (and its ``PATH``)."""
 
@@ -991,6 +1068,14 @@ class Checker:
                 denied.add(real)
         if not denied:
             return None
+        # A Landlock rule belongs to an inode, and a granted directory above *any* name of a
+        # file lets it run: every hard link of a denied file (perl and perl5.36.0, bzip2 and
+        # bzcat) is denied with it, and the way to each is walked as the way to the file.
+        inodes: dict[tuple[int, int], int] = {}
+        for real in denied:
+            st = os.stat(real)
+            inodes[(st.st_dev, st.st_ino)] = st.st_nlink
+        denied |= _hard_links(inodes, denied, writable)
         way = {"/"}
         for real in denied:
             parent = os.path.dirname(real)
@@ -999,10 +1084,14 @@ class Checker:
                 parent = os.path.dirname(parent)
         grants = []
         for directory in sorted(way):
-            for entry in os.scandir(directory):
-                if entry.path in way or entry.path in denied or entry.is_symlink():
-                    continue
-                grants.append(entry.path)
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.path in way or entry.path in denied or entry.is_symlink():
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if (st.st_dev, st.st_ino) in inodes:
+                        continue  # a name of a denied file not found before (a new link)
+                    grants.append(entry.path)
         self._execute_fd = landlock.ruleset_beneath(
             landlock.FS_EXECUTE,
             0,
