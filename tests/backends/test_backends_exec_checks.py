@@ -483,6 +483,17 @@ async def test_a_thread_rewriting_the_path_cannot_run_a_denied_program(workspace
     assert result["exec_denied"]["denied"] > 0  # the notifier refused the reads of touch
 
 
+async def test_a_rule_naming_programs_by_a_path_glob_knows_their_copies(workspace: Path) -> None:
+    """`run_shell(/usr/bin/tou* *)` names /usr/bin/touch as `run_shell(touch *)` does, and a
+    copy of it under another name is the same program; the identity by inode and content
+    looked only for names a glob without a `/` matched, so the copy ran."""
+    (result,) = await run_lines(
+        workspace, ["cp /usr/bin/touch ./t && ./t hit"], deny=("run_shell(/usr/bin/tou* *)",)
+    )
+    assert not (workspace / "hit").exists(), result
+    assert denied_rules(result) == ["deny:run_shell(/usr/bin/tou* *)"], result
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

@@ -1001,8 +1001,11 @@ class Checker:
                 except OSError:
                     continue
                 for entry in entries:
-                    if any(g.fullmatch(entry) for g in rules.globs):
-                        self.identity.add(entry, f"{d}/{entry}")
+                    path = f"{d}/{entry}"
+                    for glob in rules.globs:  # with a `/` it names a path (`/usr/bin/tou*`)
+                        name = path if glob.slash else entry
+                        if glob.fullmatch(name):
+                            self.identity.add(name, path)
         # Multi-call binaries with an applet a rule names: refused by identity (see above).
         self.loader_paths: set[bytes] = set()  # PT_INTERP strings naming the loader itself
         self.multicall = _Identity()
