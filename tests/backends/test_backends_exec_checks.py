@@ -494,6 +494,24 @@ async def test_a_rule_naming_programs_by_a_path_glob_knows_their_copies(workspac
     assert denied_rules(result) == ["deny:run_shell(/usr/bin/tou* *)"], result
 
 
+async def test_a_denied_script_handed_to_its_interpreter_is_refused(workspace: Path) -> None:
+    """`run_shell(gunzip *)`, and gunzip is a `#!/bin/sh` script: `sh /usr/bin/gunzip f.gz`
+    made the kernel execute sh, which ran gunzip's own lines, and f.gz was uncompressed. The
+    script handed to its own interpreter is now checked as the script; reading it is not."""
+    with open("/usr/bin/gunzip", "rb") as f:
+        if f.read(2) != b"#!":
+            pytest.skip("gunzip is not a #! script here")
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    lines = ["sh /usr/bin/gunzip f.gz", "bash -e /usr/bin/gunzip -k f.gz", "cat /usr/bin/gunzip"]
+    first, second, control = await run_lines(workspace, lines, deny=("run_shell(gunzip *)",))
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    assert set(denied_rules(first)) == {"deny:run_shell(gunzip *)"}, first
+    assert set(denied_rules(second)) == {"deny:run_shell(gunzip *)"}, second
+    assert control["exit_code"] == 0 and "gzip" in control["stdout"], control
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

@@ -32,7 +32,9 @@ any of those names, the runtime's own deny-side matching: a first element withou
 - ``#!`` scripts: the interpreter (and its optional argument) as the kernel reads
   the first line, run with the script's path and the arguments: a script whose
   interpreter is denied is denied; nested interpreters too (up to the kernel's
-  depth);
+  depth); and the other way round, a denied ``#!`` script handed to its own interpreter
+  (``sh /usr/bin/gunzip f.gz``: the kernel would start the same interpreter on the same
+  file) is that script with the words after it (:meth:`Checker._script_argument`);
 - an ELF program whose ``PT_INTERP`` is not the dynamic loader: that interpreter, which
   the kernel maps and starts with the program's argv;
 - the dynamic loader run directly (``ld.so /usr/bin/rm``): the program it is given
@@ -726,6 +728,19 @@ def shebang(head: bytes) -> tuple[bytes, bytes | None]:
     return string(name), (string(arg) if arg is not None else None)
 
 
+_SHELLS = frozenset({"sh", "dash", "bash", "ash", "ksh", "mksh", "zsh", "posh", "yash", "busybox"})
+
+
+def _same_interpreter(wanted: str, name: str) -> bool:
+    """Whether a program named ``name`` is the interpreter a ``#!`` line names ``wanted``:
+    the same name, one a versioned other (``python3``, ``python3.11``), or both shells."""
+    if not wanted or not name:
+        return False
+    if name.startswith(wanted) or wanted.startswith(name):
+        return True
+    return wanted in _SHELLS and name in _SHELLS
+
+
 def _elf_layout(fd: int) -> tuple[int, ...] | None:
     """How the kernel loads an x86-64 ELF file: its type, entry point and program headers
     (type, flags, offset, address, sizes), flattened; None for anything else."""
@@ -983,6 +998,7 @@ class Checker:
         self._cacheable = False  # the last _resolve saw only read-only places
         self._links: dict[bytes, bytes] = {}  # read-only links and their targets
         self._allowed: set[tuple[bytes, ...]] = set()  # (path, *argv) of execve let go
+        self._consulted = False  # the last check opened a file an argument names
         try:
             self._proc_dev = os.stat("/proc").st_dev
         except OSError:
@@ -1219,10 +1235,13 @@ class Checker:
         else:
             base, name, shown = f"/proc/{pid}/fd/{dirfd}", path, f"/dev/fd/{dirfd}/{_decode(path)}"
         self._pid = pid
+        self._consulted = False
         try:
             self.check(base, name, shown, argv, f"/proc/{pid}/cwd")
         finally:
             self._pid = None
+        if self._consulted:
+            return  # decided by a file an argument names: looked at again next time
         # Let go, and decided by what cannot change: a plain program on a read-only path
         # (its real path and identity remembered) and the argv. Small ones are remembered.
         if key is not None and path in self._plain and sum(map(len, words)) < 4096:
@@ -1350,13 +1369,69 @@ class Checker:
             real, identity = known
             self._match(shown, real, argv, identity)
         else:
-            self._examine(base, path, shown, argv, cwd, depth)
+            real = self._examine(base, path, shown, argv, cwd, depth)
+        self._script_argument([shown, real, *argv[:1]], argv, cwd)
         if argv and argv[0].rsplit("/", 1)[-1].startswith("busybox") and len(argv) > 1:
             names = [argv[1]]
             rule = self.exec_rules.match(names, argv[2:])
             if rule is not None:
                 raise Refused(
                     errno.EACCES, Denial(rule.label, rule.source, argv[1], argv[1:], "via busybox")
+                )
+
+    def _script_argument(self, program: list[str], argv: list[str], cwd: str | None) -> None:
+        """A denied ``#!`` script handed to its own interpreter (``sh /usr/bin/gunzip f.gz``,
+        ``node /usr/bin/npm publish``) runs as if it were exec'd: the kernel would start the
+        same interpreter on the same file. So a word of argv that names (by name or path,
+        then by inode and content) a file a rule names, whose ``#!`` interpreter is the
+        program being run (its name, or both shells), is matched as that program with the
+        words after it. A copy under another name is not looked at (a name is the filter)."""
+        ours = {n.rsplit("/", 1)[-1] for n in program if n}
+        for i, word in enumerate(argv[1:17], 1):
+            base = word.rsplit("/", 1)[-1]
+            if not base or (
+                base not in self.exec_rules.names
+                and word not in self.exec_rules.paths
+                and not any(g.fullmatch(word if g.slash else base) for g in self.exec_rules.globs)
+            ):
+                continue
+            self._consulted = True  # a file's decision: not remembered with the argv
+            raw = os.fsencode(word)
+            try:
+                fd = self._open(None if raw.startswith(b"/") else cwd, raw)
+            except (OSError, Refused):
+                continue
+            try:
+                st = os.fstat(fd)
+                if (st.st_mode & 0o170000) != 0o100000:
+                    continue
+                head = os.pread(fd, _BINPRM_BUF_SIZE, 0)
+                if head[:2] != b"#!":
+                    continue
+                try:
+                    interpreter, optional = shebang(head)
+                except Refused:
+                    continue
+                wanted = _decode(interpreter).rsplit("/", 1)[-1]
+                if wanted == "env" and optional is not None:
+                    words = [w for w in _decode(optional).split() if not w.startswith("-")]
+                    wanted = words[0].rsplit("/", 1)[-1] if words else wanted
+                if not any(_same_interpreter(wanted, name) for name in ours):
+                    continue
+                names = sorted({word, base, *self.identity.names(fd, st)})
+            finally:
+                os.close(fd)
+            rule = self.exec_rules.match(names, argv[i + 1 :])
+            if rule is not None:
+                raise Refused(
+                    errno.EACCES,
+                    Denial(
+                        rule.label,
+                        rule.source,
+                        word,
+                        argv[i:],
+                        f"a script run by its interpreter {argv[0] if argv else '?'}",
+                    ),
                 )
 
     def _match(self, shown: str, real: str, argv: list[str], identity: list[str]) -> None:
@@ -1429,8 +1504,9 @@ class Checker:
         argv: list[str],
         cwd: str | None,
         depth: int,
-    ) -> None:
-        """Open the program as the process would and check everything it runs as."""
+    ) -> str:
+        """Open the program as the process would and check everything it runs as; its real
+        path."""
         self._cacheable = True
         try:
             fd = self._open(base, path)
@@ -1467,6 +1543,7 @@ class Checker:
                     plain = self._elf_interpreter(fd, head, argv, cwd, depth)
             if plain and self._cacheable and path.startswith(b"/") and len(self._plain) < 4096:
                 self._plain[path] = (real, identity)
+            return real
         finally:
             os.close(fd)
 
