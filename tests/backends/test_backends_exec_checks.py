@@ -483,6 +483,100 @@ async def test_a_thread_rewriting_the_path_cannot_run_a_denied_program(workspace
     assert result["exec_denied"]["denied"] > 0  # the notifier refused the reads of touch
 
 
+async def test_a_rule_naming_programs_by_a_path_glob_knows_their_copies(workspace: Path) -> None:
+    """`run_shell(/usr/bin/tou* *)` names /usr/bin/touch as `run_shell(touch *)` does, and a
+    copy of it under another name is the same program; the identity by inode and content
+    looked only for names a glob without a `/` matched, so the copy ran."""
+    (result,) = await run_lines(
+        workspace, ["cp /usr/bin/touch ./t && ./t hit"], deny=("run_shell(/usr/bin/tou* *)",)
+    )
+    assert not (workspace / "hit").exists(), result
+    assert denied_rules(result) == ["deny:run_shell(/usr/bin/tou* *)"], result
+
+
+async def test_a_denied_script_handed_to_its_interpreter_is_refused(workspace: Path) -> None:
+    """`run_shell(gunzip *)`, and gunzip is a `#!/bin/sh` script: `sh /usr/bin/gunzip f.gz`
+    made the kernel execute sh, which ran gunzip's own lines, and f.gz was uncompressed. The
+    script handed to its own interpreter is now checked as the script; reading it is not."""
+    with open("/usr/bin/gunzip", "rb") as f:
+        if f.read(2) != b"#!":
+            pytest.skip("gunzip is not a #! script here")
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    lines = ["sh /usr/bin/gunzip f.gz", "bash -e /usr/bin/gunzip -k f.gz", "cat /usr/bin/gunzip"]
+    first, second, control = await run_lines(workspace, lines, deny=("run_shell(gunzip *)",))
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    assert set(denied_rules(first)) == {"deny:run_shell(gunzip *)"}, first
+    assert set(denied_rules(second)) == {"deny:run_shell(gunzip *)"}, second
+    assert control["exit_code"] == 0 and "gzip" in control["stdout"], control
+
+
+# The same race for a denied program with a second hard link beside it (perl and
+# perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
+# EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock
+# rule belongs to the inode, so the denied file itself was granted.
+RACE_LINK = """
+import ctypes, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+allowed, denied = sys.argv[3].encode() + b"\\0", sys.argv[4].encode() + b"\\0"
+assert len(allowed) == len(denied)
+path = ctypes.create_string_buffer(allowed, len(allowed) + 1)
+argv = (ctypes.c_char_p * 4)(b"x", b"-e", ("open F, '>', '%s'" % sys.argv[1]).encode(), None)
+def flip():
+    while True:
+        ctypes.memmove(path, denied, len(denied))
+        ctypes.memmove(path, allowed, len(allowed))
+for _ in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        threading.Thread(target=flip, daemon=True).start()
+        for _ in range(300):
+            libc.execve(path, argv, None)
+        os._exit(3)
+    os.waitpid(pid, 0)
+    if os.path.exists(sys.argv[1]):
+        print("the race was won")
+        break
+"""
+
+
+def _hard_linked_perl() -> tuple[str, str] | None:
+    """``/usr/bin/perl`` and a same-length allowed program, when perl has a second link in
+    ``/usr/bin``; None otherwise."""
+    try:
+        st = os.stat("/usr/bin/perl")
+    except OSError:
+        return None
+    if st.st_nlink < 2:
+        return None
+    with os.scandir("/usr/bin") as entries:
+        if any(e.name != "perl" and e.inode() == st.st_ino for e in entries):
+            return "/usr/bin/true", "/usr/bin/perl"
+    return None
+
+
+async def test_a_denied_program_with_a_second_hard_link_keeps_its_backstop(
+    workspace: Path,
+) -> None:
+    """Under `run_shell(perl *)`, a thread flips the exec path between /usr/bin/true and
+    /usr/bin/perl; the kernel's Landlock backstop must refuse perl whatever the supervisor
+    read. It granted perl's inode through its other link (perl5.36.0), and perl ran."""
+    pair = _hard_linked_perl()
+    if pair is None:
+        pytest.skip("/usr/bin/perl has no second hard link in /usr/bin here")
+    (workspace / "race.py").write_text(RACE_LINK)
+    hit = workspace / "hit"
+    (result,) = await run_lines(
+        workspace,
+        [{"command": f"python3 race.py {hit} 60 {pair[0]} {pair[1]}", "timeout_seconds": 120}],
+        deny=("run_shell(perl *)",),
+    )
+    assert "the race was won" not in result["stdout"], result
+    assert not hit.exists()
+    assert result["exec_denied"]["denied"] > 0  # the notifier refused the reads of perl
+
+
 PROBE_FAILS = """
 import ctypes, struct, sys, trio
 from ringfence import create_kernel

@@ -501,3 +501,50 @@ def test_a_session_grant_on_a_builtin_does_not_cover_a_subscript_bash_runs(
     assert "ran test -n x" in run.output, run.output
     assert "denied bash -c" in run.output, run.output
     assert not (ws / "MARK").exists()
+
+
+# An ask rule has no exec check on any backend: a program the judge does not know may
+# start what the rule names, written plainly on the line (`linux64 touch MARK`). Each of
+# these ran unasked under posture unrestricted and made MARK.
+ASK_LAUNCHERS: list[tuple[str, tuple[str, ...]]] = [
+    ("linux64 touch MARK", ("linux64",)),
+    ("setarch x86_64 touch MARK", ("setarch",)),
+    ("ssh -o ProxyCommand='touch MARK' -o BatchMode=yes x", ("ssh",)),
+    ("mkdir d && printf '#!/bin/sh\\ntouch MARK\\n' > d/a && chmod +x d/a && run-parts d", ()),
+]
+POLICY_ASK = 'ask = ["run_shell(touch*)"]\n'
+
+
+@pytest.mark.parametrize("backend", ["local", "host"])
+@pytest.mark.parametrize(("command", "needs"), ASK_LAUNCHERS, ids=[c for c, _ in ASK_LAUNCHERS])
+def test_an_ask_rule_asks_about_a_program_the_judge_does_not_know(
+    tmp_path: Path,
+    ws: Path,
+    command: str,
+    needs: tuple[str, ...],
+    backend: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An ask rule is never enforced at exec, so a program not known to start nothing else
+    asks while one applies, as it does for a deny rule without an exec check."""
+    missing = [n for n in (*needs, "run-parts") if shutil.which(n) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}")
+    if backend == "local" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    code, records = _call(
+        tmp_path, ws, command, POLICY_ASK, "--backend", backend, "--posture", "unrestricted"
+    )
+    _asked_and_nothing_ran(ws, code, records, capsys)
+    assert "ask rules are not enforced at exec" in _decided(records)["reason"], records
+
+
+def test_an_ask_rule_leaves_a_program_known_to_start_nothing_to_the_posture(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, records = _call(
+        tmp_path, ws, "mkdir made", POLICY_ASK, "--backend", "host", "--posture", "unrestricted"
+    )
+    capsys.readouterr()
+    assert code == 0 and _decided(records)["verdict"] == "allow", records
+    assert (ws / "made").is_dir()

@@ -204,7 +204,10 @@ def test_unrestricted_still_obeys_deny_and_unresolved() -> None:
     assert decide(SHELL, Posture.UNRESTRICTED, RULES, {"command": "eval x"}).verdict is Q
     # make may start curl: without an exec check the deny rules cannot hold there, so ask
     assert decide(SHELL, Posture.UNRESTRICTED, RULES, {"command": "make"}).verdict is Q
-    assert decide(CHECKED, Posture.UNRESTRICTED, RULES, {"command": "make"}).verdict is A
+    # with an exec check the deny rules hold at exec; the ask rule (git push*) does not
+    assert decide(CHECKED, Posture.UNRESTRICTED, RULES, {"command": "make"}).verdict is Q
+    deny_only = Rules(policy=Policy.from_strings(deny=["run_shell(curl *)"]))
+    assert decide(CHECKED, Posture.UNRESTRICTED, deny_only, {"command": "make"}).verdict is A
     # an ask rule (git push*) could hide in what eval runs: the exec check does not carry it
     assert decide(CHECKED, Posture.UNRESTRICTED, RULES, {"command": "eval x"}).verdict is Q
 

@@ -83,7 +83,11 @@ MATRIX = [
     # an ask rule is never enforced at exec: an unread line asks either way
     ("eval 'git push'", ASK_PUSH, Q, Q),
     ("git $SUB origin", ASK_PUSH, Q, Q),
-    ("node build.js", ASK_PUSH, A, A),  # programs' own children are not the text's
+    # a program the judge does not know may start what an ask rule names (`linux64 git
+    # push`): no exec check carries an ask rule, so it asks either way
+    ("node build.js", ASK_PUSH, Q, Q),
+    ("mkdir -p out", ASK_PUSH, A, A),  # known to start nothing: the posture's
+    ("make", ASK_PUSH, A, A),  # an allow rule on a launcher allows what it launches
     # no deny or ask rule: nothing to protect, the posture decides
     ("eval ls", ALLOW_ONLY, A, A),
     ("node build.js", ALLOW_ONLY, A, A),

@@ -32,7 +32,9 @@ any of those names, the runtime's own deny-side matching: a first element withou
 - ``#!`` scripts: the interpreter (and its optional argument) as the kernel reads
   the first line, run with the script's path and the arguments: a script whose
   interpreter is denied is denied; nested interpreters too (up to the kernel's
-  depth);
+  depth); and the other way round, a denied ``#!`` script handed to its own interpreter
+  (``sh /usr/bin/gunzip f.gz``: the kernel would start the same interpreter on the same
+  file) is that script with the words after it (:meth:`Checker._script_argument`);
 - an ELF program whose ``PT_INTERP`` is not the dynamic loader: that interpreter, which
   the kernel maps and starts with the program's argv;
 - the dynamic loader run directly (``ld.so /usr/bin/rm``): the program it is given
@@ -53,7 +55,9 @@ pattern is the name and ``**``) the denied files outside the writable places (th
 read-only programs, busybox when it holds a denied applet) are also refused by a Landlock
 layer each command's child adds before its exec (:meth:`Checker.execute_ruleset`): it
 handles ``EXECUTE`` and grants it beneath every entry of ``/`` and of each directory on
-the way to a denied file, except those files and that way. The kernel checks it on the
+the way to a denied file, except those files and that way; a rule belongs to an inode,
+so every hard link of a denied file (:func:`_hard_links`) is denied and walked to as well.
+The kernel checks it on the
 file it really executes (and on an interpreter it opens for ``#!``): no race. It does
 not see the dynamic loader mapping a program (``ld.so /usr/bin/rm``: the loader is what
 executes), copies (another inode), or argv.
@@ -724,6 +728,19 @@ def shebang(head: bytes) -> tuple[bytes, bytes | None]:
     return string(name), (string(arg) if arg is not None else None)
 
 
+_SHELLS = frozenset({"sh", "dash", "bash", "ash", "ksh", "mksh", "zsh", "posh", "yash", "busybox"})
+
+
+def _same_interpreter(wanted: str, name: str) -> bool:
+    """Whether a program named ``name`` is the interpreter a ``#!`` line names ``wanted``:
+    the same name, one a versioned other (``python3``, ``python3.11``), or both shells."""
+    if not wanted or not name:
+        return False
+    if name.startswith(wanted) or wanted.startswith(name):
+        return True
+    return wanted in _SHELLS and name in _SHELLS
+
+
 def _elf_layout(fd: int) -> tuple[int, ...] | None:
     """How the kernel loads an x86-64 ELF file: its type, entry point and program headers
     (type, flags, offset, address, sizes), flattened; None for anything else."""
@@ -884,6 +901,81 @@ def _elf_interpreter(path: str) -> str | None:
     return None
 
 
+_WALK_BUDGET = 2_000_000  # directory entries looked at for the hard links of denied files
+_LINKS: dict[tuple[int, int, int], frozenset[str]] = {}  # (dev, ino, nlink) -> its names
+
+
+def _hard_links(
+    inodes: dict[tuple[int, int], int], known: set[str], writable: list[str]
+) -> set[str]:
+    """Every other name (hard link) of the files ``inodes`` (``(dev, ino) -> st_nlink``)
+    that the sandbox can reach outside ``writable``: first in the directories of the names
+    ``known``, then, for a file with more links than found there, by a walk of its file
+    system (``/`` down, that device only, no ``/proc``, ``/sys``, ``/dev``; cached per
+    inode). A link in a directory the walk cannot list (or past its budget) is not found."""
+    found: dict[tuple[int, int], set[str]] = {key: set() for key in inodes}
+    for directory in {os.path.dirname(path) for path in known}:
+        try:
+            entries = os.scandir(directory)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) in found:
+                    found[(st.st_dev, st.st_ino)].add(entry.path)
+    missing = {key for key, nlink in inodes.items() if len(found[key]) < nlink}
+    for key in list(missing):
+        cached = _LINKS.get((*key, inodes[key]))
+        if cached is not None:
+            found[key] |= cached
+            missing.discard(key)
+    if missing:
+        skip = {"/proc", "/sys", "/dev", *(w.rstrip("/") or "/" for w in writable)}
+        devices = {dev for dev, _ in missing}
+        numbers = {ino for _, ino in missing}
+        stack, budget = ["/"], _WALK_BUDGET
+        while stack and budget > 0 and missing:
+            directory = stack.pop()
+            try:
+                entries = os.scandir(directory)
+            except OSError:
+                continue
+            with entries:
+                for entry in entries:
+                    budget -= 1
+                    try:  # (the directory's own type and inode: stat only what may count)
+                        if entry.is_dir(follow_symlinks=False):
+                            if (
+                                entry.path not in skip
+                                and entry.stat(follow_symlinks=False).st_dev in devices
+                            ):
+                                stack.append(entry.path)  # the same file system only
+                            continue
+                        if entry.inode() not in numbers:
+                            continue
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    key = (st.st_dev, st.st_ino)
+                    if key in missing:
+                        found[key].add(entry.path)
+                        if len(found[key]) >= inodes[key]:
+                            missing.discard(key)
+        for key in inodes:
+            if key not in missing:
+                _LINKS[(*key, inodes[key])] = frozenset(found[key])
+    return {
+        path
+        for names in found.values()
+        for path in names
+        if not any(path == w or path.startswith(w.rstrip("/") + "/") for w in writable)
+    }
+
+
 class Checker:
     """One command's exec checks under one set of rules (and its ``PATH``)."""
 
@@ -906,6 +998,7 @@ class Checker:
         self._cacheable = False  # the last _resolve saw only read-only places
         self._links: dict[bytes, bytes] = {}  # read-only links and their targets
         self._allowed: set[tuple[bytes, ...]] = set()  # (path, *argv) of execve let go
+        self._consulted = False  # the last check opened a file an argument names
         try:
             self._proc_dev = os.stat("/proc").st_dev
         except OSError:
@@ -924,8 +1017,11 @@ class Checker:
                 except OSError:
                     continue
                 for entry in entries:
-                    if any(g.fullmatch(entry) for g in rules.globs):
-                        self.identity.add(entry, f"{d}/{entry}")
+                    path = f"{d}/{entry}"
+                    for glob in rules.globs:  # with a `/` it names a path (`/usr/bin/tou*`)
+                        name = path if glob.slash else entry
+                        if glob.fullmatch(name):
+                            self.identity.add(name, path)
         # Multi-call binaries with an applet a rule names: refused by identity (see above).
         self.loader_paths: set[bytes] = set()  # PT_INTERP strings naming the loader itself
         self.multicall = _Identity()
@@ -991,6 +1087,14 @@ class Checker:
                 denied.add(real)
         if not denied:
             return None
+        # A Landlock rule belongs to an inode, and a granted directory above *any* name of a
+        # file lets it run: every hard link of a denied file (perl and perl5.36.0, bzip2 and
+        # bzcat) is denied with it, and the way to each is walked as the way to the file.
+        inodes: dict[tuple[int, int], int] = {}
+        for real in denied:
+            st = os.stat(real)
+            inodes[(st.st_dev, st.st_ino)] = st.st_nlink
+        denied |= _hard_links(inodes, denied, writable)
         way = {"/"}
         for real in denied:
             parent = os.path.dirname(real)
@@ -999,10 +1103,14 @@ class Checker:
                 parent = os.path.dirname(parent)
         grants = []
         for directory in sorted(way):
-            for entry in os.scandir(directory):
-                if entry.path in way or entry.path in denied or entry.is_symlink():
-                    continue
-                grants.append(entry.path)
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.path in way or entry.path in denied or entry.is_symlink():
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if (st.st_dev, st.st_ino) in inodes:
+                        continue  # a name of a denied file not found before (a new link)
+                    grants.append(entry.path)
         self._execute_fd = landlock.ruleset_beneath(
             landlock.FS_EXECUTE,
             0,
@@ -1127,10 +1235,13 @@ class Checker:
         else:
             base, name, shown = f"/proc/{pid}/fd/{dirfd}", path, f"/dev/fd/{dirfd}/{_decode(path)}"
         self._pid = pid
+        self._consulted = False
         try:
             self.check(base, name, shown, argv, f"/proc/{pid}/cwd")
         finally:
             self._pid = None
+        if self._consulted:
+            return  # decided by a file an argument names: looked at again next time
         # Let go, and decided by what cannot change: a plain program on a read-only path
         # (its real path and identity remembered) and the argv. Small ones are remembered.
         if key is not None and path in self._plain and sum(map(len, words)) < 4096:
@@ -1258,13 +1369,69 @@ class Checker:
             real, identity = known
             self._match(shown, real, argv, identity)
         else:
-            self._examine(base, path, shown, argv, cwd, depth)
+            real = self._examine(base, path, shown, argv, cwd, depth)
+        self._script_argument([shown, real, *argv[:1]], argv, cwd)
         if argv and argv[0].rsplit("/", 1)[-1].startswith("busybox") and len(argv) > 1:
             names = [argv[1]]
             rule = self.exec_rules.match(names, argv[2:])
             if rule is not None:
                 raise Refused(
                     errno.EACCES, Denial(rule.label, rule.source, argv[1], argv[1:], "via busybox")
+                )
+
+    def _script_argument(self, program: list[str], argv: list[str], cwd: str | None) -> None:
+        """A denied ``#!`` script handed to its own interpreter (``sh /usr/bin/gunzip f.gz``,
+        ``node /usr/bin/npm publish``) runs as if it were exec'd: the kernel would start the
+        same interpreter on the same file. So a word of argv that names (by name or path,
+        then by inode and content) a file a rule names, whose ``#!`` interpreter is the
+        program being run (its name, or both shells), is matched as that program with the
+        words after it. A copy under another name is not looked at (a name is the filter)."""
+        ours = {n.rsplit("/", 1)[-1] for n in program if n}
+        for i, word in enumerate(argv[1:17], 1):
+            base = word.rsplit("/", 1)[-1]
+            if not base or (
+                base not in self.exec_rules.names
+                and word not in self.exec_rules.paths
+                and not any(g.fullmatch(word if g.slash else base) for g in self.exec_rules.globs)
+            ):
+                continue
+            self._consulted = True  # a file's decision: not remembered with the argv
+            raw = os.fsencode(word)
+            try:
+                fd = self._open(None if raw.startswith(b"/") else cwd, raw)
+            except (OSError, Refused):
+                continue
+            try:
+                st = os.fstat(fd)
+                if (st.st_mode & 0o170000) != 0o100000:
+                    continue
+                head = os.pread(fd, _BINPRM_BUF_SIZE, 0)
+                if head[:2] != b"#!":
+                    continue
+                try:
+                    interpreter, optional = shebang(head)
+                except Refused:
+                    continue
+                wanted = _decode(interpreter).rsplit("/", 1)[-1]
+                if wanted == "env" and optional is not None:
+                    words = [w for w in _decode(optional).split() if not w.startswith("-")]
+                    wanted = words[0].rsplit("/", 1)[-1] if words else wanted
+                if not any(_same_interpreter(wanted, name) for name in ours):
+                    continue
+                names = sorted({word, base, *self.identity.names(fd, st)})
+            finally:
+                os.close(fd)
+            rule = self.exec_rules.match(names, argv[i + 1 :])
+            if rule is not None:
+                raise Refused(
+                    errno.EACCES,
+                    Denial(
+                        rule.label,
+                        rule.source,
+                        word,
+                        argv[i:],
+                        f"a script run by its interpreter {argv[0] if argv else '?'}",
+                    ),
                 )
 
     def _match(self, shown: str, real: str, argv: list[str], identity: list[str]) -> None:
@@ -1337,8 +1504,9 @@ class Checker:
         argv: list[str],
         cwd: str | None,
         depth: int,
-    ) -> None:
-        """Open the program as the process would and check everything it runs as."""
+    ) -> str:
+        """Open the program as the process would and check everything it runs as; its real
+        path."""
         self._cacheable = True
         try:
             fd = self._open(base, path)
@@ -1375,6 +1543,7 @@ class Checker:
                     plain = self._elf_interpreter(fd, head, argv, cwd, depth)
             if plain and self._cacheable and path.startswith(b"/") and len(self._plain) < 4096:
                 self._plain[path] = (real, identity)
+            return real
         finally:
             os.close(fd)
 

@@ -20,8 +20,9 @@ A shell command (``command``) is judged per simple command, and:
   no exec check sees them), and for a deny rule over the line's *text* (``command~REGEX``,
   or a ``[[rules]]`` ``args.command`` glob): no exec check carries one, and the text
   of an unread line is not what runs.
-- An ask rule is never enforced at exec: an unresolved line, or a computed word
-  that could match one, asks while any applies.
+- An ask rule is never enforced at exec: an unresolved line, a computed word that
+  could match one, or a program not known to start nothing else that no rule names,
+  asks while any applies (on every tool, as a deny rule does where there is no exec check).
 
 Rules and their syntax are :mod:`._rules`; what one pattern matches is
 :mod:`._matchers`.
@@ -48,6 +49,7 @@ __all__ = [
     "TEXT_UNENFORCED",
     "UNENFORCED",
     "UNKNOWN_PROGRAM",
+    "UNKNOWN_PROGRAM_ASK",
     "PartVerdict",
     "Policy",
     "PolicyVerdict",
@@ -74,6 +76,9 @@ TEXT_UNENFORCED = (
     "text of a line that cannot be read whole is not what runs"
 )
 ASK_HIDDEN = "an ask rule could match what it runs, and ask rules are not enforced at exec"
+UNKNOWN_PROGRAM_ASK = (
+    "a program the judge does not know may start others, and ask rules are not enforced at exec"
+)
 
 
 @dataclass(frozen=True)
@@ -330,6 +335,12 @@ class Policy:
                     else UNKNOWN_PROGRAM
                 )
                 part = PartVerdict("command", part.text, Effect.ASK, reason=reason, via=sc.via)
+            elif part.effect is None and hidden_ask and not sc.known:
+                # An ask rule has no exec check anywhere: what a program the judge does not
+                # know starts (`numactl -C 0 git push`, `ssh -o ProxyCommand=…`) it cannot see.
+                part = PartVerdict(
+                    "command", part.text, Effect.ASK, reason=UNKNOWN_PROGRAM_ASK, via=sc.via
+                )
             parts.append(part)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         for redirect in parsed.redirects:
