@@ -92,8 +92,10 @@ class BridgeListener:
                 os.umask(old)
             os.chmod(path, 0o600)
             if owner is not None:
-                os.chown(directory, *owner)
-                os.chown(path, *owner)
+                # The socket first, while the directory is still ours alone: once the
+                # directory is the owner's, it could put a link where the socket was.
+                os.chown(path, *owner, follow_symlinks=False)
+                os.chown(directory, *owner, follow_symlinks=False)
             sock.listen(LISTEN_BACKLOG)
             sock.setblocking(False)
         except BaseException:
