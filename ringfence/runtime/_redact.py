@@ -45,6 +45,7 @@ import ast
 import base64
 import functools
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
@@ -391,6 +392,9 @@ class Redactor:
         # Each level: its secrets and one expression over them (see _patterns).
         self._levels: list[tuple[list[str], re.Pattern[str]]] = []
         self._pending: list[str] = []
+        # Redactions may run in worker threads: the pending list and the levels change
+        # under this lock, and the levels are replaced whole (a reader sees old or new).
+        self._lock = threading.Lock()
         self._longest = 0
         self.names: tuple[str, ...] = tuple(str(n) for n in names)
         for s in secrets:
@@ -411,10 +415,11 @@ class Redactor:
     def register(self, secret: str) -> None:
         if not isinstance(secret, str) or len(secret) < MIN_SECRET_LENGTH:
             return
-        if secret not in self._secrets:
-            self._secrets.add(secret)
-            self._pending.append(secret)
-            self._longest = max(self._longest, len(secret))
+        with self._lock:
+            if secret not in self._secrets:
+                self._secrets.add(secret)
+                self._pending.append(secret)
+                self._longest = max(self._longest, len(secret))
 
     def _patterns(self) -> list[re.Pattern[str]]:
         """The expressions that together match every secret, the pending ones joined now.
@@ -427,18 +432,20 @@ class Redactor:
         log₂ n levels. Built when a redaction needs them, so a call's many values cost one.
         """
         if self._pending:
-            if len(self._secrets) <= _ONE_LEVEL:
-                batch = list(self._secrets)
-                self._levels = []
-            else:
-                batch = self._pending
-                while self._levels and len(self._levels[-1][0]) <= len(batch):
-                    batch = batch + self._levels.pop()[0]
-            # Longest first so a secret that contains another is replaced whole.
-            alternatives = sorted(batch, key=len, reverse=True)
-            pattern = re.compile("|".join(re.escape(s) for s in alternatives))
-            self._levels.append((batch, pattern))
-            self._pending = []
+            with self._lock:
+                if self._pending:
+                    levels = list(self._levels)
+                    if len(self._secrets) <= _ONE_LEVEL:
+                        batch, levels = list(self._secrets), []
+                    else:
+                        batch = self._pending
+                        while levels and len(levels[-1][0]) <= len(batch):
+                            batch = batch + levels.pop()[0]
+                    # Longest first so a secret that contains another is replaced whole.
+                    alternatives = sorted(batch, key=len, reverse=True)
+                    pattern = re.compile("|".join(re.escape(s) for s in alternatives))
+                    self._levels = [*levels, (batch, pattern)]
+                    self._pending = []
         return [pattern for _, pattern in self._levels]
 
     def _register_found(self, value: str) -> None:
