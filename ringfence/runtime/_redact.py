@@ -92,6 +92,10 @@ _SEGMENTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 # Shorter values would redact ordinary text ("no", "1"), so they are not registered.
 MIN_SECRET_LENGTH = 4
+# A longer value is registered as pieces of at most this many characters (all of it still
+# redacted): a stream holds back the longest secret's length at every chunk, and a script
+# that registered a 12 MB "password" made each of its output's chunks re-scan 12 MB.
+MAX_SECRET_PIECE = 64 * 1024
 # Values found under a credential name that are placeholders or flags, not secrets:
 # registering them would redact every "true" or "password" in every later output.
 _NOT_SECRETS = frozenset(
@@ -414,6 +418,12 @@ class Redactor:
 
     def register(self, secret: str) -> None:
         if not isinstance(secret, str) or len(secret) < MIN_SECRET_LENGTH:
+            return
+        if len(secret) > MAX_SECRET_PIECE:  # equal pieces, each over half the bound
+            n = -(-len(secret) // MAX_SECRET_PIECE)
+            size = -(-len(secret) // n)
+            for i in range(0, len(secret), size):
+                self.register(secret[i : i + size])
             return
         with self._lock:
             if secret not in self._secrets:

@@ -86,3 +86,45 @@ def test_the_levels_redact_exactly_as_one_expression_of_every_secret() -> None:
             one = "|".join(re.escape(s) for s in sorted(secrets[:i], key=len, reverse=True))
             assert got == re.compile(one).sub(MARKER, text), (i, text)
     assert redactor.longest == max(map(len, secrets))
+
+
+HUGE = """
+secret = "Q" * 12_000_000 + "z"
+try:
+    call_tool("no_such_tool", password=secret)
+except ToolError as e:
+    print("registered:", e.code)
+line = "y" * 65_000
+for i in range(1000):
+    print(line)
+print(secret)
+print("end")
+"""
+
+
+def test_a_huge_credential_value_does_not_slow_every_later_chunk(tmp_path: Path) -> None:
+    """The attack: a 12 MB "password" made the output's stream redactor hold back and re-scan
+    12 MB at each chunk the runner wrote: 65 MB of output held the host's loop for half a
+    minute past a 10 s timeout. A value that long is registered as pieces of at most 64 KiB:
+    all of it is still redacted (the script prints it whole at the end), and the run ends
+    in seconds."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "huge.py"
+    script.write_text(HUGE)
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "ringfence", "run-script", str(script), "--timeout", "10",
+            "--workspace", str(ws), "--posture", "unrestricted", "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    value = json.loads(done.stdout)["result"]
+    assert value["status"] == "ok", value.get("error")
+    assert "registered: not_found" in value["output"] and value["output"].rstrip().endswith("end")
+    assert "QQQQ" not in value["output"]  # the secret, printed whole, is markers only
