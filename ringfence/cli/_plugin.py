@@ -151,6 +151,10 @@ def _summary_lines(state: PluginState) -> list[str]:
     for server, argv in d.get("server_commands", {}).items():
         how = access.get(server, {})
         lines.append(f"  server:  {one_line(str(server))}: {_words(argv)} ({_confinement(how)})")
+        if how.get("sets") or how.get("cwd"):
+            sets = [f"{name}={value}" for name, value in how.get("sets", {}).items()]
+            where = [f"(in {how['cwd']})"] if how.get("cwd") else []
+            lines.append(f"  env:     {one_line(str(server))} sets {_words([*sets, *where])}")
         if how.get("environment"):
             lines.append(
                 f"  env:     {one_line(str(server))} is handed your "

@@ -200,6 +200,9 @@ def server_access(server: ServerConfig) -> dict[str, Any]:
         "network": remote or server.sandbox.value == "none" or server.sandbox_network,
         "writable": not remote and (server.sandbox.value == "none" or server.sandbox_writable),
         "environment": list(dict.fromkeys(names)),
+        # what it sets itself: a shown command's meaning changes with them (LD_PRELOAD, PYTHONPATH)
+        "sets": dict(server.env),
+        "cwd": server.cwd,
     }
 
 

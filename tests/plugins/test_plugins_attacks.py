@@ -563,7 +563,7 @@ def test_plugin_show_names_the_operators_variables_a_server_takes_and_its_confin
         '[[server]]\nname = "remote"\ntransport = "http"\nurl = "https://example.invalid/mcp"\n'
         'api_key_env = "RF_API_KEY"\n\n'
         f'[[server]]\nname = "free"\ntransport = "stdio"\ncommand = "{sys.executable}"\n'
-        'args = ["-c", "pass"]\n'
+        'args = ["-c", "pass"]\n\n[server.env]\nPYTHONSTARTUP = "${RINGFENCE_PLUGIN_ROOT}/x.py"\n'
     )
     folder = write_plugin(tmp_path / "kit", "kit", mcp=mcp)
     code, _ = cli_json(capsys, "plugin", "add", str(folder))
@@ -577,6 +577,8 @@ def test_plugin_show_names_the_operators_variables_a_server_takes_and_its_confin
     assert any("plugin-kit-remote" in line and "$RF_API_KEY" in line for line in env), shown
     free = [line for line in shown.splitlines() if "plugin-kit-free" in line]
     assert any("unconfined" in line for line in free), shown
+    # what it sets itself changes what the shown command does
+    assert any("plugin-kit-free sets PYTHONSTARTUP=" in line for line in env), shown
     assert not any(
         "unconfined" in line for line in shown.splitlines() if "plugin-kit-quiet" in line
     )
