@@ -57,7 +57,8 @@ class BridgeListener:
     """The run's listening socket: 127.0.0.1 on a random port, or a Unix socket.
 
     The Unix socket is ``bridge.sock`` (0600) in a fresh 0700 directory; when
-    the child will drop to another uid, both are handed to that uid. ``aclose``
+    the runner connects as another uid (a container's), both are handed to it (socket first,
+    links not followed); a local runner connects before it drops privileges. ``aclose``
     removes the directory.
     """
 
@@ -92,8 +93,10 @@ class BridgeListener:
                 os.umask(old)
             os.chmod(path, 0o600)
             if owner is not None:
-                os.chown(directory, *owner)
-                os.chown(path, *owner)
+                # The socket first, while the directory is still ours alone: once the
+                # directory is the owner's, it could put a link where the socket was.
+                os.chown(path, *owner, follow_symlinks=False)
+                os.chown(directory, *owner, follow_symlinks=False)
             sock.listen(LISTEN_BACKLOG)
             sock.setblocking(False)
         except BaseException:

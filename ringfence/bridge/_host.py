@@ -152,9 +152,10 @@ async def run_script(
         kernel.redactor, kernel.output_cap_bytes, kernel.spool_dir, config.output_spool_bytes
     )
     err = OutputCapture(kernel.redactor, STDERR_KEEP, what="runner diagnostics")
-    owner = launcher.socket_owner or (
-        (config.uid, config.gid) if os.geteuid() == 0 and config.sandbox != _sandbox.NONE else None
-    )
+    # A local runner connects as this process's uid, before it drops to the sandbox's: the
+    # socket and its directory stay ours. Handed to the sandbox's uid, any process of that
+    # uid (65534, nobody's daemons) could remove, replace or rename them, or plant a link.
+    owner = launcher.socket_owner
     started = time.monotonic()
     done: dict[str, Any] | None = None
     serve_error: BaseException | None = None

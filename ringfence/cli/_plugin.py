@@ -147,8 +147,19 @@ def _summary_lines(state: PluginState) -> list[str]:
             f"{where}: {_words(hook['command'])} (confined, read-only workspace{net}, "
             f"timeout {hook['timeout_seconds']:g}s)"
         )
+    access = d.get("server_access", {})
     for server, argv in d.get("server_commands", {}).items():
-        lines.append(f"  server:  {one_line(str(server))}: {_words(argv)}")
+        how = access.get(server, {})
+        lines.append(f"  server:  {one_line(str(server))}: {_words(argv)} ({_confinement(how)})")
+        if how.get("sets") or how.get("cwd"):
+            sets = [f"{name}={value}" for name, value in how.get("sets", {}).items()]
+            where = [f"(in {how['cwd']})"] if how.get("cwd") else []
+            lines.append(f"  env:     {one_line(str(server))} sets {_words([*sets, *where])}")
+        if how.get("environment"):
+            lines.append(
+                f"  env:     {one_line(str(server))} is handed your "
+                f"{_words('$' + name for name in how['environment'])}"
+            )
     for skill in d.get("skills", []):
         lines.append(f"  skill:   {one_line(str(skill))}")
     for rule in d.get("policy_rules", []):
@@ -159,6 +170,17 @@ def _summary_lines(state: PluginState) -> list[str]:
     if d.get("network"):
         lines.append(f"  network: {_words(d['network'])} may reach the network")
     return lines
+
+
+def _confinement(how: dict[str, Any]) -> str:
+    """How a plugin's server runs, in the review's words."""
+    sandbox = how.get("sandbox")
+    if sandbox == "none":
+        return "unconfined: runs as you, with your files and network"
+    if sandbox == "remote":
+        return "a remote server"
+    workspace = "writable workspace" if how.get("writable") else "read-only workspace"
+    return f"confined, {workspace}, {'network' if how.get('network') else 'no network'}"
 
 
 async def run_add(args: argparse.Namespace) -> int:

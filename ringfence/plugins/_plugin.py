@@ -39,7 +39,14 @@ from ._skills import read_skills
 if TYPE_CHECKING:
     from ..mcp_host.manifest._load import ServerConfig
 
-__all__ = ["PLUGIN_ROOT", "PluginState", "inspect_plugin", "locate_plugin", "server_name"]
+__all__ = [
+    "PLUGIN_ROOT",
+    "PluginState",
+    "inspect_plugin",
+    "locate_plugin",
+    "server_access",
+    "server_name",
+]
 
 # Written in a plugin's mcp.toml (command, args, cwd, env values): the session's copy of the bundle.
 PLUGIN_ROOT = "${RINGFENCE_PLUGIN_ROOT}"
@@ -160,9 +167,43 @@ class PluginState:
                 out["server_commands"] = {
                     s.name: [s.command or s.url or "", *s.args] for s in self.servers
                 }
+                out["server_access"] = {s.name: server_access(s) for s in self.servers}
         if self.error is not None:
             out["error"] = self.error.to_dict()
         return out
+
+
+def server_access(server: ServerConfig) -> dict[str, Any]:
+    """What a plugin's server takes from the operator, for the review: how it runs (``none``:
+    unconfined, as the operator; ``local``: confined) and the operator's environment variables
+    whose values it is handed (``inherit_env``, ``api_key_env``, ``headers_env``, the OAuth
+    and identity-provider secrets): grants the plugin writes for itself, which a person
+    trusting it must see."""
+    names = [
+        *server.inherit_env,
+        *([server.api_key_env] if server.api_key_env else []),
+        *server.headers_env.values(),
+        *(
+            name
+            for name in (
+                server.client_secret_env,
+                server.client_key_env,
+                server.idp_client_secret_env,
+                server.idp_id_token_env,
+            )
+            if name
+        ),
+    ]
+    remote = server.transport.value != "stdio"
+    return {
+        "sandbox": "remote" if remote else server.sandbox.value,
+        "network": remote or server.sandbox.value == "none" or server.sandbox_network,
+        "writable": not remote and (server.sandbox.value == "none" or server.sandbox_writable),
+        "environment": list(dict.fromkeys(names)),
+        # what it sets itself: a shown command's meaning changes with them (LD_PRELOAD, PYTHONPATH)
+        "sets": dict(server.env),
+        "cwd": server.cwd,
+    }
 
 
 def check_fragment(path: Path, raw: bytes, plugin: str) -> tuple[Rule, ...]:

@@ -45,6 +45,7 @@ import ast
 import base64
 import functools
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
@@ -91,6 +92,10 @@ _SEGMENTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 # Shorter values would redact ordinary text ("no", "1"), so they are not registered.
 MIN_SECRET_LENGTH = 4
+# A longer value is registered as pieces of at most this many characters (all of it still
+# redacted): a stream holds back the longest secret's length at every chunk, and a script
+# that registered a 12 MB "password" made each of its output's chunks re-scan 12 MB.
+MAX_SECRET_PIECE = 64 * 1024
 # Values found under a credential name that are placeholders or flags, not secrets:
 # registering them would redact every "true" or "password" in every later output.
 _NOT_SECRETS = frozenset(
@@ -354,19 +359,54 @@ def mask_command_args(args: Sequence[str], extra: Iterable[str] = ()) -> list[st
     return out
 
 
+_ONE_LEVEL = 256  # up to this many secrets, one expression (rebuilt whole at each change)
+
+
+def _sub_leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> str:
+    """``text`` with every secret replaced, as one expression over all of ``patterns``'
+    secrets (longest first) would: the leftmost match, the longest of those starting there."""
+    out: list[str] = []
+    pos = 0
+    found: list[re.Match[str] | None] = [p.search(text) for p in patterns]
+    while True:
+        best: re.Match[str] | None = None
+        for i, match in enumerate(found):
+            if match is not None and match.start() < pos:  # overtaken: look again from here
+                match = found[i] = patterns[i].search(text, pos)
+            if match is not None and (
+                best is None
+                or match.start() < best.start()
+                or (match.start() == best.start() and match.end() > best.end())
+            ):
+                best = match
+        if best is None:
+            break
+        out.append(text[pos : best.start()])
+        out.append(MARKER)
+        pos = best.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
 class Redactor:
     """Known secrets, by value; ``names`` adds credential-name globs for this redactor."""
 
     def __init__(self, secrets: Iterable[str] = (), *, names: Iterable[str] = ()) -> None:
         self._secrets: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
+        # Each level: its secrets and one expression over them (see _patterns).
+        self._levels: list[tuple[list[str], re.Pattern[str]]] = []
+        self._pending: list[str] = []
+        # Redactions may run in worker threads: the pending list and the levels change
+        # under this lock, and the levels are replaced whole (a reader sees old or new).
+        self._lock = threading.Lock()
+        self._longest = 0
         self.names: tuple[str, ...] = tuple(str(n) for n in names)
         for s in secrets:
             self.register(s)
 
     @property
     def longest(self) -> int:
-        return max((len(s) for s in self._secrets), default=0)
+        return self._longest
 
     def is_secret_name(self, name: str) -> bool:
         """:func:`is_secret_name` with this redactor's extra name patterns."""
@@ -379,11 +419,44 @@ class Redactor:
     def register(self, secret: str) -> None:
         if not isinstance(secret, str) or len(secret) < MIN_SECRET_LENGTH:
             return
-        if secret not in self._secrets:
-            self._secrets.add(secret)
-            # Longest first so a secret that contains another is replaced whole.
-            alternatives = sorted(self._secrets, key=len, reverse=True)
-            self._pattern = re.compile("|".join(re.escape(s) for s in alternatives))
+        if len(secret) > MAX_SECRET_PIECE:  # equal pieces, each over half the bound
+            n = -(-len(secret) // MAX_SECRET_PIECE)
+            size = -(-len(secret) // n)
+            for i in range(0, len(secret), size):
+                self.register(secret[i : i + size])
+            return
+        with self._lock:
+            if secret not in self._secrets:
+                self._secrets.add(secret)
+                self._pending.append(secret)
+                self._longest = max(self._longest, len(secret))
+
+    def _patterns(self) -> list[re.Pattern[str]]:
+        """The expressions that together match every secret, the pending ones joined now.
+
+        Rebuilding one expression over every secret at each registration cost the
+        registrations n² (a call carrying 20,000 credential values held the event loop
+        for hours). Up to :data:`_ONE_LEVEL` secrets there is one expression; past it the
+        new ones join as a binary counter would (a level merges into the next while that
+        one is not larger), so each secret is compiled O(log n) times and there are at most
+        log₂ n levels. Built when a redaction needs them, so a call's many values cost one.
+        """
+        if self._pending:
+            with self._lock:
+                if self._pending:
+                    levels = list(self._levels)
+                    if len(self._secrets) <= _ONE_LEVEL:
+                        batch, levels = list(self._secrets), []
+                    else:
+                        batch = self._pending
+                        while levels and len(levels[-1][0]) <= len(batch):
+                            batch = batch + levels.pop()[0]
+                    # Longest first so a secret that contains another is replaced whole.
+                    alternatives = sorted(batch, key=len, reverse=True)
+                    pattern = re.compile("|".join(re.escape(s) for s in alternatives))
+                    self._levels = [*levels, (batch, pattern)]
+                    self._pending = []
+        return [pattern for _, pattern in self._levels]
 
     def _register_found(self, value: str) -> None:
         # A value found by its name, not handed over as a secret: skip placeholders.
@@ -438,13 +511,16 @@ class Redactor:
                 self._register_found(literal)
 
     def redact(self, text: str) -> str:
-        if self._pattern is None or not text:
+        if not self._secrets or not text:
             return text
-        return self._pattern.sub(MARKER, text)
+        patterns = self._patterns()
+        if len(patterns) == 1:
+            return patterns[0].sub(MARKER, text)
+        return _sub_leftmost_longest(patterns, text)
 
     def redact_value(self, value: Any) -> Any:
         """Redact every string inside a JSON-like value (keys included)."""
-        if self._pattern is None:
+        if not self._secrets:
             return value
         if isinstance(value, str):
             return self.redact(value)

@@ -372,7 +372,9 @@ def _kill_host_mid_run(tmp_path, wrapper: list[str]) -> list[psutil.Process]:
     events = tmp_path / "events.jsonl"
     host_file = tmp_path / "host.py"
     host_file.write_text(HOST)
-    host = subprocess.Popen([sys.executable, str(host_file), str(events), *wrapper])
+    # The killed host cannot remove its bridge directory: it is made under tmp_path, not /tmp.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    host = subprocess.Popen([sys.executable, str(host_file), str(events), *wrapper], env=env)
     try:
         deadline = time.monotonic() + 20
         pid = None

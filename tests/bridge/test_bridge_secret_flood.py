@@ -1,0 +1,130 @@
+"""A script that floods the session's redactor with credential values, through ``ringfence run-script``.
+
+Every string under a credential-named argument (``password=...``) is registered as a
+secret before the call is recorded, valid call or not. The redactor rebuilt one regular
+expression over every secret at each registration: one call carrying 1,500 such values
+held the host's event loop for 34 s here, past the run's 3 s timeout (which cannot fire
+while the loop is held), and 20,000 (a 250 KB argument) for hours. Registrations are now
+merged into the expression in doubling levels, built when a redaction needs them, so the
+work grows as ``n log n``; what is redacted is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+N_ONE_CALL = 20_000
+N_CALLS = 1_500
+
+SCRIPT = f"""
+try:
+    call_tool("no_such_tool", password=["pw%08d" % i for i in range({N_ONE_CALL})])
+except ToolError as e:
+    print("one call:", e.code)
+for i in range({N_CALLS}):
+    try:
+        call_tool("no_such_tool", token="tk%08d" % i)
+    except ToolError:
+        pass
+print("after", "pw%08d" % 7, "tk%08d" % 9)
+"""
+
+
+def test_a_flood_of_credential_values_does_not_hold_the_host(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "flood.py"
+    script.write_text(SCRIPT)
+    events = tmp_path / "events.jsonl"
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "ringfence", "run-script", str(script), "--timeout", "60",
+            "--workspace", str(ws), "--posture", "unrestricted", "--events", str(events), "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,  # the old redactor: hours
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        check=False,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-2000:]
+    value = json.loads(done.stdout)["result"]
+    assert value["status"] == "ok", value
+    assert len(value["calls"]) <= 201 and value["calls_omitted"]["count"] > 0
+    # every value was registered, and none leaks: not in the output, not in the event stream
+    assert "one call: not_found" in value["output"]
+    assert "pw00000007" not in value["output"] and "tk00000009" not in value["output"]
+    stream = events.read_text()
+    assert "pw00000007" not in stream and "pw00019999" not in stream
+    assert "tk00000009" not in stream and "tk00001499" not in stream
+    assert seconds < 100, seconds
+
+
+def test_the_levels_redact_exactly_as_one_expression_of_every_secret() -> None:
+    """Differential: registered one by one past the one-level size (so up to ~11 levels),
+    every redaction equals the single longest-first expression's (leftmost, then longest)."""
+    import random
+    import re
+
+    from ringfence.runtime._redact import MARKER, Redactor
+
+    rng = random.Random(2)
+    secrets = list({"".join(rng.choice("ab") for _ in range(rng.randint(4, 14))) for _ in range(3000)})  # fmt: skip
+    redactor = Redactor()
+    for i, secret in enumerate(secrets, 1):
+        redactor.register(secret)
+        text = "".join(rng.choice("abx") for _ in range(40))
+        got = redactor.redact(text)
+        if i % 61 == 0 or i == len(secrets):
+            one = "|".join(re.escape(s) for s in sorted(secrets[:i], key=len, reverse=True))
+            assert got == re.compile(one).sub(MARKER, text), (i, text)
+    assert redactor.longest == max(map(len, secrets))
+
+
+HUGE = """
+secret = "Q" * 12_000_000 + "z"
+try:
+    call_tool("no_such_tool", password=secret)
+except ToolError as e:
+    print("registered:", e.code)
+line = "y" * 65_000
+for i in range(1000):
+    print(line)
+print(secret)
+print("end")
+"""
+
+
+def test_a_huge_credential_value_does_not_slow_every_later_chunk(tmp_path: Path) -> None:
+    """The attack: a 12 MB "password" made the output's stream redactor hold back and re-scan
+    12 MB at each chunk the runner wrote: 65 MB of output held the host's loop for half a
+    minute past a 10 s timeout. A value that long is registered as pieces of at most 64 KiB:
+    all of it is still redacted (the script prints it whole at the end), and the run ends
+    in seconds."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "huge.py"
+    script.write_text(HUGE)
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "ringfence", "run-script", str(script), "--timeout", "10",
+            "--workspace", str(ws), "--posture", "unrestricted", "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    value = json.loads(done.stdout)["result"]
+    assert value["status"] == "ok", value.get("error")
+    assert "registered: not_found" in value["output"] and value["output"].rstrip().endswith("end")
+    assert "QQQQ" not in value["output"]  # the secret, printed whole, is markers only
