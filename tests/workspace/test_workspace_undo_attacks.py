@@ -490,3 +490,95 @@ def test_an_undo_with_the_store_s_file_system_full_names_it_and_changes_nothing(
     assert not out["ok"] and out["error"]["code"] == "unavailable", out
     assert "checkpoint store" in out["error"]["message"] and "is full" in out["error"]["message"]
     assert exact_state(root) == before
+
+
+# -- two ringfence processes on one workspace ----------------------------------------------------
+
+
+@needs_strace
+@needs_bwrap
+def test_two_undos_of_one_set_at_once_never_leave_it_half_undone(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two ``undo`` processes of the same set: the first is held as it renames ``g`` back (its
+    checks passed), the second undoes the set whole meanwhile. The first then found ``f``
+    undone already (a conflict) and "put back" ``g`` to the set's bytes: ``f`` undone, ``g``
+    not, recorded as undone. Now writers of one workspace take turns: the second waits, then
+    finds the set undone and changes nothing."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("f0\n")
+    (root / "g").write_text("g0\n")
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "echo f1 > f; echo g1 > g"}))  # fmt: skip
+    assert out["ok"], out
+    set_id = out["result"]["changes"]["id"]
+    before = exact_state(root)
+    argv = [sys.executable, "-m", "ringfence", "undo", set_id, "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    first = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+         "-e", "inject=renameat:delay_enter=3000000:when=1", "-P", str(root), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not [
+            n for n in os.listdir(root) if n.startswith(".ringfence-")
+        ]:
+            time.sleep(0.01)
+        second = _cli(capsys, root, "undo", set_id)  # the other process, as the first is held
+        stdout, _ = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    results = [json.loads(stdout), second]
+    assert sorted(r["ok"] for r in results) == [False, True], results
+    assert exact_state(root) == {"f": ("file", 0o644, b"f0\n"), "g": ("file", 0o644, b"g0\n")}
+    [failed] = [r for r in results if not r["ok"]]
+    assert failed["error"].get("details", {}).get("conflicts"), failed
+    assert before != exact_state(root)
+
+
+@needs_bwrap
+def test_a_write_while_another_process_holds_the_workspace_waits_then_changes_nothing(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """Another process holds the workspace's writer turn (a long merge; here ``flock(1)`` on
+    the store's ``writer.lock``) past the wait: a ``write_file`` is ``unavailable`` with
+    nothing written and no set, a shell command's changes are kept as a staged set (not lost
+    with its overlay), and once the turn is free ``apply_changes`` merges them."""
+    from ringfence.workspace.changes import _journal
+
+    monkeypatch.setattr(_journal, "TURN_WAIT_SECONDS", 0.5)
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out  # the store exists
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    before = exact_state(root)
+    holder = subprocess.Popen(
+        ["flock", "-o", str(store / "writer.lock"), "sleep", "30"], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not _holding(store / "writer.lock") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out = _cli(capsys, root, "call", "write_file", "--args",
+                   json.dumps({"path": "y", "content": "y"}))  # fmt: skip
+        assert not out["ok"] and out["error"]["code"] == "unavailable", out
+        assert "another ringfence process" in out["error"]["message"], out
+        out = _cli(capsys, root, "call", "run_shell", "--args",
+                   json.dumps({"command": "echo z > z"}))  # fmt: skip
+        assert not out["ok"] and out["error"]["code"] == "unavailable", out
+        staged = out["error"]["details"]["changes"]
+        assert staged["staged"], out
+        assert exact_state(root) == before
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+    out = _cli(capsys, root, "call", "apply_changes", "--args", json.dumps({"id": staged["id"]}))
+    assert out["ok"], out
+    assert exact_state(root) == {**before, "z": ("file", 0o644, b"z\n")}

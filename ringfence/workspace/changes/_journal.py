@@ -16,6 +16,13 @@ open descriptor (no file made per operation): a killed process cannot lose
 them; against power loss they are fsynced when the store's writes are
 (``RINGFENCE_CHECKPOINTS_FSYNC=1``).
 
+Writers of one workspace take turns: an operation holds the store's ``writer.lock``
+(``flock``) from its ``B`` line to its ``E`` line, as a recovery does while it rolls back,
+so two ringfence processes never interleave their writes (an undo's put-back of its first
+file after a second process undid the same set left it half undone). Threads of one store
+object share its turn; another process waits for it, at most :data:`TURN_WAIT_SECONDS`,
+then is ``unavailable`` with nothing written.
+
 :func:`recover` (every store's start, ``ringfence recover``) reads each journal
 nobody holds. A set begun and not ended is **rolled back**, the same for every
 operation: each of its changes, newest first, whose path holds the after-image
@@ -40,11 +47,12 @@ import os
 import re
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ...runtime._errors import RingfenceError
+from ...runtime._errors import RingfenceError, Unavailable
 
 if TYPE_CHECKING:
     from ._store import CheckpointStore
@@ -59,6 +67,9 @@ _SET_ID = re.compile(r"[0-9a-f]{1,64}\Z")
 # Sets whose content lives on elsewhere (the call's arguments, the set undone or applied):
 # rolled back, they are dropped; any other set (a shell command's, an MCP server's) is kept.
 _REDONE_BY_THEIR_CALLER = frozenset({"write_file", "edit_file", "undo", "apply_changes"})
+_TURN = "writer.lock"  # held by the one process writing the workspace (see the docstring)
+# How long an operation waits for another process's to end before it is refused.
+TURN_WAIT_SECONDS = 60.0
 
 
 class Journal:
@@ -70,6 +81,8 @@ class Journal:
         self._fd = -1
         self._name = ""
         self._open_ops = 0
+        self._turn_fd = -1
+        self._turns = 0  # operations and recoveries of this object holding the turn
 
     def _file(self) -> int:
         """The journal file, made locked: it is made under a name recovery does not read
@@ -106,24 +119,81 @@ class Journal:
         if sync or self._store.retention.fsync:
             os.fsync(fd)
 
+    def _take_turn(self) -> None:
+        """Hold the workspace's writer lock (caller holds ``_lock``); see the docstring.
+
+        Waits for another process's operation to end (polled: a clock jump cannot stretch
+        it, ``monotonic``), at most :data:`TURN_WAIT_SECONDS`."""
+        if self._turns == 0:
+            if self._turn_fd < 0:
+                flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                # Beside the journal directory (whose listing is the journals alone).
+                self._turn_fd = os.open(f"../{_TURN}", flags, 0o600, dir_fd=self._store._sets_fd)
+            deadline = time.monotonic() + TURN_WAIT_SECONDS
+            pause = 0.002
+            while True:
+                try:
+                    fcntl.flock(self._turn_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise
+                if time.monotonic() >= deadline:
+                    raise Unavailable(
+                        "another ringfence process has been writing this workspace for "
+                        f"{TURN_WAIT_SECONDS:g} s (it holds {self._store.path}/{_TURN}); "
+                        "writers of one workspace take turns, so nothing was changed: try "
+                        "again when it is done",
+                        busy=True,
+                    )
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+        self._turns += 1
+
+    def _give_turn(self) -> None:
+        """Let go of the writer lock when this object's last holder is done (``_lock`` held)."""
+        self._turns -= 1
+        if self._turns == 0 and self._turn_fd >= 0:
+            fcntl.flock(self._turn_fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """The workspace's writer lock around a block (a recovery's rollbacks)."""
+        with self._lock:
+            self._take_turn()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._give_turn()
+
     def begin(self, set_id: str, *, sync: bool = False) -> None:
-        """Before the operation's first write (its manifest's first save included).
+        """Before the operation's first write (its manifest's first save included); takes
+        the workspace's writer turn, held until :meth:`end`.
 
         A full file system under the store is ``unavailable`` naming it (nothing of the
         operation is written yet), like every other write of the store's."""
         line = f"B {set_id}\n".encode()
         with self._lock:
+            self._take_turn()
             try:
                 self._append(line, sync=sync)
             except OSError as exc:
+                self._give_turn()
                 raise self._store.full(exc, len(line)) from None
+            except BaseException:
+                self._give_turn()
+                raise
             self._open_ops += 1
 
     def end(self, set_id: str) -> None:
         """After its last write and its manifest's final form (or after it failed cleanly)."""
         with self._lock:
-            self._append(f"E {set_id}\n".encode(), sync=False)
-            self._open_ops -= 1
+            try:
+                self._append(f"E {set_id}\n".encode(), sync=False)
+            finally:
+                self._open_ops -= 1
+                self._give_turn()
             if self._open_ops == 0 and os.fstat(self._fd).st_size > _RESET_BYTES:
                 os.ftruncate(self._fd, 0)  # every line in it is spent
 
@@ -147,8 +217,12 @@ class Journal:
             self.end(set_id)
 
     def close(self) -> None:
-        """Remove the journal (nothing in flight) and let go of it. Idempotent."""
+        """Remove the journal (nothing in flight) and let go of it and of the writer lock.
+        Idempotent."""
         with self._lock:
+            if self._turn_fd >= 0:
+                os.close(self._turn_fd)  # a set still open is the next start's to roll back
+                self._turn_fd, self._turns = -1, 0
             if self._fd < 0:
                 return
             if self._open_ops == 0:
@@ -236,8 +310,11 @@ def recover(store: CheckpointStore) -> Recovery:
         os.close(fd)
     for name, fd in _unheld(dir_fd):
         try:
-            for set_id in _in_flight(fd):
-                done.append(_roll_back(store, set_id))
+            in_flight = _in_flight(fd)
+            if in_flight:
+                with store.journal.turn():  # never beside another process's writes
+                    for set_id in in_flight:
+                        done.append(_roll_back(store, set_id))
             os.unlink(name, dir_fd=dir_fd)  # last: a recovery killed midway is done again
             journals += 1
         finally:
