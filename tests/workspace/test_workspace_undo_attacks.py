@@ -582,3 +582,57 @@ def test_a_write_while_another_process_holds_the_workspace_waits_then_changes_no
     out = _cli(capsys, root, "call", "apply_changes", "--args", json.dumps({"id": staged["id"]}))
     assert out["ok"], out
     assert exact_state(root) == {**before, "z": ("file", 0o644, b"z\n")}
+
+
+# -- a plan apply killed midway ------------------------------------------------------------------
+
+
+@needs_strace
+@needs_bwrap
+def test_a_plan_apply_killed_midway_names_the_call_it_never_finished(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan of three calls, killed inside the second's merge: the next start rolls that
+    merge back, and the call stays marked applied (a plan applies once). ``plan show`` said
+    "applied" for it and ``plan apply`` ran the third: the workspace held the first and the
+    third, with nothing saying the second was not there. Now the ledger records each call's
+    end; a call marked without one is named by ``plan show`` and ``plan apply`` as not
+    applied, with how to make it by hand, which then gives the plan's whole tree."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("old\n")
+    (root / "b").write_text("old\n")
+    plan = tmp_path / "plan.json"
+    for tool, args in (
+        ("write_file", {"path": "a", "content": "new a\n"}),
+        ("run_shell", {"command": "echo new > b; echo c > c"}),
+        ("write_file", {"path": "d/e", "content": "e\n"}),
+    ):
+        out = _cli(capsys, root, "call", tool, "--args", json.dumps(args), "--dry-run", str(plan))
+        assert out["ok"], out
+    # Killed at its third rename in the root: a is written, b merged, c not yet.
+    killed_at(root, ringfence_home, ["plan", "apply", str(plan)], "renameat", root, when=3)
+    assert main(["plan", "show", str(plan), "--json"]) == 0  # a start: the merge rolled back
+    shown = json.loads(capsys.readouterr().out)["result"]
+    first, second, _ = (c["call_id"] for c in shown["calls"])
+    assert set(shown["applied"]) == {first, second}
+    assert list(shown["unended"]) == [second], shown
+    assert shown["unended"][second]["in_workspace"] is False
+    assert exact_state(root) == {"a": ("file", 0o644, b"new a\n"), "b": ("file", 0o644, b"old\n")}
+    assert main(["plan", "show", str(plan)]) == 0
+    text = capsys.readouterr().out
+    assert "NOT APPLIED" in text and "ringfence call apply_changes --args" in text, text
+    out = _cli(capsys, root, "plan", "apply", str(plan))
+    assert out["ok"] and list(out["result"]["unended"]) == [second], out
+    staged = shown["calls"][1]["arguments"]["id"]
+    out = _cli(capsys, root, "call", "apply_changes", "--args", json.dumps({"id": staged}))
+    assert out["ok"], out
+    assert exact_state(root) == {
+        "a": ("file", 0o644, b"new a\n"),
+        "b": ("file", 0o644, b"new\n"),
+        "c": ("file", 0o644, b"c\n"),
+        "d": ("dir", 0o755, b""),
+        "d/e": ("file", 0o644, b"e\n"),
+    }
+    out = _cli(capsys, root, "plan", "apply", str(plan))  # spent: refused, the call named
+    assert not out["ok"] and list(out["error"]["details"]["unended"]) == [second], out
