@@ -636,3 +636,71 @@ def test_a_plan_apply_killed_midway_names_the_call_it_never_finished(
     }
     out = _cli(capsys, root, "plan", "apply", str(plan))  # spent: refused, the call named
     assert not out["ok"] and list(out["error"]["details"]["unended"]) == [second], out
+
+
+# -- a damaged store -----------------------------------------------------------------------------
+
+
+def test_a_torn_or_swapped_manifest_hides_no_other_change_set(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One manifest cut to nothing (written, not fsynced, then a power loss) and one swapped
+    for a link to another: ``checkpoints list`` and ``undo`` failed with ``JSONDecodeError``
+    for every set, so no set the store listed could be undone. Now the damaged ones are
+    listed as damaged, naming their file, and the others are listed and undone as ever."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    ids = []
+    for name in ("a", "b", "c"):
+        out = _cli(capsys, root, "call", "write_file", "--args",
+                   json.dumps({"path": name, "content": f"{name}\n"}))  # fmt: skip
+        assert out["ok"], out
+        ids.append(out["result"]["checkpoint"])
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    (store / "sets" / f"{ids[0]}.json").write_bytes(b"")
+    (store / "sets" / f"{ids[2]}.json").unlink()
+    (store / "sets" / f"{ids[2]}.json").symlink_to(f"{ids[1]}.json")
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["result"]
+    assert [s["id"] for s in listed] == ids[::-1]
+    assert [bool(s.get("damaged")) for s in listed] == [True, False, True], listed
+    assert f"{ids[0]}.json is damaged" in listed[2]["damaged"]
+    out = _cli(capsys, root, "undo")  # the newest set that can be undone: b's
+    assert out["ok"] and [u["undone"] for u in out["result"]] == [ids[1]], out
+    assert exact_state(root) == {"a": ("file", 0o644, b"a\n"), "c": ("file", 0o644, b"c\n")}
+    out = _cli(capsys, root, "undo", ids[0])
+    assert not out["ok"] and out["error"]["code"] == "tool_error", out
+    assert f"{ids[0]}.json is damaged" in out["error"]["message"]
+    assert exact_state(root) == {"a": ("file", 0o644, b"a\n"), "c": ("file", 0o644, b"c\n")}
+
+
+# -- a workspace renamed after a kill ------------------------------------------------------------
+
+
+@needs_strace
+@needs_bwrap
+def test_a_merge_killed_then_its_workspace_renamed_is_rolled_back_at_the_new_path(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A merge killed midway, then the person renames the workspace's directory. The store is
+    named by the roots' paths, so the next start under the new name had a store of its own
+    and never read the killed merge's journal: the tree stayed half-merged for good, and
+    ``recover`` found nothing. Now the roots' identity names the store that wrote there: the
+    start under the new name rolls the merge back, saying from which store."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(1, 4):
+        (root / f"f{i}").write_text("old\n")
+    before = exact_state(root)
+    command = "for i in 1 2 3; do echo new > f$i; done"
+    killed_at(root, ringfence_home, ["call", "run_shell", "--args",
+              json.dumps({"command": command})], "renameat", root, when=2)  # fmt: skip
+    assert exact_state(root) != before  # half-merged
+    moved = tmp_path / "renamed"
+    root.rename(moved)
+    assert main(["recover", "--workspace", str(moved), "--json"]) == 0
+    [done] = json.loads(capsys.readouterr().out)["result"]["sets"]
+    assert exact_state(moved) == before, done
+    assert done["record"] == "staged" and done["left"] == [] and done["store"], done
+    assert main(["recover", "--workspace", str(moved), "--json"]) == 0  # once
+    assert json.loads(capsys.readouterr().out)["result"]["sets"] == []

@@ -91,6 +91,7 @@ class Journal:
         and removed it, and this process wrote its ``B`` lines into a file nobody would read
         after a kill (the half-merged set never rolled back)."""
         if self._fd < 0:
+            self._store.note_identity()  # found again if the workspace moves (_recover_moved)
             dir_fd = self._store._journal_fd
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
             for _ in range(8):
@@ -327,8 +328,10 @@ def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
 
     try:
         cs = store.load(set_id)
-    except Exception:  # never saved (killed before its manifest), or unreadable
-        return {"id": set_id, "undone": 0, "left": [], "refused": [], "record": "none"}
+    except RingfenceError as exc:  # never saved (killed before its manifest), or damaged
+        record = "damaged" if exc.details.get("damaged") else "none"
+        out = {"id": set_id, "undone": 0, "left": [], "refused": [], "record": record}
+        return {**out, "message": exc.message} if record == "damaged" else out
     try:
         undone, left, refused = roll_back(store.workspace, cs.changes, store)
     except RingfenceError as exc:  # a full file system, most often: said as what it is

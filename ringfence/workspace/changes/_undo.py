@@ -151,7 +151,9 @@ def undo(
             raise InvalidArguments("--last must be at least 1", field="last")
         summary = store.list()
         ids = [
-            s["id"] for s in summary if not s["undone_by"] and not s["undoes"] and not s["staged"]
+            s["id"]
+            for s in summary
+            if not (s["undone_by"] or s["undoes"] or s["staged"] or s.get("damaged"))
         ][:last]
         if not ids:
             raise NotFound("there is no change set to undo", field="last")
