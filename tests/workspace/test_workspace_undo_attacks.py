@@ -686,7 +686,7 @@ def test_a_merge_killed_then_its_workspace_renamed_is_rolled_back_at_the_new_pat
     named by the roots' paths, so the next start under the new name had a store of its own
     and never read the killed merge's journal: the tree stayed half-merged for good, and
     ``recover`` found nothing. Now the roots' identity names the store that wrote there: the
-    start under the new name rolls the merge back, saying from which store."""
+    start under the new name takes it over and rolls the merge back."""
     root = tmp_path / "ws"
     root.mkdir()
     for i in range(1, 4):
@@ -701,6 +701,61 @@ def test_a_merge_killed_then_its_workspace_renamed_is_rolled_back_at_the_new_pat
     assert main(["recover", "--workspace", str(moved), "--json"]) == 0
     [done] = json.loads(capsys.readouterr().out)["result"]["sets"]
     assert exact_state(moved) == before, done
-    assert done["record"] == "staged" and done["left"] == [] and done["store"], done
+    assert done["record"] == "staged" and done["left"] == [], done
     assert main(["recover", "--workspace", str(moved), "--json"]) == 0  # once
     assert json.loads(capsys.readouterr().out)["result"]["sets"] == []
+
+
+def test_a_renamed_workspace_lists_and_undoes_the_sets_made_before(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Renamed, a workspace had an empty store: ``checkpoints list`` showed nothing and
+    ``undo`` said there was nothing to undo, the sets made an hour before unreachable. Now
+    the store of its directories under the old path becomes its store."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    before = exact_state(root)
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "f", "content": "new\n"}))  # fmt: skip
+    assert out["ok"], out
+    set_id = out["result"]["checkpoint"]
+    moved = tmp_path / "renamed"
+    root.rename(moved)
+    assert main(["checkpoints", "list", "--workspace", str(moved), "--json"]) == 0
+    assert [s["id"] for s in json.loads(capsys.readouterr().out)["result"]] == [set_id]
+    out = _cli(capsys, moved, "undo")
+    assert out["ok"] and [u["undone"] for u in out["result"]] == [set_id], out
+    assert exact_state(moved) == before
+    # A new directory at the old path is another workspace: its own, empty store.
+    root.mkdir()
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == []
+
+
+@needs_strace
+@needs_bwrap
+def test_a_merge_killed_then_moved_onto_a_path_with_a_store_is_rolled_back(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same, renamed onto a path that has a store already (an earlier directory there):
+    the start there rolls back the killed merge from the store of the old path."""
+    moved = tmp_path / "renamed"
+    moved.mkdir()
+    out = _cli(capsys, moved, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out
+    root = tmp_path / "ws"
+    root.mkdir()  # before the removal: not the removed directory's inode again
+    shutil.rmtree(moved)
+    for i in range(1, 4):
+        (root / f"f{i}").write_text("old\n")
+    before = exact_state(root)
+    command = "for i in 1 2 3; do echo new > f$i; done"
+    killed_at(root, ringfence_home, ["call", "run_shell", "--args",
+              json.dumps({"command": command})], "renameat", root, when=2)  # fmt: skip
+    root.rename(moved)
+    assert main(["recover", "--workspace", str(moved), "--json"]) == 0
+    [done] = json.loads(capsys.readouterr().out)["result"]["sets"]
+    assert exact_state(moved) == before, done
+    assert done["record"] == "staged" and done["store"], done

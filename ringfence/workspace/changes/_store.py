@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import re
@@ -97,6 +98,8 @@ class CheckpointStore:
         self._journal_dir: int | None = None
         self.journal = Journal(self)
         self.recovered = Recovery()
+        if recover and at is None and not self.exists():
+            self._adopt_moved()  # these directories' store under an earlier path: taken over
         if recover and self._open(create=False) is not None:
             # A process killed while it wrote the workspace: its operation rolled back first.
             self.recovered = recover_journals(self)
@@ -130,6 +133,52 @@ class CheckpointStore:
             finally:
                 os.close(fd)
 
+    def _moved_from(self, fd: int) -> str | None:
+        """The id of the store that last wrote these directories under another path (``fd``:
+        the roots index), or None."""
+        try:
+            other = os.readlink(self._identity(), dir_fd=fd)
+        except OSError:  # never written under another path
+            return None
+        if other == self.path.name or not re.fullmatch(r"[0-9a-f]{16}", other):
+            return None
+        return other
+
+    def _adopt_moved(self) -> None:
+        """A workspace renamed or moved with no store under its new path: the store of its
+        directories under the old path becomes its store (one rename in ``checkpoints/``),
+        so ``checkpoints list`` and ``undo`` find the sets made before the move, and a
+        killed operation's journal is recovered as this store's own. Not while a process
+        holds one of that store's journals (it still writes there)."""
+        fd = _open_store(str(_roots_index(self.path)), create=False)
+        if fd is None:
+            return
+        try:
+            other = self._moved_from(fd)
+            if other is None:
+                return
+            journal_fd = os.open(
+                f"../checkpoints/{other}/journal",
+                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=fd,
+            )
+            try:
+                if not _all_unheld(journal_fd):
+                    return
+                os.rename(
+                    f"../checkpoints/{other}",
+                    f"../checkpoints/{self.path.name}",
+                    src_dir_fd=fd,
+                    dst_dir_fd=fd,
+                )
+            finally:
+                os.close(journal_fd)
+        except OSError:  # gone, or a store made here meanwhile: each keeps its own
+            return
+        finally:
+            os.close(fd)
+        self.note_identity()
+
     def _recover_moved(self) -> None:
         """Roll back what a process killed in these directories under another path left.
 
@@ -142,8 +191,8 @@ class CheckpointStore:
         if fd is None:
             return
         try:
-            other = os.readlink(self._identity(), dir_fd=fd)
-            if other == self.path.name or not re.fullmatch(r"[0-9a-f]{16}", other):
+            other = self._moved_from(fd)
+            if other is None:
                 return
             journal_fd = os.open(
                 f"../checkpoints/{other}/journal",
@@ -664,6 +713,26 @@ class CheckpointStore:
                 if not users[d]:
                     live_bytes -= sizes.get(d, 0)
             self.drop(i)
+
+
+def _all_unheld(journal_fd: int) -> bool:
+    """No live process holds a journal file in this journal directory (one that cannot be
+    read counts as held: the cautious answer)."""
+    for name in os.listdir(journal_fd):
+        if name.startswith("."):
+            return False  # a journal being made
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=journal_fd)  # fmt: skip
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def _roots_index(store: Path) -> Path:
