@@ -759,3 +759,42 @@ def test_a_merge_killed_then_moved_onto_a_path_with_a_store_is_rolled_back(
     [done] = json.loads(capsys.readouterr().out)["result"]["sets"]
     assert exact_state(moved) == before, done
     assert done["record"] == "staged" and done["store"], done
+
+
+# -- a write failing between its visible step and its mode ---------------------------------------
+
+
+@needs_strace
+@needs_bwrap
+@pytest.mark.parametrize("where", ["", "d"])
+def test_an_undo_whose_chmod_fails_after_the_write_puts_that_write_back(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """``undo`` makes a directory (0700) or renames a file into place, then gives it its
+    mode: that ``chmod`` failing (EIO) left the directory or file there, the undo reporting
+    an error and putting back only the changes before it — a tree neither before nor after,
+    with no record and no journal. Now the write begun is put back with the rest."""
+    root = tmp_path / "ws"
+    (root / "d").mkdir(parents=True)
+    (root / "e").mkdir()
+    for name in ("f", "d/g", "e/h"):
+        (root / name).write_text(f"old {name}\n")
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "echo new > f; rm d/g; rm -r e"}))  # fmt: skip
+    assert out["ok"], out
+    before = exact_state(root)
+    argv = [sys.executable, "-m", "ringfence", "undo", "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    # The first fchmodat in the root is e's (made again), in d that of g (written again).
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fchmodat",
+         "-e", "inject=fchmodat:error=EIO:when=1", "-P", str(root / where), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert not out["ok"] and "Input/output error" in out["error"]["message"], out
+    assert exact_state(root) == before
+    assert main(["recover", "--workspace", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"]["sets"] == []
+    assert exact_state(root) == before
