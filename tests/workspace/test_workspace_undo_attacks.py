@@ -798,3 +798,35 @@ def test_an_undo_whose_chmod_fails_after_the_write_puts_that_write_back(
     assert main(["recover", "--workspace", str(root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["result"]["sets"] == []
     assert exact_state(root) == before
+
+
+@needs_strace
+def test_a_write_file_whose_directory_fsync_fails_keeps_its_change_set(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``write_file`` renames its file into place, then fsyncs the directory: that fsync
+    failing (EIO) made the call an error and dropped its change set — the new bytes in the
+    workspace with no record, nothing to undo. Now the error says the file was written and
+    names its change set, which ``undo`` reverses byte for byte."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    (root / "f").chmod(0o640)
+    before = exact_state(root)
+    argv = [sys.executable, "-m", "ringfence", "call", "write_file", "--args",
+            json.dumps({"path": "f", "content": "new\n"}), "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    # The first fsync of the root's own descriptor is the directory's, after the rename.
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync",
+         "-e", "inject=fsync:error=EIO:when=1", "-P", str(root), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert not out["ok"] and out["error"].get("details", {}).get("written"), out
+    kept = out["error"]["details"]["checkpoint"]
+    assert exact_state(root) == {"f": ("file", 0o640, b"new\n")}
+    out = _cli(capsys, root, "undo")
+    assert out["ok"] and out["result"][0]["undone"] == kept, out
+    assert exact_state(root) == before
