@@ -69,7 +69,10 @@ async def run_recover(args: argparse.Namespace) -> int:
         store.close()
     if args.json:
         return print_ok(recovered.to_dict(), True)
-    if not recovered.sets:
+    for kept in recovered.unreadable:
+        lines = "; ".join(one_line(line) for line in kept["lines"])
+        sys.stdout.write(f"{one_line(kept['journal'])}: {kept['message']} (e.g. {lines})\n")
+    if not recovered.sets and not recovered.unreadable:
         sys.stdout.write("nothing to recover: no operation was left half-written\n")
         return 0
     for done in recovered.sets:

@@ -830,3 +830,39 @@ def test_a_write_file_whose_directory_fsync_fails_keeps_its_change_set(
     out = _cli(capsys, root, "undo")
     assert out["ok"] and out["result"][0]["undone"] == kept, out
     assert exact_state(root) == before
+
+
+def test_a_journal_this_version_cannot_read_is_kept_and_named(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dead journal whose lines this version cannot read (another version's format, or
+    damaged) may name an operation left half-written: it was removed at the next start as
+    if empty, the tree left as it was with nothing saying so. Now it is kept and named at
+    every start; the lines it can read are rolled back as ever."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        old, new = store.put(b"old\n"), store.put(b"new\n")
+        change = Change(0, "f", Image("file", 0o644, old, 4), Image("file", 0o644, new, 4))
+        cs = ChangeSet(store.new_id(), time.time(), "run_shell", (change,))
+        store.save(cs)
+        journal = store.journal_fd_if_any(create=True)
+        assert journal is not None
+        fd = os.open("99999-00000000abcd.log", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=journal)
+        os.write(fd, f"B {cs.id}\nB2 {cs.id} 4 future-format\nE\u00e9 {cs.id}\n".encode())
+        os.close(fd)
+        store.close()
+    (root / "f").write_text("new\n")  # the set half-merged
+    for _ in range(2):  # named at every start, never removed unread
+        assert main(["recover", "--workspace", str(root), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)["result"]
+        [kept] = report["unreadable"]
+        assert kept["journal"].endswith("99999-00000000abcd.log"), kept
+        assert kept["lines"][0].startswith("B2 "), kept
+        assert exact_state(root) == {"f": ("file", 0o644, b"old\n")}  # the readable B line
+    [journal_dir] = (ringfence_home / "checkpoints").iterdir()
+    assert os.listdir(journal_dir / "journal") == ["99999-00000000abcd.log"]
+    assert main(["recover", "--workspace", str(root)]) == 0
+    assert "cannot read" in capsys.readouterr().out

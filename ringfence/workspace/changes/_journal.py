@@ -240,9 +240,15 @@ class Recovery:
 
     sets: tuple[dict[str, Any], ...] = field(default=())
     journals: int = 0
+    # Journals with lines this version cannot read (another version's, or damaged): kept,
+    # each named with its first such lines, at every start until a person looks.
+    unreadable: tuple[dict[str, Any], ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"journals": self.journals, "sets": list(self.sets)}
+        out: dict[str, Any] = {"journals": self.journals, "sets": list(self.sets)}
+        if self.unreadable:
+            out["unreadable"] = list(self.unreadable)
+        return out
 
 
 def _unheld(dir_fd: int, pattern: re.Pattern[str] = _NAME) -> Iterator[tuple[str, int]]:
@@ -271,17 +277,35 @@ def _unheld(dir_fd: int, pattern: re.Pattern[str] = _NAME) -> Iterator[tuple[str
 
 
 def _in_flight(fd: int) -> list[str]:
+    return _read(fd)[0]
+
+
+def _read(fd: int) -> tuple[list[str], list[str]]:
+    """(the sets begun and not ended, the lines that are neither ``B <id>`` nor ``E <id>``).
+
+    A last line without its newline is a write cut short (power loss): its operation had
+    not begun. Any other line this version cannot read (a journal of another version, a
+    damaged one) may hide an operation in flight: returned, so the journal is kept and
+    named rather than removed as if nothing were in it."""
     begun: dict[str, None] = {}
+    bad: list[str] = []
     with os.fdopen(os.dup(fd), "rb") as f:
-        for line in f.read().decode("ascii", "replace").splitlines():
-            kind, _, set_id = line.partition(" ")
-            if not _SET_ID.match(set_id):
-                continue  # a line cut short by the kill: its operation had not begun
-            if kind == "B":
-                begun[set_id] = None
-            elif kind == "E":
-                begun.pop(set_id, None)
-    return list(begun)
+        data = f.read()
+    lines = data.split(b"\n")
+    if lines and lines[-1]:
+        lines.pop()  # cut short: no newline yet
+    for raw in lines:
+        if not raw:
+            continue
+        line = raw.decode("ascii", "replace")
+        kind, _, set_id = line.partition(" ")
+        if kind not in ("B", "E") or not _SET_ID.match(set_id):
+            bad.append(line[:200])
+        elif kind == "B":
+            begun[set_id] = None
+        else:
+            begun.pop(set_id, None)
+    return list(begun), bad
 
 
 def pending(store: CheckpointStore) -> list[str]:
@@ -304,6 +328,7 @@ def recover(store: CheckpointStore) -> Recovery:
     if dir_fd is None:
         return Recovery()
     done: list[dict[str, Any]] = []
+    unreadable: list[dict[str, Any]] = []
     journals = 0
     for name, fd in _unheld(dir_fd, _MAKING):  # killed before it was named: it holds nothing
         with contextlib.suppress(OSError):
@@ -311,16 +336,26 @@ def recover(store: CheckpointStore) -> Recovery:
         os.close(fd)
     for name, fd in _unheld(dir_fd):
         try:
-            in_flight = _in_flight(fd)
+            in_flight, bad = _read(fd)
             if in_flight:
                 with store.journal.turn():  # never beside another process's writes
                     for set_id in in_flight:
                         done.append(_roll_back(store, set_id))
-            os.unlink(name, dir_fd=dir_fd)  # last: a recovery killed midway is done again
             journals += 1
+            if bad:  # kept: what it holds may be an operation this version cannot see
+                unreadable.append({
+                    "journal": f"{store.path}/journal/{name}",
+                    "lines": bad[:3],
+                    "message": "this journal has lines this version of ringfence cannot read "
+                    "(written by another version, or damaged): it may name an operation "
+                    "left half-written; it is kept, and named at every start, until it is "
+                    "read by the version that wrote it or removed by hand",
+                })  # fmt: skip
+                continue
+            os.unlink(name, dir_fd=dir_fd)  # last: a recovery killed midway is done again
         finally:
             os.close(fd)
-    return Recovery(tuple(done), journals)
+    return Recovery(tuple(done), journals, tuple(unreadable))
 
 
 def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:

@@ -213,10 +213,12 @@ class CheckpointStore:
             found = moved.recovered
         finally:
             moved.close()
-        if found.sets:
+        if found.sets or found.unreadable:
             sets = tuple({**s, "store": str(moved.path)} for s in found.sets)
             self.recovered = Recovery(
-                (*self.recovered.sets, *sets), self.recovered.journals + found.journals
+                (*self.recovered.sets, *sets),
+                self.recovered.journals + found.journals,
+                (*self.recovered.unreadable, *found.unreadable),
             )
 
     def _open(self, *, create: bool) -> tuple[int, int, int] | None:
