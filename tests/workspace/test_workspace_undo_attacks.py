@@ -866,3 +866,33 @@ def test_a_journal_this_version_cannot_read_is_kept_and_named(
     assert os.listdir(journal_dir / "journal") == ["99999-00000000abcd.log"]
     assert main(["recover", "--workspace", str(root)]) == 0
     assert "cannot read" in capsys.readouterr().out
+
+
+# -- a clock stepped back --------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="faketime is not installed")
+def test_undo_after_the_clock_stepped_back_undoes_the_last_set(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A set's id is its creation time, and ids sort by age. With the clock stepped back an
+    hour (NTP, a resumed VM: here ``faketime`` for one ringfence process), the new set's id
+    sorted before the previous one, so ``undo`` undid the previous set, not the last. Now a
+    new id is always past every id the store holds."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "a", "content": "a\n"}))  # fmt: skip
+    assert out["ok"], out
+    proc = subprocess.run(
+        ["faketime", "-f", "-1h", sys.executable, "-m", "ringfence", "call", "write_file",
+         "--args", json.dumps({"path": "b", "content": "b\n"}), "--workspace", str(root),
+         "--json", "--approve", "no", "--posture", "allow-reversible"],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    last = json.loads(proc.stdout)
+    assert last["ok"], (last, proc.stderr[-1000:])
+    out = _cli(capsys, root, "undo")
+    assert out["ok"] and out["result"][0]["undone"] == last["result"]["checkpoint"], out
+    assert exact_state(root) == {"a": ("file", 0o644, b"a\n")}

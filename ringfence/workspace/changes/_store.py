@@ -84,6 +84,8 @@ class CheckpointStore:
         self.retention = retention or Retention()
         self.path = ringfence_home() / "checkpoints" / (at or workspace_id(workspace))
         self._lock = threading.Lock()
+        self._id_lock = threading.Lock()
+        self._last_us = -1  # the newest id's time (new_id)
         self._since_prune = 0
         self._open_lock = threading.Lock()
         self._fds: tuple[int, int, int] | None = None
@@ -481,7 +483,19 @@ class CheckpointStore:
     # -- change sets -------------------------------------------------------------------
 
     def new_id(self) -> str:
-        return f"{time.time_ns() // 1000:014x}{secrets.token_hex(3)}"
+        """A new set's id: its time in µs (ids sort by age: ``undo --last``, retention), past
+        every id the store holds. A clock stepped back (NTP, a resumed VM) gave a new set an
+        id older than the last one, so ``undo`` undid an earlier set instead of it."""
+        now = time.time_ns() // 1000
+        with self._id_lock:
+            if self._last_us < 0:  # once per store object: the newest id stored
+                self._last_us = max(
+                    (int(i[:14], 16) for i in self.ids() if len(i) >= 14 and _HEX.match(i)),
+                    default=0,
+                )
+            now = max(now, self._last_us + 1)
+            self._last_us = now
+        return f"{now:014x}{secrets.token_hex(3)}"
 
     def save(self, cs: ChangeSet) -> None:
         data = cs.encode()  # a 10,000-file manifest: a few ms, where json took tens
