@@ -129,7 +129,19 @@ class Journal:
             if self._turn_fd < 0:
                 flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
                 # Beside the journal directory (whose listing is the journals alone).
-                self._turn_fd = os.open(f"../{_TURN}", flags, 0o600, dir_fd=self._store._sets_fd)
+                try:
+                    self._turn_fd = os.open(
+                        f"../{_TURN}", flags, 0o600, dir_fd=self._store._sets_fd
+                    )
+                except OSError as exc:  # a full store, a link or worse planted there
+                    full = self._store.full(exc)
+                    if isinstance(full, Unavailable):
+                        raise full from None
+                    raise Unavailable(
+                        f"cannot open the workspace's writer lock {self._store.path}/{_TURN} "
+                        f"({exc.strerror or exc}): nothing was changed; remove it if it is "
+                        "not a plain file",
+                    ) from None
             deadline = time.monotonic() + TURN_WAIT_SECONDS
             pause = 0.002
             while True:
