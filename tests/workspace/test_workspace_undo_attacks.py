@@ -896,3 +896,26 @@ def test_undo_after_the_clock_stepped_back_undoes_the_last_set(
     out = _cli(capsys, root, "undo")
     assert out["ok"] and out["result"][0]["undone"] == last["result"]["checkpoint"], out
     assert exact_state(root) == {"a": ("file", 0o644, b"a\n")}
+
+
+def test_a_fifo_named_as_a_journal_does_not_hang_every_start(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FIFO left in the journal directory under a journal's name (a damaged store, or
+    someone who can write ``$RINGFENCE_HOME``): every start opened it to read and waited for
+    a writer for ever. Now it is read without waiting, as an empty journal."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "a", "content": "a\n"}))  # fmt: skip
+    assert out["ok"], out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    os.mkfifo(store / "journal" / "1-0123456789ab.log")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ringfence", "checkpoints", "list", "--workspace", str(root),
+         "--json"],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [s["tool"] for s in json.loads(proc.stdout)["result"]] == ["write_file"]

@@ -272,7 +272,9 @@ def _unheld(dir_fd: int, pattern: re.Pattern[str] = _NAME) -> Iterator[tuple[str
         if not pattern.match(name):
             continue
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            # Non-blocking: a FIFO planted under a journal's name must not hang every start.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(name, flags, dir_fd=dir_fd)
         except OSError:
             continue
         try:
