@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..runtime._calls import CallContext
-from ..runtime._errors import GitMetadata, InvalidArguments, RingfenceError, ToolError
+from ..runtime._errors import (
+    GitMetadata,
+    InvalidArguments,
+    RingfenceError,
+    ToolError,
+    Unavailable,
+)
 from ..workspace._names import escape_name
 from ..workspace.changes._collector import collector_paused
 from ..workspace.changes._model import Change, ChangeSet, Image, UpperSource, UpperTree
@@ -297,9 +303,20 @@ def _save_and_merge(
             )
         return cs, None
     # Journaled: a process killed from here on is rolled back at the next start (_journal).
-    with store.journal.writing(cs.id):
-        store.save(cs)  # before anything is merged: every before-image is kept
-        return _merge_saved(how, store, cs, merge_rest, sources, notices)
+    try:
+        with store.journal.writing(cs.id):
+            store.save(cs)  # before anything is merged: every before-image is kept
+            return _merge_saved(how, store, cs, merge_rest, sources, notices)
+    except Unavailable as exc:
+        if not exc.details.get("busy"):
+            raise
+        # Another process's writes held the workspace too long: kept staged, not lost.
+        store.save(replace(cs, staged=True))
+        raise exc.with_(
+            message=f"{how.ran} but its changes were not merged: {exc.message}; they are "
+            f"kept as the staged change set {cs.id}",
+            details={**exc.details, "changes": {"id": cs.id, "files": 0, "staged": True}},
+        ) from None
 
 
 def _merge_saved(

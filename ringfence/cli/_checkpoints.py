@@ -14,7 +14,7 @@ import sys
 from ..runtime._render import one_line
 from ..workspace._workspace import Workspace
 from ..workspace.changes._store import CheckpointStore
-from ._output import print_error, print_ok
+from ._output import error_line, print_error, print_ok
 from ._session import add_session_options, kernel_from_args
 from ._verbs import add_verb_parser, add_workspace_option
 
@@ -69,7 +69,10 @@ async def run_recover(args: argparse.Namespace) -> int:
         store.close()
     if args.json:
         return print_ok(recovered.to_dict(), True)
-    if not recovered.sets:
+    for kept in recovered.unreadable:
+        lines = "; ".join(one_line(line) for line in kept["lines"])
+        sys.stdout.write(f"{one_line(kept['journal'])}: {kept['message']} (e.g. {lines})\n")
+    if not recovered.sets and not recovered.unreadable:
         sys.stdout.write("nothing to recover: no operation was left half-written\n")
         return 0
     for done in recovered.sets:
@@ -103,6 +106,7 @@ async def run_list(args: argparse.Namespace) -> int:
         note = f" (undoes {one_line(s['undoes'])})" if s["undoes"] else ""
         note += f" (undone by {one_line(s['undone_by'])})" if s["undone_by"] else ""
         note += " (staged, not applied)" if s.get("staged") else ""
+        note += f" ({error_line(s['damaged'])})" if s.get("damaged") else ""
         # Names as the agent made them, through the one renderer (runtime._render).
         paths = " ".join(one_line(p) for p in s["paths"])
         sys.stdout.write(f"{one_line(s['id'])}  {when}  {one_line(s['tool'])}{note}  {paths}\n")

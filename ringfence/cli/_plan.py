@@ -8,11 +8,17 @@ whether a plan that does not check out was edited or signed with another key.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from ..runtime._plan import Plan
+import trio
+
+from ..runtime._errors import RingfenceError
+from ..runtime._plan import Plan, ledger_note
 from ..runtime._render import json_text, one_line
 from ._output import error_line, exit_code_for, naming_file, print_error, print_ok
 from ._session import add_session_options, kernel_from_args
@@ -48,11 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 async def run_show(args: argparse.Namespace) -> int:
     with naming_file(args.file):
         plan = Plan.load(Path(args.file), create_key=False)
+    unended = await trio.to_thread.run_sync(_unended, plan)
     if args.json:
         shown = {
             "roots": list(plan.roots),
             "calls": [asdict(c) for c in plan.calls],
             "applied": {k: asdict(v) for k, v in plan.applied.items()},
+            "unended": unended,
         }
         return print_ok(shown, True)
     # What the agent staged is shown through the one renderer: the arguments as JSON with
@@ -66,6 +74,8 @@ async def run_show(args: argparse.Namespace) -> int:
         arguments = json_text(c.arguments, sort_keys=True)
         mark = plan.applied.get(c.call_id)
         applied = f" — applied {one_line(mark.describe())}" if mark else ""
+        if c.call_id in unended:
+            applied = f" — {one_line(unended[c.call_id]['said'])}"
         sys.stdout.write(
             f"{i:3}. {one_line(c.tool)} [{one_line(c.consequence)}, via {one_line(c.origin)}, "
             f"posture {one_line(c.posture)}, session {one_line(c.session)}] {arguments}{applied}\n"
@@ -75,9 +85,66 @@ async def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
+# Tools whose every write is a journaled change set: killed midway, rolled back whole.
+_JOURNALED = frozenset({"write_file", "edit_file", "apply_changes", "undo"})
+
+
+def _unended(plan: Plan) -> dict[str, dict[str, Any]]:
+    """The calls marked applied whose end the ledger never got (ringfence stopped while they
+    ran), each with what became of it: ``in_workspace`` (its change set is there: it
+    finished; not there: the next start rolled back what it had written; None: unknown, a
+    tool that writes through no change set) and ``said`` (that, for a person)."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in plan.calls:
+        note = ledger_note(c.call_id)
+        if note is None or "call" not in note or "ended" in note:
+            continue  # not applied, ended, or marked by a version that kept no end
+        running = str(note["call"])
+        when = plan.applied_mark(c.call_id)
+        started = f"started {when.describe()}" if when is not None else "started"
+        if c.tool not in _JOURNALED:
+            out[c.call_id] = {"call": running, "in_workspace": None, "said": (
+                f"{started}, never ended (ringfence stopped while it ran): whether it ran is "
+                "unknown; plan apply never runs it again")}  # fmt: skip
+            continue
+        found = _set_of_call(plan.roots, running)
+        if found is not None:
+            out[c.call_id] = {"call": running, "in_workspace": True, "set": found, "said": (
+                f"{started}, its end not recorded (ringfence stopped), but it finished: its "
+                f"change set {found} is in the workspace")}  # fmt: skip
+            continue
+        by_hand = f"ringfence call {c.tool} --args {shlex.quote(json_text(c.arguments))}"
+        out[c.call_id] = {"call": running, "in_workspace": False, "said": (
+            f"NOT APPLIED: {started} and ringfence stopped while it ran (killed); the next "
+            "start rolled back what it had written, so nothing of it is in the workspace, "
+            f"and plan apply never runs a call twice: to make it, run `{by_hand}`")}  # fmt: skip
+    return out
+
+
+def _set_of_call(roots: tuple[str, ...], running: str) -> str | None:
+    """The id of the change set the call ``running`` saved in the roots' store (recovered
+    first: a store's start rolls back what a killed write left), or None."""
+    from ..workspace._workspace import Workspace
+    from ..workspace.changes._store import CheckpointStore
+
+    try:
+        with Workspace(list(roots)) as workspace:
+            store = CheckpointStore(workspace)
+            try:
+                for set_id in reversed(store.ids()):
+                    with contextlib.suppress(RingfenceError, OSError, ValueError):
+                        cs = store.load(set_id)
+                        if cs.call_id == running and not cs.staged:
+                            return cs.id
+            finally:
+                store.close()
+    except (RingfenceError, OSError):
+        return None
+    return None
+
+
 def _staged_diff(roots: tuple[str, ...], set_id: str) -> str:
     """A staged change set (a dry run's shell command) as a diff, indented under its call."""
-    from ..runtime._errors import RingfenceError
     from ..workspace._workspace import Workspace
     from ..workspace.changes._store import CheckpointStore
 
@@ -97,16 +164,30 @@ async def run_apply(args: argparse.Namespace) -> int:
     with naming_file(args.file):
         plan = Plan.load(Path(args.file))
     before = sum(1 for c in plan.calls if plan.applied_mark(c.call_id) is not None)
-    async with kernel_from_args(args) as kernel:
-        outcomes = await kernel.apply_plan(
-            plan, rebase_roots=args.rebase_roots, allow_looser_posture=args.allow_looser_posture
-        )
+    try:
+        async with kernel_from_args(args) as kernel:
+            outcomes = await kernel.apply_plan(
+                plan, rebase_roots=args.rebase_roots, allow_looser_posture=args.allow_looser_posture
+            )
+    except RingfenceError as exc:
+        # A call an earlier apply never ended (killed) is said, not left behind "applied".
+        unended = await trio.to_thread.run_sync(_unended, plan)
+        if not unended:
+            raise
+        [(first, fate), *_] = unended.items()
+        raise exc.with_(
+            message=f"{exc.message}; {len(unended)} call(s) marked applied never ended — "
+            f"{first}: {fate['said']}",
+            details={**exc.details, "unended": unended},
+        ) from None
+    unended = await trio.to_thread.run_sync(_unended, plan)
     failed = next((o.error for o in outcomes if o.error is not None), None)
     if args.json:
         report = {
             "applied": [o.to_dict() for o in outcomes],
             "applied_before": before,
             "not_attempted": len(plan.calls) - before - len(outcomes),
+            "unended": unended,
         }
         if failed is None:
             return print_ok(report, True)
@@ -115,6 +196,8 @@ async def run_apply(args: argparse.Namespace) -> int:
     else:
         if before:
             sys.stdout.write(f"skipped: {before} call(s) applied before\n")
+        for call_id, fate in unended.items():
+            sys.stdout.write(f"call {one_line(call_id)}: {one_line(fate['said'])}\n")
         for o in outcomes:
             status = "ok" if o.ok else f"{o.error.code}: {error_line(o.error.message)}"
             sys.stdout.write(f"{one_line(o.tool)}: {status}\n")

@@ -26,13 +26,21 @@ A plan file is JSON (version 2)::
   ran, and applying it again runs the calls not yet applied; a plan whose every
   call is marked, in the file or the ledger, is refused.
 
+When the call has run, its ledger entry is rewritten with its end (``ended``, ``ok``,
+``error``) beside the id of the call that ran it (``call``): a mark without an end is a call
+ringfence stopped while it ran (killed), which ``plan show`` and ``plan apply`` name, with
+what became of its writes (the next start rolled back a write under way) and how to make
+it by hand; it is never run again.
+
 Not promised: someone who can delete the ledger *and* restore an old copy of
 the plan can apply it again (both live where the user can write); a call
-marked applied may not have run (the process died between the mark and the call).
+marked applied may not have run (the process died between the mark and the call:
+its end is then missing, and said so).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -49,7 +57,7 @@ from ._errors import Denied, InvalidArguments, Unwritable
 from ._files import atomic_write, load_or_create_key, ringfence_home
 from ._render import when_text
 
-__all__ = ["AppliedMark", "Plan", "StagedCall", "ledger_dir", "plan_key_path"]
+__all__ = ["AppliedMark", "Plan", "StagedCall", "ledger_dir", "ledger_note", "plan_key_path"]
 
 PLAN_VERSION = 2
 KEY_NAME = "plan.key"
@@ -98,13 +106,24 @@ def _ledger_mark(call_id: str) -> AppliedMark | None:
         return AppliedMark(0.0, "unknown (unreadable ledger entry)")  # present: applied
 
 
-def _write_ledger_mark(call_id: str, mark: AppliedMark) -> None:
-    """Create the ledger entry for ``call_id``; FileExistsError when it is there already."""
+def _write_ledger_mark(call_id: str, mark: AppliedMark, running: str = "") -> None:
+    """Create the ledger entry for ``call_id`` (``running``: the id of the call that runs
+    it); FileExistsError when it is there already."""
     path = _ledger_path(call_id)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as f:
-        f.write(json.dumps(asdict(mark)).encode())
+        f.write(json.dumps({**asdict(mark), "call": running}).encode())
+
+
+def ledger_note(call_id: str) -> dict[str, Any] | None:
+    """A call's ledger entry as written (``at``, ``session``, ``call``, and once it ran
+    ``ended``, ``ok``, ``error``); None when absent or unreadable."""
+    try:
+        data = json.loads(_ledger_path(call_id).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 @dataclass(frozen=True)
@@ -210,9 +229,9 @@ class Plan:
         """The applied mark of one call, in the file or the ledger (None: not applied)."""
         return self.applied.get(call_id) or _ledger_mark(call_id)
 
-    def mark_applied(self, call_id: str, session: str) -> None:
-        """Record that ``call_id`` is being applied, before it runs: the ledger entry first
-        (exclusively), then the plan file.
+    def mark_applied(self, call_id: str, session: str, running: str = "") -> None:
+        """Record that ``call_id`` is being applied (by the call ``running``), before it
+        runs: the ledger entry first (exclusively), then the plan file.
 
         Raises Denied when the ledger already has the call (another apply got
         there first) and Unwritable when a mark cannot be written; either way
@@ -220,7 +239,7 @@ class Plan:
         """
         mark = AppliedMark(time.time(), session)
         try:
-            _write_ledger_mark(call_id, mark)
+            _write_ledger_mark(call_id, mark, running)
         except FileExistsError:
             first = _ledger_mark(call_id)
             when = first.describe() if first is not None else "by another apply"
@@ -244,6 +263,17 @@ class Plan:
                 "applies once, so nothing more runs until the mark can be written",
                 field="plan",
             ) from None
+
+    def mark_ended(self, call_id: str, ok: bool, error: str | None = None) -> None:
+        """Record in the ledger that ``call_id`` ran to its end (after its outcome). Best
+        effort: an end that cannot be written leaves the call shown as never ended, the
+        cautious reading."""
+        note = ledger_note(call_id)
+        if note is None:
+            return
+        note.update(ended=time.time(), ok=ok, error=error)
+        with contextlib.suppress(OSError):
+            atomic_write(_ledger_path(call_id), json.dumps(note).encode())
 
     @classmethod
     def load(cls, path: Path, key: bytes | None = None, *, create_key: bool = True) -> Plan:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import trio
+
 from ._calls import Authorization, Outcome
 from ._errors import Denied
 from ._plan import Plan
@@ -91,7 +93,7 @@ async def apply_plan(
             if auth.staged:
                 return  # staged again (a dry run applying): nothing runs, nothing is spent
             try:
-                plan.mark_applied(call_id, kernel.session_id)
+                plan.mark_applied(call_id, kernel.session_id, auth.call_id)
             except BaseException as exc:
                 marking.append(exc)
                 raise
@@ -108,6 +110,11 @@ async def apply_plan(
         )
         if marking:  # the call was not run: another apply holds it, or no mark could be written
             raise marking[0]
+        if plan.applied_mark(staged.call_id) is not None:  # it ran: its end, in the ledger
+            code = outcome.error.code if outcome.error is not None else None
+            await trio.to_thread.run_sync(
+                lambda c=staged.call_id, o=outcome.ok, e=code: plan.mark_ended(c, o, e)
+            )
         outcomes.append(outcome)
         if not outcome.ok:
             break

@@ -307,7 +307,16 @@ def replace_file(
             raise translate_oserror(exc, display, writing=True) from None
         renamed = True
         if sync_dir:
-            fsync_dir(dir_fd)
+            try:
+                fsync_dir(dir_fd)
+            except OSError as exc:
+                # In place already: said as written (the recorder keeps its change set).
+                error = translate_oserror(exc, display, writing=True)
+                raise error.with_(
+                    message=f"{display} was written, but committing its directory to disk "
+                    f"failed ({exc.strerror or exc}): the write may not survive a power loss",
+                    details={**error.details, "written": True},
+                ) from None
     except OSError as exc:
         raise translate_oserror(exc, display, writing=True) from None
     finally:

@@ -490,3 +490,432 @@ def test_an_undo_with_the_store_s_file_system_full_names_it_and_changes_nothing(
     assert not out["ok"] and out["error"]["code"] == "unavailable", out
     assert "checkpoint store" in out["error"]["message"] and "is full" in out["error"]["message"]
     assert exact_state(root) == before
+
+
+# -- two ringfence processes on one workspace ----------------------------------------------------
+
+
+@needs_strace
+@needs_bwrap
+def test_two_undos_of_one_set_at_once_never_leave_it_half_undone(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two ``undo`` processes of the same set: the first is held as it renames ``g`` back (its
+    checks passed), the second undoes the set whole meanwhile. The first then found ``f``
+    undone already (a conflict) and "put back" ``g`` to the set's bytes: ``f`` undone, ``g``
+    not, recorded as undone. Now writers of one workspace take turns: the second waits, then
+    finds the set undone and changes nothing."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("f0\n")
+    (root / "g").write_text("g0\n")
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "echo f1 > f; echo g1 > g"}))  # fmt: skip
+    assert out["ok"], out
+    set_id = out["result"]["changes"]["id"]
+    before = exact_state(root)
+    argv = [sys.executable, "-m", "ringfence", "undo", set_id, "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    first = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+         "-e", "inject=renameat:delay_enter=3000000:when=1", "-P", str(root), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not [
+            n for n in os.listdir(root) if n.startswith(".ringfence-")
+        ]:
+            time.sleep(0.01)
+        second = _cli(capsys, root, "undo", set_id)  # the other process, as the first is held
+        stdout, _ = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    results = [json.loads(stdout), second]
+    assert sorted(r["ok"] for r in results) == [False, True], results
+    assert exact_state(root) == {"f": ("file", 0o644, b"f0\n"), "g": ("file", 0o644, b"g0\n")}
+    [failed] = [r for r in results if not r["ok"]]
+    assert failed["error"].get("details", {}).get("conflicts"), failed
+    assert before != exact_state(root)
+
+
+@needs_bwrap
+def test_a_write_while_another_process_holds_the_workspace_waits_then_changes_nothing(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """Another process holds the workspace's writer turn (a long merge; here ``flock(1)`` on
+    the store's ``writer.lock``) past the wait: a ``write_file`` is ``unavailable`` with
+    nothing written and no set, a shell command's changes are kept as a staged set (not lost
+    with its overlay), and once the turn is free ``apply_changes`` merges them."""
+    from ringfence.workspace.changes import _journal
+
+    monkeypatch.setattr(_journal, "TURN_WAIT_SECONDS", 0.5)
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out  # the store exists
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    before = exact_state(root)
+    holder = subprocess.Popen(
+        ["flock", "-o", str(store / "writer.lock"), "sleep", "30"], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not _holding(store / "writer.lock") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out = _cli(capsys, root, "call", "write_file", "--args",
+                   json.dumps({"path": "y", "content": "y"}))  # fmt: skip
+        assert not out["ok"] and out["error"]["code"] == "unavailable", out
+        assert "another ringfence process" in out["error"]["message"], out
+        out = _cli(capsys, root, "call", "run_shell", "--args",
+                   json.dumps({"command": "echo z > z"}))  # fmt: skip
+        assert not out["ok"] and out["error"]["code"] == "unavailable", out
+        staged = out["error"]["details"]["changes"]
+        assert staged["staged"], out
+        assert exact_state(root) == before
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+    out = _cli(capsys, root, "call", "apply_changes", "--args", json.dumps({"id": staged["id"]}))
+    assert out["ok"], out
+    assert exact_state(root) == {**before, "z": ("file", 0o644, b"z\n")}
+
+
+# -- a plan apply killed midway ------------------------------------------------------------------
+
+
+@needs_strace
+@needs_bwrap
+def test_a_plan_apply_killed_midway_names_the_call_it_never_finished(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan of three calls, killed inside the second's merge: the next start rolls that
+    merge back, and the call stays marked applied (a plan applies once). ``plan show`` said
+    "applied" for it and ``plan apply`` ran the third: the workspace held the first and the
+    third, with nothing saying the second was not there. Now the ledger records each call's
+    end; a call marked without one is named by ``plan show`` and ``plan apply`` as not
+    applied, with how to make it by hand, which then gives the plan's whole tree."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("old\n")
+    (root / "b").write_text("old\n")
+    plan = tmp_path / "plan.json"
+    for tool, args in (
+        ("write_file", {"path": "a", "content": "new a\n"}),
+        ("run_shell", {"command": "echo new > b; echo c > c"}),
+        ("write_file", {"path": "d/e", "content": "e\n"}),
+    ):
+        out = _cli(capsys, root, "call", tool, "--args", json.dumps(args), "--dry-run", str(plan))
+        assert out["ok"], out
+    # Killed at its third rename in the root: a is written, b merged, c not yet.
+    killed_at(root, ringfence_home, ["plan", "apply", str(plan)], "renameat", root, when=3)
+    assert main(["plan", "show", str(plan), "--json"]) == 0  # a start: the merge rolled back
+    shown = json.loads(capsys.readouterr().out)["result"]
+    first, second, _ = (c["call_id"] for c in shown["calls"])
+    assert set(shown["applied"]) == {first, second}
+    assert list(shown["unended"]) == [second], shown
+    assert shown["unended"][second]["in_workspace"] is False
+    assert exact_state(root) == {"a": ("file", 0o644, b"new a\n"), "b": ("file", 0o644, b"old\n")}
+    assert main(["plan", "show", str(plan)]) == 0
+    text = capsys.readouterr().out
+    assert "NOT APPLIED" in text and "ringfence call apply_changes --args" in text, text
+    out = _cli(capsys, root, "plan", "apply", str(plan))
+    assert out["ok"] and list(out["result"]["unended"]) == [second], out
+    staged = shown["calls"][1]["arguments"]["id"]
+    out = _cli(capsys, root, "call", "apply_changes", "--args", json.dumps({"id": staged}))
+    assert out["ok"], out
+    assert exact_state(root) == {
+        "a": ("file", 0o644, b"new a\n"),
+        "b": ("file", 0o644, b"new\n"),
+        "c": ("file", 0o644, b"c\n"),
+        "d": ("dir", 0o755, b""),
+        "d/e": ("file", 0o644, b"e\n"),
+    }
+    out = _cli(capsys, root, "plan", "apply", str(plan))  # spent: refused, the call named
+    assert not out["ok"] and list(out["error"]["details"]["unended"]) == [second], out
+
+
+# -- a damaged store -----------------------------------------------------------------------------
+
+
+def test_a_torn_or_swapped_manifest_hides_no_other_change_set(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One manifest cut to nothing (written, not fsynced, then a power loss) and one swapped
+    for a link to another: ``checkpoints list`` and ``undo`` failed with ``JSONDecodeError``
+    for every set, so no set the store listed could be undone. Now the damaged ones are
+    listed as damaged, naming their file, and the others are listed and undone as ever."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    ids = []
+    for name in ("a", "b", "c"):
+        out = _cli(capsys, root, "call", "write_file", "--args",
+                   json.dumps({"path": name, "content": f"{name}\n"}))  # fmt: skip
+        assert out["ok"], out
+        ids.append(out["result"]["checkpoint"])
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    (store / "sets" / f"{ids[0]}.json").write_bytes(b"")
+    (store / "sets" / f"{ids[2]}.json").unlink()
+    (store / "sets" / f"{ids[2]}.json").symlink_to(f"{ids[1]}.json")
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["result"]
+    assert [s["id"] for s in listed] == ids[::-1]
+    assert [bool(s.get("damaged")) for s in listed] == [True, False, True], listed
+    assert f"{ids[0]}.json is damaged" in listed[2]["damaged"]
+    out = _cli(capsys, root, "undo")  # the newest set that can be undone: b's
+    assert out["ok"] and [u["undone"] for u in out["result"]] == [ids[1]], out
+    assert exact_state(root) == {"a": ("file", 0o644, b"a\n"), "c": ("file", 0o644, b"c\n")}
+    out = _cli(capsys, root, "undo", ids[0])
+    assert not out["ok"] and out["error"]["code"] == "tool_error", out
+    assert f"{ids[0]}.json is damaged" in out["error"]["message"]
+    assert exact_state(root) == {"a": ("file", 0o644, b"a\n"), "c": ("file", 0o644, b"c\n")}
+
+
+# -- a workspace renamed after a kill ------------------------------------------------------------
+
+
+@needs_strace
+@needs_bwrap
+def test_a_merge_killed_then_its_workspace_renamed_is_rolled_back_at_the_new_path(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A merge killed midway, then the person renames the workspace's directory. The store is
+    named by the roots' paths, so the next start under the new name had a store of its own
+    and never read the killed merge's journal: the tree stayed half-merged for good, and
+    ``recover`` found nothing. Now the roots' identity names the store that wrote there: the
+    start under the new name takes it over and rolls the merge back."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(1, 4):
+        (root / f"f{i}").write_text("old\n")
+    before = exact_state(root)
+    command = "for i in 1 2 3; do echo new > f$i; done"
+    killed_at(root, ringfence_home, ["call", "run_shell", "--args",
+              json.dumps({"command": command})], "renameat", root, when=2)  # fmt: skip
+    assert exact_state(root) != before  # half-merged
+    moved = tmp_path / "renamed"
+    root.rename(moved)
+    assert main(["recover", "--workspace", str(moved), "--json"]) == 0
+    [done] = json.loads(capsys.readouterr().out)["result"]["sets"]
+    assert exact_state(moved) == before, done
+    assert done["record"] == "staged" and done["left"] == [], done
+    assert main(["recover", "--workspace", str(moved), "--json"]) == 0  # once
+    assert json.loads(capsys.readouterr().out)["result"]["sets"] == []
+
+
+def test_a_renamed_workspace_lists_and_undoes_the_sets_made_before(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Renamed, a workspace had an empty store: ``checkpoints list`` showed nothing and
+    ``undo`` said there was nothing to undo, the sets made an hour before unreachable. Now
+    the store of its directories under the old path becomes its store."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    before = exact_state(root)
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "f", "content": "new\n"}))  # fmt: skip
+    assert out["ok"], out
+    set_id = out["result"]["checkpoint"]
+    moved = tmp_path / "renamed"
+    root.rename(moved)
+    assert main(["checkpoints", "list", "--workspace", str(moved), "--json"]) == 0
+    assert [s["id"] for s in json.loads(capsys.readouterr().out)["result"]] == [set_id]
+    out = _cli(capsys, moved, "undo")
+    assert out["ok"] and [u["undone"] for u in out["result"]] == [set_id], out
+    assert exact_state(moved) == before
+    # A new directory at the old path is another workspace: its own, empty store.
+    root.mkdir()
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == []
+
+
+@needs_strace
+@needs_bwrap
+def test_a_merge_killed_then_moved_onto_a_path_with_a_store_is_rolled_back(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same, renamed onto a path that has a store already (an earlier directory there):
+    the start there rolls back the killed merge from the store of the old path."""
+    moved = tmp_path / "renamed"
+    moved.mkdir()
+    out = _cli(capsys, moved, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out
+    root = tmp_path / "ws"
+    root.mkdir()  # before the removal: not the removed directory's inode again
+    shutil.rmtree(moved)
+    for i in range(1, 4):
+        (root / f"f{i}").write_text("old\n")
+    before = exact_state(root)
+    command = "for i in 1 2 3; do echo new > f$i; done"
+    killed_at(root, ringfence_home, ["call", "run_shell", "--args",
+              json.dumps({"command": command})], "renameat", root, when=2)  # fmt: skip
+    root.rename(moved)
+    assert main(["recover", "--workspace", str(moved), "--json"]) == 0
+    [done] = json.loads(capsys.readouterr().out)["result"]["sets"]
+    assert exact_state(moved) == before, done
+    assert done["record"] == "staged" and done["store"], done
+
+
+# -- a write failing between its visible step and its mode ---------------------------------------
+
+
+@needs_strace
+@needs_bwrap
+@pytest.mark.parametrize("where", ["", "d"])
+def test_an_undo_whose_chmod_fails_after_the_write_puts_that_write_back(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """``undo`` makes a directory (0700) or renames a file into place, then gives it its
+    mode: that ``chmod`` failing (EIO) left the directory or file there, the undo reporting
+    an error and putting back only the changes before it — a tree neither before nor after,
+    with no record and no journal. Now the write begun is put back with the rest."""
+    root = tmp_path / "ws"
+    (root / "d").mkdir(parents=True)
+    (root / "e").mkdir()
+    for name in ("f", "d/g", "e/h"):
+        (root / name).write_text(f"old {name}\n")
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "echo new > f; rm d/g; rm -r e"}))  # fmt: skip
+    assert out["ok"], out
+    before = exact_state(root)
+    argv = [sys.executable, "-m", "ringfence", "undo", "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    # The first fchmodat in the root is e's (made again), in d that of g (written again).
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fchmodat",
+         "-e", "inject=fchmodat:error=EIO:when=1", "-P", str(root / where), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert not out["ok"] and "Input/output error" in out["error"]["message"], out
+    assert exact_state(root) == before
+    assert main(["recover", "--workspace", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"]["sets"] == []
+    assert exact_state(root) == before
+
+
+@needs_strace
+def test_a_write_file_whose_directory_fsync_fails_keeps_its_change_set(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``write_file`` renames its file into place, then fsyncs the directory: that fsync
+    failing (EIO) made the call an error and dropped its change set — the new bytes in the
+    workspace with no record, nothing to undo. Now the error says the file was written and
+    names its change set, which ``undo`` reverses byte for byte."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    (root / "f").chmod(0o640)
+    before = exact_state(root)
+    argv = [sys.executable, "-m", "ringfence", "call", "write_file", "--args",
+            json.dumps({"path": "f", "content": "new\n"}), "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    # The first fsync of the root's own descriptor is the directory's, after the rename.
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync",
+         "-e", "inject=fsync:error=EIO:when=1", "-P", str(root), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert not out["ok"] and out["error"].get("details", {}).get("written"), out
+    kept = out["error"]["details"]["checkpoint"]
+    assert exact_state(root) == {"f": ("file", 0o640, b"new\n")}
+    out = _cli(capsys, root, "undo")
+    assert out["ok"] and out["result"][0]["undone"] == kept, out
+    assert exact_state(root) == before
+
+
+def test_a_journal_this_version_cannot_read_is_kept_and_named(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dead journal whose lines this version cannot read (another version's format, or
+    damaged) may name an operation left half-written: it was removed at the next start as
+    if empty, the tree left as it was with nothing saying so. Now it is kept and named at
+    every start; the lines it can read are rolled back as ever."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        old, new = store.put(b"old\n"), store.put(b"new\n")
+        change = Change(0, "f", Image("file", 0o644, old, 4), Image("file", 0o644, new, 4))
+        cs = ChangeSet(store.new_id(), time.time(), "run_shell", (change,))
+        store.save(cs)
+        journal = store.journal_fd_if_any(create=True)
+        assert journal is not None
+        fd = os.open("99999-00000000abcd.log", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=journal)
+        os.write(fd, f"B {cs.id}\nB2 {cs.id} 4 future-format\nE\u00e9 {cs.id}\n".encode())
+        os.close(fd)
+        store.close()
+    (root / "f").write_text("new\n")  # the set half-merged
+    for _ in range(2):  # named at every start, never removed unread
+        assert main(["recover", "--workspace", str(root), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)["result"]
+        [kept] = report["unreadable"]
+        assert kept["journal"].endswith("99999-00000000abcd.log"), kept
+        assert kept["lines"][0].startswith("B2 "), kept
+        assert exact_state(root) == {"f": ("file", 0o644, b"old\n")}  # the readable B line
+    [journal_dir] = (ringfence_home / "checkpoints").iterdir()
+    assert os.listdir(journal_dir / "journal") == ["99999-00000000abcd.log"]
+    assert main(["recover", "--workspace", str(root)]) == 0
+    assert "cannot read" in capsys.readouterr().out
+
+
+# -- a clock stepped back --------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="faketime is not installed")
+def test_undo_after_the_clock_stepped_back_undoes_the_last_set(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A set's id is its creation time, and ids sort by age. With the clock stepped back an
+    hour (NTP, a resumed VM: here ``faketime`` for one ringfence process), the new set's id
+    sorted before the previous one, so ``undo`` undid the previous set, not the last. Now a
+    new id is always past every id the store holds."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "a", "content": "a\n"}))  # fmt: skip
+    assert out["ok"], out
+    proc = subprocess.run(
+        ["faketime", "-f", "-1h", sys.executable, "-m", "ringfence", "call", "write_file",
+         "--args", json.dumps({"path": "b", "content": "b\n"}), "--workspace", str(root),
+         "--json", "--approve", "no", "--posture", "allow-reversible"],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    last = json.loads(proc.stdout)
+    assert last["ok"], (last, proc.stderr[-1000:])
+    out = _cli(capsys, root, "undo")
+    assert out["ok"] and out["result"][0]["undone"] == last["result"]["checkpoint"], out
+    assert exact_state(root) == {"a": ("file", 0o644, b"a\n")}
+
+
+def test_a_fifo_named_as_a_journal_does_not_hang_every_start(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FIFO left in the journal directory under a journal's name (a damaged store, or
+    someone who can write ``$RINGFENCE_HOME``): every start opened it to read and waited for
+    a writer for ever. Now it is read without waiting, as an empty journal."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "a", "content": "a\n"}))  # fmt: skip
+    assert out["ok"], out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    os.mkfifo(store / "journal" / "1-0123456789ab.log")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ringfence", "checkpoints", "list", "--workspace", str(root),
+         "--json"],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [s["tool"] for s in json.loads(proc.stdout)["result"]] == ["write_file"]

@@ -16,6 +16,13 @@ open descriptor (no file made per operation): a killed process cannot lose
 them; against power loss they are fsynced when the store's writes are
 (``RINGFENCE_CHECKPOINTS_FSYNC=1``).
 
+Writers of one workspace take turns: an operation holds the store's ``writer.lock``
+(``flock``) from its ``B`` line to its ``E`` line, as a recovery does while it rolls back,
+so two ringfence processes never interleave their writes (an undo's put-back of its first
+file after a second process undid the same set left it half undone). Threads of one store
+object share its turn; another process waits for it, at most :data:`TURN_WAIT_SECONDS`,
+then is ``unavailable`` with nothing written.
+
 :func:`recover` (every store's start, ``ringfence recover``) reads each journal
 nobody holds. A set begun and not ended is **rolled back**, the same for every
 operation: each of its changes, newest first, whose path holds the after-image
@@ -40,11 +47,12 @@ import os
 import re
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ...runtime._errors import RingfenceError
+from ...runtime._errors import RingfenceError, Unavailable
 
 if TYPE_CHECKING:
     from ._store import CheckpointStore
@@ -59,6 +67,9 @@ _SET_ID = re.compile(r"[0-9a-f]{1,64}\Z")
 # Sets whose content lives on elsewhere (the call's arguments, the set undone or applied):
 # rolled back, they are dropped; any other set (a shell command's, an MCP server's) is kept.
 _REDONE_BY_THEIR_CALLER = frozenset({"write_file", "edit_file", "undo", "apply_changes"})
+_TURN = "writer.lock"  # held by the one process writing the workspace (see the docstring)
+# How long an operation waits for another process's to end before it is refused.
+TURN_WAIT_SECONDS = 60.0
 
 
 class Journal:
@@ -70,6 +81,8 @@ class Journal:
         self._fd = -1
         self._name = ""
         self._open_ops = 0
+        self._turn_fd = -1
+        self._turns = 0  # operations and recoveries of this object holding the turn
 
     def _file(self) -> int:
         """The journal file, made locked: it is made under a name recovery does not read
@@ -78,6 +91,7 @@ class Journal:
         and removed it, and this process wrote its ``B`` lines into a file nobody would read
         after a kill (the half-merged set never rolled back)."""
         if self._fd < 0:
+            self._store.note_identity()  # found again if the workspace moves (_recover_moved)
             dir_fd = self._store._journal_fd
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
             for _ in range(8):
@@ -106,24 +120,93 @@ class Journal:
         if sync or self._store.retention.fsync:
             os.fsync(fd)
 
+    def _take_turn(self) -> None:
+        """Hold the workspace's writer lock (caller holds ``_lock``); see the docstring.
+
+        Waits for another process's operation to end (polled: a clock jump cannot stretch
+        it, ``monotonic``), at most :data:`TURN_WAIT_SECONDS`."""
+        if self._turns == 0:
+            if self._turn_fd < 0:
+                flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                # Beside the journal directory (whose listing is the journals alone).
+                try:
+                    self._turn_fd = os.open(
+                        f"../{_TURN}", flags, 0o600, dir_fd=self._store._sets_fd
+                    )
+                except OSError as exc:  # a full store, a link or worse planted there
+                    full = self._store.full(exc)
+                    if isinstance(full, Unavailable):
+                        raise full from None
+                    raise Unavailable(
+                        f"cannot open the workspace's writer lock {self._store.path}/{_TURN} "
+                        f"({exc.strerror or exc}): nothing was changed; remove it if it is "
+                        "not a plain file",
+                    ) from None
+            deadline = time.monotonic() + TURN_WAIT_SECONDS
+            pause = 0.002
+            while True:
+                try:
+                    fcntl.flock(self._turn_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise
+                if time.monotonic() >= deadline:
+                    raise Unavailable(
+                        "another ringfence process has been writing this workspace for "
+                        f"{TURN_WAIT_SECONDS:g} s (it holds {self._store.path}/{_TURN}); "
+                        "writers of one workspace take turns, so nothing was changed: try "
+                        "again when it is done",
+                        busy=True,
+                    )
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+        self._turns += 1
+
+    def _give_turn(self) -> None:
+        """Let go of the writer lock when this object's last holder is done (``_lock`` held)."""
+        self._turns -= 1
+        if self._turns == 0 and self._turn_fd >= 0:
+            fcntl.flock(self._turn_fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """The workspace's writer lock around a block (a recovery's rollbacks)."""
+        with self._lock:
+            self._take_turn()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._give_turn()
+
     def begin(self, set_id: str, *, sync: bool = False) -> None:
-        """Before the operation's first write (its manifest's first save included).
+        """Before the operation's first write (its manifest's first save included); takes
+        the workspace's writer turn, held until :meth:`end`.
 
         A full file system under the store is ``unavailable`` naming it (nothing of the
         operation is written yet), like every other write of the store's."""
         line = f"B {set_id}\n".encode()
         with self._lock:
+            self._take_turn()
             try:
                 self._append(line, sync=sync)
             except OSError as exc:
+                self._give_turn()
                 raise self._store.full(exc, len(line)) from None
+            except BaseException:
+                self._give_turn()
+                raise
             self._open_ops += 1
 
     def end(self, set_id: str) -> None:
         """After its last write and its manifest's final form (or after it failed cleanly)."""
         with self._lock:
-            self._append(f"E {set_id}\n".encode(), sync=False)
-            self._open_ops -= 1
+            try:
+                self._append(f"E {set_id}\n".encode(), sync=False)
+            finally:
+                self._open_ops -= 1
+                self._give_turn()
             if self._open_ops == 0 and os.fstat(self._fd).st_size > _RESET_BYTES:
                 os.ftruncate(self._fd, 0)  # every line in it is spent
 
@@ -147,8 +230,12 @@ class Journal:
             self.end(set_id)
 
     def close(self) -> None:
-        """Remove the journal (nothing in flight) and let go of it. Idempotent."""
+        """Remove the journal (nothing in flight) and let go of it and of the writer lock.
+        Idempotent."""
         with self._lock:
+            if self._turn_fd >= 0:
+                os.close(self._turn_fd)  # a set still open is the next start's to roll back
+                self._turn_fd, self._turns = -1, 0
             if self._fd < 0:
                 return
             if self._open_ops == 0:
@@ -165,9 +252,15 @@ class Recovery:
 
     sets: tuple[dict[str, Any], ...] = field(default=())
     journals: int = 0
+    # Journals with lines this version cannot read (another version's, or damaged): kept,
+    # each named with its first such lines, at every start until a person looks.
+    unreadable: tuple[dict[str, Any], ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"journals": self.journals, "sets": list(self.sets)}
+        out: dict[str, Any] = {"journals": self.journals, "sets": list(self.sets)}
+        if self.unreadable:
+            out["unreadable"] = list(self.unreadable)
+        return out
 
 
 def _unheld(dir_fd: int, pattern: re.Pattern[str] = _NAME) -> Iterator[tuple[str, int]]:
@@ -179,7 +272,9 @@ def _unheld(dir_fd: int, pattern: re.Pattern[str] = _NAME) -> Iterator[tuple[str
         if not pattern.match(name):
             continue
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            # Non-blocking: a FIFO planted under a journal's name must not hang every start.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(name, flags, dir_fd=dir_fd)
         except OSError:
             continue
         try:
@@ -196,17 +291,35 @@ def _unheld(dir_fd: int, pattern: re.Pattern[str] = _NAME) -> Iterator[tuple[str
 
 
 def _in_flight(fd: int) -> list[str]:
+    return _read(fd)[0]
+
+
+def _read(fd: int) -> tuple[list[str], list[str]]:
+    """(the sets begun and not ended, the lines that are neither ``B <id>`` nor ``E <id>``).
+
+    A last line without its newline is a write cut short (power loss): its operation had
+    not begun. Any other line this version cannot read (a journal of another version, a
+    damaged one) may hide an operation in flight: returned, so the journal is kept and
+    named rather than removed as if nothing were in it."""
     begun: dict[str, None] = {}
+    bad: list[str] = []
     with os.fdopen(os.dup(fd), "rb") as f:
-        for line in f.read().decode("ascii", "replace").splitlines():
-            kind, _, set_id = line.partition(" ")
-            if not _SET_ID.match(set_id):
-                continue  # a line cut short by the kill: its operation had not begun
-            if kind == "B":
-                begun[set_id] = None
-            elif kind == "E":
-                begun.pop(set_id, None)
-    return list(begun)
+        data = f.read()
+    lines = data.split(b"\n")
+    if lines and lines[-1]:
+        lines.pop()  # cut short: no newline yet
+    for raw in lines:
+        if not raw:
+            continue
+        line = raw.decode("ascii", "replace")
+        kind, _, set_id = line.partition(" ")
+        if kind not in ("B", "E") or not _SET_ID.match(set_id):
+            bad.append(line[:200])
+        elif kind == "B":
+            begun[set_id] = None
+        else:
+            begun.pop(set_id, None)
+    return list(begun), bad
 
 
 def pending(store: CheckpointStore) -> list[str]:
@@ -229,6 +342,7 @@ def recover(store: CheckpointStore) -> Recovery:
     if dir_fd is None:
         return Recovery()
     done: list[dict[str, Any]] = []
+    unreadable: list[dict[str, Any]] = []
     journals = 0
     for name, fd in _unheld(dir_fd, _MAKING):  # killed before it was named: it holds nothing
         with contextlib.suppress(OSError):
@@ -236,13 +350,26 @@ def recover(store: CheckpointStore) -> Recovery:
         os.close(fd)
     for name, fd in _unheld(dir_fd):
         try:
-            for set_id in _in_flight(fd):
-                done.append(_roll_back(store, set_id))
-            os.unlink(name, dir_fd=dir_fd)  # last: a recovery killed midway is done again
+            in_flight, bad = _read(fd)
+            if in_flight:
+                with store.journal.turn():  # never beside another process's writes
+                    for set_id in in_flight:
+                        done.append(_roll_back(store, set_id))
             journals += 1
+            if bad:  # kept: what it holds may be an operation this version cannot see
+                unreadable.append({
+                    "journal": f"{store.path}/journal/{name}",
+                    "lines": bad[:3],
+                    "message": "this journal has lines this version of ringfence cannot read "
+                    "(written by another version, or damaged): it may name an operation "
+                    "left half-written; it is kept, and named at every start, until it is "
+                    "read by the version that wrote it or removed by hand",
+                })  # fmt: skip
+                continue
+            os.unlink(name, dir_fd=dir_fd)  # last: a recovery killed midway is done again
         finally:
             os.close(fd)
-    return Recovery(tuple(done), journals)
+    return Recovery(tuple(done), journals, tuple(unreadable))
 
 
 def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
@@ -250,8 +377,10 @@ def _roll_back(store: CheckpointStore, set_id: str) -> dict[str, Any]:
 
     try:
         cs = store.load(set_id)
-    except Exception:  # never saved (killed before its manifest), or unreadable
-        return {"id": set_id, "undone": 0, "left": [], "refused": [], "record": "none"}
+    except RingfenceError as exc:  # never saved (killed before its manifest), or damaged
+        record = "damaged" if exc.details.get("damaged") else "none"
+        out = {"id": set_id, "undone": 0, "left": [], "refused": [], "record": record}
+        return {**out, "message": exc.message} if record == "damaged" else out
     try:
         undone, left, refused = roll_back(store.workspace, cs.changes, store)
     except RingfenceError as exc:  # a full file system, most often: said as what it is

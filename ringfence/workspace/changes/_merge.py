@@ -249,6 +249,10 @@ class _Dirs:
         self._kept: dict[tuple[int, str], tuple[Root, list[str], int]] = {}
         # Kept directories a durable merge has noted for its sync: a sibling need not look.
         self.to_sync: set[tuple[int, str]] = set()
+        # The change being written and the image its path had: set once its checks passed,
+        # cleared when it is applied. A failure in between (a chmod after the mkdir or the
+        # rename) may have written part of it: the merge puts that back too.
+        self.begun: Change | None = None
 
     def walk(self, change: Change, op: Callable[[Place], Any], create: bool) -> Any:
         key = (change.root, posixpath.dirname(change.path))
@@ -392,6 +396,7 @@ def _apply_one(
                 "(--force overwrites it)",
                 conflicts=[shown],
             )
+        dirs.begun = Change(change.root, change.path, found, after)
         try:
             if after is None:
                 if found is not None and found.kind == "dir":
@@ -475,6 +480,7 @@ def _apply_one(
     where = (change.root, posixpath.dirname(change.path))
     chain_checked = dirs.chain_checked(change)
     found = dirs.walk(change, op, create=after is not None)
+    dirs.begun = None
     dirs.applied(found, after)
     return found
 
@@ -736,9 +742,12 @@ def merge_changes(
                 applied.append(Change(change.root, change.path, found, change.after))
                 i += 1
         except BaseException as exc:
+            # The change that failed midway (its mkdir or rename done, its chmod not): first.
+            begun, dirs.begun = dirs.begun, None
             dirs.close()
             unput: list[str] = []
-            for done in reversed(applied):  # best effort: put back what this merge changed
+            for done in [*([begun] if begun else []), *reversed(applied)]:
+                # best effort: put back what this merge changed
                 try:
                     _apply_one(dirs, done.inverse(), blobs, owner, to_sync)
                 except Exception:  # (a full file system, another writer): named below

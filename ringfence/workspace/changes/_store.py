@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import re
 import secrets
+import stat
 import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -39,6 +42,7 @@ __all__ = ["CheckpointStore", "PackWriter", "Retention", "workspace_id"]
 _PRUNE_EVERY = 32
 _PACK_BUFFER = 1 << 20
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
+_HEX = re.compile(r"[0-9a-f]+\Z")
 # An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
 _BLOB_GRACE_SECONDS = 3600
 
@@ -67,12 +71,21 @@ class CheckpointStore:
     """The change sets of one workspace (thread-safe; see the module docstring)."""
 
     def __init__(
-        self, workspace: Workspace, *, retention: Retention | None = None, recover: bool = True
+        self,
+        workspace: Workspace,
+        *,
+        retention: Retention | None = None,
+        recover: bool = True,
+        at: str | None = None,
     ) -> None:
+        """``at``: another store's id, opened for this workspace (the store of the same
+        directories under their old path, see :meth:`_recover_moved`)."""
         self.workspace = workspace
         self.retention = retention or Retention()
-        self.path = ringfence_home() / "checkpoints" / workspace_id(workspace)
+        self.path = ringfence_home() / "checkpoints" / (at or workspace_id(workspace))
         self._lock = threading.Lock()
+        self._id_lock = threading.Lock()
+        self._last_us = -1  # the newest id's time (new_id)
         self._since_prune = 0
         self._open_lock = threading.Lock()
         self._fds: tuple[int, int, int] | None = None
@@ -87,10 +100,128 @@ class CheckpointStore:
         self._journal_dir: int | None = None
         self.journal = Journal(self)
         self.recovered = Recovery()
+        if recover and at is None and not self.exists():
+            self._adopt_moved()  # these directories' store under an earlier path: taken over
         if recover and self._open(create=False) is not None:
             # A process killed while it wrote the workspace: its operation rolled back first.
             self.recovered = recover_journals(self)
             self.prune()
+        if recover and at is None:
+            self._recover_moved()
+
+    def _identity(self) -> str:
+        """The roots as directories (device and inode, in order): what a rename keeps."""
+        resolver = self.workspace._resolver
+        with resolver:
+            stats = [os.fstat(root.fd) for root in resolver.roots]
+        return "-".join(f"{st.st_dev:x}.{st.st_ino:x}" for st in stats)
+
+    def note_identity(self) -> None:
+        """Name this store under its roots' identity (``$RINGFENCE_HOME/checkpoint-roots/
+        <identity>``, a link to its id), before its first journal line: a workspace renamed
+        or moved after a kill finds the store that holds the killed operation's journal (see
+        :meth:`_recover_moved`)."""
+        with contextlib.suppress(OSError):
+            fd = _open_store(str(_roots_index(self.path)), create=True)
+            assert fd is not None
+            try:
+                name = self._identity()
+                with contextlib.suppress(OSError):
+                    if os.readlink(name, dir_fd=fd) == self.path.name:
+                        return
+                temp = f".{secrets.token_hex(6)}"
+                os.symlink(self.path.name, temp, dir_fd=fd)
+                os.replace(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            finally:
+                os.close(fd)
+
+    def _moved_from(self, fd: int) -> str | None:
+        """The id of the store that last wrote these directories under another path (``fd``:
+        the roots index), or None."""
+        try:
+            other = os.readlink(self._identity(), dir_fd=fd)
+        except OSError:  # never written under another path
+            return None
+        if other == self.path.name or not re.fullmatch(r"[0-9a-f]{16}", other):
+            return None
+        return other
+
+    def _adopt_moved(self) -> None:
+        """A workspace renamed or moved with no store under its new path: the store of its
+        directories under the old path becomes its store (one rename in ``checkpoints/``),
+        so ``checkpoints list`` and ``undo`` find the sets made before the move, and a
+        killed operation's journal is recovered as this store's own. Not while a process
+        holds one of that store's journals (it still writes there)."""
+        fd = _open_store(str(_roots_index(self.path)), create=False)
+        if fd is None:
+            return
+        try:
+            other = self._moved_from(fd)
+            if other is None:
+                return
+            journal_fd = os.open(
+                f"../checkpoints/{other}/journal",
+                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=fd,
+            )
+            try:
+                if not _all_unheld(journal_fd):
+                    return
+                os.rename(
+                    f"../checkpoints/{other}",
+                    f"../checkpoints/{self.path.name}",
+                    src_dir_fd=fd,
+                    dst_dir_fd=fd,
+                )
+            finally:
+                os.close(journal_fd)
+        except OSError:  # gone, or a store made here meanwhile: each keeps its own
+            return
+        finally:
+            os.close(fd)
+        self.note_identity()
+
+    def _recover_moved(self) -> None:
+        """Roll back what a process killed in these directories under another path left.
+
+        The store is named by the roots' paths: renamed or moved after a kill, the workspace
+        got a store of its own and the killed operation's journal was never read again (the
+        tree left mixed for good). The roots' identity names the store that wrote here last;
+        its dead journals are recovered against this workspace (the rollback writes only
+        where a path holds exactly what the set wrote) and said in :attr:`recovered`."""
+        fd = _open_store(str(_roots_index(self.path)), create=False)
+        if fd is None:
+            return
+        try:
+            other = self._moved_from(fd)
+            if other is None:
+                return
+            journal_fd = os.open(
+                f"../checkpoints/{other}/journal",
+                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=fd,
+            )
+            try:
+                if not os.listdir(journal_fd):
+                    return
+            finally:
+                os.close(journal_fd)
+        except OSError:  # never written under another path, or nothing of it is left
+            return
+        finally:
+            os.close(fd)
+        moved = CheckpointStore(self.workspace, retention=self.retention, at=other)
+        try:
+            found = moved.recovered
+        finally:
+            moved.close()
+        if found.sets or found.unreadable:
+            sets = tuple({**s, "store": str(moved.path)} for s in found.sets)
+            self.recovered = Recovery(
+                (*self.recovered.sets, *sets),
+                self.recovered.journals + found.journals,
+                (*self.recovered.unreadable, *found.unreadable),
+            )
 
     def _open(self, *, create: bool) -> tuple[int, int, int] | None:
         """The (blobs, sets, packs) descriptors; the store is made on its first write."""
@@ -352,7 +483,19 @@ class CheckpointStore:
     # -- change sets -------------------------------------------------------------------
 
     def new_id(self) -> str:
-        return f"{time.time_ns() // 1000:014x}{secrets.token_hex(3)}"
+        """A new set's id: its time in µs (ids sort by age: ``undo --last``, retention), past
+        every id the store holds. A clock stepped back (NTP, a resumed VM) gave a new set an
+        id older than the last one, so ``undo`` undid an earlier set instead of it."""
+        now = time.time_ns() // 1000
+        with self._id_lock:
+            if self._last_us < 0:  # once per store object: the newest id stored
+                self._last_us = max(
+                    (int(i[:14], 16) for i in self.ids() if len(i) >= 14 and _HEX.match(i)),
+                    default=0,
+                )
+            now = max(now, self._last_us + 1)
+            self._last_us = now
+        return f"{now:014x}{secrets.token_hex(3)}"
 
     def save(self, cs: ChangeSet) -> None:
         data = cs.encode()  # a 10,000-file manifest: a few ms, where json took tens
@@ -392,19 +535,52 @@ class CheckpointStore:
                 f"no change set {set_id}: nothing is stored for this workspace", field="id"
             )
         try:
-            fd = os.open(f"{set_id}.json", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._sets_fd)
+            fd = os.open(
+                f"{set_id}.json",
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                dir_fd=self._sets_fd,
+            )
         except FileNotFoundError:
             raise NotFound(
                 f"no change set {set_id} (see `ringfence checkpoints list`)", field="id"
             ) from None
-        with os.fdopen(fd, "rb") as f:
-            return ChangeSet.from_json(orjson.loads(f.read()))
+        except OSError as exc:  # a link or a special file planted under a manifest's name
+            raise self._damaged(set_id, exc.strerror or str(exc)) from None
+        try:
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise self._damaged(set_id, "not a regular file")
+                return ChangeSet.from_json(orjson.loads(f.read()))
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # Torn (not fsynced, then a power loss), cut short, or of another shape.
+            raise self._damaged(set_id, f"{type(exc).__name__}: {exc}") from None
+
+    def _damaged(self, set_id: str, why: str) -> ToolError:
+        return ToolError(
+            f"change set {set_id} cannot be read: its manifest {self.path}/sets/{set_id}.json "
+            f"is damaged ({why}); the other change sets are unaffected",
+            damaged=set_id,
+        )
 
     def list(self) -> list[dict[str, Any]]:
-        """A summary of each change set, newest first: id, created, tool, paths, undone_by."""
-        sets = [self.load(i) for i in self.ids()]
+        """A summary of each change set, newest first: id, created, tool, paths, undone_by.
+
+        A damaged manifest is listed as what it is (``damaged``: why), never hiding the
+        others; ``undo --last`` passes over it."""
+        sets: list[ChangeSet] = []
+        damaged: list[dict[str, Any]] = []
+        for i in self.ids():
+            try:
+                sets.append(self.load(i))
+            except (ToolError, InvalidArguments) as exc:
+                created = int(i[:14], 16) / 1e6 if len(i) >= 14 and _HEX.match(i) else 0.0
+                damaged.append({"id": i, "created": created, "tool": "(damaged)", "paths": [],
+                                "undoes": None, "undone_by": None, "staged": False,
+                                "damaged": exc.message})  # fmt: skip
+            except NotFound:
+                continue  # dropped meanwhile (a prune, another process)
         undone = {s.undoes: s.id for s in sets if s.undoes}
-        return [
+        listed = [
             {
                 "id": s.id,
                 "created": s.created,
@@ -414,8 +590,9 @@ class CheckpointStore:
                 "undone_by": undone.get(s.id),
                 "staged": s.staged,
             }
-            for s in reversed(sets)
+            for s in sets
         ]
+        return sorted([*listed, *damaged], key=lambda s: s["id"], reverse=True)
 
     def diff(self, set_id: str) -> str:
         """The change set as a person reviews it: every change of kind and mode, and a unified
@@ -552,6 +729,31 @@ class CheckpointStore:
                 if not users[d]:
                     live_bytes -= sizes.get(d, 0)
             self.drop(i)
+
+
+def _all_unheld(journal_fd: int) -> bool:
+    """No live process holds a journal file in this journal directory (one that cannot be
+    read counts as held: the cautious answer)."""
+    for name in os.listdir(journal_fd):
+        if name.startswith("."):
+            return False  # a journal being made
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=journal_fd)  # fmt: skip
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    return True
+
+
+def _roots_index(store: Path) -> Path:
+    """``$RINGFENCE_HOME/checkpoint-roots``: each store's name under its roots' identity."""
+    return store.parent.parent / "checkpoint-roots"
 
 
 def _file_key(st: os.stat_result) -> tuple[int, int, int]:

@@ -111,10 +111,22 @@ async def recorded(
     rec = _Recorder(store, ctx)
     try:
         result = await write(rec)
-    except BaseException:
-        if rec.saved is not None:
-            store.drop(rec.saved.id)
+    except BaseException as exc:
+        if rec.saved is None:
+            raise
+        if isinstance(exc, RingfenceError) and exc.details.get("written"):
+            # In the workspace already (only its directory's fsync failed): its set is the
+            # record of that write, kept so that `undo` can give the old bytes back.
             store.journal.end(rec.saved.id)
+            ctx.emit("checkpoint", id=rec.saved.id,
+                     paths=[escape_name(c.path) for c in rec.saved.changes])  # fmt: skip
+            raise exc.with_(
+                message=f"{exc.message} (change set {rec.saved.id}: `ringfence undo` puts "
+                "the old bytes back)",
+                details={**exc.details, "checkpoint": rec.saved.id},
+            ) from None
+        store.drop(rec.saved.id)
+        store.journal.end(rec.saved.id)
         raise
     if rec.saved is None:
         return result
@@ -151,7 +163,9 @@ def undo(
             raise InvalidArguments("--last must be at least 1", field="last")
         summary = store.list()
         ids = [
-            s["id"] for s in summary if not s["undone_by"] and not s["undoes"] and not s["staged"]
+            s["id"]
+            for s in summary
+            if not (s["undone_by"] or s["undoes"] or s["staged"] or s.get("damaged"))
         ][:last]
         if not ids:
             raise NotFound("there is no change set to undo", field="last")
