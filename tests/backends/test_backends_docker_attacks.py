@@ -413,3 +413,79 @@ async def test_a_shipped_session_reads_nothing_its_user_could_not_read_where_the
         assert result["stdout"].endswith("mine\n"), (where, result)
     assert tree_state(workspace)["secret.key"] == before["secret.key"]
     assert (workspace / "secret.key").read_text() == "TOPSECRET\n"
+
+
+def _outward_address() -> str:
+    """An address of this machine that is not loopback (the one its default route uses)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent for a UDP connect
+        except OSError:
+            pytest.skip("this machine has no route off loopback")
+        address = str(probe.getsockname()[0])
+    if address.startswith("127."):
+        pytest.skip("this machine has no address off loopback")
+    return address
+
+
+@contextlib.contextmanager
+def _recording_listener(address: str) -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP listener on ``address`` recording the first bytes of each connection (then
+    closing it: a client waiting for an answer fails at once)."""
+    import threading
+
+    seen: list[bytes] = []
+    with socket.socket() as listener:
+        listener.bind((address, 0))
+        listener.listen(8)
+        listener.settimeout(0.2)
+        stop = threading.Event()
+
+        def accept() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                with conn:
+                    conn.settimeout(2)
+                    with contextlib.suppress(OSError):
+                        seen.append(conn.recv(200))
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        try:
+            yield listener.getsockname()[1], seen
+        finally:
+            stop.set()
+            thread.join(5)
+
+
+async def test_a_plain_tcp_engine_off_loopback_is_refused_before_a_request(
+    workspace: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``base_url`` (a library caller's) and ``DOCKER_HOST`` (the CLI's) of ``tcp://`` to a
+    host other than this one: the Engine API in plain text, where anyone on the path reads
+    every command and file and can run anything as root there. Before: ringfence sent its
+    requests to it (the listener read ``GET /…/version``). Now refused by name before a byte
+    is sent, saying how to use TLS; loopback (a local forward) stays usable."""
+    address = _outward_address()
+    with _recording_listener(address) as (port, seen):
+        url = f"tcp://{address}:{port}"
+        async with _docker_kernel(workspace, {**DOCKER_OPTIONS, "base_url": url}) as k:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        monkeypatch.setenv("DOCKER_HOST", url)
+        from ringfence.cli._main import main
+
+        code = await trio.to_thread.run_sync(main, ["images", "list", "--json"])
+        cli = json.loads(capsys.readouterr().out)
+        await trio.sleep(0.3)
+    assert seen == [], seen
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+    assert outcome.error.field == "options.base_url", outcome.error
+    assert "plain text" in outcome.error.message and "tls_ca" in outcome.error.message
+    assert code != 0 and cli["error"]["code"] == "invalid_arguments", cli
+    assert "DOCKER_HOST is tcp://" in cli["error"]["message"], cli
+    assert list(workspace.iterdir()) == []
