@@ -489,3 +489,46 @@ async def test_a_plain_tcp_engine_off_loopback_is_refused_before_a_request(
     assert code != 0 and cli["error"]["code"] == "invalid_arguments", cli
     assert "DOCKER_HOST is tcp://" in cli["error"]["message"], cli
     assert list(workspace.iterdir()) == []
+
+
+@contextlib.contextmanager
+def _unremovable(container: Any) -> Iterator[None]:
+    """``container``'s removal fails (an immutable file in its writable layer) until the end
+    of the block: what a daemon that refuses or loses the removal leaves."""
+    import subprocess
+
+    pin = Path(container.attrs["GraphDriver"]["Data"]["UpperDir"]) / "rf-pin"
+    pin.touch()
+    if subprocess.run(["chattr", "+i", str(pin)], capture_output=True).returncode != 0:
+        pin.unlink()
+        pytest.skip("chattr +i does not work on the Docker data root here")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(pin)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an unremovable container needs root (chattr)")
+async def test_a_container_that_will_not_go_after_its_supervisor_died_ends_the_session(
+    docker_client: Any, workspace: Path
+) -> None:
+    """The command kills its supervisor (the orphan of ``_ORPHAN`` left behind) and the old
+    container's removal fails. Before: the failure was ignored, a second container took its
+    place unseen beside the first and the command's change set was merged. Now the session
+    ends, ``unavailable`` naming the container; no second container, nothing merged, and
+    every later call says the same; closing removes it once it can go."""
+    async with _docker_kernel(workspace, DOCKER_OPTIONS) as k:
+        await k.call("run_shell", {"command": "true"})
+        (first,) = own_containers(docker_client)
+        with _unremovable(docker_client.containers.get(first)):
+            outcome = await k.invoke("run_shell", {"command": _ORPHAN})
+            again = await k.invoke("run_shell", {"command": "echo x > again.txt"})
+            during = own_containers(docker_client)
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert first[:12] in outcome.error.message and "could not be removed" in outcome.error.message
+    assert again.error is not None and again.error.code == "unavailable", again
+    assert first[:12] in again.error.message
+    assert during == {first}, during  # no container in its place
+    assert list(workspace.iterdir()) == []
+    await trio.sleep(0.2)
+    assert own_containers(docker_client) == set()

@@ -253,6 +253,10 @@ def local_engine(opts: DockerOptions) -> Engine:
     return Engine("local", opts.base_url or docker_location())
 
 
+# How long a container whose removal failed may take to disappear before the session ends.
+_REMOVAL_WAIT = 5.0
+
+
 class DockerSession:
     """A warm container plus an attached supervisor shell. See the module docstring."""
 
@@ -277,6 +281,8 @@ class DockerSession:
             None  # an ssh engine's socket, forwarded (..engines._ssh)
         )
         self._container: Any = None
+        # Why the session ended for good (a container that would not go): every call says so.
+        self._ended: Unavailable | None = None
         self._lease: socket.socket | None = None  # the container's lifeline (._container)
         self._shell: Supervisor | None = None
         self._roots = _map_roots(spec.roots)
@@ -428,6 +434,8 @@ class DockerSession:
             async with self._lock:
                 if self._closed:
                     raise trio.ClosedResourceError("the docker backend session is closed")
+                if self._ended is not None:
+                    raise self._ended
                 await self._check_forward()
                 restarted = False
                 if self._shell is None or not self._shell.alive():
@@ -698,9 +706,7 @@ class DockerSession:
             await docker_call(container.reload)
             running = container.status == "running"
         if not running:
-            with contextlib.suppress(Exception):
-                await docker_call(container.remove, force=True, v=True)
-            self._container = None
+            await self._discard_container("its main process ended")
             await self._create_container()
         await self._start_supervisor()
 
@@ -709,15 +715,55 @@ class DockerSession:
         if self._shell is not None:
             await self._shell.close(graceful=False)
             self._shell = None
-        if self._container is not None:
-            with contextlib.suppress(Exception):
-                await docker_call(self._container.remove, force=True, v=True)
-            self._container = None
+        await self._discard_container("a command that could not be stopped")
         self.restarts += 1
         await self._create_container()
         await self._start_supervisor()
 
+    async def _discard_container(self, why: str) -> None:
+        """Remove the container (forced: every process in it ends) before another takes its
+        place. When it is still there after that (its removal failed: the daemon refused or
+        did not answer), the session ends for good, Unavailable naming it: a new container
+        beside one that may still run the command's processes would hide them."""
+        container = self._container
+        if container is None:
+            return
+        try:
+            await docker_call(container.remove, force=True, v=True)
+        except (Unavailable, ToolError, InvalidArguments) as exc:
+            if await self._still_there(container.id, wait=_REMOVAL_WAIT):
+                self._ended = Unavailable(
+                    f"the docker backend session ended: its container {container.id[:12]} "
+                    f"(after {why}) could not be removed ({exc.message}); nothing more runs in "
+                    f"this session. Check it with `docker inspect {container.id[:12]}`, remove "
+                    "it with `docker rm -f`, and start a new session"
+                )
+                raise self._ended from None
+        self._container = None
+
+    async def _still_there(self, container_id: str, *, wait: float) -> bool:
+        """Whether the engine still lists the container after up to ``wait`` seconds (a
+        removal the engine had begun itself, an auto-removed container's, may take a moment).
+        True when it cannot say."""
+        client = self._client
+        if client is None:
+            return True
+        with trio.move_on_after(wait):
+            while True:
+                try:
+                    found = await docker_call(
+                        client.api.containers, all=True, filters={"id": container_id}
+                    )
+                except (Unavailable, ToolError, InvalidArguments):
+                    return True
+                if not any(c.get("Id") == container_id for c in found):
+                    return False
+                await trio.sleep(0.1)
+        return True
+
     def _require_container(self) -> Any:
+        if self._ended is not None:
+            raise self._ended
         if self._container is None:
             raise Unavailable("the docker backend session has no container (it was closed)")
         return self._container
@@ -763,7 +809,13 @@ class DockerSession:
         except BaseException:
             with trio.CancelScope(shield=True):
                 if not run.done and not shell.dead:
-                    await self._stop(run)
+                    try:
+                        await self._stop(run)
+                    except Unavailable:
+                        if self._ended is None:
+                            raise
+                        # the session ended (its container would not go): the next call says
+                        # so; what interrupted this one (a cancellation) goes on
             raise
         if shell.dead and not run.done and self._shell is shell:
             # The supervisor died under the command (the command may kill it: same uid), so
