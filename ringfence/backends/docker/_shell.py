@@ -639,10 +639,18 @@ class Supervisor:
         except OSError:
             self.dead = True
 
-    async def read_until_done(self, run: CommandOutput) -> None:
-        """Feed frames to ``run`` until both markers arrived or the stream ended."""
+    async def read_until_done(
+        self, run: CommandOutput, *, between: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Feed frames to ``run`` until both markers arrived or the stream ended.
+
+        ``between`` is awaited after each read's frames are fed (and once at the end): a
+        sink that takes output a read at a time (a fetched change set, spooled to disk)
+        writes it there, so at most one read of it is ever held."""
         while True:
             self._parse(run)
+            if between is not None:
+                await between()
             if run.done or self.dead:
                 return
             try:
