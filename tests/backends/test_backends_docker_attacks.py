@@ -558,3 +558,55 @@ async def test_a_large_fetched_change_set_is_spooled_not_held_in_memory(
     digest = hashlib.sha256((workspace / "big").read_bytes()).hexdigest()
     assert made["stdout"].split()[0] == digest
     assert peak < 16 << 20, f"peak {peak / 2**20:.1f} MiB for a 48 MiB set"
+
+
+# Another ringfence with this machine's hostname whose pids are not ours: a second machine
+# cloned from the same image, a CI runner, a container on the host network. Here: a pid
+# namespace of its own (the same hostname, this process's pid absent there).
+_OTHER_HOST = """
+import sys, trio
+from pathlib import Path
+from ringfence import create_kernel
+from ringfence.runtime import Posture
+
+async def main():
+    async with create_kernel(roots=[Path(sys.argv[1])], posture=Posture.ALLOW_REVERSIBLE,
+                             backend="docker", backend_options={"image": sys.argv[2]}) as k:
+        print((await k.call("run_shell", {"command": "echo other"}))["stdout"], end="")
+
+trio.run(main)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a pid namespace of its own needs root here")
+async def test_a_same_named_host_does_not_take_this_hosts_live_containers_for_stale(
+    docker_client: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """A live session here, then a session started by a ringfence with the same hostname
+    whose pids are others (its own pid namespace) on the same engine. Before: its start-up
+    sweep read our container's owner ``host:pid``, found no such pid in its own space and
+    removed our live container (and a shipped session's volumes): our next command ran in a
+    new container, its shell state gone. Now a container is the sweep's only when it was made
+    in the same boot and pid namespace; ours stays, the session goes on unrestarted."""
+    import subprocess
+    import sys
+
+    other_ws = tmp_path / "other"
+    other_ws.mkdir()
+    st = workspace.stat()
+    os.chown(other_ws, st.st_uid, st.st_gid)
+    async with _docker_kernel(workspace, DOCKER_OPTIONS) as k:
+        await k.call("run_shell", {"command": "true"})
+        (ours,) = own_containers(docker_client)
+        other = await trio.to_thread.run_sync(
+            lambda: subprocess.run(
+                ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                 _OTHER_HOST, str(other_ws), DOCKER_OPTIONS["image"]],
+                capture_output=True, text=True, timeout=120,
+            )
+        )  # fmt: skip
+        assert other.stdout == "other\n", other.stderr[-2000:]
+        after = await k.call("run_shell", {"command": "echo still"})
+        still = own_containers(docker_client)
+    assert still == {ours}, still
+    assert after["stdout"] == "still\n" and not after["session_restarted"], after

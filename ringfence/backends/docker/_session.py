@@ -88,7 +88,7 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +132,17 @@ from ._warm import PoolShape, claim
 
 __all__ = [
     "CONTAINER_LABEL",
+    "OWNER_SPACE_LABEL",
     "DockerOptions",
     "DockerSession",
+    "owner_space",
     "remove_stale_containers",
     "start_docker",
 ]
 
 CONTAINER_LABEL = "ringfence"
+# Where the owner label's pid names the owner (see owner_space).
+OWNER_SPACE_LABEL = f"{CONTAINER_LABEL}.owner.space"
 CONTAINER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {
     "PATH": CONTAINER_PATH.split("=", 1)[1],
@@ -155,6 +159,17 @@ MAX_HELD_LAYERS = 9
 # How long stopping a command may take beyond the grace period before the
 # container is replaced instead.
 _KILL_ROUND_TRIP = 5.0
+
+
+@cache
+def owner_space() -> str:
+    """Where this process's pid is this process: its machine's boot and its pid namespace.
+
+    A hostname does not say it (cloned machines, CI runners and containers share one): a
+    same-named host whose pids are others took a live session's container on a shared
+    engine for a dead owner's and removed it. Blocking (two reads of /proc, once)."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
 
 
 async def start_docker(spec: SessionSpec) -> DockerSession:
@@ -627,6 +642,7 @@ class DockerSession:
         )
         if self._remote is not None:  # new volumes: nothing of the workspace is there yet
             self._remote.forget()
+        space = await trio.to_thread.run_sync(owner_space)
         self._container, lease = await docker_call(
             partial(
                 create_leased,
@@ -638,6 +654,7 @@ class DockerSession:
                     CONTAINER_LABEL: "1",
                     f"{CONTAINER_LABEL}.session": self.session_id,
                     f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
+                    OWNER_SPACE_LABEL: space,
                     **({f"{CONTAINER_LABEL}.pool": "1"} if self.pooled else {}),
                 },
                 environment=[CONTAINER_PATH],
@@ -1007,6 +1024,9 @@ def _remove_orphaned_dirs(live: set[str]) -> None:
 def remove_stale_containers(client: docker.DockerClient, *, local: bool = False) -> int:
     """Remove ringfence containers whose owning process on this host is gone. Blocking.
 
+    Only a container made in this boot and pid namespace (:func:`owner_space`) is judged:
+    elsewhere its owner's pid means another process, whatever the hostname says.
+
     Their change-set directories go with them (:func:`._upper.remove_session_dirs`),
     and so do a shipped workspace's volumes on that engine. ``local`` (the client is this
     host's engine): also the directories no container names any more (a leased container
@@ -1027,6 +1047,8 @@ def remove_stale_containers(client: docker.DockerClient, *, local: bool = False)
             owner_host, _, pid = owner.rpartition(":")
             if owner_host != host or not pid.isdigit() or psutil.pid_exists(int(pid)):
                 continue
+            if container.labels.get(OWNER_SPACE_LABEL) != owner_space():
+                continue  # made where its pid is not one of ours: only its own host knows
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 container.remove(force=True)
                 removed += 1
