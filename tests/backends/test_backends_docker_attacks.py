@@ -610,3 +610,46 @@ async def test_a_same_named_host_does_not_take_this_hosts_live_containers_for_st
         still = own_containers(docker_client)
     assert still == {ours}, still
     assert after["stdout"] == "still\n" and not after["session_restarted"], after
+
+
+# 20,000 unix sockets at paths of ~3.8 KiB: each is a line of GNU tar's ("socket ignored",
+# quoting its path) on the fetch's stderr, ~75 MiB in all; sockets are never sent back.
+_SOCKETS = """
+import os, socket
+deep = "/".join(["d" * 250] * 15)
+os.makedirs(deep)
+os.chdir(deep)
+for i in range(20000):
+    socket.socket(socket.AF_UNIX).bind(f"s{i:05d}" + "x" * 40)
+print("made")
+"""
+
+
+async def test_a_flood_of_tar_warnings_on_the_fetchs_stderr_is_not_held_in_memory(
+    docker_client: Any, workspace: Path
+) -> None:
+    """A command leaves 20,000 sockets with long paths in its upper: the fetch's ``tar``
+    writes a warning quoting each (~75 MiB on stderr). Before: the host held all of it,
+    several times over (the line's stderr, its copy, its text, its lines), a peak of
+    hundreds of MiB. Now only the fetch's own lines are kept (bounded) and a tail of the
+    rest; the set (the directories, no socket) merges."""
+    import shlex
+    import tracemalloc
+
+    try:
+        docker_client.images.get("ringfence/debian:latest")
+    except docker.errors.ImageNotFound:
+        pytest.skip("the ringfence/debian image is not built (`ringfence images build debian`)")
+    options = shipped_options(image="ringfence/debian:latest", memory="512m")
+    command = f"python3 -c {shlex.quote(_SOCKETS)} && echo kept > kept.txt"
+    async with _docker_kernel(workspace, options) as k:
+        await k.call("run_shell", {"command": "true"})
+        tracemalloc.start()
+        try:
+            made = await k.call("run_shell", {"command": command})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert made["stdout"] == "made\n", made["stderr"][-800:]
+    assert (workspace / "kept.txt").read_text() == "kept\n"
+    assert peak < 32 << 20, f"peak {peak / 2**20:.1f} MiB"

@@ -116,6 +116,51 @@ class _Sink:
         self.data += data
 
 
+# What the fetch's own stderr lines (modes, digests, opaque directories: ~8 KiB each at most)
+# may hold in all, and how much of the rest (tar's warnings, which quote the command's file
+# names) is kept for an error message.
+_FETCH_OWN_LIMIT = 64 << 20
+_FETCH_TAIL = 500
+
+
+class _FetchErr:
+    """The fetch's stderr as it arrives: the lines starting with ``token`` (ours, at most
+    :data:`_FETCH_OWN_LIMIT` bytes: past it ToolError) and the last :data:`_FETCH_TAIL`
+    bytes of everything. A command's files can make ``tar`` warn without end (a socket
+    each, quoting its path): none of that is held."""
+
+    def __init__(self, token: str, engine: str) -> None:
+        self.prefix = f"{token} ".encode()
+        self.engine = engine
+        self.ours: list[list[str]] = []
+        self.tail = b""
+        self._size = 0
+        self._line = bytearray()
+        self._skip = False  # the current line is too long to be ours: dropped to its end
+
+    def feed(self, data: bytes) -> None:
+        self.tail = (self.tail + data)[-_FETCH_TAIL:]
+        self._line += data
+        start = 0
+        while (end := self._line.find(b"\n", start)) >= 0:
+            if not self._skip:
+                self._take(bytes(self._line[start:end]))
+            self._skip = False
+            start = end + 1
+        del self._line[:start]
+        if len(self._line) > _FETCH_LINE * 4:  # longer than any line of ours
+            self._skip = True
+            self._line.clear()
+
+    def _take(self, line: bytes) -> None:
+        if not line.startswith(self.prefix):
+            return
+        self._size += len(line)
+        if self._size > _FETCH_OWN_LIMIT:
+            raise _too_much(_FETCH_OWN_LIMIT, self.engine)
+        self.ours.append(line.decode("ascii", "replace").split()[1:])
+
+
 # The longest line of the fetch's stdout taken (``base64`` writes 76 characters a line).
 _FETCH_LINE = 4096
 _SPOOL_CHUNK = 1 << 20  # decoded bytes held before they are written out
@@ -464,18 +509,18 @@ class RemoteWorkspace:
         self, shell: Supervisor, line: str, token: str, modes: list[int], spool: _FetchSpool
     ) -> tuple[Upper, ...]:
         """The fetch line run, its tars spooled, and the uppers rebuilt from them."""
-        status, _, err = await self._line(shell, line, out=spool)
+        err = _FetchErr(token, self.engine.name)
+        status, _, _ = await self._line(shell, line, out=spool, err=err)
         if shell.dead:
             raise Unavailable(
                 f"engine {self.engine.name} ({self.engine.base_url}) went away while the "
                 "change set was fetched; the workspace is unchanged"
             )
-        ours = [ln.split()[1:] for ln in err.decode("ascii", "replace").splitlines()
-                if ln.startswith(f"{token} ")]  # fmt: skip
+        ours = err.ours
         if status != "0" or any(f[:1] == ["f"] for f in ours):
             raise ToolError(
                 f"engine {self.engine.name}: fetching the change set failed (status {status}): "
-                f"{err.decode(errors='replace')[-500:]!r}; the workspace is unchanged"
+                f"{err.tail.decode(errors='replace')!r}; the workspace is unchanged"
             )
         await spool.finish()
         digests, upper_modes, opaque = _parsed_fetch(ours, len(self.roots), self.engine.name)
@@ -505,17 +550,23 @@ class RemoteWorkspace:
         return tuple(uppers)
 
     async def _line(
-        self, shell: Supervisor, body: str, *, after: str = "", out: _FetchSpool | None = None
+        self,
+        shell: Supervisor,
+        body: str,
+        *,
+        after: str = "",
+        out: _FetchSpool | None = None,
+        err: _FetchErr | None = None,
     ) -> tuple[str, bytes, bytes]:
         """Run one line of our own shell in the supervisor (not a command); its status and output.
 
-        ``after`` follows the line (a here-document's text and its end word). ``out``: where
-        its stdout goes instead (and then b"" is returned for it).
+        ``after`` follows the line (a here-document's text and its end word). ``out``,
+        ``err``: where its stdout or stderr goes instead (then b"" is returned for it).
         """
         token = secrets.token_hex(12)
         sink = _Sink(self._line_limit, self.engine.name)
-        err = _Sink(self._line_limit, self.engine.name)
-        run = CommandOutput(token, out or sink, err)  # type: ignore[arg-type]
+        err_sink = _Sink(self._line_limit, self.engine.name)
+        run = CommandOutput(token, out or sink, err or err_sink)  # type: ignore[arg-type]
         marker = quote(f"__rf{token}__")
         try:
             await shell.send(
@@ -533,7 +584,7 @@ class RemoteWorkspace:
                 f"engine {self.engine.name} ({self.engine.base_url}) stopped answering the "
                 "sandbox shell; the workspace is unchanged"
             )
-        return run.status, bytes(sink.data), bytes(err.data)
+        return run.status, bytes(sink.data), bytes(err_sink.data)
 
 
 # What the fetch's lines of ours hold (see _FETCH): a root's number, then an octal mode, a
