@@ -653,3 +653,49 @@ async def test_a_flood_of_tar_warnings_on_the_fetchs_stderr_is_not_held_in_memor
     assert made["stdout"] == "made\n", made["stderr"][-800:]
     assert (workspace / "kept.txt").read_text() == "kept\n"
     assert peak < 32 << 20, f"peak {peak / 2**20:.1f} MiB"
+
+
+# Without change sets the command runs as its supervisor's uid and may read the shell's memory
+# (/proc/$PPID/mem): the line it read holds this command's end marker. Print every marker found
+# there on stdout, then 48 MiB with no line end.
+_FORGE = r"""
+p=$PPID; h=$(grep '\[heap\]' /proc/$p/maps); s=$((0x${h%%-*})); e=${h#*-}; e=$((0x${e%% *}))
+dd if=/proc/$p/mem bs=4096 skip=$((s/4096)) count=$(((e-s)/4096)) 2>/dev/null \
+  | grep -ao '__rf[0-9a-f]\{24\}__' | sort -u | tr -d '\n' > /tmp/markers
+[ -s /tmp/markers ] && cat /tmp/markers && head -c 48m /dev/zero
+"""
+
+
+async def test_a_forged_end_marker_followed_by_a_flood_does_not_fill_the_hosts_memory(
+    docker_client: Any, workspace: Path
+) -> None:
+    """The command finds its end marker in its supervisor's memory and prints it, followed by
+    48 MiB without a line end. Before: the host took everything after the marker as the status
+    line, appending each read to it (quadratic copying, ~100 MiB held; a longer flood
+    without end). Now a status line longer than a status is cut: the stream is done, the
+    command's exit code unknown, and nothing of the flood is held."""
+    import time
+    import tracemalloc
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        backend="docker",
+        backend_options=DOCKER_OPTIONS,
+        change_sets=False,
+    ) as k:
+        tracemalloc.start()
+        started = time.monotonic()
+        try:
+            forged = await k.call("run_shell", {"command": _FORGE})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        took = time.monotonic() - started
+        after = await k.call("run_shell", {"command": "echo next"})
+    assert peak < 16 << 20, f"peak {peak / 2**20:.1f} MiB"
+    assert took < 30, took
+    # The forged marker ended the stream's capture (what came before it is the output; the
+    # first marker found may be an older one): no exit code from the flood.
+    assert forged["stdout"].count("__rf") <= 1 and forged["exit_code"] is None, forged
+    assert "next" in after["stdout"], after

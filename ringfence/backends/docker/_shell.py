@@ -55,6 +55,9 @@ _HEADER = struct.Struct(">BxxxL")
 # (argv, user) -> (exec id, a connected socket or an object with its send/recv/fileno/close)
 Attacher = Callable[[list[str], str], Awaitable[tuple[str, Any]]]
 _READ_SIZE = 65536
+# The longest status line after an end marker (the exit status, or "cwd", and the startup
+# probe's tool paths).
+_TRAILER_LIMIT = 4096
 
 
 class CommandOutput:
@@ -135,6 +138,13 @@ class _MarkedStream:
 
     def _trail(self, data: bytes) -> None:
         self.trailer_bytes += data
+        if len(self.trailer_bytes) > _TRAILER_LIMIT and b"\n" not in self.trailer_bytes:
+            # Longer than any status: a marker forged by a command that read it in its
+            # supervisor's memory, then a flood with no line end. The stream is done (its
+            # status unknown); nothing more of it is held.
+            self.trailer_bytes = b""
+            self.done = True
+            return
         if b"\n" in self.trailer_bytes:
             self.trailer_bytes, _, rest = self.trailer_bytes.partition(b"\n")
             if self.state_end is None:
