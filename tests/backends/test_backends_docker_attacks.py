@@ -655,25 +655,27 @@ async def test_a_flood_of_tar_warnings_on_the_fetchs_stderr_is_not_held_in_memor
     assert peak < 32 << 20, f"peak {peak / 2**20:.1f} MiB"
 
 
-# Without change sets the command runs as its supervisor's uid and may read the shell's memory
-# (/proc/$PPID/mem): the line it read holds this command's end marker. Print every marker found
-# there on stdout, then 48 MiB with no line end.
+# Without change sets the command runs as its supervisor's uid: it tries to read the shell's
+# memory (/proc/$PPID/mem), where the line it read holds this command's end marker, and print
+# every marker found there on stdout, then 48 MiB with no line end.
 _FORGE = r"""
-p=$PPID; h=$(grep '\[heap\]' /proc/$p/maps); s=$((0x${h%%-*})); e=${h#*-}; e=$((0x${e%% *}))
+p=$PPID; h=$(grep '\[heap\]' /proc/$p/maps) || exit 3
+s=$((0x${h%%-*})); e=${h#*-}; e=$((0x${e%% *}))
 dd if=/proc/$p/mem bs=4096 skip=$((s/4096)) count=$(((e-s)/4096)) 2>/dev/null \
   | grep -ao '__rf[0-9a-f]\{24\}__' | sort -u | tr -d '\n' > /tmp/markers
 [ -s /tmp/markers ] && cat /tmp/markers && head -c 48m /dev/zero
 """
 
 
-async def test_a_forged_end_marker_followed_by_a_flood_does_not_fill_the_hosts_memory(
+async def test_a_command_cannot_read_and_forge_its_end_marker_from_its_supervisor(
     docker_client: Any, workspace: Path
 ) -> None:
-    """The command finds its end marker in its supervisor's memory and prints it, followed by
-    48 MiB without a line end. Before: the host took everything after the marker as the status
-    line, appending each read to it (quadratic copying, ~100 MiB held; a longer flood
-    without end). Now a status line longer than a status is cut: the stream is done, the
-    command's exit code unknown, and nothing of the flood is held."""
+    """The command reads its end marker in its supervisor's memory and prints it, followed by
+    48 MiB without a line end. Before: it found the marker; the host took the command as ended
+    (exit code unknown) while it ran on, and took everything after the marker as the status
+    line, appending each read to it (quadratic copying: 100 s, ~100 MiB held). Now the
+    supervisor is an executable-only copy of /bin/sh, not dumpable: its memory and maps are
+    closed to the command, whose own exit status comes back."""
     import time
     import tracemalloc
 
@@ -695,7 +697,20 @@ async def test_a_forged_end_marker_followed_by_a_flood_does_not_fill_the_hosts_m
         after = await k.call("run_shell", {"command": "echo next"})
     assert peak < 16 << 20, f"peak {peak / 2**20:.1f} MiB"
     assert took < 30, took
-    # The forged marker ended the stream's capture (what came before it is the output; the
-    # first marker found may be an older one): no exit code from the flood.
-    assert forged["stdout"].count("__rf") <= 1 and forged["exit_code"] is None, forged
-    assert "next" in after["stdout"], after
+    assert forged["exit_code"] == 3 and "__rf" not in forged["stdout"], forged
+    assert "Permission denied" in forged["stderr"], forged
+    assert after["stdout"] == "next\n" and not after["session_restarted"], after
+
+
+def test_a_status_line_longer_than_a_status_ends_the_stream_and_is_not_held() -> None:
+    """Defence in depth behind the test above: were a marker forged, what follows it with no
+    line end is held only up to 4 KiB (before: all of it, each read appended)."""
+    from ringfence.backends._output import Capture
+    from ringfence.backends.docker._shell import CommandOutput
+
+    run = CommandOutput("0" * 24, Capture("stdout", None), Capture("stderr", None))
+    run.feed(1, b"out" + run.marker)
+    for _ in range(256):  # 16 MiB
+        run.feed(1, bytes(65536))
+    stream = run.streams[1]
+    assert stream.done and len(stream.trailer_bytes) <= 4096

@@ -7,6 +7,9 @@ Layout of a session (every choice below was measured; see the module notes)::
     │  └─      sleep  (the main process: keeps the container up) root, no capabilities
     └─ exec    env -i /bin/sh   ← the *supervisor*, stdin/stdout/stderr attached over the
        │                          Docker socket for the whole session         uid U
+       │                          (without change sets it execs /.rf-bin/sh, an
+       │                          executable-only copy: not dumpable, its memory
+       │                          and so its end markers closed to commands)
        └─      setsid <command>  one per run(), its own session and group     uid U
 
 A command is written to the supervisor's stdin as one line of shell; the
@@ -150,6 +153,9 @@ BASE_ENV = {
     "LANG": "C.UTF-8",
     "TERM": "dumb",
 }
+# Without change sets: the supervisor's shell, a copy of /bin/sh it may run but not read
+# (so it is not dumpable: a command of its uid cannot read its memory and its end markers).
+PRIVATE_SHELL = f"{SEAL_DIR}/sh"
 # A remote session's root-owned tmpfs for the files the host ships as root (scripts).
 SHIPPED_FILES_DIR = "/opt/ringfence"
 SHIPPED_FILES_TMPFS = "rw,nosuid,nodev,noexec,size=8m,mode=0755"
@@ -626,8 +632,9 @@ class DockerSession:
             tmpfs={
                 "/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777",
                 **(self._remote.tmpfs(opts.memory) if self._remote else {}),
-                # The per-command filter's installer (._seal): root's, read-only, executable.
-                **({SEAL_DIR: "rw,nosuid,nodev,exec,size=16k,mode=0755"} if overlay else {}),
+                # The per-command filter's installer (._seal): root's, read-only, executable;
+                # without change sets the supervisor's own shell (PRIVATE_SHELL) instead.
+                SEAL_DIR: f"rw,nosuid,nodev,exec,size={'16k' if overlay else '16m'},mode=0755",
                 # Files shipped as root (the script runner's): read-only to every command.
                 **({SHIPPED_FILES_DIR: SHIPPED_FILES_TMPFS} if self._remote else {}),
             },
@@ -670,12 +677,25 @@ class DockerSession:
             self._lease.close()
             self._lease = None
 
+    @property
+    def _private_shell(self) -> str | None:
+        """The supervisor's executable-only shell, without change sets; not under gVisor,
+        which runs no program its user cannot read (a forged end marker stays possible)."""
+        if self._uppers is not None or self._remote is not None or self._opts.runtime == "runsc":
+            return None
+        return PRIVATE_SHELL
+
     def _main_command(self) -> list[str]:
         """The container's main process (root, no capabilities): under change sets it first
         writes the per-command filter's installer (:mod:`._seal`); then it holds the lease."""
         steps = []
         if self._uppers is not None or self._remote is not None:
             steps.append(install_script())
+        elif self._private_shell is not None:  # executable only (see Supervisor.start)
+            new = f"{PRIVATE_SHELL}.new"
+            steps.append(
+                f"umask 022; cat /bin/sh > {new} && chmod 111 {new} && mv {new} {PRIVATE_SHELL}"
+            )
         if self._remote is not None:
             steps.append(self._remote.main_setup())
         # The main process ends when the lease does (._container): its stdin's end of file.
@@ -692,6 +712,7 @@ class DockerSession:
             self._user,
             overlay=self._uppers is not None or self._remote is not None,
             attacher=attacher,
+            private_shell=self._private_shell,
         )
         if self._remote is not None:
             uid, gid = parse_user(self._user)

@@ -439,13 +439,24 @@ class Supervisor:
         *,
         overlay: bool = False,
         attacher: Attacher | None = None,
+        private_shell: str | None = None,
     ) -> Supervisor:
         """Start the shell; with ``overlay`` it must also find ``unshare`` and ``mount``.
+        With ``private_shell`` the shell is that executable-only copy of /bin/sh.
 
         ``attacher`` starts the exec attached another way than :func:`attach`
         (a TLS engine's stream, :func:`..engines._remote.attach_tls`).
         """
         argv = ["env", "-i", "/bin/sh"]
+        if private_shell is not None:
+            # The container's main process (root) copies /bin/sh there, executable only: a
+            # process that runs a program it cannot read is not dumpable, so a command (its
+            # uid) cannot read the shell's memory (/proc/PID/mem), where its end marker is.
+            argv += ["-c", (
+                f"__rf_w=0; until [ -x {private_shell} ] || [ $__rf_w -ge 300 ]; do "
+                "sleep 0.01; __rf_w=$((__rf_w+1)); done; "
+                f"exec {private_shell}"
+            )]  # fmt: skip
         if attacher is not None:
             _exec_id, sock = await attacher(argv, user)
         else:
@@ -487,6 +498,12 @@ class Supervisor:
             raise ToolError(
                 f"the sandbox shell did not start in the container (got {probe.status!r}); "
                 "the image needs /bin/sh and env"
+                + (
+                    f", and cat, chmod and mv for the container's main process to copy /bin/sh "
+                    f"to {private_shell}"
+                    if private_shell
+                    else ""
+                )
             )
         # Absolute paths, or bare names when busybox runs its own applets (standalone shell).
         tools = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
