@@ -15,7 +15,9 @@ from backends_helpers import DOCKER_OPTIONS, chown_like_workspace
 from ringfence.backends import SessionSpec
 from ringfence.backends.docker._session import (
     CONTAINER_LABEL,
+    OWNER_SPACE_LABEL,
     DockerSession,
+    owner_space,
     remove_stale_containers,
     start_docker,
 )
@@ -211,6 +213,7 @@ async def test_stale_containers_of_dead_owners_are_removed(docker_client) -> Non
         labels={
             CONTAINER_LABEL: "1",
             f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{dead_pid}",
+            OWNER_SPACE_LABEL: owner_space(),
         },
     )
     live = docker_client.containers.create(

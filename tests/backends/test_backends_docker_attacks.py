@@ -413,3 +413,304 @@ async def test_a_shipped_session_reads_nothing_its_user_could_not_read_where_the
         assert result["stdout"].endswith("mine\n"), (where, result)
     assert tree_state(workspace)["secret.key"] == before["secret.key"]
     assert (workspace / "secret.key").read_text() == "TOPSECRET\n"
+
+
+def _outward_address() -> str:
+    """An address of this machine that is not loopback (the one its default route uses)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent for a UDP connect
+        except OSError:
+            pytest.skip("this machine has no route off loopback")
+        address = str(probe.getsockname()[0])
+    if address.startswith("127."):
+        pytest.skip("this machine has no address off loopback")
+    return address
+
+
+@contextlib.contextmanager
+def _recording_listener(address: str) -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP listener on ``address`` recording the first bytes of each connection (then
+    closing it: a client waiting for an answer fails at once)."""
+    import threading
+
+    seen: list[bytes] = []
+    with socket.socket() as listener:
+        listener.bind((address, 0))
+        listener.listen(8)
+        listener.settimeout(0.2)
+        stop = threading.Event()
+
+        def accept() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                with conn:
+                    conn.settimeout(2)
+                    with contextlib.suppress(OSError):
+                        seen.append(conn.recv(200))
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        try:
+            yield listener.getsockname()[1], seen
+        finally:
+            stop.set()
+            thread.join(5)
+
+
+async def test_a_plain_tcp_engine_off_loopback_is_refused_before_a_request(
+    workspace: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``base_url`` (a library caller's) and ``DOCKER_HOST`` (the CLI's) of ``tcp://`` to a
+    host other than this one: the Engine API in plain text, where anyone on the path reads
+    every command and file and can run anything as root there. Before: ringfence sent its
+    requests to it (the listener read ``GET /…/version``). Now refused by name before a byte
+    is sent, saying how to use TLS; loopback (a local forward) stays usable."""
+    address = _outward_address()
+    with _recording_listener(address) as (port, seen):
+        url = f"tcp://{address}:{port}"
+        async with _docker_kernel(workspace, {**DOCKER_OPTIONS, "base_url": url}) as k:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        monkeypatch.setenv("DOCKER_HOST", url)
+        from ringfence.cli._main import main
+
+        code = await trio.to_thread.run_sync(main, ["images", "list", "--json"])
+        cli = json.loads(capsys.readouterr().out)
+        await trio.sleep(0.3)
+    assert seen == [], seen
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+    assert outcome.error.field == "options.base_url", outcome.error
+    assert "plain text" in outcome.error.message and "tls_ca" in outcome.error.message
+    assert code != 0 and cli["error"]["code"] == "invalid_arguments", cli
+    assert "DOCKER_HOST is tcp://" in cli["error"]["message"], cli
+    assert list(workspace.iterdir()) == []
+
+
+@contextlib.contextmanager
+def _unremovable(container: Any) -> Iterator[None]:
+    """``container``'s removal fails (an immutable file in its writable layer) until the end
+    of the block: what a daemon that refuses or loses the removal leaves."""
+    import subprocess
+
+    pin = Path(container.attrs["GraphDriver"]["Data"]["UpperDir"]) / "rf-pin"
+    pin.touch()
+    if subprocess.run(["chattr", "+i", str(pin)], capture_output=True).returncode != 0:
+        pin.unlink()
+        pytest.skip("chattr +i does not work on the Docker data root here")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(pin)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an unremovable container needs root (chattr)")
+async def test_a_container_that_will_not_go_after_its_supervisor_died_ends_the_session(
+    docker_client: Any, workspace: Path
+) -> None:
+    """The command kills its supervisor (the orphan of ``_ORPHAN`` left behind) and the old
+    container's removal fails. Before: the failure was ignored, a second container took its
+    place unseen beside the first and the command's change set was merged. Now the session
+    ends, ``unavailable`` naming the container; no second container, nothing merged, and
+    every later call says the same; closing removes it once it can go."""
+    async with _docker_kernel(workspace, DOCKER_OPTIONS) as k:
+        await k.call("run_shell", {"command": "true"})
+        (first,) = own_containers(docker_client)
+        with _unremovable(docker_client.containers.get(first)):
+            outcome = await k.invoke("run_shell", {"command": _ORPHAN})
+            again = await k.invoke("run_shell", {"command": "echo x > again.txt"})
+            during = own_containers(docker_client)
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert first[:12] in outcome.error.message and "could not be removed" in outcome.error.message
+    assert again.error is not None and again.error.code == "unavailable", again
+    assert first[:12] in again.error.message
+    assert during == {first}, during  # no container in its place
+    assert list(workspace.iterdir()) == []
+    await trio.sleep(0.2)
+    assert own_containers(docker_client) == set()
+
+
+async def test_a_large_fetched_change_set_is_spooled_not_held_in_memory(
+    docker_client: Any, workspace: Path
+) -> None:
+    """A legitimate 48 MiB change set (random bytes) fetched over a shipped session's stream.
+    Before: its base64 was held about six times over (the line's output, its copy, its lines,
+    their join, the tar), a peak near 300 MiB of this process's memory for 48 MiB. Now it is
+    decoded and spooled to disk as it arrives: the peak stays a few MiB, whatever the set's
+    size, and the file arrives whole."""
+    import hashlib
+    import tracemalloc
+
+    make = "head -c 48m /dev/urandom > big && sha256sum big"
+    async with _docker_kernel(workspace, shipped_options()) as k:
+        await k.call("run_shell", {"command": "true"})
+        tracemalloc.start()
+        try:
+            made = await k.call("run_shell", {"command": make})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert made["changes"]["files"] == 1, made
+    digest = hashlib.sha256((workspace / "big").read_bytes()).hexdigest()
+    assert made["stdout"].split()[0] == digest
+    assert peak < 16 << 20, f"peak {peak / 2**20:.1f} MiB for a 48 MiB set"
+
+
+# Another ringfence with this machine's hostname whose pids are not ours: a second machine
+# cloned from the same image, a CI runner, a container on the host network. Here: a pid
+# namespace of its own (the same hostname, this process's pid absent there).
+_OTHER_HOST = """
+import sys, trio
+from pathlib import Path
+from ringfence import create_kernel
+from ringfence.runtime import Posture
+
+async def main():
+    async with create_kernel(roots=[Path(sys.argv[1])], posture=Posture.ALLOW_REVERSIBLE,
+                             backend="docker", backend_options={"image": sys.argv[2]}) as k:
+        print((await k.call("run_shell", {"command": "echo other"}))["stdout"], end="")
+
+trio.run(main)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a pid namespace of its own needs root here")
+async def test_a_same_named_host_does_not_take_this_hosts_live_containers_for_stale(
+    docker_client: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """A live session here, then a session started by a ringfence with the same hostname
+    whose pids are others (its own pid namespace) on the same engine. Before: its start-up
+    sweep read our container's owner ``host:pid``, found no such pid in its own space and
+    removed our live container (and a shipped session's volumes): our next command ran in a
+    new container, its shell state gone. Now a container is the sweep's only when it was made
+    in the same boot and pid namespace; ours stays, the session goes on unrestarted."""
+    import subprocess
+    import sys
+
+    other_ws = tmp_path / "other"
+    other_ws.mkdir()
+    st = workspace.stat()
+    os.chown(other_ws, st.st_uid, st.st_gid)
+    async with _docker_kernel(workspace, DOCKER_OPTIONS) as k:
+        await k.call("run_shell", {"command": "true"})
+        (ours,) = own_containers(docker_client)
+        other = await trio.to_thread.run_sync(
+            lambda: subprocess.run(
+                ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                 _OTHER_HOST, str(other_ws), DOCKER_OPTIONS["image"]],
+                capture_output=True, text=True, timeout=120,
+            )
+        )  # fmt: skip
+        assert other.stdout == "other\n", other.stderr[-2000:]
+        after = await k.call("run_shell", {"command": "echo still"})
+        still = own_containers(docker_client)
+    assert still == {ours}, still
+    assert after["stdout"] == "still\n" and not after["session_restarted"], after
+
+
+# 20,000 unix sockets at paths of ~3.8 KiB: each is a line of GNU tar's ("socket ignored",
+# quoting its path) on the fetch's stderr, ~75 MiB in all; sockets are never sent back.
+_SOCKETS = """
+import os, socket
+deep = "/".join(["d" * 250] * 15)
+os.makedirs(deep)
+os.chdir(deep)
+for i in range(20000):
+    socket.socket(socket.AF_UNIX).bind(f"s{i:05d}" + "x" * 40)
+print("made")
+"""
+
+
+async def test_a_flood_of_tar_warnings_on_the_fetchs_stderr_is_not_held_in_memory(
+    docker_client: Any, workspace: Path
+) -> None:
+    """A command leaves 20,000 sockets with long paths in its upper: the fetch's ``tar``
+    writes a warning quoting each (~75 MiB on stderr). Before: the host held all of it,
+    several times over (the line's stderr, its copy, its text, its lines), a peak of
+    hundreds of MiB. Now only the fetch's own lines are kept (bounded) and a tail of the
+    rest; the set (the directories, no socket) merges."""
+    import shlex
+    import tracemalloc
+
+    try:
+        docker_client.images.get("ringfence/debian:latest")
+    except docker.errors.ImageNotFound:
+        pytest.skip("the ringfence/debian image is not built (`ringfence images build debian`)")
+    options = shipped_options(image="ringfence/debian:latest", memory="512m")
+    command = f"python3 -c {shlex.quote(_SOCKETS)} && echo kept > kept.txt"
+    async with _docker_kernel(workspace, options) as k:
+        await k.call("run_shell", {"command": "true"})
+        tracemalloc.start()
+        try:
+            made = await k.call("run_shell", {"command": command})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert made["stdout"] == "made\n", made["stderr"][-800:]
+    assert (workspace / "kept.txt").read_text() == "kept\n"
+    assert peak < 32 << 20, f"peak {peak / 2**20:.1f} MiB"
+
+
+# Without change sets the command runs as its supervisor's uid: it tries to read the shell's
+# memory (/proc/$PPID/mem), where the line it read holds this command's end marker, and print
+# every marker found there on stdout, then 48 MiB with no line end.
+_FORGE = r"""
+p=$PPID; h=$(grep '\[heap\]' /proc/$p/maps) || exit 3
+s=$((0x${h%%-*})); e=${h#*-}; e=$((0x${e%% *}))
+dd if=/proc/$p/mem bs=4096 skip=$((s/4096)) count=$(((e-s)/4096)) 2>/dev/null \
+  | grep -ao '__rf[0-9a-f]\{24\}__' | sort -u | tr -d '\n' > /tmp/markers
+[ -s /tmp/markers ] && cat /tmp/markers && head -c 48m /dev/zero
+"""
+
+
+async def test_a_command_cannot_read_and_forge_its_end_marker_from_its_supervisor(
+    docker_client: Any, workspace: Path
+) -> None:
+    """The command reads its end marker in its supervisor's memory and prints it, followed by
+    48 MiB without a line end. Before: it found the marker; the host took the command as ended
+    (exit code unknown) while it ran on, and took everything after the marker as the status
+    line, appending each read to it (quadratic copying: 100 s, ~100 MiB held). Now the
+    supervisor is an executable-only copy of /bin/sh, not dumpable: its memory and maps are
+    closed to the command, whose own exit status comes back."""
+    import time
+    import tracemalloc
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        backend="docker",
+        backend_options=DOCKER_OPTIONS,
+        change_sets=False,
+    ) as k:
+        tracemalloc.start()
+        started = time.monotonic()
+        try:
+            forged = await k.call("run_shell", {"command": _FORGE})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        took = time.monotonic() - started
+        after = await k.call("run_shell", {"command": "echo next"})
+    assert peak < 16 << 20, f"peak {peak / 2**20:.1f} MiB"
+    assert took < 30, took
+    assert forged["exit_code"] == 3 and "__rf" not in forged["stdout"], forged
+    assert "Permission denied" in forged["stderr"], forged
+    assert after["stdout"] == "next\n" and not after["session_restarted"], after
+
+
+def test_a_status_line_longer_than_a_status_ends_the_stream_and_is_not_held() -> None:
+    """Defence in depth behind the test above: were a marker forged, what follows it with no
+    line end is held only up to 4 KiB (before: all of it, each read appended)."""
+    from ringfence.backends._output import Capture
+    from ringfence.backends.docker._shell import CommandOutput
+
+    run = CommandOutput("0" * 24, Capture("stdout", None), Capture("stderr", None))
+    run.feed(1, b"out" + run.marker)
+    for _ in range(256):  # 16 MiB
+        run.feed(1, bytes(65536))
+    stream = run.streams[1]
+    assert stream.done and len(stream.trailer_bytes) <= 4096

@@ -41,7 +41,9 @@ from ringfence.backends.docker._seal import (
 from ringfence.backends.docker._seccomp import NAMESPACE_ALLOW, profile
 from ringfence.backends.docker._session import (
     CONTAINER_LABEL,
+    OWNER_SPACE_LABEL,
     DockerSession,
+    owner_space,
     remove_stale_containers,
     start_docker,
 )
@@ -732,6 +734,7 @@ async def test_a_dead_sessions_directories_go_with_its_container(
             CONTAINER_LABEL: "1",
             f"{CONTAINER_LABEL}.session": session_id,
             f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{2**22 + 12345}",
+            OWNER_SPACE_LABEL: owner_space(),
         },
     )
     try:

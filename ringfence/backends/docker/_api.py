@@ -9,7 +9,9 @@ every docker-py, requests and socket exception into a
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -185,6 +187,33 @@ def _refuse_ssh(url: str, from_env: bool) -> None:
     )
 
 
+def _plaintext_refusal(url: str, from_env: bool) -> InvalidArguments | None:
+    """Why the client for ``url`` (docker-py's own address, after its TLS choice) must not be
+    used: the Engine API in plain text to a host other than this one. Whoever is on the path
+    reads every command, file and output and can run anything on the engine as root. The
+    loopback interface (an address in 127.0.0.0/8, ``::1`` or ``localhost``) never leaves
+    this machine, so a local tunnel or proxy stays usable."""
+    if not url.startswith("http://"):  # https://, or http+docker:// (a unix socket)
+        return None
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name other than localhost: it may resolve anywhere
+        loopback = False
+    if loopback:
+        return None
+    name = "DOCKER_HOST" if from_env else "options.base_url"
+    return InvalidArguments(
+        f"{name} is {url.replace('http://', 'tcp://', 1)}: the Engine API in plain text (no "
+        f"TLS) to {host or 'a host'} that is not this machine's loopback; anyone on the path "
+        "could read and run anything there. Give the engine as an engine table with TLS "
+        '(options.engines: base_url = "tcp://host:2376", tls_ca, tls_cert, tls_key; '
+        "docs/backends.md), reach it over ssh:// (an engine table that pins its host key), or "
+        "forward it to 127.0.0.1",
+        field=name,
+    )
+
+
 def connect_docker(
     base_url: str | None = None,
     *,
@@ -213,6 +242,10 @@ def connect_docker(
             _refuse_ssh(str(kwargs.get("base_url") or ""), base_url is None)
             _probe_unix_socket(str(kwargs.get("base_url") or "unix:///var/run/docker.sock"))
             client = _client(MIN_API_VERSION, timeout, kwargs)
+            refusal = _plaintext_refusal(str(client.api.base_url), base_url is None)
+            if refusal is not None:  # before a single request
+                client.close()
+                raise refusal
             try:
                 server = client.api.version(api_version=False)
             except BaseException:

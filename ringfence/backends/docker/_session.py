@@ -7,6 +7,9 @@ Layout of a session (every choice below was measured; see the module notes)::
     │  └─      sleep  (the main process: keeps the container up) root, no capabilities
     └─ exec    env -i /bin/sh   ← the *supervisor*, stdin/stdout/stderr attached over the
        │                          Docker socket for the whole session         uid U
+       │                          (without change sets it execs /.rf-bin/sh, an
+       │                          executable-only copy: not dumpable, its memory
+       │                          and so its end markers closed to commands)
        └─      setsid <command>  one per run(), its own session and group     uid U
 
 A command is written to the supervisor's stdin as one line of shell; the
@@ -88,7 +91,7 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +135,17 @@ from ._warm import PoolShape, claim
 
 __all__ = [
     "CONTAINER_LABEL",
+    "OWNER_SPACE_LABEL",
     "DockerOptions",
     "DockerSession",
+    "owner_space",
     "remove_stale_containers",
     "start_docker",
 ]
 
 CONTAINER_LABEL = "ringfence"
+# Where the owner label's pid names the owner (see owner_space).
+OWNER_SPACE_LABEL = f"{CONTAINER_LABEL}.owner.space"
 CONTAINER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {
     "PATH": CONTAINER_PATH.split("=", 1)[1],
@@ -146,6 +153,9 @@ BASE_ENV = {
     "LANG": "C.UTF-8",
     "TERM": "dumb",
 }
+# Without change sets: the supervisor's shell, a copy of /bin/sh it may run but not read
+# (so it is not dumpable: a command of its uid cannot read its memory and its end markers).
+PRIVATE_SHELL = f"{SEAL_DIR}/sh"
 # A remote session's root-owned tmpfs for the files the host ships as root (scripts).
 SHIPPED_FILES_DIR = "/opt/ringfence"
 SHIPPED_FILES_TMPFS = "rw,nosuid,nodev,noexec,size=8m,mode=0755"
@@ -155,6 +165,17 @@ MAX_HELD_LAYERS = 9
 # How long stopping a command may take beyond the grace period before the
 # container is replaced instead.
 _KILL_ROUND_TRIP = 5.0
+
+
+@cache
+def owner_space() -> str:
+    """Where this process's pid is this process: its machine's boot and its pid namespace.
+
+    A hostname does not say it (cloned machines, CI runners and containers share one): a
+    same-named host whose pids are others took a live session's container on a shared
+    engine for a dead owner's and removed it. Blocking (two reads of /proc, once)."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
 
 
 async def start_docker(spec: SessionSpec) -> DockerSession:
@@ -253,6 +274,10 @@ def local_engine(opts: DockerOptions) -> Engine:
     return Engine("local", opts.base_url or docker_location())
 
 
+# How long a container whose removal failed may take to disappear before the session ends.
+_REMOVAL_WAIT = 5.0
+
+
 class DockerSession:
     """A warm container plus an attached supervisor shell. See the module docstring."""
 
@@ -277,6 +302,8 @@ class DockerSession:
             None  # an ssh engine's socket, forwarded (..engines._ssh)
         )
         self._container: Any = None
+        # Why the session ended for good (a container that would not go): every call says so.
+        self._ended: Unavailable | None = None
         self._lease: socket.socket | None = None  # the container's lifeline (._container)
         self._shell: Supervisor | None = None
         self._roots = _map_roots(spec.roots)
@@ -428,6 +455,8 @@ class DockerSession:
             async with self._lock:
                 if self._closed:
                     raise trio.ClosedResourceError("the docker backend session is closed")
+                if self._ended is not None:
+                    raise self._ended
                 await self._check_forward()
                 restarted = False
                 if self._shell is None or not self._shell.alive():
@@ -603,8 +632,9 @@ class DockerSession:
             tmpfs={
                 "/tmp": f"rw,nosuid,nodev,noexec,size={opts.tmp_size},mode=1777",
                 **(self._remote.tmpfs(opts.memory) if self._remote else {}),
-                # The per-command filter's installer (._seal): root's, read-only, executable.
-                **({SEAL_DIR: "rw,nosuid,nodev,exec,size=16k,mode=0755"} if overlay else {}),
+                # The per-command filter's installer (._seal): root's, read-only, executable;
+                # without change sets the supervisor's own shell (PRIVATE_SHELL) instead.
+                SEAL_DIR: f"rw,nosuid,nodev,exec,size={'16k' if overlay else '16m'},mode=0755",
                 # Files shipped as root (the script runner's): read-only to every command.
                 **({SHIPPED_FILES_DIR: SHIPPED_FILES_TMPFS} if self._remote else {}),
             },
@@ -619,6 +649,7 @@ class DockerSession:
         )
         if self._remote is not None:  # new volumes: nothing of the workspace is there yet
             self._remote.forget()
+        space = await trio.to_thread.run_sync(owner_space)
         self._container, lease = await docker_call(
             partial(
                 create_leased,
@@ -630,6 +661,7 @@ class DockerSession:
                     CONTAINER_LABEL: "1",
                     f"{CONTAINER_LABEL}.session": self.session_id,
                     f"{CONTAINER_LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}",
+                    OWNER_SPACE_LABEL: space,
                     **({f"{CONTAINER_LABEL}.pool": "1"} if self.pooled else {}),
                 },
                 environment=[CONTAINER_PATH],
@@ -645,12 +677,25 @@ class DockerSession:
             self._lease.close()
             self._lease = None
 
+    @property
+    def _private_shell(self) -> str | None:
+        """The supervisor's executable-only shell, without change sets; not under gVisor,
+        which runs no program its user cannot read (a forged end marker stays possible)."""
+        if self._uppers is not None or self._remote is not None or self._opts.runtime == "runsc":
+            return None
+        return PRIVATE_SHELL
+
     def _main_command(self) -> list[str]:
         """The container's main process (root, no capabilities): under change sets it first
         writes the per-command filter's installer (:mod:`._seal`); then it holds the lease."""
         steps = []
         if self._uppers is not None or self._remote is not None:
             steps.append(install_script())
+        elif self._private_shell is not None:  # executable only (see Supervisor.start)
+            new = f"{PRIVATE_SHELL}.new"
+            steps.append(
+                f"umask 022; cat /bin/sh > {new} && chmod 111 {new} && mv {new} {PRIVATE_SHELL}"
+            )
         if self._remote is not None:
             steps.append(self._remote.main_setup())
         # The main process ends when the lease does (._container): its stdin's end of file.
@@ -667,6 +712,7 @@ class DockerSession:
             self._user,
             overlay=self._uppers is not None or self._remote is not None,
             attacher=attacher,
+            private_shell=self._private_shell,
         )
         if self._remote is not None:
             uid, gid = parse_user(self._user)
@@ -698,9 +744,7 @@ class DockerSession:
             await docker_call(container.reload)
             running = container.status == "running"
         if not running:
-            with contextlib.suppress(Exception):
-                await docker_call(container.remove, force=True, v=True)
-            self._container = None
+            await self._discard_container("its main process ended")
             await self._create_container()
         await self._start_supervisor()
 
@@ -709,15 +753,55 @@ class DockerSession:
         if self._shell is not None:
             await self._shell.close(graceful=False)
             self._shell = None
-        if self._container is not None:
-            with contextlib.suppress(Exception):
-                await docker_call(self._container.remove, force=True, v=True)
-            self._container = None
+        await self._discard_container("a command that could not be stopped")
         self.restarts += 1
         await self._create_container()
         await self._start_supervisor()
 
+    async def _discard_container(self, why: str) -> None:
+        """Remove the container (forced: every process in it ends) before another takes its
+        place. When it is still there after that (its removal failed: the daemon refused or
+        did not answer), the session ends for good, Unavailable naming it: a new container
+        beside one that may still run the command's processes would hide them."""
+        container = self._container
+        if container is None:
+            return
+        try:
+            await docker_call(container.remove, force=True, v=True)
+        except (Unavailable, ToolError, InvalidArguments) as exc:
+            if await self._still_there(container.id, wait=_REMOVAL_WAIT):
+                self._ended = Unavailable(
+                    f"the docker backend session ended: its container {container.id[:12]} "
+                    f"(after {why}) could not be removed ({exc.message}); nothing more runs in "
+                    f"this session. Check it with `docker inspect {container.id[:12]}`, remove "
+                    "it with `docker rm -f`, and start a new session"
+                )
+                raise self._ended from None
+        self._container = None
+
+    async def _still_there(self, container_id: str, *, wait: float) -> bool:
+        """Whether the engine still lists the container after up to ``wait`` seconds (a
+        removal the engine had begun itself, an auto-removed container's, may take a moment).
+        True when it cannot say."""
+        client = self._client
+        if client is None:
+            return True
+        with trio.move_on_after(wait):
+            while True:
+                try:
+                    found = await docker_call(
+                        client.api.containers, all=True, filters={"id": container_id}
+                    )
+                except (Unavailable, ToolError, InvalidArguments):
+                    return True
+                if not any(c.get("Id") == container_id for c in found):
+                    return False
+                await trio.sleep(0.1)
+        return True
+
     def _require_container(self) -> Any:
+        if self._ended is not None:
+            raise self._ended
         if self._container is None:
             raise Unavailable("the docker backend session has no container (it was closed)")
         return self._container
@@ -763,7 +847,13 @@ class DockerSession:
         except BaseException:
             with trio.CancelScope(shield=True):
                 if not run.done and not shell.dead:
-                    await self._stop(run)
+                    try:
+                        await self._stop(run)
+                    except Unavailable:
+                        if self._ended is None:
+                            raise
+                        # the session ended (its container would not go): the next call says
+                        # so; what interrupted this one (a cancellation) goes on
             raise
         if shell.dead and not run.done and self._shell is shell:
             # The supervisor died under the command (the command may kill it: same uid), so
@@ -955,6 +1045,9 @@ def _remove_orphaned_dirs(live: set[str]) -> None:
 def remove_stale_containers(client: docker.DockerClient, *, local: bool = False) -> int:
     """Remove ringfence containers whose owning process on this host is gone. Blocking.
 
+    Only a container made in this boot and pid namespace (:func:`owner_space`) is judged:
+    elsewhere its owner's pid means another process, whatever the hostname says.
+
     Their change-set directories go with them (:func:`._upper.remove_session_dirs`),
     and so do a shipped workspace's volumes on that engine. ``local`` (the client is this
     host's engine): also the directories no container names any more (a leased container
@@ -975,6 +1068,8 @@ def remove_stale_containers(client: docker.DockerClient, *, local: bool = False)
             owner_host, _, pid = owner.rpartition(":")
             if owner_host != host or not pid.isdigit() or psutil.pid_exists(int(pid)):
                 continue
+            if container.labels.get(OWNER_SPACE_LABEL) != owner_space():
+                continue  # made where its pid is not one of ours: only its own host knows
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 container.remove(force=True)
                 removed += 1

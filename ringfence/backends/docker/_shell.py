@@ -55,6 +55,9 @@ _HEADER = struct.Struct(">BxxxL")
 # (argv, user) -> (exec id, a connected socket or an object with its send/recv/fileno/close)
 Attacher = Callable[[list[str], str], Awaitable[tuple[str, Any]]]
 _READ_SIZE = 65536
+# The longest status line after an end marker (the exit status, or "cwd", and the startup
+# probe's tool paths).
+_TRAILER_LIMIT = 4096
 
 
 class CommandOutput:
@@ -135,6 +138,13 @@ class _MarkedStream:
 
     def _trail(self, data: bytes) -> None:
         self.trailer_bytes += data
+        if len(self.trailer_bytes) > _TRAILER_LIMIT and b"\n" not in self.trailer_bytes:
+            # Longer than any status: a marker forged by a command that read it in its
+            # supervisor's memory, then a flood with no line end. The stream is done (its
+            # status unknown); nothing more of it is held.
+            self.trailer_bytes = b""
+            self.done = True
+            return
         if b"\n" in self.trailer_bytes:
             self.trailer_bytes, _, rest = self.trailer_bytes.partition(b"\n")
             if self.state_end is None:
@@ -429,13 +439,24 @@ class Supervisor:
         *,
         overlay: bool = False,
         attacher: Attacher | None = None,
+        private_shell: str | None = None,
     ) -> Supervisor:
         """Start the shell; with ``overlay`` it must also find ``unshare`` and ``mount``.
+        With ``private_shell`` the shell is that executable-only copy of /bin/sh.
 
         ``attacher`` starts the exec attached another way than :func:`attach`
         (a TLS engine's stream, :func:`..engines._remote.attach_tls`).
         """
         argv = ["env", "-i", "/bin/sh"]
+        if private_shell is not None:
+            # The container's main process (root) copies /bin/sh there, executable only: a
+            # process that runs a program it cannot read is not dumpable, so a command (its
+            # uid) cannot read the shell's memory (/proc/PID/mem), where its end marker is.
+            argv += ["-c", (
+                f"__rf_w=0; until [ -x {private_shell} ] || [ $__rf_w -ge 300 ]; do "
+                "sleep 0.01; __rf_w=$((__rf_w+1)); done; "
+                f"exec {private_shell}"
+            )]  # fmt: skip
         if attacher is not None:
             _exec_id, sock = await attacher(argv, user)
         else:
@@ -477,6 +498,12 @@ class Supervisor:
             raise ToolError(
                 f"the sandbox shell did not start in the container (got {probe.status!r}); "
                 "the image needs /bin/sh and env"
+                + (
+                    f", and cat, chmod and mv for the container's main process to copy /bin/sh "
+                    f"to {private_shell}"
+                    if private_shell
+                    else ""
+                )
             )
         # Absolute paths, or bare names when busybox runs its own applets (standalone shell).
         tools = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
@@ -639,10 +666,18 @@ class Supervisor:
         except OSError:
             self.dead = True
 
-    async def read_until_done(self, run: CommandOutput) -> None:
-        """Feed frames to ``run`` until both markers arrived or the stream ended."""
+    async def read_until_done(
+        self, run: CommandOutput, *, between: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Feed frames to ``run`` until both markers arrived or the stream ended.
+
+        ``between`` is awaited after each read's frames are fed (and once at the end): a
+        sink that takes output a read at a time (a fetched change set, spooled to disk)
+        writes it there, so at most one read of it is ever held."""
         while True:
             self._parse(run)
+            if between is not None:
+                await between()
             if run.done or self.dead:
                 return
             try:

@@ -86,6 +86,21 @@ UPPERS_DIR = "/.rf-uppers"
 STREAM_LIMIT = 1 << 20  # a sync up to this size goes through the shell, larger by archive
 
 
+def _too_much(limit: int, engine: str) -> ToolError:
+    return ToolError(
+        f"engine {engine} sent more than {limit} bytes for one change set "
+        "(at most three times the uppers' tmpfs, the memory option, plus 96 MiB; a "
+        "sparse file travels whole): refused whole, the workspace is unchanged"
+    )
+
+
+def _damaged(engine: str, what: str) -> Unavailable:
+    return Unavailable(
+        f"the change set from engine {engine} is damaged ({what[:200]!r}); the workspace "
+        "is unchanged"
+    )
+
+
 class _Sink:
     """Raw bytes of one stream of an internal supervisor line (no decoding), at most
     ``limit``: past it, ToolError (the line is given up, its shell marked dead)."""
@@ -97,12 +112,176 @@ class _Sink:
 
     def feed(self, data: bytes) -> None:
         if len(self.data) + len(data) > self.limit:
-            raise ToolError(
-                f"engine {self.engine} sent more than {self.limit} bytes for one change set "
-                "(at most three times the uppers' tmpfs, the memory option, plus 96 MiB; a "
-                "sparse file travels whole): refused whole, the workspace is unchanged"
-            )
+            raise _too_much(self.limit, self.engine)
         self.data += data
+
+
+# What the fetch's own stderr lines (modes, digests, opaque directories: ~8 KiB each at most)
+# may hold in all, and how much of the rest (tar's warnings, which quote the command's file
+# names) is kept for an error message.
+_FETCH_OWN_LIMIT = 64 << 20
+_FETCH_TAIL = 500
+
+
+class _FetchErr:
+    """The fetch's stderr as it arrives: the lines starting with ``token`` (ours, at most
+    :data:`_FETCH_OWN_LIMIT` bytes: past it ToolError) and the last :data:`_FETCH_TAIL`
+    bytes of everything. A command's files can make ``tar`` warn without end (a socket
+    each, quoting its path): none of that is held."""
+
+    def __init__(self, token: str, engine: str) -> None:
+        self.prefix = f"{token} ".encode()
+        self.engine = engine
+        self.ours: list[list[str]] = []
+        self.tail = b""
+        self._size = 0
+        self._line = bytearray()
+        self._skip = False  # the current line is too long to be ours: dropped to its end
+
+    def feed(self, data: bytes) -> None:
+        self.tail = (self.tail + data)[-_FETCH_TAIL:]
+        self._line += data
+        start = 0
+        while (end := self._line.find(b"\n", start)) >= 0:
+            if not self._skip:
+                self._take(bytes(self._line[start:end]))
+            self._skip = False
+            start = end + 1
+        del self._line[:start]
+        if len(self._line) > _FETCH_LINE * 4:  # longer than any line of ours
+            self._skip = True
+            self._line.clear()
+
+    def _take(self, line: bytes) -> None:
+        if not line.startswith(self.prefix):
+            return
+        self._size += len(line)
+        if self._size > _FETCH_OWN_LIMIT:
+            raise _too_much(_FETCH_OWN_LIMIT, self.engine)
+        self.ours.append(line.decode("ascii", "replace").split()[1:])
+
+
+# The longest line of the fetch's stdout taken (``base64`` writes 76 characters a line).
+_FETCH_LINE = 4096
+_SPOOL_CHUNK = 1 << 20  # decoded bytes held before they are written out
+_ROOT_LINE = re.compile(rb"^@([^\n]*)\n", re.MULTILINE)
+
+
+class _FetchSpool:
+    """The fetch's stdout as it arrives: per root a line ``@<i>``, then its tar in base64
+    lines, decoded and written to ``<directory>/<i>.tar`` a read at a time (:meth:`flush`,
+    awaited between reads): the set is never held in memory, only the last read of it.
+
+    Read as strictly as the whole text was: at most ``limit`` bytes in all (ToolError), a
+    root named twice or that is none, a line longer than :data:`_FETCH_LINE`, base64 that
+    is not (or goes on after its padding) is Unavailable naming the engine."""
+
+    def __init__(self, directory: Path, roots: int, limit: int, engine: str) -> None:
+        self.directory = directory
+        self.roots = roots
+        self.limit = limit
+        self.engine = engine
+        self.total = 0
+        self.sent: list[int] = []  # the roots whose tar came, in order
+        self.written: set[int] = set()  # the roots with a spool file
+        self._line = bytearray()
+        self._carry = b""  # base64 characters short of a group of four
+        self._ended = False  # the current root's base64 had its padding
+        self._decoded: list[tuple[int, bytes]] = []
+        self._pending = 0  # bytes in _decoded
+        self._files: dict[int, Any] = {}
+
+    def path(self, root: int) -> Path:
+        return self.directory / f"{root}.tar"
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        if self.total > self.limit:
+            raise _too_much(self.limit, self.engine)
+        self._line += data
+        end = self._line.rfind(b"\n") + 1
+        if end:  # every whole line at once: a read holds some 900 of base64's
+            self._take(bytes(self._line[:end]))
+            del self._line[:end]
+        if len(self._line) > _FETCH_LINE:
+            raise _damaged(self.engine, bytes(self._line[:40]).decode("ascii", "replace"))
+
+    def _take(self, block: bytes) -> None:
+        """Whole lines: base64, and a root's ``@<i>`` line before its own."""
+        pos = 0
+        for found in _ROOT_LINE.finditer(block):
+            self._base64(block[pos : found.start()])
+            self._root(found.group(1).decode("ascii", "replace"))
+            pos = found.end()
+        self._base64(block[pos:])
+
+    def _root(self, text: str) -> None:
+        self._end_root()
+        if not (text.isascii() and text.isdigit()) or int(text) >= self.roots:
+            raise _damaged(self.engine, text)
+        if int(text) in self.sent:
+            raise _damaged(self.engine, f"root {text} twice")
+        self.sent.append(int(text))
+
+    def _base64(self, lines: bytes) -> None:
+        text = b"".join(lines.split())  # line ends (and blank lines) out
+        if not text or not self.sent:
+            return  # (before the first root's line: nothing of a tar)
+        if self._ended:
+            raise _damaged(self.engine, "base64 after its padding")
+        group = self._carry + text
+        whole = len(group) - len(group) % 4
+        try:
+            decoded = binascii.a2b_base64(group[:whole], strict_mode=True)
+        except binascii.Error as exc:
+            raise _damaged(self.engine, str(exc)) from None
+        self._ended = group[:whole].endswith(b"=")
+        self._carry = group[whole:]
+        if decoded:
+            self._decoded.append((self.sent[-1], decoded))
+            self._pending += len(decoded)
+
+    def _end_root(self) -> None:
+        if self._carry:
+            raise _damaged(self.engine, "base64 cut short")
+        self._ended = False
+
+    async def flush(self, *, least: int = _SPOOL_CHUNK) -> None:
+        """Write what was decoded since the last flush to the roots' spool files, once it is
+        ``least`` bytes (one thread hop a chunk, not a read)."""
+        if not self._decoded or self._pending < least:
+            return
+        chunks, self._decoded, self._pending = self._decoded, [], 0
+        await trio.to_thread.run_sync(self._write, chunks)
+
+    def _write(self, chunks: list[tuple[int, bytes]]) -> None:
+        for root, data in chunks:
+            out = self._files.get(root)
+            if out is None:
+                fd = os.open(
+                    self.path(root),
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                )
+                out = self._files[root] = os.fdopen(fd, "wb")
+                self.written.add(root)
+            out.write(data)
+
+    async def finish(self) -> None:
+        """The last of it written and every spool file closed; a cut-off tail is damaged."""
+        if self._line.strip():
+            self._take(bytes(self._line) + b"\n")
+            self._line.clear()
+        self._end_root()
+        await self.flush(least=0)
+        await trio.to_thread.run_sync(self.close)
+
+    def close(self) -> None:
+        """Close the spool files (blocking); idempotent."""
+        files, self._files = self._files, {}
+        for out in files.values():
+            with contextlib.suppress(OSError):
+                out.close()
 
 
 def _size_bytes(text: str) -> int:
@@ -316,38 +495,44 @@ class RemoteWorkspace:
             f"if {nonempty}; then {quote(shell.unshare)} -Urm /bin/sh -c {quote(_FETCH)} rf "
             f"{quote(shell.mount)} {base} {token} {targets}; fi"
         )
-        status, out, err = await self._line(shell, line)
+        spool_dir = self.host_dir / "spool"
+        await trio.to_thread.run_sync(_fresh_dir, spool_dir)
+        spool = _FetchSpool(spool_dir, len(self.roots), self._line_limit, self.engine.name)
+        try:
+            return await self._fetched(shell, line, token, modes, spool)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(spool.close)
+                await trio.to_thread.run_sync(remove_tree, spool_dir)
+
+    async def _fetched(
+        self, shell: Supervisor, line: str, token: str, modes: list[int], spool: _FetchSpool
+    ) -> tuple[Upper, ...]:
+        """The fetch line run, its tars spooled, and the uppers rebuilt from them."""
+        err = _FetchErr(token, self.engine.name)
+        status, _, _ = await self._line(shell, line, out=spool, err=err)
         if shell.dead:
             raise Unavailable(
                 f"engine {self.engine.name} ({self.engine.base_url}) went away while the "
                 "change set was fetched; the workspace is unchanged"
             )
-        ours = [ln.split()[1:] for ln in err.decode("ascii", "replace").splitlines()
-                if ln.startswith(f"{token} ")]  # fmt: skip
+        ours = err.ours
         if status != "0" or any(f[:1] == ["f"] for f in ours):
             raise ToolError(
                 f"engine {self.engine.name}: fetching the change set failed (status {status}): "
-                f"{err.decode(errors='replace')[-500:]!r}; the workspace is unchanged"
+                f"{err.tail.decode(errors='replace')!r}; the workspace is unchanged"
             )
-        tars, digests, upper_modes, opaque = _parsed_fetch(
-            bytes(out), ours, len(self.roots), self.engine.name
-        )
+        await spool.finish()
+        digests, upper_modes, opaque = _parsed_fetch(ours, len(self.roots), self.engine.name)
         uppers: list[Upper] = []
         for i, (root, _) in enumerate(self.roots):
             target = self.host_dir / str(i)
             await trio.to_thread.run_sync(_fresh_dir, target)
-            if i in tars:
-                try:
-                    data = binascii.a2b_base64(b"".join(tars[i]), strict_mode=True)
-                except binascii.Error as exc:
-                    raise Unavailable(
-                        f"the change set from engine {self.engine.name} is damaged ({exc}); "
-                        "the workspace is unchanged"
-                    ) from None
+            if i in spool.sent:
                 await trio.to_thread.run_sync(
                     partial(
                         rebuild_upper,
-                        data,
+                        spool.path(i) if i in spool.written else b"",
                         digests.get(i, ""),
                         str(target),
                         opaque.get(i, []),
@@ -365,15 +550,23 @@ class RemoteWorkspace:
         return tuple(uppers)
 
     async def _line(
-        self, shell: Supervisor, body: str, *, after: str = ""
+        self,
+        shell: Supervisor,
+        body: str,
+        *,
+        after: str = "",
+        out: _FetchSpool | None = None,
+        err: _FetchErr | None = None,
     ) -> tuple[str, bytes, bytes]:
         """Run one line of our own shell in the supervisor (not a command); its status and output.
 
-        ``after`` follows the line (a here-document's text and its end word).
+        ``after`` follows the line (a here-document's text and its end word). ``out``,
+        ``err``: where its stdout or stderr goes instead (then b"" is returned for it).
         """
         token = secrets.token_hex(12)
-        out, err = (_Sink(self._line_limit, self.engine.name) for _ in range(2))
-        run = CommandOutput(token, out, err)  # type: ignore[arg-type]
+        sink = _Sink(self._line_limit, self.engine.name)
+        err_sink = _Sink(self._line_limit, self.engine.name)
+        run = CommandOutput(token, out or sink, err or err_sink)  # type: ignore[arg-type]
         marker = quote(f"__rf{token}__")
         try:
             await shell.send(
@@ -381,7 +574,7 @@ class RemoteWorkspace:
                 f"printf '%s\\n' {marker} >&2\n{after}"
             )
             with trio.move_on_after(120):
-                await shell.read_until_done(run)
+                await shell.read_until_done(run, between=out.flush if out else None)
         except BaseException:
             shell.dead = True  # cut mid-line: the next call starts a fresh shell
             raise
@@ -391,7 +584,7 @@ class RemoteWorkspace:
                 f"engine {self.engine.name} ({self.engine.base_url}) stopped answering the "
                 "sandbox shell; the workspace is unchanged"
             )
-        return run.status, bytes(out.data), bytes(err.data)
+        return run.status, bytes(sink.data), bytes(err_sink.data)
 
 
 # What the fetch's lines of ours hold (see _FETCH): a root's number, then an octal mode, a
@@ -404,31 +597,21 @@ _FETCH_FIELD = {
 
 
 def _parsed_fetch(
-    out: bytes, ours: list[list[str]], roots: int, engine: str
-) -> tuple[dict[int, list[bytes]], dict[int, str], dict[int, int], dict[int, list[str]]]:
-    """The fetch's output read strictly: per root its tar's base64 lines, sha256, upper
-    mode and opaque directories. Anything else (a root that is none, a field that is not
-    what the fetch writes) is Unavailable naming ``engine``: the set is not used."""
+    ours: list[list[str]], roots: int, engine: str
+) -> tuple[dict[int, str], dict[int, int], dict[int, list[str]]]:
+    """The fetch's own lines read strictly: per root its tar's sha256, upper mode and opaque
+    directories (the tars themselves: :class:`_FetchSpool`). Anything else (a root that is
+    none, a field that is not what the fetch writes) is Unavailable naming ``engine``: the
+    set is not used."""
 
     def damaged(what: str) -> Unavailable:
-        return Unavailable(
-            f"the change set from engine {engine} is damaged ({what[:200]!r}); the workspace "
-            "is unchanged"
-        )
+        return _damaged(engine, what)
 
     def root(text: str) -> int:
         if not (text.isascii() and text.isdigit()) or int(text) >= roots:
             raise damaged(text)
         return int(text)
 
-    tars: dict[int, list[bytes]] = {}
-    current: int | None = None
-    for raw in out.splitlines():
-        if raw.startswith(b"@"):
-            current = root(raw[1:].decode("ascii", "replace"))
-            tars[current] = []
-        elif raw.strip() and current is not None:
-            tars[current].append(raw.strip())
     digests: dict[int, str] = {}
     modes: dict[int, int] = {}
     opaque: dict[int, list[str]] = {}
@@ -443,7 +626,7 @@ def _parsed_fetch(
             modes[i] = int(fields[2], 8) & 0o7777
         else:
             opaque.setdefault(i, []).append(os.fsdecode(binascii.unhexlify(fields[2])))
-    return tars, digests, modes, opaque
+    return digests, modes, opaque
 
 
 def _made_with(base: str, modes: list[int]) -> str:

@@ -35,7 +35,8 @@ import stat
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import BinaryIO, Literal
 
 from ...runtime._errors import ToolError, Unavailable
 
@@ -270,7 +271,7 @@ def _member_parts(name: str) -> list[str] | None:
 
 
 def rebuild_upper(
-    data: bytes,
+    data: bytes | Path,
     digest: str,
     target: str,
     opaque: list[str],
@@ -279,6 +280,9 @@ def rebuild_upper(
     owner: tuple[int, int] | None = None,
 ) -> None:
     """Recreate the sandbox's upper directory from its tar in ``target`` (empty, ours). Blocking.
+
+    ``data`` is the tar's bytes or a file holding it (read a chunk at a time: a fetched set
+    is spooled there, never held whole).
 
     Needs root, or Linux 5.8 or newer (an unprivileged whiteout), and user
     extended attributes on ``target``'s file system (the opaque mark).
@@ -293,10 +297,34 @@ def rebuild_upper(
     ``owner`` (the container user, who owns a local overlay's upper too), so
     a setuid bit a command set never sits on a root-owned file here.
     """
-    got = hashlib.sha256(data).hexdigest()
+    with contextlib.ExitStack() as stack:
+        if isinstance(data, Path):  # a spooled tar: read a chunk at a time, never whole
+            source: BinaryIO = stack.enter_context(data.open("rb"))
+        else:
+            source = io.BytesIO(data)
+        _rebuild(source, digest, target, opaque, engine=engine, owner=owner)
+
+
+def _rebuild(
+    source: BinaryIO,
+    digest: str,
+    target: str,
+    opaque: list[str],
+    *,
+    engine: str,
+    owner: tuple[int, int] | None,
+) -> None:
+    """:func:`rebuild_upper` from a seekable tar."""
+    hasher = hashlib.sha256()
+    size = 0
+    while chunk := source.read(1 << 20):
+        hasher.update(chunk)
+        size += len(chunk)
+    source.seek(0)
+    got = hasher.hexdigest()
     if got != digest:
         raise Unavailable(
-            f"the change set from engine {engine} did not arrive whole ({len(data)} bytes, "
+            f"the change set from engine {engine} did not arrive whole ({size} bytes, "
             f"sha256 {got[:12]}…, the sandbox sent {digest[:12] or 'nothing'}…); "
             "the workspace is unchanged"
         )
@@ -309,7 +337,7 @@ def rebuild_upper(
     made: set[tuple[str, ...]] = {()}
     opened = _DirCache(target)
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        with tarfile.open(fileobj=source, mode="r:") as tar:
             for member in tar:
                 parts = _member_parts(member.name)
                 if parts is None:
