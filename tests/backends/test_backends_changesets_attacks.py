@@ -24,6 +24,8 @@ from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 from test_backends_changesets import owned, tree_state
 from tree_helpers import git_found
 
+from ringfence.backends._trees import remove_tree
+
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 HEAD = "printf 'ref: refs/heads/main\\n' > HEAD"
@@ -348,6 +350,40 @@ def test_no_change_sets_scan_refuses_a_repository_of_executable_files(
     assert git_dir(ws / "sub") is None
     git_status(ws / "sub")
     assert not marker.exists()
+
+
+def test_no_change_sets_scan_refuses_a_repository_deeper_than_recursion(
+    ws: Path, tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A repository 1,200 directories down (2,440 characters: git finds it there) is moved
+    out like any other. Its quarantine copy was made with a recursive ``mkdir(parents=True)``:
+    RecursionError, the check failed (``run_shell failed: RecursionError``) and the
+    repository with its ``core.fsmonitor`` stayed in the workspace."""
+    marker = tmp_path / "PWNED"
+    command = (
+        "mkdir top && cd top && for i in $(seq 1200); do mkdir a && cd a; done && "
+        f"{HEAD} && mkdir objects refs && {config(marker, '.')}"
+    )
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    deepest = ws / "top" / "/".join(["a"] * 1200)
+    try:
+        code, out = cli_json(
+            capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args,
+            "--no-change-sets",
+        )  # fmt: skip
+        assert code != 0 and out["error"]["code"] == "git_metadata", out
+        assert "(new, quarantined)" in out["error"]["message"], out
+        assert (ws / "top").is_dir() and not (deepest / "HEAD").exists()
+        assert git_found(deepest.parent, tmp_path) is None
+        git_status(deepest.parent)
+        assert not marker.exists()
+    finally:
+        # pytest's own clean-up (shutil.rmtree) fails on a tree this deep (the workspace's,
+        # and the quarantine's copy in the spool).
+        for place in (tmp_path, ringfence_home):
+            for child in place.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    remove_tree(child)
 
 
 def test_no_change_sets_scan_refuses_a_repository_through_the_hosts_per_process_links(

@@ -195,7 +195,7 @@ def _undo(
         moved = "quarantined"
         if new is not None:
             try:
-                _quarantine(parent, leaf, quarantine / rel)
+                _quarantine(parent, leaf, quarantine, rel)
             except OSError as exc:
                 # Out of the workspace matters more than keeping a copy: remove it instead.
                 _remove(parent, leaf)
@@ -221,20 +221,31 @@ def _open_beneath(root: Path, rel: str) -> int:
         os.close(fd)
 
 
-def _quarantine(parent: int, leaf: str, dest: Path) -> None:
-    """Move ``leaf`` to ``dest`` (outside the roots), else copy it there and remove it."""
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    dfd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+def _quarantine(parent: int, leaf: str, quarantine: Path, rel: str) -> None:
+    """Move ``leaf`` to ``quarantine/rel`` (outside the roots), else copy it there and remove it.
+
+    The copy's directories are made one component at a time by descriptor: ``rel`` can be
+    deeper than Python's recursion and longer than ``PATH_MAX`` (a command's tree is), and a
+    path-based ``mkdir(parents=True)`` failed there, which left the metadata in place.
+    """
+    quarantine.mkdir(parents=True, exist_ok=True, mode=0o700)
+    dfd = os.open(quarantine, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        for name in rel.split("/")[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=dfd)
+            nxt = os.open(name, DIR_FLAGS, dir_fd=dfd)
+            os.close(dfd)
+            dfd = nxt
         try:
-            _rename_out(parent, leaf, dfd, dest.name)
+            _rename_out(parent, leaf, dfd, leaf)
             return
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
         # A partial copy is kept: what matters is that it leaves the workspace.
         with contextlib.suppress(OSError, RecursionError):
-            _copy_out(parent, leaf, dfd, dest.name, [QUARANTINE_COPY_BYTES])
+            _copy_out(parent, leaf, dfd, leaf, [QUARANTINE_COPY_BYTES])
     finally:
         os.close(dfd)
     _remove(parent, leaf)
