@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -384,6 +385,60 @@ def test_no_change_sets_scan_refuses_a_repository_deeper_than_recursion(
             for child in place.iterdir():
                 if child.is_dir() and not child.is_symlink():
                     remove_tree(child)
+
+
+# ``sub/objects -> ../L1/M``: two links, each a 2,600-byte walk down one chain of directories, so
+# the directory it reaches lies 5,200 bytes below the root, past PATH_MAX. The kernel follows the
+# links from ``sub`` (git's ``access(X_OK)`` passes); a walk that spells the path from the root
+# cannot, and took ``objects`` for missing.
+DEEP_OBJECTS = """
+import os, sys
+n = "d" * 19
+os.makedirs("A")
+fd = os.open("A", os.O_RDONLY)
+for i in range(260):
+    os.mkdir(n, dir_fd=fd)
+    fd = os.open(n, os.O_RDONLY, dir_fd=fd)
+os.symlink("A/" + "/".join([n] * 130), "L1")
+os.symlink("/".join([n] * 130), "L1/M")
+os.makedirs("sub/refs")
+if sys.argv[1] == "HEAD":
+    open("sub/HEAD", "w").write("ref: refs/heads/main\\n")
+open("sub/config", "w").write(sys.argv[2])
+os.symlink("../L1/M", "sub/objects")
+"""
+
+
+@pytest.mark.parametrize("writer", ["the command", "write_file"])
+def test_a_repository_whose_objects_lie_past_path_max_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], writer: str
+) -> None:
+    """``--no-change-sets``: the command makes the whole repository, or everything but ``HEAD``
+    and then ``write_file sub/HEAD`` completes it. Both were accepted (``objects`` unseen),
+    and git in ``sub`` ran the planted ``core.fsmonitor``."""
+    marker = tmp_path / "PWNED"
+    hostile = f'[core]\n\tfsmonitor = "touch {marker}"\n'
+    head = "HEAD" if writer == "the command" else "none"
+    command = f"python3 -c {shlex.quote(DEEP_OBJECTS)} {head} {shlex.quote(hostile)}"
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args,
+        "--no-change-sets",
+    )  # fmt: skip
+    if writer == "the command":
+        assert code != 0 and out["error"]["code"] == "git_metadata", out
+        assert f"{ws / 'sub'} (new, quarantined)" in out["error"]["message"], out
+    else:
+        assert code == 0, out  # no HEAD: no repository yet
+        assert os.access(ws / "sub" / "objects", os.X_OK)
+        before = tree_state(ws / "sub")  # (the chain below A is too long to spell)
+        write = json.dumps({"path": "sub/HEAD", "content": "ref: refs/heads/main\n"})
+        code, out = cli_json(capsys, "call", "write_file", "--args", write, *args)
+        assert code != 0 and out["error"]["code"] == "git_metadata", out
+        assert tree_state(ws / "sub") == before
+    assert git_dir(ws / "sub") is None
+    git_status(ws / "sub")
+    assert not marker.exists()
 
 
 def test_no_change_sets_scan_refuses_a_repository_through_the_hosts_per_process_links(

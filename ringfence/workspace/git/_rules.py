@@ -19,6 +19,7 @@ resolver decides *where* to look.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -257,15 +258,19 @@ def _searchable_beneath(root_fd: int, rel: str, name: str, target: str | None = 
             found = None  # a directory
             continue
         here = "/".join([*parts, comp])
-        st = _lstat(here, root_fd)
-        if st is None:
-            return False
+        try:
+            st = os.stat(here, dir_fd=root_fd, follow_symlinks=False)
+        except OSError as exc:
+            # Past PATH_MAX below the root this walk cannot spell the path, but the kernel
+            # reaches it through links from a shallow directory (git's access() does): what
+            # cannot be looked at counts as there, the safe side.
+            return exc.errno == errno.ENAMETOOLONG
         if stat.S_ISLNK(st.st_mode):
             links += 1
             try:
                 target = os.readlink(here, dir_fd=root_fd)
-            except OSError:
-                return False
+            except OSError as exc:
+                return exc.errno == errno.ENAMETOOLONG
             if links > _MAX_LINKS or not target:
                 return False
             if target.startswith("/"):
