@@ -441,6 +441,79 @@ def test_a_repository_whose_objects_lie_past_path_max_is_refused(
     assert not marker.exists()
 
 
+# A chain of 260 directories below ``A`` (5,200 bytes, past PATH_MAX), ``L1 -> A/<130 levels>``
+# and ``L1/M -> <130 levels>``: ``L1/M`` is its bottom, reached by the kernel from the root.
+DEEP_CHAIN = """
+import os
+n = "d" * 19
+os.makedirs("A")
+fd = os.open("A", os.O_RDONLY)
+for i in range(260):
+    os.mkdir(n, dir_fd=fd)
+    fd = os.open(n, os.O_RDONLY, dir_fd=fd)
+os.symlink("A/" + "/".join([n] * 130), "L1")
+os.symlink("/".join([n] * 130), "L1/M")
+"""
+
+
+def test_a_change_set_completing_a_repository_past_path_max_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step one makes the deep chain (no repository); step two ``sub`` with HEAD, refs, a
+    config and ``objects -> ../L1/M``. The resulting-tree check read the chain on disk by
+    one path from the root (ENAMETOOLONG: missing), merged step two, and git found ``sub``."""
+    marker = tmp_path / "PWNED"
+    code, out = call(capsys, ws, f"python3 -c {shlex.quote(DEEP_CHAIN)}")
+    assert code == 0 and out["result"]["changes"]["refused"] == [], out
+    step2 = f"mkdir -p sub/refs && cd sub && {HEAD} && ln -s ../L1/M objects && {config(marker)}"
+    before = tree_state(ws / "sub") if (ws / "sub").exists() else None
+    code, out = call(capsys, ws, step2)
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert "refused as a whole" in out["error"]["message"], out
+    assert not (ws / "sub").exists() and before is None
+    assert git_dir(ws / "sub") is None
+    assert not marker.exists()
+
+
+def _kernel_realpath(root: Path, rel_dir: str, name: str) -> str:
+    """Where the kernel resolves the link ``rel_dir/name`` (a path past PATH_MAX: reached in
+    steps; ``os.path.realpath`` cannot look at it and takes the link for a plain name)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for part in rel_dir.split("/"):
+        nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    try:
+        end = os.open(name, os.O_PATH, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        return os.readlink(f"/proc/self/fd/{end}")
+    finally:
+        os.close(end)
+
+
+def test_an_existing_link_past_path_max_sent_out_is_refused(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step one: the chain, a directory ``A/d`` and at the chain's bottom ``E`` climbing back
+    to ``A`` and then ``d/..`` (``A``: inside). Step two puts the link ``A/d -> ..`` (the root:
+    inside) where the directory was: ``E`` would resolve to the root's parent. The
+    existing-link check could not read ``E`` by its path (ENAMETOOLONG), passed over it, and
+    merged the set."""
+    deep = "/".join(["d" * 19] * 260)
+    make_e = f"import os; os.symlink({'../' * 260 + 'd/..'!r}, 'L1/M/E')"
+    step1 = f"python3 -c {shlex.quote(DEEP_CHAIN)} && mkdir A/d && python3 -c {shlex.quote(make_e)}"
+    code, out = call(capsys, ws, step1)
+    assert code == 0 and out["result"]["changes"]["refused"] == [], out
+    assert _kernel_realpath(ws, f"A/{deep}", "E") == str(ws / "A")
+    code, out = call(capsys, ws, "rmdir A/d && ln -s .. A/d")
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert "outside the workspace roots" in out["error"]["message"], out
+    assert (ws / "A" / "d").is_dir() and not (ws / "A" / "d").is_symlink()
+    assert _kernel_realpath(ws, f"A/{deep}", "E") == str(ws / "A")
+
+
 def test_no_change_sets_scan_refuses_a_repository_through_the_hosts_per_process_links(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
