@@ -24,14 +24,14 @@ roots; :func:`resolve`: :data:`HOST`, a node that counts as anything).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import posixpath
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import NamedTuple
 
+from ..git._rules import at_beneath
 from ..git._walk import file_kind
 from ._model import Blobs, Change, Image
 
@@ -39,42 +39,6 @@ __all__ = ["HOST", "MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
 
 # The kernel's own limit on links followed in one path walk (ELOOP past it).
 MAX_LINKS = 40
-# A path below a root at least this long is reached in steps: one system call cannot spell a
-# path past PATH_MAX (4,096 bytes with its NUL), and the kernel reaches such a place through
-# links from a shallow directory (git's access() does).
-_STEP = 3072
-_THROUGH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
-
-
-@contextlib.contextmanager
-def _at(root_fd: int, rel: str) -> Iterator[tuple[int, str]]:
-    """``(directory descriptor, name)`` naming ``rel`` below ``root_fd`` for one ``*at`` call:
-    ``(root_fd, rel)`` when short; else the directory holding its last component, opened in
-    steps of under :data:`_STEP` bytes, links between followed as that one call would."""
-    if len(rel) < _STEP:
-        yield root_fd, rel
-        return
-    parent, _, leaf = rel.rpartition("/")
-    fd = root_fd
-    try:
-        chunk: list[str] = []
-        size = 0
-        for name in parent.split("/"):
-            if chunk and size + len(name) >= _STEP:
-                nxt = os.open("/".join(chunk), _THROUGH, dir_fd=fd)
-                if fd != root_fd:
-                    os.close(fd)
-                fd, chunk, size = nxt, [], 0
-            chunk.append(name)
-            size += len(name) + 1
-        nxt = os.open("/".join(chunk), _THROUGH, dir_fd=fd)
-        if fd != root_fd:
-            os.close(fd)
-        fd = nxt
-        yield fd, leaf
-    finally:
-        if fd != root_fd:
-            os.close(fd)
 
 
 class Node:
@@ -205,7 +169,7 @@ class TreeView:
             if where is None:
                 st = os.lstat(path)  # outside every root: read only to judge
             else:
-                with _at(self.roots[where[0]].fd, where[1] or ".") as (fd, name):
+                with at_beneath(self.roots[where[0]].fd, where[1] or ".") as (fd, name):
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except (OSError, ValueError):
             return None
@@ -219,7 +183,7 @@ class TreeView:
                 return os.fsdecode(self.blobs.get(node.digest))
             if node.rel is not None:
                 root, rel = node.rel
-                with _at(self.roots[root].fd, rel) as (fd, name):
+                with at_beneath(self.roots[root].fd, rel) as (fd, name):
                     return os.readlink(name, dir_fd=fd)
             return os.readlink(path)  # outside every root
         except (OSError, KeyError, ValueError):
@@ -236,7 +200,7 @@ class TreeView:
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             if node.rel is not None:
                 root, rel = node.rel
-                with _at(self.roots[root].fd, rel) as (at, name):
+                with at_beneath(self.roots[root].fd, rel) as (at, name):
                     fd = os.open(name, flags, dir_fd=at)
             else:
                 fd = os.open(path, flags)  # outside every root
