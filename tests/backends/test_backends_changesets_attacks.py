@@ -353,6 +353,29 @@ def test_no_change_sets_scan_refuses_a_repository_of_executable_files(
     assert not marker.exists()
 
 
+def test_no_change_sets_scan_undoes_a_root_made_a_repository(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """HEAD, objects and refs at the root itself: the root cannot be moved out like a new
+    directory, and inside what was now a git directory only its config and hooks were undone,
+    so HEAD, objects and refs were "left" and git took the root (and every directory below
+    it, through discovery) for a repository."""
+    marker = tmp_path / "PWNED"
+    command = f"{HEAD} && mkdir objects refs && {config(marker, '.')}"
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args,
+        "--no-change-sets",
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    for name in ("HEAD", "objects", "refs", "config"):
+        assert f"{ws / name} (new, quarantined)" in out["error"]["message"], out
+    assert sorted(p.name for p in ws.iterdir()) == ["data", "notes.txt"]
+    assert git_dir(ws) is None and git_dir(ws / "data") is None
+    git_status(ws / "data")
+    assert not marker.exists()
+
+
 def test_no_change_sets_scan_refuses_a_repository_deeper_than_recursion(
     ws: Path, tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -124,6 +124,7 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
     moved: set[tuple[int, str]] = set()
     memo: dict[tuple[int, str], bool] = {}
     holds_exec = _exec_holders(before, after)
+    became = _roots_become_git(before, after)
     for key, change in diff_git_metadata(before, after):
         index, rel = key
         old, new = before.entries.get(key), after.entries.get(key)
@@ -145,6 +146,8 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
             or entry.top == rel
             or exec_relevant(rel, entry.top)
             or (change == "new" and key in holds_exec)
+            # A root the command made a git directory: what git's discovery reads there goes.
+            or (change == "new" and index in became and rel.lower() in _DISCOVERY_NAMES)
         )
         if not undo or (
             old is not None and old.kind == "dir" and new is not None and new.kind == "dir"
@@ -168,6 +171,21 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
     cleared = _clear_setid(after)
     used = quarantine if quarantine.exists() else None
     return GitReport(tuple(findings), tuple(cleared), used, tuple(refreshed))
+
+
+# What git's discovery reads in a directory to take it for a repository (case-folded).
+_DISCOVERY_NAMES = frozenset({"head", "objects", "refs", "commondir"})
+
+
+def _roots_become_git(before: GitSnapshot, after: GitSnapshot) -> set[int]:
+    """The roots that are git metadata throughout after the command and were not before: the
+    command made the root itself a git directory (its own entries have the root as their top).
+    The root cannot be moved out like a new directory, so the names that make it one are."""
+
+    def inside(snapshot: GitSnapshot) -> set[int]:
+        return {index for (index, _), entry in snapshot.entries.items() if entry.top == ""}
+
+    return inside(after) - inside(before)
 
 
 def _exec_holders(before: GitSnapshot, after: GitSnapshot) -> set[tuple[int, str]]:
