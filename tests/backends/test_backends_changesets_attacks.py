@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,6 +24,8 @@ from backends_helpers import DOCKER_OPTIONS, WORKSPACE_UID, chown_like_workspace
 from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 from test_backends_changesets import owned, tree_state
 from tree_helpers import git_found
+
+from ringfence.backends._trees import remove_tree
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -348,6 +351,190 @@ def test_no_change_sets_scan_refuses_a_repository_of_executable_files(
     assert git_dir(ws / "sub") is None
     git_status(ws / "sub")
     assert not marker.exists()
+
+
+def test_no_change_sets_scan_undoes_a_root_made_a_repository(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """HEAD, objects and refs at the root itself: the root cannot be moved out like a new
+    directory, and inside what was now a git directory only its config and hooks were undone,
+    so HEAD, objects and refs were "left" and git took the root (and every directory below
+    it, through discovery) for a repository."""
+    marker = tmp_path / "PWNED"
+    command = f"{HEAD} && mkdir objects refs && {config(marker, '.')}"
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args,
+        "--no-change-sets",
+    )  # fmt: skip
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    for name in ("HEAD", "objects", "refs", "config"):
+        assert f"{ws / name} (new, quarantined)" in out["error"]["message"], out
+    assert sorted(p.name for p in ws.iterdir()) == ["data", "notes.txt"]
+    assert git_dir(ws) is None and git_dir(ws / "data") is None
+    git_status(ws / "data")
+    assert not marker.exists()
+
+
+def test_no_change_sets_scan_refuses_a_repository_deeper_than_recursion(
+    ws: Path, tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A repository 1,200 directories down (2,440 characters: git finds it there) is moved
+    out like any other. Its quarantine copy was made with a recursive ``mkdir(parents=True)``:
+    RecursionError, the check failed (``run_shell failed: RecursionError``) and the
+    repository with its ``core.fsmonitor`` stayed in the workspace."""
+    marker = tmp_path / "PWNED"
+    command = (
+        "mkdir top && cd top && for i in $(seq 1200); do mkdir a && cd a; done && "
+        f"{HEAD} && mkdir objects refs && {config(marker, '.')}"
+    )
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    deepest = ws / "top" / "/".join(["a"] * 1200)
+    try:
+        code, out = cli_json(
+            capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args,
+            "--no-change-sets",
+        )  # fmt: skip
+        assert code != 0 and out["error"]["code"] == "git_metadata", out
+        assert "(new, quarantined)" in out["error"]["message"], out
+        assert (ws / "top").is_dir() and not (deepest / "HEAD").exists()
+        assert git_found(deepest.parent, tmp_path) is None
+        git_status(deepest.parent)
+        assert not marker.exists()
+    finally:
+        # pytest's own clean-up (shutil.rmtree) fails on a tree this deep (the workspace's,
+        # and the quarantine's copy in the spool).
+        for place in (tmp_path, ringfence_home):
+            for child in place.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    remove_tree(child)
+
+
+# ``sub/objects -> ../L1/M``: two links, each a 2,600-byte walk down one chain of directories, so
+# the directory it reaches lies 5,200 bytes below the root, past PATH_MAX. The kernel follows the
+# links from ``sub`` (git's ``access(X_OK)`` passes); a walk that spells the path from the root
+# cannot, and took ``objects`` for missing.
+DEEP_OBJECTS = """
+import os, sys
+n = "d" * 19
+os.makedirs("A")
+fd = os.open("A", os.O_RDONLY)
+for i in range(260):
+    os.mkdir(n, dir_fd=fd)
+    fd = os.open(n, os.O_RDONLY, dir_fd=fd)
+os.symlink("A/" + "/".join([n] * 130), "L1")
+os.symlink("/".join([n] * 130), "L1/M")
+os.makedirs("sub/refs")
+if sys.argv[1] == "HEAD":
+    open("sub/HEAD", "w").write("ref: refs/heads/main\\n")
+open("sub/config", "w").write(sys.argv[2])
+os.symlink("../L1/M", "sub/objects")
+"""
+
+
+@pytest.mark.parametrize("writer", ["the command", "write_file"])
+def test_a_repository_whose_objects_lie_past_path_max_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], writer: str
+) -> None:
+    """``--no-change-sets``: the command makes the whole repository, or everything but ``HEAD``
+    and then ``write_file sub/HEAD`` completes it. Both were accepted (``objects`` unseen),
+    and git in ``sub`` ran the planted ``core.fsmonitor``."""
+    marker = tmp_path / "PWNED"
+    hostile = f'[core]\n\tfsmonitor = "touch {marker}"\n'
+    head = "HEAD" if writer == "the command" else "none"
+    command = f"python3 -c {shlex.quote(DEEP_OBJECTS)} {head} {shlex.quote(hostile)}"
+    args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "yes"]
+    code, out = cli_json(
+        capsys, "call", "run_shell", "--args", json.dumps({"command": command}), *args,
+        "--no-change-sets",
+    )  # fmt: skip
+    if writer == "the command":
+        assert code != 0 and out["error"]["code"] == "git_metadata", out
+        assert f"{ws / 'sub'} (new, quarantined)" in out["error"]["message"], out
+    else:
+        assert code == 0, out  # no HEAD: no repository yet
+        assert os.access(ws / "sub" / "objects", os.X_OK)
+        before = tree_state(ws / "sub")  # (the chain below A is too long to spell)
+        write = json.dumps({"path": "sub/HEAD", "content": "ref: refs/heads/main\n"})
+        code, out = cli_json(capsys, "call", "write_file", "--args", write, *args)
+        assert code != 0 and out["error"]["code"] == "git_metadata", out
+        assert tree_state(ws / "sub") == before
+    assert git_dir(ws / "sub") is None
+    git_status(ws / "sub")
+    assert not marker.exists()
+
+
+# A chain of 260 directories below ``A`` (5,200 bytes, past PATH_MAX), ``L1 -> A/<130 levels>``
+# and ``L1/M -> <130 levels>``: ``L1/M`` is its bottom, reached by the kernel from the root.
+DEEP_CHAIN = """
+import os
+n = "d" * 19
+os.makedirs("A")
+fd = os.open("A", os.O_RDONLY)
+for i in range(260):
+    os.mkdir(n, dir_fd=fd)
+    fd = os.open(n, os.O_RDONLY, dir_fd=fd)
+os.symlink("A/" + "/".join([n] * 130), "L1")
+os.symlink("/".join([n] * 130), "L1/M")
+"""
+
+
+def test_a_change_set_completing_a_repository_past_path_max_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step one makes the deep chain (no repository); step two ``sub`` with HEAD, refs, a
+    config and ``objects -> ../L1/M``. The resulting-tree check read the chain on disk by
+    one path from the root (ENAMETOOLONG: missing), merged step two, and git found ``sub``."""
+    marker = tmp_path / "PWNED"
+    code, out = call(capsys, ws, f"python3 -c {shlex.quote(DEEP_CHAIN)}")
+    assert code == 0 and out["result"]["changes"]["refused"] == [], out
+    step2 = f"mkdir -p sub/refs && cd sub && {HEAD} && ln -s ../L1/M objects && {config(marker)}"
+    before = tree_state(ws / "sub") if (ws / "sub").exists() else None
+    code, out = call(capsys, ws, step2)
+    assert code != 0 and out["error"]["code"] == "git_metadata", out
+    assert "refused as a whole" in out["error"]["message"], out
+    assert not (ws / "sub").exists() and before is None
+    assert git_dir(ws / "sub") is None
+    assert not marker.exists()
+
+
+def _kernel_realpath(root: Path, rel_dir: str, name: str) -> str:
+    """Where the kernel resolves the link ``rel_dir/name`` (a path past PATH_MAX: reached in
+    steps; ``os.path.realpath`` cannot look at it and takes the link for a plain name)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for part in rel_dir.split("/"):
+        nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    try:
+        end = os.open(name, os.O_PATH, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        return os.readlink(f"/proc/self/fd/{end}")
+    finally:
+        os.close(end)
+
+
+def test_an_existing_link_past_path_max_sent_out_is_refused(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step one: the chain, a directory ``A/d`` and at the chain's bottom ``E`` climbing back
+    to ``A`` and then ``d/..`` (``A``: inside). Step two puts the link ``A/d -> ..`` (the root:
+    inside) where the directory was: ``E`` would resolve to the root's parent. The
+    existing-link check could not read ``E`` by its path (ENAMETOOLONG), passed over it, and
+    merged the set."""
+    deep = "/".join(["d" * 19] * 260)
+    make_e = f"import os; os.symlink({'../' * 260 + 'd/..'!r}, 'L1/M/E')"
+    step1 = f"python3 -c {shlex.quote(DEEP_CHAIN)} && mkdir A/d && python3 -c {shlex.quote(make_e)}"
+    code, out = call(capsys, ws, step1)
+    assert code == 0 and out["result"]["changes"]["refused"] == [], out
+    assert _kernel_realpath(ws, f"A/{deep}", "E") == str(ws / "A")
+    code, out = call(capsys, ws, "rmdir A/d && ln -s .. A/d")
+    assert code != 0 and out["error"]["code"] == "invalid_arguments", out
+    assert "outside the workspace roots" in out["error"]["message"], out
+    assert (ws / "A" / "d").is_dir() and not (ws / "A" / "d").is_symlink()
+    assert _kernel_realpath(ws, f"A/{deep}", "E") == str(ws / "A")
 
 
 def test_no_change_sets_scan_refuses_a_repository_through_the_hosts_per_process_links(

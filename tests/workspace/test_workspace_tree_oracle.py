@@ -3,7 +3,8 @@
 Random small trees (``HEAD``, ``objects``, ``refs``, ``commondir``, ``config``,
 ``gitdir`` as files with and without the execute bit, as directories and as
 links; ``.git`` files and directories; links among them and to existing
-directories) are laid on disk, then a random change set is merged through the
+directories) are laid on disk, then a random change set (those entries made,
+replaced and removed) is merged through the
 real :func:`~ringfence.workspace.merge_changes` (the writer of ``run_shell`` on
 every backend, ``undo`` and ``plan apply``), then ``write_file`` (the file tools'
 writer) makes a directory. After each, either the writer refused and nothing
@@ -184,7 +185,14 @@ def found_everywhere(root: Path) -> set[str]:
 
 
 git_before = st.lists(entry([*GIT_NAMES, ".git"], GIT_DIRS, [*GIT_TARGETS, "../s"]), max_size=8)
-git_set = st.lists(entry(GIT_NAMES, GIT_DIRS, GIT_TARGETS), min_size=1, max_size=8)
+# A set also removes: without its commondir a directory's own objects and refs count (a
+# repository where there was none), without a link a walk ends elsewhere.
+git_removal = st.tuples(st.sampled_from(GIT_DIRS), st.sampled_from(GIT_NAMES)).map(
+    lambda t: (t[0], t[1], "remove", None)
+)
+git_set = st.lists(
+    st.one_of(entry(GIT_NAMES, GIT_DIRS, GIT_TARGETS), git_removal), min_size=1, max_size=8
+)
 write_dirs = st.sampled_from(["o/x", "s/new/x", "u/q/x", "t/x", "refs/x", "objects/x"])
 TALLY: dict[str, int] = {"accepted": 0, "refused": 0}
 
@@ -206,7 +214,11 @@ def test_git_finds_no_new_repository_after_any_merge_or_write(
             store = CheckpointStore(ws)
             builder = Builder(root, store)
             for directory, name, kind, payload in changes:
-                builder.put(f"{directory}/{name}" if directory else name, kind, payload)
+                path = f"{directory}/{name}" if directory else name
+                if kind == "remove":
+                    builder.remove(path)
+                else:
+                    builder.put(path, kind, payload)
             state = tree_state(root)
             try:
                 merge_changes(ws, builder.changes, store)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
-from tree_helpers import exact_state
+from tree_helpers import exact_state, git_found
 
 from ringfence.cli._main import main
 from ringfence.workspace import Change, ChangeSet, CheckpointStore, Workspace
@@ -919,3 +919,44 @@ def test_a_fifo_named_as_a_journal_does_not_hang_every_start(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [s["tool"] for s in json.loads(proc.stdout)["result"]] == ["write_file"]
+
+
+def test_recovery_never_completes_a_repository_or_sends_a_link_out_elsewhere(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each change a rollback makes passed the merge's entry rules, and each write checked its
+    own directory; but the tree it leaves was never judged as a merge's is. A manifest whose
+    rollback only makes a directory ``o`` completed ``sub`` (``objects -> ../o``, its HEAD, refs
+    and a ``core.fsmonitor`` already there) into a repository; one whose rollback puts a
+    directory back where a link ``d -> s/t`` was sent ``x -> d/../..`` out of the root."""
+    root = tmp_path / "ws"
+    marker = tmp_path / "PWNED"
+    (root / "sub" / "refs").mkdir(parents=True)
+    (root / "sub" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / "sub" / "objects").symlink_to("../o")
+    (root / "sub" / "config").write_text(f'[core]\n\tfsmonitor = "touch {marker}"\n')
+    (root / "s" / "t").mkdir(parents=True)
+    (root / "d").symlink_to("s/t")
+    (root / "x").symlink_to("d/../..")  # root/s/t/../.. = root: inside
+    before = exact_state(root)
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        target = store.put(b"s/t")
+        store.close()
+    forged = [
+        Change(0, "o", Image("dir", 0o755), None),  # rolled back: mkdir o
+        Change(0, "d", Image("dir", 0o755), Image("symlink", 0o777, target, 3)),
+    ]
+    set_id = _forge_interrupted(root, forged)
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    [done] = report["result"]["sets"]
+    assert done["id"] == set_id and done["undone"] == 0, done
+    assert sorted(r["path"] for r in done["refused"]) == ["d", "o"], done
+    assert exact_state(root) == before
+    assert git_found(root / "sub", tmp_path) is None
+    assert os.path.realpath(root / "x") == str(root)
+    subprocess.run(["git", "-c", "safe.directory=*", "status"], cwd=root / "sub",
+                   capture_output=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})  # fmt: skip
+    assert not marker.exists()

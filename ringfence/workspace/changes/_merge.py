@@ -839,20 +839,38 @@ def roll_back(
             # Temporary files first: one left in a directory the set made keeps it from going.
             for root, parent in dict.fromkeys((c.root, c.path.rpartition("/")[0]) for c in judged):
                 _remove_temps(resolver, root, parent, is_temp_name)
+            todo: list[Change] = []
             for change in judged:
+                current = _current(dirs, change)
+                if _exactly(current, change.before):
+                    continue
+                # The after-image's content with another mode is the merge caught between
+                # its own steps (a directory made 0700, then given its mode): put back too;
+                # the before-image's content with another mode is a rollback caught there
+                # (killed, and run again): given its mode.
+                if not (same_state(current, change.after) or same_state(current, change.before)):
+                    left.append(escape_name(change.path))
+                    continue
+                todo.append(change)
+            dirs.close()
+            # The tree the rollback leaves is judged as a merge's is (git's discovery, every
+            # link's resolution): a rollback that only made a directory completed a repository
+            # through a link elsewhere. Refused whole, each change is judged on its own, on the
+            # tree as it is when it comes, and only a refused one is left.
+            from ._resulting import check_resulting_tree  # loaded by the first merge
+
+            inverse = [c.inverse() for c in todo]
+            try:
+                check_resulting_tree(resolver, inverse, blobs, what="this rollback")
+                one_by_one = False
+            except (GitMetadata, InvalidArguments, OutsideWorkspace):
+                one_by_one = True
+            for change in todo:
                 try:
-                    current = _current(dirs, change)
-                    if _exactly(current, change.before):
-                        continue
-                    # The after-image's content with another mode is the merge caught between
-                    # its own steps (a directory made 0700, then given its mode): put back too;
-                    # the before-image's content with another mode is a rollback caught there
-                    # (killed, and run again): given its mode.
-                    if not (
-                        same_state(current, change.after) or same_state(current, change.before)
-                    ):
-                        left.append(escape_name(change.path))
-                        continue
+                    if one_by_one:
+                        check_resulting_tree(
+                            resolver, [change.inverse()], blobs, what="this rollback"
+                        )
                     _apply_one(
                         dirs,
                         change.inverse(),

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import NamedTuple
 
+from ..git._rules import at_beneath
 from ..git._walk import file_kind
 from ._model import Blobs, Change, Image
 
@@ -168,7 +169,8 @@ class TreeView:
             if where is None:
                 st = os.lstat(path)  # outside every root: read only to judge
             else:
-                st = os.stat(where[1] or ".", dir_fd=self.roots[where[0]].fd, follow_symlinks=False)
+                with at_beneath(self.roots[where[0]].fd, where[1] or ".") as (fd, name):
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except (OSError, ValueError):
             return None
         return Node(file_kind(st.st_mode), stat.S_IMODE(st.st_mode), None, where)
@@ -181,7 +183,8 @@ class TreeView:
                 return os.fsdecode(self.blobs.get(node.digest))
             if node.rel is not None:
                 root, rel = node.rel
-                return os.readlink(rel, dir_fd=self.roots[root].fd)
+                with at_beneath(self.roots[root].fd, rel) as (fd, name):
+                    return os.readlink(name, dir_fd=fd)
             return os.readlink(path)  # outside every root
         except (OSError, KeyError, ValueError):
             return None
@@ -197,7 +200,8 @@ class TreeView:
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             if node.rel is not None:
                 root, rel = node.rel
-                fd = os.open(rel, flags, dir_fd=self.roots[root].fd)
+                with at_beneath(self.roots[root].fd, rel) as (at, name):
+                    fd = os.open(name, flags, dir_fd=at)
             else:
                 fd = os.open(path, flags)  # outside every root
             try:

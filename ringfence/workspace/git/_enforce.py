@@ -124,6 +124,7 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
     moved: set[tuple[int, str]] = set()
     memo: dict[tuple[int, str], bool] = {}
     holds_exec = _exec_holders(before, after)
+    became = _roots_become_git(before, after)
     for key, change in diff_git_metadata(before, after):
         index, rel = key
         old, new = before.entries.get(key), after.entries.get(key)
@@ -145,6 +146,8 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
             or entry.top == rel
             or exec_relevant(rel, entry.top)
             or (change == "new" and key in holds_exec)
+            # A root the command made a git directory: what git's discovery reads there goes.
+            or (change == "new" and index in became and rel.lower() in _DISCOVERY_NAMES)
         )
         if not undo or (
             old is not None and old.kind == "dir" and new is not None and new.kind == "dir"
@@ -168,6 +171,21 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
     cleared = _clear_setid(after)
     used = quarantine if quarantine.exists() else None
     return GitReport(tuple(findings), tuple(cleared), used, tuple(refreshed))
+
+
+# What git's discovery reads in a directory to take it for a repository (case-folded).
+_DISCOVERY_NAMES = frozenset({"head", "objects", "refs", "commondir"})
+
+
+def _roots_become_git(before: GitSnapshot, after: GitSnapshot) -> set[int]:
+    """The roots that are git metadata throughout after the command and were not before: the
+    command made the root itself a git directory (its own entries have the root as their top).
+    The root cannot be moved out like a new directory, so the names that make it one are."""
+
+    def inside(snapshot: GitSnapshot) -> set[int]:
+        return {index for (index, _), entry in snapshot.entries.items() if entry.top == ""}
+
+    return inside(after) - inside(before)
 
 
 def _exec_holders(before: GitSnapshot, after: GitSnapshot) -> set[tuple[int, str]]:
@@ -195,7 +213,7 @@ def _undo(
         moved = "quarantined"
         if new is not None:
             try:
-                _quarantine(parent, leaf, quarantine / rel)
+                _quarantine(parent, leaf, quarantine, rel)
             except OSError as exc:
                 # Out of the workspace matters more than keeping a copy: remove it instead.
                 _remove(parent, leaf)
@@ -221,20 +239,31 @@ def _open_beneath(root: Path, rel: str) -> int:
         os.close(fd)
 
 
-def _quarantine(parent: int, leaf: str, dest: Path) -> None:
-    """Move ``leaf`` to ``dest`` (outside the roots), else copy it there and remove it."""
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    dfd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+def _quarantine(parent: int, leaf: str, quarantine: Path, rel: str) -> None:
+    """Move ``leaf`` to ``quarantine/rel`` (outside the roots), else copy it there and remove it.
+
+    The copy's directories are made one component at a time by descriptor: ``rel`` can be
+    deeper than Python's recursion and longer than ``PATH_MAX`` (a command's tree is), and a
+    path-based ``mkdir(parents=True)`` failed there, which left the metadata in place.
+    """
+    quarantine.mkdir(parents=True, exist_ok=True, mode=0o700)
+    dfd = os.open(quarantine, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        for name in rel.split("/")[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=dfd)
+            nxt = os.open(name, DIR_FLAGS, dir_fd=dfd)
+            os.close(dfd)
+            dfd = nxt
         try:
-            _rename_out(parent, leaf, dfd, dest.name)
+            _rename_out(parent, leaf, dfd, leaf)
             return
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
         # A partial copy is kept: what matters is that it leaves the workspace.
         with contextlib.suppress(OSError, RecursionError):
-            _copy_out(parent, leaf, dfd, dest.name, [QUARANTINE_COPY_BYTES])
+            _copy_out(parent, leaf, dfd, leaf, [QUARANTINE_COPY_BYTES])
     finally:
         os.close(dfd)
     _remove(parent, leaf)

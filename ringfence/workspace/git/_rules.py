@@ -19,9 +19,10 @@ resolver decides *where* to look.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 __all__ = [
@@ -223,6 +224,44 @@ def _is_searchable(
     return stat.S_ISDIR(st.st_mode) or bool(st.st_mode & 0o111)
 
 
+# A path below a root at least this long is reached in steps: one system call cannot spell a
+# path past PATH_MAX (4,096 bytes with its NUL), and the kernel reaches such a place through
+# links from a shallow directory (git's access() does).
+_STEP = 3072
+_THROUGH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+@contextlib.contextmanager
+def at_beneath(root_fd: int, rel: str) -> Iterator[tuple[int, str]]:
+    """``(directory descriptor, name)`` naming ``rel`` below ``root_fd`` for one ``*at`` call:
+    ``(root_fd, rel)`` when short; else the directory holding its last component, opened in
+    steps of under :data:`_STEP` bytes, links between followed as that one call would."""
+    if len(rel) < _STEP:
+        yield root_fd, rel
+        return
+    parent, _, leaf = rel.rpartition("/")
+    fd = root_fd
+    try:
+        chunk: list[str] = []
+        size = 0
+        for name in parent.split("/"):
+            if chunk and size + len(name) >= _STEP:
+                nxt = os.open("/".join(chunk), _THROUGH, dir_fd=fd)
+                if fd != root_fd:
+                    os.close(fd)
+                fd, chunk, size = nxt, [], 0
+            chunk.append(name)
+            size += len(name) + 1
+        nxt = os.open("/".join(chunk), _THROUGH, dir_fd=fd)
+        if fd != root_fd:
+            os.close(fd)
+        fd = nxt
+        yield fd, leaf
+    finally:
+        if fd != root_fd:
+            os.close(fd)
+
+
 # The kernel's limit on links followed in one path walk (ELOOP past it).
 _MAX_LINKS = 40
 
@@ -257,13 +296,18 @@ def _searchable_beneath(root_fd: int, rel: str, name: str, target: str | None = 
             found = None  # a directory
             continue
         here = "/".join([*parts, comp])
-        st = _lstat(here, root_fd)
-        if st is None:
+        try:
+            # In steps past PATH_MAX: the kernel reaches such a place through links from a
+            # shallow directory (git's access() does), one path from the root cannot.
+            with at_beneath(root_fd, here) as (at, leaf):
+                st = os.stat(leaf, dir_fd=at, follow_symlinks=False)
+        except OSError:
             return False
         if stat.S_ISLNK(st.st_mode):
             links += 1
             try:
-                target = os.readlink(here, dir_fd=root_fd)
+                with at_beneath(root_fd, here) as (at, leaf):
+                    target = os.readlink(leaf, dir_fd=at)
             except OSError:
                 return False
             if links > _MAX_LINKS or not target:
