@@ -35,7 +35,7 @@ from ..runtime._render import json_text, one_line, render_approval
 from ..runtime._timeline import CallFilter, CallRow, Timeline
 from ._actions import Confirmations, Job, Pending, RateLimit
 from ._approver import Question, ReviewApprover, answer_from_page
-from ._feed import EventFeed, Integrity
+from ._feed import MAX_HELD_BYTES, MAX_LINE_BYTES, EventFeed, Integrity
 from ._html import Html, block, el, field, url, when
 
 __all__ = ["PAGE_ROWS", "ReviewSite"]
@@ -251,10 +251,33 @@ class ReviewSite:
             "intact": f"intact: {i.records:,} records, {i.sealed_sessions} sealed session(s)",
             "open": f"open: {i.records:,} records, the last session not sealed yet",
             "tampered": "TAMPERED",
+            "partial": "not verified whole",
         }[i.state]
         details: list[Html] = []
-        if self.feed.unreadable is not None:
-            details.append(el("li", {"id": "unreadable"}, field(self.feed.unreadable, 400)))
+        feed = self.feed
+        if feed.unreadable is not None:
+            details.append(el("li", {"id": "unreadable"}, field(feed.unreadable, 400)))
+        if feed.dropped:
+            details.append(
+                el(
+                    "li",
+                    {"id": "dropped"},
+                    f"lines 1-{feed.dropped:,} ({feed.dropped_bytes:,} bytes) are not shown: "
+                    f"the page holds the newest {MAX_HELD_BYTES >> 20} MiB of a stream "
+                    "(`ringfence events show` reads them all)",
+                )
+            )
+        if feed.clipped:
+            details.append(
+                el(
+                    "li",
+                    {"id": "clipped"},
+                    f"{feed.clipped:,} line(s) over {MAX_LINE_BYTES >> 20} MiB are not held "
+                    "(shown as not records)",
+                )
+            )
+        if i.why:
+            details.append(el("li", {}, field(i.why, 400)))
         if i.state == "open" and i.unauthenticated is not None:
             first, last = i.unauthenticated
             details.append(
