@@ -850,15 +850,41 @@ class ReviewSite:
             form("back", "Undo back to here (this and every later set)…"),
         )
 
-    def _undo_targets(self, set_id: str, mode: str) -> list[dict[str, Any]]:
+    def _undo_targets(self, set_id: str, mode: str) -> tuple[list[dict[str, Any]], list[str]]:
+        """The sets to undo, and the ids of every set in the store now (what was shown)."""
         sets = self._list_sets()
         live = [s for s in sets if not s["undone_by"] and not s["undoes"] and not s.get("staged")]
         chosen = next((s for s in live if s["id"] == set_id), None)
         if chosen is None:
             raise PageError(409, "that change set cannot be undone (staged, an undo, or undone)")
+        known = [s["id"] for s in sets]
         if mode == "set":
-            return [chosen]
-        return [s for s in live if s["id"] >= set_id]  # ids sort by time: newest first here
+            return [chosen], known
+        return [s for s in live if s["id"] >= set_id], known  # ids sort by time: newest first
+
+    def _changed_since(self, ids: list[str], known: list[str]) -> str | None:
+        """Why the sets confirmed for an undo are no longer as the page showed them, or None.
+
+        The confirmation is bound to the store as it was shown: every target still there
+        and not undone, and no set made since over any of their paths (another call, a
+        person at the terminal). Otherwise a forced undo would overwrite what nobody saw.
+        """
+        sets = {s["id"]: s for s in self._list_sets()}
+        paths: set[str] = set()
+        for set_id in ids:
+            s = sets.get(set_id)
+            if s is None or s["undone_by"] or s["undoes"] or s.get("staged"):
+                return f"change set {set_id} was undone or removed since the page showed it"
+            paths.update(s["paths"])
+        seen = set(known)
+        for s in sets.values():
+            if s["id"] not in seen and paths.intersection(s["paths"]):
+                return (
+                    f"change set {s['id']} ({field(s['tool'], 60)}) changed "
+                    + ", ".join(field(p, 120) for p in sorted(paths.intersection(s["paths"]))[:5])
+                    + " since the page showed them"
+                )
+        return None
 
     async def prepare_undo(self, set_id: str, form: Mapping[str, str]) -> Html:
         if not _is_id(set_id):
@@ -867,7 +893,7 @@ class ReviewSite:
         if mode not in ("set", "back"):
             raise PageError(400, "mode must be set or back")
         force = form.get("force", "") == "1"
-        targets = await trio.to_thread.run_sync(self._undo_targets, set_id, mode)
+        targets, known = await trio.to_thread.run_sync(self._undo_targets, set_id, mode)
         items = [
             el(
                 "li",
@@ -879,7 +905,7 @@ class ReviewSite:
             for t in targets
         ]
         pending = self.confirmations.make(
-            "undo", {"ids": [t["id"] for t in targets], "force": force}
+            "undo", {"ids": [t["id"] for t in targets], "force": force, "known": known}
         )
         note = (
             " FORCE: files changed since will be overwritten with their before-image."
@@ -1144,7 +1170,9 @@ class ReviewSite:
     async def _run_job(self, job: Job, taken: Pending) -> None:
         try:
             if taken.action == "undo":
-                await self._undo(job, taken.params["ids"], taken.params["force"])
+                await self._undo(
+                    job, taken.params["ids"], taken.params["force"], taken.params["known"]
+                )
             elif taken.action == "apply":
                 await self._apply(job, taken.params)
         except RingfenceError as exc:
@@ -1161,8 +1189,13 @@ class ReviewSite:
                 job.ok = all(status == "ok" for status, _ in job.lines)
             self.touch()
 
-    async def _undo(self, job: Job, ids: list[str], force: bool) -> None:
+    async def _undo(self, job: Job, ids: list[str], force: bool, known: list[str]) -> None:
         job.title = f"undo {len(ids)} change set(s)"
+        changed = await trio.to_thread.run_sync(self._changed_since, ids, known)
+        if changed is not None:
+            job.ok = False
+            job.lines.append(("bad", f"{changed}: nothing was undone; look again"))
+            return
         for set_id in ids:
             outcome = await self.kernel.invoke(
                 "undo", {"id": set_id, "force": force}, origin="review"
