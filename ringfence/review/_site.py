@@ -175,8 +175,14 @@ class ReviewSite:
     def link(self, *segments: str, **query: str) -> str:
         return url(self.base, *segments, **query)
 
-    def page(self, title: str, body: Html, *, live: bool = True, active: str = "") -> Html:
-        """A whole page: head (no inline script or style), nav, the chain's state, ``body``."""
+    def page(
+        self, title: str, body: Html, *, live: bool = True, hold: bool = False, active: str = ""
+    ) -> Html:
+        """A whole page: head (no inline script or style), nav, the chain's state, ``body``.
+
+        ``live``: the page follows new activity; ``hold``: it only offers to (a banner),
+        never reloads itself, so nothing a person may be about to click moves under the
+        pointer (questions waiting: one answered or timed out would shift the next up)."""
         pending = len(self.inbox.pending()) if self.inbox is not None else 0
         tabs = [
             ("calls", "Timeline", ""),
@@ -232,6 +238,7 @@ class ReviewSite:
             "body",
             {
                 "data-live": "1" if live else "0",
+                "data-hold": "1" if hold else None,
                 "data-stream": self.link("stream"),
                 "data-version": str(self.version),
             },
@@ -563,6 +570,7 @@ class ReviewSite:
         return self.page(
             "Approvals",
             Html("".join(self._question(q) for q in questions)),
+            hold=True,
             active="approvals",
         )
 

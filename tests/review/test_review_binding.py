@@ -6,6 +6,12 @@
   refused, saying which set changed what, and nothing is undone.
 * An Undo confirmed after the same set was undone elsewhere (the terminal's
   ``ringfence undo``): before, it was undone a second time; now it is refused.
+* A person about to approve the first of two waiting questions, when the first
+  times out and a third arrives: before, the page reloaded itself and the second
+  question moved up under the pointer, so the click (and a hurried Confirm)
+  approved a call the person never read; now a page with questions waiting never
+  reloads itself (it offers to), the click answers the question read, which is no
+  longer waiting (409), and nothing is approved.
 """
 
 from __future__ import annotations
@@ -17,7 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
-from review_helpers import choose, confirm, job_done, records, ringfence_process, visit
+from review_helpers import (
+    HERE,
+    choose,
+    confirm,
+    job_done,
+    records,
+    ringfence_process,
+    url_in,
+    visit,
+    wait_until,
+)
 from test_review_refusals import write_with_agent
 
 
@@ -91,3 +107,49 @@ def test_an_undo_confirmed_after_the_set_was_undone_elsewhere_is_refused(
         assert "undone or removed since the page showed it" in text, text
     assert len(undo_sets(workspace)) == 1  # the terminal's, and no second undo
     assert not any(r["kind"] == "proposed" and r["tool"] == "undo" for r in records(events))
+
+
+def test_a_question_never_moves_under_the_pointer_of_a_person_about_to_answer(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    errlog = tmp_path / "asker.stderr"
+    with errlog.open("w") as log:
+        asker = subprocess.Popen(
+            [sys.executable, str(HERE / "servers" / "asker.py"), str(workspace), "8"],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+        )  # fmt: skip
+    try:
+        base = url_in(errlog)
+        wait_until(
+            lambda: page.request.get(base + "approvals").text().count('class="question"') == 2,
+            what="two questions",
+        )
+        visit(page, base + "approvals")
+        first = page.locator("section.question").first
+        assert "first.txt" in first.inner_text()
+        box = first.locator("button[value=once]").bounding_box()
+        assert box is not None
+        # The first question times out and a third arrives while the person reads the first.
+        wait_until(
+            lambda: "third.txt" in page.request.get(base + "approvals").text(),
+            what="the third question",
+        )
+        page.wait_for_timeout(1000)  # the page would have reloaded itself 300 ms after that
+        # The person clicks where "Approve once…" of the question read is, and confirms.
+        with page.expect_navigation():
+            page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        if page.locator("#confirm").count():  # a confirmation: of a question never read
+            page.wait_for_selector("#confirm:not([disabled])")
+            with page.expect_navigation():
+                page.click("#confirm")
+            page.wait_for_selector("#job-state")
+        out, _ = asker.communicate(timeout=60)
+    finally:
+        if asker.poll() is None:
+            asker.kill()
+            asker.wait(10)
+    assert json.loads(out.strip().splitlines()[-1]) == {
+        "first.txt": False, "second.txt": False, "third.txt": False
+    }  # fmt: skip
+    assert list(workspace.iterdir()) == []  # nothing approved, nothing written
+    assert "no longer waiting" in page.inner_text("main")  # the question read: gone

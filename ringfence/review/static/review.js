@@ -51,9 +51,12 @@
     banner.hidden = false;
   }
 
+  // A page that holds (questions waiting) never reloads itself: one answered or timed out
+  // would move the next one up under the pointer, and a click meant for the question read
+  // would land on another. It offers the new state instead.
   function refresh() {
     pending = false;
-    if (busy()) {
+    if (body.dataset.hold === "1" || busy()) {
       offerReload();
     } else {
       window.location.reload();
