@@ -12,6 +12,12 @@
   approved a call the person never read; now a page with questions waiting never
   reloads itself (it offers to), the click answers the question read, which is no
   longer waiting (409), and nothing is approved.
+
+Held (these passed before too; kept so they stay so): an approval confirmed in a
+second tab after the first tab's deny answers nothing, and the deny's spent
+confirmation replayed is refused; another origin's page holding the URL and a valid
+confirmation can neither draw the page in a frame nor act through ``no-cors``
+fetches or a beacon (403), after which the confirmation still works from the page.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from review_helpers import (
     visit,
     wait_until,
 )
-from test_review_refusals import write_with_agent
+from test_review_refusals import attacker_site, write_with_agent
 
 
 def ringfence(*argv: str) -> None:
@@ -153,3 +159,90 @@ def test_a_question_never_moves_under_the_pointer_of_a_person_about_to_answer(
     }  # fmt: skip
     assert list(workspace.iterdir()) == []  # nothing approved, nothing written
     assert "no longer waiting" in page.inner_text("main")  # the question read: gone
+
+
+def test_an_approval_from_a_second_tab_after_a_deny_and_a_replayed_confirmation_do_nothing(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    errlog = tmp_path / "asker.stderr"
+    with errlog.open("w") as log:
+        asker = subprocess.Popen(
+            [sys.executable, str(HERE / "servers" / "asker.py"), str(workspace), "20"],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+        )  # fmt: skip
+    other = page.context.new_page()
+    try:
+        base = url_in(errlog)
+        port = base.split(":")[2].split("/")[0]
+        for tab, choice in ((page, "deny"), (other, "once")):
+            visit(tab, base + "approvals")
+            tab.wait_for_selector("section.question")
+            assert "first.txt" in tab.locator("section.question").first.inner_text()
+            choose(tab, f"section.question >> nth=0 >> button[value={choice}]")
+        denied = page.get_attribute("input[name=nonce]", "value")
+        confirm(page)
+        ok, text = job_done(page)
+        assert ok and "deny" in text, text
+        confirm(other)  # the second tab, prepared before the deny: approves nothing
+        ok, text = job_done(other)
+        assert not ok and "no longer waiting" in text, text
+        replay = page.request.post(
+            base + "confirm", form={"nonce": denied or ""},
+            headers={"Origin": f"http://127.0.0.1:{port}"},
+        )  # fmt: skip
+        assert replay.status == 409 and "not valid" in replay.text()
+        out, _ = asker.communicate(timeout=90)
+    finally:
+        other.close()
+        if asker.poll() is None:
+            asker.kill()
+            asker.wait(10)
+    assert json.loads(out.strip().splitlines()[-1])["first.txt"] is False
+    assert not (workspace / "first.txt").exists()
+
+
+def test_a_foreign_page_can_neither_frame_the_page_nor_act_through_no_cors_requests(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    set_id = write_with_agent(workspace, events)
+    target = workspace / "a.txt"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-reversible")  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        visit(page, base + f"changes/{set_id}")
+        choose(page, "#undo-set")
+        nonce = page.get_attribute("input[name=nonce]", "value")
+        page.wait_for_timeout(700)  # past the minimum delay: only the checks can refuse
+        # Even holding the URL (token) and a valid confirmation, another origin's page frames
+        # the page (to have the person click in it) and posts in every way a page can
+        # without a form: no-cors fetch, a beacon, a text/plain and a urlencoded body.
+        attack = f"""<iframe id="f" src="{base}changes/{set_id}"></iframe><script>
+          const body = new URLSearchParams({{nonce: "{nonce}"}});
+          window.done = Promise.allSettled([
+            fetch("{base}confirm", {{method: "POST", mode: "no-cors", body}}),
+            fetch("{base}confirm", {{method: "POST", mode: "no-cors",
+                                   body: "nonce={nonce}", credentials: "include"}}),
+            Promise.resolve(navigator.sendBeacon("{base}confirm", body)),
+          ]).then(() => "sent");
+        </script>"""
+        attacker = page.context.new_page()
+        statuses: list[int] = []
+        attacker.on(
+            "response", lambda r: statuses.append(r.status) if r.url == base + "confirm" else None
+        )
+        with attacker_site(attack) as evil:
+            attacker.goto(evil)
+            assert attacker.evaluate("window.done") == "sent"
+            wait_until(lambda: len(statuses) >= 3, what="the three posts answered")
+            framed = next(f for f in attacker.frames if f != attacker.main_frame)
+            assert 'id="undo-set"' not in framed.content()  # not drawn in their frame
+        attacker.close()
+        assert statuses and all(s == 403 for s in statuses), statuses
+        assert target.read_text() == "written by the agent\n"
+        confirm(page)  # the same confirmation still works from the page itself
+        ok, text = job_done(page)
+        assert ok, text
+    recs = records(events)
+    assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["undo"]
