@@ -21,8 +21,10 @@ what is left is redone rarely) and counts them (:attr:`EventFeed.dropped`); a
 line longer than :data:`MAX_LINE_BYTES` is held as a stand-in, never its bytes
 (:attr:`EventFeed.clipped`). A file is read :data:`READ_CHUNK_BYTES` at a time.
 The page says what it does not hold. Once it holds less than the whole stream,
-the chain is verified from the file, line by line, not from memory (a stream
-with no file, a session's in memory, says it cannot be verified whole).
+the chain is verified from the file, line by line, not from memory, up to
+:data:`MAX_VERIFIED_FILE_BYTES` (the check itself keeps a session's calls); a
+larger file, or a stream with no file (a session's in memory), is shown as
+``partial``, saying why and how to verify it whole.
 
 Not promised: a watched file rewritten in place at the same size between two
 polls is not noticed by the tail (its chain is verified from the file's lines
@@ -62,6 +64,10 @@ MAX_LINE_BYTES = 4 << 20
 READ_CHUNK_BYTES = 4 << 20
 # Verifying a file line by line: a line over this is a problem, not read into memory whole.
 MAX_VERIFIED_LINE_BYTES = 256 << 20
+# The largest file the page verifies once it holds less than the whole stream: the check keeps
+# every call of a session (tool, arguments) until it ends, so its memory grows with the file.
+# Larger: the page says so, and `ringfence events verify FILE` checks it.
+MAX_VERIFIED_FILE_BYTES = 2 * MAX_HELD_BYTES
 
 
 @dataclass(frozen=True)
@@ -279,14 +285,27 @@ class EventFeed:
                     "stream, which has no file: it cannot be verified whole",
                 )
             else:
-                source = self.source
-                with contextlib.suppress(OSError):  # unreadable now: the tail says so
-                    self.integrity = await trio.to_thread.run_sync(
-                        _verify, _file_lines(source), abandon_on_cancel=True
-                    )
+                self.integrity = await self._verify_file(self.source)
             self._notify()
             # a whole file read again costs: wait at least twice as long as that took
             await trio.sleep(max(VERIFY_EVERY_SECONDS, 2 * (trio.current_time() - started)))
+
+    async def _verify_file(self, source: Path) -> Integrity:
+        """The chain of ``source`` checked line by line, or why not (too large, unreadable)."""
+        try:
+            size = await trio.to_thread.run_sync(lambda: source.stat().st_size)
+            if size > MAX_VERIFIED_FILE_BYTES:
+                return Integrity(
+                    "partial",
+                    why=f"{source} holds {size:,} bytes, over the "
+                    f"{MAX_VERIFIED_FILE_BYTES >> 20} MiB the page verifies: "
+                    f"`ringfence events verify {source}` checks it whole",
+                )
+            return await trio.to_thread.run_sync(
+                _verify, _file_lines(source), abandon_on_cancel=True
+            )
+        except OSError as exc:  # unreadable now (a watched file: the tail says so too)
+            return Integrity("partial", why=f"{source} cannot be read now ({exc.strerror or exc})")
 
     def _notify(self) -> None:
         for listener in list(self._listeners):

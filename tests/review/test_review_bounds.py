@@ -18,6 +18,7 @@ from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 from review_helpers import records, ringfence_process, wait_until
 from test_review_attacks import get
 
+from ringfence import create_kernel
 from ringfence.review._feed import MAX_HELD_BYTES, MAX_LINE_BYTES
 
 PADDING = "p" * 900
@@ -80,6 +81,8 @@ def test_a_stream_three_times_the_limit_is_held_to_the_limit(
         assert "the-newest-call" in body  # the newest calls are shown
         assert 'id="dropped"' in body and "are not shown" in body, body[:4000]
         assert 'id="clipped"' in body
+        # Over the size the page verifies: it says so, and how to verify it whole.
+        assert 'data-state="partial"' in body and "events verify" in body, body[:4000]
         status, _, body = get(base + "calls/c0")
         assert status == 404  # the oldest call is not held (and the page says so above)
         # Measured: 326 MiB peak with the bound; 709 MiB before (every line held, all folded).
@@ -88,3 +91,33 @@ def test_a_stream_three_times_the_limit_is_held_to_the_limit(
         assert rf.process.poll() is None
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
     assert not any(r["kind"] == "review_action" for r in records(events))
+
+
+async def test_a_record_over_the_line_limit_is_not_held_and_the_chain_is_verified_from_the_file(
+    workspace: Path, tmp_path: Path
+) -> None:
+    stream = tmp_path / "events.jsonl"
+    kernel = create_kernel(roots=[workspace], posture="allow-all", events_path=stream)
+    async with kernel:
+        await kernel.invoke(
+            "write_file", {"path": "big.txt", "content": "b" * (MAX_LINE_BYTES + 1)}
+        )
+        await kernel.invoke("write_file", {"path": "small.txt", "content": "the-small-one\n"})
+    assert max(len(line) for line in stream.read_bytes().split(b"\n")) > MAX_LINE_BYTES
+
+    import trio
+
+    def look() -> str:
+        argv = ("review", "--workspace", str(workspace), "--watch", str(stream),
+                "--events", str(tmp_path / "page.jsonl"))  # fmt: skip
+        with ringfence_process(*argv) as rf:
+            base = rf.wait_for_url()
+
+            def verified() -> str | None:
+                _, _, body = get(base + "calls")
+                return body if 'data-state="intact"' in body else None
+
+            return wait_until(verified, timeout=60, what="the chain verified from the file")
+
+    body = await trio.to_thread.run_sync(look)
+    assert 'id="clipped"' in body and "small.txt" in body
