@@ -246,3 +246,63 @@ def test_a_foreign_page_can_neither_frame_the_page_nor_act_through_no_cors_reque
         assert ok, text
     recs = records(events)
     assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["undo"]
+
+
+def _outward_address() -> str | None:
+    """This machine's address on its way out (no packet is sent), if it has one."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))
+            address = probe.getsockname()[0]
+    except OSError:
+        return None
+    return None if address.startswith("127.") else address
+
+
+def test_a_page_asked_to_listen_on_localhost_never_listens_where_that_name_is_not_loopback(
+    workspace: Path, tmp_path: Path
+) -> None:
+    import os
+    import re
+    import shutil
+    import socket
+    import time
+
+    import pytest
+
+    address = _outward_address()
+    if os.geteuid() != 0 or shutil.which("unshare") is None or address is None:
+        pytest.skip("needs root, unshare(1) and an address other than loopback")
+    # /etc/hosts mapping localhost elsewhere, in a mount namespace of this process alone.
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"{address} localhost\n")
+    errlog = tmp_path / "asker.stderr"
+    with errlog.open("w") as log:
+        asker = subprocess.Popen(
+            ["unshare", "-m", "sh", "-c", f'mount --bind "{hosts}" /etc/hosts && exec "$0" "$@"',
+             sys.executable, str(HERE / "servers" / "asker.py"), str(workspace), "5", "localhost"],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        port = None
+        while time.monotonic() < deadline and asker.poll() is None and port is None:
+            found = re.search(r"review page at http://[^:/]+:(\d+)/", errlog.read_text())
+            port = int(found.group(1)) if found else None
+            time.sleep(0.1)
+        if port is not None:  # it listens: from the network, at that address?
+            with socket.create_connection((address, port), timeout=5):
+                pass
+            raise AssertionError(f"the page listens on {address}:{port}, not loopback")
+        asker.wait(60)
+    finally:
+        if asker.poll() is None:
+            asker.kill()
+            asker.wait(10)
+    text = errlog.read_text()
+    assert asker.returncode != 0, text
+    assert "loopback only" in text and address in text, text[-3000:]
+    assert "Traceback" not in text or "InvalidArguments" in text
+    assert list(workspace.iterdir()) == []

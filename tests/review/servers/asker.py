@@ -1,6 +1,6 @@
 """A session whose Gate asks the review page three questions, the third once the first is gone.
 
-``python asker.py WORKSPACE TIMEOUT``: a kernel (posture ``ask``) whose approver is
+``python asker.py WORKSPACE TIMEOUT [HOST]``: a kernel (posture ``ask``) whose approver is
 the page (``ReviewApprover``, ``attach_review``: the library's own API) asks about
 ``write_file`` of ``first.txt``, 3 s later ``second.txt``; when the first question is no
 longer waiting (timed out), ``third.txt``. The page's URL goes to stderr as
@@ -19,7 +19,7 @@ from ringfence import create_kernel
 from ringfence.review import EventFeed, ReviewApprover, ReviewOptions, attach_review
 
 
-async def main(workspace: Path, timeout: float) -> None:
+async def main(workspace: Path, timeout: float, host: str) -> None:
     approver = ReviewApprover(timeout_seconds=timeout)
     feed = EventFeed("asker (in memory)", live=True)
 
@@ -28,7 +28,7 @@ async def main(workspace: Path, timeout: float) -> None:
         sys.stderr.flush()
 
     kernel = create_kernel(roots=[workspace], posture="ask", approver=approver)
-    attach_review(kernel, feed, approver, ReviewOptions(), announce)
+    attach_review(kernel, feed, approver, ReviewOptions(host=host), announce)
     outcomes: dict[str, object] = {}
     async with kernel:
 
@@ -53,4 +53,4 @@ async def main(workspace: Path, timeout: float) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, Path(sys.argv[1]), float(sys.argv[2]))
+    trio.run(main, Path(sys.argv[1]), float(sys.argv[2]), (sys.argv[3:] or ["127.0.0.1"])[0])
