@@ -62,10 +62,15 @@ def undo_sets(workspace: Path) -> list[dict[str, Any]]:
 
 
 def prepare_forced_undo(page: Any, base: str, set_id: str) -> None:
-    visit(page, base + f"changes/{set_id}")
-    page.check("form:has(#undo-set) input[name=force]")
-    choose(page, "#undo-set")
-    assert "FORCE" in page.inner_text("main")
+    """Undo with force, prepared: again when a live reload cleared the box before the click."""
+    for _ in range(5):
+        visit(page, base + f"changes/{set_id}")
+        page.wait_for_timeout(500)  # a reload the page was about to do, done
+        page.check("form:has(#undo-set) input[name=force]")
+        choose(page, "#undo-set")
+        if "FORCE" in page.inner_text("main"):
+            return
+    raise AssertionError("the forced undo was never prepared")
 
 
 def test_a_forced_undo_confirmed_after_the_file_changed_again_is_refused(
@@ -153,7 +158,7 @@ def test_a_question_never_moves_under_the_pointer_of_a_person_about_to_answer(
     finally:
         if asker.poll() is None:
             asker.kill()
-            asker.wait(10)
+            asker.communicate(timeout=10)
     assert json.loads(out.strip().splitlines()[-1]) == {
         "first.txt": False, "second.txt": False, "third.txt": False
     }  # fmt: skip
@@ -296,11 +301,11 @@ def test_a_page_asked_to_listen_on_localhost_never_listens_where_that_name_is_no
             with socket.create_connection((address, port), timeout=5):
                 pass
             raise AssertionError(f"the page listens on {address}:{port}, not loopback")
-        asker.wait(60)
+        asker.communicate(timeout=60)
     finally:
         if asker.poll() is None:
             asker.kill()
-            asker.wait(10)
+            asker.communicate(timeout=10)
     text = errlog.read_text()
     assert asker.returncode != 0, text
     assert "loopback only" in text and address in text, text[-3000:]
