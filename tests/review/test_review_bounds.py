@@ -6,6 +6,11 @@ read by a real ``ringfence review`` process: its peak resident memory stays
 under a bound that the whole stream would break (it held every line, read the
 file whole at once, and folded every call), the page says which lines it does
 not hold, still shows the newest calls, and the process never fails.
+
+Requests are bounded too (these held before; kept so they stay so): a megabyte of
+headers is a 431, a form over 64 KiB a 413 (declared or streamed), headers never
+finished are cut off within seconds, a body promised without the token is refused
+before it is awaited; the page goes on.
 """
 
 from __future__ import annotations
@@ -121,3 +126,51 @@ async def test_a_record_over_the_line_limit_is_not_held_and_the_chain_is_verifie
 
     body = await trio.to_thread.run_sync(look)
     assert 'id="clipped"' in body and "small.txt" in body
+
+
+def _raw(port: int, data: bytes, timeout: float = 20.0) -> tuple[bytes, float]:
+    """Send ``data`` on a fresh connection; the status line answered and when (or b"")."""
+    import socket
+
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.sendall(data)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0], time.monotonic() - started
+
+
+def test_huge_and_slow_requests_are_cut_off_and_the_page_goes_on(
+    workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events))
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        port = int(base.split(":")[2].split("/")[0])
+        token = base.split("/")[3]
+        host = f"127.0.0.1:{port}"
+        form = (f"POST /{token}/confirm HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n"
+                "Content-Type: application/x-www-form-urlencoded\r\n")  # fmt: skip
+        # A megabyte of headers: 431 at once.
+        status, _ = _raw(port, f"GET /{token}/ HTTP/1.1\r\nHost: {host}\r\nX: {'a' * (1 << 20)}"
+                         "\r\n\r\n".encode())  # fmt: skip
+        assert status.startswith(b"HTTP/1.1 431"), status
+        # A form body over 64 KiB, declared or streamed: 413, nothing read past the limit.
+        status, _ = _raw(port, (form + "Content-Length: 200000\r\n\r\n").encode() + b"a" * 200_000)
+        assert status.startswith(b"HTTP/1.1 413"), status
+        chunk = b"10000\r\n" + b"a" * 0x10000 + b"\r\n"
+        status, _ = _raw(port, (form + "Transfer-Encoding: chunked\r\n\r\n").encode() + chunk * 3)
+        assert status.startswith(b"HTTP/1.1 413"), status
+        # Headers never finished (without the token): the connection is closed within seconds.
+        status, took = _raw(port, f"GET /{token}/ HTTP/1.1\r\nHost: {host}\r\n".encode())
+        assert status == b"" and took < 15, (status, took)
+        # A body promised without the token: refused before a byte of it is awaited.
+        status, took = _raw(port, f"POST /x/confirm HTTP/1.1\r\nHost: {host}\r\n"
+                            "Content-Length: 60000\r\n\r\n".encode())  # fmt: skip
+        assert status.startswith(b"HTTP/1.1 401") and took < 5, (status, took)
+        status, _, _ = get(base + "calls")
+        assert status == 200  # the page goes on
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert not any(r["kind"] == "review_action" for r in records(events))
