@@ -30,6 +30,10 @@
         return true;
       }
     }
+    // A box the person ticked (an Undo's "force") is not cleared under them by a reload.
+    if (document.querySelector("input[type=checkbox]:checked")) {
+      return true;
+    }
     const selection = window.getSelection();
     return selection !== null && selection.toString() !== "";
   }
