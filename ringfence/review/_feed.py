@@ -15,6 +15,17 @@ verifies the whole chain again (``verify_chain`` with ``allow_open``, in a
 worker thread, at most once per :data:`VERIFY_EVERY_SECONDS`) whenever lines
 were added, and keeps the verdict as an :class:`Integrity`.
 
+Bounded: the feed holds at most :data:`MAX_HELD_BYTES` of lines. Past that
+it drops the oldest lines (down to three quarters of the limit, so the fold of
+what is left is redone rarely) and counts them (:attr:`EventFeed.dropped`); a
+line longer than :data:`MAX_LINE_BYTES` is held as a stand-in, never its bytes
+(:attr:`EventFeed.clipped`). A file is read :data:`READ_CHUNK_BYTES` at a time.
+The page says what it does not hold. Once it holds less than the whole stream,
+the chain is verified from the file, line by line, not from memory, up to
+:data:`MAX_VERIFIED_FILE_BYTES` (the check itself keeps a session's calls); a
+larger file, or a stream with no file (a session's in memory), is shown as
+``partial``, saying why and how to verify it whole.
+
 Not promised: a watched file rewritten in place at the same size between two
 polls is not noticed by the tail (its chain is verified from the file's lines
 as read; the next verification of a grown file reads them again).
@@ -28,13 +39,14 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import trio
 
+from ..runtime._lines import BoundedLines, Oversize
 from ..runtime._timeline import Timeline
 from ..runtime._verify import verify_chain
 
@@ -44,14 +56,26 @@ VERIFY_EVERY_SECONDS = 1.0
 TAIL_EVERY_SECONDS = 0.25
 MAX_SHOWN_PROBLEMS = 20
 FOLD_SLICE = 2_000
+# What the page holds of a stream: the newest lines, this many bytes at most (older ones are
+# dropped, counted, and said so); a line over MAX_LINE_BYTES is never held (a stand-in is).
+MAX_HELD_BYTES = 64 << 20
+MAX_LINE_BYTES = 4 << 20
+# A file is read this much at a time (the rest at the next step), never whole.
+READ_CHUNK_BYTES = 4 << 20
+# Verifying a file line by line: a line over this is a problem, not read into memory whole.
+MAX_VERIFIED_LINE_BYTES = 256 << 20
+# The largest file the page verifies once it holds less than the whole stream: the check keeps
+# every call of a session (tool, arguments) until it ends, so its memory grows with the file.
+# Larger: the page says so, and `ringfence events verify FILE` checks it.
+MAX_VERIFIED_FILE_BYTES = 2 * MAX_HELD_BYTES
 
 
 @dataclass(frozen=True)
 class Integrity:
     """The chain's state as the page shows it.
 
-    ``state``: ``empty``, ``checking``, ``intact`` (every session sealed and
-    verified), ``open`` (consistent; the last session not sealed yet, or it
+    ``state``: ``empty``, ``checking``, ``partial`` (not verifiable whole: ``why``),
+    ``intact`` (every session sealed and verified), ``open`` (consistent; the last session not sealed yet, or it
     ended without a seal: ``unauthenticated`` names its lines no checkpoint
     vouches for) or ``tampered`` (``problems`` name the lines).
     """
@@ -64,6 +88,9 @@ class Integrity:
     more_problems: int = 0
     unauthenticated: tuple[int, int] | None = None
     checked_at: float = 0.0
+    # Why the chain could not be verified whole (state ``partial``): the page dropped lines of
+    # a stream that has no file to read them again from.
+    why: str = ""
 
 
 class EventFeed:
@@ -75,8 +102,14 @@ class EventFeed:
         self.path = path  # the file to follow when not live
         self.next_observer: Callable[[str], None] | None = None
         self._lock = threading.Lock()
-        self._lines: list[bytes] = []
+        self._lines: list[bytes | None] = []  # None: a line over MAX_LINE_BYTES (not held)
+        self._held = 0  # bytes in _lines
         self._folded = 0
+        self._refold = False  # lines were dropped: fold the held ones again, from the first
+        self.dropped = 0  # the oldest lines no longer held (line numbers 1..dropped)
+        self.dropped_bytes = 0
+        self.clipped = 0  # lines over MAX_LINE_BYTES, held as a stand-in
+        self.source: Path | None = path  # the file the lines are in, to verify them from
         self._timeline = Timeline()
         self.version = 0
         self.integrity = Integrity("empty")
@@ -95,7 +128,8 @@ class EventFeed:
         """The event observer: the kernel's sink wrote ``line`` (any thread)."""
         if self.next_observer is not None:
             self.next_observer(line)
-        self._add([line.encode("utf-8", "surrogateescape")])
+        data = line.encode("utf-8", "surrogateescape")
+        self._add([data if len(data) <= MAX_LINE_BYTES else None])
 
     def close(self) -> None:
         close = getattr(self.next_observer, "close", None)
@@ -103,20 +137,29 @@ class EventFeed:
             close()
 
     def read_existing(self, path: str | os.PathLike[str]) -> None:
-        """The whole lines already in ``path`` (missing: none), before a kernel appends."""
+        """The whole lines already in ``path`` (missing: none), before a kernel appends.
+
+        Read a chunk at a time, so what is held stays within MAX_HELD_BYTES."""
+        self.source = Path(path)
         try:
-            data = Path(path).read_bytes()
+            f = open(path, "rb")  # noqa: SIM115 (closed below)
         except FileNotFoundError:
             return
-        lines = data.split(b"\n")
-        lines.pop()  # a cut last line (or b"") is not a record yet
-        self._add(lines)
+        splitter = BoundedLines(MAX_LINE_BYTES)
+        with f:
+            while chunk := f.read(READ_CHUNK_BYTES):
+                self._add(_held(splitter.feed(chunk)))
+        # a cut last line (left in the splitter) is not a record yet
 
-    def _add(self, lines: list[bytes]) -> None:
+    def _add(self, lines: list[bytes | None]) -> None:
         if not lines:
             return
         with self._lock:
             self._lines.extend(lines)
+            self._held += sum(len(line) for line in lines if line is not None)
+            self.clipped += sum(1 for line in lines if line is None)
+            if self._held > MAX_HELD_BYTES:
+                self._drop_oldest()
             self.version += 1
             schedule = self._token is not None and not self._wake_pending
             if schedule:
@@ -125,6 +168,20 @@ class EventFeed:
             assert self._token is not None
             with contextlib.suppress(trio.RunFinishedError):  # the page's run is over
                 self._token.run_sync_soon(self._wake)
+
+    def _drop_oldest(self) -> None:
+        """Drop the oldest lines down to 3/4 of MAX_HELD_BYTES (under the lock)."""
+        keep = MAX_HELD_BYTES * 3 // 4
+        cut = freed = 0
+        while self._held - freed > keep and cut < len(self._lines):
+            freed += len(self._lines[cut] or b"")
+            cut += 1
+        del self._lines[:cut]
+        self._held -= freed
+        self.dropped += cut
+        self.dropped_bytes += freed
+        self._folded = 0
+        self._refold = True
 
     def _wake(self) -> None:
         with self._lock:
@@ -149,7 +206,17 @@ class EventFeed:
 
     @property
     def line_count(self) -> int:
-        return len(self._lines)
+        """Lines read so far (those dropped included)."""
+        return self.dropped + len(self._lines)
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held
+
+    @property
+    def partial(self) -> bool:
+        """Whether the page holds less than the whole stream (lines dropped or clipped)."""
+        return bool(self.dropped or self.clipped)
 
     def timeline(self) -> Timeline:
         """The fold of every line so far (new lines folded now; the trio thread only)."""
@@ -159,13 +226,20 @@ class EventFeed:
     def _fold(self, limit: int | None) -> bool:
         """Fold up to ``limit`` new lines (all: None); whether lines are left to fold."""
         with self._lock:
+            if self._refold:  # the oldest lines were dropped: so go their calls
+                self._refold = False
+                self._timeline = Timeline()
             start = self._folded
             end = len(self._lines) if limit is None else min(len(self._lines), start + limit)
             pending = self._lines[start:end]
             self._folded = end
             left = end < len(self._lines)
+            first = self.dropped + start + 1  # line numbers count the dropped lines
         add = self._timeline.add
-        for offset, raw in enumerate(pending, start + 1):
+        for offset, raw in enumerate(pending, first):
+            if raw is None:  # over MAX_LINE_BYTES: not held, shown as not a record
+                add(None, offset)
+                continue
             try:
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -182,7 +256,7 @@ class EventFeed:
                 await trio.sleep(0)  # let requests through between slices
             await self.changed()
 
-    def _snapshot(self) -> list[bytes]:
+    def _snapshot(self) -> list[bytes | None]:
         with self._lock:
             return list(self._lines)
 
@@ -195,15 +269,43 @@ class EventFeed:
             if self.version == checked:
                 await self.changed()
             checked = self.version
-            lines = self._snapshot()
-            if not lines:
-                self.integrity = Integrity("empty")
+            started = trio.current_time()
+            if not self.partial:
+                lines = self._snapshot()
+                if not lines:
+                    self.integrity = Integrity("empty")
+                else:
+                    if self.integrity.state == "empty":
+                        self.integrity = Integrity("checking")
+                    self.integrity = await trio.to_thread.run_sync(_verify, lines)
+            elif self.source is None:
+                self.integrity = Integrity(
+                    "partial",
+                    why=f"the page holds only the newest {MAX_HELD_BYTES >> 20} MiB of this "
+                    "stream, which has no file: it cannot be verified whole",
+                )
             else:
-                if self.integrity.state == "empty":
-                    self.integrity = Integrity("checking")
-                self.integrity = await trio.to_thread.run_sync(_verify, lines)
+                self.integrity = await self._verify_file(self.source)
             self._notify()
-            await trio.sleep(VERIFY_EVERY_SECONDS)
+            # a whole file read again costs: wait at least twice as long as that took
+            await trio.sleep(max(VERIFY_EVERY_SECONDS, 2 * (trio.current_time() - started)))
+
+    async def _verify_file(self, source: Path) -> Integrity:
+        """The chain of ``source`` checked line by line, or why not (too large, unreadable)."""
+        try:
+            size = await trio.to_thread.run_sync(lambda: source.stat().st_size)
+            if size > MAX_VERIFIED_FILE_BYTES:
+                return Integrity(
+                    "partial",
+                    why=f"{source} holds {size:,} bytes, over the "
+                    f"{MAX_VERIFIED_FILE_BYTES >> 20} MiB the page verifies: "
+                    f"`ringfence events verify {source}` checks it whole",
+                )
+            return await trio.to_thread.run_sync(
+                _verify, _file_lines(source), abandon_on_cancel=True
+            )
+        except OSError as exc:  # unreadable now (a watched file: the tail says so too)
+            return Integrity("partial", why=f"{source} cannot be read now ({exc.strerror or exc})")
 
     def _notify(self) -> None:
         for listener in list(self._listeners):
@@ -213,7 +315,7 @@ class EventFeed:
         """Follow ``path`` (another process appends to it): new whole lines as they come."""
         offset = 0
         identity: tuple[int, int] | None = None
-        partial = b""
+        splitter = BoundedLines(MAX_LINE_BYTES)
         while True:
             try:
                 read = await trio.to_thread.run_sync(_read_from, Path(path), offset, identity)
@@ -231,19 +333,21 @@ class EventFeed:
                 if reset:
                     with self._lock:
                         self._lines.clear()
-                        self._folded = 0
+                        self._held = self._folded = 0
+                        self.dropped = self.dropped_bytes = self.clipped = 0
+                        self._refold = False
                         self.version += 1
                     self._timeline = Timeline()
                     self.replaced += 1
-                    partial, offset = b"", 0
+                    splitter, offset = BoundedLines(MAX_LINE_BYTES), 0
                     if not data:
                         self._wake()
                 identity = new_identity
                 offset += len(data)
-                partial += data
-                *whole, partial = partial.split(b"\n")
-                if whole:
-                    self._add(whole)
+                self._add(_held(splitter.feed(data)))
+                if len(data) == READ_CHUNK_BYTES:
+                    await trio.sleep(0)  # more to read: at once, letting requests through
+                    continue
             await trio.sleep(TAIL_EVERY_SECONDS)
 
 
@@ -269,11 +373,26 @@ def _read_from(
         if st.st_size == start and not reset:
             return (now, b"", False) if identity is None else None
         f.seek(start)
-        return now, f.read(), reset
+        return now, f.read(READ_CHUNK_BYTES), reset
 
 
-def _verify(lines: list[bytes]) -> Integrity:
-    report = verify_chain(lines, allow_open=True)
+def _held(lines: list[bytes | Oversize]) -> list[bytes | None]:
+    """Lines as the feed holds them: one over MAX_LINE_BYTES as None."""
+    return [None if isinstance(line, Oversize) else line for line in lines]
+
+
+def _file_lines(path: Path) -> Iterator[bytes]:
+    """The whole lines of ``path``, one at a time (a line over MAX_VERIFIED_LINE_BYTES: b"",
+    which the chain check names as not a record); a cut last line is not yet one."""
+    with open(path, "rb") as f:
+        splitter = BoundedLines(MAX_VERIFIED_LINE_BYTES)
+        while chunk := f.read(READ_CHUNK_BYTES):
+            for line in splitter.feed(chunk):
+                yield b"" if isinstance(line, Oversize) else line
+
+
+def _verify(lines: Iterable[bytes | None]) -> Integrity:
+    report = verify_chain((line or b"" for line in lines), allow_open=True)
     problems = report.problems
     if problems:
         state = "tampered"

@@ -1,7 +1,7 @@
 """Serving the review page: loopback only, on hypercorn + trio, for the life of a kernel.
 
 :func:`serve_review` binds a loopback address (any other is refused: there is
-no option to widen it), generates the token (``secrets.token_urlsafe(32)``)
+no option to widen it; a name is checked again by the address it was bound on), generates the token (``secrets.token_urlsafe(32)``)
 unless one is given, registers it as a secret of the kernel (so no record or
 result can carry it), and serves :class:`._app.PathToken` → ``serve``'s
 ``RequestGuard`` → :class:`._app.ReviewApp`. It records ``review_started``
@@ -20,6 +20,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import trio
 from hypercorn.config import Config
@@ -98,6 +99,7 @@ async def serve_review(
     try:
         async with trio.open_nursery() as nursery:
             binds: list[str] = await nursery.start(listen)
+            _loopback_only(options.host, binds)
             port = int(binds[0].rsplit(":", 1)[1])
             guard.listen_on(http.hosts_for(port), http.origins_for(port))
             app.origins = frozenset(http.origins_for(port))
@@ -110,6 +112,23 @@ async def serve_review(
     finally:
         with contextlib.suppress(RuntimeError):
             audit.flush()
+
+
+def _loopback_only(host: str, binds: list[str]) -> None:
+    """Refuse unless every socket bound is on a loopback address (not only the name asked).
+
+    ``localhost`` is a name: the resolver (``/etc/hosts``, or DNS when that has no entry)
+    may map it to any address. Until :meth:`RequestGuard.listen_on` nothing is served (every
+    request is 421), so a socket bound elsewhere served nothing before this check.
+    """
+    bound = [urlsplit(b).hostname or "" for b in binds]
+    if not bound or not all(is_loopback(address) for address in bound):
+        raise InvalidArguments(
+            f"the review page listens on loopback only: {host!r} was bound on "
+            f"{', '.join(bound) or 'nothing'}, which is not loopback (check /etc/hosts); "
+            "nothing was served",
+            field="host",
+        )
 
 
 def attach_review(

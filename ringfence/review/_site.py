@@ -35,7 +35,7 @@ from ..runtime._render import json_text, one_line, render_approval
 from ..runtime._timeline import CallFilter, CallRow, Timeline
 from ._actions import Confirmations, Job, Pending, RateLimit
 from ._approver import Question, ReviewApprover, answer_from_page
-from ._feed import EventFeed, Integrity
+from ._feed import MAX_HELD_BYTES, MAX_LINE_BYTES, EventFeed, Integrity
 from ._html import Html, block, el, field, url, when
 
 __all__ = ["PAGE_ROWS", "ReviewSite"]
@@ -175,8 +175,14 @@ class ReviewSite:
     def link(self, *segments: str, **query: str) -> str:
         return url(self.base, *segments, **query)
 
-    def page(self, title: str, body: Html, *, live: bool = True, active: str = "") -> Html:
-        """A whole page: head (no inline script or style), nav, the chain's state, ``body``."""
+    def page(
+        self, title: str, body: Html, *, live: bool = True, hold: bool = False, active: str = ""
+    ) -> Html:
+        """A whole page: head (no inline script or style), nav, the chain's state, ``body``.
+
+        ``live``: the page follows new activity; ``hold``: it only offers to (a banner),
+        never reloads itself, so nothing a person may be about to click moves under the
+        pointer (questions waiting: one answered or timed out would shift the next up)."""
         pending = len(self.inbox.pending()) if self.inbox is not None else 0
         tabs = [
             ("calls", "Timeline", ""),
@@ -232,6 +238,7 @@ class ReviewSite:
             "body",
             {
                 "data-live": "1" if live else "0",
+                "data-hold": "1" if hold else None,
                 "data-stream": self.link("stream"),
                 "data-version": str(self.version),
             },
@@ -251,10 +258,33 @@ class ReviewSite:
             "intact": f"intact: {i.records:,} records, {i.sealed_sessions} sealed session(s)",
             "open": f"open: {i.records:,} records, the last session not sealed yet",
             "tampered": "TAMPERED",
+            "partial": "not verified whole",
         }[i.state]
         details: list[Html] = []
-        if self.feed.unreadable is not None:
-            details.append(el("li", {"id": "unreadable"}, field(self.feed.unreadable, 400)))
+        feed = self.feed
+        if feed.unreadable is not None:
+            details.append(el("li", {"id": "unreadable"}, field(feed.unreadable, 400)))
+        if feed.dropped:
+            details.append(
+                el(
+                    "li",
+                    {"id": "dropped"},
+                    f"lines 1-{feed.dropped:,} ({feed.dropped_bytes:,} bytes) are not shown: "
+                    f"the page holds the newest {MAX_HELD_BYTES >> 20} MiB of a stream "
+                    "(`ringfence events show` reads them all)",
+                )
+            )
+        if feed.clipped:
+            details.append(
+                el(
+                    "li",
+                    {"id": "clipped"},
+                    f"{feed.clipped:,} line(s) over {MAX_LINE_BYTES >> 20} MiB are not held "
+                    "(shown as not records)",
+                )
+            )
+        if i.why:
+            details.append(el("li", {}, field(i.why, 400)))
         if i.state == "open" and i.unauthenticated is not None:
             first, last = i.unauthenticated
             details.append(
@@ -540,6 +570,7 @@ class ReviewSite:
         return self.page(
             "Approvals",
             Html("".join(self._question(q) for q in questions)),
+            hold=True,
             active="approvals",
         )
 
@@ -827,15 +858,41 @@ class ReviewSite:
             form("back", "Undo back to here (this and every later set)…"),
         )
 
-    def _undo_targets(self, set_id: str, mode: str) -> list[dict[str, Any]]:
+    def _undo_targets(self, set_id: str, mode: str) -> tuple[list[dict[str, Any]], list[str]]:
+        """The sets to undo, and the ids of every set in the store now (what was shown)."""
         sets = self._list_sets()
         live = [s for s in sets if not s["undone_by"] and not s["undoes"] and not s.get("staged")]
         chosen = next((s for s in live if s["id"] == set_id), None)
         if chosen is None:
             raise PageError(409, "that change set cannot be undone (staged, an undo, or undone)")
+        known = [s["id"] for s in sets]
         if mode == "set":
-            return [chosen]
-        return [s for s in live if s["id"] >= set_id]  # ids sort by time: newest first here
+            return [chosen], known
+        return [s for s in live if s["id"] >= set_id], known  # ids sort by time: newest first
+
+    def _changed_since(self, ids: list[str], known: list[str]) -> str | None:
+        """Why the sets confirmed for an undo are no longer as the page showed them, or None.
+
+        The confirmation is bound to the store as it was shown: every target still there
+        and not undone, and no set made since over any of their paths (another call, a
+        person at the terminal). Otherwise a forced undo would overwrite what nobody saw.
+        """
+        sets = {s["id"]: s for s in self._list_sets()}
+        paths: set[str] = set()
+        for set_id in ids:
+            s = sets.get(set_id)
+            if s is None or s["undone_by"] or s["undoes"] or s.get("staged"):
+                return f"change set {set_id} was undone or removed since the page showed it"
+            paths.update(s["paths"])
+        seen = set(known)
+        for s in sets.values():
+            if s["id"] not in seen and paths.intersection(s["paths"]):
+                return (
+                    f"change set {s['id']} ({field(s['tool'], 60)}) changed "
+                    + ", ".join(field(p, 120) for p in sorted(paths.intersection(s["paths"]))[:5])
+                    + " since the page showed them"
+                )
+        return None
 
     async def prepare_undo(self, set_id: str, form: Mapping[str, str]) -> Html:
         if not _is_id(set_id):
@@ -844,7 +901,7 @@ class ReviewSite:
         if mode not in ("set", "back"):
             raise PageError(400, "mode must be set or back")
         force = form.get("force", "") == "1"
-        targets = await trio.to_thread.run_sync(self._undo_targets, set_id, mode)
+        targets, known = await trio.to_thread.run_sync(self._undo_targets, set_id, mode)
         items = [
             el(
                 "li",
@@ -856,7 +913,7 @@ class ReviewSite:
             for t in targets
         ]
         pending = self.confirmations.make(
-            "undo", {"ids": [t["id"] for t in targets], "force": force}
+            "undo", {"ids": [t["id"] for t in targets], "force": force, "known": known}
         )
         note = (
             " FORCE: files changed since will be overwritten with their before-image."
@@ -1121,7 +1178,9 @@ class ReviewSite:
     async def _run_job(self, job: Job, taken: Pending) -> None:
         try:
             if taken.action == "undo":
-                await self._undo(job, taken.params["ids"], taken.params["force"])
+                await self._undo(
+                    job, taken.params["ids"], taken.params["force"], taken.params["known"]
+                )
             elif taken.action == "apply":
                 await self._apply(job, taken.params)
         except RingfenceError as exc:
@@ -1138,8 +1197,13 @@ class ReviewSite:
                 job.ok = all(status == "ok" for status, _ in job.lines)
             self.touch()
 
-    async def _undo(self, job: Job, ids: list[str], force: bool) -> None:
+    async def _undo(self, job: Job, ids: list[str], force: bool, known: list[str]) -> None:
         job.title = f"undo {len(ids)} change set(s)"
+        changed = await trio.to_thread.run_sync(self._changed_since, ids, known)
+        if changed is not None:
+            job.ok = False
+            job.lines.append(("bad", f"{changed}: nothing was undone; look again"))
+            return
         for set_id in ids:
             outcome = await self.kernel.invoke(
                 "undo", {"id": set_id, "force": force}, origin="review"

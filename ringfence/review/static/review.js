@@ -30,6 +30,10 @@
         return true;
       }
     }
+    // A box the person ticked (an Undo's "force") is not cleared under them by a reload.
+    if (document.querySelector("input[type=checkbox]:checked")) {
+      return true;
+    }
     const selection = window.getSelection();
     return selection !== null && selection.toString() !== "";
   }
@@ -51,9 +55,12 @@
     banner.hidden = false;
   }
 
+  // A page that holds (questions waiting) never reloads itself: one answered or timed out
+  // would move the next one up under the pointer, and a click meant for the question read
+  // would land on another. It offers the new state instead.
   function refresh() {
     pending = false;
-    if (busy()) {
+    if (body.dataset.hold === "1" || busy()) {
       offerReload();
     } else {
       window.location.reload();
