@@ -308,6 +308,7 @@ class Connector:
                     else None,
                     consequence=consequence,
                     consequence_reason=reason,
+                    output_schema=t.output_schema,
                 )
             )
         self.tools = sorted(tools, key=lambda t: t.name)
