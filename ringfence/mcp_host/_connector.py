@@ -11,6 +11,7 @@ stopped by :mod:`._connect` (``connect_servers``, ``attach_connectors``,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -33,7 +34,7 @@ from ._adapter import (
     tool_spec,
 )
 from ._authority import CapabilityLedger
-from ._diagnostics import Diagnostics
+from ._diagnostics import Diagnostics, NotificationBudget
 from ._elicitation import ElicitationGate, Elicitor
 from ._inventory import (
     DEFAULT_LIMITS,
@@ -89,6 +90,8 @@ class Connector:
         self.redactor = kernel.redactor
         self.limits = limits
         self.diagnostics = Diagnostics(kernel.redactor)
+        # What this server's notifications may write to the event stream (a flood is counted).
+        self.notification_budget = NotificationBudget()
         self.ledger: CapabilityLedger | None = None
         self.identity: dict[str, Any] = {}
         self.tools: list[RemoteTool] = []
@@ -218,6 +221,11 @@ class Connector:
             return
         if method == "notifications/resources/updated" and data.get("uri") not in self.subscribed:
             return
+        record, summary = self.notification_budget.admit(method)
+        if summary is not None:
+            self._emit_notification_summary(summary)
+        if not record:
+            return
         self.kernel.events.emit(
             "mcp_notification",
             self.kernel.session_id,
@@ -225,6 +233,18 @@ class Connector:
             method=method,
             params=kept,
         )
+
+    def _emit_notification_summary(self, summary: dict[str, Any]) -> None:
+        self.kernel.events.emit(
+            "mcp_notification_summary", self.kernel.session_id, server=self.config.name, **summary
+        )
+
+    def flush_notifications(self) -> None:
+        """Record the notifications counted but not yet summarized (when the connection ends)."""
+        summary = self.notification_budget.take_summary()
+        if summary is not None:
+            with contextlib.suppress(RuntimeError):  # the event log closed first
+                self._emit_notification_summary(summary)
 
     async def _on_list_roots(self, context: Any) -> types.ListRootsResult:
         roots = [
