@@ -38,6 +38,8 @@ __all__ = ["call_tool", "check_structured"]
 _RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
     types.CallToolResult | types.InputRequiredResult
 )
+# Keyword evaluations one structured result may cost (in a worker thread, under the deadline).
+OUTPUT_STEPS = 200_000
 _MAX_REASON = 600  # characters of a reason quoting the server's schema
 _STATE_ONLY_DELAY = (0.05, 0.25)  # first and largest wait before a retry without input
 
@@ -116,7 +118,7 @@ def check_structured(
             field="outputSchema",
         )
     try:
-        validator = _schema.linear_validator(schema)
+        validator = _schema.linear_validator(schema, OUTPUT_STEPS)
         errors = list(validator.iter_errors(result.structured_content))
     except _schema.Uncheckable as exc:
         raise ToolError(
