@@ -44,6 +44,7 @@ from ._inventory import (
     filter_names,
     list_paginated,
 )
+from ._requests import REQUESTS_SUMMARY
 from ._sampling import SamplingGate, SamplingProvider
 from ._urls import display_url
 from .manifest._load import Policy, ServerConfig, Transport
@@ -240,11 +241,17 @@ class Connector:
         )
 
     def flush_notifications(self) -> None:
-        """Record the notifications counted but not yet summarized (when the connection ends)."""
+        """Record the notifications and requests counted but not yet summarized (at the end)."""
         summary = self.notification_budget.take_summary()
         if summary is not None:
             with contextlib.suppress(RuntimeError):  # the event log closed first
                 self._emit_notification_summary(summary)
+        requests = self.diagnostics.requests.take_summary()
+        if requests is not None:
+            with contextlib.suppress(RuntimeError):
+                self.kernel.events.emit(
+                    REQUESTS_SUMMARY, self.kernel.session_id, server=self.config.name, **requests
+                )
 
     async def _on_list_roots(self, context: Any) -> types.ListRootsResult:
         roots = [

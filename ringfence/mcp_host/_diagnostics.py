@@ -41,6 +41,8 @@ class Diagnostics:
     logs: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_LOG_LINES))
     notifications: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_RECORDS))
     failures: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_RECORDS))
+    # How many of the server's requests (sampling, elicitation) are handled, per window.
+    requests: NotificationBudget = field(default_factory=lambda: NotificationBudget())
 
     def log(self, source: str, text: str, level: str = "info") -> None:
         # Redact the whole line, then cut: a cut first would leave a secret's head behind.

@@ -65,7 +65,7 @@ from ..runtime._render import as_read
 from ..runtime._schema import Uncheckable, linear_validator
 from ..runtime._tools import Consequence
 from ..runtime.policy._decide import Rules
-from ._requests import request_rules, request_spec
+from ._requests import TOO_MANY, admit_request, request_rules, request_spec
 from ._urls import ascii_host_url, check_url
 from .manifest._load import ServerConfig
 
@@ -340,6 +340,8 @@ class ElicitationGate:
         return None
 
     async def __call__(self, context: Any, params: Any) -> Any:
+        if not admit_request(self.kernel, self.config, self.diagnostics, "elicitation/create"):
+            return types.ErrorData(code=types.INVALID_REQUEST, message=TOO_MANY)
         trace_id = secrets.token_hex(8)
         events = self.kernel.events
         redact = self.kernel.redactor.redact
