@@ -461,9 +461,11 @@ async def run_login(args: argparse.Namespace) -> int:
     from ..runtime._errors import RingfenceError
     from ..runtime._groups import single_error
     from ..runtime._redact import Redactor
+    from ._mcp_inspect import require_enabled
     from ._mcp_session import sdk_logs_as_lines
 
-    config = _load_for(args).get(args.name)
+    # A disabled (workspace, untrusted) server is refused: its URL is the repository's choice.
+    config = require_enabled(_load_for(args).get(args.name))
     # Refused here, before the "logging in" line: a bad name is one line of error.
     if config.auth is not AuthMode.OAUTH:
         raise InvalidArguments(

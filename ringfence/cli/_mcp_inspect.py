@@ -6,7 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from ..mcp_host.manifest._load import Transport, load_manifest, load_manifests
+from ..mcp_host.manifest._load import ServerConfig, Transport, load_manifest, load_manifests
+from ..runtime._errors import Denied
+from ..runtime._files import ringfence_home
 from ..runtime._render import one_line
 from ..runtime.policy._files import load_policy
 from ._environ import managed_policy
@@ -14,6 +16,26 @@ from ._mcp_show import server_summary
 from ._output import envelope, error_line, print_json, print_ok
 
 # -- inspect ------------------------------------------------------------------------------------
+
+
+def require_enabled(config: ServerConfig) -> ServerConfig:
+    """``config``, unless it is loaded disabled: then Denied, naming why and how to enable it.
+
+    A workspace's ``.ringfence/mcp.toml`` is the repository's (a clone or an agent's
+    ``write_file`` can put it there): its servers are loaded disabled until a policy file
+    outside the workspace lists the project under ``[trust] projects``. A command that
+    names such a server starts or contacts nothing of it, as a session does not.
+    """
+    if config.enabled:
+        return config
+    raise Denied(
+        f"server {config.name!r} ({config.origin or 'a workspace manifest'}) is disabled: a "
+        "workspace's manifest is the repository's (an agent can write it), so its servers are "
+        "not started; to use them, list the project under [trust] projects in "
+        f"{ringfence_home() / 'policy.toml'}",
+        field="trust",
+        server=config.name,
+    )
 
 
 async def run_inspect(args: argparse.Namespace) -> int:
@@ -25,7 +47,7 @@ async def run_inspect(args: argparse.Namespace) -> int:
     # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
     roots = [args.workspace] if args.workspace else []
     managed = managed_policy(args.settings)
-    config = m.get(args.name).with_policy(
+    config = require_enabled(m.get(args.name)).with_policy(
         load_policy(roots, project=bool(roots), managed=managed).mcp
     )
     if args.timeout_seconds is not None:

@@ -44,7 +44,8 @@ from ..runtime._calls import CallContext
 from ..runtime._errors import InvalidArguments, RingfenceError, ToolError
 from ..runtime._output import cap_text
 from ..runtime._tools import Consequence, ToolSpec
-from ._results import RenderContext, render_contents, render_resource_contents
+from ._results import RenderContext, frame_untrusted, render_contents, render_resource_contents
+from ._tool_call import call_tool
 from .manifest._load import ServerConfig, Trust
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class RemoteTool:
     annotations: Mapping[str, Any] | None
     consequence: Consequence
     consequence_reason: str
+    output_schema: Mapping[str, Any] | None = None  # checked by ringfence (see _tool_call)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -215,7 +217,16 @@ def tool_spec(connector: Connector, tool: RemoteTool) -> ToolSpec:
             connector,
             ctx,
             f"tools/call {tool.name}",  # ringfence's name: an error's first line is outside the frame
-            lambda client: client.call_tool(remote, args),
+            lambda client: call_tool(
+                client,
+                remote,
+                args,
+                tool=tool.name,
+                output_schema=tool.output_schema,
+                frame=lambda text: frame_untrusted(
+                    ctx.redactor.redact(text), connector.config.name, f"tool {remote}"
+                ),
+            ),
             render,
         )
 

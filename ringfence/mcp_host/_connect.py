@@ -103,6 +103,8 @@ class Connectors:
             async with trio.open_nursery() as n:
                 for c in self._by_name.values():
                     n.start_soon(c.pool.aclose)
+        for c in self._by_name.values():
+            c.flush_notifications()
         if self.discovery is not None:
             self.discovery.uninstall()
             self.discovery = None

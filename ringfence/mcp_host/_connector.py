@@ -11,6 +11,7 @@ stopped by :mod:`._connect` (``connect_servers``, ``attach_connectors``,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -33,7 +34,7 @@ from ._adapter import (
     tool_spec,
 )
 from ._authority import CapabilityLedger
-from ._diagnostics import Diagnostics
+from ._diagnostics import Diagnostics, NotificationBudget
 from ._elicitation import ElicitationGate, Elicitor
 from ._inventory import (
     DEFAULT_LIMITS,
@@ -43,6 +44,7 @@ from ._inventory import (
     filter_names,
     list_paginated,
 )
+from ._requests import REQUESTS_SUMMARY
 from ._sampling import SamplingGate, SamplingProvider
 from ._urls import display_url
 from .manifest._load import Policy, ServerConfig, Transport
@@ -89,6 +91,8 @@ class Connector:
         self.redactor = kernel.redactor
         self.limits = limits
         self.diagnostics = Diagnostics(kernel.redactor)
+        # What this server's notifications may write to the event stream (a flood is counted).
+        self.notification_budget = NotificationBudget()
         self.ledger: CapabilityLedger | None = None
         self.identity: dict[str, Any] = {}
         self.tools: list[RemoteTool] = []
@@ -218,6 +222,11 @@ class Connector:
             return
         if method == "notifications/resources/updated" and data.get("uri") not in self.subscribed:
             return
+        record, summary = self.notification_budget.admit(method)
+        if summary is not None:
+            self._emit_notification_summary(summary)
+        if not record:
+            return
         self.kernel.events.emit(
             "mcp_notification",
             self.kernel.session_id,
@@ -225,6 +234,24 @@ class Connector:
             method=method,
             params=kept,
         )
+
+    def _emit_notification_summary(self, summary: dict[str, Any]) -> None:
+        self.kernel.events.emit(
+            "mcp_notification_summary", self.kernel.session_id, server=self.config.name, **summary
+        )
+
+    def flush_notifications(self) -> None:
+        """Record the notifications and requests counted but not yet summarized (at the end)."""
+        summary = self.notification_budget.take_summary()
+        if summary is not None:
+            with contextlib.suppress(RuntimeError):  # the event log closed first
+                self._emit_notification_summary(summary)
+        requests = self.diagnostics.requests.take_summary()
+        if requests is not None:
+            with contextlib.suppress(RuntimeError):
+                self.kernel.events.emit(
+                    REQUESTS_SUMMARY, self.kernel.session_id, server=self.config.name, **requests
+                )
 
     async def _on_list_roots(self, context: Any) -> types.ListRootsResult:
         roots = [
@@ -308,6 +335,7 @@ class Connector:
                     else None,
                     consequence=consequence,
                     consequence_reason=reason,
+                    output_schema=t.output_schema,
                 )
             )
         self.tools = sorted(tools, key=lambda t: t.name)

@@ -27,7 +27,11 @@ advertise elicitation. Otherwise:
   on how the form was worded. Registered secrets are redacted from answers, as
   from every result.
 - Answers are validated against the form's schema before they are sent; an
-  answer that does not validate is not sent (the request is cancelled).
+  answer that does not validate is not sent (the request is cancelled). The
+  form's ``pattern`` is the server's: it is matched with RE2 (linear time,
+  :func:`form_error`), never Python's backtracking ``re`` (a default that is a
+  near miss of ``^(a+)+$`` stalled the kernel for seconds); a pattern RE2
+  cannot compile cancels the request.
 - URL mode: the URL must be https (or loopback http) without embedded
   credentials. ringfence never opens or fetches it; the Elicitor is shown the
   whole URL, its host in IDNA ASCII form when it has any other character (a
@@ -58,9 +62,10 @@ from ..runtime._calls import CallContext
 from ..runtime._errors import Denied, InvalidArguments
 from ..runtime._redact import looks_like_token
 from ..runtime._render import as_read
+from ..runtime._schema import Uncheckable, linear_validator
 from ..runtime._tools import Consequence
 from ..runtime.policy._decide import Rules
-from ._requests import request_rules, request_spec
+from ._requests import TOO_MANY, admit_request, request_rules, request_spec
 from ._urls import ascii_host_url, check_url
 from .manifest._load import ServerConfig
 
@@ -75,6 +80,7 @@ __all__ = [
     "Elicitor",
     "credential_fields",
     "credential_request",
+    "form_error",
 ]
 
 _CREDENTIAL_WORDS = frozenset(
@@ -334,6 +340,8 @@ class ElicitationGate:
         return None
 
     async def __call__(self, context: Any, params: Any) -> Any:
+        if not admit_request(self.kernel, self.config, self.diagnostics, "elicitation/create"):
+            return types.ErrorData(code=types.INVALID_REQUEST, message=TOO_MANY)
         trace_id = secrets.token_hex(8)
         events = self.kernel.events
         redact = self.kernel.redactor.redact
@@ -407,9 +415,13 @@ class ElicitationGate:
             )
             return answer("cancel")
         assert schema is not None
-        error = jsonschema.exceptions.best_match(
-            jsonschema.Draft202012Validator(dict(schema)).iter_errors(content)
-        )
+        try:
+            error = form_error(schema, content)
+        except Uncheckable as exc:
+            self.diagnostics.fail(
+                "elicitation", f"the answer cannot be checked safely against the form: {exc}"
+            )
+            return answer("cancel")
         if error is not None:
             self.diagnostics.fail(
                 "elicitation", f"the answer did not match the form: {error.message}"
@@ -431,3 +443,17 @@ class ElicitationGate:
         reply = await self.elicitor.elicit(prompt)
         content = dict(reply.content) if reply.content is not None else None
         return {"action": reply.action, "content": content}
+
+
+def form_error(
+    schema: Mapping[str, Any], content: Any, *, format_checker: Any = None
+) -> jsonschema.ValidationError | None:
+    """The error jsonschema ranks first for ``content`` against the form, or None if it fits.
+
+    Every ``pattern`` is matched with RE2 (:func:`~..runtime._schema.linear_validator`):
+    the form is the server's. Raises Uncheckable for a pattern RE2 cannot compile.
+    """
+    validator = linear_validator(dict(schema))
+    if format_checker is not None:
+        validator = validator.evolve(format_checker=format_checker)
+    return jsonschema.exceptions.best_match(validator.iter_errors(content))

@@ -8,6 +8,11 @@
 - Binary content (images, audio, blobs) becomes a typed attachment: written to
   the session's spool directory and described by type, MIME type, size,
   SHA-256 and a reference, never copied into text as base64.
+  At most :data:`MAX_ATTACHMENTS` per result are kept (and at most
+  :data:`MAX_LINKS` links of a trusted server's result): a result of many
+  tiny blocks, far under the message limit, would otherwise cost a spool file
+  each and a result many times ``max_output_bytes``; the rest are counted
+  (``attachments_omitted``, ``links_omitted``), never decoded or written.
 - ``structured_content`` is kept (redacted) when it fits the cap, else replaced
   by a note.
 - Every string the server chose reaches the model inside the frame when the
@@ -43,6 +48,8 @@ from ..runtime._redact import Redactor
 __all__ = ["RenderContext", "frame_untrusted", "render_contents", "render_resource_contents"]
 
 MAX_ATTACHMENT_BYTES = 32 * 1024 * 1024
+MAX_ATTACHMENTS = 64  # attachments kept per result; the rest only counted
+MAX_LINKS = 256  # resource links of a trusted server's result kept as their own key
 # A MIME type the server names is shown outside the frame only when it is this plain.
 _MIME = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}\Z"
@@ -112,6 +119,27 @@ def _attachment(
     return out
 
 
+class _Attachments:
+    """One result's attachments: the first :data:`MAX_ATTACHMENTS` kept, the rest counted."""
+
+    def __init__(self, ctx: RenderContext) -> None:
+        self._ctx = ctx
+        self.kept: list[dict[str, Any]] = []
+        self.omitted = 0
+
+    def add(self, kind: str, mime: str | None, data_b64: str, uri: str | None = None) -> None:
+        if len(self.kept) >= MAX_ATTACHMENTS:
+            self.omitted += 1  # never decoded, hashed or written
+            return
+        self.kept.append(_attachment(self._ctx, kind, mime, data_b64, uri))
+
+    def into(self, out: dict[str, Any]) -> None:
+        if self.kept:
+            out["attachments"] = self.kept
+        if self.omitted:
+            out["attachments_omitted"] = self.omitted
+
+
 def _finish_text(ctx: RenderContext, texts: list[str]) -> tuple[str, bool]:
     """Redact, then cap, then frame (untrusted): a cut never splits a secret before redaction."""
     text = ctx.redactor.redact("\n".join(texts))
@@ -166,25 +194,27 @@ def render_contents(
 ) -> dict[str, Any]:
     """Text, attachments and links from a list of MCP content blocks (see the module docstring)."""
     texts: list[str] = []
-    attachments: list[dict[str, Any]] = []
+    attachments = _Attachments(ctx)
     links: list[dict[str, Any]] = []
+    links_omitted = 0
     for block in blocks:
         if isinstance(block, types.TextContent):
             texts.append(block.text)
         elif isinstance(block, types.ImageContent):
-            attachments.append(_attachment(ctx, "image", block.mime_type, block.data))
+            attachments.add("image", block.mime_type, block.data)
         elif isinstance(block, types.AudioContent):
-            attachments.append(_attachment(ctx, "audio", block.mime_type, block.data))
+            attachments.add("audio", block.mime_type, block.data)
         elif isinstance(block, types.EmbeddedResource):
             res = block.resource
             if isinstance(res, types.TextResourceContents):
                 texts.append(f"[embedded resource {res.uri}]\n{res.text}")
             elif isinstance(res, types.BlobResourceContents):
-                attachments.append(
-                    _attachment(ctx, "resource", res.mime_type, res.blob, str(res.uri))
-                )
+                attachments.add("resource", res.mime_type, res.blob, str(res.uri))
         elif isinstance(block, types.ResourceLink):
-            links.append(ctx.redactor.redact_value(_link(block)))
+            if ctx.trusted and len(links) >= MAX_LINKS:
+                links_omitted += 1  # untrusted, every link is text in the (capped) frame
+            else:
+                links.append(ctx.redactor.redact_value(_link(block)))
         else:
             kind = getattr(block, "type", type(block).__name__)
             texts.append(f"[unsupported content block {str(kind)[:100]!r}]")
@@ -192,8 +222,9 @@ def render_contents(
     if ctx.trusted:  # untrusted, ``source`` names what the server named: in the frame's label
         out["source"] = ctx.source
     out["trust"] = "trusted" if ctx.trusted else "untrusted"
-    if attachments:
-        out["attachments"] = attachments
+    attachments.into(out)
+    if links_omitted:
+        out["links_omitted"] = links_omitted
     if ctx.trusted:
         s = _structured(ctx, structured)
     else:
@@ -216,14 +247,12 @@ def render_resource_contents(
 ) -> dict[str, Any]:
     """A resources/read result, provenance-labelled and tainted as external."""
     texts: list[str] = []
-    attachments: list[dict[str, Any]] = []
+    attachments = _Attachments(ctx)
     for item in contents:
         if isinstance(item, types.TextResourceContents):
             texts.append(item.text)
         elif isinstance(item, types.BlobResourceContents):
-            attachments.append(
-                _attachment(ctx, "resource", item.mime_type, item.blob, str(item.uri))
-            )
+            attachments.add("resource", item.mime_type, item.blob, str(item.uri))
     # ``uri`` is the one the caller asked for (from the approved inventory), not the reply's;
     # the server wrote it, so from an untrusted server it is only in the frame's begin line.
     out: dict[str, Any] = {
@@ -233,8 +262,7 @@ def render_resource_contents(
     }
     if ctx.trusted:
         out = {"uri": ctx.redactor.redact(uri), **out}
-    if attachments:
-        out["attachments"] = attachments
+    attachments.into(out)
     if not ctx.trusted:
         _inside_frame(texts, [], None, out)
     text, truncated = _finish_text(ctx, texts)

@@ -34,7 +34,7 @@ from ..runtime._calls import CallContext, Outcome
 from ..runtime._errors import Denied, ToolError, ToolTimeout
 from ..runtime._tools import Consequence
 from ..runtime.policy._decide import Rules
-from ._requests import request_rules, request_spec
+from ._requests import TOO_MANY, admit_request, request_rules, request_spec
 from .manifest._load import Policy, ServerConfig
 
 if TYPE_CHECKING:
@@ -150,6 +150,8 @@ class SamplingGate:
         return allowed[0] if allowed else None
 
     async def __call__(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
+        if not admit_request(self.kernel, self.config, self.diagnostics, "sampling/createMessage"):
+            return _error(TOO_MANY, types.INVALID_REQUEST)
         trace_id = secrets.token_hex(8)
         events = self.kernel.events
         redact = self.kernel.redactor.redact

@@ -36,7 +36,8 @@ import jsonschema
 import trio
 
 from ..runtime._render import one_line, visible
-from ._elicitation import ElicitationAnswer, ElicitationPrompt, _is_multi_select
+from ..runtime._schema import Uncheckable
+from ._elicitation import ElicitationAnswer, ElicitationPrompt, _is_multi_select, form_error
 
 __all__ = ["HeadlessElicitor", "TerminalElicitor", "cli_elicitor"]
 
@@ -141,9 +142,11 @@ class TerminalElicitor:
                     return _CANCEL
                 if value is not None:
                     content[str(name)] = value
-            error = jsonschema.exceptions.best_match(
-                jsonschema.Draft202012Validator(dict(schema)).iter_errors(content)
-            )
+            try:
+                error = form_error(schema, content)
+            except Uncheckable as exc:
+                self._write(f"  this form cannot be checked safely: {_shown(str(exc))}\n")
+                return _CANCEL
             if error is None:
                 return content
             self._write(f"  that does not fit the form: {_shown(error.message)}; again:\n")
@@ -162,10 +165,8 @@ class TerminalElicitor:
             self._write(f"    {k}) {_shown(title)}\n")
         default = prop.get("default")
         shown_default = "" if default is None else f" [{_shown(_as_text(default))}]"
-        check = jsonschema.Draft202012Validator(
-            {"type": "object", "properties": {name: prop}},
-            format_checker=jsonschema.FormatChecker(),
-        )
+        field_schema = {"type": "object", "properties": {name: prop}}
+        formats = jsonschema.FormatChecker()
         while True:
             line = await self._read(f"  {_shown(name)}{shown_default}: ")
             if line is _CANCEL:
@@ -183,7 +184,11 @@ class TerminalElicitor:
             except ValueError as exc:
                 self._write(f"    {exc}\n")
                 continue
-            error = jsonschema.exceptions.best_match(check.iter_errors({name: value}))
+            try:  # the server's pattern, matched with RE2 (see form_error)
+                error = form_error(field_schema, {name: value}, format_checker=formats)
+            except Uncheckable as exc:
+                self._write(f"    this field cannot be checked safely: {_shown(str(exc))}\n")
+                return _CANCEL
             if error is None:
                 return value
             self._write(f"    {_shown(error.message)}\n")

@@ -19,6 +19,7 @@ schemas are all in the known subset and whose calls all pass the flat check
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -185,25 +186,85 @@ def _mentions_pattern_properties(schema: Any) -> bool:
     return False
 
 
+# -- a bounded number of steps per check -------------------------------------------------
+#
+# RE2 makes each match linear, but jsonschema's combinators are not: ``anyOf`` of two
+# ``$ref``s to the level below, 16 levels deep (a 1.5 KB schema), explores 2^16 paths on a
+# 16-level argument that fails at the bottom (~12 s of the kernel's thread). Every keyword
+# evaluation of a linear validator is counted against a budget set for the one check
+# (``is_valid``/``iter_errors``); past it the check stops with Uncheckable, so whoever wrote
+# the schema, a check costs at most ``steps`` keyword evaluations (~6.5 µs each here, up to
+# ~40 µs for a ``$ref`` under load).
+
+DEFAULT_STEPS = 50_000  # a model's arguments take a few hundred; ~7,000 objects of 5 fields fit
+_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "ringfence_schema_budget", default=None
+)
+
+
+def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        budget = _BUDGET.get()
+        if budget is not None:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise Uncheckable(
+                    f"checking it takes more than {budget[1]:,} steps (its anyOf/oneOf/allOf "
+                    "and $ref multiply the work)"
+                )
+        return keyword(validator, value, instance, schema)
+
+    return counted
+
+
+class _Budgeted:
+    """A linear validator whose every check stops after ``steps`` keyword evaluations."""
+
+    def __init__(self, inner: Any, steps: int) -> None:
+        self._inner = inner
+        self._steps = steps
+
+    def _run(self, check: Callable[[], Any]) -> Any:
+        token = _BUDGET.set([self._steps, self._steps])
+        try:
+            return check()
+        except RecursionError:  # a $ref cycle, or nesting past Python's stack
+            raise Uncheckable("it refers to itself or nests too deeply to be checked") from None
+        finally:
+            _BUDGET.reset(token)
+
+    def is_valid(self, instance: Any) -> bool:
+        return bool(self._run(lambda: self._inner.is_valid(instance)))
+
+    def iter_errors(self, instance: Any) -> Iterator[Any]:
+        return iter(self._run(lambda: list(self._inner.iter_errors(instance))))
+
+    def evolve(self, **changes: Any) -> _Budgeted:
+        return _Budgeted(self._inner.evolve(**changes), self._steps)
+
+
 @functools.cache
 def _linear_validator(cls: Any, pattern_properties: bool) -> Any:
-    """``cls`` with every regex keyword matched by RE2."""
+    """``cls`` with every regex keyword matched by RE2 and every keyword counted."""
     from jsonschema.validators import extend
 
     keywords: dict[str, Any] = {
+        **cls.VALIDATORS,
         "pattern": _pattern,
         "patternProperties": _pattern_properties,
         "additionalProperties": _additional_properties,
     }
     if pattern_properties and "unevaluatedProperties" in cls.VALIDATORS:
         keywords["unevaluatedProperties"] = _unevaluated_with_patterns
-    return extend(cls, validators=keywords)
+    return extend(cls, validators={k: _counted(f) for k, f in keywords.items()})
 
 
-def linear_validator(schema: dict[str, Any]) -> Any:
-    """jsonschema's validator for ``schema`` with every regex keyword matched by RE2."""
+def linear_validator(schema: dict[str, Any], steps: int = DEFAULT_STEPS) -> Any:
+    """jsonschema's validator for ``schema`` with every regex keyword matched by RE2, each
+    check (``is_valid``, ``iter_errors``) stopped with Uncheckable past ``steps`` keyword
+    evaluations or on a reference cycle."""
     cls = _validator_class(schema)
-    return _linear_validator(cls, _mentions_pattern_properties(schema))(schema)
+    return _Budgeted(_linear_validator(cls, _mentions_pattern_properties(schema))(schema), steps)
 
 
 def best_error(validator: Any, arguments: dict[str, Any]) -> tuple[str, str]:

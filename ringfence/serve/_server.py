@@ -70,7 +70,7 @@ from ._early import DESCRIPTION, INSTRUCTIONS, SERVER_NAME, TITLE, EarlyInitiali
 from ._logging import LEVELS, LogForwarder
 from ._resources import WorkspaceResources
 from ._resume import streaming_call
-from ._stdio import claim_stdio
+from ._stdio import AnsweringReader, claim_stdio
 
 __all__ = [
     "META_CONSEQUENCE",
@@ -378,7 +378,7 @@ async def serve_stdio(
             # not fall back to initialize on the same pipe.
             await serve_loop(
                 server,
-                read_stream,
+                AnsweringReader(read_stream, wire),
                 write_stream,
                 lifespan_state={},
                 init_options=server.create_initialization_options(),

@@ -20,6 +20,12 @@ error (``-32600``) naming the limit, to its id when the line's first or last byt
 show it (else to ``null``, JSON-RPC's id for a request that could not be read); a
 line goes to stderr too, and the server keeps serving.
 
+A line the SDK cannot read as one JSON-RPC message (invalid JSON, nesting past
+its parser's depth, a batch array, a value that is no request, notification or
+response) is answered as JSON-RPC says, to ``null``: ``-32700`` (parse error) or
+``-32600`` (invalid request), naming why (:class:`AnsweringReader`); the SDK
+itself only logs it at debug level and the client would wait for ever.
+
 No thread hop per message (issue 20): the SDK's own transport costs three
 (``readline``, ``write``, ``flush``, each in a worker: 55-180 µs apiece here),
 more than the confined read a ``read_file`` call does. On a pipe or socket the
@@ -39,17 +45,21 @@ import stat
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
+import anyio
 import trio
 
 from ..runtime._lines import BoundedLines, Oversize, oversize_id
 from ._defaults import MAX_REQUEST_BYTES
 
-__all__ = ["LineReader", "WireWriter", "claim_stdio"]
+__all__ = ["AnsweringReader", "LineReader", "WireWriter", "claim_stdio"]
 
 READ_CHUNK = 64 * 1024
 # JSON-RPC's "Invalid Request": what an oversize request is answered with.
 INVALID_REQUEST = -32600
+# JSON-RPC's "Parse error": a line that is not JSON (or nested past the parser's depth).
+PARSE_ERROR = -32700
 
 
 def _pollable(fd: int) -> bool:
@@ -228,3 +238,82 @@ async def answer_oversize(out: WireWriter, dropped: Oversize, limit: int) -> Non
     await out.flush()
     sys.stderr.write(f"ringfence serve: {message} (id {json.dumps(request_id)})\n")
     sys.stderr.flush()
+
+
+class AnsweringReader:
+    """The SDK transport's read stream, with what it could not read answered on the wire.
+
+    The SDK's stdio transport hands a line it cannot validate to the server
+    loop as an exception, which logs it at debug level and sends nothing, so a
+    client waits for an answer that never comes. Here such an item is answered
+    with a JSON-RPC error to ``null`` (the id of a message that could not be
+    read), never passed on, and reading goes on. The rest is the SDK stream's,
+    passed through (``last_context`` included: the sender's context).
+    """
+
+    def __init__(self, inner: Any, out: WireWriter) -> None:
+        self._inner = inner
+        self._out = out
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            await answer_unreadable(self._out, item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> AnsweringReader:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> AnsweringReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def unreadable_error(exc: Exception) -> dict[str, Any] | None:
+    """The JSON-RPC error for a line the SDK could not read (``exc``: its validation error).
+
+    None for a blank line: no message was sent, so none is answered.
+    """
+    errors: list[dict[str, Any]] = []
+    with contextlib.suppress(Exception):
+        errors = list(exc.errors(include_url=False))  # type: ignore[attr-defined]  # pydantic's
+    first = errors[0] if errors else {}
+    text = first.get("input")
+    if isinstance(text, str) and not text.strip():
+        return None
+    if first.get("type") == "json_invalid":
+        reason = str(first.get("msg", "invalid JSON"))[:200]
+        return {"code": PARSE_ERROR, "message": f"Parse error: {reason}"}
+    if isinstance(first.get("input"), list):
+        why = (
+            "a JSON array (a JSON-RPC batch); MCP has no batches since 2025-06-18: "
+            "send one message per line"
+        )
+    else:
+        why = "not a JSON-RPC 2.0 request, notification or response"
+    return {"code": INVALID_REQUEST, "message": f"Invalid Request: {why}"}
+
+
+async def answer_unreadable(out: WireWriter, exc: Exception) -> None:
+    """Answer a line the SDK could not read with a JSON-RPC error to ``null``."""
+    error = unreadable_error(exc)
+    if error is None:
+        return
+    await out.write(json.dumps({"jsonrpc": "2.0", "id": None, "error": error}) + "\n")
+    await out.flush()

@@ -432,3 +432,46 @@ async def test_an_untrusted_workspace_manifest_is_recorded_not_started(
     (warning,) = [r for r in records if r["kind"] == "mcp_manifest_warning"
                   and "not started" in r["message"]]  # fmt: skip
     assert "[trust] projects" in warning["message"]
+
+
+def test_inspect_refuses_a_disabled_workspace_server(
+    capsys, ringfence_home: Path, tmp_path: Path
+) -> None:
+    """``mcp inspect NAME --workspace`` started a planted workspace server's command on the
+    host although the project is not trusted (its servers are loaded disabled). It is refused
+    now, naming why and how to enable it, and nothing runs; once trusted, it starts."""
+    ws = tmp_path / "ws"
+    marker = tmp_path / "marker"
+    _planted_manifest(ws, marker)
+    code, out, err = run(capsys, "mcp", "inspect", "planted", "--workspace", str(ws), "--json")
+    assert code != 0 and out["ok"] is False and out["error"]["code"] == "denied", out
+    message = out["error"]["message"]
+    assert "disabled" in message and "[trust] projects" in message
+    assert str(ringfence_home / "policy.toml") in message
+    assert "starting its process" not in err
+    code, _text, err = run(capsys, "mcp", "inspect", "planted", "--workspace", str(ws))
+    assert code != 0 and "disabled" in err and "Traceback" not in err
+    assert not marker.exists()
+
+    (ringfence_home / "policy.toml").write_text(f"[trust]\nprojects = [{json.dumps(str(ws))}]\n")
+    run(capsys, "mcp", "inspect", "planted", "--workspace", str(ws), "--json")
+    assert marker.exists()
+
+
+def test_login_refuses_a_disabled_workspace_server(
+    capsys, ringfence_home: Path, tmp_path: Path
+) -> None:
+    """``mcp login NAME --workspace`` for an untrusted workspace's http server: the URL is the
+    repository's choice; it is refused before anything is contacted."""
+    ws = tmp_path / "ws"
+    (ws / ".ringfence").mkdir(parents=True)
+    (ws / ".ringfence" / "mcp.toml").write_text(
+        '[[server]]\nname = "planted"\ntransport = "http"\n'
+        'url = "https://127.0.0.1:9/mcp"\nauth = "oauth"\n'
+    )
+    code, out, err = run(
+        capsys, "mcp", "login", "planted", "--workspace", str(ws), "--no-browser", "--json"
+    )
+    assert code != 0 and out["error"]["code"] == "denied", out
+    assert "[trust] projects" in out["error"]["message"]
+    assert "logging in" not in err

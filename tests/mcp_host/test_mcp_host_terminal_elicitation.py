@@ -166,3 +166,42 @@ def test_elicitation_deny_is_not_offered(
     out = json.loads(capsys.readouterr().out)
     assert "stdin is not a terminal" not in json.dumps(out)  # nothing was asked
     assert "accept" not in json.dumps(out.get("result"))
+
+
+def test_a_backtracking_form_pattern_at_the_terminal_costs_no_stall(tmp_path: Path) -> None:
+    """The terminal checked the form (and each typed value) with jsonschema's backtracking
+    ``re``: keeping a default that is a near miss of ``^(a+)+$`` held the command for seconds.
+    The check is RE2's now: the near miss is refused at once and the form asked again."""
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    ws.mkdir()
+    # This checkout's ringfence, whatever the child's cwd.
+    env = {**os.environ, "RINGFENCE_HOME": str(home), "PYTHONPATH": str(Path(__file__).parents[2])}
+    subprocess.run(
+        [PYTHON, "-m", "ringfence", "mcp", "add", "form", "--transport", "stdio",
+         "--command", PYTHON, "--arg", str(SERVERS / "redos_form.py"), "--elicitation", "ask"],
+        env=env, check=True, capture_output=True,
+    )  # fmt: skip
+    term = Terminal(
+        [PYTHON, "-m", "ringfence", "call", "mcp.form.ask", "--approve", "yes", "--json",
+         "--workspace", str(ws)],
+        {**env, "TERM": "xterm"}, tmp_path,
+    )  # fmt: skip
+    try:
+        term.expect("asks you for input")
+        term.expect("]: ")
+        start = time.monotonic()
+        term.send("")  # keep the default: 27 a's and a '!'
+        term.expect("does not fit the form", timeout=60)
+        took = time.monotonic() - start
+        term.expect("]: ")
+        term.send("aaa")
+        term.expect("[s]end it")
+        term.send("s")
+        code = term.finish()
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    assert took < 3.0, took
+    assert code == 0, term.seen
+    reply = json.loads(term.seen[term.seen.index("{\r\n") :].replace("\r\n", "\n"))
+    assert answer_of(reply) == {"action": "accept", "content": {"v": "aaa"}}

@@ -209,3 +209,75 @@ def test_a_deeply_nested_request_costs_no_traceback_and_the_server_keeps_serving
             stderr.close()
     said = (tmp_path / "serve.stderr").read_text()
     assert "Traceback" not in said and "RecursionError" not in said, said
+
+
+def test_an_unreadable_line_is_answered_with_a_json_rpc_error_and_the_server_keeps_serving(
+    workspace: Path, events: Path, tmp_path: Path
+) -> None:
+    """A batch array, 5,000 levels of nesting, text that is not JSON, a value that is no
+    message: each line is answered with JSON-RPC's error to ``null`` (``-32600`` for what is
+    JSON but no message, ``-32700`` for what is not JSON), in order, and the next request is
+    served. Before, the SDK logged each at debug level and the client waited for ever."""
+    argv = real_command(workspace, events, "--posture", "allow-all")
+    stderr = (tmp_path / "serve.stderr").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=subprocess_env(),
+    )
+    call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "write_file", "arguments": {"path": "batched.txt", "content": "x"}}}  # fmt: skip
+    unreadable = [
+        (json.dumps([call]).encode(), -32600, "batch"),
+        (b"[" * 5000 + b"]" * 5000, -32700, "recursion"),
+        (b'{"jsonrpc": "2.0", "id": 4, "method": ', -32700, "Parse error"),
+        (b'"just a string"', -32600, "Invalid Request"),
+    ]
+    answers: list[dict[str, Any]] = []
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        _send(proc, {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "unreadable-test", "version": "0"}},
+        })  # fmt: skip
+        assert _answer(proc, 1)["result"]["protocolVersion"] == "2025-11-25"
+        _send(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        done = threading.Event()
+
+        def read_answers() -> None:
+            while len(answers) < len(unreadable):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                answers.append(json.loads(line))
+            done.set()
+
+        threading.Thread(target=read_answers, daemon=True).start()
+        for line, _code, _word in unreadable:
+            proc.stdin.write(line + b"\n\n")  # a blank line after each: nothing to answer
+            proc.stdin.flush()
+        assert done.wait(20), f"answers so far: {answers}"
+        _send(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}})  # fmt: skip
+        served = _answer(proc, 2)
+        assert "hello from the workspace" in json.dumps(served["result"])
+    finally:
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stderr.close()
+    assert len(answers) == len(unreadable), answers
+    for answer, (_line, code, word) in zip(answers, unreadable, strict=True):
+        assert answer["id"] is None and answer["error"]["code"] == code, answer
+        assert word in answer["error"]["message"], answer
+    assert not (workspace / "batched.txt").exists()  # the batch was not run
+    said = (tmp_path / "serve.stderr").read_text()
+    assert "Traceback" not in said, said

@@ -1,0 +1,62 @@
+"""Test peer: results made of many small content blocks (low-level SDK ``Server`` over stdio).
+
+``images`` returns ``count`` image blocks, each a few distinct bytes (so each is its own
+attachment); ``links`` returns ``count`` resource links. Far under the message limit, each
+block costs the client an attachment (a spool file) or a link entry in the result.
+"""
+
+from __future__ import annotations
+
+import base64
+import warnings
+
+import anyio
+from mcp import MCPError, types
+from mcp.server import Server
+from mcp.server.stdio import stdio_server
+
+warnings.simplefilter("ignore")
+
+_ARGS = {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}
+
+
+async def list_tools(ctx, params) -> types.ListToolsResult:
+    return types.ListToolsResult(
+        tools=[
+            types.Tool(name=name, description=f"many {name}", input_schema=_ARGS)
+            for name in ("images", "links")
+        ]
+    )
+
+
+async def call_tool(ctx, params) -> types.CallToolResult:
+    count = int((params.arguments or {})["count"])
+    if params.name == "images":
+        blocks = [
+            types.ImageContent(
+                type="image",
+                data=base64.b64encode(i.to_bytes(4, "big")).decode(),
+                mime_type="image/png",
+            )
+            for i in range(count)
+        ]
+    elif params.name == "links":
+        blocks = [
+            types.ResourceLink(type="resource_link", name=f"n{i}", uri=f"file:///r/{i}")
+            for i in range(count)
+        ]
+    else:
+        raise MCPError(code=types.METHOD_NOT_FOUND, message=f"no tool {params.name}")
+    return types.CallToolResult(content=[types.TextContent(type="text", text="here"), *blocks])
+
+
+server = Server("many-blocks", version="0.1", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def main() -> None:
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)

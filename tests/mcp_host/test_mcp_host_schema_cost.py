@@ -1,0 +1,67 @@
+"""A server's schema cannot make a check cost exponential time (peer ``servers/costly_schema.py``).
+
+RE2 made each ``pattern`` linear, but jsonschema's ``anyOf`` over ``$ref``s is not: a 1.5 KB
+``inputSchema`` and a 16-level argument (which the server's description can ask a model for)
+held the kernel's event loop ~12 s in the Gate's argument check; 18 levels, minutes. Every
+check now stops after a bounded number of keyword evaluations, refusing the call
+(``input_schema``/``outputSchema``: cannot be checked safely); a schema that refers to itself
+is refused the same way instead of failing with RecursionError.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import trio
+from mcp_host_helpers import SERVERS, manifest, py_server
+
+from ringfence.mcp_host import connect_servers
+
+sys.path.insert(0, str(SERVERS))
+from costly_schema import near_miss
+
+
+async def test_an_exponential_input_schema_is_refused_within_a_bound(
+    make_kernel, state: Path
+) -> None:
+    m = manifest(py_server("cost", "costly_schema.py", state=state, reads=("*",)))
+    gaps: list[float] = []
+    async with make_kernel() as kernel, connect_servers(kernel, m):
+
+        async def heartbeat() -> None:  # how long the kernel's event loop went without running
+            last = time.monotonic()
+            while True:
+                await trio.sleep(0.05)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        start = time.monotonic()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(heartbeat)
+            out = await kernel.invoke("mcp.cost.nest", {"x": near_miss()})
+            looped = await kernel.invoke("mcp.cost.loop", {"x": 1})
+            quick = await kernel.invoke("mcp.cost.quick", {})
+            nursery.cancel_scope.cancel()
+        elapsed = time.monotonic() - start
+    assert elapsed < 6.0 and max(gaps, default=0.0) < 4.0, (elapsed, max(gaps, default=0.0))
+    assert out.error is not None and out.error.code == "invalid_arguments", out.error
+    assert out.error.field == "input_schema" and "steps" in out.error.message
+    assert looped.error is not None and looped.error.code == "invalid_arguments", looped.error
+    assert looped.error.field == "input_schema" and "refers to itself" in looped.error.message
+    assert quick.error is None
+
+
+async def test_an_exponential_output_schema_is_refused_within_a_bound(
+    make_kernel, state: Path
+) -> None:
+    m = manifest(py_server("cost", "costly_schema.py", state=state, reads=("*",)))
+    async with make_kernel() as kernel, connect_servers(kernel, m):
+        start = time.monotonic()
+        out = await kernel.invoke("mcp.cost.nest_out", {})
+        elapsed = time.monotonic() - start
+    assert out.error is not None and out.error.code == "tool_error", out.error
+    assert out.error.field == "outputSchema" and "steps" in out.error.message
+    assert elapsed < 20.0
