@@ -29,6 +29,7 @@ from typing import Any
 
 import trio
 
+from ..runtime._errors import Unavailable
 from . import _wire
 
 __all__ = [
@@ -46,6 +47,8 @@ MAX_REFUSAL_EVENTS = 20
 # silent peers cannot hold the runner out (it speaks at once and finishes in ~1 ms).
 MAX_PENDING_HANDSHAKES = 16
 LISTEN_BACKLOG = 128
+# sun_path holds 108 bytes with its NUL (Linux): a longer address cannot be bound.
+MAX_UNIX_ADDRESS = 107
 
 
 def new_secret() -> bytes:
@@ -83,6 +86,13 @@ class BridgeListener:
             return cls(sock, ["tcp", "127.0.0.1", sock.getsockname()[1]], None)
         directory = Path(tempfile.mkdtemp(prefix="ringfence-bridge-", dir=parent))
         path = directory / "bridge.sock"
+        if len(os.fsencode(path)) > MAX_UNIX_ADDRESS:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise Unavailable(
+                f"the script bridge's socket {path} is {len(os.fsencode(path))} bytes long, past "
+                f"the {MAX_UNIX_ADDRESS} a Unix socket address holds: it is made in the "
+                f"temporary directory ({directory.parent}, from TMPDIR); use a shorter one"
+            )
         sock = stdsocket.socket(stdsocket.AF_UNIX, stdsocket.SOCK_STREAM)
         try:
             os.chmod(directory, 0o700)

@@ -8,7 +8,9 @@ listener before the runner does.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -517,3 +519,25 @@ except ToolError as e:
         result = await run(kernel, script, max_calls=3)
     assert result.result == ["denied", "max_calls", None]
     assert ledger.runs == [] and result.calls == ()
+
+
+def test_a_temporary_directory_too_long_for_the_bridge_socket_is_named(tmp_path: Path) -> None:
+    """``run-script`` with a TMPDIR whose bridge socket address passes the 107 bytes a Unix
+    socket address holds said ``OSError: AF_UNIX path too long``; it names the limit and
+    TMPDIR now, and leaves no bridge directory behind."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "empty.py"
+    script.write_text("print('ran')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "ringfence", "run-script", str(script), "--workspace", str(ws),
+         "--posture", "unrestricted", "--json"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(deep)},
+        check=False,
+    )  # fmt: skip
+    error = json.loads(done.stdout)["error"]
+    assert done.returncode != 0 and error["code"] == "unavailable", done.stdout
+    assert "107" in error["message"] and "TMPDIR" in error["message"], error
+    assert "Traceback" not in done.stderr and list(deep.iterdir()) == []

@@ -35,7 +35,9 @@ print("after", "pw%08d" % 7, "tk%08d" % 9)
 """
 
 
-def test_a_flood_of_credential_values_does_not_hold_the_host(tmp_path: Path) -> None:
+def test_a_flood_of_credential_values_does_not_hold_the_host(
+    tmp_path: Path, short_tmp: Path
+) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     script = tmp_path / "flood.py"
@@ -50,7 +52,7 @@ def test_a_flood_of_credential_values_does_not_hold_the_host(tmp_path: Path) -> 
         capture_output=True,
         text=True,
         timeout=120,  # the old redactor: hours
-        env={**os.environ, "TMPDIR": str(tmp_path)},
+        env={**os.environ, "TMPDIR": str(short_tmp)},
         check=False,
     )  # fmt: skip
     seconds = time.monotonic() - started
@@ -102,7 +104,9 @@ print("end")
 """
 
 
-def test_a_huge_credential_value_does_not_slow_every_later_chunk(tmp_path: Path) -> None:
+def test_a_huge_credential_value_does_not_slow_every_later_chunk(
+    tmp_path: Path, short_tmp: Path
+) -> None:
     """The attack: a 12 MB "password" made the output's stream redactor hold back and re-scan
     12 MB at each chunk the runner wrote: 65 MB of output held the host's loop for half a
     minute past a 10 s timeout. A value that long is registered as pieces of at most 64 KiB:
@@ -120,7 +124,7 @@ def test_a_huge_credential_value_does_not_slow_every_later_chunk(tmp_path: Path)
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
+        env={**os.environ, "TMPDIR": str(short_tmp)},
         check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
