@@ -24,6 +24,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,24 +147,47 @@ class CheckpointStore:
             return None
         return other
 
+    @contextlib.contextmanager
+    def _moved_journal(self) -> Iterator[tuple[int, str, int] | None]:
+        """The roots index's descriptor, the store that wrote these directories last under
+        another path, and that store's journal directory (a descriptor); None when the
+        directories never had a store under another path, or nothing of it is left."""
+        fd = _open_store(str(_roots_index(self.path)), create=False)
+        if fd is None:
+            yield None
+            return
+        try:
+            journal_fd = None
+            try:
+                other = self._moved_from(fd)
+                if other is not None:
+                    journal_fd = os.open(
+                        f"../checkpoints/{other}/journal",
+                        os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        dir_fd=fd,
+                    )
+            except OSError:
+                journal_fd = None
+            if journal_fd is None or other is None:
+                yield None
+                return
+            try:
+                yield fd, other, journal_fd
+            finally:
+                os.close(journal_fd)
+        finally:
+            os.close(fd)
+
     def _adopt_moved(self) -> None:
         """A workspace renamed or moved with no store under its new path: the store of its
         directories under the old path becomes its store (one rename in ``checkpoints/``),
         so ``checkpoints list`` and ``undo`` find the sets made before the move, and a
         killed operation's journal is recovered as this store's own. Not while a process
         holds one of that store's journals (it still writes there)."""
-        fd = _open_store(str(_roots_index(self.path)), create=False)
-        if fd is None:
-            return
-        try:
-            other = self._moved_from(fd)
-            if other is None:
+        with self._moved_journal() as found:
+            if found is None:
                 return
-            journal_fd = os.open(
-                f"../checkpoints/{other}/journal",
-                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                dir_fd=fd,
-            )
+            fd, other, journal_fd = found
             try:
                 if not _all_unheld(journal_fd):
                     return
@@ -173,12 +197,8 @@ class CheckpointStore:
                     src_dir_fd=fd,
                     dst_dir_fd=fd,
                 )
-            finally:
-                os.close(journal_fd)
-        except OSError:  # gone, or a store made here meanwhile: each keeps its own
-            return
-        finally:
-            os.close(fd)
+            except OSError:  # gone, or a store made here meanwhile: each keeps its own
+                return
         self.note_identity()
 
     def _recover_moved(self) -> None:
@@ -189,27 +209,15 @@ class CheckpointStore:
         tree left mixed for good). The roots' identity names the store that wrote here last;
         its dead journals are recovered against this workspace (the rollback writes only
         where a path holds exactly what the set wrote) and said in :attr:`recovered`."""
-        fd = _open_store(str(_roots_index(self.path)), create=False)
-        if fd is None:
-            return
-        try:
-            other = self._moved_from(fd)
-            if other is None:
+        with self._moved_journal() as found:
+            if found is None:
                 return
-            journal_fd = os.open(
-                f"../checkpoints/{other}/journal",
-                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                dir_fd=fd,
-            )
+            _, other, journal_fd = found
             try:
                 if not os.listdir(journal_fd):
                     return
-            finally:
-                os.close(journal_fd)
-        except OSError:  # never written under another path, or nothing of it is left
-            return
-        finally:
-            os.close(fd)
+            except OSError:  # nothing of it is left to read
+                return
         moved = CheckpointStore(self.workspace, retention=self.retention, at=other)
         try:
             found = moved.recovered
