@@ -158,14 +158,15 @@ def _docker_checks(image: str | None) -> list[Check]:
     try:
         client = connect_docker(timeout=10)
     except RingfenceError as exc:
+        # A refused address (a plain tcp:// engine off loopback) names its own fix; starting
+        # a daemon is the fix only when none answers.
+        fix = (
+            None
+            if exc.code == "invalid_arguments"
+            else "sudo systemctl start docker (or: sudo dockerd &)"
+        )
         return [
-            Check(
-                "docker daemon",
-                False,
-                exc.message,
-                "sudo systemctl start docker (or: sudo dockerd &)",
-                ("docker",),
-            ),
+            Check("docker daemon", False, exc.message, fix, ("docker",)),
             Check("docker images", False, "not checked: no daemon", None, ()),
         ]
     try:

@@ -34,6 +34,21 @@ def test_doctor_without_a_daemon_says_docker_cannot_run(capsys, monkeypatch, tmp
     daemon = next(c for c in details["checks"] if c["name"] == "docker daemon")
     assert daemon["ok"] is False and "not reachable" in daemon["detail"]
     assert details["backends"] == {"docker": False, "host": True, "local": True}
+    assert daemon["fix"] and "dockerd" in daemon["fix"]
+
+
+def test_doctor_names_a_refused_engine_address_without_telling_to_start_docker(
+    capsys, monkeypatch
+) -> None:
+    """A plain tcp:// DOCKER_HOST off loopback is refused before a request; starting a
+    daemon would not help, so the check's fix is the refusal's own (TLS, ssh, loopback)."""
+    monkeypatch.setenv("DOCKER_HOST", "tcp://192.0.2.1:2375")  # TEST-NET-1: never contacted
+    code = main(["doctor", "--backend", "docker", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    daemon = next(c for c in report["error"]["details"]["checks"] if c["name"] == "docker daemon")
+    assert daemon["ok"] is False and "DOCKER_HOST" in daemon["detail"], daemon
+    assert daemon["fix"] is None, daemon
 
 
 @pytest.mark.docker
