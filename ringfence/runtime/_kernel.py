@@ -595,11 +595,9 @@ class Kernel:
         args: Any = dict(arguments) if isinstance(arguments, Mapping) else arguments
         if arguments is None:
             args = {}
-        too_deep = _too_deep(args)
+        args, too_deep = _recordable(args)
         spec = request_spec or self.registry.find(tool)
-        if too_deep is not None:
-            args = f"<not recorded: {too_deep.message}>"
-        else:
+        if too_deep is None:
             self.redactor.register_named_values(args)
             if spec is not None:  # secrets not keyed by name (a script's literals), too
                 literals = spec.literal_secrets(args, self.redactor.is_secret_key)
@@ -655,10 +653,9 @@ class Kernel:
             )
         call_id = new_id()
         trace_id = trace_id or call_id
-        too_deep = _too_deep(arguments)
+        recorded, too_deep = _recordable(arguments)
         if too_deep is None:
             self.redactor.register_named_values(arguments)
-        recorded = arguments if too_deep is None else f"<not recorded: {too_deep.message}>"
         self.events.emit(
             "proposed", trace_id, call_id=call_id, tool=tool, arguments=recorded, origin=origin
         )
@@ -803,11 +800,14 @@ def _merge_rules(sources: Mapping[str, Rules]) -> Rules:
     )
 
 
-def _too_deep(arguments: Any) -> InvalidArguments | None:
-    """Arguments nested past :data:`MAX_NESTING`: refused before anything walks them
-    recursively (redaction, the records, validation), which would raise RecursionError."""
-    if nests_deeper(arguments, MAX_NESTING):
-        return InvalidArguments(
-            f"the arguments nest deeper than {MAX_NESTING} levels", field="arguments"
-        )
-    return None
+def _recordable(arguments: Any) -> tuple[Any, InvalidArguments | None]:
+    """The arguments as the ``proposed`` record holds them, and the refusal of arguments
+    nested past :data:`MAX_NESTING` (recorded as the bound they break): refused before
+    anything walks them recursively (redaction, the records, validation), which would
+    raise RecursionError."""
+    if not nests_deeper(arguments, MAX_NESTING):
+        return arguments, None
+    refusal = InvalidArguments(
+        f"the arguments nest deeper than {MAX_NESTING} levels", field="arguments"
+    )
+    return f"<not recorded: {refusal.message}>", refusal

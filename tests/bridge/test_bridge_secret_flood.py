@@ -36,7 +36,7 @@ print("after", "pw%08d" % 7, "tk%08d" % 9)
 
 
 def test_a_flood_of_credential_values_does_not_hold_the_host(
-    tmp_path: Path, short_tmp: Path
+    tmp_path: Path, under_tmp: Path
 ) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -52,7 +52,7 @@ def test_a_flood_of_credential_values_does_not_hold_the_host(
         capture_output=True,
         text=True,
         timeout=120,  # the old redactor: hours
-        env={**os.environ, "TMPDIR": str(short_tmp)},
+        env={**os.environ, "TMPDIR": str(under_tmp)},
         check=False,
     )  # fmt: skip
     seconds = time.monotonic() - started
@@ -105,7 +105,7 @@ print("end")
 
 
 def test_a_huge_credential_value_does_not_slow_every_later_chunk(
-    tmp_path: Path, short_tmp: Path
+    tmp_path: Path, under_tmp: Path
 ) -> None:
     """The attack: a 12 MB "password" made the output's stream redactor hold back and re-scan
     12 MB at each chunk the runner wrote: 65 MB of output held the host's loop for half a
@@ -124,7 +124,7 @@ def test_a_huge_credential_value_does_not_slow_every_later_chunk(
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "TMPDIR": str(short_tmp)},
+        env={**os.environ, "TMPDIR": str(under_tmp)},
         check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

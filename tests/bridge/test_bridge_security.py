@@ -368,12 +368,13 @@ HOST = textwrap.dedent(
 )
 
 
-def _kill_host_mid_run(tmp_path, short_tmp, wrapper: list[str]) -> list[psutil.Process]:
+def _kill_host_mid_run(tmp_path, under_tmp, wrapper: list[str]) -> list[psutil.Process]:
     events = tmp_path / "events.jsonl"
     host_file = tmp_path / "host.py"
     host_file.write_text(HOST)
-    # The killed host cannot remove its bridge directory: short_tmp is removed after the test.
-    env = {**os.environ, "TMPDIR": str(short_tmp)}
+    # The killed host cannot remove its bridge directory: under_tmp is removed after the
+    # test, and short enough for the socket's address (107 bytes).
+    env = {**os.environ, "TMPDIR": str(under_tmp)}
     host = subprocess.Popen([sys.executable, str(host_file), str(events), *wrapper], env=env)
     try:
         deadline = time.monotonic() + 20
@@ -401,14 +402,14 @@ def _kill_host_mid_run(tmp_path, short_tmp, wrapper: list[str]) -> list[psutil.P
             host.wait()
 
 
-def test_killing_the_host_mid_run_leaves_no_orphan(tmp_path, short_tmp) -> None:
+def test_killing_the_host_mid_run_leaves_no_orphan(tmp_path, under_tmp) -> None:
     """PR_SET_PDEATHSIG: the runner dies with the host."""
-    assert len(_kill_host_mid_run(tmp_path, short_tmp, [])) == 1
+    assert len(_kill_host_mid_run(tmp_path, under_tmp, [])) == 1
 
 
-def test_the_bridge_watchdog_alone_ends_the_runner(tmp_path, short_tmp) -> None:
+def test_the_bridge_watchdog_alone_ends_the_runner(tmp_path, under_tmp) -> None:
     """With a parent in between (as in a container), the closed bridge ends the runner."""
-    gone = _kill_host_mid_run(tmp_path, short_tmp, ["/bin/sh", "-c", '"$@" & wait', "sh"])
+    gone = _kill_host_mid_run(tmp_path, under_tmp, ["/bin/sh", "-c", '"$@" & wait', "sh"])
     assert len(gone) == 2  # the shell in between and the runner it started
 
 
