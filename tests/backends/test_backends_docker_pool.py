@@ -51,11 +51,10 @@ async def test_a_claimed_container_runs_the_session_and_is_never_handed_out_agai
     async with WarmPool(OPTIONS, size=1) as pool:
         await pool.wait_warm()
         warm_ids = {c.id for c in owned_by(docker_client, os.getpid())}
-        t = time.perf_counter()
         session = await start_docker(spec(workspace))
-        claim_s = time.perf_counter() - t
         try:
-            assert session.container_id in warm_ids and claim_s < 0.05, claim_s
+            # How fast a claim is belongs to `ringfence bench docker-pool`, not to a test.
+            assert session.container_id in warm_ids
             assert session.metadata["pool"]["claimed"] is True
             assert session.metadata["workspace"] == "shipped"
             r = await session.run(

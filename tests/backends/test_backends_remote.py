@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -746,11 +745,10 @@ async def test_a_warm_pool_on_a_tls_engine_is_claimed_then_shipped(
     spec = SessionSpec(roots=(ws,), kill_grace=0.5, options=options, change_sets=True)
     async with WarmPool(options, size=1) as pool:
         await pool.wait_warm()
-        t = time.perf_counter()
         session = await start_docker(spec)
-        claim_s = time.perf_counter() - t
         try:
-            assert session.metadata["pool"]["claimed"] is True and claim_s < 0.05, claim_s
+            # How fast a claim is belongs to `ringfence bench docker-pool`, not to a test.
+            assert session.metadata["pool"]["claimed"] is True
             assert session.container_id is not None
             assert host_binds(engine, session.container_id) == []
             r = await sh(session, "cat a.txt && echo b > b.txt", ws)

@@ -20,9 +20,11 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import http.client
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -51,43 +53,51 @@ def stage(workspace: Path, plan: Path, path: str, content: str) -> bytes:
     return plan.read_bytes()
 
 
-class SwapDuringRead:
-    """Once armed, replaces ``path`` with ``other`` (``os.replace``) the moment process
-    ``pid`` holds it open (``/proc/PID/fd``): the read under way goes on with the old
-    file, the next open gets ``other``. The plan is padded with JSON whitespace (tens of
-    MiB, still the same signed plan) so that a read lasts long enough to be seen."""
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_IN_OPEN = 0x20
+_IN_CLOEXEC = os.O_CLOEXEC
+
+
+class SwapOnOpen:
+    """Once armed, replaces ``path`` with ``other`` (``os.replace``) the moment anyone opens
+    ``path``: inotify reports the open as it returns, so the read that open began goes on
+    with the old file and the next open gets ``other``. The plan is padded with JSON
+    whitespace (tens of MiB, still the same signed plan) so that the read lasts far longer
+    than the watcher takes to wake. (Polling ``/proc/PID/fd`` instead missed that first,
+    short read on a loaded machine and swapped during the second one.)"""
 
     def __init__(self, path: Path, other: Path) -> None:
         self.path = path
         self.other = other
-        self.pid: int | None = None
-        self.armed = threading.Event()
         self.swapped = threading.Event()
         self._stop = threading.Event()
+        self._fd = _LIBC.inotify_init1(_IN_CLOEXEC)
+        if self._fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def _open_now(self) -> bool:
-        for fd in Path(f"/proc/{self.pid}/fd").iterdir():
-            with contextlib.suppress(OSError):
-                if os.readlink(fd) == str(self.path):
-                    return True
-        return False
+    def arm(self) -> None:
+        if _LIBC.inotify_add_watch(self._fd, os.fsencode(self.path), _IN_OPEN) < 0:
+            raise OSError(ctypes.get_errno(), "inotify_add_watch")
+        self._thread.start()
 
     def _watch(self) -> None:
         while not self._stop.is_set():
-            if self.armed.is_set() and not self.swapped.is_set() and self._open_now():
+            ready, _, _ = select.select([self._fd], [], [], 0.1)
+            if ready:
                 os.replace(self.other, self.path)
                 self.swapped.set()
-            time.sleep(0.0002)
+                return
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[SwapDuringRead]:
-        self._thread.start()
+    def running(self) -> Iterator[SwapOnOpen]:
         try:
             yield self
         finally:
             self._stop.set()
-            self._thread.join(10)
+            if self._thread.is_alive():
+                self._thread.join(10)
+            os.close(self._fd)
 
 
 def test_a_plan_swapped_after_its_digest_was_checked_never_runs(
@@ -100,11 +110,10 @@ def test_a_plan_swapped_after_its_digest_was_checked_never_runs(
     evil = tmp_path / "evil.json"
     stage(workspace, evil, "evil.txt", "never confirmed\n")
     events = tmp_path / "events.jsonl"
-    swap = SwapDuringRead(plan, evil)
+    swap = SwapOnOpen(plan, evil)
     argv = ("review", "--workspace", str(workspace), "--events", str(events),
             "--posture", "allow-all", "--plan", str(plan))  # fmt: skip
     with swap.running(), ringfence_process(*argv) as rf:
-        swap.pid = rf.process.pid
         base = rf.wait_for_url()
         visit(page, base + "plans/0")
         shown = page.inner_text("main")
@@ -112,7 +121,7 @@ def test_a_plan_swapped_after_its_digest_was_checked_never_runs(
         choose(page, "#apply-plan")
         assert "benign.txt" in page.inner_text("main")
         # Confirmed: the apply's read of the plan is under way when the other one is put in.
-        swap.armed.set()
+        swap.arm()
         confirm(page)
         ok, text = job_done(page)
         assert swap.swapped.is_set()

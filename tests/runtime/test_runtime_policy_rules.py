@@ -121,11 +121,12 @@ def test_regex_is_re2_and_linear_time() -> None:
         parse_rule("x(a~(a)\\1)", "deny")  # backreferences cannot be linear
     policy = Policy.from_strings(deny=["mcp.db.query(sql~(a+)+$)"])
     query = _spec("mcp.db.query", Consequence.READ)
-    # exponential for a backtracking engine; RE2 answers at once
+    # exponential for a backtracking engine (years); RE2 answers in milliseconds, and the
+    # bound is loose for a loaded machine
     started = time.perf_counter()
     assert _verdict(query, policy, {"sql": "a" * 50_000 + "!"}) == "allow"
     assert _verdict(query, policy, {"sql": "a" * 50_000}) == "deny"
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 5
 
 
 def test_precedence_deny_over_ask_over_allow_in_any_order() -> None:
