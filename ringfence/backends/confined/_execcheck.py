@@ -1322,7 +1322,11 @@ class Checker:
                         if pid is None:
                             raise Refused(errno.EACCES, Denial("exec check", "", _decode(path),
                                 [], "a path through /proc/self before the process exists"))  # fmt: skip
-                        cur = b"/proc/%d" % pid
+                        # The kernel's ``self`` is the thread group (the process), not
+                        # the thread: a thread cloned without CLONE_FILES or CLONE_FS has
+                        # descriptors and a directory of its own, and its ``/proc/self/fd/5``
+                        # is the group leader's fd 5. ``thread-self`` is the thread.
+                        cur = b"/proc/%d" % _thread_group(pid)
                         if part == b"thread-self":
                             cur += b"/task/%d" % pid
                         opaque = False
@@ -1620,6 +1624,16 @@ class Checker:
         raw = os.fsencode(program)
         base = None if raw.startswith(b"/") else cwd
         self._check(base, raw, program, new_argv, cwd, depth + 1)
+
+
+def _thread_group(tid: int) -> int:
+    """The thread group (process) id of the task ``tid``, what procfs's ``self`` names for
+    it (``Tgid`` of ``/proc/<tid>/status``). Raises OSError when it cannot be read."""
+    with open(f"/proc/{tid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"Tgid:"):
+                return int(line.split()[1])
+    raise OSError(errno.ESRCH, f"no Tgid in /proc/{tid}/status")
 
 
 def probe(listener: int, pid: int, expected: bytes) -> str:
