@@ -902,3 +902,64 @@ async def test_proc_self_in_a_thread_is_its_process_not_the_thread(
     # succeeds from a thread is recorded unfinished, superseded in the leader's pid).
     ran = [(argv, rc) for path, argv, rc in traced_execs(trace) if path == "/proc/self/fd/5"]
     assert ran == [(["x", "hit"], -1)], ran
+
+
+# An ELF whose PT_INTERP is its last program header of COUNT (the kernel reads up to 64 KiB
+# of them, 1,170), the rest PT_NULL but one PT_LOAD of the file and a copy of the
+# interpreter's PT_TLS (static glibc finds its TLS through AT_PHDR, the main program's).
+MANY_HEADERS = """
+import os, struct, sys
+out, interp, tls_from, count = sys.argv[1], sys.argv[2].encode(), sys.argv[3], int(sys.argv[4])
+data = open(tls_from, "rb").read()
+(phoff,), (phnum,) = struct.unpack_from("<Q", data, 32), struct.unpack_from("<H", data, 56)
+tls = [data[phoff + 56 * i : phoff + 56 * i + 56] for i in range(phnum)]
+tls = [h for h in tls if struct.unpack_from("<I", h)[0] == 7]
+base, at = 0x800000000, 64 + 56 * count
+size = at + len(interp) + 1
+head = b"\\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
+head += struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, base + at, 64, 0, 0, 64, 56, count, 0, 0, 0)
+headers = [struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000), *tls]
+headers += [bytes(56)] * (count - 1 - len(headers))
+headers.append(struct.pack("<IIQQQQQQ", 3, 4, at, base + at, base + at, size - at, size - at, 1))
+with open(out, "wb") as f:
+    f.write(head + b"".join(headers) + interp + b"\\0")
+os.chmod(out, 0o755)
+os.execv(out, ["sh", "-c", sys.argv[5]])
+"""
+
+
+def _static_busybox() -> str | None:
+    from ringfence.backends.confined._execcheck import _elf_interpreter
+
+    found = shutil.which("busybox")
+    return found if found and _elf_interpreter(found) is None else None
+
+
+@pytest.mark.skipif(_static_busybox() is None, reason="no statically linked busybox")
+async def test_an_elf_interpreter_past_the_256th_program_header_is_checked(
+    workspace: Path,
+) -> None:
+    """A program whose PT_INTERP is its 300th (or 1,170th) program header names a copy of
+    busybox: the kernel maps busybox and starts it with the program's argv, `sh -c 'touch
+    hit'`. The supervisor read 256 headers, took the program for a static one and let it
+    go: touch ran past `run_shell(touch *)`. The control: the same program under a rule
+    busybox holds no applet for runs its shell (`echo ran`)."""
+    busybox = _static_busybox()
+    assert busybox is not None
+    (workspace / "many.py").write_text(MANY_HEADERS)
+    ws = str(workspace)
+    lines = [
+        f"cp {busybox} ./bb && python3 many.py ./x {ws}/bb {busybox} 300 'touch hit-300'",
+        f"python3 many.py ./y {ws}/bb {busybox} 1170 'touch hit-1170'",
+    ]
+    results = await run_lines(workspace, lines)
+    assert not list(workspace.glob("hit-*")), results
+    for result in results:
+        assert denied_rules(result) == ["deny:run_shell(touch *)"], result
+        assert result["exec_denied"]["denials"][0]["program"] == f"{ws}/bb", result
+    (control,) = await run_lines(
+        workspace,
+        [f"python3 many.py ./z {ws}/bb {busybox} 300 'echo ran'"],
+        deny=("run_shell(perl *)",),
+    )
+    assert control["stdout"] == "ran\n" and "exec_denied" not in control, control
