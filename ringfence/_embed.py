@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -370,7 +371,8 @@ def spellings_of(workspace: Workspace, given: Sequence[Path]) -> list[str]:
 
 
 def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
-    """Raise InvalidArguments when ``$RINGFENCE_HOME`` lies inside (or is) a workspace root.
+    """Raise InvalidArguments when ``$RINGFENCE_HOME`` lies inside (or is) a workspace root,
+    or when a file it holds (or the managed policy) can be written from inside one.
 
     The home holds what governs a session and proves its records: the user
     policy, the MCP manifest, the plan and token keys, the checkpoint store.
@@ -381,29 +383,85 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
     symlink or a bind mount spelling the same directory otherwise is caught.
     Nothing is created (a home that does not exist yet is judged by the
     directories that would hold it).
+
+    The same for each entry of the home and for ``/etc/ringfence/policy.toml``: a
+    symbolic link resolving inside a root (``policy.toml`` linked into a dotfiles
+    checkout the agent works in), and a file with a second name (a hard link) or a mount
+    over it on a root's file system, which a tool could rewrite through that name.
     """
     home = ringfence_home()
-    real = Path(os.path.realpath(home))
     by_identity: dict[tuple[int, int], Path] = {}
+    devices: set[int] = set()
     for root in roots:
         st = os.stat(root)
         by_identity[(st.st_dev, st.st_ino)] = root
-    for where in (real, *real.parents):
+        devices.add(st.st_dev)
+
+    def root_above(path: Path) -> Path | None:
+        real = Path(os.path.realpath(path))
+        for where in (real, *real.parents):
+            try:
+                st = os.stat(where)
+            except OSError:
+                continue  # not made yet: its parents decide
+            root = by_identity.get((st.st_dev, st.st_ino))
+            if root is not None:
+                return root
+        return None
+
+    root = root_above(home)
+    if root is not None:
+        raise InvalidArguments(
+            f"ringfence's home {home} (RINGFENCE_HOME, default ~/.ringfence) is inside the "
+            f"workspace root {root}: the session's tools could read and write its policy, "
+            "MCP manifest, plan key, checkpoints and tokens; set RINGFENCE_HOME to a "
+            "directory outside every workspace root, or choose another root",
+            field="RINGFENCE_HOME",
+            home=str(home),
+            root=str(root),
+        )
+    try:
+        with os.scandir(home) as entries:
+            held = [Path(entry.path) for entry in entries]
+    except OSError:
+        held = []  # no home yet (or unreadable: nothing of it is read either)
+    mounts = _mount_points()
+    for path in (*sorted(held), Path("/etc/ringfence/policy.toml")):
         try:
-            st = os.stat(where)
+            st = os.lstat(path)
         except OSError:
-            continue  # not made yet: its parents decide
-        root = by_identity.get((st.st_dev, st.st_ino))
-        if root is not None:
+            continue
+        root = root_above(path) if os.path.islink(path) else None
+        why = f"resolves inside the workspace root {root}" if root is not None else ""
+        if not why and st.st_dev in devices and str(path) in mounts:
+            why = "is a mount on a workspace root's file system"
+        elif not why and os.path.isfile(path) and st.st_nlink > 1 and st.st_dev in devices:
+            why = f"has {st.st_nlink - 1} other name(s) (hard links) on a workspace root's file system"
+        if why:
             raise InvalidArguments(
-                f"ringfence's home {home} (RINGFENCE_HOME, default ~/.ringfence) is inside the "
-                f"workspace root {root}: the session's tools could read and write its policy, "
-                "MCP manifest, plan key, checkpoints and tokens; set RINGFENCE_HOME to a "
-                "directory outside every workspace root, or choose another root",
+                f"{path}, which governs ringfence's sessions, {why}: the session's tools "
+                "could rewrite it (an allow-everything policy for the next session, a readable "
+                "key); make it a plain file outside every workspace root, or choose another "
+                "root",
                 field="RINGFENCE_HOME",
                 home=str(home),
-                root=str(root),
+                path=str(path),
             )
+
+
+def _mount_points() -> set[str]:
+    """The mount points of this process's namespace (``/proc/self/mountinfo``)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    points = set()
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4:
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return points
 
 
 async def _claim_spool(kernel: Kernel) -> None:

@@ -293,6 +293,58 @@ def test_a_home_inside_a_root_is_refused_and_the_next_session_still_asks(
 
 
 @needs_bwrap
+def test_a_user_policy_linked_into_a_root_is_refused_and_the_next_session_keeps_its_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """$RINGFENCE_HOME is outside every root, but its policy.toml is a symbolic link into a
+    dotfiles checkout the agent works in (or a hard link to a file there): the agent rewrote
+    it (`allow = ["*"]`) and the next session, in another root, ran `touch` that the user's
+    rule denies without asking. Refused before anything opens; the file is unchanged; the
+    next session still denies. The control: a link to a file outside the roots is used."""
+    home, dots, other, outside = (tmp_path / n for n in ("home", "dots", "other", "outside"))
+    for d in (home, dots, other, outside):
+        d.mkdir()
+    rules = 'deny = ["run_shell(touch *)"]\n'
+    (dots / "ringfence.toml").write_text(rules)
+    (home / "policy.toml").symlink_to(dots / "ringfence.toml")
+    monkeypatch.setenv("RINGFENCE_HOME", str(home))
+    attack = json.dumps({"path": "ringfence.toml", "content": 'allow = ["*"]\n'})
+
+    def write_policy(root: Path) -> tuple[int, str]:
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(root),
+                     "--posture", "allow-reversible", "--approve", "no"])  # fmt: skip
+        return code, capsys.readouterr().err
+
+    def next_session() -> tuple[int, str]:
+        marker = other / "ran"
+        code = main(["call", "run_shell", "--args", json.dumps({"command": f"touch {marker}"}),
+                     "--workspace", str(other), "--posture", "ask", "--approve", "no"])  # fmt: skip
+        assert not marker.exists()
+        return code, capsys.readouterr().err
+
+    code, err = write_policy(dots)
+    assert code == 2 and err.startswith("ringfence: invalid_arguments: "), err
+    assert f"{home / 'policy.toml'}, which governs" in err and str(dots) in err, err
+    assert (dots / "ringfence.toml").read_text() == rules
+    code, err = next_session()
+    assert code == 3 and "is denied by the rule 'run_shell(touch *)'" in err, err
+    # A hard link to the file in the checkout: the same file by another name.
+    (home / "policy.toml").unlink()
+    os.link(dots / "ringfence.toml", home / "policy.toml")
+    code, err = write_policy(dots)
+    assert code == 2 and "hard links" in err, err
+    assert (dots / "ringfence.toml").read_text() == rules
+    # The control: a link to a file outside every root is the user's policy as before.
+    (home / "policy.toml").unlink()
+    (outside / "ringfence.toml").write_text(rules)
+    (home / "policy.toml").symlink_to(outside / "ringfence.toml")
+    code, err = write_policy(dots)
+    assert code == 0 and (dots / "ringfence.toml").read_text() == 'allow = ["*"]\n', err
+    code, err = next_session()
+    assert code == 3 and "is denied by the rule 'run_shell(touch *)'" in err, err
+
+
+@needs_bwrap
 def test_a_home_outside_the_roots_is_hidden_from_run_shell(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
