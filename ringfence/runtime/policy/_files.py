@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -101,12 +102,45 @@ def _fail(path: Path, line: int | None, key: str, message: str) -> PolicyFileErr
 def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
     """Read one policy file whole, or raise PolicyFileError naming file, line and key."""
     path = Path(path)
+    # Opened without waiting and read only when it is a regular file: the project's file is
+    # the workspace's, and a FIFO an agent left there (a --no-change-sets command's
+    # `mkfifo .ringfence/policy.toml`) made every later session's start wait forever.
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
+        fd = os.open(path, flags)
     except OSError as exc:
         raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
-    return parse_policy_file(path, raw, layer)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _fail(path, None, "file", f"is not a regular file ({_kind(mode)})")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    return parse_policy_file(path, b"".join(chunks), layer)
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, for a refusal's message."""
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
