@@ -409,7 +409,8 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
                 return root
         return None
 
-    root = root_above(home)
+    mounts = _Mounts()
+    root = root_above(home) or mounts.root_holding(home, roots)
     if root is not None:
         raise InvalidArguments(
             f"ringfence's home {home} (RINGFENCE_HOME, default ~/.ringfence) is inside the "
@@ -425,17 +426,14 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
             held = [Path(entry.path) for entry in entries]
     except OSError:
         held = []  # no home yet (or unreadable: nothing of it is read either)
-    mounts = _mount_points()
     for path in (*sorted(held), Path("/etc/ringfence/policy.toml")):
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        root = root_above(path) if os.path.islink(path) else None
+        root = root_above(path) if os.path.islink(path) else mounts.root_holding(path, roots)
         why = f"resolves inside the workspace root {root}" if root is not None else ""
-        if not why and st.st_dev in devices and str(path) in mounts:
-            why = "is a mount on a workspace root's file system"
-        elif not why and os.path.isfile(path) and st.st_nlink > 1 and st.st_dev in devices:
+        if not why and os.path.isfile(path) and st.st_nlink > 1 and st.st_dev in devices:
             why = f"has {st.st_nlink - 1} other name(s) (hard links) on a workspace root's file system"
         if why:
             raise InvalidArguments(
@@ -449,19 +447,56 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
             )
 
 
-def _mount_points() -> set[str]:
-    """The mount points of this process's namespace (``/proc/self/mountinfo``)."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return set()
-    points = set()
-    for line in lines:
-        fields = line.split(" ")
-        if len(fields) > 4:
-            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
-    return points
+class _Mounts:
+    """This process's mounts (``/proc/self/mountinfo``): where a path lies *within its file
+    system*, so that a bind mount of a directory or file inside a root (the home mounted
+    from ``<root>/.rf``) is known for what it is, whatever path spells it."""
+
+    def __init__(self) -> None:
+        self.table: list[tuple[str, str, str]] = []  # (mount point, its root, major:minor)
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return
+        for line in lines:
+            fields = line.split(" ")
+            if len(fields) > 4:
+                self.table.append((_unescape(fields[4]), _unescape(fields[3]), fields[2]))
+
+    def where(self, path: str | Path) -> tuple[str, str] | None:
+        """(major:minor, the path within that file system) of ``path``'s real path; the
+        last mount listed over it wins (it hides those below)."""
+        real = os.path.realpath(path)
+        best: tuple[str, str, str] | None = None
+        for point, root, device in self.table:
+            inside = real == point or real.startswith(point.rstrip("/") + "/")
+            if inside and (best is None or len(point) >= len(best[0])):
+                best = (point, root, device)
+        if best is None:
+            return None
+        point, root, device = best
+        rest = real[len(point.rstrip("/")) :] if point != "/" else real
+        return device, (root.rstrip("/") + rest) or "/"
+
+    def root_holding(self, path: str | Path, roots: Sequence[Path]) -> Path | None:
+        """The root whose file system holds ``path`` at or below the root's own place."""
+        here = self.where(path)
+        if here is None:
+            return None
+        for root in roots:
+            there = self.where(root)
+            if there is None or there[0] != here[0]:
+                continue
+            top = there[1].rstrip("/")
+            if here[1] == there[1] or here[1].startswith(top + "/"):
+                return root
+        return None
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field: octal escapes (``\\040`` a space) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 async def _claim_spool(kernel: Kernel) -> None:
