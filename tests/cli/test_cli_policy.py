@@ -362,3 +362,27 @@ def test_a_fifo_left_as_the_project_policy_refuses_the_next_session_at_once(
         assert done.stderr.startswith(f"ringfence: invalid_arguments: {fifo}: file: "), done
         assert "is not a regular file (a FIFO)" in done.stderr, done
         assert not (ws / "ran").exists()
+
+
+def test_a_session_policy_file_inside_a_root_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--policy ws/ringfence.toml`: a session-layer file may allow anything and trust
+    projects, and inside the root the agent rewrote it (`allow = ["*"]`) for the next
+    session started the same way. Refused before anything opens (also through a link to
+    the root); the file is unchanged; one outside every root is used as before."""
+    rules = 'deny = ["run_shell(touch *)"]\n'
+    inside = _write(ws / "ringfence.toml", rules)
+    (tmp_path / "alias").symlink_to(ws)
+    attack = json.dumps({"path": "ringfence.toml", "content": 'allow = ["*"]\n'})
+    for spelled in (inside, tmp_path / "alias" / "ringfence.toml"):
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(ws),
+                     "--posture", "allow-reversible", "--approve", "no", "--policy",
+                     str(spelled), "--json"])  # fmt: skip
+        err = json.loads(capsys.readouterr().out)["error"]
+        assert code == 2 and err["code"] == "invalid_arguments", err
+        assert err["message"].startswith(f"{spelled}: file: lies inside the workspace root")
+        assert inside.read_text() == rules
+    outside = _write(tmp_path / "session.toml", rules)
+    assert _call(ws, "touch ran", "--policy", str(outside), "--posture", "unrestricted") == 3
+    assert not (ws / "ran").exists()

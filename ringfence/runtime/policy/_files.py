@@ -375,8 +375,10 @@ def load_policy(
     if managed_path.exists() or managed_path != MANAGED_DEFAULT:
         # A managed file someone named (managed=, the CLI's RINGFENCE_MANAGED_POLICY) must be there:
         # a missing one refuses the session rather than silently dropping the layer.
+        _refuse_inside_roots(managed_path, roots)
         files.append(load_policy_file(managed_path, "managed"))
     for extra in policy_files:
+        _refuse_inside_roots(Path(extra), roots)
         files.append(load_policy_file(extra, "session"))
     session_rules = tuple(rules)
     if user_path.exists():
@@ -434,6 +436,38 @@ def load_policy(
                 m = replace(m, inactive=why or _LOCKED)
             mcp.append(m)
     return PolicyLayers(Policy(tuple(merged), tuple(str(r) for r in roots)), McpPolicy(tuple(mcp)))
+
+
+def _refuse_inside_roots(path: Path, roots: Sequence[str | os.PathLike[str]]) -> None:
+    """Raise PolicyFileError when the managed or a ``--policy`` file lies inside a workspace
+    root (itself or a directory above its real path is a root, by device and inode): the
+    session's tools could rewrite it, and the next session started with it would obey an
+    agent's ``allow = ["*"]`` or ``[trust]``. A repository's own rules belong in its
+    ``.ringfence/policy.toml``, which may only tighten unless the user trusts it."""
+    identities: dict[tuple[int, int], str] = {}
+    for root in roots:
+        try:
+            st = os.stat(root)
+        except OSError:
+            continue
+        identities[(st.st_dev, st.st_ino)] = str(root)
+    real = Path(os.path.realpath(path))
+    for where in (real, *real.parents):
+        try:
+            st = os.stat(where)
+        except OSError:
+            continue
+        root = identities.get((st.st_dev, st.st_ino))
+        if root is not None:
+            raise _fail(
+                path,
+                None,
+                "file",
+                f"lies inside the workspace root {root}, where the session's tools could "
+                "rewrite it for the next session; keep it outside every root, or put the "
+                "repository's rules in its .ringfence/policy.toml (deny and ask; allow only "
+                "once the user trusts it)",
+            )
 
 
 def _lock(rules: Iterable[Rule], lock: bool) -> list[Rule]:
