@@ -102,17 +102,20 @@ def _fail(path: Path, line: int | None, key: str, message: str) -> PolicyFileErr
 def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
     """Read one policy file whole, or raise PolicyFileError naming file, line and key."""
     path = Path(path)
-    # Opened without waiting and read only when it is a regular file: the project's file is
-    # the workspace's, and a FIFO an agent left there (a --no-change-sets command's
-    # `mkfifo .ringfence/policy.toml`) made every later session's start wait forever.
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    # A file at a fixed place (the project's, the user's, the managed one) is opened without
+    # waiting and read only when it is a regular file: the project's file is the
+    # workspace's, and a FIFO an agent left there (a --no-change-sets command's `mkfifo
+    # .ringfence/policy.toml`) made every later session's start wait forever. A file named
+    # on the command line (`--policy <(…)`) is read as the person gave it.
+    fixed = layer != "session"
+    flags = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC | (os.O_NONBLOCK if fixed else 0)
     try:
         fd = os.open(path, flags)
     except OSError as exc:
         raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode) or (fixed and not stat.S_ISREG(mode)):
             raise _fail(path, None, "file", f"is not a regular file ({_kind(mode)})")
         chunks: list[bytes] = []
         size = 0
