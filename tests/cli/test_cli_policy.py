@@ -386,3 +386,18 @@ def test_a_session_policy_file_inside_a_root_is_refused(
     outside = _write(tmp_path / "session.toml", rules)
     assert _call(ws, "touch ran", "--policy", str(outside), "--posture", "unrestricted") == 3
     assert not (ws / "ran").exists()
+
+
+def test_a_fifo_left_as_the_workspace_mcp_manifest_is_refused_at_once(
+    ws: Path, ringfence_home: Path
+) -> None:
+    """The same FIFO as `.ringfence/mcp.toml`: `mcp list --workspace` (and every session
+    reading the manifests) waited forever for a writer. Now refused at once, naming it."""
+    first = _call(ws, "mkfifo .ringfence/mcp.toml", "--no-change-sets",
+                  "--posture", "unrestricted")  # fmt: skip
+    assert first == 0 and (ws / ".ringfence" / "mcp.toml").is_fifo()
+    env = {**os.environ, "RINGFENCE_HOME": str(ringfence_home)}
+    argv = [sys.executable, "-m", "ringfence", "mcp", "list", "--workspace", str(ws)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert f"{ws / '.ringfence' / 'mcp.toml'}: cannot be read: not a regular file" in done.stderr
