@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -370,7 +371,8 @@ def spellings_of(workspace: Workspace, given: Sequence[Path]) -> list[str]:
 
 
 def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
-    """Raise InvalidArguments when ``$RINGFENCE_HOME`` lies inside (or is) a workspace root.
+    """Raise InvalidArguments when ``$RINGFENCE_HOME`` lies inside (or is) a workspace root,
+    or when a file it holds (or the managed policy) can be written from inside one.
 
     The home holds what governs a session and proves its records: the user
     policy, the MCP manifest, the plan and token keys, the checkpoint store.
@@ -381,29 +383,120 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
     symlink or a bind mount spelling the same directory otherwise is caught.
     Nothing is created (a home that does not exist yet is judged by the
     directories that would hold it).
+
+    The same for each entry of the home and for ``/etc/ringfence/policy.toml``: a
+    symbolic link resolving inside a root (``policy.toml`` linked into a dotfiles
+    checkout the agent works in), and a file with a second name (a hard link) or a mount
+    over it on a root's file system, which a tool could rewrite through that name.
     """
     home = ringfence_home()
-    real = Path(os.path.realpath(home))
     by_identity: dict[tuple[int, int], Path] = {}
+    devices: set[int] = set()
     for root in roots:
         st = os.stat(root)
         by_identity[(st.st_dev, st.st_ino)] = root
-    for where in (real, *real.parents):
+        devices.add(st.st_dev)
+
+    def root_above(path: Path) -> Path | None:
+        real = Path(os.path.realpath(path))
+        for where in (real, *real.parents):
+            try:
+                st = os.stat(where)
+            except OSError:
+                continue  # not made yet: its parents decide
+            root = by_identity.get((st.st_dev, st.st_ino))
+            if root is not None:
+                return root
+        return None
+
+    mounts = _Mounts()
+    root = root_above(home) or mounts.root_holding(home, roots)
+    if root is not None:
+        raise InvalidArguments(
+            f"ringfence's home {home} (RINGFENCE_HOME, default ~/.ringfence) is inside the "
+            f"workspace root {root}: the session's tools could read and write its policy, "
+            "MCP manifest, plan key, checkpoints and tokens; set RINGFENCE_HOME to a "
+            "directory outside every workspace root, or choose another root",
+            field="RINGFENCE_HOME",
+            home=str(home),
+            root=str(root),
+        )
+    try:
+        with os.scandir(home) as entries:
+            held = [Path(entry.path) for entry in entries]
+    except OSError:
+        held = []  # no home yet (or unreadable: nothing of it is read either)
+    for path in (*sorted(held), Path("/etc/ringfence/policy.toml")):
         try:
-            st = os.stat(where)
+            st = os.lstat(path)
         except OSError:
-            continue  # not made yet: its parents decide
-        root = by_identity.get((st.st_dev, st.st_ino))
-        if root is not None:
+            continue
+        root = root_above(path) if os.path.islink(path) else mounts.root_holding(path, roots)
+        why = f"resolves inside the workspace root {root}" if root is not None else ""
+        if not why and os.path.isfile(path) and st.st_nlink > 1 and st.st_dev in devices:
+            why = f"has {st.st_nlink - 1} other name(s) (hard links) on a workspace root's file system"
+        if why:
             raise InvalidArguments(
-                f"ringfence's home {home} (RINGFENCE_HOME, default ~/.ringfence) is inside the "
-                f"workspace root {root}: the session's tools could read and write its policy, "
-                "MCP manifest, plan key, checkpoints and tokens; set RINGFENCE_HOME to a "
-                "directory outside every workspace root, or choose another root",
+                f"{path}, which governs ringfence's sessions, {why}: the session's tools "
+                "could rewrite it (an allow-everything policy for the next session, a readable "
+                "key); make it a plain file outside every workspace root, or choose another "
+                "root",
                 field="RINGFENCE_HOME",
                 home=str(home),
-                root=str(root),
+                path=str(path),
             )
+
+
+class _Mounts:
+    """This process's mounts (``/proc/self/mountinfo``): where a path lies *within its file
+    system*, so that a bind mount of a directory or file inside a root (the home mounted
+    from ``<root>/.rf``) is known for what it is, whatever path spells it."""
+
+    def __init__(self) -> None:
+        self.table: list[tuple[str, str, str]] = []  # (mount point, its root, major:minor)
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return
+        for line in lines:
+            fields = line.split(" ")
+            if len(fields) > 4:
+                self.table.append((_unescape(fields[4]), _unescape(fields[3]), fields[2]))
+
+    def where(self, path: str | Path) -> tuple[str, str] | None:
+        """(major:minor, the path within that file system) of ``path``'s real path; the
+        last mount listed over it wins (it hides those below)."""
+        real = os.path.realpath(path)
+        best: tuple[str, str, str] | None = None
+        for point, root, device in self.table:
+            inside = real == point or real.startswith(point.rstrip("/") + "/")
+            if inside and (best is None or len(point) >= len(best[0])):
+                best = (point, root, device)
+        if best is None:
+            return None
+        point, root, device = best
+        rest = real[len(point.rstrip("/")) :] if point != "/" else real
+        return device, (root.rstrip("/") + rest) or "/"
+
+    def root_holding(self, path: str | Path, roots: Sequence[Path]) -> Path | None:
+        """The root whose file system holds ``path`` at or below the root's own place."""
+        here = self.where(path)
+        if here is None:
+            return None
+        for root in roots:
+            there = self.where(root)
+            if there is None or there[0] != here[0]:
+                continue
+            top = there[1].rstrip("/")
+            if here[1] == there[1] or here[1].startswith(top + "/"):
+                return root
+        return None
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field: octal escapes (``\\040`` a space) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 async def _claim_spool(kernel: Kernel) -> None:

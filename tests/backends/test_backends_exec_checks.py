@@ -829,3 +829,137 @@ async def test_a_git_command_run_by_git_itself_is_not_taken_for_an_alias(
     )
     (result,) = await run_lines(workspace, [line], deny=(GIT_PUSH,))
     assert result["stdout"] == "fetched\n" and not denied_rules(result), result
+
+
+# A thread of its own descriptor table: clone(CLONE_VM | CLONE_SIGHAND | CLONE_THREAD, stack)
+# without CLONE_FILES (unshare is denied; clone without a namespace flag is not). The new
+# thread makes its fd 5 a copy of fd 6 (/usr/bin/true) in its own table and execs
+# /proc/self/fd/5: procfs's `self` is the thread *group*, so the kernel runs the group
+# leader's fd 5. The bytes (x86-64), from:
+#   mov r9, rsi; mov rsi, rdi; mov edi, 0x10900; xor edx, edx; xor r10d, r10d; xor r8d, r8d
+#   mov eax, 56; syscall (clone); test rax, rax; jnz parent
+#   mov eax, 33; mov edi, 6; mov esi, 5; syscall (dup2)
+#   mov rdi, [r9]; mov rsi, [r9+8]; xor edx, edx; mov eax, 59; syscall (execve)
+#   mov eax, 60; mov edi, 127; syscall (exit); parent: ret
+THREAD_EXEC = """
+import ctypes, mmap, os, sys, time
+code = bytes.fromhex(
+    "4989f14889febf0009010031d24531d24531c0b8380000000f054885c0752db821000000bf06000000"
+    "be050000000f05498b39498b710831d2b83b0000000f05b83c000000bf7f0000000f05c3"
+)
+buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+buf.write(code)
+stub = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)(
+    ctypes.addressof(ctypes.c_char.from_buffer(buf))
+)
+stack = ctypes.create_string_buffer(1 << 16)
+top = (ctypes.addressof(stack) + (1 << 16) - 64) & ~15
+os.dup2(os.open(sys.argv[1], os.O_RDONLY), 5)  # the leader's fd 5
+os.dup2(os.open("/usr/bin/true", os.O_RDONLY), 6)  # the thread's fd 5, once copied
+path = ctypes.create_string_buffer(b"/proc/self/fd/5")
+argv = (ctypes.c_char_p * 3)(b"x", sys.argv[2].encode(), None)
+block = (ctypes.c_void_p * 2)(ctypes.addressof(path), ctypes.addressof(argv))
+stub(top, ctypes.addressof(block))
+time.sleep(3)  # the thread's exec ends this process (its threads) when it succeeds
+print("refused", sys.argv[2])
+"""
+
+
+@NEEDS_STRACE
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the thread's code is x86-64")
+async def test_proc_self_in_a_thread_is_its_process_not_the_thread(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A thread with its own descriptor table execs ``/proc/self/fd/5``: the kernel runs the
+    thread group's fd 5 (a copy of touch), and the supervisor took ``self`` for the thread
+    and checked the thread's fd 5 (``/usr/bin/true``): the copy of touch ran past
+    ``run_shell(touch *)``. The control: the same with ``/bin/echo`` as the group's fd 5
+    runs echo. Oracles: the workspace and the kernel's exec record (strace)."""
+    (workspace / "thread_exec.py").write_text(THREAD_EXEC)
+    trace = tmp_path / "trace"
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=("run_shell(touch *)",)),
+        posture=Posture.ALLOW_REVERSIBLE, approver=approve_all(),
+    ) as k:  # fmt: skip
+        copied = await k.call("run_shell", {"command": "cp /usr/bin/touch ./t"})
+        assert copied["exit_code"] == 0, copied
+        tracer = start_strace(supervisor_pid(), trace)
+        try:
+            result = await k.call(
+                "run_shell",
+                {"command": "python3 thread_exec.py ./t hit; python3 thread_exec.py /bin/echo ok"},
+            )
+        finally:
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(10)
+            if tracer.stderr is not None:
+                tracer.stderr.close()
+    assert not (workspace / "hit").exists(), result
+    assert result["stdout"].splitlines() == ["refused hit", "ok"], result
+    assert denied_rules(result) == ["deny:run_shell(touch *)"], result
+    assert result["exec_denied"]["denials"][0]["program"] == str(workspace / "t"), result
+    # The kernel's record: the exec of the group's copy of touch failed (an exec that
+    # succeeds from a thread is recorded unfinished, superseded in the leader's pid).
+    ran = [(argv, rc) for path, argv, rc in traced_execs(trace) if path == "/proc/self/fd/5"]
+    assert ran == [(["x", "hit"], -1)], ran
+
+
+# An ELF whose PT_INTERP is its last program header of COUNT (the kernel reads up to 64 KiB
+# of them, 1,170), the rest PT_NULL but one PT_LOAD of the file and a copy of the
+# interpreter's PT_TLS (static glibc finds its TLS through AT_PHDR, the main program's).
+MANY_HEADERS = """
+import os, struct, sys
+out, interp, tls_from, count = sys.argv[1], sys.argv[2].encode(), sys.argv[3], int(sys.argv[4])
+data = open(tls_from, "rb").read()
+(phoff,), (phnum,) = struct.unpack_from("<Q", data, 32), struct.unpack_from("<H", data, 56)
+tls = [data[phoff + 56 * i : phoff + 56 * i + 56] for i in range(phnum)]
+tls = [h for h in tls if struct.unpack_from("<I", h)[0] == 7]
+base, at = 0x800000000, 64 + 56 * count
+size = at + len(interp) + 1
+head = b"\\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
+head += struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, base + at, 64, 0, 0, 64, 56, count, 0, 0, 0)
+headers = [struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000), *tls]
+headers += [bytes(56)] * (count - 1 - len(headers))
+headers.append(struct.pack("<IIQQQQQQ", 3, 4, at, base + at, base + at, size - at, size - at, 1))
+with open(out, "wb") as f:
+    f.write(head + b"".join(headers) + interp + b"\\0")
+os.chmod(out, 0o755)
+os.execv(out, ["sh", "-c", sys.argv[5]])
+"""
+
+
+def _static_busybox() -> str | None:
+    from ringfence.backends.confined._execcheck import _elf_interpreter
+
+    found = shutil.which("busybox")
+    return found if found and _elf_interpreter(found) is None else None
+
+
+@pytest.mark.skipif(_static_busybox() is None, reason="no statically linked busybox")
+async def test_an_elf_interpreter_past_the_256th_program_header_is_checked(
+    workspace: Path,
+) -> None:
+    """A program whose PT_INTERP is its 300th (or 1,170th) program header names a copy of
+    busybox: the kernel maps busybox and starts it with the program's argv, `sh -c 'touch
+    hit'`. The supervisor read 256 headers, took the program for a static one and let it
+    go: touch ran past `run_shell(touch *)`. The control: the same program under a rule
+    busybox holds no applet for runs its shell (`echo ran`)."""
+    busybox = _static_busybox()
+    assert busybox is not None
+    (workspace / "many.py").write_text(MANY_HEADERS)
+    ws = str(workspace)
+    lines = [
+        f"cp {busybox} ./bb && python3 many.py ./x {ws}/bb {busybox} 300 'touch hit-300'",
+        f"python3 many.py ./y {ws}/bb {busybox} 1170 'touch hit-1170'",
+    ]
+    results = await run_lines(workspace, lines)
+    assert not list(workspace.glob("hit-*")), results
+    for result in results:
+        assert denied_rules(result) == ["deny:run_shell(touch *)"], result
+        assert result["exec_denied"]["denials"][0]["program"] == f"{ws}/bb", result
+    (control,) = await run_lines(
+        workspace,
+        [f"python3 many.py ./z {ws}/bb {busybox} 300 'echo ran'"],
+        deny=("run_shell(perl *)",),
+    )
+    assert control["stdout"] == "ran\n" and "exec_denied" not in control, control

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -290,6 +291,124 @@ def test_a_home_inside_a_root_is_refused_and_the_next_session_still_asks(
                  "--workspace", str(home), "--json"])  # fmt: skip
     body = json.loads(capsys.readouterr().out)  # reading is refused too
     assert code == 2 and body["error"]["field"] == "RINGFENCE_HOME", body
+
+
+@needs_bwrap
+def test_a_user_policy_linked_into_a_root_is_refused_and_the_next_session_keeps_its_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """$RINGFENCE_HOME is outside every root, but its policy.toml is a symbolic link into a
+    dotfiles checkout the agent works in (or a hard link to a file there): the agent rewrote
+    it (`allow = ["*"]`) and the next session, in another root, ran `touch` that the user's
+    rule denies without asking. Refused before anything opens; the file is unchanged; the
+    next session still denies. The control: a link to a file outside the roots is used."""
+    home, dots, other, outside = (tmp_path / n for n in ("home", "dots", "other", "outside"))
+    for d in (home, dots, other, outside):
+        d.mkdir()
+    rules = 'deny = ["run_shell(touch *)"]\n'
+    (dots / "ringfence.toml").write_text(rules)
+    (home / "policy.toml").symlink_to(dots / "ringfence.toml")
+    monkeypatch.setenv("RINGFENCE_HOME", str(home))
+    attack = json.dumps({"path": "ringfence.toml", "content": 'allow = ["*"]\n'})
+
+    def write_policy(root: Path) -> tuple[int, str]:
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(root),
+                     "--posture", "allow-reversible", "--approve", "no"])  # fmt: skip
+        return code, capsys.readouterr().err
+
+    def next_session() -> tuple[int, str]:
+        marker = other / "ran"
+        code = main(["call", "run_shell", "--args", json.dumps({"command": f"touch {marker}"}),
+                     "--workspace", str(other), "--posture", "ask", "--approve", "no"])  # fmt: skip
+        assert not marker.exists()
+        return code, capsys.readouterr().err
+
+    code, err = write_policy(dots)
+    assert code == 2 and err.startswith("ringfence: invalid_arguments: "), err
+    assert f"{home / 'policy.toml'}, which governs" in err and str(dots) in err, err
+    assert (dots / "ringfence.toml").read_text() == rules
+    code, err = next_session()
+    assert code == 3 and "is denied by the rule 'run_shell(touch *)'" in err, err
+    # A hard link to the file in the checkout: the same file by another name.
+    (home / "policy.toml").unlink()
+    os.link(dots / "ringfence.toml", home / "policy.toml")
+    code, err = write_policy(dots)
+    assert code == 2 and "hard links" in err, err
+    assert (dots / "ringfence.toml").read_text() == rules
+    # The control: a link to a file outside every root is the user's policy as before.
+    (home / "policy.toml").unlink()
+    (outside / "ringfence.toml").write_text(rules)
+    (home / "policy.toml").symlink_to(outside / "ringfence.toml")
+    code, err = write_policy(dots)
+    assert code == 0 and (dots / "ringfence.toml").read_text() == 'allow = ["*"]\n', err
+    code, err = next_session()
+    assert code == 3 and "is denied by the rule 'run_shell(touch *)'" in err, err
+
+
+def _can_bind_mount(tmp_path: Path) -> bool:
+    (tmp_path / "probe-a").mkdir()
+    (tmp_path / "probe-b").mkdir()
+    done = subprocess.run(["mount", "--bind", tmp_path / "probe-a", tmp_path / "probe-b"],
+                          capture_output=True, check=False)  # fmt: skip
+    if done.returncode == 0:
+        subprocess.run(["umount", tmp_path / "probe-b"], check=True)
+    return done.returncode == 0
+
+
+@needs_bwrap
+def test_a_home_bind_mounted_from_inside_a_root_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """$RINGFENCE_HOME is a bind mount of `<root>/.rf` (or its policy.toml one of a file in
+    the root): no directory from the home up to `/` is the root, so the home was taken for
+    outside it, and the agent's `write_file .rf/policy.toml` (`allow = ["*"]`) became the
+    user policy the next session obeyed. Refused by where the home lies in its file system;
+    the control: a bind mount of a directory outside every root is used."""
+    if os.geteuid() != 0 or not _can_bind_mount(tmp_path):
+        pytest.skip("bind mounts need root here")
+    ws, home, outside = tmp_path / "ws", tmp_path / "home", tmp_path / "outside"
+    for d in (ws / ".rf", home, outside):
+        d.mkdir(parents=True)
+    (ws / ".rf" / "policy.toml").write_text('deny = ["run_shell(touch *)"]\n')
+    (outside / "policy.toml").write_text('deny = ["run_shell(touch *)"]\n')
+    monkeypatch.setenv("RINGFENCE_HOME", str(home))
+    attack = json.dumps({"path": ".rf/policy.toml", "content": 'allow = ["*"]\n'})
+    mounted: list[Path] = []
+
+    def bind(source: Path, target: Path) -> None:
+        subprocess.run(["mount", "--bind", source, target], check=True)
+        mounted.append(target)
+
+    try:
+        bind(ws / ".rf", home)
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(ws),
+                     "--posture", "allow-reversible", "--approve", "no"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and f"is inside the workspace root {ws}" in err, err
+        assert (ws / ".rf" / "policy.toml").read_text() == 'deny = ["run_shell(touch *)"]\n'
+        subprocess.run(["umount", mounted.pop()], check=True)
+        # The same with the policy file alone mounted from the root.
+        (home / "policy.toml").write_text("")
+        bind(ws / ".rf" / "policy.toml", home / "policy.toml")
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(ws),
+                     "--posture", "allow-reversible", "--approve", "no"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and f"resolves inside the workspace root {ws}" in err, err
+        assert (ws / ".rf" / "policy.toml").read_text() == 'deny = ["run_shell(touch *)"]\n'
+        subprocess.run(["umount", mounted.pop()], check=True)
+        (home / "policy.toml").unlink()
+        # The control: the home mounted from outside every root works as before.
+        bind(outside, home)
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(ws),
+                     "--posture", "allow-reversible", "--approve", "no"])  # fmt: skip
+        assert code == 0, capsys.readouterr().err
+        marker = ws / "ran"
+        code = main(["call", "run_shell", "--args", json.dumps({"command": f"touch {marker}"}),
+                     "--workspace", str(ws), "--posture", "ask", "--approve", "no"])  # fmt: skip
+        assert code == 3 and not marker.exists(), capsys.readouterr().err
+    finally:
+        for target in reversed(mounted):
+            subprocess.run(["umount", target], check=False)
 
 
 @needs_bwrap

@@ -7,7 +7,9 @@ set-up as the ``ringfence`` command), with the real local backend.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -332,3 +334,70 @@ def test_a_project_policy_cannot_pose_as_other_lines_of_policy_show_or_explain(
     assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
     rules = json.loads(capsys.readouterr().out)["result"]["rules"]
     assert rules[0]["rule"] == f"read_file(path=x{fake})"
+
+
+def test_a_fifo_left_as_the_project_policy_refuses_the_next_session_at_once(
+    ws: Path, no_managed_file: Path, ringfence_home: Path
+) -> None:
+    """A command run without change sets (posture unrestricted) leaves a FIFO as
+    `.ringfence/policy.toml`: every later session's start opened it and waited for a
+    writer forever. Now the session is refused at once, naming the file, and nothing runs.
+    The same for the user's file."""
+    first = _call(ws, "mkfifo .ringfence/policy.toml", "--no-change-sets",
+                  "--posture", "unrestricted")  # fmt: skip
+    assert first == 0 and (ws / ".ringfence" / "policy.toml").is_fifo()
+    os.mkfifo(ringfence_home / "policy.toml")
+    for home, project in ((ringfence_home / "elsewhere", True), (ringfence_home, False)):
+        home.mkdir(exist_ok=True)
+        env = {**os.environ, "RINGFENCE_HOME": str(home),
+               "RINGFENCE_MANAGED_POLICY": str(no_managed_file)}  # fmt: skip
+        args = json.dumps({"command": "touch ran"})
+        argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args", args,
+                "--workspace", str(ws), "--posture", "unrestricted", "--approve", "no"]  # fmt: skip
+        if not project:
+            (ws / ".ringfence" / "policy.toml").unlink()
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        fifo = ws / ".ringfence" / "policy.toml" if project else home / "policy.toml"
+        assert done.returncode == 2, done
+        assert done.stderr.startswith(f"ringfence: invalid_arguments: {fifo}: file: "), done
+        assert "is not a regular file (a FIFO)" in done.stderr, done
+        assert not (ws / "ran").exists()
+
+
+def test_a_session_policy_file_inside_a_root_is_refused(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--policy ws/ringfence.toml`: a session-layer file may allow anything and trust
+    projects, and inside the root the agent rewrote it (`allow = ["*"]`) for the next
+    session started the same way. Refused before anything opens (also through a link to
+    the root); the file is unchanged; one outside every root is used as before."""
+    rules = 'deny = ["run_shell(touch *)"]\n'
+    inside = _write(ws / "ringfence.toml", rules)
+    (tmp_path / "alias").symlink_to(ws)
+    attack = json.dumps({"path": "ringfence.toml", "content": 'allow = ["*"]\n'})
+    for spelled in (inside, tmp_path / "alias" / "ringfence.toml"):
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(ws),
+                     "--posture", "allow-reversible", "--approve", "no", "--policy",
+                     str(spelled), "--json"])  # fmt: skip
+        err = json.loads(capsys.readouterr().out)["error"]
+        assert code == 2 and err["code"] == "invalid_arguments", err
+        assert err["message"].startswith(f"{spelled}: file: lies inside the workspace root")
+        assert inside.read_text() == rules
+    outside = _write(tmp_path / "session.toml", rules)
+    assert _call(ws, "touch ran", "--policy", str(outside), "--posture", "unrestricted") == 3
+    assert not (ws / "ran").exists()
+
+
+def test_a_fifo_left_as_the_workspace_mcp_manifest_is_refused_at_once(
+    ws: Path, ringfence_home: Path
+) -> None:
+    """The same FIFO as `.ringfence/mcp.toml`: `mcp list --workspace` (and every session
+    reading the manifests) waited forever for a writer. Now refused at once, naming it."""
+    first = _call(ws, "mkfifo .ringfence/mcp.toml", "--no-change-sets",
+                  "--posture", "unrestricted")  # fmt: skip
+    assert first == 0 and (ws / ".ringfence" / "mcp.toml").is_fifo()
+    env = {**os.environ, "RINGFENCE_HOME": str(ringfence_home)}
+    argv = [sys.executable, "-m", "ringfence", "mcp", "list", "--workspace", str(ws)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert f"{ws / '.ringfence' / 'mcp.toml'}: cannot be read: not a regular file" in done.stderr

@@ -105,6 +105,7 @@ _CHUNK = 256  # bytes of a string read at a time (to the end of its page at most
 _PATH_LIMIT = 4096
 _ARG_LIMIT = 128 << 10  # the kernel's MAX_ARG_STRLEN
 _HASH_LIMIT = 256 << 20  # files compared by content are at most this large
+_MAX_PHDRS_BYTES = 65536  # the kernel's bound on an ELF's program header table
 # The dynamic loader's own options (glibc's rtld): those that take a value, those that do not.
 _LOADER_VALUE_OPTIONS = frozenset(
     {
@@ -1322,7 +1323,11 @@ class Checker:
                         if pid is None:
                             raise Refused(errno.EACCES, Denial("exec check", "", _decode(path),
                                 [], "a path through /proc/self before the process exists"))  # fmt: skip
-                        cur = b"/proc/%d" % pid
+                        # The kernel's ``self`` is the thread group (the process), not
+                        # the thread: a thread cloned without CLONE_FILES or CLONE_FS has
+                        # descriptors and a directory of its own, and its ``/proc/self/fd/5``
+                        # is the group leader's fd 5. ``thread-self`` is the thread.
+                        cur = b"/proc/%d" % _thread_group(pid)
                         if part == b"thread-self":
                             cur += b"/task/%d" % pid
                         opaque = False
@@ -1569,11 +1574,16 @@ class Checker:
             return False
         (phoff,) = struct.unpack_from("<Q", head, 32)
         phentsize, phnum = struct.unpack_from("<HH", head, 54)
-        size = phentsize * min(phnum, 256)
+        size = phentsize * phnum
+        if phentsize != 56 or not 0 < size <= _MAX_PHDRS_BYTES:
+            return False  # the kernel refuses it (ENOEXEC, load_elf_phdrs): nothing runs
+        # The whole table, as the kernel reads it (up to 64 KiB: 1,170 headers); a
+        # PT_INTERP past the first 256 was not looked at, and a copy of busybox named there
+        # ran as the interpreter past `run_shell(touch *)`.
         table = (
             head[phoff : phoff + size] if phoff + size <= len(head) else os.pread(fd, size, phoff)
         )
-        for i in range(0, len(table) - 39, phentsize or 56):
+        for i in range(0, len(table) - 55, 56):
             if struct.unpack_from("<I", table, i)[0] != 3:  # PT_INTERP
                 continue
             (offset,) = struct.unpack_from("<Q", table, i + 8)
@@ -1620,6 +1630,16 @@ class Checker:
         raw = os.fsencode(program)
         base = None if raw.startswith(b"/") else cwd
         self._check(base, raw, program, new_argv, cwd, depth + 1)
+
+
+def _thread_group(tid: int) -> int:
+    """The thread group (process) id of the task ``tid``, what procfs's ``self`` names for
+    it (``Tgid`` of ``/proc/<tid>/status``). Raises OSError when it cannot be read."""
+    with open(f"/proc/{tid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"Tgid:"):
+                return int(line.split()[1])
+    raise OSError(errno.ESRCH, f"no Tgid in /proc/{tid}/status")
 
 
 def probe(listener: int, pid: int, expected: bytes) -> str:

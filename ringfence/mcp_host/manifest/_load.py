@@ -56,6 +56,7 @@ the names the rest of ``mcp_host`` and the CLI import from it.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -149,7 +150,7 @@ def load_manifest(
     """Load one manifest file; a missing file is an empty manifest."""
     p = Path(path) if path is not None else manifest_path()
     try:
-        text = p.read_text(encoding="utf-8")
+        text = _read_regular(p).decode("utf-8")
     except FileNotFoundError:
         return Manifest(paths=(p,))
     except UnicodeDecodeError:
@@ -159,6 +160,23 @@ def load_manifest(
             f"{p}: cannot be read: {exc.strerror}", field="toml", file=str(p)
         ) from None
     return parse_manifest(text, str(p), secret_names=secret_names)
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of ``path``, opened without waiting and read only when it is a regular file:
+    a workspace's ``.ringfence/mcp.toml`` is the agent's to write, and a FIFO left there (a
+    --no-change-sets command's ``mkfifo``) made ``mcp list`` and every session that reads
+    the manifests wait forever. Raises OSError (ENOENT when missing)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def load_manifests(

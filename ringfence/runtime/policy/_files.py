@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -101,12 +102,48 @@ def _fail(path: Path, line: int | None, key: str, message: str) -> PolicyFileErr
 def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
     """Read one policy file whole, or raise PolicyFileError naming file, line and key."""
     path = Path(path)
+    # A file at a fixed place (the project's, the user's, the managed one) is opened without
+    # waiting and read only when it is a regular file: the project's file is the
+    # workspace's, and a FIFO an agent left there (a --no-change-sets command's `mkfifo
+    # .ringfence/policy.toml`) made every later session's start wait forever. A file named
+    # on the command line (`--policy <(…)`) is read as the person gave it.
+    fixed = layer != "session"
+    flags = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC | (os.O_NONBLOCK if fixed else 0)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
+        fd = os.open(path, flags)
     except OSError as exc:
         raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
-    return parse_policy_file(path, raw, layer)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode) or (fixed and not stat.S_ISREG(mode)):
+            raise _fail(path, None, "file", f"is not a regular file ({_kind(mode)})")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    return parse_policy_file(path, b"".join(chunks), layer)
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, for a refusal's message."""
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
@@ -341,8 +378,10 @@ def load_policy(
     if managed_path.exists() or managed_path != MANAGED_DEFAULT:
         # A managed file someone named (managed=, the CLI's RINGFENCE_MANAGED_POLICY) must be there:
         # a missing one refuses the session rather than silently dropping the layer.
+        _refuse_inside_roots(managed_path, roots)
         files.append(load_policy_file(managed_path, "managed"))
     for extra in policy_files:
+        _refuse_inside_roots(Path(extra), roots)
         files.append(load_policy_file(extra, "session"))
     session_rules = tuple(rules)
     if user_path.exists():
@@ -400,6 +439,38 @@ def load_policy(
                 m = replace(m, inactive=why or _LOCKED)
             mcp.append(m)
     return PolicyLayers(Policy(tuple(merged), tuple(str(r) for r in roots)), McpPolicy(tuple(mcp)))
+
+
+def _refuse_inside_roots(path: Path, roots: Sequence[str | os.PathLike[str]]) -> None:
+    """Raise PolicyFileError when the managed or a ``--policy`` file lies inside a workspace
+    root (itself or a directory above its real path is a root, by device and inode): the
+    session's tools could rewrite it, and the next session started with it would obey an
+    agent's ``allow = ["*"]`` or ``[trust]``. A repository's own rules belong in its
+    ``.ringfence/policy.toml``, which may only tighten unless the user trusts it."""
+    identities: dict[tuple[int, int], str] = {}
+    for root in roots:
+        try:
+            st = os.stat(root)
+        except OSError:
+            continue
+        identities[(st.st_dev, st.st_ino)] = str(root)
+    real = Path(os.path.realpath(path))
+    for where in (real, *real.parents):
+        try:
+            st = os.stat(where)
+        except OSError:
+            continue
+        root = identities.get((st.st_dev, st.st_ino))
+        if root is not None:
+            raise _fail(
+                path,
+                None,
+                "file",
+                f"lies inside the workspace root {root}, where the session's tools could "
+                "rewrite it for the next session; keep it outside every root, or put the "
+                "repository's rules in its .ringfence/policy.toml (deny and ask; allow only "
+                "once the user trusts it)",
+            )
 
 
 def _lock(rules: Iterable[Rule], lock: bool) -> list[Rule]:
