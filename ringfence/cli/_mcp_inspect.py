@@ -23,7 +23,8 @@ def require_enabled(config: ServerConfig) -> ServerConfig:
 
     A workspace's ``.ringfence/mcp.toml`` is the repository's (a clone or an agent's
     ``write_file`` can put it there): its servers are loaded disabled until a policy file
-    outside the workspace lists the project under ``[trust] projects``. A command that
+    outside the workspace lists the project under ``[trust] projects``, pinned to the
+    manifest's content (``mcp_sha256``). A command that
     names such a server starts or contacts nothing of it, as a session does not.
     """
     if config.enabled:
@@ -32,7 +33,8 @@ def require_enabled(config: ServerConfig) -> ServerConfig:
         f"server {config.name!r} ({config.origin or 'a workspace manifest'}) is disabled: a "
         "workspace's manifest is the repository's (an agent can write it), so its servers are "
         "not started; to use them, list the project under [trust] projects in "
-        f"{ringfence_home() / 'policy.toml'}",
+        f"{ringfence_home() / 'policy.toml'}, pinned to the manifest's content "
+        "(mcp_sha256: `ringfence mcp list --workspace` prints the entry)",
         field="trust",
         server=config.name,
     )

@@ -177,6 +177,10 @@ def test_managed_lock_allow_turns_off_other_layers_allows(
             '[trust]\nprojects = [{ path = "/x", sha256 = "short" }]\n',
             ":2: trust.projects[0]: sha256 must be the 64 hex digits",
         ),
+        (
+            '[trust]\nprojects = [{ path = "/x", mcp_sha256 = "short" }]\n',
+            ":2: trust.projects[0]: mcp_sha256 must be the 64 hex digits",
+        ),
     ],
 )
 def test_a_bad_file_refuses_the_session_naming_file_line_and_key(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -408,10 +409,57 @@ def test_an_untrusted_workspace_manifest_starts_nothing(
     assert code == 0 and "planted" in text and "disabled" in text  # shown, not started
     assert not marker.exists()
 
-    # The person trusts the project: its servers start (the marker's server then exits).
+    # The person trusts the project by path: still not started (the manifest is not pinned).
     (ringfence_home / "policy.toml").write_text(f"[trust]\nprojects = [{json.dumps(str(ws))}]\n")
     run(capsys, "tools", "list", "--mcp", "--workspace", str(ws), "--json")
+    assert not marker.exists()
+    # Pinned to the content the person read: its servers start (the marker's server then exits).
+    _pin(ringfence_home, ws)
+    run(capsys, "tools", "list", "--mcp", "--workspace", str(ws), "--json")
     assert marker.exists()
+
+
+def _pin(ringfence_home: Path, ws: Path) -> str:
+    """Trust ``ws`` with its manifest pinned to what it holds now; the pin."""
+    digest = hashlib.sha256((ws / ".ringfence" / "mcp.toml").read_bytes()).hexdigest()
+    entry = f"{{ path = {json.dumps(str(ws))}, mcp_sha256 = {json.dumps(digest)} }}"
+    (ringfence_home / "policy.toml").write_text(f"[trust]\nprojects = [{entry}]\n")
+    return digest
+
+
+def test_an_agent_cannot_add_a_server_to_a_trusted_project_s_manifest(
+    capsys, ringfence_home: Path, tmp_path: Path
+) -> None:
+    """A trusted project's ``.ringfence/mcp.toml`` is still the agent's to write: before, a
+    ``write_file`` there (allowed, reversible) added a server whose command the host ran,
+    unconfined, at the next ``--mcp`` session. The trust entry pins the manifest's content
+    now: the changed manifest's servers are loaded disabled, nothing of it runs, and the
+    warning names the new digest and the entry to write once the person has read it."""
+    ws = tmp_path / "ws"
+    (ws / ".ringfence").mkdir(parents=True)
+    (ws / ".ringfence" / "mcp.toml").write_text("")  # the project's own manifest, read, pinned
+    pin = _pin(ringfence_home, ws)
+    marker = tmp_path / "marker"
+    code = f"open({str(marker)!r}, 'w').write('ran on the host')"
+    planted = (
+        '[[server]]\nname = "planted"\ntransport = "stdio"\n'
+        f'command = {json.dumps(PYTHON)}\nargs = ["-c", {json.dumps(code)}]\n'
+    )
+    args = json.dumps({"path": ".ringfence/mcp.toml", "content": planted})
+    rc, out, err = run(capsys, "call", "write_file", "--args", args, "--workspace", str(ws),
+                       "--posture", "allow-all", "--json")  # fmt: skip
+    assert rc == 0 and out["ok"] is True, (out, err)
+    rc, out, err = run(capsys, "tools", "list", "--mcp", "--workspace", str(ws), "--json")
+    assert rc == 0, (out, err)
+    assert not [t for t in out["result"] if t["name"].startswith("mcp.planted")]
+    assert not marker.exists()
+    new = hashlib.sha256(planted.encode()).hexdigest()
+    rc, text, err = run(capsys, "mcp", "list", "--workspace", str(ws))
+    assert rc == 0 and "planted" in text and "disabled" in text
+    assert f"sha256 now {new}, pinned {pin}" in err and "not started" in err, err
+    rc, _text, err = run(capsys, "mcp", "inspect", "planted", "--workspace", str(ws))
+    assert rc != 0 and "disabled" in err and "mcp_sha256" in err and "Traceback" not in err
+    assert not marker.exists()
 
 
 async def test_an_untrusted_workspace_manifest_is_recorded_not_started(
@@ -454,6 +502,9 @@ def test_inspect_refuses_a_disabled_workspace_server(
     assert not marker.exists()
 
     (ringfence_home / "policy.toml").write_text(f"[trust]\nprojects = [{json.dumps(str(ws))}]\n")
+    run(capsys, "mcp", "inspect", "planted", "--workspace", str(ws), "--json")
+    assert not marker.exists()  # trusted by path, the manifest not pinned
+    _pin(ringfence_home, ws)
     run(capsys, "mcp", "inspect", "planted", "--workspace", str(ws), "--json")
     assert marker.exists()
 

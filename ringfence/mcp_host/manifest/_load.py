@@ -7,8 +7,9 @@ for it (``load_manifests(workspace=...)``), and a server name defined in both is
 an error rather than a silent override. The workspace file is the repository's
 (a clone, or an agent's ``write_file``, can put it there), so its servers start
 only when a policy file outside the workspace (``$RINGFENCE_HOME/policy.toml``,
-the managed one) lists the project under ``[trust] projects``, as a project's
-allow rules need; otherwise they are loaded disabled, with a warning saying so.
+the managed one) lists the project under ``[trust] projects`` pinned to the
+manifest's content (``mcp_sha256``: an agent in a trusted project can write the
+file); otherwise they are loaded disabled, with a warning naming the entry to add.
 
 Format::
 
@@ -57,6 +58,7 @@ the names the rest of ``mcp_host`` and the CLI import from it.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -149,16 +151,29 @@ def load_manifest(
 ) -> Manifest:
     """Load one manifest file; a missing file is an empty manifest."""
     p = Path(path) if path is not None else manifest_path()
-    try:
-        text = _read_regular(p).decode("utf-8")
-    except FileNotFoundError:
+    raw = _manifest_bytes(p)
+    if raw is None:
         return Manifest(paths=(p,))
-    except UnicodeDecodeError:
-        raise InvalidArguments(f"{p}: not UTF-8 text", field="toml", file=str(p)) from None
+    return _parse_bytes(raw, p, secret_names)
+
+
+def _manifest_bytes(p: Path) -> bytes | None:
+    """The file's bytes (None: there is none); InvalidArguments naming it if unreadable."""
+    try:
+        return _read_regular(p)
+    except FileNotFoundError:
+        return None
     except OSError as exc:
         raise InvalidArguments(
             f"{p}: cannot be read: {exc.strerror}", field="toml", file=str(p)
         ) from None
+
+
+def _parse_bytes(raw: bytes, p: Path, secret_names: Sequence[str]) -> Manifest:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArguments(f"{p}: not UTF-8 text", field="toml", file=str(p)) from None
     return parse_manifest(text, str(p), secret_names=secret_names)
 
 
@@ -188,25 +203,24 @@ def load_manifests(
     """The user manifest, plus ``<workspace>/.ringfence/mcp.toml`` when a workspace is given.
 
     A server name present in both is an error (neither file silently overrides the other),
-    and so are two names that register as the same ``mcp.<part>.*``. The workspace's servers are disabled (with a warning) unless :func:`project_trusted`.
+    and so are two names that register as the same ``mcp.<part>.*``. The workspace's servers
+    are disabled (with a warning) unless a trust entry pins its content (:func:`_untrusted_manifest`).
     """
     user = load_manifest(user_path, secret_names=secret_names)
     if workspace is None:
         return user
     wpath = workspace_manifest_path(workspace)
-    if not wpath.exists():
+    raw = _manifest_bytes(wpath)
+    if raw is None:
         return user
-    ws = load_manifest(wpath, secret_names=secret_names)
+    # One read: the servers started are those of the bytes whose digest was compared.
+    ws = _parse_bytes(raw, wpath, secret_names)
     warnings = ws.warnings
-    trusted = project_trusted(workspace)
-    if not trusted:
-        # The repository's file: shown (mcp list), never started, until the person trusts it.
+    refusal = _untrusted_manifest(workspace, wpath, hashlib.sha256(raw).hexdigest())
+    if refusal is not None:
+        # The repository's file: shown (mcp list), never started, until the person pins it.
         ws = replace(ws, servers=tuple(replace(s, enabled=False) for s in ws.servers))
-        warnings += (
-            f"{wpath}: its servers are not started: a workspace manifest is the repository's "
-            "(an agent can write it) and starts processes; list the project under [trust] "
-            f"projects in {ringfence_home() / 'policy.toml'} to use them",
-        )
+        warnings += (refusal,)
     # By registered part, not spelling: "Notes" would register its tools as mcp.notes.*, beside
     # (and under the rules and grants of) the user's "notes".
     parts = {s.part: s for s in user.servers}
@@ -229,22 +243,49 @@ def load_manifests(
     )
 
 
-def project_trusted(workspace: str | os.PathLike[str]) -> bool:
-    """Whether a policy file outside the workspace (the managed one, the user's) lists
-    ``workspace`` under ``[trust] projects``. A bad policy file raises its error (naming file,
-    line and key), as a session would."""
+def _untrusted_manifest(workspace: str | os.PathLike[str], wpath: Path, digest: str) -> str | None:
+    """Why the workspace manifest with sha256 ``digest`` may not start its servers (None: it
+    may). A policy file outside the workspace (the managed one, the user's) must list the
+    project under ``[trust] projects`` pinned to this content (``mcp_sha256``): the file is
+    the repository's, and an agent working in a trusted project could otherwise add a
+    server whose command the host runs at the next session. A bad policy file raises its
+    error (naming file, line and key), as a session would."""
     want = _canonical(workspace)
+    listed = False
+    pins: set[str] = set()
     for path, layer in (
         (managed_policy_path(), "managed"),
         (ringfence_home() / "policy.toml", "user"),
     ):
         if not path.exists():
             continue
-        if any(
-            _canonical(where) == want for where, _ in load_policy_file(path, layer).trusted_projects
-        ):
-            return True
-    return False
+        loaded = load_policy_file(path, layer)
+        listed |= any(_canonical(where) == want for where, _ in loaded.trusted_projects)
+        pins |= {pin for where, pin in loaded.trusted_manifests if _canonical(where) == want}
+    user_file = ringfence_home() / "policy.toml"
+    entry = f'{{ path = "{want}", mcp_sha256 = "{digest}" }}'
+    if digest in pins:
+        return None
+    if pins:
+        return (
+            f"{wpath}: its servers are not started: it changed since the project was trusted "
+            f"(sha256 now {digest}, pinned {', '.join(sorted(pins))}); read it again, then pin "
+            f"this content in {user_file} under [trust] projects: {entry}"
+        )
+    why = (
+        "a workspace manifest is the repository's (an agent can write it) and starts "
+        "processes, so its servers start only when pinned to the content you read"
+    )
+    if listed:
+        return (
+            f"{wpath}: its servers are not started: the project is trusted by path but its "
+            f"manifest is not pinned ({why}); read it, then write the entry in {user_file} "
+            f"under [trust] projects as {entry}"
+        )
+    return (
+        f"{wpath}: its servers are not started: {why}; read it, then list the project under "
+        f"[trust] projects in {user_file} as {entry}"
+    )
 
 
 def _canonical(path: str | os.PathLike[str]) -> str:

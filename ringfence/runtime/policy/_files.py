@@ -84,6 +84,9 @@ class PolicyFile:
     lock_allow: bool = False
     sha256: str = ""
     mcp: tuple[McpStatement, ...] = ()
+    # (project directory, sha256 its .ringfence/mcp.toml must have): a workspace manifest's
+    # servers start only when pinned (an agent in the project can write that file)
+    trusted_manifests: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,8 @@ def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
         except RuleError as exc:
             at = lines.table_key_line("rules", index, str(exc.field)) or line
             raise _fail(path, at, f"rules[{index}].{exc.field}", exc.message) from None
-    trusted: tuple[str, ...] = ()
+    trusted: tuple[tuple[str, str], ...] = ()
+    manifests: tuple[tuple[str, str], ...] = ()
     if "trust" in data:
         trust = data["trust"]
         if layer == "project":
@@ -215,7 +219,8 @@ def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
             )
         shape = (
             'a table: [trust] projects = ["/path/to/repo", '
-            '{ path = "/path/to/repo", sha256 = "<64 hex digits>" }, …]'
+            '{ path = "/path/to/repo", sha256 = "<64 hex digits>", '
+            'mcp_sha256 = "<64 hex digits>" }, …]'
         )
         if not isinstance(trust, dict):
             raise _fail(path, lines.key_line("trust"), "trust", f"must be {shape}")
@@ -232,7 +237,7 @@ def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
                 path,
                 lines.line_of(("trust", "projects")),
                 "trust.projects",
-                "must be a list of project paths or { path, sha256 } tables",
+                "must be a list of project paths or { path, sha256, mcp_sha256 } tables",
             )
         for index, entry in enumerate(projects):
             if (problem := _trust_entry_problem(entry)) is not None:
@@ -243,6 +248,11 @@ def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
                     problem,
                 )
         trusted = tuple(e for p in projects if (e := _trust_entry(p)) is not None)
+        manifests = tuple(
+            (p["path"], p["mcp_sha256"].lower())
+            for p in projects
+            if isinstance(p, dict) and p.get("mcp_sha256")
+        )
     lock = data.get("lock_allow", False)
     if not isinstance(lock, bool) or (lock and layer != "managed"):
         raise _fail(
@@ -259,7 +269,9 @@ def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
         where, message = exc.args
         raise _fail(path, lines.line_of(where), ".".join(where), message) from None
     digest = hashlib.sha256(raw).hexdigest()
-    return PolicyFile(path, layer, tuple(rules), trusted, lock, digest, tuple(mcp))
+    return PolicyFile(
+        path, layer, tuple(rules), trusted, lock, digest, tuple(mcp), trusted_manifests=manifests
+    )
 
 
 class _Lines:
@@ -296,11 +308,20 @@ def _trust_entry_problem(value: Any) -> str | None:
     if isinstance(value, str):
         return "must be a project path, not empty"
     if not isinstance(value, dict):
-        return f"must be a project path or a {{ path, sha256 }} table, not {type(value).__name__}"
-    if unknown := sorted(set(value) - {"path", "sha256"}):
-        return f"has the key {unknown[0]!r}; an entry takes path and sha256"
+        return (
+            "must be a project path or a { path, sha256, mcp_sha256 } table, "
+            f"not {type(value).__name__}"
+        )
+    if unknown := sorted(set(value) - _TRUST_KEYS):
+        return f"has the key {unknown[0]!r}; an entry takes path, sha256 and mcp_sha256"
     if not isinstance(value.get("path"), str) or not value["path"]:
         return "needs path = the project directory"
+    if not _is_pin(value.get("mcp_sha256", "")):
+        return (
+            "mcp_sha256 must be the 64 hex digits of the project's .ringfence/mcp.toml, "
+            f"which `ringfence mcp list --workspace {value['path']}` prints; it is "
+            f"{str(value.get('mcp_sha256'))[:80]!r}"
+        )
     digest = value.get("sha256", "")
     return (
         f"sha256 must be the 64 hex digits of the project's .ringfence/policy.toml, which "
@@ -309,15 +330,25 @@ def _trust_entry_problem(value: Any) -> str | None:
     )
 
 
+_TRUST_KEYS = frozenset({"path", "sha256", "mcp_sha256"})
+
+
+def _is_pin(value: Any) -> bool:
+    """A digest pin as an entry may hold it: 64 hex digits, or "" (none)."""
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}|", value.lower()) is not None
+
+
 def _trust_entry(value: Any) -> tuple[str, str] | None:
+    """(project directory, policy.toml pin or "") of a valid entry, else None."""
     if isinstance(value, str) and value:
         return (value, "")
     if (
         isinstance(value, dict)
-        and set(value) <= {"path", "sha256"}
+        and set(value) <= _TRUST_KEYS
         and isinstance(value.get("path"), str)
-        and isinstance(value.get("sha256", ""), str)
-        and re.fullmatch(r"[0-9a-f]{64}|", value.get("sha256", "").lower())
+        and value["path"]
+        and _is_pin(value.get("sha256", ""))
+        and _is_pin(value.get("mcp_sha256", ""))
     ):
         return (value["path"], value.get("sha256", "").lower())
     return None
