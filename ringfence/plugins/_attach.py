@@ -42,7 +42,7 @@ from ..runtime.policy._decide import Rules
 from ..runtime.policy._judge import Policy
 from ._command import CommandRunner
 from ._config import PluginEntry, load_entries
-from ._plugin import PluginState, inspect_plugin
+from ._plugin import PluginState, check_live_paths, inspect_plugin
 
 if TYPE_CHECKING:
     from ..mcp_host.manifest._load import ServerConfig
@@ -143,6 +143,9 @@ def attach_plugins(
                 rule="plugin-trust",
                 plugin=state.name,
             )
+        if state.trusted:  # what it runs must not be a file the agent can rewrite
+            assert state.manifest is not None and state.bundle is not None
+            check_live_paths(state.name, state.manifest, state.servers, state.bundle.root, roots)
     servers: list[ServerConfig] = []
     snapshots: list[Snapshot] = []
     for state in states:
