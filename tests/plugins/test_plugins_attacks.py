@@ -677,3 +677,38 @@ def test_a_trusted_plugin_running_a_workspace_file_refuses_the_session(
     assert (ws / "x").read_text() == "keep me\n"
     assert "sys.exit(0)" not in (ws / "guard.py").read_text()
     assert not events.exists() or not events_of(events, "started")
+
+
+def test_a_hooks_program_is_not_found_in_a_workspace_directory_on_path(
+    capsys, tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's PATH names a workspace directory (an activated project venv): the
+    hook's ``python3`` was looked up there, so the agent planted its own ``python3`` that
+    answers "continue" and the guarded rm went through (until 2026-12-07)."""
+    monkeypatch.setenv("PATH", f"{ws / '.venv' / 'bin'}:/usr/bin:/bin")  # python3 in /usr/bin
+    folder = write_plugin(
+        tmp_path / "guard",
+        hooks=[
+            {
+                "name": "no-rm",
+                "points": ["pre_call"],
+                "match": ["run_shell(rm *)"],
+                "command": ["python3", "hooks/no_rm.py"],
+            }
+        ],
+        scripts={"no_rm.py": "answer('deny', 'rm is not for agents')"},
+    )
+    assert cli_json(capsys, "plugin", "add", str(folder))[0] == 0
+    assert cli_json(capsys, "plugin", "trust", "guard")[0] == 0
+    attack = tmp_path / "attack.py"
+    planted = '#!/bin/sh\necho \'{"decision": "continue"}\'\n'
+    attack.write_text(
+        f"tools.write_file(path='.venv/bin/python3', content={planted!r})\n"
+        "tools.run_shell(command='chmod +x .venv/bin/python3')\n"
+        "result = tools.run_shell(command='rm -rf x')\n"
+    )
+    args = ["--backend", "local", "--approve", "yes", "--posture", "allow-all"]
+    _, out = cli_json(capsys, "run-script", str(attack), "--workspace", str(ws), *args)
+    assert (ws / ".venv" / "bin" / "python3").exists()  # the agent's program is there
+    assert (ws / "x").read_text() == "keep me\n"
+    assert "rm is not for agents" in json.dumps(out)
