@@ -964,6 +964,9 @@ ENV_READERS: dict[str, dict[str, str]] = {
     "ringfence/plugins/_command.py": {
         "CommandRunner._search_path": "PATH for a command hook, its workspace entries left out",
     },
+    "ringfence/plugins/_attach.py": {
+        "_runnable": "PATH for a plugin's stdio server, its workspace entries left out",
+    },
     "ringfence/backends/_host.py": {
         "HostSession.__init__": "the allowlisted variables a host-backend command inherits",
     },

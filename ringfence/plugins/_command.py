@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ import trio
 from ..runtime._errors import ToolError, Unavailable
 from ..runtime._hooks import HookAnswer
 from ._manifest import HookConfig
+from ._paths import program_outside_roots, search_path
 
 __all__ = ["MAX_ANSWER", "CommandRunner"]
 
@@ -68,26 +68,9 @@ class CommandRunner:
         self._plan: Any = None
 
     def _search_path(self) -> str:
-        """The operator's PATH without its relative entries and those in a workspace root.
-
-        A root's files are the agent's to write: an activated project venv (``.venv/bin``)
-        or ``node_modules/.bin`` on PATH let it plant the ``python3`` or ``node`` a trusted
-        hook runs, and answer for the guard.
-        """
-        kept = []
-        for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
-            if entry and os.path.isabs(entry) and self._in_root(entry) is None:
-                kept.append(entry)
-        return os.pathsep.join(kept)
-
-    def _in_root(self, path: str) -> str | None:
-        """The workspace root ``path`` lies in (as written or resolved), or None."""
-        for spelled in {os.path.normpath(path), os.path.realpath(path)}:
-            for root in self._roots:
-                for base in {os.path.normpath(root), os.path.realpath(root)}:
-                    if spelled == base or spelled.startswith(base.rstrip("/") + "/"):
-                        return root
-        return None
+        """The operator's PATH without its relative entries and those in a workspace root
+        (:mod:`._paths`: the agent writes there)."""
+        return search_path(os.environ.get("PATH", os.defpath), self._roots)
 
     def _argv(self, folder: Path) -> list[str]:
         """The hook's argv: a relative program is the plugin copy's, a bare name is looked up
@@ -96,20 +79,8 @@ class CommandRunner:
         program, *rest = self.config.command
         if "/" in program and not program.startswith("/"):
             program = str(folder / program)
-        elif "/" not in program:
-            found = shutil.which(program, path=self._search_path())
-            if found is None:
-                raise Unavailable(
-                    f"the hook's program {program!r} is not on PATH (its entries in a "
-                    "workspace root left out: the agent writes there)"
-                )
-            program = found
-        root = self._in_root(program)
-        if root is not None:
-            raise Unavailable(
-                f"the hook's program {program} lies in the workspace root {root}, whose files "
-                "the agent writes: a trusted hook does not run them"
-            )
+        what = f"the hook {self.config.name}"
+        program = program_outside_roots(program, self._roots, self._search_path(), what)
         return [program, *rest]
 
     def _make_plan(self, folder: Path) -> Any:

@@ -712,3 +712,34 @@ def test_a_hooks_program_is_not_found_in_a_workspace_directory_on_path(
     assert (ws / ".venv" / "bin" / "python3").exists()  # the agent's program is there
     assert (ws / "x").read_text() == "keep me\n"
     assert "rm is not for agents" in json.dumps(out)
+
+
+def test_a_plugin_servers_program_is_not_found_in_a_workspace_directory_on_path(
+    capsys, tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same PATH, a trusted plugin's MCP server run as the user (``sandbox = "none"``):
+    the agent planted ``python3`` in the project venv and the next session ran it,
+    unconfined, as the server (until 2026-12-07)."""
+    monkeypatch.setenv("PATH", f"{ws / '.venv' / 'bin'}:/usr/bin:/bin")  # python3 in /usr/bin
+    pwned = tmp_path / "pwned"
+    mcp = (
+        '[[server]]\nname = "notes"\ntransport = "stdio"\ncommand = "python3"\n'
+        'args = ["-c", "pass"]\n'
+    )
+    folder = write_plugin(tmp_path / "kit", "kit", mcp=mcp)
+    assert cli_json(capsys, "plugin", "add", str(folder))[0] == 0
+    assert cli_json(capsys, "plugin", "trust", "kit")[0] == 0
+    planted = f"#!/bin/sh\ntouch {pwned}\n"
+    attack = tmp_path / "attack.py"
+    attack.write_text(
+        f"tools.write_file(path='.venv/bin/python3', content={planted!r})\n"
+        "tools.run_shell(command='chmod +x .venv/bin/python3')\n"
+    )
+    args = ["--workspace", str(ws), "--backend", "local", "--approve", "yes", "--posture", "allow-all"]  # fmt: skip
+    code, out = cli_json(capsys, "run-script", str(attack), *args)
+    assert code == 0, out
+    assert (ws / ".venv" / "bin" / "python3").exists()  # the agent's program is there
+    # The next session connects the plugin's server.
+    cli_json(capsys, "call", "list_directory", "--args", '{"path": "."}', "--mcp", *args)
+    time.sleep(0.5)
+    assert not pwned.exists()
