@@ -124,9 +124,12 @@ def _runnable(plugin: str, server: ServerConfig, roots: Sequence[str]) -> Server
     command = server.command
     if "/" in command and not os.path.isabs(command):
         command = os.path.join(server.cwd or os.getcwd(), command)
+    env = {"PATH": search_path(path, roots), **server.env}
+    if "/" not in command and shutil.which(command, path=env["PATH"]) is None:
+        # Not there: it fails to start, as it did (the server is looked up on that PATH).
+        return dataclasses.replace(server, env=env)
     what = f"plugin {plugin}'s server {server.name}"
     command = program_outside_roots(command, roots, path, what)
-    env = {"PATH": search_path(path, roots), **server.env}
     return dataclasses.replace(server, command=command, env=env)
 
 
