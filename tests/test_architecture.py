@@ -961,7 +961,12 @@ ENV_READERS: dict[str, dict[str, str]] = {
     "ringfence/workspace/git/_config.py": {
         "refuse_git_config_inside_roots": "HOME, XDG_CONFIG_HOME, GIT_CONFIG_GLOBAL/SYSTEM",
     },
-    "ringfence/plugins/_command.py": {"CommandRunner.__call__": "PATH for a command hook"},
+    "ringfence/plugins/_command.py": {
+        "CommandRunner._search_path": "PATH for a command hook, its workspace entries left out",
+    },
+    "ringfence/plugins/_attach.py": {
+        "_runnable": "PATH for a plugin's stdio server, its workspace entries left out",
+    },
     "ringfence/backends/_host.py": {
         "HostSession.__init__": "the allowlisted variables a host-backend command inherits",
     },

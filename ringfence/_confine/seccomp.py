@@ -91,10 +91,10 @@ _USER_NOTIF_FLAG_CONTINUE = 1
 
 # x86-64 system call numbers by name: every call a ringfence filter names.
 X86_64 = {
-    "open": 2, "shmget": 29, "shmat": 30, "shmctl": 31, "socket": 41, "connect": 42,
+    "open": 2, "ioctl": 16, "shmget": 29, "shmat": 30, "shmctl": 31, "socket": 41, "connect": 42,
     "accept": 43, "bind": 49, "listen": 50, "socketpair": 53, "clone": 56, "fork": 57,
     "vfork": 58, "execve": 59, "kill": 62, "semget": 64, "semop": 65, "semctl": 66,
-    "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "truncate": 76,
+    "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "fcntl": 72, "truncate": 76,
     "creat": 85, "readlink": 89, "chmod": 90, "fchmod": 91, "chown": 92, "fchown": 93,
     "lchown": 94, "ptrace": 101, "syslog": 103, "setuid": 105, "setgid": 106,
     "setpgid": 109, "setsid": 112, "setreuid": 113, "setregid": 114, "setgroups": 116,

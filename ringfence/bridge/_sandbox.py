@@ -43,7 +43,9 @@ script is read, in this order (each step says why it sits where it does):
    no change to any file's metadata that Landlock leaves open — mode, owner,
    times, extended attributes (nor reading those), truncate by path — by path
    or descriptor; no ``readlink``, no inotify/fanotify; no change to the
-   scheduling of other processes. Foreign-ABI syscalls (x32, i386) kill the
+   scheduling of other processes; no owner or signal for a descriptor's readiness
+   signals (``fcntl`` ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG``, ``ioctl``
+   ``FIOSETOWN``/``SIOCSPGRP``: a signal to another process). Foreign-ABI syscalls (x32, i386) kill the
    process. Installed with ``SECCOMP_FILTER_FLAG_TSYNC`` so the watchdog thread
    is covered too.
 
@@ -216,15 +218,31 @@ DENIED_SYSCALLS = (
 )  # fmt: skip
 
 
+# Commands denied with EPERM by the system call and its second argument (x86-64). A
+# descriptor's owner is sent SIGIO, or the signal F_SETSIG names (SIGKILL included), when the
+# descriptor becomes ready: a signal no kill() sends, to any process or process group of the
+# same uid (the host itself, when it is not root; another run's runner, when it is). Landlock
+# scopes such signals from ABI 6 (Linux 6.12) only, and strict accepts older kernels.
+DENIED_COMMANDS = (
+    ("fcntl", (8, 10, 15)),  # F_SETOWN, F_SETSIG, F_SETOWN_EX
+    ("ioctl", (0x8901, 0x8902)),  # FIOSETOWN, SIOCSPGRP (a socket's owner)
+)
+
+
 def seccomp_program() -> bytes:
     """The BPF filter (x86-64) as raw ``sock_filter`` instructions."""
     seccomp.require_x86_64()
     numbers = (seccomp.X86_64[name] for name in DENIED_SYSCALLS)
-    prog = [
-        *seccomp.prologue(kill_x32=True),
-        *seccomp.deny(numbers, seccomp.errno_action(errno.EPERM)),
-        seccomp.ret(seccomp.RET_ALLOW),
-    ]
+    refuse = seccomp.errno_action(errno.EPERM)
+    prog = [*seccomp.prologue(kill_x32=True), *seccomp.deny(numbers, refuse)]
+    for name, commands in DENIED_COMMANDS:
+        # The call's number is in A; a block for its commands, which ends in a return.
+        block = [seccomp.load(seccomp.arg(1))]  # the command: an unsigned int, the low half
+        for command in commands:
+            block += [seccomp.insn(seccomp.JEQ_K, 0, 1, command), seccomp.ret(refuse)]
+        block.append(seccomp.ret(seccomp.RET_ALLOW))
+        prog += [seccomp.insn(seccomp.JEQ_K, 0, len(block), seccomp.X86_64[name]), *block]
+    prog.append(seccomp.ret(seccomp.RET_ALLOW))
     return b"".join(prog)
 
 

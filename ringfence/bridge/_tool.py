@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -172,6 +173,12 @@ def register_script_tool(
 
     async def execute(args: dict[str, Any], ctx: CallContext) -> Any:
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
+        if not math.isfinite(timeout):  # NaN passes every bound of the schema (and JSON)
+            raise InvalidArguments(
+                f"timeout_seconds must be a number of seconds (above 0, at most "
+                f"{MAX_TIMEOUT_SECONDS}), not {timeout!r}",
+                field="timeout_seconds",
+            )
         launcher = await launcher_for(ctx)
         changes: dict[str, Any] = {}
         transport = launcher.transport or config.transport

@@ -27,6 +27,7 @@ yet does not silently let through what it was added to check.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -42,7 +43,8 @@ from ..runtime.policy._decide import Rules
 from ..runtime.policy._judge import Policy
 from ._command import CommandRunner
 from ._config import PluginEntry, load_entries
-from ._plugin import PluginState, inspect_plugin
+from ._paths import program_outside_roots, search_path
+from ._plugin import PluginState, check_live_paths, inspect_plugin
 
 if TYPE_CHECKING:
     from ..mcp_host.manifest._load import ServerConfig
@@ -108,6 +110,29 @@ def _withheld(plugin: str, hook: str, why: str) -> Any:
     return run
 
 
+def _runnable(plugin: str, server: ServerConfig, roots: Sequence[str]) -> ServerConfig:
+    """``server`` with its program as it will run, outside every workspace root.
+
+    A bare name is looked up on the operator's ``PATH`` without its workspace entries, a
+    relative one from where it will start; and unless the plugin sets ``PATH`` itself, the
+    server gets that ``PATH`` too (:mod:`._paths`: an activated project venv let the agent
+    plant the ``python3`` a trusted server ran, unconfined). Raises Unavailable naming it.
+    """
+    if not server.command:  # a remote server: nothing runs here
+        return server
+    path = os.environ.get("PATH", os.defpath)
+    command = server.command
+    if "/" in command and not os.path.isabs(command):
+        command = os.path.join(server.cwd or os.getcwd(), command)
+    env = {"PATH": search_path(path, roots), **server.env}
+    if "/" not in command and shutil.which(command, path=env["PATH"]) is None:
+        # Not there: it fails to start, as it did (the server is looked up on that PATH).
+        return dataclasses.replace(server, env=env)
+    what = f"plugin {plugin}'s server {server.name}"
+    command = program_outside_roots(command, roots, path, what)
+    return dataclasses.replace(server, command=command, env=env)
+
+
 def attach_plugins(
     kernel: Kernel,
     *,
@@ -143,6 +168,9 @@ def attach_plugins(
                 rule="plugin-trust",
                 plugin=state.name,
             )
+        if state.trusted:  # what it runs must not be a file the agent can rewrite
+            assert state.manifest is not None and state.bundle is not None
+            check_live_paths(state.name, state.manifest, state.servers, state.bundle.root, roots)
     servers: list[ServerConfig] = []
     snapshots: list[Snapshot] = []
     for state in states:
@@ -197,7 +225,7 @@ def attach_plugins(
             )
         for skill in state.skills:
             kernel.add_skill(skill)
-        servers.extend(state.servers_in(snapshot.path))
+        servers.extend(_runnable(name, s, roots) for s in state.servers_in(snapshot.path))
     if snapshots:
 
         async def remove() -> None:

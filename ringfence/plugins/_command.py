@@ -39,6 +39,7 @@ import trio
 from ..runtime._errors import ToolError, Unavailable
 from ..runtime._hooks import HookAnswer
 from ._manifest import HookConfig
+from ._paths import program_outside_roots, search_path
 
 __all__ = ["MAX_ANSWER", "CommandRunner"]
 
@@ -66,10 +67,20 @@ class CommandRunner:
         self._roots = tuple(roots)
         self._plan: Any = None
 
+    def _search_path(self) -> str:
+        """The operator's PATH without its relative entries and those in a workspace root
+        (:mod:`._paths`: the agent writes there)."""
+        return search_path(os.environ.get("PATH", os.defpath), self._roots)
+
     def _argv(self, folder: Path) -> list[str]:
+        """The hook's argv: a relative program is the plugin copy's, a bare name is looked up
+        on :meth:`_search_path`; either way the program run is checked to lie outside the
+        workspace roots (resolved through links). Raises Unavailable naming it."""
         program, *rest = self.config.command
         if "/" in program and not program.startswith("/"):
             program = str(folder / program)
+        what = f"the hook {self.config.name}"
+        program = program_outside_roots(program, self._roots, self._search_path(), what)
         return [program, *rest]
 
     def _make_plan(self, folder: Path) -> Any:
@@ -92,7 +103,7 @@ class CommandRunner:
             await trio.to_thread.run_sync(_proc.tracking)  # probed once, off the trio thread
         plan = self._plan
         env = {
-            "PATH": os.environ.get("PATH", os.defpath),
+            "PATH": self._search_path(),
             "LANG": "C.UTF-8",
             "HOME": "/tmp",
             "TMPDIR": "/tmp",

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -282,6 +283,85 @@ def _servers(bundle: Bundle, rel: str, plugin: str) -> tuple[ServerConfig, ...]:
     return tuple(out)
 
 
+# An absolute path inside a command's string: at its start or after a separator a shell or an
+# option uses (`--config=/x`, `PATH=/a:/b`, `sh -c "python3 /x"`), up to the next one.
+_ABSOLUTE = re.compile(r"""(?:^|(?<=[\s"'=:,;(]))(/[^\s"'=:,;)]*)""")
+_WORKSPACE_VAR = re.compile(r"\$\{?WORKSPACE\}?")
+
+
+def _spellings(path: str) -> set[str]:
+    """``path`` as written (normalized) and resolved (every link on the way followed)."""
+    return {os.path.normpath(path), os.path.realpath(path)}
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def check_live_paths(
+    plugin: str,
+    manifest: PluginManifest,
+    servers: Sequence[ServerConfig],
+    source: str | os.PathLike[str],
+    roots: Sequence[str | os.PathLike[str]] = (),
+) -> None:
+    """Refuse a hook or server that names a file of its plugin's ``source`` folder, or of a
+    workspace root, by absolute path.
+
+    A trusted plugin runs from the session's copy of the bytes its digest covers. A command
+    that names the plugin's source folder by absolute path (``python3 /src/guard/check.py``)
+    runs the live file instead, and a workspace root's files (``roots``, at session start;
+    also spelled ``$WORKSPACE/...``) are the agent's to rewrite: either way what runs can
+    change after trust, mid-session, without a new review. Every string of a hook's command
+    and of a server's command, args, cwd and env values is read for absolute paths; one in
+    the source folder, one below a root, or a ``cwd`` in or above either is refused, naming
+    it. A root itself may be named (a server given the workspace to serve).
+    """
+    sources = _spellings(os.path.abspath(os.fspath(source)))
+    tops = {b for r in roots for b in _spellings(os.path.abspath(os.fspath(r)))}
+    workspace = os.fspath(roots[0]) if roots else None
+
+    def strings() -> Iterable[tuple[str, str, bool]]:
+        for hook in manifest.hooks:
+            for text in hook.command:
+                yield f"hook {hook.name}: command", text, False
+        for server in servers:
+            where = f"server {server.name}"
+            for text in (server.command, *server.args):
+                if text is not None:
+                    yield f"{where}: command", text, False
+            if server.cwd is not None:
+                yield f"{where}: cwd", server.cwd, True
+            for key, text in server.env.items():
+                yield f"{where}: env {key}", text, False
+
+    def live(seen: str, is_cwd: bool) -> str | None:
+        for base in sources | tops:
+            inside = _within(seen, base) and (seen != base or base in sources)
+            if inside or (is_cwd and seen != "/" and (_within(base, seen) or seen == base)):
+                return base
+        return None
+
+    for where, text, is_cwd in strings():
+        spelled = [m.group(1) for m in _ABSOLUTE.finditer(text)]
+        if workspace is not None and _WORKSPACE_VAR.search(text):
+            spelled += [m.group(1) for m in _ABSOLUTE.finditer(_WORKSPACE_VAR.sub(workspace, text))]
+        for path in spelled:
+            for seen in _spellings(path):
+                base = live(seen, is_cwd)
+                if base is not None:
+                    raise InvalidArguments(
+                        f"plugin {plugin}: {where}: {text!r} names {path} in {base}, whose files "
+                        "can change after the plugin was trusted (the plugin's own folder, "
+                        "which a session never runs from, or a workspace root); name the "
+                        "plugin's files relative to its folder (${RINGFENCE_PLUGIN_ROOT}/..., "
+                        "or a relative program path): a session runs them from its copy of "
+                        "the bytes that were trusted",
+                        field="command",
+                        plugin=plugin,
+                    )
+
+
 def inspect_plugin(entry: PluginEntry) -> PluginState:
     """Read and judge ``entry`` now (blocking: reads its whole bundle)."""
     try:
@@ -301,6 +381,7 @@ def inspect_plugin(entry: PluginEntry) -> PluginState:
             data = bundle.entries[manifest.policy].data
             rules = check_fragment(bundle.root / manifest.policy, data, entry.name)
         servers = _servers(bundle, manifest.mcp, entry.name) if manifest.mcp else ()
+        check_live_paths(entry.name, manifest, servers, bundle.root)
         skills = read_skills(bundle, manifest.skills, entry.name) if manifest.skills else ()
     except RingfenceError as exc:
         return PluginState(entry, bundle, error=exc)

@@ -132,3 +132,41 @@ def test_a_huge_credential_value_does_not_slow_every_later_chunk(
     assert value["status"] == "ok", value.get("error")
     assert "registered: not_found" in value["output"] and value["output"].rstrip().endswith("end")
     assert "QQQQ" not in value["output"]  # the secret, printed whole, is markers only
+
+
+def test_a_variable_used_many_times_under_credential_names_does_not_hold_the_host(
+    tmp_path: Path, under_tmp: Path
+) -> None:
+    """The script's literals bound to credential names are found on the host before the run
+    starts, where its timeout cannot fire: listed again at each use, the literals of a name
+    assigned 3,000 times and passed 3,000 times as ``token=`` (a 96 KB script) were 9 million
+    entries, registered one by one — 76 s past a 5 s timeout here (until 2026-12-07)."""
+    n = 3_000
+    source = "".join(f't = "lit{i:08d}"\n' for i in range(n)) + "def f(**kw):\n    pass\n"
+    source += "f(token=t)\n" * n + 'print("last", t, "lit%08d" % 7)\n'
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "many.py"
+    script.write_text(source)
+    events = tmp_path / "events.jsonl"
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "ringfence", "run-script", str(script), "--timeout", "5",
+            "--workspace", str(ws), "--posture", "unrestricted", "--events", str(events), "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,  # the old scan: 76 s here
+        env={**os.environ, "TMPDIR": str(under_tmp)},
+        check=False,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-2000:]
+    value = json.loads(done.stdout)["result"]
+    assert value["status"] == "ok", value
+    # every literal is still registered: the last value of t and an earlier one alike
+    assert value["output"] == "last [REDACTED SECRET] [REDACTED SECRET]\n"
+    stream = events.read_text()
+    assert "lit00000007" not in stream and "lit00002999" not in stream
+    assert seconds < 25, seconds

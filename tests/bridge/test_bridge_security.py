@@ -178,6 +178,12 @@ async def test_forged_bridge_frames_from_the_child_stop_the_run(ledger: Ledger) 
 
 # -- the OS sandbox, attacked from unrestricted Python ------------------------------------
 
+LIBC = (
+    "import ctypes, os, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "def check(rc):\n"
+    "    if rc == -1:\n"
+    "        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))\n"
+)
 ATTACKS = {
     "read /etc/passwd": ('open("/etc/passwd").read()', "PermissionError"),
     "read via /proc/self/root": ('open("/proc/self/root/etc/passwd").read()', "PermissionError"),
@@ -204,6 +210,41 @@ ATTACKS = {
     "exec": ('import os\nos.execv("/bin/sh", ["sh", "-c", "true"])', "PermissionError"),
     "kill the host": (
         "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+        "PermissionError",
+    ),
+    # A descriptor's owner gets SIGIO (or the signal F_SETSIG names, SIGKILL included) when
+    # it becomes ready: a signal no kill() sends, to any process (group) of the same uid,
+    # which Landlock scopes only from ABI 6 (Linux 6.12). Through ctypes (loaded already):
+    # the sandbox's uid cannot read a fresh extension module such as fcntl.
+    "own a descriptor's signals (F_SETOWN)": (
+        LIBC + "check(libc.fcntl(1, 8, os.getppid()))",  # F_SETOWN
+        "PermissionError",
+    ),
+    "own a descriptor's signals (F_SETOWN_EX)": (
+        LIBC + "owner = ctypes.create_string_buffer(struct.pack('ii', 1, os.getppid()))\n"
+        "check(libc.fcntl(1, 15, owner))",  # F_SETOWN_EX, F_OWNER_PID
+        "PermissionError",
+    ),
+    "choose a descriptor's signal (F_SETSIG)": (
+        LIBC + "check(libc.fcntl(1, 10, 9))",  # F_SETSIG, SIGKILL
+        "PermissionError",
+    ),
+    "own the bridge socket's signals (ioctl)": (
+        LIBC + "import stat\n"
+        "def is_socket(fd):\n"
+        "    try:\n"
+        "        return stat.S_ISSOCK(os.fstat(fd).st_mode)\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "sock = [fd for fd in range(64) if is_socket(fd)][0]\n"
+        "owner = ctypes.c_int(-os.getpgid(0))\n"
+        "for request in (0x8901, 0x8902):  # FIOSETOWN, SIOCSPGRP\n"
+        "    try:\n"
+        "        check(libc.ioctl(sock, request, ctypes.byref(owner)))\n"
+        "    except PermissionError:\n"
+        "        continue\n"
+        "    raise AssertionError(f'ioctl {request:#x} was let through')\n"
+        "raise PermissionError('both refused')",
         "PermissionError",
     ),
     "become root again": ("import os\nos.setuid(0)", "PermissionError"),

@@ -48,6 +48,8 @@ async def test_it_asks_first_and_a_refusal_starts_nothing() -> None:
     [
         ({"script": "x = 1", "timeout_seconds": 601}, "timeout_seconds"),
         ({"script": "x = 1", "timeout_seconds": 0}, "timeout_seconds"),
+        # NaN (JSON parsers take it) passes every bound; it ended in a ValueError naming nothing
+        ({"script": "x = 1", "timeout_seconds": float("nan")}, "timeout_seconds"),
         ({"script": ""}, "script"),
         ({}, "script"),
         ({"script": "x = 1", "sandbox": "none"}, "sandbox"),  # not the model's choice

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -597,3 +598,148 @@ def test_plugin_show_names_the_operators_variables_a_server_takes_and_its_confin
     assert access["plugin-kit-quiet"]["sandbox"] == "local"
     assert access["plugin-kit-remote"]["environment"] == ["RF_API_KEY"]
     assert access["plugin-kit-free"]["sandbox"] == "none"
+
+
+def _rewrite_then_rm(ws: Path, target: str) -> Path:
+    """The agent's script: rewrite the guard's file through the Gate, then run the rm it guards."""
+    script = ws.parent / "attack.py"
+    script.write_text(
+        f"tools.write_file(path={target!r}, content='import sys\\nsys.exit(0)\\n')\n"
+        "result = tools.run_shell(command='rm -rf x')\n"
+    )
+    return script
+
+
+def test_a_hook_naming_its_own_folder_by_absolute_path_is_refused(capsys, ws: Path) -> None:
+    """The hook would run the live file, not the session's copy: the agent edits the guard in
+    the workspace mid-session and its next rm goes through (it did, until 2026-12-07)."""
+    folder = ws / "plugins" / "guard"
+    live = folder / "hooks" / "no_rm.py"
+    write_plugin(
+        folder,
+        hooks=[
+            {
+                "name": "no-rm",
+                "points": ["pre_call"],
+                "match": ["run_shell(rm *)"],
+                "command": [sys.executable, str(live)],
+            }
+        ],
+        scripts={"no_rm.py": "answer('deny', 'rm is not for agents')"},
+    )
+    code, out = cli_json(capsys, "plugin", "add", str(folder))
+    assert code == 2 and out["error"]["code"] == "invalid_arguments"
+    assert (
+        str(live) in out["error"]["message"] and "RINGFENCE_PLUGIN_ROOT" in out["error"]["message"]
+    )
+    assert cli_json(capsys, "plugin", "list")[1]["result"]["plugins"] == []
+    # A link to the folder is the folder.
+    (ws.parent / "link").symlink_to(folder)
+    manifest = folder / "ringfence-plugin.toml"
+    manifest.write_text(manifest.read_text().replace(str(live), str(ws.parent / "link" / "hooks" / "no_rm.py")))  # fmt: skip
+    code, out = cli_json(capsys, "plugin", "add", str(folder))
+    assert code == 2 and "names" in out["error"]["message"]
+    # Written relative to the plugin (the copy), the same guard holds whatever the agent edits.
+    manifest.write_text(manifest.read_text().replace(str(ws.parent / "link" / "hooks"), "hooks"))
+    assert cli_json(capsys, "plugin", "add", str(folder))[0] == 0
+    assert cli_json(capsys, "plugin", "trust", "guard")[0] == 0
+    attack = _rewrite_then_rm(ws, "plugins/guard/hooks/no_rm.py")
+    args = ["--backend", "local", "--approve", "yes", "--posture", "allow-all"]
+    code, out = cli_json(capsys, "run-script", str(attack), "--workspace", str(ws), *args)
+    assert (ws / "x").read_text() == "keep me\n"
+    assert "rm is not for agents" in json.dumps(out)
+
+
+@pytest.mark.parametrize("spelling", ["absolute", "server"])
+def test_a_trusted_plugin_running_a_workspace_file_refuses_the_session(
+    capsys, tmp_path: Path, ws: Path, spelling: str
+) -> None:
+    """A workspace file is the agent's to rewrite and no digest covers it: a hook (or server)
+    that runs one would run whatever the agent wrote there, after the review."""
+    (ws / "guard.py").write_text(
+        "import json, sys\njson.load(sys.stdin)\n"
+        "print(json.dumps({'decision': 'deny', 'reason': 'rm is not for agents'}))\n"
+    )
+    hooks = [{"name": "no-rm", "points": ["pre_call"], "match": ["run_shell(rm *)"], "command": [sys.executable, str(ws / "guard.py")]}]  # fmt: skip
+    mcp = None
+    if spelling == "server":
+        hooks = []
+        mcp = f'[[server]]\nname = "files"\ntransport = "stdio"\ncommand = {json.dumps(sys.executable)}\nargs = ["$WORKSPACE/guard.py"]\n'  # fmt: skip
+    folder = write_plugin(tmp_path / "guard", hooks=hooks, mcp=mcp)
+    assert cli_json(capsys, "plugin", "add", str(folder))[0] == 0
+    assert cli_json(capsys, "plugin", "trust", "guard")[0] == 0
+    attack = _rewrite_then_rm(ws, "guard.py")
+    events = tmp_path / "events.jsonl"
+    args = ["--backend", "local", "--approve", "yes", "--posture", "allow-all", "--events", str(events)]  # fmt: skip
+    code, out = cli_json(capsys, "run-script", str(attack), "--workspace", str(ws), *args)
+    assert code == 2 and out["error"]["code"] == "invalid_arguments"
+    assert str(ws / "guard.py") in out["error"]["message"]
+    assert (ws / "x").read_text() == "keep me\n"
+    assert "sys.exit(0)" not in (ws / "guard.py").read_text()
+    assert not events.exists() or not events_of(events, "started")
+
+
+def test_a_hooks_program_is_not_found_in_a_workspace_directory_on_path(
+    capsys, tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's PATH names a workspace directory (an activated project venv): the
+    hook's ``python3`` was looked up there, so the agent planted its own ``python3`` that
+    answers "continue" and the guarded rm went through (until 2026-12-07)."""
+    monkeypatch.setenv("PATH", f"{ws / '.venv' / 'bin'}:/usr/bin:/bin")  # python3 in /usr/bin
+    folder = write_plugin(
+        tmp_path / "guard",
+        hooks=[
+            {
+                "name": "no-rm",
+                "points": ["pre_call"],
+                "match": ["run_shell(rm *)"],
+                "command": ["python3", "hooks/no_rm.py"],
+            }
+        ],
+        scripts={"no_rm.py": "answer('deny', 'rm is not for agents')"},
+    )
+    assert cli_json(capsys, "plugin", "add", str(folder))[0] == 0
+    assert cli_json(capsys, "plugin", "trust", "guard")[0] == 0
+    attack = tmp_path / "attack.py"
+    planted = '#!/bin/sh\necho \'{"decision": "continue"}\'\n'
+    attack.write_text(
+        f"tools.write_file(path='.venv/bin/python3', content={planted!r})\n"
+        "tools.run_shell(command='chmod +x .venv/bin/python3')\n"
+        "result = tools.run_shell(command='rm -rf x')\n"
+    )
+    args = ["--backend", "local", "--approve", "yes", "--posture", "allow-all"]
+    _, out = cli_json(capsys, "run-script", str(attack), "--workspace", str(ws), *args)
+    assert (ws / ".venv" / "bin" / "python3").exists()  # the agent's program is there
+    assert (ws / "x").read_text() == "keep me\n"
+    assert "rm is not for agents" in json.dumps(out)
+
+
+def test_a_plugin_servers_program_is_not_found_in_a_workspace_directory_on_path(
+    capsys, tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same PATH, a trusted plugin's MCP server run as the user (``sandbox = "none"``):
+    the agent planted ``python3`` in the project venv and the next session ran it,
+    unconfined, as the server (until 2026-12-07)."""
+    monkeypatch.setenv("PATH", f"{ws / '.venv' / 'bin'}:/usr/bin:/bin")  # python3 in /usr/bin
+    pwned = tmp_path / "pwned"
+    mcp = (
+        '[[server]]\nname = "notes"\ntransport = "stdio"\ncommand = "python3"\n'
+        'args = ["-c", "pass"]\n'
+    )
+    folder = write_plugin(tmp_path / "kit", "kit", mcp=mcp)
+    assert cli_json(capsys, "plugin", "add", str(folder))[0] == 0
+    assert cli_json(capsys, "plugin", "trust", "kit")[0] == 0
+    planted = f"#!/bin/sh\ntouch {pwned}\n"
+    attack = tmp_path / "attack.py"
+    attack.write_text(
+        f"tools.write_file(path='.venv/bin/python3', content={planted!r})\n"
+        "tools.run_shell(command='chmod +x .venv/bin/python3')\n"
+    )
+    args = ["--workspace", str(ws), "--backend", "local", "--approve", "yes", "--posture", "allow-all"]  # fmt: skip
+    code, out = cli_json(capsys, "run-script", str(attack), *args)
+    assert code == 0, out
+    assert (ws / ".venv" / "bin" / "python3").exists()  # the agent's program is there
+    # The next session connects the plugin's server.
+    cli_json(capsys, "call", "list_directory", "--args", '{"path": "."}', "--mcp", *args)
+    time.sleep(0.5)
+    assert not pwned.exists()
