@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ __all__ = [
     "digest",
     "nests_deeper",
     "orjson_digest",
+    "unrecordable",
 ]
 
 # Arguments nest at most this deep (JSON objects and arrays); deeper is refused before the
@@ -83,3 +85,43 @@ def nests_deeper(value: Any, limit: int) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
+
+
+def unrecordable(arguments: Any, limit: int = MAX_NESTING) -> tuple[str, str] | None:
+    """Why ``arguments`` cannot be a call's arguments as JSON holds them, as (field, message),
+    or None: nested deeper than ``limit``, or holding a number JSON has no spelling for
+    (NaN, ±Infinity: every bound compares false with NaN, and the event log would record
+    ``null`` for what the tool was given). One walk, without recursion."""
+    stack: list[tuple[Any, int]] = [(arguments, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                where = _path_to_non_finite(arguments)
+                return where, f"{where} is {node!r}, which is not a JSON number"
+            continue
+        if isinstance(node, Mapping):
+            children: Iterable[Any] = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth >= limit:
+            return "arguments", f"the arguments nest deeper than {limit} levels"
+        stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def _path_to_non_finite(arguments: Any) -> str:
+    """The dotted path (``a.b[2]``) of the first non-finite float in ``arguments`` (already
+    known to nest within the bound)."""
+    stack: list[tuple[Any, str]] = [(arguments, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return where or "arguments"
+        if isinstance(node, Mapping):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in node.items())
+        elif isinstance(node, list | tuple):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+    return "arguments"

@@ -58,7 +58,7 @@ import trio
 from . import _gate, _hooks
 from ._approval import Approver, HeadlessDenyApprover, SessionGrants
 from ._calls import AskHook, Authorization, CallContext, NoPublicConstructor, Outcome, new_id
-from ._canonical import MAX_NESTING, nests_deeper
+from ._canonical import MAX_NESTING, unrecordable
 from ._errors import InvalidArguments, RingfenceError, ToolError
 from ._events import (
     CHECKPOINT_RECORDS,
@@ -595,9 +595,9 @@ class Kernel:
         args: Any = dict(arguments) if isinstance(arguments, Mapping) else arguments
         if arguments is None:
             args = {}
-        args, too_deep = _recordable(args)
+        args, refusal = _recordable(args)
         spec = request_spec or self.registry.find(tool)
-        if too_deep is None:
+        if refusal is None:
             self.redactor.register_named_values(args)
             if spec is not None:  # secrets not keyed by name (a script's literals), too
                 literals = spec.literal_secrets(args, self.redactor.is_secret_key)
@@ -615,8 +615,8 @@ class Kernel:
         decision: Decision | None = None
         try:
             with self._recording_outcome(call_id, trace_id, tool):
-                if too_deep is not None:
-                    raise too_deep
+                if refusal is not None:
+                    raise refusal
                 auth = await _gate.authorize(
                     self, tool, args, call_id, trace_id, origin, on_ask, spec
                 )
@@ -653,16 +653,16 @@ class Kernel:
             )
         call_id = new_id()
         trace_id = trace_id or call_id
-        recorded, too_deep = _recordable(arguments)
-        if too_deep is None:
+        recorded, refusal = _recordable(arguments)
+        if refusal is None:
             self.redactor.register_named_values(arguments)
         self.events.emit(
             "proposed", trace_id, call_id=call_id, tool=tool, arguments=recorded, origin=origin
         )
         self._open_calls[call_id] = (trace_id, tool)
         with self._recording_outcome(call_id, trace_id, tool):
-            if too_deep is not None:
-                raise too_deep
+            if refusal is not None:
+                raise refusal
             return await _gate.authorize(self, tool, arguments, call_id, trace_id, origin, on_ask)
 
     async def execute(self, auth: Authorization) -> Any:
@@ -802,12 +802,13 @@ def _merge_rules(sources: Mapping[str, Rules]) -> Rules:
 
 def _recordable(arguments: Any) -> tuple[Any, InvalidArguments | None]:
     """The arguments as the ``proposed`` record holds them, and the refusal of arguments
-    nested past :data:`MAX_NESTING` (recorded as the bound they break): refused before
-    anything walks them recursively (redaction, the records, validation), which would
-    raise RecursionError."""
-    if not nests_deeper(arguments, MAX_NESTING):
+    JSON cannot hold (recorded as the reason instead): nested past :data:`MAX_NESTING`,
+    refused before anything walks them recursively (redaction, the records, validation),
+    which would raise RecursionError; or a NaN or infinite number, which passes every
+    schema bound (comparisons with NaN are false) and which the record would show as null."""
+    problem = unrecordable(arguments, MAX_NESTING)
+    if problem is None:
         return arguments, None
-    refusal = InvalidArguments(
-        f"the arguments nest deeper than {MAX_NESTING} levels", field="arguments"
-    )
+    field, message = problem
+    refusal = InvalidArguments(message, field=field)
     return f"<not recorded: {refusal.message}>", refusal

@@ -9,6 +9,7 @@ schema, as the MCP adapter builds it.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -157,6 +158,30 @@ async def test_arguments_nested_past_the_bound_are_refused_and_recorded(ledger: 
     for _ in range(98):
         shallow = [shallow]
     assert await kernel.call("hostile", {"name": shallow}) == "ran"
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
+async def test_a_number_json_cannot_hold_is_refused_by_field_and_recorded(
+    ledger: Ledger, number: float
+) -> None:
+    """NaN passed every bound of a schema (each comparison with NaN is false: ``maximum: 10``
+    let it through to the tool, and so would a policy rule on the value), and the event log
+    recorded ``null`` for what the tool was given. NaN and ±Infinity are not JSON: refused
+    naming the field, recorded as refused, and nothing runs."""
+    schema = {
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {"replicas": {
+            "type": "number", "minimum": 0, "maximum": 10}}}},
+    }  # fmt: skip
+    kernel, sink = _kernel(schema, ledger)
+    out = await kernel.invoke("hostile", {"spec": {"replicas": number}})
+    assert out.error is not None and out.error.code == "invalid_arguments", out
+    assert out.error.field == "spec.replicas" and "not a JSON number" in out.error.message
+    assert ledger.runs == []
+    kinds = [(r["kind"], r.get("arguments")) for r in sink.records() if r.get("call_id")]
+    assert kinds[0][0] == "proposed" and "not recorded" in kinds[0][1]
+    assert kinds[-1][0] == "failed"
+    assert await kernel.call("hostile", {"spec": {"replicas": 10.0}}) == "ran"
 
 
 def test_an_input_schema_nested_past_the_bound_is_refused() -> None:
