@@ -61,24 +61,91 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# The most of a plan file the page reads (a larger one is refused, naming this; a sparse
+# file of gigabytes in the workspace took the page's memory with it).
+MAX_PLAN_BYTES = 128 << 20
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _not_regular(mode: int) -> OSError | None:
+    """Why a file of this mode is not read as a plan (None: a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a pipe"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+    )
+    return OSError(errno.EINVAL, f"not a regular file: {kind}")
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` (else InvalidArguments).
+
+    Checked before it is opened (a FIFO, a device, a directory is never opened: no open's
+    side effect, no wait on a writer), opened without waiting, read at most ``limit + 1``
+    bytes whatever its size says (a file of ``/proc`` says 0 and may hold more), and
+    refused unless the path still names that same file, unchanged, once it was read (one
+    swapped in or rewritten meanwhile: InvalidArguments, "changed while it was read").
+    """
+    before = os.stat(path)
+    if (why := _not_regular(before.st_mode)) is not None:
+        raise why
+    if before.st_size > limit:
+        raise _too_large(path, limit)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        opened = os.fstat(fd)
+        if (why := _not_regular(opened.st_mode)) is not None:
+            raise why
+        data = f.read(limit + 1)
+        read = os.fstat(fd)
+    if len(data) > limit:
+        raise _too_large(path, limit)
+    try:
+        after: tuple[int, ...] | None = _identity(os.stat(path))
+    except FileNotFoundError:
+        after = None
+    if not _identity(before) == _identity(opened) == _identity(read) == after:
+        raise _changed(path)
+    return data
+
+
+def _changed(path: Path) -> InvalidArguments:
+    return InvalidArguments(
+        f"{path} changed while it was read (the plan loaded is not the one whose sha256 "
+        "the page checks): nothing ran; look at it again",
+        field="plan",
+    )
+
+
+def _too_large(path: Path, limit: int) -> InvalidArguments:
+    return InvalidArguments(
+        f"{path} is larger than the {limit >> 20} MiB the review page reads of a plan: "
+        "nothing of it was loaded (`ringfence plan show` reads it)",
+        field="plan",
+    )
+
+
 def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
     """The plan at ``path`` as ``Plan.load`` authenticated it, and the bytes it was read from.
 
-    Two reads (the bytes, whose sha256 the page shows and the person confirms; the
-    plan, loaded and checked by ``Plan.load``): the loaded plan must be the one the bytes
-    hold (roots, calls, applied marks), else the file changed between them (swapped by
-    whoever can write its directory) and InvalidArguments says so. So the plan that runs
-    is always the one whose digest was confirmed. A path that cannot be read (a
-    directory or a pipe now) is InvalidArguments too; a missing file is FileNotFoundError.
+    One read, bounded (:data:`MAX_PLAN_BYTES`), of a regular file (:func:`_read_regular`):
+    the bytes whose sha256 the page shows and the person confirms are the bytes
+    ``Plan.load`` authenticates, so the plan that runs is always the one whose digest was
+    confirmed (the loaded plan is still compared with them). A path that cannot be read
+    (a directory, a pipe, a device) is InvalidArguments; a missing file is FileNotFoundError.
     """
     try:
-        # Without waiting for a writer: a pipe put in its place is refused, not waited on.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            data = f.read()
-        plan = Plan.load(path, create_key=create_key)
+        data = _read_regular(path, MAX_PLAN_BYTES)
+        plan = Plan.load(path, create_key=create_key, raw=data)
     except FileNotFoundError:
         raise
     except OSError as exc:  # a directory, a file it may not read: whoever can write its folder
@@ -86,11 +153,7 @@ def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
             f"{path} cannot be read as a plan ({exc.strerror or exc})", field="plan"
         ) from None
     if not _same_plan(plan, data):
-        raise InvalidArguments(
-            f"{path} changed while it was read (the plan loaded is not the one whose sha256 "
-            "the page checks): nothing ran; look at it again",
-            field="plan",
-        )
+        raise _changed(path)
     return plan, data
 
 
