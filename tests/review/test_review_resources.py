@@ -5,10 +5,22 @@
   whole (twice: the bytes, then ``Plan.load``), a 6 GiB one took 15 GB of memory. Now the
   page reads a plan at most :data:`MAX_PLAN_BYTES`, once, from a regular file it checked
   before opening it: refused with a 409 naming the limit, the memory not spent, the page up.
+* Connections: every one a local process opened was held (an idle one for the keep-alive's
+  5 s) with no bound, so a flood of them took the process's file descriptors (accept
+  failed with EMFILE, a traceback per retry on stderr, and every other file the session
+  opens failed with it). Now at most :data:`MAX_CONNECTIONS` are held; a new one beyond
+  that closes the oldest that never showed the token, so the person's page still loads,
+  follows and acts during the flood.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +28,9 @@ from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 from review_helpers import choose, confirm, job_done, records, ringfence_process, visit
 from test_review_attacks import get, stage
 from test_review_bounds import peak_rss_bytes
+from test_review_refusals import write_with_agent
 
+from ringfence.review._connections import MAX_CONNECTIONS
 from ringfence.review._site import MAX_PLAN_BYTES
 
 
@@ -69,3 +83,84 @@ def test_a_plan_file_too_large_or_not_a_file_is_refused_without_reading_it(
     recs = records(events)
     assert not any(r["kind"] == "proposed" for r in recs)
     assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["apply"]
+
+
+# -- a flood of connections without the token -------------------------------------------------
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@contextmanager
+def flood(port: int, pid: int, threads: int = 6) -> Iterator[list[int]]:
+    """Threads opening connections to ``port`` without a request (as fast as they are
+    accepted), each holding up to 400; yields the process's open file counts, sampled."""
+    stop = threading.Event()
+    counts: list[int] = []
+    held: list[socket.socket] = []
+    lock = threading.Lock()
+
+    def opener() -> None:
+        mine: list[socket.socket] = []
+        while not stop.is_set():
+            try:
+                mine.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                time.sleep(0.01)
+            if len(mine) > 400:
+                mine.pop(0).close()
+        with lock:
+            held.extend(mine)
+
+    def sampler() -> None:
+        while not stop.is_set():
+            counts.append(open_fds(pid))
+            time.sleep(0.05)
+
+    workers = [threading.Thread(target=opener, daemon=True) for _ in range(threads)]
+    workers.append(threading.Thread(target=sampler, daemon=True))
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(3)  # under way before the person acts
+        yield counts
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(10)
+        for s in held:
+            s.close()
+
+
+def test_a_flood_of_connections_without_the_token_leaves_the_page_to_the_person(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    set_id = write_with_agent(workspace, events)
+    target = workspace / "a.txt"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-reversible")  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        port = int(base.split(":")[2].split("/")[0])
+        pid = rf.process.pid
+        visit(page, base + f"changes/{set_id}")  # its live stream is open
+        idle = open_fds(pid)
+        with flood(port, pid) as counts:
+            # The person, during the flood: the page loads, the undo runs, the page follows it.
+            visit(page, base + f"changes/{set_id}")
+            choose(page, "#undo-set")
+            confirm(page)
+            ok, text = job_done(page)
+            assert ok, text
+            assert not target.exists()
+            status, _, body = get(base + "changes")
+            assert status == 200 and set_id in body
+        peak = max(counts)
+        assert len(counts) > 20
+        assert peak <= idle + MAX_CONNECTIONS + 8, (idle, peak)
+        assert rf.process.poll() is None
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    recs = records(events)
+    assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["undo"]
