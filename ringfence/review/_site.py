@@ -18,6 +18,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import stat
 import time
@@ -167,6 +168,46 @@ def _same_plan(plan: Plan, data: bytes) -> bool:
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         return False
+
+
+_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def diff_classes(lines: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """Each line of ``render_changes``' text with its class: ``meta`` (``---``/``+++``),
+    ``hunk``, ``add``/``del``/``ctx`` or ``head`` (ringfence's own lines: new, deleted, mode).
+
+    By structure: after a hunk's ``@@ -a,b +c,d @@`` the next lines are its content, as many
+    as it counts (``b`` old, ``d`` new), whatever they begin with: an added line of the file
+    that reads ``++ b/other`` is shown ``+++ b/other`` as an added line, not as the header of
+    another file (it was classed ``meta``, and what followed looked like that file's).
+    """
+    old = new = 0
+    for line in lines:
+        if old > 0 or new > 0:
+            mark = line[:1]
+            if mark == " " and old > 0 and new > 0:
+                old, new = old - 1, new - 1
+                yield line, "ctx"
+                continue
+            if mark == "-" and old > 0:
+                old -= 1
+                yield line, "del"
+                continue
+            if mark == "+" and new > 0:
+                new -= 1
+                yield line, "add"
+                continue
+            old = new = 0  # not the content counted: the text is not a diff as made; headings
+        hunk = _HUNK.match(line)
+        if hunk is not None:
+            old = int(hunk.group(1) or "1")
+            new = int(hunk.group(2) or "1")
+            yield line, "hunk"
+        elif line.startswith(("--- ", "+++ ")):
+            yield line, "meta"
+        else:
+            yield line, "head"
 
 
 def _is_id(text: str) -> bool:
@@ -865,26 +906,15 @@ class ReviewSite:
         return self.page(f"Change set {cs.id}", Html("".join(parts)), active="changes")
 
     def _diff(self, diff: str) -> Html:
+        """``render_changes``' text as the page shows it: each line classed by where it stands
+        in the diff (:func:`diff_classes`), never by how it begins, and wrapped (CSS), so no
+        line of content passes for a file's header and no part of a line is out of view."""
         lines = diff.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         more = len(lines) - MAX_DIFF_LINES
-        out = []
-        for line in lines[:MAX_DIFF_LINES]:
-            if line.startswith(("+++", "---")):
-                cls = "meta"
-            elif line.startswith("@@"):
-                cls = "hunk"
-            elif line.startswith("+"):
-                cls = "add"
-            elif line.startswith("-"):
-                cls = "del"
-            elif line.startswith(" "):
-                cls = "ctx"
-            else:
-                cls = "head"
-            out.append(el("span", {"class": f"d-{cls}"}, line))
-            out.append(Html("\n"))
+        lines = lines[:MAX_DIFF_LINES]
+        out = [el("span", {"class": f"d-{cls}"}, line) for line, cls in diff_classes(lines)]
         if more > 0:
             out.append(
                 el(
