@@ -37,7 +37,7 @@ from ..runtime._timeline import CallFilter, CallRow, Timeline
 from ._actions import Confirmations, Job, Pending, RateLimit
 from ._approver import Question, ReviewApprover, answer_from_page
 from ._feed import MAX_HELD_BYTES, MAX_LINE_BYTES, EventFeed, Integrity
-from ._html import Html, block, el, field, url, when
+from ._html import Html, block, code_points, el, field, path_field, url, when
 
 __all__ = ["PAGE_ROWS", "ReviewSite"]
 
@@ -208,6 +208,41 @@ def diff_classes(lines: Sequence[str]) -> Iterator[tuple[str, str]]:
             yield line, "meta"
         else:
             yield line, "head"
+
+
+_OWN = ("meta", "head")  # ringfence's lines of a diff: they name the files
+
+
+def _with_code_points(line: str) -> str:
+    """A line naming a file, and when the name holds any character beyond ASCII, the line
+    in code points too (``b/\u0430pp.py``: not ``b/app.py``)."""
+    points = code_points(line)
+    return line if points is None else f"{line}  \u27e8as code points: {points}\u27e9"
+
+
+MAX_NOTED = 20
+
+
+def _code_point_note(request: ApprovalRequest) -> Html | None:
+    """The tool's name and the arguments (names, text values) of a question that hold a
+    character beyond ASCII, in code points: a path or a command that looks like another
+    (``\u0430pp.py``, ``cafe\u0301``) is told apart before it is approved."""
+    items: list[str] = []
+    if (tool := code_points(field(request.tool, 80))) is not None:
+        items.append(f"tool {tool}")
+    for name, value in request.arguments.items():
+        key = field(name, 60)
+        text = code_points(field(value, 200)) if isinstance(value, str) else None
+        if text is not None or code_points(key) is not None:
+            items.append(f"{code_points(key) or key} = {text or field(value, 200)}")
+    if not items:
+        return None
+    more = f" … and {len(items) - MAX_NOTED} more" if len(items) > MAX_NOTED else ""
+    return el(
+        "p",
+        {"class": "warn code-points"},
+        "Beyond ASCII, as code points: " + "; ".join(items[:MAX_NOTED]) + more,
+    )
 
 
 def _is_id(text: str) -> bool:
@@ -690,6 +725,7 @@ class ReviewSite:
                 f"asked {when(q.asked_at)}; denied in {left} s without an answer",
             ),
             el("pre", {"class": "prompt"}, q.prompt),
+            _code_point_note(q.request),
             el(
                 "form",
                 {"method": "post", "action": self.link("approvals", q.id, "prepare")},
@@ -758,6 +794,7 @@ class ReviewSite:
             Html(
                 el("p", {"class": "what"}, f"You are about to {one_line(what)}:")
                 + el("pre", {"class": "prompt"}, q.prompt)
+                + (_code_point_note(q.request) or "")
             ),
             pending,
             danger=answer.choice.value != "deny",
@@ -792,7 +829,7 @@ class ReviewSite:
         rows = []
         for s in sets:
             paths = s["paths"]
-            shown = ", ".join(field(p, 120) for p in paths[:MAX_SHOWN_PATHS])
+            shown = ", ".join(path_field(p) for p in paths[:MAX_SHOWN_PATHS])
             if len(paths) > MAX_SHOWN_PATHS:
                 shown += f" … and {len(paths) - MAX_SHOWN_PATHS:,} more"
             status = []
@@ -914,7 +951,10 @@ class ReviewSite:
             lines.pop()
         more = len(lines) - MAX_DIFF_LINES
         lines = lines[:MAX_DIFF_LINES]
-        out = [el("span", {"class": f"d-{cls}"}, line) for line, cls in diff_classes(lines)]
+        out = [
+            el("span", {"class": f"d-{cls}"}, _with_code_points(line) if cls in _OWN else line)
+            for line, cls in diff_classes(lines)
+        ]
         if more > 0:
             out.append(
                 el(
@@ -982,7 +1022,7 @@ class ReviewSite:
             if s["id"] not in seen and paths.intersection(s["paths"]):
                 return (
                     f"change set {s['id']} ({field(s['tool'], 60)}) changed "
-                    + ", ".join(field(p, 120) for p in sorted(paths.intersection(s["paths"]))[:5])
+                    + ", ".join(path_field(p) for p in sorted(paths.intersection(s["paths"]))[:5])
                     + " since the page showed them"
                 )
         return None
@@ -1000,7 +1040,7 @@ class ReviewSite:
                 "li",
                 {},
                 f"{t['id']} ({when(t['created'])}, by {field(t['tool'], 60)}): ",
-                ", ".join(field(p, 120) for p in t["paths"][:20]),
+                ", ".join(path_field(p) for p in t["paths"][:20]),
                 f" … and {len(t['paths']) - 20:,} more" if len(t["paths"]) > 20 else "",
             )
             for t in targets
@@ -1317,7 +1357,7 @@ class ReviewSite:
                         "ok",
                         f"undid {item['undone']} as change set "
                         f"{item['checkpoint']}: "
-                        + ", ".join(field(p, 200) for p in item["paths"][:50]),
+                        + ", ".join(path_field(p, 200) for p in item["paths"][:50]),
                     )
                 )
             self.touch()

@@ -38,11 +38,12 @@ def agent_writes(workspace: Path, events: Path, path: str, content: str) -> str:
     return [r for r in records(events) if r["kind"] == "checkpoint"][-1]["id"]
 
 
-def steady(page: Any, read: Any) -> Any:
-    """``read(page)``, again when the page's live reload (new activity) got in the way."""
+def steady(page: Any, read: Any, ready: str = "#diff") -> Any:
+    """``read(page)`` once ``ready`` is shown, again when the page's live reload (new
+    activity) got in the way."""
     for attempt in range(5):
         try:
-            page.wait_for_selector("#diff")
+            page.wait_for_selector(ready)
             return read(page)
         except Exception:  # playwright's Error: the execution context was destroyed
             if attempt == 4:
