@@ -43,6 +43,7 @@ __all__ = ["PAGE_ROWS", "ReviewSite"]
 
 PAGE_ROWS = 100
 MAX_DIFF_LINES = 4_000
+MAX_DIFF_NAMES = 2_000  # lines naming a file (its header, new, deleted, mode)
 MAX_SHOWN_PATHS = 6
 MAX_JOBS = 100
 VERDICTS = ("allow", "ask", "deny")
@@ -945,22 +946,55 @@ class ReviewSite:
     def _diff(self, diff: str) -> Html:
         """``render_changes``' text as the page shows it: each line classed by where it stands
         in the diff (:func:`diff_classes`), never by how it begins, and wrapped (CSS), so no
-        line of content passes for a file's header and no part of a line is out of view."""
+        line of content passes for a file's header and no part of a line is out of view.
+
+        Bounded: at most :data:`MAX_DIFF_LINES` lines of content in all, but every file's
+        own lines (header, new, deleted, mode) up to :data:`MAX_DIFF_NAMES`, each file's
+        lines not shown counted under it: a change hidden behind 4,000 lines of another
+        file is still named (it was "… N more lines", the file unnamed)."""
         lines = diff.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        more = len(lines) - MAX_DIFF_LINES
-        lines = lines[:MAX_DIFF_LINES]
-        out = [
-            el("span", {"class": f"d-{cls}"}, _with_code_points(line) if cls in _OWN else line)
-            for line, cls in diff_classes(lines)
-        ]
-        if more > 0:
+        out: list[Html] = []
+        content = names = skipped = 0
+        rest = 0  # lines after the last file named (MAX_DIFF_NAMES reached)
+
+        def counted() -> None:
+            nonlocal skipped
+            if skipped:
+                out.append(
+                    el(
+                        "span",
+                        {"class": "d-head d-skipped"},
+                        f"… {skipped:,} more lines of this file not shown here "
+                        "(`ringfence checkpoints show`)",
+                    )
+                )
+                skipped = 0
+
+        for line, cls in diff_classes(lines):
+            if rest:
+                rest += 1
+            elif cls in _OWN:
+                counted()
+                if names >= MAX_DIFF_NAMES:
+                    rest = 1
+                    continue
+                names += 1
+                out.append(el("span", {"class": f"d-{cls}"}, _with_code_points(line)))
+            elif content < MAX_DIFF_LINES:
+                content += 1
+                out.append(el("span", {"class": f"d-{cls}"}, line))
+            else:
+                skipped += 1
+        counted()
+        if rest:
             out.append(
                 el(
                     "span",
-                    {"class": "d-head"},
-                    f"… {more:,} more lines not shown here (`ringfence checkpoints show`)",
+                    {"class": "d-head d-skipped"},
+                    f"… {rest:,} more lines, of more files, not shown here "
+                    "(`ringfence checkpoints show`)",
                 )
             )
         return el("pre", {"class": "diff", "id": "diff"}, out)
