@@ -235,14 +235,14 @@ def _code_point_note(request: ApprovalRequest) -> Html | None:
         key = field(name, 60)
         text = code_points(field(value, 200)) if isinstance(value, str) else None
         if text is not None or code_points(key) is not None:
+            if len(items) == MAX_NOTED:  # the note stays short, however many arguments
+                items.append("… and more")
+                break
             items.append(f"{code_points(key) or key} = {text or field(value, 200)}")
     if not items:
         return None
-    more = f" … and {len(items) - MAX_NOTED} more" if len(items) > MAX_NOTED else ""
     return el(
-        "p",
-        {"class": "warn code-points"},
-        "Beyond ASCII, as code points: " + "; ".join(items[:MAX_NOTED]) + more,
+        "p", {"class": "warn code-points"}, "Beyond ASCII, as code points: " + "; ".join(items)
     )
 
 
