@@ -27,7 +27,18 @@ from urllib.parse import quote
 
 from ..runtime._render import one_line, visible, when_text
 
-__all__ = ["Html", "block", "clip", "el", "field", "raw", "url", "when"]
+__all__ = [
+    "Html",
+    "block",
+    "clip",
+    "code_points",
+    "el",
+    "field",
+    "path_field",
+    "raw",
+    "url",
+    "when",
+]
 
 
 class Html(str):
@@ -115,3 +126,28 @@ def when(ts: float) -> str:
     be drawn is shown as its value (:func:`when_text`), never an error that takes the
     view down."""
     return when_text(ts, "%Y-%m-%d %H:%M:%S", local=True, millis=True)
+
+
+_MARKS = frozenset("\u27e8\u27e9")  # the renderer's own brackets (an agent's are escaped)
+
+
+def _code_point(char: str) -> str:
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def code_points(shown: str) -> str | None:
+    """``shown`` (already rendered) with every character beyond ASCII as ``\\uXXXX``; None
+    when it has none. Two texts that look alike (a Cyrillic ``\u0430`` for a Latin ``a``,
+    ``e`` and a combining accent for ``\u00e9``) never look alike this way."""
+    if shown.isascii() or all(c.isascii() or c in _MARKS for c in shown):
+        return None
+    return "".join(c if c.isascii() or c in _MARKS else _code_point(c) for c in shown)
+
+
+def path_field(path: str, limit: int = 120) -> str:
+    """A path as the page shows what will be changed: :func:`field`, and when it holds any
+    character beyond ASCII, its code points too (``\u0430pp.py`` is not ``app.py``)."""
+    shown = field(path, limit)
+    points = code_points(shown)
+    return shown if points is None else f"{shown} \u27e8as code points: {points}\u27e9"

@@ -4,7 +4,9 @@
 no option to widen it; a name is checked again by the address it was bound on), generates the token (``secrets.token_urlsafe(32)``)
 unless one is given, registers it as a secret of the kernel (so no record or
 result can carry it), and serves :class:`._app.PathToken` → ``serve``'s
-``RequestGuard`` → :class:`._app.ReviewApp`. It records ``review_started``
+``RequestGuard`` → :class:`._app.ReviewApp`, at most
+:data:`._connections.MAX_CONNECTIONS` connections at once (a flood without the token
+displaces only itself: :mod:`._connections`). It records ``review_started``
 (address, never the token) and, bounded per window, every refused request
 (``review_refused``, ``review_refused_summary``).
 
@@ -24,7 +26,6 @@ from urllib.parse import urlsplit
 
 import trio
 from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 
 from ..runtime._errors import InvalidArguments
 from ..runtime._kernel import Kernel
@@ -32,6 +33,7 @@ from ..runtime._net import is_loopback
 from ..serve._http import HttpOptions, RefusalAudit, RequestGuard, bind_refusal, host_literal
 from ._app import MAX_FORM_BYTES, PathToken, ReviewApp
 from ._approver import ReviewApprover
+from ._connections import Admitted, ConnectionLimit, serve_bounded
 from ._feed import EventFeed
 from ._site import ReviewSite
 
@@ -80,7 +82,13 @@ async def serve_review(
         clock=trio.current_time,
     )
     app = ReviewApp(site, on_refused=lambda status, _text, scope: audit.refused(status, scope))
-    guard = RequestGuard(app, http.token, on_refused=audit.refused, max_body_bytes=MAX_FORM_BYTES)
+    connections = ConnectionLimit()
+    guard = RequestGuard(
+        Admitted(app, connections),
+        http.token,
+        on_refused=audit.refused,
+        max_body_bytes=MAX_FORM_BYTES,
+    )
     config = Config()
     config.bind = [f"{host_literal(options.host)}:{options.port}"]
     config.accesslog = None
@@ -89,9 +97,11 @@ async def serve_review(
 
     async def listen(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            await hypercorn_serve(PathToken(guard), config, task_status=task_status)  # type: ignore[arg-type]
-        except BaseExceptionGroup as group:
-            refusal = bind_refusal(group, config.bind[0], "the review page ")
+            await serve_bounded(PathToken(guard), config, connections, task_status=task_status)
+        except OSError as exc:  # the bind
+            refusal = bind_refusal(
+                ExceptionGroup("bind", [exc]), config.bind[0], "the review page "
+            )
             if refusal is None:
                 raise
             raise refusal from None

@@ -18,6 +18,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import stat
 import time
@@ -36,12 +37,13 @@ from ..runtime._timeline import CallFilter, CallRow, Timeline
 from ._actions import Confirmations, Job, Pending, RateLimit
 from ._approver import Question, ReviewApprover, answer_from_page
 from ._feed import MAX_HELD_BYTES, MAX_LINE_BYTES, EventFeed, Integrity
-from ._html import Html, block, el, field, url, when
+from ._html import Html, block, code_points, el, field, path_field, url, when
 
 __all__ = ["PAGE_ROWS", "ReviewSite"]
 
 PAGE_ROWS = 100
 MAX_DIFF_LINES = 4_000
+MAX_DIFF_NAMES = 2_000  # lines naming a file (its header, new, deleted, mode)
 MAX_SHOWN_PATHS = 6
 MAX_JOBS = 100
 VERDICTS = ("allow", "ask", "deny")
@@ -61,24 +63,91 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# The most of a plan file the page reads (a larger one is refused, naming this; a sparse
+# file of gigabytes in the workspace took the page's memory with it).
+MAX_PLAN_BYTES = 128 << 20
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _not_regular(mode: int) -> OSError | None:
+    """Why a file of this mode is not read as a plan (None: a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a pipe"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+    )
+    return OSError(errno.EINVAL, f"not a regular file: {kind}")
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` (else InvalidArguments).
+
+    Checked before it is opened (a FIFO, a device, a directory is never opened: no open's
+    side effect, no wait on a writer), opened without waiting, read at most ``limit + 1``
+    bytes whatever its size says (a file of ``/proc`` says 0 and may hold more), and
+    refused unless the path still names that same file, unchanged, once it was read (one
+    swapped in or rewritten meanwhile: InvalidArguments, "changed while it was read").
+    """
+    before = os.stat(path)
+    if (why := _not_regular(before.st_mode)) is not None:
+        raise why
+    if before.st_size > limit:
+        raise _too_large(path, limit)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        opened = os.fstat(fd)
+        if (why := _not_regular(opened.st_mode)) is not None:
+            raise why
+        data = f.read(limit + 1)
+        read = os.fstat(fd)
+    if len(data) > limit:
+        raise _too_large(path, limit)
+    try:
+        after: tuple[int, ...] | None = _identity(os.stat(path))
+    except FileNotFoundError:
+        after = None
+    if not _identity(before) == _identity(opened) == _identity(read) == after:
+        raise _changed(path)
+    return data
+
+
+def _changed(path: Path) -> InvalidArguments:
+    return InvalidArguments(
+        f"{path} changed while it was read (the plan loaded is not the one whose sha256 "
+        "the page checks): nothing ran; look at it again",
+        field="plan",
+    )
+
+
+def _too_large(path: Path, limit: int) -> InvalidArguments:
+    return InvalidArguments(
+        f"{path} is larger than the {limit >> 20} MiB the review page reads of a plan: "
+        "nothing of it was loaded (`ringfence plan show` reads it)",
+        field="plan",
+    )
+
+
 def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
     """The plan at ``path`` as ``Plan.load`` authenticated it, and the bytes it was read from.
 
-    Two reads (the bytes, whose sha256 the page shows and the person confirms; the
-    plan, loaded and checked by ``Plan.load``): the loaded plan must be the one the bytes
-    hold (roots, calls, applied marks), else the file changed between them (swapped by
-    whoever can write its directory) and InvalidArguments says so. So the plan that runs
-    is always the one whose digest was confirmed. A path that cannot be read (a
-    directory or a pipe now) is InvalidArguments too; a missing file is FileNotFoundError.
+    One read, bounded (:data:`MAX_PLAN_BYTES`), of a regular file (:func:`_read_regular`):
+    the bytes whose sha256 the page shows and the person confirms are the bytes
+    ``Plan.load`` authenticates, so the plan that runs is always the one whose digest was
+    confirmed (the loaded plan is still compared with them). A path that cannot be read
+    (a directory, a pipe, a device) is InvalidArguments; a missing file is FileNotFoundError.
     """
     try:
-        # Without waiting for a writer: a pipe put in its place is refused, not waited on.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            data = f.read()
-        plan = Plan.load(path, create_key=create_key)
+        data = _read_regular(path, MAX_PLAN_BYTES)
+        plan = Plan.load(path, create_key=create_key, raw=data)
     except FileNotFoundError:
         raise
     except OSError as exc:  # a directory, a file it may not read: whoever can write its folder
@@ -86,11 +155,7 @@ def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
             f"{path} cannot be read as a plan ({exc.strerror or exc})", field="plan"
         ) from None
     if not _same_plan(plan, data):
-        raise InvalidArguments(
-            f"{path} changed while it was read (the plan loaded is not the one whose sha256 "
-            "the page checks): nothing ran; look at it again",
-            field="plan",
-        )
+        raise _changed(path)
     return plan, data
 
 
@@ -104,6 +169,81 @@ def _same_plan(plan: Plan, data: bytes) -> bool:
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         return False
+
+
+_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def diff_classes(lines: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """Each line of ``render_changes``' text with its class: ``meta`` (``---``/``+++``),
+    ``hunk``, ``add``/``del``/``ctx`` or ``head`` (ringfence's own lines: new, deleted, mode).
+
+    By structure: after a hunk's ``@@ -a,b +c,d @@`` the next lines are its content, as many
+    as it counts (``b`` old, ``d`` new), whatever they begin with: an added line of the file
+    that reads ``++ b/other`` is shown ``+++ b/other`` as an added line, not as the header of
+    another file (it was classed ``meta``, and what followed looked like that file's).
+    """
+    old = new = 0
+    for line in lines:
+        if old > 0 or new > 0:
+            mark = line[:1]
+            if mark == " " and old > 0 and new > 0:
+                old, new = old - 1, new - 1
+                yield line, "ctx"
+                continue
+            if mark == "-" and old > 0:
+                old -= 1
+                yield line, "del"
+                continue
+            if mark == "+" and new > 0:
+                new -= 1
+                yield line, "add"
+                continue
+            old = new = 0  # not the content counted: the text is not a diff as made; headings
+        hunk = _HUNK.match(line)
+        if hunk is not None:
+            old = int(hunk.group(1) or "1")
+            new = int(hunk.group(2) or "1")
+            yield line, "hunk"
+        elif line.startswith(("--- ", "+++ ")):
+            yield line, "meta"
+        else:
+            yield line, "head"
+
+
+_OWN = ("meta", "head")  # ringfence's lines of a diff: they name the files
+
+
+def _with_code_points(line: str) -> str:
+    """A line naming a file, and when the name holds any character beyond ASCII, the line
+    in code points too (``b/\u0430pp.py``: not ``b/app.py``)."""
+    points = code_points(line)
+    return line if points is None else f"{line}  \u27e8as code points: {points}\u27e9"
+
+
+MAX_NOTED = 20
+
+
+def _code_point_note(request: ApprovalRequest) -> Html | None:
+    """The tool's name and the arguments (names, text values) of a question that hold a
+    character beyond ASCII, in code points: a path or a command that looks like another
+    (``\u0430pp.py``, ``cafe\u0301``) is told apart before it is approved."""
+    items: list[str] = []
+    if (tool := code_points(field(request.tool, 80))) is not None:
+        items.append(f"tool {tool}")
+    for name, value in request.arguments.items():
+        key = field(name, 60)
+        text = code_points(field(value, 200)) if isinstance(value, str) else None
+        if text is not None or code_points(key) is not None:
+            if len(items) == MAX_NOTED:  # the note stays short, however many arguments
+                items.append("… and more")
+                break
+            items.append(f"{code_points(key) or key} = {text or field(value, 200)}")
+    if not items:
+        return None
+    return el(
+        "p", {"class": "warn code-points"}, "Beyond ASCII, as code points: " + "; ".join(items)
+    )
 
 
 def _is_id(text: str) -> bool:
@@ -586,6 +726,7 @@ class ReviewSite:
                 f"asked {when(q.asked_at)}; denied in {left} s without an answer",
             ),
             el("pre", {"class": "prompt"}, q.prompt),
+            _code_point_note(q.request),
             el(
                 "form",
                 {"method": "post", "action": self.link("approvals", q.id, "prepare")},
@@ -654,6 +795,7 @@ class ReviewSite:
             Html(
                 el("p", {"class": "what"}, f"You are about to {one_line(what)}:")
                 + el("pre", {"class": "prompt"}, q.prompt)
+                + (_code_point_note(q.request) or "")
             ),
             pending,
             danger=answer.choice.value != "deny",
@@ -688,7 +830,7 @@ class ReviewSite:
         rows = []
         for s in sets:
             paths = s["paths"]
-            shown = ", ".join(field(p, 120) for p in paths[:MAX_SHOWN_PATHS])
+            shown = ", ".join(path_field(p) for p in paths[:MAX_SHOWN_PATHS])
             if len(paths) > MAX_SHOWN_PATHS:
                 shown += f" … and {len(paths) - MAX_SHOWN_PATHS:,} more"
             status = []
@@ -802,32 +944,57 @@ class ReviewSite:
         return self.page(f"Change set {cs.id}", Html("".join(parts)), active="changes")
 
     def _diff(self, diff: str) -> Html:
+        """``render_changes``' text as the page shows it: each line classed by where it stands
+        in the diff (:func:`diff_classes`), never by how it begins, and wrapped (CSS), so no
+        line of content passes for a file's header and no part of a line is out of view.
+
+        Bounded: at most :data:`MAX_DIFF_LINES` lines of content in all, but every file's
+        own lines (header, new, deleted, mode) up to :data:`MAX_DIFF_NAMES`, each file's
+        lines not shown counted under it: a change hidden behind 4,000 lines of another
+        file is still named (it was "… N more lines", the file unnamed)."""
         lines = diff.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        more = len(lines) - MAX_DIFF_LINES
-        out = []
-        for line in lines[:MAX_DIFF_LINES]:
-            if line.startswith(("+++", "---")):
-                cls = "meta"
-            elif line.startswith("@@"):
-                cls = "hunk"
-            elif line.startswith("+"):
-                cls = "add"
-            elif line.startswith("-"):
-                cls = "del"
-            elif line.startswith(" "):
-                cls = "ctx"
+        out: list[Html] = []
+        content = names = skipped = 0
+        rest = 0  # lines after the last file named (MAX_DIFF_NAMES reached)
+
+        def counted() -> None:
+            nonlocal skipped
+            if skipped:
+                out.append(
+                    el(
+                        "span",
+                        {"class": "d-head d-skipped"},
+                        f"… {skipped:,} more lines of this file not shown here "
+                        "(`ringfence checkpoints show`)",
+                    )
+                )
+                skipped = 0
+
+        for line, cls in diff_classes(lines):
+            if rest:
+                rest += 1
+            elif cls in _OWN:
+                counted()
+                if names >= MAX_DIFF_NAMES:
+                    rest = 1
+                    continue
+                names += 1
+                out.append(el("span", {"class": f"d-{cls}"}, _with_code_points(line)))
+            elif content < MAX_DIFF_LINES:
+                content += 1
+                out.append(el("span", {"class": f"d-{cls}"}, line))
             else:
-                cls = "head"
-            out.append(el("span", {"class": f"d-{cls}"}, line))
-            out.append(Html("\n"))
-        if more > 0:
+                skipped += 1
+        counted()
+        if rest:
             out.append(
                 el(
                     "span",
-                    {"class": "d-head"},
-                    f"… {more:,} more lines not shown here (`ringfence checkpoints show`)",
+                    {"class": "d-head d-skipped"},
+                    f"… {rest:,} more lines, of more files, not shown here "
+                    "(`ringfence checkpoints show`)",
                 )
             )
         return el("pre", {"class": "diff", "id": "diff"}, out)
@@ -889,7 +1056,7 @@ class ReviewSite:
             if s["id"] not in seen and paths.intersection(s["paths"]):
                 return (
                     f"change set {s['id']} ({field(s['tool'], 60)}) changed "
-                    + ", ".join(field(p, 120) for p in sorted(paths.intersection(s["paths"]))[:5])
+                    + ", ".join(path_field(p) for p in sorted(paths.intersection(s["paths"]))[:5])
                     + " since the page showed them"
                 )
         return None
@@ -907,7 +1074,7 @@ class ReviewSite:
                 "li",
                 {},
                 f"{t['id']} ({when(t['created'])}, by {field(t['tool'], 60)}): ",
-                ", ".join(field(p, 120) for p in t["paths"][:20]),
+                ", ".join(path_field(p) for p in t["paths"][:20]),
                 f" … and {len(t['paths']) - 20:,} more" if len(t["paths"]) > 20 else "",
             )
             for t in targets
@@ -1224,7 +1391,7 @@ class ReviewSite:
                         "ok",
                         f"undid {item['undone']} as change set "
                         f"{item['checkpoint']}: "
-                        + ", ".join(field(p, 200) for p in item["paths"][:50]),
+                        + ", ".join(path_field(p, 200) for p in item["paths"][:50]),
                     )
                 )
             self.touch()

@@ -276,15 +276,24 @@ class Plan:
             atomic_write(_ledger_path(call_id), json.dumps(note).encode())
 
     @classmethod
-    def load(cls, path: Path, key: bytes | None = None, *, create_key: bool = True) -> Plan:
+    def load(
+        cls,
+        path: Path,
+        key: bytes | None = None,
+        *,
+        create_key: bool = True,
+        raw: bytes | None = None,
+    ) -> Plan:
         """Read and authenticate a plan; raise InvalidArguments naming what is wrong.
 
         With ``create_key=False`` (``plan show``) a missing ``plan.key`` is
-        reported, never created.
+        reported, never created. ``raw``: the file's bytes as the caller read them
+        (the review page reads once, bounded, and checks exactly those), not read again.
         """
         path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8") if raw is None else raw.decode("utf-8")
+            data = json.loads(text)
         except FileNotFoundError:
             raise InvalidArguments(f"no plan file at {path}", field="plan") from None
         except (ValueError, UnicodeDecodeError) as exc:
