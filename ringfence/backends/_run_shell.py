@@ -233,6 +233,8 @@ class ShellTool:
         self._clear_setid = backend != "host"
         # The git metadata after the last checked command (for the between-commands notice).
         self._last: GitSnapshot | None = None
+        # The git metadata the session's read-only mounts were decided from (its tops).
+        self._mounted_tops: frozenset[Path] = frozenset()
 
     async def session(
         self, ctx: CallContext, snapshot: GitSnapshot | None = None
@@ -249,6 +251,7 @@ class ShellTool:
             if self._session is None:
                 if snapshot is None:  # started for another tool (the script bridge)
                     snapshot = await self._scan()
+                self._mounted_tops = _tops(snapshot)
                 readonly = set(self.workspace.git_directories())
                 # A gitfile is redirected by rewriting it: mount it read-only like a git dir.
                 readonly.update(
@@ -354,6 +357,7 @@ class ShellTool:
         before_ns = time.time_ns()
         before = await self._scan()
         self._note_between_commands(before, ctx)
+        await self._mount_new_git_metadata(before, ctx)
         session = await self.session(ctx, before)
         # git status would refresh .git/index as a side effect: a change in a git directory.
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
@@ -446,6 +450,28 @@ class ShellTool:
 
     # -- git metadata ---------------------------------------------------------------------
 
+    async def _mount_new_git_metadata(self, before: GitSnapshot, ctx: CallContext) -> None:
+        """Start the session again when git metadata appeared since it started.
+
+        A session mounts the git directories and gitfiles it finds when it starts read-only;
+        one the person made since (a ``git clone`` or ``git init`` in the workspace while
+        the agent works) was writable by every later command, which the check after it
+        undoes only once the command has ended: meanwhile a host ``git status`` (an
+        editor's git view) ran the ``core.fsmonitor`` it wrote. Only the commands that
+        write the roots themselves need this; a change set never writes them.
+        """
+        if self._session is None or _tops(before) <= self._mounted_tops:
+            return
+        async with self._starting:
+            session, self._session = self._session, None
+        if session is not None:
+            await session.aclose()
+        ctx.emit(
+            "notice",
+            message=f"git metadata appeared in the workspace since the {self.backend} session "
+            "started; the session was started again to mount it read-only",
+        )
+
     async def _scan(self) -> GitSnapshot:
         """The roots' git metadata now: incremental from the last checked command's scan."""
         roots = [Path(r) for r in self.workspace.roots]
@@ -526,6 +552,11 @@ def _follow(session: BackendSession, args: Mapping[str, Any]) -> dict[str, bool]
     if not session.metadata.get("persist_shell_state"):
         return {}
     return {"follow_shell": "cwd" not in args}
+
+
+def _tops(snapshot: GitSnapshot) -> frozenset[Path]:
+    """The host paths of ``snapshot``'s git metadata tops (``.git`` entries, git directories)."""
+    return frozenset(snapshot.path(key) for key in snapshot.tops)
 
 
 def _outside(roots: Sequence[Path], spool: Path) -> Path:

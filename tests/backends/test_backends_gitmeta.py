@@ -616,3 +616,55 @@ async def test_the_quarantine_is_no_repository_a_person_inspecting_it_runs(
     assert not any(p.name.casefold() == "head" for p in quarantine.rglob("*"))
     # And out of the workspace, as before: no repository left there either.
     assert git_dirs_found(tmp_path, workspace) == {}
+
+
+# -- (h) a repository the person makes while a session runs is mounted read-only too ---------
+
+
+@pytest.mark.parametrize(
+    "confined",
+    ["local", pytest.param("docker", marks=pytest.mark.docker)],
+)
+async def test_a_repository_made_during_the_session_is_read_only_to_the_next_command(
+    confined: str, workspace: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The session mounted only the git directories present when it started: a repository
+    the person cloned into the workspace afterwards was writable by the next command,
+    whose ``core.fsmonitor`` ran in the person's ``git status`` (an editor's git view)
+    while the command was still running; the check after it restored the config too late.
+    Now the session is started again with it read-only: the write fails, nothing runs."""
+    import trio
+
+    if confined == "docker":
+        request.getfixturevalue("docker_client")
+    marker = tmp_path / "pwned"
+    config_path = workspace / "repo" / ".git" / "config"
+    plant = (
+        f"printf '[core]\\n\\tfsmonitor = \"touch {marker}; :\"\\n' >> repo/.git/config; sleep 3"
+    )
+    outcome = None
+    async with kernel(workspace, confined, tmp_path) as k:
+        assert (await k.call("run_shell", {"command": "true"}))["exit_code"] == 0
+        new_repo(tmp_path, workspace / "repo")  # the person's clone, mid-session
+        own_tree(workspace, workspace)
+        config = config_path.read_bytes()
+
+        async def attack() -> None:
+            nonlocal outcome
+            outcome = await k.invoke("run_shell", {"command": plant})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(attack)
+            # The person's git, while the command runs (a planted fsmonitor runs here).
+            while outcome is None:
+                if b"fsmonitor" in config_path.read_bytes():
+                    git(tmp_path, workspace / "repo", "status")
+                await trio.sleep(0.05)
+    assert not marker.exists()  # the planted fsmonitor never ran
+    assert outcome is not None and outcome.error is None, outcome
+    assert "Read-only file system" in outcome.value["stderr"], outcome.value
+    assert config_path.read_bytes() == config
+    assert git(tmp_path, workspace / "repo", "status").returncode == 0
+    assert not marker.exists()
+    notices = [e.get("message", "") for e in events(tmp_path) if e["kind"] == "notice"]
+    assert any("started again to mount it read-only" in m for m in notices), notices
