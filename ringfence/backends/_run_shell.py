@@ -52,6 +52,7 @@ and undone); otherwise it stays ``irreversible`` and residual.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
@@ -233,8 +234,8 @@ class ShellTool:
         self._clear_setid = backend != "host"
         # The git metadata after the last checked command (for the between-commands notice).
         self._last: GitSnapshot | None = None
-        # The git metadata the session's read-only mounts were decided from (its tops).
-        self._mounted_tops: frozenset[Path] = frozenset()
+        # The git metadata the session's read-only mounts were decided from (its tops, held).
+        self._mounted_tops: dict[Path, _Held] = {}
 
     async def session(
         self, ctx: CallContext, snapshot: GitSnapshot | None = None
@@ -251,7 +252,8 @@ class ShellTool:
             if self._session is None:
                 if snapshot is None:  # started for another tool (the script bridge)
                     snapshot = await self._scan()
-                self._mounted_tops = _tops(snapshot)
+                _release(self._mounted_tops)
+                self._mounted_tops = _hold_tops(snapshot)
                 readonly = set(self.workspace.git_directories())
                 # A gitfile is redirected by rewriting it: mount it read-only like a git dir.
                 readonly.update(
@@ -280,6 +282,7 @@ class ShellTool:
 
     async def aclose(self) -> None:
         self._closed = True
+        _release(self._mounted_tops)
         if self._session is not None:
             session, self._session = self._session, None
             await session.aclose()
@@ -460,7 +463,7 @@ class ShellTool:
         editor's git view) ran the ``core.fsmonitor`` it wrote. Only the commands that
         write the roots themselves need this; a change set never writes them.
         """
-        if self._session is None or _tops(before) <= self._mounted_tops:
+        if self._session is None or _still_held(before, self._mounted_tops):
             return
         async with self._starting:
             session, self._session = self._session, None
@@ -554,9 +557,58 @@ def _follow(session: BackendSession, args: Mapping[str, Any]) -> dict[str, bool]
     return {"follow_shell": "cwd" not in args}
 
 
-def _tops(snapshot: GitSnapshot) -> frozenset[Path]:
-    """The host paths of ``snapshot``'s git metadata tops (``.git`` entries, git directories)."""
-    return frozenset(snapshot.path(key) for key in snapshot.tops)
+# At most this many git metadata tops are held open per session (a workspace of thousands of
+# submodules must not run the process out of descriptors); the rest are compared by device,
+# inode and ctime, which a change to the directory also moves (a restart: the safe side).
+MAX_HELD_TOPS = 256
+
+# A held top: an ``O_PATH`` descriptor, or (device, inode, ctime) past MAX_HELD_TOPS.
+_Held = int | tuple[int, int, int]
+
+
+def _hold_tops(snapshot: GitSnapshot) -> dict[Path, _Held]:
+    """Each of ``snapshot``'s git metadata tops (``.git`` entries, git directories), by host
+    path, held while the session that mounted them lives: an ``O_PATH`` descriptor, as an
+    inode held open keeps its number, so one removed and made again at the same path (a
+    clone made anew) is told apart by :func:`_still_held`, which a number alone cannot
+    (file systems reuse a freed inode's number at once)."""
+    held: dict[Path, _Held] = {}
+    for key in sorted(snapshot.tops):
+        path = snapshot.path(key)
+        with contextlib.suppress(OSError):  # gone meanwhile: the next check sees it missing
+            if len(held) < MAX_HELD_TOPS:
+                held[path] = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            else:
+                st = os.lstat(path)
+                held[path] = (st.st_dev, st.st_ino, st.st_ctime_ns)
+    return held
+
+
+def _still_held(snapshot: GitSnapshot, held: dict[Path, _Held]) -> bool:
+    """Is every git metadata top of ``snapshot`` one of the ``held`` ones, the same inode?"""
+    for key in snapshot.tops:
+        path = snapshot.path(key)
+        then = held.get(path)
+        if then is None:
+            return False
+        try:
+            now = os.lstat(path)
+            if isinstance(then, int):
+                was = os.fstat(then)
+                if (now.st_dev, now.st_ino) != (was.st_dev, was.st_ino):
+                    return False
+            elif (now.st_dev, now.st_ino, now.st_ctime_ns) != then:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _release(held: dict[Path, _Held]) -> None:
+    for value in held.values():
+        if isinstance(value, int):
+            os.close(value)
+    held.clear()
 
 
 def _outside(roots: Sequence[Path], spool: Path) -> Path:
