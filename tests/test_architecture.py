@@ -758,6 +758,13 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/git/_enforce.py", "_quarantine", "os.open"): (
         "the quarantine directory, outside the workspace"
     ),
+    ("ringfence/workspace/git/_enforce.py", "_make_inert", "os.open"): (
+        "the quarantine directory, outside the workspace, made inert by descriptor below it"
+    ),
+    ("ringfence/workspace/git/_enforce.py", "_remove_path", "os.open"): (
+        "the quarantine's parent, outside the workspace: a quarantine that could not be made "
+        "inert is removed"
+    ),
     ("ringfence/workspace/git/_rules.py", "first_git_directory", "os.open"): (
         "a root's ancestors (outside the roots), checked for being a git directory, for "
         "the resolver's open_root and run_shell's git check alike"

@@ -52,6 +52,7 @@ and undone); otherwise it stays ``irreversible`` and residual.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
@@ -233,6 +234,8 @@ class ShellTool:
         self._clear_setid = backend != "host"
         # The git metadata after the last checked command (for the between-commands notice).
         self._last: GitSnapshot | None = None
+        # The git metadata the session's read-only mounts were decided from (its tops, held).
+        self._mounted_tops: dict[Path, _Held] = {}
 
     async def session(
         self, ctx: CallContext, snapshot: GitSnapshot | None = None
@@ -249,6 +252,8 @@ class ShellTool:
             if self._session is None:
                 if snapshot is None:  # started for another tool (the script bridge)
                     snapshot = await self._scan()
+                _release(self._mounted_tops)
+                self._mounted_tops = _hold_tops(snapshot)
                 readonly = set(self.workspace.git_directories())
                 # A gitfile is redirected by rewriting it: mount it read-only like a git dir.
                 readonly.update(
@@ -277,6 +282,7 @@ class ShellTool:
 
     async def aclose(self) -> None:
         self._closed = True
+        _release(self._mounted_tops)
         if self._session is not None:
             session, self._session = self._session, None
             await session.aclose()
@@ -354,6 +360,7 @@ class ShellTool:
         before_ns = time.time_ns()
         before = await self._scan()
         self._note_between_commands(before, ctx)
+        await self._mount_new_git_metadata(before, ctx)
         session = await self.session(ctx, before)
         # git status would refresh .git/index as a side effect: a change in a git directory.
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
@@ -446,6 +453,28 @@ class ShellTool:
 
     # -- git metadata ---------------------------------------------------------------------
 
+    async def _mount_new_git_metadata(self, before: GitSnapshot, ctx: CallContext) -> None:
+        """Start the session again when git metadata appeared since it started.
+
+        A session mounts the git directories and gitfiles it finds when it starts read-only;
+        one the person made since (a ``git clone`` or ``git init`` in the workspace while
+        the agent works) was writable by every later command, which the check after it
+        undoes only once the command has ended: meanwhile a host ``git status`` (an
+        editor's git view) ran the ``core.fsmonitor`` it wrote. Only the commands that
+        write the roots themselves need this; a change set never writes them.
+        """
+        if self._session is None or _still_held(before, self._mounted_tops):
+            return
+        async with self._starting:
+            session, self._session = self._session, None
+        if session is not None:
+            await session.aclose()
+        ctx.emit(
+            "notice",
+            message=f"git metadata appeared in the workspace since the {self.backend} session "
+            "started; the session was started again to mount it read-only",
+        )
+
     async def _scan(self) -> GitSnapshot:
         """The roots' git metadata now: incremental from the last checked command's scan."""
         roots = [Path(r) for r in self.workspace.roots]
@@ -526,6 +555,60 @@ def _follow(session: BackendSession, args: Mapping[str, Any]) -> dict[str, bool]
     if not session.metadata.get("persist_shell_state"):
         return {}
     return {"follow_shell": "cwd" not in args}
+
+
+# At most this many git metadata tops are held open per session (a workspace of thousands of
+# submodules must not run the process out of descriptors); the rest are compared by device,
+# inode and ctime, which a change to the directory also moves (a restart: the safe side).
+MAX_HELD_TOPS = 256
+
+# A held top: an ``O_PATH`` descriptor, or (device, inode, ctime) past MAX_HELD_TOPS.
+_Held = int | tuple[int, int, int]
+
+
+def _hold_tops(snapshot: GitSnapshot) -> dict[Path, _Held]:
+    """Each of ``snapshot``'s git metadata tops (``.git`` entries, git directories), by host
+    path, held while the session that mounted them lives: an ``O_PATH`` descriptor, as an
+    inode held open keeps its number, so one removed and made again at the same path (a
+    clone made anew) is told apart by :func:`_still_held`, which a number alone cannot
+    (file systems reuse a freed inode's number at once)."""
+    held: dict[Path, _Held] = {}
+    for key in sorted(snapshot.tops):
+        path = snapshot.path(key)
+        with contextlib.suppress(OSError):  # gone meanwhile: the next check sees it missing
+            if len(held) < MAX_HELD_TOPS:
+                held[path] = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            else:
+                st = os.lstat(path)
+                held[path] = (st.st_dev, st.st_ino, st.st_ctime_ns)
+    return held
+
+
+def _still_held(snapshot: GitSnapshot, held: dict[Path, _Held]) -> bool:
+    """Is every git metadata top of ``snapshot`` one of the ``held`` ones, the same inode?"""
+    for key in snapshot.tops:
+        path = snapshot.path(key)
+        then = held.get(path)
+        if then is None:
+            return False
+        try:
+            now = os.lstat(path)
+            if isinstance(then, int):
+                was = os.fstat(then)
+                if (now.st_dev, now.st_ino) != (was.st_dev, was.st_ino):
+                    return False
+            elif (now.st_dev, now.st_ino, now.st_ctime_ns) != then:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _release(held: dict[Path, _Held]) -> None:
+    for value in held.values():
+        if isinstance(value, int):
+            os.close(value)
+    held.clear()
 
 
 def _outside(roots: Sequence[Path], spool: Path) -> Path:

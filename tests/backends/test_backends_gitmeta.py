@@ -188,7 +188,8 @@ async def test_new_dotgit_in_any_spelling_is_refused_and_quarantined(
         outcome = await k.invoke("run_shell", {"command": evil_gitdir_script(name, marker)})
     quarantine = assert_refused(outcome, tmp_path, name)
     assert not (ws / name).exists()
-    assert (quarantine / "0" / name / "HEAD").is_file()
+    # Kept, under another name: git takes no directory without a HEAD for a repository.
+    assert (quarantine / "0" / name / "HEAD.quarantined").is_file()
     status = git(tmp_path, ws, "status")
     assert status.returncode == 0, status.stderr
     assert not marker.exists()
@@ -346,7 +347,7 @@ async def test_quarantine_on_another_file_system_copies_without_following_links(
         quarantine = assert_refused(outcome, tmp_path, ".git")
         assert quarantine.is_relative_to(spool)
         copied = quarantine / "0" / ".git"
-        assert (copied / "HEAD").read_text() == "ref: refs/heads/main\n"
+        assert (copied / "HEAD.quarantined").read_text() == "ref: refs/heads/main\n"  # kept, inert
         assert os.readlink(copied / "root") == "/" and not (copied / "fifo").exists()
         assert not os.path.lexists(workspace / ".git")
         assert (workspace / "kept").read_text() == "keep\n"
@@ -544,3 +545,130 @@ async def test_attacks_after_earlier_commands_are_refused(
     status = git(tmp_path, workspace / "repo", "status")
     assert status.returncode == 0, status.stderr
     assert not marker.exists()
+
+
+# -- (g) the quarantine keeps what was planted, and git takes none of it for a repository ----
+
+
+def git_dirs_found(tmp_path: Path, top: Path) -> dict[str, str]:
+    """Every directory below ``top`` (links not followed) where the real git finds a
+    repository inside ``top``: its path -> the git directory found."""
+    found: dict[str, str] = {}
+    env = {**git_env(tmp_path), "GIT_CEILING_DIRECTORIES": str(top.parent)}
+    for dirpath, dirnames, _ in os.walk(top):
+        for name in [".", *dirnames]:
+            where = Path(dirpath) / name
+            if where.is_symlink():
+                continue
+            got = subprocess.run(
+                ["git", "rev-parse", "--absolute-git-dir"],
+                cwd=where,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            if got.returncode == 0 and Path(got.stdout.strip()).is_relative_to(top):
+                found[str(where)] = got.stdout.strip()
+    return found
+
+
+async def test_the_quarantine_is_no_repository_a_person_inspecting_it_runs(
+    backend: str, workspace: Path, tmp_path: Path
+) -> None:
+    """The refusal names the quarantine, so a person goes to look; a shell prompt or an
+    editor there runs ``git status``. It ran the planted ``core.fsmonitor``: the planted
+    ``.git`` (and a bare repository, a gitfile to it, a lower-case ``head``) were kept
+    whole. Now every ``HEAD`` there is renamed: the content is kept, no repository is."""
+    marker = tmp_path / "pwned"
+    fsmonitor = "printf '\\tworktree = ..\\n\\tbare = false\\n' >> bare.git/config"
+    attack = " && ".join(
+        [
+            evil_gitdir_script("sub/.git", marker),
+            "echo hi > sub/f",
+            evil_gitdir_script("bare.git", marker),
+            fsmonitor,
+            "mkdir wt && printf 'gitdir: ../bare.git\\n' > wt/.git",
+            evil_gitdir_script("low/.git", marker),
+            "mv low/.git/HEAD low/.git/head",
+        ]
+    )
+    own_tree(workspace, workspace)
+    async with kernel(workspace, backend, tmp_path) as k:
+        outcome = await k.invoke("run_shell", {"command": attack})
+    quarantine = assert_refused(outcome, tmp_path, "sub/.git", "bare.git", "wt/.git")
+    kept = quarantine / "0"
+    # Real git, in every directory of the quarantine: no repository there, nothing run.
+    for where in (
+        kept / "sub",
+        kept / "wt",
+        kept / "bare.git",
+        kept / "low",
+        kept / "sub" / ".git",
+    ):
+        git(tmp_path, where, "status")
+    assert not marker.exists()
+    assert git_dirs_found(tmp_path, quarantine) == {}
+    # What was planted is kept to inspect, its HEADs under another name.
+    assert b"fsmonitor" in (kept / "sub" / ".git" / "config").read_bytes()
+    assert (kept / "sub" / ".git" / "HEAD.quarantined").read_bytes() == b"ref: refs/heads/main\n"
+    assert (kept / "bare.git" / "HEAD.quarantined").is_file()
+    assert not any(p.name.casefold() == "head" for p in quarantine.rglob("*"))
+    # And out of the workspace, as before: no repository left there either.
+    assert git_dirs_found(tmp_path, workspace) == {}
+
+
+# -- (h) a repository the person makes while a session runs is mounted read-only too ---------
+
+
+@pytest.mark.parametrize(
+    "confined",
+    ["local", pytest.param("docker", marks=pytest.mark.docker)],
+)
+async def test_a_repository_made_during_the_session_is_read_only_to_the_next_command(
+    confined: str, workspace: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The session mounted only the git directories present when it started: a repository
+    the person cloned into the workspace afterwards was writable by the next command,
+    whose ``core.fsmonitor`` ran in the person's ``git status`` (an editor's git view)
+    while the command was still running; the check after it restored the config too late.
+    Now the session is started again with it read-only: the write fails, nothing runs. So
+    it is when the person removes the clone and clones again at the same path (the file
+    system gives the new ``.git`` the old one's inode number)."""
+    import trio
+
+    if confined == "docker":
+        request.getfixturevalue("docker_client")
+    marker = tmp_path / "pwned"
+    config_path = workspace / "repo" / ".git" / "config"
+    plant = (
+        f"printf '[core]\\n\\tfsmonitor = \"touch {marker}; :\"\\n' >> repo/.git/config; sleep 3"
+    )
+    async with kernel(workspace, confined, tmp_path) as k:
+        assert (await k.call("run_shell", {"command": "true"}))["exit_code"] == 0
+        for _ in ("cloned", "cloned again"):
+            shutil.rmtree(workspace / "repo", ignore_errors=True)
+            new_repo(tmp_path, workspace / "repo")  # the person's clone, mid-session
+            own_tree(workspace, workspace)
+            config = config_path.read_bytes()
+            outcome = None
+
+            async def attack() -> None:
+                nonlocal outcome
+                outcome = await k.invoke("run_shell", {"command": plant})
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(attack)
+                # The person's git, while the command runs (a planted fsmonitor runs here).
+                while outcome is None:
+                    if b"fsmonitor" in config_path.read_bytes():
+                        git(tmp_path, workspace / "repo", "status")
+                    await trio.sleep(0.05)
+            assert not marker.exists()  # the planted fsmonitor never ran
+            assert outcome is not None and outcome.error is None, outcome
+            assert "Read-only file system" in outcome.value["stderr"], outcome.value
+            assert config_path.read_bytes() == config
+            assert git(tmp_path, workspace / "repo", "status").returncode == 0
+            assert not marker.exists()
+    notices = [e.get("message", "") for e in events(tmp_path) if e["kind"] == "notice"]
+    assert sum("started again to mount it read-only" in m for m in notices) == 2, notices

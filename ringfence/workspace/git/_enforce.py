@@ -22,6 +22,10 @@ roots (:func:`._scan.scan_git_metadata` before and after the command):
 * **A directory this process cannot list** whose status changed during the
   command (``chmod 311`` hides a ``.git`` from a listing, not from git) is
   moved out whole.
+* The quarantine is made inert: every ``HEAD`` in it is renamed
+  (:data:`QUARANTINED_HEAD`), so git takes no directory there for a repository
+  (a person inspecting it ran a kept ``core.fsmonitor``); one that cannot be
+  made inert is removed.
 * Every finding is reported, with what was done to it; any finding means the
   command is refused (``git_metadata``).
 * Optionally, setuid/setgid bits on regular files whose status changed during
@@ -170,7 +174,92 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         findings.append(GitFinding(str(after.path(key)), "unreadable", action))
     cleared = _clear_setid(after)
     used = quarantine if quarantine.exists() else None
+    if used is not None:
+        try:
+            _make_inert(used)
+        except OSError as exc:
+            # A quarantine git could still take for a repository is a planted one kept live
+            # on the host: out of the workspace and inert matter more than keeping a copy.
+            with contextlib.suppress(OSError):
+                _remove_path(used)
+            used = None
+            why = f"removed (the quarantine could not be made inert: {exc.strerror or exc})"
+            findings = [
+                GitFinding(f.path, f.change, why) if f.action == "quarantined" else f
+                for f in findings
+            ]
     return GitReport(tuple(findings), tuple(cleared), used, tuple(refreshed))
+
+
+# What a quarantined HEAD is renamed to (then ``-1``, ``-2``, … if taken).
+QUARANTINED_HEAD = "HEAD.quarantined"
+
+
+def _make_inert(quarantine: Path) -> None:
+    """Rename every ``HEAD`` (any case) in ``quarantine`` to :data:`QUARANTINED_HEAD`.
+
+    The quarantine keeps what a command planted, at its path, for a person to inspect; a
+    person who does (``cd`` there, with a shell prompt that runs ``git status``, an editor's
+    git integration) ran the planted ``core.fsmonitor`` when a repository was kept whole.
+    Every way git takes a directory for a repository (a ``.git`` directory, a gitfile's
+    target, the directory itself) ends in ``is_git_directory``, which needs a valid
+    ``HEAD`` there: with none left, git finds no repository inside the quarantine. Case
+    folded, for a case-insensitive file system. Iterative with one open directory at a
+    time (climbing back through ``..``, checking the inode), never through a symlink;
+    directories a command left without owner rwx get it first. Raises ``OSError`` when a
+    directory cannot be read or a name cannot be changed."""
+    fd = os.open(quarantine, DIR_FLAGS)
+    # Per level: the directory's inode and the subdirectories still to visit.
+    chain = [(os.fstat(fd).st_ino, _inert_dir(fd))]
+    try:
+        while chain:
+            pending = chain[-1][1]
+            if pending:
+                name = pending.pop()
+                _chmod_owner_rwx(fd, name)
+                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+                chain.append((os.fstat(fd).st_ino, _inert_dir(fd)))
+                continue
+            chain.pop()
+            if not chain:
+                break
+            up = os.open("..", DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            if os.fstat(fd).st_ino != chain[-1][0]:
+                raise OSError(errno.ESTALE, "a directory was moved while it was made inert")
+    finally:
+        os.close(fd)
+
+
+def _inert_dir(fd: int) -> list[str]:
+    """Rename a ``HEAD`` in the directory open at ``fd``; its subdirectories' names."""
+    names = os.listdir(fd)
+    taken = {n.casefold() for n in names}
+    subdirs: list[str] = []
+    for name in names:
+        if name.casefold() == "head":
+            new, n = QUARANTINED_HEAD, 0
+            while new.casefold() in taken:
+                n += 1
+                new = f"{QUARANTINED_HEAD}-{n}"
+            os.rename(name, new, src_dir_fd=fd, dst_dir_fd=fd)
+            taken.add(new.casefold())
+            name = new
+        if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            subdirs.append(name)
+    return subdirs
+
+
+def _remove_path(path: Path) -> None:
+    """Remove ``path`` and everything below it (see :func:`_remove`)."""
+    parent = os.open(path.parent, DIR_FLAGS)
+    try:
+        _remove(parent, path.name)
+    finally:
+        os.close(parent)
 
 
 # What git's discovery reads in a directory to take it for a repository (case-folded).
