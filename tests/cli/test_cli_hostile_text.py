@@ -190,7 +190,9 @@ def test_a_servers_error_text_reaches_the_error_line_escaped(
     terminal_server: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     events = tmp_path / "events.jsonl"
-    session = ["--mcp", "--workspace", str(tmp_path), "--approve", "no", "--events", str(events)]
+    ws = tmp_path / "ws"  # not tmp_path itself: the managed policy file lies there
+    ws.mkdir()
+    session = ["--mcp", "--workspace", str(ws), "--approve", "no", "--events", str(events)]
     for tool in ("fail_rpc", "fail_tool"):
         code, out, err = run(capsys, "call", f"mcp.term.{tool}", "--args", "{}", *session)
         assert code == 1, (out, err)
@@ -213,7 +215,9 @@ def test_a_servers_error_text_reaches_the_error_line_escaped(
 def test_tools_list_and_mcp_inspect_show_a_servers_strings_escaped(
     terminal_server: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    session = ["--mcp", "--workspace", str(tmp_path)]
+    ws = tmp_path / "ws"  # not tmp_path itself: the managed policy file lies there
+    ws.mkdir()
+    session = ["--mcp", "--workspace", str(ws)]
     code, out, err = run(capsys, "tools", "list", *session)
     assert code == 0, err
     assert_no_raw(out, err)
