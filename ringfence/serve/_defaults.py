@@ -31,3 +31,7 @@ DEFAULT_SESSION_IDLE_SECONDS = 300.0
 # Streamable HTTP: at most this many MCP sessions at once (the SDK answers 503 past it; its own
 # default is 10,000). One whose client vanished holds ~136 KiB until it goes idle (above).
 MAX_SESSIONS = 1024
+# Streamable HTTP: at most this many admitted requests (calls running, GET streams, bodies being
+# read) at once, and never more than half the process's open-file limit, so clients cannot take
+# the file descriptors the kernel needs (its journal, checkpoints, events); past it, 503 at once.
+MAX_OPEN_REQUESTS = 4096

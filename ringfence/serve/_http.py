@@ -84,6 +84,7 @@ from ._defaults import (
     DEFAULT_PORT,
     DEFAULT_SESSION_IDLE_SECONDS,
     HEADERS_SECONDS,
+    MAX_OPEN_REQUESTS,
     MAX_PENDING_BODIES,
     MAX_PENDING_BODY_BYTES,
     MAX_REQUEST_BYTES,
@@ -265,8 +266,11 @@ class RequestGuard:
     lifetimes: SessionLifetimes | None = None
     # Called when an admitted request ends (the server is busy).
     on_request_done: Callable[[], None] | None = None
+    # Admitted requests open at once (see open_request_limit); past it, 503 before the body.
+    max_open_requests: int = MAX_OPEN_REQUESTS
     # The bodies being read now, oldest first (at most max_pending_bodies).
     _readers: list[_Reader] = field(default_factory=list, init=False)
+    _open: int = field(default=0, init=False)
 
     def listen_on(self, hosts: Iterable[str], origins: Iterable[str]) -> None:
         self.allowed_hosts = frozenset(hosts)
@@ -282,42 +286,53 @@ class RequestGuard:
         headers = Headers(scope=scope)
         refusal = self.check(headers)
         if refusal is None:
-            bounded = await self._bounded_body(headers, receive)
-            if isinstance(bounded, _Gone):
-                return  # the client went away before its request was whole: no one to answer
-            if isinstance(bounded, JSONResponse):  # too large, too slow, or too many at once
-                await bounded(scope, receive, send)
+            if self._open >= self.max_open_requests:
+                await _too_many_open(self.max_open_requests)(scope, receive, send)
                 return
-            exchange = _Exchange(bounded, send)
-            if self.sessions is None:
-                await self._serve(scope, exchange, exchange.send)
-                return
-            session_id = headers.get(MCP_SESSION_ID_HEADER)
-            lifetimes = self.lifetimes
-            token, send = track_request(
-                self.sessions,
-                headers,
-                exchange.send,
-                lifetimes.opened if lifetimes is not None else None,
-            )
-            # The session's negotiated version decides priming, not a stale header (_resume).
-            scope = self.sessions.as_negotiated(scope, headers)
+            self._open += 1
             try:
-                if lifetimes is None:
-                    await self._serve(scope, exchange, send)
-                    return
-                with lifetimes.request(session_id):
-                    await self._serve(scope, exchange, send)
-                if exchange.status is not None and scope.get("path") == MCP_PATH:
-                    lifetimes.answered(session_id, str(scope.get("method")), exchange.status)
+                await self._admitted(scope, headers, receive, send)
             finally:
-                token.var.reset(token)
+                self._open -= 1
             return
         status, text = refusal
         if self.on_refused is not None:
             self.on_refused(status, scope)
         headers = {"WWW-Authenticate": 'Bearer realm="ringfence"'} if status == 401 else None
         await PlainTextResponse(text, status_code=status, headers=headers)(scope, receive, send)
+
+    async def _admitted(self, scope: Scope, headers: Headers, receive: Receive, send: Send) -> None:
+        """One request that passed :meth:`check`: its body read bounded, then the app."""
+        bounded = await self._bounded_body(headers, receive)
+        if isinstance(bounded, _Gone):
+            return  # the client went away before its request was whole: no one to answer
+        if isinstance(bounded, JSONResponse):  # too large, too slow, or too many at once
+            await bounded(scope, receive, send)
+            return
+        exchange = _Exchange(bounded, send)
+        if self.sessions is None:
+            await self._serve(scope, exchange, exchange.send)
+            return
+        session_id = headers.get(MCP_SESSION_ID_HEADER)
+        lifetimes = self.lifetimes
+        token, send = track_request(
+            self.sessions,
+            headers,
+            exchange.send,
+            lifetimes.opened if lifetimes is not None else None,
+        )
+        # The session's negotiated version decides priming, not a stale header (_resume).
+        scope = self.sessions.as_negotiated(scope, headers)
+        try:
+            if lifetimes is None:
+                await self._serve(scope, exchange, send)
+                return
+            with lifetimes.request(session_id):
+                await self._serve(scope, exchange, send)
+            if exchange.status is not None and scope.get("path") == MCP_PATH:
+                lifetimes.answered(session_id, str(scope.get("method")), exchange.status)
+        finally:
+            token.var.reset(token)
 
     async def _serve(self, scope: Scope, exchange: _Exchange, send: Send) -> None:
         """The app on one admitted request; what it raises once nobody can be answered
@@ -487,6 +502,29 @@ def _too_large(limit: int) -> JSONResponse:
         "it was not read; send smaller arguments (a large file through the workspace, not inline)"
     )
     return _rpc_refusal(413, message, {"max_bytes": limit})
+
+
+def _too_many_open(limit: int) -> JSONResponse:
+    """503: as many requests as allowed are open already (calls, streams, bodies)."""
+    message = (
+        f"ringfence serve has {limit:,} requests open already (calls running, streams, bodies "
+        "being read), its limit (at most half the process's open-file limit); this one was not "
+        "read; send it again when one has ended"
+    )
+    response = _rpc_refusal(503, message, {"max_open_requests": limit})
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+def open_request_limit() -> int:
+    """:data:`MAX_OPEN_REQUESTS`, or half this process's open-file limit when that is lower
+    (each open request holds a connection: a descriptor the kernel may need)."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN_REQUESTS
+    return max(16, min(MAX_OPEN_REQUESTS, soft // 2))
 
 
 def _too_slow(seconds: float) -> JSONResponse:
@@ -673,6 +711,7 @@ async def serve_http(
         lifetimes=lifetimes,
         on_request_done=trim.activity,
         body_seconds=options.body_seconds,
+        max_open_requests=open_request_limit(),
     )
 
     config = Config()

@@ -13,6 +13,7 @@ server keeps serving. Each test checks that nothing the cut-off requests carried
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import psutil
@@ -151,3 +152,106 @@ async def test_bodies_promised_at_once_hold_at_most_their_bound_and_the_server_g
         await served.stop()
     said = "\n".join(served.stderr_lines)
     assert "Traceback" not in said, said[-3000:]
+
+
+def test_open_requests_leave_the_kernel_its_file_descriptors(
+    workspace: Path, events: Path, tmp_path: Path
+) -> None:
+    """Through the real command under an open-file limit of 128: clients holding 150 GET
+    streams (one per session) took every descriptor, so the kernel's own ``write_file``
+    failed (``EMFILE`` opening its checkpoint store) and accepting looped on EMFILE. Admitted
+    requests are now at most half the open-file limit (64 here): past it a request is
+    answered 503 at once, naming the limit; the process keeps descriptors for the kernel,
+    and once the streams close a call writes its file."""
+    import os
+    import resource
+    import socket
+    import subprocess
+    import sys
+
+    import httpx2
+    from serve_helpers import subprocess_env
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    argv = real_command(workspace, events, "--transport", "http", "--port", "0", "--json")
+    argv += ["--posture", "allow-all"]
+    stderr = (tmp_path / "serve.stderr").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env={**os.environ, **subprocess_env()},
+        preexec_fn=limited,
+    )
+    streams: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None
+        announced = json.loads(proc.stdout.readline())["result"]
+        url, token = announced["url"], announced["token"]
+        port = int(url.split(":")[2].split("/")[0])
+        headers = {**MCP_HEADERS, "Authorization": f"Bearer {token}"}
+        init = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "fd-test", "version": "0"},
+        }
+        refused: list[dict] = []
+        with httpx2.Client(timeout=20) as http:
+
+            def session() -> str | None:
+                response = http.post(url, content=rpc("initialize", init), headers=headers)
+                if response.status_code == 503:
+                    refused.append(response.json())
+                    return None
+                sid = response.headers["mcp-session-id"]
+                http.post(
+                    url,
+                    content=rpc("notifications/initialized", id=None),
+                    headers={**headers, "MCP-Session-Id": sid},
+                )
+                return sid
+
+            for _ in range(150):
+                sid = session()
+                if sid is None:
+                    continue
+                stream = socket.create_connection(("127.0.0.1", port))
+                stream.sendall(
+                    f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer "
+                    f"{token}\r\nAccept: text/event-stream\r\nMCP-Protocol-Version: 2025-11-25"
+                    f"\r\nMcp-Session-Id: {sid}\r\n\r\n".encode()
+                )
+                streams.append(stream)
+            assert refused, "no request was refused"
+            error = refused[0]["error"]
+            assert error["code"] == -32600 and error["data"] == {"max_open_requests": 64}, error
+            assert len(os.listdir(f"/proc/{proc.pid}/fd")) < 110
+            for stream in streams:
+                stream.close()
+            streams.clear()
+            written = None
+            deadline = time.monotonic() + 15
+            while written is None and time.monotonic() < deadline:
+                sid = session()
+                if sid is None:
+                    time.sleep(0.2)
+                    continue
+                call = {"name": "write_file", "arguments": {"path": "fd.txt", "content": "x"}}
+                response = http.post(
+                    url,
+                    content=rpc("tools/call", call, id=3),
+                    headers={**headers, "MCP-Session-Id": sid},
+                )
+                written = response.text
+        assert written is not None and "Too many open files" not in written, written
+        assert (workspace / "fd.txt").read_text() == "x"
+    finally:
+        for stream in streams:
+            stream.close()
+        proc.terminate()
+        proc.wait(timeout=20)
+        stderr.close()
+    said = (tmp_path / "serve.stderr").read_text()
+    assert "Traceback" not in said and "EMFILE" not in said, said[-2000:]
