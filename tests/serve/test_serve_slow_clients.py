@@ -253,5 +253,7 @@ def test_open_requests_leave_the_kernel_its_file_descriptors(
         proc.terminate()
         proc.wait(timeout=20)
         stderr.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
     said = (tmp_path / "serve.stderr").read_text()
     assert "Traceback" not in said and "EMFILE" not in said, said[-2000:]
