@@ -126,7 +126,15 @@ async def run(args: argparse.Namespace) -> int:
         if failed is not None:
             error = failed.with_(message=f"{args.tool} is not available: {failed.message}")
         elif args.tool not in names:
-            error = with_suggestions(error, args.tool, names)
+            # A disabled server's tool is not unknown: say which server and how to enable it.
+            disabled = None
+            if isinstance(error, NotFound):
+                from ._mcp_inspect import disabled_server_for
+
+                disabled = disabled_server_for(
+                    args.tool, str(roots[0]) if roots else None, args.settings.secret_names
+                )
+            error = disabled or with_suggestions(error, args.tool, names)
         return print_error(error, args.json, warnings)
     # What the backend knows explains a failure inside the result (a root its uid cannot
     # write): said on stderr too, not only inside the JSON.

@@ -465,7 +465,7 @@ async def run_login(args: argparse.Namespace) -> int:
     from ._mcp_session import sdk_logs_as_lines
 
     # A disabled (workspace, untrusted) server is refused: its URL is the repository's choice.
-    config = require_enabled(_load_for(args).get(args.name))
+    config = require_enabled(_load_for(args).get(args.name), args.workspace)
     # Refused here, before the "logging in" line: a bad name is one line of error.
     if config.auth is not AuthMode.OAUTH:
         raise InvalidArguments(

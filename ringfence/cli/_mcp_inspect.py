@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import Any
 
+from ..mcp_host.manifest._config import workspace_manifest_path
 from ..mcp_host.manifest._load import ServerConfig, Transport, load_manifest, load_manifests
 from ..runtime._errors import Denied
-from ..runtime._files import ringfence_home
 from ..runtime._render import one_line
 from ..runtime.policy._files import load_policy
 from ._environ import managed_policy
@@ -18,26 +19,57 @@ from ._output import envelope, error_line, print_json, print_ok
 # -- inspect ------------------------------------------------------------------------------------
 
 
-def require_enabled(config: ServerConfig) -> ServerConfig:
+def require_enabled(config: ServerConfig, workspace: str | None = None) -> ServerConfig:
     """``config``, unless it is loaded disabled: then Denied, naming why and how to enable it.
 
     A workspace's ``.ringfence/mcp.toml`` is the repository's (a clone or an agent's
     ``write_file`` can put it there): its servers are loaded disabled until a policy file
     outside the workspace lists the project under ``[trust] projects``, pinned to the
-    manifest's content (``mcp_sha256``). A command that
-    names such a server starts or contacts nothing of it, as a session does not.
+    manifest's content (``mcp_sha256``). A server its own manifest says ``enabled = false``
+    about (``mcp add --disabled``) is disabled there. A command that names such a server
+    starts or contacts nothing of it, as a session does not.
     """
     if config.enabled:
         return config
+    from ..mcp_host.manifest._load import workspace_manifest_refusal
+
+    in_workspace = workspace is not None and config.origin.startswith(
+        str(workspace_manifest_path(workspace))
+    )
+    refusal = workspace_manifest_refusal(workspace) if workspace is not None else None
+    if in_workspace and refusal is not None:
+        why = refusal
+    else:
+        why = "its manifest says enabled = false; set it to true there to use it"
     raise Denied(
-        f"server {config.name!r} ({config.origin or 'a workspace manifest'}) is disabled: a "
-        "workspace's manifest is the repository's (an agent can write it), so its servers are "
-        "not started; to use them, list the project under [trust] projects in "
-        f"{ringfence_home() / 'policy.toml'}, pinned to the manifest's content "
-        "(mcp_sha256: `ringfence mcp list --workspace` prints the entry)",
-        field="trust",
+        f"server {config.name!r} ({config.origin or 'a manifest'}) is disabled: {why}",
+        field="enabled" if not in_workspace else "trust",
         server=config.name,
     )
+
+
+def disabled_server_for(
+    tool: str, workspace: str | None, secret_names: Sequence[str]
+) -> Denied | None:
+    """Why ``mcp.<server>.…`` names no tool when its server is configured but disabled
+    (None when no disabled server registers as that part, or the manifests do not load)."""
+    from ..runtime._errors import RingfenceError
+    from ._mcp_session import server_part
+
+    part = server_part(tool)
+    if part is None:
+        return None
+    try:
+        manifest = load_manifests(workspace=workspace, secret_names=secret_names)
+    except RingfenceError:
+        return None  # the session said why already
+    for config in manifest.servers:
+        if config.part == part and not config.enabled:
+            try:
+                require_enabled(config, workspace)
+            except Denied as refusal:
+                return refusal
+    return None
 
 
 async def run_inspect(args: argparse.Namespace) -> int:
@@ -49,7 +81,7 @@ async def run_inspect(args: argparse.Namespace) -> int:
     # The policy files decide trust and read tools ([mcp.<server>]), as in a session.
     roots = [args.workspace] if args.workspace else []
     managed = managed_policy(args.settings)
-    config = require_enabled(m.get(args.name)).with_policy(
+    config = require_enabled(m.get(args.name), args.workspace).with_policy(
         load_policy(roots, project=bool(roots), managed=managed).mcp
     )
     if args.timeout_seconds is not None:

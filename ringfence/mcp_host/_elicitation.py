@@ -37,6 +37,9 @@ advertise elicitation. Otherwise:
   whole URL, its host in IDNA ASCII form when it has any other character (a
   look-alike host shows as ``xn--…``), and answers only with consent.
 - Text shown to the person and answers sent back are redacted.
+- A request holding more than :data:`MAX_REQUEST_CHARACTERS` (16,384: its message, its
+  form schema's keys and strings, its URL) is refused before anything reads it: the
+  credential checks are linear but cost ~7 s of the kernel's loop per megabyte.
 
 Not promised: a credential request worded around every list (a form asking for
 "the code on the back" or "the string from your settings page") still reaches
@@ -279,6 +282,44 @@ class ElicitationAnswer:
     content: Mapping[str, Any] | None = field(default=None)
 
 
+# The most characters an elicitation request may hold (its message, every key and string of its
+# form schema, its URL), counted before anything else reads it.
+MAX_REQUEST_CHARACTERS = 16_384
+
+
+def _larger_than(params: Any, limit: int) -> bool:
+    """Whether the request's strings (and keys) hold more than ``limit`` characters, each
+    other value counting one; walked without recursion and stopped as soon as it is over,
+    so neither a long text nor deep nesting costs more than the limit."""
+    seen = 0
+    stack: list[Any] = [
+        getattr(params, "message", None),
+        getattr(params, "requested_schema", None),
+        getattr(params, "url", None),
+    ]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            seen += len(value)
+        elif isinstance(value, Mapping):
+            seen += 1 + len(value)  # each entry counts, before it is looked at
+            if seen > limit:
+                return True
+            for key, item in value.items():
+                stack.append(key)
+                stack.append(item)
+        elif isinstance(value, (list, tuple)):
+            seen += 1 + len(value)
+            if seen > limit:
+                return True
+            stack.extend(value)
+        else:
+            seen += 1
+        if seen > limit:
+            return True
+    return False
+
+
 @runtime_checkable
 class Elicitor(Protocol):
     """Shows an elicitation to a person and returns their answer."""
@@ -349,6 +390,19 @@ class ElicitationGate:
             "url" if isinstance(params, types.ElicitRequestURLParams) else "form"
         )
         events.emit("mcp_elicitation_requested", trace_id, server=self.config.name, mode=mode)
+        if _larger_than(params, MAX_REQUEST_CHARACTERS):
+            # Judged before anything reads it: the credential checks cost ~7 s of the kernel's
+            # loop per megabyte, and nobody reads a form that long.
+            message = (
+                f"the elicitation request holds more than {MAX_REQUEST_CHARACTERS:,} characters "
+                "(its message, form schema or URL); ringfence shows a person at most that, and "
+                "did not read it"
+            )
+            events.emit(
+                "mcp_elicitation_refused", trace_id, server=self.config.name, reason=message
+            )
+            self.diagnostics.fail("elicitation", message)
+            return types.ErrorData(code=types.INVALID_REQUEST, message=message)
 
         def refuse(message: str) -> types.ErrorData:
             events.emit(

@@ -2,8 +2,12 @@
 
 A malformed or hostile server must not be able to grow discovery without
 bound, so every listing stops at the first of: the end of the list, a cursor
-seen before (a loop), ``max_pages`` pages, or ``max_items`` items. Hitting a
-limit keeps what was gathered and records why the listing is incomplete.
+seen before (a loop), ``max_pages`` pages, ``max_items`` items, or ``max_bytes``
+of items and cursors held (each item counted as its JSON). Hitting a limit keeps
+what was gathered (every item that fit) and records why the listing is
+incomplete. Cursors seen are held as digests, not as the server's strings.
+Without the byte bound a server whose 100 pages each carried one tool with a
+20 MB description was held whole (2.1 GB resident for ``tools list --mcp``).
 
 Registered names are ``mcp.<server>.<tool>``, each part sanitized to
 ``[a-z0-9_]`` (``"Read File!"`` → ``read_file``). When two remote names
@@ -17,6 +21,7 @@ its name (and any rule or grant that named it).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -43,6 +48,8 @@ class ListLimits:
 
     max_pages: int = 100
     max_items: int = 5000
+    # What one listing's items (as JSON) and cursors may hold together: what one message may.
+    max_bytes: int = 32 * 1024 * 1024
 
 
 DEFAULT_LIMITS = ListLimits()
@@ -64,20 +71,31 @@ class Listing(Generic[T]):
         }
 
 
+def item_size(item: object) -> int:
+    """What an item holds, counted as its JSON (an SDK model's own serialization)."""
+    dump = getattr(item, "model_dump_json", None)
+    if callable(dump):
+        return len(dump(by_alias=True, exclude_none=True))
+    return len(json.dumps(item, default=str))
+
+
 async def list_paginated(
     kind: str,
     fetch: Callable[[str | None], Awaitable[tuple[Sequence[T], str | None]]],
     limits: ListLimits = DEFAULT_LIMITS,
+    size: Callable[[T], int] = item_size,
 ) -> Listing[T]:
     """Follow ``next_cursor`` from the first page, within ``limits``.
 
     ``fetch(cursor)`` returns ``(items, next_cursor)``. Errors from ``fetch``
-    propagate (the caller translates them).
+    propagate (the caller translates them). ``size(item)``: what an item counts
+    against ``max_bytes``.
     """
     items: list[T] = []
-    seen: set[str] = set()
+    seen: set[bytes] = set()
     cursor: str | None = None
     pages = 0
+    held = 0
     while True:
         if pages >= limits.max_pages:
             return Listing(
@@ -86,25 +104,42 @@ async def list_paginated(
         page, next_cursor = await fetch(cursor)
         pages += 1
         room = limits.max_items - len(items)
+        for item in page[:room]:
+            held += size(item)
+            if held > limits.max_bytes:
+                return Listing(
+                    tuple(items),
+                    pages,
+                    False,
+                    f"{kind}: stopped at {limits.max_bytes:,} bytes of items (size limit)",
+                )
+            items.append(item)
         if len(page) > room:
-            items.extend(page[:room])
             return Listing(
                 tuple(items),
                 pages,
                 False,
                 f"{kind}: stopped at {limits.max_items} items (item limit)",
             )
-        items.extend(page)
         if not next_cursor:
             return Listing(tuple(items), pages, True)
-        if next_cursor in seen:
+        held += len(next_cursor)
+        if held > limits.max_bytes:
+            return Listing(
+                tuple(items),
+                pages,
+                False,
+                f"{kind}: stopped at {limits.max_bytes:,} bytes of items and cursors (size limit)",
+            )
+        digest = hashlib.sha256(next_cursor.encode("utf-8", "surrogatepass")).digest()
+        if digest in seen:
             return Listing(
                 tuple(items),
                 pages,
                 False,
                 f"{kind}: the server repeated a cursor after {pages} pages (cursor loop)",
             )
-        seen.add(next_cursor)
+        seen.add(digest)
         cursor = next_cursor
 
 

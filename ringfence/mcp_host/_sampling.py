@@ -7,6 +7,10 @@ client does not advertise sampling at all. Otherwise every request:
 - is refused if it offers tools, carries non-text content, or asks for more
   than ``sampling_max_tokens`` or more than is left of ``sampling_total_tokens``;
 - under ``allow`` must resolve to a model in ``sampling_allowed_models``;
+- is refused if its text (messages and system prompt) holds more than
+  :data:`MAX_SAMPLING_CHARACTERS` (1 Mi characters), before it is recorded, shown
+  or sent: within the request budget (20 per 60 s) a server could otherwise have
+  32 MiB written to the event log per request;
 - then enters the Gate as a call of its own kind, ``mcp.<server>.__sampling``
   (irreversible; see :meth:`ringfence.runtime.Kernel.invoke_request`): the
   session's deny rules, posture, grants and approver apply and it is recorded
@@ -36,6 +40,9 @@ from ..runtime._tools import Consequence
 from ..runtime.policy._decide import Rules
 from ._requests import TOO_MANY, admit_request, request_rules, request_spec
 from .manifest._load import Policy, ServerConfig
+
+# The most text (messages and system prompt, in characters) one sampling request may hold.
+MAX_SAMPLING_CHARACTERS = 1024 * 1024
 
 if TYPE_CHECKING:
     from ..runtime._kernel import Kernel
@@ -171,6 +178,16 @@ class SamplingGate:
 
         if params.tools:
             return refuse("ringfence offers no tools to sampling requests")
+        size = len(params.system_prompt or "")
+        for m in params.messages:
+            for block in m.content if isinstance(m.content, list) else [m.content]:
+                size += len(getattr(block, "text", None) or "")
+        if size > MAX_SAMPLING_CHARACTERS:
+            # Before the request is recorded or shown: each one is a record (and a question).
+            return refuse(
+                f"the sampling request holds {size:,} characters of text, more than "
+                f"ringfence's limit of {MAX_SAMPLING_CHARACTERS:,}; it was not recorded or sent"
+            )
         messages: list[dict[str, str]] = []
         for m in params.messages:
             blocks = m.content if isinstance(m.content, list) else [m.content]

@@ -12,6 +12,18 @@ DEFAULT_APPROVAL_TIMEOUT_SECONDS = 600.0
 # The largest JSON-RPC message a client may send (a stdio line, an HTTP body): what the host
 # side allows a server by default (mcp_host max_message_bytes). Larger ones are not parsed.
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
+# Streamable HTTP: a request's line and headers must arrive within this many seconds (and an
+# idle keep-alive connection is closed after it).
+HEADERS_SECONDS = 5.0
+# Streamable HTTP: an admitted request's body must arrive whole within this many seconds of its
+# headers (a client trickling its body would otherwise hold a connection and what it sent for as
+# long as it likes); 32 MiB in that time is ~1.1 MB/s.
+BODY_SECONDS = 30.0
+# Streamable HTTP: what all the bodies being read at once may hold together (a declared
+# Content-Length is counted before a byte is read), and how many may be read at once; past
+# either, a request is answered 503 at once, unread.
+MAX_PENDING_BODY_BYTES = 4 * MAX_REQUEST_BYTES
+MAX_PENDING_BODIES = 64
 # Streamable HTTP: a session with no request in flight this long (no GET stream open, so its
 # client is gone or never listens) ends, in the SDK and in ringfence (the SDK's own default
 # is 30 minutes). A live SDK client holds its GET stream open and is never idle.
@@ -19,3 +31,7 @@ DEFAULT_SESSION_IDLE_SECONDS = 300.0
 # Streamable HTTP: at most this many MCP sessions at once (the SDK answers 503 past it; its own
 # default is 10,000). One whose client vanished holds ~136 KiB until it goes idle (above).
 MAX_SESSIONS = 1024
+# Streamable HTTP: at most this many admitted requests (calls running, GET streams, bodies being
+# read) at once, and never more than half the process's open-file limit, so clients cannot take
+# the file descriptors the kernel needs (its journal, checkpoints, events); past it, 503 at once.
+MAX_OPEN_REQUESTS = 4096

@@ -19,7 +19,15 @@ MCP session is created, no body is parsed, no tool is listed or called.
    it: a body over :data:`~._defaults.MAX_REQUEST_BYTES` (32 MiB; a declared
    ``Content-Length`` over it is refused before a byte is read) gets **413** with
    a JSON-RPC error (``-32600``) naming the limit, and is never held whole or
-   parsed; the server keeps serving.
+   parsed; the server keeps serving. The body must arrive whole within
+   :data:`~._defaults.BODY_SECONDS` (30 s) of the headers, else **408**; the
+   bodies being read at once hold at most
+   :data:`~._defaults.MAX_PENDING_BODY_BYTES` (128 MiB, a declared length
+   counted before a byte is read) and number at most
+   :data:`~._defaults.MAX_PENDING_BODIES` (64), else **503** at once: so
+   clients trickling their bodies hold neither a connection nor memory for
+   long, however many there are. (Headers are hypercorn's: an unfinished
+   request line or header block is cut off at its ``keep_alive_timeout``, 5 s.)
 
 Refusals are audited in the event stream at a bounded cost (:class:`RefusalAudit`):
 the first ``per_window`` refusals of each window (default 20 per 60 s) become one
@@ -72,8 +80,13 @@ from ..runtime._groups import single_error
 from ..runtime._kernel import Kernel
 from ..runtime._net import is_loopback
 from ._defaults import (
+    BODY_SECONDS,
     DEFAULT_PORT,
     DEFAULT_SESSION_IDLE_SECONDS,
+    HEADERS_SECONDS,
+    MAX_OPEN_REQUESTS,
+    MAX_PENDING_BODIES,
+    MAX_PENDING_BODY_BYTES,
     MAX_REQUEST_BYTES,
     MAX_SESSIONS,
     MIN_TOKEN_LENGTH,
@@ -170,14 +183,16 @@ class HttpOptions:
     graceful_timeout_seconds: float = 3.0
     # A session with no request in flight this long ends (see _sessions).
     session_idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS
+    # An admitted request's body must arrive whole this soon after its headers (else 408).
+    body_seconds: float = BODY_SECONDS
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.session_idle_seconds) and self.session_idle_seconds > 0):
-            raise InvalidArguments(
-                f"the session idle timeout must be a positive number of seconds, "
-                f"not {self.session_idle_seconds}",
-                field="session_idle_seconds",
-            )
+        for name in ("session_idle_seconds", "body_seconds"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise InvalidArguments(
+                    f"{name} must be a positive number of seconds, not {value}", field=name
+                )
         if len(self.token) < MIN_TOKEN_LENGTH:
             raise InvalidArguments(
                 f"the bearer token must be at least {MIN_TOKEN_LENGTH} characters",
@@ -242,10 +257,20 @@ class RequestGuard:
     # Set: each admitted request runs with its MCP session's key (resumption is per session).
     sessions: SessionEventStore | None = None
     max_body_bytes: int = MAX_REQUEST_BYTES
+    # An admitted body must be whole this soon after its headers (a trickle holds nothing long).
+    body_seconds: float = BODY_SECONDS
+    # What the bodies being read at once may hold together, and how many there may be.
+    max_pending_bytes: int = MAX_PENDING_BODY_BYTES
+    max_pending_bodies: int = MAX_PENDING_BODIES
     # Set: each session's requests are counted, and its end drops what was held for it.
     lifetimes: SessionLifetimes | None = None
     # Called when an admitted request ends (the server is busy).
     on_request_done: Callable[[], None] | None = None
+    # Admitted requests open at once (see open_request_limit); past it, 503 before the body.
+    max_open_requests: int = MAX_OPEN_REQUESTS
+    # The bodies being read now, oldest first (at most max_pending_bodies).
+    _readers: list[_Reader] = field(default_factory=list, init=False)
+    _open: int = field(default=0, init=False)
 
     def listen_on(self, hosts: Iterable[str], origins: Iterable[str]) -> None:
         self.allowed_hosts = frozenset(hosts)
@@ -261,42 +286,53 @@ class RequestGuard:
         headers = Headers(scope=scope)
         refusal = self.check(headers)
         if refusal is None:
-            bounded = await self._bounded_body(headers, receive)
-            if isinstance(bounded, _Gone):
-                return  # the client went away before its request was whole: no one to answer
-            if bounded is None:
-                await _too_large(self.max_body_bytes)(scope, receive, send)
+            if self._open >= self.max_open_requests:
+                await _too_many_open(self.max_open_requests)(scope, receive, send)
                 return
-            exchange = _Exchange(bounded, send)
-            if self.sessions is None:
-                await self._serve(scope, exchange, exchange.send)
-                return
-            session_id = headers.get(MCP_SESSION_ID_HEADER)
-            lifetimes = self.lifetimes
-            token, send = track_request(
-                self.sessions,
-                headers,
-                exchange.send,
-                lifetimes.opened if lifetimes is not None else None,
-            )
-            # The session's negotiated version decides priming, not a stale header (_resume).
-            scope = self.sessions.as_negotiated(scope, headers)
+            self._open += 1
             try:
-                if lifetimes is None:
-                    await self._serve(scope, exchange, send)
-                    return
-                with lifetimes.request(session_id):
-                    await self._serve(scope, exchange, send)
-                if exchange.status is not None and scope.get("path") == MCP_PATH:
-                    lifetimes.answered(session_id, str(scope.get("method")), exchange.status)
+                await self._admitted(scope, headers, receive, send)
             finally:
-                token.var.reset(token)
+                self._open -= 1
             return
         status, text = refusal
         if self.on_refused is not None:
             self.on_refused(status, scope)
         headers = {"WWW-Authenticate": 'Bearer realm="ringfence"'} if status == 401 else None
         await PlainTextResponse(text, status_code=status, headers=headers)(scope, receive, send)
+
+    async def _admitted(self, scope: Scope, headers: Headers, receive: Receive, send: Send) -> None:
+        """One request that passed :meth:`check`: its body read bounded, then the app."""
+        bounded = await self._bounded_body(headers, receive)
+        if isinstance(bounded, _Gone):
+            return  # the client went away before its request was whole: no one to answer
+        if isinstance(bounded, JSONResponse):  # too large, too slow, or too many at once
+            await bounded(scope, receive, send)
+            return
+        exchange = _Exchange(bounded, send)
+        if self.sessions is None:
+            await self._serve(scope, exchange, exchange.send)
+            return
+        session_id = headers.get(MCP_SESSION_ID_HEADER)
+        lifetimes = self.lifetimes
+        token, send = track_request(
+            self.sessions,
+            headers,
+            exchange.send,
+            lifetimes.opened if lifetimes is not None else None,
+        )
+        # The session's negotiated version decides priming, not a stale header (_resume).
+        scope = self.sessions.as_negotiated(scope, headers)
+        try:
+            if lifetimes is None:
+                await self._serve(scope, exchange, send)
+                return
+            with lifetimes.request(session_id):
+                await self._serve(scope, exchange, send)
+            if exchange.status is not None and scope.get("path") == MCP_PATH:
+                lifetimes.answered(session_id, str(scope.get("method")), exchange.status)
+        finally:
+            token.var.reset(token)
 
     async def _serve(self, scope: Scope, exchange: _Exchange, send: Send) -> None:
         """The app on one admitted request; what it raises once nobody can be answered
@@ -316,33 +352,74 @@ class RequestGuard:
             if self.on_request_done is not None:
                 self.on_request_done()
 
-    async def _bounded_body(self, headers: Headers, receive: Receive) -> Receive | _Gone | None:
-        """The request's body read whole, at most ``max_body_bytes`` (a ``receive`` that
-        hands it to the app), None when it is larger (refused, never held whole), or
-        ``_GONE`` when the client went away before it was whole."""
+    async def _bounded_body(
+        self, headers: Headers, receive: Receive
+    ) -> Receive | _Gone | JSONResponse:
+        """The request's body read whole (a ``receive`` that hands it to the app), or the
+        refusal to send instead, the body never held whole or parsed: over
+        ``max_body_bytes`` (413), not whole within ``body_seconds`` of its headers (408),
+        or cut off (503) to make room for a newer body when the bodies being read at once
+        would number more than ``max_pending_bodies`` or hold more than
+        ``max_pending_bytes`` together; ``_GONE`` when the client went away first.
+
+        Room is made by cutting off the oldest reading first: a body read at the speed
+        of a working client is whole in moments, so those cut off are the ones trickling,
+        and a trickle can never keep another client's request out."""
         declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return _GONE  # the client went away (http.disconnect)
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                first = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-                break
+        promised = int(declared) if declared is not None and declared.isdigit() else 0
+        if promised > self.max_body_bytes:
+            return _too_large(self.max_body_bytes)
+        # Counted before a byte arrives (a promise holds what it promises), and as it comes.
+        reader = _Reader(trio.CancelScope(deadline=trio.current_time() + self.body_seconds))
+        self._readers.append(reader)
+        try:
+            self._make_room(reader, promised)
+            chunks: list[bytes] = []
+            size = 0
+            first: dict[str, Any] | None = None
+            with reader.scope:
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return _GONE  # the client went away (http.disconnect)
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        return _too_large(self.max_body_bytes)
+                    if size > reader.counted:  # more than declared (or chunked)
+                        self._make_room(reader, size)
+                    if reader.cut_off:
+                        break
+                    chunks.append(chunk)
+                    if not message.get("more_body"):
+                        first = {"type": "http.request", "body": b"".join(chunks)}
+                        break
+            if reader.cut_off:
+                return _busy(self.max_pending_bodies, self.max_pending_bytes)
+            if first is None:
+                return _too_slow(self.body_seconds)
+        finally:
+            with contextlib.suppress(ValueError):
+                self._readers.remove(reader)
+        first["more_body"] = False
         pending: list[dict[str, Any]] = [first]
 
         async def replay() -> dict[str, Any]:
             return pending.pop() if pending else await receive()
 
         return replay
+
+    def _make_room(self, reader: _Reader, size: int) -> None:
+        """Count ``size`` bytes for ``reader``; cut off the oldest readers (``reader`` too,
+        when it is the oldest) until the readers number and hold no more than allowed."""
+        reader.counted = size
+        while self._readers and (
+            len(self._readers) > self.max_pending_bodies
+            or sum(r.counted for r in self._readers) > self.max_pending_bytes
+        ):
+            oldest = self._readers.pop(0)
+            oldest.cut_off = True
+            oldest.scope.cancel()
 
     def check(self, headers: Headers) -> tuple[int, str] | None:
         """The refusal (status, text) for a request with these headers, or None to let it in."""
@@ -361,6 +438,16 @@ class RequestGuard:
         ):
             return 401, "ringfence: a valid bearer token is required\n"
         return None
+
+
+@dataclass(eq=False)
+class _Reader:
+    """One body being read: its deadline's scope, what it counts, whether it was cut off
+    to make room for a newer one."""
+
+    scope: trio.CancelScope
+    counted: int = 0
+    cut_off: bool = False
 
 
 class _Gone:
@@ -400,14 +487,67 @@ class _Exchange:
         await self._send(message)
 
 
+def _rpc_refusal(status: int, message: str, data: dict[str, Any]) -> JSONResponse:
+    """``status`` with a JSON-RPC error (``-32600``, id null: the request was never read);
+    the connection is closed after it (its unread body is not waited for)."""
+    error = {"code": -32600, "message": message, "data": data}
+    body = {"jsonrpc": "2.0", "id": None, "error": error}
+    return JSONResponse(body, status_code=status, headers={"Connection": "close"})
+
+
 def _too_large(limit: int) -> JSONResponse:
-    """413 with a JSON-RPC error naming the limit (the request's id was never read)."""
+    """413 naming the limit (the request's id was never read)."""
     message = (
         f"request larger than ringfence serve's limit of {limit:,} bytes ({limit / 2**20:g} MiB); "
         "it was not read; send smaller arguments (a large file through the workspace, not inline)"
     )
-    error = {"code": -32600, "message": message, "data": {"max_bytes": limit}}
-    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=413)
+    return _rpc_refusal(413, message, {"max_bytes": limit})
+
+
+def _too_many_open(limit: int) -> JSONResponse:
+    """503: as many requests as allowed are open already (calls, streams, bodies)."""
+    message = (
+        f"ringfence serve has {limit:,} requests open already (calls running, streams, bodies "
+        "being read), its limit (at most half the process's open-file limit); this one was not "
+        "read; send it again when one has ended"
+    )
+    response = _rpc_refusal(503, message, {"max_open_requests": limit})
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+def open_request_limit() -> int:
+    """:data:`MAX_OPEN_REQUESTS`, or half this process's open-file limit when that is lower
+    (each open request holds a connection: a descriptor the kernel may need)."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN_REQUESTS
+    return max(16, min(MAX_OPEN_REQUESTS, soft // 2))
+
+
+def _too_slow(seconds: float) -> JSONResponse:
+    """408: the body did not arrive whole within ``seconds`` of the request's headers."""
+    message = (
+        f"request body not received whole within ringfence serve's limit of {seconds:g} s "
+        "after its headers; it was not read"
+    )
+    return _rpc_refusal(408, message, {"max_seconds": seconds})
+
+
+def _busy(bodies: int, limit: int) -> JSONResponse:
+    """503: this body was cut off, unfinished, to make room for newer ones."""
+    message = (
+        "request body cut off unfinished: ringfence serve reads at most "
+        f"{bodies} request bodies at once, {limit / 2**20:g} MiB together, and the oldest "
+        "still being read make room for new ones; it was not read; send it again"
+    )
+    response = _rpc_refusal(
+        503, message, {"max_pending_bodies": bodies, "max_pending_bytes": limit}
+    )
+    response.headers["Retry-After"] = "1"
+    return response
 
 
 MAX_RECORDED_PATH = 256
@@ -570,6 +710,8 @@ async def serve_http(
         sessions=events,
         lifetimes=lifetimes,
         on_request_done=trim.activity,
+        body_seconds=options.body_seconds,
+        max_open_requests=open_request_limit(),
     )
 
     config = Config()
@@ -577,6 +719,9 @@ async def serve_http(
     config.accesslog = None
     config.errorlog = LOGGER.getChild("hypercorn")  # no handler of hypercorn's own on stderr
     config.graceful_timeout = options.graceful_timeout_seconds
+    # An unfinished request line or header block is cut off at this (hypercorn's own default,
+    # stated here: a body has BODY_SECONDS after it, so no request is read for ever).
+    config.keep_alive_timeout = HEADERS_SECONDS
 
     async def housekeeping() -> None:
         # Idle sessions end; resumable events past their age go, even with no traffic; after

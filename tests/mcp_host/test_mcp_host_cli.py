@@ -526,3 +526,43 @@ def test_login_refuses_a_disabled_workspace_server(
     assert code != 0 and out["error"]["code"] == "denied", out
     assert "[trust] projects" in out["error"]["message"]
     assert "logging in" not in err
+
+
+def test_call_of_a_disabled_servers_tool_says_the_server_is_disabled(
+    capsys, ringfence_home: Path, tmp_path: Path
+) -> None:
+    """``ringfence call mcp.<server>.<tool>`` of a server that is configured but disabled said
+    only not_found ("no tool named …", with suggestions), as if the server did not exist. It
+    is refused now as ``denied``, naming the server, why it is disabled and how to enable it
+    (a planted workspace manifest: the ``[trust] projects`` fix; the user's own
+    ``enabled = false``: that line), with or without ``--mcp``; nothing of either runs."""
+    ws = tmp_path / "ws"
+    marker = tmp_path / "marker"
+    _planted_manifest(ws, marker)
+    for extra in ((), ("--mcp",)):
+        code, out, _ = run(
+            capsys, "call", "mcp.planted.anything", "--workspace", str(ws), *extra, "--json"
+        )
+        assert code != 0 and out["error"]["code"] == "denied", out
+        message = out["error"]["message"]
+        assert "'planted'" in message and "disabled" in message, message
+        assert "[trust] projects" in message and str(ringfence_home / "policy.toml") in message
+        assert not marker.exists()
+
+    user_marker = tmp_path / "user-marker"
+    code_text = f"open({str(user_marker)!r}, 'w').write('ran')"
+    (ringfence_home / "mcp.toml").write_text(
+        '[[server]]\nname = "Off"\ntransport = "stdio"\nenabled = false\n'
+        f'command = {json.dumps(PYTHON)}\nargs = ["-c", {json.dumps(code_text)}]\n'
+    )
+    code, out, err = run(capsys, "call", "mcp.off.tool", "--json")
+    assert code != 0 and out["error"]["code"] == "denied", out
+    message = out["error"]["message"]
+    assert "'Off'" in message and "enabled = false" in message, message
+    assert "[trust] projects" not in message
+    code, _text, err = run(capsys, "call", "mcp.off.tool")
+    assert code != 0 and "enabled = false" in err and "Traceback" not in err
+    assert not user_marker.exists()
+    # A tool of no configured server is still not_found.
+    code, out, _ = run(capsys, "call", "mcp.nothing.tool", "--json")
+    assert code != 0 and out["error"]["code"] == "not_found", out

@@ -118,3 +118,25 @@ async def test_a_malformed_server_cannot_grow_discovery(
                 assert not listing.complete and problem in listing.problem
                 assert len(c.tools) == count
                 assert any(problem in f["message"] for f in c.diagnostics.failures)
+
+
+@pytest.mark.parametrize(("mode", "count"), [("heavy", 5), ("cursors", 17)])
+async def test_a_listing_holds_at_most_its_byte_bound(make_kernel, mode: str, count: int) -> None:
+    """Pages under the page and item limits can still be huge: 12 pages each listing one tool
+    with a 6 MB description were all held (and 100 with 20 MB ones took ``tools list --mcp``
+    to 2.1 GB resident); fresh 2 MB cursors were each kept to detect a loop (100 pages:
+    200 MB). A listing now stops once its items (as JSON) and cursors pass ``max_bytes``
+    (32 MiB by default): the tools that fit are registered, the listing is incomplete and
+    the diagnostics say why; cursors are remembered by digest."""
+    async with make_kernel() as kernel:
+        with trio.fail_after(120):
+            async with connect_servers(kernel, manifest(py_server("big", "paging.py", mode))) as cs:
+                c = cs["big"]
+                listing = c.listings["tools/list"]
+                assert not listing.complete and "size limit" in listing.problem, listing
+                assert len(c.tools) == count, [t.name for t in c.tools]
+                assert any("size limit" in f["message"] for f in c.diagnostics.failures)
+                held = sum(len(t.description) for t in c.tools) + sum(
+                    len(i.model_dump_json()) for i in listing.items
+                )
+                assert held < 2 * ListLimits().max_bytes

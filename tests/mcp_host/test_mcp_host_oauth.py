@@ -661,3 +661,45 @@ async def test_a_token_whose_claims_nest_past_the_parser_is_read_as_opaque(
     assert "ringfence mcp login prot" in message and "RecursionError" not in message, message
     log = await server_log(url)
     assert all(value == token for value in bearer_values(log))  # to its own resource only
+
+
+def _non_loopback_address() -> str:
+    """An IPv4 address of this machine that is not loopback (skip the test without one)."""
+    import ipaddress
+
+    import psutil
+
+    for addresses in psutil.net_if_addrs().values():
+        for a in addresses:
+            if a.family.name == "AF_INET" and not ipaddress.ip_address(a.address).is_loopback:
+                return a.address
+    pytest.skip("this machine has no non-loopback IPv4 address")
+
+
+@pytest.mark.parametrize("client", ["dynamic", "pre-registered"])
+async def test_endpoints_over_plain_http_to_another_host_get_nothing(
+    home: Path, oauth_server, client: str
+) -> None:
+    """Authorization-server metadata naming its registration, authorization and token
+    endpoints over plain http on a host that is not loopback: the SDK followed it, so the
+    client registration (its secret), the person's login in the browser, the authorization
+    code with its PKCE verifier and the tokens crossed the network in clear. Refused now
+    before anything goes there (the registration request; for a pre-registered client, the
+    browser), naming the host and the https rule; the endpoint's server saw no request."""
+    address = _non_loopback_address()
+    url = await oauth_server(
+        RF_OAUTH_METADATA_ISSUER="{base}",
+        RF_OAUTH_ENDPOINTS=f"http://{address}:{{port}}",
+        RF_OAUTH_ALSO_BIND=address,
+    )
+    extra = 'client_id = "pre-public"' if client == "pre-registered" else ""
+    browser = Browser()
+    with pytest.raises(Unavailable) as caught:
+        await login(manifest(block(url, extra)).servers[0], Redactor(), browser.flow())
+    message = caught.value.message
+    assert "not https" in message and f"http://{address}:" in message, message
+    assert caught.value.field == "auth"
+    assert browser.urls == []  # the person's browser was never sent there
+    log = await server_log(url)
+    assert log["registrations"] == [] and log["grants"] == [], log
+    assert not any(r.endswith(("/register", "/token", "/authorize")) for r in log["requests"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
 
@@ -363,3 +364,30 @@ async def test_a_url_elicitation_with_a_backslash_is_refused_unseen(
     (refused,) = events_of(sink, "mcp_elicitation_refused")
     assert "backslash" in refused["reason"]
     assert not [r for r in events_of(sink, "proposed") if r["tool"].endswith("__elicitation")]
+
+
+async def test_a_huge_sampling_request_is_refused_before_it_is_recorded(
+    make_kernel, sink, state: Path
+) -> None:
+    """A server's sampling request of 4 MiB of text (the tool call asking for it is a few bytes):
+    it was recorded whole as the ``proposed`` arguments of ``mcp.notes.__sampling`` (and shown
+    to the approver, and sent to the provider), so within the request budget a server could
+    write 20 x 32 MiB to the event log per minute. Over 1 Mi characters it is now refused before
+    it is recorded, shown or sent, naming the limit; a small one still goes through."""
+    from ringfence.mcp_host._sampling import MAX_SAMPLING_CHARACTERS
+
+    provider = FakeSamplingProvider()
+    m = manifest(py_server("notes", "annotated.py", state=state, extra=SAMPLING))
+    async with make_kernel() as kernel, connect_servers(kernel, m, sampling_provider=provider):
+        out = await kernel.invoke("mcp.notes.sample", {"prompt": "abcd", "repeat": 1 << 20})
+        assert out.error is not None
+        assert f"{MAX_SAMPLING_CHARACTERS:,}" in out.error.message, out.error.message
+        assert provider.requests == []
+        small = await kernel.invoke("mcp.notes.sample", {"prompt": "hi"})
+        assert small.ok, small.error
+    assert len(provider.requests) == 1
+    (refused,) = events_of(sink, "mcp_sampling_refused")
+    assert "4,194,304 characters" in refused["reason"]
+    sampled = [e for e in events_of(sink, "proposed") if e["tool"] == "mcp.notes.__sampling"]
+    assert len(sampled) == 1 and len(json.dumps(sampled)) < 10_000
+    assert max(len(line) for line in sink.lines) < 100_000

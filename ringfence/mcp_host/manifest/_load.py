@@ -243,6 +243,16 @@ def load_manifests(
     )
 
 
+def workspace_manifest_refusal(workspace: str | os.PathLike[str]) -> str | None:
+    """Why ``workspace``'s manifest may not start its servers, as its warning says it (None:
+    it may, or there is none)."""
+    wpath = workspace_manifest_path(workspace)
+    raw = _manifest_bytes(wpath)
+    if raw is None:
+        return None
+    return _untrusted_manifest(workspace, wpath, hashlib.sha256(raw).hexdigest())
+
+
 def _untrusted_manifest(workspace: str | os.PathLike[str], wpath: Path, digest: str) -> str | None:
     """Why the workspace manifest with sha256 ``digest`` may not start its servers (None: it
     may). A policy file outside the workspace (the managed one, the user's) must list the

@@ -86,6 +86,7 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from pydantic import ValidationError
 
 from ...runtime._errors import Denied, InvalidArguments, Unavailable
+from ...runtime._net import is_loopback
 from ...runtime._redact import Redactor
 from .._urls import scrub_url
 from ..manifest._load import AuthMode, ServerConfig
@@ -138,6 +139,29 @@ def login_flow(flow: LoginFlow) -> Iterator[None]:
 
 def _login_hint(name: str) -> str:
     return f"run `ringfence mcp login {name}`"
+
+
+def _plain_http_refusal(url: str, server: str, what: str) -> Unavailable | None:
+    """The refusal of sending OAuth traffic (``what``) to ``url`` over anything but TLS:
+    https, or plain http to a loopback host only, as for manifest URLs. Authorization
+    codes, PKCE verifiers, client secrets, tokens and the person's login must never cross
+    a network in clear text, whatever URL a server's metadata names (the MCP authorization
+    spec: every authorization-server endpoint MUST be https). None when it is allowed."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    if scheme == "https" or (scheme == "http" and host and is_loopback(host)):
+        return None
+    try:
+        where = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        where = host
+    return Unavailable(
+        f"MCP server {server!r}: its authorization metadata sends {what} to "
+        f"{scheme or 'no scheme'}://{where or '?'}, which is not https (plain http is allowed to "
+        "a loopback host only); refused, nothing was sent there: OAuth endpoints must use https",
+        field="auth",
+    )
 
 
 # -- storage ---------------------------------------------------------------------------------
@@ -387,6 +411,9 @@ class GuardedAuth(httpx2.Auth):
     def _outgoing(self, outgoing: httpx2.Request) -> httpx2.Request:
         """What is sent for ``outgoing``: a bearer token for another audience taken off; on
         the accepted 2025-03-26 path, the issuer's metadata fetched where it was found."""
+        refusal = _plain_http_refusal(str(outgoing.url), self._server_name, "a request")
+        if refusal is not None:
+            raise refusal
         token = _bearer(outgoing)
         if token is not None and not token_audience_ok(token, self._storage.resource):
             del outgoing.headers["authorization"]  # a token for another audience is never sent
@@ -614,11 +641,20 @@ def _code_grant(
             token_endpoint_auth_method=auth_method,
             scope=metadata.scope,
         )
+
+    async def redirect(url: str) -> None:
+        # The person's browser goes only to an https authorization endpoint (or loopback http).
+        refusal = _plain_http_refusal(url, config.name, "the person's login (the browser)")
+        if refusal is not None:
+            raise refusal
+        assert flow is not None
+        await flow.redirect(url)
+
     return OAuthClientProvider(
         config.url,
         metadata,
         storage,
-        redirect_handler=flow.redirect if flow else None,
+        redirect_handler=redirect if flow else None,
         callback_handler=flow.callback if flow else None,
         client_metadata_url=config.client_metadata_url,
     )

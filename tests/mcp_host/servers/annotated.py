@@ -116,8 +116,11 @@ def fail(reason: str) -> str:
 
 
 @mcp.tool(annotations=RO)
-async def sample(prompt: str, ctx: Context, max_tokens: int = 50, offer_tools: bool = False) -> str:
+async def sample(
+    prompt: str, ctx: Context, max_tokens: int = 50, offer_tools: bool = False, repeat: int = 1
+) -> str:
     """Ask the client's model (sampling); record and return its answer."""
+    prompt = prompt * repeat
     extra = {}
     if offer_tools:
         extra["tools"] = [types.Tool(name="shell", input_schema={"type": "object"})]

@@ -16,7 +16,10 @@
 - ``RF_OAUTH_NO_PRM=1``: no protected-resource metadata (404: the 2025-03-26 fallback path);
 - ``RF_OAUTH_METADATA_ISSUER`` / ``RF_OAUTH_ENDPOINTS``: the authorization-server metadata at
   ``/.well-known/oauth-authorization-server`` names that issuer and puts ``/authorize``,
-  ``/token`` and ``/register`` under that base (``{base}`` stands for this server's origin);
+  ``/token`` and ``/register`` under that base (``{base}`` stands for this server's origin,
+  ``{port}`` for its port);
+- ``RF_OAUTH_ALSO_BIND``: also listen on that address (the same port), so endpoints can be
+  named at a non-loopback address of this machine;
 - ``stubborn`` demands scope ``admin-only`` whatever was granted (the step-up limit);
   ``echo_token`` returns the caller's own token (redaction);
 - pre-registered clients: ``pre-public`` (public, auth code) and ``m2m`` / ``m2m-secret``
@@ -70,6 +73,7 @@ PRM_RESOURCE = os.environ.get("RF_OAUTH_PRM_RESOURCE")  # protected-resource met
 NO_PRM = os.environ.get("RF_OAUTH_NO_PRM") == "1"
 METADATA_ISSUER = os.environ.get("RF_OAUTH_METADATA_ISSUER")
 ENDPOINTS = os.environ.get("RF_OAUTH_ENDPOINTS", "{base}")
+ALSO_BIND = os.environ.get("RF_OAUTH_ALSO_BIND")
 # The handshake without a token (initialize, the initialized notification, the GET stream):
 # the server answers 401 only from tools/list on, as the conformance suite's scope scenarios do.
 OPEN_HANDSHAKE = os.environ.get("RF_OAUTH_OPEN_HANDSHAKE") == "1"
@@ -355,7 +359,7 @@ def build(port: int):
         if NO_PRM and scope["path"].startswith("/.well-known/oauth-protected-resource"):
             return await respond(send, 404, {"error": "not_found"})
         if METADATA_ISSUER and scope["path"] == "/.well-known/oauth-authorization-server":
-            at = ENDPOINTS.format(base=base)
+            at = ENDPOINTS.format(base=base, port=port)
             metadata = {
                 "issuer": METADATA_ISSUER.format(base=base),
                 "authorization_endpoint": f"{at}/authorize",
@@ -426,6 +430,12 @@ async def main() -> None:
     port = sock.getsockname()[1]
     config = Config()
     config.bind = [f"fd://{sock.fileno()}"]
+    if ALSO_BIND:  # the same port on another (non-loopback) address of this machine
+        other = socket.socket()
+        other.bind((ALSO_BIND, port))
+        other.listen(64)
+        other.set_inheritable(True)
+        config.bind.append(f"fd://{other.fileno()}")
     config.accesslog = None
     config.errorlog = None
 

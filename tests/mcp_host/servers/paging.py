@@ -6,6 +6,8 @@
   loop    tools/list hands back the same cursor forever (a cursor loop)
   endless tools/list hands out a fresh cursor forever (no end)
   flood   one page with 300 tools (item limit)
+  heavy   12 pages, each one tool with a 6 MB description (size limit)
+  cursors pages of one tool, each with a fresh 2 MB cursor, without end (size limit)
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ async def list_tools(ctx, params: types.PaginatedRequestParams | None) -> types.
     if MODE == "endless":
         n = int(cursor or 0)
         return types.ListToolsResult(tools=[_tool(f"endless_{n}")], next_cursor=str(n + 1))
+    if MODE == "heavy":
+        n = int(cursor or 0)
+        tool = _tool(f"heavy_{n}")
+        tool.description = f"heavy {n} " + "d" * 6_000_000
+        return types.ListToolsResult(tools=[tool], next_cursor=str(n + 1) if n < 11 else None)
+    if MODE == "cursors":
+        n = int((cursor or "0").split("-")[0])
+        return types.ListToolsResult(
+            tools=[_tool(f"paged_{n}")], next_cursor=f"{n + 1}-" + "c" * 2_000_000
+        )
     if MODE == "flood":
         return types.ListToolsResult(
             tools=[_tool(f"flood_{i}") for i in range(300)], next_cursor=None
