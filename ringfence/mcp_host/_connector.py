@@ -139,6 +139,7 @@ class Connector:
             options,
             stdio_confiner=stdio_confiner,
             token_store=token_store,
+            roots=kernel.roots,
         )
         self.pool.on_connect = self._on_connect
 

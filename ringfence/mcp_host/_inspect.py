@@ -228,7 +228,10 @@ async def inspect_server(
         "stdio_confiner": stdio_confiner,
         "token_store": token_store,
     }
-    kernel = Kernel(approver=HeadlessDenyApprover(), events_sink=sink)
+    # The workspace is the session's root: an unconfined server's program is not looked up
+    # there (stdio_transport), as in a session over it.
+    roots = [os.fspath(workspace)] if workspace is not None else []
+    kernel = Kernel(approver=HeadlessDenyApprover(), events_sink=sink, roots=roots)
     # What the listing masks in the server's arguments is a secret for everything the
     # probe records too (a server that echoes its --token in a log line or an error).
     command = [config.command or "", *config.args]

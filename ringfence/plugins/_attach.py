@@ -39,11 +39,11 @@ import trio
 from ..runtime._errors import Denied, InvalidArguments
 from ..runtime._hooks import Hook, HookAnswer
 from ..runtime._kernel import Kernel
+from ..runtime._programs import program_outside_roots, search_path
 from ..runtime.policy._decide import Rules
 from ..runtime.policy._judge import Policy
 from ._command import CommandRunner
 from ._config import PluginEntry, load_entries
-from ._paths import program_outside_roots, search_path
 from ._plugin import PluginState, check_live_paths, inspect_plugin
 
 if TYPE_CHECKING:

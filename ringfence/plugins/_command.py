@@ -38,8 +38,8 @@ import trio
 
 from ..runtime._errors import ToolError, Unavailable
 from ..runtime._hooks import HookAnswer
+from ..runtime._programs import program_outside_roots, search_path
 from ._manifest import HookConfig
-from ._paths import program_outside_roots, search_path
 
 __all__ = ["MAX_ANSWER", "CommandRunner"]
 

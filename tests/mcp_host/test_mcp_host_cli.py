@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -566,3 +568,44 @@ def test_call_of_a_disabled_servers_tool_says_the_server_is_disabled(
     # A tool of no configured server is still not_found.
     code, out, _ = run(capsys, "call", "mcp.nothing.tool", "--json")
     assert code != 0 and out["error"]["code"] == "not_found", out
+
+
+def test_an_unconfined_servers_program_is_not_found_in_a_workspace_directory_on_path(
+    capsys, ringfence_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's own server, run as the user (``sandbox = "none"``), named ``python3``
+    while an activated project venv put ``<ws>/.venv/bin`` first on PATH: the agent planted
+    ``.venv/bin/python3`` (write_file, chmod) and the next ``--mcp`` session ran it,
+    unconfined, as the server. The program is looked up without the roots' entries now
+    (the real python3 runs), and the server's PATH leaves them out too."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    monkeypatch.setenv("PATH", f"{ws / '.venv' / 'bin'}:/usr/bin:/bin")
+    pwned, legit = tmp_path / "pwned", tmp_path / "legit"
+    code = f"open({str(legit)!r}, 'w').write('the real python3')"
+    (ringfence_home / "mcp.toml").write_text(
+        '[[server]]\nname = "tools"\ntransport = "stdio"\ncommand = "python3"\n'
+        f'args = ["-c", {json.dumps(code)}]\n'
+    )
+    session = ["--workspace", str(ws), "--posture", "allow-all", "--backend", "local", "--json"]
+    planted = json.dumps({"path": ".venv/bin/python3", "content": f"#!/bin/sh\ntouch {pwned}\n"})
+    rc, out, err = run(capsys, "call", "write_file", "--args", planted, *session)
+    assert rc == 0, (out, err)
+    chmod = json.dumps({"command": "chmod +x .venv/bin/python3"})
+    rc, out, err = run(capsys, "call", "run_shell", "--args", chmod, *session)
+    assert rc == 0 and os.access(ws / ".venv" / "bin" / "python3", os.X_OK), (out, err)
+    run(capsys, "call", "list_directory", "--args", '{"path": "."}', "--mcp", *session)
+    deadline = time.monotonic() + 10
+    while not legit.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert legit.exists() and not pwned.exists()
+    # A program given by path into a root is refused, naming the root; nothing of it runs.
+    (ringfence_home / "mcp.toml").write_text(
+        '[[server]]\nname = "tools"\ntransport = "stdio"\n'
+        f"command = {json.dumps(str(ws / '.venv' / 'bin' / 'python3'))}\n"
+    )
+    rc, out, err = run(capsys, "tools", "list", "--mcp", *session)
+    assert not pwned.exists()
+    rc, out, err = run(capsys, "mcp", "inspect", "tools", "--workspace", str(ws), "--json")
+    assert rc != 0 and "lies in the workspace root" in out["error"]["message"], out
+    assert not pwned.exists()

@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -137,9 +137,11 @@ class ConnectionPool:
         *,
         stdio_confiner: StdioConfiner | None = None,
         token_store: SealedStore | None = None,
+        roots: Sequence[str] = (),
     ) -> None:
         self.config = config
         self._confiner = stdio_confiner
+        self._roots = tuple(roots)  # the session's workspace roots (see stdio_transport)
         self._token_store = token_store
         self._nursery = nursery
         self._redactor = redactor
@@ -336,6 +338,7 @@ class ConnectionPool:
                 confiner=self._confiner,
                 sandbox=sandbox,
                 writes=writes,
+                roots=self._roots,
             )
         else:
             transport = http_transport(

@@ -36,7 +36,7 @@ import contextlib
 import errno
 import os
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +49,7 @@ from mcp.shared.message import SessionMessage
 
 from ...runtime._calls import CallContext
 from ...runtime._errors import Unavailable
+from ...runtime._programs import program_outside_roots, search_path
 from ...runtime._redact import Redactor
 from .._diagnostics import MAX_LOG_LINE_BYTES, Diagnostics
 from ..manifest._load import ServerConfig
@@ -150,6 +151,7 @@ def stdio_transport(
     confiner: StdioConfiner | None = None,
     sandbox: dict[str, Any] | None = None,
     writes: list[ConfinedWrites] | None = None,
+    roots: Sequence[str] = (),
 ) -> Any:
     """The transport for ``config``'s stdio server (its environment's secrets registered).
 
@@ -158,7 +160,11 @@ def stdio_transport(
     without one); ``sandbox`` (a dict) receives what the ``mcp_connected``
     event records: ``confined``, and for a confined server its grants and
     layers; ``writes`` receives a writable server's :class:`ConfinedWrites`
-    (the caller closes it once the process is gone).
+    (the caller closes it once the process is gone). An unconfined server's bare program
+    is looked up on ``PATH`` without its entries in ``roots`` (the session's workspace
+    roots) and must lie outside them, and the server gets that ``PATH`` unless its ``env``
+    sets one (:mod:`ringfence.runtime._programs`: an activated project venv let the agent
+    plant the ``python3`` the host ran as the operator); Unavailable otherwise.
     """
     env, missing = build_stdio_env(config)
     for name in missing:
@@ -168,6 +174,10 @@ def stdio_transport(
     record.clear()
     record["confined"] = False
     command, args, cwd = config.command or "", list(config.args), config.cwd
+    if config.sandbox != "local" and roots:
+        path = env.get("PATH") or os.environ.get("PATH", os.defpath)
+        command = program_outside_roots(command, roots, path, f"server {config.name!r}")
+        env.setdefault("PATH", search_path(path, roots))
     confined: ConfinedCommand | None = None
     if config.sandbox == "local":
         if confiner is None:

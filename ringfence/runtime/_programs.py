@@ -1,9 +1,9 @@
-"""Where a trusted plugin's programs are looked up: never a workspace root the agent writes.
+"""Where the programs ringfence starts unconfined are looked up: never a workspace root.
 
-A hook's or a plugin server's bare program name (``python3``, ``npx``) is looked up on
-the operator's ``PATH``, and an activated project venv (``.venv/bin``) or
-``node_modules/.bin`` puts a workspace directory there: the agent could plant the
-program a trusted hook or server runs. :func:`search_path` is that ``PATH`` without its
+A plugin's hook or server, or the operator's own unconfined MCP server, names a bare
+program (``python3``, ``npx``) looked up on the operator's ``PATH``, and an activated
+project venv (``.venv/bin``) or ``node_modules/.bin`` puts a workspace directory there:
+the agent could plant the program the host then runs as the operator. :func:`search_path` is that ``PATH`` without its
 relative entries and those in a root; :func:`in_root` tells whether a path lies in one,
 as written or resolved through links.
 """
@@ -55,7 +55,7 @@ def program_outside_roots(
     if root is not None:
         raise Unavailable(
             f"{what}'s program {program} lies in the workspace root {root}, whose files the "
-            "agent writes: a trusted plugin does not run them",
+            "agent writes: it is not run unconfined",
             field="command",
         )
     return program
