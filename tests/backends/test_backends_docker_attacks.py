@@ -714,3 +714,78 @@ def test_a_status_line_longer_than_a_status_ends_the_stream_and_is_not_held() ->
         run.feed(1, bytes(65536))
     stream = run.streams[1]
     assert stream.done and len(stream.trailer_bytes) <= 4096
+
+
+def _header(name: str, kind: bytes, size: int) -> bytes:
+    """One 512-byte ustar header."""
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def _padded(data: bytes) -> bytes:
+    return data + b"\0" * (-len(data) % tarfile.BLOCKSIZE)
+
+
+def _crafted_tar(kind: bytes, records: bytes) -> bytes:
+    """A PAX header of ``kind`` holding ``records``, then a file ``planted.txt``."""
+    planted = b"planted\n"
+    return (
+        _header("./PaxHeaders/x", kind, len(records))
+        + _padded(records)
+        + _header("./planted.txt", tarfile.REGTYPE, len(planted))
+        + _padded(planted)
+        + b"\0" * 1024
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "records", "named"),
+    [
+        # Records whose keywords overlap ("2 2 2 … =x"): tarfile matches one at every second
+        # byte, each keyword (a distinct, shorter copy of the rest) kept in a dict.
+        (tarfile.XHDTYPE, b"2 " * 24_000 + b"=x\n", "a PAX extended header"),
+        # 20,000 distinct keywords in a global header: every later member keeps a copy.
+        (
+            tarfile.XGLTYPE,
+            b"".join(b"14 k%07d=\n" % i for i in range(20_000)),
+            "a PAX global header",
+        ),
+    ],
+    ids=["overlapping", "global"],
+)
+async def test_a_crafted_pax_header_in_a_fetched_change_set_is_refused_before_it_is_parsed(
+    docker_client: Any, workspace: Path, kind: bytes, records: bytes, named: str
+) -> None:
+    """A hostile image (or engine) answers the fetch with a tar of its own: a 48 KB PAX
+    header that Python's tarfile parses in time and memory quadratic in its size. Before:
+    the host spent seconds and some 400 MiB of its memory on it (80 KB: 1.5 GiB), then
+    merged the file after it. Now every header is read first, a PAX header is refused (the
+    fetch's tar writes none), nothing is merged, and the host's memory barely moves."""
+    import tracemalloc
+
+    tar = _crafted_tar(kind, records)
+    image = hostile_image(
+        docker_client,
+        "ringfence-test/pax-tar:latest",
+        {
+            "tar": b'#!/bin/sh\ncase "$1" in -c*) exec cat /usr/local/bin/crafted.tar;; esac\n'
+            b'exec /usr/bin/tar "$@"\n',
+            "crafted.tar": tar,
+        },
+    )
+    before = tree_state(workspace)
+    async with _docker_kernel(workspace, shipped_options(image=image)) as k:
+        await k.call("run_shell", {"command": "true"})
+        tracemalloc.start()
+        try:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert outcome.error is not None and outcome.error.code == "tool_error", outcome
+    assert f"holds {named} at byte 0" in outcome.error.message, outcome.error.message
+    assert "workspace is unchanged" in outcome.error.message
+    assert tree_state(workspace) == before
+    assert peak < 32 << 20, f"peak {peak / 2**20:.1f} MiB"
+
