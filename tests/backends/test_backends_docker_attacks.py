@@ -789,3 +789,32 @@ async def test_a_crafted_pax_header_in_a_fetched_change_set_is_refused_before_it
     assert tree_state(workspace) == before
     assert peak < 32 << 20, f"peak {peak / 2**20:.1f} MiB"
 
+
+async def test_a_flood_from_the_sandboxs_own_lines_is_not_held_or_put_in_the_error(
+    docker_client: Any, workspace: Path
+) -> None:
+    """A hostile image's ``mkdir`` (the supervisor's own line that makes the upper
+    directories at start) writes 64 MiB to stderr and fails. Before: the host held all of it
+    (up to three times the memory option plus 96 MiB) and put its ``repr`` in the error, a
+    message of 64 MiB for every event and caller. Now only its last few hundred bytes are
+    kept and named; nothing starts, nothing is written."""
+    import tracemalloc
+
+    image = hostile_image(
+        docker_client,
+        "ringfence-test/loud-mkdir:latest",
+        {"mkdir": b"#!/bin/sh\nhead -c 64m /dev/zero | tr '\\0' A >&2; exit 1\n"},
+    )
+    before = tree_state(workspace)
+    tracemalloc.start()
+    try:
+        async with _docker_kernel(workspace, shipped_options(image=image)) as k:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"peak {peak / 2**20:.1f} MiB"
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "cannot make the upper directories" in outcome.error.message
+    assert "AAAA" in outcome.error.message and len(outcome.error.message) < 4096
+    assert tree_state(workspace) == before
