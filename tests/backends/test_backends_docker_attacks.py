@@ -818,3 +818,90 @@ async def test_a_flood_from_the_sandboxs_own_lines_is_not_held_or_put_in_the_err
     assert "cannot make the upper directories" in outcome.error.message
     assert "AAAA" in outcome.error.message and len(outcome.error.message) < 4096
     assert tree_state(workspace) == before
+
+
+_TRIGGER = b"RF_HOSTILE_FRAME"
+
+
+@contextlib.contextmanager
+def _hostile_engine(directory: Path, flood: int) -> Iterator[str]:
+    """A Unix socket in front of this host's Docker daemon, passing every byte both ways,
+    except: when this host writes :data:`_TRIGGER` (a command's line, on the supervisor's
+    stdin), the "engine" first answers with a Docker stream frame announcing 4 GiB, then
+    ``flood`` bytes of it. What a hostile engine (or its operator) can send."""
+    import threading
+
+    path = directory / "engine.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(64)
+    stop = threading.Event()
+
+    def pipe(src: socket.socket, dst: socket.socket, inject: bool, lock: Any) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                with lock:
+                    if inject and _TRIGGER in data:
+                        dst_back = pairs[src]
+                        dst_back.sendall(b"\x01\0\0\0\xff\xff\xff\xf0")
+                        for _ in range(flood // (1 << 20)):
+                            dst_back.sendall(b"A" * (1 << 20))
+                    dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    pairs: dict[socket.socket, socket.socket] = {}
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            daemon.connect("/var/run/docker.sock")
+            pairs[client] = client
+            lock = threading.Lock()
+            for src, dst, inject in ((client, daemon, True), (daemon, client, False)):
+                threading.Thread(target=pipe, args=(src, dst, inject, lock), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"unix://{path}"
+    finally:
+        stop.set()
+        server.close()
+
+
+async def test_a_hostile_engines_huge_stream_frame_is_refused_not_buffered(
+    docker_client: Any, workspace: Path, under_tmp: Path
+) -> None:
+    """An engine that answers a command's line with a Docker stream frame announcing 4 GiB
+    and sends 64 MiB of it. Before: the host appended every read to its buffer waiting for
+    the frame's end (copying the buffer each time: seconds of work) and held all of it, up to
+    4 GiB a session. Now a frame over 1 MiB (Docker's are 32 KiB) ends the stream at once,
+    naming the engine; nothing is merged."""
+    import tracemalloc
+
+    before = tree_state(workspace)
+    with _hostile_engine(under_tmp, 64 << 20) as url:
+        engine = {"name": "hostile", "base_url": url, "ship": "always"}
+        options = {**DOCKER_OPTIONS, "image": "ringfence/busybox:latest", "engines": [engine]}
+        async with _docker_kernel(workspace, options) as k:
+            await k.call("run_shell", {"command": "true"})
+            tracemalloc.start()
+            try:
+                with trio.fail_after(120):
+                    outcome = await k.invoke(
+                        "run_shell",
+                        {"command": f"echo {_TRIGGER.decode()} > x.txt", "timeout_seconds": 30},
+                    )
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+    assert peak < 16 << 20, f"peak {peak / 2**20:.1f} MiB"
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "engine hostile" in outcome.error.message
+    assert "a stream frame of 4294967280 bytes" in outcome.error.message, outcome.error.message
+    assert tree_state(workspace) == before
