@@ -905,3 +905,81 @@ async def test_a_hostile_engines_huge_stream_frame_is_refused_not_buffered(
     assert "engine hostile" in outcome.error.message
     assert "a stream frame of 4294967280 bytes" in outcome.error.message, outcome.error.message
     assert tree_state(workspace) == before
+
+
+@contextlib.contextmanager
+def _engine_answering_info_with(directory: Path, size: int) -> Iterator[str]:
+    """A Unix socket in front of this host's Docker daemon that answers ``GET …/info`` itself,
+    with ``size`` bytes of JSON (chunked: no length said first); every other request passes."""
+    import threading
+
+    path = directory / "engine.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(64)
+
+    def answer(client: socket.socket) -> None:
+        head = b'{"Padding": "'
+        client.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        client.sendall(b"%x\r\n%s\r\n" % (len(head), head))
+        block = b"A" * (1 << 20)
+        for _ in range(size >> 20):
+            client.sendall(b"%x\r\n%s\r\n" % (len(block), block))
+        client.sendall(b'2\r\n"}\r\n0\r\n\r\n')
+
+    def pipe(src: socket.socket, dst: socket.socket, ask: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if ask and data.startswith(b"GET /") and b"/info " in data.split(b"\r\n")[0]:
+                    answer(src)
+                    continue
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            daemon.connect("/var/run/docker.sock")
+            for src, dst, ask in ((client, daemon, True), (daemon, client, False)):
+                threading.Thread(target=pipe, args=(src, dst, ask), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"unix://{path}"
+    finally:
+        server.close()
+
+
+async def test_an_engines_huge_answer_is_refused_not_read_whole(
+    docker_client: Any, workspace: Path, under_tmp: Path
+) -> None:
+    """An engine of the session's table answers the placement's ``/info`` with 128 MiB of
+    JSON. Before: docker-py read it all and decoded it (a peak near 400 MiB of this process's
+    memory; any answer of any size), and the session went on there. Now an answer read whole
+    stops past 16 MiB: the engine is unreachable, naming why, and nothing runs."""
+    import tracemalloc
+
+    with _engine_answering_info_with(under_tmp, 128 << 20) as url:
+        engine = {"name": "hostile", "base_url": url, "ship": "always"}
+        options = {**DOCKER_OPTIONS, "image": "ringfence/busybox:latest", "engines": [engine]}
+        tracemalloc.start()
+        try:
+            async with _docker_kernel(workspace, options) as k:
+                outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 48 << 20, f"peak {peak / 2**20:.1f} MiB"
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "hostile" in outcome.error.message
+    assert "with more than 16777216 bytes" in outcome.error.message, outcome.error.message
+    assert list(workspace.iterdir()) == []
