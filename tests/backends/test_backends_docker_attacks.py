@@ -15,7 +15,7 @@ import os
 import resource
 import socket
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -982,4 +982,108 @@ async def test_an_engines_huge_answer_is_refused_not_read_whole(
     assert outcome.error is not None and outcome.error.code == "unavailable", outcome
     assert "hostile" in outcome.error.message
     assert "with more than 16777216 bytes" in outcome.error.message, outcome.error.message
+    assert list(workspace.iterdir()) == []
+
+
+def _tls_server_context(certs: Path) -> Any:
+    """A TLS server's context: the test CA's server certificate, client certificates required."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(certs / "server.pem", certs / "server-key.pem")
+    ctx.load_verify_locations(certs / "ca.pem")
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+@contextlib.contextmanager
+def _tls_servers(certs: Path, redirect_to: str) -> Iterator[tuple[int, int, list[bytes]]]:
+    """Two TLS servers of the same CA on loopback: a hostile *engine* (this host's daemon
+    behind it) that answers the container's creation with ``307`` to ``redirect_to`` +
+    the other's port, and *another engine* that records what reaches it and who sent it.
+    Yields (engine port, other port, what the other saw)."""
+    import select
+    import threading
+
+    ctx = _tls_server_context(certs)
+    seen: list[bytes] = []
+    listeners = [socket.socket(), socket.socket()]
+    for listener in listeners:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+    other_port = listeners[1].getsockname()[1]
+
+    def engine(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), ctx.wrap_socket(conn, server_side=True) as tls:
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            daemon.connect("/var/run/docker.sock")
+            with daemon:
+                while True:
+                    ready = [tls] if tls.pending() else select.select([tls, daemon], [], [])[0]
+                    if tls in ready:
+                        data = tls.recv(65536)
+                        if not data:
+                            return
+                        if b"/containers/create" in data.split(b"\r\n")[0]:
+                            where = f"{redirect_to}:{other_port}/v1.41/containers/create"
+                            tls.sendall(
+                                b"HTTP/1.1 307 Temporary Redirect\r\nLocation: %s\r\n"
+                                b"Content-Length: 0\r\n\r\n" % where.encode()
+                            )
+                            continue
+                        daemon.sendall(data)
+                    if daemon in ready:
+                        data = daemon.recv(65536)
+                        if not data:
+                            return
+                        tls.sendall(data)
+
+    def other(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), ctx.wrap_socket(conn, server_side=True) as tls:
+            tls.settimeout(5)
+            peer = tls.getpeercert() or {}
+            seen.append(repr(peer.get("subject")).encode() + b" " + tls.recv(65536))
+
+    def serve(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    for listener, handle in zip(listeners, (engine, other), strict=True):
+        threading.Thread(target=serve, args=(listener, handle), daemon=True).start()
+    try:
+        yield listeners[0].getsockname()[1], other_port, seen
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
+async def test_an_engines_redirect_is_refused_and_never_followed(
+    docker_client: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """A TLS engine answers the container's creation with ``307`` to another engine that
+    trusts the same CA. Before: docker-py followed it, presenting our client certificate
+    and sending the request with its body (the container's configuration; a workspace's
+    archive, an exec the same way) to the address the engine chose. Now a redirect is
+    refused naming it; nothing reaches the other engine, and nothing runs."""
+    certs = tmp_path / "certs"
+    make_certificates(certs)
+    with _tls_servers(certs, "https://127.0.0.1") as (port, _, seen):
+        engine = {
+            "name": "hostile",
+            "base_url": f"tcp://127.0.0.1:{port}",
+            "tls_ca": str(certs / "ca.pem"),
+            "tls_cert": str(certs / "client.pem"),
+            "tls_key": str(certs / "client-key.pem"),
+        }
+        options = {**DOCKER_OPTIONS, "image": "ringfence/busybox:latest", "engines": [engine]}
+        async with _docker_kernel(workspace, options) as k:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        await trio.sleep(0.5)
+    assert seen == [], seen
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "/containers/create with a redirect (307 to 'https://" in outcome.error.message
     assert list(workspace.iterdir()) == []

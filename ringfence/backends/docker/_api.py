@@ -285,8 +285,8 @@ def connect_docker(
 
 
 def _client(version: str, timeout: float, kwargs: dict[str, Any]) -> docker.DockerClient:
-    """A client speaking API ``version`` (no request sent), the environment not trusted, and
-    no answer read past :data:`RESPONSE_LIMIT` (:func:`_bounded_response`)."""
+    """A client speaking API ``version`` (no request sent), the environment not trusted, no
+    redirect followed and no answer read past :data:`RESPONSE_LIMIT` (:func:`_bounded_response`)."""
     client = docker.DockerClient(version=version, timeout=int(timeout), **kwargs)
     client.api.trust_env = False  # requests' Session setting: no REQUESTS_CA_BUNDLE, no proxy
     client.api.hooks["response"].append(_bounded_response)  # requests' public hooks
@@ -330,9 +330,18 @@ class _BoundedBody:
 
 
 def _bounded_response(response: Any, *args: Any, **kwargs: Any) -> Any:
-    """requests' response hook: an answer read whole (not a stream: logs, attached
-    sockets, archives) is refused by its Content-Length, or as it arrives, past
-    :data:`RESPONSE_LIMIT`."""
+    """requests' response hook: a redirect is refused (the Engine API makes none; requests
+    would follow it to any https address with the request, its body and our client
+    certificate); an answer read whole (not a stream: logs, attached sockets, archives) is
+    refused by its Content-Length, or as it arrives, past :data:`RESPONSE_LIMIT`."""
+    if response.is_redirect:
+        response.close()
+        where = urllib.parse.urlsplit(response.url).path
+        raise Unavailable(
+            f"the Docker engine answered {where} with a redirect ({response.status_code} to "
+            f"{response.headers.get('Location', '')[:200]!r}); the Engine API makes none, and "
+            "ringfence sends no request where an engine points it: refused"
+        )
     if kwargs.get("stream") or response.status_code == 101:
         return response
     length = response.headers.get("Content-Length", "")
