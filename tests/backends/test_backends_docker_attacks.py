@@ -1087,3 +1087,104 @@ async def test_an_engines_redirect_is_refused_and_never_followed(
     assert outcome.error is not None and outcome.error.code == "unavailable", outcome
     assert "/containers/create with a redirect (307 to 'https://" in outcome.error.message
     assert list(workspace.iterdir()) == []
+
+
+@contextlib.contextmanager
+def _engine_naming_pid(directory: Path, pid: int) -> Iterator[str]:
+    """A Unix socket in front of this host's Docker daemon that passes everything, but says
+    every exec's ``Pid`` is ``pid`` (what a daemon of another pid namespace, or a socket
+    forwarded from elsewhere, says of a number that is another process here)."""
+    import re
+    import threading
+
+    path = directory / "engine.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(64)
+    inspect = re.compile(rb"^GET /v[\d.]+/exec/[0-9a-f]+/json ")
+
+    def forward(client: socket.socket, daemon: socket.socket, pending: list[bool]) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                pending.append(bool(inspect.match(data)))
+                daemon.sendall(data)
+        with contextlib.suppress(OSError):
+            daemon.shutdown(socket.SHUT_WR)
+
+    def back(daemon: socket.socket, client: socket.socket, pending: list[bool]) -> None:
+        buf = b""
+        with contextlib.suppress(OSError):
+            while data := daemon.recv(65536):
+                if not (pending and pending[-1]):
+                    client.sendall(data)
+                    continue
+                buf += data
+                head, sep, body = buf.partition(b"\r\n\r\n")
+                found = re.search(rb"(?i)content-length: *(\d+)", head)
+                if not sep or found is None or len(body) < int(found.group(1)):
+                    continue
+                body = re.sub(rb'"Pid": *\d+', b'"Pid":%d' % pid, body)
+                head = head[: found.start(1)] + b"%d" % len(body) + head[found.end(1) :]
+                client.sendall(head + sep + body)
+                buf = b""
+                pending.clear()
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_RDWR)
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            daemon.connect("/var/run/docker.sock")
+            pending: list[bool] = []
+            threading.Thread(target=forward, args=(client, daemon, pending), daemon=True).start()
+            threading.Thread(target=back, args=(daemon, client, pending), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"unix://{path}"
+    finally:
+        server.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="scripts under docker need root")
+async def test_a_script_runner_is_killed_only_in_its_container_not_by_the_engines_pid(
+    docker_client: Any, tmp_path: Path, under_tmp: Path
+) -> None:
+    """The engine says the script runner's exec is a process that is not in the container (a
+    ``sleep`` of this host). Before: this root process sent SIGKILL to that pid when the
+    script ran past its timeout. Now only a process whose cgroup is the container's is
+    signalled; the ``sleep`` lives, and the script still stops at its timeout."""
+    import subprocess
+
+    from ringfence.runtime import ApprovalAnswer, ScriptedApprover
+
+    try:
+        docker_client.images.get("ringfence/debian:latest")
+    except docker.errors.ImageNotFound:
+        pytest.skip("the ringfence/debian image is not built (`ringfence images build debian`)")
+    root = tmp_path / "ws"
+    root.mkdir(mode=0o755)
+    victim = subprocess.Popen(["sleep", "600"])
+    try:
+        with _engine_naming_pid(under_tmp, victim.pid) as url:
+            async with create_kernel(
+                roots=[root],
+                posture=Posture.ALLOW_ALL,
+                backend="docker",
+                backend_options={"image": "debian", "memory": "256m", "base_url": url},
+                approver=ScriptedApprover(lambda r: ApprovalAnswer.once()),
+            ) as k:
+                outcome = await k.invoke(
+                    "run_tool_script", {"script": "while True:\n    pass", "timeout_seconds": 2}
+                )
+        await trio.sleep(0.5)
+        alive = victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+    assert outcome.error is not None and outcome.error.code == "timeout", outcome
+    assert alive, "the engine's pid was killed"
