@@ -88,6 +88,34 @@ def bridge_mounts(bridge_dir: Path) -> list[tuple[Path, str, bool]]:
     ]
 
 
+def kill_in_container(pid: int, container_id: str | None) -> None:
+    """SIGKILL ``pid`` only while it is a process of that container (its cgroup names it).
+
+    The pid is the engine's word (``exec_inspect``), in the engine's pid namespace, which
+    need not be ours: a daemon in another pid namespace (ringfence in a container with the
+    host's socket), a socket forwarded from another machine, a proxy that lies. Before, this
+    root process sent SIGKILL to whatever pid of its own that number was. A pidfd holds the
+    process while its cgroup is read, so a pid reused meanwhile is not signalled either;
+    where the check fails, closing the bridge ends the runner instead."""
+    if not container_id:
+        return
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):  # gone, or no pidfds here: not signalled
+        return
+    try:
+        try:
+            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            return
+        if container_id not in cgroup:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    finally:
+        os.close(fd)
+
+
 def runner_ids(shell_user: str) -> tuple[int, int]:
     """A uid/gid for the runner that differs from the session shell's uid."""
     uid = int(str(shell_user).split(":")[0])
@@ -248,8 +276,7 @@ class _ExecChild:
 
     def kill(self) -> None:
         if self.pid and self._code is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self.pid, signal.SIGKILL)
+            kill_in_container(self.pid, self.session.container_id)
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):

@@ -15,7 +15,7 @@ import os
 import resource
 import socket
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -714,3 +714,477 @@ def test_a_status_line_longer_than_a_status_ends_the_stream_and_is_not_held() ->
         run.feed(1, bytes(65536))
     stream = run.streams[1]
     assert stream.done and len(stream.trailer_bytes) <= 4096
+
+
+def _header(name: str, kind: bytes, size: int) -> bytes:
+    """One 512-byte ustar header."""
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def _padded(data: bytes) -> bytes:
+    return data + b"\0" * (-len(data) % tarfile.BLOCKSIZE)
+
+
+def _crafted_tar(kind: bytes, records: bytes) -> bytes:
+    """A PAX header of ``kind`` holding ``records``, then a file ``planted.txt``."""
+    planted = b"planted\n"
+    return (
+        _header("./PaxHeaders/x", kind, len(records))
+        + _padded(records)
+        + _header("./planted.txt", tarfile.REGTYPE, len(planted))
+        + _padded(planted)
+        + b"\0" * 1024
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "records", "named"),
+    [
+        # Records whose keywords overlap ("2 2 2 … =x"): tarfile matches one at every second
+        # byte, each keyword (a distinct, shorter copy of the rest) kept in a dict.
+        (tarfile.XHDTYPE, b"2 " * 24_000 + b"=x\n", "a PAX extended header"),
+        # 20,000 distinct keywords in a global header: every later member keeps a copy.
+        (
+            tarfile.XGLTYPE,
+            b"".join(b"14 k%07d=\n" % i for i in range(20_000)),
+            "a PAX global header",
+        ),
+    ],
+    ids=["overlapping", "global"],
+)
+async def test_a_crafted_pax_header_in_a_fetched_change_set_is_refused_before_it_is_parsed(
+    docker_client: Any, workspace: Path, kind: bytes, records: bytes, named: str
+) -> None:
+    """A hostile image (or engine) answers the fetch with a tar of its own: a 48 KB PAX
+    header that Python's tarfile parses in time and memory quadratic in its size. Before:
+    the host spent seconds and some 400 MiB of its memory on it (80 KB: 1.5 GiB), then
+    merged the file after it. Now every header is read first, a PAX header is refused (the
+    fetch's tar writes none), nothing is merged, and the host's memory barely moves."""
+    import tracemalloc
+
+    tar = _crafted_tar(kind, records)
+    image = hostile_image(
+        docker_client,
+        "ringfence-test/pax-tar:latest",
+        {
+            "tar": b'#!/bin/sh\ncase "$1" in -c*) exec cat /usr/local/bin/crafted.tar;; esac\n'
+            b'exec /usr/bin/tar "$@"\n',
+            "crafted.tar": tar,
+        },
+    )
+    before = tree_state(workspace)
+    async with _docker_kernel(workspace, shipped_options(image=image)) as k:
+        await k.call("run_shell", {"command": "true"})
+        tracemalloc.start()
+        try:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert outcome.error is not None and outcome.error.code == "tool_error", outcome
+    assert f"holds {named} at byte 0" in outcome.error.message, outcome.error.message
+    assert "workspace is unchanged" in outcome.error.message
+    assert tree_state(workspace) == before
+    assert peak < 32 << 20, f"peak {peak / 2**20:.1f} MiB"
+
+
+async def test_a_flood_from_the_sandboxs_own_lines_is_not_held_or_put_in_the_error(
+    docker_client: Any, workspace: Path
+) -> None:
+    """A hostile image's ``mkdir`` (the supervisor's own line that makes the upper
+    directories at start) writes 64 MiB to stderr and fails. Before: the host held all of it
+    (up to three times the memory option plus 96 MiB) and put its ``repr`` in the error, a
+    message of 64 MiB for every event and caller. Now only its last few hundred bytes are
+    kept and named; nothing starts, nothing is written."""
+    import tracemalloc
+
+    image = hostile_image(
+        docker_client,
+        "ringfence-test/loud-mkdir:latest",
+        {"mkdir": b"#!/bin/sh\nhead -c 64m /dev/zero | tr '\\0' A >&2; exit 1\n"},
+    )
+    before = tree_state(workspace)
+    tracemalloc.start()
+    try:
+        async with _docker_kernel(workspace, shipped_options(image=image)) as k:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"peak {peak / 2**20:.1f} MiB"
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "cannot make the upper directories" in outcome.error.message
+    assert "AAAA" in outcome.error.message and len(outcome.error.message) < 4096
+    assert tree_state(workspace) == before
+
+
+_TRIGGER = b"RF_HOSTILE_FRAME"
+
+
+@contextlib.contextmanager
+def _hostile_engine(directory: Path, flood: int) -> Iterator[str]:
+    """A Unix socket in front of this host's Docker daemon, passing every byte both ways,
+    except: when this host writes :data:`_TRIGGER` (a command's line, on the supervisor's
+    stdin), the "engine" first answers with a Docker stream frame announcing 4 GiB, then
+    ``flood`` bytes of it. What a hostile engine (or its operator) can send."""
+    import threading
+
+    path = directory / "engine.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(64)
+    stop = threading.Event()
+
+    def pipe(src: socket.socket, dst: socket.socket, inject: bool, lock: Any) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                with lock:
+                    if inject and _TRIGGER in data:
+                        dst_back = pairs[src]
+                        dst_back.sendall(b"\x01\0\0\0\xff\xff\xff\xf0")
+                        for _ in range(flood // (1 << 20)):
+                            dst_back.sendall(b"A" * (1 << 20))
+                    dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    pairs: dict[socket.socket, socket.socket] = {}
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            daemon.connect("/var/run/docker.sock")
+            pairs[client] = client
+            lock = threading.Lock()
+            for src, dst, inject in ((client, daemon, True), (daemon, client, False)):
+                threading.Thread(target=pipe, args=(src, dst, inject, lock), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"unix://{path}"
+    finally:
+        stop.set()
+        server.close()
+
+
+async def test_a_hostile_engines_huge_stream_frame_is_refused_not_buffered(
+    docker_client: Any, workspace: Path, under_tmp: Path
+) -> None:
+    """An engine that answers a command's line with a Docker stream frame announcing 4 GiB
+    and sends 64 MiB of it. Before: the host appended every read to its buffer waiting for
+    the frame's end (copying the buffer each time: seconds of work) and held all of it, up to
+    4 GiB a session. Now a frame over 1 MiB (Docker's are 32 KiB) ends the stream at once,
+    naming the engine; nothing is merged."""
+    import tracemalloc
+
+    before = tree_state(workspace)
+    with _hostile_engine(under_tmp, 64 << 20) as url:
+        engine = {"name": "hostile", "base_url": url, "ship": "always"}
+        options = {**DOCKER_OPTIONS, "image": "ringfence/busybox:latest", "engines": [engine]}
+        async with _docker_kernel(workspace, options) as k:
+            await k.call("run_shell", {"command": "true"})
+            tracemalloc.start()
+            try:
+                with trio.fail_after(120):
+                    outcome = await k.invoke(
+                        "run_shell",
+                        {"command": f"echo {_TRIGGER.decode()} > x.txt", "timeout_seconds": 30},
+                    )
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+    assert peak < 16 << 20, f"peak {peak / 2**20:.1f} MiB"
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "engine hostile" in outcome.error.message
+    assert "a stream frame of 4294967280 bytes" in outcome.error.message, outcome.error.message
+    assert tree_state(workspace) == before
+
+
+@contextlib.contextmanager
+def _engine_answering_info_with(directory: Path, size: int) -> Iterator[str]:
+    """A Unix socket in front of this host's Docker daemon that answers ``GET …/info`` itself,
+    with ``size`` bytes of JSON (chunked: no length said first); every other request passes."""
+    import threading
+
+    path = directory / "engine.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(64)
+
+    def answer(client: socket.socket) -> None:
+        head = b'{"Padding": "'
+        client.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        client.sendall(b"%x\r\n%s\r\n" % (len(head), head))
+        block = b"A" * (1 << 20)
+        for _ in range(size >> 20):
+            client.sendall(b"%x\r\n%s\r\n" % (len(block), block))
+        client.sendall(b'2\r\n"}\r\n0\r\n\r\n')
+
+    def pipe(src: socket.socket, dst: socket.socket, ask: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if ask and data.startswith(b"GET /") and b"/info " in data.split(b"\r\n")[0]:
+                    answer(src)
+                    continue
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            daemon.connect("/var/run/docker.sock")
+            for src, dst, ask in ((client, daemon, True), (daemon, client, False)):
+                threading.Thread(target=pipe, args=(src, dst, ask), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"unix://{path}"
+    finally:
+        server.close()
+
+
+async def test_an_engines_huge_answer_is_refused_not_read_whole(
+    docker_client: Any, workspace: Path, under_tmp: Path
+) -> None:
+    """An engine of the session's table answers the placement's ``/info`` with 128 MiB of
+    JSON. Before: docker-py read it all and decoded it (a peak near 400 MiB of this process's
+    memory; any answer of any size), and the session went on there. Now an answer read whole
+    stops past 16 MiB: the engine is unreachable, naming why, and nothing runs."""
+    import tracemalloc
+
+    with _engine_answering_info_with(under_tmp, 128 << 20) as url:
+        engine = {"name": "hostile", "base_url": url, "ship": "always"}
+        options = {**DOCKER_OPTIONS, "image": "ringfence/busybox:latest", "engines": [engine]}
+        tracemalloc.start()
+        try:
+            async with _docker_kernel(workspace, options) as k:
+                outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 48 << 20, f"peak {peak / 2**20:.1f} MiB"
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "hostile" in outcome.error.message
+    assert "with more than 16777216 bytes" in outcome.error.message, outcome.error.message
+    assert list(workspace.iterdir()) == []
+
+
+def _tls_server_context(certs: Path) -> Any:
+    """A TLS server's context: the test CA's server certificate, client certificates required."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(certs / "server.pem", certs / "server-key.pem")
+    ctx.load_verify_locations(certs / "ca.pem")
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+@contextlib.contextmanager
+def _tls_servers(certs: Path, redirect_to: str) -> Iterator[tuple[int, int, list[bytes]]]:
+    """Two TLS servers of the same CA on loopback: a hostile *engine* (this host's daemon
+    behind it) that answers the container's creation with ``307`` to ``redirect_to`` +
+    the other's port, and *another engine* that records what reaches it and who sent it.
+    Yields (engine port, other port, what the other saw)."""
+    import select
+    import threading
+
+    ctx = _tls_server_context(certs)
+    seen: list[bytes] = []
+    listeners = [socket.socket(), socket.socket()]
+    for listener in listeners:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+    other_port = listeners[1].getsockname()[1]
+
+    def engine(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), ctx.wrap_socket(conn, server_side=True) as tls:
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            daemon.connect("/var/run/docker.sock")
+            with daemon:
+                while True:
+                    ready = [tls] if tls.pending() else select.select([tls, daemon], [], [])[0]
+                    if tls in ready:
+                        data = tls.recv(65536)
+                        if not data:
+                            return
+                        if b"/containers/create" in data.split(b"\r\n")[0]:
+                            where = f"{redirect_to}:{other_port}/v1.41/containers/create"
+                            tls.sendall(
+                                b"HTTP/1.1 307 Temporary Redirect\r\nLocation: %s\r\n"
+                                b"Content-Length: 0\r\n\r\n" % where.encode()
+                            )
+                            continue
+                        daemon.sendall(data)
+                    if daemon in ready:
+                        data = daemon.recv(65536)
+                        if not data:
+                            return
+                        tls.sendall(data)
+
+    def other(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), ctx.wrap_socket(conn, server_side=True) as tls:
+            tls.settimeout(5)
+            peer = tls.getpeercert() or {}
+            seen.append(repr(peer.get("subject")).encode() + b" " + tls.recv(65536))
+
+    def serve(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    for listener, handle in zip(listeners, (engine, other), strict=True):
+        threading.Thread(target=serve, args=(listener, handle), daemon=True).start()
+    try:
+        yield listeners[0].getsockname()[1], other_port, seen
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
+async def test_an_engines_redirect_is_refused_and_never_followed(
+    docker_client: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """A TLS engine answers the container's creation with ``307`` to another engine that
+    trusts the same CA. Before: docker-py followed it, presenting our client certificate
+    and sending the request with its body (the container's configuration; a workspace's
+    archive, an exec the same way) to the address the engine chose. Now a redirect is
+    refused naming it; nothing reaches the other engine, and nothing runs."""
+    certs = tmp_path / "certs"
+    make_certificates(certs)
+    with _tls_servers(certs, "https://127.0.0.1") as (port, _, seen):
+        engine = {
+            "name": "hostile",
+            "base_url": f"tcp://127.0.0.1:{port}",
+            "tls_ca": str(certs / "ca.pem"),
+            "tls_cert": str(certs / "client.pem"),
+            "tls_key": str(certs / "client-key.pem"),
+        }
+        options = {**DOCKER_OPTIONS, "image": "ringfence/busybox:latest", "engines": [engine]}
+        async with _docker_kernel(workspace, options) as k:
+            outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+        await trio.sleep(0.5)
+    assert seen == [], seen
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    assert "/containers/create with a redirect (307 to 'https://" in outcome.error.message
+    assert list(workspace.iterdir()) == []
+
+
+@contextlib.contextmanager
+def _engine_naming_pid(directory: Path, pid: int) -> Iterator[str]:
+    """A Unix socket in front of this host's Docker daemon that passes everything, but says
+    every exec's ``Pid`` is ``pid`` (what a daemon of another pid namespace, or a socket
+    forwarded from elsewhere, says of a number that is another process here)."""
+    import re
+    import threading
+
+    path = directory / "engine.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(64)
+    inspect = re.compile(rb"^GET /v[\d.]+/exec/[0-9a-f]+/json ")
+
+    def forward(client: socket.socket, daemon: socket.socket, pending: list[bool]) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                pending.append(bool(inspect.match(data)))
+                daemon.sendall(data)
+        with contextlib.suppress(OSError):
+            daemon.shutdown(socket.SHUT_WR)
+
+    def back(daemon: socket.socket, client: socket.socket, pending: list[bool]) -> None:
+        buf = b""
+        with contextlib.suppress(OSError):
+            while data := daemon.recv(65536):
+                if not (pending and pending[-1]):
+                    client.sendall(data)
+                    continue
+                buf += data
+                head, sep, body = buf.partition(b"\r\n\r\n")
+                found = re.search(rb"(?i)content-length: *(\d+)", head)
+                if not sep or found is None or len(body) < int(found.group(1)):
+                    continue
+                body = re.sub(rb'"Pid": *\d+', b'"Pid":%d' % pid, body)
+                head = head[: found.start(1)] + b"%d" % len(body) + head[found.end(1) :]
+                client.sendall(head + sep + body)
+                buf = b""
+                pending.clear()
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_RDWR)
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            daemon.connect("/var/run/docker.sock")
+            pending: list[bool] = []
+            threading.Thread(target=forward, args=(client, daemon, pending), daemon=True).start()
+            threading.Thread(target=back, args=(daemon, client, pending), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"unix://{path}"
+    finally:
+        server.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="scripts under docker need root")
+async def test_a_script_runner_is_killed_only_in_its_container_not_by_the_engines_pid(
+    docker_client: Any, tmp_path: Path, under_tmp: Path
+) -> None:
+    """The engine says the script runner's exec is a process that is not in the container (a
+    ``sleep`` of this host). Before: this root process sent SIGKILL to that pid when the
+    script ran past its timeout. Now only a process whose cgroup is the container's is
+    signalled; the ``sleep`` lives, and the script still stops at its timeout."""
+    import subprocess
+
+    from ringfence.runtime import ApprovalAnswer, ScriptedApprover
+
+    try:
+        docker_client.images.get("ringfence/debian:latest")
+    except docker.errors.ImageNotFound:
+        pytest.skip("the ringfence/debian image is not built (`ringfence images build debian`)")
+    root = tmp_path / "ws"
+    root.mkdir(mode=0o755)
+    victim = subprocess.Popen(["sleep", "600"])
+    try:
+        with _engine_naming_pid(under_tmp, victim.pid) as url:
+            async with create_kernel(
+                roots=[root],
+                posture=Posture.ALLOW_ALL,
+                backend="docker",
+                backend_options={"image": "debian", "memory": "256m", "base_url": url},
+                approver=ScriptedApprover(lambda r: ApprovalAnswer.once()),
+            ) as k:
+                outcome = await k.invoke(
+                    "run_tool_script", {"script": "while True:\n    pass", "timeout_seconds": 2}
+                )
+        await trio.sleep(0.5)
+        alive = victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+    assert outcome.error is not None and outcome.error.code == "timeout", outcome
+    assert alive, "the engine's pid was killed"

@@ -285,7 +285,68 @@ def connect_docker(
 
 
 def _client(version: str, timeout: float, kwargs: dict[str, Any]) -> docker.DockerClient:
-    """A client speaking API ``version`` (no request sent), the environment not trusted."""
+    """A client speaking API ``version`` (no request sent), the environment not trusted, no
+    redirect followed and no answer read past :data:`RESPONSE_LIMIT` (:func:`_bounded_response`)."""
     client = docker.DockerClient(version=version, timeout=int(timeout), **kwargs)
     client.api.trust_env = False  # requests' Session setting: no REQUESTS_CA_BUNDLE, no proxy
+    client.api.hooks["response"].append(_bounded_response)  # requests' public hooks
     return client
+
+
+# The largest answer of the Engine API read whole (a container list, an inspect: a few KiB
+# to a few MiB). docker-py reads every answer whole and decodes its JSON: an engine that
+# answered /info with 128 MiB had this process hold some 400 MiB of it.
+RESPONSE_LIMIT = 16 << 20
+
+
+def _response_too_large(url: str, size: int | str) -> Unavailable:
+    where = urllib.parse.urlsplit(url)
+    return Unavailable(
+        f"the Docker engine answered {where.path} with more than {RESPONSE_LIMIT} bytes "
+        f"({size}); an Engine API answer is a few KiB: refused, nothing of it is used"
+    )
+
+
+class _BoundedBody:
+    """A response's body (urllib3's, which requests reads through :meth:`stream` when it
+    reads a whole answer) that raises Unavailable past :data:`RESPONSE_LIMIT` decoded bytes.
+    Everything else is the wrapped body's."""
+
+    def __init__(self, raw: Any, url: str) -> None:
+        self._raw = raw
+        self._url = url
+
+    def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
+        taken = 0
+        for chunk in self._raw.stream(amt, decode_content=decode_content):
+            taken += len(chunk)
+            if taken > RESPONSE_LIMIT:
+                self._raw.close()
+                raise _response_too_large(self._url, "more, still coming")
+            yield chunk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+def _bounded_response(response: Any, *args: Any, **kwargs: Any) -> Any:
+    """requests' response hook: a redirect is refused (the Engine API makes none; requests
+    would follow it to any https address with the request, its body and our client
+    certificate); an answer read whole (not a stream: logs, attached sockets, archives) is
+    refused by its Content-Length, or as it arrives, past :data:`RESPONSE_LIMIT`."""
+    if response.is_redirect:
+        response.close()
+        where = urllib.parse.urlsplit(response.url).path
+        raise Unavailable(
+            f"the Docker engine answered {where} with a redirect ({response.status_code} to "
+            f"{response.headers.get('Location', '')[:200]!r}); the Engine API makes none, and "
+            "ringfence sends no request where an engine points it: refused"
+        )
+    if kwargs.get("stream") or response.status_code == 101:
+        return response
+    length = response.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > RESPONSE_LIMIT:
+        response.close()
+        raise _response_too_large(response.url, f"{length} announced")
+    response.raw = _BoundedBody(response.raw, response.url)
+    return response

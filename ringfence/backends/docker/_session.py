@@ -846,9 +846,12 @@ class DockerSession:
                 restarted |= await self._stop(run)
         except BaseException:
             with trio.CancelScope(shield=True):
-                if not run.done and not shell.dead:
+                if not run.done:
                     try:
-                        await self._stop(run)
+                        if not shell.dead:
+                            await self._stop(run)
+                        elif self._shell is shell:  # its stream refused (a hostile frame):
+                            await self._replace_container()  # what the command left goes
                     except Unavailable:
                         if self._ended is None:
                             raise

@@ -55,6 +55,9 @@ _HEADER = struct.Struct(">BxxxL")
 # (argv, user) -> (exec id, a connected socket or an object with its send/recv/fileno/close)
 Attacher = Callable[[list[str], str], Awaitable[tuple[str, Any]]]
 _READ_SIZE = 65536
+# The largest frame of Docker's stream taken: dockerd writes at most 32 KiB a frame; a
+# larger announcement (a hostile engine: up to 4 GiB) had the host buffer all of it.
+MAX_FRAME = 1 << 20
 # The longest status line after an end marker (the exit status, or "cwd", and the startup
 # probe's tool paths).
 _TRAILER_LIMIT = 4096
@@ -690,11 +693,20 @@ class Supervisor:
             self._buffer += data
 
     def _parse(self, run: CommandOutput) -> None:
-        """Consume whole frames from the buffer (none past the end of ``run``)."""
+        """Consume whole frames from the buffer (none past the end of ``run``). A frame
+        announced longer than :data:`MAX_FRAME` ends the stream: Unavailable."""
         buf = self._buffer
         pos = 0
         while len(buf) - pos >= _HEADER.size and not run.done:
             stream_id, length = _HEADER.unpack_from(buf, pos)
+            if length > MAX_FRAME:
+                self.dead = True
+                self._buffer = b""
+                raise Unavailable(
+                    f"the sandbox's stream sent a stream frame of {length} bytes (Docker's are "
+                    f"at most 32 KiB; at most {MAX_FRAME} taken): the stream is refused and "
+                    "ended, nothing of the command is used"
+                )
             end = pos + _HEADER.size + length
             if end > len(buf):
                 break

@@ -101,19 +101,20 @@ def _damaged(engine: str, what: str) -> Unavailable:
     )
 
 
-class _Sink:
-    """Raw bytes of one stream of an internal supervisor line (no decoding), at most
-    ``limit``: past it, ToolError (the line is given up, its shell marked dead)."""
+class _Tail:
+    """The last :data:`_LINE_TAIL` bytes of one stream of an internal supervisor line (ours:
+    its output is never used but to name a failure). The sandbox's image runs that line's
+    programs: a ``mkdir`` that writes 64 MiB and fails was held whole (up to three times the
+    memory option plus 96 MiB, some three copies of it at its peak) and put in the error."""
 
-    def __init__(self, limit: int, engine: str) -> None:
-        self.data = bytearray()
-        self.limit = limit
-        self.engine = engine
+    def __init__(self) -> None:
+        self.data = b""
 
     def feed(self, data: bytes) -> None:
-        if len(self.data) + len(data) > self.limit:
-            raise _too_much(self.limit, self.engine)
-        self.data += data
+        self.data = (self.data + data[-_LINE_TAIL:])[-_LINE_TAIL:]
+
+
+_LINE_TAIL = 2000  # what an internal line's failure may quote of its output
 
 
 # What the fetch's own stderr lines (modes, digests, opaque directories: ~8 KiB each at most)
@@ -558,14 +559,14 @@ class RemoteWorkspace:
         out: _FetchSpool | None = None,
         err: _FetchErr | None = None,
     ) -> tuple[str, bytes, bytes]:
-        """Run one line of our own shell in the supervisor (not a command); its status and output.
+        """Run one line of our own shell in the supervisor (not a command); its status and the
+        last :data:`_LINE_TAIL` bytes of its stdout and stderr (:class:`_Tail`).
 
         ``after`` follows the line (a here-document's text and its end word). ``out``,
         ``err``: where its stdout or stderr goes instead (then b"" is returned for it).
         """
         token = secrets.token_hex(12)
-        sink = _Sink(self._line_limit, self.engine.name)
-        err_sink = _Sink(self._line_limit, self.engine.name)
+        sink, err_sink = _Tail(), _Tail()
         run = CommandOutput(token, out or sink, err or err_sink)  # type: ignore[arg-type]
         marker = quote(f"__rf{token}__")
         try:

@@ -289,7 +289,9 @@ def rebuild_upper(
 
     ``digest`` is the sha256 the sandbox computed over the tar as it wrote
     it; a mismatch (a cut or altered stream) is ``Unavailable`` naming
-    ``engine`` before anything is written. ``opaque`` lists the directories
+    ``engine`` before anything is written; then every header is read
+    (:func:`_check_headers`: no PAX header, which tarfile parses in quadratic
+    time and memory) before tarfile parses one. ``opaque`` lists the directories
     (relative paths) the sandbox found opaque. A member that is not a
     directory, file (not sparse), link, hard link, FIFO or whiteout (a device), or whose
     name leaves the target, or that cannot be made (a name repeated), is a
@@ -328,6 +330,8 @@ def _rebuild(
             f"sha256 {got[:12]}…, the sandbox sent {digest[:12] or 'nothing'}…); "
             "the workspace is unchanged"
         )
+    _check_headers(source, engine)  # before tarfile reads one: see _check_headers
+    source.seek(0)
     if os.geteuid() != 0:
         owner = None  # only root gives entries away; ours are ringfence's user's then
     # Directories by path, not by descriptor: a set's directories are many (a command's
@@ -428,6 +432,78 @@ def _rebuild(
         ) from None
     finally:
         opened.close()
+
+
+# The member types a change set's tar may hold: what GNU and busybox tar write for an upper
+# (files, links, directories, FIFOs, whiteouts as character devices; GNU long names).
+_MEMBER_TYPES = {
+    tarfile.REGTYPE,
+    tarfile.AREGTYPE,
+    tarfile.LNKTYPE,
+    tarfile.SYMTYPE,
+    tarfile.CHRTYPE,
+    tarfile.DIRTYPE,
+    tarfile.FIFOTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+}
+_LONG_NAMES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+# The longest GNU long name or link taken (a name far past PATH_MAX: a deep tree's path).
+LONG_NAME_LIMIT = 1 << 20
+_TYPE_NAMES = {
+    tarfile.XHDTYPE: "a PAX extended header",
+    tarfile.XGLTYPE: "a PAX global header",
+    tarfile.SOLARIS_XHDTYPE: "a Solaris extended header",
+}
+
+
+def _check_headers(source: BinaryIO, engine: str) -> None:
+    """Every header of the tar in ``source`` read as :mod:`tarfile` will read it (its public
+    ``TarInfo.frombuf``, one 512-byte block each), before tarfile parses a member.
+
+    Only :data:`_MEMBER_TYPES` are taken, and a GNU long name or link of at most
+    :data:`LONG_NAME_LIMIT` bytes. A PAX header (``x``, ``g``) is refused whole: tarfile
+    keeps each of its records in a dict, which a crafted 80 KB header (records whose
+    keywords overlap) made 1.5 GB of this process's memory and seconds of work, quadratic in
+    its size; the fetch's tar (GNU format) writes none. A header tarfile would stop at (a bad
+    checksum, cut short) is the tar not whole. Reads a block per member, seeks past data."""
+    while True:
+        offset = source.tell()
+        block = source.read(tarfile.BLOCKSIZE)
+        if not block.strip(b"\0"):
+            return  # the end-of-archive block (or the end of the data): tarfile stops here
+        try:
+            info = tarfile.TarInfo.frombuf(block, tarfile.ENCODING, "surrogateescape")
+        except tarfile.HeaderError as exc:
+            raise Unavailable(
+                f"the change set from engine {engine} is not a whole tar ({exc} at byte "
+                f"{offset}); the workspace is unchanged"
+            ) from None
+        if info.type == tarfile.GNUTYPE_SPARSE:  # a file of any size from a few bytes of tar
+            raise ToolError(
+                f"the sandbox's change set holds {info.name!r} as a sparse member at byte "
+                f"{offset}: refused whole, the workspace is unchanged"
+            )
+        if info.type not in _MEMBER_TYPES:
+            what = _TYPE_NAMES.get(info.type, f"a member of type {info.type!r}")
+            raise ToolError(
+                f"the sandbox's change set holds {what} at byte {offset}, which the fetch's "
+                "tar never writes (a device, or headers that cost this host memory and time to "
+                "read): refused whole, the workspace is unchanged"
+            )
+        if info.size < 0:  # base-256 can say so: tarfile would read the archive backwards
+            raise Unavailable(
+                f"the change set from engine {engine} is not a whole tar (a size of "
+                f"{info.size} at byte {offset}); the workspace is unchanged"
+            )
+        if info.type in _LONG_NAMES and info.size > LONG_NAME_LIMIT:
+            raise ToolError(
+                f"the sandbox's change set holds a long name of {info.size} bytes at byte "
+                f"{offset} (at most {LONG_NAME_LIMIT}): refused whole, the workspace is unchanged"
+            )
+        if info.isreg() or info.type in _LONG_NAMES:  # what tarfile reads or skips as data
+            blocks = -(-info.size // tarfile.BLOCKSIZE)  # its data, padded to whole blocks
+            source.seek(offset + (1 + blocks) * tarfile.BLOCKSIZE)
 
 
 class _DirCache:
