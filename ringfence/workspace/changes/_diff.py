@@ -4,9 +4,10 @@ Every change is shown, not only changes of content: per path, a line for a
 new or deleted entry (with its kind and mode), for a change of kind (``file ->
 symlink``) and for a change of mode (``0644 -> 0666 (rw-r--r-- ->
 rw-rw-rw-)``, set-id and sticky bits included), then a unified diff of its
-text. A link's text is its target (``-> target``); content that is binary or
-not UTF-8, and entries that have no text (a FIFO, a device), are named, not
-shown.
+text. A link's text is its target (``-> target``); content that is binary (a NUL
+byte, as git judges it), and entries that have no text (a FIFO, a device), are
+named, not shown. Text that is not all UTF-8 is shown, each byte that is not as
+``\\xHH`` under a line that says so: one such byte hid a whole script's change.
 
 What the agent wrote is shown through the one renderer
 (:mod:`ringfence.runtime._render`): names through ``one_line`` (a newline in a
@@ -61,7 +62,10 @@ def render_changes(
     """
     import difflib  # here: a session that never shows a diff does not import it
 
+    undecodable = False
+
     def text(image: Image | None) -> str | None:
+        nonlocal undecodable
         if image is None or image.kind == "dir":
             return ""
         if image.kind == "symlink" and image.digest:
@@ -70,10 +74,13 @@ def render_changes(
         if image.kind != "file" or image.digest is None:
             return None
         data = read(image.digest)
-        try:
-            return None if b"\0" in data else data.decode("utf-8")
-        except UnicodeDecodeError:
+        if b"\0" in data:
             return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            undecodable = True
+            return data.decode("utf-8", "backslashreplace")
 
     out: list[str] = []
     for c in changes:
@@ -102,6 +109,7 @@ def render_changes(
         large = max_text_bytes is not None and any(
             i is not None and i.kind == "file" and i.size > max_text_bytes for i in (before, after)
         )
+        undecodable = False
         old, new = (None, None) if large else (text(before), text(after))
         if old is None or new is None:
             shown = after if after is not None else before
@@ -115,6 +123,8 @@ def render_changes(
             continue
         if old == new:
             continue
+        if undecodable:
+            out.append(f"Text of {name} is not all UTF-8: each byte that is not is shown as \\xHH")
         diff = difflib.unified_diff(
             _lines(old),
             _lines(new),
