@@ -960,3 +960,47 @@ def test_recovery_never_completes_a_repository_or_sends_a_link_out_elsewhere(
     subprocess.run(["git", "-c", "safe.directory=*", "status"], cwd=root / "sub",
                    capture_output=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})  # fmt: skip
     assert not marker.exists()
+
+
+# -- set-id and sticky bits: never in a set that undo could not reverse ----------------------------
+
+
+@needs_bwrap
+def test_a_set_id_path_is_never_changed_by_a_set_that_undo_could_not_reverse(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command deleting the host's set-uid file (or a set-gid directory's bit) was merged,
+    and its ``undo`` then refused the whole set ("set-uid, set-gid and sticky bits are not
+    merged"): nothing of it could be put back, not even the plain file deleted beside. A
+    ``write_file`` over a set-uid file kept the bit on the agent's bytes, an undoable-never
+    set too. Now such a path is left as it is and named; the rest merges and undoes whole."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "plain").write_text("plain\n")
+    (root / "prog").write_bytes(b"\x7fELF the host's set-uid program")
+    (root / "prog").chmod(0o4755)
+    (root / "shared").mkdir()
+    (root / "shared").chmod(0o2775)
+    (root / "shared" / "a").write_text("a\n")
+    before = exact_state(root)
+    assert before["prog"][1] == 0o4755 and before["shared"][1] == 0o2775
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "rm -f plain prog shared/a; chmod g-s shared"}))  # fmt: skip
+    changes = (out.get("result") or out["error"]["details"])["changes"]
+    assert sorted(r["path"] for r in changes["refused"]) == ["prog", "shared"], out
+    merged = exact_state(root)
+    assert merged["prog"] == before["prog"] and merged["shared"] == before["shared"]
+    assert "plain" not in merged and "shared/a" not in merged
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before
+    # The file tools: refused before anything is written, no change set.
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    listed = capsys.readouterr().out
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "prog", "content": "#!/bin/sh\nid\n"}))  # fmt: skip
+    assert not out["ok"] and out["error"]["code"] == "invalid_arguments", out
+    assert "4755" in out["error"]["message"]
+    assert exact_state(root) == before
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    assert capsys.readouterr().out == listed

@@ -136,6 +136,15 @@ def _refusal(
                 "writers' temporary files, which a recovery removes unrecorded; not merged",
                 field="path",
             )
+    if before is not None and before.mode & _SPECIAL_BITS:
+        # What the path holds now is the host's: its set-id or sticky bit could not be put
+        # back by an undo (a writer never sets one), so the set would not be undoable.
+        return InvalidArguments(
+            f"{escape_name(path)} has mode {before.mode:04o}: a set-uid, set-gid or sticky "
+            "path is not changed or deleted by a change set (an undo could not put those "
+            "bits back); it was left as it is",
+            field="path",
+        )
     if after is None or (
         after.kind == "file" and after.digest is not None and not after.mode & _SPECIAL_BITS
     ):
@@ -936,10 +945,11 @@ def _judged(
     for change in changes:
         # _refusal's common case inline (a 10,000-file set): a plain file, or a deletion,
         # beside a name found plain.
-        root, path, _, after = change
+        root, path, before, after = change
         parent, _, leaf = path.rpartition("/")
         if (
             parent
+            and (before is None or not before.mode & _SPECIAL_BITS)
             and (root, parent) in plain
             and leaf not in _NOT_NAMES
             and leaf[:1] not in MAY_START_DOTGIT

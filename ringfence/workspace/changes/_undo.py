@@ -11,6 +11,7 @@ change set of its own; :func:`register_undo_tool` makes it a gated tool.
 
 from __future__ import annotations
 
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -29,6 +30,8 @@ from ._model import Change, ChangeSet, Image, image_at
 from ._store import CheckpointStore
 
 __all__ = ["apply_change_set", "recorded", "register_undo_tool", "undo"]
+
+_SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 
 
 # -- recording a file tool's write -------------------------------------------------------
@@ -87,6 +90,15 @@ class _Recorder:
             return  # outside the roots (unrestricted posture): not checkpointed
         changes = self._dirs(made, root.index)
         before = image_at(place.dir_fd, place.leaf, self.store)
+        if before is not None and before.mode & _SPECIAL_BITS:
+            # Kept on the new bytes, the bit would make them the host's set-id program, and
+            # the set could not be undone: an undo never writes a set-id or sticky bit.
+            raise InvalidArguments(
+                f"{escape_name(place.display())} has mode {before.mode:04o}: a set-uid, "
+                "set-gid or sticky file is not written by the file tools (an undo could not "
+                "put it back); it was left as it is",
+                field="path",
+            )
         mode = before.mode if before is not None else 0o666 & ~_current_umask()
         after = Image("file", mode, self.store.put(data), len(data))
         changes.append(Change(root.index, "/".join([*place.names, place.leaf]), before, after))
