@@ -1004,3 +1004,64 @@ def test_a_set_id_path_is_never_changed_by_a_set_that_undo_could_not_reverse(
     assert exact_state(root) == before
     assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
     assert capsys.readouterr().out == listed
+
+
+def _xattrs(root: Path) -> dict[str, dict[str, bytes]]:
+    """Every entry's extended attributes below ``root`` (links not followed)."""
+    out = {}
+    for rel in exact_state(root):
+        path = root / rel
+        out[rel] = {n: os.getxattr(path, n, follow_symlinks=False)
+                    for n in os.listxattr(path, follow_symlinks=False)}  # fmt: skip
+    return out
+
+
+@needs_bwrap
+def test_a_deletion_that_would_lose_extended_attributes_is_refused_and_undo_is_exact(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An image holds kind, mode and bytes, not extended attributes: a command deleting a
+    file with a ``user.*`` attribute (or a POSIX ACL, a directory's default ACL) was merged,
+    and its undo gave the bytes back without them. A file with file capabilities, changed,
+    kept them on the agent's bytes (``write_file`` copies a replaced file's attributes). Now
+    such a path is left as it is and named; a file replaced in place keeps its attributes
+    and its undo gives them back with the bytes."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for name in ("tagged", "edited", "plain"):
+        (root / name).write_text(f"{name}\n")
+    (root / "d").mkdir()
+    (root / "d" / "z").write_text("z\n")
+    try:
+        os.setxattr(root / "tagged", "user.origin", b"https://example.org/")
+        os.setxattr(root / "edited", "user.origin", b"kept")
+        os.setxattr(root / "d", "user.note", b"dir")
+    except OSError as exc:
+        pytest.skip(f"no user extended attributes here: {exc}")
+    before, attrs = exact_state(root), _xattrs(root)
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "rm -rf tagged plain d; echo new > edited"}))  # fmt: skip
+    changes = (out.get("result") or out["error"]["details"])["changes"]
+    assert sorted(r["path"] for r in changes["refused"]) == ["d", "tagged"], out
+    assert any("user.origin" in r["message"] for r in changes["refused"]), out
+    merged = exact_state(root)
+    assert merged["tagged"] == before["tagged"] and merged["d"] == before["d"]
+    assert "plain" not in merged and merged["edited"][2] == b"new\n"
+    assert _xattrs(root)["edited"] == attrs["edited"]  # replaced in place: kept
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before and _xattrs(root) == attrs
+    # File capabilities: never carried onto new bytes by a file tool.
+    prog = root / "prog"
+    prog.write_bytes(b"\x7fELF the host's privileged program")
+    try:  # VFS_CAP_REVISION_2, permitted CAP_NET_RAW
+        os.setxattr(prog, "security.capability", (0x02000001).to_bytes(4, "little")
+                    + (1 << 13).to_bytes(4, "little") + bytes(12))  # fmt: skip
+    except OSError as exc:
+        pytest.skip(f"file capabilities cannot be set here: {exc}")
+    before, attrs = exact_state(root), _xattrs(root)
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "prog", "content": "agent's bytes"}))  # fmt: skip
+    assert not out["ok"] and out["error"]["code"] == "invalid_arguments", out
+    assert "file capabilities" in out["error"]["message"]
+    assert exact_state(root) == before and _xattrs(root) == attrs

@@ -697,6 +697,7 @@ def merge_changes(
     blobs = _Remembered(blobs)
     with resolver:
         accepted, refused = _judged(resolver, changes, blobs, atomic)
+        accepted = _attributes_judged(resolver, accepted, refused, atomic)
         known: _Known = dict(sources.known) if sources is not None else {}
         if not force:
             looked = _Dirs(resolver)
@@ -978,6 +979,74 @@ def _judged(
             details={**first.details, "refused": refused},
         )
     return accepted, refused
+
+
+# Extended attributes an undo could not put back: every one but the labels a security module
+# gives each new file by its own policy (an SELinux context), which go and come with the file.
+_CAPABILITY = "security.capability"
+
+
+def _lost_attributes(names: list[str], change: Change) -> list[str]:
+    """The attributes of ``change``'s path (``names``) that the change would lose for good."""
+    if _CAPABILITY in names:
+        return [_CAPABILITY]  # a program's file capabilities: any change, like a set-id bit
+    before, after = change.before, change.after
+    if before is not None and after is not None and after.kind == before.kind:
+        return []  # replaced in place: the writer carries the replaced inode's attributes over
+    return [n for n in names if not n.startswith("security.")]
+
+
+def _attributes_judged(
+    resolver: Resolver, changes: list[Change], refused: list[dict[str, Any]], atomic: bool
+) -> list[Change]:
+    """``changes`` less those that would drop a path's extended attributes (a POSIX ACL, a
+    ``user.*`` attribute, a program's file capabilities), which an image does not hold: a
+    deletion of such a file merged, and its undo gave the bytes back without them. Refused
+    ones are added to ``refused``; with ``atomic`` the first raises for the whole set."""
+    if not any(c.before is not None for c in changes):
+        return changes
+    dirs = _Dirs(resolver)
+    accepted: list[Change] = []
+    errors: list[RingfenceError] = []
+
+    def names_at(place: Place) -> list[str]:
+        assert place.leaf is not None
+        try:
+            where = f"/proc/self/fd/{place.dir_fd}/{place.leaf}"
+            return os.listxattr(where, follow_symlinks=False)
+        except OSError:
+            return []  # absent (a conflict, judged next) or a file system without them
+
+    try:
+        for change in changes:
+            lost: list[str] = []
+            if change.before is not None:
+                try:
+                    lost = _lost_attributes(dirs.walk(change, names_at, create=False), change)
+                except (RingfenceError, OSError):
+                    lost = []  # not reachable as named: the conflict check says so
+            if not lost:
+                accepted.append(change)
+                continue
+            shown = escape_name(change.path)
+            error = InvalidArguments(
+                f"{shown} has extended attributes ({', '.join(sorted(lost)[:5])}) that a "
+                "change set does not record, so an undo could not put them back; it was "
+                "left as it is",
+                field="path",
+            )
+            errors.append(error)
+            refused.append({"path": shown, "code": error.code, "message": error.message})
+    finally:
+        dirs.close()
+    if errors and atomic:
+        first = errors[0]
+        raise first.with_(
+            message=f"{first.message}; the change set was refused as a whole "
+            f"({len(refused)} refused entries), nothing was changed",
+            details={**first.details, "refused": refused},
+        )
+    return accepted
 
 
 def _conflicts(
