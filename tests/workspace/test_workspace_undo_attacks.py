@@ -1065,3 +1065,40 @@ def test_a_deletion_that_would_lose_extended_attributes_is_refused_and_undo_is_e
     assert not out["ok"] and out["error"]["code"] == "invalid_arguments", out
     assert "file capabilities" in out["error"]["message"]
     assert exact_state(root) == before and _xattrs(root) == attrs
+
+
+@needs_bwrap
+def test_a_command_making_or_deleting_too_many_entries_is_refused_whole(
+    tmp_path: Path,
+    ringfence_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A change set had no bound on its entries: a command touching a million empty files
+    (no bytes for the store's limit to count) held them all in memory, a gigabyte, and merged
+    them for ten minutes, its undo the same again. Now a set holds at most ``MAX_ENTRIES``
+    (lowered here to keep the test short), new entries or the deleted contents of a
+    directory alike; past it the command's changes are refused whole, nothing merged."""
+    from ringfence.workspace.changes import _upper
+
+    monkeypatch.setattr(_upper, "MAX_ENTRIES", 1000, raising=False)
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "host").mkdir()
+    for i in range(1200):
+        (root / "host" / f"f{i}").write_bytes(b"")
+    before = exact_state(root)
+    for command in ("mkdir many && cd many && seq 1200 | xargs touch", "rm -rf host"):
+        out = _cli(capsys, root, "call", "run_shell", "--args",
+                   json.dumps({"command": command}))  # fmt: skip
+        assert not out["ok"], out
+        assert "1,000 entries" in out["error"]["message"], out
+        assert exact_state(root) == before
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == []
+    # Within the limit: merged and undone as ever.
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "mkdir few && cd few && seq 900 | xargs touch"}))  # fmt: skip
+    assert out["ok"] and out["result"]["changes"]["files"] == 901, out
+    assert _cli(capsys, root, "undo")["ok"]
+    assert exact_state(root) == before
