@@ -1102,3 +1102,30 @@ def test_a_command_making_or_deleting_too_many_entries_is_refused_whole(
     assert out["ok"] and out["result"]["changes"]["files"] == 901, out
     assert _cli(capsys, root, "undo")["ok"]
     assert exact_state(root) == before
+
+
+def test_a_workspace_root_inside_ringfence_s_home_is_refused(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--workspace ~/.ringfence/checkpoints``: the home inside a root was refused, a root
+    inside the home was not, so the session's tools read and wrote every workspace's change
+    sets and journals — a manifest rewritten there is what ``undo`` and the next recovery of
+    that other workspace write back into it. Now refused before any tool runs."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "f", "content": "new\n"}))  # fmt: skip
+    assert out["ok"], out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    home_before = exact_state(ringfence_home)
+    for inside in (ringfence_home / "checkpoints", store / "sets", ringfence_home):
+        manifest = f"sets/{out['result']['checkpoint']}.json"
+        out2 = _cli(capsys, inside, "call", "write_file", "--args",
+                    json.dumps({"path": manifest, "content": "{}"}))  # fmt: skip
+        assert not out2["ok"] and out2["error"]["code"] == "invalid_arguments", out2
+        assert out2["error"]["field"] in ("workspace", "RINGFENCE_HOME"), out2
+        assert exact_state(ringfence_home) == home_before
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert (root / "f").read_text() == "old\n"
