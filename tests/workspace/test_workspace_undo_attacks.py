@@ -1129,3 +1129,30 @@ def test_a_workspace_root_inside_ringfence_s_home_is_refused(
     out = _cli(capsys, root, "undo")
     assert out["ok"], out
     assert (root / "f").read_text() == "old\n"
+
+
+@needs_bwrap
+def test_entries_below_a_refused_new_directory_are_refused_not_merged_into_an_unrecorded_one(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``mkdir -m 1777 t; echo q > t/q``: ``t`` was refused (its sticky bit) and ``t/q``
+    merged, the writer's walk making ``t`` on its own — a directory in no change set, which
+    ``undo`` then left in the workspace. Now what lies below a refused new directory is
+    refused with it; the rest merges, and undoes to the tree before, byte for byte."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("a\n")
+    (root / "shared").mkdir()
+    (root / "shared").chmod(0o2775)  # a set-gid directory: what a command makes in it is too
+    before = exact_state(root)
+    command = "mkdir -m 1777 t && mkdir -p t/u/v && echo q > t/u/v/q && echo q > t/q; " \
+              "mkdir shared/x && echo x > shared/x/x; echo b > a"  # fmt: skip
+    out = _cli(capsys, root, "call", "run_shell", "--args", json.dumps({"command": command}))
+    changes = out["error"]["details"]["changes"]
+    assert {r["path"] for r in changes["refused"]} == {
+        "t", "t/q", "t/u", "t/u/v", "t/u/v/q", "shared/x", "shared/x/x"
+    }, out  # fmt: skip
+    assert exact_state(root) == {**before, "a": ("file", 0o644, b"b\n")}
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before

@@ -943,6 +943,7 @@ def _judged(
     errors: list[RingfenceError] = []
     accepted: list[Change] = []
     plain: set[tuple[int, str]] = set()
+    unmade: set[tuple[int, str]] = set()  # directories refused where the set would make them
     for change in changes:
         # _refusal's common case inline (a 10,000-file set): a plain file, or a deletion,
         # beside a name found plain.
@@ -969,8 +970,17 @@ def _judged(
             refused.append(
                 {"path": escape_name(change.path), "code": error.code, "message": error.message}
             )
+            before = change.before
+            if (
+                after is not None
+                and after.kind == "dir"
+                and (before is None or before.kind != "dir")
+            ):
+                unmade.add((root, path))
         else:
             accepted.append(change)
+    if unmade:
+        accepted = _below_unmade(accepted, unmade, errors, refused)
     if errors and atomic:
         first = errors[0]
         raise first.with_(
@@ -1047,6 +1057,39 @@ def _attributes_judged(
             details={**first.details, "refused": refused},
         )
     return accepted
+
+
+def _below_unmade(
+    accepted: list[Change],
+    unmade: set[tuple[int, str]],
+    errors: list[RingfenceError],
+    refused: list[dict[str, Any]],
+) -> list[Change]:
+    """``accepted`` less every change below a directory the set makes that was refused.
+
+    Merged, such a change needed its directory, which the writer's walk then made on its
+    own: in the workspace, in no change set, so ``undo`` left it there (``mkdir -m 1777 t;
+    echo > t/f``: ``t`` refused for its sticky bit, made anyway for ``t/f``).
+    """
+    kept: list[Change] = []
+    for change in accepted:
+        root, path = change.root, change.path
+        parent = path.rpartition("/")[0]
+        while parent and (root, parent) not in unmade:
+            parent = parent.rpartition("/")[0]
+        if not parent:
+            kept.append(change)
+            continue
+        unmade.add((root, path))  # a directory below one refused is not made either
+        shown = escape_name(path)
+        error = InvalidArguments(
+            f"{shown} is below {escape_name(parent)}, a directory this change set makes that "
+            "was refused; it was not merged either",
+            field="path",
+        )
+        errors.append(error)
+        refused.append({"path": shown, "code": error.code, "message": error.message})
+    return kept
 
 
 def _conflicts(
