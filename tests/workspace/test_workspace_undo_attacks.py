@@ -1156,3 +1156,23 @@ def test_entries_below_a_refused_new_directory_are_refused_not_merged_into_an_un
     out = _cli(capsys, root, "undo")
     assert out["ok"], out
     assert exact_state(root) == before
+
+
+def test_a_write_file_in_a_set_gid_directory_is_undone(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``write_file shared/new/f`` in a set-gid directory: ``new`` inherited the bit, its set
+    recorded the mode asked for, so ``undo`` called ``new`` changed since and refused — the
+    set undoable only by ``--force``. Now the directory made is exactly what the set says."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "shared").mkdir()
+    (root / "shared").chmod(0o2775)
+    before = exact_state(root)
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "shared/new/deeper/f", "content": "x\n"}))  # fmt: skip
+    assert out["ok"], out
+    assert not (root / "shared" / "new").stat().st_mode & stat.S_ISGID
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before
