@@ -994,6 +994,8 @@ def _judged(
 # Extended attributes an undo could not put back: every one but the labels a security module
 # gives each new file by its own policy (an SELinux context), which go and come with the file.
 _CAPABILITY = "security.capability"
+# Shown on every file of a file system, whatever its ACL (NFSv4): not a mark of this file.
+_ON_EVERY_FILE = frozenset({"system.nfs4_acl"})
 
 
 def _lost_attributes(names: list[str], change: Change) -> list[str]:
@@ -1003,7 +1005,7 @@ def _lost_attributes(names: list[str], change: Change) -> list[str]:
     before, after = change.before, change.after
     if before is not None and after is not None and after.kind == before.kind:
         return []  # replaced in place: the writer carries the replaced inode's attributes over
-    return [n for n in names if not n.startswith("security.")]
+    return [n for n in names if not n.startswith("security.") and n not in _ON_EVERY_FILE]
 
 
 def _attributes_judged(
