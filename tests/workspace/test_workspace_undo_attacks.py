@@ -1176,3 +1176,45 @@ def test_a_write_file_in_a_set_gid_directory_is_undone(
     out = _cli(capsys, root, "undo")
     assert out["ok"], out
     assert exact_state(root) == before
+
+
+@needs_bwrap
+def test_a_merge_out_of_descriptors_puts_everything_back_at_once(
+    tmp_path: Path, ringfence_home: Path
+) -> None:
+    """A merge that runs out of file descriptors (``EMFILE``, a low ``ulimit -n``) midway put
+    back what it had written with the replaced files' descriptors still held, so the put-back
+    failed too: the workspace was left half-written until the next start. Now those are
+    closed first; at every limit the tree is the one before or the one after, at once."""
+    import resource
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(50):
+        (root / f"f{i}").write_text("old\n")
+    before = exact_state(root)
+    command = "for i in $(seq 0 49); do echo new > f$i; done; mkdir -p a/b/c/d/e/f/g && echo z > a/b/c/d/e/f/g/z"
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": command}), "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    failed = 0
+    for limit in range(48, 72, 2):
+
+        def low(limit: int = limit) -> None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+        proc = subprocess.run(argv, capture_output=True, text=True, preexec_fn=low, timeout=120,
+                              check=False)  # fmt: skip
+        out = json.loads(proc.stdout)
+        state = exact_state(root)
+        if out["ok"]:
+            assert state["f0"][2] == b"new\n" and "a/b/c/d/e/f/g/z" in state, limit
+            assert main(["undo", "--workspace", str(root), "--approve", "no", "--json",
+                         "--posture", "allow-reversible"]) == 0  # fmt: skip
+            assert exact_state(root) == before
+            continue
+        failed += 1
+        assert "half_written" not in out["error"].get("details", {}), (limit, out)
+        assert state == before, (limit, out)
+    assert failed, "no limit made the merge fail midway"

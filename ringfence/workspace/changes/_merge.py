@@ -755,6 +755,9 @@ def merge_changes(
             # The change that failed midway (its mkdir or rename done, its chmod not): first.
             begun, dirs.begun = dirs.begun, None
             dirs.close()
+            # The replaced files' descriptors closed first: out of descriptors (EMFILE), the
+            # put-back failed too with up to 4,096 of them still held, half-written.
+            releases.join()
             unput: list[str] = []
             for done in [*([begun] if begun else []), *reversed(applied)]:
                 # best effort: put back what this merge changed
