@@ -372,7 +372,8 @@ def spellings_of(workspace: Workspace, given: Sequence[Path]) -> list[str]:
 
 def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
     """Raise InvalidArguments when ``$RINGFENCE_HOME`` lies inside (or is) a workspace root,
-    or when a file it holds (or the managed policy) can be written from inside one.
+    when a file it holds (or the managed policy) can be written from inside one, or when a
+    workspace root lies inside it.
 
     The home holds what governs a session and proves its records: the user
     policy, the MCP manifest, the plan and token keys, the checkpoint store.
@@ -445,6 +446,45 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
                 home=str(home),
                 path=str(path),
             )
+    # The other way round: a root that is the home's directory or below it (`--workspace
+    # ~/.ringfence/checkpoints`) hands the tools every workspace's change sets and journals,
+    # which a recovery elsewhere then writes back into that workspace. A `--worktree`
+    # session's own worktree (home/worktrees/<id>/<name>) is the exception: ringfence made
+    # it for the session, and it holds none of the home's state.
+    try:
+        real = Path(os.path.realpath(home))
+        home_st = os.stat(real)
+    except OSError:
+        return  # no home yet: nothing can be inside it
+    try:
+        trees_st = os.stat(real / "worktrees")
+        trees: tuple[int, int] | None = (trees_st.st_dev, trees_st.st_ino)
+    except OSError:
+        trees = None
+    for root in roots:
+        inner = Path(os.path.realpath(root))
+        below: tuple[int, int] | None = None  # the directory met just before, walking up
+        for where in (inner, *inner.parents):
+            try:
+                st = os.stat(where)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == trees and where != inner:
+                below = trees  # passed through home/worktrees, from one worktree inside it
+                continue
+            if (st.st_dev, st.st_ino) == (home_st.st_dev, home_st.st_ino):
+                if below == trees and below is not None:
+                    break  # a worktree of a --worktree session
+                raise InvalidArguments(
+                    f"the workspace root {root} is inside ringfence's home {home} "
+                    "(RINGFENCE_HOME, default ~/.ringfence): the session's tools could read and "
+                    "write its checkpoint store (every workspace's change sets and journals, "
+                    "which undo and recovery write back), policy, keys and tokens; choose a "
+                    "root outside the home",
+                    field="workspace",
+                    home=str(home),
+                    root=str(root),
+                )
 
 
 class _Mounts:

@@ -604,7 +604,27 @@ def make_checked_dir(
             os.chown(name, *owner, dir_fd=place.dir_fd, follow_symlinks=False)
         except OSError as exc:
             raise translate_oserror(exc, display, writing=True) from None
+    try:
+        _drop_inherited_set_gid(place.dir_fd, name)
+    except OSError as exc:
+        raise translate_oserror(exc, display, writing=True) from None
     return True
+
+
+def _drop_inherited_set_gid(dir_fd: int, name: str) -> None:
+    """Clear the set-gid bit a new directory inherits from a set-gid parent.
+
+    Its change set records the mode asked for (``0777 & ~umask``); with the bit it held
+    another, so ``undo`` called it changed since and refused, and no writer sets the bit
+    back (a merge refuses set-id bits).
+    """
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        mode = os.fstat(fd).st_mode
+        if mode & stat.S_ISGID:
+            os.fchmod(fd, stat.S_IMODE(mode) & ~stat.S_ISGID)
+    finally:
+        os.close(fd)
 
 
 def workspace_owner(resolver: Resolver) -> tuple[int, int] | None:

@@ -960,3 +960,261 @@ def test_recovery_never_completes_a_repository_or_sends_a_link_out_elsewhere(
     subprocess.run(["git", "-c", "safe.directory=*", "status"], cwd=root / "sub",
                    capture_output=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})  # fmt: skip
     assert not marker.exists()
+
+
+# -- set-id and sticky bits: never in a set that undo could not reverse ----------------------------
+
+
+@needs_bwrap
+def test_a_set_id_path_is_never_changed_by_a_set_that_undo_could_not_reverse(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command deleting the host's set-uid file (or a set-gid directory's bit) was merged,
+    and its ``undo`` then refused the whole set ("set-uid, set-gid and sticky bits are not
+    merged"): nothing of it could be put back, not even the plain file deleted beside. A
+    ``write_file`` over a set-uid file kept the bit on the agent's bytes, an undoable-never
+    set too. Now such a path is left as it is and named; the rest merges and undoes whole."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "plain").write_text("plain\n")
+    (root / "prog").write_bytes(b"\x7fELF the host's set-uid program")
+    (root / "prog").chmod(0o4755)
+    (root / "shared").mkdir()
+    (root / "shared").chmod(0o2775)
+    (root / "shared" / "a").write_text("a\n")
+    before = exact_state(root)
+    assert before["prog"][1] == 0o4755 and before["shared"][1] == 0o2775
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "rm -f plain prog shared/a; chmod g-s shared"}))  # fmt: skip
+    changes = (out.get("result") or out["error"]["details"])["changes"]
+    assert sorted(r["path"] for r in changes["refused"]) == ["prog", "shared"], out
+    merged = exact_state(root)
+    assert merged["prog"] == before["prog"] and merged["shared"] == before["shared"]
+    assert "plain" not in merged and "shared/a" not in merged
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before
+    # The file tools: refused before anything is written, no change set.
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    listed = capsys.readouterr().out
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "prog", "content": "#!/bin/sh\nid\n"}))  # fmt: skip
+    assert not out["ok"] and out["error"]["code"] == "invalid_arguments", out
+    assert "4755" in out["error"]["message"]
+    assert exact_state(root) == before
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    assert capsys.readouterr().out == listed
+
+
+def _xattrs(root: Path) -> dict[str, dict[str, bytes]]:
+    """Every entry's extended attributes below ``root`` (links not followed)."""
+    out = {}
+    for rel in exact_state(root):
+        path = root / rel
+        out[rel] = {n: os.getxattr(path, n, follow_symlinks=False)
+                    for n in os.listxattr(path, follow_symlinks=False)}  # fmt: skip
+    return out
+
+
+@needs_bwrap
+def test_a_deletion_that_would_lose_extended_attributes_is_refused_and_undo_is_exact(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An image holds kind, mode and bytes, not extended attributes: a command deleting a
+    file with a ``user.*`` attribute (or a POSIX ACL, a directory's default ACL) was merged,
+    and its undo gave the bytes back without them. A file with file capabilities, changed,
+    kept them on the agent's bytes (``write_file`` copies a replaced file's attributes). Now
+    such a path is left as it is and named; a file replaced in place keeps its attributes
+    and its undo gives them back with the bytes."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for name in ("tagged", "edited", "plain"):
+        (root / name).write_text(f"{name}\n")
+    (root / "d").mkdir()
+    (root / "d" / "z").write_text("z\n")
+    try:
+        os.setxattr(root / "tagged", "user.origin", b"https://example.org/")
+        os.setxattr(root / "edited", "user.origin", b"kept")
+        os.setxattr(root / "d", "user.note", b"dir")
+    except OSError as exc:
+        pytest.skip(f"no user extended attributes here: {exc}")
+    before, attrs = exact_state(root), _xattrs(root)
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "rm -rf tagged plain d; echo new > edited"}))  # fmt: skip
+    changes = (out.get("result") or out["error"]["details"])["changes"]
+    assert sorted(r["path"] for r in changes["refused"]) == ["d", "tagged"], out
+    assert any("user.origin" in r["message"] for r in changes["refused"]), out
+    merged = exact_state(root)
+    assert merged["tagged"] == before["tagged"] and merged["d"] == before["d"]
+    assert "plain" not in merged and merged["edited"][2] == b"new\n"
+    assert _xattrs(root)["edited"] == attrs["edited"]  # replaced in place: kept
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before and _xattrs(root) == attrs
+    # File capabilities: never carried onto new bytes by a file tool.
+    prog = root / "prog"
+    prog.write_bytes(b"\x7fELF the host's privileged program")
+    try:  # VFS_CAP_REVISION_2, permitted CAP_NET_RAW
+        os.setxattr(prog, "security.capability", (0x02000001).to_bytes(4, "little")
+                    + (1 << 13).to_bytes(4, "little") + bytes(12))  # fmt: skip
+    except OSError as exc:
+        pytest.skip(f"file capabilities cannot be set here: {exc}")
+    before, attrs = exact_state(root), _xattrs(root)
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "prog", "content": "agent's bytes"}))  # fmt: skip
+    assert not out["ok"] and out["error"]["code"] == "invalid_arguments", out
+    assert "file capabilities" in out["error"]["message"]
+    assert exact_state(root) == before and _xattrs(root) == attrs
+
+
+@needs_bwrap
+def test_a_command_making_or_deleting_too_many_entries_is_refused_whole(
+    tmp_path: Path,
+    ringfence_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A change set had no bound on its entries: a command touching a million empty files
+    (no bytes for the store's limit to count) held them all in memory, a gigabyte, and merged
+    them for ten minutes, its undo the same again. Now a set holds at most ``MAX_ENTRIES``
+    (lowered here to keep the test short), new entries or the deleted contents of a
+    directory alike; past it the command's changes are refused whole, nothing merged."""
+    from ringfence.workspace.changes import _upper
+
+    monkeypatch.setattr(_upper, "MAX_ENTRIES", 1000, raising=False)
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "host").mkdir()
+    for i in range(1200):
+        (root / "host" / f"f{i}").write_bytes(b"")
+    before = exact_state(root)
+    for command in ("mkdir many && cd many && seq 1200 | xargs touch", "rm -rf host"):
+        out = _cli(capsys, root, "call", "run_shell", "--args",
+                   json.dumps({"command": command}))  # fmt: skip
+        assert not out["ok"], out
+        assert "1,000 entries" in out["error"]["message"], out
+        assert exact_state(root) == before
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == []
+    # Within the limit: merged and undone as ever.
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "mkdir few && cd few && seq 900 | xargs touch"}))  # fmt: skip
+    assert out["ok"] and out["result"]["changes"]["files"] == 901, out
+    assert _cli(capsys, root, "undo")["ok"]
+    assert exact_state(root) == before
+
+
+def test_a_workspace_root_inside_ringfence_s_home_is_refused(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--workspace ~/.ringfence/checkpoints``: the home inside a root was refused, a root
+    inside the home was not, so the session's tools read and wrote every workspace's change
+    sets and journals — a manifest rewritten there is what ``undo`` and the next recovery of
+    that other workspace write back into it. Now refused before any tool runs."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "f", "content": "new\n"}))  # fmt: skip
+    assert out["ok"], out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    home_before = exact_state(ringfence_home)
+    for inside in (ringfence_home / "checkpoints", store / "sets", ringfence_home):
+        manifest = f"sets/{out['result']['checkpoint']}.json"
+        out2 = _cli(capsys, inside, "call", "write_file", "--args",
+                    json.dumps({"path": manifest, "content": "{}"}))  # fmt: skip
+        assert not out2["ok"] and out2["error"]["code"] == "invalid_arguments", out2
+        assert out2["error"]["field"] in ("workspace", "RINGFENCE_HOME"), out2
+        assert exact_state(ringfence_home) == home_before
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert (root / "f").read_text() == "old\n"
+
+
+@needs_bwrap
+def test_entries_below_a_refused_new_directory_are_refused_not_merged_into_an_unrecorded_one(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``mkdir -m 1777 t; echo q > t/q``: ``t`` was refused (its sticky bit) and ``t/q``
+    merged, the writer's walk making ``t`` on its own — a directory in no change set, which
+    ``undo`` then left in the workspace. Now what lies below a refused new directory is
+    refused with it; the rest merges, and undoes to the tree before, byte for byte."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("a\n")
+    (root / "shared").mkdir()
+    (root / "shared").chmod(0o2775)  # a set-gid directory: what a command makes in it is too
+    before = exact_state(root)
+    command = "mkdir -m 1777 t && mkdir -p t/u/v && echo q > t/u/v/q && echo q > t/q; " \
+              "mkdir shared/x && echo x > shared/x/x; echo b > a"  # fmt: skip
+    out = _cli(capsys, root, "call", "run_shell", "--args", json.dumps({"command": command}))
+    changes = out["error"]["details"]["changes"]
+    assert {r["path"] for r in changes["refused"]} == {
+        "t", "t/q", "t/u", "t/u/v", "t/u/v/q", "shared/x", "shared/x/x"
+    }, out  # fmt: skip
+    assert exact_state(root) == {**before, "a": ("file", 0o644, b"b\n")}
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before
+
+
+def test_a_write_file_in_a_set_gid_directory_is_undone(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``write_file shared/new/f`` in a set-gid directory: ``new`` inherited the bit, its set
+    recorded the mode asked for, so ``undo`` called ``new`` changed since and refused — the
+    set undoable only by ``--force``. Now the directory made is exactly what the set says."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "shared").mkdir()
+    (root / "shared").chmod(0o2775)
+    before = exact_state(root)
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "shared/new/deeper/f", "content": "x\n"}))  # fmt: skip
+    assert out["ok"], out
+    assert not (root / "shared" / "new").stat().st_mode & stat.S_ISGID
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before
+
+
+@needs_bwrap
+def test_a_merge_out_of_descriptors_puts_everything_back_at_once(
+    tmp_path: Path, ringfence_home: Path
+) -> None:
+    """A merge that runs out of file descriptors (``EMFILE``, a low ``ulimit -n``) midway put
+    back what it had written with the replaced files' descriptors still held, so the put-back
+    failed too: the workspace was left half-written until the next start. Now those are
+    closed first; at every limit the tree is the one before or the one after, at once."""
+    import resource
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(50):
+        (root / f"f{i}").write_text("old\n")
+    before = exact_state(root)
+    command = "for i in $(seq 0 49); do echo new > f$i; done; mkdir -p a/b/c/d/e/f/g && echo z > a/b/c/d/e/f/g/z"
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": command}), "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    failed = 0
+    for limit in range(48, 72, 2):
+
+        def low(limit: int = limit) -> None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+        proc = subprocess.run(argv, capture_output=True, text=True, preexec_fn=low, timeout=120,
+                              check=False)  # fmt: skip
+        out = json.loads(proc.stdout)
+        state = exact_state(root)
+        if out["ok"]:
+            assert state["f0"][2] == b"new\n" and "a/b/c/d/e/f/g/z" in state, limit
+            assert main(["undo", "--workspace", str(root), "--approve", "no", "--json",
+                         "--posture", "allow-reversible"]) == 0  # fmt: skip
+            assert exact_state(root) == before
+            continue
+        failed += 1
+        assert "half_written" not in out["error"].get("details", {}), (limit, out)
+        assert state == before, (limit, out)
+    assert failed, "no limit made the merge fail midway"

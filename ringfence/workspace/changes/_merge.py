@@ -136,6 +136,15 @@ def _refusal(
                 "writers' temporary files, which a recovery removes unrecorded; not merged",
                 field="path",
             )
+    if before is not None and before.mode & _SPECIAL_BITS:
+        # What the path holds now is the host's: its set-id or sticky bit could not be put
+        # back by an undo (a writer never sets one), so the set would not be undoable.
+        return InvalidArguments(
+            f"{escape_name(path)} has mode {before.mode:04o}: a set-uid, set-gid or sticky "
+            "path is not changed or deleted by a change set (an undo could not put those "
+            "bits back); it was left as it is",
+            field="path",
+        )
     if after is None or (
         after.kind == "file" and after.digest is not None and not after.mode & _SPECIAL_BITS
     ):
@@ -688,6 +697,7 @@ def merge_changes(
     blobs = _Remembered(blobs)
     with resolver:
         accepted, refused = _judged(resolver, changes, blobs, atomic)
+        accepted = _attributes_judged(resolver, accepted, refused, atomic)
         known: _Known = dict(sources.known) if sources is not None else {}
         if not force:
             looked = _Dirs(resolver)
@@ -745,6 +755,9 @@ def merge_changes(
             # The change that failed midway (its mkdir or rename done, its chmod not): first.
             begun, dirs.begun = dirs.begun, None
             dirs.close()
+            # The replaced files' descriptors closed first: out of descriptors (EMFILE), the
+            # put-back failed too with up to 4,096 of them still held, half-written.
+            releases.join()
             unput: list[str] = []
             for done in [*([begun] if begun else []), *reversed(applied)]:
                 # best effort: put back what this merge changed
@@ -933,13 +946,15 @@ def _judged(
     errors: list[RingfenceError] = []
     accepted: list[Change] = []
     plain: set[tuple[int, str]] = set()
+    unmade: set[tuple[int, str]] = set()  # directories refused where the set would make them
     for change in changes:
         # _refusal's common case inline (a 10,000-file set): a plain file, or a deletion,
         # beside a name found plain.
-        root, path, _, after = change
+        root, path, before, after = change
         parent, _, leaf = path.rpartition("/")
         if (
             parent
+            and (before is None or not before.mode & _SPECIAL_BITS)
             and (root, parent) in plain
             and leaf not in _NOT_NAMES
             and leaf[:1] not in MAY_START_DOTGIT
@@ -958,8 +973,17 @@ def _judged(
             refused.append(
                 {"path": escape_name(change.path), "code": error.code, "message": error.message}
             )
+            before = change.before
+            if (
+                after is not None
+                and after.kind == "dir"
+                and (before is None or before.kind != "dir")
+            ):
+                unmade.add((root, path))
         else:
             accepted.append(change)
+    if unmade:
+        accepted = _below_unmade(accepted, unmade, errors, refused)
     if errors and atomic:
         first = errors[0]
         raise first.with_(
@@ -968,6 +992,109 @@ def _judged(
             details={**first.details, "refused": refused},
         )
     return accepted, refused
+
+
+# Extended attributes an undo could not put back: every one but the labels a security module
+# gives each new file by its own policy (an SELinux context), which go and come with the file.
+_CAPABILITY = "security.capability"
+# Shown on every file of a file system, whatever its ACL (NFSv4): not a mark of this file.
+_ON_EVERY_FILE = frozenset({"system.nfs4_acl"})
+
+
+def _lost_attributes(names: list[str], change: Change) -> list[str]:
+    """The attributes of ``change``'s path (``names``) that the change would lose for good."""
+    if _CAPABILITY in names:
+        return [_CAPABILITY]  # a program's file capabilities: any change, like a set-id bit
+    before, after = change.before, change.after
+    if before is not None and after is not None and after.kind == before.kind:
+        return []  # replaced in place: the writer carries the replaced inode's attributes over
+    return [n for n in names if not n.startswith("security.") and n not in _ON_EVERY_FILE]
+
+
+def _attributes_judged(
+    resolver: Resolver, changes: list[Change], refused: list[dict[str, Any]], atomic: bool
+) -> list[Change]:
+    """``changes`` less those that would drop a path's extended attributes (a POSIX ACL, a
+    ``user.*`` attribute, a program's file capabilities), which an image does not hold: a
+    deletion of such a file merged, and its undo gave the bytes back without them. Refused
+    ones are added to ``refused``; with ``atomic`` the first raises for the whole set."""
+    if not any(c.before is not None for c in changes):
+        return changes
+    dirs = _Dirs(resolver)
+    accepted: list[Change] = []
+    errors: list[RingfenceError] = []
+
+    def names_at(place: Place) -> list[str]:
+        assert place.leaf is not None
+        try:
+            where = f"/proc/self/fd/{place.dir_fd}/{place.leaf}"
+            return os.listxattr(where, follow_symlinks=False)
+        except OSError:
+            return []  # absent (a conflict, judged next) or a file system without them
+
+    try:
+        for change in changes:
+            lost: list[str] = []
+            if change.before is not None:
+                try:
+                    lost = _lost_attributes(dirs.walk(change, names_at, create=False), change)
+                except (RingfenceError, OSError):
+                    lost = []  # not reachable as named: the conflict check says so
+            if not lost:
+                accepted.append(change)
+                continue
+            shown = escape_name(change.path)
+            error = InvalidArguments(
+                f"{shown} has extended attributes ({', '.join(sorted(lost)[:5])}) that a "
+                "change set does not record, so an undo could not put them back; it was "
+                "left as it is",
+                field="path",
+            )
+            errors.append(error)
+            refused.append({"path": shown, "code": error.code, "message": error.message})
+    finally:
+        dirs.close()
+    if errors and atomic:
+        first = errors[0]
+        raise first.with_(
+            message=f"{first.message}; the change set was refused as a whole "
+            f"({len(refused)} refused entries), nothing was changed",
+            details={**first.details, "refused": refused},
+        )
+    return accepted
+
+
+def _below_unmade(
+    accepted: list[Change],
+    unmade: set[tuple[int, str]],
+    errors: list[RingfenceError],
+    refused: list[dict[str, Any]],
+) -> list[Change]:
+    """``accepted`` less every change below a directory the set makes that was refused.
+
+    Merged, such a change needed its directory, which the writer's walk then made on its
+    own: in the workspace, in no change set, so ``undo`` left it there (``mkdir -m 1777 t;
+    echo > t/f``: ``t`` refused for its sticky bit, made anyway for ``t/f``).
+    """
+    kept: list[Change] = []
+    for change in accepted:
+        root, path = change.root, change.path
+        parent = path.rpartition("/")[0]
+        while parent and (root, parent) not in unmade:
+            parent = parent.rpartition("/")[0]
+        if not parent:
+            kept.append(change)
+            continue
+        unmade.add((root, path))  # a directory below one refused is not made either
+        shown = escape_name(path)
+        error = InvalidArguments(
+            f"{shown} is below {escape_name(parent)}, a directory this change set makes that "
+            "was refused; it was not merged either",
+            field="path",
+        )
+        errors.append(error)
+        refused.append({"path": shown, "code": error.code, "message": error.message})
+    return kept
 
 
 def _conflicts(

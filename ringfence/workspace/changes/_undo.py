@@ -11,6 +11,8 @@ change set of its own; :func:`register_undo_tool` makes it a gated tool.
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -29,6 +31,8 @@ from ._model import Change, ChangeSet, Image, image_at
 from ._store import CheckpointStore
 
 __all__ = ["apply_change_set", "recorded", "register_undo_tool", "undo"]
+
+_SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 
 
 # -- recording a file tool's write -------------------------------------------------------
@@ -87,12 +91,33 @@ class _Recorder:
             return  # outside the roots (unrestricted posture): not checkpointed
         changes = self._dirs(made, root.index)
         before = image_at(place.dir_fd, place.leaf, self.store)
+        special = before is not None and before.mode & _SPECIAL_BITS
+        if before is not None and (special or _capable(place)):
+            what = f"mode {before.mode:04o}" if special else "file capabilities"
+            # Kept on the new bytes, the bit would make them the host's set-id program, and
+            # the set could not be undone: an undo never writes a set-id or sticky bit.
+            raise InvalidArguments(
+                f"{escape_name(place.display())} has {what}: a set-uid, set-gid, sticky or "
+                "capability-bearing file is not written by the file tools (an undo could not "
+                "put it back); it was left as it is",
+                field="path",
+            )
         mode = before.mode if before is not None else 0o666 & ~_current_umask()
         after = Image("file", mode, self.store.put(data), len(data))
         changes.append(Change(root.index, "/".join([*place.names, place.leaf]), before, after))
         # Called again (the walk followed a leaf that became a link after the first call):
         # the same set, saved as it now stands.
         self._save(changes)
+
+
+def _capable(place: Place) -> bool:
+    """Does the file at ``place`` carry file capabilities (``security.capability``)? Copied
+    onto the new bytes they would make them a privileged program, like a set-id bit."""
+    try:
+        names = os.listxattr(f"/proc/self/fd/{place.dir_fd}/{place.leaf}", follow_symlinks=False)
+    except OSError:
+        return False  # absent, or a file system without extended attributes
+    return "security.capability" in names
 
 
 async def recorded(
