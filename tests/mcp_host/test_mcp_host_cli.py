@@ -599,13 +599,11 @@ def test_an_unconfined_servers_program_is_not_found_in_a_workspace_directory_on_
     while not legit.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert legit.exists() and not pwned.exists()
-    # A program given by path into a root is refused, naming the root; nothing of it runs.
-    (ringfence_home / "mcp.toml").write_text(
-        '[[server]]\nname = "tools"\ntransport = "stdio"\n'
-        f"command = {json.dumps(str(ws / '.venv' / 'bin' / 'python3'))}\n"
-    )
-    rc, out, err = run(capsys, "tools", "list", "--mcp", *session)
-    assert not pwned.exists()
+    # Found through a link on PATH that leads into a root: refused, naming the root.
+    elsewhere = tmp_path / "bin"
+    elsewhere.mkdir()
+    (elsewhere / "python3").symlink_to(ws / ".venv" / "bin" / "python3")
+    monkeypatch.setenv("PATH", f"{elsewhere}:/usr/bin:/bin")
     rc, out, err = run(capsys, "mcp", "inspect", "tools", "--workspace", str(ws), "--json")
     assert rc != 0 and "lies in the workspace root" in out["error"]["message"], out
     assert not pwned.exists()

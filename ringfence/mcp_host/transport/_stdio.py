@@ -161,9 +161,9 @@ def stdio_transport(
     event records: ``confined``, and for a confined server its grants and
     layers; ``writes`` receives a writable server's :class:`ConfinedWrites`
     (the caller closes it once the process is gone). An unconfined server's bare program
-    is looked up on ``PATH`` without its entries in ``roots`` (the session's workspace
-    roots) and must lie outside them, and the server gets that ``PATH`` unless its ``env``
-    sets one (:mod:`ringfence.runtime._programs`: an activated project venv let the agent
+    name is looked up on ``PATH`` without its entries in ``roots`` (the session's workspace
+    roots) and what it finds must lie outside them (a path the operator wrote is taken as
+    written), and the server gets that ``PATH`` unless its ``env`` sets one (:mod:`ringfence.runtime._programs`: an activated project venv let the agent
     plant the ``python3`` the host ran as the operator); Unavailable otherwise.
     """
     env, missing = build_stdio_env(config)
@@ -176,7 +176,8 @@ def stdio_transport(
     command, args, cwd = config.command or "", list(config.args), config.cwd
     if config.sandbox != "local" and roots:
         path = env.get("PATH") or os.environ.get("PATH", os.defpath)
-        command = program_outside_roots(command, roots, path, f"server {config.name!r}")
+        if "/" not in command:  # a path the operator wrote is the operator's choice
+            command = program_outside_roots(command, roots, path, f"server {config.name!r}")
         env.setdefault("PATH", search_path(path, roots))
     confined: ConfinedCommand | None = None
     if config.sandbox == "local":
