@@ -12,9 +12,11 @@ Without ``/usr/bin/chromium`` the tests skip, unless ``RINGFENCE_REQUIRE_BROWSER
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,9 +48,10 @@ CHROMIUM_ARGS = [
 # (`make docs-screenshots`: RINGFENCE_REVIEW_SHOTS=docs/review): a test run leaves the
 # checkout as it found it. Otherwise a temporary directory (they are still taken: a view that
 # cannot be drawn fails the test).
-SHOTS = Path(
-    os.environ.get("RINGFENCE_REVIEW_SHOTS") or tempfile.mkdtemp(prefix="ringfence-review-shots-")
-)
+_SHOTS_ASKED = os.environ.get("RINGFENCE_REVIEW_SHOTS")
+SHOTS = Path(_SHOTS_ASKED or tempfile.mkdtemp(prefix="ringfence-review-shots-"))
+if not _SHOTS_ASKED:  # the temporary one goes with the process (one per test worker)
+    atexit.register(shutil.rmtree, SHOTS, ignore_errors=True)
 URL_LINE = re.compile(r"review page at (http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]+/)")
 
 # Installed in every page before its scripts run: what a script that should never run
