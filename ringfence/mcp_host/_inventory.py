@@ -96,40 +96,29 @@ async def list_paginated(
     cursor: str | None = None
     pages = 0
     held = 0
+
+    def stopped(why: str) -> Listing[T]:
+        return Listing(tuple(items), pages, False, f"{kind}: {why}")
+
     while True:
         if pages >= limits.max_pages:
-            return Listing(
-                tuple(items), pages, False, f"{kind}: stopped after {pages} pages (page limit)"
-            )
+            return stopped(f"stopped after {pages} pages (page limit)")
         page, next_cursor = await fetch(cursor)
         pages += 1
         room = limits.max_items - len(items)
         for item in page[:room]:
             held += size(item)
             if held > limits.max_bytes:
-                return Listing(
-                    tuple(items),
-                    pages,
-                    False,
-                    f"{kind}: stopped at {limits.max_bytes:,} bytes of items (size limit)",
-                )
+                return stopped(f"stopped at {limits.max_bytes:,} bytes of items (size limit)")
             items.append(item)
         if len(page) > room:
-            return Listing(
-                tuple(items),
-                pages,
-                False,
-                f"{kind}: stopped at {limits.max_items} items (item limit)",
-            )
+            return stopped(f"stopped at {limits.max_items} items (item limit)")
         if not next_cursor:
             return Listing(tuple(items), pages, True)
         held += len(next_cursor)
         if held > limits.max_bytes:
-            return Listing(
-                tuple(items),
-                pages,
-                False,
-                f"{kind}: stopped at {limits.max_bytes:,} bytes of items and cursors (size limit)",
+            return stopped(
+                f"stopped at {limits.max_bytes:,} bytes of items and cursors (size limit)"
             )
         digest = hashlib.sha256(next_cursor.encode("utf-8", "surrogatepass")).digest()
         if digest in seen:

@@ -72,33 +72,32 @@ def orjson_digest(value: Any) -> str | None:
 
 def nests_deeper(value: Any, limit: int) -> bool:
     """Whether ``value``'s lists and objects nest deeper than ``limit`` (walked without recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, Mapping):
-            children: Iterable[Any] = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
+    return _first_problem(value, limit, numbers=False) == "deep"
 
 
 def unrecordable(arguments: Any, limit: int = MAX_NESTING) -> tuple[str, str] | None:
     """Why ``arguments`` cannot be a call's arguments as JSON holds them, as (field, message),
     or None: nested deeper than ``limit``, or holding a number JSON has no spelling for
     (NaN, ±Infinity: every bound compares false with NaN, and the event log would record
-    ``null`` for what the tool was given). One walk, without recursion."""
-    stack: list[tuple[Any, int]] = [(arguments, 0)]
+    ``null`` for what the tool was given)."""
+    problem = _first_problem(arguments, limit, numbers=True)
+    if problem is None:
+        return None
+    if problem == "deep":
+        return "arguments", f"the arguments nest deeper than {limit} levels"
+    where, number = _non_finite(arguments)
+    return where, f"{where} is {number!r}, which is not a JSON number"
+
+
+def _first_problem(value: Any, limit: int, *, numbers: bool) -> str | None:
+    """``"deep"`` (nested past ``limit``), ``"number"`` (a non-finite float, when
+    ``numbers``) or None: one walk, without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         node, depth = stack.pop()
         if isinstance(node, float):
-            if not math.isfinite(node):
-                where = _path_to_non_finite(arguments)
-                return where, f"{where} is {node!r}, which is not a JSON number"
+            if numbers and not math.isfinite(node):
+                return "number"
             continue
         if isinstance(node, Mapping):
             children: Iterable[Any] = node.values()
@@ -107,21 +106,21 @@ def unrecordable(arguments: Any, limit: int = MAX_NESTING) -> tuple[str, str] | 
         else:
             continue
         if depth >= limit:
-            return "arguments", f"the arguments nest deeper than {limit} levels"
+            return "deep"
         stack.extend((child, depth + 1) for child in children)
     return None
 
 
-def _path_to_non_finite(arguments: Any) -> str:
-    """The dotted path (``a.b[2]``) of the first non-finite float in ``arguments`` (already
-    known to nest within the bound)."""
+def _non_finite(arguments: Any) -> tuple[str, float]:
+    """The dotted path (``a.b[2]``) and value of a non-finite float in ``arguments`` (which
+    holds one, and nests within the bound)."""
     stack: list[tuple[Any, str]] = [(arguments, "")]
     while stack:
         node, where = stack.pop()
         if isinstance(node, float) and not math.isfinite(node):
-            return where or "arguments"
+            return where or "arguments", node
         if isinstance(node, Mapping):
             stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in node.items())
         elif isinstance(node, list | tuple):
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
-    return "arguments"
+    return "arguments", math.nan

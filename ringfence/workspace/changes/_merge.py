@@ -985,12 +985,7 @@ def _judged(
     if unmade:
         accepted = _below_unmade(accepted, unmade, errors, refused)
     if errors and atomic:
-        first = errors[0]
-        raise first.with_(
-            message=f"{first.message}; the change set was refused as a whole "
-            f"({len(errors)} refused entries), nothing was changed",
-            details={**first.details, "refused": refused},
-        )
+        raise _refused_whole(errors, refused, len(errors))
     return accepted, refused
 
 
@@ -1055,12 +1050,7 @@ def _attributes_judged(
     finally:
         dirs.close()
     if errors and atomic:
-        first = errors[0]
-        raise first.with_(
-            message=f"{first.message}; the change set was refused as a whole "
-            f"({len(refused)} refused entries), nothing was changed",
-            details={**first.details, "refused": refused},
-        )
+        raise _refused_whole(errors, refused, len(refused))
     return accepted
 
 
@@ -1195,3 +1185,16 @@ def _entries(dirs: _Dirs, change: Change) -> list[str]:
             os.close(fd)
 
     return dirs.walk(change, op, create=False)
+
+
+def _refused_whole(
+    errors: list[RingfenceError], refused: list[dict[str, Any]], count: int
+) -> RingfenceError:
+    """The first refusal, saying the set (``count`` refused entries) was refused whole
+    (``atomic``): nothing was changed."""
+    first = errors[0]
+    return first.with_(
+        message=f"{first.message}; the change set was refused as a whole "
+        f"({count} refused entries), nothing was changed",
+        details={**first.details, "refused": refused},
+    )
