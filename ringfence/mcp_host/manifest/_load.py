@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -204,7 +205,8 @@ def load_manifests(
 
     A server name present in both is an error (neither file silently overrides the other),
     and so are two names that register as the same ``mcp.<part>.*``. The workspace's servers
-    are disabled (with a warning) unless a trust entry pins its content (:func:`_untrusted_manifest`).
+    are disabled (with a warning) unless a trust entry pins its content
+    (:func:`_untrusted_manifest`).
     """
     user = load_manifest(user_path, secret_names=secret_names)
     if workspace is None:
@@ -273,7 +275,7 @@ def _untrusted_manifest(workspace: str | os.PathLike[str], wpath: Path, digest: 
         listed |= any(_canonical(where) == want for where, _ in loaded.trusted_projects)
         pins |= {pin for where, pin in loaded.trusted_manifests if _canonical(where) == want}
     user_file = ringfence_home() / "policy.toml"
-    entry = f'{{ path = "{want}", mcp_sha256 = "{digest}" }}'
+    entry = f'{{ path = {json.dumps(want)}, mcp_sha256 = "{digest}" }}'  # TOML takes JSON's escapes
     if digest in pins:
         return None
     if pins:

@@ -163,8 +163,9 @@ def stdio_transport(
     (the caller closes it once the process is gone). An unconfined server's bare program
     name is looked up on ``PATH`` without its entries in ``roots`` (the session's workspace
     roots) and what it finds must lie outside them (a path the operator wrote is taken as
-    written), and the server gets that ``PATH`` unless its ``env`` sets one (:mod:`ringfence.runtime._programs`: an activated project venv let the agent
-    plant the ``python3`` the host ran as the operator); Unavailable otherwise.
+    written), and the server gets that ``PATH`` unless its ``env`` sets one
+    (:mod:`ringfence.runtime._programs`: an activated project venv let the agent plant the
+    ``python3`` the host ran as the operator); Unavailable otherwise.
     """
     env, missing = build_stdio_env(config)
     for name in missing:
