@@ -176,7 +176,8 @@ def stdio_transport(
     record["confined"] = False
     command, args, cwd = config.command or "", list(config.args), config.cwd
     if config.sandbox != "local" and roots:
-        path = env.get("PATH") or os.environ.get("PATH", os.defpath)
+        # The PATH the SDK would give the server (its safe set), searched without the roots.
+        path = env.get("PATH") or get_default_environment().get("PATH", os.defpath)
         if "/" not in command:  # a path the operator wrote is the operator's choice
             command = program_outside_roots(command, roots, path, f"server {config.name!r}")
         env.setdefault("PATH", search_path(path, roots))

@@ -1022,8 +1022,7 @@ def _attributes_judged(
     def names_at(place: Place) -> list[str]:
         assert place.leaf is not None
         try:
-            where = f"/proc/self/fd/{place.dir_fd}/{place.leaf}"
-            return os.listxattr(where, follow_symlinks=False)
+            return os.listxattr(f"/proc/self/fd/{place.dir_fd}/{place.leaf}", follow_symlinks=False)
         except OSError:
             return []  # absent (a conflict, judged next) or a file system without them
 
