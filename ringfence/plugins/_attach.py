@@ -115,8 +115,9 @@ def _runnable(plugin: str, server: ServerConfig, roots: Sequence[str]) -> Server
 
     A bare name is looked up on the operator's ``PATH`` without its workspace entries, a
     relative one from where it will start; and unless the plugin sets ``PATH`` itself, the
-    server gets that ``PATH`` too (:mod:`._paths`: an activated project venv let the agent
-    plant the ``python3`` a trusted server ran, unconfined). Raises Unavailable naming it.
+    server gets that ``PATH`` too (:mod:`ringfence.runtime._programs`: an activated project
+    venv let the agent plant the ``python3`` a trusted server ran, unconfined). Raises
+    Unavailable naming it.
     """
     if not server.command:  # a remote server: nothing runs here
         return server

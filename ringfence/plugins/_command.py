@@ -69,7 +69,7 @@ class CommandRunner:
 
     def _search_path(self) -> str:
         """The operator's PATH without its relative entries and those in a workspace root
-        (:mod:`._paths`: the agent writes there)."""
+        (:mod:`ringfence.runtime._programs`: the agent writes there)."""
         return search_path(os.environ.get("PATH", os.defpath), self._roots)
 
     def _argv(self, folder: Path) -> list[str]:
