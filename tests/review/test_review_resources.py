@@ -163,7 +163,10 @@ def test_a_flood_of_connections_without_the_token_leaves_the_page_to_the_person(
             assert status == 200 and set_id in body
         peak = max(counts)
         assert len(counts) > 20
-        assert peak <= idle + MAX_CONNECTIONS + 8, (idle, peak)
+        # Besides the held connections: what the undo itself opens while it runs (the
+        # checkpoint store's directories, journal and lock, the root, blobs), up to ~20; the
+        # unbounded page held 587-628.
+        assert peak <= idle + MAX_CONNECTIONS + 32, (idle, peak)
         assert rf.process.poll() is None
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
     recs = records(events)
