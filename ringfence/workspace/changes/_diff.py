@@ -122,6 +122,14 @@ def render_changes(
             out.append(f"{kind} {name} changed (content not shown{': ' if what else ''}{what})")
             continue
         if old == new:
+            if before is not None and after is not None and before.digest != after.digest:
+                # Only text shown with \xHH reads alike from different bytes (a byte against
+                # the four characters naming it): the change is said, not hidden.
+                out.append(
+                    f"Bytes of {name} changed where its text reads the same here (\\xHH against "
+                    f"the characters that spell it): sha256 {str(before.digest)[:16]} -> "
+                    f"{str(after.digest)[:16]}"
+                )
             continue
         if undecodable:
             out.append(f"Text of {name} is not all UTF-8: each byte that is not is shown as \\xHH")
