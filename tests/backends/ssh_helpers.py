@@ -29,7 +29,11 @@ from backends_helpers import docker_required
 from engines_helpers import EngineProcess, can_start_engine, start_unix_engine, stop_engine
 
 SSHD = Path("/usr/sbin/sshd")
-PRIVSEP = Path("/run/sshd")  # sshd refuses to start without its privilege separation directory
+# sshd refuses to start (and each connection's child to run) without its privilege
+# separation directory. Made when missing and left, as openssh-server's own service leaves
+# it: removed after one engine, it broke every connection of another one still running in
+# the other test worker ("kex_exchange_identification: Connection reset by peer").
+PRIVSEP = Path("/run/sshd")
 
 
 @dataclass
@@ -38,7 +42,6 @@ class SSHEngine:
     sshd: subprocess.Popen[bytes]
     base: Path
     port: int
-    made_privsep: bool
 
     @property
     def url(self) -> str:
@@ -117,7 +120,6 @@ def start_ssh_engine(base: Path, *, images: tuple[str, ...]) -> SSHEngine:
     """sshd on 127.0.0.1:<free port> in front of a fresh second dockerd (see the module)."""
     (base / "engine").mkdir()
     docker = start_unix_engine(base / "engine", name="behind-sshd", load_images=images)
-    made_privsep = False
     sshd: subprocess.Popen[bytes] | None = None
     try:
         keys = base / "keys"
@@ -154,8 +156,7 @@ def start_ssh_engine(base: Path, *, images: tuple[str, ...]) -> SSHEngine:
             )
         )
         if not PRIVSEP.exists():
-            PRIVSEP.mkdir(mode=0o755)
-            made_privsep = True
+            PRIVSEP.mkdir(mode=0o755, exist_ok=True)
         with (base / "sshd.log").open("ab") as log:
             sshd = subprocess.Popen(
                 [str(SSHD), "-D", "-e", "-f", str(config)],
@@ -164,7 +165,7 @@ def start_ssh_engine(base: Path, *, images: tuple[str, ...]) -> SSHEngine:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        handle = SSHEngine(docker, sshd, base, port, made_privsep)
+        handle = SSHEngine(docker, sshd, base, port)
         handle.known_hosts.write_text(handle.pin_line(keys / "host_key.pub"))
         deadline = time.monotonic() + 20
         while True:
@@ -179,8 +180,6 @@ def start_ssh_engine(base: Path, *, images: tuple[str, ...]) -> SSHEngine:
     except BaseException:
         if sshd is not None:
             _stop(sshd)
-        if made_privsep:
-            shutil.rmtree(PRIVSEP, ignore_errors=True)
         stop_engine(docker)
         raise
 
@@ -199,8 +198,6 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 def stop_ssh_engine(handle: SSHEngine) -> None:
     _stop(handle.sshd)
-    if handle.made_privsep:
-        shutil.rmtree(PRIVSEP, ignore_errors=True)
     stop_engine(handle.docker)
 
 
