@@ -11,7 +11,7 @@ from typing import Any
 from ..runtime._render import one_line
 from ..runtime._tools import Consequence, ToolSpec
 from ..runtime.policy._decide import Posture, Rules, decide, evaluate_policy
-from ..runtime.policy._files import load_policy_file
+from ..runtime.policy._files import accept_project_policy, load_policy_file
 from ._call import ARGS_HELP, parse_arguments
 from ._output import print_ok
 from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args
@@ -32,6 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("file", nargs="?", help="a policy file (default: every layer)")
     _roots_options(check)
     check.set_defaults(func=run_check)
+
+    accept = psub.add_parser(
+        "accept",
+        help="keep the project's policy file as it is now: deny and ask rules it no longer "
+        "holds stop binding later sessions",
+    )
+    add_workspace_option(accept, "the workspace root whose .ringfence/policy.toml to accept")
+    accept.add_argument("--json", action="store_true", help="print one JSON object")
+    accept.set_defaults(func=run_accept)
 
     explain = psub.add_parser(
         "explain", help="the decision for one call, the rule and layer behind it, and its parts"
@@ -95,6 +104,19 @@ def _project_file(args: argparse.Namespace) -> dict[str, str] | None:
     except OSError:
         return None
     return {"path": str(path), "root": str(root.resolve()), "sha256": digest}
+
+
+async def run_accept(args: argparse.Namespace) -> int:
+    root = args.settings.roots(args.workspace)[0]
+    dropped, digest = accept_project_policy(root)
+    if args.json:
+        return print_ok({"root": str(root), "sha256": digest, "dropped": dropped}, True)
+    what = f"sha256 {digest}" if digest else "no project policy file"
+    sys.stdout.write(
+        f"{one_line(str(root))}: kept the project's policy as it is now ({what}); "
+        f"{dropped} earlier version{'s' if dropped != 1 else ''} no longer bind{'s' if dropped == 1 else ''}\n"
+    )
+    return 0
 
 
 async def run_check(args: argparse.Namespace) -> int:

@@ -405,3 +405,59 @@ def test_a_fifo_left_as_the_workspace_mcp_manifest_is_refused_at_once(
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done
     assert f"{ws / '.ringfence' / 'mcp.toml'}: cannot be read: not a regular file" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "removal",
+    [
+        ["call", "write_file", "--args",
+         json.dumps({"path": ".ringfence/policy.toml", "content": "deny = []\n"})],
+        ["call", "run_shell", "--args", json.dumps({"command": "rm -r .ringfence"})],
+        ["call", "run_shell", "--no-change-sets", "--args",
+         json.dumps({"command": ": > no.toml && ln -sf ../no.toml .ringfence/policy.toml"})],
+    ],
+    ids=["write_file", "run_shell-change-set", "run_shell-no-change-sets-link"],
+)  # fmt: skip
+def test_an_agent_cannot_take_a_projects_deny_rule_away_from_the_next_session(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], removal: list[str]
+) -> None:
+    """The agent, allowed to write the workspace, removes the project's deny rule (a reversible
+    write_file, a command's change set, a command without change sets turning the file into a
+    link): the next session loaded no deny rule and `rm` ran. A rule a session loaded stays in
+    force, naming where it came from, until the person runs `ringfence policy accept`."""
+    project = _write(ws / ".ringfence" / "policy.toml", 'deny = ["run_shell(rm keep*)"]\n')
+    (ws / "keep.txt").write_text("precious\n")
+    assert _call(ws, "rm keep.txt", "--posture", "unrestricted") == 3  # the first session
+    capsys.readouterr()
+    argv = removal + ["--workspace", str(ws), "--posture", "unrestricted", "--json"]
+    assert main(argv) == 0, capsys.readouterr()
+    assert not project.is_file() or "rm keep" not in project.read_text(errors="replace")
+    capsys.readouterr()
+    events = ws.parent / "events.jsonl"
+    assert _call(ws, "rm keep.txt", "--posture", "unrestricted", events=events) == 3
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert (
+        err["code"] == "denied"
+        and "removed from the file since a session loaded it" in (err["message"])
+    ), err
+    assert (ws / "keep.txt").read_text() == "precious\n"
+    assert not any(e.get("type") == "tool.started" for e in _events(events)), _events(events)
+    # The person's way out: accept the file as it is; then the rule no longer binds.
+    assert main(["policy", "accept", "--workspace", str(ws), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"]["dropped"] == 1
+    assert _call(ws, "rm keep.txt", "--posture", "unrestricted") == 0
+    assert not (ws / "keep.txt").exists()
+
+
+def test_a_home_that_cannot_keep_the_projects_rules_refuses_the_session(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where the project's loaded rules cannot be recorded, the next session could not keep
+    them: this one does not start, naming the directory, and runs nothing."""
+    _write(ws / ".ringfence" / "policy.toml", 'deny = ["run_shell(rm *)"]\n')
+    (ringfence_home / "projects").write_text("not a directory\n")
+    assert _call(ws, "touch ran", "--posture", "unrestricted") == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == "invalid_arguments", err
+    assert str(ringfence_home / "projects") in err["message"], err
+    assert not (ws / "ran").exists()

@@ -39,6 +39,7 @@ from typing import Any
 from .._errors import InvalidArguments
 from .._files import ringfence_home
 from ._judge import Policy
+from ._kept import accept_project_file, kept_rules, project_directory
 from ._mcp import McpPolicy, McpStatement, mcp_statements_from_table
 from ._rules import EFFECTS, Effect, Rule, RuleError, parse_rule, rule_from_table
 
@@ -46,6 +47,7 @@ __all__ = [
     "LAYERS",
     "PolicyFileError",
     "PolicyLayers",
+    "accept_project_policy",
     "load_layers",
     "load_policy",
     "load_policy_file",
@@ -105,6 +107,11 @@ def _fail(path: Path, line: int | None, key: str, message: str) -> PolicyFileErr
 def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
     """Read one policy file whole, or raise PolicyFileError naming file, line and key."""
     path = Path(path)
+    return parse_policy_file(path, _read_policy_bytes(path, layer), layer)
+
+
+def _read_policy_bytes(path: Path, layer: str) -> bytes:
+    """The bytes of one policy file (at most one more than the bound), or PolicyFileError."""
     # A file at a fixed place (the project's, the user's, the managed one) is opened without
     # waiting and read only when it is a regular file: the project's file is the
     # workspace's, and a FIFO an agent left there (a --no-change-sets command's `mkfifo
@@ -132,7 +139,7 @@ def load_policy_file(path: str | os.PathLike[str], layer: str) -> PolicyFile:
         raise _fail(path, None, "file", f"cannot be read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
-    return parse_policy_file(path, b"".join(chunks), layer)
+    return b"".join(chunks)
 
 
 def _kind(mode: int) -> str:
@@ -418,10 +425,14 @@ def load_policy(
     if user_path.exists():
         files.append(load_policy_file(user_path, "user"))
     project_file: PolicyFile | None = None
+    kept: tuple[Rule, ...] = ()
     if project and roots:
         candidate = Path(roots[0]) / ".ringfence" / "policy.toml"
+        raw = None
         if candidate.exists():
-            project_file = load_policy_file(candidate, "project")
+            raw = _read_policy_bytes(candidate, "project")
+            project_file = parse_policy_file(candidate, raw, "project")
+        kept = _kept(roots[0], candidate, raw, project_file)
     trusted: dict[str, set[str]] = {}
     for f in files:
         for where, digest in f.trusted_projects:
@@ -469,7 +480,57 @@ def load_policy(
             if m.loosens and (why or lock):
                 m = replace(m, inactive=why or _LOCKED)
             mcp.append(m)
+    merged.extend(kept)
     return PolicyLayers(Policy(tuple(merged), tuple(str(r) for r in roots)), McpPolicy(tuple(mcp)))
+
+
+def accept_project_policy(root: str | os.PathLike[str]) -> tuple[int, str | None]:
+    """Keep the project's policy file as it is now: the deny and ask rules it no longer holds
+    stop binding later sessions. Returns (versions dropped, the file's sha256 or None when
+    there is no file); PolicyFileError for a file that is not a valid policy file."""
+    candidate = Path(root) / ".ringfence" / "policy.toml"
+    raw = None
+    if candidate.exists():
+        raw = _read_policy_bytes(candidate, "project")
+        parse_policy_file(candidate, raw, "project")
+    try:
+        dropped = accept_project_file(root, raw)
+    except OSError as exc:
+        directory = project_directory(root)
+        raise PolicyFileError(
+            f"{directory}: cannot record the project's policy ({exc.strerror or exc})",
+            field=str(directory),
+        ) from None
+    return dropped, hashlib.sha256(raw).hexdigest() if raw is not None else None
+
+
+def _kept(
+    root: str | os.PathLike[str], path: Path, raw: bytes | None, current: PolicyFile | None
+) -> tuple[Rule, ...]:
+    """The project's deny/ask rules that earlier sessions loaded and the file no longer
+    holds (``_kept``); records this version. PolicyFileError when that cannot be done."""
+
+    def parse(where: Path, kept_raw: bytes) -> tuple[Rule, ...]:
+        return parse_policy_file(where, kept_raw, "project").rules
+
+    now = (raw, current.rules) if raw is not None and current is not None else None
+    try:
+        return kept_rules(root, path, now, parse).rules
+    except OSError as exc:
+        directory = project_directory(root)
+        raise PolicyFileError(
+            f"{directory}: the project's kept policy versions cannot be read or recorded "
+            f"({exc.strerror or exc}); the next session would not keep this one's deny and ask "
+            "rules, so this one does not start",
+            field=str(directory),
+        ) from None
+    except PolicyFileError as exc:
+        directory = project_directory(root)
+        raise PolicyFileError(
+            f"{directory}: a kept version of {path} is no longer a valid policy file "
+            f"({exc}); `ringfence policy accept --workspace {root}` keeps the file as it is",
+            field=str(directory),
+        ) from None
 
 
 def _refuse_inside_roots(path: Path, roots: Sequence[str | os.PathLike[str]]) -> None:
