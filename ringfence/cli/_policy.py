@@ -38,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="keep the project's policy file as it is now: deny and ask rules it no longer "
         "holds stop binding later sessions",
     )
-    add_workspace_option(accept, "the workspace root whose .ringfence/policy.toml to accept")
+    add_workspace_option(
+        accept, "a workspace root (the project file is <first root>/.ringfence/policy.toml)"
+    )
     accept.add_argument("--json", action="store_true", help="print one JSON object")
     accept.set_defaults(func=run_accept)
 
