@@ -505,8 +505,8 @@ class ShellTool:
         """Scan after a command, undo what it did to git metadata, record it in the events."""
         # The Kernel always has a spool dir ($RINGFENCE_HOME/spool/<session>).
         assert self.kernel.spool_dir is not None
-        quarantine = _outside(before.roots, Path(self.kernel.spool_dir)) / "quarantine"
-        quarantine = quarantine / ctx.call_id
+        spool = _outside(before.roots, Path(self.kernel.spool_dir))
+        quarantine = spool / "quarantine" / ctx.call_id
         since = before_ns - CTIME_SLACK_NS
         setid = self._clear_setid
 
@@ -518,6 +518,9 @@ class ShellTool:
             if report.refused:
                 # What is there now, after the undo, is the next baseline.
                 after = scan_git_metadata(before.roots, base=after)
+            elif spool != Path(self.kernel.spool_dir):
+                with contextlib.suppress(OSError):
+                    os.rmdir(spool)  # the temporary spool of a call that quarantined nothing
             return report, after
 
         report, self._last = await trio.to_thread.run_sync(check)

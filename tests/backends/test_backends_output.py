@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 import secrets
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from ringfence import create_kernel
 from ringfence.backends._output import CUT_MARGIN_CHARS, SPOOL_LIMIT_BYTES, TAIL_WINDOW_BYTES
@@ -63,3 +66,22 @@ async def test_a_secret_across_every_cut_leaves_no_piece_and_the_spool_is_whole(
     assert len(head) == SPOOL_LIMIT_BYTES + redacted - CUT_MARGIN_CHARS
     assert f"{SPOOL_LIMIT_BYTES}-byte spool limit" in marker
     assert tail.endswith("END\n") and len(tail) == TAIL_WINDOW_BYTES - CUT_MARGIN_CHARS
+
+
+async def test_a_spool_inside_a_root_leaves_no_temporary_directory_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose spool lies in a root keeps a quarantine outside it, in a private
+    temporary directory: each command made one and left it, empty, in /tmp for good."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with create_kernel(
+        roots=[ws], posture=Posture.UNRESTRICTED, spool_dir=ws / "spool", change_sets=False
+    ) as kernel:
+        for _ in range(3):
+            result = await kernel.call("run_shell", {"command": "true"})
+            assert result["exit_code"] == 0
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("ringfence-spool-")] == []
