@@ -1,0 +1,111 @@
+"""One writer at a time per workspace: the judgment and the write it allowed are one step.
+
+Every writer judges the tree it would leave (git's discovery, each link's
+resolution) and then writes. Two writers judged apart and written together
+leave a tree neither judged: ``write_file d/HEAD`` and ``write_file
+d/commondir`` in one ``parallel(...)`` batch each saw the other's name missing,
+and ``d`` became a repository whose configuration the agent had written (55 of
+60 such pairs). So the file tools' writes, every merge (a shell command's
+change set, ``apply_changes``, ``undo``, ``plan apply``, a writable MCP
+server's calls) and a recovery's rollback hold :func:`writing` from their first
+check to their last write:
+
+* in this process, one lock (re-entrant, so a writer calling another, such as
+  an undo's merge, does not wait for itself);
+* across processes (two ``ringfence call`` processes on the same roots), an
+  exclusive ``flock`` on each root directory, taken in device and inode order
+  so that two sessions sharing roots cannot wait for each other in a cycle.
+
+The wait looks at the file tool call's deadline (:mod:`._deadline`), so a
+writer held up by another ends with ``timeout`` instead of hanging. Not
+promised: sessions whose roots differ but nest (one session's root inside
+another's) lock different directories and are not ordered against each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ._deadline import current_deadline
+
+if TYPE_CHECKING:
+    from ._resolver import Resolver
+
+__all__ = ["writing"]
+
+_MUTEX = threading.RLock()
+_HELD = threading.local()
+# How often a writer waiting for another process's lock looks again (and at its deadline).
+_POLL_SECONDS = 0.01
+
+
+@contextlib.contextmanager
+def writing(resolver: Resolver) -> Iterator[None]:
+    """Hold the workspace's writer lock (see the module docstring) for the block."""
+    with _MUTEX:
+        depth = getattr(_HELD, "depth", 0)
+        if depth:
+            _HELD.depth = depth + 1
+            try:
+                yield
+            finally:
+                _HELD.depth = depth
+            return
+        held = _lock_roots(resolver)
+        _HELD.depth = 1
+        try:
+            yield
+        finally:
+            _HELD.depth = 0
+            for fd in held:
+                os.close(fd)  # closing the last descriptor releases its flock
+
+
+def _lock_roots(resolver: Resolver) -> list[int]:
+    """An exclusive ``flock`` on each (non-host) root directory, in device and inode order."""
+    opened: list[tuple[tuple[int, int], int]] = []
+    seen: set[tuple[int, int]] = set()
+    try:
+        for root in resolver.roots:
+            if root.is_host:
+                continue
+            try:
+                fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root.fd)
+            except OSError:
+                continue  # a root this process cannot open for reading: the mutex alone
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                os.close(fd)
+                continue
+            seen.add(key)
+            opened.append((key, fd))
+        opened.sort()
+        for _, fd in opened:
+            _flock(fd)
+    except BaseException:
+        for _, fd in opened:
+            os.close(fd)
+        raise
+    return [fd for _, fd in opened]
+
+
+def _flock(fd: int) -> None:
+    deadline = current_deadline()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        except OSError:
+            return  # a file system without flock: the mutex alone
+        if deadline is not None:
+            deadline.check()
+        time.sleep(_POLL_SECONDS)
