@@ -48,7 +48,11 @@ _POLL_SECONDS = 0.01
 @contextlib.contextmanager
 def writing(resolver: Resolver) -> Iterator[None]:
     """Hold the workspace's writer lock (see the module docstring) for the block."""
-    with _MUTEX:
+    deadline = current_deadline()
+    while not _MUTEX.acquire(timeout=_POLL_SECONDS * 5):
+        if deadline is not None:
+            deadline.check()  # another thread's long merge: this call's deadline still holds
+    try:
         depth = getattr(_HELD, "depth", 0)
         if depth:
             _HELD.depth = depth + 1
@@ -65,6 +69,8 @@ def writing(resolver: Resolver) -> Iterator[None]:
             _HELD.depth = 0
             for fd in held:
                 os.close(fd)  # closing the last descriptor releases its flock
+    finally:
+        _MUTEX.release()
 
 
 def _lock_roots(resolver: Resolver) -> list[int]:
