@@ -12,14 +12,22 @@ check to their last write:
 
 * in this process, one lock (re-entrant, so a writer calling another, such as
   an undo's merge, does not wait for itself);
+* always before the store's journal turn (``writer.lock``, :mod:`.changes._journal`):
+  an operation that takes that turn first (a shell command's merge, an undo, a
+  recovery) takes this lock before it, so two writers never wait for each other
+  in a cycle;
 * across processes (two ``ringfence call`` processes on the same roots), an
-  exclusive ``flock`` on each root directory, taken in device and inode order
-  so that two sessions sharing roots cannot wait for each other in a cycle.
+  exclusive ``flock`` on a lock file per root (``$RINGFENCE_HOME/locks/<device>-<inode>``,
+  where no sandbox sees it: a lock on the root directory itself could be held
+  by a long-lived confined MCP server, which sees that inode), taken in device
+  and inode order so that two sessions sharing roots cannot wait for each
+  other in a cycle.
 
 The wait looks at the file tool call's deadline (:mod:`._deadline`), so a
 writer held up by another ends with ``timeout`` instead of hanging. Not
 promised: sessions whose roots differ but nest (one session's root inside
-another's) lock different directories and are not ordered against each other.
+another's) lock different files, and so do sessions with different
+``RINGFENCE_HOME``; they are not ordered against each other.
 """
 
 from __future__ import annotations
@@ -61,7 +69,8 @@ def writing(resolver: Resolver) -> Iterator[None]:
             finally:
                 _HELD.depth = depth
             return
-        held = _lock_roots(resolver)
+        with resolver:  # its root descriptors open while they are read
+            held = _lock_roots(resolver)
         _HELD.depth = 1
         try:
             yield
@@ -74,32 +83,46 @@ def writing(resolver: Resolver) -> Iterator[None]:
 
 
 def _lock_roots(resolver: Resolver) -> list[int]:
-    """An exclusive ``flock`` on each (non-host) root directory, in device and inode order."""
-    opened: list[tuple[tuple[int, int], int]] = []
-    seen: set[tuple[int, int]] = set()
+    """An exclusive ``flock`` on each (non-host) root's lock file, in device and inode order."""
+    keys = sorted(
+        {(st.st_dev, st.st_ino) for st in (os.fstat(r.fd) for r in resolver.roots if not r.is_host)}
+    )
+    held: list[int] = []
     try:
-        for root in resolver.roots:
-            if root.is_host:
-                continue
-            try:
-                fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root.fd)
-            except OSError:
-                continue  # a root this process cannot open for reading: the mutex alone
-            st = os.fstat(fd)
-            key = (st.st_dev, st.st_ino)
-            if key in seen:
-                os.close(fd)
-                continue
-            seen.add(key)
-            opened.append((key, fd))
-        opened.sort()
-        for _, fd in opened:
-            _flock(fd)
+        where = _lock_directory() if keys else None
+        if where is None:
+            return held  # no place for lock files: the mutex alone
+        try:
+            for dev, ino in keys:
+                fd = os.open(
+                    f"{dev:x}-{ino:x}",
+                    os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=where,
+                )
+                held.append(fd)
+                _flock(fd)
+        finally:
+            os.close(where)
     except BaseException:
-        for _, fd in opened:
+        for fd in held:
             os.close(fd)
         raise
-    return [fd for _, fd in opened]
+    return held
+
+
+def _lock_directory() -> int | None:
+    """``$RINGFENCE_HOME/locks``, made private if missing and opened without following a link;
+    None when it cannot be (the home unwritable). Not the root directories themselves: a
+    long-lived confined MCP server sees a read-only root's inode and could hold its lock."""
+    from ..runtime._files import ringfence_home
+
+    path = ringfence_home() / "locks"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
 def _flock(fd: int) -> None:
