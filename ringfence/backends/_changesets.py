@@ -32,6 +32,7 @@ from ..runtime._errors import (
     Unavailable,
 )
 from ..workspace._names import escape_name
+from ..workspace._writelock import writing
 from ..workspace.changes._collector import collector_paused
 from ..workspace.changes._model import Change, ChangeSet, Image, UpperSource, UpperTree
 from ..workspace.changes._store import CheckpointStore
@@ -304,7 +305,8 @@ def _save_and_merge(
         return cs, None
     # Journaled: a process killed from here on is rolled back at the next start (_journal).
     try:
-        with store.journal.writing(cs.id):
+        # The writers' lock before the journal's turn, as every writer takes them (_writelock).
+        with writing(store.workspace._resolver), store.journal.writing(cs.id):
             store.save(cs)  # before anything is merged: every before-image is kept
             return _merge_saved(how, store, cs, merge_rest, sources, notices)
     except Unavailable as exc:

@@ -56,6 +56,7 @@ from ._resolver import (
     refuse_pseudo,
     translate_oserror,
 )
+from ._writelock import writing
 from .git._rules import is_dotgit, is_git_directory, may_be_common_directory
 
 __all__ = [
@@ -521,7 +522,9 @@ def _write(
         created = replace_file(place, data, expected=expected, owner=_owner_at(place, owner))
         return {"path": display, "bytes": len(data), "created": created}
 
-    with resolver:
+    # The judgment and the write are one step among writers (a parallel batch's two writes
+    # each judged without the other's name: _writelock).
+    with resolver, contextlib.nullcontext() if dry else writing(resolver):
         try:
             return resolver.walk(path, op, access=access, make_dir=make_dir if create else None)
         except _Judged as judged:  # a dry run reached a directory the write would create

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...runtime._errors import RingfenceError, Unavailable
+from .._writelock import writing
 
 if TYPE_CHECKING:
     from ._store import CheckpointStore
@@ -352,7 +353,8 @@ def recover(store: CheckpointStore) -> Recovery:
         try:
             in_flight, bad = _read(fd)
             if in_flight:
-                with store.journal.turn():  # never beside another process's writes
+                # never beside another process's writes (the writers' lock first: _writelock)
+                with writing(store.workspace._resolver), store.journal.turn():
                     for set_id in in_flight:
                         done.append(_roll_back(store, set_id))
             journals += 1

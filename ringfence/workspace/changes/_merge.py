@@ -56,6 +56,7 @@ from ...runtime._errors import (
 from .._names import escape_name
 from .._resolver import CONFINED, FollowLeaf, Place, Resolver, Root, translate_oserror
 from .._workspace import Workspace
+from .._writelock import writing
 from .._writer import (
     MAX_PATH_BYTES,
     check_git_chain,
@@ -695,7 +696,7 @@ def merge_changes(
     """
     resolver = workspace._resolver
     blobs = _Remembered(blobs)
-    with resolver:
+    with resolver, writing(resolver):  # judged and applied as one step among writers
         accepted, refused = _judged(resolver, changes, blobs, atomic)
         accepted = _attributes_judged(resolver, accepted, refused, atomic)
         known: _Known = dict(sources.known) if sources is not None else {}
@@ -843,7 +844,7 @@ def roll_back(
             refuse(change, error)
         else:
             judged.append(change)
-    with resolver:
+    with resolver, writing(resolver):
         st = os.fstat(resolver.roots[0].fd)
         owner = (st.st_uid, st.st_gid)
         dirs = _Dirs(resolver)

@@ -26,6 +26,7 @@ from ...runtime._kernel import Kernel
 from ...runtime._tools import Consequence, ToolSpec
 from .._names import escape_name
 from .._resolver import Place
+from .._writelock import writing
 from .._writer import _current_umask
 from ._model import Change, ChangeSet, Image, image_at
 from ._store import CheckpointStore
@@ -260,7 +261,8 @@ def _journaled(
     merge is rolled back from), then rewritten as what was applied (or dropped if nothing)."""
     from ._merge import merge_changes  # the change-set writer, loaded on first use
 
-    with store.journal.writing(planned.id, sync=True):
+    # The writers' lock before the journal's turn, as every writer takes them (_writelock).
+    with writing(store.workspace._resolver), store.journal.writing(planned.id, sync=True):
         store.save(planned)
         try:
             report = merge_changes(

@@ -1,0 +1,140 @@
+"""One writer at a time per workspace: the judgment and the write it allowed are one step.
+
+Every writer judges the tree it would leave (git's discovery, each link's
+resolution) and then writes. Two writers judged apart and written together
+leave a tree neither judged: ``write_file d/HEAD`` and ``write_file
+d/commondir`` in one ``parallel(...)`` batch each saw the other's name missing,
+and ``d`` became a repository whose configuration the agent had written (55 of
+60 such pairs). So the file tools' writes, every merge (a shell command's
+change set, ``apply_changes``, ``undo``, ``plan apply``, a writable MCP
+server's calls) and a recovery's rollback hold :func:`writing` from their first
+check to their last write:
+
+* in this process, one lock (re-entrant, so a writer calling another, such as
+  an undo's merge, does not wait for itself);
+* always before the store's journal turn (``writer.lock``, :mod:`.changes._journal`):
+  an operation that takes that turn first (a shell command's merge, an undo, a
+  recovery) takes this lock before it, so two writers never wait for each other
+  in a cycle;
+* across processes (two ``ringfence call`` processes on the same roots), an
+  exclusive ``flock`` on a lock file per root (``$RINGFENCE_HOME/locks/<device>-<inode>``,
+  where no sandbox sees it: a lock on the root directory itself could be held
+  by a long-lived confined MCP server, which sees that inode), taken in device
+  and inode order so that two sessions sharing roots cannot wait for each
+  other in a cycle.
+
+The wait looks at the file tool call's deadline (:mod:`._deadline`), so a
+writer held up by another ends with ``timeout`` instead of hanging. Not
+promised: sessions whose roots differ but nest (one session's root inside
+another's) lock different files, and so do sessions with different
+``RINGFENCE_HOME``; they are not ordered against each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ._deadline import current_deadline
+
+if TYPE_CHECKING:
+    from ._resolver import Resolver
+
+__all__ = ["writing"]
+
+_MUTEX = threading.RLock()
+_HELD = threading.local()
+# How often a writer waiting for another process's lock looks again (and at its deadline).
+_POLL_SECONDS = 0.01
+
+
+@contextlib.contextmanager
+def writing(resolver: Resolver) -> Iterator[None]:
+    """Hold the workspace's writer lock (see the module docstring) for the block."""
+    deadline = current_deadline()
+    while not _MUTEX.acquire(timeout=_POLL_SECONDS * 5):
+        if deadline is not None:
+            deadline.check()  # another thread's long merge: this call's deadline still holds
+    try:
+        depth = getattr(_HELD, "depth", 0)
+        if depth:
+            _HELD.depth = depth + 1
+            try:
+                yield
+            finally:
+                _HELD.depth = depth
+            return
+        with resolver:  # its root descriptors open while they are read
+            held = _lock_roots(resolver)
+        _HELD.depth = 1
+        try:
+            yield
+        finally:
+            _HELD.depth = 0
+            for fd in held:
+                os.close(fd)  # closing the last descriptor releases its flock
+    finally:
+        _MUTEX.release()
+
+
+def _lock_roots(resolver: Resolver) -> list[int]:
+    """An exclusive ``flock`` on each (non-host) root's lock file, in device and inode order."""
+    keys = sorted(
+        {(st.st_dev, st.st_ino) for st in (os.fstat(r.fd) for r in resolver.roots if not r.is_host)}
+    )
+    held: list[int] = []
+    try:
+        where = _lock_directory() if keys else None
+        if where is None:
+            return held  # no place for lock files: the mutex alone
+        try:
+            for dev, ino in keys:
+                fd = os.open(
+                    f"{dev:x}-{ino:x}",
+                    os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=where,
+                )
+                held.append(fd)
+                _flock(fd)
+        finally:
+            os.close(where)
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    return held
+
+
+def _lock_directory() -> int | None:
+    """``$RINGFENCE_HOME/locks``, made private if missing and opened without following a link;
+    None when it cannot be (the home unwritable). Not the root directories themselves: a
+    long-lived confined MCP server sees a read-only root's inode and could hold its lock."""
+    from ..runtime._files import ringfence_home
+
+    path = ringfence_home() / "locks"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _flock(fd: int) -> None:
+    deadline = current_deadline()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        except OSError:
+            return  # a file system without flock: the mutex alone
+        if deadline is not None:
+            deadline.check()
+        time.sleep(_POLL_SECONDS)

@@ -1,0 +1,97 @@
+"""Writers racing each other: a repository assembled by two writes each judged without the other.
+
+Every writer judges the tree it would leave, then writes. Two writes of one
+``parallel(...)`` batch (or of two ringfence processes) each judged the
+directory without the other's name and then both wrote: ``d/HEAD`` and
+``d/commondir`` made ``d`` a repository whose common directory's
+``config`` (``core.pager``) the agent had written before. Real git's discovery
+is the oracle.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
+from tree_helpers import git_found
+
+from ringfence.workspace._writelock import writing
+
+PAIRS = 40
+
+SCRIPT = f"""
+def gen():
+    for i in range({PAIRS}):
+        yield tools.write_file(path="d%d/HEAD" % i, content="ref: refs/heads/main\\n")
+        yield tools.write_file(path="d%d/commondir" % i, content="../c\\n")
+res = parallel(gen(), return_exceptions=True)
+result = [getattr(r, "code", "ok") for r in res]
+"""
+
+
+def _tree(base: Path) -> Path:
+    """A root with a would-be common directory (its ``config`` names a pager) and empty dirs."""
+    root = base / "ws"
+    (root / "c" / "objects").mkdir(parents=True)
+    (root / "c" / "refs").mkdir()
+    (root / "c" / "config").write_text('[core]\n\tpager = "touch pwned; cat"\n')
+    for i in range(PAIRS):
+        (root / f"d{i}").mkdir()
+    return root
+
+
+def _repositories(root: Path, ceiling: Path) -> list[str]:
+    return [f"d{i}" for i in range(PAIRS) if git_found(root / f"d{i}", ceiling) is not None]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the workspace is Linux-only")
+def test_a_parallel_batch_cannot_assemble_a_repository_from_two_writes(tmp_path: Path) -> None:
+    """Before: 55 of 60 pairs made ``d<i>`` a repository (both writes succeeded); now in each
+    pair one write is refused (``git_metadata``) and git finds no repository anywhere."""
+    root = _tree(tmp_path)
+    script = tmp_path / "race.py"
+    script.write_text(SCRIPT)
+    out = subprocess.run(
+        [sys.executable, "-m", "ringfence", "run-script", str(script), "--workspace",
+         str(root), "--approve", "yes", "--posture", "allow-all", "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    body = json.loads(out.stdout)
+    assert body["ok"], body
+    codes = body["result"]["result"]
+    assert len(codes) == 2 * PAIRS
+    assert _repositories(root, tmp_path) == []
+    for i in range(PAIRS):
+        pair = codes[2 * i : 2 * i + 2]
+        assert sorted(pair) == ["git_metadata", "ok"], (i, pair)
+        assert len([p for p in ("HEAD", "commondir") if (root / f"d{i}" / p).exists()]) == 1
+    assert not (root / "pwned").exists()
+
+
+def test_two_processes_writing_take_turns(tmp_path: Path) -> None:
+    """Another process's writer waits while this one holds the workspace's writer lock."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    from ringfence.workspace import Workspace
+
+    ws = Workspace([root])
+    try:
+        with writing(ws._resolver):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ringfence", "call", "write_file", "--args",
+                 json.dumps({"path": "f", "content": "x"}), "--workspace", str(root),
+                 "--approve", "yes", "--posture", "allow-all", "--json"],
+                stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            assert not (root / "f").exists()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        ws.close()
+    assert json.loads(out)["ok"], out
+    assert (root / "f").read_text() == "x"
