@@ -385,7 +385,7 @@ async def serve_stdio(
             # not fall back to initialize on the same pipe.
             await serve_loop(
                 server,
-                AnsweringReader(read_stream, wire),
+                AnsweringReader(read_stream, wire, lines),
                 write_stream,
                 lifespan_state={},
                 init_options=server.create_initialization_options(),
