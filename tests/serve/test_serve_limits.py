@@ -348,3 +348,33 @@ def test_a_request_whose_id_is_no_id_is_answered_and_not_run(
     assert not list(workspace.glob("bad*.txt"))
     said = (tmp_path / "serve.stderr").read_text()
     assert "Traceback" not in said, said
+
+
+async def test_an_http_request_whose_id_is_no_id_is_answered_and_not_run(
+    workspace: Path, events: Path
+) -> None:
+    """The same over Streamable HTTP: a POST of a request whose ``id`` is no JSON-RPC id was
+    taken for a notification (``202 Accepted``, no answer ever). Now ``400`` with ``-32600``
+    to ``null``; nothing runs, and the session's next request is served."""
+    from serve_helpers import bearer_client, http_serve_process
+    from test_serve_http import MCP_HEADERS, open_session, rpc
+
+    argv = real_command(workspace, events, "--transport", "http", "--port", "0", "--json")
+    argv += ["--posture", "allow-all"]
+    async with http_serve_process(argv) as served, bearer_client(served.token) as http:
+        assert served.token is not None
+        session = await open_session(http, served.url, served.token)
+        headers = {**MCP_HEADERS, "MCP-Session-Id": session}
+        for n, bad in enumerate([b"1e400", b"1.5", b"true", b"null", b'{"n": 1}']):
+            params = {"name": "write_file", "arguments": {"path": f"bad{n}.txt", "content": "x"}}
+            body = b'{"jsonrpc": "2.0", "id": ' + bad + b', "method": "tools/call", "params": '
+            response = await http.post(
+                served.url, content=body + json.dumps(params).encode() + b"}", headers=headers
+            )
+            assert response.status_code == 400, (bad, response.status_code, response.text[:200])
+            error = response.json()
+            assert error["id"] is None and error["error"]["code"] == -32600, error
+        good = rpc("tools/call", {"name": "read_file", "arguments": {"path": "hello.txt"}}, id=8)
+        response = await http.post(served.url, content=good, headers=headers)
+        assert response.status_code == 200 and "hello from the workspace" in response.text
+    assert not list(workspace.glob("bad*.txt"))
