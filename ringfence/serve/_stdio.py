@@ -104,7 +104,7 @@ class LineReader:
         self._on_oversize = on_oversize
         # The lines handed out and not yet matched with the SDK's reading of them (one
         # item each, in order; see AnsweringReader): at most one or two at a time.
-        self.handed: deque[str | None] = deque()
+        self.handed: deque[str | None] = deque(maxlen=8)  # bounded even if nobody pops
 
     def __aiter__(self) -> LineReader:
         return self
@@ -343,7 +343,10 @@ def claimed_id(line: str) -> str | None:
         return None
     if not isinstance(value, dict) or "id" not in value:
         return None
-    return json.dumps(value["id"])[:100]
+    claimed = value["id"]
+    if isinstance(claimed, str) or (isinstance(claimed, int) and not isinstance(claimed, bool)):
+        return None  # a valid id: not what made the SDK read a notification
+    return json.dumps(claimed)[:100]
 
 
 async def answer_bad_id(out: WireWriter, shown: str) -> None:
