@@ -34,7 +34,7 @@ reach the server.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,7 +44,13 @@ from ..runtime._calls import CallContext
 from ..runtime._errors import InvalidArguments, RingfenceError, ToolError
 from ..runtime._output import cap_text
 from ..runtime._tools import Consequence, ToolSpec
-from ._results import RenderContext, frame_untrusted, render_contents, render_resource_contents
+from ._results import (
+    RenderContext,
+    ResultBudget,
+    frame_untrusted,
+    render_contents,
+    render_resource_contents,
+)
 from ._tool_call import call_tool
 from .manifest._load import ServerConfig, Trust
 
@@ -315,13 +321,27 @@ def get_prompt_spec(connector: Connector, name: str) -> ToolSpec | None:
         arguments = {str(k): str(v) for k, v in (args.get("arguments") or {}).items()}
 
         def render(result: types.GetPromptResult) -> dict[str, Any]:
+            # One result, whatever the number of messages: they share its attachments and
+            # links, and its max_output_bytes of text (frames included); messages past it
+            # are counted, never rendered.
             rctx = _render_ctx(connector, ctx, f"prompt {prompt}")
+            budget = ResultBudget()
+            left = rctx.max_output_bytes
             messages = []
+            omitted = 0
             for m in result.messages:
-                rendered = render_contents(rctx, [m.content])
+                if left <= 0:
+                    omitted += 1
+                    continue
+                rendered = render_contents(
+                    replace(rctx, max_output_bytes=left), [m.content], budget=budget
+                )
                 rendered["role"] = m.role
                 messages.append(rendered)
-            out = {"server": connector.config.name, "messages": messages}
+                left -= len(rendered["text"].encode("utf-8", "surrogatepass"))
+            out: dict[str, Any] = {"server": connector.config.name, "messages": messages}
+            if omitted:
+                out["messages_omitted"] = omitted
             if rctx.trusted:  # the server chose the name: untrusted, it is in each frame's label
                 out["prompt"] = prompt
             return out

@@ -70,6 +70,12 @@ _STREAMED = frozenset(
 )
 
 
+def _some(names: list[str], most: int = 10) -> str:
+    """The first ``most`` of ``names`` (each already cut by the ledger), and how many more."""
+    shown = ", ".join(repr(n) for n in names[:most]) or "none"
+    return shown + (f", and {len(names) - most} more" if len(names) > most else "")
+
+
 class Connector:
     """One configured server in one session. Made by :func:`connect_servers`."""
 
@@ -187,10 +193,13 @@ class Connector:
             self.ledger = ledger
         elif ledger.advertised != self.ledger.advertised:
             # Authority was fixed at the first connection of this session; a change waits for a new one.
+            added = sorted(ledger.advertised - self.ledger.advertised)
+            gone = sorted(self.ledger.advertised - ledger.advertised)
             self.diagnostics.fail(
                 "capabilities",
-                f"after reconnecting the server advertises {sorted(ledger.advertised)} "
-                f"(was {sorted(self.ledger.advertised)}); this session keeps its first ledger",
+                f"after reconnecting the server advertises {len(added)} capabilities more "
+                f"({_some(added)}) and {len(gone)} fewer ({_some(gone)}); this session keeps "
+                "its first ledger",
             )
         if live.generation > 1 and self.subscribed:
             await self._subscribe(client, self.subscribed)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..runtime._calls import CallContext
 from ..runtime._errors import NotFound
 from ..runtime._kernel import Kernel
+from ..runtime._providers import model_description
 from ..runtime._tools import Consequence, ToolSpec
 
 if TYPE_CHECKING:
@@ -109,7 +110,8 @@ class Discovery:
             self.selected.add(name)
             return {
                 "name": spec.name,
-                "description": spec.description,
+                # As the front door describes it to a model (an untrusted server's text says so).
+                "description": model_description(spec),
                 "input_schema": dict(spec.input_schema),
                 "consequence": spec.consequence.value,
                 "server": spec.meta.get("server"),

@@ -45,7 +45,13 @@ from mcp import types
 from ..runtime._output import cap_text
 from ..runtime._redact import Redactor
 
-__all__ = ["RenderContext", "frame_untrusted", "render_contents", "render_resource_contents"]
+__all__ = [
+    "RenderContext",
+    "ResultBudget",
+    "frame_untrusted",
+    "render_contents",
+    "render_resource_contents",
+]
 
 MAX_ATTACHMENT_BYTES = 32 * 1024 * 1024
 MAX_ATTACHMENTS = 64  # attachments kept per result; the rest only counted
@@ -119,18 +125,31 @@ def _attachment(
     return out
 
 
-class _Attachments:
-    """One result's attachments: the first :data:`MAX_ATTACHMENTS` kept, the rest counted."""
+@dataclass
+class ResultBudget:
+    """What the renderings of one result share: a prompt's messages are rendered one by one,
+    and without a shared budget each had its own :data:`MAX_ATTACHMENTS` and
+    :data:`MAX_LINKS` (5,000 one-image messages: 5,000 spool files)."""
 
-    def __init__(self, ctx: RenderContext) -> None:
+    attachments: int = MAX_ATTACHMENTS
+    links: int = MAX_LINKS
+
+
+class _Attachments:
+    """One result's attachments: the first :data:`MAX_ATTACHMENTS` kept (of the whole result,
+    ``budget``), the rest counted."""
+
+    def __init__(self, ctx: RenderContext, budget: ResultBudget | None = None) -> None:
         self._ctx = ctx
+        self._budget = budget if budget is not None else ResultBudget()
         self.kept: list[dict[str, Any]] = []
         self.omitted = 0
 
     def add(self, kind: str, mime: str | None, data_b64: str, uri: str | None = None) -> None:
-        if len(self.kept) >= MAX_ATTACHMENTS:
+        if self._budget.attachments <= 0:
             self.omitted += 1  # never decoded, hashed or written
             return
+        self._budget.attachments -= 1
         self.kept.append(_attachment(self._ctx, kind, mime, data_b64, uri))
 
     def into(self, out: dict[str, Any]) -> None:
@@ -190,11 +209,18 @@ def _inside_frame(
 
 
 def render_contents(
-    ctx: RenderContext, blocks: Sequence[Any], structured: Any = None
+    ctx: RenderContext,
+    blocks: Sequence[Any],
+    structured: Any = None,
+    budget: ResultBudget | None = None,
 ) -> dict[str, Any]:
-    """Text, attachments and links from a list of MCP content blocks (see the module docstring)."""
+    """Text, attachments and links from a list of MCP content blocks (see the module docstring).
+
+    ``budget``: what this rendering shares with the others of the same result (a prompt's
+    messages): attachments and links kept in all."""
+    budget = budget if budget is not None else ResultBudget()
     texts: list[str] = []
-    attachments = _Attachments(ctx)
+    attachments = _Attachments(ctx, budget)
     links: list[dict[str, Any]] = []
     links_omitted = 0
     for block in blocks:
@@ -211,9 +237,11 @@ def render_contents(
             elif isinstance(res, types.BlobResourceContents):
                 attachments.add("resource", res.mime_type, res.blob, str(res.uri))
         elif isinstance(block, types.ResourceLink):
-            if ctx.trusted and len(links) >= MAX_LINKS:
+            if ctx.trusted and budget.links <= 0:
                 links_omitted += 1  # untrusted, every link is text in the (capped) frame
             else:
+                if ctx.trusted:
+                    budget.links -= 1
                 links.append(ctx.redactor.redact_value(_link(block)))
         else:
             kind = getattr(block, "type", type(block).__name__)

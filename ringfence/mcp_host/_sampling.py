@@ -7,7 +7,8 @@ client does not advertise sampling at all. Otherwise every request:
 - is refused if it offers tools, carries non-text content, or asks for more
   than ``sampling_max_tokens`` or more than is left of ``sampling_total_tokens``;
 - under ``allow`` must resolve to a model in ``sampling_allowed_models``;
-- is refused if its text (messages and system prompt) holds more than
+- is refused if what it would record (its messages' text and blocks, its system
+  prompt, its stop sequences) holds more than
   :data:`MAX_SAMPLING_CHARACTERS` (1 Mi characters), before it is recorded, shown
   or sent: within the request budget (20 per 60 s) a server could otherwise have
   32 MiB written to the event log per request;
@@ -27,6 +28,7 @@ client does not advertise sampling at all. Otherwise every request:
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -43,6 +45,8 @@ from .manifest._load import Policy, ServerConfig
 
 # The most text (messages and system prompt, in characters) one sampling request may hold.
 MAX_SAMPLING_CHARACTERS = 1024 * 1024
+# What one message block counts besides its text: its record's ``{"role": …, "text": …}``.
+_ITEM_CHARACTERS = 32
 
 if TYPE_CHECKING:
     from ..runtime._kernel import Kernel
@@ -105,6 +109,40 @@ class SamplingProvider(Protocol):
     """The host's model, as sampling sees it. One method; no tools, no context."""
 
     async def create_message(self, request: SamplingRequest) -> SamplingResponse: ...
+
+
+def _too_large(params: types.CreateMessageRequestParams) -> str | None:
+    """Why the request is over :data:`MAX_SAMPLING_CHARACTERS`, or None.
+
+    Everything of it that would be recorded, shown or sent counts, not its text alone:
+    the system prompt, each message block (its text, and :data:`_ITEM_CHARACTERS` for the
+    record it becomes: 100,000 empty messages are ~3 MB of record) and each stop sequence
+    (40,000 of them, 2.6 MB, went through while the text was two characters). Counted
+    (lengths only) before anything is redacted or recorded.
+    """
+    text = len(params.system_prompt or "")
+    blocks = 0
+    for m in params.messages:
+        for block in m.content if isinstance(m.content, list) else [m.content]:
+            text += len(getattr(block, "text", None) or "")
+            blocks += 1
+    stops = list(params.stop_sequences or ())
+    stop_characters = sum(len(stop) + 4 for stop in stops)  # quotes and separator recorded
+    parts = {
+        "text": text,
+        "messages": blocks * _ITEM_CHARACTERS,
+        "stop sequences": stop_characters,
+    }
+    total = sum(parts.values())
+    if total <= MAX_SAMPLING_CHARACTERS:
+        return None
+    largest = max(parts, key=lambda k: parts[k])
+    return (
+        f"the sampling request holds {text:,} characters of text, {blocks:,} message blocks "
+        f"and {len(stops):,} stop sequences: {total:,} characters as recorded, more than "
+        f"ringfence's limit of {MAX_SAMPLING_CHARACTERS:,} (most of it in its {largest}); "
+        "it was not recorded or sent"
+    )
 
 
 def _error(message: str, code: int = types.INVALID_REQUEST) -> types.ErrorData:
@@ -178,16 +216,10 @@ class SamplingGate:
 
         if params.tools:
             return refuse("ringfence offers no tools to sampling requests")
-        size = len(params.system_prompt or "")
-        for m in params.messages:
-            for block in m.content if isinstance(m.content, list) else [m.content]:
-                size += len(getattr(block, "text", None) or "")
-        if size > MAX_SAMPLING_CHARACTERS:
+        too_large = _too_large(params)
+        if too_large is not None:
             # Before the request is recorded or shown: each one is a record (and a question).
-            return refuse(
-                f"the sampling request holds {size:,} characters of text, more than "
-                f"ringfence's limit of {MAX_SAMPLING_CHARACTERS:,}; it was not recorded or sent"
-            )
+            return refuse(too_large)
         messages: list[dict[str, str]] = []
         for m in params.messages:
             blocks = m.content if isinstance(m.content, list) else [m.content]
@@ -217,6 +249,12 @@ class SamplingGate:
             "temperature": params.temperature,
             "stop_sequences": list(params.stop_sequences or ()),
         }
+        recorded = len(json.dumps(arguments, ensure_ascii=False))
+        if recorded > MAX_SAMPLING_CHARACTERS:  # redaction's markers can lengthen short texts
+            return refuse(
+                f"the sampling request would be recorded as {recorded:,} characters, more than "
+                f"ringfence's limit of {MAX_SAMPLING_CHARACTERS:,}; it was not recorded or sent"
+            )
         # The one door: decided, asked, signed and recorded like every call.
         outcome: Outcome = await self.kernel.invoke_request(
             self.spec, arguments, origin="mcp-sampling", trace_id=trace_id

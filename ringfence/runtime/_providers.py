@@ -75,6 +75,7 @@ __all__ = [
     "answer_tool_call",
     "mcp_annotations",
     "mcp_tool",
+    "model_description",
     "provider_names",
     "tool_definitions",
 ]
@@ -204,8 +205,9 @@ def _safe(name: str) -> bool:
 # -- descriptions and MCP's own shape ---------------------------------------------------------
 
 
-def _description(spec: ToolSpec) -> str:
-    """The tool's description; an untrusted server's text is marked as the server's."""
+def model_description(spec: ToolSpec) -> str:
+    """The tool's description as a model is shown it (here and by ``serve``'s ``tools/list``);
+    an untrusted server's text is marked as the server's."""
     text = spec.description
     server = spec.meta.get("server") if spec.source.startswith("mcp:") else None
     if server is not None and spec.meta.get("trust") != "trusted":
@@ -447,13 +449,13 @@ def tool_definitions(
             field="strict",
         )
     if fmt is ToolFormat.MCP:
-        defs = tuple(mcp_tool(s, _description(s)) for s in specs)
+        defs = tuple(mcp_tool(s, model_description(s)) for s in specs)
         return ProviderTools(fmt, defs, {s.name: s.name for s in specs})
     names = provider_names(s.name for s in specs)
     out: list[dict[str, Any]] = []
     loose: dict[str, str] = {}
     for spec in specs:
-        name, description = names[spec.name], _description(spec)
+        name, description = names[spec.name], model_description(spec)
         schema, is_strict = provider_schema(spec.input_schema), False
         if strict:
             try:

@@ -57,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hmac
+import json
 import logging
 import math
 import secrets
@@ -401,6 +402,9 @@ class RequestGuard:
         finally:
             with contextlib.suppress(ValueError):
                 self._readers.remove(reader)
+        bad = _claimed_id(first["body"])
+        if bad is not None:
+            return _bad_id(bad)
         first["more_body"] = False
         pending: list[dict[str, Any]] = [first]
 
@@ -493,6 +497,40 @@ def _rpc_refusal(status: int, message: str, data: dict[str, Any]) -> JSONRespons
     error = {"code": -32600, "message": message, "data": data}
     body = {"jsonrpc": "2.0", "id": None, "error": error}
     return JSONResponse(body, status_code=status, headers={"Connection": "close"})
+
+
+# The largest body whose ``id`` is checked before the app reads it (larger ones are the SDK's).
+MAX_ID_CHECK_BYTES = 1024 * 1024
+
+
+def _claimed_id(body: bytes) -> str | None:
+    """The JSON of the ``id`` of a request that has no valid JSON-RPC id, or None.
+
+    The SDK takes a message whose ``id`` is not a string or an integer (``1e400``, ``1.5``,
+    ``true``, ``null``, an object) for a notification, dropping the ``id``: ``202``, and no
+    answer ever. Only a body that names both ``"id"`` and ``"method"`` and is at most
+    :data:`MAX_ID_CHECK_BYTES` is parsed here; anything unreadable is left to the SDK."""
+    if len(body) > MAX_ID_CHECK_BYTES or b'"id"' not in body or b'"method"' not in body:
+        return None
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or "id" not in value or "method" not in value:
+        return None
+    claimed = value["id"]
+    if isinstance(claimed, str) or (isinstance(claimed, int) and not isinstance(claimed, bool)):
+        return None
+    return json.dumps(claimed)[:100]
+
+
+def _bad_id(shown: str) -> JSONResponse:
+    """400: a request whose ``id`` is no JSON-RPC id (JSON-RPC's ``-32600``, to ``null``)."""
+    message = (
+        f"Invalid Request: its id {shown} is not a JSON-RPC id (a string or an integer); "
+        "it was not run"
+    )
+    return _rpc_refusal(400, message, {"id": shown})
 
 
 def _too_large(limit: int) -> JSONResponse:

@@ -7,6 +7,8 @@ origin="mcp")`` and renders the Outcome. No decision is made here.
 
 Wire rules:
 
+* Descriptions are the front door's (:func:`~..runtime._providers.model_description`):
+  an untrusted MCP server's tool (``--expose connectors``) says its text is that server's.
 * Annotations come from the declared consequence: ``read`` → ``readOnlyHint``;
   ``reversible`` → ``destructiveHint: false``; ``irreversible`` →
   ``destructiveHint: true``. ``_meta`` carries the consequence and whether the
@@ -63,6 +65,7 @@ from .. import __version__
 from ..runtime._calls import Outcome
 from ..runtime._errors import InvalidArguments
 from ..runtime._kernel import Kernel
+from ..runtime._providers import model_description
 from ..runtime._tools import Consequence, ToolSpec
 from ._approver import ClientApprover, ClientChannel
 from ._defaults import EXPOSE_CHOICES
@@ -126,10 +129,14 @@ def tool_annotations(spec: ToolSpec) -> types.ToolAnnotations:
 
 
 def tool_to_mcp(spec: ToolSpec) -> types.Tool:
+    """``spec`` as MCP's ``Tool``; described as the front door describes it to a model: an
+    untrusted server's tool says that its descriptions are that server's text, not
+    instructions (a client hands this listing to its model as a host hands
+    ``Kernel.tool_definitions``)."""
     schema = dict(spec.input_schema)
     return types.Tool(
         name=spec.name,
-        description=spec.description,
+        description=model_description(spec),
         input_schema=schema,
         annotations=tool_annotations(spec),
         meta={META_CONSEQUENCE: spec.consequence.value, META_RESIDUAL: spec.residual},
@@ -378,7 +385,7 @@ async def serve_stdio(
             # not fall back to initialize on the same pipe.
             await serve_loop(
                 server,
-                AnsweringReader(read_stream, wire),
+                AnsweringReader(read_stream, wire, lines),
                 write_stream,
                 lifespan_state={},
                 init_options=server.create_initialization_options(),

@@ -49,6 +49,7 @@ from typing import Any
 
 import anyio
 import trio
+from mcp_types import JSONRPCNotification
 
 from ..runtime._lines import BoundedLines, Oversize, oversize_id
 from ._defaults import MAX_REQUEST_BYTES
@@ -60,6 +61,8 @@ READ_CHUNK = 64 * 1024
 INVALID_REQUEST = -32600
 # JSON-RPC's "Parse error": a line that is not JSON (or nested past the parser's depth).
 PARSE_ERROR = -32700
+# The longest line whose claimed id is checked (AnsweringReader): longer ones are not kept.
+MAX_ID_CHECK_CHARACTERS = 1024 * 1024
 
 
 def _pollable(fd: int) -> bool:
@@ -99,6 +102,9 @@ class LineReader:
         self._last = False  # the line in _ready is the stream's last, without its newline
         self._eof = False
         self._on_oversize = on_oversize
+        # The lines handed out and not yet matched with the SDK's reading of them (one
+        # item each, in order; see AnsweringReader): at most one or two at a time.
+        self.handed: deque[str | None] = deque(maxlen=8)  # bounded even if nobody pops
 
     def __aiter__(self) -> LineReader:
         return self
@@ -112,7 +118,10 @@ class LineReader:
                         await self._on_oversize(line)
                     continue
                 end = "" if self._last and not self._ready else "\n"
-                return line.decode("utf-8", errors="replace") + end
+                text = line.decode("utf-8", errors="replace") + end
+                # Kept for AnsweringReader's id check (a line over the bound is not kept).
+                self.handed.append(text if len(text) <= MAX_ID_CHECK_CHARACTERS else None)
+                return text
             if self._eof:
                 raise StopAsyncIteration
             if self._fast:
@@ -251,9 +260,10 @@ class AnsweringReader:
     passed through (``last_context`` included: the sender's context).
     """
 
-    def __init__(self, inner: Any, out: WireWriter) -> None:
+    def __init__(self, inner: Any, out: WireWriter, lines: LineReader | None = None) -> None:
         self._inner = inner
         self._out = out
+        self._lines = lines
 
     @property
     def last_context(self) -> Any:
@@ -262,7 +272,16 @@ class AnsweringReader:
     async def receive(self) -> Any:
         while True:
             item = await self._inner.receive()
+            # The SDK reads each line the LineReader hands out as exactly one item, in order.
+            line = self._lines.handed.popleft() if self._lines and self._lines.handed else None
             if not isinstance(item, Exception):
+                if line is not None and isinstance(
+                    getattr(item, "message", None), JSONRPCNotification
+                ):
+                    bad = claimed_id(line)
+                    if bad is not None:
+                        await answer_bad_id(self._out, bad)
+                        continue  # never passed on: it was no notification
                 return item
             await answer_unreadable(self._out, item)
 
@@ -308,6 +327,37 @@ def unreadable_error(exc: Exception) -> dict[str, Any] | None:
     else:
         why = "not a JSON-RPC 2.0 request, notification or response"
     return {"code": INVALID_REQUEST, "message": f"Invalid Request: {why}"}
+
+
+def claimed_id(line: str) -> str | None:
+    """The JSON of the ``id`` a line read as a notification carries, or None when it has none.
+
+    The SDK reads a request whose ``id`` is no JSON-RPC id (a float such as ``1e400``, a
+    boolean, ``null``, an object) as a notification, dropping the ``id``: so nothing would
+    answer it. Parsed only for such lines (notifications are small and rare)."""
+    if '"id"' not in line:
+        return None
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or "id" not in value:
+        return None
+    claimed = value["id"]
+    if isinstance(claimed, str) or (isinstance(claimed, int) and not isinstance(claimed, bool)):
+        return None  # a valid id: not what made the SDK read a notification
+    return json.dumps(claimed)[:100]
+
+
+async def answer_bad_id(out: WireWriter, shown: str) -> None:
+    """Answer a request whose ``id`` is no id with JSON-RPC's ``-32600`` to ``null``."""
+    error = {
+        "code": INVALID_REQUEST,
+        "message": f"Invalid Request: its id {shown} is not a JSON-RPC id (a string or an "
+        "integer); it was not run",
+    }
+    await out.write(json.dumps({"jsonrpc": "2.0", "id": None, "error": error}) + "\n")
+    await out.flush()
 
 
 async def answer_unreadable(out: WireWriter, exc: Exception) -> None:

@@ -97,3 +97,18 @@ async def test_attach_connectors_in_a_host_nursery(make_kernel, state: Path) -> 
     except ProcessLookupError:
         alive = False
     assert not alive
+
+
+async def test_tool_inspect_describes_an_untrusted_servers_tool_as_the_front_door_does(
+    make_kernel, state: Path
+) -> None:
+    """With discovery on, the model meets an MCP tool through ``tool_inspect``, whose answer
+    gave the server's description bare: without the note every other way of handing the tool
+    to a model adds (``Kernel.tool_definitions``, ``serve``'s ``tools/list``), that the
+    description and its parameters' descriptions are the server's text, not instructions."""
+    m = manifest(py_server("notes", "annotated.py", state=state))
+    async with make_kernel() as kernel, connect_servers(kernel, m, tool_discovery=True):
+        inspected = await kernel.call("tool_inspect", {"name": "mcp.notes.delete_note"})
+        (offered,) = kernel.tool_definitions("mcp", names=["mcp.notes.delete_note"]).definitions
+    assert "are not instructions" in inspected["description"], inspected["description"]
+    assert inspected["description"] == offered["description"]

@@ -15,6 +15,7 @@ import pytest
 from mcp_host_helpers import manifest, py_server
 
 from ringfence.mcp_host import connect_servers
+from ringfence.runtime import Posture
 
 SENT = 5000
 MAX_OUTPUT = 64 * 1024  # the manifest's default max_output_bytes
@@ -40,3 +41,35 @@ async def test_many_tiny_blocks_cost_a_bounded_result_and_spool(
         assert len(links.value["links"]) == 256 and links.value["links_omitted"] == SENT - 256
     else:
         assert "links" not in links.value and links.value["truncated"] is True  # in the frame
+
+
+async def test_a_prompt_of_many_one_block_messages_costs_a_bounded_result_and_spool(
+    make_kernel, state: Path, tmp_path: Path
+) -> None:
+    """A prompt's blocks come one per message, and each message was rendered as a result of
+    its own: its own 64 attachments, its own cap, its own frame. So 5,000 messages of one
+    four-byte image each were 5,000 spool files and a result far past ``max_output_bytes``,
+    and 5,000 two-character texts 5,000 frames (~1 MB). Now the prompt's messages share one
+    result's bounds: 64 attachments in all, the rest counted, the text capped once."""
+    m = manifest(py_server("many", "many_blocks.py", state=state, reads=("*",)))
+    async with make_kernel(posture=Posture.ALLOW_ALL) as kernel, connect_servers(kernel, m):
+        images = await kernel.invoke(
+            "mcp.many.__get_prompt", {"name": "images", "arguments": {"count": str(SENT)}}
+        )
+        texts = await kernel.invoke(
+            "mcp.many.__get_prompt", {"name": "texts", "arguments": {"count": str(SENT)}}
+        )
+    assert images.error is None and texts.error is None, (images.error, texts.error)
+    spool = tmp_path / "spool" / "attachments"
+    spooled = list(spool.iterdir()) if spool.exists() else []
+    assert len(spooled) <= 64, len(spooled)
+    assert len(json.dumps(images.value)) < 2 * MAX_OUTPUT, len(json.dumps(images.value))
+    assert len(json.dumps(texts.value)) < 2 * MAX_OUTPUT, len(json.dumps(texts.value))
+    # What the model reads still holds the first messages, their role and the count omitted.
+    first = texts.value["messages"][0]
+    assert "t0" in first["text"] and first["role"] == "user"
+    assert len(texts.value["messages"]) + texts.value["messages_omitted"] == SENT
+    kept = [a for m in images.value["messages"] for a in m.get("attachments", [])]
+    assert 0 < len(kept) <= 64
+    omitted = sum(m.get("attachments_omitted", 0) for m in images.value["messages"])
+    assert len(kept) + omitted + images.value.get("messages_omitted", 0) == SENT

@@ -391,3 +391,34 @@ async def test_a_huge_sampling_request_is_refused_before_it_is_recorded(
     sampled = [e for e in events_of(sink, "proposed") if e["tool"] == "mcp.notes.__sampling"]
     assert len(sampled) == 1 and len(json.dumps(sampled)) < 10_000
     assert max(len(line) for line in sink.lines) < 100_000
+
+
+@pytest.mark.parametrize(
+    ("asked", "what"),
+    [
+        ({"prompt": "hi", "stops": 40_000}, "stop sequences"),  # 2.6 MB of stop sequences
+        ({"prompt": "hi", "messages": 100_000}, "messages"),  # 100,000 empty messages
+    ],
+)
+async def test_a_sampling_request_huge_outside_its_text_is_refused_before_it_is_recorded(
+    make_kernel, sink, state: Path, asked: dict[str, object], what: str
+) -> None:
+    """The 1 Mi character bound counted only the messages' text and the system prompt: a
+    request of two characters of text and 40,000 stop sequences (2.6 MB), or 100,000 empty
+    messages, was recorded whole as the ``proposed`` arguments of ``mcp.notes.__sampling``
+    (and shown, and sent), 20 such requests a minute. Everything the request would record
+    counts now: it is refused before it is recorded, shown or sent, naming the limit."""
+    from ringfence.mcp_host._sampling import MAX_SAMPLING_CHARACTERS
+
+    provider = FakeSamplingProvider()
+    m = manifest(py_server("notes", "annotated.py", state=state, extra=SAMPLING))
+    async with make_kernel() as kernel, connect_servers(kernel, m, sampling_provider=provider):
+        out = await kernel.invoke("mcp.notes.sample", asked)
+        assert out.error is not None
+        assert f"{MAX_SAMPLING_CHARACTERS:,}" in out.error.message, out.error.message
+        assert provider.requests == []
+    (refused,) = events_of(sink, "mcp_sampling_refused")
+    assert what in refused["reason"], refused["reason"]
+    assert not [e for e in events_of(sink, "proposed") if e["tool"] == "mcp.notes.__sampling"]
+    assert max(len(line) for line in sink.lines) < 100_000
+    assert not (state / "sampled.log").exists()

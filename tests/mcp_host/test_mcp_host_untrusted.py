@@ -354,3 +354,25 @@ async def test_a_huge_server_identity_is_cut_before_it_is_recorded(
     (connected,) = events_of(sink, "mcp_connected")
     assert len(json.dumps(connected)) < 10_000
     assert max(len(line) for line in sink.lines) < 100_000
+
+
+async def test_a_servers_many_capability_names_are_bounded_before_they_are_recorded(
+    make_kernel, sink, state: Path
+) -> None:
+    """The capabilities a server advertises in ``initialize`` (``experimental`` and
+    ``extensions`` keys: names it chooses, any number, any length) went whole into the
+    capability ledger and ``mcp_connected`` (twice: advertised and pending): 20,000 names of
+    200 characters were ~8 MB of one event record at every session. Now at most
+    256 names are kept, each cut to 200 characters, the rest counted; the tools still work."""
+    extra = '[server.env]\nRF_CAPABILITY_PAD = "20000:200"\n'
+    block = py_server("labels", "labels.py", extra=extra, reads=("*",))
+    async with make_kernel() as kernel, connect_servers(kernel, manifest(block)) as cs:
+        ledger = cs["labels"].describe()["ledger"]
+        out = await kernel.call("mcp.labels.flood", {"count": 0, "size": 0})
+        assert "flooded" in out["text"]
+    assert len(ledger["advertised"]) <= 256, len(ledger["advertised"])
+    assert "tools" in ledger["active"]
+    assert ledger.get("omitted", 0) + len(ledger["advertised"]) >= 20_000, ledger.get("omitted")
+    (connected,) = events_of(sink, "mcp_connected")
+    assert len(json.dumps(connected)) < 100_000, len(json.dumps(connected))
+    assert max(len(line) for line in sink.lines) < 100_000

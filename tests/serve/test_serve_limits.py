@@ -281,3 +281,100 @@ def test_an_unreadable_line_is_answered_with_a_json_rpc_error_and_the_server_kee
     assert not (workspace / "batched.txt").exists()  # the batch was not run
     said = (tmp_path / "serve.stderr").read_text()
     assert "Traceback" not in said, said
+
+
+def test_a_request_whose_id_is_no_id_is_answered_and_not_run(
+    workspace: Path, events: Path, tmp_path: Path
+) -> None:
+    """A request whose ``id`` is neither a string nor an integer (``1e400``, ``1.5``, ``true``,
+    ``null``, an object): the SDK read it as a *notification* (its ``id`` dropped), so nothing
+    answered and the client waited for ever. JSON-RPC's answer is ``-32600`` to ``null``; it is
+    given, in order, nothing of the request runs, and the next request is served."""
+    argv = real_command(workspace, events, "--posture", "allow-all")
+    stderr = (tmp_path / "serve.stderr").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=subprocess_env(),
+    )
+    ids = [b"1e400", b"1.5", b"true", b"null", b'{"n": 1}']
+    answers: list[dict[str, Any]] = []
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        _send(proc, {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "bad-id-test", "version": "0"}},
+        })  # fmt: skip
+        assert _answer(proc, 1)["result"]["protocolVersion"] == "2025-11-25"
+        _send(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        done = threading.Event()
+
+        def read_answers() -> None:
+            while len(answers) < len(ids):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                answers.append(json.loads(line))
+            done.set()
+
+        threading.Thread(target=read_answers, daemon=True).start()
+        for n, bad in enumerate(ids):
+            params = {"name": "write_file", "arguments": {"path": f"bad{n}.txt", "content": "x"}}
+            line = b'{"jsonrpc": "2.0", "id": ' + bad + b', "method": "tools/call", "params": '
+            proc.stdin.write(line + json.dumps(params).encode() + b"}\n")
+            proc.stdin.flush()
+        assert done.wait(20), f"answers so far: {answers}"
+        _send(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}})  # fmt: skip
+        served = _answer(proc, 2)
+        assert "hello from the workspace" in json.dumps(served["result"])
+    finally:
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stderr.close()
+    assert len(answers) == len(ids), answers
+    for answer in answers:
+        assert answer["id"] is None and answer["error"]["code"] == -32600, answer
+        assert "id" in answer["error"]["message"], answer
+    assert not list(workspace.glob("bad*.txt"))
+    said = (tmp_path / "serve.stderr").read_text()
+    assert "Traceback" not in said, said
+
+
+async def test_an_http_request_whose_id_is_no_id_is_answered_and_not_run(
+    workspace: Path, events: Path
+) -> None:
+    """The same over Streamable HTTP: a POST of a request whose ``id`` is no JSON-RPC id was
+    taken for a notification (``202 Accepted``, no answer ever). Now ``400`` with ``-32600``
+    to ``null``; nothing runs, and the session's next request is served."""
+    from serve_helpers import bearer_client, http_serve_process
+    from test_serve_http import MCP_HEADERS, open_session, rpc
+
+    argv = real_command(workspace, events, "--transport", "http", "--port", "0", "--json")
+    argv += ["--posture", "allow-all"]
+    async with http_serve_process(argv) as served, bearer_client(served.token) as http:
+        assert served.token is not None
+        session = await open_session(http, served.url, served.token)
+        headers = {**MCP_HEADERS, "MCP-Session-Id": session}
+        for n, bad in enumerate([b"1e400", b"1.5", b"true", b"null", b'{"n": 1}']):
+            params = {"name": "write_file", "arguments": {"path": f"bad{n}.txt", "content": "x"}}
+            body = b'{"jsonrpc": "2.0", "id": ' + bad + b', "method": "tools/call", "params": '
+            response = await http.post(
+                served.url, content=body + json.dumps(params).encode() + b"}", headers=headers
+            )
+            assert response.status_code == 400, (bad, response.status_code, response.text[:200])
+            error = response.json()
+            assert error["id"] is None and error["error"]["code"] == -32600, error
+        good = rpc("tools/call", {"name": "read_file", "arguments": {"path": "hello.txt"}}, id=8)
+        response = await http.post(served.url, content=good, headers=headers)
+        assert response.status_code == 200 and "hello from the workspace" in response.text
+    assert not list(workspace.glob("bad*.txt"))

@@ -11,6 +11,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
@@ -117,15 +118,31 @@ def fail(reason: str) -> str:
 
 @mcp.tool(annotations=RO)
 async def sample(
-    prompt: str, ctx: Context, max_tokens: int = 50, offer_tools: bool = False, repeat: int = 1
+    prompt: str,
+    ctx: Context,
+    max_tokens: int = 50,
+    offer_tools: bool = False,
+    repeat: int = 1,
+    stops: int = 0,
+    messages: int = 1,
 ) -> str:
-    """Ask the client's model (sampling); record and return its answer."""
+    """Ask the client's model (sampling); record and return its answer.
+
+    ``stops``: that many stop sequences (of 64 characters each); ``messages``: the prompt
+    as the first of that many messages, the rest empty (a request of little text and
+    much else)."""
     prompt = prompt * repeat
-    extra = {}
+    extra: dict[str, Any] = {}
     if offer_tools:
         extra["tools"] = [types.Tool(name="shell", input_schema={"type": "object"})]
+    if stops:
+        extra["stop_sequences"] = [f"{i:064d}" for i in range(stops)]
+    texts = [prompt] + [""] * (messages - 1)
     result = await ctx.session.create_message(
-        [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))],
+        [
+            types.SamplingMessage(role="user", content=types.TextContent(type="text", text=t))
+            for t in texts
+        ],
         max_tokens=max_tokens,
         model_preferences=types.ModelPreferences(hints=[types.ModelHint(name="small")]),
         **extra,

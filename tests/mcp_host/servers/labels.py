@@ -96,9 +96,19 @@ server = Server(
 )
 
 
+# RF_CAPABILITY_PAD = "COUNT:SIZE": COUNT experimental capabilities and COUNT extensions, each
+# named by SIZE characters, advertised in initialize (names the server chooses, recorded).
+_COUNT, _, _SIZE = os.environ.get("RF_CAPABILITY_PAD", "0:0").partition(":")
+EXPERIMENTAL = {f"{i:08d}".ljust(int(_SIZE), "c"): {} for i in range(int(_COUNT))}
+EXTENSIONS = {f"{i:08d}".ljust(int(_SIZE), "e"): {} for i in range(int(_COUNT))}
+
+
 async def main() -> None:
+    options = server.create_initialization_options(
+        experimental_capabilities=EXPERIMENTAL or None, extensions=EXTENSIONS or None
+    )
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        await server.run(read, write, options)
 
 
 if __name__ == "__main__":

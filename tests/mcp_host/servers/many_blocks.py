@@ -2,7 +2,9 @@
 
 ``images`` returns ``count`` image blocks, each a few distinct bytes (so each is its own
 attachment); ``links`` returns ``count`` resource links. Far under the message limit, each
-block costs the client an attachment (a spool file) or a link entry in the result.
+block costs the client an attachment (a spool file) or a link entry in the result. The
+prompt ``images`` is ``count`` messages of one such image each, and ``texts`` ``count``
+messages of one short text each (a prompt's blocks come one per message).
 """
 
 from __future__ import annotations
@@ -50,7 +52,38 @@ async def call_tool(ctx, params) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text="here"), *blocks])
 
 
-server = Server("many-blocks", version="0.1", on_list_tools=list_tools, on_call_tool=call_tool)
+def _image(i: int) -> types.ImageContent:
+    return types.ImageContent(
+        type="image", data=base64.b64encode(i.to_bytes(4, "big")).decode(), mime_type="image/png"
+    )
+
+
+async def list_prompts(ctx, params) -> types.ListPromptsResult:
+    count = types.PromptArgument(name="count", required=True)
+    return types.ListPromptsResult(
+        prompts=[types.Prompt(name=name, arguments=[count]) for name in ("images", "texts")]
+    )
+
+
+async def get_prompt(ctx, params) -> types.GetPromptResult:
+    count = int((params.arguments or {})["count"])
+    if params.name == "images":
+        blocks: list[types.ContentBlock] = [_image(i) for i in range(count)]
+    else:
+        blocks = [types.TextContent(type="text", text=f"t{i}") for i in range(count)]
+    return types.GetPromptResult(
+        messages=[types.PromptMessage(role="user", content=block) for block in blocks]
+    )
+
+
+server = Server(
+    "many-blocks",
+    version="0.1",
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+    on_list_prompts=list_prompts,
+    on_get_prompt=get_prompt,
+)
 
 
 async def main() -> None:
