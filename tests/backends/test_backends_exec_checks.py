@@ -512,6 +512,66 @@ async def test_a_denied_script_handed_to_its_interpreter_is_refused(workspace: P
     assert control["exit_code"] == 0 and "gzip" in control["stdout"], control
 
 
+def _linked_shell_script() -> tuple[str, str] | None:
+    """A link on ``/usr/bin`` to a ``#!/bin/sh`` script of another name (``bzcmp ->
+    bzdiff``, ``lzcmp -> xzdiff``): the link's name and the script's real path."""
+    for entry in sorted(os.listdir("/usr/bin")):
+        link = f"/usr/bin/{entry}"
+        real = os.path.realpath(link)
+        if not os.path.islink(link) or os.path.basename(real) == entry:
+            continue
+        try:
+            with open(real, "rb") as f:
+                head = f.readline()
+        except OSError:
+            continue
+        if re.fullmatch(rb"#! ?/bin/sh\s*", head):
+            return entry, real
+    return None
+
+
+async def test_a_denied_script_handed_to_its_interpreter_under_any_name_is_refused(
+    workspace: Path,
+) -> None:
+    """The script a rule names is known by inode, whatever the word that hands it to its
+    interpreter: before, only a word spelling the rule's name was looked at, so the script's
+    real path behind the link on PATH (`node /usr/lib/node_modules/npm/bin/npm-cli.js` past
+    `run_shell(npm *)`, `sh /usr/bin/bzdiff` past `run_shell(bzcmp *)`), another link to it
+    and `/dev/stdin` ran it; and the script as the interpreter's standard input (`sh -s f.gz
+    < /usr/bin/gunzip`) uncompressed f.gz past `run_shell(gunzip *)`."""
+    found = _linked_shell_script()
+    with open("/usr/bin/gunzip", "rb") as f:
+        if found is None or f.read(2) != b"#!":
+            pytest.skip("no linked #!/bin/sh script, or gunzip is no script, here")
+    link, real = found
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    chown_like_workspace(workspace, workspace / "f.gz")
+    deny = (f"run_shell({link} *)", "run_shell(gunzip *)", "run_shell(npm *)")
+    lines = [
+        f"sh {real} --version; echo rc=$?",
+        f"ln -s {real} /tmp/other; sh /tmp/other --version; echo rc=$?",
+        f"sh /dev/stdin --version < {real}; echo rc=$?",
+        "sh -s f.gz < /usr/bin/gunzip; echo rc=$?",
+        "sh -c 'echo fine'; cat /usr/bin/gunzip | head -c 2",
+    ]
+    npm = os.path.realpath("/usr/bin/npm")
+    if shutil.which("node") and os.path.basename(npm) != "npm":
+        lines.append(f"node {npm} --version; echo rc=$?")
+    results = await run_lines(workspace, lines, deny=deny)
+    for result in results[:3]:
+        assert set(denied_rules(result)) == {f"deny:run_shell({link} *)"}, result
+        assert result["stdout"] == "rc=126\n", result  # the script printed nothing
+    assert set(denied_rules(results[3])) == {"deny:run_shell(gunzip *)"}, results[3]
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    control = results[4]
+    assert control["stdout"] == "fine\n#!" and "exec_denied" not in control, control
+    if len(results) > 5:
+        assert set(denied_rules(results[5])) == {"deny:run_shell(npm *)"}, results[5]
+        assert results[5]["stdout"] == "rc=126\n", results[5]
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

@@ -630,6 +630,7 @@ class _Identity:
         self.digests: dict[str, bytes | None] = {}  # path -> its SHA-256 (lazily)
         self.by_layout: dict[tuple[int, ...], list[tuple[str, str]]] = {}
         self.image_digests: dict[str, bytes | None] = {}  # path -> its image's SHA-256
+        self.files: dict[tuple[int, int], str] = {}  # (device, inode) -> a path it was added by
 
     def add(self, name: str, path: str) -> None:
         try:
@@ -639,6 +640,7 @@ class _Identity:
         if (st.st_mode & 0o170000) != 0o100000:
             return
         self.by_inode.setdefault((st.st_dev, st.st_ino), set()).add(name)
+        self.files.setdefault((st.st_dev, st.st_ino), path)
         if st.st_size > 0:
             entries = self.by_size.setdefault(st.st_size, [])
             if (name, path) not in entries:
@@ -730,6 +732,16 @@ def shebang(head: bytes) -> tuple[bytes, bytes | None]:
 
 
 _SHELLS = frozenset({"sh", "dash", "bash", "ash", "ksh", "mksh", "zsh", "posh", "yash", "busybox"})
+
+
+def _wanted_interpreter(interpreter: bytes, optional: bytes | None) -> str:
+    """The program a ``#!`` line starts, by name: its interpreter's last component, or for
+    ``#!/usr/bin/env [options] NAME`` that NAME."""
+    wanted = _decode(interpreter).rsplit("/", 1)[-1]
+    if wanted == "env" and optional is not None:
+        words = [w for w in _decode(optional).split() if not w.startswith("-")]
+        wanted = words[0].rsplit("/", 1)[-1] if words else wanted
+    return wanted
 
 
 def _same_interpreter(wanted: str, name: str) -> bool:
@@ -1023,6 +1035,7 @@ class Checker:
                         name = path if glob.slash else entry
                         if glob.fullmatch(name):
                             self.identity.add(name, path)
+        self._interpreters: set[str] | None = None  # of the #! scripts rules name (lazily)
         # Multi-call binaries with an applet a rule names: refused by identity (see above).
         self.loader_paths: set[bytes] = set()  # PT_INTERP strings naming the loader itself
         self.multicall = _Identity()
@@ -1384,48 +1397,61 @@ class Checker:
                     errno.EACCES, Denial(rule.label, rule.source, argv[1], argv[1:], "via busybox")
                 )
 
-    def _script_argument(self, program: list[str], argv: list[str], cwd: str | None) -> None:
-        """A denied ``#!`` script handed to its own interpreter (``sh /usr/bin/gunzip f.gz``,
-        ``node /usr/bin/npm publish``) runs as if it were exec'd: the kernel would start the
-        same interpreter on the same file. So a word of argv that names (by name or path,
-        then by inode and content) a file a rule names, whose ``#!`` interpreter is the
-        program being run (its name, or both shells), is matched as that program with the
-        words after it. A copy under another name is not looked at (a name is the filter)."""
-        ours = {n.rsplit("/", 1)[-1] for n in program if n}
-        for i, word in enumerate(argv[1:17], 1):
-            base = word.rsplit("/", 1)[-1]
-            if not base or (
-                base not in self.exec_rules.names
-                and word not in self.exec_rules.paths
-                and not any(g.fullmatch(word if g.slash else base) for g in self.exec_rules.globs)
-            ):
-                continue
-            self._consulted = True  # a file's decision: not remembered with the argv
-            raw = os.fsencode(word)
-            try:
-                fd = self._open(None if raw.startswith(b"/") else cwd, raw)
-            except (OSError, Refused):
-                continue
-            try:
-                st = os.fstat(fd)
-                if (st.st_mode & 0o170000) != 0o100000:
+    def _denied_interpreters(self) -> set[str]:
+        """The interpreters (by name, :func:`_wanted_interpreter`) of the ``#!`` scripts the
+        rules name on ``PATH``: a program by such a name may be handed one of those scripts
+        under any name (its real path behind a link, ``/dev/stdin``, a link of its own)."""
+        if self._interpreters is None:
+            found: set[str] = set()
+            for path in self.identity.files.values():
+                try:
+                    with open(path, "rb") as f:
+                        head = f.read(_BINPRM_BUF_SIZE)
+                except OSError:
                     continue
-                head = os.pread(fd, _BINPRM_BUF_SIZE, 0)
                 if head[:2] != b"#!":
                     continue
                 try:
-                    interpreter, optional = shebang(head)
+                    found.add(_wanted_interpreter(*shebang(head)))
                 except Refused:
                     continue
-                wanted = _decode(interpreter).rsplit("/", 1)[-1]
-                if wanted == "env" and optional is not None:
-                    words = [w for w in _decode(optional).split() if not w.startswith("-")]
-                    wanted = words[0].rsplit("/", 1)[-1] if words else wanted
-                if not any(_same_interpreter(wanted, name) for name in ours):
-                    continue
-                names = sorted({word, base, *self.identity.names(fd, st)})
-            finally:
-                os.close(fd)
+            self._interpreters = found
+        return self._interpreters
+
+    def _script_argument(self, program: list[str], argv: list[str], cwd: str | None) -> None:
+        """A denied ``#!`` script handed to its own interpreter (``sh /usr/bin/gunzip f.gz``,
+        ``node /usr/bin/npm publish``) runs as if it were exec'd: the kernel would start the
+        same interpreter on the same file. So a word of argv that names a file a rule names,
+        whose ``#!`` interpreter is the program being run (its name, or both shells), is
+        matched as that program with the words after it. Such a file is found by the word's
+        name (then known by inode and content: a copy under a rule's name) and, when the
+        program is the interpreter of a script a rule names, by the inode of whatever the
+        word names in the process's view: the script's real path behind the link a rule
+        names (``node /usr/lib/node_modules/npm/bin/npm-cli.js``), another link to it,
+        ``/dev/stdin``. The same for the script given as the interpreter's standard input
+        (``sh -s f.gz < /usr/bin/gunzip``), matched with any tail of the arguments (it may
+        over-match). A copy under another name is not looked at."""
+        ours = {n.rsplit("/", 1)[-1] for n in program if n}
+        interpreter = any(
+            _same_interpreter(wanted, name)
+            for wanted in self._denied_interpreters()
+            for name in ours
+        )
+        for i, word in enumerate(argv[1:17], 1):
+            base = word.rsplit("/", 1)[-1]
+            named = bool(base) and (
+                base in self.exec_rules.names
+                or word in self.exec_rules.paths
+                or any(g.fullmatch(word if g.slash else base) for g in self.exec_rules.globs)
+            )
+            if not word or not (named or interpreter):
+                continue
+            self._consulted = True  # a file's decision: not remembered with the argv
+            raw = os.fsencode(word)
+            where = None if raw.startswith(b"/") else cwd
+            names = self._denied_script(where, raw, ours, named, [word, base])
+            if names is None:
+                continue
             rule = self.exec_rules.match(names, argv[i + 1 :])
             if rule is not None:
                 raise Refused(
@@ -1438,6 +1464,67 @@ class Checker:
                         f"a script run by its interpreter {argv[0] if argv else '?'}",
                     ),
                 )
+        if interpreter and self._pid is not None:
+            self._consulted = True
+            stdin = f"/proc/{self._pid}/fd/0"
+            names = self._denied_script(None, os.fsencode(stdin), ours, False, [])
+            if names is None:
+                return
+            try:
+                shown = _decode(os.readlink(os.fsencode(stdin)))
+            except OSError:
+                shown = names[0]
+            for k in range(1, len(argv) + 1):
+                rule = self.exec_rules.match(names, argv[k:])
+                if rule is not None:
+                    raise Refused(
+                        errno.EACCES,
+                        Denial(
+                            rule.label,
+                            rule.source,
+                            shown,
+                            argv,
+                            f"a script given as the standard input of its interpreter "
+                            f"{argv[0] if argv else '?'}",
+                        ),
+                    )
+
+    def _denied_script(
+        self, base: str | None, path: bytes, ours: set[str], named: bool, spelled: list[str]
+    ) -> list[str] | None:
+        """The rule names the file at ``path`` goes by when it is a ``#!`` script whose
+        interpreter is one of ``ours``; None otherwise. A file not ``named`` by the word that
+        gave it counts only when it is a rule's file itself (by inode). Nothing but a regular
+        file is opened."""
+        try:
+            resolved = self._resolve(os.fsencode(base) if base else None, path)
+            st = os.stat(resolved)
+        except (OSError, Refused):
+            return None
+        if (st.st_mode & 0o170000) != 0o100000:
+            return None
+        if not named and (st.st_dev, st.st_ino) not in self.identity.by_inode:
+            return None
+        try:
+            fd = os.open(resolved, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if (st.st_mode & 0o170000) != 0o100000:
+                return None
+            head = os.pread(fd, _BINPRM_BUF_SIZE, 0)
+            if head[:2] != b"#!":
+                return None
+            try:
+                wanted = _wanted_interpreter(*shebang(head))
+            except Refused:
+                return None
+            if not any(_same_interpreter(wanted, name) for name in ours):
+                return None
+            return sorted({*spelled, *self.identity.names(fd, st)})
+        finally:
+            os.close(fd)
 
     def _match(self, shown: str, real: str, argv: list[str], identity: list[str]) -> None:
         names = [shown, real, *argv[:1], *identity]
