@@ -572,6 +572,28 @@ async def test_a_denied_script_handed_to_its_interpreter_under_any_name_is_refus
         assert results[5]["stdout"] == "rc=126\n", results[5]
 
 
+async def test_a_copy_of_a_denied_scripts_interpreter_is_that_interpreter(workspace: Path) -> None:
+    """The interpreter is known by what its file is, like a denied program: before, only
+    its name was, so a copy of dash at /tmp/x (`/tmp/x /usr/bin/gunzip f.gz`) uncompressed
+    f.gz past `run_shell(gunzip *)`; a copy of it running anything else still runs."""
+    with open("/usr/bin/gunzip", "rb") as f:
+        if f.read(2) != b"#!":
+            pytest.skip("gunzip is not a #! script here")
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    chown_like_workspace(workspace, workspace / "f.gz")
+    lines = [
+        "cp /bin/sh /tmp/x && /tmp/x /usr/bin/gunzip f.gz; echo rc=$?",
+        "cp /bin/sh /tmp/x && /tmp/x -c 'echo fine'",
+    ]
+    denied, control = await run_lines(workspace, lines, deny=("run_shell(gunzip *)",))
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    assert set(denied_rules(denied)) == {"deny:run_shell(gunzip *)"}, denied
+    assert denied["stdout"] == "rc=126\n", denied
+    assert control["stdout"] == "fine\n" and "exec_denied" not in control, control
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

@@ -1007,7 +1007,8 @@ class Checker:
         self._read = _reader().exec_args  # type: ignore[attr-defined]
         self.writable: list[str] = ["/proc", "/tmp", "/var/tmp", "/dev"]  # see set_writable
         self._real_dirs: set[bytes] = set()  # read-only directories that are no links
-        self._plain: dict[bytes, tuple[str, list[str]]] = {}  # read-only plain programs
+        # read-only plain programs: real path, rule names, interpreter names it is
+        self._plain: dict[bytes, tuple[str, list[str], list[str]]] = {}
         self._cacheable = False  # the last _resolve saw only read-only places
         self._links: dict[bytes, bytes] = {}  # read-only links and their targets
         self._allowed: set[tuple[bytes, ...]] = set()  # (path, *argv) of execve let go
@@ -1018,6 +1019,7 @@ class Checker:
             self._proc_dev = -1
         dirs = [d for d in (path_var + ":" + _STANDARD_PATH).split(":") if d.startswith("/")]
         dirs = list(dict.fromkeys(dirs))
+        self._dirs = dirs
         for name in rules.names:
             for d in dirs:
                 self.identity.add(name, f"{d}/{name}")
@@ -1036,6 +1038,7 @@ class Checker:
                         if glob.fullmatch(name):
                             self.identity.add(name, path)
         self._interpreters: set[str] | None = None  # of the #! scripts rules name (lazily)
+        self.interpreter_files = _Identity()  # those interpreters' files, known by identity
         # Multi-call binaries with an applet a rule names: refused by identity (see above).
         self.loader_paths: set[bytes] = set()  # PT_INTERP strings naming the loader itself
         self.multicall = _Identity()
@@ -1384,11 +1387,11 @@ class Checker:
             raise Refused(errno.ELOOP)
         known = self._plain.get(path) if path.startswith(b"/") else None
         if known is not None:  # a plain program on a read-only path, looked at before
-            real, identity = known
+            real, identity, interpreting = known
             self._match(shown, real, argv, identity)
         else:
-            real = self._examine(base, path, shown, argv, cwd, depth)
-        self._script_argument([shown, real, *argv[:1]], argv, cwd)
+            real, interpreting = self._examine(base, path, shown, argv, cwd, depth)
+        self._script_argument([shown, real, *argv[:1], *interpreting], argv, cwd)
         if argv and argv[0].rsplit("/", 1)[-1].startswith("busybox") and len(argv) > 1:
             names = [argv[1]]
             rule = self.exec_rules.match(names, argv[2:])
@@ -1412,9 +1415,22 @@ class Checker:
                 if head[:2] != b"#!":
                     continue
                 try:
-                    found.add(_wanted_interpreter(*shebang(head)))
+                    interpreter, optional = shebang(head)
                 except Refused:
                     continue
+                wanted = _wanted_interpreter(interpreter, optional)
+                found.add(wanted)
+                # The interpreter's file, known by inode and content like a rule's (a copy
+                # of dash at /tmp/x is sh): a shell stands for every shell on PATH.
+                names = sorted(_SHELLS) if wanted in _SHELLS else [wanted]
+                if (
+                    interpreter.startswith(b"/")
+                    and wanted == _decode(interpreter).rsplit("/", 1)[-1]
+                ):
+                    self.interpreter_files.add(wanted, _decode(interpreter))
+                for name in names:
+                    for d in self._dirs:
+                        self.interpreter_files.add(name, f"{d}/{name}")
             self._interpreters = found
         return self._interpreters
 
@@ -1596,9 +1612,10 @@ class Checker:
         argv: list[str],
         cwd: str | None,
         depth: int,
-    ) -> str:
+    ) -> tuple[str, list[str]]:
         """Open the program as the process would and check everything it runs as; its real
-        path."""
+        path, and the names of the interpreters of denied scripts the file is (by identity:
+        a copy of dash under any name is a shell)."""
         self._cacheable = True
         try:
             fd = self._open(base, path)
@@ -1610,6 +1627,9 @@ class Checker:
                 raise Refused(errno.EACCES)
             real = os.readlink(f"/proc/self/fd/{fd}")
             identity = sorted(self.identity.names(fd, st))
+            interpreting = (
+                sorted(self.interpreter_files.names(fd, st)) if self._denied_interpreters() else []
+            )
             if self.multicall_rule is not None and self.multicall.names(fd, st):
                 label, source, applet = self.multicall_rule
                 raise Refused(
@@ -1634,8 +1654,8 @@ class Checker:
                 else:
                     plain = self._elf_interpreter(fd, head, argv, cwd, depth)
             if plain and self._cacheable and path.startswith(b"/") and len(self._plain) < 4096:
-                self._plain[path] = (real, identity)
-            return real
+                self._plain[path] = (real, identity, interpreting)
+            return real, interpreting
         finally:
             os.close(fd)
 
