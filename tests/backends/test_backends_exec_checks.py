@@ -594,6 +594,23 @@ async def test_a_copy_of_a_denied_scripts_interpreter_is_that_interpreter(worksp
     assert control["stdout"] == "fine\n" and "exec_denied" not in control, control
 
 
+async def test_a_denied_script_after_many_interpreter_options_is_refused(workspace: Path) -> None:
+    """Every word of argv may be the script: only the first 16 were looked at, so `sh` with
+    17 `-e` before `/usr/bin/gunzip f.gz` uncompressed f.gz past `run_shell(gunzip *)`."""
+    with open("/usr/bin/gunzip", "rb") as f:
+        if f.read(2) != b"#!":
+            pytest.skip("gunzip is not a #! script here")
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    chown_like_workspace(workspace, workspace / "f.gz")
+    line = "sh " + "-e " * 40 + "/usr/bin/gunzip f.gz; echo rc=$?"
+    (result,) = await run_lines(workspace, [line], deny=("run_shell(gunzip *)",))
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    assert set(denied_rules(result)) == {"deny:run_shell(gunzip *)"}, result
+    assert result["stdout"] == "rc=126\n", result
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

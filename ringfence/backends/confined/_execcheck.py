@@ -1287,7 +1287,7 @@ class Checker:
             return os.open(base, flags)
         return os.open(self._resolve(os.fsencode(base) if base else None, path), flags)
 
-    def _resolve(self, base: bytes | None, path: bytes) -> bytes:
+    def _resolve(self, base: bytes | None, path: bytes, missing: bool = True) -> bytes:
         """``path`` (relative to the directory ``base`` when not absolute; None: the
         supervisor's own working directory) spelled so that the supervisor's ``open``
         reaches the file the process's ``execve`` would.
@@ -1299,7 +1299,8 @@ class Checker:
         the magic links below a ``/proc/<pid>`` (``fd/N``, ``exe``, ``cwd``, ``root``) are
         kept as they are, since the kernel follows them for the pid they name, whoever
         opens them. Before the process exists (the command's own program), a path through
-        ``self`` is refused. Raises Refused (ELOOP past 40 links) or OSError.
+        ``self`` is refused. Raises Refused (ELOOP past 40 links) or OSError (with
+        ``missing`` False, a missing component too: FileNotFoundError).
         """
         pid = self._pid
         if path.startswith(b"/"):
@@ -1328,6 +1329,8 @@ class Checker:
                 try:
                     st = os.lstat(candidate)
                 except OSError:  # missing: the open says what the kernel would
+                    if not missing:
+                        raise
                     return b"/".join([candidate, *todo[::-1]])
                 if (st.st_mode & 0o170000) != 0o120000:
                     cur = candidate
@@ -1437,7 +1440,8 @@ class Checker:
     def _script_argument(self, program: list[str], argv: list[str], cwd: str | None) -> None:
         """A denied ``#!`` script handed to its own interpreter (``sh /usr/bin/gunzip f.gz``,
         ``node /usr/bin/npm publish``) runs as if it were exec'd: the kernel would start the
-        same interpreter on the same file. So a word of argv that names a file a rule names,
+        same interpreter on the same file. So a word of argv (any: options may come first,
+        as many as the interpreter takes) that names a file a rule names,
         whose ``#!`` interpreter is the program being run (its name, or both shells), is
         matched as that program with the words after it. Such a file is found by the word's
         name (then known by inode and content: a copy under a rule's name) and, when the
@@ -1453,7 +1457,13 @@ class Checker:
             for wanted in self._denied_interpreters()
             for name in ours
         )
-        for i, word in enumerate(argv[1:17], 1):
+        seen: set[str] = set()
+        # Every word: an interpreter takes any number of options before its script (17
+        # `-e` made `sh` run gunzip when only the first 16 words were looked at).
+        for i, word in enumerate(argv[1:], 1):
+            if word in seen:
+                continue
+            seen.add(word)
             base = word.rsplit("/", 1)[-1]
             named = bool(base) and (
                 base in self.exec_rules.names
@@ -1513,7 +1523,7 @@ class Checker:
         gave it counts only when it is a rule's file itself (by inode). Nothing but a regular
         file is opened."""
         try:
-            resolved = self._resolve(os.fsencode(base) if base else None, path)
+            resolved = self._resolve(os.fsencode(base) if base else None, path, missing=False)
             st = os.stat(resolved)
         except (OSError, Refused):
             return None
