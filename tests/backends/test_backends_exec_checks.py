@@ -611,6 +611,37 @@ async def test_a_denied_script_after_many_interpreter_options_is_refused(workspa
     assert result["stdout"] == "rc=126\n", result
 
 
+@pytest.mark.parametrize("change_sets", [True, False])
+async def test_a_rule_naming_a_workspace_script_by_relative_path_knows_it_by_any_path(
+    workspace: Path, change_sets: bool
+) -> None:
+    """`run_shell(scripts/deploy.sh *)` names the file below the root: before, it was looked
+    up once, relative to the supervisor's own directory, so only the word spelled as the
+    rule was refused, and `./scripts/deploy.sh`, `$PWD/scripts/deploy.sh`, `cd scripts &&
+    ./deploy.sh`, `sh ./scripts/deploy.sh` and a copy all ran it (the Gate reads none of
+    them as the rule's word either). It is looked up at every exec, so a script the same
+    command writes counts too."""
+    (workspace / "scripts").mkdir()
+    chown_like_workspace(workspace, workspace / "scripts")
+    write = "printf '#!/bin/sh\\ntouch \"$1\"\\n' > scripts/deploy.sh; chmod +x scripts/deploy.sh"
+    lines = [
+        f"{write}; ./scripts/deploy.sh hit-0; echo rc=$?",
+        "./scripts/deploy.sh hit-1; echo rc=$?",
+        "$PWD/scripts/deploy.sh hit-2; echo rc=$?",
+        "cd scripts && ./deploy.sh ../hit-3; echo rc=$?",
+        "sh ./scripts/deploy.sh hit-4; echo rc=$?",
+        "cp scripts/deploy.sh /tmp/d && /tmp/d hit-5; echo rc=$?",
+        "sh -c 'echo ok'",
+    ]
+    deny = ("run_shell(scripts/deploy.sh *)",)
+    results = await run_lines(workspace, lines, deny=deny, change_sets=change_sets)
+    assert sorted(p.name for p in workspace.iterdir()) == ["scripts"]
+    for result in results[:-1]:
+        assert set(denied_rules(result)) == {"deny:run_shell(scripts/deploy.sh *)"}, result
+        assert result["stdout"].endswith("rc=126\n"), result
+    assert results[-1]["stdout"] == "ok\n" and "exec_denied" not in results[-1], results[-1]
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

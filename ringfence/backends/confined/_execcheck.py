@@ -1024,7 +1024,13 @@ class Checker:
             for d in dirs:
                 self.identity.add(name, f"{d}/{name}")
         for path in rules.paths:
-            self.identity.add(path, path)
+            if path.startswith("/"):
+                self.identity.add(path, path)
+        # A relative path (`scripts/deploy.sh`) names a workspace file below each root,
+        # looked up at every exec (:meth:`_relative_files`), since commands write the roots.
+        self.relative_paths = sorted(p for p in rules.paths if not p.startswith("/"))
+        self.roots: list[str] = []
+        self._relative_seen: dict[str, tuple[int, ...] | None] = {}
         if rules.globs:
             for d in dirs:
                 try:
@@ -1203,6 +1209,39 @@ class Checker:
         self._plain.clear()
         self._allowed.clear()
 
+    def refresh(self, roots: list[str]) -> None:
+        """The workspace roots a rule's relative path (`scripts/deploy.sh`) is below."""
+        if roots != self.roots:
+            self.roots = list(roots)
+            self._relative_seen.clear()
+
+    def _relative_files(self) -> None:
+        """Before each check: the files a rule's relative path names below each root, known
+        by inode and content from then on. Looked up at every exec (one ``stat`` each): the
+        roots are writable (a command may write the script and run it), and under change
+        sets each command has an overlay of its own. When one is new or changed, what was
+        let go by the argv alone is forgotten, and the interpreters looked at again."""
+        changed = False
+        for path in self.relative_paths:
+            for root in self.roots:
+                where = os.path.normpath(os.path.join(root, path))
+                try:
+                    st = os.stat(where)
+                    seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                except OSError:
+                    seen = None
+                if self._relative_seen.get(where, ()) == seen:
+                    continue
+                self._relative_seen[where] = seen
+                self.identity.digests.pop(where, None)
+                self.identity.image_digests.pop(where, None)
+                self.identity.add(path, where)
+                changed = True
+        if changed:
+            self._interpreters = None  # such a file may be a #! script
+            self._allowed.clear()
+            self._plain.clear()
+
     def close(self) -> None:
         """Release the Landlock backstop's ruleset (the rules changed)."""
         if self._execute_fd is not None:
@@ -1237,6 +1276,8 @@ class Checker:
         else:
             dirfd, path_addr, argv_addr, flags = _AT_FDCWD, args[0], args[1], 0
         path, words = self._read(pid, path_addr, argv_addr)
+        if self.relative_paths:
+            self._relative_files()
         key = None
         if nr == _NR_EXECVE and path[:1] == b"/":
             key = (path, *words)
@@ -1277,6 +1318,8 @@ class Checker:
         ``cwd`` is the directory an interpreter's relative path is resolved in (None: the
         supervisor's own). ``shown`` is how the kernel names the file to an interpreter.
         """
+        if self.relative_paths:
+            self._relative_files()
         self._check(base, path, shown, argv, cwd, 0)
 
     def _open(self, base: str | None, path: bytes) -> int:
