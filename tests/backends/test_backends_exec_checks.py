@@ -642,6 +642,30 @@ async def test_a_rule_naming_a_workspace_script_by_relative_path_knows_it_by_any
     assert results[-1]["stdout"] == "ok\n" and "exec_denied" not in results[-1], results[-1]
 
 
+async def test_a_rule_naming_workspace_scripts_by_a_relative_glob_knows_them_by_path(
+    workspace: Path,
+) -> None:
+    """`run_shell(scripts/*.sh *)`: a glob with a `/` was looked for on PATH only, so every
+    way but the word as the Gate reads it (`cd scripts && ./deploy.sh`, `$PWD/scripts/…`)
+    ran a script below the root; a program below a root now goes by its path there too."""
+    (workspace / "scripts").mkdir()
+    script = workspace / "scripts" / "deploy.sh"
+    script.write_text('#!/bin/sh\ntouch "$1"\n')
+    script.chmod(0o755)
+    chown_like_workspace(workspace, workspace / "scripts", script)
+    lines = [
+        "cd scripts && ./deploy.sh ../hit-1; echo rc=$?",
+        "$PWD/scripts/deploy.sh hit-2; echo rc=$?",
+        "sh -c 'echo ok'",
+    ]
+    results = await run_lines(workspace, lines, deny=("run_shell(scripts/*.sh *)",))
+    assert sorted(p.name for p in workspace.iterdir()) == ["scripts"]
+    for result in results[:-1]:
+        assert set(denied_rules(result)) == {"deny:run_shell(scripts/*.sh *)"}, result
+        assert result["stdout"] == "rc=126\n", result
+    assert results[-1]["stdout"] == "ok\n" and "exec_denied" not in results[-1], results[-1]
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

@@ -1031,6 +1031,9 @@ class Checker:
         self.relative_paths = sorted(p for p in rules.paths if not p.startswith("/"))
         self.roots: list[str] = []
         self._relative_seen: dict[str, tuple[int, ...] | None] = {}
+        # Rules that may name a file by its path below a root (a relative path, a glob with
+        # a `/` such as `scripts/*.sh`): a program below a root goes by that path too.
+        self.root_relative = bool(self.relative_paths) or any(g.slash for g in rules.globs)
         if rules.globs:
             for d in dirs:
                 try:
@@ -1595,8 +1598,20 @@ class Checker:
         finally:
             os.close(fd)
 
+    def _below_roots(self, real: str) -> list[str]:
+        """``real``'s path below each root that holds it, as written and as ``./path``."""
+        names = []
+        for root in self.roots:
+            prefix = root.rstrip("/") + "/"
+            if real.startswith(prefix) and len(real) > len(prefix):
+                rel = real[len(prefix) :]
+                names += [rel, "./" + rel]
+        return names
+
     def _match(self, shown: str, real: str, argv: list[str], identity: list[str]) -> None:
         names = [shown, real, *argv[:1], *identity]
+        if self.root_relative:
+            names += self._below_roots(real)
         rule = self.exec_rules.match(names, argv[1:])
         if rule is not None:
             raise Refused(
