@@ -666,6 +666,22 @@ async def test_a_rule_naming_workspace_scripts_by_a_relative_glob_knows_them_by_
     assert results[-1]["stdout"] == "ok\n" and "exec_denied" not in results[-1], results[-1]
 
 
+async def test_a_denied_script_named_by_an_interpreters_option_value_is_refused(
+    workspace: Path,
+) -> None:
+    """`node --require=/usr/lib/node_modules/npm/bin/npm-cli.js -e 1` loads npm's own script
+    (node skips its `#!` line) and ran npm past `run_shell(npm *)` (it printed its usage):
+    the value of an `--option=value` word is looked at like a word of its own."""
+    npm = os.path.realpath("/usr/bin/npm")
+    if not shutil.which("node") or not os.path.isfile(npm):
+        pytest.skip("node and npm are not installed here")
+    lines = [f"node --require={npm} -e 1; echo rc=$?", "node -e 'console.log(2)'"]
+    denied, control = await run_lines(workspace, lines, deny=("run_shell(npm *)",))
+    assert set(denied_rules(denied)) == {"deny:run_shell(npm *)"}, denied
+    assert denied["stdout"] == "rc=126\n", denied  # npm printed no usage
+    assert control["stdout"] == "2\n" and "exec_denied" not in control, control
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

@@ -1522,6 +1522,11 @@ class Checker:
             raw = os.fsencode(word)
             where = None if raw.startswith(b"/") else cwd
             names = self._denied_script(where, raw, ours, named, [word, base])
+            if names is None and interpreter and word.startswith("-") and "=" in word:
+                # An option's value (`node --require=/usr/bin/npm`): the file it names.
+                value = os.fsencode(word.split("=", 1)[1])
+                where = None if value.startswith(b"/") else cwd
+                names = self._denied_script(where, value, ours, False, [_decode(value)])
             if names is None:
                 continue
             rule = self.exec_rules.match(names, argv[i + 1 :])
