@@ -682,6 +682,31 @@ async def test_a_denied_script_named_by_an_interpreters_option_value_is_refused(
     assert control["stdout"] == "2\n" and "exec_denied" not in control, control
 
 
+async def test_a_copy_of_a_denied_script_handed_to_its_interpreter_is_refused(
+    workspace: Path,
+) -> None:
+    """A denied script's exact bytes under another name are that script, handed to its
+    interpreter as a word or on standard input, as they are when exec'd: before, a copy
+    named /tmp/g (`sh /tmp/g f.gz`, `sh -s f.gz < /tmp/g`) uncompressed f.gz past
+    `run_shell(gunzip *)`."""
+    with open("/usr/bin/gunzip", "rb") as f:
+        if f.read(2) != b"#!":
+            pytest.skip("gunzip is not a #! script here")
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    chown_like_workspace(workspace, workspace / "f.gz")
+    lines = [
+        "cp /usr/bin/gunzip /tmp/g && sh /tmp/g f.gz; echo rc=$?",
+        "cp /usr/bin/gunzip /tmp/g && sh -s f.gz < /tmp/g; echo rc=$?",
+    ]
+    results = await run_lines(workspace, lines, deny=("run_shell(gunzip *)",))
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    for result in results:
+        assert set(denied_rules(result)) == {"deny:run_shell(gunzip *)"}, result
+        assert result["stdout"] == "rc=126\n", result
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

@@ -1491,12 +1491,13 @@ class Checker:
         whose ``#!`` interpreter is the program being run (its name, or both shells), is
         matched as that program with the words after it. Such a file is found by the word's
         name (then known by inode and content: a copy under a rule's name) and, when the
-        program is the interpreter of a script a rule names, by the inode of whatever the
-        word names in the process's view: the script's real path behind the link a rule
-        names (``node /usr/lib/node_modules/npm/bin/npm-cli.js``), another link to it,
-        ``/dev/stdin``. The same for the script given as the interpreter's standard input
-        (``sh -s f.gz < /usr/bin/gunzip``), matched with any tail of the arguments (it may
-        over-match). A copy under another name is not looked at."""
+        program is the interpreter of a script a rule names, by the inode or bytes of
+        whatever the word (or an ``--option=value`` word's value) names in the process's
+        view: the script's real path behind the link a rule names (``node
+        /usr/lib/node_modules/npm/bin/npm-cli.js``), another link to it, ``/dev/stdin``, a
+        copy under any name. The same for the script given as the interpreter's standard
+        input (``sh -s f.gz < /usr/bin/gunzip``), matched with any tail of the arguments
+        (it may over-match)."""
         ours = {n.rsplit("/", 1)[-1] for n in program if n}
         interpreter = any(
             _same_interpreter(wanted, name)
@@ -1571,8 +1572,8 @@ class Checker:
     ) -> list[str] | None:
         """The rule names the file at ``path`` goes by when it is a ``#!`` script whose
         interpreter is one of ``ours``; None otherwise. A file not ``named`` by the word that
-        gave it counts only when it is a rule's file itself (by inode). Nothing but a regular
-        file is opened."""
+        gave it counts only when it is a rule's file itself (by inode) or a copy of one (the
+        same size, then the same bytes). Nothing but a regular file is opened."""
         try:
             resolved = self._resolve(os.fsencode(base) if base else None, path, missing=False)
             st = os.stat(resolved)
@@ -1580,7 +1581,11 @@ class Checker:
             return None
         if (st.st_mode & 0o170000) != 0o100000:
             return None
-        if not named and (st.st_dev, st.st_ino) not in self.identity.by_inode:
+        if (
+            not named
+            and (st.st_dev, st.st_ino) not in self.identity.by_inode
+            and st.st_size not in self.identity.by_size
+        ):
             return None
         try:
             fd = os.open(resolved, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
