@@ -707,6 +707,37 @@ async def test_a_copy_of_a_denied_script_handed_to_its_interpreter_is_refused(
         assert result["stdout"] == "rc=126\n", result
 
 
+async def test_a_denied_name_in_a_writable_path_directory_is_looked_up_at_each_exec(
+    workspace: Path,
+) -> None:
+    """With `PATH` holding a directory commands write (`$PWD/bin`, as `node_modules/.bin`
+    is), `run_shell(deploy *)` names what `bin/deploy` is when the exec happens: it was
+    looked up once, at the first command, so a `deploy` made later was known by its name
+    alone and its script, handed to `sh` by its real path or copied to /tmp/x, ran."""
+    env = {"PATH": f"{workspace}/bin:/usr/local/bin:/usr/bin:/bin"}
+    make = (
+        "mkdir -p bin tools && printf '#!/bin/sh\\ntouch \"$1\"\\n' > tools/d.sh && "
+        "chmod +x tools/d.sh && ln -s ../tools/d.sh bin/deploy && echo made"
+    )
+    lines = [
+        make,
+        "sh tools/d.sh hit-1; echo rc=$?",
+        "cp tools/d.sh /tmp/x && /tmp/x hit-2; echo rc=$?",
+        "sh -c 'echo fine'",
+    ]
+    results = await run_lines(
+        workspace,
+        [{"command": line, "env": env} for line in lines],
+        deny=("run_shell(deploy *)",),
+    )
+    assert results[0]["stdout"] == "made\n", results[0]
+    assert sorted(p.name for p in workspace.iterdir()) == ["bin", "tools"]
+    for result in results[1:3]:
+        assert set(denied_rules(result)) == {"deny:run_shell(deploy *)"}, result
+        assert result["stdout"] == "rc=126\n", result
+    assert results[3]["stdout"] == "fine\n" and "exec_denied" not in results[3], results[3]
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

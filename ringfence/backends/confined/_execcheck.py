@@ -1031,6 +1031,7 @@ class Checker:
         self.relative_paths = sorted(p for p in rules.paths if not p.startswith("/"))
         self.roots: list[str] = []
         self._relative_seen: dict[str, tuple[int, ...] | None] = {}
+        self._watch: list[tuple[str, str]] = []  # (rule name or path, file): see refresh
         # Rules that may name a file by its path below a root (a relative path, a glob with
         # a `/` such as `scripts/*.sh`): a program below a root goes by that path too.
         self.root_relative = bool(self.relative_paths) or any(g.slash for g in rules.globs)
@@ -1213,10 +1214,24 @@ class Checker:
         self._allowed.clear()
 
     def refresh(self, roots: list[str]) -> None:
-        """The workspace roots a rule's relative path (`scripts/deploy.sh`) is below."""
+        """The workspace roots a rule's relative path (`scripts/deploy.sh`) is below, and
+        so the files watched at every exec (:meth:`_relative_files`): those relative paths
+        below each root, and a rule's name in each directory of ``PATH`` commands write
+        (`$PWD/node_modules/.bin`, `/tmp/bin`: what it is there may come or change)."""
         if roots != self.roots:
             self.roots = list(roots)
             self._relative_seen.clear()
+            self._watch = [
+                (path, os.path.normpath(os.path.join(root, path)))
+                for path in self.relative_paths
+                for root in self.roots
+            ]
+            self._watch += [
+                (name, f"{d}/{name}")
+                for d in self._dirs
+                if not self._read_only(os.fsencode(d))
+                for name in sorted(self.exec_rules.names)
+            ]
 
     def _relative_files(self) -> None:
         """Before each check: the files a rule's relative path names below each root, known
@@ -1225,21 +1240,19 @@ class Checker:
         sets each command has an overlay of its own. When one is new or changed, what was
         let go by the argv alone is forgotten, and the interpreters looked at again."""
         changed = False
-        for path in self.relative_paths:
-            for root in self.roots:
-                where = os.path.normpath(os.path.join(root, path))
-                try:
-                    st = os.stat(where)
-                    seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                except OSError:
-                    seen = None
-                if self._relative_seen.get(where, ()) == seen:
-                    continue
-                self._relative_seen[where] = seen
-                self.identity.digests.pop(where, None)
-                self.identity.image_digests.pop(where, None)
-                self.identity.add(path, where)
-                changed = True
+        for path, where in self._watch:
+            try:
+                st = os.stat(where)
+                seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            except OSError:
+                seen = None
+            if self._relative_seen.get(where, ()) == seen:
+                continue
+            self._relative_seen[where] = seen
+            self.identity.digests.pop(where, None)
+            self.identity.image_digests.pop(where, None)
+            self.identity.add(path, where)
+            changed = True
         if changed:
             self._interpreters = None  # such a file may be a #! script
             self._allowed.clear()
@@ -1279,7 +1292,7 @@ class Checker:
         else:
             dirfd, path_addr, argv_addr, flags = _AT_FDCWD, args[0], args[1], 0
         path, words = self._read(pid, path_addr, argv_addr)
-        if self.relative_paths:
+        if self._watch:
             self._relative_files()
         key = None
         if nr == _NR_EXECVE and path[:1] == b"/":
@@ -1321,7 +1334,7 @@ class Checker:
         ``cwd`` is the directory an interpreter's relative path is resolved in (None: the
         supervisor's own). ``shown`` is how the kernel names the file to an interpreter.
         """
-        if self.relative_paths:
+        if self._watch:
             self._relative_files()
         self._check(base, path, shown, argv, cwd, 0)
 
