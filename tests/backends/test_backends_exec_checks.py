@@ -738,6 +738,26 @@ async def test_a_denied_name_in_a_writable_path_directory_is_looked_up_at_each_e
     assert results[3]["stdout"] == "fine\n" and "exec_denied" not in results[3], results[3]
 
 
+async def test_a_program_valgrind_runs_is_checked_like_the_loaders(workspace: Path) -> None:
+    """valgrind's tool maps the program its argv names and runs it in its own process (no
+    exec of it), so `valgrind /usr/bin/touch hit` ran touch past `run_shell(touch *)`; a
+    valgrind tool (or its launcher, or a copy) is now checked like the dynamic loader: the
+    program it is given is an invocation too."""
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed here")
+    lines = [
+        "valgrind -q /usr/bin/touch hit-1; echo rc=$?",
+        "cp /usr/bin/touch /tmp/t && valgrind -q --tool=none /tmp/t hit-2; echo rc=$?",
+        "valgrind -q --tool=none /bin/echo fine",
+    ]
+    results = await run_lines(workspace, lines)
+    assert not list(workspace.glob("hit-*"))
+    for result in results[:2]:
+        assert set(denied_rules(result)) == {"deny:run_shell(touch *)"}, result
+        assert result["stdout"] == "rc=126\n", result
+    assert results[2]["stdout"] == "fine\n" and "exec_denied" not in results[2], results[2]
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

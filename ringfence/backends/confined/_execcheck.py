@@ -136,6 +136,9 @@ _GIT_VALUE_OPTIONS = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
 )
 _GIT_EXEC_PATHS = ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core")
+# Where valgrind keeps its tools (``memcheck-amd64-linux``, …): each loads and runs the program
+# its argv names in its own process, as the dynamic loader does, with no exec of it.
+_VALGRIND_DIRS = ("/usr/libexec/valgrind", "/usr/lib/valgrind", "/usr/local/libexec/valgrind")
 
 
 def notifier_program() -> bytes:
@@ -1073,6 +1076,18 @@ class Checker:
         self.git_dirs: list[str] = []  # where git's own commands are (only with such a rule)
         if self.git_rule is not None:
             self.git_dirs = [d for d in _GIT_EXEC_PATHS if os.path.isdir(d)][:1] + dirs
+        # valgrind's tools (and its launcher): programs that run another program themselves.
+        self.emulators = _Identity()
+        for where in _VALGRIND_DIRS:
+            try:
+                entries = sorted(os.listdir(where))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.endswith("-linux"):
+                    self.emulators.add("valgrind", f"{where}/{entry}")
+        for d in dirs:
+            self.emulators.add("valgrind", f"{d}/valgrind.bin")
         # The dynamic loaders programs name (x86-64: other ABIs die at their first call).
         for program in ("/bin/sh", "/usr/bin/env", os.path.realpath("/proc/self/exe")):
             loader = _elf_interpreter(program)
@@ -1742,6 +1757,8 @@ class Checker:
             elif head[:4] == b"\x7fELF":
                 if self._is_loader(fd, st):
                     self._loader(argv, cwd, depth)
+                elif self.emulators.by_inode and self.emulators.names(fd, st):
+                    self._emulated(argv, cwd, depth)
                 else:
                     plain = self._elf_interpreter(fd, head, argv, cwd, depth)
             if plain and self._cacheable and path.startswith(b"/") and len(self._plain) < 4096:
@@ -1796,6 +1813,33 @@ class Checker:
 
     def _is_loader(self, fd: int, st: os.stat_result) -> bool:
         return bool(self.loaders.names(fd, st))
+
+    def _emulated(self, argv: list[str], cwd: str | None, depth: int) -> None:
+        """``valgrind [options] PROGRAM args`` (its launcher or a tool): PROGRAM is an
+        invocation too. valgrind's options are single words; the first other word is the
+        program, which the tool maps and runs itself (no exec of it to check). A program
+        without a ``/`` is found on the process's ``PATH`` as it runs: refused while deny
+        rules apply, as the loader's is."""
+        i = 1
+        while i < len(argv) and argv[i].startswith("-"):
+            i += 1
+        if i >= len(argv):
+            return  # no program: valgrind's help or version
+        program = argv[i]
+        if "/" not in program:
+            raise Refused(
+                errno.EACCES,
+                Denial(
+                    "exec check",
+                    "",
+                    argv[0],
+                    argv,
+                    "valgrind given a program without a '/' (found on PATH as it runs)",
+                ),
+            )
+        raw = os.fsencode(program)
+        base = None if raw.startswith(b"/") else cwd
+        self._check(base, raw, program, [program, *argv[i + 1 :]], cwd, depth + 1)
 
     def _loader(self, argv: list[str], cwd: str | None, depth: int) -> None:
         """``ld.so [options] PROGRAM args``: PROGRAM is an invocation too."""
