@@ -34,9 +34,16 @@ any of those names, the runtime's own deny-side matching: a first element withou
   interpreter is denied is denied; nested interpreters too (up to the kernel's
   depth); and the other way round, a denied ``#!`` script handed to its own interpreter
   (``sh /usr/bin/gunzip f.gz``: the kernel would start the same interpreter on the same
-  file) is that script with the words after it (:meth:`Checker._script_argument`);
+  file) is that script with the words after it (:meth:`Checker._script_argument`): by
+  name, and for the interpreter of such a script (known by identity too) by the inode or
+  bytes of what any word, an ``--option=value``'s value or its standard input names;
+- a rule's relative path (``scripts/deploy.sh``) names that file below each root, and a
+  rule's name a file in a ``PATH`` directory commands write: looked up at every exec
+  (:meth:`Checker._relative_files`); a program below a root goes by its path there too;
 - an ELF program whose ``PT_INTERP`` is not the dynamic loader: that interpreter, which
   the kernel maps and starts with the program's argv;
+- valgrind's tools and launcher (``valgrind /usr/bin/rm``: the tool maps the program
+  itself): the first word after its options is an invocation too;
 - the dynamic loader run directly (``ld.so /usr/bin/rm``): the program it is given
   (after its own options) is an invocation too; a program given without a ``/``
   (the loader searches it like a library) is refused while deny rules apply;
