@@ -512,6 +512,252 @@ async def test_a_denied_script_handed_to_its_interpreter_is_refused(workspace: P
     assert control["exit_code"] == 0 and "gzip" in control["stdout"], control
 
 
+def _linked_shell_script() -> tuple[str, str] | None:
+    """A link on ``/usr/bin`` to a ``#!/bin/sh`` script of another name (``bzcmp ->
+    bzdiff``, ``lzcmp -> xzdiff``): the link's name and the script's real path."""
+    for entry in sorted(os.listdir("/usr/bin")):
+        link = f"/usr/bin/{entry}"
+        real = os.path.realpath(link)
+        if not os.path.islink(link) or os.path.basename(real) == entry:
+            continue
+        try:
+            with open(real, "rb") as f:
+                head = f.readline()
+        except OSError:
+            continue
+        if re.fullmatch(rb"#! ?/bin/sh\s*", head):
+            return entry, real
+    return None
+
+
+async def test_a_denied_script_handed_to_its_interpreter_under_any_name_is_refused(
+    workspace: Path,
+) -> None:
+    """The script a rule names is known by inode, whatever the word that hands it to its
+    interpreter: before, only a word spelling the rule's name was looked at, so the script's
+    real path behind the link on PATH (`node /usr/lib/node_modules/npm/bin/npm-cli.js` past
+    `run_shell(npm *)`, `sh /usr/bin/bzdiff` past `run_shell(bzcmp *)`), another link to it
+    and `/dev/stdin` ran it; and the script as the interpreter's standard input (`sh -s f.gz
+    < /usr/bin/gunzip`) uncompressed f.gz past `run_shell(gunzip *)`."""
+    found = _linked_shell_script()
+    with open("/usr/bin/gunzip", "rb") as f:
+        if found is None or f.read(2) != b"#!":
+            pytest.skip("no linked #!/bin/sh script, or gunzip is no script, here")
+    link, real = found
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    chown_like_workspace(workspace, workspace / "f.gz")
+    deny = (f"run_shell({link} *)", "run_shell(gunzip *)", "run_shell(npm *)")
+    lines = [
+        f"sh {real} --version; echo rc=$?",
+        f"ln -s {real} /tmp/other; sh /tmp/other --version; echo rc=$?",
+        f"sh /dev/stdin --version < {real}; echo rc=$?",
+        "sh -s f.gz < /usr/bin/gunzip; echo rc=$?",
+        "sh -c 'echo fine'; cat /usr/bin/gunzip | head -c 2",
+    ]
+    npm = os.path.realpath("/usr/bin/npm")
+    if shutil.which("node") and os.path.basename(npm) != "npm":
+        lines.append(f"node {npm} --version; echo rc=$?")
+    results = await run_lines(workspace, lines, deny=deny)
+    for result in results[:3]:
+        assert set(denied_rules(result)) == {f"deny:run_shell({link} *)"}, result
+        assert result["stdout"] == "rc=126\n", result  # the script printed nothing
+    assert set(denied_rules(results[3])) == {"deny:run_shell(gunzip *)"}, results[3]
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    control = results[4]
+    assert control["stdout"] == "fine\n#!" and "exec_denied" not in control, control
+    if len(results) > 5:
+        assert set(denied_rules(results[5])) == {"deny:run_shell(npm *)"}, results[5]
+        assert results[5]["stdout"] == "rc=126\n", results[5]
+
+
+async def test_a_copy_of_a_denied_scripts_interpreter_is_that_interpreter(workspace: Path) -> None:
+    """The interpreter is known by what its file is, like a denied program: before, only
+    its name was, so a copy of dash at /tmp/x (`/tmp/x /usr/bin/gunzip f.gz`) uncompressed
+    f.gz past `run_shell(gunzip *)`; a copy of it running anything else still runs."""
+    with open("/usr/bin/gunzip", "rb") as f:
+        if f.read(2) != b"#!":
+            pytest.skip("gunzip is not a #! script here")
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    chown_like_workspace(workspace, workspace / "f.gz")
+    lines = [
+        "cp /bin/sh /tmp/x && /tmp/x /usr/bin/gunzip f.gz; echo rc=$?",
+        "cp /bin/sh /tmp/x && /tmp/x -c 'echo fine'",
+    ]
+    denied, control = await run_lines(workspace, lines, deny=("run_shell(gunzip *)",))
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    assert set(denied_rules(denied)) == {"deny:run_shell(gunzip *)"}, denied
+    assert denied["stdout"] == "rc=126\n", denied
+    assert control["stdout"] == "fine\n" and "exec_denied" not in control, control
+
+
+async def test_a_denied_script_after_many_interpreter_options_is_refused(workspace: Path) -> None:
+    """Every word of argv may be the script: only the first 16 were looked at, so `sh` with
+    17 `-e` before `/usr/bin/gunzip f.gz` uncompressed f.gz past `run_shell(gunzip *)`."""
+    with open("/usr/bin/gunzip", "rb") as f:
+        if f.read(2) != b"#!":
+            pytest.skip("gunzip is not a #! script here")
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    chown_like_workspace(workspace, workspace / "f.gz")
+    line = "sh " + "-e " * 40 + "/usr/bin/gunzip f.gz; echo rc=$?"
+    (result,) = await run_lines(workspace, [line], deny=("run_shell(gunzip *)",))
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    assert set(denied_rules(result)) == {"deny:run_shell(gunzip *)"}, result
+    assert result["stdout"] == "rc=126\n", result
+
+
+@pytest.mark.parametrize("change_sets", [True, False])
+async def test_a_rule_naming_a_workspace_script_by_relative_path_knows_it_by_any_path(
+    workspace: Path, change_sets: bool
+) -> None:
+    """`run_shell(scripts/deploy.sh *)` names the file below the root: before, it was looked
+    up once, relative to the supervisor's own directory, so only the word spelled as the
+    rule was refused, and `./scripts/deploy.sh`, `$PWD/scripts/deploy.sh`, `cd scripts &&
+    ./deploy.sh`, `sh ./scripts/deploy.sh` and a copy all ran it (the Gate reads none of
+    them as the rule's word either). It is looked up at every exec, so a script the same
+    command writes counts too."""
+    (workspace / "scripts").mkdir()
+    chown_like_workspace(workspace, workspace / "scripts")
+    write = "printf '#!/bin/sh\\ntouch \"$1\"\\n' > scripts/deploy.sh; chmod +x scripts/deploy.sh"
+    lines = [
+        f"{write}; ./scripts/deploy.sh hit-0; echo rc=$?",
+        "./scripts/deploy.sh hit-1; echo rc=$?",
+        "$PWD/scripts/deploy.sh hit-2; echo rc=$?",
+        "cd scripts && ./deploy.sh ../hit-3; echo rc=$?",
+        "sh ./scripts/deploy.sh hit-4; echo rc=$?",
+        "cp scripts/deploy.sh /tmp/d && /tmp/d hit-5; echo rc=$?",
+        "sh -c 'echo ok'",
+    ]
+    deny = ("run_shell(scripts/deploy.sh *)",)
+    results = await run_lines(workspace, lines, deny=deny, change_sets=change_sets)
+    assert sorted(p.name for p in workspace.iterdir()) == ["scripts"]
+    for result in results[:-1]:
+        assert set(denied_rules(result)) == {"deny:run_shell(scripts/deploy.sh *)"}, result
+        assert result["stdout"].endswith("rc=126\n"), result
+    assert results[-1]["stdout"] == "ok\n" and "exec_denied" not in results[-1], results[-1]
+
+
+async def test_a_rule_naming_workspace_scripts_by_a_relative_glob_knows_them_by_path(
+    workspace: Path,
+) -> None:
+    """`run_shell(scripts/*.sh *)`: a glob with a `/` was looked for on PATH only, so every
+    way but the word as the Gate reads it (`cd scripts && ./deploy.sh`, `$PWD/scripts/…`)
+    ran a script below the root; a program below a root now goes by its path there too."""
+    (workspace / "scripts").mkdir()
+    script = workspace / "scripts" / "deploy.sh"
+    script.write_text('#!/bin/sh\ntouch "$1"\n')
+    script.chmod(0o755)
+    chown_like_workspace(workspace, workspace / "scripts", script)
+    lines = [
+        "cd scripts && ./deploy.sh ../hit-1; echo rc=$?",
+        "$PWD/scripts/deploy.sh hit-2; echo rc=$?",
+        "sh -c 'echo ok'",
+    ]
+    results = await run_lines(workspace, lines, deny=("run_shell(scripts/*.sh *)",))
+    assert sorted(p.name for p in workspace.iterdir()) == ["scripts"]
+    for result in results[:-1]:
+        assert set(denied_rules(result)) == {"deny:run_shell(scripts/*.sh *)"}, result
+        assert result["stdout"] == "rc=126\n", result
+    assert results[-1]["stdout"] == "ok\n" and "exec_denied" not in results[-1], results[-1]
+
+
+async def test_a_denied_script_named_by_an_interpreters_option_value_is_refused(
+    workspace: Path,
+) -> None:
+    """`node --require=/usr/lib/node_modules/npm/bin/npm-cli.js -e 1` loads npm's own script
+    (node skips its `#!` line) and ran npm past `run_shell(npm *)` (it printed its usage):
+    the value of an `--option=value` word is looked at like a word of its own."""
+    npm = os.path.realpath("/usr/bin/npm")
+    if not shutil.which("node") or not os.path.isfile(npm):
+        pytest.skip("node and npm are not installed here")
+    lines = [f"node --require={npm} -e 1; echo rc=$?", "node -e 'console.log(2)'"]
+    denied, control = await run_lines(workspace, lines, deny=("run_shell(npm *)",))
+    assert set(denied_rules(denied)) == {"deny:run_shell(npm *)"}, denied
+    assert denied["stdout"] == "rc=126\n", denied  # npm printed no usage
+    assert control["stdout"] == "2\n" and "exec_denied" not in control, control
+
+
+async def test_a_copy_of_a_denied_script_handed_to_its_interpreter_is_refused(
+    workspace: Path,
+) -> None:
+    """A denied script's exact bytes under another name are that script, handed to its
+    interpreter as a word or on standard input, as they are when exec'd: before, a copy
+    named /tmp/g (`sh /tmp/g f.gz`, `sh -s f.gz < /tmp/g`) uncompressed f.gz past
+    `run_shell(gunzip *)`."""
+    with open("/usr/bin/gunzip", "rb") as f:
+        if f.read(2) != b"#!":
+            pytest.skip("gunzip is not a #! script here")
+    import gzip
+
+    (workspace / "f.gz").write_bytes(gzip.compress(b"hi\n"))
+    chown_like_workspace(workspace, workspace / "f.gz")
+    lines = [
+        "cp /usr/bin/gunzip /tmp/g && sh /tmp/g f.gz; echo rc=$?",
+        "cp /usr/bin/gunzip /tmp/g && sh -s f.gz < /tmp/g; echo rc=$?",
+    ]
+    results = await run_lines(workspace, lines, deny=("run_shell(gunzip *)",))
+    assert (workspace / "f.gz").exists() and not (workspace / "f").exists()
+    for result in results:
+        assert set(denied_rules(result)) == {"deny:run_shell(gunzip *)"}, result
+        assert result["stdout"] == "rc=126\n", result
+
+
+async def test_a_denied_name_in_a_writable_path_directory_is_looked_up_at_each_exec(
+    workspace: Path,
+) -> None:
+    """With `PATH` holding a directory commands write (`$PWD/bin`, as `node_modules/.bin`
+    is), `run_shell(deploy *)` names what `bin/deploy` is when the exec happens: it was
+    looked up once, at the first command, so a `deploy` made later was known by its name
+    alone and its script, handed to `sh` by its real path or copied to /tmp/x, ran."""
+    env = {"PATH": f"{workspace}/bin:/usr/local/bin:/usr/bin:/bin"}
+    make = (
+        "mkdir -p bin tools && printf '#!/bin/sh\\ntouch \"$1\"\\n' > tools/d.sh && "
+        "chmod +x tools/d.sh && ln -s ../tools/d.sh bin/deploy && echo made"
+    )
+    lines = [
+        make,
+        "sh tools/d.sh hit-1; echo rc=$?",
+        "cp tools/d.sh /tmp/x && /tmp/x hit-2; echo rc=$?",
+        "sh -c 'echo fine'",
+    ]
+    results = await run_lines(
+        workspace,
+        [{"command": line, "env": env} for line in lines],
+        deny=("run_shell(deploy *)",),
+    )
+    assert results[0]["stdout"] == "made\n", results[0]
+    assert sorted(p.name for p in workspace.iterdir()) == ["bin", "tools"]
+    for result in results[1:3]:
+        assert set(denied_rules(result)) == {"deny:run_shell(deploy *)"}, result
+        assert result["stdout"] == "rc=126\n", result
+    assert results[3]["stdout"] == "fine\n" and "exec_denied" not in results[3], results[3]
+
+
+async def test_a_program_valgrind_runs_is_checked_like_the_loaders(workspace: Path) -> None:
+    """valgrind's tool maps the program its argv names and runs it in its own process (no
+    exec of it), so `valgrind /usr/bin/touch hit` ran touch past `run_shell(touch *)`; a
+    valgrind tool (or its launcher, or a copy) is now checked like the dynamic loader: the
+    program it is given is an invocation too."""
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed here")
+    lines = [
+        "valgrind -q /usr/bin/touch hit-1; echo rc=$?",
+        "cp /usr/bin/touch /tmp/t && valgrind -q --tool=none /tmp/t hit-2; echo rc=$?",
+        "valgrind -q --tool=none /bin/echo fine",
+    ]
+    results = await run_lines(workspace, lines)
+    assert not list(workspace.glob("hit-*"))
+    for result in results[:2]:
+        assert set(denied_rules(result)) == {"deny:run_shell(touch *)"}, result
+        assert result["stdout"] == "rc=126\n", result
+    assert results[2]["stdout"] == "fine\n" and "exec_denied" not in results[2], results[2]
+
+
 # The same race for a denied program with a second hard link beside it (perl and
 # perl5.36.0 here; bzip2, bunzip2 and bzcat; gunzip and uncompress): the backstop granted
 # EXECUTE on every other entry of /usr/bin, the second link among them, and a Landlock

@@ -34,9 +34,16 @@ any of those names, the runtime's own deny-side matching: a first element withou
   interpreter is denied is denied; nested interpreters too (up to the kernel's
   depth); and the other way round, a denied ``#!`` script handed to its own interpreter
   (``sh /usr/bin/gunzip f.gz``: the kernel would start the same interpreter on the same
-  file) is that script with the words after it (:meth:`Checker._script_argument`);
+  file) is that script with the words after it (:meth:`Checker._script_argument`): by
+  name, and for the interpreter of such a script (known by identity too) by the inode or
+  bytes of what any word, an ``--option=value``'s value or its standard input names;
+- a rule's relative path (``scripts/deploy.sh``) names that file below each root, and a
+  rule's name a file in a ``PATH`` directory commands write: looked up at every exec
+  (:meth:`Checker._relative_files`); a program below a root goes by its path there too;
 - an ELF program whose ``PT_INTERP`` is not the dynamic loader: that interpreter, which
   the kernel maps and starts with the program's argv;
+- valgrind's tools and launcher (``valgrind /usr/bin/rm``: the tool maps the program
+  itself): the first word after its options is an invocation too;
 - the dynamic loader run directly (``ld.so /usr/bin/rm``): the program it is given
   (after its own options) is an invocation too; a program given without a ``/``
   (the loader searches it like a library) is refused while deny rules apply;
@@ -136,6 +143,9 @@ _GIT_VALUE_OPTIONS = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
 )
 _GIT_EXEC_PATHS = ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core")
+# Where valgrind keeps its tools (``memcheck-amd64-linux``, …): each loads and runs the program
+# its argv names in its own process, as the dynamic loader does, with no exec of it.
+_VALGRIND_DIRS = ("/usr/libexec/valgrind", "/usr/lib/valgrind", "/usr/local/libexec/valgrind")
 
 
 def notifier_program() -> bytes:
@@ -630,6 +640,7 @@ class _Identity:
         self.digests: dict[str, bytes | None] = {}  # path -> its SHA-256 (lazily)
         self.by_layout: dict[tuple[int, ...], list[tuple[str, str]]] = {}
         self.image_digests: dict[str, bytes | None] = {}  # path -> its image's SHA-256
+        self.files: dict[tuple[int, int], str] = {}  # (device, inode) -> a path it was added by
 
     def add(self, name: str, path: str) -> None:
         try:
@@ -639,6 +650,7 @@ class _Identity:
         if (st.st_mode & 0o170000) != 0o100000:
             return
         self.by_inode.setdefault((st.st_dev, st.st_ino), set()).add(name)
+        self.files.setdefault((st.st_dev, st.st_ino), path)
         if st.st_size > 0:
             entries = self.by_size.setdefault(st.st_size, [])
             if (name, path) not in entries:
@@ -730,6 +742,16 @@ def shebang(head: bytes) -> tuple[bytes, bytes | None]:
 
 
 _SHELLS = frozenset({"sh", "dash", "bash", "ash", "ksh", "mksh", "zsh", "posh", "yash", "busybox"})
+
+
+def _wanted_interpreter(interpreter: bytes, optional: bytes | None) -> str:
+    """The program a ``#!`` line starts, by name: its interpreter's last component, or for
+    ``#!/usr/bin/env [options] NAME`` that NAME."""
+    wanted = _decode(interpreter).rsplit("/", 1)[-1]
+    if wanted == "env" and optional is not None:
+        words = [w for w in _decode(optional).split() if not w.startswith("-")]
+        wanted = words[0].rsplit("/", 1)[-1] if words else wanted
+    return wanted
 
 
 def _same_interpreter(wanted: str, name: str) -> bool:
@@ -995,7 +1017,8 @@ class Checker:
         self._read = _reader().exec_args  # type: ignore[attr-defined]
         self.writable: list[str] = ["/proc", "/tmp", "/var/tmp", "/dev"]  # see set_writable
         self._real_dirs: set[bytes] = set()  # read-only directories that are no links
-        self._plain: dict[bytes, tuple[str, list[str]]] = {}  # read-only plain programs
+        # read-only plain programs: real path, rule names, interpreter names it is
+        self._plain: dict[bytes, tuple[str, list[str], list[str]]] = {}
         self._cacheable = False  # the last _resolve saw only read-only places
         self._links: dict[bytes, bytes] = {}  # read-only links and their targets
         self._allowed: set[tuple[bytes, ...]] = set()  # (path, *argv) of execve let go
@@ -1006,11 +1029,22 @@ class Checker:
             self._proc_dev = -1
         dirs = [d for d in (path_var + ":" + _STANDARD_PATH).split(":") if d.startswith("/")]
         dirs = list(dict.fromkeys(dirs))
+        self._dirs = dirs
         for name in rules.names:
             for d in dirs:
                 self.identity.add(name, f"{d}/{name}")
         for path in rules.paths:
-            self.identity.add(path, path)
+            if path.startswith("/"):
+                self.identity.add(path, path)
+        # A relative path (`scripts/deploy.sh`) names a workspace file below each root,
+        # looked up at every exec (:meth:`_relative_files`), since commands write the roots.
+        self.relative_paths = sorted(p for p in rules.paths if not p.startswith("/"))
+        self.roots: list[str] = []
+        self._relative_seen: dict[str, tuple[int, ...] | None] = {}
+        self._watch: list[tuple[str, str]] = []  # (rule name or path, file): see refresh
+        # Rules that may name a file by its path below a root (a relative path, a glob with
+        # a `/` such as `scripts/*.sh`): a program below a root goes by that path too.
+        self.root_relative = bool(self.relative_paths) or any(g.slash for g in rules.globs)
         if rules.globs:
             for d in dirs:
                 try:
@@ -1023,6 +1057,8 @@ class Checker:
                         name = path if glob.slash else entry
                         if glob.fullmatch(name):
                             self.identity.add(name, path)
+        self._interpreters: set[str] | None = None  # of the #! scripts rules name (lazily)
+        self.interpreter_files = _Identity()  # those interpreters' files, known by identity
         # Multi-call binaries with an applet a rule names: refused by identity (see above).
         self.loader_paths: set[bytes] = set()  # PT_INTERP strings naming the loader itself
         self.multicall = _Identity()
@@ -1047,6 +1083,18 @@ class Checker:
         self.git_dirs: list[str] = []  # where git's own commands are (only with such a rule)
         if self.git_rule is not None:
             self.git_dirs = [d for d in _GIT_EXEC_PATHS if os.path.isdir(d)][:1] + dirs
+        # valgrind's tools (and its launcher): programs that run another program themselves.
+        self.emulators = _Identity()
+        for where in _VALGRIND_DIRS:
+            try:
+                entries = sorted(os.listdir(where))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.endswith("-linux"):
+                    self.emulators.add("valgrind", f"{where}/{entry}")
+        for d in dirs:
+            self.emulators.add("valgrind", f"{d}/valgrind.bin")
         # The dynamic loaders programs name (x86-64: other ABIs die at their first call).
         for program in ("/bin/sh", "/usr/bin/env", os.path.realpath("/proc/self/exe")):
             loader = _elf_interpreter(program)
@@ -1187,6 +1235,51 @@ class Checker:
         self._plain.clear()
         self._allowed.clear()
 
+    def refresh(self, roots: list[str]) -> None:
+        """The workspace roots a rule's relative path (`scripts/deploy.sh`) is below, and
+        so the files watched at every exec (:meth:`_relative_files`): those relative paths
+        below each root, and a rule's name in each directory of ``PATH`` commands write
+        (`$PWD/node_modules/.bin`, `/tmp/bin`: what it is there may come or change)."""
+        if roots != self.roots:
+            self.roots = list(roots)
+            self._relative_seen.clear()
+            self._watch = [
+                (path, os.path.normpath(os.path.join(root, path)))
+                for path in self.relative_paths
+                for root in self.roots
+            ]
+            self._watch += [
+                (name, f"{d}/{name}")
+                for d in self._dirs
+                if not self._read_only(os.fsencode(d))
+                for name in sorted(self.exec_rules.names)
+            ]
+
+    def _relative_files(self) -> None:
+        """Before each check: the files a rule's relative path names below each root, known
+        by inode and content from then on. Looked up at every exec (one ``stat`` each): the
+        roots are writable (a command may write the script and run it), and under change
+        sets each command has an overlay of its own. When one is new or changed, what was
+        let go by the argv alone is forgotten, and the interpreters looked at again."""
+        changed = False
+        for path, where in self._watch:
+            try:
+                st = os.stat(where)
+                seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            except OSError:
+                seen = None
+            if self._relative_seen.get(where, ()) == seen:
+                continue
+            self._relative_seen[where] = seen
+            self.identity.digests.pop(where, None)
+            self.identity.image_digests.pop(where, None)
+            self.identity.add(path, where)
+            changed = True
+        if changed:
+            self._interpreters = None  # such a file may be a #! script
+            self._allowed.clear()
+            self._plain.clear()
+
     def close(self) -> None:
         """Release the Landlock backstop's ruleset (the rules changed)."""
         if self._execute_fd is not None:
@@ -1221,6 +1314,8 @@ class Checker:
         else:
             dirfd, path_addr, argv_addr, flags = _AT_FDCWD, args[0], args[1], 0
         path, words = self._read(pid, path_addr, argv_addr)
+        if self._watch:
+            self._relative_files()
         key = None
         if nr == _NR_EXECVE and path[:1] == b"/":
             key = (path, *words)
@@ -1261,6 +1356,8 @@ class Checker:
         ``cwd`` is the directory an interpreter's relative path is resolved in (None: the
         supervisor's own). ``shown`` is how the kernel names the file to an interpreter.
         """
+        if self._watch:
+            self._relative_files()
         self._check(base, path, shown, argv, cwd, 0)
 
     def _open(self, base: str | None, path: bytes) -> int:
@@ -1271,7 +1368,7 @@ class Checker:
             return os.open(base, flags)
         return os.open(self._resolve(os.fsencode(base) if base else None, path), flags)
 
-    def _resolve(self, base: bytes | None, path: bytes) -> bytes:
+    def _resolve(self, base: bytes | None, path: bytes, missing: bool = True) -> bytes:
         """``path`` (relative to the directory ``base`` when not absolute; None: the
         supervisor's own working directory) spelled so that the supervisor's ``open``
         reaches the file the process's ``execve`` would.
@@ -1283,7 +1380,8 @@ class Checker:
         the magic links below a ``/proc/<pid>`` (``fd/N``, ``exe``, ``cwd``, ``root``) are
         kept as they are, since the kernel follows them for the pid they name, whoever
         opens them. Before the process exists (the command's own program), a path through
-        ``self`` is refused. Raises Refused (ELOOP past 40 links) or OSError.
+        ``self`` is refused. Raises Refused (ELOOP past 40 links) or OSError (with
+        ``missing`` False, a missing component too: FileNotFoundError).
         """
         pid = self._pid
         if path.startswith(b"/"):
@@ -1312,6 +1410,8 @@ class Checker:
                 try:
                     st = os.lstat(candidate)
                 except OSError:  # missing: the open says what the kernel would
+                    if not missing:
+                        raise
                     return b"/".join([candidate, *todo[::-1]])
                 if (st.st_mode & 0o170000) != 0o120000:
                     cur = candidate
@@ -1371,11 +1471,11 @@ class Checker:
             raise Refused(errno.ELOOP)
         known = self._plain.get(path) if path.startswith(b"/") else None
         if known is not None:  # a plain program on a read-only path, looked at before
-            real, identity = known
+            real, identity, interpreting = known
             self._match(shown, real, argv, identity)
         else:
-            real = self._examine(base, path, shown, argv, cwd, depth)
-        self._script_argument([shown, real, *argv[:1]], argv, cwd)
+            real, interpreting = self._examine(base, path, shown, argv, cwd, depth)
+        self._script_argument([shown, real, *argv[:1], *interpreting], argv, cwd)
         if argv and argv[0].rsplit("/", 1)[-1].startswith("busybox") and len(argv) > 1:
             names = [argv[1]]
             rule = self.exec_rules.match(names, argv[2:])
@@ -1384,48 +1484,87 @@ class Checker:
                     errno.EACCES, Denial(rule.label, rule.source, argv[1], argv[1:], "via busybox")
                 )
 
-    def _script_argument(self, program: list[str], argv: list[str], cwd: str | None) -> None:
-        """A denied ``#!`` script handed to its own interpreter (``sh /usr/bin/gunzip f.gz``,
-        ``node /usr/bin/npm publish``) runs as if it were exec'd: the kernel would start the
-        same interpreter on the same file. So a word of argv that names (by name or path,
-        then by inode and content) a file a rule names, whose ``#!`` interpreter is the
-        program being run (its name, or both shells), is matched as that program with the
-        words after it. A copy under another name is not looked at (a name is the filter)."""
-        ours = {n.rsplit("/", 1)[-1] for n in program if n}
-        for i, word in enumerate(argv[1:17], 1):
-            base = word.rsplit("/", 1)[-1]
-            if not base or (
-                base not in self.exec_rules.names
-                and word not in self.exec_rules.paths
-                and not any(g.fullmatch(word if g.slash else base) for g in self.exec_rules.globs)
-            ):
-                continue
-            self._consulted = True  # a file's decision: not remembered with the argv
-            raw = os.fsencode(word)
-            try:
-                fd = self._open(None if raw.startswith(b"/") else cwd, raw)
-            except (OSError, Refused):
-                continue
-            try:
-                st = os.fstat(fd)
-                if (st.st_mode & 0o170000) != 0o100000:
+    def _denied_interpreters(self) -> set[str]:
+        """The interpreters (by name, :func:`_wanted_interpreter`) of the ``#!`` scripts the
+        rules name on ``PATH``: a program by such a name may be handed one of those scripts
+        under any name (its real path behind a link, ``/dev/stdin``, a link of its own)."""
+        if self._interpreters is None:
+            found: set[str] = set()
+            for path in self.identity.files.values():
+                try:
+                    with open(path, "rb") as f:
+                        head = f.read(_BINPRM_BUF_SIZE)
+                except OSError:
                     continue
-                head = os.pread(fd, _BINPRM_BUF_SIZE, 0)
                 if head[:2] != b"#!":
                     continue
                 try:
                     interpreter, optional = shebang(head)
                 except Refused:
                     continue
-                wanted = _decode(interpreter).rsplit("/", 1)[-1]
-                if wanted == "env" and optional is not None:
-                    words = [w for w in _decode(optional).split() if not w.startswith("-")]
-                    wanted = words[0].rsplit("/", 1)[-1] if words else wanted
-                if not any(_same_interpreter(wanted, name) for name in ours):
-                    continue
-                names = sorted({word, base, *self.identity.names(fd, st)})
-            finally:
-                os.close(fd)
+                wanted = _wanted_interpreter(interpreter, optional)
+                found.add(wanted)
+                # The interpreter's file, known by inode and content like a rule's (a copy
+                # of dash at /tmp/x is sh): a shell stands for every shell on PATH.
+                names = sorted(_SHELLS) if wanted in _SHELLS else [wanted]
+                if (
+                    interpreter.startswith(b"/")
+                    and wanted == _decode(interpreter).rsplit("/", 1)[-1]
+                ):
+                    self.interpreter_files.add(wanted, _decode(interpreter))
+                for name in names:
+                    for d in self._dirs:
+                        self.interpreter_files.add(name, f"{d}/{name}")
+            self._interpreters = found
+        return self._interpreters
+
+    def _script_argument(self, program: list[str], argv: list[str], cwd: str | None) -> None:
+        """A denied ``#!`` script handed to its own interpreter (``sh /usr/bin/gunzip f.gz``,
+        ``node /usr/bin/npm publish``) runs as if it were exec'd: the kernel would start the
+        same interpreter on the same file. So a word of argv (any: options may come first,
+        as many as the interpreter takes) that names a file a rule names,
+        whose ``#!`` interpreter is the program being run (its name, or both shells), is
+        matched as that program with the words after it. Such a file is found by the word's
+        name (then known by inode and content: a copy under a rule's name) and, when the
+        program is the interpreter of a script a rule names, by the inode or bytes of
+        whatever the word (or an ``--option=value`` word's value) names in the process's
+        view: the script's real path behind the link a rule names (``node
+        /usr/lib/node_modules/npm/bin/npm-cli.js``), another link to it, ``/dev/stdin``, a
+        copy under any name. The same for the script given as the interpreter's standard
+        input (``sh -s f.gz < /usr/bin/gunzip``), matched with any tail of the arguments
+        (it may over-match)."""
+        ours = {n.rsplit("/", 1)[-1] for n in program if n}
+        interpreter = any(
+            _same_interpreter(wanted, name)
+            for wanted in self._denied_interpreters()
+            for name in ours
+        )
+        seen: set[str] = set()
+        # Every word: an interpreter takes any number of options before its script (17
+        # `-e` made `sh` run gunzip when only the first 16 words were looked at).
+        for i, word in enumerate(argv[1:], 1):
+            if word in seen:
+                continue
+            seen.add(word)
+            base = word.rsplit("/", 1)[-1]
+            named = bool(base) and (
+                base in self.exec_rules.names
+                or word in self.exec_rules.paths
+                or any(g.fullmatch(word if g.slash else base) for g in self.exec_rules.globs)
+            )
+            if not word or not (named or interpreter):
+                continue
+            self._consulted = True  # a file's decision: not remembered with the argv
+            raw = os.fsencode(word)
+            where = None if raw.startswith(b"/") else cwd
+            names = self._denied_script(where, raw, ours, named, [word, base])
+            if names is None and interpreter and word.startswith("-") and "=" in word:
+                # An option's value (`node --require=/usr/bin/npm`): the file it names.
+                value = os.fsencode(word.split("=", 1)[1])
+                where = None if value.startswith(b"/") else cwd
+                names = self._denied_script(where, value, ours, False, [_decode(value)])
+            if names is None:
+                continue
             rule = self.exec_rules.match(names, argv[i + 1 :])
             if rule is not None:
                 raise Refused(
@@ -1438,9 +1577,86 @@ class Checker:
                         f"a script run by its interpreter {argv[0] if argv else '?'}",
                     ),
                 )
+        if interpreter and self._pid is not None:
+            self._consulted = True
+            stdin = f"/proc/{self._pid}/fd/0"
+            names = self._denied_script(None, os.fsencode(stdin), ours, False, [])
+            if names is None:
+                return
+            try:
+                shown = _decode(os.readlink(os.fsencode(stdin)))
+            except OSError:
+                shown = names[0]
+            for k in range(1, len(argv) + 1):
+                rule = self.exec_rules.match(names, argv[k:])
+                if rule is not None:
+                    raise Refused(
+                        errno.EACCES,
+                        Denial(
+                            rule.label,
+                            rule.source,
+                            shown,
+                            argv,
+                            f"a script given as the standard input of its interpreter "
+                            f"{argv[0] if argv else '?'}",
+                        ),
+                    )
+
+    def _denied_script(
+        self, base: str | None, path: bytes, ours: set[str], named: bool, spelled: list[str]
+    ) -> list[str] | None:
+        """The rule names the file at ``path`` goes by when it is a ``#!`` script whose
+        interpreter is one of ``ours``; None otherwise. A file not ``named`` by the word that
+        gave it counts only when it is a rule's file itself (by inode) or a copy of one (the
+        same size, then the same bytes). Nothing but a regular file is opened."""
+        try:
+            resolved = self._resolve(os.fsencode(base) if base else None, path, missing=False)
+            st = os.stat(resolved)
+        except (OSError, Refused):
+            return None
+        if (st.st_mode & 0o170000) != 0o100000:
+            return None
+        if (
+            not named
+            and (st.st_dev, st.st_ino) not in self.identity.by_inode
+            and st.st_size not in self.identity.by_size
+        ):
+            return None
+        try:
+            fd = os.open(resolved, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if (st.st_mode & 0o170000) != 0o100000:
+                return None
+            head = os.pread(fd, _BINPRM_BUF_SIZE, 0)
+            if head[:2] != b"#!":
+                return None
+            try:
+                wanted = _wanted_interpreter(*shebang(head))
+            except Refused:
+                return None
+            if not any(_same_interpreter(wanted, name) for name in ours):
+                return None
+            return sorted({*spelled, *self.identity.names(fd, st)})
+        finally:
+            os.close(fd)
+
+    def _below_roots(self, real: str) -> list[str]:
+        """``real``'s path below each root that holds it, as written and as ``./path``."""
+        names = []
+        for root in self.roots:
+            prefix = root.rstrip("/") + "/"
+            if real.startswith(prefix) and len(real) > len(prefix):
+                rel = real[len(prefix) :]
+                names += [rel, "./" + rel]
+        return names
 
     def _match(self, shown: str, real: str, argv: list[str], identity: list[str]) -> None:
         names = [shown, real, *argv[:1], *identity]
+        if self.root_relative:
+            names += self._below_roots(real)
         rule = self.exec_rules.match(names, argv[1:])
         if rule is not None:
             raise Refused(
@@ -1509,9 +1725,10 @@ class Checker:
         argv: list[str],
         cwd: str | None,
         depth: int,
-    ) -> str:
+    ) -> tuple[str, list[str]]:
         """Open the program as the process would and check everything it runs as; its real
-        path."""
+        path, and the names of the interpreters of denied scripts the file is (by identity:
+        a copy of dash under any name is a shell)."""
         self._cacheable = True
         try:
             fd = self._open(base, path)
@@ -1523,6 +1740,9 @@ class Checker:
                 raise Refused(errno.EACCES)
             real = os.readlink(f"/proc/self/fd/{fd}")
             identity = sorted(self.identity.names(fd, st))
+            interpreting = (
+                sorted(self.interpreter_files.names(fd, st)) if self._denied_interpreters() else []
+            )
             if self.multicall_rule is not None and self.multicall.names(fd, st):
                 label, source, applet = self.multicall_rule
                 raise Refused(
@@ -1544,11 +1764,13 @@ class Checker:
             elif head[:4] == b"\x7fELF":
                 if self._is_loader(fd, st):
                     self._loader(argv, cwd, depth)
+                elif self.emulators.by_inode and self.emulators.names(fd, st):
+                    self._emulated(argv, cwd, depth)
                 else:
                     plain = self._elf_interpreter(fd, head, argv, cwd, depth)
             if plain and self._cacheable and path.startswith(b"/") and len(self._plain) < 4096:
-                self._plain[path] = (real, identity)
-            return real
+                self._plain[path] = (real, identity, interpreting)
+            return real, interpreting
         finally:
             os.close(fd)
 
@@ -1598,6 +1820,33 @@ class Checker:
 
     def _is_loader(self, fd: int, st: os.stat_result) -> bool:
         return bool(self.loaders.names(fd, st))
+
+    def _emulated(self, argv: list[str], cwd: str | None, depth: int) -> None:
+        """``valgrind [options] PROGRAM args`` (its launcher or a tool): PROGRAM is an
+        invocation too. valgrind's options are single words; the first other word is the
+        program, which the tool maps and runs itself (no exec of it to check). A program
+        without a ``/`` is found on the process's ``PATH`` as it runs: refused while deny
+        rules apply, as the loader's is."""
+        i = 1
+        while i < len(argv) and argv[i].startswith("-"):
+            i += 1
+        if i >= len(argv):
+            return  # no program: valgrind's help or version
+        program = argv[i]
+        if "/" not in program:
+            raise Refused(
+                errno.EACCES,
+                Denial(
+                    "exec check",
+                    "",
+                    argv[0],
+                    argv,
+                    "valgrind given a program without a '/' (found on PATH as it runs)",
+                ),
+            )
+        raw = os.fsencode(program)
+        base = None if raw.startswith(b"/") else cwd
+        self._check(base, raw, program, [program, *argv[i + 1 :]], cwd, depth + 1)
 
     def _loader(self, argv: list[str], cwd: str | None, depth: int) -> None:
         """``ld.so [options] PROGRAM args``: PROGRAM is an invocation too."""

@@ -384,6 +384,8 @@ def checker_for(env: dict[str, str]) -> object:
 def precheck(checker: object, path: str, argv: list[str]) -> str | None:
     """The command's own program checked before its process exists: None, or why not."""
     module: object = exec_module()
+    roots = _OVERLAYS or [w for w in _WRITABLE if w not in ("/tmp", "/var/tmp", "/dev")]
+    checker.refresh(roots)  # type: ignore[attr-defined]
     try:
         checker.check(None, os.fsencode(path), path, argv, None)  # type: ignore[attr-defined]
     except module.Refused as refused:  # type: ignore[attr-defined]
