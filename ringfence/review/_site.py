@@ -34,7 +34,7 @@ from ..runtime._kernel import Kernel
 from ..runtime._plan import AppliedMark, Plan, StagedCall
 from ..runtime._render import json_text, one_line, render_approval
 from ..runtime._timeline import CallFilter, CallRow, Timeline
-from ._actions import Confirmations, Job, Pending, RateLimit
+from ._actions import Confirmations, Job, Pending, RateLimit, Views
 from ._approver import Question, ReviewApprover, answer_from_page
 from ._feed import MAX_HELD_BYTES, MAX_LINE_BYTES, EventFeed, Integrity
 from ._html import Html, block, code_points, el, field, path_field, url, when
@@ -233,16 +233,33 @@ def _code_point_note(request: ApprovalRequest) -> Html | None:
         items.append(f"tool {tool}")
     for name, value in request.arguments.items():
         key = field(name, 60)
-        text = code_points(field(value, 200)) if isinstance(value, str) else None
+        # A value as the prompt draws it: a text itself, anything else (a list of paths, an
+        # object of options) as its JSON, so a lookalike nested in it is noted too.
+        shown = field(value if isinstance(value, str) else json_text(value), 200)
+        text = code_points(shown)
         if text is not None or code_points(key) is not None:
             if len(items) == MAX_NOTED:  # the note stays short, however many arguments
                 items.append("… and more")
                 break
-            items.append(f"{code_points(key) or key} = {text or field(value, 200)}")
+            items.append(f"{code_points(key) or key} = {text or shown}")
     if not items:
         return None
     return el(
         "p", {"class": "warn code-points"}, "Beyond ASCII, as code points: " + "; ".join(items)
+    )
+
+
+def _staged_request(call: StagedCall) -> ApprovalRequest:
+    """A staged call as the question it would be: drawn (and its code points noted) as the
+    Gate's question about the same call is, so a plan's lookalike path is told apart too."""
+    return ApprovalRequest(
+        call.tool,
+        call.arguments,
+        call.consequence,
+        "",
+        "staged by a dry run",
+        call.origin,
+        call.trace_id,
     )
 
 
@@ -271,6 +288,7 @@ class ReviewSite:
             plan_paths.append(Path(kernel.plan_path))
         self.plans: list[Path] = list(dict.fromkeys(plan_paths))
         self.confirmations = Confirmations()
+        self.views = Views()
         self.limit = RateLimit()
         self.jobs: dict[str, Job] = {}
         self.version = 0
@@ -868,20 +886,22 @@ class ReviewSite:
         )
         return self.page("Change sets", table, active="changes")
 
-    def _set_view(self, set_id: str) -> tuple[Any, str, dict[str, Any]]:
+    def _set_view(self, set_id: str) -> tuple[Any, str, dict[str, Any], list[str]]:
+        """The set, its diff, its summary, and the id of every set in the store as read."""
         with self._store() as store:
             cs = store.load(set_id)
             from ..workspace.changes._diff import render_changes
 
             diff = render_changes(cs.changes, store.get, max_text_bytes=MAX_TEXT_BYTES)
-            summary = next(s for s in store.list() if s["id"] == set_id)
-        return cs, diff, summary
+            listed = store.list()
+            summary = next(s for s in listed if s["id"] == set_id)
+        return cs, diff, summary, [s["id"] for s in listed]
 
     async def change_page(self, set_id: str) -> Html:
         if not _is_id(set_id):
             raise PageError(404, "not a change set id")
         try:
-            cs, diff, summary = await trio.to_thread.run_sync(self._set_view, set_id)
+            cs, diff, summary, listed = await trio.to_thread.run_sync(self._set_view, set_id)
         except RingfenceError as exc:
             raise PageError(404, exc.message) from None
         record = self.feed.timeline().sets.get(set_id)
@@ -932,7 +952,7 @@ class ReviewSite:
         parts += [el("h3", {}, "Diff"), self._diff(diff)]
         can_undo = not cs.staged and not cs.undoes and not summary.get("undone_by")
         if can_undo:
-            parts.append(self._undo_forms(set_id))
+            parts.append(self._undo_forms(set_id, self.views.make(set_id, listed)))
         elif cs.staged:
             parts.append(
                 el(
@@ -999,7 +1019,11 @@ class ReviewSite:
             )
         return el("pre", {"class": "diff", "id": "diff"}, out)
 
-    def _undo_forms(self, set_id: str) -> Html:
+    def _undo_forms(self, set_id: str, view: str) -> Html:
+        """Undo this set, or back to it: each form names the view it was drawn from (the
+        sets the page read, kept here: :class:`Views`), so the undo is bound to what the
+        person read, not to the store as it stands when they click."""
+
         def form(mode: str, label: str) -> Html:
             return el(
                 "form",
@@ -1009,6 +1033,7 @@ class ReviewSite:
                     "class": "inline",
                 },
                 el("input", {"type": "hidden", "name": "mode", "value": mode}),
+                el("input", {"type": "hidden", "name": "view", "value": view}),
                 el(
                     "label",
                     {},
@@ -1025,17 +1050,23 @@ class ReviewSite:
             form("back", "Undo back to here (this and every later set)…"),
         )
 
-    def _undo_targets(self, set_id: str, mode: str) -> tuple[list[dict[str, Any]], list[str]]:
-        """The sets to undo, and the ids of every set in the store now (what was shown)."""
+    def _undo_targets(
+        self, set_id: str, mode: str, known: list[str]
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """The sets to undo, among those the page showed (``known``, the ids of its view),
+        and why the store is no longer as shown (a set made since over their paths), or None."""
         sets = self._list_sets()
-        live = [s for s in sets if not s["undone_by"] and not s["undoes"] and not s.get("staged")]
+        seen = set(known)
+        live = [
+            s
+            for s in sets
+            if not s["undone_by"] and not s["undoes"] and not s.get("staged") and s["id"] in seen
+        ]
         chosen = next((s for s in live if s["id"] == set_id), None)
         if chosen is None:
             raise PageError(409, "that change set cannot be undone (staged, an undo, or undone)")
-        known = [s["id"] for s in sets]
-        if mode == "set":
-            return [chosen], known
-        return [s for s in live if s["id"] >= set_id], known  # ids sort by time: newest first
+        targets = [chosen] if mode == "set" else [s for s in live if s["id"] >= set_id]
+        return targets, self._changed_since([t["id"] for t in targets], known)
 
     def _changed_since(self, ids: list[str], known: list[str]) -> str | None:
         """Why the sets confirmed for an undo are no longer as the page showed them, or None.
@@ -1068,7 +1099,18 @@ class ReviewSite:
         if mode not in ("set", "back"):
             raise PageError(400, "mode must be set or back")
         force = form.get("force", "") == "1"
-        targets, known = await trio.to_thread.run_sync(self._undo_targets, set_id, mode)
+        known = self.views.get(form.get("view", ""), set_id)
+        if known is None:
+            raise PageError(
+                409,
+                "the page this Undo came from is no longer known (too old, or not this "
+                "page's): nothing was done; open the change set again",
+            )
+        targets, changed = await trio.to_thread.run_sync(
+            self._undo_targets, set_id, mode, list(known)
+        )
+        if changed is not None:
+            raise PageError(409, f"{changed}: nothing was undone; look again")
         items = [
             el(
                 "li",
@@ -1080,7 +1122,7 @@ class ReviewSite:
             for t in targets
         ]
         pending = self.confirmations.make(
-            "undo", {"ids": [t["id"] for t in targets], "force": force, "known": known}
+            "undo", {"ids": [t["id"] for t in targets], "force": force, "known": list(known)}
         )
         note = (
             " FORCE: files changed since will be overwritten with their before-image."
@@ -1173,9 +1215,7 @@ class ReviewSite:
         ]
         for i, c in enumerate(plan.calls, 1):
             mark = plan.applied.get(c.call_id)
-            request = ApprovalRequest(
-                c.tool, c.arguments, c.consequence, "", "staged by a dry run", c.origin, c.trace_id
-            )
+            request = _staged_request(c)
             parts.append(
                 el(
                     "section",
@@ -1187,6 +1227,7 @@ class ReviewSite:
                         + (f" · applied {mark.describe()}" if mark else ""),
                     ),
                     el("pre", {"class": "prompt"}, render_approval(request)),
+                    _code_point_note(request),
                 )
             )
             set_id = c.arguments.get("id") if c.tool == "apply_changes" else None
@@ -1236,7 +1277,12 @@ class ReviewSite:
             raise PageError(409, "the plan file changed since the page showed it: look again")
         pending = self.confirmations.make("apply", {"plan": number, "sha256": digest})
         items = [
-            el("li", {}, f"{field(c.tool, 80)} {field(json_text(c.arguments), 300)}")
+            el(
+                "li",
+                {},
+                f"{field(c.tool, 80)} {field(json_text(c.arguments), 300)}",
+                _code_point_note(_staged_request(c)),
+            )
             for c in plan.calls
         ]
         return self._confirm_page(
