@@ -30,6 +30,7 @@ import trio
 
 from ..runtime._approval import ApprovalRequest
 from ..runtime._errors import Denied, InvalidArguments, RingfenceError
+from ..runtime._intents import key_fingerprint, load_public_keys
 from ..runtime._kernel import Kernel
 from ..runtime._plan import AppliedMark, Plan, StagedCall
 from ..runtime._render import json_text, one_line, render_approval
@@ -453,6 +454,17 @@ class ReviewSite:
                     "not yet vouched for by the session key)",
                 )
             )
+        if i.state in ("intact", "open") and (foreign := self._foreign_keys(i.keys)):
+            details.append(
+                el(
+                    "li",
+                    {"id": "unpinned"},
+                    f"{len(foreign):,} of {len(i.keys):,} session(s) signed by a key this page "
+                    "cannot vouch for (not this session's; nothing pins it): a stream "
+                    "rewritten whole under a new key reads intact too. Pin the keys: "
+                    "`ringfence events verify --public-key PEM_FILE FILE`",
+                )
+            )
         for problem in i.problems:
             details.append(el("li", {}, field(problem, 300)))
         if i.more_problems:
@@ -464,6 +476,12 @@ class ReviewSite:
             label,
             el("ul", {}, details) if details else None,
         )
+
+    def _foreign_keys(self, keys: Sequence[str]) -> list[str]:
+        """The session keys of the stream that are not this page's own session's: the only
+        key the page knows is its kernel's (session keys are made per session, kept nowhere)."""
+        own = key_fingerprint(load_public_keys(self.kernel.public_key_pem())[0])
+        return [k for k in keys if k != own]
 
     # -- the timeline --------------------------------------------------------------------------
 

@@ -18,6 +18,10 @@
   only an argument that was itself a text was noted in code points, so a lookalike
   nested in a list or an object was drawn as ``config.py``. Now every argument is noted
   as the prompt draws it (its JSON).
+* A watched stream rewritten whole under a new key (here: another run's stream, whose key
+  the page never knew) was shown "intact" and nothing more, as if the page vouched for
+  it. Now the page names the sessions signed by a key that is not its own session's and
+  says how to pin them; a stream of the page's own session alone says nothing of it.
 """
 
 from __future__ import annotations
@@ -163,3 +167,25 @@ def test_a_lookalike_path_nested_in_a_list_argument_shows_its_code_points(
         thread.join(60)
     recs = records(events)
     assert not any(r["kind"] == "finished" and r["tool"] == "mcp.files.remove" for r in recs)
+
+
+def test_a_stream_signed_by_keys_the_page_does_not_know_is_not_shown_as_vouched_for(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    forged = tmp_path / "forged.jsonl"
+    write_with_agent(workspace, forged)  # a whole stream under a key the page never held
+    argv = ("review", "--workspace", str(workspace), "--watch", str(forged))
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        visit(page, base + "calls")
+        page.wait_for_selector('#integrity[data-state="intact"]')
+        badge = page.inner_text("#integrity")
+        assert "1 of 1 session(s) signed by a key this page cannot vouch for" in badge, badge
+        assert "--public-key" in badge, badge
+    own = tmp_path / "own.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(own))
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        visit(page, base + "calls")
+        page.wait_for_selector('#integrity[data-state="open"]')
+        assert page.query_selector("#unpinned") is None, page.inner_text("#integrity")
