@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -910,7 +911,12 @@ class ReviewSite:
             cs = store.load(set_id)
             from ..workspace.changes._diff import render_changes
 
-            diff = render_changes(cs.changes, store.get, max_text_bytes=MAX_TEXT_BYTES)
+            diff = render_changes(
+                cs.changes,
+                store.get,
+                max_text_bytes=MAX_TEXT_BYTES,
+                max_total_bytes=MAX_DIFF_TEXT_BYTES,
+            )
             listed = store.list()
             summary = next(s for s in listed if s["id"] == set_id)
         return cs, diff, summary, [s["id"] for s in listed]
@@ -1187,22 +1193,37 @@ class ReviewSite:
         ]
         return self.page("Plans", el("ul", {"id": "plans"}, items), active="plans")
 
-    def _load_plan(self, path: Path) -> tuple[Plan, str, dict[str, str]]:
+    def _load_plan(self, path: Path, *, show: bool = True) -> tuple[Plan, str, dict[str, str]]:
+        """The plan, its sha256 and (``show``) the diffs of its staged sets, all of them
+        reading at most :data:`MAX_DIFF_TEXT_BYTES` of text (then each set is named only)."""
         plan, data = read_plan(path, create_key=False)
         diffs: dict[str, str] = {}
-        for call in plan.calls:
+        budget = MAX_DIFF_TEXT_BYTES
+        for call in plan.calls if show else ():
             set_id = call.arguments.get("id") if call.tool == "apply_changes" else None
-            if isinstance(set_id, str) and _is_id(set_id):
-                try:
-                    with self._store() as store:
-                        from ..workspace.changes._diff import render_changes
+            if not (isinstance(set_id, str) and _is_id(set_id)) or set_id in diffs:
+                continue
+            if budget <= 0:
+                diffs[set_id] = (
+                    f"(change set {set_id} not shown here: the page reads at most "
+                    f"{MAX_DIFF_TEXT_BYTES:,} bytes of a plan's diffs; "
+                    f"`ringfence checkpoints show {set_id}`)\n"
+                )
+                continue
+            try:
+                with self._store() as store:
+                    from ..workspace.changes._diff import render_changes
 
-                        cs = store.load(set_id)
-                        diffs[set_id] = render_changes(
-                            cs.changes, store.get, max_text_bytes=MAX_TEXT_BYTES
-                        )
-                except RingfenceError as exc:
-                    diffs[set_id] = f"(change set {set_id} cannot be shown: {exc.message})\n"
+                    cs = store.load(set_id)
+                    diffs[set_id] = render_changes(
+                        cs.changes,
+                        store.get,
+                        max_text_bytes=MAX_TEXT_BYTES,
+                        max_total_bytes=budget,
+                    )
+                budget -= len(diffs[set_id])
+            except RingfenceError as exc:
+                diffs[set_id] = f"(change set {set_id} cannot be shown: {exc.message})\n"
         return plan, _digest(data), diffs
 
     async def plan_page(self, number: str) -> Html:
@@ -1287,7 +1308,7 @@ class ReviewSite:
             raise PageError(409, "this session is a dry run: it would stage the calls again")
         try:
             plan, digest, _ = await trio.to_thread.run_sync(
-                self._load_plan, path, abandon_on_cancel=True
+                functools.partial(self._load_plan, path, show=False), abandon_on_cancel=True
             )
         except (OSError, RingfenceError) as exc:
             raise PageError(409, f"{path}: {getattr(exc, 'message', None) or exc}") from None
@@ -1520,6 +1541,11 @@ class ReviewSite:
 
 # Undo reads no more than this of a file's text to show its diff (larger: size and hash).
 MAX_TEXT_BYTES = 1 << 20
+# Nor more than this of a change set's (or a plan's sets') text in all: the page shows at
+# most MAX_DIFF_LINES lines of it; the files after are named with their size and hash.
+# (A set of 150 files of 700 KB took 50 s and 730 MB to draw; one of 1 GiB, the store's
+# bound, would have taken minutes and gigabytes, again at every reload.)
+MAX_DIFF_TEXT_BYTES = 4 << 20
 
 
 def _recorded(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,18 +22,24 @@
   the page never knew) was shown "intact" and nothing more, as if the page vouched for
   it. Now the page names the sessions signed by a key that is not its own session's and
   says how to pin them; a stream of the page's own session alone says nothing of it.
+* A change set of 150 text files of 930 KB each (a command the agent ran): its page read
+  and diffed all of them (50 s, 640 MB more of the page's memory, again at every reload),
+  to show its first 4,000 lines. Now a set's text is read up to 4 MiB in all; the files
+  after are named with their size and hash.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 from review_helpers import (
     HERE,
+    call_run_shell,
     choose,
     confirm,
     job_done,
@@ -44,6 +50,7 @@ from review_helpers import (
 )
 from test_review_attacks import stage
 from test_review_binding import ringfence, undo_sets
+from test_review_bounds import peak_rss_bytes
 from test_review_diff import agent_writes, steady
 from test_review_page import _mcp_call_in_thread
 from test_review_refusals import write_with_agent
@@ -189,3 +196,31 @@ def test_a_stream_signed_by_keys_the_page_does_not_know_is_not_shown_as_vouched_
         visit(page, base + "calls")
         page.wait_for_selector('#integrity[data-state="open"]')
         assert page.query_selector("#unpinned") is None, page.inner_text("#integrity")
+
+
+def test_a_change_set_of_many_large_files_is_drawn_in_bounded_time_and_memory(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    made = call_run_shell(
+        workspace, events,
+        "for i in $(seq 150); do head -c 700000 /dev/urandom | base64 > f$i.txt; done",
+    )  # fmt: skip
+    set_id = made["changes"]["id"]
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-reversible")  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        visit(page, base + "calls")
+        before = peak_rss_bytes(rf.process.pid)
+        started = time.monotonic()
+        page.goto(base + f"changes/{set_id}", timeout=180_000)
+        diff = page.inner_text("#diff")
+        took = time.monotonic() - started
+        grew = peak_rss_bytes(rf.process.pid) - before
+        assert took < 20, took  # 50 s before
+        assert grew < 200 << 20, grew  # 640 MB before
+        assert "not shown here" in diff, diff[-2000:]
+        for i in (1, 77, 150):  # every file still named
+            assert f"f{i}.txt" in diff, i
+    assert len(list(workspace.iterdir())) == 150

@@ -54,11 +54,16 @@ def render_changes(
     read: Callable[[str], bytes],
     *,
     max_text_bytes: int | None = None,
+    max_total_bytes: int | None = None,
 ) -> str:
     """``changes`` as a person reviews them; ``read(digest)`` returns a stored blob's bytes.
 
     ``max_text_bytes``: a file larger than this (before or after) is named with its
     size and hash, its content neither read nor diffed (the review page's bound).
+    ``max_total_bytes``: the most of the set's text read in all (before and after images);
+    once a file would pass it, it and every later file are named with their size and
+    hash, their content neither read nor diffed (a set of a thousand 1 MiB files is not
+    read whole to show the page's first few thousand lines).
     """
     import difflib  # here: a session that never shows a diff does not import it
 
@@ -83,6 +88,7 @@ def render_changes(
             return data.decode("utf-8", "backslashreplace")
 
     out: list[str] = []
+    spent = 0  # bytes of text read so far (max_total_bytes)
     for c in changes:
         name = one_line(escape_name(c.path))
         before, after = c.before, c.after
@@ -109,8 +115,29 @@ def render_changes(
         large = max_text_bytes is not None and any(
             i is not None and i.kind == "file" and i.size > max_text_bytes for i in (before, after)
         )
+        cost = sum(
+            i.size for i in (before, after) if i is not None and i.kind == "file" and i.digest
+        )
+        over = not large and max_total_bytes is not None and spent + cost > max_total_bytes
+        if over:
+            spent = max_total_bytes  # type: ignore[assignment]  # every later file too
+        elif not large:
+            spent += cost
         undecodable = False
-        old, new = (None, None) if large else (text(before), text(after))
+        old, new = (None, None) if large or over else (text(before), text(after))
+        if over:
+            shown = after if after is not None else before
+            out.append(
+                f"Text of {name} not shown here (the review reads at most "
+                f"{max_total_bytes:,} bytes of a change set's text"
+                + (
+                    f"; {shown.size:,} bytes, sha256 {shown.digest[:16]}"
+                    if shown and shown.digest
+                    else ""
+                )
+                + ")"
+            )
+            continue
         if old is None or new is None:
             shown = after if after is not None else before
             what = (
