@@ -220,11 +220,11 @@ def test_a_change_set_of_many_large_files_is_drawn_in_bounded_time_and_memory(
         before = peak_rss_bytes(rf.process.pid)
         started = time.monotonic()
         page.goto(base + f"changes/{set_id}", timeout=180_000)
-        diff = page.inner_text("#diff")
+        diff = steady(page, lambda p: p.inner_text("#diff"))  # a live reload may intervene
         took = time.monotonic() - started
         grew = peak_rss_bytes(rf.process.pid) - before
-        assert took < 20, took  # 50 s before
         assert grew < 200 << 20, grew  # 640 MB before
+        assert took < 40, took  # 45-50 s before, unloaded; 2 s now
         assert "not shown here" in diff, diff[-2000:]
         for i in (1, 77, 150):  # every file still named
             assert f"f{i}.txt" in diff, i
@@ -247,7 +247,7 @@ def test_a_file_rewritten_with_many_repeating_lines_is_diffed_in_bounded_time(
         base = rf.wait_for_url()
         started = time.monotonic()
         page.goto(base + f"changes/{set_id}", timeout=90_000)
-        diff = page.inner_text("#diff")
+        diff = steady(page, lambda p: p.inner_text("#diff"))  # a live reload may intervene
         took = time.monotonic() - started
         assert took < 20, took  # more than 5 minutes before
         assert "one changed block" in diff, diff[:2000]
