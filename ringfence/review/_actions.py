@@ -39,11 +39,13 @@ __all__ = [
     "Job",
     "Pending",
     "RateLimit",
+    "Views",
 ]
 
 MIN_CONFIRM_SECONDS = 0.5
 CONFIRM_TTL_SECONDS = 120.0
 MAX_OUTSTANDING = 32
+MAX_VIEWS = 64
 BURST = 10
 REFILL_SECONDS = 2.0
 
@@ -98,6 +100,33 @@ class Confirmations:
             )
         del self._pending[nonce]
         return pending
+
+
+class Views:
+    """What a page showed, kept by the page under a random id its forms carry back.
+
+    A change set's page is drawn from the store as it was then; its Undo is bound to the
+    sets of that view (never to the store as it stands at the click, nor to a list the
+    browser sends), so a set made while the person read, over the paths the Undo would
+    restore, refuses it. At most :data:`MAX_VIEWS` are kept (the oldest goes: its forms
+    are refused, "look again"), each the set it showed and the ids the store held.
+    """
+
+    def __init__(self) -> None:
+        self._views: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+    def make(self, shown: str, ids: list[str]) -> str:
+        """A new view of the set ``shown`` drawn from a store holding ``ids``: its id."""
+        while len(self._views) >= MAX_VIEWS:
+            self._views.pop(next(iter(self._views)))
+        view = secrets.token_urlsafe(16)
+        self._views[view] = (shown, tuple(ids))
+        return view
+
+    def get(self, view: str, shown: str) -> tuple[str, ...] | None:
+        """The ids of the view ``view`` when it showed ``shown``, else None."""
+        found = self._views.get(view)
+        return found[1] if found is not None and found[0] == shown else None
 
 
 @dataclass

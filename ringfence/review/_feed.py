@@ -91,6 +91,9 @@ class Integrity:
     # Why the chain could not be verified whole (state ``partial``): the page dropped lines of
     # a stream that has no file to read them again from.
     why: str = ""
+    # The fingerprint of each session's key, in file order (``ChainReport.session_keys``):
+    # "intact" proves each session signed by its own key, not whose key that is.
+    keys: tuple[str, ...] = ()
 
 
 class EventFeed:
@@ -409,4 +412,5 @@ def _verify(lines: Iterable[bytes | None]) -> Integrity:
         max(0, len(problems) - MAX_SHOWN_PROBLEMS),
         report.unauthenticated,
         time.time(),
+        keys=report.session_keys,
     )

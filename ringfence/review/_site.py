@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -30,11 +31,12 @@ import trio
 
 from ..runtime._approval import ApprovalRequest
 from ..runtime._errors import Denied, InvalidArguments, RingfenceError
+from ..runtime._intents import key_fingerprint, load_public_keys
 from ..runtime._kernel import Kernel
 from ..runtime._plan import AppliedMark, Plan, StagedCall
 from ..runtime._render import json_text, one_line, render_approval
 from ..runtime._timeline import CallFilter, CallRow, Timeline
-from ._actions import Confirmations, Job, Pending, RateLimit
+from ._actions import Confirmations, Job, Pending, RateLimit, Views
 from ._approver import Question, ReviewApprover, answer_from_page
 from ._feed import MAX_HELD_BYTES, MAX_LINE_BYTES, EventFeed, Integrity
 from ._html import Html, block, code_points, el, field, path_field, url, when
@@ -233,16 +235,33 @@ def _code_point_note(request: ApprovalRequest) -> Html | None:
         items.append(f"tool {tool}")
     for name, value in request.arguments.items():
         key = field(name, 60)
-        text = code_points(field(value, 200)) if isinstance(value, str) else None
+        # A value as the prompt draws it: a text itself, anything else (a list of paths, an
+        # object of options) as its JSON, so a lookalike nested in it is noted too.
+        shown = field(value if isinstance(value, str) else json_text(value), 200)
+        text = code_points(shown)
         if text is not None or code_points(key) is not None:
             if len(items) == MAX_NOTED:  # the note stays short, however many arguments
                 items.append("… and more")
                 break
-            items.append(f"{code_points(key) or key} = {text or field(value, 200)}")
+            items.append(f"{code_points(key) or key} = {text or shown}")
     if not items:
         return None
     return el(
         "p", {"class": "warn code-points"}, "Beyond ASCII, as code points: " + "; ".join(items)
+    )
+
+
+def _staged_request(call: StagedCall) -> ApprovalRequest:
+    """A staged call as the question it would be: drawn (and its code points noted) as the
+    Gate's question about the same call is, so a plan's lookalike path is told apart too."""
+    return ApprovalRequest(
+        call.tool,
+        call.arguments,
+        call.consequence,
+        "",
+        "staged by a dry run",
+        call.origin,
+        call.trace_id,
     )
 
 
@@ -271,6 +290,7 @@ class ReviewSite:
             plan_paths.append(Path(kernel.plan_path))
         self.plans: list[Path] = list(dict.fromkeys(plan_paths))
         self.confirmations = Confirmations()
+        self.views = Views()
         self.limit = RateLimit()
         self.jobs: dict[str, Job] = {}
         self.version = 0
@@ -435,6 +455,17 @@ class ReviewSite:
                     "not yet vouched for by the session key)",
                 )
             )
+        if i.state in ("intact", "open") and (foreign := self._foreign_keys(i.keys)):
+            details.append(
+                el(
+                    "li",
+                    {"id": "unpinned"},
+                    f"{len(foreign):,} of {len(i.keys):,} session(s) signed by a key this page "
+                    "cannot vouch for (not this session's; nothing pins it): a stream "
+                    "rewritten whole under a new key reads intact too. Pin the keys: "
+                    "`ringfence events verify --public-key PEM_FILE FILE`",
+                )
+            )
         for problem in i.problems:
             details.append(el("li", {}, field(problem, 300)))
         if i.more_problems:
@@ -446,6 +477,12 @@ class ReviewSite:
             label,
             el("ul", {}, details) if details else None,
         )
+
+    def _foreign_keys(self, keys: Sequence[str]) -> list[str]:
+        """The session keys of the stream that are not this page's own session's: the only
+        key the page knows is its kernel's (session keys are made per session, kept nowhere)."""
+        own = key_fingerprint(load_public_keys(self.kernel.public_key_pem())[0])
+        return [k for k in keys if k != own]
 
     # -- the timeline --------------------------------------------------------------------------
 
@@ -868,20 +905,27 @@ class ReviewSite:
         )
         return self.page("Change sets", table, active="changes")
 
-    def _set_view(self, set_id: str) -> tuple[Any, str, dict[str, Any]]:
+    def _set_view(self, set_id: str) -> tuple[Any, str, dict[str, Any], list[str]]:
+        """The set, its diff, its summary, and the id of every set in the store as read."""
         with self._store() as store:
             cs = store.load(set_id)
             from ..workspace.changes._diff import render_changes
 
-            diff = render_changes(cs.changes, store.get, max_text_bytes=MAX_TEXT_BYTES)
-            summary = next(s for s in store.list() if s["id"] == set_id)
-        return cs, diff, summary
+            diff = render_changes(
+                cs.changes,
+                store.get,
+                max_text_bytes=MAX_TEXT_BYTES,
+                max_total_bytes=MAX_DIFF_TEXT_BYTES,
+            )
+            listed = store.list()
+            summary = next(s for s in listed if s["id"] == set_id)
+        return cs, diff, summary, [s["id"] for s in listed]
 
     async def change_page(self, set_id: str) -> Html:
         if not _is_id(set_id):
             raise PageError(404, "not a change set id")
         try:
-            cs, diff, summary = await trio.to_thread.run_sync(self._set_view, set_id)
+            cs, diff, summary, listed = await trio.to_thread.run_sync(self._set_view, set_id)
         except RingfenceError as exc:
             raise PageError(404, exc.message) from None
         record = self.feed.timeline().sets.get(set_id)
@@ -932,7 +976,7 @@ class ReviewSite:
         parts += [el("h3", {}, "Diff"), self._diff(diff)]
         can_undo = not cs.staged and not cs.undoes and not summary.get("undone_by")
         if can_undo:
-            parts.append(self._undo_forms(set_id))
+            parts.append(self._undo_forms(set_id, self.views.make(set_id, listed)))
         elif cs.staged:
             parts.append(
                 el(
@@ -999,7 +1043,11 @@ class ReviewSite:
             )
         return el("pre", {"class": "diff", "id": "diff"}, out)
 
-    def _undo_forms(self, set_id: str) -> Html:
+    def _undo_forms(self, set_id: str, view: str) -> Html:
+        """Undo this set, or back to it: each form names the view it was drawn from (the
+        sets the page read, kept here: :class:`Views`), so the undo is bound to what the
+        person read, not to the store as it stands when they click."""
+
         def form(mode: str, label: str) -> Html:
             return el(
                 "form",
@@ -1009,6 +1057,7 @@ class ReviewSite:
                     "class": "inline",
                 },
                 el("input", {"type": "hidden", "name": "mode", "value": mode}),
+                el("input", {"type": "hidden", "name": "view", "value": view}),
                 el(
                     "label",
                     {},
@@ -1025,17 +1074,23 @@ class ReviewSite:
             form("back", "Undo back to here (this and every later set)…"),
         )
 
-    def _undo_targets(self, set_id: str, mode: str) -> tuple[list[dict[str, Any]], list[str]]:
-        """The sets to undo, and the ids of every set in the store now (what was shown)."""
+    def _undo_targets(
+        self, set_id: str, mode: str, known: list[str]
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """The sets to undo, among those the page showed (``known``, the ids of its view),
+        and why the store is no longer as shown (a set made since over their paths), or None."""
         sets = self._list_sets()
-        live = [s for s in sets if not s["undone_by"] and not s["undoes"] and not s.get("staged")]
+        seen = set(known)
+        live = [
+            s
+            for s in sets
+            if not s["undone_by"] and not s["undoes"] and not s.get("staged") and s["id"] in seen
+        ]
         chosen = next((s for s in live if s["id"] == set_id), None)
         if chosen is None:
             raise PageError(409, "that change set cannot be undone (staged, an undo, or undone)")
-        known = [s["id"] for s in sets]
-        if mode == "set":
-            return [chosen], known
-        return [s for s in live if s["id"] >= set_id], known  # ids sort by time: newest first
+        targets = [chosen] if mode == "set" else [s for s in live if s["id"] >= set_id]
+        return targets, self._changed_since([t["id"] for t in targets], known)
 
     def _changed_since(self, ids: list[str], known: list[str]) -> str | None:
         """Why the sets confirmed for an undo are no longer as the page showed them, or None.
@@ -1068,7 +1123,18 @@ class ReviewSite:
         if mode not in ("set", "back"):
             raise PageError(400, "mode must be set or back")
         force = form.get("force", "") == "1"
-        targets, known = await trio.to_thread.run_sync(self._undo_targets, set_id, mode)
+        known = self.views.get(form.get("view", ""), set_id)
+        if known is None:
+            raise PageError(
+                409,
+                "the page this Undo came from is no longer known (too old, or not this "
+                "page's): nothing was done; open the change set again",
+            )
+        targets, changed = await trio.to_thread.run_sync(
+            self._undo_targets, set_id, mode, list(known)
+        )
+        if changed is not None:
+            raise PageError(409, f"{changed}: nothing was undone; look again")
         items = [
             el(
                 "li",
@@ -1080,7 +1146,7 @@ class ReviewSite:
             for t in targets
         ]
         pending = self.confirmations.make(
-            "undo", {"ids": [t["id"] for t in targets], "force": force, "known": known}
+            "undo", {"ids": [t["id"] for t in targets], "force": force, "known": list(known)}
         )
         note = (
             " FORCE: files changed since will be overwritten with their before-image."
@@ -1127,22 +1193,37 @@ class ReviewSite:
         ]
         return self.page("Plans", el("ul", {"id": "plans"}, items), active="plans")
 
-    def _load_plan(self, path: Path) -> tuple[Plan, str, dict[str, str]]:
+    def _load_plan(self, path: Path, *, show: bool = True) -> tuple[Plan, str, dict[str, str]]:
+        """The plan, its sha256 and (``show``) the diffs of its staged sets, all of them
+        reading at most :data:`MAX_DIFF_TEXT_BYTES` of text (then each set is named only)."""
         plan, data = read_plan(path, create_key=False)
         diffs: dict[str, str] = {}
-        for call in plan.calls:
+        budget = MAX_DIFF_TEXT_BYTES
+        for call in plan.calls if show else ():
             set_id = call.arguments.get("id") if call.tool == "apply_changes" else None
-            if isinstance(set_id, str) and _is_id(set_id):
-                try:
-                    with self._store() as store:
-                        from ..workspace.changes._diff import render_changes
+            if not (isinstance(set_id, str) and _is_id(set_id)) or set_id in diffs:
+                continue
+            if budget <= 0:
+                diffs[set_id] = (
+                    f"(change set {set_id} not shown here: the page reads at most "
+                    f"{MAX_DIFF_TEXT_BYTES:,} bytes of a plan's diffs; "
+                    f"`ringfence checkpoints show {set_id}`)\n"
+                )
+                continue
+            try:
+                with self._store() as store:
+                    from ..workspace.changes._diff import render_changes
 
-                        cs = store.load(set_id)
-                        diffs[set_id] = render_changes(
-                            cs.changes, store.get, max_text_bytes=MAX_TEXT_BYTES
-                        )
-                except RingfenceError as exc:
-                    diffs[set_id] = f"(change set {set_id} cannot be shown: {exc.message})\n"
+                    cs = store.load(set_id)
+                    diffs[set_id] = render_changes(
+                        cs.changes,
+                        store.get,
+                        max_text_bytes=MAX_TEXT_BYTES,
+                        max_total_bytes=budget,
+                    )
+                budget -= len(diffs[set_id])
+            except RingfenceError as exc:
+                diffs[set_id] = f"(change set {set_id} cannot be shown: {exc.message})\n"
         return plan, _digest(data), diffs
 
     async def plan_page(self, number: str) -> Html:
@@ -1173,9 +1254,7 @@ class ReviewSite:
         ]
         for i, c in enumerate(plan.calls, 1):
             mark = plan.applied.get(c.call_id)
-            request = ApprovalRequest(
-                c.tool, c.arguments, c.consequence, "", "staged by a dry run", c.origin, c.trace_id
-            )
+            request = _staged_request(c)
             parts.append(
                 el(
                     "section",
@@ -1187,6 +1266,7 @@ class ReviewSite:
                         + (f" · applied {mark.describe()}" if mark else ""),
                     ),
                     el("pre", {"class": "prompt"}, render_approval(request)),
+                    _code_point_note(request),
                 )
             )
             set_id = c.arguments.get("id") if c.tool == "apply_changes" else None
@@ -1228,7 +1308,7 @@ class ReviewSite:
             raise PageError(409, "this session is a dry run: it would stage the calls again")
         try:
             plan, digest, _ = await trio.to_thread.run_sync(
-                self._load_plan, path, abandon_on_cancel=True
+                functools.partial(self._load_plan, path, show=False), abandon_on_cancel=True
             )
         except (OSError, RingfenceError) as exc:
             raise PageError(409, f"{path}: {getattr(exc, 'message', None) or exc}") from None
@@ -1236,7 +1316,12 @@ class ReviewSite:
             raise PageError(409, "the plan file changed since the page showed it: look again")
         pending = self.confirmations.make("apply", {"plan": number, "sha256": digest})
         items = [
-            el("li", {}, f"{field(c.tool, 80)} {field(json_text(c.arguments), 300)}")
+            el(
+                "li",
+                {},
+                f"{field(c.tool, 80)} {field(json_text(c.arguments), 300)}",
+                _code_point_note(_staged_request(c)),
+            )
             for c in plan.calls
         ]
         return self._confirm_page(
@@ -1456,6 +1541,11 @@ class ReviewSite:
 
 # Undo reads no more than this of a file's text to show its diff (larger: size and hash).
 MAX_TEXT_BYTES = 1 << 20
+# Nor more than this of a change set's (or a plan's sets') text in all: the page shows at
+# most MAX_DIFF_LINES lines of it; the files after are named with their size and hash.
+# (A set of 150 files of 700 KB took 50 s and 730 MB to draw; one of 1 GiB, the store's
+# bound, would have taken minutes and gigabytes, again at every reload.)
+MAX_DIFF_TEXT_BYTES = 4 << 20
 
 
 def _recorded(params: Mapping[str, Any]) -> dict[str, Any]:

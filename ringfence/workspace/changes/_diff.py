@@ -31,11 +31,51 @@ from ._model import Change, Image
 
 __all__ = ["render_changes"]
 
+# The most lines (old and new together, their common head and tail set aside) that are
+# compared line by line. difflib's matching is quadratic on lines that repeat without
+# being "popular": 100,000 lines of 105 values (400 KB) took more than 5 minutes; beyond
+# this the changed middle is shown whole as one block, every old line deleted and every new
+# one added: a true diff, not a minimal one, in linear time.
+MAX_COMPARED_LINES = 20_000
+CONTEXT = 3
+
 
 def _mode(mode: int) -> str:
     """``0644 (rw-r--r--)``: the octal permission bits and what they mean."""
     bits = stat.S_IMODE(mode)
     return f"{bits:04o} ({stat.filemode(stat.S_IFREG | bits)[1:]})"
+
+
+def _block_diff(old: list[str], new: list[str], a: str, b: str) -> list[str] | None:
+    """A unified diff of one hunk: the common head and tail as context (at most
+    :data:`CONTEXT` lines each), every other old line deleted and new line added; None when
+    the lines left are few enough for difflib (:data:`MAX_COMPARED_LINES`)."""
+    head = 0
+    while head < len(old) and head < len(new) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while (
+        tail < len(old) - head
+        and tail < len(new) - head
+        and old[len(old) - 1 - tail] == new[len(new) - 1 - tail]
+    ):
+        tail += 1
+    if (len(old) - head - tail) + (len(new) - head - tail) <= MAX_COMPARED_LINES:
+        return None
+    start = head - min(head, CONTEXT)
+    after = min(tail, CONTEXT)
+    old_end, new_end = len(old) - tail + after, len(new) - tail + after
+    old_n, new_n = old_end - start, new_end - start
+
+    def span(first: int, count: int) -> str:
+        return f"{first + 1 if count else first},{count}"
+
+    lines = [f"--- {a}", f"+++ {b}", f"@@ -{span(start, old_n)} +{span(start, new_n)} @@"]
+    lines += [" " + line for line in old[start:head]]
+    lines += ["-" + line for line in old[head : len(old) - tail]]
+    lines += ["+" + line for line in new[head : len(new) - tail]]
+    lines += [" " + line for line in old[len(old) - tail : old_end]]
+    return lines
 
 
 def _lines(text: str) -> list[str]:
@@ -54,11 +94,16 @@ def render_changes(
     read: Callable[[str], bytes],
     *,
     max_text_bytes: int | None = None,
+    max_total_bytes: int | None = None,
 ) -> str:
     """``changes`` as a person reviews them; ``read(digest)`` returns a stored blob's bytes.
 
     ``max_text_bytes``: a file larger than this (before or after) is named with its
     size and hash, its content neither read nor diffed (the review page's bound).
+    ``max_total_bytes``: the most of the set's text read in all (before and after images);
+    once a file would pass it, it and every later file are named with their size and
+    hash, their content neither read nor diffed (a set of a thousand 1 MiB files is not
+    read whole to show the page's first few thousand lines).
     """
     import difflib  # here: a session that never shows a diff does not import it
 
@@ -83,6 +128,7 @@ def render_changes(
             return data.decode("utf-8", "backslashreplace")
 
     out: list[str] = []
+    spent = 0  # bytes of text read so far (max_total_bytes)
     for c in changes:
         name = one_line(escape_name(c.path))
         before, after = c.before, c.after
@@ -109,8 +155,29 @@ def render_changes(
         large = max_text_bytes is not None and any(
             i is not None and i.kind == "file" and i.size > max_text_bytes for i in (before, after)
         )
+        cost = sum(
+            i.size for i in (before, after) if i is not None and i.kind == "file" and i.digest
+        )
+        over = not large and max_total_bytes is not None and spent + cost > max_total_bytes
+        if over:
+            spent = max_total_bytes  # type: ignore[assignment]  # every later file too
+        elif not large:
+            spent += cost
         undecodable = False
-        old, new = (None, None) if large else (text(before), text(after))
+        old, new = (None, None) if large or over else (text(before), text(after))
+        if over:
+            shown = after if after is not None else before
+            out.append(
+                f"Text of {name} not shown here (the review reads at most "
+                f"{max_total_bytes:,} bytes of a change set's text"
+                + (
+                    f"; {shown.size:,} bytes, sha256 {shown.digest[:16]}"
+                    if shown and shown.digest
+                    else ""
+                )
+                + ")"
+            )
+            continue
         if old is None or new is None:
             shown = after if after is not None else before
             what = (
@@ -133,12 +200,21 @@ def render_changes(
             continue
         if undecodable:
             out.append(f"Text of {name} is not all UTF-8: each byte that is not is shown as \\xHH")
-        diff = difflib.unified_diff(
-            _lines(old),
-            _lines(new),
+        old_lines, new_lines = _lines(old), _lines(new)
+        files = (
             f"a/{name}" if before is not None else "/dev/null",
             f"b/{name}" if after is not None else "/dev/null",
-            lineterm="",
+        )
+        block = _block_diff(old_lines, new_lines, *files)
+        if block is not None:
+            out.append(
+                f"Text of {name} shown as one changed block (more than "
+                f"{MAX_COMPARED_LINES:,} lines to compare line by line)"
+            )
+        diff = (
+            block
+            if block is not None
+            else difflib.unified_diff(old_lines, new_lines, *files, lineterm="")
         )
         for k, line in enumerate(diff):
             if k < 3:  # ---, +++ and the first @@: ringfence's own words
