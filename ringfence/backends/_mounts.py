@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 
-__all__ = ["LAYERS_DIR_FIELD", "Mount", "mount_of"]
+__all__ = ["LAYERS_DIR_FIELD", "Mount", "mount_of", "place_in_file_system"]
 
 # Where the local backend makes a session's overlay directories (confined._plan._layers_base):
 # ``use_places(layers_dir=...)``, on the command line ``$RINGFENCE_LAYERS_DIR``.
@@ -33,6 +33,8 @@ class Mount:
     point: str
     fstype: str
     source: str
+    device: str = ""  # major:minor of its file system
+    within: str = "/"  # the directory of that file system mounted at ``point`` (a bind's source)
 
 
 def _unescape(field: str) -> str:
@@ -56,7 +58,14 @@ def mount_of(path: str | os.PathLike[str]) -> Mount | None:
         fields = line.split(" ")
         try:
             rest = fields[fields.index("-") + 1 :]
-            mount = Mount(int(fields[0]), _unescape(fields[4]), rest[0], _unescape(rest[1]))
+            mount = Mount(
+                int(fields[0]),
+                _unescape(fields[4]),
+                rest[0],
+                _unescape(rest[1]),
+                fields[2],
+                _unescape(fields[3]),
+            )
         except (ValueError, IndexError):
             continue
         point = mount.point
@@ -64,3 +73,15 @@ def mount_of(path: str | os.PathLike[str]) -> Mount | None:
         if inside and (found is None or len(point) >= len(found.point)):
             found = mount
     return found
+
+
+def place_in_file_system(path: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """``(major:minor, path within that file system)`` of ``path``'s real path, whatever
+    mount spells it (a directory bind-mounted elsewhere has its source's place), or None
+    when mountinfo cannot be read."""
+    mount = mount_of(path)
+    if mount is None or not mount.device:
+        return None
+    real = os.path.realpath(path)
+    rest = real[len(mount.point.rstrip("/")) :] if mount.point != "/" else real
+    return mount.device, (mount.within.rstrip("/") + rest) or "/"

@@ -1188,3 +1188,45 @@ async def test_a_script_runner_is_killed_only_in_its_container_not_by_the_engine
         victim.wait()
     assert outcome.error is not None and outcome.error.code == "timeout", outcome
     assert alive, "the engine's pid was killed"
+
+
+async def test_an_engines_ca_or_key_reachable_from_a_root_is_refused_before_a_connection(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A TLS engine's files where the session's tools reach them: the CA a symbolic link
+    into the workspace (a CA the agent rewrites is whom the next connection trusts: the
+    supervisor's attach reads the file again each time), the client key a hard link to a
+    workspace file (readable there: root on the engine's machine). Before: the session
+    started and connected (the listener saw the TLS handshake). Now each is refused,
+    ``invalid_arguments`` naming the key and the root, before a byte is sent."""
+    certs = tmp_path / "certs"
+    make_certificates(certs)
+    (workspace / "ca.pem").write_bytes((certs / "ca.pem").read_bytes())
+    (certs / "ca.pem").unlink()
+    (certs / "ca.pem").symlink_to(workspace / "ca.pem")
+    os.link(certs / "client-key.pem", workspace / "key.pem")
+    outcomes = []
+    with _recording_listener("127.0.0.1") as (port, seen):
+        table = {
+            "name": "tls-here",
+            "base_url": f"tcp://127.0.0.1:{port}",
+            "tls_ca": str(certs / "ca.pem"),
+            "tls_cert": str(certs / "client.pem"),
+            "tls_key": str(certs / "client-key.pem"),
+        }
+        for key in ("tls_ca", "tls_key"):
+            async with _docker_kernel(workspace, {**DOCKER_OPTIONS, "engines": [table]}) as k:
+                outcomes.append(await k.invoke("run_shell", {"command": "echo x > x.txt"}))
+            if key == "tls_ca":  # the CA back outside; the key's hard link remains
+                (certs / "ca.pem").unlink()
+                make_certificates(tmp_path / "fresh")
+                (certs / "ca.pem").write_bytes((tmp_path / "fresh" / "ca.pem").read_bytes())
+        await trio.sleep(0.3)
+    assert seen == [], seen  # no connection at all
+    for key, outcome in zip(("tls_ca", "tls_key"), outcomes, strict=True):
+        assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+        assert outcome.error.field == f"options.engines[0].{key}", outcome.error
+        assert "tls-here" in outcome.error.message, outcome.error.message
+    assert "inside the workspace root" in outcomes[0].error.message
+    assert "hard link" in outcomes[1].error.message
+    assert not (workspace / "x.txt").exists()

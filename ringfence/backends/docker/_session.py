@@ -111,7 +111,12 @@ from .._types import (
     check_command,
     check_run_arguments,
 )
-from ..engines._engines import Engine, EngineLoad, place_keeping
+from ..engines._engines import (
+    Engine,
+    EngineLoad,
+    place_keeping,
+    refuse_engine_files_inside_roots,
+)
 from ..engines._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
 from ..engines._ssh import SSHForward, open_forward
 from . import _upper as upper
@@ -188,6 +193,8 @@ async def start_docker(spec: SessionSpec) -> DockerSession:
     """
     opts = DockerOptions.from_mapping(spec.options)
     engine, loads, forward = None, [], None
+    # Before any engine is contacted: a pin, CA or key the session's tools could rewrite.
+    await trio.to_thread.run_sync(refuse_engine_files_inside_roots, opts.engines, spec.roots)
     if opts.engines:  # an ssh engine's probe forward is kept for the session (one handshake)
         engine, loads, forward = await place_keeping(opts.engines)
     try:
