@@ -1230,3 +1230,34 @@ async def test_an_engines_ca_or_key_reachable_from_a_root_is_refused_before_a_co
     assert "inside the workspace root" in outcomes[0].error.message
     assert "hard link" in outcomes[1].error.message
     assert not (workspace / "x.txt").exists()
+
+
+async def test_an_unreachable_engine_is_named_not_the_local_daemon(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A TLS engine that does not answer. Before: the error said the Docker daemon was not
+    reachable at the local socket (``unix:///var/run/docker.sock``) and to start it with
+    systemctl, though that daemon was up and never asked. Now it names the engine's address
+    and gives no advice about a daemon of this machine."""
+    from ringfence.backends.docker._images import docker_location
+
+    certs = tmp_path / "certs"
+    make_certificates(certs)
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    url = f"tcp://127.0.0.1:{port}"
+    table = {
+        "name": "far-engine",
+        "base_url": url,
+        "tls_ca": str(certs / "ca.pem"),
+        "tls_cert": str(certs / "client.pem"),
+        "tls_key": str(certs / "client-key.pem"),
+    }
+    async with _docker_kernel(workspace, {**DOCKER_OPTIONS, "engines": [table]}) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    message = outcome.error.message
+    assert "far-engine" in message and f"not reachable at {url}" in message, message
+    assert docker_location() not in message and "systemctl" not in message, message
+    assert list(workspace.iterdir()) == []
