@@ -1261,3 +1261,28 @@ async def test_an_unreachable_engine_is_named_not_the_local_daemon(
     assert "far-engine" in message and f"not reachable at {url}" in message, message
     assert docker_location() not in message and "systemctl" not in message, message
     assert list(workspace.iterdir()) == []
+
+
+async def test_a_command_that_reaches_the_memory_limit_is_told_so(workspace: Path) -> None:
+    """A command past the container's memory limit: its own allocation (the OOM killer ends
+    it, exit 137), and files in the memory-backed /tmp and /dev/shm (the OOM killer ends the
+    sandbox's shell: the container is replaced). Before: exit 137 or ``lost`` with nothing
+    saying why, the same as a command's own ``kill -9 $$``. Now the result's notes name the
+    limit; a SIGKILL that was not the OOM killer's gets no note; the session goes on."""
+    async with _docker_kernel(workspace, DOCKER_OPTIONS) as k:
+        hog = await k.call(
+            "run_shell", {"command": "x=$(head -c 400000000 /dev/zero | tr '\\0' x); echo ${#x}"}
+        )
+        own = await k.call("run_shell", {"command": "kill -9 $$"})
+        tmpfs = await k.call(
+            "run_shell",
+            {"command": "head -c 60m /dev/zero > /tmp/a; head -c 60m /dev/zero > /dev/shm/b"},
+        )
+        after = await k.call("run_shell", {"command": "echo alive"})
+    assert hog["exit_code"] == 137 and hog["signal"] == 9, hog
+    assert any("memory limit (96m" in note for note in hog.get("notes", [])), hog
+    assert own["exit_code"] == 137 and "notes" not in own, own
+    assert tmpfs["status"] == "lost" and tmpfs["session_restarted"], tmpfs
+    assert any("memory limit (96m" in note for note in tmpfs.get("notes", [])), tmpfs
+    assert after["stdout"] == "alive\n" and "notes" not in after, after
+    assert list(workspace.iterdir()) == []
