@@ -606,7 +606,17 @@ class DockerSession:
         try:
             await docker_call(self._client.images.get, self._opts.image)
         except Unavailable:
-            raise image_missing(self._opts.image) from None
+            if engine is None or engine.base_url == docker_location():
+                raise image_missing(self._opts.image) from None
+            # Not the local daemon's (image_missing names DOCKER_HOST's and builds there).
+            raise Unavailable(
+                f"engine {engine.name} ({engine.base_url}): the sandbox image "
+                f"{self._opts.image} is not present on this engine; load it there (`docker "
+                f"save {self._opts.image} | docker -H <the engine> load`, with its TLS files or "
+                "over ssh), or build it on that machine",
+                image=self._opts.image,
+                engine=engine.name,
+            ) from None
         if self._opts.runtime is not None:
             info = await docker_call(self._client.info)
             if self._opts.runtime not in (info.get("Runtimes") or {}):
