@@ -1286,3 +1286,45 @@ async def test_a_command_that_reaches_the_memory_limit_is_told_so(workspace: Pat
     assert any("memory limit (96m" in note for note in tmpfs.get("notes", [])), tmpfs
     assert after["stdout"] == "alive\n" and "notes" not in after, after
     assert list(workspace.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a bind mount of a proc file needs root")
+async def test_a_kernel_state_file_mounted_in_a_root_is_not_shipped_to_an_engine(
+    workspace: Path,
+) -> None:
+    """Another host process's ``/proc/<pid>/environ`` (the workspace owner's: its secret)
+    bind-mounted onto a workspace file, as a chroot's ``proc`` inside a root would hold it.
+    The file tools never read a kernel-state file system; the ship read it as root and sent
+    it to the engine. Before: the sandbox's copy held the secret (and a ``proc`` directory
+    mounted there had the ship read a process's ``pagemap`` whole: 23 GB of this process's
+    memory until the host's OOM killer ended it). Now nothing on such a file system is
+    shipped: the command finds no file, and the rest of the root is there."""
+    import subprocess
+
+    secret = "RF_SHIP_SECRET_" + os.urandom(6).hex()
+    (workspace / "a.txt").write_text("a\n")
+    notes = workspace / "notes.txt"
+    notes.write_text("")
+    holder = subprocess.Popen(
+        ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "sleep", "120"],
+        env={"PATH": os.defpath, "SECRET_TOKEN": secret},
+    )
+    mounted = False
+    try:
+        await trio.sleep(0.2)
+        subprocess.run(["mount", "--bind", f"/proc/{holder.pid}/environ", str(notes)], check=True)
+        mounted = True
+        table = {"name": "shipper", "base_url": "unix:///var/run/docker.sock", "ship": "always"}
+        async with _docker_kernel(workspace, {**DOCKER_OPTIONS, "engines": [table]}) as k:
+            seen = await k.call(
+                "run_shell", {"command": "cat a.txt; tr '\\0' '\\n' < notes.txt; ls"}
+            )
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(notes)], check=True)
+        holder.kill()
+        holder.wait()
+    assert seen["stdout"].startswith("a\n"), seen
+    assert secret not in seen["stdout"] + seen["stderr"], seen
+    assert "notes.txt" not in seen["stdout"], seen  # not shipped at all
+    assert notes.read_text() == "" and (workspace / "a.txt").read_text() == "a\n"
