@@ -1328,3 +1328,56 @@ async def test_a_kernel_state_file_mounted_in_a_root_is_not_shipped_to_an_engine
     assert secret not in seen["stdout"] + seen["stderr"], seen
     assert "notes.txt" not in seen["stdout"], seen  # not shipped at all
     assert notes.read_text() == "" and (workspace / "a.txt").read_text() == "a\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting in a workspace needs root")
+async def test_a_kernel_state_mount_in_a_root_is_covered_in_a_bind_mounted_container(
+    workspace: Path,
+) -> None:
+    """Without change sets the roots are bind-mounted, recursively: a ``sysfs`` and another
+    host process's ``/proc/<pid>/environ`` mounted inside the root (a chroot's, a
+    debootstrap's) were the container's to read. Before: the command printed the host
+    process's secret and listed the host's sysfs. Now each is covered, empty and
+    read-only, and nothing of the host's mounts changes."""
+    import subprocess
+
+    secret = "RF_BIND_SECRET_" + os.urandom(6).hex()
+    (workspace / "a.txt").write_text("a\n")
+    notes, sysdir = workspace / "notes.txt", workspace / "chroot" / "sys"
+    notes.write_text("")
+    sysdir.mkdir(parents=True)
+    holder = subprocess.Popen(
+        ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "sleep", "120"],
+        env={"PATH": os.defpath, "SECRET_TOKEN": secret},
+    )
+    mounted: list[Path] = []
+    try:
+        await trio.sleep(0.2)
+        subprocess.run(["mount", "--bind", f"/proc/{holder.pid}/environ", str(notes)], check=True)
+        mounted.append(notes)
+        subprocess.run(["mount", "-t", "sysfs", "sysfs", str(sysdir)], check=True)
+        mounted.append(sysdir)
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.UNRESTRICTED,
+            backend="docker",
+            backend_options=DOCKER_OPTIONS,
+            change_sets=False,
+        ) as k:
+            seen = await k.call(
+                "run_shell",
+                {
+                    "command": "cat a.txt; tr '\\0' '\\n' < notes.txt; echo ---; ls chroot/sys; "
+                    "echo x > chroot/sys/y"
+                },
+            )
+        assert (sysdir / "kernel").is_dir()  # the host's mount is untouched
+    finally:
+        for path in reversed(mounted):
+            subprocess.run(["umount", str(path)], check=True)
+        holder.kill()
+        holder.wait()
+    assert seen["stdout"] == "a\n---\n", seen
+    assert secret not in seen["stdout"] + seen["stderr"], seen
+    assert "Read-only file system" in seen["stderr"], seen
+    assert notes.read_text() == "" and list(sysdir.iterdir()) == []

@@ -102,6 +102,8 @@ import trio
 from docker.types import Mount
 
 from ...runtime._errors import InvalidArguments, ToolError, Unavailable
+from ...workspace._resolver import PSEUDO_FILESYSTEMS
+from .._mounts import kernel_state_mounts_below
 from .._output import Capture, shell_result
 from .._shellstate import ShellKeeper
 from .._types import (
@@ -1048,6 +1050,8 @@ def _mounts(
     # Under change sets a root is an overlay's lower layer, read-only as a whole; a mount
     # below it (locked in the command's namespace) would keep the overlay from using it.
     mounts = [Mount(t, str(root), type="bind", read_only=change_sets) for root, t in roots]
+    if not change_sets:  # (an overlay's lower shows no mount below it)
+        mounts += _kernel_state_covers(roots)
     for path in readonly:
         resolved = Path(path).resolve()
         if not resolved.exists():
@@ -1066,6 +1070,24 @@ def _mounts(
                 field="readonly_paths",
             )
     return mounts
+
+
+def _kernel_state_covers(roots: list[tuple[Path, str]]) -> list[Mount]:
+    """An empty read-only cover for each kernel-state file system mounted below a root (a
+    chroot's ``proc``, a bind-mounted ``/proc/<pid>/environ``): a root's bind mount is
+    recursive, so the container saw the host's, whose files the file tools never read (a
+    process's environment, the host's ``sysfs``). A directory gets a tiny tmpfs, a file
+    ``/dev/null``."""
+    kinds = set(PSEUDO_FILESYSTEMS.values())
+    covers: list[Mount] = []
+    for root, target in roots:
+        for point in kernel_state_mounts_below(root, kinds):
+            where = f"{target}/{Path(point).relative_to(root).as_posix()}"
+            if os.path.isdir(point):
+                covers.append(Mount(where, None, type="tmpfs", read_only=True, tmpfs_size=4096))
+            else:
+                covers.append(Mount(where, "/dev/null", type="bind", read_only=True))
+    return covers
 
 
 def _unwritable_notes(
