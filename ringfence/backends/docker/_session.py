@@ -939,10 +939,15 @@ class DockerSession:
         since it was last asked: its ``oom_kill`` count (cgroup v2 ``memory.events``, v1
         ``memory.oom_control``, read by a short exec; read-only to commands) went up, or,
         when no exec can start (memory full, the container gone with its main process), the
-        engine recorded an ``oom`` event of the container since then. False when it cannot
-        say (a kernel or runtime that does not count)."""
+        daemon recorded an ``oom`` event of the container since then. Asked of this
+        machine's daemon only (a ``unix://`` engine). False when it cannot say (a kernel or
+        runtime that does not count, a remote engine)."""
         client, container = self._client, self._container
         if client is None or container is None:
+            return False
+        if self.engine is not None and not self.engine.base_url.startswith("unix://"):
+            # An exec's output and an event stream are read whole by docker-py (a frame, a
+            # chunk of any announced size): only this machine's daemon is asked.
             return False
         checked, self._oom_checked = self._oom_checked, time.time()
 
