@@ -17,7 +17,13 @@ import os
 import re
 from dataclasses import dataclass
 
-__all__ = ["LAYERS_DIR_FIELD", "Mount", "mount_of"]
+__all__ = [
+    "LAYERS_DIR_FIELD",
+    "Mount",
+    "kernel_state_mounts_below",
+    "mount_of",
+    "place_in_file_system",
+]
 
 # Where the local backend makes a session's overlay directories (confined._plan._layers_base):
 # ``use_places(layers_dir=...)``, on the command line ``$RINGFENCE_LAYERS_DIR``.
@@ -33,10 +39,55 @@ class Mount:
     point: str
     fstype: str
     source: str
+    device: str = ""  # major:minor of its file system
+    within: str = "/"  # the directory of that file system mounted at ``point`` (a bind's source)
 
 
 def _unescape(field: str) -> str:
     return _ESCAPED.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mounts() -> list[Mount]:
+    """Every line of this process's mountinfo (none when it cannot be read)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            rest = fields[fields.index("-") + 1 :]
+            found.append(
+                Mount(
+                    int(fields[0]),
+                    _unescape(fields[4]),
+                    rest[0],
+                    _unescape(rest[1]),
+                    fields[2],
+                    _unescape(fields[3]),
+                )
+            )
+        except (ValueError, IndexError):
+            continue
+    return found
+
+
+def kernel_state_mounts_below(root: str | os.PathLike[str], kinds: set[str]) -> list[str]:
+    """The mount points strictly below ``root`` (resolved) whose file system type is one of
+    ``kinds`` (``proc``, ``sysfs``, …: the kernel's state), outermost first; a mount below
+    one of them is left out (covering the outer one hides it)."""
+    top = os.path.realpath(root).rstrip("/") + "/"
+    points = sorted(
+        {m.point for m in _mounts() if m.fstype in kinds and m.point.startswith(top)},
+        key=lambda p: (p.count("/"), p),
+    )
+    outer: list[str] = []
+    for point in points:
+        if not any(point.startswith(o.rstrip("/") + "/") for o in outer):
+            outer.append(point)
+    return outer
 
 
 def mount_of(path: str | os.PathLike[str]) -> Mount | None:
@@ -56,7 +107,14 @@ def mount_of(path: str | os.PathLike[str]) -> Mount | None:
         fields = line.split(" ")
         try:
             rest = fields[fields.index("-") + 1 :]
-            mount = Mount(int(fields[0]), _unescape(fields[4]), rest[0], _unescape(rest[1]))
+            mount = Mount(
+                int(fields[0]),
+                _unescape(fields[4]),
+                rest[0],
+                _unescape(rest[1]),
+                fields[2],
+                _unescape(fields[3]),
+            )
         except (ValueError, IndexError):
             continue
         point = mount.point
@@ -64,3 +122,15 @@ def mount_of(path: str | os.PathLike[str]) -> Mount | None:
         if inside and (found is None or len(point) >= len(found.point)):
             found = mount
     return found
+
+
+def place_in_file_system(path: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """``(major:minor, path within that file system)`` of ``path``'s real path, whatever
+    mount spells it (a directory bind-mounted elsewhere has its source's place), or None
+    when mountinfo cannot be read."""
+    mount = mount_of(path)
+    if mount is None or not mount.device:
+        return None
+    real = os.path.realpath(path)
+    rest = real[len(mount.point.rstrip("/")) :] if mount.point != "/" else real
+    return mount.device, (mount.within.rstrip("/") + rest) or "/"

@@ -1188,3 +1188,196 @@ async def test_a_script_runner_is_killed_only_in_its_container_not_by_the_engine
         victim.wait()
     assert outcome.error is not None and outcome.error.code == "timeout", outcome
     assert alive, "the engine's pid was killed"
+
+
+async def test_an_engines_ca_or_key_reachable_from_a_root_is_refused_before_a_connection(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A TLS engine's files where the session's tools reach them: the CA a symbolic link
+    into the workspace (a CA the agent rewrites is whom the next connection trusts: the
+    supervisor's attach reads the file again each time), the client key a hard link to a
+    workspace file (readable there: root on the engine's machine). Before: the session
+    started and connected (the listener saw the TLS handshake). Now each is refused,
+    ``invalid_arguments`` naming the key and the root, before a byte is sent."""
+    certs = tmp_path / "certs"
+    make_certificates(certs)
+    (workspace / "ca.pem").write_bytes((certs / "ca.pem").read_bytes())
+    (certs / "ca.pem").unlink()
+    (certs / "ca.pem").symlink_to(workspace / "ca.pem")
+    os.link(certs / "client-key.pem", workspace / "key.pem")
+    outcomes = []
+    with _recording_listener("127.0.0.1") as (port, seen):
+        table = {
+            "name": "tls-here",
+            "base_url": f"tcp://127.0.0.1:{port}",
+            "tls_ca": str(certs / "ca.pem"),
+            "tls_cert": str(certs / "client.pem"),
+            "tls_key": str(certs / "client-key.pem"),
+        }
+        for key in ("tls_ca", "tls_key"):
+            async with _docker_kernel(workspace, {**DOCKER_OPTIONS, "engines": [table]}) as k:
+                outcomes.append(await k.invoke("run_shell", {"command": "echo x > x.txt"}))
+            if key == "tls_ca":  # the CA back outside; the key's hard link remains
+                (certs / "ca.pem").unlink()
+                make_certificates(tmp_path / "fresh")
+                (certs / "ca.pem").write_bytes((tmp_path / "fresh" / "ca.pem").read_bytes())
+        await trio.sleep(0.3)
+    assert seen == [], seen  # no connection at all
+    for key, outcome in zip(("tls_ca", "tls_key"), outcomes, strict=True):
+        assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+        assert outcome.error.field == f"options.engines[0].{key}", outcome.error
+        assert "tls-here" in outcome.error.message, outcome.error.message
+    assert "inside the workspace root" in outcomes[0].error.message
+    assert "hard link" in outcomes[1].error.message
+    assert not (workspace / "x.txt").exists()
+
+
+async def test_an_unreachable_engine_is_named_not_the_local_daemon(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A TLS engine that does not answer. Before: the error said the Docker daemon was not
+    reachable at the local socket (``unix:///var/run/docker.sock``) and to start it with
+    systemctl, though that daemon was up and never asked. Now it names the engine's address
+    and gives no advice about a daemon of this machine."""
+    from ringfence.backends.docker._images import docker_location
+
+    certs = tmp_path / "certs"
+    make_certificates(certs)
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    url = f"tcp://127.0.0.1:{port}"
+    table = {
+        "name": "far-engine",
+        "base_url": url,
+        "tls_ca": str(certs / "ca.pem"),
+        "tls_cert": str(certs / "client.pem"),
+        "tls_key": str(certs / "client-key.pem"),
+    }
+    async with _docker_kernel(workspace, {**DOCKER_OPTIONS, "engines": [table]}) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    message = outcome.error.message
+    assert "far-engine" in message and f"not reachable at {url}" in message, message
+    assert docker_location() not in message and "systemctl" not in message, message
+    assert list(workspace.iterdir()) == []
+
+
+async def test_a_command_that_reaches_the_memory_limit_is_told_so(workspace: Path) -> None:
+    """A command past the container's memory limit: its own allocation (the OOM killer ends
+    it, exit 137), and files in the memory-backed /tmp and /dev/shm (the OOM killer ends the
+    sandbox's shell: the container is replaced). Before: exit 137 or ``lost`` with nothing
+    saying why, the same as a command's own ``kill -9 $$``. Now the result's notes name the
+    limit; a SIGKILL that was not the OOM killer's gets no note; the session goes on."""
+    async with _docker_kernel(workspace, DOCKER_OPTIONS) as k:
+        hog = await k.call(
+            "run_shell", {"command": "x=$(head -c 400000000 /dev/zero | tr '\\0' x); echo ${#x}"}
+        )
+        own = await k.call("run_shell", {"command": "kill -9 $$"})
+        tmpfs = await k.call(
+            "run_shell",
+            {"command": "head -c 60m /dev/zero > /tmp/a; head -c 60m /dev/zero > /dev/shm/b"},
+        )
+        after = await k.call("run_shell", {"command": "echo alive"})
+    assert hog["exit_code"] == 137 and hog["signal"] == 9, hog
+    assert any("memory limit (96m" in note for note in hog.get("notes", [])), hog
+    assert own["exit_code"] == 137 and "notes" not in own, own
+    assert tmpfs["status"] == "lost" and tmpfs["session_restarted"], tmpfs
+    assert any("memory limit (96m" in note for note in tmpfs.get("notes", [])), tmpfs
+    assert after["stdout"] == "alive\n" and "notes" not in after, after
+    assert list(workspace.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a bind mount of a proc file needs root")
+async def test_a_kernel_state_file_mounted_in_a_root_is_not_shipped_to_an_engine(
+    workspace: Path,
+) -> None:
+    """Another host process's ``/proc/<pid>/environ`` (the workspace owner's: its secret)
+    bind-mounted onto a workspace file, as a chroot's ``proc`` inside a root would hold it.
+    The file tools never read a kernel-state file system; the ship read it as root and sent
+    it to the engine. Before: the sandbox's copy held the secret (and a ``proc`` directory
+    mounted there had the ship read a process's ``pagemap`` whole: 23 GB of this process's
+    memory until the host's OOM killer ended it). Now nothing on such a file system is
+    shipped: the command finds no file, and the rest of the root is there."""
+    import subprocess
+
+    secret = "RF_SHIP_SECRET_" + os.urandom(6).hex()
+    (workspace / "a.txt").write_text("a\n")
+    notes = workspace / "notes.txt"
+    notes.write_text("")
+    holder = subprocess.Popen(
+        ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "sleep", "120"],
+        env={"PATH": os.defpath, "SECRET_TOKEN": secret},
+    )
+    mounted = False
+    try:
+        await trio.sleep(0.2)
+        subprocess.run(["mount", "--bind", f"/proc/{holder.pid}/environ", str(notes)], check=True)
+        mounted = True
+        table = {"name": "shipper", "base_url": "unix:///var/run/docker.sock", "ship": "always"}
+        async with _docker_kernel(workspace, {**DOCKER_OPTIONS, "engines": [table]}) as k:
+            seen = await k.call(
+                "run_shell", {"command": "cat a.txt; tr '\\0' '\\n' < notes.txt; ls"}
+            )
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(notes)], check=True)
+        holder.kill()
+        holder.wait()
+    assert seen["stdout"].startswith("a\n"), seen
+    assert secret not in seen["stdout"] + seen["stderr"], seen
+    assert "notes.txt" not in seen["stdout"], seen  # not shipped at all
+    assert notes.read_text() == "" and (workspace / "a.txt").read_text() == "a\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting in a workspace needs root")
+async def test_a_kernel_state_mount_in_a_root_is_covered_in_a_bind_mounted_container(
+    workspace: Path,
+) -> None:
+    """Without change sets the roots are bind-mounted, recursively: a ``sysfs`` and another
+    host process's ``/proc/<pid>/environ`` mounted inside the root (a chroot's, a
+    debootstrap's) were the container's to read. Before: the command printed the host
+    process's secret and listed the host's sysfs. Now each is covered, empty and
+    read-only, and nothing of the host's mounts changes."""
+    import subprocess
+
+    secret = "RF_BIND_SECRET_" + os.urandom(6).hex()
+    (workspace / "a.txt").write_text("a\n")
+    notes, sysdir = workspace / "notes.txt", workspace / "chroot" / "sys"
+    notes.write_text("")
+    sysdir.mkdir(parents=True)
+    holder = subprocess.Popen(
+        ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "sleep", "120"],
+        env={"PATH": os.defpath, "SECRET_TOKEN": secret},
+    )
+    mounted: list[Path] = []
+    try:
+        await trio.sleep(0.2)
+        subprocess.run(["mount", "--bind", f"/proc/{holder.pid}/environ", str(notes)], check=True)
+        mounted.append(notes)
+        subprocess.run(["mount", "-t", "sysfs", "sysfs", str(sysdir)], check=True)
+        mounted.append(sysdir)
+        async with create_kernel(
+            roots=[workspace],
+            posture=Posture.UNRESTRICTED,
+            backend="docker",
+            backend_options=DOCKER_OPTIONS,
+            change_sets=False,
+        ) as k:
+            seen = await k.call(
+                "run_shell",
+                {
+                    "command": "cat a.txt; tr '\\0' '\\n' < notes.txt; echo ---; ls chroot/sys; "
+                    "echo x > chroot/sys/y"
+                },
+            )
+        assert (sysdir / "kernel").is_dir()  # the host's mount is untouched
+    finally:
+        for path in reversed(mounted):
+            subprocess.run(["umount", str(path)], check=True)
+        holder.kill()
+        holder.wait()
+    assert seen["stdout"] == "a\n---\n", seen
+    assert secret not in seen["stdout"] + seen["stderr"], seen
+    assert "Read-only file system" in seen["stderr"], seen
+    assert notes.read_text() == "" and list(sysdir.iterdir()) == []

@@ -201,3 +201,39 @@ async def test_an_engine_that_goes_away_is_reported_unavailable(tmp_path: Path) 
     with pytest.raises(Unavailable) as info:
         await place([handle.engine])
     assert "doomed" in info.value.message and handle.engine.base_url in info.value.message
+
+
+async def test_an_image_missing_on_an_engine_is_named_on_that_engine(
+    engines: list[EngineProcess], tmp_path: Path
+) -> None:
+    """An image this machine's daemon has but the chosen engine lacks. Before: the error
+    said the image was not present in the local daemon (``unix:///var/run/docker.sock``,
+    which has it) and to build it there, which changes nothing. Now it names the engine."""
+    from ringfence import create_kernel
+    from ringfence.backends.docker._images import docker_location
+    from ringfence.runtime import Posture
+
+    local_only = "ringfence/debian:latest"
+    client = connect_docker()
+    try:
+        client.images.get(local_only)  # present here: the old message was false
+    except Exception:
+        pytest.skip(f"{local_only} is not built on this machine's daemon")
+    finally:
+        client.close()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    engine = engines[0].engine
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options={"image": local_only, "engines": [engine.as_table()]},
+        change_sets=True,
+    ) as k:
+        outcome = await k.invoke("run_shell", {"command": "echo x > x.txt"})
+    assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+    message = outcome.error.message
+    assert engine.name in message and engine.base_url in message, message
+    assert "not present on this engine" in message and docker_location() not in message
+    assert list(workspace.iterdir()) == []

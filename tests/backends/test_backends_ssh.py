@@ -516,3 +516,49 @@ async def test_a_warm_pool_on_an_ssh_engine_is_claimed_then_shipped(
             await session.aclose()
     assert forwards() == []
     await no_containers_left(ssh_engine)
+
+
+@pytestmark_docker
+async def test_a_host_key_pin_the_agent_can_write_is_refused_before_any_connection(
+    ssh_engine: SSHEngine, workspace: Path, tmp_path: Path
+) -> None:
+    """The engine's known_hosts file lies in the workspace (a project's checked-in pin). The
+    agent's ``write_file`` replaces the pinned key (here a key nobody serves: the real
+    engine's) with the key of an engine it chose (the sshd here, an impostor), and its next
+    ``run_shell`` would run there. Before: ssh checked the key against the agent's pin, the
+    impostor saw a login and a container, and its change set was merged. Now a session whose
+    engine trusts a file a root holds is refused before any engine is contacted, naming the
+    key."""
+    from ringfence import create_kernel
+    from ringfence.runtime import Posture
+
+    make(workspace, {"a.txt": "a\n", "ci/engine_known_hosts": ""})
+    pins = workspace / "ci" / "engine_known_hosts"
+    pins.write_text(ssh_engine.pin_line(ssh_engine.base / "other_key.pub"))  # the real engine
+    logins, containers = accepted_logins(ssh_engine), engine_containers(ssh_engine)
+    table = ssh_engine.table(ssh_known_hosts=str(pins))
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.ALLOW_REVERSIBLE,
+        backend="docker",
+        backend_options={**DOCKER_OPTIONS, "engines": [table]},
+        change_sets=True,
+    ) as k:
+        rewrite = await k.invoke(
+            "write_file",
+            {
+                "path": "ci/engine_known_hosts",
+                "content": ssh_engine.known_hosts.read_text(),  # the impostor's key
+            },
+        )
+        assert rewrite.ok, rewrite  # the agent may edit the workspace ...
+        outcome = await k.invoke("run_shell", {"command": "echo owned > owned.txt; rm a.txt"})
+    # ... but no engine is trusted through a file it can edit.
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments", outcome
+    message = outcome.error.message
+    assert "ssh_known_hosts" in message and str(pins) in message, message
+    assert outcome.error.field == "options.engines[0].ssh_known_hosts", outcome.error
+    assert not (workspace / "owned.txt").exists() and (workspace / "a.txt").exists()
+    assert accepted_logins(ssh_engine) == logins  # the impostor never saw a login
+    assert [c.id for c in engine_containers(ssh_engine)] == [c.id for c in containers]
+    assert forwards() == []

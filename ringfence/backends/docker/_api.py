@@ -254,8 +254,15 @@ def connect_docker(
     except Unavailable as exc:
         if base_url is None or base_url in exc.message:
             raise
-        # map_docker_errors names DOCKER_HOST; the daemon tried was another one.
-        raise exc.with_(message=f"{exc.message} (engine {base_url})") from exc.__cause__
+        # map_docker_errors names DOCKER_HOST's daemon and how to start a local one; the
+        # daemon tried was another one, so the message names that one (and no local advice).
+        local = f"at {docker_location()} "
+        text = exc.message.replace("; " + START_DAEMON, "")
+        if local in text:
+            text = text.replace(local, f"at {base_url} ", 1)
+        else:
+            text = f"{text} (engine {base_url})"
+        raise exc.with_(message=text) from exc.__cause__
     except ValueError as exc:  # a malformed address (bad port, scheme) before any connection
         where = base_url if base_url is not None else docker_location()
         raise InvalidArguments(

@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import socket
 import stat
@@ -101,6 +102,8 @@ import trio
 from docker.types import Mount
 
 from ...runtime._errors import InvalidArguments, ToolError, Unavailable
+from ...workspace._resolver import PSEUDO_FILESYSTEMS
+from .._mounts import kernel_state_mounts_below
 from .._output import Capture, shell_result
 from .._shellstate import ShellKeeper
 from .._types import (
@@ -111,7 +114,12 @@ from .._types import (
     check_command,
     check_run_arguments,
 )
-from ..engines._engines import Engine, EngineLoad, place_keeping
+from ..engines._engines import (
+    Engine,
+    EngineLoad,
+    place_keeping,
+    refuse_engine_files_inside_roots,
+)
 from ..engines._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_json, remote_workspace
 from ..engines._ssh import SSHForward, open_forward
 from . import _upper as upper
@@ -188,6 +196,8 @@ async def start_docker(spec: SessionSpec) -> DockerSession:
     """
     opts = DockerOptions.from_mapping(spec.options)
     engine, loads, forward = None, [], None
+    # Before any engine is contacted: a pin, CA or key the session's tools could rewrite.
+    await trio.to_thread.run_sync(refuse_engine_files_inside_roots, opts.engines, spec.roots)
     if opts.engines:  # an ssh engine's probe forward is kept for the session (one handshake)
         engine, loads, forward = await place_keeping(opts.engines)
     try:
@@ -274,6 +284,10 @@ def local_engine(opts: DockerOptions) -> Engine:
     return Engine("local", opts.base_url or docker_location())
 
 
+# The container's memory cgroup's count of OOM kills (cgroup v2, else v1), read after a
+# command ended by SIGKILL: ``oom_kill N`` lines.
+_OOM_COUNT = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null"
+_OOM_KILLS = re.compile(rb"^oom_kill (\d{1,18})$", re.MULTILINE)
 # How long a container whose removal failed may take to disappear before the session ends.
 _REMOVAL_WAIT = 5.0
 
@@ -345,6 +359,8 @@ class DockerSession:
                 self._base_env[name] = os.environ[name]
         self._keeper = ShellKeeper(spec.shell, self._base_env, enabled=opts.persist_shell_state)
         self.restarts = 0
+        self._oom_seen = 0  # the OOM kills of the container's memory cgroup said so far
+        self._oom_checked = time.time()  # when it was last asked (its events since then)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -592,7 +608,17 @@ class DockerSession:
         try:
             await docker_call(self._client.images.get, self._opts.image)
         except Unavailable:
-            raise image_missing(self._opts.image) from None
+            if engine is None or engine.base_url == docker_location():
+                raise image_missing(self._opts.image) from None
+            # Not the local daemon's (image_missing names DOCKER_HOST's and builds there).
+            raise Unavailable(
+                f"engine {engine.name} ({engine.base_url}): the sandbox image "
+                f"{self._opts.image} is not present on this engine; load it there (`docker "
+                f"save {self._opts.image} | docker -H <the engine> load`, with its TLS files or "
+                "over ssh), or build it on that machine",
+                image=self._opts.image,
+                engine=engine.name,
+            ) from None
         if self._opts.runtime is not None:
             info = await docker_call(self._client.info)
             if self._opts.runtime not in (info.get("Runtimes") or {}):
@@ -621,6 +647,8 @@ class DockerSession:
     async def _create_container(self) -> None:
         client = self._client
         assert client is not None
+        self._oom_seen = 0  # a new container: a new memory cgroup, its count from zero
+        self._oom_checked = time.time()
         opts = self._opts
         overlay = self._uppers is not None or self._remote is not None
         host: dict[str, Any] = dict(
@@ -858,11 +886,13 @@ class DockerSession:
                         # the session ended (its container would not go): the next call says
                         # so; what interrupted this one (a cancellation) goes on
             raise
+        memory_hit = False
         if shell.dead and not run.done and self._shell is shell:
             # The supervisor died under the command (the command may kill it: same uid), so
             # its kill of every process of the uid never ran: what the command left behind
             # would write the upper while the host reads it, and through a descriptor the
             # merged file. A new container ends them all (the old one is removed first).
+            memory_hit = await self._memory_limit_hit()  # the old container's count
             await self._replace_container()
             restarted = True
         out.flush()
@@ -885,6 +915,8 @@ class DockerSession:
         sig = exit_code - 128 if exit_code is not None and 128 < exit_code < 128 + 65 else None
         if timed_out and exit_code is None:
             exit_code, sig = 137, 9
+        elif exit_code == 137 and not timed_out:  # SIGKILL: by the OOM killer, or by a command
+            memory_hit = await self._memory_limit_hit()
         o = out.finish(output_cap, self._spec.spool_dir, redact)
         e = err.finish(output_cap, self._spec.spool_dir, redact)
         if (self._uppers or self._remote) and exit_code == 125 and OVERLAY_FAILED in e.text:
@@ -898,9 +930,72 @@ class DockerSession:
             timed_out=timed_out,
             session_restarted=restarted,
             uppers=uppers,
-            notes=self._notes,
+            notes=self._notes + ((self._memory_note(lost=not run.done),) if memory_hit else ()),
         )
         return result, run.state
+
+    async def _memory_limit_hit(self) -> bool:
+        """Whether the kernel's OOM killer ended a process of the container's memory cgroup
+        since it was last asked: its ``oom_kill`` count (cgroup v2 ``memory.events``, v1
+        ``memory.oom_control``, read by a short exec; read-only to commands) went up, or,
+        when no exec can start (memory full, the container gone with its main process), the
+        daemon recorded an ``oom`` event of the container since then. Asked of this
+        machine's daemon only (a ``unix://`` engine). False when it cannot say (a kernel or
+        runtime that does not count, a remote engine)."""
+        client, container = self._client, self._container
+        if client is None or container is None:
+            return False
+        if self.engine is not None and not self.engine.base_url.startswith("unix://"):
+            # An exec's output and an event stream are read whole by docker-py (a frame, a
+            # chunk of any announced size): only this machine's daemon is asked.
+            return False
+        checked, self._oom_checked = self._oom_checked, time.time()
+
+        def count() -> int | None:
+            exec_id = client.api.exec_create(
+                container.id, ["/bin/sh", "-c", _OOM_COUNT], user=self._user
+            )["Id"]
+            found = _OOM_KILLS.findall(bytes(client.api.exec_start(exec_id))[:4096])
+            return max((int(n) for n in found), default=None)
+
+        def events() -> bool:
+            stream = client.api.events(
+                since=int(checked) - 1,
+                until=int(time.time()) + 1,
+                filters={"container": container.id, "event": "oom"},
+                decode=True,
+            )
+            try:  # a few at most: an engine's stream is not read without end
+                return any(
+                    int(event.get("timeNano") or 0) >= int(checked * 1e9)
+                    for _, event in zip(range(64), stream, strict=False)
+                    if isinstance(event, dict)
+                )
+            finally:
+                with contextlib.suppress(Exception):
+                    stream.close()
+
+        with contextlib.suppress(Unavailable, ToolError, InvalidArguments):
+            kills = await docker_call(count)
+            if kills is not None:
+                hit, self._oom_seen = kills > self._oom_seen, max(kills, self._oom_seen)
+                return hit
+        with contextlib.suppress(Unavailable, ToolError, InvalidArguments):
+            return await docker_call(events)
+        return False
+
+    def _memory_note(self, *, lost: bool) -> str:
+        """What a result says when the memory limit was reached (exit 137 alone does not)."""
+        what = (
+            "ended the sandbox's own shell with the command (the container was replaced)"
+            if lost
+            else "ended a process of this command (SIGKILL, exit 137)"
+        )
+        return (
+            f"the container's memory limit ({self._opts.memory}, memory and swap; files in "
+            f"/tmp and /dev/shm count too) was reached: the kernel's OOM killer {what}; "
+            "give the docker backend a larger memory option, or use less"
+        )
 
     async def _stop(self, run: CommandOutput) -> bool:
         """SIGTERM the command's tree, grace, SIGKILL; replace the container if that fails.
@@ -960,6 +1055,8 @@ def _mounts(
     # Under change sets a root is an overlay's lower layer, read-only as a whole; a mount
     # below it (locked in the command's namespace) would keep the overlay from using it.
     mounts = [Mount(t, str(root), type="bind", read_only=change_sets) for root, t in roots]
+    if not change_sets:  # (an overlay's lower shows no mount below it)
+        mounts += _kernel_state_covers(roots)
     for path in readonly:
         resolved = Path(path).resolve()
         if not resolved.exists():
@@ -978,6 +1075,24 @@ def _mounts(
                 field="readonly_paths",
             )
     return mounts
+
+
+def _kernel_state_covers(roots: list[tuple[Path, str]]) -> list[Mount]:
+    """An empty read-only cover for each kernel-state file system mounted below a root (a
+    chroot's ``proc``, a bind-mounted ``/proc/<pid>/environ``): a root's bind mount is
+    recursive, so the container saw the host's, whose files the file tools never read (a
+    process's environment, the host's ``sysfs``). A directory gets a tiny tmpfs, a file
+    ``/dev/null``."""
+    kinds = set(PSEUDO_FILESYSTEMS.values())
+    covers: list[Mount] = []
+    for root, target in roots:
+        for point in kernel_state_mounts_below(root, kinds):
+            where = f"{target}/{Path(point).relative_to(root).as_posix()}"
+            if os.path.isdir(point):
+                covers.append(Mount(where, None, type="tmpfs", read_only=True, tmpfs_size=4096))
+            else:
+                covers.append(Mount(where, "/dev/null", type="bind", read_only=True))
+    return covers
 
 
 def _unwritable_notes(

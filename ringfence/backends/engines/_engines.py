@@ -29,7 +29,9 @@ a first-seen host key to the named known_hosts file).
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from ...runtime._errors import InvalidArguments, RingfenceError, Unavailable
+from .._mounts import place_in_file_system
 
 if TYPE_CHECKING:  # _ssh is imported where an ssh engine is probed
     from ._ssh import SSHForward
@@ -50,6 +53,7 @@ __all__ = [
     "place",
     "place_keeping",
     "probe_engine",
+    "refuse_engine_files_inside_roots",
 ]
 
 ShipMode = Literal["auto", "always", "never"]
@@ -354,6 +358,92 @@ def _ssh_settings(
         "ssh_accept_new": accept_new,
         "ssh_socket": remote,
     }
+
+
+# The files an engine's trust rests on: what a session's tools must not be able to write
+# (a pin, a CA: the next connection trusts whom the agent chose) or read (a key: root on the
+# engine's machine).
+TRUST_KEYS = ("tls_ca", "tls_cert", "tls_key", "ssh_known_hosts", "ssh_identity")
+
+
+def refuse_engine_files_inside_roots(
+    engines: Sequence[Engine], roots: Sequence[str | os.PathLike[str]]
+) -> None:
+    """Raise InvalidArguments (field ``options.engines[i].<key>``) when a workspace root holds
+    a file an engine's trust rests on (:data:`TRUST_KEYS`), before any engine is contacted.
+
+    Inside a root, every tool of the session writes it: ``write_file`` or a merged change
+    set replaces the pinned host key or the CA, and the next forward or TLS connection (a
+    TLS session's attach reads the CA file again) trusts an engine the agent chose; a client
+    key there is readable, and it is root on the engine's machine. Judged by identity, not
+    spelling, as ringfence's own home is: every directory holding the file, as given and as
+    a link resolves, against each root's device and inode; the place in its file system
+    (a file or directory bind-mounted from inside a root); a second name (a hard link) on a
+    root's file system. A file that does not exist yet (``ssh_accept_new``) is judged by the
+    directories that would hold it."""
+    by_identity: dict[tuple[int, int], str] = {}
+    places: list[tuple[str, tuple[str, str]]] = []
+    for root in roots:
+        st = os.stat(root)
+        by_identity[(st.st_dev, st.st_ino)] = str(root)
+        place = place_in_file_system(root)
+        if place is not None:
+            places.append((str(root), place))
+    devices = {dev for dev, _ in by_identity}
+    for i, engine in enumerate(engines):
+        for key in TRUST_KEYS:
+            path = getattr(engine, key)
+            if path is None:
+                continue
+            why = _held_by_root(Path(path), by_identity, places, devices)
+            if why is not None:
+                raise InvalidArguments(
+                    f"options.engines[{i}].{key} {path} of engine {engine.name} {why}: the "
+                    "session's tools could rewrite it (pin another host key or CA, so the "
+                    "next connection trusts an engine they chose) or read a key that is root "
+                    "on the engine's machine; keep the engine's files outside every workspace "
+                    "root",
+                    field=f"options.engines[{i}].{key}",
+                    engine=engine.name,
+                    path=str(path),
+                )
+
+
+def _held_by_root(
+    path: Path,
+    by_identity: Mapping[tuple[int, int], str],
+    places: Sequence[tuple[str, tuple[str, str]]],
+    devices: set[int],
+) -> str | None:
+    """Why ``path`` is a root's to write (see :func:`refuse_engine_files_inside_roots`)."""
+    spelled = Path(os.path.abspath(path))
+    holders = [Path(os.path.realpath(spelled.parent))]
+    if os.path.islink(spelled):
+        holders.append(Path(os.path.realpath(spelled)).parent)
+    for holder in holders:
+        for where in (holder, *holder.parents):
+            try:
+                st = os.stat(where)
+            except OSError:
+                continue  # not made yet: the directories above it decide
+            root = by_identity.get((st.st_dev, st.st_ino))
+            if root is not None:
+                return f"is inside the workspace root {root}"
+    for target in {spelled, Path(os.path.realpath(spelled))}:
+        here = place_in_file_system(target)
+        if here is None:
+            continue
+        for root, (device, within) in places:
+            top = within.rstrip("/")
+            if here[0] == device and (here[1] == within or here[1].startswith(top + "/")):
+                return f"is mounted from inside the workspace root {root}"
+    try:
+        st = os.stat(spelled)
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_dev in devices:
+        return f"has {st.st_nlink - 1} other name(s) (hard links) on a workspace root's file system"
+    return None
 
 
 def parse_engines(value: object, *, field: str = "options.engines") -> tuple[Engine, ...]:

@@ -19,7 +19,9 @@ name is checked (relative, no ``..``), and everything is created by
 descriptor below the target directory.
 
 Not shipped: FIFOs, sockets and devices (a sandbox never needs them from the
-host), files ringfence cannot read, and with ``ship_git="skip"`` every entry named ``.git`` (any case) and
+host), what lies on a kernel-state file system mounted in a root (a chroot's ``proc``,
+a bind-mounted ``/proc/<pid>/environ``: another process's secrets, and a ``pagemap``
+read whole is hundreds of GiB), files ringfence cannot read, and with ``ship_git="skip"`` every entry named ``.git`` (any case) and
 what is below it. Not guaranteed: a file changed *while* it is read is shipped
 as read (its digest is of those bytes); the tar is built in memory (a very
 large workspace costs its size in memory once, at the first ship).
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 
 from ...runtime._errors import ToolError, Unavailable
+from ...workspace._resolver import pseudo_filesystem
 
 __all__ = ["OPAQUE_XATTR", "ShipGit", "Shipped", "ShippedRoot", "Sync", "rebuild_upper"]
 
@@ -165,11 +168,16 @@ class ShippedRoot:
                 continue  # what the sandbox's user could not read where the root is mounted
             mode = stat.S_IMODE(st.st_mode)
             if kind == "dir":
-                yield path, Shipped("dir", mode, _signature(st)), None
                 try:
                     sub = os.open(name, _DIR, dir_fd=dir_fd)
                 except OSError:
-                    continue  # replaced or unreadable: its entries are not shipped
+                    sub = -1  # replaced or unreadable: its entries are not shipped
+                if sub >= 0 and pseudo_filesystem(sub) is not None:
+                    os.close(sub)  # the kernel's state mounted here (a chroot's proc)
+                    continue
+                yield path, Shipped("dir", mode, _signature(st)), None
+                if sub < 0:
+                    continue
                 try:
                     yield from self._walk(sub, f"{path}/")
                 finally:
@@ -225,8 +233,14 @@ class ShippedRoot:
 
 
 def _read(dir_fd: int, name: str) -> tuple[bytes, os.stat_result]:
+    """A file's bytes and its stat, read by descriptor; OSError for a file on a kernel-state
+    file system (proc, sysfs, … bind-mounted into a root: not a workspace file, see
+    :func:`ringfence.workspace._resolver.pseudo_filesystem`), which is never read."""
     fd = os.open(name, _FILE, dir_fd=dir_fd)
     try:
+        kind = pseudo_filesystem(fd)
+        if kind is not None:
+            raise OSError(f"{name} is on a {kind} file system (the kernel's state)")
         st = os.fstat(fd)
         chunks = []
         while chunk := os.read(fd, 1 << 20):
