@@ -364,8 +364,12 @@ def run_script(
     if script.get("mode") == "plain":
         try:
             code = compile(source, _restricted.SCRIPT_FILENAME, "exec", dont_inherit=True)
-        except SyntaxError as exc:
-            return {"status": "compile_error", "errors": [f"Line {exc.lineno}: {exc.msg}"]}
+        except (SyntaxError, ValueError) as exc:
+            line = getattr(exc, "lineno", None)
+            why = getattr(exc, "msg", None) or exc
+            return {"status": "compile_error", "errors": [f"Line {line}: {why}"]}
+        except (RecursionError, MemoryError) as exc:
+            return {"status": "compile_error", "errors": [_restricted.too_complex(exc)]}
         glb = _restricted.plain_globals(call_tool, extra)
     else:
         errors, restricted = _restricted.compile_script(source)

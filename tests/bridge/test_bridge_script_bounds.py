@@ -1,0 +1,94 @@
+"""What a script's source can cost before it runs: its size and its depth, through create_kernel.
+
+Each test performs the attack through ``kernel.invoke("run_tool_script", ...)`` of a kernel
+made by ``create_kernel`` (real runner subprocesses, a real events file) and asserts the
+refusal, naming the field or limit, and the absence of any effect.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from kernel_helpers import event_records
+
+from ringfence._embed import create_kernel
+from ringfence.bridge._tool import MAX_SCRIPT_CHARS, SCRIPT_TOOL
+from ringfence.runtime import ApprovalAnswer, ScriptedApprover
+
+YES = ScriptedApprover(lambda r: ApprovalAnswer.once())
+
+
+async def test_an_oversize_script_is_refused_before_it_is_scanned_recorded_or_run(
+    tmp_path: Path,
+) -> None:
+    """A script over MAX_SCRIPT_CHARS: refused naming ``script``, before the host parses it
+    for credentials and before the ``proposed`` record holds it; nothing of it runs.
+
+    Until 2026-12-07 the bound was the bridge's 16 MiB frame, reached only after the call
+    was recorded whole: a 15 MB script held the host 280 s at 8 GB, and one under the
+    frame limit ran.
+    """
+    workspace, log = tmp_path / "ws", tmp_path / "events.jsonl"
+    workspace.mkdir()
+    padding = "#" + "a" * (2 * 1024 * 1024) + "\n"  # 2 MiB: far over the bound, under a frame
+    script = 'tools.write_file(path="made.txt", content="x")\n' + padding
+    assert len(script) > MAX_SCRIPT_CHARS
+    async with create_kernel(roots=[workspace], approver=YES, events_path=log) as kernel:
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script})
+    assert outcome.error is not None and outcome.error.code == "invalid_arguments"
+    assert outcome.error.field == "script"
+    assert f"{MAX_SCRIPT_CHARS:,}" in outcome.error.message
+    assert not (workspace / "made.txt").exists()
+    assert log.stat().st_size < 64 * 1024  # the source is not in the stream
+    records = event_records(log)
+    kinds = [r["kind"] for r in records]
+    assert "script_started" not in kinds and "started" not in kinds
+    proposed = next(r for r in records if r["kind"] == "proposed")
+    assert isinstance(proposed["arguments"], str)
+    assert proposed["arguments"].startswith("<not recorded:")
+
+
+async def test_a_script_at_the_bound_still_runs(tmp_path: Path) -> None:
+    """The bound is the schema's maxLength: a script of exactly that length runs."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    head = 'tools.write_file(path="made.txt", content="x")\n#'
+    script = head + "a" * (MAX_SCRIPT_CHARS - len(head) - 1) + "\n"
+    assert len(script) == MAX_SCRIPT_CHARS
+    async with create_kernel(roots=[workspace], approver=YES) as kernel:
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script})
+    assert outcome.ok, outcome.error
+    assert (workspace / "made.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "-" * 2000 + "1",  # RestrictedPython's transformer recursed past the limit
+        "1+" * 20000 + "1",  # CPython's compiler too
+        "-" * 200_000 + "1",  # 200 KB: more memory than the run's limit, to compile
+    ],
+    ids=["unary-2000", "sum-20000", "unary-200000"],
+)
+async def test_a_script_too_deep_to_compile_is_a_compile_error_without_a_traceback(
+    tmp_path: Path, expression: str
+) -> None:
+    """A short script whose syntax tree is deep: ``invalid_arguments`` naming ``script`` and
+    why, never the runner's traceback (this host's file paths) as the tool's error.
+
+    Until 2026-12-07 the runner died on it and the message was its traceback.
+    """
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = 'tools.write_file(path="made.txt", content="x")\nx = ' + expression + "\n"
+    async with create_kernel(roots=[workspace], approver=YES) as kernel:
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script})
+    assert outcome.error is not None
+    assert outcome.error.code == "invalid_arguments", outcome.error.message[-500:]
+    assert outcome.error.field == "script"
+    assert re.search(r"too deeply|more memory", outcome.error.message)
+    assert "Traceback" not in outcome.error.message
+    assert "site-packages" not in str(outcome.error.to_dict())
+    assert not (workspace / "made.txt").exists()
