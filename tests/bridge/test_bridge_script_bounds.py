@@ -7,10 +7,13 @@ refusal, naming the field or limit, and the absence of any effect.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
 import pytest
+from cli_helpers import ringfence_process
 from kernel_helpers import event_records
 
 from ringfence._embed import create_kernel
@@ -92,3 +95,31 @@ async def test_a_script_too_deep_to_compile_is_a_compile_error_without_a_traceba
     assert "Traceback" not in outcome.error.message
     assert "site-packages" not in str(outcome.error.to_dict())
     assert not (workspace / "made.txt").exists()
+
+
+def _strict_json(text: str) -> object:
+    """``text`` parsed as JSON proper: ``NaN``/``Infinity`` are Python's extension."""
+
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_result_holding_nan_or_infinity_is_strict_json_at_the_cli(tmp_path: Path) -> None:
+    """``run-script --json`` prints JSON a strict parser reads when the script's result holds
+    a non-finite number: the result comes as its text (a result JSON cannot carry).
+
+    Until 2026-12-07 the output held bare ``Infinity`` and ``NaN``.
+    """
+    script = tmp_path / "stats.py"
+    script.write_text('import math\nresult = {"mean": math.nan, "top": math.inf, "n": 2}\n')
+    posture = [k for k in os.environ if k.startswith("RINGFENCE_POSTURE")]
+    done = ringfence_process(
+        "run-script", str(script), "--approve", "yes", "--json", "--timeout", "30",
+        cwd=tmp_path, unset=posture,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    parsed = _strict_json(done.stdout)
+    assert isinstance(parsed, dict)
+    assert parsed["result"]["result"] == "{'mean': nan, 'top': inf, 'n': 2}"
