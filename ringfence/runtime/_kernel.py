@@ -71,7 +71,7 @@ from ._files import ringfence_home
 from ._hooks import Hook
 from ._intents import IntentAuthority
 from ._outcomes import RecordingOutcome
-from ._output import cap_text, escape_surrogates
+from ._output import DEFAULT_SPOOL_QUOTA, cap_text, escape_surrogates, set_spool_quota
 from ._plan import Plan
 from ._planapply import apply_plan
 from ._providers import ProviderTools, ToolFormat, answer_tool_call, tool_definitions
@@ -158,6 +158,7 @@ class Kernel:
         roots: Iterable[str] = (),
         checkpoint_records: int = CHECKPOINT_RECORDS,
         checkpoint_seconds: float = CHECKPOINT_SECONDS,
+        spool_quota_bytes: int = DEFAULT_SPOOL_QUOTA,
     ) -> None:
         self._posture = Posture.parse(posture)
         self._approver: Approver = approver if approver is not None else HeadlessDenyApprover()
@@ -204,6 +205,9 @@ class Kernel:
         if spool_dir is None:
             spool_dir = ringfence_home() / "spool" / self.session_id
         self.spool_dir: Path = spool_dir
+        # What the spool files of this session hold together (each one is capped, but a
+        # script's calls multiply them): past it a cut text is not spooled, its marker says so.
+        set_spool_quota(spool_dir, spool_quota_bytes)
         self.events.emit(
             "session_started",
             self.session_id,

@@ -123,3 +123,33 @@ def test_a_result_holding_nan_or_infinity_is_strict_json_at_the_cli(tmp_path: Pa
     parsed = _strict_json(done.stdout)
     assert isinstance(parsed, dict)
     assert parsed["result"]["result"] == "{'mean': nan, 'top': inf, 'n': 2}"
+
+
+def _tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+async def test_a_scripts_calls_cannot_fill_the_disk_with_spool_files(tmp_path: Path) -> None:
+    """Each call's spool is capped, but a script multiplies calls: 20 reads of a 2.7 MB file
+    in one ``parallel`` would spool 54 MB. The session's spool quota bounds them together;
+    every call still answers (head and tail), and the marker says the quota is used up.
+
+    Until 2026-12-07 there was no such bound: 200 reads of a 6.7 MB file wrote 1.3 GB in 22 s,
+    and a run may make 10,000 calls.
+    """
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "big.txt").write_text((os.urandom(1024).hex() + "\n") * 1300)  # ~2.7 MB
+    quota = 8 * 1024 * 1024
+    script = (
+        'r = parallel(tools.read_file(path="big.txt") for _ in range(20))\n'
+        'result = {"n": len(r), "quota": sum(1 for x in r if "spool quota" in str(x))}\n'
+    )
+    async with create_kernel(roots=[workspace], approver=YES, spool_quota_bytes=quota) as kernel:
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script, "timeout_seconds": 120})
+        spooled = _tree_bytes(kernel.spool_dir) if kernel.spool_dir.exists() else 0
+    assert outcome.ok, outcome.error
+    assert outcome.value["result"]["n"] == 20
+    assert all(c["ok"] for c in outcome.value["calls"])
+    assert outcome.value["result"]["quota"] >= 1  # the markers past the quota say so
+    assert spooled <= quota + 64 * 1024  # trailers of a few hundred bytes on top
