@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
+from ._errors import InvalidArguments
 from ._redact import Redactor
 
 __all__ = [
@@ -73,7 +74,10 @@ def _quota_key(spool_dir: Path) -> str:
 def set_spool_quota(spool_dir: Path, quota_bytes: int) -> None:
     """Bound what every spool file in ``spool_dir`` holds together (a kernel's, at its start)."""
     if type(quota_bytes) is not int or quota_bytes < 0:
-        raise ValueError(f"a spool quota is a number of bytes, not {quota_bytes!r}")
+        raise InvalidArguments(
+            f"spool_quota_bytes must be a number of bytes (0 or more), not {quota_bytes!r}",
+            field="spool_quota_bytes",
+        )
     with _quota_lock:
         _spool_quota[_quota_key(spool_dir)] = quota_bytes
 
