@@ -49,7 +49,9 @@ __all__ = [
     "cap_text",
     "cut_bytes",
     "escape_surrogates",
+    "reserve_spool",
     "set_spool_quota",
+    "spool_quota",
     "utf8",
 ]
 
@@ -95,6 +97,18 @@ def _reserve(spool_dir: Path, want: int) -> int:
         granted = max(0, min(want, _spool_quota.get(key, DEFAULT_SPOOL_QUOTA) - used))
         _spool_used[key] = used + granted
     return granted
+
+
+def reserve_spool(spool_dir: Path, n: int) -> bool:
+    """Take ``n`` bytes of ``spool_dir``'s quota for a file written whole (an MCP
+    attachment), or nothing and False when they do not fit."""
+    key = _quota_key(spool_dir)
+    with _quota_lock:
+        used = _spool_used.get(key, 0)
+        if used + n > _spool_quota.get(key, DEFAULT_SPOOL_QUOTA):
+            return False
+        _spool_used[key] = used + n
+    return True
 
 
 def _release(spool_dir: Path, n: int) -> None:
