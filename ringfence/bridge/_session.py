@@ -231,10 +231,10 @@ class ScriptSession:
         sized = []
         for reply in replies:
             try:
-                size = len(conn.codec.measure({"type": "replies", "replies": [reply]}))
+                size = conn.codec.measure({"type": "replies", "replies": [reply]})
             except (_wire.ProtocolError, TypeError, ValueError, RecursionError) as exc:
                 reply = _uncarried(reply, exc)
-                size = len(conn.codec.measure({"type": "replies", "replies": [reply]}))
+                size = conn.codec.measure({"type": "replies", "replies": [reply]})
             sized.append((reply, size))
         chunk: list[Reply] = []
         used = 0

@@ -153,3 +153,24 @@ async def test_a_scripts_calls_cannot_fill_the_disk_with_spool_files(tmp_path: P
     assert all(c["ok"] for c in outcome.value["calls"])
     assert outcome.value["result"]["quota"] >= 1  # the markers past the quota say so
     assert spooled <= quota + 64 * 1024  # trailers of a few hundred bytes on top
+
+
+async def test_a_batch_whose_replies_exceed_one_frame_gets_every_reply(tmp_path: Path) -> None:
+    """300 reads of a 100 KB file in one ``parallel``: about 20 MB of replies, more than one
+    16 MiB frame, go in several frames and the script gets each one.
+
+    Until 2026-12-07 that road raised TypeError on the host (``len`` of the frame's size):
+    the run failed as "ExceptionGroup: Exceptions from Trio nursery", its calls already run.
+    """
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "mid.txt").write_text((os.urandom(512).hex() + "\n") * 100)  # ~100 KB
+    script = (
+        'r = parallel(tools.read_file(path="mid.txt") for _ in range(300))\n'
+        "result = [len(r), min(len(str(x)) for x in r)]\n"
+    )
+    async with create_kernel(roots=[workspace], approver=YES) as kernel:
+        outcome = await kernel.invoke(SCRIPT_TOOL, {"script": script, "timeout_seconds": 120})
+    assert outcome.ok, outcome.error
+    assert outcome.value["result"][0] == 300
+    assert outcome.value["result"][1] > 60_000  # each a whole capped reply
