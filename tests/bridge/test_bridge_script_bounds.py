@@ -174,3 +174,45 @@ async def test_a_batch_whose_replies_exceed_one_frame_gets_every_reply(tmp_path:
     assert outcome.ok, outcome.error
     assert outcome.value["result"][0] == 300
     assert outcome.value["result"][1] > 60_000  # each a whole capped reply
+
+
+def test_a_large_batchs_results_are_not_all_held_by_the_host(tmp_path: Path) -> None:
+    """2,500 capped reads in one ``parallel`` through ``ringfence run-script``: the host sends
+    replies as calls end, so its memory stays far below the batch's results (160 MB).
+
+    Until 2026-12-07 the host held every reply until the batch ended: 1.6 GB resident for
+    this batch, and a batch may have 10,000 calls.
+    """
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "mid.txt").write_text((os.urandom(512).hex() + "\n") * 200)  # ~200 KB
+    script = tmp_path / "batch.py"
+    script.write_text(
+        'r = parallel(tools.read_file(path="mid.txt") for _ in range(2500))\n'
+        "result = [len(r), sum(len(str(x)) for x in r)]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGFENCE_POSTURE")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ringfence", "run-script", str(script), "--approve", "yes",
+         "--json", "--timeout", "300"],
+        cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    host, peak = psutil.Process(proc.pid), 0
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            peak = max(peak, host.memory_info().rss)
+        except psutil.Error:
+            break
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    result = json.loads(out)["result"]["result"]
+    assert result[0] == 2500 and result[1] > 2500 * 60_000  # every reply came, whole
+    assert peak < 500 * 1024 * 1024, f"the host peaked at {peak >> 20} MiB"
