@@ -243,9 +243,23 @@ def compile_script(source: str) -> tuple[list[str], Any]:
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         return [f"Line {line}: {getattr(exc, 'msg', None) or exc}"], None
+    except (RecursionError, MemoryError) as exc:
+        return [too_complex(exc)], None
     if compiled.errors or compiled.code is None:
         return list(compiled.errors), None
     return [], compiled.code
+
+
+def too_complex(exc: BaseException) -> str:
+    """The compile error of a script whose syntax tree is too deep or too large to compile
+    (``-`` * 2000 + ``1``, ``1+1+…+1``): RestrictedPython's transformer and CPython's
+    compiler recurse on it. Until 2026-12-07 a 2 KB script ended the runner, and its
+    traceback (this host's paths) was the tool's error message."""
+    if isinstance(exc, MemoryError):
+        why = "needs more memory to compile than a run may use (ScriptConfig.limits.memory_bytes)"
+    else:
+        why = "nests too deeply to compile (Python's recursion limit)"
+    return f"the script {why}; split long expressions into statements"
 
 
 def plain_globals(call_tool: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -169,9 +169,15 @@ def _as_text(value: Any) -> str:
 
 
 def _jsonable(value: Any) -> tuple[Any, bool]:
-    """``(value, False)`` when the bridge can carry it as JSON, else ``(its text, True)``."""
+    """``(value, False)`` when the bridge can carry it as JSON, else ``(its text, True)``.
+
+    JSON has no NaN or infinity: a result holding one (``math.inf``, a mean of nothing)
+    comes as its text. Until 2026-12-07 it crossed as ``Infinity``/``NaN``, so
+    ``run-script --json`` printed what no strict JSON parser reads, and an MCP client of
+    ``serve`` got ``null`` for it in the structured content.
+    """
     try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
         return value, False
     except (TypeError, ValueError, RecursionError):
         return _as_text(value), True
@@ -364,8 +370,12 @@ def run_script(
     if script.get("mode") == "plain":
         try:
             code = compile(source, _restricted.SCRIPT_FILENAME, "exec", dont_inherit=True)
-        except SyntaxError as exc:
-            return {"status": "compile_error", "errors": [f"Line {exc.lineno}: {exc.msg}"]}
+        except (SyntaxError, ValueError) as exc:
+            line = getattr(exc, "lineno", None)
+            why = getattr(exc, "msg", None) or exc
+            return {"status": "compile_error", "errors": [f"Line {line}: {why}"]}
+        except (RecursionError, MemoryError) as exc:
+            return {"status": "compile_error", "errors": [_restricted.too_complex(exc)]}
         glb = _restricted.plain_globals(call_tool, extra)
     else:
         errors, restricted = _restricted.compile_script(source)

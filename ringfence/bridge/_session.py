@@ -200,8 +200,7 @@ class ScriptSession:
                 reply = await self.call(message)
                 await self._send_replies(conn, "reply", [reply])
             elif kind == "calls":
-                replies = await self.call_batch(message)
-                await self._send_replies(conn, "replies", replies)
+                await self.call_batch(message, conn)
             elif kind == "done":
                 await conn.send({"type": "bye"})
                 return message
@@ -231,10 +230,10 @@ class ScriptSession:
         sized = []
         for reply in replies:
             try:
-                size = len(conn.codec.measure({"type": "replies", "replies": [reply]}))
+                size = conn.codec.measure({"type": "replies", "replies": [reply]})
             except (_wire.ProtocolError, TypeError, ValueError, RecursionError) as exc:
                 reply = _uncarried(reply, exc)
-                size = len(conn.codec.measure({"type": "replies", "replies": [reply]}))
+                size = conn.codec.measure({"type": "replies", "replies": [reply]})
             sized.append((reply, size))
         chunk: list[Reply] = []
         used = 0
@@ -300,12 +299,15 @@ class ScriptSession:
             self.calls.append(record)
         return reply
 
-    async def call_batch(self, message: dict[str, Any]) -> list[Reply]:
-        """A ``calls`` message: every call through the Gate, concurrently, replies in order.
+    async def call_batch(self, message: dict[str, Any], conn: Any) -> None:
+        """A ``calls`` message: every call through the Gate, concurrently; replies sent on ``conn``.
 
         At most ``max_parallel`` calls run at once; the budget is counted in the
         batch's order before any runs; a person is asked in the batch's order,
         one question at a time; the records join :attr:`calls` in that order too.
+        Replies go as they end, in frames of about half the frame limit (the runner
+        matches them by id): held until the batch ended, 4,000 capped reads held
+        this process at 1.6 GB (a batch may have 10,000 calls).
         """
         batch = message.get("calls")
         if not isinstance(batch, list) or not all(isinstance(c, dict) for c in batch):
@@ -316,18 +318,18 @@ class ScriptSession:
                 "oversized",
                 f"a batch of {n} calls is larger than the run's budget of {self.config.max_calls}",
             )
-        replies: list[Reply | None] = [None] * n
         records: list[Record | None] = [None] * n
+        outbox = _Outbox(self, conn)
         todo = []
         for i, item in enumerate(batch):
             over = self.budget_refusal(item.get("id"), item.get("tool"))
             if over is not None:
-                replies[i] = over
+                await outbox.add(over)
             else:
                 todo.append(i)
         turns = AskTurns(n)
         for i in range(n):
-            if replies[i] is not None:
+            if i not in todo:
                 turns.passed(i)
 
         def ask_hook(i: int) -> Callable[[], contextlib.AbstractAsyncContextManager[None]]:
@@ -347,9 +349,10 @@ class ScriptSession:
         async def worker() -> None:
             for i in queue:
                 try:
-                    replies[i], records[i] = await self._one(batch[i], ask_hook(i), counted=True)
+                    reply, records[i] = await self._one(batch[i], ask_hook(i), counted=True)
                 finally:
                     turns.passed(i)
+                await outbox.add(reply)
 
         try:
             async with trio.open_nursery() as nursery:
@@ -357,7 +360,7 @@ class ScriptSession:
                     nursery.start_soon(worker)
         finally:  # a run that timed out mid-batch still reports the calls that ended
             self.calls.extend(r for r in records if r is not None)
-        return [r for r in replies if r is not None]
+        await outbox.flush(last=True)
 
     async def _one(
         self,
@@ -415,6 +418,38 @@ class ScriptSession:
         else:
             reply.update(ok=True, value=outcome.value, staged=outcome.staged)
         return reply, record
+
+
+class _Outbox:
+    """A batch's replies on their way: sent once they fill about half a frame, one send at
+    a time, so the host holds at most that much of a batch's results (plus calls running)."""
+
+    def __init__(self, session: ScriptSession, conn: Any) -> None:
+        self._session = session
+        self._conn = conn
+        self._room = conn.codec.max_frame // 2
+        self._held: list[Reply] = []
+        self._bytes = 0
+        self._sent = False
+        self._lock = trio.Lock()
+
+    async def add(self, reply: Reply) -> None:
+        try:
+            self._bytes += self._conn.codec.measure({"type": "replies", "replies": [reply]})
+        except (_wire.ProtocolError, TypeError, ValueError, RecursionError):
+            self._bytes += self._room  # sent on its own; _send_replies says why it cannot be
+        self._held.append(reply)
+        if self._bytes >= self._room:
+            await self.flush()
+
+    async def flush(self, *, last: bool = False) -> None:
+        """Send what is held (at the end: also an empty batch's one empty ``replies``)."""
+        async with self._lock:
+            if not self._held and not (last and not self._sent):
+                return
+            held, self._held, self._bytes = self._held, [], 0
+            self._sent = True
+            await self._session._send_replies(self._conn, "replies", held)
 
 
 # The script message holds the manifest at this depth: {"tools": [{"schema": SCHEMA}]}.

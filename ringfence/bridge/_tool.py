@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
+    "MAX_SCRIPT_CHARS",
     "MAX_TIMEOUT_SECONDS",
     "SCRIPT_TOOL",
     "register_script_tool",
@@ -38,6 +39,12 @@ MAX_TIMEOUT_SECONDS = 600
 CALL_RECORDS_KEPT = 200
 SUMMARY_ROWS = 50  # at most this many (tool, outcome) rows in that summary
 MAX_NAME_SHOWN = 200  # a called tool's name in the value (a registered one has at most 128)
+# A script's length, in characters (the schema's maxLength, which the kernel checks before the
+# credential scan parses the source on the host and before the call is recorded). Its frame
+# (at most 6 bytes a character as JSON) stays far below the bridge's frame limit. A 15 MB
+# script held the host for 280 s at 8 GB and was recorded whole before the frame limit
+# refused it.
+MAX_SCRIPT_CHARS = 256 * 1024
 
 DESCRIPTION = f"""Run a short Python script that calls this session's other tools, to do a
 multi-step pipeline (read, transform, act on each item) in one turn.
@@ -65,7 +72,12 @@ A script cannot call {SCRIPT_TOOL} (denied: scripts do not nest)."""
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "script": {"type": "string", "minLength": 1, "description": "the Python source"},
+        "script": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_SCRIPT_CHARS,
+            "description": f"the Python source (at most {MAX_SCRIPT_CHARS:,} characters)",
+        },
         "timeout_seconds": {
             "type": "number",
             "exclusiveMinimum": 0,

@@ -42,7 +42,7 @@ from typing import Any
 
 from mcp import types
 
-from ..runtime._output import cap_text
+from ..runtime._output import cap_text, reserve_spool, spool_quota
 from ..runtime._redact import Redactor
 
 __all__ = [
@@ -118,6 +118,14 @@ def _attachment(
         ext = mimetypes.guess_extension(out["mime_type"]) or ".bin"
         path = folder / f"{digest[:32]}{ext}"
         if not path.exists():
+            # 64 attachments of 32 MiB a result, and calls without number: the session's
+            # spool quota bounds them together with every other spool file.
+            if not reserve_spool(ctx.spool_dir, len(raw)):
+                out["error"] = (
+                    f"not kept: the session's spool quota of {spool_quota(ctx.spool_dir)} "
+                    "bytes is used up"
+                )
+                return out
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(raw)

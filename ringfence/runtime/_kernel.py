@@ -71,7 +71,7 @@ from ._files import ringfence_home
 from ._hooks import Hook
 from ._intents import IntentAuthority
 from ._outcomes import RecordingOutcome
-from ._output import cap_text, escape_surrogates
+from ._output import DEFAULT_SPOOL_QUOTA, cap_text, escape_surrogates, set_spool_quota
 from ._plan import Plan
 from ._planapply import apply_plan
 from ._providers import ProviderTools, ToolFormat, answer_tool_call, tool_definitions
@@ -158,6 +158,7 @@ class Kernel:
         roots: Iterable[str] = (),
         checkpoint_records: int = CHECKPOINT_RECORDS,
         checkpoint_seconds: float = CHECKPOINT_SECONDS,
+        spool_quota_bytes: int = DEFAULT_SPOOL_QUOTA,
     ) -> None:
         self._posture = Posture.parse(posture)
         self._approver: Approver = approver if approver is not None else HeadlessDenyApprover()
@@ -204,6 +205,9 @@ class Kernel:
         if spool_dir is None:
             spool_dir = ringfence_home() / "spool" / self.session_id
         self.spool_dir: Path = spool_dir
+        # What the spool files of this session hold together (each one is capped, but a
+        # script's calls multiply them): past it a cut text is not spooled, its marker says so.
+        set_spool_quota(spool_dir, spool_quota_bytes)
         self.events.emit(
             "session_started",
             self.session_id,
@@ -595,8 +599,8 @@ class Kernel:
         args: Any = dict(arguments) if isinstance(arguments, Mapping) else arguments
         if arguments is None:
             args = {}
-        args, refusal = _recordable(args)
         spec = request_spec or self.registry.find(tool)
+        args, refusal = _recordable(args, spec)
         if refusal is None:
             self.redactor.register_named_values(args)
             if spec is not None:  # secrets not keyed by name (a script's literals), too
@@ -653,7 +657,7 @@ class Kernel:
             )
         call_id = new_id()
         trace_id = trace_id or call_id
-        recorded, refusal = _recordable(arguments)
+        recorded, refusal = _recordable(arguments, self.registry.find(tool))
         if refusal is None:
             self.redactor.register_named_values(arguments)
         self.events.emit(
@@ -800,15 +804,41 @@ def _merge_rules(sources: Mapping[str, Rules]) -> Rules:
     )
 
 
-def _recordable(arguments: Any) -> tuple[Any, InvalidArguments | None]:
+def _recordable(arguments: Any, spec: ToolSpec | None) -> tuple[Any, InvalidArguments | None]:
     """The arguments as the ``proposed`` record holds them, and the refusal of arguments
     JSON cannot hold (recorded as the reason instead): nested past :data:`MAX_NESTING`,
     refused before anything walks them recursively (redaction, the records, validation),
     which would raise RecursionError; or a NaN or infinite number, which passes every
-    schema bound (comparisons with NaN are false) and which the record would show as null."""
-    problem = unrecordable(arguments, MAX_NESTING)
+    schema bound (comparisons with NaN are false) and which the record would show as null;
+    or a top-level string longer than the tool's schema allows (:func:`_overlong`)."""
+    problem = unrecordable(arguments, MAX_NESTING) or _overlong(arguments, spec)
     if problem is None:
         return arguments, None
     field, message = problem
     refusal = InvalidArguments(message, field=field)
     return f"<not recorded: {refusal.message}>", refusal
+
+
+def _overlong(arguments: Any, spec: ToolSpec | None) -> tuple[str, str] | None:
+    """(field, message) for a top-level string argument longer than its schema's
+    ``maxLength``, or None.
+
+    Checked before anything reads the value whole: a tool's credential scan (a
+    script's source is parsed on this host), redaction and the ``proposed``
+    record. A 15 MB script, refused only by the bridge's frame limit after
+    all of them, was recorded whole and held this process for minutes at 8 GB.
+    """
+    if spec is None or not isinstance(arguments, Mapping):
+        return None
+    properties = spec.input_schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return None
+    for name, value in arguments.items():
+        prop = properties.get(name) if isinstance(name, str) else None
+        limit = prop.get("maxLength") if isinstance(prop, Mapping) else None
+        if isinstance(value, str) and type(limit) is int and len(value) > limit:
+            return name, (
+                f"{name} is {len(value):,} characters; {spec.name} takes at most "
+                f"{limit:,} (its schema's maxLength)"
+            )
+    return None

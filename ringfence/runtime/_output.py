@@ -32,26 +32,91 @@ import contextlib
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
+from ._errors import InvalidArguments
 from ._redact import Redactor
 
 __all__ = [
+    "DEFAULT_SPOOL_QUOTA",
     "MAX_SPOOL_BYTES",
     "CappedText",
     "OutputBuffer",
     "cap_text",
     "cut_bytes",
     "escape_surrogates",
+    "reserve_spool",
+    "set_spool_quota",
+    "spool_quota",
     "utf8",
 ]
 
 # The most a spool file holds. Past it the spool keeps the first MAX_SPOOL_BYTES and
 # ends with a marker saying how much was not kept: one result must not fill the disk.
 MAX_SPOOL_BYTES = 256 * 1024 * 1024
+# The most all spool files of one spool directory (a session's) hold together. Each spool is
+# capped, but a script multiplies them: 200 reads of a 6.7 MB file in one parallel() wrote
+# 1.3 GB in 22 s, and a run may make 10,000 calls. Past it nothing more is spooled; the
+# marker says so (the reply keeps its head and tail as always).
+DEFAULT_SPOOL_QUOTA = 4 * 1024 * 1024 * 1024
+
+_quota_lock = threading.Lock()
+_spool_quota: dict[str, int] = {}  # a spool directory's quota, when not the default
+_spool_used: dict[str, int] = {}  # bytes its spool files hold, as this process wrote them
+
+
+def _quota_key(spool_dir: Path) -> str:
+    return os.path.abspath(spool_dir)
+
+
+def set_spool_quota(spool_dir: Path, quota_bytes: int) -> None:
+    """Bound what every spool file in ``spool_dir`` holds together (a kernel's, at its start)."""
+    if type(quota_bytes) is not int or quota_bytes < 0:
+        raise InvalidArguments(
+            f"spool_quota_bytes must be a number of bytes (0 or more), not {quota_bytes!r}",
+            field="spool_quota_bytes",
+        )
+    with _quota_lock:
+        _spool_quota[_quota_key(spool_dir)] = quota_bytes
+
+
+def spool_quota(spool_dir: Path) -> int:
+    """The quota of ``spool_dir``'s spool files together."""
+    return _spool_quota.get(_quota_key(spool_dir), DEFAULT_SPOOL_QUOTA)
+
+
+def _reserve(spool_dir: Path, want: int) -> int:
+    """Take up to ``want`` bytes of ``spool_dir``'s quota; how many were taken."""
+    key = _quota_key(spool_dir)
+    with _quota_lock:
+        used = _spool_used.get(key, 0)
+        granted = max(0, min(want, _spool_quota.get(key, DEFAULT_SPOOL_QUOTA) - used))
+        _spool_used[key] = used + granted
+    return granted
+
+
+def reserve_spool(spool_dir: Path, n: int) -> bool:
+    """Take ``n`` bytes of ``spool_dir``'s quota for a file written whole (an MCP
+    attachment), or nothing and False when they do not fit."""
+    key = _quota_key(spool_dir)
+    with _quota_lock:
+        used = _spool_used.get(key, 0)
+        if used + n > _spool_quota.get(key, DEFAULT_SPOOL_QUOTA):
+            return False
+        _spool_used[key] = used + n
+    return True
+
+
+def _release(spool_dir: Path, n: int) -> None:
+    """Give back ``n`` bytes of ``spool_dir``'s quota (a spool file removed)."""
+    key = _quota_key(spool_dir)
+    with _quota_lock:
+        _spool_used[key] = max(0, _spool_used.get(key, 0) - n)
+
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -157,6 +222,8 @@ class OutputBuffer:
         self.size = 0  # bytes of text fed (after the stream redactor)
         self.spooled = 0
         self.spool_path: str | None = None
+        self._quota_dir: Path | None = None  # whose quota this spool's bytes were taken from
+        self.quota_hit = False  # the spool directory's quota stopped this spool
 
     def feed(self, text: str) -> None:
         if self._stream is not None:
@@ -188,7 +255,13 @@ class OutputBuffer:
 
     def _spill(self, raw: bytes) -> None:
         """Append redacted bytes to the spool (opened on first use; capped)."""
-        if self._spool_dir is None or self.spooled >= self._spool_cap:
+        if self._spool_dir is None or self.spooled >= self._spool_cap or self.quota_hit:
+            return
+        want = min(len(raw), self._spool_cap - self.spooled)
+        granted = _reserve(self._spool_dir, want)
+        if granted < want:
+            self.quota_hit = True
+        if granted == 0:
             return
         try:
             if self._spool is None:
@@ -197,10 +270,11 @@ class OutputBuffer:
                     prefix="output-", suffix=".txt", dir=self._spool_dir
                 )
                 self._spool = os.fdopen(fd, "wb")
-            raw = raw[: self._spool_cap - self.spooled]
-            self._spool.write(raw)
-            self.spooled += len(raw)
+            self._quota_dir = self._spool_dir
+            self._spool.write(raw[:granted])
+            self.spooled += granted
         except OSError:  # a full or unwritable disk loses the spool, never the output
+            _release(self._spool_dir, granted)  # this write's; close() gives back the rest
             self.close(remove=True)
             self._spool_dir = None
 
@@ -214,6 +288,10 @@ class OutputBuffer:
             with contextlib.suppress(OSError):
                 os.unlink(self.spool_path)
             self.spool_path = None
+            if self._quota_dir is not None:
+                _release(self._quota_dir, self.spooled)
+                self._quota_dir = None
+            self.spooled = 0
 
     def finish(
         self,
@@ -284,9 +362,15 @@ class OutputBuffer:
     def _trailer(self, size: int) -> str:
         return (
             f"\n[… ringfence kept the first {self.spooled} of {size} bytes{self._what} "
-            f"(spool cap {self._spool_cap}); {size - self.spooled} more bytes{self._what} "
+            f"({self._bound()}); {size - self.spooled} more bytes{self._what} "
             "not kept …]\n"
         )
+
+    def _bound(self) -> str:
+        """The bound that stopped this spool: its own cap, or its directory's quota."""
+        if self.quota_hit and self._quota_dir is not None:
+            return f"the session's spool quota of {spool_quota(self._quota_dir)} bytes is used up"
+        return f"spool cap {self._spool_cap}"
 
     def _cut(
         self,
@@ -307,11 +391,14 @@ class OutputBuffer:
         cut = size - len(head_raw) - len(tail_raw)
         if self.spool_path is None:
             where = ""
+            if self.quota_hit and self._spool_dir is not None:
+                where = (
+                    f"; not spooled: the session's spool quota of "
+                    f"{spool_quota(self._spool_dir)} bytes is used up"
+                )
         elif self.spooled < size:
-            where = (
-                f"; the first {self.spooled} bytes are in {self.spool_path} "
-                f"(the {self._spool_cap}-byte spool cap)"
-            )
+            bound = self._bound() if self.quota_hit else f"the {self._spool_cap}-byte spool cap"
+            where = f"; the first {self.spooled} bytes are in {self.spool_path} ({bound})"
         else:
             where = f"; full output in {self.spool_path}"
         marker = f"\n[… ringfence cut {cut} of {size} bytes{self._what}{where} …]\n"

@@ -73,3 +73,25 @@ async def test_a_prompt_of_many_one_block_messages_costs_a_bounded_result_and_sp
     assert 0 < len(kept) <= 64
     omitted = sum(m.get("attachments_omitted", 0) for m in images.value["messages"])
     assert len(kept) + omitted + images.value.get("messages_omitted", 0) == SENT
+
+
+async def test_a_servers_attachments_are_bounded_by_the_sessions_spool_quota(
+    make_kernel, state: Path, tmp_path: Path
+) -> None:
+    """Each result keeps at most 64 attachments of 32 MiB, but calls multiply them (a
+    script's ``parallel`` of 10,000): the session's spool quota bounds what they write
+    together. Past it an attachment is described (bytes, digest) and not written.
+
+    Until 2026-12-07 only the per-result count bounded them: 2 GiB a call.
+    """
+    quota = 100  # 25 of the server's four-byte images
+    m = manifest(py_server("many", "many_blocks.py", state=state, reads=("*",)))
+    async with make_kernel(spool_quota_bytes=quota) as kernel, connect_servers(kernel, m):
+        images = await kernel.invoke("mcp.many.images", {"count": 64})
+    assert images.error is None, images.error
+    kept = [a for a in images.value["attachments"] if "path" in a]
+    refused = [a for a in images.value["attachments"] if "path" not in a]
+    assert len(kept) == 25 and len(refused) == 39
+    assert all("spool quota" in a["error"] and "sha256" in a for a in refused)
+    folder = tmp_path / "spool" / "attachments"
+    assert sum(p.stat().st_size for p in folder.iterdir()) <= quota
