@@ -318,7 +318,7 @@ class ShellTool:
         """The command on its overlays, then its change set captured and merged (or staged)."""
         session = await self.session(ctx)
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
-        self.kernel.redactor.register_env(session.environment(env))
+        self.kernel.redactor.register_env(session.environment(env), from_call=env)
         checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         # Cancelled or failed: nothing is merged; the session discards the upper directories.
@@ -365,7 +365,7 @@ class ShellTool:
         # git status would refresh .git/index as a side effect: a change in a git directory.
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         # Values the child receives that look like credentials are redacted from everything.
-        self.kernel.redactor.register_env(session.environment(env))
+        self.kernel.redactor.register_env(session.environment(env), from_call=env)
         checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         try:

@@ -142,7 +142,7 @@ async def _ask(
         )
     request = ApprovalRequest(
         spec.name,
-        kernel.redactor.redact_value(arguments),
+        kernel.redactor.redact_for_person(arguments),
         spec.consequence.value,
         decision.rule,
         decision.reason,

