@@ -13,6 +13,7 @@ outcome and runs what was authorized.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -247,6 +248,7 @@ def judge_resolved_path(
     if not isinstance(spelled, str):
         return None
     roots = policy.roots or kernel.roots
+    resolved = _as_spelled_root(resolved, roots)
     if normalize_path(spelled, roots) == normalize_path(resolved, roots):
         return None
     changed = {**arguments, argument: resolved}
@@ -259,6 +261,18 @@ def judge_resolved_path(
         by_posture = _by_posture(spec, kernel.posture, kernel.rules)
         return by_posture if by_posture.verdict is not Effect.ALLOW else None
     return None
+
+
+def _as_spelled_root(resolved: str, roots: tuple[str, ...]) -> str:
+    """An absolute resolved name under a root's real path, spelled under the root as the
+    rules know it (a root given through a symlinked directory): rules match it as relative."""
+    if not resolved.startswith("/"):
+        return resolved
+    for given in roots:
+        real = os.path.realpath(given)
+        if real != given and (resolved == real or resolved.startswith(real.rstrip("/") + "/")):
+            return given.rstrip("/") + resolved[len(real.rstrip("/")) :]
+    return resolved
 
 
 def resolved_refusal(

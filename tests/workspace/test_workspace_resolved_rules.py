@@ -185,3 +185,42 @@ def test_a_link_to_a_file_no_rule_names_still_works(repo: Path) -> None:
         lambda: _invoke(repo, "read_file", {"path": ".env"}, deny=("read_file(path=.env)",))
     )
     assert not outcome.ok and outcome.error.code == "denied"
+
+
+def test_a_link_into_a_second_root_given_through_a_symlink_meets_its_rule(tmp_path: Path) -> None:
+    first, real = tmp_path / "ws", tmp_path / "real2"
+    (real / "secrets").mkdir(parents=True)
+    (real / "secrets" / "key").write_text(SECRET + "\n")
+    first.mkdir()
+    os.symlink(real, tmp_path / "other")
+    os.symlink(tmp_path / "other" / "secrets" / "key", first / "l")
+
+    async def read() -> Any:
+        async with create_kernel(
+            roots=[first, tmp_path / "other"],
+            rules=Rules(deny=("read_file(path=secrets/**)",)),
+            approver=HeadlessDenyApprover(),
+        ) as kernel:
+            return await kernel.invoke("read_file", {"path": "l"})
+
+    outcome = trio.run(read)
+    assert not outcome.ok and outcome.error.code == "denied"
+    assert "hunter2" not in json.dumps(outcome.to_dict())
+
+
+def test_an_absolute_spelling_meets_a_path_rule_given_only_in_rules(tmp_path: Path) -> None:
+    """``create_kernel(rules=Rules(deny=("read_file(path=secrets/**)",)))`` gave its policy no
+    roots: ``read_file /abs/ws/secrets/key`` was judged as an absolute path and read."""
+    root = Path(os.path.realpath(tmp_path)) / "ws"
+    (root / "secrets").mkdir(parents=True)
+    (root / "secrets" / "key").write_text(SECRET + "\n")
+    outcome = trio.run(
+        lambda: _invoke(
+            root,
+            "read_file",
+            {"path": str(root / "secrets" / "key")},
+            deny=("read_file(path=secrets/**)",),
+        )
+    )
+    assert not outcome.ok and outcome.error.code == "denied"
+    assert "hunter2" not in json.dumps(outcome.to_dict())
