@@ -254,8 +254,15 @@ def create_kernel(
         policy = None
     if isinstance(policy, PolicyLayers):
         mcp_policy, policy = policy.mcp, policy.policy
-    if policy is not None:
-        merged = policy if rules.policy is None else rules.policy + policy
+    if policy is not None or rules.policy is not None:
+        # Path rules need the roots, also when they came only in ``rules`` (TOOL(SPEC)
+        # entries): without them an absolute spelling of a file in a root matched no
+        # anchored rule (``read_file(path=/ws/secrets/k)`` under ``secrets/**``).
+        if policy is None:
+            merged = rules.policy
+        else:
+            merged = policy if rules.policy is None else rules.policy + policy
+        assert merged is not None
         rules = dataclasses.replace(
             rules, policy=merged.with_roots(spellings_of(workspace, root_paths))
         )

@@ -69,10 +69,27 @@ class CallContext(metaclass=NoPublicConstructor):
     past the Gate. Made only by the kernel.
     """
 
-    __slots__ = ("_kernel", "call_id", "origin", "posture", "tool", "trace_id")
+    __slots__ = (
+        "_approved",
+        "_arguments",
+        "_decision",
+        "_kernel",
+        "call_id",
+        "origin",
+        "posture",
+        "tool",
+        "trace_id",
+    )
 
     def __init__(
-        self, kernel: Kernel, tool: ToolSpec, call_id: str, trace_id: str, origin: str
+        self,
+        kernel: Kernel,
+        tool: ToolSpec,
+        call_id: str,
+        trace_id: str,
+        origin: str,
+        arguments: Mapping[str, Any] | None = None,
+        decision: Decision | None = None,
     ) -> None:
         self._kernel = kernel
         self.tool = tool
@@ -80,6 +97,53 @@ class CallContext(metaclass=NoPublicConstructor):
         self.trace_id = trace_id
         self.origin = origin
         self.posture = kernel.posture
+        self._arguments = dict(arguments or {})
+        self._decision = decision
+        self._approved: set[tuple[str, str]] = set()
+
+    # -- paths judged as the file they resolve to -------------------------------------
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """A copy of the arguments the Gate judged for this call."""
+        return dict(self._arguments)
+
+    def judges_path(self, argument: str) -> bool:
+        """Whether a rule for this tool looks at ``argument``: only then need a tool say what
+        the path resolves to (:meth:`confirm_path`, :meth:`check_path`)."""
+        return self._kernel._path_rules_for(self.tool, argument)
+
+    async def confirm_path(self, argument: str, resolved: str) -> None:
+        """Judge this call again with ``argument`` as ``resolved``, the workspace name of the
+        file the tool will open (after every link was followed), before it opens it.
+
+        Rules compare names; this makes a deny or ask rule on a path hold for the file, not
+        only for the spelling. A deny raises ``denied``; an ask goes to the session's grants
+        or the approver like any ask (a refusal raises ``denied``). Recorded as a ``notice``.
+        """
+        if await self._kernel._confirm_resolved_path(
+            self.tool,
+            self._arguments,
+            self._decision,
+            argument,
+            resolved,
+            self.call_id,
+            self.trace_id,
+            self.origin,
+        ):
+            self._approved.add((argument, resolved))
+
+    def check_path(self, argument: str, resolved: str) -> None:
+        """The same judgment, at the place the tool actually opens (any thread; no asking).
+
+        A deny raises ``denied``; an ask not approved by :meth:`confirm_path` for this very
+        name (the link changed since) raises ``denied`` too: fail closed, nobody to ask here.
+        """
+        if (argument, resolved) in self._approved:
+            return
+        self._kernel._check_resolved_path(
+            self.tool, self._arguments, self._decision, argument, resolved
+        )
 
     def emit(self, kind: str, /, **data: Any) -> None:
         """Add a tool-specific event (``notice``, ``output``, …) to this call's trace.

@@ -13,6 +13,7 @@ outcome and runs what was authorized.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -24,13 +25,21 @@ from ._hooks import pre_call
 from ._output import escape_surrogates
 from ._plan import StagedCall
 from ._tools import Consequence, ToolSpec
-from .policy._decide import Decision, Posture, decide
+from .policy._decide import Decision, Posture, _by_posture, _strongest_rule, decide
+from .policy._matchers import normalize_path
 from .policy._rules import Effect
 
 if TYPE_CHECKING:
     from ._kernel import Kernel
 
-__all__ = ["authorize", "refuse_lone_surrogates"]
+__all__ = [
+    "authorize",
+    "confirm_resolved_path",
+    "judge_resolved_path",
+    "path_rules_for",
+    "refuse_lone_surrogates",
+    "resolved_refusal",
+]
 
 
 async def authorize(
@@ -203,3 +212,109 @@ def refuse_lone_surrogates(value: Any, where: str = "") -> None:
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             refuse_lone_surrogates(item, f"{where}[{i}]")
+
+
+def path_rules_for(kernel: Kernel, spec: ToolSpec, argument: str) -> bool:
+    """Whether an active rule for this tool looks at ``argument`` (else its name cannot
+    change a decision, and the tool need not say what it resolves to)."""
+    policy = kernel.rules.effective_policy
+    if policy is None:
+        return False
+    return any(name == argument for r in policy.for_tool(spec.name) for name, _ in r.arguments)
+
+
+def judge_resolved_path(
+    kernel: Kernel,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    decision: Decision | None,
+    argument: str,
+    resolved: str,
+) -> Decision | None:
+    """The call judged again with ``argument`` replaced by the file the tool actually opens.
+
+    Rules compare names: ``read_file x`` where ``x -> .env`` was judged as ``x``. A file
+    tool, once its resolver followed every link to the final file, hands that file's
+    workspace name here. None: it is the name that was judged, or the rules say nothing
+    stronger about it. Else the decision (deny or ask) of the strongest rule that matches
+    the resolved name; when no rule matches it and the call ran only because an allow
+    rule matched its spelling, the posture's decision for the tool (an allow that matched
+    the spelling does not carry over to another file).
+    """
+    policy = kernel.rules.effective_policy
+    if policy is None or not path_rules_for(kernel, spec, argument):
+        return None  # name rules do not look at paths
+    spelled = arguments.get(argument)
+    if not isinstance(spelled, str):
+        return None
+    roots = policy.roots or kernel.roots
+    resolved = _as_spelled_root(resolved, roots)
+    if normalize_path(spelled, roots) == normalize_path(resolved, roots):
+        return None
+    changed = {**arguments, argument: resolved}
+    ruled = _strongest_rule(spec, kernel.rules, changed)
+    if ruled is not None and ruled.verdict is not Effect.ALLOW:
+        return ruled
+    if ruled is not None and kernel.posture is not Posture.UNRESTRICTED:
+        return None  # an allow rule matches the file itself
+    if decision is not None and decision.rule.startswith("allow:"):
+        by_posture = _by_posture(spec, kernel.posture, kernel.rules)
+        return by_posture if by_posture.verdict is not Effect.ALLOW else None
+    return None
+
+
+def _as_spelled_root(resolved: str, roots: tuple[str, ...]) -> str:
+    """An absolute resolved name under a root's real path, spelled under the root as the
+    rules know it (a root given through a symlinked directory): rules match it as relative."""
+    if not resolved.startswith("/"):
+        return resolved
+    for given in roots:
+        real = os.path.realpath(given)
+        if real != given and (resolved == real or resolved.startswith(real.rstrip("/") + "/")):
+            return given.rstrip("/") + resolved[len(real.rstrip("/")) :]
+    return resolved
+
+
+def resolved_refusal(
+    tool: str, argument: str, spelled: Any, resolved: str, decision: Decision, why: str = ""
+) -> Denied:
+    """The ``denied`` error for a path that resolves to a file a rule refuses (or asks about)."""
+    refused = Decision(Effect.DENY, decision.rule, decision.reason, decision.source, decision.layer)
+    return Denied(
+        f"{tool} was refused: {argument} {spelled!r} resolves to {resolved!r} (through a "
+        f"symbolic link), and {decision.reason}{why}",
+        rule=decision.rule,
+        field=argument,
+    ).with_decision(refused)
+
+
+async def confirm_resolved_path(
+    kernel: Kernel,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    decision: Decision | None,
+    argument: str,
+    resolved: str,
+    call_id: str,
+    trace_id: str,
+    origin: str,
+) -> bool:
+    """:func:`judge_resolved_path`, recorded (a ``notice``), a deny raised and an ask put to
+    the session's grants or approver like any ask. True: an ask was approved."""
+    found = judge_resolved_path(kernel, spec, arguments, decision, argument, resolved)
+    if found is None:
+        return False
+    spelled = arguments.get(argument)
+    kernel.events.emit(
+        "notice",
+        trace_id,
+        call_id=call_id,
+        tool=spec.name,
+        message=f"{spec.name}: {argument} {spelled!r} resolves to {resolved!r}; judged again",
+        rejudged={"argument": argument, "resolved": resolved, **found.to_dict()},
+    )
+    if found.verdict is Effect.DENY:
+        raise resolved_refusal(spec.name, argument, spelled, resolved, found)
+    changed = {**arguments, argument: resolved}
+    await _ask(kernel, spec, changed, found, call_id, trace_id, origin, None)
+    return True

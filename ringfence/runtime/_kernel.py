@@ -79,6 +79,7 @@ from ._redact import Redactor
 from ._skills import Skill
 from ._tools import Registry, ToolSpec
 from .policy._decide import Decision, Posture, Rules
+from .policy._rules import Effect
 
 __all__ = [
     "Authorization",
@@ -669,6 +670,49 @@ class Kernel:
                 raise refusal
             return await _gate.authorize(self, tool, arguments, call_id, trace_id, origin, on_ask)
 
+    # -- a path argument judged as the file it resolves to (CallContext.confirm_path) ------
+
+    def _path_rules_for(self, spec: ToolSpec, argument: str) -> bool:
+        return _gate.path_rules_for(self, spec, argument)
+
+    async def _confirm_resolved_path(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        decision: Decision | None,
+        argument: str,
+        resolved: str,
+        call_id: str,
+        trace_id: str,
+        origin: str,
+    ) -> bool:
+        return await _gate.confirm_resolved_path(
+            self, spec, arguments, decision, argument, resolved, call_id, trace_id, origin
+        )
+
+    def _check_resolved_path(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        decision: Decision | None,
+        argument: str,
+        resolved: str,
+    ) -> None:
+        """Raise ``denied`` when the resolved file meets a deny rule, or an ask rule (nobody
+        can be asked at the place a file is opened: fail closed)."""
+        found = _gate.judge_resolved_path(self, spec, arguments, decision, argument, resolved)
+        if found is None:
+            return
+        why = ""
+        if found.verdict is not Effect.DENY:
+            why = (
+                "; it asks first, and the file changed after it was judged (name the file "
+                "itself to be asked)"
+            )
+        raise _gate.resolved_refusal(
+            spec.name, argument, arguments.get(argument), resolved, found, why
+        )
+
     async def execute(self, auth: Authorization) -> Any:
         """Redeem the intent, run the executor, and redact and cap its result.
 
@@ -690,7 +734,9 @@ class Kernel:
             tool=spec.name,
             intent=auth.intent.describe() if auth.intent is not None else None,
         )
-        ctx = CallContext._create(self, spec, call_id, trace_id, auth.origin)
+        ctx = CallContext._create(
+            self, spec, call_id, trace_id, auth.origin, auth.arguments, auth.decision
+        )
         with self._recording_outcome(call_id, trace_id, spec.name):
             try:
                 value = await spec.executor(auth.arguments, ctx)

@@ -68,6 +68,7 @@ from ..runtime._kernel import Kernel
 from ..runtime._tools import Consequence, ToolSpec
 from ..runtime.policy._decide import Posture
 from ._deadline import Deadline
+from ._judged import judging
 from ._names import escape_name, escape_text, unescape_path
 from ._workspace import FileOps, Workspace
 from .changes._store import CheckpointStore
@@ -248,7 +249,29 @@ def file_tool_specs(
         raise InvalidArguments(
             "timeout_seconds must be a positive number of seconds", field="timeout_seconds"
         )
-    run = partial(_run, workspace=workspace, seconds=timeout_seconds)
+    plain_run = partial(_run, workspace=workspace, seconds=timeout_seconds)
+
+    async def run(
+        ctx: CallContext,
+        fn: Callable[[FileOps, Callable[[str], None]], Any],
+        inline: Callable[[FileOps], bool] | None = None,
+    ) -> Any:
+        """The operation, its ``path`` judged as the file it resolves to (:mod:`._judged`):
+        first here, where an ask can reach the approver, then at the place it is opened."""
+        spelled = ctx.arguments.get("path")
+        if not isinstance(spelled, str) or not ctx.judges_path("path"):
+            return await plain_run(ctx, fn=fn, inline=inline)  # no rule looks at the path
+        files: FileOps = workspace
+        if ctx.posture is Posture.UNRESTRICTED:
+            files = workspace.with_host_root(lambda _: None)
+        try:
+            resolved = files.final_name(unescape_path(spelled, "path"))
+        except RingfenceError:
+            resolved = None  # the operation reports it (and judges what it reaches)
+        if resolved is not None:
+            await ctx.confirm_path("path", resolved)
+        with judging(partial(ctx.check_path, "path")):
+            return await plain_run(ctx, fn=fn, inline=inline)
 
     def path_of(args: dict[str, Any], default: str | None = None) -> str:
         return unescape_path(args.get("path", default), "path")

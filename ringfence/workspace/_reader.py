@@ -17,6 +17,7 @@ from pathlib import Path
 from ..runtime._errors import InvalidArguments
 from ..runtime._files import read_all
 from ._deadline import current_deadline
+from ._judged import judge_fd
 from ._resolver import Access, Resolver, fd_path, translate_oserror
 
 __all__ = [
@@ -71,6 +72,7 @@ def read_text(
     with resolver:
         fd = resolver.open(path, READ_FLAGS, access=access)
         try:
+            judge_fd(resolver, fd)  # the file opened, not the spelling, meets the rules
             return _read_lines(fd, path, offset, limit)
         finally:
             os.close(fd)
@@ -81,6 +83,7 @@ def list_dir(resolver: Resolver, access: Access, path: str) -> list[dict[str, st
     with resolver:
         fd = resolver.open(path, os.O_RDONLY | os.O_DIRECTORY, access=access)
         try:
+            judge_fd(resolver, fd)
             with os.scandir(fd) as it:
                 entries = [{"name": e.name, "type": _entry_type(e)} for e in it]
         except OSError as exc:

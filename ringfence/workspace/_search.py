@@ -32,6 +32,7 @@ from typing import Any
 
 from ..runtime._errors import InvalidArguments, RingfenceError
 from ._deadline import current_deadline
+from ._judged import judge_place
 from ._patterns import compile_glob, compile_name_filter, compile_regex, scan_escapes, search_text
 from ._reader import READ_FLAGS, read_all
 from ._resolver import (
@@ -382,6 +383,11 @@ def _start_dir(resolver: Resolver, access: Access, path: str) -> tuple[Root, lis
 
     def op(place: Place) -> tuple[Root, list[str], int]:
         fd = opener(place)
+        try:
+            judge_place(place)  # the directory searched, every link followed, meets the rules
+        except BaseException:
+            os.close(fd)
+            raise
         refuse_pseudo(fd, place.display())
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             os.close(fd)

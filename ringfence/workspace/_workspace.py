@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..runtime._errors import InvalidArguments, Unavailable
-from . import _reader, _search, _writer
+from . import _judged, _reader, _search, _writer
 from ._resolver import CONFINED, Access, Resolver, Root, open_root
 from .git._rules import is_dotgit, is_git_directory, read_commondir, read_gitfile
 
@@ -50,6 +50,11 @@ class FileOps:
         Raises OutsideWorkspace, NotFound, InvalidArguments or ToolError.
         """
         return self._call(_reader.open_fd, path, flags)
+
+    def final_name(self, path: str) -> str:
+        """The name (escaped as tools show it) of the file ``path`` resolves to, every link
+        inside the roots followed: what a policy rule on the path is judged against."""
+        return self._call(_judged.final_name, path)
 
     def resolve_dir(self, path: str) -> Path:
         """The host path of a directory inside the workspace (``run_shell``'s cwd).

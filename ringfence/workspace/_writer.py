@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..runtime._errors import GitMetadata, InvalidArguments, ToolError, Unwritable
+from ._judged import judge_place
 from ._names import escape_name
 from ._reader import READ_FLAGS, READ_MAX_BYTES, check_regular, read_all
 from ._resolver import (
@@ -505,6 +506,7 @@ def _write(
             )
         if is_link(place.leaf, place.dir_fd):
             raise FollowLeaf
+        judge_place(place)  # the file written, every link followed, meets the rules
         refuse_pseudo(place.dir_fd, display, close=False)
         data, expected = produce(place)
         if is_git_directory(place.dir_fd, {place.leaf: ("file", data)}, beneath=place.beneath):

@@ -17,7 +17,7 @@ argv               the ``command`` argument, shell-aware: ``git status*``,
 =================  =====================================================================
 
 An argv pattern answers :class:`Tri`: a word computed at run time can only
-*maybe* match. Matchers compare names, not files (see :mod:`._rules`).
+*maybe* match. Matchers compare names (see :mod:`._rules` for the file tools' second look).
 :class:`RuleError` lives here because a matcher refuses a bad pattern when it
 is built (an RE2 regex that does not compile, one that is too long).
 """

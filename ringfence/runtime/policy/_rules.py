@@ -7,9 +7,11 @@ URL, shell-aware argv). :func:`parse_rule` reads the short form of
 ``--allow/--ask/--deny`` and the policy files; :func:`rule_from_table` the long
 ``[[rules]]`` form. How a call is judged against rules is :mod:`._judge`.
 
-Rules compare names, not files: ``src/link/x`` is judged as under ``src/``
-whatever ``link`` points at, and ``a/../b`` as ``b`` even where ``a`` is a
-symlink. Confinement to the workspace is the workspace resolver's job.
+Rules compare names: ``src/link/x`` is judged here as under ``src/`` whatever
+``link`` points at, and ``a/../b`` as ``b`` even where ``a`` is a symlink. The
+file tools then hand the Gate the name their resolver reached (every link
+followed) and the call is judged again with it (``_gate.judge_resolved_path``,
+``workspace/_judged.py``). Confinement to the workspace is the resolver's job.
 """
 
 from __future__ import annotations
