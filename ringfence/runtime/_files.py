@@ -30,6 +30,7 @@ __all__ = [
     "current_places",
     "entered_places",
     "load_or_create_key",
+    "open_home_directory",
     "read_all",
     "ringfence_home",
     "use_places",
@@ -99,6 +100,14 @@ def ringfence_home() -> Path:
     """The state directory: :func:`use_places`' ``home``, else ``~/.ringfence``."""
     home = _PLACES.get().home
     return home if home is not None else Path.home() / ".ringfence"
+
+
+def open_home_directory(name: str) -> int:
+    """A descriptor of ``$RINGFENCE_HOME/<name>``, made private (0700) when missing and
+    opened without following a link; raises OSError (the home unwritable, say)."""
+    path = ringfence_home() / name
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:

@@ -115,12 +115,10 @@ def _lock_directory() -> int | None:
     """``$RINGFENCE_HOME/locks``, made private if missing and opened without following a link;
     None when it cannot be (the home unwritable). Not the root directories themselves: a
     long-lived confined MCP server sees a read-only root's inode and could hold its lock."""
-    from ..runtime._files import ringfence_home
+    from ..runtime._files import open_home_directory
 
-    path = ringfence_home() / "locks"
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return open_home_directory("locks")
     except OSError:
         return None
 
