@@ -1,0 +1,110 @@
+"""Crash safety against a second session: what one process's retention or recovery does to
+another process's operation in flight. Real ``python -m ringfence`` processes, held at a chosen
+system call by ``strace --inject`` and killed with SIGKILL; the tree compared byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
+from tree_helpers import exact_state
+
+from ringfence.cli._main import main
+
+needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed"
+)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], root: Path, *words: str) -> dict[str, Any]:
+    main([*words, "--workspace", str(root), "--approve", "no", "--json",
+          "--posture", "allow-reversible"])  # fmt: skip
+    return json.loads(capsys.readouterr().out)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (strace's tracee: the ringfence process itself)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
+    return [int(p) for p in out.stdout.split()]
+
+
+@needs_strace
+@needs_bwrap
+def test_retention_in_another_session_never_drops_a_merge_in_flight(
+    tmp_path: Path,
+    ringfence_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Session 1 merges a shell command's set and is held after its third file. Session 2
+    stages a dry run's set (newer), and a third start prunes with a retention of one set: it
+    dropped the merge's manifest as the older set. Session 1 is then killed: the next start
+    found its journal line and no manifest (``record: none``), rolled nothing back, and the
+    workspace stayed half-merged for good. The set in flight is kept: rolled back whole."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(1, 9):
+        (root / f"f{i}").write_text("old\n")
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out  # the store exists
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    before = exact_state(root)
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": "for i in $(seq 1 8); do echo new > f$i; done"}),
+            "--workspace", str(root), "--approve", "no", "--json",
+            "--posture", "allow-reversible"]  # fmt: skip
+    # Held 20 s as it enters its 4th rename into the root (three files merged).
+    writer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+         "-e", "inject=renameat:delay_enter=20000000:when=4", "-P", str(root), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            time.monotonic() < deadline
+            and sum((root / f"f{i}").read_text() == "new\n" for i in range(1, 9)) < 3
+        ):
+            time.sleep(0.02)
+        half = exact_state(root)
+        assert half != before, "the merge never started"
+        # Session 2: a dry run stages a newer set (no writer turn needed: nothing is written).
+        out = _cli(capsys, root, "call", "run_shell", "--args",
+                   json.dumps({"command": "echo y > y"}),
+                   "--dry-run", str(tmp_path / "plan.json"))  # fmt: skip
+        assert out["ok"] and out["result"]["changes"]["staged"], out
+        # A third start, keeping one set: its prune runs beside the merge.
+        monkeypatch.setenv("RINGFENCE_CHECKPOINTS_KEEP", "1")
+        assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+        capsys.readouterr()
+        monkeypatch.delenv("RINGFENCE_CHECKPOINTS_KEEP")
+        assert exact_state(root) == half  # nothing moved meanwhile: the merge is still held
+        for pid in _children(writer.pid):
+            os.kill(pid, signal.SIGKILL)
+        writer.wait(timeout=60)
+    finally:
+        if writer.poll() is None:
+            for pid in _children(writer.pid):
+                os.kill(pid, signal.SIGKILL)
+            writer.kill()
+            writer.wait()
+    assert exact_state(root) == half
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    [done] = report["result"]["sets"]
+    assert done["record"] == "staged" and done["undone"] == 3, report
+    assert exact_state(root) == before  # rolled back whole, not left half-merged
+    assert os.listdir(store / "journal") == []
