@@ -108,3 +108,78 @@ def test_retention_in_another_session_never_drops_a_merge_in_flight(
     assert done["record"] == "staged" and done["undone"] == 3, report
     assert exact_state(root) == before  # rolled back whole, not left half-merged
     assert os.listdir(store / "journal") == []
+
+
+@needs_bwrap
+def test_a_read_only_tree_deleted_by_a_command_is_undone_whole(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command deletes a read-only tree (``chmod -R u+w d; rm -rf d``, as ``go clean
+    -modcache`` does). Its undo made ``d`` with its mode, ``0500``, and then refused ``d/f``
+    ("its directory does not allow creating files"): the deletion merged and could never be
+    undone. Now ``d`` gets its mode after its entries: the tree comes back byte for byte, modes
+    included, and the undo itself is undone."""
+    root = tmp_path / "ws"
+    (root / "d" / "e").mkdir(parents=True)
+    (root / "d" / "f").write_text("f\n")
+    (root / "d" / "e" / "g").write_text("g\n")
+    (root / "d" / "e").chmod(0o555)
+    (root / "d").chmod(0o500)
+    before = exact_state(root)
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "chmod -R u+w d && rm -rf d"}))  # fmt: skip
+    assert out["ok"] and out["result"]["exit_code"] == 0, out
+    assert exact_state(root) == {}
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before
+    [done] = out["result"]
+    out = _cli(capsys, root, "undo", done["checkpoint"])  # the undo undone: deleted again
+    assert out["ok"], out
+    assert exact_state(root) == {}
+
+
+@needs_strace
+@needs_bwrap
+@pytest.mark.parametrize("when", [1, 2, 3, 4])
+def test_a_merge_deleting_a_read_only_tree_killed_anywhere_is_rolled_back(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], when: int
+) -> None:
+    """The merge of a read-only tree's deletion (``d`` ``0500``, ``d/e`` ``0555``) is killed as
+    it enters its ``when``-th ``unlinkat``. Its rollback had to put ``d/e/g`` back into
+    ``d/e`` at mode ``0555``, which the writer refuses: every later start failed ("nothing
+    else runs in this workspace") with the tree half-deleted. Now the directories the set
+    names are opened for the writer while it writes and given their modes last: the tree
+    comes back byte for byte, modes included."""
+    root = tmp_path / "ws"
+    (root / "d" / "e").mkdir(parents=True)
+    (root / "d" / "f").write_text("f\n")
+    (root / "d" / "e" / "g").write_text("g\n")
+    (root / "d" / "e").chmod(0o555)
+    (root / "d").chmod(0o500)
+    before = exact_state(root)
+    # The command removes with unlink(1)/rmdir(1) (unlink, rmdir: not the unlinkat counted).
+    command = "chmod -R u+w d && unlink d/e/g && unlink d/f && rmdir d/e && rmdir d"
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": command}), "--workspace", str(root), "--json",
+            "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=unlinkat",
+         "-e", f"inject=unlinkat:signal=KILL:when={when}", *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode in (-9, 137), (proc.returncode, proc.stdout[-2000:])
+    assert exact_state(root) != before  # killed midway: part of the deletion is merged
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    [done] = report["result"]["sets"]
+    assert done["record"] == "staged" and not done["left"], report
+    assert exact_state(root) == before
+    out = _cli(capsys, root, "call", "apply_changes", "--args", json.dumps({"id": done["id"]}))
+    assert out["ok"], out  # merged whole this time, and undone whole
+    assert exact_state(root) == {}
+    out = _cli(capsys, root, "undo")
+    assert out["ok"], out
+    assert exact_state(root) == before
