@@ -183,3 +183,53 @@ def test_a_merge_deleting_a_read_only_tree_killed_anywhere_is_rolled_back(
     out = _cli(capsys, root, "undo")
     assert out["ok"], out
     assert exact_state(root) == before
+
+
+@needs_bwrap
+def test_a_deletion_in_a_read_only_directory_the_set_does_not_name_is_refused(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``chmod u+w ro; rm ro/f; chmod u-w ro`` merged as the deletion of ``ro/f`` alone (``ro``
+    keeps ``0555``), and its undo was refused for good: the writer never creates an entry in a
+    directory that denies it. The deletion is refused as it would be merged, nothing changed,
+    the command's changes kept staged; and a set in flight that deleted such a file (a journal
+    left by an older version) is left and named by the rollback, never stopping every start."""
+    from ringfence.workspace import Change, ChangeSet, CheckpointStore, Workspace
+    from ringfence.workspace.changes._model import Image
+
+    root = tmp_path / "ws"
+    (root / "ro").mkdir(parents=True)
+    (root / "ro" / "f").write_text("f\n")
+    (root / "ro" / "g").write_text("g\n")
+    (root / "ro").chmod(0o555)
+    before = exact_state(root)
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "chmod u+w ro && rm ro/f && chmod u-w ro"}))  # fmt: skip
+    assert not out["ok"] and out["error"]["code"] == "unwritable", out
+    assert "ro/f cannot be deleted" in out["error"]["message"], out
+    assert out["error"]["details"]["changes"]["staged"], out
+    assert "half-written" not in out["error"]["message"], out
+    assert exact_state(root) == before
+    # A rollback that would have to put ro/g back: left, named, and the start goes on.
+    (root / "ro").chmod(0o755)
+    (root / "ro" / "g").unlink()
+    (root / "ro").chmod(0o555)
+    after = exact_state(root)
+    with Workspace([root]) as ws:
+        store = CheckpointStore(ws)
+        image = Image("file", 0o644, store.put(b"g\n"), 2)
+        cs = ChangeSet(store.new_id(), time.time(), "run_shell", (Change(0, "ro/g", image, None),))
+        store.save(cs)
+        journal = store.journal_fd_if_any(create=True)
+        assert journal is not None
+        fd = os.open("99999-00000000abcd.log", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=journal)
+        os.write(fd, f"B {cs.id}\n".encode())
+        os.close(fd)
+        store.close()
+    code = main(["recover", "--workspace", str(root), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    [done] = report["result"]["sets"]
+    assert done["left"] == ["ro/g"] and done["refused"][0]["code"] == "unwritable", report
+    assert exact_state(root) == after
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0

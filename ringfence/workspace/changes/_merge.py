@@ -436,6 +436,8 @@ def _apply_one(
                 "(--force overwrites it)",
                 conflicts=[shown],
             )
+        if after is None and found is not None:
+            _undoable_deletion(dirs, change, dir_fd)  # before anything of it is written
         dirs.begun = Change(change.root, change.path, found, after)
         try:
             _open_parent(dirs, change, dir_fd)
@@ -543,6 +545,42 @@ def _open_parent(dirs: _Dirs, change: Change, dir_fd: int) -> None:
         return
     dirs.deferred.setdefault(parent, stat.S_IMODE(st.st_mode))
     os.chmod(f"/proc/self/fd/{dir_fd}", stat.S_IMODE(st.st_mode) | 0o700)
+
+
+def _undoable_deletion(dirs: _Dirs, change: Change, dir_fd: int) -> None:
+    """Refuse deleting an entry of a directory that denies its owner creating entries and
+    that the set does not name (so :func:`_open_parent` did not open it): the writer could
+    never put it back there, so neither an undo nor a rollback could.
+
+    ``chmod u+w ro; rm ro/f; chmod u-w ro`` merged as the deletion of ``ro/f`` alone (``ro``'s
+    mode unchanged), and its ``undo`` was refused for good ("its directory does not allow
+    creating files"); a merge of it killed before its end stopped every later start."""
+    if (change.root, posixpath.dirname(change.path)) in dirs.in_set:
+        return
+    if dir_denies_create(os.fstat(dir_fd)):
+        parent = escape_name(posixpath.dirname(change.path)) or "."
+        raise Unwritable(
+            f"{escape_name(change.path)} cannot be deleted: its directory {parent} does not "
+            "allow creating entries (mode "
+            f"{stat.S_IMODE(os.fstat(dir_fd).st_mode):04o}), so the deletion could not be "
+            "undone; it was left as it is",
+            field="path",
+        )
+
+
+def _parent_denies(dirs: _Dirs, change: Change) -> bool:
+    """Does the change's directory deny its owner creating entries, and does the set not name
+    it (so no writer of it may write there)?"""
+    if (change.root, posixpath.dirname(change.path)) in dirs.in_set:
+        return False
+
+    def op(place: Place) -> bool:
+        return dir_denies_create(os.fstat(place.dir_fd))
+
+    try:
+        return bool(dirs.walk(change, op, create=False))
+    except RingfenceError:
+        return False
 
 
 def _dirs_named(changes: Sequence[Change]) -> set[tuple[int, str]]:
@@ -988,7 +1026,12 @@ def roll_back(
                         keep_full_dirs=True,
                         physical=True,
                     )
-                except (GitMetadata, InvalidArguments, OutsideWorkspace) as exc:
+                except (GitMetadata, InvalidArguments, OutsideWorkspace, Unwritable) as exc:
+                    # Unwritable, when its directory denies writing (one the set does not
+                    # name): left and named, never stopping every later start; any other
+                    # (a full file system) stops this start, tried again at the next.
+                    if isinstance(exc, Unwritable) and not _parent_denies(dirs, change):
+                        raise
                     dirs.close()  # what it walked may be what was refused
                     refuse(change, exc)
                     continue
