@@ -233,3 +233,80 @@ def test_a_deletion_in_a_read_only_directory_the_set_does_not_name_is_refused(
     assert done["left"] == ["ro/g"] and done["refused"][0]["code"] == "unwritable", report
     assert exact_state(root) == after
     assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+
+
+@needs_strace
+@needs_bwrap
+@pytest.mark.parametrize("when", range(2, 8))  # the 1st is the store's own "..": not a write
+def test_an_undo_whose_store_fills_says_what_it_did(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], when: int
+) -> None:
+    """The store's file system fills (``ENOSPC`` injected at the ``when``-th ``openat`` in its
+    ``sets`` directory) during an ``undo``: whatever the point, the undo either happened and
+    is recorded, or says nothing was changed and nothing was. Before, a full store as the undo
+    saved its manifest's final form (after its merge) said "nothing was changed" beside a
+    workspace holding the whole undo."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("f0\n")
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "echo f1 > f"}))  # fmt: skip
+    assert out["ok"], out
+    set_id = out["result"]["changes"]["id"]
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    argv = [sys.executable, "-m", "ringfence", "undo", set_id, "--workspace", str(root),
+            "--json", "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=openat",
+         "-e", f"inject=openat:error=ENOSPC:when={when}", "-P", str(store / "sets"), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    result = json.loads(proc.stdout)
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    [mine] = [s for s in json.loads(capsys.readouterr().out)["result"] if s["id"] == set_id]
+    if result["ok"]:
+        assert exact_state(root) == {"f": ("file", 0o644, b"f0\n")}
+        assert mine["undone_by"], mine
+    else:
+        assert "nothing was changed" in result["error"]["message"], result
+        assert exact_state(root) == {"f": ("file", 0o644, b"f1\n")}, result
+        assert not mine["undone_by"], mine
+
+
+@needs_strace
+@needs_bwrap
+@pytest.mark.parametrize("when", range(2, 9))
+def test_an_apply_whose_store_fills_says_what_it_did(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], when: int
+) -> None:
+    """As above, for ``apply_changes`` of a set with a refused entry (a FIFO), whose manifest
+    is saved again as what was applied: a full store then said "nothing was changed" beside a
+    workspace holding the applied file, recorded as the whole set (its FIFO included, so its
+    undo met a conflict). Now the merge is put back first: the message is true."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "run_shell", "--args",
+               json.dumps({"command": "echo a > a; mkfifo p"}),
+               "--dry-run", str(tmp_path / "plan.json"))  # fmt: skip
+    set_id = out["error"]["details"]["changes"]["id"]  # refused at staging, kept
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    argv = [sys.executable, "-m", "ringfence", "call", "apply_changes", "--args",
+            json.dumps({"id": set_id}), "--workspace", str(root),
+            "--json", "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=openat",
+         "-e", f"inject=openat:error=ENOSPC:when={when}", "-P", str(store / "sets"), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    result = json.loads(proc.stdout)
+    if result["ok"]:
+        assert exact_state(root) == {"a": ("file", 0o644, b"a\n")}
+        out = _cli(capsys, root, "undo", result["result"]["checkpoint"])
+        assert out["ok"], out
+        assert exact_state(root) == {}
+    else:
+        assert exact_state(root) == {}, result
+        journal = store / "journal"
+        assert not journal.exists() or not [n for n in os.listdir(journal) if n.endswith(".log")]
