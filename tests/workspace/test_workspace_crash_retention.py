@@ -310,3 +310,42 @@ def test_an_apply_whose_store_fills_says_what_it_did(
         assert exact_state(root) == {}, result
         journal = store / "journal"
         assert not journal.exists() or not [n for n in os.listdir(journal) if n.endswith(".log")]
+
+
+@needs_strace
+@needs_bwrap
+@pytest.mark.parametrize("when", range(2, 8))
+def test_a_shell_merge_whose_store_fills_is_undoable_or_unmade(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], when: int
+) -> None:
+    """A command's merge with a refused entry (a FIFO) saves its set again as what it applied;
+    the store full at that save (``ENOSPC`` at the ``when``-th ``openat`` in ``sets``) said
+    "nothing was changed" beside the merged file, whose set still named the FIFO: its undo
+    met a conflict for good. Whatever the point: what the message says is what the tree
+    holds, and a merged file is undone by ``undo``."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out  # the store exists
+    before = exact_state(root)
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": "echo a > a; mkfifo p"}), "--workspace", str(root),
+            "--json", "--approve", "no", "--posture", "allow-reversible"]  # fmt: skip
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=openat",
+         "-e", f"inject=openat:error=ENOSPC:when={when}", "-P", str(store / "sets"), *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    result = json.loads(proc.stdout)
+    assert not result["ok"]  # the FIFO is refused, at least
+    if "nothing was changed" in result["error"]["message"]:
+        assert exact_state(root) == before, result
+    assert main(["recover", "--workspace", str(root), "--json"]) == 0
+    capsys.readouterr()
+    if exact_state(root) != before:
+        out = _cli(capsys, root, "undo")
+        assert out["ok"], out
+    assert exact_state(root) == before
