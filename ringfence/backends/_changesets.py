@@ -362,10 +362,45 @@ def _merge_saved(
             "($RINGFENCE_HOME; docker) to a directory on the workspace's mount, outside it"
         )
     if report.applied != cs.changes and report.applied:
-        store.save(replace(cs, changes=report.applied))  # what was merged, as it was found
+        try:
+            store.save(replace(cs, changes=report.applied))  # what was merged, as it was found
+        except RingfenceError as exc:
+            raise _unrecorded(how, store, cs, exc) from None
     elif not report.applied:
         store.drop(cs.id)
     return cs, report
+
+
+def _unrecorded(how: _How, store: CheckpointStore, cs: ChangeSet, exc: RingfenceError) -> Exception:
+    """The merge is written but the store could not save what it applied (full): the set on
+    disk still names its refused entries too, so its undo would meet a conflict for good, and
+    the error said "nothing was changed" beside the merged files. The merge is rolled back
+    now, and the set left in flight (``half_written``: no ``E`` line), so the next start,
+    with room in the store, finds it in place and keeps it staged (``apply_changes``)."""
+    from ..workspace.changes._merge import roll_back
+
+    try:
+        _, left, refused = roll_back(store.workspace, cs.changes, store)
+    except RingfenceError as again:
+        left, refused = [again.message], []
+    shown = [r["path"] for r in refused]
+    if left or refused:
+        state = (
+            "putting back what was merged failed too "
+            f"({', '.join([*left, *shown][:10])}): the workspace is half-written until the "
+            "next start of ringfence (or `ringfence recover`) rolls it back"
+        )
+    else:
+        state = (
+            "what was merged is put back, nothing was changed; the next start of ringfence "
+            "(or `ringfence recover`), with room in the store, keeps the changes as a staged "
+            f"change set {cs.id}"
+        )
+    message = exc.message.split(": nothing was changed")[0]
+    return exc.with_(
+        message=f"{how.ran} but the store could not record its merge ({message}): {state}",
+        details={**exc.details, "half_written": [*left, *shown] or [cs.id]},
+    )
 
 
 def _read_upper(

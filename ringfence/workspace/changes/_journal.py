@@ -46,6 +46,7 @@ import fcntl
 import os
 import re
 import secrets
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -58,7 +59,7 @@ from .._writelock import writing
 if TYPE_CHECKING:
     from ._store import CheckpointStore
 
-__all__ = ["Journal", "Recovery", "pending", "recover"]
+__all__ = ["Journal", "Recovery", "in_flight_anywhere", "pending", "recover"]
 
 # A journal this long with nothing in flight starts again empty (its lines are spent).
 _RESET_BYTES = 1 << 20
@@ -321,6 +322,34 @@ def _read(fd: int) -> tuple[list[str], list[str]]:
         else:
             begun.pop(set_id, None)
     return list(begun), bad
+
+
+def in_flight_anywhere(store: CheckpointStore) -> set[str]:
+    """Every set some journal has begun and not ended, held by a live process or not.
+
+    Retention must never drop one: its manifest is what a rollback of that operation reads
+    (a merge in flight in another session, a dead process's set another recovery is rolling
+    back) and, for a live merge, the only record of what it writes. Read without a lock (a
+    journal only grows, by whole short lines, or is emptied with nothing in flight); a file
+    under a journal's name that is not a plain file holds no writer's lines."""
+    dir_fd = store.journal_fd_if_any()
+    if dir_fd is None:
+        return set()
+    out: set[str] = set()
+    for name in os.listdir(dir_fd):
+        if not _NAME.match(name):
+            continue
+        try:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(name, flags, dir_fd=dir_fd)
+        except OSError:
+            continue  # removed since it was listed: its operations are over
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                out.update(_read(fd)[0])
+        finally:
+            os.close(fd)
+    return out
 
 
 def pending(store: CheckpointStore) -> list[str]:

@@ -263,6 +263,34 @@ class _Dirs:
         # cleared when it is applied. A failure in between (a chmod after the mkdir or the
         # rename) may have written part of it: the merge puts that back too.
         self.begun: Change | None = None
+        # Directories this writer made or gave a mode that denies its owner creating entries
+        # (``0500``): written at their mode ``| 0o700`` and given theirs by :meth:`finish`,
+        # after every entry below them (see :func:`_writable_first`). Kept across ``close``.
+        self.deferred: dict[tuple[int, str], int] = {}
+        # The directories the set being written names (made, removed or given a mode): the
+        # only ones opened for writing when their mode denies it (see :func:`_open_parent`).
+        self.in_set: set[tuple[int, str]] = set()
+
+    def finish(self) -> None:
+        """Give every deferred directory its mode, deepest first (a parent's mode never
+        stops the walk to its child)."""
+        while self.deferred:
+            deepest = max(self.deferred, key=lambda k: (k[1].count("/"), k))
+            mode = self.deferred[deepest]
+
+            def op(place: Place, mode: int = mode) -> None:
+                assert place.leaf is not None
+                try:
+                    os.chmod(place.leaf, mode, dir_fd=place.dir_fd, follow_symlinks=False)
+                except OSError as exc:
+                    raise translate_oserror(exc, place.display(), writing=True) from None
+
+            try:
+                self.walk(Change(deepest[0], deepest[1], None, Image("dir", mode)), op, False)
+            except RingfenceError as exc:
+                if exc.code != "not_found":  # removed since (a put-back): nothing to give
+                    raise
+            del self.deferred[deepest]
 
     def walk(self, change: Change, op: Callable[[Place], Any], create: bool) -> Any:
         key = (change.root, posixpath.dirname(change.path))
@@ -398,6 +426,9 @@ def _apply_one(
             check_git_chain(place, place.display(), dirs.resolver)
         dir_fd = place.dir_fd
         found = _found(dir_fd, leaf, blobs, (known or {}).pop((change.root, change.path), None))
+        opened = dirs.deferred.get((change.root, change.path))
+        if opened is not None and found is not None and found.kind == "dir":
+            found = found._replace(mode=opened)  # opened by this writer: its mode is this one
         if expect and not _exactly(found, change.before):
             shown = escape_name(change.path)
             raise ToolError(
@@ -406,8 +437,11 @@ def _apply_one(
                 "(--force overwrites it)",
                 conflicts=[shown],
             )
+        if after is None and found is not None:
+            _undoable_deletion(dirs, change, dir_fd)  # before anything of it is written
         dirs.begun = Change(change.root, change.path, found, after)
         try:
+            _open_parent(dirs, change, dir_fd)
             if after is None:
                 if found is not None and found.kind == "dir":
                     try:
@@ -427,7 +461,7 @@ def _apply_one(
                         raise GitMetadata(f"creating {place.display()} would make a git directory")
                     os.mkdir(leaf, 0o700, dir_fd=dir_fd)
                     _own(leaf, dir_fd, owner)
-                os.chmod(leaf, after.mode, dir_fd=dir_fd)
+                os.chmod(leaf, _writable_first(dirs, change), dir_fd=dir_fd)
                 return found
             assert after.digest is not None
             source = sources.take(change, after) if sources is not None else None
@@ -493,6 +527,98 @@ def _apply_one(
     dirs.begun = None
     dirs.applied(found, after)
     return found
+
+
+def _open_parent(dirs: _Dirs, change: Change, dir_fd: int) -> None:
+    """Give the owner write and search on the change's directory while the set is written,
+    when its mode denies them and the set names that directory (it removes it, makes it or
+    gives it a mode); :meth:`_Dirs.finish` gives it back its mode.
+
+    A rollback of a killed ``rm -rf`` of a read-only tree (``d/e`` ``0555``, ``d/e/g``
+    deleted, ``d/e`` not yet) had to put ``d/e/g`` back into ``d/e`` as it was, which the
+    writer refuses: every later start failed ("nothing else runs in this workspace") with the
+    tree half-deleted. A directory the set does not name keeps its mode and refuses."""
+    parent = (change.root, posixpath.dirname(change.path))
+    if parent not in dirs.in_set:
+        return
+    st = os.fstat(dir_fd)
+    if not dir_denies_create(st):
+        return
+    dirs.deferred.setdefault(parent, stat.S_IMODE(st.st_mode))
+    os.chmod(f"/proc/self/fd/{dir_fd}", stat.S_IMODE(st.st_mode) | 0o700)
+
+
+def _undoable_deletion(dirs: _Dirs, change: Change, dir_fd: int) -> None:
+    """Refuse deleting an entry of a directory that denies its owner creating entries and
+    that the set does not name (so :func:`_open_parent` did not open it): the writer could
+    never put it back there, so neither an undo nor a rollback could.
+
+    ``chmod u+w ro; rm ro/f; chmod u-w ro`` merged as the deletion of ``ro/f`` alone (``ro``'s
+    mode unchanged), and its ``undo`` was refused for good ("its directory does not allow
+    creating files"); a merge of it killed before its end stopped every later start."""
+    if (change.root, posixpath.dirname(change.path)) in dirs.in_set:
+        return
+    if dir_denies_create(os.fstat(dir_fd)):
+        parent = escape_name(posixpath.dirname(change.path)) or "."
+        raise Unwritable(
+            f"{escape_name(change.path)} cannot be deleted: its directory {parent} does not "
+            "allow creating entries (mode "
+            f"{stat.S_IMODE(os.fstat(dir_fd).st_mode):04o}), so the deletion could not be "
+            "undone; it was left as it is",
+            field="path",
+        )
+
+
+def _parent_denies(dirs: _Dirs, change: Change) -> bool:
+    """Does the change's directory deny its owner creating entries, and does the set not name
+    it (so no writer of it may write there)?"""
+    if (change.root, posixpath.dirname(change.path)) in dirs.in_set:
+        return False
+
+    def op(place: Place) -> bool:
+        return dir_denies_create(os.fstat(place.dir_fd))
+
+    try:
+        return bool(dirs.walk(change, op, create=False))
+    except RingfenceError:
+        return False
+
+
+def _dirs_named(changes: Sequence[Change]) -> set[tuple[int, str]]:
+    """The directories ``changes`` name: made, removed or given a mode."""
+    return {
+        (c.root, c.path)
+        for c in changes
+        if (c.before is not None and c.before.kind == "dir")
+        or (c.after is not None and c.after.kind == "dir")
+    }
+
+
+def _writable_first(dirs: _Dirs, change: Change) -> int:
+    """The mode to give the directory ``change`` makes now: its own, or, when that mode
+    denies its owner creating entries (``0500``, ``0444``), its own ``| 0o700`` until
+    :meth:`_Dirs.finish` gives it its own after the entries below it are written.
+
+    Given at once, the entries the set holds below it could not be written: the undo of
+    ``chmod -R u+w d; rm -rf d`` (``d`` was ``0500``) made ``d`` ``0500`` and then refused
+    ``d/f`` ("its directory does not allow creating files"), so the deletion merged and could
+    never be undone; a killed merge of it, rolled back at the next start, stopped every start
+    the same way. A kill between the two is the after-image with another mode, which a
+    rollback takes back as the after-image (see :func:`roll_back`)."""
+    after = change.after
+    assert after is not None
+    key = (change.root, change.path)
+    if not dir_denies_create(_mode_only(after.mode)):
+        dirs.deferred.pop(key, None)
+        return after.mode
+    dirs.deferred[key] = after.mode
+    return after.mode | 0o700
+
+
+def _mode_only(mode: int) -> os.stat_result:
+    """A directory's stat with these permission bits and this process as its owner (what
+    :func:`dir_denies_create` judges)."""
+    return os.stat_result((stat.S_IFDIR | mode, 0, 0, 0, os.geteuid(), os.getegid(), 0, 0, 0, 0))
 
 
 def _check_physical(place: Place, change: Change) -> None:
@@ -724,6 +850,7 @@ def merge_changes(
         owner = (st.st_uid, st.st_gid)
         applied: list[Change] = []
         dirs = _Dirs(resolver)
+        dirs.in_set = _dirs_named(accepted)
         # Directories written into: fsynced once, at the end (None: not durable).
         to_sync: dict[tuple[int, int], int] | None = {} if durable else None
         releases = Releases()
@@ -752,6 +879,7 @@ def merge_changes(
                 )
                 applied.append(Change(change.root, change.path, found, change.after))
                 i += 1
+            dirs.finish()  # the directories that deny writing get their modes last
         except BaseException as exc:
             # The change that failed midway (its mkdir or rename done, its chmod not): first.
             begun, dirs.begun = dirs.begun, None
@@ -766,6 +894,10 @@ def merge_changes(
                     _apply_one(dirs, done.inverse(), blobs, owner, to_sync)
                 except Exception:  # (a full file system, another writer): named below
                     unput.append(escape_name(done.path))
+            try:
+                dirs.finish()
+            except Exception:
+                unput += [escape_name(p) for _, p in dirs.deferred]
             if unput and isinstance(exc, RingfenceError):
                 # Half-written: said so, and marked for the journal, which then keeps the set
                 # open (no E line) so the next start rolls it back (see Journal.writing).
@@ -848,6 +980,7 @@ def roll_back(
         st = os.fstat(resolver.roots[0].fd)
         owner = (st.st_uid, st.st_gid)
         dirs = _Dirs(resolver)
+        dirs.in_set = _dirs_named(judged)
         to_sync: dict[tuple[int, int], int] = {}
         try:
             # Temporary files first: one left in a directory the set made keeps it from going.
@@ -894,7 +1027,12 @@ def roll_back(
                         keep_full_dirs=True,
                         physical=True,
                     )
-                except (GitMetadata, InvalidArguments, OutsideWorkspace) as exc:
+                except (GitMetadata, InvalidArguments, OutsideWorkspace, Unwritable) as exc:
+                    # Unwritable, when its directory denies writing (one the set does not
+                    # name): left and named, never stopping every later start; any other
+                    # (a full file system) stops this start, tried again at the next.
+                    if isinstance(exc, Unwritable) and not _parent_denies(dirs, change):
+                        raise
                     dirs.close()  # what it walked may be what was refused
                     refuse(change, exc)
                     continue
@@ -902,6 +1040,7 @@ def roll_back(
                     undone += 1
                 else:  # a directory that holds what the set did not make stays
                     left.append(escape_name(change.path))
+            dirs.finish()  # the directories that deny writing get their modes last
         finally:
             dirs.close()
             sync_and_close(to_sync)

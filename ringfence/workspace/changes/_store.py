@@ -35,7 +35,7 @@ from ...runtime._errors import InvalidArguments, NotFound, ToolError, Unavailabl
 from ...runtime._files import ringfence_home
 from .._names import escape_name
 from .._workspace import Workspace
-from ._journal import Journal, Recovery, recover as recover_journals
+from ._journal import Journal, Recovery, in_flight_anywhere, recover as recover_journals
 from ._model import ChangeSet, read_at_most
 
 __all__ = ["CheckpointStore", "PackWriter", "Retention", "workspace_id"]
@@ -625,9 +625,11 @@ class CheckpointStore:
         with self._lock:
             self._since_prune = 0
             sets = self._referenced()
+            # Listed after the sets: a set listed has its ``B`` line written already.
+            busy = in_flight_anywhere(self)
             sizes, young = self._blob_sizes()
             packs = self._pack_indexes(sizes, young)
-            self._drop_oldest(sets, sizes)
+            self._drop_oldest(sets, sizes, busy)
             live = set().union(*sets.values()) if sets else set()
             packed = set().union(*packs.values()) if packs else set()
             for name in sizes:
@@ -715,11 +717,17 @@ class CheckpointStore:
         self._index_cache = cache
         return packs
 
-    def _drop_oldest(self, sets: dict[str, frozenset[str]], sizes: dict[str, int]) -> None:
+    def _drop_oldest(
+        self, sets: dict[str, frozenset[str]], sizes: dict[str, int], busy: set[str]
+    ) -> None:
         """Drop change sets, oldest first, while one of the limits is exceeded (``sets`` too).
 
-        The newest set is always kept. Ids sort by age, so once one set is
-        within every limit, all younger ones are too: the loop stops there.
+        The newest set is always kept, and so is every set in flight in a journal (``busy``):
+        another session's merge, dropped as it ran (a newer staged set made it the older),
+        was then killed and its next start found no manifest to roll back from — the
+        workspace half-merged for good — or finished with nothing to undo it. Ids sort by
+        age, so once one set is within every limit, all younger ones are too: the loop stops
+        there.
         """
         users: dict[str, int] = {}  # digest -> how many sets name it
         for digests in sets.values():
@@ -732,6 +740,8 @@ class CheckpointStore:
             too_old = int(i[:14], 16) < oldest_kept
             if not (len(sets) > self.retention.keep or too_old or live_bytes > limit):
                 break
+            if i in busy:
+                continue  # its bytes count, and it is kept
             for d in sets.pop(i):
                 users[d] -= 1
                 if not users[d]:

@@ -274,13 +274,39 @@ def _journaled(
             # else kept, its journal open: what the next start rolls back from
             raise
         done = replace(planned, changes=report.applied)
-        if report.applied or planned.undoes:  # an undo is recorded even when it was empty
-            store.save(done)
-        else:
+        if not (report.applied or planned.undoes):  # an undo is recorded even when empty
             store.drop(planned.id)
+        elif done != planned:  # else the manifest saved first says it already
+            try:
+                store.save(done)
+            except RingfenceError as exc:
+                _put_back(store, planned, exc)
     if refused is not None:
         refused.extend(report.refused)
     return done
+
+
+def _put_back(store: CheckpointStore, planned: ChangeSet, exc: RingfenceError) -> None:
+    """The merge is written but its manifest's final form could not be saved (the store's
+    file system full): roll the merge back now, under the same turn, and raise ``exc``, which
+    then says truly that nothing was changed. Before, the error said "nothing was changed"
+    beside a workspace holding the whole undo. A rollback that fails too is ``half_written``:
+    the set stays in flight for the next start (see :meth:`~._journal.Journal.writing`)."""
+    from ._merge import roll_back
+
+    try:
+        _, left, refused = roll_back(store.workspace, planned.changes, store)
+    except RingfenceError as again:
+        left, refused = [again.message], []
+    if left or refused:
+        raise exc.with_(
+            message=f"{exc.message}; the workspace was written before that, and putting it "
+            f"back failed too ({', '.join(left[:10])}): it is half-written until the next "
+            "start of ringfence (or `ringfence recover`) rolls it back",
+            details={**exc.details, "half_written": left[:100]},
+        ) from None
+    store.drop(planned.id)
+    raise exc
 
 
 def register_undo_tool(
