@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from ..runtime._canonical import loads
 from ..runtime._errors import InvalidArguments, NotFound, ToolError
 from ..runtime._render import one_line, when_text
 from ..runtime._timeline import CallRow, SessionRow, Timeline
@@ -103,7 +103,7 @@ def _looks_like_events(path: Path) -> None:
     if not first:
         return
     try:
-        ok = isinstance(json.loads(first), dict)
+        ok = isinstance(loads(first), dict)
     except ValueError:
         ok = False
     if not ok:
@@ -226,7 +226,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = loads(line)
             except ValueError:
                 raise InvalidArguments(
                     f"{path} line {lineno} is not a JSON event record (not an event file?)",

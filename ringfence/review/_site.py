@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -29,6 +28,7 @@ from typing import Any
 import trio
 
 from ..runtime._approval import ApprovalRequest
+from ..runtime._canonical import loads
 from ..runtime._errors import Denied, InvalidArguments, RingfenceError
 from ..runtime._kernel import Kernel
 from ..runtime._plan import AppliedMark, Plan, StagedCall
@@ -161,7 +161,7 @@ def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
 
 def _same_plan(plan: Plan, data: bytes) -> bool:
     try:
-        doc = json.loads(data)
+        doc = loads(data)
         return (
             tuple(str(r) for r in doc["roots"]) == plan.roots
             and [StagedCall(**c) for c in doc["calls"]] == plan.calls

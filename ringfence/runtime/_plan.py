@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._canonical import canonical_json
+from ._canonical import canonical_json, loads
 from ._errors import Denied, InvalidArguments, Unwritable
 from ._files import atomic_write, load_or_create_key, ringfence_home
 from ._render import when_text
@@ -98,7 +98,7 @@ def _ledger_path(call_id: str) -> Path:
 
 def _ledger_mark(call_id: str) -> AppliedMark | None:
     try:
-        data = json.loads(_ledger_path(call_id).read_text(encoding="utf-8"))
+        data = loads(_ledger_path(call_id).read_text(encoding="utf-8"))
         return AppliedMark(float(data["at"]), str(data["session"]))
     except FileNotFoundError:
         return None
@@ -120,7 +120,7 @@ def ledger_note(call_id: str) -> dict[str, Any] | None:
     """A call's ledger entry as written (``at``, ``session``, ``call``, and once it ran
     ``ended``, ``ok``, ``error``); None when absent or unreadable."""
     try:
-        data = json.loads(_ledger_path(call_id).read_text(encoding="utf-8"))
+        data = loads(_ledger_path(call_id).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -293,7 +293,7 @@ class Plan:
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8") if raw is None else raw.decode("utf-8")
-            data = json.loads(text)
+            data = loads(text)
         except FileNotFoundError:
             raise InvalidArguments(f"no plan file at {path}", field="plan") from None
         except (ValueError, UnicodeDecodeError) as exc:

@@ -21,7 +21,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ._canonical import arguments_digest, canonical_json, digest
+from ._canonical import arguments_digest, canonical_json, digest, loads
 from ._events import (
     CHECKPOINT_CONTEXT,
     GENESIS,
@@ -189,7 +189,7 @@ class _Verifier:
         if hashlib.sha256(body).hexdigest() != claimed:
             self.problem(lineno, "record was edited (hash mismatch)")
         try:
-            record = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+            record = loads(body, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
         except _DuplicateKey as exc:
             self.problem(lineno, f"duplicate key {exc} in the record (readers may disagree)")
             record = None

@@ -1,0 +1,117 @@
+"""Attacks on the proof (event streams, plans) through the real command line.
+
+Each test runs ``python -m ringfence`` as a process and asserts a clear refusal (an
+error code naming the file, no traceback) and no effect (no file changed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import isolated, ringfence_process
+
+__all__ = ["isolated"]
+
+DEPTH = 100_000
+
+
+def _sealed_log(ws: Path, home: Path, events: Path) -> list[bytes]:
+    proc = ringfence_process(
+        "call",
+        "read_file",
+        "--args",
+        json.dumps({"path": "a.txt"}),
+        "--events",
+        str(events),
+        "--posture",
+        "allow-all",
+        cwd=ws,
+        env={"RINGFENCE_HOME": str(home)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return events.read_bytes().splitlines(keepends=True)
+
+
+def _deep_record() -> bytes:
+    """A line nested ``DEPTH`` deep, with a hash that matches its body (so it is parsed)."""
+    body = b'{"kind":"output","a":' + b"[" * DEPTH + b"]" * DEPTH + b"}"
+    return body[:-1] + b',"hash":"' + hashlib.sha256(body).hexdigest().encode() + b'"}\n'
+
+
+def _no_crash(proc, code: int) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stderr[-500:])
+    assert "unexpected error" not in proc.stderr, proc.stderr[-500:]
+    assert "RecursionError" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> tuple[Path, Path]:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("hello\n")
+    home = tmp_path / "home"
+    return ws, home
+
+
+def test_deep_json_in_an_event_file_is_a_clear_verdict_not_a_crash(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A line nested 100,000 deep (first line, or mid-file with a matching hash):
+    ``events verify`` says TAMPERED or "not an event file", ``events show`` names
+    the line, and a session asked to append to it refuses before writing; until
+    2026-12-07 each ended in an unexpected RecursionError."""
+    ws, home = place
+    env = {"RINGFENCE_HOME": str(home)}
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(b"[" * DEPTH + b"]" * DEPTH + b"\n")
+    proc = ringfence_process("events", "verify", str(first), env=env)
+    _no_crash(proc, 2)
+    assert "line 1 is not a JSON record" in proc.stderr
+
+    inside = tmp_path / "inside.jsonl"
+    lines = _sealed_log(ws, home, tmp_path / "good.jsonl")
+    inside.write_bytes(b"".join([*lines[:2], _deep_record(), *lines[2:]]))
+    proc = ringfence_process("events", "verify", str(inside), env=env)
+    _no_crash(proc, 1)
+    assert "TAMPERED" in proc.stdout and "line 3" in proc.stdout
+    proc = ringfence_process("events", "show", str(inside), env=env)
+    _no_crash(proc, 2)
+    assert "line 3" in proc.stderr
+
+    # A session appending to a file whose last line is that deep refuses, file untouched.
+    tail = tmp_path / "tail.jsonl"
+    tail.write_bytes(b"".join(lines) + _deep_record())
+    before = tail.read_bytes()
+    proc = ringfence_process(
+        "call",
+        "read_file",
+        "--args",
+        json.dumps({"path": "a.txt"}),
+        "--events",
+        str(tail),
+        cwd=ws,
+        env=env,
+    )
+    assert proc.returncode != 0
+    assert "unexpected error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "does not end with a whole event record" in proc.stderr
+    assert tail.read_bytes() == before
+
+
+def test_a_deep_plan_file_is_refused_by_plan_show_and_apply(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``plan show``/``plan apply`` of a file nested 100,000 deep: refused as not a
+    plan (exit 2), nothing applied; it was an unexpected RecursionError."""
+    ws, home = place
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"ringfence_plan":' + "[" * DEPTH + "]" * DEPTH + "}")
+    for verb in ("show", "apply"):
+        proc = ringfence_process("plan", verb, str(plan), cwd=ws, env={"RINGFENCE_HOME": str(home)})
+        _no_crash(proc, 2)
+        assert "is not a JSON plan" in proc.stderr
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt"]
+    assert (ws / "a.txt").read_text() == "hello\n"
