@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +118,32 @@ def test_a_deep_plan_file_is_refused_by_plan_show_and_apply(
         assert "is not a JSON plan" in proc.stderr
     assert sorted(p.name for p in ws.iterdir()) == ["a.txt"]
     assert (ws / "a.txt").read_text() == "hello\n"
+
+
+def test_events_verify_holds_one_line_not_the_whole_file(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A 300 MB stream of 10 MB lines: ``events verify`` reads it a chunk at a time and
+    names the lines that are not records; it read the file whole and split it (630 MB
+    peak; now under 200 MB, a line over 256 MiB never held whole)."""
+    ws, home = place
+    lines = _sealed_log(ws, home, tmp_path / "good.jsonl")
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        f.write(lines[0])
+        for _ in range(30):
+            f.write(b'{"x":"' + b"a" * 10_000_000 + b'"}\n')
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ringfence", "events", "verify", str(big)],
+            stdout=out_f,
+            stderr=err_f,
+            env={**os.environ, "RINGFENCE_HOME": str(home)},
+        )
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not earlier ones'
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    out, err = out_path.read_text(), err_path.read_text()
+    assert proc.returncode == 1, err
+    assert "TAMPERED" in out and "line 31: not a ringfence event record" in out
+    assert usage.ru_maxrss < 200 * 1024, f"events verify peaked at {usage.ru_maxrss} KiB"
