@@ -14,6 +14,7 @@ The HTTP side (tokens, Origin, CSRF, headers) is :mod:`._app`'s.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import os
@@ -1129,6 +1130,12 @@ class ReviewSite:
 
     def _load_plan(self, path: Path) -> tuple[Plan, str, dict[str, str]]:
         plan, data = read_plan(path, create_key=False)
+        # Shown as the calls' records showed them: each call's own secrets redacted (the
+        # plan that runs is read again from the file's bytes, never this one).
+        names = self.kernel.redactor.names
+        plan.calls = [
+            dataclasses.replace(c, arguments=c.shown_arguments(names)) for c in plan.calls
+        ]
         diffs: dict[str, str] = {}
         for call in plan.calls:
             set_id = call.arguments.get("id") if call.tool == "apply_changes" else None

@@ -55,6 +55,7 @@ from typing import Any
 from ._canonical import canonical_json, loads
 from ._errors import Denied, InvalidArguments, Unwritable
 from ._files import atomic_write, load_or_create_key, ringfence_home
+from ._redact import Redactor, script_credential_literals
 from ._render import when_text
 
 __all__ = ["AppliedMark", "Plan", "StagedCall", "ledger_dir", "ledger_note", "plan_key_path"]
@@ -137,6 +138,25 @@ class StagedCall:
     staged_at: float
     session: str = ""
     posture: str = "ask"
+
+    def shown_arguments(self, names: Iterable[str] = ()) -> dict[str, Any]:
+        """The arguments as this call's records show them, for a person's screen.
+
+        The secrets they carry, found as the kernel finds them before it records a
+        call (values under credential-named keys, URL passwords, a tool script's
+        credential literals), are ``[REDACTED SECRET]``: the plan file keeps the values
+        to run them, ``plan show``, its ``--json`` and the review page do not (``plan
+        show`` printed ``https://bob:hunter2@…`` whole that the call's records had
+        redacted). Only this call's own secrets count, so one staged call cannot hide
+        the text of another from the person about to apply them.
+        """
+        redactor = Redactor(names=names)
+        redactor.register_named_values(self.arguments)
+        if self.tool == "run_tool_script" and isinstance(self.arguments, dict):
+            source = self.arguments.get("source")
+            redactor.register_literals(script_credential_literals(source, redactor.is_secret_key))
+        shown = redactor.redact_value(self.arguments)
+        return shown if isinstance(shown, dict) else {}
 
 
 @dataclass(frozen=True)

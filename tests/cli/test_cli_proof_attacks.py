@@ -147,3 +147,49 @@ def test_events_verify_holds_one_line_not_the_whole_file(
     assert proc.returncode == 1, err
     assert "TAMPERED" in out and "line 31: not a ringfence event record" in out
     assert usage.ru_maxrss < 200 * 1024, f"events verify peaked at {usage.ru_maxrss} KiB"
+
+
+def test_plan_show_redacts_the_secrets_a_staged_call_carries(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A dry run stages ``write_file`` with a URL password in its content: the call's
+    records show it redacted, and now so do ``plan show`` and ``plan show --json`` (they
+    printed it whole); ``plan apply`` still writes the bytes that were staged."""
+    ws, home = place
+    env = {"RINGFENCE_HOME": str(home)}
+    plan = tmp_path / "plan.json"
+    events = tmp_path / "events.jsonl"
+    content = "remote = https://bob:hunter2pass@example.com/repo.git\n"
+    proc = ringfence_process(
+        "call",
+        "write_file",
+        "--args",
+        json.dumps({"path": "conf.txt", "content": content}),
+        "--dry-run",
+        str(plan),
+        "--events",
+        str(events),
+        "--posture",
+        "allow-all",
+        cwd=ws,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2pass" not in events.read_text()
+    assert "hunter2pass" in plan.read_text()  # the plan keeps what it will run
+
+    shown = ringfence_process("plan", "show", str(plan), cwd=ws, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "hunter2pass" not in shown.stdout + shown.stderr
+    assert "https://[REDACTED SECRET]@example.com" in shown.stdout
+    as_json = ringfence_process("plan", "show", str(plan), "--json", cwd=ws, env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    assert "hunter2pass" not in as_json.stdout + as_json.stderr
+    assert "[REDACTED SECRET]" in as_json.stdout
+
+    applied = ringfence_process(
+        "plan", "apply", str(plan), "--posture", "allow-all", cwd=ws, env=env
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert "hunter2pass" not in applied.stdout + applied.stderr
+    assert (ws / "conf.txt").read_text() == content
