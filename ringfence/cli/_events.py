@@ -129,6 +129,7 @@ async def run_verify(args: argparse.Namespace) -> int:
         "unsealed_sessions": report.unsealed_sessions,
         "session_keys": list(report.session_keys),
         "problems": list(report.problems),
+        "problems_not_shown": report.problems_not_kept,
         "unsealed": [session.to_dict() for session in report.unsealed],
         "unauthenticated_records": report.unauthenticated_records,
         "unauthenticated_lines": list(report.unauthenticated) if report.unauthenticated else None,
@@ -146,6 +147,11 @@ async def run_verify(args: argparse.Namespace) -> int:
     for problem in report.problems:
         if problem in tampering or not problem.startswith(unsealed):
             sys.stdout.write(f"{one_line(str(problem))}\n")
+    if report.problems_not_kept:
+        sys.stdout.write(
+            f"… and {report.problems_not_kept:,} more problem(s), not shown (the first "
+            f"{len(report.problems):,} are)\n"
+        )
     for session in report.unsealed:
         sys.stdout.write(_unsealed_line(session, accepted=args.allow_open) + "\n")
     verdict = "intact" if report.ok else "TAMPERED" if report.tampered else "NOT SEALED"

@@ -120,6 +120,21 @@ def test_a_deep_plan_file_is_refused_by_plan_show_and_apply(
     assert (ws / "a.txt").read_text() == "hello\n"
 
 
+def _verify_peak(path: Path, home: Path, tmp_path: Path, *extra: str) -> tuple[int, str, int]:
+    """``events verify PATH``: exit code, stdout, and this child's own peak RSS in KiB."""
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ringfence", "events", "verify", str(path), *extra],
+            stdout=out_f,
+            stderr=err_f,
+            env={**os.environ, "RINGFENCE_HOME": str(home)},
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, out_path.read_text(), usage.ru_maxrss
+
+
 def test_events_verify_holds_one_line_not_the_whole_file(
     place: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -133,20 +148,43 @@ def test_events_verify_holds_one_line_not_the_whole_file(
         f.write(lines[0])
         for _ in range(30):
             f.write(b'{"x":"' + b"a" * 10_000_000 + b'"}\n')
-    out_path, err_path = tmp_path / "out", tmp_path / "err"
-    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ringfence", "events", "verify", str(big)],
-            stdout=out_f,
-            stderr=err_f,
-            env={**os.environ, "RINGFENCE_HOME": str(home)},
-        )
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not earlier ones'
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    out, err = out_path.read_text(), err_path.read_text()
-    assert proc.returncode == 1, err
+    code, out, peak = _verify_peak(big, home, tmp_path)
+    assert code == 1
     assert "TAMPERED" in out and "line 31: not a ringfence event record" in out
-    assert usage.ru_maxrss < 200 * 1024, f"events verify peaked at {usage.ru_maxrss} KiB"
+    assert peak < 200 * 1024, f"events verify peaked at {peak} KiB"
+
+
+def test_events_verify_keeps_a_bounded_report(place: tuple[Path, Path], tmp_path: Path) -> None:
+    """Two million lines that are no records (6 MB): ``events verify`` names the first
+    thousand and counts the rest (with the open session's, 2,000,001 problems); it kept every message (350 MB, 850 MB for 5 million;
+    ``--json`` printed 279 MB). A record quoting a 5 MB call id is named head…tail."""
+    ws, home = place
+    lines = _sealed_log(ws, home, tmp_path / "good.jsonl")
+    many = tmp_path / "many.jsonl"
+    with open(many, "wb") as f:
+        f.write(lines[0])
+        f.write(b"{}\n" * 2_000_000)
+    code, out, peak = _verify_peak(many, home, tmp_path)
+    assert code == 1
+    assert "TAMPERED" in out and "1,999,001 more problem(s), not shown" in out
+    assert len(out) < 200_000 and peak < 200 * 1024, (len(out), peak)
+    code, out, peak = _verify_peak(many, home, tmp_path, "--json")
+    assert code == 1
+    body = json.loads(out)
+    assert body["error"]["details"]["report"]["problems_not_shown"] == 1_999_001
+    assert body["error"]["details"]["report"]["tampered"] is True
+    assert len(out) < 200_000 and peak < 200 * 1024, (len(out), peak)
+
+    first = json.loads(lines[0])
+    record = {"call_id": "A" * 5_000_000, "kind": "started", "prev": first["hash"], "seq": 1}
+    body_bytes = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(body_bytes).hexdigest().encode()
+    long_id = tmp_path / "long_id.jsonl"
+    long_id.write_bytes(lines[0] + body_bytes[:-1] + b',"hash":"' + digest + b'"}\n')
+    code, out, _ = _verify_peak(long_id, home, tmp_path)
+    assert code == 1 and "TAMPERED" in out
+    assert "which was never proposed" in out or "characters)" in out
+    assert len(out) < 4_000, len(out)
 
 
 def test_plan_show_redacts_the_secrets_a_staged_call_carries(
