@@ -9,6 +9,7 @@ from typing import Any
 
 from ..runtime._canonical import loads
 from ..runtime._errors import InvalidArguments, NotFound, ToolError
+from ..runtime._files import read_named_file
 from ..runtime._render import one_line, when_text
 from ..runtime._timeline import CallRow, SessionRow, Timeline
 from ..runtime._verify import UnsealedSession, verify_file
@@ -78,15 +79,24 @@ def _event_file(path: str) -> Path:
     return Path(path)
 
 
+# A key file holds PEM public keys (about 110 bytes each): a megabyte is thousands of them.
+MAX_KEY_FILE_BYTES = 1 << 20
+
+
 def _read_keys(paths: list[str]) -> list[str] | None:
     if not paths:
         return None
     texts = []
     for path in paths:
         try:
-            texts.append(Path(path).read_text())
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
+            texts.append(read_named_file(path, MAX_KEY_FILE_BYTES).decode("utf-8"))
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, UnicodeDecodeError):
+                reason = "not UTF-8"
+            elif isinstance(exc, OSError):
+                reason = exc.strerror or str(exc)
+            else:
+                reason = str(exc)
             raise InvalidArguments(
                 f"--public-key: cannot read {path}: {reason}", field="--public-key"
             ) from None

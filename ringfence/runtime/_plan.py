@@ -54,13 +54,15 @@ from typing import Any
 
 from ._canonical import canonical_json, loads
 from ._errors import Denied, InvalidArguments, Unwritable
-from ._files import atomic_write, load_or_create_key, ringfence_home
+from ._files import atomic_write, load_or_create_key, read_named_file, ringfence_home
 from ._redact import Redactor, script_credential_literals
 from ._render import when_text
 
 __all__ = ["AppliedMark", "Plan", "StagedCall", "ledger_dir", "ledger_note", "plan_key_path"]
 
 PLAN_VERSION = 2
+# The most of a plan file ``plan show``/``plan apply`` read (the review page reads 128 MiB).
+MAX_PLAN_FILE_BYTES = 1 << 30
 KEY_NAME = "plan.key"
 KEY_BYTES = 32
 
@@ -311,8 +313,17 @@ class Plan:
         (the review page reads once, bounded, and checks exactly those), not read again.
         """
         path = Path(path)
+        if raw is None:
+            try:
+                raw = read_named_file(path, MAX_PLAN_FILE_BYTES)
+            except FileNotFoundError:
+                raise InvalidArguments(f"no plan file at {path}", field="plan") from None
+            except ValueError as exc:
+                raise InvalidArguments(
+                    f"{path} cannot be read as a plan: {exc}", field="plan"
+                ) from None
         try:
-            text = path.read_text(encoding="utf-8") if raw is None else raw.decode("utf-8")
+            text = raw.decode("utf-8")
             data = loads(text)
         except FileNotFoundError:
             raise InvalidArguments(f"no plan file at {path}", field="plan") from None

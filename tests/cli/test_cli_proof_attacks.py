@@ -231,3 +231,42 @@ def test_plan_show_redacts_the_secrets_a_staged_call_carries(
     assert applied.returncode == 0, applied.stderr
     assert "hunter2pass" not in applied.stdout + applied.stderr
     assert (ws / "conf.txt").read_text() == content
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_plan_or_key_file_that_is_a_pipe_or_a_device_is_refused_unread(
+    place: tuple[Path, Path], tmp_path: Path, kind: str
+) -> None:
+    """``plan show|apply`` of a pipe no one writes (the agent's ``ringfence-plan.json``
+    made a FIFO by a ``--no-change-sets`` command) or of ``/dev/zero``, and
+    ``events verify --public-key`` naming either: refused in a moment, naming the
+    file; each waited on the pipe, or read the device until memory ran out."""
+    ws, home = place
+    good = tmp_path / "good.jsonl"
+    _sealed_log(ws, home, good)
+    if kind == "fifo":
+        target = ws / "ringfence-plan.json"
+        os.mkfifo(target)
+    else:
+        target = Path("/dev/zero")
+    before = sorted(p.name for p in ws.iterdir())
+    env = {**os.environ, "RINGFENCE_HOME": str(home)}
+    for argv in (
+        ["plan", "show", str(target)],
+        ["plan", "apply", str(target), "--posture", "allow-all"],
+        ["events", "verify", str(good), "--public-key", str(target)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "ringfence", *argv],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            cwd=ws,
+            env=env,
+            check=False,
+        )
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert "not a regular file" in proc.stderr and str(target) in proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in ws.iterdir()) == before
+    assert (ws / "a.txt").read_text() == "hello\n"
