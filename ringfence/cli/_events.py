@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from ..runtime._canonical import loads
 from ..runtime._errors import InvalidArguments, NotFound, ToolError
+from ..runtime._files import read_named_file
 from ..runtime._render import one_line, when_text
 from ..runtime._timeline import CallRow, SessionRow, Timeline
 from ..runtime._verify import UnsealedSession, verify_file
@@ -78,15 +79,24 @@ def _event_file(path: str) -> Path:
     return Path(path)
 
 
+# A key file holds PEM public keys (about 110 bytes each): a megabyte is thousands of them.
+MAX_KEY_FILE_BYTES = 1 << 20
+
+
 def _read_keys(paths: list[str]) -> list[str] | None:
     if not paths:
         return None
     texts = []
     for path in paths:
         try:
-            texts.append(Path(path).read_text())
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
+            texts.append(read_named_file(path, MAX_KEY_FILE_BYTES).decode("utf-8"))
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, UnicodeDecodeError):
+                reason = "not UTF-8"
+            elif isinstance(exc, OSError):
+                reason = exc.strerror or str(exc)
+            else:
+                reason = str(exc)
             raise InvalidArguments(
                 f"--public-key: cannot read {path}: {reason}", field="--public-key"
             ) from None
@@ -103,7 +113,7 @@ def _looks_like_events(path: Path) -> None:
     if not first:
         return
     try:
-        ok = isinstance(json.loads(first), dict)
+        ok = isinstance(loads(first), dict)
     except ValueError:
         ok = False
     if not ok:
@@ -129,6 +139,7 @@ async def run_verify(args: argparse.Namespace) -> int:
         "unsealed_sessions": report.unsealed_sessions,
         "session_keys": list(report.session_keys),
         "problems": list(report.problems),
+        "problems_not_shown": report.problems_not_kept,
         "unsealed": [session.to_dict() for session in report.unsealed],
         "unauthenticated_records": report.unauthenticated_records,
         "unauthenticated_lines": list(report.unauthenticated) if report.unauthenticated else None,
@@ -146,6 +157,11 @@ async def run_verify(args: argparse.Namespace) -> int:
     for problem in report.problems:
         if problem in tampering or not problem.startswith(unsealed):
             sys.stdout.write(f"{one_line(str(problem))}\n")
+    if report.problems_not_kept:
+        sys.stdout.write(
+            f"… and {report.problems_not_kept:,} more problem(s), not shown (the first "
+            f"{len(report.problems):,} are)\n"
+        )
     for session in report.unsealed:
         sys.stdout.write(_unsealed_line(session, accepted=args.allow_open) + "\n")
     verdict = "intact" if report.ok else "TAMPERED" if report.tampered else "NOT SEALED"
@@ -226,7 +242,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = loads(line)
             except ValueError:
                 raise InvalidArguments(
                     f"{path} line {lineno} is not a JSON event record (not an event file?)",

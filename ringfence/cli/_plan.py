@@ -55,10 +55,11 @@ async def run_show(args: argparse.Namespace) -> int:
     with naming_file(args.file):
         plan = Plan.load(Path(args.file), create_key=False)
     unended = await trio.to_thread.run_sync(_unended, plan)
+    names = _secret_names(args)
     if args.json:
         shown = {
             "roots": list(plan.roots),
-            "calls": [asdict(c) for c in plan.calls],
+            "calls": [{**asdict(c), "arguments": c.shown_arguments(names)} for c in plan.calls],
             "applied": {k: asdict(v) for k, v in plan.applied.items()},
             "unended": unended,
         }
@@ -71,7 +72,7 @@ async def run_show(args: argparse.Namespace) -> int:
         f"{json_text(list(plan.roots))}\n"
     )
     for i, c in enumerate(plan.calls, 1):
-        arguments = json_text(c.arguments, sort_keys=True)
+        arguments = json_text(c.shown_arguments(names), sort_keys=True)
         mark = plan.applied.get(c.call_id)
         applied = f" — applied {one_line(mark.describe())}" if mark else ""
         if c.call_id in unended:
@@ -83,6 +84,12 @@ async def run_show(args: argparse.Namespace) -> int:
         if c.tool == "apply_changes" and isinstance(c.arguments.get("id"), str):
             sys.stdout.write(_staged_diff(plan.roots, c.arguments["id"]))
     return 0
+
+
+def _secret_names(args: argparse.Namespace) -> tuple[str, ...]:
+    """The operator's credential-name globs (``RINGFENCE_SECRET_NAMES``), when read."""
+    settings = getattr(args, "settings", None)
+    return tuple(getattr(settings, "secret_names", ()) or ())
 
 
 # Tools whose every write is a journaled change set: killed midway, rolled back whole.

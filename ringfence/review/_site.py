@@ -14,10 +14,10 @@ The HTTP side (tokens, Origin, CSRF, headers) is :mod:`._app`'s.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -30,6 +30,7 @@ from typing import Any
 import trio
 
 from ..runtime._approval import ApprovalRequest
+from ..runtime._canonical import loads
 from ..runtime._errors import Denied, InvalidArguments, RingfenceError
 from ..runtime._intents import key_fingerprint, load_public_keys
 from ..runtime._kernel import Kernel
@@ -163,7 +164,7 @@ def read_plan(path: Path, *, create_key: bool = True) -> tuple[Plan, bytes]:
 
 def _same_plan(plan: Plan, data: bytes) -> bool:
     try:
-        doc = json.loads(data)
+        doc = loads(data)
         return (
             tuple(str(r) for r in doc["roots"]) == plan.roots
             and [StagedCall(**c) for c in doc["calls"]] == plan.calls
@@ -1197,6 +1198,12 @@ class ReviewSite:
         """The plan, its sha256 and (``show``) the diffs of its staged sets, all of them
         reading at most :data:`MAX_DIFF_TEXT_BYTES` of text (then each set is named only)."""
         plan, data = read_plan(path, create_key=False)
+        # Shown as the calls' records showed them: each call's own secrets redacted (the
+        # plan that runs is read again from the file's bytes, never this one).
+        names = self.kernel.redactor.names
+        plan.calls = [
+            dataclasses.replace(c, arguments=c.shown_arguments(names)) for c in plan.calls
+        ]
         diffs: dict[str, str] = {}
         budget = MAX_DIFF_TEXT_BYTES
         for call in plan.calls if show else ():

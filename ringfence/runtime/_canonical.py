@@ -15,6 +15,7 @@ __all__ = [
     "arguments_digest",
     "canonical_json",
     "digest",
+    "loads",
     "nests_deeper",
     "orjson_digest",
     "unrecordable",
@@ -28,6 +29,20 @@ MAX_NESTING = 100
 _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+
+
+def loads(data: str | bytes, **kwargs: Any) -> Any:
+    """``json.loads`` for a file someone else wrote (an event stream, a plan, a ledger entry).
+
+    A line nested past the parser's depth (``[[[[…]]]]``, 100,000 deep) raised RecursionError,
+    which no caller's ``except ValueError`` caught: ``events verify``, ``events show``,
+    ``plan show`` and a session appending to such a file ended in an unexpected error.
+    Here it is a ValueError like any other text that is not JSON.
+    """
+    try:
+        return json.loads(data, **kwargs)
+    except RecursionError:
+        raise ValueError("JSON nested past the parser's depth") from None
 
 
 def canonical_json(value: Any) -> bytes:

@@ -67,7 +67,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from ._canonical import canonical_json
+from ._canonical import canonical_json, loads
 from ._errors import Unwritable
 from ._output import escape_surrogates
 from ._redact import Redactor
@@ -196,7 +196,7 @@ class FileSink:
         if not last:
             return None
         try:
-            record = json.loads(last)
+            record = loads(last)
             if not last.endswith(b"\n") or not isinstance(record, dict):
                 raise ValueError("no record")
             if not isinstance(record.get("hash"), str) or not isinstance(record.get("seq"), int):

@@ -32,6 +32,7 @@ __all__ = [
     "load_or_create_key",
     "open_home_directory",
     "read_all",
+    "read_named_file",
     "ringfence_home",
     "use_places",
 ]
@@ -158,3 +159,29 @@ def read_all(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
+
+
+def read_named_file(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of the regular file a person named (a plan, a key file), at most ``limit``.
+
+    A FIFO or a device is refused before it is opened (a directory is IsADirectoryError) (``plan show`` of a
+    pipe no one writes, or ``--public-key /dev/zero``, waited or read forever); the file is
+    opened without waiting and read at most ``limit + 1`` bytes whatever its size says.
+    Raises OSError (``FileNotFoundError`` for a missing file) or ValueError naming why.
+    """
+    import errno
+    import stat
+
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):  # an OSError, as reading a directory always was
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not stat.S_ISREG(mode):
+        raise ValueError("not a regular file (a pipe or a device is never read)")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file (a pipe or a device is never read)")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than the {limit:,} bytes read of it")
+    return data

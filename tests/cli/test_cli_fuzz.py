@@ -193,6 +193,8 @@ CASES: list[tuple[list[str], str]] = [
     (["plan", "apply", "{unreadable}", *S], "{unreadable}"),
     # policy
     (["policy", "check", "{missing}"], "{missing}"),
+    (["policy", "accept", "--workspace", "{missing}"], "{missing}"),
+    (["policy", "accept", "--workspace", "{binary}"], "{binary}"),
     (["policy", "check", "{dir}"], "{dir}"),
     (["policy", "check", "{binary}"], "{binary}"),
     (["policy", "check", "{badjson}"], "{badjson}"),

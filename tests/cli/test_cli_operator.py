@@ -200,6 +200,7 @@ def test_every_verb_prints_the_one_json_shape(
         (["worktree", "remove", "wt1", "--force", *in_repo], 0),
         (["policy", "show", "--workspace", str(ws)], 0),
         (["policy", "check", "--workspace", str(ws)], 0),
+        (["policy", "accept", "--workspace", str(ws)], 0),
         (["policy", "explain", "read_file", "--args", '{"path": "x"}', *common], 0),
         (["mcp", "list", *manifest], 0),
         (["mcp", "add", "demo", "--transport", "stdio", "--command", "/bin/true", *manifest], 0),

@@ -3,7 +3,8 @@
 A script's literal under a credential name (``api_key = "curl http"``) registers that text
 as a secret, and until 2026-12-07 every later question redacted it: the person was asked
 about ``echo [REDACTED SECRET]://evil… | sh``. Questions are now redacted of the operator's
-secrets only; the records stay redacted of both. Through ``create_kernel`` and
+secrets, and of the call's own only where they stand (the value under the credential name);
+the records stay redacted of both everywhere. Through ``create_kernel`` and
 ``kernel.invoke`` with real runner subprocesses and a real events file.
 """
 
@@ -65,4 +66,5 @@ async def test_an_operators_secret_is_still_hidden_in_a_question(tmp_path: Path)
     assert outcome.error is not None and outcome.error.code == "denied"
     (request,) = approver.requests
     assert request.arguments["command"] == f"echo {MARKER} curl-token"
-    assert request.arguments["env"]["API_TOKEN"] == "curl-token"  # the call's own value
+    # The call's own credential is hidden where it stands, and only there.
+    assert request.arguments["env"]["API_TOKEN"] == MARKER

@@ -488,6 +488,8 @@ def accept_project_policy(root: str | os.PathLike[str]) -> tuple[int, str | None
     """Keep the project's policy file as it is now: the deny and ask rules it no longer holds
     stop binding later sessions. Returns (versions dropped, the file's sha256 or None when
     there is no file); PolicyFileError for a file that is not a valid policy file."""
+    if not Path(root).is_dir():
+        raise InvalidArguments(f"the workspace root {root} is not a directory", field="workspace")
     candidate = Path(root) / ".ringfence" / "policy.toml"
     raw = None
     if candidate.exists():

@@ -1,0 +1,272 @@
+"""Attacks on the proof (event streams, plans) through the real command line.
+
+Each test runs ``python -m ringfence`` as a process and asserts a clear refusal (an
+error code naming the file, no traceback) and no effect (no file changed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import isolated, ringfence_process
+
+__all__ = ["isolated"]
+
+DEPTH = 100_000
+
+
+def _sealed_log(ws: Path, home: Path, events: Path) -> list[bytes]:
+    proc = ringfence_process(
+        "call",
+        "read_file",
+        "--args",
+        json.dumps({"path": "a.txt"}),
+        "--events",
+        str(events),
+        "--posture",
+        "allow-all",
+        cwd=ws,
+        env={"RINGFENCE_HOME": str(home)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return events.read_bytes().splitlines(keepends=True)
+
+
+def _deep_record() -> bytes:
+    """A line nested ``DEPTH`` deep, with a hash that matches its body (so it is parsed)."""
+    body = b'{"kind":"output","a":' + b"[" * DEPTH + b"]" * DEPTH + b"}"
+    return body[:-1] + b',"hash":"' + hashlib.sha256(body).hexdigest().encode() + b'"}\n'
+
+
+def _no_crash(proc, code: int) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stderr[-500:])
+    assert "unexpected error" not in proc.stderr, proc.stderr[-500:]
+    assert "RecursionError" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> tuple[Path, Path]:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("hello\n")
+    home = tmp_path / "home"
+    return ws, home
+
+
+def test_deep_json_in_an_event_file_is_a_clear_verdict_not_a_crash(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A line nested 100,000 deep (first line, or mid-file with a matching hash):
+    ``events verify`` says TAMPERED or "not an event file", ``events show`` names
+    the line, and a session asked to append to it refuses before writing; until
+    2026-12-07 each ended in an unexpected RecursionError."""
+    ws, home = place
+    env = {"RINGFENCE_HOME": str(home)}
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(b"[" * DEPTH + b"]" * DEPTH + b"\n")
+    proc = ringfence_process("events", "verify", str(first), env=env)
+    _no_crash(proc, 2)
+    assert "line 1 is not a JSON record" in proc.stderr
+
+    inside = tmp_path / "inside.jsonl"
+    lines = _sealed_log(ws, home, tmp_path / "good.jsonl")
+    inside.write_bytes(b"".join([*lines[:2], _deep_record(), *lines[2:]]))
+    proc = ringfence_process("events", "verify", str(inside), env=env)
+    _no_crash(proc, 1)
+    assert "TAMPERED" in proc.stdout and "line 3" in proc.stdout
+    proc = ringfence_process("events", "show", str(inside), env=env)
+    _no_crash(proc, 2)
+    assert "line 3" in proc.stderr
+
+    # A session appending to a file whose last line is that deep refuses, file untouched.
+    tail = tmp_path / "tail.jsonl"
+    tail.write_bytes(b"".join(lines) + _deep_record())
+    before = tail.read_bytes()
+    proc = ringfence_process(
+        "call",
+        "read_file",
+        "--args",
+        json.dumps({"path": "a.txt"}),
+        "--events",
+        str(tail),
+        cwd=ws,
+        env=env,
+    )
+    assert proc.returncode != 0
+    assert "unexpected error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "does not end with a whole event record" in proc.stderr
+    assert tail.read_bytes() == before
+
+
+def test_a_deep_plan_file_is_refused_by_plan_show_and_apply(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``plan show``/``plan apply`` of a file nested 100,000 deep: refused as not a
+    plan (exit 2), nothing applied; it was an unexpected RecursionError."""
+    ws, home = place
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"ringfence_plan":' + "[" * DEPTH + "]" * DEPTH + "}")
+    for verb in ("show", "apply"):
+        proc = ringfence_process("plan", verb, str(plan), cwd=ws, env={"RINGFENCE_HOME": str(home)})
+        _no_crash(proc, 2)
+        assert "is not a JSON plan" in proc.stderr
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt"]
+    assert (ws / "a.txt").read_text() == "hello\n"
+
+
+def _verify_peak(path: Path, home: Path, tmp_path: Path, *extra: str) -> tuple[int, str, int]:
+    """``events verify PATH``: exit code, stdout, and this child's own peak RSS in KiB."""
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ringfence", "events", "verify", str(path), *extra],
+            stdout=out_f,
+            stderr=err_f,
+            env={**os.environ, "RINGFENCE_HOME": str(home)},
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, out_path.read_text(), usage.ru_maxrss
+
+
+def test_events_verify_holds_one_line_not_the_whole_file(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A 300 MB stream of 10 MB lines: ``events verify`` reads it a chunk at a time and
+    names the lines that are not records; it read the file whole and split it (630 MB
+    peak; now under 200 MB, a line over 256 MiB never held whole)."""
+    ws, home = place
+    lines = _sealed_log(ws, home, tmp_path / "good.jsonl")
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        f.write(lines[0])
+        for _ in range(30):
+            f.write(b'{"x":"' + b"a" * 10_000_000 + b'"}\n')
+    code, out, peak = _verify_peak(big, home, tmp_path)
+    assert code == 1
+    assert "TAMPERED" in out and "line 31: not a ringfence event record" in out
+    assert peak < 200 * 1024, f"events verify peaked at {peak} KiB"
+
+
+def test_events_verify_keeps_a_bounded_report(place: tuple[Path, Path], tmp_path: Path) -> None:
+    """Two million lines that are no records (6 MB): ``events verify`` names the first
+    thousand and counts the rest (with the open session's, 2,000,001 problems); it kept every message (350 MB, 850 MB for 5 million;
+    ``--json`` printed 279 MB). A record quoting a 5 MB call id is named head…tail."""
+    ws, home = place
+    lines = _sealed_log(ws, home, tmp_path / "good.jsonl")
+    many = tmp_path / "many.jsonl"
+    with open(many, "wb") as f:
+        f.write(lines[0])
+        f.write(b"{}\n" * 2_000_000)
+    code, out, peak = _verify_peak(many, home, tmp_path)
+    assert code == 1
+    assert "TAMPERED" in out and "1,999,001 more problem(s), not shown" in out
+    assert len(out) < 200_000 and peak < 200 * 1024, (len(out), peak)
+    code, out, peak = _verify_peak(many, home, tmp_path, "--json")
+    assert code == 1
+    body = json.loads(out)
+    assert body["error"]["details"]["report"]["problems_not_shown"] == 1_999_001
+    assert body["error"]["details"]["report"]["tampered"] is True
+    assert len(out) < 200_000 and peak < 200 * 1024, (len(out), peak)
+
+    first = json.loads(lines[0])
+    record = {"call_id": "A" * 5_000_000, "kind": "started", "prev": first["hash"], "seq": 1}
+    body_bytes = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(body_bytes).hexdigest().encode()
+    long_id = tmp_path / "long_id.jsonl"
+    long_id.write_bytes(lines[0] + body_bytes[:-1] + b',"hash":"' + digest + b'"}\n')
+    code, out, _ = _verify_peak(long_id, home, tmp_path)
+    assert code == 1 and "TAMPERED" in out
+    assert "which was never proposed" in out or "characters)" in out
+    assert len(out) < 4_000, len(out)
+
+
+def test_plan_show_redacts_the_secrets_a_staged_call_carries(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A dry run stages ``write_file`` with a URL password in its content: the call's
+    records show it redacted, and now so do ``plan show`` and ``plan show --json`` (they
+    printed it whole); ``plan apply`` still writes the bytes that were staged."""
+    ws, home = place
+    env = {"RINGFENCE_HOME": str(home)}
+    plan = tmp_path / "plan.json"
+    events = tmp_path / "events.jsonl"
+    content = "remote = https://bob:hunter2pass@example.com/repo.git\n"
+    proc = ringfence_process(
+        "call",
+        "write_file",
+        "--args",
+        json.dumps({"path": "conf.txt", "content": content}),
+        "--dry-run",
+        str(plan),
+        "--events",
+        str(events),
+        "--posture",
+        "allow-all",
+        cwd=ws,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2pass" not in events.read_text()
+    assert "hunter2pass" in plan.read_text()  # the plan keeps what it will run
+
+    shown = ringfence_process("plan", "show", str(plan), cwd=ws, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "hunter2pass" not in shown.stdout + shown.stderr
+    assert "https://[REDACTED SECRET]@example.com" in shown.stdout
+    as_json = ringfence_process("plan", "show", str(plan), "--json", cwd=ws, env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    assert "hunter2pass" not in as_json.stdout + as_json.stderr
+    assert "[REDACTED SECRET]" in as_json.stdout
+
+    applied = ringfence_process(
+        "plan", "apply", str(plan), "--posture", "allow-all", cwd=ws, env=env
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert "hunter2pass" not in applied.stdout + applied.stderr
+    assert (ws / "conf.txt").read_text() == content
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_plan_or_key_file_that_is_a_pipe_or_a_device_is_refused_unread(
+    place: tuple[Path, Path], tmp_path: Path, kind: str
+) -> None:
+    """``plan show|apply`` of a pipe no one writes (the agent's ``ringfence-plan.json``
+    made a FIFO by a ``--no-change-sets`` command) or of ``/dev/zero``, and
+    ``events verify --public-key`` naming either: refused in a moment, naming the
+    file; each waited on the pipe, or read the device until memory ran out."""
+    ws, home = place
+    good = tmp_path / "good.jsonl"
+    _sealed_log(ws, home, good)
+    if kind == "fifo":
+        target = ws / "ringfence-plan.json"
+        os.mkfifo(target)
+    else:
+        target = Path("/dev/zero")
+    before = sorted(p.name for p in ws.iterdir())
+    env = {**os.environ, "RINGFENCE_HOME": str(home)}
+    for argv in (
+        ["plan", "show", str(target)],
+        ["plan", "apply", str(target), "--posture", "allow-all"],
+        ["events", "verify", str(good), "--public-key", str(target)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "ringfence", *argv],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            cwd=ws,
+            env=env,
+            check=False,
+        )
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert "not a regular file" in proc.stderr and str(target) in proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in ws.iterdir()) == before
+    assert (ws / "a.txt").read_text() == "hello\n"
