@@ -429,7 +429,7 @@ def test_an_agent_cannot_take_a_projects_deny_rule_away_from_the_next_session(
     (ws / "keep.txt").write_text("precious\n")
     assert _call(ws, "rm keep.txt", "--posture", "unrestricted") == 3  # the first session
     capsys.readouterr()
-    argv = removal + ["--workspace", str(ws), "--posture", "unrestricted", "--json"]
+    argv = [*removal, "--workspace", str(ws), "--posture", "unrestricted", "--json"]
     assert main(argv) == 0, capsys.readouterr()
     assert not project.is_file() or "rm keep" not in project.read_text(errors="replace")
     capsys.readouterr()

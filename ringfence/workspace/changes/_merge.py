@@ -822,7 +822,10 @@ def merge_changes(
     """
     resolver = workspace._resolver
     blobs = _Remembered(blobs)
-    with resolver, writing(resolver):  # judged and applied as one step among writers
+    # Judged and applied as one step among writers; a dry run's judgment writes nothing and
+    # is made again when its set is applied, so it does not wait for another writer's turn.
+    turn = contextlib.nullcontext() if judge_only else writing(resolver)
+    with resolver, turn:
         accepted, refused = _judged(resolver, changes, blobs, atomic)
         accepted = _attributes_judged(resolver, accepted, refused, atomic)
         known: _Known = dict(sources.known) if sources is not None else {}
