@@ -120,19 +120,33 @@ def test_a_deep_plan_file_is_refused_by_plan_show_and_apply(
     assert (ws / "a.txt").read_text() == "hello\n"
 
 
+# Started from a small launcher, not from this test process: a process's peak RSS counts the
+# memory of the one it was forked from (and, across exec, of the one it was vforked from), so
+# a child of a pytest worker grown to 1 GB reported 1 GB whatever it used itself.
+_LAUNCHER = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
+
+
 def _verify_peak(path: Path, home: Path, tmp_path: Path, *extra: str) -> tuple[int, str, int]:
-    """``events verify PATH``: exit code, stdout, and this child's own peak RSS in KiB."""
-    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    """``events verify PATH``: exit code, stdout, and that process's own peak RSS in KiB."""
+    out_path, err_path, usage_path = tmp_path / "out", tmp_path / "err", tmp_path / "usage"
+    argv = [sys.executable, "-m", "ringfence", "events", "verify", str(path), *extra]
     with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ringfence", "events", "verify", str(path), *extra],
+        subprocess.run(
+            [sys.executable, "-c", _LAUNCHER, str(usage_path), *argv],
             stdout=out_f,
             stderr=err_f,
             env={**os.environ, "RINGFENCE_HOME": str(home)},
+            check=True,
         )
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, out_path.read_text(), usage.ru_maxrss
+    code, peak = (int(word) for word in usage_path.read_text().split())
+    return code, out_path.read_text(), peak
 
 
 def test_events_verify_holds_one_line_not_the_whole_file(
