@@ -224,6 +224,7 @@ class ShellTool:
         self._options = dict(options or {})
         self._network = network
         self._passthrough = tuple(passthrough_env)
+        self._operator_env_known = False
         self._grace = kill_grace
         self._session: BackendSession | None = None
         self._starting = trio.Lock()
@@ -271,6 +272,12 @@ class ShellTool:
                     change_sets=self.store is not None,
                 )
                 self._session = await start_session(self.backend, spec)
+                if not self._operator_env_known:
+                    # The first session's environment before any command: the operator's
+                    # (passed-through host variables), whose secrets stay hidden even in a
+                    # question. What later commands export or a call passes is the calls' own.
+                    self._operator_env_known = True
+                    self.kernel.redactor.register_env(self._session.environment({}))
                 ctx.emit(
                     "backend_started",
                     backend=self.backend,
@@ -318,7 +325,7 @@ class ShellTool:
         """The command on its overlays, then its change set captured and merged (or staged)."""
         session = await self.session(ctx)
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
-        self.kernel.redactor.register_env(session.environment(env), from_call=env)
+        self.kernel.redactor.register_env(session.environment(env), from_call=True)
         checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         # Cancelled or failed: nothing is merged; the session discards the upper directories.
@@ -365,7 +372,7 @@ class ShellTool:
         # git status would refresh .git/index as a side effect: a change in a git directory.
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         # Values the child receives that look like credentials are redacted from everything.
-        self.kernel.redactor.register_env(session.environment(env), from_call=env)
+        self.kernel.redactor.register_env(session.environment(env), from_call=True)
         checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         try:

@@ -526,16 +526,15 @@ class Redactor:
         if value.strip().lower() not in _NOT_SECRETS:
             self.register_credential(value, from_call=from_call)
 
-    def register_env(
-        self, env: Mapping[str, str], *, from_call: Mapping[str, str] | None = None
-    ) -> None:
+    def register_env(self, env: Mapping[str, str], *, from_call: bool = False) -> None:
         """Register the values of credential-named variables in ``env``, and URL userinfo.
-        A variable whose value is the one ``from_call`` (the call's own ``env``) gives it
-        counts as the call's text (:meth:`register`)."""
+        ``from_call``: the environment a call's command gets (its own ``env``, what earlier
+        commands exported), the calls' text (:meth:`register`); the operator's variables are
+        registered without it when a session starts."""
         for name, value in env.items():
             if not isinstance(value, str):
                 continue
-            own = from_call is not None and from_call.get(name) == value
+            own = from_call
             if self.is_secret_name(name):
                 self._register_found(value, own)
             else:

@@ -68,3 +68,33 @@ async def test_an_operators_secret_is_still_hidden_in_a_question(tmp_path: Path)
     assert request.arguments["command"] == f"echo {MARKER} curl-token"
     # The call's own credential is hidden where it stands, and only there.
     assert request.arguments["env"]["API_TOKEN"] == MARKER
+
+
+async def test_a_variable_an_earlier_command_exported_cannot_hide_part_of_a_question(
+    tmp_path: Path,
+) -> None:
+    """Under persist_shell_state, ``export API_TOKEN="curl http"`` made the next command's
+    environment carry it, and it was registered as the operator's secret would be: every
+    later question hid that text. What commands export is the calls' own text."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+
+    def answer(request: ApprovalRequest) -> ApprovalAnswer:
+        if request.arguments.get("command") in ('export API_TOKEN="curl http"', "true"):
+            return ApprovalAnswer.once()
+        return ApprovalAnswer.deny("not this one")
+
+    approver = ScriptedApprover(answer)
+    async with create_kernel(
+        roots=[workspace],
+        posture="ask",
+        approver=approver,
+        backend_options={"persist_shell_state": True},
+    ) as kernel:
+        first = await kernel.invoke("run_shell", {"command": 'export API_TOKEN="curl http"'})
+        assert first.error is None, first.error
+        second = await kernel.invoke("run_shell", {"command": "true"})  # runs with it exported
+        assert second.error is None, second.error
+        outcome = await kernel.invoke("run_shell", {"command": COMMAND})
+    assert outcome.error is not None and outcome.error.code == "denied"
+    assert approver.requests[-1].arguments["command"] == COMMAND
