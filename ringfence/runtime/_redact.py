@@ -534,12 +534,11 @@ class Redactor:
         for name, value in env.items():
             if not isinstance(value, str):
                 continue
-            own = from_call
             if self.is_secret_name(name):
-                self._register_found(value, own)
+                self._register_found(value, from_call)
             else:
                 for part in url_userinfo_secrets(value):
-                    self.register(part, from_call=own)
+                    self.register(part, from_call=from_call)
 
     def register_credential(self, value: str, *, from_call: bool = False) -> None:
         """Register a credential value and the secrets inside it (``Bearer x``, ``Basic …``)."""

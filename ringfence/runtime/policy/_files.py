@@ -510,7 +510,7 @@ def _kept(
     root: str | os.PathLike[str], path: Path, raw: bytes | None, current: PolicyFile | None
 ) -> tuple[Rule, ...]:
     """The project's deny/ask rules that earlier sessions loaded and the file no longer
-    holds (``_kept``); records this version. PolicyFileError when that cannot be done."""
+    holds (:mod:`._kept`); records this version. PolicyFileError when that cannot be done."""
 
     def parse(where: Path, kept_raw: bytes) -> tuple[Rule, ...]:
         return parse_policy_file(where, kept_raw, "project").rules
