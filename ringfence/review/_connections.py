@@ -6,8 +6,9 @@ expire took the process's file descriptors (accept failing with EMFILE, and with
 file the session opens). :class:`ConnectionLimit` holds at most :data:`MAX_CONNECTIONS` at
 once. A connection is *admitted* once one of its requests passed the request guard (Host,
 Origin, the token); a new connection beyond the bound closes the oldest connection that was
-never admitted, so a flood without the token only ever displaces itself, never the person's
-page (its live stream, its keep-alive connections). When every held connection is admitted
+never admitted — first among those that sent nothing — so a flood without the token only ever
+displaces itself, never the person's page (its live stream, its keep-alive connections, a
+request it has sent and the page has not read yet). When every held connection is admitted
 (only a holder of the token can do that) the new one is closed at once.
 
 :func:`serve_bounded` is hypercorn's trio worker (``hypercorn.trio.run.worker_serve``) with
@@ -38,6 +39,32 @@ MAX_CONNECTIONS = 64
 class _Held:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     admitted: bool = False
+    heard: bool = False  # the server read bytes from it (a request under way)
+
+
+class _Heard:
+    """The accepted stream as hypercorn's ``TCPServer`` uses it, noting the first bytes read:
+    a connection that sent its request is not closed for one that sent nothing."""
+
+    def __init__(self, stream: trio.SocketStream, held: _Held) -> None:
+        self._stream = stream
+        self._held = held
+        self.socket = stream.socket
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        data = await self._stream.receive_some(max_bytes)
+        if data:
+            self._held.heard = True
+        return bytes(data)
+
+    async def send_all(self, data: bytes) -> None:
+        await self._stream.send_all(data)
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 @dataclass
@@ -59,14 +86,21 @@ class ConnectionLimit:
         return len(self._held)
 
     def _make_room(self) -> bool:
+        """Close the oldest connection that sent nothing, else the oldest never admitted.
+
+        Closing the oldest never admitted alone let a flood of idle connections close the
+        person's: a connection is admitted only once its request has been read and passed
+        the guard, and on a busy machine the person's POST (a Confirm) sat unread while a
+        flood opened 64 newer ones, so the page closed it and the Confirm was lost."""
         if len(self._held) < self.limit:
             return True
-        for key, held in self._held.items():  # oldest first
-            if not held.admitted:
-                del self._held[key]
-                held.scope.cancel()
-                self.closed_early += 1
-                return True
+        for heard in (False, True):
+            for key, held in self._held.items():  # oldest first
+                if not held.admitted and held.heard is heard:
+                    del self._held[key]
+                    held.scope.cancel()
+                    self.closed_early += 1
+                    return True
         self.closed_early += 1
         return False
 
@@ -87,7 +121,7 @@ class ConnectionLimit:
         self._held[key] = held
         try:
             with held.scope:
-                await serve(stream)
+                await serve(_Heard(stream, held))  # type: ignore[arg-type]
         finally:
             if self._held.get(key) is held:
                 del self._held[key]

@@ -171,3 +171,41 @@ def test_a_flood_of_connections_without_the_token_leaves_the_page_to_the_person(
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
     recs = records(events)
     assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["undo"]
+
+
+def test_a_request_under_way_is_not_closed_to_make_room_for_idle_connections(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The person's request whose bytes the page has read but not yet passed through the
+    guard (on a busy machine: a Confirm's POST) was closed as "the oldest never admitted"
+    by a flood of idle connections opened after it, and the Confirm was lost (a CI flake of
+    the flood test above). A connection that sent nothing goes first now. Here the request is
+    held part-way (its last header line not yet sent) while twice MAX_CONNECTIONS idle
+    connections are opened; then it is finished and must be answered."""
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-reversible")  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        hostport = base.split("/")[2]
+        host, port = hostport.split(":")
+        path = "/" + base.split("/", 3)[3] + "changes"
+        person = socket.create_connection((host, int(port)), timeout=30)
+        person.sendall(f"GET {path} HTTP/1.1\r\nHost: {hostport}\r\n".encode())
+        time.sleep(0.5)  # read by the page: under way, not admitted (no end of headers yet)
+        idle = []
+        try:
+            for _ in range(2 * MAX_CONNECTIONS):
+                idle.append(socket.create_connection((host, int(port)), timeout=10))
+                time.sleep(0.005)
+            time.sleep(0.5)
+            person.sendall(b"Connection: close\r\n\r\n")
+            answer = b""
+            while chunk := person.recv(65536):
+                answer += chunk
+        finally:
+            person.close()
+            for s in idle:
+                s.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert rf.process.poll() is None
