@@ -6,12 +6,16 @@ model's tool calls back. :func:`tool_definitions` renders the registry for
 * ``openai-responses``: the Responses API's ``{"type": "function", "name", ...}``;
 * ``openai-chat``: Chat Completions' ``{"type": "function", "function": {...}}``;
 * ``anthropic``: the Messages API's ``{"name", "description", "input_schema"}``;
+* ``gemini``: the Gemini API's ``FunctionDeclaration`` (``{"name", "description",
+  "parametersJsonSchema"}``, for ``{"functionDeclarations": [...]}``);
 * ``mcp``: MCP's own ``Tool`` (``name``, ``inputSchema``, ``annotations``, ``_meta``),
 
 and :func:`answer_tool_call` takes the model's call (a Responses ``function_call``
-item, a Chat ``tool_calls`` entry, an Anthropic ``tool_use`` block, an MCP
-``tools/call`` params object) and returns the provider's result block
-(``function_call_output``, a ``tool`` message, ``tool_result`` with ``is_error``,
+item, a Chat ``tool_calls`` entry, an Anthropic ``tool_use`` block, a Gemini
+``functionCall`` (or the ``Part`` holding it), an MCP ``tools/call`` params object)
+and returns the provider's result block (``function_call_output``, a ``tool``
+message, ``tool_result`` with ``is_error``, a ``Part`` holding a
+``functionResponse`` whose ``response`` is ``{"output": ...}`` or ``{"error": ...}``,
 a ``CallToolResult``). The call takes :meth:`Kernel.invoke`'s road like any other:
 a refusal or failure comes back as an error result the model can read, never as
 an exception the host must catch. Only a block that is no tool call at all (the
@@ -23,7 +27,8 @@ to 128 characters; the providers take ``^[a-zA-Z0-9_-]{1,64}$``. A dot becomes
 characters, or that two tools would share (``a.b`` and ``a__b``), becomes its
 first characters, ``_`` and a hash of the ringfence name: every tool so involved
 is renamed, whichever came first, so the map depends on the set of names only and
-is one-to-one. :class:`ProviderTools` maps back; a name it does not hold is
+is one-to-one. Gemini also wants a letter or ``_`` first: a name that starts
+otherwise (``3d-render``) is offered with a leading ``_`` (``_3d-render``). :class:`ProviderTools` maps back; a name it does not hold is
 answered ``not_found`` without reaching the Gate (the model asked for a tool it
 was not offered).
 
@@ -83,8 +88,10 @@ __all__ = [
 META_CONSEQUENCE = "dev.ringfence/consequence"
 META_RESIDUAL = "dev.ringfence/residual"
 
-# The providers' rule for a function's name (OpenAI and Anthropic alike).
+# The providers' rule for a function's name (OpenAI and Anthropic alike); Gemini's also
+# wants a letter or an underscore first.
 PROVIDER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")
+LETTER_FIRST_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_-]{0,63}\Z")
 MAX_NAME = 64
 _HASH_CHARS = 8
 
@@ -117,6 +124,7 @@ class ToolFormat(enum.StrEnum):
     OPENAI_RESPONSES = "openai-responses"
     OPENAI_CHAT = "openai-chat"
     ANTHROPIC = "anthropic"
+    GEMINI = "gemini"
     MCP = "mcp"
 
     @classmethod
@@ -169,18 +177,25 @@ class ProviderTools:
 # -- names ------------------------------------------------------------------------------------
 
 
-def provider_names(names: Iterable[str]) -> dict[str, str]:
+def provider_names(names: Iterable[str], *, letter_first: bool = False) -> dict[str, str]:
     """ringfence tool name -> provider-safe name, one-to-one and deterministic (module docstring).
 
     The result depends on the set of names only (not their order). A dot becomes
     ``__``; a name over 64 characters, or one another name would share, becomes
     its first characters, ``_`` and the first hex digits of its name's SHA-256
     (more digits in the astronomically unlikely case that those are taken).
+    ``letter_first`` (Gemini): a name that does not start with a letter or ``_``
+    gets a leading ``_`` first.
     """
     ordered = sorted(set(names))
-    plain = {n: n.replace(".", "__") for n in ordered}
+    rule = LETTER_FIRST_NAME if letter_first else PROVIDER_NAME
+    plain = {n: _plain(n, letter_first) for n in ordered}
     shared = Counter(plain.values())
-    out = {n: p for n, p in plain.items() if shared[p] == 1 and len(p) <= MAX_NAME and _safe(p)}
+    out = {
+        n: p
+        for n, p in plain.items()
+        if shared[p] == 1 and len(p) <= MAX_NAME and rule.match(p) is not None
+    }
     taken = set(out.values())
     for name in ordered:
         if name in out:
@@ -198,8 +213,11 @@ def provider_names(names: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def _safe(name: str) -> bool:
-    return PROVIDER_NAME.match(name) is not None
+def _plain(name: str, letter_first: bool) -> str:
+    plain = name.replace(".", "__")
+    if letter_first and not (plain[:1] == "_" or (plain[:1].isascii() and plain[:1].isalpha())):
+        plain = "_" + plain
+    return plain
 
 
 # -- descriptions and MCP's own shape ---------------------------------------------------------
@@ -451,7 +469,7 @@ def tool_definitions(
     if fmt is ToolFormat.MCP:
         defs = tuple(mcp_tool(s, model_description(s)) for s in specs)
         return ProviderTools(fmt, defs, {s.name: s.name for s in specs})
-    names = provider_names(s.name for s in specs)
+    names = provider_names((s.name for s in specs), letter_first=fmt is ToolFormat.GEMINI)
     out: list[dict[str, Any]] = []
     loose: dict[str, str] = {}
     for spec in specs:
@@ -464,6 +482,8 @@ def tool_definitions(
                 loose[spec.name] = str(exc)
         if fmt is ToolFormat.ANTHROPIC:
             out.append({"name": name, "description": description, "input_schema": schema})
+        elif fmt is ToolFormat.GEMINI:
+            out.append({"name": name, "description": description, "parametersJsonSchema": schema})
         elif fmt is ToolFormat.OPENAI_CHAT:
             function = {"name": name, "description": description, "parameters": schema}
             if strict:
@@ -509,9 +529,23 @@ def _as_mapping(block: Any) -> Mapping[str, Any]:
     )
 
 
-def _parse_call(block: Any) -> _Call:
+def _parse_call(block: Any, offered: ToolFormat | None = None) -> _Call:
+    """The model's call in ``block``; ``offered`` (the definitions' format, when given) tells
+    a Gemini ``functionCall`` without ``args`` from MCP params, which look alike."""
     b = _as_mapping(block)
     kind = b.get("type")
+    part = next(
+        (b[k] for k in ("functionCall", "function_call") if isinstance(b.get(k), Mapping)), None
+    )
+    if kind is None and part is not None:  # a Gemini Part holding the call
+        return _gemini_call(part)
+    if (
+        kind is None
+        and "name" in b
+        and "function" not in b
+        and (offered is ToolFormat.GEMINI or ("args" in b and "arguments" not in b))
+    ):
+        return _gemini_call(b)
     if kind == "function_call":
         return _json_arguments(ToolFormat.OPENAI_RESPONSES, b.get("call_id"), b, b.get("arguments"))
     if kind == "function" and isinstance(b.get("function"), Mapping):
@@ -524,10 +558,20 @@ def _parse_call(block: Any) -> _Call:
         return _Call(ToolFormat.MCP, None, _text(b, "name"), {} if args is None else args)
     raise InvalidArguments(
         "not a tool call: expected an OpenAI Responses function_call item, a Chat Completions "
-        "tool call ({'type': 'function', 'function': ...}), an Anthropic tool_use block or MCP "
-        f"tools/call params; got type {kind!r}",
+        "tool call ({'type': 'function', 'function': ...}), an Anthropic tool_use block, a "
+        f"Gemini functionCall or MCP tools/call params; got type {kind!r}",
         field="call",
     )
+
+
+def _gemini_call(b: Mapping[str, Any]) -> _Call:
+    """A Gemini ``FunctionCall``: ``name``, ``args`` (an object; absent or null: none) and,
+    from models that make parallel calls, an ``id`` the answer must carry."""
+    call_id = b.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise InvalidArguments("the tool call's 'id' must be a string", field="id")
+    args = b.get("args")
+    return _Call(ToolFormat.GEMINI, call_id, _text(b, "name"), {} if args is None else args)
 
 
 def _text(b: Mapping[str, Any], key: str) -> str:
@@ -573,6 +617,14 @@ def _result_block(call: _Call, text: str, is_error: bool, structured: Any = None
         return {"type": "function_call_output", "call_id": call.call_id, "output": text}
     if call.fmt is ToolFormat.OPENAI_CHAT:
         return {"role": "tool", "tool_call_id": call.call_id, "content": text}
+    if call.fmt is ToolFormat.GEMINI:
+        response: dict[str, Any] = {
+            "name": call.name,
+            "response": {"error" if is_error else "output": text},
+        }
+        if call.call_id is not None:
+            response = {"id": call.call_id, **response}
+        return {"functionResponse": response}
     if call.fmt is ToolFormat.ANTHROPIC:
         return {
             "type": "tool_result",
@@ -594,7 +646,7 @@ async def answer_tool_call(
     ``tools`` maps the provider's names back (the definitions the model was
     given); without it, the map is made from the kernel's tools as they are now.
     """
-    call = _parse_call(block)
+    call = _parse_call(block, tools.format if tools is not None else None)
     if tools is not None and tools.format is not call.fmt:
         raise InvalidArguments(
             f"this is an {call.fmt.value} tool call, but tools= holds the {tools.format.value} "
@@ -606,7 +658,9 @@ async def answer_tool_call(
     elif tools is not None:
         tool = tools.tool_name(call.name)
     else:
-        names = provider_names(s.name for s in kernel.tools())
+        names = provider_names(
+            (s.name for s in kernel.tools()), letter_first=call.fmt is ToolFormat.GEMINI
+        )
         tool = {p: t for t, p in names.items()}.get(call.name)
     if tool is None:
         error: RingfenceError = NotFound(

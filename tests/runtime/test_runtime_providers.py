@@ -1,7 +1,7 @@
 """Tools in the shapes model APIs take, and model tool calls answered through the Gate (issue 31).
 
 The formats are checked against the providers' own published types, offline: the
-``openai`` and ``anthropic`` packages' TypedDicts and pydantic models, and a real
+``openai``, ``anthropic`` and ``google-genai`` packages' TypedDicts and pydantic models, and a real
 round trip through each SDK's client whose HTTP transport is an in-process
 ``httpx.MockTransport`` playing a scripted model (the request the SDK builds from our
 definitions is what a provider would receive; its recorded reply carries a tool call
@@ -20,6 +20,8 @@ import httpx2 as httpx
 import mcp_types
 import openai
 import pytest
+from google import genai
+from google.genai import types as genai_types
 from hypothesis import given, settings, strategies as st
 from kernel_helpers import Ledger, event_records, make_tool
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionToolMessageParam
@@ -40,7 +42,8 @@ from ringfence.runtime import (
 from ringfence.runtime._providers import provider_names
 
 PROVIDER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-FORMATS = ("openai-responses", "openai-chat", "anthropic", "mcp")
+LETTER_FIRST_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$")
+FORMATS = ("openai-responses", "openai-chat", "anthropic", "gemini", "mcp")
 
 
 def exact(adapter_type: Any, value: Any) -> None:
@@ -65,8 +68,9 @@ async def test_definitions_are_the_sdks_own_types(tmp_path: Path, strict: bool) 
         responses = kernel.tool_definitions("openai-responses", strict=strict)
         chat = kernel.tool_definitions("openai-chat", strict=strict)
         messages = kernel.tool_definitions("anthropic")
+        gemini = kernel.tool_definitions("gemini")
         mcp = kernel.tool_definitions("mcp")
-    assert len(responses) == len(chat) == len(messages) == len(mcp) == 10
+    assert len(responses) == len(chat) == len(messages) == len(gemini) == len(mcp) == 10
     for d in responses:
         exact(FunctionToolParam, d)
         assert PROVIDER_NAME.match(d["name"]) and d["strict"] is (
@@ -77,6 +81,10 @@ async def test_definitions_are_the_sdks_own_types(tmp_path: Path, strict: bool) 
     for d in messages:
         exact(anthropic.types.ToolParam, d)
         assert d["input_schema"]["type"] == "object"
+    for d in gemini:
+        declaration = genai_types.FunctionDeclaration.model_validate(d)
+        assert declaration.model_dump(mode="json", by_alias=True, exclude_none=True) == d
+        assert LETTER_FIRST_NAME.match(d["name"]) and d["parametersJsonSchema"]["type"] == "object"
     for d in mcp:
         tool = mcp_types.Tool.model_validate(d)
         assert tool.name == d["name"] and tool.input_schema == d["inputSchema"]
@@ -374,6 +382,88 @@ async def test_mcp_tool_call_is_answered_with_a_call_tool_result(tmp_path: Path)
     assert refused.is_error and refused.structured_content["error"]["code"] == "invalid_arguments"
 
 
+def gemini_reply(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A generateContent response, as the Gemini API sends it."""
+    content = {"role": "model", "parts": parts}
+    return {
+        "candidates": [{"content": content, "finishReason": "STOP", "index": 0}],
+        "modelVersion": "scripted",
+    }
+
+
+async def test_gemini_round_trip_through_the_sdk_and_a_denial_is_a_result(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    read = {"functionCall": {"id": "fc_1", "name": "read_file", "args": {"path": "notes.txt"}}}
+    write = {
+        "functionCall": {
+            "id": "fc_2",
+            "name": "write_file",
+            "args": {"path": "planted.txt", "content": "x"},
+        }
+    }
+    model = ScriptedModel([gemini_reply([read, write]), gemini_reply([{"text": "done"}])])
+    client = genai.Client(
+        api_key="offline", http_options=genai_types.HttpOptions(httpx_client=model.client())
+    )
+    # posture ask, nobody to ask (headless): the write is refused
+    async with native_kernel(tmp_path, events_path=events) as kernel:
+        tools = kernel.tool_definitions("gemini")
+        config = genai_types.GenerateContentConfig(
+            tools=[genai_types.Tool(function_declarations=tools.definitions)],
+            automatic_function_calling=genai_types.AutomaticFunctionCallingConfig(disable=True),
+        )
+        first = client.models.generate_content(model="scripted", contents="go", config=config)
+        sent = model.requests[0]["tools"][0]["functionDeclarations"]
+        assert [d["name"] for d in sent] == [d["name"] for d in tools.definitions]
+        calls = first.function_calls or []
+        assert [type(c) for c in calls] == [genai_types.FunctionCall] * 2
+        ok = await kernel.answer_tool_call(calls[0], tools=tools)  # the SDK's FunctionCall
+        parts = first.candidates[0].content.parts  # type: ignore[index,union-attr]
+        refused = await kernel.answer_tool_call(parts[1], tools=tools)  # the Part holding it
+        assert ok == {
+            "functionResponse": {
+                "id": "fc_1",
+                "name": "read_file",
+                "response": {"output": "line one\nline two\n"},
+            }
+        }
+        answer = genai_types.Part.model_validate(refused).function_response
+        assert answer is not None and answer.id == "fc_2" and answer.name == "write_file"
+        assert answer.response is not None and set(answer.response) == {"error"}
+        assert answer.response["error"].startswith("error denied: write_file was refused")
+        history = [
+            {"role": "user", "parts": [{"text": "go"}]},
+            first.candidates[0].content,  # type: ignore[index]
+            {"role": "user", "parts": [ok, refused]},
+        ]
+        client.models.generate_content(model="scripted", contents=history, config=config)
+        returned = model.requests[1]["contents"][2]["parts"]
+        assert [p["functionResponse"]["response"] for p in returned] == [
+            ok["functionResponse"]["response"],
+            refused["functionResponse"]["response"],
+        ]
+    assert not (tmp_path / "ws" / "planted.txt").exists()
+    records = [r for r in event_records(events) if r.get("tool") in ("read_file", "write_file")]
+    assert {r["origin"] for r in records if r["kind"] == "proposed"} == {"gemini"}
+    assert finished_tools(events) == ["read_file"]
+
+
+async def test_a_gemini_call_without_args_is_told_from_mcp_params_by_the_definitions() -> None:
+    ledger = Ledger()
+    kernel = Kernel(posture="unrestricted")
+    kernel.register(make_tool("3d.peek", Consequence.READ, ledger))
+    async with kernel:
+        gemini = kernel.tool_definitions("gemini")
+        (name,) = (d["name"] for d in gemini)
+        assert name == "_3d__peek"  # Gemini wants a letter or _ first
+        answer = await kernel.answer_tool_call({"name": name}, tools=gemini)
+        # without the definitions, "args" says Gemini; the map is made the same way
+        again = await kernel.answer_tool_call({"name": name, "args": None})
+    output = json.dumps({"tool": "3d.peek", "args": {}})
+    assert answer == again == {"functionResponse": {"name": name, "response": {"output": output}}}
+    assert ledger.runs == [("3d.peek", {}), ("3d.peek", {})]
+
+
 # -- names ------------------------------------------------------------------------------------
 
 
@@ -398,6 +488,17 @@ def test_provider_names_hold_for_any_set_of_tool_names(names: set[str]) -> None:
     assert len(set(out.values())) == len(names)
     assert all(PROVIDER_NAME.match(p) for p in out.values())
     assert provider_names(sorted(names, reverse=True)) == out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.from_regex(r"[A-Za-z0-9_.\-]{1,128}", fullmatch=True), max_size=30))
+def test_gemini_names_start_with_a_letter_or_underscore_and_stay_one_to_one(
+    names: set[str],
+) -> None:
+    out = provider_names(names, letter_first=True)
+    assert set(out) == names and len(set(out.values())) == len(names)
+    assert all(LETTER_FIRST_NAME.match(p) for p in out.values()), out
+    assert provider_names(sorted(names, reverse=True), letter_first=True) == out
 
 
 async def test_colliding_names_each_reach_their_own_tool(tmp_path: Path) -> None:
@@ -471,7 +572,7 @@ async def test_what_is_no_tool_call_at_all_is_the_host_s_error(block: Any) -> No
 async def test_format_and_strict_choices_are_checked() -> None:
     async with Kernel() as kernel:
         with pytest.raises(InvalidArguments, match="openai-responses"):
-            kernel.tool_definitions("gemini")
+            kernel.tool_definitions("cohere")
         with pytest.raises(InvalidArguments, match="strict"):
             kernel.tool_definitions("anthropic", strict=True)
         tools = kernel.tool_definitions("anthropic")
@@ -528,6 +629,7 @@ def _nested(depth: int) -> Any:
             },
         ),
         ("mcp", {"name": "write_file", "arguments": {"path": "planted.txt", "x": _nested(5000)}}),
+        ("gemini", {"functionCall": {"name": "write_file", "args": {"x": _nested(5000)}}}),
     ],
 )
 async def test_arguments_nested_past_the_parser_are_an_error_result_not_a_traceback(
@@ -542,6 +644,8 @@ async def test_arguments_nested_past_the_parser_are_an_error_result_not_a_traceb
     async with native_kernel(tmp_path, events_path=events, posture="unrestricted") as kernel:
         tools = kernel.tool_definitions(fmt)
         answer = await kernel.answer_tool_call(call, tools=tools)
+    if "functionResponse" in answer:
+        answer = {"content": answer["functionResponse"]["response"].get("error")}
     text = answer.get("content") or answer.get("output")
     if isinstance(text, list):
         text = text[0]["text"]
