@@ -19,15 +19,18 @@ check to their last write:
 * across processes (two ``ringfence call`` processes on the same roots), an
   exclusive ``flock`` on a lock file per root (``$RINGFENCE_HOME/locks/<device>-<inode>``,
   where no sandbox sees it: a lock on the root directory itself could be held
-  by a long-lived confined MCP server, which sees that inode), taken in device
-  and inode order so that two sessions sharing roots cannot wait for each
-  other in a cycle.
+  by a long-lived confined MCP server, which sees that inode), and a shared one
+  on each of the roots' ancestors' lock files, so that a session whose root
+  lies inside another session's root waits for it too (one holds the other's
+  root exclusively, the other that root as an ancestor, shared), while
+  sessions on sibling roots share their common ancestors and do not wait. All
+  are taken in device and inode order, so no two sessions wait for each other
+  in a cycle.
 
 The wait looks at the file tool call's deadline (:mod:`._deadline`), so a
 writer held up by another ends with ``timeout`` instead of hanging. Not
-promised: sessions whose roots differ but nest (one session's root inside
-another's) lock different files, and so do sessions with different
-``RINGFENCE_HOME``; they are not ordered against each other.
+promised: sessions with different ``RINGFENCE_HOME`` lock different files;
+they are not ordered against each other.
 """
 
 from __future__ import annotations
@@ -83,17 +86,23 @@ def writing(resolver: Resolver) -> Iterator[None]:
 
 
 def _lock_roots(resolver: Resolver) -> list[int]:
-    """An exclusive ``flock`` on each (non-host) root's lock file, in device and inode order."""
-    keys = sorted(
-        {(st.st_dev, st.st_ino) for st in (os.fstat(r.fd) for r in resolver.roots if not r.is_host)}
-    )
+    """An exclusive ``flock`` on each (non-host) root's lock file and a shared one on each of
+    their ancestors', all in device and inode order (the module docstring)."""
+    roots = [os.fstat(r.fd) for r in resolver.roots if not r.is_host]
+    exclusive = {(st.st_dev, st.st_ino) for st in roots}
+    keys: dict[tuple[int, int], bool] = {}
+    for r in resolver.roots:
+        if not r.is_host:
+            for key in _ancestors(r.fd):
+                keys[key] = key in exclusive
+    keys.update(dict.fromkeys(exclusive, True))
     held: list[int] = []
     try:
         where = _lock_directory() if keys else None
         if where is None:
             return held  # no place for lock files: the mutex alone
         try:
-            for dev, ino in keys:
+            for (dev, ino), alone in sorted(keys.items()):
                 fd = os.open(
                     f"{dev:x}-{ino:x}",
                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -101,7 +110,7 @@ def _lock_roots(resolver: Resolver) -> list[int]:
                     dir_fd=where,
                 )
                 held.append(fd)
-                _flock(fd)
+                _flock(fd, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         finally:
             os.close(where)
     except BaseException:
@@ -109,6 +118,32 @@ def _lock_roots(resolver: Resolver) -> list[int]:
             os.close(fd)
         raise
     return held
+
+
+def _ancestors(root_fd: int) -> list[tuple[int, int]]:
+    """The device and inode of each directory above the root (``..`` as the kernel resolves
+    it, across mounts), up to ``/``; fewer when one cannot be opened (no search permission)."""
+    out: list[tuple[int, int]] = []
+    fd = root_fd
+    here = os.fstat(fd)
+    try:
+        for _ in range(4096):  # PATH_MAX / 2: deeper is no real tree
+            try:
+                up = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                break
+            if fd != root_fd:
+                os.close(fd)
+            fd = up
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino):
+                break  # "/" is its own parent
+            out.append((st.st_dev, st.st_ino))
+            here = st
+    finally:
+        if fd != root_fd:
+            os.close(fd)
+    return out
 
 
 def _lock_directory() -> int | None:
@@ -123,11 +158,11 @@ def _lock_directory() -> int | None:
         return None
 
 
-def _flock(fd: int) -> None:
+def _flock(fd: int, mode: int) -> None:
     deadline = current_deadline()
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             pass

@@ -95,3 +95,54 @@ def test_two_processes_writing_take_turns(tmp_path: Path) -> None:
         ws.close()
     assert json.loads(out)["ok"], out
     assert (root / "f").read_text() == "x"
+
+
+def _write_in_another_process(root: Path, name: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ringfence", "call", "write_file", "--args",
+         json.dumps({"path": name, "content": "x"}), "--workspace", str(root),
+         "--approve", "yes", "--posture", "allow-all", "--json"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("held", ["outer", "inner"])
+def test_sessions_whose_roots_nest_take_turns(tmp_path: Path, held: str) -> None:
+    """A session on ``ws/sub`` and one on ``ws`` write the same directories: before, each locked
+    only its own root's file, so their writes were judged apart (the race above, across two
+    sessions). Now whichever holds the lock, the other waits."""
+    from ringfence.workspace import Workspace
+
+    outer = tmp_path / "ws"
+    inner = outer / "sub"
+    inner.mkdir(parents=True)
+    mine, theirs = (outer, inner) if held == "outer" else (inner, outer)
+    ws = Workspace([mine])
+    try:
+        with writing(ws._resolver):
+            proc = _write_in_another_process(theirs, "f")
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            assert not (theirs / "f").exists()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        ws.close()
+    assert json.loads(out)["ok"], out
+    assert (theirs / "f").read_text() == "x"
+
+
+def test_sessions_on_sibling_roots_do_not_wait_for_each_other(tmp_path: Path) -> None:
+    """The shared lock on a common ancestor does not make siblings take turns."""
+    from ringfence.workspace import Workspace
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    ws = Workspace([one])
+    try:
+        with writing(ws._resolver):
+            out, _ = _write_in_another_process(two, "f").communicate(timeout=60)
+            assert (two / "f").read_text() == "x"
+    finally:
+        ws.close()
+    assert json.loads(out)["ok"], out
