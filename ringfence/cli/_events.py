@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..runtime._canonical import loads
 from ..runtime._errors import InvalidArguments, NotFound, ToolError
 from ..runtime._files import read_named_file
+from ..runtime._lines import BoundedLines, Oversize
 from ..runtime._render import one_line, when_text
 from ..runtime._timeline import CallRow, SessionRow, Timeline
-from ..runtime._verify import UnsealedSession, verify_file
+from ..runtime._verify import MAX_LINE_BYTES, READ_CHUNK_BYTES, UnsealedSession, verify_file
 from ._output import abbreviate, error_line, naming_file, print_error, print_ok
 from ._verbs import add_verb_parser
 
@@ -234,36 +236,57 @@ def _session_dict(s: SessionRow, calls: list[CallRow]) -> dict[str, Any]:
     }
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every record of an event file; InvalidArguments naming the first line that is not one."""
-    records = []
+def read_records(path: Path) -> Iterator[tuple[dict[str, Any], int]]:
+    """Each record of an event file with its line number, read a chunk at a time (one line
+    of at most ``MAX_LINE_BYTES`` held, as ``events verify`` holds it: the file was read whole,
+    every record kept); InvalidArguments naming the first line that is not one."""
+    splitter = BoundedLines(MAX_LINE_BYTES)
+    lineno = 0
     with naming_file(path), open(path, "rb") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = loads(line)
-            except ValueError:
-                raise InvalidArguments(
-                    f"{path} line {lineno} is not a JSON event record (not an event file?)",
-                    field="FILE",
-                ) from None
-            if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
-                raise InvalidArguments(
-                    f"{path} line {lineno} is not an event record (no 'kind')", field="FILE"
-                )
-            records.append(record)
-    return records
+        while True:
+            chunk = f.read(READ_CHUNK_BYTES)
+            lines = splitter.feed(chunk) if chunk else [splitter.end()]
+            for line in lines:
+                if line is None:
+                    continue
+                lineno += 1
+                if isinstance(line, bytes) and not line.strip():
+                    continue
+                yield _record(path, lineno, line), lineno
+            if not chunk:
+                return
+
+
+def _record(path: Path, lineno: int, line: bytes | Oversize) -> dict[str, Any]:
+    if isinstance(line, Oversize):
+        raise InvalidArguments(
+            f"{path} line {lineno} is longer than {MAX_LINE_BYTES >> 20} MiB "
+            f"({line.size:,} bytes): not an event record",
+            field="FILE",
+        )
+    try:
+        record = loads(line)
+    except ValueError:
+        raise InvalidArguments(
+            f"{path} line {lineno} is not a JSON event record (not an event file?)",
+            field="FILE",
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        raise InvalidArguments(
+            f"{path} line {lineno} is not an event record (no 'kind')", field="FILE"
+        )
+    return record
 
 
 Sessions = list[tuple[SessionRow, list[CallRow]]]
 
 
-def timeline(records: list[dict[str, Any]]) -> Sessions:
+def timeline(records: Iterator[tuple[dict[str, Any], int]]) -> Sessions:
     """Sessions in file order, each with its calls in the order they were proposed (the one
-    fold, :class:`ringfence.runtime._timeline.Timeline`, the review page's too)."""
+    fold, :class:`ringfence.runtime._timeline.Timeline`, the review page's too); ``records``
+    are folded as they are read, none kept."""
     folded = Timeline()
-    folded.add_all((record, line) for line, record in enumerate(records, start=1))
+    folded.add_all(records)
     sessions: Sessions = [(s, []) for s in folded.sessions]
     for call in folded.calls:
         sessions[call.session][1].append(call)

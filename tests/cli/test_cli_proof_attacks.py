@@ -133,10 +133,12 @@ with open(sys.argv[1], "w") as f:
 """
 
 
-def _verify_peak(path: Path, home: Path, tmp_path: Path, *extra: str) -> tuple[int, str, int]:
-    """``events verify PATH``: exit code, stdout, and that process's own peak RSS in KiB."""
+def _verify_peak(
+    path: Path, home: Path, tmp_path: Path, *extra: str, verb: str = "verify"
+) -> tuple[int, str, int]:
+    """``events VERB PATH``: exit code, stdout, and that process's own peak RSS in KiB."""
     out_path, err_path, usage_path = tmp_path / "out", tmp_path / "err", tmp_path / "usage"
-    argv = [sys.executable, "-m", "ringfence", "events", "verify", str(path), *extra]
+    argv = [sys.executable, "-m", "ringfence", "events", verb, str(path), *extra]
     with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
         subprocess.run(
             [sys.executable, "-c", _LAUNCHER, str(usage_path), *argv],
@@ -166,6 +168,39 @@ def test_events_verify_holds_one_line_not_the_whole_file(
     assert code == 1
     assert "TAMPERED" in out and "line 31: not a ringfence event record" in out
     assert peak < 200 * 1024, f"events verify peaked at {peak} KiB"
+
+
+def test_events_show_holds_one_line_not_the_whole_file(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``events show`` of a 300 MB stream (a session, then records of 10 MB each) folds the
+    records as it reads them; it read every record into a list first (over 600 MB peak; now
+    under 200 MB). A line over 256 MiB (a sparse file's 1 GiB) is refused by number and bound,
+    never held whole (at most the bound and a chunk)."""
+    ws, home = place
+    lines = _sealed_log(ws, home, tmp_path / "good.jsonl")
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as f:
+        f.writelines(lines)
+        for _ in range(30):
+            f.write(b'{"kind":"note","x":"' + b"a" * 10_000_000 + b'"}\n')
+    code, out, peak = _verify_peak(big, home, tmp_path, "--json", verb="show")
+    assert code == 0, out
+    assert [c["tool"] for c in json.loads(out)["result"]["sessions"][0]["calls"]] == ["read_file"]
+    assert peak < 200 * 1024, f"events show peaked at {peak} KiB"
+
+    huge = tmp_path / "huge.jsonl"
+    with open(huge, "wb") as f:
+        f.writelines(lines)
+        f.truncate(f.tell() + (1 << 30))  # one line of 1 GiB (NUL bytes, not on disk)
+    code, out, peak = _verify_peak(huge, home, tmp_path, "--json", verb="show")
+    assert code == 2
+    error = json.loads(out)["error"]
+    assert (
+        error["field"] == "FILE"
+        and f"line {len(lines) + 1} is longer than 256 MiB" in (error["message"])
+    )
+    assert peak < 400 * 1024, f"events show peaked at {peak} KiB"
 
 
 def test_events_verify_keeps_a_bounded_report(place: tuple[Path, Path], tmp_path: Path) -> None:
