@@ -41,7 +41,14 @@ import pytest
 from backends_helpers import chown_like_workspace
 
 from ringfence import create_kernel
-from ringfence.runtime import ApprovalAnswer, GitMetadata, Posture, Rules, ScriptedApprover
+from ringfence.runtime import (
+    ApprovalAnswer,
+    Denied,
+    GitMetadata,
+    Posture,
+    Rules,
+    ScriptedApprover,
+)
 from ringfence.runtime.policy._matchers import Tri
 from ringfence.runtime.policy._rules import parse_rule
 from ringfence.runtime.shell._parts import SimpleCommand, Word
@@ -386,6 +393,31 @@ async def test_a_rule_on_the_calls_cwd_applies_to_those_calls_only(workspace: Pa
     )
     assert not (workspace / "sub" / "in-sub").exists() and denied_rules(results[0])
     assert (workspace / "top").exists() and "exec_denied" not in results[1]
+
+
+async def test_a_cwd_rule_holds_for_the_directory_a_linked_cwd_reaches(workspace: Path) -> None:
+    """``cwd=lnk`` with ``lnk -> sub`` (a link the agent's own command made) starts the
+    command in ``sub``: ``run_shell(cwd=sub/**, command=touch *)`` was judged against the
+    spelling ``lnk``, neither the Gate nor the exec checks applied it, and both lines
+    left their file in ``sub``. Now the cwd is judged as the directory it reaches."""
+    (workspace / "sub").mkdir()
+    chown_like_workspace(workspace, workspace / "sub")
+    deny = ("run_shell(cwd=sub/**, command=touch *)",)
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny),
+        posture=Posture.ALLOW_REVERSIBLE, approver=approve_all(),
+    ) as k:  # fmt: skip
+        made = await k.call("run_shell", {"command": "ln -s sub lnk && mkdir sub/d"})
+        assert made["exit_code"] == 0 and (workspace / "lnk").is_symlink(), (made["stderr"], made)
+        hidden = await k.call("run_shell", {"command": "eval 'tou''ch hit-1'", "cwd": "lnk"})
+        deeper = await k.call("run_shell", {"command": "eval 'tou''ch hit-2'", "cwd": "lnk/d"})
+        with pytest.raises(Denied) as plain:
+            await k.call("run_shell", {"command": "touch hit-3", "cwd": "lnk"})
+    assert sorted(p.name for p in (workspace / "sub").rglob("*")) == ["d"]
+    assert denied_rules(hidden) and denied_rules(deeper), (hidden, deeper)
+    assert plain.value.details.get("rule") == "deny:run_shell(cwd=sub/**, command=touch *)"
+    assert plain.value.field == "cwd"
+    assert "resolves to" in plain.value.message
 
 
 async def test_fexecve_and_relative_paths_are_resolved_like_the_kernel(workspace: Path) -> None:
