@@ -32,6 +32,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -418,6 +419,41 @@ async def test_a_cwd_rule_holds_for_the_directory_a_linked_cwd_reaches(workspace
     assert plain.value.details.get("rule") == "deny:run_shell(cwd=sub/**, command=touch *)"
     assert plain.value.field == "cwd"
     assert "resolves to" in plain.value.message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="binds a directory on the host (root)")
+@pytest.mark.parametrize("change_sets", [True, False])
+async def test_a_program_is_looked_at_again_where_another_mount_shows_written_files(
+    workspace: Path, change_sets: bool
+) -> None:
+    """The supervisor remembers a program found only in read-only places (its identity,
+    and the argv let go). Which places were read-only was a list of names (the roots,
+    /tmp, /var/tmp, /dev): the same files shown by another mount (here a bind of the
+    workspace made on the host; for a session run by a developer's own uid, the
+    overlays' upper directories, bound into the sandbox) counted as read-only, so a copy
+    of ``true`` run there was remembered, and the copy of ``touch`` written over it
+    later ran past ``run_shell(touch *)`` with the same argv. The kernel's mount table
+    now says what can change."""
+    # (outside /tmp, /mnt and the homes, which the sandbox hides behind directories of its own)
+    alias = Path(tempfile.mkdtemp(prefix="ringfence-test-alias-", dir="/"))
+    subprocess.run(["mount", "--bind", str(workspace), str(alias)], check=True)
+    try:
+        lines = [
+            "cp /usr/bin/true p",
+            f"{alias}/p hit",
+            "cp /usr/bin/touch p",
+            f"{alias}/p hit",
+        ]
+        results = await run_lines(workspace, lines, change_sets=change_sets)
+    finally:
+        subprocess.run(["umount", "-l", str(alias)], check=False)
+        alias.rmdir()
+    assert results[1]["exit_code"] == 0 and "exec_denied" not in results[1], (
+        results[1]["stderr"],
+        results[1],
+    )
+    assert not (workspace / "hit").exists(), results[3]
+    assert denied_rules(results[3]) == ["deny:run_shell(touch *)"], results[3]
 
 
 async def test_fexecve_and_relative_paths_are_resolved_like_the_kernel(workspace: Path) -> None:
