@@ -304,6 +304,7 @@ class ShellTool:
         except RingfenceError as exc:
             # The resolver names its own argument; here it is cwd.
             raise exc.with_(field="cwd") from exc.__cause__
+        args = await self._judge_cwd(args, ctx, cwd)
         timeout = float(args.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
         # One command at a time from scan to check: a second call's baseline must not
         # include what the first is about to have undone.
@@ -311,6 +312,23 @@ class ShellTool:
             if self.store is not None:
                 return await self._run_layered(args, ctx, cwd, timeout, self.store)
             return await self._run_checked(args, ctx, cwd, timeout)
+
+    async def _judge_cwd(self, args: dict[str, Any], ctx: CallContext, cwd: Path) -> dict[str, Any]:
+        """The call's ``cwd`` judged as the directory the command really starts in.
+
+        Rules compare names: ``cwd=lnk`` with ``lnk -> sub`` (a link a command made) was
+        judged as ``lnk``, so ``run_shell(cwd=sub/**, command=touch *)`` met neither the
+        Gate nor the exec checks, and ``touch`` ran in ``sub``. The resolver already
+        followed every link (``cwd`` is the real path the command is started in, not the
+        spelling, so a link changed afterwards moves nothing): the call is judged again
+        with that directory (a deny refuses, an ask asks), and the exec checks get the
+        rules for it. Returns the arguments with ``cwd`` so named (for the exec rules).
+        """
+        if "cwd" not in args or not ctx.judges_path("cwd"):
+            return args
+        name = _as_spelled_root(str(cwd), [str(r) for r in self.workspace.roots])
+        await ctx.confirm_path("cwd", name)
+        return {**args, "cwd": name}
 
     # -- change sets ----------------------------------------------------------------------
 
@@ -758,6 +776,16 @@ def runs_on(backend: str, network: bool, change_sets: bool) -> str:
     if change_sets:
         text += "; writes become an undoable change set"
     return text
+
+
+def _as_spelled_root(real: str, roots: Sequence[str]) -> str:
+    """A real path below a root's real path, spelled below the root as given (rules know the
+    roots as given: a root reached through a link has another real path)."""
+    for given in roots:
+        top = os.path.realpath(given).rstrip("/")
+        if real == top or real.startswith(top + "/"):
+            return given.rstrip("/") + real[len(top) :]
+    return real
 
 
 def _no_notice(_place: str) -> None:

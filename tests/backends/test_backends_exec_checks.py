@@ -32,6 +32,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,14 @@ import pytest
 from backends_helpers import chown_like_workspace
 
 from ringfence import create_kernel
-from ringfence.runtime import ApprovalAnswer, GitMetadata, Posture, Rules, ScriptedApprover
+from ringfence.runtime import (
+    ApprovalAnswer,
+    Denied,
+    GitMetadata,
+    Posture,
+    Rules,
+    ScriptedApprover,
+)
 from ringfence.runtime.policy._matchers import Tri
 from ringfence.runtime.policy._rules import parse_rule
 from ringfence.runtime.shell._parts import SimpleCommand, Word
@@ -386,6 +394,66 @@ async def test_a_rule_on_the_calls_cwd_applies_to_those_calls_only(workspace: Pa
     )
     assert not (workspace / "sub" / "in-sub").exists() and denied_rules(results[0])
     assert (workspace / "top").exists() and "exec_denied" not in results[1]
+
+
+async def test_a_cwd_rule_holds_for_the_directory_a_linked_cwd_reaches(workspace: Path) -> None:
+    """``cwd=lnk`` with ``lnk -> sub`` (a link the agent's own command made) starts the
+    command in ``sub``: ``run_shell(cwd=sub/**, command=touch *)`` was judged against the
+    spelling ``lnk``, neither the Gate nor the exec checks applied it, and both lines
+    left their file in ``sub``. Now the cwd is judged as the directory it reaches."""
+    (workspace / "sub").mkdir()
+    chown_like_workspace(workspace, workspace / "sub")
+    deny = ("run_shell(cwd=sub/**, command=touch *)",)
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny),
+        posture=Posture.ALLOW_REVERSIBLE, approver=approve_all(),
+    ) as k:  # fmt: skip
+        made = await k.call("run_shell", {"command": "ln -s sub lnk && mkdir sub/d"})
+        assert made["exit_code"] == 0 and (workspace / "lnk").is_symlink(), (made["stderr"], made)
+        hidden = await k.call("run_shell", {"command": "eval 'tou''ch hit-1'", "cwd": "lnk"})
+        deeper = await k.call("run_shell", {"command": "eval 'tou''ch hit-2'", "cwd": "lnk/d"})
+        with pytest.raises(Denied) as plain:
+            await k.call("run_shell", {"command": "touch hit-3", "cwd": "lnk"})
+    assert sorted(p.name for p in (workspace / "sub").rglob("*")) == ["d"]
+    assert denied_rules(hidden) and denied_rules(deeper), (hidden, deeper)
+    assert plain.value.details.get("rule") == "deny:run_shell(cwd=sub/**, command=touch *)"
+    assert plain.value.field == "cwd"
+    assert "resolves to" in plain.value.message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="binds a directory on the host (root)")
+@pytest.mark.parametrize("change_sets", [True, False])
+async def test_a_program_is_looked_at_again_where_another_mount_shows_written_files(
+    workspace: Path, change_sets: bool
+) -> None:
+    """The supervisor remembers a program found only in read-only places (its identity,
+    and the argv let go). Which places were read-only was a list of names (the roots,
+    /tmp, /var/tmp, /dev): the same files shown by another mount (here a bind of the
+    workspace made on the host; for a session run by a developer's own uid, the
+    overlays' upper directories, bound into the sandbox) counted as read-only, so a copy
+    of ``true`` run there was remembered, and the copy of ``touch`` written over it
+    later ran past ``run_shell(touch *)`` with the same argv. The kernel's mount table
+    now says what can change."""
+    # (outside /tmp, /mnt and the homes, which the sandbox hides behind directories of its own)
+    alias = Path(tempfile.mkdtemp(prefix="ringfence-test-alias-", dir="/"))
+    subprocess.run(["mount", "--bind", str(workspace), str(alias)], check=True)
+    try:
+        lines = [
+            "cp /usr/bin/true p",
+            f"{alias}/p hit",
+            "cp /usr/bin/touch p",
+            f"{alias}/p hit",
+        ]
+        results = await run_lines(workspace, lines, change_sets=change_sets)
+    finally:
+        subprocess.run(["umount", "-l", str(alias)], check=False)
+        alias.rmdir()
+    assert results[1]["exit_code"] == 0 and "exec_denied" not in results[1], (
+        results[1]["stderr"],
+        results[1],
+    )
+    assert not (workspace / "hit").exists(), results[3]
+    assert denied_rules(results[3]) == ["deny:run_shell(touch *)"], results[3]
 
 
 async def test_fexecve_and_relative_paths_are_resolved_like_the_kernel(workspace: Path) -> None:

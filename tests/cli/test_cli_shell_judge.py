@@ -229,6 +229,54 @@ def test_without_the_exec_check_an_unread_line_asks_while_a_deny_rule_applies(
     assert not (ws / "MARK").exists()
 
 
+# A variable of the shell's or the utilities' (PATH, BASH_ENV: no lowercase letter) assigned
+# by something other than `NAME=value`: a known program (`ls`) then runs the workspace's own
+# bin/ls, or a shell sources a file first.
+SHELL_VARIABLES = [
+    "for PATH in bin; do ls; done",
+    "bash -c 'printf -v PATH %s bin; ls'",
+    "getopts b PATH -b; ls",
+    "set -a; : ${BASH_ENV:=./env.sh}; bash -c ls",
+    "set -a; for BASH_ENV in ./env.sh; do bash -c ls; done",
+]
+
+
+@pytest.mark.parametrize("command", SHELL_VARIABLES)
+def test_without_the_exec_check_a_shell_variable_assigned_otherwise_asks(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the host backend under posture unrestricted with a deny rule for touch: each of
+    these was read whole (a for loop's variable, `printf -v`, `getopts`, `${X:=…}` were not
+    assignments to the judge), every command known or allowed, and ran `touch MARK` unasked
+    through bin/ls or BASH_ENV. Now such an assignment makes the line unresolved: asked."""
+    (ws / "bin").mkdir()
+    (ws / "bin" / "ls").write_text("#!/bin/sh\n/usr/bin/touch MARK\n")
+    (ws / "bin" / "ls").chmod(0o755)
+    (ws / "b").symlink_to("bin")  # (getopts sets PATH to the option's letter)
+    (ws / "env.sh").write_text("touch MARK\n")
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "cannot be enforced at exec on this backend" in decided["reason"], decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+def test_a_lowercase_loop_variable_is_still_read_whole(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: an application's own variable (lowercase) stays allowed by its rules."""
+    command = "for f in a b; do echo $f; done; bash -c 'printf -v x %s 1'; echo ${y:=1}"
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "ask"
+    )
+    _allowed_and_ran(code, records, capsys)
+
+
 def test_without_the_exec_check_a_known_program_is_still_the_postures(
     tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1228,8 +1228,15 @@ class Checker:
 
     def set_writable(self, writable: list[str]) -> None:
         """The places commands write (roots, /tmp, …): links and directories there are
-        looked at again at every exec; everything else is read-only, looked at once."""
-        self.writable = [*writable, "/proc"]
+        looked at again at every exec; everything else is read-only, looked at once.
+
+        Besides the places given, every place the mount table says can change
+        (:func:`writable_mounts`): the overlays' upper directories are bound read-write
+        in the sandbox (where the supervisor mounts each command's overlay), and the
+        command's uid may reach them when it is the supervisor's; a copy of ``true``
+        written to the workspace and run there by that path was remembered as a
+        read-only program, and the copy of ``touch`` written over it was let go."""
+        self.writable = [*writable, "/proc", *writable_mounts(writable)]
         self._real_dirs.clear()
         self._links.clear()
         self._plain.clear()
@@ -1879,6 +1886,70 @@ class Checker:
         raw = os.fsencode(program)
         base = None if raw.startswith(b"/") else cwd
         self._check(base, raw, program, new_argv, cwd, depth + 1)
+
+
+def _mount_path(raw: bytes) -> str:
+    """A path field of ``mountinfo`` (space, tab, newline and backslash octal-escaped)."""
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        octal = raw[i + 1 : i + 4]
+        if raw[i] == 0x5C and len(octal) == 3 and all(0x30 <= c <= 0x37 for c in octal):
+            out.append(int(octal, 8))
+            i += 4
+        else:
+            out.append(raw[i])
+            i += 1
+    return os.fsdecode(bytes(out))
+
+
+def _below(path: str, top: str) -> str | None:
+    """``path`` relative to ``top`` ("" for ``top`` itself, "/x" below it); None outside."""
+    top = top.rstrip("/")
+    if path == top or (not top and path == "/"):
+        return ""
+    return path[len(top) :] if path.startswith(top + "/") else None
+
+
+def writable_mounts(given: list[str], mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """Every path below which a file may change while the session runs, from the kernel's
+    mount table (this process's namespace, the commands'): each read-write mount, and
+    the same directories (those and the ``given`` places commands write) reached through
+    any other mount of their file system (a mount whose root holds theirs, at the
+    corresponding path: a read-only bind elsewhere of a root whose files the merge
+    writes, a read-only ``/`` showing the upper directories' host path). A table that
+    cannot be read makes everything changeable (``/``: nothing is remembered)."""
+    try:
+        with open(mountinfo, "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ["/"]
+    mounts: list[tuple[bytes, str, str, bool]] = []
+    for line in lines:
+        fields = line.split(b" ")
+        if len(fields) < 6:
+            continue
+        options = fields[5].split(b",")
+        mounts.append((fields[2], _mount_path(fields[3]), _mount_path(fields[4]), b"rw" in options))
+    places: set[str] = set()
+    changing: set[tuple[bytes, str]] = set()  # (device, directory in that file system)
+    for device, root, point, rw in mounts:
+        if rw or any(_below(point, w) is not None for w in given):
+            places.add(point)
+            changing.add((device, root))
+    for w in given:  # a place inside a mount: its directory in the mount's file system
+        inside = [(len(point), device, root, point) for device, root, point, _ in mounts]
+        for _n, device, root, point in sorted(inside, reverse=True):
+            rel = _below(w, point)
+            if rel is not None:
+                changing.add((device, root.rstrip("/") + rel or "/"))
+                break
+    for device, directory in changing:
+        for other_device, other_root, other_point, _ in mounts:
+            rel = _below(directory, other_root) if other_device == device else None
+            if rel is not None:
+                places.add(other_point.rstrip("/") + rel or "/")
+    return sorted(places)
 
 
 def _thread_group(tid: int) -> int:

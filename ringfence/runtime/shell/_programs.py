@@ -29,6 +29,7 @@ __all__ = [
     "STARTS_NO_PROGRAM",
     "check_program",
     "check_scripts",
+    "environment_name",
     "interpreter_kind",
     "is_input",
     "plain_name",
@@ -533,6 +534,14 @@ _SUBSCRIPT_REASON = (
 )
 
 
+def environment_name(text: str) -> bool:
+    """Whether assigning the variable ``text`` may change what later commands run or do: a
+    name with no lowercase letter, the namespace POSIX gives the shell's and the utilities'
+    variables (``PATH``, ``IFS``, ``CDPATH``, ``ENV``, ``BASH_ENV``, …; lowercase names are the
+    applications'). ``for PATH in bin; do ls; done`` ran the workspace's own ``bin/ls``."""
+    return not any(c.islower() for c in text)
+
+
 def plain_name(text: str) -> bool:
     """A variable's name bash looks up without evaluating anything (no subscript, or one of
     digits, ``@`` or ``*``)."""
@@ -582,6 +591,12 @@ def _named_by_option(letter: str) -> _Check:
                 value = Word(attached) if attached else (argv[i + 1] if i + 1 < len(argv) else None)
                 if not _plain_name(value):
                     acc.unresolved_(_SUBSCRIPT_REASON.format(f"{argv[0].text} -{letter}"), text)
+                    break
+                if value is not None and environment_name(value.text):
+                    # `printf -v PATH %s bin` made a later `ls` the workspace's own bin/ls
+                    acc.unresolved_(
+                        f"{argv[0].text} -{letter} assigns the shell's variable {value.text}", text
+                    )
                     break
                 i += 1 if attached else 2
                 continue

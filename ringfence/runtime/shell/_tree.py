@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from ._parts import Accumulator, Redirect, Word
-from ._programs import plain_name
+from ._programs import environment_name, plain_name
 from ._wrappers import emit_command
 
 __all__ = ["Walker"]
@@ -135,7 +135,16 @@ class Walker:
             self.redirect(node)
         elif kind in ("for_statement", "case_statement"):
             for child in node.named_children:
-                if child.type in ("variable_name", "extglob_pattern"):
+                if child.type == "variable_name":
+                    # `for PATH in bin; do ls; done`: the loop assigns its variable (PATH
+                    # made `ls` the workspace's own bin/ls), as `PATH=bin` does
+                    if environment_name(self.text(child)):
+                        self.acc.unresolved_(
+                            "a for loop assigns the shell's variable " + self.text(child),
+                            self.text(node),
+                        )
+                    continue
+                if child.type == "extglob_pattern":
                     continue
                 if child.type in ("do_group", "case_item"):
                     self.statement(child)
@@ -346,6 +355,11 @@ class Walker:
                         "in bash",
                         self.text(node),
                     )
+                elif kind in ("=", ":=") and any(  # ${X:=v}, ${X=v}: assigns X when unset
+                    c.type == "variable_name" and environment_name(self.text(c))
+                    for c in node.named_children
+                ):
+                    self.acc.unresolved_("assigns the shell's variable", self.text(node))
                 continue
             named += 1
             if kind in ("variable_name", "special_variable_name"):

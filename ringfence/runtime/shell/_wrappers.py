@@ -38,6 +38,7 @@ _UNRESOLVED_BUILTINS = {
     "hash": "hash changes what names resolve to",
     "let": "let evaluates arithmetic, which can run commands",
     "read": "read assigns shell variables",
+    "getopts": "getopts assigns shell variables",
     "mapfile": "mapfile assigns shell variables",
     "readarray": "readarray assigns shell variables",
     "export": "export changes the environment of later commands",
