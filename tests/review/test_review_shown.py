@@ -1,0 +1,160 @@
+"""What an Undo or an approval on the review page does is what the page showed (stop 47).
+
+* A forced Undo of a change set whose file a later change set wrote again: the later set
+  was made before the set's page was drawn (or before the page reloaded itself on that
+  activity), so it was in the page's view and the stop-46 binding let the force through,
+  but neither the set's page nor the confirmation named it anywhere: the person confirmed
+  "files changed since will be overwritten" without any sign that the agent's newer write
+  of that very file was among them. Now both pages name every later set over the set's
+  files (with the files they share), and the confirmation says force overwrites them.
+* A question about a path of 300 characters with a Cyrillic letter in its middle: the
+  approval prompt draws a path whole up to 4,096 characters, so it read as plain ASCII
+  there, but its note in code points kept only the first and last 92 characters of each
+  argument ("⟨… 37 of 300 chars not shown …⟩"): the one letter that told it apart was
+  exactly what the note left out. Now the note covers at least what the prompt shows of
+  each argument (and of the tool's name, and the host it runs on).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from cli_helpers import isolated  # noqa: F401  (autouse fixture)
+from review_helpers import (
+    choose,
+    confirm,
+    job_done,
+    records,
+    ringfence_process,
+    url_in,
+    visit,
+)
+from test_review_diff import agent_writes, steady
+from test_review_page import _mcp_call_in_thread
+
+
+def test_a_forced_undo_names_the_later_writes_it_overwrites_before_it_is_confirmed(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    first = agent_writes(workspace, events, "a.txt", "the first write\n")
+    later = agent_writes(workspace, events, "a.txt", "the agent's newer write\n")
+    agent_writes(workspace, events, "other.txt", "unrelated\n")
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-reversible")  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        visit(page, base + f"changes/{first}")
+        shown = steady(page, lambda p: p.inner_text("main"))
+        page.check("form:has(#undo-set) input[name=force]")
+        choose(page, "#undo-set")
+        confirming = page.inner_text("main")
+        # Nothing happened before Confirm.
+        assert (workspace / "a.txt").read_text() == "the agent's newer write\n"
+        assert not any(r["kind"] == "review_action" for r in records(events))
+        # The set's page and the confirmation both name the newer write the force overwrites.
+        assert later in shown and "Changed again since" in shown, shown
+        assert later in page.inner_text("#undo-overwrites"), confirming
+        assert "a.txt" in page.inner_text("#undo-overwrites"), confirming
+        assert "FORCE overwrites" in confirming, confirming
+        confirm(page)  # seen, so it may be done: the person chose it
+        ok, text = job_done(page)
+        assert ok, text
+    assert not (workspace / "a.txt").exists()  # the first write's before-image: no file
+    assert (workspace / "other.txt").read_text() == "unrelated\n"
+
+
+def test_a_lookalike_in_the_middle_of_a_long_path_is_noted_in_code_points(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    errlog = tmp_path / "serve.stderr"
+    path = "src/" + "a" * 140 + "/conf\u0456g/" + "b" * 140 + ".py"
+    thread, out = _mcp_call_in_thread(
+        workspace, events, errlog, "write_file", {"path": path, "content": "x = 1\n"}
+    )
+    try:
+        base = url_in(errlog)
+        visit(page, base + "approvals")
+        page.wait_for_selector("section.question")
+        prompt = page.inner_text("section.question pre.prompt")
+        assert path in prompt, prompt  # drawn whole: it reads as ASCII there
+        note = page.inner_text("section.question .code-points")
+        assert "conf\\u0456g" in note, note
+        choose(page, "section.question button[value=deny]")
+        assert "conf\\u0456g" in page.inner_text("main")
+        confirm(page)
+        ok, text = job_done(page)
+        assert ok, text
+        out["answered"].wait(60)
+        assert not any(workspace.iterdir())
+    finally:
+        out["release"].set()
+        thread.join(60)
+
+
+def _undo_outcome(events: Path, timeout: float = 60.0) -> dict[str, Any]:
+    """The record of the outcome of the page's ``undo`` call, once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        recs = records(events)
+        calls = {r.get("call_id") for r in recs if r["kind"] == "proposed" and r["tool"] == "undo"}
+        done = [
+            r
+            for r in recs
+            if r["kind"] in ("finished", "failed", "cancelled") and r.get("call_id") in calls
+        ]
+        if done:
+            return done[-1]
+        time.sleep(0.2)
+    raise AssertionError(f"no outcome of the undo: {records(events)[-5:]}")
+
+
+def test_a_forced_undo_asked_about_refuses_a_write_made_while_the_question_waited(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    first = agent_writes(workspace, events, "a.txt", "the first write\n")
+    # The default posture (ask): the page's own undo call is asked about, on the page.
+    argv = ("review", "--workspace", str(workspace), "--events", str(events))
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        visit(page, base + f"changes/{first}")
+        steady(page, lambda p: p.inner_text("main"))
+        page.check("form:has(#undo-set) input[name=force]")
+        choose(page, "#undo-set")
+        assert "undo-overwrites" not in page.content()  # nothing later: nothing named
+        confirm(page)
+        visit(page, base + "approvals")
+        page.wait_for_selector("section.question")
+        assert "undo" in page.inner_text("section.question pre.prompt")
+        # While the undo's question waits, the agent writes the same file again.
+        agent_writes(workspace, tmp_path / "agent.jsonl", "a.txt", "the agent's newer write\n")
+        choose(page, "section.question button[value=once]")
+        confirm(page)
+        ok, text = job_done(page)
+        assert ok, text  # the answer was delivered
+        outcome = _undo_outcome(events)
+    assert (workspace / "a.txt").read_text() == "the agent's newer write\n", outcome
+    assert outcome["kind"] == "failed", outcome
+
+
+def test_undo_back_to_a_set_undoes_later_sets_over_the_same_file(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    first = agent_writes(workspace, events, "a.txt", "one\n")
+    agent_writes(workspace, events, "a.txt", "two\n")
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-reversible")  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        visit(page, base + f"changes/{first}")
+        steady(page, lambda p: p.inner_text("main"))
+        choose(page, "#undo-back")
+        confirm(page)
+        ok, text = job_done(page)
+        assert ok, text  # this job's own undo of the later set is no write made since
+    assert not (workspace / "a.txt").exists()
