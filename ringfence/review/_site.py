@@ -265,7 +265,15 @@ def _code_point_note(request: ApprovalRequest) -> Html | None:
         items.append(f"tool {tool}")
     if request.runs_on and (host := code_points(field(request.runs_on, _NOTED_WHOLE))):
         items.append(f"runs on {host}")
-    for name, value in request.arguments.items():
+    # In the prompt's order (its decisive arguments first: what runs, where it writes),
+    # so no number of other arguments beyond ASCII can push a path out of the note (until
+    # 2026-12-07 the first 20 in the call's own order were noted: 20 notes of a server's
+    # made-up fields, then the path, which was "… and more").
+    ranked = [(name, value, _rank(str(name))) for name, value in request.arguments.items()]
+    decisive = sorted((a for a in ranked if a[2] is not None), key=lambda a: a[2])
+    others = [a for a in ranked if a[2] is None]
+    left = 0
+    for name, value, _ in [*decisive, *others]:
         key = field(name, 200)
         # A value as the prompt draws it: a text itself, anything else (a list of paths, an
         # object of options) as its JSON, so a lookalike nested in it is noted too; and at
@@ -277,10 +285,12 @@ def _code_point_note(request: ApprovalRequest) -> Html | None:
         )
         text = code_points(shown)
         if text is not None or code_points(key) is not None:
-            if len(items) == MAX_NOTED:  # the note stays short, however many arguments
-                items.append("… and more")
-                break
+            if len(items) >= MAX_NOTED:  # the note stays short, however many arguments
+                left += 1
+                continue
             items.append(f"{code_points(key) or key} = {text or shown}")
+    if left:
+        items.append(f"… and {left:,} more arguments beyond ASCII, not noted here")
     if not items:
         return None
     return el(

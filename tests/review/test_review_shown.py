@@ -13,16 +13,28 @@
   argument ("⟨… 37 of 300 chars not shown …⟩"): the one letter that told it apart was
   exactly what the note left out. Now the note covers at least what the prompt shows of
   each argument (and of the tool's name, and the host it runs on).
+* A server's tool with 24 made-up text fields, each ``caf\u00e9``, and a ``path``: the note
+  took the first 20 arguments beyond ASCII in the call's own order, then "… and more", so
+  the path ``conf\u0456g.py`` was never noted. Now it notes them in the prompt's order
+  (decisive arguments first) and counts those left out.
+* While a forced Undo's own question waited on the page (the default posture asks about
+  every undo), the agent wrote the file again: the page had checked the store once, before
+  the question, and the approved undo overwrote the newer write. Now the page sends the
+  newest set it showed (``since``) and the undo tool refuses, right before it merges, a
+  newer set over the same files.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 from review_helpers import (
+    HERE,
     choose,
     confirm,
     job_done,
@@ -158,3 +170,39 @@ def test_undo_back_to_a_set_undoes_later_sets_over_the_same_file(
         ok, text = job_done(page)
         assert ok, text  # this job's own undo of the later set is no write made since
     assert not (workspace / "a.txt").exists()
+
+
+def test_a_lookalike_path_is_noted_however_many_other_fields_are_beyond_ascii(
+    page: Any, workspace: Path, tmp_path: Path, ringfence_home: Path
+) -> None:
+    (ringfence_home / "mcp.toml").write_text(
+        f'[[server]]\nname = "pub"\ntransport = "stdio"\ncommand = {json.dumps(sys.executable)}\n'
+        f"args = [{json.dumps(str(HERE / 'servers' / 'many_fields.py'))}]\n"
+    )
+    events = tmp_path / "events.jsonl"
+    errlog = tmp_path / "serve.stderr"
+    arguments = {f"note_{i:02d}": "caf\u00e9" for i in range(24)}
+    arguments["path"] = "conf\u0456g.py"
+    thread, out = _mcp_call_in_thread(
+        workspace, events, errlog, "mcp.pub.publish", arguments,
+        "--mcp", "--expose", "native,connectors",
+    )  # fmt: skip
+    try:
+        base = url_in(errlog)
+        visit(page, base + "approvals")
+        page.wait_for_selector("section.question")
+        assert "conf\u0456g.py" in page.inner_text("section.question pre.prompt")
+        note = page.inner_text("section.question .code-points")
+        assert "path = conf\\u0456g.py" in note, note
+        choose(page, "section.question button[value=deny]")
+        assert "path = conf\\u0456g.py" in page.inner_text("main")
+        confirm(page)
+        ok, text = job_done(page)
+        assert ok, text
+        assert out["answered"].wait(60), out
+        assert out["result"].is_error
+    finally:
+        out["release"].set()
+        thread.join(60)
+    recs = records(events)
+    assert not any(r["kind"] == "finished" and r["tool"] == "mcp.pub.publish" for r in recs)
