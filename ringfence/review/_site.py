@@ -62,7 +62,11 @@ MAX_DIFF_LINES = 4_000
 MAX_DIFF_NAMES = 2_000  # lines naming a file (its header, new, deleted, mode)
 MAX_SHOWN_PATHS = 6
 MAX_JOBS = 100
-MAX_LATER_SETS = 50  # later sets over a set's files named on its page and its Undo's
+MAX_LATER_SETS = 50
+_SET_TOOLS = (
+    "apply_changes",
+    "undo",
+)  # staged calls that name a change set: shown  # later sets over a set's files named on its page and its Undo's
 VERDICTS = ("allow", "ask", "deny")
 STATES = ("finished", "failed", "cancelled", "staged", "denied", "asking", "running")
 
@@ -1260,7 +1264,7 @@ class ReviewSite:
                         + (
                             "FORCE overwrites their writes:"
                             if force
-                            else "without force, such a file is a conflict and the undo is refused:"
+                            else "without force, a file they left changed is a conflict and the undo is refused:"
                         ),
                     )
                     + self._later_list(later, "undo-overwrites")
@@ -1297,9 +1301,13 @@ class ReviewSite:
         ]
         return self.page("Plans", el("ul", {"id": "plans"}, items), active="plans")
 
-    def _load_plan(self, path: Path, *, show: bool = True) -> tuple[Plan, str, dict[str, str]]:
-        """The plan, its sha256 and (``show``) the diffs of its staged sets, all of them
-        reading at most :data:`MAX_DIFF_TEXT_BYTES` of text (then each set is named only)."""
+    def _load_plan(
+        self, path: Path, *, show: bool = True
+    ) -> tuple[Plan, str, dict[str, str], dict[str, list[dict[str, Any]]]]:
+        """The plan, its sha256, (``show``) the diffs of the sets it applies or undoes, all
+        of them reading at most :data:`MAX_DIFF_TEXT_BYTES` of text (then each set is named
+        only), and for each set a staged ``undo`` names, the later sets over its files
+        (:func:`_later_over`: what a forced undo overwrites)."""
         plan, data = read_plan(path, create_key=False)
         # Shown as the calls' records showed them: each call's own secrets redacted (the
         # plan that runs is read again from the file's bytes, never this one).
@@ -1308,9 +1316,16 @@ class ReviewSite:
             dataclasses.replace(c, arguments=c.shown_arguments(names)) for c in plan.calls
         ]
         diffs: dict[str, str] = {}
+        later: dict[str, list[dict[str, Any]]] = {}
+        undone = {c.arguments.get("id") for c in plan.calls if c.tool == "undo"}
+        if any(isinstance(i, str) and _is_id(i) for i in undone):
+            listed = self._list_sets()
+            for s in listed:
+                if s["id"] in undone:
+                    later[s["id"]] = _later_over(listed, [s])
         budget = MAX_DIFF_TEXT_BYTES
         for call in plan.calls if show else ():
-            set_id = call.arguments.get("id") if call.tool == "apply_changes" else None
+            set_id = call.arguments.get("id") if call.tool in _SET_TOOLS else None
             if not (isinstance(set_id, str) and _is_id(set_id)) or set_id in diffs:
                 continue
             if budget <= 0:
@@ -1334,12 +1349,12 @@ class ReviewSite:
                 budget -= len(diffs[set_id])
             except RingfenceError as exc:
                 diffs[set_id] = f"(change set {set_id} cannot be shown: {exc.message})\n"
-        return plan, _digest(data), diffs
+        return plan, _digest(data), diffs, later
 
     async def plan_page(self, number: str) -> Html:
         path = self._plan_index(number)
         try:
-            plan, digest, diffs = await trio.to_thread.run_sync(
+            plan, digest, diffs, later = await trio.to_thread.run_sync(
                 self._load_plan, path, abandon_on_cancel=True
             )
         except FileNotFoundError:
@@ -1379,9 +1394,30 @@ class ReviewSite:
                     _code_point_note(request),
                 )
             )
-            set_id = c.arguments.get("id") if c.tool == "apply_changes" else None
+            set_id = c.arguments.get("id") if c.tool in _SET_TOOLS else None
+            if c.tool == "undo" and isinstance(set_id, str) and set_id in diffs:
+                # What the undo restores: the set it reverses (until 2026-12-07 a staged
+                # undo was "undo id: …" alone, its set and what a force overwrites unseen).
+                parts.append(
+                    el(
+                        "p",
+                        {"class": "what"},
+                        f"Undoing restores the before-images of change set {set_id}, "
+                        "reversing this diff:",
+                    )
+                )
             if isinstance(set_id, str) and set_id in diffs:
                 parts.append(self._diff(diffs[set_id]))
+            if c.tool == "undo" and isinstance(set_id, str) and later.get(set_id):
+                parts += [
+                    el(
+                        "p",
+                        {"class": "warn"},
+                        f"Later change sets changed the files of {set_id} since "
+                        "(an undo with force overwrites their writes):",
+                    ),
+                    self._later_list(later[set_id], f"later-{i}"),
+                ]
         first = plan.first_applied()
         if first is not None:
             parts.append(
@@ -1417,7 +1453,7 @@ class ReviewSite:
         if self.kernel.dry_run:
             raise PageError(409, "this session is a dry run: it would stage the calls again")
         try:
-            plan, digest, _ = await trio.to_thread.run_sync(
+            plan, digest, _, later = await trio.to_thread.run_sync(
                 functools.partial(self._load_plan, path, show=False), abandon_on_cancel=True
             )
         except (OSError, RingfenceError) as exc:
@@ -1431,8 +1467,22 @@ class ReviewSite:
                 {},
                 f"{field(c.tool, 80)} {field(json_text(c.arguments), 300)}",
                 _code_point_note(_staged_request(c)),
+                (
+                    Html(
+                        el(
+                            "p",
+                            {"class": "warn"},
+                            "later change sets over its files (force overwrites their writes):",
+                        )
+                        + self._later_list(later[set_id], f"apply-later-{n}")
+                    )
+                    if c.tool == "undo"
+                    and isinstance(set_id := c.arguments.get("id"), str)
+                    and later.get(set_id)
+                    else None
+                ),
             )
-            for c in plan.calls
+            for n, c in enumerate(plan.calls)
         ]
         return self._confirm_page(
             f"Confirm: apply {len(plan.calls)} staged call(s)",

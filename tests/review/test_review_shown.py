@@ -22,11 +22,16 @@
   the question, and the approved undo overwrote the newer write. Now the page sends the
   newest set it showed (``since``) and the undo tool refuses, right before it merges, a
   newer set over the same files.
+* A dry run staged ``undo {id, force: true}``; the plan's page and the Apply's confirmation
+  showed that line alone: neither the set it reverses nor the newer write of the same file
+  its force overwrites. Now a staged undo is shown with its set's diff and the later sets
+  over its files, on both pages.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -206,3 +211,34 @@ def test_a_lookalike_path_is_noted_however_many_other_fields_are_beyond_ascii(
         thread.join(60)
     recs = records(events)
     assert not any(r["kind"] == "finished" and r["tool"] == "mcp.pub.publish" for r in recs)
+
+
+def test_a_staged_forced_undo_shows_its_set_and_the_later_writes_before_it_is_applied(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    first = agent_writes(workspace, events, "a.txt", "the first write\n")
+    later = agent_writes(workspace, events, "a.txt", "the agent's newer write\n")
+    plan = tmp_path / "plan.json"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "ringfence", "call", "undo",
+            "--args", json.dumps({"id": first, "force": True}),
+            "--workspace", str(workspace), "--posture", "allow-all", "--dry-run", str(plan),
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    argv = ("review", "--workspace", str(workspace), "--events", str(tmp_path / "r.jsonl"),
+            "--posture", "allow-all", "--plan", str(plan))  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        visit(page, base + "plans/0")
+        shown = steady(page, lambda p: p.inner_text("main"), "section.staged")
+        # The set the undo reverses, and the newer write its force overwrites.
+        assert "the first write" in shown and f"change set {first}" in shown, shown
+        assert later in page.inner_text("#later-1"), shown
+        choose(page, "#apply-plan")
+        confirming = page.inner_text("main")
+        assert later in page.inner_text("#apply-later-0"), confirming
+    assert (workspace / "a.txt").read_text() == "the agent's newer write\n"
