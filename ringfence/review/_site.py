@@ -62,11 +62,10 @@ MAX_DIFF_LINES = 4_000
 MAX_DIFF_NAMES = 2_000  # lines naming a file (its header, new, deleted, mode)
 MAX_SHOWN_PATHS = 6
 MAX_JOBS = 100
+# Later sets over a set's files named on its page and its Undo's (the rest counted).
 MAX_LATER_SETS = 50
-_SET_TOOLS = (
-    "apply_changes",
-    "undo",
-)  # staged calls that name a change set: shown  # later sets over a set's files named on its page and its Undo's
+# Staged calls that name a change set: shown with that set's diff on a plan's page.
+_SET_TOOLS = ("apply_changes", "undo")
 VERDICTS = ("allow", "ask", "deny")
 STATES = ("finished", "failed", "cancelled", "staged", "denied", "asking", "running")
 
