@@ -35,7 +35,20 @@ from ..runtime._errors import Denied, InvalidArguments, RingfenceError
 from ..runtime._intents import key_fingerprint, load_public_keys
 from ..runtime._kernel import Kernel
 from ..runtime._plan import AppliedMark, Plan, StagedCall
-from ..runtime._render import json_text, one_line, render_approval
+from ..runtime._render import (
+    _RUN_RANK,
+    DECISIVE_HEAD_TAIL,
+    DECISIVE_SHOWN_WHOLE,
+    OTHER_HEAD,
+    OTHER_SHOWN_WHOLE,
+    OTHER_TAIL,
+    RUNS_HEAD_TAIL,
+    RUNS_SHOWN_WHOLE,
+    _rank,
+    json_text,
+    one_line,
+    render_approval,
+)
 from ..runtime._timeline import CallFilter, CallRow, Timeline
 from ._actions import Confirmations, Job, Pending, RateLimit, Views
 from ._approver import Question, ReviewApprover, answer_from_page
@@ -49,6 +62,10 @@ MAX_DIFF_LINES = 4_000
 MAX_DIFF_NAMES = 2_000  # lines naming a file (its header, new, deleted, mode)
 MAX_SHOWN_PATHS = 6
 MAX_JOBS = 100
+# Later sets over a set's files named on its page and its Undo's (the rest counted).
+MAX_LATER_SETS = 50
+# Staged calls that name a change set: shown with that set's diff on a plan's page.
+_SET_TOOLS = ("apply_changes", "undo")
 VERDICTS = ("allow", "ask", "deny")
 STATES = ("finished", "failed", "cancelled", "staged", "denied", "asking", "running")
 
@@ -225,6 +242,21 @@ def _with_code_points(line: str) -> str:
 
 
 MAX_NOTED = 20
+_NOTED_WHOLE = DECISIVE_SHOWN_WHOLE  # a tool's name or a host: the prompt draws it whole
+
+
+def _noted_limit(name: str) -> int:
+    """The characters of an argument ``name``'s value noted in code points: at least what
+    the approval prompt shows of it (whole up to its limit, else a head and a tail no
+    longer than :func:`clip` keeps of this many)."""
+    rank = _rank(name)
+    if rank == _RUN_RANK:
+        whole, head = RUNS_SHOWN_WHOLE, RUNS_HEAD_TAIL
+    elif rank is not None:
+        whole, head = DECISIVE_SHOWN_WHOLE, DECISIVE_HEAD_TAIL
+    else:
+        whole, head = OTHER_SHOWN_WHOLE, max(OTHER_HEAD, OTHER_TAIL)
+    return max(whole, 2 * (head + 8))
 
 
 def _code_point_note(request: ApprovalRequest) -> Html | None:
@@ -232,19 +264,36 @@ def _code_point_note(request: ApprovalRequest) -> Html | None:
     character beyond ASCII, in code points: a path or a command that looks like another
     (``\u0430pp.py``, ``cafe\u0301``) is told apart before it is approved."""
     items: list[str] = []
-    if (tool := code_points(field(request.tool, 80))) is not None:
+    if (tool := code_points(field(request.tool, _NOTED_WHOLE))) is not None:
         items.append(f"tool {tool}")
-    for name, value in request.arguments.items():
-        key = field(name, 60)
+    if request.runs_on and (host := code_points(field(request.runs_on, _NOTED_WHOLE))):
+        items.append(f"runs on {host}")
+    # In the prompt's order (its decisive arguments first: what runs, where it writes),
+    # so no number of other arguments beyond ASCII can push a path out of the note (until
+    # 2026-12-07 the first 20 in the call's own order were noted: 20 notes of a server's
+    # made-up fields, then the path, which was "… and more").
+    ranked = [(name, value, _rank(str(name))) for name, value in request.arguments.items()]
+    decisive = sorted((a for a in ranked if a[2] is not None), key=lambda a: a[2])
+    others = [a for a in ranked if a[2] is None]
+    left = 0
+    for name, value, _ in [*decisive, *others]:
+        key = field(name, 200)
         # A value as the prompt draws it: a text itself, anything else (a list of paths, an
-        # object of options) as its JSON, so a lookalike nested in it is noted too.
-        shown = field(value if isinstance(value, str) else json_text(value), 200)
+        # object of options) as its JSON, so a lookalike nested in it is noted too; and at
+        # least as much of it as the prompt shows whole (until 2026-12-07 200 characters:
+        # a path of 300 drawn whole in the prompt had its middle, a lookalike there, noted
+        # as "not shown").
+        shown = field(
+            value if isinstance(value, str) else json_text(value), _noted_limit(str(name))
+        )
         text = code_points(shown)
         if text is not None or code_points(key) is not None:
-            if len(items) == MAX_NOTED:  # the note stays short, however many arguments
-                items.append("… and more")
-                break
+            if len(items) >= MAX_NOTED:  # the note stays short, however many arguments
+                left += 1
+                continue
             items.append(f"{code_points(key) or key} = {text or shown}")
+    if left:
+        items.append(f"… and {left:,} more arguments beyond ASCII, not noted here")
     if not items:
         return None
     return el(
@@ -906,8 +955,11 @@ class ReviewSite:
         )
         return self.page("Change sets", table, active="changes")
 
-    def _set_view(self, set_id: str) -> tuple[Any, str, dict[str, Any], list[str]]:
-        """The set, its diff, its summary, and the id of every set in the store as read."""
+    def _set_view(
+        self, set_id: str
+    ) -> tuple[Any, str, dict[str, Any], list[str], list[dict[str, Any]]]:
+        """The set, its diff, its summary, the id of every set in the store as read, and
+        the later sets over its files (:func:`_later_over`)."""
         with self._store() as store:
             cs = store.load(set_id)
             from ..workspace.changes._diff import render_changes
@@ -920,13 +972,14 @@ class ReviewSite:
             )
             listed = store.list()
             summary = next(s for s in listed if s["id"] == set_id)
-        return cs, diff, summary, [s["id"] for s in listed]
+        later = _later_over(listed, [summary])
+        return cs, diff, summary, [s["id"] for s in listed], later
 
     async def change_page(self, set_id: str) -> Html:
         if not _is_id(set_id):
             raise PageError(404, "not a change set id")
         try:
-            cs, diff, summary, listed = await trio.to_thread.run_sync(self._set_view, set_id)
+            cs, diff, summary, listed, later = await trio.to_thread.run_sync(self._set_view, set_id)
         except RingfenceError as exc:
             raise PageError(404, exc.message) from None
         record = self.feed.timeline().sets.get(set_id)
@@ -977,6 +1030,17 @@ class ReviewSite:
         parts += [el("h3", {}, "Diff"), self._diff(diff)]
         can_undo = not cs.staged and not cs.undoes and not summary.get("undone_by")
         if can_undo:
+            if later:
+                parts += [
+                    el("h3", {"class": "warn"}, "Changed again since, by later change sets"),
+                    el(
+                        "p",
+                        {"class": "hint"},
+                        "An Undo of this set refuses a file changed since (a conflict); "
+                        "with force it overwrites these later writes:",
+                    ),
+                    self._later_list(later, "later"),
+                ]
             parts.append(self._undo_forms(set_id, self.views.make(set_id, listed)))
         elif cs.staged:
             parts.append(
@@ -1044,6 +1108,28 @@ class ReviewSite:
             )
         return el("pre", {"class": "diff", "id": "diff"}, out)
 
+    def _later_list(self, later: list[dict[str, Any]], list_id: str) -> Html:
+        """The later sets over a set's files, each with the files it shares, as a list."""
+        items = [
+            el(
+                "li",
+                {"data-set": s["id"]},
+                el("a", {"href": self.link("changes", s["id"])}, s["id"]),
+                f" ({when(s['created'])}, by {field(s['tool'], 60)}"
+                + ("; an undo" if s.get("undoes") else "")
+                + ("; undone since" if s.get("undone_by") else "")
+                + "): ",
+                ", ".join(path_field(p) for p in s["shared"][:20]),
+                f" … and {len(s['shared']) - 20:,} more" if len(s["shared"]) > 20 else "",
+            )
+            for s in later[:MAX_LATER_SETS]
+        ]
+        if len(later) > MAX_LATER_SETS:
+            items.append(
+                el("li", {}, f"… and {len(later) - MAX_LATER_SETS:,} more later change sets")
+            )
+        return el("ul", {"id": list_id}, items)
+
     def _undo_forms(self, set_id: str, view: str) -> Html:
         """Undo this set, or back to it: each form names the view it was drawn from (the
         sets the page read, kept here: :class:`Views`), so the undo is bound to what the
@@ -1077,9 +1163,10 @@ class ReviewSite:
 
     def _undo_targets(
         self, set_id: str, mode: str, known: list[str]
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]]]:
         """The sets to undo, among those the page showed (``known``, the ids of its view),
-        and why the store is no longer as shown (a set made since over their paths), or None."""
+        why the store is no longer as shown (a set made since over their paths) or None,
+        and the later sets (not targets) over their files: what a force overwrites."""
         sets = self._list_sets()
         seen = set(known)
         live = [
@@ -1091,7 +1178,11 @@ class ReviewSite:
         if chosen is None:
             raise PageError(409, "that change set cannot be undone (staged, an undo, or undone)")
         targets = [chosen] if mode == "set" else [s for s in live if s["id"] >= set_id]
-        return targets, self._changed_since([t["id"] for t in targets], known)
+        chosen_ids = {t["id"] for t in targets}
+        later = _later_over(
+            [s for s in sets if s["id"] in seen and s["id"] not in chosen_ids], targets
+        )
+        return targets, self._changed_since([t["id"] for t in targets], known), later
 
     def _changed_since(self, ids: list[str], known: list[str]) -> str | None:
         """Why the sets confirmed for an undo are no longer as the page showed them, or None.
@@ -1131,7 +1222,7 @@ class ReviewSite:
                 "the page this Undo came from is no longer known (too old, or not this "
                 "page's): nothing was done; open the change set again",
             )
-        targets, changed = await trio.to_thread.run_sync(
+        targets, changed, later = await trio.to_thread.run_sync(
             self._undo_targets, set_id, mode, list(known)
         )
         if changed is not None:
@@ -1164,6 +1255,21 @@ class ReviewSite:
                     f"change sets, newest first, each as one `undo` call through the Gate.{note}",
                 )
                 + el("ul", {"id": "undo-targets"}, items)
+                + (
+                    el(
+                        "p",
+                        {"class": "what"},
+                        "Later change sets changed these files since: "
+                        + (
+                            "FORCE overwrites their writes:"
+                            if force
+                            else "without force, a file they left changed is a conflict and the undo is refused:"
+                        ),
+                    )
+                    + self._later_list(later, "undo-overwrites")
+                    if later
+                    else ""
+                )
             ),
             pending,
             danger=True,
@@ -1194,9 +1300,13 @@ class ReviewSite:
         ]
         return self.page("Plans", el("ul", {"id": "plans"}, items), active="plans")
 
-    def _load_plan(self, path: Path, *, show: bool = True) -> tuple[Plan, str, dict[str, str]]:
-        """The plan, its sha256 and (``show``) the diffs of its staged sets, all of them
-        reading at most :data:`MAX_DIFF_TEXT_BYTES` of text (then each set is named only)."""
+    def _load_plan(
+        self, path: Path, *, show: bool = True
+    ) -> tuple[Plan, str, dict[str, str], dict[str, list[dict[str, Any]]]]:
+        """The plan, its sha256, (``show``) the diffs of the sets it applies or undoes, all
+        of them reading at most :data:`MAX_DIFF_TEXT_BYTES` of text (then each set is named
+        only), and for each set a staged ``undo`` names, the later sets over its files
+        (:func:`_later_over`: what a forced undo overwrites)."""
         plan, data = read_plan(path, create_key=False)
         # Shown as the calls' records showed them: each call's own secrets redacted (the
         # plan that runs is read again from the file's bytes, never this one).
@@ -1205,9 +1315,16 @@ class ReviewSite:
             dataclasses.replace(c, arguments=c.shown_arguments(names)) for c in plan.calls
         ]
         diffs: dict[str, str] = {}
+        later: dict[str, list[dict[str, Any]]] = {}
+        undone = {c.arguments.get("id") for c in plan.calls if c.tool == "undo"}
+        if any(isinstance(i, str) and _is_id(i) for i in undone):
+            listed = self._list_sets()
+            for s in listed:
+                if s["id"] in undone:
+                    later[s["id"]] = _later_over(listed, [s])
         budget = MAX_DIFF_TEXT_BYTES
         for call in plan.calls if show else ():
-            set_id = call.arguments.get("id") if call.tool == "apply_changes" else None
+            set_id = call.arguments.get("id") if call.tool in _SET_TOOLS else None
             if not (isinstance(set_id, str) and _is_id(set_id)) or set_id in diffs:
                 continue
             if budget <= 0:
@@ -1231,12 +1348,12 @@ class ReviewSite:
                 budget -= len(diffs[set_id])
             except RingfenceError as exc:
                 diffs[set_id] = f"(change set {set_id} cannot be shown: {exc.message})\n"
-        return plan, _digest(data), diffs
+        return plan, _digest(data), diffs, later
 
     async def plan_page(self, number: str) -> Html:
         path = self._plan_index(number)
         try:
-            plan, digest, diffs = await trio.to_thread.run_sync(
+            plan, digest, diffs, later = await trio.to_thread.run_sync(
                 self._load_plan, path, abandon_on_cancel=True
             )
         except FileNotFoundError:
@@ -1276,9 +1393,30 @@ class ReviewSite:
                     _code_point_note(request),
                 )
             )
-            set_id = c.arguments.get("id") if c.tool == "apply_changes" else None
+            set_id = c.arguments.get("id") if c.tool in _SET_TOOLS else None
+            if c.tool == "undo" and isinstance(set_id, str) and set_id in diffs:
+                # What the undo restores: the set it reverses (until 2026-12-07 a staged
+                # undo was "undo id: …" alone, its set and what a force overwrites unseen).
+                parts.append(
+                    el(
+                        "p",
+                        {"class": "what"},
+                        f"Undoing restores the before-images of change set {set_id}, "
+                        "reversing this diff:",
+                    )
+                )
             if isinstance(set_id, str) and set_id in diffs:
                 parts.append(self._diff(diffs[set_id]))
+            if c.tool == "undo" and isinstance(set_id, str) and later.get(set_id):
+                parts += [
+                    el(
+                        "p",
+                        {"class": "warn"},
+                        f"Later change sets changed the files of {set_id} since "
+                        "(an undo with force overwrites their writes):",
+                    ),
+                    self._later_list(later[set_id], f"later-{i}"),
+                ]
         first = plan.first_applied()
         if first is not None:
             parts.append(
@@ -1314,7 +1452,7 @@ class ReviewSite:
         if self.kernel.dry_run:
             raise PageError(409, "this session is a dry run: it would stage the calls again")
         try:
-            plan, digest, _ = await trio.to_thread.run_sync(
+            plan, digest, _, later = await trio.to_thread.run_sync(
                 functools.partial(self._load_plan, path, show=False), abandon_on_cancel=True
             )
         except (OSError, RingfenceError) as exc:
@@ -1328,8 +1466,22 @@ class ReviewSite:
                 {},
                 f"{field(c.tool, 80)} {field(json_text(c.arguments), 300)}",
                 _code_point_note(_staged_request(c)),
+                (
+                    Html(
+                        el(
+                            "p",
+                            {"class": "warn"},
+                            "later change sets over its files (force overwrites their writes):",
+                        )
+                        + self._later_list(later[set_id], f"apply-later-{n}")
+                    )
+                    if c.tool == "undo"
+                    and isinstance(set_id := c.arguments.get("id"), str)
+                    and later.get(set_id)
+                    else None
+                ),
             )
-            for c in plan.calls
+            for n, c in enumerate(plan.calls)
         ]
         return self._confirm_page(
             f"Confirm: apply {len(plan.calls)} staged call(s)",
@@ -1458,14 +1610,22 @@ class ReviewSite:
 
     async def _undo(self, job: Job, ids: list[str], force: bool, known: list[str]) -> None:
         job.title = f"undo {len(ids)} change set(s)"
-        changed = await trio.to_thread.run_sync(self._changed_since, ids, known)
-        if changed is not None:
-            job.ok = False
-            job.lines.append(("bad", f"{changed}: nothing was undone; look again"))
-            return
-        for set_id in ids:
+        seen = list(known)
+        for n, set_id in enumerate(ids):
+            # Before each call: the sets still to undo as shown (the view, and this job's
+            # own undo sets so far), nothing made since over their files.
+            changed = await trio.to_thread.run_sync(self._changed_since, ids[n:], seen)
+            if changed is not None:
+                job.ok = False
+                job.lines.append(("bad", f"{changed}: nothing more was undone; look again"))
+                return
+            # And in the tool itself, right before it merges: no set newer than the newest
+            # seen over these files (a write made while this undo's own question waited on
+            # the page: until 2026-12-07 only the check above ran, before the question, and
+            # a forced undo overwrote such a write unseen).
+            since = {"since": max(seen)} if seen else {}
             outcome = await self.kernel.invoke(
-                "undo", {"id": set_id, "force": force}, origin="review"
+                "undo", {"id": set_id, "force": force, **since}, origin="review"
             )
             if outcome.error is not None:
                 job.lines.append(
@@ -1478,6 +1638,7 @@ class ReviewSite:
                 job.ok = False
                 return
             for item in outcome.value or []:
+                seen.append(item["checkpoint"])
                 job.lines.append(
                     (
                         "ok",
@@ -1553,6 +1714,31 @@ MAX_TEXT_BYTES = 1 << 20
 # (A set of 150 files of 700 KB took 50 s and 730 MB to draw; one of 1 GiB, the store's
 # bound, would have taken minutes and gigabytes, again at every reload.)
 MAX_DIFF_TEXT_BYTES = 4 << 20
+
+
+def _later_over(
+    sets: Sequence[dict[str, Any]], targets: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The sets of ``sets`` (store summaries) made after the oldest of ``targets`` that
+    changed any of the targets' files, oldest first, each with ``shared``: those files.
+
+    What a forced undo of ``targets`` overwrites: the page names them where the Undo is
+    offered and where it is confirmed (until 2026-12-07 a set made before the page was
+    drawn, or before it reloaded, over the same file was named nowhere on it, and a
+    forced Undo overwrote that write unseen)."""
+    if not targets:
+        return []
+    first = min(t["id"] for t in targets)
+    ids = {t["id"] for t in targets}
+    paths = set().union(*(t["paths"] for t in targets))
+    later = []
+    for s in sorted(sets, key=lambda s: s["id"]):
+        if s["id"] <= first or s["id"] in ids or s.get("staged"):
+            continue
+        shared = sorted(paths.intersection(s["paths"]))
+        if shared:
+            later.append({**s, "shared": shared})
+    return later
 
 
 def _recorded(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from ...runtime._calls import CallContext
-from ...runtime._errors import InvalidArguments, NotFound, RingfenceError
+from ...runtime._errors import InvalidArguments, NotFound, RingfenceError, ToolError
 from ...runtime._kernel import Kernel
 from ...runtime._tools import Consequence, ToolSpec
 from .._names import escape_name
@@ -172,6 +172,7 @@ def undo(
     force: bool = False,
     tool: str = "undo",
     call_id: str | None = None,
+    since: str | None = None,
 ) -> list[dict[str, Any]]:
     """Restore the before-images of change sets ``ids`` (or the ``last`` N not yet undone).
 
@@ -180,6 +181,12 @@ def undo(
     saved as a change set of its own (``undoes`` names the one it undid), so
     an undo can be undone. Returns ``[{"undone", "checkpoint", "paths"}]``.
     Stops at the first refusal; the sets undone before it stay undone.
+
+    ``since``: the newest change set the undo was confirmed against (the review page
+    sends the newest set of the view a person confirmed it from); a set newer than it
+    over any path of the sets to undo, other than this undo's own, refuses the undo
+    whole, force or not, checked before each set's merge: a write made while the undo
+    waited for its approval is never overwritten unseen.
     """
     if (ids is None) == (last is None):
         raise InvalidArguments("give change set ids or --last N, not both or neither", field="id")
@@ -197,8 +204,10 @@ def undo(
             raise NotFound("there is no change set to undo", field="last")
     sets = sorted((store.load(i) for i in ids), key=lambda s: s.id, reverse=True)
 
-    out = []
+    out: list[dict[str, Any]] = []
     for cs in sets:
+        if since is not None:
+            _unchanged_since(store, sets, since, {item["checkpoint"] for item in out})
         planned = ChangeSet(
             id=store.new_id(),
             created=time.time(),
@@ -216,6 +225,29 @@ def undo(
             }
         )
     return out
+
+
+def _unchanged_since(
+    store: CheckpointStore, sets: list[ChangeSet], since: str, own: set[str]
+) -> None:
+    """Raise ToolError (a conflict) when a change set newer than ``since``, not one of
+    ``sets`` nor of ``own`` (this undo's), changed a path of ``sets``."""
+    ids = {cs.id for cs in sets}
+    paths = {escape_name(c.path) for cs in sets for c in cs.changes}
+    for s in store.list():
+        if s["id"] <= since or s["id"] in ids or s["id"] in own:
+            continue
+        shared = sorted(paths.intersection(s["paths"]))
+        if shared:
+            raise ToolError(
+                f"conflict: change set {s['id']} ({s['tool']}) changed "
+                + ", ".join(shared[:5])
+                + (f" and {len(shared) - 5} more" if len(shared) > 5 else "")
+                + f" after {since}, the newest change set this undo was confirmed against: "
+                "nothing more was undone; look again",
+                field="since",
+                conflicts=shared[:50],
+            )
 
 
 def apply_change_set(
@@ -352,6 +384,7 @@ def register_undo_tool(
                 last=last,
                 force=args.get("force", False),
                 call_id=ctx.call_id,
+                since=args.get("since"),
             )
         )
         for item in result:
@@ -365,14 +398,16 @@ def register_undo_tool(
             "undo",
             "Undo file changes: restore the before-images of change set 'id' (see `ringfence "
             "checkpoints list`), or of the last 'last' change sets not yet undone (default 1). "
-            "A file that changed since is refused unless 'force'. The undo is itself a change "
-            "set, so it can be undone.",
+            "A file that changed since is refused unless 'force'; with 'since' (a change set id), "
+            "a newer change set over the same files refuses it, force or not. The undo is "
+            "itself a change set, so it can be undone.",
             {
                 "type": "object",
                 "properties": {
                     "id": {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"},
                     "last": {"type": "integer", "minimum": 1, "maximum": 10000},
                     "force": {"type": "boolean"},
+                    "since": {"type": "string", "minLength": 1, "pattern": "^[0-9a-f]+$"},
                 },
                 "additionalProperties": False,
             },
