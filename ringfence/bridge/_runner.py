@@ -117,7 +117,32 @@ def _read_activation(fd: int) -> tuple[bytes, dict[str, Any]] | None:
 
 
 def _traceback(exc: BaseException, source: str) -> dict[str, Any]:
-    """The error as script lines only: the runner's own frames are left out."""
+    """The error as script lines only: the runner's own frames are left out.
+
+    Total: reading a script's exception may run the script's code (a ``cached_property``
+    on its subclass) or meet values of any type (``e.lineno = "x"`` on a SyntaxError
+    subclass), and what that raises is reported as the error's own outcome, never the
+    runner's end. Until 2026-12-07 such a script ended the runner, and the runner's
+    traceback (this host's file paths) was the tool's error message. A bridge failure met
+    on the way (the script's code called a tool) still ends the run.
+    """
+    try:
+        return _describe(exc, source)
+    except _wire.ProtocolError:
+        raise
+    except BaseException as failure:
+        name = _type_name(exc)
+        message = f"<the error cannot be shown: reading it raised {_type_name(failure)}>"
+        return {"type": name, "message": message, "line": None, "traceback": f"{name}: {message}"}
+
+
+def _type_name(value: object) -> str:
+    """The name of ``value``'s class (a class statement's identifier: always a str)."""
+    name = type(value).__name__
+    return _encodable(name) if type(name) is str else "object"
+
+
+def _describe(exc: BaseException, source: str) -> dict[str, Any]:
     lines = source.splitlines()
     frames = []
     tb = exc.__traceback__
@@ -126,8 +151,11 @@ def _traceback(exc: BaseException, source: str) -> dict[str, Any]:
         if code.co_filename == _restricted.SCRIPT_FILENAME:
             frames.append((tb.tb_lineno, code.co_name))
         tb = tb.tb_next
-    if isinstance(exc, SyntaxError) and exc.filename == _restricted.SCRIPT_FILENAME and exc.lineno:
-        frames.append((exc.lineno, "<module>"))
+    if isinstance(exc, SyntaxError):  # its place only as the compiler reports one: str, int
+        filename, lineno = exc.filename, exc.lineno
+        ours = type(filename) is str and filename == _restricted.SCRIPT_FILENAME
+        if ours and type(lineno) is int and lineno > 0:
+            frames.append((lineno, "<module>"))
     text = ["Traceback (most recent call last):"]
     for lineno, func in frames:
         text.append(f"  script line {lineno}, in {func}")
@@ -135,11 +163,14 @@ def _traceback(exc: BaseException, source: str) -> dict[str, Any]:
             text.append(f"    {lines[lineno - 1].strip()}")
     try:
         message = _encodable(str(exc))
-    except Exception as failure:  # its args may not print (a huge int, a deep list)
-        message = f"<its message cannot be shown: {type(failure).__name__}>"
-    text.append(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+    except _wire.ProtocolError:
+        raise
+    except BaseException as failure:  # its args may not print (a huge int, a deep list)
+        message = f"<its message cannot be shown: {_type_name(failure)}>"
+    name = _type_name(exc)
+    text.append(f"{name}: {message}" if message else name)
     out: dict[str, Any] = {
-        "type": type(exc).__name__,
+        "type": name,
         "message": message,
         "line": frames[-1][0] if frames else None,
         "traceback": "\n".join(text),
@@ -160,12 +191,14 @@ def _encodable(text: str) -> str:
 def _as_text(value: Any) -> str:
     """A string as is (encodable), anything else as its repr, or what it is when even that
     fails (a huge int, a deep list): what the script made never ends the runner."""
-    if isinstance(value, str):
+    if type(value) is str:
         return _encodable(value)
     try:
-        return _encodable(repr(value))
-    except Exception as failure:
-        return f"<{type(value).__name__} object that cannot be shown: {type(failure).__name__}>"
+        return _encodable(str.__str__(repr(value)))
+    except _wire.ProtocolError:
+        raise
+    except BaseException as failure:  # repr may run the script's code (UserDict.data)
+        return f"<{_type_name(value)} object that cannot be shown: {_type_name(failure)}>"
 
 
 def _jsonable(value: Any) -> tuple[Any, bool]:
@@ -175,11 +208,19 @@ def _jsonable(value: Any) -> tuple[Any, bool]:
     comes as its text. Until 2026-12-07 it crossed as ``Infinity``/``NaN``, so
     ``run-script --json`` printed what no strict JSON parser reads, and an MCP client of
     ``serve`` got ``null`` for it in the structured content.
+
+    Returned as JSON read back from the text, never the script's own objects: encoding
+    may run the script's code (a dict subclass's ``items``), which could raise anything or
+    answer differently when the outcome is encoded again to be sent. Until 2026-12-07 a
+    ``result`` whose ``items()`` raised ended the runner with its traceback as the error.
     """
     try:
-        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        return value, False
-    except (TypeError, ValueError, RecursionError):
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+        return json.loads(text), False
+    except _wire.ProtocolError:
+        raise
+    except BaseException:
         return _as_text(value), True
 
 

@@ -384,3 +384,74 @@ async def test_a_value_the_runner_cannot_show_never_ends_the_runner(name: str) -
     else:
         assert outcome.error.message.startswith(f"the script raised {expected}"), outcome.error
         assert outcome.error.details["calls"][0]["tool"] == "peek"
+
+
+ITEMS_RAISE = """
+class D(dict):
+    def items(self):
+        raise {exc}
+result = [D(a=1)]
+"""
+ITEMS_SECOND = """
+seen = []
+class D(dict):
+    def items(self):
+        seen.append(1)
+        if len(seen) > 1:
+            raise KeyError("the second look")
+        return [("a", 1)]
+result = D(a=1)
+"""
+LINENO = """
+import functools
+def boom(self):
+    raise {exc}
+class E(SyntaxError):
+    {body}
+e = E("m")
+e.filename = "<script>"
+{extra}
+raise e
+"""
+MISBEHAVING = {
+    "a result whose items() raises KeyError": (ITEMS_RAISE.format(exc='KeyError("x")'), "ok"),
+    "a result whose items() raises SystemExit": (ITEMS_RAISE.format(exc="SystemExit(0)"), "ok"),
+    "a result that fails only when encoded again": (ITEMS_SECOND, "ok"),
+    "a SyntaxError subclass with a text lineno": (
+        LINENO.format(exc="1", body="pass", extra='e.lineno = "x"'),
+        "E",
+    ),
+    "a SyntaxError subclass whose lineno raises KeyboardInterrupt": (
+        LINENO.format(
+            exc="KeyboardInterrupt", body="lineno = functools.cached_property(boom)", extra=""
+        ),
+        "E",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MISBEHAVING))
+async def test_a_scripts_objects_that_misbehave_when_read_never_end_the_runner(name: str) -> None:
+    """The attack: the runner reads the script's result and error after the script ended,
+    and reading them runs the script's code (a dict subclass's ``items``, a
+    ``cached_property``) or meets values of any type (``e.lineno = "x"``). What that raised
+    ended the runner, whose traceback (this host's paths) became the tool's error and the
+    calls made were not reported; a result that encoded once and failed the second time did
+    the same. Now the outcome is the script's: a result as JSON or its text, an error named."""
+    source, expected = MISBEHAVING[name]
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, Ledger())
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": 'call_tool("peek")\n' + source, "timeout_seconds": 60}
+        )
+    shown = json.dumps(outcome.value if outcome.ok else outcome.error.to_dict())
+    assert "_runner.py" not in shown and "Traceback (most recent call last):\n  File" not in shown
+    assert "exited with code" not in shown, shown
+    if expected == "ok":
+        assert outcome.ok, outcome.error
+        assert outcome.value["calls"][0]["tool"] == "peek"
+        assert outcome.value["result"] in ("[{'a': 1}]", {"a": 1}), outcome.value
+    else:
+        assert outcome.error.message.startswith(f"the script raised {expected}"), outcome.error
+        assert outcome.error.details["calls"][0]["tool"] == "peek"
