@@ -183,6 +183,24 @@ def _describe(exc: BaseException, source: str) -> dict[str, Any]:
     return out
 
 
+def _unreported(message: str) -> dict[str, Any]:
+    """The outcome of a run whose own outcome cannot be sent (the script's doing)."""
+    error = {"type": "ResultTooLarge", "message": message, "line": None, "traceback": message}
+    return {"status": "error", "error": error}
+
+
+def _exc_text(exc: BaseException) -> str:
+    """``Name: message`` of the runner's own failure, whatever it holds (never raises)."""
+    name = _type_name(exc)
+    try:
+        detail = _as_text(str(exc))
+    except _wire.ProtocolError:
+        raise
+    except BaseException:
+        detail = ""
+    return f"{name}: {detail}" if detail else name
+
+
 def _encodable(text: str) -> str:
     """``text`` as the bridge can carry it (UTF-8): a lone surrogate written as its escape."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -191,9 +209,9 @@ def _encodable(text: str) -> str:
 def _as_text(value: Any) -> str:
     """A string as is (encodable), anything else as its repr, or what it is when even that
     fails (a huge int, a deep list): what the script made never ends the runner."""
-    if type(value) is str:
-        return _encodable(value)
     try:
+        if type(value) is str:
+            return _encodable(value)  # may need more memory than is left
         return _encodable(str.__str__(repr(value)))
     except _wire.ProtocolError:
         raise
@@ -518,24 +536,25 @@ def main(argv: list[str]) -> int:
     try:
         channel.send({"type": "sandboxed", "report": report})
         script = channel.codec.expect(channel.recv(), "script")
-        outcome = run_script(channel, script, modules)
+        try:
+            outcome = run_script(channel, script, modules)
+        except (OSError, _wire.ProtocolError):
+            raise
+        except BaseException as exc:  # the runner's own reading of what the script made
+            outcome = _unreported(f"the script's outcome cannot be reported: {_exc_text(exc)}")
         outcome["type"] = "done"
         try:
             channel.send(outcome)
-        except (_wire.ProtocolError, TypeError, ValueError, RecursionError) as exc:
+        except OSError:
+            raise
+        except BaseException as exc:  # not JSON, too large or deep, out of memory
             if isinstance(exc, _wire.ProtocolError) and exc.reason != "oversized":
                 raise
             if isinstance(exc, _wire.ProtocolError):
                 message = f"the script's result is too large to return: {exc.message}"
             else:
-                message = f"the script's outcome cannot cross the bridge: {_as_text(str(exc))}"
-            error = {
-                "type": "ResultTooLarge",
-                "message": message,
-                "line": None,
-                "traceback": message,
-            }
-            channel.send({"type": "done", "status": "error", "error": error})
+                message = f"the script's outcome cannot cross the bridge: {_exc_text(exc)}"
+            channel.send({"type": "done", **_unreported(message)})
         channel.codec.expect(channel.recv(), "bye")
     except (OSError, _wire.ProtocolError) as exc:
         sys.stderr.write(f"ringfence runner: bridge failed: {exc}\n")

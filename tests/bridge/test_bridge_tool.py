@@ -430,6 +430,40 @@ MISBEHAVING = {
 }
 
 
+NEARLY_FULL = """
+hold = []
+try:
+    while True:
+        hold.append("h" * 1_000_000)
+except MemoryError:
+    pass
+for i in range(15):
+    hold.pop()
+result = "y" * 10_000_000
+"""
+
+
+async def test_a_result_larger_than_the_memory_left_never_ends_the_runner() -> None:
+    """The attack: a script fills its memory, leaves a little, and sets a result that needs
+    more to encode. The runner's MemoryError while reading it ended the runner, and its
+    traceback (this host's paths) was the tool's error. Now the result says it cannot be
+    shown, and why."""
+    from ringfence.bridge import ScriptLimits
+
+    config = ScriptConfig(warm_runners=0, limits=ScriptLimits(memory_bytes=400 << 20))
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, Ledger())
+        register_script_tool(kernel, config=config)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": 'call_tool("peek")\n' + NEARLY_FULL, "timeout_seconds": 60}
+        )
+    shown = json.dumps(outcome.value if outcome.ok else outcome.error.to_dict())
+    assert "_runner.py" not in shown and "Traceback (most recent call last):" not in shown
+    assert outcome.ok, outcome.error
+    assert outcome.value["calls"][0]["tool"] == "peek"
+    assert outcome.value["result"] == "<str object that cannot be shown: MemoryError>"
+
+
 @pytest.mark.parametrize("name", list(MISBEHAVING))
 async def test_a_scripts_objects_that_misbehave_when_read_never_end_the_runner(name: str) -> None:
     """The attack: the runner reads the script's result and error after the script ended,
