@@ -50,12 +50,14 @@ import os
 import select
 import socket
 import sys
+from collections import deque
 from typing import Any
 
 from . import _allowlist, _restricted, _sandbox, _typed, _wire
 
 EXIT_SANDBOX = 3
 EXIT_BRIDGE = 4
+TRACEBACK_KEPT = 50  # the first and the last this many entries of a script's traceback
 
 
 class Channel:
@@ -142,25 +144,61 @@ def _type_name(value: object) -> str:
     return _encodable(name) if type(name) is str else "object"
 
 
+class _Frames:
+    """A traceback's script frames, bounded: a line repeated in a row is one entry with its
+    count (as CPython's own traceback says), and only the first and the last
+    :data:`TRACEBACK_KEPT` entries are kept. Raising one exception object again and again
+    grows its traceback by a frame each time: a million raises made the report 43 MB, over
+    the bridge's frame, so the script's error came as "its result is too large"."""
+
+    def __init__(self) -> None:
+        self.head: list[list[Any]] = []
+        self.tail: deque[list[Any]] = deque(maxlen=TRACEBACK_KEPT)
+        self.omitted = 0
+        self.last: int | None = None
+
+    def add(self, lineno: int, func: str) -> None:
+        self.last = lineno
+        newest = self.tail[-1] if self.tail else self.head[-1] if self.head else None
+        if newest is not None and newest[0] == lineno and newest[1] == func:
+            newest[2] += 1
+            return
+        entry = [lineno, func, 0]
+        if len(self.head) < TRACEBACK_KEPT:
+            self.head.append(entry)
+            return
+        if len(self.tail) == TRACEBACK_KEPT:
+            self.omitted += 1
+        self.tail.append(entry)
+
+    def lines(self, source: list[str]) -> list[str]:
+        out = []
+        for i, (lineno, func, repeated) in enumerate([*self.head, *self.tail]):
+            if i == len(self.head) and self.omitted:
+                out.append(f"  [{self.omitted} more frames not shown]")
+            out.append(f"  script line {lineno}, in {func}")
+            if 0 < lineno <= len(source):
+                out.append(f"    {source[lineno - 1].strip()}")
+            if repeated:
+                out.append(f"  [previous line repeated {repeated} more times]")
+        return out
+
+
 def _describe(exc: BaseException, source: str) -> dict[str, Any]:
     lines = source.splitlines()
-    frames = []
+    frames = _Frames()
     tb = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
         if code.co_filename == _restricted.SCRIPT_FILENAME:
-            frames.append((tb.tb_lineno, code.co_name))
+            frames.add(tb.tb_lineno, code.co_name)
         tb = tb.tb_next
     if isinstance(exc, SyntaxError):  # its place only as the compiler reports one: str, int
         filename, lineno = exc.filename, exc.lineno
         ours = type(filename) is str and filename == _restricted.SCRIPT_FILENAME
         if ours and type(lineno) is int and lineno > 0:
-            frames.append((lineno, "<module>"))
-    text = ["Traceback (most recent call last):"]
-    for lineno, func in frames:
-        text.append(f"  script line {lineno}, in {func}")
-        if 0 < lineno <= len(lines):
-            text.append(f"    {lines[lineno - 1].strip()}")
+            frames.add(lineno, "<module>")
+    text = ["Traceback (most recent call last):", *frames.lines(lines)]
     try:
         message = _encodable(str(exc))
     except _wire.ProtocolError:
@@ -172,7 +210,7 @@ def _describe(exc: BaseException, source: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "type": name,
         "message": message,
-        "line": frames[-1][0] if frames else None,
+        "line": frames.last,
         "traceback": "\n".join(text),
     }
     if isinstance(exc, _restricted.ToolError):  # a script's subclass may hold anything

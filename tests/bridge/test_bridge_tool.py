@@ -464,6 +464,39 @@ async def test_a_result_larger_than_the_memory_left_never_ends_the_runner() -> N
     assert outcome.value["result"] == "<str object that cannot be shown: MemoryError>"
 
 
+RAISED_AGAIN = """
+e = ValueError("the real error")
+for i in range(1_000_000):
+    try:
+        if i % 2:
+            raise e
+        raise e
+    except ValueError:
+        pass
+raise e
+"""
+
+
+async def test_an_exception_raised_a_million_times_is_still_the_scripts_error() -> None:
+    """The attack: one exception object raised again and again grows its traceback by a frame
+    each time; a million raises made the report 43 MB, over the bridge's frame, and the
+    script's ValueError came back as "the script's result is too large to return". The
+    traceback keeps the first and last entries (a repeated line counted), so the error is
+    the script's, named, with its line."""
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, Ledger())
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": 'call_tool("peek")\n' + RAISED_AGAIN, "timeout_seconds": 60}
+        )
+    assert outcome.error is not None
+    assert outcome.error.message.startswith("the script raised ValueError"), outcome.error
+    assert "the real error" in outcome.error.message
+    trace = outcome.error.details["error"]["traceback"]
+    assert "more frames not shown" in trace and len(trace) < 20_000, len(trace)
+    assert outcome.error.details["calls"][0]["tool"] == "peek"
+
+
 @pytest.mark.parametrize("name", list(MISBEHAVING))
 async def test_a_scripts_objects_that_misbehave_when_read_never_end_the_runner(name: str) -> None:
     """The attack: the runner reads the script's result and error after the script ended,
