@@ -326,7 +326,12 @@ class ScriptCalls:
 
     def _send(self, message: dict[str, Any], what: str, tool: str = "") -> None:
         try:
-            self.channel.send(message)
+            # The script's objects are encoded once, here, before the message takes a
+            # sequence number: encoding may run the script's code (a dict subclass's
+            # items()), and a call that code made took the number this message then
+            # carried too, so the host stopped the run as a replay (until 2026-12-07).
+            plain = json.loads(json.dumps(message, ensure_ascii=False))
+            self.channel.send(plain)
         except (TypeError, ValueError) as exc:
             raise _restricted.ToolError(
                 "invalid_arguments", f"arguments for {what} must be JSON values: {exc}", tool

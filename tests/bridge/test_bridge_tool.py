@@ -497,6 +497,42 @@ async def test_an_exception_raised_a_million_times_is_still_the_scripts_error() 
     assert outcome.error.details["calls"][0]["tool"] == "peek"
 
 
+CALL_WHILE_ENCODED = """
+class D(dict):
+    def items(self):
+        call_tool("peek", x="made while the outer call was encoded")
+        return [("a", 1)]
+try:
+    call_tool("peek", x=D(a=1))
+except ToolError as e:
+    outer = e.code
+result = outer
+"""
+
+
+async def test_a_call_made_while_a_calls_arguments_are_encoded_does_not_stop_the_run(
+    ledger: Ledger,
+) -> None:
+    """The attack: encoding a call's arguments runs the script's code (a dict subclass's
+    ``items``), which makes another call. That call took the sequence number the outer
+    message already carried, the host refused the outer one as a replay and stopped the
+    run ("the script bridge refused a message"), and the tool's value lost the calls made.
+    Now the arguments are encoded before the message takes its number: both calls reach the
+    Gate in order, each on its own (the outer one is refused by peek's schema)."""
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, ledger)
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": CALL_WHILE_ENCODED, "timeout_seconds": 60}
+        )
+        refused = kinds(kernel, "bridge_refused")
+    assert outcome.ok, outcome.error
+    assert outcome.value["result"] == "invalid_arguments"
+    assert [c["tool"] for c in outcome.value["calls"]] == ["peek", "peek"]
+    assert ledger.runs == [("peek", {"x": "made while the outer call was encoded"})]
+    assert not refused
+
+
 @pytest.mark.parametrize("name", list(MISBEHAVING))
 async def test_a_scripts_objects_that_misbehave_when_read_never_end_the_runner(name: str) -> None:
     """The attack: the runner reads the script's result and error after the script ended,
