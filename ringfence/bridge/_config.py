@@ -15,6 +15,7 @@ from . import _sandbox, _wire
 __all__ = [
     "DEFAULT_MAX_CALLS",
     "DEFAULT_MAX_CALL_BYTES",
+    "DEFAULT_MAX_CONCURRENT_RUNS",
     "DEFAULT_MAX_PARALLEL",
     "DEFAULT_SPOOL_BYTES",
     "SANDBOX_LEVELS",
@@ -30,6 +31,10 @@ DEFAULT_MAX_CALLS = 10_000
 DEFAULT_MAX_CALL_BYTES = 64 * 1024 * 1024
 # Calls of one parallel() batch that run at once (each through the Gate).
 DEFAULT_MAX_PARALLEL = 16
+# Runs of one run_tool_script tool (one kernel) alive at once; the others wait for a slot. Each
+# runner may use limits.memory_bytes (1 GiB): unbounded, 12 scripts started together by one
+# model turn or MCP client had 12 runners alive (12 GiB allowed), and nothing stopped 100.
+DEFAULT_MAX_CONCURRENT_RUNS = 4
 # Warm runners a local launcher keeps ready, at most (the default is one per core, up to this).
 MAX_WARM_RUNNERS = 64
 DEFAULT_WARM_RUNNERS_CAP = 8
@@ -68,6 +73,10 @@ class ScriptConfig:
     a script makes big arguments for free);
     ``output_spool_bytes`` the disk cap of the file that holds the full
     redacted output when it is over the kernel's output cap.
+    ``max_concurrent_runs``: how many scripts of the ``run_tool_script`` tool
+    run at once (each runner may use ``limits.memory_bytes``); a run past it
+    waits for one to end, at most its own timeout, and is then ``unavailable``
+    naming this field.
     ``warm_runners``: how many runners a local launcher keeps started ahead
     of need (interpreter up, imports done, waiting for a run), refilled in
     the background; None is one per core the process may use, at most
@@ -86,6 +95,7 @@ class ScriptConfig:
     max_call_bytes: int = DEFAULT_MAX_CALL_BYTES
     output_spool_bytes: int = DEFAULT_SPOOL_BYTES
     max_parallel: int = DEFAULT_MAX_PARALLEL
+    max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
     warm_runners: int | None = None
 
     def __post_init__(self) -> None:
@@ -94,6 +104,7 @@ class ScriptConfig:
             ("max_call_bytes", self.max_call_bytes),
             ("output_spool_bytes", self.output_spool_bytes),
             ("max_parallel", self.max_parallel),
+            ("max_concurrent_runs", self.max_concurrent_runs),
         ):
             if type(number) is not int or number < 1:
                 raise InvalidArguments(

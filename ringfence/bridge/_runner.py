@@ -50,12 +50,14 @@ import os
 import select
 import socket
 import sys
+from collections import deque
 from typing import Any
 
 from . import _allowlist, _restricted, _sandbox, _typed, _wire
 
 EXIT_SANDBOX = 3
 EXIT_BRIDGE = 4
+TRACEBACK_KEPT = 50  # the first and the last this many entries of a script's traceback
 
 
 class Channel:
@@ -117,31 +119,98 @@ def _read_activation(fd: int) -> tuple[bytes, dict[str, Any]] | None:
 
 
 def _traceback(exc: BaseException, source: str) -> dict[str, Any]:
-    """The error as script lines only: the runner's own frames are left out."""
+    """The error as script lines only: the runner's own frames are left out.
+
+    Total: reading a script's exception may run the script's code (a ``cached_property``
+    on its subclass) or meet values of any type (``e.lineno = "x"`` on a SyntaxError
+    subclass), and what that raises is reported as the error's own outcome, never the
+    runner's end. Until 2026-12-07 such a script ended the runner, and the runner's
+    traceback (this host's file paths) was the tool's error message. A bridge failure met
+    on the way (the script's code called a tool) still ends the run.
+    """
+    try:
+        return _describe(exc, source)
+    except _wire.ProtocolError:
+        raise
+    except BaseException as failure:
+        name = _type_name(exc)
+        message = f"<the error cannot be shown: reading it raised {_type_name(failure)}>"
+        return {"type": name, "message": message, "line": None, "traceback": f"{name}: {message}"}
+
+
+def _type_name(value: object) -> str:
+    """The name of ``value``'s class (a class statement's identifier: always a str)."""
+    name = type(value).__name__
+    return _encodable(name) if type(name) is str else "object"
+
+
+class _Frames:
+    """A traceback's script frames, bounded: a line repeated in a row is one entry with its
+    count (as CPython's own traceback says), and only the first and the last
+    :data:`TRACEBACK_KEPT` entries are kept. Raising one exception object again and again
+    grows its traceback by a frame each time: a million raises made the report 43 MB, over
+    the bridge's frame, so the script's error came as "its result is too large"."""
+
+    def __init__(self) -> None:
+        self.head: list[list[Any]] = []
+        self.tail: deque[list[Any]] = deque(maxlen=TRACEBACK_KEPT)
+        self.omitted = 0
+        self.last: int | None = None
+
+    def add(self, lineno: int, func: str) -> None:
+        self.last = lineno
+        newest = self.tail[-1] if self.tail else self.head[-1] if self.head else None
+        if newest is not None and newest[0] == lineno and newest[1] == func:
+            newest[2] += 1
+            return
+        entry = [lineno, func, 0]
+        if len(self.head) < TRACEBACK_KEPT:
+            self.head.append(entry)
+            return
+        if len(self.tail) == TRACEBACK_KEPT:
+            self.omitted += 1
+        self.tail.append(entry)
+
+    def lines(self, source: list[str]) -> list[str]:
+        out = []
+        for i, (lineno, func, repeated) in enumerate([*self.head, *self.tail]):
+            if i == len(self.head) and self.omitted:
+                out.append(f"  [{self.omitted} more frames not shown]")
+            out.append(f"  script line {lineno}, in {func}")
+            if 0 < lineno <= len(source):
+                out.append(f"    {source[lineno - 1].strip()}")
+            if repeated:
+                out.append(f"  [previous line repeated {repeated} more times]")
+        return out
+
+
+def _describe(exc: BaseException, source: str) -> dict[str, Any]:
     lines = source.splitlines()
-    frames = []
+    frames = _Frames()
     tb = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
         if code.co_filename == _restricted.SCRIPT_FILENAME:
-            frames.append((tb.tb_lineno, code.co_name))
+            frames.add(tb.tb_lineno, code.co_name)
         tb = tb.tb_next
-    if isinstance(exc, SyntaxError) and exc.filename == _restricted.SCRIPT_FILENAME and exc.lineno:
-        frames.append((exc.lineno, "<module>"))
-    text = ["Traceback (most recent call last):"]
-    for lineno, func in frames:
-        text.append(f"  script line {lineno}, in {func}")
-        if 0 < lineno <= len(lines):
-            text.append(f"    {lines[lineno - 1].strip()}")
+    if isinstance(exc, SyntaxError):  # its place only as the compiler reports one: str, int
+        filename, lineno = exc.filename, exc.lineno
+        ours = type(filename) is str and filename == _restricted.SCRIPT_FILENAME
+        if ours and type(lineno) is int and lineno > 0:
+            frames.add(lineno, "<module>")
+    text = ["Traceback (most recent call last):", *frames.lines(lines)]
     try:
         message = _encodable(str(exc))
-    except Exception as failure:  # its args may not print (a huge int, a deep list)
-        message = f"<its message cannot be shown: {type(failure).__name__}>"
-    text.append(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+    except _wire.ProtocolError:
+        raise
+    except BaseException as failure:  # its args may not print (a huge int, a deep list)
+        message = f"<its message cannot be shown: {_type_name(failure)}>"
+    name = _type_name(exc)
+    text.append(f"{name}: {message}" if message else name)
     out: dict[str, Any] = {
-        "type": type(exc).__name__,
+        "type": name,
         "message": message,
-        "line": frames[-1][0] if frames else None,
+        "line": frames.last,
         "traceback": "\n".join(text),
     }
     if isinstance(exc, _restricted.ToolError):  # a script's subclass may hold anything
@@ -152,6 +221,24 @@ def _traceback(exc: BaseException, source: str) -> dict[str, Any]:
     return out
 
 
+def _unreported(message: str) -> dict[str, Any]:
+    """The outcome of a run whose own outcome cannot be sent (the script's doing)."""
+    error = {"type": "ResultTooLarge", "message": message, "line": None, "traceback": message}
+    return {"status": "error", "error": error}
+
+
+def _exc_text(exc: BaseException) -> str:
+    """``Name: message`` of the runner's own failure, whatever it holds (never raises)."""
+    name = _type_name(exc)
+    try:
+        detail = _as_text(str(exc))
+    except _wire.ProtocolError:
+        raise
+    except BaseException:
+        detail = ""
+    return f"{name}: {detail}" if detail else name
+
+
 def _encodable(text: str) -> str:
     """``text`` as the bridge can carry it (UTF-8): a lone surrogate written as its escape."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -160,12 +247,14 @@ def _encodable(text: str) -> str:
 def _as_text(value: Any) -> str:
     """A string as is (encodable), anything else as its repr, or what it is when even that
     fails (a huge int, a deep list): what the script made never ends the runner."""
-    if isinstance(value, str):
-        return _encodable(value)
     try:
-        return _encodable(repr(value))
-    except Exception as failure:
-        return f"<{type(value).__name__} object that cannot be shown: {type(failure).__name__}>"
+        if type(value) is str:
+            return _encodable(value)  # may need more memory than is left
+        return _encodable(str.__str__(repr(value)))
+    except _wire.ProtocolError:
+        raise
+    except BaseException as failure:  # repr may run the script's code (UserDict.data)
+        return f"<{_type_name(value)} object that cannot be shown: {_type_name(failure)}>"
 
 
 def _jsonable(value: Any) -> tuple[Any, bool]:
@@ -175,11 +264,19 @@ def _jsonable(value: Any) -> tuple[Any, bool]:
     comes as its text. Until 2026-12-07 it crossed as ``Infinity``/``NaN``, so
     ``run-script --json`` printed what no strict JSON parser reads, and an MCP client of
     ``serve`` got ``null`` for it in the structured content.
+
+    Returned as JSON read back from the text, never the script's own objects: encoding
+    may run the script's code (a dict subclass's ``items``), which could raise anything or
+    answer differently when the outcome is encoded again to be sent. Until 2026-12-07 a
+    ``result`` whose ``items()`` raised ended the runner with its traceback as the error.
     """
     try:
-        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        return value, False
-    except (TypeError, ValueError, RecursionError):
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+        return json.loads(text), False
+    except _wire.ProtocolError:
+        raise
+    except BaseException:
         return _as_text(value), True
 
 
@@ -229,7 +326,12 @@ class ScriptCalls:
 
     def _send(self, message: dict[str, Any], what: str, tool: str = "") -> None:
         try:
-            self.channel.send(message)
+            # The script's objects are encoded once, here, before the message takes a
+            # sequence number: encoding may run the script's code (a dict subclass's
+            # items()), and a call that code made took the number this message then
+            # carried too, so the host stopped the run as a replay (until 2026-12-07).
+            plain = json.loads(json.dumps(message, ensure_ascii=False))
+            self.channel.send(plain)
         except (TypeError, ValueError) as exc:
             raise _restricted.ToolError(
                 "invalid_arguments", f"arguments for {what} must be JSON values: {exc}", tool
@@ -477,24 +579,25 @@ def main(argv: list[str]) -> int:
     try:
         channel.send({"type": "sandboxed", "report": report})
         script = channel.codec.expect(channel.recv(), "script")
-        outcome = run_script(channel, script, modules)
+        try:
+            outcome = run_script(channel, script, modules)
+        except (OSError, _wire.ProtocolError):
+            raise
+        except BaseException as exc:  # the runner's own reading of what the script made
+            outcome = _unreported(f"the script's outcome cannot be reported: {_exc_text(exc)}")
         outcome["type"] = "done"
         try:
             channel.send(outcome)
-        except (_wire.ProtocolError, TypeError, ValueError, RecursionError) as exc:
+        except OSError:
+            raise
+        except BaseException as exc:  # not JSON, too large or deep, out of memory
             if isinstance(exc, _wire.ProtocolError) and exc.reason != "oversized":
                 raise
             if isinstance(exc, _wire.ProtocolError):
                 message = f"the script's result is too large to return: {exc.message}"
             else:
-                message = f"the script's outcome cannot cross the bridge: {_as_text(str(exc))}"
-            error = {
-                "type": "ResultTooLarge",
-                "message": message,
-                "line": None,
-                "traceback": message,
-            }
-            channel.send({"type": "done", "status": "error", "error": error})
+                message = f"the script's outcome cannot cross the bridge: {_exc_text(exc)}"
+            channel.send({"type": "done", **_unreported(message)})
         channel.codec.expect(channel.recv(), "bye")
     except (OSError, _wire.ProtocolError) as exc:
         sys.stderr.write(f"ringfence runner: bridge failed: {exc}\n")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
+
+import trio
 
 from ..runtime._calls import CallContext
 from ..runtime._errors import InvalidArguments, ToolError, ToolTimeout, Unavailable
@@ -138,6 +141,7 @@ def register_script_tool(
             await docker_launchers.popitem()[1].aclose()  # type: ignore[attr-defined]
 
     kernel.push_async_callback(close_local)
+    slots: list[trio.CapacityLimiter] = []  # made on the first run (inside trio)
 
     cached: list[Any] = [None, None]  # the registry's tools when last built, and the manifest
 
@@ -191,6 +195,12 @@ def register_script_tool(
                 f"{MAX_TIMEOUT_SECONDS}), not {timeout!r}",
                 field="timeout_seconds",
             )
+        if not slots:
+            slots.append(trio.CapacityLimiter(config.max_concurrent_runs))
+        async with _run_slot(slots[0], ctx, timeout):
+            return await run_one(args, ctx, timeout)
+
+    async def run_one(args: dict[str, Any], ctx: CallContext, timeout: float) -> Any:
         launcher = await launcher_for(ctx)
         changes: dict[str, Any] = {}
         transport = launcher.transport or config.transport
@@ -229,6 +239,40 @@ def register_script_tool(
     )
     kernel.register(spec)
     return spec
+
+
+@contextlib.asynccontextmanager
+async def _run_slot(
+    slots: trio.CapacityLimiter, ctx: CallContext, timeout: float
+) -> AsyncIterator[None]:
+    """Hold one of the tool's ``max_concurrent_runs`` slots for a run.
+
+    A run past the bound waits for a slot (``script_waiting`` says so), at most its own
+    timeout, before any runner starts; then it is ``unavailable`` naming the field. Until
+    2026-12-07 nothing bounded how many runners were alive at once, each allowed
+    ``limits.memory_bytes``: a model turn or MCP clients starting scripts together
+    multiplied the bound of one.
+    """
+    token = object()
+    if slots.available_tokens == 0:
+        ctx.emit(
+            "script_waiting",
+            running=slots.borrowed_tokens,
+            max_concurrent_runs=slots.total_tokens,
+        )
+    with trio.move_on_after(timeout) as waited:
+        await slots.acquire_on_behalf_of(token)
+    if waited.cancelled_caught:
+        raise Unavailable(
+            f"{SCRIPT_TOOL}: {slots.total_tokens} scripts are already running in this session "
+            f"(max_concurrent_runs) and none ended within this run's {timeout:g} s timeout; "
+            "nothing of this script ran",
+            field="max_concurrent_runs",
+        )
+    try:
+        yield
+    finally:
+        slots.release_on_behalf_of(token)
 
 
 def _schema(max_calls: int) -> dict[str, Any]:

@@ -50,20 +50,33 @@ EXIT_DENIED = 3
 MAX_SHOWN_CHARS = 240
 
 
-def read_input_text(name: str, *, subject: str, field: str, prefix: str = "") -> str:
+def read_input_text(
+    name: str, *, subject: str, field: str, prefix: str = "", max_bytes: int | None = None
+) -> str:
     """UTF-8 text from the file ``name``, or stdin when ``name`` is ``-``.
 
     Errors are InvalidArguments naming ``field``: ``{prefix}cannot read {subject}: …`` and
-    ``{prefix}{subject} is not UTF-8 text``.
+    ``{prefix}{subject} is not UTF-8 text``. With ``max_bytes``, at most that many bytes
+    (and one more, to know) are read: a longer input is refused naming the bound before
+    the rest is read (``/dev/zero`` or an endless pipe would otherwise fill memory).
     """
-    from pathlib import Path
-
+    limit = -1 if max_bytes is None else max_bytes + 1
     try:
-        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+        if name == "-":
+            data = sys.stdin.buffer.read(limit)
+        else:
+            with open(name, "rb") as f:
+                data = f.read(limit)
     except OSError as exc:
         raise InvalidArguments(
             f"{prefix}cannot read {subject}: {exc.strerror or exc}", field=field
         ) from None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise InvalidArguments(
+            f"{prefix}{subject} is larger than {max_bytes:,} bytes, the most it may be; "
+            "nothing of it was run",
+            field=field,
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..bridge._tool import MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
+from ..bridge._tool import MAX_SCRIPT_CHARS, MAX_TIMEOUT_SECONDS, SCRIPT_TOOL
 from ..runtime._errors import RingfenceError
 from ..runtime._render import json_text, visible_line
 from ._mcp_session import session_warnings
@@ -45,8 +45,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+# A script is at most MAX_SCRIPT_CHARS characters, each at most 4 bytes of UTF-8: a longer
+# FILE is refused before it is read whole (`run-script /dev/zero` held 1.5 GB in 6 s and grew).
+MAX_SCRIPT_FILE_BYTES = 4 * MAX_SCRIPT_CHARS
+
+
 def read_script(name: str) -> str:
-    return read_input_text(name, subject=f"the script {name}", field="FILE")
+    """The script in FILE (``-``: stdin), read up to :data:`MAX_SCRIPT_FILE_BYTES`."""
+    return read_input_text(
+        name,
+        subject=f"the script {name} (a script is at most {MAX_SCRIPT_CHARS:,} characters)",
+        field="FILE",
+        max_bytes=MAX_SCRIPT_FILE_BYTES,
+    )
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -541,3 +541,75 @@ def test_a_temporary_directory_too_long_for_the_bridge_socket_is_named(tmp_path:
     assert done.returncode != 0 and error["code"] == "unavailable", done.stdout
     assert "107" in error["message"] and "TMPDIR" in error["message"], error
     assert "Traceback" not in done.stderr and list(deep.iterdir()) == []
+
+
+# -- how many runs are alive at once ------------------------------------------------------
+
+
+async def test_scripts_started_together_run_at_most_max_concurrent_runs_at_once(
+    ledger: Ledger,
+) -> None:
+    """The attack: one model turn (or several MCP clients) starts many scripts at once under
+    a posture that lets them run. Each runner may use ``limits.memory_bytes``; at most
+    ``max_concurrent_runs`` are alive together, the others wait for a slot and then run.
+
+    Until 2026-12-07 every one started at once: 12 scripts, 12 runners alive (12 GiB
+    allowed), and nothing stopped a hundred.
+    """
+    from bridge_helpers import runner_processes
+
+    from ringfence.bridge._config import DEFAULT_MAX_CONCURRENT_RUNS
+
+    async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
+        register_tools(kernel, ledger)
+        register_script_tool(kernel, config=ScriptConfig(warm_runners=0))
+        n = DEFAULT_MAX_CONCURRENT_RUNS + 3
+        outcomes: list[Any] = []
+        peak = 0
+
+        async def one(i: int) -> None:
+            script = f'import time\ntime.sleep(1.5)\ncall_tool("touch", x="{i}")\nresult = {i}'
+            outcomes.append(await kernel.invoke(SCRIPT_TOOL, {"script": script}))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(one, i)
+            while len(outcomes) < n:
+                peak = max(peak, len(runner_processes()))
+                await trio.sleep(0.05)
+        assert all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
+        assert sorted(o.value["result"] for o in outcomes) == list(range(n))
+        assert 0 < peak <= DEFAULT_MAX_CONCURRENT_RUNS, peak
+        waiting = kinds(kernel, "script_waiting")
+        assert len(waiting) >= n - DEFAULT_MAX_CONCURRENT_RUNS
+        assert waiting[0]["max_concurrent_runs"] == DEFAULT_MAX_CONCURRENT_RUNS
+    assert sorted(args["x"] for name, args in ledger.runs) == sorted(str(i) for i in range(n))
+
+
+async def test_a_run_that_finds_no_slot_within_its_timeout_is_unavailable_and_runs_nothing(
+    ledger: Ledger,
+) -> None:
+    """A run waiting for a slot past its own timeout is refused, naming the field, and
+    nothing of it runs: no runner starts, its calls are never made."""
+    async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
+        register_tools(kernel, ledger)
+        register_script_tool(kernel, config=ScriptConfig(warm_runners=0, max_concurrent_runs=1))
+        late: list[Any] = []
+
+        async def waiting() -> None:
+            await trio.sleep(0.5)  # the long run holds the one slot by now
+            script = 'call_tool("touch", x="late")'
+            late.append(await kernel.invoke(SCRIPT_TOOL, {"script": script, "timeout_seconds": 1}))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiting)
+            long = await kernel.invoke(
+                SCRIPT_TOOL, {"script": 'import time\ntime.sleep(3)\ncall_tool("touch", x="long")'}
+            )
+        assert long.ok, long.error
+        (refused,) = late
+        assert refused.error is not None and refused.error.code == "unavailable"
+        assert refused.error.field == "max_concurrent_runs"
+        assert "max_concurrent_runs" in refused.error.message
+        assert len(kinds(kernel, "script_started")) == 1
+    assert ledger.runs == [("touch", {"x": "long"})]

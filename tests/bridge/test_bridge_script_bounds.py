@@ -216,3 +216,54 @@ def test_a_large_batchs_results_are_not_all_held_by_the_host(tmp_path: Path) -> 
     result = json.loads(out)["result"]["result"]
     assert result[0] == 2500 and result[1] > 2500 * 60_000  # every reply came, whole
     assert peak < 500 * 1024 * 1024, f"the host peaked at {peak >> 20} MiB"
+
+
+def _run_script_cli(tmp_path: Path, file: str, stdin: bytes | None = None) -> tuple[int, str]:
+    """``ringfence run-script FILE --approve yes --json`` as a real process under a 2 GiB
+    address-space limit (an unbounded read fails there instead of filling the machine)."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGFENCE_POSTURE")}
+    done = subprocess.run(
+        [sys.executable, "-m", "ringfence", "run-script", file, "--approve", "yes", "--json"],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+        preexec_fn=limit,
+        check=False,
+    )
+    return done.returncode, done.stdout.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "stdin"])
+def test_an_endless_script_file_is_refused_before_it_is_read_whole(
+    source: str, tmp_path: Path
+) -> None:
+    """``run-script /dev/zero`` (or an endless pipe on stdin) is refused naming FILE and the
+    bound, having read at most that much; no runner starts, nothing is written.
+
+    Until 2026-12-07 the CLI read FILE whole before the kernel's bound on a script's length
+    applied: ``run-script /dev/zero`` held 1.5 GB after 6 s and kept growing.
+    """
+    from ringfence.cli._run_script import MAX_SCRIPT_FILE_BYTES
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    head = b'tools.write_file(path="made.txt", content="x")\n#'
+    if source == "stdin":  # finite here, but past the bound
+        code, out = _run_script_cli(workspace, "-", head + b"a" * (MAX_SCRIPT_FILE_BYTES + 16))
+    else:
+        code, out = _run_script_cli(workspace, source)
+    body = json.loads(out)
+    assert code != 0 and body["ok"] is False, body
+    assert body["error"]["code"] == "invalid_arguments", body
+    assert body["error"]["field"] == "FILE", body
+    assert f"{MAX_SCRIPT_FILE_BYTES:,} bytes" in body["error"]["message"], body
+    assert not (workspace / "made.txt").exists()

@@ -384,3 +384,177 @@ async def test_a_value_the_runner_cannot_show_never_ends_the_runner(name: str) -
     else:
         assert outcome.error.message.startswith(f"the script raised {expected}"), outcome.error
         assert outcome.error.details["calls"][0]["tool"] == "peek"
+
+
+ITEMS_RAISE = """
+class D(dict):
+    def items(self):
+        raise {exc}
+result = [D(a=1)]
+"""
+ITEMS_SECOND = """
+seen = []
+class D(dict):
+    def items(self):
+        seen.append(1)
+        if len(seen) > 1:
+            raise KeyError("the second look")
+        return [("a", 1)]
+result = D(a=1)
+"""
+LINENO = """
+import functools
+def boom(self):
+    raise {exc}
+class E(SyntaxError):
+    {body}
+e = E("m")
+e.filename = "<script>"
+{extra}
+raise e
+"""
+MISBEHAVING = {
+    "a result whose items() raises KeyError": (ITEMS_RAISE.format(exc='KeyError("x")'), "ok"),
+    "a result whose items() raises SystemExit": (ITEMS_RAISE.format(exc="SystemExit(0)"), "ok"),
+    "a result that fails only when encoded again": (ITEMS_SECOND, "ok"),
+    "a SyntaxError subclass with a text lineno": (
+        LINENO.format(exc="1", body="pass", extra='e.lineno = "x"'),
+        "E",
+    ),
+    "a SyntaxError subclass whose lineno raises KeyboardInterrupt": (
+        LINENO.format(
+            exc="KeyboardInterrupt", body="lineno = functools.cached_property(boom)", extra=""
+        ),
+        "E",
+    ),
+}
+
+
+NEARLY_FULL = """
+hold = []
+try:
+    while True:
+        hold.append("h" * 1_000_000)
+except MemoryError:
+    pass
+for i in range(15):
+    hold.pop()
+result = "y" * 10_000_000
+"""
+
+
+async def test_a_result_larger_than_the_memory_left_never_ends_the_runner() -> None:
+    """The attack: a script fills its memory, leaves a little, and sets a result that needs
+    more to encode. The runner's MemoryError while reading it ended the runner, and its
+    traceback (this host's paths) was the tool's error. Now the result says it cannot be
+    shown, and why."""
+    from ringfence.bridge import ScriptLimits
+
+    config = ScriptConfig(warm_runners=0, limits=ScriptLimits(memory_bytes=400 << 20))
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, Ledger())
+        register_script_tool(kernel, config=config)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": 'call_tool("peek")\n' + NEARLY_FULL, "timeout_seconds": 60}
+        )
+    shown = json.dumps(outcome.value if outcome.ok else outcome.error.to_dict())
+    assert "_runner.py" not in shown and "Traceback (most recent call last):" not in shown
+    assert outcome.ok, outcome.error
+    assert outcome.value["calls"][0]["tool"] == "peek"
+    assert outcome.value["result"] == "<str object that cannot be shown: MemoryError>"
+
+
+RAISED_AGAIN = """
+e = ValueError("the real error")
+for i in range(1_000_000):
+    try:
+        if i % 2:
+            raise e
+        raise e
+    except ValueError:
+        pass
+raise e
+"""
+
+
+async def test_an_exception_raised_a_million_times_is_still_the_scripts_error() -> None:
+    """The attack: one exception object raised again and again grows its traceback by a frame
+    each time; a million raises made the report 43 MB, over the bridge's frame, and the
+    script's ValueError came back as "the script's result is too large to return". The
+    traceback keeps the first and last entries (a repeated line counted), so the error is
+    the script's, named, with its line."""
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, Ledger())
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": 'call_tool("peek")\n' + RAISED_AGAIN, "timeout_seconds": 60}
+        )
+    assert outcome.error is not None
+    assert outcome.error.message.startswith("the script raised ValueError"), outcome.error
+    assert "the real error" in outcome.error.message
+    trace = outcome.error.details["error"]["traceback"]
+    assert "more frames not shown" in trace and len(trace) < 20_000, len(trace)
+    assert outcome.error.details["calls"][0]["tool"] == "peek"
+
+
+CALL_WHILE_ENCODED = """
+class D(dict):
+    def items(self):
+        call_tool("peek", x="made while the outer call was encoded")
+        return [("a", 1)]
+try:
+    call_tool("peek", x=D(a=1))
+except ToolError as e:
+    outer = e.code
+result = outer
+"""
+
+
+async def test_a_call_made_while_a_calls_arguments_are_encoded_does_not_stop_the_run(
+    ledger: Ledger,
+) -> None:
+    """The attack: encoding a call's arguments runs the script's code (a dict subclass's
+    ``items``), which makes another call. That call took the sequence number the outer
+    message already carried, the host refused the outer one as a replay and stopped the
+    run ("the script bridge refused a message"), and the tool's value lost the calls made.
+    Now the arguments are encoded before the message takes its number: both calls reach the
+    Gate in order, each on its own (the outer one is refused by peek's schema)."""
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, ledger)
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": CALL_WHILE_ENCODED, "timeout_seconds": 60}
+        )
+        refused = kinds(kernel, "bridge_refused")
+    assert outcome.ok, outcome.error
+    assert outcome.value["result"] == "invalid_arguments"
+    assert [c["tool"] for c in outcome.value["calls"]] == ["peek", "peek"]
+    assert ledger.runs == [("peek", {"x": "made while the outer call was encoded"})]
+    assert not refused
+
+
+@pytest.mark.parametrize("name", list(MISBEHAVING))
+async def test_a_scripts_objects_that_misbehave_when_read_never_end_the_runner(name: str) -> None:
+    """The attack: the runner reads the script's result and error after the script ended,
+    and reading them runs the script's code (a dict subclass's ``items``, a
+    ``cached_property``) or meets values of any type (``e.lineno = "x"``). What that raised
+    ended the runner, whose traceback (this host's paths) became the tool's error and the
+    calls made were not reported; a result that encoded once and failed the second time did
+    the same. Now the outcome is the script's: a result as JSON or its text, an error named."""
+    source, expected = MISBEHAVING[name]
+    async with Kernel(approver=YES) as kernel:
+        register_tools(kernel, Ledger())
+        register_script_tool(kernel)
+        outcome = await kernel.invoke(
+            SCRIPT_TOOL, {"script": 'call_tool("peek")\n' + source, "timeout_seconds": 60}
+        )
+    shown = json.dumps(outcome.value if outcome.ok else outcome.error.to_dict())
+    assert "_runner.py" not in shown and "Traceback (most recent call last):\n  File" not in shown
+    assert "exited with code" not in shown, shown
+    if expected == "ok":
+        assert outcome.ok, outcome.error
+        assert outcome.value["calls"][0]["tool"] == "peek"
+        assert outcome.value["result"] in ("[{'a': 1}]", {"a": 1}), outcome.value
+    else:
+        assert outcome.error.message.startswith(f"the script raised {expected}"), outcome.error
+        assert outcome.error.details["calls"][0]["tool"] == "peek"
