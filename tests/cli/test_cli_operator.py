@@ -317,6 +317,28 @@ def test_args_file_errors_name_the_file(
     assert code == 2 and str(tmp_path) in body["error"]["message"]
 
 
+def test_args_from_an_endless_file_are_refused_at_the_bound(ws: Path) -> None:
+    """``--args @/dev/zero`` is refused naming --args and the bound, having read at most that
+    much: it was read whole first (memory filled until the process died). A real process
+    under a 2 GiB address-space limit, so an unbounded read fails there, not the machine."""
+    import resource
+
+    from ringfence.cli._call import MAX_ARGS_BYTES
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ringfence", "call", "write_file", "--args", "@/dev/zero",
+         "--workspace", str(ws), "--json"],
+        capture_output=True, text=True, timeout=120, preexec_fn=limit, check=False,
+    )  # fmt: skip
+    body = json.loads(done.stdout)
+    assert done.returncode == 2 and body["error"]["field"] == "--args", body
+    assert f"{MAX_ARGS_BYTES:,} bytes" in body["error"]["message"]
+    assert sorted(p.name for p in ws.iterdir()) == ["notes.txt"]
+
+
 def test_an_error_never_echoes_a_huge_value(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
