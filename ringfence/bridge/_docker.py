@@ -76,7 +76,15 @@ def remove_bridge_dir(path: Path) -> None:
 
 
 def bridge_mounts(bridge_dir: Path) -> list[tuple[Path, str, bool]]:
-    """The ``(host, container, read_only)`` mounts a session container needs for scripts."""
+    """The ``(host, container, read_only)`` mounts a session container needs for scripts.
+
+    Every one is read-only, the bridge directory too: the host makes the listeners'
+    directories and sockets, and a runner only connects (a socket is connected to, not
+    written, on a read-only mount). Before, the bridge directory was mounted writable, so
+    where the container user owns it (ringfence not running as root: change sets force
+    ringfence's own uid) a command wrote files into a host directory outside the roots,
+    past the change set and undo, kept until the kernel closed (for ever if it was killed).
+    """
     import RestrictedPython
 
     restricted = Path(RestrictedPython.__file__).resolve().parent
@@ -84,7 +92,7 @@ def bridge_mounts(bridge_dir: Path) -> list[tuple[Path, str, bool]]:
         (RUNNER_PATH.parent, f"{PACKAGE_MOUNT}/bridge", True),
         (Path(_confine.__file__).parent, f"{PACKAGE_MOUNT}/_confine", True),
         (restricted, f"{LIB_MOUNT}/RestrictedPython", True),
-        (bridge_dir, BRIDGE_MOUNT, False),
+        (bridge_dir, BRIDGE_MOUNT, True),
     ]
 
 
