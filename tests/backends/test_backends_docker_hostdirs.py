@@ -7,9 +7,12 @@ outside the roots, no directory left behind by a kernel that was never entered o
 
 from __future__ import annotations
 
+import contextlib
 import grp
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -90,8 +93,9 @@ async def main():
             "echo EVIL > /run/ringfence-bridge/evil; mkdir /run/ringfence-bridge/d; "
             "ln -s / /run/ringfence-bridge/root; ls -a /run/ringfence-bridge"})
         print("RESULT", json.dumps(r.value if r.ok else r.error.message))
-        print("BRIDGES", json.dumps([sorted(p.name for p in d.rglob("*"))
-              for d in Path(sys.argv[1]).parent.glob("ringfence-bridges-*")]))
+        tops = Path(sys.argv[1]).parent.glob("ringfence-bridges-*")
+        mounted = [d / "s" if (d / "s").is_dir() else d for d in tops]  # s: since the lock
+        print("BRIDGES", json.dumps([sorted(p.name for p in d.rglob("*")) for d in mounted]))
 trio.run(main)
 """
 
@@ -113,3 +117,109 @@ def test_a_command_writes_nothing_into_the_hosts_bridge_directory(
     assert "Read-only file system" in result, result
     assert bridges == "BRIDGES [[]]", out  # the kernel's one bridge directory, nothing in it
     assert os.listdir(user_dir / "ws") == []
+
+
+# A kernel that starts its session, says so, and waits to be killed.
+_LIVE_KERNEL = """
+import sys, time, trio
+from pathlib import Path
+from ringfence import create_kernel
+from ringfence.runtime import Posture
+ws = Path(sys.argv[1]); ws.mkdir(exist_ok=True)
+async def main():
+    async with create_kernel(
+        roots=[ws], posture=Posture.ALLOW_REVERSIBLE, backend="docker",
+        backend_options={"image": "busybox", "memory": "96m", "pids": 64}, change_sets=True,
+    ) as k:
+        await k.call("run_shell", {"command": "true"})
+        print("READY", flush=True)
+        await trio.sleep(300)
+trio.run(main)
+"""
+
+# A kernel made and never entered; the bridge directories it sees, then (after it is
+# dropped) the ones left.
+_NEVER_ENTERED = """
+import gc, json, os, sys, tempfile
+from pathlib import Path
+from ringfence import create_kernel
+ws = Path(sys.argv[1]); ws.mkdir(exist_ok=True)
+def bridges():
+    return sorted(n for n in os.listdir(tempfile.gettempdir()) if n.startswith("ringfence-bridges-"))
+k = create_kernel(roots=[ws], backend="docker", backend_options={"image": "busybox"})
+print("MADE", json.dumps(bridges()))
+del k
+gc.collect()
+print("DROPPED", json.dumps(bridges()))
+"""
+
+
+def _bridges(top: Path) -> set[str]:
+    return {p.name for p in top.glob("ringfence-bridges-*")}
+
+
+def _run(top: Path, script: str) -> dict[str, list[str]]:
+    """Run ``script`` (as this user) with ``top`` as its TMPDIR; its tagged JSON lines."""
+    env = {**os.environ, "PYTHONPATH": _SOURCE, "TMPDIR": str(top)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(top / "ws")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {
+        line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+        for line in done.stdout.splitlines()
+        if " " in line
+    }
+
+
+def test_a_never_entered_kernel_leaves_no_bridge_directory(user_dir: Path) -> None:
+    """``create_kernel(backend="docker")`` makes the script bridge's directory at once.
+    Before, a kernel never entered (an error between making and entering it, a caller that
+    only inspects it) closed nothing, and its directory stayed in the temporary directory for
+    good, one per kernel. Now it goes when the kernel is dropped (or at the process's exit)."""
+    seen = _run(user_dir, _NEVER_ENTERED)
+    assert len(seen["MADE"]) == 1, seen
+    assert seen["DROPPED"] == [], seen
+    assert _bridges(user_dir) == set()
+
+
+def test_a_killed_kernels_bridge_directory_goes_at_the_next_docker_kernel(
+    docker_client: object, user_dir: Path
+) -> None:
+    """A SIGKILLed kernel closes nothing. Before, its bridge directory stayed for good (the
+    container and change-set directories were reaped, this one never). Now the next docker
+    kernel of the same user removes it (its owner's lock is free), and leaves a live
+    kernel's alone."""
+    env = {**os.environ, "PYTHONPATH": _SOURCE, "TMPDIR": str(user_dir)}
+    live = subprocess.Popen(
+        [sys.executable, "-c", _LIVE_KERNEL, str(user_dir / "ws")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert live.stdout is not None
+        line = live.stdout.readline()
+        assert line.startswith("READY"), line + live.stdout.read()
+        (live_dir,) = _bridges(user_dir)
+        # A second kernel while the first lives: the first's directory is kept.
+        _run(user_dir, _NEVER_ENTERED)
+        assert _bridges(user_dir) == {live_dir}
+        os.kill(live.pid, signal.SIGKILL)
+        live.wait(timeout=30)
+        assert _bridges(user_dir) == {live_dir}  # the killed kernel removed nothing
+        seen = _run(user_dir, _NEVER_ENTERED)
+        assert live_dir not in seen["MADE"], seen
+        assert _bridges(user_dir) == set()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(live.pid, signal.SIGKILL)
+        live.wait(timeout=30)
+        if live.stdout is not None:
+            live.stdout.close()
