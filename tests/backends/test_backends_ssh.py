@@ -447,6 +447,60 @@ async def test_a_killed_owner_leaves_no_forward_and_no_container(
             own.rmdir()
 
 
+@pytestmark_docker
+async def test_a_killed_owners_forward_directory_goes_at_the_next_forward(
+    ssh_engine: SSHEngine, workspace: Path
+) -> None:
+    """A SIGKILLed owner closes nothing: its forward's directory (a dead socket and ssh's
+    log, which names the engine) stayed in the temporary directory for good, one per killed
+    session. Now each forward claims its directory for its owner's life, and the next
+    forward on this host removes one whose owner is gone (never a live one's)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(workspace), json.dumps(options(ssh_engine))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert owner.stdout is not None
+        line = await trio.to_thread.run_sync(owner.stdout.readline)
+        assert line.strip(), owner.stderr.read() if owner.stderr else ""
+        (dead,) = forwards()
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=10)
+        assert forwards() == [dead]  # the killed owner removed nothing
+        session = await start_docker(
+            SessionSpec(roots=(workspace,), options=options(ssh_engine), change_sets=True)
+        )
+        try:
+            (live,) = forwards()
+            assert live != dead and not dead.exists()
+            # A third forward while the second lives: the live one's directory stays.
+            other = await start_docker(
+                SessionSpec(roots=(workspace,), options=options(ssh_engine), change_sets=True)
+            )
+            try:
+                assert live in forwards() and len(forwards()) == 2
+            finally:
+                await other.aclose()
+            assert forwards() == [live]
+        finally:
+            await session.aclose()
+        assert forwards() == []
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        for stream in (owner.stdout, owner.stderr):
+            if stream is not None:
+                stream.close()
+    await no_containers_left(ssh_engine)
+
+
 def _ssh_processes(port: int) -> list[int]:
     return [
         int(p.name)
