@@ -72,7 +72,9 @@ BRIDGES_PREFIX = "ringfence-bridges-"
 # ends, however it ends, so a directory whose lock can be taken has no owner left.
 _LOCK = "owner.lock"
 _SOCKETS = "s"  # the subdirectory mounted in the container, where listeners are made
-_HELD: dict[Path, int] = {}  # this process's bridge directories: the lock's descriptor
+# This process's bridge directories: the lock's descriptor and the pid that made it (a
+# forked child inherits the table, and its exit must not remove its parent's directory).
+_HELD: dict[Path, tuple[int, int]] = {}
 
 
 def make_bridge_dir() -> Path:
@@ -84,11 +86,12 @@ def make_bridge_dir() -> Path:
     and before, its directory stayed in the temporary directory for good."""
     sweep_bridge_dirs()
     top = Path(tempfile.mkdtemp(prefix=BRIDGES_PREFIX))
-    fd = os.open(
-        top / _LOCK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-    )
+    # Locked before it takes its name: no sweeper ever finds it free while its owner lives.
+    temp = top / f"{_LOCK}.{os.getpid()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(temp, top / _LOCK)
         path = top / _SOCKETS
         path.mkdir()
         path.chmod(0o711)
@@ -96,21 +99,25 @@ def make_bridge_dir() -> Path:
         os.close(fd)
         shutil.rmtree(top, ignore_errors=True)
         raise
-    _HELD[path] = fd
+    _HELD[path] = (fd, os.getpid())
     return path
 
 
 def remove_bridge_dir(path: Path) -> None:
-    """Remove a bridge directory of :func:`make_bridge_dir` (idempotent), then its lock."""
+    """Remove a bridge directory of :func:`make_bridge_dir` (idempotent), then its lock; in a
+    forked child, nothing (the directory is its parent's)."""
+    held = _HELD.get(path)
+    if held is not None and held[1] != os.getpid():
+        return
     top = (
         path.parent
         if path.name == _SOCKETS and path.parent.name.startswith(BRIDGES_PREFIX)
         else path
     )
     shutil.rmtree(top, ignore_errors=True)
-    fd = _HELD.pop(path, None)
-    if fd is not None:
-        os.close(fd)
+    if held is not None:
+        del _HELD[path]
+        os.close(held[0])
 
 
 def sweep_bridge_dirs(parent: Path | None = None) -> int:

@@ -148,6 +148,11 @@ def bridges():
     return sorted(n for n in os.listdir(tempfile.gettempdir()) if n.startswith("ringfence-bridges-"))
 k = create_kernel(roots=[ws], backend="docker", backend_options={"image": "busybox"})
 print("MADE", json.dumps(bridges()))
+child = os.fork()
+if child == 0:  # a forked child that exits normally runs the exit handlers it inherited
+    sys.exit(0)
+os.waitpid(child, 0)
+print("FORKED", json.dumps(bridges()))
 del k
 gc.collect()
 print("DROPPED", json.dumps(bridges()))
@@ -180,9 +185,11 @@ def test_a_never_entered_kernel_leaves_no_bridge_directory(user_dir: Path) -> No
     """``create_kernel(backend="docker")`` makes the script bridge's directory at once.
     Before, a kernel never entered (an error between making and entering it, a caller that
     only inspects it) closed nothing, and its directory stayed in the temporary directory for
-    good, one per kernel. Now it goes when the kernel is dropped (or at the process's exit)."""
+    good, one per kernel. Now it goes when the kernel is dropped (or at the process's exit;
+    not at a forked child's, whose parent still uses it)."""
     seen = _run(user_dir, _NEVER_ENTERED)
     assert len(seen["MADE"]) == 1, seen
+    assert seen["FORKED"] == seen["MADE"], seen  # a forked child's exit leaves it
     assert seen["DROPPED"] == [], seen
     assert _bridges(user_dir) == set()
 
