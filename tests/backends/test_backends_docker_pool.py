@@ -292,3 +292,32 @@ async def test_a_killed_pools_directory_goes_when_the_next_pool_opens(
         for c in owned_by(docker_client, host.pid):  # the lease removes them: at most racing it
             with contextlib.suppress(docker.errors.APIError):
                 c.remove(force=True, v=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plants another user's directory")
+async def test_a_pools_sweep_leaves_another_users_directory_alone(
+    docker_client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep of killed pools' directories runs in the temporary directory, which other
+    users write too. A directory another user made there, named like a pool's and with an
+    unheld mark, is theirs: a root pool removing it would delete their files, and while it
+    did, they could put a link in its place (``remove_tree`` chmods by path). Only this
+    user's directories are swept."""
+    import tempfile
+
+    from ringfence.backends._trees import ALIVE
+
+    base = tmp_path / "tmp"
+    base.mkdir()
+    base.chmod(0o1777)  # a shared temporary directory
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    planted = base / "ringfence-pool-planted"
+    planted.mkdir()
+    (planted / ALIVE).write_text("")
+    (planted / "theirs.txt").write_text("another user's file\n")
+    for path in (planted, planted / ALIVE, planted / "theirs.txt"):
+        os.chown(path, 1000, 1000)
+    async with WarmPool(OPTIONS, size=1):
+        pass
+    assert (planted / "theirs.txt").read_text() == "another user's file\n"
+    assert [p.name for p in base.iterdir()] == [planted.name]
