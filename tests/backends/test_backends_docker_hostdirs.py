@@ -13,14 +13,16 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from backends_helpers import WORKSPACE_UID
+from backends_helpers import DOCKER_OPTIONS, WORKSPACE_UID
 
 import ringfence
 
@@ -230,3 +232,53 @@ def test_a_killed_kernels_bridge_directory_goes_at_the_next_docker_kernel(
         live.wait(timeout=30)
         if live.stdout is not None:
             live.stdout.close()
+
+
+async def test_a_container_naming_a_live_session_does_not_take_its_directories(
+    docker_client: Any, workspace: Path, ringfence_home: Path
+) -> None:
+    """A session's start removes containers whose owner on this host is gone, with their
+    change-set directories, by the container's labels. Labels are the engine's word: anyone
+    who may create containers there (a shared engine's other tenant) can label one with this
+    host, a dead pid, this host's pid space and a live session's id. Before, the next session
+    then removed that live session's uppers under it, and its command's writes were lost.
+    Now a session's directories go only when the owner they name is gone."""
+    from ringfence.backends import SessionSpec
+    from ringfence.backends.docker._session import OWNER_SPACE_LABEL, owner_space, start_docker
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    other = workspace.parent / "other"
+    other.mkdir()
+    live = await start_docker(
+        SessionSpec(roots=(workspace,), options=DOCKER_OPTIONS, change_sets=True)
+    )
+    fake = None
+    try:
+        await live.run("echo one > one.txt", cwd=workspace, env={}, timeout=20, output_cap=4096)
+        top = ringfence_home / "docker-uppers" / live.session_id
+        assert top.is_dir()
+        fake = docker_client.containers.create(
+            "ringfence/busybox:latest",
+            ["true"],
+            labels={
+                "ringfence": "1",
+                "ringfence.session": live.session_id,
+                "ringfence.owner": f"{socket.gethostname()}:{dead.pid}",
+                OWNER_SPACE_LABEL: owner_space(),
+            },
+        )
+        second = await start_docker(
+            SessionSpec(roots=(other,), options=DOCKER_OPTIONS, change_sets=True)
+        )
+        await second.aclose()
+        assert (top / "c").is_dir(), "a live session's uppers were removed"
+        result = await live.run(
+            "echo two > two.txt", cwd=workspace, env={}, timeout=20, output_cap=4096
+        )
+        assert (result.uppers[0].path / "two.txt").read_text() == "two\n"
+    finally:
+        await live.aclose()
+        if fake is not None:
+            with contextlib.suppress(Exception):
+                fake.remove(force=True)

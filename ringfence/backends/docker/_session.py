@@ -1200,7 +1200,13 @@ def remove_stale_containers(client: docker.DockerClient, *, local: bool = False)
                 container.remove(force=True)
                 removed += 1
             session = container.labels.get(f"{CONTAINER_LABEL}.session", "")
-            upper.remove_session_dirs(session)
+            # The labels are the engine's word: a container anyone with access to a shared
+            # engine made can name a live session of this host. Its directories go only when
+            # the process they name as their owner is gone (as the orphans' sweep checks).
+            if re.fullmatch(r"[0-9a-f]{6,64}", session) and not upper.owner_alive(
+                upper.uppers_base() / session
+            ):
+                upper.remove_session_dirs(session)
             if session:  # a shipped workspace's volumes (..engines._remote) go with their container
                 label = f"{CONTAINER_LABEL}.session={session}"
                 for volume in client.volumes.list(filters={"label": label}):
