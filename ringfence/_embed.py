@@ -10,6 +10,7 @@ import dataclasses
 import inspect
 import os
 import re
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -325,6 +326,8 @@ def create_kernel(
             remove_bridge_dir(made)
 
         kernel.push_async_callback(remove_bridges)
+        # A kernel never entered closes nothing: its directory goes with it (or at exit).
+        weakref.finalize(kernel, remove_bridge_dir, made)
         extra_mounts = bridge_mounts(made)
     # backends: run_shell; its session starts on the first call and closes with the kernel
     shell = register_shell_tool(

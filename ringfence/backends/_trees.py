@@ -139,7 +139,12 @@ def sweep_unclaimed(base: Path, *, prefix: str = "", seconds: float = 1.0) -> in
 
     A directory is removed only when it holds a mark (:func:`claim`) that
     nobody holds: one without a mark ended cleanly or is not a session's, and
-    stays. Bounded: at most ``seconds`` (the rest waits for the next start).
+    stays; nor is one of another user (``base`` may be a shared temporary
+    directory: there, another user could rename their own directory and put a
+    link in its place while it is removed, and ``remove_tree``'s chmod by path
+    follows links; only its owner or root can rename an entry of this user in a
+    sticky directory). Bounded: at most ``seconds`` (the rest waits for the next
+    start).
     """
     deadline = time.monotonic() + seconds
     removed = 0
@@ -150,9 +155,13 @@ def sweep_unclaimed(base: Path, *, prefix: str = "", seconds: float = 1.0) -> in
     for entry in entries:
         if time.monotonic() > deadline:
             break
-        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
+        if not entry.name.startswith(prefix):
             continue
         try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue  # another user's
             fd = os.open(Path(entry.path) / ALIVE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue

@@ -31,6 +31,7 @@ started. :meth:`DockerScriptLauncher.aclose` ends the spare.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -56,6 +57,7 @@ __all__ = [
     "bridge_mounts",
     "make_bridge_dir",
     "remove_bridge_dir",
+    "sweep_bridge_dirs",
 ]
 
 PACKAGE_MOUNT = "/opt/ringfence/package"  # the runner's package root: bridge/, _confine/
@@ -64,19 +66,106 @@ BRIDGE_MOUNT = "/run/ringfence-bridge"
 _FRAME = struct.Struct(">BxxxL")
 
 
+BRIDGES_PREFIX = "ringfence-bridges-"
+# In a kernel's bridge directory (never mounted): a file its process holds an exclusive
+# flock on for as long as the directory is its; the kernel drops the lock when the process
+# ends, however it ends, so a directory whose lock can be taken has no owner left.
+_LOCK = "owner.lock"
+_SOCKETS = "s"  # the subdirectory mounted in the container, where listeners are made
+# This process's bridge directories: the lock's descriptor and the pid that made it (a
+# forked child inherits the table, and its exit must not remove its parent's directory).
+_HELD: dict[Path, tuple[int, int]] = {}
+
+
 def make_bridge_dir() -> Path:
-    """A fresh host directory for one kernel's listeners (0711: enter, not list)."""
-    path = Path(tempfile.mkdtemp(prefix="ringfence-bridges-"))
-    path.chmod(0o711)
+    """A fresh host directory for one kernel's listeners (0711: enter, not list).
+
+    It is ``$TMPDIR/ringfence-bridges-*/s``; its parent (0700) holds the owner's lock, out of
+    the container's reach. Making one first removes the bridge directories of this user whose
+    owner is gone (:func:`sweep_bridge_dirs`): a killed kernel (SIGKILL, OOM) closes nothing,
+    and before, its directory stayed in the temporary directory for good."""
+    sweep_bridge_dirs()
+    top = Path(tempfile.mkdtemp(prefix=BRIDGES_PREFIX))
+    # Locked before it takes its name: no sweeper ever finds it free while its owner lives.
+    temp = top / f"{_LOCK}.{os.getpid()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(temp, top / _LOCK)
+        path = top / _SOCKETS
+        path.mkdir()
+        path.chmod(0o711)
+    except BaseException:
+        os.close(fd)
+        shutil.rmtree(top, ignore_errors=True)
+        raise
+    _HELD[path] = (fd, os.getpid())
     return path
 
 
 def remove_bridge_dir(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    """Remove a bridge directory of :func:`make_bridge_dir` (idempotent), then its lock; in a
+    forked child, nothing (the directory is its parent's)."""
+    held = _HELD.get(path)
+    if held is not None and held[1] != os.getpid():
+        return
+    top = (
+        path.parent
+        if path.name == _SOCKETS and path.parent.name.startswith(BRIDGES_PREFIX)
+        else path
+    )
+    shutil.rmtree(top, ignore_errors=True)
+    if held is not None:
+        del _HELD[path]
+        os.close(held[0])
+
+
+def sweep_bridge_dirs(parent: Path | None = None) -> int:
+    """Remove this user's bridge directories in ``parent`` (the temporary directory) whose
+    owner is gone: their lock (:data:`_LOCK`) can be taken. One without a lock is left alone
+    (being made this moment, or an older ringfence's). Returns how many were removed."""
+    base = parent or Path(tempfile.gettempdir())
+    mine = {p.parent for p in _HELD}
+    removed = 0
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(BRIDGES_PREFIX) or Path(entry.path) in mine:
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue  # another user's
+            fd = os.open(
+                Path(entry.path) / _LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            )
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: its kernel lives
+        else:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += 1
+        finally:
+            os.close(fd)
+    return removed
 
 
 def bridge_mounts(bridge_dir: Path) -> list[tuple[Path, str, bool]]:
-    """The ``(host, container, read_only)`` mounts a session container needs for scripts."""
+    """The ``(host, container, read_only)`` mounts a session container needs for scripts.
+
+    Every one is read-only, the bridge directory too: the host makes the listeners'
+    directories and sockets, and a runner only connects (a socket is connected to, not
+    written, on a read-only mount). Before, the bridge directory was mounted writable, so
+    where the container user owns it (ringfence not running as root: change sets force
+    ringfence's own uid) a command wrote files into a host directory outside the roots,
+    past the change set and undo, kept until the kernel closed (for ever if it was killed).
+    """
     import RestrictedPython
 
     restricted = Path(RestrictedPython.__file__).resolve().parent
@@ -84,7 +173,7 @@ def bridge_mounts(bridge_dir: Path) -> list[tuple[Path, str, bool]]:
         (RUNNER_PATH.parent, f"{PACKAGE_MOUNT}/bridge", True),
         (Path(_confine.__file__).parent, f"{PACKAGE_MOUNT}/_confine", True),
         (restricted, f"{LIB_MOUNT}/RestrictedPython", True),
-        (bridge_dir, BRIDGE_MOUNT, False),
+        (bridge_dir, BRIDGE_MOUNT, True),
     ]
 
 

@@ -9,6 +9,7 @@ again, and a killed owner's containers and volumes are gone within seconds
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import docker.errors
 import pytest
 import trio
 from backends_helpers import DOCKER_OPTIONS
@@ -234,3 +236,88 @@ async def test_a_killed_sessions_directories_and_views_go_at_the_next_session(
         assert (shown / "keep.txt").read_text() == "the workspace a view showed\n"
     finally:
         subprocess.run(["umount", "-l", str(old / "l0")], check=False, capture_output=True)
+
+
+KILLED_POOL = """
+import trio
+from ringfence.backends.docker._pool import WarmPool
+
+async def main():
+    async with WarmPool({options!r}, size=1) as pool:
+        await pool.wait_warm()
+        print("ready", flush=True)
+        await trio.sleep(600)
+
+trio.run(main)
+"""
+
+
+async def test_a_killed_pools_directory_goes_when_the_next_pool_opens(
+    docker_client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool's process SIGKILLed closes nothing: its containers go with their leases, but
+    its directory (``$TMPDIR/ringfence-pool-*``) stayed for good, one per killed pool. Now
+    the pool claims it for its life, and the next pool to open removes one nobody holds
+    (never a live pool's)."""
+    import tempfile
+
+    base = tmp_path / "tmp"
+    base.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    env = {**os.environ, "TMPDIR": str(base)}
+    host = subprocess.Popen(
+        [sys.executable, "-c", KILLED_POOL.format(options=OPTIONS)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert host.stdout is not None and host.stdout.readline() == "ready\n"
+        (dead,) = base.glob("ringfence-pool-*")
+        host.send_signal(signal.SIGKILL)
+        host.wait(10)
+        assert dead.is_dir()  # the killed pool removed nothing
+        async with WarmPool(OPTIONS, size=1):
+            (live,) = base.glob("ringfence-pool-*")
+            assert live != dead and not dead.exists()
+            async with WarmPool(OPTIONS, size=1):  # a second pool leaves the live one's alone
+                assert live.is_dir() and len(list(base.glob("ringfence-pool-*"))) == 2
+        assert list(base.glob("ringfence-pool-*")) == []
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+        for c in owned_by(docker_client, host.pid):  # the lease removes them: at most racing it
+            with contextlib.suppress(docker.errors.APIError):
+                c.remove(force=True, v=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plants another user's directory")
+async def test_a_pools_sweep_leaves_another_users_directory_alone(
+    docker_client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep of killed pools' directories runs in the temporary directory, which other
+    users write too. A directory another user made there, named like a pool's and with an
+    unheld mark, is theirs: a root pool removing it would delete their files, and while it
+    did, they could put a link in its place (``remove_tree`` chmods by path). Only this
+    user's directories are swept."""
+    import tempfile
+
+    from ringfence.backends._trees import ALIVE
+
+    base = tmp_path / "tmp"
+    base.mkdir()
+    base.chmod(0o1777)  # a shared temporary directory
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    planted = base / "ringfence-pool-planted"
+    planted.mkdir()
+    (planted / ALIVE).write_text("")
+    (planted / "theirs.txt").write_text("another user's file\n")
+    for path in (planted, planted / ALIVE, planted / "theirs.txt"):
+        os.chown(path, 1000, 1000)
+    async with WarmPool(OPTIONS, size=1):
+        pass
+    assert (planted / "theirs.txt").read_text() == "another user's file\n"
+    assert [p.name for p in base.iterdir()] == [planted.name]

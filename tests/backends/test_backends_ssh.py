@@ -447,6 +447,152 @@ async def test_a_killed_owner_leaves_no_forward_and_no_container(
             own.rmdir()
 
 
+@pytestmark_docker
+async def test_a_killed_owners_forward_directory_goes_at_the_next_forward(
+    ssh_engine: SSHEngine, workspace: Path
+) -> None:
+    """A SIGKILLed owner closes nothing: its forward's directory (a dead socket and ssh's
+    log, which names the engine) stayed in the temporary directory for good, one per killed
+    session. Now each forward claims its directory for its owner's life, and the next
+    forward on this host removes one whose owner is gone (never a live one's)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(workspace), json.dumps(options(ssh_engine))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert owner.stdout is not None
+        line = await trio.to_thread.run_sync(owner.stdout.readline)
+        assert line.strip(), owner.stderr.read() if owner.stderr else ""
+        (dead,) = forwards()
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=10)
+        assert forwards() == [dead]  # the killed owner removed nothing
+        session = await start_docker(
+            SessionSpec(roots=(workspace,), options=options(ssh_engine), change_sets=True)
+        )
+        try:
+            (live,) = forwards()
+            assert live != dead and not dead.exists()
+            # A third forward while the second lives: the live one's directory stays.
+            other = await start_docker(
+                SessionSpec(roots=(workspace,), options=options(ssh_engine), change_sets=True)
+            )
+            try:
+                assert live in forwards() and len(forwards()) == 2
+            finally:
+                await other.aclose()
+            assert forwards() == [live]
+        finally:
+            await session.aclose()
+        assert forwards() == []
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        for stream in (owner.stdout, owner.stderr):
+            if stream is not None:
+                stream.close()
+    await no_containers_left(ssh_engine)
+
+
+def _backdate(path: Path) -> None:
+    """``path`` older than the sweeps' grace (a session that has run for a while)."""
+    import os
+
+    from ringfence.backends.docker._session import ORPHAN_GRACE_SECONDS
+
+    past = time.time() - ORPHAN_GRACE_SECONDS - 60
+    os.utime(path, (past, past))
+
+
+@pytestmark_docker
+async def test_a_live_remote_sessions_directory_is_not_swept_by_a_local_session(
+    ssh_engine: SSHEngine, workspace: Path, ringfence_home: Path
+) -> None:
+    """A remote session's host directory (its fetched change sets rebuilt there) has its
+    container on another engine, so the next local docker session on this host sees no
+    container naming it. Since the sweep removes a remote session's rebuilt uppers too (see
+    the next test), the directory must name its live owner to stay: it does, and the
+    session's next change set is rebuilt as usual (without the owner, it was swept)."""
+    other = workspace.parent / "local"
+    other.mkdir()
+    session = await start_docker(
+        SessionSpec(roots=(workspace,), options=options(ssh_engine), change_sets=True)
+    )
+    try:
+        await sh(session, "echo one > one.txt", workspace)
+        top = ringfence_home / "docker-uppers" / session.session_id
+        assert top.is_dir()
+        _backdate(top)
+        local = await start_docker(
+            SessionSpec(roots=(other,), options=DOCKER_OPTIONS, change_sets=True)
+        )
+        await local.aclose()
+        assert top.is_dir(), "a live remote session's directory was swept"
+        result = await sh(session, "echo two > two.txt", workspace)
+        assert [u.path.name for u in result.uppers] == ["0"]
+        assert (result.uppers[0].path / "two.txt").read_text() == "two\n"
+    finally:
+        await session.aclose()
+    assert not top.exists()
+
+
+@pytestmark_docker
+async def test_a_killed_remote_sessions_directory_goes_at_the_next_remote_session(
+    ssh_engine: SSHEngine, workspace: Path, ringfence_home: Path
+) -> None:
+    """A SIGKILLed remote session's host directory (the last change set it fetched, rebuilt:
+    workspace data) stayed for good on a host that starts no local docker session: only a
+    local session's start swept such directories. Now a remote session's start removes the
+    ones that name an owner who is gone (past the grace)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    # _OWNER with this test's home (the library's, as the fixture sets it here)
+    script = (
+        "from ringfence.runtime import use_places\n"
+        f"places = use_places(home={str(ringfence_home)!r})\n"
+        f"places.__enter__()\n{_OWNER}"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script, str(workspace), json.dumps(options(ssh_engine))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert owner.stdout is not None
+        line = await trio.to_thread.run_sync(owner.stdout.readline)
+        assert line.strip(), owner.stderr.read() if owner.stderr else ""
+        (dead,) = (ringfence_home / "docker-uppers").iterdir()
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=10)
+        _backdate(dead)
+        session = await start_docker(
+            SessionSpec(roots=(workspace,), options=options(ssh_engine), change_sets=True)
+        )
+        try:
+            assert not dead.exists(), "a killed remote session's directory stayed"
+            await sh(session, "true", workspace)
+        finally:
+            await session.aclose()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        for stream in (owner.stdout, owner.stderr):
+            if stream is not None:
+                stream.close()
+    await no_containers_left(ssh_engine)
+
+
 def _ssh_processes(port: int) -> list[int]:
     return [
         int(p.name)

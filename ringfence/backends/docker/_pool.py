@@ -27,6 +27,7 @@ containers are labelled ``ringfence.pool`` for ``ringfence doctor``.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections import deque
@@ -39,6 +40,7 @@ from typing import Any
 import trio
 
 from ...runtime._errors import InvalidArguments, RingfenceError
+from .._trees import claim, sweep_unclaimed
 from .._types import SessionSpec
 from ..engines._engines import Engine
 from ._options import DockerOptions
@@ -73,6 +75,14 @@ class PoolStats:
             "failures": self.failures,
             **({"last_error": self.last_error} if self.last_error else {}),
         }
+
+
+_PREFIX = "ringfence-pool-"
+
+
+def _sweep_pools() -> int:
+    """Remove the pool directories in the temporary directory whose pool's process is gone."""
+    return sweep_unclaimed(Path(tempfile.gettempdir()), prefix=_PREFIX)
 
 
 def _engine_table(engine: Engine) -> dict[str, Any]:
@@ -131,6 +141,7 @@ class WarmPool:
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
         self._dir: Path | None = None
+        self._mark: int | None = None  # the directory's claim (.._trees.claim) while open
 
     # -- what sessions see --------------------------------------------------------------------
 
@@ -170,7 +181,12 @@ class WarmPool:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> WarmPool:
-        self._dir = Path(tempfile.mkdtemp(prefix="ringfence-pool-"))
+        # A killed pool's process closes nothing (its containers go with their leases): its
+        # directory is claimed for the pool's life, and one nobody holds goes here.
+        with contextlib.suppress(OSError):
+            await trio.to_thread.run_sync(_sweep_pools)
+        self._dir = Path(tempfile.mkdtemp(prefix=_PREFIX))
+        self._mark = claim(self._dir)
         for i in range(self.shape.roots):
             (self._dir / f"root{i}").mkdir()
         self._nursery_manager = trio.open_nursery()
@@ -197,6 +213,9 @@ class WarmPool:
                     await self._ready.popleft().aclose()
             if self._dir is not None:
                 shutil.rmtree(self._dir, ignore_errors=True)
+            if self._mark is not None:
+                os.close(self._mark)
+                self._mark = None
 
     async def _wait_changed(self) -> None:
         await self._changed.wait()

@@ -635,6 +635,11 @@ class DockerSession:
             await trio.to_thread.run_sync(
                 partial(remove_stale_containers, self._client, local=self._remote is None)
             )
+        if self._remote is not None:  # its host directories are this host's all the same
+            with contextlib.suppress(OSError):
+                await trio.to_thread.run_sync(
+                    partial(_remove_orphaned_dirs, set(), owned_only=True)
+                )
         if self._uppers is not None:
             await trio.to_thread.run_sync(self._uppers.create)
             for i, view in self._uppers.lowers.items():  # first the roots, in order
@@ -1141,18 +1146,21 @@ def _default_user(roots: Sequence[Path]) -> str:
 ORPHAN_GRACE_SECONDS = 120.0
 
 
-def _remove_orphaned_dirs(live: set[str]) -> None:
+def _remove_orphaned_dirs(live: set[str], *, owned_only: bool = False) -> None:
     """Change-set directories (and id-mapped views) of sessions that have no container left.
 
     A leased container goes with its killed owner (``auto_remove``), so nothing
     would name its directories again; they are removed here, at the next docker
     session's start on this host, once older than :data:`ORPHAN_GRACE_SECONDS` and when
-    the process they name as their owner is gone.
+    the process they name as their owner is gone. ``owned_only`` (a remote session's start,
+    which cannot list this host's containers): only directories that name an owner.
     """
     base = upper.uppers_base()
     with contextlib.suppress(OSError):
         for entry in os.scandir(base):
             if entry.name in live or not entry.is_dir(follow_symlinks=False):
+                continue
+            if owned_only and not os.path.lexists(os.path.join(entry.path, upper.OWNER)):
                 continue
             if upper.owner_alive(Path(entry.path)):
                 continue  # its container is being restarted, say: the session lives
@@ -1192,7 +1200,13 @@ def remove_stale_containers(client: docker.DockerClient, *, local: bool = False)
                 container.remove(force=True)
                 removed += 1
             session = container.labels.get(f"{CONTAINER_LABEL}.session", "")
-            upper.remove_session_dirs(session)
+            # The labels are the engine's word: a container anyone with access to a shared
+            # engine made can name a live session of this host. Its directories go only when
+            # the process they name as their owner is gone (as the orphans' sweep checks).
+            if re.fullmatch(r"[0-9a-f]{6,64}", session) and not upper.owner_alive(
+                upper.uppers_base() / session
+            ):
+                upper.remove_session_dirs(session)
             if session:  # a shipped workspace's volumes (..engines._remote) go with their container
                 label = f"{CONTAINER_LABEL}.session={session}"
                 for volume in client.volumes.list(filters={"label": label}):

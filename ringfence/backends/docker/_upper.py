@@ -38,7 +38,7 @@ import psutil
 
 from ...runtime._errors import InvalidArguments, ToolError
 from ...runtime._files import ringfence_home
-from .._trees import empty_directory
+from .._trees import empty_directory, remove_tree
 from .._types import Upper
 from ._idmap import idmapped_view, unmount
 
@@ -266,6 +266,8 @@ def remove_session_dirs(session_id: str, base: Path | None = None) -> None:
         finally:
             os.close(fd)
         os.rmdir(top / "c")
+    with contextlib.suppress(OSError):  # a remote session's rebuilt uppers (..engines._remote)
+        remove_tree(top / "r")
     with contextlib.suppress(OSError):
         for view in top.glob("l*"):
             unmount(view)

@@ -70,7 +70,7 @@ from .._types import SessionSpec, Upper
 from ..docker._api import docker_call
 from ..docker._images import docker_location
 from ..docker._shell import CommandOutput, Supervisor, quote
-from ..docker._upper import uppers_base
+from ..docker._upper import OWNER, uppers_base
 from ._engines import Engine, EngineLoad
 from ._ship import ShipGit, ShippedRoot, rebuild_upper
 
@@ -330,6 +330,7 @@ class RemoteWorkspace:
         # files hold at most that much, but a sparse one is sent whole: without a bound, a
         # command's `truncate -s 100g` filled this process's memory.
         self._line_limit = 3 * (512 << 20) + (96 << 20)
+        self._owned = False  # the session's directory names this process (:meth:`_fresh_spool`)
 
     def take_over(self, other: RemoteWorkspace) -> None:
         """Continue in the container ``other`` prepared (a claimed warm one): its uppers'
@@ -497,7 +498,7 @@ class RemoteWorkspace:
             f"{quote(shell.mount)} {base} {token} {targets}; fi"
         )
         spool_dir = self.host_dir / "spool"
-        await trio.to_thread.run_sync(_fresh_dir, spool_dir)
+        await trio.to_thread.run_sync(self._fresh_spool, spool_dir)
         spool = _FetchSpool(spool_dir, len(self.roots), self._line_limit, self.engine.name)
         try:
             return await self._fetched(shell, line, token, modes, spool)
@@ -505,6 +506,17 @@ class RemoteWorkspace:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(spool.close)
                 await trio.to_thread.run_sync(remove_tree, spool_dir)
+
+    def _fresh_spool(self, spool_dir: Path) -> None:
+        """An empty spool directory; the session's directory names this process as its owner
+        (as a local session's does, ``..docker._upper.OWNER``). Before, it named none, so
+        the next local docker session's sweep took a live remote session's directory (its
+        rebuilt uppers) for an orphan's after two minutes, and a killed one's stayed."""
+        _fresh_dir(spool_dir)
+        owner = self.host_dir.parent / OWNER
+        if not self._owned or not owner.exists():
+            owner.write_text(str(os.getpid()))
+            self._owned = True
 
     async def _fetched(
         self, shell: Supervisor, line: str, token: str, modes: list[int], spool: _FetchSpool

@@ -49,6 +49,7 @@ import trio
 
 from ... import _proc
 from ...runtime._errors import InvalidArguments, Unavailable
+from .._trees import claim, sweep_unclaimed
 
 if TYPE_CHECKING:  # _engines imports this module where it probes an engine
     from ._engines import Engine
@@ -117,10 +118,13 @@ def ssh_argv(engine: Engine, local: Path, log: Path) -> list[str]:
 class SSHForward:
     """One running ``ssh -L`` of an engine's socket. Made by :func:`open_forward`."""
 
-    def __init__(self, engine: Engine, directory: Path, process: _proc.Process) -> None:
+    def __init__(
+        self, engine: Engine, directory: Path, process: _proc.Process, mark: int | None = None
+    ) -> None:
         self.engine = engine
         self.directory = directory
         self.process = process
+        self._mark = mark  # the directory's claim (.._trees.claim), released after its removal
         self._closed = False
 
     @property
@@ -174,6 +178,10 @@ class SSHForward:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             await trio.to_thread.run_sync(lambda: shutil.rmtree(self.directory, ignore_errors=True))
+            if self._mark is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._mark)
+                self._mark = None
 
 
 def _tail(log: Path) -> str:
@@ -215,6 +223,14 @@ def _refusal(engine: Engine, why: str) -> Unavailable:
     return Unavailable(f"engine {engine.name} ({engine.base_url}): {why}")
 
 
+_PREFIX = "ringfence-ssh-"
+
+
+def _sweep_forwards() -> int:
+    """Remove the forward directories in the temporary directory whose owner is gone."""
+    return sweep_unclaimed(Path(tempfile.gettempdir()), prefix=_PREFIX)
+
+
 def _answers(path: Path) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
@@ -236,8 +252,14 @@ async def open_forward(engine: Engine) -> SSHForward:
             "an ssh:// engine needs the OpenSSH client (`ssh`), which is not installed "
             "(apt-get install openssh-client)",
         )
-    directory = Path(tempfile.mkdtemp(prefix="ringfence-ssh-"))
+    # A killed owner closes nothing: its forward's directory (a dead socket, ssh's log) is
+    # claimed for the owner's life, and one nobody holds goes here, at the next forward.
+    with contextlib.suppress(OSError):
+        await trio.to_thread.run_sync(_sweep_forwards)
+    directory = Path(tempfile.mkdtemp(prefix=_PREFIX))
+    mark: int | None = None
     try:
+        mark = claim(directory)
         if not _SAFE_DIR.fullmatch(str(directory)) or len(str(directory)) > 90:
             raise _refusal(
                 engine,
@@ -251,9 +273,11 @@ async def open_forward(engine: Engine) -> SSHForward:
             env={"PATH": os.defpath, "LANG": "C"},
             stdin_pipe=True,
         )
-        forward = SSHForward(engine, directory, process)
+        forward = SSHForward(engine, directory, process, mark)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
+        if mark is not None:
+            os.close(mark)
         raise
     try:
         with trio.move_on_after(START_LIMIT):
