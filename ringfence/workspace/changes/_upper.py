@@ -218,6 +218,10 @@ class _Fit:
         """Hear one directory's entries: their longest path (bytes below the root), whether
         they make it a candidate git directory (as the scan decides it)."""
         self.volatile = may_be_git_dir(set(names))
+        if self.volatile:
+            # A candidate git directory (its names in any case: a case-insensitive workspace
+            # reads OBJECTS as objects) is merged entry by entry, each write judged on disk.
+            self.ok = False
         if names:
             if "".join(names).isascii():  # then a name's length is its bytes': no encoding
                 longest = max(map(len, names))

@@ -19,7 +19,7 @@ import os
 import stat
 from collections.abc import Mapping
 
-from ._rules import is_dotgit, is_git_directory
+from ._rules import git_discovery_name, is_dotgit, is_git_directory
 from ._snapshot import (
     DIR_FLAGS,
     IMAGE_MAX_BYTES,
@@ -400,8 +400,13 @@ class Walk:
 
 
 def may_be_git_dir(names: set[str]) -> bool:
-    """git's test needs HEAD and either commondir or objects/ + refs/: decide most dirs by name."""
-    return "HEAD" in names and ("commondir" in names or ("objects" in names and "refs" in names))
+    """git's test needs HEAD and either commondir or objects/ + refs/: decide most dirs by name,
+    as a case-insensitive file system may read them (``Head``, ``OBJECTS``:
+    :func:`._rules.git_discovery_name`), so a candidate there is tested like any other."""
+    if "HEAD" in names and ("commondir" in names or ("objects" in names and "refs" in names)):
+        return True
+    found = {g for g in map(git_discovery_name, names) if g is not None}
+    return "HEAD" in found and ("commondir" in found or ("objects" in found and "refs" in found))
 
 
 def file_kind(mode: int) -> str:
