@@ -373,7 +373,7 @@ class ShellTool:
         ``d`` (no ``objects/``), the command made ``objects/``, ``refs/`` and a ``config``
         and its scan found no repository (no ``HEAD`` yet), then the write's rename made one.
         """
-        async with writers_turn(self.workspace._resolver):
+        async with writers_turn(self.workspace._resolver, timeout):
             return await self._run_checked_turn(args, ctx, cwd, timeout)
 
     async def _run_checked_turn(

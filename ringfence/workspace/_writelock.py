@@ -41,6 +41,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
+from ..runtime._errors import ToolTimeout
 from ._deadline import current_deadline
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def _flock(fd: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def writers_turn(resolver: Resolver) -> AsyncIterator[None]:
+async def writers_turn(resolver: Resolver, wait_seconds: float) -> AsyncIterator[None]:
     """:func:`writing` held across awaits: a shell command that writes the roots itself
     (``--no-change-sets``) is a writer for as long as it runs, from the scan before it to the
     check after it. Another writer judged the tree and then wrote; with the command's writes
@@ -149,6 +150,8 @@ async def writers_turn(resolver: Resolver) -> AsyncIterator[None]:
 
     The lock belongs to a thread, so one worker thread takes it and holds it until the block
     ends. Cancelled while waiting, the thread still takes it when it can and lets go at once.
+    Another writer holding it past ``wait_seconds`` ends the wait with ``timeout``: the block
+    never ran.
     """
     import trio  # only the async holder needs it
 
@@ -172,7 +175,14 @@ async def writers_turn(resolver: Resolver) -> AsyncIterator[None]:
     )
     thread.start()
     try:
-        await trio.to_thread.run_sync(taken.wait, abandon_on_cancel=True)
+        with trio.move_on_after(wait_seconds):
+            await trio.to_thread.run_sync(taken.wait, abandon_on_cancel=True)
+        if not taken.is_set():
+            raise ToolTimeout(
+                f"another writer held the workspace for {wait_seconds:g}s (a file tool's write, "
+                "a merge or another process's command); nothing was run",
+                field="timeout_seconds",
+            )
         if failed:
             raise failed[0]
         yield

@@ -162,3 +162,29 @@ def test_a_command_writing_the_roots_takes_its_turn_among_writers(tmp_path: Path
     assert ran["ok"], ran
     assert ran["result"]["stdout"] == "waited\n"  # it never saw the write under way
     assert json.loads(write.stdout)["ok"], write.stdout
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_command_waits_for_its_turn_no_longer_than_its_timeout(tmp_path: Path) -> None:
+    """Another writer holding the workspace past the command's ``timeout_seconds``: the call
+    ends with ``timeout`` and the command never ran."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    from ringfence.workspace import Workspace
+
+    ws = Workspace([root])
+    try:
+        with writing(ws._resolver):
+            out = subprocess.run(
+                [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+                 json.dumps({"command": "touch ran", "timeout_seconds": 2}), "--no-change-sets",
+                 "--workspace", str(root), "--approve", "yes", "--posture", "allow-all", "--json"],
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+    finally:
+        ws.close()
+    body = json.loads(out.stdout)
+    assert not body["ok"], body
+    assert body["error"]["code"] == "timeout", body
+    assert "another writer" in body["error"]["message"]
+    assert not (root / "ran").exists()
