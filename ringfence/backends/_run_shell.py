@@ -69,6 +69,7 @@ from ..runtime._kernel import Kernel
 from ..runtime._redact import StreamRedactor
 from ..runtime._tools import Consequence, ToolSpec
 from ..runtime.policy._decide import Posture
+from ..workspace._writelock import writers_turn
 from ..workspace.changes._store import CheckpointStore
 from ..workspace.git._enforce import diff_git_metadata, enforce_git_metadata
 from ..workspace.git._scan import scan_git_metadata
@@ -380,6 +381,20 @@ class ShellTool:
         )
 
     async def _run_checked(
+        self, args: dict[str, Any], ctx: CallContext, cwd: Path, timeout: float
+    ) -> dict[str, Any]:
+        """A command that writes the roots itself, between two scans of their git metadata.
+
+        It is a writer like any other (``workspace/_writelock.py``): from the scan before it
+        to the check after it, no file tool, merge or other process's writer judges and
+        writes the roots, and it waits for theirs. Before, ``write_file d/HEAD`` judged
+        ``d`` (no ``objects/``), the command made ``objects/``, ``refs/`` and a ``config``
+        and its scan found no repository (no ``HEAD`` yet), then the write's rename made one.
+        """
+        async with writers_turn(self.workspace._resolver, timeout):
+            return await self._run_checked_turn(args, ctx, cwd, timeout)
+
+    async def _run_checked_turn(
         self, args: dict[str, Any], ctx: CallContext, cwd: Path, timeout: float
     ) -> dict[str, Any]:
         before_ns = time.time_ns()

@@ -36,19 +36,21 @@ they are not ordered against each other.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
+from ..runtime._errors import ToolTimeout
 from ._deadline import current_deadline
 
 if TYPE_CHECKING:
     from ._resolver import Resolver
 
-__all__ = ["writing"]
+__all__ = ["writers_turn", "writing"]
 
 _MUTEX = threading.RLock()
 _HELD = threading.local()
@@ -171,3 +173,56 @@ def _flock(fd: int, mode: int) -> None:
         if deadline is not None:
             deadline.check()
         time.sleep(_POLL_SECONDS)
+
+
+@contextlib.asynccontextmanager
+async def writers_turn(resolver: Resolver, wait_seconds: float) -> AsyncIterator[None]:
+    """:func:`writing` held across awaits: a shell command that writes the roots itself
+    (``--no-change-sets``) is a writer for as long as it runs, from the scan before it to the
+    check after it. Another writer judged the tree and then wrote; with the command's writes
+    between (``objects/`` and ``refs/`` made after ``write_file d/HEAD`` judged ``d``, its
+    scan done before the rename), the tree neither judged was a repository.
+
+    The lock belongs to a thread, so one worker thread takes it and holds it until the block
+    ends. Cancelled while waiting, the thread still takes it when it can and lets go at once.
+    Another writer holding it past ``wait_seconds`` ends the wait with ``timeout``: the block
+    never ran.
+    """
+    import trio  # only the async holder needs it
+
+    taken = threading.Event()
+    release = threading.Event()
+    failed: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            with writing(resolver):
+                taken.set()
+                release.wait()
+        except BaseException as exc:  # the lock's own failures, handed to the caller
+            failed.append(exc)
+            taken.set()
+
+    # In this task's context: the lock files lie in the home it names (use_places).
+    context = contextvars.copy_context()
+    thread = threading.Thread(
+        target=context.run, args=(hold,), name="ringfence-writers-turn", daemon=True
+    )
+    thread.start()
+    try:
+        with trio.move_on_after(wait_seconds):
+            await trio.to_thread.run_sync(taken.wait, abandon_on_cancel=True)
+        if not taken.is_set():
+            raise ToolTimeout(
+                f"another writer held the workspace for {wait_seconds:g}s (a file tool's write, "
+                "a merge or another process's command); nothing was run",
+                field="timeout_seconds",
+            )
+        if failed:
+            raise failed[0]
+        yield
+    finally:
+        release.set()
+        if taken.is_set():  # held: let go before the next writer's turn is awaited
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(thread.join)

@@ -11,8 +11,10 @@ is the oracle.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,94 @@ def test_sessions_on_sibling_roots_do_not_wait_for_each_other(tmp_path: Path) ->
     finally:
         ws.close()
     assert json.loads(out)["ok"], out
+
+
+# A --no-change-sets command that waits for write_file's temporary file (the write judged
+# already), then makes the rest of a repository and ends before the write's rename.
+RACING_COMMAND = """touch ready
+end=$(( $(date +%s) + 6 ))
+i=0
+while :; do
+  for f in d/.ringfence-*.tmp; do
+    if [ -e "$f" ]; then
+      mkdir d/objects d/refs
+      printf '[core]\\n\\tbare = true\\n\\tpager = "touch ../pwned; cat"\\n' > d/config
+      echo planted
+      exit 0
+    fi
+  done
+  i=$((i + 1))
+  if [ $((i % 500)) -eq 0 ] && [ "$(date +%s)" -ge "$end" ]; then echo waited; exit 0; fi
+done
+"""
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_command_writing_the_roots_takes_its_turn_among_writers(tmp_path: Path) -> None:
+    """Before: ``write_file d/HEAD`` (12 MiB, so its write takes a while) judged ``d`` with no
+    ``objects/``; a ``--no-change-sets`` command in another process then made ``objects/``,
+    ``refs/`` and a ``config`` naming a pager, and its scan found no repository (no ``HEAD``
+    yet); the write's rename made ``d`` one. Now the command holds the writers' turn from its
+    scan to its check, so the write waits for it and judges what it left."""
+    root = tmp_path / "ws"
+    (root / "d").mkdir(parents=True)
+    common = ["--workspace", str(root), "--approve", "yes", "--posture", "allow-all", "--json"]
+    command = tmp_path / "command.json"
+    command.write_text(json.dumps({"command": RACING_COMMAND}))
+    head = tmp_path / "head.json"
+    head.write_text(
+        json.dumps({"path": "d/HEAD", "content": "ref: refs/heads/main\n" + "#" * (12 << 20)})
+    )
+    shell = subprocess.Popen(
+        [sys.executable, "-m", "ringfence", "call", "run_shell", "--args", f"@{command}",
+         "--no-change-sets", *common],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (root / "ready").exists():
+            assert shell.poll() is None and time.monotonic() < deadline, "the command never ran"
+            time.sleep(0.02)
+        write = subprocess.run(
+            [sys.executable, "-m", "ringfence", "call", "write_file", "--args", f"@{head}",
+             *common],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        out, _ = shell.communicate(timeout=120)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+            shell.wait()
+    assert git_found(root / "d", tmp_path) is None
+    assert not (root / "d" / "objects").exists()
+    assert not (tmp_path / "pwned").exists()
+    ran = json.loads(out)
+    assert ran["ok"], ran
+    assert ran["result"]["stdout"] == "waited\n"  # it never saw the write under way
+    assert json.loads(write.stdout)["ok"], write.stdout
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_command_waits_for_its_turn_no_longer_than_its_timeout(tmp_path: Path) -> None:
+    """Another writer holding the workspace past the command's ``timeout_seconds``: the call
+    ends with ``timeout`` and the command never ran."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    from ringfence.workspace import Workspace
+
+    ws = Workspace([root])
+    try:
+        with writing(ws._resolver):
+            out = subprocess.run(
+                [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+                 json.dumps({"command": "touch ran", "timeout_seconds": 2}), "--no-change-sets",
+                 "--workspace", str(root), "--approve", "yes", "--posture", "allow-all", "--json"],
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+    finally:
+        ws.close()
+    body = json.loads(out.stdout)
+    assert not body["ok"], body
+    assert body["error"]["code"] == "timeout", body
+    assert "another writer" in body["error"]["message"]
+    assert not (root / "ran").exists()

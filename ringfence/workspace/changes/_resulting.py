@@ -47,15 +47,13 @@ from typing import Any
 from ...runtime._errors import GitMetadata, InvalidArguments
 from .._names import escape_name
 from .._resolver import Resolver
-from ..git._rules import GITFILE_MAX_BYTES, parse_gitfile, valid_head
+from ..git._rules import GITFILE_MAX_BYTES, git_discovery_name, parse_gitfile, valid_head
 from ..git._snapshot import DirState, GitSnapshot
 from ._model import Blobs, Change
 from ._view import HOST, Node, TreeView, realpath, resolve
 
 __all__ = ["check_resulting_tree", "git_at", "is_git_dir"]
 
-# Names git's discovery reads in a directory (case-folded: a case-insensitive directory too).
-_GIT_NAMES = frozenset({"head", "objects", "refs", "commondir"})
 # Fields, for passes over a set that run in C.
 _ROOT, _PATH, _BEFORE, _AFTER = (itemgetter(i) for i in range(4))
 _HEAD, _LEAF, _KIND = itemgetter(0), itemgetter(2), itemgetter(0)
@@ -224,10 +222,11 @@ def check_resulting_tree(
     candidates: dict[str, None] = dict.fromkeys(root_paths)
     # (A .git name never gets here: both callers refuse it by name first.)
     leaves = set(map(_LEAF, map(str.rpartition, map(_PATH, changes), repeat("/"))))
-    if not set(map(str.lower, leaves)).isdisjoint(_GIT_NAMES):
+    # In any case, NFKC form or with trailing dots (a case-insensitive file system's spellings).
+    if any(map(git_discovery_name, leaves)):
         for change in changes:
             parent, _, leaf = change.path.rpartition("/")
-            if leaf.lower() in _GIT_NAMES:
+            if git_discovery_name(leaf) is not None:
                 candidates[absolute(change.root, parent)] = None
     for key, state in snapshot.dirs.items():
         if state.volatile:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ...runtime._errors import ToolError
 from ..git._rules import is_git_directory
 from ..git._snapshot import DirState
-from ..git._walk import may_be_git_dir
+from ..git._walk import git_dir_by_folded_names_only, may_be_git_dir
 from ._model import Blobs, Change, Image, UpperSource, UpperTree, image_and_identity, image_at
 
 if TYPE_CHECKING:
@@ -218,6 +218,10 @@ class _Fit:
         """Hear one directory's entries: their longest path (bytes below the root), whether
         they make it a candidate git directory (as the scan decides it)."""
         self.volatile = may_be_git_dir(set(names))
+        if self.volatile and git_dir_by_folded_names_only(set(names)):
+            # git's names in another case (head, OBJECTS): the upper's own test cannot see what
+            # a case-insensitive workspace will, so merged entry by entry, each judged on disk.
+            self.ok = False
         if names:
             if "".join(names).isascii():  # then a name's length is its bytes': no encoding
                 longest = max(map(len, names))

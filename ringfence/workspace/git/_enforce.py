@@ -44,6 +44,7 @@ import os
 import stat
 from pathlib import Path
 
+from ._rules import git_discovery_name
 from ._snapshot import (
     DIR_FLAGS,
     GitFinding,
@@ -151,7 +152,7 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
             or exec_relevant(rel, entry.top)
             or (change == "new" and key in holds_exec)
             # A root the command made a git directory: what git's discovery reads there goes.
-            or (change == "new" and index in became and rel.lower() in _DISCOVERY_NAMES)
+            or (change == "new" and index in became and git_discovery_name(rel) is not None)
         )
         if not undo or (
             old is not None and old.kind == "dir" and new is not None and new.kind == "dir"
@@ -240,7 +241,7 @@ def _inert_dir(fd: int) -> list[str]:
     taken = {n.casefold() for n in names}
     subdirs: list[str] = []
     for name in names:
-        if name.casefold() == "head":
+        if git_discovery_name(name) == "HEAD":  # any case, "HEAD." too (vfat drops the dot)
             new, n = QUARANTINED_HEAD, 0
             while new.casefold() in taken:
                 n += 1
@@ -260,10 +261,6 @@ def _remove_path(path: Path) -> None:
         _remove(parent, path.name)
     finally:
         os.close(parent)
-
-
-# What git's discovery reads in a directory to take it for a repository (case-folded).
-_DISCOVERY_NAMES = frozenset({"head", "objects", "refs", "commondir"})
 
 
 def _roots_become_git(before: GitSnapshot, after: GitSnapshot) -> set[int]:

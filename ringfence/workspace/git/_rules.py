@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -29,6 +30,7 @@ __all__ = [
     "GITFILE_MAX_BYTES",
     "Overlay",
     "first_git_directory",
+    "git_discovery_name",
     "is_dotgit",
     "is_dotgitmodules",
     "is_git_directory",
@@ -166,6 +168,43 @@ def is_dotgitmodules(name: str) -> bool:
     )
 
 
+# -- the names git's discovery reads, as a file system may compare them ----------------
+
+# What git's is_git_directory reads in a directory, by the folded name (see git_discovery_name).
+_DISCOVERY = {"head": "HEAD", "objects": "objects", "refs": "refs", "commondir": "commondir"}
+
+
+def git_discovery_name(name: str) -> str | None:
+    """The name git's discovery reads (``HEAD``, ``objects``, ``refs``, ``commondir``) that
+    ``name`` may be on some file system, or None.
+
+    git asks the kernel for ``HEAD`` and ``access("objects", X_OK)``; on a case-insensitive
+    file system (vfat, exFAT, NTFS, an SMB share, a casefolded ext4/f2fs/tmpfs directory,
+    XFS ``ascii-ci``) ``OBJECTS``, ``Head``, ``ref\\u017f`` (a long s) or ``HEAD.`` (vfat drops
+    trailing dots) is the entry that answers, so a name a write adds is compared as the
+    widest of them would: HFS+ ignorables dropped, NFKC, upper- then case-folded (NTFS's
+    upcase makes a dotless i an ``I``), trailing dots and spaces dropped. On a case-sensitive file
+    system this refuses a little more than git would read (the safe side)."""
+    if name.isascii():
+        key = name.rstrip(". ").lower()
+    else:
+        kept = "".join(ch for ch in name if ord(ch) not in _HFS_IGNORABLE)
+        key = unicodedata.normalize("NFKC", kept).upper().casefold().rstrip(". ")
+    return _DISCOVERY.get(key)
+
+
+def _overlaid(overlay: Overlay, name: str) -> tuple[str, bytes | None] | None:
+    """The entry a pending write adds that git would read as ``name`` (see
+    :func:`git_discovery_name`), or None."""
+    found = overlay.get(name)
+    if found is not None:
+        return found
+    for key, entry in overlay.items():
+        if git_discovery_name(key) == name:
+            return entry
+    return None
+
+
 # -- git directories ------------------------------------------------------------------
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
@@ -208,8 +247,9 @@ def _is_searchable(
     adds counts whatever its mode (the safe side). With ``beneath`` (the root's descriptor,
     this directory's path below it) links are followed here, never past the root
     (:func:`_searchable_beneath`)."""
-    if name in overlay:
-        kind, content = overlay[name]
+    pending = _overlaid(overlay, name)
+    if pending is not None:
+        kind, content = pending
         if kind == "symlink":  # followed as git will, once it is written; else counted
             if beneath is None or content is None:
                 return True
@@ -341,8 +381,9 @@ def _read_small(name: str, dir_fd: int, limit: int) -> bytes | None:
 
 
 def _head_is_valid(dir_fd: int, overlay: Overlay) -> bool:
-    if "HEAD" in overlay:
-        kind, content = overlay["HEAD"]
+    pending = _overlaid(overlay, "HEAD")
+    if pending is not None:
+        kind, content = pending
         if kind == "symlink":
             return content is not None and valid_head(None, symlink_target=os.fsdecode(content))
         return kind == "file" and valid_head(content)
@@ -378,7 +419,7 @@ def is_git_directory(
     overlay = overlay or {}
     if not _head_is_valid(dir_fd, overlay):
         return False
-    if "commondir" in overlay or _lstat("commondir", dir_fd) is not None:
+    if _overlaid(overlay, "commondir") is not None or _lstat("commondir", dir_fd) is not None:
         return True
     return _is_searchable("objects", dir_fd, overlay, beneath) and _is_searchable(
         "refs", dir_fd, overlay, beneath

@@ -19,7 +19,7 @@ import os
 import stat
 from collections.abc import Mapping
 
-from ._rules import is_dotgit, is_git_directory
+from ._rules import git_discovery_name, is_dotgit, is_git_directory
 from ._snapshot import (
     DIR_FLAGS,
     IMAGE_MAX_BYTES,
@@ -38,6 +38,7 @@ __all__ = [
     "Uncertain",
     "Walk",
     "file_kind",
+    "git_dir_by_folded_names_only",
     "may_be_git_dir",
 ]
 
@@ -399,9 +400,26 @@ class Walk:
             self.opaque.add((self.index, rel))
 
 
-def may_be_git_dir(names: set[str]) -> bool:
-    """git's test needs HEAD and either commondir or objects/ + refs/: decide most dirs by name."""
+def _named_git_dir(names: set[str]) -> bool:
     return "HEAD" in names and ("commondir" in names or ("objects" in names and "refs" in names))
+
+
+def _folded_git_dir(names: set[str]) -> bool:
+    found = {g for g in map(git_discovery_name, names) if g is not None}
+    return "HEAD" in found and ("commondir" in found or ("objects" in found and "refs" in found))
+
+
+def may_be_git_dir(names: set[str]) -> bool:
+    """git's test needs HEAD and either commondir or objects/ + refs/: decide most dirs by name,
+    as a case-insensitive file system may read them (``Head``, ``OBJECTS``:
+    :func:`._rules.git_discovery_name`), so a candidate there is tested like any other."""
+    return _named_git_dir(names) or _folded_git_dir(names)
+
+
+def git_dir_by_folded_names_only(names: set[str]) -> bool:
+    """A candidate git directory only in another case or form (``head``, ``OBJECTS``): git's
+    names on a case-insensitive file system, which a test on a case-sensitive one misses."""
+    return not _named_git_dir(names) and _folded_git_dir(names)
 
 
 def file_kind(mode: int) -> str:
