@@ -349,3 +349,66 @@ def test_a_shell_merge_whose_store_fills_is_undoable_or_unmade(
         out = _cli(capsys, root, "undo")
         assert out["ok"], out
     assert exact_state(root) == before
+
+
+@needs_strace
+def test_retention_in_another_session_never_removes_a_blob_a_write_just_named(
+    tmp_path: Path,
+    ringfence_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``a`` holds ``v0``, whose blob was stored two hours ago by sets that are now the
+    oldest. Session 1's ``write_file a`` finds its before-image (``v0``) stored already and
+    is held before its manifest exists; another start prunes with a retention of one set,
+    drops those sets and removed the blob as unreferenced and old. Session 1 then reported
+    its checkpoint, and ``undo`` failed for good: "blob … is missing (pruned?)". The blob a
+    write names is kept (made young as it is found), so the write is undone byte for byte."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("v0\n")
+    for path, content in (("a", "v1\n"), ("a", "v0\n"), ("b", "b\n")):
+        out = _cli(capsys, root, "call", "write_file", "--args",
+                   json.dumps({"path": path, "content": content}))  # fmt: skip
+        assert out["ok"], out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    old = time.time() - 7200  # stored two hours ago: past the store's hour of grace
+    for f in store.rglob("*"):
+        if f.is_file():
+            os.utime(f, (old, old))
+    argv = [sys.executable, "-m", "ringfence", "call", "write_file", "--args",
+            json.dumps({"path": "a", "content": "v9\n"}),
+            "--workspace", str(root), "--approve", "no", "--json",
+            "--posture", "allow-reversible"]  # fmt: skip
+    # Held 8 s as it stores its after-image (its first rename): its before-image is found
+    # stored already, its manifest not saved yet.
+    writer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+         "-e", "inject=renameat:delay_enter=8000000:when=1", *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            n.startswith(".") for n in os.listdir(store / "blobs")
+        ):
+            time.sleep(0.02)
+        assert any(n.startswith(".") for n in os.listdir(store / "blobs")), "never held"
+        monkeypatch.setenv("RINGFENCE_CHECKPOINTS_KEEP", "1")
+        assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)["result"]
+        monkeypatch.delenv("RINGFENCE_CHECKPOINTS_KEEP")
+        assert [s["paths"] for s in listed] == [["b"]]  # the sets naming v0 were dropped
+        stdout, _ = writer.communicate(timeout=60)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    written = json.loads(stdout)
+    assert written["ok"] and written["result"]["checkpoint"], written
+    assert (root / "a").read_text() == "v9\n"
+    out = _cli(capsys, root, "undo", written["result"]["checkpoint"])
+    assert out["ok"], out
+    assert (root / "a").read_text() == "v0\n"  # the write's checkpoint was kept whole
+
