@@ -412,3 +412,43 @@ def test_retention_in_another_session_never_removes_a_blob_a_write_just_named(
     assert out["ok"], out
     assert (root / "a").read_text() == "v0\n"  # the write's checkpoint was kept whole
 
+
+@needs_strace
+@needs_bwrap
+def test_what_a_killed_writer_left_in_the_store_is_removed(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shell command writing 2 MB is killed (SIGKILL) as it names its pack: the pack's
+    temporary file stayed in the store for good, outside its limit (every kill, its bytes
+    more). Once an hour old (a live writer's is newer), the next start removes it; the
+    workspace and the change sets are as the kill left them."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    before = exact_state(root)
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": "head -c 2000000 /dev/urandom > big"}),
+            "--workspace", str(root), "--approve", "no", "--json",
+            "--posture", "allow-reversible"]  # fmt: skip
+    killed = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+         "-e", "inject=renameat:signal=KILL:when=1", *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert killed.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), killed
+    left = [f for f in store.rglob(".*") if f.parent.name in ("blobs", "packs", "sets")]
+    assert sum(f.stat().st_size for f in left) >= 2_000_000, left  # the pack, never named
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["result"]
+    assert all(f.exists() for f in left)  # young: it could be a live writer's
+    old = time.time() - 7200
+    for f in left:
+        os.utime(f, (old, old))
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == listed
+    assert [f for f in store.rglob(".*") if f.parent.name in ("blobs", "packs", "sets")] == []
+    assert exact_state(root) == before

@@ -670,6 +670,8 @@ class CheckpointStore:
             sizes, young = self._blob_sizes()
             packs = self._pack_indexes(sizes, young)
             self._drop_oldest(sets, sizes, busy)
+            for fd in (self._blobs_fd, self._packs_fd, self._sets_fd):
+                _remove_leftovers(fd)
             live = set().union(*sets.values()) if sets else set()
             packed = set().union(*packs.values()) if packs else set()
             for name in sizes:
@@ -833,6 +835,29 @@ def _remove_if_old(dir_fd: int, name: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _remove_leftovers(dir_fd: int) -> None:
+    """Remove what killed writers left in a store directory: their temporary files (a blob
+    streamed in, a pack, a manifest, an index, each named with a leading dot), once an hour
+    old (a live writer's is newer: it writes as it goes). Every kill left one for good, the
+    bytes it had copied (a 32 MiB ``write_file`` killed mid-copy, 32 MiB a kill), outside
+    the store's limit. A blob or index a killed prune had moved aside (:func:`_remove_if_old`)
+    and a writer kept goes back under its name."""
+    since = _young_since()
+    for name in os.listdir(dir_fd):
+        if not name.startswith("."):
+            continue
+        try:
+            young = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime > since
+            if not young:
+                os.unlink(name, dir_fd=dir_fd)
+            elif name.startswith(".gone.") and len(name) > 15:
+                kept = name[6:-9]  # .gone.<name>.<8 hex digits>
+                if kept and not kept.startswith("."):
+                    os.rename(name, kept, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError:
+            continue  # gone meanwhile, or not a file this process may remove
 
 
 def _roots_index(store: Path) -> Path:
