@@ -672,6 +672,7 @@ class CheckpointStore:
             self._drop_oldest(sets, sizes, busy)
             for fd in (self._blobs_fd, self._packs_fd, self._sets_fd):
                 _remove_leftovers(fd)
+            _remove_unindexed_packs(self._packs_fd)
             live = set().union(*sets.values()) if sets else set()
             packed = set().union(*packs.values()) if packs else set()
             for name in sizes:
@@ -858,6 +859,20 @@ def _remove_leftovers(dir_fd: int) -> None:
                     os.rename(name, kept, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except OSError:
             continue  # gone meanwhile, or not a file this process may remove
+
+
+def _remove_unindexed_packs(dir_fd: int) -> None:
+    """Remove a pack without its index once an hour old: a writer killed between naming its
+    pack and its index (:meth:`PackWriter.commit`) left one no prune looked at (they go by
+    their indexes), its bytes kept for good. A live writer names the index at once."""
+    names = set(os.listdir(dir_fd))
+    since = _young_since()
+    for name in names:
+        if name.startswith(".") or not name.endswith(".pack") or f"{name[:-5]}.idx" in names:
+            continue
+        with contextlib.suppress(OSError):
+            if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime <= since:
+                os.unlink(name, dir_fd=dir_fd)
 
 
 def _roots_index(store: Path) -> Path:
