@@ -419,6 +419,8 @@ class CheckpointStore:
         reported its checkpoint and ``undo`` found its before-image missing. Prune removes
         a blob or a pack only if it is still old once it is out of the way
         (:func:`_remove_if_old`), so a blob kept here is either kept there or stored anew."""
+        if not _DIGEST.match(digest):
+            return False  # never a name to touch: the mtime it sets is a write
         with self._lock:  # packs first: a shell command's blobs are packed (no system call)
             found = self._packed.get(digest)
         if found is None and self._keep(self._blobs_fd, "blobs", digest):
