@@ -319,3 +319,35 @@ def test_a_plan_or_key_file_that_is_a_pipe_or_a_device_is_refused_unread(
         assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in ws.iterdir()) == before
     assert (ws / "a.txt").read_text() == "hello\n"
+
+
+@pytest.mark.parametrize("value", [b"1e999", b'"\\ud800"'], ids=["infinite", "lone-surrogate"])
+def test_a_record_no_writer_writes_is_tampering_not_a_key_error(
+    place: tuple[Path, Path], tmp_path: Path, value: bytes
+) -> None:
+    """A sealed log's third line is swapped for a record holding ``1e999`` or an escaped
+    lone surrogate, with a hash that matches it (so it is parsed): JSON no event writer
+    writes. ``events verify`` ended with "invalid_arguments: --public-key: Out of range float
+    values are not JSON compliant" (or "… surrogates not allowed"): no verdict, the wrong
+    field blamed. Now it is TAMPERED, naming the line."""
+    ws, home = place
+    env = {"RINGFENCE_HOME": str(home)}
+    lines = _sealed_log(ws, home, tmp_path / "good.jsonl")
+    record = json.loads(lines[2])
+    body = json.dumps(
+        {k: v for k, v in record.items() if k != "hash"}, sort_keys=True, separators=(",", ":")
+    ).encode()
+    body = body[:-1] + b',"zz":' + value + b"}"
+    forged = body[:-1] + b',"hash":"' + hashlib.sha256(body).hexdigest().encode() + b'"}\n'
+    log = tmp_path / "forged.jsonl"
+    log.write_bytes(b"".join([*lines[:2], forged, *lines[3:]]))
+    for extra in ((), ("--allow-open",), ("--json",)):
+        proc = ringfence_process("events", "verify", str(log), *extra, env=env)
+        _no_crash(proc, 1)
+        assert "public-key" not in proc.stderr + proc.stdout, proc.stderr
+        if extra == ("--json",):
+            report = json.loads(proc.stdout)["error"]["details"]["report"]
+            assert report["tampered"] and not report["intact"], report
+            assert any(p.startswith("line 3:") for p in report["problems"]), report
+        else:
+            assert "TAMPERED" in proc.stdout and "line 3" in proc.stdout, proc.stdout

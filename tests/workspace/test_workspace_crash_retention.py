@@ -349,3 +349,116 @@ def test_a_shell_merge_whose_store_fills_is_undoable_or_unmade(
         out = _cli(capsys, root, "undo")
         assert out["ok"], out
     assert exact_state(root) == before
+
+
+@needs_strace
+def test_retention_in_another_session_never_removes_a_blob_a_write_just_named(
+    tmp_path: Path,
+    ringfence_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``a`` holds ``v0``, whose blob was stored two hours ago by sets that are now the
+    oldest. Session 1's ``write_file a`` finds its before-image (``v0``) stored already and
+    is held before its manifest exists; another start prunes with a retention of one set,
+    drops those sets and removed the blob as unreferenced and old. Session 1 then reported
+    its checkpoint, and ``undo`` failed for good: "blob … is missing (pruned?)". The blob a
+    write names is kept (made young as it is found), so the write is undone byte for byte."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("v0\n")
+    for path, content in (("a", "v1\n"), ("a", "v0\n"), ("b", "b\n")):
+        out = _cli(capsys, root, "call", "write_file", "--args",
+                   json.dumps({"path": path, "content": content}))  # fmt: skip
+        assert out["ok"], out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    old = time.time() - 7200  # stored two hours ago: past the store's hour of grace
+    for f in store.rglob("*"):
+        if f.is_file():
+            os.utime(f, (old, old))
+    argv = [sys.executable, "-m", "ringfence", "call", "write_file", "--args",
+            json.dumps({"path": "a", "content": "v9\n"}),
+            "--workspace", str(root), "--approve", "no", "--json",
+            "--posture", "allow-reversible"]  # fmt: skip
+    # Held 8 s as it stores its after-image (its first rename): its before-image is found
+    # stored already, its manifest not saved yet.
+    writer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+         "-e", "inject=renameat:delay_enter=8000000:when=1", *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            n.startswith(".") for n in os.listdir(store / "blobs")
+        ):
+            time.sleep(0.02)
+        assert any(n.startswith(".") for n in os.listdir(store / "blobs")), "never held"
+        monkeypatch.setenv("RINGFENCE_CHECKPOINTS_KEEP", "1")
+        assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)["result"]
+        monkeypatch.delenv("RINGFENCE_CHECKPOINTS_KEEP")
+        assert [s["paths"] for s in listed] == [["b"]]  # the sets naming v0 were dropped
+        stdout, _ = writer.communicate(timeout=60)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    written = json.loads(stdout)
+    assert written["ok"] and written["result"]["checkpoint"], written
+    assert (root / "a").read_text() == "v9\n"
+    out = _cli(capsys, root, "undo", written["result"]["checkpoint"])
+    assert out["ok"], out
+    assert (root / "a").read_text() == "v0\n"  # the write's checkpoint was kept whole
+
+
+@needs_strace
+@needs_bwrap
+def test_what_a_killed_writer_left_in_the_store_is_removed(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shell command writing 2 MB is killed (SIGKILL) as it names the blob it streamed in
+    (its temporary file left), and again as it names its pack's index (the pack left, named,
+    with no index: prune never looked at it). Those bytes stayed in the store for good, outside its limit (every kill, 2 MB
+    more). Once an hour old (a live writer's is newer), the next start removes them and
+    nothing else: the change sets listed are the same."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "x", "content": "x"}))  # fmt: skip
+    assert out["ok"], out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": "head -c 2000000 /dev/urandom > big; echo s > small"}),
+            "--workspace", str(root), "--approve", "no", "--json",
+            "--posture", "allow-reversible"]  # fmt: skip
+
+    def left() -> list[Path]:
+        named = {f.name[:-4] for f in (store / "packs").glob("*.idx")}
+        out = [f for f in store.rglob(".*") if f.parent.name in ("blobs", "packs", "sets")]
+        return out + [f for f in (store / "packs").glob("*.pack") if f.name[:-5] not in named]
+
+    # Killed at the first rename in blobs/ (the big blob streamed in, about to be named),
+    # then at the second in packs/ (the pack named, its index about to be).
+    for where, when in (("blobs", 1), ("packs", 2)):
+        killed = subprocess.run(
+            ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+             "-P", str(store / where), "-e", f"inject=renameat:signal=KILL:when={when}",
+             *argv],
+            env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+            capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert killed.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), killed
+    found = left()
+    assert any(f.suffix == ".pack" for f in found), found  # a pack with no index
+    assert sum(f.stat().st_size for f in found) >= 2_000_000, found  # never named or pruned
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["result"]
+    assert all(f.exists() for f in found)  # young: it could be a live writer's
+    old = time.time() - 7200
+    for f in found:
+        os.utime(f, (old, old))
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == listed
+    assert [f for f in found if f.exists()] == []

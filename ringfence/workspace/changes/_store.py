@@ -46,6 +46,9 @@ _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 _HEX = re.compile(r"[0-9a-f]+\Z")
 # An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
 _BLOB_GRACE_SECONDS = 3600
+# A blob (or pack) found already stored is made young again (its mtime) at most this often per
+# store object: within this long of the last time it still has most of its grace ahead.
+_KEEP_AGAIN_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class CheckpointStore:
         self._set_cache: dict[str, tuple[tuple[int, int, int], frozenset[str]]] = {}
         self._blob_cache: dict[str, tuple[int, float]] = {}
         self._index_cache: dict[str, tuple[list[tuple[str, int, int]], float]] = {}
+        # Blob files and pack indexes this object made young again, and when (see has).
+        self._kept: dict[tuple[str, str], float] = {}
         self._journal_dir: int | None = None
         self.journal = Journal(self)
         self.recovered = Recovery()
@@ -403,15 +408,52 @@ class CheckpointStore:
                 os.unlink(digest, dir_fd=self._blobs_fd)
 
     def has(self, digest: str) -> bool:
-        """Is a blob with this digest stored (as a file or in a pack)?"""
+        """Is a blob with this digest stored (as a file or in a pack)? If so it is kept
+        from every prune for the next hour: its file's (or its pack index's) mtime is made
+        now, as if it had just been stored.
+
+        Every caller uses a True to name the blob in a manifest it has yet to save instead of
+        storing it again (``put``, a pack's blobs held already, the merge's conflict check).
+        A blob an hour old that only the sets another session's prune was dropping named
+        was removed meanwhile as unreferenced (the new manifest not saved yet): the write
+        reported its checkpoint and ``undo`` found its before-image missing. Prune removes
+        a blob or a pack only if it is still old once it is out of the way
+        (:func:`_remove_if_old`), so a blob kept here is either kept there or stored anew."""
+        if not _DIGEST.match(digest):
+            return False  # never a name to touch: the mtime it sets is a write
         with self._lock:  # packs first: a shell command's blobs are packed (no system call)
-            if digest in self._packed:
-                return True
-        try:
-            os.stat(digest, dir_fd=self._blobs_fd)
+            found = self._packed.get(digest)
+        if found is None and self._keep(self._blobs_fd, "blobs", digest):
             return True
+        if found is None:
+            found = self._where_packed(digest)
+        if found is None:
+            return False
+        if self._keep(self._packs_fd, "packs", f"{found[0]}.idx"):
+            return True
+        with self._lock:  # its pack was pruned since this object read its index
+            for d in [d for d, where in self._packed.items() if where[0] == found[0]]:
+                del self._packed[d]
+            self._packs_read.discard(f"{found[0]}.idx")
+        return False
+
+    def _keep(self, dir_fd: int, where: str, name: str) -> bool:
+        """Make the stored file ``name`` (a blob, a pack's index) young again; False if it
+        is gone. At most every :data:`_KEEP_AGAIN_SECONDS` per file (one system call)."""
+        now = time.monotonic()
+        with self._lock:
+            last = self._kept.get((where, name))
+        if last is not None and now - last < _KEEP_AGAIN_SECONDS:
+            return True
+        try:
+            os.utime(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
-            return self._where_packed(digest) is not None
+            return False
+        with self._lock:
+            if len(self._kept) > 100_000:
+                self._kept.clear()
+            self._kept[(where, name)] = now
+        return True
 
     def pack(self, limit_bytes: int | None = None) -> PackWriter:
         """A new pack for many small blobs (see :class:`PackWriter`); ``limit_bytes``
@@ -630,22 +672,25 @@ class CheckpointStore:
             sizes, young = self._blob_sizes()
             packs = self._pack_indexes(sizes, young)
             self._drop_oldest(sets, sizes, busy)
+            for fd in (self._blobs_fd, self._packs_fd, self._sets_fd):
+                _remove_leftovers(fd)
+            _remove_unindexed_packs(self._packs_fd)
             live = set().union(*sets.values()) if sets else set()
             packed = set().union(*packs.values()) if packs else set()
             for name in sizes:
                 if name in packed or name in live or name in young or name.startswith("."):
                     continue
-                with contextlib.suppress(OSError):
-                    # The cache may be older than the file (another store re-made it): look again.
-                    if os.stat(name, dir_fd=self._blobs_fd).st_mtime > _young_since():
-                        continue
-                    os.unlink(name, dir_fd=self._blobs_fd)
+                # The cache may be older than the file (another store kept it): looked again.
+                if _remove_if_old(self._blobs_fd, name):
                     self._blob_cache.pop(name, None)
+                    self._kept.pop(("blobs", name), None)
             for pack, digests in packs.items():  # a pack goes whole, when it holds nothing live
                 if digests & live or f"{pack}.idx" in young:
                     continue
+                if not _remove_if_old(self._packs_fd, f"{pack}.idx"):
+                    continue  # kept by a writer naming one of its blobs (has) since it was read
+                self._kept.pop(("packs", f"{pack}.idx"), None)
                 with contextlib.suppress(OSError):
-                    os.unlink(f"{pack}.idx", dir_fd=self._packs_fd)
                     os.unlink(f"{pack}.pack", dir_fd=self._packs_fd)
                 for d in digests:
                     if self._packed.get(d, ("",))[0] == pack:
@@ -769,6 +814,69 @@ def _all_unheld(journal_fd: int) -> bool:
     return True
 
 
+def _remove_if_old(dir_fd: int, name: str) -> bool:
+    """Remove the blob or pack index ``name`` unless it is young; True if it was removed.
+
+    Moved out of the way first and judged there: a writer that keeps it
+    (:meth:`CheckpointStore.has`) before the move makes it young, so it is put back; one
+    after finds it gone and stores the bytes anew. Judged in place, a writer's keep landing
+    between the look and the unlink was lost."""
+    aside = f".gone.{name}.{secrets.token_hex(4)}"
+    try:
+        os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        return False  # gone already, or cannot be moved: left
+    try:
+        young = os.stat(aside, dir_fd=dir_fd, follow_symlinks=False).st_mtime > _young_since()
+    except OSError:
+        young = True
+    try:
+        if young:
+            os.rename(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            return False
+        os.unlink(aside, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
+
+
+def _remove_leftovers(dir_fd: int) -> None:
+    """Remove what killed writers left in a store directory: their temporary files (a blob
+    streamed in, a pack, a manifest, an index, each named with a leading dot), once an hour
+    old (a live writer's is newer: it writes as it goes). Every kill left one for good, the
+    bytes it had copied (a 32 MiB ``write_file`` killed mid-copy, 32 MiB a kill), outside
+    the store's limit. A blob or index a killed prune had moved aside (:func:`_remove_if_old`)
+    and a writer kept goes back under its name."""
+    since = _young_since()
+    for name in os.listdir(dir_fd):
+        if not name.startswith("."):
+            continue
+        try:
+            young = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime > since
+            if not young:
+                os.unlink(name, dir_fd=dir_fd)
+            elif name.startswith(".gone.") and len(name) > 15:
+                kept = name[6:-9]  # .gone.<name>.<8 hex digits>
+                if kept and not kept.startswith("."):
+                    os.rename(name, kept, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError:
+            continue  # gone meanwhile, or not a file this process may remove
+
+
+def _remove_unindexed_packs(dir_fd: int) -> None:
+    """Remove a pack without its index once an hour old: a writer killed between naming its
+    pack and its index (:meth:`PackWriter.commit`) left one no prune looked at (they go by
+    their indexes), its bytes kept for good. A live writer names the index at once."""
+    names = set(os.listdir(dir_fd))
+    since = _young_since()
+    for name in names:
+        if name.startswith(".") or not name.endswith(".pack") or f"{name[:-5]}.idx" in names:
+            continue
+        with contextlib.suppress(OSError):
+            if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime <= since:
+                os.unlink(name, dir_fd=dir_fd)
+
+
 def _roots_index(store: Path) -> Path:
     """``$RINGFENCE_HOME/checkpoint-roots``: each store's name under its roots' identity."""
     return store.parent.parent / "checkpoint-roots"
@@ -818,7 +926,9 @@ class PackWriter:
 
     def add(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        if digest in self._entries or digest in self._held:
+        if digest in self._entries:
+            return digest
+        if digest in self._held and self._store.has(digest):  # kept from a prune (has)
             return digest
         self._count(len(data))
         self._buffer += data
