@@ -11,6 +11,7 @@ from typing import Any
 from ..runtime._canonical import loads
 from ..runtime._errors import InvalidArguments, NotFound, ToolError
 from ..runtime._files import read_named_file
+from ..runtime._intents import load_public_keys
 from ..runtime._lines import BoundedLines, Oversize
 from ..runtime._render import one_line, when_text
 from ..runtime._timeline import CallRow, SessionRow, Timeline
@@ -128,10 +129,12 @@ async def run_verify(args: argparse.Namespace) -> int:
     path = _event_file(args.file)
     _looks_like_events(path)
     keys = _read_keys(args.public_key)
-    try:
-        report = verify_file(path, keys, allow_open=args.allow_open)
+    try:  # the keys alone: a ValueError of the verification is no key's fault
+        for text in keys or ():
+            load_public_keys(text)
     except ValueError as exc:
         raise InvalidArguments(f"--public-key: {exc}", field="--public-key") from None
+    report = verify_file(path, keys, allow_open=args.allow_open)
     summary = {
         "file": args.file,
         "intact": report.ok,
