@@ -351,3 +351,21 @@ def test_a_record_no_writer_writes_is_tampering_not_a_key_error(
             assert any(p.startswith("line 3:") for p in report["problems"]), report
         else:
             assert "TAMPERED" in proc.stdout and "line 3" in proc.stdout, proc.stdout
+
+
+def test_a_key_file_with_no_key_is_the_public_key_error(
+    place: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """What is still a ``--public-key`` error once the keys are parsed apart from the log."""
+    ws, home = place
+    log = tmp_path / "good.jsonl"
+    _sealed_log(ws, home, log)
+    pem = tmp_path / "bad.pem"
+    pem.write_text("not a key\n")
+    proc = ringfence_process(
+        "events", "verify", str(log), "--public-key", str(pem), "--json",
+        env={"RINGFENCE_HOME": str(home)},
+    )  # fmt: skip
+    _no_crash(proc, 2)
+    error = json.loads(proc.stdout)["error"]
+    assert error["field"] == "--public-key" and "no PEM public key" in error["message"], error
