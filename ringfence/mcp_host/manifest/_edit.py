@@ -97,16 +97,13 @@ def _spans(text: str, path: Path) -> list[tuple[int, int, int]]:
 def _edit(
     path: Path, edit: Callable[[str, Manifest], str], secret_names: Sequence[str] = ()
 ) -> Manifest:
+    from ._load import _manifest_bytes  # one read: regular files only, bounded
+
+    raw = _manifest_bytes(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
+        text = "" if raw is None else raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidArguments(f"{path}: not UTF-8 text", field="toml", file=str(path)) from None
-    except OSError as exc:
-        raise InvalidArguments(
-            f"{path}: cannot be read: {exc.strerror}", field="toml", file=str(path)
-        ) from None
     current = parse_manifest(
         text, str(path), secret_names=secret_names
     )  # refuse to edit a file that does not load

@@ -106,6 +106,10 @@ __all__ = [
     "workspace_manifest_path",
 ]
 
+# A manifest larger than this is refused (a real one is a few kilobytes; a policy file's
+# bound is the same).
+MAX_MANIFEST_BYTES = 1 << 20
+
 
 def parse_manifest(
     text: str, path: str = "<mcp.toml>", *, secret_names: Sequence[str] = ()
@@ -159,15 +163,23 @@ def load_manifest(
 
 
 def _manifest_bytes(p: Path) -> bytes | None:
-    """The file's bytes (None: there is none); InvalidArguments naming it if unreadable."""
+    """The file's bytes (None: there is none); InvalidArguments naming it if unreadable or
+    larger than :data:`MAX_MANIFEST_BYTES`."""
     try:
-        return _read_regular(p)
+        raw = _read_regular(p)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise InvalidArguments(
             f"{p}: cannot be read: {exc.strerror}", field="toml", file=str(p)
         ) from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise InvalidArguments(
+            f"{p}: larger than {MAX_MANIFEST_BYTES:,} bytes (the bound for a manifest)",
+            field="toml",
+            file=str(p),
+        )
+    return raw
 
 
 def _parse_bytes(raw: bytes, p: Path, secret_names: Sequence[str]) -> Manifest:
@@ -190,7 +202,9 @@ def _read_regular(path: Path) -> bytes:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
         with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
+            # One byte past the bound, never the whole file: the workspace's manifest is the
+            # agent's, and a sparse 3 GB one (`truncate -s 3G`) took 6 GB at every session start.
+            return f.read(MAX_MANIFEST_BYTES + 1)
     finally:
         os.close(fd)
 
