@@ -104,3 +104,29 @@ def test_a_posture_the_environment_loosened_is_shown_and_recorded(tmp_path: Path
     assert "(--posture unrestricted)" in proc.stderr
     (weaker,) = _events(log, "weaker_confinement")
     assert weaker["choices"][0]["source"] == "--posture unrestricted"  # type: ignore[index]
+
+
+def test_a_retention_variable_no_store_can_hold_is_refused_by_name(tmp_path: Path) -> None:
+    """``RINGFENCE_CHECKPOINTS_KEEP=inf`` (or ``1e400``) passed the positive-number check and
+    failed the first write with ``unexpected error: OverflowError``, naming no variable;
+    ``0.5`` kept ``int(0.5) == 0`` change sets. Each is refused before the session opens,
+    naming the variable, and the write never happens."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    cases = {
+        "RINGFENCE_CHECKPOINTS_KEEP": ("inf", "1e400", "0.5", "-inf"),
+        "RINGFENCE_CHECKPOINTS_MIB": ("inf", "1e999"),
+        "RINGFENCE_CHECKPOINTS_DAYS": ("inf",),
+    }
+    for name, values in cases.items():
+        for value in values:
+            proc = ringfence_process(
+                "call", "--workspace", str(work), "--approve", "yes", "write_file",
+                "--args", json.dumps({"path": "x", "content": "y"}),
+                cwd=work, env={"RINGFENCE_HOME": str(home), name: value},
+                unset=("RINGFENCE_WORKSPACE_ROOTS", "RINGFENCE_POSTURE"), stdin="",
+            )  # fmt: skip
+            assert proc.returncode == 2, (name, value, proc.stderr)
+            assert proc.stderr.startswith(f"ringfence: invalid_arguments: ${name} must be")
+            assert "Traceback" not in proc.stderr and "unexpected" not in proc.stderr
+            assert not (work / "x").exists()
