@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from cli_helpers import (  # isolated: autouse
     isolated,  # noqa: F401
     ringfence_process,
@@ -130,3 +133,90 @@ def test_a_retention_variable_no_store_can_hold_is_refused_by_name(tmp_path: Pat
             assert proc.stderr.startswith(f"ringfence: invalid_arguments: ${name} must be")
             assert "Traceback" not in proc.stderr and "unexpected" not in proc.stderr
             assert not (work / "x").exists()
+
+
+def _bounded(*argv: str, cwd: Path, home: Path, seconds: float) -> subprocess.CompletedProcess[str]:
+    """``ringfence *argv``, killed after ``seconds`` (the attack is a hang: the test fails)."""
+    env = {**os.environ, "RINGFENCE_HOME": str(home)}
+    env.pop("RINGFENCE_WORKSPACE_ROOTS", None)
+    env.pop("RINGFENCE_POSTURE", None)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "ringfence", *argv],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=seconds, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"ringfence {' '.join(argv)} still ran after {seconds} s")
+
+
+def test_toml_that_costs_the_parser_its_time_or_stack_is_refused_by_line(tmp_path: Path) -> None:
+    """A workspace's `.ringfence/policy.toml` and `mcp.toml` are the agent's. A dotted key of
+    100,000 parts (`a.a.…b = 1`, 200 KB, under the 1 MiB bound) took tomllib's quadratic path:
+    `policy show` and every session start did not come back in minutes. Arrays nested 5,000
+    deep and a 100,000-digit integer ended in `unexpected error: RecursionError`/`ValueError`.
+    Each is refused now, as bad TOML, naming the file (and the line and bound)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (work / ".ringfence").mkdir(parents=True)
+    home.mkdir()
+    policy = work / ".ringfence" / "policy.toml"
+    texts = {
+        "a dotted key of more than 64 parts": "a." * 100_000 + "b = 1\n",
+        "more than 64 parts": '"a" . ' * 50_000 + "b = 1\n",  # quoted parts, spaces
+        "nested more than 64 deep": "deny = " + "[" * 5_000 + "]" * 5_000 + "\n",
+        "nested more than 64 deep ": "x = " + "{a = " * 3_000 + "1" + "}" * 3_000 + "\n",
+        "4300 digits": "x = " + "9" * 100_000 + "\n",
+    }
+    for said, text in texts.items():
+        policy.write_text(text)
+        proc = _bounded("policy", "show", "--workspace", str(work), cwd=work, home=home,
+                        seconds=30)  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"ringfence: invalid_arguments: {policy}")
+        assert said.strip() in proc.stderr and "unexpected" not in proc.stderr, proc.stderr
+        assert policy.read_text() == text
+    policy.unlink()
+    manifest = work / ".ringfence" / "mcp.toml"
+    manifest.write_text("a." * 100_000 + "b = 1\n")
+    proc = _bounded("mcp", "list", "--workspace", str(work), cwd=work, home=home, seconds=30)
+    assert proc.returncode == 2 and "more than 64 parts" in proc.stderr, proc.stderr
+    # what a real file says still loads: dots in strings and comments are not a key's
+    policy.write_text(
+        'deny = ["read_file(path=' + ".".join("abcdefgh" * 12) + ')"]  # '
+        + ".".join("x" * 100) + '\nask = ["""run_shell(rm *.txt)""", 1.5e3]\n'
+    )  # fmt: skip
+    proc = _bounded("policy", "show", "--workspace", str(work), "--json", cwd=work, home=home,
+                    seconds=30)  # fmt: skip
+    assert proc.returncode == 2 and "ask" in proc.stdout + proc.stderr  # 1.5e3 is not a rule
+    policy.write_text(
+        'deny = ["read_file(path=' + ".".join("abcdefgh" * 12) + ')"]  # '
+        + ".".join("x" * 100) + '\nask = ["""run_shell(rm *.txt)"""]\n'
+    )  # fmt: skip
+    proc = _bounded("policy", "show", "--workspace", str(work), "--json", cwd=work, home=home,
+                    seconds=30)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rules = [r["rule"] for r in json.loads(proc.stdout)["result"]["rules"]]
+    assert "run_shell(rm *.txt)" in rules and len(rules) == 2
+
+
+def test_a_kept_policy_version_of_many_rules_does_not_hold_the_next_session(
+    tmp_path: Path,
+) -> None:
+    """A project file's deny and ask rules are kept after the agent removes them. Each kept
+    rule was compared with every other one kept: 8,000 deny rules loaded once, then any
+    edit of the file, and `policy show` (and every session start) took minutes (20,000:
+    hours). The rules are still kept, in seconds."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (work / ".ringfence").mkdir(parents=True)
+    home.mkdir()
+    policy = work / ".ringfence" / "policy.toml"
+    many = [f"run_shell(tool{i} *)" for i in range(8_000)]
+    policy.write_text("deny = [" + ", ".join(json.dumps(r) for r in many) + "]\n")
+    first = _bounded("policy", "show", "--workspace", str(work), "--json", cwd=work, home=home,
+                     seconds=60)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    policy.write_text('deny = ["write_file(path=x)"]\n')  # the agent's edit
+    then = _bounded("policy", "show", "--workspace", str(work), "--json", cwd=work, home=home,
+                    seconds=40)  # fmt: skip
+    assert then.returncode == 0, then.stderr
+    rules = json.loads(then.stdout)["result"]["rules"]
+    assert {r["rule"] for r in rules} == {*many, "write_file(path=x)"}
