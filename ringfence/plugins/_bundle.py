@@ -122,6 +122,11 @@ def read_bundle(root: str | os.PathLike[str]) -> Bundle:
     directory, a link leaving it, a special file, over a limit.
     """
     where = Path(os.path.realpath(root))
+    if not _is_utf8(str(where)):  # plugins.toml records the folder as text
+        raise InvalidArguments(
+            f"{where}: a plugin folder's path must be UTF-8 text (plugins.toml records it)",
+            field="path",
+        )
     if not where.is_dir():
         raise InvalidArguments(f"{root}: not a plugin folder (no such directory)", field="path")
     entries: dict[str, Entry] = {}

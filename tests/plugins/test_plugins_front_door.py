@@ -57,3 +57,16 @@ def test_a_trusted_plugin_given_such_a_name_refuses_the_session_naming_it(
     assert code == 2, out
     assert out["error"]["code"] == "invalid_arguments" and "not UTF-8" in out["error"]["message"]
     assert "keep" not in json.dumps(out)
+
+
+def test_a_plugin_folder_whose_path_is_not_utf8_is_refused_by_name(capsys, tmp_path: Path) -> None:
+    """``plugin add`` of a folder below a directory named with a byte that is not UTF-8
+    ended in ``unexpected error: UnicodeEncodeError`` when plugins.toml was written."""
+    home = Path(os.environ["RINGFENCE_HOME"])
+    parent = os.path.join(os.fsencode(tmp_path), b"odd\xff")
+    os.mkdir(parent)
+    folder = write_plugin(Path(os.fsdecode(parent)) / "kit", "kit")
+    code, out = cli_json(capsys, "plugin", "add", str(folder))
+    assert code == 2, out
+    assert out["error"]["code"] == "invalid_arguments" and "UTF-8" in out["error"]["message"]
+    assert not (home / "plugins.toml").exists()
