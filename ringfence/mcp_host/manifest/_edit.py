@@ -28,7 +28,7 @@ from tomlkit.items import AoT, Comment, Table, Whitespace
 
 from ...runtime._errors import InvalidArguments
 from ...runtime._files import atomic_write
-from ._config import Manifest, ServerConfig, manifest_path
+from ._config import Manifest, ServerConfig, manifest_bytes, manifest_path
 from ._model import parse_manifest, server_table
 
 __all__ = ["remove_server", "render_server", "save_server"]
@@ -97,9 +97,7 @@ def _spans(text: str, path: Path) -> list[tuple[int, int, int]]:
 def _edit(
     path: Path, edit: Callable[[str, Manifest], str], secret_names: Sequence[str] = ()
 ) -> Manifest:
-    from ._load import _manifest_bytes  # one read: regular files only, bounded
-
-    raw = _manifest_bytes(path)
+    raw = manifest_bytes(path)  # one read: regular files only, bounded
     try:
         text = "" if raw is None else raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -57,7 +57,6 @@ the names the rest of ``mcp_host`` and the CLI import from it.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -79,6 +78,7 @@ from ._config import (
     Transport,
     Trust,
     iter_enabled,
+    manifest_bytes as _manifest_bytes,
     manifest_path,
     sanitize_part,
     workspace_manifest_path,
@@ -105,10 +105,6 @@ __all__ = [
     "save_server",
     "workspace_manifest_path",
 ]
-
-# A manifest larger than this is refused (a real one is a few kilobytes; a policy file's
-# bound is the same).
-MAX_MANIFEST_BYTES = 1 << 20
 
 
 def parse_manifest(
@@ -162,51 +158,12 @@ def load_manifest(
     return _parse_bytes(raw, p, secret_names)
 
 
-def _manifest_bytes(p: Path) -> bytes | None:
-    """The file's bytes (None: there is none); InvalidArguments naming it if unreadable or
-    larger than :data:`MAX_MANIFEST_BYTES`."""
-    try:
-        raw = _read_regular(p)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise InvalidArguments(
-            f"{p}: cannot be read: {exc.strerror}", field="toml", file=str(p)
-        ) from None
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise InvalidArguments(
-            f"{p}: larger than {MAX_MANIFEST_BYTES:,} bytes (the bound for a manifest)",
-            field="toml",
-            file=str(p),
-        )
-    return raw
-
-
 def _parse_bytes(raw: bytes, p: Path, secret_names: Sequence[str]) -> Manifest:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidArguments(f"{p}: not UTF-8 text", field="toml", file=str(p)) from None
     return parse_manifest(text, str(p), secret_names=secret_names)
-
-
-def _read_regular(path: Path) -> bytes:
-    """The bytes of ``path``, opened without waiting and read only when it is a regular file:
-    a workspace's ``.ringfence/mcp.toml`` is the agent's to write, and a FIFO left there (a
-    --no-change-sets command's ``mkfifo``) made ``mcp list`` and every session that reads
-    the manifests wait forever. Raises OSError (ENOENT when missing)."""
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            # One byte past the bound, never the whole file: the workspace's manifest is the
-            # agent's, and a sparse 3 GB one (`truncate -s 3G`) took 6 GB at every session start.
-            return f.read(MAX_MANIFEST_BYTES + 1)
-    finally:
-        os.close(fd)
 
 
 def load_manifests(
