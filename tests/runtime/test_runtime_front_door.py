@@ -45,3 +45,32 @@ async def test_a_value_json_cannot_hold_is_refused_by_field_and_recorded(
     assert [r["kind"] for r in calls] == ["proposed", "failed"] * 2
     assert all("not recorded" in r["arguments"] for r in calls if r["kind"] == "proposed")
     assert not [r for r in records if r["kind"] in ("started", "finished")]
+
+
+@pytest.mark.parametrize("ref", ["#/$defs/missing", "http://127.0.0.1:9/s.json", "urn:x"])
+async def test_a_schema_ref_that_does_not_resolve_refuses_the_call_naming_it(
+    tmp_path: Path, ref: str
+) -> None:
+    """A tool's (an MCP server's) input schema with a ``$ref`` to nothing, or to a document
+    elsewhere (never fetched): every call ended in ``tool_error``, "failed inside ringfence:
+    _WrappedReferencingError". It is refused as an uncheckable schema, naming the reference,
+    and the tool never runs."""
+    from ringfence.runtime import Consequence, ToolSpec
+
+    ran: list[Any] = []
+
+    async def run(args: dict[str, Any], ctx: Any) -> str:
+        ran.append(args)
+        return "ran"
+
+    log = tmp_path / "events.jsonl"
+    schema = {"type": "object", "properties": {"a": {"$ref": ref}}}
+    kernel = ringfence.create_kernel(roots=[tmp_path], posture="allow-all", events_path=log)
+    kernel.register(ToolSpec("dangling", "d", schema, run, Consequence.READ))
+    async with kernel:
+        out = await kernel.invoke("dangling", {"a": 1})
+    assert out.error is not None and out.error.code == "invalid_arguments", out
+    assert out.error.field == "input_schema" and ref.lstrip("#") in out.error.message, out.error
+    assert ran == []
+    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
+    assert "failed" in kinds and "started" not in kinds
