@@ -220,3 +220,34 @@ def test_a_kept_policy_version_of_many_rules_does_not_hold_the_next_session(
     assert then.returncode == 0, then.stderr
     rules = json.loads(then.stdout)["result"]["rules"]
     assert {r["rule"] for r in rules} == {*many, "write_file(path=x)"}
+
+
+def test_a_path_pattern_that_backtracks_does_not_hold_the_kernel(tmp_path: Path) -> None:
+    """A project's policy is the workspace's text, and its deny rules bind untrusted. Its path
+    globs were Python regexes: `read_file(path=**/**/**/**/**/**/**/**/**/**/**/**/z)` took
+    13 s per call on an 8-`**` rule and a 30-component path (12 of them: hours), each call
+    of the tool judged on the kernel's thread. Matched by RE2 now, linear in the path; the
+    rule still denies what it names."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    deep = work.joinpath(*["d"] * 30)
+    deep.mkdir(parents=True)
+    (deep / "f.txt").write_text("fine\n")
+    (deep / "z").write_text("secret\n")
+    (work / ".ringfence").mkdir()
+    stars = "/".join(["**"] * 14)
+    (work / ".ringfence" / "policy.toml").write_text(
+        f'deny = ["read_file(path={stars}/z)", "read_file(path=*a*a*a*a*a*a*a*a*a*a*b)"]\n'
+    )
+    rel = "/".join(["d"] * 30)
+    proc = _bounded("call", "--workspace", str(work), "read_file", "--args",
+                    json.dumps({"path": f"{rel}/f.txt"}), cwd=work, home=home,
+                    seconds=30)  # fmt: skip
+    assert proc.returncode == 0 and "fine" in proc.stdout, proc.stderr
+    proc = _bounded("call", "--workspace", str(work), "read_file", "--args",
+                    json.dumps({"path": "a" * 80}), cwd=work, home=home,
+                    seconds=30)  # fmt: skip
+    assert proc.returncode == 1 and "not_found" in proc.stderr, proc.stderr
+    proc = _bounded("call", "--workspace", str(work), "read_file", "--args",
+                    json.dumps({"path": f"{rel}/z"}), cwd=work, home=home,
+                    seconds=30)  # fmt: skip
+    assert proc.returncode == 3 and "secret" not in proc.stdout, proc.stderr
