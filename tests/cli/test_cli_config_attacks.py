@@ -251,3 +251,24 @@ def test_a_path_pattern_that_backtracks_does_not_hold_the_kernel(tmp_path: Path)
                     json.dumps({"path": f"{rel}/z"}), cwd=work, home=home,
                     seconds=30)  # fmt: skip
     assert proc.returncode == 3 and "secret" not in proc.stdout, proc.stderr
+
+
+def test_mcp_import_of_a_hostile_project_file_is_refused_by_name(tmp_path: Path) -> None:
+    """`ringfence mcp import .mcp.json` reads a project's file, the agent's to write: a FIFO
+    there hung the import, a link to /dev/zero took 6 GB in 10 s, and JSON nested 100,000
+    deep ended in `unexpected error: RecursionError`. Each is refused naming the file, and
+    nothing is written to the home."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    os.mkfifo(work / "fifo.json")
+    (work / "zero.json").symlink_to("/dev/zero")
+    (work / "deep.json").write_text('{"servers": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with open(work / "sparse.json", "wb") as f:
+        f.truncate(512 * 1024 * 1024)
+    for name, said in (("fifo.json", "not a regular file"), ("zero.json", "not a regular file"),
+                       ("deep.json", "not JSON"), ("sparse.json", "1,048,576 bytes")):  # fmt: skip
+        proc = _bounded("mcp", "import", name, cwd=work, home=home, seconds=30)
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert proc.stderr.startswith(f"ringfence: invalid_arguments: {name}"), proc.stderr
+        assert said in proc.stderr and "unexpected" not in proc.stderr, proc.stderr
+    assert not (home / "mcp.toml").exists()
