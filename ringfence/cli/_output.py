@@ -50,20 +50,34 @@ EXIT_DENIED = 3
 MAX_SHOWN_CHARS = 240
 
 
+# What ``read_input_text`` reads at most (a script's or the arguments' text): one byte past
+# it is refused, never read on (`run-script s.py` with s.py a link to /dev/zero read until
+# memory ran out).
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
 def read_input_text(name: str, *, subject: str, field: str, prefix: str = "") -> str:
-    """UTF-8 text from the file ``name``, or stdin when ``name`` is ``-``.
+    """UTF-8 text from the file ``name``, or stdin when ``name`` is ``-``, at most
+    :data:`MAX_INPUT_BYTES` (a file named on the command line is read as the person gave it:
+    a pipe, ``<(…)``, is waited for).
 
-    Errors are InvalidArguments naming ``field``: ``{prefix}cannot read {subject}: …`` and
-    ``{prefix}{subject} is not UTF-8 text``.
+    Errors are InvalidArguments naming ``field``: ``{prefix}cannot read {subject}: …``,
+    ``{prefix}{subject} is larger than …`` and ``{prefix}{subject} is not UTF-8 text``.
     """
-    from pathlib import Path
-
     try:
-        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+        if name == "-":
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with open(name, "rb") as f:
+                data = f.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise InvalidArguments(
             f"{prefix}cannot read {subject}: {exc.strerror or exc}", field=field
         ) from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InvalidArguments(
+            f"{prefix}{subject} is larger than {MAX_INPUT_BYTES:,} bytes", field=field
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

@@ -272,3 +272,32 @@ def test_mcp_import_of_a_hostile_project_file_is_refused_by_name(tmp_path: Path)
         assert proc.stderr.startswith(f"ringfence: invalid_arguments: {name}"), proc.stderr
         assert said in proc.stderr and "unexpected" not in proc.stderr, proc.stderr
     assert not (home / "mcp.toml").exists()
+
+
+def test_a_script_or_arguments_file_that_never_ends_is_refused_by_its_size(
+    tmp_path: Path,
+) -> None:
+    """`run-script s.py` and `call --args @FILE` read the file whole: a project's `s.py` made
+    a link to /dev/zero read until memory ran out. At most one byte past 64 MiB is read now,
+    and the refusal names the file and the bound (the child runs under a 2 GiB address-space
+    limit, so the old reading fails instead of taking the machine's memory)."""
+    import resource
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    (work / "s.py").symlink_to("/dev/zero")
+    env = {**os.environ, "RINGFENCE_HOME": str(home)}
+    env.pop("RINGFENCE_WORKSPACE_ROOTS", None)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    for argv, subject in ((["run-script", "s.py"], "the script s.py"),
+                          (["call", "read_file", "--args", "@s.py"], "--args: s.py")):  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "ringfence", *argv, "--workspace", str(work)],
+            cwd=work, env=env, capture_output=True, text=True, timeout=60, check=False,
+            preexec_fn=limited,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert f"{subject} is larger than 67,108,864 bytes" in proc.stderr, proc.stderr
