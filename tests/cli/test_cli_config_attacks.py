@@ -301,3 +301,21 @@ def test_a_script_or_arguments_file_that_never_ends_is_refused_by_its_size(
         )  # fmt: skip
         assert proc.returncode == 2, proc.stderr
         assert f"{subject} is larger than 67,108,864 bytes" in proc.stderr, proc.stderr
+
+
+def test_a_regex_re2_refuses_reaches_the_terminal_only_escaped(tmp_path: Path) -> None:
+    """RE2 logged a pattern it refused to the process's stderr itself, raw, past the
+    terminal guard: a project policy's `command~(\\u001b[2J…` cleared the operator's screen
+    and could print a fake line at `policy show` and every session start. Now the only
+    word of it is ringfence's refusal, escaped."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    (work / ".ringfence").mkdir(parents=True)
+    (work / ".ringfence" / "policy.toml").write_text(
+        'deny = ["run_shell(command~(\\u001b[2J\\u001b[31mringfence: finished)",'
+        ' "read_file(path=[[:alpha:]]\\u001b[2J)"]\n'
+    )
+    for argv in (["policy", "show"], ["call", "read_file", "--args", '{"path": "x"}']):
+        proc = _bounded(*argv, "--workspace", str(work), cwd=work, home=home, seconds=30)
+        assert proc.returncode == 2, proc.stderr
+        assert "\x1b" not in proc.stderr and "\x1b" not in proc.stdout, repr(proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "RE2" in proc.stderr, proc.stderr

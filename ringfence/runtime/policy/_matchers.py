@@ -208,10 +208,14 @@ class GlobMatcher:
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.max_mem = 8 << 20  # a pattern that needs more is refused when the rule loads
+# RE2 logs a pattern it refuses to the process's stderr, raw, past the terminal guard: a
+# project policy's `command~(\u001b[2J…` cleared the operator's screen at `policy show`.
+_RE2_OPTIONS.log_errors = False
 # A path glob's regex: as a rule's, and `.` crosses a newline (a file name may hold one).
 _RE2_PATH_OPTIONS = re2.Options()
 _RE2_PATH_OPTIONS.max_mem = 8 << 20
 _RE2_PATH_OPTIONS.dot_nl = True
+_RE2_PATH_OPTIONS.log_errors = False
 
 
 @functools.lru_cache(maxsize=4096)
