@@ -22,6 +22,7 @@ MODULE_TIERS = {
     "slow": {
         *(f"tests/cli/test_cli_{m}.py" for m in ("front_door", "fuzz", "hostile_text")),
         *(f"tests/cli/test_cli_{m}.py" for m in ("startup", "operator", "tty")),
+        "tests/cli/test_cli_config_attacks.py",
         *(f"tests/runtime/test_runtime_{m}.py" for m in ("schema_compiled", "forgery")),
         *(f"tests/runtime/test_runtime_{m}.py" for m in ("plans", "outcomes", "one_door")),
         "tests/runtime/test_runtime_checkpoints.py",

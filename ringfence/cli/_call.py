@@ -35,20 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-# The most ``--args @FILE`` or ``--args -`` reads: twice what ``serve`` takes in one request.
-MAX_ARGS_BYTES = 64 << 20
-
-
 def read_arguments_text(spec: str) -> str:
     """``--args`` as given: literal JSON, ``@FILE`` (UTF-8) or ``-`` (stdin), read at most
-    :data:`MAX_ARGS_BYTES` (``@/dev/zero`` or an endless pipe filled memory)."""
+    ``MAX_INPUT_BYTES`` (``@/dev/zero`` or an endless pipe filled memory)."""
     if spec != "-" and not spec.startswith("@"):
         return spec
     name = "-" if spec == "-" else spec[1:]
     subject = "stdin" if spec == "-" else name
-    return read_input_text(
-        name, subject=subject, field="--args", prefix="--args: ", max_bytes=MAX_ARGS_BYTES
-    )
+    return read_input_text(name, subject=subject, field="--args", prefix="--args: ")
 
 
 def parse_arguments(spec: str) -> dict:

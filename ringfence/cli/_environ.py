@@ -23,10 +23,12 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKEND_ENV",
     "MANAGED_POLICY_ENV",
+    "POSTURE_ENV",
     "SCRIPT_SANDBOX_ENV",
     "Choice",
     "backend_choice",
     "managed_policy",
+    "posture_choice",
     "script_sandbox_choice",
     "show_and_record",
     "weaker_choices",
@@ -81,11 +83,55 @@ def managed_policy(settings: Settings) -> str | None:
     return settings.managed_policy
 
 
+POSTURE_ENV = "RINGFENCE_POSTURE"
+
+
+def posture_choice(flag: str | None, settings: Settings) -> Choice:
+    """``--posture``, else ``$RINGFENCE_POSTURE``, else the library's ``ask``."""
+    if flag:
+        return Choice(flag, f"--posture {flag}")
+    if settings.posture:
+        return Choice(settings.posture, f"${POSTURE_ENV}={settings.posture}")
+    return Choice("ask", "default")
+
+
+def _posture_means(value: str) -> str:
+    """What a posture looser than ``ask`` lets run unasked, for its warning."""
+    if value == "unrestricted":
+        return (
+            "every call the policy does not deny or ask about runs without asking, tools that "
+            "ask under every other posture included (posture unrestricted)"
+        )
+    if value == "allow-reversible":
+        return "reversible calls (writes, commands) run without asking (posture allow-reversible)"
+    return f"every call the policy does not deny or ask about runs without asking (posture {value})"
+
+
 def weaker_choices(
-    backend: Choice, script_sandbox: Choice, sandbox: str | None
+    backend: Choice,
+    script_sandbox: Choice,
+    sandbox: str | None,
+    posture: Choice | None = None,
 ) -> list[dict[str, Any]]:
-    """The session's choices below the confined default, each with its source and meaning."""
+    """The session's choices below the confined default, each with its source and meaning.
+
+    A posture looser than ``ask`` is one when the environment chose it (nothing on the
+    command line says so: a project's ``.envrc`` can set it) and, whatever chose it, when it
+    is ``unrestricted`` (even the tools every other posture asks about run unasked)."""
     out: list[dict[str, Any]] = []
+    if (
+        posture is not None
+        and posture.value not in (None, "ask")
+        and (posture.source.startswith("$") or posture.value == "unrestricted")
+    ):
+        out.append(
+            {
+                "setting": "posture",
+                "value": posture.value,
+                "source": posture.source,
+                "means": _posture_means(str(posture.value)),
+            }
+        )
     if backend.value == "host":
         out.append(
             {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from ..mcp_host.manifest._load import (
 from ..runtime._errors import InvalidArguments
 from ..runtime._redact import is_secret_name
 from ._mcp_show import manifest_file
-from ._output import naming_file, print_ok
+from ._output import print_ok
 
 # -- import -------------------------------------------------------------------------------------
 
@@ -90,12 +89,22 @@ def import_entry(name: str, entry: dict[str, Any]) -> tuple[ServerConfig, list[s
 
 
 async def run_import(args: argparse.Namespace) -> int:
+    from ..mcp_host.manifest._config import manifest_bytes
+    from ..runtime._canonical import loads
+
     source = Path(args.file)
+    # Read as a manifest is (a regular file, at most one byte past its bound): the file is
+    # often a project's own (`.mcp.json`, `.vscode/mcp.json`), the agent's to write, and a
+    # FIFO there hung the import, /dev/zero took 6 GB in 10 s, and JSON nested 100,000 deep
+    # ended in "unexpected error: RecursionError".
     try:
-        with naming_file(source):
-            data = json.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidArguments(f"no file at {source}", field="file") from None
+        raw = manifest_bytes(source)
+    except InvalidArguments as exc:
+        raise InvalidArguments(exc.message, field="file") from None
+    if raw is None:
+        raise InvalidArguments(f"no file at {source}", field="file")
+    try:
+        data = loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidArguments(f"{source} is not JSON: {exc}", field="file") from None
     servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None

@@ -50,30 +50,37 @@ EXIT_DENIED = 3
 MAX_SHOWN_CHARS = 240
 
 
+# What ``read_input_text`` reads at most unless its caller bounds it tighter (a script's or
+# the arguments' text): one byte past it is refused, never read on (`run-script s.py` with
+# s.py a link to /dev/zero, or `call --args @/dev/zero`, read until memory ran out).
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
 def read_input_text(
     name: str, *, subject: str, field: str, prefix: str = "", max_bytes: int | None = None
 ) -> str:
-    """UTF-8 text from the file ``name``, or stdin when ``name`` is ``-``.
+    """UTF-8 text from the file ``name``, or stdin when ``name`` is ``-``, at most
+    ``max_bytes`` (default :data:`MAX_INPUT_BYTES`; a file named on the command line is read
+    as the person gave it: a pipe, ``<(…)``, is waited for).
 
-    Errors are InvalidArguments naming ``field``: ``{prefix}cannot read {subject}: …`` and
-    ``{prefix}{subject} is not UTF-8 text``. With ``max_bytes``, at most that many bytes
-    (and one more, to know) are read: a longer input is refused naming the bound before
-    the rest is read (``/dev/zero`` or an endless pipe would otherwise fill memory).
+    Errors are InvalidArguments naming ``field``: ``{prefix}cannot read {subject}: …``,
+    ``{prefix}{subject} is larger than …`` (refused before the rest is read) and
+    ``{prefix}{subject} is not UTF-8 text``.
     """
-    limit = -1 if max_bytes is None else max_bytes + 1
+    bound = MAX_INPUT_BYTES if max_bytes is None else max_bytes
     try:
         if name == "-":
-            data = sys.stdin.buffer.read(limit)
+            data = sys.stdin.buffer.read(bound + 1)
         else:
             with open(name, "rb") as f:
-                data = f.read(limit)
+                data = f.read(bound + 1)
     except OSError as exc:
         raise InvalidArguments(
             f"{prefix}cannot read {subject}: {exc.strerror or exc}", field=field
         ) from None
-    if max_bytes is not None and len(data) > max_bytes:
+    if len(data) > bound:
         raise InvalidArguments(
-            f"{prefix}{subject} is larger than {max_bytes:,} bytes, the most it may be; "
+            f"{prefix}{subject} is larger than {bound:,} bytes, the most it may be; "
             "nothing of it was run",
             field=field,
         )

@@ -24,6 +24,7 @@ from ..runtime.policy._files import PolicyLayers, cli_rules, load_policy
 from ._environ import (
     backend_choice,
     managed_policy,
+    posture_choice,
     script_sandbox_choice,
     show_and_record,
     weaker_choices,
@@ -297,10 +298,11 @@ def kernel_from_args(
     if backend.value == "docker" and args.settings.docker_image:
         backend_options.setdefault("image", args.settings.docker_image)
     script_sandbox = script_sandbox_choice(args.settings)
+    posture = posture_choice(args.posture, args.settings)
     kernel = create_kernel(
         backend_options=backend_options or None,
         roots=roots,
-        posture=args.settings.posture_for(args.posture),
+        posture=posture.value,
         approver=approver if approver is not None else approver_from(args.approve),
         backend=backend.value,
         script_sandbox=script_sandbox.value,
@@ -322,7 +324,7 @@ def kernel_from_args(
         retention=args.settings.retention(),
         secret_names=args.settings.secret_names,
     )
-    show_and_record(kernel, weaker_choices(backend, script_sandbox, sandbox))
+    show_and_record(kernel, weaker_choices(backend, script_sandbox, sandbox, posture))
     if review is not None:
         review.attach(kernel)
     if mcp_options and "elicitor" in mcp_options:

@@ -9,6 +9,7 @@ every variable and flag in one table (checked by tests/docs/test_docs_config.py)
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -88,6 +89,13 @@ class Settings:
         roots = text(WORKSPACE_ROOTS)
         names = text(SECRET_NAMES)
         keep = _positive(environ, CHECKPOINTS_KEEP)
+        if keep is not None and keep != int(keep):  # 0.5 kept int(0.5) == 0 change sets
+            from ..runtime._errors import InvalidArguments
+
+            raise InvalidArguments(
+                f"${CHECKPOINTS_KEEP} must be a whole number, not {environ[CHECKPOINTS_KEEP]!r}",
+                field=CHECKPOINTS_KEEP,
+            )
         return cls(
             posture=text(POSTURE),
             workspace_roots=tuple(Path(p) for p in roots.split(os.pathsep) if p) if roots else (),
@@ -163,10 +171,12 @@ def _positive(environ: Mapping[str, str], name: str) -> float | None:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not value > 0:
+    # finite too: `inf` (or `1e400`) passed, and the change-set store's int() of it failed
+    # the first write with "unexpected error: OverflowError", naming no variable
+    if not (value > 0 and math.isfinite(value)):
         from ..runtime._errors import InvalidArguments
 
-        raise InvalidArguments(f"${name} must be a positive number, not {raw!r}", field=name)
+        raise InvalidArguments(f"${name} must be a positive finite number, not {raw!r}", field=name)
     return value
 
 

@@ -122,6 +122,11 @@ def read_bundle(root: str | os.PathLike[str]) -> Bundle:
     directory, a link leaving it, a special file, over a limit.
     """
     where = Path(os.path.realpath(root))
+    if not _is_utf8(str(where)):  # plugins.toml records the folder as text
+        raise InvalidArguments(
+            f"{where}: a plugin folder's path must be UTF-8 text (plugins.toml records it)",
+            field="path",
+        )
     if not where.is_dir():
         raise InvalidArguments(f"{root}: not a plugin folder (no such directory)", field="path")
     entries: dict[str, Entry] = {}
@@ -138,11 +143,15 @@ def read_bundle(root: str | os.PathLike[str]) -> Bundle:
             if name in _LEFT_OUT:
                 continue
             rel = f"{prefix}{name}"
+            if not _is_utf8(name):  # the digest is of UTF-8 names: one that is not failed it
+                raise refuse(rel, "a name that is not UTF-8 (a plugin's names are text)")
             if len(entries) >= MAX_FILES:
                 raise refuse(rel, f"the plugin has more than {MAX_FILES} entries")
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(name, dir_fd=fd)
+                if not _is_utf8(target):
+                    raise refuse(rel, "a link whose target is not UTF-8")
                 if posixpath.isabs(target):
                     raise refuse(rel, f"a link to {target!r}, outside the plugin")
                 entries[rel] = Entry("link", target=target)
@@ -189,6 +198,15 @@ def read_bundle(root: str | os.PathLike[str]) -> Bundle:
         if entry.kind == "link" and not _stays_inside(name, entries):
             raise refuse(name, f"a link to {entry.target!r}, which leads outside the plugin")
     return Bundle(where, entries, _digest(entries))
+
+
+def _is_utf8(name: str) -> bool:
+    """Whether a name ``os.listdir`` gave is UTF-8 text (not bytes it carried as surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup

@@ -77,10 +77,10 @@ def parse_entries(text: str, path: Path) -> list[PluginEntry]:
     """The entries of a plugins file's text; InvalidArguments naming file:line: key otherwise."""
     import tomllib  # here: a session with no plugins file parses no TOML
 
-    from ..runtime._tomllines import line_of, toml_error_line, toml_key_lines
+    from ..runtime._tomllines import line_of, load_toml, toml_error_line, toml_key_lines
 
     try:
-        data = tomllib.loads(text)
+        data = load_toml(text)
     except tomllib.TOMLDecodeError as exc:
         line, message = toml_error_line(exc)
         raise _fail(path, line, "toml", message) from None

@@ -81,7 +81,7 @@ def parse_plugin_manifest(bundle: Bundle) -> PluginManifest:
     """The bundle's manifest, validated; InvalidArguments naming ``file:line: key`` otherwise."""
     import tomllib
 
-    from ..runtime._tomllines import line_of, toml_error_line, toml_key_lines
+    from ..runtime._tomllines import line_of, load_toml, toml_error_line, toml_key_lines
 
     path = bundle.root / MANIFEST
     if MANIFEST not in bundle.entries:
@@ -90,7 +90,7 @@ def parse_plugin_manifest(bundle: Bundle) -> PluginManifest:
         )
     text = bundle.text(MANIFEST)
     try:
-        data = tomllib.loads(text)
+        data = load_toml(text)
     except tomllib.TOMLDecodeError as exc:
         line, message = toml_error_line(exc)
         raise _fail(path, line, "toml", message) from None

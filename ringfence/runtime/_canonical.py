@@ -90,35 +90,54 @@ def nests_deeper(value: Any, limit: int) -> bool:
     return _first_problem(value, limit, numbers=False) == "deep"
 
 
+# An integer JSON text may hold and Python prints back: past this many bits (about 4,000
+# digits) ``str()`` refuses it (``sys.set_int_max_str_digits``), and the records could not
+# be written.
+_MAX_INT_BITS = 13_000
+
+
 def unrecordable(arguments: Any, limit: int = MAX_NESTING) -> tuple[str, str] | None:
     """Why ``arguments`` cannot be a call's arguments as JSON holds them, as (field, message),
-    or None: nested deeper than ``limit``, or holding a number JSON has no spelling for
+    or None: nested deeper than ``limit``, holding a number JSON has no spelling for
     (NaN, ±Infinity: every bound compares false with NaN, and the event log would record
-    ``null`` for what the tool was given)."""
+    ``null`` for what the tool was given), an integer too long to print, a key that is not a
+    string (recorded as one: the record named another key than the tool got) or a value
+    JSON has no type for (``bytes``, a ``Path``, a set: a host's own values, which raised
+    ``TypeError`` out of ``invoke`` unrecorded)."""
     problem = _first_problem(arguments, limit, numbers=True)
     if problem is None:
         return None
     if problem == "deep":
         return "arguments", f"the arguments nest deeper than {limit} levels"
-    where, number = _non_finite(arguments)
-    return where, f"{where} is {number!r}, which is not a JSON number"
+    return _not_json(arguments)
 
 
 def _first_problem(value: Any, limit: int, *, numbers: bool) -> str | None:
-    """``"deep"`` (nested past ``limit``), ``"number"`` (a non-finite float, when
-    ``numbers``) or None: one walk, without recursion."""
+    """``"deep"`` (nested past ``limit``), ``"value"`` (with ``numbers``: a non-finite
+    float, an integer past :data:`_MAX_INT_BITS`, a key that is not a string, a value of a
+    type JSON lacks) or None: one walk, without recursion."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         node, depth = stack.pop()
+        if node is None or isinstance(node, str | bool):
+            continue
         if isinstance(node, float):
             if numbers and not math.isfinite(node):
-                return "number"
+                return "value"
+            continue
+        if isinstance(node, int):
+            if numbers and node.bit_length() > _MAX_INT_BITS:
+                return "value"
             continue
         if isinstance(node, Mapping):
+            if numbers and not all(isinstance(k, str) for k in node):
+                return "value"
             children: Iterable[Any] = node.values()
         elif isinstance(node, list | tuple):
             children = node
         else:
+            if numbers:
+                return "value"
             continue
         if depth >= limit:
             return "deep"
@@ -126,16 +145,28 @@ def _first_problem(value: Any, limit: int, *, numbers: bool) -> str | None:
     return None
 
 
-def _non_finite(arguments: Any) -> tuple[str, float]:
-    """The dotted path (``a.b[2]``) and value of a non-finite float in ``arguments`` (which
-    holds one, and nests within the bound)."""
+def _not_json(arguments: Any) -> tuple[str, str]:
+    """The dotted path (``a.b[2]``) of the first value in ``arguments`` JSON cannot hold
+    (which holds one, and nests within the bound), and why."""
     stack: list[tuple[Any, str]] = [(arguments, "")]
     while stack:
         node, where = stack.pop()
-        if isinstance(node, float) and not math.isfinite(node):
-            return where or "arguments", node
-        if isinstance(node, Mapping):
+        here = where or "arguments"
+        if node is None or isinstance(node, str | bool):
+            continue
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                return here, f"{here} is {node!r}, which is not a JSON number"
+        elif isinstance(node, int):
+            if node.bit_length() > _MAX_INT_BITS:
+                return here, f"{here} is an integer of more than 3,900 digits"
+        elif isinstance(node, Mapping):
+            for k in node:
+                if not isinstance(k, str):
+                    return here, f"{here} has the key {k!r}, which is not a string (JSON's are)"
             stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in node.items())
         elif isinstance(node, list | tuple):
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
-    return "arguments", math.nan
+        else:
+            return here, f"{here} is a {type(node).__name__}, which JSON cannot hold"
+    return "arguments", "the arguments hold a value JSON cannot hold"

@@ -225,11 +225,23 @@ class _Budgeted:
         self._steps = steps
 
     def _run(self, check: Callable[[], Any]) -> Any:
+        from referencing.exceptions import Unresolvable
+
         token = _BUDGET.set([self._steps, self._steps])
         try:
             return check()
         except RecursionError:  # a $ref cycle, or nesting past Python's stack
             raise Uncheckable("it refers to itself or nests too deeply to be checked") from None
+        except Unresolvable as exc:
+            # a $ref to nothing in the schema, or to a document elsewhere (never fetched):
+            # every call of such a tool ended in "failed inside ringfence:
+            # _WrappedReferencingError", naming neither the schema nor the reference
+            ref = getattr(exc, "ref", None)
+            raise Uncheckable(
+                f"it refers to {ref!r}, which does not resolve within the schema"
+                if ref is not None
+                else "one of its $refs does not resolve within the schema"
+            ) from None
         finally:
             _BUDGET.reset(token)
 

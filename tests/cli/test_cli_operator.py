@@ -323,7 +323,7 @@ def test_args_from_an_endless_file_are_refused_at_the_bound(ws: Path) -> None:
     under a 2 GiB address-space limit, so an unbounded read fails there, not the machine."""
     import resource
 
-    from ringfence.cli._call import MAX_ARGS_BYTES
+    from ringfence.cli._output import MAX_INPUT_BYTES
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
@@ -335,7 +335,7 @@ def test_args_from_an_endless_file_are_refused_at_the_bound(ws: Path) -> None:
     )  # fmt: skip
     body = json.loads(done.stdout)
     assert done.returncode == 2 and body["error"]["field"] == "--args", body
-    assert f"{MAX_ARGS_BYTES:,} bytes" in body["error"]["message"]
+    assert f"{MAX_INPUT_BYTES:,} bytes" in body["error"]["message"]
     assert sorted(p.name for p in ws.iterdir()) == ["notes.txt"]
 
 

@@ -10,6 +10,7 @@ immutable; building one directly (as the CLI and tests do) is not validated,
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,7 @@ from ...runtime.policy._rules import Effect
 __all__ = [
     "DEFAULT_APPROVED",
     "KNOWN_CAPABILITIES",
+    "MAX_MANIFEST_BYTES",
     "OAUTH_GRANTS",
     "AuthMode",
     "Manifest",
@@ -34,6 +36,7 @@ __all__ = [
     "Transport",
     "Trust",
     "iter_enabled",
+    "manifest_bytes",
     "manifest_path",
     "sanitize_part",
     "workspace_manifest_path",
@@ -252,3 +255,47 @@ def iter_enabled(manifest: Manifest, names: Iterable[str] | None = None) -> list
     """Enabled servers, optionally only those named."""
     wanted = set(names) if names is not None else None
     return [s for s in manifest.servers if s.enabled and (wanted is None or s.name in wanted)]
+
+
+# A manifest larger than this is refused (a real one is a few kilobytes; a policy file's
+# bound is the same).
+MAX_MANIFEST_BYTES = 1 << 20
+
+
+def manifest_bytes(p: Path) -> bytes | None:
+    """The file's bytes (None: there is none); InvalidArguments naming it if unreadable or
+    larger than :data:`MAX_MANIFEST_BYTES`."""
+    try:
+        raw = _read_regular(p)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InvalidArguments(
+            f"{p}: cannot be read: {exc.strerror}", field="toml", file=str(p)
+        ) from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise InvalidArguments(
+            f"{p}: larger than {MAX_MANIFEST_BYTES:,} bytes (the bound for a manifest)",
+            field="toml",
+            file=str(p),
+        )
+    return raw
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of ``path``, opened without waiting and read only when it is a regular file:
+    a workspace's ``.ringfence/mcp.toml`` is the agent's to write, and a FIFO left there (a
+    --no-change-sets command's ``mkfifo``) made ``mcp list`` and every session that reads
+    the manifests wait forever. Raises OSError (ENOENT when missing)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            # One byte past the bound, never the whole file: the workspace's manifest is the
+            # agent's, and a sparse 3 GB one (`truncate -s 3G`) took 6 GB at every session start.
+            return f.read(MAX_MANIFEST_BYTES + 1)
+    finally:
+        os.close(fd)

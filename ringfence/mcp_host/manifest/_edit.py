@@ -28,7 +28,7 @@ from tomlkit.items import AoT, Comment, Table, Whitespace
 
 from ...runtime._errors import InvalidArguments
 from ...runtime._files import atomic_write
-from ._config import Manifest, ServerConfig, manifest_path
+from ._config import Manifest, ServerConfig, manifest_bytes, manifest_path
 from ._model import parse_manifest, server_table
 
 __all__ = ["remove_server", "render_server", "save_server"]
@@ -97,16 +97,11 @@ def _spans(text: str, path: Path) -> list[tuple[int, int, int]]:
 def _edit(
     path: Path, edit: Callable[[str, Manifest], str], secret_names: Sequence[str] = ()
 ) -> Manifest:
+    raw = manifest_bytes(path)  # one read: regular files only, bounded
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
+        text = "" if raw is None else raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidArguments(f"{path}: not UTF-8 text", field="toml", file=str(path)) from None
-    except OSError as exc:
-        raise InvalidArguments(
-            f"{path}: cannot be read: {exc.strerror}", field="toml", file=str(path)
-        ) from None
     current = parse_manifest(
         text, str(path), secret_names=secret_names
     )  # refuse to edit a file that does not load

@@ -57,7 +57,6 @@ the names the rest of ``mcp_host`` and the CLI import from it.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -79,6 +78,7 @@ from ._config import (
     Transport,
     Trust,
     iter_enabled,
+    manifest_bytes as _manifest_bytes,
     manifest_path,
     sanitize_part,
     workspace_manifest_path,
@@ -158,41 +158,12 @@ def load_manifest(
     return _parse_bytes(raw, p, secret_names)
 
 
-def _manifest_bytes(p: Path) -> bytes | None:
-    """The file's bytes (None: there is none); InvalidArguments naming it if unreadable."""
-    try:
-        return _read_regular(p)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise InvalidArguments(
-            f"{p}: cannot be read: {exc.strerror}", field="toml", file=str(p)
-        ) from None
-
-
 def _parse_bytes(raw: bytes, p: Path, secret_names: Sequence[str]) -> Manifest:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidArguments(f"{p}: not UTF-8 text", field="toml", file=str(p)) from None
     return parse_manifest(text, str(p), secret_names=secret_names)
-
-
-def _read_regular(path: Path) -> bytes:
-    """The bytes of ``path``, opened without waiting and read only when it is a regular file:
-    a workspace's ``.ringfence/mcp.toml`` is the agent's to write, and a FIFO left there (a
-    --no-change-sets command's ``mkfifo``) made ``mcp list`` and every session that reads
-    the manifests wait forever. Raises OSError (ENOENT when missing)."""
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
-    finally:
-        os.close(fd)
 
 
 def load_manifests(

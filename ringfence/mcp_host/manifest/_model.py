@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...runtime._errors import InvalidArguments
 from ...runtime._redact import is_secret_name
-from ...runtime._tomllines import KeyPath, line_of, toml_error_line, toml_key_lines
+from ...runtime._tomllines import KeyPath, line_of, load_toml, toml_error_line, toml_key_lines
 from .._urls import check_header_name, check_url
 from ._config import (
     DEFAULT_APPROVED,
@@ -251,7 +251,7 @@ def parse_manifest(
     entry whose name matches one is refused like a built-in credential name.
     """
     try:
-        data = tomllib.loads(text)
+        data = load_toml(text)
     except tomllib.TOMLDecodeError as exc:
         line, detail = toml_error_line(exc)
         where = f"{path}:{line}" if line else path

@@ -163,11 +163,11 @@ def parse_policy_file(path: Path, raw: bytes, layer: str) -> PolicyFile:
     # Here: a session without policy files never parses TOML.
     import tomllib
 
-    from .._tomllines import toml_error_line, toml_key_lines
+    from .._tomllines import load_toml, toml_error_line, toml_key_lines
 
     try:
         text = raw.decode("utf-8")
-        data = tomllib.loads(text)
+        data = load_toml(text)
     except UnicodeDecodeError as exc:
         raise _fail(path, None, "file", f"is not UTF-8 ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:

@@ -47,11 +47,12 @@ def project_directory(root: str | os.PathLike[str]) -> Path:
     return ringfence_home() / "projects" / digest
 
 
-def _same(a: Rule, b: Rule) -> bool:
-    """The same rule, wherever it was written (file and line differ between versions)."""
-    return replace(a, source="", layer="", inactive="") == replace(
-        b, source="", layer="", inactive=""
-    )
+def _identity(rule: Rule) -> Rule:
+    """The rule without where it was written (file and line differ between versions): two
+    rules are the same when these are equal. Hashable, so a version's rules are looked up
+    in a set: comparing each kept rule with every other (20,000 deny rules in one version,
+    then any edit) held every later session's start for hours."""
+    return replace(rule, source="", layer="", inactive="")
 
 
 def _tightening(rules: Sequence[Rule]) -> list[Rule]:
@@ -95,17 +96,20 @@ def kept_rules(
     directory = project_directory(root)
     real = os.path.realpath(os.fspath(root))
     versions = _read_versions(directory)
-    now = _tightening(current[1]) if current is not None else []
+    now = {_identity(r) for r in (_tightening(current[1]) if current is not None else [])}
     kept: list[Rule] = []
+    kept_identities: set[Rule] = set()
     contributing: set[Path] = set()
     for path, raw in versions:
         if current is not None and raw == current[0]:
             continue
         for rule in _tightening(parse(project_path, raw)):
-            if any(_same(rule, r) for r in now):
+            identity = _identity(rule)
+            if identity in now:
                 continue
             contributing.add(path)
-            if not any(_same(rule, r) for r in kept):
+            if identity not in kept_identities:
+                kept_identities.add(identity)
                 kept.append(
                     replace(
                         rule,
