@@ -240,6 +240,8 @@ def create_kernel(
     try:
         refuse_home_inside_roots(workspace.roots)
         refuse_git_config_inside_roots(workspace.roots)  # ~/.gitconfig, …: read everywhere
+        if events_path:
+            refuse_events_inside_roots(events_path, workspace.roots)
     except BaseException:
         workspace.close()
         raise
@@ -401,24 +403,10 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
     over it on a root's file system, which a tool could rewrite through that name.
     """
     home = ringfence_home()
-    by_identity: dict[tuple[int, int], Path] = {}
-    devices: set[int] = set()
-    for root in roots:
-        st = os.stat(root)
-        by_identity[(st.st_dev, st.st_ino)] = root
-        devices.add(st.st_dev)
+    by_identity, devices = _identities(roots)
 
     def root_above(path: Path) -> Path | None:
-        real = Path(os.path.realpath(path))
-        for where in (real, *real.parents):
-            try:
-                st = os.stat(where)
-            except OSError:
-                continue  # not made yet: its parents decide
-            root = by_identity.get((st.st_dev, st.st_ino))
-            if root is not None:
-                return root
-        return None
+        return _root_above(path, by_identity)
 
     mounts = _Mounts()
     root = root_above(home) or mounts.root_holding(home, roots)
@@ -495,6 +483,57 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
                     home=str(home),
                     root=str(root),
                 )
+
+
+def refuse_events_inside_roots(events_path: str | os.PathLike[str], roots: Sequence[Path]) -> None:
+    """Raise InvalidArguments when the event file lies inside a workspace root (by identity,
+    as :func:`refuse_home_inside_roots` judges the home: a link, a bind mount, a second name).
+
+    The session's own tools could overwrite or remove it: ``write_file events.jsonl``
+    replaced the file with one line while the kernel went on appending to the unlinked one,
+    so the session's whole record was gone from disk.
+    """
+    by_identity, devices = _identities(roots)
+    path = Path(events_path)
+    root = _root_above(path, by_identity) or _Mounts().root_holding(path, roots)
+    why = f"is inside the workspace root {root}" if root is not None else ""
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None  # not made yet: where it would be made decides
+    if not why and st is not None and st.st_nlink > 1 and st.st_dev in devices:
+        why = f"has {st.st_nlink - 1} other name(s) (hard links) on a workspace root's file system"
+    if why:
+        raise InvalidArguments(
+            f"the event file {events_path} {why}: the session's tools could overwrite or "
+            "remove the record of the session; write it outside every workspace root "
+            "(e.g. beside the project: ../events.jsonl)",
+            field="events_path",
+            path=str(events_path),
+        )
+
+
+def _identities(roots: Sequence[Path]) -> tuple[dict[tuple[int, int], Path], set[int]]:
+    """Each root by (device, inode), and the roots' devices."""
+    by_identity: dict[tuple[int, int], Path] = {}
+    for root in roots:
+        st = os.stat(root)
+        by_identity[(st.st_dev, st.st_ino)] = root
+    return by_identity, {dev for dev, _ in by_identity}
+
+
+def _root_above(path: Path, by_identity: dict[tuple[int, int], Path]) -> Path | None:
+    """The root that is ``path``'s real path or one of its parents, by identity."""
+    real = Path(os.path.realpath(path))
+    for where in (real, *real.parents):
+        try:
+            st = os.stat(where)
+        except OSError:
+            continue  # not made yet: its parents decide
+        root = by_identity.get((st.st_dev, st.st_ino))
+        if root is not None:
+            return root
+    return None
 
 
 class _Mounts:

@@ -369,3 +369,51 @@ def test_a_key_file_with_no_key_is_the_public_key_error(
     _no_crash(proc, 2)
     error = json.loads(proc.stdout)["error"]
     assert error["field"] == "--public-key" and "no PEM public key" in error["message"], error
+
+
+@pytest.mark.parametrize("where", ["inside", "link", "hard-link"])
+def test_an_event_file_the_sessions_tools_could_rewrite_is_refused(
+    place: tuple[Path, Path], tmp_path: Path, where: str
+) -> None:
+    """``--events ev.jsonl`` inside the workspace: the session's own ``write_file ev.jsonl``
+    replaced the file with one line while the kernel went on appending to the unlinked one,
+    so the session's whole record was gone. Now such a file is refused before anything runs,
+    also through a link into the root or a second name (a hard link) on its file system."""
+    ws, home = place
+    events = ws / "ev.jsonl"
+    if where == "link":
+        (ws / "logs").mkdir()
+        events = tmp_path / "logs"
+        events.symlink_to(ws / "logs")
+        events = events / "ev.jsonl"
+    elif where == "hard-link":
+        events = tmp_path / "ev.jsonl"
+        events.write_text("")
+        (ws / "ev-copy.jsonl").hardlink_to(events)
+    before = sorted(p.name for p in ws.rglob("*"))
+    proc = ringfence_process(
+        "call", "write_file", "--args", json.dumps({"path": "a.txt", "content": "x"}),
+        "--workspace", str(ws), "--events", str(events), "--approve", "yes", "--json",
+        cwd=ws, env={"RINGFENCE_HOME": str(home)},
+    )  # fmt: skip
+    _no_crash(proc, 2)
+    error = json.loads(proc.stdout)["error"]
+    assert error["field"] == "events_path" and "could overwrite" in error["message"], error
+    assert sorted(p.name for p in ws.rglob("*")) == before
+    assert (ws / "a.txt").read_text() == "hello\n"
+    assert not events.exists() or events.read_text() == ""
+
+
+async def test_an_embedding_host_is_refused_an_event_file_inside_a_root(tmp_path: Path) -> None:
+    from ringfence import create_kernel
+    from ringfence.runtime import InvalidArguments
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.raises(InvalidArguments) as caught:
+        create_kernel(roots=[ws], events_path=ws / "sub" / "ev.jsonl")
+    assert caught.value.field == "events_path"
+    assert list(ws.iterdir()) == []
+    async with create_kernel(roots=[ws], events_path=tmp_path / "ev.jsonl") as kernel:
+        await kernel.invoke("list_directory", {"path": "."})
+    assert (tmp_path / "ev.jsonl").stat().st_size > 0
