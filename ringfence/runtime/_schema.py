@@ -230,6 +230,17 @@ class _Budgeted:
             return check()
         except RecursionError:  # a $ref cycle, or nesting past Python's stack
             raise Uncheckable("it refers to itself or nests too deeply to be checked") from None
+        except Exception as exc:
+            from referencing.exceptions import Unresolvable
+
+            if not isinstance(exc, Unresolvable):
+                raise
+            # A $ref to nowhere in the schema, or to another document (fetched by nothing):
+            # named without its text, which is the schema's writer's (an MCP server's).
+            raise Uncheckable(
+                "a $ref it holds cannot be resolved within the schema itself (ringfence "
+                "fetches no schema from elsewhere)"
+            ) from None
         finally:
             _BUDGET.reset(token)
 
