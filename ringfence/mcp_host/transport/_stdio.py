@@ -34,6 +34,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import json
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -47,6 +48,7 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
+from ..._confine import SANDBOXED_ENV
 from ...runtime._calls import CallContext
 from ...runtime._errors import Unavailable
 from ...runtime._programs import program_outside_roots, search_path
@@ -199,6 +201,11 @@ def stdio_transport(
             )
         )
         command, args, cwd = confined.argv[0], list(confined.argv[1:]), None
+        # The server's variables are the server's alone: the wrapper (the spawn gate's shell,
+        # bubblewrap: host processes, outside the sandbox) and the supervisor get only the
+        # SDK's minimal set; the supervisor hands these to the server at its exec, after
+        # every layer (an LD_PRELOAD of a workspace file ran on the host before).
+        env = {SANDBOXED_ENV: json.dumps(get_default_environment() | env)}
         if confined.writes is not None and writes is not None:
             writes.append(confined.writes)
         record.update(
