@@ -51,7 +51,7 @@ from mcp.shared.message import SessionMessage
 from ..._confine import SANDBOXED_ENV
 from ...runtime._calls import CallContext
 from ...runtime._errors import Unavailable
-from ...runtime._programs import program_outside_roots, search_path
+from ...runtime._programs import in_root, program_outside_roots, search_path
 from ...runtime._redact import Redactor
 from .._diagnostics import MAX_LOG_LINE_BYTES, Diagnostics
 from ..manifest._load import ServerConfig
@@ -183,6 +183,8 @@ def stdio_transport(
         if "/" not in command:  # a path the operator wrote is the operator's choice
             command = program_outside_roots(command, roots, path, f"server {config.name!r}")
         env.setdefault("PATH", search_path(path, roots))
+        if cwd is None:
+            cwd = working_directory(roots)
     confined: ConfinedCommand | None = None
     if config.sandbox == "local":
         if confiner is None:
@@ -223,6 +225,22 @@ def stdio_transport(
     return bounded_stdio_client(
         params, limit, on_stderr=on_stderr, on_report=reported if confined is not None else None
     )
+
+
+def working_directory(roots: Sequence[str]) -> str | None:
+    """Where an unconfined server runs when its manifest names no ``cwd``: this process's
+    own directory, unless it lies in a workspace root; then the home directory (``/`` when
+    that lies in a root too). A server's working directory is where ``python -m NAME``,
+    ``npx`` and ``node`` look first for the code they run: in a root, the agent's
+    ``NAME.py`` or ``node_modules`` ran on the host as the operator. None: keep this one."""
+    try:
+        here = os.getcwd()
+    except OSError:
+        return "/"
+    if in_root(here, roots) is None:
+        return None
+    home = os.path.expanduser("~")
+    return home if os.path.isdir(home) and in_root(home, roots) is None else "/"
 
 
 async def read_stderr(
