@@ -48,7 +48,6 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from ..._confine import SANDBOXED_ENV
 from ...runtime._calls import CallContext
 from ...runtime._errors import Unavailable
 from ...runtime._programs import in_root, program_outside_roots, search_path
@@ -69,6 +68,10 @@ __all__ = [
     "stdio_transport",
 ]
 
+# The variable a confined server's environment travels in, to the sandbox's supervisor alone
+# (``ringfence._confine.SANDBOXED_ENV``, spelled again here: this layer imports nothing of the
+# sandbox; tests/mcp_host/test_mcp_host_confined_env.py checks that the two agree).
+SANDBOXED_ENV = "RINGFENCE_SANDBOXED_ENV"
 MAX_REPORT_BYTES = 64 * 1024  # the confiner's report line; a longer first line is no report
 STDERR_QUOTE_LINES = 6  # the server's last stderr lines a failed connect quotes
 STDERR_QUOTE_CHARS = 300  # each cut to this many characters
