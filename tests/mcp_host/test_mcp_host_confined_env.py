@@ -13,6 +13,7 @@ server's own exec, after every layer: the server still sees each of them.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -51,6 +52,13 @@ def _hook_library(where: Path) -> Path:
     return where
 
 
+def test_the_transport_and_the_supervisor_name_the_same_variable() -> None:
+    from ringfence._confine import SANDBOXED_ENV
+    from ringfence.mcp_host.transport import _stdio
+
+    assert _stdio.SANDBOXED_ENV == SANDBOXED_ENV
+
+
 async def test_a_confined_servers_env_reaches_no_process_outside_the_sandbox(
     tmp_path: Path,
 ) -> None:
@@ -87,3 +95,46 @@ async def test_a_confined_servers_env_reaches_no_process_outside_the_sandbox(
         if '"mcp_connected"' in line
     ]
     assert connected and connected[0]["sandbox"]["confined"] is True
+
+
+async def test_the_sandbox_is_never_a_bwrap_the_agent_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bubblewrap was looked up on the kernel's PATH, which an activated project venv starts
+    with ``<ws>/.venv/bin``: the agent's ``.venv/bin/bwrap`` (write_file, chmod) ran on the
+    host, unconfined, as the sandbox of every confined server (and command). It is looked up
+    without the roots' entries now, and one found in a root through a link is refused."""
+    workspace = tmp_path / "ws"
+    (workspace / ".venv" / "bin").mkdir(parents=True)
+    marker = tmp_path / "planted-bwrap-ran"
+    planted = workspace / ".venv" / "bin" / "bwrap"
+    real = shutil.which("bwrap")
+    planted.write_text(f'#!/bin/sh\ntouch {marker}\nexec {real} "$@"\n')
+    planted.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{planted.parent}:{os.environ['PATH']}")
+    block = (
+        f'[[server]]\nname = "jail"\ntransport = "stdio"\ncommand = {toml_str(PYTHON)}\n'
+        f'args = [{toml_str(SERVERS / "escape.py")}]\nsandbox = "local"\n'
+        'read_only_tools = ["echo"]\n'
+    )
+
+    def kernel() -> object:
+        return create_kernel(
+            roots=[workspace],
+            posture=Posture.ALLOW_ALL,
+            mcp_manifest=manifest(block),
+            events_path=tmp_path / "events.jsonl",
+        )
+
+    async with kernel() as k:  # type: ignore[attr-defined]
+        assert "hello" in json.dumps(await k.call("mcp.jail.echo", {"text": "hello"}))
+    assert not marker.exists()
+    # A PATH entry outside the roots whose bwrap links into one: refused, naming the root.
+    elsewhere = tmp_path / "bin"
+    elsewhere.mkdir()
+    (elsewhere / "bwrap").symlink_to(planted)
+    monkeypatch.setenv("PATH", f"{elsewhere}:{os.environ['PATH']}")
+    async with kernel() as k:  # type: ignore[attr-defined]
+        failure = k.extensions["mcp"].failures["jail"]
+    assert failure.code == "unavailable" and "lies in the workspace root" in failure.message
+    assert not marker.exists()
