@@ -985,7 +985,8 @@ ENV_READERS: dict[str, dict[str, str]] = {
         "ConfinedSession._spawn_once": "the supervisor's environment",
     },
     "ringfence/backends/confined/_supervisor.py": {
-        "run_exec": "inside the sandbox: the supervisor's own environment for its child",
+        "sandboxed_env": "inside the sandbox: the environment its starter sent for the program "
+        "(else its own) for its child",
     },
     "ringfence/backends/confined/_exec.py": {
         "_on_path": "PATH, to find the program an MCP server or hook names, as its exec would",
@@ -1002,6 +1003,7 @@ ENV_READERS: dict[str, dict[str, str]] = {
     # The user's home, which the sandbox hides:
     "ringfence/backends/confined/_plan.py": {
         "_hidden_dirs": "HOME, the user's home, which the sandbox hides",
+        "SandboxArgv._argv": "PATH, to find bubblewrap as exec would, its root entries left out",
     },
     # Credentials a manifest names by variable (api_key_env, headers_env, client_secret_env, ...):
     "ringfence/mcp_host/transport/_http.py": {"resolve_headers": "header credentials"},

@@ -19,7 +19,14 @@ only what it applies. A layer that cannot be applied is :class:`LayerUnavailable
 
 from __future__ import annotations
 
-__all__ = ["LayerUnavailable"]
+__all__ = ["SANDBOXED_ENV", "LayerUnavailable"]
+
+# The environment a confined program (a ``sandbox = "local"`` MCP server) is to run with, as
+# one JSON object in this one variable: the processes that start it outside the sandbox (the
+# spawn gate's shell, bubblewrap) and its supervisor get none of it as their own environment
+# (an ``LD_PRELOAD`` naming a workspace file ran that file on the host, unconfined); the
+# supervisor hands it to the program alone, at its exec, after every layer.
+SANDBOXED_ENV = "RINGFENCE_SANDBOXED_ENV"
 
 
 class LayerUnavailable(Exception):

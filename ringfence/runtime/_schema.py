@@ -217,6 +217,10 @@ def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
     return counted
 
 
+# A reference short and plain enough to name in a refusal (``#/$defs/x``, a URL, a URN).
+_PLAIN_REF = re.compile(r"[A-Za-z0-9#/$_.:~%-]{1,80}\Z")
+
+
 class _Budgeted:
     """A linear validator whose every check stops after ``steps`` keyword evaluations."""
 
@@ -233,14 +237,15 @@ class _Budgeted:
         except RecursionError:  # a $ref cycle, or nesting past Python's stack
             raise Uncheckable("it refers to itself or nests too deeply to be checked") from None
         except Unresolvable as exc:
-            # a $ref to nothing in the schema, or to a document elsewhere (never fetched):
-            # every call of such a tool ended in "failed inside ringfence:
-            # _WrappedReferencingError", naming neither the schema nor the reference
+            # A $ref to nothing in the schema, or to a document elsewhere (never fetched): every
+            # call of such a tool ended in "failed inside ringfence: _WrappedReferencingError".
+            # The reference is named only when it is short and plain: it is the schema's
+            # writer's text (an MCP server's), which may be 64 KB of instructions.
             ref = getattr(exc, "ref", None)
+            named = f" ({ref!r})" if isinstance(ref, str) and _PLAIN_REF.match(ref) else ""
             raise Uncheckable(
-                f"it refers to {ref!r}, which does not resolve within the schema"
-                if ref is not None
-                else "one of its $refs does not resolve within the schema"
+                f"a $ref it holds{named} cannot be resolved within the schema itself "
+                "(ringfence fetches no schema from elsewhere)"
             ) from None
         finally:
             _BUDGET.reset(token)

@@ -607,3 +607,39 @@ def test_an_unconfined_servers_program_is_not_found_in_a_workspace_directory_on_
     rc, out, err = run(capsys, "mcp", "inspect", "tools", "--workspace", str(ws), "--json")
     assert rc != 0 and "lies in the workspace root" in out["error"]["message"], out
     assert not pwned.exists()
+
+
+def test_an_unconfined_server_does_not_run_in_a_workspace_root(
+    capsys, ringfence_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's own server (``sandbox = "none"``, no ``cwd``) started by ``python -m
+    NAME`` from a session run in the project directory: it ran there, and Python looks in its
+    working directory first, so the agent's ``NAME.py`` (``write_file``) ran on the host as
+    the operator instead of the installed server (``npx`` and ``node`` look in
+    ``./node_modules`` the same way). Such a server now runs outside every root."""
+    ws, installed = tmp_path / "ws", tmp_path / "site"
+    ws.mkdir()
+    installed.mkdir()
+    pwned, legit = tmp_path / "pwned", tmp_path / "legit"
+    (installed / "rf_notes_server.py").write_text(
+        f"open({str(legit)!r}, 'w').write('the installed server ran')\n"
+    )
+    (ringfence_home / "mcp.toml").write_text(
+        '[[server]]\nname = "notes"\ntransport = "stdio"\n'
+        f'command = {json.dumps(PYTHON)}\nargs = ["-m", "rf_notes_server"]\n'
+        f"[server.env]\nPYTHONPATH = {json.dumps(str(installed))}\n"
+    )
+    monkeypatch.chdir(ws)  # the operator runs ringfence in the project
+    session = ["--workspace", str(ws), "--posture", "allow-all", "--backend", "local", "--json"]
+    planted = json.dumps(
+        {"path": "rf_notes_server.py", "content": f"open({str(pwned)!r}, 'w').write('agent')\n"}
+    )
+    rc, out, err = run(capsys, "call", "write_file", "--args", planted, *session)
+    assert rc == 0, (out, err)
+    run(capsys, "call", "list_directory", "--args", '{"path": "."}', "--mcp", *session)
+    deadline = time.monotonic() + 10
+    while not legit.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert legit.exists() and not pwned.exists()
+    run(capsys, "mcp", "inspect", "notes", "--workspace", str(ws), "--json")
+    assert not pwned.exists()

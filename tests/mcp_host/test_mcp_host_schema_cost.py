@@ -10,6 +10,7 @@ is refused the same way instead of failing with RecursionError.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -65,3 +66,32 @@ async def test_an_exponential_output_schema_is_refused_within_a_bound(
     assert out.error is not None and out.error.code == "tool_error", out.error
     assert out.error.field == "outputSchema" and "steps" in out.error.message
     assert elapsed < 20.0
+
+
+async def test_an_unresolvable_ref_refuses_the_call_without_quoting_the_schema(
+    make_kernel, state: Path, sink
+) -> None:
+    """A ``$ref`` the schema cannot resolve (a pointer to nowhere, another document, an
+    undeclared anchor) made the Gate's check raise jsonschema's referencing error: the call
+    failed as ``failed inside ringfence`` (an internal error) whose message quoted the whole
+    schema, the server's words, outside any frame and into the event log (64 KB a call
+    here). Now it is refused as a schema that cannot be checked (``input_schema``), naming
+    the keyword, never its text; nothing reaches the server, and nothing is fetched."""
+    m = manifest(py_server("unres", "unresolvable_schema.py", state=state, reads=("*",)))
+    async with make_kernel() as kernel, connect_servers(kernel, m):
+        outs = {
+            t: await kernel.invoke(f"mcp.unres.{t}", {"x": 1})
+            for t in ("nowhere", "elsewhere", "anchor")
+        }
+        quick = await kernel.invoke("mcp.unres.quick", {})
+    for tool, out in outs.items():
+        assert out.error is not None and out.error.code == "invalid_arguments", (tool, out.error)
+        assert out.error.field == "input_schema", (tool, out.error)
+        assert "cannot be resolved" in out.error.message, (tool, out.error)
+        assert "IGNORE" not in out.error.message and len(out.error.message) < 500, tool
+        assert "inside ringfence" not in out.error.message
+        assert not (state / f"ran-{tool}").exists(), tool  # the server never got the call
+    assert quick.error is None and (state / "ran-quick").exists()
+    failed = [r for r in sink.records() if "error" in r and "mcp.unres." in json.dumps(r)]
+    assert len(failed) >= 3, [r["kind"] for r in sink.records()]
+    assert all("IGNORE" not in json.dumps(r["error"]) for r in failed), failed[0]

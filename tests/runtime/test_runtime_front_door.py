@@ -65,7 +65,9 @@ async def test_a_schema_ref_that_does_not_resolve_refuses_the_call_naming_it(
 
     log = tmp_path / "events.jsonl"
     schema = {"type": "object", "properties": {"a": {"$ref": ref}}}
-    kernel = ringfence.create_kernel(roots=[tmp_path], posture="allow-all", events_path=log)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    kernel = ringfence.create_kernel(roots=[ws], posture="allow-all", events_path=log)
     kernel.register(ToolSpec("dangling", "d", schema, run, Consequence.READ))
     async with kernel:
         out = await kernel.invoke("dangling", {"a": 1})

@@ -77,10 +77,23 @@ def _on_path(name: str, masks: Sequence[Path]) -> str | None:
     return hidden
 
 
-def _named_files(argv: Sequence[str], cwd: str, masks: Sequence[Path]) -> list[Path]:
+def _in_roots(path: Path, roots: Sequence[Path]) -> bool:
+    """``path`` (as written, links not followed) is a root or lies below one: the agent's to
+    write, so what it holds or points to is the agent's choice."""
+    return any(path == r or r in path.parents for r in roots)
+
+
+def _named_files(
+    argv: Sequence[str], cwd: str, masks: Sequence[Path], roots: Sequence[Path] = ()
+) -> list[Path]:
     """The files ``argv`` names: its program (on ``PATH`` as the sandbox's ``exec`` will find
     it), each argument that is an existing file, each by its own and its real path, and a
-    script's ``#!`` interpreter (``/usr/bin/env NAME`` looked up on ``PATH``)."""
+    script's ``#!`` interpreter (``/usr/bin/env NAME`` looked up on ``PATH``).
+
+    Nothing is taken from a file inside ``roots`` (the workspace, which the agent writes):
+    neither where it links to nor its ``#!`` line, since either would let the agent choose
+    a hidden file or directory to be shown (a ``#!`` naming a file in ``~/.ssh`` showed
+    ``~/.ssh``). The roots are bound in the sandbox already; such a file needs no view."""
     found: list[Path] = []
 
     def add(name: str, *, program: bool) -> None:
@@ -90,9 +103,16 @@ def _named_files(argv: Sequence[str], cwd: str, masks: Sequence[Path]) -> list[P
                 return
             name = where
         path = Path(cwd, name) if not os.path.isabs(name) else Path(name)
-        if not path.is_file():
+        written = Path(os.path.abspath(path))
+        if _in_roots(written, roots) or not path.is_file():
             return
-        found.extend((Path(os.path.abspath(path)), Path(os.path.realpath(path))))
+        # Every directory on the way, resolved: a link in a root part-way is the agent's too.
+        real = Path(os.path.realpath(path))
+        if _in_roots(real, roots) or any(
+            _in_roots(Path(os.path.realpath(p)), roots) for p in written.parents
+        ):
+            return
+        found.extend((written, real))
 
     if argv:
         add(argv[0], program=True)
@@ -123,7 +143,10 @@ def _protected(path: Path, masks: Sequence[Path]) -> bool:
 
 
 def program_views(
-    argv: Sequence[str], cwd: str, masks: Sequence[str | os.PathLike[str]]
+    argv: Sequence[str],
+    cwd: str,
+    masks: Sequence[str | os.PathLike[str]],
+    roots: Sequence[str | os.PathLike[str]] = (),
 ) -> tuple[Path, ...]:
     """What the sandbox shows read-only so the program ``argv`` names can start, though it lies
     in a directory the sandbox hides (``masks``: the homes and the private ``/tmp``).
@@ -141,9 +164,14 @@ def program_views(
     says: the program, arguments that are existing files, a script's ``#!``
     interpreter; anything else the program reads under a mask (a
     configuration file named inside an option, a sibling directory) stays
-    hidden.
+    hidden. Nothing is derived from a file in ``roots`` (its link, its ``#!``
+    line, a ``pyvenv.cfg``): the agent writes those, and would choose what is shown.
     """
     hidden = [Path(os.path.realpath(m)) for m in masks]
+    inside = [
+        *{Path(os.path.abspath(r)) for r in roots},
+        *{Path(os.path.realpath(r)) for r in roots},
+    ]
     views: list[Path] = []
 
     def mask_of(path: Path) -> Path | None:
@@ -154,7 +182,10 @@ def program_views(
         if mask is None:
             return
         below = [p for p in path.parents if mask in p.parents and not _protected(p, hidden)]
-        venv = next((p for p in below if (p / "pyvenv.cfg").is_file()), None)
+        venv = next(
+            (p for p in below if (p / "pyvenv.cfg").is_file() and not _in_roots(p, inside)),
+            None,
+        )
         if venv is not None:
             views.append(venv)
             base = _venv_home(venv / "pyvenv.cfg")
@@ -171,7 +202,7 @@ def program_views(
         else:
             views.append(path)
 
-    for path in _named_files(argv, cwd, hidden):
+    for path in _named_files(argv, cwd, hidden, inside):
         show(path)
     return tuple(dict.fromkeys(views))
 
@@ -233,7 +264,7 @@ def confined_argv(
     if layered:
         session._layers_dir, session._layer_fd = layers_dir, -1  # the filter goes as hex
     masks = [*session._hidden, *_PRIVATE]
-    session._views = program_views(argv, cwd, masks)
+    session._views = program_views(argv, cwd, masks, spec.roots)
     wrapper, layers = session._argv(-1, -1, -1, None)  # raises when bubblewrap is missing
     cut = wrapper.index(str(_SUPERVISOR)) + 1  # the session's socket descriptor follows
     kept = [o for o in wrapper[cut + 1 :] if writable or o.removeprefix("write=") not in roots]

@@ -26,6 +26,7 @@ from typing import Any
 from ..._confine import boot
 from ...runtime._errors import InvalidArguments, Unavailable
 from ...runtime._files import current_places, ringfence_home
+from ...runtime._programs import in_root, search_path
 from .._mounts import LAYERS_DIR_FIELD, mount_of
 from .._shellstate import PERSIST_OPTION, persist_option
 from .._trees import claim, empty_directory, remove_tree, sweep_unclaimed
@@ -476,10 +477,20 @@ class SandboxArgv:
         supervisor_bytecode()
         if self._degraded is not None:
             return self._degraded_argv(fd, seccomp_fd)
-        bwrap = current_places().bwrap or shutil.which("bwrap")
+        spec = self._spec
+        # Looked up on PATH without its entries in a root (an activated project venv puts
+        # <ws>/.venv/bin first): the agent's own "bwrap" there ran on the host, unconfined,
+        # as the sandbox. One found in a root all the same (through a link) is refused.
+        path = os.environ.get("PATH", os.defpath)
+        bwrap = current_places().bwrap or shutil.which("bwrap", path=search_path(path, spec.roots))
+        if bwrap is not None and (root := in_root(bwrap, spec.roots)) is not None:
+            raise _refuse(
+                "namespaces",
+                f"the bubblewrap found on PATH ({bwrap}) lies in the workspace root {root}, "
+                "which the agent writes; install bubblewrap outside the workspace",
+            )
         if bwrap is None or not os.access(bwrap, os.X_OK):
             raise _refuse("namespaces", f"bubblewrap ({bwrap or 'bwrap'}) is not installed")
-        spec = self._spec
         roots = [Path(os.path.realpath(r)) for r in spec.roots]
         argv = [
             bwrap,

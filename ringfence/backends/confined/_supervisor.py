@@ -23,7 +23,7 @@ import os
 import select
 import sys
 
-from ..._confine import LayerUnavailable, creds, landlock, mounts, rlimits, seccomp
+from ..._confine import SANDBOXED_ENV, LayerUnavailable, creds, landlock, mounts, rlimits, seccomp
 from ..._confine.libc import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
@@ -984,7 +984,7 @@ def run_exec(args: list[str]) -> int:
     records = [f"\t+{k}\x1f{v}" for k, v in applied.items()]
     records += [f"\t-{k}\x1f{v}" for k, v in missing.items()]
     write_all(1, REPORT_PREFIX + ("READY" + "".join(records) + "\n").encode())
-    env = dict(os.environ)
+    env = sandboxed_env()
     if _LAYERS is not None:
         pid, status = spawn_layered(conf.get("cwd", "/"), argv, env, 1, 2, keep_stdio=True)
         if not pid:
@@ -1000,6 +1000,24 @@ def run_exec(args: list[str]) -> int:
         write_all(2, f"ringfence: cannot start the server: {exc}\n".encode())
         return 126
     return wait_exec(pid)
+
+
+def sandboxed_env() -> dict[str, str]:
+    """The environment the confined program runs with: the JSON object in
+    :data:`~ringfence._confine.SANDBOXED_ENV` when its starter sent one (an MCP server's
+    variables, which never were the environment of anything outside the sandbox, nor of
+    this supervisor), else this process's own."""
+    raw = os.environ.pop(SANDBOXED_ENV, None)
+    if raw is None:
+        return dict(os.environ)
+    import json
+
+    value = json.loads(raw)
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(f"{SANDBOXED_ENV} is not an object of strings")
+    return value
 
 
 def wait_exec(pid: int) -> int:

@@ -8,9 +8,11 @@ drives a whole connection: it sits above :mod:`..transport._pool`, which sits ab
 from __future__ import annotations
 
 import contextlib
+import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
@@ -82,8 +84,14 @@ async def loopback_flow(
 
     ``show(url)`` presents the authorization URL (print it, open a browser).
     The listener answers ``GET /callback`` once: the code and state go to the
-    flow (the SDK checks the state); an ``error`` from the authorization server
+    flow (the SDK checks the state again); an ``error`` from the authorization server
     raises ``Denied`` naming it. Only loopback is bound; ``port`` 0 picks a free one.
+
+    Only the redirect of the login this flow opened is taken: its ``state`` must be the
+    one in the authorization URL ``show`` was given (compared in constant time). Any
+    other ``GET /callback`` (a page in the person's browser, a local process: the port
+    is predictable) is answered ``400`` and changes nothing, so it can neither end the
+    login with a forged ``error`` or ``code`` nor take the real redirect's place.
     """
     from hypercorn.config import Config
     from hypercorn.trio import serve
@@ -94,10 +102,27 @@ async def loopback_flow(
 
     received: list[dict[str, str]] = []
     arrived = trio.Event()
+    expected: list[str] = []  # the state of the authorization URL shown last
+
+    async def redirect(url: str) -> None:
+        states = parse_qs(urlsplit(url).query).get("state") or [""]
+        expected[:] = [states[0]] if len(states) == 1 and states[0] else []
+        await show(url)
 
     async def callback_route(request: Request) -> Response:
         if arrived.is_set():
             return Response("already received", status_code=409)
+        given = request.query_params.getlist("state")
+        if not (
+            expected
+            and len(given) == 1
+            and hmac.compare_digest(given[0].encode("utf-8"), expected[0].encode("utf-8"))
+        ):
+            # Not the redirect of the login this flow opened: nothing is taken from it.
+            return Response(
+                "ringfence: not the redirect of the login in progress; ignored\n",
+                status_code=400,
+            )
         received.append(dict(request.query_params))
         arrived.set()
         return HTMLResponse(_DONE_PAGE)
@@ -142,7 +167,7 @@ async def loopback_flow(
             ) from None
         bound = int(str(binds[0]).rsplit(":", 1)[1])
         try:
-            yield LoginFlow(f"http://127.0.0.1:{bound}/callback", show, callback)
+            yield LoginFlow(f"http://127.0.0.1:{bound}/callback", redirect, callback)
         finally:
             shutdown.set()
             nursery.cancel_scope.cancel()

@@ -89,7 +89,9 @@ def http_transport(
     if c.transport is Transport.HTTP:
         # trust_env=False: no ambient proxy or .netrc credentials reach a server.
         http = httpx2.AsyncClient(
-            headers=headers,
+            # identity: an honest server sends bodies as they are (BoundedTransport still
+            # decodes, bounded, what a server compresses anyway).
+            headers={"Accept-Encoding": "identity", **headers},
             timeout=timeout,
             verify=tls_context(),
             trust_env=False,
@@ -104,12 +106,16 @@ def http_transport(
 
     def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
-            headers=headers,
+            headers={"Accept-Encoding": "identity", **(headers or {})},
             timeout=timeout,
             auth=auth,
             verify=tls_context(),
             trust_env=False,
             event_hooks=event_hooks,
+            # Compressed bodies decoded bounded (the SSE events themselves: the SDK's cap).
+            transport=BoundedTransport(
+                httpx2.AsyncHTTPTransport(verify=tls_context(), trust_env=False), limit
+            ),
         )
 
     return sse_client(

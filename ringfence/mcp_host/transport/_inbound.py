@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,8 +162,75 @@ class _BoundedBody(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
+# What a compressed body may be decoded from: zlib's window bits for each coding.
+_CODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_DECODE_STEP = 64 * 1024  # decoded bytes produced at a time (never more held per step)
+
+
+class _DecodedBody(httpx2.AsyncByteStream):
+    """A compressed response body decoded here, a step at a time, stopping with a
+    StreamError once the *decoded* bytes pass ``limit.max_bytes`` (a gzip body expands
+    ~1,000 times: bounding the bytes on the wire bounded nothing). One coding of
+    :data:`_CODINGS`; any other, or several, is refused unread."""
+
+    def __init__(self, inner: Any, coding: str, limit: InboundLimit) -> None:
+        self._inner = inner
+        self._coding = coding
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._coding not in _CODINGS:
+            raise httpx2.StreamError(
+                f"response body in content-encoding {self._coding[:40]!r}, which ringfence does "
+                "not decode (it asks for identity, and reads gzip or deflate bounded)"
+            )
+        wbits = _CODINGS[self._coding]
+        decoder = zlib.decompressobj(wbits)
+        produced = 0
+        first = True
+        async for chunk in self._inner:
+            if first and self._coding == "deflate":
+                first = False
+                try:  # a zlib stream, or (as some servers send it) raw deflate
+                    zlib.decompressobj(wbits).decompress(chunk, 1)
+                except zlib.error:
+                    decoder = zlib.decompressobj(-zlib.MAX_WBITS)
+            data = chunk
+            while data:
+                try:
+                    out = decoder.decompress(data, _DECODE_STEP)
+                except zlib.error as exc:
+                    raise httpx2.DecodingError(
+                        f"response body is not valid {self._coding}: {exc}"
+                    ) from None
+                data = decoder.unconsumed_tail
+                produced += len(out)
+                if produced > self._limit.max_bytes:
+                    raise httpx2.StreamError(
+                        f"response body over {self._limit.max_bytes} bytes once decoded "
+                        f"[{self._limit.marker}]"
+                    )
+                if out:
+                    yield out
+                if not out and not data:
+                    break
+        rest = decoder.flush()  # all input consumed: what little zlib still buffers
+        if produced + len(rest) > self._limit.max_bytes:
+            raise httpx2.StreamError(
+                f"response body over {self._limit.max_bytes} bytes once decoded "
+                f"[{self._limit.marker}]"
+            )
+        if rest:
+            yield rest
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class BoundedTransport(httpx2.AsyncBaseTransport):
-    """Bounds every non-SSE response body (SSE events are bounded by the SDK per event)."""
+    """Bounds every non-SSE response body (SSE events are bounded by the SDK per event), and
+    every compressed body, SSE included, by its decoded bytes (decoded here: httpx never
+    sees its ``Content-Encoding``, so nothing decodes it unbounded)."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, limit: InboundLimit) -> None:
         self._inner = inner
@@ -170,6 +238,25 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
+        codings = [
+            c.strip().lower()
+            for c in response.headers.get("content-encoding", "").split(",")
+            if c.strip() and c.strip().lower() != "identity"
+        ]
+        if codings:
+            headers = response.headers.copy()
+            del headers["content-encoding"]
+            headers.pop("content-length", None)
+            return httpx2.Response(
+                status_code=response.status_code,
+                headers=headers,
+                stream=_DecodedBody(
+                    response.stream,
+                    codings[0] if len(codings) == 1 else ",".join(codings),
+                    self._limit,
+                ),
+                extensions=response.extensions,
+            )
         if response.headers.get("content-type", "").startswith("text/event-stream"):
             return response
         return httpx2.Response(

@@ -34,6 +34,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import json
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -49,7 +50,7 @@ from mcp.shared.message import SessionMessage
 
 from ...runtime._calls import CallContext
 from ...runtime._errors import Unavailable
-from ...runtime._programs import program_outside_roots, search_path
+from ...runtime._programs import in_root, program_outside_roots, search_path
 from ...runtime._redact import Redactor
 from .._diagnostics import MAX_LOG_LINE_BYTES, Diagnostics
 from ..manifest._load import ServerConfig
@@ -67,6 +68,10 @@ __all__ = [
     "stdio_transport",
 ]
 
+# The variable a confined server's environment travels in, to the sandbox's supervisor alone
+# (``ringfence._confine.SANDBOXED_ENV``, spelled again here: this layer imports nothing of the
+# sandbox; tests/mcp_host/test_mcp_host_confined_env.py checks that the two agree).
+SANDBOXED_ENV = "RINGFENCE_SANDBOXED_ENV"
 MAX_REPORT_BYTES = 64 * 1024  # the confiner's report line; a longer first line is no report
 STDERR_QUOTE_LINES = 6  # the server's last stderr lines a failed connect quotes
 STDERR_QUOTE_CHARS = 300  # each cut to this many characters
@@ -181,6 +186,8 @@ def stdio_transport(
         if "/" not in command:  # a path the operator wrote is the operator's choice
             command = program_outside_roots(command, roots, path, f"server {config.name!r}")
         env.setdefault("PATH", search_path(path, roots))
+        if cwd is None:
+            cwd = working_directory(roots)
     confined: ConfinedCommand | None = None
     if config.sandbox == "local":
         if confiner is None:
@@ -199,6 +206,11 @@ def stdio_transport(
             )
         )
         command, args, cwd = confined.argv[0], list(confined.argv[1:]), None
+        # The server's variables are the server's alone: the wrapper (the spawn gate's shell,
+        # bubblewrap: host processes, outside the sandbox) and the supervisor get only the
+        # SDK's minimal set; the supervisor hands these to the server at its exec, after
+        # every layer (an LD_PRELOAD of a workspace file ran on the host before).
+        env = {SANDBOXED_ENV: json.dumps(get_default_environment() | env)}
         if confined.writes is not None and writes is not None:
             writes.append(confined.writes)
         record.update(
@@ -216,6 +228,22 @@ def stdio_transport(
     return bounded_stdio_client(
         params, limit, on_stderr=on_stderr, on_report=reported if confined is not None else None
     )
+
+
+def working_directory(roots: Sequence[str]) -> str | None:
+    """Where an unconfined server runs when its manifest names no ``cwd``: this process's
+    own directory, unless it lies in a workspace root; then the home directory (``/`` when
+    that lies in a root too). A server's working directory is where ``python -m NAME``,
+    ``npx`` and ``node`` look first for the code they run: in a root, the agent's
+    ``NAME.py`` or ``node_modules`` ran on the host as the operator. None: keep this one."""
+    try:
+        here = os.getcwd()
+    except OSError:
+        return "/"
+    if in_root(here, roots) is None:
+        return None
+    home = os.path.expanduser("~")
+    return home if os.path.isdir(home) and in_root(home, roots) is None else "/"
 
 
 async def read_stderr(
