@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ._proc import spawn
 from .runtime._errors import ToolError, Unavailable
+from .runtime._programs import in_root, search_path
 
 __all__ = ["OVERRIDES", "GitResult", "git_diff", "run_git"]
 
@@ -81,9 +82,12 @@ class GitResult:
     stderr: bytes
 
 
-def _environment(home: str) -> dict[str, str]:
+def _environment(home: str, repo: Path) -> dict[str, str]:
+    """git's environment: ``PATH`` without its entries in the repository (an activated
+    project venv puts ``<repo>/.venv/bin`` first: the agent's own ``git`` there ran on the
+    host), no configuration but the repository's."""
     return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PATH": search_path(os.environ.get("PATH", "/usr/bin:/bin"), [repo]),
         "LC_ALL": "C",
         "HOME": home,
         "XDG_CONFIG_HOME": home,
@@ -133,12 +137,16 @@ def run_git(
     Unavailable when git is not installed, ToolError on a timeout (the
     whole process tree is killed). A non-zero exit is returned, not raised.
     """
-    git = shutil.which("git")
-    if git is None:
-        raise Unavailable("git is not installed (ringfence runs it for worktree sessions)")
     where = Path(cwd)
     with tempfile.TemporaryDirectory(prefix="ringfence-git-home-") as home:
-        env = _environment(home)
+        env = _environment(home, where)
+        git = shutil.which("git", path=env["PATH"])
+        if git is None or in_root(git, [where]) is not None:
+            raise Unavailable(
+                "git is not installed outside the repository (ringfence runs it for worktree "
+                "sessions; PATH entries inside the repository are left out: the agent writes "
+                "there)"
+            )
         base = [git]
         for item in OVERRIDES:
             base += ["-c", item]

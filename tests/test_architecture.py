@@ -964,6 +964,9 @@ ENV_READERS: dict[str, dict[str, str]] = {
     # A child's environment, built from the parent's (not a setting of ringfence's):
     "ringfence/_git.py": {"_environment": "PATH for the git child"},
     "ringfence/workspace/_search.py": {"ripgrep_env": "ripgrep's environment"},
+    "ringfence/workspace/_workspace.py": {
+        "Workspace.__init__": "PATH, to find ripgrep outside the roots",
+    },
     # Not a setting of ringfence's: where the person's git reads its own configuration.
     "ringfence/workspace/git/_config.py": {
         "refuse_git_config_inside_roots": "HOME, XDG_CONFIG_HOME, GIT_CONFIG_GLOBAL/SYSTEM",

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..runtime._errors import InvalidArguments, Unavailable
+from ..runtime._programs import in_root, search_path
 from . import _judged, _reader, _search, _writer
 from ._resolver import CONFINED, Access, Resolver, Root, open_root
 from .git._rules import is_dotgit, is_git_directory, read_commondir, read_gitfile
@@ -247,8 +248,12 @@ class Workspace(FileOps):
                 os.close(root.fd)
             raise
         self._resolver = Resolver(opened)
-        # ripgrep, when installed, prefilters grep_files; set to None to use Python only.
-        self.ripgrep: str | None = shutil.which("rg")
+        # ripgrep, when installed, prefilters grep_files; set to None to use Python only. Never
+        # one in a root (an activated project venv puts <root>/.venv/bin first on PATH): the
+        # agent's own "rg" there ran on the host, unconfined, at the next grep_files.
+        roots_now = [r.path for r in opened]
+        found = shutil.which("rg", path=search_path(os.environ.get("PATH", os.defpath), roots_now))
+        self.ripgrep: str | None = None if found is None or in_root(found, roots_now) else found
 
     def _ripgrep(self) -> str | None:
         return self.ripgrep

@@ -144,3 +144,20 @@ def test_worktree_session_list_diff_remove(
 def test_worktree_names_are_checked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, body = cli(capsys, "worktree", "diff", "../x", "--workspace", str(tmp_path))
     assert code == 2 and body["error"]["field"] == "worktree"
+
+
+def test_the_git_ringfence_runs_is_never_one_in_the_repository(
+    hostile: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An activated project venv puts ``<repo>/.venv/bin`` first on PATH: the agent's own
+    ``git`` there ran on the host at ringfence's next worktree verb. It is passed over now,
+    and so is the directory in the git child's PATH."""
+    repo, ran = hostile
+    bin_dir = repo / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    planted = bin_dir / "git"
+    planted.write_text(f'#!/bin/sh\necho planted >> {ran}\nexec {shutil.which("git")} "$@"\n')
+    planted.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert run_git(["status", "--porcelain"], cwd=repo).code == 0
+    assert not ran.exists(), ran.read_text()

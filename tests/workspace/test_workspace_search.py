@@ -347,3 +347,31 @@ def test_property_engines_agree(files: dict[str, bytes], pattern: str, limit: in
                     if rx.search(line):
                         expected.append({"path": rel, "line": n, "text": line.removesuffix("\r")})
             assert python == expected[:limit]
+
+
+@needs_rg
+def test_grep_never_runs_a_ripgrep_the_agent_wrote_into_a_root(tmp_path: Path) -> None:
+    """An activated project venv puts ``<root>/.venv/bin`` first on PATH: the agent's own
+    ``rg`` there ran on the host, unconfined, at the next ``grep_files`` (through the CLI).
+    Such an entry is passed over; the search still answers (the system's rg, or Python)."""
+    import json
+    import os
+    import sys
+
+    ws, marker = tmp_path / "ws", tmp_path / "ran"
+    (ws / ".venv" / "bin").mkdir(parents=True)
+    (ws / "notes.txt").write_text("hello needle\n")
+    planted = ws / ".venv" / "bin" / "rg"
+    planted.write_text(f'#!/bin/sh\ntouch {marker}\nexec {RG} "$@"\n')
+    planted.chmod(0o755)
+    env = {**os.environ, "PATH": f"{planted.parent}{os.pathsep}{os.environ['PATH']}"}
+    env["RINGFENCE_HOME"] = str(tmp_path / "home")
+    done = subprocess.run(
+        [sys.executable, "-m", "ringfence", "call", "grep_files", "--args",
+         json.dumps({"pattern": "needle"}), "--workspace", str(ws), "--json"],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    body = json.loads(done.stdout)
+    assert body["ok"], body
+    assert "notes.txt" in json.dumps(body["result"])
+    assert not marker.exists()
