@@ -267,9 +267,11 @@ def test_a_run_does_not_append_to_a_log_cut_mid_record(log: Path) -> None:
     data = log.read_bytes()[:-30]  # the last seal, cut mid-write
     log.write_bytes(data)
     home = log.parent.with_name(log.parent.name + "-home")  # beside the workspace, not in it
+    ws = log.parent / "ws"  # the log beside the workspace: one inside a root is refused first
+    ws.mkdir()
+    (ws / "notes.txt").write_text("hello\n")
     result = cli("call", "read_file", "--args", '{"path": "notes.txt"}', "--json",
-                 "--workspace", str(log.parent), "--events", str(log), cwd=log.parent,
-                 home=home)  # fmt: skip
+                 "--workspace", str(ws), "--events", str(log), cwd=ws, home=home)  # fmt: skip
     assert result.returncode == 1, result.stderr
     error = json.loads(result.stdout)["error"]
     assert (
