@@ -83,12 +83,7 @@ def test_two_processes_writing_take_turns(tmp_path: Path) -> None:
     ws = Workspace([root])
     try:
         with writing(ws._resolver):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "ringfence", "call", "write_file", "--args",
-                 json.dumps({"path": "f", "content": "x"}), "--workspace", str(root),
-                 "--approve", "yes", "--posture", "allow-all", "--json"],
-                stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
+            proc = _write_in_another_process(root, "f")
             with pytest.raises(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
             assert not (root / "f").exists()
