@@ -19,8 +19,8 @@ Checked on the source (:mod:`ast`) and, for subclassing, on the live classes:
   ``self`` by its source).
 * **No process-wide switch in library code**: the garbage collector is switched only by
   the command line (``cli``, which owns its process) and by the one opt-in pause
-  (:data:`GC_SWITCHERS`); no daemon thread is started (:data:`DAEMON_THREADS`: one in
-  the library, the script runners' spawner, with its reason).
+  (:data:`GC_SWITCHERS`); no daemon thread is started (:data:`DAEMON_THREADS`: two in
+  the library, the script runners' spawner and the writers' turn, each with its reason).
 
 The name rule is a fast filter (it cannot see a private name ringfence happens to
 define too); the subclass rule checks the live classes.
@@ -82,6 +82,11 @@ DAEMON_THREADS: dict[str, str] = {
     "bridge/_launch.py": "the script runners' spawner: a runner's PR_SET_PDEATHSIG fires when "
     "the thread that forked it ends, so the thread must live as long as the process (trio's "
     "worker threads retire after idling); it holds nothing that needs a clean stop",
+    "workspace/_writelock.py": "writers_turn: the writer lock belongs to a thread, held across "
+    "a --no-change-sets command's awaits; held, it is joined when the turn ends; a turn given up "
+    "while waiting (cancelled, or past the command's timeout) leaves its thread to take the lock "
+    "when another writer lets go and release it at once, which must not hold the process's exit "
+    "(the kernel drops flocks with the process)",
     "bench/peers/srt.py": "the benchmark's stand-in listener, joined in its own finally; "
     "the bench runs in the `ringfence bench` process, never in a host's",
 }
