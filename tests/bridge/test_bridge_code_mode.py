@@ -364,7 +364,8 @@ def test_run_script_cli_with_typed_and_parallel_calls(tmp_path: Path) -> None:
     posture = [k for k in os.environ if k.startswith("RINGFENCE_POSTURE")]
     done = ringfence_process(
         "run-script", str(script), "--approve", "yes", "--json",
-        "--events", str(tmp_path / "events.jsonl"), cwd=tmp_path, unset=posture,
+        "--events", str(tmp_path.with_name(f"{tmp_path.name}.events.jsonl")),  # beside the root
+        cwd=tmp_path, unset=posture,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     value = json.loads(done.stdout)["result"]

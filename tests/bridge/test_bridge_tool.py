@@ -163,13 +163,14 @@ def test_cli_run_script(tmp_path) -> None:
     human = _cli("run-script", str(script), "--approve", "yes", cwd=tmp_path)
     assert human.returncode == 0, human.stderr
     assert human.stdout == 'line one\n{\n  "n": 2\n}\n'
+    log = tmp_path.with_name(f"{tmp_path.name}.events.jsonl")  # beside the workspace (the cwd)
     as_json = _cli(
         "run-script", str(script), "--approve", "yes", "--json", "--timeout", "30",
-        "--events", str(tmp_path / "events.jsonl"), cwd=tmp_path,
+        "--events", str(log), cwd=tmp_path,
     )  # fmt: skip
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["result"]["result"] == {"n": 2}
-    events = event_records(tmp_path / "events.jsonl")
+    events = event_records(log)
     assert {"script_started", "script_sandbox", "script_finished"} <= {e["kind"] for e in events}
 
 

@@ -92,8 +92,9 @@ async def test_placeholder_values_are_not_registered() -> None:
 async def test_operator_names_from_the_kernel(tmp_path: Path) -> None:
     by_kernel, by_glob = f"k-{secrets.token_hex(6)}", f"e-{secrets.token_hex(6)}"
     events = tmp_path / "events.jsonl"
+    (tmp_path / "ws").mkdir()
     async with create_kernel(
-        roots=[tmp_path],
+        roots=[tmp_path / "ws"],
         posture="allow-all",
         events_path=events,
         secret_names=["*_seal", "vault_*"],
