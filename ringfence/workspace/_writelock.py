@@ -124,14 +124,15 @@ def _lock_roots(resolver: Resolver) -> list[int]:
 
 def _ancestors(root_fd: int) -> list[tuple[int, int]]:
     """The device and inode of each directory above the root (``..`` as the kernel resolves
-    it, across mounts), up to ``/``; fewer when one cannot be opened (no search permission)."""
+    it, across mounts; opened as paths, so a directory its user may only search counts too),
+    up to ``/``; fewer when one cannot be reached (no search permission)."""
     out: list[tuple[int, int]] = []
     fd = root_fd
     here = os.fstat(fd)
     try:
         for _ in range(4096):  # PATH_MAX / 2: deeper is no real tree
             try:
-                up = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+                up = os.open("..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
             except OSError:
                 break
             if fd != root_fd:
