@@ -62,7 +62,7 @@ class SwapOnOpen:
     """Once armed, replaces ``path`` with ``other`` (``os.replace``) the moment anyone opens
     ``path``: inotify reports the open as it returns, so the read that open began goes on
     with the old file and the next open gets ``other``. The plan is padded with JSON
-    whitespace (tens of MiB, still the same signed plan) so that the read lasts far longer
+    whitespace (120 MiB, still the same signed plan) so that the read lasts far longer
     than the watcher takes to wake. (Polling ``/proc/PID/fd`` instead missed that first,
     short read on a loaded machine and swapped during the second one.)"""
 
@@ -106,7 +106,9 @@ def test_a_plan_swapped_after_its_digest_was_checked_never_runs(
     plan = tmp_path / "plan.json"
     stage(workspace, plan, "benign.txt", "shown and confirmed\n")
     with plan.open("ab") as f:
-        f.write(b" " * (64 << 20))  # the same plan, its read slower
+        # the same plan, its read slower: under the page's 128 MiB bound (64 MiB lost the race
+        # twice in a full -n 2 run on a loaded machine)
+        f.write(b" " * (120 << 20))
     evil = tmp_path / "evil.json"
     stage(workspace, evil, "evil.txt", "never confirmed\n")
     events = tmp_path / "events.jsonl"
