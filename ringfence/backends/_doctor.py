@@ -182,9 +182,13 @@ def _docker_checks(image: str | None) -> list[Check]:
             )
         ]
         checks.append(_runsc(client.info().get("Runtimes") or {}))
+        # Which image the backend needs is decided by reference against the recipes, never by
+        # the listing: an image labelled as a recipe's (an older build still tagged under
+        # another name, say) is shown, and is never taken for the configured one.
+        recipes = {recipe.reference for recipe in IMAGES.values()}
         listed = [image for image in list_images(client) if image.name in IMAGES]
         for image in listed:
-            needed = ("docker",) if image.reference == default else ()
+            needed = ("docker",) if image.reference == default and default in recipes else ()
             if image.present:
                 detail = f"{image.reference} present ({(image.size_bytes or 0) // 2**20} MiB)"
                 checks.append(Check(f"image {image.name}", True, detail, None, needed))
@@ -200,7 +204,7 @@ def _docker_checks(image: str | None) -> list[Check]:
                         needed,
                     )
                 )
-        if all(image.reference != default for image in listed):
+        if default not in recipes:
             checks.append(_configured_image(client, default))
         checks.append(_containers(client))
         return checks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
@@ -73,9 +74,12 @@ def test_doctor_checks_the_configured_image(docker_client, capsys, monkeypatch) 
     check = next(c for c in details["checks"] if c["name"] == "image (configured)")
     assert check["ok"] is False and missing in check["detail"] and check["fix"]
     assert details["backends"]["docker"] is False
-    # The same name present (a tag of the test image): docker can run.
+    # The same name present: docker can run. The image is one built FROM the test image, so
+    # it carries the recipe's label under another name (as an older build still tagged does):
+    # the doctor once took such an image for the recipe's and left the configured check out.
     present = "ringfence-test/tagged:1"
-    docker_client.images.get("ringfence/busybox:latest").tag("ringfence-test/tagged", "1")
+    dockerfile = b"FROM ringfence/busybox:latest\nLABEL dev.ringfence.test=configured\n"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile), tag=present, rm=True)
     try:
         monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", present)
         assert main(["doctor", "--backend", "docker", "--json"]) == 0
@@ -94,8 +98,6 @@ def test_images_build_refuses_unknown_names(capsys) -> None:
 @pytest.mark.docker
 def test_rebuilding_removes_the_superseded_image(docker_client) -> None:
     """A rebuild must not leave the old image behind (CI rebuilds on every run)."""
-    import io
-
     from ringfence.backends.docker._imagebuild import build_image
 
     reference = "ringfence/busybox:latest"
