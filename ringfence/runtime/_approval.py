@@ -147,28 +147,35 @@ def match_path(value: str, pattern: str) -> bool:
     path only an absolute pattern, and the base itself (``.``) only ``.``.
     """
     parts = posixpath.normpath(value.replace("\\", "/")).split("/")
-    globs = pattern.split("/")
-
-    def walk(i: int, j: int) -> bool:
-        if j == len(globs):
-            return i == len(parts)
-        if globs[j] == "**":
-            for k in range(i, len(parts) + 1):
-                if walk(k, j + 1):
-                    return True
-                if k < len(parts) and parts[k] in _LITERAL_ONLY:
-                    return False  # ** never swallows the root, "." or a step out
+    # The components matched so far, as the set of positions the next glob may start at: one
+    # pass per glob, so ``**/a/**/b/**`` over a long path costs (globs x components), where
+    # backtracking cost components to the power of the ``**`` count (seconds at 300).
+    starts = {0}
+    for glob in pattern.split("/"):
+        if glob == "**":
+            reach: set[int] = set()
+            for i in sorted(starts):
+                k = i
+                while k not in reach:
+                    reach.add(k)
+                    if k == len(parts) or parts[k] in _LITERAL_ONLY:
+                        break  # ** never swallows the root, "." or a step out
+                    k += 1
+            starts = reach
+            continue
+        starts = {
+            i + 1
+            for i in starts
+            if i < len(parts)
+            and (
+                parts[i] == glob  # the root of an absolute path, or a step out: only literally
+                if parts[i] in _LITERAL_ONLY or glob in _LITERAL_ONLY
+                else fnmatchcase(parts[i], glob)
+            )
+        }
+        if not starts:
             return False
-        if i == len(parts):
-            return False
-        part, glob = parts[i], globs[j]
-        if part in _LITERAL_ONLY or glob in _LITERAL_ONLY:
-            ok = part == glob  # the root of an absolute path, or a step out: only literally
-        else:
-            ok = fnmatchcase(part, glob)
-        return ok and walk(i + 1, j + 1)
-
-    return walk(0, 0)
+    return len(parts) in starts
 
 
 # The argument a pattern matches shell-aware (the one the policy judges as a command line).

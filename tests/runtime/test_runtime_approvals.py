@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from kernel_helpers import event_records
 from runtime_helpers import Ledger, register_standard_tools
 
@@ -155,6 +158,63 @@ def test_path_patterns_match_per_component_on_the_normalized_path(
     value: str, pattern: str, expected: bool
 ) -> None:
     assert match_path(value, pattern) is expected
+
+
+def _backtracking_match(value: str, pattern: str) -> bool:
+    """The definition match_path had before it became one pass per glob, kept as the oracle."""
+    import posixpath
+    from fnmatch import fnmatchcase
+
+    parts = posixpath.normpath(value.replace("\\", "/")).split("/")
+    globs = pattern.split("/")
+    literal = {"", ".", ".."}
+
+    def walk(i: int, j: int) -> bool:
+        if j == len(globs):
+            return i == len(parts)
+        if globs[j] == "**":
+            for k in range(i, len(parts) + 1):
+                if walk(k, j + 1):
+                    return True
+                if k < len(parts) and parts[k] in literal:
+                    return False
+            return False
+        if i == len(parts):
+            return False
+        part, glob = parts[i], globs[j]
+        ok = part == glob if part in literal or glob in literal else fnmatchcase(part, glob)
+        return ok and walk(i + 1, j + 1)
+
+    return walk(0, 0)
+
+
+_COMPONENTS = st.sampled_from(["a", "b", "ab", ".", "..", "", "x.txt"])
+_GLOBS = st.sampled_from(["a", "b", "*", "?", "**", "a*", ".", "..", "", "*.txt", "[ab]"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    parts=st.lists(_COMPONENTS, max_size=7),
+    globs=st.lists(_GLOBS, min_size=1, max_size=6),
+)
+def test_path_patterns_agree_with_the_backtracking_definition(
+    parts: list[str], globs: list[str]
+) -> None:
+    value, pattern = "/".join(parts) or ".", "/".join(globs)
+    assert match_path(value, pattern) is _backtracking_match(value, pattern), (value, pattern)
+
+
+def test_a_long_path_against_many_double_stars_is_answered() -> None:
+    """A grant's ``**/a/**/a/**/a/**/b`` against a 2,000-component path of ``a``: backtracking
+    tried components to the power of the ``**`` count (hours; the Gate's thread held). Run in
+    a child so that the old definition fails by its timeout instead of hanging the suite."""
+    code = (
+        "from ringfence.runtime._approval import match_path\n"
+        "print(match_path('a/' * 2000 + 'c', '**/a/**/a/**/a/**/b'),"
+        " match_path('a/' * 2000 + 'b', '**/a/**/a/**/a/**/b'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "True"], done.stderr
 
 
 async def test_path_grant_cannot_be_walked_out_with_dotdot(tmp_path: Path) -> None:
