@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from ..runtime._render import one_line
 from ..runtime._tools import Consequence, ToolSpec
 from ..runtime.policy._decide import Posture, Rules, decide, evaluate_policy
-from ..runtime.policy._files import accept_project_policy, load_policy_file
+from ..runtime.policy._files import PolicyLayers, accept_project_policy, load_policy_file
 from ._call import ARGS_HELP, parse_arguments
 from ._output import print_ok
 from ._session import add_policy_options, add_session_options, kernel_from_args, policy_from_args
@@ -66,7 +65,7 @@ async def run_show(args: argparse.Namespace) -> int:
     policy = layers.policy
     rules = [r.to_dict() for r in policy.rules]
     mcp = [m.to_dict() for m in layers.mcp.statements]
-    project = _project_file(args)
+    project = _project_file(args, layers)
     if args.json:
         return print_ok(
             {"roots": list(policy.roots), "rules": rules, "mcp": mcp, "project_file": project},
@@ -98,14 +97,14 @@ async def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _project_file(args: argparse.Namespace) -> dict[str, str] | None:
-    root = args.settings.roots(args.workspace)[0]
-    path = root / ".ringfence" / "policy.toml"
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+def _project_file(args: argparse.Namespace, layers: PolicyLayers) -> dict[str, str] | None:
+    """The project file's digest from the bytes its rules were read from, never a second read
+    (a file swapped between the two showed one content's rules beside another's digest)."""
+    found = layers.project_file
+    if found is None:
         return None
-    return {"path": str(path), "root": str(root.resolve()), "sha256": digest}
+    root = args.settings.roots(args.workspace)[0]
+    return {"path": str(found.path), "root": str(root.resolve()), "sha256": found.sha256}
 
 
 async def run_accept(args: argparse.Namespace) -> int:

@@ -128,6 +128,47 @@ def test_a_pinned_trust_stops_applying_when_the_project_file_changes(
     assert "changed since it was trusted" in rule["inactive"]
 
 
+def test_policy_show_s_digest_is_of_the_bytes_its_rules_came_from(
+    ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agent swaps the project's file back and forth while the person runs `policy show`
+    to learn what to trust. The digest was computed by a second read: a listing could show one
+    content's rules beside the other content's digest, and the person pinned what they never
+    saw. Now every listing's digest is that of the rules it shows."""
+    import hashlib
+    import threading
+
+    texts = {tag: f'allow = ["run_shell(echo {tag})"]\n'.encode() for tag in ("aaaa", "bbbb")}
+    digests = {tag: hashlib.sha256(text).hexdigest() for tag, text in texts.items()}
+    target = ws / ".ringfence" / "policy.toml"
+    target.write_bytes(texts["aaaa"])
+    stop = threading.Event()
+
+    def swap() -> None:
+        spare = ws / ".ringfence" / "next.toml"
+        while not stop.is_set():
+            for text in texts.values():
+                spare.write_bytes(text)
+                os.replace(spare, target)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        shown = []
+        for _ in range(60):
+            assert main(["policy", "show", "--workspace", str(ws), "--json"]) == 0
+            result = json.loads(capsys.readouterr().out)["result"]
+            (rule,) = [r for r in result["rules"] if r["effect"] == "allow"]  # allow: never kept
+            tag = "aaaa" if "aaaa" in rule["rule"] else "bbbb"
+            shown.append((tag, result["project_file"]["sha256"]))
+    finally:
+        stop.set()
+        swapper.join()
+    mismatched = [(tag, digest) for tag, digest in shown if digest != digests[tag]]
+    assert not mismatched, f"{len(mismatched)} of {len(shown)} listings: {mismatched[:3]}"
+    assert {tag for tag, _ in shown} == {"aaaa", "bbbb"}  # the swap was seen both ways
+
+
 def test_project_file_can_tighten(
     ws: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

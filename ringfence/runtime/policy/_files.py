@@ -97,6 +97,9 @@ class PolicyLayers:
 
     policy: Policy
     mcp: McpPolicy = field(default_factory=McpPolicy)
+    # The project's policy.toml as it was read for these rules (None: there was none): what
+    # `policy show` tells a person to trust is the digest of the bytes its rules came from.
+    project_file: PolicyFile | None = None
 
 
 def _fail(path: Path, line: int | None, key: str, message: str) -> PolicyFileError:
@@ -481,7 +484,9 @@ def load_policy(
                 m = replace(m, inactive=why or _LOCKED)
             mcp.append(m)
     merged.extend(kept)
-    return PolicyLayers(Policy(tuple(merged), tuple(str(r) for r in roots)), McpPolicy(tuple(mcp)))
+    return PolicyLayers(
+        Policy(tuple(merged), tuple(str(r) for r in roots)), McpPolicy(tuple(mcp)), project_file
+    )
 
 
 def accept_project_policy(root: str | os.PathLike[str]) -> tuple[int, str | None]:
