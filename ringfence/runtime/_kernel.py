@@ -370,8 +370,8 @@ class Kernel:
     ) -> ProviderTools:
         """The tools (all, or those ``names`` lists) in the shape a model API takes.
 
-        ``format``: ``openai-responses``, ``openai-chat``, ``anthropic``, ``gemini`` or
-        ``mcp``.
+        ``format``: ``openai-responses``, ``openai-chat``, ``anthropic``, ``gemini``,
+        ``bedrock`` (the Converse API) or ``mcp``.
         Names are made provider-safe and map back one-to-one; ``strict`` asks for
         OpenAI Structured Outputs where a schema allows it (see ``_providers``).
         Hand the result to :meth:`answer_tool_call` with the model's calls.
@@ -388,10 +388,12 @@ class Kernel:
         """Run a model's tool call through the Gate; return the provider's result block.
 
         ``call``: an OpenAI Responses ``function_call`` item, a Chat Completions tool
-        call, an Anthropic ``tool_use`` block, a Gemini ``functionCall`` (or its ``Part``)
-        or MCP ``tools/call`` params (a mapping or the SDK's model). The answer is a
-        ``function_call_output`` item, a ``tool`` message, a ``tool_result`` block
-        (``is_error``), a ``Part`` holding a ``functionResponse`` or a ``CallToolResult``:
+        call, an Anthropic ``tool_use`` block, a Gemini ``functionCall`` (or its ``Part``),
+        a Bedrock ``toolUse`` (or its content block) or MCP ``tools/call`` params (a mapping
+        or the SDK's model). The answer is a ``function_call_output`` item, a ``tool``
+        message, a ``tool_result`` block (``is_error``), a ``Part`` holding a
+        ``functionResponse``, a content block holding a ``toolResult`` (``status``) or a
+        ``CallToolResult``:
         a refusal or a failure is an error result for the model, not an exception.
         ``tools``: the definitions the model was given (their names map back; a name
         they do not hold is answered ``not_found``). Raises InvalidArguments only

@@ -8,15 +8,18 @@ model's tool calls back. :func:`tool_definitions` renders the registry for
 * ``anthropic``: the Messages API's ``{"name", "description", "input_schema"}``;
 * ``gemini``: the Gemini API's ``FunctionDeclaration`` (``{"name", "description",
   "parametersJsonSchema"}``, for ``{"functionDeclarations": [...]}``);
+* ``bedrock``: Amazon Bedrock's Converse API ``Tool`` (``{"toolSpec": {"name",
+  "description", "inputSchema": {"json": ...}}}``, for ``toolConfig={"tools": [...]}``);
 * ``mcp``: MCP's own ``Tool`` (``name``, ``inputSchema``, ``annotations``, ``_meta``),
 
 and :func:`answer_tool_call` takes the model's call (a Responses ``function_call``
 item, a Chat ``tool_calls`` entry, an Anthropic ``tool_use`` block, a Gemini
-``functionCall`` (or the ``Part`` holding it), an MCP ``tools/call`` params object)
-and returns the provider's result block (``function_call_output``, a ``tool``
-message, ``tool_result`` with ``is_error``, a ``Part`` holding a
-``functionResponse`` whose ``response`` is ``{"output": ...}`` or ``{"error": ...}``,
-a ``CallToolResult``). The call takes :meth:`Kernel.invoke`'s road like any other:
+``functionCall`` (or the ``Part`` holding it), a Bedrock ``toolUse`` block (or the
+content block holding it), an MCP ``tools/call`` params object) and returns the
+provider's result block (``function_call_output``, a ``tool`` message,
+``tool_result`` with ``is_error``, a ``Part`` holding a ``functionResponse`` whose
+``response`` is ``{"output": ...}`` or ``{"error": ...}``, a content block holding a
+``toolResult`` with ``status`` ``success`` or ``error``, a ``CallToolResult``). The call takes :meth:`Kernel.invoke`'s road like any other:
 a refusal or failure comes back as an error result the model can read, never as
 an exception the host must catch. Only a block that is no tool call at all (the
 host's mistake) raises :class:`InvalidArguments`.
@@ -125,6 +128,7 @@ class ToolFormat(enum.StrEnum):
     OPENAI_CHAT = "openai-chat"
     ANTHROPIC = "anthropic"
     GEMINI = "gemini"
+    BEDROCK = "bedrock"
     MCP = "mcp"
 
     @classmethod
@@ -484,6 +488,10 @@ def tool_definitions(
             out.append({"name": name, "description": description, "input_schema": schema})
         elif fmt is ToolFormat.GEMINI:
             out.append({"name": name, "description": description, "parametersJsonSchema": schema})
+        elif fmt is ToolFormat.BEDROCK:
+            # Converse takes no empty description (NonEmptyString): the name stands in.
+            spec_block = {"name": name, "description": description or name}
+            out.append({"toolSpec": {**spec_block, "inputSchema": {"json": schema}}})
         elif fmt is ToolFormat.OPENAI_CHAT:
             function = {"name": name, "description": description, "parameters": schema}
             if strict:
@@ -539,6 +547,10 @@ def _parse_call(block: Any, offered: ToolFormat | None = None) -> _Call:
     )
     if kind is None and part is not None:  # a Gemini Part holding the call
         return _gemini_call(part)
+    if kind is None and isinstance(b.get("toolUse"), Mapping):  # a Bedrock content block
+        return _bedrock_call(b["toolUse"])
+    if kind is None and "toolUseId" in b:
+        return _bedrock_call(b)
     if (
         kind is None
         and "name" in b
@@ -559,7 +571,7 @@ def _parse_call(block: Any, offered: ToolFormat | None = None) -> _Call:
     raise InvalidArguments(
         "not a tool call: expected an OpenAI Responses function_call item, a Chat Completions "
         "tool call ({'type': 'function', 'function': ...}), an Anthropic tool_use block, a "
-        f"Gemini functionCall or MCP tools/call params; got type {kind!r}",
+        f"Gemini functionCall, a Bedrock toolUse or MCP tools/call params; got type {kind!r}",
         field="call",
     )
 
@@ -572,6 +584,14 @@ def _gemini_call(b: Mapping[str, Any]) -> _Call:
         raise InvalidArguments("the tool call's 'id' must be a string", field="id")
     args = b.get("args")
     return _Call(ToolFormat.GEMINI, call_id, _text(b, "name"), {} if args is None else args)
+
+
+def _bedrock_call(b: Mapping[str, Any]) -> _Call:
+    """A Bedrock Converse ``ToolUseBlock``: ``toolUseId``, ``name``, ``input`` (an object)."""
+    args = b.get("input")
+    return _Call(
+        ToolFormat.BEDROCK, _text(b, "toolUseId"), _text(b, "name"), {} if args is None else args
+    )
 
 
 def _text(b: Mapping[str, Any], key: str) -> str:
@@ -625,6 +645,10 @@ def _result_block(call: _Call, text: str, is_error: bool, structured: Any = None
         if call.call_id is not None:
             response = {"id": call.call_id, **response}
         return {"functionResponse": response}
+    if call.fmt is ToolFormat.BEDROCK:
+        status = "error" if is_error else "success"
+        result = {"toolUseId": call.call_id, "content": [{"text": text}], "status": status}
+        return {"toolResult": result}
     if call.fmt is ToolFormat.ANTHROPIC:
         return {
             "type": "tool_result",

@@ -5,7 +5,9 @@ The formats are checked against the providers' own published types, offline: the
 round trip through each SDK's client whose HTTP transport is an in-process
 ``httpx.MockTransport`` playing a scripted model (the request the SDK builds from our
 definitions is what a provider would receive; its recorded reply carries a tool call
-the SDK parses into its own type, which we answer). No network.
+the SDK parses into its own type, which we answer). Bedrock's Converse API goes through
+``botocore``'s own client, which checks every request against the service's published model
+before sending; its ``before-send`` event plays the model. No network.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import botocore.session
 import httpx2 as httpx
 import mcp_types
 import openai
@@ -43,7 +46,7 @@ from ringfence.runtime._providers import provider_names
 
 PROVIDER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 LETTER_FIRST_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$")
-FORMATS = ("openai-responses", "openai-chat", "anthropic", "gemini", "mcp")
+FORMATS = ("openai-responses", "openai-chat", "anthropic", "gemini", "bedrock", "mcp")
 
 
 def exact(adapter_type: Any, value: Any) -> None:
@@ -448,6 +451,111 @@ async def test_gemini_round_trip_through_the_sdk_and_a_denial_is_a_result(tmp_pa
     assert finished_tools(events) == ["read_file"]
 
 
+class ScriptedConverse:
+    """Bedrock's Converse API played through botocore's ``before-send`` event: botocore has
+    already checked the request against the service model and signed it; the reply is parsed
+    by botocore as a real one would be. Keeps the request bodies."""
+
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        self.replies = list(replies)
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: Any, **_: Any) -> Any:
+        from botocore.awsrequest import AWSResponse
+
+        self.requests.append(json.loads(request.body))
+        body = json.dumps(self.replies.pop(0)).encode()
+
+        class Raw:
+            def stream(self, **_: Any) -> Any:
+                yield body
+
+        return AWSResponse(request.url, 200, {"content-type": "application/json"}, Raw())
+
+    def client(self) -> Any:
+        client = botocore.session.get_session().create_client(
+            "bedrock-runtime",
+            region_name="us-east-1",
+            aws_access_key_id="offline",
+            aws_secret_access_key="offline",
+        )
+        client.meta.events.register("before-send.bedrock-runtime.Converse", self)
+        return client
+
+
+def converse_reply(content: list[dict[str, Any]], stop: str = "tool_use") -> dict[str, Any]:
+    return {
+        "output": {"message": {"role": "assistant", "content": content}},
+        "stopReason": stop,
+        "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
+        "metrics": {"latencyMs": 1},
+    }
+
+
+async def test_bedrock_converse_round_trip_through_botocore_and_a_denial_is_a_result(
+    tmp_path: Path,
+) -> None:
+    events = tmp_path / "events.jsonl"
+    read = {"toolUse": {"toolUseId": "tu_1", "name": "read_file", "input": {"path": "notes.txt"}}}
+    write = {
+        "toolUse": {
+            "toolUseId": "tu_2",
+            "name": "write_file",
+            "input": {"path": "planted.txt", "content": "x"},
+        }
+    }
+    model = ScriptedConverse(
+        [converse_reply([read, write]), converse_reply([{"text": "done"}], "end_turn")]
+    )
+    client = model.client()
+    # posture ask, nobody to ask (headless): the write is refused
+    async with native_kernel(tmp_path, events_path=events) as kernel:
+        tools = kernel.tool_definitions("bedrock")
+        assert len(tools) == 10 and all(PROVIDER_NAME.match(d["toolSpec"]["name"]) for d in tools)
+        question = {"role": "user", "content": [{"text": "go"}]}
+        # every definition passes botocore's check against the published service model
+        first = client.converse(
+            modelId="scripted", messages=[question], toolConfig={"tools": tools.definitions}
+        )
+        assert model.requests[0]["toolConfig"]["tools"] == tools.definitions
+        blocks = first["output"]["message"]["content"]
+        ok = await kernel.answer_tool_call(blocks[0], tools=tools)  # the content block
+        refused = await kernel.answer_tool_call(blocks[1]["toolUse"], tools=tools)  # the toolUse
+        assert ok == {
+            "toolResult": {
+                "toolUseId": "tu_1",
+                "content": [{"text": "line one\nline two\n"}],
+                "status": "success",
+            }
+        }
+        result = refused["toolResult"]
+        assert result["toolUseId"] == "tu_2" and result["status"] == "error"
+        assert result["content"][0]["text"].startswith("error denied: write_file was refused")
+        history = [question, first["output"]["message"], {"role": "user", "content": [ok, refused]}]
+        # the answers pass the same check on their way back to the model
+        client.converse(
+            modelId="scripted", messages=history, toolConfig={"tools": tools.definitions}
+        )
+        assert model.requests[1]["messages"][2]["content"] == [ok, refused]
+    assert not (tmp_path / "ws" / "planted.txt").exists()
+    records = [r for r in event_records(events) if r.get("tool") in ("read_file", "write_file")]
+    assert {r["origin"] for r in records if r["kind"] == "proposed"} == {"bedrock"}
+    assert finished_tools(events) == ["read_file"]
+
+
+async def test_a_bedrock_tool_use_without_an_id_or_name_is_no_call() -> None:
+    """A block botocore would never give: the host's mistake, raised with the field named."""
+    kernel = Kernel(posture="unrestricted")
+    async with kernel:
+        for block, field in (
+            ({"toolUse": {"name": "x", "input": {}}}, "toolUseId"),
+            ({"toolUseId": "t", "input": {}}, "name"),
+        ):
+            with pytest.raises(InvalidArguments) as info:
+                await kernel.answer_tool_call(block)
+            assert info.value.field == field
+
+
 async def test_a_gemini_call_without_args_is_told_from_mcp_params_by_the_definitions() -> None:
     ledger = Ledger()
     kernel = Kernel(posture="unrestricted")
@@ -630,6 +738,10 @@ def _nested(depth: int) -> Any:
         ),
         ("mcp", {"name": "write_file", "arguments": {"path": "planted.txt", "x": _nested(5000)}}),
         ("gemini", {"functionCall": {"name": "write_file", "args": {"x": _nested(5000)}}}),
+        (
+            "bedrock",
+            {"toolUse": {"toolUseId": "t", "name": "write_file", "input": {"x": _nested(5000)}}},
+        ),
     ],
 )
 async def test_arguments_nested_past_the_parser_are_an_error_result_not_a_traceback(
@@ -646,6 +758,9 @@ async def test_arguments_nested_past_the_parser_are_an_error_result_not_a_traceb
         answer = await kernel.answer_tool_call(call, tools=tools)
     if "functionResponse" in answer:
         answer = {"content": answer["functionResponse"]["response"].get("error")}
+    if "toolResult" in answer:
+        result = answer["toolResult"]
+        answer = {"content": result["content"], "is_error": result["status"] == "error"}
     text = answer.get("content") or answer.get("output")
     if isinstance(text, list):
         text = text[0]["text"]
