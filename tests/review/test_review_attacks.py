@@ -25,6 +25,7 @@ import http.client
 import json
 import os
 import select
+import struct
 import subprocess
 import sys
 import threading
@@ -54,40 +55,68 @@ def stage(workspace: Path, plan: Path, path: str, content: str) -> bytes:
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int,
+                                ctypes.c_char_p]  # fmt: skip
 _IN_OPEN = 0x20
 _IN_CLOEXEC = os.O_CLOEXEC
+_FAN_CLASS_CONTENT, _FAN_CLOEXEC, _FAN_MARK_ADD = 0x4, 0x1, 0x1
+_FAN_OPEN_PERM, _FAN_ALLOW, _AT_FDCWD = 0x10000, 0x1, -100
+_FAN_EVENT = "IBBHQii"  # struct fanotify_event_metadata: len, vers, reserved, len, mask, fd, pid
 
 
 class SwapOnOpen:
     """Once armed, replaces ``path`` with ``other`` (``os.replace``) the moment anyone opens
-    ``path``: inotify reports the open as it returns, so the read that open began goes on
-    with the old file and the next open gets ``other``. The plan is padded with JSON
-    whitespace (120 MiB, still the same signed plan) so that the read lasts far longer
-    than the watcher takes to wake. (Polling ``/proc/PID/fd`` instead missed that first,
-    short read on a loaded machine and swapped during the second one.)"""
+    ``path``, so the read that open began goes on with the old file and the next open gets
+    ``other``. With fanotify (root: CAP_SYS_ADMIN) the open waits for the swap (a
+    permission event, answered "allow" once ``other`` is in place): no race at all. Without
+    it, inotify reports the open as it returns and ``padded`` says the plan must be padded
+    so that its read outlasts the watcher's wake-up (an inotify run on a loaded CI machine
+    lost that race twice at 64 MiB)."""
 
     def __init__(self, path: Path, other: Path) -> None:
         self.path = path
         self.other = other
         self.swapped = threading.Event()
         self._stop = threading.Event()
-        self._fd = _LIBC.inotify_init1(_IN_CLOEXEC)
-        if self._fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self._fd = _LIBC.fanotify_init(_FAN_CLASS_CONTENT | _FAN_CLOEXEC, os.O_RDONLY)
+        self.padded = self._fd < 0
+        if self.padded:
+            self._fd = _LIBC.inotify_init1(_IN_CLOEXEC)
+            if self._fd < 0:
+                raise OSError(ctypes.get_errno(), "inotify_init1")
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def arm(self) -> None:
-        if _LIBC.inotify_add_watch(self._fd, os.fsencode(self.path), _IN_OPEN) < 0:
-            raise OSError(ctypes.get_errno(), "inotify_add_watch")
+        if self.padded:
+            added = _LIBC.inotify_add_watch(self._fd, os.fsencode(self.path), _IN_OPEN)
+        else:
+            added = _LIBC.fanotify_mark(
+                self._fd, _FAN_MARK_ADD, _FAN_OPEN_PERM, _AT_FDCWD, os.fsencode(self.path)
+            )
+        if added < 0:
+            raise OSError(ctypes.get_errno(), "watching the plan's opens")
         self._thread.start()
 
     def _watch(self) -> None:
         while not self._stop.is_set():
             ready, _, _ = select.select([self._fd], [], [], 0.1)
-            if ready:
+            if not ready:
+                continue
+            if self.padded:
                 os.replace(self.other, self.path)
                 self.swapped.set()
                 return
+            data, offset = os.read(self._fd, 4096), 0
+            while offset < len(data):  # every open read at once is answered, each once
+                length, *_, event_fd, _pid = struct.unpack_from(_FAN_EVENT, data, offset)
+                offset += length
+                try:
+                    if not self.swapped.is_set():
+                        os.replace(self.other, self.path)
+                        self.swapped.set()
+                finally:  # the opener waits for this answer, whatever happened above
+                    os.write(self._fd, struct.pack("iI", event_fd, _FAN_ALLOW))
+                    os.close(event_fd)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[SwapOnOpen]:
@@ -105,14 +134,13 @@ def test_a_plan_swapped_after_its_digest_was_checked_never_runs(
 ) -> None:
     plan = tmp_path / "plan.json"
     stage(workspace, plan, "benign.txt", "shown and confirmed\n")
-    with plan.open("ab") as f:
-        # the same plan, its read slower: under the page's 128 MiB bound (64 MiB lost the race
-        # twice in a full -n 2 run on a loaded machine)
-        f.write(b" " * (120 << 20))
     evil = tmp_path / "evil.json"
     stage(workspace, evil, "evil.txt", "never confirmed\n")
     events = tmp_path / "events.jsonl"
     swap = SwapOnOpen(plan, evil)
+    if swap.padded:  # inotify only: the same plan, its read slower (under the page's bound)
+        with plan.open("ab") as f:
+            f.write(b" " * (120 << 20))
     argv = ("review", "--workspace", str(workspace), "--events", str(events),
             "--posture", "allow-all", "--plan", str(plan))  # fmt: skip
     with swap.running(), ringfence_process(*argv) as rf:
