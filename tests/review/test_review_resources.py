@@ -15,11 +15,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -152,11 +153,14 @@ def test_a_flood_of_connections_without_the_token_leaves_the_page_to_the_person(
         page.set_default_timeout(120_000)
         with flood(port, pid) as counts:
             # The person, during the flood: the page loads, the undo runs, the page follows it.
-            visit(page, base + f"changes/{set_id}")
-            page.click("#undo-set")  # once: a second click would prepare another confirmation
-            page.wait_for_selector("#confirm")
-            confirm(page)
-            ok, text = job_done(page, timeout=120)
+
+            def prepare() -> None:
+                visit(page, base + f"changes/{set_id}")
+                page.click("#undo-set")  # once: a second click would prepare another one
+                page.wait_for_selector("#confirm")
+
+            confirm_as_the_page_asks(page, prepare)
+            ok, text = job_done_reloading(page, timeout=120)
             assert ok, text
             assert not target.exists()
             status, _, body = get(base + "changes")
@@ -171,6 +175,38 @@ def test_a_flood_of_connections_without_the_token_leaves_the_page_to_the_person(
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
     recs = records(events)
     assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["undo"]
+
+
+def confirm_as_the_page_asks(page: Any, prepare: Callable[[], None]) -> None:
+    """Prepare and confirm; when the page refuses the confirmation as too fast, prepare and
+    confirm again, as its refusal tells the person to. During a flood the browser's fresh
+    connection for the page's script can be the one closed to make room (it has not sent its
+    request yet), and without the script the button is not held back its 600 ms: the page
+    itself then refuses the click (a CI run saw "confirmed 0.27 s after it was shown, before
+    0.5 s"), which is the guarantee working, not the person's page failing. Twice at most."""
+    for attempt in range(2):
+        prepare()
+        try:
+            confirm(page)
+            return
+        except AssertionError as exc:
+            if attempt == 1 or "before 0.5 s" not in str(exc):
+                raise
+
+
+def job_done_reloading(page: Any, timeout: float) -> tuple[bool, str]:
+    """:func:`job_done`, reloading the action's page (a GET) when it has not followed the
+    action for 15 s: the page follows it by its script, which the flood can keep from
+    loading (as for the confirmation above); a person reloads."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return job_done(page, timeout=15)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            with contextlib.suppress(Exception):  # a reload the flood cut short: once more
+                page.reload()
 
 
 def test_a_request_under_way_is_not_closed_to_make_room_for_idle_connections(
