@@ -6,7 +6,8 @@ expire took the process's file descriptors (accept failing with EMFILE, and with
 file the session opens). :class:`ConnectionLimit` holds at most :data:`MAX_CONNECTIONS` at
 once. A connection is *admitted* once one of its requests passed the request guard (Host,
 Origin, the token); a new connection beyond the bound closes the oldest connection that was
-never admitted — first among those that sent nothing — so a flood without the token only ever
+never admitted — first among those that sent nothing (nothing read, nothing waiting to be
+read) — so a flood without the token only ever
 displaces itself, never the person's page (its live stream, its keep-alive connections, a
 request it has sent and the page has not read yet). When every held connection is admitted
 (only a holder of the token can do that) the new one is closed at once.
@@ -17,6 +18,9 @@ the bound in front of each connection's ``TCPServer``; the page's app keeps no l
 
 from __future__ import annotations
 
+import fcntl
+import struct
+import termios
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -40,6 +44,18 @@ class _Held:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     admitted: bool = False
     heard: bool = False  # the server read bytes from it (a request under way)
+    fd: int = -1  # its socket, to ask the kernel whether bytes wait unread
+
+    def sent_something(self) -> bool:
+        """Whether the connection sent bytes: read already, or waiting in the socket (a
+        browser's request the page has not come to read yet, on a busy machine)."""
+        if not self.heard and self.fd >= 0:
+            try:
+                waiting = fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0")
+            except OSError:  # gone: nothing to keep
+                return False
+            self.heard = struct.unpack("i", waiting)[0] > 0
+        return self.heard
 
 
 class _Heard:
@@ -91,12 +107,14 @@ class ConnectionLimit:
         Closing the oldest never admitted alone let a flood of idle connections close the
         person's: a connection is admitted only once its request has been read and passed
         the guard, and on a busy machine the person's POST (a Confirm) sat unread while a
-        flood opened 64 newer ones, so the page closed it and the Confirm was lost."""
+        flood opened 64 newer ones, so the page closed it and the Confirm was lost. Bytes the
+        kernel holds for a connection count as sent: a browser's request not read yet is
+        never taken for an idle connection of the flood."""
         if len(self._held) < self.limit:
             return True
         for heard in (False, True):
             for key, held in self._held.items():  # oldest first
-                if not held.admitted and held.heard is heard:
+                if not held.admitted and held.sent_something() is heard:
                     del self._held[key]
                     held.scope.cancel()
                     self.closed_early += 1
@@ -117,7 +135,7 @@ class ConnectionLimit:
         if not self._make_room():
             await trio.aclose_forcefully(stream)
             return
-        held = _Held()
+        held = _Held(fd=stream.socket.fileno())
         self._held[key] = held
         try:
             with held.scope:

@@ -245,3 +245,46 @@ def test_a_request_under_way_is_not_closed_to_make_room_for_idle_connections(
                 s.close()
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
         assert rf.process.poll() is None
+
+
+def test_a_request_waiting_unread_is_not_closed_to_make_room_for_idle_connections(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The person's whole request sent, but not yet read by the page (a busy machine: the
+    page is stopped here), while a flood of idle connections queues behind it: when the page
+    runs again it accepts them all before it reads any, and the oldest connection that had
+    not been *heard* was the person's, closed to make room (the browser's Confirm then sat
+    unanswered, a CI flake of the flood test). Bytes waiting in the socket count as sent
+    now: the request is answered."""
+    import signal
+
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-reversible")  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        hostport = base.split("/")[2]
+        host, port = hostport.split(":")
+        path = "/" + base.split("/", 3)[3] + "changes"
+        os.kill(rf.process.pid, signal.SIGSTOP)
+        idle = []
+        try:
+            person = socket.create_connection((host, int(port)), timeout=60)
+            person.sendall(
+                f"GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n".encode()
+            )
+            # Within the listen backlog: they wait, accepted once the page runs again.
+            for _ in range(MAX_CONNECTIONS + 16):
+                idle.append(socket.create_connection((host, int(port)), timeout=10))
+            os.kill(rf.process.pid, signal.SIGCONT)
+            answer = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := person.recv(65536):
+                    answer += chunk
+        finally:
+            os.kill(rf.process.pid, signal.SIGCONT)
+            person.close()
+            for s in idle:
+                s.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert rf.process.poll() is None
