@@ -52,7 +52,13 @@ from ..git._snapshot import DirState, GitSnapshot
 from ._model import Blobs, Change
 from ._view import HOST, Node, TreeView, realpath, resolve
 
-__all__ = ["check_resulting_tree", "git_at", "is_git_dir"]
+__all__ = [
+    "check_linked_write",
+    "check_resulting_tree",
+    "git_at",
+    "is_git_dir",
+    "linked_metadata",
+]
 
 # Fields, for passes over a set that run in C.
 _ROOT, _PATH, _BEFORE, _AFTER = (itemgetter(i) for i in range(4))
@@ -244,6 +250,8 @@ def check_resulting_tree(
                 path=shown,
             )
 
+    _check_linked_metadata(snapshot, (before, after), written_paths(changes, absolute), what)
+
     # Links: only a set that makes, removes or replaces a link can move any link's target.
     images = chain(filter(None, map(_BEFORE, changes)), filter(None, map(_AFTER, changes)))
     if "symlink" not in set(map(_KIND, images)):
@@ -264,6 +272,93 @@ def check_resulting_tree(
         if not after.inside(target) and before.inside(realpath(before, where)[0]):
             raise _leaves(where, target, what, existing=True)
     return snapshot
+
+
+def written_paths(changes: Sequence[Change], absolute: Any) -> list[str]:
+    """The absolute path of every entry ``changes`` make, replace or remove."""
+    return [absolute(c.root, c.path) for c in changes]
+
+
+def linked_metadata(snapshot: GitSnapshot, view: TreeView) -> dict[str, str]:
+    """What git reads through a link in git metadata, inside the roots on ``view``: each
+    place such a link leads (``.git/hooks -> ../githooks``, ``.git/hooks/pre-commit ->
+    ../../scripts/pre-commit``, ``.git/config -> ../gitconfig``), resolved as the kernel
+    would (dangling parts kept: what a write there would make), mapped to the link.
+
+    git follows these links when it runs hooks and reads its config, so what lies there is
+    git metadata however it is spelled in the tree; links below such a place are followed
+    too (what git reads through them as well)."""
+    starts = [k for k, e in snapshot.entries.items() if e.kind == "symlink"]
+    if not starts:
+        return {}
+    paths = [p for p, _ in view.roots]
+
+    def absolute(root: int, path: str) -> str:
+        return _join(paths[root], path) if path else paths[root]
+
+    others = [absolute(*k) for k in snapshot.links]
+    found: dict[str, str] = {}
+    pending = [(absolute(*k), absolute(*k)) for k in starts]
+    seen: set[str] = set()
+    while pending:
+        where, link = pending.pop()
+        if where in seen:
+            continue
+        seen.add(where)
+        target, _ = realpath(view, where)
+        if not view.inside(target) or target in found:
+            continue
+        found[target] = link
+        below = target if target.endswith("/") else target + "/"
+        pending.extend((p, link) for p in others if p.startswith(below))
+    return found
+
+
+def _check_linked_metadata(
+    snapshot: GitSnapshot, views: Sequence[TreeView], written: Sequence[str], what: str
+) -> None:
+    """Refuse writing at or below a place a link in git metadata leads to, as the tree is
+    now or will be (:func:`linked_metadata`)."""
+    if not written or not any(e.kind == "symlink" for e in snapshot.entries.values()):
+        return
+    targets: dict[str, str] = {}
+    seen: list[dict[str, str]] = []
+    for view in views:
+        seen.append(linked_metadata(snapshot, view))
+        for target, link in seen[-1].items():
+            targets.setdefault(target, link)
+    if len(seen) == 2 and seen[0].keys() != seen[1].keys():
+        # A link on the way moved (lnk -> elsewhere): git would read other files there.
+        moved = sorted(seen[0].keys() ^ seen[1].keys())[0]
+        link = targets[moved]
+        raise GitMetadata(
+            f"after {what} the link {escape_name(link)} in git metadata would lead somewhere "
+            f"else (it leads to {escape_name(moved)} on one side only): git reads hooks and "
+            f"config through it; {_refused(what)}",
+            path=escape_name(link),
+        )
+    for path in written:
+        for target, link in targets.items():
+            if path == target or path.startswith(target if target.endswith("/") else target + "/"):
+                raise GitMetadata(
+                    f"{escape_name(path)} is git metadata: git reads it through the link "
+                    f"{escape_name(link)} (it leads to {escape_name(target)}) and runs what "
+                    f"hooks and config name there; {_refused(what)}",
+                    path=escape_name(path),
+                )
+
+
+def check_linked_write(resolver: Resolver, root: int, path: str, what: str) -> None:
+    """Refuse a file tool's write of ``path`` below root ``root`` when a link in git metadata
+    leads there (:func:`linked_metadata`), by an up-to-date scan of the roots."""
+    snapshot = _scan(resolver)
+    if not any(e.kind == "symlink" for e in snapshot.entries.values()):
+        return
+    roots = [(str(r.path), r.fd) for r in resolver.roots]
+    view = TreeView(roots)
+    base = roots[root][0]
+    where = _join(base, path) if path else base
+    _check_linked_metadata(snapshot, (view,), [where], what)
 
 
 def _refused(what: str) -> str:
