@@ -343,7 +343,7 @@ class Workspace(FileOps):
         inside the roots, for mounting read-only: each place, or its deepest part that exists
         (a dangling link's target is made by creating it, so its directory is held; never a
         root itself). Sorted."""
-        from .changes._resulting import linked_metadata
+        from .changes._linked import linked_metadata
         from .changes._view import TreeView
 
         found: set[Path] = set()

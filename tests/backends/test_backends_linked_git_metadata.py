@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from backends_helpers import DOCKER_OPTIONS
 
 from ringfence import create_kernel
 from ringfence.runtime import Posture
@@ -119,7 +120,7 @@ async def test_a_file_tool_never_writes_what_git_reads_through_a_link_in_git_met
             tool, {"path": f"repo/{rel}", "content": HOOK.format(marker=marker)}
         )
         assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
-        assert ".git/hooks" in outcome.error.message
+        assert "git reads it through the link" in outcome.error.message
         # An ordinary file of the same checkout is still written.
         fine = await k.invoke("write_file", {"path": "repo/lib/new.sh", "content": "echo\n"})
         assert fine.error is None, fine.error
@@ -127,30 +128,56 @@ async def test_a_file_tool_never_writes_what_git_reads_through_a_link_in_git_met
     _commit_runs_nothing(tmp_path, repo, marker)
 
 
-@pytest.mark.parametrize("change_sets", [True, False], ids=["change-sets", "no-change-sets"])
+@pytest.mark.parametrize(
+    ("backend", "change_sets"),
+    [
+        pytest.param("local", True, id="local-change-sets"),
+        pytest.param("local", False, id="local-no-change-sets"),
+        pytest.param("host", False, id="host"),
+        pytest.param("docker", False, id="docker-no-change-sets", marks=pytest.mark.docker),
+    ],
+)
 async def test_a_shell_command_never_writes_what_git_reads_through_a_link_in_git_metadata(
-    change_sets: bool, workspace: Path, tmp_path: Path
+    backend: str,
+    change_sets: bool,
+    workspace: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """On local the change set is refused, or (``--no-change-sets``) the places are
+    read-only; on host the check after the command takes out what it wrote there and puts
+    back what it changed."""
+    if backend == "docker":
+        request.getfixturevalue("docker_client")
     repo = _repository(tmp_path, workspace)
+    old_hook = repo / "githooks" / "pre-push"
+    old_hook.write_text("#!/bin/sh\nexit 0\n")
+    old_hook.chmod(0o755)
+    _own(workspace)
     marker = tmp_path / "pwned"
     before = _state(repo)
     plant = (
         f"cd repo && printf '#!/bin/sh\\ntouch {marker}\\n' > githooks/post-commit; "
         "chmod +x githooks/post-commit; "
         f"printf '#!/bin/sh\\ntouch {marker}\\n' > scripts/pre-commit; chmod +x scripts/pre-commit; "
-        "echo util2 > lib/util.sh"
+        f"printf 'touch {marker}\\n' >> githooks/pre-push; echo util2 > lib/util.sh"
     )
     async with create_kernel(
         roots=[workspace],
         posture=Posture.UNRESTRICTED,
-        backend="local",
+        backend=backend,
+        backend_options=DOCKER_OPTIONS if backend == "docker" else None,
         change_sets=change_sets,
         events_path=tmp_path / "ev.jsonl",
     ) as k:
         outcome = await k.invoke("run_shell", {"command": plant})
         if change_sets:
             assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
-            assert ".git/hooks" in outcome.error.message
+            assert "git reads it through the link" in outcome.error.message
+        elif backend == "host":
+            assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+            assert "githooks/post-commit (new, quarantined)" in outcome.error.message
+            assert "githooks/pre-push (changed, restored)" in outcome.error.message
         else:
             assert outcome.error is None, outcome.error
             assert "Read-only file system" in outcome.value["stderr"], outcome.value
@@ -186,4 +213,38 @@ async def test_a_change_set_cannot_move_a_link_git_reads_its_hooks_through(
         outcome = await k.invoke("run_shell", {"command": "cd repo && ln -sfn elsewhere hooks.d"})
         assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
     assert os.readlink(repo / "hooks.d") == "a"
+    _commit_runs_nothing(tmp_path, repo, marker)
+
+
+@pytest.mark.parametrize("tool", ["write_file", "run_shell"])
+async def test_a_hooks_link_spelled_through_a_host_link_leads_to_the_same_place(
+    tool: str, workspace: Path, tmp_path: Path
+) -> None:
+    """``.git/hooks -> /…/alias/repo/githooks``, ``alias`` a host link to the workspace: the
+    walk judging links stops at a link outside the roots, yet git reaches ``githooks``."""
+    repo = workspace / "repo"
+    repo.mkdir()
+    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    shutil.rmtree(repo / ".git" / "hooks")
+    (repo / "githooks").mkdir()
+    alias = tmp_path / "alias"
+    alias.symlink_to(workspace)
+    (repo / ".git" / "hooks").symlink_to(alias / "repo" / "githooks")
+    _own(workspace)
+    marker = tmp_path / "pwned"
+    hook = HOOK.format(marker=marker)
+    args = (
+        {"path": "repo/githooks/post-commit", "content": hook}
+        if tool == "write_file"
+        else {"command": f"printf '{hook}' > repo/githooks/post-commit"}
+    )
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        backend="local",
+        events_path=tmp_path / "ev.jsonl",
+    ) as k:
+        outcome = await k.invoke(tool, args)
+        assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+    assert os.listdir(repo / "githooks") == []
     _commit_runs_nothing(tmp_path, repo, marker)

@@ -49,6 +49,7 @@ from .._names import escape_name
 from .._resolver import Resolver
 from ..git._rules import GITFILE_MAX_BYTES, git_discovery_name, parse_gitfile, valid_head
 from ..git._snapshot import DirState, GitSnapshot
+from ._linked import linked_metadata
 from ._model import Blobs, Change
 from ._view import HOST, Node, TreeView, realpath, resolve
 
@@ -57,7 +58,6 @@ __all__ = [
     "check_resulting_tree",
     "git_at",
     "is_git_dir",
-    "linked_metadata",
 ]
 
 # Fields, for passes over a set that run in C.
@@ -279,41 +279,6 @@ def written_paths(changes: Sequence[Change], absolute: Any) -> list[str]:
     return [absolute(c.root, c.path) for c in changes]
 
 
-def linked_metadata(snapshot: GitSnapshot, view: TreeView) -> dict[str, str]:
-    """What git reads through a link in git metadata, inside the roots on ``view``: each
-    place such a link leads (``.git/hooks -> ../githooks``, ``.git/hooks/pre-commit ->
-    ../../scripts/pre-commit``, ``.git/config -> ../gitconfig``), resolved as the kernel
-    would (dangling parts kept: what a write there would make), mapped to the link.
-
-    git follows these links when it runs hooks and reads its config, so what lies there is
-    git metadata however it is spelled in the tree; links below such a place are followed
-    too (what git reads through them as well)."""
-    starts = [k for k, e in snapshot.entries.items() if e.kind == "symlink"]
-    if not starts:
-        return {}
-    paths = [p for p, _ in view.roots]
-
-    def absolute(root: int, path: str) -> str:
-        return _join(paths[root], path) if path else paths[root]
-
-    others = [absolute(*k) for k in snapshot.links]
-    found: dict[str, str] = {}
-    pending = [(absolute(*k), absolute(*k)) for k in starts]
-    seen: set[str] = set()
-    while pending:
-        where, link = pending.pop()
-        if where in seen:
-            continue
-        seen.add(where)
-        target, _ = realpath(view, where)
-        if not view.inside(target) or target in found:
-            continue
-        found[target] = link
-        below = target if target.endswith("/") else target + "/"
-        pending.extend((p, link) for p in others if p.startswith(below))
-    return found
-
-
 def _check_linked_metadata(
     snapshot: GitSnapshot, views: Sequence[TreeView], written: Sequence[str], what: str
 ) -> None:
@@ -350,7 +315,14 @@ def _check_linked_metadata(
 
 def check_linked_write(resolver: Resolver, root: int, path: str, what: str) -> None:
     """Refuse a file tool's write of ``path`` below root ``root`` when a link in git metadata
-    leads there (:func:`linked_metadata`), by an up-to-date scan of the roots."""
+    leads there (:func:`linked_metadata`), by an up-to-date scan of the roots.
+
+    Scanned only when the last scan of the roots found a link in git metadata (or there
+    was none yet): no writer of the agent's can make one (git metadata is never written),
+    so a workspace without one costs no scan per write."""
+    base = resolver.scan_base
+    if base is not None and not any(e.kind == "symlink" for e in base.entries.values()):
+        return
     snapshot = _scan(resolver)
     if not any(e.kind == "symlink" for e in snapshot.entries.values()):
         return
