@@ -810,6 +810,14 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
         "the same check reading a HEAD, commondir or gitfile outside the roots (O_NOFOLLOW, "
         "a regular file only, a few bytes)"
     ),
+    ("ringfence/workspace/changes/_linked.py", "_into_root", "os.path.realpath"): (
+        "a link in git metadata whose walk left the roots (a host link on the way, another "
+        "mount of a root): the host resolves it, only to judge whether it is a root's place"
+    ),
+    ("ringfence/workspace/changes/_linked.py", "_into_root", "os.stat"): (
+        "the same judgment: that place (or its deepest existing part) compared with the "
+        "roots by device and inode; nothing is opened, read or written through it"
+    ),
     ("ringfence/workspace/_workspace.py", "_add_common_directories", "os.open"): (
         "a git directory found inside a root (mounted read-only), opened to read its commondir"
     ),

@@ -191,6 +191,8 @@ class WorkspaceLike(DirResolver, Protocol):
 
     def git_directories(self) -> list[Path]: ...
 
+    def linked_git_metadata(self, snapshot: GitSnapshot) -> list[Path]: ...
+
 
 class ShellTool:
     """One kernel's ``run_shell``: its backend choice and its (lazy) session."""
@@ -260,6 +262,13 @@ class ShellTool:
                 # A gitfile is redirected by rewriting it: mount it read-only like a git dir.
                 readonly.update(
                     f for f in snapshot.gitfiles if not any(d in f.parents for d in readonly)
+                )
+                # What git reads through a link in its metadata (.git/hooks -> ../githooks)
+                # is git metadata under another name: read-only the same way.
+                readonly.update(
+                    p
+                    for p in self.workspace.linked_git_metadata(snapshot)
+                    if not any(d == p or d in p.parents for d in readonly)
                 )
                 spec = SessionSpec(
                     roots=tuple(self.workspace.roots),

@@ -17,13 +17,16 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..runtime._errors import InvalidArguments, Unavailable
 from ..runtime._programs import in_root, search_path
 from . import _judged, _reader, _search, _writer
 from ._resolver import CONFINED, Access, Resolver, Root, open_root
 from .git._rules import is_dotgit, is_git_directory, read_commondir, read_gitfile
+
+if TYPE_CHECKING:
+    from .git._snapshot import GitSnapshot
 
 __all__ = ["FileOps", "HostRootView", "Workspace"]
 
@@ -333,6 +336,32 @@ class Workspace(FileOps):
         _add_common_directories(found, real_roots)
         # A directory inside another listed one is covered by that one's mount.
         return sorted(p for p in found if not any(a in found for a in p.parents))
+
+    def linked_git_metadata(self, snapshot: GitSnapshot) -> list[Path]:
+        """What git reads through links in the git metadata ``snapshot`` found (a
+        ``.git/hooks -> ../githooks``, a ``hooks/pre-commit -> ../../scripts/pre-commit``),
+        inside the roots, for mounting read-only: each place, or its deepest part that exists
+        (a dangling link's target is made by creating it, so its directory is held; never a
+        root itself). Sorted."""
+        from .changes._linked import linked_metadata
+        from .changes._view import TreeView
+
+        found: set[Path] = set()
+        with self._resolver:
+            view = TreeView([(str(r.path), r.fd) for r in self._resolver.roots])
+            for target in linked_metadata(snapshot, view):
+                place = target
+                while view.lstat(place) is None:
+                    where = view.locate(place)
+                    if where is None or not where[1]:
+                        break
+                    place = place.rpartition("/")[0] or "/"
+                where = view.locate(place)
+                # A root itself is never made read-only for a dangling link (every command
+                # would then fail); the merge judges what a command wrote there.
+                if where is not None and where[1] and view.lstat(place) is not None:
+                    found.add(Path(place))
+        return sorted(found)
 
     def _scan_git(self, root: Root, found: set[Path], real_roots: list[Path]) -> None:
         top = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root.fd)

@@ -508,6 +508,14 @@ def _write(
             raise FollowLeaf
         judge_place(place)  # the file written, every link followed, meets the rules
         refuse_pseudo(place.dir_fd, display, close=False)
+        if resolver is not None and not place.root.is_host:
+            # A hooks directory or config git reaches through a link (.git/hooks ->
+            # ../githooks) is git metadata under another name.
+            from .changes._resulting import check_linked_write
+
+            check_linked_write(
+                resolver, place.root.index, "/".join([*place.names, place.leaf]), "this write"
+            )
         data, expected = produce(place)
         if is_git_directory(place.dir_fd, {place.leaf: ("file", data)}, beneath=place.beneath):
             raise GitMetadata(

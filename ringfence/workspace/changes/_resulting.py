@@ -49,10 +49,16 @@ from .._names import escape_name
 from .._resolver import Resolver
 from ..git._rules import GITFILE_MAX_BYTES, git_discovery_name, parse_gitfile, valid_head
 from ..git._snapshot import DirState, GitSnapshot
+from ._linked import linked_metadata
 from ._model import Blobs, Change
 from ._view import HOST, Node, TreeView, realpath, resolve
 
-__all__ = ["check_resulting_tree", "git_at", "is_git_dir"]
+__all__ = [
+    "check_linked_write",
+    "check_resulting_tree",
+    "git_at",
+    "is_git_dir",
+]
 
 # Fields, for passes over a set that run in C.
 _ROOT, _PATH, _BEFORE, _AFTER = (itemgetter(i) for i in range(4))
@@ -244,6 +250,8 @@ def check_resulting_tree(
                 path=shown,
             )
 
+    _check_linked_metadata(snapshot, (before, after), written_paths(changes, absolute), what)
+
     # Links: only a set that makes, removes or replaces a link can move any link's target.
     images = chain(filter(None, map(_BEFORE, changes)), filter(None, map(_AFTER, changes)))
     if "symlink" not in set(map(_KIND, images)):
@@ -264,6 +272,65 @@ def check_resulting_tree(
         if not after.inside(target) and before.inside(realpath(before, where)[0]):
             raise _leaves(where, target, what, existing=True)
     return snapshot
+
+
+def written_paths(changes: Sequence[Change], absolute: Any) -> list[str]:
+    """The absolute path of every entry ``changes`` make, replace or remove."""
+    return [absolute(c.root, c.path) for c in changes]
+
+
+def _check_linked_metadata(
+    snapshot: GitSnapshot, views: Sequence[TreeView], written: Sequence[str], what: str
+) -> None:
+    """Refuse writing at or below a place a link in git metadata leads to, as the tree is
+    now or will be (:func:`linked_metadata`)."""
+    if not written or not any(e.kind == "symlink" for e in snapshot.entries.values()):
+        return
+    targets: dict[str, str] = {}
+    seen: list[dict[str, str]] = []
+    for view in views:
+        seen.append(linked_metadata(snapshot, view))
+        for target, link in seen[-1].items():
+            targets.setdefault(target, link)
+    if len(seen) == 2 and seen[0].keys() != seen[1].keys():
+        # A link on the way moved (lnk -> elsewhere): git would read other files there.
+        moved = sorted(seen[0].keys() ^ seen[1].keys())[0]
+        link = targets[moved]
+        raise GitMetadata(
+            f"after {what} the link {escape_name(link)} in git metadata would lead somewhere "
+            f"else (it leads to {escape_name(moved)} on one side only): git reads hooks and "
+            f"config through it; {_refused(what)}",
+            path=escape_name(link),
+        )
+    for path in written:
+        for target, link in targets.items():
+            if path == target or path.startswith(target if target.endswith("/") else target + "/"):
+                raise GitMetadata(
+                    f"{escape_name(path)} is git metadata: git reads it through the link "
+                    f"{escape_name(link)} (it leads to {escape_name(target)}) and runs what "
+                    f"hooks and config name there; {_refused(what)}",
+                    path=escape_name(path),
+                )
+
+
+def check_linked_write(resolver: Resolver, root: int, path: str, what: str) -> None:
+    """Refuse a file tool's write of ``path`` below root ``root`` when a link in git metadata
+    leads there (:func:`linked_metadata`), by an up-to-date scan of the roots.
+
+    Scanned only when the last scan of the roots found a link in git metadata (or there
+    was none yet): no writer of the agent's can make one (git metadata is never written),
+    so a workspace without one costs no scan per write."""
+    base = resolver.scan_base
+    if base is not None and not any(e.kind == "symlink" for e in base.entries.values()):
+        return
+    snapshot = _scan(resolver)
+    if not any(e.kind == "symlink" for e in snapshot.entries.values()):
+        return
+    roots = [(str(r.path), r.fd) for r in resolver.roots]
+    view = TreeView(roots)
+    base = roots[root][0]
+    where = _join(base, path) if path else base
+    _check_linked_metadata(snapshot, (view,), [where], what)
 
 
 def _refused(what: str) -> str:

@@ -149,6 +149,9 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         undo = (
             is_top
             or entry.top == rel
+            # What a link in git metadata leads to (.git/hooks -> ../githooks): all of it.
+            or (index, entry.top) in after.linked
+            or (index, entry.top) in before.linked
             or exec_relevant(rel, entry.top)
             or (change == "new" and key in holds_exec)
             # A root the command made a git directory: what git's discovery reads there goes.

@@ -149,6 +149,20 @@ def scan_git_metadata(
         finally:
             for fd in fds.values():
                 os.close(fd)
+    # What git reads through a link in git metadata (.git/hooks -> ../githooks) is git
+    # metadata under another name (:func:`_walk_linked`).
+    linked: set[tuple[int, str]] = set()
+    if any(e.kind == "symlink" for e in walk.entries.values()):
+        fds = {}
+        try:
+            for index, root in enumerate(paths):
+                with contextlib.suppress(OSError):
+                    fds[index] = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            if len(fds) == len(paths):
+                linked = _walk_linked(walk, paths, fds)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
     return GitSnapshot(
         paths,
         walk.entries,
@@ -163,7 +177,37 @@ def scan_git_metadata(
         listed=walk.listed,
         reused=walk.reused,
         links=frozenset(walk.links),
+        linked=frozenset(linked),
     )
+
+
+def _walk_linked(walk: Walk, paths: tuple[Path, ...], fds: dict[int, int]) -> set[tuple[int, str]]:
+    """Walk, as metadata of its own (a top), each place inside the roots (``fds``: their
+    descriptors) that a link in the metadata ``walk`` found leads to (``.git/hooks ->
+    ../githooks``; links past it too, as :func:`..changes._linked.linked_metadata`
+    follows them): git runs the hooks and reads the config there. The tops added; a place
+    that does not exist is not one (yet)."""
+    from ..changes._linked import linked_metadata
+    from ..changes._view import TreeView
+
+    added: set[tuple[int, str]] = set()
+    view = TreeView([(str(p), fds[i]) for i, p in enumerate(paths)])
+    snapshot = GitSnapshot(paths, dict(walk.entries), frozenset(), links=frozenset(walk.links))
+    for target in sorted(linked_metadata(snapshot, view)):
+        where = view.locate(target)
+        if where is None or where in walk.entries:
+            continue
+        index, rel = where
+        node = view.lstat(target)
+        if node is None or not rel:
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile: nothing there to watch
+            if node.kind == "dir":
+                walk.run_metadata(index, fds[index], rel, linked=True)
+            else:
+                walk.add_top(index, fds[index], rel)
+            added.add(where)
+    return added
 
 
 def _common_directories(

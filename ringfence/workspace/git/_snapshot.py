@@ -139,6 +139,9 @@ class GitSnapshot:
     listed: int = 0
     reused: int = 0
     links: frozenset[tuple[int, str]] = frozenset()
+    # Tops that are metadata because a link in git metadata leads there (.git/hooks ->
+    # ../githooks): everything in them is what git runs or reads, all of it undone.
+    linked: frozenset[tuple[int, str]] = frozenset()
 
     def path(self, key: tuple[int, str]) -> Path:
         return self.roots[key[0]] / key[1]

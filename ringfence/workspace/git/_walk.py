@@ -84,6 +84,8 @@ class Walk:
         self.opaque: set[tuple[int, str]] = set()
         self.dirs: dict[tuple[int, str], DirState] = {}
         self.links: set[tuple[int, str]] = set()  # symbolic links outside git metadata
+        # Tops a link in git metadata leads to: every file there is kept like a hook.
+        self.linked: set[tuple[int, str]] = set()
         self.budget = [IMAGE_BUDGET_BYTES]
         self.visited = 0
         self.listed = 0
@@ -118,15 +120,31 @@ class Walk:
                 self.base_dirs, self.base_entries = {}, {}
         self._walk(inherited)
 
-    def run_metadata(self, index: int, root_fd: int, rel: str) -> None:
+    def run_metadata(self, index: int, root_fd: int, rel: str, *, linked: bool = False) -> None:
         """Walk the directory ``rel`` of root ``index`` again as git metadata of its own (a
-        top): a git directory's common directory, which :meth:`run` listed as plain."""
+        top): a git directory's common directory, which :meth:`run` listed as plain; with
+        ``linked``, a place a link in git metadata leads to (every file's image kept)."""
         self.index, self.root_fd = index, root_fd
         fd = open_rel(root_fd, rel)
+        if linked:
+            self.linked.add((index, rel))
         self.tops.add((index, rel))
         self.entries[(index, rel)] = _entry(os.fstat(fd), "dir", rel)
         self.stack = [(fd, rel, rel)]
         self._drain()
+
+    def add_top(self, index: int, root_fd: int, rel: str) -> None:
+        """Record the file (or other non-directory) ``rel`` of root ``index`` as git metadata
+        of its own (a top), its before-image kept: a file a link in git metadata leads to."""
+        parent, _, name = rel.rpartition("/")
+        fd = open_rel(root_fd, parent)
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            image = _image(fd, name, st, rel, rel, self.budget)
+        finally:
+            os.close(fd)
+        self.tops.add((index, rel))
+        self.entries[(index, rel)] = _entry(st, file_kind(st.st_mode), rel, image)
 
     def _walk(self, inherited: str | None) -> None:
         self.stack = [(os.dup(self.root_fd), "", inherited)]
@@ -356,7 +374,8 @@ class Walk:
         kind = file_kind(st.st_mode)
         old = self.base_entries.get(key)
         image: bytes | None = None
-        if not _wants_image(st, child, top):
+        whole = (self.index, top) in self.linked
+        if not _wants_image(st, child, top, whole):
             pass
         elif (
             old is not None
@@ -370,11 +389,11 @@ class Walk:
             if kind == "file":
                 self.budget[0] -= len(image)
         elif fd >= 0:
-            image = _image(fd, name, st, child, top, self.budget)
+            image = _image(fd, name, st, child, top, self.budget, whole)
         else:
             parent = open_rel(self.root_fd, child.rpartition("/")[0])
             try:
-                image = _image(parent, name, st, child, top, self.budget)
+                image = _image(parent, name, st, child, top, self.budget, whole)
             finally:
                 os.close(parent)
         self.entries[key] = _entry(st, kind, top, image)
@@ -449,19 +468,26 @@ def _entry(st: os.stat_result, kind: str, top: str, image: bytes | None = None) 
     )
 
 
-def _wants_image(st: os.stat_result, rel: str, top: str) -> bool:
-    """Is a before-image kept for this entry (see :func:`_image`)? Decided by its status."""
+def _wants_image(st: os.stat_result, rel: str, top: str, whole: bool = False) -> bool:
+    """Is a before-image kept for this entry (see :func:`_image`)? Decided by its status;
+    ``whole``: every file of its top (a place a link in git metadata leads to)."""
     if stat.S_ISLNK(st.st_mode):
         return True
     return (
         stat.S_ISREG(st.st_mode)
         and st.st_size <= IMAGE_MAX_BYTES
-        and (rel == top or exec_relevant(rel, top))
+        and (rel == top or whole or exec_relevant(rel, top))
     )
 
 
 def _image(
-    fd: int, name: str, st: os.stat_result, rel: str, top: str, budget: list[int]
+    fd: int,
+    name: str,
+    st: os.stat_result,
+    rel: str,
+    top: str,
+    budget: list[int],
+    whole: bool = False,
 ) -> bytes | None:
     """The before-image of a gitfile, a ``.git`` symlink or an exec-relevant file, if small."""
     kind = file_kind(st.st_mode)
@@ -472,7 +498,7 @@ def _image(
             return None
     if kind != "file" or st.st_size > IMAGE_MAX_BYTES or st.st_size > budget[0]:
         return None
-    if rel != top and not exec_relevant(rel, top):
+    if rel != top and not whole and not exec_relevant(rel, top):
         return None
     try:
         rfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
