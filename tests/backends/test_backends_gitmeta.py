@@ -465,10 +465,17 @@ async def test_metadata_planted_before_a_cancellation_is_still_removed(
     import trio
 
     script = f"{evil_gitdir_script('.git', tmp_path / 'pwned')}; sleep 30"
+    config = workspace / ".git" / "config"
     async with kernel(workspace, backend, tmp_path) as k:
-        with trio.move_on_after(1.5) as scope:
-            await k.invoke("run_shell", {"command": script})
-    assert scope.cancelled_caught
+        # Cancelled once the command has planted its last file (a fixed 1.5 s window was too
+        # short for a container on a loaded machine: nothing planted yet, nothing to remove).
+        with trio.move_on_after(120) as waited:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(k.invoke, "run_shell", {"command": script})
+                while not (config.exists() and config.stat().st_size > 0):
+                    await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+    assert not waited.cancelled_caught, "the command never planted its git directory"
     assert not (workspace / ".git").exists()
     refused = [r for r in events(tmp_path) if r["kind"] == "git_metadata_refused"]
     assert len(refused) == 1 and refused[0]["paths"][0]["action"] == "quarantined"
