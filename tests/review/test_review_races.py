@@ -1,0 +1,106 @@
+"""Races between what a person confirmed on the review page and what runs, in a browser.
+
+* A forced Undo confirmed while another writer holds the workspace's writers' lock: the
+  undo's "nothing newer over these files" check ran before it took that lock, so a writer
+  that saved its change set and wrote the same file while the undo waited for the lock had
+  its write overwritten unseen. Now the check runs under the lock, right before the merge:
+  the undo is refused, the newer write stays, no undo set is made.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from cli_helpers import isolated  # noqa: F401  (autouse fixture)
+from review_helpers import confirm, job_done, records, ringfence_process, wait_until
+from test_review_binding import prepare_forced_undo, undo_sets
+from test_review_refusals import write_with_agent
+
+from ringfence.workspace._workspace import Workspace
+from ringfence.workspace._writelock import writing
+from ringfence.workspace.changes._store import CheckpointStore
+from ringfence.workspace.changes._undo import _Recorder
+
+NEWER = "the agent's newer write, made while the undo waited\n"
+
+
+class _Writer:
+    """Another writer of the workspace (as a second ``ringfence call write_file`` process
+    would be): takes the writers' lock, and when told, saves its change set and writes
+    ``a.txt`` under it (the file tools' own recorder and writer), then lets go."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+        self.held = threading.Event()
+        self.go = threading.Event()
+        self.done = threading.Event()
+        self.saved: str | None = None
+        self.error: BaseException | None = None
+        # In the test's context: the lock files and the store lie in the home it names.
+        context = contextvars.copy_context()
+        self.thread = threading.Thread(target=context.run, args=(self._run,), daemon=True)
+
+    def _run(self) -> None:
+        try:
+            with Workspace([self.workspace]) as ws, writing(ws._resolver):
+                self.held.set()
+                self.go.wait(120)
+                store = CheckpointStore(ws)
+                try:
+                    ctx = SimpleNamespace(tool=SimpleNamespace(name="write_file"), call_id="w")
+                    rec = _Recorder(store, ctx)  # type: ignore[arg-type]
+                    ws.write_text("a.txt", NEWER, record=rec)
+                    assert rec.saved is not None
+                    store.journal.end(rec.saved.id)
+                    self.saved = rec.saved.id
+                finally:
+                    store.close()
+        except BaseException as exc:  # handed to the test
+            self.error = exc
+        finally:
+            self.held.set()
+            self.done.set()
+
+
+def test_a_forced_undo_refuses_a_write_made_while_it_waited_for_the_writers_lock(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    set_id = write_with_agent(workspace, events)
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--posture", "allow-reversible")  # fmt: skip
+    writer = _Writer(workspace)
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        prepare_forced_undo(page, base, set_id)
+        writer.thread.start()
+        assert writer.held.wait(60) and writer.error is None, writer.error
+        try:
+            confirm(page)
+
+            def undo_started() -> bool:
+                return any(
+                    r["kind"] == "proposed" and r.get("tool") == "undo" for r in records(events)
+                )
+
+            wait_until(undo_started, timeout=60, what="the page's undo call")
+            # The undo call is allowed (allow-reversible) and now waits for the lock; its
+            # check of the store, before the fix, ran meanwhile.
+            time.sleep(3)
+        finally:
+            writer.go.set()
+            assert writer.done.wait(60)
+        assert writer.error is None, writer.error
+        ok, text = job_done(page)
+        assert not ok, text
+        assert "conflict" in text and writer.saved is not None and writer.saved in text, text
+    assert (workspace / "a.txt").read_text() == NEWER  # not overwritten unseen
+    assert undo_sets(workspace) == []
+    recs = records(events)
+    assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["undo"]
+    assert not any(r["kind"] == "checkpoint" and r.get("undoes") for r in recs)
