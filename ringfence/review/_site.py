@@ -906,7 +906,9 @@ class ReviewSite:
         with self._store() as store:
             return store.list()
 
-    async def changes_page(self) -> Html:
+    async def changes_page(self, query: Mapping[str, str] | None = None) -> Html:
+        """The change sets, newest first, :data:`PAGE_ROWS` to a page (``?page=N``): a store
+        of thousands (its retention is the operator's) drew every row at each reload."""
         sets = await trio.to_thread.run_sync(self._list_sets)
         if not sets:
             return self.page(
@@ -914,8 +916,33 @@ class ReviewSite:
                 el("p", {"class": "muted"}, "no change sets in this workspace"),
                 active="changes",
             )
+        try:
+            page_no = max(0, int((query or {}).get("page", "0")[:12]))
+        except ValueError:
+            page_no = 0
+        page_no = min(page_no, (len(sets) - 1) // PAGE_ROWS)
+        skip = page_no * PAGE_ROWS
+        pages = []
+        if page_no > 0:
+            pages.append(
+                el("a", {"href": self.link("changes", page=str(page_no - 1)), "id": "newer"},
+                   "\u2190 newer")
+            )  # fmt: skip
+        if skip + PAGE_ROWS < len(sets):
+            pages.append(
+                el("a", {"href": self.link("changes", page=str(page_no + 1)), "id": "older"},
+                   "older \u2192")
+            )  # fmt: skip
+        count = el(
+            "p",
+            {"class": "count", "id": "count"},
+            f"change sets {skip + 1:,}-{min(skip + PAGE_ROWS, len(sets)):,} of {len(sets):,} "
+            "(newest first)",
+            " ",
+            pages,
+        )
         rows = []
-        for s in sets:
+        for s in sets[skip : skip + PAGE_ROWS]:
             paths = s["paths"]
             shown = ", ".join(path_field(p) for p in paths[:MAX_SHOWN_PATHS])
             if len(paths) > MAX_SHOWN_PATHS:
@@ -953,7 +980,7 @@ class ReviewSite:
             ),
             el("tbody", {}, rows),
         )
-        return self.page("Change sets", table, active="changes")
+        return self.page("Change sets", Html(count + table), active="changes")
 
     def _set_view(
         self, set_id: str

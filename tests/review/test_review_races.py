@@ -17,8 +17,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
-from review_helpers import confirm, job_done, records, ringfence_process, wait_until
+from review_helpers import confirm, job_done, records, ringfence_process, visit, wait_until
 from test_review_binding import prepare_forced_undo, undo_sets
+from test_review_diff import steady
 from test_review_refusals import write_with_agent
 
 from ringfence.workspace._workspace import Workspace
@@ -104,3 +105,62 @@ def test_a_forced_undo_refuses_a_write_made_while_it_waited_for_the_writers_lock
     recs = records(events)
     assert [r["action"] for r in recs if r["kind"] == "review_action"] == ["undo"]
     assert not any(r["kind"] == "checkpoint" and r.get("undoes") for r in recs)
+
+
+def _agent_writes_sets(workspace: Path, events: Path, total: int) -> None:
+    """``total`` change sets, each an agent's ``write_file`` through the API."""
+    import trio
+
+    from ringfence import create_kernel
+
+    async def writes() -> None:
+        kernel = create_kernel(roots=[workspace], posture="allow-all", events_path=events)
+        async with kernel:
+            for i in range(total):
+                outcome = await kernel.invoke(
+                    "write_file", {"path": f"f{i % 5}.txt", "content": f"write {i}\n"}
+                )
+                assert outcome.ok, outcome
+
+    trio.run(writes)
+
+
+def _set_rows(page: Any) -> dict[str, Any]:
+    """The change-sets page as shown: its rows' ids, its count, its "older" link's tail."""
+    return page.evaluate(
+        """() => ({
+          ids: [...document.querySelectorAll('#sets tbody tr')].map(r => r.dataset.set),
+          count: document.querySelector('#count').textContent,
+          older: (document.querySelector('#older')?.getAttribute('href') || '')
+                   .replace(/^.*(?=\\/changes)/, '') || null,
+        })"""
+    )
+
+
+def test_the_change_sets_page_shows_a_page_of_sets_at_a_time(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """Thousands of change sets (the agent's writes; retention is the operator's) were all
+    drawn on one page at each reload. Now :data:`PAGE_ROWS` to a page, every set reachable."""
+    from ringfence.review._site import PAGE_ROWS
+
+    total = 2 * PAGE_ROWS + 30
+    _agent_writes_sets(workspace, tmp_path / "agent.jsonl", total)
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events))
+    seen: list[str] = []
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        for n in range(3):
+            visit(page, base + (f"changes?page={n}" if n else "changes"))
+            shown = steady(page, _set_rows, "#sets")
+            expect = PAGE_ROWS if n < 2 else total - 2 * PAGE_ROWS
+            assert len(shown["ids"]) == expect, shown["count"]
+            assert f"of {total:,}" in shown["count"]
+            seen += shown["ids"]
+            # the link a person clicks for the next page, and none after the last
+            assert shown["older"] == (f"/changes?page={n + 1}" if n < 2 else None), shown
+        visit(page, base + "changes?page=999999")  # past the last: the last page
+        assert len(steady(page, _set_rows, "#sets")["ids"]) == total - 2 * PAGE_ROWS
+    assert len(seen) == total and len(set(seen)) == total
+    assert seen == sorted(seen, reverse=True)  # newest first, none skipped nor repeated
