@@ -17,7 +17,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
-from review_helpers import confirm, job_done, records, ringfence_process, visit, wait_until
+from review_helpers import (
+    confirm,
+    job_done,
+    records,
+    ringfence_process,
+    url_in,
+    visit,
+    wait_until,
+)
 from test_review_binding import prepare_forced_undo, undo_sets
 from test_review_diff import steady
 from test_review_refusals import write_with_agent
@@ -164,3 +172,50 @@ def test_the_change_sets_page_shows_a_page_of_sets_at_a_time(
         assert len(steady(page, _set_rows, "#sets")["ids"]) == total - 2 * PAGE_ROWS
     assert len(seen) == total and len(set(seen)) == total
     assert seen == sorted(seen, reverse=True)  # newest first, none skipped nor repeated
+
+
+def test_a_call_of_a_million_made_up_arguments_is_refused_before_it_is_asked_about(
+    page: Any, workspace: Path, tmp_path: Path, ringfence_home: Path
+) -> None:
+    """An MCP server's tool whose schema allows any property, called by the agent with
+    200,000 made-up arguments (a 3.6 MB message): the Gate drew every one into the question
+    (seconds of the session's loop per 100,000; 34 s for a million), and the page showed a
+    question of 200,000 lines. Now refused before anything walks them, named, recorded, and
+    nothing is asked."""
+    import json
+    import sys
+
+    from review_helpers import HERE
+    from test_review_page import _mcp_call_in_thread, _text
+
+    from ringfence.runtime._kernel import MAX_ARGUMENTS
+
+    (ringfence_home / "mcp.toml").write_text(
+        f'[[server]]\nname = "evil"\ntransport = "stdio"\ncommand = {json.dumps(sys.executable)}\n'
+        f"args = [{json.dumps(str(HERE / 'servers' / 'hostile_page.py'))}]\n"
+    )
+    events = tmp_path / "events.jsonl"
+    errlog = tmp_path / "serve.stderr"
+    arguments: dict[str, Any] = {f"made_up_{i:06d}": "" for i in range(200_000)}
+    arguments["text"] = "hello"
+    thread, out = _mcp_call_in_thread(
+        workspace, events, errlog, "mcp.evil.shout", arguments,
+        "--mcp", "--expose", "native,connectors",
+    )  # fmt: skip
+    try:
+        base = url_in(errlog)
+        assert out["answered"].wait(120), "the call was not answered: it waits for a person"
+        result = out["result"]
+        assert result.is_error
+        assert f"at most {MAX_ARGUMENTS:,}" in _text(result), _text(result)
+        visit(page, base + "approvals")
+        page.wait_for_selector("#no-questions")
+    finally:
+        out["release"].set()
+        thread.join(60)
+    assert "error" not in out, out.get("error")
+    recs = [r for r in records(events) if r.get("tool") == "mcp.evil.shout"]
+    proposed = next(r for r in recs if r["kind"] == "proposed")
+    assert isinstance(proposed["arguments"], str) and "200,001 arguments" in proposed["arguments"]
+    assert not any(r["kind"] in ("approval_asked", "finished") for r in recs), recs
+    assert any(r["kind"] == "failed" and "invalid_arguments" in json.dumps(r) for r in recs), recs
