@@ -803,7 +803,13 @@ class ReviewSite:
 
     def _question(self, q: Question) -> Html:
         left = max(0, int(q.deadline - time.time()))
-        names = ", ".join(one_line(str(n)) for n in q.request.arguments) or "none"
+        # Each name as the prompt draws it (at most 80 characters), at most MAX_NOTED of them:
+        # a name is the agent's (until 2026-12-07 each was drawn whole here, so one name of
+        # 8 MB made every view of the inbox 8 MB).
+        listed = [field(str(n), 80) for n in list(q.request.arguments)[:MAX_NOTED]]
+        if len(q.request.arguments) > MAX_NOTED:
+            listed.append(f"… and {len(q.request.arguments) - MAX_NOTED:,} more")
+        names = ", ".join(listed) or "none"
         return el(
             "section",
             {"class": "question", "id": f"q-{q.id}", "data-question": q.id},

@@ -219,3 +219,49 @@ def test_a_call_of_a_million_made_up_arguments_is_refused_before_it_is_asked_abo
     assert isinstance(proposed["arguments"], str) and "200,001 arguments" in proposed["arguments"]
     assert not any(r["kind"] in ("approval_asked", "finished") for r in recs), recs
     assert any(r["kind"] == "failed" and "invalid_arguments" in json.dumps(r) for r in recs), recs
+
+
+def test_an_argument_name_of_megabytes_is_drawn_as_the_prompt_draws_it(
+    page: Any, workspace: Path, tmp_path: Path, ringfence_home: Path
+) -> None:
+    """The agent names an argument with 4 million characters (a permissive MCP tool takes
+    any name): the inbox's hint listed every argument name whole, so each view of the
+    approvals page was 4 MB more. Now each name as the prompt draws it (80 characters);
+    the question is still answered from the page (denied: nothing runs)."""
+    import json
+    import sys
+
+    from review_helpers import HERE, choose
+    from test_review_page import _mcp_call_in_thread
+
+    (ringfence_home / "mcp.toml").write_text(
+        f'[[server]]\nname = "evil"\ntransport = "stdio"\ncommand = {json.dumps(sys.executable)}\n'
+        f"args = [{json.dumps(str(HERE / 'servers' / 'hostile_page.py'))}]\n"
+    )
+    events = tmp_path / "events.jsonl"
+    errlog = tmp_path / "serve.stderr"
+    long_name = "n" * 4_000_000
+    thread, out = _mcp_call_in_thread(
+        workspace, events, errlog, "mcp.evil.shout", {"text": "hello", long_name: "x"},
+        "--mcp", "--expose", "native,connectors",
+    )  # fmt: skip
+    try:
+        base = url_in(errlog)
+        visit(page, base + "approvals")
+        page.wait_for_selector("section.question")
+        size = page.evaluate("document.documentElement.outerHTML.length")
+        assert size < 200_000, f"the approvals page is {size:,} characters"
+        assert "chars not shown" in page.inner_text("section.question .hint")
+        choose(page, "section.question button[value=deny]")
+        confirm(page)
+        ok, text = job_done(page)
+        assert ok, text
+        assert out["answered"].wait(120), out
+        assert out["result"].is_error
+    finally:
+        out["release"].set()
+        thread.join(60)
+    assert "error" not in out, out.get("error")
+    recs = [r for r in records(events) if r.get("tool") == "mcp.evil.shout"]
+    assert not any(r["kind"] == "finished" for r in recs), recs
+    assert any(r["kind"] == "approval_answered" for r in recs), recs
