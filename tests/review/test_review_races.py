@@ -29,6 +29,7 @@ from review_helpers import (
 from test_review_binding import prepare_forced_undo, undo_sets
 from test_review_diff import steady
 from test_review_refusals import write_with_agent
+from test_review_shown import _undo_outcome
 
 from ringfence.workspace._workspace import Workspace
 from ringfence.workspace._writelock import writing
@@ -265,3 +266,115 @@ def test_an_argument_name_of_megabytes_is_drawn_as_the_prompt_draws_it(
     recs = [r for r in records(events) if r.get("tool") == "mcp.evil.shout"]
     assert not any(r["kind"] == "finished" for r in recs), recs
     assert any(r["kind"] == "approval_answered" for r in recs), recs
+
+
+class _HeldLock:
+    """The workspace's writers' lock held by another writer (as a long merge holds it),
+    which writes ``b.txt`` under it when told, then lets go when told."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+        self.held = threading.Event()
+        self.write = threading.Event()
+        self.written = threading.Event()
+        self.release = threading.Event()
+        self.error: BaseException | None = None
+        context = contextvars.copy_context()
+        self.thread = threading.Thread(target=context.run, args=(self._run,), daemon=True)
+
+    def _run(self) -> None:
+        try:
+            with Workspace([self.workspace]) as ws, writing(ws._resolver):
+                self.held.set()
+                self.write.wait(120)
+                store = CheckpointStore(ws)
+                try:
+                    ctx = SimpleNamespace(tool=SimpleNamespace(name="write_file"), call_id="w")
+                    rec = _Recorder(store, ctx)  # type: ignore[arg-type]
+                    ws.write_text("b.txt", "another file\n", record=rec)
+                    assert rec.saved is not None
+                    store.journal.end(rec.saved.id)
+                finally:
+                    store.close()
+                self.written.set()
+                self.release.wait(120)
+        except BaseException as exc:  # handed to the test
+            self.error = exc
+        finally:
+            self.held.set()
+            self.written.set()
+
+
+def test_a_forced_undo_refuses_a_shell_write_committed_after_a_newer_set_was_shown(
+    page: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """The agent's shell command writes ``a.txt`` while another writer holds the workspace:
+    its change set's id was made before it waited for the lock, so once it was committed,
+    after a newer set (``b.txt``) the person had been shown, it sorted before that set and
+    passed for one the person had seen. The person's forced Undo of ``a.txt``'s first set,
+    asked about on the page while the command's write was committed, then overwrote it.
+    Now a set's id is made under the lock: the undo is refused, the shell's write stays."""
+    import hashlib
+    import json
+    import subprocess
+    import sys
+
+    from review_helpers import choose
+
+    events = tmp_path / "events.jsonl"
+    first = write_with_agent(workspace, events)
+    holder = _HeldLock(workspace)
+    holder.thread.start()
+    assert holder.held.wait(60) and holder.error is None, holder.error
+    shell: subprocess.Popen[str] | None = None
+    try:
+        shell = subprocess.Popen(
+            [sys.executable, "-m", "ringfence", "call", "run_shell",
+             "--args", json.dumps({"command": "echo shell > a.txt"}),
+             "--workspace", str(workspace), "--events", str(tmp_path / "shell.jsonl"),
+             "--approve", "yes", "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        digest = hashlib.sha256(b"shell\n").hexdigest()
+
+        def collected() -> bool:  # its after-image stored: it now waits for the lock
+            assert shell is not None and shell.poll() is None, shell and shell.communicate()
+            with Workspace([workspace]) as ws:
+                store = CheckpointStore(ws)
+                try:
+                    return store.has(digest)
+                finally:
+                    store.close()
+
+        wait_until(collected, timeout=120, what="the command's write collected")
+        time.sleep(1)
+        holder.write.set()  # a newer set, over another file, committed first
+        assert holder.written.wait(60) and holder.error is None, holder.error
+        argv = ("review", "--workspace", str(workspace), "--events", str(events))
+        with ringfence_process(*argv) as rf:
+            base = rf.wait_for_url()
+            prepare_forced_undo(page, base, first)
+            confirm(page)
+            visit(page, base + "approvals")
+            page.wait_for_selector("section.question")
+            # While the undo's question waits, the command's write is committed.
+            holder.release.set()
+            out, err = shell.communicate(timeout=120)
+            assert shell.returncode == 0, out + err
+            assert (workspace / "a.txt").read_text() == "shell\n"
+            choose(page, "section.question button[value=once]")
+            confirm(page)
+            ok, text = job_done(page)
+            assert ok, text  # the answer was delivered
+            outcome = _undo_outcome(events)
+    finally:
+        holder.write.set()
+        holder.release.set()
+        holder.thread.join(60)
+        if shell is not None and shell.poll() is None:
+            shell.kill()
+            shell.wait(30)
+    assert holder.error is None, holder.error
+    assert (workspace / "a.txt").read_text() == "shell\n", outcome  # not overwritten unseen
+    assert outcome["kind"] == "failed", outcome
+    assert undo_sets(workspace) == []

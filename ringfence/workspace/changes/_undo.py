@@ -309,6 +309,9 @@ def _journaled(
     with writing(store.workspace._resolver):
         if check is not None:
             check()
+        # Its id made under the lock, so ids sort as sets are committed (``since`` relies
+        # on it: a set committed after a newer one had an older id, passed for one seen).
+        planned = replace(planned, id=store.new_id())
         with store.journal.writing(planned.id, sync=True):
             store.save(planned)
             try:
