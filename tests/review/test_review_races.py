@@ -59,7 +59,7 @@ class _Writer:
         try:
             with Workspace([self.workspace]) as ws, writing(ws._resolver):
                 self.held.set()
-                self.go.wait(120)
+                self.go.wait(600)
                 store = CheckpointStore(ws)
                 try:
                     ctx = SimpleNamespace(tool=SimpleNamespace(name="write_file"), call_id="w")
@@ -286,7 +286,7 @@ class _HeldLock:
         try:
             with Workspace([self.workspace]) as ws, writing(ws._resolver):
                 self.held.set()
-                self.write.wait(120)
+                self.write.wait(600)
                 store = CheckpointStore(ws)
                 try:
                     ctx = SimpleNamespace(tool=SimpleNamespace(name="write_file"), call_id="w")
@@ -297,7 +297,7 @@ class _HeldLock:
                 finally:
                     store.close()
                 self.written.set()
-                self.release.wait(120)
+                self.release.wait(600)
         except BaseException as exc:  # handed to the test
             self.error = exc
         finally:
@@ -330,7 +330,7 @@ def test_a_forced_undo_refuses_a_shell_write_committed_after_a_newer_set_was_sho
     try:
         shell = subprocess.Popen(
             [sys.executable, "-m", "ringfence", "call", "run_shell",
-             "--args", json.dumps({"command": "echo shell > a.txt"}),
+             "--args", json.dumps({"command": "echo shell > a.txt", "timeout_seconds": 900}),
              "--workspace", str(workspace), "--events", str(tmp_path / "shell.jsonl"),
              "--approve", "yes", "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -346,7 +346,7 @@ def test_a_forced_undo_refuses_a_shell_write_committed_after_a_newer_set_was_sho
                 finally:
                     store.close()
 
-        wait_until(collected, timeout=120, what="the command's write collected")
+        wait_until(collected, timeout=300, what="the command's write collected")
         time.sleep(1)
         holder.write.set()  # a newer set, over another file, committed first
         assert holder.written.wait(60) and holder.error is None, holder.error
@@ -359,7 +359,7 @@ def test_a_forced_undo_refuses_a_shell_write_committed_after_a_newer_set_was_sho
             page.wait_for_selector("section.question")
             # While the undo's question waits, the command's write is committed.
             holder.release.set()
-            out, err = shell.communicate(timeout=120)
+            out, err = shell.communicate(timeout=300)
             assert shell.returncode == 0, out + err
             assert (workspace / "a.txt").read_text() == "shell\n"
             choose(page, "section.question button[value=once]")
