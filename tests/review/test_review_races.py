@@ -98,7 +98,7 @@ def test_a_forced_undo_refuses_a_write_made_while_it_waited_for_the_writers_lock
                     r["kind"] == "proposed" and r.get("tool") == "undo" for r in records(events)
                 )
 
-            wait_until(undo_started, timeout=60, what="the page's undo call")
+            wait_until(undo_started, timeout=180, what="the page's undo call")
             # The undo call is allowed (allow-reversible) and now waits for the lock; its
             # check of the store, before the fix, ran meanwhile.
             time.sleep(3)
