@@ -5,6 +5,12 @@
   that saved its change set and wrote the same file while the undo waited for the lock had
   its write overwritten unseen. Now the check runs under the lock, right before the merge:
   the undo is refused, the newer write stays, no undo set is made.
+* A shell command's write committed, while that undo's question waited on the page, after a
+  newer set the person had seen: its set's id was made before it waited for the lock, so it
+  sorted before the newer set and passed for one seen. Now ids are made under the lock.
+* Bounds of what the agent makes the page draw: a store of hundreds of change sets (a page
+  of 100 at a time), a call of 200,000 made-up arguments (refused before it is asked
+  about), an argument name of 4 million characters (drawn as the prompt draws it).
 """
 
 from __future__ import annotations
