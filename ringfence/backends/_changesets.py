@@ -306,9 +306,15 @@ def _save_and_merge(
     # Journaled: a process killed from here on is rolled back at the next start (_journal).
     try:
         # The writers' lock before the journal's turn, as every writer takes them (_writelock).
-        with writing(store.workspace._resolver), store.journal.writing(cs.id):
-            store.save(cs)  # before anything is merged: every before-image is kept
-            return _merge_saved(how, store, cs, merge_rest, sources, notices)
+        with writing(store.workspace._resolver):
+            # Its id made under the lock: ids sort as sets are committed, which an undo
+            # confirmed against the newest set a person saw relies on (``undo``'s ``since``).
+            # Made before the wait, a set committed after a newer one was shown passed for
+            # one the person had seen, and a forced undo overwrote its write.
+            cs = replace(cs, id=store.new_id())
+            with store.journal.writing(cs.id):
+                store.save(cs)  # before anything is merged: every before-image is kept
+                return _merge_saved(how, store, cs, merge_rest, sources, notices)
     except Unavailable as exc:
         if not exc.details.get("busy"):
             raise

@@ -164,7 +164,7 @@ class ReviewApp:
         elif parts == ["approvals"]:
             page = site.approvals_page()
         elif parts == ["changes"]:
-            page = await site.changes_page()
+            page = await site.changes_page(query)
         elif parts[0] == "changes" and len(parts) == 2:
             page = await site.change_page(parts[1])
         elif parts == ["plans"]:

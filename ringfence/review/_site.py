@@ -803,7 +803,13 @@ class ReviewSite:
 
     def _question(self, q: Question) -> Html:
         left = max(0, int(q.deadline - time.time()))
-        names = ", ".join(one_line(str(n)) for n in q.request.arguments) or "none"
+        # Each name as the prompt draws it (at most 80 characters), at most MAX_NOTED of them:
+        # a name is the agent's (until 2026-12-07 each was drawn whole here, so one name of
+        # 8 MB made every view of the inbox 8 MB).
+        listed = [field(str(n), 80) for n in list(q.request.arguments)[:MAX_NOTED]]
+        if len(q.request.arguments) > MAX_NOTED:
+            listed.append(f"… and {len(q.request.arguments) - MAX_NOTED:,} more")
+        names = ", ".join(listed) or "none"
         return el(
             "section",
             {"class": "question", "id": f"q-{q.id}", "data-question": q.id},
@@ -906,7 +912,9 @@ class ReviewSite:
         with self._store() as store:
             return store.list()
 
-    async def changes_page(self) -> Html:
+    async def changes_page(self, query: Mapping[str, str] | None = None) -> Html:
+        """The change sets, newest first, :data:`PAGE_ROWS` to a page (``?page=N``): a store
+        of thousands (its retention is the operator's) drew every row at each reload."""
         sets = await trio.to_thread.run_sync(self._list_sets)
         if not sets:
             return self.page(
@@ -914,8 +922,33 @@ class ReviewSite:
                 el("p", {"class": "muted"}, "no change sets in this workspace"),
                 active="changes",
             )
+        try:
+            page_no = max(0, int((query or {}).get("page", "0")[:12]))
+        except ValueError:
+            page_no = 0
+        page_no = min(page_no, (len(sets) - 1) // PAGE_ROWS)
+        skip = page_no * PAGE_ROWS
+        pages = []
+        if page_no > 0:
+            pages.append(
+                el("a", {"href": self.link("changes", page=str(page_no - 1)), "id": "newer"},
+                   "\u2190 newer")
+            )  # fmt: skip
+        if skip + PAGE_ROWS < len(sets):
+            pages.append(
+                el("a", {"href": self.link("changes", page=str(page_no + 1)), "id": "older"},
+                   "older \u2192")
+            )  # fmt: skip
+        count = el(
+            "p",
+            {"class": "count", "id": "count"},
+            f"change sets {skip + 1:,}-{min(skip + PAGE_ROWS, len(sets)):,} of {len(sets):,} "
+            "(newest first)",
+            " ",
+            pages,
+        )
         rows = []
-        for s in sets:
+        for s in sets[skip : skip + PAGE_ROWS]:
             paths = s["paths"]
             shown = ", ".join(path_field(p) for p in paths[:MAX_SHOWN_PATHS])
             if len(paths) > MAX_SHOWN_PATHS:
@@ -953,7 +986,7 @@ class ReviewSite:
             ),
             el("tbody", {}, rows),
         )
-        return self.page("Change sets", table, active="changes")
+        return self.page("Change sets", Html(count + table), active="changes")
 
     def _set_view(
         self, set_id: str

@@ -858,15 +858,36 @@ def _recordable(arguments: Any, spec: ToolSpec | None) -> tuple[Any, InvalidArgu
     """The arguments as the ``proposed`` record holds them, and the refusal of arguments
     JSON cannot hold (recorded as the reason instead): nested past :data:`MAX_NESTING`,
     refused before anything walks them recursively (redaction, the records, validation),
-    which would raise RecursionError; or a NaN or infinite number, which passes every
-    schema bound (comparisons with NaN are false) and which the record would show as null;
-    or a top-level string longer than the tool's schema allows (:func:`_overlong`)."""
-    problem = unrecordable(arguments, MAX_NESTING) or _overlong(arguments, spec)
+    which would raise RecursionError; more than :data:`MAX_ARGUMENTS` of them; or a NaN or
+    infinite number, which passes every schema bound (comparisons with NaN are false) and
+    which the record would show as null; or a top-level string longer than the tool's schema allows (:func:`_overlong`)."""
+    problem = (
+        _too_many(arguments) or unrecordable(arguments, MAX_NESTING) or _overlong(arguments, spec)
+    )
     if problem is None:
         return arguments, None
     field, message = problem
     refusal = InvalidArguments(message, field=field)
     return f"<not recorded: {refusal.message}>", refusal
+
+
+# The most top-level arguments a call may have. Every approver draws each one for the person
+# (the terminal, the review page, an MCP client's elicitation), decisive ones first, so the
+# drawing reads each name: an MCP server's tool whose schema allows any property, called
+# with a million made-up arguments (an 18 MB message, under the 32 MiB a client may send),
+# held the session's Gate for 34 s to draw a 13 MB question nobody could read.
+MAX_ARGUMENTS = 1024
+
+
+def _too_many(arguments: Any) -> tuple[str, str] | None:
+    """(field, message) for a call of more than :data:`MAX_ARGUMENTS` arguments, or None:
+    refused before anything walks them (redaction, the records, the approval prompt)."""
+    if isinstance(arguments, Mapping) and len(arguments) > MAX_ARGUMENTS:
+        return "arguments", (
+            f"the call has {len(arguments):,} arguments; a call takes at most "
+            f"{MAX_ARGUMENTS:,} (each is shown to the person who approves it)"
+        )
+    return None
 
 
 def _overlong(arguments: Any, spec: ToolSpec | None) -> tuple[str, str] | None:

@@ -206,8 +206,6 @@ def undo(
 
     out: list[dict[str, Any]] = []
     for cs in sets:
-        if since is not None:
-            _unchanged_since(store, sets, since, {item["checkpoint"] for item in out})
         planned = ChangeSet(
             id=store.new_id(),
             created=time.time(),
@@ -216,7 +214,16 @@ def undo(
             call_id=call_id,
             undoes=cs.id,
         )
-        done = _journaled(store, planned, atomic=True, force=force)
+        own = {item["checkpoint"] for item in out}
+        # Checked under the writers' lock, right before the merge (until 2026-12-07 it ran
+        # before the lock was taken: a writer holding the lock then saved its set and wrote
+        # the file while this undo waited for it, and a forced undo overwrote that write).
+        check = (
+            (lambda own=own: _unchanged_since(store, sets, since, own))
+            if since is not None
+            else None
+        )
+        done = _journaled(store, planned, atomic=True, force=force, check=check)
         out.append(
             {
                 "undone": cs.id,
@@ -288,31 +295,42 @@ def _journaled(
     atomic: bool,
     force: bool = False,
     refused: list[dict[str, Any]] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> ChangeSet:
     """Merge ``planned`` durably under the journal: its manifest saved first (what a killed
-    merge is rolled back from), then rewritten as what was applied (or dropped if nothing)."""
+    merge is rolled back from), then rewritten as what was applied (or dropped if nothing).
+
+    ``check`` runs once the writers' lock is held, before anything is saved or merged: what
+    it checks of the store (no newer set over these files) holds until the merge is done,
+    since every writer saves its set and writes under that lock. It raises to refuse."""
     from ._merge import merge_changes  # the change-set writer, loaded on first use
 
     # The writers' lock before the journal's turn, as every writer takes them (_writelock).
-    with writing(store.workspace._resolver), store.journal.writing(planned.id, sync=True):
-        store.save(planned)
-        try:
-            report = merge_changes(
-                store.workspace, planned.changes, store, atomic=atomic, force=force
-            )
-        except BaseException as exc:
-            if not (isinstance(exc, RingfenceError) and exc.details.get("half_written")):
-                store.drop(planned.id)  # nothing applied (the merge puts back what it wrote)
-            # else kept, its journal open: what the next start rolls back from
-            raise
-        done = replace(planned, changes=report.applied)
-        if not (report.applied or planned.undoes):  # an undo is recorded even when empty
-            store.drop(planned.id)
-        elif done != planned:  # else the manifest saved first says it already
+    with writing(store.workspace._resolver):
+        if check is not None:
+            check()
+        # Its id made under the lock, so ids sort as sets are committed (``since`` relies
+        # on it: a set committed after a newer one had an older id, passed for one seen).
+        planned = replace(planned, id=store.new_id())
+        with store.journal.writing(planned.id, sync=True):
+            store.save(planned)
             try:
-                store.save(done)
-            except RingfenceError as exc:
-                _put_back(store, planned, exc)
+                report = merge_changes(
+                    store.workspace, planned.changes, store, atomic=atomic, force=force
+                )
+            except BaseException as exc:
+                if not (isinstance(exc, RingfenceError) and exc.details.get("half_written")):
+                    store.drop(planned.id)  # nothing applied (the merge puts back what it wrote)
+                # else kept, its journal open: what the next start rolls back from
+                raise
+            done = replace(planned, changes=report.applied)
+            if not (report.applied or planned.undoes):  # an undo is recorded even when empty
+                store.drop(planned.id)
+            elif done != planned:  # else the manifest saved first says it already
+                try:
+                    store.save(done)
+                except RingfenceError as exc:
+                    _put_back(store, planned, exc)
     if refused is not None:
         refused.extend(report.refused)
     return done
