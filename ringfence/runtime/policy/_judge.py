@@ -53,6 +53,7 @@ __all__ = [
     "PartVerdict",
     "Policy",
     "PolicyVerdict",
+    "with_defaults",
 ]
 
 # A shell redirection is judged as a call to these tools with path=<target> would be.
@@ -182,9 +183,11 @@ class Policy:
         (``ToolSpec.exec_checked``), so a command line the judge cannot check
         against them is left to the posture rather than asked about.
         Results are cached per (tool, arguments) for hashable JSON-like
-        arguments (bounded; the same command line is judged once).
+        arguments (bounded; the same command line is judged once). An argument the call
+        leaves out is judged as the value the tool uses for it (:func:`with_defaults`).
         """
         rules = self.for_tool(name)
+        arguments = with_defaults(arguments, meta)
         command = arguments.get("command")
         shellish = isinstance(command, (str, list))
         if not rules and not (shellish and self._has_redirect_rules()):
@@ -395,6 +398,25 @@ class Policy:
         return PartVerdict(
             kind, text, verdict.effect, verdict.rule, reason=f"judged as {tool}(path={path})"
         )
+
+
+def with_defaults(
+    arguments: Mapping[str, Any], meta: Mapping[str, Any] | None
+) -> Mapping[str, Any]:
+    """``arguments`` with the values the tool uses for the ones left out
+    (``meta["argument_defaults"]``), which is what rules must judge.
+
+    A matcher on an argument the call does not hold never matches: a call that left out
+    ``cwd`` (the command starts in the first root) or ``timeout_seconds`` (120 s) passed
+    ``run_shell(cwd=!src/**, command=rm *)`` and ``run_shell(timeout_seconds=100..)``,
+    which the same call spelling those values met.
+    """
+    defaults = (meta or {}).get("argument_defaults")
+    if not isinstance(defaults, Mapping) or not defaults:
+        return arguments
+    if all(key in arguments for key in defaults):
+        return arguments
+    return {**defaults, **arguments}
 
 
 _VERDICT_CACHE = 4096
