@@ -229,6 +229,52 @@ def test_without_the_exec_check_an_unread_line_asks_while_a_deny_rule_applies(
     assert not (ws / "MARK").exists()
 
 
+# A deny rule naming its program by a path: the line names the same file otherwise.
+PATH_NAMED = [
+    ("rm -f s.txt", 'deny = ["run_shell(/bin/rm *)"]\n'),
+    ("/usr/bin/rm -f s.txt", 'deny = ["run_shell(/bin/rm *)"]\n'),
+    ("cat s.txt && rm -f s.txt", 'deny = ["run_shell(/usr/bin/r? *)"]\n'),
+    ("ls; rm -f s.txt", 'deny = ["run_shell(/usr/bin/rm *)"]\n'),
+]
+
+
+@pytest.mark.parametrize(("command", "policy"), PATH_NAMED)
+def test_without_the_exec_check_a_program_a_rule_names_by_path_asks_by_any_name(
+    tmp_path: Path, ws: Path, command: str, policy: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the host backend (no exec check) under posture unrestricted, ``rm`` is a program
+    the judge knows to start nothing else, and ``run_shell(/bin/rm *)`` was compared with
+    the word as written: ``rm -f s.txt`` ran unasked and removed the file. Which file a
+    name reaches is the PATH search's, known only at exec: such a line now asks."""
+    code, records = _call(
+        tmp_path, ws, command, policy, "--backend", "host", "--posture", "unrestricted"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "names its program by a path" in decided["reason"], decided
+    assert "started" not in [r["kind"] for r in records]
+    assert (ws / "s.txt").read_text() == "hello\n"
+
+
+def test_a_program_a_rule_names_by_path_is_still_denied_as_spelled_and_others_run(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The path spelled as in the rule is still denied; a program of another name runs."""
+    policy = 'deny = ["run_shell(/bin/rm *)"]\n'
+    code, records = _call(
+        tmp_path, ws, "/bin/rm -f s.txt", policy, "--backend", "host", "--posture", "unrestricted"
+    )
+    capsys.readouterr()
+    assert code == 3 and _decided(records)["verdict"] == "deny"
+    code, records = _call(
+        tmp_path, ws, "mkdir made", policy, "--backend", "host", "--posture", "unrestricted"
+    )
+    capsys.readouterr()
+    assert code == 0 and (ws / "made").is_dir() and (ws / "s.txt").exists()
+
+
 # A variable of the shell's or the utilities' (PATH, BASH_ENV: no lowercase letter) assigned
 # by something other than `NAME=value`: a known program (`ls`) then runs the workspace's own
 # bin/ls, or a shell sources a file first.

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..shell._programs import SHELL_BUILTINS
 from ..shell._words import Redirect, ShellParse, SimpleCommand, parse_argv, parse_command
-from ._matchers import Tri, element_matches, normalize_path
+from ._matchers import ArgvMatcher, Tri, element_matches, normalize_path
 from ._rules import Effect, Rule, parse_rule
 
 __all__ = [
@@ -483,6 +483,8 @@ class _CommandIndex:
                 continue
             every.append((position, rule))
             firsts = {p[0] for p in rule.command.patterns}
+            # a program named by a path is also found by its name (see _by_name)
+            firsts |= {f.rsplit("/", 1)[-1] for f in firsts if "/" in f}
             if any(f == "**" or any(c in f for c in "*?[") for f in firsts):
                 prefix = min((re.split(r"[*?\[]", f, maxsplit=1)[0] for f in firsts), key=len)
                 wild.append((prefix, position, rule))
@@ -556,9 +558,26 @@ def _names_builtin(patterns: tuple[tuple[str, ...], ...]) -> bool:
     return False
 
 
+def _by_name(command: ArgvMatcher) -> ArgvMatcher | None:
+    """The patterns that name their program by a path (``/bin/rm *``, ``/usr/bin/tou* *``,
+    ``scripts/deploy.sh *``), naming it by its last component instead; None when none does.
+
+    A command that names such a program otherwise (``rm x``, ``/usr/bin/rm x`` for
+    ``/bin/rm``, ``cd scripts && ./deploy.sh``) *could* be that file: which file a name
+    reaches is the shell's ``PATH`` search and the links on the way, known at exec only.
+    Without an exec check (``host``, ``docker``) the Gate asks about it rather than letting
+    a known name through: ``rm keep`` ran on the host under ``run_shell(/bin/rm *)``.
+    """
+    patterns = tuple(
+        (p[0].rsplit("/", 1)[-1], *p[1:]) for p in command.patterns if p and "/" in p[0]
+    )
+    return ArgvMatcher(patterns) if patterns else None
+
+
 def _judge_command(sc: SimpleCommand, rules: Sequence[Rule], exec_checked: bool) -> PartVerdict:
     text = sc.display()
     maybe: Rule | None = None
+    maybe_why = ""
     ask: Rule | None = None
     allow: Rule | None = None
     for rule in rules:
@@ -568,13 +587,24 @@ def _judge_command(sc: SimpleCommand, rules: Sequence[Rule], exec_checked: bool)
                 allow = rule
             continue
         r = rule.command.match_command(sc, deny_side=True)
+        by_name = _by_name(rule.command) if r is Tri.NO else None
+        # `rm x` under run_shell(/bin/rm *): which file `rm` is, the text does not say
+        named = by_name is not None and by_name.match_command(sc, deny_side=True) is not Tri.NO
+        if named:
+            r = Tri.MAYBE
         if r is Tri.YES:
             if rule.effect is Effect.DENY:
                 return PartVerdict("command", text, Effect.DENY, rule, via=sc.via)
             ask = ask or rule
-        elif r is Tri.MAYBE and not (exec_checked and rule.effect is Effect.DENY):
+        elif maybe is None and r is Tri.MAYBE and not (exec_checked and rule.effect is Effect.DENY):
             # a deny rule a computed word could match is checked at exec on such a tool
-            maybe = maybe or rule
+            maybe = rule
+            maybe_why = (
+                f"{rule.label()} names its program by a path, and which file this "
+                "command's name reaches is known only when it starts"
+                if named
+                else f"a word computed at run time could make it match {rule.label()}"
+            )
     if ask is not None:
         return PartVerdict("command", text, Effect.ASK, ask, via=sc.via)
     if maybe is not None:
@@ -583,7 +613,7 @@ def _judge_command(sc: SimpleCommand, rules: Sequence[Rule], exec_checked: bool)
             text,
             Effect.ASK,
             maybe,
-            reason=f"a word computed at run time could make it match {maybe.label()}",
+            reason=maybe_why,
             via=sc.via,
         )
     if allow is not None:
