@@ -236,8 +236,11 @@ class ShellTool:
         self.workspace = workspace
         self._options = dict(options or {})
         # What rules judge for an argument a call leaves out (the Gate and the exec checks).
+        persistent = self._options.get("persist_shell_state") is True
         self.meta: dict[str, Any] = {
-            "argument_defaults": argument_defaults(self._options.get("persist_shell_state") is True)
+            "argument_defaults": argument_defaults(persistent),
+            # a call without cwd starts where the last command left the shell: see policy
+            "cwd_carries_over": persistent,
         }
         self._network = network
         self._passthrough = tuple(passthrough_env)
@@ -785,6 +788,7 @@ def register_shell_tool(
                 "change_sets": change_sets is not None,
                 "runs_on": runs_on(name, networked, change_sets is not None),
                 "argument_defaults": tool.meta["argument_defaults"],
+                "cwd_carries_over": tool.meta["cwd_carries_over"],
             },
             # A dry run runs it on the layer and stages its change set (apply_changes).
             composes_dry_run=change_sets is not None,

@@ -275,6 +275,47 @@ def test_a_program_a_rule_names_by_path_is_still_denied_as_spelled_and_others_ru
     assert code == 0 and (ws / "made").is_dir() and (ws / "s.txt").exists()
 
 
+# A redirection whose file the text does not settle, under file rules alone.
+UNSETTLED_TARGETS = [
+    "cd sub && echo planted > .env",
+    "f=sub/.env; echo planted > $f",
+    'echo planted > "$(echo sub)/.env"',
+]
+
+
+@pytest.mark.parametrize("command", UNSETTLED_TARGETS)
+def test_a_redirection_the_text_does_not_settle_asks_under_file_rules_alone(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy with ``write_file`` rules and no ``run_shell`` rule judged a line's
+    redirections apart, and kept only those a rule matched: the ask for a target computed
+    at run time or relative after a ``cd`` was dropped, so each line wrote ``sub/.env``
+    unasked under ``write_file(path=sub/.env)`` (with any ``run_shell`` rule beside it,
+    the same line asked). Now it asks either way."""
+    (ws / "sub").mkdir()
+    code, records = _call(
+        tmp_path, ws, command, 'deny = ["write_file(path=sub/.env)"]\n', "--posture",
+        "unrestricted",
+    )  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "sub" / ".env").exists()
+
+
+def test_a_redirection_the_text_settles_still_runs_under_file_rules_alone(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _records = _call(
+        tmp_path, ws, "echo fine > sub.txt", 'deny = ["write_file(path=sub/.env)"]\n',
+        "--posture", "unrestricted",
+    )  # fmt: skip
+    capsys.readouterr()
+    assert code == 0 and (ws / "sub.txt").read_text() == "fine\n"
+
+
 # A variable of the shell's or the utilities' (PATH, BASH_ENV: no lowercase letter) assigned
 # by something other than `NAME=value`: a known program (`ls`) then runs the workspace's own
 # bin/ls, or a shell sources a file first.

@@ -187,6 +187,9 @@ class Policy:
         leaves out is judged as the value the tool uses for it (:func:`with_defaults`).
         """
         rules = self.for_tool(name)
+        # A persistent shell starts a call without `cwd` where the last one left it: a
+        # relative redirection's directory is then unknown, as after a `cd` in the line.
+        moved = bool((meta or {}).get("cwd_carries_over")) and "cwd" not in arguments
         arguments = with_defaults(arguments, meta)
         command = arguments.get("command")
         shellish = isinstance(command, (str, list))
@@ -194,7 +197,7 @@ class Policy:
             return None
         declared = (meta or {}).get("path_arguments", ())
         path_args = frozenset(declared) if isinstance(declared, (list, tuple, set)) else frozenset()
-        key = _freeze((name, sorted(path_args), exec_checked, arguments))
+        key = _freeze((name, sorted(path_args), exec_checked, moved, arguments))
         if key is not None:
             try:
                 return self._verdicts[key]
@@ -202,14 +205,14 @@ class Policy:
                 pass
         if shellish and any(r.command is not None or _over_text(r) for r in rules):
             verdict: PolicyVerdict | None = self._evaluate_shell(
-                name, rules, arguments, path_args, exec_checked
+                name, rules, arguments, path_args, exec_checked, moved
             )
         else:
             verdict = self._evaluate_plain(self._plain(name), arguments, path_args)
             if shellish and (verdict is None or verdict.effect is not Effect.DENY):
                 # No command rules for this tool, but its redirections still meet the
                 # write_file/read_file rules: `echo x > .env` under a write_file(.env) deny.
-                verdict = _stricter(verdict, self._redirects_only(arguments))
+                verdict = _stricter(verdict, self._redirects_only(arguments, moved))
         if key is not None:
             if len(self._verdicts) >= _VERDICT_CACHE:
                 self._verdicts.clear()
@@ -242,8 +245,15 @@ class Policy:
     def _has_redirect_rules(self) -> bool:
         return bool(self._plain(SHELL_WRITE_TOOL) or self._plain(SHELL_READ_TOOL))
 
-    def _redirects_only(self, arguments: Mapping[str, Any]) -> PolicyVerdict | None:
-        """Deny/ask that a command's redirections meet; None when they meet neither."""
+    def _redirects_only(
+        self, arguments: Mapping[str, Any], moved: bool = False
+    ) -> PolicyVerdict | None:
+        """Deny/ask that a command's redirections meet; None when they meet neither.
+
+        A redirection whose file the text does not settle (a target computed at run time,
+        a relative one after a ``cd``) asks, as it does beside argv rules: it was dropped
+        here (no rule of its own), so ``cd sub && echo x > .env`` wrote ``sub/.env`` unasked
+        under ``write_file(path=sub/.env)`` when the policy had no ``run_shell`` rule."""
         if not self._has_redirect_rules():
             return None
         command = arguments["command"]
@@ -252,14 +262,14 @@ class Policy:
         parsed = parse_command(command)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         parts = tuple(
-            self._judge_redirect(r, cwd, parsed.changes_directory) for r in parsed.redirects
+            self._judge_redirect(r, cwd, moved or parsed.changes_directory)
+            for r in parsed.redirects
         )
         for effect in (Effect.DENY, Effect.ASK):
             for p in parts:
-                if p.effect is effect and p.rule is not None:
-                    return PolicyVerdict(
-                        effect, p.rule, f"{p.kind} `{p.text}` {p.rule.because()}", parts
-                    )
+                if p.effect is effect:
+                    why = f" {p.rule.because()}" if p.rule is not None else f": {p.reason}"
+                    return PolicyVerdict(effect, p.rule, f"{p.kind} `{p.text}`{why}", parts)
         return None
 
     def _index(self, name: str, rules: tuple[Rule, ...]) -> _CommandIndex:
@@ -295,6 +305,7 @@ class Policy:
         arguments: Mapping[str, Any],
         path_args: frozenset[str] = frozenset(),
         exec_checked: bool = False,
+        moved: bool = False,
     ) -> PolicyVerdict:
         command = arguments["command"]
         parsed: ShellParse
@@ -347,7 +358,7 @@ class Policy:
             parts.append(part)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         for redirect in parsed.redirects:
-            parts.append(self._judge_redirect(redirect, cwd, parsed.changes_directory))
+            parts.append(self._judge_redirect(redirect, cwd, moved or parsed.changes_directory))
         for u in parsed.unresolved:
             if hidden_ask or unenforced:
                 why = f"{u.reason}; {ASK_HIDDEN if hidden_ask else why_unenforced}"
@@ -382,7 +393,11 @@ class Policy:
             return PartVerdict(kind, text, Effect.ALLOW, reason="not a file")
         if moved and not posixpath.isabs(target.text):
             return PartVerdict(
-                kind, text, Effect.ASK, reason="a cd earlier makes the target's directory unknown"
+                kind,
+                text,
+                Effect.ASK,
+                reason="a cd earlier (in the line, or a persistent shell's earlier command) "
+                "makes the target's directory unknown",
             )
         path = normalize_path(target.text, self.roots, cwd)
         tool = SHELL_WRITE_TOOL if redirect.write else SHELL_READ_TOOL
