@@ -195,6 +195,7 @@ class Policy:
         shellish = isinstance(command, (str, list))
         if not rules and not (shellish and self._has_redirect_rules()):
             return None
+        moved = moved and self._has_redirect_rules()  # only file rules judge a target's place
         declared = (meta or {}).get("path_arguments", ())
         path_args = frozenset(declared) if isinstance(declared, (list, tuple, set)) else frozenset()
         key = _freeze((name, sorted(path_args), exec_checked, moved, arguments))
