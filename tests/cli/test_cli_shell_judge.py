@@ -305,6 +305,37 @@ def test_a_redirection_the_text_does_not_settle_asks_under_file_rules_alone(
     assert not (ws / "sub" / ".env").exists()
 
 
+# Lines whose own syntax the parser does not read whole, each writing sub/.env.
+DAMAGED_PARSES = [
+    "echo planted 1<>sub/.env",  # tree-sitter-bash: `echo planted 1<sub/.env` and an error
+    "echo planted > sub/.e\\\nnv",  # a line continuation: not parsed at all
+]
+FILE_POLICIES = [
+    'deny = ["write_file(path=sub/.env)"]\n',
+    'deny = ["write_file(path=sub/.env)", "run_shell(curl *)"]\n',
+]
+
+
+@pytest.mark.parametrize("policy", FILE_POLICIES)
+@pytest.mark.parametrize("command", DAMAGED_PARSES)
+def test_a_line_the_parser_cannot_read_whole_asks_while_file_rules_apply(
+    tmp_path: Path, ws: Path, command: str, policy: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The redirections of a line the parser could not read whole were judged as far as it
+    read them: ``echo planted 1<>sub/.env`` (``<>`` opens for writing) was read as a read
+    of ``sub/.env`` and a parse error, and a line continuation left the line unparsed, so
+    each wrote ``sub/.env`` under ``write_file(path=sub/.env)`` (posture unrestricted, on
+    the confined backend, whose exec checks see programs, not opens). Now it asks."""
+    (ws / "sub").mkdir()
+    code, records = _call(tmp_path, ws, command, policy, "--posture", "unrestricted")
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "sub" / ".env").exists()
+
+
 def test_a_redirection_the_text_settles_still_runs_under_file_rules_alone(
     tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -265,7 +265,7 @@ class Policy:
         parts = tuple(
             self._judge_redirect(r, cwd, moved or parsed.changes_directory)
             for r in parsed.redirects
-        )
+        ) + ((_UNSEEN_REDIRECTS,) if parsed.damaged else ())
         for effect in (Effect.DENY, Effect.ASK):
             for p in parts:
                 if p.effect is effect:
@@ -360,6 +360,8 @@ class Policy:
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         for redirect in parsed.redirects:
             parts.append(self._judge_redirect(redirect, cwd, moved or parsed.changes_directory))
+        if parsed.damaged and self._has_redirect_rules():
+            parts.append(_UNSEEN_REDIRECTS)
         for u in parsed.unresolved:
             if hidden_ask or unenforced:
                 why = f"{u.reason}; {ASK_HIDDEN if hidden_ask else why_unenforced}"
@@ -434,6 +436,17 @@ def with_defaults(
         return arguments
     return {**defaults, **arguments}
 
+
+# A line whose own syntax the parser could not read whole, judged where file rules apply: its
+# redirections were not all seen (tree-sitter-bash reads `ls 1<>f`, which opens f for writing,
+# as `ls 1<f` and an error), so which files it writes is unknown.
+_UNSEEN_REDIRECTS = PartVerdict(
+    "unresolved",
+    "redirections",
+    Effect.ASK,
+    reason="the shell parser cannot read the whole line, so which files its redirections open "
+    "is unknown, and write_file/read_file rules apply to them",
+)
 
 _VERDICT_CACHE = 4096
 
