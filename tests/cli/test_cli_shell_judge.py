@@ -280,6 +280,10 @@ UNSETTLED_TARGETS = [
     "cd sub && echo planted > .env",
     "f=sub/.env; echo planted > $f",
     'echo planted > "$(echo sub)/.env"',
+    # wrappers that start their command in another directory, as a cd does
+    "env -C sub sh -c 'echo planted > .env'",
+    "env --chdir=sub sh -c 'echo planted > .env'",
+    "find . -name keep -execdir sh -c 'echo planted > .env' \\;",
 ]
 
 
@@ -291,8 +295,10 @@ def test_a_redirection_the_text_does_not_settle_asks_under_file_rules_alone(
     redirections apart, and kept only those a rule matched: the ask for a target computed
     at run time or relative after a ``cd`` was dropped, so each line wrote ``sub/.env``
     unasked under ``write_file(path=sub/.env)`` (with any ``run_shell`` rule beside it,
-    the same line asked). Now it asks either way."""
+    the same line asked). Now it asks either way; so does a wrapper that starts its
+    command in another directory (``env -C``, ``find -execdir``), which was no ``cd``."""
     (ws / "sub").mkdir()
+    (ws / "sub" / "keep").write_text("k\n")
     code, records = _call(
         tmp_path, ws, command, 'deny = ["write_file(path=sub/.env)"]\n', "--posture",
         "unrestricted",
