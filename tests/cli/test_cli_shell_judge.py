@@ -537,6 +537,38 @@ def test_a_rule_over_the_lines_text_still_denies_its_text_and_lets_the_rest_run(
     assert (ws / "made").is_dir() and not (ws / "MARK").exists()
 
 
+ARGV_TEXT_RULES = {
+    "regex": 'deny = ["run_shell(command~rm\\\\s+-rf)"]\n',
+    "glob": '[[rules]]\neffect = "deny"\ntool = "run_shell"\nargs = { command = "rm -rf *" }\n',
+}
+
+
+@pytest.mark.parametrize("backend", ["local", "host"])
+@pytest.mark.parametrize("rule", sorted(ARGV_TEXT_RULES))
+def test_a_rule_over_the_lines_text_holds_for_an_argv_list(
+    tmp_path: Path, ws: Path, backend: str, rule: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``command`` given as an argv list was matched by a text rule element by element:
+    ``["rm", "-rf", "victim"]`` passed ``command~rm\\s+-rf`` (and ``args.command = "rm -rf
+    *"``), which the same line as a string met, and removed the directory. The list is
+    matched as the line it stands for (``shlex.join``) too."""
+    (ws / "victim").mkdir()
+    (ws / "victim" / "f").write_text("kept\n")
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text(ARGV_TEXT_RULES[rule])
+    events = tmp_path / "events.jsonl"
+    argv = ["call", "run_shell", "--args", json.dumps({"command": ["rm", "-rf", "victim"]})]
+    argv += ["--workspace", str(ws), "--approve", "no", "--policy", str(policy_file)]
+    argv += ["--events", str(events), "--json", "--backend", backend, "--posture", "unrestricted"]
+    code = main(argv)
+    out = json.loads(capsys.readouterr().out)
+    records = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    assert code == 3 and out["error"]["code"] == "denied", out
+    assert _decided(records)["verdict"] == "deny", _decided(records)
+    assert "started" not in [r["kind"] for r in records]
+    assert (ws / "victim" / "f").read_text() == "kept\n"
+
+
 # bash's own syntax that /bin/sh (dash here) parses into other commands: the judge read it as
 # bash does (a test, a quoted string), and `ls*`/`echo*` allowed each; dash ran `[[ x` and then
 # `rm -rf victim ]]`, redirected `> MARK`, or read `$'a\'` as `$a\` and ran `touch MARK`.

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -317,6 +318,11 @@ class Policy:
         else:
             parsed = ShellParse(unresolved=())
         whole = self._evaluate_plain(self._plain(name), arguments, path_args)
+        if isinstance(command, list) and self._text_rules(name):
+            # A rule over the line's text (command~…) sees an argv list as the line it stands
+            # for: matched element by element, ["rm", "-rf", "x"] passed command~rm\s+-rf.
+            line = {**arguments, "command": shlex.join(str(w) for w in command)}
+            whole = _stricter(whole, self._evaluate_plain(self._plain(name), line, path_args))
         parts: list[PartVerdict] = []
         index = self._index(name, rules)
         # what a part the text cannot settle must do: ask for an ask rule (never enforced at
