@@ -342,6 +342,27 @@ def test_a_line_the_parser_cannot_read_whole_asks_while_file_rules_apply(
     assert not (ws / "sub" / ".env").exists()
 
 
+@pytest.mark.parametrize("target", ["../ws/sub/.env", "sub/../../ws/sub/.env"])
+def test_a_redirection_that_climbs_out_of_the_root_and_back_meets_the_rule(
+    tmp_path: Path, ws: Path, target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A relative target was normalized on its own: ``../ws/sub/.env`` (from the root ``ws``)
+    stayed ``../ws/sub/.env``, which ``write_file(path=sub/.env)`` does not name, and the
+    line wrote ``sub/.env``. It is judged as the place it names from the directory the
+    command starts in."""
+    (ws / "sub").mkdir()
+    assert ws.name == "ws"
+    code, records = _call(
+        tmp_path, ws, f"echo planted > {target}", 'deny = ["write_file(path=sub/.env)"]\n',
+        "--posture", "unrestricted",
+    )  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    assert _decided(records)["verdict"] == "deny", _decided(records)
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "sub" / ".env").exists()
+
+
 def test_a_redirection_the_text_settles_still_runs_under_file_rules_alone(
     tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -408,7 +408,7 @@ class Policy:
                 reason="a cd earlier (in the line, or a persistent shell's earlier command) "
                 "makes the target's directory unknown",
             )
-        path = normalize_path(target.text, self.roots, cwd)
+        path = normalize_path(target.text, self.roots, cwd or ".")
         tool = SHELL_WRITE_TOOL if redirect.write else SHELL_READ_TOOL
         verdict = self._evaluate_plain(self._plain(tool), {"path": path})
         if verdict is None:
