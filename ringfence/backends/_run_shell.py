@@ -175,6 +175,18 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+def argument_defaults(persistent: bool) -> dict[str, Any]:
+    """The values a call that leaves ``cwd`` or ``timeout_seconds`` out runs with, judged as
+    such by the rules (:func:`ringfence.runtime.policy._judge.with_defaults`): a matcher on a
+    missing argument never matched, so leaving ``cwd`` out passed ``run_shell(cwd=!src/**,
+    command=rm *)``. A persistent shell starts a call without ``cwd`` where the last one
+    left it, which no argument names: no ``cwd`` default there."""
+    defaults: dict[str, Any] = {"timeout_seconds": DEFAULT_TIMEOUT_SECONDS}
+    if not persistent:
+        defaults["cwd"] = "."  # the first root (``resolve_dir(".")``)
+    return defaults
+
+
 class DirResolver(Protocol):
     """Resolves ``run_shell``'s ``cwd``: a workspace, or its host-root view."""
 
@@ -225,6 +237,13 @@ class ShellTool:
         self.backend = backend
         self.workspace = workspace
         self._options = dict(options or {})
+        # What rules judge for an argument a call leaves out (the Gate and the exec checks).
+        persistent = self._options.get("persist_shell_state") is True
+        self.meta: dict[str, Any] = {
+            "argument_defaults": argument_defaults(persistent),
+            # a call without cwd starts where the last command left the shell: see policy
+            "cwd_carries_over": persistent,
+        }
         self._network = network
         self._passthrough = tuple(passthrough_env)
         self._operator_env_known = False
@@ -474,7 +493,7 @@ class ShellTool:
         the claim, so the Gate judges later lines on their text alone (and asks about the
         ones it cannot read whole).
         """
-        rules = exec_rules(self.kernel.rules.effective_policy, args)
+        rules = exec_rules(self.kernel.rules.effective_policy, args, self.meta)
         if rules is None:
             return {}
         probe = getattr(session, "probe_exec_checks", None)  # the confined local session
@@ -777,6 +796,8 @@ def register_shell_tool(
                 "backend": name,
                 "change_sets": change_sets is not None,
                 "runs_on": runs_on(name, networked, change_sets is not None),
+                "argument_defaults": tool.meta["argument_defaults"],
+                "cwd_carries_over": tool.meta["cwd_carries_over"],
             },
             # A dry run runs it on the layer and stages its change set (apply_changes).
             composes_dry_run=change_sets is not None,

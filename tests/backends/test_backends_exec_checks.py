@@ -421,6 +421,41 @@ async def test_a_cwd_rule_holds_for_the_directory_a_linked_cwd_reaches(workspace
     assert "resolves to" in plain.value.message
 
 
+async def test_a_cwd_or_timeout_rule_holds_for_a_call_that_leaves_the_argument_out(
+    workspace: Path,
+) -> None:
+    """A matcher on an argument the call does not hold never matched: a call that left out
+    ``cwd`` (the command starts in the first root) passed ``run_shell(cwd=!src/**, command=rm
+    *)`` at the Gate and at the exec checks, and one that left out ``timeout_seconds`` (it
+    runs for 120 s) passed ``run_shell(timeout_seconds=100..)``: ``rm keep`` removed the
+    file. Now a left-out argument is judged as the value the command runs with."""
+    (workspace / "src").mkdir()
+    chown_like_workspace(workspace, workspace / "src")
+    (workspace / "keep").write_text("kept\n")
+    deny = ("run_shell(cwd=!src/**, command=rm *)", "run_shell(timeout_seconds=100..)")
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny),
+        posture=Posture.UNRESTRICTED, approver=approve_all(),
+    ) as k:  # fmt: skip
+        with pytest.raises(Denied) as plain:
+            await k.call("run_shell", {"command": "rm keep", "timeout_seconds": 60})
+        hidden = await k.call("run_shell", {"command": "eval 'r''m keep'", "timeout_seconds": 60})
+        with pytest.raises(Denied) as slow:
+            await k.call("run_shell", {"command": "touch slow", "cwd": "src"})
+        inside = await k.call(
+            "run_shell", {"command": "touch made", "cwd": "src", "timeout_seconds": 60}
+        )
+    assert (workspace / "keep").read_text() == "kept\n"
+    assert plain.value.details.get("rule") == "deny:run_shell(cwd=!src/**, command=rm *)"
+    assert denied_rules(hidden) and set(denied_rules(hidden)) == {
+        "deny:run_shell(cwd=!src/**, command=rm *)"
+    }, hidden
+    assert slow.value.details.get("rule") == "deny:run_shell(timeout_seconds=100..)"
+    assert not (workspace / "src" / "slow").exists()
+    # the rules do not reach past what they name
+    assert inside["exit_code"] == 0 and (workspace / "src" / "made").exists(), inside
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="binds a directory on the host (root)")
 @pytest.mark.parametrize("change_sets", [True, False])
 async def test_a_program_is_looked_at_again_where_another_mount_shows_written_files(

@@ -32,7 +32,14 @@ from ringfence.backends.confined._session import start_confined as start_local
 from ringfence.backends.docker._session import start_docker
 from ringfence.backends.testing import check_backend, find_processes
 from ringfence.cli._main import main
-from ringfence.runtime import ApprovalAnswer, InvalidArguments, Posture, ScriptedApprover
+from ringfence.runtime import (
+    ApprovalAnswer,
+    Denied,
+    InvalidArguments,
+    Posture,
+    Rules,
+    ScriptedApprover,
+)
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing")
 BACKENDS = [pytest.param("local", marks=needs_bwrap), "docker"]
@@ -278,6 +285,44 @@ async def test_run_shell_follows_the_shell_unless_given_a_cwd(
         assert r["stdout"] == _where(backend, workspace, "other") + "\n"
         r = await k.call("run_shell", {"command": "pwd"})
         assert r["stdout"] == _where(backend, workspace, "other") + "\n"
+
+
+@needs_bwrap
+async def test_a_redirection_after_an_earlier_calls_cd_meets_the_file_rules(
+    workspace: Path,
+) -> None:
+    """A call without ``cwd`` starts where the last one left the shell, which its text does
+    not say: ``echo planted > .env`` after a call's ``cd sub`` was judged as the root's
+    ``.env`` and wrote ``sub/.env`` unasked under ``write_file(path=sub/.env)``. Its
+    directory is unknown to the judge, as after a ``cd`` in the line: it asks (no here)."""
+    (workspace / "sub").mkdir()
+    chown_like_workspace(workspace, workspace / "sub")
+    asked: list[str] = []
+
+    def no(request: Any) -> ApprovalAnswer:
+        asked.append(request.reason)
+        return ApprovalAnswer.deny("the test says no")
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(no),
+        backend="local",
+        rules=Rules(deny=("write_file(path=sub/.env)",)),
+        backend_options=PERSIST,
+    ) as k:
+        moved = await k.call("run_shell", {"command": "cd sub"})
+        assert moved["shell"]["cwd"] == str(workspace / "sub"), moved
+        with pytest.raises(Denied):
+            await k.call("run_shell", {"command": "echo planted > .env"})
+        # given the cwd, the target is known again: the rule itself refuses it
+        with pytest.raises(Denied) as named:
+            await k.call("run_shell", {"command": "echo planted > .env", "cwd": "sub"})
+        plain = await k.call("run_shell", {"command": "echo fine > ok.txt", "cwd": "sub"})
+    assert not (workspace / "sub" / ".env").exists() and not (workspace / ".env").exists()
+    assert len(asked) == 1 and "makes the target's directory unknown" in asked[0], asked
+    assert named.value.details.get("rule") == "deny:write_file(path=sub/.env)"
+    assert plain["exit_code"] == 0 and (workspace / "sub" / "ok.txt").read_text() == "fine\n"
 
 
 @needs_bwrap

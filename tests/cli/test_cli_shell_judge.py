@@ -229,6 +229,151 @@ def test_without_the_exec_check_an_unread_line_asks_while_a_deny_rule_applies(
     assert not (ws / "MARK").exists()
 
 
+# A deny rule naming its program by a path: the line names the same file otherwise.
+PATH_NAMED = [
+    ("rm -f s.txt", 'deny = ["run_shell(/bin/rm *)"]\n'),
+    ("/usr/bin/rm -f s.txt", 'deny = ["run_shell(/bin/rm *)"]\n'),
+    ("cat s.txt && rm -f s.txt", 'deny = ["run_shell(/usr/bin/r? *)"]\n'),
+    ("ls; rm -f s.txt", 'deny = ["run_shell(/usr/bin/rm *)"]\n'),
+]
+
+
+@pytest.mark.parametrize(("command", "policy"), PATH_NAMED)
+def test_without_the_exec_check_a_program_a_rule_names_by_path_asks_by_any_name(
+    tmp_path: Path, ws: Path, command: str, policy: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the host backend (no exec check) under posture unrestricted, ``rm`` is a program
+    the judge knows to start nothing else, and ``run_shell(/bin/rm *)`` was compared with
+    the word as written: ``rm -f s.txt`` ran unasked and removed the file. Which file a
+    name reaches is the PATH search's, known only at exec: such a line now asks."""
+    code, records = _call(
+        tmp_path, ws, command, policy, "--backend", "host", "--posture", "unrestricted"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "names its program by a path" in decided["reason"], decided
+    assert "started" not in [r["kind"] for r in records]
+    assert (ws / "s.txt").read_text() == "hello\n"
+
+
+def test_a_program_a_rule_names_by_path_is_still_denied_as_spelled_and_others_run(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The path spelled as in the rule is still denied; a program of another name runs."""
+    policy = 'deny = ["run_shell(/bin/rm *)"]\n'
+    code, records = _call(
+        tmp_path, ws, "/bin/rm -f s.txt", policy, "--backend", "host", "--posture", "unrestricted"
+    )
+    capsys.readouterr()
+    assert code == 3 and _decided(records)["verdict"] == "deny"
+    code, records = _call(
+        tmp_path, ws, "mkdir made", policy, "--backend", "host", "--posture", "unrestricted"
+    )
+    capsys.readouterr()
+    assert code == 0 and (ws / "made").is_dir() and (ws / "s.txt").exists()
+
+
+# A redirection whose file the text does not settle, under file rules alone.
+UNSETTLED_TARGETS = [
+    "cd sub && echo planted > .env",
+    "f=sub/.env; echo planted > $f",
+    'echo planted > "$(echo sub)/.env"',
+    # wrappers that start their command in another directory, as a cd does
+    "env -C sub sh -c 'echo planted > .env'",
+    "env --chdir=sub sh -c 'echo planted > .env'",
+    "find . -name keep -execdir sh -c 'echo planted > .env' \\;",
+]
+
+
+@pytest.mark.parametrize("command", UNSETTLED_TARGETS)
+def test_a_redirection_the_text_does_not_settle_asks_under_file_rules_alone(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy with ``write_file`` rules and no ``run_shell`` rule judged a line's
+    redirections apart, and kept only those a rule matched: the ask for a target computed
+    at run time or relative after a ``cd`` was dropped, so each line wrote ``sub/.env``
+    unasked under ``write_file(path=sub/.env)`` (with any ``run_shell`` rule beside it,
+    the same line asked). Now it asks either way; so does a wrapper that starts its
+    command in another directory (``env -C``, ``find -execdir``), which was no ``cd``."""
+    (ws / "sub").mkdir()
+    (ws / "sub" / "keep").write_text("k\n")
+    code, records = _call(
+        tmp_path, ws, command, 'deny = ["write_file(path=sub/.env)"]\n', "--posture",
+        "unrestricted",
+    )  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "sub" / ".env").exists()
+
+
+# Lines whose own syntax the parser does not read whole, each writing sub/.env.
+DAMAGED_PARSES = [
+    "echo planted 1<>sub/.env",  # tree-sitter-bash: `echo planted 1<sub/.env` and an error
+    "echo planted > sub/.e\\\nnv",  # a line continuation: not parsed at all
+]
+FILE_POLICIES = [
+    'deny = ["write_file(path=sub/.env)"]\n',
+    'deny = ["write_file(path=sub/.env)", "run_shell(curl *)"]\n',
+]
+
+
+@pytest.mark.parametrize("policy", FILE_POLICIES)
+@pytest.mark.parametrize("command", DAMAGED_PARSES)
+def test_a_line_the_parser_cannot_read_whole_asks_while_file_rules_apply(
+    tmp_path: Path, ws: Path, command: str, policy: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The redirections of a line the parser could not read whole were judged as far as it
+    read them: ``echo planted 1<>sub/.env`` (``<>`` opens for writing) was read as a read
+    of ``sub/.env`` and a parse error, and a line continuation left the line unparsed, so
+    each wrote ``sub/.env`` under ``write_file(path=sub/.env)`` (posture unrestricted, on
+    the confined backend, whose exec checks see programs, not opens). Now it asks."""
+    (ws / "sub").mkdir()
+    code, records = _call(tmp_path, ws, command, policy, "--posture", "unrestricted")
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "sub" / ".env").exists()
+
+
+@pytest.mark.parametrize("target", ["../ws/sub/.env", "sub/../../ws/sub/.env"])
+def test_a_redirection_that_climbs_out_of_the_root_and_back_meets_the_rule(
+    tmp_path: Path, ws: Path, target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A relative target was normalized on its own: ``../ws/sub/.env`` (from the root ``ws``)
+    stayed ``../ws/sub/.env``, which ``write_file(path=sub/.env)`` does not name, and the
+    line wrote ``sub/.env``. It is judged as the place it names from the directory the
+    command starts in."""
+    (ws / "sub").mkdir()
+    assert ws.name == "ws"
+    code, records = _call(
+        tmp_path, ws, f"echo planted > {target}", 'deny = ["write_file(path=sub/.env)"]\n',
+        "--posture", "unrestricted",
+    )  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    assert _decided(records)["verdict"] == "deny", _decided(records)
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "sub" / ".env").exists()
+
+
+def test_a_redirection_the_text_settles_still_runs_under_file_rules_alone(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _records = _call(
+        tmp_path, ws, "echo fine > sub.txt", 'deny = ["write_file(path=sub/.env)"]\n',
+        "--posture", "unrestricted",
+    )  # fmt: skip
+    capsys.readouterr()
+    assert code == 0 and (ws / "sub.txt").read_text() == "fine\n"
+
+
 # A variable of the shell's or the utilities' (PATH, BASH_ENV: no lowercase letter) assigned
 # by something other than `NAME=value`: a known program (`ls`) then runs the workspace's own
 # bin/ls, or a shell sources a file first.
@@ -411,6 +556,38 @@ def test_a_rule_over_the_lines_text_still_denies_its_text_and_lets_the_rest_run(
     capsys.readouterr()
     assert code == 0 and _decided(records)["verdict"] == "allow"
     assert (ws / "made").is_dir() and not (ws / "MARK").exists()
+
+
+ARGV_TEXT_RULES = {
+    "regex": 'deny = ["run_shell(command~rm\\\\s+-rf)"]\n',
+    "glob": '[[rules]]\neffect = "deny"\ntool = "run_shell"\nargs = { command = "rm -rf *" }\n',
+}
+
+
+@pytest.mark.parametrize("backend", ["local", "host"])
+@pytest.mark.parametrize("rule", sorted(ARGV_TEXT_RULES))
+def test_a_rule_over_the_lines_text_holds_for_an_argv_list(
+    tmp_path: Path, ws: Path, backend: str, rule: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``command`` given as an argv list was matched by a text rule element by element:
+    ``["rm", "-rf", "victim"]`` passed ``command~rm\\s+-rf`` (and ``args.command = "rm -rf
+    *"``), which the same line as a string met, and removed the directory. The list is
+    matched as the line it stands for (``shlex.join``) too."""
+    (ws / "victim").mkdir()
+    (ws / "victim" / "f").write_text("kept\n")
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text(ARGV_TEXT_RULES[rule])
+    events = tmp_path / "events.jsonl"
+    argv = ["call", "run_shell", "--args", json.dumps({"command": ["rm", "-rf", "victim"]})]
+    argv += ["--workspace", str(ws), "--approve", "no", "--policy", str(policy_file)]
+    argv += ["--events", str(events), "--json", "--backend", backend, "--posture", "unrestricted"]
+    code = main(argv)
+    out = json.loads(capsys.readouterr().out)
+    records = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    assert code == 3 and out["error"]["code"] == "denied", out
+    assert _decided(records)["verdict"] == "deny", _decided(records)
+    assert "started" not in [r["kind"] for r in records]
+    assert (ws / "victim" / "f").read_text() == "kept\n"
 
 
 # bash's own syntax that /bin/sh (dash here) parses into other commands: the judge read it as

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...runtime.policy._judge import Policy
+from ...runtime.policy._judge import Policy, with_defaults
 
 __all__ = ["ExecRules", "exec_checks_expected", "exec_rules"]
 
@@ -52,6 +52,7 @@ def exec_rules(
     """The deny rules this ``run_shell`` call's execs must meet; None when there are none."""
     if policy is None:
         return None
+    arguments = with_defaults(arguments, meta)  # a left-out cwd is the directory it starts in
     declared = (meta or {}).get("path_arguments", ())
     path_args = frozenset(declared) if isinstance(declared, (list, tuple, set)) else frozenset()
     entries = []

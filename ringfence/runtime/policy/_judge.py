@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..shell._programs import SHELL_BUILTINS
 from ..shell._words import Redirect, ShellParse, SimpleCommand, parse_argv, parse_command
-from ._matchers import Tri, element_matches, normalize_path
+from ._matchers import ArgvMatcher, Tri, element_matches, normalize_path
 from ._rules import Effect, Rule, parse_rule
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "PartVerdict",
     "Policy",
     "PolicyVerdict",
+    "with_defaults",
 ]
 
 # A shell redirection is judged as a call to these tools with path=<target> would be.
@@ -182,16 +184,22 @@ class Policy:
         (``ToolSpec.exec_checked``), so a command line the judge cannot check
         against them is left to the posture rather than asked about.
         Results are cached per (tool, arguments) for hashable JSON-like
-        arguments (bounded; the same command line is judged once).
+        arguments (bounded; the same command line is judged once). An argument the call
+        leaves out is judged as the value the tool uses for it (:func:`with_defaults`).
         """
         rules = self.for_tool(name)
+        # A persistent shell starts a call without `cwd` where the last one left it: a
+        # relative redirection's directory is then unknown, as after a `cd` in the line.
+        moved = bool((meta or {}).get("cwd_carries_over")) and "cwd" not in arguments
+        arguments = with_defaults(arguments, meta)
         command = arguments.get("command")
         shellish = isinstance(command, (str, list))
         if not rules and not (shellish and self._has_redirect_rules()):
             return None
+        moved = moved and self._has_redirect_rules()  # only file rules judge a target's place
         declared = (meta or {}).get("path_arguments", ())
         path_args = frozenset(declared) if isinstance(declared, (list, tuple, set)) else frozenset()
-        key = _freeze((name, sorted(path_args), exec_checked, arguments))
+        key = _freeze((name, sorted(path_args), exec_checked, moved, arguments))
         if key is not None:
             try:
                 return self._verdicts[key]
@@ -199,14 +207,14 @@ class Policy:
                 pass
         if shellish and any(r.command is not None or _over_text(r) for r in rules):
             verdict: PolicyVerdict | None = self._evaluate_shell(
-                name, rules, arguments, path_args, exec_checked
+                name, rules, arguments, path_args, exec_checked, moved
             )
         else:
             verdict = self._evaluate_plain(self._plain(name), arguments, path_args)
             if shellish and (verdict is None or verdict.effect is not Effect.DENY):
                 # No command rules for this tool, but its redirections still meet the
                 # write_file/read_file rules: `echo x > .env` under a write_file(.env) deny.
-                verdict = _stricter(verdict, self._redirects_only(arguments))
+                verdict = _stricter(verdict, self._redirects_only(arguments, moved))
         if key is not None:
             if len(self._verdicts) >= _VERDICT_CACHE:
                 self._verdicts.clear()
@@ -239,8 +247,15 @@ class Policy:
     def _has_redirect_rules(self) -> bool:
         return bool(self._plain(SHELL_WRITE_TOOL) or self._plain(SHELL_READ_TOOL))
 
-    def _redirects_only(self, arguments: Mapping[str, Any]) -> PolicyVerdict | None:
-        """Deny/ask that a command's redirections meet; None when they meet neither."""
+    def _redirects_only(
+        self, arguments: Mapping[str, Any], moved: bool = False
+    ) -> PolicyVerdict | None:
+        """Deny/ask that a command's redirections meet; None when they meet neither.
+
+        A redirection whose file the text does not settle (a target computed at run time,
+        a relative one after a ``cd``) asks, as it does beside argv rules: it was dropped
+        here (no rule of its own), so ``cd sub && echo x > .env`` wrote ``sub/.env`` unasked
+        under ``write_file(path=sub/.env)`` when the policy had no ``run_shell`` rule."""
         if not self._has_redirect_rules():
             return None
         command = arguments["command"]
@@ -249,14 +264,14 @@ class Policy:
         parsed = parse_command(command)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         parts = tuple(
-            self._judge_redirect(r, cwd, parsed.changes_directory) for r in parsed.redirects
-        )
+            self._judge_redirect(r, cwd, moved or parsed.changes_directory)
+            for r in parsed.redirects
+        ) + ((_UNSEEN_REDIRECTS,) if parsed.damaged else ())
         for effect in (Effect.DENY, Effect.ASK):
             for p in parts:
-                if p.effect is effect and p.rule is not None:
-                    return PolicyVerdict(
-                        effect, p.rule, f"{p.kind} `{p.text}` {p.rule.because()}", parts
-                    )
+                if p.effect is effect:
+                    why = f" {p.rule.because()}" if p.rule is not None else f": {p.reason}"
+                    return PolicyVerdict(effect, p.rule, f"{p.kind} `{p.text}`{why}", parts)
         return None
 
     def _index(self, name: str, rules: tuple[Rule, ...]) -> _CommandIndex:
@@ -292,6 +307,7 @@ class Policy:
         arguments: Mapping[str, Any],
         path_args: frozenset[str] = frozenset(),
         exec_checked: bool = False,
+        moved: bool = False,
     ) -> PolicyVerdict:
         command = arguments["command"]
         parsed: ShellParse
@@ -302,6 +318,11 @@ class Policy:
         else:
             parsed = ShellParse(unresolved=())
         whole = self._evaluate_plain(self._plain(name), arguments, path_args)
+        if isinstance(command, list) and self._text_rules(name):
+            # A rule over the line's text (command~…) sees an argv list as the line it stands
+            # for: matched element by element, ["rm", "-rf", "x"] passed command~rm\s+-rf.
+            line = {**arguments, "command": shlex.join(str(w) for w in command)}
+            whole = _stricter(whole, self._evaluate_plain(self._plain(name), line, path_args))
         parts: list[PartVerdict] = []
         index = self._index(name, rules)
         # what a part the text cannot settle must do: ask for an ask rule (never enforced at
@@ -344,7 +365,9 @@ class Policy:
             parts.append(part)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         for redirect in parsed.redirects:
-            parts.append(self._judge_redirect(redirect, cwd, parsed.changes_directory))
+            parts.append(self._judge_redirect(redirect, cwd, moved or parsed.changes_directory))
+        if parsed.damaged and self._has_redirect_rules():
+            parts.append(_UNSEEN_REDIRECTS)
         for u in parsed.unresolved:
             if hidden_ask or unenforced:
                 why = f"{u.reason}; {ASK_HIDDEN if hidden_ask else why_unenforced}"
@@ -379,9 +402,13 @@ class Policy:
             return PartVerdict(kind, text, Effect.ALLOW, reason="not a file")
         if moved and not posixpath.isabs(target.text):
             return PartVerdict(
-                kind, text, Effect.ASK, reason="a cd earlier makes the target's directory unknown"
+                kind,
+                text,
+                Effect.ASK,
+                reason="a cd earlier (in the line, or a persistent shell's earlier command) "
+                "makes the target's directory unknown",
             )
-        path = normalize_path(target.text, self.roots, cwd)
+        path = normalize_path(target.text, self.roots, cwd or ".")
         tool = SHELL_WRITE_TOOL if redirect.write else SHELL_READ_TOOL
         verdict = self._evaluate_plain(self._plain(tool), {"path": path})
         if verdict is None:
@@ -396,6 +423,36 @@ class Policy:
             kind, text, verdict.effect, verdict.rule, reason=f"judged as {tool}(path={path})"
         )
 
+
+def with_defaults(
+    arguments: Mapping[str, Any], meta: Mapping[str, Any] | None
+) -> Mapping[str, Any]:
+    """``arguments`` with the values the tool uses for the ones left out
+    (``meta["argument_defaults"]``), which is what rules must judge.
+
+    A matcher on an argument the call does not hold never matches: a call that left out
+    ``cwd`` (the command starts in the first root) or ``timeout_seconds`` (120 s) passed
+    ``run_shell(cwd=!src/**, command=rm *)`` and ``run_shell(timeout_seconds=100..)``,
+    which the same call spelling those values met.
+    """
+    defaults = (meta or {}).get("argument_defaults")
+    if not isinstance(defaults, Mapping) or not defaults:
+        return arguments
+    if all(key in arguments for key in defaults):
+        return arguments
+    return {**defaults, **arguments}
+
+
+# A line whose own syntax the parser could not read whole, judged where file rules apply: its
+# redirections were not all seen (tree-sitter-bash reads `ls 1<>f`, which opens f for writing,
+# as `ls 1<f` and an error), so which files it writes is unknown.
+_UNSEEN_REDIRECTS = PartVerdict(
+    "unresolved",
+    "redirections",
+    Effect.ASK,
+    reason="the shell parser cannot read the whole line, so which files its redirections open "
+    "is unknown, and write_file/read_file rules apply to them",
+)
 
 _VERDICT_CACHE = 4096
 
@@ -461,6 +518,8 @@ class _CommandIndex:
                 continue
             every.append((position, rule))
             firsts = {p[0] for p in rule.command.patterns}
+            # a program named by a path is also found by its name (see _by_name)
+            firsts |= {f.rsplit("/", 1)[-1] for f in firsts if "/" in f}
             if any(f == "**" or any(c in f for c in "*?[") for f in firsts):
                 prefix = min((re.split(r"[*?\[]", f, maxsplit=1)[0] for f in firsts), key=len)
                 wild.append((prefix, position, rule))
@@ -534,9 +593,26 @@ def _names_builtin(patterns: tuple[tuple[str, ...], ...]) -> bool:
     return False
 
 
+def _by_name(command: ArgvMatcher) -> ArgvMatcher | None:
+    """The patterns that name their program by a path (``/bin/rm *``, ``/usr/bin/tou* *``,
+    ``scripts/deploy.sh *``), naming it by its last component instead; None when none does.
+
+    A command that names such a program otherwise (``rm x``, ``/usr/bin/rm x`` for
+    ``/bin/rm``, ``cd scripts && ./deploy.sh``) *could* be that file: which file a name
+    reaches is the shell's ``PATH`` search and the links on the way, known at exec only.
+    Without an exec check (``host``, ``docker``) the Gate asks about it rather than letting
+    a known name through: ``rm keep`` ran on the host under ``run_shell(/bin/rm *)``.
+    """
+    patterns = tuple(
+        (p[0].rsplit("/", 1)[-1], *p[1:]) for p in command.patterns if p and "/" in p[0]
+    )
+    return ArgvMatcher(patterns) if patterns else None
+
+
 def _judge_command(sc: SimpleCommand, rules: Sequence[Rule], exec_checked: bool) -> PartVerdict:
     text = sc.display()
     maybe: Rule | None = None
+    maybe_why = ""
     ask: Rule | None = None
     allow: Rule | None = None
     for rule in rules:
@@ -546,13 +622,24 @@ def _judge_command(sc: SimpleCommand, rules: Sequence[Rule], exec_checked: bool)
                 allow = rule
             continue
         r = rule.command.match_command(sc, deny_side=True)
+        by_name = _by_name(rule.command) if r is Tri.NO else None
+        # `rm x` under run_shell(/bin/rm *): which file `rm` is, the text does not say
+        named = by_name is not None and by_name.match_command(sc, deny_side=True) is not Tri.NO
+        if named:
+            r = Tri.MAYBE
         if r is Tri.YES:
             if rule.effect is Effect.DENY:
                 return PartVerdict("command", text, Effect.DENY, rule, via=sc.via)
             ask = ask or rule
-        elif r is Tri.MAYBE and not (exec_checked and rule.effect is Effect.DENY):
+        elif maybe is None and r is Tri.MAYBE and not (exec_checked and rule.effect is Effect.DENY):
             # a deny rule a computed word could match is checked at exec on such a tool
-            maybe = maybe or rule
+            maybe = rule
+            maybe_why = (
+                f"{rule.label()} names its program by a path, and which file this "
+                "command's name reaches is known only when it starts"
+                if named
+                else f"a word computed at run time could make it match {rule.label()}"
+            )
     if ask is not None:
         return PartVerdict("command", text, Effect.ASK, ask, via=sc.via)
     if maybe is not None:
@@ -561,7 +648,7 @@ def _judge_command(sc: SimpleCommand, rules: Sequence[Rule], exec_checked: bool)
             text,
             Effect.ASK,
             maybe,
-            reason=f"a word computed at run time could make it match {maybe.label()}",
+            reason=maybe_why,
             via=sc.via,
         )
     if allow is not None:

@@ -152,7 +152,13 @@ def normalize_path(value: str, roots: Sequence[str], cwd: str | None = None) -> 
     a root becomes relative to it, one outside every root stays absolute.
     """
     if cwd and not posixpath.isabs(value):
-        value = posixpath.join(normalize_path(cwd, roots), value)
+        if roots:
+            # The place it names from the directory it is relative to (a relative cwd is the
+            # first root's): `../ws/sub/.env` from the root `ws` is `sub/.env`, not `../…`.
+            base = cwd if posixpath.isabs(cwd) else posixpath.join(roots[0], cwd)
+            value = posixpath.join(base, value)
+        else:
+            value = posixpath.join(normalize_path(cwd, roots), value)
     norm = posixpath.normpath(value) if value else "."
     if norm.startswith("//"):
         norm = "/" + norm.lstrip("/")

@@ -95,6 +95,9 @@ class ShellParse:
     unresolved: tuple[Unresolved, ...] = ()
     # A cd/pushd/popd appears: relative redirection targets are relative to an unknown cwd.
     changes_directory: bool = False
+    # Some of the line's own syntax was not read (a parse error, a part the parser dropped,
+    # a line not parsed at all): its redirections were not all seen.
+    damaged: bool = False
 
     @property
     def resolved(self) -> bool:
@@ -111,6 +114,7 @@ class Accumulator:
     redirects: list[Redirect] = field(default_factory=list)
     unresolved: list[Unresolved] = field(default_factory=list)
     cd: bool = False
+    damaged: bool = False  # see ShellParse.damaged
 
     def unresolved_(self, reason: str, text: str) -> None:
         self.unresolved.append(Unresolved(reason, text[:200]))
@@ -121,8 +125,13 @@ class Accumulator:
         self.redirects.extend(sub.redirects)
         self.unresolved.extend(sub.unresolved)
         self.cd = self.cd or sub.changes_directory
+        self.damaged = self.damaged or sub.damaged
 
     def freeze(self) -> ShellParse:
         return ShellParse(
-            tuple(self.commands), tuple(self.redirects), tuple(self.unresolved), self.cd
+            tuple(self.commands),
+            tuple(self.redirects),
+            tuple(self.unresolved),
+            self.cd,
+            self.damaged,
         )

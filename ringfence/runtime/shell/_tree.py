@@ -93,6 +93,7 @@ class Walker:
             return
         if node.is_missing or kind == "ERROR":
             self.acc.unresolved_("the shell parser cannot read this part", self.text(node))
+            self.acc.damaged = True
             self.search(node)
             return
         if kind == "case_item":

@@ -103,15 +103,19 @@ _NAMED_DESCRIPTOR = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(?:\[[^\n]*?\])?\}[<>]"
 def _parse_into(command: str, depth: int, via: tuple[str, ...], acc: Accumulator) -> None:
     if depth > MAX_DEPTH:
         acc.unresolved_(f"nested deeper than {MAX_DEPTH} shells", command)
+        acc.damaged = True  # not parsed: its redirections were not seen
         return
     if len(command) > MAX_COMMAND_CHARS:
         acc.unresolved_(f"longer than {MAX_COMMAND_CHARS} characters", command)
+        acc.damaged = True  # not parsed: its redirections were not seen
         return
     if "\x00" in command:
         acc.unresolved_("contains a NUL character", command)
+        acc.damaged = True  # not parsed: its redirections were not seen
         return
     if _CONTINUATION.search(command):
         acc.unresolved_("contains a backslash-newline line continuation", command)
+        acc.damaged = True  # not parsed: its redirections were not seen
         return
     if _NAMED_DESCRIPTOR.search(command):
         # tree-sitter-bash reads `{a[…]}>f` as a word and a redirection: bash assigns the
@@ -127,6 +131,7 @@ def _parse_into(command: str, depth: int, via: tuple[str, ...], acc: Accumulator
             "a blank to this parser: `ls \\r#; rm x` runs rm)",
             command,
         )
+        acc.damaged = True  # not parsed: its redirections were not seen
         return
     src = command.encode("utf-8", "surrogatepass")
     tree = _parser().parse(src)
@@ -135,5 +140,6 @@ def _parse_into(command: str, depth: int, via: tuple[str, ...], acc: Accumulator
         acc.unresolved_(
             "the shell parser cannot read it (unbalanced quotes or bad syntax)", command
         )
+        acc.damaged = True  # `ls 1<>f` is read as `ls 1<f`: a write seen as a read
         # Still look for commands inside, so a deny rule can see them.
     Walker(acc, depth, via, src).statement(root)

@@ -51,6 +51,47 @@ _UNRESOLVED_BUILTINS = {
 }
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "rbash"})
 _CD = frozenset({"cd", "pushd", "popd"})
+# Wrappers that start their command in another directory (or root) when given one of these
+# options; None: always. Like a `cd`, they leave a relative redirection's directory unknown:
+# `env -C sub sh -c 'echo x > .env'` wrote sub/.env, judged as the root's .env.
+_CHDIR: dict[str, tuple[str, ...] | None] = {
+    "env": ("-C", "--chdir"),
+    "sudo": ("-D", "--chdir", "-i", "--login"),
+    "su": ("-", "-l", "--login"),
+    "runuser": ("-", "-l", "--login"),
+    "unshare": ("-w", "--wd"),
+    "nsenter": ("-w", "--wd"),
+    "chroot": None,
+    "find": ("-execdir", "-okdir"),
+    "start-stop-daemon": ("-d", "--chdir"),
+}
+
+
+def _changes_directory(name: str, argv: tuple[Word, ...]) -> bool:
+    """Whether wrapper ``name`` may start its command elsewhere (see :data:`_CHDIR`): an
+    option word of it, given alone, with ``=value``, attached (``-Csub``) or in a cluster of
+    short options (``-iu``); a computed word may be one. It may over-match (the wrapped
+    command's own options), never under-match."""
+    options = _CHDIR[name]
+    if options is None:
+        return True
+    for word in argv[1:]:
+        if not word.literal:
+            return True
+        text = word.text
+        for option in options:
+            if text == option or (option.startswith("--") and text.startswith(option + "=")):
+                return True
+            if (
+                len(option) == 2
+                and option[0] == "-"
+                and option[1] != "-"
+                and text.startswith("-")
+                and not text.startswith("--")
+                and option[1] in text[1:]
+            ):
+                return True
+    return False
 
 
 def emit_command(
@@ -70,7 +111,7 @@ def emit_command(
         acc.unresolved_(_UNRESOLVED_BUILTINS[name], text)
         acc.commands.append(SimpleCommand(argv, via))
         return
-    if name in _CD:
+    if name in _CD or (name in _CHDIR and _changes_directory(name, argv)):
         acc.cd = True
     unwrap = _WRAPPERS.get(name)
     if unwrap is not None:
