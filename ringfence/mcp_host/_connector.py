@@ -308,7 +308,10 @@ class Connector:
             )
             return list(items_of(page)), page.next_cursor
 
-        listing = await list_paginated(kind, fetch, self.limits)
+        # One call's deadline for the whole listing, however many pages it takes.
+        listing = await list_paginated(
+            kind, fetch, self.limits, seconds=self.config.call_timeout_seconds
+        )
         self.listings[kind] = listing
         if listing.problem:
             self.diagnostics.fail(kind, listing.problem)
