@@ -92,6 +92,7 @@ from ._defaults import (
     MAX_REQUEST_BYTES,
     MAX_SESSIONS,
     MIN_TOKEN_LENGTH,
+    SMALL_BODY_BYTES,
     TOKEN_ENV,
 )
 from ._logging import LogForwarder
@@ -391,7 +392,7 @@ class RequestGuard:
         promised = int(declared) if declared is not None and declared.isdigit() else 0
         if promised > self.max_body_bytes:
             return _too_large(self.max_body_bytes)
-        if promised and self._held + promised > self.max_held_bytes:
+        if promised > SMALL_BODY_BYTES and self._held + promised > self.max_held_bytes:
             return _held_full(self.max_held_bytes)
         # Counted before a byte arrives (a promise holds what it promises), and as it comes.
         reader = _Reader(trio.CancelScope(deadline=trio.current_time() + self.body_seconds))
@@ -426,7 +427,7 @@ class RequestGuard:
             with contextlib.suppress(ValueError):
                 self._readers.remove(reader)
         size = len(first["body"])
-        if size and self._held + size > self.max_held_bytes:
+        if size > SMALL_BODY_BYTES and self._held + size > self.max_held_bytes:
             return _held_full(self.max_held_bytes)
         bad = _claimed_id(first["body"])
         if bad is not None:
@@ -604,8 +605,8 @@ def _held_full(limit: int) -> JSONResponse:
     """503: the bodies of the requests still running hold ``limit`` bytes together."""
     message = (
         "request refused unread: the requests ringfence serve is still running hold "
-        f"{limit / 2**20:g} MiB of request bodies together, its limit; send it again when "
-        "some have finished"
+        f"{limit / 2**20:g} MiB of request bodies together, its limit for a body over "
+        f"{SMALL_BODY_BYTES // 1024} KiB; send it again when some have finished"
     )
     response = _rpc_refusal(503, message, {"max_held_bytes": limit})
     response.headers["Retry-After"] = "1"

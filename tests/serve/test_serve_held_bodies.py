@@ -7,7 +7,8 @@ times out (600 s). A client with the token sending calls of 3 MiB that it never 
 took the server from 85 to 702 MB resident with 60 of them, and nothing bounded how many
 (up to 4,096 requests open). Now the bodies of admitted requests still running hold at most
 ``max_held_bytes`` together (128 MiB by default); past it a request is answered 503, unread,
-naming the limit, and nothing of it reaches the Gate; once calls end, requests are admitted
+naming the limit, and nothing of it reaches the Gate; a small body (64 KiB at most) is only
+counted, never refused, so other clients' calls go on; once calls end, large ones are admitted
 again.
 """
 
@@ -87,18 +88,29 @@ async def test_running_calls_hold_at_most_their_bound_of_bodies(workspace: Path)
                     assert "MiB of request bodies" in body["error"]["message"]
                 proposed = {r["arguments"]["path"] for r in served.proposed()}
                 assert proposed == {"held0.txt", "held1.txt", "held2.txt"}, proposed
+                # A small request is never kept out by them: another client's calls go on.
+                small = await http.post(
+                    served.url,
+                    content=rpc(
+                        "tools/call", {"name": "peek_file", "arguments": {"path": "hello.txt"}}, 8
+                    ),
+                    headers=headers,
+                )
+                assert small.status_code == 200 and "hello" in small.text, small.text
                 nursery.cancel_scope.cancel()  # the three clients go away
-            # Their calls end and their bodies are let go: a call is admitted again.
+            # Their calls end and their bodies are let go: a large call is admitted again.
             while True:
                 response = await http.post(
                     served.url,
                     content=rpc(
-                        "tools/call", {"name": "peek_file", "arguments": {"path": "hello.txt"}}, 9
+                        "tools/call",
+                        {"name": "peek_file", "arguments": {"path": "y" * MIB}},
+                        9,
                     ),
                     headers=headers,
                 )
                 if response.status_code != 503:
                     break
                 await trio.sleep(0.2)
-            assert response.status_code == 200 and "hello" in response.text, response.text
+            assert response.status_code == 200, response.text
     assert not list(workspace.glob("held*.txt"))
