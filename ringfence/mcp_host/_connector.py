@@ -308,7 +308,10 @@ class Connector:
             )
             return list(items_of(page)), page.next_cursor
 
-        listing = await list_paginated(kind, fetch, self.limits)
+        # One call's deadline for the whole listing, however many pages it takes.
+        listing = await list_paginated(
+            kind, fetch, self.limits, seconds=self.config.call_timeout_seconds
+        )
         self.listings[kind] = listing
         if listing.problem:
             self.diagnostics.fail(kind, listing.problem)
@@ -401,13 +404,23 @@ class Connector:
             )
             uris = uris[:MAX_SUBSCRIPTIONS]
         done: list[str] = []
-        for uri in uris:
-            request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
-            await self.pool.run(
-                "resources/subscribe",
-                lambda c, r=request: c.session.send_request(r, types.EmptyResult),
+        # One call's deadline for them all: each had its own, and a server answering each
+        # just inside it held a session's start (or a reconnect) 100 deadlines.
+        seconds = self.config.call_timeout_seconds
+        with trio.move_on_after(seconds) as scope:
+            for uri in uris:
+                request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+                await self.pool.run(
+                    "resources/subscribe",
+                    lambda c, r=request: c.session.send_request(r, types.EmptyResult),
+                )
+                done.append(uri)
+        if scope.cancelled_caught:
+            self.diagnostics.fail(
+                "subscribe",
+                f"subscribed to {len(done)} of {len(uris)} resources within {seconds:g}s "
+                "(time limit, call_timeout_seconds); the rest are not watched",
             )
-            done.append(uri)
         self.subscribed = done
         del client
 

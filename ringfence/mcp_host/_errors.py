@@ -78,6 +78,15 @@ def translate_error(
         return exc
     if isinstance(exc, MCPError):
         return _translate_mcp_error(exc, config, action, redactor, closed, limit)
+    if limit is not None and isinstance(exc, httpx2.StreamError) and limit.marker in str(exc):
+        # A body ringfence's cap stopped outside the MCP exchange (a redirect's body the SDK
+        # drains, an OAuth reply): the connection's reader raised it, never the server.
+        return ToolError(
+            limit.message(who, action),
+            field="max_message_bytes",
+            limit=limit.max_bytes,
+            broken=True,
+        )
     text = scrub_url(str(exc), config.url)
     if redactor is not None:
         text = redactor.redact(text)

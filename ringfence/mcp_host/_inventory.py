@@ -2,8 +2,10 @@
 
 A malformed or hostile server must not be able to grow discovery without
 bound, so every listing stops at the first of: the end of the list, a cursor
-seen before (a loop), ``max_pages`` pages, ``max_items`` items, or ``max_bytes``
-of items and cursors held (each item counted as its JSON). Hitting a limit keeps
+seen before (a loop), ``max_pages`` pages, ``max_items`` items, ``max_bytes``
+of items and cursors held (each item counted as its JSON), or ``seconds`` since it
+began (the server's ``call_timeout_seconds``: a page answered just inside the deadline,
+100 times, held a session's start 100 deadlines, 100 minutes by default). Hitting a limit keeps
 what was gathered (every item that fit) and records why the listing is
 incomplete. Cursors seen are held as digests, not as the server's strings.
 Without the byte bound a server whose 100 pages each carried one tool with a
@@ -22,10 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Generic, TypeVar
+
+import trio
 
 from .manifest._load import sanitize_part
 
@@ -84,13 +89,18 @@ async def list_paginated(
     fetch: Callable[[str | None], Awaitable[tuple[Sequence[T], str | None]]],
     limits: ListLimits = DEFAULT_LIMITS,
     size: Callable[[T], int] = item_size,
+    seconds: float = math.inf,
 ) -> Listing[T]:
-    """Follow ``next_cursor`` from the first page, within ``limits``.
+    """Follow ``next_cursor`` from the first page, within ``limits`` and ``seconds``.
 
     ``fetch(cursor)`` returns ``(items, next_cursor)``. Errors from ``fetch``
     propagate (the caller translates them). ``size(item)``: what an item counts
-    against ``max_bytes``.
+    against ``max_bytes``. ``seconds``: how long the whole listing may take; the
+    first page is bounded by ``fetch`` itself (its own deadline, an error when it
+    passes), every later one by what is left, and the listing stops there keeping
+    what it has.
     """
+    deadline = trio.current_time() + seconds
     items: list[T] = []
     seen: set[bytes] = set()
     cursor: str | None = None
@@ -103,7 +113,18 @@ async def list_paginated(
     while True:
         if pages >= limits.max_pages:
             return stopped(f"stopped after {pages} pages (page limit)")
-        page, next_cursor = await fetch(cursor)
+        if pages == 0:
+            page, next_cursor = await fetch(cursor)
+        else:
+            fetched = None
+            with trio.move_on_at(deadline):
+                fetched = await fetch(cursor)
+            if fetched is None:
+                return stopped(
+                    f"stopped after {pages} pages: the listing took longer than {seconds:g}s "
+                    "(time limit, call_timeout_seconds)"
+                )
+            page, next_cursor = fetched
         pages += 1
         room = limits.max_items - len(items)
         for item in page[:room]:

@@ -67,6 +67,13 @@ __all__ = ["ClientApprover", "ClientChannel", "approval_form", "current_channel"
 # ``enum`` + ``enumNames``.
 _ONE_OF_SINCE = "2025-11-25"
 
+# Characters of the session pattern a client may send (the form's own maxLength): the words are
+# split with shlex, whose time grows with the square of the text (2 MB held the loop 200 s).
+MAX_PATTERN_CHARACTERS = 1000
+# Characters of a client's own words (its name, a decision it sent) an answer's reason quotes:
+# a reason is returned with the call and recorded in approval_answered.
+MAX_QUOTED = 200
+
 _CHOICES: tuple[tuple[Choice, str], ...] = (
     (Choice.ONCE, "Approve once"),
     (Choice.SESSION, "Approve for this session"),
@@ -98,7 +105,7 @@ class ClientChannel:
         return cls(
             session,
             request_id,
-            name,
+            _cut(name),
             session.protocol_version,
             _declares_form_elicitation(session.client_capabilities) and session.can_send_request,
         )
@@ -113,6 +120,17 @@ def current_channel() -> ClientChannel | None:
     """The in-flight MCP request of the current task (or the task that spawned it)."""
     channel = _current.get()
     return channel if channel is not None and channel.active else None
+
+
+def _cut(value: object) -> str:
+    """``value`` (a client's words) as text of at most :data:`MAX_QUOTED` characters and a
+    count of the rest, for a reason to quote (with ``!r``, which escapes it to one line):
+    the client chose it, and a reason quoting it whole carried a 30 MiB client name into
+    every answer and its approval_answered record."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= MAX_QUOTED:
+        return text
+    return f"{text[:MAX_QUOTED]}... ({len(text):,} characters)"
 
 
 def _declares_form_elicitation(caps: types.ClientCapabilities | None) -> bool:
@@ -145,7 +163,7 @@ def approval_form(protocol_version: str) -> dict[str, Any]:
         "title": "For this session, also calls matching (optional)",
         "description": "NAME=GLOB words, as at the terminal: path=src/* or "
         'command="git status*"; empty: only calls with these exact arguments',
-        "maxLength": 1000,
+        "maxLength": MAX_PATTERN_CHARACTERS,
     }
     return {
         "type": "object",
@@ -264,6 +282,11 @@ def _answer_from(result: types.ElicitResult, who: str, request: ApprovalRequest)
         words = (result.content or {}).get("pattern")
         if not isinstance(words, str) or not words.strip():
             return ApprovalAnswer.session(f"approved for this session in {who}")
+        if len(words) > MAX_PATTERN_CHARACTERS:  # never split: the form allows no more
+            return ApprovalAnswer.deny(
+                f"{who} sent a session pattern of {len(words):,} characters, over the form's "
+                f"limit of {MAX_PATTERN_CHARACTERS:,} (maxLength); nothing was approved"
+            )
         try:
             pattern = grant_pattern(shlex.split(words), request)
         except ValueError as exc:
@@ -277,4 +300,6 @@ def _answer_from(result: types.ElicitResult, who: str, request: ApprovalRequest)
         return ApprovalAnswer.session(f"approved for this session for {shown} in {who}", pattern)
     if value == Choice.DENY.value:
         return ApprovalAnswer.deny(f"denied in {who}")
-    return ApprovalAnswer.deny(f"{who} sent no valid decision ({value!r}); nothing was approved")
+    return ApprovalAnswer.deny(
+        f"{who} sent no valid decision ({_cut(value)!r}); nothing was approved"
+    )

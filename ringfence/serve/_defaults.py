@@ -24,6 +24,15 @@ BODY_SECONDS = 30.0
 # either, a request is answered 503 at once, unread.
 MAX_PENDING_BODY_BYTES = 4 * MAX_REQUEST_BYTES
 MAX_PENDING_BODIES = 64
+# Streamable HTTP: what the bodies of admitted requests still running (a call waiting for its
+# approval, or running) may hold together, counted from when each was read whole until its
+# request ends; past it a request is answered 503, unread. Each byte of a body costs the
+# server about six more while its call waits (parsed, validated, recorded, asked about):
+# 42 waiting calls of 3 MiB took ~770 MB. (The SDK reads no body over 4 MiB: eight at once.)
+MAX_HELD_BODY_BYTES = MAX_REQUEST_BYTES
+# A body this small is never refused for it (only counted): a client holding the bound with
+# calls it never approves keeps other clients' large requests out for a while, not their calls.
+SMALL_BODY_BYTES = 64 * 1024
 # Streamable HTTP: a session with no request in flight this long (no GET stream open, so its
 # client is gone or never listens) ends, in the SDK and in ringfence (the SDK's own default
 # is 30 minutes). A live SDK client holds its GET stream open and is never idle.

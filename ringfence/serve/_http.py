@@ -85,12 +85,14 @@ from ._defaults import (
     DEFAULT_PORT,
     DEFAULT_SESSION_IDLE_SECONDS,
     HEADERS_SECONDS,
+    MAX_HELD_BODY_BYTES,
     MAX_OPEN_REQUESTS,
     MAX_PENDING_BODIES,
     MAX_PENDING_BODY_BYTES,
     MAX_REQUEST_BYTES,
     MAX_SESSIONS,
     MIN_TOKEN_LENGTH,
+    SMALL_BODY_BYTES,
     TOKEN_ENV,
 )
 from ._logging import LogForwarder
@@ -186,6 +188,8 @@ class HttpOptions:
     session_idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS
     # An admitted request's body must arrive whole this soon after its headers (else 408).
     body_seconds: float = BODY_SECONDS
+    # What the bodies of admitted requests still running may hold together (else 503).
+    max_held_bytes: int = MAX_HELD_BODY_BYTES
 
     def __post_init__(self) -> None:
         for name in ("session_idle_seconds", "body_seconds"):
@@ -194,6 +198,11 @@ class HttpOptions:
                 raise InvalidArguments(
                     f"{name} must be a positive number of seconds, not {value}", field=name
                 )
+        if self.max_held_bytes <= 0:
+            raise InvalidArguments(
+                f"max_held_bytes must be a positive number of bytes, not {self.max_held_bytes}",
+                field="max_held_bytes",
+            )
         if len(self.token) < MIN_TOKEN_LENGTH:
             raise InvalidArguments(
                 f"the bearer token must be at least {MIN_TOKEN_LENGTH} characters",
@@ -263,6 +272,8 @@ class RequestGuard:
     # What the bodies being read at once may hold together, and how many there may be.
     max_pending_bytes: int = MAX_PENDING_BODY_BYTES
     max_pending_bodies: int = MAX_PENDING_BODIES
+    # What the bodies of admitted requests still running may hold together (503 past it).
+    max_held_bytes: int = MAX_HELD_BODY_BYTES
     # Set: each session's requests are counted, and its end drops what was held for it.
     lifetimes: SessionLifetimes | None = None
     # Called when an admitted request ends (the server is busy).
@@ -272,6 +283,8 @@ class RequestGuard:
     # The bodies being read now, oldest first (at most max_pending_bodies).
     _readers: list[_Reader] = field(default_factory=list, init=False)
     _open: int = field(default=0, init=False)
+    # The bytes of the bodies read whole whose requests still run.
+    _held: int = field(default=0, init=False)
 
     def listen_on(self, hosts: Iterable[str], origins: Iterable[str]) -> None:
         self.allowed_hosts = frozenset(hosts)
@@ -310,7 +323,16 @@ class RequestGuard:
         if isinstance(bounded, JSONResponse):  # too large, too slow, or too many at once
             await bounded(scope, receive, send)
             return
-        exchange = _Exchange(bounded, send)
+        replay, size = bounded
+        self._held += size  # until the request ends: its body lives as long as its call
+        try:
+            await self._run(scope, headers, replay, send)
+        finally:
+            self._held -= size
+
+    async def _run(self, scope: Scope, headers: Headers, replay: Receive, send: Send) -> None:
+        """One admitted request whose body was read whole: the app, as its session."""
+        exchange = _Exchange(replay, send)
         if self.sessions is None:
             await self._serve(scope, exchange, exchange.send)
             return
@@ -355,7 +377,7 @@ class RequestGuard:
 
     async def _bounded_body(
         self, headers: Headers, receive: Receive
-    ) -> Receive | _Gone | JSONResponse:
+    ) -> tuple[Receive, int] | _Gone | JSONResponse:
         """The request's body read whole (a ``receive`` that hands it to the app), or the
         refusal to send instead, the body never held whole or parsed: over
         ``max_body_bytes`` (413), not whole within ``body_seconds`` of its headers (408),
@@ -370,6 +392,8 @@ class RequestGuard:
         promised = int(declared) if declared is not None and declared.isdigit() else 0
         if promised > self.max_body_bytes:
             return _too_large(self.max_body_bytes)
+        if promised > SMALL_BODY_BYTES and self._held + promised > self.max_held_bytes:
+            return _held_full(self.max_held_bytes)
         # Counted before a byte arrives (a promise holds what it promises), and as it comes.
         reader = _Reader(trio.CancelScope(deadline=trio.current_time() + self.body_seconds))
         self._readers.append(reader)
@@ -402,6 +426,9 @@ class RequestGuard:
         finally:
             with contextlib.suppress(ValueError):
                 self._readers.remove(reader)
+        size = len(first["body"])
+        if size > SMALL_BODY_BYTES and self._held + size > self.max_held_bytes:
+            return _held_full(self.max_held_bytes)
         bad = _claimed_id(first["body"])
         if bad is not None:
             return _bad_id(bad)
@@ -411,7 +438,7 @@ class RequestGuard:
         async def replay() -> dict[str, Any]:
             return pending.pop() if pending else await receive()
 
-        return replay
+        return replay, size
 
     def _make_room(self, reader: _Reader, size: int) -> None:
         """Count ``size`` bytes for ``reader``; cut off the oldest readers (``reader`` too,
@@ -572,6 +599,18 @@ def _too_slow(seconds: float) -> JSONResponse:
         "after its headers; it was not read"
     )
     return _rpc_refusal(408, message, {"max_seconds": seconds})
+
+
+def _held_full(limit: int) -> JSONResponse:
+    """503: the bodies of the requests still running hold ``limit`` bytes together."""
+    message = (
+        "request refused unread: the requests ringfence serve is still running hold "
+        f"{limit / 2**20:g} MiB of request bodies together, its limit for a body over "
+        f"{SMALL_BODY_BYTES // 1024} KiB; send it again when some have finished"
+    )
+    response = _rpc_refusal(503, message, {"max_held_bytes": limit})
+    response.headers["Retry-After"] = "1"
+    return response
 
 
 def _busy(bodies: int, limit: int) -> JSONResponse:
@@ -750,6 +789,7 @@ async def serve_http(
         on_request_done=trim.activity,
         body_seconds=options.body_seconds,
         max_open_requests=open_request_limit(),
+        max_held_bytes=options.max_held_bytes,
     )
 
     config = Config()

@@ -46,6 +46,7 @@ from ..runtime.policy._decide import Posture
 __all__ = ["PAGE_SIZE", "RESOURCE_NOT_FOUND", "WorkspaceResources"]
 
 PAGE_SIZE = 100
+_MAX_OFFSET_DIGITS = 18  # of a cursor's offset (one this server signed has far fewer)
 RESOURCE_NOT_FOUND = -32002  # the MCP specification's code for an unknown resource
 Invoke = Callable[[str, dict[str, Any]], Awaitable[Outcome]]
 
@@ -69,7 +70,15 @@ class WorkspaceResources:
         if cursor is None:
             return 0
         offset, _, _mac = cursor.partition(".")
-        if offset.isdigit() and hmac.compare_digest(self._sign(int(offset)), cursor):
+        # ASCII digits only, and few: str.isdigit takes "²" (int() refuses it) and int()
+        # refuses 4,301 digits, and compare_digest refuses non-ASCII text; each escaped as a
+        # Python error with code 0 instead of this refusal.
+        if (
+            offset.isascii()
+            and offset.isdigit()
+            and len(offset) <= _MAX_OFFSET_DIGITS
+            and hmac.compare_digest(self._sign(int(offset)).encode(), cursor.encode())
+        ):
             return int(offset)
         raise MCPError(
             code=types.INVALID_PARAMS,

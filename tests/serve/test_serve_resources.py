@@ -36,7 +36,9 @@ async def test_workspace_files_are_listed_paged_and_read(workspace: Path, events
         assert read.contents[0].text == HELLO
         # A cursor this server did not sign is refused, not trusted.
         _, _, mac = first.next_cursor.partition(".")
-        for forged in (f"0.{mac}", "5", first.next_cursor + "x"):
+        # Nor is one whose offset is no ASCII number (each was a Python error with code 0).
+        odd = ("\u00b2." + mac, "9" * 5_000 + "." + mac, "\u0661." + mac, "1.\u00e9")
+        for forged in (f"0.{mac}", "5", first.next_cursor + "x", *odd):
             with pytest.raises(MCPError) as caught:
                 await client.list_resources(cursor=forged)
             assert caught.value.code == types.INVALID_PARAMS

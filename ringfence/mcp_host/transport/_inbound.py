@@ -227,10 +227,28 @@ class _DecodedBody(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
+def _read_as_events(request: httpx2.Request, response: httpx2.Response) -> bool:
+    """Whether the SDK reads ``response`` as an event stream, event by event (each bounded by
+    its own cap): a 2xx ``text/event-stream`` answer to a GET or POST that asked for one.
+
+    The content type alone is the server's to choose: every other response the SDK reads
+    whole with ``aread`` (a redirect it drains before following, a DELETE's answer, the
+    OAuth flow's metadata, registration and token replies), and an event-stream type there
+    left the body unbounded (a 307 to the same origin with 48 MiB of body was read whole
+    under a 1 MiB cap)."""
+    return (
+        200 <= response.status_code < 300
+        and request.method in ("GET", "POST")
+        and "text/event-stream" in request.headers.get("accept", "").lower()
+        and response.headers.get("content-type", "").lower().startswith("text/event-stream")
+    )
+
+
 class BoundedTransport(httpx2.AsyncBaseTransport):
-    """Bounds every non-SSE response body (SSE events are bounded by the SDK per event), and
-    every compressed body, SSE included, by its decoded bytes (decoded here: httpx never
-    sees its ``Content-Encoding``, so nothing decodes it unbounded)."""
+    """Bounds every response body the SDK reads whole (an event stream it reads event by
+    event is bounded by the SDK per event: :func:`_read_as_events`), and every compressed
+    body, SSE included, by its decoded bytes (decoded here: httpx never sees its
+    ``Content-Encoding``, so nothing decodes it unbounded)."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, limit: InboundLimit) -> None:
         self._inner = inner
@@ -257,7 +275,7 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
                 ),
                 extensions=response.extensions,
             )
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
+        if _read_as_events(request, response):
             return response
         return httpx2.Response(
             status_code=response.status_code,

@@ -3,10 +3,12 @@
 Advertises resources with ``subscribe`` and ``listChanged``. The tool ``flood`` sends
 ``count`` notifications of ``method`` (``notifications/resources/list_changed`` by default)
 and then answers "flooded"; the server could as well send them unasked, at any time.
+``python flood.py slow``: lists 60 resources and answers each subscription after 0.4 s.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import anyio
@@ -15,6 +17,7 @@ from mcp.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 
 warnings.simplefilter("ignore")
+SLOW = sys.argv[1:] == ["slow"]
 
 _ARGS = {
     "type": "object",
@@ -41,12 +44,21 @@ async def call_tool(ctx, params) -> types.CallToolResult:
 
 
 async def list_resources(ctx, params) -> types.ListResourcesResult:
+    if SLOW:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(name=f"r{i}", uri=f"status://r{i}", mime_type="text/plain")
+                for i in range(60)
+            ]
+        )
     return types.ListResourcesResult(
         resources=[types.Resource(name="now", uri="status://now", mime_type="text/plain")]
     )
 
 
 async def subscribe(ctx, params) -> types.EmptyResult:
+    if SLOW and isinstance(params, types.SubscribeRequestParams):
+        await anyio.sleep(0.4)  # each well inside one call's deadline
     return types.EmptyResult()
 
 

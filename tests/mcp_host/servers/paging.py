@@ -8,6 +8,7 @@
   flood   one page with 300 tools (item limit)
   heavy   12 pages, each one tool with a 6 MB description (size limit)
   cursors pages of one tool, each with a fresh 2 MB cursor, without end (size limit)
+  slow    tools/list pages of one tool without end, each answered after 0.4 s (time limit)
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ async def list_tools(ctx, params: types.PaginatedRequestParams | None) -> types.
         return types.ListToolsResult(
             tools=[_tool(f"loop_{cursor or 'start'}")], next_cursor="again"
         )
+    if MODE == "slow":
+        n = int(cursor or 0)
+        await anyio.sleep(0.4)  # each page well inside one call's deadline
+        return types.ListToolsResult(tools=[_tool(f"slow_{n}")], next_cursor=str(n + 1))
     if MODE == "endless":
         n = int(cursor or 0)
         return types.ListToolsResult(tools=[_tool(f"endless_{n}")], next_cursor=str(n + 1))
