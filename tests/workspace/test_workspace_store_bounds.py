@@ -8,12 +8,22 @@ answer stays true (a named ``unavailable``, or done and recorded as done).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
+
+needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed"
+)
 
 
 def _store_bytes(home: Path) -> int:
@@ -63,3 +73,65 @@ def test_a_write_over_a_file_larger_than_the_store_keeps_is_refused(
     assert code == 0, out
     assert (root / "small").read_text() == "s\n"
     assert not os.path.exists(root / "x")
+
+
+@needs_strace
+@needs_bwrap
+def test_a_failed_command_never_removes_a_blob_another_session_named(
+    tmp_path: Path,
+    ringfence_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Session 1's command stores a 2 MB file's bytes as a blob of its own, then its set is
+    refused (over the store's limit) and it gives the blob's space back; it is held just
+    before the removal (``strace``: the first ``unlinkat`` in ``blobs/``). Session 2 then
+    rewrites a file holding the same 2 MB: its set names that blob as the before-image.
+    Before, session 1 removed it anyway: ``write_file`` had reported its checkpoint and
+    ``undo`` failed for good with "blob … is missing (pruned?)", the 2 MB lost. Now the blob
+    another writer named is kept, and the undo gives the bytes back."""
+    monkeypatch.setenv("RINGFENCE_CHECKPOINTS_MIB", "3")
+    root = tmp_path / "ws"
+    root.mkdir()
+    shared = b"x" * 2_000_000
+    (root / "g").write_bytes(shared)
+    digest = hashlib.sha256(shared).hexdigest()
+    args = ["--workspace", str(root), "--posture", "allow-reversible", "--approve", "no"]
+    code, out = cli_json(capsys, "call", "write_file", "--args",
+                         json.dumps({"path": "init", "content": "i"}), *args)  # fmt: skip
+    assert code == 0, out  # the store exists
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    command = "mkdir 0; echo a > 0/a; cp g b; head -c 2000000 /dev/urandom > c"
+    argv = [sys.executable, "-m", "ringfence", "call", "run_shell", "--args",
+            json.dumps({"command": command}), "--json", *args]  # fmt: skip
+    held = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(store / "blobs"),
+         "-e", "trace=unlinkat", "-e", "inject=unlinkat:delay_enter=20000000:when=1", *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not any(
+            n.startswith((digest, f".gone.{digest}")) for n in os.listdir(store / "blobs")
+        ):
+            assert held.poll() is None, held.communicate()
+            assert time.monotonic() < deadline, "the command never stored its blob"
+            time.sleep(0.05)
+        code, out = cli_json(capsys, "call", "write_file", "--args",
+                             json.dumps({"path": "g", "content": "y"}), *args)  # fmt: skip
+        assert code == 0, out
+        set_id = out["result"]["checkpoint"]
+        assert held.poll() is None, "session 1 went on before session 2's write was made"
+        first, _ = held.communicate(timeout=120)
+    finally:
+        if held.poll() is None:
+            held.kill()
+            held.wait()
+    assert json.loads(first)["error"]["code"] == "unavailable", first
+    assert (root / "g").read_bytes() == b"y"
+    assert not (root / "b").exists() and not (root / "c").exists()
+    code, out = cli_json(capsys, "undo", set_id, *args)
+    assert code == 0, out
+    assert (root / "g").read_bytes() == shared
+    assert not [n for n in os.listdir(store / "blobs") if n.startswith(".")]

@@ -352,10 +352,13 @@ class CheckpointStore:
         digest, size, _ = self.put_fd_new(fd)
         return digest, size
 
-    def put_fd_new(self, fd: int) -> tuple[str, int, bool]:
-        """:meth:`put_fd`, and whether the blob is new (no earlier set can name it)."""
+    def put_fd_new(self, fd: int) -> tuple[str, int, tuple[int, int] | None]:
+        """:meth:`put_fd`, and when the blob is new (no earlier set can name it) the identity
+        of the file this call stored (inode, mtime in ns): :meth:`forget_blob` removes that
+        file only while no other writer has named it since."""
         temp = f".in.{secrets.token_hex(6)}"
         h, size = hashlib.sha256(), 0
+        made: os.stat_result | None = None
         try:
             out = os.open(
                 temp,
@@ -370,6 +373,7 @@ class CheckpointStore:
                     _write_all(out, chunk)
                 if self.retention.fsync:
                     os.fsync(out)
+                made = os.fstat(out)  # asked: a later change gets a time of its own
             finally:
                 os.close(out)
             digest = h.hexdigest()
@@ -381,7 +385,7 @@ class CheckpointStore:
             if isinstance(exc, OSError):
                 raise self.full(exc, _size_of(fd)) from None
             raise
-        return digest, size, new
+        return digest, size, ((made.st_ino, made.st_mtime_ns) if new and made else None)
 
     def get(self, digest: str) -> bytes:
         if not _DIGEST.match(digest):
@@ -400,12 +404,35 @@ class CheckpointStore:
             raise ToolError(f"blob {digest} in {self.path} is damaged; it is not used")
         return data
 
-    def forget_blob(self, digest: str) -> None:
-        """Remove a blob file no manifest names (a failed set's large blob: its space back
-        now, not at a prune an hour on). The caller knows no set names it."""
-        if _DIGEST.match(digest):
-            with contextlib.suppress(OSError):
-                os.unlink(digest, dir_fd=self._blobs_fd)
+    def forget_blob(self, digest: str, made: tuple[int, int]) -> None:
+        """Remove a blob file no manifest of this caller names (a failed set's large blob:
+        its space back now, not at a prune an hour on), unless another writer named it
+        since ``made`` (the stored file's inode and mtime, :meth:`put_fd_new`).
+
+        Another session storing or keeping the same bytes meanwhile (a ``write_file`` over
+        a file holding them: its before-image) replaces the file (another inode) or makes it
+        young (:meth:`has`: another mtime), and names it in its manifest: removed anyway,
+        that set's ``undo`` failed for good with "blob … is missing (pruned?)". Moved out of
+        the way first and judged there, as a prune does (:func:`_remove_if_old`): a writer
+        keeping it before the move is seen, one after finds it gone and stores it anew."""
+        if not _DIGEST.match(digest):
+            return
+        dir_fd = self._blobs_fd
+        aside = f".gone.{digest}.{secrets.token_hex(4)}"
+        try:
+            os.rename(digest, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError:
+            return  # gone already, or cannot be moved: left for a prune
+        try:
+            st = os.stat(aside, dir_fd=dir_fd, follow_symlinks=False)
+            named = (st.st_ino, st.st_mtime_ns) != made
+        except OSError:
+            return
+        with contextlib.suppress(OSError):
+            if named:
+                os.rename(aside, digest, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            else:
+                os.unlink(aside, dir_fd=dir_fd)
 
     def has(self, digest: str) -> bool:
         """Is a blob with this digest stored (as a file or in a pack)? If so it is kept
@@ -909,7 +936,8 @@ class PackWriter:
         self._store = store
         self._limit = limit_bytes
         self.stored = 0  # bytes this pack stored (its own and its large blobs')
-        self._blobs: list[str] = []  # large blobs this pack stored as files of their own
+        # Large blobs this pack stored as files of their own, each with its file's identity.
+        self._blobs: list[tuple[str, tuple[int, int]]] = []
         self._dir = store._packs_fd
         self.name = f"{store.new_id()}"
         self._temp = f".{self.name}.pack.tmp"
@@ -964,9 +992,9 @@ class PackWriter:
 
     def put_fd(self, fd: int) -> tuple[str, int]:
         self._count(_size_of(fd))  # refused before a byte is copied
-        digest, size, new = self._store.put_fd_new(fd)  # large: a blob of its own, streamed
-        if new:
-            self._blobs.append(digest)
+        digest, size, made = self._store.put_fd_new(fd)  # large: a blob of its own, streamed
+        if made is not None:
+            self._blobs.append((digest, made))
         return digest, size
 
     def get(self, digest: str) -> bytes:
@@ -997,8 +1025,8 @@ class PackWriter:
         them yet): a failed set gives its space back at once. Idempotent."""
         self._buffer.clear()
         if self._entries:  # not committed: the large blobs are this pack's alone
-            for digest in self._blobs:
-                self._store.forget_blob(digest)
+            for digest, made in self._blobs:
+                self._store.forget_blob(digest, made)
         self._blobs = []
         self._entries = {}  # a commit after this stores nothing
         if self._fd >= 0:
