@@ -135,3 +135,44 @@ def test_a_failed_command_never_removes_a_blob_another_session_named(
     assert code == 0, out
     assert (root / "g").read_bytes() == shared
     assert not [n for n in os.listdir(store / "blobs") if n.startswith(".")]
+
+
+@needs_strace
+@pytest.mark.parametrize("when", range(2, 7))  # the 1st: also the answer's own (stdout)
+def test_an_undo_on_a_disk_filling_as_it_ends_answers_what_it_did(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], when: int
+) -> None:
+    """``ENOSPC`` injected at the ``when``-th ``write`` of each thread of an ``undo`` (its
+    manifest, the file, its journal's ``E`` line, ...): whatever the
+    point, the answer is what happened and stays so at the next start. Before, a full disk
+    at the ``E`` line answered "undo failed: OSError: [Errno 28]" (``tool_error``) beside a
+    workspace holding the whole undo, recorded as undone."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    args = ["--workspace", str(root), "--posture", "allow-reversible", "--approve", "no"]
+    code, out = cli_json(capsys, "call", "write_file", "--args",
+                         json.dumps({"path": "f", "content": "new\n"}), *args)  # fmt: skip
+    assert code == 0, out
+    set_id = out["result"]["checkpoint"]
+    argv = [sys.executable, "-m", "ringfence", "undo", set_id, "--json", *args]
+    proc = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=write",
+         "-e", f"inject=write:error=ENOSPC:when={when}", *argv],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    result = json.loads(proc.stdout)
+    for _ in range(2):  # as answered, and again after the next start's recovery
+        code, listed = cli_json(capsys, "checkpoints", "list", "--workspace", str(root))
+        assert code == 0, listed
+        [mine] = [s for s in listed["result"] if s["id"] == set_id]
+        if result["ok"]:
+            assert (root / "f").read_text() == "old\n", result
+            assert mine["undone_by"], listed
+        else:
+            assert result["error"]["code"] in ("unavailable", "unwritable"), result
+            assert (root / "f").read_text() == "new\n", result
+            assert not mine["undone_by"], listed
+        code, recovered = cli_json(capsys, "recover", "--workspace", str(root))
+        assert code == 0 and recovered["result"]["sets"] == [], recovered
