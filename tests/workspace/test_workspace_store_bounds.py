@@ -176,3 +176,76 @@ def test_an_undo_on_a_disk_filling_as_it_ends_answers_what_it_did(
             assert not mine["undone_by"], listed
         code, recovered = cli_json(capsys, "recover", "--workspace", str(root))
         assert code == 0 and recovered["result"]["sets"] == [], recovered
+
+
+def _ringfence(home: Path, *words: str) -> dict:
+    """The CLI as a process of its own, given a minute (a hang is the failure looked for)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ringfence", *words, "--json"],
+        env={**os.environ, "RINGFENCE_HOME": str(home)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def test_a_fifo_swapped_for_a_blob_is_damaged_not_a_hang(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A blob replaced by a FIFO between sessions: ``undo`` opened it to read and waited for
+    a writer for ever (a rollback needing it hung every start). It is refused as damaged,
+    named, and nothing is written."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    args = ["--workspace", str(root), "--posture", "allow-reversible", "--approve", "no"]
+    code, out = cli_json(capsys, "call", "write_file", "--args",
+                         json.dumps({"path": "f", "content": "new\n"}), *args)  # fmt: skip
+    assert code == 0, out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    blob = store / "blobs" / hashlib.sha256(b"old\n").hexdigest()
+    blob.unlink()
+    os.mkfifo(blob)
+    out = _ringfence(ringfence_home, "undo", out["result"]["checkpoint"], *args)
+    assert not out["ok"] and "damaged" in out["error"]["message"], out
+    assert blob.name in out["error"]["message"], out
+    assert (root / "f").read_text() == "new\n"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_fifo_swapped_for_a_pack_or_its_index_stops_no_start(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shell command's pack index replaced by a FIFO: every start's prune opened it and
+    hung (``checkpoints list``, any session on the workspace); its pack likewise hung the
+    ``undo`` reading it. Both are passed over or refused as damaged, and the other sets
+    are listed and undone as ever."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    args = ["--workspace", str(root), "--posture", "allow-reversible", "--approve", "no"]
+    code, out = cli_json(capsys, "call", "run_shell", "--args",
+                         json.dumps({"command": "echo n > f; echo m > g"}), *args)  # fmt: skip
+    assert code == 0, out
+    shell_set = out["result"]["changes"]["id"]
+    code, out = cli_json(capsys, "call", "write_file", "--args",
+                         json.dumps({"path": "h", "content": "h\n"}), *args)  # fmt: skip
+    assert code == 0, out
+    [store] = (ringfence_home / "checkpoints").iterdir()
+    [index] = (store / "packs").glob("*.idx")
+    [pack] = (store / "packs").glob("*.pack")
+    for swapped in (index, pack):
+        swapped.rename(tmp_path / swapped.name)
+        os.mkfifo(swapped)
+        listed = _ringfence(ringfence_home, "checkpoints", "list", "--workspace", str(root))
+        assert listed["ok"] and len(listed["result"]) == 2, listed
+        out = _ringfence(ringfence_home, "undo", shell_set, *args)
+        assert not out["ok"], out  # its bytes cannot be read: nothing undone
+        assert (root / "f").read_text() == "n\n" and (root / "g").read_text() == "m\n"
+        swapped.unlink()
+        (tmp_path / swapped.name).rename(swapped)
+    out = _ringfence(ringfence_home, "undo", "--last", "1", *args)
+    assert out["ok"], out
+    assert not (root / "h").exists()
+    out = _ringfence(ringfence_home, "undo", shell_set, *args)
+    assert out["ok"], out
+    assert (root / "f").read_text() == "old\n" and not (root / "g").exists()

@@ -46,6 +46,10 @@ _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 _HEX = re.compile(r"[0-9a-f]+\Z")
 # An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
 _BLOB_GRACE_SECONDS = 3600
+# How the store's files are opened to be read: never through a link, and never waiting on a
+# FIFO or a device planted under a stored file's name (its open hung `undo`, and every start's
+# recovery and prune, for good); what is not a regular file is then refused as damaged.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # A blob (or pack) found already stored is made young again (its mtime) at most this often per
 # store object: within this long of the last time it still has most of its grace ahead.
 _KEEP_AGAIN_SECONDS = 60.0
@@ -391,12 +395,15 @@ class CheckpointStore:
         if not _DIGEST.match(digest):
             raise InvalidArguments(f"{digest!r} is not a sha256 digest", field="digest")
         try:
-            fd = os.open(digest, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._blobs_fd)
+            fd = os.open(digest, _READ_FLAGS, dir_fd=self._blobs_fd)
         except FileNotFoundError:
             data = self._get_packed(digest)
+        except OSError as exc:  # a link planted under a blob's name
+            raise self._damaged_file("blob", digest, exc.strerror or str(exc)) from None
         else:
             try:  # its size, then one read (a buffered file object cost five more calls)
-                data = read_at_most(fd, os.fstat(fd).st_size, sys.maxsize) or b""
+                data = read_at_most(fd, _regular_size(fd, self, "blob", digest), sys.maxsize)
+                data = data or b""
             finally:
                 os.close(fd)
         if hashlib.sha256(data).hexdigest() != digest:
@@ -547,15 +554,21 @@ class CheckpointStore:
             raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)")
         pack, offset, size = found
         try:
-            fd = os.open(
-                f"{pack}.pack", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._packs_fd
-            )
+            fd = os.open(f"{pack}.pack", _READ_FLAGS, dir_fd=self._packs_fd)
         except FileNotFoundError:
             raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)") from None
+        except OSError as exc:  # a link planted under a pack's name
+            raise self._damaged_file("pack", pack, exc.strerror or str(exc)) from None
         try:
+            _regular_size(fd, self, "pack", pack)
             return os.pread(fd, size, offset)
         finally:
             os.close(fd)
+
+    def _damaged_file(self, what: str, name: str, why: str) -> ToolError:
+        return ToolError(
+            f"{what} {name} in {self.path} is damaged ({why}); it is not used", damaged=name
+        )
 
     # -- change sets -------------------------------------------------------------------
 
@@ -1037,8 +1050,12 @@ class PackWriter:
 
 
 def _read_index(dir_fd: int, name: str) -> list[tuple[str, int, int]]:
-    """A pack's index: (digest, offset, size) per line; ValueError if malformed."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    """A pack's index: (digest, offset, size) per line; ValueError if malformed (or not a
+    regular file: a FIFO under an index's name hung every start's prune on its open)."""
+    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{name} is not a regular file")
     with os.fdopen(fd, "rb") as f:
         out = []
         for line in f.read().decode("ascii").splitlines():
@@ -1047,6 +1064,14 @@ def _read_index(dir_fd: int, name: str) -> list[tuple[str, int, int]]:
                 raise ValueError(digest)
             out.append((digest, int(offset), int(size)))
         return out
+
+
+def _regular_size(fd: int, store: CheckpointStore, what: str, name: str) -> int:
+    """The size of the stored file open at ``fd``; damaged unless it is a regular file."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise store._damaged_file(what, name, "not a regular file")
+    return st.st_size
 
 
 def _open_store(path: str, *, create: bool) -> int | None:
