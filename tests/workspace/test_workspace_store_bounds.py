@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import cli_json, isolated  # noqa: F401 (an autouse fixture)
 
+from ringfence import create_kernel
+
 needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed"
@@ -249,3 +251,34 @@ def test_a_fifo_swapped_for_a_pack_or_its_index_stops_no_start(
     out = _ringfence(ringfence_home, "undo", shell_set, *args)
     assert out["ok"], out
     assert (root / "f").read_text() == "old\n" and not (root / "g").exists()
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="faketime is not installed")
+async def test_a_long_session_s_next_set_is_past_one_another_session_saved_meanwhile(
+    tmp_path: Path, ringfence_home: Path
+) -> None:
+    """A long session (the API's kernel) and a CLI session whose clock runs two hours
+    ahead (``faketime``; or the long session's clock stepped back since it started) write
+    one workspace. The long session read the store's newest id once: its next set got an
+    id older than the set the other session had saved meanwhile, so ``undo --last 1``
+    undid that earlier write instead of the last one. A new id is past every id the store
+    holds when it is made."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    async with create_kernel(roots=[root], posture="allow-reversible") as kernel:
+        out = await kernel.invoke("write_file", {"path": "a", "content": "a\n"})
+        assert out.error is None, out
+        args = ["--workspace", str(root), "--posture", "allow-reversible", "--approve", "no"]
+        proc = subprocess.run(
+            ["faketime", "-f", "+2h", sys.executable, "-m", "ringfence", "call", "write_file",
+             "--args", json.dumps({"path": "b", "content": "b\n"}), "--json", *args],
+            env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert json.loads(proc.stdout)["ok"], (proc.stdout, proc.stderr[-1000:])
+        out = await kernel.invoke("write_file", {"path": "c", "content": "c\n"})
+        assert out.error is None, out
+        last = out.value["checkpoint"]
+    out = _ringfence(ringfence_home, "undo", "--last", "1", *args)
+    assert out["ok"] and out["result"][0]["undone"] == last, out
+    assert sorted(os.listdir(root)) == ["a", "b"]

@@ -94,6 +94,7 @@ class CheckpointStore:
         self._lock = threading.Lock()
         self._id_lock = threading.Lock()
         self._last_us = -1  # the newest id's time (new_id)
+        self._ids_mtime = -1  # the sets directory's mtime when new_id last listed it
         self._since_prune = 0
         self._open_lock = threading.Lock()
         self._fds: tuple[int, int, int] | None = None
@@ -578,10 +579,21 @@ class CheckpointStore:
         id older than the last one, so ``undo`` undid an earlier set instead of it."""
         now = time.time_ns() // 1000
         with self._id_lock:
-            if self._last_us < 0:  # once per store object: the newest id stored
+            fds = self._open(create=False)
+            mtime = os.fstat(fds[1]).st_mtime_ns if fds is not None else 0
+            if self._last_us < 0 or mtime != self._ids_mtime:
+                # Listed again whenever a set was saved since (by this process or another):
+                # read once per store object, a long session's ids were past only its own,
+                # and a set another session saved meanwhile with a clock ahead (or its own
+                # clock before a step back) stayed newer than this session's next set, so
+                # ``undo --last`` undid that older set instead of the last one.
+                self._ids_mtime = mtime
                 self._last_us = max(
-                    (int(i[:14], 16) for i in self.ids() if len(i) >= 14 and _HEX.match(i)),
-                    default=0,
+                    self._last_us,
+                    max(
+                        (int(i[:14], 16) for i in self.ids() if len(i) >= 14 and _HEX.match(i)),
+                        default=0,
+                    ),
                 )
             now = max(now, self._last_us + 1)
             self._last_us = now
