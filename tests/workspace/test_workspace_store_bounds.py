@@ -282,3 +282,49 @@ async def test_a_long_session_s_next_set_is_past_one_another_session_saved_meanw
     out = _ringfence(ringfence_home, "undo", "--last", "1", *args)
     assert out["ok"] and out["result"][0]["undone"] == last, out
     assert sorted(os.listdir(root)) == ["a", "b"]
+
+
+def test_an_event_file_on_a_full_disk_keeps_whole_records(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The event file's file system fills (a small tmpfs the test mounts, filled to the
+    last byte): the session's records were written in part. The call answered
+    "cannot use a file" (``tool_error``), ``events verify`` called the log ``TAMPERED`` (a
+    line that is no record, without its newline) and every later session was refused
+    ("does not end with a whole event record"). Now the file holds whole records only: the
+    error names the full file system (``unavailable``, field ``events``), the killed-like
+    session is ``NOT SEALED`` (not tampering), and the next session appends once there is
+    room."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    root = tmp_path / "ws"
+    root.mkdir()
+    place = tmp_path / "ev"
+    place.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(place)], check=True)
+    try:
+        events = place / "events.jsonl"
+        args = ["--workspace", str(root), "--posture", "allow-reversible", "--approve", "no",
+                "--events", str(events)]  # fmt: skip
+        out = _ringfence(ringfence_home, "call", "list_directory", "--args", '{"path": "."}', *args)
+        assert out["ok"], out
+        filler = os.open(place / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with pytest.raises(OSError):
+                while True:
+                    os.write(filler, b"\0" * 512)
+        finally:
+            os.close(filler)
+        out = _ringfence(ringfence_home, "call", "list_directory", "--args", '{"path": "."}', *args)
+        assert not out["ok"] and out["error"]["code"] == "unavailable", out
+        assert out["error"]["field"] == "events" and "full" in out["error"]["message"], out
+        assert events.read_bytes().endswith(b"\n")
+        report = _ringfence(ringfence_home, "events", "verify", "--allow-open", str(events))
+        assert report["ok"] and not report["result"]["tampered"], report
+        (place / "filler").unlink()
+        out = _ringfence(ringfence_home, "call", "list_directory", "--args", '{"path": "."}', *args)
+        assert out["ok"], out
+        report = _ringfence(ringfence_home, "events", "verify", "--allow-open", str(events))
+        assert report["ok"] and not report["result"]["tampered"], report
+    finally:
+        subprocess.run(["umount", str(place)], check=False)
