@@ -328,3 +328,27 @@ def test_an_event_file_on_a_full_disk_keeps_whole_records(
         assert report["ok"] and not report["result"]["tampered"], report
     finally:
         subprocess.run(["umount", str(place)], check=False)
+
+
+@needs_bwrap
+def test_a_refused_command_of_large_files_alone_gives_their_space_back(
+    tmp_path: Path,
+    ringfence_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A command writing only large files (each a blob of its own, none packed) whose set
+    is refused as it is read (over the store's limit): its stored blobs stayed for an hour,
+    outside the limit (2 MB a refused command: the same command again and again filled the
+    disk). They go at once, as a set with small files did."""
+    monkeypatch.setenv("RINGFENCE_CHECKPOINTS_MIB", "3")
+    root = tmp_path / "ws"
+    root.mkdir()
+    args = ["--workspace", str(root), "--posture", "allow-reversible", "--approve", "no"]
+    command = "head -c 2000000 /dev/urandom > b; head -c 2000000 /dev/urandom > c"
+    for _ in range(3):
+        code, out = cli_json(capsys, "call", "run_shell", "--args",
+                             json.dumps({"command": command}), *args)  # fmt: skip
+        assert code != 0 and out["error"]["code"] == "unavailable", out
+    assert os.listdir(root) == []
+    assert _store_bytes(ringfence_home) < 256 * 1024

@@ -969,6 +969,7 @@ class PackWriter:
         self._fd = -1  # opened by the first blob: a pack of nothing costs no file
         self._offset = 0
         self._entries: dict[str, tuple[int, int]] = {}
+        self._committed = False  # committed: a manifest may name its blobs from now on
         self._buffer = bytearray()  # written out in 1 MiB pieces, not a write per blob
         # The packed blobs the store holds, looked up once (a stat per blob cost a 10,000-file
         # command 10,000 system calls). A blob the store holds as a file of its own is stored
@@ -1027,6 +1028,7 @@ class PackWriter:
 
     def commit(self) -> None:
         if not self._entries:
+            self._committed = True  # its large blobs are a manifest's to name now
             return  # nothing added (or committed already)
         self._flush()
         try:
@@ -1044,12 +1046,17 @@ class PackWriter:
                 os.unlink(f"{self.name}.pack", dir_fd=self._dir)  # no index: no use
             raise self._store.full(exc, len(index)) from None
         self._entries = {}
+        self._committed = True
 
     def abort(self) -> None:
         """Drop what this pack wrote (its file, and its large blobs when no manifest names
-        them yet): a failed set gives its space back at once. Idempotent."""
+        them yet): a failed set gives its space back at once. Idempotent.
+
+        Its large blobs go whenever it was not committed: a set of large files alone (no
+        small one packed) kept them (2 MB a refused command, for an hour, outside the
+        store's limit: a command refused again and again could fill the disk)."""
         self._buffer.clear()
-        if self._entries:  # not committed: the large blobs are this pack's alone
+        if not self._committed:  # the large blobs are this pack's alone
             for digest, made in self._blobs:
                 self._store.forget_blob(digest, made)
         self._blobs = []
