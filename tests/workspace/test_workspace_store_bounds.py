@@ -352,3 +352,32 @@ def test_a_refused_command_of_large_files_alone_gives_their_space_back(
         assert code != 0 and out["error"]["code"] == "unavailable", out
     assert os.listdir(root) == []
     assert _store_bytes(ringfence_home) < 256 * 1024
+
+
+def test_an_undo_of_several_sets_refused_midway_names_what_it_undid(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``undo --last 2``: the newer set (``b`` written) is undone, then the older one meets
+    a conflict (``a`` edited since). The answer said "conflict … nothing was changed" beside
+    a workspace where ``b`` was gone, and named no set. It now names the set it refused and
+    the one it undid, which stays undone (and listed as undone), and the edit is kept."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    args = ["--workspace", str(root), "--posture", "allow-reversible", "--approve", "no"]
+    ids = []
+    for name in ("a", "b"):
+        code, out = cli_json(capsys, "call", "write_file", "--args",
+                             json.dumps({"path": name, "content": f"{name}1"}), *args)  # fmt: skip
+        assert code == 0, out
+        ids.append(out["result"]["checkpoint"])
+    (root / "a").write_text("edited")
+    code, out = cli_json(capsys, "undo", "--last", "2", *args)
+    assert code != 0, out
+    message = out["error"]["message"]
+    assert "nothing was changed" not in message, message
+    assert ids[0] in message and ids[1] in message, message
+    assert [d["undone"] for d in out["error"]["details"]["undone"]] == [ids[1]], out
+    assert sorted(os.listdir(root)) == ["a"] and (root / "a").read_text() == "edited"
+    code, listed = cli_json(capsys, "checkpoints", "list", "--workspace", str(root))
+    undone = {s["id"]: s["undone_by"] for s in listed["result"]}
+    assert undone[ids[1]] and not undone[ids[0]], listed

@@ -239,7 +239,12 @@ def undo(
             call_id=call_id,
             undoes=cs.id,
         )
-        done = _journaled(store, planned, atomic=True, force=force)
+        try:
+            done = _journaled(store, planned, atomic=True, force=force)
+        except RingfenceError as exc:
+            if not out:
+                raise
+            raise _after_some(exc, cs.id, out) from exc.__cause__
         out.append(
             {
                 "undone": cs.id,
@@ -248,6 +253,20 @@ def undo(
             }
         )
     return out
+
+
+def _after_some(exc: RingfenceError, failed: str, out: list[dict[str, Any]]) -> RingfenceError:
+    """``exc`` (the undo of set ``failed`` refused) said with the sets undone before it, which
+    stay undone: it said "nothing was changed" beside a workspace where ``undo --last 2``
+    had undone the newer set (its file gone), and named no set."""
+    undone = ", ".join(f"{item['undone']} (as {item['checkpoint']})" for item in out)
+    message = exc.message.replace(
+        "nothing was changed", f"nothing of change set {failed} was changed"
+    )
+    return exc.with_(
+        message=f"{message}; the change sets undone before it stay undone: {undone}",
+        details={**exc.details, "undone": out, "refused_set": failed},
+    )
 
 
 def _unchanged_since(
