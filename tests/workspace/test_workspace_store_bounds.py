@@ -87,7 +87,8 @@ def test_a_failed_command_never_removes_a_blob_another_session_named(
 ) -> None:
     """Session 1's command stores a 2 MB file's bytes as a blob of its own, then its set is
     refused (over the store's limit) and it gives the blob's space back; it is held just
-    before the removal (``strace``: the first ``unlinkat`` in ``blobs/``). Session 2 then
+    before the removal (``strace``: the first ``unlinkat`` in ``blobs/``, held 45 s so
+    that a loaded machine still finishes session 2 meanwhile; checked). Session 2 then
     rewrites a file holding the same 2 MB: its set names that blob as the before-image.
     Before, session 1 removed it anyway: ``write_file`` had reported its checkpoint and
     ``undo`` failed for good with "blob … is missing (pruned?)", the 2 MB lost. Now the blob
@@ -108,7 +109,7 @@ def test_a_failed_command_never_removes_a_blob_another_session_named(
             json.dumps({"command": command}), "--json", *args]  # fmt: skip
     held = subprocess.Popen(
         ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(store / "blobs"),
-         "-e", "trace=unlinkat", "-e", "inject=unlinkat:delay_enter=20000000:when=1", *argv],
+         "-e", "trace=unlinkat", "-e", "inject=unlinkat:delay_enter=45000000:when=1", *argv],
         env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)},
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
