@@ -56,6 +56,8 @@ record instead.
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -68,7 +70,7 @@ from typing import Any, Protocol
 import orjson
 
 from ._canonical import canonical_json, loads
-from ._errors import Unwritable
+from ._errors import Unavailable, Unwritable
 from ._output import escape_surrogates
 from ._redact import Redactor
 
@@ -223,15 +225,36 @@ class FileSink:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffered lines with one append (and fsync when ``sync``)."""
+        """Write the buffered lines with one append (and fsync when ``sync``).
+
+        A write that fails midway (a full file system takes part of it, then ``ENOSPC``)
+        is cut back to where it began and its lines kept for the next flush: the file
+        holds whole records only. Before, the part written stayed: ``events verify``
+        called the log ``TAMPERED`` (a line that is no record, without its newline) and
+        every later session refused to append to it."""
         if not self._buffer or self._fd is None:
             return
-        self._buffer.append(b"")  # the last line's newline
-        data = b"\n".join(self._buffer)
-        self._buffer.clear()
-        view = memoryview(data)
-        while view:  # a regular file takes it whole; a short write is finished, not lost
-            view = view[os.write(self._fd, view) :]
+        lines = self._buffer
+        self._buffer = []
+        data = b"\n".join([*lines, b""])  # the last line's newline too
+        start = os.fstat(self._fd).st_size
+        try:
+            with memoryview(data) as whole:
+                done = 0
+                while done < len(whole):  # a short write is finished, not lost
+                    done += os.write(self._fd, whole[done:])
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)  # whole records or none
+            self._buffer = lines + self._buffer
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise Unavailable(
+                    f"the file system holding the event file {self.path} is full: "
+                    f"{len(lines)} record(s) of this session could not be written (kept to "
+                    "be written at the next flush); free space there",
+                    field="events",
+                ) from None
+            raise
         if self.sync:
             os.fsync(self._fd)
 

@@ -85,6 +85,7 @@ class Journal:
         self._open_ops = 0
         self._turn_fd = -1
         self._turns = 0  # operations and recoveries of this object holding the turn
+        self._begun: dict[str, int] = {}  # each open operation's B line: where it starts
 
     def _file(self) -> int:
         """The journal file, made locked: it is made under a name recovery does not read
@@ -116,11 +117,22 @@ class Journal:
                 raise OSError(errno.EAGAIN, "the journal file kept being removed as it was made")
         return self._fd
 
-    def _append(self, line: bytes, *, sync: bool) -> None:
+    def _append(self, line: bytes, *, sync: bool) -> int:
+        """Append ``line`` whole (caller holds ``_lock``); where it starts in the file.
+
+        A file system that fills midway writes part of it and says so by the count alone
+        (a line across a page boundary on a full tmpfs or ext4): the part is cut off again
+        and the write is ``ENOSPC``, never half a line that joins the next one into a line no
+        version can read."""
         fd = self._file()
-        os.write(fd, line)  # O_APPEND: one short write, whole or not at all
+        written = os.write(fd, line)  # O_APPEND: at the end, whatever else appended
+        end = os.lseek(fd, 0, os.SEEK_CUR)
+        if written < len(line):
+            os.ftruncate(fd, end - written)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         if sync or self._store.retention.fsync:
             os.fsync(fd)
+        return end - written
 
     def _take_turn(self) -> None:
         """Hold the workspace's writer lock (caller holds ``_lock``); see the docstring.
@@ -192,7 +204,7 @@ class Journal:
         with self._lock:
             self._take_turn()
             try:
-                self._append(line, sync=sync)
+                self._begun[set_id] = self._append(line, sync=sync)
             except OSError as exc:
                 self._give_turn()
                 raise self._store.full(exc, len(line)) from None
@@ -202,15 +214,55 @@ class Journal:
             self._open_ops += 1
 
     def end(self, set_id: str) -> None:
-        """After its last write and its manifest's final form (or after it failed cleanly)."""
+        """After its last write and its manifest's final form (or after it failed cleanly).
+
+        On a file system that filled since the ``B`` line the ``E`` line may not fit: the
+        ``B`` line is then taken back instead, which needs no new space (the file cut
+        there when no other operation of this object is open, every line after it spent;
+        else its ``B`` overwritten in place by an ``E``). Before, the operation, done and
+        recorded, answered "failed: OSError: [Errno 28]" (an ``undo`` that had undone),
+        and its journal still named it in flight. Only when that fails too is the
+        operation left in flight, said as ``unavailable``: the next start rolls it back."""
         with self._lock:
+            offset = self._begun.pop(set_id, None)
             try:
                 self._append(f"E {set_id}\n".encode(), sync=False)
-            finally:
-                self._open_ops -= 1
-                self._give_turn()
+            except OSError as exc:
+                if not self._take_back(offset):
+                    self._give_turn()  # still open: the journal is kept past close()
+                    raise Unavailable(
+                        f"the operation writing change set {set_id} is done, but the "
+                        f"journal of {self._store.path} could not record its end "
+                        f"({exc.strerror or exc}): the next start of this workspace rolls "
+                        "it back; free space there",
+                        rolling_back=set_id,
+                    ) from None
+            self._open_ops -= 1
+            self._give_turn()
             if self._open_ops == 0 and os.fstat(self._fd).st_size > _RESET_BYTES:
                 os.ftruncate(self._fd, 0)  # every line in it is spent
+
+    def _take_back(self, offset: int | None) -> bool:
+        """Undo an operation's ``B`` line at ``offset`` without new space (see :meth:`end`;
+        caller holds ``_lock``); False when it cannot."""
+        if offset is None:
+            return False
+        try:
+            if self._open_ops == 1:  # only this one: every line after its B is spent
+                os.ftruncate(self._fd, offset)
+                return True
+            # Not through the O_APPEND descriptor: Linux appends a pwrite there.
+            fd = os.open(
+                self._name,
+                os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=self._store._journal_fd,
+            )
+            try:
+                return os.pwrite(fd, b"E", offset) == 1
+            finally:
+                os.close(fd)
+        except OSError:
+            return False
 
     @contextlib.contextmanager
     def writing(self, set_id: str, *, sync: bool = False) -> Iterator[None]:

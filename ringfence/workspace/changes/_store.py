@@ -46,6 +46,10 @@ _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 _HEX = re.compile(r"[0-9a-f]+\Z")
 # An unreferenced blob younger than this is kept: a recorder stores blobs before its manifest.
 _BLOB_GRACE_SECONDS = 3600
+# How the store's files are opened to be read: never through a link, and never waiting on a
+# FIFO or a device planted under a stored file's name (its open hung `undo`, and every start's
+# recovery and prune, for good); what is not a regular file is then refused as damaged.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # A blob (or pack) found already stored is made young again (its mtime) at most this often per
 # store object: within this long of the last time it still has most of its grace ahead.
 _KEEP_AGAIN_SECONDS = 60.0
@@ -90,6 +94,7 @@ class CheckpointStore:
         self._lock = threading.Lock()
         self._id_lock = threading.Lock()
         self._last_us = -1  # the newest id's time (new_id)
+        self._ids_mtime = -1  # the sets directory's mtime when new_id last listed it
         self._since_prune = 0
         self._open_lock = threading.Lock()
         self._fds: tuple[int, int, int] | None = None
@@ -352,10 +357,13 @@ class CheckpointStore:
         digest, size, _ = self.put_fd_new(fd)
         return digest, size
 
-    def put_fd_new(self, fd: int) -> tuple[str, int, bool]:
-        """:meth:`put_fd`, and whether the blob is new (no earlier set can name it)."""
+    def put_fd_new(self, fd: int) -> tuple[str, int, tuple[int, int] | None]:
+        """:meth:`put_fd`, and when the blob is new (no earlier set can name it) the identity
+        of the file this call stored (inode, mtime in ns): :meth:`forget_blob` removes that
+        file only while no other writer has named it since."""
         temp = f".in.{secrets.token_hex(6)}"
         h, size = hashlib.sha256(), 0
+        made: os.stat_result | None = None
         try:
             out = os.open(
                 temp,
@@ -370,6 +378,7 @@ class CheckpointStore:
                     _write_all(out, chunk)
                 if self.retention.fsync:
                     os.fsync(out)
+                made = os.fstat(out)  # asked: a later change gets a time of its own
             finally:
                 os.close(out)
             digest = h.hexdigest()
@@ -381,18 +390,21 @@ class CheckpointStore:
             if isinstance(exc, OSError):
                 raise self.full(exc, _size_of(fd)) from None
             raise
-        return digest, size, new
+        return digest, size, ((made.st_ino, made.st_mtime_ns) if new and made else None)
 
     def get(self, digest: str) -> bytes:
         if not _DIGEST.match(digest):
             raise InvalidArguments(f"{digest!r} is not a sha256 digest", field="digest")
         try:
-            fd = os.open(digest, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._blobs_fd)
+            fd = os.open(digest, _READ_FLAGS, dir_fd=self._blobs_fd)
         except FileNotFoundError:
             data = self._get_packed(digest)
+        except OSError as exc:  # a link planted under a blob's name
+            raise self._damaged_file("blob", digest, exc.strerror or str(exc)) from None
         else:
             try:  # its size, then one read (a buffered file object cost five more calls)
-                data = read_at_most(fd, os.fstat(fd).st_size, sys.maxsize) or b""
+                data = read_at_most(fd, _regular_size(fd, self, "blob", digest), sys.maxsize)
+                data = data or b""
             finally:
                 os.close(fd)
         if hashlib.sha256(data).hexdigest() != digest:
@@ -400,12 +412,35 @@ class CheckpointStore:
             raise ToolError(f"blob {digest} in {self.path} is damaged; it is not used")
         return data
 
-    def forget_blob(self, digest: str) -> None:
-        """Remove a blob file no manifest names (a failed set's large blob: its space back
-        now, not at a prune an hour on). The caller knows no set names it."""
-        if _DIGEST.match(digest):
-            with contextlib.suppress(OSError):
-                os.unlink(digest, dir_fd=self._blobs_fd)
+    def forget_blob(self, digest: str, made: tuple[int, int]) -> None:
+        """Remove a blob file no manifest of this caller names (a failed set's large blob:
+        its space back now, not at a prune an hour on), unless another writer named it
+        since ``made`` (the stored file's inode and mtime, :meth:`put_fd_new`).
+
+        Another session storing or keeping the same bytes meanwhile (a ``write_file`` over
+        a file holding them: its before-image) replaces the file (another inode) or makes it
+        young (:meth:`has`: another mtime), and names it in its manifest: removed anyway,
+        that set's ``undo`` failed for good with "blob … is missing (pruned?)". Moved out of
+        the way first and judged there, as a prune does (:func:`_remove_if_old`): a writer
+        keeping it before the move is seen, one after finds it gone and stores it anew."""
+        if not _DIGEST.match(digest):
+            return
+        dir_fd = self._blobs_fd
+        aside = f".gone.{digest}.{secrets.token_hex(4)}"
+        try:
+            os.rename(digest, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError:
+            return  # gone already, or cannot be moved: left for a prune
+        try:
+            st = os.stat(aside, dir_fd=dir_fd, follow_symlinks=False)
+            named = (st.st_ino, st.st_mtime_ns) != made
+        except OSError:
+            return
+        with contextlib.suppress(OSError):
+            if named:
+                os.rename(aside, digest, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            else:
+                os.unlink(aside, dir_fd=dir_fd)
 
     def has(self, digest: str) -> bool:
         """Is a blob with this digest stored (as a file or in a pack)? If so it is kept
@@ -520,15 +555,21 @@ class CheckpointStore:
             raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)")
         pack, offset, size = found
         try:
-            fd = os.open(
-                f"{pack}.pack", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._packs_fd
-            )
+            fd = os.open(f"{pack}.pack", _READ_FLAGS, dir_fd=self._packs_fd)
         except FileNotFoundError:
             raise NotFound(f"blob {digest} is missing from {self.path} (pruned?)") from None
+        except OSError as exc:  # a link planted under a pack's name
+            raise self._damaged_file("pack", pack, exc.strerror or str(exc)) from None
         try:
+            _regular_size(fd, self, "pack", pack)
             return os.pread(fd, size, offset)
         finally:
             os.close(fd)
+
+    def _damaged_file(self, what: str, name: str, why: str) -> ToolError:
+        return ToolError(
+            f"{what} {name} in {self.path} is damaged ({why}); it is not used", damaged=name
+        )
 
     # -- change sets -------------------------------------------------------------------
 
@@ -538,10 +579,21 @@ class CheckpointStore:
         id older than the last one, so ``undo`` undid an earlier set instead of it."""
         now = time.time_ns() // 1000
         with self._id_lock:
-            if self._last_us < 0:  # once per store object: the newest id stored
+            fds = self._open(create=False)
+            mtime = os.fstat(fds[1]).st_mtime_ns if fds is not None else 0
+            if self._last_us < 0 or mtime != self._ids_mtime:
+                # Listed again whenever a set was saved since (by this process or another):
+                # read once per store object, a long session's ids were past only its own,
+                # and a set another session saved meanwhile with a clock ahead (or its own
+                # clock before a step back) stayed newer than this session's next set, so
+                # ``undo --last`` undid that older set instead of the last one.
+                self._ids_mtime = mtime
                 self._last_us = max(
-                    (int(i[:14], 16) for i in self.ids() if len(i) >= 14 and _HEX.match(i)),
-                    default=0,
+                    self._last_us,
+                    max(
+                        (int(i[:14], 16) for i in self.ids() if len(i) >= 14 and _HEX.match(i)),
+                        default=0,
+                    ),
                 )
             now = max(now, self._last_us + 1)
             self._last_us = now
@@ -909,13 +961,15 @@ class PackWriter:
         self._store = store
         self._limit = limit_bytes
         self.stored = 0  # bytes this pack stored (its own and its large blobs')
-        self._blobs: list[str] = []  # large blobs this pack stored as files of their own
+        # Large blobs this pack stored as files of their own, each with its file's identity.
+        self._blobs: list[tuple[str, tuple[int, int]]] = []
         self._dir = store._packs_fd
         self.name = f"{store.new_id()}"
         self._temp = f".{self.name}.pack.tmp"
         self._fd = -1  # opened by the first blob: a pack of nothing costs no file
         self._offset = 0
         self._entries: dict[str, tuple[int, int]] = {}
+        self._committed = False  # committed: a manifest may name its blobs from now on
         self._buffer = bytearray()  # written out in 1 MiB pieces, not a write per blob
         # The packed blobs the store holds, looked up once (a stat per blob cost a 10,000-file
         # command 10,000 system calls). A blob the store holds as a file of its own is stored
@@ -964,9 +1018,9 @@ class PackWriter:
 
     def put_fd(self, fd: int) -> tuple[str, int]:
         self._count(_size_of(fd))  # refused before a byte is copied
-        digest, size, new = self._store.put_fd_new(fd)  # large: a blob of its own, streamed
-        if new:
-            self._blobs.append(digest)
+        digest, size, made = self._store.put_fd_new(fd)  # large: a blob of its own, streamed
+        if made is not None:
+            self._blobs.append((digest, made))
         return digest, size
 
     def get(self, digest: str) -> bytes:
@@ -974,6 +1028,7 @@ class PackWriter:
 
     def commit(self) -> None:
         if not self._entries:
+            self._committed = True  # its large blobs are a manifest's to name now
             return  # nothing added (or committed already)
         self._flush()
         try:
@@ -991,14 +1046,19 @@ class PackWriter:
                 os.unlink(f"{self.name}.pack", dir_fd=self._dir)  # no index: no use
             raise self._store.full(exc, len(index)) from None
         self._entries = {}
+        self._committed = True
 
     def abort(self) -> None:
         """Drop what this pack wrote (its file, and its large blobs when no manifest names
-        them yet): a failed set gives its space back at once. Idempotent."""
+        them yet): a failed set gives its space back at once. Idempotent.
+
+        Its large blobs go whenever it was not committed: a set of large files alone (no
+        small one packed) kept them (2 MB a refused command, for an hour, outside the
+        store's limit: a command refused again and again could fill the disk)."""
         self._buffer.clear()
-        if self._entries:  # not committed: the large blobs are this pack's alone
-            for digest in self._blobs:
-                self._store.forget_blob(digest)
+        if not self._committed:  # the large blobs are this pack's alone
+            for digest, made in self._blobs:
+                self._store.forget_blob(digest, made)
         self._blobs = []
         self._entries = {}  # a commit after this stores nothing
         if self._fd >= 0:
@@ -1009,8 +1069,12 @@ class PackWriter:
 
 
 def _read_index(dir_fd: int, name: str) -> list[tuple[str, int, int]]:
-    """A pack's index: (digest, offset, size) per line; ValueError if malformed."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    """A pack's index: (digest, offset, size) per line; ValueError if malformed (or not a
+    regular file: a FIFO under an index's name hung every start's prune on its open)."""
+    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{name} is not a regular file")
     with os.fdopen(fd, "rb") as f:
         out = []
         for line in f.read().decode("ascii").splitlines():
@@ -1019,6 +1083,14 @@ def _read_index(dir_fd: int, name: str) -> list[tuple[str, int, int]]:
                 raise ValueError(digest)
             out.append((digest, int(offset), int(size)))
         return out
+
+
+def _regular_size(fd: int, store: CheckpointStore, what: str, name: str) -> int:
+    """The size of the stored file open at ``fd``; damaged unless it is a regular file."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise store._damaged_file(what, name, "not a regular file")
+    return st.st_size
 
 
 def _open_store(path: str, *, create: bool) -> int | None:

@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from ...runtime._calls import CallContext
-from ...runtime._errors import InvalidArguments, NotFound, RingfenceError, ToolError
+from ...runtime._errors import InvalidArguments, NotFound, RingfenceError, ToolError, Unavailable
 from ...runtime._kernel import Kernel
 from ...runtime._tools import Consequence, ToolSpec
 from .._names import escape_name
@@ -91,6 +91,7 @@ class _Recorder:
         if root.is_host or place.leaf is None:
             return  # outside the roots (unrestricted posture): not checkpointed
         changes = self._dirs(made, root.index)
+        self._within_limit(place, len(data))
         before = image_at(place.dir_fd, place.leaf, self.store)
         special = before is not None and before.mode & _SPECIAL_BITS
         if before is not None and (special or _capable(place)):
@@ -109,6 +110,28 @@ class _Recorder:
         # Called again (the walk followed a leaf that became a link after the first call):
         # the same set, saved as it now stands.
         self._save(changes)
+
+    def _within_limit(self, place: Place, size: int) -> None:
+        """Refuse a write whose set would hold more than the store keeps
+        (``RINGFENCE_CHECKPOINTS_MIB``), before a byte of it is stored, as a shell command's
+        set is: ``write_file`` over a 30 MB file copied all of it into a 1 MiB store (a
+        sparse file of terabytes, all its holes, until the disk was full)."""
+        limit = int(self.store.retention.max_mib * (1 << 20))
+        try:
+            st = os.stat(place.leaf or ".", dir_fd=place.dir_fd, follow_symlinks=False)
+            held = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        except OSError:
+            held = 0  # absent: nothing to keep (a link's text is short)
+        if held + size > limit:
+            kept = f"its before-image ({held:,} bytes) and " if held else ""
+            raise Unavailable(
+                f"the change set of this write is larger than the checkpoint store keeps "
+                f"({limit / (1 << 20):g} MiB, $RINGFENCE_CHECKPOINTS_MIB): the set of "
+                f"{escape_name(place.display())} holds {kept}the {size:,} new bytes; it was "
+                "refused, nothing was changed; raise the limit to write it",
+                limit_bytes=limit,
+                field="path",
+            )
 
 
 def _capable(place: Place) -> bool:
@@ -223,7 +246,12 @@ def undo(
             if since is not None
             else None
         )
-        done = _journaled(store, planned, atomic=True, force=force, check=check)
+        try:
+            done = _journaled(store, planned, atomic=True, force=force, check=check)
+        except RingfenceError as exc:
+            if not out:
+                raise
+            raise _after_some(exc, cs.id, out) from exc.__cause__
         out.append(
             {
                 "undone": cs.id,
@@ -232,6 +260,20 @@ def undo(
             }
         )
     return out
+
+
+def _after_some(exc: RingfenceError, failed: str, out: list[dict[str, Any]]) -> RingfenceError:
+    """``exc`` (the undo of set ``failed`` refused) said with the sets undone before it, which
+    stay undone: it said "nothing was changed" beside a workspace where ``undo --last 2``
+    had undone the newer set (its file gone), and named no set."""
+    undone = ", ".join(f"{item['undone']} (as {item['checkpoint']})" for item in out)
+    message = exc.message.replace(
+        "nothing was changed", f"nothing of change set {failed} was changed"
+    )
+    return exc.with_(
+        message=f"{message}; the change sets undone before it stay undone: {undone}",
+        details={**exc.details, "undone": out, "refused_set": failed},
+    )
 
 
 def _unchanged_since(
