@@ -44,6 +44,7 @@ from __future__ import annotations
 import ast
 import base64
 import functools
+import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -413,6 +414,82 @@ def mask_command_args(args: Sequence[str], extra: Iterable[str] = ()) -> list[st
 
 
 _ONE_LEVEL = 256  # up to this many secrets, one expression (rebuilt whole at each change)
+# A node of the secrets' trie with more children than this is split into buckets, each
+# entered by a character class (a test the matcher makes without entering the branch).
+_FANOUT = 16
+# Groups nested in one expression at most; the secrets below deeper nodes go to another
+# expression (Python's regular-expression compiler recurses once per group).
+_MAX_NESTING = 60
+
+
+def _trie_expressions(secrets: list[str]) -> list[re.Pattern[str]]:
+    """Expressions that together match ``secrets`` as their longest-first alternation would.
+
+    One alternation of every secret (``s1|s2|…``) made the matcher try each secret at
+    every position of a text: a script registered 30,000 credential values in one call
+    (400 KB), and redacting its 1.3 MB of output then held the host's event loop for six
+    minutes past a 5 s timeout. The secrets are laid out as a trie instead (a shared
+    prefix written once; at each node one branch per next character, entered only when
+    that character is there, large nodes split into buckets by character class), so a
+    position costs at most the depth of the secrets it starts, whatever their number.
+    Each node prefers going on over ending, so a match is the longest secret starting
+    there, as the longest-first alternation's. Secrets below a node nested deeper than
+    :data:`_MAX_NESTING` groups are left to a further expression of their own.
+    """
+    root: dict[str, Any] = {}
+    for secret in secrets:
+        node = root
+        for ch in secret:
+            node = node.setdefault(ch, {})
+        node[""] = secret
+    deferred: list[str] = []
+
+    def below(node: dict[str, Any]) -> list[str]:
+        found, stack = [], [node]
+        while stack:
+            item = stack.pop()
+            for key, child in item.items():
+                if key == "":
+                    found.append(child)
+                else:
+                    stack.append(child)
+        return found
+
+    def branch(ch: str, node: dict[str, Any], depth: int) -> str:
+        # One child: its character, then the chain of single children without an end.
+        text = re.escape(ch)
+        while len(node) == 1 and "" not in node:
+            ((ch, node),) = node.items()
+            text += re.escape(ch)
+        return text + emit(node, depth)
+
+    def emit(node: dict[str, Any], depth: int) -> str:
+        kids = sorted(k for k in node if k != "")
+        if not kids:
+            return ""
+        if depth >= _MAX_NESTING:
+            deferred.extend(s for k in kids for s in below(node[k]))
+            return "(?!)" if "" not in node else ""
+        if len(kids) <= _FANOUT:
+            body = "|".join(branch(k, node[k], depth + 1) for k in kids)
+        else:
+            size = max(_FANOUT, math.isqrt(len(kids)) + 1)
+            parts = []
+            for i in range(0, len(kids), size):
+                group = kids[i : i + size]
+                # The character is consumed by the class; (?<=c) says which one it was.
+                inner = "|".join(
+                    "(?<=" + re.escape(k) + ")" + branch(k, node[k], depth + 2)[len(re.escape(k)) :]
+                    for k in group
+                )
+                parts.append("[" + "".join(re.escape(k) for k in group) + "](?:" + inner + ")")
+            body = "|".join(parts)
+        return "(?:" + body + ")" + ("?" if "" in node else "")
+
+    expressions = [re.compile(emit(root, 0))]
+    if deferred:
+        expressions += _trie_expressions(deferred)
+    return expressions
 
 
 def _sub_leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> str:
@@ -452,7 +529,7 @@ class Redactor:
         self._operator: Redactor | None = Redactor(names=names, _view=False) if _view else None
         self._secrets: set[str] = set()
         # Each level: its secrets and one expression over them (see _patterns).
-        self._levels: list[tuple[list[str], re.Pattern[str]]] = []
+        self._levels: list[tuple[list[str], list[re.Pattern[str]]]] = []
         self._pending: list[str] = []
         # Redactions may run in worker threads: the pending list and the levels change
         # under this lock, and the levels are replaced whole (a reader sees old or new).
@@ -515,11 +592,9 @@ class Redactor:
                         while levels and len(levels[-1][0]) <= len(batch):
                             batch = batch + levels.pop()[0]
                     # Longest first so a secret that contains another is replaced whole.
-                    alternatives = sorted(batch, key=len, reverse=True)
-                    pattern = re.compile("|".join(re.escape(s) for s in alternatives))
-                    self._levels = [*levels, (batch, pattern)]
+                    self._levels = [*levels, (batch, _trie_expressions(batch))]
                     self._pending = []
-        return [pattern for _, pattern in self._levels]
+        return [pattern for _, patterns in self._levels for pattern in patterns]
 
     def _register_found(self, value: str, from_call: bool = False) -> None:
         # A value found by its name, not handed over as a secret: skip placeholders.
