@@ -52,6 +52,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import unquote
 
+import re2
+
 __all__ = [
     "MARKER",
     "Redactor",
@@ -108,7 +110,17 @@ _NOT_SECRETS = frozenset(
 SECRET_HEADER_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 
 # scheme://user:password@ — the password group stops at the first "@", "/" or whitespace.
-_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://([^\s/:@]*):([^\s/@]+)@")
+# Matched by RE2 (linear time): Python's engine tried the scheme from every letter of a run,
+# so "a" * 400_000 + "://@" in any argument of any call (each string is scanned before it is
+# recorded) held the kernel's event loop for minutes. The whitespace is Python's own ``\s``
+# (every character ``str.isspace`` accepts), spelled out: RE2's ``\s`` is ASCII only.
+_SPACE = r"\x{9}-\x{d}\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_USERINFO_OPTIONS = re2.Options()
+_USERINFO_OPTIONS.log_errors = False
+_USERINFO = re2.compile(
+    rf"[A-Za-z][A-Za-z0-9+.\-]*://([^{_SPACE}/:@]*):([^{_SPACE}/@]+)@", _USERINFO_OPTIONS
+)
 
 
 def name_segments(name: str) -> list[str]:
@@ -189,8 +201,14 @@ def url_userinfo_secrets(text: str) -> list[str]:
     if "://" not in text or "@" not in text:  # the fast path for ordinary text
         return []
     out: list[str] = []
-    for match in _USERINFO.finditer(text):
-        user, password = match.group(1), match.group(2)
+    probe = text
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # RE2 reads UTF-8: a lone surrogate stands in as U+FFFD,
+            probe = _SURROGATE.sub("\ufffd", text)  # which every group takes as it does
+    for match in _USERINFO.finditer(probe):
+        user, password = text[slice(*match.span(1))], text[slice(*match.span(2))]
         out.append(f"{user}:{password}")
         if password.lower() not in _NOT_SECRETS:
             out.append(password)
