@@ -451,8 +451,8 @@ def _trie_expressions(secrets: list[str]) -> list[re.Pattern[str]]:
     that character is there, large nodes split into buckets by character class), so a
     position costs at most the depth of the secrets it starts, whatever their number.
     Each node prefers going on over ending, so a match is the longest secret starting
-    there, as the longest-first alternation's. Secrets below a node nested deeper than
-    :data:`_MAX_NESTING` groups are left to a further expression of their own.
+    there, as the longest-first alternation's. A node nested deeper than :data:`_MAX_NESTING`
+    groups is continued in a further expression (its prefix, then its children).
     """
     root: dict[str, Any] = {}
     for secret in secrets:
@@ -460,53 +460,54 @@ def _trie_expressions(secrets: list[str]) -> list[re.Pattern[str]]:
         for ch in secret:
             node = node.setdefault(ch, {})
         node[""] = secret
-    deferred: list[str] = []
+    # Nodes nested too deep, with the prefix that reaches them: each becomes an expression
+    # of its own (that prefix, then its children), built once (no secret is laid out again).
+    deferred: list[tuple[str, dict[str, Any]]] = []
 
-    def below(node: dict[str, Any]) -> list[str]:
-        found, stack = [], [node]
-        while stack:
-            item = stack.pop()
-            for key, child in item.items():
-                if key == "":
-                    found.append(child)
-                else:
-                    stack.append(child)
-        return found
+    def a_secret(node: dict[str, Any]) -> str:
+        while "" not in node:
+            node = node[next(iter(node))]
+        return str(node[""])
 
-    def branch(ch: str, node: dict[str, Any], depth: int) -> str:
+    def branch(ch: str, node: dict[str, Any], depth: int, at: int) -> str:
         # One child: its character, then the chain of single children without an end.
         text = re.escape(ch)
+        at += 1
         while len(node) == 1 and "" not in node:
             ((ch, node),) = node.items()
             text += re.escape(ch)
-        return text + emit(node, depth)
+            at += 1
+        return text + emit(node, depth, at)
 
-    def emit(node: dict[str, Any], depth: int) -> str:
-        kids = sorted(k for k in node if k != "")
-        if not kids:
+    def emit(node: dict[str, Any], depth: int, at: int) -> str:
+        if len(node) == 1 and "" in node:
             return ""
         if depth >= _MAX_NESTING:
-            deferred.extend(s for k in kids for s in below(node[k]))
+            deferred.append((a_secret(node)[:at], node))
             return "(?!)" if "" not in node else ""
-        if len(kids) <= _FANOUT:
-            body = "|".join(branch(k, node[k], depth + 1) for k in kids)
-        else:
-            size = max(_FANOUT, math.isqrt(len(kids)) + 1)
-            parts = []
-            for i in range(0, len(kids), size):
-                group = kids[i : i + size]
-                # The character is consumed by the class; (?<=c) says which one it was.
-                inner = "|".join(
-                    "(?<=" + re.escape(k) + ")" + branch(k, node[k], depth + 2)[len(re.escape(k)) :]
-                    for k in group
-                )
-                parts.append("[" + "".join(re.escape(k) for k in group) + "](?:" + inner + ")")
-            body = "|".join(parts)
-        return "(?:" + body + ")" + ("?" if "" in node else "")
+        return "(?:" + children(node, depth, at) + ")" + ("?" if "" in node else "")
 
-    expressions = [re.compile(emit(root, 0))]
-    if deferred:
-        expressions += _trie_expressions(deferred)
+    def children(node: dict[str, Any], depth: int, at: int) -> str:
+        kids = sorted(k for k in node if k != "")
+        if len(kids) <= _FANOUT:
+            return "|".join(branch(k, node[k], depth + 1, at) for k in kids)
+        size = max(_FANOUT, math.isqrt(len(kids)) + 1)
+        parts = []
+        for i in range(0, len(kids), size):
+            group = kids[i : i + size]
+            # The character is consumed by the class; (?<=c) says which one it was.
+            inner = "|".join(
+                "(?<=" + re.escape(k) + ")" + branch(k, node[k], depth + 2, at)[len(re.escape(k)) :]
+                for k in group
+            )
+            parts.append("[" + "".join(re.escape(k) for k in group) + "](?:" + inner + ")")
+        return "|".join(parts)
+
+    expressions = [re.compile(emit(root, 0, 0))]
+    while deferred:  # a secret ending at such a node is its parent expression's
+        prefix, node = deferred.pop()
+        body = children(node, 0, len(prefix))
+        expressions.append(re.compile(re.escape(prefix) + "(?:" + body + ")"))
     return expressions
 
 
