@@ -44,12 +44,15 @@ from __future__ import annotations
 import ast
 import base64
 import functools
+import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import unquote
+
+import re2
 
 __all__ = [
     "MARKER",
@@ -107,7 +110,17 @@ _NOT_SECRETS = frozenset(
 SECRET_HEADER_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 
 # scheme://user:password@ — the password group stops at the first "@", "/" or whitespace.
-_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://([^\s/:@]*):([^\s/@]+)@")
+# Matched by RE2 (linear time): Python's engine tried the scheme from every letter of a run,
+# so "a" * 400_000 + "://@" in any argument of any call (each string is scanned before it is
+# recorded) held the kernel's event loop for minutes. The whitespace is Python's own ``\s``
+# (every character ``str.isspace`` accepts), spelled out: RE2's ``\s`` is ASCII only.
+_SPACE = r"\x{9}-\x{d}\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_USERINFO_OPTIONS = re2.Options()
+_USERINFO_OPTIONS.log_errors = False
+_USERINFO = re2.compile(
+    rf"[A-Za-z][A-Za-z0-9+.\-]*://([^{_SPACE}/:@]*):([^{_SPACE}/@]+)@", _USERINFO_OPTIONS
+)
 
 
 def name_segments(name: str) -> list[str]:
@@ -188,8 +201,14 @@ def url_userinfo_secrets(text: str) -> list[str]:
     if "://" not in text or "@" not in text:  # the fast path for ordinary text
         return []
     out: list[str] = []
-    for match in _USERINFO.finditer(text):
-        user, password = match.group(1), match.group(2)
+    probe = text
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # RE2 reads UTF-8: a lone surrogate stands in as U+FFFD,
+            probe = _SURROGATE.sub("\ufffd", text)  # which every group takes as it does
+    for match in _USERINFO.finditer(probe):
+        user, password = text[slice(*match.span(1))], text[slice(*match.span(2))]
         out.append(f"{user}:{password}")
         if password.lower() not in _NOT_SECRETS:
             out.append(password)
@@ -413,6 +432,83 @@ def mask_command_args(args: Sequence[str], extra: Iterable[str] = ()) -> list[st
 
 
 _ONE_LEVEL = 256  # up to this many secrets, one expression (rebuilt whole at each change)
+# A node of the secrets' trie with more children than this is split into buckets, each
+# entered by a character class (a test the matcher makes without entering the branch).
+_FANOUT = 16
+# Groups nested in one expression at most; the secrets below deeper nodes go to another
+# expression (Python's regular-expression compiler recurses once per group).
+_MAX_NESTING = 60
+
+
+def _trie_expressions(secrets: list[str]) -> list[re.Pattern[str]]:
+    """Expressions that together match ``secrets`` as their longest-first alternation would.
+
+    One alternation of every secret (``s1|s2|…``) made the matcher try each secret at
+    every position of a text: a script registered 30,000 credential values in one call
+    (400 KB), and redacting its 1.3 MB of output then held the host's event loop for six
+    minutes past a 5 s timeout. The secrets are laid out as a trie instead (a shared
+    prefix written once; at each node one branch per next character, entered only when
+    that character is there, large nodes split into buckets by character class), so a
+    position costs at most the depth of the secrets it starts, whatever their number.
+    Each node prefers going on over ending, so a match is the longest secret starting
+    there, as the longest-first alternation's. A node nested deeper than :data:`_MAX_NESTING`
+    groups is continued in a further expression (its prefix, then its children).
+    """
+    root: dict[str, Any] = {}
+    for secret in secrets:
+        node = root
+        for ch in secret:
+            node = node.setdefault(ch, {})
+        node[""] = secret
+    # Nodes nested too deep, with the prefix that reaches them: each becomes an expression
+    # of its own (that prefix, then its children), built once (no secret is laid out again).
+    deferred: list[tuple[str, dict[str, Any]]] = []
+
+    def a_secret(node: dict[str, Any]) -> str:
+        while "" not in node:
+            node = node[next(iter(node))]
+        return str(node[""])
+
+    def branch(ch: str, node: dict[str, Any], depth: int, at: int) -> str:
+        # One child: its character, then the chain of single children without an end.
+        text = re.escape(ch)
+        at += 1
+        while len(node) == 1 and "" not in node:
+            ((ch, node),) = node.items()
+            text += re.escape(ch)
+            at += 1
+        return text + emit(node, depth, at)
+
+    def emit(node: dict[str, Any], depth: int, at: int) -> str:
+        if len(node) == 1 and "" in node:
+            return ""
+        if depth >= _MAX_NESTING:
+            deferred.append((a_secret(node)[:at], node))
+            return "(?!)" if "" not in node else ""
+        return "(?:" + children(node, depth, at) + ")" + ("?" if "" in node else "")
+
+    def children(node: dict[str, Any], depth: int, at: int) -> str:
+        kids = sorted(k for k in node if k != "")
+        if len(kids) <= _FANOUT:
+            return "|".join(branch(k, node[k], depth + 1, at) for k in kids)
+        size = max(_FANOUT, math.isqrt(len(kids)) + 1)
+        parts = []
+        for i in range(0, len(kids), size):
+            group = kids[i : i + size]
+            # The character is consumed by the class; (?<=c) says which one it was.
+            inner = "|".join(
+                "(?<=" + re.escape(k) + ")" + branch(k, node[k], depth + 2, at)[len(re.escape(k)) :]
+                for k in group
+            )
+            parts.append("[" + "".join(re.escape(k) for k in group) + "](?:" + inner + ")")
+        return "|".join(parts)
+
+    expressions = [re.compile(emit(root, 0, 0))]
+    while deferred:  # a secret ending at such a node is its parent expression's
+        prefix, node = deferred.pop()
+        body = children(node, 0, len(prefix))
+        expressions.append(re.compile(re.escape(prefix) + "(?:" + body + ")"))
+    return expressions
 
 
 def _sub_leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> str:
@@ -452,7 +548,7 @@ class Redactor:
         self._operator: Redactor | None = Redactor(names=names, _view=False) if _view else None
         self._secrets: set[str] = set()
         # Each level: its secrets and one expression over them (see _patterns).
-        self._levels: list[tuple[list[str], re.Pattern[str]]] = []
+        self._levels: list[tuple[list[str], list[re.Pattern[str]]]] = []
         self._pending: list[str] = []
         # Redactions may run in worker threads: the pending list and the levels change
         # under this lock, and the levels are replaced whole (a reader sees old or new).
@@ -515,11 +611,9 @@ class Redactor:
                         while levels and len(levels[-1][0]) <= len(batch):
                             batch = batch + levels.pop()[0]
                     # Longest first so a secret that contains another is replaced whole.
-                    alternatives = sorted(batch, key=len, reverse=True)
-                    pattern = re.compile("|".join(re.escape(s) for s in alternatives))
-                    self._levels = [*levels, (batch, pattern)]
+                    self._levels = [*levels, (batch, _trie_expressions(batch))]
                     self._pending = []
-        return [pattern for _, pattern in self._levels]
+        return [pattern for _, patterns in self._levels for pattern in patterns]
 
     def _register_found(self, value: str, from_call: bool = False) -> None:
         # A value found by its name, not handed over as a secret: skip placeholders.

@@ -126,6 +126,49 @@ def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: An
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's uniqueItems in linear time: each item's canonical key in a set.
+
+    jsonschema compares items pairwise when they cannot be sorted (objects): one
+    keyword evaluation, so the step budget never saw it, and 2,000 objects under a
+    ``uniqueItems`` array took 21 s of the kernel's thread, 50,000 (a 500 KB argument,
+    one call of a script) hours. Equality is jsonschema's: ``true`` is not ``1``, ``1``
+    is ``1.0``, arrays and objects by their contents.
+    """
+    import jsonschema
+
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: dict[Any, int] = {}
+    try:
+        for i, item in enumerate(instance):
+            first = seen.setdefault(_unique_key(item), i)
+            if first != i:
+                yield jsonschema.ValidationError(
+                    f"the array has non-unique elements (items {first} and {i} are equal)"
+                )
+                return
+    except RecursionError:
+        raise Uncheckable("it nests too deeply to be checked") from None
+
+
+def _unique_key(value: Any) -> Any:
+    """A hashable key equal for two JSON values exactly when jsonschema's ``equal`` is."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, int | float):
+        return ("n", value)  # 1 == 1.0, and their hashes agree
+    if isinstance(value, Mapping):
+        return ("m", frozenset((k, _unique_key(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return ("l", tuple(_unique_key(v) for v in value))
+    if value is None:
+        return ("z",)
+    return ("o", id(value))  # not a JSON value (refused before the Gate): never equal
+
+
 def _additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Iterator[Any]:
     """jsonschema's additionalProperties, with patternProperties matched by RE2."""
     import jsonschema
@@ -270,6 +313,7 @@ def _linear_validator(cls: Any, pattern_properties: bool) -> Any:
         "pattern": _pattern,
         "patternProperties": _pattern_properties,
         "additionalProperties": _additional_properties,
+        "uniqueItems": _unique_items,
     }
     if pattern_properties and "unevaluatedProperties" in cls.VALIDATORS:
         keywords["unevaluatedProperties"] = _unevaluated_with_patterns

@@ -170,3 +170,85 @@ def test_a_variable_used_many_times_under_credential_names_does_not_hold_the_hos
     stream = events.read_text()
     assert "lit00000007" not in stream and "lit00002999" not in stream
     assert seconds < 25, seconds
+
+
+SPREAD = """
+import hashlib
+values = [hashlib.sha256(str(i).encode()).hexdigest()[:12] for i in range(20000)]
+try:
+    call_tool("no_such_tool", password=values)
+except ToolError as e:
+    print("registered:", e.code)
+line = hashlib.sha256(b"x").hexdigest() * 2000
+for i in range(16):
+    print(line)
+print("last", values[7], values[19999])
+"""
+
+
+def test_many_credential_values_of_every_first_character_do_not_slow_each_redaction(
+    tmp_path: Path, under_tmp: Path
+) -> None:
+    """The attack: credential values that start with every character (hex digests, not a shared
+    "pw" prefix) made the redactor's one alternation try each of them at every position of a
+    text. 20,000 of them registered by one call (a 300 KB argument) made the redaction of the
+    script's next 1 MB of output take minutes (30,000 and 1.3 MB: 6 min past a 5 s timeout),
+    on the host's event loop. The secrets are now matched as a trie: a position costs the depth
+    of the secrets it starts, not their number; every one is still redacted."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "spread.py"
+    script.write_text(SPREAD)
+    events = tmp_path / "events.jsonl"
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "ringfence", "run-script", str(script), "--timeout", "120",
+            "--workspace", str(ws), "--posture", "unrestricted", "--events", str(events), "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,  # the old redactor: about 5 min per MB of output here
+        env={**os.environ, "TMPDIR": str(under_tmp)},
+        check=False,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-2000:]
+    value = json.loads(done.stdout)["result"]
+    assert value["status"] == "ok", value.get("error")
+    assert "registered: not_found" in value["output"]
+    assert value["output"].rstrip().endswith("last [REDACTED SECRET] [REDACTED SECRET]")
+    import hashlib
+
+    some = [hashlib.sha256(str(i).encode()).hexdigest()[:12] for i in (7, 4242, 19999)]
+    stream = events.read_text()
+    assert not any(s in stream for s in some)
+    assert seconds < 150, seconds
+
+
+def test_the_trie_redacts_exactly_as_one_expression_of_every_secret() -> None:
+    """Differential, for the trie's own shapes: nodes with more children than a bucket (many
+    first characters, characters a class must escape), and chains of secrets each the prefix
+    of the next, deeper than one expression nests (left to further expressions)."""
+    import random
+    import re
+
+    from ringfence.runtime._redact import MARKER, Redactor
+
+    rng = random.Random(7)
+    alphabets = ("abcdefghij", "".join(chr(0x400 + i) for i in range(300)) + "x[]^-\\.|(")
+    cases = []
+    for alphabet in alphabets:
+        for _ in range(12):
+            n = rng.randint(1, 600)
+            secrets = {"".join(rng.choice(alphabet) for _ in range(rng.randint(4, 12))) for _ in range(n)}  # fmt: skip
+            texts = ["".join(rng.choice(alphabet + "zz") for _ in range(200)) for _ in range(4)]
+            texts.append(" ".join(rng.sample(sorted(secrets), min(5, len(secrets)))))
+            cases.append((sorted(secrets), texts))
+    chain = ["a" * n for n in range(4, 300)] + ["a" * n + "b" for n in range(4, 250, 3)]
+    cases.append((chain, ["a" * 400, "a" * 200 + "b" + "a" * 9, "xaaaab", "aaa"]))
+    for secrets, texts in cases:
+        one = re.compile("|".join(re.escape(s) for s in sorted(secrets, key=len, reverse=True)))
+        redactor = Redactor(secrets)
+        for text in texts:
+            assert redactor.redact(text) == one.sub(MARKER, text), (secrets[:3], text)
