@@ -35,35 +35,45 @@ print("after", "pw%08d" % 7, "tk%08d" % 9)
 """
 
 
-def test_a_flood_of_credential_values_does_not_hold_the_host(
-    tmp_path: Path, under_tmp: Path
-) -> None:
+def run_script(
+    tmp_path: Path, under_tmp: Path, source: str, *, timeout: int, wall: int
+) -> tuple[dict, str, float]:
+    """``ringfence run-script`` of ``source`` (its ``--timeout`` ``timeout``, killed after
+    ``wall`` seconds: the old code took hours or minutes): the result, the event stream's
+    text and the seconds it took."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    script = tmp_path / "flood.py"
-    script.write_text(SCRIPT)
+    script = tmp_path / "script.py"
+    script.write_text(source)
     events = tmp_path / "events.jsonl"
     started = time.monotonic()
     done = subprocess.run(
         [
-            sys.executable, "-m", "ringfence", "run-script", str(script), "--timeout", "60",
-            "--workspace", str(ws), "--posture", "unrestricted", "--events", str(events), "--json",
+            sys.executable, "-m", "ringfence", "run-script", str(script),
+            "--timeout", str(timeout), "--workspace", str(ws), "--posture", "unrestricted",
+            "--events", str(events), "--json",
         ],
         capture_output=True,
         text=True,
-        timeout=120,  # the old redactor: hours
+        timeout=wall,
         env={**os.environ, "TMPDIR": str(under_tmp)},
         check=False,
     )  # fmt: skip
     seconds = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-2000:]
-    value = json.loads(done.stdout)["result"]
+    return json.loads(done.stdout)["result"], events.read_text(), seconds
+
+
+def test_a_flood_of_credential_values_does_not_hold_the_host(
+    tmp_path: Path, under_tmp: Path
+) -> None:
+    # the old redactor: hours
+    value, stream, seconds = run_script(tmp_path, under_tmp, SCRIPT, timeout=60, wall=120)
     assert value["status"] == "ok", value
     assert len(value["calls"]) <= 201 and value["calls_omitted"]["count"] > 0
     # every value was registered, and none leaks: not in the output, not in the event stream
     assert "one call: not_found" in value["output"]
     assert "pw00000007" not in value["output"] and "tk00000009" not in value["output"]
-    stream = events.read_text()
     assert "pw00000007" not in stream and "pw00019999" not in stream
     assert "tk00000009" not in stream and "tk00001499" not in stream
     assert seconds < 100, seconds
@@ -112,23 +122,7 @@ def test_a_huge_credential_value_does_not_slow_every_later_chunk(
     minute past a 10 s timeout. A value that long is registered as pieces of at most 64 KiB:
     all of it is still redacted (the script prints it whole at the end), and the run ends
     in seconds."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    script = tmp_path / "huge.py"
-    script.write_text(HUGE)
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "ringfence", "run-script", str(script), "--timeout", "10",
-            "--workspace", str(ws), "--posture", "unrestricted", "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TMPDIR": str(under_tmp)},
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    value = json.loads(done.stdout)["result"]
+    value, _, _ = run_script(tmp_path, under_tmp, HUGE, timeout=10, wall=120)
     assert value["status"] == "ok", value.get("error")
     assert "registered: not_found" in value["output"] and value["output"].rstrip().endswith("end")
     assert "QQQQ" not in value["output"]  # the secret, printed whole, is markers only
@@ -144,30 +138,11 @@ def test_a_variable_used_many_times_under_credential_names_does_not_hold_the_hos
     n = 3_000
     source = "".join(f't = "lit{i:08d}"\n' for i in range(n)) + "def f(**kw):\n    pass\n"
     source += "f(token=t)\n" * n + 'print("last", t, "lit%08d" % 7)\n'
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    script = tmp_path / "many.py"
-    script.write_text(source)
-    events = tmp_path / "events.jsonl"
-    started = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "ringfence", "run-script", str(script), "--timeout", "5",
-            "--workspace", str(ws), "--posture", "unrestricted", "--events", str(events), "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=200,  # the old scan: 76 s here
-        env={**os.environ, "TMPDIR": str(under_tmp)},
-        check=False,
-    )  # fmt: skip
-    seconds = time.monotonic() - started
-    assert done.returncode == 0, done.stderr[-2000:]
-    value = json.loads(done.stdout)["result"]
+    # the old scan: 76 s here
+    value, stream, seconds = run_script(tmp_path, under_tmp, source, timeout=5, wall=200)
     assert value["status"] == "ok", value
     # every literal is still registered: the last value of t and an earlier one alike
     assert value["output"] == "last [REDACTED SECRET] [REDACTED SECRET]\n"
-    stream = events.read_text()
     assert "lit00000007" not in stream and "lit00002999" not in stream
     assert seconds < 25, seconds
 
@@ -195,33 +170,14 @@ def test_many_credential_values_of_every_first_character_do_not_slow_each_redact
     script's next 1 MB of output take minutes (30,000 and 1.3 MB: 6 min past a 5 s timeout),
     on the host's event loop. The secrets are now matched as a trie: a position costs the depth
     of the secrets it starts, not their number; every one is still redacted."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    script = tmp_path / "spread.py"
-    script.write_text(SPREAD)
-    events = tmp_path / "events.jsonl"
-    started = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "ringfence", "run-script", str(script), "--timeout", "120",
-            "--workspace", str(ws), "--posture", "unrestricted", "--events", str(events), "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,  # the old redactor: about 5 min per MB of output here
-        env={**os.environ, "TMPDIR": str(under_tmp)},
-        check=False,
-    )  # fmt: skip
-    seconds = time.monotonic() - started
-    assert done.returncode == 0, done.stderr[-2000:]
-    value = json.loads(done.stdout)["result"]
+    # the old redactor: about 5 min per MB of output here
+    value, stream, seconds = run_script(tmp_path, under_tmp, SPREAD, timeout=120, wall=300)
     assert value["status"] == "ok", value.get("error")
     assert "registered: not_found" in value["output"]
     assert value["output"].rstrip().endswith("last [REDACTED SECRET] [REDACTED SECRET]")
     import hashlib
 
     some = [hashlib.sha256(str(i).encode()).hexdigest()[:12] for i in (7, 4242, 19999)]
-    stream = events.read_text()
     assert not any(s in stream for s in some)
     assert seconds < 150, seconds
 
