@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -169,6 +171,30 @@ async def _stop(proc: trio.Process) -> None:
     with trio.CancelScope(shield=True):
         proc.kill()
         await proc.wait()
+
+
+@asynccontextmanager
+async def stdlib_peers(script: str, state: Path) -> AsyncIterator[Callable[..., Any]]:
+    """Start the stdlib HTTP peer ``servers/<script>`` (its arguments given to the returned
+    ``start``, which returns its URL: the peer prints its port); every one is killed after."""
+    procs: list[trio.Process] = []
+
+    async def start(*args: object) -> str:
+        proc = await trio.lowlevel.open_process(
+            [PYTHON, str(SERVERS / script), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "RF_STATE_DIR": str(state)},
+        )
+        procs.append(proc)
+        port = int((await _read_line(proc.stdout)).strip())
+        return f"http://127.0.0.1:{port}/mcp"
+
+    try:
+        yield start
+    finally:
+        for p in procs:
+            await _stop(p)
 
 
 @pytest.fixture

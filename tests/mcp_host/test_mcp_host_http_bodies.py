@@ -11,14 +11,12 @@ same-origin ``307`` whose 48 MiB body said ``text/event-stream`` had it read who
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 import trio
-from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
+from mcp_host_helpers import manifest, stdlib_peers
 
 from ringfence.mcp_host import connect_servers
 
@@ -28,24 +26,8 @@ CAP = 1024 * 1024
 
 @pytest.fixture
 async def redirect_server(state: Path) -> AsyncIterator[Callable[[], object]]:
-    procs: list[trio.Process] = []
-
-    async def start() -> str:
-        proc = await trio.lowlevel.open_process(
-            [PYTHON, str(SERVERS / "redirect_body.py"), str(SIZE)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "RF_STATE_DIR": str(state)},
-        )
-        procs.append(proc)
-        port = int((await _read_line(proc.stdout)).strip())
-        return f"http://127.0.0.1:{port}/mcp"
-
-    try:
-        yield start
-    finally:
-        for p in procs:
-            await _stop(p)
+    async with stdlib_peers("redirect_body.py", state) as start:
+        yield lambda: start(SIZE)
 
 
 async def test_a_redirects_event_stream_body_is_read_no_further_than_the_cap(

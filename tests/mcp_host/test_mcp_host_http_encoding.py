@@ -10,38 +10,19 @@ step at a time, refusing the reply once the decoded bytes pass the cap.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-import trio
-from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
+from mcp_host_helpers import manifest, stdlib_peers
 
 from ringfence.mcp_host import connect_servers
 
 
 @pytest.fixture
 async def gzip_server(state: Path) -> AsyncIterator[Callable[[int], object]]:
-    procs: list[trio.Process] = []
-
-    async def start(size: int) -> str:
-        proc = await trio.lowlevel.open_process(
-            [PYTHON, str(SERVERS / "gzip_http.py"), str(size)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "RF_STATE_DIR": str(state)},
-        )
-        procs.append(proc)
-        port = int((await _read_line(proc.stdout)).strip())
-        return f"http://127.0.0.1:{port}/mcp"
-
-    try:
+    async with stdlib_peers("gzip_http.py", state) as start:
         yield start
-    finally:
-        for p in procs:
-            await _stop(p)
 
 
 def _block(url: str) -> str:
