@@ -238,6 +238,12 @@ def _with_escaped_path(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "path": escape_name(result["path"])}
 
 
+# What a search that leaves ``path`` out searches, as the rules judge it
+# (:func:`ringfence.runtime.policy._judge.with_defaults`): a rule on ``path`` never matched a call
+# without it, so ``grep_files(path=.)`` denied searching the first root only when spelled.
+_SEARCH_DEFAULTS = {"path": "."}
+
+
 def file_tool_specs(
     workspace: Workspace,
     *,
@@ -460,6 +466,7 @@ def file_tool_specs(
             ),
             glob_files,
             consequence=Consequence.READ,
+            meta={"argument_defaults": _SEARCH_DEFAULTS},
         ),
         ToolSpec(
             "grep_files",
@@ -489,6 +496,7 @@ def file_tool_specs(
             ),
             grep_files,
             consequence=Consequence.READ,
+            meta={"argument_defaults": _SEARCH_DEFAULTS},
         ),
     ]
 

@@ -502,3 +502,28 @@ def test_a_home_that_cannot_keep_the_projects_rules_refuses_the_session(
     assert err["code"] == "invalid_arguments", err
     assert str(ringfence_home / "projects") in err["message"], err
     assert not (ws / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [("grep_files", {"pattern": "TOPSECRET"}), ("glob_files", {"pattern": "**/*.txt"})],
+)
+def test_a_search_that_leaves_its_path_out_meets_rules_on_the_first_root(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], tool: str, args: dict
+) -> None:
+    """A search without ``path`` searches the first root, and a rule on ``path=.`` denies
+    that: the matcher on an argument the call did not give never matched, so the search of
+    everything ran past the deny rule that its spelled-out twin met."""
+    (ws / "secrets").mkdir()
+    (ws / "secrets" / "k.txt").write_text("TOPSECRET=1\n")
+    events = tmp_path / "events.jsonl"
+    argv = ["call", tool, "--args", json.dumps(args), "--workspace", str(ws), "--json"]
+    argv += ["--posture", "unrestricted", "--deny", f"{tool}(path=.)", "--events", str(events)]
+    assert main(argv) == 3
+    out = capsys.readouterr().out
+    assert json.loads(out)["error"]["code"] == "denied" and "k.txt" not in out
+    kinds = [r["kind"] for r in _events(events) if r.get("tool") == tool]
+    assert "started" not in kinds and "finished" not in kinds
+    # the same rule leaves a search of another directory alone
+    argv[3] = json.dumps({**args, "path": "secrets"})
+    assert main(argv) == 0 and "k.txt" in capsys.readouterr().out
