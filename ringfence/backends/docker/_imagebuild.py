@@ -107,8 +107,8 @@ def build_image(client: docker.DockerClient, name: str, progress: Progress | Non
         try:
             client.images.remove(previous)
             say(f"removed the superseded image {previous[7:19]}")
-        except docker.errors.APIError:
-            pass
+        except docker.errors.APIError as exc:  # said, not hidden: the daemon's reason
+            say(f"kept the superseded image {previous[7:19]}: {exc.explanation or exc}")
     return built
 
 
