@@ -38,12 +38,17 @@ def agent_writes(workspace: Path, events: Path, path: str, content: str) -> str:
     return [r for r in records(events) if r["kind"] == "checkpoint"][-1]["id"]
 
 
-def steady(page: Any, read: Any, ready: str = "#diff") -> Any:
+def steady(page: Any, read: Any, ready: str = "#diff", url: str | None = None) -> Any:
     """``read(page)`` once ``ready`` is shown, again when the page's live reload (new
-    activity) got in the way."""
+    activity) got in the way. With ``url``, the page is visited first, and again whenever it
+    is found elsewhere: a live reload of the page left can land after the visit's navigation
+    began and take its place (a CI flake: ``/changes`` shown where ``/changes/ID`` was
+    visited, and ``#diff`` waited for there 30 s)."""
     for attempt in range(5):
         try:
-            page.wait_for_selector(ready)
+            if url is not None and page.url != url:
+                visit(page, url)
+            page.wait_for_selector(ready, timeout=10_000)
             return read(page)
         except Exception:  # playwright's Error: the execution context was destroyed
             if attempt == 4:
@@ -71,12 +76,12 @@ def test_a_diff_line_cannot_pass_for_a_header_nor_run_out_of_view(
             "--posture", "allow-reversible")  # fmt: skip
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        visit(page, base + f"changes/{set_id}")
         spans = steady(
             page,
             lambda p: p.eval_on_selector_all(
                 "#diff > span", "els => els.map(e => [e.className, e.textContent])"
             ),
+            url=base + f"changes/{set_id}",
         )
         shown = {text: cls for cls, text in spans}
         # ringfence's own header of the file, and the file's lines that read like one
@@ -127,8 +132,7 @@ def test_a_change_behind_thousands_of_lines_of_another_file_is_still_named(
             "--posture", "allow-reversible")  # fmt: skip
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        visit(page, base + f"changes/{set_id}")
-        text = steady(page, lambda p: p.inner_text("#diff"))
+        text = steady(page, lambda p: p.inner_text("#diff"), url=base + f"changes/{set_id}")
         assert "+3000" in text and "+5000" not in text  # the content is bounded
         assert "more lines of this file not shown" in text, text[-500:]
         assert "b/z.sh" in text, text[-500:]  # the other file is named

@@ -31,16 +31,15 @@ def test_a_lookalike_path_is_shown_in_code_points_where_it_is_changed(
             "--posture", "allow-reversible")  # fmt: skip
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        visit(page, base + "changes")
         rows = steady(
             page,
             lambda p: {s: p.inner_text(f"tr[data-set='{s}']") for s in (latin, cyrillic)},
             "#sets",
+            url=base + "changes",
         )
         assert "\\u0430pp.py" in rows[cyrillic], rows
         assert "code points" not in rows[latin], rows
-        visit(page, base + f"changes/{cyrillic}")
-        diff = steady(page, lambda p: p.inner_text("#diff"))
+        diff = steady(page, lambda p: p.inner_text("#diff"), url=base + f"changes/{cyrillic}")
         assert "b/\\u0430pp.py" in diff, diff
         choose(page, "#undo-set")
         targets = page.inner_text("#undo-targets")

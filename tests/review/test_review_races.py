@@ -167,8 +167,9 @@ def test_the_change_sets_page_shows_a_page_of_sets_at_a_time(
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
         for n in range(3):
-            visit(page, base + (f"changes?page={n}" if n else "changes"))
-            shown = steady(page, _set_rows, "#sets")
+            shown = steady(
+                page, _set_rows, "#sets", url=base + (f"changes?page={n}" if n else "changes")
+            )
             expect = PAGE_ROWS if n < 2 else total - 2 * PAGE_ROWS
             assert len(shown["ids"]) == expect, shown["count"]
             assert f"of {total:,}" in shown["count"]

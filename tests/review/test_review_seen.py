@@ -110,11 +110,11 @@ def test_paths_that_differ_in_a_run_of_spaces_are_not_drawn_alike(
             "--posture", "allow-reversible")  # fmt: skip
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        visit(page, base + "changes")
         rows = steady(
             page,
             lambda p: {s: p.inner_text(f"tr[data-set='{s}'] td.args") for s in (one, two)},
             "#sets",
+            url=base + "changes",
         )
         assert rows[one] != rows[two], rows
         assert "a  b.txt" in rows[two], rows
@@ -137,8 +137,9 @@ def test_a_staged_call_to_a_lookalike_path_shows_its_code_points_before_it_is_ap
             "--posture", "allow-all", "--plan", str(plan))  # fmt: skip
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        visit(page, base + "plans/0")
-        shown = steady(page, lambda p: p.inner_text("section.staged"), "section.staged")
+        shown = steady(
+            page, lambda p: p.inner_text("section.staged"), "section.staged", url=base + "plans/0"
+        )
         assert "conf\\u0456g.py" in shown, shown
         choose(page, "#apply-plan")
         confirming = page.inner_text("main")

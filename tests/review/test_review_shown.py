@@ -63,8 +63,7 @@ def test_a_forced_undo_names_the_later_writes_it_overwrites_before_it_is_confirm
             "--posture", "allow-reversible")  # fmt: skip
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        visit(page, base + f"changes/{first}")
-        shown = steady(page, lambda p: p.inner_text("main"))
+        shown = steady(page, lambda p: p.inner_text("main"), url=base + f"changes/{first}")
         page.check("form:has(#undo-set) input[name=force]")
         choose(page, "#undo-set")
         confirming = page.inner_text("main")
@@ -138,8 +137,7 @@ def test_a_forced_undo_asked_about_refuses_a_write_made_while_the_question_waite
     argv = ("review", "--workspace", str(workspace), "--events", str(events))
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        visit(page, base + f"changes/{first}")
-        steady(page, lambda p: p.inner_text("main"))
+        steady(page, lambda p: p.inner_text("main"), url=base + f"changes/{first}")
         page.check("form:has(#undo-set) input[name=force]")
         choose(page, "#undo-set")
         assert "undo-overwrites" not in page.content()  # nothing later: nothing named
@@ -168,8 +166,7 @@ def test_undo_back_to_a_set_undoes_later_sets_over_the_same_file(
             "--posture", "allow-reversible")  # fmt: skip
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        visit(page, base + f"changes/{first}")
-        steady(page, lambda p: p.inner_text("main"))
+        steady(page, lambda p: p.inner_text("main"), url=base + f"changes/{first}")
         choose(page, "#undo-back")
         confirm(page)
         ok, text = job_done(page)
@@ -233,8 +230,7 @@ def test_a_staged_forced_undo_shows_its_set_and_the_later_writes_before_it_is_ap
             "--posture", "allow-all", "--plan", str(plan))  # fmt: skip
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        visit(page, base + "plans/0")
-        shown = steady(page, lambda p: p.inner_text("main"), "section.staged")
+        shown = steady(page, lambda p: p.inner_text("main"), "section.staged", url=base + "plans/0")
         # The set the undo reverses, and the newer write its force overwrites.
         assert "the first write" in shown and f"change set {first}" in shown, shown
         assert later in page.inner_text("#later-1"), shown

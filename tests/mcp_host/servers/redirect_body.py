@@ -50,7 +50,9 @@ class Handler(BaseHTTPRequestHandler):
                 piece = CHUNK[: SIZE - sent]
                 self.wfile.write(piece)
                 sent += len(piece)
-                (STATE / "sent").write_text(str(sent))
+                # Whole or not at all: the test reads it while this peer still writes.
+                (STATE / "sent.part").write_text(str(sent))
+                os.replace(STATE / "sent.part", STATE / "sent")
         except OSError:
             pass  # the client stopped reading and closed
 
