@@ -109,7 +109,8 @@ async def test_an_escape_that_scrubs_the_run_id_is_killed_at_the_timeout(
     started = time.monotonic()
     r = await session.run(["bash", "-c", escape], cwd=tmp_path, env={}, timeout=0.5, output_cap=100)
     assert r.timed_out and r.status == "timeout", r
-    assert time.monotonic() - started < 0.5 + GRACE + 1.5  # the kill did not wait on a pipe holder
+    # The kill did not wait on a pipe holder (300 s); generous for a loaded machine.
+    assert time.monotonic() - started < 0.5 + GRACE + 15
     assert _settled(tag) == []
 
 

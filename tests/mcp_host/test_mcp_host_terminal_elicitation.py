@@ -190,7 +190,7 @@ def test_a_backtracking_form_pattern_at_the_terminal_costs_no_stall(tmp_path: Pa
         term.expect("asks you for input")
         term.expect("]: ")
         start = time.monotonic()
-        term.send("")  # keep the default: 27 a's and a '!'
+        term.send("")  # keep the default: 31 a's and a '!'
         term.expect("does not fit the form", timeout=60)
         took = time.monotonic() - start
         term.expect("]: ")
@@ -201,7 +201,7 @@ def test_a_backtracking_form_pattern_at_the_terminal_costs_no_stall(tmp_path: Pa
     finally:
         if term.proc.poll() is None:
             term.proc.kill()
-    assert took < 3.0, took
+    assert took < 20.0, took  # a loaded machine; the backtracking: ~80 s
     assert code == 0, term.seen
     reply = json.loads(term.seen[term.seen.index("{\r\n") :].replace("\r\n", "\n"))
     assert answer_of(reply) == {"action": "accept", "content": {"v": "aaa"}}

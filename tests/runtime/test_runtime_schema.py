@@ -54,7 +54,7 @@ async def test_a_redos_pattern_in_a_schema_validates_in_linear_time(ledger: Ledg
     kernel, sink = _kernel(_string_schema(pattern=REDOS), ledger)
     started = time.monotonic()
     out = await kernel.invoke("hostile", {"name": TWELVE_WORDS})
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 15  # backtracking: far longer than a minute
     assert out.error is not None and out.error.code == "invalid_arguments"
     assert out.error.field == "name" and "does not match" in out.error.message
     assert ledger.runs == []
@@ -73,7 +73,7 @@ async def test_redos_in_pattern_properties_and_additional_properties(ledger: Led
     for key in (TWELVE_WORDS, "x" * 40 + "!"):
         started = time.monotonic()
         out = await kernel.invoke("hostile", {key: 1})
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 15
         assert out.error is not None and out.error.code == "invalid_arguments"
         assert "does not match any of the regexes" in out.error.message
     out = await kernel.invoke("hostile", {"alpha beta": "not an integer"})
@@ -91,7 +91,7 @@ async def test_validation_does_not_block_other_calls(ledger: Ledger) -> None:
             await kernel.invoke("hostile", {"name": TWELVE_WORDS})
         done.append("attack")
 
-    with trio.fail_after(2):
+    with trio.fail_after(15):  # a blocked loop: the 20 validations' minutes
         async with trio.open_nursery() as nursery:
             nursery.start_soon(attack)
             assert await kernel.call("hostile", {"name": "ok"}) == "ran"
@@ -121,7 +121,7 @@ async def test_unevaluated_properties_with_pattern_properties_is_refused(ledger:
     kernel, _ = _kernel(schema, ledger)
     started = time.monotonic()
     out = await kernel.invoke("hostile", {TWELVE_WORDS: 1})
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 15
     assert out.error is not None and out.error.field == "input_schema"
     assert "unevaluatedProperties" in out.error.message
     assert ledger.runs == []

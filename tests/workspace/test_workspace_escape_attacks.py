@@ -148,7 +148,7 @@ async def test_a_ranged_read_of_a_huge_sparse_file_ends_at_the_deadline(tmp_path
         ws.close()
         big.unlink()
     assert out.error is not None and out.error.code == "timeout", out
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # a loaded machine; reading on: minutes
 
 
 def _mount_points() -> list[str]:

@@ -94,7 +94,7 @@ async def test_redos_glob_returns_quickly(tree: Tree) -> None:
     started = time.monotonic()
     got = await kernel.call("glob_files", {"pattern": "*a" * 14 + "*b"})
     ws.close()
-    assert time.monotonic() - started < 2 and got == []
+    assert time.monotonic() - started < 15 and got == []  # backtracking: hours
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ async def test_a_walk_past_its_deadline_ends_with_timeout(tree: Tree, tool: str)
     kernel, ws, sink = make_kernel(tree, timeout_seconds=1e-6)
     started = time.monotonic()
     out = await kernel.invoke(tool, args)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 15
     assert out.error is not None and out.error.code == "timeout"
     assert "1e-06s" in out.error.message and kinds(sink)[-1] == "failed"
     ws.close()
@@ -168,7 +168,7 @@ async def test_the_wait_for_ripgrep_honours_the_deadline(tree: Tree, tmp_path: P
     started = time.monotonic()
     out = await kernel.invoke("grep_files", {"pattern": "hello"})
     ws.close()
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 15  # the stand-in sleeps 30 s
     assert out.error is not None and out.error.code == "timeout"
     assert gone(int(pid_file.read_text()))
 
@@ -180,7 +180,7 @@ async def test_a_cancelled_grep_stops_its_worker_and_ripgrep(tree: Tree, tmp_pat
     with trio.move_on_after(0.3) as scope:
         await kernel.invoke("grep_files", {"pattern": "hello"})
     ws.close()
-    assert scope.cancelled_caught and time.monotonic() - started < 2
+    assert scope.cancelled_caught and time.monotonic() - started < 15  # rg sleeps 30 s
     # The worker has stopped (waited for, shielded) and killed ripgrep before invoke returned.
     assert gone(int(pid_file.read_text()))
 

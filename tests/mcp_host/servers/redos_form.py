@@ -17,7 +17,7 @@ from mcp.server.mcpserver import Context, MCPServer
 warnings.simplefilter("ignore")
 
 mcp = MCPServer(name="redos-form-server", version="1.0")
-NEAR_MISS = "a" * 27 + "!"
+NEAR_MISS = "a" * 31 + "!"  # ~80 s of backtracking in Python's re (27: ~5 s)
 
 
 def _form(pattern: str) -> dict:
