@@ -217,16 +217,19 @@ def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "") 
 
 
 def visit(page: Any, url: str) -> None:
-    """``page.goto(url)``, again when a live reload of the page it leaves got in the way."""
+    """``page.goto(url)``, again when a live reload of the page it leaves got in the way (the
+    navigation failed, or the page left is what is shown after it)."""
     for attempt in range(5):
         try:
             page.goto(url)
-            return
         except Exception as exc:  # playwright's Error
             text = str(exc)
             if attempt == 4 or not ("ERR_ABORTED" in text or "interrupted" in text):
                 raise
-            page.wait_for_timeout(200)
+        else:
+            if page.url == url or attempt == 4:
+                return  # (a URL the browser spells otherwise: shown as it is)
+        page.wait_for_timeout(200)
 
 
 def choose(page: Any, selector: str, expect: str = "#confirm") -> None:
