@@ -2,8 +2,8 @@
 
 Imported by the runner (``_runner``) as a top-level module from its own
 directory, like ``_wire`` and ``_sandbox``; it needs the standard library,
-RestrictedPython (whose directory the runner puts on ``sys.path``) and its
-sibling ``_allowlist``.
+RestrictedPython (imported by the runner from its own directory, never put on
+``sys.path``) and its sibling ``_allowlist``.
 
 The language layer (restricted mode) holds on its own, whatever the sandbox
 level: RestrictedPython's compile-time checks and guarded attribute access,

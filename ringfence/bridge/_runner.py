@@ -7,7 +7,8 @@ that it needs nothing from the environment, from ``site`` or from an installed
 socket). Its siblings ``_wire``, ``_sandbox``, ``_allowlist``, ``_restricted``, ``_typed``
 and the Linux primitives (:mod:`ringfence._confine`) come from this package's own
 directories (what a container mounts); RestrictedPython's directory comes in
-``boot["sys_path"]``.
+``boot["sys_path"]``, and only RestrictedPython is imported from it (:func:`_import_package`:
+it is never put on ``sys.path``).
 
 The order of work, and why:
 
@@ -45,6 +46,8 @@ was already gone.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import select
@@ -525,6 +528,31 @@ def _activation_waiting(fd: int) -> bool:
     return bool(poller.poll(0))
 
 
+def _import_package(name: str, where: Any) -> None:
+    """Import the top package ``name`` from the directories ``where`` and nowhere else.
+
+    The directories are never put on ``sys.path``: a local runner's is the kernel's
+    site-packages, which may be a directory the agent can write (a project's ``.venv`` in
+    the workspace), and every module the runner imports before its sandbox closes the file
+    system (RestrictedPython's ``platform``, a script's ``statistics``) resolves through
+    ``sys.path``. Until 2026-12-07 they were prepended, so a ``platform.py`` planted there
+    ran in the runner before its sandbox, with the bridge secret in memory. The package's
+    own submodules resolve through its ``__path__``; every other name through ``sys.path``,
+    the standard library's directories alone (``ringfence._confine.boot``).
+    """
+    dirs = [d for d in where if isinstance(d, str)] if isinstance(where, (list, tuple)) else []
+    spec = importlib.machinery.PathFinder.find_spec(name, dirs)
+    if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+        raise ImportError(f"the package {name} is not in {dirs!r}", name=name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+
+
 def main(argv: list[str]) -> int:
     boot = json.loads(argv[1])
     parent = int(boot.get("parent_pid") or 0)
@@ -534,12 +562,11 @@ def main(argv: list[str]) -> int:
     stdlib = [
         p for p in sys.path if p.startswith((sys.base_prefix, sys.prefix)) and os.path.isdir(p)
     ]
-    sys.path[:0] = [p for p in boot.get("sys_path", ()) if p not in sys.path]
     # RestrictedPython lives outside the standard library, which is all the sandbox lets a
-    # runner read: it is imported now.
+    # runner read: it is imported now, from its directory alone (never on sys.path).
     import operator  # noqa: F401  (the guarded globals)
 
-    from RestrictedPython import compile_restricted_exec  # noqa: F401  (loaded now, used later)
+    _import_package("RestrictedPython", boot.get("sys_path", ()))
 
     fd = int(boot["secret_fd"])
     modules = _allowlist.ModuleCopies()

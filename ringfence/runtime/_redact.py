@@ -44,6 +44,7 @@ from __future__ import annotations
 import ast
 import base64
 import functools
+import heapq
 import math
 import re
 import threading
@@ -511,30 +512,215 @@ def _trie_expressions(secrets: list[str]) -> list[re.Pattern[str]]:
     return expressions
 
 
-def _sub_leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> str:
-    """``text`` with every secret replaced, as one expression over all of ``patterns``'
-    secrets (longest first) would: the leftmost match, the longest of those starting there."""
+_PREFIX = MIN_SECRET_LENGTH  # a secret can start only where one of these-long prefixes does
+_ALPHABET = 0x110000  # a node's child on a character is keyed node * _ALPHABET + ord(ch)
+# The expressions' work on a text is bounded by this many times (its length + the longest
+# secret); past that the rest of the text is redacted by the automaton (see _redact_with).
+_EXPRESSION_BUDGET = 4
+_ATTEMPT = 64  # what one anchored match is charged besides its depth (the call itself)
+
+
+class _Level:
+    """One set of secrets, matched two ways that replace the same text.
+
+    - :attr:`patterns`, the trie expressions (:func:`_trie_expressions`), tried anchored at a
+      position they are charged for: fast (the regular-expression engine) while the text
+      seldom agrees with a secret for long without being it;
+    - :meth:`automaton`, built when first needed: :class:`_Reversed`, one step a character
+      whatever the text.
+
+    :attr:`starts` finds where some secret's first :data:`_PREFIX` characters are, and
+    :attr:`reach` says how deep the secrets with each such prefix go (what an anchored match
+    there can cost at most).
+    """
+
+    def __init__(self, secrets: list[str]) -> None:
+        self.secrets = secrets
+        self.patterns = _trie_expressions(secrets)
+        self.longest = max(map(len, secrets), default=0)
+        self.reach: dict[str, int] = {}
+        for secret in secrets:
+            head = secret[:_PREFIX]
+            self.reach[head] = max(self.reach.get(head, 0), len(secret))
+        (expression,) = _trie_expressions(sorted(self.reach))  # four deep: never split
+        # The leftmost start from a position (the engine's prefix and first-character
+        # scans apply), and every start, overlapping ones too (the automata's windows).
+        self.starts = expression
+        self.every_start = re.compile("(?=" + expression.pattern + ")")
+        self._automaton: _Reversed | None = None
+
+    def automaton(self) -> _Reversed:
+        if self._automaton is None:  # two threads may both build it: the same either way
+            self._automaton = _Reversed(self.secrets)
+        return self._automaton
+
+
+class _Reversed:
+    """An Aho-Corasick automaton over ``secrets`` reversed, for one leftmost-longest pass.
+
+    Scanning a text backwards, the state at position ``i`` is the longest ``text[i:i+m]``
+    that ends some secret, and :attr:`best` of it the longest secret that starts at ``i``
+    (itself or one along its failure links): the longest secret starting at every position
+    costs one step per character, amortised, however long the secrets are and however much
+    of them the text repeats.
+    """
+
+    def __init__(self, secrets: list[str]) -> None:
+        goto: dict[int, int] = {}
+        depth = [0]
+        ends = [0]  # the length of the secret a node ends, or 0
+        for secret in secrets:
+            node = 0
+            for ch in reversed(secret):
+                key = node * _ALPHABET + ord(ch)
+                child = goto.get(key)
+                if child is None:
+                    child = goto[key] = len(depth)
+                    depth.append(depth[node] + 1)
+                    ends.append(0)
+                node = child
+            ends[node] = len(secret)
+        children: list[list[tuple[int, int]]] = [[] for _ in depth]
+        for key, child in goto.items():
+            children[key // _ALPHABET].append((key % _ALPHABET, child))
+        fail = [0] * len(depth)
+        best = list(ends)
+        queue = [child for _, child in children[0]]
+        for node in queue:  # breadth first: a node's failure is shallower, so already done
+            for code, child in children[node]:
+                f = fail[node]
+                while True:
+                    nxt = goto.get(f * _ALPHABET + code)
+                    if nxt is not None and nxt != child:
+                        fail[child] = nxt
+                        break
+                    if f == 0:
+                        break
+                    f = fail[f]
+                best[child] = ends[child] or best[fail[child]]
+                queue.append(child)
+        self.goto = goto
+        self.fail = fail
+        self.best = best
+
+    def longest_from(self, text: str, start: int, end: int, into: list[int]) -> None:
+        """``into[i - start]`` raised to the longest secret starting at ``i``, for every ``i``
+        in ``[start, end)`` that has ``end - i >=`` the longest secret or ``end == len(text)``."""
+        goto, fail, best = self.goto, self.fail, self.best
+        node = 0
+        for i in range(end - 1, start - 1, -1):
+            code = ord(text[i])
+            while True:
+                nxt = goto.get(node * _ALPHABET + code)
+                if nxt is not None:
+                    node = nxt
+                    break
+                if node == 0:
+                    break
+                node = fail[node]
+            found = best[node]
+            if found > into[i - start]:
+                into[i - start] = found
+
+
+def _redact_with(levels: list[_Level], text: str, final: bool = True) -> tuple[str, int]:
+    """``text`` with every secret of ``levels`` replaced: at the leftmost position where one
+    starts, the longest starting there, then on from its end (as one longest-first
+    alternation of them all would), in time linear in the text and the secrets.
+
+    Returns the redacted text and how much of ``text`` it covers: all of it when ``final``;
+    else (a stream, more text to come) it stops before the first position where a secret
+    may start and run past the end (from ``len(text) - longest + 1``, and the last
+    ``_PREFIX - 1`` characters), which the next chunk decides.
+
+    Searching one expression over the secrets (until 2026-12-07) cost, at each position, as
+    far as the text agreed with a secret: a script that registered a few 20,000-character
+    credential literals (``"1111" + "a" * 20_000 + "b"``) and printed a million ``a`` held
+    the host for 45 s of CPU, growing as the text times the secrets' length. Here the
+    expressions are tried anchored at the positions where a secret may start, each try
+    charged the depth of the secrets it may walk; once the charges pass
+    :data:`_EXPRESSION_BUDGET` times the text and the longest secret, the rest of the text
+    is redacted by the automata (:func:`_redact_reversed`), which cost one step a character.
+    """
+    n = len(text)
+    longest = max(level.longest for level in levels)
+    stop = n if final else max(0, min(n - longest + 1, n - _PREFIX + 1))
+    budget = _EXPRESSION_BUDGET * (n + longest)
+    spent = 0
     out: list[str] = []
-    pos = 0
-    found: list[re.Match[str] | None] = [p.search(text) for p in patterns]
+    pos = scan = 0  # text[:pos] is decided; candidates are looked for from scan
+    upcoming: list[re.Match[str] | None] = [level.starts.search(text) for level in levels]
     while True:
-        best: re.Match[str] | None = None
-        for i, match in enumerate(found):
-            if match is not None and match.start() < pos:  # overtaken: look again from here
-                match = found[i] = patterns[i].search(text, pos)
-            if match is not None and (
-                best is None
-                or match.start() < best.start()
-                or (match.start() == best.start() and match.end() > best.end())
-            ):
-                best = match
-        if best is None:
+        at = -1
+        for k, match in enumerate(upcoming):
+            if match is not None and match.start() < scan:
+                match = upcoming[k] = levels[k].starts.search(text, scan)
+            if match is not None and (at < 0 or match.start() < at):
+                at = match.start()
+        if at < 0 or at >= stop:
             break
-        out.append(text[pos : best.start()])
-        out.append(MARKER)
-        pos = best.end()
-    out.append(text[pos:])
-    return "".join(out)
+        head = text[at : at + _PREFIX]
+        found = 0
+        for level in levels:
+            depth = level.reach.get(head)
+            if depth is None:
+                continue
+            spent += (_ATTEMPT + min(depth, n - at)) * len(level.patterns)
+            if spent > budget:
+                rest, covered = _redact_reversed(levels, text, pos, stop)
+                out.append(rest)
+                return "".join(out), covered
+            for pattern in level.patterns:
+                match = pattern.match(text, at)
+                if match is not None and match.end() - at > found:
+                    found = match.end() - at
+        if found:
+            out.append(text[pos:at])
+            out.append(MARKER)
+            pos = scan = at + found
+        else:
+            scan = at + 1
+    covered = max(pos, stop)
+    out.append(text[pos:covered])
+    return "".join(out), covered
+
+
+def _redact_reversed(levels: list[_Level], text: str, pos: int, stop: int) -> tuple[str, int]:
+    """:func:`_redact_with` from ``pos`` by the automata alone, deciding the positions before
+    ``stop``: one step a character of the windows where a secret may lie (from each position
+    a prefix starts, as far as the longest secret reaches)."""
+    longest = max(level.longest for level in levels)
+    n = len(text)
+    starts = [[m.start() for m in level.every_start.finditer(text, pos, n)] for level in levels]
+    candidates = starts[0] if len(starts) == 1 else list(heapq.merge(*starts))
+    candidates = [at for at in candidates if at < stop]
+    out: list[str] = []
+    merged: list[tuple[int, int]] = []
+    if candidates:
+        start = end = candidates[0]
+        for at in candidates:
+            if at > end:
+                merged.append((start, end))
+                start = at
+            end = at + longest
+        merged.append((start, end))
+    for start, end in merged:
+        end = min(end, n)
+        lengths = [0] * (end - start)
+        for level in levels:
+            level.automaton().longest_from(text, start, end, lengths)
+        i = max(pos, start)
+        while i < end and i < stop:
+            found = lengths[i - start]
+            if found:
+                out.append(text[pos:i])
+                out.append(MARKER)
+                pos = i = i + found
+            else:
+                i += 1
+    covered = max(pos, stop)
+    out.append(text[pos:covered])
+    return "".join(out), covered
 
 
 class Redactor:
@@ -547,8 +733,8 @@ class Redactor:
         # what a person asked about a call is shown redacted of these only (redact_for_person).
         self._operator: Redactor | None = Redactor(names=names, _view=False) if _view else None
         self._secrets: set[str] = set()
-        # Each level: its secrets and one expression over them (see _patterns).
-        self._levels: list[tuple[list[str], list[re.Pattern[str]]]] = []
+        # Each level: its secrets and their matchers (see _matchers).
+        self._levels: list[_Level] = []
         self._pending: list[str] = []
         # Redactions may run in worker threads: the pending list and the levels change
         # under this lock, and the levels are replaced whole (a reader sees old or new).
@@ -590,12 +776,12 @@ class Redactor:
                 self._pending.append(secret)
                 self._longest = max(self._longest, len(secret))
 
-    def _patterns(self) -> list[re.Pattern[str]]:
-        """The expressions that together match every secret, the pending ones joined now.
+    def _matchers(self) -> list[_Level]:
+        """The levels that together match every secret, the pending ones joined now.
 
         Rebuilding one expression over every secret at each registration cost the
         registrations n² (a call carrying 20,000 credential values held the event loop
-        for hours). Up to :data:`_ONE_LEVEL` secrets there is one expression; past it the
+        for hours). Up to :data:`_ONE_LEVEL` secrets there is one level; past it the
         new ones join as a binary counter would (a level merges into the next while that
         one is not larger), so each secret is compiled O(log n) times and there are at most
         log₂ n levels. Built when a redaction needs them, so a call's many values cost one.
@@ -608,12 +794,12 @@ class Redactor:
                         batch, levels = list(self._secrets), []
                     else:
                         batch = self._pending
-                        while levels and len(levels[-1][0]) <= len(batch):
-                            batch = batch + levels.pop()[0]
+                        while levels and len(levels[-1].secrets) <= len(batch):
+                            batch = batch + levels.pop().secrets
                     # Longest first so a secret that contains another is replaced whole.
-                    self._levels = [*levels, (batch, _trie_expressions(batch))]
+                    self._levels = [*levels, _Level(batch)]
                     self._pending = []
-        return [pattern for _, patterns in self._levels for pattern in patterns]
+        return self._levels
 
     def _register_found(self, value: str, from_call: bool = False) -> None:
         # A value found by its name, not handed over as a secret: skip placeholders.
@@ -675,10 +861,14 @@ class Redactor:
     def redact(self, text: str) -> str:
         if not self._secrets or not text:
             return text
-        patterns = self._patterns()
-        if len(patterns) == 1:
-            return patterns[0].sub(MARKER, text)
-        return _sub_leftmost_longest(patterns, text)
+        return _redact_with(self._matchers(), text)[0]
+
+    def redact_prefix(self, text: str) -> tuple[str, int]:
+        """The redacted start of ``text`` that more text after it cannot change, and how many
+        of ``text``'s characters it covers (what :class:`StreamRedactor` sends on)."""
+        if not self._secrets or not text:
+            return text, len(text)
+        return _redact_with(self._matchers(), text, final=False)
 
     def redact_value(self, value: Any) -> Any:
         """Redact every string inside a JSON-like value (keys included)."""
@@ -708,26 +898,23 @@ class Redactor:
 
 
 class StreamRedactor:
-    """Redacts a text stream chunk by chunk; call :meth:`flush` at the end."""
+    """Redacts a text stream chunk by chunk; call :meth:`flush` at the end.
+
+    What it holds back is the text from the first position where a secret may start and not
+    be over yet (:meth:`Redactor.redact_prefix`), unredacted: redacted with every secret
+    known when the next chunk (or the flush) decides it. Until 2026-12-07 it held back the
+    redacted tail and redacted it again with each chunk.
+    """
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
         self._pending = ""
 
     def feed(self, chunk: str) -> str:
-        text = self._redactor.redact(self._pending + chunk)
-        # Hold back a tail that could be the start of a secret split over chunks.
-        hold = max(self._redactor.longest - 1, 0)
-        cut = len(text) - hold
-        # Never cut through a marker we just wrote.
-        marker_at = text.rfind(MARKER, max(cut - len(MARKER) + 1, 0))
-        if marker_at != -1 and marker_at < cut < marker_at + len(MARKER):
-            cut = marker_at + len(MARKER)
-        if cut <= 0:
-            self._pending = text
-            return ""
-        self._pending = text[cut:]
-        return text[:cut]
+        text = self._pending + chunk
+        done, covered = self._redactor.redact_prefix(text)
+        self._pending = text[covered:]
+        return done
 
     def flush(self) -> str:
         out, self._pending = self._redactor.redact(self._pending), ""

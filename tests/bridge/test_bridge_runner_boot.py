@@ -36,3 +36,41 @@ def test_the_runner_boot_imports_only_the_package_s_own_modules(tmp_path: Path) 
     assert "PLANTED" not in out.stdout + out.stderr
     assert out.returncode == 1
     assert str(RUNNER_PATH) in out.stderr  # the traceback is the package's own file
+
+
+class _PlantedSite(LocalLauncher):
+    """A launcher whose RestrictedPython directory also holds planted standard-library names:
+    the kernel's site-packages when it is a directory the agent can write (a project's
+    ``.venv`` inside the workspace)."""
+
+    def __init__(self, site: Path) -> None:
+        super().__init__()
+        self.site = site
+
+    def sys_path(self) -> list[str]:
+        return [str(self.site)]
+
+
+async def test_modules_planted_beside_restricted_python_never_load(tmp_path: Path) -> None:
+    """Until 2026-12-07 the runner prepended RestrictedPython's directory to ``sys.path``:
+    a ``platform.py`` (RestrictedPython imports it) or ``statistics.py`` (a script's import)
+    planted there ran in the runner before its sandbox, with the bridge secret in memory."""
+    import RestrictedPython
+    from bridge_helpers import run
+
+    from ringfence.bridge._allowlist import ALLOWED_NAMES
+    from ringfence.runtime import Kernel, Posture
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "RestrictedPython").symlink_to(Path(RestrictedPython.__file__).resolve().parent)
+    marker = tmp_path / "planted-ran"
+    names = {*ALLOWED_NAMES, "platform", "warnings", "operator", "ast", "random", "textwrap"}
+    for name in sorted(names):
+        (site / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write({name!r} + ' ')\n")
+    source = "import statistics\nimport textwrap\nresult = statistics.mean([1, 2, 3])"
+    async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
+        result = await run(kernel, source, launcher=_PlantedSite(site), timeout=60)
+    assert not marker.exists(), marker.read_text()
+    assert result.status == "ok", result
+    assert result.result == 2

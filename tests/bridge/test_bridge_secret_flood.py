@@ -208,3 +208,26 @@ def test_the_trie_redacts_exactly_as_one_expression_of_every_secret() -> None:
         redactor = Redactor(secrets)
         for text in texts:
             assert redactor.redact(text) == one.sub(MARKER, text), (secrets[:3], text)
+
+
+def test_long_credential_literals_against_a_large_output_take_linear_time(
+    tmp_path: Path, under_tmp: Path
+) -> None:
+    """Eleven 20,000-character credential literals (``"1111" + "a" * 20_000 + "b"``) and a
+    million ``a`` printed: the old redactor walked each position as far as the text agreed
+    with a secret, about a minute of the host's CPU here (until 2026-12-07). Bounded by the
+    CPU time of the ``run-script`` process (not the wall clock), generously."""
+    import resource
+
+    lines = [f'{"abcdefghij"[i]}_api_key = "{str(i) * 4 + "a" * 20_000 + "b"}"' for i in range(10)]
+    lines.append(f'password = "{"a" * 20_000 + "c"}"')
+    lines.append('print("a" * 1_000_000 + "c", "1111" + "a" * 20_000 + "b")')
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    value, stream, _ = run_script(tmp_path, under_tmp, "\n".join(lines), timeout=60, wall=600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert value["status"] == "ok", value.get("error")
+    assert value["output"].startswith("a" * 1000)
+    assert "a" * 20_000 + "c" not in value["output"] and "1111" not in value["output"]
+    assert "1111" + "a" * 100 not in stream
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert cpu < 30, f"the run took {cpu:.1f}s of CPU"
