@@ -38,7 +38,9 @@ async def test_connections_without_the_secret_are_refused_and_call_nothing(ledge
     async with Kernel(posture=Posture.UNRESTRICTED) as kernel:
         register_tools(kernel, ledger)
         listener = await BridgeListener.open("tcp")
-        config = ScriptConfig(handshake_seconds=0.3)
+        config = ScriptConfig(
+            handshake_seconds=2.0
+        )  # the child's handshake in time on a loaded machine
         run_ = ScriptSession(
             kernel, config, lambda k, **d: kernel.events.emit(k, "t", **d), "t", "p", lambda: None
         )
