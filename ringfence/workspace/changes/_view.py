@@ -105,6 +105,19 @@ class TreeView:
         self._cut: set[tuple[int, str]] | None = None
         self._cache: dict[str, Node | None] = {}
         self._disk: dict[str, Node | None] = {} if disk is None else disk
+        # A root inside another (``--workspace /p --workspace /p/sub``): a change names its
+        # path below the root it was made through, a lookup the innermost root holding the
+        # path, so the two keys of one place differ. Every change is then keyed by where it
+        # lies (:meth:`locate`); before, a directory ``write_file`` made below the inner root
+        # through the outer one was read from disk, unmade, and so completed a repository
+        # whose ``objects`` link led there unseen.
+        self._nested = any(
+            i != j and self._within(self.roots[j].path, self.roots[i].path)
+            for i in range(len(self.roots))
+            for j in range(len(self.roots))
+        )
+        if self._nested:
+            self._final = {self._located(*key): image for key, image in self._final.items()}
 
     # -- where a path lies ---------------------------------------------------------------
 
@@ -121,15 +134,48 @@ class TreeView:
     def inside(self, path: str) -> bool:
         return self.locate(path) is not None
 
+    @staticmethod
+    def _within(path: str, top: str) -> bool:
+        """Is ``path`` at or below ``top`` (whole components)?"""
+        return path == top or top == "/" or path.startswith(top + "/")
+
+    def _located(self, root: int, path: str) -> tuple[int, str]:
+        """A change's key ``(root, path below it)`` as :meth:`locate` names that place."""
+        top = self.roots[root].path
+        found = self.locate(_join(top, path) if path else top)
+        return (root, path) if found is None else found
+
     def _gone(self) -> set[tuple[int, str]]:
         """The paths whose directory did not stay a directory throughout the set."""
         if self._cut is None:
             self._cut = {
-                (c[0], c[1])
+                self._located(c[0], c[1]) if self._nested else (c[0], c[1])
                 for c in self._changes
                 if c[2] is None or c[3] is None or c[2][0] != "dir" or c[3][0] != "dir"
             }
         return self._cut
+
+    def _below_cut(self, path: str, root: int, rel: str) -> bool:
+        """Is ``path`` (``rel`` below root ``root``) below a directory the set removed,
+        replaced or made? With nested roots its ancestors are located one by one: an inner
+        root's top, and what holds it, are entries of the outer root."""
+        if not self._nested:
+            parent = rel
+            while "/" in parent:
+                parent = parent.rpartition("/")[0]
+                if (root, parent) in self._final and (root, parent) in self._gone():
+                    return True
+            return False
+        ancestor = path
+        while True:
+            ancestor = _parent(ancestor)
+            where = self.locate(ancestor)
+            if where is None:
+                return False
+            if where in self._final and where in self._gone():
+                return True
+            if ancestor == "/":
+                return False
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -149,12 +195,8 @@ class TreeView:
             if where in self._final:
                 image = self._final[where]
                 return None if image is None else Node(image.kind, image.mode, image.digest, None)
-            root, rel = where
-            parent = rel
-            while "/" in parent:
-                parent = parent.rpartition("/")[0]
-                if (root, parent) in self._final and (root, parent) in self._gone():
-                    return None  # below a directory the set removed, replaced or made
+            if self._below_cut(path, *where):
+                return None  # below a directory the set removed, replaced or made
         try:
             return self._disk[path]
         except KeyError:
