@@ -35,7 +35,7 @@ from ..git._rules import at_beneath
 from ..git._walk import file_kind
 from ._model import Blobs, Change, Image
 
-__all__ = ["HOST", "MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
+__all__ = ["HOST", "MAX_LINKS", "PAST_MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
 
 # The kernel's own limit on links followed in one path walk (ELOOP past it).
 MAX_LINKS = 40
@@ -265,8 +265,23 @@ def _parent(path: str) -> str:
     return head or "/"
 
 
-def realpath(view: TreeView, path: str) -> tuple[str, bool]:
+# What :func:`realpath` answers, asked to (``past_max_leaves``), for a walk that needs more than
+# :data:`MAX_LINKS` links: no path, so inside no root.
+PAST_MAX_LINKS = "(a walk through more than 40 links)"
+
+
+class _PastMaxLinks(Exception):
+    """A realpath walk needed more than :data:`MAX_LINKS` links (not a loop)."""
+
+
+def realpath(view: TreeView, path: str, *, past_max_leaves: bool = False) -> tuple[str, bool]:
     """``os.path.realpath(path)`` on the view: ``(the path, whether every link resolved)``.
+
+    ``past_max_leaves``: a walk that needs more than :data:`MAX_LINKS` links answers
+    :data:`PAST_MAX_LINKS` (outside every root). The kernel stops such a walk (``ELOOP``);
+    ``os.path.realpath`` and ``Path.resolve`` do not, so the lexical answer given otherwise
+    (``p1/…/p9/L/../../../../../../etc`` with ``L`` 41 links from the root: inside by its
+    spelling) is not what they find (``/etc``).
 
     The same walk as the standard library's (non-strict): a missing or
     non-directory component is kept as it is and the walk goes on, ``..``
@@ -279,13 +294,23 @@ def realpath(view: TreeView, path: str) -> tuple[str, bool]:
     """
     seen: dict[str, str | None] = {}
     budget = [MAX_LINKS]
-    resolved, ok = _join_real(view, "/" if path.startswith("/") else "", path, seen, budget)
+    try:
+        resolved, ok = _join_real(
+            view, "/" if path.startswith("/") else "", path, seen, budget, past_max_leaves
+        )
+    except _PastMaxLinks:
+        return PAST_MAX_LINKS, False
     # realpath ends in abspath: what a loop left unresolved ("L/..") is normalized lexically.
     return posixpath.normpath(resolved or "/"), ok
 
 
 def _join_real(
-    view: TreeView, path: str, rest: str, seen: dict[str, str | None], budget: list[int]
+    view: TreeView,
+    path: str,
+    rest: str,
+    seen: dict[str, str | None],
+    budget: list[int],
+    past_max_leaves: bool = False,
 ) -> tuple[str, bool]:
     if rest.startswith("/"):
         rest = rest[1:]
@@ -311,11 +336,13 @@ def _join_real(
         if not view.inside(newpath):
             return _join(newpath, rest) if rest else newpath, False  # the host's link
         budget[0] -= 1
+        if budget[0] < 0 and past_max_leaves:
+            raise _PastMaxLinks
         target = view.readlink(newpath, node)
         if budget[0] < 0 or target is None:
             return _join(newpath, rest) if rest else newpath, False
         seen[newpath] = None
-        path, ok = _join_real(view, path, target, seen, budget)
+        path, ok = _join_real(view, path, target, seen, budget, past_max_leaves)
         if not ok:
             return _join(path, rest) if rest else path, False
         seen[newpath] = path
