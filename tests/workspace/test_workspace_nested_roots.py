@@ -9,7 +9,9 @@ real git, as the person's next ``git status`` would, what it finds afterwards.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +69,59 @@ def test_a_directory_made_below_an_inner_root_cannot_complete_a_repository(
                json.dumps({"path": "sub/inner/o/f", "content": "x"}))  # fmt: skip
     assert not out["ok"] and out["error"]["code"] == "git_metadata", out
     assert exact_state(ws) == before
+
+
+def _can_bind_mount(tmp_path: Path) -> bool:
+    (tmp_path / "probe-a").mkdir()
+    (tmp_path / "probe-b").mkdir()
+    done = subprocess.run(["mount", "--bind", tmp_path / "probe-a", tmp_path / "probe-b"],
+                          capture_output=True, check=False)  # fmt: skip
+    if done.returncode == 0:
+        subprocess.run(["umount", tmp_path / "probe-b"], check=True)
+    return done.returncode == 0
+
+
+@needs_bwrap
+@needs_git
+def test_a_second_root_bind_mounted_from_inside_the_first_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same attack with the inner root under another spelling: ``alias`` a bind mount of
+    ``ws/sub``. ``write_file <alias>/o/f`` made ``ws/sub/o``, which the check, reading
+    places by path, never saw, and ``x`` became a repository. A session on such roots is
+    refused before anything opens; the control: a bind mount of a directory outside ``ws``
+    is a root like any other."""
+    if os.geteuid() != 0 or not _can_bind_mount(tmp_path):
+        pytest.skip("bind mounts need root here")
+    ws, alias, elsewhere = tmp_path / "ws", tmp_path / "alias", tmp_path / "elsewhere"
+    for d in (ws / "sub", alias, elsewhere):
+        d.mkdir(parents=True)
+    command = (
+        "mkdir -p x/refs && printf 'ref: refs/heads/main\\n' > x/HEAD && ln -s ../sub/o x/objects"
+    )
+    out = _cli(capsys, [ws], "call", "run_shell", "--args", json.dumps({"command": command}))
+    assert out["ok"] and out["result"]["changes"]["refused"] == [], out
+    before = exact_state(ws)
+    attack = json.dumps({"path": str(alias / "o" / "f"), "content": "x"})
+    mounted: list[Path] = []
+    try:
+        subprocess.run(["mount", "--bind", ws / "sub", alias], check=True)
+        mounted.append(alias)
+        code = main(["call", "write_file", "--args", attack, "--workspace", str(ws),
+                     "--workspace", str(alias), "--posture", "allow-reversible",
+                     "--approve", "no"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and "bind mount of a directory inside it" in err, err
+        assert exact_state(ws) == before
+        assert git_found(ws / "x", tmp_path) is None
+        subprocess.run(["umount", mounted.pop()], check=True)
+        # The control: another directory mounted there is a root like any other.
+        subprocess.run(["mount", "--bind", elsewhere, alias], check=True)
+        mounted.append(alias)
+        out = _cli(capsys, [ws, alias], "call", "write_file", "--args", attack)
+        assert out["ok"], out
+        assert (elsewhere / "o" / "f").read_text() == "x"
+        assert exact_state(ws) == before
+    finally:
+        for target in mounted:
+            subprocess.run(["umount", target], check=False)
