@@ -33,13 +33,12 @@ def _cli(capsys: pytest.CaptureFixture[str], roots: list[Path], *words: str) -> 
     return json.loads(capsys.readouterr().out)
 
 
-@needs_bwrap
 @needs_git
 def test_a_directory_made_below_an_inner_root_cannot_complete_a_repository(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``x/objects -> ../sub/inner/o`` (dangling: ``x`` no repository) was laid by one
-    session's confined command. A session on ``ws`` and ``ws/sub/inner`` then had
+    """``x/objects -> ../sub/inner/o`` (dangling: ``x`` no repository for git) lay in the
+    workspace (a command could lay it before links named ``objects`` counted). A session on ``ws`` and ``ws/sub/inner`` then had
     ``write_file sub/inner/o/f`` make ``o``: the check read ``ws/sub/inner/o`` as the inner
     root's, while the write named it the outer root's, so it judged ``o`` still missing,
     and ``x`` (its ``HEAD``, ``refs/`` and ``config`` the agent's) became a repository
@@ -48,12 +47,12 @@ def test_a_directory_made_below_an_inner_root_cannot_complete_a_repository(
     inner = ws / "sub" / "inner"
     inner.mkdir(parents=True)
     config = '[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch PWNED; false"\n'
-    command = (
-        "mkdir -p x/refs && printf 'ref: refs/heads/main\\n' > x/HEAD && "
-        f"ln -s ../sub/inner/o x/objects && printf '{config}' > x/config"
-    )
-    out = _cli(capsys, [ws], "call", "run_shell", "--args", json.dumps({"command": command}))
-    assert out["ok"] and out["result"]["changes"]["refused"] == [], out
+    # Laid by hand (a version before links named objects counted whatever they lead to let
+    # a command lay it: test_a_repository_waiting_for_a_session_on_other_roots_is_refused).
+    (ws / "x" / "refs").mkdir(parents=True)
+    (ws / "x" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "x" / "objects").symlink_to("../sub/inner/o")
+    (ws / "x" / "config").write_text(config)
     assert git_found(ws / "x", tmp_path) is None  # objects leads nowhere yet
     before = exact_state(ws)
 
@@ -61,7 +60,6 @@ def test_a_directory_made_below_an_inner_root_cannot_complete_a_repository(
         out = _cli(capsys, [ws, inner], "call", "write_file", "--args",
                    json.dumps({"path": path, "content": "x"}))  # fmt: skip
         assert not out["ok"] and out["error"]["code"] == "git_metadata", out
-        assert "bare repository" in out["error"]["message"], out
         assert exact_state(ws) == before
         assert git_found(ws / "x", tmp_path) is None
     # The outer root alone judged the same write the same way all along.
@@ -81,7 +79,6 @@ def _can_bind_mount(tmp_path: Path) -> bool:
     return done.returncode == 0
 
 
-@needs_bwrap
 @needs_git
 def test_a_second_root_bind_mounted_from_inside_the_first_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -96,11 +93,9 @@ def test_a_second_root_bind_mounted_from_inside_the_first_is_refused(
     ws, alias, elsewhere = tmp_path / "ws", tmp_path / "alias", tmp_path / "elsewhere"
     for d in (ws / "sub", alias, elsewhere):
         d.mkdir(parents=True)
-    command = (
-        "mkdir -p x/refs && printf 'ref: refs/heads/main\\n' > x/HEAD && ln -s ../sub/o x/objects"
-    )
-    out = _cli(capsys, [ws], "call", "run_shell", "--args", json.dumps({"command": command}))
-    assert out["ok"] and out["result"]["changes"]["refused"] == [], out
+    (ws / "x" / "refs").mkdir(parents=True)  # laid by hand, as above
+    (ws / "x" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "x" / "objects").symlink_to("../sub/o")
     before = exact_state(ws)
     attack = json.dumps({"path": str(alias / "o" / "f"), "content": "x"})
     mounted: list[Path] = []
@@ -125,3 +120,43 @@ def test_a_second_root_bind_mounted_from_inside_the_first_is_refused(
     finally:
         for target in mounted:
             subprocess.run(["umount", target], check=False)
+
+
+@needs_bwrap
+@needs_git
+def test_a_repository_waiting_for_a_session_on_other_roots_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A session on ``ws`` laid ``x`` (``HEAD``, ``refs/``, ``config``) with ``objects ->
+    ../sub/o`` dangling: no repository yet, merged. A later session on ``ws/sub`` alone
+    made ``o`` (``write_file o/f``): its check sees only its own root, and ``x`` became a
+    repository. Nothing a later writer does to ``sub`` is judged against ``x``, so ``x`` is
+    judged a git directory when laid: a link named ``objects`` or ``refs`` counts whatever
+    it leads to (its target can change without ``x`` changing)."""
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    config = '[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch PWNED; false"\n'
+    head = "printf 'ref: refs/heads/main\\n' > x/HEAD"
+    plant = f"mkdir -p x/refs && {head} && ln -s ../sub/o x/objects && printf '{config}' > x/config"
+    before = exact_state(ws)
+    out = _cli(capsys, [ws], "call", "run_shell", "--args", json.dumps({"command": plant}))
+    assert not out["ok"] and out["error"]["code"] == "git_metadata", out
+    assert exact_state(ws) == before
+    # In two steps, the HEAD last (by a command, as a link, and by write_file): the same.
+    step1 = f"mkdir -p x/refs && ln -s ../sub/o x/objects && printf '{config}' > x/config"
+    out = _cli(capsys, [ws], "call", "run_shell", "--args", json.dumps({"command": step1}))
+    assert out["ok"] and out["result"]["changes"]["refused"] == [], out
+    laid = exact_state(ws)
+    for command in (head, "ln -s refs/heads/main x/HEAD"):
+        out = _cli(capsys, [ws], "call", "run_shell", "--args", json.dumps({"command": command}))
+        assert not out["ok"] and out["error"]["code"] == "git_metadata", out
+        assert exact_state(ws) == laid
+    out = _cli(capsys, [ws], "call", "write_file", "--args",
+               json.dumps({"path": "x/HEAD", "content": "ref: refs/heads/main\n"}))  # fmt: skip
+    assert not out["ok"] and out["error"]["code"] == "git_metadata", out
+    assert exact_state(ws) == laid
+    # The later session on ws/sub: o made, and still no repository at x.
+    out = _cli(capsys, [ws / "sub"], "call", "write_file", "--args",
+               json.dumps({"path": "o/f", "content": "x"}))  # fmt: skip
+    assert out["ok"], out
+    assert git_found(ws / "x", tmp_path) is None

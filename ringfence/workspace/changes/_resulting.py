@@ -92,12 +92,14 @@ def _head_valid(view: TreeView, gitdir: str) -> bool:
 
 
 def _searchable(view: TreeView, path: str) -> bool:
-    """``access(path, X_OK)``: a directory, or anything with an execute bit, through links."""
-    found = resolve(view, path)
+    """``access(path, X_OK)``: a directory, or anything with an execute bit. A link there
+    counts whatever it leads to (``git/_rules.py`` ``_is_searchable``): its target can change
+    in a later write that does not see this directory, a session on other roots."""
+    found = resolve(view, path, follow=False)
     if found is None:
         return False
     node = found[1]
-    return node is HOST or node.kind == "dir" or bool(node.mode & 0o111)
+    return node is HOST or node.kind in ("dir", "symlink") or bool(node.mode & 0o111)
 
 
 def is_git_dir(view: TreeView, gitdir: str) -> bool:
