@@ -160,3 +160,29 @@ def test_a_repository_waiting_for_a_session_on_other_roots_is_refused(
                json.dumps({"path": "o/f", "content": "x"}))  # fmt: skip
     assert out["ok"], out
     assert git_found(ws / "x", tmp_path) is None
+
+
+@needs_bwrap
+@needs_git
+def test_a_head_with_a_second_name_counts_as_valid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same wait through ``HEAD``'s bytes: a command writing the roots itself (approved
+    ``--no-change-sets``) made ``x/objects/``, ``x/refs/`` and ``x/HEAD`` a hard link of
+    ``sub/h`` (``hello``: no repository, accepted). A later session on ``ws/sub`` rewrites
+    ``h`` in place and ``x`` is a repository. A ``HEAD`` with another name counts as valid."""
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    config = '[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch PWNED; false"\n'
+    command = (
+        "mkdir -p x/objects x/refs && echo hello > sub/h && ln sub/h x/HEAD && "
+        f"printf '{config}' > x/config"
+    )
+    main(["call", "run_shell", "--args", json.dumps({"command": command}), "--workspace",
+          str(ws), "--no-change-sets", "--approve", "yes", "--json",
+          "--posture", "allow-reversible"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert not out["ok"] and out["error"]["code"] == "git_metadata", out
+    assert not (ws / "x").exists()  # quarantined
+    (ws / "sub" / "h").write_text("ref: refs/heads/main\n")  # the later session, in place
+    assert git_found(ws / "x", tmp_path) is None

@@ -335,6 +335,10 @@ def _head_is_valid(dir_fd: int, overlay: Overlay) -> bool:
             return False
     if not stat.S_ISREG(st.st_mode):
         return False
+    if st.st_nlink > 1:
+        # A file with another name: its bytes change through that name, which a writer (a
+        # session on other roots) may change without ever looking at this directory.
+        return True
     return valid_head(_read_small("HEAD", dir_fd, _HEAD_READ_BYTES))
 
 
