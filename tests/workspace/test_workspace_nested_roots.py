@@ -170,7 +170,8 @@ def test_a_head_with_a_second_name_counts_as_valid(
     """The same wait through ``HEAD``'s bytes: a command writing the roots itself (approved
     ``--no-change-sets``) made ``x/objects/``, ``x/refs/`` and ``x/HEAD`` a hard link of
     ``sub/h`` (``hello``: no repository, accepted). A later session on ``ws/sub`` rewrites
-    ``h`` in place and ``x`` is a repository. A ``HEAD`` with another name counts as valid."""
+    ``h`` in place and ``x`` is a repository. A ``HEAD`` with another name counts as valid,
+    and so does an ``objects`` file with another name (its mode is that name's too)."""
     ws = tmp_path / "ws"
     (ws / "sub").mkdir(parents=True)
     config = '[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch PWNED; false"\n'
@@ -185,4 +186,17 @@ def test_a_head_with_a_second_name_counts_as_valid(
     assert not out["ok"] and out["error"]["code"] == "git_metadata", out
     assert not (ws / "x").exists()  # quarantined
     (ws / "sub" / "h").write_text("ref: refs/heads/main\n")  # the later session, in place
+    assert git_found(ws / "x", tmp_path) is None
+    # objects a hard link of a file without x: its mode changes through the other name.
+    command = (
+        "mkdir -p x/refs && printf 'ref: refs/heads/main\\n' > x/HEAD && touch sub/o && "
+        f"ln sub/o x/objects && printf '{config}' > x/config"
+    )
+    main(["call", "run_shell", "--args", json.dumps({"command": command}), "--workspace",
+          str(ws), "--no-change-sets", "--approve", "yes", "--json",
+          "--posture", "allow-reversible"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert not out["ok"] and out["error"]["code"] == "git_metadata", out
+    assert not (ws / "x").exists()
+    (ws / "sub" / "o").chmod(0o755)
     assert git_found(ws / "x", tmp_path) is None

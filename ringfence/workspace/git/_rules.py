@@ -260,7 +260,8 @@ def _is_searchable(
         return False
     if stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode):
         return True
-    return bool(st.st_mode & 0o111)
+    # A file with another name: its mode changes through that name too (as HEAD's bytes do).
+    return bool(st.st_mode & 0o111) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1)
 
 
 # A path below a root at least this long is reached in steps: one system call cannot spell a
