@@ -40,6 +40,7 @@ __all__ = [
     "check_approver",
     "create_kernel",
     "mcp_stdio_confiner",
+    "refuse_aliased_roots",
     "refuse_home_inside_roots",
 ]
 
@@ -239,6 +240,7 @@ def create_kernel(
     workspace = Workspace(root_paths)
     try:
         refuse_home_inside_roots(workspace.roots)
+        refuse_aliased_roots(workspace.roots)
         refuse_git_config_inside_roots(workspace.roots)  # ~/.gitconfig, …: read everywhere
         if events_path:
             refuse_events_inside_roots(events_path, workspace.roots)
@@ -483,6 +485,38 @@ def refuse_home_inside_roots(roots: Sequence[Path]) -> None:
                     home=str(home),
                     root=str(root),
                 )
+
+
+def refuse_aliased_roots(roots: Sequence[Path]) -> None:
+    """Raise InvalidArguments when a workspace root lies inside (or is) another root by where
+    it lies in its file system but not by its path: a bind mount of ``<root>/sub`` given as a
+    second root.
+
+    Every writer judges the tree it leaves by path (``workspace/changes/_view.py``), one
+    root inside another too; under another spelling a write through one root is a change
+    the other's paths never show, so ``write_file /alias/o/f`` made ``<root>/sub/o`` unseen
+    and completed ``x/objects -> ../sub/o``, a repository whose ``config`` the agent had
+    written."""
+    mounts = _Mounts()
+    places = [(root, mounts.where(root)) for root in roots]
+    for inner, at in places:
+        for outer, there in places:
+            if inner is outer or at is None or there is None or at[0] != there[0]:
+                continue
+            top = there[1].rstrip("/")
+            if not (at[1] == there[1] or at[1].startswith(top + "/")):
+                continue
+            if inner == outer or outer in inner.parents:
+                continue  # inside by its path too: judged as such
+            raise InvalidArguments(
+                f"the workspace root {inner} is the directory {at[1]} of the file system that "
+                f"also holds the workspace root {outer} (a bind mount of a directory inside "
+                "it?): a write through one would be a change the other's paths do not show; "
+                "give the directory once, by one path",
+                field="workspace",
+                root=str(inner),
+                other=str(outer),
+            )
 
 
 def refuse_events_inside_roots(events_path: str | os.PathLike[str], roots: Sequence[Path]) -> None:

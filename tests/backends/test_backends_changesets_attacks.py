@@ -152,12 +152,17 @@ def test_a_repository_assembled_any_way_is_refused_whole(
 def test_an_almost_repository_completed_by_a_later_command_is_refused(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Step one plants HEAD, config and dangling links (not a repository: accepted); step two
-    only makes two directories elsewhere. The second is judged on the tree it leaves."""
+    """Step one plants HEAD, config and dangling links (not a repository for git yet); step
+    two only makes two directories elsewhere. Step one is refused now: links named
+    ``objects``/``refs`` count whatever they lead to, since a later writer that does not see
+    ``sub`` (a session on other roots) could complete them. Laid all the same (by hand, or
+    by a version before that), the second is judged on the tree it leaves."""
     marker = tmp_path / "PWNED"
     step1 = f"mkdir sub && cd sub && {HEAD} && ln -s ../o objects && ln -s ../r refs && {config(marker)}"
-    code, out = call(capsys, ws, step1)
-    assert code == 0, out
+    before = tree_state(ws)
+    code, out = call(capsys, ws, step1, "--events", str(tmp_path / "step1.jsonl"))
+    assert_refused_and_unchanged(code, out, ws, before, marker, tmp_path / "step1.jsonl", ".")
+    subprocess.run(["sh", "-c", step1], cwd=ws, check=True)
     assert git_dir(ws / "sub") is None
     before = tree_state(ws)
     events_path = tmp_path / "events.jsonl"
@@ -204,18 +209,24 @@ def test_an_almost_repository_completed_by_write_file_is_refused(
 ) -> None:
     marker = tmp_path / "PWNED"
     step1 = f"mkdir sub && cd sub && {HEAD} && ln -s ../o objects && ln -s ../r refs && {config(marker)}"
-    assert call(capsys, ws, step1)[0] == 0
+    assert call(capsys, ws, step1)[0] != 0  # links named objects/refs count: a repository
+    subprocess.run(["sh", "-c", step1], cwd=ws, check=True)  # laid by hand (or an old version)
+    assert git_dir(ws / "sub") is None
     args = ["--workspace", str(ws), "--posture", "allow-reversible", "--approve", "no"]
-    code, out = cli_json(
-        capsys, "call", "write_file", "--args", json.dumps({"path": "o/x", "content": "x"}), *args
-    )
-    assert code == 0, out  # o/ alone completes nothing
     before = tree_state(ws)
-    code, out = cli_json(
-        capsys, "call", "write_file", "--args", json.dumps({"path": "r/x", "content": "x"}), *args
-    )
-    assert code != 0 and out["error"]["code"] == "git_metadata", out
-    assert tree_state(ws) == before
+    # sub counts as a repository now, so what its links lead to is git metadata: o/ alone
+    # (which completed nothing, and was written) is refused too.
+    for path in ("o/x", "r/x"):
+        code, out = cli_json(
+            capsys,
+            "call",
+            "write_file",
+            "--args",
+            json.dumps({"path": path, "content": "x"}),
+            *args,
+        )
+        assert code != 0 and out["error"]["code"] == "git_metadata", out
+        assert tree_state(ws) == before
     assert git_dir(ws / "sub") is None
     git_status(ws / "sub")
     assert not marker.exists()

@@ -51,7 +51,7 @@ from ..git._rules import GITFILE_MAX_BYTES, git_discovery_name, parse_gitfile, v
 from ..git._snapshot import DirState, GitSnapshot
 from ._linked import linked_metadata
 from ._model import Blobs, Change
-from ._view import HOST, Node, TreeView, realpath, resolve
+from ._view import HOST, MAX_LINKS, PAST_MAX_LINKS, Node, TreeView, realpath, resolve
 
 __all__ = [
     "check_linked_write",
@@ -92,12 +92,14 @@ def _head_valid(view: TreeView, gitdir: str) -> bool:
 
 
 def _searchable(view: TreeView, path: str) -> bool:
-    """``access(path, X_OK)``: a directory, or anything with an execute bit, through links."""
-    found = resolve(view, path)
+    """``access(path, X_OK)``: a directory, or anything with an execute bit. A link there
+    counts whatever it leads to (``git/_rules.py`` ``_is_searchable``): its target can change
+    in a later write that does not see this directory, a session on other roots."""
+    found = resolve(view, path, follow=False)
     if found is None:
         return False
     node = found[1]
-    return node is HOST or node.kind == "dir" or bool(node.mode & 0o111)
+    return node is HOST or node.kind in ("dir", "symlink") or bool(node.mode & 0o111)
 
 
 def is_git_dir(view: TreeView, gitdir: str) -> bool:
@@ -256,10 +258,11 @@ def check_resulting_tree(
     images = chain(filter(None, map(_BEFORE, changes)), filter(None, map(_AFTER, changes)))
     if "symlink" not in set(map(_KIND, images)):
         return snapshot
+    # A walk past 40 links leaves: the kernel stops it, os.path.realpath goes on (_view).
     made = {(c.root, c.path) for c in changes if c.after is not None and c.after.kind == "symlink"}
     for key in made:
         where = absolute(*key)
-        target, _ = realpath(after, where)
+        target, _ = realpath(after, where, past_max_leaves=True)
         if not after.inside(target):
             raise _leaves(where, target, what)
     existing = set(snapshot.links) | {k for k, e in snapshot.entries.items() if e.kind == "symlink"}
@@ -268,8 +271,10 @@ def check_resulting_tree(
         node = after.lstat(where)
         if node is None or node.kind != "symlink":
             continue  # removed or replaced by the set
-        target, _ = realpath(after, where)
-        if not after.inside(target) and before.inside(realpath(before, where)[0]):
+        target, _ = realpath(after, where, past_max_leaves=True)
+        if not after.inside(target) and before.inside(
+            realpath(before, where, past_max_leaves=True)[0]
+        ):
             raise _leaves(where, target, what, existing=True)
     return snapshot
 
@@ -341,6 +346,14 @@ def _refused(what: str) -> str:
 
 def _leaves(where: str, target: str, what: str, existing: bool = False) -> InvalidArguments:
     link = "the existing link" if existing else "the link"
+    if target == PAST_MAX_LINKS:
+        return InvalidArguments(
+            f"after {what} {link} {escape_name(where)} would resolve only through more than "
+            f"{MAX_LINKS} links: the kernel stops there, but os.path.realpath and other "
+            f"resolvers without that limit follow it on, out of the workspace roots or not; "
+            f"{_refused(what)}",
+            field="path",
+        )
     return InvalidArguments(
         f"after {what} {link} {escape_name(where)} would resolve to {escape_name(target)}, "
         f"outside the workspace roots; {_refused(what)}",

@@ -35,7 +35,7 @@ from ..git._rules import at_beneath
 from ..git._walk import file_kind
 from ._model import Blobs, Change, Image
 
-__all__ = ["HOST", "MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
+__all__ = ["HOST", "MAX_LINKS", "PAST_MAX_LINKS", "Node", "TreeView", "realpath", "resolve"]
 
 # The kernel's own limit on links followed in one path walk (ELOOP past it).
 MAX_LINKS = 40
@@ -105,6 +105,19 @@ class TreeView:
         self._cut: set[tuple[int, str]] | None = None
         self._cache: dict[str, Node | None] = {}
         self._disk: dict[str, Node | None] = {} if disk is None else disk
+        # A root inside another (``--workspace /p --workspace /p/sub``): a change names its
+        # path below the root it was made through, a lookup the innermost root holding the
+        # path, so the two keys of one place differ. Every change is then keyed by where it
+        # lies (:meth:`locate`); before, a directory ``write_file`` made below the inner root
+        # through the outer one was read from disk, unmade, and so completed a repository
+        # whose ``objects`` link led there unseen.
+        self._nested = any(
+            i != j and self._within(self.roots[j].path, self.roots[i].path)
+            for i in range(len(self.roots))
+            for j in range(len(self.roots))
+        )
+        if self._nested:
+            self._final = {self._located(*key): image for key, image in self._final.items()}
 
     # -- where a path lies ---------------------------------------------------------------
 
@@ -121,15 +134,48 @@ class TreeView:
     def inside(self, path: str) -> bool:
         return self.locate(path) is not None
 
+    @staticmethod
+    def _within(path: str, top: str) -> bool:
+        """Is ``path`` at or below ``top`` (whole components)?"""
+        return path == top or top == "/" or path.startswith(top + "/")
+
+    def _located(self, root: int, path: str) -> tuple[int, str]:
+        """A change's key ``(root, path below it)`` as :meth:`locate` names that place."""
+        top = self.roots[root].path
+        found = self.locate(_join(top, path) if path else top)
+        return (root, path) if found is None else found
+
     def _gone(self) -> set[tuple[int, str]]:
         """The paths whose directory did not stay a directory throughout the set."""
         if self._cut is None:
             self._cut = {
-                (c[0], c[1])
+                self._located(c[0], c[1]) if self._nested else (c[0], c[1])
                 for c in self._changes
                 if c[2] is None or c[3] is None or c[2][0] != "dir" or c[3][0] != "dir"
             }
         return self._cut
+
+    def _below_cut(self, path: str, root: int, rel: str) -> bool:
+        """Is ``path`` (``rel`` below root ``root``) below a directory the set removed,
+        replaced or made? With nested roots its ancestors are located one by one: an inner
+        root's top, and what holds it, are entries of the outer root."""
+        if not self._nested:
+            parent = rel
+            while "/" in parent:
+                parent = parent.rpartition("/")[0]
+                if (root, parent) in self._final and (root, parent) in self._gone():
+                    return True
+            return False
+        ancestor = path
+        while True:
+            ancestor = _parent(ancestor)
+            where = self.locate(ancestor)
+            if where is None:
+                return False
+            if where in self._final and where in self._gone():
+                return True
+            if ancestor == "/":
+                return False
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -149,12 +195,8 @@ class TreeView:
             if where in self._final:
                 image = self._final[where]
                 return None if image is None else Node(image.kind, image.mode, image.digest, None)
-            root, rel = where
-            parent = rel
-            while "/" in parent:
-                parent = parent.rpartition("/")[0]
-                if (root, parent) in self._final and (root, parent) in self._gone():
-                    return None  # below a directory the set removed, replaced or made
+            if self._below_cut(path, *where):
+                return None  # below a directory the set removed, replaced or made
         try:
             return self._disk[path]
         except KeyError:
@@ -223,8 +265,23 @@ def _parent(path: str) -> str:
     return head or "/"
 
 
-def realpath(view: TreeView, path: str) -> tuple[str, bool]:
+# What :func:`realpath` answers, asked to (``past_max_leaves``), for a walk that needs more than
+# :data:`MAX_LINKS` links: no path, so inside no root.
+PAST_MAX_LINKS = "(a walk through more than 40 links)"
+
+
+class _PastMaxLinks(Exception):
+    """A realpath walk needed more than :data:`MAX_LINKS` links (not a loop)."""
+
+
+def realpath(view: TreeView, path: str, *, past_max_leaves: bool = False) -> tuple[str, bool]:
     """``os.path.realpath(path)`` on the view: ``(the path, whether every link resolved)``.
+
+    ``past_max_leaves``: a walk that needs more than :data:`MAX_LINKS` links answers
+    :data:`PAST_MAX_LINKS` (outside every root). The kernel stops such a walk (``ELOOP``);
+    ``os.path.realpath`` and ``Path.resolve`` do not, so the lexical answer given otherwise
+    (``p1/…/p9/L/../../../../../../etc`` with ``L`` 41 links from the root: inside by its
+    spelling) is not what they find (``/etc``).
 
     The same walk as the standard library's (non-strict): a missing or
     non-directory component is kept as it is and the walk goes on, ``..``
@@ -237,13 +294,23 @@ def realpath(view: TreeView, path: str) -> tuple[str, bool]:
     """
     seen: dict[str, str | None] = {}
     budget = [MAX_LINKS]
-    resolved, ok = _join_real(view, "/" if path.startswith("/") else "", path, seen, budget)
+    try:
+        resolved, ok = _join_real(
+            view, "/" if path.startswith("/") else "", path, seen, budget, past_max_leaves
+        )
+    except _PastMaxLinks:
+        return PAST_MAX_LINKS, False
     # realpath ends in abspath: what a loop left unresolved ("L/..") is normalized lexically.
     return posixpath.normpath(resolved or "/"), ok
 
 
 def _join_real(
-    view: TreeView, path: str, rest: str, seen: dict[str, str | None], budget: list[int]
+    view: TreeView,
+    path: str,
+    rest: str,
+    seen: dict[str, str | None],
+    budget: list[int],
+    past_max_leaves: bool = False,
 ) -> tuple[str, bool]:
     if rest.startswith("/"):
         rest = rest[1:]
@@ -269,11 +336,13 @@ def _join_real(
         if not view.inside(newpath):
             return _join(newpath, rest) if rest else newpath, False  # the host's link
         budget[0] -= 1
+        if budget[0] < 0 and past_max_leaves:
+            raise _PastMaxLinks
         target = view.readlink(newpath, node)
         if budget[0] < 0 or target is None:
             return _join(newpath, rest) if rest else newpath, False
         seen[newpath] = None
-        path, ok = _join_real(view, path, target, seen, budget)
+        path, ok = _join_real(view, path, target, seen, budget, past_max_leaves)
         if not ok:
             return _join(path, rest) if rest else path, False
         seen[newpath] = path

@@ -243,25 +243,25 @@ def _is_searchable(
     name: str, dir_fd: int, overlay: Overlay, beneath: tuple[int, str] | None = None
 ) -> bool:
     """git's ``access(name, X_OK)``: a directory, or a file with an execute bit (git's test
-    passes an executable *file* named ``objects``), through links. A file a pending write
-    adds counts whatever its mode (the safe side). With ``beneath`` (the root's descriptor,
-    this directory's path below it) links are followed here, never past the root
-    (:func:`_searchable_beneath`)."""
+    passes an executable *file* named ``objects``). A file a pending write adds counts
+    whatever its mode (the safe side).
+
+    A *link* counts whatever it leads to, now or never: what it resolves to changes without
+    this directory changing (a directory made, a mode set, at its target), and a writer that
+    does that may not see this directory at all (a later session whose roots are only the
+    target's: ``x/objects -> ../sub/o`` laid by a session on ``/p``, ``o`` made by one on
+    ``/p/sub``, and ``x`` was a repository whose ``config`` the agent wrote). ``beneath`` is
+    kept for the callers: the entry itself is all that is read."""
     pending = _overlaid(overlay, name)
     if pending is not None:
-        kind, content = pending
-        if kind == "symlink":  # followed as git will, once it is written; else counted
-            if beneath is None or content is None:
-                return True
-            return _searchable_beneath(*beneath, name, os.fsdecode(content))
-        return kind in ("dir", "file")
-    if beneath is not None:
-        return _searchable_beneath(beneath[0], beneath[1], name)
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=True)
-    except OSError:
+        return pending[0] in ("dir", "file", "symlink")
+    st = _lstat(name, dir_fd)
+    if st is None:
         return False
-    return stat.S_ISDIR(st.st_mode) or bool(st.st_mode & 0o111)
+    if stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return True
+    # A file with another name: its mode changes through that name too (as HEAD's bytes do).
+    return bool(st.st_mode & 0o111) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1)
 
 
 # A path below a root at least this long is reached in steps: one system call cannot spell a
@@ -302,67 +302,6 @@ def at_beneath(root_fd: int, rel: str) -> Iterator[tuple[int, str]]:
             os.close(fd)
 
 
-# The kernel's limit on links followed in one path walk (ELOOP past it).
-_MAX_LINKS = 40
-
-
-def _searchable_beneath(root_fd: int, rel: str, name: str, target: str | None = None) -> bool:
-    """``access(rel/name, X_OK)`` by the kernel's walk, done here from the root's descriptor:
-    a walk that leaves the root (``..`` above it, an absolute link) counts as searchable.
-
-    Past the root a path names the host's, and a host link may name a different place for
-    each process that follows it (``/proc/self/cwd``: ringfence's directory for this check,
-    the person's for their ``git status``), so what this process would find says nothing.
-    ``target``: ``name`` is a link to be written with this target (not on disk yet).
-    """
-    parts = [p for p in rel.split("/") if p]
-    pending = [name]
-    links = 0
-    if target is not None:
-        if not target:
-            return False
-        if target.startswith("/"):
-            return True
-        pending, links = list(reversed(target.split("/"))), 1
-    found: os.stat_result | None = None
-    while pending:
-        comp = pending.pop()
-        if comp in ("", "."):
-            continue
-        if comp == "..":
-            if not parts:
-                return True  # above the root: the host's
-            parts.pop()
-            found = None  # a directory
-            continue
-        here = "/".join([*parts, comp])
-        try:
-            # In steps past PATH_MAX: the kernel reaches such a place through links from a
-            # shallow directory (git's access() does), one path from the root cannot.
-            with at_beneath(root_fd, here) as (at, leaf):
-                st = os.stat(leaf, dir_fd=at, follow_symlinks=False)
-        except OSError:
-            return False
-        if stat.S_ISLNK(st.st_mode):
-            links += 1
-            try:
-                with at_beneath(root_fd, here) as (at, leaf):
-                    target = os.readlink(leaf, dir_fd=at)
-            except OSError:
-                return False
-            if links > _MAX_LINKS or not target:
-                return False
-            if target.startswith("/"):
-                return True  # the host's path, whatever it names for this process
-            pending.extend(reversed(target.split("/")))
-            continue
-        if not stat.S_ISDIR(st.st_mode) and any(p not in ("", ".") for p in pending):
-            return False  # ENOTDIR
-        parts.append(comp)
-        found = st
-    return found is None or stat.S_ISDIR(found.st_mode) or bool(found.st_mode & 0o111)
-
-
 def _read_small(name: str, dir_fd: int, limit: int) -> bytes | None:
     try:
         fd = os.open(
@@ -397,6 +336,10 @@ def _head_is_valid(dir_fd: int, overlay: Overlay) -> bool:
             return False
     if not stat.S_ISREG(st.st_mode):
         return False
+    if st.st_nlink > 1:
+        # A file with another name: its bytes change through that name, which a writer (a
+        # session on other roots) may change without ever looking at this directory.
+        return True
     return valid_head(_read_small("HEAD", dir_fd, _HEAD_READ_BYTES))
 
 
@@ -411,10 +354,10 @@ def is_git_directory(
     the safe side) or ``objects/`` and ``refs/`` are directories.
 
     With ``overlay``, answers for the directory as it would be after a write
-    adds those entries: the test for "assembling" a git directory. With
-    ``beneath`` (the root's descriptor, this directory's path below it),
-    ``objects``/``refs`` links are followed only inside the root; one that
-    leaves it counts as there (:func:`_searchable_beneath`).
+    adds those entries: the test for "assembling" a git directory. An
+    ``objects``/``refs`` link counts as there whatever it leads to
+    (:func:`_is_searchable`); ``beneath`` (the root's descriptor, this
+    directory's path below it) is accepted for the callers and not needed.
     """
     overlay = overlay or {}
     if not _head_is_valid(dir_fd, overlay):
