@@ -1,0 +1,121 @@
+"""Attacks on "a killed writer leaves the workspace wholly before or wholly after".
+
+Each test runs a real ``python -m ringfence`` and SIGKILLs it at a chosen system call
+(``strace --inject``, as in ``test_workspace_undo_attacks.py``), then asserts the tree,
+byte for byte with modes (:func:`tree_helpers.exact_state`), after the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
+from test_workspace_undo_attacks import killed_at, needs_strace
+from tree_helpers import exact_state
+
+from ringfence.cli._main import main
+
+# ``python -m ringfence`` with SIGXFSZ at its default action (Python ignores it): a write past
+# RLIMIT_FSIZE is then cut at the limit and the process killed at its next write, exactly
+# what a SIGKILL landing between two pages of one large write leaves.
+_KILLED_PAST_LIMIT = (
+    "import runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
+    "sys.argv = ['ringfence', *sys.argv[1:]]; runpy.run_module('ringfence', run_name='__main__')"
+)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], root: Path, *words: str) -> dict[str, Any]:
+    main([*words, "--workspace", str(root), "--approve", "no", "--json",
+          "--posture", "allow-reversible"])  # fmt: skip
+    return json.loads(capsys.readouterr().out)
+
+
+def _three_sets(capsys: pytest.CaptureFixture[str], root: Path) -> list[str]:
+    """``a`` written twice, then ``b``: three sets, two over the same file."""
+    ids = []
+    for path, content in (("a", "a1\n"), ("a", "a2\n"), ("b", "b1\n")):
+        out = _cli(capsys, root, "call", "write_file", "--args",
+                   json.dumps({"path": path, "content": content}))  # fmt: skip
+        assert out["ok"], out
+        ids.append(out["result"]["checkpoint"])
+    return ids
+
+
+@needs_strace
+@pytest.mark.parametrize("when", [2, 3])
+def test_an_undo_of_several_sets_killed_between_them_is_rolled_back_whole(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], when: int
+) -> None:
+    """``undo --last 3`` killed at its second or third file write (after the undo of ``b``,
+    or after that of the newer ``a`` too): the next start put back only the set in flight,
+    and left the ones undone before it undone, a tree that was neither before nor after
+    the undo (``b`` undone, ``a`` not). Now the undo is one operation in the journal: the
+    next start rolls every set of it back, newest first, and the three sets are there to
+    undo again."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("old\n")
+    (root / "b").write_text("old\n")
+    ids = _three_sets(capsys, root)
+    before = exact_state(root)
+    killed_at(root, ringfence_home, ["undo", "--last", "3"], "renameat", root, when=when)
+    assert exact_state(root) != before  # killed midway: the tree is mixed until the next start
+    assert main(["recover", "--workspace", str(root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["result"]
+    assert {s["record"] for s in report["sets"]} == {"dropped"}, report
+    assert exact_state(root) == before
+    assert main(["checkpoints", "list", "--workspace", str(root), "--json"]) == 0
+    listed = {s["id"]: s for s in json.loads(capsys.readouterr().out)["result"]}
+    assert sorted(listed) == sorted(ids), listed  # the undo's own sets are gone
+    assert not any(s["undone_by"] for s in listed.values()), listed
+    out = _cli(capsys, root, "undo", "--last", "3")  # and the undo runs whole now
+    assert out["ok"], out
+    assert exact_state(root) == {"a": ("file", 0o644, b"old\n"), "b": ("file", 0o644, b"old\n")}
+
+
+def test_a_session_killed_as_it_appends_its_records_leaves_a_verifiable_stream(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A session killed inside the one ``write`` of a call's records (100 KB of arguments,
+    cut at a page by the kill) leaves a last line without its newline. ``events verify``
+    checked that part of a line as a record and called the log ``TAMPERED`` ("not a
+    ringfence event record"), as for a forged line; a killed session is ``NOT SEALED``,
+    the records before it verified, and ``--allow-open`` accepts it."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    events = tmp_path / "events.jsonl"
+    args = ["--workspace", str(root), "--events", str(events), "--approve", "no", "--json"]
+    main(["call", "write_file", "--args", json.dumps({"path": "a", "content": "a\n"}),
+          "--posture", "allow-reversible", *args])  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["ok"]
+    size = events.stat().st_size
+    big = json.dumps({"path": "b", "content": "y" * 100_000})
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size + 16384, resource.RLIM_INFINITY))
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_PAST_LIMIT, "call", "write_file", "--args", big,
+         "--posture", "ask", *args],
+        env={**os.environ, "RINGFENCE_HOME": str(ringfence_home)}, preexec_fn=limit,
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode < 0, (proc.returncode, proc.stderr[-2000:])  # killed, by SIGXFSZ
+    data = events.read_bytes()
+    assert size + 4096 <= len(data) <= size + 16384 and not data.endswith(b"\n")
+    assert sorted(os.listdir(root)) == ["a"]
+    assert main(["events", "verify", str(events), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)["error"]["details"]["report"]
+    assert report["tampered"] is False and report["unsealed_sessions"] == 1, report
+    assert report["records"] == data.count(b"\n"), report
+    assert any("cut mid-write" in p for p in report["problems"]), report
+    assert main(["events", "verify", str(events), "--allow-open", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["result"]
+    assert report["intact"] and not report["tampered"], report
