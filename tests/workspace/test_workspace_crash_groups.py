@@ -7,17 +7,19 @@ byte for byte with modes (:func:`tree_helpers.exact_state`), after the next star
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
-from test_workspace_undo_attacks import killed_at, needs_strace
+from test_workspace_undo_attacks import killed_at, needs_bwrap, needs_strace
 from tree_helpers import exact_state
 
 from ringfence.cli._main import main
@@ -119,3 +121,55 @@ def test_a_session_killed_as_it_appends_its_records_leaves_a_verifiable_stream(
     assert main(["events", "verify", str(events), "--allow-open", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)["result"]
     assert report["intact"] and not report["tampered"], report
+
+
+@contextlib.contextmanager
+def _read_only(where: Path) -> Iterator[None]:
+    """``where`` bind-mounted read-only onto itself (mounting needs root: skipped otherwise)."""
+    made = subprocess.run(["mount", "--bind", str(where), str(where)], capture_output=True,
+                          check=False)  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {made.stderr.decode(errors='replace')}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], check=True,
+                       capture_output=True)  # fmt: skip
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@needs_bwrap
+def test_a_read_only_checkpoint_store_is_named_and_nothing_is_written(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The checkpoint store on a read-only mount: ``write_file`` over a file whose old bytes
+    the store holds answered "write_file failed: OSError: [Errno 30] Read-only file system"
+    (a ``tool_error`` naming nothing), ``run_shell`` the same of a pack's temporary file.
+    Each is now ``unwritable`` naming the store, and nothing of it reaches the workspace."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f").write_text("old\n")
+    for content in ("new\n", "old\n"):  # the store holds both images
+        out = _cli(capsys, root, "call", "write_file", "--args",
+                   json.dumps({"path": "f", "content": content}))  # fmt: skip
+        assert out["ok"], out
+    before = exact_state(root)
+    calls = [
+        ("write_file", {"path": "f", "content": "new\n"}),
+        ("write_file", {"path": "d/g", "content": "g\n"}),
+        ("edit_file", {"path": "f", "old": "old", "new": "x"}),
+        ("run_shell", {"command": "echo z > z; rm f"}),
+    ]
+    with _read_only(ringfence_home / "checkpoints"):
+        for tool, args in calls:
+            out = _cli(capsys, root, "call", tool, "--args", json.dumps(args))
+            assert not out["ok"], (tool, out)
+            assert out["error"]["code"] == "unwritable", (tool, out)
+            assert "checkpoint store" in out["error"]["message"], (tool, out)
+            assert exact_state(root) == before, tool
+        out = _cli(capsys, root, "undo")
+        assert out["error"]["code"] == "unwritable", out
+        assert exact_state(root) == before
+    out = _cli(capsys, root, "undo", "--last", "2")  # writable again: all there, undoable
+    assert out["ok"], out
+    assert exact_state(root) == {"f": ("file", 0o644, b"old\n")}

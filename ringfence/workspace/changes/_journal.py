@@ -152,7 +152,7 @@ class Journal:
                     )
                 except OSError as exc:  # a full store, a link or worse planted there
                     full = self._store.full(exc)
-                    if isinstance(full, Unavailable):
+                    if isinstance(full, RingfenceError):
                         raise full from None
                     raise Unavailable(
                         f"cannot open the workspace's writer lock {self._store.path}/{_TURN} "
