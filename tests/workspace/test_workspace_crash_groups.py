@@ -173,3 +173,36 @@ def test_a_read_only_checkpoint_store_is_named_and_nothing_is_written(
     out = _cli(capsys, root, "undo", "--last", "2")  # writable again: all there, undoable
     assert out["ok"], out
     assert exact_state(root) == {"f": ("file", 0o644, b"old\n")}
+
+
+@needs_strace
+@needs_bwrap
+def test_a_plan_apply_killed_as_it_marks_a_call_never_shows_it_applied_unnamed(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``plan apply`` killed as it writes a call's ledger entry (made, then written): the
+    entry was left empty, which reads as "applied (unknown)" with no call and no end, so
+    ``plan show`` said the call was applied, named nothing, and ``plan apply`` never ran it:
+    a call that never ran, spent for good. The entry now appears whole or not at all, so
+    the call is either still to apply or named as never ended."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("old\n")
+    plan = tmp_path / "plan.json"
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "a", "content": "new\n"}), "--dry-run", str(plan))  # fmt: skip
+    assert out["ok"], out
+    assert main(["plan", "show", str(plan), "--json"]) == 0
+    (call,) = (c["call_id"] for c in json.loads(capsys.readouterr().out)["result"]["calls"])
+    ledger = ringfence_home / "plans" / "applied" / call
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    # Killed at the first write to, or link onto, the call's ledger entry.
+    killed_at(root, ringfence_home, ["plan", "apply", str(plan)], "write,link,linkat", ledger)
+    assert (root / "a").read_text() == "old\n"
+    assert main(["plan", "show", str(plan), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["result"]
+    assert call not in shown["applied"] or call in shown["unended"], shown
+    out = _cli(capsys, root, "plan", "apply", str(plan))
+    if call not in shown["applied"]:  # still to apply: it runs now
+        assert out["ok"], out
+        assert (root / "a").read_text() == "new\n"
