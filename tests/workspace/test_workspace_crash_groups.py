@@ -8,6 +8,8 @@ byte for byte with modes (:func:`tree_helpers.exact_state`), after the next star
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import resource
@@ -23,6 +25,7 @@ from test_workspace_undo_attacks import killed_at, needs_bwrap, needs_strace
 from tree_helpers import exact_state
 
 from ringfence.cli._main import main
+from ringfence.runtime._canonical import canonical_json
 
 # ``python -m ringfence`` with SIGXFSZ at its default action (Python ignores it): a write past
 # RLIMIT_FSIZE is then cut at the limit and the process killed at its next write, exactly
@@ -206,3 +209,42 @@ def test_a_plan_apply_killed_as_it_marks_a_call_never_shows_it_applied_unnamed(
     if call not in shown["applied"]:  # still to apply: it runs now
         assert out["ok"], out
         assert (root / "a").read_text() == "new\n"
+
+
+@needs_strace
+def test_a_session_killed_as_it_makes_the_plan_key_leaves_no_forgeable_key(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first dry run killed as it writes the plan key (made, then written): the key file
+    was left empty, and every later session used it, the empty key, to sign and check
+    plans, so anyone could write a plan ``plan apply`` runs (its MAC an HMAC under no
+    secret). The key now appears whole or not at all, and a key file of the wrong size is
+    refused, never used."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a").write_text("old\n")
+    key = ringfence_home / "keys" / "plan.key"
+    key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stage = ["call", "write_file", "--args", json.dumps({"path": "a", "content": "new\n"}),
+             "--dry-run", str(tmp_path / "first.json")]  # fmt: skip
+    killed_at(root, ringfence_home, stage, "write,link,linkat", key)
+    plan = tmp_path / "plan.json"
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "a", "content": "new\n"}), "--dry-run", str(plan))  # fmt: skip
+    assert out["ok"], out
+    # The forger's plan: another content, signed with the empty key.
+    data = json.loads(plan.read_text())
+    data["calls"][0]["arguments"]["content"] = "forged\n"
+    body = {k: data[k] for k in ("ringfence_plan", "roots", "calls", "applied")}
+    data["mac"] = hmac.new(b"", canonical_json(body), hashlib.sha256).hexdigest()
+    plan.write_text(json.dumps(data))
+    out = _cli(capsys, root, "plan", "apply", str(plan))
+    assert not out["ok"] and out["error"]["code"] == "invalid_arguments", out
+    assert (root / "a").read_text() == "old\n"
+    assert len(key.read_bytes()) == 32
+    # A key file cut short some other way (an older version killed) is refused, not used.
+    key.write_bytes(b"")
+    out = _cli(capsys, root, "call", "write_file", "--args",
+               json.dumps({"path": "a", "content": "x\n"}), "--dry-run", str(tmp_path / "p2.json"))  # fmt: skip
+    assert not out["ok"] and str(key) in out["error"]["message"], out
+    assert not (tmp_path / "p2.json").exists()
