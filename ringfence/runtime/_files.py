@@ -24,6 +24,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._errors import Unwritable
+
 __all__ = [
     "Places",
     "atomic_write",
@@ -128,23 +130,45 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
 
 
 def load_or_create_key(name: str, size: int = 32) -> bytes:
-    """A persistent local secret in ``ringfence_home()/keys/NAME`` (0600)."""
+    """A persistent local secret in ``ringfence_home()/keys/NAME`` (0600).
+
+    Made whole or not at all: written under a temporary name, then linked into place
+    (``link`` is exclusive: a process that loses the race reads the winner's key). Made
+    under its own name and then written, a key cut by a kill or a full disk between the
+    two was left empty, and every later session signed and checked with that empty key
+    (a plan anyone could write passed for one staged here). A key file of another size
+    is refused, naming it, never used."""
     path = ringfence_home() / "keys" / name
     try:
-        data = path.read_bytes()
-        if len(data) == size:
-            return data
+        return _whole_key(path, path.read_bytes(), size)
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     data = secrets.token_bytes(size)
+    tmp = path.with_name(f".{name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        # Another process won the race; use its key.
-        return path.read_bytes()
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            # Another process won the race; use its key.
+            return _whole_key(path, path.read_bytes(), size)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return data
+
+
+def _whole_key(path: Path, data: bytes, size: int) -> bytes:
+    """``data``, the key read from ``path``, if it has its size; else refused, naming it."""
+    if len(data) != size:
+        raise Unwritable(
+            f"the key file {path} is damaged ({len(data)} bytes, not {size}: cut short by a "
+            "crash or an edit): it is not used; remove it, and a new key is made (what the "
+            "old one signed, such as staged plans, must then be made again)",
+            field="key",
+        )
     return data
 
 

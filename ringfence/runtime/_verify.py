@@ -521,8 +521,11 @@ def verify_file(
 ) -> ChainReport:
     """:func:`verify_chain` over a file's lines as bytes.
 
-    A last line without its newline was cut mid-write: a problem unless
-    ``allow_open`` (then it is skipped as not yet written). Raises OSError
+    A last line without its newline was cut mid-write (a writer killed as it appended,
+    or one still writing): a problem unless ``allow_open`` (then it is skipped as not yet
+    written), and never tampering: it was checked as a record, so a session killed
+    mid-append made its log ``TAMPERED`` ("not a ringfence event record"), where a kill
+    between two appends leaves it ``NOT SEALED``. Raises OSError
     when the file cannot be read. The file is read :data:`READ_CHUNK_BYTES` at a time
     and one line at most :data:`MAX_LINE_BYTES` is held (a longer one is not a record):
     reading it whole held twice the file (a 3 GB log, 6 GB).
@@ -539,9 +542,8 @@ def verify_file(
                     count += 1
                     yield line if isinstance(line, bytes) else b""
             partial = splitter.end()
-            if partial is not None and not allow_open:
-                count += 1
-                yield partial if isinstance(partial, bytes) else b""
+            if partial is not None:
+                count += 1  # not a record (cut before its newline): named below, never checked
 
         report = verify_chain(lines(), public_keys, allow_open=allow_open)
     if partial is None or allow_open:

@@ -5,7 +5,10 @@ command's merge, ``undo``, ``apply_changes`` (``plan apply``), a checkpointed
 ``write_file``/``edit_file`` — appends ``B <set id>`` to its store's journal
 before anything of it is written (its change set's manifest included), and
 ``E <set id>`` after its last write and the manifest's final form. The set's
-manifest holds every before-image, so the journal itself is two short lines.
+manifest holds every before-image, so the journal itself is two short lines. An
+undo of several sets is one operation (:meth:`Journal.grouped`): each set's ``B``
+line as it begins, and one ``E <id> <id> …`` line after the last, so a kill
+anywhere in it has every set rolled back, never the last alone.
 
 Each :class:`~._store.CheckpointStore` object writes one journal file of
 its own, ``<store>/journal/<pid>-<random>.log``, held with an exclusive
@@ -24,8 +27,8 @@ object share its turn; another process waits for it, at most :data:`TURN_WAIT_SE
 then is ``unavailable`` with nothing written.
 
 :func:`recover` (every store's start, ``ringfence recover``) reads each journal
-nobody holds. A set begun and not ended is **rolled back**, the same for every
-operation: each of its changes, newest first, whose path holds the after-image
+nobody holds. A set begun and not ended is **rolled back** (several: newest first),
+the same for every operation: each of its changes, newest first, whose path holds the after-image
 gets its before-image back (``merge_changes``' own writer); a path in neither
 state is left and reported. A manifest is data read back from the store: each
 change a rollback would make is judged by the merge's own rules first (no git
@@ -149,7 +152,7 @@ class Journal:
                     )
                 except OSError as exc:  # a full store, a link or worse planted there
                     full = self._store.full(exc)
-                    if isinstance(full, Unavailable):
+                    if isinstance(full, RingfenceError):
                         raise full from None
                     raise Unavailable(
                         f"cannot open the workspace's writer lock {self._store.path}/{_TURN} "
@@ -213,8 +216,13 @@ class Journal:
                 raise
             self._open_ops += 1
 
-    def end(self, set_id: str) -> None:
+    def end(self, *set_ids: str) -> None:
         """After its last write and its manifest's final form (or after it failed cleanly).
+
+        Several ids: the operations of one group (:meth:`grouped`), ended by one line
+        ``E <id> <id> …``: a line counts only once its newline is written, so a kill as it
+        is written ends all of them or none (separate lines, cut between two by the kill,
+        left a multi-set undo half rolled back).
 
         On a file system that filled since the ``B`` line the ``E`` line may not fit: the
         ``B`` line is then taken back instead, which needs no new space (the file cut
@@ -223,34 +231,42 @@ class Journal:
         recorded, answered "failed: OSError: [Errno 28]" (an ``undo`` that had undone),
         and its journal still named it in flight. Only when that fails too is the
         operation left in flight, said as ``unavailable``: the next start rolls it back."""
+        if not set_ids:
+            return
         with self._lock:
-            offset = self._begun.pop(set_id, None)
+            offsets = [self._begun.pop(set_id, None) for set_id in set_ids]
             try:
-                self._append(f"E {set_id}\n".encode(), sync=False)
+                self._append(f"E {' '.join(set_ids)}\n".encode(), sync=False)
             except OSError as exc:
-                if not self._take_back(offset):
-                    self._give_turn()  # still open: the journal is kept past close()
+                if not self._take_back(offsets):
+                    for _ in set_ids:
+                        self._give_turn()  # still open: the journal is kept past close()
                     raise Unavailable(
-                        f"the operation writing change set {set_id} is done, but the "
+                        f"the operation writing change set {set_ids[-1]} is done, but the "
                         f"journal of {self._store.path} could not record its end "
                         f"({exc.strerror or exc}): the next start of this workspace rolls "
                         "it back; free space there",
-                        rolling_back=set_id,
+                        rolling_back=set_ids[-1],
                     ) from None
-            self._open_ops -= 1
-            self._give_turn()
+            self._open_ops -= len(set_ids)
+            for _ in set_ids:
+                self._give_turn()
             if self._open_ops == 0 and os.fstat(self._fd).st_size > _RESET_BYTES:
                 os.ftruncate(self._fd, 0)  # every line in it is spent
 
-    def _take_back(self, offset: int | None) -> bool:
-        """Undo an operation's ``B`` line at ``offset`` without new space (see :meth:`end`;
-        caller holds ``_lock``); False when it cannot."""
-        if offset is None:
+    def _take_back(self, offsets: list[int | None]) -> bool:
+        """Undo the ``B`` lines at ``offsets`` without new space (see :meth:`end`; caller
+        holds ``_lock``); False when it cannot. Several (a group) only by one cut of the
+        file, when they are the only operations open: overwritten one by one, a kill
+        between two would end some of the group and leave the rest in flight."""
+        if not offsets or None in offsets:
             return False
         try:
-            if self._open_ops == 1:  # only this one: every line after its B is spent
-                os.ftruncate(self._fd, offset)
+            if self._open_ops == len(offsets):  # only these: every line after the first is spent
+                os.ftruncate(self._fd, min(o for o in offsets if o is not None))
                 return True
+            if len(offsets) > 1:
+                return False
             # Not through the O_APPEND descriptor: Linux appends a pwrite there.
             fd = os.open(
                 self._name,
@@ -258,30 +274,57 @@ class Journal:
                 dir_fd=self._store._journal_fd,
             )
             try:
-                return os.pwrite(fd, b"E", offset) == 1
+                return os.pwrite(fd, b"E", offsets[0]) == 1  # type: ignore[arg-type]
             finally:
                 os.close(fd)
         except OSError:
             return False
 
     @contextlib.contextmanager
-    def writing(self, set_id: str, *, sync: bool = False) -> Iterator[None]:
+    def grouped(self) -> Iterator[list[str]]:
+        """Operations begun inside the block (``writing(…, group=ids)``) end together, with
+        one line, when the block ends: until then all stay in flight, so a kill anywhere in
+        the block has the next start roll every one back, newest first (``undo --last N``,
+        several ids: the sets undone before the kill stayed undone, the tree neither before
+        nor after). A block ending in a merge's ``half_written`` error ends none of them:
+        the next start rolls them all back. The caller holds the writers' lock
+        (:func:`~.._writelock.writing`) across the block: the journal's turn is held
+        throughout, and the writers' lock is taken before it, never after."""
+        ids: list[str] = []
+        try:
+            yield ids
+        except RingfenceError as exc:
+            if not exc.details.get("half_written"):
+                self.end(*ids)
+            raise
+        except BaseException:
+            self.end(*ids)
+            raise
+        else:
+            self.end(*ids)
+
+    @contextlib.contextmanager
+    def writing(
+        self, set_id: str, *, sync: bool = False, group: list[str] | None = None
+    ) -> Iterator[None]:
         """``begin`` … ``end`` around an operation (``end`` also when it raises), unless it
         raises a merge's ``half_written`` error: the workspace is then part-way, and the set
-        stays open (its journal file kept past :meth:`close`) for the next start to roll back."""
+        stays open (its journal file kept past :meth:`close`) for the next start to roll back.
+        ``group`` (from :meth:`grouped`): its end is left to the group's."""
         self.begin(set_id, sync=sync)
+        finish = group.append if group is not None else self.end
         try:
             yield
         except RingfenceError as exc:
             if exc.details.get("half_written"):
                 raise  # no E: still in flight, as a killed process would have left it
-            self.end(set_id)
+            finish(set_id)
             raise
         except BaseException:
-            self.end(set_id)
+            finish(set_id)
             raise
         else:
-            self.end(set_id)
+            finish(set_id)
 
     def close(self) -> None:
         """Remove the journal (nothing in flight) and let go of it and of the writer lock.
@@ -349,7 +392,8 @@ def _in_flight(fd: int) -> list[str]:
 
 
 def _read(fd: int) -> tuple[list[str], list[str]]:
-    """(the sets begun and not ended, the lines that are neither ``B <id>`` nor ``E <id>``).
+    """(the sets begun and not ended, in the order begun; the lines that are neither
+    ``B <id>`` nor ``E <id> …``).
 
     A last line without its newline is a write cut short (power loss): its operation had
     not begun. Any other line this version cannot read (a journal of another version, a
@@ -366,13 +410,17 @@ def _read(fd: int) -> tuple[list[str], list[str]]:
         if not raw:
             continue
         line = raw.decode("ascii", "replace")
-        kind, _, set_id = line.partition(" ")
-        if kind not in ("B", "E") or not _SET_ID.match(set_id):
+        kind, _, rest = line.partition(" ")
+        ids = rest.split(" ")
+        if kind not in ("B", "E") or not all(_SET_ID.match(i) for i in ids):
             bad.append(line[:200])
-        elif kind == "B":
-            begun[set_id] = None
+        elif kind == "B" and len(ids) == 1:
+            begun[ids[0]] = None
+        elif kind == "E":  # one id, or a group's (Journal.grouped): all end at once
+            for set_id in ids:
+                begun.pop(set_id, None)
         else:
-            begun.pop(set_id, None)
+            bad.append(line[:200])
     return list(begun), bad
 
 
@@ -436,7 +484,9 @@ def recover(store: CheckpointStore) -> Recovery:
             if in_flight:
                 # never beside another process's writes (the writers' lock first: _writelock)
                 with writing(store.workspace._resolver), store.journal.turn():
-                    for set_id in in_flight:
+                    # Newest first: the sets of one group (an undo of several) were written
+                    # in that order, each over the tree the one before it left.
+                    for set_id in reversed(in_flight):
                         done.append(_roll_back(store, set_id))
             journals += 1
             if bad:  # kept: what it holds may be an operation this version cannot see

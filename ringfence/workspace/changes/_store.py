@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from ...runtime._errors import InvalidArguments, NotFound, ToolError, Unavailable
+from ...runtime._errors import InvalidArguments, NotFound, ToolError, Unavailable, Unwritable
 from ...runtime._files import ringfence_home
 from .._names import escape_name
 from .._workspace import Workspace
@@ -484,6 +484,8 @@ class CheckpointStore:
             os.utime(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             return False
+        except OSError as exc:  # a store that cannot be written (read-only): named as such
+            raise self.full(exc) from None
         with self._lock:
             if len(self._kept) > 100_000:
                 self._kept.clear()
@@ -495,9 +497,19 @@ class CheckpointStore:
         bounds what it stores (a shell command's set)."""
         return PackWriter(self, limit_bytes)
 
-    def full(self, exc: OSError, needed: int | None = None) -> Unavailable | OSError:
+    def full(self, exc: OSError, needed: int | None = None) -> Unavailable | Unwritable | OSError:
         """``exc`` as the error a person can act on: a full file system names itself, what
-        is free there and what was needed (``unavailable``); any other error stays."""
+        is free there and what was needed (``unavailable``); a store that cannot be written
+        (a read-only file system or mount, permissions) names the store (``unwritable``:
+        it was "write_file failed: OSError: [Errno 30] Read-only file system", naming
+        nothing); any other error stays."""
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return Unwritable(
+                f"the checkpoint store ({self.path}) cannot be written "
+                f"({exc.strerror or exc}): nothing was changed; make it writable, or set "
+                "$RINGFENCE_HOME to a place that is",
+                field="checkpoints",
+            )
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             return exc
         try:

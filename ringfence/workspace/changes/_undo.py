@@ -228,37 +228,52 @@ def undo(
     sets = sorted((store.load(i) for i in ids), key=lambda s: s.id, reverse=True)
 
     out: list[dict[str, Any]] = []
-    for cs in sets:
-        planned = ChangeSet(
-            id=store.new_id(),
-            created=time.time(),
-            tool=tool,
-            changes=tuple(cs.inverse_changes()),
-            call_id=call_id,
-            undoes=cs.id,
-        )
-        own = {item["checkpoint"] for item in out}
-        # Checked under the writers' lock, right before the merge (until 2026-12-07 it ran
-        # before the lock was taken: a writer holding the lock then saved its set and wrote
-        # the file while this undo waited for it, and a forced undo overwrote that write).
-        check = (
-            (lambda own=own: _unchanged_since(store, sets, since, own))
-            if since is not None
-            else None
-        )
-        try:
-            done = _journaled(store, planned, atomic=True, force=force, check=check)
-        except RingfenceError as exc:
-            if not out:
-                raise
-            raise _after_some(exc, cs.id, out) from exc.__cause__
-        out.append(
-            {
-                "undone": cs.id,
-                "checkpoint": done.id,
-                "paths": sorted({escape_name(c.path) for c in cs.changes}),
-            }
-        )
+    # One operation in the journal, under one hold of the writers' lock: killed between two
+    # sets, the next start rolls back the ones undone before too (it rolled back only the
+    # set in flight, and left a tree that was neither before nor after the undo).
+    with writing(store.workspace._resolver), store.journal.grouped() as group:
+        for cs in sets:
+            planned = ChangeSet(
+                id=store.new_id(),
+                created=time.time(),
+                tool=tool,
+                changes=tuple(cs.inverse_changes()),
+                call_id=call_id,
+                undoes=cs.id,
+            )
+            own = {item["checkpoint"] for item in out}
+            # Checked under the writers' lock, right before the merge (until 2026-12-07 it
+            # ran before the lock was taken: a writer holding the lock then saved its set
+            # and wrote the file while this undo waited for it, and a forced undo
+            # overwrote that write).
+            check = (
+                (lambda own=own: _unchanged_since(store, sets, since, own))
+                if since is not None
+                else None
+            )
+            try:
+                done = _journaled(
+                    store, planned, atomic=True, force=force, check=check, group=group
+                )
+            except RingfenceError as exc:
+                if not out:
+                    raise
+                if exc.details.get("half_written"):  # every set of it rolled back next start
+                    undone = ", ".join(item["undone"] for item in out)
+                    raise exc.with_(
+                        message=f"{exc.message}; that start rolls back with it the change "
+                        f"sets this undo undid before it ({undone}), leaving the workspace as "
+                        "it was before the undo",
+                        details={**exc.details, "undone_before": out},
+                    ) from exc.__cause__
+                raise _after_some(exc, cs.id, out) from exc.__cause__
+            out.append(
+                {
+                    "undone": cs.id,
+                    "checkpoint": done.id,
+                    "paths": sorted({escape_name(c.path) for c in cs.changes}),
+                }
+            )
     return out
 
 
@@ -338,13 +353,15 @@ def _journaled(
     force: bool = False,
     refused: list[dict[str, Any]] | None = None,
     check: Callable[[], None] | None = None,
+    group: list[str] | None = None,
 ) -> ChangeSet:
     """Merge ``planned`` durably under the journal: its manifest saved first (what a killed
     merge is rolled back from), then rewritten as what was applied (or dropped if nothing).
 
     ``check`` runs once the writers' lock is held, before anything is saved or merged: what
     it checks of the store (no newer set over these files) holds until the merge is done,
-    since every writer saves its set and writes under that lock. It raises to refuse."""
+    since every writer saves its set and writes under that lock. It raises to refuse.
+    ``group``: the journal group (:meth:`~._journal.Journal.grouped`) whose end is this one's."""
     from ._merge import merge_changes  # the change-set writer, loaded on first use
 
     # The writers' lock before the journal's turn, as every writer takes them (_writelock).
@@ -354,7 +371,7 @@ def _journaled(
         # Its id made under the lock, so ids sort as sets are committed (``since`` relies
         # on it: a set committed after a newer one had an older id, passed for one seen).
         planned = replace(planned, id=store.new_id())
-        with store.journal.writing(planned.id, sync=True):
+        with store.journal.writing(planned.id, sync=True, group=group):
             store.save(planned)
             try:
                 report = merge_changes(
