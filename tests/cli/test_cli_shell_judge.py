@@ -411,6 +411,55 @@ def test_without_the_exec_check_a_shell_variable_assigned_otherwise_asks(
     assert not (ws / "MARK").exists()
 
 
+# bash's keyword option: every `NAME=value` word of a command, wherever it stands, goes into
+# the command's environment, and bash looks the program up on that PATH.
+KEYWORD_LINES = [
+    "bash -c 'set -k; ls PATH=bin'",
+    "bash -c 'set -o keyword; ls PATH=bin'",
+    "bash -c 'set -ek; ls PATH=bin'",
+    "bash -k -c 'ls PATH=bin'",
+    "bash -o keyword -c 'ls PATH=bin'",
+]
+
+
+@pytest.mark.parametrize("command", KEYWORD_LINES)
+def test_without_the_exec_check_the_keyword_option_asks(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the host backend under posture unrestricted with a deny rule for touch: `set -k`
+    (or `bash -k`) and then `ls PATH=bin` was read whole, `set` and `ls` known programs and
+    `PATH=bin` an argument, and bash ran the workspace's bin/ls, which ran `touch MARK`,
+    unasked. Now the keyword option makes the line unresolved: asked."""
+    (ws / "bin").mkdir()
+    (ws / "bin" / "ls").write_text("#!/bin/sh\n/usr/bin/touch MARK\n")
+    (ws / "bin" / "ls").chmod(0o755)
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "keyword option" in decided["reason"], decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+def test_set_without_the_keyword_option_is_still_read_whole(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: `set -e`, `set -o errexit`, `set +k`, `set -- -k` and `bash -o errexit` leave the line
+    read whole (the posture decides, unrestricted: it runs)."""
+    command = "mkdir made; set +k; set -- -k; bash -o errexit -c ls; set -o errexit; set -e"
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    capsys.readouterr()
+    assert code == 0
+    assert _decided(records)["verdict"] == "allow"
+    assert (ws / "made").is_dir()
+
+
 def test_a_lowercase_loop_variable_is_still_read_whole(
     tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
