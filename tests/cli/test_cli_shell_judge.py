@@ -445,6 +445,25 @@ def test_without_the_exec_check_the_keyword_option_asks(
     assert not (ws / "MARK").exists()
 
 
+def test_the_keyword_option_asks_under_an_ask_rule_with_the_exec_check(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ask rule is never enforced at exec: on the confined backend under posture
+    unrestricted and `ask = run_shell(touch*)`, `bash -c 'set -k; ls PATH=bin'` ran the
+    workspace's bin/ls and its `touch MARK` without a question. Now it asks."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    (ws / "bin").mkdir()
+    (ws / "bin" / "ls").write_text("#!/bin/sh\n/usr/bin/touch MARK\n")
+    (ws / "bin" / "ls").chmod(0o755)
+    code, records = _call(
+        tmp_path, ws, KEYWORD_LINES[0], 'ask = ["run_shell(touch*)"]\n',
+        "--backend", "local", "--posture", "unrestricted",
+    )  # fmt: skip
+    _asked_and_nothing_ran(ws, code, records, capsys)
+    assert "keyword option" in _decided(records)["reason"], records
+
+
 def test_set_without_the_keyword_option_is_still_read_whole(
     tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
