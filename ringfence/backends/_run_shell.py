@@ -383,19 +383,21 @@ class ShellTool:
         checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         # Cancelled or failed: nothing is merged; the session discards the upper directories.
-        result = await session.run(
-            args["command"],
-            cwd=cwd,
-            env=env,
-            timeout=timeout,
-            output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
-            on_output=streams.feed,
-            redact=self.kernel.redactor.redact,
-            **_follow(session, args),
-            **checks,
-        )
+        try:
+            result = await session.run(
+                args["command"],
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
+                on_output=streams.feed,
+                redact=self.kernel.redactor.redact,
+                **_follow(session, args),
+                **checks,
+            )
+        finally:
+            self._note_shell_path(session)
         streams.flush()
-        self._note_shell_path(session)
         _note_exec_denied(result.exec_denied, ctx)
         if not result.uppers:
             raise ToolError(
@@ -458,6 +460,7 @@ class ShellTool:
                 **checks,
             )
         except BaseException:
+            self._note_shell_path(session)
             # The command may have written before it failed or was cancelled: check anyway,
             # without replacing the original exception (cancellation stays cancellation).
             with trio.CancelScope(shield=True):
