@@ -383,6 +383,43 @@ async def test_a_path_an_earlier_command_left_meets_the_deny_rules_on_docker(
 
 
 @needs_bwrap
+async def test_a_path_an_earlier_command_left_meets_the_ask_rules_with_the_exec_check(
+    workspace: Path,
+) -> None:
+    """Ask rules have no exec check anywhere: on the confined backend, after an `export
+    PATH=<root>/bin:$PATH` the person let through, a read-whole `ls` ran the planted
+    `bin/ls` and its `touch` unasked under `ask = run_shell(touch *)`. Now it asks."""
+    (workspace / "bin").mkdir()
+    (workspace / "bin" / "ls").write_text(f"#!/bin/sh\n/usr/bin/touch {workspace}/MARK\n")
+    (workspace / "bin" / "ls").chmod(0o755)
+    chown_like_workspace(workspace, workspace / "bin", workspace / "bin" / "ls")
+    asked: list[str] = []
+
+    def answer(request: Any) -> ApprovalAnswer:
+        asked.append(request.reason)
+        if "export" in request.arguments["command"]:
+            return ApprovalAnswer.once("the person lets the export through")
+        return ApprovalAnswer.deny("the test says no")
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(answer),
+        backend="local",
+        rules=Rules(ask=("run_shell(touch *)",)),
+        backend_options=PERSIST,
+    ) as k:
+        before = await k.call("run_shell", {"command": "ls"})
+        assert before["exit_code"] == 0 and not asked, (before, asked)
+        left = await k.call("run_shell", {"command": f"export PATH={workspace}/bin:$PATH"})
+        assert left["exit_code"] == 0, left
+        with pytest.raises(Denied):
+            await k.call("run_shell", {"command": "ls"})
+    assert not (workspace / "MARK").exists()
+    assert any("changed the persistent shell's PATH" in r for r in asked), asked
+
+
+@needs_bwrap
 def test_run_script_two_run_shell_calls_share_the_shell(
     workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

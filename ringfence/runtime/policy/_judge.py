@@ -371,9 +371,8 @@ class Policy:
             elif part.effect is None and hidden_ask and not known:
                 # An ask rule has no exec check anywhere: what a program the judge does not
                 # know starts (`numactl -C 0 git push`, `ssh -o ProxyCommand=…`) it cannot see.
-                part = PartVerdict(
-                    "command", part.text, Effect.ASK, reason=UNKNOWN_PROGRAM_ASK, via=sc.via
-                )
+                reason = f"{PATH_CARRIED}; {ASK_HIDDEN}" if sc.known else UNKNOWN_PROGRAM_ASK
+                part = PartVerdict("command", part.text, Effect.ASK, reason=reason, via=sc.via)
             parts.append(part)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         for redirect in parsed.redirects:
