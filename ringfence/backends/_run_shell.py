@@ -250,6 +250,13 @@ class ShellTool:
         self.spec_meta: dict[str, Any] | None = None
         self._path_session: BackendSession | None = None
         self._start_path: str | None = None
+        self._roots = tuple(str(r) for r in workspace.roots)
+        # The ringfence process's PATH, which local and host commands start with: one with a
+        # relative entry or an entry inside a root names directories commands write.
+        self._path_written = backend in ("local", "host") and _writable_path(
+            os.environ.get("PATH", os.defpath), self._roots
+        )
+        self.meta["path_carries_over"] = self._path_written
         self._network = network
         self._passthrough = tuple(passthrough_env)
         self._operator_env_known = False
@@ -549,8 +556,10 @@ class ShellTool:
         ``PATH=/workspace/bin:…`` (an ``export``, or bytes written into the state the shell
         saves) had the next, read-whole ``ls`` run its script past the deny rules on a
         backend without exec checks. The Gate's judge reads ``path_carries_over``
-        (``runtime/policy/_judge.py``) and takes no name as known while it is set."""
-        moved = session.environment().get("PATH") != self._start_path
+        (``runtime/policy/_judge.py``) and takes no name as known while it is set; so it is
+        while the PATH names a directory commands write (``_writable_path``)."""
+        path = session.environment().get("PATH")
+        moved = path != self._start_path or self._path_written or _writable_path(path, self._roots)
         self.meta["path_carries_over"] = moved
         if self.spec_meta is not None:
             self.spec_meta["path_carries_over"] = moved
@@ -826,7 +835,7 @@ def register_shell_tool(
         "runs_on": runs_on(name, networked, change_sets is not None),
         "argument_defaults": tool.meta["argument_defaults"],
         "cwd_carries_over": tool.meta["cwd_carries_over"],
-        "path_carries_over": False,
+        "path_carries_over": tool.meta["path_carries_over"],
     }
     tool.spec_meta = spec_meta
     kernel.register(
@@ -845,6 +854,21 @@ def register_shell_tool(
     )
     kernel.push_async_callback(tool.aclose)
     return tool
+
+
+def _writable_path(path: str | None, roots: Sequence[str]) -> bool:
+    """Whether ``path`` (a PATH value) holds a directory commands may write: a relative
+    entry (an empty one is the working directory) or one inside a workspace root."""
+    if path is None:
+        return False
+    tops = [os.path.realpath(r).rstrip("/") + "/" for r in roots]
+    for entry in path.split(os.pathsep):
+        if not entry.startswith("/"):
+            return True
+        real = os.path.realpath(entry).rstrip("/") + "/"
+        if any(real.startswith(top) for top in tops):
+            return True
+    return False
 
 
 def runs_on(backend: str, network: bool, change_sets: bool) -> str:

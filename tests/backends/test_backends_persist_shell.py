@@ -379,7 +379,7 @@ async def test_a_path_an_earlier_command_left_meets_the_deny_rules_on_docker(
         with pytest.raises(Denied):
             await k.call("run_shell", {"command": "ls"})
     assert canary.read_text() == "still here\n"
-    assert any("changed the persistent shell's PATH" in r for r in asked), asked
+    assert any("so this name may run a file commands wrote" in r for r in asked), asked
 
 
 @needs_bwrap
@@ -416,7 +416,40 @@ async def test_a_path_an_earlier_command_left_meets_the_ask_rules_with_the_exec_
         with pytest.raises(Denied):
             await k.call("run_shell", {"command": "ls"})
     assert not (workspace / "MARK").exists()
-    assert any("changed the persistent shell's PATH" in r for r in asked), asked
+    assert any("so this name may run a file commands wrote" in r for r in asked), asked
+
+
+@needs_bwrap
+@pytest.mark.parametrize("entry", ["bin", "{ws}/bin"], ids=["relative", "inside-the-root"])
+async def test_a_path_naming_a_directory_commands_write_meets_the_ask_rules(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    """Commands on local start with ringfence's own PATH. One holding a relative entry
+    (`bin`, an empty one) or a directory inside a root names files commands write: with
+    `bin/ls` planted, a read-whole `ls` ran it, and its `touch`, unasked under `ask =
+    run_shell(touch *)` (no persistent shell needed). Now no name is known then: it asks."""
+    (workspace / "bin").mkdir()
+    (workspace / "bin" / "ls").write_text(f"#!/bin/sh\n/usr/bin/touch {workspace}/MARK\n")
+    (workspace / "bin" / "ls").chmod(0o755)
+    chown_like_workspace(workspace, workspace / "bin", workspace / "bin" / "ls")
+    monkeypatch.setenv("PATH", entry.format(ws=workspace) + ":" + os.environ["PATH"])
+    asked: list[str] = []
+
+    def no(request: Any) -> ApprovalAnswer:
+        asked.append(request.reason)
+        return ApprovalAnswer.deny("the test says no")
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(no),
+        backend="local",
+        rules=Rules(ask=("run_shell(touch *)",)),
+    ) as k:
+        with pytest.raises(Denied):
+            await k.call("run_shell", {"command": "ls"})
+    assert not (workspace / "MARK").exists()
+    assert any("so this name may run a file commands wrote" in r for r in asked), asked
 
 
 @needs_bwrap

@@ -78,11 +78,12 @@ TEXT_UNENFORCED = (
     "text of a line that cannot be read whole is not what runs"
 )
 ASK_HIDDEN = "an ask rule could match what it runs, and ask rules are not enforced at exec"
-# A persistent shell whose PATH an earlier command changed (an export, or the shell state it
-# left): a name the judge knows (`ls`) may then reach a file commands wrote.
+# A PATH that may name a directory commands write (a persistent shell's, changed by an earlier
+# command; or one with a relative entry or an entry inside a root): a name the judge knows
+# (`ls`) may then reach a file commands wrote. The tool says so (meta `path_carries_over`).
 PATH_CARRIED = (
-    "an earlier command changed the persistent shell's PATH, so this name may run a file "
-    "commands wrote"
+    "the command's PATH is not the session's start or holds a directory commands write "
+    "(relative, or inside a root), so this name may run a file commands wrote"
 )
 UNKNOWN_PROGRAM_ASK = (
     "a program the judge does not know may start others, and ask rules are not enforced at exec"
