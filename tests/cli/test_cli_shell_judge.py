@@ -383,6 +383,8 @@ SHELL_VARIABLES = [
     "getopts b PATH -b; ls",
     "set -a; : ${BASH_ENV:=./env.sh}; bash -c ls",
     "set -a; for BASH_ENV in ./env.sh; do bash -c ls; done",
+    # xargs sets the variable in each child before it looks the program up (PATH=0: ./0/ls)
+    "ln -s bin 0; echo a | xargs --process-slot-var=PATH ls",
 ]
 
 

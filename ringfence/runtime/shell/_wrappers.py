@@ -419,6 +419,15 @@ def _xargs_options(
             return i, replace
         if t.startswith("--"):
             key, eq, value = t.partition("=")
+            if key == "--process-slot-var":
+                # each child gets this variable, set before its program is looked up: with
+                # PATH, `xargs --process-slot-var=PATH ls` ran the workspace's `0/ls`
+                acc.unresolved_(
+                    "xargs --process-slot-var sets a variable of the command's environment "
+                    "(PATH decides which program its name runs)",
+                    text,
+                )
+                return None
             if key in _XARGS_ARG_LONG:
                 i += 1 if eq else 2
             elif key in _XARGS_OPTIONAL_LONG:
