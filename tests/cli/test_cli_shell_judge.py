@@ -447,6 +447,34 @@ def test_without_the_exec_check_the_keyword_option_asks(
     assert not (ws / "MARK").exists()
 
 
+@pytest.mark.parametrize("command", ["chroot . ls", "unshare -r -R . ls", "unshare --root=. ls"])
+def test_without_the_exec_check_a_command_under_another_root_asks(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`chroot . ls` (as root) or `unshare -r -R . ls` (a user namespace) looks `ls` up below
+    the workspace: its planted `usr/bin/ls`, a script for a copy of a static busybox, ran
+    `touch MARK` unasked on host under posture unrestricted and a deny rule for touch (`ls`
+    a known program, read whole). Now another root makes the line unresolved: asked."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("needs a busybox")
+    (ws / "bin").mkdir()
+    shutil.copy(busybox, ws / "bin" / "busybox")
+    (ws / "usr" / "bin").mkdir(parents=True)
+    (ws / "usr" / "bin" / "ls").write_text("#!/bin/busybox sh\n/bin/busybox touch /MARK\n")
+    (ws / "usr" / "bin" / "ls").chmod(0o755)
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "under another root directory" in decided["reason"], decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
 def test_the_keyword_option_asks_under_an_ask_rule_with_the_exec_check(
     tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -99,6 +99,23 @@ def _keyword_option(words: tuple[Word, ...]) -> bool | None:
     return False
 
 
+# Wrappers that start their command under another root directory when given one of these
+# options (None: always): the command's name is then looked up there, below a directory
+# commands may write, so `chroot . ls` or `unshare -r -R . ls` runs `./usr/bin/ls`.
+_CHROOT: dict[str, tuple[str, ...] | None] = {
+    "chroot": None,
+    "unshare": ("-R", "--root"),
+    "nsenter": ("-r", "--root"),
+}
+
+
+def _changes_root(name: str, argv: tuple[Word, ...]) -> bool:
+    """Whether wrapper ``name`` may start its command under another root (:data:`_CHROOT`),
+    read as :func:`_changes_directory` reads its options (it may over-match)."""
+    options = _CHROOT[name]
+    return options is None or _has_option(options, argv)
+
+
 def _changes_directory(name: str, argv: tuple[Word, ...]) -> bool:
     """Whether wrapper ``name`` may start its command elsewhere (see :data:`_CHDIR`): an
     option word of it, given alone, with ``=value``, attached (``-Csub``) or in a cluster of
@@ -107,6 +124,11 @@ def _changes_directory(name: str, argv: tuple[Word, ...]) -> bool:
     options = _CHDIR[name]
     if options is None:
         return True
+    return _has_option(options, argv)
+
+
+def _has_option(options: tuple[str, ...], argv: tuple[Word, ...]) -> bool:
+    """Whether a word of ``argv`` after the program may be one of ``options``."""
     for word in argv[1:]:
         if not word.literal:
             return True
@@ -149,6 +171,12 @@ def emit_command(
         return
     if name in _CD or (name in _CHDIR and _changes_directory(name, argv)):
         acc.cd = True
+    if name in _CHROOT and _changes_root(name, argv):
+        acc.unresolved_(
+            f"{name} starts its command under another root directory, where its name may "
+            "reach a file commands wrote",
+            text,
+        )  # (still looked through: a denied program it names stays denied)
     unwrap = _WRAPPERS.get(name)
     if unwrap is not None:
         unwrap(argv, (*via, name), acc, depth, text)
