@@ -243,7 +243,20 @@ class ShellTool:
             "argument_defaults": argument_defaults(persistent),
             # a call without cwd starts where the last command left the shell: see policy
             "cwd_carries_over": persistent,
+            # the shell's PATH is not the session's start: see _note_shell_path
+            "path_carries_over": False,
         }
+        # The registered ToolSpec's meta (the Gate's view), kept up to date with the above.
+        self.spec_meta: dict[str, Any] | None = None
+        self._path_session: BackendSession | None = None
+        self._start_path: str | None = None
+        self._roots = tuple(str(r) for r in workspace.roots)
+        # The ringfence process's PATH, which local and host commands start with: one with a
+        # relative entry or an entry inside a root names directories commands write.
+        self._path_written = backend in ("local", "host") and _writable_path(
+            os.environ.get("PATH", os.defpath), self._roots
+        )
+        self.meta["path_carries_over"] = self._path_written
         self._network = network
         self._passthrough = tuple(passthrough_env)
         self._operator_env_known = False
@@ -373,20 +386,24 @@ class ShellTool:
         session = await self.session(ctx)
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         self.kernel.redactor.register_env(session.environment(env), from_call=True)
+        self._start_shell_path(session)
         checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         # Cancelled or failed: nothing is merged; the session discards the upper directories.
-        result = await session.run(
-            args["command"],
-            cwd=cwd,
-            env=env,
-            timeout=timeout,
-            output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
-            on_output=streams.feed,
-            redact=self.kernel.redactor.redact,
-            **_follow(session, args),
-            **checks,
-        )
+        try:
+            result = await session.run(
+                args["command"],
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
+                on_output=streams.feed,
+                redact=self.kernel.redactor.redact,
+                **_follow(session, args),
+                **checks,
+            )
+        finally:
+            self._note_shell_path(session)
         streams.flush()
         _note_exec_denied(result.exec_denied, ctx)
         if not result.uppers:
@@ -434,6 +451,7 @@ class ShellTool:
         env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
         # Values the child receives that look like credentials are redacted from everything.
         self.kernel.redactor.register_env(session.environment(env), from_call=True)
+        self._start_shell_path(session)
         checks = await self._exec_arguments(session, args)
         streams = _EventStreams(ctx, self.kernel)
         try:
@@ -449,6 +467,7 @@ class ShellTool:
                 **checks,
             )
         except BaseException:
+            self._note_shell_path(session)
             # The command may have written before it failed or was cancelled: check anyway,
             # without replacing the original exception (cancellation stays cancellation).
             with trio.CancelScope(shield=True):
@@ -458,6 +477,7 @@ class ShellTool:
                     ctx.emit("notice", message=f"the git metadata check failed: {exc!r}")
             raise
         streams.flush()
+        self._note_shell_path(session)
         _note_exec_denied(result.exec_denied, ctx)
         report = await self._check(before, before_ns, ctx)
         if report.refused:
@@ -518,6 +538,31 @@ class ShellTool:
                 field="backend",
             )
         return {}
+
+    # -- the persistent shell's PATH -------------------------------------------------------
+
+    def _start_shell_path(self, session: BackendSession) -> None:
+        """Remember the PATH a new session's commands start with (its shell state's base)."""
+        if self._path_session is not session:
+            self._path_session = session
+            self._start_path = session.environment().get("PATH")
+
+    def _note_shell_path(self, session: BackendSession) -> None:
+        """Tell the Gate whether the next command's PATH is still the session's start.
+
+        Under ``persist_shell_state`` the next command gets the PATH the last one left, and
+        the shell judge's *known* programs (``ls``: starts nothing else) are known by name,
+        which PATH turns into a file: a command that wrote ``bin/ls`` and left
+        ``PATH=/workspace/bin:…`` (an ``export``, or bytes written into the state the shell
+        saves) had the next, read-whole ``ls`` run its script past the deny rules on a
+        backend without exec checks. The Gate's judge reads ``path_carries_over``
+        (``runtime/policy/_judge.py``) and takes no name as known while it is set; so it is
+        while the PATH names a directory commands write (``_writable_path``)."""
+        path = session.environment().get("PATH")
+        moved = path != self._start_path or self._path_written or _writable_path(path, self._roots)
+        self.meta["path_carries_over"] = moved
+        if self.spec_meta is not None:
+            self.spec_meta["path_carries_over"] = moved
 
     # -- git metadata ---------------------------------------------------------------------
 
@@ -784,6 +829,15 @@ def register_shell_tool(
     description = DESCRIPTION if change_sets is None else DESCRIPTION_CHANGE_SETS
     if (options or {}).get("persist_shell_state") is True:
         description = description.replace(_FRESH, _PERSISTENT)
+    spec_meta: dict[str, Any] = {
+        "backend": name,
+        "change_sets": change_sets is not None,
+        "runs_on": runs_on(name, networked, change_sets is not None),
+        "argument_defaults": tool.meta["argument_defaults"],
+        "cwd_carries_over": tool.meta["cwd_carries_over"],
+        "path_carries_over": tool.meta["path_carries_over"],
+    }
+    tool.spec_meta = spec_meta
     kernel.register(
         ToolSpec(
             "run_shell",
@@ -792,13 +846,7 @@ def register_shell_tool(
             tool,
             consequence=Consequence.REVERSIBLE if reversible else Consequence.IRREVERSIBLE,
             residual=not reversible,
-            meta={
-                "backend": name,
-                "change_sets": change_sets is not None,
-                "runs_on": runs_on(name, networked, change_sets is not None),
-                "argument_defaults": tool.meta["argument_defaults"],
-                "cwd_carries_over": tool.meta["cwd_carries_over"],
-            },
+            meta=spec_meta,
             # A dry run runs it on the layer and stages its change set (apply_changes).
             composes_dry_run=change_sets is not None,
             exec_checked=exec_checked,
@@ -806,6 +854,21 @@ def register_shell_tool(
     )
     kernel.push_async_callback(tool.aclose)
     return tool
+
+
+def _writable_path(path: str | None, roots: Sequence[str]) -> bool:
+    """Whether ``path`` (a PATH value) holds a directory commands may write: a relative
+    entry (an empty one is the working directory) or one inside a workspace root."""
+    if path is None:
+        return False
+    tops = [os.path.realpath(r).rstrip("/") + "/" for r in roots]
+    for entry in path.split(os.pathsep):
+        if not entry.startswith("/"):
+            return True
+        real = os.path.realpath(entry).rstrip("/") + "/"
+        if any(real.startswith(top) for top in tops):
+            return True
+    return False
 
 
 def runs_on(backend: str, network: bool, change_sets: bool) -> str:

@@ -325,6 +325,133 @@ async def test_a_redirection_after_an_earlier_calls_cd_meets_the_file_rules(
     assert plain["exit_code"] == 0 and (workspace / "sub" / "ok.txt").read_text() == "fine\n"
 
 
+# The workspace's own `bin/ls`: it runs the denied rm, which removes the canary.
+_PLANTED_LS = (
+    "mkdir -p bin && printf '#!/bin/sh\\n/bin/rm -f /workspace/canary\\necho PLANTED\\n' > bin/ls"
+    " && chmod +x bin/ls"
+)
+
+
+@pytest.mark.parametrize("how", ["forged-state", "approved-export"])
+async def test_a_path_an_earlier_command_left_meets_the_deny_rules_on_docker(
+    workspace: Path, docker_client: Any, how: str
+) -> None:
+    """docker checks no exec: the Gate knows `ls` starts nothing else by its name, which the
+    command's PATH turns into a file. A command that left the persistent shell a PATH
+    naming the workspace's `bin` (bytes written over the state file its shell saves, in
+    the container's /tmp: read whole, `printf` and a redirection; or an `export` the
+    person let through once) had the next, read-whole `ls` run the planted `bin/ls`, whose
+    `rm` removed the canary unasked under `run_shell(rm *)`. Now a PATH that is not the
+    session's start makes no name known: `ls` asks (no here), and nothing is removed."""
+    canary = workspace / "canary"
+    canary.write_text("still here\n")
+    chown_like_workspace(workspace, canary)
+    asked: list[str] = []
+
+    def answer(request: Any) -> ApprovalAnswer:
+        asked.append(request.reason)
+        if "export" in request.arguments["command"]:
+            return ApprovalAnswer.once("the person lets the export through")
+        return ApprovalAnswer.deny("the test says no")
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(answer),
+        backend="docker",
+        rules=Rules(deny=("run_shell(rm *)",)),
+        backend_options={**PERSIST, **DOCKER_OPTIONS},
+    ) as k:
+        listed = await k.call("run_shell", {"command": "ls -a /tmp"})
+        state = [n for n in listed["stdout"].split() if n.startswith(".rf-shell-")]
+        assert len(state) == 1, listed
+        planted = await k.call("run_shell", {"command": _PLANTED_LS})
+        assert planted["exit_code"] == 0, planted
+        before = await k.call("run_shell", {"command": "ls"})  # the image's ls, known
+        assert "PLANTED" not in before["stdout"] and not asked, (before, asked)
+        if how == "forged-state":
+            pad = "x" * 20000  # longer than the shell's own capture, which overwrites the start
+            line = f"printf '%s\\0PATH=/workspace/bin:/usr/bin:/bin\\0' {pad} > /tmp/{state[0]}"
+        else:
+            line = "export PATH=/workspace/bin:$PATH"
+        left = await k.call("run_shell", {"command": line})
+        assert left["exit_code"] == 0, left
+        with pytest.raises(Denied):
+            await k.call("run_shell", {"command": "ls"})
+    assert canary.read_text() == "still here\n"
+    assert any("so this name may run a file commands wrote" in r for r in asked), asked
+
+
+@needs_bwrap
+async def test_a_path_an_earlier_command_left_meets_the_ask_rules_with_the_exec_check(
+    workspace: Path,
+) -> None:
+    """Ask rules have no exec check anywhere: on the confined backend, after an `export
+    PATH=<root>/bin:$PATH` the person let through, a read-whole `ls` ran the planted
+    `bin/ls` and its `touch` unasked under `ask = run_shell(touch *)`. Now it asks."""
+    (workspace / "bin").mkdir()
+    (workspace / "bin" / "ls").write_text(f"#!/bin/sh\n/usr/bin/touch {workspace}/MARK\n")
+    (workspace / "bin" / "ls").chmod(0o755)
+    chown_like_workspace(workspace, workspace / "bin", workspace / "bin" / "ls")
+    asked: list[str] = []
+
+    def answer(request: Any) -> ApprovalAnswer:
+        asked.append(request.reason)
+        if "export" in request.arguments["command"]:
+            return ApprovalAnswer.once("the person lets the export through")
+        return ApprovalAnswer.deny("the test says no")
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(answer),
+        backend="local",
+        rules=Rules(ask=("run_shell(touch *)",)),
+        backend_options=PERSIST,
+    ) as k:
+        before = await k.call("run_shell", {"command": "ls"})
+        assert before["exit_code"] == 0 and not asked, (before, asked)
+        left = await k.call("run_shell", {"command": f"export PATH={workspace}/bin:$PATH"})
+        assert left["exit_code"] == 0, left
+        with pytest.raises(Denied):
+            await k.call("run_shell", {"command": "ls"})
+    assert not (workspace / "MARK").exists()
+    assert any("so this name may run a file commands wrote" in r for r in asked), asked
+
+
+@needs_bwrap
+@pytest.mark.parametrize("entry", ["bin", "{ws}/bin"], ids=["relative", "inside-the-root"])
+async def test_a_path_naming_a_directory_commands_write_meets_the_ask_rules(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    """Commands on local start with ringfence's own PATH. One holding a relative entry
+    (`bin`, an empty one) or a directory inside a root names files commands write: with
+    `bin/ls` planted, a read-whole `ls` ran it, and its `touch`, unasked under `ask =
+    run_shell(touch *)` (no persistent shell needed). Now no name is known then: it asks."""
+    (workspace / "bin").mkdir()
+    (workspace / "bin" / "ls").write_text(f"#!/bin/sh\n/usr/bin/touch {workspace}/MARK\n")
+    (workspace / "bin" / "ls").chmod(0o755)
+    chown_like_workspace(workspace, workspace / "bin", workspace / "bin" / "ls")
+    monkeypatch.setenv("PATH", entry.format(ws=workspace) + ":" + os.environ["PATH"])
+    asked: list[str] = []
+
+    def no(request: Any) -> ApprovalAnswer:
+        asked.append(request.reason)
+        return ApprovalAnswer.deny("the test says no")
+
+    async with create_kernel(
+        roots=[workspace],
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(no),
+        backend="local",
+        rules=Rules(ask=("run_shell(touch *)",)),
+    ) as k:
+        with pytest.raises(Denied):
+            await k.call("run_shell", {"command": "ls"})
+    assert not (workspace / "MARK").exists()
+    assert any("so this name may run a file commands wrote" in r for r in asked), asked
+
+
 @needs_bwrap
 def test_run_script_two_run_shell_calls_share_the_shell(
     workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

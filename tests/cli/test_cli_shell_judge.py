@@ -383,6 +383,8 @@ SHELL_VARIABLES = [
     "getopts b PATH -b; ls",
     "set -a; : ${BASH_ENV:=./env.sh}; bash -c ls",
     "set -a; for BASH_ENV in ./env.sh; do bash -c ls; done",
+    # xargs sets the variable in each child before it looks the program up (PATH=0: ./0/ls)
+    "ln -s bin 0; echo a | xargs --process-slot-var=PATH ls",
 ]
 
 
@@ -409,6 +411,102 @@ def test_without_the_exec_check_a_shell_variable_assigned_otherwise_asks(
     assert "cannot be enforced at exec on this backend" in decided["reason"], decided
     assert "started" not in [r["kind"] for r in records]
     assert not (ws / "MARK").exists()
+
+
+# bash's keyword option: every `NAME=value` word of a command, wherever it stands, goes into
+# the command's environment, and bash looks the program up on that PATH.
+KEYWORD_LINES = [
+    "bash -c 'set -k; ls PATH=bin'",
+    "bash -c 'set -o keyword; ls PATH=bin'",
+    "bash -c 'set -ek; ls PATH=bin'",
+    "bash -k -c 'ls PATH=bin'",
+    "bash -o keyword -c 'ls PATH=bin'",
+]
+
+
+@pytest.mark.parametrize("command", KEYWORD_LINES)
+def test_without_the_exec_check_the_keyword_option_asks(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the host backend under posture unrestricted with a deny rule for touch: `set -k`
+    (or `bash -k`) and then `ls PATH=bin` was read whole, `set` and `ls` known programs and
+    `PATH=bin` an argument, and bash ran the workspace's bin/ls, which ran `touch MARK`,
+    unasked. Now the keyword option makes the line unresolved: asked."""
+    (ws / "bin").mkdir()
+    (ws / "bin" / "ls").write_text("#!/bin/sh\n/usr/bin/touch MARK\n")
+    (ws / "bin" / "ls").chmod(0o755)
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "keyword option" in decided["reason"], decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+@pytest.mark.parametrize("command", ["chroot . ls", "unshare -r -R . ls", "unshare --root=. ls"])
+def test_without_the_exec_check_a_command_under_another_root_asks(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`chroot . ls` (as root) or `unshare -r -R . ls` (a user namespace) looks `ls` up below
+    the workspace: its planted `usr/bin/ls`, a script for a copy of a static busybox, ran
+    `touch MARK` unasked on host under posture unrestricted and a deny rule for touch (`ls`
+    a known program, read whole). Now another root makes the line unresolved: asked."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("needs a busybox")
+    (ws / "bin").mkdir()
+    shutil.copy(busybox, ws / "bin" / "busybox")
+    (ws / "usr" / "bin").mkdir(parents=True)
+    (ws / "usr" / "bin" / "ls").write_text("#!/bin/busybox sh\n/bin/busybox touch /MARK\n")
+    (ws / "usr" / "bin" / "ls").chmod(0o755)
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"]["code"] == "denied", out
+    decided = _decided(records)
+    assert decided["verdict"] == "ask", decided
+    assert "under another root directory" in decided["reason"], decided
+    assert "started" not in [r["kind"] for r in records]
+    assert not (ws / "MARK").exists()
+
+
+def test_the_keyword_option_asks_under_an_ask_rule_with_the_exec_check(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ask rule is never enforced at exec: on the confined backend under posture
+    unrestricted and `ask = run_shell(touch*)`, `bash -c 'set -k; ls PATH=bin'` ran the
+    workspace's bin/ls and its `touch MARK` without a question. Now it asks."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    (ws / "bin").mkdir()
+    (ws / "bin" / "ls").write_text("#!/bin/sh\n/usr/bin/touch MARK\n")
+    (ws / "bin" / "ls").chmod(0o755)
+    code, records = _call(
+        tmp_path, ws, KEYWORD_LINES[0], 'ask = ["run_shell(touch*)"]\n',
+        "--backend", "local", "--posture", "unrestricted",
+    )  # fmt: skip
+    _asked_and_nothing_ran(ws, code, records, capsys)
+    assert "keyword option" in _decided(records)["reason"], records
+
+
+def test_set_without_the_keyword_option_is_still_read_whole(
+    tmp_path: Path, ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: `set -e`, `set -o errexit`, `set +k`, `set -- -k` and `bash -o errexit` leave the line
+    read whole (the posture decides, unrestricted: it runs)."""
+    command = "mkdir made; set +k; set -- -k; bash -o errexit -c ls; set -o errexit; set -e"
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    capsys.readouterr()
+    assert code == 0
+    assert _decided(records)["verdict"] == "allow"
+    assert (ws / "made").is_dir()
 
 
 def test_a_lowercase_loop_variable_is_still_read_whole(

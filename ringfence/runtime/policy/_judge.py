@@ -78,6 +78,13 @@ TEXT_UNENFORCED = (
     "text of a line that cannot be read whole is not what runs"
 )
 ASK_HIDDEN = "an ask rule could match what it runs, and ask rules are not enforced at exec"
+# A PATH that may name a directory commands write (a persistent shell's, changed by an earlier
+# command; or one with a relative entry or an entry inside a root): a name the judge knows
+# (`ls`) may then reach a file commands wrote. The tool says so (meta `path_carries_over`).
+PATH_CARRIED = (
+    "the command's PATH is not the session's start or holds a directory commands write "
+    "(relative, or inside a root), so this name may run a file commands wrote"
+)
 UNKNOWN_PROGRAM_ASK = (
     "a program the judge does not know may start others, and ask rules are not enforced at exec"
 )
@@ -191,6 +198,8 @@ class Policy:
         # A persistent shell starts a call without `cwd` where the last one left it: a
         # relative redirection's directory is then unknown, as after a `cd` in the line.
         moved = bool((meta or {}).get("cwd_carries_over")) and "cwd" not in arguments
+        # ... and with the PATH an earlier command left, which decides what a name runs.
+        path_moved = bool((meta or {}).get("path_carries_over"))
         arguments = with_defaults(arguments, meta)
         command = arguments.get("command")
         shellish = isinstance(command, (str, list))
@@ -199,7 +208,7 @@ class Policy:
         moved = moved and self._has_redirect_rules()  # only file rules judge a target's place
         declared = (meta or {}).get("path_arguments", ())
         path_args = frozenset(declared) if isinstance(declared, (list, tuple, set)) else frozenset()
-        key = _freeze((name, sorted(path_args), exec_checked, moved, arguments))
+        key = _freeze((name, sorted(path_args), exec_checked, moved, path_moved, arguments))
         if key is not None:
             try:
                 return self._verdicts[key]
@@ -207,7 +216,7 @@ class Policy:
                 pass
         if shellish and any(r.command is not None or _over_text(r) for r in rules):
             verdict: PolicyVerdict | None = self._evaluate_shell(
-                name, rules, arguments, path_args, exec_checked, moved
+                name, rules, arguments, path_args, exec_checked, moved, path_moved
             )
         else:
             verdict = self._evaluate_plain(self._plain(name), arguments, path_args)
@@ -308,6 +317,7 @@ class Policy:
         path_args: frozenset[str] = frozenset(),
         exec_checked: bool = False,
         moved: bool = False,
+        path_moved: bool = False,
     ) -> PolicyVerdict:
         command = arguments["command"]
         parsed: ShellParse
@@ -347,21 +357,23 @@ class Policy:
                 if not r.arguments or r.matches_arguments(arguments, self.roots, path_args)
             ]
             part = _judge_command(sc, candidates, exec_checked)
-            if part.effect is None and unenforced and not sc.known:
+            known = sc.known and not path_moved
+            if part.effect is None and unenforced and not known:
                 reason = (
                     BUILTIN_UNENFORCED
                     if builtin
                     else TEXT_UNENFORCED
                     if why_unenforced is TEXT_UNENFORCED
+                    else f"{PATH_CARRIED}; {UNENFORCED}"
+                    if sc.known
                     else UNKNOWN_PROGRAM
                 )
                 part = PartVerdict("command", part.text, Effect.ASK, reason=reason, via=sc.via)
-            elif part.effect is None and hidden_ask and not sc.known:
+            elif part.effect is None and hidden_ask and not known:
                 # An ask rule has no exec check anywhere: what a program the judge does not
                 # know starts (`numactl -C 0 git push`, `ssh -o ProxyCommand=…`) it cannot see.
-                part = PartVerdict(
-                    "command", part.text, Effect.ASK, reason=UNKNOWN_PROGRAM_ASK, via=sc.via
-                )
+                reason = f"{PATH_CARRIED}; {ASK_HIDDEN}" if sc.known else UNKNOWN_PROGRAM_ASK
+                part = PartVerdict("command", part.text, Effect.ASK, reason=reason, via=sc.via)
             parts.append(part)
         cwd = arguments.get("cwd") if isinstance(arguments.get("cwd"), str) else None
         for redirect in parsed.redirects:

@@ -67,6 +67,55 @@ _CHDIR: dict[str, tuple[str, ...] | None] = {
 }
 
 
+# bash's keyword option (`set -k`, `set -o keyword`, `bash -k`): every NAME=value word of a
+# command, not only the leading ones, goes into its environment, and bash looks the program
+# up on that PATH, so `set -k; ls PATH=bin` runs the workspace's `bin/ls`, a known name.
+_KEYWORD = "the keyword option (-k) makes assignment words anywhere set a command's PATH"
+
+
+def _keyword_option(words: tuple[Word, ...]) -> bool | None:
+    """Whether ``set``'s or a shell's leading option words turn the keyword option on:
+    True, False, or None when an option word is computed at run time (it may)."""
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if not w.literal:
+            return None
+        t = w.text
+        if t in ("--", "-", "+") or not t.startswith(("-", "+")) or t.startswith("--"):
+            return False
+        letters = t[1:]
+        if "o" in letters or "O" in letters:
+            value = words[i + 1] if i + 1 < len(words) else None
+            if value is not None and not value.literal:
+                return None
+            if t[0] == "-" and "o" in letters and value is not None and value.text == "keyword":
+                return True
+            i += 2
+        else:
+            i += 1
+        if t[0] == "-" and "k" in letters:
+            return True
+    return False
+
+
+# Wrappers that start their command under another root directory when given one of these
+# options (None: always): the command's name is then looked up there, below a directory
+# commands may write, so `chroot . ls` or `unshare -r -R . ls` runs `./usr/bin/ls`.
+_CHROOT: dict[str, tuple[str, ...] | None] = {
+    "chroot": None,
+    "unshare": ("-R", "--root"),
+    "nsenter": ("-r", "--root"),
+}
+
+
+def _changes_root(name: str, argv: tuple[Word, ...]) -> bool:
+    """Whether wrapper ``name`` may start its command under another root (:data:`_CHROOT`),
+    read as :func:`_changes_directory` reads its options (it may over-match)."""
+    options = _CHROOT[name]
+    return options is None or _has_option(options, argv)
+
+
 def _changes_directory(name: str, argv: tuple[Word, ...]) -> bool:
     """Whether wrapper ``name`` may start its command elsewhere (see :data:`_CHDIR`): an
     option word of it, given alone, with ``=value``, attached (``-Csub``) or in a cluster of
@@ -75,6 +124,11 @@ def _changes_directory(name: str, argv: tuple[Word, ...]) -> bool:
     options = _CHDIR[name]
     if options is None:
         return True
+    return _has_option(options, argv)
+
+
+def _has_option(options: tuple[str, ...], argv: tuple[Word, ...]) -> bool:
+    """Whether a word of ``argv`` after the program may be one of ``options``."""
     for word in argv[1:]:
         if not word.literal:
             return True
@@ -107,12 +161,22 @@ def emit_command(
         acc.commands.append(SimpleCommand(argv, via))
         return
     name = head.text.rsplit("/", 1)[-1]
+    if name == "set" and head.text == "set" and _keyword_option(argv[1:]) is not False:
+        acc.unresolved_(f"set: {_KEYWORD}", text)
+        acc.commands.append(SimpleCommand(argv, via))
+        return
     if name in _UNRESOLVED_BUILTINS and name == head.text:
         acc.unresolved_(_UNRESOLVED_BUILTINS[name], text)
         acc.commands.append(SimpleCommand(argv, via))
         return
     if name in _CD or (name in _CHDIR and _changes_directory(name, argv)):
         acc.cd = True
+    if name in _CHROOT and _changes_root(name, argv):
+        acc.unresolved_(
+            f"{name} starts its command under another root directory, where its name may "
+            "reach a file commands wrote",
+            text,
+        )  # (still looked through: a denied program it names stays denied)
     unwrap = _WRAPPERS.get(name)
     if unwrap is not None:
         unwrap(argv, (*via, name), acc, depth, text)
@@ -306,12 +370,22 @@ def _shell(
             acc.unresolved_("a shell that reads startup files", text)
             return
         if t in ("-o", "+o", "-O", "+O"):
+            if t == "-o" and (
+                i + 1 >= len(args) or not args[i + 1].literal or args[i + 1].text == "keyword"
+            ):
+                acc.unresolved_(f"a shell started with {_KEYWORD}", text)
+                acc.commands.append(SimpleCommand(argv, via[:-1]))
+                return
             i += 2
             continue
         if t == "--":
             i += 1
             break
         if t.startswith(("-", "+")) and len(t) > 1:
+            if t.startswith("-") and not t.startswith("--") and "k" in t[1:]:
+                acc.unresolved_(f"a shell started with {_KEYWORD}", text)
+                acc.commands.append(SimpleCommand(argv, via[:-1]))
+                return
             if "c" in t[1:] and t.startswith("-"):
                 has_c = True
             i += 1
@@ -373,6 +447,15 @@ def _xargs_options(
             return i, replace
         if t.startswith("--"):
             key, eq, value = t.partition("=")
+            if key == "--process-slot-var":
+                # each child gets this variable, set before its program is looked up: with
+                # PATH, `xargs --process-slot-var=PATH ls` ran the workspace's `0/ls`
+                acc.unresolved_(
+                    "xargs --process-slot-var sets a variable of the command's environment "
+                    "(PATH decides which program its name runs)",
+                    text,
+                )
+                return None
             if key in _XARGS_ARG_LONG:
                 i += 1 if eq else 2
             elif key in _XARGS_OPTIONAL_LONG:
