@@ -232,6 +232,25 @@ def visit(page: Any, url: str) -> None:
         page.wait_for_timeout(200)
 
 
+def steady(page: Any, read: Any, ready: str = "#diff", url: str | None = None) -> Any:
+    """``read(page)`` once ``ready`` is shown, again when the page's live reload (new
+    activity) got in the way. With ``url``, the page is visited first, and again whenever it
+    is found elsewhere: a live reload of the page left can land after the visit's navigation
+    began and take its place (a CI flake: ``/changes`` shown where ``/changes/ID`` was
+    visited, and ``#diff`` waited for there 30 s)."""
+    for attempt in range(5):
+        try:
+            if url is not None and page.url != url:
+                visit(page, url)
+            page.wait_for_selector(ready, timeout=10_000)
+            return read(page)
+        except Exception:  # playwright's Error: the execution context was destroyed
+            if attempt == 4:
+                raise
+            page.wait_for_timeout(500)
+    return None
+
+
 def choose(page: Any, selector: str, expect: str = "#confirm") -> None:
     """Click ``selector`` (a link, or a button that leads to a confirmation page) and wait for
     the page it leads to (``expect`` on it).

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
-from review_helpers import choose, confirm, job_done, ringfence_process, url_in, visit
-from test_review_diff import agent_writes, steady
+from review_helpers import choose, confirm, job_done, ringfence_process, steady, url_in, visit
+from test_review_diff import agent_writes
 from test_review_page import _mcp_call_in_thread
 
 LOOKALIKE = "\u0430pp.py"  # Cyrillic a

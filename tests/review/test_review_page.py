@@ -26,6 +26,7 @@ from review_helpers import (
     records,
     ringfence_process,
     screenshot,
+    steady,
     url_in,
     visit,
     wait_until,
@@ -65,10 +66,17 @@ def test_a_confined_shell_command_shows_its_diff_and_undo_restores_the_bytes(
     # The page's own session (posture ask): its Undo is a Gate call the page is asked about.
     with ringfence_process("review", "--workspace", str(workspace), "--events", str(events)) as rf:
         base = rf.wait_for_url()
-        visit(page, base)
-        row = page.locator("#calls tbody tr", has_text="run_shell")
-        assert row.count() == 1
-        assert "finished" in row.inner_text()
+        # The rows of one document, read at once (a live reload may come between two reads).
+        rows = steady(
+            page,
+            lambda p: p.eval_on_selector_all(
+                "#calls tbody tr",
+                "rs => rs.map(r => r.innerText).filter(t => t.includes('run_shell'))",
+            ),
+            "#calls tbody tr:has-text('run_shell')",
+            url=base,
+        )
+        assert len(rows) == 1 and "finished" in rows[0], rows
         screenshot(page, "timeline")
 
         choose(page, "#calls tbody tr:has-text('run_shell') a >> nth=0", "#call-prompt")

@@ -28,12 +28,12 @@ from review_helpers import (
     job_done,
     records,
     ringfence_process,
+    steady,
     url_in,
     visit,
     wait_until,
 )
 from test_review_binding import prepare_forced_undo, undo_sets
-from test_review_diff import steady
 from test_review_refusals import write_with_agent
 from test_review_shown import _undo_outcome
 

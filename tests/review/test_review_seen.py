@@ -50,13 +50,14 @@ from review_helpers import (
     job_done,
     records,
     ringfence_process,
+    steady,
     url_in,
     visit,
 )
 from test_review_attacks import stage
 from test_review_binding import ringfence, undo_sets
 from test_review_bounds import peak_rss_bytes
-from test_review_diff import agent_writes, steady
+from test_review_diff import agent_writes
 from test_review_page import _mcp_call_in_thread
 from test_review_refusals import write_with_agent
 

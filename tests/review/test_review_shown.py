@@ -45,10 +45,11 @@ from review_helpers import (
     job_done,
     records,
     ringfence_process,
+    steady,
     url_in,
     visit,
 )
-from test_review_diff import agent_writes, steady
+from test_review_diff import agent_writes
 from test_review_page import _mcp_call_in_thread
 
 

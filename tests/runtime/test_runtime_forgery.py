@@ -91,11 +91,18 @@ def test_a_session_whose_key_is_not_pinned_is_refused(log: Path) -> None:
 
 
 def forge_allowed_write(path: Path, intent: dict[str, Any] | None) -> None:
-    """Turn the refused write into one that ran: decided allow, started + finished, re-chained."""
+    """Turn the refused write into one that ran: decided allow, started + finished, re-chained.
+
+    The forger drops what it cannot sign again: the seal, and any checkpoint after the
+    rewrite (one lands there when the session took over ``CHECKPOINT_SECONDS`` between its
+    records, as on a loaded machine)."""
     rs = event_records(path)
     call = next(r for r in rs if r["kind"] == "proposed" and r["tool"] == "write_file")
     forged: list[dict[str, Any]] = []
+    rewritten = False
     for r in rs:
+        if rewritten and r["kind"] == "chain_checkpoint":
+            continue
         if r.get("call_id") == call["call_id"] and r["kind"] in (
             "approval_asked",
             "approval_answered",
@@ -112,6 +119,7 @@ def forge_allowed_write(path: Path, intent: dict[str, Any] | None) -> None:
             finished = {**started, "kind": "finished", "output": "wrote evil.sh"}
             finished.pop("intent")
             forged += [r, started, finished]
+            rewritten = True
             continue
         forged.append(r)
     path.write_bytes(rechain(forged))
@@ -173,14 +181,20 @@ def test_a_well_formed_forgery_after_the_last_checkpoint_is_reported_unauthentic
     forge_allowed_write(log, described_intent(log))
     rs = event_records(log)
     second_start = [i for i, r in enumerate(rs, 1) if r["kind"] == "session_started"][1]
+    # The tail no signature covers: from the session's start, or past a checkpoint it made
+    # before the refused write (a slow session's).
+    signed = [
+        i for i, r in enumerate(rs, 1) if i > second_start and r["kind"] == "chain_checkpoint"
+    ]
+    tail = signed[-1] + 1 if signed else second_start
     forged = [i for i, r in enumerate(rs, 1) if r.get("tool") == "write_file"]
     code, report = verify(log, "--public-key", keys, "--allow-open")
     assert code == 0, report
-    assert report["unauthenticated_lines"] == [second_start, len(rs)]
-    assert all(second_start <= i <= len(rs) for i in forged)
-    assert report["unauthenticated_records"] == len(rs) - second_start + 1
+    assert report["unauthenticated_lines"] == [tail, len(rs)]
+    assert all(tail <= i <= len(rs) for i in forged)
+    assert report["unauthenticated_records"] == len(rs) - tail + 1
     text = cli("events", "verify", "--allow-open", str(log), cwd=log.parent, home=log.parent)
-    assert f"unauthenticated tail: lines {second_start}-{len(rs)}" in text.stdout
+    assert f"unauthenticated tail: lines {tail}-{len(rs)}" in text.stdout
     code, report = verify(log, "--public-key", keys)
     assert code == 1 and any("session is not sealed" in p for p in report["problems"])
 
