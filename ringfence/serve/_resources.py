@@ -11,7 +11,8 @@ Guarantees:
 
 - A URI is mapped to a path component by component (never by string
   prefix); one that is not ``file://`` (no host, or ``localhost``) below the
-  first root is ``-32602`` and nothing is read.
+  first root is ``-32602`` and nothing is read, one no URL parser can split
+  (``http://[::1/``) included.
 - Under the ``unrestricted`` posture the file tools may leave the roots, so
   resources are refused (``-32602``) rather than read there.
 - ``resources/list`` pages by ``PAGE_SIZE``; a cursor is the offset signed
@@ -95,9 +96,18 @@ class WorkspaceResources:
         """The path below the first root that ``uri`` names; -32602 for anything else."""
         self._check_posture()
         assert self.root is not None
-        parts = urlsplit(uri)
-        path = PurePosixPath(unquote(parts.path))
-        if parts.scheme != "file" or parts.netloc not in ("", "localhost") or ".." in path.parts:
+        try:
+            parts = urlsplit(uri)
+        except ValueError:  # an unclosed "[" (``http://[::1/``): it escaped as code 0
+            parts = None
+        path = PurePosixPath(unquote(parts.path)) if parts is not None else None
+        if (
+            parts is None
+            or path is None
+            or parts.scheme != "file"
+            or parts.netloc not in ("", "localhost")
+            or ".." in path.parts
+        ):
             raise MCPError(
                 code=types.INVALID_PARAMS,
                 message="not a workspace resource: ringfence serves file:// URIs below "

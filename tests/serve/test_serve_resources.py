@@ -62,6 +62,9 @@ async def test_reads_outside_the_workspace_are_refused(workspace: Path, events: 
             f"file://evil.example{root}/hello.txt": types.INVALID_PARAMS,
             "https://example.com/hello.txt": types.INVALID_PARAMS,
             (root / "link.txt").as_uri(): types.INTERNAL_ERROR,  # the walk refuses the link
+            # No URL parser can split these: urlsplit's ValueError escaped as code 0.
+            "http://[::1/": types.INVALID_PARAMS,
+            f"file://[{root}/hello.txt": types.INVALID_PARAMS,
         }
         for uri, code in attempts.items():
             with pytest.raises(MCPError) as caught:

@@ -46,7 +46,9 @@ authorization server may still honour the token until it expires).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
+import socket
 import time
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator
@@ -160,6 +162,68 @@ def _plain_http_refusal(url: str, server: str, what: str) -> Unavailable | None:
         f"MCP server {server!r}: its authorization metadata sends {what} to "
         f"{scheme or 'no scheme'}://{where or '?'}, which is not https (plain http is allowed to "
         "a loopback host only); refused, nothing was sent there: OAuth endpoints must use https",
+        field="auth",
+    )
+
+
+# How near a host is: its loopback addresses, then the other addresses that are not global
+# (private, link-local, unique-local, shared, reserved, unspecified, multicast), then the rest.
+_LOOPBACK, _LOCAL, _GLOBAL = 0, 1, 2
+_REACH_WORDS = {_LOOPBACK: "a loopback host", _LOCAL: "a private or link-local address"}
+
+
+def _address_reach(address: str) -> int:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # a scope id (fe80::1%eth0) aside
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return _LOOPBACK
+    return _GLOBAL if ip.is_global else _LOCAL
+
+
+async def host_reach(host: str) -> int | None:
+    """How near ``host`` is (:data:`_LOOPBACK`, :data:`_LOCAL`, :data:`_GLOBAL`): the nearest
+    address the system's resolver gives for it, as the connection would (``127.1``,
+    ``2130706433`` and ``localhost`` all reach loopback). None when it does not resolve."""
+    try:
+        infos = await trio.socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError):
+        return None
+    reaches = []
+    for info in infos:
+        try:
+            reaches.append(_address_reach(str(info[4][0])))
+        except ValueError:
+            continue
+    return min(reaches, default=None)
+
+
+async def _reach_refusal(
+    url: str, server_url: str, server: str, what: str, server_reach: int | None
+) -> Unavailable | None:
+    """The refusal of sending OAuth traffic (``what``) to ``url`` when its host is nearer the
+    person's machine than the MCP server itself: a server on another host whose metadata
+    names ``http://127.0.0.1:PORT/`` (or a private address) would otherwise have the flow's
+    GETs and registration POST sent to whatever listens there, a request forged from a
+    server anywhere. A local server (loopback, or a private network) may name hosts as near
+    as itself. None when allowed (the same host as the server's is always allowed)."""
+    host = (urlsplit(url).hostname or "").lower()
+    if not host or host == (urlsplit(server_url).hostname or "").lower():
+        return None
+    reach = await host_reach(host)
+    limit = _GLOBAL if server_reach is None else server_reach
+    if reach is None or reach >= limit:
+        return None
+    parts = urlsplit(url)
+    try:
+        where = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        where = host
+    return Unavailable(
+        f"MCP server {server!r}: its authorization metadata sends {what} to {where}, "
+        f"{_REACH_WORDS[reach]}, nearer this machine than the server itself; refused, nothing "
+        "was sent there (OAuth endpoints of a server on another host are never on this "
+        "machine's loopback or private network)",
         field="auth",
     )
 
@@ -360,6 +424,8 @@ class GuardedAuth(httpx2.Auth):
         self._errors = errors
         self._hint = hint
         self._step_ups = 0
+        self._server_reach: int | None = None  # how near the MCP server is (host_reach)
+        self._server_reach_known = False
         # The issuer accepted on the 2025-03-26 fallback path, and the metadata URL it came
         # from (see _legacy_issuer_to_accept).
         self._legacy: tuple[str, str] | None = None
@@ -407,6 +473,20 @@ class GuardedAuth(httpx2.Auth):
             return None
         token = ctx.current_tokens.access_token
         return token if token_audience_ok(token, self._storage.resource) else None
+
+    async def _check_reach(self, outgoing: httpx2.Request) -> None:
+        """Raise the refusal of a request the provider would send nearer this machine than
+        the MCP server is (:func:`_reach_refusal`)."""
+        assert self._config.url is not None
+        if not self._server_reach_known:
+            host = urlsplit(self._config.url).hostname or ""
+            self._server_reach = await host_reach(host) if host else None
+            self._server_reach_known = True
+        refusal = await _reach_refusal(
+            str(outgoing.url), self._config.url, self._server_name, "a request", self._server_reach
+        )
+        if refusal is not None:
+            raise refusal
 
     def _outgoing(self, outgoing: httpx2.Request) -> httpx2.Request:
         """What is sent for ``outgoing``: a bearer token for another audience taken off; on
@@ -457,6 +537,8 @@ class GuardedAuth(httpx2.Auth):
         try:
             outgoing = self._outgoing(await flow.__anext__())
             while True:
+                if outgoing is not request:
+                    await self._check_reach(outgoing)
                 response = yield outgoing
                 if outgoing is request and not checked:
                     if not refreshed and self._may_refresh_instead(response):
@@ -645,6 +727,16 @@ def _code_grant(
     async def redirect(url: str) -> None:
         # The person's browser goes only to an https authorization endpoint (or loopback http).
         refusal = _plain_http_refusal(url, config.name, "the person's login (the browser)")
+        if refusal is None:  # nor to a host nearer this machine than the server itself
+            assert config.url is not None
+            host = urlsplit(config.url).hostname or ""
+            refusal = await _reach_refusal(
+                url,
+                config.url,
+                config.name,
+                "the person's login (the browser)",
+                await host_reach(host) if host else None,
+            )
         if refusal is not None:
             raise refusal
         assert flow is not None
