@@ -154,9 +154,10 @@ def free_port() -> int:
 
 
 async def _read_line(stream: trio.abc.ReceiveStream, marker: bytes | None = None) -> bytes:
-    """Read until a line (containing ``marker``) arrives; the process's readiness signal."""
+    """Read until a line (containing ``marker``) arrives; the process's readiness signal
+    (within 120 s: a peer importing the SDK took over 30 s at load 20)."""
     buffer = b""
-    with trio.fail_after(30):
+    with trio.fail_after(120):
         while True:
             chunk = await stream.receive_some(4096)
             if not chunk:
