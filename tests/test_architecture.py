@@ -411,10 +411,7 @@ def test_confine_imports_the_standard_library_alone() -> None:
 
 # file -> why it changes sys.path. Nothing of ringfence is found through sys.path: the
 # sandboxed programs are started by ringfence._confine.boot, which registers their packages.
-SYS_PATH_EXCEPTIONS: dict[str, str] = {
-    "ringfence/bridge/_runner.py": "RestrictedPython's directory (boot['sys_path']): a library "
-    "outside the package, added after the standard library paths Landlock grants are read",
-}
+SYS_PATH_EXCEPTIONS: dict[str, str] = {}
 
 
 def _own_module_names() -> frozenset[str]:
@@ -998,6 +995,10 @@ ENV_READERS: dict[str, dict[str, str]] = {
     "ringfence/backends/confined/_supervisor.py": {
         "sandboxed_env": "inside the sandbox: the environment its starter sent for the program "
         "(else its own) for its child",
+    },
+    "ringfence/backends/_run_shell.py": {
+        "ShellTool.__init__": "PATH, which local and host commands start with: one naming a "
+        "directory commands write makes no name a known program to the Gate",
     },
     "ringfence/backends/confined/_exec.py": {
         "_on_path": "PATH, to find the program an MCP server or hook names, as its exec would",
