@@ -43,27 +43,25 @@ def test_a_watched_record_nested_past_the_renderers_depth_takes_no_view_down(
     page: Any, workspace: Path, tmp_path: Path
 ) -> None:
     now = time.time()
+
+    def line(record: dict[str, Any]) -> str:
+        """``record`` as a line, its ``"<DEEP>"``/``"<NESTED>"`` strings as those lists."""
+        return json.dumps(record).replace('"<DEEP>"', DEEP).replace('"<NESTED>"', NESTED)
+
     lines = [
-        json.dumps({"kind": "session_started", "ts": now, "trace_id": "t0", "posture": "ask"}),
-        '{"kind":"proposed","ts":%f,"call_id":"deep-args","tool":"write_file",'
-        '"arguments":{"path":"deep.txt","x":%s},"origin":"agent"}' % (now, DEEP),
-        '{"kind":"proposed","ts":%f,"call_id":"deep-tool","tool":%s,"arguments":{}}' % (now, DEEP),
-        '{"kind":"session_started","ts":%f,"trace_id":%s,"posture":%s}' % (now, DEEP, DEEP),
-        '{"kind":"proposed","ts":%f,"call_id":"nested","tool":"write_file",'
-        '"arguments":{"path":"nested.txt","x":%s},"origin":"agent"}' % (now, NESTED),
-        '{"kind":"failed","ts":%f,"call_id":"nested","output":%s,'
-        '"error":{"code":%s,"message":%s}}' % (now, NESTED, NESTED, NESTED),
-        json.dumps(
-            {
-                "kind": "proposed",
-                "ts": now,
-                "call_id": "fine",
-                "tool": "read_file",
-                "arguments": {"path": "fine.txt"},
-                "origin": "agent",
-            }
-        ),  # fmt: skip
-    ]
+        line({"kind": "session_started", "ts": now, "trace_id": "t0", "posture": "ask"}),
+        line({"kind": "proposed", "ts": now, "call_id": "deep-args", "tool": "write_file",
+              "arguments": {"path": "deep.txt", "x": "<DEEP>"}, "origin": "agent"}),
+        line({"kind": "proposed", "ts": now, "call_id": "deep-tool", "tool": "<DEEP>",
+              "arguments": {}}),
+        line({"kind": "session_started", "ts": now, "trace_id": "<DEEP>", "posture": "<DEEP>"}),
+        line({"kind": "proposed", "ts": now, "call_id": "nested", "tool": "write_file",
+              "arguments": {"path": "nested.txt", "x": "<NESTED>"}, "origin": "agent"}),
+        line({"kind": "failed", "ts": now, "call_id": "nested", "output": "<NESTED>",
+              "error": {"code": "<NESTED>", "message": "<NESTED>"}}),
+        line({"kind": "proposed", "ts": now, "call_id": "fine", "tool": "read_file",
+              "arguments": {"path": "fine.txt"}, "origin": "agent"}),
+    ]  # fmt: skip
     watched = tmp_path / "watched.jsonl"
     watched.write_text("\n".join(lines) + "\n")
     before = watched.read_bytes()
