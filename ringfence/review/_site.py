@@ -333,12 +333,13 @@ def _clipped(request: ApprovalRequest) -> list[tuple[str, str]]:
     return out
 
 
-def _whole_arguments(request: ApprovalRequest) -> Html | None:
+def _whole_arguments(request: ApprovalRequest, budget: list[int] | None = None) -> Html | None:
     """Every argument the prompt shows only in part, whole (escaped as ``visible`` shows a
     value: bidi and invisible characters as ``\u202e``), up to :data:`MAX_WHOLE_CHARS` in
     all: what an approval lets the call use is on the page before it is confirmed (until
     2026-12-07 a ``content`` over 240 characters was its first 120 and last 80 there,
-    whatever its middle held, and nothing on the page showed the rest)."""
+    whatever its middle held, and nothing on the page showed the rest). ``budget``: the
+    characters left to show whole, shared by the calls of one page (a plan's)."""
     clipped = _clipped(request)
     if not clipped:
         return None
@@ -350,10 +351,10 @@ def _whole_arguments(request: ApprovalRequest) -> Html | None:
             "call gets them:",
         )
     ]
-    budget = MAX_WHOLE_CHARS
+    left = budget if budget is not None else [MAX_WHOLE_CHARS]
     for name, text in clipped:
         head = f"{field(name, 80)} ({fingerprint(text)})"
-        if len(text) > budget:
+        if len(text) > left[0]:
             parts.append(
                 el(
                     "p",
@@ -363,7 +364,7 @@ def _whole_arguments(request: ApprovalRequest) -> Html | None:
                 )
             )
             continue
-        budget -= len(text)
+        left[0] -= len(text)
         parts += [
             el("p", {"class": "what"}, head + ":"),
             el("pre", {"class": "whole", "data-argument": field(name, 80)}, visible(text)),
@@ -1504,6 +1505,7 @@ class ReviewSite:
                 f"roots {json_text(list(plan.roots))}; sha256 {digest[:16]}",
             )
         ]
+        whole = [MAX_WHOLE_CHARS]  # what the prompts clip, shown whole (one budget a page)
         for i, c in enumerate(plan.calls, 1):
             mark = plan.applied.get(c.call_id)
             request = _staged_request(c)
@@ -1519,6 +1521,7 @@ class ReviewSite:
                     ),
                     el("pre", {"class": "prompt"}, render_approval(request)),
                     _code_point_note(request),
+                    _whole_arguments(request, whole),
                 )
             )
             set_id = c.arguments.get("id") if c.tool in _SET_TOOLS else None
@@ -1588,12 +1591,14 @@ class ReviewSite:
         if form.get("sha256") != digest:
             raise PageError(409, "the plan file changed since the page showed it: look again")
         pending = self.confirmations.make("apply", {"plan": number, "sha256": digest})
+        whole = [MAX_WHOLE_CHARS]  # what `field` clips below, shown whole (one budget)
         items = [
             el(
                 "li",
                 {},
                 f"{field(c.tool, 80)} {field(json_text(c.arguments), 300)}",
                 _code_point_note(_staged_request(c)),
+                _whole_arguments(_staged_request(c), whole),
                 (
                     Html(
                         el(
