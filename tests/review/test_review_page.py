@@ -30,6 +30,7 @@ from review_helpers import (
     visit,
     wait_until,
 )
+from test_review_diff import steady
 
 BEFORE = {
     "app.py": b"def main():\n    print('hello')\n",
@@ -65,10 +66,16 @@ def test_a_confined_shell_command_shows_its_diff_and_undo_restores_the_bytes(
     # The page's own session (posture ask): its Undo is a Gate call the page is asked about.
     with ringfence_process("review", "--workspace", str(workspace), "--events", str(events)) as rf:
         base = rf.wait_for_url()
-        visit(page, base)
-        row = page.locator("#calls tbody tr", has_text="run_shell")
-        assert row.count() == 1
-        assert "finished" in row.inner_text()
+        # Read once the row is drawn, again after a live reload (the page's own session
+        # starting is new activity: a count taken while it reloaded was 0, a flake).
+        rows = steady(
+            page,
+            lambda p: p.locator("#calls tbody tr", has_text="run_shell").all_inner_texts(),
+            "#calls tbody tr:has-text('run_shell')",
+            url=base,
+        )
+        assert len(rows) == 1
+        assert "finished" in rows[0]
         screenshot(page, "timeline")
 
         choose(page, "#calls tbody tr:has-text('run_shell') a >> nth=0", "#call-prompt")
@@ -99,8 +106,9 @@ def test_a_confined_shell_command_shows_its_diff_and_undo_restores_the_bytes(
         ok, text = job_done(page)
         assert ok, text
 
-        visit(page, base + "calls")
-        page.wait_for_selector("#calls tbody tr >> text=undo")
+        # The job's page reloads itself: a reload landing after this visit began took its
+        # place (the undo's row waited for on the job's page, 30 s).
+        steady(page, lambda p: True, "#calls tbody tr >> text=undo", url=base + "calls")
         ok = wait_until(lambda: digest_tree(workspace) == before, what="the undo")
         assert ok
     assert {p.name for p in workspace.iterdir()} == set(BEFORE)  # NEW.txt gone
