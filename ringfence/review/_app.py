@@ -163,6 +163,8 @@ class ReviewApp:
             page = site.call_page(parts[1])
         elif parts == ["approvals"]:
             page = site.approvals_page()
+        elif parts[0] == "approvals" and len(parts) == 2:
+            page = site.question_page(parts[1])
         elif parts == ["changes"]:
             page = await site.changes_page(query)
         elif parts[0] == "changes" and len(parts) == 2:

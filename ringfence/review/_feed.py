@@ -68,6 +68,9 @@ MAX_VERIFIED_LINE_BYTES = 256 << 20
 # every call of a session (tool, arguments) until it ends, so its memory grows with the file.
 # Larger: the page says so, and `ringfence events verify FILE` checks it.
 MAX_VERIFIED_FILE_BYTES = 2 * MAX_HELD_BYTES
+# The deepest a record the page folds may nest (orjson's encoder's own bound, which
+# :func:`_record` asks): deeper is shown as not a record.
+MAX_RECORD_NESTING = 254
 
 
 @dataclass(frozen=True)
@@ -244,7 +247,7 @@ class EventFeed:
                 add(None, offset)
                 continue
             try:
-                record = orjson.loads(raw)
+                record = _record(raw)
             except orjson.JSONDecodeError:
                 if not raw.strip():
                     continue
@@ -377,6 +380,22 @@ def _read_from(
             return (now, b"", False) if identity is None else None
         f.seek(start)
         return now, f.read(READ_CHUNK_BYTES), reset
+
+
+def _record(raw: bytes) -> object:
+    """The record a line holds (orjson.JSONDecodeError when it holds none), or None when it
+    nests deeper than :data:`MAX_RECORD_NESTING`: no record the kernel writes does (its
+    arguments nest at most ``MAX_NESTING``), and every view draws a record's values with
+    recursive encoders (``json.dumps``, ``repr``). Until 2026-12-07 a watched line of
+    1,020 nested lists raised RecursionError in the fold and took the page down with its
+    session (``ringfence review --watch`` exited with "unexpected error")."""
+    record = orjson.loads(raw)
+    if raw.count(b"[") + raw.count(b"{") > MAX_RECORD_NESTING:  # cheap: only then walk it
+        try:
+            orjson.dumps(record)  # refuses past MAX_RECORD_NESTING levels, in C
+        except orjson.JSONEncodeError:
+            return None
+    return record
 
 
 def _held(lines: list[bytes | Oversize]) -> list[bytes | None]:

@@ -44,10 +44,13 @@ from ..runtime._render import (
     OTHER_TAIL,
     RUNS_HEAD_TAIL,
     RUNS_SHOWN_WHOLE,
+    _as_text,
     _rank,
+    fingerprint,
     json_text,
     one_line,
     render_approval,
+    visible,
 )
 from ..runtime._timeline import CallFilter, CallRow, Timeline
 from ._actions import Confirmations, Job, Pending, RateLimit, Views
@@ -299,6 +302,74 @@ def _code_point_note(request: ApprovalRequest) -> Html | None:
     return el(
         "p", {"class": "warn code-points"}, "Beyond ASCII, as code points: " + "; ".join(items)
     )
+
+
+# The most of a question's arguments a page shows whole beyond what its prompt shows (the
+# rest of a larger argument is named with its size and digest, NOT SHOWN, as the prompt does).
+MAX_WHOLE_CHARS = 4 << 20
+
+
+def _clipped(request: ApprovalRequest) -> list[tuple[str, str]]:
+    """The arguments of ``request`` its prompt does not show whole (``render_approval``'s
+    limits for their rank), as (name, the text the prompt draws of them)."""
+    arguments = (
+        request.arguments
+        if isinstance(request.arguments, Mapping)
+        else {"arguments": request.arguments}
+    )
+    out = []
+    for name, value in arguments.items():
+        rank = _rank(str(name)) if isinstance(request.arguments, Mapping) else _RUN_RANK
+        whole = (
+            RUNS_SHOWN_WHOLE
+            if rank == _RUN_RANK
+            else DECISIVE_SHOWN_WHOLE
+            if rank is not None
+            else OTHER_SHOWN_WHOLE
+        )
+        text = _as_text(value)
+        if len(text) > whole:
+            out.append((str(name), text))
+    return out
+
+
+def _whole_arguments(request: ApprovalRequest, budget: list[int] | None = None) -> Html | None:
+    """Every argument the prompt shows only in part, whole (escaped as ``visible`` shows a
+    value: bidi and invisible characters as ``\u202e``), up to :data:`MAX_WHOLE_CHARS` in
+    all: what an approval lets the call use is on the page before it is confirmed (until
+    2026-12-07 a ``content`` over 240 characters was its first 120 and last 80 there,
+    whatever its middle held, and nothing on the page showed the rest). ``budget``: the
+    characters left to show whole, shared by the calls of one page (a plan's)."""
+    clipped = _clipped(request)
+    if not clipped:
+        return None
+    parts: list[Html] = [
+        el(
+            "p",
+            {"class": "warn"},
+            "The prompt above shows part of these arguments; here they are whole, as the "
+            "call gets them:",
+        )
+    ]
+    left = budget if budget is not None else [MAX_WHOLE_CHARS]
+    for name, text in clipped:
+        head = f"{field(name, 80)} ({fingerprint(text)})"
+        if len(text) > left[0]:
+            parts.append(
+                el(
+                    "p",
+                    {"class": "bad", "data-argument": field(name, 80)},
+                    f"{head}: more than the {MAX_WHOLE_CHARS >> 20} Mi characters this page "
+                    "shows whole: its middle is NOT SHOWN. Deny unless you know what it is.",
+                )
+            )
+            continue
+        left[0] -= len(text)
+        parts += [
+            el("p", {"class": "what"}, head + ":"),
+            el("pre", {"class": "whole", "data-argument": field(name, 80)}, visible(text)),
+        ]
+    return el("section", {"class": "whole-arguments"}, parts)
 
 
 def _staged_request(call: StagedCall) -> ApprovalRequest:
@@ -801,7 +872,14 @@ class ReviewSite:
             active="approvals",
         )
 
-    def _question(self, q: Question) -> Html:
+    def question_page(self, question_id: str) -> Html:
+        """One waiting question with every argument whole (:func:`_whole_arguments`)."""
+        q = self.inbox.get(question_id) if self.inbox is not None else None
+        if q is None:
+            raise PageError(404, "that question is no longer waiting (answered, or timed out)")
+        return self.page("Approval", self._question(q, whole=True), hold=True, active="approvals")
+
+    def _question(self, q: Question, *, whole: bool = False) -> Html:
         left = max(0, int(q.deadline - time.time()))
         # Each name as the prompt draws it (at most 80 characters), at most MAX_NOTED of them:
         # a name is the agent's (until 2026-12-07 each was drawn whole here, so one name of
@@ -820,6 +898,23 @@ class ReviewSite:
             ),
             el("pre", {"class": "prompt"}, q.prompt),
             _code_point_note(q.request),
+            (
+                _whole_arguments(q.request)
+                if whole
+                else el(
+                    "p",
+                    {"class": "warn"},
+                    "The prompt shows part of an argument: ",
+                    el(
+                        "a",
+                        {"href": self.link("approvals", q.id), "class": "whole-link"},
+                        "see every argument whole",
+                    ),
+                    " (and on the confirmation).",
+                )
+                if _clipped(q.request)
+                else None
+            ),
             el(
                 "form",
                 {"method": "post", "action": self.link("approvals", q.id, "prepare")},
@@ -889,6 +984,7 @@ class ReviewSite:
                 el("p", {"class": "what"}, f"You are about to {one_line(what)}:")
                 + el("pre", {"class": "prompt"}, q.prompt)
                 + (_code_point_note(q.request) or "")
+                + (_whole_arguments(q.request) or "")
             ),
             pending,
             danger=answer.choice.value != "deny",
@@ -1409,6 +1505,7 @@ class ReviewSite:
                 f"roots {json_text(list(plan.roots))}; sha256 {digest[:16]}",
             )
         ]
+        whole = [MAX_WHOLE_CHARS]  # what the prompts clip, shown whole (one budget a page)
         for i, c in enumerate(plan.calls, 1):
             mark = plan.applied.get(c.call_id)
             request = _staged_request(c)
@@ -1424,6 +1521,7 @@ class ReviewSite:
                     ),
                     el("pre", {"class": "prompt"}, render_approval(request)),
                     _code_point_note(request),
+                    _whole_arguments(request, whole),
                 )
             )
             set_id = c.arguments.get("id") if c.tool in _SET_TOOLS else None
@@ -1493,12 +1591,14 @@ class ReviewSite:
         if form.get("sha256") != digest:
             raise PageError(409, "the plan file changed since the page showed it: look again")
         pending = self.confirmations.make("apply", {"plan": number, "sha256": digest})
+        whole = [MAX_WHOLE_CHARS]  # what `field` clips below, shown whole (one budget)
         items = [
             el(
                 "li",
                 {},
                 f"{field(c.tool, 80)} {field(json_text(c.arguments), 300)}",
                 _code_point_note(_staged_request(c)),
+                _whole_arguments(_staged_request(c), whole),
                 (
                     Html(
                         el(

@@ -107,8 +107,9 @@ def test_a_confined_shell_command_shows_its_diff_and_undo_restores_the_bytes(
         ok, text = job_done(page)
         assert ok, text
 
-        visit(page, base + "calls")
-        page.wait_for_selector("#calls tbody tr >> text=undo")
+        # The job's page reloads itself: a reload landing after this visit began took its
+        # place (the undo's row waited for on the job's page, 30 s).
+        steady(page, lambda p: True, "#calls tbody tr >> text=undo", url=base + "calls")
         ok = wait_until(lambda: digest_tree(workspace) == before, what="the undo")
         assert ok
     assert {p.name for p in workspace.iterdir()} == set(BEFORE)  # NEW.txt gone

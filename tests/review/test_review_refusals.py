@@ -24,7 +24,16 @@ from typing import Any
 import pytest
 import trio
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
-from review_helpers import choose, confirm, job_done, records, ringfence_process, visit, wait_until
+from review_helpers import (
+    choose,
+    confirm,
+    job_done,
+    records,
+    ringfence_process,
+    steady,
+    visit,
+    wait_until,
+)
 
 from ringfence.review._actions import (
     BURST,
@@ -104,8 +113,9 @@ def test_wrong_token_foreign_host_and_origin_and_cross_site_forms_are_refused(
         conn.close()
 
         # A valid confirmation, prepared on the page.
-        visit(page, base + f"changes/{set_id}")
-        choose(page, "#undo-set")  # again when a live reload took the click
+        # Through steady/choose: a live reload racing the visit or the click lost it (a flake).
+        steady(page, lambda p: True, "#undo-set", url=base + f"changes/{set_id}")
+        choose(page, "#undo-set")
         nonce = page.get_attribute("input[name=nonce]", "value")
         assert nonce
         page.wait_for_timeout(700)  # past the minimum delay: only the checks below can refuse

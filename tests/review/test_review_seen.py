@@ -119,8 +119,7 @@ def test_paths_that_differ_in_a_run_of_spaces_are_not_drawn_alike(
         )
         assert rows[one] != rows[two], rows
         assert "a  b.txt" in rows[two], rows
-        visit(page, base + f"changes/{two}")
-        page.wait_for_selector("#diff")
+        steady(page, lambda p: True, "#diff", url=base + f"changes/{two}")  # a reload may race
         choose(page, "#undo-set")
         targets = page.inner_text("#undo-targets")
         assert "a  b.txt" in targets, targets
