@@ -77,7 +77,7 @@ from ..workspace.git._snapshot import GitReport, GitSnapshot, describe_findings
 from ._changesets import merge_or_stage
 from ._registry import select_backend, start_session
 from ._shellstate import RESERVED_PREFIXES
-from ._types import DEFAULT_KILL_GRACE, BackendSession, SessionSpec
+from ._types import DEFAULT_KILL_GRACE, BackendSession, SessionSpec, ShellResult
 from .confined._execrules import exec_checks_expected, exec_rules
 
 __all__ = [
@@ -384,28 +384,8 @@ class ShellTool:
     ) -> dict[str, Any]:
         """The command on its overlays, then its change set captured and merged (or staged)."""
         session = await self.session(ctx)
-        env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
-        self.kernel.redactor.register_env(session.environment(env), from_call=True)
-        self._start_shell_path(session)
-        checks = await self._exec_arguments(session, args)
-        streams = _EventStreams(ctx, self.kernel)
         # Cancelled or failed: nothing is merged; the session discards the upper directories.
-        try:
-            result = await session.run(
-                args["command"],
-                cwd=cwd,
-                env=env,
-                timeout=timeout,
-                output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
-                on_output=streams.feed,
-                redact=self.kernel.redactor.redact,
-                **_follow(session, args),
-                **checks,
-            )
-        finally:
-            self._note_shell_path(session)
-        streams.flush()
-        _note_exec_denied(result.exec_denied, ctx)
+        result = await self._run_command(session, args, ctx, cwd, timeout)
         if not result.uppers:
             raise ToolError(
                 f"the {self.backend} backend was asked for change sets and reported no upper "
@@ -424,6 +404,41 @@ class ShellTool:
             staging=self.kernel.dry_run,
             pause_collector=self._pause_collector,
         )
+
+    async def _run_command(
+        self,
+        session: BackendSession,
+        args: dict[str, Any],
+        ctx: CallContext,
+        cwd: Path,
+        timeout: float,
+    ) -> ShellResult:
+        """``args["command"]`` in ``session``, its output streamed to the call's events; the
+        Gate's PATH flag brought up to date after it, however it ended."""
+        # git status would refresh .git/index as a side effect: a change in a git directory.
+        env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
+        # Values the child receives that look like credentials are redacted from everything.
+        self.kernel.redactor.register_env(session.environment(env), from_call=True)
+        self._start_shell_path(session)
+        checks = await self._exec_arguments(session, args)
+        streams = _EventStreams(ctx, self.kernel)
+        try:
+            result = await session.run(
+                args["command"],
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
+                on_output=streams.feed,
+                redact=self.kernel.redactor.redact,
+                **_follow(session, args),
+                **checks,
+            )
+        finally:
+            self._note_shell_path(session)
+        streams.flush()
+        _note_exec_denied(result.exec_denied, ctx)
+        return result
 
     async def _run_checked(
         self, args: dict[str, Any], ctx: CallContext, cwd: Path, timeout: float
@@ -447,27 +462,9 @@ class ShellTool:
         self._note_between_commands(before, ctx)
         await self._mount_new_git_metadata(before, ctx)
         session = await self.session(ctx, before)
-        # git status would refresh .git/index as a side effect: a change in a git directory.
-        env = {"GIT_OPTIONAL_LOCKS": "0", **dict(args.get("env") or {})}
-        # Values the child receives that look like credentials are redacted from everything.
-        self.kernel.redactor.register_env(session.environment(env), from_call=True)
-        self._start_shell_path(session)
-        checks = await self._exec_arguments(session, args)
-        streams = _EventStreams(ctx, self.kernel)
         try:
-            result = await session.run(
-                args["command"],
-                cwd=cwd,
-                env=env,
-                timeout=timeout,
-                output_cap=max(self.kernel.output_cap_bytes - MARKER_ROOM, MARKER_ROOM),
-                on_output=streams.feed,
-                redact=self.kernel.redactor.redact,
-                **_follow(session, args),
-                **checks,
-            )
+            result = await self._run_command(session, args, ctx, cwd, timeout)
         except BaseException:
-            self._note_shell_path(session)
             # The command may have written before it failed or was cancelled: check anyway,
             # without replacing the original exception (cancellation stays cancellation).
             with trio.CancelScope(shield=True):
@@ -476,9 +473,6 @@ class ShellTool:
                 except Exception as exc:
                     ctx.emit("notice", message=f"the git metadata check failed: {exc!r}")
             raise
-        streams.flush()
-        self._note_shell_path(session)
-        _note_exec_denied(result.exec_denied, ctx)
         report = await self._check(before, before_ns, ctx)
         if report.refused:
             moved = (
