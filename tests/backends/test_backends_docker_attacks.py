@@ -767,7 +767,8 @@ async def test_a_crafted_pax_header_in_a_fetched_change_set_is_refused_before_it
     tar = _crafted_tar(kind, records)
     image = hostile_image(
         docker_client,
-        "ringfence-test/pax-tar:latest",
+        # One tag per case: two workers building one tag at once ran a case on the other's tar.
+        f"ringfence-test/pax-tar:{kind.decode()}",
         {
             "tar": b'#!/bin/sh\ncase "$1" in -c*) exec cat /usr/local/bin/crafted.tar;; esac\n'
             b'exec /usr/bin/tar "$@"\n',

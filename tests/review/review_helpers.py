@@ -243,6 +243,9 @@ def steady(page: Any, read: Any, ready: str = "#diff", url: str | None = None) -
             if url is not None and page.url != url:
                 visit(page, url)
             page.wait_for_selector(ready, timeout=10_000)
+            # Its stylesheet applied: a layout read before it loads measures the unstyled page
+            # (CI: a diff's lines measured unwrapped, 24,850 px wide in a 1,264 px view).
+            page.wait_for_load_state("load")
             return read(page)
         except Exception:  # playwright's Error: the execution context was destroyed
             if attempt == 4:
