@@ -132,32 +132,41 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
 def load_or_create_key(name: str, size: int = 32) -> bytes:
     """A persistent local secret in ``ringfence_home()/keys/NAME`` (0600).
 
-    Made whole or not at all: written under a temporary name, then linked into place
-    (``link`` is exclusive: a process that loses the race reads the winner's key). Made
-    under its own name and then written, a key cut by a kill or a full disk between the
-    two was left empty, and every later session signed and checked with that empty key
-    (a plan anyone could write passed for one staged here). A key file of another size
+    Made whole or not at all (:func:`create_whole`: a process that loses the race reads
+    the winner's key). Made under its own name and then written, a key cut by a kill or
+    a full disk between the two was left empty, and every later session signed and
+    checked with that empty key (a plan anyone could write passed for one staged here). A key file of another size
     is refused, naming it, never used."""
     path = ringfence_home() / "keys" / name
     try:
         return _whole_key(path, path.read_bytes(), size)
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     data = secrets.token_bytes(size)
-    tmp = path.with_name(f".{name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        create_whole(path, data)
+    except FileExistsError:
+        # Another process won the race; use its key.
+        return _whole_key(path, path.read_bytes(), size)
+    return data
+
+
+def create_whole(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Create ``path`` holding ``data``, whole or not at all; FileExistsError when it is
+    there already (its parents are made private, 0700, when missing).
+
+    Written under a temporary name beside it, then linked into place: ``link`` is
+    exclusive as ``O_EXCL`` is, and a kill or a full disk leaves no file cut short under
+    the name (made under its name and then written, it could be left empty)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            # Another process won the race; use its key.
-            return _whole_key(path, path.read_bytes(), size)
+        os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return data
 
 
 def _whole_key(path: Path, data: bytes, size: int) -> bytes:

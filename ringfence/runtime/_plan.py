@@ -44,9 +44,7 @@ import contextlib
 import hashlib
 import hmac
 import json
-import os
 import re
-import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -55,7 +53,13 @@ from typing import Any
 
 from ._canonical import canonical_json, loads
 from ._errors import Denied, InvalidArguments, Unwritable
-from ._files import atomic_write, load_or_create_key, read_named_file, ringfence_home
+from ._files import (
+    atomic_write,
+    create_whole,
+    load_or_create_key,
+    read_named_file,
+    ringfence_home,
+)
 from ._redact import redact_in_place
 from ._render import when_text
 
@@ -114,20 +118,10 @@ def _write_ledger_mark(call_id: str, mark: AppliedMark, running: str = "") -> No
     """Create the ledger entry for ``call_id`` (``running``: the id of the call that runs
     it); FileExistsError when it is there already.
 
-    Whole or not at all: written under a temporary name, then linked into place (``link``
-    is exclusive, as ``O_EXCL`` was). Made under its own name and then written, an entry
+    Whole or not at all (:func:`create_whole`). Made under its own name and then written, an entry
     cut by a kill or a full disk between the two was empty: "applied (unknown)", never
     run, named by nothing (no call, no end), for good."""
-    path = _ledger_path(call_id)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{call_id}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps({**asdict(mark), "call": running}).encode())
-        os.link(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    create_whole(_ledger_path(call_id), json.dumps({**asdict(mark), "call": running}).encode())
 
 
 def ledger_note(call_id: str) -> dict[str, Any] | None:
