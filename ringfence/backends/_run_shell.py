@@ -237,7 +237,8 @@ class ShellTool:
         self.backend = backend
         self.workspace = workspace
         self._options = dict(options or {})
-        # What rules judge for an argument a call leaves out (the Gate and the exec checks).
+        # What rules judge for an argument a call leaves out (the Gate and the exec checks);
+        # once registered, the ToolSpec's meta itself (see register_shell_tool).
         persistent = self._options.get("persist_shell_state") is True
         self.meta: dict[str, Any] = {
             "argument_defaults": argument_defaults(persistent),
@@ -246,8 +247,6 @@ class ShellTool:
             # the shell's PATH is not the session's start: see _note_shell_path
             "path_carries_over": False,
         }
-        # The registered ToolSpec's meta (the Gate's view), kept up to date with the above.
-        self.spec_meta: dict[str, Any] | None = None
         self._path_session: BackendSession | None = None
         self._start_path: str | None = None
         self._roots = tuple(str(r) for r in workspace.roots)
@@ -555,8 +554,6 @@ class ShellTool:
         path = session.environment().get("PATH")
         moved = path != self._start_path or self._path_written or _writable_path(path, self._roots)
         self.meta["path_carries_over"] = moved
-        if self.spec_meta is not None:
-            self.spec_meta["path_carries_over"] = moved
 
     # -- git metadata ---------------------------------------------------------------------
 
@@ -823,15 +820,14 @@ def register_shell_tool(
     description = DESCRIPTION if change_sets is None else DESCRIPTION_CHANGE_SETS
     if (options or {}).get("persist_shell_state") is True:
         description = description.replace(_FRESH, _PERSISTENT)
-    spec_meta: dict[str, Any] = {
+    # One dict: the registered ToolSpec's meta (the Gate's view) is the tool's own, so what
+    # the tool notes between commands (``path_carries_over``) is what the Gate reads.
+    tool.meta = {
         "backend": name,
         "change_sets": change_sets is not None,
         "runs_on": runs_on(name, networked, change_sets is not None),
-        "argument_defaults": tool.meta["argument_defaults"],
-        "cwd_carries_over": tool.meta["cwd_carries_over"],
-        "path_carries_over": tool.meta["path_carries_over"],
+        **tool.meta,
     }
-    tool.spec_meta = spec_meta
     kernel.register(
         ToolSpec(
             "run_shell",
@@ -840,7 +836,7 @@ def register_shell_tool(
             tool,
             consequence=Consequence.REVERSIBLE if reversible else Consequence.IRREVERSIBLE,
             residual=not reversible,
-            meta=spec_meta,
+            meta=tool.meta,
             # A dry run runs it on the layer and stages its change set (apply_changes).
             composes_dry_run=change_sets is not None,
             exec_checked=exec_checked,
