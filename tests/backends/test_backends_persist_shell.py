@@ -287,6 +287,27 @@ async def test_run_shell_follows_the_shell_unless_given_a_cwd(
         assert r["stdout"] == _where(backend, workspace, "other") + "\n"
 
 
+def _asking(asked: list[str], let_through: str | None = None) -> ScriptedApprover:
+    """An approver that notes each question's reason in ``asked`` and says no, but once to
+    a command holding ``let_through``."""
+
+    def answer(request: Any) -> ApprovalAnswer:
+        asked.append(request.reason)
+        if let_through is not None and let_through in request.arguments["command"]:
+            return ApprovalAnswer.once(f"the person lets the {let_through} through")
+        return ApprovalAnswer.deny("the test says no")
+
+    return ScriptedApprover(answer)
+
+
+def _plant_touching_ls(workspace: Path) -> None:
+    """The workspace's own ``bin/ls``: it touches ``MARK`` in the workspace."""
+    (workspace / "bin").mkdir()
+    (workspace / "bin" / "ls").write_text(f"#!/bin/sh\n/usr/bin/touch {workspace}/MARK\n")
+    (workspace / "bin" / "ls").chmod(0o755)
+    chown_like_workspace(workspace, workspace / "bin", workspace / "bin" / "ls")
+
+
 @needs_bwrap
 async def test_a_redirection_after_an_earlier_calls_cd_meets_the_file_rules(
     workspace: Path,
@@ -298,15 +319,10 @@ async def test_a_redirection_after_an_earlier_calls_cd_meets_the_file_rules(
     (workspace / "sub").mkdir()
     chown_like_workspace(workspace, workspace / "sub")
     asked: list[str] = []
-
-    def no(request: Any) -> ApprovalAnswer:
-        asked.append(request.reason)
-        return ApprovalAnswer.deny("the test says no")
-
     async with create_kernel(
         roots=[workspace],
         posture=Posture.UNRESTRICTED,
-        approver=ScriptedApprover(no),
+        approver=_asking(asked),
         backend="local",
         rules=Rules(deny=("write_file(path=sub/.env)",)),
         backend_options=PERSIST,
@@ -347,17 +363,10 @@ async def test_a_path_an_earlier_command_left_meets_the_deny_rules_on_docker(
     canary.write_text("still here\n")
     chown_like_workspace(workspace, canary)
     asked: list[str] = []
-
-    def answer(request: Any) -> ApprovalAnswer:
-        asked.append(request.reason)
-        if "export" in request.arguments["command"]:
-            return ApprovalAnswer.once("the person lets the export through")
-        return ApprovalAnswer.deny("the test says no")
-
     async with create_kernel(
         roots=[workspace],
         posture=Posture.UNRESTRICTED,
-        approver=ScriptedApprover(answer),
+        approver=_asking(asked, let_through="export"),
         backend="docker",
         rules=Rules(deny=("run_shell(rm *)",)),
         backend_options={**PERSIST, **DOCKER_OPTIONS},
@@ -389,22 +398,12 @@ async def test_a_path_an_earlier_command_left_meets_the_ask_rules_with_the_exec_
     """Ask rules have no exec check anywhere: on the confined backend, after an `export
     PATH=<root>/bin:$PATH` the person let through, a read-whole `ls` ran the planted
     `bin/ls` and its `touch` unasked under `ask = run_shell(touch *)`. Now it asks."""
-    (workspace / "bin").mkdir()
-    (workspace / "bin" / "ls").write_text(f"#!/bin/sh\n/usr/bin/touch {workspace}/MARK\n")
-    (workspace / "bin" / "ls").chmod(0o755)
-    chown_like_workspace(workspace, workspace / "bin", workspace / "bin" / "ls")
+    _plant_touching_ls(workspace)
     asked: list[str] = []
-
-    def answer(request: Any) -> ApprovalAnswer:
-        asked.append(request.reason)
-        if "export" in request.arguments["command"]:
-            return ApprovalAnswer.once("the person lets the export through")
-        return ApprovalAnswer.deny("the test says no")
-
     async with create_kernel(
         roots=[workspace],
         posture=Posture.UNRESTRICTED,
-        approver=ScriptedApprover(answer),
+        approver=_asking(asked, let_through="export"),
         backend="local",
         rules=Rules(ask=("run_shell(touch *)",)),
         backend_options=PERSIST,
@@ -428,21 +427,13 @@ async def test_a_path_naming_a_directory_commands_write_meets_the_ask_rules(
     (`bin`, an empty one) or a directory inside a root names files commands write: with
     `bin/ls` planted, a read-whole `ls` ran it, and its `touch`, unasked under `ask =
     run_shell(touch *)` (no persistent shell needed). Now no name is known then: it asks."""
-    (workspace / "bin").mkdir()
-    (workspace / "bin" / "ls").write_text(f"#!/bin/sh\n/usr/bin/touch {workspace}/MARK\n")
-    (workspace / "bin" / "ls").chmod(0o755)
-    chown_like_workspace(workspace, workspace / "bin", workspace / "bin" / "ls")
+    _plant_touching_ls(workspace)
     monkeypatch.setenv("PATH", entry.format(ws=workspace) + ":" + os.environ["PATH"])
     asked: list[str] = []
-
-    def no(request: Any) -> ApprovalAnswer:
-        asked.append(request.reason)
-        return ApprovalAnswer.deny("the test says no")
-
     async with create_kernel(
         roots=[workspace],
         posture=Posture.UNRESTRICTED,
-        approver=ScriptedApprover(no),
+        approver=_asking(asked),
         backend="local",
         rules=Rules(ask=("run_shell(touch *)",)),
     ) as k:
