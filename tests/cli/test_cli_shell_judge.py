@@ -125,6 +125,25 @@ def _asked_and_nothing_ran(
     assert not (ws / "MARK").exists()
 
 
+def _host_asks(
+    tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str], because: str
+) -> None:
+    """``command`` on the host backend (no exec check) under posture unrestricted and
+    POLICY_DENY was asked (answered no) for a reason holding ``because``; nothing ran."""
+    code, records = _call(
+        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
+    )
+    _asked_and_nothing_ran(ws, code, records, capsys)
+    assert because in _decided(records)["reason"], records
+
+
+def _plant_bin_ls(ws: Path) -> None:
+    """The workspace's own ``bin/ls``, which touches ``MARK`` where it runs."""
+    (ws / "bin").mkdir()
+    (ws / "bin" / "ls").write_text("#!/bin/sh\n/usr/bin/touch MARK\n")
+    (ws / "bin" / "ls").chmod(0o755)
+
+
 @pytest.mark.parametrize("command", FINDING_1)
 def test_text_that_becomes_code_at_run_time_is_never_allowed_by_an_allow_rule(
     tmp_path: Path, ws: Path, command: str, capsys: pytest.CaptureFixture[str]
@@ -396,21 +415,10 @@ def test_without_the_exec_check_a_shell_variable_assigned_otherwise_asks(
     these was read whole (a for loop's variable, `printf -v`, `getopts`, `${X:=…}` were not
     assignments to the judge), every command known or allowed, and ran `touch MARK` unasked
     through bin/ls or BASH_ENV. Now such an assignment makes the line unresolved: asked."""
-    (ws / "bin").mkdir()
-    (ws / "bin" / "ls").write_text("#!/bin/sh\n/usr/bin/touch MARK\n")
-    (ws / "bin" / "ls").chmod(0o755)
+    _plant_bin_ls(ws)
     (ws / "b").symlink_to("bin")  # (getopts sets PATH to the option's letter)
     (ws / "env.sh").write_text("touch MARK\n")
-    code, records = _call(
-        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
-    )
-    out = json.loads(capsys.readouterr().out)
-    assert code == 3 and out["error"]["code"] == "denied", out
-    decided = _decided(records)
-    assert decided["verdict"] == "ask", decided
-    assert "cannot be enforced at exec on this backend" in decided["reason"], decided
-    assert "started" not in [r["kind"] for r in records]
-    assert not (ws / "MARK").exists()
+    _host_asks(tmp_path, ws, command, capsys, because="cannot be enforced at exec on this backend")
 
 
 # bash's keyword option: every `NAME=value` word of a command, wherever it stands, goes into
@@ -432,19 +440,8 @@ def test_without_the_exec_check_the_keyword_option_asks(
     (or `bash -k`) and then `ls PATH=bin` was read whole, `set` and `ls` known programs and
     `PATH=bin` an argument, and bash ran the workspace's bin/ls, which ran `touch MARK`,
     unasked. Now the keyword option makes the line unresolved: asked."""
-    (ws / "bin").mkdir()
-    (ws / "bin" / "ls").write_text("#!/bin/sh\n/usr/bin/touch MARK\n")
-    (ws / "bin" / "ls").chmod(0o755)
-    code, records = _call(
-        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
-    )
-    out = json.loads(capsys.readouterr().out)
-    assert code == 3 and out["error"]["code"] == "denied", out
-    decided = _decided(records)
-    assert decided["verdict"] == "ask", decided
-    assert "keyword option" in decided["reason"], decided
-    assert "started" not in [r["kind"] for r in records]
-    assert not (ws / "MARK").exists()
+    _plant_bin_ls(ws)
+    _host_asks(tmp_path, ws, command, capsys, because="keyword option")
 
 
 @pytest.mark.parametrize("command", ["chroot . ls", "unshare -r -R . ls", "unshare --root=. ls"])
@@ -463,16 +460,7 @@ def test_without_the_exec_check_a_command_under_another_root_asks(
     (ws / "usr" / "bin").mkdir(parents=True)
     (ws / "usr" / "bin" / "ls").write_text("#!/bin/busybox sh\n/bin/busybox touch /MARK\n")
     (ws / "usr" / "bin" / "ls").chmod(0o755)
-    code, records = _call(
-        tmp_path, ws, command, POLICY_DENY, "--backend", "host", "--posture", "unrestricted"
-    )
-    out = json.loads(capsys.readouterr().out)
-    assert code == 3 and out["error"]["code"] == "denied", out
-    decided = _decided(records)
-    assert decided["verdict"] == "ask", decided
-    assert "under another root directory" in decided["reason"], decided
-    assert "started" not in [r["kind"] for r in records]
-    assert not (ws / "MARK").exists()
+    _host_asks(tmp_path, ws, command, capsys, because="under another root directory")
 
 
 def test_the_keyword_option_asks_under_an_ask_rule_with_the_exec_check(
@@ -483,9 +471,7 @@ def test_the_keyword_option_asks_under_an_ask_rule_with_the_exec_check(
     workspace's bin/ls and its `touch MARK` without a question. Now it asks."""
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
-    (ws / "bin").mkdir()
-    (ws / "bin" / "ls").write_text("#!/bin/sh\n/usr/bin/touch MARK\n")
-    (ws / "bin" / "ls").chmod(0o755)
+    _plant_bin_ls(ws)
     code, records = _call(
         tmp_path, ws, KEYWORD_LINES[0], 'ask = ["run_shell(touch*)"]\n',
         "--backend", "local", "--posture", "unrestricted",
