@@ -261,3 +261,16 @@ async def everything_http(everything_bin: Path) -> AsyncIterator[Callable[[str],
 
 def events_of(sink: MemorySink, kind: str) -> list[dict]:
     return [r for r in sink.records() if r["kind"] == kind]
+
+
+def non_loopback_address() -> str:
+    """An IPv4 address of this machine that is not loopback (skip the test without one)."""
+    import ipaddress
+
+    import psutil
+
+    for addresses in psutil.net_if_addrs().values():
+        for a in addresses:
+            if a.family.name == "AF_INET" and not ipaddress.ip_address(a.address).is_loopback:
+                return a.address
+    pytest.skip("this machine has no non-loopback IPv4 address")

@@ -21,7 +21,7 @@ import pytest
 import trio
 from mcp.shared.auth import AuthorizationCodeResult
 from mcp.shared.auth_utils import resource_url_from_server_url
-from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest
+from mcp_host_helpers import PYTHON, SERVERS, _read_line, _stop, manifest, non_loopback_address
 
 from ringfence.mcp_host import connect_servers, parse_manifest
 from ringfence.mcp_host.oauth._login import login
@@ -663,19 +663,6 @@ async def test_a_token_whose_claims_nest_past_the_parser_is_read_as_opaque(
     assert all(value == token for value in bearer_values(log))  # to its own resource only
 
 
-def _non_loopback_address() -> str:
-    """An IPv4 address of this machine that is not loopback (skip the test without one)."""
-    import ipaddress
-
-    import psutil
-
-    for addresses in psutil.net_if_addrs().values():
-        for a in addresses:
-            if a.family.name == "AF_INET" and not ipaddress.ip_address(a.address).is_loopback:
-                return a.address
-    pytest.skip("this machine has no non-loopback IPv4 address")
-
-
 @pytest.mark.parametrize("client", ["dynamic", "pre-registered"])
 async def test_endpoints_over_plain_http_to_another_host_get_nothing(
     home: Path, oauth_server, client: str
@@ -686,7 +673,7 @@ async def test_endpoints_over_plain_http_to_another_host_get_nothing(
     code with its PKCE verifier and the tokens crossed the network in clear. Refused now
     before anything goes there (the registration request; for a pre-registered client, the
     browser), naming the host and the https rule; the endpoint's server saw no request."""
-    address = _non_loopback_address()
+    address = non_loopback_address()
     url = await oauth_server(
         RF_OAUTH_METADATA_ISSUER="{base}",
         RF_OAUTH_ENDPOINTS=f"http://{address}:{{port}}",

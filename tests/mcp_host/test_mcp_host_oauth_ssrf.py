@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from mcp.shared.auth import AuthorizationCodeResult
-from mcp_host_helpers import manifest
+from mcp_host_helpers import manifest, non_loopback_address
 
 from ringfence.mcp_host.oauth._login import login
 from ringfence.mcp_host.oauth._provider import LoginFlow
@@ -39,16 +39,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("RINGFENCE_NO_KEYRING", "1")
     with use_places(home=h):
         yield h
-
-
-def _non_loopback_address() -> str:
-    import psutil
-
-    for addresses in psutil.net_if_addrs().values():
-        for a in addresses:
-            if a.family.name == "AF_INET" and not ipaddress.ip_address(a.address).is_loopback:
-                return a.address
-    pytest.skip("this machine has no non-loopback IPv4 address")
 
 
 def _certificate(address: str, folder: Path) -> tuple[Path, Path]:
@@ -167,7 +157,7 @@ _SPELLINGS = ("http://127.0.0.1:{port}", "https://localhost:{port}", "https://21
 async def test_a_remote_servers_metadata_cannot_send_the_flow_to_a_loopback_service(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
 ) -> None:
-    address = _non_loopback_address()
+    address = non_loopback_address()
     cert, key = _certificate(address, tmp_path)
     trusted = ssl.create_default_context(cafile=str(cert))  # this test's server only
     monkeypatch.setattr(_http, "tls_context", lambda: trusted)
@@ -199,7 +189,7 @@ async def test_a_remote_servers_own_metadata_is_still_fetched(
 ) -> None:
     """The rule is about hosts nearer this machine than the server: metadata on the server's
     own host is fetched as before (the flow then fails on this peer's bare 401s)."""
-    address = _non_loopback_address()
+    address = non_loopback_address()
     cert, key = _certificate(address, tmp_path)
     trusted = ssl.create_default_context(cafile=str(cert))
     monkeypatch.setattr(_http, "tls_context", lambda: trusted)
