@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 from workspace_helpers import Tree, git, needs_git, snapshot
 
 from ringfence.runtime import GitMetadata, RingfenceError
 from ringfence.workspace import Workspace
-from ringfence.workspace.git._rules import is_dotgit, is_dotgitmodules, is_git_directory, valid_head
+from ringfence.workspace.git._rules import (
+    is_dotgit,
+    is_dotgitmodules,
+    is_git_directory,
+    parse_gitfile,
+    valid_head,
+)
 
 U200C = "\u200c"
 
@@ -396,3 +404,61 @@ def test_dotdot_after_created_directories_still_finds_the_git_directory(
     with pytest.raises(GitMetadata):
         ws.write_text("newdir/sub/../../fakebare/refs/planted", "x")
     assert snapshot(tree.ws) == before
+
+
+# A gitfile's body from these pieces; git directories wait at some of the paths they spell.
+GITFILE_PIECES = [b"real", b"a", b"b", b"\n", b"\r", b"\0", b" ", b"/", b".."]
+GIT_DIR_NAMES = [b"real", b"a", b"real\nb", b"a\nb", b"real\rb", b"real b", b"real\n\nb"]
+
+
+@pytest.fixture(scope="module")
+def gitfile_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding a bare git directory under each of GIT_DIR_NAMES."""
+    base = tmp_path_factory.mktemp("gitfile") / "base"
+    base.mkdir()
+    for name in GIT_DIR_NAMES:
+        git("init", "--bare", "-q", os.fsdecode(name), cwd=base)
+    return base
+
+
+@needs_git
+@settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(pieces=st.lists(st.sampled_from(GITFILE_PIECES), max_size=6))
+def test_a_gitfile_is_read_as_git_reads_it(gitfile_base: Path, pieces: list[bytes]) -> None:
+    """Differential, git the oracle: ``parse_gitfile``'s target is the git directory git
+    itself opens for that ``.git`` file (``rev-parse --absolute-git-dir``), and when git
+    finds none, the target is no git directory either. Cut at the first newline, the
+    parser took ``gitdir: real\\nb`` for ``real`` where git opened ``real\\nb``."""
+    content = b"gitdir: " + b"".join(pieces)
+    (gitfile_base / ".git").write_bytes(content)
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(gitfile_base.parent)}
+    env.pop("GIT_DIR", None)
+    found = subprocess.run(
+        ["git", "rev-parse", "--absolute-git-dir"],
+        cwd=gitfile_base,
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    ours = parse_gitfile(content)
+    judged = None if ours is None else os.path.realpath(gitfile_base / ours)
+    if found.returncode == 0:
+        assert judged == os.path.realpath(os.fsdecode(found.stdout[:-1])), (content, found)
+    else:
+        assert judged is None or not _opens_as_git_directory(judged), (content, found.stderr)
+
+
+def _opens_as_git_directory(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return is_git_directory(fd)
+    finally:
+        os.close(fd)

@@ -420,16 +420,19 @@ def first_git_directory(paths: Iterable[Path]) -> Path | None:
 
 
 def parse_gitfile(content: bytes) -> str | None:
-    """The target of a ``.git`` file (``gitdir: PATH``), or None if it is not one."""
+    r"""The target of a ``.git`` file (``gitdir: PATH``), or None if it is not one.
+
+    Read as git reads it (``read_gitfile_gently``): every byte after the prefix but the
+    trailing CRs and LFs, as a C string (cut at a NUL). A newline inside stays in the path
+    (cut at the first one, ``gitdir: a\nb`` was judged as ``a`` while git opened
+    ``a\nb``); an empty path names the file's own directory."""
     if len(content) > GITFILE_MAX_BYTES or not content.startswith(b"gitdir: "):
         return None
-    target = content[len(b"gitdir: ") :].split(b"\n", 1)[0].rstrip(b"\r")
-    if not target:
-        return None
-    try:
-        return os.fsdecode(target)
-    except UnicodeDecodeError:  # pragma: no cover - fsdecode uses surrogateescape
-        return None
+    body = content.rstrip(b"\r\n")
+    if len(body) < 9:
+        return None  # git: "no path in gitfile"
+    target = body[len(b"gitdir: ") :].split(b"\0", 1)[0]
+    return os.fsdecode(target) if target else "."
 
 
 def read_gitfile(dir_fd: int, name: str) -> str | None:
