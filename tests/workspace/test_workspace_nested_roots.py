@@ -200,3 +200,34 @@ def test_a_head_with_a_second_name_counts_as_valid(
     assert not (ws / "x").exists()
     (ws / "sub" / "o").chmod(0o755)
     assert git_found(ws / "x", tmp_path) is None
+
+
+@needs_bwrap
+@needs_git
+@pytest.mark.parametrize("where", ["sub/new", "sub"])
+def test_a_repository_under_a_root_inside_another_is_undone_and_reported_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """``--no-change-sets`` with ``ws`` and ``ws/sub`` as roots: the scan lists what is below
+    ``sub`` under both roots' names. A repository a command made there (``sub/new/.git``,
+    or ``sub`` itself) was moved out under the first name and then reported again under the
+    second, ``failed: No such file or directory``: a refusal that said the undo failed.
+    Now each place is reported once, as what was done, and git finds no repository."""
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    config = '[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch PWNED; false"\n'
+    git_dir = f"{where}/.git" if where != "sub" else "sub"
+    command = (
+        f"mkdir -p {git_dir}/objects {git_dir}/refs && "
+        f"printf 'ref: refs/heads/main\\n' > {git_dir}/HEAD && printf '{config}' > {git_dir}/config"
+    )
+    main(["call", "run_shell", "--args", json.dumps({"command": command}),
+          "--workspace", str(ws), "--workspace", str(ws / "sub"), "--no-change-sets",
+          "--approve", "yes", "--json", "--posture", "allow-reversible"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert not out["ok"] and out["error"]["code"] == "git_metadata", out
+    paths = [p["path"] for p in out["error"]["details"]["paths"]]
+    assert len(paths) == len(set(paths)), paths
+    assert not any(p["action"].startswith("failed") for p in out["error"]["details"]["paths"])
+    assert git_found(ws / where, tmp_path) is None
+    assert not (ws / where / "PWNED").exists()

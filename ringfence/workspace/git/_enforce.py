@@ -118,6 +118,16 @@ def _below(
     return result
 
 
+def _moved_already(path: str, moved: set[str]) -> bool:
+    """Was ``path``, or a directory above it, moved out already? (A root inside another
+    lists the inner root's entries twice, under each root's name.)"""
+    while path and path != "/":
+        if path in moved:
+            return True
+        path = path.rpartition("/")[0]
+    return False
+
+
 def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Path) -> GitReport:
     """Undo what a command did to git metadata (see this module's docstring). Blocking.
 
@@ -127,6 +137,7 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
     findings: list[GitFinding] = []
     refreshed: list[str] = []
     moved: set[tuple[int, str]] = set()
+    moved_paths: set[str] = set()  # the same, as host paths
     memo: dict[tuple[int, str], bool] = {}
     holds_exec = _exec_holders(before, after)
     became = _roots_become_git(before, after)
@@ -136,6 +147,8 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         if _below(_parent(key), moved, memo):
             continue  # below something already moved out whole
         display = str(after.path(key))
+        if _moved_already(display, moved_paths):
+            continue  # moved out under the other name of a root inside another
         entry = new or old
         assert entry is not None
         is_top = key in after.tops or key in before.tops
@@ -165,15 +178,17 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
         action = _undo(after.roots[index], rel, old, new, quarantine / str(index))
         if new is not None and not action.startswith("failed"):
             moved.add(key)
+            moved_paths.add(display)
         findings.append(GitFinding(display, change, action))
     memo.clear()
     for key in sorted(after.opaque):
         index, rel = key
-        if _below(key, moved, memo):
+        if _below(key, moved, memo) or _moved_already(str(after.path(key)), moved_paths):
             continue
         # It may hide a .git that git on the host would still find: out, whole.
         action = _undo(after.roots[index], rel, None, _OPAQUE, quarantine / str(index))
         moved.add(key)
+        moved_paths.add(str(after.path(key)))
         memo.clear()  # a new mark: memoised answers below it are stale
         findings.append(GitFinding(str(after.path(key)), "unreadable", action))
     cleared = _clear_setid(after)
@@ -192,7 +207,8 @@ def enforce_git_metadata(before: GitSnapshot, after: GitSnapshot, quarantine: Pa
                 GitFinding(f.path, f.change, why) if f.action == "quarantined" else f
                 for f in findings
             ]
-    return GitReport(tuple(findings), tuple(cleared), used, tuple(refreshed))
+    # What a root inside another left alone is found twice, once under each name.
+    return GitReport(tuple(dict.fromkeys(findings)), tuple(cleared), used, tuple(refreshed))
 
 
 # What a quarantined HEAD is renamed to (then ``-1``, ``-2``, … if taken).
