@@ -312,6 +312,9 @@ def _bound_values(nodes: Iterable[ast.AST]) -> Iterable[tuple[str, ast.expr]]:
             for key, value in zip(node.keys, node.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     yield key.value, value
+        elif isinstance(node, ast.DictComp):  # {"token": v for v in …}: an entry too
+            if isinstance(node.key, ast.Constant) and isinstance(node.key.value, str):
+                yield node.key.value, node.value
         elif isinstance(node, ast.keyword) and node.arg is not None:
             yield node.arg, node.value
     for target, value in _bindings(nodes):

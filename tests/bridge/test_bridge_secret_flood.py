@@ -248,6 +248,7 @@ BOUND_LITERALS = {
     "plain-default": 'def g(t="Lit8-plain-default-a8x"):\n    return dict(token=t)\nprint(g())',
     "plain-loop": 'for t in ["Lit9-plain-loop-a8x"]:\n    h = {"Authorization": t}\n    print(t)',
     "plain-tuple": 'a, t = 1, "LitA-plain-tuple-a8x"\nprint(dict(password=t), t)',
+    "dict-comprehension": 'print({"token": v for v in ["LitB-dict-comprehension-a8x"]})',
 }
 
 
