@@ -52,9 +52,12 @@ def _drop_working_directory() -> None:
     next session's first script (until 2026-12-07). Dropped here, before any import:
     ringfence's own modules load through its package path, the rest from the environment.
     """
+    argv = getattr(_sys, "argv", None)  # an embedding interpreter may have none
+    if not isinstance(argv, list) or argv[:1] != ["-m"] or not _sys.path:
+        return  # not while python -m looks for its module
+    if getattr(_sys.flags, "safe_path", False):
+        return  # python -P: the working directory is not on the path
     target = _main_module(list(getattr(_sys, "orig_argv", ())))
-    if _sys.argv[:1] != ["-m"] or _sys.flags.safe_path or not _sys.path:
-        return
     if target is None or not (target == "ringfence" or target.startswith("ringfence.")):
         return
     import os
