@@ -14,9 +14,67 @@ importing the kernel, the Docker SDK and the MCP SDK.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys as _sys
 
-from ._lazy import lazy_exports
+
+def _main_module(argv: list[str]) -> str | None:
+    """The module ``python -m`` was asked to run, from the interpreter's own argv, or None."""
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--check-hash-based-pycs":
+            i += 2
+            continue
+        if arg.startswith("--"):
+            i += 1
+            continue
+        if not arg.startswith("-") or arg == "-":
+            return None  # a script, or stdin: no -m
+        for j in range(1, len(arg)):
+            if arg[j] in "cmWX":  # options whose value follows, in the word or as the next
+                value = arg[j + 1 :] or (argv[i + 1] if i + 1 < len(argv) else "")
+                if arg[j] == "m":
+                    return value
+                if arg[j] == "c":
+                    return None
+                i += 0 if arg[j + 1 :] else 1
+                break
+        i += 1
+    return None
+
+
+def _drop_working_directory() -> None:
+    """``python -m ringfence`` runs with the working directory first on the import path,
+    where the agent writes (the workspace is the default root): every module ringfence
+    imports after that (``typing`` at once, RestrictedPython's optional ``DateTime`` at the
+    first script, a backend's modules on first use) was looked up there first, and a
+    ``DateTime.py`` a script wrote with ``write_file`` ran in the kernel, unconfined, at the
+    next session's first script (until 2026-12-07). Dropped here, before any import:
+    ringfence's own modules load through its package path, the rest from the environment.
+    """
+    argv = getattr(_sys, "argv", None)  # an embedding interpreter may have none
+    if not isinstance(argv, list) or argv[:1] != ["-m"] or not _sys.path:
+        return  # not while python -m looks for its module
+    if getattr(_sys.flags, "safe_path", False):
+        return  # python -P: the working directory is not on the path
+    target = _main_module(list(getattr(_sys, "orig_argv", ())))
+    if target is None or not (target == "ringfence" or target.startswith("ringfence.")):
+        return
+    import os
+
+    try:
+        here = os.getcwd()
+    except OSError:
+        return
+    if _sys.path[0] in ("", ".", here):
+        del _sys.path[0]
+
+
+_drop_working_directory()
+
+from typing import TYPE_CHECKING  # noqa: E402
+
+from ._lazy import lazy_exports  # noqa: E402
 
 __version__ = "0.1.0"
 

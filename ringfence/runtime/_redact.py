@@ -252,17 +252,57 @@ def redact_in_place(value: Any, names: Iterable[str] = ()) -> Any:
 # -- literals in a script's source ----------------------------------------------------------
 
 
-def _target_name(node: ast.expr) -> str | None:
-    """The name an assignment binds: ``TOKEN =``, ``cfg.token =``, ``env["TOKEN"] =``."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Subscript):
-        key = node.slice
-        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            return key.value
-    return None
+def _target_names(node: ast.expr | None) -> list[str]:
+    """The names a binding target binds: ``TOKEN``, ``cfg.token``, ``env["TOKEN"]``, and each
+    of those inside a tuple, list or starred target (``tok, user = …``, ``for tok in …``)."""
+    names: list[str] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ast.Name):
+            names.append(item.id)
+        elif isinstance(item, ast.Attribute):
+            names.append(item.attr)
+        elif isinstance(item, ast.Subscript):
+            key = item.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                names.append(key.value)
+        elif isinstance(item, ast.Tuple | ast.List):
+            stack += item.elts
+        elif isinstance(item, ast.Starred):
+            stack.append(item.value)
+    return names
+
+
+def _bindings(nodes: Iterable[ast.AST]) -> Iterable[tuple[ast.expr | None, ast.expr]]:
+    """Every (target, value expression) pair of a binding the source makes: assignments of
+    every kind, ``for`` and comprehension targets (bound to the iterable), ``with … as``,
+    and parameters with their defaults (``def f(token="…")``, ``lambda token="…": …``).
+
+    What Python binds, not one spelling of it: until 2026-12-07 only ``name = literal``
+    counted, and a credential literal bound as a default, a loop variable or one name of a
+    tuple (``tok, n = "…", 1``) was printed and recorded whole."""
+    for node in nodes:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                yield target, node.value
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
+            if node.value is not None:
+                yield node.target, node.value
+        elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+            yield node.target, node.iter
+        elif isinstance(node, ast.withitem):
+            if node.optional_vars is not None:
+                yield node.optional_vars, node.context_expr
+        elif isinstance(node, ast.arguments):
+            positional = [*node.posonlyargs, *node.args]
+            for arg, default in zip(
+                positional[len(positional) - len(node.defaults) :], node.defaults, strict=True
+            ):
+                yield ast.Name(arg.arg), default
+            for arg, kw_default in zip(node.kwonlyargs, node.kw_defaults, strict=True):
+                if kw_default is not None:
+                    yield ast.Name(arg.arg), kw_default
 
 
 def _bound_values(nodes: Iterable[ast.AST]) -> Iterable[tuple[str, ast.expr]]:
@@ -272,17 +312,14 @@ def _bound_values(nodes: Iterable[ast.AST]) -> Iterable[tuple[str, ast.expr]]:
             for key, value in zip(node.keys, node.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     yield key.value, value
+        elif isinstance(node, ast.DictComp):  # {"token": v for v in …}: an entry too
+            if isinstance(node.key, ast.Constant) and isinstance(node.key.value, str):
+                yield node.key.value, node.value
         elif isinstance(node, ast.keyword) and node.arg is not None:
             yield node.arg, node.value
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                name = _target_name(target)
-                if name is not None:
-                    yield name, node.value
-        elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
-            name = _target_name(node.target)
-            if name is not None and node.value is not None:
-                yield name, node.value
+    for target, value in _bindings(nodes):
+        for name in _target_names(target):
+            yield name, value
 
 
 def _literals_in(
@@ -336,20 +373,19 @@ def script_credential_literals(
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     nodes = list(ast.walk(tree))  # one iterative walk: a deep tree cannot exhaust the stack
-    # The literal lists assigned to each plain name: one list per assignment, shared by its
-    # targets (``a = b = "…"``), so each is added once below.
-    assigned: dict[str, list[list[str]]] = {}
-    for node in nodes:
-        if isinstance(node, ast.Assign):
-            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
-            if targets:
-                found = [
-                    n.value
-                    for n in ast.walk(node.value)
-                    if isinstance(n, ast.Constant) and isinstance(n.value, str)
-                ]
-                for target in targets:
-                    assigned.setdefault(target, []).append(found)
+    # The value expressions bound to each plain name (every kind of binding: _bindings); their
+    # literals are read only for the names used under a credential name, each node once.
+    assigned: dict[str, list[ast.expr]] = {}
+    for target, value in _bindings(nodes):
+        stack: list[ast.expr | None] = [target]
+        while stack:  # the plain names of the target, inside tuples and lists too
+            item = stack.pop()
+            if isinstance(item, ast.Name):
+                assigned.setdefault(item.id, []).append(value)
+            elif isinstance(item, ast.Tuple | ast.List):
+                stack += item.elts
+            elif isinstance(item, ast.Starred):
+                stack.append(item.value)
     constants: dict[str, None] = {}  # ordered, each once
     used: set[str] = set()
     visited: set[int] = set()
@@ -357,12 +393,18 @@ def script_credential_literals(
         if is_key(name):
             _literals_in(value, constants, used, visited)
     out = dict(constants)
-    added: set[int] = set()
+    walked: set[int] = set()  # one set for all: a node's literals are in ``out`` once walked
     for name in used:
-        for found in assigned.get(name, ()):
-            if id(found) not in added:
-                added.add(id(found))
-                out.update(dict.fromkeys(found))
+        for value in assigned.get(name, ()):
+            todo: list[ast.AST] = [value]
+            while todo:
+                node = todo.pop()
+                if id(node) in walked:
+                    continue
+                walked.add(id(node))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    out[node.value] = None
+                todo += ast.iter_child_nodes(node)
     for node in nodes:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             out.update(dict.fromkeys(url_userinfo_secrets(node.value)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -232,3 +233,42 @@ def test_long_credential_literals_against_a_large_output_take_linear_time(
     assert "1111" + "a" * 100 not in stream
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     assert cpu < 30, f"the run took {cpu:.1f}s of CPU"
+
+
+# Credential literals bound by each way Python binds a name: a parameter's default, a loop
+# variable, one name of a tuple, a with's target, a comprehension's; and a plain name bound
+# so, then used under a credential name. Until 2026-12-07 only ``name = literal`` counted.
+BOUND_LITERALS = {
+    "default": 'def f(api_token="Lit1-default-a8x"):\n    return api_token\nprint(f())',
+    "kwonly": 'def f(*, password="Lit2-kwonly-a8x"):\n    return password\nprint(f())',
+    "lambda": 'f = lambda secret="Lit3-lambda-a8x": secret\nprint(f())',
+    "loop": 'for password in ["Lit4-loop-a8x"]:\n    print(password)',
+    "tuple": '(api_key, n) = ("Lit5-tuple-a8x", 1)\nprint(api_key)',
+    "starred": '[*token, n] = ["Lit6-starred-a8x", 1]\nprint(token)',
+    "comprehension": 'print([token for token in ["Lit7-comprehension-a8x"]])',
+    "plain-default": 'def g(t="Lit8-plain-default-a8x"):\n    return dict(token=t)\nprint(g())',
+    "plain-loop": 'for t in ["Lit9-plain-loop-a8x"]:\n    h = {"Authorization": t}\n    print(t)',
+    "plain-tuple": 'a, t = 1, "LitA-plain-tuple-a8x"\nprint(dict(password=t), t)',
+    "dict-comprehension": 'print({"token": v for v in ["LitB-dict-comprehension-a8x"]})',
+}
+
+
+def test_credential_literals_bound_any_way_are_redacted_everywhere(
+    tmp_path: Path, under_tmp: Path
+) -> None:
+    source = "\n".join(BOUND_LITERALS.values()) + '\nresult = "done"\n'
+    value, stream, _ = run_script(tmp_path, under_tmp, source, timeout=60, wall=120)
+    assert value["status"] == "ok" and value["result"] == "done", value
+    for how, text in BOUND_LITERALS.items():
+        (literal,) = re.findall(r"Lit\w-[\w-]+-a8x", text)
+        # the script printed it: the output, the proposed record's script and every event
+        # show it redacted
+        assert literal not in value["output"], how
+        assert literal not in stream, how
+    assert value["output"].count("[REDACTED SECRET]") >= len(BOUND_LITERALS)
+    proposed = [
+        json.loads(line)
+        for line in stream.splitlines()
+        if '"proposed"' in line and "run_tool_script" in line
+    ]
+    assert proposed and "[REDACTED SECRET]" in json.dumps(proposed[0])
