@@ -148,6 +148,7 @@ async def test_a_file_tool_never_writes_what_a_repositorys_configuration_names(
         pytest.param("local", True, id="local-change-sets"),
         pytest.param("local", False, id="local-no-change-sets"),
         pytest.param("host", False, id="host"),
+        pytest.param("docker", True, id="docker-change-sets", marks=pytest.mark.docker),
         pytest.param("docker", False, id="docker-no-change-sets", marks=pytest.mark.docker),
     ],
 )
@@ -255,4 +256,63 @@ async def test_a_program_a_repositorys_configuration_runs_is_never_written(
     assert (repo / rel).read_text() == "#!/bin/sh\nexit 1\n"
     status = _git(tmp_path, repo, "status", "--short")
     assert status.returncode == 0, status.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("change_sets", [True, False], ids=["change-sets", "no-change-sets"])
+async def test_what_the_repository_above_the_workspace_names_in_it_is_never_written(
+    change_sets: bool, tmp_path: Path
+) -> None:
+    """The workspace is a monorepo's ``frontend`` (``--workspace mono/frontend``): the
+    repository's metadata lies above the root, where no scan looked, yet its configuration
+    names files in the root (``core.hooksPath = frontend/.husky/_``, as husky sets it in a
+    subdirectory; an include of ``../frontend/local.gitconfig``) and its ``hooks`` links into
+    it. The file tools and a shell command wrote all three, run by the person's next git."""
+    mono = tmp_path / "mono"
+    front = mono / "frontend"
+    (front / "githooks").mkdir(parents=True)
+    (front / "src").mkdir()
+    assert _git(tmp_path, mono, "init", "-q", "-b", "main").returncode == 0
+    for key, value in (
+        ("core.hooksPath", "frontend/.husky/_"),
+        ("include.path", "../frontend/local.gitconfig"),
+    ):
+        assert _git(tmp_path, mono, "config", key, value).returncode == 0
+    shutil.rmtree(mono / ".git" / "hooks")
+    (mono / ".git" / "hooks").symlink_to("../frontend/githooks")
+    _own(mono)
+    marker = tmp_path / "pwned"
+    async with create_kernel(
+        roots=[front],
+        posture=Posture.UNRESTRICTED,
+        change_sets=change_sets,
+        events_path=tmp_path / "ev.jsonl",
+    ) as k:
+        for rel, content in (
+            ("local.gitconfig", FSMONITOR),
+            (".husky/_/pre-commit", HOOK),
+            ("githooks/pre-commit", HOOK),
+        ):
+            outcome = await k.invoke(
+                "write_file", {"path": rel, "content": content.format(marker=marker)}
+            )
+            assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+        fine = await k.invoke("write_file", {"path": "src/app.js", "content": "1\n"})
+        assert fine.error is None, fine.error
+        shell = await k.invoke(
+            "run_shell",
+            {
+                "command": f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' > local.gitconfig; "
+                f"mkdir -p .husky/_; printf '#!/bin/sh\\ntouch {marker}\\n' > .husky/_/pre-commit; "
+                "chmod +x .husky/_/pre-commit; echo 2 > src/app.js"
+            },
+        )
+        assert shell.error is not None and shell.error.code == "git_metadata", shell
+    assert not (front / "local.gitconfig").exists()
+    assert not (front / ".husky" / "_").exists()
+    assert list((front / "githooks").iterdir()) == []
+    status = _git(tmp_path, mono, "status", "--short")
+    assert status.returncode == 0, status.stderr
+    done = _git(tmp_path, mono, "commit", "-q", "--allow-empty", "-m", "person")
+    assert done.returncode == 0, done.stderr
     assert not marker.exists()

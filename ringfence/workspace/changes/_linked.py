@@ -21,10 +21,18 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from collections.abc import Mapping
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from ..git._config import Settings, expand_config_path, person_settings, repository_settings
-from ..git._rules import is_dotgit, parse_gitfile
+from ..git._rules import (
+    GITFILE_MAX_BYTES,
+    is_dotgit,
+    is_git_directory,
+    parse_gitfile,
+    read_commondir,
+)
 from ..git._snapshot import GitSnapshot, MetaEntry, in_objects
 from ._view import TreeView, realpath
 
@@ -87,7 +95,29 @@ def names_places(snapshot: GitSnapshot, env: Mapping[str, str] | None = None) ->
                 repository_settings(image.decode("utf-8", "surrogateescape"))
             ):
                 return True
+    for repository in enclosing([str(p) for p in snapshot.roots]):
+        if repository.links or any(
+            _names_anything(repository_settings(_read_host(c))) for c in repository.configs
+        ):
+            return True
+        configs = True
     return configs and _names_anything(_person(env))
+
+
+def _read_host(path: str) -> str:
+    """The text of a regular file outside the roots, up to a MiB; "" if none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, _READ_MAX_BYTES).decode("utf-8", "surrogateescape")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def _read_text(view: TreeView, real: str) -> str:
@@ -103,12 +133,14 @@ def config_named(
     snapshot: GitSnapshot, view: TreeView, env: Mapping[str, str] | None = None
 ) -> list[tuple[str, ConfigNamed]]:
     """``(place, the configuration naming it)`` for each file a git directory's configuration
-    in ``snapshot`` includes (``include.path``, ``includeIf.*.path``, includes of includes to
-    git's depth; relative to the including file's directory, ``~/`` the home) and each
-    ``core.hooksPath`` directory (absolute, ``~/``, or relative to each worktree the git
-    directory serves: its ``core.worktree``, the directory holding a ``.git``, a linked
-    worktree's; a bare one's own directory), the person's own relative value included. Places
-    as spelled (``.git/../shared.gitconfig``): the caller resolves them on its view."""
+    in ``snapshot`` (or the repository git finds above a root: :func:`enclosing`) includes
+    (``include.path``, ``includeIf.*.path``, includes of includes to git's depth; relative to
+    the including file's directory, ``~/`` the home), each ``core.hooksPath`` directory
+    (absolute, ``~/``, or relative to each worktree the git directory serves: its
+    ``core.worktree``, the directory holding a ``.git``, a linked worktree's; a bare one's own
+    directory), the person's own relative value included, and each word of a command it has
+    git run that is a path or names a file at a worktree's top. Places as spelled
+    (``.git/../shared.gitconfig``): the caller resolves them on its view."""
     env = os.environ if env is None else env
     paths = [p for p, _ in view.roots]
 
@@ -122,52 +154,152 @@ def config_named(
             continue
         config = absolute(*key)
         gitdir = posixpath.dirname(config)
-        found = Settings([], list(person.hooks), [], list(person.programs))
-        includes: list[tuple[str, str]] = []
-        pending = [(config, 0)]
-        seen: set[str] = set()
-        while pending:
-            current, depth = pending.pop()
-            real = realpath(view, current)[0]
-            # One file is read once, however spelled (``./a.cfg``, ``../x/a.cfg``): a chain of
-            # spellings cannot multiply the reads past the number of files.
-            if real in seen or depth > _MAX_INCLUDE_DEPTH:
-                continue
-            seen.add(real)
-            settings = repository_settings(_read_text(view, real))
-            found.hooks.extend(settings.hooks)
-            found.worktrees.extend(settings.worktrees)
-            found.programs.extend(settings.programs)
-            for value in settings.includes:
-                path = expand_config_path(value, env)
-                if path is None:
-                    continue
-                place = (
-                    path
-                    if path.startswith("/")
-                    else posixpath.join(posixpath.dirname(current), path)
-                )
-                includes.append((place, current))
-                pending.append((place, depth + 1))
-        out += [(place, ConfigNamed.of(current, "include.path")) for place, current in includes]
-        named: list[tuple[str, str, bool]] = []  # (value, setting, only when it is there)
-        named += [(value, "core.hooksPath", False) for value in found.hooks]
-        named += [(w, "command setting", "/" not in w) for w in found.programs]
-        tops: list[str] | None = None
-        for value, setting, if_there in named:
+
+        def tops(
+            worktrees: list[str], key: tuple[int, str] = key, gitdir: str = gitdir
+        ) -> list[str]:
+            return _worktrees(snapshot, view, key, gitdir, worktrees, env)
+
+        out += _config_places(config, view, env, person, tops)
+    for repository in enclosing(paths):
+        for config in repository.configs:
+
+            def above(worktrees: list[str], repository: Enclosing = repository) -> list[str]:
+                found = [repository.top]
+                for value in worktrees:
+                    path = expand_config_path(value, env)
+                    if path is not None:
+                        found.append(posixpath.join(repository.gitdir, path))
+                return found
+
+            out += _config_places(config, view, env, person, above)
+    return out
+
+
+def _config_places(
+    config: str,
+    view: TreeView,
+    env: Mapping[str, str],
+    person: Settings,
+    tops_of: Callable[[list[str]], list[str]],
+) -> list[tuple[str, ConfigNamed]]:
+    """What the configuration file ``config`` names (see :func:`config_named`), its includes
+    followed; ``tops_of`` gives the worktrees its git directory serves from the
+    ``core.worktree`` values read."""
+    out: list[tuple[str, ConfigNamed]] = []
+    found = Settings([], list(person.hooks), [], list(person.programs))
+    includes: list[tuple[str, str]] = []
+    pending = [(config, 0)]
+    seen: set[str] = set()
+    while pending:
+        current, depth = pending.pop()
+        real = realpath(view, current)[0]
+        # One file is read once, however spelled (``./a.cfg``, ``../x/a.cfg``): a chain of
+        # spellings cannot multiply the reads past the number of files.
+        if real in seen or depth > _MAX_INCLUDE_DEPTH:
+            continue
+        seen.add(real)
+        settings = repository_settings(_read_text(view, real))
+        found.hooks.extend(settings.hooks)
+        found.worktrees.extend(settings.worktrees)
+        found.programs.extend(settings.programs)
+        for value in settings.includes:
             path = expand_config_path(value, env)
             if path is None:
                 continue
-            if path.startswith("/"):
-                out.append((path, ConfigNamed.of(config, setting)))
-                continue
-            if tops is None:
-                tops = _worktrees(snapshot, view, key, gitdir, found.worktrees, env)
-            for top in tops:
-                place = posixpath.join(top, path)
-                if not if_there or view.lstat(realpath(view, place)[0]) is not None:
-                    out.append((place, ConfigNamed.of(config, setting)))
+            place = (
+                path if path.startswith("/") else posixpath.join(posixpath.dirname(current), path)
+            )
+            includes.append((place, current))
+            pending.append((place, depth + 1))
+    out += [(place, ConfigNamed.of(current, "include.path")) for place, current in includes]
+    named: list[tuple[str, str, bool]] = []  # (value, setting, only when it is there)
+    named += [(value, "core.hooksPath", False) for value in found.hooks]
+    named += [(w, "command setting", "/" not in w) for w in found.programs]
+    tops: list[str] | None = None
+    for value, setting, if_there in named:
+        path = expand_config_path(value, env)
+        if path is None:
+            continue
+        if path.startswith("/"):
+            out.append((path, ConfigNamed.of(config, setting)))
+            continue
+        if tops is None:
+            tops = tops_of(found.worktrees)
+        for top in tops:
+            place = posixpath.join(top, path)
+            if not if_there or view.lstat(realpath(view, place)[0]) is not None:
+                out.append((place, ConfigNamed.of(config, setting)))
     return out
+
+
+class Enclosing(NamedTuple):
+    """A repository git finds above a workspace root (outside every root): the directory
+    holding its ``.git`` (the worktree's top), its git directory, its configuration files
+    (its own, a linked worktree's, its common directory's) and the links in its metadata
+    that git follows to hooks and configuration (``hooks``, ``hooks/*``, ``config``)."""
+
+    top: str
+    gitdir: str
+    configs: list[str]
+    links: list[str]
+
+
+def enclosing(roots: Sequence[str]) -> list[Enclosing]:
+    """The repository git's discovery finds from inside each root when none lies between
+    (the first ``.git`` directory or gitfile above the root, on the host). Its metadata is
+    outside the roots, so no scan sees it; what its configuration and links name inside the
+    roots is git metadata all the same (a monorepo's ``core.hooksPath = frontend/.husky/_``
+    with the workspace at ``frontend``)."""
+    found: dict[str, Enclosing] = {}
+    for root in roots:
+        here = posixpath.dirname(root.rstrip("/") or "/")
+        while True:
+            repository = _repository_at(here)
+            if repository is not None:
+                found.setdefault(repository.gitdir, repository)
+                break
+            if here == "/":
+                break
+            here = posixpath.dirname(here)
+    return list(found.values())
+
+
+def _repository_at(directory: str) -> Enclosing | None:
+    """The repository whose ``.git`` (a directory or a gitfile) lies in ``directory``."""
+    dotgit = posixpath.join(directory, ".git")
+    try:
+        st = os.lstat(dotgit)
+    except OSError:
+        return None
+    gitdir = dotgit
+    if stat.S_ISREG(st.st_mode):
+        with contextlib.suppress(OSError):
+            with open(dotgit, "rb") as handle:
+                named = parse_gitfile(handle.read(GITFILE_MAX_BYTES + 1))
+            if named is not None:
+                gitdir = posixpath.join(directory, named)
+    try:
+        fd = os.open(gitdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not is_git_directory(fd):
+            return None
+        common = read_commondir(fd)
+    finally:
+        os.close(fd)
+    configs = [posixpath.join(gitdir, "config"), posixpath.join(gitdir, "config.worktree")]
+    if common is not None:
+        configs.append(posixpath.join(posixpath.join(gitdir, common), "config"))
+    links: list[str] = []
+    for base in {gitdir, posixpath.join(gitdir, common) if common is not None else gitdir}:
+        for name in ("config", "hooks"):
+            if posixpath.islink(posixpath.join(base, name)):
+                links.append(posixpath.join(base, name))
+        with contextlib.suppress(OSError), os.scandir(posixpath.join(base, "hooks")) as hooks:
+            links += [e.path for e in hooks if e.is_symlink()]
+    return Enclosing(directory, gitdir, configs, links)
 
 
 def _worktrees(
@@ -246,6 +378,8 @@ def linked_metadata(snapshot: GitSnapshot, view: TreeView) -> dict[str, str]:
     others = [absolute(*k) for k in snapshot.links]
     found: dict[str, str] = {}
     pending: list[tuple[str, str]] = [(absolute(*k), absolute(*k)) for k in starts]
+    # The links of a repository above a root (its metadata outside every root).
+    pending += [(link, link) for r in enclosing(paths) for link in r.links]
     # What a repository's configuration names (include.path, core.hooksPath): read likewise.
     pending += config_named(snapshot, view)
     seen: set[str] = set()
