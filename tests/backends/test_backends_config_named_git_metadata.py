@@ -316,3 +316,23 @@ async def test_what_the_repository_above_the_workspace_names_in_it_is_never_writ
     done = _git(tmp_path, mono, "commit", "-q", "--allow-empty", "-m", "person")
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
+
+
+async def test_an_optional_include_is_the_file_it_names(workspace: Path, tmp_path: Path) -> None:
+    """git 2.52 reads ``:(optional)PATH`` as ``PATH``, skipped while it is not there: the
+    place is ``PATH`` (taken as a relative path named ``:(optional)..``, the include was
+    nothing, and ``write_file opt.gitconfig`` wrote what the person's newer git reads)."""
+    repo = workspace / "repo"
+    repo.mkdir()
+    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    config = repo / ".git" / "config"
+    config.write_text(config.read_text() + '[include]\n\tpath = ":(optional)../opt.gitconfig"\n')
+    _own(workspace)
+    async with create_kernel(
+        roots=[workspace], posture=Posture.UNRESTRICTED, events_path=tmp_path / "ev.jsonl"
+    ) as k:
+        outcome = await k.invoke(
+            "write_file", {"path": "repo/opt.gitconfig", "content": "[core]\n\tpager = x\n"}
+        )
+        assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+    assert not (repo / "opt.gitconfig").exists()

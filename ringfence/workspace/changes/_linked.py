@@ -228,7 +228,10 @@ def _config_places(
             tops = tops_of(found.worktrees)
         for top in tops:
             place = posixpath.join(top, path)
-            if not if_there or view.lstat(realpath(view, place)[0]) is not None:
+            node = view.lstat(realpath(view, place)[0]) if setting != "core.hooksPath" else None
+            if node is not None and node.kind == "dir":
+                continue  # a command's word naming a directory (`!cd src/app && …`) runs nothing
+            if not if_there or node is not None:
                 out.append((place, ConfigNamed.of(config, setting)))
     return out
 

@@ -106,7 +106,9 @@ def _read(file: Path) -> str:
 
 
 def _expand(value: str, env: Mapping[str, str]) -> Path | None:
-    """git's path expansion: ``~/`` is ``$HOME``, ``~user/`` that user's home."""
+    """git's path expansion: ``~/`` is ``$HOME``, ``~user/`` that user's home; a leading
+    ``:(optional)`` (the path is skipped while it does not exist) dropped."""
+    value = value.removeprefix(":(optional)")
     if not value:
         return None
     if value == "~" or value.startswith("~/"):
