@@ -336,3 +336,47 @@ async def test_an_optional_include_is_the_file_it_names(workspace: Path, tmp_pat
         )
         assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
     assert not (repo / "opt.gitconfig").exists()
+
+
+@pytest.mark.parametrize("change_sets", [True, False], ids=["change-sets", "no-change-sets"])
+async def test_a_worktree_of_a_repository_outside_the_roots_keeps_its_hooks(
+    change_sets: bool, tmp_path: Path
+) -> None:
+    """The workspace is a linked worktree (``git worktree add``) of a repository outside the
+    roots whose configuration says ``core.hooksPath = .husky/_``: its ``.git`` is a gitfile
+    naming ``repo/.git/worktrees/wt``, so no scan read that configuration, and the hooks
+    directory is the worktree's own ``.husky/_``. ``write_file .husky/_/pre-commit`` ran in
+    the person's next ``git commit`` there."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert _git(tmp_path, repo, "config", "core.hooksPath", ".husky/_").returncode == 0
+    assert _git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "i").returncode == 0
+    wt = tmp_path / "ws" / "wt"
+    wt.parent.mkdir()
+    added = _git(tmp_path, repo, "worktree", "add", "-q", str(wt))
+    assert added.returncode == 0, added.stderr
+    _own(tmp_path / "ws")
+    marker = tmp_path / "pwned"
+    async with create_kernel(
+        roots=[wt],
+        posture=Posture.UNRESTRICTED,
+        change_sets=change_sets,
+        events_path=tmp_path / "ev.jsonl",
+    ) as k:
+        outcome = await k.invoke(
+            "write_file", {"path": ".husky/_/pre-commit", "content": HOOK.format(marker=marker)}
+        )
+        assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
+        shell = await k.invoke(
+            "run_shell",
+            {
+                "command": f"mkdir -p .husky/_; printf '#!/bin/sh\\ntouch {marker}\\n' > "
+                ".husky/_/pre-commit; chmod +x .husky/_/pre-commit; echo 1 > app.js"
+            },
+        )
+        assert shell.error is not None and shell.error.code == "git_metadata", shell
+    assert not (wt / ".husky" / "_").exists()
+    done = _git(tmp_path, wt, "commit", "-q", "--allow-empty", "-m", "person")
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()

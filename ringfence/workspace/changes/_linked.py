@@ -74,16 +74,31 @@ def _person(env: Mapping[str, str]) -> Settings:
     return Settings([], found.hooks, [], [w for w in found.programs if "/" in w])
 
 
-def _names_anything(settings: Settings) -> bool:
-    return bool(settings.includes or settings.hooks or settings.programs)
+def _names_anything(settings: Settings, roots: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Might these settings name a place inside ``roots``: an include or hooks directory, a
+    command's word that is relative (found from a worktree) or an absolute path whose real
+    path lies in a root (``/usr/lib/git-core/git-credential-store`` names none)."""
+    if settings.includes or settings.hooks:
+        return True
+    for word in settings.programs:
+        path = expand_config_path(word, env)
+        if path is None:
+            continue
+        if not path.startswith("/"):
+            return True
+        real = os.path.realpath(path)
+        if any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+            return True
+    return False
 
 
 def names_places(snapshot: GitSnapshot, env: Mapping[str, str] | None = None) -> bool:
     """Might git metadata in ``snapshot`` lead git to read or run files elsewhere: a link in
     it, a configuration that includes files, names a hooks directory or has git run a
     command (its image says so, or is not known), or the person's own configuration doing
-    so in every repository."""
+    so in every repository. Cheap: asked before every write of the file tools."""
     env = os.environ if env is None else env
+    roots = [os.path.realpath(p) for p in snapshot.roots]
     configs = False
     for (_, rel), entry in snapshot.entries.items():
         if entry.kind == "symlink":
@@ -92,16 +107,17 @@ def names_places(snapshot: GitSnapshot, env: Mapping[str, str] | None = None) ->
             configs = True
             image = entry.image
             if image is None or _names_anything(
-                repository_settings(image.decode("utf-8", "surrogateescape"))
+                repository_settings(image.decode("utf-8", "surrogateescape")), roots, env
             ):
                 return True
-    for repository in enclosing([str(p) for p in snapshot.roots]):
+    for repository in enclosing(snapshot, [str(p) for p in snapshot.roots]):
         if repository.links or any(
-            _names_anything(repository_settings(_read_host(c))) for c in repository.configs
+            _names_anything(repository_settings(_read_host(c)), roots, env)
+            for c in repository.configs
         ):
             return True
         configs = True
-    return configs and _names_anything(_person(env))
+    return configs and _names_anything(_person(env), roots, env)
 
 
 def _read_host(path: str) -> str:
@@ -161,7 +177,7 @@ def config_named(
             return _worktrees(snapshot, view, key, gitdir, worktrees, env)
 
         out += _config_places(config, view, env, person, tops)
-    for repository in enclosing(paths):
+    for repository in enclosing(snapshot, paths):
         for config in repository.configs:
 
             def above(worktrees: list[str], repository: Enclosing = repository) -> list[str]:
@@ -248,15 +264,18 @@ class Enclosing(NamedTuple):
     links: list[str]
 
 
-def enclosing(roots: Sequence[str]) -> list[Enclosing]:
-    """The repository git's discovery finds from inside each root when none lies between
-    (the first ``.git`` directory or gitfile above the root, on the host). Its metadata is
-    outside the roots, so no scan sees it; what its configuration and links name inside the
-    roots is git metadata all the same (a monorepo's ``core.hooksPath = frontend/.husky/_``
-    with the workspace at ``frontend``)."""
+def enclosing(snapshot: GitSnapshot, roots: Sequence[str]) -> list[Enclosing]:
+    """The repositories whose git directory may lie outside the roots yet serve a worktree in
+    them: the one git's discovery finds from each root (the first ``.git`` directory or
+    gitfile at the root or above it, on the host), and the one each gitfile in ``snapshot``
+    names (a linked worktree's ``.git``: ``gitdir: /repo/.git/worktrees/wt``; a submodule's).
+    Their metadata is outside the roots, so no scan sees it; what their configuration and
+    links name inside the roots is git metadata all the same (a monorepo's
+    ``core.hooksPath = frontend/.husky/_`` with the workspace at ``frontend``; husky's
+    ``.husky/_`` in a worktree of a repository outside the roots)."""
     found: dict[str, Enclosing] = {}
     for root in roots:
-        here = posixpath.dirname(root.rstrip("/") or "/")
+        here = root.rstrip("/") or "/"
         while True:
             repository = _repository_at(here)
             if repository is not None:
@@ -265,6 +284,14 @@ def enclosing(roots: Sequence[str]) -> list[Enclosing]:
             if here == "/":
                 break
             here = posixpath.dirname(here)
+    for (index, rel), entry in snapshot.entries.items():
+        if entry.kind != "file" or not entry.image or index >= len(roots):
+            continue
+        if not is_dotgit(rel.rpartition("/")[2]) or parse_gitfile(entry.image) is None:
+            continue
+        repository = _repository_at(posixpath.join(roots[index], rel.rpartition("/")[0]))
+        if repository is not None:
+            found.setdefault(repository.gitdir, repository)
     return list(found.values())
 
 
@@ -382,7 +409,7 @@ def linked_metadata(snapshot: GitSnapshot, view: TreeView) -> dict[str, str]:
     found: dict[str, str] = {}
     pending: list[tuple[str, str]] = [(absolute(*k), absolute(*k)) for k in starts]
     # The links of a repository above a root (its metadata outside every root).
-    pending += [(link, link) for r in enclosing(paths) for link in r.links]
+    pending += [(link, link) for r in enclosing(snapshot, paths) for link in r.links]
     # What a repository's configuration names (include.path, core.hooksPath): read likewise.
     pending += config_named(snapshot, view)
     seen: set[str] = set()
