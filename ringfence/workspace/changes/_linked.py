@@ -86,6 +86,8 @@ def _names_anything(settings: Settings, roots: Sequence[str], env: Mapping[str, 
             continue
         if not path.startswith("/"):
             return True
+        if "\0" in path:
+            continue
         real = os.path.realpath(path)
         if any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
             return True
@@ -124,7 +126,7 @@ def _read_host(path: str) -> str:
     """The text of a regular file outside the roots, up to a MiB; "" if none."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    except (OSError, ValueError):
         return ""
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -300,18 +302,18 @@ def _repository_at(directory: str) -> Enclosing | None:
     dotgit = posixpath.join(directory, ".git")
     try:
         st = os.lstat(dotgit)
-    except OSError:
+    except (OSError, ValueError):
         return None
     gitdir = dotgit
     if stat.S_ISREG(st.st_mode):
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             with open(dotgit, "rb") as handle:
                 named = parse_gitfile(handle.read(GITFILE_MAX_BYTES + 1))
             if named is not None:
                 gitdir = posixpath.join(directory, named)
     try:
         fd = os.open(gitdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
+    except (OSError, ValueError):
         return None
     try:
         if not is_git_directory(fd):
@@ -327,7 +329,10 @@ def _repository_at(directory: str) -> Enclosing | None:
         for name in ("config", "hooks"):
             if posixpath.islink(posixpath.join(base, name)):
                 links.append(posixpath.join(base, name))
-        with contextlib.suppress(OSError), os.scandir(posixpath.join(base, "hooks")) as hooks:
+        with (
+            contextlib.suppress(OSError, ValueError),
+            os.scandir(posixpath.join(base, "hooks")) as hooks,
+        ):
             links += [e.path for e in hooks if e.is_symlink()]
     return Enclosing(directory, gitdir, configs, links)
 
@@ -440,6 +445,8 @@ def _into_root(view: TreeView, outside: str) -> str | None:
     """``outside`` (a path the view's walk left the roots at) spelled below a root, when the
     host resolves it (or its deepest existing part) into one: the same directory by device
     and inode, found through a host link or another mount of the root. Else None."""
+    if "\0" in outside:
+        return None  # no path the kernel resolves (a configuration's value may hold one)
     ids = {}
     for root in view.roots:
         with contextlib.suppress(OSError):
