@@ -343,13 +343,19 @@ class Workspace(FileOps):
         inside the roots, for mounting read-only: each place, or its deepest part that exists
         (a dangling link's target is made by creating it, so its directory is held; never a
         root itself). Sorted."""
-        from .changes._linked import linked_metadata
+        from .changes._linked import ConfigNamed, linked_metadata
         from .changes._view import TreeView
 
         found: set[Path] = set()
         with self._resolver:
             view = TreeView([(str(r.path), r.fd) for r in self._resolver.roots])
-            for target in linked_metadata(snapshot, view):
+            for target, link in linked_metadata(snapshot, view).items():
+                if isinstance(link, ConfigNamed) and view.lstat(target) is None:
+                    # A file or hooks directory a configuration names that is not there
+                    # (an optional include beside the checkout): its directory is the
+                    # worktree, never made read-only; what a command makes there is
+                    # quarantined by the scan after it, and the merge refuses a set's.
+                    continue
                 place = target
                 while view.lstat(place) is None:
                     where = view.locate(place)

@@ -937,6 +937,11 @@ NAMED_ATTACKS = {
         "cfg/extra",
     ),
     "an include of an include": ("[include]\n\tpath = ~/dots/first\n", "second"),
+    # git 2.52's optional path (skipped while missing): was read as a relative ":(optional)~".
+    "include.path, :(optional)": (
+        '[include]\n\tpath = ":(optional)~/proj/opt.gitconfig"\n',
+        "opt.gitconfig",
+    ),
     "core.hooksPath": ("[core]\n\thooksPath = ~/proj/hooks\n", "hooks/post-index-change"),
 }
 

@@ -49,7 +49,7 @@ from .._names import escape_name
 from .._resolver import Resolver
 from ..git._rules import GITFILE_MAX_BYTES, git_discovery_name, parse_gitfile, valid_head
 from ..git._snapshot import DirState, GitSnapshot
-from ._linked import linked_metadata
+from ._linked import ConfigNamed, linked_metadata, names_places
 from ._model import Blobs, Change
 from ._view import HOST, MAX_LINKS, PAST_MAX_LINKS, Node, TreeView, realpath, resolve
 
@@ -289,7 +289,7 @@ def _check_linked_metadata(
 ) -> None:
     """Refuse writing at or below a place a link in git metadata leads to, as the tree is
     now or will be (:func:`linked_metadata`)."""
-    if not written or not any(e.kind == "symlink" for e in snapshot.entries.values()):
+    if not written or not names_places(snapshot):
         return
     targets: dict[str, str] = {}
     seen: list[dict[str, str]] = []
@@ -301,21 +301,30 @@ def _check_linked_metadata(
         # A link on the way moved (lnk -> elsewhere): git would read other files there.
         moved = sorted(seen[0].keys() ^ seen[1].keys())[0]
         link = targets[moved]
+        if isinstance(link, ConfigNamed):
+            how = f"the place the {link.setting} of {escape_name(link)} names would be another"
+        else:
+            how = f"the link {escape_name(link)} in git metadata would lead somewhere else"
         raise GitMetadata(
-            f"after {what} the link {escape_name(link)} in git metadata would lead somewhere "
-            f"else (it leads to {escape_name(moved)} on one side only): git reads hooks and "
-            f"config through it; {_refused(what)}",
+            f"after {what} {how} (it leads to {escape_name(moved)} on one side only): git "
+            f"reads hooks and config through it; {_refused(what)}",
             path=escape_name(link),
         )
     for path in written:
         for target, link in targets.items():
             if path == target or path.startswith(target if target.endswith("/") else target + "/"):
                 raise GitMetadata(
-                    f"{escape_name(path)} is git metadata: git reads it through the link "
-                    f"{escape_name(link)} (it leads to {escape_name(target)}) and runs what "
+                    f"{escape_name(path)} is git metadata: {_how(link, target)} and runs what "
                     f"hooks and config name there; {_refused(what)}",
                     path=escape_name(path),
                 )
+
+
+def _how(link: str, target: str) -> str:
+    """What makes ``target`` git metadata, for a refusal: a link or a configuration's setting."""
+    if isinstance(link, ConfigNamed):
+        return f"the {link.setting} of {escape_name(link)} names {escape_name(target)}, so git reads it"
+    return f"git reads it through the link {escape_name(link)} (it leads to {escape_name(target)})"
 
 
 def check_linked_write(resolver: Resolver, root: int, path: str, what: str) -> None:
@@ -326,10 +335,10 @@ def check_linked_write(resolver: Resolver, root: int, path: str, what: str) -> N
     was none yet): no writer of the agent's can make one (git metadata is never written),
     so a workspace without one costs no scan per write."""
     base = resolver.scan_base
-    if base is not None and not any(e.kind == "symlink" for e in base.entries.values()):
+    if base is not None and not names_places(base):
         return
     snapshot = _scan(resolver)
-    if not any(e.kind == "symlink" for e in snapshot.entries.values()):
+    if not names_places(snapshot):
         return
     roots = [(str(r.path), r.fd) for r in resolver.roots]
     view = TreeView(roots)

@@ -33,9 +33,11 @@ path (``core.fsmonitor = ~/proj/fsmon``, an alias's script) are not followed.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from ...runtime._errors import InvalidArguments
 
@@ -104,7 +106,9 @@ def _read(file: Path) -> str:
 
 
 def _expand(value: str, env: Mapping[str, str]) -> Path | None:
-    """git's path expansion: ``~/`` is ``$HOME``, ``~user/`` that user's home."""
+    """git's path expansion: ``~/`` is ``$HOME``, ``~user/`` that user's home; a leading
+    ``:(optional)`` (the path is skipped while it does not exist) dropped."""
+    value = value.removeprefix(":(optional)")
     if not value:
         return None
     if value == "~" or value.startswith("~/"):
@@ -312,3 +316,113 @@ def _search(top: int, wanted: tuple[int, int]) -> str | None:
         for fd, _ in pending:
             os.close(fd)
     return None
+
+
+def expand_config_path(value: str, env: Mapping[str, str]) -> str | None:
+    """A path value of git's configuration as git expands it (``~/`` is ``$HOME``), or None."""
+    path = _expand(value, env)
+    return None if path is None else str(path)
+
+
+# Settings whose value git runs as a command (a shell line, or a program's path), by section
+# and key (any subsection: ``diff.<driver>.textconv``); every key of ``alias`` (``!cmd``) and
+# ``pager`` sections. From git-config(1).
+_PROGRAM_KEYS = frozenset(
+    {
+        ("core", "fsmonitor"),
+        ("core", "pager"),
+        ("core", "editor"),
+        ("core", "sshcommand"),
+        ("core", "askpass"),
+        ("core", "gitproxy"),
+        ("sequence", "editor"),
+        ("diff", "external"),
+        ("diff", "command"),
+        ("diff", "textconv"),
+        ("difftool", "cmd"),
+        ("difftool", "path"),
+        ("mergetool", "cmd"),
+        ("mergetool", "path"),
+        ("merge", "driver"),
+        ("filter", "clean"),
+        ("filter", "smudge"),
+        ("filter", "process"),
+        ("credential", "helper"),
+        ("gpg", "program"),
+        ("interactive", "difffilter"),
+        ("remote", "receivepack"),
+        ("remote", "uploadpack"),
+        ("trailer", "command"),
+        ("trailer", "cmd"),
+        ("browser", "cmd"),
+        ("browser", "path"),
+        ("man", "cmd"),
+        ("man", "path"),
+        ("web", "browser"),
+        ("imap", "tunnel"),
+        ("sendemail", "sendmailcmd"),
+        ("sendemail", "smtpserver"),
+        ("submodule", "update"),
+    }
+)
+_PROGRAM_SECTIONS = frozenset({"alias", "pager"})
+
+
+class Settings(NamedTuple):
+    """What a configuration file names, as written (unexpanded): the files it includes
+    (``include.path``, ``includeIf.<condition>.path`` whatever the condition: the safe side),
+    its ``core.hooksPath`` and ``core.worktree`` values, and the words of the commands it has
+    git run (each word of each value of :data:`_PROGRAM_KEYS`, an alias's ``!`` dropped)."""
+
+    includes: list[str]
+    hooks: list[str]
+    worktrees: list[str]
+    programs: list[str]
+
+
+def repository_settings(text: str) -> Settings:
+    """The :class:`Settings` of a configuration file's text, in git's syntax."""
+    found = Settings([], [], [], [])
+    for section, key, value in _entries(text):
+        if not value:
+            continue
+        if key == "path" and section in ("include", "includeif"):
+            found.includes.append(value)
+        elif section == "core" and key == "hookspath":
+            found.hooks.append(value)
+        elif section == "core" and key == "worktree":
+            found.worktrees.append(value)
+        if (section, key) in _PROGRAM_KEYS or section in _PROGRAM_SECTIONS:
+            found.programs.extend(_words(value.removeprefix("!")))
+    return found
+
+
+def _words(command: str, depth: int = 0) -> list[str]:
+    """The words of a shell line as the shell would split them (quotes removed, ``;``, ``|``,
+    ``&``, parentheses and redirections apart), a quoted word holding a line of its own
+    (``sh -c 'tools/x; y'``) split again; on whitespace when it does not parse."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:
+        words = command.split()
+    out: list[str] = []
+    for word in words:
+        out.append(word)
+        if depth < 4 and any(ch in word for ch in " \t\n"):
+            out.extend(_words(word, depth + 1))
+    return out
+
+
+def person_settings(env: Mapping[str, str]) -> Settings:
+    """The :class:`Settings` of the person's own configuration (the global and system files
+    and what they include): its hooks directory and commands apply in every repository."""
+    found = Settings([], [], [], [])
+    for base in git_config_files(env):
+        included, _ = git_config_names(base, env)
+        for file in (base, *included):
+            settings = repository_settings(_read(file))
+            found.hooks.extend(settings.hooks)
+            found.programs.extend(settings.programs)
+    return found

@@ -152,7 +152,7 @@ def scan_git_metadata(
     # What git reads through a link in git metadata (.git/hooks -> ../githooks) is git
     # metadata under another name (:func:`_walk_linked`).
     linked: set[tuple[int, str]] = set()
-    if any(e.kind == "symlink" for e in walk.entries.values()):
+    if _names_places(walk, paths):
         fds = {}
         try:
             for index, root in enumerate(paths):
@@ -179,6 +179,15 @@ def scan_git_metadata(
         links=frozenset(walk.links),
         linked=frozenset(linked),
     )
+
+
+def _names_places(walk: Walk, paths: tuple[Path, ...]) -> bool:
+    """Might the metadata ``walk`` found below ``paths`` (or a repository above them) lead
+    git elsewhere (a link, a configuration's include or hooks directory:
+    :func:`..changes._linked.names_places`)?"""
+    from ..changes._linked import names_places
+
+    return names_places(GitSnapshot(paths, walk.entries, frozenset()))
 
 
 def _walk_linked(walk: Walk, paths: tuple[Path, ...], fds: dict[int, int]) -> set[tuple[int, str]]:
