@@ -124,7 +124,7 @@ from ..engines._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_js
 from ..engines._ssh import SSHForward, open_forward
 from . import _upper as upper
 from ._api import connect_docker, docker_call, image_missing, map_docker_errors
-from ._container import LEASE_TAIL, create_leased
+from ._container import LEASE_TAIL, create_leased, refuse_image_volumes
 from ._images import docker_location
 from ._options import DockerOptions, parse_user
 from ._seal import SEAL_DIR, install_script
@@ -606,7 +606,7 @@ class DockerSession:
                 "not one: give it as an engine table (options.engines; docs/backends.md)"
             )
         try:
-            await docker_call(self._client.images.get, self._opts.image)
+            image = await docker_call(self._client.images.get, self._opts.image)
         except Unavailable:
             if engine is None or engine.base_url == docker_location():
                 raise image_missing(self._opts.image) from None
@@ -619,6 +619,7 @@ class DockerSession:
                 image=self._opts.image,
                 engine=engine.name,
             ) from None
+        refuse_image_volumes(self._opts.image, image.attrs)  # the daemon would make them
         if self._opts.runtime is not None:
             info = await docker_call(self._client.info)
             if self._opts.runtime not in (info.get("Runtimes") or {}):
