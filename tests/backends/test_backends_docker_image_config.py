@@ -23,12 +23,14 @@ from typing import Any
 
 import docker.errors
 import pytest
+import trio
 from backends_helpers import DOCKER_OPTIONS
 from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
 from tree_helpers import exact_state as tree_state
 
 from ringfence import create_kernel
-from ringfence.runtime import ApprovalAnswer, Posture, ScriptedApprover
+from ringfence.backends import SessionSpec, start_session
+from ringfence.runtime import ApprovalAnswer, Posture, ScriptedApprover, Unavailable
 
 pytestmark = pytest.mark.docker
 
@@ -155,3 +157,72 @@ async def test_an_images_entry_point_never_runs_before_or_beside_the_sandbox(
     assert second["stdout"] == "keep\n", second
     assert tree_state(workspace) == before
     assert not (workspace / "entry-wrote").exists()
+
+
+async def test_networked_sessions_cannot_reach_each_others_containers(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """A session given the network (``SessionSpec.network``, ``WarmPool(network=True)``)
+    gets the network, not the other sessions: before, every networked container was on
+    Docker's default bridge, where containers talk to each other, so one session's command
+    connected to a server another session's command ran (and to any other container
+    there). Now networked sessions share a bridge with inter-container communication off:
+    B's listener never hears from A, while A still has its network (a default route)."""
+    sessions = []
+    try:
+        for name in ("a", "b"):
+            ws = tmp_path / name
+            ws.mkdir()
+            spec = SessionSpec(roots=(ws,), network=True, options=DOCKER_OPTIONS, change_sets=True)
+            sessions.append(await start_session("docker", spec))
+        a, b = sessions
+
+        async def sh(session: Any, command: str) -> Any:
+            return await session.run(
+                command, cwd=tmp_path / ("a" if session is a else "b"), env={},
+                timeout=40, output_cap=65536,
+            )  # fmt: skip
+
+        where = await sh(b, "hostname -i")
+        address = where.stdout.split()[0]
+        heard: dict[str, Any] = {}
+
+        async def listen() -> None:
+            heard["b"] = await sh(b, "nc -l -p 5555 > /tmp/got & sleep 12; cat /tmp/got; echo end")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listen)
+            await trio.sleep(4)  # B's listener is up (its command takes 12 s)
+            sent = await sh(a, f"echo from-a | nc -w 3 {address} 5555; echo status=$?")
+        route = await sh(a, "ip route | grep default")
+    finally:
+        for session in sessions:
+            await session.aclose()
+    assert heard["b"].stdout == "end\n", (heard, sent)
+    assert "from-a" not in heard["b"].stdout
+    assert "default" in route.stdout, route  # A still has a network
+
+
+async def test_a_network_of_that_name_where_containers_talk_is_not_joined(
+    docker_client: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anyone with access to the engine can make the networked sessions' network first,
+    with inter-container communication on: it is inspected each time and not joined; the
+    session is unavailable naming it, before any container exists. (Under a name of this
+    test's own: two workers never share it.)"""
+    from ringfence.backends.docker import _network
+
+    name = f"ringfence-test-net-{secrets.token_hex(4)}"
+    monkeypatch.setattr(_network, "ISOLATED_NETWORK", name)
+    made = docker_client.networks.create(name, driver="bridge")  # ICC on: Docker's default
+    try:
+        before = _own_containers(docker_client)
+        spec = SessionSpec(
+            roots=(workspace,), network=True, options=DOCKER_OPTIONS, change_sets=True
+        )
+        with pytest.raises(Unavailable) as info:
+            await start_session("docker", spec)
+        assert name in info.value.message and "inter-container" in info.value.message
+        assert _own_containers(docker_client) == before
+    finally:
+        made.remove()

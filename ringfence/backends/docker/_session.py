@@ -126,6 +126,7 @@ from . import _upper as upper
 from ._api import connect_docker, docker_call, image_missing, map_docker_errors
 from ._container import LEASE_TAIL, create_leased, refuse_image_volumes
 from ._images import docker_location
+from ._network import isolated_network
 from ._options import DockerOptions, parse_user
 from ._seal import SEAL_DIR, install_script
 from ._seccomp import security_opt as change_set_seccomp
@@ -657,6 +658,8 @@ class DockerSession:
         self._oom_checked = time.time()
         opts = self._opts
         overlay = self._uppers is not None or self._remote is not None
+        # Given the network: a bridge whose containers cannot reach each other (._network).
+        network = await docker_call(isolated_network, client) if self._spec.network else "none"
         host: dict[str, Any] = dict(
             init=True,
             cap_drop=["ALL"],
@@ -672,7 +675,7 @@ class DockerSession:
                 # Files shipped as root (the script runner's): read-only to every command.
                 **({SHIPPED_FILES_DIR: SHIPPED_FILES_TMPFS} if self._remote else {}),
             },
-            network_mode="bridge" if self._spec.network else "none",
+            network_mode=network,
             mem_limit=opts.memory,
             memswap_limit=opts.memory,
             nano_cpus=int(float(opts.cpus) * 1e9),
