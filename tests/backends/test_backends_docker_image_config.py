@@ -226,3 +226,27 @@ async def test_a_network_of_that_name_where_containers_talk_is_not_joined(
         assert _own_containers(docker_client) == before
     finally:
         made.remove()
+
+
+async def test_a_replacement_container_is_made_from_the_image_checked_not_the_tag_now(
+    docker_client: Any, workspace: Path, image_tags: list[str]
+) -> None:
+    """The image is checked when the session starts; a container made later (a command
+    killed its supervisor: a new container takes the old one's place) came from the tag,
+    which by then may name another image: one declaring ``VOLUME /workspace/planted``, whose
+    directory the daemon made in the workspace. Every container of the session is now made
+    from the image checked, by its id."""
+    clean = _build(docker_client, f"FROM {_BASE}\nLABEL ringfence.test=clean\n", {})
+    planted = _build(docker_client, f'FROM {_BASE}\nVOLUME ["/workspace/planted"]\n', {})
+    image_tags += [clean, planted]
+    (workspace / "keep.txt").write_text("keep\n")
+    before = tree_state(workspace)
+    async with _kernel(workspace, clean, change_sets=False) as k:
+        first = await k.call("run_shell", {"command": "cat keep.txt"})
+        repository, _, tag = clean.rpartition(":")
+        docker_client.images.get(planted).tag(repository, tag)  # the tag names it now
+        await k.invoke("run_shell", {"command": "kill -9 $PPID; sleep 5"})
+        after = await k.call("run_shell", {"command": "ls -a"})
+    assert first["stdout"] == "keep\n", first
+    assert "planted" not in after["stdout"], after
+    assert tree_state(workspace) == before

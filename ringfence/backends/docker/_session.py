@@ -317,6 +317,7 @@ class DockerSession:
             None  # an ssh engine's socket, forwarded (..engines._ssh)
         )
         self._container: Any = None
+        self._image_id: str | None = None  # the image checked at the start (its id)
         # Why the session ended for good (a container that would not go): every call says so.
         self._ended: Unavailable | None = None
         self._lease: socket.socket | None = None  # the container's lifeline (._container)
@@ -621,6 +622,9 @@ class DockerSession:
                 engine=engine.name,
             ) from None
         refuse_image_volumes(self._opts.image, image.attrs)  # the daemon would make them
+        # Every container of the session (a replacement's too) is made from the image checked
+        # here, by its id: the tag may name another image by then.
+        self._image_id = str(image.id)
         if self._opts.runtime is not None:
             info = await docker_call(self._client.info)
             if self._opts.runtime not in (info.get("Runtimes") or {}):
@@ -691,7 +695,7 @@ class DockerSession:
             partial(
                 create_leased,
                 client,
-                image=opts.image,
+                image=self._image_id or opts.image,
                 command=self._main_command(),
                 name=f"ringfence-{self.session_id}-{self.restarts}",
                 labels={
