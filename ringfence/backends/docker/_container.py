@@ -13,7 +13,13 @@ reads end of file, the container stops, and ``auto_remove`` removes it with its
 anonymous volumes (the shipped workspace's). Measured here: gone within a second.
 
 Nothing a command does can end the lease early but its own session: the main
-process is root (no capabilities) and commands never are. docker-py's
+process is root (no capabilities) and commands never are. The main process is ours
+whatever the image's configuration says: its ``ENTRYPOINT`` is replaced by none (it ran
+first, as the container's root, with ours only its arguments: it wrote a root-owned
+workspace bind-mounted without change sets, outside any command, and the commands'
+``/tmp``) and its ``HEALTHCHECK`` by ``NONE`` (the daemon ran it as root beside every
+command); an image that declares a ``VOLUME`` is refused (:func:`refuse_image_volumes`).
+docker-py's
 ``containers.create`` cannot set ``StdinOnce``; the container is made with its
 public low-level calls (``create_host_config``, ``create_container_config``,
 ``create_container_from_config``) instead.
@@ -28,9 +34,10 @@ from typing import Any
 
 import docker
 
+from ...runtime._errors import InvalidArguments
 from ._shell import own_socket
 
-__all__ = ["LEASE_TAIL", "create_leased"]
+__all__ = ["LEASE_TAIL", "create_leased", "refuse_image_volumes"]
 
 # How a leased container's main command ends (its stdin is the lease).
 LEASE_TAIL = "exec cat >/dev/null"
@@ -62,6 +69,10 @@ def create_leased(
         working_dir="/workspace",
         labels=dict(labels),
         host_config=host_config,
+        # The image's ENTRYPOINT never wraps ours (an empty list, not None: Docker keeps the
+        # image's for None), and its HEALTHCHECK never runs (as root, every interval).
+        entrypoint=[],
+        healthcheck={"test": ["NONE"]},
     )
     config["StdinOnce"] = True  # our own config value: ContainerConfig is a dict
     container_id = api.create_container_from_config(config, name)["Id"]
@@ -76,3 +87,27 @@ def create_leased(
         with contextlib.suppress(Exception):
             api.remove_container(container_id, force=True, v=True)
         raise
+
+
+def refuse_image_volumes(image: str, attrs: Mapping[str, Any]) -> None:
+    """InvalidArguments (``options.image``) when the image declares a ``VOLUME``.
+
+    The daemon makes each declared volume's mount point in the container's file system as
+    root before anything of ringfence's runs, and below a path bind-mounted from the host
+    (a workspace root, the change sets' upper directories) that directory is the host's:
+    ``VOLUME /workspace/.git/hooks`` made ``.git/hooks`` in the workspace, root-owned and in
+    no change set. The Engine API has no way to leave an image's volumes out, and a
+    sandbox needs none (``/tmp`` is the session's), so such an image is not used.
+    ``attrs``: the image's inspection (``Config.Volumes``), from the session's engine.
+    """
+    config = attrs.get("Config") or {}
+    volumes = config.get("Volumes") or {}
+    if volumes:
+        raise InvalidArguments(
+            f"the sandbox image {image} declares VOLUME {', '.join(sorted(map(str, volumes)))}: "
+            "the Docker daemon makes a volume's directory as root before the sandbox starts, "
+            "on the host where it lies below a workspace root or another host directory the "
+            "container mounts, so an image with volumes is not used; build one without a "
+            "VOLUME line (FROM it, or `ringfence images build`)",
+            field="options.image",
+        )

@@ -124,8 +124,9 @@ from ..engines._remote import UPPERS_DIR, RemoteWorkspace, engine_error, load_js
 from ..engines._ssh import SSHForward, open_forward
 from . import _upper as upper
 from ._api import connect_docker, docker_call, image_missing, map_docker_errors
-from ._container import LEASE_TAIL, create_leased
+from ._container import LEASE_TAIL, create_leased, refuse_image_volumes
 from ._images import docker_location
+from ._network import isolated_network
 from ._options import DockerOptions, parse_user
 from ._seal import SEAL_DIR, install_script
 from ._seccomp import security_opt as change_set_seccomp
@@ -316,6 +317,7 @@ class DockerSession:
             None  # an ssh engine's socket, forwarded (..engines._ssh)
         )
         self._container: Any = None
+        self._image_id: str | None = None  # the image checked at the start (its id)
         # Why the session ended for good (a container that would not go): every call says so.
         self._ended: Unavailable | None = None
         self._lease: socket.socket | None = None  # the container's lifeline (._container)
@@ -606,7 +608,7 @@ class DockerSession:
                 "not one: give it as an engine table (options.engines; docs/backends.md)"
             )
         try:
-            await docker_call(self._client.images.get, self._opts.image)
+            image = await docker_call(self._client.images.get, self._opts.image)
         except Unavailable:
             if engine is None or engine.base_url == docker_location():
                 raise image_missing(self._opts.image) from None
@@ -619,6 +621,10 @@ class DockerSession:
                 image=self._opts.image,
                 engine=engine.name,
             ) from None
+        refuse_image_volumes(self._opts.image, image.attrs)  # the daemon would make them
+        # Every container of the session (a replacement's too) is made from the image checked
+        # here, by its id: the tag may name another image by then.
+        self._image_id = str(image.id)
         if self._opts.runtime is not None:
             info = await docker_call(self._client.info)
             if self._opts.runtime not in (info.get("Runtimes") or {}):
@@ -656,6 +662,8 @@ class DockerSession:
         self._oom_checked = time.time()
         opts = self._opts
         overlay = self._uppers is not None or self._remote is not None
+        # Given the network: a bridge whose containers cannot reach each other (._network).
+        network = await docker_call(isolated_network, client) if self._spec.network else "none"
         host: dict[str, Any] = dict(
             init=True,
             cap_drop=["ALL"],
@@ -671,7 +679,7 @@ class DockerSession:
                 # Files shipped as root (the script runner's): read-only to every command.
                 **({SHIPPED_FILES_DIR: SHIPPED_FILES_TMPFS} if self._remote else {}),
             },
-            network_mode="bridge" if self._spec.network else "none",
+            network_mode=network,
             mem_limit=opts.memory,
             memswap_limit=opts.memory,
             nano_cpus=int(float(opts.cpus) * 1e9),
@@ -687,7 +695,7 @@ class DockerSession:
             partial(
                 create_leased,
                 client,
-                image=opts.image,
+                image=self._image_id or opts.image,
                 command=self._main_command(),
                 name=f"ringfence-{self.session_id}-{self.restarts}",
                 labels={
