@@ -787,6 +787,30 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/git/_config.py", "_other_name", "os.open"): (
         "each root, opened once to search it by descriptor for another name of that file"
     ),
+    # What a repository's configuration names (includes, hooks directories, programs): the
+    # repository git finds at or above a root, and gitfiles' targets, lie outside the roots.
+    ("ringfence/workspace/changes/_linked.py", "_names_anything", "os.path.realpath"): (
+        "an absolute program path a configuration names, compared with the roots (read only)"
+    ),
+    ("ringfence/workspace/changes/_linked.py", "names_places", "os.path.realpath"): (
+        "the roots' own real paths, to compare such program paths with"
+    ),
+    ("ringfence/workspace/changes/_linked.py", "_read_host", "os.open"): (
+        "a configuration file of a repository outside the roots (above a root, or a "
+        "gitfile's target), read to find what it names inside them; never written"
+    ),
+    ("ringfence/workspace/changes/_linked.py", "_repository_at", "os.lstat"): (
+        "a root's ancestor's .git, outside the roots: is there a repository above the root"
+    ),
+    ("ringfence/workspace/changes/_linked.py", "_repository_at", "open"): (
+        "that ancestor's gitfile, read (never written) for the git directory it names"
+    ),
+    ("ringfence/workspace/changes/_linked.py", "_repository_at", "os.open"): (
+        "that git directory, checked for being one (is_git_directory) by descriptor"
+    ),
+    ("ringfence/workspace/changes/_linked.py", "_repository_at", "os.scandir"): (
+        "that git directory's hooks, listed for links into the roots"
+    ),
     ("ringfence/workspace/changes/_store.py", "_open_store", "os.makedirs"): (
         "the checkpoint store under $RINGFENCE_HOME, outside every root: made by its path "
         "once, everything below it reached by descriptor"
@@ -975,6 +999,11 @@ ENV_READERS: dict[str, dict[str, str]] = {
     # Not a setting of ringfence's: where the person's git reads its own configuration.
     "ringfence/workspace/git/_config.py": {
         "refuse_git_config_inside_roots": "HOME, XDG_CONFIG_HOME, GIT_CONFIG_GLOBAL/SYSTEM",
+    },
+    "ringfence/workspace/changes/_linked.py": {
+        "names_places": "HOME and git's configuration variables, for what the person's own "
+        "configuration and `~/` in a repository's name",
+        "config_named": "the same, for the places themselves",
     },
     "ringfence/plugins/_command.py": {
         "CommandRunner._search_path": "PATH for a command hook, its workspace entries left out",
