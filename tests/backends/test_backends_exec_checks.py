@@ -1312,3 +1312,105 @@ async def test_an_elf_interpreter_past_the_256th_program_header_is_checked(
         deny=("run_shell(perl *)",),
     )
     assert control["stdout"] == "ran\n" and "exec_denied" not in control, control
+
+
+# Deny rules whose options the program reads under other spellings: flags given as a glob
+# word, a long option, and a long option with its value attached.
+OPTION_RULES = (
+    "run_shell(rm -rf*)",
+    "run_shell(rm --recursive*)",
+    "run_shell(touch --date=2001*)",
+)
+
+
+@NEEDS_STRACE
+async def test_option_spellings_of_a_denied_command_never_start_it(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """`rm -rf*` was the glob `-rf*` over one word, so `rm -fr d` and `rm -r -f d` (the same
+    options to rm) ran past it at exec and at the Gate; `rm --recursive*` let `rm --recur d`
+    by (getopt_long takes an unambiguous prefix) and `touch --date=2001*` let `touch --date
+    2001-01-01 t` by (the value in the next word). Each line here, through wrappers and
+    words computed at run time, is run past the Gate (a batch script): strace sees no exec
+    the runtime's matcher denies succeed, and nothing is removed or made. The controls, a
+    plain `rm -f` and `touch --date 1999…`, still run."""
+    names = [f"d{n}" for n in range(1, 10)]
+    for name in names:
+        (workspace / name / "x").mkdir(parents=True)
+        chown_like_workspace(workspace, workspace / name, workspace / name / "x")
+    (workspace / "plain").write_text("x\n")
+    chown_like_workspace(workspace, workspace / "plain")
+    before = tree(workspace)
+    lines = [
+        "rm -fr d1",
+        "rm -r -f d2",
+        "rm -v -r -f d3",
+        "c=rm; $c -fr d4",
+        "find d5 -maxdepth 0 -exec rm -fr {} \\;",
+        "echo d6 | xargs rm -r -f",
+        "rm --recur d7",
+        "env rm --recu d8",
+        'python3 -c \'import os; os.execvp("rm", ["rm", "-f", "-r", "d9"])\'',
+        "touch --date 2001-01-01 t1",
+        "touch --da=2001-01-01 t2",
+        "d=--dat; $d 2001-01-01 t3 2>/dev/null; touch $d 2001-01-01 t3",
+        "rm -f plain",
+        "touch --date 1999-01-01 ok",
+    ]
+    oracle = OracleRun(lines, OPTION_RULES)
+    (tmp_path / "trace").mkdir()
+    await oracle.run(workspace, tmp_path / "trace" / "exec", [list(range(len(lines)))])
+    assert oracle.escaped() == [], oracle.escaped()
+    after = tree(workspace)
+    assert [n for n in names if f"{n}/x" not in after] == [], after
+    assert not [t for t in ("t1", "t2", "t3") if (workspace / t).exists()]
+    assert "plain" not in after and "ok" in after, after  # the controls ran
+    assert set(after) - set(before) == {"ok"}, after
+    assert oracle.denials() >= 12, oracle.outputs
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param("local", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="")),
+     "docker"],
+)  # fmt: skip
+async def test_option_spellings_are_denied_by_the_gate_on_every_backend(
+    workspace: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    """docker checks no exec, so the Gate's reading is all a deny rule has there: `rm -fr d`
+    and `rm -r -f d`, read whole (rm a known program), ran past `run_shell(rm -rf*)` under
+    posture unrestricted and removed `d`. Now each is denied, naming the rule, and `d`
+    stays; so are `rm --recur d` and `touch --date 2001-01-01 t` under their rules."""
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        from backends_helpers import DOCKER_OPTIONS
+
+        request.getfixturevalue("docker_client")  # skips (or fails in CI) without a daemon
+        options = dict(DOCKER_OPTIONS)
+    (workspace / "d" / "x").mkdir(parents=True)
+    chown_like_workspace(workspace, workspace / "d", workspace / "d" / "x")
+    asked: list[str] = []
+
+    def answer(req: Any) -> ApprovalAnswer:
+        asked.append(req.arguments["command"])
+        return ApprovalAnswer.deny("the test says no")
+
+    async with create_kernel(
+        roots=[workspace], backend=backend, rules=Rules(deny=OPTION_RULES),
+        posture=Posture.UNRESTRICTED, approver=ScriptedApprover(answer),
+        backend_options=options,
+    ) as k:  # fmt: skip
+        for line, rule in [
+            ("rm -fr d", "run_shell(rm -rf*)"),
+            ("rm -r -f d", "run_shell(rm -rf*)"),
+            ("rm -v -rf d", "run_shell(rm -rf*)"),
+            ("rm --recur d", "run_shell(rm --recursive*)"),
+            ("touch --date 2001-01-01 t", "run_shell(touch --date=2001*)"),
+        ]:
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line})
+            assert rule in refused.value.message, (line, refused.value.message)
+        shown = await k.call("run_shell", {"command": "ls d"})
+        assert shown["stdout"].split() == ["x"], shown
+    assert asked == [] and (workspace / "d" / "x").is_dir()
+    assert not (workspace / "t").exists()

@@ -82,3 +82,49 @@ def test_table_rules_with_several_argv_patterns() -> None:
         [(["curl"], True), (["xcurl", "-s"], False)],
     ):
         assert (checker.match([argv[0]], argv[1:]) is not None) is hit, argv
+
+
+OPTION_ELEMENTS = ["rm", "-rf*", "-rf", "-f", "--recursive", "--rec*", "--repo=x", "--repo=*",
+                   "--force-with-lease=*", "**", "x", "*", "--", "--[rR]ec", "-r"]  # fmt: skip
+OPTION_WORDS = ["rm", "-fr", "-r", "-f", "-rfv", "--rec", "--recursive", "--recursive=x",
+                "--repo", "--repo=x", "--re=x", "x", "--", "---rec", "--force-w=o",
+                "--force-with-lease", "--r", "--recursive-x"]  # fmt: skip
+
+
+def test_the_sandbox_reads_options_as_the_runtime_does() -> None:
+    """Flags words that are globs (``rm -rf*``), long options abbreviated (``--recur``) and
+    ``--opt=value`` against ``--opt value``: the same verdict on both sides."""
+    rng = random.Random(50)
+    for _ in range(3000):
+        pattern = ("rm", *(rng.choice(OPTION_ELEMENTS) for _ in range(rng.randint(1, 3))))
+        argv = ["rm", *(rng.choice(OPTION_WORDS) for _ in range(rng.randint(0, 4)))]
+        parsed = Policy.from_strings(
+            deny=["run_shell(" + " ".join(_quote(e) for e in pattern) + ")"]
+        )
+        used = parsed.rules[0].command.patterns[0]
+        assert sandbox_matches(pattern, argv) == runtime_matches(used, argv), (used, argv)
+
+
+def test_option_spellings_a_deny_rule_meets() -> None:
+    """What the program reads as the rule's options: flags in any order under a glob flags
+    word, an abbreviated long option, a value attached or in the next word."""
+    cases = [
+        (("rm", "-rf*"), ["rm", "-fr", "d"], True),
+        (("rm", "-rf*"), ["rm", "-r", "-f", "d"], True),
+        (("rm", "-rf*"), ["rm", "-r", "d"], False),
+        (("rm", "--recursive*"), ["rm", "--recur", "d"], True),
+        (("rm", "--recursive*"), ["rm", "--rec=x", "d"], True),
+        (("rm", "--recursive*"), ["rm", "--reco", "d"], False),
+        (("git", "push", "--repo=origin*"), ["git", "push", "--repo", "origin"], True),
+        (("git", "push", "--repo", "origin*"), ["git", "push", "--repo=origin"], True),
+        (("git", "push", "--repo", "origin*"), ["git", "push", "--rep=origin"], True),
+        (("git", "push", "--force*"), ["git", "push", "--no-force"], False),
+    ]
+    for pattern, argv, hit in cases:
+        used = (
+            Policy.from_strings(deny=["run_shell(" + " ".join(_quote(e) for e in pattern) + ")"])
+            .rules[0]
+            .command.patterns[0]
+        )
+        assert runtime_matches(used, argv) is hit, (pattern, argv)
+        assert sandbox_matches(pattern, argv) is hit, (pattern, argv)

@@ -181,25 +181,35 @@ sync_wakeups = seccomp.sync_wakeups
 
 
 class _Rule:
-    __slots__ = ("label", "patterns", "source")
+    __slots__ = ("label", "patterns", "source", "split")
 
-    def __init__(self, label: str, source: str, patterns: list[list[object]]) -> None:
+    def __init__(
+        self,
+        label: str,
+        source: str,
+        patterns: list[list[object]],
+        split: list[list[object]] | None = None,
+    ) -> None:
         self.label = label
         self.source = source
         self.patterns = patterns
+        # the patterns with each `--name=value` element as two (the runtime's
+        # `_matchers.split_long_pattern`), met by an argv read the same way
+        self.split = split or []
 
 
 class _Glob:
     """A glob word: the runtime's regex for it, and whether the glob has a ``/`` (a first
     word without one is compared with the program's last path component)."""
 
-    __slots__ = ("regex", "slash")
+    __slots__ = ("regex", "slash", "text")
 
-    def __init__(self, regex: str, slash: bool) -> None:
+    def __init__(self, regex: str, slash: bool, text: str = "") -> None:
         import re
 
         self.regex = re.compile(regex, re.DOTALL)
         self.slash = slash
+        self.text = text  # the glob as the rule spells it (long options, flags)
 
     def fullmatch(self, word: str) -> object:
         return self.regex.fullmatch(word)
@@ -210,7 +220,7 @@ def _element(spec: object) -> object:
     if spec == "**":
         return "**"
     if isinstance(spec, list) and spec[0] == "G":
-        return _Glob(spec[1], bool(spec[2]))
+        return _Glob(spec[1], bool(spec[2]), str(spec[3]) if len(spec) > 3 else "")
     if isinstance(spec, list) and spec[0] == "L":
         return str(spec[1])
     raise ValueError(f"bad rule element {spec!r}")
@@ -233,7 +243,8 @@ class ExecRules:
         self.globs: list[_Glob] = []
         for index, item in enumerate(data["rules"]):
             patterns = [[_element(e) for e in p] for p in item["patterns"]]
-            self.deny.append(_Rule(item["label"], item.get("source", ""), patterns))
+            split = [[_element(e) for e in p] for p in item.get("split", [])]
+            self.deny.append(_Rule(item["label"], item.get("source", ""), patterns, split))
             for p in patterns:
                 first = p[0]
                 if isinstance(first, str) and first != "**":
@@ -257,13 +268,58 @@ class ExecRules:
 
     def match(self, names: list[str], rest: list[str]) -> _Rule | None:
         """The first rule matching ``[name] + rest`` for one of ``names``; None."""
+        split: list[str] | None = None
         for name in names:
             for index in self.candidates(name):
                 rule = self.deny[index]
                 for pattern in rule.patterns:
                     if _matches(pattern, name, rest):
                         return rule
+                if rule.split:
+                    if split is None:
+                        split = _split_long_words(rest)
+                    for pattern in rule.split:
+                        if _matches(pattern, name, split):
+                            return rule
         return None
+
+
+def _long_name(text: str) -> bool:
+    """``--name`` (not ``--`` itself): the runtime's ``_matchers._long_name``."""
+    return len(text) > 2 and text.startswith("--") and text[2] != "-"
+
+
+def _split_long_words(words: list[str]) -> list[str]:
+    """Each ``--name=value`` word as two (``_matchers.split_long_words``)."""
+    out: list[str] = []
+    for word in words:
+        name, eq, value = word.partition("=")
+        if eq and _long_name(name):
+            out += [name, value]
+        else:
+            out.append(word)
+    return out
+
+
+def _abbreviates(element: object, word: str) -> bool:
+    """A long option the element names, abbreviated (``--recur`` for ``--recursive``): the
+    runtime's ``_matchers.abbreviates``."""
+    text = element.text if isinstance(element, _Glob) else element
+    if not isinstance(text, str) or not text.startswith("--"):
+        return False
+    typed, eq, value = word.partition("=")
+    if not _long_name(typed):
+        return False
+    end = min((text.find(c) for c in "*?[" if c in text), default=len(text))
+    full = text[:end].partition("=")[0]
+    if not _long_name(full) or len(typed) >= len(full) or not full.startswith(typed):
+        return False
+    return _word(element, full + eq + value)
+
+
+def _arg(element: object, word: str) -> bool:
+    """An argument word's deny-side match (the runtime's ``deny_element_matches``)."""
+    return _word(element, word) or _abbreviates(element, word)
 
 
 def _word(element: object, word: str) -> bool:
@@ -290,27 +346,46 @@ def _matches(pattern: list[object], name: str, rest: list[str]) -> bool:
         # Past the program's leading options (``git --git-dir=.git push``), every reading,
         # as the runtime's deny side reads a command line (``_matchers.option_ends``).
         return any(_tail(pattern, 1, rest, k, memo) for k in _option_ends(rest) if k)
-    return _tail(pattern, 0, [word, *rest], 0, {})
+    return _tail(pattern, 0, [word, *rest], 0, {}, program=True)
+
+
+def _flag_word(element: object, last: bool) -> str | None:
+    """A pattern's flags word (``-rf``; the last may be a glob ``-rf*``), else None."""
+    if isinstance(element, _Glob):
+        text = element.text
+        if not last or not text.endswith("*"):
+            return None
+        text = text[:-1]
+    else:
+        text = element  # type: ignore[assignment]
+    if (
+        isinstance(text, str)
+        and len(text) > 1
+        and text[0] == "-"
+        and text[1:].isascii()
+        and text[1:].isalnum()
+    ):
+        return text
+    return None
 
 
 def _flags_match(pattern: list[object], rest: list[str]) -> bool:
     """A pattern's leading short options as a set (``rm -rf *`` denies ``rm -fr``, ``rm -r
     -f``, ``rm -v -rf``): the runtime's ``_matchers.short_flags``/``_match_flags``."""
     count = 0
+    flags: list[str] = []
     while 1 + count < len(pattern):
-        element = pattern[1 + count]
-        if not (
-            isinstance(element, str)
-            and len(element) > 1
-            and element[0] == "-"
-            and element[1:].isascii()
-            and element[1:].isalnum()
-        ):
+        word = _flag_word(pattern[1 + count], False)
+        if word is None:
             break
+        flags.append(word)
+        count += 1
+    if 1 + count < len(pattern) and (word := _flag_word(pattern[1 + count], True)) is not None:
+        flags.append(word)  # `rm -rf*`: the runtime's `_SHORT_OPEN`
         count += 1
     if not count:
         return False
-    wanted = set("".join(str(e)[1:] for e in pattern[1 : 1 + count]))
+    wanted = set("".join(f[1:] for f in flags))
     have: set[str] = set()
     for k, word in enumerate(rest):
         if not word.startswith("-") or word == "--":
@@ -342,8 +417,15 @@ def _option_ends(words: list[str]) -> list[int]:
 
 
 def _tail(
-    pattern: list[object], j: int, words: list[str], i: int, memo: dict[tuple[int, int], bool]
+    pattern: list[object],
+    j: int,
+    words: list[str],
+    i: int,
+    memo: dict[tuple[int, int], bool],
+    program: bool = False,
 ) -> bool:
+    """Whether ``words[i:]`` match ``pattern[j:]``; ``program``: ``words[0]`` is the
+    program's name (matched as written, never as an abbreviated option)."""
     key = (i, j)
     if key in memo:
         return memo[key]
@@ -353,11 +435,14 @@ def _tail(
         if j == len(pattern) - 1:
             result = True
         else:
-            result = any(_tail(pattern, j + 1, words, k, memo) for k in range(i, len(words) + 1))
+            result = any(
+                _tail(pattern, j + 1, words, k, memo, program) for k in range(i, len(words) + 1)
+            )
     elif i == len(words):
         result = False
     else:
-        result = _word(pattern[j], words[i]) and _tail(pattern, j + 1, words, i + 1, memo)
+        same = _word if program and i == 0 else _arg
+        result = same(pattern[j], words[i]) and _tail(pattern, j + 1, words, i + 1, memo, program)
     memo[key] = result
     return result
 

@@ -327,17 +327,90 @@ class ArgvMatcher:
 
     def match_command(self, command: SimpleCommand, *, deny_side: bool) -> Tri:
         best = Tri.NO
+        split = split_long_words(command) if deny_side else command
         for pattern in self.patterns:
-            r = _match_argv(pattern, command, deny_side)
-            if r is Tri.NO and deny_side and _past_options(pattern):
-                r = _match_past_options(pattern, command)
-            if r is Tri.NO and deny_side and short_flags(pattern) is not None:
-                r = _match_flags(pattern, command)
+            r = _match_readings(pattern, command, deny_side)
+            if r is Tri.NO and deny_side:
+                # `--opt=value` and `--opt value` are one option to the program (getopt_long,
+                # git's parse-options): each side read with its `=` as a word break too.
+                other = split_long_pattern(pattern)
+                if other != pattern or split is not command:
+                    r = _match_readings(other, split, True)
             if r is Tri.YES:
                 return r
             if r is Tri.MAYBE:
                 best = Tri.MAYBE
         return best
+
+
+def _match_readings(pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool) -> Tri:
+    """``pattern`` against ``command`` as written and, on the deny side, past the program's
+    leading options and with its leading short flags read as a set."""
+    r = _match_argv(pattern, command, deny_side)
+    if r is Tri.NO and deny_side and _past_options(pattern):
+        r = _match_past_options(pattern, command)
+    if r is Tri.NO and deny_side and short_flags(pattern) is not None:
+        r = _match_flags(pattern, command)
+    return r
+
+
+_GLOB_CHARS = "*?["
+
+
+def split_long_pattern(pattern: tuple[str, ...]) -> tuple[str, ...]:
+    """``pattern`` with each ``--name=value`` element after the program as two elements
+    (``--name``, ``value``), so it meets ``--name value`` as the program reads it."""
+    out: list[str] = [pattern[0]] if pattern else []
+    for element in pattern[1:]:
+        name, eq, value = element.partition("=")
+        if eq and _long_name(name) and not any(c in name for c in _GLOB_CHARS):
+            out += [name, value]
+        else:
+            out.append(element)
+    return tuple(out)
+
+
+def split_long_words(command: SimpleCommand) -> SimpleCommand:
+    """``command`` with each literal ``--name=value`` word after the program as two words
+    (the same command unchanged when it has none)."""
+    argv = command.argv
+    if not any(w.literal and _long_name(w.text.partition("=")[0]) and "=" in w.text
+               for w in argv[1:]):  # fmt: skip
+        return command
+    words: list[Word] = list(argv[:1])
+    for w in argv[1:]:
+        name, eq, value = w.text.partition("=")
+        if w.literal and eq and _long_name(name):
+            words += [Word(name), Word(value)]
+        else:
+            words.append(w)
+    return replace(command, argv=tuple(words))
+
+
+def _long_name(text: str) -> bool:
+    """Whether ``text`` is a long option's name (``--force``; not ``--`` itself)."""
+    return len(text) > 2 and text.startswith("--") and text[2] != "-"
+
+
+def abbreviates(element: str, word: str) -> bool:
+    """Whether ``word`` is a long option the rule's ``element`` names, abbreviated as
+    getopt_long and git's parse-options accept (``--recur`` for ``--recursive``, also
+    ``--recur=x`` for ``--recursive=x``): the word's name completed to the element's, then
+    matched. Deny side only; it may over-match a program that takes no abbreviations."""
+    if not _long_name(word.partition("=")[0]) or not element.startswith("--"):
+        return False
+    end = min((element.find(c) for c in _GLOB_CHARS if c in element), default=len(element))
+    full = element[:end].partition("=")[0]
+    typed, eq, value = word.partition("=")
+    if not _long_name(full) or len(typed) >= len(full) or not full.startswith(typed):
+        return False
+    return element_matches(element, full + eq + value)
+
+
+def deny_element_matches(element: str, word: str) -> bool:
+    """A deny-side word match: the element's glob or literal, or a long option it names
+    abbreviated (:func:`abbreviates`)."""
+    return element_matches(element, word) or abbreviates(element, word)
 
 
 def _past_options(pattern: tuple[str, ...]) -> bool:
@@ -373,6 +446,8 @@ def option_ends(words: Sequence[str | None], start: int) -> list[int]:
 
 
 _SHORT = re.compile(r"-[A-Za-z0-9]+")
+# The last flags word may end in `*` (`rm -rf*`: those flags and perhaps more in the word).
+_SHORT_OPEN = re.compile(r"-[A-Za-z0-9]+\*")
 
 
 def short_flags(pattern: Sequence[str]) -> tuple[int, frozenset[str]] | None:
@@ -388,9 +463,11 @@ def short_flags(pattern: Sequence[str]) -> tuple[int, frozenset[str]] | None:
     count = 0
     while 1 + count < len(pattern) and _SHORT.fullmatch(pattern[1 + count]):
         count += 1
+    if 1 + count < len(pattern) and _SHORT_OPEN.fullmatch(pattern[1 + count]):
+        count += 1  # `rm -rf*`: a glob word of flags, read as a set like the others
     if not count or pattern[0] == "**":
         return None
-    return count, frozenset("".join(w[1:] for w in pattern[1 : 1 + count]))
+    return count, frozenset("".join(w[1:].rstrip("*") for w in pattern[1 : 1 + count]))
 
 
 def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
@@ -483,8 +560,9 @@ def _match_argv(pattern: tuple[str, ...], command: SimpleCommand, deny_side: boo
             first = first.rsplit("/", 1)[-1]
         if not element_matches(head[0], first):
             return Tri.NO
+        same = deny_element_matches if deny_side else element_matches
         for element, word in zip(head[1:], argv[1:], strict=False):
-            if not element_matches(element, word.text):
+            if not same(element, word.text):
                 return Tri.NO
         return Tri.YES
     return _match_slow(pattern, command, deny_side)
@@ -525,7 +603,8 @@ def _match_slow(pattern: tuple[str, ...], command: SimpleCommand, deny_side: boo
         elif i == n:
             r = Tri.NO
         elif words[i].literal:
-            r = go(i + 1, j + 1) if element_matches(pattern[j], words[i].text) else Tri.NO
+            same = deny_element_matches if deny_side and i else element_matches
+            r = go(i + 1, j + 1) if same(pattern[j], words[i].text) else Tri.NO
         else:
             # a computed word may stand for zero or more pattern elements: at best MAYBE
             r = Tri.NO
