@@ -1414,3 +1414,73 @@ async def test_option_spellings_are_denied_by_the_gate_on_every_backend(
         assert shown["stdout"].split() == ["x"], shown
     assert asked == [] and (workspace / "d" / "x").is_dir()
     assert not (workspace / "t").exists()
+
+
+@NEEDS_STRACE
+async def test_options_after_the_operands_never_start_a_denied_command(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """GNU getopt permutes: `rm d -fr` is `rm -fr d`, and options after the operands ran past
+    `run_shell(rm -rf*)` and `run_shell(rm --recursive*)` (a rule was matched word by word
+    from the program on). Now a pattern that admits further words also meets its options
+    anywhere before `--`. Past the Gate (a batch script), through wrappers and computed
+    words: strace sees no denied exec succeed, nothing is removed; the control `rm plain -f`
+    (no -r) still runs."""
+    names = [f"d{n}" for n in range(1, 6)]
+    for name in names:
+        (workspace / name / "x").mkdir(parents=True)
+        chown_like_workspace(workspace, workspace / name, workspace / name / "x")
+    (workspace / "plain").write_text("x\n")
+    chown_like_workspace(workspace, workspace / "plain")
+    lines = [
+        "rm d1 -fr",
+        "c=rm; $c d2 -r -f",
+        "find d3 -maxdepth 0 -exec rm {} -r -f \\;",
+        "rm -f d4 --recursive",
+        "echo d5 | xargs -I{} rm {} -v --recu",
+        "rm plain -f",
+    ]
+    oracle = OracleRun(lines, OPTION_RULES)
+    (tmp_path / "trace").mkdir()
+    await oracle.run(workspace, tmp_path / "trace" / "exec", [list(range(len(lines)))])
+    assert oracle.escaped() == [], oracle.escaped()
+    after = tree(workspace)
+    assert [n for n in names if f"{n}/x" not in after] == [], after
+    assert "plain" not in after, after  # the control ran
+    assert oracle.denials() >= 5, oracle.outputs
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param("local", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="")),
+     "docker"],
+)  # fmt: skip
+async def test_options_after_the_operands_are_denied_by_the_gate(
+    workspace: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    """`rm d -fr` and `rm -f d --recursive`, read whole, were allowed under posture
+    unrestricted past `run_shell(rm -rf*)` and `run_shell(rm --recursive*)` (docker has no
+    exec check behind the Gate). Now each is denied, naming the rule; `d` stays."""
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        from backends_helpers import DOCKER_OPTIONS
+
+        request.getfixturevalue("docker_client")  # skips (or fails in CI) without a daemon
+        options = dict(DOCKER_OPTIONS)
+    (workspace / "d" / "x").mkdir(parents=True)
+    chown_like_workspace(workspace, workspace / "d", workspace / "d" / "x")
+    async with create_kernel(
+        roots=[workspace], backend=backend, rules=Rules(deny=OPTION_RULES),
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(lambda _r: ApprovalAnswer.deny("the test says no")),
+        backend_options=options,
+    ) as k:  # fmt: skip
+        for line, rule in [
+            ("rm d -fr", "run_shell(rm -rf*)"),
+            ("rm d -r -v -f", "run_shell(rm -rf*)"),
+            ("rm -f d --recursive", "run_shell(rm --recursive*)"),
+        ]:
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line})
+            assert rule in refused.value.message, (line, refused.value.message)
+    assert (workspace / "d" / "x").is_dir()

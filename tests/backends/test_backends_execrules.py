@@ -85,10 +85,12 @@ def test_table_rules_with_several_argv_patterns() -> None:
 
 
 OPTION_ELEMENTS = ["rm", "-rf*", "-rf", "-f", "--recursive", "--rec*", "--repo=x", "--repo=*",
-                   "--force-with-lease=*", "**", "x", "*", "--", "--[rR]ec", "-r"]  # fmt: skip
+                   "--force-with-lease=*", "**", "x", "*", "--", "--[rR]ec", "-r", "push",
+                   "--force*", "-", "-?"]  # fmt: skip
 OPTION_WORDS = ["rm", "-fr", "-r", "-f", "-rfv", "--rec", "--recursive", "--recursive=x",
                 "--repo", "--repo=x", "--re=x", "x", "--", "---rec", "--force-w=o",
-                "--force-with-lease", "--r", "--recursive-x"]  # fmt: skip
+                "--force-with-lease", "--r", "--recursive-x", "push", "-v", "-", "--force",
+                "d"]  # fmt: skip
 
 
 def test_the_sandbox_reads_options_as_the_runtime_does() -> None:
@@ -107,7 +109,8 @@ def test_the_sandbox_reads_options_as_the_runtime_does() -> None:
 
 def test_option_spellings_a_deny_rule_meets() -> None:
     """What the program reads as the rule's options: flags in any order under a glob flags
-    word, an abbreviated long option, a value attached or in the next word."""
+    word, an abbreviated long option, a value attached or in the next word, and options
+    after the operands (GNU getopt permutes them) under a pattern admitting more words."""
     cases = [
         (("rm", "-rf*"), ["rm", "-fr", "d"], True),
         (("rm", "-rf*"), ["rm", "-r", "-f", "d"], True),
@@ -119,6 +122,16 @@ def test_option_spellings_a_deny_rule_meets() -> None:
         (("git", "push", "--repo", "origin*"), ["git", "push", "--repo=origin"], True),
         (("git", "push", "--repo", "origin*"), ["git", "push", "--rep=origin"], True),
         (("git", "push", "--force*"), ["git", "push", "--no-force"], False),
+        (("rm", "-rf*"), ["rm", "d", "-fr"], True),
+        (("rm", "-rf*"), ["rm", "d", "-r", "e", "-v", "-f"], True),
+        (("rm", "-rf*"), ["rm", "d", "--", "-r", "-f"], False),
+        (("rm", "-rf", "*"), ["rm", "-f", "d", "-r"], True),
+        (("rm", "--recursive*"), ["rm", "d", "--recu"], True),
+        (("git", "push*"), ["git", "push", "origin", "--force"], True),
+        (("git", "push", "--force*"), ["git", "push", "origin", "--force"], True),
+        (("git", "push", "--force*"), ["git", "push", "origin", "main"], False),
+        (("git", "push", "--force*"), ["git", "stash", "push", "--force"], False),
+        (("git", "push", "origin"), ["git", "push", "-v", "origin"], False),  # exact: as written
     ]
     for pattern, argv, hit in cases:
         used = (

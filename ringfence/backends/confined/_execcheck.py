@@ -345,7 +345,9 @@ def _matches(pattern: list[object], name: str, rest: list[str]) -> bool:
             return True
         # Past the program's leading options (``git --git-dir=.git push``), every reading,
         # as the runtime's deny side reads a command line (``_matchers.option_ends``).
-        return any(_tail(pattern, 1, rest, k, memo) for k in _option_ends(rest) if k)
+        if any(_tail(pattern, 1, rest, k, memo) for k in _option_ends(rest) if k):
+            return True
+        return _permuted(pattern, rest)
     return _tail(pattern, 0, [word, *rest], 0, {}, program=True)
 
 
@@ -369,9 +371,19 @@ def _flag_word(element: object, last: bool) -> str | None:
     return None
 
 
-def _flags_match(pattern: list[object], rest: list[str]) -> bool:
-    """A pattern's leading short options as a set (``rm -rf *`` denies ``rm -fr``, ``rm -r
-    -f``, ``rm -v -rf``): the runtime's ``_matchers.short_flags``/``_match_flags``."""
+def _is_option(word: str) -> bool:
+    """``-x``, ``--long`` (not ``-`` nor ``--``): the runtime's ``_matchers._is_option``."""
+    return len(word) > 1 and word.startswith("-") and word != "--"
+
+
+def _element_is_option(element: object) -> bool:
+    text = element.text if isinstance(element, _Glob) else element
+    return isinstance(text, str) and text != "**" and _is_option(text)
+
+
+def _leading_flags(pattern: list[object]) -> tuple[int, set[str]]:
+    """The pattern's leading flags words after the program (the last may be a glob,
+    ``-rf*``): how many, and their letters (``_matchers.short_flags``)."""
     count = 0
     flags: list[str] = []
     while 1 + count < len(pattern):
@@ -383,9 +395,44 @@ def _flags_match(pattern: list[object], rest: list[str]) -> bool:
     if 1 + count < len(pattern) and (word := _flag_word(pattern[1 + count], True)) is not None:
         flags.append(word)  # `rm -rf*`: the runtime's `_SHORT_OPEN`
         count += 1
+    return count, set("".join(f[1:] for f in flags))
+
+
+def _permuted(pattern: list[object], rest: list[str]) -> bool:
+    """The options anywhere among the operands, as GNU getopt permutes them (``rm d -fr``):
+    the runtime's ``_matchers._match_permuted``, for a pattern ending in ``**``."""
+    if len(pattern) < 3 or pattern[-1] != "**":
+        return False
+    options: list[str] = []
+    operands: list[str] = []
+    ended = False
+    for word in rest:
+        if not ended and word == "--":
+            ended = True
+        elif not ended and _is_option(word):
+            options.append(word)
+        else:
+            operands.append(word)
+    if not options:
+        return False
+    count, wanted = _leading_flags(pattern)
+    have = {c for o in options if not o.startswith("--") for c in o[1:]}
+    if not wanted <= have:
+        return False
+    tail = pattern[1 + count :]
+    for element in tail:
+        if _element_is_option(element) and not any(_arg(element, o) for o in options):
+            return False
+    kept = [e for e in tail if not _element_is_option(e)]
+    return _tail([pattern[0], *kept], 1, operands, 0, {})
+
+
+def _flags_match(pattern: list[object], rest: list[str]) -> bool:
+    """A pattern's leading short options as a set (``rm -rf *`` denies ``rm -fr``, ``rm -r
+    -f``, ``rm -v -rf``): the runtime's ``_matchers.short_flags``/``_match_flags``."""
+    count, wanted = _leading_flags(pattern)
     if not count:
         return False
-    wanted = set("".join(f[1:] for f in flags))
     have: set[str] = set()
     for k, word in enumerate(rest):
         if not word.startswith("-") or word == "--":

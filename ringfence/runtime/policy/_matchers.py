@@ -351,7 +351,58 @@ def _match_readings(pattern: tuple[str, ...], command: SimpleCommand, deny_side:
         r = _match_past_options(pattern, command)
     if r is Tri.NO and deny_side and short_flags(pattern) is not None:
         r = _match_flags(pattern, command)
+    if r is Tri.NO and deny_side:
+        r = _match_permuted(pattern, command)
     return r
+
+
+def _is_option(word: str) -> bool:
+    """An option word as getopt reads one (``-x``, ``--long``; not ``-`` nor ``--``)."""
+    return len(word) > 1 and word.startswith("-") and word != "--"
+
+
+def _match_permuted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
+    """The deny-side match with the options anywhere among the operands, as GNU getopt
+    permutes them (``rm d -fr`` is ``rm -fr d``; ``git push origin --force`` is ``git push
+    --force origin``): the pattern's option elements must each be met by one of the
+    command's option words before ``--`` (its leading short flags by their union, as a
+    set), and its other elements by the command's other words, in order. Only for a
+    pattern ending in ``**``, which admits the options it does not name; computed words
+    leave it to the other readings."""
+    if len(pattern) < 3 or "**" in (pattern[0], pattern[1]) or pattern[-1] != "**":
+        return Tri.NO  # a pattern that admits further words (the unnamed options) alone
+    if command.open_tail:
+        return Tri.NO
+    argv = command.argv
+    if not argv or not all(w.literal for w in argv):
+        return Tri.NO
+    if _match_argv((pattern[0], "**"), command, True) is not Tri.YES:
+        return Tri.NO  # another program
+    options: list[str] = []
+    operands: list[str] = []
+    ended = False
+    for word in argv[1:]:
+        if not ended and word.text == "--":
+            ended = True
+        elif not ended and _is_option(word.text):
+            options.append(word.text)
+        else:
+            operands.append(word.text)
+    if not options:
+        return Tri.NO  # the plain reading said it
+    flags = short_flags(pattern)
+    count = flags[0] if flags else 0
+    wanted = flags[1] if flags else frozenset()
+    have = {c for o in options if not o.startswith("--") for c in o[1:]}
+    if not wanted <= have:
+        return Tri.NO
+    rest = pattern[1 + count :]
+    for element in rest:
+        if _is_option(element) and not any(deny_element_matches(element, o) for o in options):
+            return Tri.NO
+    kept = (pattern[0], *(e for e in rest if not _is_option(e)))
+    words = (argv[0], *(Word(o) for o in operands))
+    return _match_argv(kept, replace(command, argv=words), True)
 
 
 _GLOB_CHARS = "*?["
