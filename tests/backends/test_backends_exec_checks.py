@@ -1484,3 +1484,67 @@ async def test_options_after_the_operands_are_denied_by_the_gate(
                 await k.call("run_shell", {"command": line})
             assert rule in refused.value.message, (line, refused.value.message)
     assert (workspace / "d" / "x").is_dir()
+
+
+@NEEDS_STRACE
+async def test_a_flag_in_the_other_case_or_by_its_long_name_never_starts_a_denied_command(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """`rm -Rf d` (rm's -R is -r), `rm -r --force d` and `rm --recursive --force d` ran past
+    `run_shell(rm -rf*)`: the flags set took only the letters as spelled, and no long
+    option. Now a flag counts in either case and a long option as its first letter (GNU
+    names them so), on the deny side. Past the Gate, through a computed word and find:
+    strace sees no denied exec succeed, nothing is removed; `rm --force plain` still runs."""
+    names = [f"d{n}" for n in range(1, 5)]
+    for name in names:
+        (workspace / name / "x").mkdir(parents=True)
+        chown_like_workspace(workspace, workspace / name, workspace / name / "x")
+    (workspace / "plain").write_text("x\n")
+    chown_like_workspace(workspace, workspace / "plain")
+    lines = [
+        "rm -Rf d1",
+        "c=rm; $c -r --force d2",
+        "rm d3 --recursive --force",
+        "find d4 -maxdepth 0 -exec rm -R -f {} \\;",
+        "rm --force plain",
+    ]
+    oracle = OracleRun(lines, OPTION_RULES)
+    (tmp_path / "trace").mkdir()
+    await oracle.run(workspace, tmp_path / "trace" / "exec", [list(range(len(lines)))])
+    assert oracle.escaped() == [], oracle.escaped()
+    after = tree(workspace)
+    assert [n for n in names if f"{n}/x" not in after] == [], after
+    assert "plain" not in after, after  # the control ran
+    assert oracle.denials() >= 4, oracle.outputs
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param("local", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="")),
+     "docker"],
+)  # fmt: skip
+async def test_a_flag_in_the_other_case_is_denied_by_the_gate(
+    workspace: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    """`rm -Rf d`, read whole, was allowed under posture unrestricted past `run_shell(rm
+    -rf*)` and removed `d` on docker (no exec check behind the Gate). Now it is denied,
+    naming the rule, and so is `rm -r --force d`; `d` stays."""
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        from backends_helpers import DOCKER_OPTIONS
+
+        request.getfixturevalue("docker_client")  # skips (or fails in CI) without a daemon
+        options = dict(DOCKER_OPTIONS)
+    (workspace / "d" / "x").mkdir(parents=True)
+    chown_like_workspace(workspace, workspace / "d", workspace / "d" / "x")
+    async with create_kernel(
+        roots=[workspace], backend=backend, rules=Rules(deny=OPTION_RULES),
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(lambda _r: ApprovalAnswer.deny("the test says no")),
+        backend_options=options,
+    ) as k:  # fmt: skip
+        for line in ("rm -Rf d", "rm -r --force d", "rm -fR d"):
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line})
+            assert "run_shell(rm -rf*)" in refused.value.message, (line, refused.value.message)
+    assert (workspace / "d" / "x").is_dir()

@@ -90,7 +90,7 @@ OPTION_ELEMENTS = ["rm", "-rf*", "-rf", "-f", "--recursive", "--rec*", "--repo=x
 OPTION_WORDS = ["rm", "-fr", "-r", "-f", "-rfv", "--rec", "--recursive", "--recursive=x",
                 "--repo", "--repo=x", "--re=x", "x", "--", "---rec", "--force-w=o",
                 "--force-with-lease", "--r", "--recursive-x", "push", "-v", "-", "--force",
-                "d"]  # fmt: skip
+                "d", "-Rf", "-R", "--F", "--_x"]  # fmt: skip
 
 
 def test_the_sandbox_reads_options_as_the_runtime_does() -> None:
@@ -109,8 +109,9 @@ def test_the_sandbox_reads_options_as_the_runtime_does() -> None:
 
 def test_option_spellings_a_deny_rule_meets() -> None:
     """What the program reads as the rule's options: flags in any order under a glob flags
-    word, an abbreviated long option, a value attached or in the next word, and options
-    after the operands (GNU getopt permutes them) under a pattern admitting more words."""
+    word, an abbreviated long option, a value attached or in the next word, options after
+    the operands (GNU getopt permutes them) under a pattern admitting more words, and a
+    flag in the other case or as the long option named after it (``-R``, ``--force``)."""
     cases = [
         (("rm", "-rf*"), ["rm", "-fr", "d"], True),
         (("rm", "-rf*"), ["rm", "-r", "-f", "d"], True),
@@ -132,6 +133,11 @@ def test_option_spellings_a_deny_rule_meets() -> None:
         (("git", "push", "--force*"), ["git", "push", "origin", "main"], False),
         (("git", "push", "--force*"), ["git", "stash", "push", "--force"], False),
         (("git", "push", "origin"), ["git", "push", "-v", "origin"], False),  # exact: as written
+        (("rm", "-rf*"), ["rm", "-Rf", "d"], True),
+        (("rm", "-rf*"), ["rm", "-r", "--force", "d"], True),
+        (("rm", "-rf*"), ["rm", "d", "--recursive", "--force"], True),
+        (("rm", "-rf*"), ["rm", "--force", "d"], False),
+        (("rm", "-rf*"), ["rm", "-f", "--", "--recursive"], False),
     ]
     for pattern, argv, hit in cases:
         used = (

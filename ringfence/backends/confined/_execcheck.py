@@ -395,7 +395,14 @@ def _leading_flags(pattern: list[object]) -> tuple[int, set[str]]:
     if 1 + count < len(pattern) and (word := _flag_word(pattern[1 + count], True)) is not None:
         flags.append(word)  # `rm -rf*`: the runtime's `_SHORT_OPEN`
         count += 1
-    return count, set("".join(f[1:] for f in flags))
+    return count, set("".join(f[1:] for f in flags).lower())
+
+
+def _flag_letters(word: str) -> set[str]:
+    """The flags an option word gives: the runtime's ``_matchers.flag_letters``."""
+    if word.startswith("--"):
+        return {word[2].lower()} if len(word) > 2 and word[2].isalnum() else set()
+    return {c.lower() for c in word[1:]}
 
 
 def _permuted(pattern: list[object], rest: list[str]) -> bool:
@@ -416,7 +423,7 @@ def _permuted(pattern: list[object], rest: list[str]) -> bool:
     if not options:
         return False
     count, wanted = _leading_flags(pattern)
-    have = {c for o in options if not o.startswith("--") for c in o[1:]}
+    have = {c for o in options for c in _flag_letters(o)}
     if not wanted <= have:
         return False
     tail = pattern[1 + count :]
@@ -437,8 +444,7 @@ def _flags_match(pattern: list[object], rest: list[str]) -> bool:
     for k, word in enumerate(rest):
         if not word.startswith("-") or word == "--":
             return False
-        if not word.startswith("--"):
-            have.update(word[1:])
+        have |= _flag_letters(word)
         if wanted <= have and _tail(pattern, 1 + count, rest, k + 1, {}):
             return True
     return False

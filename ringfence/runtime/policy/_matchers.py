@@ -393,7 +393,7 @@ def _match_permuted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
     flags = short_flags(pattern)
     count = flags[0] if flags else 0
     wanted = flags[1] if flags else frozenset()
-    have = {c for o in options if not o.startswith("--") for c in o[1:]}
+    have = {c for o in options for c in flag_letters(o)}
     if not wanted <= have:
         return Tri.NO
     rest = pattern[1 + count :]
@@ -518,7 +518,18 @@ def short_flags(pattern: Sequence[str]) -> tuple[int, frozenset[str]] | None:
         count += 1  # `rm -rf*`: a glob word of flags, read as a set like the others
     if not count or pattern[0] == "**":
         return None
-    return count, frozenset("".join(w[1:].rstrip("*") for w in pattern[1 : 1 + count]))
+    letters = "".join(w[1:].rstrip("*") for w in pattern[1 : 1 + count])
+    return count, frozenset(letters.lower())
+
+
+def flag_letters(word: str) -> set[str]:
+    """The flags an option word gives, for a deny-side flags set: each letter of ``-Rf``,
+    in either case (``rm -Rf`` is ``rm -rf``), and a long option's first letter
+    (``--recursive --force`` is ``-rf``, GNU's naming). It may over-match a program whose
+    options differ by case or whose long names do not follow their letters; never under."""
+    if word.startswith("--"):
+        return {word[2].lower()} if len(word) > 2 and word[2].isalnum() else set()
+    return {c.lower() for c in word[1:]}
 
 
 def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
@@ -536,8 +547,7 @@ def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
         word = argv[k]
         if not (word.literal and word.text.startswith("-") and word.text != "--"):
             break
-        if not word.text.startswith("--"):
-            have.update(word.text[1:])
+        have |= flag_letters(word.text)
         if wanted <= have:
             r = _match_argv(rest, replace(command, argv=(argv[0], *argv[k + 1 :])), True)
             if r is Tri.YES:
