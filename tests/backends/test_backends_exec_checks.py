@@ -1478,7 +1478,7 @@ async def test_options_after_the_operands_are_denied_by_the_gate(
         for line, rule in [
             ("rm d -fr", "run_shell(rm -rf*)"),
             ("rm d -r -v -f", "run_shell(rm -rf*)"),
-            ("rm -f d --recursive", "run_shell(rm --recursive*)"),
+            ("rm -f d --recursive", "run_shell(rm -"),  # rm -rf* or rm --recursive*
         ]:
             with pytest.raises(Denied) as refused:
                 await k.call("run_shell", {"command": line})
@@ -1548,3 +1548,36 @@ async def test_a_flag_in_the_other_case_is_denied_by_the_gate(
                 await k.call("run_shell", {"command": line})
             assert "run_shell(rm -rf*)" in refused.value.message, (line, refused.value.message)
     assert (workspace / "d" / "x").is_dir()
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs an ssh client")
+async def test_a_value_attached_to_a_denied_short_option_is_that_option(workspace: Path) -> None:
+    """`ssh -oProxyCommand=…` is `ssh -o ProxyCommand=…` to ssh, whose ProxyCommand runs as
+    a shell command: under `run_shell(ssh -o ProxyCommand*)` and posture unrestricted the
+    attached spelling (read whole by the Gate, or computed) ran ssh and its `touch hit-N`.
+    Now the value attached to the rule's last flag is read as the next word, at exec and at
+    the Gate; ssh never starts. The control, another `-o` option, runs ssh."""
+    deny = ("run_shell(ssh -o ProxyCommand*)",)
+    lines = [
+        "ssh -F /dev/null -oProxyCommand='touch hit-1' x",
+        'o=-4oProxyCommand; ssh -F /dev/null "$o=touch hit-2" x',
+        "ssh -F /dev/null -v -oProxyCommand='touch hit-3' x",
+    ]
+    results = []
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        for line in lines:
+            try:
+                results.append(await k.call("run_shell", {"command": line}))
+            except Denied as exc:
+                results.append({"gate": exc.message})
+        control = await k.call(
+            "run_shell", {"command": "ssh -F /dev/null -oConnectTimeout=1 x; echo ran"}
+        )
+    assert not list(workspace.glob("hit-*")), results
+    assert "run_shell(ssh -o ProxyCommand*)" in results[0]["gate"], results[0]
+    assert "run_shell(ssh -o ProxyCommand*)" in results[2]["gate"], results[2]
+    assert set(denied_rules(results[1])) == {"deny:run_shell(ssh -o ProxyCommand*)"}, results[1]
+    assert control["stdout"] == "ran\n" and "exec_denied" not in control, control

@@ -84,13 +84,14 @@ def test_table_rules_with_several_argv_patterns() -> None:
         assert (checker.match([argv[0]], argv[1:]) is not None) is hit, argv
 
 
-OPTION_ELEMENTS = ["rm", "-rf*", "-rf", "-f", "--recursive", "--rec*", "--repo=x", "--repo=*",
+OPTION_ELEMENTS = ["rm", "-rf*", "-rf", "-f", "--recursive", "--rec*", "--repo=x", "--repo=*", "-o",
+                   "x*", "-ox",
                    "--force-with-lease=*", "**", "x", "*", "--", "--[rR]ec", "-r", "push",
                    "--force*", "-", "-?"]  # fmt: skip
 OPTION_WORDS = ["rm", "-fr", "-r", "-f", "-rfv", "--rec", "--recursive", "--recursive=x",
                 "--repo", "--repo=x", "--re=x", "x", "--", "---rec", "--force-w=o",
                 "--force-with-lease", "--r", "--recursive-x", "push", "-v", "-", "--force",
-                "d", "-Rf", "-R", "--F", "--_x"]  # fmt: skip
+                "d", "-Rf", "-R", "--F", "--_x", "-ox", "-oxy", "-vox", "-o"]  # fmt: skip
 
 
 def test_the_sandbox_reads_options_as_the_runtime_does() -> None:
@@ -138,6 +139,12 @@ def test_option_spellings_a_deny_rule_meets() -> None:
         (("rm", "-rf*"), ["rm", "d", "--recursive", "--force"], True),
         (("rm", "-rf*"), ["rm", "--force", "d"], False),
         (("rm", "-rf*"), ["rm", "-f", "--", "--recursive"], False),
+        (("ssh", "-o", "ProxyCommand*"), ["ssh", "-oProxyCommand=x", "h"], True),
+        (("ssh", "-o", "ProxyCommand*"), ["ssh", "-4oProxyCommand=x", "h"], True),
+        (("ssh", "-o", "ProxyCommand*"), ["ssh", "-v", "-oProxyCommand=x", "h"], True),
+        (("ssh", "-o", "ProxyCommand*"), ["ssh", "-oUser=x", "h"], False),
+        (("ssh", "-o", "ProxyCommand*"), ["ssh", "-F", "f", "-oProxyCommand=x", "h"], True),
+        (("ssh", "-o", "ProxyCommand*"), ["ssh", "-F", "f", "-o", "ProxyCommand=x", "h"], True),
     ]
     for pattern, argv, hit in cases:
         used = (

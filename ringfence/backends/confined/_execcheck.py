@@ -440,10 +440,24 @@ def _flags_match(pattern: list[object], rest: list[str]) -> bool:
     count, wanted = _leading_flags(pattern)
     if not count:
         return False
+    last = (_flag_word(pattern[count], True) or "")[-1:].lower()  # the flag that may take a value
     have: set[str] = set()
+    valued = False  # the word before was an option that may take this one as its value
     for k, word in enumerate(rest):
         if not word.startswith("-") or word == "--":
+            if valued and word != "--":
+                valued = False  # every reading, as `_option_ends`
+                continue
             return False
+        valued = "=" not in word
+        # the value attached to the last flag (`-oProxyCommand=x`): the runtime's reading
+        for i in range(1, len(word) - 1 if not word.startswith("--") else 1):
+            if (
+                word[i].lower() == last
+                and wanted <= have | {c.lower() for c in word[1 : i + 1]}
+                and _tail(pattern, 1 + count, [word[i + 1 :], *rest[k + 1 :]], 0, {})
+            ):
+                return True
         have |= _flag_letters(word)
         if wanted <= have and _tail(pattern, 1 + count, rest, k + 1, {}):
             return True

@@ -542,12 +542,29 @@ def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
         return Tri.NO  # another program
     have: set[str] = set()
     rest = (pattern[0], *pattern[1 + count :])
+    last = pattern[count].rstrip("*")[-1].lower()  # the flag that may take a value
     best = Tri.NO
+    valued = False  # the word before was an option that may take this one as its value
     for k in range(1, len(argv)):
         word = argv[k]
         if not (word.literal and word.text.startswith("-") and word.text != "--"):
+            if valued and word.literal and word.text != "--":
+                valued = False  # `ssh -F /dev/null -o …`: every reading, as option_ends
+                continue
             break
-        have |= flag_letters(word.text)
+        text = word.text
+        valued = "=" not in text
+        # `ssh -oProxyCommand=x` is `ssh -o ProxyCommand=x`: the value attached to the last
+        # flag, read as the next word (every place that flag's letter is in the word)
+        for i in range(1, len(text) - 1 if not text.startswith("--") else 1):
+            if text[i].lower() == last and wanted <= have | {c.lower() for c in text[1 : i + 1]}:
+                value = (argv[0], Word(text[i + 1 :]), *argv[k + 1 :])
+                r = _match_argv(rest, replace(command, argv=value), True)
+                if r is Tri.YES:
+                    return r
+                if r is Tri.MAYBE:
+                    best = Tri.MAYBE
+        have |= flag_letters(text)
         if wanted <= have:
             r = _match_argv(rest, replace(command, argv=(argv[0], *argv[k + 1 :])), True)
             if r is Tri.YES:
