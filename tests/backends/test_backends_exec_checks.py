@@ -1581,3 +1581,38 @@ async def test_a_value_attached_to_a_denied_short_option_is_that_option(workspac
     assert "run_shell(ssh -o ProxyCommand*)" in results[2]["gate"], results[2]
     assert set(denied_rules(results[1])) == {"deny:run_shell(ssh -o ProxyCommand*)"}, results[1]
     assert control["stdout"] == "ran\n" and "exec_denied" not in control, control
+
+
+_FORCE_REPOS = (
+    "cd /tmp && rm -rf a b && git init -q --bare b && git init -q a && cd a"
+    " && git -c user.email=t@t -c user.name=t commit -q --allow-empty -m one && "
+)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_a_short_flag_meets_the_long_option_a_rule_names(workspace: Path) -> None:
+    """`git push -f` is `git push --force`: under `run_shell(git push --force*)` and posture
+    unrestricted, `git push -f ../b …` (read whole, or its flag computed) pushed. Now a
+    short flags word holding the letter a rule's long option is named after meets it, at
+    the Gate and at exec; the bare repository never gets the branch. The control, a push
+    without the flag, pushes."""
+    deny = ("run_shell(git push --force*)",)
+    check = "; git -C ../b rev-parse -q --verify refs/heads/main || echo NOT-PUSHED"
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        with pytest.raises(Denied) as refused:
+            await k.call(
+                "run_shell", {"command": _FORCE_REPOS + "git push -q -f ../b HEAD:main" + check}
+            )
+        assert "run_shell(git push --force*)" in refused.value.message, refused.value.message
+        computed = await k.call(
+            "run_shell", {"command": _FORCE_REPOS + "f=-uf; git push -q $f ../b HEAD:main" + check}
+        )
+        control = await k.call(
+            "run_shell", {"command": _FORCE_REPOS + "git push -q ../b HEAD:main" + check}
+        )
+    assert computed["stdout"].strip() == "NOT-PUSHED", computed
+    assert set(denied_rules(computed)) == {"deny:run_shell(git push --force*)"}, computed
+    assert "NOT-PUSHED" not in control["stdout"] and "exec_denied" not in control, control

@@ -143,6 +143,10 @@ def test_option_spellings_a_deny_rule_meets() -> None:
         (("ssh", "-o", "ProxyCommand*"), ["ssh", "-4oProxyCommand=x", "h"], True),
         (("ssh", "-o", "ProxyCommand*"), ["ssh", "-v", "-oProxyCommand=x", "h"], True),
         (("ssh", "-o", "ProxyCommand*"), ["ssh", "-oUser=x", "h"], False),
+        (("git", "push", "--force*"), ["git", "push", "-f", "origin"], True),
+        (("git", "push", "--force*"), ["git", "push", "origin", "-uf"], True),
+        (("git", "push", "--force*"), ["git", "push", "-u", "origin"], False),
+        (("rm", "--recursive*"), ["rm", "-r", "d"], True),
         (("ssh", "-o", "ProxyCommand*"), ["ssh", "-F", "f", "-oProxyCommand=x", "h"], True),
         (("ssh", "-o", "ProxyCommand*"), ["ssh", "-F", "f", "-o", "ProxyCommand=x", "h"], True),
     ]

@@ -405,6 +405,17 @@ def _flag_letters(word: str) -> set[str]:
     return {c.lower() for c in word[1:]}
 
 
+def _option_met(element: object, word: str) -> bool:
+    """The runtime's ``_matchers.option_met``: the element itself, abbreviated, or a long
+    option's first letter among a short flags word's."""
+    if _arg(element, word):
+        return True
+    text = element.text if isinstance(element, _Glob) else element
+    if isinstance(text, str) and _long_name(text) and text[2].isalnum():
+        return not word.startswith("--") and text[2].lower() in _flag_letters(word)
+    return False
+
+
 def _permuted(pattern: list[object], rest: list[str]) -> bool:
     """The options anywhere among the operands, as GNU getopt permutes them (``rm d -fr``):
     the runtime's ``_matchers._match_permuted``, for a pattern ending in ``**``."""
@@ -428,7 +439,7 @@ def _permuted(pattern: list[object], rest: list[str]) -> bool:
         return False
     tail = pattern[1 + count :]
     for element in tail:
-        if _element_is_option(element) and not any(_arg(element, o) for o in options):
+        if _element_is_option(element) and not any(_option_met(element, o) for o in options):
             return False
     kept = [e for e in tail if not _element_is_option(e)]
     return _tail([pattern[0], *kept], 1, operands, 0, {})

@@ -356,6 +356,18 @@ def _match_readings(pattern: tuple[str, ...], command: SimpleCommand, deny_side:
     return r
 
 
+def option_met(element: str, word: str) -> bool:
+    """Whether the command's option ``word`` gives the rule's option ``element``: its glob or
+    literal, an abbreviation of it, or, for a long option, a short flags word holding the
+    letter it is named after (``git push -f`` for ``--force``: :func:`flag_letters` the
+    other way round)."""
+    if deny_element_matches(element, word):
+        return True
+    if _long_name(element) and element[2].isalnum() and not word.startswith("--"):
+        return element[2].lower() in flag_letters(word)
+    return False
+
+
 def _is_option(word: str) -> bool:
     """An option word as getopt reads one (``-x``, ``--long``; not ``-`` nor ``--``)."""
     return len(word) > 1 and word.startswith("-") and word != "--"
@@ -398,7 +410,7 @@ def _match_permuted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
         return Tri.NO
     rest = pattern[1 + count :]
     for element in rest:
-        if _is_option(element) and not any(deny_element_matches(element, o) for o in options):
+        if _is_option(element) and not any(option_met(element, o) for o in options):
             return Tri.NO
     kept = (pattern[0], *(e for e in rest if not _is_option(e)))
     words = (argv[0], *(Word(o) for o in operands))
