@@ -453,6 +453,16 @@ def _flags_match(pattern: list[object], rest: list[str]) -> bool:
         return False
     last = (_flag_word(pattern[count], True) or "")[-1:].lower()  # the flag that may take a value
     have: set[str] = set()
+    memo: dict[tuple[int, int], bool] = {}  # one table for every place tried below
+
+    def attached(value: str, j: int, k: int) -> bool:
+        """``value`` as the word at ``k``, then the words after it, from element ``j``."""
+        if j == len(pattern):
+            return False
+        if pattern[j] == "**":
+            return _tail(pattern, j, rest, k + 1, memo) or attached(value, j + 1, k)
+        return _arg(pattern[j], value) and _tail(pattern, j + 1, rest, k + 1, memo)
+
     valued = False  # the word before was an option that may take this one as its value
     for k, word in enumerate(rest):
         if not word.startswith("-") or word == "--":
@@ -461,16 +471,19 @@ def _flags_match(pattern: list[object], rest: list[str]) -> bool:
                 continue
             return False
         valued = "=" not in word
-        # the value attached to the last flag (`-oProxyCommand=x`): the runtime's reading
-        for i in range(1, len(word) - 1 if not word.startswith("--") else 1):
-            if (
-                word[i].lower() == last
-                and wanted <= have | {c.lower() for c in word[1 : i + 1]}
-                and _tail(pattern, 1 + count, [word[i + 1 :], *rest[k + 1 :]], 0, {})
-            ):
-                return True
+        # the value attached to the last flag (`-oProxyCommand=x`), at the letter's first
+        # place: the runtime's reading
+        i = next((j for j in range(1, len(word)) if word[j].lower() == last), 0)
+        if (
+            i
+            and i < len(word) - 1
+            and not word.startswith("--")
+            and wanted <= have | {c.lower() for c in word[1 : i + 1]}
+            and attached(word[i + 1 :], 1 + count, k)
+        ):
+            return True
         have |= _flag_letters(word)
-        if wanted <= have and _tail(pattern, 1 + count, rest, k + 1, {}):
+        if wanted <= have and _tail(pattern, 1 + count, rest, k + 1, memo):
             return True
     return False
 
@@ -503,26 +516,27 @@ def _tail(
     program: bool = False,
 ) -> bool:
     """Whether ``words[i:]`` match ``pattern[j:]``; ``program``: ``words[0]`` is the
-    program's name (matched as written, never as an abbreviated option)."""
-    key = (i, j)
-    if key in memo:
-        return memo[key]
-    if j == len(pattern):
-        result = i == len(words)
-    elif pattern[j] == "**":
-        if j == len(pattern) - 1:
-            result = True
-        else:
-            result = any(
-                _tail(pattern, j + 1, words, k, memo, program) for k in range(i, len(words) + 1)
-            )
-    elif i == len(words):
-        result = False
-    else:
-        same = _word if program and i == 0 else _arg
-        result = same(pattern[j], words[i]) and _tail(pattern, j + 1, words, i + 1, memo, program)
-    memo[key] = result
-    return result
+    program's name (matched as written, never as an abbreviated option). ``memo`` is one
+    pattern's and one words list's table, filled whole at the first call (from the ends, no
+    recursion: a `**` absorbs nothing or one word and stays, O(1) a cell; before, each `**`
+    cell tried every end, and `ssh -o a -o a …` took cubic time in the supervisor)."""
+    if not memo:
+        n, m = len(words), len(pattern)
+        memo[(n, m)] = True
+        for k in range(n):
+            memo[(k, m)] = False
+        for col in range(m - 1, -1, -1):
+            element = pattern[col]
+            if element == "**":
+                memo[(n, col)] = memo[(n, col + 1)]
+                for k in range(n - 1, -1, -1):
+                    memo[(k, col)] = memo[(k, col + 1)] or memo[(k + 1, col)]
+                continue
+            memo[(n, col)] = False
+            for k in range(n - 1, -1, -1):
+                same = _word if program and k == 0 else _arg
+                memo[(k, col)] = memo[(k + 1, col + 1)] and same(element, words[k])
+    return memo[(i, j)]
 
 
 # -- one command's checker -----------------------------------------------------------------

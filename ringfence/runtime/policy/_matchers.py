@@ -30,7 +30,7 @@ import functools
 import math
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -544,17 +544,42 @@ def flag_letters(word: str) -> set[str]:
     return {c.lower() for c in word[1:]}
 
 
+def _rank(tri: Tri) -> int:
+    return tri.value
+
+
+def _first_letter(word: str, letter: str) -> int:
+    """Where ``letter`` (either case) first is in ``word`` past its ``-``; 0 if nowhere."""
+    for i in range(1, len(word)):
+        if word[i].lower() == letter:
+            return i
+    return 0
+
+
 def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
     """The deny-side match of ``pattern`` with its leading flags read as a set."""
     found = short_flags(pattern)
     assert found is not None
     count, wanted = found
     argv = command.argv
-    if _match_argv((pattern[0], "**"), command, True) is Tri.NO:
+    first = _match_argv((pattern[0], "**"), command, True)
+    if first is Tri.NO:
         return Tri.NO  # another program
+    if first is Tri.MAYBE:
+        return Tri.NO  # a computed program name: the plain reading's MAYBE says it
     have: set[str] = set()
-    rest = (pattern[0], *pattern[1 + count :])
     last = pattern[count].rstrip("*")[-1].lower()  # the flag that may take a value
+    go = _slow_table(pattern, command, True)  # one table for every place tried below
+
+    def attached(value: str, j: int, k: int) -> Tri:
+        """``value`` as the word at ``k``, then the words after it, from element ``j``."""
+        if j == len(pattern):
+            return Tri.NO
+        if pattern[j] == "**":
+            r = go(k + 1, j)
+            return r if r is Tri.YES else max(r, attached(value, j + 1, k), key=_rank)
+        return go(k + 1, j + 1) if deny_element_matches(pattern[j], value) else Tri.NO
+
     best = Tri.NO
     valued = False  # the word before was an option that may take this one as its value
     for k in range(1, len(argv)):
@@ -567,18 +592,19 @@ def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
         text = word.text
         valued = "=" not in text
         # `ssh -oProxyCommand=x` is `ssh -o ProxyCommand=x`: the value attached to the last
-        # flag, read as the next word (every place that flag's letter is in the word)
-        for i in range(1, len(text) - 1 if not text.startswith("--") else 1):
-            if text[i].lower() == last and wanted <= have | {c.lower() for c in text[1 : i + 1]}:
-                value = (argv[0], Word(text[i + 1 :]), *argv[k + 1 :])
-                r = _match_argv(rest, replace(command, argv=value), True)
-                if r is Tri.YES:
-                    return r
-                if r is Tri.MAYBE:
-                    best = Tri.MAYBE
+        # flag, read as the next word (getopt gives the rest of the word to the first
+        # flag that takes a value, so only the letter's first place counts)
+        i = _first_letter(text, last)
+        attached_here = 0 < i < len(text) - 1 and not text.startswith("--")
+        if attached_here and wanted <= have | {c.lower() for c in text[1 : i + 1]}:
+            r = attached(text[i + 1 :], 1 + count, k)
+            if r is Tri.YES:
+                return r
+            if r is Tri.MAYBE:
+                best = Tri.MAYBE
         have |= flag_letters(text)
         if wanted <= have:
-            r = _match_argv(rest, replace(command, argv=(argv[0], *argv[k + 1 :])), True)
+            r = go(k + 1, 1 + count)
             if r is Tri.YES:
                 return r
             if r is Tri.MAYBE:
@@ -589,14 +615,18 @@ def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
 def _match_past_options(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
     """The deny-side match of ``pattern`` with the program's leading options skipped."""
     argv = command.argv
-    if _match_argv((pattern[0], "**"), command, True) is Tri.NO:
+    first = _match_argv((pattern[0], "**"), command, True)
+    if first is Tri.NO:
         return Tri.NO  # another program
     words = [w.text if w.literal else None for w in argv]
+    go = _slow_table(pattern, command, True)  # one table for every start (was one each)
     best = Tri.NO
     for k in option_ends(words, 1):
         if k == 1:
             continue  # the plain reading, already judged
-        r = _match_argv(pattern, replace(command, argv=(argv[0], *argv[k:])), True)
+        r = go(k, 1)
+        if r is Tri.YES and first is Tri.MAYBE:
+            r = Tri.MAYBE  # a computed program name
         if r is Tri.YES:
             return r
         if r is Tri.MAYBE:
@@ -660,52 +690,57 @@ def _match_argv(pattern: tuple[str, ...], command: SimpleCommand, deny_side: boo
 
 def _match_slow(pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool) -> Tri:
     """The general matcher: computed words and ** anywhere (memoized, O(words * elements))."""
+    return _slow_table(pattern, command, deny_side)(0, 0)
+
+
+def _slow_table(
+    pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool
+) -> Callable[[int, int], Tri]:
+    """``go(i, j)``: how well the command's words from ``i`` match ``pattern`` from ``j``,
+    memoized across calls (a caller trying many places pays O(words * elements) once)."""
     words: list[Word] = list(command.argv)
     if command.open_tail:
         words.append(Word("…", False))
     if deny_side and words and words[0].literal and "/" not in pattern[0]:
         words[0] = Word(words[0].text.rsplit("/", 1)[-1])
     n, m = len(words), len(pattern)
-    # best[i][j]: how well words[i:] match pattern[j:]
-    memo: dict[tuple[int, int], Tri] = {}
+    # table[j][i]: how well words[i:] match pattern[j:], filled from the ends (no recursion:
+    # a `**` is "absorb nothing, or one word and stay", so each cell costs O(1) but a
+    # computed word's O(elements); before, each `**` cell tried every end, and a caller
+    # trying many starts rebuilt the table: `ssh -o a -o a …` took cubic time)
+    table: list[list[Tri]] = [[Tri.NO] * (n + 1) for _ in range(m + 1)]
+    last = table[m]
+    last[n] = Tri.YES
+    for i in range(n - 1, -1, -1):  # computed words may expand to nothing
+        if words[i].literal or last[i + 1] is Tri.NO:
+            break
+        last[i] = Tri.MAYBE
+    for j in range(m - 1, -1, -1):
+        row, below = table[j], table[j + 1]
+        element = pattern[j]
+        if element == "**":
+            row[n] = below[n]
+            for i in range(n - 1, -1, -1):
+                a, b = below[i], row[i + 1]
+                row[i] = (
+                    Tri.YES if Tri.YES in (a, b) else Tri.MAYBE if Tri.MAYBE in (a, b) else Tri.NO
+                )
+            continue
+        for i in range(n - 1, -1, -1):
+            word = words[i]
+            if word.literal:
+                nxt = below[i + 1]
+                same = deny_element_matches if deny_side and i else element_matches
+                row[i] = nxt if nxt is not Tri.NO and same(element, word.text) else Tri.NO
+            else:
+                # a computed word may stand for zero or more pattern elements: at best MAYBE
+                hit = any(table[k][i + 1] is not Tri.NO for k in range(j, m + 1))
+                row[i] = Tri.MAYBE if hit else Tri.NO
 
     def go(i: int, j: int) -> Tri:
-        key = (i, j)
-        if key in memo:
-            return memo[key]
-        if j == m:
-            if i == n:
-                r = Tri.YES
-            elif all(not w.literal for w in words[i:]):
-                r = Tri.MAYBE  # computed words may expand to nothing
-            else:
-                r = Tri.NO
-        elif pattern[j] == "**":
-            r = Tri.NO
-            # ** absorbs words[i:k]
-            for k in range(i, n + 1):
-                sub = go(k, j + 1)
-                if sub is Tri.YES:
-                    r = Tri.YES
-                    break
-                if sub is Tri.MAYBE:
-                    r = Tri.MAYBE
-        elif i == n:
-            r = Tri.NO
-        elif words[i].literal:
-            same = deny_element_matches if deny_side and i else element_matches
-            r = go(i + 1, j + 1) if same(pattern[j], words[i].text) else Tri.NO
-        else:
-            # a computed word may stand for zero or more pattern elements: at best MAYBE
-            r = Tri.NO
-            for k in range(j, m + 1):
-                if go(i + 1, k) is not Tri.NO:
-                    r = Tri.MAYBE
-                    break
-        memo[key] = r
-        return r
+        return table[j][i]
 
-    return go(0, 0)
+    return go
 
 
 Matcher = PathMatcher | GlobMatcher | RegexMatcher | RangeMatcher | UrlMatcher
