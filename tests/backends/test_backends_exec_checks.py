@@ -1312,3 +1312,307 @@ async def test_an_elf_interpreter_past_the_256th_program_header_is_checked(
         deny=("run_shell(perl *)",),
     )
     assert control["stdout"] == "ran\n" and "exec_denied" not in control, control
+
+
+# Deny rules whose options the program reads under other spellings: flags given as a glob
+# word, a long option, and a long option with its value attached.
+OPTION_RULES = (
+    "run_shell(rm -rf*)",
+    "run_shell(rm --recursive*)",
+    "run_shell(touch --date=2001*)",
+)
+
+
+@NEEDS_STRACE
+async def test_option_spellings_of_a_denied_command_never_start_it(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """`rm -rf*` was the glob `-rf*` over one word, so `rm -fr d` and `rm -r -f d` (the same
+    options to rm) ran past it at exec and at the Gate; `rm --recursive*` let `rm --recur d`
+    by (getopt_long takes an unambiguous prefix) and `touch --date=2001*` let `touch --date
+    2001-01-01 t` by (the value in the next word). Each line here, through wrappers and
+    words computed at run time, is run past the Gate (a batch script): strace sees no exec
+    the runtime's matcher denies succeed, and nothing is removed or made. The controls, a
+    plain `rm -f` and `touch --date 1999…`, still run."""
+    names = [f"d{n}" for n in range(1, 10)]
+    for name in names:
+        (workspace / name / "x").mkdir(parents=True)
+        chown_like_workspace(workspace, workspace / name, workspace / name / "x")
+    (workspace / "plain").write_text("x\n")
+    chown_like_workspace(workspace, workspace / "plain")
+    before = tree(workspace)
+    lines = [
+        "rm -fr d1",
+        "rm -r -f d2",
+        "rm -v -r -f d3",
+        "c=rm; $c -fr d4",
+        "find d5 -maxdepth 0 -exec rm -fr {} \\;",
+        "echo d6 | xargs rm -r -f",
+        "rm --recur d7",
+        "env rm --recu d8",
+        'python3 -c \'import os; os.execvp("rm", ["rm", "-f", "-r", "d9"])\'',
+        "touch --date 2001-01-01 t1",
+        "touch --da=2001-01-01 t2",
+        "d=--dat; $d 2001-01-01 t3 2>/dev/null; touch $d 2001-01-01 t3",
+        "rm -f plain",
+        "touch --date 1999-01-01 ok",
+    ]
+    oracle = OracleRun(lines, OPTION_RULES)
+    (tmp_path / "trace").mkdir()
+    await oracle.run(workspace, tmp_path / "trace" / "exec", [list(range(len(lines)))])
+    assert oracle.escaped() == [], oracle.escaped()
+    after = tree(workspace)
+    assert [n for n in names if f"{n}/x" not in after] == [], after
+    assert not [t for t in ("t1", "t2", "t3") if (workspace / t).exists()]
+    assert "plain" not in after and "ok" in after, after  # the controls ran
+    assert set(after) - set(before) == {"ok"}, after
+    assert oracle.denials() >= 12, oracle.outputs
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param("local", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="")),
+     "docker"],
+)  # fmt: skip
+async def test_option_spellings_are_denied_by_the_gate_on_every_backend(
+    workspace: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    """docker checks no exec, so the Gate's reading is all a deny rule has there: `rm -fr d`
+    and `rm -r -f d`, read whole (rm a known program), ran past `run_shell(rm -rf*)` under
+    posture unrestricted and removed `d`. Now each is denied, naming the rule, and `d`
+    stays; so are `rm --recur d` and `touch --date 2001-01-01 t` under their rules."""
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        from backends_helpers import DOCKER_OPTIONS
+
+        request.getfixturevalue("docker_client")  # skips (or fails in CI) without a daemon
+        options = dict(DOCKER_OPTIONS)
+    (workspace / "d" / "x").mkdir(parents=True)
+    chown_like_workspace(workspace, workspace / "d", workspace / "d" / "x")
+    asked: list[str] = []
+
+    def answer(req: Any) -> ApprovalAnswer:
+        asked.append(req.arguments["command"])
+        return ApprovalAnswer.deny("the test says no")
+
+    async with create_kernel(
+        roots=[workspace], backend=backend, rules=Rules(deny=OPTION_RULES),
+        posture=Posture.UNRESTRICTED, approver=ScriptedApprover(answer),
+        backend_options=options,
+    ) as k:  # fmt: skip
+        for line, rule in [
+            ("rm -fr d", "run_shell(rm -rf*)"),
+            ("rm -r -f d", "run_shell(rm -rf*)"),
+            ("rm -v -rf d", "run_shell(rm -rf*)"),
+            ("rm --recur d", "run_shell(rm --recursive*)"),
+            ("touch --date 2001-01-01 t", "run_shell(touch --date=2001*)"),
+        ]:
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line})
+            assert rule in refused.value.message, (line, refused.value.message)
+        shown = await k.call("run_shell", {"command": "ls d"})
+        assert shown["stdout"].split() == ["x"], shown
+    assert asked == [] and (workspace / "d" / "x").is_dir()
+    assert not (workspace / "t").exists()
+
+
+@NEEDS_STRACE
+async def test_options_after_the_operands_never_start_a_denied_command(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """GNU getopt permutes: `rm d -fr` is `rm -fr d`, and options after the operands ran past
+    `run_shell(rm -rf*)` and `run_shell(rm --recursive*)` (a rule was matched word by word
+    from the program on). Now a pattern that admits further words also meets its options
+    anywhere before `--`. Past the Gate (a batch script), through wrappers and computed
+    words: strace sees no denied exec succeed, nothing is removed; the control `rm plain -f`
+    (no -r) still runs."""
+    names = [f"d{n}" for n in range(1, 6)]
+    for name in names:
+        (workspace / name / "x").mkdir(parents=True)
+        chown_like_workspace(workspace, workspace / name, workspace / name / "x")
+    (workspace / "plain").write_text("x\n")
+    chown_like_workspace(workspace, workspace / "plain")
+    lines = [
+        "rm d1 -fr",
+        "c=rm; $c d2 -r -f",
+        "find d3 -maxdepth 0 -exec rm {} -r -f \\;",
+        "rm -f d4 --recursive",
+        "echo d5 | xargs -I{} rm {} -v --recu",
+        "rm plain -f",
+    ]
+    oracle = OracleRun(lines, OPTION_RULES)
+    (tmp_path / "trace").mkdir()
+    await oracle.run(workspace, tmp_path / "trace" / "exec", [list(range(len(lines)))])
+    assert oracle.escaped() == [], oracle.escaped()
+    after = tree(workspace)
+    assert [n for n in names if f"{n}/x" not in after] == [], after
+    assert "plain" not in after, after  # the control ran
+    assert oracle.denials() >= 5, oracle.outputs
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param("local", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="")),
+     "docker"],
+)  # fmt: skip
+async def test_options_after_the_operands_are_denied_by_the_gate(
+    workspace: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    """`rm d -fr` and `rm -f d --recursive`, read whole, were allowed under posture
+    unrestricted past `run_shell(rm -rf*)` and `run_shell(rm --recursive*)` (docker has no
+    exec check behind the Gate). Now each is denied, naming the rule; `d` stays."""
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        from backends_helpers import DOCKER_OPTIONS
+
+        request.getfixturevalue("docker_client")  # skips (or fails in CI) without a daemon
+        options = dict(DOCKER_OPTIONS)
+    (workspace / "d" / "x").mkdir(parents=True)
+    chown_like_workspace(workspace, workspace / "d", workspace / "d" / "x")
+    async with create_kernel(
+        roots=[workspace], backend=backend, rules=Rules(deny=OPTION_RULES),
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(lambda _r: ApprovalAnswer.deny("the test says no")),
+        backend_options=options,
+    ) as k:  # fmt: skip
+        for line, rule in [
+            ("rm d -fr", "run_shell(rm -rf*)"),
+            ("rm d -r -v -f", "run_shell(rm -rf*)"),
+            ("rm -f d --recursive", "run_shell(rm -"),  # rm -rf* or rm --recursive*
+        ]:
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line})
+            assert rule in refused.value.message, (line, refused.value.message)
+    assert (workspace / "d" / "x").is_dir()
+
+
+@NEEDS_STRACE
+async def test_a_flag_in_the_other_case_or_by_its_long_name_never_starts_a_denied_command(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """`rm -Rf d` (rm's -R is -r), `rm -r --force d` and `rm --recursive --force d` ran past
+    `run_shell(rm -rf*)`: the flags set took only the letters as spelled, and no long
+    option. Now a flag counts in either case and a long option as its first letter (GNU
+    names them so), on the deny side. Past the Gate, through a computed word and find:
+    strace sees no denied exec succeed, nothing is removed; `rm --force plain` still runs."""
+    names = [f"d{n}" for n in range(1, 5)]
+    for name in names:
+        (workspace / name / "x").mkdir(parents=True)
+        chown_like_workspace(workspace, workspace / name, workspace / name / "x")
+    (workspace / "plain").write_text("x\n")
+    chown_like_workspace(workspace, workspace / "plain")
+    lines = [
+        "rm -Rf d1",
+        "c=rm; $c -r --force d2",
+        "rm d3 --recursive --force",
+        "find d4 -maxdepth 0 -exec rm -R -f {} \\;",
+        "rm --force plain",
+    ]
+    oracle = OracleRun(lines, OPTION_RULES)
+    (tmp_path / "trace").mkdir()
+    await oracle.run(workspace, tmp_path / "trace" / "exec", [list(range(len(lines)))])
+    assert oracle.escaped() == [], oracle.escaped()
+    after = tree(workspace)
+    assert [n for n in names if f"{n}/x" not in after] == [], after
+    assert "plain" not in after, after  # the control ran
+    assert oracle.denials() >= 4, oracle.outputs
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param("local", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="")),
+     "docker"],
+)  # fmt: skip
+async def test_a_flag_in_the_other_case_is_denied_by_the_gate(
+    workspace: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    """`rm -Rf d`, read whole, was allowed under posture unrestricted past `run_shell(rm
+    -rf*)` and removed `d` on docker (no exec check behind the Gate). Now it is denied,
+    naming the rule, and so is `rm -r --force d`; `d` stays."""
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        from backends_helpers import DOCKER_OPTIONS
+
+        request.getfixturevalue("docker_client")  # skips (or fails in CI) without a daemon
+        options = dict(DOCKER_OPTIONS)
+    (workspace / "d" / "x").mkdir(parents=True)
+    chown_like_workspace(workspace, workspace / "d", workspace / "d" / "x")
+    async with create_kernel(
+        roots=[workspace], backend=backend, rules=Rules(deny=OPTION_RULES),
+        posture=Posture.UNRESTRICTED,
+        approver=ScriptedApprover(lambda _r: ApprovalAnswer.deny("the test says no")),
+        backend_options=options,
+    ) as k:  # fmt: skip
+        for line in ("rm -Rf d", "rm -r --force d", "rm -fR d"):
+            with pytest.raises(Denied) as refused:
+                await k.call("run_shell", {"command": line})
+            assert "run_shell(rm -rf*)" in refused.value.message, (line, refused.value.message)
+    assert (workspace / "d" / "x").is_dir()
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs an ssh client")
+async def test_a_value_attached_to_a_denied_short_option_is_that_option(workspace: Path) -> None:
+    """`ssh -oProxyCommand=…` is `ssh -o ProxyCommand=…` to ssh, whose ProxyCommand runs as
+    a shell command: under `run_shell(ssh -o ProxyCommand*)` and posture unrestricted the
+    attached spelling (read whole by the Gate, or computed) ran ssh and its `touch hit-N`.
+    Now the value attached to the rule's last flag is read as the next word, at exec and at
+    the Gate; ssh never starts. The control, another `-o` option, runs ssh."""
+    deny = ("run_shell(ssh -o ProxyCommand*)",)
+    lines = [
+        "ssh -F /dev/null -oProxyCommand='touch hit-1' x",
+        'o=-4oProxyCommand; ssh -F /dev/null "$o=touch hit-2" x',
+        "ssh -F /dev/null -v -oProxyCommand='touch hit-3' x",
+    ]
+    results = []
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        for line in lines:
+            try:
+                results.append(await k.call("run_shell", {"command": line}))
+            except Denied as exc:
+                results.append({"gate": exc.message})
+        control = await k.call(
+            "run_shell", {"command": "ssh -F /dev/null -oConnectTimeout=1 x; echo ran"}
+        )
+    assert not list(workspace.glob("hit-*")), results
+    assert "run_shell(ssh -o ProxyCommand*)" in results[0]["gate"], results[0]
+    assert "run_shell(ssh -o ProxyCommand*)" in results[2]["gate"], results[2]
+    assert set(denied_rules(results[1])) == {"deny:run_shell(ssh -o ProxyCommand*)"}, results[1]
+    assert control["stdout"] == "ran\n" and "exec_denied" not in control, control
+
+
+_FORCE_REPOS = (
+    "cd /tmp && rm -rf a b && git init -q --bare b && git init -q a && cd a"
+    " && git -c user.email=t@t -c user.name=t commit -q --allow-empty -m one && "
+)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_a_short_flag_meets_the_long_option_a_rule_names(workspace: Path) -> None:
+    """`git push -f` is `git push --force`: under `run_shell(git push --force*)` and posture
+    unrestricted, `git push -f ../b …` (read whole, or its flag computed) pushed. Now a
+    short flags word holding the letter a rule's long option is named after meets it, at
+    the Gate and at exec; the bare repository never gets the branch. The control, a push
+    without the flag, pushes."""
+    deny = ("run_shell(git push --force*)",)
+    check = "; git -C ../b rev-parse -q --verify refs/heads/main || echo NOT-PUSHED"
+    async with create_kernel(
+        roots=[workspace], backend="local", rules=Rules(deny=deny), approver=approve_all(),
+        posture=Posture.UNRESTRICTED,
+    ) as k:  # fmt: skip
+        with pytest.raises(Denied) as refused:
+            await k.call(
+                "run_shell", {"command": _FORCE_REPOS + "git push -q -f ../b HEAD:main" + check}
+            )
+        assert "run_shell(git push --force*)" in refused.value.message, refused.value.message
+        computed = await k.call(
+            "run_shell", {"command": _FORCE_REPOS + "f=-uf; git push -q $f ../b HEAD:main" + check}
+        )
+        control = await k.call(
+            "run_shell", {"command": _FORCE_REPOS + "git push -q ../b HEAD:main" + check}
+        )
+    assert computed["stdout"].strip() == "NOT-PUSHED", computed
+    assert set(denied_rules(computed)) == {"deny:run_shell(git push --force*)"}, computed
+    assert "NOT-PUSHED" not in control["stdout"] and "exec_denied" not in control, control

@@ -181,25 +181,35 @@ sync_wakeups = seccomp.sync_wakeups
 
 
 class _Rule:
-    __slots__ = ("label", "patterns", "source")
+    __slots__ = ("label", "patterns", "source", "split")
 
-    def __init__(self, label: str, source: str, patterns: list[list[object]]) -> None:
+    def __init__(
+        self,
+        label: str,
+        source: str,
+        patterns: list[list[object]],
+        split: list[list[object]] | None = None,
+    ) -> None:
         self.label = label
         self.source = source
         self.patterns = patterns
+        # the patterns with each `--name=value` element as two (the runtime's
+        # `_matchers.split_long_pattern`), met by an argv read the same way
+        self.split = split or []
 
 
 class _Glob:
     """A glob word: the runtime's regex for it, and whether the glob has a ``/`` (a first
     word without one is compared with the program's last path component)."""
 
-    __slots__ = ("regex", "slash")
+    __slots__ = ("regex", "slash", "text")
 
-    def __init__(self, regex: str, slash: bool) -> None:
+    def __init__(self, regex: str, slash: bool, text: str = "") -> None:
         import re
 
         self.regex = re.compile(regex, re.DOTALL)
         self.slash = slash
+        self.text = text  # the glob as the rule spells it (long options, flags)
 
     def fullmatch(self, word: str) -> object:
         return self.regex.fullmatch(word)
@@ -210,7 +220,7 @@ def _element(spec: object) -> object:
     if spec == "**":
         return "**"
     if isinstance(spec, list) and spec[0] == "G":
-        return _Glob(spec[1], bool(spec[2]))
+        return _Glob(spec[1], bool(spec[2]), str(spec[3]) if len(spec) > 3 else "")
     if isinstance(spec, list) and spec[0] == "L":
         return str(spec[1])
     raise ValueError(f"bad rule element {spec!r}")
@@ -233,7 +243,8 @@ class ExecRules:
         self.globs: list[_Glob] = []
         for index, item in enumerate(data["rules"]):
             patterns = [[_element(e) for e in p] for p in item["patterns"]]
-            self.deny.append(_Rule(item["label"], item.get("source", ""), patterns))
+            split = [[_element(e) for e in p] for p in item.get("split", [])]
+            self.deny.append(_Rule(item["label"], item.get("source", ""), patterns, split))
             for p in patterns:
                 first = p[0]
                 if isinstance(first, str) and first != "**":
@@ -257,13 +268,58 @@ class ExecRules:
 
     def match(self, names: list[str], rest: list[str]) -> _Rule | None:
         """The first rule matching ``[name] + rest`` for one of ``names``; None."""
+        split: list[str] | None = None
         for name in names:
             for index in self.candidates(name):
                 rule = self.deny[index]
                 for pattern in rule.patterns:
                     if _matches(pattern, name, rest):
                         return rule
+                if rule.split:
+                    if split is None:
+                        split = _split_long_words(rest)
+                    for pattern in rule.split:
+                        if _matches(pattern, name, split):
+                            return rule
         return None
+
+
+def _long_name(text: str) -> bool:
+    """``--name`` (not ``--`` itself): the runtime's ``_matchers._long_name``."""
+    return len(text) > 2 and text.startswith("--") and text[2] != "-"
+
+
+def _split_long_words(words: list[str]) -> list[str]:
+    """Each ``--name=value`` word as two (``_matchers.split_long_words``)."""
+    out: list[str] = []
+    for word in words:
+        name, eq, value = word.partition("=")
+        if eq and _long_name(name):
+            out += [name, value]
+        else:
+            out.append(word)
+    return out
+
+
+def _abbreviates(element: object, word: str) -> bool:
+    """A long option the element names, abbreviated (``--recur`` for ``--recursive``): the
+    runtime's ``_matchers.abbreviates``."""
+    text = element.text if isinstance(element, _Glob) else element
+    if not isinstance(text, str) or not text.startswith("--"):
+        return False
+    typed, eq, value = word.partition("=")
+    if not _long_name(typed):
+        return False
+    end = min((text.find(c) for c in "*?[" if c in text), default=len(text))
+    full = text[:end].partition("=")[0]
+    if not _long_name(full) or len(typed) >= len(full) or not full.startswith(typed):
+        return False
+    return _word(element, full + eq + value)
+
+
+def _arg(element: object, word: str) -> bool:
+    """An argument word's deny-side match (the runtime's ``deny_element_matches``)."""
+    return _word(element, word) or _abbreviates(element, word)
 
 
 def _word(element: object, word: str) -> bool:
@@ -289,35 +345,145 @@ def _matches(pattern: list[object], name: str, rest: list[str]) -> bool:
             return True
         # Past the program's leading options (``git --git-dir=.git push``), every reading,
         # as the runtime's deny side reads a command line (``_matchers.option_ends``).
-        return any(_tail(pattern, 1, rest, k, memo) for k in _option_ends(rest) if k)
-    return _tail(pattern, 0, [word, *rest], 0, {})
+        if any(_tail(pattern, 1, rest, k, memo) for k in _option_ends(rest) if k):
+            return True
+        return _permuted(pattern, rest)
+    return _tail(pattern, 0, [word, *rest], 0, {}, program=True)
+
+
+def _flag_word(element: object, last: bool) -> str | None:
+    """A pattern's flags word (``-rf``; the last may be a glob ``-rf*``), else None."""
+    if isinstance(element, _Glob):
+        text = element.text
+        if not last or not text.endswith("*"):
+            return None
+        text = text[:-1]
+    else:
+        text = element  # type: ignore[assignment]
+    if (
+        isinstance(text, str)
+        and len(text) > 1
+        and text[0] == "-"
+        and text[1:].isascii()
+        and text[1:].isalnum()
+    ):
+        return text
+    return None
+
+
+def _is_option(word: str) -> bool:
+    """``-x``, ``--long`` (not ``-`` nor ``--``): the runtime's ``_matchers._is_option``."""
+    return len(word) > 1 and word.startswith("-") and word != "--"
+
+
+def _element_is_option(element: object) -> bool:
+    text = element.text if isinstance(element, _Glob) else element
+    return isinstance(text, str) and text != "**" and _is_option(text)
+
+
+def _leading_flags(pattern: list[object]) -> tuple[int, set[str]]:
+    """The pattern's leading flags words after the program (the last may be a glob,
+    ``-rf*``): how many, and their letters (``_matchers.short_flags``)."""
+    count = 0
+    flags: list[str] = []
+    while 1 + count < len(pattern):
+        word = _flag_word(pattern[1 + count], False)
+        if word is None:
+            break
+        flags.append(word)
+        count += 1
+    if 1 + count < len(pattern) and (word := _flag_word(pattern[1 + count], True)) is not None:
+        flags.append(word)  # `rm -rf*`: the runtime's `_SHORT_OPEN`
+        count += 1
+    return count, set("".join(f[1:] for f in flags).lower())
+
+
+def _flag_letters(word: str) -> set[str]:
+    """The flags an option word gives: the runtime's ``_matchers.flag_letters``."""
+    if word.startswith("--"):
+        return {word[2].lower()} if len(word) > 2 and word[2].isalnum() else set()
+    return {c.lower() for c in word[1:]}
+
+
+def _option_met(element: object, word: str) -> bool:
+    """The runtime's ``_matchers.option_met``: the element itself, abbreviated, or a long
+    option's first letter among a short flags word's."""
+    if _arg(element, word):
+        return True
+    text = element.text if isinstance(element, _Glob) else element
+    if isinstance(text, str) and _long_name(text) and text[2].isalnum():
+        return not word.startswith("--") and text[2].lower() in _flag_letters(word)
+    return False
+
+
+def _permuted(pattern: list[object], rest: list[str]) -> bool:
+    """The options anywhere among the operands, as GNU getopt permutes them (``rm d -fr``):
+    the runtime's ``_matchers._match_permuted``, for a pattern ending in ``**``."""
+    if len(pattern) < 3 or pattern[-1] != "**":
+        return False
+    options: list[str] = []
+    operands: list[str] = []
+    ended = False
+    for word in rest:
+        if not ended and word == "--":
+            ended = True
+        elif not ended and _is_option(word):
+            options.append(word)
+        else:
+            operands.append(word)
+    if not options:
+        return False
+    count, wanted = _leading_flags(pattern)
+    have = {c for o in options for c in _flag_letters(o)}
+    if not wanted <= have:
+        return False
+    tail = pattern[1 + count :]
+    for element in tail:
+        if _element_is_option(element) and not any(_option_met(element, o) for o in options):
+            return False
+    kept = [e for e in tail if not _element_is_option(e)]
+    return _tail([pattern[0], *kept], 1, operands, 0, {})
 
 
 def _flags_match(pattern: list[object], rest: list[str]) -> bool:
     """A pattern's leading short options as a set (``rm -rf *`` denies ``rm -fr``, ``rm -r
     -f``, ``rm -v -rf``): the runtime's ``_matchers.short_flags``/``_match_flags``."""
-    count = 0
-    while 1 + count < len(pattern):
-        element = pattern[1 + count]
-        if not (
-            isinstance(element, str)
-            and len(element) > 1
-            and element[0] == "-"
-            and element[1:].isascii()
-            and element[1:].isalnum()
-        ):
-            break
-        count += 1
+    count, wanted = _leading_flags(pattern)
     if not count:
         return False
-    wanted = set("".join(str(e)[1:] for e in pattern[1 : 1 + count]))
+    last = (_flag_word(pattern[count], True) or "")[-1:].lower()  # the flag that may take a value
     have: set[str] = set()
+    memo: dict[tuple[int, int], bool] = {}  # one table for every place tried below
+
+    def attached(value: str, j: int, k: int) -> bool:
+        """``value`` as the word at ``k``, then the words after it, from element ``j``."""
+        if j == len(pattern):
+            return False
+        if pattern[j] == "**":
+            return _tail(pattern, j, rest, k + 1, memo) or attached(value, j + 1, k)
+        return _arg(pattern[j], value) and _tail(pattern, j + 1, rest, k + 1, memo)
+
+    valued = False  # the word before was an option that may take this one as its value
     for k, word in enumerate(rest):
         if not word.startswith("-") or word == "--":
+            if valued and word != "--":
+                valued = False  # every reading, as `_option_ends`
+                continue
             return False
-        if not word.startswith("--"):
-            have.update(word[1:])
-        if wanted <= have and _tail(pattern, 1 + count, rest, k + 1, {}):
+        valued = "=" not in word
+        # the value attached to the last flag (`-oProxyCommand=x`), at the letter's first
+        # place: the runtime's reading
+        i = next((j for j in range(1, len(word)) if word[j].lower() == last), 0)
+        if (
+            i
+            and i < len(word) - 1
+            and not word.startswith("--")
+            and wanted <= have | {c.lower() for c in word[1 : i + 1]}
+            and attached(word[i + 1 :], 1 + count, k)
+        ):
+            return True
+        have |= _flag_letters(word)
+        if wanted <= have and _tail(pattern, 1 + count, rest, k + 1, memo):
             return True
     return False
 
@@ -342,24 +508,35 @@ def _option_ends(words: list[str]) -> list[int]:
 
 
 def _tail(
-    pattern: list[object], j: int, words: list[str], i: int, memo: dict[tuple[int, int], bool]
+    pattern: list[object],
+    j: int,
+    words: list[str],
+    i: int,
+    memo: dict[tuple[int, int], bool],
+    program: bool = False,
 ) -> bool:
-    key = (i, j)
-    if key in memo:
-        return memo[key]
-    if j == len(pattern):
-        result = i == len(words)
-    elif pattern[j] == "**":
-        if j == len(pattern) - 1:
-            result = True
-        else:
-            result = any(_tail(pattern, j + 1, words, k, memo) for k in range(i, len(words) + 1))
-    elif i == len(words):
-        result = False
-    else:
-        result = _word(pattern[j], words[i]) and _tail(pattern, j + 1, words, i + 1, memo)
-    memo[key] = result
-    return result
+    """Whether ``words[i:]`` match ``pattern[j:]``; ``program``: ``words[0]`` is the
+    program's name (matched as written, never as an abbreviated option). ``memo`` is one
+    pattern's and one words list's table, filled whole at the first call (from the ends, no
+    recursion: a `**` absorbs nothing or one word and stays, O(1) a cell; before, each `**`
+    cell tried every end, and `ssh -o a -o a …` took cubic time in the supervisor)."""
+    if not memo:
+        n, m = len(words), len(pattern)
+        memo[(n, m)] = True
+        for k in range(n):
+            memo[(k, m)] = False
+        for col in range(m - 1, -1, -1):
+            element = pattern[col]
+            if element == "**":
+                memo[(n, col)] = memo[(n, col + 1)]
+                for k in range(n - 1, -1, -1):
+                    memo[(k, col)] = memo[(k, col + 1)] or memo[(k + 1, col)]
+                continue
+            memo[(n, col)] = False
+            for k in range(n - 1, -1, -1):
+                same = _word if program and k == 0 else _arg
+                memo[(k, col)] = memo[(k + 1, col + 1)] and same(element, words[k])
+    return memo[(i, j)]
 
 
 # -- one command's checker -----------------------------------------------------------------

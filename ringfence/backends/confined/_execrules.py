@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...runtime.policy._judge import Policy, with_defaults
+from ...runtime.policy._matchers import split_long_pattern
 
 __all__ = ["ExecRules", "exec_checks_expected", "exec_rules"]
 
@@ -42,7 +43,7 @@ def _word(element: str) -> Any:
     if element == "**":
         return "**"
     if any(c in element for c in "*?["):  # (the runtime's element_matches test)
-        return ["G", fnmatch.translate(element), "/" in element]
+        return ["G", fnmatch.translate(element), "/" in element, element]
     return ["L", element]
 
 
@@ -62,13 +63,15 @@ def exec_rules(
             continue
         if rule.arguments and not rule.matches_arguments(arguments, policy.roots, path_args):
             continue
-        entries.append(
-            {
-                "label": rule.label(),
-                "source": rule.source,
-                "patterns": [[_word(e) for e in p] for p in rule.command.patterns],
-            }
-        )
+        entry: dict[str, object] = {
+            "label": rule.label(),
+            "source": rule.source,
+            "patterns": [[_word(e) for e in p] for p in rule.command.patterns],
+        }
+        # `--opt=value` elements also as `--opt value`, met by an argv read the same way
+        # (the runtime's split reading, tried for every pattern)
+        entry["split"] = [[_word(e) for e in split_long_pattern(p)] for p in rule.command.patterns]
+        entries.append(entry)
         labels.append(rule.label())
     if not entries:
         return None

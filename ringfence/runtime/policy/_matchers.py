@@ -30,7 +30,7 @@ import functools
 import math
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -327,17 +327,153 @@ class ArgvMatcher:
 
     def match_command(self, command: SimpleCommand, *, deny_side: bool) -> Tri:
         best = Tri.NO
+        split = split_long_words(command) if deny_side else command
         for pattern in self.patterns:
-            r = _match_argv(pattern, command, deny_side)
-            if r is Tri.NO and deny_side and _past_options(pattern):
-                r = _match_past_options(pattern, command)
-            if r is Tri.NO and deny_side and short_flags(pattern) is not None:
-                r = _match_flags(pattern, command)
+            r = _match_readings(pattern, command, deny_side)
+            if r is Tri.NO and deny_side:
+                # `--opt=value` and `--opt value` are one option to the program (getopt_long,
+                # git's parse-options): each side read with its `=` as a word break too.
+                other = split_long_pattern(pattern)
+                if other != pattern or split is not command:
+                    r = _match_readings(other, split, True)
             if r is Tri.YES:
                 return r
             if r is Tri.MAYBE:
                 best = Tri.MAYBE
         return best
+
+
+def _match_readings(pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool) -> Tri:
+    """``pattern`` against ``command`` as written and, on the deny side, past the program's
+    leading options and with its leading short flags read as a set."""
+    r = _match_argv(pattern, command, deny_side)
+    if r is Tri.NO and deny_side and _past_options(pattern):
+        r = _match_past_options(pattern, command)
+    if r is Tri.NO and deny_side and short_flags(pattern) is not None:
+        r = _match_flags(pattern, command)
+    if r is Tri.NO and deny_side:
+        r = _match_permuted(pattern, command)
+    return r
+
+
+def option_met(element: str, word: str) -> bool:
+    """Whether the command's option ``word`` gives the rule's option ``element``: its glob or
+    literal, an abbreviation of it, or, for a long option, a short flags word holding the
+    letter it is named after (``git push -f`` for ``--force``: :func:`flag_letters` the
+    other way round)."""
+    if deny_element_matches(element, word):
+        return True
+    if _long_name(element) and element[2].isalnum() and not word.startswith("--"):
+        return element[2].lower() in flag_letters(word)
+    return False
+
+
+def _is_option(word: str) -> bool:
+    """An option word as getopt reads one (``-x``, ``--long``; not ``-`` nor ``--``)."""
+    return len(word) > 1 and word.startswith("-") and word != "--"
+
+
+def _match_permuted(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
+    """The deny-side match with the options anywhere among the operands, as GNU getopt
+    permutes them (``rm d -fr`` is ``rm -fr d``; ``git push origin --force`` is ``git push
+    --force origin``): the pattern's option elements must each be met by one of the
+    command's option words before ``--`` (its leading short flags by their union, as a
+    set), and its other elements by the command's other words, in order. Only for a
+    pattern ending in ``**``, which admits the options it does not name; computed words
+    leave it to the other readings."""
+    if len(pattern) < 3 or "**" in (pattern[0], pattern[1]) or pattern[-1] != "**":
+        return Tri.NO  # a pattern that admits further words (the unnamed options) alone
+    if command.open_tail:
+        return Tri.NO
+    argv = command.argv
+    if not argv or not all(w.literal for w in argv):
+        return Tri.NO
+    if _match_argv((pattern[0], "**"), command, True) is not Tri.YES:
+        return Tri.NO  # another program
+    options: list[str] = []
+    operands: list[str] = []
+    ended = False
+    for word in argv[1:]:
+        if not ended and word.text == "--":
+            ended = True
+        elif not ended and _is_option(word.text):
+            options.append(word.text)
+        else:
+            operands.append(word.text)
+    if not options:
+        return Tri.NO  # the plain reading said it
+    flags = short_flags(pattern)
+    count = flags[0] if flags else 0
+    wanted = flags[1] if flags else frozenset()
+    have = {c for o in options for c in flag_letters(o)}
+    if not wanted <= have:
+        return Tri.NO
+    rest = pattern[1 + count :]
+    for element in rest:
+        if _is_option(element) and not any(option_met(element, o) for o in options):
+            return Tri.NO
+    kept = (pattern[0], *(e for e in rest if not _is_option(e)))
+    words = (argv[0], *(Word(o) for o in operands))
+    return _match_argv(kept, replace(command, argv=words), True)
+
+
+_GLOB_CHARS = "*?["
+
+
+def split_long_pattern(pattern: tuple[str, ...]) -> tuple[str, ...]:
+    """``pattern`` with each ``--name=value`` element after the program as two elements
+    (``--name``, ``value``), so it meets ``--name value`` as the program reads it."""
+    out: list[str] = [pattern[0]] if pattern else []
+    for element in pattern[1:]:
+        name, eq, value = element.partition("=")
+        if eq and _long_name(name) and not any(c in name for c in _GLOB_CHARS):
+            out += [name, value]
+        else:
+            out.append(element)
+    return tuple(out)
+
+
+def split_long_words(command: SimpleCommand) -> SimpleCommand:
+    """``command`` with each literal ``--name=value`` word after the program as two words
+    (the same command unchanged when it has none)."""
+    argv = command.argv
+    if not any(w.literal and _long_name(w.text.partition("=")[0]) and "=" in w.text
+               for w in argv[1:]):  # fmt: skip
+        return command
+    words: list[Word] = list(argv[:1])
+    for w in argv[1:]:
+        name, eq, value = w.text.partition("=")
+        if w.literal and eq and _long_name(name):
+            words += [Word(name), Word(value)]
+        else:
+            words.append(w)
+    return replace(command, argv=tuple(words))
+
+
+def _long_name(text: str) -> bool:
+    """Whether ``text`` is a long option's name (``--force``; not ``--`` itself)."""
+    return len(text) > 2 and text.startswith("--") and text[2] != "-"
+
+
+def abbreviates(element: str, word: str) -> bool:
+    """Whether ``word`` is a long option the rule's ``element`` names, abbreviated as
+    getopt_long and git's parse-options accept (``--recur`` for ``--recursive``, also
+    ``--recur=x`` for ``--recursive=x``): the word's name completed to the element's, then
+    matched. Deny side only; it may over-match a program that takes no abbreviations."""
+    if not _long_name(word.partition("=")[0]) or not element.startswith("--"):
+        return False
+    end = min((element.find(c) for c in _GLOB_CHARS if c in element), default=len(element))
+    full = element[:end].partition("=")[0]
+    typed, eq, value = word.partition("=")
+    if not _long_name(full) or len(typed) >= len(full) or not full.startswith(typed):
+        return False
+    return element_matches(element, full + eq + value)
+
+
+def deny_element_matches(element: str, word: str) -> bool:
+    """A deny-side word match: the element's glob or literal, or a long option it names
+    abbreviated (:func:`abbreviates`)."""
+    return element_matches(element, word) or abbreviates(element, word)
 
 
 def _past_options(pattern: tuple[str, ...]) -> bool:
@@ -373,6 +509,8 @@ def option_ends(words: Sequence[str | None], start: int) -> list[int]:
 
 
 _SHORT = re.compile(r"-[A-Za-z0-9]+")
+# The last flags word may end in `*` (`rm -rf*`: those flags and perhaps more in the word).
+_SHORT_OPEN = re.compile(r"-[A-Za-z0-9]+\*")
 
 
 def short_flags(pattern: Sequence[str]) -> tuple[int, frozenset[str]] | None:
@@ -388,9 +526,34 @@ def short_flags(pattern: Sequence[str]) -> tuple[int, frozenset[str]] | None:
     count = 0
     while 1 + count < len(pattern) and _SHORT.fullmatch(pattern[1 + count]):
         count += 1
+    if 1 + count < len(pattern) and _SHORT_OPEN.fullmatch(pattern[1 + count]):
+        count += 1  # `rm -rf*`: a glob word of flags, read as a set like the others
     if not count or pattern[0] == "**":
         return None
-    return count, frozenset("".join(w[1:] for w in pattern[1 : 1 + count]))
+    letters = "".join(w[1:].rstrip("*") for w in pattern[1 : 1 + count])
+    return count, frozenset(letters.lower())
+
+
+def flag_letters(word: str) -> set[str]:
+    """The flags an option word gives, for a deny-side flags set: each letter of ``-Rf``,
+    in either case (``rm -Rf`` is ``rm -rf``), and a long option's first letter
+    (``--recursive --force`` is ``-rf``, GNU's naming). It may over-match a program whose
+    options differ by case or whose long names do not follow their letters; never under."""
+    if word.startswith("--"):
+        return {word[2].lower()} if len(word) > 2 and word[2].isalnum() else set()
+    return {c.lower() for c in word[1:]}
+
+
+def _rank(tri: Tri) -> int:
+    return tri.value
+
+
+def _first_letter(word: str, letter: str) -> int:
+    """Where ``letter`` (either case) first is in ``word`` past its ``-``; 0 if nowhere."""
+    for i in range(1, len(word)):
+        if word[i].lower() == letter:
+            return i
+    return 0
 
 
 def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
@@ -399,19 +562,49 @@ def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
     assert found is not None
     count, wanted = found
     argv = command.argv
-    if _match_argv((pattern[0], "**"), command, True) is Tri.NO:
+    first = _match_argv((pattern[0], "**"), command, True)
+    if first is Tri.NO:
         return Tri.NO  # another program
+    if first is Tri.MAYBE:
+        return Tri.NO  # a computed program name: the plain reading's MAYBE says it
     have: set[str] = set()
-    rest = (pattern[0], *pattern[1 + count :])
+    last = pattern[count].rstrip("*")[-1].lower()  # the flag that may take a value
+    go = _slow_table(pattern, command, True)  # one table for every place tried below
+
+    def attached(value: str, j: int, k: int) -> Tri:
+        """``value`` as the word at ``k``, then the words after it, from element ``j``."""
+        if j == len(pattern):
+            return Tri.NO
+        if pattern[j] == "**":
+            r = go(k + 1, j)
+            return r if r is Tri.YES else max(r, attached(value, j + 1, k), key=_rank)
+        return go(k + 1, j + 1) if deny_element_matches(pattern[j], value) else Tri.NO
+
     best = Tri.NO
+    valued = False  # the word before was an option that may take this one as its value
     for k in range(1, len(argv)):
         word = argv[k]
         if not (word.literal and word.text.startswith("-") and word.text != "--"):
+            if valued and word.literal and word.text != "--":
+                valued = False  # `ssh -F /dev/null -o …`: every reading, as option_ends
+                continue
             break
-        if not word.text.startswith("--"):
-            have.update(word.text[1:])
+        text = word.text
+        valued = "=" not in text
+        # `ssh -oProxyCommand=x` is `ssh -o ProxyCommand=x`: the value attached to the last
+        # flag, read as the next word (getopt gives the rest of the word to the first
+        # flag that takes a value, so only the letter's first place counts)
+        i = _first_letter(text, last)
+        attached_here = 0 < i < len(text) - 1 and not text.startswith("--")
+        if attached_here and wanted <= have | {c.lower() for c in text[1 : i + 1]}:
+            r = attached(text[i + 1 :], 1 + count, k)
+            if r is Tri.YES:
+                return r
+            if r is Tri.MAYBE:
+                best = Tri.MAYBE
+        have |= flag_letters(text)
         if wanted <= have:
-            r = _match_argv(rest, replace(command, argv=(argv[0], *argv[k + 1 :])), True)
+            r = go(k + 1, 1 + count)
             if r is Tri.YES:
                 return r
             if r is Tri.MAYBE:
@@ -422,14 +615,18 @@ def _match_flags(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
 def _match_past_options(pattern: tuple[str, ...], command: SimpleCommand) -> Tri:
     """The deny-side match of ``pattern`` with the program's leading options skipped."""
     argv = command.argv
-    if _match_argv((pattern[0], "**"), command, True) is Tri.NO:
+    first = _match_argv((pattern[0], "**"), command, True)
+    if first is Tri.NO:
         return Tri.NO  # another program
     words = [w.text if w.literal else None for w in argv]
+    go = _slow_table(pattern, command, True)  # one table for every start (was one each)
     best = Tri.NO
     for k in option_ends(words, 1):
         if k == 1:
             continue  # the plain reading, already judged
-        r = _match_argv(pattern, replace(command, argv=(argv[0], *argv[k:])), True)
+        r = go(k, 1)
+        if r is Tri.YES and first is Tri.MAYBE:
+            r = Tri.MAYBE  # a computed program name
         if r is Tri.YES:
             return r
         if r is Tri.MAYBE:
@@ -483,8 +680,9 @@ def _match_argv(pattern: tuple[str, ...], command: SimpleCommand, deny_side: boo
             first = first.rsplit("/", 1)[-1]
         if not element_matches(head[0], first):
             return Tri.NO
+        same = deny_element_matches if deny_side else element_matches
         for element, word in zip(head[1:], argv[1:], strict=False):
-            if not element_matches(element, word.text):
+            if not same(element, word.text):
                 return Tri.NO
         return Tri.YES
     return _match_slow(pattern, command, deny_side)
@@ -492,51 +690,57 @@ def _match_argv(pattern: tuple[str, ...], command: SimpleCommand, deny_side: boo
 
 def _match_slow(pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool) -> Tri:
     """The general matcher: computed words and ** anywhere (memoized, O(words * elements))."""
+    return _slow_table(pattern, command, deny_side)(0, 0)
+
+
+def _slow_table(
+    pattern: tuple[str, ...], command: SimpleCommand, deny_side: bool
+) -> Callable[[int, int], Tri]:
+    """``go(i, j)``: how well the command's words from ``i`` match ``pattern`` from ``j``,
+    memoized across calls (a caller trying many places pays O(words * elements) once)."""
     words: list[Word] = list(command.argv)
     if command.open_tail:
         words.append(Word("…", False))
     if deny_side and words and words[0].literal and "/" not in pattern[0]:
         words[0] = Word(words[0].text.rsplit("/", 1)[-1])
     n, m = len(words), len(pattern)
-    # best[i][j]: how well words[i:] match pattern[j:]
-    memo: dict[tuple[int, int], Tri] = {}
+    # table[j][i]: how well words[i:] match pattern[j:], filled from the ends (no recursion:
+    # a `**` is "absorb nothing, or one word and stay", so each cell costs O(1) but a
+    # computed word's O(elements); before, each `**` cell tried every end, and a caller
+    # trying many starts rebuilt the table: `ssh -o a -o a …` took cubic time)
+    table: list[list[Tri]] = [[Tri.NO] * (n + 1) for _ in range(m + 1)]
+    last = table[m]
+    last[n] = Tri.YES
+    for i in range(n - 1, -1, -1):  # computed words may expand to nothing
+        if words[i].literal or last[i + 1] is Tri.NO:
+            break
+        last[i] = Tri.MAYBE
+    for j in range(m - 1, -1, -1):
+        row, below = table[j], table[j + 1]
+        element = pattern[j]
+        if element == "**":
+            row[n] = below[n]
+            for i in range(n - 1, -1, -1):
+                a, b = below[i], row[i + 1]
+                row[i] = (
+                    Tri.YES if Tri.YES in (a, b) else Tri.MAYBE if Tri.MAYBE in (a, b) else Tri.NO
+                )
+            continue
+        for i in range(n - 1, -1, -1):
+            word = words[i]
+            if word.literal:
+                nxt = below[i + 1]
+                same = deny_element_matches if deny_side and i else element_matches
+                row[i] = nxt if nxt is not Tri.NO and same(element, word.text) else Tri.NO
+            else:
+                # a computed word may stand for zero or more pattern elements: at best MAYBE
+                hit = any(table[k][i + 1] is not Tri.NO for k in range(j, m + 1))
+                row[i] = Tri.MAYBE if hit else Tri.NO
 
     def go(i: int, j: int) -> Tri:
-        key = (i, j)
-        if key in memo:
-            return memo[key]
-        if j == m:
-            if i == n:
-                r = Tri.YES
-            elif all(not w.literal for w in words[i:]):
-                r = Tri.MAYBE  # computed words may expand to nothing
-            else:
-                r = Tri.NO
-        elif pattern[j] == "**":
-            r = Tri.NO
-            # ** absorbs words[i:k]
-            for k in range(i, n + 1):
-                sub = go(k, j + 1)
-                if sub is Tri.YES:
-                    r = Tri.YES
-                    break
-                if sub is Tri.MAYBE:
-                    r = Tri.MAYBE
-        elif i == n:
-            r = Tri.NO
-        elif words[i].literal:
-            r = go(i + 1, j + 1) if element_matches(pattern[j], words[i].text) else Tri.NO
-        else:
-            # a computed word may stand for zero or more pattern elements: at best MAYBE
-            r = Tri.NO
-            for k in range(j, m + 1):
-                if go(i + 1, k) is not Tri.NO:
-                    r = Tri.MAYBE
-                    break
-        memo[key] = r
-        return r
+        return table[j][i]
 
-    return go(0, 0)
+    return go
 
 
 Matcher = PathMatcher | GlobMatcher | RegexMatcher | RangeMatcher | UrlMatcher
