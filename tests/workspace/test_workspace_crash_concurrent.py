@@ -7,9 +7,11 @@ on disk afterwards: the tree byte for byte, the event stream's verdict.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import isolated  # noqa: F401 (an autouse fixture)
+from test_workspace_undo_attacks import killed_at, needs_bwrap, needs_strace
+from tree_helpers import exact_state
 
 from ringfence import create_kernel
 from ringfence.cli._main import main
@@ -119,3 +123,111 @@ def test_an_event_file_another_session_holds_is_unavailable_not_interleaved(
     assert caught.value.field == "events"
     assert str(events) in caught.value.message
     assert events.read_bytes() == b""
+
+
+def _tracee(strace: subprocess.Popen[bytes]) -> int:
+    """The pid of the program ``strace`` runs (its child)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for task in os.listdir(f"/proc/{strace.pid}/task"):
+            with open(f"/proc/{strace.pid}/task/{task}/children") as f:
+                children = f.read().split()
+            if children:
+                return int(children[0])
+        time.sleep(0.05)
+    raise AssertionError("strace started no program")
+
+
+def _waits_for_the_writers_lock(pid: int, home: Path) -> bool:
+    """Has process ``pid`` opened a writers' lock file (``$RINGFENCE_HOME/locks``)?"""
+    locks = str(home / "locks") + "/"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(locks):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@needs_strace
+@needs_bwrap
+def test_a_write_waiting_on_a_recovery_killed_midway_writes_only_once_it_is_rolled_back(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A merge killed midway leaves its set in flight; ``ringfence recover`` starts rolling it
+    back, and ``write_file`` of one of the merged files starts beside it: its start finds the
+    journal held (the recovery's) and goes on, its write waiting for the writers' lock. The
+    recovery is killed midway too (a second crash). The write then took the lock and wrote
+    over a half-rolled-back tree: its change set recorded the killed merge's bytes as its
+    before-image, the next start left that file to it, and ``undo`` of the write put the
+    killed merge's bytes back, a tree that was never before nor after anything. Now every
+    writer, once it holds the writers' lock, rolls back first what a dead process left in
+    flight: the write lands on the before tree, and its undo gives that tree back exactly."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(1, 41):
+        (root / f"f{i}").write_text(f"old-{i}\n")
+    before = exact_state(root)
+    command = "for i in $(seq 1 40); do echo new-$i > f$i; done"
+    killed_at(root, ringfence_home, ["call", "run_shell", "--args",
+              json.dumps({"command": command})], "renameat", root, when=10)  # fmt: skip
+
+    def merged() -> list[str]:
+        names = [f"f{i}" for i in range(1, 41)]  # not the writers' temporary files
+        return [n for n in names if (root / n).read_text() != f"old-{n[1:]}\n"]
+
+    half = merged()
+    assert len(half) >= 4, half  # killed midway: part of the set merged
+    env = {**os.environ, "RINGFENCE_HOME": str(ringfence_home)}
+    recovery = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
+         "-e", "inject=renameat:delay_enter=900000000:when=3", "-P", str(root),
+         sys.executable, "-m", "ringfence", "recover", "--workspace", str(root), "--json"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    writer, held = None, 0
+    try:
+        held = _tracee(recovery)
+        deadline = time.monotonic() + 120
+        while len(merged()) > len(half) - 2:  # two files rolled back: held at its third
+            assert time.monotonic() < deadline and recovery.poll() is None
+            time.sleep(0.05)
+        target = sorted(merged())[0]  # still the killed merge's bytes
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "ringfence", "call", "write_file", "--args",
+             json.dumps({"path": target, "content": "agent\n"}),
+             "--workspace", str(root), "--approve", "no", "--json",
+             "--posture", "allow-reversible"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        while not _waits_for_the_writers_lock(writer.pid, ringfence_home):
+            assert time.monotonic() < deadline and writer.poll() is None
+            time.sleep(0.05)
+        os.kill(held, signal.SIGKILL)  # the recovery dies midway
+        recovery.kill()  # strace itself would wait out its delay first
+        recovery.wait(timeout=60)
+        out, err = writer.communicate(timeout=120)
+        assert json.loads(out)["ok"], (out, err[-2000:])
+    finally:
+        if held:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(held, signal.SIGKILL)  # never left running once strace is gone
+        for proc in (recovery, writer):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert main(["recover", "--workspace", str(root), "--json"]) == 0
+    capsys.readouterr()
+    now = exact_state(root)
+    assert now == {**before, target: ("file", 0o644, b"agent\n")}, sorted(
+        k for k in now if now[k] != before.get(k)
+    )
+    assert main(["undo", "--last", "1", "--workspace", str(root), "--json",
+                 "--approve", "no", "--posture", "allow-reversible"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert exact_state(root) == before  # the write's own before-image: the before tree
