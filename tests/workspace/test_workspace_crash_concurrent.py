@@ -154,19 +154,34 @@ def _waits_for_the_writers_lock(pid: int, home: Path) -> bool:
     return False
 
 
+def _holds_a_flock_on(pid: int, path: Path) -> bool:
+    """Does process ``pid`` hold a ``flock`` on ``path`` (``/proc/locks``)?"""
+    st = path.stat()
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    with open("/proc/locks") as f:
+        for line in f:
+            words = line.split()
+            if "FLOCK" in words and "->" not in words and str(pid) in words and inode in words:
+                return True
+    return False
+
+
 @needs_strace
 @needs_bwrap
-def test_a_write_waiting_on_a_recovery_killed_midway_writes_only_once_it_is_rolled_back(
-    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("held_at", ["rolling_back", "taking_the_journal"])
+def test_a_write_beside_a_recovery_killed_midway_writes_only_once_it_is_rolled_back(
+    tmp_path: Path, ringfence_home: Path, capsys: pytest.CaptureFixture[str], held_at: str
 ) -> None:
     """A merge killed midway leaves its set in flight; ``ringfence recover`` starts rolling it
     back, and ``write_file`` of one of the merged files starts beside it: its start finds the
-    journal held (the recovery's) and goes on, its write waiting for the writers' lock. The
-    recovery is killed midway too (a second crash). The write then took the lock and wrote
-    over a half-rolled-back tree: its change set recorded the killed merge's bytes as its
-    before-image, the next start left that file to it, and ``undo`` of the write put the
-    killed merge's bytes back, a tree that was never before nor after anything. Now every
-    writer, once it holds the writers' lock, rolls back first what a dead process left in
+    journal held (the recovery's) and goes on. The recovery is held, then killed (a second
+    crash): after two files rolled back (``rolling_back``), or as it has just locked the dead
+    journal (``taking_the_journal``: it took the writers' lock only after that, so the write
+    did not even wait). The write then wrote over a half-merged tree: its change set recorded
+    the killed merge's bytes as its before-image, the next start left that file to it, and
+    ``undo`` of the write put the killed merge's bytes back, a tree that was never before
+    nor after anything. Now a recovery takes a dead journal only under the writers' lock, and
+    every writer, once it holds that lock, rolls back first what a dead process left in
     flight: the write lands on the before tree, and its undo gives that tree back exactly."""
     root = tmp_path / "ws"
     root.mkdir()
@@ -183,10 +198,16 @@ def test_a_write_waiting_on_a_recovery_killed_midway_writes_only_once_it_is_roll
 
     half = merged()
     assert len(half) >= 4, half  # killed midway: part of the set merged
+    [journal] = list((ringfence_home / "checkpoints").glob("*/journal/*.log"))
+    if held_at == "rolling_back":
+        hold = ["-e", "trace=renameat", "-e", "inject=renameat:delay_enter=900000000:when=3",
+                "-P", str(root)]  # fmt: skip
+    else:
+        hold = ["-e", "trace=flock", "-e", "inject=flock:delay_exit=900000000:when=1",
+                "-P", str(journal)]  # fmt: skip
     env = {**os.environ, "RINGFENCE_HOME": str(ringfence_home)}
     recovery = subprocess.Popen(
-        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=renameat",
-         "-e", "inject=renameat:delay_enter=900000000:when=3", "-P", str(root),
+        ["strace", "-f", "-qq", "-o", "/dev/null", *hold,
          sys.executable, "-m", "ringfence", "recover", "--workspace", str(root), "--json"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -194,7 +215,13 @@ def test_a_write_waiting_on_a_recovery_killed_midway_writes_only_once_it_is_roll
     try:
         held = _tracee(recovery)
         deadline = time.monotonic() + 120
-        while len(merged()) > len(half) - 2:  # two files rolled back: held at its third
+
+        def stalled() -> bool:
+            if held_at == "rolling_back":  # two files rolled back: held at its third
+                return len(merged()) <= len(half) - 2
+            return _holds_a_flock_on(held, journal)
+
+        while not stalled():
             assert time.monotonic() < deadline and recovery.poll() is None
             time.sleep(0.05)
         target = sorted(merged())[0]  # still the killed merge's bytes
@@ -205,8 +232,11 @@ def test_a_write_waiting_on_a_recovery_killed_midway_writes_only_once_it_is_roll
              "--posture", "allow-reversible"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        # Until it waits for the writers' lock, or (before the fix, taking_the_journal) wrote.
         while not _waits_for_the_writers_lock(writer.pid, ringfence_home):
-            assert time.monotonic() < deadline and writer.poll() is None
+            assert time.monotonic() < deadline
+            if writer.poll() is not None:
+                break
             time.sleep(0.05)
         os.kill(held, signal.SIGKILL)  # the recovery dies midway
         recovery.kill()  # strace itself would wait out its delay first
