@@ -56,7 +56,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ...runtime._errors import RingfenceError, Unavailable
+from ...runtime._errors import RingfenceError, ToolTimeout, Unavailable
+from .._deadline import Deadline, current_deadline
 from .._writelock import writing
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ _REDONE_BY_THEIR_CALLER = frozenset({"write_file", "edit_file", "undo", "apply_c
 _TURN = "writer.lock"  # held by the one process writing the workspace (see the docstring)
 # How long an operation waits for another process's to end before it is refused.
 TURN_WAIT_SECONDS = 60.0
+# How long a start waits for a live writer's operation before it leaves a dead one's rollback
+# to the next writer's turn (:func:`recover`).
+START_WAIT_SECONDS = 5.0
 
 
 class Journal:
@@ -482,8 +486,22 @@ def recover(store: CheckpointStore) -> Recovery:
     # a set in flight, a live one's too), so a start with nothing to roll back waits for no one.
     if not in_flight_anywhere(store):
         return _recover(store, dir_fd, locked=False)
-    with writing(store.workspace._resolver), store.journal.turn():
-        return _recover(store, dir_fd, locked=True)
+    try:
+        # A start waits for a live writer's operation at most START_WAIT_SECONDS (a writer
+        # already holding the lock, whose turn this is, does not wait): past it, what is
+        # dead is left to the next writer, which rolls it back under its lock first.
+        waited = current_deadline() is None
+        limit = Deadline(time.monotonic() + START_WAIT_SECONDS, START_WAIT_SECONDS, "recovery")
+        with limit.active() if waited else contextlib.nullcontext():
+            lock = writing(store.workspace._resolver)
+            lock.__enter__()
+    except ToolTimeout:
+        return _recover(store, dir_fd, locked=False)
+    try:
+        with store.journal.turn():
+            return _recover(store, dir_fd, locked=True)
+    finally:
+        lock.__exit__(None, None, None)
 
 
 def _recover(store: CheckpointStore, dir_fd: int, *, locked: bool) -> Recovery:
