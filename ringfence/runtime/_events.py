@@ -58,6 +58,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -121,6 +122,8 @@ CHECKPOINT_CONTEXT = b"ringfence checkpoint\0"
 # Records of a call written while the call goes on: buffered until its outcome (or an ask).
 _BUFFERED_KINDS = frozenset({"proposed", "decided", "started", "approval_answered"})
 _SORTED = orjson.OPT_SORT_KEYS
+# How long a session waits for another session's hold of its event file (FileSink).
+EVENT_FILE_WAIT_SECONDS = 30.0
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
@@ -182,13 +185,65 @@ class FileSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.sync = sync
         self._buffer: list[bytes] = []
-        self._fd: int | None = os.open(
-            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
+        self._fd: int | None = self._open_alone()
+
+    def _open_alone(self) -> int:
+        """The event file, opened for appending and held with an exclusive ``flock`` for
+        as long as this sink lives: one session writes a file at a time.
+
+        A session chains each record onto the one it wrote before, so two sessions
+        appending to one file at once (two ``ringfence call --events log.jsonl`` run side
+        by side, two clients launching one stdio server) interleaved two chains, and
+        ``events verify`` called the log ``TAMPERED`` ("record outside a session", a
+        broken chain) though nobody had touched it. Another session's file is waited for
+        at most :data:`EVENT_FILE_WAIT_SECONDS`, then ``unavailable``, naming it. A file
+        moved away (or replaced) while this one waited is let go and the path opened
+        again: the records go where the path now leads."""
+        deadline = time.monotonic() + EVENT_FILE_WAIT_SECONDS
+        pause = 0.002
+        # Read and write: its last record is read through this descriptor (last_record).
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        while True:
+            fd = os.open(self.path, flags, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise Unavailable(
+                        f"another ringfence session is writing the event file {self.path} "
+                        f"(it has held it for {EVENT_FILE_WAIT_SECONDS:g} s): one session "
+                        "appends to an event file at a time, since two at once would "
+                        "interleave their chains; give each session a file of its own, or "
+                        "try again when it ends",
+                        field="events",
+                        busy=True,
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                continue
+            try:
+                held, now = os.fstat(fd), os.stat(self.path)
+            except FileNotFoundError:
+                os.close(fd)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+                return fd
+            os.close(fd)  # moved away while it was waited for: the path's file now
 
     def last_record(self) -> dict[str, Any] | None:
+        if self._fd is None:
+            return None
         try:
-            with open(self.path, "rb") as f:
+            # Through the held descriptor: the file this sink appends to, whatever the path
+            # leads to now.
+            with open(os.dup(self._fd), "rb", closefd=True) as f:
+                f.seek(0)
                 last = b""
                 for line in f:
                     if line.strip():

@@ -335,6 +335,10 @@ class Resolver:
         # one starts from it.
         self.scan_base: Any = None
         self.scan_lock = threading.Lock()
+        # Run by the writers' lock (``_writelock.writing``) each time a writer of this
+        # process takes it: a checkpoint store's recovery of what a dead process left in
+        # flight, so no writer ever judges or writes a half-written tree.
+        self.on_turn: list[Callable[[], None]] = []
 
     # -- lifetime ----------------------------------------------------------------------
 

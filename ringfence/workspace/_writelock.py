@@ -78,6 +78,11 @@ def writing(resolver: Resolver) -> Iterator[None]:
             held = _lock_roots(resolver)
         _HELD.depth = 1
         try:
+            # What a dead process left in flight is rolled back before this writer judges
+            # anything (a recovery killed midway while this one waited: it wrote over a
+            # half-rolled-back tree, and its set's before-images were a killed merge's).
+            for hook in list(resolver.on_turn):
+                hook()
             yield
         finally:
             _HELD.depth = 0

@@ -56,7 +56,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ...runtime._errors import RingfenceError, Unavailable
+from ...runtime._errors import RingfenceError, ToolTimeout, Unavailable
+from .._deadline import Deadline, current_deadline
 from .._writelock import writing
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ _REDONE_BY_THEIR_CALLER = frozenset({"write_file", "edit_file", "undo", "apply_c
 _TURN = "writer.lock"  # held by the one process writing the workspace (see the docstring)
 # How long an operation waits for another process's to end before it is refused.
 TURN_WAIT_SECONDS = 60.0
+# How long a start waits for a live writer's operation before it leaves a dead one's rollback
+# to the next writer's turn (:func:`recover`).
+START_WAIT_SECONDS = 5.0
 
 
 class Journal:
@@ -471,23 +475,53 @@ def recover(store: CheckpointStore) -> Recovery:
     dir_fd = store.journal_fd_if_any()
     if dir_fd is None:
         return Recovery()
-    done: list[dict[str, Any]] = []
-    unreadable: list[dict[str, Any]] = []
-    journals = 0
     for name, fd in _unheld(dir_fd, _MAKING):  # killed before it was named: it holds nothing
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=dir_fd)
         os.close(fd)
+    # A dead journal is taken (locked) only under the writers' lock: a recovery that locked
+    # it first and the writers' lock after held it in between with no turn, and another
+    # process's start passed it over as a live one's while its write, taking the writers'
+    # lock first, wrote the half-merged tree. Asked without a lock first (any journal naming
+    # a set in flight, a live one's too), so a start with nothing to roll back waits for no one.
+    if not in_flight_anywhere(store):
+        return _recover(store, dir_fd, locked=False)
+    try:
+        # A start waits for a live writer's operation at most START_WAIT_SECONDS (a writer
+        # already holding the lock, whose turn this is, does not wait): past it, what is
+        # dead is left to the next writer, which rolls it back under its lock first.
+        waited = current_deadline() is None
+        limit = Deadline(time.monotonic() + START_WAIT_SECONDS, START_WAIT_SECONDS, "recovery")
+        with limit.active() if waited else contextlib.nullcontext():
+            lock = writing(store.workspace._resolver)
+            lock.__enter__()
+    except ToolTimeout:
+        return _recover(store, dir_fd, locked=False)
+    try:
+        with store.journal.turn():
+            return _recover(store, dir_fd, locked=True)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _recover(store: CheckpointStore, dir_fd: int, *, locked: bool) -> Recovery:
+    """:func:`recover`'s pass over the journals nobody holds; ``locked``: under the writers'
+    lock and this store's turn. Unlocked, a journal naming a set in flight (a writer that
+    died since the look without a lock) is left for the next writer, which recovers under
+    its lock (:meth:`CheckpointStore._recover_dead`), or the next start."""
+    done: list[dict[str, Any]] = []
+    unreadable: list[dict[str, Any]] = []
+    journals = 0
     for name, fd in _unheld(dir_fd):
         try:
             in_flight, bad = _read(fd)
             if in_flight:
-                # never beside another process's writes (the writers' lock first: _writelock)
-                with writing(store.workspace._resolver), store.journal.turn():
-                    # Newest first: the sets of one group (an undo of several) were written
-                    # in that order, each over the tree the one before it left.
-                    for set_id in reversed(in_flight):
-                        done.append(_roll_back(store, set_id))
+                if not locked:
+                    continue
+                # Newest first: the sets of one group (an undo of several) were written
+                # in that order, each over the tree the one before it left.
+                for set_id in reversed(in_flight):
+                    done.append(_roll_back(store, set_id))
             journals += 1
             if bad:  # kept: what it holds may be an operation this version cannot see
                 unreadable.append({

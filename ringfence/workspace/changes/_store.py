@@ -119,6 +119,32 @@ class CheckpointStore:
             self.prune()
         if recover and at is None:
             self._recover_moved()
+        if recover:
+            # Again each time a writer of this process takes the writers' lock: a process
+            # that died since (a recovery killed midway while this one waited) is rolled back
+            # before anything is judged or written (see _recover_dead).
+            workspace._resolver.on_turn.append(self._recover_dead)
+
+    def _recover_dead(self) -> None:
+        """Roll back what a process that died since this store's start left in flight; run
+        by the writers' lock (:func:`~.._writelock.writing`) as a writer of this process takes it.
+
+        This store's start passes over a journal another process holds, a live writer's or
+        another start's recovery. That recovery killed midway (a second crash) left the tree
+        half rolled back, and a write that had waited for its lock meanwhile then judged and
+        wrote that tree: its change set took the killed merge's bytes for its before-image,
+        the next start left the file to it, and its ``undo`` put the killed merge's bytes
+        back. Cheap when there is nothing to do: the journals directory listed, each
+        journal tried with a lock that does not wait (a live process's is passed over)."""
+        if self.journal_fd_if_any() is None:
+            return
+        found = recover_journals(self)
+        if found.sets or found.unreadable:
+            self.recovered = Recovery(
+                (*self.recovered.sets, *found.sets),
+                self.recovered.journals + found.journals,
+                (*self.recovered.unreadable, *found.unreadable),
+            )
 
     def _identity(self) -> str:
         """The roots as directories (device and inode, in order): what a rename keeps."""
@@ -306,6 +332,8 @@ class CheckpointStore:
         return self._journal_dir
 
     def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.workspace._resolver.on_turn.remove(self._recover_dead)
         self.journal.close()
         with self._open_lock:
             for fd in self._fds or ():
