@@ -231,3 +231,65 @@ def test_short_lines_and_wide_arguments_are_held_to_the_limit(
         assert rf.process.poll() is None
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
     assert not any(r["kind"] == "review_action" for r in records(events))
+
+
+def chained(records: list[dict[str, object]]) -> bytes:
+    """``records`` as a writer chains them (seq, prev, the hash over each canonical body):
+    what a process that can write a watched file can forge without any key."""
+    import hashlib
+
+    from ringfence.runtime._events import GENESIS, encode_record
+
+    prev, out = GENESIS, []
+    for seq, record in enumerate(records):
+        body = encode_record({**record, "seq": seq, "prev": prev, "ts": 1.0, "trace_id": "t"})
+        prev = hashlib.sha256(body).hexdigest()
+        out.append(body[:-1] + b',"hash":"' + prev.encode() + b'"}\n')
+    return b"".join(out)
+
+
+def test_a_chained_stream_of_wide_arguments_is_verified_within_the_limit(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Until 2026-12-07 the chain check kept each open call's proposed arguments parsed
+    until its session ended: a chained stream of 24 calls of 700,000 empty objects each
+    (48 MiB, all held; any process that can write a watched file chains it, no key needed)
+    took the page's check past 1 GB. It keeps their digests now."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    items: list[object] = [{} for _ in range(700_000)]
+    stream = [{"kind": "session_started", "public_key": key.decode()}]
+    stream += [
+        {"kind": "proposed", "call_id": f"w{n}", "tool": "x", "arguments": {"items": items}}
+        for n in range(24)
+    ]
+    stream.append({"kind": "proposed", "call_id": "last", "tool": "echo",
+                   "arguments": {"text": "the-newest-call"}})  # fmt: skip
+    watched = tmp_path / "watched.jsonl"
+    watched.write_bytes(chained(stream))
+    del items
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--watch", str(watched))  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+
+        def verified() -> str | None:
+            status, _, body = get(base + "calls")
+            # Consistent, its session open (no seal): every record checked.
+            done = status == 200 and "the-newest-call" in body
+            return body if done and f"open: {len(stream)} records" in body else None
+
+        body = wait_until(verified, timeout=300, what="the stream read and verified")
+        assert 'id="dropped"' not in body  # held whole: verified from memory
+        peak = peak_rss_bytes(rf.process.pid)
+        assert peak < 6 * MAX_HELD_BYTES + (120 << 20), f"peak RSS {peak >> 20} MiB"
+        assert rf.process.poll() is None
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert not any(r["kind"] == "review_action" for r in records(events))
