@@ -217,7 +217,7 @@ def _call_dict(c: CallRow) -> dict[str, Any]:
         "tool": c.tool,
         "origin": c.origin,
         "ts": c.ts,
-        "arguments": "" if c.arguments is None else abbreviate(c.arguments_text, 120),
+        "arguments": "" if c.arguments_json is None else abbreviate(c.arguments_text, 120),
         "decision": {"verdict": c.verdict, "rule": c.rule, "reason": c.reason},
         "approval": c.approval,
         "outcome": c.outcome or "unfinished",

@@ -5,7 +5,8 @@ A request passes, in order:
 1. :class:`PathToken`: the first path segment is the token (``/<token>/…``,
    the URL the command prints); it is moved into ``Authorization: Bearer``
    (any such header the client sent is dropped) and out of the path, so no
-   log or record ever holds it;
+   log or record ever holds it; every answer, a refusal of the layers below
+   too, gets the page's security headers there;
 2. ``serve``'s :class:`~ringfence.serve.RequestGuard` (the same class as
    ``serve --transport http``): ``Host`` must be a loopback name with the
    bound port (421), an ``Origin`` must be the page's (403), the token must
@@ -35,7 +36,7 @@ from urllib.parse import parse_qsl
 
 import trio
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._html import Html
 from ._site import PageError, ReviewSite, error_page
@@ -73,6 +74,7 @@ class PathToken:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _headed(send)
         path: str = scope.get("path") or "/"
         _, _, rest = path.partition("/")
         token, slash, tail = rest.partition("/")
@@ -89,6 +91,23 @@ class PathToken:
             "root_path": "",
         }
         await self.app(scope, receive, send)
+
+
+def _headed(send: Send) -> Send:
+    """``send`` with :data:`SECURITY_HEADERS` added to every response that lacks them: the
+    guard's refusals (421, 401, 403, 413, 408, 503) are answered before the page's routes, and
+    until 2026-12-07 they went out with none (no frame, sniffing or caching rule): another
+    site could frame them, and a browser could keep them."""
+
+    async def headed(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            present = {bytes(name).lower() for name, _ in headers}
+            headers += [(k, v) for k, v in SECURITY_HEADERS if k not in present]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return headed
 
 
 def _send_headers(content_type: str, extra: tuple[tuple[bytes, bytes], ...] = ()) -> list:

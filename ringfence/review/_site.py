@@ -777,11 +777,10 @@ class ReviewSite:
         if c is None:
             raise PageError(404, "no call with that id in this stream")
         spec = self.kernel.registry.get(c.tool) if c.tool in self.kernel.registry else None
+        arguments = c.arguments  # parsed from its text now, for this view alone
         request = ApprovalRequest(
             tool=c.tool,
-            arguments=c.arguments
-            if isinstance(c.arguments, Mapping)
-            else {"arguments": c.arguments},
+            arguments=arguments if isinstance(arguments, Mapping) else {"arguments": arguments},
             consequence=spec.consequence.value if spec is not None else "consequence unknown",
             rule=c.rule or "",
             reason=c.reason or "",

@@ -13,6 +13,13 @@ view renders them through :mod:`ringfence.runtime._render` (the page also
 HTML-escapes). Records that are not objects, or whose fields have unexpected
 types, are folded as far as they make sense (a tool that is not a string is
 shown as its JSON) and never raise.
+
+What a call keeps of a record are texts, never the parsed values: its arguments as
+their JSON (parsed again when a view draws one call), its error's code and message,
+the first :data:`MAX_KEPT_REFUSED` entries a merge refused. A parsed value holds many
+times the bytes of its JSON (``[{},{},…]``: 72 bytes of objects for every 3 of text),
+so until 2026-12-07 a stream of 48 MiB of such arguments held 1.2 GB of the page's
+memory, whatever the page's bound on the lines it holds.
 """
 
 from __future__ import annotations
@@ -22,12 +29,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from ._events import OUTCOME_KINDS
 
 __all__ = ["CallFilter", "CallRow", "SessionRow", "SetRecord", "Timeline"]
 
 # How much of a call's output the page keeps for its detail view (the record may hold more).
 MAX_KEPT_OUTPUT = 20_000
+# How many entries of what a merge refused a change set keeps (the page shows 200).
+MAX_KEPT_REFUSED = 200
 
 
 def _text(value: Any) -> str:
@@ -44,9 +55,35 @@ def _opt(value: Any) -> str | None:
     return None if value is None else _text(value)
 
 
-@dataclass
+def _json(value: Any) -> str:
+    """``value`` as JSON text (sorted keys), whatever it is: parsed back by
+    :attr:`CallRow.arguments`. orjson first (in C, a record's arguments of a million
+    values in a fraction of a second), ``json`` for what it cannot write."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(repr(value), ensure_ascii=False)
+
+
+def _error(error: dict[str, Any]) -> dict[str, Any]:
+    """What a call keeps of its error: code and message as texts (the message as the
+    output is kept), and the field it names, never the rest (``details`` may be anything)."""
+    kept: dict[str, Any] = {
+        "code": _opt(error.get("code")),
+        "message": _text(error.get("message", ""))[:MAX_KEPT_OUTPUT],
+    }
+    if isinstance(error.get("field"), str):
+        kept["field"] = error["field"][:MAX_KEPT_OUTPUT]
+    return kept
+
+
+@dataclass(slots=True)
 class CallRow:
-    """One call as the page lists it, folded from its records."""
+    """One call as the page lists it, folded from its records (texts only: module docstring)."""
 
     index: int
     session: int
@@ -57,7 +94,8 @@ class CallRow:
     origin: str | None
     ts: float
     line: int
-    arguments: Any = None
+    # The proposed arguments as JSON (sorted keys); None before a ``proposed`` record.
+    arguments_json: str | None = None
     verdict: str | None = None
     rule: str | None = None
     source: str | None = None
@@ -71,18 +109,23 @@ class CallRow:
     output: str | None = None
     ended: float | None = None
     checkpoints: list[str] = field(default_factory=list)
-    _arguments_text: str | None = None
 
     @property
     def duration_ms(self) -> float | None:
         return None if self.ended is None else round((self.ended - self.ts) * 1000, 3)
 
     @property
+    def arguments(self) -> Any:
+        """The proposed arguments, parsed from their text now (None: none proposed)."""
+        return None if self.arguments_json is None else json.loads(self.arguments_json)
+
+    @property
     def arguments_text(self) -> str:
-        """The arguments as one JSON text (sorted keys), computed once."""
-        if self._arguments_text is None:
-            self._arguments_text = _text(self.arguments if self.arguments is not None else {})
-        return self._arguments_text
+        """The arguments as one JSON text (sorted keys); a text argument as itself."""
+        text = self.arguments_json
+        if text is None:
+            return "{}"
+        return json.loads(text) if text.startswith('"') else text
 
     @property
     def state(self) -> str:
@@ -210,8 +253,7 @@ class Timeline:
             self.calls.append(call)
             session.calls += 1
         if kind == "proposed":
-            call.arguments = record.get("arguments", {})
-            call._arguments_text = None
+            call.arguments_json = _json(record.get("arguments", {}))
             call.origin = _opt(record.get("origin"))
         elif kind == "decided":
             call.verdict = _opt(record.get("verdict"))
@@ -229,7 +271,7 @@ class Timeline:
         elif kind in OUTCOME_KINDS:
             call.outcome, call.ended = str(kind), ts
             error = record.get("error")
-            call.error = error if isinstance(error, dict) else None
+            call.error = _error(error) if isinstance(error, dict) else None
             output = record.get("output")
             if output is not None:
                 call.output = _text(output)[:MAX_KEPT_OUTPUT]
@@ -240,7 +282,7 @@ class Timeline:
             record["id"],
             _opt(record.get("call_id")),
             _opt(record.get("tool")),
-            list(refused) if isinstance(refused, list) else [],
+            [_text(r) for r in refused[:MAX_KEPT_REFUSED]] if isinstance(refused, list) else [],
             _opt(record.get("undoes")),
             _opt(record.get("applies")),
         )

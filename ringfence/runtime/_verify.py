@@ -150,8 +150,16 @@ _HASH_TAIL = re.compile(rb',"hash":"([0-9a-f]{64})"\}\Z')
 
 @dataclass
 class _Call:
+    """What the check keeps of a call until its session ends: the proposed arguments as
+    their two digests and whether they were redacted, never the parsed value (which holds
+    many times its JSON: until 2026-12-07 a session's open calls of lists of empty objects
+    held 24 times the stream's bytes, and the review page verifying 48 MiB took 1 GB more)."""
+
     tool: Any
-    arguments: Any
+    # (arguments_digest, digest) of the proposed arguments: either encoding counts.
+    digests: tuple[str, str]
+    # A registered secret's text was replaced in them (they no longer hash to the digest).
+    redacted: bool
     verdict: Any = None
     rule: Any = None
     # The argument digest the Gate decided on (``decided``; absent in logs before checkpoints).
@@ -273,7 +281,12 @@ class _Verifier:
             if not isinstance(call_id, str) or call_id in session.calls:
                 self.problem(lineno, f"call {call_id!r} proposed twice or without an id")
                 return
-            session.calls[call_id] = _Call(record.get("tool"), record.get("arguments"))
+            arguments = record.get("arguments")
+            session.calls[call_id] = _Call(
+                record.get("tool"),
+                (arguments_digest(arguments), digest(arguments)),
+                MARKER in json.dumps(arguments),
+            )
             return
         if kind not in ("decided", "approval_answered", "started", *OUTCOME_KINDS):
             return  # informational records (notice, output, …): the chain covers them
@@ -329,14 +342,10 @@ class _Verifier:
         if call.arguments_sha256 is not None and claimed != call.arguments_sha256:
             return "the intent's argument digest is not the one the Gate decided on"
         # Redacted arguments no longer hash to the digest; then the decision's digest counts.
-        arguments = call.arguments
         # Either encoding counts: orjson's (this writer) or canonical JSON (older logs).
         # A digest that holds the marker had a registered secret's text in its hex digits.
-        redacted = MARKER in json.dumps(arguments) or MARKER in str(claimed)
-        if not redacted and claimed not in (
-            arguments_digest(arguments),
-            digest(arguments),
-        ):
+        redacted = call.redacted or MARKER in str(claimed)
+        if not redacted and claimed not in call.digests:
             return "the proposed arguments do not hash to the intent's argument digest"
         if intent.get("verdict") != "allow":
             return f"the intent does not allow the call (verdict {intent.get('verdict')!r})"

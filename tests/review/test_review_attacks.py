@@ -204,6 +204,59 @@ def test_a_query_of_too_many_fields_is_a_clear_400(workspace: Path, tmp_path: Pa
     assert not any(r["kind"] == "review_action" for r in records(events))
 
 
+def _raw_answer(port: int, request: bytes) -> tuple[int, dict[str, str], list[str]]:
+    """``request`` sent as it is on a fresh connection: the status and headers answered (and
+    the names of every header, repeated ones as many times)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.connect()
+        assert conn.sock is not None
+        conn.sock.sendall(request)
+        response = http.client.HTTPResponse(conn.sock, method="GET")
+        response.begin()
+        names = [k.lower() for k, _ in response.getheaders()]
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, names
+    finally:
+        conn.close()
+
+
+def test_every_refusal_carries_the_pages_frame_and_sniffing_headers(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The guard answers a wrong token, a foreign Host or Origin and a body too large before
+    the page's routes: until 2026-12-07 those answers carried none of the page's headers (no
+    X-Frame-Options, no frame-ancestors, no nosniff, no no-store), so another site could
+    frame them and a browser keep them. Every answer carries them now."""
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events))
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+        port = int(base.split(":")[2].split("/")[0])
+        token = base.split("/")[3]
+        host = f"127.0.0.1:{port}"
+        asked = {
+            401: f"GET /not-the-token/ HTTP/1.1\r\nHost: {host}\r\n\r\n",
+            421: f"GET /{token}/ HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n",
+            403: f"GET /{token}/ HTTP/1.1\r\nHost: {host}\r\nOrigin: http://evil.example\r\n\r\n",
+            413: f"POST /{token}/confirm HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 200000\r\n\r\n",
+            404: f"GET /{token}/nowhere HTTP/1.1\r\nHost: {host}\r\n\r\n",
+            200: f"GET /{token}/calls HTTP/1.1\r\nHost: {host}\r\n\r\n",
+        }
+        for expected, request in asked.items():
+            status, headers, names = _raw_answer(port, request.encode())
+            assert status == expected, (expected, status, headers)
+            assert headers.get("x-frame-options") == "DENY", (status, headers)
+            assert "frame-ancestors 'none'" in headers.get("content-security-policy", ""), headers
+            assert headers.get("x-content-type-options") == "nosniff", (status, headers)
+            assert headers.get("cache-control") == "no-store", (status, headers)
+            assert names.count("x-frame-options") == names.count("content-security-policy") == 1
+        status, _, _ = get(base + "calls")  # the page goes on
+        assert status == 200
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert not any(r["kind"] == "review_action" for r in records(events))
+
+
 # -- a record whose time cannot be drawn ------------------------------------------------------
 
 

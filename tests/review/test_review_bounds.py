@@ -174,3 +174,122 @@ def test_huge_and_slow_requests_are_cut_off_and_the_page_goes_on(
         assert status == 200  # the page goes on
     assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
     assert not any(r["kind"] == "review_action" for r in records(events))
+
+
+def write_short_and_wide_stream(path: Path) -> int:
+    """What a stream's bytes alone never bounded: 16 MiB of calls of ~40 bytes, 4 MiB of blank
+    lines, then 16 calls whose arguments are lists of 700,000 empty objects (2 MiB of JSON
+    each, 50 MiB of objects once parsed) and a last call; how many lines."""
+    short = b"".join(
+        b'{"kind":"proposed","call_id":"s%d","tool":"echo"}\n' % n for n in range(400_000)
+    )
+    wide = b"[" + b"{}," * 700_000 + b"{}]"
+    with open(path, "wb") as f:
+        f.write(short)
+        f.write(b"\n" * (4 << 20))
+        for n in range(16):
+            f.write(b'{"kind":"proposed","call_id":"w%d","tool":"x","arguments":{"items":' % n
+                    + wide + b"}}\n")  # fmt: skip
+        f.write(json.dumps({"kind": "proposed", "call_id": "last", "tool": "echo",
+                            "arguments": {"text": "the-newest-call"}}).encode() + b"\n")  # fmt: skip
+    return 400_000 + (4 << 20) + 16 + 1
+
+
+def test_short_lines_and_wide_arguments_are_held_to_the_limit(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Until 2026-12-07 a held line counted its bytes alone and a call kept its arguments
+    parsed: 64 MiB of 22-byte records folded into 3 million calls (2 GB), blank lines were
+    held uncounted, and a list of empty objects held 24 times its JSON as Python objects.
+    Each line now also counts what holding and folding it costs, and a call keeps its
+    arguments as their text."""
+    watched = tmp_path / "watched.jsonl"
+    total = write_short_and_wide_stream(watched)
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--watch", str(watched))  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+
+        def read_all() -> bool:
+            status, _, body = get(base + "version")
+            return status == 200 and json.loads(body)["lines"] >= total
+
+        wait_until(read_all, timeout=300, what="the whole stream read")
+        status, _, body = get(base + "calls")
+        assert status == 200, body[-2000:]
+        assert "the-newest-call" in body
+        assert 'id="dropped"' in body and "are not shown" in body, body[:4000]
+        # A wide call is still shown, its arguments read again from their text.
+        status, _, body = get(base + "calls/w15")
+        assert status == 200 and "items" in body, body[-2000:]
+        # Measured: 370 MiB peak on a loaded machine (a wide line parsed while it is folded,
+        # then dropped for its text). Before, this stream held the page's loop past a
+        # request's 30 s, and one of 48 MiB of such lists took the fold to 1.7 GB.
+        peak = peak_rss_bytes(rf.process.pid)
+        assert peak < 6 * MAX_HELD_BYTES + (120 << 20), f"peak RSS {peak >> 20} MiB"
+        assert rf.process.poll() is None
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert not any(r["kind"] == "review_action" for r in records(events))
+
+
+def chained(records: list[dict[str, object]]) -> bytes:
+    """``records`` as a writer chains them (seq, prev, the hash over each canonical body):
+    what a process that can write a watched file can forge without any key."""
+    import hashlib
+
+    from ringfence.runtime._events import GENESIS, encode_record
+
+    prev, out = GENESIS, []
+    for seq, record in enumerate(records):
+        body = encode_record({**record, "seq": seq, "prev": prev, "ts": 1.0, "trace_id": "t"})
+        prev = hashlib.sha256(body).hexdigest()
+        out.append(body[:-1] + b',"hash":"' + prev.encode() + b'"}\n')
+    return b"".join(out)
+
+
+def test_a_chained_stream_of_wide_arguments_is_verified_within_the_limit(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Until 2026-12-07 the chain check kept each open call's proposed arguments parsed
+    until its session ended: a chained stream of 24 calls of 700,000 empty objects each
+    (48 MiB, all held; any process that can write a watched file chains it, no key needed)
+    took the page's check past 1 GB. It keeps their digests now."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    items: list[object] = [{} for _ in range(700_000)]
+    stream = [{"kind": "session_started", "public_key": key.decode()}]
+    stream += [
+        {"kind": "proposed", "call_id": f"w{n}", "tool": "x", "arguments": {"items": items}}
+        for n in range(24)
+    ]
+    stream.append({"kind": "proposed", "call_id": "last", "tool": "echo",
+                   "arguments": {"text": "the-newest-call"}})  # fmt: skip
+    watched = tmp_path / "watched.jsonl"
+    watched.write_bytes(chained(stream))
+    del items
+    events = tmp_path / "events.jsonl"
+    argv = ("review", "--workspace", str(workspace), "--events", str(events),
+            "--watch", str(watched))  # fmt: skip
+    with ringfence_process(*argv) as rf:
+        base = rf.wait_for_url()
+
+        def verified() -> str | None:
+            status, _, body = get(base + "calls")
+            # Consistent, its session open (no seal): every record checked.
+            done = status == 200 and "the-newest-call" in body
+            return body if done and f"open: {len(stream)} records" in body else None
+
+        body = wait_until(verified, timeout=300, what="the stream read and verified")
+        assert 'id="dropped"' not in body  # held whole: verified from memory
+        peak = peak_rss_bytes(rf.process.pid)
+        assert peak < 6 * MAX_HELD_BYTES + (120 << 20), f"peak RSS {peak >> 20} MiB"
+        assert rf.process.poll() is None
+    assert "Traceback" not in "".join(rf.stderr), "".join(rf.stderr)[-3000:]
+    assert not any(r["kind"] == "review_action" for r in records(events))
