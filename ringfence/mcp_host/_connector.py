@@ -48,7 +48,7 @@ from ._inventory import (
 from ._requests import REQUESTS_SUMMARY
 from ._sampling import SamplingGate, SamplingProvider
 from ._urls import display_url
-from .manifest._load import Policy, ServerConfig, Transport
+from .manifest._load import Policy, ServerConfig, Transport, sanitize_part
 from .transport._pool import ConnectionPool, LiveConnection
 from .transport._stdio import StdioConfiner
 
@@ -368,6 +368,11 @@ class Connector:
         tools: list[RemoteTool] = []
         for remote in kept:
             t = by_name[remote]
+            # A look-alike (Delete-All beside delete_all) gave it a suffix: a rule written for
+            # the name it had keeps denying or asking for it (an autonomous mcp.notes.* with a
+            # deny of mcp.notes.delete_all ran the renamed delete_all unasked).
+            base = f"mcp.{self.config.part}.{sanitize_part(remote, 'tool')}"
+            aliases = (base,) if names[remote] != base else ()
             consequence, reason = consequence_for(self.config, remote, t.annotations)
             schema = dict(t.input_schema or {"type": "object"})
             tools.append(
@@ -382,6 +387,7 @@ class Connector:
                     consequence=consequence,
                     consequence_reason=reason,
                     output_schema=t.output_schema,
+                    aliases=aliases,
                 )
             )
         self.tools = sorted(tools, key=lambda t: t.name)
