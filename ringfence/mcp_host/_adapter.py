@@ -44,6 +44,7 @@ from ..runtime._calls import CallContext
 from ..runtime._errors import InvalidArguments, RingfenceError, ToolError
 from ..runtime._output import cap_text
 from ..runtime._tools import Consequence, ToolSpec
+from ..runtime.policy._decide import RULE_ALIASES
 from ._results import (
     RenderContext,
     ResultBudget,
@@ -86,6 +87,9 @@ class RemoteTool:
     consequence: Consequence
     consequence_reason: str
     output_schema: Mapping[str, Any] | None = None  # checked by ringfence (see _tool_call)
+    # The name it would have had without a look-alike (mcp.notes.delete_all beside Delete-All):
+    # the rules written for that name still deny or ask for it (RULE_ALIASES).
+    aliases: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -250,6 +254,7 @@ def tool_spec(connector: Connector, tool: RemoteTool) -> ToolSpec:
             "annotations": dict(tool.annotations) if tool.annotations else None,
             "consequence_reason": tool.consequence_reason,
             "trust": connector.config.trust.value,
+            **({RULE_ALIASES: tool.aliases} if tool.aliases else {}),
         },
     )
 

@@ -21,6 +21,7 @@ import trio
 from mcp import types
 
 from ..runtime._errors import RingfenceError
+from ..runtime._groups import raise_single
 from ..runtime._kernel import Kernel
 from ..runtime._output import cap_text
 from ..runtime._tools import ToolSpec
@@ -47,7 +48,7 @@ from ._inventory import (
 from ._requests import REQUESTS_SUMMARY
 from ._sampling import SamplingGate, SamplingProvider
 from ._urls import display_url
-from .manifest._load import Policy, ServerConfig, Transport
+from .manifest._load import Policy, ServerConfig, Transport, sanitize_part
 from .transport._pool import ConnectionPool, LiveConnection
 from .transport._stdio import StdioConfiner
 
@@ -282,18 +283,50 @@ class Connector:
         assert self.ledger is not None
         if self.ledger.allows("tools"):
             await self._list_tools()
-        if self.ledger.allows("prompts"):
-            await self._soft(self._list_prompts, "prompts/list")
-        if self.ledger.allows("resources"):
-            await self._soft(self._list_resources, "resources/list")
-            if self.config.subscribe_resources and "resources.subscribe" in self.ledger.flags:
-                live = self.pool.live
-                if live is not None:
-                    await self._soft(
-                        lambda: self._subscribe(live.client, [r["uri"] for r in self.resources]),
-                        "subscribe",
+        # What the start lists besides the tools (prompts; resources, templates, subscriptions)
+        # shares one call's deadline, side by side: each had a deadline of its own, so a server
+        # answering none of them held the session's start three or four deadlines more.
+        seconds = self.config.call_timeout_seconds
+        deadline = trio.current_time() + seconds
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.ledger.allows("prompts"):
+                    nursery.start_soon(
+                        self._by_deadline, self._list_prompts, "prompts/list", deadline, seconds
                     )
+                if self.ledger.allows("resources"):
+                    nursery.start_soon(
+                        self._by_deadline, self._resources, "resources/list", deadline, seconds
+                    )
+        except BaseExceptionGroup as group:
+            raise_single(group)  # _soft keeps ringfence's errors: a leaf is a bug, as it was
         self.specs = self._build_specs()
+
+    async def _by_deadline(self, fn: Any, action: str, deadline: float, seconds: float) -> None:
+        """``fn`` as :meth:`_soft` runs it, stopped at ``deadline`` keeping what it has."""
+        with trio.move_on_at(deadline) as scope:
+            await self._soft(fn, action)
+        if scope.cancelled_caught:
+            self.diagnostics.fail(
+                action,
+                f"{action} and what follows it at the start did not finish within {seconds:g}s "
+                "of the tools' listing (time limit, call_timeout_seconds); what was listed by "
+                "then is kept",
+            )
+
+    async def _resources(self) -> None:
+        """The resources and their templates, then the subscriptions (when asked for), each
+        failure kept in the diagnostics (a server without templates still has its resources
+        watched)."""
+        await self._soft(self._list_resources, "resources/list")
+        assert self.ledger is not None
+        if self.config.subscribe_resources and "resources.subscribe" in self.ledger.flags:
+            live = self.pool.live
+            if live is not None:
+                await self._soft(
+                    lambda: self._subscribe(live.client, [r["uri"] for r in self.resources]),
+                    "subscribe",
+                )
 
     async def _soft(self, fn: Any, action: str) -> None:
         try:
@@ -335,6 +368,11 @@ class Connector:
         tools: list[RemoteTool] = []
         for remote in kept:
             t = by_name[remote]
+            # A look-alike (Delete-All beside delete_all) gave it a suffix: a rule written for
+            # the name it had keeps denying or asking for it (an autonomous mcp.notes.* with a
+            # deny of mcp.notes.delete_all ran the renamed delete_all unasked).
+            base = f"mcp.{self.config.part}.{sanitize_part(remote, 'tool')}"
+            aliases = (base,) if names[remote] != base else ()
             consequence, reason = consequence_for(self.config, remote, t.annotations)
             schema = dict(t.input_schema or {"type": "object"})
             tools.append(
@@ -349,6 +387,7 @@ class Connector:
                     consequence=consequence,
                     consequence_reason=reason,
                     output_schema=t.output_schema,
+                    aliases=aliases,
                 )
             )
         self.tools = sorted(tools, key=lambda t: t.name)
@@ -404,6 +443,7 @@ class Connector:
             )
             uris = uris[:MAX_SUBSCRIPTIONS]
         done: list[str] = []
+        self.subscribed = done  # kept as they are made: the start's deadline may stop the rest
         # One call's deadline for them all: each had its own, and a server answering each
         # just inside it held a session's start (or a reconnect) 100 deadlines.
         seconds = self.config.call_timeout_seconds
@@ -421,7 +461,6 @@ class Connector:
                 f"subscribed to {len(done)} of {len(uris)} resources within {seconds:g}s "
                 "(time limit, call_timeout_seconds); the rest are not watched",
             )
-        self.subscribed = done
         del client
 
     # -- registry ------------------------------------------------------------------------------

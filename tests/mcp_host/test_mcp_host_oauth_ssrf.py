@@ -81,8 +81,8 @@ def _certificate(address: str, folder: Path) -> tuple[Path, Path]:
 class _Listener:
     """A loopback service: counts the connections made to it and answers each 404."""
 
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_server((host, 0))
         self.port = self.sock.getsockname()[1]
         self.connections = 0
         self._lock = threading.Lock()
@@ -205,3 +205,54 @@ async def test_a_remote_servers_own_metadata_is_still_fetched(
         remote.shutdown()
         remote.server_close()
     assert "nearer" not in caught.value.message, caught.value.message
+
+
+def _other_own_address(besides: str) -> str:
+    """Another IPv4 address of this machine's interfaces (not loopback, not ``besides``)."""
+    import psutil
+
+    for addresses in psutil.net_if_addrs().values():
+        for a in addresses:
+            ip = ipaddress.ip_address(a.address) if a.family.name == "AF_INET" else None
+            if ip is not None and not ip.is_loopback and a.address != besides:
+                return a.address
+    pytest.skip("this machine has a single non-loopback IPv4 address")
+
+
+# This machine spelled as an address that is not loopback: the unspecified address (a
+# connection to it reaches this machine: 0.0.0.0, and 0 as the resolver reads it) and another
+# address of this machine's own interfaces. Each is "private" by its class, as near as a
+# server on a private network, and the flow's GET reached a service listening on this machine.
+_OWN_SPELLINGS = ("https://0.0.0.0:{port}", "https://0:{port}", "https://{other}:{port}")
+
+
+@pytest.mark.parametrize("spelling", _OWN_SPELLINGS)
+async def test_a_private_servers_metadata_cannot_send_the_flow_to_this_machine(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    address = _non_loopback_address()
+    other = _other_own_address(address) if "{other}" in spelling else ""
+    cert, key = _certificate(address, tmp_path)
+    trusted = ssl.create_default_context(cafile=str(cert))  # this test's server only
+    monkeypatch.setattr(_http, "tls_context", lambda: trusted)
+    victim = _Listener("0.0.0.0")  # a local service on every interface
+    base = spelling.format(port=victim.port, other=other)
+    metadata = f"{base}/.well-known/oauth-protected-resource"
+    remote = _remote(address, cert, key, f'Bearer resource_metadata="{metadata}"')
+    try:
+        url = f"https://{address}:{remote.server_address[1]}/mcp"
+        config = manifest(
+            f'[[server]]\nname = "far"\ntransport = "http"\nurl = "{url}"\nauth = "oauth"\n'
+        ).servers[0]
+        browser = _Browser()
+        with pytest.raises(Unavailable) as caught:
+            await login(config, Redactor(), browser.flow())
+    finally:
+        remote.shutdown()
+        remote.server_close()
+        victim.close()
+    assert victim.connections == 0  # nothing reached the service on this machine
+    message = caught.value.message
+    assert caught.value.field == "auth", caught.value
+    assert "address of this machine" in message and f":{victim.port}" in message, message
+    assert browser.urls == []

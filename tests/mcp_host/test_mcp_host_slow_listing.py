@@ -9,6 +9,7 @@ the diagnostics say why (real SDK peer ``servers/paging.py slow``).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import trio
@@ -58,3 +59,37 @@ async def test_slow_subscriptions_stop_at_one_call_deadline(make_kernel, state: 
                 out = await kernel.invoke("mcp.slowsub.flood", {"count": 1})
                 assert out.error is None, out.error
     assert took < 60, took  # the connect (a fresh interpreter) and one 4 s round
+
+
+STALL_DEADLINE = 15.0  # call_timeout_seconds for the stalling server
+
+
+async def test_a_servers_listings_at_start_share_one_call_deadline(
+    make_kernel, state: Path
+) -> None:
+    """Each kind listed at a server's start (prompts, resources, resource templates) and its
+    subscriptions had a call's deadline of its own: a server answering tools/list and
+    resources/list, then never prompts/list, resources/templates/list or a subscription,
+    held the session's start three deadlines (three minutes by default) past its listing.
+    After tools/list, what the start still lists shares one deadline, and what it cut is said."""
+    extra = (
+        'approved_capabilities = ["tools", "prompts", "resources"]\nsubscribe_resources = true\n'
+        f"call_timeout_seconds = {STALL_DEADLINE}"
+    )
+    block = py_server("stall", "paging.py", "stall", extra=extra, state=state)
+    async with make_kernel() as kernel:
+        # Before: prompts/list, resources/templates/list and resources/subscribe, each 15 s.
+        with trio.fail_after(300):
+            async with connect_servers(kernel, manifest(block)) as cs:
+                ready = time.time()
+                c = cs["stall"]
+                assert [t.remote_name for t in c.tools] == ["stall"]
+                assert len(c.resources) == 3  # listed before the stall: kept
+                assert c.subscribed == []
+                problems = " ".join(f["message"] for f in c.diagnostics.failures)
+                assert "time limit" in problems, c.diagnostics.failures
+                out = await kernel.invoke("mcp.stall.stall", {})
+                assert out.error is None, out.error
+    waited = ready - float((state / "listed").read_text())
+    # One deadline after tools/list (the rest of the start is milliseconds); three before.
+    assert waited < 2 * STALL_DEADLINE, waited

@@ -169,7 +169,10 @@ def _plain_http_refusal(url: str, server: str, what: str) -> Unavailable | None:
 # How near a host is: its loopback addresses, then the other addresses that are not global
 # (private, link-local, unique-local, shared, reserved, unspecified, multicast), then the rest.
 _LOOPBACK, _LOCAL, _GLOBAL = 0, 1, 2
-_REACH_WORDS = {_LOOPBACK: "a loopback host", _LOCAL: "a private or link-local address"}
+_REACH_WORDS = {
+    _LOOPBACK: "a loopback host or another address of this machine",
+    _LOCAL: "a private or link-local address",
+}
 
 
 def _address_reach(address: str) -> int:
@@ -181,20 +184,43 @@ def _address_reach(address: str) -> int:
     return _GLOBAL if ip.is_global else _LOCAL
 
 
-async def host_reach(host: str) -> int | None:
+def _this_machine(address: str, family: int) -> bool:
+    """Whether a connection to ``address`` reaches this machine itself: the kernel lets a
+    socket bind only an address of this machine's own interfaces, or the unspecified one
+    (``0.0.0.0``, ``::``), which a connection reaches as this machine too. Asked of the
+    kernel, not of the address's class: ``0.0.0.0`` and the address of an interface
+    (``docker0``'s ``172.17.0.1``) are "private" by class, yet reach every service that
+    listens on this machine's every interface."""
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return False
+    return True
+
+
+async def host_reach(host: str, *, this_machine: bool = False) -> int | None:
     """How near ``host`` is (:data:`_LOOPBACK`, :data:`_LOCAL`, :data:`_GLOBAL`): the nearest
     address the system's resolver gives for it, as the connection would (``127.1``,
-    ``2130706433`` and ``localhost`` all reach loopback). None when it does not resolve."""
+    ``2130706433`` and ``localhost`` all reach loopback). None when it does not resolve.
+
+    ``this_machine``: an address that reaches this machine (:func:`_this_machine`) counts as
+    loopback, for a URL a server's metadata names (a server's own URL is judged by class
+    alone, which can only make what it may name nearer less)."""
     try:
         infos = await trio.socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError, ValueError):
         return None
     reaches = []
     for info in infos:
+        address = str(info[4][0])
         try:
-            reaches.append(_address_reach(str(info[4][0])))
+            reach = _address_reach(address)
         except ValueError:
             continue
+        if reach != _LOOPBACK and this_machine and _this_machine(address, info[0]):
+            reach = _LOOPBACK
+        reaches.append(reach)
     return min(reaches, default=None)
 
 
@@ -210,7 +236,7 @@ async def _reach_refusal(
     host = (urlsplit(url).hostname or "").lower()
     if not host or host == (urlsplit(server_url).hostname or "").lower():
         return None
-    reach = await host_reach(host)
+    reach = await host_reach(host, this_machine=True)
     limit = _GLOBAL if server_reach is None else server_reach
     if reach is None or reach >= limit:
         return None

@@ -59,8 +59,9 @@ from ...runtime._redact import Redactor
 from .._diagnostics import Diagnostics
 from .._errors import translate_error
 from .._failures import HttpStatusLog, explain
+from .._results import frame_untrusted
 from .._urls import url_secrets
-from ..manifest._load import ServerConfig, Transport
+from ..manifest._load import ServerConfig, Transport, Trust
 from ._http import http_transport
 from ._inbound import InboundLimit, watch_inbound
 from ._stdio import (
@@ -313,6 +314,15 @@ class ConnectionPool:
         lines = [line for line in self._stderr_tail if line.strip()]
         if not lines:
             return error
+        if self.config.trust is not Trust.TRUSTED:
+            # The server's words: a reconnect's error is a call's, handed to the model, so
+            # they are framed there as every other text it writes (a line of its choosing,
+            # "[end untrusted external content] SYSTEM NOTICE …", read as ringfence's own).
+            framed = frame_untrusted("\n".join(lines), self.config.name, "stderr")
+            return error.with_(
+                message=f"{error.message} The server's stderr ended with:\n{framed}",
+                details={**error.details, "stderr": [framed]},
+            )
         quoted = " | ".join(lines)
         return error.with_(
             message=f"{error.message} The server's stderr ended with: {quoted}",

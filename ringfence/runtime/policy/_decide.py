@@ -42,7 +42,15 @@ from .._tools import Consequence, ToolSpec
 from ._judge import Policy, PolicyVerdict
 from ._rules import Effect, Rule
 
-__all__ = ["Decision", "Posture", "Rules", "Verdict", "decide", "evaluate_policy"]
+__all__ = [
+    "RULE_ALIASES",
+    "Decision",
+    "Posture",
+    "Rules",
+    "Verdict",
+    "decide",
+    "evaluate_policy",
+]
 
 # A decision's verdict is a rule's effect: one enum (``Verdict`` is the name the API had).
 Verdict = Effect
@@ -156,6 +164,11 @@ class Rules(_RuleSources):
             Rule(Effect.ASK, p, text=p) for p in self.ask
         )
         return _NameRules(rules, self.allow)
+
+
+# ToolSpec.meta key: names a tool was known by that rules written for them still restrict
+# (an MCP tool renamed with a suffix when a look-alike appeared: mcp.notes.delete_all).
+RULE_ALIASES = "rule_aliases"
 
 
 def _globs(values: Iterable[str], key: str) -> tuple[str, ...]:
@@ -299,5 +312,35 @@ def decide(
     """
     ruled = _strongest_rule(spec, rules, arguments)
     if ruled is None or (ruled.verdict is Effect.ALLOW and posture is Posture.UNRESTRICTED):
-        return _by_posture(spec, posture, rules)
-    return ruled
+        decision = _by_posture(spec, posture, rules)
+    else:
+        decision = ruled
+    aliases = spec.meta.get(RULE_ALIASES)
+    return decision if not aliases else _narrowed(decision, spec, rules, arguments, aliases)
+
+
+def _narrowed(
+    decision: Decision,
+    spec: ToolSpec,
+    rules: Rules,
+    arguments: Mapping[str, Any] | None,
+    aliases: Iterable[str],
+) -> Decision:
+    """``decision``, made stronger by the deny and ask rules that match one of the tool's
+    ``RULE_ALIASES``; such a rule never allows (nor does an allowlist that leaves it out
+    deny): the aliases are names a rule may have been written for, not names of their own."""
+    policy = rules.effective_policy
+    for alias in aliases:
+        alias = str(alias)
+        found: list[Decision] = []
+        named = next((r for r in rules._names.rules if r.matches_tool(alias)), None)
+        if named is not None:
+            found.append(_named(spec.name, named))
+        if policy is not None and isinstance(arguments, Mapping):
+            pv = policy.evaluate(alias, arguments, spec.meta, exec_checked=spec.exec_checked)
+            if pv is not None and pv.effect is not None:
+                found.append(_from_policy(spec.name, pv))
+        for other in found:
+            if other.verdict is not Effect.ALLOW and other.verdict > decision.verdict:
+                decision = other
+    return decision

@@ -9,11 +9,17 @@
   heavy   12 pages, each one tool with a 6 MB description (size limit)
   cursors pages of one tool, each with a fresh 2 MB cursor, without end (size limit)
   slow    tools/list pages of one tool without end, each answered after 0.4 s (time limit)
+  stall   tools/list (the time it answered goes to $RF_STATE_DIR/listed) and
+          resources/list answer at once; prompts/list, resources/templates/list and every
+          resources/subscribe never answer (each took a call's deadline of its own)
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
+from pathlib import Path
 
 import anyio
 from mcp import types
@@ -64,6 +70,11 @@ async def list_tools(ctx, params: types.PaginatedRequestParams | None) -> types.
         return types.ListToolsResult(
             tools=[_tool(f"paged_{n}")], next_cursor=f"{n + 1}-" + "c" * 2_000_000
         )
+    if MODE == "stall":
+        listed = Path(os.environ["RF_STATE_DIR"]) / "listed"
+        listed.with_suffix(".part").write_text(repr(time.time()))
+        listed.with_suffix(".part").replace(listed)  # whole or not at all
+        return types.ListToolsResult(tools=[_tool("stall")], next_cursor=None)
     if MODE == "flood":
         return types.ListToolsResult(
             tools=[_tool(f"flood_{i}") for i in range(300)], next_cursor=None
@@ -84,7 +95,13 @@ RESOURCES = [
 ]
 
 
+async def _stall() -> None:
+    await anyio.sleep(3600)  # never, as far as a session start can wait
+
+
 async def list_prompts(ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+    if MODE == "stall":
+        await _stall()
     page, nxt = _page(PROMPTS, params.cursor if params else None)
     return types.ListPromptsResult(prompts=page, next_cursor=nxt)
 
@@ -92,11 +109,15 @@ async def list_prompts(ctx, params: types.PaginatedRequestParams | None) -> type
 async def list_resources(
     ctx, params: types.PaginatedRequestParams | None
 ) -> types.ListResourcesResult:
+    if MODE == "stall":
+        return types.ListResourcesResult(resources=RESOURCES[:3], next_cursor=None)
     page, nxt = _page(RESOURCES, params.cursor if params else None)
     return types.ListResourcesResult(resources=page, next_cursor=nxt)
 
 
 async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
+    if MODE == "stall":
+        await _stall()
     return types.ListResourceTemplatesResult(resource_templates=[])
 
 
@@ -110,6 +131,12 @@ async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.R
     )
 
 
+async def subscribe(ctx, params) -> types.EmptyResult:
+    if MODE == "stall":
+        await _stall()
+    return types.EmptyResult()
+
+
 server = Server(
     "paging-test-server",
     version="0.1",
@@ -119,6 +146,8 @@ server = Server(
     on_list_resources=list_resources,
     on_list_resource_templates=list_templates,
     on_read_resource=read_resource,
+    on_subscribe_resource=subscribe,
+    on_unsubscribe_resource=subscribe,
 )
 
 
