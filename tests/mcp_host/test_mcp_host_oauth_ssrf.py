@@ -230,7 +230,7 @@ _OWN_SPELLINGS = ("https://0.0.0.0:{port}", "https://0:{port}", "https://{other}
 async def test_a_private_servers_metadata_cannot_send_the_flow_to_this_machine(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
 ) -> None:
-    address = _non_loopback_address()
+    address = non_loopback_address()
     other = _other_own_address(address) if "{other}" in spelling else ""
     cert, key = _certificate(address, tmp_path)
     trusted = ssl.create_default_context(cafile=str(cert))  # this test's server only
