@@ -795,12 +795,18 @@ def register_shell_tool(
             "docker, or switch change sets off",
             field="change_sets",
         )
+    networked = network or bool((options or {}).get("network"))
+    if name == "docker" and options is not None and "network" in options:
+        # The session spec carries it on docker (a bridge instead of none), not an option of
+        # the container's: given as one (the command line's --network), it was refused as
+        # "unknown docker backend option", and --network never worked on docker.
+        options = {k: v for k, v in options.items() if k != "network"}
     tool = ShellTool(
         kernel,
         name,
         workspace,
         options=options,
-        network=network,
+        network=networked if name == "docker" else network,
         passthrough_env=passthrough_env,
         kill_grace=kill_grace,
         extra_mounts=extra_mounts,
@@ -808,7 +814,6 @@ def register_shell_tool(
         merge_refused=merge_refused,
         pause_collector=pause_collector,
     )
-    networked = network or bool((options or {}).get("network"))
     # The confined local backend checks every exec against the deny rules (probed when the
     # session starts; a session without them refuses the calls they apply to).
     exec_checked = (

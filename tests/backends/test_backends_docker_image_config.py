@@ -250,3 +250,29 @@ async def test_a_replacement_container_is_made_from_the_image_checked_not_the_ta
     assert first["stdout"] == "keep\n", first
     assert "planted" not in after["stdout"], after
     assert tree_state(workspace) == before
+
+
+def test_the_command_lines_network_reaches_a_docker_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ringfence call run_shell --backend docker --network`` was refused whole ("unknown
+    docker backend option(s) ['network']"): the command line passed it as an option of the
+    container's, where docker's session spec carries it. Now the command has a network (a
+    route besides the loopback's); without the flag it has none."""
+    import json
+
+    from ringfence.cli._main import main
+
+    monkeypatch.setenv("RINGFENCE_DOCKER_IMAGE", DOCKER_OPTIONS["image"])
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    routes: dict[str, Any] = {}
+    for flag in ("--network", None):
+        argv = ["call", "run_shell", "--args", json.dumps({"command": "cat /proc/net/route"}),
+                "--workspace", str(ws), "--backend", "docker", "--approve", "yes", "--json"]  # fmt: skip
+        code = main([*argv, flag] if flag else argv)
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0 and out["ok"], out
+        routes[flag or "none"] = out["result"]["stdout"].splitlines()[1:]
+    assert routes["--network"], routes  # a route: the isolated bridge
+    assert routes["none"] == [], routes  # network none: the header alone
