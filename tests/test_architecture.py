@@ -777,9 +777,10 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("ringfence/workspace/git/_config.py", "refuse_git_config_inside_roots", "os.stat"): (
         "each directory holding git's configuration file, matched with the roots by identity"
     ),
-    ("ringfence/workspace/git/_config.py", "_read", "os.open"): (
+    ("ringfence/workspace/git/_config.py", "read_config_text", "os.open"): (
         "git's own configuration file or one it includes (the person's, read to find what it "
-        "includes and its hooks directory), compared with the roots, never written"
+        "includes and its hooks directory), or a repository's outside the roots (above a "
+        "root, a gitfile's target), read to find what it names; never written"
     ),
     ("ringfence/workspace/git/_config.py", "_other_name", "os.stat"): (
         "git's configuration file itself (outside the roots): how many names it has"
@@ -794,10 +795,6 @@ PATH_EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ),
     ("ringfence/workspace/changes/_linked.py", "names_places", "os.path.realpath"): (
         "the roots' own real paths, to compare such program paths with"
-    ),
-    ("ringfence/workspace/changes/_linked.py", "_read_host", "os.open"): (
-        "a configuration file of a repository outside the roots (above a root, or a "
-        "gitfile's target), read to find what it names inside them; never written"
     ),
     ("ringfence/workspace/changes/_linked.py", "_repository_at", "os.lstat"): (
         "a root's ancestor's .git, outside the roots: is there a repository above the root"

@@ -25,7 +25,13 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from ..git._config import Settings, expand_config_path, person_settings, repository_settings
+from ..git._config import (
+    Settings,
+    expand_config_path,
+    person_settings,
+    read_config_text,
+    repository_settings,
+)
 from ..git._rules import (
     GITFILE_MAX_BYTES,
     is_dotgit,
@@ -114,28 +120,12 @@ def names_places(snapshot: GitSnapshot, env: Mapping[str, str] | None = None) ->
                 return True
     for repository in enclosing(snapshot, [str(p) for p in snapshot.roots]):
         if repository.links or any(
-            _names_anything(repository_settings(_read_host(c)), roots, env)
+            _names_anything(repository_settings(read_config_text(c)), roots, env)
             for c in repository.configs
         ):
             return True
         configs = True
     return configs and _names_anything(_person(env), roots, env)
-
-
-def _read_host(path: str) -> str:
-    """The text of a regular file outside the roots, up to a MiB; "" if none."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError):
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        return os.read(fd, _READ_MAX_BYTES).decode("utf-8", "surrogateescape")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
 
 
 def _read_text(view: TreeView, real: str) -> str:

@@ -77,7 +77,7 @@ def git_config_names(file: Path, env: Mapping[str, str]) -> tuple[list[Path], li
         if current in seen or depth > _MAX_INCLUDE_DEPTH:
             continue
         seen.add(current)
-        for section, key, value in _entries(_read(current)):
+        for section, key, value in _entries(read_config_text(current)):
             path = _expand(value, env)
             if path is None:
                 continue
@@ -90,10 +90,13 @@ def git_config_names(file: Path, env: Mapping[str, str]) -> tuple[list[Path], li
     return files, hooks
 
 
-def _read(file: Path) -> str:
+def read_config_text(file: str | Path) -> str:
+    """The text of a configuration file outside the roots (the person's, or a repository's
+    that lies outside them), up to a MiB; "" when it is no regular file or cannot be read
+    (a path holding a NUL, which a configuration's value may spell, included)."""
     try:
         fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    except (OSError, ValueError):
         return ""
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -422,7 +425,7 @@ def person_settings(env: Mapping[str, str]) -> Settings:
     for base in git_config_files(env):
         included, _ = git_config_names(base, env)
         for file in (base, *included):
-            settings = repository_settings(_read(file))
+            settings = repository_settings(read_config_text(file))
             found.hooks.extend(settings.hooks)
             found.programs.extend(settings.programs)
     return found
