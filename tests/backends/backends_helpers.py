@@ -9,6 +9,7 @@ busybox image is built here when it is missing, so a fresh machine where
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,3 +80,35 @@ async def host_processes(_session: BackendSession) -> list[str]:
 async def container_processes(session: BackendSession) -> list[str]:
     assert isinstance(session, DockerSession)
     return await session.top()
+
+
+def persons_git(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The person's git, run as their next command would be: their own (empty) global
+    configuration under ``tmp_path/githome``, the repository's own, any owner trusted."""
+    home = tmp_path / "githome"
+    home.mkdir(exist_ok=True)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def own_all_like_workspace(workspace: Path) -> None:
+    """Everything under the workspace to its owner (as a developer's checkout is); as root."""
+    if os.geteuid() != 0:
+        return
+    st = workspace.stat()
+    for dirpath, dirnames, filenames in os.walk(workspace):
+        for name in [*dirnames, *filenames]:
+            os.lchown(os.path.join(dirpath, name), st.st_uid, st.st_gid)

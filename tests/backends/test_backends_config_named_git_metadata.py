@@ -13,49 +13,16 @@ nothing the agent wrote, and the files stay as they were.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from backends_helpers import DOCKER_OPTIONS
+from backends_helpers import DOCKER_OPTIONS, own_all_like_workspace, persons_git
 
 from ringfence import create_kernel
 from ringfence.runtime import Posture
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-
-
-def _git(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The person's git: their own (empty) global configuration, the repository's own."""
-    home = tmp_path / "githome"
-    home.mkdir(exist_ok=True)
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(home),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "safe.directory",
-        "GIT_CONFIG_VALUE_0": "*",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
-    )
-
-
-def _own(workspace: Path) -> None:
-    """Everything under the workspace to its owner (as a developer's checkout is)."""
-    if os.geteuid() != 0:
-        return
-    st = workspace.stat()
-    for dirpath, dirnames, filenames in os.walk(workspace):
-        for name in [*dirnames, *filenames]:
-            os.lchown(os.path.join(dirpath, name), st.st_uid, st.st_gid)
 
 
 def _repository(tmp_path: Path, workspace: Path) -> Path:
@@ -64,20 +31,20 @@ def _repository(tmp_path: Path, workspace: Path) -> Path:
     optional override), and names ``.githooks`` as its hooks directory (a ``pre-push``)."""
     repo = workspace / "repo"
     repo.mkdir()
-    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
     for key, value in (
         ("include.path", "../shared.gitconfig"),
         ("includeIf.gitdir:**.path", "../local.gitconfig"),
         ("core.hooksPath", ".githooks"),
     ):
-        assert _git(tmp_path, repo, "config", key, value).returncode == 0
+        assert persons_git(tmp_path, repo, "config", key, value).returncode == 0
     (repo / "shared.gitconfig").write_text("[diff]\n\trenames = true\n")
     (repo / ".githooks").mkdir()
     (repo / ".githooks" / "pre-push").write_text("#!/bin/sh\nexit 0\n")
     (repo / ".githooks" / "pre-push").chmod(0o755)
     (repo / "lib").mkdir()
     (repo / "lib" / "util.sh").write_text("echo util\n")
-    _own(workspace)
+    own_all_like_workspace(workspace)
     return repo
 
 
@@ -94,9 +61,9 @@ def _state(repo: Path) -> dict[str, bytes | str]:
 
 def _git_runs_nothing(tmp_path: Path, repo: Path, marker: Path) -> None:
     """The person's ``git status`` and ``git commit`` run nothing the agent wrote."""
-    status = _git(tmp_path, repo, "status", "--short")
+    status = persons_git(tmp_path, repo, "status", "--short")
     assert status.returncode == 0, status.stderr
-    done = _git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "person")
+    done = persons_git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "person")
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
 
@@ -198,8 +165,8 @@ async def test_the_persons_relative_hooks_path_names_each_repositorys_hooks(
     the repository's) makes every repository's ``.githooks`` its hooks."""
     repo = workspace / "repo"
     repo.mkdir()
-    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
-    _own(workspace)
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    own_all_like_workspace(workspace)
     home = tmp_path / "githome"
     (home / ".gitconfig").write_text("[core]\n\thooksPath = .githooks\n")
     monkeypatch.setenv("HOME", str(home))
@@ -215,7 +182,7 @@ async def test_the_persons_relative_hooks_path_names_each_repositorys_hooks(
         )
         assert outcome.error is not None and outcome.error.code == "git_metadata", outcome
     assert not (repo / ".githooks").exists()
-    done = _git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "person")
+    done = persons_git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "person")
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
 
@@ -230,17 +197,17 @@ async def test_a_program_a_repositorys_configuration_runs_is_never_written(
     the same way."""
     repo = workspace / "repo"
     repo.mkdir()
-    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
     for key, value in (
         ("core.fsmonitor", "tools/fsmon.sh"),
         ("diff.t.textconv", "sh scripts/tc.sh"),
     ):
-        assert _git(tmp_path, repo, "config", key, value).returncode == 0
+        assert persons_git(tmp_path, repo, "config", key, value).returncode == 0
     for name in ("tools/fsmon.sh", "scripts/tc.sh"):
         (repo / name).parent.mkdir(exist_ok=True)
         (repo / name).write_text("#!/bin/sh\nexit 1\n")
         (repo / name).chmod(0o755)
-    _own(workspace)
+    own_all_like_workspace(workspace)
     marker = tmp_path / "pwned"
     async with create_kernel(
         roots=[workspace], posture=Posture.UNRESTRICTED, events_path=tmp_path / "ev.jsonl"
@@ -254,7 +221,7 @@ async def test_a_program_a_repositorys_configuration_runs_is_never_written(
         shell = await k.invoke("run_shell", {"command": f"echo 'touch {marker}' >> repo/{rel}"})
         assert shell.error is not None and shell.error.code == "git_metadata", shell
     assert (repo / rel).read_text() == "#!/bin/sh\nexit 1\n"
-    status = _git(tmp_path, repo, "status", "--short")
+    status = persons_git(tmp_path, repo, "status", "--short")
     assert status.returncode == 0, status.stderr
     assert not marker.exists()
 
@@ -272,15 +239,15 @@ async def test_what_the_repository_above_the_workspace_names_in_it_is_never_writ
     front = mono / "frontend"
     (front / "githooks").mkdir(parents=True)
     (front / "src").mkdir()
-    assert _git(tmp_path, mono, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, mono, "init", "-q", "-b", "main").returncode == 0
     for key, value in (
         ("core.hooksPath", "frontend/.husky/_"),
         ("include.path", "../frontend/local.gitconfig"),
     ):
-        assert _git(tmp_path, mono, "config", key, value).returncode == 0
+        assert persons_git(tmp_path, mono, "config", key, value).returncode == 0
     shutil.rmtree(mono / ".git" / "hooks")
     (mono / ".git" / "hooks").symlink_to("../frontend/githooks")
-    _own(mono)
+    own_all_like_workspace(mono)
     marker = tmp_path / "pwned"
     async with create_kernel(
         roots=[front],
@@ -311,9 +278,9 @@ async def test_what_the_repository_above_the_workspace_names_in_it_is_never_writ
     assert not (front / "local.gitconfig").exists()
     assert not (front / ".husky" / "_").exists()
     assert list((front / "githooks").iterdir()) == []
-    status = _git(tmp_path, mono, "status", "--short")
+    status = persons_git(tmp_path, mono, "status", "--short")
     assert status.returncode == 0, status.stderr
-    done = _git(tmp_path, mono, "commit", "-q", "--allow-empty", "-m", "person")
+    done = persons_git(tmp_path, mono, "commit", "-q", "--allow-empty", "-m", "person")
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
 
@@ -324,10 +291,10 @@ async def test_an_optional_include_is_the_file_it_names(workspace: Path, tmp_pat
     nothing, and ``write_file opt.gitconfig`` wrote what the person's newer git reads)."""
     repo = workspace / "repo"
     repo.mkdir()
-    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
     config = repo / ".git" / "config"
     config.write_text(config.read_text() + '[include]\n\tpath = ":(optional)../opt.gitconfig"\n')
-    _own(workspace)
+    own_all_like_workspace(workspace)
     async with create_kernel(
         roots=[workspace], posture=Posture.UNRESTRICTED, events_path=tmp_path / "ev.jsonl"
     ) as k:
@@ -349,14 +316,14 @@ async def test_a_worktree_of_a_repository_outside_the_roots_keeps_its_hooks(
     the person's next ``git commit`` there."""
     repo = tmp_path / "repo"
     repo.mkdir()
-    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
-    assert _git(tmp_path, repo, "config", "core.hooksPath", ".husky/_").returncode == 0
-    assert _git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "i").returncode == 0
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, repo, "config", "core.hooksPath", ".husky/_").returncode == 0
+    assert persons_git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "i").returncode == 0
     wt = tmp_path / "ws" / "wt"
     wt.parent.mkdir()
-    added = _git(tmp_path, repo, "worktree", "add", "-q", str(wt))
+    added = persons_git(tmp_path, repo, "worktree", "add", "-q", str(wt))
     assert added.returncode == 0, added.stderr
-    _own(tmp_path / "ws")
+    own_all_like_workspace(tmp_path / "ws")
     marker = tmp_path / "pwned"
     async with create_kernel(
         roots=[wt],
@@ -377,6 +344,6 @@ async def test_a_worktree_of_a_repository_outside_the_roots_keeps_its_hooks(
         )
         assert shell.error is not None and shell.error.code == "git_metadata", shell
     assert not (wt / ".husky" / "_").exists()
-    done = _git(tmp_path, wt, "commit", "-q", "--allow-empty", "-m", "person")
+    done = persons_git(tmp_path, wt, "commit", "-q", "--allow-empty", "-m", "person")
     assert done.returncode == 0, done.stderr
     assert not marker.exists()

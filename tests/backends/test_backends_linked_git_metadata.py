@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from backends_helpers import DOCKER_OPTIONS
+from backends_helpers import DOCKER_OPTIONS, own_all_like_workspace, persons_git
 
 from ringfence import create_kernel
 from ringfence.runtime import Posture
@@ -26,42 +25,12 @@ from ringfence.runtime import Posture
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
-def _git(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    home = tmp_path / "githome"
-    home.mkdir(exist_ok=True)
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(home),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "safe.directory",
-        "GIT_CONFIG_VALUE_0": "*",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
-    )
-
-
-def _own(workspace: Path) -> None:
-    """Everything under the workspace to its owner (as a developer's checkout is)."""
-    if os.geteuid() != 0:
-        return
-    st = workspace.stat()
-    for dirpath, dirnames, filenames in os.walk(workspace):
-        for name in [*dirnames, *filenames]:
-            os.lchown(os.path.join(dirpath, name), st.st_uid, st.st_gid)
-
-
 def _repository(tmp_path: Path, workspace: Path) -> Path:
     """The person's checkout ``repo``: ``.git/hooks`` links to ``../githooks`` (empty), and
     ``githooks/pre-commit`` links on to ``../scripts/pre-commit`` (not there yet)."""
     repo = workspace / "repo"
     repo.mkdir()
-    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
     shutil.rmtree(repo / ".git" / "hooks")
     (repo / "githooks").mkdir()
     (repo / "scripts").mkdir()
@@ -69,7 +38,7 @@ def _repository(tmp_path: Path, workspace: Path) -> Path:
     (repo / "githooks" / "pre-commit").symlink_to("../scripts/pre-commit")
     (repo / "lib").mkdir()
     (repo / "lib" / "util.sh").write_text("echo util\n")
-    _own(workspace)
+    own_all_like_workspace(workspace)
     return repo
 
 
@@ -92,7 +61,7 @@ def _state(repo: Path) -> dict[str, bytes | str]:
 
 def _commit_runs_nothing(tmp_path: Path, repo: Path, marker: Path) -> None:
     """The person's ``git commit`` runs no hook the agent wrote."""
-    done = _git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "person")
+    done = persons_git(tmp_path, repo, "commit", "-q", "--allow-empty", "-m", "person")
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
 
@@ -153,7 +122,7 @@ async def test_a_shell_command_never_writes_what_git_reads_through_a_link_in_git
     old_hook = repo / "githooks" / "pre-push"
     old_hook.write_text("#!/bin/sh\nexit 0\n")
     old_hook.chmod(0o755)
-    _own(workspace)
+    own_all_like_workspace(workspace)
     marker = tmp_path / "pwned"
     before = _state(repo)
     plant = (
@@ -193,7 +162,7 @@ async def test_a_change_set_cannot_move_a_link_git_reads_its_hooks_through(
     file then); git would run it."""
     repo = workspace / "repo"
     repo.mkdir()
-    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
     shutil.rmtree(repo / ".git" / "hooks")
     marker = tmp_path / "pwned"
     (repo / "a" / "current").mkdir(parents=True)
@@ -203,7 +172,7 @@ async def test_a_change_set_cannot_move_a_link_git_reads_its_hooks_through(
     hook = repo / "elsewhere" / "current" / "post-commit"
     hook.write_text(HOOK.format(marker=marker))
     hook.chmod(0o755)
-    _own(workspace)
+    own_all_like_workspace(workspace)
     async with create_kernel(
         roots=[workspace],
         posture=Posture.UNRESTRICTED,
@@ -224,13 +193,13 @@ async def test_a_hooks_link_spelled_through_a_host_link_leads_to_the_same_place(
     walk judging links stops at a link outside the roots, yet git reaches ``githooks``."""
     repo = workspace / "repo"
     repo.mkdir()
-    assert _git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
+    assert persons_git(tmp_path, repo, "init", "-q", "-b", "main").returncode == 0
     shutil.rmtree(repo / ".git" / "hooks")
     (repo / "githooks").mkdir()
     alias = tmp_path / "alias"
     alias.symlink_to(workspace)
     (repo / ".git" / "hooks").symlink_to(alias / "repo" / "githooks")
-    _own(workspace)
+    own_all_like_workspace(workspace)
     marker = tmp_path / "pwned"
     hook = HOOK.format(marker=marker)
     args = (
