@@ -66,6 +66,14 @@ class _Heard:
         self._stream = stream
         self._held = held
         self.socket = stream.socket
+        # A client that closes mid-body (a 413 answered for a body over the bound): hypercorn
+        # closes the connection (send_eof, which holds trio's send side across a checkpoint)
+        # while its protocol sends an error answer to the cut request. trio refuses the second
+        # with BusyResourceError, which hypercorn does not catch there: it went out of the
+        # connection's task and took the whole page down (any local process, no token
+        # needed). The two take turns; a send after the EOF is a broken stream, which
+        # hypercorn handles.
+        self._sending = trio.Lock()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         data = await self._stream.receive_some(max_bytes)
@@ -74,10 +82,12 @@ class _Heard:
         return bytes(data)
 
     async def send_all(self, data: bytes) -> None:
-        await self._stream.send_all(data)
+        async with self._sending:
+            await self._stream.send_all(data)
 
     async def send_eof(self) -> None:
-        await self._stream.send_eof()
+        async with self._sending:
+            await self._stream.send_eof()
 
     async def aclose(self) -> None:
         await self._stream.aclose()

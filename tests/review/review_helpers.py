@@ -13,6 +13,7 @@ Without ``/usr/bin/chromium`` the tests skip, unless ``RINGFENCE_REQUIRE_BROWSER
 from __future__ import annotations
 
 import atexit
+import http.client
 import json
 import os
 import re
@@ -291,3 +292,18 @@ def job_done(page: Any, timeout: float = 60.0) -> tuple[bool, str]:
     page.wait_for_selector('#job-state[data-done="1"]', timeout=timeout * 1000)
     ok = page.get_attribute("#job-state", "data-ok") == "1"
     return ok, page.inner_text("main")
+
+
+def get(url: str) -> tuple[int, dict[str, str], str]:
+    """``GET url`` on a fresh connection: status, headers (lower-cased names), body."""
+    rest = url.split("://", 1)[1]
+    hostport, _, path = rest.partition("/")
+    host, _, port = hostport.partition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", "/" + path)
+        response = conn.getresponse()
+        body = response.read().decode("utf-8", "replace")
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+    finally:
+        conn.close()

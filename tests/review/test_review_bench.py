@@ -86,8 +86,10 @@ async def test_the_timeline_of_10000_calls_shows_its_first_screen_quickly(
     print(json.dumps(result))
     # A regression, not a loaded machine (5.4 s cold at load 15 where 0.9 s is quiet): the
     # page's first screen against `events show` of the same file, timed in the same run.
-    assert result["warm_seconds"] <= events_show, result
-    assert result["cold_seconds"] <= events_show, result
+    # Quiet, cold is 0.6-0.95x of it and moves with the chain check sharing the page's
+    # interpreter; CI measured 1.43x once. A fold gone quadratic takes many times longer.
+    assert result["warm_seconds"] <= 3 * events_show, result
+    assert result["cold_seconds"] <= 3 * events_show, result
 
 
 def _measure(stream: Path, workspace: Path, tmp_path: Path, lines: int) -> dict[str, Any]:

@@ -233,18 +233,26 @@ def test_a_foreign_page_can_neither_frame_the_page_nor_act_through_no_cors_reque
           ]).then(() => "sent");
         </script>"""
         attacker = page.context.new_page()
+        # What came back to the other site: a status, or (the refusal carries the page's
+        # Cross-Origin-Resource-Policy) the browser withholding the response from it.
         statuses: list[int] = []
+        withheld: list[str] = []
         attacker.on(
             "response", lambda r: statuses.append(r.status) if r.url == base + "confirm" else None
+        )
+        attacker.on(
+            "requestfailed",
+            lambda r: withheld.append(r.failure or "") if r.url == base + "confirm" else None,
         )
         with attacker_site(attack) as evil:
             attacker.goto(evil)
             assert attacker.evaluate("window.done") == "sent"
-            wait_until(lambda: len(statuses) >= 3, what="the three posts answered")
+            wait_until(lambda: len(statuses) + len(withheld) >= 3, what="the three posts answered")
             framed = next(f for f in attacker.frames if f != attacker.main_frame)
             assert 'id="undo-set"' not in framed.content()  # not drawn in their frame
         attacker.close()
-        assert statuses and all(s == 403 for s in statuses), statuses
+        assert all(s == 403 for s in statuses), statuses
+        assert all("ERR_BLOCKED_BY_RESPONSE" in w for w in withheld), withheld
         assert target.read_text() == "written by the agent\n"
         confirm(page)  # the same confirmation still works from the page itself
         ok, text = job_done(page)

@@ -14,7 +14,6 @@ public interface (``ringfence review``, raw HTTP and a real browser).
 
 from __future__ import annotations
 
-import http.client
 import json
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
 from review_helpers import (
     choose,
+    get,
     records,
     ringfence_process,
     steady,
@@ -32,21 +32,6 @@ from review_helpers import (
     visit,
     wait_until,
 )
-
-
-def get(url: str) -> tuple[int, str]:
-    """``GET url`` on a fresh connection: status, body."""
-    rest = url.split("://", 1)[1]
-    hostport, _, path = rest.partition("/")
-    host, _, port = hostport.partition(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        conn.request("GET", "/" + path)
-        response = conn.getresponse()
-        return response.status, response.read().decode("utf-8", "replace")
-    finally:
-        conn.close()
-
 
 # -- records nested past every renderer's depth -------------------------------------------------
 
@@ -86,15 +71,15 @@ def test_a_watched_record_nested_past_the_renderers_depth_takes_no_view_down(
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
         # The fold runs in the background: wait until it reached the last line.
-        wait_until(lambda: "fine.txt" in get(base + "calls")[1] or rf.process.poll() is not None,
+        wait_until(lambda: "fine.txt" in get(base + "calls")[2] or rf.process.poll() is not None,
                    what="the stream folded")  # fmt: skip
-        wait_until(lambda: 'data-state="tampered"' in get(base + "calls")[1]
+        wait_until(lambda: 'data-state="tampered"' in get(base + "calls")[2]
                    or rf.process.poll() is not None, what="the chain checked")  # fmt: skip
         assert rf.process.poll() is None, "".join(rf.stderr)[-3000:]
         for path in ("", "calls", "calls?q=deep", "calls/nested", "calls/fine"):
-            status, body = get(base + path)
+            status, _, body = get(base + path)
             assert status == 200, (path, status, body[-2000:])
-        status, body = get(base + "calls")
+        status, _, body = get(base + "calls")
         assert "nested.txt" in body and "fine.txt" in body
         assert "deep.txt" not in body  # a line nested that deep is no record: not drawn
         assert get(base + "calls/deep-args")[0] == 404
