@@ -82,12 +82,12 @@ async def container_processes(session: BackendSession) -> list[str]:
     return await session.top()
 
 
-def persons_git(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The person's git, run as their next command would be: their own (empty) global
-    configuration under ``tmp_path/githome``, the repository's own, any owner trusted."""
+def git_env(tmp_path: Path) -> dict[str, str]:
+    """The person's git environment: their own (empty) global configuration under
+    ``tmp_path/githome``, no system one, any owner's repository trusted."""
     home = tmp_path / "githome"
     home.mkdir(exist_ok=True)
-    env = {
+    return {
         "PATH": os.environ["PATH"],
         "HOME": str(home),
         "GIT_CONFIG_NOSYSTEM": "1",
@@ -99,8 +99,12 @@ def persons_git(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedPr
         "GIT_COMMITTER_NAME": "t",
         "GIT_COMMITTER_EMAIL": "t@example.com",
     }
+
+
+def persons_git(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The person's git (:func:`git_env`), run as their next command would be."""
     return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+        ["git", *args], cwd=cwd, env=git_env(tmp_path), capture_output=True, text=True, timeout=60
     )
 
 

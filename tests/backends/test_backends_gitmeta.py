@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from backends_helpers import DOCKER_OPTIONS
+from backends_helpers import DOCKER_OPTIONS, git_env, persons_git as git
 from kernel_helpers import event_records
 
 from ringfence import create_kernel
@@ -38,30 +38,6 @@ def backend(request: pytest.FixtureRequest) -> str:
     if request.param == "docker":
         request.getfixturevalue("docker_client")
     return request.param
-
-
-def git_env(tmp_path: Path) -> dict[str, str]:
-    """The host user's git: no system/global config, but the repository counts as theirs."""
-    home = tmp_path / "githome"
-    home.mkdir(exist_ok=True)
-    return {
-        "PATH": os.environ["PATH"],
-        "HOME": str(home),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "safe.directory",
-        "GIT_CONFIG_VALUE_0": "*",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-
-
-def git(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=git_env(tmp_path), capture_output=True, text=True, timeout=30
-    )
 
 
 def new_repo(tmp_path: Path, path: Path) -> None:

@@ -307,3 +307,9 @@ def get(url: str) -> tuple[int, dict[str, str], str]:
         return response.status, {k.lower(): v for k, v in response.getheaders()}, body
     finally:
         conn.close()
+
+
+def page_address(base: str) -> tuple[int, str, str]:
+    """The page's port, token and ``Host`` value, from its URL (``http://127.0.0.1:P/T/``)."""
+    port = int(base.split(":")[2].split("/")[0])
+    return port, base.split("/")[3], f"127.0.0.1:{port}"

@@ -36,7 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
-from review_helpers import choose, confirm, get, job_done, records, ringfence_process, visit
+from review_helpers import (
+    choose,
+    confirm,
+    get,
+    job_done,
+    page_address,
+    records,
+    ringfence_process,
+    visit,
+)
 
 # -- a plan swapped under the page --------------------------------------------------------
 
@@ -218,9 +227,7 @@ def test_every_refusal_carries_the_pages_frame_and_sniffing_headers(
     argv = ("review", "--workspace", str(workspace), "--events", str(events))
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        port = int(base.split(":")[2].split("/")[0])
-        token = base.split("/")[3]
-        host = f"127.0.0.1:{port}"
+        port, token, host = page_address(base)
         asked = {
             401: f"GET /not-the-token/ HTTP/1.1\r\nHost: {host}\r\n\r\n",
             421: f"GET /{token}/ HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n",
@@ -395,9 +402,7 @@ def test_clients_closing_mid_body_never_take_the_page_down(workspace: Path, tmp_
     argv = ("review", "--workspace", str(workspace), "--events", str(events))
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        port = int(base.split(":")[2].split("/")[0])
-        token = base.split("/")[3]
-        host = f"127.0.0.1:{port}"
+        port, token, host = page_address(base)
         cut = [
             f"POST /{token}/confirm HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n"
             "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 200000\r\n\r\n",

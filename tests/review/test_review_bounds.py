@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 
 from cli_helpers import isolated  # noqa: F401  (autouse fixture)
-from review_helpers import records, ringfence_process, wait_until
-from test_review_attacks import get
+from review_helpers import get, page_address, records, ringfence_process, wait_until
 
 from ringfence import create_kernel
 from ringfence.review._feed import MAX_HELD_BYTES, MAX_LINE_BYTES
@@ -148,9 +147,7 @@ def test_huge_and_slow_requests_are_cut_off_and_the_page_goes_on(
     argv = ("review", "--workspace", str(workspace), "--events", str(events))
     with ringfence_process(*argv) as rf:
         base = rf.wait_for_url()
-        port = int(base.split(":")[2].split("/")[0])
-        token = base.split("/")[3]
-        host = f"127.0.0.1:{port}"
+        port, token, host = page_address(base)
         form = (f"POST /{token}/confirm HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\n"
                 "Content-Type: application/x-www-form-urlencoded\r\n")  # fmt: skip
         # A megabyte of headers: 431 at once.
