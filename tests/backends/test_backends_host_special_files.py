@@ -193,3 +193,30 @@ async def test_a_host_fifo_in_the_root_gets_nothing_from_a_command(
     finally:
         os.close(keep)
         os.close(reader)
+
+
+async def test_git_fsmonitor_daemons_socket_in_git_metadata_is_refused(tmp_path: Path) -> None:
+    """Git's own ``fsmonitor--daemon.ipc`` is a host process's listener inside ``.git``
+    (mounted read-only: a read-only bind still connects)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    subprocess.run(["git", "init", "-q", str(ws)], check=True, capture_output=True)
+    (ws / "probe.py").write_text(_CONNECT)
+    daemon = _Listener(ws / ".git" / "fsmonitor--daemon.ipc")
+    try:
+        async with create_kernel(
+            roots=[ws],
+            posture=Posture.UNRESTRICTED,
+            backend="local",
+            change_sets=False,
+            events_path=tmp_path / "events.jsonl",
+        ) as kernel:
+            outcome = await kernel.invoke(
+                "run_shell", {"command": f"python3 probe.py {daemon.path}; echo ran > ran.txt"}
+            )
+        assert outcome.error is not None and outcome.error.code == "unavailable", outcome
+        assert str(daemon.path) in outcome.error.details["paths"]
+        assert daemon.connections == 0
+        assert not (ws / "ran.txt").exists()
+    finally:
+        daemon.close()
