@@ -187,9 +187,22 @@ async def test_a_host_fifo_in_the_root_gets_nothing_from_a_command(
             )
         assert outcome.error is not None and outcome.error.code == "unavailable", outcome
         assert str(fifo) in outcome.error.details["paths"]
+        assert not (ws / "ran.txt").exists()
+        # With change sets the command runs, and its FIFO is the overlay's: no host reader.
+        async with create_kernel(
+            roots=[ws],
+            posture=Posture.UNRESTRICTED,
+            backend=backend,
+            backend_options=DOCKER_OPTIONS if backend == "docker" else None,
+            change_sets=True,
+            events_path=tmp_path / "events2.jsonl",
+        ) as kernel:
+            layered = await kernel.invoke(
+                "run_shell", {"command": "timeout 3 sh -c 'echo INJECTED > control.fifo'"}
+            )
+        assert layered.error is None, layered
         ready, _, _ = select.select([reader], [], [], 0.5)
         assert not ready or os.read(reader, 64) == b""
-        assert not (ws / "ran.txt").exists()
     finally:
         os.close(keep)
         os.close(reader)
