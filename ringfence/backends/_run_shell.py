@@ -459,6 +459,7 @@ class ShellTool:
         before_ns = time.time_ns()
         before = await self._scan()
         self._note_between_commands(before, ctx)
+        self._refuse_special_files(before)
         await self._mount_new_git_metadata(before, ctx)
         session = await self.session(ctx, before)
         try:
@@ -556,6 +557,37 @@ class ShellTool:
         self.meta["path_carries_over"] = moved
 
     # -- git metadata ---------------------------------------------------------------------
+
+    def _refuse_special_files(self, before: GitSnapshot) -> None:
+        """Refuse a sandboxed command while a socket, FIFO or device node lies in a root.
+
+        The roots are the host's own directories here (bind-mounted writable): a Unix
+        socket in one is reached by its inode whatever the sandbox's namespaces (a path
+        socket belongs to no network namespace, and neither seccomp nor this kernel's
+        Landlock sees a ``connect`` path), so a command could talk to the host process
+        listening there (a dev server, an ssh-agent, git's fsmonitor daemon, a
+        ``docker.sock``); a FIFO a host process reads or writes is its input or output
+        the same way. A change set's overlay shows such an entry as the overlay's own
+        inode, which no host process listens on or opens: only commands that write the
+        roots themselves need this. The unconfined ``host`` backend promises nothing.
+        Raises Unavailable naming the paths.
+        """
+        if self.backend == "host":
+            return
+        found = before.special_files
+        if not found:
+            return
+        shown = ", ".join(str(p) for p in found[:10]) + (", …" if len(found) > 10 else "")
+        raise Unavailable(
+            f"the workspace holds {len(found)} socket(s), FIFO(s) or device node(s) "
+            f"({shown}): a command writing the roots directly (no change sets) on the "
+            f"{self.backend} backend could connect to or open them, reaching the host process "
+            "behind them; the command did not run. Move them out of the workspace (a "
+            "socket's place is a runtime directory such as $XDG_RUNTIME_DIR), or run with "
+            "change sets (the default), where a command never reaches them",
+            field="workspace",
+            paths=[str(p) for p in found[:MAX_REPORTED_PATHS]],
+        )
 
     async def _mount_new_git_metadata(self, before: GitSnapshot, ctx: CallContext) -> None:
         """Start the session again when git metadata appeared since it started.

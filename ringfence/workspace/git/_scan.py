@@ -178,6 +178,7 @@ def scan_git_metadata(
         reused=walk.reused,
         links=frozenset(walk.links),
         linked=frozenset(linked),
+        specials=frozenset(walk.specials),
     )
 
 

@@ -106,6 +106,7 @@ class DirState:
     volatile: bool = False
     digest: bytes | None = None
     links: tuple[str, ...] = ()
+    specials: tuple[str, ...] = ()  # sockets, FIFOs, devices (plain directories)
 
 
 @dataclass(frozen=True)
@@ -142,9 +143,19 @@ class GitSnapshot:
     # Tops that are metadata because a link in git metadata leads there (.git/hooks ->
     # ../githooks): everything in them is what git runs or reads, all of it undone.
     linked: frozenset[tuple[int, str]] = frozenset()
+    # Sockets, FIFOs and devices outside git metadata (inside it: entries of kind ``other``).
+    specials: frozenset[tuple[int, str]] = frozenset()
 
     def path(self, key: tuple[int, str]) -> Path:
         return self.roots[key[0]] / key[1]
+
+    @property
+    def special_files(self) -> list[Path]:
+        """Host paths of every socket, FIFO and device node under the roots (in git metadata
+        too: git's own ``fsmonitor--daemon.ipc`` is a host process's listening socket)."""
+        keys = set(self.specials)
+        keys.update(k for k, e in self.entries.items() if e.kind == "other")
+        return sorted(self.path(k) for k in keys)
 
     @property
     def gitfiles(self) -> list[Path]:

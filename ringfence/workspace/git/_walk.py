@@ -84,6 +84,8 @@ class Walk:
         self.opaque: set[tuple[int, str]] = set()
         self.dirs: dict[tuple[int, str], DirState] = {}
         self.links: set[tuple[int, str]] = set()  # symbolic links outside git metadata
+        # Sockets, FIFOs and devices outside git metadata (inside it: entries of kind other).
+        self.specials: set[tuple[int, str]] = set()
         # Tops a link in git metadata leads to: every file there is kept like a hook.
         self.linked: set[tuple[int, str]] = set()
         self.budget = [IMAGE_BUDGET_BYTES]
@@ -171,7 +173,7 @@ class Walk:
         for table in (self.entries, self.dirs):
             for key in [k for k in table if k[0] == index]:
                 del table[key]
-        for found in (self.tops, self.setids, self.opaque, self.links):
+        for found in (self.tops, self.setids, self.opaque, self.links, self.specials):
             found.difference_update([k for k in found if k[0] == index])
 
     def _visit(self, fd: int, rel: str, top: str | None) -> None:
@@ -224,6 +226,7 @@ class Walk:
         prefix = f"{rel}/" if rel else ""
         if old.kind == "plain":
             self.links.update((index, prefix + name) for name in old.links)
+            self.specials.update((index, prefix + name) for name in old.specials)
             for name in old.names:
                 child = prefix + name
                 if is_dotgit(name):
@@ -278,6 +281,7 @@ class Walk:
             setid_since = self.setid_since
             kept: list[str] = []
             links: list[str] = []
+            specials: list[str] = []
             for e in listing:
                 name = e.name
                 if is_dotgit(name):
@@ -291,14 +295,19 @@ class Walk:
                 elif e.is_symlink():
                     links.append(name)
                     self.links.add((index, prefix + name))
-                elif setid_since is not None and e.is_file(follow_symlinks=False):
+                elif not e.is_file(follow_symlinks=False):
+                    # A socket, FIFO or device (the entry's type: no stat): a host process's
+                    # listener or reader a command could reach through a writable root.
+                    specials.append(name)
+                    self.specials.add((index, prefix + name))
+                elif setid_since is not None:
                     try:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
                         continue
                     if st.st_mode & _SETID and st.st_ctime_ns >= setid_since:
                         self.setids.add((index, prefix + name))
-            self._keep(rel, None, dir_st, "plain", kept, volatile, links=links)
+            self._keep(rel, None, dir_st, "plain", kept, volatile, links=links, specials=specials)
             return len(listing)
         if in_objects(prefix, top) and not may_be_git_dir({e.name for e in listing}):
             # Loose objects and packs are named by their content and git runs nothing from
@@ -339,6 +348,7 @@ class Walk:
         volatile: bool,
         digest: bytes | None = None,
         links: list[str] | None = None,
+        specials: list[str] | None = None,
     ) -> None:
         self.dirs[(self.index, rel)] = DirState(
             st.st_dev,
@@ -351,6 +361,7 @@ class Walk:
             volatile,
             digest,
             tuple(links or ()),
+            tuple(specials or ()),
         )
 
     def _record(self, fd: int, name: str, child: str, top: str, e: os.DirEntry[str] | None) -> None:
