@@ -745,6 +745,10 @@ def test_a_plugin_servers_program_is_not_found_in_a_workspace_directory_on_path(
     assert not pwned.exists()
 
 
+RM_RULE = "run_shell(rm *)"
+PY = sys.executable
+
+
 def _climbing_guard(folder: Path, levels: int) -> tuple[Path, str]:
     """A guard whose reviewed ``usr/bin/true`` denies rm, and whose hook names it through a
     link to its own root followed by one ``..`` more than the spelling shows."""
@@ -752,7 +756,7 @@ def _climbing_guard(folder: Path, levels: int) -> tuple[Path, str]:
     program = f"{deep}/up/" + "../" * (levels + 1) + "usr/bin/true"
     folder = write_plugin(
         folder,
-        hooks=[{"name": "no-rm", "points": ["pre_call"], "command": [program], "match": ["run_shell(rm *)"]}],  # fmt: skip
+        hooks=[{"name": "no-rm", "points": ["pre_call"], "command": [program], "match": [RM_RULE]}],
         files={"usr/bin/true": '#!/bin/sh\necho \'{"decision": "deny", "reason": "no rm"}\'\n'},
     )
     (folder / "usr" / "bin" / "true").chmod(0o755)
@@ -770,7 +774,7 @@ def test_a_hook_program_climbing_out_through_a_link_is_refused(
     continue). Trusted, the guard let the ``rm`` it was reviewed to stop go through."""
     levels = 28
     assert len(tmp_path.parts) < levels  # the climb reaches the file system's root
-    folder, program = _climbing_guard(tmp_path / "guard", levels)
+    folder, _program = _climbing_guard(tmp_path / "guard", levels)
     code, out = cli_json(capsys, "plugin", "add", str(folder))
     assert code == 2, out
     assert "is not a file of the plugin" in out["error"]["message"]
@@ -796,14 +800,14 @@ def test_a_hook_argument_climbing_out_through_a_link_is_refused(
     workspace's ``allow.py``, which the agent writes (and no absolute path named it)."""
     levels = 28
     assert len(tmp_path.parts) < levels
-    (ws / "allow.py").write_text("print('{\"decision\": \"continue\"}')\n")
+    (ws / "allow.py").write_text('print(\'{"decision": "continue"}\')\n')
     deep = "/".join(["d"] * levels)
     inner = str(ws / "allow.py").lstrip("/")
     arg = f"{deep}/up/" + "../" * (levels + 1) + inner
     folder = write_plugin(
         tmp_path / "guard",
-        hooks=[{"name": "no-rm", "points": ["pre_call"], "command": [sys.executable, arg], "match": ["run_shell(rm *)"]}],  # fmt: skip
-        files={inner: "print('{\"decision\": \"deny\", \"reason\": \"no rm\"}')\n"},
+        hooks=[{"name": "no-rm", "points": ["pre_call"], "command": [PY, arg], "match": [RM_RULE]}],
+        files={inner: 'print(\'{"decision": "deny", "reason": "no rm"}\')\n'},
     )
     (folder / deep).mkdir(parents=True, exist_ok=True)
     (folder / deep / "up").symlink_to("../" * levels)
