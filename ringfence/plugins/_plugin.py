@@ -377,9 +377,14 @@ def check_copy_paths(plugin: str, servers: Sequence[ServerConfig], bundle: Bundl
     """
     for server in servers:
         texts = [server.command, *server.args, server.cwd, *server.env.values()]
+        cwd = _IN_ROOT.fullmatch(server.cwd or "")
         for text in texts:
-            for match in _IN_ROOT.finditer(text or ""):
-                rel = match.group(1).lstrip("/")
+            rels = [m.group(1).lstrip("/") for m in _IN_ROOT.finditer(text or "")]
+            relative = text is not None and "/" in text and not text.startswith(("/", "-", "$"))
+            if cwd is not None and relative and text in (server.command, *server.args):
+                # a relative path the program opens from its working directory, in the copy
+                rels.append(posixpath.join(cwd.group(1).lstrip("/"), text))
+            for rel in rels:
                 norm = posixpath.normpath(rel) if rel else "."
                 if norm == ".." or norm.startswith("../"):
                     continue  # it says it leaves: the review reads that

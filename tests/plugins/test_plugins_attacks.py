@@ -824,8 +824,9 @@ def test_a_hook_argument_climbing_out_through_a_link_is_refused(
     assert (ws / "x").read_text() == "keep me\n"
 
 
+@pytest.mark.parametrize("spelling", ["root", "cwd"])
 def test_a_plugin_servers_path_climbing_out_through_a_link_is_refused(
-    capsys, tmp_path: Path, ws: Path
+    capsys, tmp_path: Path, ws: Path, spelling: str
 ) -> None:
     """A trusted plugin's server run as the user (``sandbox = "none"``) with ``args =
     ["${RINGFENCE_PLUGIN_ROOT}/d/…/d/up/../…/../<outside>/server.py"]``: the review reads the
@@ -839,10 +840,14 @@ def test_a_plugin_servers_path_climbing_out_through_a_link_is_refused(
     outside.write_text(f"open({str(pwned)!r}, 'w').close()\n")
     deep = "/".join(["d"] * levels)
     inner = str(outside).lstrip("/")
-    arg = "${RINGFENCE_PLUGIN_ROOT}/" + f"{deep}/up/" + "../" * (levels + 1) + inner
+    arg = f"{deep}/up/" + "../" * (levels + 1) + inner
+    if spelling == "root":  # named from the copy's root
+        arg, cwd = "${RINGFENCE_PLUGIN_ROOT}/" + arg, ""
+    else:  # relative to the server's working directory, the copy
+        cwd = 'cwd = "${RINGFENCE_PLUGIN_ROOT}"\n'
     mcp = (
         f'[[server]]\nname = "notes"\ntransport = "stdio"\nsandbox = "none"\n'
-        f'command = "{PY}"\nargs = ["{arg}"]\n'
+        f'command = "{PY}"\nargs = ["{arg}"]\n{cwd}'
     )
     folder = write_plugin(tmp_path / "kit", "kit", mcp=mcp, files={inner: "pass\n"})
     (folder / deep).mkdir(parents=True, exist_ok=True)
