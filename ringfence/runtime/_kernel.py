@@ -309,7 +309,9 @@ class Kernel:
         --expose native``, a model given a subset): a tool that runs other tools
         (``run_tool_script``) must not reach the ones the client was not given. A call
         of any other registered tool made inside is ``not_found``, recorded and never
-        run. Nested offerings only narrow (the names of both).
+        run; a tool's own nested call (``CallContext.invoke`` with its default origin,
+        ``nested``) is the tool's choice and is not limited. Nested offerings only
+        narrow (the names of both).
         """
         chosen = frozenset(names)
         current = self.offered_tools()
@@ -641,9 +643,17 @@ class Kernel:
         spec = request_spec or self.registry.find(tool)
         args, refusal = _recordable(args, spec)
         offered = self.offered_tools()
-        if refusal is None and request_spec is None and offered is not None and tool not in offered:
-            # Not offered to whoever made this call (or the call that started it): as if
-            # it were not registered. Recorded, never run.
+        if (
+            refusal is None
+            and request_spec is None
+            and offered is not None
+            and tool not in offered
+            and origin != "nested"
+        ):
+            # Not offered to whoever made this call (or the script it started): as if it
+            # were not registered. Recorded, never run. A tool's own nested call
+            # (CallContext.invoke's default origin: a dry run's run_shell staging its
+            # apply_changes) is the tool's choice, not the caller's, and is not limited.
             refusal, spec = (
                 NotFound(f"no tool named {tool!r} is offered to this caller", field="tool"),
                 None,

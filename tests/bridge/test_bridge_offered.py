@@ -69,3 +69,22 @@ async def test_a_script_reaches_only_the_tools_the_model_was_offered(tmp_path: P
     }
     assert len(refused) == 2
     assert not [r for r in records if r.get("call_id") in refused and r["kind"] == "started"]
+
+
+async def test_a_tools_own_nested_call_is_not_limited_by_the_offer(tmp_path: Path) -> None:
+    """In a dry run, ``run_shell`` stages what its command wrote as its own nested
+    ``apply_changes`` call: the tool's choice, not the caller's, so a script offered only
+    ``run_shell`` gets its command staged, not refused for a tool it never named."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with create_kernel(
+        roots=[ws], approver=YES, dry_run=True, backend="local", change_sets=True
+    ) as kernel:
+        offered = kernel.tool_definitions("anthropic", names=["run_shell", "run_tool_script"])
+        script = "result = tools.run_shell(command='echo hi > made.txt')['changes']"
+        call = {"type": "tool_use", "id": "t1", "name": "run_tool_script", "input": {"script": script}}  # fmt: skip
+        answer = await kernel.answer_tool_call(call, tools=offered)
+    assert not answer.get("is_error"), answer
+    changes = json.loads(answer["content"])["result"]
+    assert changes["staged"] is True, changes
+    assert not (ws / "made.txt").exists()
