@@ -146,8 +146,10 @@ def register_script_tool(
     cached: list[Any] = [None, None]  # the registry's tools when last built, and the manifest
 
     def manifest() -> list[dict[str, Any]]:
-        """The tools a script sees, rebuilt only when the kernel's tools changed."""
-        specs = kernel.tools()
+        """The tools a script sees, rebuilt only when the kernel's tools (or those offered
+        to the caller that started it, :meth:`Kernel.offering`) changed."""
+        offered = kernel.offered_tools()
+        specs = [s for s in kernel.tools() if offered is None or s.name in offered]
         key = [id(spec) for spec in specs]
         if cached[0] != key:
             from ._stubs import script_manifest

@@ -30,7 +30,7 @@ from ..runtime._canonical import canonical_json
 from ..runtime._errors import InvalidArguments
 from ..runtime._files import read_all
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "Bundle", "read_bundle"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "Bundle", "read_bundle", "resolve_inside"]
 
 MAX_FILES = 10_000
 MAX_BYTES = 64 * 1024 * 1024
@@ -215,15 +215,31 @@ _MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
 def _stays_inside(link: str, entries: Mapping[str, Entry]) -> bool:
     """Whether resolving ``link`` as the kernel would (every link on the way followed, in the
     bundle as read) never leaves the bundle's root. A dangling end is inside."""
+    parent = link.rsplit("/", 1)[0] if "/" in link else ""
+    target = entries[link].target
+    if posixpath.isabs(target):
+        return False
+    return resolve_inside(f"{parent}/{target}" if parent else target, entries) is not None
+
+
+def resolve_inside(rel: str, entries: Mapping[str, Entry]) -> str | None:
+    """The entry ``rel`` (relative to the bundle's root) names once resolved as the kernel
+    resolves it: every link on the way followed where it stands, so ``..`` after a link
+    climbs from the link's target, not from the link (``posixpath.normpath`` reads
+    ``d/up/../x`` as ``d/x`` even when ``d/up`` leads to the root, which the kernel reads as
+    the folder above the root's ``x``). None when the resolution leaves the root, meets an
+    absolute link or follows more than 40 links. A name that does not exist resolves to
+    itself (the part of it that does not exist is taken as written)."""
+    if posixpath.isabs(rel):
+        return None
     followed = 0
-    parts = link.split("/")
-    stack = parts[:-1]  # the link's directory; its own name is replaced by its target
-    pending = [p for p in entries[link].target.split("/") if p not in ("", ".")]
+    stack: list[str] = []
+    pending = [p for p in rel.split("/") if p not in ("", ".")]
     while pending:
         part = pending.pop(0)
         if part == "..":
             if not stack:
-                return False
+                return None
             stack.pop()
             continue
         here = "/".join([*stack, part])
@@ -231,8 +247,8 @@ def _stays_inside(link: str, entries: Mapping[str, Entry]) -> bool:
         if entry is not None and entry.kind == "link":
             followed += 1
             if followed > _MAX_LINKS or posixpath.isabs(entry.target):
-                return False
+                return None
             pending = [p for p in entry.target.split("/") if p not in ("", ".")] + pending
             continue
         stack.append(part)
-    return True
+    return "/".join(stack)

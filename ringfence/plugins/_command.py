@@ -77,9 +77,9 @@ class CommandRunner:
         on :meth:`_search_path`; either way the program run is checked to lie outside the
         workspace roots (resolved through links). Raises Unavailable naming it."""
         program, *rest = self.config.command
-        if "/" in program and not program.startswith("/"):
-            program = str(folder / program)
         what = f"the hook {self.config.name}"
+        if "/" in program and not program.startswith("/"):
+            program = _in_copy(folder, program, what)
         program = program_outside_roots(program, self._roots, self._search_path(), what)
         return [program, *rest]
 
@@ -196,3 +196,19 @@ class CommandRunner:
         needs = event.get("hook_event") in ("pre_call", "session_start")
         answer_ = HookAnswer.parse(parsed, needs_decision=needs)  # ValueError: not an answer
         return HookAnswer(answer_.decision, answer_.reason, answer_.annotations, details)
+
+
+def _in_copy(folder: Path, program: str, what: str) -> str:
+    """The file the relative ``program`` is in the plugin's copy ``folder``, resolved as the
+    kernel resolves it (every link followed): the path that runs. Unavailable when that
+    file is not a regular file inside the copy (a link or ``..`` on the way led out of it):
+    what runs must be what was hashed, never a file beside or above the copy."""
+    base = os.path.realpath(folder)
+    real = os.path.realpath(os.path.join(base, program))
+    if os.path.commonpath([base, real]) != base or real == base or not os.path.isfile(real):
+        raise Unavailable(
+            f"{what}'s program {program!r} is not a file of the plugin's copy (resolved "
+            f"through its links it is {real}): it is not run",
+            field="command",
+        )
+    return real

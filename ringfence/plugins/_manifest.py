@@ -31,7 +31,7 @@ from typing import Any
 
 from ..runtime._errors import InvalidArguments
 from ..runtime._hooks import HOOK_POINTS, Hook
-from ._bundle import Bundle
+from ._bundle import Bundle, resolve_inside
 
 __all__ = ["MANIFEST", "HookConfig", "PluginManifest", "parse_plugin_manifest"]
 
@@ -164,10 +164,25 @@ def _hook(table: dict[str, Any], index: int, bundle: Bundle, bad: Any) -> HookCo
     ):
         raise bad(("hook", index, "command"), "must be a non-empty list of non-empty strings")
     program = command[0]
-    if ("/" in program and not program.startswith("/")) and (
-        not _inside(program) or posixpath.normpath(program) not in bundle.entries
-    ):
-        raise bad(("hook", index, "command"), f"{program!r} is not a file of the plugin")
+    if "/" in program and not program.startswith("/"):
+        # Resolved as the kernel will resolve it in the copy (links followed where they
+        # stand), not by its spelling: `d/up/../x` with `d/up` a link to the root is the
+        # folder above's `x` (normpath said `d/x`, a file of the plugin, and the host's
+        # program of that name ran in place of the reviewed one).
+        resolved = resolve_inside(program, bundle.entries)
+        entry = bundle.entries.get(resolved) if resolved is not None else None
+        if not _inside(program) or entry is None or entry.kind != "file":
+            raise bad(("hook", index, "command"), f"{program!r} is not a file of the plugin")
+    for arg in command[1:]:
+        # An argument spelled as a path inside the plugin (`hooks/../check.py`, which the
+        # hook opens from the copy, its working directory) must be one there for the
+        # kernel too: through a link to the root, `..` climbs out of the copy to a file
+        # the digest never covered, while the review reads the plugin's own file.
+        if "/" in arg and _inside(arg) and resolve_inside(arg, bundle.entries) is None:
+            raise bad(
+                ("hook", index, "command"),
+                f"{arg!r} leads outside the plugin once its links are followed",
+            )
     timeout = table.get("timeout_seconds", 10.0)
     network = table.get("network", False)
     if not isinstance(network, bool):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from ..runtime._errors import InvalidArguments, RingfenceError
 from ..runtime._skills import Skill
 from ..runtime.policy._files import parse_policy_file
 from ..runtime.policy._rules import Rule
-from ._bundle import Bundle, read_bundle
+from ._bundle import Bundle, read_bundle, resolve_inside
 from ._config import PluginEntry
 from ._manifest import PluginManifest, parse_plugin_manifest
 from ._skills import read_skills
@@ -362,6 +363,41 @@ def check_live_paths(
                     )
 
 
+_IN_ROOT = re.compile(re.escape(PLUGIN_ROOT) + r"""([^\s"'=:,;)]*)""")
+
+
+def check_copy_paths(plugin: str, servers: Sequence[ServerConfig], bundle: Bundle) -> None:
+    """Refuse a server string naming ``${RINGFENCE_PLUGIN_ROOT}/...`` that reads as a path in
+    the plugin but leads out of it once the kernel follows its links.
+
+    ``${RINGFENCE_PLUGIN_ROOT}/d/up/../x``, ``d/up`` a link to the plugin's root, reads (as
+    ``normpath`` and a reviewer read it) as the plugin's ``d/x``, hashed and reviewed; the
+    kernel resolves it from the copy's root upward, to a file the digest never covered
+    (the host's, the workspace's), which a ``sandbox = "none"`` server then ran as the user.
+    """
+    for server in servers:
+        texts = [server.command, *server.args, server.cwd, *server.env.values()]
+        cwd = _IN_ROOT.fullmatch(server.cwd or "")
+        for text in texts:
+            rels = [m.group(1).lstrip("/") for m in _IN_ROOT.finditer(text or "")]
+            relative = text is not None and "/" in text and not text.startswith(("/", "-", "$"))
+            if cwd is not None and relative and text in (server.command, *server.args):
+                # a relative path the program opens from its working directory, in the copy
+                rels.append(posixpath.join(cwd.group(1).lstrip("/"), text))
+            for rel in rels:
+                norm = posixpath.normpath(rel) if rel else "."
+                if norm == ".." or norm.startswith("../"):
+                    continue  # it says it leaves: the review reads that
+                if rel and resolve_inside(rel, bundle.entries) is None:
+                    raise InvalidArguments(
+                        f"plugin {plugin}: server {server.name}: {text!r} leads outside the "
+                        "plugin once its links are followed (the review reads a file of the "
+                        "plugin; the kernel would open another)",
+                        field="command",
+                        plugin=plugin,
+                    )
+
+
 def inspect_plugin(entry: PluginEntry) -> PluginState:
     """Read and judge ``entry`` now (blocking: reads its whole bundle)."""
     try:
@@ -382,6 +418,7 @@ def inspect_plugin(entry: PluginEntry) -> PluginState:
             rules = check_fragment(bundle.root / manifest.policy, data, entry.name)
         servers = _servers(bundle, manifest.mcp, entry.name) if manifest.mcp else ()
         check_live_paths(entry.name, manifest, servers, bundle.root)
+        check_copy_paths(entry.name, servers, bundle)
         skills = read_skills(bundle, manifest.skills, entry.name) if manifest.skills else ()
     except RingfenceError as exc:
         return PluginState(entry, bundle, error=exc)

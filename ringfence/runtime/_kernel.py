@@ -59,7 +59,7 @@ from . import _gate, _hooks
 from ._approval import Approver, HeadlessDenyApprover, SessionGrants
 from ._calls import AskHook, Authorization, CallContext, NoPublicConstructor, Outcome, new_id
 from ._canonical import MAX_NESTING, unrecordable
-from ._errors import InvalidArguments, RingfenceError, ToolError
+from ._errors import InvalidArguments, NotFound, RingfenceError, ToolError
 from ._events import (
     CHECKPOINT_RECORDS,
     CHECKPOINT_SECONDS,
@@ -101,6 +101,12 @@ _CALLER: contextvars.ContextVar[tuple[Any, str] | None] = contextvars.ContextVar
 )
 # How many callers' session grants one kernel keeps (least recently used go first).
 MAX_CALLERS = 1024
+# The tools the calls running in this context may reach (a kernel and the names it was
+# told, see Kernel.offering): a script started by a client that was offered some tools
+# calls only those, never the kernel's other registered tools.
+_OFFERED: contextvars.ContextVar[tuple[Any, frozenset[str]] | None] = contextvars.ContextVar(
+    "ringfence_offered", default=None
+)
 
 
 class RulesHandle:
@@ -294,6 +300,36 @@ class Kernel:
             yield
         finally:
             _CALLER.reset(token)
+
+    @contextlib.contextmanager
+    def offering(self, names: Iterable[str]) -> Iterator[None]:
+        """The calls made inside (and in every task they start) may reach only ``names``.
+
+        For a host that offers a client some of the kernel's tools (``ringfence serve
+        --expose native``, a model given a subset): a tool that runs other tools
+        (``run_tool_script``) must not reach the ones the client was not given. A call
+        of any other registered tool made inside is ``not_found``, recorded and never
+        run; a tool's own nested call (``CallContext.invoke`` with its default origin,
+        ``nested``) is the tool's choice and is not limited. Nested offerings only
+        narrow (the names of both).
+        """
+        chosen = frozenset(names)
+        current = self.offered_tools()
+        if current is not None:
+            chosen &= current
+        token = _OFFERED.set((self, chosen))
+        try:
+            yield
+        finally:
+            _OFFERED.reset(token)
+
+    def offered_tools(self) -> frozenset[str] | None:
+        """The tool names the calls running now may reach, or None: every registered tool
+        (see :meth:`offering`)."""
+        current = _OFFERED.get()
+        if current is None or current[0] is not self:
+            return None
+        return current[1]
 
     def forget_caller(self, caller: str) -> None:
         """Drop ``caller``'s session grants (its session ended): a later caller that happens
@@ -606,6 +642,22 @@ class Kernel:
             args = {}
         spec = request_spec or self.registry.find(tool)
         args, refusal = _recordable(args, spec)
+        offered = self.offered_tools()
+        if (
+            refusal is None
+            and request_spec is None
+            and offered is not None
+            and tool not in offered
+            and origin != "nested"
+        ):
+            # Not offered to whoever made this call (or the script it started): as if it
+            # were not registered. Recorded, never run. A tool's own nested call
+            # (CallContext.invoke's default origin: a dry run's run_shell staging its
+            # apply_changes) is the tool's choice, not the caller's, and is not limited.
+            refusal, spec = (
+                NotFound(f"no tool named {tool!r} is offered to this caller", field="tool"),
+                None,
+            )
         if refusal is None:
             self.redactor.register_named_values(args)
             if spec is not None:  # secrets not keyed by name (a script's literals), too

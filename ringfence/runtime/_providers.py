@@ -708,7 +708,11 @@ async def answer_tool_call(
     spec = kernel.registry.find(tool)
     if spec is not None and isinstance(arguments, dict):
         arguments = drop_null_optionals(spec.input_schema, arguments)
-    outcome = await kernel.invoke(tool, arguments, origin=origin or call.fmt.value)
+    if tools is None:
+        outcome = await kernel.invoke(tool, arguments, origin=origin or call.fmt.value)
+    else:  # what the model was offered is all this call (and a script it starts) reaches
+        with kernel.offering(tools.names.values()):
+            outcome = await kernel.invoke(tool, arguments, origin=origin or call.fmt.value)
     text, is_error = _result_text(outcome)
     structured = None
     if call.fmt is ToolFormat.MCP:

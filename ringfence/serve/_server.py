@@ -263,6 +263,8 @@ def build_server(
         key = session_key() if session_key is not None else None
         with contextlib.ExitStack() as stack:
             stack.enter_context(streaming_call(ctx.close_sse_stream))  # close_sse_stream()
+            # What --expose chose is all this call (and a script it starts) may reach.
+            stack.enter_context(kernel.offering(exposed_tools(kernel, chosen)))
             if key is not None:
                 stack.enter_context(kernel.as_caller(key))  # its grants are its own
                 if logs is not None:

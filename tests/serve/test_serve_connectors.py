@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from mcp import MCPError
-from serve_helpers import Asker, error_code, real_command, stdio_session, text_of
+from serve_helpers import Asker, error_code, real_command, records, stdio_session, text_of
 
 REPO = Path(__file__).resolve().parents[2]
 NPM_BIN = Path(
@@ -76,3 +76,47 @@ async def test_connectors_are_not_served_unless_exposed(
         assert not any(n.startswith("mcp.") for n in names)
         with pytest.raises(MCPError):
             await client.call_tool("mcp.fs.read_text_file", {"path": str(shared / "hello.txt")})
+
+
+async def test_a_script_reaches_only_the_tools_expose_served(
+    shared: Path, workspace: Path, events: Path
+) -> None:
+    """``--expose native`` with the servers connected: a ``run_tool_script`` the client
+    starts calls no connector tool (it wrote through ``mcp.fs.write_file`` before), and its
+    ``tools`` namespace has none; the refused calls are recorded, never run."""
+    asker = Asker()  # approves every question once: only the offer can refuse
+    command = real_command(workspace, events, "--mcp")  # connected, but --expose native
+    target = shared / "from-script.txt"
+    script = (
+        (
+            "out = {}\n"
+            "for name, args in [('mcp.fs.write_file', {'path': PATH, 'content': 'x'}),\n"
+            "                   ('mcp.fs.read_text_file', {'path': HELLO})]:\n"
+            "    try:\n"
+            "        out[name] = call_tool(name, **args)\n"
+            "    except ToolError as e:\n"
+            "        out[name] = e.code\n"
+            "out['namespace'] = hasattr(tools, 'mcp')\n"
+            "out['native'] = tools.read_file(path='hello.txt')\n"
+            "result = out\n"
+        )
+        .replace("PATH", repr(str(target)))
+        .replace("HELLO", repr(str(shared / "hello.txt")))
+    )
+    async with stdio_session(workspace, events, asker=asker, command=command) as client:
+        answer = await client.call_tool("run_tool_script", {"script": script})
+    assert not answer.is_error, text_of(answer)
+    value = answer.structured_content["result"]
+    assert value["mcp.fs.write_file"] == "not_found", value
+    assert value["mcp.fs.read_text_file"] == "not_found", value
+    assert value["namespace"] is False
+    assert value["native"].startswith("hello from the workspace")
+    assert not target.exists()
+    assert all("mcp." not in tool for tool in asker.tools_asked()), asker.tools_asked()
+    seen = records(events)
+    connector_ids = {
+        r["call_id"] for r in seen if r.get("kind") == "proposed" and r["tool"].startswith("mcp.")
+    }
+    assert len(connector_ids) == 2
+    started = [r for r in seen if r.get("call_id") in connector_ids and r["kind"] == "started"]
+    assert started == []
